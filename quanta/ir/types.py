@@ -1,0 +1,510 @@
+"""Element and tensor types of the quanta IR.
+
+A value's type carries its whole numerical contract (DESIGN.md, "The quantized type
+contract"). Types are frozen dataclasses compared *by value*: two int8 tensors with
+different scales are different types.
+
+Element types
+-------------
+- :class:`FloatType`      f64, f32, f16, bf16 and the float8/float4 formats (ml_dtypes)
+- :class:`IntType`        plain integers i2..i64, u2..u64, and bool
+- :class:`QuantType`      ``Q(storage, expressed, scale, zero_point, axis, block)``: the
+                          affine map ``real = (q - zero_point) * scale`` (docs eq. (1))
+- :class:`CalibratedType` ``Cal(expressed, min, max)``: an observed real range, not yet
+                          turned into quantization parameters
+- :class:`OtherType`      anything else ONNX can hold (string, complex): carried, never computed
+
+Printed forms (also what :func:`parse_elem` reads back)::
+
+    f32    i8    u4    f8e4m3fn
+    Q(i8:f32, 0.02, 0)                     per-tensor
+    Q(u8:f32, axis=0, [0.5, 0.25], [3, 7]) per-axis
+    Q(i4:f32, axis=1, block=32, ...)       per-block: scale/zero_point hold the full
+                                           (flattened, row-major) scale tensor
+    Cal(f32, -1.5, 3.25)
+
+Incorrect / Correct (checked by :meth:`QuantType.__post_init__`)::
+
+    Q(i8:f32, axis=0, [0.5, 0.25], [3])   # Incorrect: 2 scales but 1 zero point
+    Q(i8:f32, axis=0, [0.5, 0.25], [3, 0])  # Correct
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Union
+
+import ml_dtypes
+import numpy as np
+from onnx import TensorProto
+
+__all__ = [
+    "BF16",
+    "BOOL",
+    "F8E4M3FN",
+    "F8E5M2",
+    "F16",
+    "F32",
+    "F64",
+    "I4",
+    "I8",
+    "I16",
+    "I32",
+    "I64",
+    "U4",
+    "U8",
+    "U16",
+    "U32",
+    "U64",
+    "CalibratedType",
+    "ElemType",
+    "FloatType",
+    "IntType",
+    "OtherType",
+    "QuantType",
+    "TensorType",
+    "elem_from_numpy",
+    "elem_from_onnx",
+    "parse_elem",
+]
+
+
+@dataclass(frozen=True)
+class FloatType:
+    """A floating-point element type, named as in the printer: f32, f16, bf16, f8e4m3fn…"""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def numpy(self) -> np.dtype:
+        return _FLOAT_NUMPY[self.name]
+
+    @property
+    def onnx(self) -> int:
+        return _FLOAT_ONNX[self.name]
+
+    @property
+    def storage(self) -> FloatType:
+        return self
+
+
+@dataclass(frozen=True)
+class IntType:
+    """A plain integer element type (``bits`` = 1 and ``signed`` = False is bool)."""
+
+    bits: int
+    signed: bool
+
+    def __str__(self) -> str:
+        if self.bits == 1:
+            return "bool"
+        return f"{'i' if self.signed else 'u'}{self.bits}"
+
+    @property
+    def qmin(self) -> int:
+        return -(1 << (self.bits - 1)) if self.signed else 0
+
+    @property
+    def qmax(self) -> int:
+        return (1 << (self.bits - 1)) - 1 if self.signed else (1 << self.bits) - 1
+
+    @property
+    def numpy(self) -> np.dtype:
+        return _INT_NUMPY[str(self)]
+
+    @property
+    def onnx(self) -> int:
+        return _INT_ONNX[str(self)]
+
+    @property
+    def storage(self) -> IntType:
+        return self
+
+
+@dataclass(frozen=True)
+class OtherType:
+    """An ONNX element type quanta carries but never computes with (string, complex…)."""
+
+    name: str
+    onnx_code: int
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def onnx(self) -> int:
+        return self.onnx_code
+
+    @property
+    def numpy(self) -> np.dtype:
+        from onnx import helper
+
+        return np.dtype(helper.tensor_dtype_to_np_dtype(self.onnx_code))
+
+    @property
+    def storage(self) -> OtherType:
+        return self
+
+
+StorageType = Union[IntType, FloatType]
+
+
+def _as_tuple(v: object, cast: type) -> tuple:
+    arr = np.asarray(v).reshape(-1)
+    return tuple(cast(x) for x in arr.tolist())
+
+
+@dataclass(frozen=True)
+class QuantType:
+    """``Q(storage, expressed, scale, zero_point, axis, block)``.
+
+    The affine map is ``real = (q - zero_point) * scale`` (docs/quantization-math.md
+    eq. (1)); ``q = saturate(round_half_even(real / scale) + zero_point)`` (eq. (2)).
+
+    - per-tensor: ``axis is None``, one scale and one zero point;
+    - per-axis: ``axis = k``, as many scales/zero points as dimension k has;
+    - per-block: ``axis = k`` and ``block = B``; ``scale``/``zero_point`` hold the whole
+      scale tensor flattened row-major, ``scale_shape`` its shape (dimension k is
+      ``ceil(dim_k / B)``).
+
+    Scales are stored as Python floats of the *float32* values (ONNX stores scales as
+    the expressed type), so equality is exact and printing round-trips.
+    ``storage`` is an :class:`IntType` or a float8 :class:`FloatType` (zero point then 0).
+    """
+
+    storage: StorageType
+    expressed: FloatType
+    scale: tuple[float, ...]
+    zero_point: tuple[int | float, ...]
+    axis: int | None = None
+    block: int | None = None
+    scale_shape: tuple[int, ...] | None = field(default=None, compare=True)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scale", _as_tuple(self.scale, float))
+        zp_cast = int if isinstance(self.storage, IntType) else float
+        object.__setattr__(self, "zero_point", _as_tuple(self.zero_point, zp_cast))
+        if len(self.scale) != len(self.zero_point):
+            raise ValueError(
+                f"quantized type: {len(self.scale)} scales but {len(self.zero_point)} zero points"
+            )
+        if not self.scale:
+            raise ValueError("quantized type: at least one scale is required")
+        if self.axis is None and len(self.scale) != 1:
+            raise ValueError(f"quantized type: per-tensor type has {len(self.scale)} scales (expected 1)")
+        if self.block is not None and self.axis is None:
+            raise ValueError("quantized type: block size given without an axis")
+        if self.block is not None and self.block <= 0:
+            raise ValueError(f"quantized type: block size must be positive, got {self.block}")
+        for s in self.scale:
+            if not (s > 0.0 and math.isfinite(s)):
+                raise ValueError(f"quantized type: scale must be positive and finite, got {s}")
+        if isinstance(self.storage, IntType):
+            for z in self.zero_point:
+                if not (self.storage.qmin <= z <= self.storage.qmax):
+                    raise ValueError(
+                        f"quantized type: zero point {z} outside [{self.storage.qmin}, {self.storage.qmax}]"
+                        f" of {self.storage}"
+                    )
+        if self.scale_shape is not None:
+            object.__setattr__(self, "scale_shape", tuple(int(d) for d in self.scale_shape))
+            if int(np.prod(self.scale_shape)) != len(self.scale):
+                raise ValueError(
+                    f"quantized type: scale_shape {self.scale_shape} does not hold {len(self.scale)} scales"
+                )
+
+    @property
+    def per_tensor(self) -> bool:
+        return self.axis is None
+
+    @property
+    def qmin(self) -> int:
+        assert isinstance(self.storage, IntType)
+        return self.storage.qmin
+
+    @property
+    def qmax(self) -> int:
+        assert isinstance(self.storage, IntType)
+        return self.storage.qmax
+
+    @property
+    def numpy(self) -> np.dtype:
+        """The numpy dtype of the stored integers."""
+        return self.storage.numpy
+
+    @property
+    def onnx(self) -> int:
+        return self.storage.onnx
+
+    def scale_array(self) -> np.ndarray:
+        """Scales as a float32 array (scalar for per-tensor, 1-D per-axis, N-D per-block)."""
+        a = np.asarray(self.scale, dtype=self.expressed.numpy)
+        if self.axis is None:
+            return a.reshape(())
+        if self.scale_shape is not None:
+            return a.reshape(self.scale_shape)
+        return a
+
+    def zero_point_array(self) -> np.ndarray:
+        a = np.asarray(self.zero_point).astype(self.storage.numpy)
+        if self.axis is None:
+            return a.reshape(())
+        if self.scale_shape is not None:
+            return a.reshape(self.scale_shape)
+        return a
+
+    def __str__(self) -> str:
+        head = f"Q({self.storage}:{self.expressed}"
+        if self.axis is None:
+            return f"{head}, {_fmt(self.scale[0])}, {_fmt(self.zero_point[0])})"
+        extra = f", axis={self.axis}"
+        if self.block is not None:
+            extra += f", block={self.block}"
+        if self.scale_shape is not None:
+            extra += f", shape={list(self.scale_shape)}"
+        scales = "[" + ", ".join(_fmt(s) for s in self.scale) + "]"
+        zps = "[" + ", ".join(_fmt(z) for z in self.zero_point) + "]"
+        return f"{head}{extra}, {scales}, {zps})"
+
+
+@dataclass(frozen=True)
+class CalibratedType:
+    """``Cal(expressed, min, max)``: an observed range of real values (per-tensor), or
+    per-channel ranges along ``axis`` (``min``/``max`` tuples)."""
+
+    expressed: FloatType
+    min: float | tuple[float, ...]
+    max: float | tuple[float, ...]
+    axis: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.axis is None:
+            object.__setattr__(self, "min", float(self.min))  # type: ignore[arg-type]
+            object.__setattr__(self, "max", float(self.max))  # type: ignore[arg-type]
+            if self.min > self.max:
+                raise ValueError(f"calibrated type: min {self.min} > max {self.max}")
+        else:
+            mins, maxs = _as_tuple(self.min, float), _as_tuple(self.max, float)
+            if len(mins) != len(maxs):
+                raise ValueError(f"calibrated type: {len(mins)} minima but {len(maxs)} maxima")
+            if any(a > b for a, b in zip(mins, maxs)):
+                raise ValueError("calibrated type: some min > max")
+            object.__setattr__(self, "min", mins)
+            object.__setattr__(self, "max", maxs)
+
+    @property
+    def numpy(self) -> np.dtype:
+        return self.expressed.numpy
+
+    @property
+    def onnx(self) -> int:
+        return self.expressed.onnx
+
+    @property
+    def storage(self) -> FloatType:
+        return self.expressed
+
+    def __str__(self) -> str:
+        if self.axis is None:
+            return f"Cal({self.expressed}, {_fmt(self.min)}, {_fmt(self.max)})"
+        lo = "[" + ", ".join(_fmt(v) for v in self.min) + "]"  # type: ignore[union-attr]
+        hi = "[" + ", ".join(_fmt(v) for v in self.max) + "]"  # type: ignore[union-attr]
+        return f"Cal({self.expressed}, axis={self.axis}, {lo}, {hi})"
+
+
+ElemType = Union[FloatType, IntType, QuantType, CalibratedType, OtherType]
+
+Dim = Union[int, str, None]
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Shape plus element type. ``shape is None`` means unknown rank; a dimension is an
+    int, a symbolic name, or None (unknown)."""
+
+    elem: ElemType
+    shape: tuple[Dim, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.shape is not None:
+            object.__setattr__(self, "shape", tuple(self.shape))
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    def with_elem(self, elem: ElemType) -> TensorType:
+        return TensorType(elem, self.shape)
+
+    def __str__(self) -> str:
+        if self.shape is None:
+            return f"tensor<?, {self.elem}>"
+        dims = "x".join("?" if d is None else str(d) for d in self.shape)
+        return f"tensor<{dims}, {self.elem}>" if dims else f"tensor<{self.elem}>"
+
+
+def _fmt(v: float | int) -> str:
+    if isinstance(v, int):
+        return str(v)
+    # repr of the float32 value's double is exact and round-trips
+    return repr(float(v))
+
+
+F64, F32, F16, BF16 = FloatType("f64"), FloatType("f32"), FloatType("f16"), FloatType("bf16")
+F8E4M3FN, F8E5M2 = FloatType("f8e4m3fn"), FloatType("f8e5m2")
+I4, I8, I16, I32, I64 = IntType(4, True), IntType(8, True), IntType(16, True), IntType(32, True), IntType(64, True)
+U4, U8, U16, U32, U64 = (
+    IntType(4, False),
+    IntType(8, False),
+    IntType(16, False),
+    IntType(32, False),
+    IntType(64, False),
+)
+BOOL = IntType(1, False)
+
+_FLOAT_NUMPY: dict[str, np.dtype] = {
+    "f64": np.dtype(np.float64),
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f8e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    "f8e4m3fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "f8e5m2": np.dtype(ml_dtypes.float8_e5m2),
+    "f8e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    "f4e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
+}
+_FLOAT_ONNX: dict[str, int] = {
+    "f64": TensorProto.DOUBLE,
+    "f32": TensorProto.FLOAT,
+    "f16": TensorProto.FLOAT16,
+    "bf16": TensorProto.BFLOAT16,
+    "f8e4m3fn": TensorProto.FLOAT8E4M3FN,
+    "f8e4m3fnuz": TensorProto.FLOAT8E4M3FNUZ,
+    "f8e5m2": TensorProto.FLOAT8E5M2,
+    "f8e5m2fnuz": TensorProto.FLOAT8E5M2FNUZ,
+    "f4e2m1fn": TensorProto.FLOAT4E2M1,
+}
+_INT_NUMPY: dict[str, np.dtype] = {
+    "bool": np.dtype(np.bool_),
+    "i2": np.dtype(ml_dtypes.int2),
+    "u2": np.dtype(ml_dtypes.uint2),
+    "i4": np.dtype(ml_dtypes.int4),
+    "u4": np.dtype(ml_dtypes.uint4),
+    "i8": np.dtype(np.int8),
+    "u8": np.dtype(np.uint8),
+    "i16": np.dtype(np.int16),
+    "u16": np.dtype(np.uint16),
+    "i32": np.dtype(np.int32),
+    "u32": np.dtype(np.uint32),
+    "i64": np.dtype(np.int64),
+    "u64": np.dtype(np.uint64),
+}
+_INT_ONNX: dict[str, int] = {
+    "bool": TensorProto.BOOL,
+    "i2": getattr(TensorProto, "INT2", -2),
+    "u2": getattr(TensorProto, "UINT2", -3),
+    "i4": TensorProto.INT4,
+    "u4": TensorProto.UINT4,
+    "i8": TensorProto.INT8,
+    "u8": TensorProto.UINT8,
+    "i16": TensorProto.INT16,
+    "u16": TensorProto.UINT16,
+    "i32": TensorProto.INT32,
+    "u32": TensorProto.UINT32,
+    "i64": TensorProto.INT64,
+    "u64": TensorProto.UINT64,
+}
+
+
+def _int_from_name(name: str) -> IntType:
+    if name == "bool":
+        return BOOL
+    return IntType(int(name[1:]), name[0] == "i")
+
+
+_BY_ONNX: dict[int, FloatType | IntType] = {}
+for _n, _c in _FLOAT_ONNX.items():
+    _BY_ONNX[_c] = FloatType(_n)
+for _n, _c in _INT_ONNX.items():
+    if _c >= 0:
+        _BY_ONNX[_c] = _int_from_name(_n)
+_BY_NUMPY: dict[np.dtype, FloatType | IntType] = {}
+for _n, _d in _FLOAT_NUMPY.items():
+    _BY_NUMPY[_d] = FloatType(_n)
+for _n, _d in _INT_NUMPY.items():
+    _BY_NUMPY[_d] = _int_from_name(_n)
+
+
+def elem_from_onnx(code: int) -> FloatType | IntType | OtherType:
+    """Element type for an ONNX ``TensorProto.DataType`` code."""
+    if code in _BY_ONNX:
+        return _BY_ONNX[code]
+    return OtherType(TensorProto.DataType.Name(code).lower(), code)
+
+
+def elem_from_numpy(dtype: np.dtype | type) -> FloatType | IntType | OtherType:
+    """Element type for a numpy dtype (including ml_dtypes' int4/float8/bfloat16)."""
+    d = np.dtype(dtype)
+    if d in _BY_NUMPY:
+        return _BY_NUMPY[d]
+    from onnx import helper
+
+    return elem_from_onnx(helper.np_dtype_to_tensor_dtype(d))
+
+
+_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|inf|nan)"
+
+
+def parse_elem(text: str) -> ElemType:
+    """Parse the printed form of an element type (inverse of ``str``)."""
+    text = text.strip()
+    if text in _FLOAT_NUMPY:
+        return FloatType(text)
+    if text in _INT_NUMPY:
+        return _int_from_name(text)
+    m = re.fullmatch(r"Q\((\w+):(\w+)(.*)\)", text)
+    if m:
+        storage = parse_elem(m.group(1))
+        expressed = parse_elem(m.group(2))
+        assert isinstance(expressed, FloatType) and isinstance(storage, (IntType, FloatType))
+        rest = m.group(3)
+        axis = _kw(rest, "axis")
+        block = _kw(rest, "block")
+        shape_m = re.search(r"shape=\[([^\]]*)\]", rest)
+        scale_shape = tuple(int(v) for v in shape_m.group(1).split(",")) if shape_m else None
+        lists = re.findall(r"\[([^\]]*)\]", re.sub(r"shape=\[[^\]]*\]", "", rest))
+        if axis is None:
+            nums = re.findall(_NUM, re.sub(r"\w+=\S+", "", rest))
+            scale, zp = [float(nums[0])], [nums[1]]
+        else:
+            scale = [float(v) for v in lists[0].split(",")]
+            zp = [v.strip() for v in lists[1].split(",")]
+        zp_vals = [int(z) if isinstance(storage, IntType) else float(z) for z in zp]
+        return QuantType(storage, expressed, tuple(scale), tuple(zp_vals), axis, block, scale_shape)
+    m = re.fullmatch(r"Cal\((\w+),(.*)\)", text)
+    if m:
+        expressed = parse_elem(m.group(1))
+        assert isinstance(expressed, FloatType)
+        rest = m.group(2)
+        axis = _kw(rest, "axis")
+        if axis is None:
+            lo, hi = re.findall(_NUM, rest)
+            return CalibratedType(expressed, float(lo), float(hi))
+        lists = re.findall(r"\[([^\]]*)\]", rest)
+        return CalibratedType(
+            expressed,
+            tuple(float(v) for v in lists[0].split(",")),
+            tuple(float(v) for v in lists[1].split(",")),
+            axis,
+        )
+    raise ValueError(f"cannot parse element type {text!r}")
+
+
+def _kw(text: str, key: str) -> int | None:
+    m = re.search(rf"{key}=(-?\d+)", text)
+    return int(m.group(1)) if m else None

@@ -1,0 +1,31 @@
+// The _native module: ISA queries and one register_* call per kernel family.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "dispatch.h"
+
+namespace quanta {
+namespace {
+Isa isa_from_name(const std::string& name) {
+  if (name == "portable") return Isa::kPortable;
+  if (name == "avx2") return Isa::kAvx2;
+  if (name == "avx512vnni") return Isa::kAvx512Vnni;
+  throw py::value_error("unknown ISA '" + name + "': expected one of portable, avx2, avx512vnni");
+}
+}  // namespace
+}  // namespace quanta
+
+PYBIND11_MODULE(_native, m) {
+  using namespace quanta;
+  m.doc() = "quanta native int8 kernels (see docs/kernels.md)";
+  m.def("supported_isas", [] {
+    std::vector<std::string> out;
+    for (Isa i : supported_isas()) out.emplace_back(isa_name(i));
+    return out;
+  }, "ISAs this CPU can run, portable first.");
+  m.def("active_isa", [] { return std::string(isa_name(active_isa())); });
+  m.def("set_isa", [](const std::string& name) { set_isa_override(isa_from_name(name)); },
+        "Force one ISA variant (tests compare every variant pairwise).");
+  m.def("clear_isa", [] { clear_isa_override(); });
+  register_quantize(m);
+}

@@ -1,0 +1,63 @@
+// Bindings for QuantizeLinear (quantize/quantize.h).
+#include <cstdint>
+#include <vector>
+
+#include "bindings.h"
+#include "quantize/quantize.h"
+
+namespace quanta {
+namespace {
+
+template <typename T>
+py::array_t<T> quantize_impl(const py::handle& x_obj, const py::handle& scale_obj,
+                             const py::handle& zp_obj, int64_t axis) {
+  auto x = require_array<float>(x_obj, "quantize_linear: x");
+  auto scale = require_array<float>(scale_obj, "quantize_linear: scale");
+  auto zp = require_array<int32_t>(zp_obj, "quantize_linear: zero_point");
+  const int64_t ndim = x.ndim();
+  const int64_t channels = scale.size();
+  if (zp.size() != channels) {
+    throw py::value_error("quantize_linear: zero_point has " + std::to_string(zp.size()) +
+                          " elements but scale has " + std::to_string(channels));
+  }
+  int64_t outer = 1, inner = 1;
+  if (channels == 1 && scale.ndim() <= 1) {
+    inner = x.size();
+  } else {
+    if (axis < 0) axis += ndim;
+    if (axis < 0 || axis >= ndim) {
+      throw py::value_error("quantize_linear: axis " + std::to_string(axis) + " is out of range for rank " +
+                            std::to_string(ndim));
+    }
+    if (x.shape(axis) != channels) {
+      throw py::value_error("quantize_linear: scale has " + std::to_string(channels) +
+                            " elements but x has " + std::to_string(x.shape(axis)) + " along axis " +
+                            std::to_string(axis));
+    }
+    for (int64_t d = 0; d < axis; ++d) outer *= x.shape(d);
+    for (int64_t d = axis + 1; d < ndim; ++d) inner *= x.shape(d);
+  }
+  const float* s = scale.data();
+  for (int64_t c = 0; c < channels; ++c) {
+    if (!(s[c] > 0.0f)) throw py::value_error("quantize_linear: scale must be positive and finite");
+  }
+  std::vector<py::ssize_t> shape(x.shape(), x.shape() + ndim);
+  py::array_t<T> y(shape);
+  QuantizeParams p{s, zp.data(), outer, channels, inner};
+  {
+    py::gil_scoped_release release;
+    quantize_linear<T>(x.data(), y.mutable_data(), p, active_isa());
+  }
+  return y;
+}
+
+}  // namespace
+
+void register_quantize(py::module_& m) {
+  m.def("quantize_linear_u8", &quantize_impl<uint8_t>, py::arg("x"), py::arg("scale"), py::arg("zero_point"),
+        py::arg("axis") = 1, "QuantizeLinear to uint8 (ONNX semantics, round half to even).");
+  m.def("quantize_linear_s8", &quantize_impl<int8_t>, py::arg("x"), py::arg("scale"), py::arg("zero_point"),
+        py::arg("axis") = 1, "QuantizeLinear to int8 (ONNX semantics, round half to even).");
+}
+
+}  // namespace quanta

@@ -1,0 +1,90 @@
+// See dispatch.h. cpuid is read here and nowhere else.
+#include "dispatch.h"
+
+#include <cpuid.h>
+#include <stdexcept>
+
+namespace quanta {
+namespace {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool avx512vnni = false;
+};
+
+unsigned long long xgetbv0() {
+  unsigned int eax = 0, edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<unsigned long long>(edx) << 32) | eax;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned int eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  const bool osxsave = (ecx >> 27) & 1;
+  const bool fma = (ecx >> 12) & 1;
+  if (!osxsave) return f;
+  const unsigned long long xcr0 = xgetbv0();
+  const bool ymm_os = (xcr0 & 0x6) == 0x6;
+  const bool zmm_os = (xcr0 & 0xe6) == 0xe6;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
+  const bool avx2 = (ebx >> 5) & 1;
+  const bool avx512f = (ebx >> 16) & 1;
+  const bool avx512dq = (ebx >> 17) & 1;
+  const bool avx512bw = (ebx >> 30) & 1;
+  const bool avx512vl = (ebx >> 31) & 1;
+  const bool avx512vnni = (ecx >> 11) & 1;
+  f.avx2 = ymm_os && avx2 && fma;
+  f.avx512vnni = f.avx2 && zmm_os && avx512f && avx512dq && avx512bw && avx512vl && avx512vnni;
+  return f;
+}
+
+const CpuFeatures& features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+int g_override = -1;
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kPortable: return "portable";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512Vnni: return "avx512vnni";
+  }
+  return "unknown";
+}
+
+const std::vector<Isa>& supported_isas() {
+  static const std::vector<Isa> isas = [] {
+    std::vector<Isa> v{Isa::kPortable};
+    if (features().avx2) v.push_back(Isa::kAvx2);
+    if (features().avx512vnni) v.push_back(Isa::kAvx512Vnni);
+    return v;
+  }();
+  return isas;
+}
+
+bool isa_supported(Isa isa) {
+  for (Isa s : supported_isas())
+    if (s == isa) return true;
+  return false;
+}
+
+Isa active_isa() {
+  if (g_override >= 0) return static_cast<Isa>(g_override);
+  return supported_isas().back();
+}
+
+void set_isa_override(Isa isa) {
+  if (!isa_supported(isa))
+    throw std::invalid_argument(std::string("ISA '") + isa_name(isa) + "' is not supported by this CPU");
+  g_override = static_cast<int>(isa);
+}
+
+void clear_isa_override() { g_override = -1; }
+
+}  // namespace quanta
