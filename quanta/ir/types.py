@@ -186,7 +186,7 @@ class QuantType:
     scale_shape: tuple[int, ...] | None = field(default=None, compare=True)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "scale", _as_tuple(self.scale, float))
+        object.__setattr__(self, "scale", _as_tuple(np.asarray(self.scale, np.float32), float))
         zp_cast = int if isinstance(self.storage, IntType) else float
         object.__setattr__(self, "zero_point", _as_tuple(self.zero_point, zp_cast))
         if len(self.scale) != len(self.zero_point):
@@ -351,7 +351,12 @@ class TensorType:
 def _fmt(v: float | int) -> str:
     if isinstance(v, int):
         return str(v)
-    # repr of the float32 value's double is exact and round-trips
+    # Shortest decimal that reads back as the same float32 (scales are float32 values).
+    f32 = np.float32(v)
+    if float(f32) == float(v) and math.isfinite(v):
+        return np.format_float_positional(f32, unique=True, trim="-") if 1e-4 <= abs(v) < 1e6 or v == 0 else (
+            np.format_float_scientific(f32, unique=True, trim="-")
+        )
     return repr(float(v))
 
 

@@ -1,0 +1,1 @@
+"""The ``quanta`` command line (``quanta.cli.main:main``)."""

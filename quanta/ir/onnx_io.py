@@ -1,0 +1,702 @@
+"""ONNX import and export.
+
+``load`` reads a path, bytes or ``onnx.ModelProto`` into a :class:`~quanta.ir.graph.Model`:
+
+1. parse (a truncated or non-ONNX file is a one-line :class:`ModelLoadError`);
+2. external data: every ``location`` must resolve inside the model's folder (no
+   absolute paths, no ``..`` escapes, no symlinks pointing out), then it is loaded;
+3. structure: every input of every node is a graph input, an initializer or the output
+   of some node (else "missing initializer or value"); nodes are sorted topologically
+   (a cycle is an error naming its nodes);
+4. ``onnx.checker`` (unknown operators are reported with the node's name) and
+   ``onnx.shape_inference`` (non-strict: a model whose shapes cannot all be inferred
+   still loads);
+5. quantized types: values whose quantization parameters are constants become
+   :class:`~quanta.ir.types.QuantType` (see :func:`annotate_quantized_types`).
+
+Q/DQ design decision: QuantizeLinear / DequantizeLinear stay *nodes* of the graph; the
+tensor between them carries the quantized type. Export therefore gives back the same
+QDQ structure, with each quantized value written as its storage type.
+
+``save`` writes atomically (temporary file in the destination folder, then
+``os.replace``), refuses to overwrite the file the model was loaded from, and produces
+byte-identical files for identical graphs.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
+
+from quanta.ir.graph import Graph, GraphError, Model, Node, Value, toposort_nodes
+from quanta.ir.types import (
+    CalibratedType,
+    FloatType,
+    IntType,
+    QuantType,
+    TensorType,
+    elem_from_numpy,
+    elem_from_onnx,
+)
+
+__all__ = [
+    "QUANT_OPERANDS",
+    "ModelLoadError",
+    "annotate_quantized_types",
+    "attribute_to_python",
+    "load",
+    "load_proto",
+    "save",
+    "to_proto",
+]
+
+MS_DOMAIN = "com.microsoft"
+
+
+class ModelLoadError(ValueError):
+    """A model file or proto that quanta cannot accept; the message names the file,
+    node or tensor and what was expected."""
+
+
+# -- loading -----------------------------------------------------------------
+
+
+def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
+    """Parse and validate, returning the proto (external data loaded) and its path."""
+    path: str | None = None
+    if isinstance(model, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+        where = "model"
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        proto = _parse(bytes(model), "model bytes")
+        where = "model bytes"
+    elif isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        where = path
+        if not os.path.exists(path):
+            raise ModelLoadError(f"{path}: no such file")
+        if os.path.isdir(path):
+            raise ModelLoadError(f"{path}: is a folder, expected an .onnx file")
+        with open(path, "rb") as f:
+            proto = _parse(f.read(), path)
+        _load_external_data(proto, os.path.dirname(os.path.abspath(path)), path)
+    else:
+        raise TypeError(f"expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+    if path is None and _uses_external_data(proto):
+        raise ModelLoadError(f"{where}: tensors use external data; load the model from its file path instead")
+    if not proto.HasField("graph"):
+        raise ModelLoadError(f"{where}: not an ONNX model (no graph)")
+    _check_structure(proto.graph, where)
+    _check(proto, where)
+    return proto, path
+
+
+def _parse(data: bytes, where: str) -> onnx.ModelProto:
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except Exception as e:  # google.protobuf.message.DecodeError and friends
+        raise ModelLoadError(f"{where}: not a valid ONNX model (protobuf parse failed: {e})") from None
+    if not proto.HasField("graph") or proto.ir_version == 0:
+        raise ModelLoadError(f"{where}: not a valid ONNX model (no graph or ir_version; truncated file?)")
+    return proto
+
+
+def _uses_external_data(proto: onnx.ModelProto) -> bool:
+    return any(t.data_location == TensorProto.EXTERNAL for t in _all_tensors(proto.graph))
+
+
+def _all_tensors(graph: onnx.GraphProto):
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == AttributeProto.TENSOR:
+                yield attr.t
+            elif attr.type == AttributeProto.GRAPH:
+                yield from _all_tensors(attr.g)
+            elif attr.type == AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _all_tensors(g)
+
+
+def _load_external_data(proto: onnx.ModelProto, base_dir: str, where: str) -> None:
+    base = os.path.realpath(base_dir)
+    for t in _all_tensors(proto.graph):
+        if t.data_location != TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        loc = info.get("location", "")
+        if not loc:
+            raise ModelLoadError(f"{where}: tensor '{t.name}' has external data without a location")
+        if os.path.isabs(loc):
+            raise ModelLoadError(
+                f"{where}: tensor '{t.name}' external data location '{loc}' is absolute; "
+                "expected a path inside the model's folder"
+            )
+        target = os.path.realpath(os.path.join(base, loc))
+        if os.path.commonpath([base, target]) != base:
+            raise ModelLoadError(
+                f"{where}: tensor '{t.name}' external data location '{loc}' escapes the model's folder {base}"
+            )
+        if not os.path.isfile(target):
+            raise ModelLoadError(f"{where}: tensor '{t.name}' external data file '{loc}' does not exist")
+        offset = int(info.get("offset", 0))
+        length = int(info["length"]) if "length" in info else None
+        size = os.path.getsize(target)
+        if offset < 0 or offset > size or (length is not None and offset + length > size):
+            raise ModelLoadError(
+                f"{where}: tensor '{t.name}' external data [{offset}, +{length}) is outside '{loc}' ({size} bytes)"
+            )
+        with open(target, "rb") as f:
+            f.seek(offset)
+            t.raw_data = f.read() if length is None else f.read(length)
+        del t.external_data[:]
+        t.data_location = TensorProto.DEFAULT
+
+
+def _check_structure(graph: onnx.GraphProto, where: str) -> None:
+    """Names that are used but never defined, and cycles, before onnx.checker (whose
+    messages for these are long and name neither the value nor the cycle)."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    defined |= {t.name for t in graph.sparse_initializer}
+    produced: dict[str, onnx.NodeProto] = {}
+    for n in graph.node:
+        for o in n.output:
+            if o:
+                produced[o] = n
+    outer = _outer_scope_names(graph)
+    for k, n in enumerate(graph.node):
+        for name in n.input:
+            if name and name not in defined and name not in produced and name not in outer:
+                label = f"'{n.name}' ({n.op_type})" if n.name else f"#{k} ({n.op_type})"
+                raise ModelLoadError(
+                    f"{where}: node {label} uses '{name}', which is not a graph input, "
+                    "an initializer or the output of any node (missing initializer?)"
+                )
+    for o in graph.output:
+        if o.name not in defined and o.name not in produced:
+            raise ModelLoadError(f"{where}: graph output '{o.name}' is not produced by any node")
+    # cycle check on names
+    state: dict[str, int] = {}
+    node_of = produced
+
+    def visit(name: str, path: list[str]) -> None:
+        n = node_of.get(name)
+        if n is None:
+            return
+        key = id(n)
+        s = state.get(str(key))
+        if s == 2:
+            return
+        if s == 1:
+            labels = [f"'{x}'" for x in path]
+            raise ModelLoadError(f"{where}: graph has a cycle through {' -> '.join(labels)}")
+        state[str(key)] = 1
+        for i in n.input:
+            if i and i not in defined:
+                visit(i, [*path, n.name or n.op_type])
+        state[str(key)] = 2
+
+    for o in graph.output:
+        visit(o.name, [])
+    for n in graph.node:
+        for o in n.output:
+            visit(o, [])
+
+
+def _outer_scope_names(graph: onnx.GraphProto) -> set[str]:
+    # Subgraph bodies (If/Loop) may refer to names of the enclosing graph; only the top
+    # level is checked strictly, so nothing from outside is expected here.
+    del graph  # unused: top-level graphs have no outer scope
+    return set()
+
+
+def _sorted_copy(graph: onnx.GraphProto) -> onnx.GraphProto:
+    """The graph with nodes in topological order (ONNX requires it; some exporters
+    write them unsorted, which ONNX Runtime accepts)."""
+    names_available = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    producer = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
+    order: list[int] = []
+    seen: set[int] = set()
+
+    def visit(k: int) -> None:
+        if k in seen:
+            return
+        seen.add(k)
+        for i in graph.node[k].input:
+            if i and i not in names_available and i in producer:
+                visit(producer[i])
+        order.append(k)
+
+    for k in range(len(graph.node)):
+        visit(k)
+    if order == list(range(len(graph.node))):
+        return graph
+    g = onnx.GraphProto()
+    g.CopyFrom(graph)
+    del g.node[:]
+    g.node.extend(graph.node[k] for k in order)
+    return g
+
+
+def _check(proto: onnx.ModelProto, where: str) -> None:
+    sorted_graph = _sorted_copy(proto.graph)
+    if sorted_graph is not proto.graph:
+        proto.graph.CopyFrom(sorted_graph)
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:
+        msg = str(e).strip().splitlines()
+        first = next((line for line in msg if line.strip()), "invalid model")
+        node_line = next((line for line in msg if "==> Context:" in line), "")
+        detail = f"{first} {node_line.replace('==> Context:', '(at').strip()})" if node_line else first
+        raise ModelLoadError(f"{where}: ONNX checker: {detail}") from None
+    except ValueError as e:  # e.g. ir_version/opset problems raised as ValueError
+        raise ModelLoadError(f"{where}: ONNX checker: {e}") from None
+
+
+def load(model: str | os.PathLike | bytes | onnx.ModelProto, *, infer_shapes: bool = True) -> Model:
+    """Load an ONNX model into the quanta IR (see module docstring)."""
+    proto, path = load_proto(model)
+    where = path or "model"
+    if infer_shapes:
+        try:
+            proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+        except Exception:  # a model whose shapes cannot be inferred still loads
+            pass
+    m = from_proto(proto, where)
+    m.path = path
+    return m
+
+
+def attribute_to_python(attr: AttributeProto) -> Any:
+    """An attribute as a plain Python value: int, float, str, list, numpy array for
+    tensors, the GraphProto itself for subgraphs."""
+    t = attr.type
+    if t == AttributeProto.INT:
+        return int(attr.i)
+    if t == AttributeProto.FLOAT:
+        return float(attr.f)
+    if t == AttributeProto.STRING:
+        return attr.s.decode("utf-8", errors="replace")
+    if t == AttributeProto.TENSOR:
+        return numpy_helper.to_array(attr.t)
+    if t == AttributeProto.GRAPH:
+        return attr.g
+    if t == AttributeProto.INTS:
+        return [int(v) for v in attr.ints]
+    if t == AttributeProto.FLOATS:
+        return [float(v) for v in attr.floats]
+    if t == AttributeProto.STRINGS:
+        return [s.decode("utf-8", errors="replace") for s in attr.strings]
+    if t == AttributeProto.TENSORS:
+        return [numpy_helper.to_array(x) for x in attr.tensors]
+    if t == AttributeProto.GRAPHS:
+        return list(attr.graphs)
+    if t == AttributeProto.SPARSE_TENSOR:
+        return attr.sparse_tensor
+    if t == AttributeProto.TYPE_PROTO:
+        return attr.tp
+    return helper.get_attribute_value(attr)
+
+
+def _type_from_value_info(vi: onnx.ValueInfoProto) -> TensorType | None:
+    if not vi.type.HasField("tensor_type"):
+        return None
+    tt = vi.type.tensor_type
+    if tt.elem_type == 0:
+        return None
+    elem = elem_from_onnx(tt.elem_type)
+    if not tt.HasField("shape"):
+        return TensorType(elem, None)
+    dims: list[int | str | None] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param"):
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return TensorType(elem, tuple(dims))
+
+
+def from_proto(proto: onnx.ModelProto, where: str = "model") -> Model:
+    g = proto.graph
+    types: dict[str, TensorType] = {}
+    for vi in [*g.value_info, *g.input, *g.output]:
+        t = _type_from_value_info(vi)
+        if t is not None:
+            types[vi.name] = t
+    graph = Graph(name=g.name or "main", doc=g.doc_string)
+    values: dict[str, Value] = {}
+    for init in g.initializer:
+        arr = numpy_helper.to_array(init)
+        v = graph.add_initializer(init.name, arr, TensorType(elem_from_onnx(init.data_type), tuple(arr.shape)))
+        values[init.name] = v
+    for sp in g.sparse_initializer:
+        arr = _sparse_to_dense(sp)
+        values[sp.values.name] = graph.add_initializer(sp.values.name, arr)
+    for i in g.input:
+        if i.name in values:  # an input that also has an initializer (a default): keep the input
+            v = values[i.name]
+            graph.initializers.pop(i.name)
+            v.type = types.get(i.name, v.type)
+            graph.inputs.append(v)
+            continue
+        values[i.name] = graph.add_input(i.name, types.get(i.name))
+    for k, n in enumerate(g.node):
+        ins: list[Value | None] = []
+        for name in n.input:
+            if not name:
+                ins.append(None)
+                continue
+            if name not in values:
+                raise ModelLoadError(f"{where}: node '{n.name or n.op_type}' uses undefined value '{name}'")
+            ins.append(values[name])
+        outs: list[Value] = []
+        for name in n.output:
+            if not name:
+                # An omitted optional output: give it a private, unused value.
+                name = f"{n.name or n.op_type}__unused_output_{len(outs)}_{k}"
+                v = Value(name, None)
+                v.doc = "omitted optional output"
+            else:
+                if name in values:
+                    raise ModelLoadError(f"{where}: value '{name}' is produced twice (SSA violated)")
+                v = Value(name, types.get(name))
+            values[name] = v
+            outs.append(v)
+        attrs = {a.name: attribute_to_python(a) for a in n.attribute}
+        attr_types = {a.name: int(a.type) for a in n.attribute}
+        node = Node(n.op_type, ins, outs, attrs, name=n.name, domain=n.domain, attr_types=attr_types)
+        node.doc = n.doc_string
+        node.overload = getattr(n, "overload", "")
+        graph.add_node(node)
+    outputs = []
+    for o in g.output:
+        if o.name not in values:
+            raise ModelLoadError(f"{where}: graph output '{o.name}' is not produced by any node")
+        outputs.append(values[o.name])
+    graph.set_outputs(outputs)
+    model = Model(
+        graph=graph,
+        opset_imports={("" if op.domain == "ai.onnx" else op.domain): int(op.version) for op in proto.opset_import},
+        ir_version=int(proto.ir_version),
+        producer_name=proto.producer_name,
+        producer_version=proto.producer_version,
+        model_version=int(proto.model_version),
+        doc=proto.doc_string,
+        metadata={p.key: p.value for p in proto.metadata_props},
+        functions=list(proto.functions),
+    )
+    annotate_quantized_types(graph)
+    graph.output_signature = [v.type for v in graph.outputs]
+    return model
+
+
+def _sparse_to_dense(sp: onnx.SparseTensorProto) -> np.ndarray:
+    values = numpy_helper.to_array(sp.values)
+    indices = numpy_helper.to_array(sp.indices)
+    dense = np.zeros(int(np.prod(sp.dims)), dtype=values.dtype)
+    flat = indices if indices.ndim == 1 else np.ravel_multi_index(indices.T, tuple(sp.dims))
+    dense[flat] = values
+    return dense.reshape(tuple(sp.dims))
+
+
+# -- quantized types -----------------------------------------------------------
+
+# For every op with quantization parameters as inputs: (operand, scale input index,
+# zero-point input index), operand = ("in", i) or ("out", i). A missing zero point
+# means 0 of the operand's storage type.
+QUANT_OPERANDS: dict[tuple[str, str], list[tuple[tuple[str, int], int, int]]] = {
+    ("", "QuantizeLinear"): [(("out", 0), 1, 2)],
+    ("", "DequantizeLinear"): [(("in", 0), 1, 2)],
+    ("", "QLinearConv"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
+    ("", "QLinearMatMul"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
+    (MS_DOMAIN, "QLinearAdd"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
+    (MS_DOMAIN, "QLinearMul"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
+    (MS_DOMAIN, "QLinearGlobalAveragePool"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
+    (MS_DOMAIN, "QLinearAveragePool"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
+    (MS_DOMAIN, "QLinearSigmoid"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
+    (MS_DOMAIN, "QLinearLeakyRelu"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
+    (MS_DOMAIN, "QLinearSoftmax"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
+}
+
+
+def quant_operands(node: Node) -> list[tuple[tuple[str, int], int, int]]:
+    key = (node.domain, node.op_type)
+    if key == (MS_DOMAIN, "QLinearConcat"):
+        # Y_scale, Y_zero_point, then (tensor, scale, zero_point) triplets
+        ops = [(("out", 0), 0, 1)]
+        for k in range(2, len(node.inputs), 3):
+            ops.append((("in", k), k + 1, k + 2))
+        return ops
+    if key == (MS_DOMAIN, "QuantizeLinear"):
+        return QUANT_OPERANDS[("", "QuantizeLinear")]
+    if key == (MS_DOMAIN, "DequantizeLinear"):
+        return QUANT_OPERANDS[("", "DequantizeLinear")]
+    return QUANT_OPERANDS.get(key, [])
+
+
+def quant_type_from_params(
+    node: Node, storage_value: Value | None, scale: Value | None, zero_point: Value | None, axis_default: int = 1
+) -> QuantType | None:
+    """The QuantType described by constant ``scale``/``zero_point`` inputs of ``node``
+    for an operand stored as ``storage_value``'s element type; None when the parameters
+    are not constants or the storage is unknown."""
+    if scale is None or not scale.is_const:
+        return None
+    if zero_point is not None and not zero_point.is_const:
+        return None
+    storage = None
+    if zero_point is not None:
+        storage = elem_from_numpy(zero_point.const.dtype)
+    elif storage_value is not None and storage_value.type is not None:
+        st = storage_value.type.elem
+        storage = st.storage if isinstance(st, QuantType) else st
+    if storage is None and node.op_type == "QuantizeLinear":
+        out_dtype = node.attrs.get("output_dtype")
+        storage = elem_from_onnx(out_dtype) if out_dtype else elem_from_onnx(TensorProto.UINT8)
+    if not isinstance(storage, (IntType, FloatType)) or (isinstance(storage, IntType) and storage.bits == 1):
+        return None
+    if isinstance(storage, FloatType) and storage.name in ("f32", "f16", "bf16", "f64"):
+        return None
+    s = np.asarray(scale.const)
+    expressed = elem_from_numpy(s.dtype)
+    if not isinstance(expressed, FloatType):
+        return None
+    zp = np.zeros(s.shape, dtype=np.int64) if zero_point is None else np.asarray(zero_point.const)
+    if zp.shape != s.shape:
+        if zp.size == 1 and s.size == 1:
+            zp = zp.reshape(s.shape)
+        else:
+            return None
+    if not np.all(np.isfinite(s.astype(np.float64))) or np.any(s.astype(np.float64) <= 0):
+        return None
+    zp_vals = zp.astype(np.float64) if isinstance(storage, FloatType) else zp.astype(np.int64)
+    if s.size == 1 and s.ndim <= 1 and node.attrs.get("block_size", 0) in (0, None):
+        if s.ndim == 0:
+            return QuantType(storage, expressed, s.reshape(-1), zp_vals.reshape(-1))
+        axis = int(node.attrs.get("axis", axis_default))
+        return QuantType(storage, expressed, s.reshape(-1), zp_vals.reshape(-1), axis=axis)
+    axis = int(node.attrs.get("axis", axis_default))
+    block = node.attrs.get("block_size")
+    if block:
+        return QuantType(
+            storage, expressed, s.reshape(-1), zp_vals.reshape(-1), axis=axis, block=int(block), scale_shape=s.shape
+        )
+    if s.ndim != 1:
+        return None
+    if node.op_type in ("QLinearConv",):
+        axis = 0
+    elif node.op_type == "QLinearMatMul":
+        axis = -1
+    return QuantType(storage, expressed, s, zp_vals, axis=axis)
+
+
+def annotate_quantized_types(graph: Graph) -> None:
+    """Give every value whose quantization parameters are constants its QuantType.
+
+    - the output of QuantizeLinear (and of every QLinear* op) gets the type its
+      scale/zero point inputs describe;
+    - an input of DequantizeLinear / QLinear* ops that is an initializer or a graph
+      input gets that type when all of its quantized consumers agree on it;
+    - a value produced by one op and consumed with *different* parameters keeps its
+      producer's type (the verifier reports the disagreement).
+
+    Negative axes are kept as written; the rank is known only where shapes are.
+    """
+    wanted: dict[int, list[QuantType]] = {}
+    for node in graph.nodes:
+        for (kind, i), si, zi in quant_operands(node):
+            v = node.input(i) if kind == "in" else (node.outputs[i] if i < len(node.outputs) else None)
+            if v is None:
+                continue
+            q = quant_type_from_params(node, v, node.input(si), node.input(zi))
+            if q is None:
+                continue
+            if kind == "out":
+                v.type = TensorType(q, v.shape)
+            else:
+                wanted.setdefault(id(v), []).append(q)
+    by_id = {id(v): v for v in graph.values()}
+    for vid, qs in wanted.items():
+        v = by_id[vid]
+        if v.producer is not None and isinstance(v.elem, QuantType):
+            continue  # keeps its producer's type
+        if all(q == qs[0] for q in qs):
+            v.type = TensorType(qs[0], v.shape if v.type is not None else (tuple(v.const.shape) if v.is_const else None))
+
+
+# -- export --------------------------------------------------------------------
+
+
+def _elem_code(t: TensorType | None) -> int:
+    if t is None:
+        return 0
+    e = t.elem
+    if isinstance(e, QuantType):
+        return e.storage.onnx
+    if isinstance(e, CalibratedType):
+        return e.expressed.onnx
+    return e.onnx
+
+
+def _value_info(v: Value, type_override: TensorType | None = None) -> onnx.ValueInfoProto:
+    t = type_override if type_override is not None else v.type
+    if t is None:
+        vi = onnx.ValueInfoProto()
+        vi.name = v.name
+        return vi
+    shape = None if t.shape is None else [d if d is not None else None for d in t.shape]
+    return helper.make_tensor_value_info(v.name, _elem_code(t), shape)
+
+
+def _attr_to_proto(name: str, value: Any, attr_type: int | None) -> AttributeProto:
+    if attr_type == AttributeProto.FLOAT:
+        return helper.make_attribute(name, float(value))
+    if attr_type == AttributeProto.INT:
+        return helper.make_attribute(name, int(value))
+    if attr_type == AttributeProto.STRING:
+        return helper.make_attribute(name, str(value))
+    if attr_type in (AttributeProto.INTS, AttributeProto.FLOATS, AttributeProto.STRINGS) and len(value) == 0:
+        return helper.make_attribute(name, [], attr_type=attr_type)
+    if attr_type == AttributeProto.FLOATS:
+        return helper.make_attribute(name, [float(x) for x in value])
+    if attr_type == AttributeProto.INTS:
+        return helper.make_attribute(name, [int(x) for x in value])
+    if isinstance(value, np.ndarray):
+        return helper.make_attribute(name, numpy_helper.from_array(value))
+    if isinstance(value, list) and value and isinstance(value[0], np.ndarray):
+        return helper.make_attribute(name, [numpy_helper.from_array(x) for x in value])
+    return helper.make_attribute(name, value)
+
+
+def to_proto(model: Model) -> onnx.ModelProto:
+    """The ONNX proto of ``model``; quantized values are written as their storage type."""
+    g = model.graph
+    init_protos = []
+    for name, v in g.initializers.items():
+        arr = v.const
+        init_protos.append(numpy_helper.from_array(np.asarray(arr), name))
+    nodes = []
+    for n in g.nodes:
+        node = onnx.NodeProto()
+        node.op_type = n.op_type
+        node.domain = n.domain
+        if n.name:
+            node.name = n.name
+        node.input.extend("" if v is None else v.name for v in n.inputs)
+        outs = [("" if v.doc == "omitted optional output" and not v.uses else v.name) for v in n.outputs]
+        while outs and outs[-1] == "":
+            outs.pop()
+        node.output.extend(outs)
+        for k in sorted(n.attrs):
+            node.attribute.append(_attr_to_proto(k, n.attrs[k], n.attr_types.get(k)))
+        if n.doc:
+            node.doc_string = n.doc
+        if n.overload:
+            node.overload = n.overload
+        nodes.append(node)
+    inputs = [_value_info(v) for v in g.inputs]
+    outputs = [_value_info(v) for v in g.outputs]
+    io_names = {v.name for v in g.inputs} | {v.name for v in g.outputs} | set(g.initializers)
+    value_info = [
+        _value_info(v)
+        for n in g.nodes
+        for v in n.outputs
+        if v.name not in io_names and v.type is not None and v.doc != "omitted optional output"
+    ]
+    graph = helper.make_graph(nodes, g.name, inputs, outputs, init_protos, doc_string=g.doc or None, value_info=value_info)
+    opsets = [helper.make_opsetid(d, v) for d, v in sorted(model.opset_imports.items())]
+    proto = helper.make_model(
+        graph,
+        opset_imports=opsets,
+        producer_name=model.producer_name or "quanta",
+        producer_version=model.producer_version,
+        ir_version=model.ir_version,
+    )
+    proto.model_version = model.model_version
+    if model.doc:
+        proto.doc_string = model.doc
+    for k in sorted(model.metadata):
+        p = proto.metadata_props.add()
+        p.key, p.value = k, model.metadata[k]
+    proto.functions.extend(model.functions)
+    return proto
+
+
+def save(
+    model: Model | onnx.ModelProto,
+    path: str | os.PathLike,
+    *,
+    protect: Sequence[str | os.PathLike] = (),
+    check: bool = True,
+) -> None:
+    """Write ``model`` to ``path`` atomically.
+
+    Refuses to overwrite the file the model was loaded from (``model.path``) or any
+    path in ``protect`` (e.g. the input of a quantization run). The bytes go to a
+    temporary file in the destination folder, are checked with ``onnx.checker``, and
+    only then renamed over ``path``: an interrupted save never leaves a half-written
+    file.
+    """
+    dest = Path(path)
+    proto = to_proto(model) if isinstance(model, Model) else model
+    guarded = [Path(p) for p in protect]
+    if isinstance(model, Model) and model.path:
+        guarded.append(Path(model.path))
+    for p in guarded:
+        if dest.exists() and p.exists() and os.path.samefile(dest, p):
+            raise FileExistsError(f"{dest}: refusing to overwrite the input model; choose another output path")
+    if check:
+        try:
+            onnx.checker.check_model(proto)
+        except onnx.checker.ValidationError as e:
+            first = str(e).strip().splitlines()[0]
+            raise GraphError(f"{dest}: refusing to write an invalid model: {first}") from None
+    data = proto.SerializeToString(deterministic=True)
+    if len(data) > 2**31 - 1:
+        raise ValueError(f"{dest}: model is over 2 GB; external data output is not supported yet")
+    folder = dest.parent if str(dest.parent) else Path(".")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{dest}: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def node_from_proto_for_reference(node: Node) -> onnx.NodeProto:
+    """Rebuild an onnx.NodeProto for a node (used by ops delegated to onnx.reference)."""
+    proto = onnx.NodeProto()
+    proto.op_type = node.op_type
+    proto.domain = node.domain
+    proto.name = node.name
+    proto.input.extend("" if v is None else v.name for v in node.inputs)
+    proto.output.extend(v.name for v in node.outputs)
+    for k in sorted(node.attrs):
+        proto.attribute.append(_attr_to_proto(k, node.attrs[k], node.attr_types.get(k)))
+    return proto
+
+
+def toposort_or_raise(graph: Graph) -> None:
+    """Topologically sort ``graph`` in place; a cycle is a GraphError naming it."""
+    graph.nodes = toposort_nodes(
+        graph.nodes, {id(v) for v in graph.inputs} | {id(v) for v in graph.initializers.values()}
+    )

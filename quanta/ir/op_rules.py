@@ -1,0 +1,248 @@
+"""Per-op type rules: one table, op -> rule, used by :mod:`quanta.ir.verify`.
+
+A rule receives the node and the stage and returns a list of error messages (empty when
+the node is well typed). Every message names the op, the node and the value, and says
+what was expected. Each rule's docstring gives an Incorrect / Correct example.
+
+Stages (a rule set per stage, as tinygrad's spec):
+
+- ``FLOAT``: a float model, possibly with calibrated ranges. No quantized types and no
+  quantization operators.
+- ``QDQ``: a float model with QuantizeLinear/DequantizeLinear pairs. Quantized values are
+  produced by QuantizeLinear (or are constants) and consumed only by DequantizeLinear and
+  by views, which keep their input's element type.
+- ``LOWERED``: integer operators (QLinear*, *Integer, com.microsoft QLinear*), whose
+  quantized operands must agree with their scale / zero-point inputs; any op may carry
+  quantized types (an integer kernel for it was selected), and the graph signature and
+  the consumers' parameters hold it to its contract.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+from quanta.ir.graph import Node, Value
+from quanta.ir.onnx_io import quant_operands, quant_type_from_params
+from quanta.ir.types import CalibratedType, FloatType, QuantType
+
+__all__ = ["OP_RULES", "QUANT_OPS", "VIEW_OPS", "Stage", "rules_for"]
+
+
+class Stage(enum.Enum):
+    FLOAT = "float"
+    QDQ = "qdq"
+    LOWERED = "lowered"
+
+
+#: Ops that only move or select elements: their output keeps the input's element type
+#: (DESIGN.md: pure views keep the element type of their input).
+VIEW_OPS = frozenset(
+    {
+        "Reshape",
+        "Transpose",
+        "Flatten",
+        "Squeeze",
+        "Unsqueeze",
+        "Slice",
+        "Gather",
+        "MaxPool",
+        "Identity",
+        "Split",
+        "Expand",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "Tile",
+    }
+)
+
+#: Operators that exist only in quantized graphs.
+QUANT_OPS = frozenset(
+    {
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "QLinearConv",
+        "QLinearMatMul",
+        "MatMulInteger",
+        "ConvInteger",
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearConcat",
+        "QLinearGlobalAveragePool",
+        "QLinearAveragePool",
+        "QLinearSigmoid",
+        "QLinearLeakyRelu",
+        "QLinearSoftmax",
+    }
+)
+
+#: Which quantization operators each stage admits.
+STAGE_QUANT_OPS = {
+    Stage.FLOAT: frozenset(),
+    Stage.QDQ: frozenset({"QuantizeLinear", "DequantizeLinear"}),
+    Stage.LOWERED: QUANT_OPS,
+}
+
+Rule = Callable[[Node, Stage], list[str]]
+
+
+def _elem(v: Value | None):
+    return None if v is None or v.type is None else v.type.elem
+
+
+def rule_quant_operands(node: Node, stage: Stage) -> list[str]:
+    """Quantized operands agree with the constant scale / zero point that describe them.
+
+    Incorrect::
+
+        %q: Q(i8:f32, 0.02, 0) = QuantizeLinear(%x, 0.08, 0)
+
+    Correct::
+
+        %q: Q(i8:f32, 0.08, 0) = QuantizeLinear(%x, 0.08, 0)
+    """
+    del stage  # the same in every stage that admits the op
+    errors = []
+    for (kind, i), si, zi in quant_operands(node):
+        v = node.input(i) if kind == "in" else (node.outputs[i] if i < len(node.outputs) else None)
+        if v is None:
+            continue
+        want = quant_type_from_params(node, v, node.input(si), node.input(zi))
+        got = _elem(v)
+        if want is None or got is None:
+            continue
+        role = "input" if kind == "in" else "output"
+        if not isinstance(got, QuantType):
+            errors.append(
+                f"{node.op_type} {node.label}: {role} '{v.name}' has type {got} "
+                f"but its scale/zero point inputs give {want}"
+            )
+        elif got != want and not _same_up_to_axis_sign(got, want, v):
+            errors.append(
+                f"{node.op_type} {node.label}: {role} '{v.name}' has type {got} "
+                f"but its scale/zero point inputs give {want}"
+            )
+    return errors
+
+
+def _same_up_to_axis_sign(a: QuantType, b: QuantType, v: Value) -> bool:
+    """Per-axis types equal except that one writes the axis negatively."""
+    if a.axis is None or b.axis is None or v.shape is None:
+        return False
+    rank = len(v.shape)
+    return a.axis % rank == b.axis % rank and (a.storage, a.expressed, a.scale, a.zero_point, a.block) == (
+        b.storage,
+        b.expressed,
+        b.scale,
+        b.zero_point,
+        b.block,
+    )
+
+
+def rule_dequantize_output(node: Node, stage: Stage) -> list[str]:
+    """DequantizeLinear produces the expressed float type of its input's quantized type.
+
+    Incorrect::
+
+        %y: Q(i8:f32, 0.08, 0) = DequantizeLinear(%q: Q(i8:f32, 0.08, 0), 0.08, 0)
+
+    Correct::
+
+        %y: f32 = DequantizeLinear(%q: Q(i8:f32, 0.08, 0), 0.08, 0)
+    """
+    errors = rule_quant_operands(node, stage)
+    out = _elem(node.outputs[0])
+    if out is not None and not isinstance(out, (FloatType, CalibratedType)):
+        errors.append(
+            f"DequantizeLinear {node.label}: output '{node.outputs[0].name}' has type {out}, expected a float type"
+        )
+    return errors
+
+
+def rule_view(node: Node, stage: Stage) -> list[str]:
+    """A view keeps the element type of its (data) input.
+
+    Incorrect::
+
+        %r: Q(i8:f32, 0.08, 0) = Reshape(%q: Q(i8:f32, 0.02, 0), %shape)
+
+    Correct::
+
+        %r: Q(i8:f32, 0.02, 0) = Reshape(%q: Q(i8:f32, 0.02, 0), %shape)
+    """
+    del stage
+    src = _elem(node.input(0))
+    errors = []
+    for out in node.outputs[:1] if node.op_type == "MaxPool" else node.outputs:
+        got = _elem(out)
+        if src is None or got is None:
+            continue
+        if isinstance(src, QuantType) or isinstance(got, QuantType):
+            if not _view_keeps(src, got):
+                errors.append(
+                    f"{node.op_type} {node.label}: output '{out.name}' has type {got} "
+                    f"but a view keeps its input's type {src}"
+                )
+    return errors
+
+
+def _view_keeps(src, got) -> bool:
+    if not (isinstance(src, QuantType) and isinstance(got, QuantType)):
+        return False
+    if src.axis is None:
+        return src == got
+    # a per-axis view may move the axis (Transpose, Reshape); the parameters must stay
+    return (src.storage, src.expressed, src.scale, src.zero_point, src.block) == (
+        got.storage,
+        got.expressed,
+        got.scale,
+        got.zero_point,
+        got.block,
+    )
+
+
+def rule_no_quantized_compute(node: Node, stage: Stage) -> list[str]:
+    """Before lowering, a computing op sees only float values: quantized tensors reach it
+    through DequantizeLinear.
+
+    Incorrect (QDQ stage)::
+
+        %y = Conv(%q: Q(u8:f32, 0.02, 128), %w)
+
+    Correct::
+
+        %xf: f32 = DequantizeLinear(%q, 0.02, 128)
+        %y = Conv(%xf, %w)
+    """
+    if stage is Stage.LOWERED:
+        return []
+    errors = []
+    for k, v in enumerate(node.inputs):
+        e = _elem(v)
+        if isinstance(e, QuantType):
+            errors.append(
+                f"{node.op_type} {node.label}: input {k} '{v.name}' is quantized ({e}); in the {stage.value} "
+                "stage only DequantizeLinear and views consume quantized values"
+            )
+    for v in node.outputs:
+        e = _elem(v)
+        if isinstance(e, QuantType):
+            errors.append(
+                f"{node.op_type} {node.label}: output '{v.name}' is quantized ({e}); in the {stage.value} "
+                "stage only QuantizeLinear and views produce quantized values"
+            )
+    return errors
+
+
+OP_RULES: dict[str, Rule] = {
+    "QuantizeLinear": rule_quant_operands,
+    "DequantizeLinear": rule_dequantize_output,
+    **{op: rule_view for op in VIEW_OPS},
+    **{op: rule_quant_operands for op in QUANT_OPS - {"QuantizeLinear", "DequantizeLinear"}},
+}
+
+
+def rules_for(node: Node) -> Rule:
+    """The rule for ``node``; ops without an entry are computing ops."""
+    return OP_RULES.get(node.op_type, rule_no_quantized_compute)

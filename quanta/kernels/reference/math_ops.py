@@ -1,0 +1,390 @@
+"""Elementwise math reference ops (ai.onnx): arithmetic, comparison, logic, bitwise, Cast.
+
+Every binary op broadcasts numpy-style (ONNX multidirectional broadcasting is the same
+rule) and returns the element type of its first input. The semantics pinned here, each
+evaluated by ``tests/kernels/reference/test_tensor_ops.py``:
+
+- integer ``Div`` truncates toward zero, as C does:  ``-7 / 2 = -3``   (numpy's ``//``
+  floors: ``-4``);
+- ``Mod`` with ``fmod=0`` (integers; floats from opset 28) takes the sign of the divisor: ``-7 mod 2 = 1``;
+  with ``fmod=1`` it takes the sign of the dividend (C ``fmod``): ``fmod(-7, 2) = -1``;
+- ``Round`` rounds half to even: ``0.5 -> 0``, ``1.5 -> 2``, ``-2.5 -> -2``;
+- ``Pow`` returns the base's element type (``int32 ** float32 -> int32``);
+- integer overflow wraps (two's complement), as numpy does.
+
+``Cast`` follows the ONNX table: float -> float8 saturates to ±FLT_MAX by default
+(``saturate=1``; NaN stays NaN), float -> integer truncates toward zero, integer ->
+narrower integer keeps the low bits. bfloat16, float8, float4, int4 and int2 go through
+``ml_dtypes``; string <-> number casts parse/print with Python's float syntax.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+
+from quanta.kernels.reference.registry import OpError, register
+
+__all__ = ["ONNX_DTYPES", "STRING", "cast_to", "onnx_dtype"]
+
+# TensorProto.DataType -> numpy dtype. 8 (STRING) is numpy ``object`` holding ``str``.
+STRING = 8
+ONNX_DTYPES: dict[int, np.dtype] = {
+    1: np.dtype(np.float32),
+    2: np.dtype(np.uint8),
+    3: np.dtype(np.int8),
+    4: np.dtype(np.uint16),
+    5: np.dtype(np.int16),
+    6: np.dtype(np.int32),
+    7: np.dtype(np.int64),
+    STRING: np.dtype(object),
+    9: np.dtype(np.bool_),
+    10: np.dtype(np.float16),
+    11: np.dtype(np.float64),
+    12: np.dtype(np.uint32),
+    13: np.dtype(np.uint64),
+    14: np.dtype(np.complex64),
+    15: np.dtype(np.complex128),
+    16: np.dtype(ml_dtypes.bfloat16),
+    17: np.dtype(ml_dtypes.float8_e4m3fn),
+    18: np.dtype(ml_dtypes.float8_e4m3fnuz),
+    19: np.dtype(ml_dtypes.float8_e5m2),
+    20: np.dtype(ml_dtypes.float8_e5m2fnuz),
+    21: np.dtype(ml_dtypes.uint4),
+    22: np.dtype(ml_dtypes.int4),
+    23: np.dtype(ml_dtypes.float4_e2m1fn),
+    24: np.dtype(ml_dtypes.float8_e8m0fnu),
+    25: np.dtype(ml_dtypes.uint2),
+    26: np.dtype(ml_dtypes.int2),
+    27: np.dtype(ml_dtypes.float6_e2m3fn),
+    28: np.dtype(ml_dtypes.float6_e3m2fn),
+}
+_FLOAT8 = {17, 18, 19, 20}
+_E8M0 = 24
+
+
+def onnx_dtype(to: int) -> np.dtype:
+    """The numpy dtype of an ONNX ``TensorProto.DataType`` code."""
+    try:
+        return ONNX_DTYPES[int(to)]
+    except KeyError:
+        raise OpError(f"Cast: expected a TensorProto data type in {sorted(ONNX_DTYPES)}, got {to}") from None
+
+
+def _is_int(a: np.ndarray) -> bool:
+    return np.issubdtype(a.dtype, np.integer)
+
+
+# ---------------------------------------------------------------------------------
+# unary
+
+
+def _unary(op_type: str, fn: np.ufunc) -> None:
+    def op(ctx, x: np.ndarray) -> np.ndarray:
+        del ctx  # unused
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(x))
+
+    op.__name__ = op.__qualname__ = op_type.lower()
+    register(op_type)(op)
+
+
+for _name, _fn in {
+    "Neg": np.negative,
+    "Abs": np.absolute,
+    "Sqrt": np.sqrt,
+    "Reciprocal": np.reciprocal,
+    "Exp": np.exp,
+    "Log": np.log,
+    "Floor": np.floor,
+    "Ceil": np.ceil,
+    "Round": np.rint,  # half to even
+    "Sign": np.sign,
+    "Sin": np.sin,
+    "Cos": np.cos,
+    "Tan": np.tan,
+    "Asin": np.arcsin,
+    "Acos": np.arccos,
+    "Atan": np.arctan,
+    "Sinh": np.sinh,
+    "Cosh": np.cosh,
+    "Asinh": np.arcsinh,
+    "Acosh": np.arccosh,
+    "Atanh": np.arctanh,
+    "Not": np.logical_not,
+    "BitwiseNot": np.invert,
+    "IsNaN": np.isnan,
+}.items():
+    _unary(_name, _fn)
+
+
+@register("IsInf")
+def isinf(ctx, x: np.ndarray, detect_negative: int = 1, detect_positive: int = 1) -> np.ndarray:
+    del ctx  # unused
+    out = np.zeros(x.shape, dtype=bool)
+    if detect_positive:
+        out |= np.isposinf(x)
+    if detect_negative:
+        out |= np.isneginf(x)
+    return out
+
+
+@register("Identity")
+def identity(ctx, x: np.ndarray) -> np.ndarray:
+    del ctx  # unused
+    return x
+
+
+# ---------------------------------------------------------------------------------
+# binary arithmetic (result has the first input's element type)
+
+
+def _binary(op_type: str, fn: np.ufunc) -> None:
+    def op(ctx, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        del ctx  # unused
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(a, b)).astype(a.dtype, copy=False)
+
+    op.__name__ = op.__qualname__ = op_type.lower()
+    register(op_type)(op)
+
+
+for _name, _fn in {
+    "Add": np.add,
+    "Sub": np.subtract,
+    "Mul": np.multiply,
+    "BitwiseAnd": np.bitwise_and,
+    "BitwiseOr": np.bitwise_or,
+    "BitwiseXor": np.bitwise_xor,
+}.items():
+    _binary(_name, _fn)
+
+
+def int_div_trunc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division truncating toward zero (C semantics): ``-7 / 2 = -3``.
+
+    numpy's ``//`` floors; the floor quotient is one too small exactly when the
+    remainder is non-zero and the operands have opposite signs. Division by zero is
+    undefined in ONNX; here it gives 0 (numpy's result), never an exception.
+    """
+    with np.errstate(all="ignore"):
+        q = np.floor_divide(a, b)
+        r = np.remainder(a, b)
+    adjust = (r != 0) & ((a < 0) != (b < 0))
+    return np.asarray(q + adjust.astype(q.dtype))
+
+
+@register("Div")
+def div(ctx, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    del ctx  # unused
+    if _is_int(a) and _is_int(b):
+        return int_div_trunc(a, b).astype(a.dtype, copy=False)
+    with np.errstate(all="ignore"):
+        return np.asarray(np.divide(a, b)).astype(a.dtype, copy=False)
+
+
+@register("Mod")
+def mod(ctx, a: np.ndarray, b: np.ndarray, fmod: int = 0) -> np.ndarray:
+    # Floats with fmod=0 are an error before opset 28 and floor-mod from 28 on; numpy's
+    # np.mod is that floor-mod (sign of the divisor) for both, so no opset switch is needed.
+    del ctx  # unused
+    with np.errstate(all="ignore"):
+        out = np.fmod(a, b) if fmod else np.mod(a, b)
+    return np.asarray(out).astype(a.dtype, copy=False)
+
+
+@register("Pow")
+def pow_(ctx, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    del ctx  # unused
+    with np.errstate(all="ignore"):
+        if _is_int(x) and _is_int(y) and np.any(y < 0):
+            # numpy refuses integer ** negative integer; in real arithmetic the result
+            # truncates to 0 except for bases ±1, which float64 computes exactly.
+            out = np.power(x.astype(np.float64), y.astype(np.float64))
+        else:
+            out = np.power(x, y)
+    return np.asarray(out).astype(x.dtype)
+
+
+@register("BitShift")
+def bitshift(ctx, x: np.ndarray, y: np.ndarray, direction: str = "") -> np.ndarray:
+    del ctx  # unused
+    if direction == "LEFT":
+        out = np.left_shift(x, y)
+    elif direction == "RIGHT":
+        out = np.right_shift(x, y)
+    else:
+        raise OpError(f"BitShift: expected direction 'LEFT' or 'RIGHT', got {direction!r}")
+    return np.asarray(out).astype(x.dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------------
+# comparison and logic (bool results)
+
+
+def _compare(op_type: str, fn: np.ufunc) -> None:
+    def op(ctx, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        del ctx  # unused
+        return np.asarray(fn(a, b), dtype=bool)
+
+    op.__name__ = op.__qualname__ = op_type.lower()
+    register(op_type)(op)
+
+
+for _name, _fn in {
+    "Equal": np.equal,
+    "Less": np.less,
+    "LessOrEqual": np.less_equal,
+    "Greater": np.greater,
+    "GreaterOrEqual": np.greater_equal,
+    "And": np.logical_and,
+    "Or": np.logical_or,
+    "Xor": np.logical_xor,
+}.items():
+    _compare(_name, _fn)
+
+
+@register("Where")
+def where(ctx, condition: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    del ctx  # unused
+    return np.asarray(np.where(condition, x, y)).astype(x.dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------------
+# variadic
+
+
+def _variadic(op_type: str, fn: np.ufunc) -> None:
+    def op(ctx, *xs: np.ndarray) -> np.ndarray:
+        del ctx  # unused
+        if not xs:
+            raise OpError(f"{op_type}: expected at least one input, got 0")
+        with np.errstate(all="ignore"):
+            out = functools.reduce(fn, xs)
+        return np.asarray(out).astype(xs[0].dtype, copy=False)
+
+    op.__name__ = op.__qualname__ = op_type.lower()
+    register(op_type)(op)
+
+
+_variadic("Max", np.maximum)  # NaN propagates
+_variadic("Min", np.minimum)
+_variadic("Sum", np.add)
+
+
+@register("Mean")
+def mean(ctx, *xs: np.ndarray) -> np.ndarray:
+    del ctx  # unused
+    if not xs:
+        raise OpError("Mean: expected at least one input, got 0")
+    total = np.asarray(functools.reduce(np.add, xs)).astype(xs[0].dtype, copy=False)
+    return np.asarray(total / np.array(len(xs), dtype=total.dtype)).astype(total.dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------------
+# Cast
+
+
+def _parse_number(s: str) -> float:
+    t = s.strip()
+    low = t.lower()
+    if low in ("inf", "+inf", "infinity", "+infinity"):
+        return float("inf")
+    if low in ("-inf", "-infinity"):
+        return float("-inf")
+    return float(t)  # "nan", "1e-5", "100.5" ...
+
+
+def _to_string(x: np.ndarray) -> np.ndarray:
+    """Numbers -> str in plain notation (numpy's shortest round-trip form of each
+    element type); NaN and ±Inf use the literals ONNX reserves ("NaN", "INF", "-INF")."""
+    if x.dtype.kind in "iub":
+        flat = [str(v) for v in x.ravel().tolist()]
+    else:
+        values = x.ravel() if x.dtype.kind == "f" else x.astype(np.float32).ravel()
+        flat = [_float_to_string(v) for v in values]
+    return np.array(flat, dtype=object).reshape(x.shape)
+
+
+def _float_to_string(v: np.floating) -> str:
+    if np.isnan(v):
+        return "NaN"
+    if np.isinf(v):
+        return "INF" if v > 0 else "-INF"
+    return str(v)
+
+
+def _cast_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
+    """float -> float8e8m0 (unsigned power of two 2^(e-127), e in 0..254; 255 is NaN).
+
+    The float32 exponent field is the result; a non-zero mantissa rounds it by
+    ``round_mode``: "up" (the default, as CUDA does) adds one, "down" truncates,
+    "nearest" rounds to nearest, ties to even. With ``saturate`` Inf and overflow give
+    E8M0_MAX (254); without, they give NaN, and so do zero and values below E8M0_MIN
+    (the ONNX Cast table; onnx.reference maps Inf to NaN even with saturate).
+    Negative inputs are undefined in ONNX; their sign is ignored here.
+    """
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.int32)
+    mantissa = bits & 0x7FFFFF
+    special = exponent == 0xFF
+    if round_mode == "up":
+        exponent = exponent + (mantissa != 0)
+    elif round_mode == "nearest":
+        half = (mantissa & 0x400000) != 0
+        rest = (mantissa & 0x3FFFFF) != 0
+        # ties (exactly 1.5 * 2^e) go to the even exponent; e8m0 has no mantissa, so
+        # "even" is the exponent's lowest bit.
+        exponent = exponent + (half & (rest | ((exponent & 1) == 1)))
+    elif round_mode != "down":
+        raise OpError(f"Cast: expected round_mode 'up', 'down' or 'nearest', got {round_mode!r}")
+    is_nan = np.isnan(np.asarray(x, dtype=np.float32))
+    if saturate:
+        out = np.clip(exponent, 0, 0xFE)
+        out = np.where(special, 0xFE, out)
+    else:
+        zero = (bits & 0x7FFFFFFF) == 0
+        out = np.where(special | (exponent > 0xFE) | zero, 0xFF, exponent)
+    out = np.where(is_nan, 0xFF, out)
+    return out.astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
+
+
+def cast_to(x: np.ndarray, to: int, saturate: int = 1, round_mode: str = "up") -> np.ndarray:
+    """Cast ``x`` to the ONNX data type ``to`` with the ONNX Cast rules (module docstring)."""
+    to = int(to)
+    dtype = onnx_dtype(to)
+    if to == STRING:
+        return x.copy() if x.dtype == object else _to_string(x)
+    if x.dtype == object or x.dtype.kind in "US":
+        values = np.array([_parse_number(str(s)) for s in x.ravel()], dtype=np.float64)
+        x = values.reshape(x.shape)
+    if to == _E8M0:
+        return _cast_e8m0(x.astype(np.float32), bool(saturate), round_mode)
+    if to in _FLOAT8 and saturate and x.dtype.kind in "fV":
+        info = ml_dtypes.finfo(dtype)
+        # Inf and anything that would round above FLT_MAX become ±FLT_MAX; NaN stays.
+        wide = x.astype(np.float32)
+        return np.clip(wide, float(info.min), float(info.max)).astype(dtype)
+    with np.errstate(all="ignore"):
+        return np.asarray(x.astype(dtype))
+
+
+@register("Cast")
+def cast(ctx, x: np.ndarray, to: int | None = None, saturate: int = 1, round_mode: str = "up") -> np.ndarray:
+    del ctx  # unused
+    if to is None:
+        raise OpError("Cast: expected attribute 'to', got none")
+    return cast_to(x, to, saturate, round_mode)
+
+
+@register("CastLike")
+def cast_like(
+    ctx, x: np.ndarray, target_type: np.ndarray, saturate: int = 1, round_mode: str = "up"
+) -> np.ndarray:
+    del ctx  # unused
+    for code, dtype in ONNX_DTYPES.items():
+        if dtype == target_type.dtype:
+            return cast_to(x, code, saturate, round_mode)
+    raise OpError(f"CastLike: expected target_type of an ONNX element type, got {target_type.dtype}")

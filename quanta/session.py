@@ -1,0 +1,195 @@
+"""``InferenceSession``: ONNX Runtime's API over quanta's targets.
+
+    sess = quanta.InferenceSession("model.onnx")            # backend="native"
+    sess = quanta.InferenceSession(proto, backend="reference")
+    outs = sess.run(None, {"input": x})                      # list of numpy arrays
+    sess.get_inputs()[0].name, .shape, .type                 # as ONNX Runtime reports them
+
+Feeds are validated before anything runs: an unknown or missing input name, a wrong
+dtype or a shape that contradicts the model's fixed dimensions raises
+:class:`InvalidArgument` listing what the model expects.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from quanta.ir.graph import Model
+from quanta.ir.onnx_io import load
+from quanta.ir.types import CalibratedType, QuantType, TensorType
+from quanta.targets import get_target
+from quanta.targets.base import Executable
+
+__all__ = ["InferenceSession", "InvalidArgument", "NodeArg", "SessionOptions"]
+
+
+class InvalidArgument(ValueError):
+    """Feeds or output names that do not match the model (ONNX Runtime: INVALID_ARGUMENT)."""
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A graph input or output as ONNX Runtime describes it."""
+
+    name: str
+    shape: list[int | str | None] | None
+    type: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.type} {self.shape}"
+
+
+@dataclass
+class SessionOptions:
+    """Options with ONNX Runtime's names, where ONNX Runtime has them."""
+
+    intra_op_num_threads: int = 0  # 0: all cores
+    enable_profiling: bool = False
+    profile_file_prefix: str = "quanta_profile"
+    log_severity_level: int = 2
+
+
+def _ort_type(t: TensorType | None) -> str:
+    if t is None:
+        return "tensor(unknown)"
+    elem = t.elem
+    if isinstance(elem, QuantType):
+        code = elem.storage.onnx
+    elif isinstance(elem, CalibratedType):
+        code = elem.expressed.onnx
+    else:
+        code = elem.onnx
+    name = onnx.TensorProto.DataType.Name(code).lower()
+    return f"tensor({'float' if name == 'float' else name})"
+
+
+def _ort_shape(t: TensorType | None) -> list[int | str | None] | None:
+    if t is None or t.shape is None:
+        return None
+    return list(t.shape)
+
+
+class InferenceSession:
+    """Load a model (path, bytes or ``onnx.ModelProto``) and run it on a target.
+
+    ``backend``: "native" (C++ kernels, reference fallback for nodes without one) or
+    "reference" (the bit-exact NumPy golden).
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike | bytes | onnx.ModelProto,
+        sess_options: SessionOptions | None = None,
+        providers: Sequence[str] | None = None,
+        *,
+        backend: str = "native",
+        enable_profiling: bool | None = None,
+    ):
+        del providers  # accepted for ONNX Runtime compatibility; quanta picks by ``backend``
+        self._options = sess_options or SessionOptions()
+        if enable_profiling is not None:
+            self._options.enable_profiling = enable_profiling
+        self._model: Model = load(model)
+        self._backend = backend
+        self._target = get_target(backend)
+        self._exe: Executable = self._target.prepare(self._model)
+        g = self._model.graph
+        self._inputs = [NodeArg(v.name, _ort_shape(v.type), _ort_type(v.type)) for v in g.inputs]
+        self._outputs = [NodeArg(v.name, _ort_shape(v.type), _ort_type(v.type)) for v in g.outputs]
+        self._input_types = {v.name: v.type for v in g.inputs}
+        # An input that also has an initializer is optional (the initializer is its default).
+        self._defaults = {v.name: v.const for v in g.inputs if v.const is not None}
+
+    # -- ONNX Runtime API ---------------------------------------------------
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_providers(self) -> list[str]:
+        return [f"quanta:{self._backend}"]
+
+    def get_session_options(self) -> SessionOptions:
+        return self._options
+
+    @property
+    def backend(self) -> str:
+        return self._backend
+
+    @property
+    def model(self) -> Model:
+        return self._model
+
+    @property
+    def fallbacks(self) -> list[tuple[str, str, str]]:
+        """(node name, op type, reason) for every node not run by a native kernel."""
+        return list(self._exe.fallbacks)
+
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: Any = None,
+    ) -> list[np.ndarray]:
+        del run_options  # accepted for ONNX Runtime compatibility
+        names = [o.name for o in self._outputs] if not output_names else list(output_names)
+        known = {o.name for o in self._outputs}
+        for n in names:
+            if n not in known:
+                raise InvalidArgument(f"unknown output '{n}'; the model's outputs are: {sorted(known)}")
+        feeds = self._validate(input_feed)
+        return self._exe.run(feeds, names)
+
+    # -- validation ------------------------------------------------------------
+    def _expected(self) -> str:
+        return "; ".join(f"'{a.name}' {a.type} shape {a.shape}" for a in self._inputs)
+
+    def _validate(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        if not isinstance(input_feed, Mapping):
+            raise InvalidArgument(f"feeds must be a dict of input name -> array; the model expects {self._expected()}")
+        feeds: dict[str, np.ndarray] = {}
+        for name, value in input_feed.items():
+            if name not in self._input_types:
+                raise InvalidArgument(f"unknown input '{name}'; the model expects {self._expected()}")
+            t = self._input_types[name]
+            arr = np.asarray(value)
+            if t is not None:
+                want = _numpy_dtype(t)
+                if want is not None and arr.dtype != want:
+                    raise InvalidArgument(
+                        f"input '{name}': dtype {arr.dtype}, expected {_ort_type(t)} ({want}); "
+                        f"the model expects {self._expected()}"
+                    )
+                if t.shape is not None:
+                    if arr.ndim != len(t.shape):
+                        raise InvalidArgument(
+                            f"input '{name}': rank {arr.ndim} (shape {list(arr.shape)}), expected rank "
+                            f"{len(t.shape)} (shape {list(t.shape)})"
+                        )
+                    for k, (got, exp) in enumerate(zip(arr.shape, t.shape)):
+                        if isinstance(exp, int) and exp >= 0 and got != exp:
+                            raise InvalidArgument(
+                                f"input '{name}': dimension {k} is {got}, expected {exp} "
+                                f"(shape {list(arr.shape)} vs expected {list(t.shape)})"
+                            )
+            feeds[name] = arr
+        missing = [a.name for a in self._inputs if a.name not in feeds and a.name not in self._defaults]
+        if missing:
+            raise InvalidArgument(f"missing input(s) {missing}; the model expects {self._expected()}")
+        for name, default in self._defaults.items():
+            feeds.setdefault(name, default)
+        return feeds
+
+
+def _numpy_dtype(t: TensorType) -> np.dtype | None:
+    try:
+        return np.dtype(t.elem.numpy)
+    except Exception:
+        return None
