@@ -5,7 +5,7 @@ scikit-learn, which quanta does not depend on. Its outputs are committed in
 ``quanta/cli/assets/`` (see the README there); run it again only to change the model::
 
     pip install scikit-learn torch==2.13.0      # the CPU wheel
-    python tools/train_digits_cnn.py            # ~20 s on 2 cores
+    python tools/train_digits_cnn.py            # 10-40 s on 2 cores
 
 Data. scikit-learn's digits (1797 grayscale 8x8 images, pixel values 0..16, 10 classes)
 ship inside the scikit-learn package, so nothing is downloaded. The images are split once,

@@ -210,14 +210,25 @@ def pow_(ctx, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 @register("BitShift")
 def bitshift(ctx, x: np.ndarray, y: np.ndarray, direction: str = "") -> np.ndarray:
+    """x << y or x >> y; a signed right shift is arithmetic (sign-extending).
+
+    A shift amount that is negative or >= the bit width gives what the sign extension
+    alone produces: -1 for a right shift of a negative x, 0 otherwise (opset 28 text;
+    earlier opsets only allow unsigned types, where this is 0 as well).
+    """
     del ctx  # unused
-    if direction == "LEFT":
-        out = np.left_shift(x, y)
-    elif direction == "RIGHT":
-        out = np.right_shift(x, y)
-    else:
+    if direction not in ("LEFT", "RIGHT"):
         raise OpError(f"BitShift: expected direction 'LEFT' or 'RIGHT', got {direction!r}")
-    return np.asarray(out).astype(x.dtype, copy=False)
+    bits = x.dtype.itemsize * 8
+    x, y = np.broadcast_arrays(x, y)
+    in_range = (y >= 0) & (y < bits)
+    amount = np.where(in_range, y, 0).astype(x.dtype)
+    if direction == "LEFT":
+        shifted, overflow = np.left_shift(x, amount), np.zeros_like(x)
+    else:
+        shifted = np.right_shift(x, amount)
+        overflow = np.where(x < 0, -1, 0).astype(x.dtype) if x.dtype.kind == "i" else np.zeros_like(x)
+    return np.asarray(np.where(in_range, shifted, overflow)).astype(x.dtype, copy=False)
 
 
 # ---------------------------------------------------------------------------------

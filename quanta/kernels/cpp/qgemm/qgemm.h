@@ -1,0 +1,190 @@
+// qgemm: the int8 GEMM core, u8 x s8 -> s32, with fused output stages.
+//
+// ---------------------------------------------------------------------------------------
+// Contract (ruy mul_params.h style). Equation numbers cite docs/quantization-math.md.
+// ---------------------------------------------------------------------------------------
+//
+// Operands: x [M, K] uint8 or int8 (row stride x_row_stride elements), w [K, N] int8 or
+// uint8 (prepacked once into a PackedWeights), zx a run-time scalar zero point, zw[n] a
+// static per-column zero point (scalar = every column) given at pack time. For m < M,
+// n < N, in int32 arithmetic that WRAPS modulo 2^32 (as ONNX MatMulInteger's int32
+// accumulator; every order of summation gives the same bits):
+//
+//   acc[m,n] = Σ_k (x[m,k] − zx)·(w[k,n] − zw[n])  +  bias[n]                      eq. (4)
+//
+// computed in the folded form (eq. (5), with the u8 shift of eq. (8)):
+//
+//   acc[m,n] = Σ_k x'[m,k]·w'[k,n]  −  zw'[n]·Σ_k x'[m,k]  −  zx'·cs[n]  +  bias[n]
+//
+//   x' = x, zx' = zx            for uint8 x
+//   x' = x + 128, zx' = zx + 128 for int8 x  (vpdpbusd takes u8 x s8; the difference
+//                                 x' − zx' = x − zx is unchanged, so the +128·Σw
+//                                 compensation lands in the zx'·cs[n] term)
+//   w' = w, zw' = zw            for int8 w
+//   w' = w − 128, zw' = zw − 128 for uint8 w (again w' − zw' = w − zw)
+//   cs[n] = Σ_k (w[k,n] − zw[n])  the "column sums", computed once at pack time
+//                                 (PackedWeights::column_sums)
+//
+// Σ x'·w' is the micro-kernel's product; the zw' term is skipped when every zw' is 0.
+//
+// Output stage, by out_type (lo/hi: the optional fused clamp, default the type's range):
+//
+//   kS32: y = min(max(acc, lo), hi)
+//   kF32: y = min(max(fl(float32(acc) · multiplier[n]) [+ float_bias[n]], lo), hi)
+//         (dequantization, multiplier = sx·sw[n]; float_bias is added after the
+//          multiply; two float32 roundings, never a fused multiply-add)
+//   kU8/kS8, Requant::kFloat (eq. (6), ONNX / ONNX Runtime semantics, bit-exact with
+//         quanta/kernels/reference/requant.py::requantize):
+//         v = fl(float32(acc) · multiplier[n]);  v = min(max(v, L − zy), H − zy)  (float32)
+//         y = round_half_even(v) + zy
+//   kU8/kS8, Requant::kFixedPoint (eq. (7), gemmlowp / TFLite, bit-exact with
+//         requant.py::requantize_fixed_point):
+//         y = min(max(RDBPOT(SRDHM(acc·2^max(s,0), fixed_multiplier[n]), max(−s,0)) + zy, L), H)
+//         with s = fixed_shift[n]
+//   where L = max(qmin, lo), H = min(qmax, hi) (the clamp is applied in the output's
+//   quantized domain: a fused Relu is lo = zy, Relu6 adds hi = zy + round(6/sy)).
+//
+// float32(acc) rounds to nearest even (|acc| > 2^24 loses bits, as the reference does).
+// round_half_even uses an explicit RNE instruction in the SIMD paths and nearbyint (the
+// current rounding mode, RNE unless the caller changed it) in the portable path.
+//
+// Per-tensor vs per-channel: multiplier / fixed_multiplier / fixed_shift are either one
+// value (per_channel = false) or N values (per_channel = true).
+//
+// Dimensions: M, N and K may each be 0. K = 0 gives acc = bias; M = 0 or N = 0 writes
+// nothing.
+//
+// Buffer ownership: the caller owns x, y, bias, multipliers (read during the call only),
+// the PackedWeights (read-only, shareable between calls and threads) and the Workspace
+// (scratch; one call at a time). qgemm() never allocates: everything it needs beyond the
+// caller's buffers lives in the Workspace, which the caller sizes with
+// qgemm_workspace_bytes() (Workspace::reserve() grows it once; later calls of the same or
+// smaller size reuse it).
+//
+// Threads: num_threads >= 1 splits the N panels (or, when there are fewer panels than
+// threads, the rows) over OpenMP threads. Every output element is computed by the same
+// instruction sequence whatever the split, so the bytes are identical for any
+// num_threads.
+//
+// Alignment: none required of the caller. The packed buffer and the workspace are
+// 64-byte aligned by construction.
+//
+// Layering (docs/kernels.md): entry = bindings_qgemm.cc (checks) -> driver = qgemm.cc
+// (blocking, threads, zero-point folding) -> micro-kernels qgemm_<isa>.cc (one register
+// tile over one K chunk, epilogue fused).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dispatch.h"
+
+namespace quanta {
+namespace qgemm {
+
+enum class OutType : int { kU8 = 0, kS8 = 1, kS32 = 2, kF32 = 3 };
+enum class Requant : int { kNone = 0, kFloat = 1, kFixedPoint = 2 };
+
+// 64-byte aligned, zero-initialised byte buffer.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t bytes) { resize(bytes); }
+  void resize(size_t bytes);  // discards the contents
+  uint8_t* data() { return ptr_.get(); }
+  const uint8_t* data() const { return ptr_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, Free> ptr_;
+  size_t size_ = 0;
+};
+
+// Weights prepacked for one ISA's micro-kernel layout (docs/kernels.md "Packed layout"):
+//   panel p (columns [p·nr, p·nr + nr)), k-group g (rows [g·kr, g·kr + kr)):
+//   data[((p·Kp/kr + g)·nr + j)·kr + t] = w'[g·kr + t, p·nr + j]   (storage type: int8,
+//   or int16 for the AVX2 layout), zero where k >= K or column >= N.
+// Kp = K rounded up to kr. column_sums / zero_point are padded with zeros to
+// n_panels·nr entries so micro-kernels may load whole vectors.
+struct PackedWeights {
+  Isa isa = Isa::kPortable;
+  int nr = 0;             // columns per panel
+  int kr = 0;             // k values per group (4: vpdpbusd, 2: vpmaddwd)
+  int storage_bytes = 1;  // 1 (int8) or 2 (int16)
+  int64_t K = 0, N = 0, Kp = 0, n_panels = 0;
+  bool weights_unsigned = false;   // packed from uint8 weights (w' = w − 128)
+  bool has_zero_point = false;     // some zw'[n] != 0: the row-sum term is needed
+  AlignedBuffer data;
+  AlignedBuffer column_sums;       // int32 [n_panels·nr]: cs[n] = Σ_k (w[k,n] − zw[n])
+  AlignedBuffer zero_point;        // int32 [n_panels·nr]: zw'[n] (weights' domain shifted to s8)
+
+  int64_t padded_n() const { return n_panels * nr; }
+  const int32_t* column_sums_ptr() const { return reinterpret_cast<const int32_t*>(column_sums.data()); }
+  const int32_t* zero_point_ptr() const { return reinterpret_cast<const int32_t*>(zero_point.data()); }
+};
+
+// Packs w [K, N] (row stride w_row_stride elements) for `isa`. zero_point has N entries,
+// or 1 when zero_point_per_channel is false. Weights int8 (w_unsigned = false, zw in
+// [-128, 127]) or uint8 (zw in [0, 255]); the caller checks the ranges.
+std::shared_ptr<PackedWeights> pack_weights(const void* w, bool w_unsigned, int64_t K, int64_t N,
+                                            int64_t w_row_stride, const int32_t* zero_point,
+                                            bool zero_point_per_channel, Isa isa);
+
+// Scratch owned by the caller (one call at a time).
+class Workspace {
+ public:
+  uint8_t* reserve(size_t bytes);  // grows (never shrinks); returns a 64-byte aligned base
+  size_t size() const { return buf_.size(); }
+
+ private:
+  AlignedBuffer buf_;
+};
+
+struct QGemmParams {
+  int64_t M = 0;
+  const void* x = nullptr;   // [M, K] uint8 or int8
+  int64_t x_row_stride = 0;  // elements, >= K
+  bool x_signed = false;
+  int32_t zx = 0;            // in x's dtype range
+  const PackedWeights* w = nullptr;
+  const int32_t* bias = nullptr;        // [N] int32, or null
+  OutType out_type = OutType::kS32;
+  Requant requant = Requant::kNone;     // kFloat or kFixedPoint for kU8/kS8, kNone otherwise
+  const float* multiplier = nullptr;    // kF32 and Requant::kFloat; finite and > 0
+  bool multiplier_per_channel = false;
+  const float* float_bias = nullptr;    // [N], kF32 only, or null
+  const int32_t* fixed_multiplier = nullptr;  // Requant::kFixedPoint: in [0, 2^31)
+  const int32_t* fixed_shift = nullptr;       // Requant::kFixedPoint: in [-31, 30]
+  bool fixed_per_channel = false;
+  int32_t zy = 0;                       // kU8/kS8, in the output's range
+  bool has_clamp = false;
+  double clamp_lo = 0.0, clamp_hi = 0.0;  // in the output's domain; lo <= hi
+  void* y = nullptr;                    // [M, N] of out_type
+  int64_t y_row_stride = 0;             // elements, >= N
+  int num_threads = 1;
+};
+
+// Bytes of workspace qgemm(p) needs (depends on M, K, N, the packed layout, out_type,
+// x_signed and num_threads).
+size_t qgemm_workspace_bytes(const QGemmParams& p);
+
+// Runs the GEMM with the micro-kernel family p.w was packed for (p.w->isa).
+// Precondition: workspace.size() >= qgemm_workspace_bytes(p) (checked; throws
+// std::invalid_argument otherwise, so the hot path never allocates).
+void qgemm(const QGemmParams& p, Workspace& workspace);
+
+// Name of the micro-kernel family for an ISA in the docs/kernels.md grammar, e.g.
+// "qgemm_u8s8_s32_8x32c4__avx512vnni".
+std::string qgemm_kernel_name(Isa isa);
+
+// Measured vpdpbusd throughput in GOPS (2 ops per multiply-add), one thread, register
+// operands only: the machine's int8 peak for benchmarks/kernels.py. Requires avx512vnni.
+double vnni_peak_probe(double seconds);
+
+}  // namespace qgemm
+}  // namespace quanta

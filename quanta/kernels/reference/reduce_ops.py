@@ -1,0 +1,145 @@
+"""Reduction reference ops (ai.onnx): ReduceSum ... ReduceLogSumExp, ArgMax, ArgMin.
+
+``axes`` is an attribute before opset 18 (before 13 for ReduceSum) and an optional input
+from then on; the functions accept either. With no axes (absent or empty) a reduction
+covers every axis, unless ``noop_with_empty_axes=1``, which returns the input unchanged
+(for the ops whose definition composes a pre-step, that step still applies:
+ReduceL1 -> |x|, ReduceL2 -> sqrt(x^2) = |x|, ReduceSumSquare -> x^2, ReduceLogSum ->
+log(x), ReduceLogSumExp -> log(exp(x)); this matches the ONNX reference).
+
+A reduction over zero elements gives the identity of its operation:
+
+    Sum, L1, L2, SumSquare -> 0    Prod -> 1    LogSum, LogSumExp -> -inf
+    Max -> -inf (the type's minimum for integers)    Min -> +inf (the type's maximum)
+    Mean -> NaN (0 / 0)
+
+Results keep the input's element type (integer means truncate toward zero after the
+float division, as numpy's cast does).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from quanta.kernels.reference.registry import OpError, register
+
+
+def _reduce_axes(
+    op: str, ctx, x: np.ndarray, axes_input: np.ndarray | None, axes: list | None, noop: int
+) -> tuple[int, ...] | None:
+    """Normalised axes to reduce, or None when the op is a no-op."""
+    chosen = axes_input if axes_input is not None else axes
+    values = [] if chosen is None else [int(a) for a in np.asarray(chosen).ravel()]
+    if not values:
+        return None if noop else tuple(range(x.ndim))
+    out = []
+    for a in values:
+        if not -x.ndim <= a < max(x.ndim, 1):
+            raise OpError(f"{op}: expected axes in [{-x.ndim}, {x.ndim - 1}], got {a}")
+        out.append(a % max(x.ndim, 1))
+    del ctx  # unused: the attribute/input split is read from which one the node has
+    return tuple(sorted(set(out)))
+
+
+def _empty_fill(x: np.ndarray, kind: str):
+    if kind == "max":
+        return -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min if x.dtype.kind in "iu" else False
+    if kind == "min":
+        return np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).max if x.dtype.kind in "iu" else True
+    raise AssertionError(kind)
+
+
+def _make(op: str, pre, reduce, post) -> None:
+    """Register ``op`` as post(reduce(pre(x), axes)), cast back to x's element type."""
+
+    def fn(
+        ctx,
+        x: np.ndarray,
+        axes_input: np.ndarray | None = None,
+        axes: list | None = None,
+        keepdims: int = 1,
+        noop_with_empty_axes: int = 0,
+    ) -> np.ndarray:
+        red = _reduce_axes(op, ctx, x, axes_input, axes, noop_with_empty_axes)
+        with np.errstate(all="ignore"):
+            y = pre(x)
+            if red is not None:
+                y = reduce(x, y, red, bool(keepdims))
+            y = post(y)
+        return np.asarray(y).astype(x.dtype, copy=False)
+
+    fn.__name__ = fn.__qualname__ = op.lower()
+    register(op)(fn)
+
+
+def _identity(x):
+    return x
+
+
+def _sum(x, y, axes, keep):
+    return np.sum(y, axis=axes, keepdims=keep, dtype=y.dtype)
+
+
+def _prod(x, y, axes, keep):
+    return np.prod(y, axis=axes, keepdims=keep, dtype=y.dtype)
+
+
+def _extreme(kind: str):
+    ufunc = np.maximum if kind == "max" else np.minimum
+
+    def red(x, y, axes, keep):
+        if y.size == 0 or any(y.shape[a] == 0 for a in axes):
+            return ufunc.reduce(y, axis=axes, keepdims=keep, initial=_empty_fill(x, kind))
+        return ufunc.reduce(y, axis=axes, keepdims=keep)
+
+    return red
+
+
+def _mean(x, y, axes, keep):
+    return np.mean(y, axis=axes, keepdims=keep, dtype=np.float64 if x.dtype.kind in "iub" else None)
+
+
+def _logsumexp(x, y, axes, keep):
+    # max-shifted for stability: m + log(sum(exp(x - m))); a non-finite m is shifted by 0
+    m = np.max(y, axis=axes, keepdims=True, initial=-np.inf)
+    m = np.where(np.isfinite(m), m, 0).astype(y.dtype)
+    s = np.log(np.sum(np.exp(y - m), axis=axes, keepdims=True))
+    out = s + m
+    return out if keep else np.squeeze(out, axis=axes)
+
+
+_make("ReduceSum", _identity, _sum, _identity)
+_make("ReduceMean", _identity, _mean, _identity)
+_make("ReduceMax", _identity, _extreme("max"), _identity)
+_make("ReduceMin", _identity, _extreme("min"), _identity)
+_make("ReduceProd", _identity, _prod, _identity)
+_make("ReduceL1", np.abs, _sum, _identity)
+_make("ReduceL2", np.square, _sum, np.sqrt)
+_make("ReduceSumSquare", np.square, _sum, _identity)
+_make("ReduceLogSum", _identity, _sum, np.log)
+_make("ReduceLogSumExp", _identity, _logsumexp, _identity)
+
+
+def _arg(op: str, fn, ctx, x: np.ndarray, axis: int, keepdims: int, select_last_index: int) -> np.ndarray:
+    del ctx  # unused
+    if not -x.ndim <= axis < max(x.ndim, 1):
+        raise OpError(f"{op}: expected axis in [{-x.ndim}, {x.ndim - 1}], got {axis}")
+    axis = axis % max(x.ndim, 1)
+    n = x.shape[axis]
+    if n == 0:
+        raise OpError(f"{op}: expected a non-empty axis {axis}, got shape {x.shape}")
+    if select_last_index:
+        idx = n - 1 - fn(np.flip(x, axis), axis=axis, keepdims=bool(keepdims))
+    else:
+        idx = fn(x, axis=axis, keepdims=bool(keepdims))
+    return np.asarray(idx, dtype=np.int64)
+
+
+@register("ArgMax")
+def argmax(ctx, x: np.ndarray, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> np.ndarray:
+    return _arg("ArgMax", np.argmax, ctx, x, axis, keepdims, select_last_index)
+
+
+@register("ArgMin")
+def argmin(ctx, x: np.ndarray, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> np.ndarray:
+    return _arg("ArgMin", np.argmin, ctx, x, axis, keepdims, select_last_index)

@@ -1,0 +1,202 @@
+"""ONNX import/export: round trips through ONNX Runtime, bad input, external data,
+atomic and deterministic saving."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from quanta.ir.onnx_io import ModelLoadError, load, save, to_proto
+from quanta.ir.types import F32, I8, U8, QuantType
+from tests.ir import models
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def ort_run(path_or_bytes, feeds):
+    sess = ort.InferenceSession(path_or_bytes, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def feeds_for(proto: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in proto.graph.input:
+        dims = [d.dim_value if d.HasField("dim_value") else 2 for d in i.type.tensor_type.shape.dim]
+        out[i.name] = rng.standard_normal(dims).astype(np.float32)
+    return out
+
+
+@pytest.mark.parametrize("build", [models.float_cnn, models.qdq_conv, models.qoperator], ids=lambda f: f.__name__)
+def test_round_trip_gives_ort_the_same_outputs(tmp_path, build):
+    proto = build()
+    src = tmp_path / "in.onnx"
+    onnx.save(proto, src)
+    dst = tmp_path / "out.onnx"
+    save(load(src), dst)
+    feeds = feeds_for(proto)
+    for a, b in zip(ort_run(str(src), feeds), ort_run(str(dst), feeds)):
+        np.testing.assert_array_equal(a, b)  # 0: same graph, same runtime, same inputs
+
+
+def test_qdq_import_gives_quantized_types_and_export_gives_back_storage_types(tmp_path):
+    m = load(models.qdq_conv())
+    g = m.graph
+    assert g.value("xq").type.elem == QuantType(U8, F32, 0.02, 131)
+    w = g.value("wq").type.elem
+    assert isinstance(w, QuantType) and w.axis == 0 and w.storage == I8 and len(w.scale) == 7
+    assert g.value("cq").type.elem == QuantType(U8, F32, 0.07, 119)
+    proto = to_proto(m)
+    vi = {v.name: v.type.tensor_type.elem_type for v in proto.graph.value_info}
+    assert vi["xq"] == TensorProto.UINT8 and vi["cq"] == TensorProto.UINT8
+
+
+def test_qoperator_import_types_every_operand():
+    g = load(models.qoperator()).graph
+    assert g.value("c").type.elem == QuantType(U8, F32, 0.09, 117)
+    assert g.value("a").type.elem == QuantType(U8, F32, 0.11, 121)
+    assert g.value("gp").type.elem == QuantType(U8, F32, 0.05, 126)
+    assert g.value("w").type.elem.axis == 0
+
+
+def test_save_is_deterministic(tmp_path):
+    m = load(models.qdq_conv())
+    save(m, tmp_path / "a.onnx")
+    save(load(models.qdq_conv()), tmp_path / "b.onnx")
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+
+
+def test_save_refuses_to_overwrite_the_input(tmp_path):
+    src = tmp_path / "m.onnx"
+    onnx.save(models.float_cnn(), src)
+    before = src.read_bytes()
+    with pytest.raises(FileExistsError, match="refusing to overwrite the input model"):
+        save(load(src), src)
+    assert src.read_bytes() == before
+
+
+def test_save_leaves_no_partial_file_when_the_model_is_invalid(tmp_path):
+    m = load(models.float_cnn())
+    m.graph.nodes[0].op_type = "NoSuchOp"
+    with pytest.raises(ValueError, match="refusing to write an invalid model"):
+        save(m, tmp_path / "out.onnx")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("opset", [13, 17, 21, onnx.defs.onnx_opset_version()])
+def test_load_accepts_opsets_13_to_newest(opset):
+    m = load(models.float_cnn(opset=opset))
+    assert m.opset() == opset
+
+
+# -- bad input: one line naming the file, node or tensor ----------------------------
+
+
+def test_load_truncated_file(tmp_path):
+    p = tmp_path / "t.onnx"
+    p.write_bytes(models.float_cnn().SerializeToString()[:150])
+    with pytest.raises(ModelLoadError) as e:
+        load(p)
+    assert str(e.value).startswith(f"{p}: not a valid ONNX model")
+    assert "\n" not in str(e.value)
+
+
+def test_load_not_onnx(tmp_path):
+    p = tmp_path / "x.onnx"
+    p.write_text("hello, I am not a model\n")
+    with pytest.raises(ModelLoadError, match=r"x.onnx: not a valid ONNX model"):
+        load(p)
+
+
+def test_load_missing_initializer():
+    proto = models.float_cnn()
+    del proto.graph.initializer[0]  # "w"
+    with pytest.raises(ModelLoadError) as e:
+        load(proto)
+    assert str(e.value) == (
+        "model: node 'conv' (Conv) uses 'w', which is not a graph input, an initializer or the output "
+        "of any node (missing initializer?)"
+    )
+
+
+def test_load_cyclic_graph():
+    nodes = [
+        helper.make_node("Relu", ["b"], ["a"], name="n1"),
+        helper.make_node("Neg", ["a"], ["b"], name="n2"),
+        helper.make_node("Add", ["x", "b"], ["y"], name="n3"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "cyc",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    with pytest.raises(ModelLoadError, match=r"model: graph has a cycle through"):
+        load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_load_unknown_operator_names_the_node():
+    proto = models.float_cnn()
+    proto.graph.node[1].op_type = "Relux"
+    with pytest.raises(ModelLoadError) as e:
+        load(proto)
+    msg = str(e.value)
+    assert msg.startswith("model: ONNX checker: No Op registered for Relux") and "relu" in msg
+    assert "\n" not in msg
+
+
+def _external_model(tmp_path, location: str):
+    w = numpy_helper.from_array(np.arange(64, dtype=np.float32).reshape(8, 8), "w")
+    w.data_location = TensorProto.EXTERNAL
+    w.ClearField("raw_data")
+    for k, v in [("location", location), ("offset", "0"), ("length", "256")]:
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "ext",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+        [w],
+    )
+    path = tmp_path / "model" / "m.onnx"
+    path.parent.mkdir()
+    path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    return path
+
+
+def test_load_external_data_inside_the_folder(tmp_path):
+    path = _external_model(tmp_path, "weights.bin")
+    (path.parent / "weights.bin").write_bytes(np.arange(64, dtype=np.float32).tobytes())
+    m = load(path)
+    np.testing.assert_array_equal(m.graph.initializers["w"].const, np.arange(64, dtype=np.float32).reshape(8, 8))
+
+
+@pytest.mark.parametrize("location", ["../secret.bin", "sub/../../secret.bin"])
+def test_load_external_data_refuses_paths_escaping_the_folder(tmp_path, location):
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 256)
+    path = _external_model(tmp_path, location)
+    with pytest.raises(ModelLoadError) as e:
+        load(path)
+    assert f"tensor 'w' external data location '{location}' escapes the model's folder" in str(e.value)
+
+
+def test_load_external_data_refuses_absolute_paths(tmp_path):
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"\0" * 256)
+    path = _external_model(tmp_path, str(secret))
+    with pytest.raises(ModelLoadError, match=r"is absolute; expected a path inside the model's folder"):
+        load(path)
+
+
+def test_load_external_data_refuses_symlink_out_of_the_folder(tmp_path):
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"\0" * 256)
+    path = _external_model(tmp_path, "link.bin")
+    os.symlink(secret, path.parent / "link.bin")
+    with pytest.raises(ModelLoadError, match=r"escapes the model's folder"):
+        load(path)
