@@ -101,8 +101,8 @@ def expand_param(
         expand_param(np.ones(3), (2, 4), axis=1, block=None)   # Incorrect: 3 scales, axis 1 has 4
         expand_param(np.ones(4), (2, 4), axis=1, block=None)   # Correct
 
-    >>> expand_param(np.array([1.0, 2.0]), (2, 3), axis=1, block=2).tolist()
-    [[1.0, 1.0, 2.0], [1.0, 1.0, 2.0]]
+    >>> expand_param(np.array([[1.0, 2.0], [3.0, 4.0]]), (2, 3), axis=1, block=2).tolist()
+    [[1.0, 1.0, 2.0], [3.0, 3.0, 4.0]]
     """
     param = np.asarray(param)
     if param.size == 1:
@@ -126,7 +126,7 @@ def expand_param(
     if block < 0:
         raise OpError(f"block_size: expected a positive integer, got {block}")
     n_blocks = math.ceil(dim / block)
-    expected = tuple(x_shape[:axis]) + (n_blocks,) + tuple(x_shape[axis + 1 :])
+    expected = (*x_shape[:axis], n_blocks, *x_shape[axis + 1 :])
     if param.shape != expected:
         raise OpError(
             f"{what}: expected shape {expected} for blocked quantization (input shape {tuple(x_shape)}, "

@@ -1,0 +1,189 @@
+// Internal interface between the qgemm driver (qgemm.cc) and the micro-kernel families
+// (qgemm_<isa>.cc): the fixed layouts, the per-call epilogue constants, the tile call,
+// and the scalar arithmetic every family shares for its epilogue (so the portable path
+// and the SIMD tails are the same code).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "qgemm/qgemm.h"
+
+namespace quanta {
+namespace qgemm {
+
+// The packed layout is part of the micro-kernel's type (ruy FixedKernelLayout): NR
+// columns per panel, KR consecutive k per group, weight storage type, and the A-side
+// (x') element type the kernel reads. MR is the register tile height.
+template <int MR_, int NR_, int KR_, typename WStorage, typename AStorage>
+struct FixedKernelLayout {
+  static constexpr int kMR = MR_;
+  static constexpr int kNR = NR_;
+  static constexpr int kKR = KR_;
+  using WeightStorage = WStorage;
+  using ActivationStorage = AStorage;
+};
+
+// qgemm_u8s8_s32_4x16c4__portable: plain C++ over the vpdpbusd-shaped layout.
+using PortableLayout = FixedKernelLayout<4, 16, 4, int8_t, uint8_t>;
+// qgemm_u8s8_s32_4x16c2__avx2: vpmaddwd on int16 operands (x' zero-extended, w
+// sign-extended at pack time), which cannot saturate: |x'0·w0 + x'1·w1| <= 2·255·128
+// < 2^31. (vpmaddubsw would saturate its int16 pair sums at 2·255·127 > 2^15 − 1.)
+using Avx2Layout = FixedKernelLayout<4, 16, 2, int16_t, int16_t>;
+// qgemm_u8s8_s32_8x32c4__avx512vnni: vpdpbusd, 8 rows x 2 zmm of int32 accumulators.
+using Avx512VnniLayout = FixedKernelLayout<8, 32, 4, int8_t, uint8_t>;
+
+enum class EpiKind : int { kS32, kF32, kQ8Float, kQ8Fixed };
+
+// Per-call constants of the fused output stage. Column arrays are padded to
+// n_panels·NR entries (zeros), so whole-vector loads never leave them.
+struct Epilogue {
+  EpiKind kind = EpiKind::kS32;
+  bool y_signed = false;           // kQ8*: int8 (true) or uint8 output
+  const int32_t* colterm = nullptr;  // bias[n] − zx'·cs[n]  (wrapping)
+  const int32_t* zw = nullptr;       // zw'[n], or null when every zw' is 0
+  const int32_t* rowsum = nullptr;   // Σ_k x'[m,k] (when zw)
+  const float* multiplier = nullptr; // kF32, kQ8Float
+  const float* float_bias = nullptr; // kF32, or null
+  const int32_t* fixed_multiplier = nullptr;  // kQ8Fixed
+  const int32_t* fixed_shift = nullptr;       // kQ8Fixed
+  int32_t zy = 0;
+  int32_t lo = 0, hi = 0;          // kS32: clamp; kQ8*: L, H of the contract (quantized)
+  float lo_minus_zy = 0.f, hi_minus_zy = 0.f;  // kQ8Float: L − zy, H − zy
+  float flo = 0.f, fhi = 0.f;      // kF32 clamp
+  void* y = nullptr;
+  int64_t y_row_stride = 0;        // elements
+};
+
+// One call: rows [m0, m0 + rows) of the A block x one NR panel x one K chunk.
+struct TileArgs {
+  const void* a = nullptr;   // x' at (row m0, k = k0), ActivationStorage elements
+  int64_t a_row_stride = 0;  // elements
+  int64_t rows = 0;          // processed in MR-row tiles; the last may be shorter
+  int64_t kc = 0;            // chunk length, a multiple of KR (may be 0)
+  const void* b = nullptr;   // packed panel at group k0 / KR
+  int32_t* partial = nullptr;  // rows x NR int32 (row stride NR): sums of earlier chunks
+  bool accumulate = false;   // start from `partial` instead of 0
+  bool finish = false;       // last chunk: run the epilogue; else store sums to `partial`
+  const Epilogue* epi = nullptr;
+  int64_t m0 = 0, n0 = 0;    // output origin
+  int cols = 0;              // valid columns of the panel (<= NR)
+};
+
+using TileFn = void (*)(const TileArgs&);
+
+// Activation packing (pack.cc): rows [m_begin, m_end) of x -> x' rows of Kp elements
+// (x' = x for uint8, x ^ 0x80 = x + 128 for int8; zeros in [K, Kp)).
+void pack_activations_u8(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp,
+                         int64_t m_begin, int64_t m_end, uint8_t* dst);
+void pack_activations_s16(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp,
+                          int64_t m_begin, int64_t m_end, int16_t* dst);
+// rowsum[m] = Σ_k x'[m,k] for m in [m_begin, m_end).
+void activation_row_sums(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t m_begin,
+                         int64_t m_end, int32_t* rowsum);
+
+void qgemm_tiles_portable(const TileArgs& t);
+void qgemm_tiles_avx2(const TileArgs& t);
+void qgemm_tiles_avx512vnni(const TileArgs& t);
+double vnni_peak_probe_avx512vnni(double seconds);
+
+// ---------------------------------------------------------------------------------------
+// Scalar arithmetic shared by every family (int32 wraps: computed in uint32).
+// ---------------------------------------------------------------------------------------
+
+inline int32_t wrapping_add(int32_t a, int32_t b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+}
+inline int32_t wrapping_sub(int32_t a, int32_t b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(a) - static_cast<uint32_t>(b));
+}
+inline int32_t wrapping_mul(int32_t a, int32_t b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(a) * static_cast<uint32_t>(b));
+}
+
+// gemmlowp SaturatingRoundingDoublingHighMul: floor(a·b / 2^31 + 1/2) (ties up), with
+// INT32_MIN·INT32_MIN saturating to INT32_MAX (requant.py).
+inline int32_t srdhm(int32_t a, int32_t b) {
+  if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
+  const int64_t ab = static_cast<int64_t>(a) * static_cast<int64_t>(b);
+  const int64_t nudge = ab >= 0 ? (int64_t{1} << 30) : (1 - (int64_t{1} << 30));
+  return static_cast<int32_t>((ab + nudge) / (int64_t{1} << 31));  // C++ truncates toward 0
+}
+
+// gemmlowp RoundingDivideByPOT: x / 2^e rounded half away from zero, 0 <= e <= 31.
+inline int32_t rdbpot(int32_t x, int e) {
+  const int64_t mask = (int64_t{1} << e) - 1;
+  const int64_t x64 = x;
+  const int64_t remainder = x64 & mask;
+  const int64_t threshold = (mask >> 1) + (x64 < 0 ? 1 : 0);
+  return static_cast<int32_t>((x64 >> e) + (remainder > threshold ? 1 : 0));
+}
+
+// TFLite MultiplyByQuantizedMultiplier (eq. (7)); acc·2^left wraps as int32.
+inline int32_t fixed_point_scale(int32_t acc, int32_t multiplier, int32_t shift) {
+  const int left = shift > 0 ? shift : 0;
+  const int right = shift > 0 ? 0 : -shift;
+  const int32_t shifted = static_cast<int32_t>(static_cast<uint32_t>(acc) << left);
+  return rdbpot(srdhm(shifted, multiplier), right);
+}
+
+// The output stage for one element; `acc` already holds every folded term (eq. (5)).
+inline void finish_element(int32_t acc, const Epilogue& e, int64_t m, int64_t n) {
+  const int64_t at = m * e.y_row_stride + n;
+  switch (e.kind) {
+    case EpiKind::kS32: {
+      int32_t v = acc < e.lo ? e.lo : acc;
+      v = v > e.hi ? e.hi : v;
+      static_cast<int32_t*>(e.y)[at] = v;
+      return;
+    }
+    case EpiKind::kF32: {
+      float v = static_cast<float>(acc) * e.multiplier[n];
+      if (e.float_bias) v = v + e.float_bias[n];
+      v = v < e.flo ? e.flo : v;
+      v = v > e.fhi ? e.fhi : v;
+      static_cast<float*>(e.y)[at] = v;
+      return;
+    }
+    case EpiKind::kQ8Float: {
+      float v = static_cast<float>(acc) * e.multiplier[n];
+      v = v < e.lo_minus_zy ? e.lo_minus_zy : v;
+      v = v > e.hi_minus_zy ? e.hi_minus_zy : v;
+      const int32_t q = static_cast<int32_t>(std::nearbyint(v)) + e.zy;
+      if (e.y_signed) {
+        static_cast<int8_t*>(e.y)[at] = static_cast<int8_t>(q);
+      } else {
+        static_cast<uint8_t*>(e.y)[at] = static_cast<uint8_t>(q);
+      }
+      return;
+    }
+    case EpiKind::kQ8Fixed: {
+      const int64_t s = static_cast<int64_t>(fixed_point_scale(acc, e.fixed_multiplier[n], e.fixed_shift[n])) + e.zy;
+      const int32_t q = static_cast<int32_t>(s < e.lo ? e.lo : (s > e.hi ? e.hi : s));
+      if (e.y_signed) {
+        static_cast<int8_t*>(e.y)[at] = static_cast<int8_t>(q);
+      } else {
+        static_cast<uint8_t*>(e.y)[at] = static_cast<uint8_t>(q);
+      }
+      return;
+    }
+  }
+}
+
+// acc with the folded zero-point and bias terms, scalar form (eq. (5)).
+inline int32_t fold_terms(int32_t product, const Epilogue& e, int64_t m, int64_t n) {
+  int32_t acc = wrapping_add(product, e.colterm[n]);
+  if (e.zw) acc = wrapping_sub(acc, wrapping_mul(e.zw[n], e.rowsum[m]));
+  return acc;
+}
+
+template <typename T>
+inline T load_unaligned(const void* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+}  // namespace qgemm
+}  // namespace quanta
