@@ -8,7 +8,7 @@ definition of the numerics; other targets are tested bit-exact against it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -28,8 +28,18 @@ class Executable(ABC):
     fallbacks: list[tuple[str, str, str]]
 
     @abstractmethod
-    def run(self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str]) -> list[np.ndarray]:
-        """Run on validated feeds; return the named outputs in order."""
+    def run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        output_names: Sequence[str],
+        *,
+        on_value: Callable[[str, np.ndarray], None] | None = None,
+    ) -> list[np.ndarray]:
+        """Run on validated feeds; return the named outputs in order.
+
+        ``on_value(name, array)`` is called for every value a node produces, as soon as
+        it is produced (calibration observes activations this way without keeping
+        them alive)."""
 
 
 class Target(ABC):

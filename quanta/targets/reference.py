@@ -44,7 +44,13 @@ class ReferenceExecutable(Executable):
         self.constants = constants
         self.fallbacks = []
 
-    def run(self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str]) -> list[np.ndarray]:
+    def run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        output_names: Sequence[str],
+        *,
+        on_value: Callable[[str, np.ndarray], None] | None = None,
+    ) -> list[np.ndarray]:
         env: dict[str, np.ndarray] = dict(self.constants)
         env.update(feeds)
         keep = set(output_names)
@@ -60,6 +66,8 @@ class ReferenceExecutable(Executable):
             for name, arr in zip(step.outputs, result):
                 if name:
                     env[name] = arr
+                    if on_value is not None:
+                        on_value(name, arr)
             for name in step.free_after:
                 if name not in keep:
                     env.pop(name, None)

@@ -28,4 +28,5 @@ PYBIND11_MODULE(_native, m) {
         "Force one ISA variant (tests compare every variant pairwise).");
   m.def("clear_isa", [] { clear_isa_override(); });
   register_quantize(m);
+  register_qgemm(m);
 }

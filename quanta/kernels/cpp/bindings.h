@@ -15,6 +15,7 @@ namespace py = pybind11;
 
 // One registration function per kernel family (bindings_<family>.cc).
 void register_quantize(py::module_& m);
+void register_qgemm(py::module_& m);
 
 template <typename T>
 py::array_t<T, py::array::c_style> require_array(const py::handle& obj, const char* what) {

@@ -184,7 +184,9 @@ def im2col(x: np.ndarray, geom: ConvGeometry, pad_value: int | float = 0) -> np.
     return np.ascontiguousarray(win.transpose(order))
 
 
-def conv_nd(x: np.ndarray, w: np.ndarray, geom: ConvGeometry, group: int = 1, pad_value: int | float = 0) -> np.ndarray:
+def conv_nd(
+    x: np.ndarray, w: np.ndarray, geom: ConvGeometry, group: int = 1, pad_value: int | float = 0
+) -> np.ndarray:
     """Grouped N-d convolution (cross-correlation, as ONNX Conv) in the dtype of ``x``/``w``.
 
     ``y[n, g·Mg + m, o] = Σ_{c < C/group, k} w[g·Mg + m, c, k] · x_pad[n, g·C/group + c, o·s + k·d]``.

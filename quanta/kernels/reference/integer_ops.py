@@ -64,7 +64,9 @@ def a_param(p: np.ndarray | None, a_shape: tuple[int, ...], what: str) -> np.nda
         return p.reshape(m, 1)
     if p.ndim >= 2 and p.shape[-1] == 1 and p.shape[-2] == m:
         return p
-    raise OpError(f"{what}: expected a scalar, [{m}] or [..., {m}, 1] (per row of shape {a_shape}), got shape {p.shape}")
+    raise OpError(
+        f"{what}: expected a scalar, [{m}] or [..., {m}, 1] (per row of shape {a_shape}), got shape {p.shape}"
+    )
 
 
 def b_param(p: np.ndarray | None, b_shape: tuple[int, ...], what: str) -> np.ndarray:
@@ -81,7 +83,9 @@ def b_param(p: np.ndarray | None, b_shape: tuple[int, ...], what: str) -> np.nda
         return p
     if p.ndim >= 2 and p.shape[-2] == 1 and p.shape[-1] == n:
         return p
-    raise OpError(f"{what}: expected a scalar, [{n}] or [..., 1, {n}] (per column of shape {b_shape}), got shape {p.shape}")
+    raise OpError(
+        f"{what}: expected a scalar, [{n}] or [..., 1, {n}] (per column of shape {b_shape}), got shape {p.shape}"
+    )
 
 
 def _check_eight_bit(name: str, v: np.ndarray) -> None:
@@ -144,7 +148,9 @@ def _w_channel_param(p: np.ndarray | None, m_out: int, w_ndim: int, what: str) -
     if p.size == 1:
         return p.reshape(())
     if p.ndim != 1 or p.shape[0] != m_out:
-        raise OpError(f"{what}: expected a scalar or a 1-D tensor of {m_out} (output channels), got shape {p.shape}")
+        raise OpError(
+            f"{what}: expected a scalar or a 1-D tensor of {m_out} (output channels), got shape {p.shape}"
+        )
     return p.reshape((m_out,) + (1,) * (w_ndim - 1))
 
 
@@ -176,10 +182,14 @@ def conv_integer(
     x = np.asarray(x)
     w = np.asarray(w)
     if x.ndim < 3 or w.ndim != x.ndim:
-        raise OpError(f"ConvInteger: expected x (N, C, ...) and w (M, C/group, ...) of equal rank >= 3, got {x.shape}, {w.shape}")
+        raise OpError(
+            f"ConvInteger: expected x (N, C, ...) and w (M, C/group, ...) of equal rank >= 3, got {x.shape}, {w.shape}"
+        )
     geom = geometry or conv_attrs(x.shape, w.shape[2:], **attrs)
     zx = _scalar_param(None if x_zero_point is None else np.asarray(x_zero_point), "x_zero_point")
-    zw = _w_channel_param(None if w_zero_point is None else np.asarray(w_zero_point), w.shape[0], w.ndim, "w_zero_point")
+    zw = _w_channel_param(
+        None if w_zero_point is None else np.asarray(w_zero_point), w.shape[0], w.ndim, "w_zero_point"
+    )
     x64 = x.astype(np.int64) - zx.astype(np.int64)
     w64 = w.astype(np.int64) - zw.astype(np.int64)
     return wrap_int32(conv_nd(x64, w64, geom, group, pad_value=0))
@@ -207,7 +217,10 @@ def conv_integer_loops(
                 total = 0
                 for c in range(cg):
                     for k in itertools.product(*(range(v) for v in geom.kernel_shape)):
-                        pos = [o[i] * geom.strides[i] + k[i] * geom.dilations[i] - geom.pads[i] for i in range(nsp)]
+                        pos = [
+                            o[i] * geom.strides[i] + k[i] * geom.dilations[i] - geom.pads[i]
+                            for i in range(nsp)
+                        ]
                         if all(0 <= pos[i] < x.shape[2 + i] for i in range(nsp)):
                             xv = int(x[(n, g * cg + c, *pos)]) - int(x_zero_point)
                         else:

@@ -308,6 +308,13 @@ def _parse_number(s: str) -> float:
     return float(t)  # "nan", "1e-5", "100.5" ...
 
 
+def _parse_int(s: str) -> int:
+    try:
+        return int(s.strip())
+    except ValueError:  # "100.5" -> 100 (undefined in ONNX; truncation as for floats)
+        return int(_parse_number(s))
+
+
 def _to_string(x: np.ndarray) -> np.ndarray:
     """Numbers -> str in plain notation (numpy's shortest round-trip form of each
     element type); NaN and ±Inf use the literals ONNX reserves ("NaN", "INF", "-INF")."""
@@ -332,12 +339,16 @@ def _cast_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
 
     The float32 exponent field is the result; a non-zero mantissa rounds it by
     ``round_mode``: "up" (the default, as CUDA does) adds one, "down" truncates,
-    "nearest" rounds to nearest, ties to even. With ``saturate`` Inf and overflow give
-    E8M0_MAX (254); without, they give NaN, and so do zero and values below E8M0_MIN
-    (the ONNX Cast table; onnx.reference maps Inf to NaN even with saturate).
-    Negative inputs are undefined in ONNX; their sign is ignored here.
+    "nearest" adds one from half the mantissa range up (a tie, exactly 1.5 * 2^e, rounds
+    up for normal inputs, as onnx.reference does; e8m0 has no mantissa bit to be even).
+    With ``saturate`` Inf and overflow give E8M0_MAX (254) and zero gives E8M0_MIN (0);
+    without, those give NaN (the ONNX Cast table; onnx.reference maps Inf to NaN even
+    with ``saturate``, and 0 to E8M0_MIN without it). Non-zero values below E8M0_MIN
+    round like any other (to 2^-127, or up to 2^-126), in both modes. Negative inputs
+    are undefined in ONNX; their sign is ignored here.
     """
-    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    x32 = np.asarray(x, dtype=np.float32)
+    bits = x32.view(np.uint32)
     exponent = ((bits >> 23) & 0xFF).astype(np.int32)
     mantissa = bits & 0x7FFFFF
     special = exponent == 0xFF
@@ -346,19 +357,15 @@ def _cast_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
     elif round_mode == "nearest":
         half = (mantissa & 0x400000) != 0
         rest = (mantissa & 0x3FFFFF) != 0
-        # ties (exactly 1.5 * 2^e) go to the even exponent; e8m0 has no mantissa, so
-        # "even" is the exponent's lowest bit.
-        exponent = exponent + (half & (rest | ((exponent & 1) == 1)))
+        exponent = exponent + (half & (rest | (exponent > 0)))
     elif round_mode != "down":
         raise OpError(f"Cast: expected round_mode 'up', 'down' or 'nearest', got {round_mode!r}")
-    is_nan = np.isnan(np.asarray(x, dtype=np.float32))
     if saturate:
-        out = np.clip(exponent, 0, 0xFE)
-        out = np.where(special, 0xFE, out)
+        out = np.where(special, 0xFE, np.minimum(exponent, 0xFE))
     else:
         zero = (bits & 0x7FFFFFFF) == 0
         out = np.where(special | (exponent > 0xFE) | zero, 0xFF, exponent)
-    out = np.where(is_nan, 0xFF, out)
+    out = np.where(np.isnan(x32), 0xFF, out)
     return out.astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
 
 
@@ -369,14 +376,18 @@ def cast_to(x: np.ndarray, to: int, saturate: int = 1, round_mode: str = "up") -
     if to == STRING:
         return x.copy() if x.dtype == object else _to_string(x)
     if x.dtype == object or x.dtype.kind in "US":
-        values = np.array([_parse_number(str(s)) for s in x.ravel()], dtype=np.float64)
-        x = values.reshape(x.shape)
+        if dtype.kind in "iu":  # exact for integers beyond 2^53 ("9007199254740993")
+            parsed = [_parse_int(str(s)) for s in x.ravel()]
+            return np.array(parsed, dtype=object).reshape(x.shape).astype(dtype)
+        x = np.array([_parse_number(str(s)) for s in x.ravel()], dtype=np.float64).reshape(x.shape)
     if to == _E8M0:
         return _cast_e8m0(x.astype(np.float32), bool(saturate), round_mode)
-    if to in _FLOAT8 and saturate and x.dtype.kind in "fV":
+    if to in _FLOAT8 and saturate and x.dtype != np.bool_:
         info = ml_dtypes.finfo(dtype)
         # Inf and anything that would round above FLT_MAX become ±FLT_MAX; NaN stays.
-        wide = x.astype(np.float32)
+        # Clipping in the source float type (float32 for the others, exact for them)
+        # keeps one rounding step, float64 -> float8 directly.
+        wide = x if x.dtype in (np.float16, np.float32, np.float64) else x.astype(np.float32)
         return np.clip(wide, float(info.min), float(info.max)).astype(dtype)
     with np.errstate(all="ignore"):
         return np.asarray(x.astype(dtype))

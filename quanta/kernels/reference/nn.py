@@ -206,8 +206,8 @@ def clip(
     lo: np.ndarray | None = None,
     hi: np.ndarray | None = None,
     *,
-    min: float | None = None,  # noqa: A002 - ONNX attribute names (opset < 11)
-    max: float | None = None,  # noqa: A002
+    min: float | None = None,  # ONNX attribute names (opset < 11)
+    max: float | None = None,
 ) -> np.ndarray:
     """y = min(max(x, lo), hi): bounds are attributes before opset 11, optional scalar
     inputs from 11 on. When lo > hi every element becomes hi (min applied last)."""
@@ -237,8 +237,8 @@ def gemm(
     *,
     alpha: float = 1.0,
     beta: float = 1.0,
-    transA: int = 0,  # noqa: N803 - ONNX attribute name
-    transB: int = 0,  # noqa: N803
+    transA: int = 0,  # ONNX attribute names
+    transB: int = 0,
 ) -> np.ndarray:
     """Y = alpha * A' @ B' + beta * C, A' = A.T if transA, B' = B.T if transB; C broadcasts
     unidirectionally to (M, N). Integer inputs accumulate in their own type."""

@@ -1,28 +1,22 @@
-"""Float convolutions (ai.onnx Conv, ConvTranspose, Col2Im) and the window geometry they
-share with pooling (nn_pool.py).
+"""Float convolutions (ai.onnx Conv, ConvTranspose, Col2Im).
 
-Geometry, per spatial axis, with input size ``n``, kernel ``k``, stride ``s``, dilation
-``d`` and the dilated extent ``dk = (k - 1) * d + 1``:
+Window geometry (pads from auto_pad, output sizes) and im2col come from conv_geometry.py,
+shared with the quantized convolutions and the pools.
 
-    (1) explicit pads:  out = floor((n + pad_begin + pad_end - dk) / s) + 1
-    (2) ceil_mode:      out = ceil(...) of (1), minus 1 when that last window would start
-                        beyond the input and its begin padding ((out - 1) * s >= n + pad_begin)
-    (3) SAME_UPPER / SAME_LOWER: out = ceil(n / s),
-                        total = max(0, (out - 1) * s + dk - n); UPPER puts total // 2 at the
-                        begin (the odd element at the end), LOWER puts it at the end
-    (4) VALID:          pads 0, out from (1)
+Conv is im2col + one matmul per group (conv_geometry.conv_nd), computed in float32 for
+narrower float inputs:
 
-Conv is im2col + one matmul per group:
+    y[n, g*M/G + m, p] = sum_(c, k) w[g*M/G + m, c, k] * x_padded[n, g*C/G + c, p*s + k*d] + b[m]
 
-    cols[n, g, (c, kernel offset), p] = x_padded[n, g*C/G + c, p*s + kernel offset*d]
-    y[n, g*M/G + m, p]                = sum_(c, k) w[g*M/G + m, c, k] * cols[n, g, (c, k), p] + b
+ConvTranspose is its adjoint. One matmul gives every input position's contribution to
+each kernel offset, and col2im scatter-adds them into an output canvas:
 
-ConvTranspose is the adjoint: a matmul gives every input position's contribution to each
-kernel offset, and those are scatter-added (col2im) into an output canvas at ``i*s + k*d``;
-the canvas is then cropped by the pads (or zero-extended when they are negative).
+    canvas[n, g*M/G + m, i*s + k*d] += sum_c w[g*C/G + c, m, k] * x[n, g*C/G + c, i]
 
-conv_geometry.py (owned by the quantized-ops helper) did not exist when this module was
-written, so the geometry lives here; ops reuse :func:`window_geometry`.
+The canvas has ``full = s * (in - 1) + d * (k - 1) + 1`` positions per axis; the output is
+``canvas[pad_begin : pad_begin + out]``, reading zero outside the canvas (output_padding,
+or a negative pad_begin derived from output_shape). Col2Im is the same scatter without the
+matmul: its input already holds the columns.
 """
 
 from __future__ import annotations
@@ -32,118 +26,18 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
+from quanta.kernels.reference.conv_geometry import conv_attrs, conv_nd
 from quanta.kernels.reference.nn import compute_dtype, from_compute, to_compute
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
-__all__ = ["conv_windows", "spatial_defaults", "window_geometry"]
-
-
-# --------------------------------------------------------------------------- geometry
-
-
-def spatial_defaults(
-    op: str,
-    n_spatial: int,
-    kernel_shape: Sequence[int],
-    strides: Sequence[int] | None,
-    dilations: Sequence[int] | None,
-    pads: Sequence[int] | None,
-) -> tuple[list[int], list[int], list[int]]:
-    """strides, dilations, pads with their ONNX defaults (1, 1, 0), checked for length."""
-    strides = [1] * n_spatial if strides is None else list(strides)
-    dilations = [1] * n_spatial if dilations is None else list(dilations)
-    pads = [0] * (2 * n_spatial) if pads is None else list(pads)
-    for name, value, n in (("kernel_shape", kernel_shape, n_spatial), ("strides", strides, n_spatial),
-                           ("dilations", dilations, n_spatial), ("pads", pads, 2 * n_spatial)):
-        if len(value) != n:
-            raise OpError(f"{op}: {name} expected {n} values for {n_spatial} spatial axes, got {list(value)}")
-    if min(strides) < 1 or min(dilations) < 1:
-        raise OpError(f"{op}: strides and dilations expected >= 1, got {strides} and {dilations}")
-    return strides, dilations, pads
-
-
-def window_geometry(
-    op: str,
-    in_shape: Sequence[int],
-    kernel_shape: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    pads: Sequence[int],
-    auto_pad: str = "NOTSET",
-    ceil_mode: int = 0,
-) -> tuple[list[int], list[int], list[int]]:
-    """(pads_begin, pads_end, out_shape) for a sliding window; equations (1)-(4)."""
-    n_spatial = len(in_shape)
-    begin, end, out = [], [], []
-    for i in range(n_spatial):
-        n, k, s, d = in_shape[i], kernel_shape[i], strides[i], dilations[i]
-        dk = (k - 1) * d + 1
-        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            o = -(-n // s)
-            total = max(0, (o - 1) * s + dk - n)
-            small, large = total // 2, total - total // 2
-            pb, pe = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
-        elif auto_pad == "VALID":
-            pb, pe = 0, 0
-            o = (n - dk) // s + 1
-        elif auto_pad == "NOTSET":
-            pb, pe = pads[i], pads[n_spatial + i]
-            span = n + pb + pe - dk
-            if ceil_mode:
-                o = -(-span // s) + 1
-                if (o - 1) * s >= n + pb:
-                    o -= 1
-            else:
-                o = span // s + 1
-        else:
-            raise OpError(f"{op}: auto_pad expected NOTSET, SAME_UPPER, SAME_LOWER or VALID, got {auto_pad!r}")
-        if o < 1:
-            raise OpError(
-                f"{op}: window of extent {dk} (kernel {k}, dilation {d}) does not fit spatial axis {i} "
-                f"of size {n} with pads ({pb}, {pe})"
-            )
-        begin.append(pb)
-        end.append(pe)
-        out.append(o)
-    return begin, end, out
-
-
-def conv_windows(
-    x_padded: np.ndarray,
-    kernel_shape: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    out_shape: Sequence[int],
-) -> np.ndarray:
-    """View of shape (N, C, *out_shape, *kernel_shape): window element
-    ``[n, c, o..., k...] = x_padded[n, c, o*s + k*d ...]``. ``x_padded`` must cover the last
-    window."""
-    n_spatial = len(kernel_shape)
-    extent = [(k - 1) * d + 1 for k, d in zip(kernel_shape, dilations)]
-    windows = sliding_window_view(x_padded, extent, axis=tuple(range(2, 2 + n_spatial)))
-    index = (
-        (slice(None), slice(None))
-        + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out_shape, strides))
-        + tuple(slice(None, None, d) for d in dilations)
-    )
-    return windows[index]
-
-
-def _pad_spatial(x: np.ndarray, begin: Sequence[int], end: Sequence[int], value: float = 0) -> np.ndarray:
-    if not any(begin) and not any(end):
-        return x
-    if min(begin) < 0 or min(end) < 0:
-        raise OpError(f"pads expected >= 0, got begin {list(begin)} end {list(end)}")
-    widths = [(0, 0), (0, 0), *zip(begin, end)]
-    return np.pad(x, widths, mode="constant", constant_values=value)
+# ------------------------------------------------------------------------ scatter / crop
 
 
 def _scatter_windows(
     cols: np.ndarray, canvas_shape: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
 ) -> np.ndarray:
-    """The adjoint of :func:`conv_windows`: cols (N, C, *kernel, *positions) is added into a
+    """The adjoint of conv_geometry.im2col: cols (N, C, *kernel, *positions) is added into a
     zero canvas (N, C, *canvas_shape) at ``position*s + k*d``."""
     n_spatial = len(strides)
     kernel = cols.shape[2 : 2 + n_spatial]
@@ -191,29 +85,14 @@ def conv(
     del ctx  # unused
     if x.ndim < 3 or w.ndim != x.ndim:
         raise OpError(f"Conv: expected x (N, C, spatial...) and w of the same rank, got {x.shape} and {w.shape}")
-    n_spatial = x.ndim - 2
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    kernel = list(w.shape[2:])
-    if kernel_shape is not None and list(kernel_shape) != kernel:
-        raise OpError(f"Conv: kernel_shape {list(kernel_shape)} differs from the weight's {kernel}")
-    if c != w.shape[1] * group or m % group:
-        raise OpError(
-            f"Conv: expected x channels = w.shape[1] * group and M divisible by group, got C={c}, "
-            f"w {w.shape}, group={group}"
-        )
-    strides, dilations, pads = spatial_defaults("Conv", n_spatial, kernel, strides, dilations, pads)
-    begin, end, out = window_geometry("Conv", x.shape[2:], kernel, strides, dilations, pads, auto_pad)
-
-    xc = _pad_spatial(to_compute(x), begin, end)
-    windows = conv_windows(xc, kernel, strides, dilations, out)  # (N, C, *out, *kernel)
-    # im2col: (N, C, *kernel, *out) -> (N, G, C/G * K, P)
-    order = (0, 1, *range(2 + n_spatial, 2 + 2 * n_spatial), *range(2, 2 + n_spatial))
-    cols = windows.transpose(order).reshape(n, group, (c // group) * math.prod(kernel), math.prod(out))
-    wc = w.astype(compute_dtype(x.dtype), copy=False).reshape(group, m // group, -1)
-    y = np.matmul(wc, cols).reshape(n, m, *out)  # (G, M/G, CK) @ (N, G, CK, P)
+    geom = conv_attrs(
+        x.shape, w.shape[2:], kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads,
+        auto_pad=auto_pad,
+    )
+    dtype = compute_dtype(x.dtype)
+    y = conv_nd(to_compute(x), w.astype(dtype, copy=False), geom, group)
     if b is not None:
-        y = y + b.astype(y.dtype, copy=False).reshape(m, *([1] * n_spatial))
+        y = y + b.astype(dtype, copy=False).reshape(-1, *([1] * (x.ndim - 2)))
     return from_compute(y, x.dtype)
 
 
@@ -259,7 +138,9 @@ def conv_transpose(
             f"ConvTranspose: expected w.shape[0] = C divisible by group, got C={c}, w {w.shape}, group={group}"
         )
     m = w.shape[1] * group
-    strides, dilations, pads = spatial_defaults("ConvTranspose", n_spatial, kernel, strides, dilations, pads)
+    strides = [1] * n_spatial if strides is None else list(strides)
+    dilations = [1] * n_spatial if dilations is None else list(dilations)
+    pads = [0] * (2 * n_spatial) if pads is None else list(pads)
     output_padding = [0] * n_spatial if output_padding is None else list(output_padding)
     full = [s * (i - 1) + (k - 1) * d + 1 for i, k, s, d in zip(in_shape, kernel, strides, dilations)]
 
@@ -313,8 +194,8 @@ def col2im(
     image = [int(v) for v in np.asarray(image_shape).reshape(-1)]
     block = [int(v) for v in np.asarray(block_shape).reshape(-1)]
     n_spatial = len(image)
-    strides, dilations, pads = spatial_defaults("Col2Im", n_spatial, block, strides, dilations, pads)
-    begin, end, positions = window_geometry("Col2Im", image, block, strides, dilations, pads)
+    geom = conv_attrs((1, 1, *image), None, kernel_shape=block, strides=strides, dilations=dilations, pads=pads)
+    begin, end, positions = geom.pads[:n_spatial], geom.pads[n_spatial:], geom.out_shape
     k = math.prod(block)
     if x.ndim != 3 or x.shape[1] % k or x.shape[2] != math.prod(positions):
         raise OpError(
@@ -323,5 +204,5 @@ def col2im(
         )
     cols = to_compute(x).reshape(x.shape[0], x.shape[1] // k, *block, *positions)
     padded = [i + pb + pe for i, pb, pe in zip(image, begin, end)]
-    canvas = _scatter_windows(cols, padded, strides, dilations)
+    canvas = _scatter_windows(cols, padded, geom.strides, geom.dilations)
     return from_compute(_crop_spatial(canvas, begin, image), x.dtype)

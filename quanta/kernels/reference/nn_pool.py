@@ -1,8 +1,8 @@
 """Float pooling (ai.onnx MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool).
 
-Window geometry (pads from auto_pad, output size, ceil_mode) is nn_conv.window_geometry.
-With ``ceil_mode`` the last window may run past the end padding; those positions are
-outside the tensor and never count:
+Window geometry (pads from auto_pad, output size, ceil_mode) and the windows themselves
+come from conv_geometry.py (conv_attrs, im2col). With ``ceil_mode`` the last window may run
+past the end padding; those positions are outside the tensor and never count:
 
     MaxPool      y = max over the window's positions inside the input
     AveragePool  y = sum(x over the window) / count, where count is the number of window
@@ -18,37 +18,30 @@ the first position in row-major window order.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
+from quanta.kernels.reference.conv_geometry import ConvGeometry, conv_attrs, im2col
 from quanta.kernels.reference.nn import from_compute, to_compute
-from quanta.kernels.reference.nn_conv import conv_windows, spatial_defaults, window_geometry
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
 
-def _geometry(op, x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode):
-    if x.ndim < 3:
-        raise OpError(f"{op}: expected x (N, C, spatial...), got shape {x.shape}")
+def _geometry(op, x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode) -> ConvGeometry:
     if kernel_shape is None:
         raise OpError(f"{op}: expected the kernel_shape attribute, got none")
-    n_spatial = x.ndim - 2
-    strides, dilations, pads = spatial_defaults(op, n_spatial, kernel_shape, strides, dilations, pads)
-    begin, end, out = window_geometry(op, x.shape[2:], kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
-    # With ceil_mode the last window can need positions past the end padding.
-    beyond = [
-        max(0, (o - 1) * s + (k - 1) * d + 1 - (n + pb + pe))
-        for o, s, k, d, n, pb, pe in zip(out, strides, kernel_shape, dilations, x.shape[2:], begin, end)
-    ]
-    return strides, dilations, begin, end, beyond, out
+    return conv_attrs(
+        x.shape, None, kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads,
+        auto_pad=auto_pad, ceil_mode=bool(ceil_mode),
+    )
 
 
-def _padded_windows(x, kernel_shape, strides, dilations, begin, end, beyond, out, fill):
-    """(N, C, *out, K) windows over x padded by ``fill`` (explicit pads + ceil overhang)."""
-    widths = [(0, 0), (0, 0), *((pb, pe + bx) for pb, pe, bx in zip(begin, end, beyond))]
-    xp = np.pad(x, widths, mode="constant", constant_values=fill)
-    windows = conv_windows(xp, kernel_shape, strides, dilations, out)
-    return windows.reshape(*windows.shape[: 2 + len(out)], -1)
+def _windows(x: np.ndarray, geom: ConvGeometry, fill) -> np.ndarray:
+    """(N, C, K, *out): the K = prod(kernel) window elements of every output position, the
+    pads (and any ceil_mode overhang) reading ``fill``."""
+    cols = im2col(x, geom, fill)
+    return cols.reshape(*x.shape[:2], -1, *geom.out_shape)
 
 
 @register("MaxPool")
@@ -64,24 +57,23 @@ def max_pool(
     storage_order: int = 0,
     strides: list[int] | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    strides, dilations, begin, end, beyond, out = _geometry(
-        "MaxPool", x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode
-    )
+    geom = _geometry("MaxPool", x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
     xc = to_compute(x)  # exact: max only selects
     fill = np.iinfo(xc.dtype).min if xc.dtype.kind in "iu" else -np.inf
-    windows = _padded_windows(xc, kernel_shape, strides, dilations, begin, end, beyond, out, fill)
-    y = from_compute(windows.max(axis=-1), x.dtype)
+    windows = _windows(xc, geom, fill)
+    y = from_compute(windows.max(axis=2), x.dtype)
     if ctx.n_outputs < 2:
         return y
 
+    out = geom.out_shape
     n_spatial = len(out)
     spatial = x.shape[2:]
-    kernel_offset = np.unravel_index(windows.argmax(axis=-1), kernel_shape)  # per axis, (N, C, *out)
+    kernel_offset = np.unravel_index(windows.argmax(axis=2), geom.kernel_shape)  # per axis, (N, C, *out)
     position = []
     for axis in range(n_spatial):
-        start = np.arange(out[axis]) * strides[axis] - begin[axis]
+        start = np.arange(out[axis]) * geom.strides[axis] - geom.pads[axis]
         start = start.reshape([-1 if a == axis else 1 for a in range(n_spatial)])
-        position.append(start + kernel_offset[axis] * dilations[axis])
+        position.append(start + kernel_offset[axis] * geom.dilations[axis])
     order = "F" if storage_order == 1 else "C"
     flat = np.ravel_multi_index(position, spatial, order=order)
     plane = np.arange(x.shape[0] * x.shape[1]).reshape(x.shape[0], x.shape[1], *([1] * n_spatial))
@@ -103,21 +95,19 @@ def average_pool(
     strides: list[int] | None = None,
 ) -> np.ndarray:
     del ctx  # unused
-    strides, dilations, begin, end, beyond, out = _geometry(
-        "AveragePool", x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode
-    )
-    total = _padded_windows(to_compute(x), kernel_shape, strides, dilations, begin, end, beyond, out, 0).sum(axis=-1)
-    # Which positions count, as a (1, 1, *spatial) mask windowed exactly like x.
-    n_spatial = len(out)
+    geom = _geometry("AveragePool", x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    total = _windows(to_compute(x), geom, 0).sum(axis=2)
+    # Which positions count: a (1, 1, *spatial) mask of ones windowed like x, where the
+    # pads read 0 (count_include_pad=0), or a mask already covering the pads, windowed
+    # without padding so that only the ceil_mode overhang reads 0 (count_include_pad=1).
+    n_spatial = len(geom.out_shape)
     if count_include_pad:
-        counted = np.ones([1, 1, *(n + pb + pe for n, pb, pe in zip(x.shape[2:], begin, end))], dtype=np.int64)
-        count_begin, count_end = [0] * n_spatial, [0] * n_spatial
+        padded = [n + geom.pads[i] + geom.pads[n_spatial + i] for i, n in enumerate(x.shape[2:])]
+        count = _windows(np.ones([1, 1, *padded]), dataclasses.replace(geom, pads=(0,) * (2 * n_spatial)), 0)
     else:
-        counted = np.ones([1, 1, *x.shape[2:]], dtype=np.int64)
-        count_begin, count_end = begin, end
-    count = _padded_windows(counted, kernel_shape, strides, dilations, count_begin, count_end, beyond, out, 0)
-    # count >= 1: window_geometry keeps every window starting inside the input or its begin pad.
-    return from_compute(total / count.sum(axis=-1), x.dtype)
+        count = _windows(np.ones([1, 1, *x.shape[2:]]), geom, 0)
+    # count >= 1: the ceil_mode rule keeps every window starting inside the input or its begin pad.
+    return from_compute(total / count.sum(axis=2), x.dtype)
 
 
 @register("LpPool")
@@ -134,11 +124,8 @@ def lp_pool(
     strides: list[int] | None = None,
 ) -> np.ndarray:
     del ctx  # unused
-    strides, dilations, begin, end, beyond, out = _geometry(
-        "LpPool", x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode
-    )
-    magnitude = np.abs(to_compute(x)) ** p
-    total = _padded_windows(magnitude, kernel_shape, strides, dilations, begin, end, beyond, out, 0).sum(axis=-1)
+    geom = _geometry("LpPool", x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    total = _windows(np.abs(to_compute(x)) ** p, geom, 0).sum(axis=2)
     return from_compute(total ** (1.0 / p), x.dtype)
 
 

@@ -69,7 +69,12 @@ INTEGER_STORAGE: tuple[np.dtype, ...] = tuple(
 # Float storage with Inf/NaN encodings, where ``saturate`` matters.
 _FLOAT8_STORAGE: tuple[np.dtype, ...] = tuple(
     np.dtype(t)
-    for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz)
+    for t in (
+        ml_dtypes.float8_e4m3fn,
+        ml_dtypes.float8_e4m3fnuz,
+        ml_dtypes.float8_e5m2,
+        ml_dtypes.float8_e5m2fnuz,
+    )
 )
 FLOAT_STORAGE: tuple[np.dtype, ...] = (
     *_FLOAT8_STORAGE,
@@ -78,7 +83,12 @@ FLOAT_STORAGE: tuple[np.dtype, ...] = (
     np.dtype(ml_dtypes.float6_e3m2fn),
 )
 _E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
-_FLOAT_COMPUTE = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float64))
+_FLOAT_COMPUTE = (
+    np.dtype(np.float32),
+    np.dtype(np.float16),
+    np.dtype(ml_dtypes.bfloat16),
+    np.dtype(np.float64),
+)
 
 
 def expand_param(
@@ -109,9 +119,13 @@ def expand_param(
         return param.reshape(())
     rank = len(x_shape)
     if axis is None:
-        raise OpError(f"{what}: expected a scalar for per-tensor quantization (axis=None), got shape {param.shape}")
+        raise OpError(
+            f"{what}: expected a scalar for per-tensor quantization (axis=None), got shape {param.shape}"
+        )
     if not -rank <= axis < rank:
-        raise OpError(f"axis: expected a value in [{-rank}, {rank - 1}] for an input of rank {rank}, got {axis}")
+        raise OpError(
+            f"axis: expected a value in [{-rank}, {rank - 1}] for an input of rank {rank}, got {axis}"
+        )
     axis = axis % rank
     dim = x_shape[axis]
     if not block:
@@ -179,7 +193,11 @@ def quantize_linear(
     q = np.divide(x.astype(work), s, dtype=work)
     if dtype in INTEGER_STORAGE:
         qmin, qmax = storage_range(dtype)
-        zp = np.int64(0) if zero_point is None else expand_param(np.asarray(zero_point), x.shape, axis, block, "zero_point")
+        zp = (
+            np.int64(0)
+            if zero_point is None
+            else expand_param(np.asarray(zero_point), x.shape, axis, block, "zero_point")
+        )
         zp = np.asarray(zp).astype(np.int64)
         r = np.rint(q)  # round half to even, in the division's precision
         # Clamp in float first (monotone, integer bounds: same as saturating afterwards),
@@ -287,7 +305,9 @@ def _onnx_dtype(code: int, what: str) -> np.dtype:
 
 def _granularity_args(op: str, ctx: OpContext, x: np.ndarray, scale: np.ndarray, axis: int, block: int):
     if ctx.opset < 13 and scale.size != 1:
-        raise OpError(f"{op}-{ctx.opset}: expected a scalar scale (per-axis needs opset 13), got shape {scale.shape}")
+        raise OpError(
+            f"{op}-{ctx.opset}: expected a scalar scale (per-axis needs opset 13), got shape {scale.shape}"
+        )
     if scale.size == 1:
         return None, None
     if x.ndim == 0:
@@ -317,7 +337,9 @@ def quantize_linear_op(
                 f"{_onnx_dtype(output_dtype, 'output_dtype')}"
             )
         if y_zero_point.shape != y_scale.shape and y_zero_point.size != y_scale.size:
-            raise OpError(f"y_zero_point: expected the shape of y_scale {y_scale.shape}, got {y_zero_point.shape}")
+            raise OpError(
+                f"y_zero_point: expected the shape of y_scale {y_scale.shape}, got {y_zero_point.shape}"
+            )
     elif output_dtype:
         dtype = _onnx_dtype(output_dtype, "output_dtype")
     else:

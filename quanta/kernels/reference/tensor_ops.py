@@ -79,7 +79,9 @@ def flatten(ctx, x: np.ndarray, axis: int = 1) -> np.ndarray:
 
 
 @register("Squeeze")
-def squeeze(ctx, data: np.ndarray, axes_input: np.ndarray | None = None, axes: list | None = None) -> np.ndarray:
+def squeeze(
+    ctx, data: np.ndarray, axes_input: np.ndarray | None = None, axes: list | None = None
+) -> np.ndarray:
     del ctx  # unused; axes is an attribute before opset 13, an input from 13
     chosen = axes_input if axes_input is not None else axes
     if chosen is None:
@@ -92,7 +94,9 @@ def squeeze(ctx, data: np.ndarray, axes_input: np.ndarray | None = None, axes: l
 
 
 @register("Unsqueeze")
-def unsqueeze(ctx, data: np.ndarray, axes_input: np.ndarray | None = None, axes: list | None = None) -> np.ndarray:
+def unsqueeze(
+    ctx, data: np.ndarray, axes_input: np.ndarray | None = None, axes: list | None = None
+) -> np.ndarray:
     del ctx  # unused; axes is an attribute before opset 13, an input from 13
     chosen = _ints(axes_input if axes_input is not None else axes)
     rank = data.ndim + len(chosen)
@@ -225,7 +229,7 @@ def size(ctx, data: np.ndarray) -> np.ndarray:
 def gather(ctx, data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.ndarray:
     del ctx  # unused
     axis = _axis(axis, data.ndim, "Gather")
-    return np.take(data, _indices(indices, data.shape[axis], "Gather"), axis=axis)
+    return np.asarray(np.take(data, _indices(indices, data.shape[axis], "Gather"), axis=axis))
 
 
 @register("GatherElements")
@@ -356,7 +360,7 @@ def constant(ctx, **attributes) -> np.ndarray:
     del ctx  # unused
     if len(attributes) != 1:
         raise OpError(f"Constant: expected exactly one value attribute, got {sorted(attributes)}")
-    (name, value), = attributes.items()
+    ((name, value),) = attributes.items()
     if name == "value":
         return np.asarray(value)
     if name == "sparse_value":
@@ -450,17 +454,30 @@ def trilu(ctx, x: np.ndarray, k: np.ndarray | None = None, upper: int = 1) -> np
     return np.triu(x, kk) if upper else np.tril(x, kk)
 
 
-@register("CumSum")
-def cumsum(ctx, x: np.ndarray, axis: np.ndarray, exclusive: int = 0, reverse: int = 0) -> np.ndarray:
-    del ctx  # unused
-    a = _axis(int(np.asarray(axis).ravel()[0]), x.ndim, "CumSum")
+def _cumulative(
+    ufunc: np.ufunc, identity: int, op: str, x: np.ndarray, axis: np.ndarray, exclusive: int, reverse: int
+) -> np.ndarray:
+    a = _axis(int(np.asarray(axis).ravel()[0]), x.ndim, op)
     src = np.flip(x, a) if reverse else x
-    out = np.cumsum(src, axis=a, dtype=x.dtype)
+    out = ufunc.accumulate(src, axis=a, dtype=x.dtype)
     if exclusive:
-        # shift by one along the axis, starting from 0
+        # shift by one along the axis, starting from the identity (0 for sum, 1 for prod)
         head = [slice(None)] * x.ndim
         head[a] = slice(0, 1)
         body = [slice(None)] * x.ndim
         body[a] = slice(0, -1)
-        out = np.concatenate([np.zeros_like(out[tuple(head)]), out[tuple(body)]], axis=a)
+        first = np.full_like(out[tuple(head)], identity)
+        out = np.concatenate([first, out[tuple(body)]], axis=a)
     return np.flip(out, a) if reverse else out
+
+
+@register("CumSum")
+def cumsum(ctx, x: np.ndarray, axis: np.ndarray, exclusive: int = 0, reverse: int = 0) -> np.ndarray:
+    del ctx  # unused
+    return _cumulative(np.add, 0, "CumSum", x, axis, exclusive, reverse)
+
+
+@register("CumProd")
+def cumprod(ctx, x: np.ndarray, axis: np.ndarray, exclusive: int = 0, reverse: int = 0) -> np.ndarray:
+    del ctx  # unused (opset 26)
+    return _cumulative(np.multiply, 1, "CumProd", x, axis, exclusive, reverse)

@@ -22,7 +22,7 @@ OPS = frozenset(
     BitwiseAnd BitwiseOr BitwiseXor BitwiseNot IsNaN IsInf Where Cast CastLike Identity
     Reshape Flatten Squeeze Unsqueeze Transpose Concat Split Slice Gather GatherElements
     GatherND Scatter ScatterElements ScatterND Expand Tile Shape Size ConstantOfShape Constant
-    Range TopK ArgMax ArgMin NonZero OneHot Trilu CumSum EyeLike Compress ReverseSequence
+    Range TopK ArgMax ArgMin NonZero OneHot Trilu CumSum CumProd EyeLike Compress ReverseSequence
     ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceLogSum
     ReduceLogSumExp ReduceSumSquare
     """.split()

@@ -73,6 +73,17 @@ struct TileArgs {
 
 using TileFn = void (*)(const TileArgs&);
 
+// One row of the dispatch table (qgemm.cc): a micro-kernel family and its layout.
+struct KernelFamily {
+  Isa isa;
+  const char* name;   // docs/kernels.md grammar
+  int mr, nr, kr;
+  int w_bytes;        // weight storage bytes (1: int8, 2: int16)
+  int a_bytes;        // x' storage bytes (1: uint8, 2: int16)
+  TileFn tiles;
+};
+const KernelFamily& kernel_family(Isa isa);
+
 // Activation packing (pack.cc): rows [m_begin, m_end) of x -> x' rows of Kp elements
 // (x' = x for uint8, x ^ 0x80 = x + 128 for int8; zeros in [K, Kp)).
 void pack_activations_u8(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp,

@@ -1,0 +1,45 @@
+"""Calibration: observers turn a stream of activations into ranges (CalibratedType).
+
+Observers (docs/calibration.md): MinMax, MovingAverageMinMax, Histogram and the
+histogram readers Entropy (KL), Percentile and MSE. ``is_degenerate`` says why a range
+should stay float; ``save_table``/``load_table`` keep observer states as JSON.
+"""
+
+from __future__ import annotations
+
+from quanta.calibrate.entropy import EntropyObserver
+from quanta.calibrate.histogram import HistogramObserver, HistogramView
+from quanta.calibrate.minmax import MinMaxObserver
+from quanta.calibrate.moving_average import MovingAverageMinMaxObserver
+from quanta.calibrate.mse import MSEObserver
+from quanta.calibrate.observer import (
+    EXTREME,
+    Observer,
+    ObserverBase,
+    dumps_table,
+    is_degenerate,
+    load_table,
+    loads_table,
+    observer_from_dict,
+    save_table,
+)
+from quanta.calibrate.percentile import PercentileObserver
+
+__all__ = [
+    "EXTREME",
+    "EntropyObserver",
+    "HistogramObserver",
+    "HistogramView",
+    "MSEObserver",
+    "MinMaxObserver",
+    "MovingAverageMinMaxObserver",
+    "Observer",
+    "ObserverBase",
+    "PercentileObserver",
+    "dumps_table",
+    "is_degenerate",
+    "load_table",
+    "loads_table",
+    "observer_from_dict",
+    "save_table",
+]

@@ -1,0 +1,266 @@
+"""HistogramObserver: a streaming histogram with bounded memory and exact merges.
+
+ORT's ``HistogramCollector`` keeps every activation of every sample until the end of
+the pass (then histograms them), and grows its number of bins with the range; PyTorch's
+``HistogramObserver`` keeps a fixed number of bins but re-ranges them by *interpolating*
+old counts into new bins, so its result depends on the order of the samples and a merge
+is not exact. quanta's histogram has neither problem: the bins sit on a power-of-two grid
+anchored at 0, and growing the range only ever *merges pairs of bins*, which is exact.
+
+Grid (per channel; docs/calibration.md eqs. (11)-(13))::
+
+    (11) bin g (an integer, may be negative) covers [g·w, (g+1)·w),   w = 2^k
+    (12) k = max(k_span, k_mag):  k_span = min{k : (max - min) <= (B - 2)·2^k}
+                                  k_mag  = exponent(max(|min|, |max|)) - 53
+    (13) stored window: bins start .. start + B - 1,   start = floor(min / w)
+
+where min/max are the finite extrema of everything seen so far and B = ``bins``. (12)
+guarantees the data fits in the B-bin window (the ``- 2`` absorbs float64 rounding of
+``max - min``) and that bin indices stay below 2^53 (exact in float64 and int64). Both
+k and start are functions of (min, max) alone, k is monotone in the range, and the
+grid of exponent k + d is the grid of k with 2^d neighbouring bins summed, so::
+
+    state after any sequence of samples = histogram of all of them on grid (12)-(13)
+
+whatever the order or split of the samples: ``a.merge(b)`` equals the single stream
+bit for bit (tested through the JSON form). The data occupies between B/2 and B bins
+of the window, so the resolution is never worse than (max - min) / (B/2).
+
+Values: NaN is ignored, +-inf is not binned (the exact extrema record it and the
+observer reports the tensor degenerate), exact zeros are also counted separately
+(``zeros``) because 0 is always exactly representable after quantization, which the MSE
+observer's error model uses.
+
+``HistogramObserver.range()`` is the exact [min, max]; the Entropy, Percentile and MSE
+observers are subclasses that choose a clipping range from the same state, so one saved
+histogram can be evaluated by any of them (:meth:`HistogramObserver.convert`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from quanta.calibrate.observer import ObserverBase, _dec, _enc
+
+__all__ = ["HistogramObserver", "HistogramView"]
+
+K_FLOOR = -1074  # exponent of the smallest float64 subnormal: the grid of an all-zero channel
+_MAX_SHIFT = 62  # shifting an index (< 2^53) right by more than this is the same as by 62
+
+H = TypeVar("H", bound="HistogramObserver")
+
+
+def grid_exponent(lo: np.ndarray, hi: np.ndarray, bins: int) -> np.ndarray:
+    """Eq. (12), vectorised. ``lo > hi`` marks a channel without finite data (-> K_FLOOR).
+
+    >>> int(grid_exponent(np.array([-1.0]), np.array([3.0]), 2048)[0])  # 4/2046 = 0.001955: > 2^-9, <= 2^-8
+    -8
+    """
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    empty = ~(lo <= hi)
+    span = np.where(empty, 0.0, hi - lo)
+    mant, exp = np.frexp(span / (bins - 2))  # r = mant·2^exp, mant in [0.5, 1)
+    k_span = np.where(mant == 0.5, exp - 1, exp)
+    k_span = np.where(span > 0, k_span, K_FLOOR)
+    mag = np.where(empty, 0.0, np.maximum(np.abs(lo), np.abs(hi)))
+    _, emag = np.frexp(mag)  # mag < 2^emag
+    k_mag = np.where(mag > 0, emag - 53, K_FLOOR)
+    return np.maximum(np.maximum(k_span, k_mag), K_FLOOR).astype(np.int64)
+
+
+def _window_start(lo: np.ndarray, hi: np.ndarray, k: np.ndarray) -> np.ndarray:
+    empty = ~(lo <= hi)
+    return np.where(empty, 0, np.floor(np.ldexp(np.where(empty, 0.0, lo), -k))).astype(np.int64)
+
+
+def regrid(counts: np.ndarray, k: np.ndarray, start: np.ndarray, k_new: np.ndarray, start_new: np.ndarray) -> np.ndarray:
+    """Move (C, B) counts from grid (k, start) to a coarser-or-equal grid (k_new, start_new).
+
+    Bin g of exponent k lies in bin ``g >> (k_new - k)`` of exponent k_new (arithmetic
+    shift = floor division, also for negative g), so this only sums counts: exact.
+    """
+    c, b = counts.shape
+    d = np.minimum(k_new - k, _MAX_SHIFT)
+    if (d < 0).any():
+        raise AssertionError("regrid: the grid can only get coarser")
+    g = start[:, None] + np.arange(b, dtype=np.int64)[None, :]
+    local = (g >> d[:, None]) - start_new[:, None]
+    nonzero = counts != 0
+    if (local[nonzero] < 0).any() or (local[nonzero] >= b).any():
+        raise AssertionError("regrid: data outside the new window (grid invariant broken)")
+    local = np.clip(local, 0, b - 1)  # only zero counts can be clipped
+    flat = (np.arange(c, dtype=np.int64)[:, None] * b + local).reshape(-1)
+    out = np.bincount(flat, weights=counts.reshape(-1).astype(np.float64), minlength=c * b)
+    return out.reshape(c, b).astype(np.int64)  # sums of integers < 2^53: exact
+
+
+@dataclass(frozen=True)
+class HistogramView:
+    """One channel's histogram, trimmed to its non-empty bins (what estimators read).
+
+    ``counts[i]`` is the number of finite values in bin ``g0 + i``, which covers
+    ``[(g0 + i)·w, (g0 + i + 1)·w)``; ``lo``/``hi`` are the exact finite extrema and
+    ``zeros`` the number of exact zeros (inside bin 0).
+    """
+
+    counts: np.ndarray  # float64, first and last entries non-zero
+    g0: int
+    k: int
+    lo: float
+    hi: float
+    zeros: int
+
+    @property
+    def width(self) -> float:
+        return float(np.ldexp(1.0, self.k))
+
+    @property
+    def total(self) -> float:
+        return float(self.counts.sum())
+
+    def edges(self) -> np.ndarray:
+        """The len(counts) + 1 bin edges (exact multiples of the width)."""
+        g = np.arange(self.g0, self.g0 + self.counts.size + 1, dtype=np.float64)
+        return np.ldexp(g, self.k)
+
+    def abs_counts(self) -> np.ndarray:
+        """Histogram of |x| on the same grid: |x| in bin m covers [m·w, (m+1)·w).
+
+        Signed bin g >= 0 folds onto m = g, g < 0 onto m = -g - 1 (exact: the grid is
+        anchored at 0). Trailing empty bins are dropped.
+        """
+        g = np.arange(self.g0, self.g0 + self.counts.size, dtype=np.int64)
+        m = np.where(g >= 0, g, -g - 1)
+        out = np.bincount(m, weights=self.counts)
+        nz = np.flatnonzero(out)
+        return out[: nz[-1] + 1] if nz.size else out[:0]
+
+
+class HistogramObserver(ObserverBase):
+    """Streaming histogram on the exact power-of-two grid (11)-(13); ``range()`` is the
+    exact [min, max]. ``bins`` (B) bounds the memory: 8·B bytes per channel.
+
+    >>> import numpy as np
+    >>> obs = HistogramObserver(bins=64)
+    >>> obs.observe(np.array([-1.0, 0.0, 0.0, 2.5], np.float32))
+    >>> v = obs.view(0)
+    >>> v.width, v.g0, v.counts.tolist()[:2], v.zeros   # (12): 3.5 / 62 = 0.056 <= 2^-4
+    (0.0625, -16, [1.0, 0.0], 2)
+    """
+
+    kind = "histogram"
+
+    def __init__(self, *, bins: int = 2048, axis: int | None = None) -> None:
+        if bins < 16:
+            raise ValueError(f"{type(self).__name__}: bins must be >= 16, got {bins}")
+        super().__init__(axis=axis)
+        self.bins = int(bins)
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "bins": self.bins}
+
+    # ------------------------------------------------------------------------- state
+    def _init_state(self, channels: int) -> None:
+        self._k = np.full(channels, K_FLOOR, np.int64)
+        self._start = np.zeros(channels, np.int64)
+        self._counts = np.zeros((channels, self.bins), np.int64)
+        self._lo = np.full(channels, np.inf)  # finite extrema (lo > hi: nothing yet)
+        self._hi = np.full(channels, -np.inf)
+        self._zeros = np.zeros(channels, np.int64)
+
+    def _move_to(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Re-grid the stored counts for the finite extrema (lo, hi)."""
+        k = grid_exponent(lo, hi, self.bins)
+        start = _window_start(lo, hi, k)
+        if not (np.array_equal(k, self._k) and np.array_equal(start, self._start)):
+            self._counts = regrid(self._counts, self._k, self._start, k, start)
+            self._k, self._start = k, start
+        self._lo, self._hi = lo, hi
+
+    def _update(self, xc: np.ndarray, lo: np.ndarray, hi: np.ndarray, counted: np.ndarray) -> None:
+        del counted  # unused: the histogram counts its own (finite) values
+        finite = np.isfinite(xc)
+        all_finite = bool(finite.all())
+        if not all_finite:
+            lo = np.where(finite, xc, np.inf).min(axis=1, initial=np.inf)
+            hi = np.where(finite, xc, -np.inf).max(axis=1, initial=-np.inf)
+        self._move_to(np.minimum(self._lo, lo), np.maximum(self._hi, hi))
+        c, b = self._counts.shape
+        vals = xc if all_finite else np.where(finite, xc, 0.0)
+        local = np.floor(np.ldexp(vals, -self._k[:, None])).astype(np.int64) - self._start[:, None]
+        flat = np.arange(c, dtype=np.int64)[:, None] * b + local
+        flat = flat.reshape(-1) if all_finite else flat[finite]
+        self._counts += np.bincount(flat, minlength=c * b).reshape(c, b)
+        self._zeros += (xc == 0).sum(axis=1)
+
+    def _merge_from(self, other: ObserverBase) -> None:
+        assert isinstance(other, HistogramObserver)
+        lo, hi = np.minimum(self._lo, other._lo), np.maximum(self._hi, other._hi)
+        self._move_to(lo, hi)
+        self._counts = self._counts + regrid(other._counts, other._k, other._start, self._k, self._start)
+        self._zeros = self._zeros + other._zeros
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "k": self._k.tolist(),
+            "start": self._start.tolist(),
+            "counts": self._counts.tolist(),
+            "finite_min": _enc(self._lo),
+            "finite_max": _enc(self._hi),
+            "zeros": self._zeros.tolist(),
+        }
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        self._k = np.asarray(state["k"], dtype=np.int64)
+        self._start = np.asarray(state["start"], dtype=np.int64)
+        self._counts = np.asarray(state["counts"], dtype=np.int64).reshape(-1, self.bins)
+        self._lo = _dec(state["finite_min"]).reshape(-1)
+        self._hi = _dec(state["finite_max"]).reshape(-1)
+        self._zeros = np.asarray(state["zeros"], dtype=np.int64)
+
+    # --------------------------------------------------------------------- estimates
+    def view(self, channel: int = 0) -> HistogramView:
+        """The trimmed histogram of one channel (empty counts if it saw no finite value)."""
+        if self._min is None:
+            raise ValueError("histogram: nothing observed yet")
+        row = self._counts[channel]
+        nz = np.flatnonzero(row)
+        first, last = (int(nz[0]), int(nz[-1])) if nz.size else (0, -1)
+        return HistogramView(
+            counts=row[first : last + 1].astype(np.float64),
+            g0=int(self._start[channel]) + first,
+            k=int(self._k[channel]),
+            lo=float(self._lo[channel]),
+            hi=float(self._hi[channel]),
+            zeros=int(self._zeros[channel]),
+        )
+
+    def _estimate_channel(self, view: HistogramView) -> tuple[float, float]:
+        """Range of one channel with finite data; subclasses choose a clipping range."""
+        return view.lo, view.hi
+
+    def _estimate(self) -> tuple[np.ndarray, np.ndarray]:
+        assert self._min is not None and self._max is not None
+        lo, hi = self._min.copy(), self._max.copy()
+        for c in range(lo.size):
+            if np.isfinite(lo[c]) and np.isfinite(hi[c]) and self._counts[c].any():
+                lo[c], hi[c] = self._estimate_channel(self.view(c))
+        return lo, hi
+
+    def convert(self, cls: type[H], **config: Any) -> H:
+        """The same histogram read by another histogram observer, e.g.
+        ``hist.convert(PercentileObserver, percentile=99.99)``: no re-calibration."""
+        if not (isinstance(cls, type) and issubclass(cls, HistogramObserver)):
+            raise TypeError(f"convert: {cls!r} is not a histogram observer")
+        out = cls(bins=self.bins, axis=self.axis, **config)
+        out._rank = self._rank
+        if self._min is not None:
+            for name, value in vars(self).items():
+                if isinstance(value, np.ndarray):
+                    setattr(out, name, value.copy())
+            out._expressed = self._expressed
+        return out

@@ -1,0 +1,408 @@
+"""Observers: record statistics of a tensor stream, then report a range.
+
+The protocol follows PyTorch AO's observers (record statistics, compute later), minus
+the parameters: an observer reports a :class:`~quanta.ir.types.CalibratedType`, and
+``quanta.quantize.params`` alone turns ranges into scale and zero point (DESIGN.md)::
+
+    obs = HistogramObserver(axis=None)
+    for x in activations:            # any shapes (variable sequence length is fine)
+        obs.observe(x)               # NaN ignored (counted); +-inf kept in min/max
+    cal = obs.range()                # Cal(f32, min, max), per channel when axis is set
+    obs.merge(other)                 # a new observer: as if one observer saw both streams
+    obs.to_dict(), observer_from_dict(d)   # JSON-able state (save_table / load_table)
+    obs.nbytes                       # state size: constant in the number of samples
+
+Per-channel observers (``axis=k``) reduce every dimension but ``k``; dimension ``k`` must
+keep its size from sample to sample, the others may change. A negative axis is resolved
+against the rank of the first sample, and the rank must then stay the same.
+
+Every observer also keeps the exact extrema (docs/calibration.md eq. (8)). When a
+channel's extrema are not finite (a mask filled with -inf), :meth:`ObserverBase.range`
+returns them as they are instead of an estimate, so that :func:`is_degenerate` reports
+the tensor and the quantizer can keep it float. A channel that saw no value reports
+``[0, 0]``.
+
+The math of each observer is in its module docstring and in docs/calibration.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from quanta.ir.types import F16, F32, F64, BF16, CalibratedType, FloatType
+
+__all__ = [
+    "EXTREME",
+    "Observer",
+    "ObserverBase",
+    "dumps_table",
+    "is_degenerate",
+    "load_table",
+    "loads_table",
+    "observer_from_dict",
+    "save_table",
+]
+
+FORMAT_VERSION = 1
+
+# A range reaching this magnitude is reported as degenerate: an 8-bit step would then be
+# >= 1e9 / 255 ~ 4e6, so nothing of ordinary size survives. Attention masks use -1e9,
+# -1e38, finfo(float32).min = -3.4e38 or -inf; real activations of a model that also runs
+# in float16 stay below 65504.
+EXTREME = 1e9
+
+
+@runtime_checkable
+class Observer(Protocol):
+    """What the calibration runner and the quantizer rely on."""
+
+    axis: int | None
+
+    def observe(self, x: np.ndarray) -> None: ...
+
+    def range(self) -> CalibratedType: ...
+
+    def merge(self, other: Observer) -> Observer: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+
+_REGISTRY: dict[str, type[ObserverBase]] = {}
+
+
+def _enc(a: np.ndarray | float) -> Any:
+    """float64 values -> JSON (lists; non-finite as the strings 'inf', '-inf', 'nan')."""
+    arr = np.asarray(a, dtype=np.float64)
+    out = [v if math.isfinite(v) else repr(v) for v in arr.reshape(-1).tolist()]
+    return out if arr.ndim else out[0]
+
+
+def _dec(v: Any) -> np.ndarray:
+    if isinstance(v, list):
+        return np.asarray([float(e) for e in v], dtype=np.float64)
+    return np.asarray(float(v), dtype=np.float64)
+
+
+_EXPRESSED_BY_DTYPE = {np.dtype(np.float16): F16, np.dtype(np.float64): F64}
+
+
+def _expressed_of(a: np.ndarray) -> FloatType:
+    if a.dtype == BF16.numpy:
+        return BF16
+    return _EXPRESSED_BY_DTYPE.get(a.dtype, F32)
+
+
+class ObserverBase:
+    """Shared machinery: channel layout, exact extrema, merge, (de)serialisation.
+
+    Subclasses set ``kind``, extend :meth:`config`, and implement ``_update`` (fold a
+    batch in), ``_merge_from`` (fold another observer's state in), ``_estimate``
+    (per-channel range over finite data) and ``_state`` / ``_load_state``.
+
+    State arrays (all per channel, C = 1 for a per-tensor observer)::
+
+        _min, _max   float64 (C,)   exact extrema of non-NaN values (+-inf included)
+        _count       int64 (C,)     non-NaN values seen
+        _nan         int64 (C,)     NaN values seen
+    """
+
+    kind: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.kind:
+            _REGISTRY[cls.kind] = cls
+
+    def __init__(self, *, axis: int | None = None) -> None:
+        self.axis = axis
+        self._rank: int | None = None
+        self._expressed: FloatType | None = None
+        self._min: np.ndarray | None = None
+        self._max: np.ndarray | None = None
+        self._count: np.ndarray | None = None
+        self._nan: np.ndarray | None = None
+
+    # ----------------------------------------------------------------- configuration
+    def config(self) -> dict[str, Any]:
+        """Constructor keyword arguments (JSON-able); equal configs can merge."""
+        return {"axis": self.axis}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"{type(self).__name__}({args})"
+
+    @property
+    def channels(self) -> int | None:
+        """Number of channels (1 per-tensor); None before the first sample."""
+        return None if self._min is None else int(self._min.size)
+
+    @property
+    def expressed(self) -> FloatType:
+        return self._expressed or F32
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the observer's state arrays (independent of the sample count)."""
+        return sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray))
+
+    # ------------------------------------------------------------------- observation
+    def _as_channels(self, a: np.ndarray) -> np.ndarray:
+        """``x`` -> float64 array (C, N): channel axis first, everything else flattened."""
+        if self.axis is None:
+            return a.astype(np.float64, copy=False).reshape(1, -1)
+        if self._rank is None:
+            if not -a.ndim <= self.axis < a.ndim:
+                raise ValueError(f"observer: axis {self.axis} is out of range for a rank-{a.ndim} sample")
+            self.axis = self.axis % a.ndim
+            self._rank = a.ndim
+        elif a.ndim != self._rank:
+            raise ValueError(
+                f"observer: per-channel samples must keep their rank: got rank {a.ndim}, "
+                f"earlier samples had rank {self._rank}"
+            )
+        c = a.shape[self.axis]
+        moved = np.moveaxis(a, self.axis, 0).astype(np.float64, copy=False)
+        return moved.reshape(c, -1)
+
+    def observe(self, x: np.ndarray) -> None:
+        """Fold one sample (any shape) into the statistics. NaN is ignored (counted)."""
+        a = np.asarray(x)
+        if a.dtype.kind not in "fiu" and a.dtype != BF16.numpy:
+            raise TypeError(f"observer: expected a real-valued array, got dtype {a.dtype}")
+        xc = self._as_channels(a)
+        c = xc.shape[0]
+        if self._min is None:
+            self._expressed = _expressed_of(a)
+            self._min = np.full(c, np.inf)
+            self._max = np.full(c, -np.inf)
+            self._count = np.zeros(c, np.int64)
+            self._nan = np.zeros(c, np.int64)
+            self._init_state(c)
+        elif c != self._min.size:
+            raise ValueError(
+                f"observer: sample has {c} channels along axis {self.axis}, earlier samples had {self._min.size}"
+            )
+        nan = np.isnan(xc)
+        n_nan = nan.sum(axis=1)
+        if n_nan.any():
+            lo = np.where(nan, np.inf, xc).min(axis=1, initial=np.inf)
+            hi = np.where(nan, -np.inf, xc).max(axis=1, initial=-np.inf)
+        else:
+            lo = xc.min(axis=1, initial=np.inf)
+            hi = xc.max(axis=1, initial=-np.inf)
+        counted = xc.shape[1] - n_nan
+        self._update(xc, lo, hi, counted)
+        self._min = np.minimum(self._min, lo)
+        self._max = np.maximum(self._max, hi)
+        self._count += counted
+        self._nan += n_nan
+
+    # hooks -------------------------------------------------------------------------
+    def _init_state(self, channels: int) -> None:
+        """Allocate the subclass state for ``channels`` channels."""
+
+    def _update(self, xc: np.ndarray, lo: np.ndarray, hi: np.ndarray, counted: np.ndarray) -> None:
+        """Fold a batch (C, N) in; ``lo``/``hi``/``counted`` are its per-channel non-NaN
+        extrema and count. Called before the base extrema are updated."""
+
+    def _merge_from(self, other: ObserverBase) -> None:
+        """Fold ``other``'s subclass state into ``self`` (base extrema not yet merged)."""
+
+    def _estimate(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-channel (lo, hi) for channels whose extrema are finite."""
+        assert self._min is not None and self._max is not None
+        return self._min.copy(), self._max.copy()
+
+    def _state(self) -> dict[str, Any]:
+        return {}
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        del state  # unused: the base observer has no extra state
+
+    # ------------------------------------------------------------------------ result
+    def range(self) -> CalibratedType:
+        """The calibrated range (per channel when ``axis`` is set).
+
+        Channels that saw nothing give [0, 0]; channels with non-finite extrema give the
+        extrema themselves (see :func:`is_degenerate`); others the observer's estimate,
+        which always lies within the extrema.
+        """
+        if self._min is None:
+            lo = hi = np.zeros(1)
+        else:
+            assert self._max is not None and self._count is not None
+            finite = np.isfinite(self._min) & np.isfinite(self._max)
+            lo, hi = self._estimate()
+            lo = np.where(finite, np.clip(lo, self._min, self._max), self._min)
+            hi = np.where(finite, np.clip(hi, self._min, self._max), self._max)
+            empty = self._count == 0
+            lo = np.where(empty, 0.0, lo)
+            hi = np.where(empty, 0.0, np.maximum(hi, lo))
+        if self.axis is None:
+            return CalibratedType(self.expressed, float(lo[0]), float(hi[0]))
+        return CalibratedType(self.expressed, tuple(lo.tolist()), tuple(hi.tolist()), self.axis)
+
+    def degenerate(self) -> str | None:
+        """Why this tensor should stay float, or None: nothing observed, NaN observed, or
+        the range is degenerate (:func:`is_degenerate`)."""
+        if self._count is None or not self._count.any():
+            return "no values observed"
+        assert self._nan is not None
+        if self._nan.any():
+            return f"{int(self._nan.sum())} NaN values observed"
+        return is_degenerate(self.range())
+
+    # ------------------------------------------------------------------------- merge
+    def merge(self, other: ObserverBase) -> ObserverBase:
+        """A new observer equal to one that saw ``self``'s stream, then ``other``'s.
+
+        Both must be the same class with the same configuration and channel count.
+        (Only the moving average depends on the order of the two streams.)
+        """
+        if type(other) is not type(self):
+            raise TypeError(f"merge: cannot merge {type(other).__name__} into {type(self).__name__}")
+        if other.config() != self.config():
+            raise ValueError(f"merge: configurations differ: {self.config()} vs {other.config()}")
+        if other._min is None:
+            return copy.deepcopy(self)
+        if self._min is None:
+            return copy.deepcopy(other)
+        if other._min.size != self._min.size:
+            raise ValueError(f"merge: {self._min.size} channels vs {other._min.size} channels")
+        if self._rank is not None and other._rank is not None and self._rank != other._rank:
+            raise ValueError(f"merge: per-channel samples of rank {self._rank} vs {other._rank}")
+        out = copy.deepcopy(self)
+        out._merge_from(other)
+        assert out._max is not None and out._count is not None and out._nan is not None
+        assert other._max is not None and other._count is not None and other._nan is not None
+        out._min = np.minimum(out._min, other._min)
+        out._max = np.maximum(out._max, other._max)
+        out._count = out._count + other._count
+        out._nan = out._nan + other._nan
+        if out._expressed is None:
+            out._expressed = other._expressed
+        return out
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able state. ``json.dumps(d, sort_keys=True)`` is byte-stable across a
+        save/load round trip (floats are written in shortest round-trip form)."""
+        state: dict[str, Any] = {"rank": self._rank}
+        if self._min is not None:
+            assert self._max is not None and self._count is not None and self._nan is not None
+            state.update(
+                expressed=str(self.expressed),
+                min=_enc(self._min),
+                max=_enc(self._max),
+                count=self._count.tolist(),
+                nan=self._nan.tolist(),
+            )
+            state.update(self._state())
+        return {"type": self.kind, "version": FORMAT_VERSION, "config": self.config(), "state": state}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ObserverBase:
+        """Inverse of :meth:`to_dict` (``cls`` must match ``d["type"]``; see
+        :func:`observer_from_dict` to dispatch on it)."""
+        if d.get("type") != cls.kind:
+            raise ValueError(f"from_dict: expected an observer of type {cls.kind!r}, got {d.get('type')!r}")
+        if d.get("version") != FORMAT_VERSION:
+            raise ValueError(f"from_dict: unsupported format version {d.get('version')!r} (expected {FORMAT_VERSION})")
+        obs = cls(**d["config"])
+        state = d["state"]
+        obs._rank = state.get("rank")
+        if "min" in state:
+            obs._expressed = FloatType(state["expressed"])
+            obs._min = _dec(state["min"])
+            obs._max = _dec(state["max"])
+            obs._count = np.asarray(state["count"], dtype=np.int64)
+            obs._nan = np.asarray(state["nan"], dtype=np.int64)
+            obs._init_state(obs._min.size)
+            obs._load_state(state)
+        return obs
+
+
+def observer_from_dict(d: Mapping[str, Any]) -> ObserverBase:
+    """Rebuild any observer from :meth:`ObserverBase.to_dict` output."""
+    kind = d.get("type")
+    if kind not in _REGISTRY:
+        raise ValueError(f"observer_from_dict: unknown observer type {kind!r}; known: {sorted(_REGISTRY)}")
+    return _REGISTRY[kind].from_dict(d)
+
+
+def dumps_table(observers: Mapping[str, ObserverBase]) -> str:
+    """A calibration table as JSON text: tensor name -> observer state. Byte-stable:
+    keys sorted, compact separators, shortest round-trip floats."""
+    doc = {
+        "format": "quanta-calibration-table",
+        "version": FORMAT_VERSION,
+        "tensors": {name: obs.to_dict() for name, obs in observers.items()},
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
+
+
+def loads_table(text: str) -> dict[str, ObserverBase]:
+    doc = json.loads(text)
+    if doc.get("format") != "quanta-calibration-table":
+        raise ValueError("calibration table: not a quanta calibration table (missing format tag)")
+    if doc.get("version") != FORMAT_VERSION:
+        raise ValueError(f"calibration table: unsupported version {doc.get('version')!r}")
+    return {name: observer_from_dict(d) for name, d in doc["tensors"].items()}
+
+
+def save_table(path: str | Path, observers: Mapping[str, ObserverBase]) -> None:
+    """Write a calibration table (see :func:`dumps_table`)."""
+    Path(path).write_text(dumps_table(observers), encoding="utf-8")
+
+
+def load_table(path: str | Path) -> dict[str, ObserverBase]:
+    """Read a table written by :func:`save_table`: the observers can keep observing,
+    be merged with another run, or give their ranges."""
+    return loads_table(Path(path).read_text(encoding="utf-8"))
+
+
+def is_degenerate(cal: CalibratedType, *, extreme: float = EXTREME) -> str | None:
+    """Why a calibrated range should not be quantized, or None if it can be.
+
+    Reasons, in order: NaN bound; non-finite bound (-inf masks); a bound of magnitude
+    >= ``extreme`` (masks filled with -1e9/-1e38); zero range (all-zero or constant
+    tensor; per-channel only when *every* channel is constant — one dead channel of a
+    weight is fine, it gets scale 1 and zero point 0).
+
+    >>> from quanta.ir.types import F32
+    >>> is_degenerate(CalibratedType(F32, -1.0, 3.0)) is None
+    True
+    >>> is_degenerate(CalibratedType(F32, -3.4e38, 8.0)).split(":")[0]
+    'range [-3.4e+38, 8] reaches 3.4e+38 (>= 1e+09; a mask filled with -1e9/-1e38?)'
+    """
+    lo = np.asarray(cal.min, dtype=np.float64).reshape(-1)
+    hi = np.asarray(cal.max, dtype=np.float64).reshape(-1)
+    if np.isnan(lo).any() or np.isnan(hi).any():
+        return "range has a NaN bound"
+    rng = f"[{lo.min():.5g}, {hi.max():.5g}]"
+    if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+        return f"range {rng} is not finite (-inf/+inf in the data, e.g. an attention mask): keep float"
+    mag = float(max(np.abs(lo).max(), np.abs(hi).max()))
+    if mag >= extreme:
+        step = (max(float(hi.max()), 0.0) - min(float(lo.min()), 0.0)) / 255
+        return (
+            f"range {rng} reaches {mag:.3g} (>= {extreme:g}; a mask filled with -1e9/-1e38?): "
+            f"an 8-bit step would be {step:.3g}, keep float"
+        )
+    if (lo == hi).all():
+        if cal.axis is not None and lo.size > 1:
+            return "every channel is constant (zero range)"
+        if lo[0] == 0.0:
+            return "every observed value is 0 (zero range)"
+        return f"constant: every observed value is {lo[0]:.7g} (zero range)"
+    return None

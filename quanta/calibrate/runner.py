@@ -1,0 +1,108 @@
+"""The calibration runner: one pass of the float model over the data, observing every
+tensor that will be quantized.
+
+Activations are handed to their observer the moment a node produces them (the
+reference executable's ``on_value`` hook) and are freed after their last use as usual,
+so memory is one sample's live activations plus the observers' fixed-size state —
+never the whole dataset (ORT's Entropy/Percentile calibrators keep every activation of
+every sample). Samples may differ in shape (variable sequence length).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+import numpy as np
+
+from quanta.calibrate.observer import ObserverBase
+from quanta.calibrate.readers import CalibrationDataError, ImagePreprocess, iter_feeds
+from quanta.ir.graph import Model
+from quanta.targets.reference import ReferenceTarget
+
+__all__ = ["CalibrationResult", "calibrate"]
+
+
+class CalibrationResult(dict):
+    """tensor name -> observer, plus how many samples were seen and how long it took."""
+
+    samples: int = 0
+    seconds: float = 0.0
+
+
+class _Progress:
+    """A one-line progress report on stderr (only when it is a terminal, or forced)."""
+
+    def __init__(self, enabled: bool, total: int | None):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.total = total
+        self.t0 = time.perf_counter()
+
+    def update(self, n: int) -> None:
+        if not self.enabled:
+            return
+        dt = time.perf_counter() - self.t0
+        total = f"/{self.total}" if self.total else ""
+        sys.stderr.write(f"\rcalibrating: {n}{total} samples, {dt:.1f} s")
+        sys.stderr.flush()
+
+    def close(self, n: int) -> None:
+        if self.enabled:
+            sys.stderr.write(f"\rcalibrating: {n} samples, {time.perf_counter() - self.t0:.1f} s\n")
+
+
+def calibrate(
+    model: Model,
+    tensors: Iterable[str],
+    data: object,
+    make_observer: Callable[[str], ObserverBase],
+    *,
+    preprocess: ImagePreprocess | None = None,
+    limit: int | None = None,
+    progress: bool = True,
+) -> CalibrationResult:
+    """Observe ``tensors`` (value names of ``model``) over ``data``; return their observers.
+
+    ``data`` is anything :func:`quanta.calibrate.readers.iter_feeds` accepts.
+    ``make_observer(name)`` builds the observer of one tensor.
+    """
+    wanted = list(dict.fromkeys(tensors))
+    observers = CalibrationResult({name: make_observer(name) for name in wanted})
+    exe = ReferenceTarget().prepare(model)
+    graph = model.graph
+    input_names = {v.name for v in graph.inputs}
+    outputs = [v.name for v in graph.outputs]
+    total = None
+    if isinstance(data, (list, tuple)):
+        total = len(data) if limit is None else min(limit, len(data))
+    bar = _Progress(progress, total)
+
+    def on_value(name: str, arr: np.ndarray) -> None:
+        obs = observers.get(name)
+        if obs is not None and isinstance(arr, np.ndarray) and arr.dtype.kind == "f":
+            obs.observe(arr)
+
+    t0 = time.perf_counter()
+    n = 0
+    for feed in iter_feeds(data, graph.inputs, preprocess=preprocess, limit=limit):
+        for name, arr in feed.items():
+            if name in input_names:
+                on_value(name, arr)
+        exe.run(_with_defaults(feed, graph), outputs, on_value=on_value)
+        n += 1
+        bar.update(n)
+    bar.close(n)
+    if n == 0:
+        raise CalibrationDataError("calibration data is empty: no sample was read")
+    observers.samples = n
+    observers.seconds = time.perf_counter() - t0
+    return observers
+
+
+def _with_defaults(feed: Mapping[str, np.ndarray], graph) -> dict[str, np.ndarray]:
+    out = dict(feed)
+    for v in graph.inputs:
+        if v.name not in out and v.const is not None:
+            out[v.name] = v.const
+    return out

@@ -1,0 +1,471 @@
+// Bindings for the int8 GEMM core (qgemm/qgemm.h): the entry layer. Every argument is
+// checked here (dtype, rank, shape, contiguity, ranges, aliasing) and a ValueError names
+// the argument with what was expected and what was given, before a pointer reaches the
+// driver.
+//
+//   pack_weights_s8(w: int8[K, N], zero_point: int | int32[N] = 0, isa: str | None = None)
+//   pack_weights_u8(w: uint8[K, N], zero_point: int | int32[N] = 0, isa: str | None = None)
+//       -> PackedWeights (owns the packed panels, column sums, K, N, the ISA)
+//   qgemm(x: uint8|int8 [..., K], packed, zx: int, out_dtype, *, bias=None, float_bias=None,
+//         multiplier=None, fixed_multiplier=None, fixed_shift=None, zy=0, clamp=None,
+//         num_threads=1, workspace=None, out=None) -> [..., N] of out_dtype
+//   QGemmWorkspace(): scratch reused across calls (one call at a time)
+//   qgemm_kernel_name(isa=None), vnni_peak_probe(seconds)
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "qgemm/qgemm.h"
+
+namespace quanta {
+namespace {
+
+using qgemm::OutType;
+using qgemm::PackedWeights;
+using qgemm::QGemmParams;
+using qgemm::Requant;
+
+// The workspace plus a guard: two concurrent calls on one workspace (the GIL is released
+// during the GEMM) raise instead of racing on the scratch.
+struct PyWorkspace {
+  qgemm::Workspace ws;
+  std::atomic<bool> busy{false};
+};
+
+struct BusyGuard {
+  explicit BusyGuard(PyWorkspace& w) : w_(w) {
+    bool expected = false;
+    if (!w_.busy.compare_exchange_strong(expected, true)) {
+      throw py::value_error("qgemm: workspace: expected a workspace not in use by another call, got a busy one");
+    }
+  }
+  ~BusyGuard() { w_.busy.store(false); }
+  BusyGuard(const BusyGuard&) = delete;
+  BusyGuard& operator=(const BusyGuard&) = delete;
+
+ private:
+  PyWorkspace& w_;
+};
+
+Isa parse_isa(const py::object& isa) {
+  if (isa.is_none()) return active_isa();
+  const std::string name = py::str(isa);
+  Isa out;
+  if (name == "portable") {
+    out = Isa::kPortable;
+  } else if (name == "avx2") {
+    out = Isa::kAvx2;
+  } else if (name == "avx512vnni") {
+    out = Isa::kAvx512Vnni;
+  } else {
+    throw py::value_error("isa: expected one of portable, avx2, avx512vnni, got '" + name + "'");
+  }
+  if (!isa_supported(out)) throw py::value_error("isa: '" + name + "' is not supported by this CPU");
+  return out;
+}
+
+std::string shape_str(const py::array& a) {
+  std::string s = "(";
+  for (py::ssize_t d = 0; d < a.ndim(); ++d) s += std::to_string(a.shape(d)) + (a.ndim() == 1 ? "," : (d + 1 < a.ndim() ? ", " : ""));
+  return s + ")";
+}
+
+// A scalar or an array of 1 or n values of T: returns the values and whether there are n.
+template <typename T>
+std::vector<T> scalar_or_vector(const py::handle& obj, int64_t n, const char* what, bool* per_channel) {
+  std::vector<T> v;
+  if (py::isinstance<py::array>(obj)) {
+    auto arr = require_array<T>(obj, what);
+    const int64_t size = arr.size();
+    if (arr.ndim() > 1 || (size != 1 && size != n)) {
+      throw py::value_error(std::string(what) + ": expected a scalar or shape (" + std::to_string(n) + ",), got shape " +
+                            shape_str(arr));
+    }
+    v.assign(arr.data(), arr.data() + size);
+  } else {
+    try {
+      v.push_back(obj.cast<T>());
+    } catch (const py::cast_error&) {
+      throw py::value_error(std::string(what) + ": expected a number or a numpy array, got " +
+                            py::str(py::type::of(obj)).cast<std::string>());
+    }
+  }
+  *per_channel = v.size() != 1;
+  return v;
+}
+
+int64_t checked_int(const py::handle& obj, const char* what) {
+  if (py::isinstance<py::bool_>(obj) || !(py::isinstance<py::int_>(obj) || py::hasattr(obj, "__index__"))) {
+    throw py::value_error(std::string(what) + ": expected an integer, got " +
+                          py::str(py::type::of(obj)).cast<std::string>());
+  }
+  return py::int_(obj).cast<int64_t>();
+}
+
+void check_range(int64_t v, int64_t lo, int64_t hi, const std::string& what) {
+  if (v < lo || v > hi) {
+    throw py::value_error(what + ": expected a value in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                          "], got " + std::to_string(v));
+  }
+}
+
+template <typename T>
+std::shared_ptr<PackedWeights> pack_impl(const py::handle& w_obj, const py::handle& zp_obj, const py::object& isa_obj,
+                                         const char* fn) {
+  const std::string name = fn;
+  auto w = require_array<T>(w_obj, (name + ": w").c_str());
+  if (w.ndim() != 2) throw py::value_error(name + ": w: expected a 2-D array [K, N], got shape " + shape_str(w));
+  const int64_t K = w.shape(0), N = w.shape(1);
+  const bool w_unsigned = std::is_same_v<T, uint8_t>;
+  const int64_t zlo = w_unsigned ? 0 : -128, zhi = w_unsigned ? 255 : 127;
+  bool per_channel = false;
+  std::vector<int32_t> zp;
+  if (py::isinstance<py::array>(zp_obj)) {
+    zp = scalar_or_vector<int32_t>(zp_obj, N, (name + ": zero_point").c_str(), &per_channel);
+  } else {
+    const int64_t raw = checked_int(zp_obj, (name + ": zero_point").c_str());
+    check_range(raw, zlo, zhi, name + ": zero_point");
+    zp.push_back(static_cast<int32_t>(raw));
+  }
+  for (size_t i = 0; i < zp.size(); ++i) check_range(zp[i], zlo, zhi, name + ": zero_point[" + std::to_string(i) + "]");
+  const Isa isa = parse_isa(isa_obj);
+  std::shared_ptr<PackedWeights> out;
+  {
+    py::gil_scoped_release release;
+    out = qgemm::pack_weights(w.data(), w_unsigned, K, N, N, zp.data(), per_channel, isa);
+  }
+  return out;
+}
+
+OutType parse_out_dtype(const py::handle& obj) {
+  std::string name;
+  try {
+    name = py::module_::import("numpy").attr("dtype")(obj).attr("name").cast<std::string>();
+  } catch (const py::error_already_set&) {
+    throw py::value_error("qgemm: out_dtype: expected one of uint8, int8, int32, float32, got " +
+                          py::repr(obj).cast<std::string>());
+  }
+  if (name == "uint8") return OutType::kU8;
+  if (name == "int8") return OutType::kS8;
+  if (name == "int32") return OutType::kS32;
+  if (name == "float32") return OutType::kF32;
+  throw py::value_error("qgemm: out_dtype: expected one of uint8, int8, int32, float32, got " + name);
+}
+
+py::dtype dtype_of(OutType t) {
+  switch (t) {
+    case OutType::kU8: return py::dtype::of<uint8_t>();
+    case OutType::kS8: return py::dtype::of<int8_t>();
+    case OutType::kS32: return py::dtype::of<int32_t>();
+    case OutType::kF32: break;
+  }
+  return py::dtype::of<float>();
+}
+
+const char* out_name(OutType t) {
+  switch (t) {
+    case OutType::kU8: return "uint8";
+    case OutType::kS8: return "int8";
+    case OutType::kS32: return "int32";
+    case OutType::kF32: break;
+  }
+  return "float32";
+}
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeights>& packed, const py::handle& zx_obj,
+                     const py::handle& out_dtype_obj, const py::object& bias_obj, const py::object& float_bias_obj,
+                     const py::object& multiplier_obj, const py::object& fixed_multiplier_obj,
+                     const py::object& fixed_shift_obj, const py::handle& zy_obj, const py::object& clamp_obj,
+                     int num_threads, const py::object& workspace_obj, const py::object& out_obj) {
+  if (!packed) throw py::value_error("qgemm: packed: expected a PackedWeights, got None");
+  const PackedWeights& w = *packed;
+  const int64_t K = w.K, N = w.N;
+  QGemmParams p;
+  p.w = packed.get();
+
+  // x: uint8 or int8 [..., K], C-contiguous.
+  if (!py::isinstance<py::array>(x_obj)) throw py::value_error("qgemm: x: expected a numpy array");
+  auto x_any = py::reinterpret_borrow<py::array>(x_obj);
+  py::array x;
+  if (x_any.dtype().is(py::dtype::of<uint8_t>())) {
+    x = require_array<uint8_t>(x_obj, "qgemm: x");
+  } else if (x_any.dtype().is(py::dtype::of<int8_t>())) {
+    x = require_array<int8_t>(x_obj, "qgemm: x");
+    p.x_signed = true;
+  } else {
+    throw py::value_error("qgemm: x: expected dtype uint8 or int8, got " + py::str(x_any.dtype()).cast<std::string>());
+  }
+  if (x.ndim() < 1) throw py::value_error("qgemm: x: expected an array of rank >= 1 [..., K], got a scalar");
+  if (x.shape(x.ndim() - 1) != K) {
+    throw py::value_error("qgemm: x: expected last dimension K = " + std::to_string(K) +
+                          " (the packed weights' K), got shape " + shape_str(x));
+  }
+  p.M = 1;
+  for (py::ssize_t d = 0; d + 1 < x.ndim(); ++d) p.M *= x.shape(d);
+  p.x = x.data();
+  p.x_row_stride = K;
+
+  {
+    const int64_t zx = checked_int(zx_obj, "qgemm: zx");
+    check_range(zx, p.x_signed ? -128 : 0, p.x_signed ? 127 : 255, std::string("qgemm: zx (x is ") +
+                                                                       (p.x_signed ? "int8)" : "uint8)"));
+    p.zx = static_cast<int32_t>(zx);
+  }
+
+  p.out_type = parse_out_dtype(out_dtype_obj);
+  const bool q8 = p.out_type == OutType::kU8 || p.out_type == OutType::kS8;
+  const std::string on = out_name(p.out_type);
+
+  if (!bias_obj.is_none()) {
+    auto b = require_array<int32_t>(bias_obj, "qgemm: bias");
+    if (b.ndim() != 1 || b.shape(0) != N) {
+      throw py::value_error("qgemm: bias: expected shape (" + std::to_string(N) + ",), got shape " + shape_str(b));
+    }
+    p.bias = b.data();  // b borrows bias_obj, which outlives the call
+  }
+  if (!float_bias_obj.is_none()) {
+    if (p.out_type != OutType::kF32) {
+      throw py::value_error("qgemm: float_bias: expected None for out_dtype " + on + " (float32 output only)");
+    }
+    auto b = require_array<float>(float_bias_obj, "qgemm: float_bias");
+    if (b.ndim() != 1 || b.shape(0) != N) {
+      throw py::value_error("qgemm: float_bias: expected shape (" + std::to_string(N) + ",), got shape " + shape_str(b));
+    }
+    p.float_bias = b.data();
+  }
+
+  std::vector<float> mult;
+  std::vector<int32_t> fmult, fshift;
+  const bool has_mult = !multiplier_obj.is_none();
+  const bool has_fixed = !fixed_multiplier_obj.is_none() || !fixed_shift_obj.is_none();
+  if (p.out_type == OutType::kS32) {
+    if (has_mult || has_fixed) {
+      throw py::value_error("qgemm: multiplier: expected None for out_dtype int32 (the raw accumulator)");
+    }
+  } else if (p.out_type == OutType::kF32) {
+    if (!has_mult) throw py::value_error("qgemm: multiplier: expected sx*sw (scalar or [N]) for out_dtype float32, got None");
+    if (has_fixed) throw py::value_error("qgemm: fixed_multiplier: expected None for out_dtype float32");
+  } else if (has_mult == has_fixed) {
+    throw py::value_error("qgemm: expected exactly one of multiplier (float requantization) or fixed_multiplier + "
+                          "fixed_shift (fixed-point) for out_dtype " + on);
+  }
+  if (has_mult) {
+    mult = scalar_or_vector<float>(multiplier_obj, N, "qgemm: multiplier", &p.multiplier_per_channel);
+    for (size_t i = 0; i < mult.size(); ++i) {
+      if (!(std::isfinite(mult[i]) && mult[i] > 0.0f)) {
+        throw py::value_error("qgemm: multiplier[" + std::to_string(i) + "]: expected a finite value > 0, got " +
+                              std::to_string(mult[i]));
+      }
+    }
+    p.multiplier = mult.data();
+    if (q8) p.requant = Requant::kFloat;
+  }
+  if (has_fixed) {
+    if (fixed_multiplier_obj.is_none() || fixed_shift_obj.is_none()) {
+      throw py::value_error("qgemm: fixed_multiplier and fixed_shift: expected both, got only one");
+    }
+    bool pc_m = false, pc_s = false;
+    fmult = scalar_or_vector<int32_t>(fixed_multiplier_obj, N, "qgemm: fixed_multiplier", &pc_m);
+    fshift = scalar_or_vector<int32_t>(fixed_shift_obj, N, "qgemm: fixed_shift", &pc_s);
+    for (size_t i = 0; i < fmult.size(); ++i) {
+      check_range(fmult[i], 0, INT32_MAX, "qgemm: fixed_multiplier[" + std::to_string(i) + "]");
+    }
+    for (size_t i = 0; i < fshift.size(); ++i) {
+      check_range(fshift[i], -31, 30, "qgemm: fixed_shift[" + std::to_string(i) + "]");
+    }
+    if (pc_m != pc_s) {  // broadcast the per-tensor one so both have N entries
+      if (!pc_m) fmult.assign(static_cast<size_t>(N), fmult[0]);
+      if (!pc_s) fshift.assign(static_cast<size_t>(N), fshift[0]);
+    }
+    p.fixed_per_channel = pc_m || pc_s;
+    p.fixed_multiplier = fmult.data();
+    p.fixed_shift = fshift.data();
+    p.requant = Requant::kFixedPoint;
+  }
+
+  const int64_t qmin = p.out_type == OutType::kS8 ? -128 : 0;
+  const int64_t qmax = p.out_type == OutType::kS8 ? 127 : 255;
+  {
+    const int64_t zy = checked_int(zy_obj, "qgemm: zy");
+    if (q8) {
+      check_range(zy, qmin, qmax, "qgemm: zy (out_dtype " + on + ")");
+    } else if (zy != 0) {
+      throw py::value_error("qgemm: zy: expected 0 for out_dtype " + on + " (uint8/int8 outputs only), got " +
+                            std::to_string(zy));
+    }
+    p.zy = static_cast<int32_t>(zy);
+  }
+
+  if (!clamp_obj.is_none()) {
+    py::sequence seq;
+    try {
+      seq = clamp_obj.cast<py::sequence>();
+    } catch (const py::cast_error&) {
+      throw py::value_error("qgemm: clamp: expected None or a pair (lo, hi)");
+    }
+    if (py::len(seq) != 2) throw py::value_error("qgemm: clamp: expected None or a pair (lo, hi)");
+    p.has_clamp = true;
+    if (p.out_type == OutType::kF32) {
+      p.clamp_lo = seq[0].cast<double>();
+      p.clamp_hi = seq[1].cast<double>();
+      if (std::isnan(p.clamp_lo) || std::isnan(p.clamp_hi)) throw py::value_error("qgemm: clamp: expected numbers, got NaN");
+    } else {
+      const int64_t lo = checked_int(seq[0], "qgemm: clamp[0]"), hi = checked_int(seq[1], "qgemm: clamp[1]");
+      const int64_t tmin = q8 ? qmin : INT32_MIN, tmax = q8 ? qmax : INT32_MAX;
+      check_range(lo, tmin, tmax, "qgemm: clamp[0] (out_dtype " + on + ")");
+      check_range(hi, tmin, tmax, "qgemm: clamp[1] (out_dtype " + on + ")");
+      p.clamp_lo = static_cast<double>(lo);
+      p.clamp_hi = static_cast<double>(hi);
+    }
+    if (p.clamp_lo > p.clamp_hi) {
+      throw py::value_error("qgemm: clamp: expected lo <= hi, got (" + py::str(seq[0]).cast<std::string>() + ", " +
+                            py::str(seq[1]).cast<std::string>() + ")");
+    }
+  }
+
+  if (num_threads < 1) throw py::value_error("qgemm: num_threads: expected >= 1, got " + std::to_string(num_threads));
+  p.num_threads = num_threads;
+
+  if (!isa_supported(w.isa)) {
+    throw py::value_error(std::string("qgemm: packed: weights were packed for '") + isa_name(w.isa) +
+                          "', which this CPU does not support");
+  }
+
+  // Output: [..., N].
+  std::vector<py::ssize_t> shape(x.shape(), x.shape() + x.ndim() - 1);
+  shape.push_back(static_cast<py::ssize_t>(N));
+  py::array y;
+  const py::dtype ydt = dtype_of(p.out_type);
+  if (out_obj.is_none()) {
+    y = py::array(ydt, shape);
+  } else {
+    if (!py::isinstance<py::array>(out_obj)) throw py::value_error("qgemm: out: expected a numpy array or None");
+    y = py::reinterpret_borrow<py::array>(out_obj);
+    if (!y.dtype().is(ydt)) {
+      throw py::value_error("qgemm: out: expected dtype " + on + ", got " + py::str(y.dtype()).cast<std::string>());
+    }
+    bool same = y.ndim() == static_cast<py::ssize_t>(shape.size());
+    for (size_t d = 0; same && d < shape.size(); ++d) same = y.shape(d) == shape[d];
+    if (!same) {
+      std::string want = "(";
+      for (size_t d = 0; d < shape.size(); ++d) want += std::to_string(shape[d]) + (d + 1 < shape.size() ? ", " : "");
+      throw py::value_error("qgemm: out: expected shape " + want + (shape.size() == 1 ? ",)" : ")") + ", got shape " +
+                            shape_str(y));
+    }
+    if (!(y.flags() & py::array::c_style)) throw py::value_error("qgemm: out: expected a C-contiguous array");
+    if (!y.writeable()) throw py::value_error("qgemm: out: expected a writeable array");
+    if (overlaps(y.data(), static_cast<size_t>(y.nbytes()), x.data(), static_cast<size_t>(x.nbytes()))) {
+      throw py::value_error("qgemm: out: expected a buffer that does not overlap x");
+    }
+  }
+  p.y = y.mutable_data();
+  p.y_row_stride = N;
+
+  PyWorkspace local;
+  PyWorkspace* wsp = &local;
+  if (!workspace_obj.is_none()) {
+    try {
+      wsp = workspace_obj.cast<PyWorkspace*>();
+    } catch (const py::cast_error&) {
+      throw py::value_error("qgemm: workspace: expected a QGemmWorkspace or None");
+    }
+  }
+  BusyGuard guard(*wsp);
+  const size_t need = qgemm::qgemm_workspace_bytes(p);
+  wsp->ws.reserve(need);  // allocates only when this call needs more than any before
+  {
+    py::gil_scoped_release release;
+    qgemm::qgemm(p, wsp->ws);
+  }
+  return y;
+}
+
+py::array_t<int32_t> column_sums(const PackedWeights& w) {
+  py::array_t<int32_t> out(static_cast<py::ssize_t>(w.N));
+  std::copy(w.column_sums_ptr(), w.column_sums_ptr() + w.N, out.mutable_data());
+  return out;
+}
+
+py::array_t<int32_t> zero_points(const PackedWeights& w) {
+  py::array_t<int32_t> out(static_cast<py::ssize_t>(w.N));
+  for (int64_t n = 0; n < w.N; ++n) out.mutable_data()[n] = w.zero_point_ptr()[n] + (w.weights_unsigned ? 128 : 0);
+  return out;
+}
+
+}  // namespace
+
+void register_qgemm(py::module_& m) {
+  py::class_<PackedWeights, std::shared_ptr<PackedWeights>>(
+      m, "PackedWeights", "Weights prepacked for one ISA's qgemm micro-kernel, with their column sums (qgemm.h).")
+      .def_property_readonly("K", [](const PackedWeights& w) { return w.K; })
+      .def_property_readonly("N", [](const PackedWeights& w) { return w.N; })
+      .def_property_readonly("isa", [](const PackedWeights& w) { return std::string(isa_name(w.isa)); })
+      .def_property_readonly("kernel", [](const PackedWeights& w) { return qgemm::qgemm_kernel_name(w.isa); })
+      .def_property_readonly("weights_dtype",
+                             [](const PackedWeights& w) { return std::string(w.weights_unsigned ? "uint8" : "int8"); })
+      .def_property_readonly("nbytes", [](const PackedWeights& w) {
+        return w.data.size() + w.column_sums.size() + w.zero_point.size();
+      })
+      .def_property_readonly("column_sums", &column_sums, "cs[n] = Σ_k (w[k,n] − zw[n]) (int32, wrapping).")
+      .def_property_readonly("zero_point", &zero_points, "zw[n] in the weights' own dtype range.")
+      .def("__repr__", [](const PackedWeights& w) {
+        return "<PackedWeights K=" + std::to_string(w.K) + " N=" + std::to_string(w.N) + " " +
+               qgemm::qgemm_kernel_name(w.isa) + ">";
+      });
+
+  py::class_<PyWorkspace>(m, "QGemmWorkspace",
+                          "Scratch for qgemm, grown on first use and reused; one call at a time.")
+      .def(py::init<>())
+      .def_property_readonly("nbytes", [](const PyWorkspace& w) { return w.ws.size(); });
+
+  m.def(
+      "pack_weights_s8",
+      [](const py::handle& w, const py::handle& zp, const py::object& isa) {
+        return pack_impl<int8_t>(w, zp, isa, "pack_weights_s8");
+      },
+      py::arg("w"), py::arg("zero_point") = 0, py::arg("isa") = py::none(),
+      "Prepack int8 weights w[K, N] (zero_point: int or int32[N], in [-128, 127]) for `isa` (default: active).");
+  m.def(
+      "pack_weights_u8",
+      [](const py::handle& w, const py::handle& zp, const py::object& isa) {
+        return pack_impl<uint8_t>(w, zp, isa, "pack_weights_u8");
+      },
+      py::arg("w"), py::arg("zero_point") = 0, py::arg("isa") = py::none(),
+      "Prepack uint8 weights w[K, N] (zero_point: int or int32[N], in [0, 255]) for `isa` (default: active).");
+  m.def("qgemm", &qgemm_impl, py::arg("x"), py::arg("packed"), py::arg("zx"), py::arg("out_dtype") = "int32",
+        py::kw_only(), py::arg("bias") = py::none(), py::arg("float_bias") = py::none(),
+        py::arg("multiplier") = py::none(), py::arg("fixed_multiplier") = py::none(),
+        py::arg("fixed_shift") = py::none(), py::arg("zy") = 0, py::arg("clamp") = py::none(),
+        py::arg("num_threads") = 1, py::arg("workspace") = py::none(), py::arg("out") = py::none(),
+        "y = output_stage(Σ_k (x − zx)(w − zw) + bias); see quanta/kernels/cpp/qgemm/qgemm.h.");
+  m.def(
+      "qgemm_kernel_name", [](const py::object& isa) { return qgemm::qgemm_kernel_name(parse_isa(isa)); },
+      py::arg("isa") = py::none(), "Micro-kernel family name (docs/kernels.md grammar).");
+  m.def(
+      "vnni_peak_probe",
+      [](double seconds) {
+        if (!isa_supported(Isa::kAvx512Vnni)) {
+          throw py::value_error("vnni_peak_probe: expected a CPU with avx512vnni, this one has none");
+        }
+        if (!(seconds > 0.0 && seconds <= 60.0)) {
+          throw py::value_error("vnni_peak_probe: seconds: expected a value in (0, 60], got " + std::to_string(seconds));
+        }
+        py::gil_scoped_release release;
+        return qgemm::vnni_peak_probe(seconds);
+      },
+      py::arg("seconds") = 0.2, "vpdpbusd throughput in GOPS (2 ops per multiply-add), one thread.");
+}
+
+}  // namespace quanta

@@ -1,0 +1,307 @@
+// qgemm driver: the dispatch table of micro-kernel families, cache blocking, threads and
+// the per-call folding of zero points and bias (contract in qgemm.h).
+//
+// Loop nest, per task (a contiguous range of N panels, or of rows when there are fewer
+// panels than threads):
+//
+//   for mc0 in rows, step MC            A block MC x Kp of x' stays in L2 across panels
+//     for panel p in the task's panels  B panel Kp x NR
+//       for chunk k0 in [0, Kp), step KC  B chunk KC x NR stays in L1 across the MC rows
+//         tiles(rows mc0 .. mc0+MC, panel p, chunk k0)   MR x NR register tiles; int32
+//                                          partial sums go through a small per-thread
+//                                          buffer between chunks, the epilogue runs on
+//                                          the last chunk
+//
+// Before it, in the same parallel region: x -> x' rows (when the kernel cannot read x in
+// place) and the row sums Σ_k x' (when some zw' != 0), split by rows over the threads.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "qgemm/kernel.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace quanta {
+namespace qgemm {
+namespace {
+
+template <typename L>
+KernelFamily family_of(Isa isa, const char* name, TileFn tiles) {
+  return KernelFamily{isa,
+                      name,
+                      L::kMR,
+                      L::kNR,
+                      L::kKR,
+                      static_cast<int>(sizeof(typename L::WeightStorage)),
+                      static_cast<int>(sizeof(typename L::ActivationStorage)),
+                      tiles};
+}
+
+// B chunk (KC x NR weights) budget: about 2/3 of a 48 KiB L1D, the rest for the A rows.
+constexpr int64_t kKcBytes = 32 * 1024;
+// A block (MC x Kp of x') budget: a quarter of a 2 MiB L2 (the B panels stream through).
+constexpr int64_t kMcBytes = 512 * 1024;
+
+int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+int64_t div_up(int64_t v, int64_t by) { return (v + by - 1) / by; }
+size_t align64(size_t v) { return (v + 63) / 64 * 64; }
+
+struct Plan {
+  const KernelFamily* fam = nullptr;
+  int64_t M = 0, N = 0, K = 0, Kp = 0, Np = 0, n_panels = 0;
+  bool direct = false;   // the kernel reads x in place
+  bool rowsums = false;
+  int64_t kc = 0, n_chunks = 1, mc = 0;
+  int tasks = 1;
+  bool split_n = true;
+  int64_t units = 0;     // panels (split_n) or MR-row groups
+  size_t off_a = 0, off_rowsum = 0, off_colterm = 0, off_mult = 0, off_fbias = 0, off_fmult = 0,
+         off_fshift = 0, off_partial = 0, total = 0;
+};
+
+Plan make_plan(const QGemmParams& p) {
+  if (p.w == nullptr) throw std::invalid_argument("qgemm: no packed weights");
+  const PackedWeights& w = *p.w;
+  Plan pl;
+  pl.fam = &kernel_family(w.isa);
+  const KernelFamily& f = *pl.fam;
+  if (f.nr != w.nr || f.kr != w.kr || f.w_bytes != w.storage_bytes) {
+    throw std::invalid_argument("qgemm: packed weights do not match the layout of their ISA");
+  }
+  pl.M = p.M;
+  pl.N = w.N;
+  pl.K = w.K;
+  pl.Kp = w.Kp;
+  pl.n_panels = w.n_panels;
+  pl.Np = w.padded_n();
+  pl.direct = f.a_bytes == 1 && !p.x_signed && pl.K == pl.Kp;
+  pl.rowsums = w.has_zero_point;
+
+  const int64_t kc_max = std::max<int64_t>(f.kr, kKcBytes / (int64_t{f.nr} * f.w_bytes) / f.kr * f.kr);
+  const int64_t chunks = std::max<int64_t>(1, div_up(pl.Kp, kc_max));
+  pl.kc = round_up(div_up(pl.Kp, chunks), f.kr);
+  pl.n_chunks = pl.kc == 0 ? 1 : std::max<int64_t>(1, div_up(pl.Kp, pl.kc));
+  const int64_t row_bytes = std::max<int64_t>(1, pl.Kp * f.a_bytes);
+  pl.mc = std::max<int64_t>(f.mr, kMcBytes / row_bytes / f.mr * f.mr);
+  pl.mc = std::min<int64_t>(pl.mc, std::max<int64_t>(f.mr, round_up(pl.M, f.mr)));
+
+  const int threads = std::max(1, p.num_threads);
+  const int64_t row_groups = div_up(pl.M, f.mr);
+  pl.split_n = pl.n_panels >= threads || pl.n_panels >= row_groups;
+  pl.units = pl.split_n ? pl.n_panels : row_groups;
+  pl.tasks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, pl.units)));
+
+  size_t off = 0;
+  auto take = [&off](size_t bytes) {
+    const size_t at = off;
+    off += align64(bytes);
+    return at;
+  };
+  pl.off_a = take(pl.direct ? 0 : static_cast<size_t>(pl.M * pl.Kp * f.a_bytes));
+  pl.off_rowsum = take(pl.rowsums ? static_cast<size_t>(pl.M) * 4 : 0);
+  pl.off_colterm = take(static_cast<size_t>(pl.Np) * 4);
+  const bool float_mult = p.out_type == OutType::kF32 || p.requant == Requant::kFloat;
+  pl.off_mult = take(float_mult ? static_cast<size_t>(pl.Np) * 4 : 0);
+  pl.off_fbias = take(p.float_bias ? static_cast<size_t>(pl.Np) * 4 : 0);
+  const bool fixed = p.requant == Requant::kFixedPoint;
+  pl.off_fmult = take(fixed ? static_cast<size_t>(pl.Np) * 4 : 0);
+  pl.off_fshift = take(fixed ? static_cast<size_t>(pl.Np) * 4 : 0);
+  pl.off_partial = take(pl.n_chunks > 1 ? static_cast<size_t>(pl.tasks * pl.mc * f.nr) * 4 : 0);
+  pl.total = off;
+  return pl;
+}
+
+template <typename T>
+T* at(uint8_t* base, size_t off) {
+  return reinterpret_cast<T*>(base + off);
+}
+
+Epilogue make_epilogue(const QGemmParams& p, const Plan& pl, uint8_t* ws) {
+  const PackedWeights& w = *p.w;
+  Epilogue e;
+  e.y = p.y;
+  e.y_row_stride = p.y_row_stride;
+  e.zy = p.zy;
+
+  // colterm[n] = bias[n] − zx'·cs[n]  (eq. (5) with the u8 shift of eq. (8): zx' = zx + 128
+  // for int8 x folds the 128·Σ(w − zw) compensation into this one term).
+  const int32_t zx_shifted = p.zx + (p.x_signed ? 128 : 0);
+  int32_t* colterm = at<int32_t>(ws, pl.off_colterm);
+  const int32_t* cs = w.column_sums_ptr();
+  for (int64_t n = 0; n < pl.Np; ++n) {
+    colterm[n] = n < pl.N ? wrapping_sub(p.bias ? p.bias[n] : 0, wrapping_mul(zx_shifted, cs[n])) : 0;
+  }
+  e.colterm = colterm;
+  if (pl.rowsums) {
+    e.zw = w.zero_point_ptr();
+    e.rowsum = at<int32_t>(ws, pl.off_rowsum);
+  }
+
+  if (p.out_type == OutType::kF32 || p.requant == Requant::kFloat) {
+    float* mult = at<float>(ws, pl.off_mult);
+    for (int64_t n = 0; n < pl.Np; ++n) {
+      mult[n] = n < pl.N ? p.multiplier[p.multiplier_per_channel ? n : 0] : 0.0f;
+    }
+    e.multiplier = mult;
+  }
+  if (p.float_bias) {
+    float* fb = at<float>(ws, pl.off_fbias);
+    for (int64_t n = 0; n < pl.Np; ++n) fb[n] = n < pl.N ? p.float_bias[n] : 0.0f;
+    e.float_bias = fb;
+  }
+  if (p.requant == Requant::kFixedPoint) {
+    int32_t* fm = at<int32_t>(ws, pl.off_fmult);
+    int32_t* fs = at<int32_t>(ws, pl.off_fshift);
+    for (int64_t n = 0; n < pl.Np; ++n) {
+      const int64_t i = p.fixed_per_channel ? n : 0;
+      fm[n] = n < pl.N ? p.fixed_multiplier[i] : 0;
+      fs[n] = n < pl.N ? p.fixed_shift[i] : 0;
+    }
+    e.fixed_multiplier = fm;
+    e.fixed_shift = fs;
+  }
+
+  switch (p.out_type) {
+    case OutType::kS32:
+      e.kind = EpiKind::kS32;
+      e.lo = p.has_clamp ? static_cast<int32_t>(p.clamp_lo) : std::numeric_limits<int32_t>::min();
+      e.hi = p.has_clamp ? static_cast<int32_t>(p.clamp_hi) : std::numeric_limits<int32_t>::max();
+      break;
+    case OutType::kF32:
+      e.kind = EpiKind::kF32;
+      e.flo = p.has_clamp ? static_cast<float>(p.clamp_lo) : -std::numeric_limits<float>::infinity();
+      e.fhi = p.has_clamp ? static_cast<float>(p.clamp_hi) : std::numeric_limits<float>::infinity();
+      break;
+    case OutType::kU8:
+    case OutType::kS8: {
+      e.y_signed = p.out_type == OutType::kS8;
+      const int32_t qmin = e.y_signed ? -128 : 0;
+      const int32_t qmax = e.y_signed ? 127 : 255;
+      e.lo = p.has_clamp ? std::max(qmin, static_cast<int32_t>(p.clamp_lo)) : qmin;
+      e.hi = p.has_clamp ? std::min(qmax, static_cast<int32_t>(p.clamp_hi)) : qmax;
+      e.lo_minus_zy = static_cast<float>(e.lo - p.zy);
+      e.hi_minus_zy = static_cast<float>(e.hi - p.zy);
+      e.kind = p.requant == Requant::kFixedPoint ? EpiKind::kQ8Fixed : EpiKind::kQ8Float;
+      break;
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
+// The dispatch table: one row per micro-kernel family (docs/kernels.md "Adding an ISA").
+const KernelFamily& kernel_family(Isa isa) {
+  static const KernelFamily kPortable =
+      family_of<PortableLayout>(Isa::kPortable, "qgemm_u8s8_s32_4x16c4__portable", qgemm_tiles_portable);
+  static const KernelFamily kAvx2 =
+      family_of<Avx2Layout>(Isa::kAvx2, "qgemm_u8s8_s32_4x16c2__avx2", qgemm_tiles_avx2);
+  static const KernelFamily kAvx512Vnni = family_of<Avx512VnniLayout>(
+      Isa::kAvx512Vnni, "qgemm_u8s8_s32_8x32c4__avx512vnni", qgemm_tiles_avx512vnni);
+  switch (isa) {
+    case Isa::kAvx512Vnni: return kAvx512Vnni;
+    case Isa::kAvx2: return kAvx2;
+    case Isa::kPortable: break;
+  }
+  return kPortable;
+}
+
+std::string qgemm_kernel_name(Isa isa) { return kernel_family(isa).name; }
+
+size_t qgemm_workspace_bytes(const QGemmParams& p) { return make_plan(p).total; }
+
+void qgemm(const QGemmParams& p, Workspace& workspace) {
+  const Plan pl = make_plan(p);
+  if (workspace.size() < pl.total) {
+    throw std::invalid_argument("qgemm: workspace has " + std::to_string(workspace.size()) + " bytes, needs " +
+                                std::to_string(pl.total));
+  }
+  if (pl.M == 0 || pl.N == 0) return;
+  if (!isa_supported(pl.fam->isa)) {
+    throw std::invalid_argument(std::string("qgemm: weights were packed for '") + isa_name(pl.fam->isa) +
+                                "', which this CPU does not support");
+  }
+  uint8_t* ws = workspace.reserve(0);
+  const Epilogue epi = make_epilogue(p, pl, ws);
+  const KernelFamily& f = *pl.fam;
+  const PackedWeights& w = *p.w;
+
+  const uint8_t* a_base = pl.direct ? static_cast<const uint8_t*>(p.x) : ws + pl.off_a;
+  const int64_t a_stride = pl.direct ? p.x_row_stride : pl.Kp;  // elements
+  int32_t* rowsum = at<int32_t>(ws, pl.off_rowsum);
+
+  // Phase 1: x' and row sums, rows split evenly over the tasks.
+  auto prepare = [&](int task) {
+    const int64_t mb = pl.M * task / pl.tasks, me = pl.M * (task + 1) / pl.tasks;
+    if (!pl.direct) {
+      if (f.a_bytes == 1) {
+        pack_activations_u8(p.x, p.x_row_stride, p.x_signed, pl.K, pl.Kp, mb, me, ws + pl.off_a);
+      } else {
+        pack_activations_s16(p.x, p.x_row_stride, p.x_signed, pl.K, pl.Kp, mb, me, at<int16_t>(ws, pl.off_a));
+      }
+    }
+    if (pl.rowsums) activation_row_sums(p.x, p.x_row_stride, p.x_signed, pl.K, mb, me, rowsum);
+  };
+
+  // Phase 2: the blocked GEMM over this task's panels or rows.
+  auto compute = [&](int task, int thread) {
+    const int64_t ub = pl.units * task / pl.tasks, ue = pl.units * (task + 1) / pl.tasks;
+    const int64_t pb = pl.split_n ? ub : 0, pe = pl.split_n ? ue : pl.n_panels;
+    const int64_t mb = pl.split_n ? 0 : ub * f.mr, me = pl.split_n ? pl.M : std::min(pl.M, ue * f.mr);
+    int32_t* partial = pl.n_chunks > 1 ? at<int32_t>(ws, pl.off_partial) + thread * pl.mc * f.nr : nullptr;
+    const int64_t panel_elems = pl.Kp * f.nr;  // weights per panel
+    TileArgs t;
+    t.a_row_stride = a_stride;
+    t.partial = partial;
+    t.epi = &epi;
+    for (int64_t mc0 = mb; mc0 < me; mc0 += pl.mc) {
+      t.rows = std::min(pl.mc, me - mc0);
+      t.m0 = mc0;
+      for (int64_t panel = pb; panel < pe; ++panel) {
+        t.n0 = panel * f.nr;
+        t.cols = static_cast<int>(std::min<int64_t>(f.nr, pl.N - t.n0));
+        const uint8_t* b_panel = w.data.data() + panel * panel_elems * f.w_bytes;
+        for (int64_t c = 0; c < pl.n_chunks; ++c) {
+          const int64_t k0 = c * pl.kc;
+          t.kc = std::min(pl.kc, pl.Kp - k0);
+          t.a = a_base + (mc0 * a_stride + k0) * f.a_bytes;
+          t.b = b_panel + k0 * f.nr * f.w_bytes;
+          t.accumulate = c > 0;
+          t.finish = c == pl.n_chunks - 1;
+          f.tiles(t);
+        }
+      }
+    }
+  };
+
+#ifdef _OPENMP
+  if (pl.tasks > 1) {
+#pragma omp parallel num_threads(pl.tasks)
+    {
+      // OpenMP may grant fewer threads than asked: every task still runs, on some thread.
+      const int thread = omp_get_thread_num(), threads = omp_get_num_threads();
+      for (int task = thread; task < pl.tasks; task += threads) prepare(task);
+#pragma omp barrier
+      for (int task = thread; task < pl.tasks; task += threads) compute(task, thread);
+    }
+    return;
+  }
+#endif
+  for (int task = 0; task < pl.tasks; ++task) prepare(task);
+  for (int task = 0; task < pl.tasks; ++task) compute(task, 0);
+}
+
+double vnni_peak_probe(double seconds) {
+  if (!isa_supported(Isa::kAvx512Vnni)) {
+    throw std::invalid_argument("vnni_peak_probe: this CPU does not support avx512vnni");
+  }
+  return vnni_peak_probe_avx512vnni(seconds);
+}
+
+}  // namespace qgemm
+}  // namespace quanta

@@ -1,0 +1,150 @@
+// qgemm_u8s8_s32_4x16c2__avx2 (layout: kernel.h Avx2Layout).
+//
+// int16 operands and vpmaddwd, not vpmaddubsw: vpmaddubsw adds two u8·s8 products into a
+// SATURATING int16 (255·127·2 = 64770 > 32767), which would make results depend on the
+// data. The alternatives were splitting x' into 7-bit halves (two vpmaddubsw + two
+// vpmaddwd per 32 products) or widening to int16 once, at packing time, and running one
+// vpmaddwd per 16 products:
+//   acc[r][lane] += x'[r,k]·w'[k,n] + x'[r,k+1]·w'[k+1,n]   (|pair| <= 2·255·128, exact)
+// We widen (w' at pack time, x' in the per-call activation packing): fewer
+// multiplies on the two ports that have them and exact by construction, at the price of
+// twice the packed-weight bytes (the GEMV, which is bandwidth bound, reads twice as much).
+//
+// Register tile: MR = 4 rows x NR = 16 columns = 8 ymm accumulators; per k-pair 2 ymm
+// loads of the panel, 4 vpbroadcastd of x' pairs, 8 vpmaddwd + 8 vpaddd.
+//
+// Epilogue as in the AVX-512 family; lanes of a partial 8-column vector and the
+// fixed-point stage go through the shared scalar code (kernel.h).
+#pragma GCC optimize("fp-contract=off")  // float32(acc)·m + float_bias: two roundings, no FMA
+
+#include <immintrin.h>
+
+#include "qgemm/kernel.h"
+
+namespace quanta {
+namespace qgemm {
+namespace {
+
+using L = Avx2Layout;
+constexpr int kNR = L::kNR;
+constexpr int kKR = L::kKR;
+static_assert(kNR == 16 && kKR == 2, "the tile below is written for 2 ymm x 2 k");
+
+inline void store_q8(__m256i q, bool y_signed, void* dst) {
+  const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+  const __m128i p8 = y_signed ? _mm_packs_epi16(p16, p16) : _mm_packus_epi16(p16, p16);
+  _mm_storel_epi64(static_cast<__m128i*>(dst), p8);  // q is in range: the packs are exact
+}
+
+inline void finish_vector(__m256i v, const Epilogue& e, int64_t m, int64_t n, int valid) {
+  const int64_t at = m * e.y_row_stride + n;
+  if (valid >= 8 && e.kind != EpiKind::kQ8Fixed) {
+    switch (e.kind) {
+      case EpiKind::kS32: {
+        v = _mm256_max_epi32(_mm256_min_epi32(v, _mm256_set1_epi32(e.hi)), _mm256_set1_epi32(e.lo));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<int32_t*>(e.y) + at), v);
+        return;
+      }
+      case EpiKind::kF32: {
+        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(e.multiplier + n));
+        if (e.float_bias) f = _mm256_add_ps(f, _mm256_loadu_ps(e.float_bias + n));
+        f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(e.flo)), _mm256_set1_ps(e.fhi));
+        _mm256_storeu_ps(static_cast<float*>(e.y) + at, f);
+        return;
+      }
+      case EpiKind::kQ8Float: {
+        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(e.multiplier + n));
+        f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(e.lo_minus_zy)), _mm256_set1_ps(e.hi_minus_zy));
+        f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m256i q = _mm256_add_epi32(_mm256_cvttps_epi32(f), _mm256_set1_epi32(e.zy));
+        if (e.y_signed) {
+          store_q8(q, true, static_cast<int8_t*>(e.y) + at);
+        } else {
+          store_q8(q, false, static_cast<uint8_t*>(e.y) + at);
+        }
+        return;
+      }
+      case EpiKind::kQ8Fixed: break;
+    }
+  }
+  alignas(32) int32_t tmp[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), v);
+  for (int i = 0; i < valid && i < 8; ++i) finish_element(tmp[i], e, m, n + i);
+}
+
+template <int MR>
+__attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
+  const int16_t* a = static_cast<const int16_t*>(t.a) + r0 * t.a_row_stride;
+  const int64_t s = t.a_row_stride;
+  const int16_t* b = static_cast<const int16_t*>(t.b);
+  int32_t* partial = t.partial + r0 * kNR;
+
+  __m256i c0[MR], c1[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    c0[r] = t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR))
+                         : _mm256_setzero_si256();
+    c1[r] = t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR + 8))
+                         : _mm256_setzero_si256();
+  }
+  for (int64_t k = 0; k < t.kc; k += kKR) {
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 16));
+    b += kNR * kKR;
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const __m256i xa = _mm256_set1_epi32(load_unaligned<int32_t>(a + r * s + k));
+      c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(xa, b0));
+      c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(xa, b1));
+    }
+  }
+
+  if (!t.finish) {
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(partial + r * kNR), c0[r]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(partial + r * kNR + 8), c1[r]);
+    }
+    return;
+  }
+
+  const Epilogue& e = *t.epi;
+  const int64_t n0 = t.n0;
+  const int64_t m0 = t.m0 + r0;
+  const __m256i ct0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.colterm + n0));
+  const __m256i ct1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.colterm + n0 + 8));
+  __m256i zw0 = _mm256_setzero_si256(), zw1 = _mm256_setzero_si256();
+  if (e.zw) {
+    zw0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.zw + n0));
+    zw1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.zw + n0 + 8));
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    __m256i v0 = _mm256_add_epi32(c0[r], ct0);
+    __m256i v1 = _mm256_add_epi32(c1[r], ct1);
+    if (e.zw) {
+      const __m256i rs = _mm256_set1_epi32(e.rowsum[m0 + r]);
+      v0 = _mm256_sub_epi32(v0, _mm256_mullo_epi32(zw0, rs));
+      v1 = _mm256_sub_epi32(v1, _mm256_mullo_epi32(zw1, rs));
+    }
+    finish_vector(v0, e, m0 + r, n0, t.cols);
+    if (t.cols > 8) finish_vector(v1, e, m0 + r, n0 + 8, t.cols - 8);
+  }
+}
+
+}  // namespace
+
+void qgemm_tiles_avx2(const TileArgs& t) {
+  constexpr int MR = L::kMR;
+  int64_t r0 = 0;
+  for (; r0 + MR <= t.rows; r0 += MR) tile<MR>(t, r0);
+  switch (t.rows - r0) {
+    case 1: tile<1>(t, r0); break;
+    case 2: tile<2>(t, r0); break;
+    case 3: tile<3>(t, r0); break;
+    default: break;
+  }
+}
+
+}  // namespace qgemm
+}  // namespace quanta

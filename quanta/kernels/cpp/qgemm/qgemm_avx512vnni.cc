@@ -1,0 +1,230 @@
+// qgemm_u8s8_s32_8x32c4__avx512vnni (layout: kernel.h Avx512VnniLayout).
+//
+// Register tile: MR = 8 rows x NR = 32 columns = 16 zmm int32 accumulators. Per group of
+// KR = 4 k values: two 64-byte loads of the packed panel (32 columns x 4 k, int8), one
+// vpbroadcastd of 4 x' bytes per row, and 2·MR vpdpbusd
+//   acc[r][j] += Σ_{t<4} u8(x'[r, k+t]) · s8(w'[k+t, 16j + lane])   (exact in int32).
+// vpdpbusd takes u8 x s8, hence the u8 shift of int8 x done by the driver (eq. (8)).
+// With 1 or 2 rows (GEMV) the k-groups alternate between two accumulator sets so that
+// vpdpbusd's 5-cycle latency is hidden; the sets are added at the end (exact).
+//
+// Epilogue fused on the accumulators (qgemm.h contract): + colterm, − zw'·rowsum, then
+// the output stage in zmm registers (float32 multiply, explicit round-to-nearest-even
+// conversion), masked stores for the N edge. The fixed-point stage runs the shared scalar
+// code (kernel.h) per lane.
+//
+// No fused multiply-add may replace float32(acc)·m + float_bias: the reference rounds the
+// product first (this file is built with -mfma).
+#pragma GCC optimize("fp-contract=off")
+// GCC 12 reports a false -Wmaybe-uninitialized inside its own AVX-512 headers (the
+// `__Y = __Y` idiom of _mm512_undefined_*), fixed in GCC 13.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include <chrono>
+
+#include "qgemm/kernel.h"
+
+namespace quanta {
+namespace qgemm {
+namespace {
+
+using L = Avx512VnniLayout;
+constexpr int kNR = L::kNR;
+constexpr int kKR = L::kKR;
+static_assert(kNR == 32 && kKR == 4, "the tile below is written for 2 zmm x 4 k");
+
+// acc += Σ_{t<4} u8(a[4i+t]) · s8(b[4i+t]) per int32 lane. Written as a one-instruction asm
+// so the accumulator stays in place: with the intrinsic, GCC 12 copies and spills the 16
+// accumulators inside the k-loop (about half the peak).
+#define QUANTA_VPDPBUSD(acc, a, b) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
+
+inline __mmask16 lane_mask(int valid) {
+  return valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1u);
+}
+
+inline void finish_vector(__m512i v, const Epilogue& e, int64_t m, int64_t n, __mmask16 mask) {
+  const int64_t at = m * e.y_row_stride + n;
+  switch (e.kind) {
+    case EpiKind::kS32: {
+      v = _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(e.hi)), _mm512_set1_epi32(e.lo));
+      _mm512_mask_storeu_epi32(static_cast<int32_t*>(e.y) + at, mask, v);
+      return;
+    }
+    case EpiKind::kF32: {
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(e.multiplier + n));
+      if (e.float_bias) f = _mm512_add_ps(f, _mm512_loadu_ps(e.float_bias + n));
+      f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(e.flo)), _mm512_set1_ps(e.fhi));
+      _mm512_mask_storeu_ps(static_cast<float*>(e.y) + at, mask, f);
+      return;
+    }
+    case EpiKind::kQ8Float: {
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(e.multiplier + n));
+      f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(e.lo_minus_zy)), _mm512_set1_ps(e.hi_minus_zy));
+      const __m512i q = _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                         _mm512_set1_epi32(e.zy));
+      // q is already in [qmin, qmax]: the truncating narrow is exact.
+      if (e.y_signed) {
+        _mm512_mask_cvtepi32_storeu_epi8(static_cast<int8_t*>(e.y) + at, mask, q);
+      } else {
+        _mm512_mask_cvtepi32_storeu_epi8(static_cast<uint8_t*>(e.y) + at, mask, q);
+      }
+      return;
+    }
+    case EpiKind::kQ8Fixed: {
+      alignas(64) int32_t tmp[16];
+      _mm512_store_si512(tmp, v);
+      for (int i = 0; i < 16; ++i) {
+        if ((mask >> i) & 1) finish_element(tmp[i], e, m, n + i);
+      }
+      return;
+    }
+  }
+}
+
+// KU accumulator sets (1, or 2 for short tiles): set s takes k-groups g with g % KU == s.
+template <int MR, int KU>
+__attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
+  const uint8_t* a = static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride;
+  const int64_t s = t.a_row_stride;
+  const int8_t* b = static_cast<const int8_t*>(t.b);
+  int32_t* partial = t.partial + r0 * kNR;
+
+  __m512i c0[KU][MR], c1[KU][MR];
+#pragma GCC unroll 8
+  for (int u = 0; u < KU; ++u) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      c0[u][r] = _mm512_setzero_si512();
+      c1[u][r] = _mm512_setzero_si512();
+    }
+  }
+  if (t.accumulate) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      c0[0][r] = _mm512_loadu_si512(partial + r * kNR);
+      c1[0][r] = _mm512_loadu_si512(partial + r * kNR + 16);
+    }
+  }
+
+  int64_t k = 0;
+  const int64_t kc = t.kc;
+  for (; k + KU * kKR <= kc; k += KU * kKR) {
+#pragma GCC unroll 2
+    for (int u = 0; u < KU; ++u) {
+      const __m512i b0 = _mm512_load_si512(b);
+      const __m512i b1 = _mm512_load_si512(b + 64);
+      b += kNR * kKR;
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const __m512i xa = _mm512_set1_epi32(load_unaligned<int32_t>(a + r * s + k + u * kKR));
+        QUANTA_VPDPBUSD(c0[u][r], xa, b0);
+        QUANTA_VPDPBUSD(c1[u][r], xa, b1);
+      }
+    }
+  }
+  for (; k < kc; k += kKR) {  // leftover groups when KU > 1
+    const __m512i b0 = _mm512_load_si512(b);
+    const __m512i b1 = _mm512_load_si512(b + 64);
+    b += kNR * kKR;
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512i xa = _mm512_set1_epi32(load_unaligned<int32_t>(a + r * s + k));
+      QUANTA_VPDPBUSD(c0[0][r], xa, b0);
+      QUANTA_VPDPBUSD(c1[0][r], xa, b1);
+    }
+  }
+#pragma GCC unroll 8
+  for (int u = 1; u < KU; ++u) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      c0[0][r] = _mm512_add_epi32(c0[0][r], c0[u][r]);
+      c1[0][r] = _mm512_add_epi32(c1[0][r], c1[u][r]);
+    }
+  }
+
+  if (!t.finish) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      _mm512_storeu_si512(partial + r * kNR, c0[0][r]);
+      _mm512_storeu_si512(partial + r * kNR + 16, c1[0][r]);
+    }
+    return;
+  }
+
+  const Epilogue& e = *t.epi;
+  const int64_t n0 = t.n0;
+  const int64_t m0 = t.m0 + r0;
+  const __m512i ct0 = _mm512_loadu_si512(e.colterm + n0);
+  const __m512i ct1 = _mm512_loadu_si512(e.colterm + n0 + 16);
+  const __mmask16 mask0 = lane_mask(t.cols);
+  const __mmask16 mask1 = t.cols > 16 ? lane_mask(t.cols - 16) : static_cast<__mmask16>(0);
+  __m512i zw0 = _mm512_setzero_si512(), zw1 = _mm512_setzero_si512();
+  if (e.zw) {
+    zw0 = _mm512_loadu_si512(e.zw + n0);
+    zw1 = _mm512_loadu_si512(e.zw + n0 + 16);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    __m512i v0 = _mm512_add_epi32(c0[0][r], ct0);
+    __m512i v1 = _mm512_add_epi32(c1[0][r], ct1);
+    if (e.zw) {
+      const __m512i rs = _mm512_set1_epi32(e.rowsum[m0 + r]);
+      v0 = _mm512_sub_epi32(v0, _mm512_mullo_epi32(zw0, rs));
+      v1 = _mm512_sub_epi32(v1, _mm512_mullo_epi32(zw1, rs));
+    }
+    finish_vector(v0, e, m0 + r, n0, mask0);
+    if (t.cols > 16) finish_vector(v1, e, m0 + r, n0 + 16, mask1);
+  }
+}
+
+}  // namespace
+
+void qgemm_tiles_avx512vnni(const TileArgs& t) {
+  constexpr int MR = L::kMR;
+  int64_t r0 = 0;
+  for (; r0 + MR <= t.rows; r0 += MR) tile<MR, 1>(t, r0);
+  switch (t.rows - r0) {
+    case 1: tile<1, 2>(t, r0); break;
+    case 2: tile<2, 2>(t, r0); break;
+    case 3: tile<3, 1>(t, r0); break;
+    case 4: tile<4, 1>(t, r0); break;
+    case 5: tile<5, 1>(t, r0); break;
+    case 6: tile<6, 1>(t, r0); break;
+    case 7: tile<7, 1>(t, r0); break;
+    default: break;
+  }
+}
+
+// 20 independent vpdpbusd chains on registers (latency 5 cycles, up to 2 per cycle on the
+// CPUs we know of: 10 chains would do; 20 leaves margin), counted in 2·64 ops each.
+double vnni_peak_probe_avx512vnni(double seconds) {
+  using clock = std::chrono::steady_clock;
+  constexpr long kBatch = 1 << 20;
+  long batches = 0;
+  const auto t0 = clock::now();
+  double elapsed = 0.0;
+  do {
+    long n = kBatch;
+    __asm__ volatile(
+        "vpxord %%zmm30, %%zmm30, %%zmm30\n\t"
+        "vpxord %%zmm31, %%zmm31, %%zmm31\n\t"
+        "1:\n\t"
+        ".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19\n\t"
+        "vpdpbusd %%zmm31, %%zmm30, %%zmm\\r\n\t"
+        ".endr\n\t"
+        "dec %0\n\t"
+        "jnz 1b\n\t"
+        : "+r"(n)
+        :
+        : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+          "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm30", "xmm31");
+    ++batches;
+    elapsed = std::chrono::duration<double>(clock::now() - t0).count();
+  } while (elapsed < seconds);
+  return static_cast<double>(batches) * kBatch * 20.0 * 64.0 * 2.0 / elapsed / 1e9;
+}
+
+}  // namespace qgemm
+}  // namespace quanta

@@ -1,0 +1,415 @@
+"""Plan which tensors to quantize, then insert QuantizeLinear / DequantizeLinear pairs.
+
+The plan is tensor-centric (as ONNX Runtime's QDQ quantizer): each quantizable node asks
+for some of its inputs and outputs to be quantized; a tensor that any node asks for gets
+*one* Q -> DQ pair right after its producer, and every consumer reads the DQ output.
+
+Roles of a node's operands (``OP_ROLES``):
+
+- activations: calibrated ranges -> per-tensor parameters (recipe's activation type);
+- weights: constant, quantized from their own values, per output channel when the
+  recipe says so (Conv: axis 0, ConvTranspose: axis 1, MatMul B: last axis, Gemm B:
+  axis 0 with transB=1 else 1);
+- bias: int32 with scale ``sx·sw`` (quanta.quantize.params.bias_params), after the
+  weight scale was raised where the bias needs it (adjust_weight_scale_for_bias);
+- views (Reshape, Transpose, Flatten, Squeeze/Unsqueeze, Slice, Split, Gather's data,
+  MaxPool): the output keeps the input's type when the input is quantized (no range of
+  its own);
+- Relu / Clip: absorbed — the producer's output is not quantized when its only consumers
+  are quantized Relu/Clip nodes, whose outputs carry the (clipped) range instead;
+- Concat: an input consumed by nothing else takes the output's parameters, so the
+  concatenation needs no requantization.
+
+Tensors that are not float, whose range is degenerate (NaN, +-inf, |x| >= 1e9 masks, all
+zero) or that the recipe excludes stay float; the nodes that needed them stay float too
+and the summary says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from quanta.calibrate.observer import is_degenerate
+from quanta.ir.graph import Graph, Node, Value
+from quanta.ir.types import CalibratedType, FloatType, IntType, QuantType, TensorType
+from quanta.kernels.reference.quantize import quantize_linear
+from quanta.quantize.params import adjust_weight_scale_for_bias, bias_params, params_from_range, quantize_bias
+from quanta.quantize.recipe import Recipe, storage_from_name
+
+__all__ = ["NodeDecision", "QdqPlan", "TensorPlan", "insert_qdq", "plan_qdq"]
+
+VIEW_OPS = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Gather", "MaxPool"})
+ABSORBING_ACTIVATIONS = frozenset({"Relu", "Clip"})
+OUTPUT_ONLY_OPS = frozenset({"Relu", "Clip", "Softmax"})
+UNARY_QUANT_OPS = frozenset({"AveragePool", "GlobalAveragePool", "Resize", "Sigmoid", "HardSwish", "LeakyRelu"})
+
+
+@dataclass
+class TensorPlan:
+    """What happens to one tensor."""
+
+    name: str
+    role: str  # "activation" | "weight" | "bias"
+    storage: IntType
+    symmetric: bool
+    axis: int | None = None
+    inherit_from: str | None = None  # a view's output: the input's type
+    share_with: str | None = None  # a Concat input: the Concat output's type
+    bias_of: tuple[str, str] | None = None  # (x, w) of a bias
+    qtype: QuantType | None = None
+    float_reason: str | None = None
+    fixed_range: tuple[float, float] | None = None
+
+
+@dataclass
+class NodeDecision:
+    node: Node
+    quantize: bool
+    reason: str = ""
+    inputs: list[tuple[int, str]] = field(default_factory=list)  # (input index, tensor plan key)
+    output: str | None = None
+
+
+@dataclass
+class QdqPlan:
+    tensors: dict[str, TensorPlan] = field(default_factory=dict)
+    decisions: list[NodeDecision] = field(default_factory=list)
+
+    def activations_to_calibrate(self) -> list[str]:
+        return [
+            t.name
+            for t in self.tensors.values()
+            if t.role == "activation" and t.inherit_from is None and t.fixed_range is None and t.float_reason is None
+        ]
+
+
+def _is_float(v: Value | None) -> bool:
+    return v is not None and v.type is not None and isinstance(v.type.elem, FloatType) and v.type.elem.name in (
+        "f32",
+        "f16",
+    )
+
+
+def _weight_axis(node: Node, w: Value) -> int:
+    if node.op_type == "Conv":
+        return 0
+    if node.op_type == "ConvTranspose":
+        return 1
+    if node.op_type == "Gemm":
+        return 0 if node.attrs.get("transB", 0) else 1
+    rank = w.const.ndim
+    return rank - 1  # MatMul: one scale per output column
+
+
+def _key(v: Value, role: str, suffix: str = "") -> str:
+    return v.name if role == "activation" else f"{v.name}{suffix}"
+
+
+def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
+    """Decide per node and per tensor (module docstring). No graph changes."""
+    plan = QdqPlan()
+    act_storage = recipe.activation_storage
+    w_storage = recipe.weight_storage
+    output_ids = {id(v) for v in graph.outputs}
+
+    def want_activation(v: Value) -> str | None:
+        if not _is_float(v):
+            return None
+        ov = recipe.overrides.get(v.name)
+        if v.name not in plan.tensors:
+            storage = storage_from_name(ov.dtype, v.name) if ov and ov.dtype else act_storage
+            sym = ov.symmetric if ov and ov.symmetric is not None else recipe.symmetric_activations
+            fixed = ov.range if ov and ov.range else None
+            if fixed is None and v.is_const:
+                # a constant operand (Add's bias, a normalization constant): its range is its data
+                c = np.asarray(v.const, dtype=np.float64)
+                fixed = (float(c.min(initial=0.0)), float(c.max(initial=0.0)))
+            plan.tensors[v.name] = TensorPlan(v.name, "activation", storage, sym, fixed_range=fixed)
+        return v.name
+
+    def node_ok(node: Node) -> str | None:
+        if node.op_type not in recipe.op_types:
+            return f"{node.op_type} is not in the quantized op types"
+        if recipe.excludes(node):
+            return "excluded by the recipe"
+        return None
+
+    quantizable = {id(n) for n in graph.nodes if node_ok(n) is None}
+
+    def absorbed(v: Value) -> bool:
+        cons = v.consumers()
+        return (
+            bool(cons)
+            and id(v) not in output_ids
+            and all(c.op_type in ABSORBING_ACTIVATIONS and id(c) in quantizable for c in cons)
+        )
+
+    for node in graph.nodes:
+        reason = node_ok(node)
+        if reason is not None:
+            plan.decisions.append(NodeDecision(node, False, reason))
+            continue
+        d = NodeDecision(node, True)
+        op = node.op_type
+        out = node.outputs[0] if node.outputs else None
+        if op in VIEW_OPS:
+            x = node.input(0)
+            if x is not None and _is_float(x):
+                for o in node.outputs:
+                    if _is_float(o):
+                        plan.tensors[o.name] = TensorPlan(o.name, "activation", act_storage, False, inherit_from=x.name)
+                d.output = out.name if out is not None else None
+                d.inputs = [(0, x.name)]
+            plan.decisions.append(d)
+            continue
+        if op in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+            x, w = node.input(0), node.input(1)
+            if not _is_float(x):
+                plan.decisions.append(NodeDecision(node, False, "input 0 is not a float tensor"))
+                continue
+            d.inputs.append((0, want_activation(x)))
+            if w is not None and w.is_const and _is_float(w):
+                axis = _weight_axis(node, w) if recipe.per_channel else None
+                key = f"{w.name}@{node.name or id(node)}"
+                plan.tensors[key] = TensorPlan(w.name, "weight", w_storage, recipe.symmetric_weights, axis=axis)
+                d.inputs.append((1, key))
+            elif op in ("MatMul", "Gemm") and _is_float(w):
+                d.inputs.append((1, want_activation(w)))  # attention: both operands are activations
+            else:
+                plan.decisions.append(NodeDecision(node, False, "weight input is not a float tensor"))
+                continue
+            b = node.input(2)
+            if b is not None and b.is_const and _is_float(b) and b.const.ndim == 1 and op != "MatMul":
+                key = f"{b.name}@{node.name or id(node)}"
+                plan.tensors[key] = TensorPlan(b.name, "bias", IntType(32, True), True, bias_of=(x.name, d.inputs[1][1]))
+                d.inputs.append((2, key))
+        elif op in ("Add", "Mul", "Concat"):
+            for i, v in enumerate(node.inputs):
+                if v is None:
+                    continue
+                if not _is_float(v):
+                    break
+                d.inputs.append((i, want_activation(v)))
+            if len(d.inputs) != sum(1 for v in node.inputs if v is not None):
+                plan.decisions.append(NodeDecision(node, False, "an input is not a float tensor"))
+                continue
+        elif op in UNARY_QUANT_OPS:
+            x = node.input(0)
+            if not _is_float(x):
+                plan.decisions.append(NodeDecision(node, False, "input 0 is not a float tensor"))
+                continue
+            d.inputs.append((0, want_activation(x)))
+        elif op in OUTPUT_ONLY_OPS:
+            pass
+        if out is not None and _is_float(out):
+            if id(out) in output_ids and not recipe.quantize_outputs:
+                pass  # graph outputs stay float (the last op dequantizes)
+            elif op not in ABSORBING_ACTIVATIONS and absorbed(out):
+                pass  # Relu/Clip after it carries the range
+            else:
+                d.output = want_activation(out)
+        plan.decisions.append(d)
+
+    # Concat inputs used only by the Concat share its output's parameters.
+    for d in plan.decisions:
+        if d.quantize and d.node.op_type == "Concat" and d.output:
+            for _, key in d.inputs:
+                v = graph.value(key)
+                t = plan.tensors[key]
+                if len(v.uses) == 1 and id(v) not in output_ids and t.inherit_from is None and t.fixed_range is None:
+                    t.share_with = d.output
+    return plan
+
+
+def resolve_params(
+    graph: Graph,
+    plan: QdqPlan,
+    ranges: dict[str, CalibratedType],
+    recipe: Recipe,
+) -> None:
+    """Turn ranges (and weight values) into QuantTypes; mark what stays float and why."""
+    by_name = {v.name: v for v in graph.values()}
+    # 1. activations with their own range
+    for t in plan.tensors.values():
+        if t.role != "activation" or t.inherit_from is not None or t.share_with is not None:
+            continue
+        if t.fixed_range is not None:
+            cal = CalibratedType(_expressed(by_name[t.name]), *t.fixed_range)
+        elif t.name in ranges:
+            cal = ranges[t.name]
+        else:
+            t.float_reason = "no calibration range (never computed on the calibration data)"
+            continue
+        reason = is_degenerate(cal)
+        if reason is not None:
+            t.float_reason = reason
+            continue
+        t.qtype = params_from_range(cal, t.storage, symmetric=t.symmetric, reduce_range=recipe.reduce_range)
+    # 2. shared (Concat inputs) and inherited (views), in graph order
+    for t in plan.tensors.values():
+        if t.share_with is not None:
+            src = plan.tensors[t.share_with]
+            if src.qtype is not None:
+                t.qtype = src.qtype
+            else:
+                t.float_reason = src.float_reason
+    for node in graph.nodes:
+        for o in node.outputs:
+            t = plan.tensors.get(o.name)
+            if t is not None and t.inherit_from is not None:
+                src = plan.tensors.get(t.inherit_from)
+                if src is None or src.qtype is None:
+                    t.float_reason = "a view of a tensor that stays float"
+                else:
+                    t.qtype = _view_type(src.qtype)
+    # 3. weights, then biases (the bias may raise the weight's scale: eq. (7))
+    for t in plan.tensors.values():
+        if t.role == "weight":
+            w = by_name[t.name].const
+            t.qtype = _weight_type(w, t, _expressed(by_name[t.name]), recipe)
+    for t in plan.tensors.values():
+        if t.role != "bias" or t.bias_of is None:
+            continue
+        x_t, w_t = plan.tensors.get(t.bias_of[0]), plan.tensors.get(t.bias_of[1])
+        if x_t is None or w_t is None or x_t.qtype is None or w_t.qtype is None:
+            t.float_reason = "its input or weight stays float"
+            continue
+        b = by_name[t.name].const
+        w_t.qtype = adjust_weight_scale_for_bias(x_t.qtype, w_t.qtype, b)
+        t.qtype = bias_params(x_t.qtype, w_t.qtype)
+
+
+def _view_type(q: QuantType) -> QuantType:
+    # A view keeps the element type of its input (DESIGN.md). Activations are per-tensor.
+    return q
+
+
+def _expressed(v: Value) -> FloatType:
+    assert v.type is not None and isinstance(v.type.elem, FloatType)
+    return v.type.elem
+
+
+def _weight_type(w: np.ndarray, t: TensorPlan, expressed: FloatType, recipe: Recipe) -> QuantType:
+    w64 = np.asarray(w, dtype=np.float64)
+    if t.axis is None:
+        cal = CalibratedType(expressed, float(w64.min(initial=0.0)), float(w64.max(initial=0.0)))
+    else:
+        moved = np.moveaxis(w64, t.axis, 0).reshape(w64.shape[t.axis], -1)
+        cal = CalibratedType(expressed, tuple(moved.min(axis=1)), tuple(moved.max(axis=1)), axis=t.axis)
+    return params_from_range(cal, t.storage, symmetric=t.symmetric, reduce_range=recipe.reduce_range)
+
+
+# -- insertion -----------------------------------------------------------------------
+
+
+def _scalar_or_vector(q: QuantType) -> tuple[np.ndarray, np.ndarray]:
+    return q.scale_array(), q.zero_point_array()
+
+
+def insert_qdq(graph: Graph, plan: QdqPlan) -> None:
+    """Rewrite ``graph`` in place: Q/DQ pairs for activations, quantized initializers +
+    DQ for weights and biases. Decisions whose needed tensors stayed float are undone
+    (the node stays float) and say why."""
+    by_name = {v.name: v for v in graph.values()}
+    # Nodes that need every input quantized (the integer op takes no float operand).
+    for d in plan.decisions:
+        if not d.quantize:
+            continue
+        for _, key in d.inputs:
+            t = plan.tensors[key]
+            if t.qtype is None and t.role != "bias":
+                d.quantize = False
+                d.reason = f"{t.role} '{t.name}' stays float: {t.float_reason}"
+                break
+    # Activations: one Q -> DQ pair per quantized tensor that some quantized node uses
+    # (as input or output).
+    needed: list[str] = []
+    for d in plan.decisions:
+        if not d.quantize:
+            continue
+        for _, key in d.inputs:
+            if plan.tensors[key].role == "activation":
+                needed.append(key)
+        if d.output is not None and plan.tensors[d.output].qtype is not None:
+            needed.append(d.output)
+    for name in dict.fromkeys(needed):
+        t = plan.tensors[name]
+        if t.qtype is None:
+            continue
+        _insert_activation_qdq(graph, by_name[name], t.qtype)
+    # Weights and biases: per consumer.
+    for d in plan.decisions:
+        if not d.quantize:
+            continue
+        for idx, key in d.inputs:
+            t = plan.tensors[key]
+            if t.role in ("weight", "bias") and t.qtype is not None:
+                _insert_constant_dq(graph, d.node, idx, by_name[t.name], t)
+    graph.remove_unused_initializers()
+
+
+def _const(graph: Graph, base: str, arr: np.ndarray) -> Value:
+    return graph.add_initializer(graph.fresh_name(base), arr)
+
+
+def _insert_activation_qdq(graph: Graph, v: Value, q: QuantType) -> None:
+    scale, zp = _scalar_or_vector(q)
+    s = _const(graph, f"{v.name}_scale", scale)
+    z = _const(graph, f"{v.name}_zero_point", zp)
+    if v.is_const:
+        # A constant operand is stored quantized: initializer + DequantizeLinear, no Q node.
+        data = quantize_linear(np.asarray(v.const, dtype=np.float32), scale, zp, axis=q.axis)
+        wq = graph.add_initializer(graph.fresh_name(f"{v.name}_quantized"), data, TensorType(q, tuple(data.shape)))
+        out = Value(graph.fresh_name(f"{v.name}_dequantized"), v.type)
+        users = list(v.uses)
+        dq = Node("DequantizeLinear", [wq, s, z], [out], name=graph.fresh_name(f"{v.name}_DequantizeLinear"))
+        graph.add_node(dq, before=users[0][0] if users else None)
+        for node, i in users:
+            node.replace_input(i, out)
+        graph.toposort()
+        return
+    qv = Value(graph.fresh_name(f"{v.name}_quantized"), TensorType(q, v.shape))
+    dqv = Value(graph.fresh_name(f"{v.name}_dequantized"), v.type)
+    users = list(v.uses)
+    qnode = Node("QuantizeLinear", [v, s, z], [qv], name=graph.fresh_name(f"{v.name}_QuantizeLinear"))
+    dqnode = Node("DequantizeLinear", [qv, s, z], [dqv], name=graph.fresh_name(f"{v.name}_DequantizeLinear"))
+    anchor = _after(graph, v)
+    graph.add_node(qnode, before=anchor)
+    graph.add_node(dqnode, before=anchor)
+    for node, i in users:
+        node.replace_input(i, dqv)
+
+
+def _after(graph: Graph, v: Value) -> Node | None:
+    """The node right after ``v``'s producer (None: append at the end)."""
+    if v.producer is None:
+        return graph.nodes[0] if graph.nodes else None
+    k = graph.nodes.index(v.producer)
+    return graph.nodes[k + 1] if k + 1 < len(graph.nodes) else None
+
+
+def _insert_constant_dq(graph: Graph, node: Node, idx: int, w: Value, t: TensorPlan) -> None:
+    q = t.qtype
+    assert q is not None
+    if t.role == "bias":
+        data = quantize_bias(w.const, q)
+    else:
+        data = quantize_linear(
+            np.asarray(w.const, dtype=np.float32),
+            q.scale_array(),
+            q.zero_point_array(),
+            axis=q.axis,
+        )
+    suffix = "_quantized"
+    wq = graph.add_initializer(graph.fresh_name(f"{w.name}{suffix}"), data, TensorType(q, tuple(data.shape)))
+    scale, zp = _scalar_or_vector(q)
+    s = _const(graph, f"{w.name}_scale", scale)
+    z = _const(graph, f"{w.name}_zero_point", zp)
+    attrs = {} if q.axis is None else {"axis": int(q.axis)}
+    out = Value(graph.fresh_name(f"{w.name}_dequantized"), w.type)
+    dq = Node("DequantizeLinear", [wq, s, z], [out], attrs, name=graph.fresh_name(f"{w.name}_DequantizeLinear"))
+    graph.add_node(dq, before=node)
+    node.replace_input(idx, out)
+

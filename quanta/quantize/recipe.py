@@ -1,0 +1,239 @@
+"""The quantization recipe: every decision of a quantization run, in one object.
+
+A :class:`Recipe` is what ``quantize_static`` / ``quantize_dynamic`` take as options and
+what ``--recipe FILE`` (YAML or JSON) loads, so a run can be reproduced: the output
+model records the recipe it was made with in its metadata (``quanta.recipe``).
+
+Defaults are the general-purpose settings most users should run:
+
+- activations ``uint8`` asymmetric (ranges from MinMax calibration): the u8 x s8 form that
+  VNNI runs natively, and what ONNX Runtime's CPU kernels prefer;
+- weights ``int8`` symmetric **per channel** (one scale per output channel): per-tensor
+  weight scales lose most of the accuracy of depthwise convolutions;
+- bias ``int32`` with scale ``sx·sw`` (docs/quantization-math.md);
+- Relu/Clip absorbed into the producer's range; graph outputs stay float (the last
+  layer dequantizes), LayerNormalization, Gelu and Softmax's input stay float.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from quanta.ir.graph import Node
+from quanta.ir.types import I4, I8, U4, U8, IntType
+
+__all__ = [
+    "DEFAULT_OP_TYPES",
+    "CalibrationMethod",
+    "Recipe",
+    "RecipeError",
+    "TensorOverride",
+    "storage_from_name",
+]
+
+
+class RecipeError(ValueError):
+    """An option or recipe file that quanta cannot use; names the option."""
+
+
+class CalibrationMethod(enum.Enum):
+    MINMAX = "minmax"
+    MOVING_AVERAGE = "moving_average"
+    ENTROPY = "entropy"
+    PERCENTILE = "percentile"
+    MSE = "mse"
+
+
+#: Ops quantized by default (issue 3's list). Views keep their input's type.
+DEFAULT_OP_TYPES: frozenset[str] = frozenset(
+    {
+        "Conv",
+        "ConvTranspose",
+        "Gemm",
+        "MatMul",
+        "Add",
+        "Mul",
+        "Concat",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "Relu",
+        "Clip",
+        "Resize",
+        "Sigmoid",
+        "HardSwish",
+        "LeakyRelu",
+        "Softmax",
+        "Reshape",
+        "Transpose",
+        "Flatten",
+        "Squeeze",
+        "Unsqueeze",
+        "Slice",
+        "Split",
+        "Gather",
+    }
+)
+
+_STORAGE = {"int8": I8, "uint8": U8, "int4": I4, "uint4": U4, "i8": I8, "u8": U8, "i4": I4, "u4": U4}
+
+
+def storage_from_name(name: str | IntType, what: str) -> IntType:
+    if isinstance(name, IntType):
+        return name
+    key = str(name).lower().replace("qint", "int").replace("quint", "uint")
+    if key not in _STORAGE:
+        raise RecipeError(f"{what}: unknown type {name!r}; expected one of int8, uint8, int4, uint4")
+    return _STORAGE[key]
+
+
+@dataclass(frozen=True)
+class TensorOverride:
+    """Per-tensor choices that win over the recipe's: a fixed range, a storage type,
+    symmetry."""
+
+    range: tuple[float, float] | None = None
+    dtype: str | None = None
+    symmetric: bool | None = None
+
+
+@dataclass
+class Recipe:
+    """Every option of a quantization run (see the module docstring for defaults)."""
+
+    method: CalibrationMethod = CalibrationMethod.MINMAX
+    per_channel: bool = True
+    activation_type: str = "uint8"
+    weight_type: str = "int8"
+    symmetric_activations: bool = False
+    symmetric_weights: bool = True
+    reduce_range: bool = False
+    weight_block_size: int = 32  # used when weight_type is int4/uint4 (per-block along K)
+    op_types: frozenset[str] = DEFAULT_OP_TYPES
+    exclude: tuple[str, ...] = ()  # node names, or regular expressions matched in full
+    overrides: dict[str, TensorOverride] = field(default_factory=dict)
+    quantize_outputs: bool = False  # Q/DQ on the graph outputs too
+    calibration_samples: int | None = None  # at most this many samples (None: all)
+    percentile: float = 99.999
+    num_bins: int = 2048
+    momentum: float = 0.01  # moving-average MinMax (ORT averaging_constant)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.method, str):
+            try:
+                self.method = CalibrationMethod(self.method.lower())
+            except ValueError:
+                choices = ", ".join(m.value for m in CalibrationMethod)
+                raise RecipeError(f"method: unknown calibration method {self.method!r}; expected one of {choices}") from None
+        storage_from_name(self.activation_type, "activation_type")
+        storage_from_name(self.weight_type, "weight_type")
+        if self.activation_type.lower() in ("int4", "uint4"):
+            raise RecipeError("activation_type: 4-bit activations are not supported; use int8 or uint8")
+        self.op_types = frozenset(self.op_types)
+        if isinstance(self.exclude, str):
+            self.exclude = (self.exclude,)
+        self.exclude = tuple(self.exclude)
+        for pat in self.exclude:
+            try:
+                re.compile(pat)
+            except re.error as e:
+                raise RecipeError(f"exclude: {pat!r} is not a valid regular expression ({e})") from None
+        self.overrides = {
+            k: v if isinstance(v, TensorOverride) else _override_from(k, v) for k, v in dict(self.overrides).items()
+        }
+        if not 0.0 < self.percentile <= 100.0:
+            raise RecipeError(f"percentile: expected a value in (0, 100], got {self.percentile}")
+        if self.weight_block_size <= 0:
+            raise RecipeError(f"weight_block_size: expected a positive block size, got {self.weight_block_size}")
+
+    @property
+    def activation_storage(self) -> IntType:
+        return storage_from_name(self.activation_type, "activation_type")
+
+    @property
+    def weight_storage(self) -> IntType:
+        return storage_from_name(self.weight_type, "weight_type")
+
+    def excludes(self, node: Node) -> bool:
+        return any(node.name == pat or (node.name and re.fullmatch(pat, node.name)) for pat in self.exclude)
+
+    # -- files ------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["method"] = self.method.value
+        d["op_types"] = sorted(self.op_types)
+        d["exclude"] = list(self.exclude)
+        d["overrides"] = {
+            k: {kk: (list(vv) if isinstance(vv, tuple) else vv) for kk, vv in asdict(v).items() if vv is not None}
+            for k, v in sorted(self.overrides.items())
+        }
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, where: str = "recipe") -> Recipe:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise RecipeError(f"{where}: unknown option(s) {unknown}; known options: {sorted(known)}")
+        kwargs = dict(d)
+        if "op_types" in kwargs:
+            kwargs["op_types"] = frozenset(kwargs["op_types"])
+        if "exclude" in kwargs:
+            kwargs["exclude"] = tuple(kwargs["exclude"] or ())
+        try:
+            return cls(**kwargs)
+        except RecipeError as e:
+            raise RecipeError(f"{where}: {e}") from None
+        except TypeError as e:
+            raise RecipeError(f"{where}: {e}") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Recipe:
+        p = Path(path)
+        if not p.is_file():
+            raise RecipeError(f"{p}: no such recipe file")
+        text = p.read_text()
+        if p.suffix in (".yaml", ".yml"):
+            try:
+                import yaml
+            except ImportError:
+                raise RecipeError(f"{p}: YAML recipes need PyYAML (pip install pyyaml), or use JSON") from None
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as e:
+                raise RecipeError(f"{p}: invalid YAML ({e})") from None
+        else:
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise RecipeError(f"{p}: invalid JSON ({e})") from None
+        if not isinstance(data, Mapping):
+            raise RecipeError(f"{p}: expected a mapping of option -> value at the top level")
+        return cls.from_dict(data, where=str(p))
+
+
+def _override_from(name: str, v: Any) -> TensorOverride:
+    if not isinstance(v, Mapping):
+        raise RecipeError(f"overrides['{name}']: expected a mapping with range/dtype/symmetric")
+    unknown = set(v) - {"range", "dtype", "symmetric"}
+    if unknown:
+        raise RecipeError(f"overrides['{name}']: unknown key(s) {sorted(unknown)}; expected range, dtype, symmetric")
+    rng = v.get("range")
+    if rng is not None:
+        if len(rng) != 2 or not float(rng[0]) <= float(rng[1]):
+            raise RecipeError(f"overrides['{name}']: range must be [min, max] with min <= max, got {rng}")
+        rng = (float(rng[0]), float(rng[1]))
+    dtype = v.get("dtype")
+    if dtype is not None:
+        storage_from_name(dtype, f"overrides['{name}'].dtype")
+    return TensorOverride(rng, dtype, v.get("symmetric"))

@@ -1,0 +1,263 @@
+"""``quantize_static``: FP32 ONNX model + calibration data -> QDQ int8 ONNX model.
+
+Steps (each a function below):
+
+1. load the model (opsets below 13 are converted to 13: per-axis Q/DQ needs it);
+2. prepare the float graph (fold BatchNormalization into Conv/Gemm, so the folded
+   weights are what gets quantized);
+3. plan which tensors get quantized (quanta.quantize.qdq.plan_qdq);
+4. calibrate the activations in one streaming pass (quanta.calibrate.runner);
+5. ranges -> parameters (quanta.quantize.params, the only place they are computed);
+6. insert Q/DQ, verify the QDQ graph, save atomically (never over the input), and
+   return a summary of what was quantized, what stayed float and why.
+
+The same model, data and recipe give a byte-identical file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from quanta.calibrate.observer import ObserverBase
+from quanta.calibrate.readers import ImagePreprocess
+from quanta.calibrate.runner import calibrate
+from quanta.ir.graph import Model
+from quanta.ir.onnx_io import from_proto, load_proto, save
+from quanta.ir.types import QuantType
+from quanta.ir.verify import Stage, verify
+from quanta.quantize.qdq import QdqPlan, insert_qdq, plan_qdq, resolve_params
+from quanta.quantize.recipe import CalibrationMethod, Recipe
+
+__all__ = ["QuantizationSummary", "load_for_quantization", "make_observer_factory", "quantize_static"]
+
+MIN_OPSET = 13
+
+
+@dataclass
+class QuantizationSummary:
+    """What a quantization run did, node by node."""
+
+    output: str
+    method: str
+    samples: int = 0
+    seconds: float = 0.0
+    quantized: list[tuple[str, str]] = field(default_factory=list)  # (node, op)
+    float_nodes: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, reason)
+    float_tensors: list[tuple[str, str]] = field(default_factory=list)  # (tensor, reason)
+    input_bytes: int = 0
+    output_bytes: int = 0
+
+    def format(self, *, max_rows: int = 30) -> str:
+        lines = [
+            f"quantized {len(self.quantized)} node(s), {len(self.float_nodes)} stayed float "
+            f"({self.method} calibration on {self.samples} sample(s), {self.seconds:.1f} s)",
+        ]
+        if self.input_bytes and self.output_bytes:
+            lines.append(
+                f"size: {self.input_bytes / 1024:.1f} KB -> {self.output_bytes / 1024:.1f} KB "
+                f"({self.output_bytes / self.input_bytes:.2f}x)"
+            )
+        by_op: dict[str, int] = {}
+        for _, op in self.quantized:
+            by_op[op] = by_op.get(op, 0) + 1
+        if by_op:
+            lines.append("quantized: " + ", ".join(f"{op} {n}" for op, n in sorted(by_op.items())))
+        if self.float_tensors:
+            lines.append("tensors left float:")
+            for name, reason in self.float_tensors[:max_rows]:
+                lines.append(f"  {name}: {reason}")
+        interesting = [f for f in self.float_nodes if "not in the quantized op types" not in f[2]]
+        kept = {}
+        for _, op, reason in self.float_nodes:
+            if "not in the quantized op types" in reason:
+                kept[op] = kept.get(op, 0) + 1
+        if kept:
+            lines.append("float by design: " + ", ".join(f"{op} {n}" for op, n in sorted(kept.items())))
+        if interesting:
+            lines.append("nodes left float:")
+            for name, op, reason in interesting[:max_rows]:
+                lines.append(f"  {name or '<unnamed>'} ({op}): {reason}")
+            if len(interesting) > max_rows:
+                lines.append(f"  ... and {len(interesting) - max_rows} more")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "output": self.output,
+            "method": self.method,
+            "samples": self.samples,
+            "quantized": [list(x) for x in self.quantized],
+            "float_nodes": [list(x) for x in self.float_nodes],
+            "float_tensors": [list(x) for x in self.float_tensors],
+        }
+
+
+def load_for_quantization(model_input: str | os.PathLike | bytes | onnx.ModelProto) -> Model:
+    """Load, converting opsets below 13 up to 13 (per-axis Q/DQ needs 13)."""
+    proto, path = load_proto(model_input)
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), MIN_OPSET)
+    if opset < MIN_OPSET:
+        from onnx import version_converter
+
+        proto = version_converter.convert_version(proto, MIN_OPSET)
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    except Exception:  # shapes that cannot be inferred: quantization still works per tensor
+        pass
+    model = from_proto(proto, path or "model")
+    model.path = path
+    return model
+
+
+def make_observer_factory(recipe: Recipe):
+    """tensor name -> a fresh observer for the recipe's calibration method."""
+    method = recipe.method
+
+    def make(name: str) -> ObserverBase:
+        del name  # every activation is observed per tensor with the same method
+        if method is CalibrationMethod.MINMAX:
+            from quanta.calibrate.minmax import MinMaxObserver
+
+            return MinMaxObserver()
+        if method is CalibrationMethod.MOVING_AVERAGE:
+            from quanta.calibrate.moving_average import MovingAverageMinMaxObserver
+
+            return MovingAverageMinMaxObserver(momentum=recipe.momentum)
+        if method is CalibrationMethod.ENTROPY:
+            from quanta.calibrate.entropy import EntropyObserver
+
+            return EntropyObserver(bins=recipe.num_bins)
+        if method is CalibrationMethod.PERCENTILE:
+            from quanta.calibrate.percentile import PercentileObserver
+
+            return PercentileObserver(percentile=recipe.percentile, bins=recipe.num_bins)
+        if method is CalibrationMethod.MSE:
+            from quanta.calibrate.mse import MSEObserver
+
+            return MSEObserver(bins=recipe.num_bins)
+        raise AssertionError(method)
+
+    return make
+
+
+def prepare_float_graph(model: Model) -> None:
+    """Float-graph rewrites that must happen before quantization (BN folding)."""
+    try:
+        from quanta.passes.pipelines import PREPARE_FOR_QUANTIZATION
+    except ImportError:  # the compiler is not there: quantize the graph as it is
+        return
+    from quanta.passes.manager import PassManager
+
+    PassManager(PREPARE_FOR_QUANTIZATION).run(model.graph)
+
+
+def quantize_static(
+    model_input: str | os.PathLike | bytes | onnx.ModelProto,
+    model_output: str | os.PathLike,
+    calibration_data: Any,
+    recipe: Recipe | str | os.PathLike | None = None,
+    *,
+    preprocess: ImagePreprocess | None = None,
+    verbose: bool = True,
+    **options: Any,
+) -> QuantizationSummary:
+    """Quantize ``model_input`` with ranges calibrated on ``calibration_data``.
+
+    ``calibration_data``: a CalibrationDataReader, an iterable of feed dicts, an ``.npz``
+    file, or a folder of ``.npz`` files or images (with ``preprocess``).
+    ``recipe``: a :class:`Recipe`, or a path to a YAML/JSON recipe; keyword ``options``
+    override single fields (``method="entropy"``, ``per_channel=False``,
+    ``exclude=["head.*"]`` …). Returns (and, if ``verbose``, prints) the summary.
+    """
+    t0 = time.perf_counter()
+    recipe = _recipe_from(recipe, options)
+    model = load_for_quantization(model_input)
+    prepare_float_graph(model)
+    graph = model.graph
+    plan = plan_qdq(graph, recipe)
+    ranges = {}
+    samples = 0
+    to_calibrate = plan.activations_to_calibrate()
+    if to_calibrate:
+        observers = calibrate(
+            model,
+            to_calibrate,
+            calibration_data,
+            make_observer_factory(recipe),
+            preprocess=preprocess,
+            limit=recipe.calibration_samples,
+            progress=recipe.progress and verbose,
+        )
+        samples = observers.samples
+        for name, obs in observers.items():
+            reason = obs.degenerate()
+            if reason is not None:
+                plan.tensors[name].float_reason = reason
+            else:
+                ranges[name] = obs.range()
+    resolve_params(graph, plan, ranges, recipe)
+    insert_qdq(graph, plan)
+    verify(graph, Stage.QDQ)
+    model.metadata["quanta.recipe"] = recipe.to_json()
+    model.producer_name = "quanta"
+    protect = [model.path] if model.path else []
+    save(model, model_output, protect=protect)
+    summary = _summarize(model, plan, model_output, recipe, samples, time.perf_counter() - t0)
+    if verbose:
+        print(summary.format())
+    return summary
+
+
+def _recipe_from(recipe: Recipe | str | os.PathLike | None, options: dict[str, Any]) -> Recipe:
+    if recipe is None:
+        base = Recipe()
+    elif isinstance(recipe, Recipe):
+        base = recipe
+    else:
+        base = Recipe.from_file(recipe)
+    if not options:
+        return base
+    d = base.to_dict()
+    d.update(options)
+    return Recipe.from_dict(d, where="options")
+
+
+def _summarize(
+    model: Model, plan: QdqPlan, output: str | os.PathLike, recipe: Recipe, samples: int, seconds: float
+) -> QuantizationSummary:
+    s = QuantizationSummary(output=str(output), method=recipe.method.value, samples=samples, seconds=seconds)
+    for d in plan.decisions:
+        if d.quantize:
+            s.quantized.append((d.node.name, d.node.op_type))
+        else:
+            s.float_nodes.append((d.node.name, d.node.op_type, d.reason))
+    seen = set()
+    for t in plan.tensors.values():
+        if t.float_reason and t.name not in seen and t.role == "activation":
+            seen.add(t.name)
+            s.float_tensors.append((t.name, t.float_reason))
+    if model.path and os.path.exists(model.path):
+        s.input_bytes = os.path.getsize(model.path)
+    if Path(output).exists():
+        s.output_bytes = os.path.getsize(output)
+    return s
+
+
+def quantized_value_count(model: Model) -> int:
+    return sum(1 for v in model.graph.values() if v.type is not None and isinstance(v.type.elem, QuantType))
+
+
+def recipe_of(path: str | os.PathLike) -> Recipe:
+    """The recipe a quanta-quantized model was made with (from its metadata)."""
+    proto = onnx.load(os.fspath(path), load_external_data=False)
+    meta = {p.key: p.value for p in proto.metadata_props}
+    if "quanta.recipe" not in meta:
+        raise ValueError(f"{path}: not quantized by quanta (no quanta.recipe metadata)")
+    return Recipe.from_dict(json.loads(meta["quanta.recipe"]), where=f"{path} metadata")
