@@ -4,12 +4,31 @@ Public API (mirrors ONNX Runtime where it has an equivalent)::
 
     sess = quanta.InferenceSession("model.int8.onnx")   # backend="native" | "reference"
     outs = sess.run(None, {"input": x})
+    quanta.quantize_static("model.onnx", "model.int8.onnx", calibration_data)
+    quanta.quantize_dynamic("model.onnx", "model.dyn.onnx")
 """
 
 from __future__ import annotations
 
+from quanta.calibrate.readers import CalibrationDataReader, ImagePreprocess
+from quanta.quantize.dynamic import quantize_dynamic
+from quanta.quantize.recipe import CalibrationMethod, Recipe
+from quanta.quantize.static import QuantizationSummary, quantize_static
 from quanta.session import InferenceSession, InvalidArgument, NodeArg, SessionOptions
 
-__all__ = ["InferenceSession", "InvalidArgument", "NodeArg", "SessionOptions", "__version__"]
+__all__ = [
+    "CalibrationDataReader",
+    "CalibrationMethod",
+    "ImagePreprocess",
+    "InferenceSession",
+    "InvalidArgument",
+    "NodeArg",
+    "QuantizationSummary",
+    "Recipe",
+    "SessionOptions",
+    "__version__",
+    "quantize_dynamic",
+    "quantize_static",
+]
 
 __version__ = "0.1.0"

@@ -12,10 +12,14 @@ T_i = i·w) with L = ``num_quantized_bins`` levels::
     (18) KL_i = sum_j p_j log(p_j / q_j),   p = P / sum(P),  q = Q / sum(Q)
     (19) i* = the largest i with minimal KL_i,   T = i*·w,   range = [max(min, -T), min(max, T)]
 
-A candidate whose last bin is empty while outliers were folded into it has q = 0 where
-p > 0, so KL = inf and it is never chosen (as in TensorRT). quanta evaluates all
-candidates at once from prefix sums (O(N·L), no Python loop), tested against the
-loop form.
+Smoothing (ORT / MXNet ``smooth_distribution``, eps = 1e-4 counts): an empty bin of p or
+q holds eps instead of 0, taken proportionally from the non-empty bins. Where both are
+empty the terms cancel; the shift of the non-empty bins (<= eps·i counts, against counts
+>= 1) is neglected. What smoothing changes is a last bin that holds only clipped outliers
+(A[i-1] = 0 < R): q = eps there, so thresholds inside an empty gap below far outliers
+stay candidates (``eps=0``, as ``pytorch-quantization``, gives KL = inf and never clips
+into a gap). quanta evaluates all candidates at once from prefix sums (O(N·L), no Python
+loop), tested against the loop form of (16)-(18).
 
 ``num_quantized_bins=None`` picks L = 128 (the magnitudes of int8: 0..127) for data of
 both signs and L = 256 for one-sided data (min >= 0 or max <= 0; uint8 spends all 256
@@ -44,7 +48,10 @@ def _xlogx(v: np.ndarray) -> np.ndarray:
     return np.where(v > 0, v * np.log(np.where(v > 0, v, 1.0)), 0.0)
 
 
-def kl_divergences(a: np.ndarray, levels: int) -> np.ndarray:
+SMOOTHING_EPS = 1e-4
+
+
+def kl_divergences(a: np.ndarray, levels: int, eps: float = SMOOTHING_EPS) -> np.ndarray:
     """KL_i of eq. (18) for every candidate i = levels .. len(a) (index i - levels).
 
     Vectorised with prefix sums: for a candidate i with chunks S_c (sum of A) and n_c
@@ -52,7 +59,7 @@ def kl_divergences(a: np.ndarray, levels: int) -> np.ndarray:
     a_l = A[i-1] (last bin)::
 
         sum p log p  = sum_{j < i-1} A_j log A_j + (a_l + R) log(a_l + R)
-        sum p log q  = sum_c S_c log(S_c / n_c) + R log(q_{i-1}),  q_{i-1} = S_last / n_last (0 if a_l = 0)
+        sum p log q  = sum_c S_c log(S_c / n_c) + R log(q_{i-1}),  q_{i-1} = S_last / n_last (eps if a_l = 0)
         KL_i = (sum p log p - sum p log q) / P + log(Q / P)
     """
     a = np.asarray(a, dtype=np.float64)
@@ -72,9 +79,9 @@ def kl_divergences(a: np.ndarray, levels: int) -> np.ndarray:
     last = a[cand - 1]
     p_log_p = cg[cand - 1] + _xlogx(last + rest)
     q_chunks = np.where(s > 0, s * np.log(np.where(s > 0, s, 1.0) / np.maximum(nnz, 1)), 0.0).sum(axis=1)
-    q_last = np.where(last > 0, s[:, -1] / np.maximum(nnz[:, -1], 1), 0.0)
+    q_last = np.where(last > 0, s[:, -1] / np.maximum(nnz[:, -1], 1), eps)
     with np.errstate(divide="ignore"):
-        q_rest = np.where(rest > 0, rest * np.log(q_last), 0.0)  # -inf where q_last = 0: KL = inf
+        q_rest = np.where(rest > 0, rest * np.log(q_last), 0.0)  # eps = 0: -inf, so KL = inf
     kl = (p_log_p - (q_chunks + q_rest)) / total + np.log(cs[cand] / total)
     return np.where(np.isnan(kl), np.inf, kl)
 
@@ -85,7 +92,7 @@ class EntropyObserver(HistogramObserver):
     >>> import numpy as np
     >>> x = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
     >>> obs = EntropyObserver()
-    >>> obs.observe(np.concatenate([x, [40.0, -35.0]]))       # two far outliers
+    >>> obs.observe(np.concatenate([x, [40.0, -35.0]]).astype(np.float32))  # two far outliers
     >>> cal = obs.range()
     >>> 2.0 < cal.max < 10.0 and -10.0 < cal.min < -2.0       # clipped well inside [-35, 40]
     True

@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from quanta.ir.types import F16, F32, F64, BF16, CalibratedType, FloatType
+from quanta.ir.types import BF16, F16, F32, F64, CalibratedType, FloatType
 
 __all__ = [
     "EXTREME",

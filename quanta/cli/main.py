@@ -3,6 +3,9 @@
     quanta inspect MODEL                  ops by type, quantized tensors, parameters, size
     quanta inspect --ir MODEL             also the graph in quanta's textual IR
     quanta run MODEL [--inputs X.npz] [-o Y.npz] [--backend native|reference]
+    quanta quantize IN -o OUT --calib DATA [--method ...] [--dynamic] [--per-channel|--per-tensor]
+                   [--activation-type uint8|int8] [--weight-type int8|uint8|int4] [--exclude NODE...]
+                   [--recipe FILE]
     quanta demo                           the built-in demo model, end to end
 
 Errors in user input (a missing or invalid file, feeds that do not match the model)
@@ -109,6 +112,47 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from quanta.calibrate.readers import ImagePreprocess
+    from quanta.quantize.dynamic import quantize_dynamic
+    from quanta.quantize.static import quantize_static
+
+    options: dict = {}
+    if args.method:
+        options["method"] = args.method
+    if args.per_channel is not None:
+        options["per_channel"] = args.per_channel
+    if args.activation_type:
+        options["activation_type"] = args.activation_type
+    if args.weight_type:
+        options["weight_type"] = args.weight_type
+    if args.symmetric_activations:
+        options["symmetric_activations"] = True
+    if args.exclude:
+        options["exclude"] = list(args.exclude)
+    if args.op_types:
+        options["op_types"] = list(args.op_types)
+    if args.samples is not None:
+        options["calibration_samples"] = args.samples
+    if args.dynamic:
+        quantize_dynamic(args.model, args.output, args.recipe, **options)
+    else:
+        if not args.calib:
+            raise CliError("static quantization needs --calib DATA (an .npz file or a folder); or use --dynamic")
+        pre = None
+        if args.image_size:
+            pre = ImagePreprocess(
+                resize=args.image_resize,
+                crop=(args.image_size, args.image_size),
+                mean=tuple(args.image_mean) if args.image_mean else None,
+                std=tuple(args.image_std) if args.image_std else None,
+                layout=args.image_layout,
+            )
+        quantize_static(args.model, args.output, args.calib, args.recipe, preprocess=pre, **options)
+    print(f"wrote {args.output}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from quanta.cli.demo import run_demo
 
@@ -133,7 +177,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     s.set_defaults(func=cmd_run)
 
-    s = sub.add_parser("demo", help="run the built-in demo model end to end")
+    s = sub.add_parser("quantize", help="quantize a float model (static with calibration data, or --dynamic)")
+    s.add_argument("model")
+    s.add_argument("-o", "--output", required=True, help="path of the quantized model (never the input)")
+    s.add_argument("--calib", help="calibration data: .npz file, folder of .npz files or of images")
+    s.add_argument("--method", choices=["minmax", "moving_average", "entropy", "percentile", "mse"])
+    s.add_argument("--dynamic", action="store_true", help="dynamic quantization (no calibration data)")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--per-channel", dest="per_channel", action="store_true", default=None)
+    g.add_argument("--per-tensor", dest="per_channel", action="store_false")
+    s.add_argument("--activation-type", choices=["uint8", "int8"])
+    s.add_argument("--weight-type", choices=["int8", "uint8", "int4"])
+    s.add_argument("--symmetric-activations", action="store_true")
+    s.add_argument("--exclude", nargs="+", metavar="NODE", help="node names or regular expressions to keep float")
+    s.add_argument("--op-types", nargs="+", metavar="OP", help="only quantize these op types")
+    s.add_argument("--samples", type=int, help="use at most this many calibration samples")
+    s.add_argument("--recipe", help="YAML or JSON recipe file (options on the command line win)")
+    s.add_argument("--image-size", type=int, help="images: center crop to SIZE x SIZE")
+    s.add_argument("--image-resize", type=int, help="images: resize the shorter side to this first")
+    s.add_argument("--image-mean", type=float, nargs="+", help="images: per-channel mean (after scaling to 0..1)")
+    s.add_argument("--image-std", type=float, nargs="+", help="images: per-channel std")
+    s.add_argument("--image-layout", choices=["NCHW", "NHWC"], default="NCHW")
+    s.set_defaults(func=cmd_quantize)
+
+    s = sub.add_parser("demo", help="quantize the built-in demo model and compare FP32 with int8")
     s.add_argument("--backend", choices=["native", "reference"], default="reference")
     s.set_defaults(func=cmd_demo)
     return p
@@ -142,14 +209,25 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from quanta.calibrate.readers import CalibrationDataError
     from quanta.ir.graph import GraphError
     from quanta.ir.onnx_io import ModelLoadError
+    from quanta.quantize.recipe import RecipeError
     from quanta.session import InvalidArgument
     from quanta.targets.base import TargetError
 
     try:
         return int(args.func(args) or 0)
-    except (CliError, ModelLoadError, InvalidArgument, TargetError, GraphError, FileExistsError) as e:
+    except (
+        CliError,
+        ModelLoadError,
+        InvalidArgument,
+        TargetError,
+        GraphError,
+        FileExistsError,
+        CalibrationDataError,
+        RecipeError,
+    ) as e:
         print(f"quanta: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:

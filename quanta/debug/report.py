@@ -33,7 +33,8 @@ class QuantizedTensor:
             gran = f"per-block(axis={q.axis}, block={q.block})"
         else:
             gran = f"per-axis(axis={q.axis}, {len(q.scale)} channels)"
-        sym = "symmetric" if all(z == 0 for z in q.zero_point) else "asymmetric"
+        mid = 0 if getattr(q.storage, "signed", True) else 1 << (q.storage.bits - 1)
+        sym = "symmetric" if all(z == mid for z in q.zero_point) else "asymmetric"
         lo, hi = min(q.scale), max(q.scale)
         scale = f"scale {lo:.4g}" if lo == hi else f"scale {lo:.4g}..{hi:.4g}"
         zps = sorted(set(q.zero_point))

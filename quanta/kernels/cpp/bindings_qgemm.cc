@@ -106,7 +106,13 @@ int64_t checked_int(const py::handle& obj, const char* what) {
     throw py::value_error(std::string(what) + ": expected an integer, got " +
                           py::str(py::type::of(obj)).cast<std::string>());
   }
-  return py::int_(obj).cast<int64_t>();
+  const py::object index = py::module_::import("operator").attr("index")(obj);
+  try {
+    return index.cast<int64_t>();
+  } catch (const py::cast_error&) {
+    throw py::value_error(std::string(what) + ": expected an integer in the int64 range, got " +
+                          py::repr(obj).cast<std::string>());
+  }
 }
 
 void check_range(int64_t v, int64_t lo, int64_t hi, const std::string& what) {

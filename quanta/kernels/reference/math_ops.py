@@ -6,8 +6,9 @@ evaluated by ``tests/kernels/reference/test_tensor_ops.py``:
 
 - integer ``Div`` truncates toward zero, as C does:  ``-7 / 2 = -3``   (numpy's ``//``
   floors: ``-4``);
-- ``Mod`` with ``fmod=0`` (integers; floats from opset 28) takes the sign of the divisor: ``-7 mod 2 = 1``;
-  with ``fmod=1`` it takes the sign of the dividend (C ``fmod``): ``fmod(-7, 2) = -1``;
+- ``Mod`` with ``fmod=0`` (integers; floats from opset 28) takes the sign of the
+  divisor: ``-7 mod 2 = 1``; with ``fmod=1`` it takes the sign of the dividend (C
+  ``fmod``): ``fmod(-7, 2) = -1``;
 - ``Round`` rounds half to even: ``0.5 -> 0``, ``1.5 -> 2``, ``-2.5 -> -2``;
 - ``Pow`` returns the base's element type (``int32 ** float32 -> int32``);
 - integer overflow wraps (two's complement), as numpy does.
@@ -30,47 +31,54 @@ from quanta.kernels.reference.registry import OpError, register
 __all__ = ["ONNX_DTYPES", "STRING", "cast_to", "onnx_dtype"]
 
 # TensorProto.DataType -> numpy dtype. 8 (STRING) is numpy ``object`` holding ``str``.
+# The narrow float and integer types come from ml_dtypes; a type that the installed
+# ml_dtypes lacks (float6 and int2 need >= 0.5) is absent, and Cast to it is an OpError.
 STRING = 8
-ONNX_DTYPES: dict[int, np.dtype] = {
-    1: np.dtype(np.float32),
-    2: np.dtype(np.uint8),
-    3: np.dtype(np.int8),
-    4: np.dtype(np.uint16),
-    5: np.dtype(np.int16),
-    6: np.dtype(np.int32),
-    7: np.dtype(np.int64),
-    STRING: np.dtype(object),
-    9: np.dtype(np.bool_),
-    10: np.dtype(np.float16),
-    11: np.dtype(np.float64),
-    12: np.dtype(np.uint32),
-    13: np.dtype(np.uint64),
-    14: np.dtype(np.complex64),
-    15: np.dtype(np.complex128),
-    16: np.dtype(ml_dtypes.bfloat16),
-    17: np.dtype(ml_dtypes.float8_e4m3fn),
-    18: np.dtype(ml_dtypes.float8_e4m3fnuz),
-    19: np.dtype(ml_dtypes.float8_e5m2),
-    20: np.dtype(ml_dtypes.float8_e5m2fnuz),
-    21: np.dtype(ml_dtypes.uint4),
-    22: np.dtype(ml_dtypes.int4),
-    23: np.dtype(ml_dtypes.float4_e2m1fn),
-    24: np.dtype(ml_dtypes.float8_e8m0fnu),
-    25: np.dtype(ml_dtypes.uint2),
-    26: np.dtype(ml_dtypes.int2),
-    27: np.dtype(ml_dtypes.float6_e2m3fn),
-    28: np.dtype(ml_dtypes.float6_e3m2fn),
+_NUMPY_TYPES = {
+    1: np.float32,
+    2: np.uint8,
+    3: np.int8,
+    4: np.uint16,
+    5: np.int16,
+    6: np.int32,
+    7: np.int64,
+    STRING: object,
+    9: np.bool_,
+    10: np.float16,
+    11: np.float64,
+    12: np.uint32,
+    13: np.uint64,
+    14: np.complex64,
+    15: np.complex128,
+}
+_ML_DTYPES = {
+    16: "bfloat16",
+    17: "float8_e4m3fn",
+    18: "float8_e4m3fnuz",
+    19: "float8_e5m2",
+    20: "float8_e5m2fnuz",
+    21: "uint4",
+    22: "int4",
+    23: "float4_e2m1fn",
+    24: "float8_e8m0fnu",
+    25: "uint2",
+    26: "int2",
+    27: "float6_e2m3fn",
+    28: "float6_e3m2fn",
+}
+ONNX_DTYPES: dict[int, np.dtype] = {code: np.dtype(t) for code, t in _NUMPY_TYPES.items()} | {
+    code: np.dtype(getattr(ml_dtypes, name)) for code, name in _ML_DTYPES.items() if hasattr(ml_dtypes, name)
 }
 _FLOAT8 = {17, 18, 19, 20}
 _E8M0 = 24
 
 
-def onnx_dtype(to: int) -> np.dtype:
+def onnx_dtype(to: int, op: str = "Cast") -> np.dtype:
     """The numpy dtype of an ONNX ``TensorProto.DataType`` code."""
     try:
         return ONNX_DTYPES[int(to)]
     except KeyError:
-        raise OpError(f"Cast: expected a TensorProto data type in {sorted(ONNX_DTYPES)}, got {to}") from None
+        raise OpError(f"{op}: expected a TensorProto data type in {sorted(ONNX_DTYPES)}, got {to}") from None
 
 
 def _is_int(a: np.ndarray) -> bool:

@@ -35,7 +35,8 @@ QLinearAveragePool     ``sat(rne(f32(f32(avg / sy) + zy)))``, ``avg`` a float32 
     size; sums run in row-major window order (as ORT's loops). When the kernel covers the
     whole input and all pads are 0, ORT switches to its QLinearGlobalAveragePool kernel
     (an integer sum) and so does this reference. Output sizes use ORT's formula
-    ``floor_or_ceil((D + p_begin + p_end − k) / s) + 1`` and ORT's SAME pads.
+    ``floor_or_ceil((D + p_begin + p_end − k) / s) + 1`` (with ``ceil_mode``, minus 1 when
+    the last window would start in the end padding) and ORT's SAME pads.
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ __all__ = [
 ]
 
 _EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
-_ADD_TYPES = (*_EIGHT_BIT, np.dtype(np.uint16), np.dtype(np.int16))
 
 
 def _f32_scalar(v: np.ndarray | float, what: str) -> np.float32:
@@ -195,9 +195,9 @@ def qlinear_add_op(
     c_scale: np.ndarray | None = None,
     c_zero_point: np.ndarray | None = None,
 ) -> np.ndarray:
-    """com.microsoft QLinearAdd-1 (uint8, int8, uint16, int16)."""
+    """com.microsoft QLinearAdd-1 (uint8, int8)."""
     del ctx  # unused
-    _binary_checks("QLinearAdd", a, b, _ADD_TYPES)
+    _binary_checks("QLinearAdd", a, b, _EIGHT_BIT)
     if c_scale is None:
         raise OpError("C_scale: expected an input, got none")
     return qlinear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point)
@@ -448,7 +448,10 @@ def _ort_pool_geometry(
             raise OpError(
                 f"kernel_shape: expected at most the padded input size on spatial axis {i}, got {k}"
             )
-        out.append((-(-span // s) if ceil_mode else span // s) + 1)
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (o - 1) * s >= size + pads[i]:
+            o -= 1  # ORT (as PyTorch) drops a last window that starts in the end padding
+        out.append(o)
     return pads, out
 
 

@@ -11,10 +11,11 @@ A reduction over zero elements gives the identity of its operation:
 
     Sum, L1, L2, SumSquare -> 0    Prod -> 1    LogSum, LogSumExp -> -inf
     Max -> -inf (the type's minimum for integers)    Min -> +inf (the type's maximum)
-    Mean -> NaN (0 / 0)
+    Mean -> NaN (0 / 0; undefined in ONNX, 0 for integers; ONNX Runtime gives 0)
 
-Results keep the input's element type (integer means truncate toward zero after the
-float division, as numpy's cast does).
+Results keep the input's element type: an integer mean truncates toward zero after
+the float division, and integer sums and products wrap on overflow (two's complement;
+ONNX leaves overflow unspecified, ONNX Runtime's int32 ReduceProd saturates instead).
 """
 
 from __future__ import annotations
@@ -65,8 +66,7 @@ def _make(op: str, pre, reduce, post) -> None:
             y = pre(x)
             if red is not None:
                 y = reduce(x, y, red, bool(keepdims))
-            y = post(y)
-        return np.asarray(y).astype(x.dtype, copy=False)
+            return np.asarray(post(y)).astype(x.dtype, copy=False)
 
     fn.__name__ = fn.__qualname__ = op.lower()
     register(op)(fn)
@@ -96,6 +96,10 @@ def _extreme(kind: str):
 
 
 def _mean(x, y, axes, keep):
+    count = int(np.prod([y.shape[a] for a in axes], dtype=np.int64))
+    if count == 0:  # undefined in ONNX: 0 / 0 = NaN for floats, 0 for integers (ORT: 0)
+        fill = np.nan if x.dtype.kind == "f" else 0
+        return np.full(np.sum(y, axis=axes, keepdims=keep).shape, fill, dtype=x.dtype)
     return np.mean(y, axis=axes, keepdims=keep, dtype=np.float64 if x.dtype.kind in "iub" else None)
 
 

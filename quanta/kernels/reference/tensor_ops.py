@@ -10,7 +10,10 @@ Semantics pinned here (tested in ``tests/kernels/reference/test_tensor_ops.py``)
 - Slice clamps per axis after adding ``dim`` to negative values: a positive step clamps
   ``start, end`` to ``[0, dim]``; a negative step clamps ``start`` to ``[0, dim-1]`` and
   ``end`` to ``[-1, dim-1]``, where ``end = -1`` means "through index 0" (so
-  ``starts=[-1], ends=[INT64_MIN], steps=[-1]`` reverses the axis);
+  ``starts=[-1], ends=[INT64_MIN], steps=[-1]`` reverses the axis). ONNX Runtime
+  reads ``end = INT32_MAX or INT64_MAX`` as "to the end in the step's direction", so a
+  negative step with such an end reaches index 0 there and gives an empty slice here
+  and in onnx.reference (the spec has no such special case);
 - negative indices count from the end (Gather, GatherElements, GatherND, Scatter*,
   OneHot); an index outside ``[-dim, dim-1]`` raises OpError (OneHot instead gives an
   all-``off`` row, as ONNX specifies);
@@ -443,7 +446,7 @@ def eye_like(ctx, x: np.ndarray, dtype: int | None = None, k: int = 0) -> np.nda
     del ctx  # unused
     if x.ndim != 2:
         raise OpError(f"EyeLike: expected a rank-2 input, got rank {x.ndim}")
-    out_dtype = x.dtype if dtype is None else onnx_dtype(dtype)
+    out_dtype = x.dtype if dtype is None else onnx_dtype(dtype, "EyeLike")
     return np.eye(x.shape[0], x.shape[1], k=k, dtype=out_dtype)
 
 
