@@ -29,7 +29,8 @@ Differences from ORT's ``EntropyCalibrater``: ORT histograms the signed values o
 symmetric window and, with its defaults (``num_bins=128``, ``num_quantized_bins=128``),
 has exactly one candidate, so its "entropy" range is the symmetric min/max clipped to the
 extrema; it also keeps every sample in memory until the end. quanta follows TensorRT on
-|x| with up to ``bins`` = 2048 bins, in constant memory.
+|x| on a grid of ``bins`` = 4096 signed bins (at least 1024 of them on |x|, as many as
+TensorRT's 2048-bin |x| histogram uses at worst), in constant memory.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from quanta.calibrate.histogram import HistogramObserver, HistogramView
+from quanta.calibrate.histogram import DEFAULT_BINS, HistogramObserver, HistogramView
 
 __all__ = ["EntropyObserver", "kl_divergences"]
 
@@ -100,7 +101,7 @@ class EntropyObserver(HistogramObserver):
 
     kind = "entropy"
 
-    def __init__(self, *, num_quantized_bins: int | None = None, bins: int = 2048, axis: int | None = None) -> None:
+    def __init__(self, *, num_quantized_bins: int | None = None, bins: int = DEFAULT_BINS, axis: int | None = None) -> None:
         if num_quantized_bins is not None and not 2 <= num_quantized_bins <= bins:
             raise ValueError(
                 f"EntropyObserver: num_quantized_bins must be in [2, bins={bins}], got {num_quantized_bins}"

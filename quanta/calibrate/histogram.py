@@ -45,7 +45,11 @@ import numpy as np
 
 from quanta.calibrate.observer import ObserverBase, _dec, _enc
 
-__all__ = ["HistogramObserver", "HistogramView"]
+__all__ = ["DEFAULT_BINS", "HistogramObserver", "HistogramView"]
+
+# B: 32 KiB per channel. The data covers B/2..B bins, so the finest clipping threshold
+# the entropy search can reach (L = 128 bins of |x|) is 1/16..1/32 of max|x|.
+DEFAULT_BINS = 4096
 
 K_FLOOR = -1074  # exponent of the smallest float64 subnormal: the grid of an all-zero channel
 _MAX_SHIFT = 62  # shifting an index (< 2^53) right by more than this is the same as by 62
@@ -96,6 +100,21 @@ def regrid(counts: np.ndarray, k: np.ndarray, start: np.ndarray, k_new: np.ndarr
     flat = (np.arange(c, dtype=np.int64)[:, None] * b + local).reshape(-1)
     out = np.bincount(flat, weights=counts.reshape(-1).astype(np.float64), minlength=c * b)
     return out.reshape(c, b).astype(np.int64)  # sums of integers < 2^53: exact
+
+
+def _trim(row: np.ndarray) -> list[Any]:
+    """JSON form of a count row: [index of the first non-zero bin, counts up to the last]."""
+    nz = np.flatnonzero(row)
+    if not nz.size:
+        return [0, []]
+    return [int(nz[0]), row[nz[0] : nz[-1] + 1].tolist()]
+
+
+def _untrim(entry: list[Any], bins: int) -> np.ndarray:
+    first, counts = entry
+    row = np.zeros(bins, np.int64)
+    row[first : first + len(counts)] = counts
+    return row
 
 
 @dataclass(frozen=True)
@@ -154,7 +173,7 @@ class HistogramObserver(ObserverBase):
 
     kind = "histogram"
 
-    def __init__(self, *, bins: int = 2048, axis: int | None = None) -> None:
+    def __init__(self, *, bins: int = DEFAULT_BINS, axis: int | None = None) -> None:
         if bins < 16:
             raise ValueError(f"{type(self).__name__}: bins must be >= 16, got {bins}")
         super().__init__(axis=axis)
@@ -208,7 +227,7 @@ class HistogramObserver(ObserverBase):
         return {
             "k": self._k.tolist(),
             "start": self._start.tolist(),
-            "counts": self._counts.tolist(),
+            "counts": [_trim(row) for row in self._counts],
             "finite_min": _enc(self._lo),
             "finite_max": _enc(self._hi),
             "zeros": self._zeros.tolist(),
@@ -217,7 +236,7 @@ class HistogramObserver(ObserverBase):
     def _load_state(self, state: dict[str, Any]) -> None:
         self._k = np.asarray(state["k"], dtype=np.int64)
         self._start = np.asarray(state["start"], dtype=np.int64)
-        self._counts = np.asarray(state["counts"], dtype=np.int64).reshape(-1, self.bins)
+        self._counts = np.stack([_untrim(row, self.bins) for row in state["counts"]])
         self._lo = _dec(state["finite_min"]).reshape(-1)
         self._hi = _dec(state["finite_max"]).reshape(-1)
         self._zeros = np.asarray(state["zeros"], dtype=np.int64)

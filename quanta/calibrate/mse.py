@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from quanta.calibrate.histogram import HistogramObserver, HistogramView
+from quanta.calibrate.histogram import DEFAULT_BINS, HistogramObserver, HistogramView
 
 __all__ = ["MSEObserver", "QuantizationErrorModel"]
 
@@ -123,7 +123,7 @@ class MSEObserver(HistogramObserver):
         qmin: int = 0,
         qmax: int = 255,
         symmetric: bool = False,
-        bins: int = 2048,
+        bins: int = DEFAULT_BINS,
         axis: int | None = None,
     ) -> None:
         if not qmin < qmax:

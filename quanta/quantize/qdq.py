@@ -235,6 +235,8 @@ def resolve_params(
     for t in plan.tensors.values():
         if t.role != "activation" or t.inherit_from is not None or t.share_with is not None:
             continue
+        if t.float_reason is not None:  # set by calibration (degenerate observations)
+            continue
         if t.fixed_range is not None:
             cal = CalibratedType(_expressed(by_name[t.name]), *t.fixed_range)
         elif t.name in ranges:

@@ -111,3 +111,88 @@ def qoperator(opset: int = 17) -> onnx.ModelProto:
         inits,
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
+
+
+def encoder_block(opset: int = 17, seed: int = 5, d: int = 24, heads: int = 3) -> onnx.ModelProto:
+    """A BERT-style self-attention block with an additive attention mask.
+
+    x[N, S, d], mask[N, S] (1 keep / 0 pad) -> (1 - mask) * -3.4e38 added to the scores
+    (as HF exports do), Q/K/V projections, scores = QK^T / sqrt(dh) (both MatMul operands
+    are activations), Softmax, context, output projection, residual Add, LayerNorm, a
+    Gelu MLP, residual, LayerNorm. The sequence length S is symbolic.
+    """
+    rng = np.random.default_rng(seed)
+    dh = d // heads
+
+    def w(*shape, s=0.2):
+        return (rng.standard_normal(shape) * s).astype(np.float32)
+
+    inits = [
+        _init("wq", w(d, d)), _init("wk", w(d, d)), _init("wv", w(d, d)), _init("wo", w(d, d)),
+        _init("bq", w(d, s=0.05)), _init("bo", w(d, s=0.05)),
+        _init("w1", w(d, 2 * d)), _init("b1", w(2 * d, s=0.05)), _init("w2", w(2 * d, d)),
+        _init("ln1_g", 1 + w(d, s=0.1)), _init("ln1_b", w(d, s=0.1)),
+        _init("ln2_g", 1 + w(d, s=0.1)), _init("ln2_b", w(d, s=0.1)),
+        _init("heads_shape", np.array([0, -1, heads, dh], np.int64)),
+        _init("merge_shape", np.array([0, -1, d], np.int64)),
+        _init("one", np.float32(1.0)), _init("neg", np.float32(-3.4e38)),
+        _init("inv_sqrt_dh", np.float32(1.0 / np.sqrt(dh))),
+        _init("mask_axes", np.array([1, 2], np.int64)),
+    ]
+    n = helper.make_node
+    nodes = [
+        n("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT, name="mask_cast"),
+        n("Sub", ["one", "maskf"], ["inv_mask"], name="mask_sub"),
+        n("Mul", ["inv_mask", "neg"], ["mask_add"], name="mask_mul"),
+        n("Unsqueeze", ["mask_add", "mask_axes"], ["mask4"], name="mask_unsqueeze"),
+        n("MatMul", ["x", "wq"], ["q0"], name="q_proj"),
+        n("Add", ["q0", "bq"], ["q1"], name="q_bias"),
+        n("MatMul", ["x", "wk"], ["k0"], name="k_proj"),
+        n("MatMul", ["x", "wv"], ["v0"], name="v_proj"),
+        n("Reshape", ["q1", "heads_shape"], ["q2"], name="q_reshape"),
+        n("Transpose", ["q2"], ["q3"], perm=[0, 2, 1, 3], name="q_transpose"),
+        n("Reshape", ["k0", "heads_shape"], ["k2"], name="k_reshape"),
+        n("Transpose", ["k2"], ["k3"], perm=[0, 2, 3, 1], name="k_transpose"),
+        n("Reshape", ["v0", "heads_shape"], ["v2"], name="v_reshape"),
+        n("Transpose", ["v2"], ["v3"], perm=[0, 2, 1, 3], name="v_transpose"),
+        n("MatMul", ["q3", "k3"], ["s0"], name="scores"),
+        n("Mul", ["s0", "inv_sqrt_dh"], ["s1"], name="scale"),
+        n("Add", ["s1", "mask4"], ["s2"], name="add_mask"),
+        n("Softmax", ["s2"], ["p"], axis=-1, name="softmax"),
+        n("MatMul", ["p", "v3"], ["c0"], name="context"),
+        n("Transpose", ["c0"], ["c1"], perm=[0, 2, 1, 3], name="c_transpose"),
+        n("Reshape", ["c1", "merge_shape"], ["c2"], name="c_reshape"),
+        n("MatMul", ["c2", "wo"], ["o0"], name="o_proj"),
+        n("Add", ["o0", "bo"], ["o1"], name="o_bias"),
+        n("Add", ["o1", "x"], ["r1"], name="residual1"),
+        n("LayerNormalization", ["r1", "ln1_g", "ln1_b"], ["h1"], axis=-1, epsilon=1e-5, name="ln1"),
+        n("MatMul", ["h1", "w1"], ["f0"], name="ffn1"),
+        n("Add", ["f0", "b1"], ["f1"], name="ffn1_bias"),
+        n("Relu", ["f1"], ["f2"], name="ffn_act"),
+        n("MatMul", ["f2", "w2"], ["f3"], name="ffn2"),
+        n("Add", ["f3", "h1"], ["r2"], name="residual2"),
+        n("LayerNormalization", ["r2", "ln2_g", "ln2_b"], ["y"], axis=-1, epsilon=1e-5, name="ln2"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "encoder_block",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "S", d]),
+            helper.make_tensor_value_info("mask", TensorProto.INT64, ["N", "S"]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "S", d])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def encoder_feeds(n_samples: int = 6, seed: int = 7, d: int = 24) -> list[dict[str, np.ndarray]]:
+    """Calibration feeds with a different sequence length per sample and padded masks."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n_samples):
+        s = 5 + 3 * k
+        mask = np.ones((2, s), np.int64)
+        mask[1, s - 2 :] = 0
+        out.append({"x": rng.standard_normal((2, s, d)).astype(np.float32), "mask": mask})
+    return out

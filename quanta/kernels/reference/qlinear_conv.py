@@ -54,6 +54,10 @@ def qlinear_conv(
     """Quantized N-d convolution (eqs. (4), (6)); ``attrs`` are the ONNX geometry attributes.
 
     ``dtype`` is the output storage type, default the dtype of ``y_zero_point``.
+
+    >>> x = np.array([[[1, 2, 3, 4]]], np.uint8); w = np.array([[[1, 1]]], np.uint8)
+    >>> qlinear_conv(x, 0.5, 1, w, 1.0, 0, 1.0, np.uint8(0)).tolist()  # acc 1, 3, 5 -> 0.5, 1.5, 2.5
+    [[[0, 2, 2]]]
     """
     x = np.asarray(x)
     w = np.asarray(w)

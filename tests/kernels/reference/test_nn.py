@@ -364,9 +364,14 @@ def test_resize_uint8_rounds_and_keeps_dtype() -> None:
     np.testing.assert_array_equal(y[0, 0, 0], [0, 64, 191, 194, 71, 10])
 
 
+# onnx.reference chooses the taps from x + pad_width, which drops the last bit of x: at
+# x = 3.0000000000000004 (half_pixel_symmetric, 7 -> 5 with scale 0.75) it takes taps
+# (2, 3) with the weights meant for (3, 4), and nearest returns index 2 instead of 3.
+# So nearest and half_pixel_symmetric are left to the node tests and the hand-checked
+# cases above; the remaining modes never land within an ulp of an integer for these scales.
 @given(
-    st.sampled_from(["nearest", "linear", "cubic"]),
-    st.sampled_from(["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric"]),
+    st.sampled_from(["linear", "cubic"]),
+    st.sampled_from(["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"]),
     st.booleans(),
     st.tuples(st.sampled_from([0.4, 0.6, 1.0, 1.5, 2.0, 2.7]), st.sampled_from([0.3, 0.75, 1.0, 1.25, 3.1])),
 )
@@ -375,13 +380,11 @@ def test_resize_matches_onnx_reference(mode, coordinate_mode, antialias, scales)
     x = np.random.default_rng(10).standard_normal((1, 2, 5, 7)).astype(np.float32)
     scales = np.array([1, 1, *scales], np.float32)
     attrs = dict(mode=mode, coordinate_transformation_mode=coordinate_mode, antialias=int(antialias))
-    if mode == "nearest":
-        attrs["antialias"] = 0
     ctx = OpContext(opset=19, op_type="Resize")
     (expected,) = delegate_to_onnx_reference(ctx, [x, None, scales], attrs)
     y = run("Resize", x, None, scales, opset=19, **attrs)
-    # Linear/nearest: the same float64 weights (<= 2 * ceil(1 / 0.3) = 8 taps), one final
-    # rounding to float32: a few ulps. Cubic: onnx.reference receives cubic_coeff_a as
+    # Linear: the same float64 weights (<= 2 * ceil(1 / 0.3) = 8 taps), one final rounding
+    # to float32: a few ulps. Cubic: onnx.reference receives cubic_coeff_a as
     # np.float32 and so evaluates the Keys polynomial (terms up to 8|a| = 6) in float32:
     # ~6 * 2^-24 per weight, times <= 14 taps of |x| <= ~4: <= 2e-5.
     atol = 2e-5 if mode == "cubic" else 1e-6

@@ -1,0 +1,214 @@
+"""quantize_static end to end: valid QDQ output that ONNX Runtime runs, the reference
+backend agreeing with ONNX Runtime within 1 LSB on every quantized tensor, determinism,
+what stays float and why."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import quanta
+from quanta.calibrate.readers import CalibrationDataError
+from quanta.ir.onnx_io import load
+from quanta.ir.types import QuantType
+from tests.ir import models
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def cnn_feeds(n: int = 6, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((2, 3, 8, 6)).astype(np.float32)} for _ in range(n)]
+
+
+def with_quantized_outputs(path) -> onnx.ModelProto:
+    """The model with every QuantizeLinear output also exposed as a graph output."""
+    m = onnx.load(str(path))
+    m = onnx.shape_inference.infer_shapes(m)
+    known = {v.name: v for v in m.graph.value_info}
+    for node in m.graph.node:
+        if node.op_type == "QuantizeLinear":
+            m.graph.output.append(known[node.output[0]])
+    return m
+
+
+def assert_reference_matches_ort_on_quantized_tensors(path, feeds):
+    m = with_quantized_outputs(path)
+    names = [o.name for o in m.graph.output]
+    ours = quanta.InferenceSession(m, backend="reference").run(None, feeds)
+    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    n_q = 0
+    for name, a, b in zip(names, ours, theirs):
+        if a.dtype.kind in "iu":
+            n_q += 1
+            # <= 1 LSB: float ops between DQ and Q run in different summation orders in
+            # ORT and NumPy, which can move a value across a rounding boundary.
+            diff = np.abs(a.astype(np.int32) - b.astype(np.int32))
+            assert diff.max() <= 1, f"quantized tensor '{name}' differs by {diff.max()} LSB"
+    assert n_q > 0
+
+
+def test_quantize_static_cnn_is_valid_and_runs_in_ort(tmp_path):
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), src)
+    out = tmp_path / "cnn.int8.onnx"
+    summary = quanta.quantize_static(src, out, cnn_feeds(), verbose=False)
+    onnx.checker.check_model(onnx.load(str(out)), full_check=True)
+    assert {op for _, op in summary.quantized} == {"Conv", "Relu", "MaxPool", "Flatten", "Gemm"}
+    g = load(out).graph
+    # Relu absorbed: the Conv output is not quantized, the Relu output is (range >= 0)
+    assert not any(n.op_type == "QuantizeLinear" and n.inputs[0].name == "c" for n in g.nodes)
+    relu_q = next(n for n in g.nodes if n.op_type == "QuantizeLinear" and n.inputs[0].name == "r").outputs[0]
+    assert relu_q.type.elem.zero_point == (0,)
+    # views keep their input's type: MaxPool and Flatten outputs carry the Relu output's type
+    pool_q = next(n for n in g.nodes if n.op_type == "QuantizeLinear" and n.inputs[0].name == "p").outputs[0]
+    assert pool_q.type.elem == relu_q.type.elem
+    # the graph output stays float (no Q/DQ on 'y')
+    assert g.outputs[0].producer.op_type == "Gemm"
+    assert_reference_matches_ort_on_quantized_tensors(out, cnn_feeds(1, seed=9)[0])
+
+
+def test_quantize_static_output_is_close_to_fp32(tmp_path):
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), src)
+    out = tmp_path / "q.onnx"
+    quanta.quantize_static(src, out, cnn_feeds(20), verbose=False)
+    feed = cnn_feeds(1, seed=3)[0]
+    ref = ort.InferenceSession(str(src)).run(None, feed)[0]
+    q = ort.InferenceSession(str(out)).run(None, feed)[0]
+    sqnr = 10 * np.log10(np.sum(ref**2) / np.sum((ref - q) ** 2))
+    assert sqnr > 25.0  # 8-bit activations and weights through 2 layers: ~30 dB expected
+
+
+def test_quantize_static_is_deterministic(tmp_path):
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), src)
+    quanta.quantize_static(src, tmp_path / "a.onnx", cnn_feeds(), verbose=False)
+    quanta.quantize_static(src, tmp_path / "b.onnx", cnn_feeds(), verbose=False)
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+
+
+def test_quantize_static_refuses_to_overwrite_the_input(tmp_path):
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), src)
+    before = src.read_bytes()
+    with pytest.raises(FileExistsError, match="refusing to overwrite the input model"):
+        quanta.quantize_static(src, src, cnn_feeds(), verbose=False)
+    assert src.read_bytes() == before
+
+
+def test_quantize_static_encoder_keeps_the_mask_float_and_quantizes_attention(tmp_path):
+    # Failure signature (ORT, all-MiniLM): the mask path (-3.4e38) gets calibrated, its
+    # scale becomes ~1e36 and every attention score collapses.
+    src = tmp_path / "enc.onnx"
+    onnx.save(models.encoder_block(), src)
+    out = tmp_path / "enc.int8.onnx"
+    summary = quanta.quantize_static(src, out, models.encoder_feeds(), verbose=False)
+    float_tensors = dict(summary.float_tensors)
+    assert "keep float" in float_tensors["mask_add"]
+    assert float_tensors["mask4"] == "a view of a tensor that stays float"
+    g = load(out).graph
+    scores = next(n for n in g.nodes if n.name == "scores")
+    assert all(v.producer is not None and v.producer.op_type == "DequantizeLinear" for v in scores.inputs)
+    ln = next(n for n in g.nodes if n.name == "ln1")
+    assert ln.op_type == "LayerNormalization"
+    feeds = models.encoder_feeds(2, seed=11)
+    ref = ort.InferenceSession(str(src)).run(None, feeds[1])[0]
+    q = ort.InferenceSession(str(out)).run(None, feeds[1])[0]
+    cos = np.sum(ref * q, -1) / (np.linalg.norm(ref, axis=-1) * np.linalg.norm(q, axis=-1))
+    assert cos.min() > 0.98
+    assert_reference_matches_ort_on_quantized_tensors(out, feeds[0])
+
+
+def test_quantize_static_variable_sequence_lengths_are_fine(tmp_path):
+    src = tmp_path / "enc.onnx"
+    onnx.save(models.encoder_block(), src)
+    feeds = models.encoder_feeds(4)
+    assert len({f["x"].shape[1] for f in feeds}) == 4
+    summary = quanta.quantize_static(src, tmp_path / "o.onnx", feeds, verbose=False)
+    assert summary.samples == 4
+
+
+@pytest.mark.parametrize("method", ["minmax", "moving_average", "entropy", "percentile", "mse"])
+def test_quantize_static_every_calibration_method(tmp_path, method):
+    pytest.importorskip(
+        {"entropy": "quanta.calibrate.entropy", "percentile": "quanta.calibrate.percentile", "mse": "quanta.calibrate.mse"}.get(
+            method, "quanta.calibrate.minmax"
+        )
+    )
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), src)
+    out = tmp_path / "q.onnx"
+    summary = quanta.quantize_static(src, out, cnn_feeds(8), method=method, verbose=False)
+    assert summary.method == method
+    feed = cnn_feeds(1, seed=3)[0]
+    ref = ort.InferenceSession(str(src)).run(None, feed)[0]
+    q = ort.InferenceSession(str(out)).run(None, feed)[0]
+    assert 10 * np.log10(np.sum(ref**2) / np.sum((ref - q) ** 2)) > 20.0
+
+
+def test_quantize_static_exclude_by_regex_and_fixed_range_override(tmp_path):
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), src)
+    out = tmp_path / "q.onnx"
+    summary = quanta.quantize_static(
+        src,
+        out,
+        cnn_feeds(),
+        exclude=["f.*"],  # flat and fc
+        overrides={"r": {"range": [0.0, 4.0]}},
+        verbose=False,
+    )
+    float_nodes = {name: reason for name, _, reason in summary.float_nodes}
+    assert float_nodes["fc"] == "excluded by the recipe" and float_nodes["flat"] == "excluded by the recipe"
+    g = load(out).graph
+    r_q = next(n for n in g.nodes if n.op_type == "QuantizeLinear" and n.inputs[0].name == "r").outputs[0].type.elem
+    assert isinstance(r_q, QuantType) and r_q.scale == (float(np.float32(4.0 / 255)),) and r_q.zero_point == (0,)
+
+
+def test_quantize_static_int8_activations_per_tensor_weights(tmp_path):
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), src)
+    out = tmp_path / "q.onnx"
+    quanta.quantize_static(src, out, cnn_feeds(), activation_type="int8", per_channel=False, verbose=False)
+    g = load(out).graph
+    for v in g.values():
+        if v.type is not None and isinstance(v.type.elem, QuantType) and v.type.elem.storage.bits == 8:
+            assert v.type.elem.storage.signed and v.type.elem.axis is None
+    assert_reference_matches_ort_on_quantized_tensors(out, cnn_feeds(1, seed=2)[0])
+
+
+def test_quantize_static_bad_feed_names_the_input(tmp_path):
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), src)
+    bad = [{"x": np.zeros((2, 3, 8, 6), np.float64)}]
+    with pytest.raises(CalibrationDataError) as e:
+        quanta.quantize_static(src, tmp_path / "q.onnx", bad, verbose=False)
+    assert str(e.value) == "calibration sample 0: input 'x' has dtype float64, the model expects float32"
+    assert not (tmp_path / "q.onnx").exists()
+
+
+def test_quantize_static_accepts_a_calibration_data_reader(tmp_path):
+    class Reader:
+        def __init__(self):
+            self.data = iter(cnn_feeds(3))
+
+        def get_next(self):
+            return next(self.data, None)
+
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), src)
+    summary = quanta.quantize_static(src, tmp_path / "q.onnx", Reader(), verbose=False)
+    assert summary.samples == 3
+
+
+def test_quantize_static_accepts_a_folder_of_npz(tmp_path):
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    for k, f in enumerate(cnn_feeds(3)):
+        np.savez(folder / f"{k}.npz", **f)
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), src)
+    summary = quanta.quantize_static(src, tmp_path / "q.onnx", folder, verbose=False)
+    assert summary.samples == 3
