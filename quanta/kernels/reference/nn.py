@@ -222,7 +222,7 @@ def clip(
         y = np.maximum(y, np.asarray(lo).astype(x.dtype).reshape(()))
     if hi is not None:
         y = np.minimum(y, np.asarray(hi).astype(x.dtype).reshape(()))
-    return np.array(y, dtype=x.dtype, copy=y is x)
+    return x.copy() if y is x else y
 
 
 # -------------------------------------------------------------- Gemm, MatMul, Einsum
@@ -347,7 +347,7 @@ def dropout(
     else:
         if not 0 <= r < 1:
             raise OpError(f"Dropout: ratio expected in [0, 1), got {r}")
-        rng = np.random.RandomState(seed) if seed is not None else np.random.default_rng()
+        rng = np.random.RandomState(seed % 2**32) if seed is not None else np.random.default_rng()
         mask = rng.uniform(0, 1.0, x.shape) >= r
         y = from_compute(mask * to_compute(x) * (1.0 / (1.0 - r)), x.dtype)
     return (y, mask) if ctx.n_outputs >= 2 else y

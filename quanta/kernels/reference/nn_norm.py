@@ -28,7 +28,7 @@ from quanta.kernels.reference.registry import OpContext, OpError, register
 _STASH_DTYPES = {1: np.dtype(np.float32), 11: np.dtype(np.float64), 10: np.dtype(np.float16)}
 
 
-def _stash_dtype(op: str, x: np.ndarray, stash_type: int) -> np.dtype:
+def _stash_dtype(op: str, stash_type: int) -> np.dtype:
     if stash_type == 16:
         import ml_dtypes
 
@@ -123,7 +123,7 @@ def layer_normalization(
     if not -x.ndim <= axis < x.ndim:
         raise OpError(f"LayerNormalization: axis expected in [{-x.ndim}, {x.ndim - 1}], got {axis}")
     axis %= x.ndim
-    stash = _stash_dtype("LayerNormalization", x, stash_type)
+    stash = _stash_dtype("LayerNormalization", stash_type)
     dtype = _compute_in(x, stash)
     xc = x.astype(dtype)
     axes = tuple(range(axis, x.ndim))
@@ -170,7 +170,7 @@ def group_normalization(
                 f"GroupNormalization (opset {ctx.opset}): {name} expected {what} = {expected} elements, "
                 f"got shape {np.shape(v)}"
             )
-    stash = _stash_dtype("GroupNormalization", x, stash_type) if ctx.opset >= 21 else np.dtype(np.float32)
+    stash = _stash_dtype("GroupNormalization", stash_type) if ctx.opset >= 21 else np.dtype(np.float32)
     dtype = _compute_in(x, stash)
     grouped = x.astype(dtype).reshape(n, num_groups, -1)
     mean = grouped.mean(axis=-1, keepdims=True)

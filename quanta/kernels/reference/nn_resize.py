@@ -10,8 +10,9 @@ Per axis, with input length ``n``, scale ``s`` and output length ``o``:
     (1) o = floor(n * s) when ``scales`` is given; from ``sizes`` s = o / n, and with
         keep_aspect_ratio_policy not_larger / not_smaller one s = min / max over the
         resized axes and o = floor(s * n + 0.5)
-    (2) every output index y maps to a source coordinate x (``length_resized`` = n * s,
-        fractional when it comes from a scale):
+    (2) every output index y maps to a source coordinate x, where ``length_resized`` is
+        o from ``sizes`` (stretch) and n * s otherwise (fractional when it comes from a
+        scale, as the spec's ``output_width``):
           half_pixel            x = (y + 0.5) / s - 0.5
           half_pixel_symmetric  x = c * (1 - o / (n * s)) + (y + 0.5) / s - 0.5, c = n / 2
           pytorch_half_pixel    x = (y + 0.5) / s - 0.5 if n * s > 1 else 0
@@ -26,7 +27,7 @@ Per axis, with input length ``n``, scale ``s`` and output length ``o``:
         w_j = K(j - x): K(d) = max(0, 1 - |d|) (linear) or the Keys cubic kernel with
         coefficient a (cubic). antialias (when s < 1) stretches the kernel:
         w_j = K((j - x) * s), normalized to sum 1. exclude_outside sets w_j = 0 for taps
-        outside [0, n) and renormalizes.
+        outside [0, n) and renormalizes (linear and cubic only; nearest always clamps).
 
 Opset 10 has only ``scales`` and ``mode``; its coordinate mapping is asymmetric and
 nearest rounds down (the Upsample semantics it replaced).
@@ -51,10 +52,11 @@ _COORDINATE_MODES = (
 _NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
-def _source_coordinates(mode: str, n: int, o: int, s: float, roi: tuple[float, float]) -> np.ndarray:
+def _source_coordinates(
+    mode: str, n: int, o: int, s: float, length_resized: float, roi: tuple[float, float]
+) -> np.ndarray:
     """Equation (2): the source coordinate of every output index along one axis."""
     y = np.arange(o, dtype=np.float64)
-    length_resized = n * s
     if mode == "half_pixel":
         return (y + 0.5) / s - 0.5
     if mode == "half_pixel_symmetric":
@@ -119,9 +121,11 @@ def _taps_and_weights(
     return np.clip(taps, 0, n - 1), weights
 
 
-def _resize_axis(data: np.ndarray, axis: int, o: int, s: float, roi: tuple[float, float], attrs: dict) -> np.ndarray:
+def _resize_axis(
+    data: np.ndarray, axis: int, o: int, s: float, length_resized: float, roi: tuple[float, float], attrs: dict
+) -> np.ndarray:
     n = data.shape[axis]
-    x = _source_coordinates(attrs["coordinate_transformation_mode"], n, o, s, roi)
+    x = _source_coordinates(attrs["coordinate_transformation_mode"], n, o, s, length_resized, roi)
     if attrs["mode"] == "nearest":
         index = np.clip(_nearest_index(x, attrs["nearest_mode"]), 0, n - 1)
         result = np.take(data, index, axis=axis)
@@ -166,6 +170,8 @@ def resize(
         roi, scales, sizes = None, roi, None
         coordinate_transformation_mode, nearest_mode = "asymmetric", "floor"
     roi, scales, sizes = _optional(roi), _optional(scales), _optional(sizes)
+    if coordinate_transformation_mode != "tf_crop_and_resize":
+        roi = None  # the spec: roi only takes effect with tf_crop_and_resize
     rank = x.ndim
     axis_list = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
     if mode not in ("nearest", "linear", "cubic"):
@@ -184,13 +190,16 @@ def resize(
         if min(scale) <= 0:
             raise OpError(f"Resize: scales expected > 0, got {scale}")
         out_shape = [math.floor(n * s) for n, s in zip(in_shape, scale)]
+        length_resized = [n * s for n, s in zip(in_shape, scale)]
     else:
         out_shape = [int(v) for v in sizes.reshape(-1)]
         scale = [o / n for o, n in zip(out_shape, in_shape)]
+        length_resized = [float(o) for o in out_shape]
         if keep_aspect_ratio_policy in ("not_larger", "not_smaller"):
             common = min(scale) if keep_aspect_ratio_policy == "not_larger" else max(scale)
             scale = [common] * len(scale)
             out_shape = [int(common * n + 0.5) for n in in_shape]
+            length_resized = [common * n for n in in_shape]
         elif keep_aspect_ratio_policy != "stretch":
             raise OpError(
                 f"Resize: keep_aspect_ratio_policy expected stretch, not_larger or not_smaller, "
@@ -212,7 +221,7 @@ def resize(
         axis_roi = (0.0, 1.0) if roi is None else (float(roi[i]), float(roi[k + i]))
         if out_shape[i] == in_shape[i] and scale[i] == 1.0 and axis_roi == (0.0, 1.0):
             continue  # identity along this axis under every coordinate mode
-        data = _resize_axis(data, axis, out_shape[i], scale[i], axis_roi, attrs)
+        data = _resize_axis(data, axis, out_shape[i], scale[i], length_resized[i], axis_roi, attrs)
 
     if x.dtype.kind in "iu":
         info = np.iinfo(x.dtype)

@@ -172,8 +172,8 @@ def quantize_linear(
 ) -> np.ndarray:
     """``q = saturate(round_half_even(x / scale) + zero_point)`` (eq. (2)).
 
-    ``dtype`` is the storage type; it defaults to ``zero_point``'s dtype when that is an
-    array, else uint8. ``axis=None`` means per-tensor; ``axis=k`` per-axis, or blocked with
+    ``dtype`` is the storage type; it defaults to ``zero_point``'s dtype when that is a
+    NumPy array or scalar, else uint8. ``axis=None`` means per-tensor; ``axis=k`` per-axis, or blocked with
     ``block``. The division runs in ``precision`` if given, else in ``scale``'s type.
 
     Ties round half to even for both signs (x.5 golden vectors):
@@ -186,7 +186,7 @@ def quantize_linear(
     x = np.asarray(x)
     scale = np.asarray(scale, dtype=np.float32) if isinstance(scale, float | int) else np.asarray(scale)
     if dtype is None:
-        dtype = zero_point.dtype if isinstance(zero_point, np.ndarray) else np.uint8
+        dtype = zero_point.dtype if isinstance(zero_point, np.ndarray | np.generic) else np.uint8
     dtype = np.dtype(dtype)
     work = _division_dtype(scale, None if precision is None else np.dtype(precision))
     s = expand_param(scale, x.shape, axis, block, "scale").astype(work)

@@ -1,0 +1,68 @@
+"""Recipes: defaults, validation with messages that name the option, file round trips."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from quanta.ir.types import I8, U8
+from quanta.quantize.recipe import CalibrationMethod, Recipe, RecipeError, TensorOverride
+
+
+def test_recipe_defaults_are_the_documented_ones():
+    r = Recipe()
+    assert r.method is CalibrationMethod.MINMAX and r.per_channel
+    assert r.activation_storage == U8 and r.weight_storage == I8
+    assert not r.symmetric_activations and r.symmetric_weights and not r.quantize_outputs
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(method="kl"), "method: unknown calibration method 'kl'; expected one of minmax, moving_average, entropy, percentile, mse"),
+        (dict(activation_type="int16"), "activation_type: unknown type 'int16'; expected one of int8, uint8, int4, uint4"),
+        (dict(activation_type="int4"), "activation_type: 4-bit activations are not supported; use int8 or uint8"),
+        (dict(exclude=["conv[1"]), "exclude: 'conv[1' is not a valid regular expression (unterminated character set at position 4)"),
+        (dict(percentile=0.0), "percentile: expected a value in (0, 100], got 0.0"),
+        (dict(overrides={"x": {"range": [2, 1]}}), "overrides['x']: range must be [min, max] with min <= max, got [2, 1]"),
+        (dict(overrides={"x": {"scale": 1}}), "overrides['x']: unknown key(s) ['scale']; expected range, dtype, symmetric"),
+    ],
+)
+def test_recipe_rejects_bad_options(kwargs, message):
+    with pytest.raises(RecipeError) as e:
+        Recipe(**kwargs)
+    assert str(e.value) == message
+
+
+def test_recipe_json_and_yaml_files_round_trip(tmp_path):
+    r = Recipe(
+        method="percentile",
+        per_channel=False,
+        exclude=("head.*", "fc"),
+        overrides={"logits": TensorOverride(range=(-8.0, 8.0), dtype="int8", symmetric=True)},
+        calibration_samples=64,
+    )
+    (tmp_path / "r.json").write_text(r.to_json())
+    assert Recipe.from_file(tmp_path / "r.json") == r
+    yaml = pytest.importorskip("yaml")
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(r.to_dict()))
+    assert Recipe.from_file(tmp_path / "r.yaml") == r
+
+
+def test_recipe_file_with_unknown_option_names_the_file(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"methd": "entropy"}))
+    with pytest.raises(RecipeError) as e:
+        Recipe.from_file(p)
+    assert str(e.value).startswith(f"{p}: unknown option(s) ['methd']; known options: ")
+
+
+def test_recipe_exclude_matches_names_and_regexes():
+    from quanta.ir.graph import Node
+
+    r = Recipe(exclude=("fc", "block2\\..*"))
+    assert r.excludes(Node("Gemm", [], [], name="fc"))
+    assert r.excludes(Node("Conv", [], [], name="block2.dw"))
+    assert not r.excludes(Node("Conv", [], [], name="block1.dw"))
+    assert not r.excludes(Node("Conv", [], [], name="fc2"))  # full match, not prefix
