@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Union
 
 import ml_dtypes
 import numpy as np
@@ -151,7 +150,7 @@ class OtherType:
         return self
 
 
-StorageType = Union[IntType, FloatType]
+StorageType = IntType | FloatType
 
 
 def _as_tuple(v: object, cast: type) -> tuple:
@@ -317,9 +316,9 @@ class CalibratedType:
         return f"Cal({self.expressed}, axis={self.axis}, {lo}, {hi})"
 
 
-ElemType = Union[FloatType, IntType, QuantType, CalibratedType, OtherType]
+ElemType = FloatType | IntType | QuantType | CalibratedType | OtherType
 
-Dim = Union[int, str, None]
+Dim = int | str | None
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,12 @@ from quanta.ir.verify import Stage, verify
 from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.qdq import TensorPlan, _weight_type
 from quanta.quantize.recipe import Recipe
-from quanta.quantize.static import QuantizationSummary, _recipe_from, load_for_quantization, prepare_float_graph
+from quanta.quantize.static import (
+    QuantizationSummary,
+    _recipe_from,
+    load_for_quantization,
+    prepare_float_graph,
+)
 
 __all__ = ["DYNAMIC_OP_TYPES", "quantize_dynamic"]
 

@@ -58,7 +58,7 @@ def test_iter_feeds_npz_file_and_folder(tmp_path):
 
 def test_iter_feeds_refuses_pickled_npz(tmp_path):
     np.savez(tmp_path / "bad.npz", x=np.array([object()], dtype=object))
-    with pytest.raises(CalibrationDataError, match="cannot read as .npz without pickle"):
+    with pytest.raises(CalibrationDataError, match=r"cannot read as \.npz without pickle"):
         list(iter_feeds(tmp_path / "bad.npz", inputs_x()))
 
 

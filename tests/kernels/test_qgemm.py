@@ -1,0 +1,517 @@
+"""Differential tests of the native int8 GEMM core (quanta/kernels/cpp/qgemm).
+
+Every micro-kernel family the CPU runs (portable always) is compared bit-exactly
+(``tobytes`` equality; float32 outputs included) against the NumPy twin
+``quanta.kernels.reference.qgemm``, which is itself tested against its triple-loop form.
+Tolerance everywhere: 0 — the accumulator is exact int32 arithmetic (wrapping), and the
+output stages perform the same float32 / integer operations in the same order as
+``reference/requant.py``.
+
+Defaults are not coincidental (STYLE.md §6): zero points drawn per operand and per
+column, per-channel multipliers that differ, shapes at tile edges (MR = 4/8, NR = 16/32,
+KR = 2/4), K = 1, K > 258, N = 1, M = 1, odd N, both saturation ends.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quanta.kernels import _native
+from quanta.kernels.reference import qgemm as ref
+from quanta.kernels.reference import requant
+
+ISAS: list[str] = list(_native.supported_isas())  # portable first; always present
+ALL_ISAS = ("portable", "avx2", "avx512vnni")
+THREADS = (1, 2)
+
+# Tile edges of every family: MR 4 (portable, avx2) / 8 (avx512vnni), NR 16 / 32.
+M_VALUES = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 63, 64, 65)
+N_VALUES = (1, 3, 7, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65)
+# KR 2 / 4 edges, K = 1 (shallow), K > 258 (past the float32-exact accumulation limit).
+K_VALUES = (1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 63, 64, 65, 259, 1000)
+
+
+def isa_param(isa: str):
+    return pytest.param(isa, marks=pytest.mark.skipif(isa not in ISAS, reason=f"this CPU does not run {isa}"))
+
+
+@dataclass
+class Case:
+    """One GEMM problem; ``stage`` holds the output-stage keywords of ref.output_stage."""
+
+    x: np.ndarray
+    w: np.ndarray
+    zx: int
+    zw: np.ndarray | int
+    out_dtype: np.dtype
+    bias: np.ndarray | None = None
+    stage: dict = field(default_factory=dict)
+
+    @property
+    def mnk(self) -> str:
+        M = int(np.prod(self.x.shape[:-1]))
+        return f"{M}x{self.w.shape[1]}x{self.w.shape[0]}"
+
+    def describe(self) -> str:
+        zw = self.zw if np.ndim(self.zw) == 0 else f"per-column {np.asarray(self.zw)[:4].tolist()}..."
+        parts = [
+            f"M×N×K={self.mnk}",
+            f"x {self.x.dtype} zx={self.zx}",
+            f"w {self.w.dtype} zw={zw}",
+            f"out {self.out_dtype}",
+            f"bias={'yes' if self.bias is not None else 'no'}",
+        ]
+        for k, v in self.stage.items():
+            v = np.asarray(v)
+            parts.append(f"{k}={v.tolist() if v.size <= 4 else v[:4].tolist() + ['...']}")
+        return ", ".join(parts)
+
+
+def pack(case: Case, isa: str) -> _native.PackedWeights:
+    fn = _native.pack_weights_s8 if case.w.dtype == np.int8 else _native.pack_weights_u8
+    zw = case.zw if np.ndim(case.zw) == 0 else np.asarray(case.zw, np.int32)
+    return fn(case.w, zw, isa=isa)
+
+
+def run_native(case: Case, packed: _native.PackedWeights, threads: int, **extra) -> np.ndarray:
+    return _native.qgemm(
+        case.x, packed, case.zx, case.out_dtype, bias=case.bias, num_threads=threads, **case.stage, **extra
+    )
+
+
+def run_twin(case: Case) -> np.ndarray:
+    return ref.qgemm(case.x, case.w, case.zx, case.zw, case.out_dtype, bias=case.bias, **case.stage)
+
+
+def assert_bitexact(expected: np.ndarray, actual: np.ndarray, case: Case, label: str) -> None:
+    """Bytes equal, or a ruy-style report: M×N×K, first bad index, expected/actual, params."""
+    if expected.dtype == actual.dtype and expected.shape == actual.shape and expected.tobytes() == actual.tobytes():
+        return
+    if expected.dtype != actual.dtype or expected.shape != actual.shape:
+        raise AssertionError(
+            f"{label}: expected {expected.dtype}{expected.shape}, got {actual.dtype}{actual.shape}; {case.describe()}"
+        )
+    e2 = expected.reshape(-1, expected.shape[-1])
+    a2 = actual.reshape(-1, actual.shape[-1])
+    view = np.int32 if e2.dtype == np.float32 else e2.dtype
+    bad = np.argwhere(e2.view(view) != a2.view(view))
+    m, n = (int(i) for i in bad[0])
+    acc = ref.accumulate(case.x, case.w, case.zx, case.zw, case.bias).reshape(-1, e2.shape[-1])[m, n]
+    rows = np.unique(bad[:, 0])
+    cols = np.unique(bad[:, 1])
+    raise AssertionError(
+        f"{label}: {len(bad)} of {e2.size} elements differ; first bad index (m={m}, n={n}): "
+        f"expected {e2[m, n]!r}, actual {a2[m, n]!r}, accumulator {int(acc)}; "
+        f"rows with errors {rows[:8].tolist()}{'...' if len(rows) > 8 else ''}, "
+        f"cols with errors {cols[:8].tolist()}{'...' if len(cols) > 8 else ''}; {case.describe()}"
+    )
+
+
+def check_all_variants(case: Case, isas: list[str] | tuple[str, ...] = tuple(ISAS)) -> None:
+    """Twin vs every ISA x thread count; equal to the twin means pairwise-equal bytes too."""
+    expected = run_twin(case)
+    first = None
+    for isa in isas:
+        packed = pack(case, isa)
+        for threads in THREADS:
+            got = run_native(case, packed, threads)
+            assert_bitexact(expected, got, case, f"{isa} threads={threads} vs twin")
+            if first is None:
+                first = (f"{isa} threads={threads}", got)
+            else:
+                assert_bitexact(first[1], got, case, f"{isa} threads={threads} vs {first[0]}")
+
+
+# --------------------------------------------------------------------------------------
+# Strategies
+# --------------------------------------------------------------------------------------
+
+
+def _range(dtype: type) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+@st.composite
+def zero_point(draw, dtype: type) -> int:
+    lo, hi = _range(dtype)
+    z = draw(st.integers(lo, hi))
+    return z if z != 0 else 1  # non-zero unless a test asks for 0 by name
+
+
+@st.composite
+def gemm_cases(draw, m_values=M_VALUES, n_values=N_VALUES, k_values=K_VALUES) -> Case:
+    M, N, K = draw(st.sampled_from(m_values)), draw(st.sampled_from(n_values)), draw(st.sampled_from(k_values))
+    x_dtype = draw(st.sampled_from([np.uint8, np.int8]))
+    w_dtype = draw(st.sampled_from([np.int8, np.uint8]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    xlo, xhi = _range(x_dtype)
+    wlo, whi = _range(w_dtype)
+    x = rng.integers(xlo, xhi + 1, (M, K), dtype=x_dtype)
+    w = rng.integers(wlo, whi + 1, (K, N), dtype=w_dtype)
+    zx = draw(zero_point(x_dtype))
+    if draw(st.booleans()):
+        zw: np.ndarray | int = rng.integers(wlo, whi + 1, N).astype(np.int32)
+        zw[zw == 0] = 1
+    else:
+        zw = draw(zero_point(w_dtype))
+    bias = rng.integers(-(2**20), 2**20, N).astype(np.int32) if draw(st.booleans()) else None
+    out_dtype = np.dtype(draw(st.sampled_from([np.uint8, np.int8, np.int32, np.float32])))
+    case = Case(x, w, zx, zw, out_dtype, bias)
+
+    # Output parameters derived from the accumulator's real range (XNNPACK habit), with a
+    # per-channel factor in [0.5, 2] so channels differ and some saturate at both ends.
+    acc = ref.accumulate(x, w, zx, zw, bias).astype(np.float64)
+    span = max(1.0, float(acc.max(initial=0) - acc.min(initial=0)))
+    per_channel = draw(st.booleans())
+    factor = rng.uniform(0.5, 2.0, N) if per_channel else np.float64(rng.uniform(0.5, 2.0))
+    clamp_it = draw(st.booleans())
+    if out_dtype in (np.uint8, np.int8):
+        qlo, qhi = _range(out_dtype.type)
+        m = np.float32((qhi - qlo) / span) * np.asarray(factor, np.float32)
+        center = float(np.median(acc)) if acc.size else 0.0
+        zy = int(np.clip(round((qlo + qhi) / 2 - center * float(np.mean(m))), qlo, qhi))
+        case.stage["zy"] = zy
+        if draw(st.booleans()):  # float requantization, eq. (6)
+            case.stage["multiplier"] = m.astype(np.float32)
+        else:  # fixed point, eq. (7)
+            pairs = [requant.quantize_multiplier(float(v)) for v in np.atleast_1d(m)]
+            fm = np.array([p[0] for p in pairs], np.int32)
+            fs = np.array([p[1] for p in pairs], np.int32)
+            case.stage["fixed_multiplier"] = fm if per_channel else int(fm[0])
+            case.stage["fixed_shift"] = fs if per_channel else int(fs[0])
+        if clamp_it:
+            a, b = sorted(draw(st.lists(st.integers(qlo, qhi), min_size=2, max_size=2)))
+            case.stage["clamp"] = (a, b)
+    elif out_dtype == np.float32:
+        m = (rng.uniform(1e-4, 1e-2, N) if per_channel else np.float64(rng.uniform(1e-4, 1e-2))).astype(np.float32)
+        case.stage["multiplier"] = m
+        if draw(st.booleans()):
+            case.stage["float_bias"] = rng.uniform(-100, 100, N).astype(np.float32)
+        if clamp_it:
+            case.stage["clamp"] = (0.0, float(rng.uniform(0, 50)))  # a fused Relu-N
+    elif clamp_it:  # int32 output, clamp inside the accumulator range
+        lo_q, hi_q = (np.quantile(acc, [0.25, 0.75]) if acc.size else (0.0, 0.0))
+        case.stage["clamp"] = (int(lo_q), int(hi_q))
+    return case
+
+
+# --------------------------------------------------------------------------------------
+# The twin against its own truth
+# --------------------------------------------------------------------------------------
+
+
+@given(case=gemm_cases(m_values=(1, 2, 3, 5), n_values=(1, 2, 3, 7), k_values=(1, 2, 3, 5, 9)))
+def test_twin_vectorised_and_folded_forms_match_loop(case: Case) -> None:
+    """qgemm == qgemm_loop, and eq. (5)/(8) (accumulate_folded) == eq. (4) (accumulate_loop)."""
+    loop_acc = ref.accumulate_loop(case.x, case.w, case.zx, case.zw, case.bias)
+    np.testing.assert_array_equal(ref.accumulate(case.x, case.w, case.zx, case.zw, case.bias), loop_acc)
+    np.testing.assert_array_equal(ref.accumulate_folded(case.x, case.w, case.zx, case.zw, case.bias), loop_acc)
+    expected = ref.qgemm_loop(case.x, case.w, case.zx, case.zw, case.out_dtype, bias=case.bias, **case.stage)
+    assert_bitexact(expected, run_twin(case), case, "twin vs loop")
+
+
+def test_twin_folded_form_long_k_wraps_like_loop() -> None:
+    """Folded terms wrap individually; their sum must still equal the wrapped loop (K = 259)."""
+    rng = np.random.default_rng(7)
+    x = rng.integers(-128, 128, (2, 259), dtype=np.int8)
+    w = rng.integers(0, 256, (259, 3), dtype=np.uint8)
+    zw = np.array([3, 200, 255], np.int32)
+    loop = ref.accumulate_loop(x, w, -77, zw)
+    np.testing.assert_array_equal(ref.accumulate_folded(x, w, -77, zw), loop)
+
+
+# --------------------------------------------------------------------------------------
+# Native against the twin: every ISA, threads 1 and 2
+# --------------------------------------------------------------------------------------
+
+
+@given(case=gemm_cases())
+def test_qgemm_matches_twin_every_isa_and_thread_count(case: Case) -> None:
+    check_all_variants(case)
+
+
+@pytest.mark.parametrize("isa", [isa_param(i) for i in ALL_ISAS])
+def test_qgemm_k_chunks_row_blocks_and_row_split(isa: str) -> None:
+    """K = 4099 > KC (several K chunks through the partial-sum buffer), M = 130 > MC (two
+    row blocks), K % KR != 0 (activation packing); N = 7 is one panel, so threads=2 splits
+    the rows instead of the panels."""
+    rng = np.random.default_rng(11)
+    for N in (7, 33):
+        x = rng.integers(-128, 128, (130, 4099), dtype=np.int8)
+        w = rng.integers(-128, 128, (4099, N), dtype=np.int8)
+        zw = rng.integers(-128, 128, N).astype(np.int32)
+        case = Case(x, w, -3, zw, np.dtype(np.int32), rng.integers(-1000, 1000, N).astype(np.int32))
+        check_all_variants(case, isas=(isa,))
+
+
+def test_qgemm_int32_accumulator_wraps_long_k() -> None:
+    """Failure signature: results that differ between ISAs, or a UBSan 'signed integer
+    overflow', once Σ(x − zx)(w − zw) leaves int32. ONNX's accumulator is int32 and
+    wraps; every variant must wrap identically (K = 70001: 255·(−128)·K < −2^31)."""
+    K = 70001
+    x = np.full((2, K), 255, np.uint8)
+    w = np.full((K, 3), -128, np.int8)
+    w[:, 1] = 127
+    case = Case(x, w, 0, np.array([0, 0, 5], np.int32), np.dtype(np.int32))
+    acc64 = (x.astype(np.int64) @ (w.astype(np.int64) - np.array([0, 0, 5])))
+    assert acc64.min() < -(2**31) and acc64.max() > 2**31 - 1  # the hazard is really exercised
+    check_all_variants(case)
+
+
+def test_qgemm_s8_activation_shift_compensation() -> None:
+    """Failure signature: every output off by 128·Σ(w − zw) (the +128 shift of int8 x for
+    vpdpbusd, eq. (8), not compensated), or by 128·K·zw when it is applied to the wrong
+    term. int8 x at both extremes, uint8 weights (their own −128 shift), per-column zw."""
+    rng = np.random.default_rng(3)
+    x = np.array([[-128, 127, -1, 0, 1] * 13], np.int8).repeat(9, axis=0)
+    w = rng.integers(0, 256, (65, 17), dtype=np.uint8)
+    zw = rng.integers(0, 256, 17).astype(np.int32)
+    for zx in (-128, -1, 127):
+        check_all_variants(Case(x, w, zx, zw, np.dtype(np.int32)))
+
+
+@pytest.mark.parametrize("out_dtype", [np.uint8, np.int8])
+def test_qgemm_requant_ties_round_half_to_even(out_dtype: type) -> None:
+    """Golden vectors on ties (TVM habit): acc·0.5 = ±2.5, ±3.5 -> ±2, ±4 (half to even),
+    never ±3 / ±4 (half away from zero) or ±3 / ±3 (half up)."""
+    x = np.array([[5], [7], [-5], [-7], [1], [-1]], np.int8)
+    w = np.array([[1]], np.int8)
+    zy = 10
+    case = Case(x, w, 0, 0, np.dtype(out_dtype), stage={"multiplier": np.float32(0.5), "zy": zy})
+    expected = np.array([[2], [4], [-2], [-4], [0], [0]]) + zy
+    np.testing.assert_array_equal(run_twin(case), expected.astype(out_dtype))
+    check_all_variants(case)
+
+
+@pytest.mark.parametrize("out_dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("mode", ["float", "fixed"])
+def test_qgemm_saturates_at_both_ends(out_dtype: type, mode: str) -> None:
+    """A multiplier 100x too large drives outputs to qmin and qmax; both must appear."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, (17, 65), dtype=np.uint8)
+    w = rng.integers(-128, 128, (65, 33), dtype=np.int8)
+    m = np.float32(0.5)
+    stage: dict = {"zy": 3}
+    if mode == "float":
+        stage["multiplier"] = m
+    else:
+        stage["fixed_multiplier"], stage["fixed_shift"] = requant.quantize_multiplier(float(m))
+    case = Case(x, w, 129, -7, np.dtype(out_dtype), stage=stage)
+    y = run_twin(case)
+    qlo, qhi = _range(out_dtype)
+    assert (y == qlo).any() and (y == qhi).any()
+    check_all_variants(case)
+
+
+def test_qgemm_fused_clamp_relu6() -> None:
+    """clamp = (zy, zy + round(6/sy)) as a fused Relu6, per-channel multipliers."""
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, 256, (33, 17), dtype=np.uint8)
+    w = rng.integers(-128, 128, (17, 7), dtype=np.int8)
+    m = np.array([1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3, 7e-3], np.float32)
+    case = Case(x, w, 100, 2, np.dtype(np.uint8), stage={"multiplier": m, "zy": 20, "clamp": (20, 80)})
+    y = run_twin(case)
+    assert y.min() == 20 and y.max() == 80
+    check_all_variants(case)
+
+
+def test_qgemm_float_output_is_not_fused_multiply_add() -> None:
+    """Failure signature: float32 outputs that differ from NumPy in the last bit where
+    float32(acc)·m + float_bias was contracted into one FMA (one rounding instead of two;
+    the SIMD files are built with -mfma)."""
+    rng = np.random.default_rng(13)
+    x = rng.integers(0, 256, (31, 65), dtype=np.uint8)
+    w = rng.integers(-128, 128, (65, 47), dtype=np.int8)
+    m = rng.uniform(1e-4, 1e-2, 47).astype(np.float32)
+    fb = rng.uniform(-10, 10, 47).astype(np.float32)
+    case = Case(x, w, 7, 1, np.dtype(np.float32), stage={"multiplier": m, "float_bias": fb})
+    acc = ref.accumulate(x, w, 7, 1).astype(np.float64)
+    fma = (acc * m.astype(np.float64) + fb.astype(np.float64)).astype(np.float32)
+    assert (fma != run_twin(case)).any()  # the data really tells FMA from mul + add
+    check_all_variants(case)
+
+
+@pytest.mark.parametrize(("M", "N", "K"), [(0, 5, 7), (3, 0, 7), (3, 5, 0), (0, 0, 0)])
+def test_qgemm_zero_dims(M: int, N: int, K: int) -> None:
+    """Empty M or N writes nothing; K = 0 gives acc = bias."""
+    x = np.zeros((M, K), np.uint8)
+    w = np.zeros((K, N), np.int8)
+    bias = np.arange(N, dtype=np.int32) - 2
+    for out_dtype, stage in ((np.int32, {}), (np.uint8, {"multiplier": np.float32(0.5), "zy": 4})):
+        check_all_variants(Case(x, w, 3, 1, np.dtype(out_dtype), bias, stage))
+
+
+def test_qgemm_more_threads_than_work() -> None:
+    x = np.array([[200]], np.uint8)
+    w = np.array([[-3]], np.int8)
+    for isa in ISAS:
+        y = _native.qgemm(x, _native.pack_weights_s8(w, 1, isa=isa), 7, "int32", num_threads=8)
+        np.testing.assert_array_equal(y, [[(200 - 7) * (-3 - 1)]])
+
+
+def test_qgemm_batched_x_out_and_workspace_reuse() -> None:
+    """x [2, 3, K] -> [2, 3, N]; `out=` is written in place; one workspace serves calls of
+    different sizes (grown once, then reused)."""
+    rng = np.random.default_rng(17)
+    w = rng.integers(-128, 128, (21, 9), dtype=np.int8)
+    ws = _native.QGemmWorkspace()
+    for isa in ISAS:
+        packed = _native.pack_weights_s8(w, 5, isa=isa)
+        for shape in ((2, 3, 21), (70, 21), (21,)):
+            x = rng.integers(0, 256, shape, dtype=np.uint8)
+            out = np.empty((*shape[:-1], 9), np.int8)
+            y = _native.qgemm(x, packed, 9, "int8", multiplier=0.01, zy=-5, workspace=ws, out=out)
+            assert y is out
+            np.testing.assert_array_equal(out, ref.qgemm(x, w, 9, 5, np.int8, multiplier=np.float32(0.01), zy=-5))
+    assert ws.nbytes > 0
+
+
+def test_pack_weights_exposes_column_sums_and_zero_points() -> None:
+    rng = np.random.default_rng(19)
+    w = rng.integers(0, 256, (259, 17), dtype=np.uint8)
+    zw = rng.integers(0, 256, 17).astype(np.int32)
+    for isa in ISAS:
+        packed = _native.pack_weights_u8(w, zw, isa=isa)
+        assert (packed.K, packed.N, packed.isa, packed.weights_dtype) == (259, 17, isa, "uint8")
+        np.testing.assert_array_equal(packed.column_sums, (w.astype(np.int64) - zw).sum(axis=0))
+        np.testing.assert_array_equal(packed.zero_point, zw)
+        assert re.fullmatch(rf"qgemm_u8s8_s32_\d+x\d+c\d__{isa}", packed.kernel), packed.kernel
+
+
+def test_kernel_names_follow_the_grammar() -> None:
+    """docs/kernels.md: <op>_<xdtype><wdtype>_<acc>_<MR>x<NR>c<KR>__<isa>."""
+    for isa in ISAS:
+        assert re.fullmatch(rf"qgemm_u8s8_s32_\d+x\d+c\d__{isa}", _native.qgemm_kernel_name(isa))
+
+
+@pytest.mark.skipif("avx512vnni" not in ISAS, reason="this CPU does not run avx512vnni")
+def test_vnni_peak_probe_reports_positive_throughput() -> None:
+    assert _native.vnni_peak_probe(0.01) > 1.0
+
+
+# --------------------------------------------------------------------------------------
+# The binding boundary: exact messages
+# --------------------------------------------------------------------------------------
+
+_W = np.arange(-6, 6, dtype=np.int8).reshape(4, 3)
+_X = np.arange(8, dtype=np.uint8).reshape(2, 4)
+
+
+def _packed():
+    return _native.pack_weights_s8(_W, 0, isa="portable")
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: _native.pack_weights_s8(_W.astype(np.uint8)), "pack_weights_s8: w: expected dtype int8, got uint8"),
+        (lambda: _native.pack_weights_s8(_W[0]), "pack_weights_s8: w: expected a 2-D array [K, N], got shape (3,)"),
+        (lambda: _native.pack_weights_s8(_W.T), "pack_weights_s8: w: expected a C-contiguous array"),
+        (lambda: _native.pack_weights_s8(_W, 128), "pack_weights_s8: zero_point: expected a value in [-128, 127], got 128"),
+        (
+            lambda: _native.pack_weights_u8(_W.astype(np.uint8), np.array([1, 2], np.int32)),
+            "pack_weights_u8: zero_point: expected a scalar or shape (3,), got shape (2,)",
+        ),
+        (lambda: _native.pack_weights_s8(_W, isa="sse9"), "isa: expected one of portable, avx2, avx512vnni, got 'sse9'"),
+        (
+            lambda: _native.qgemm(_X[:, :3].copy(), _packed(), 0),
+            "qgemm: x: expected last dimension K = 4 (the packed weights' K), got shape (2, 3)",
+        ),
+        (lambda: _native.qgemm(_X.astype(np.int16), _packed(), 0), "qgemm: x: expected dtype uint8 or int8, got int16"),
+        (lambda: _native.qgemm(_X.T.copy().T, _packed(), 0), "qgemm: x: expected a C-contiguous array"),
+        (lambda: _native.qgemm(_X, _packed(), 256), "qgemm: zx (x is uint8): expected a value in [0, 255], got 256"),
+        (
+            lambda: _native.qgemm(_X.astype(np.int8), _packed(), 128),
+            "qgemm: zx (x is int8): expected a value in [-128, 127], got 128",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "float64"),
+            "qgemm: out_dtype: expected one of uint8, int8, int32, float32, got float64",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "int32", bias=np.zeros(4, np.int32)),
+            "qgemm: bias: expected shape (3,), got shape (4,)",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "int32", bias=np.zeros(3, np.int64)),
+            "qgemm: bias: expected dtype int32, got int64",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "uint8"),
+            "qgemm: expected exactly one of multiplier (float requantization) or fixed_multiplier + "
+            "fixed_shift (fixed-point) for out_dtype uint8",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "int32", multiplier=0.5),
+            "qgemm: multiplier: expected None for out_dtype int32 (the raw accumulator)",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "float32"),
+            "qgemm: multiplier: expected sx*sw (scalar or [N]) for out_dtype float32, got None",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "uint8", multiplier=float("inf")),
+            "qgemm: multiplier[0]: expected a finite value > 0, got inf",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "uint8", multiplier=np.ones(2, np.float32)),
+            "qgemm: multiplier: expected a scalar or shape (3,), got shape (2,)",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "int8", fixed_multiplier=1 << 30),
+            "qgemm: fixed_multiplier and fixed_shift: expected both, got only one",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "int8", fixed_multiplier=1 << 30, fixed_shift=31),
+            "qgemm: fixed_shift[0]: expected a value in [-31, 30], got 31",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "int8", multiplier=0.5, zy=200),
+            "qgemm: zy (out_dtype int8): expected a value in [-128, 127], got 200",
+        ),
+        (lambda: _native.qgemm(_X, _packed(), 0, "int32", zy=1), "qgemm: zy: expected 0 for out_dtype int32 "
+         "(uint8/int8 outputs only), got 1"),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "uint8", multiplier=0.5, clamp=(9, 3)),
+            "qgemm: clamp: expected lo <= hi, got (9, 3)",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "uint8", multiplier=0.5, clamp=(0, 300)),
+            "qgemm: clamp[1] (out_dtype uint8): expected a value in [0, 255], got 300",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "int32", float_bias=np.zeros(3, np.float32)),
+            "qgemm: float_bias: expected None for out_dtype int32 (float32 output only)",
+        ),
+        (lambda: _native.qgemm(_X, _packed(), 0, num_threads=0), "qgemm: num_threads: expected >= 1, got 0"),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, out=np.empty((2, 4), np.int32)),
+            "qgemm: out: expected shape (2, 3), got shape (2, 4)",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, out=np.empty((2, 3), np.int64)),
+            "qgemm: out: expected dtype int32, got int64",
+        ),
+    ],
+)
+def test_qgemm_boundary_errors(call, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        call()
+
+
+def test_qgemm_out_overlapping_x_is_refused() -> None:
+    """Failure signature: garbage outputs when `out` aliases x (the direct path reads x
+    while the epilogue writes)."""
+    buf = np.zeros(64, np.uint8)
+    x = buf[:12].reshape(3, 4)
+    out = buf[4:13].reshape(3, 3)
+    w = np.ones((4, 3), np.int8)
+    with pytest.raises(ValueError, match=r"^qgemm: out: expected a buffer that does not overlap x$"):
+        _native.qgemm(x, _native.pack_weights_s8(w), 0, "uint8", multiplier=0.5, out=out)
