@@ -100,9 +100,11 @@ class InferenceSession:
         self._target = get_target(backend)
         self._exe: Executable = self._target.prepare(self._model)
         g = self._model.graph
-        self._inputs = [NodeArg(v.name, _ort_shape(v.type), _ort_type(v.type)) for v in g.inputs]
+        # As ONNX Runtime: an input that also has an initializer is an overridable
+        # initializer, not listed by get_inputs() and not required in the feeds.
+        self._inputs = [NodeArg(v.name, _ort_shape(v.type), _ort_type(v.type)) for v in g.inputs if v.const is None]
         self._outputs = [NodeArg(v.name, _ort_shape(v.type), _ort_type(v.type)) for v in g.outputs]
-        self._input_types = {v.name: v.type for v in g.inputs}
+        self._input_types = {v.name: v.type for v in g.inputs}  # overridable initializers too
         # An input that also has an initializer is optional (the initializer is its default).
         self._defaults = {v.name: v.const for v in g.inputs if v.const is not None}
 

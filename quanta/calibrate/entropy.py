@@ -81,10 +81,11 @@ def kl_divergences(a: np.ndarray, levels: int, eps: float = SMOOTHING_EPS) -> np
     p_log_p = cg[cand - 1] + _xlogx(last + rest)
     q_chunks = np.where(s > 0, s * np.log(np.where(s > 0, s, 1.0) / np.maximum(nnz, 1)), 0.0).sum(axis=1)
     q_last = np.where(last > 0, s[:, -1] / np.maximum(nnz[:, -1], 1), eps)
-    with np.errstate(divide="ignore"):
+    kept = cs[cand]  # Q; 0 when every value is beyond the threshold: not a candidate
+    with np.errstate(divide="ignore", invalid="ignore"):
         q_rest = np.where(rest > 0, rest * np.log(q_last), 0.0)  # eps = 0: -inf, so KL = inf
-    kl = (p_log_p - (q_chunks + q_rest)) / total + np.log(cs[cand] / total)
-    return np.where(np.isnan(kl), np.inf, kl)
+        kl = (p_log_p - (q_chunks + q_rest)) / total + np.log(kept / total)
+    return np.where((kept > 0) & ~np.isnan(kl), kl, np.inf)
 
 
 class EntropyObserver(HistogramObserver):

@@ -10,21 +10,22 @@ anchored at 0, and growing the range only ever *merges pairs of bins*, which is 
 Grid (per channel; docs/calibration.md eqs. (11)-(13))::
 
     (11) bin g (an integer, may be negative) covers [g·w, (g+1)·w),   w = 2^k
-    (12) k = max(k_span, k_mag):  k_span = min{k : (max - min) <= (B - 2)·2^k}
-                                  k_mag  = exponent(max(|min|, |max|)) - 53
-    (13) stored window: bins start .. start + B - 1,   start = floor(min / w)
+    (12) k = min{k : (hi - lo) <= (B - 2)·2^k},   lo = min(min, 0),  hi = max(max, 0)
+    (13) stored window: bins start .. start + B - 1,   start = floor(lo / w)
 
-where min/max are the finite extrema of everything seen so far and B = ``bins``. (12)
-guarantees the data fits in the B-bin window (the ``- 2`` absorbs float64 rounding of
-``max - min``) and that bin indices stay below 2^53 (exact in float64 and int64). Both
-k and start are functions of (min, max) alone, k is monotone in the range, and the
-grid of exponent k + d is the grid of k with 2^d neighbouring bins summed, so::
+where min/max are the finite extrema of everything seen so far and B = ``bins``. The
+grid spans [min, max] widened to include 0, as every quantization range is (eq. (1)):
+bin 0 is always in the window and |x| never needs more than B bins. (12) guarantees the
+data fits in the window (the ``- 2`` absorbs float64 rounding of ``hi - lo``); bin
+indices are below B in magnitude. Both k and start are functions of (lo, hi) alone, k is
+monotone in the range, and the grid of exponent k + d is the grid of k with 2^d
+neighbouring bins summed, so::
 
     state after any sequence of samples = histogram of all of them on grid (12)-(13)
 
 whatever the order or split of the samples: ``a.merge(b)`` equals the single stream
-bit for bit (tested through the JSON form). The data occupies between B/2 and B bins
-of the window, so the resolution is never worse than (max - min) / (B/2).
+bit for bit (tested through the JSON form). [lo, hi] covers between B/2 and B bins of
+the window, so the resolution is never worse than (hi - lo) / (B/2).
 
 Values: NaN is ignored, +-inf is not binned (the exact extrema record it and the
 observer reports the tensor degenerate), exact zeros are also counted separately
@@ -52,33 +53,32 @@ __all__ = ["DEFAULT_BINS", "HistogramObserver", "HistogramView"]
 DEFAULT_BINS = 4096
 
 K_FLOOR = -1074  # exponent of the smallest float64 subnormal: the grid of an all-zero channel
-_MAX_SHIFT = 62  # shifting an index (< 2^53) right by more than this is the same as by 62
+_MAX_SHIFT = 62  # shifting an index (|g| < 2^62) right by more than this is the same as by 62
 
 H = TypeVar("H", bound="HistogramObserver")
 
 
 def grid_exponent(lo: np.ndarray, hi: np.ndarray, bins: int) -> np.ndarray:
-    """Eq. (12), vectorised. ``lo > hi`` marks a channel without finite data (-> K_FLOOR).
+    """Eq. (12), vectorised, for finite extrema (``lo > hi`` marks a channel without
+    finite data, which gets K_FLOOR, as an all-zero channel does).
 
     >>> int(grid_exponent(np.array([-1.0]), np.array([3.0]), 2048)[0])  # 4/2046 = 0.001955: > 2^-9, <= 2^-8
     -8
+    >>> int(grid_exponent(np.array([1000.0]), np.array([1001.0]), 2048)[0])  # [0, 1001]: 0.489 <= 2^-1
+    -1
     """
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
     empty = ~(lo <= hi)
-    span = np.where(empty, 0.0, hi - lo)
+    span = np.where(empty, 0.0, np.maximum(hi, 0.0) - np.minimum(lo, 0.0))
     mant, exp = np.frexp(span / (bins - 2))  # r = mant·2^exp, mant in [0.5, 1)
-    k_span = np.where(mant == 0.5, exp - 1, exp)
-    k_span = np.where(span > 0, k_span, K_FLOOR)
-    mag = np.where(empty, 0.0, np.maximum(np.abs(lo), np.abs(hi)))
-    _, emag = np.frexp(mag)  # mag < 2^emag
-    k_mag = np.where(mag > 0, emag - 53, K_FLOOR)
-    return np.maximum(np.maximum(k_span, k_mag), K_FLOOR).astype(np.int64)
+    k = np.where(mant == 0.5, exp - 1, exp)
+    return np.where(span > 0, np.maximum(k, K_FLOOR), K_FLOOR).astype(np.int64)
 
 
 def _window_start(lo: np.ndarray, hi: np.ndarray, k: np.ndarray) -> np.ndarray:
-    empty = ~(lo <= hi)
-    return np.where(empty, 0, np.floor(np.ldexp(np.where(empty, 0.0, lo), -k))).astype(np.int64)
+    lo = np.where(lo <= hi, np.minimum(lo, 0.0), 0.0)
+    return np.floor(np.ldexp(lo, -k)).astype(np.int64)
 
 
 def regrid(counts: np.ndarray, k: np.ndarray, start: np.ndarray, k_new: np.ndarray, start_new: np.ndarray) -> np.ndarray:

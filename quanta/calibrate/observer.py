@@ -252,15 +252,30 @@ class ObserverBase:
             return CalibratedType(self.expressed, float(lo[0]), float(hi[0]))
         return CalibratedType(self.expressed, tuple(lo.tolist()), tuple(hi.tolist()), self.axis)
 
+    def extrema(self) -> CalibratedType:
+        """The exact [min, max] of every non-NaN value seen (eq. (8)), whatever the
+        observer's estimate; channels that saw nothing give [0, 0]."""
+        if self._min is None:
+            lo = hi = np.zeros(1)
+        else:
+            assert self._max is not None and self._count is not None
+            empty = self._count == 0
+            lo, hi = np.where(empty, 0.0, self._min), np.where(empty, 0.0, self._max)
+        if self.axis is None:
+            return CalibratedType(self.expressed, float(lo[0]), float(hi[0]))
+        return CalibratedType(self.expressed, tuple(lo.tolist()), tuple(hi.tolist()), self.axis)
+
     def degenerate(self) -> str | None:
         """Why this tensor should stay float, or None: nothing observed, NaN observed, or
-        the range is degenerate (:func:`is_degenerate`)."""
+        the *exact extrema* are degenerate (:func:`is_degenerate`). The extrema, not the
+        estimate, decide: a clipping observer may cut a -1e9 mask down to an ordinary
+        looking range, but the tensor still carries the mask."""
         if self._count is None or not self._count.any():
             return "no values observed"
         assert self._nan is not None
         if self._nan.any():
             return f"{int(self._nan.sum())} NaN values observed"
-        return is_degenerate(self.range())
+        return is_degenerate(self.extrema())
 
     # ------------------------------------------------------------------------- merge
     def merge(self, other: ObserverBase) -> ObserverBase:

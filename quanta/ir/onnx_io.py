@@ -585,8 +585,10 @@ def to_proto(model: Model) -> onnx.ModelProto:
     g = model.graph
     init_protos = []
     for name, v in g.initializers.items():
-        arr = v.const
-        init_protos.append(numpy_helper.from_array(np.asarray(arr), name))
+        init_protos.append(numpy_helper.from_array(np.asarray(v.const), name))
+    for v in g.inputs:  # an input with a default value (overridable initializer)
+        if v.const is not None and v.name not in g.initializers:
+            init_protos.append(numpy_helper.from_array(np.asarray(v.const), v.name))
     nodes = []
     for n in g.nodes:
         node = onnx.NodeProto()

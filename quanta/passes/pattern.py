@@ -314,18 +314,18 @@ def _value_origin(v: Value, graph: Graph) -> str:
 
 def _match_call(pc: PCall, node: Node, m: Match, where: str) -> NoMatch | None:
     if not pc.accepts(node):
-        return NoMatch(f"{where} is {node.op_type}, expected {pc.describe()}")
+        return NoMatch(f"{where} is produced by {node.op_type}, expected {pc.describe()}")
     m.matched.append(node)
     n_inputs = len(node.inputs)
     if not pc.rest:
         extra = [k for k in range(len(pc.args), n_inputs) if node.inputs[k] is not None]
         if extra:
             return NoMatch(
-                f"{node.op_type} {node.label} has input {extra[0]} set; the pattern expects at most {len(pc.args)} inputs"
+                f"{node.label} has input {extra[0]} set; the pattern expects at most {len(pc.args)} inputs"
             )
     for k, arg in enumerate(pc.args):
         v = node.input(k)
-        here = f"input {k} of {node.op_type} {node.label}"
+        here = f"input {k} of {node.label}"
         if isinstance(arg, PLeaf):
             if v is None and not arg.optional:
                 return NoMatch(f"{here} is omitted")
@@ -341,10 +341,10 @@ def _match_call(pc: PCall, node: Node, m: Match, where: str) -> NoMatch | None:
             return NoMatch(f"{here} '{v.name}' is {_value_origin(v, m.graph)}, expected the output of {arg.describe()}")
         if producer.outputs[0] is not v:
             idx = next(i for i, o in enumerate(producer.outputs) if o is v)
-            return NoMatch(f"{here} '{v.name}' is output {idx} of {producer.op_type}, expected output 0")
+            return NoMatch(f"{here} '{v.name}' is output {idx} of {producer.label}, expected output 0")
         if any(producer is n for n in m.matched):
-            return NoMatch(f"{here}: {producer.op_type} {producer.label} appears twice in the match")
-        res = _match_call(arg, producer, m, here)
+            return NoMatch(f"{here}: {producer.label} appears twice in the match")
+        res = _match_call(arg, producer, m, f"{here} '{v.name}'")
         if res is not None:
             return res
         if arg.outputs:
@@ -399,11 +399,11 @@ class Rule:
         """Structural match at ``node`` plus the engine's sharing checks."""
         pc = self.compiled
         m = Match(graph, node)
-        res = _match_call(pc, node, m, f"{node.op_type} {node.label}")
+        res = _match_call(pc, node, m, node.label)
         if res is not None:
             return res
         if len(pc.outputs) > len(node.outputs):
-            return NoMatch(f"{node.op_type} {node.label} has {len(node.outputs)} outputs, the pattern names {len(pc.outputs)}")
+            return NoMatch(f"{node.label} has {len(node.outputs)} outputs, the pattern names {len(pc.outputs)}")
         for name, v in zip(pc.outputs, node.outputs):
             m.values[name] = v
             m.nodes[name] = node
@@ -414,10 +414,10 @@ class Rule:
             producer = m.nodes[name]
             users = m.outside_users(name)
             if users:
-                listed = ", ".join(f"{u.op_type} {u.label}" for u in users[:3])
-                return NoMatch(f"'{v.name}' (output of {producer.op_type} {producer.label}) is also used by {listed} outside the pattern")
+                listed = ", ".join(u.label for u in users[:3])
+                return NoMatch(f"'{v.name}' (output of {producer.label}) is also used by {listed} outside the pattern")
             if any(o is v for o in graph.outputs):
-                return NoMatch(f"'{v.name}' (output of {producer.op_type} {producer.label}) is a graph output")
+                return NoMatch(f"'{v.name}' (output of {producer.label}) is a graph output")
         # unnamed intermediates are checked the same way
         for node_ in m.matched[1:]:
             v = node_.outputs[0]
@@ -425,8 +425,8 @@ class Rule:
                 continue
             users = [n for n in v.consumers() if all(n is not k for k in m.matched)]
             if users or any(o is v for o in graph.outputs):
-                what = f"also used by {users[0].op_type} {users[0].label} outside the pattern" if users else "a graph output"
-                return NoMatch(f"'{v.name}' (output of {node_.op_type} {node_.label}) is {what}")
+                what = f"also used by {users[0].label} outside the pattern" if users else "a graph output"
+                return NoMatch(f"'{v.name}' (output of {node_.label}) is {what}")
         return m
 
     def check(self, m: Match) -> Match | NoMatch:
@@ -455,22 +455,26 @@ def _intermediate_names(pc: PCall) -> list[str]:
 
 
 class _Names:
-    """Fresh value/node names for one pass run (deterministic: base, base_1, ...)."""
+    """Fresh value and node names for one pass run (deterministic: base, base_1, ...)."""
 
     def __init__(self, graph: Graph):
-        self.taken = {v.name for v in graph.values()} | {n.name for n in graph.nodes if n.name}
+        self.taken = {v.name for v in graph.values()}
+        self.nodes = {n.name for n in graph.nodes if n.name}
+
+    @staticmethod
+    def _fresh(base: str, taken: set[str]) -> str:
+        name, k = base, 0
+        while name in taken:
+            k += 1
+            name = f"{base}_{k}"
+        taken.add(name)
+        return name
 
     def fresh(self, base: str) -> str:
-        base = base or "v"
-        if base not in self.taken:
-            self.taken.add(base)
-            return base
-        k = 1
-        while f"{base}_{k}" in self.taken:
-            k += 1
-        name = f"{base}_{k}"
-        self.taken.add(name)
-        return name
+        return self._fresh(base or "v", self.taken)
+
+    def fresh_node(self, base: str) -> str:
+        return self._fresh(base or "node", self.nodes)
 
 
 class Builder:
@@ -486,6 +490,7 @@ class Builder:
         self.new_consts: list[Value] = []
         self.replacements: list[tuple[Value, Value]] = []
         self._created: set[int] = set()
+        self._wanted_names: list[str] = []
 
     def refuse(self, reason: str) -> None:
         """Abandon the rewrite (nothing has been changed); recorded as a NoMatch."""
@@ -513,12 +518,14 @@ class Builder:
         name: str | None = None,
         out_names: Sequence[str] | None = None,
         n_outputs: int = 1,
+        attr_types: dict[str, int] | None = None,
     ) -> Any:
         """A new node; returns its output (or a tuple when ``n_outputs`` > 1).
 
         ``types`` is required (None only for a value whose type is unknown): build it
         with ``result_type(shape_from=..., elem_from=...)`` from the replaced op's
-        output, never by copying an input's type."""
+        output, never by copying an input's type. ``attr_types`` keeps the ONNX
+        attribute types of attributes copied from a replaced node (e.g. an empty INTS)."""
         if isinstance(types, TensorType) or types is None:
             types = [types] * n_outputs
         types = list(types)
@@ -527,7 +534,10 @@ class Builder:
         base = name or self.match.root.name or op_type.lower()
         bases = list(out_names) if out_names else [self.match.root.outputs[0].name] * n_outputs
         outs = [Value(self._names.fresh(bases[k]), types[k]) for k in range(n_outputs)]
-        node = Node(op_type, list(inputs), outs, dict(attrs or {}), name=self._names.fresh(base), domain=domain)
+        node = Node(op_type, list(inputs), outs, dict(attrs or {}), name=self._names.fresh_node(base), domain=domain)
+        if attr_types:
+            node.attr_types = {k: t for k, t in attr_types.items() if k in node.attrs}
+        self._wanted_names.append(base)
         self.new_nodes.append(node)
         for o in outs:
             self._created.add(id(o))
@@ -572,6 +582,13 @@ class Builder:
             if all(not o.uses and not any(o is x for x in g.outputs) for o in node.outputs):
                 g.remove_node(node)
                 removed.append(node)
+                self._names.nodes.discard(node.name)
+        # a new node takes the name it asked for once the node that held it is gone
+        for node, wanted in zip(self.new_nodes, self._wanted_names):
+            if node.name != wanted and wanted not in self._names.nodes:
+                self._names.nodes.discard(node.name)
+                self._names.nodes.add(wanted)
+                node.name = wanted
         return removed
 
 

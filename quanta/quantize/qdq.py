@@ -160,8 +160,7 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
                 for o in node.outputs:
                     if _is_float(o):
                         plan.tensors[o.name] = TensorPlan(o.name, "activation", act_storage, False, inherit_from=x.name)
-                d.output = out.name if out is not None else None
-                d.inputs = [(0, x.name)]
+                d.output = out.name if out is not None and out.name in plan.tensors else None
             plan.decisions.append(d)
             continue
         if op in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
@@ -318,6 +317,12 @@ def insert_qdq(graph: Graph, plan: QdqPlan) -> None:
     # Nodes that need every input quantized (the integer op takes no float operand).
     for d in plan.decisions:
         if not d.quantize:
+            continue
+        if d.node.op_type in VIEW_OPS:
+            t = plan.tensors.get(d.output) if d.output else None
+            if t is None or t.qtype is None:
+                d.quantize = False
+                d.reason = "its input stays float (a view keeps its input's type)"
             continue
         for _, key in d.inputs:
             t = plan.tensors[key]

@@ -113,6 +113,15 @@ def load_for_quantization(model_input: str | os.PathLike | bytes | onnx.ModelPro
         pass
     model = from_proto(proto, path or "model")
     model.path = path
+    # Weights listed as graph inputs (IR < 4 style "overridable initializers") are
+    # constants for quantization: the quantized model lists them as initializers only.
+    g = model.graph
+    for v in [v for v in g.inputs if v.const is not None]:
+        g.inputs.remove(v)
+        g.initializers[v.name] = v
+    # Q/DQ with per-axis parameters needs opset 13, hence IR version 7 at least.
+    ops = [onnx.helper.make_opsetid(d, v) for d, v in model.opset_imports.items()]
+    model.ir_version = max(model.ir_version, onnx.helper.find_min_ir_version_for(ops, ignore_unknown=True), 7)
     return model
 
 

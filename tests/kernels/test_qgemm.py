@@ -69,7 +69,7 @@ class Case:
         ]
         for k, v in self.stage.items():
             v = np.asarray(v)
-            parts.append(f"{k}={v.tolist() if v.size <= 4 else v[:4].tolist() + ['...']}")
+            parts.append(f"{k}={v.tolist() if v.size <= 4 else [*v[:4].tolist(), '...']}")
         return ", ".join(parts)
 
 
@@ -91,7 +91,11 @@ def run_twin(case: Case) -> np.ndarray:
 
 def assert_bitexact(expected: np.ndarray, actual: np.ndarray, case: Case, label: str) -> None:
     """Bytes equal, or a ruy-style report: M×N×K, first bad index, expected/actual, params."""
-    if expected.dtype == actual.dtype and expected.shape == actual.shape and expected.tobytes() == actual.tobytes():
+    if (
+        expected.dtype == actual.dtype
+        and expected.shape == actual.shape
+        and expected.tobytes() == actual.tobytes()
+    ):
         return
     if expected.dtype != actual.dtype or expected.shape != actual.shape:
         raise AssertionError(
@@ -147,7 +151,11 @@ def zero_point(draw, dtype: type) -> int:
 
 @st.composite
 def gemm_cases(draw, m_values=M_VALUES, n_values=N_VALUES, k_values=K_VALUES) -> Case:
-    M, N, K = draw(st.sampled_from(m_values)), draw(st.sampled_from(n_values)), draw(st.sampled_from(k_values))
+    M, N, K = (
+        draw(st.sampled_from(m_values)),
+        draw(st.sampled_from(n_values)),
+        draw(st.sampled_from(k_values)),
+    )
     x_dtype = draw(st.sampled_from([np.uint8, np.int8]))
     w_dtype = draw(st.sampled_from([np.int8, np.uint8]))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -190,14 +198,16 @@ def gemm_cases(draw, m_values=M_VALUES, n_values=N_VALUES, k_values=K_VALUES) ->
             a, b = sorted(draw(st.lists(st.integers(qlo, qhi), min_size=2, max_size=2)))
             case.stage["clamp"] = (a, b)
     elif out_dtype == np.float32:
-        m = (rng.uniform(1e-4, 1e-2, N) if per_channel else np.float64(rng.uniform(1e-4, 1e-2))).astype(np.float32)
+        m = (rng.uniform(1e-4, 1e-2, N) if per_channel else np.float64(rng.uniform(1e-4, 1e-2))).astype(
+            np.float32
+        )
         case.stage["multiplier"] = m
         if draw(st.booleans()):
             case.stage["float_bias"] = rng.uniform(-100, 100, N).astype(np.float32)
         if clamp_it:
             case.stage["clamp"] = (0.0, float(rng.uniform(0, 50)))  # a fused Relu-N
     elif clamp_it:  # int32 output, clamp inside the accumulator range
-        lo_q, hi_q = (np.quantile(acc, [0.25, 0.75]) if acc.size else (0.0, 0.0))
+        lo_q, hi_q = np.quantile(acc, [0.25, 0.75]) if acc.size else (0.0, 0.0)
         case.stage["clamp"] = (int(lo_q), int(hi_q))
     return case
 
@@ -212,7 +222,9 @@ def test_twin_vectorised_and_folded_forms_match_loop(case: Case) -> None:
     """qgemm == qgemm_loop, and eq. (5)/(8) (accumulate_folded) == eq. (4) (accumulate_loop)."""
     loop_acc = ref.accumulate_loop(case.x, case.w, case.zx, case.zw, case.bias)
     np.testing.assert_array_equal(ref.accumulate(case.x, case.w, case.zx, case.zw, case.bias), loop_acc)
-    np.testing.assert_array_equal(ref.accumulate_folded(case.x, case.w, case.zx, case.zw, case.bias), loop_acc)
+    np.testing.assert_array_equal(
+        ref.accumulate_folded(case.x, case.w, case.zx, case.zw, case.bias), loop_acc
+    )
     expected = ref.qgemm_loop(case.x, case.w, case.zx, case.zw, case.out_dtype, bias=case.bias, **case.stage)
     assert_bitexact(expected, run_twin(case), case, "twin vs loop")
 
@@ -260,7 +272,7 @@ def test_qgemm_int32_accumulator_wraps_long_k() -> None:
     w = np.full((K, 3), -128, np.int8)
     w[:, 1] = 127
     case = Case(x, w, 0, np.array([0, 0, 5], np.int32), np.dtype(np.int32))
-    acc64 = (x.astype(np.int64) @ (w.astype(np.int64) - np.array([0, 0, 5])))
+    acc64 = x.astype(np.int64) @ (w.astype(np.int64) - np.array([0, 0, 5]))
     assert acc64.min() < -(2**31) and acc64.max() > 2**31 - 1  # the hazard is really exercised
     check_all_variants(case)
 
@@ -369,7 +381,9 @@ def test_qgemm_batched_x_out_and_workspace_reuse() -> None:
             out = np.empty((*shape[:-1], 9), np.int8)
             y = _native.qgemm(x, packed, 9, "int8", multiplier=0.01, zy=-5, workspace=ws, out=out)
             assert y is out
-            np.testing.assert_array_equal(out, ref.qgemm(x, w, 9, 5, np.int8, multiplier=np.float32(0.01), zy=-5))
+            np.testing.assert_array_equal(
+                out, ref.qgemm(x, w, 9, 5, np.int8, multiplier=np.float32(0.01), zy=-5)
+            )
     assert ws.nbytes > 0
 
 
@@ -411,22 +425,40 @@ def _packed():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: _native.pack_weights_s8(_W.astype(np.uint8)), "pack_weights_s8: w: expected dtype int8, got uint8"),
-        (lambda: _native.pack_weights_s8(_W[0]), "pack_weights_s8: w: expected a 2-D array [K, N], got shape (3,)"),
+        (
+            lambda: _native.pack_weights_s8(_W.astype(np.uint8)),
+            "pack_weights_s8: w: expected dtype int8, got uint8",
+        ),
+        (
+            lambda: _native.pack_weights_s8(_W[0]),
+            "pack_weights_s8: w: expected a 2-D array [K, N], got shape (3,)",
+        ),
         (lambda: _native.pack_weights_s8(_W.T), "pack_weights_s8: w: expected a C-contiguous array"),
-        (lambda: _native.pack_weights_s8(_W, 128), "pack_weights_s8: zero_point: expected a value in [-128, 127], got 128"),
+        (
+            lambda: _native.pack_weights_s8(_W, 128),
+            "pack_weights_s8: zero_point: expected a value in [-128, 127], got 128",
+        ),
         (
             lambda: _native.pack_weights_u8(_W.astype(np.uint8), np.array([1, 2], np.int32)),
             "pack_weights_u8: zero_point: expected a scalar or shape (3,), got shape (2,)",
         ),
-        (lambda: _native.pack_weights_s8(_W, isa="sse9"), "isa: expected one of portable, avx2, avx512vnni, got 'sse9'"),
+        (
+            lambda: _native.pack_weights_s8(_W, isa="sse9"),
+            "isa: expected one of portable, avx2, avx512vnni, got 'sse9'",
+        ),
         (
             lambda: _native.qgemm(_X[:, :3].copy(), _packed(), 0),
             "qgemm: x: expected last dimension K = 4 (the packed weights' K), got shape (2, 3)",
         ),
-        (lambda: _native.qgemm(_X.astype(np.int16), _packed(), 0), "qgemm: x: expected dtype uint8 or int8, got int16"),
+        (
+            lambda: _native.qgemm(_X.astype(np.int16), _packed(), 0),
+            "qgemm: x: expected dtype uint8 or int8, got int16",
+        ),
         (lambda: _native.qgemm(_X.T.copy().T, _packed(), 0), "qgemm: x: expected a C-contiguous array"),
-        (lambda: _native.qgemm(_X, _packed(), 256), "qgemm: zx (x is uint8): expected a value in [0, 255], got 256"),
+        (
+            lambda: _native.qgemm(_X, _packed(), 256),
+            "qgemm: zx (x is uint8): expected a value in [0, 255], got 256",
+        ),
         (
             lambda: _native.qgemm(_X.astype(np.int8), _packed(), 128),
             "qgemm: zx (x is int8): expected a value in [-128, 127], got 128",
@@ -476,8 +508,10 @@ def _packed():
             lambda: _native.qgemm(_X, _packed(), 0, "int8", multiplier=0.5, zy=200),
             "qgemm: zy (out_dtype int8): expected a value in [-128, 127], got 200",
         ),
-        (lambda: _native.qgemm(_X, _packed(), 0, "int32", zy=1), "qgemm: zy: expected 0 for out_dtype int32 "
-         "(uint8/int8 outputs only), got 1"),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "int32", zy=1),
+            "qgemm: zy: expected 0 for out_dtype int32 (uint8/int8 outputs only), got 1",
+        ),
         (
             lambda: _native.qgemm(_X, _packed(), 0, "uint8", multiplier=0.5, clamp=(9, 3)),
             "qgemm: clamp: expected lo <= hi, got (9, 3)",

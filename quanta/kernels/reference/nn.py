@@ -2,7 +2,8 @@
 family, Dropout (inference, or seeded training), Pad and the depth/space rearrangements.
 
 Convolution lives in nn_conv.py, pooling in nn_pool.py, normalizations in nn_norm.py and
-Resize in nn_resize.py; this module also holds the two dtype helpers they share.
+Resize in nn_resize.py; this module also holds the dtype helpers they share
+(compute_dtype, to_compute, from_compute) and erf.
 
 Precision: half-precision inputs (float16, bfloat16, float8) are computed in float32 and
 rounded once to the input dtype at the end, as the ONNX backend tests generate their

@@ -10,16 +10,16 @@ Per axis, with input length ``n``, scale ``s`` and output length ``o``:
     (1) o = floor(n * s) when ``scales`` is given; from ``sizes`` s = o / n, and with
         keep_aspect_ratio_policy not_larger / not_smaller one s = min / max over the
         resized axes and o = floor(s * n + 0.5)
-    (2) every output index y maps to a source coordinate x, where ``length_resized`` is
-        o from ``sizes`` (stretch) and n * s otherwise (fractional when it comes from a
-        scale, as the spec's ``output_width``):
+    (2) every output index y maps to a source coordinate x, with L = length_resized:
+        o from ``sizes`` (stretch), n * s otherwise (fractional when it comes from a scale,
+        the spec's ``output_width``):
           half_pixel            x = (y + 0.5) / s - 0.5
-          half_pixel_symmetric  x = c * (1 - o / (n * s)) + (y + 0.5) / s - 0.5, c = n / 2
-          pytorch_half_pixel    x = (y + 0.5) / s - 0.5 if n * s > 1 else 0
-          align_corners         x = y * (n - 1) / (n * s - 1)   (0 when n * s == 1)
+          half_pixel_symmetric  x = (n / 2) * (1 - o / L) + (y + 0.5) / s - 0.5
+          pytorch_half_pixel    x = (y + 0.5) / s - 0.5 if L > 1 else 0
+          align_corners         x = y * (n - 1) / (L - 1)   (0 when L == 1)
           asymmetric            x = y / s
-          tf_crop_and_resize    x = roi_start * (n - 1) + y * (roi_end - roi_start) * (n - 1) / (n * s - 1)
-                                (the roi midpoint when n * s == 1); x outside [0, n - 1]
+          tf_crop_and_resize    x = roi_start * (n - 1) + y * (roi_end - roi_start) * (n - 1) / (L - 1)
+                                (the roi midpoint when L == 1); x outside [0, n - 1]
                                 gives extrapolation_value
     (3) nearest: index = round(x) by nearest_mode (round_prefer_floor rounds x.5 down),
         clamped to [0, n - 1]
@@ -28,6 +28,12 @@ Per axis, with input length ``n``, scale ``s`` and output length ``o``:
         coefficient a (cubic). antialias (when s < 1) stretches the kernel:
         w_j = K((j - x) * s), normalized to sum 1. exclude_outside sets w_j = 0 for taps
         outside [0, n) and renormalizes (linear and cubic only; nearest always clamps).
+
+Known difference from ONNX Runtime (1.32): for align_corners and tf_crop_and_resize with
+a scale that makes n * s fractional, ONNX Runtime uses the integer o as L;
+this reference follows the spec and the ONNX reference evaluator (L = n * s), as
+the node tests test_resize_downsample_scales_{linear,cubic}_align_corners require. With
+``sizes``, or whenever n * s is an integer, the two agree.
 
 Opset 10 has only ``scales`` and ``mode``; its coordinate mapping is asymmetric and
 nearest rounds down (the Upsample semantics it replaced).

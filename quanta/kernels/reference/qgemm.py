@@ -141,7 +141,12 @@ def accumulate_folded(
     zxp = np.int64(zx) + x_shift
     wp = w.astype(np.int64) - w_shift  # w' in [-128, 127]
     zwp = zw_col - w_shift
-    assert xp.min(initial=0) >= 0 and xp.max(initial=0) <= 255 and wp.min(initial=0) >= -128 and wp.max(initial=0) <= 127
+    assert (
+        xp.min(initial=0) >= 0
+        and xp.max(initial=0) <= 255
+        and wp.min(initial=0) >= -128
+        and wp.max(initial=0) <= 127
+    )
     product = _wrap_int32(xp @ wp)  # the kernels' Σ x'·w'
     cs = _wrap_int32(w.astype(np.int64).sum(axis=0) - K * zw_col)  # Σ_k (w − zw), packing
     rowsum = _wrap_int32(xp.sum(axis=-1))  # Σ_k x'

@@ -62,7 +62,7 @@ inline void finish_vector(__m512i v, const Epilogue& e, int64_t m, int64_t n, __
     case EpiKind::kQ8Float: {
       __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_loadu_ps(e.multiplier + n));
       f = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(e.lo_minus_zy)), _mm512_set1_ps(e.hi_minus_zy));
-      const __m512i q = _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC),
+      const __m512i q = _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
                                          _mm512_set1_epi32(e.zy));
       // q is already in [qmin, qmax]: the truncating narrow is exact.
       if (e.y_signed) {

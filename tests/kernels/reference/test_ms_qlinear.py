@@ -1,0 +1,255 @@
+"""com.microsoft quantized ops against ONNX Runtime itself (single-node models, domain
+com.microsoft version 1), random inputs, distinct scales, non-zero zero points.
+
+Tolerances (ms_qlinear.py module docstring):
+- 0 for QLinearMul, QLinearConcat, QLinearLeakyRelu, QLinearGlobalAveragePool,
+  QLinearAveragePool: the reference performs ORT's float32 operations in ORT's order.
+- ±1 on at most 1% of elements for QLinearAdd (ORT's AVX2 kernel fuses and reorders the
+  float32 steps: a few ulps of |v| <= 2^8, which moves a code only next to an x.5
+  boundary) and QLinearSigmoid (MlasComputeLogistic's approximation error, a few 1e-7).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import helper
+
+from quanta.kernels.reference import registry
+from quanta.kernels.reference.registry import MS_DOMAIN
+from quanta.kernels.reference.ms_qlinear import (
+    qlinear_add,
+    qlinear_average_pool,
+    qlinear_concat,
+    qlinear_global_average_pool,
+    qlinear_leaky_relu,
+    qlinear_mul,
+    qlinear_sigmoid,
+)
+
+F32 = np.float32
+EIGHT_BIT = [np.uint8, np.int8]
+
+
+def _ort_ms(op_type, inputs, out_dtype, attrs=None):
+    """Run one com.microsoft node in ONNX Runtime; ``inputs`` are arrays or None."""
+    names, feeds, infos = [], {}, []
+    for i, v in enumerate(inputs):
+        if v is None:
+            names.append("")
+            continue
+        name = f"in{i}"
+        names.append(name)
+        feeds[name] = np.asarray(v)
+        infos.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(feeds[name].dtype), None))
+    node = helper.make_node(op_type, names, ["out"], domain=MS_DOMAIN, **(attrs or {}))
+    out = helper.make_tensor_value_info("out", helper.np_dtype_to_tensor_dtype(np.dtype(out_dtype)), None)
+    model = helper.make_model(
+        helper.make_graph([node], "g", infos, [out]),
+        opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS_DOMAIN, 1)],
+    )
+    model.ir_version = 10
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def _assert_within_one_rarely(got, expected, what):
+    d = np.abs(got.astype(np.int64) - expected.astype(np.int64))
+    assert d.max(initial=0) <= 1, f"{what}: max |diff| {d.max()}"
+    assert (d > 0).mean() <= 0.01, f"{what}: {(d > 0).sum()} of {d.size} codes differ"
+
+
+def _rand(rng, dtype, shape):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+
+
+@st.composite
+def qparams(draw, dtype, lo=0.005, hi=0.2):
+    """(scale, zero_point): scale drawn from [lo, hi], zero point anywhere in range."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    return F32(rng.uniform(lo, hi)), _rand(rng, dtype, ())
+
+
+BROADCAST_SHAPES = [((3, 7, 17), (3, 7, 17)), ((3, 7, 17), (7, 1)), ((1,), (2, 33)), ((5, 1, 3), (1, 4, 1)), ((2, 40), ())]
+
+
+@st.composite
+def binary_case(draw):
+    dtype = draw(st.sampled_from(EIGHT_BIT))
+    sa, sb = draw(st.sampled_from(BROADCAST_SHAPES))
+    if draw(st.booleans()):
+        sa, sb = sb, sa
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    a, b = _rand(rng, dtype, sa), _rand(rng, dtype, sb)
+    (a_s, a_z), (b_s, b_z), (c_s, c_z) = draw(qparams(dtype)), draw(qparams(dtype)), draw(qparams(dtype, 0.02, 0.5))
+    return a, a_s, a_z, b, b_s, b_z, c_s, c_z
+
+
+@given(binary_case())
+def test_qlinear_add_matches_onnxruntime(case):
+    _assert_within_one_rarely(qlinear_add(*case), _ort_ms("QLinearAdd", list(case), case[0].dtype), "QLinearAdd")
+
+
+@given(binary_case())
+def test_qlinear_mul_matches_onnxruntime_exactly(case):
+    np.testing.assert_array_equal(qlinear_mul(*case), _ort_ms("QLinearMul", list(case), case[0].dtype))
+
+
+def test_qlinear_add_zero_point_added_before_rounding():
+    """ORT's own definition (and MLAS portable path): rint(v + zc). v = 2.5, zc = 3 -> 6
+    (rint(5.5)), where the ONNX-style rint(v) + zc would give 5. Pinned against ORT."""
+    a, b = np.array([5], np.uint8), np.array([0], np.uint8)
+    args = (a, F32(0.5), np.uint8(0), b, F32(1.0), np.uint8(0), F32(1.0), np.uint8(3))
+    assert qlinear_add(*args)[0] == 6
+    assert _ort_ms("QLinearAdd", list(args), np.uint8)[0] == 6
+
+
+def test_qlinear_add_optional_zero_points_default_to_zero():
+    """Omitted zero points are 0. (ORT 1.32's type inference rejects a QLinearAdd node
+    with an omitted zero point, so the ORT pin passes explicit zeros.)"""
+    a = np.array([10, 20], np.uint8)
+    got = registry.get_op("QLinearAdd", MS_DOMAIN)(registry.OpContext(), a, F32(0.5), None, a, F32(0.5), None, F32(0.25), None)
+    np.testing.assert_array_equal(got, [40, 80])
+    zero = np.uint8(0)
+    np.testing.assert_array_equal(got, _ort_ms("QLinearAdd", [a, F32(0.5), zero, a, F32(0.5), zero, F32(0.25), zero], np.uint8))
+
+
+@st.composite
+def unary_case(draw):
+    dtype = draw(st.sampled_from(EIGHT_BIT))
+    info = np.iinfo(dtype)
+    x = np.arange(info.min, info.max + 1).astype(dtype)  # every code: the whole table
+    (xs, xz), (ys, yz) = draw(qparams(dtype, 0.01, 0.1)), draw(qparams(dtype, 0.002, 0.05))
+    return x, xs, xz, ys, yz
+
+
+@given(unary_case(), st.floats(0.01, 0.9))
+def test_qlinear_leaky_relu_matches_onnxruntime_exactly(case, alpha):
+    alpha = float(F32(alpha))
+    np.testing.assert_array_equal(
+        qlinear_leaky_relu(*case, alpha=alpha), _ort_ms("QLinearLeakyRelu", list(case), case[0].dtype, {"alpha": alpha})
+    )
+
+
+@given(unary_case())
+def test_qlinear_sigmoid_matches_onnxruntime(case):
+    x, xs, xz, _, yz = case
+    ys = F32(1 / 256) if x.dtype == np.uint8 else F32(1 / 128)  # outputs spread over [0, 1]
+    args = [x, xs, xz, ys, yz if x.dtype == np.int8 else np.uint8(0)]
+    if x.dtype == np.int8:
+        args[4] = np.int8(-128)
+    _assert_within_one_rarely(qlinear_sigmoid(*args), _ort_ms("QLinearSigmoid", args, x.dtype), "QLinearSigmoid")
+
+
+@st.composite
+def concat_case(draw):
+    dtype = draw(st.sampled_from(EIGHT_BIT))
+    axis = draw(st.sampled_from([0, 1, -1]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    sy, zy = draw(qparams(dtype))
+    base = [2, 3, 5]
+    triples = []
+    for i in range(draw(st.integers(1, 4))):
+        shape = list(base)
+        shape[axis] = [1, 3, 7, 17][i]
+        sx, zx = draw(qparams(dtype)) if draw(st.booleans()) else (sy, zy)  # sometimes the copy path
+        triples.append((_rand(rng, dtype, shape), sx, zx))
+    return sy, zy, triples, axis
+
+
+@given(concat_case())
+def test_qlinear_concat_matches_onnxruntime_exactly(case):
+    sy, zy, triples, axis = case
+    flat = [sy, zy] + [v for t in triples for v in t]
+    np.testing.assert_array_equal(
+        qlinear_concat(sy, zy, triples, axis), _ort_ms("QLinearConcat", flat, zy.dtype, {"axis": axis})
+    )
+
+
+@st.composite
+def pool_input(draw):
+    dtype = draw(st.sampled_from(EIGHT_BIT))
+    nsp = draw(st.integers(1, 3))
+    spatial = [draw(st.integers(1, 9)) for _ in range(nsp)]
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    x = _rand(rng, dtype, (draw(st.integers(1, 2)), draw(st.sampled_from([1, 3, 7, 17])), *spatial))
+    (xs, xz), (ys, yz) = draw(qparams(dtype, 0.01, 0.1)), draw(qparams(dtype, 0.005, 0.1))
+    return x, xs, xz, ys, yz
+
+
+@given(pool_input(), st.booleans())
+def test_qlinear_global_average_pool_matches_onnxruntime_exactly(case, channels_last):
+    x, xs, xz, ys, yz = case
+    if channels_last:
+        x = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    got = qlinear_global_average_pool(x, xs, xz, ys, yz, channels_last)
+    expected = _ort_ms("QLinearGlobalAveragePool", [x, xs, xz, ys, yz], x.dtype, {"channels_last": int(channels_last)})
+    np.testing.assert_array_equal(got, expected)
+
+
+@st.composite
+def average_pool_case(draw):
+    x, xs, xz, ys, yz = draw(pool_input())
+    nsp = x.ndim - 2
+    spatial = x.shape[2:]
+    kernel = [draw(st.integers(1, d)) for d in spatial]
+    attrs = {"kernel_shape": kernel, "strides": [draw(st.integers(1, 3)) for _ in range(nsp)]}
+    auto_pad = draw(st.sampled_from(["NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"]))
+    if auto_pad == "NOTSET":
+        # ORT: "Pad should be smaller than kernel"
+        attrs["pads"] = [draw(st.integers(0, k - 1)) for k in kernel + kernel]
+        attrs["ceil_mode"] = int(draw(st.booleans()))
+    else:
+        attrs["auto_pad"] = auto_pad
+    attrs["count_include_pad"] = int(draw(st.booleans()))
+    channels_last = draw(st.booleans())
+    if channels_last:
+        x = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    attrs["channels_last"] = int(channels_last)
+    return (x, xs, xz, ys, yz), attrs
+
+
+@given(average_pool_case())
+def test_qlinear_average_pool_matches_onnxruntime_exactly(case):
+    args, attrs = case
+    got = registry.get_op("QLinearAveragePool", MS_DOMAIN)(registry.OpContext(), *args, **attrs)
+    np.testing.assert_array_equal(got, _ort_ms("QLinearAveragePool", list(args), args[0].dtype, attrs))
+
+
+def test_qlinear_average_pool_whole_image_uses_integer_global_path():
+    """ORT's fallback_to_global: kernel == input, no pads -> integer sum and eq. (6), which
+    rounds the zero point after (not before) the average. Σ(x − zx) = 10 over 4 pixels,
+    sy = 1: mean 2.5; global path rint(2.5) + 3 = 5, the float path would give rint(5.5) = 6."""
+    x = np.array([[[[1, 2], [3, 4]]]], np.uint8)
+    args = (x, F32(1.0), np.uint8(0), F32(1.0), np.uint8(3))
+    assert qlinear_average_pool(*args, kernel_shape=[2, 2])[0, 0, 0, 0] == 5
+    assert _ort_ms("QLinearAveragePool", list(args), np.uint8, {"kernel_shape": [2, 2]})[0, 0, 0, 0] == 5
+    padded = qlinear_average_pool(*args, kernel_shape=[2, 2], pads=[0, 0, 1, 1], count_include_pad=0)
+    assert padded[0, 0, 0, 0] == 6
+    assert _ort_ms("QLinearAveragePool", list(args), np.uint8, {"kernel_shape": [2, 2], "pads": [0, 0, 1, 1]})[0, 0, 0, 0] == 6
+
+
+def test_qlinear_average_pool_ceil_mode_drops_window_starting_in_padding():
+    """D = 8, k = 2, s = 3, pads (0, 1): ceil((8 + 1 − 2)/3) + 1 = 4 windows, the 4th would
+    start at 9 >= 8 + 0: ORT keeps 3."""
+    x = np.arange(64, dtype=np.uint8).reshape(1, 1, 8, 8)
+    got = qlinear_average_pool(x, F32(0.1), np.uint8(3), F32(0.2), np.uint8(7), kernel_shape=[2, 2], strides=[3, 3], pads=[0, 0, 1, 1], ceil_mode=True)
+    assert got.shape == (1, 1, 3, 3)
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+def test_binary_op_error_on_mismatched_types(op):
+    a = np.zeros(3, np.uint8)
+    b = np.zeros(3, np.int8)
+    with pytest.raises(registry.OpError, match="^B: expected the type of A \\(uint8\\), got int8$"):
+        registry.get_op(op, MS_DOMAIN)(registry.OpContext(), a, F32(1), None, b, F32(1), None, F32(1), None)
+
+
+def test_concat_error_on_incomplete_triple():
+    with pytest.raises(registry.OpError, match="expected \\(tensor, scale, zero_point\\) triples after Y_zero_point, got 2 inputs"):
+        registry.get_op("QLinearConcat", MS_DOMAIN)(registry.OpContext(), F32(1), np.uint8(0), np.zeros(2, np.uint8), F32(1), axis=0)
