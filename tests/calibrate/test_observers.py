@@ -161,17 +161,16 @@ def test_observer_merge_equals_single_stream(first, second):
         channels = None if axis is None else 3
         xs_a = [make_sample(*s, channels=channels) for s in first]
         xs_b = [make_sample(*s, channels=channels) for s in second]
-        for make in (lambda: exact_observers(axis),):
-            for single, a, b in zip(make(), make(), make()):
-                for x in xs_a:
-                    single.observe(x)
-                    a.observe(x)
-                for x in xs_b:
-                    single.observe(x)
-                    b.observe(x)
-                merged = a.merge(b)
-                assert state_json(merged) == state_json(single), type(single).__name__
-                assert merged.range() == single.range()
+        for single, a, b in zip(exact_observers(axis), exact_observers(axis), exact_observers(axis)):
+            for x in xs_a:
+                single.observe(x)
+                a.observe(x)
+            for x in xs_b:
+                single.observe(x)
+                b.observe(x)
+            merged = a.merge(b)
+            assert state_json(merged) == state_json(single), type(single).__name__
+            assert merged.range() == single.range()
 
 
 @given(first=stream, second=stream)
@@ -276,7 +275,7 @@ def test_observer_memory_constant_over_500_batches(axis):
     # the range keeps widening (the histogram re-grids instead of adding bins) and the
     # sequence length keeps changing.
     rng = np.random.default_rng(0)
-    observers = all_observers(axis) + [HistogramObserver(axis=axis)]
+    observers = [*all_observers(axis), HistogramObserver(axis=axis)]
     sizes = []
     for i in range(500):
         seq = 1 + (i * 7) % 23

@@ -76,5 +76,10 @@ def assert_close(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], t
         )
 
 
+def out_info(name: str, rank: int, elem: int = onnx.TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    """A graph output of known rank and unknown dimensions (shape inference fills them)."""
+    return onnx.helper.make_tensor_value_info(name, elem, [None] * rank)
+
+
 def rng_data(shape, seed: int, low: float = -2.0, high: float = 2.0) -> np.ndarray:
     return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)

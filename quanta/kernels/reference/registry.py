@@ -64,12 +64,42 @@ def register(op_type: str, domain: str = ONNX_DOMAIN) -> Callable[[OpFn], OpFn]:
     return deco
 
 
+#: Ops quanta runs through onnx.reference because it has no NumPy twin of its own
+#: (filled lazily by get_op; ``quanta inspect`` and the docs list them).
+DELEGATED_AT_RUNTIME: set[tuple[str, str]] = set()
+
+# Ops with subgraph attributes read names of the enclosing graph, which a one-node
+# onnx.reference evaluation cannot see.
+_NOT_DELEGABLE = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
 def get_op(op_type: str, domain: str = ONNX_DOMAIN) -> OpFn | None:
-    """The implementation for an op, or None. ``ai.onnx`` is the same as ``""``."""
+    """The implementation for an op, or None. ``ai.onnx`` is the same as ``""``.
+
+    An ai.onnx op without a NumPy twin here falls back to ``onnx.reference`` when that
+    has it (recorded in :data:`DELEGATED_AT_RUNTIME`)."""
     _load_all()
     if domain == "ai.onnx":
         domain = ONNX_DOMAIN
-    return OPS.get((domain, op_type))
+    fn = OPS.get((domain, op_type))
+    if fn is None and domain == ONNX_DOMAIN and op_type not in _NOT_DELEGABLE and _onnx_reference_has(op_type):
+        from quanta.kernels.reference.delegate import delegate_to_onnx_reference
+
+        def fn(ctx: OpContext, *inputs: np.ndarray | None, **attrs: Any):
+            return delegate_to_onnx_reference(ctx, inputs, attrs)
+
+        DELEGATED_AT_RUNTIME.add((domain, op_type))
+    return fn
+
+
+def _onnx_reference_has(op_type: str) -> bool:
+    try:
+        from onnx.reference.ops import load_op
+
+        load_op("", op_type)
+    except Exception:
+        return False
+    return True
 
 
 _loaded = False

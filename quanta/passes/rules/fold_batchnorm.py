@@ -113,7 +113,8 @@ class FoldBatchNormIntoConv(Rule):
 
     def check(self, m: Match) -> Match | NoMatch:
         w = m.const("W")
-        return _check_bn(m, "W", "B", None if w is None else w.shape[0]) or m
+        refused = _check_bn(m, "W", "B", None if w is None else w.shape[0])
+        return m if refused is None else refused
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         w = m.const("W")
@@ -140,7 +141,8 @@ class FoldBatchNormIntoConvTranspose(Rule):
         group = int(m.node("c").attrs.get("group", 1))
         if w is not None and w.shape[0] % group:
             return NoMatch(f"ConvTranspose W has {w.shape[0]} input channels, not a multiple of group {group}")
-        return _check_bn(m, "W", "B", None if w is None else w.shape[1] * group) or m
+        refused = _check_bn(m, "W", "B", None if w is None else w.shape[1] * group)
+        return m if refused is None else refused
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         w = m.const("W")
@@ -174,7 +176,8 @@ class FoldBatchNormIntoGemm(Rule):
         if w is not None and w.ndim != 2:
             return NoMatch(f"Gemm W has rank {w.ndim}, expected 2")
         n = None if w is None else w.shape[0 if trans_b else 1]
-        return _check_bn(m, "W", "C", n) or m
+        refused = _check_bn(m, "W", "C", n)
+        return m if refused is None else refused
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         gemm = m.node("c")

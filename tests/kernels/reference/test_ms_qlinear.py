@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from quanta.kernels.reference import registry
-from quanta.kernels.reference.registry import MS_DOMAIN
 from quanta.kernels.reference.ms_qlinear import (
     qlinear_add,
     qlinear_average_pool,
@@ -29,6 +28,7 @@ from quanta.kernels.reference.ms_qlinear import (
     qlinear_mul,
     qlinear_sigmoid,
 )
+from quanta.kernels.reference.registry import MS_DOMAIN
 
 F32 = np.float32
 EIGHT_BIT = [np.uint8, np.int8]
@@ -44,7 +44,9 @@ def _ort_ms(op_type, inputs, out_dtype, attrs=None):
         name = f"in{i}"
         names.append(name)
         feeds[name] = np.asarray(v)
-        infos.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(feeds[name].dtype), None))
+        infos.append(
+            helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(feeds[name].dtype), None)
+        )
     node = helper.make_node(op_type, names, ["out"], domain=MS_DOMAIN, **(attrs or {}))
     out = helper.make_tensor_value_info("out", helper.np_dtype_to_tensor_dtype(np.dtype(out_dtype)), None)
     model = helper.make_model(
@@ -54,7 +56,9 @@ def _ort_ms(op_type, inputs, out_dtype, attrs=None):
     model.ir_version = 10
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )[0]
 
 
 def _assert_within_one_rarely(got, expected, what):
@@ -75,7 +79,13 @@ def qparams(draw, dtype, lo=0.005, hi=0.2):
     return F32(rng.uniform(lo, hi)), _rand(rng, dtype, ())
 
 
-BROADCAST_SHAPES = [((3, 7, 17), (3, 7, 17)), ((3, 7, 17), (7, 1)), ((1,), (2, 33)), ((5, 1, 3), (1, 4, 1)), ((2, 40), ())]
+BROADCAST_SHAPES = [
+    ((3, 7, 17), (3, 7, 17)),
+    ((3, 7, 17), (7, 1)),
+    ((1,), (2, 33)),
+    ((5, 1, 3), (1, 4, 1)),
+    ((2, 40), ()),
+]
 
 
 @st.composite
@@ -86,13 +96,19 @@ def binary_case(draw):
         sa, sb = sb, sa
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
     a, b = _rand(rng, dtype, sa), _rand(rng, dtype, sb)
-    (a_s, a_z), (b_s, b_z), (c_s, c_z) = draw(qparams(dtype)), draw(qparams(dtype)), draw(qparams(dtype, 0.02, 0.5))
+    (a_s, a_z), (b_s, b_z), (c_s, c_z) = (
+        draw(qparams(dtype)),
+        draw(qparams(dtype)),
+        draw(qparams(dtype, 0.02, 0.5)),
+    )
     return a, a_s, a_z, b, b_s, b_z, c_s, c_z
 
 
 @given(binary_case())
 def test_qlinear_add_matches_onnxruntime(case):
-    _assert_within_one_rarely(qlinear_add(*case), _ort_ms("QLinearAdd", list(case), case[0].dtype), "QLinearAdd")
+    _assert_within_one_rarely(
+        qlinear_add(*case), _ort_ms("QLinearAdd", list(case), case[0].dtype), "QLinearAdd"
+    )
 
 
 @given(binary_case())
@@ -113,10 +129,14 @@ def test_qlinear_add_optional_zero_points_default_to_zero():
     """Omitted zero points are 0. (ORT 1.32's type inference rejects a QLinearAdd node
     with an omitted zero point, so the ORT pin passes explicit zeros.)"""
     a = np.array([10, 20], np.uint8)
-    got = registry.get_op("QLinearAdd", MS_DOMAIN)(registry.OpContext(), a, F32(0.5), None, a, F32(0.5), None, F32(0.25), None)
+    got = registry.get_op("QLinearAdd", MS_DOMAIN)(
+        registry.OpContext(), a, F32(0.5), None, a, F32(0.5), None, F32(0.25), None
+    )
     np.testing.assert_array_equal(got, [40, 80])
     zero = np.uint8(0)
-    np.testing.assert_array_equal(got, _ort_ms("QLinearAdd", [a, F32(0.5), zero, a, F32(0.5), zero, F32(0.25), zero], np.uint8))
+    np.testing.assert_array_equal(
+        got, _ort_ms("QLinearAdd", [a, F32(0.5), zero, a, F32(0.5), zero, F32(0.25), zero], np.uint8)
+    )
 
 
 @st.composite
@@ -132,7 +152,8 @@ def unary_case(draw):
 def test_qlinear_leaky_relu_matches_onnxruntime_exactly(case, alpha):
     alpha = float(F32(alpha))
     np.testing.assert_array_equal(
-        qlinear_leaky_relu(*case, alpha=alpha), _ort_ms("QLinearLeakyRelu", list(case), case[0].dtype, {"alpha": alpha})
+        qlinear_leaky_relu(*case, alpha=alpha),
+        _ort_ms("QLinearLeakyRelu", list(case), case[0].dtype, {"alpha": alpha}),
     )
 
 
@@ -143,7 +164,9 @@ def test_qlinear_sigmoid_matches_onnxruntime(case):
     args = [x, xs, xz, ys, yz if x.dtype == np.int8 else np.uint8(0)]
     if x.dtype == np.int8:
         args[4] = np.int8(-128)
-    _assert_within_one_rarely(qlinear_sigmoid(*args), _ort_ms("QLinearSigmoid", args, x.dtype), "QLinearSigmoid")
+    _assert_within_one_rarely(
+        qlinear_sigmoid(*args), _ort_ms("QLinearSigmoid", args, x.dtype), "QLinearSigmoid"
+    )
 
 
 @st.composite
@@ -188,7 +211,9 @@ def test_qlinear_global_average_pool_matches_onnxruntime_exactly(case, channels_
     if channels_last:
         x = np.ascontiguousarray(np.moveaxis(x, 1, -1))
     got = qlinear_global_average_pool(x, xs, xz, ys, yz, channels_last)
-    expected = _ort_ms("QLinearGlobalAveragePool", [x, xs, xz, ys, yz], x.dtype, {"channels_last": int(channels_last)})
+    expected = _ort_ms(
+        "QLinearGlobalAveragePool", [x, xs, xz, ys, yz], x.dtype, {"channels_last": int(channels_last)}
+    )
     np.testing.assert_array_equal(got, expected)
 
 
@@ -231,14 +256,29 @@ def test_qlinear_average_pool_whole_image_uses_integer_global_path():
     assert _ort_ms("QLinearAveragePool", list(args), np.uint8, {"kernel_shape": [2, 2]})[0, 0, 0, 0] == 5
     padded = qlinear_average_pool(*args, kernel_shape=[2, 2], pads=[0, 0, 1, 1], count_include_pad=0)
     assert padded[0, 0, 0, 0] == 6
-    assert _ort_ms("QLinearAveragePool", list(args), np.uint8, {"kernel_shape": [2, 2], "pads": [0, 0, 1, 1]})[0, 0, 0, 0] == 6
+    assert (
+        _ort_ms("QLinearAveragePool", list(args), np.uint8, {"kernel_shape": [2, 2], "pads": [0, 0, 1, 1]})[
+            0, 0, 0, 0
+        ]
+        == 6
+    )
 
 
 def test_qlinear_average_pool_ceil_mode_drops_window_starting_in_padding():
     """D = 8, k = 2, s = 3, pads (0, 1): ceil((8 + 1 − 2)/3) + 1 = 4 windows, the 4th would
     start at 9 >= 8 + 0: ORT keeps 3."""
     x = np.arange(64, dtype=np.uint8).reshape(1, 1, 8, 8)
-    got = qlinear_average_pool(x, F32(0.1), np.uint8(3), F32(0.2), np.uint8(7), kernel_shape=[2, 2], strides=[3, 3], pads=[0, 0, 1, 1], ceil_mode=True)
+    got = qlinear_average_pool(
+        x,
+        F32(0.1),
+        np.uint8(3),
+        F32(0.2),
+        np.uint8(7),
+        kernel_shape=[2, 2],
+        strides=[3, 3],
+        pads=[0, 0, 1, 1],
+        ceil_mode=True,
+    )
     assert got.shape == (1, 1, 3, 3)
 
 
@@ -246,10 +286,15 @@ def test_qlinear_average_pool_ceil_mode_drops_window_starting_in_padding():
 def test_binary_op_error_on_mismatched_types(op):
     a = np.zeros(3, np.uint8)
     b = np.zeros(3, np.int8)
-    with pytest.raises(registry.OpError, match="^B: expected the type of A \\(uint8\\), got int8$"):
+    with pytest.raises(registry.OpError, match=r"^B: expected the type of A \(uint8\), got int8$"):
         registry.get_op(op, MS_DOMAIN)(registry.OpContext(), a, F32(1), None, b, F32(1), None, F32(1), None)
 
 
 def test_concat_error_on_incomplete_triple():
-    with pytest.raises(registry.OpError, match="expected \\(tensor, scale, zero_point\\) triples after Y_zero_point, got 2 inputs"):
-        registry.get_op("QLinearConcat", MS_DOMAIN)(registry.OpContext(), F32(1), np.uint8(0), np.zeros(2, np.uint8), F32(1), axis=0)
+    with pytest.raises(
+        registry.OpError,
+        match=r"expected \(tensor, scale, zero_point\) triples after Y_zero_point, got 2 inputs",
+    ):
+        registry.get_op("QLinearConcat", MS_DOMAIN)(
+            registry.OpContext(), F32(1), np.uint8(0), np.zeros(2, np.uint8), F32(1), axis=0
+        )

@@ -8,6 +8,8 @@ which pins the kernel itself independently of the interpreter.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from onnx import helper, numpy_helper
@@ -75,7 +77,9 @@ def _run_direct(case) -> None:
                     err_msg=f"{case.name} output {k}",
                 )
             else:
-                np.testing.assert_allclose(g, e, rtol=case.rtol, atol=case.atol, err_msg=f"{case.name} output {k}")
+                np.testing.assert_allclose(
+                    g, e, rtol=case.rtol, atol=case.atol, err_msg=f"{case.name} output {k}"
+                )
 
 
 def test_node_cases_cover_every_quantization_op():
@@ -97,7 +101,13 @@ def _has_session() -> bool:
     return hasattr(quanta, "InferenceSession")
 
 
+def _with_arrays(case):
+    """The case with TensorProto data (float8, int4, int2 ... data sets) as numpy arrays."""
+    data = [([_as_array(v) for v in ins], [_as_array(v) for v in outs]) for ins, outs in case.data_sets]
+    return dataclasses.replace(case, data_sets=data)
+
+
 @pytest.mark.skipif(not _has_session(), reason="quanta.InferenceSession not available yet")
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_onnx_node_quant_session(case):
-    run_case(case)
+    run_case(_with_arrays(case))

@@ -54,10 +54,14 @@ def _ort_node(op_type, inputs, out_type, attrs=None, opset=21):
         name = f"in{i}"
         names.append(name)
         feeds[name] = np.asarray(v)
-        infos.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(feeds[name].dtype), None))
+        infos.append(
+            helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(feeds[name].dtype), None)
+        )
     node = helper.make_node(op_type, names, ["out"], **(attrs or {}))
     out = helper.make_tensor_value_info("out", helper.np_dtype_to_tensor_dtype(np.dtype(out_type)), None)
-    model = helper.make_model(helper.make_graph([node], "g", infos, [out]), opset_imports=[helper.make_opsetid("", opset)])
+    model = helper.make_model(
+        helper.make_graph([node], "g", infos, [out]), opset_imports=[helper.make_opsetid("", opset)]
+    )
     model.ir_version = 10
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -107,7 +111,10 @@ def conv_case(draw, ort_supported=False):
     strides = [draw(st.integers(1, 3)) for _ in range(nsp)]
     auto_pad = draw(st.sampled_from(["NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"]))
     pads = [draw(st.integers(0, 2)) for _ in range(2 * nsp)]
-    spatial = [draw(st.integers(max(1, d * (k - 1) + 1 - pads[i] - pads[i + nsp]), 6)) for i, (k, d) in enumerate(zip(kernel, dil))]
+    spatial = [
+        draw(st.integers(max(1, d * (k - 1) + 1 - pads[i] - pads[i + nsp]), 6))
+        for i, (k, d) in enumerate(zip(kernel, dil))
+    ]
     if auto_pad.startswith("SAME") and ort_supported:
         dil = [1] * nsp  # ORT: "Dilation not supported for AutoPadType::SAME_UPPER or SAME_LOWER"
     if auto_pad == "VALID":
@@ -288,10 +295,16 @@ def test_qlinear_matmul_per_row_a_scale():
 
 def _qlmm_model():
     names = ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"]
-    types = [TensorProto.UINT8, TensorProto.FLOAT, TensorProto.UINT8] * 2 + [TensorProto.FLOAT, TensorProto.UINT8]
+    types = [TensorProto.UINT8, TensorProto.FLOAT, TensorProto.UINT8] * 2 + [
+        TensorProto.FLOAT,
+        TensorProto.UINT8,
+    ]
     node = helper.make_node("QLinearMatMul", names, ["y"])
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info(n, t, None) for n, t in zip(names, types)], [helper.make_tensor_value_info("y", TensorProto.UINT8, None)]
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, t, None) for n, t in zip(names, types)],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
@@ -303,13 +316,27 @@ def test_qlinear_matmul_odd_zero_point_tie_onnx_reference_differs():
     acc·m = 2.5, zy = 3: spec and ORT give rint(2.5) + 3 = 5; onnx.reference gives
     rint(5.5) = 6. quanta follows the spec."""
     model, names = _qlmm_model()
-    vals = [np.array([[5]], np.uint8), F32(0.5), np.uint8(0), np.array([[1]], np.uint8), F32(1), np.uint8(0), F32(1), np.uint8(3)]
+    vals = [
+        np.array([[5]], np.uint8),
+        F32(0.5),
+        np.uint8(0),
+        np.array([[1]], np.uint8),
+        F32(1),
+        np.uint8(0),
+        F32(1),
+        np.uint8(3),
+    ]
     feeds = {n: np.asarray(v) for n, v in zip(names, vals)}
     assert qlinear_matmul(*vals)[0, 0] == 5
     assert ReferenceEvaluator(model).run(None, feeds)[0][0, 0] == 6
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    assert ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0][0, 0] == 5
+    assert (
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+            None, feeds
+        )[0][0, 0]
+        == 5
+    )
 
 
 def test_qlinear_matmul_float64_product_onnx_reference_differs():
@@ -326,15 +353,25 @@ def test_qlinear_matmul_float64_product_onnx_reference_differs():
     assert ReferenceEvaluator(model).run(None, feeds)[0][0, 0] == 199
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    assert ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0][0, 0] == 200
+    assert (
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+            None, feeds
+        )[0][0, 0]
+        == 200
+    )
 
 
 def test_qlinear_matmul_op_rejects_float8():
     import ml_dtypes
 
     a = np.zeros((2, 2), ml_dtypes.float8_e4m3fn)
-    with pytest.raises(registry.OpError, match="a: expected int8 or uint8 \\(float8 QLinearMatMul is not implemented\\), got float8_e4m3fn"):
-        registry.get_op("QLinearMatMul")(registry.OpContext(), a, F32(1), a[0, 0], a, F32(1), a[0, 0], F32(1), a[0, 0])
+    with pytest.raises(
+        registry.OpError,
+        match=r"a: expected int8 or uint8 \(float8 QLinearMatMul is not implemented\), got float8_e4m3fn",
+    ):
+        registry.get_op("QLinearMatMul")(
+            registry.OpContext(), a, F32(1), a[0, 0], a, F32(1), a[0, 0], F32(1), a[0, 0]
+        )
 
 
 # ----------------------------------------------------------------------------- QLinearConv
@@ -352,7 +389,11 @@ def qlinear_conv_case(draw):
     acc = conv_integer(x, w, zx, zw, group=group, **attrs).astype(np.int64)
     if bias is not None:
         acc = acc + bias.reshape((m_out,) + (1,) * (x.ndim - 2))
-    real = acc * float(sx) * np.asarray(sw, np.float64).reshape((-1,) + (1,) * (x.ndim - 2) if per_channel else ())
+    real = (
+        acc
+        * float(sx)
+        * np.asarray(sw, np.float64).reshape((-1,) + (1,) * (x.ndim - 2) if per_channel else ())
+    )
     sy, zy = _output_params(real, x.dtype)
     return (x, sx, zx, w, sw, zw, sy, zy, bias), group, attrs
 
@@ -399,9 +440,17 @@ def test_conv_auto_pad_golden(size, k, s, d, mode, pads, out):
 
 
 def test_conv_geometry_error_messages():
-    with pytest.raises(registry.OpError, match="^auto_pad: expected one of NOTSET, VALID, SAME_UPPER, SAME_LOWER, got 'SAME'$"):
+    with pytest.raises(
+        registry.OpError,
+        match=r"^auto_pad: expected one of NOTSET, VALID, SAME_UPPER, SAME_LOWER, got 'SAME'$",
+    ):
         resolve_pads([5], [3], [1], [1], auto_pad="SAME")
-    with pytest.raises(registry.OpError, match="^pads: expected 2 values \\(begin and end for 1 spatial axes\\), got 1$"):
+    with pytest.raises(
+        registry.OpError, match=r"^pads: expected 2 values \(begin and end for 1 spatial axes\), got 1$"
+    ):
         resolve_pads([5], [3], [1], [1], pads=[1])
-    with pytest.raises(registry.OpError, match="^kernel: expected a dilated kernel extent <= padded input \\(4\\) on spatial axis 0, got 5$"):
+    with pytest.raises(
+        registry.OpError,
+        match=r"^kernel: expected a dilated kernel extent <= padded input \(4\) on spatial axis 0, got 5$",
+    ):
         output_spatial([4], [3], [1], [2], [0, 0])

@@ -40,7 +40,9 @@ def _onnx_model(op_type, inputs, outputs, attrs=None, opset=21):
 def _ort(model, feeds):
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
 
 
 def _op(name):
@@ -116,13 +118,22 @@ def test_expand_param_error_messages():
     """Negative tests with the exact message (MLIR parse-uniform-invalid style)."""
     from quanta.kernels.reference.registry import OpError
 
-    with pytest.raises(OpError, match=r"^scale: expected a scalar or a 1-D tensor of length 4 \(axis 1 of input shape \(2, 4\)\), got shape \(3,\)$"):
+    with pytest.raises(
+        OpError,
+        match=r"^scale: expected a scalar or a 1-D tensor of length 4 \(axis 1 of input shape \(2, 4\)\), got shape \(3,\)$",
+    ):
         expand_param(np.ones(3), (2, 4), axis=1, block=None)
-    with pytest.raises(OpError, match=r"^scale: expected shape \(2, 2\) for blocked quantization \(input shape \(2, 4\), axis 1, block_size 3\), got shape \(2, 3\)$"):
+    with pytest.raises(
+        OpError,
+        match=r"^scale: expected shape \(2, 2\) for blocked quantization \(input shape \(2, 4\), axis 1, block_size 3\), got shape \(2, 3\)$",
+    ):
         expand_param(np.ones((2, 3)), (2, 4), axis=1, block=3)
     with pytest.raises(OpError, match=r"^axis: expected a value in \[-2, 1\] for an input of rank 2, got 2$"):
         expand_param(np.ones(4), (2, 4), axis=2, block=None)
-    with pytest.raises(OpError, match=r"^scale: expected a scalar for per-tensor quantization \(axis=None\), got shape \(4,\)$"):
+    with pytest.raises(
+        OpError,
+        match=r"^scale: expected a scalar for per-tensor quantization \(axis=None\), got shape \(4,\)$",
+    ):
         expand_param(np.ones(4), (2, 4), axis=None, block=None)
 
 
@@ -171,7 +182,9 @@ def test_quantize_precision_attribute_overrides_scale_type():
     """With precision=float32 the same case divides in float32 -> 103 (ORT's value)."""
     x = np.array([51682], np.uint16).view(np.float16)
     s = np.array(14178, np.uint16).view(np.float16)
-    got = _op("QuantizeLinear")(registry.OpContext(opset=23), x, s, np.array(128, np.uint8), precision=TensorProto.FLOAT)
+    got = _op("QuantizeLinear")(
+        registry.OpContext(opset=23), x, s, np.array(128, np.uint8), precision=TensorProto.FLOAT
+    )
     np.testing.assert_array_equal(got, [103])
 
 
@@ -199,7 +212,9 @@ def test_dequantize_per_axis_and_blocked():
     q = np.array([[0, 10, 20, 30, 40], [5, 15, 25, 35, 45]], np.uint8)
     s = np.array([0.5, 0.25], F32)
     z = np.array([10, 20], np.uint8)
-    np.testing.assert_array_equal(dequantize_linear(q, s, z, axis=0), [[-5, 0, 5, 10, 15], [-3.75, -1.25, 1.25, 3.75, 6.25]])
+    np.testing.assert_array_equal(
+        dequantize_linear(q, s, z, axis=0), [[-5, 0, 5, 10, 15], [-3.75, -1.25, 1.25, 3.75, 6.25]]
+    )
     sb = np.array([[1, 2, 4], [8, 16, 32]], F32)
     zb = np.array([[0, 1, 2], [3, 4, 5]], np.uint8)
     got = dequantize_linear(q, sb, zb, axis=1, block=2)
@@ -231,20 +246,30 @@ def test_dequantize_e8m0_scale_is_a_power_of_two():
 
 
 def test_dequantize_op_int32_rejects_nonzero_zero_point():
-    with pytest.raises(registry.OpError, match="x_zero_point: expected 0 \\(or none\\) for an int32 input"):
-        _op("DequantizeLinear")(registry.OpContext(opset=21), np.zeros(3, np.int32), np.array(1.0, F32), np.array(2, np.int32))
+    with pytest.raises(registry.OpError, match=r"x_zero_point: expected 0 \(or none\) for an int32 input"):
+        _op("DequantizeLinear")(
+            registry.OpContext(opset=21), np.zeros(3, np.int32), np.array(1.0, F32), np.array(2, np.int32)
+        )
 
 
 def test_quantize_op_output_dtype_must_match_zero_point():
-    with pytest.raises(registry.OpError, match="output_dtype: expected the type of y_zero_point \\(uint8\\), got int8"):
+    with pytest.raises(
+        registry.OpError, match=r"output_dtype: expected the type of y_zero_point \(uint8\), got int8"
+    ):
         _op("QuantizeLinear")(
-            registry.OpContext(opset=21), np.zeros(3, F32), np.array(1.0, F32), np.array(0, np.uint8), output_dtype=TensorProto.INT8
+            registry.OpContext(opset=21),
+            np.zeros(3, F32),
+            np.array(1.0, F32),
+            np.array(0, np.uint8),
+            output_dtype=TensorProto.INT8,
         )
 
 
 def test_quantize_op_opset10_rejects_per_axis():
-    with pytest.raises(registry.OpError, match="QuantizeLinear-10: expected a scalar scale"):
-        _op("QuantizeLinear")(registry.OpContext(opset=10), np.zeros((2, 3), F32), np.ones(3, F32), np.zeros(3, np.uint8))
+    with pytest.raises(registry.OpError, match=r"QuantizeLinear-10: expected a scalar scale"):
+        _op("QuantizeLinear")(
+            registry.OpContext(opset=10), np.zeros((2, 3), F32), np.ones(3, F32), np.zeros(3, np.uint8)
+        )
 
 
 def test_quantize_op_default_output_is_uint8_without_zero_point():
@@ -294,10 +319,10 @@ def test_dynamic_quantize_zero_point_rounds_half_even(x, zp):
 
 
 def test_dynamic_quantize_range_widened_to_include_zero():
-    y, scale, zp = dynamic_quantize_linear(np.array([2.0, 3.0, 5.1], F32))
+    _, scale, zp = dynamic_quantize_linear(np.array([2.0, 3.0, 5.1], F32))
     assert scale == F32(F32(5.1) / F32(255))
     assert zp == 0
-    y, scale, zp = dynamic_quantize_linear(np.array([-2.0, -3.0, -5.1], F32))
+    _, scale, zp = dynamic_quantize_linear(np.array([-2.0, -3.0, -5.1], F32))
     assert zp == 255
 
 
@@ -316,7 +341,7 @@ def test_dynamic_quantize_all_zero_input_follows_onnx_reference_not_onnxruntime(
         [("y", TensorProto.UINT8), ("s", TensorProto.FLOAT), ("z", TensorProto.UINT8)],
         opset=11,
     )
-    ref_y, ref_s, ref_z = ReferenceEvaluator(model).run(None, {"x": x})
+    _, ref_s, ref_z = ReferenceEvaluator(model).run(None, {"x": x})
     assert ref_s == scale
     ort_y, ort_s, ort_z = _ort(model, {"x": x})
     assert ort_s == 1.0

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Sanitizer run of the native kernels: ASan + UBSan build of quanta.kernels._native in
+# build/asan (separate from the regular editable build, which it does not touch), then the
+# kernel tests against it.
+#
+#   .ci/sanitize.sh                      # tests/kernels (default)
+#   .ci/sanitize.sh tests/kernels/test_qgemm.py -k boundary
+#
+# How it works:
+# - CMake configures with -DQUANTA_SANITIZE=ON (CMakeLists.txt adds
+#   -fsanitize=address,undefined -fno-sanitize-recover=undefined), RelWithDebInfo for
+#   readable reports.
+# - Python itself is not instrumented, so libasan must be the first DSO loaded:
+#   LD_PRELOAD=$(g++ -print-file-name=libasan.so). detect_leaks=0 because CPython and
+#   NumPy keep allocations alive at exit by design (every run would "leak").
+# - A tiny pytest plugin (build/asan/quanta_asan_plugin.py, written below) loads the
+#   sanitized .so as quanta.kernels._native before any test imports it; the regular build
+#   is never loaded in the same process (pybind11 would refuse the duplicate types).
+# - Any ASan report aborts the process (non-zero exit); UBSan findings abort too
+#   (-fno-sanitize-recover).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUILD="$ROOT/build/asan"
+PYTHON="${PYTHON:-python}"
+JOBS="${JOBS:-2}"
+
+GENERATOR=()
+if command -v ninja >/dev/null 2>&1; then GENERATOR=(-G Ninja); fi
+cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DQUANTA_SANITIZE=ON \
+  -DPython_EXECUTABLE="$(command -v "$PYTHON")" \
+  -Dpybind11_DIR="$("$PYTHON" -m pybind11 --cmakedir)" >/dev/null
+cmake --build "$BUILD" -j "$JOBS"
+
+SO="$(find "$BUILD" -maxdepth 1 -name '_native*.so' | head -n 1)"
+if [[ -z "$SO" ]]; then
+  echo "sanitize.sh: no _native*.so in $BUILD" >&2
+  exit 1
+fi
+
+cat >"$BUILD/quanta_asan_plugin.py" <<EOF
+"""Loaded by .ci/sanitize.sh: makes quanta.kernels._native the sanitized build."""
+import importlib.util
+import sys
+
+import quanta.kernels
+
+_spec = importlib.util.spec_from_file_location("quanta.kernels._native", "$SO")
+_mod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_mod)
+sys.modules["quanta.kernels._native"] = _mod
+quanta.kernels._native = _mod
+EOF
+
+LIBASAN="$(g++ -print-file-name=libasan.so)"
+if [[ "$#" -eq 0 ]]; then set -- "$ROOT/tests/kernels"; fi
+cd "$ROOT"
+env LD_PRELOAD="$LIBASAN" \
+  ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
+  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+  PYTHONPATH="$BUILD${PYTHONPATH:+:$PYTHONPATH}" \
+  "$PYTHON" -m pytest -q -p no:cacheprovider -p quanta_asan_plugin "$@"
