@@ -196,23 +196,32 @@ class HistogramObserver(ObserverBase):
         k = grid_exponent(lo, hi, self.bins)
         start = _window_start(lo, hi, k)
         if not (np.array_equal(k, self._k) and np.array_equal(start, self._start)):
-            self._counts = regrid(self._counts, self._k, self._start, k, start)
+            if self._counts.any():
+                self._counts = regrid(self._counts, self._k, self._start, k, start)
             self._k, self._start = k, start
         self._lo, self._hi = lo, hi
 
-    def _update(self, xc: np.ndarray, lo: np.ndarray, hi: np.ndarray, counted: np.ndarray) -> None:
+    def _update(self, xc: np.ndarray, lo: np.ndarray, hi: np.ndarray, counted: np.ndarray, clean: bool) -> None:
         del counted  # unused: the histogram counts its own (finite) values
-        finite = np.isfinite(xc)
-        all_finite = bool(finite.all())
-        if not all_finite:
-            lo = np.where(finite, xc, np.inf).min(axis=1, initial=np.inf)
-            hi = np.where(finite, xc, -np.inf).max(axis=1, initial=-np.inf)
+        finite = None
+        if not clean:
+            finite = np.isfinite(xc)
+            lo = np.where(finite, xc, np.inf).min(axis=1, initial=np.inf).astype(np.float64)
+            hi = np.where(finite, xc, -np.inf).max(axis=1, initial=-np.inf).astype(np.float64)
         self._move_to(np.minimum(self._lo, lo), np.maximum(self._hi, hi))
         c, b = self._counts.shape
-        vals = xc if all_finite else np.where(finite, xc, 0.0)
-        local = np.floor(np.ldexp(vals, -self._k[:, None])).astype(np.int64) - self._start[:, None]
-        flat = np.arange(c, dtype=np.int64)[:, None] * b + local
-        flat = flat.reshape(-1) if all_finite else flat[finite]
+        vals = xc if finite is None else np.where(finite, xc, 0)
+        # floor(x / 2^k): exact in the sample's own float type (scaling by a power of two),
+        # except that a negative value may underflow to -0.0 when k > 0 (a float32
+        # subnormal on a coarse grid): its bin is -1, not 0.
+        scaled = np.ldexp(vals, -self._k[:, None])
+        g = np.floor(scaled).astype(np.int64)
+        if (self._k > 0).any():
+            g[(g == 0) & (vals < 0)] = -1
+        g -= self._start[:, None]
+        if c > 1:
+            g += (np.arange(c, dtype=np.int64) * b)[:, None]
+        flat = g.reshape(-1) if finite is None else g[finite]
         self._counts += np.bincount(flat, minlength=c * b).reshape(c, b)
         self._zeros += (xc == 0).sum(axis=1)
 

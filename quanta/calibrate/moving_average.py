@@ -63,8 +63,8 @@ class MovingAverageMinMaxObserver(ObserverBase):
         self._first_min = np.zeros(channels)
         self._first_max = np.zeros(channels)
 
-    def _update(self, xc: np.ndarray, lo: np.ndarray, hi: np.ndarray, counted: np.ndarray) -> None:
-        del xc  # unused: the per-channel extrema are all eq. (9) needs
+    def _update(self, xc: np.ndarray, lo: np.ndarray, hi: np.ndarray, counted: np.ndarray, clean: bool) -> None:
+        del xc, clean  # unused: the per-channel extrema are all eq. (9) needs
         step = (counted > 0) & np.isfinite(lo) & np.isfinite(hi)
         first = step & (self._steps == 0)
         c = self.momentum

@@ -157,9 +157,13 @@ class ObserverBase:
 
     # ------------------------------------------------------------------- observation
     def _as_channels(self, a: np.ndarray) -> np.ndarray:
-        """``x`` -> float64 array (C, N): channel axis first, everything else flattened."""
+        """``x`` -> array (C, N): channel axis first, everything else flattened. float32
+        and float64 stay as they are; other real types become float32 (float16, bfloat16:
+        exact) or float64 (integers)."""
+        if a.dtype not in (np.float32, np.float64):
+            a = a.astype(np.float64 if a.dtype.kind in "iu" else np.float32)
         if self.axis is None:
-            return a.astype(np.float64, copy=False).reshape(1, -1)
+            return a.reshape(1, -1)
         if self._rank is None:
             if not -a.ndim <= self.axis < a.ndim:
                 raise ValueError(f"observer: axis {self.axis} is out of range for a rank-{a.ndim} sample")
@@ -171,8 +175,7 @@ class ObserverBase:
                 f"earlier samples had rank {self._rank}"
             )
         c = a.shape[self.axis]
-        moved = np.moveaxis(a, self.axis, 0).astype(np.float64, copy=False)
-        return moved.reshape(c, -1)
+        return np.moveaxis(a, self.axis, 0).reshape(c, -1)
 
     def observe(self, x: np.ndarray) -> None:
         """Fold one sample (any shape) into the statistics. NaN is ignored (counted)."""
@@ -192,16 +195,18 @@ class ObserverBase:
             raise ValueError(
                 f"observer: sample has {c} channels along axis {self.axis}, earlier samples had {self._min.size}"
             )
-        nan = np.isnan(xc)
-        n_nan = nan.sum(axis=1)
-        if n_nan.any():
-            lo = np.where(nan, np.inf, xc).min(axis=1, initial=np.inf)
-            hi = np.where(nan, -np.inf, xc).max(axis=1, initial=-np.inf)
-        else:
-            lo = xc.min(axis=1, initial=np.inf)
-            hi = xc.max(axis=1, initial=-np.inf)
+        # min/max propagate NaN: only a NaN result costs the masked second pass
+        lo = xc.min(axis=1, initial=np.inf).astype(np.float64)
+        hi = xc.max(axis=1, initial=-np.inf).astype(np.float64)
+        n_nan = np.zeros(c, np.int64)
+        if np.isnan(lo).any() or np.isnan(hi).any():
+            nan = np.isnan(xc)
+            n_nan = nan.sum(axis=1)
+            lo = np.where(nan, np.inf, xc).min(axis=1, initial=np.inf).astype(np.float64)
+            hi = np.where(nan, -np.inf, xc).max(axis=1, initial=-np.inf).astype(np.float64)
+        clean = not n_nan.any() and bool(np.isfinite(lo).all() and np.isfinite(hi).all())
         counted = xc.shape[1] - n_nan
-        self._update(xc, lo, hi, counted)
+        self._update(xc, lo, hi, counted, clean)
         self._min = np.minimum(self._min, lo)
         self._max = np.maximum(self._max, hi)
         self._count += counted
@@ -211,9 +216,10 @@ class ObserverBase:
     def _init_state(self, channels: int) -> None:
         """Allocate the subclass state for ``channels`` channels."""
 
-    def _update(self, xc: np.ndarray, lo: np.ndarray, hi: np.ndarray, counted: np.ndarray) -> None:
+    def _update(self, xc: np.ndarray, lo: np.ndarray, hi: np.ndarray, counted: np.ndarray, clean: bool) -> None:
         """Fold a batch (C, N) in; ``lo``/``hi``/``counted`` are its per-channel non-NaN
-        extrema and count. Called before the base extrema are updated."""
+        extrema (float64) and count; ``clean``: every value is finite. Called before the
+        base extrema are updated."""
 
     def _merge_from(self, other: ObserverBase) -> None:
         """Fold ``other``'s subclass state into ``self`` (base extrema not yet merged)."""
