@@ -11,8 +11,11 @@
 #   -fsanitize=address,undefined -fno-sanitize-recover=undefined), RelWithDebInfo for
 #   readable reports.
 # - Python itself is not instrumented, so libasan must be the first DSO loaded:
-#   LD_PRELOAD=$(g++ -print-file-name=libasan.so). detect_leaks=0 because CPython and
-#   NumPy keep allocations alive at exit by design (every run would "leak").
+#   LD_PRELOAD=$(g++ -print-file-name=libasan.so), followed by libstdc++: python does not
+#   link libstdc++, so without it ASan's __cxa_throw interceptor finds no real
+#   __cxa_throw at start-up and the first C++ exception (every ValueError raised by the
+#   bindings) kills the process silently. detect_leaks=0 because CPython and NumPy keep
+#   allocations alive at exit by design (every run would "leak").
 # - A tiny pytest plugin (build/asan/quanta_asan_plugin.py, written below) loads the
 #   sanitized .so as quanta.kernels._native before any test imports it; the regular build
 #   is never loaded in the same process (pybind11 would refuse the duplicate types).
@@ -53,10 +56,10 @@ sys.modules["quanta.kernels._native"] = _mod
 quanta.kernels._native = _mod
 EOF
 
-LIBASAN="$(g++ -print-file-name=libasan.so)"
+PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)"
 if [[ "$#" -eq 0 ]]; then set -- "$ROOT/tests/kernels"; fi
 cd "$ROOT"
-env LD_PRELOAD="$LIBASAN" \
+env LD_PRELOAD="$PRELOAD" \
   ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
   PYTHONPATH="$BUILD${PYTHONPATH:+:$PYTHONPATH}" \

@@ -27,8 +27,8 @@ levels on [0, T]) — ``pytorch-quantization``'s ``unsigned`` switch, decided fr
 
 Differences from ORT's ``EntropyCalibrater``: ORT histograms the signed values over a
 symmetric window and, with its defaults (``num_bins=128``, ``num_quantized_bins=128``),
-has exactly one candidate, so its "entropy" range is the symmetric min/max clipped to the
-extrema; it also keeps every sample in memory until the end. quanta follows TensorRT on
+has exactly one candidate unless later samples grew the histogram past the first one's
+range, so its "entropy" range is then the symmetric min/max clipped to the extrema; it also keeps every sample in memory until the end. quanta follows TensorRT on
 |x| on a grid of ``bins`` = 4096 signed bins (at least 1024 of them on |x|, as many as
 TensorRT's 2048-bin |x| histogram uses at worst), in constant memory.
 """
@@ -102,7 +102,9 @@ class EntropyObserver(HistogramObserver):
 
     kind = "entropy"
 
-    def __init__(self, *, num_quantized_bins: int | None = None, bins: int = DEFAULT_BINS, axis: int | None = None) -> None:
+    def __init__(
+        self, *, num_quantized_bins: int | None = None, bins: int = DEFAULT_BINS, axis: int | None = None
+    ) -> None:
         if num_quantized_bins is not None and not 2 <= num_quantized_bins <= bins:
             raise ValueError(
                 f"EntropyObserver: num_quantized_bins must be in [2, bins={bins}], got {num_quantized_bins}"

@@ -63,13 +63,19 @@ class MovingAverageMinMaxObserver(ObserverBase):
         self._first_min = np.zeros(channels)
         self._first_max = np.zeros(channels)
 
-    def _update(self, xc: np.ndarray, lo: np.ndarray, hi: np.ndarray, counted: np.ndarray, clean: bool) -> None:
+    def _update(
+        self, xc: np.ndarray, lo: np.ndarray, hi: np.ndarray, counted: np.ndarray, clean: bool
+    ) -> None:
         del xc, clean  # unused: the per-channel extrema are all eq. (9) needs
         step = (counted > 0) & np.isfinite(lo) & np.isfinite(hi)
         first = step & (self._steps == 0)
         c = self.momentum
-        self._avg_min = np.where(first, lo, np.where(step, self._avg_min + c * (lo - self._avg_min), self._avg_min))
-        self._avg_max = np.where(first, hi, np.where(step, self._avg_max + c * (hi - self._avg_max), self._avg_max))
+        self._avg_min = np.where(
+            first, lo, np.where(step, self._avg_min + c * (lo - self._avg_min), self._avg_min)
+        )
+        self._avg_max = np.where(
+            first, hi, np.where(step, self._avg_max + c * (hi - self._avg_max), self._avg_max)
+        )
         self._first_min = np.where(first, lo, self._first_min)
         self._first_max = np.where(first, hi, self._first_max)
         self._steps = self._steps + step

@@ -73,7 +73,11 @@ class QuantizationErrorModel:
         m = self.n.size
         # values above b: bins entirely at or above b, plus the bin that b cuts
         jb = np.searchsorted(self.l, b, side="left")
-        full_hi = (self.c2[m] - self.c2[jb]) - 2 * b * (self.c1[m] - self.c1[jb]) + b * b * (self.c0[m] - self.c0[jb])
+        full_hi = (
+            (self.c2[m] - self.c2[jb])
+            - 2 * b * (self.c1[m] - self.c1[jb])
+            + b * b * (self.c0[m] - self.c0[jb])
+        )
         count_hi = self.c0[m] - self.c0[jb]
         pl, pr, pn, pw = self._part(jb - 1)
         cut = (jb > 0) & (pr > b) & (pw > 0)

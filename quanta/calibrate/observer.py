@@ -216,7 +216,9 @@ class ObserverBase:
     def _init_state(self, channels: int) -> None:
         """Allocate the subclass state for ``channels`` channels."""
 
-    def _update(self, xc: np.ndarray, lo: np.ndarray, hi: np.ndarray, counted: np.ndarray, clean: bool) -> None:
+    def _update(
+        self, xc: np.ndarray, lo: np.ndarray, hi: np.ndarray, counted: np.ndarray, clean: bool
+    ) -> None:
         """Fold a batch (C, N) in; ``lo``/``hi``/``counted`` are its per-channel non-NaN
         extrema (float64) and count; ``clean``: every value is finite. Called before the
         base extrema are updated."""
@@ -338,7 +340,9 @@ class ObserverBase:
         if d.get("type") != cls.kind:
             raise ValueError(f"from_dict: expected an observer of type {cls.kind!r}, got {d.get('type')!r}")
         if d.get("version") != FORMAT_VERSION:
-            raise ValueError(f"from_dict: unsupported format version {d.get('version')!r} (expected {FORMAT_VERSION})")
+            raise ValueError(
+                f"from_dict: unsupported format version {d.get('version')!r} (expected {FORMAT_VERSION})"
+            )
         obs = cls(**d["config"])
         state = d["state"]
         obs._rank = state.get("rank")

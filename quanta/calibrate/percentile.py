@@ -55,7 +55,12 @@ class PercentileObserver(HistogramObserver):
     kind = "percentile"
 
     def __init__(
-        self, *, percentile: float = 99.999, symmetric: bool = False, bins: int = DEFAULT_BINS, axis: int | None = None
+        self,
+        *,
+        percentile: float = 99.999,
+        symmetric: bool = False,
+        bins: int = DEFAULT_BINS,
+        axis: int | None = None,
     ) -> None:
         if not 0.0 < percentile <= 100.0:
             raise ValueError(f"PercentileObserver: percentile must be in (0, 100], got {percentile}")

@@ -168,10 +168,16 @@ class PipelineResult:
     records: list[PassRecord]
     no_matches: list[NoMatchRecord]
 
-    def why_not(self, rule: str) -> list[NoMatchRecord]:
-        """Refusals of ``rule`` (class name or snake-case name, case-insensitive)."""
+    def why_not(self, rule: str, *, include_pattern: bool = False) -> list[NoMatchRecord]:
+        """Refusals of ``rule`` (class name or snake-case name, case-insensitive).
+        Nodes whose surroundings do not have the pattern's structure at all (kind
+        "pattern") are left out unless ``include_pattern``."""
         key = rule.replace("_", "").lower()
-        return [r for r in self.no_matches if r.rule.replace("_", "").lower() == key]
+        return [
+            r
+            for r in self.no_matches
+            if r.rule.replace("_", "").lower() == key and (include_pattern or r.kind != "pattern")
+        ]
 
     def fired(self, rule_or_pass: str) -> int:
         """How often a rule fired (summed over steps), or the total of a pass's counters."""

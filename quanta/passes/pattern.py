@@ -226,9 +226,14 @@ def parse_pattern(text: str) -> PCall:
 
 @dataclass
 class NoMatch:
-    """A refusal, with the reason shown by ``--why-not``. Falsy."""
+    """A refusal, with the reason shown by ``--why-not``. Falsy.
+
+    ``kind``: "check" (the rule's check or rewrite refused), "shared" (the engine:
+    an intermediate value is used outside the pattern or is a graph output), or
+    "pattern" (the structure around the root differs: not a candidate at all)."""
 
     reason: str
+    kind: str = "check"
 
     def __bool__(self) -> bool:
         return False
@@ -239,6 +244,7 @@ class NoMatchRecord:
     rule: str
     node: str  # the root node's label and output, e.g. "'bn' (BatchNormalization) -> %y"
     reason: str
+    kind: str = "check"
 
     def __str__(self) -> str:
         return f"{self.rule} at {self.node}: {self.reason}"
@@ -314,43 +320,43 @@ def _value_origin(v: Value, graph: Graph) -> str:
 
 def _match_call(pc: PCall, node: Node, m: Match, where: str) -> NoMatch | None:
     if not pc.accepts(node):
-        return NoMatch(f"{where} is produced by {node.op_type}, expected {pc.describe()}")
+        return NoMatch(f"{where} is produced by {node.op_type}, expected {pc.describe()}", "pattern")
     m.matched.append(node)
     n_inputs = len(node.inputs)
     if not pc.rest:
         extra = [k for k in range(len(pc.args), n_inputs) if node.inputs[k] is not None]
         if extra:
             return NoMatch(
-                f"{node.label} has input {extra[0]} set; the pattern expects at most {len(pc.args)} inputs"
+                f"{node.label} has input {extra[0]} set; the pattern expects at most {len(pc.args)} inputs", "pattern"
             )
     for k, arg in enumerate(pc.args):
         v = node.input(k)
         here = f"input {k} of {node.label}"
         if isinstance(arg, PLeaf):
             if v is None and not arg.optional:
-                return NoMatch(f"{here} is omitted")
+                return NoMatch(f"{here} is omitted", "pattern")
             if arg.name is not None:
                 if arg.name in m.values and m.values[arg.name] is not v:
-                    return NoMatch(f"'{arg.name}' appears twice in the pattern but {here} is a different value")
+                    return NoMatch(f"'{arg.name}' appears twice in the pattern but {here} is a different value", "pattern")
                 m.values[arg.name] = v
             continue
         if v is None:
-            return NoMatch(f"{here} is omitted, expected the output of {arg.describe()}")
+            return NoMatch(f"{here} is omitted, expected the output of {arg.describe()}", "pattern")
         producer = v.producer
         if producer is None:
-            return NoMatch(f"{here} '{v.name}' is {_value_origin(v, m.graph)}, expected the output of {arg.describe()}")
+            return NoMatch(f"{here} '{v.name}' is {_value_origin(v, m.graph)}, expected the output of {arg.describe()}", "pattern")
         if producer.outputs[0] is not v:
             idx = next(i for i, o in enumerate(producer.outputs) if o is v)
-            return NoMatch(f"{here} '{v.name}' is output {idx} of {producer.label}, expected output 0")
+            return NoMatch(f"{here} '{v.name}' is output {idx} of {producer.label}, expected output 0", "pattern")
         if any(producer is n for n in m.matched):
-            return NoMatch(f"{here}: {producer.label} appears twice in the match")
+            return NoMatch(f"{here}: {producer.label} appears twice in the match", "pattern")
         res = _match_call(arg, producer, m, f"{here} '{v.name}'")
         if res is not None:
             return res
         if arg.outputs:
             name = arg.outputs[0]
             if name in m.values and m.values[name] is not v:
-                return NoMatch(f"'{name}' appears twice in the pattern but binds different values")
+                return NoMatch(f"'{name}' appears twice in the pattern but binds different values", "pattern")
             m.values[name] = v
             m.nodes[name] = producer
     return None
@@ -403,7 +409,7 @@ class Rule:
         if res is not None:
             return res
         if len(pc.outputs) > len(node.outputs):
-            return NoMatch(f"{node.label} has {len(node.outputs)} outputs, the pattern names {len(pc.outputs)}")
+            return NoMatch(f"{node.label} has {len(node.outputs)} outputs, the pattern names {len(pc.outputs)}", "pattern")
         for name, v in zip(pc.outputs, node.outputs):
             m.values[name] = v
             m.nodes[name] = node
@@ -415,9 +421,9 @@ class Rule:
             users = m.outside_users(name)
             if users:
                 listed = ", ".join(u.label for u in users[:3])
-                return NoMatch(f"'{v.name}' (output of {producer.label}) is also used by {listed} outside the pattern")
+                return NoMatch(f"'{v.name}' (output of {producer.label}) is also used by {listed} outside the pattern", "shared")
             if any(o is v for o in graph.outputs):
-                return NoMatch(f"'{v.name}' (output of {producer.label}) is a graph output")
+                return NoMatch(f"'{v.name}' (output of {producer.label}) is a graph output", "shared")
         # unnamed intermediates are checked the same way
         for node_ in m.matched[1:]:
             v = node_.outputs[0]
@@ -426,7 +432,7 @@ class Rule:
             users = [n for n in v.consumers() if all(n is not k for k in m.matched)]
             if users or any(o is v for o in graph.outputs):
                 what = f"also used by {users[0].label} outside the pattern" if users else "a graph output"
-                return NoMatch(f"'{v.name}' (output of {node_.label}) is {what}")
+                return NoMatch(f"'{v.name}' (output of {node_.label}) is {what}", "shared")
         return m
 
     def check(self, m: Match) -> Match | NoMatch:
@@ -601,15 +607,18 @@ class NoMatchLog:
     def __init__(self) -> None:
         self._records: dict[tuple[str, int], NoMatchRecord] = {}
 
-    def add(self, rule: str, node: Node, reason: str) -> None:
+    def add(self, rule: str, node: Node, reason: str, kind: str = "check") -> None:
         out = f" -> %{node.outputs[0].name}" if node.outputs else ""
-        self._records[(rule, id(node))] = NoMatchRecord(rule, f"{node.label}{out}", reason)
+        self._records[(rule, id(node))] = NoMatchRecord(rule, f"{node.label}{out}", reason, kind)
 
     def discard(self, rule: str, node: Node) -> None:
         self._records.pop((rule, id(node)), None)
 
-    def records(self, rule: str | None = None) -> list[NoMatchRecord]:
-        recs = list(self._records.values())
+    def records(self, rule: str | None = None, *, include_pattern: bool = True) -> list[NoMatchRecord]:
+        """Refusals (of ``rule``: class or snake-case name, case-insensitive);
+        ``include_pattern=False`` leaves out nodes whose surroundings differ from the
+        pattern (kind "pattern"), keeping the refusals of candidates."""
+        recs = [r for r in self._records.values() if include_pattern or r.kind != "pattern"]
         if rule is None:
             return recs
         key = rule.replace("_", "").lower()
@@ -664,13 +673,13 @@ class RuleSet:
     def _try(rule: Rule, graph: Graph, node: Node, names: _Names, log: NoMatchLog) -> list[Node] | None:
         m = rule.match(graph, node)
         if not m:
-            log.add(rule.name, node, m.reason)  # type: ignore[union-attr]
+            log.add(rule.name, node, m.reason, m.kind)  # type: ignore[union-attr]
             return None
         verdict = rule.check(m)  # type: ignore[arg-type]
         if not isinstance(verdict, Match):
             if not isinstance(verdict, NoMatch):
                 raise RuleError(f"rule {rule.name}: check must return a Match or NoMatch(reason), got {verdict!r}")
-            log.add(rule.name, node, verdict.reason)
+            log.add(rule.name, node, verdict.reason, verdict.kind)
             return None
         b = Builder(graph, m, names, rule.name)  # type: ignore[arg-type]
         try:
@@ -707,8 +716,8 @@ class RewritePass(Pass):
     def no_matches(self) -> list[NoMatchRecord]:
         return self.log.records()
 
-    def why_not(self, rule: str) -> list[NoMatchRecord]:
-        return self.log.records(rule)
+    def why_not(self, rule: str, *, include_pattern: bool = False) -> list[NoMatchRecord]:
+        return self.log.records(rule, include_pattern=include_pattern)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}([{', '.join(r.name for r in self.ruleset.rules)}])"

@@ -2,9 +2,10 @@
 
 QDQ insertion, dynamic quantization and every other consumer ask this module (the MSE
 observer in calibrate/ only *models* a grid of ``qmax - qmin`` steps to choose a range;
-it does not produce parameters). The formulas are DESIGN.md's contract and follow ONNX Runtime's quantization tool
-(``onnxruntime.quantization.quant_utils.compute_scale_zp``) bit for bit, so the same
-calibrated range gives the same scale and zero point in both tools (tested).
+it does not produce parameters). The formulas are DESIGN.md's contract and follow ONNX
+Runtime's quantization tool (``onnxruntime.quantization.quant_utils.compute_scale_zp``)
+bit for bit, so the same calibrated range gives the same scale and zero point in both
+tools (tested).
 
 Quantized range [qmin, qmax] of the storage type (:func:`quant_range`)::
 
@@ -15,7 +16,7 @@ Quantized range [qmin, qmax] of the storage type (:func:`quant_range`)::
                     pair sums cannot saturate)          i16 [-16384, 16384], u16 [0, 32767]
                                                         i4 [-4, 3], u4 [0, 7]
 
-Parameters (docs/calibration.md eqs. (1)-(4)); rmin, rmax are first rounded to the
+Parameters (docs/calibration.md eqs. (1)-(5)); rmin, rmax are first rounded to the
 expressed type (float32), the arithmetic is float64 as in ORT, the scale is then stored
 in the expressed type::
 
@@ -25,6 +26,7 @@ in the expressed type::
     (4)  asymmetric: zero_point = clamp(round_half_even(qmin - rmin' / scale), qmin, qmax)
          symmetric:  zero_point = round_half_even((qmin + qmax) / 2)   0 for signed, 128 for u8
     (5)  scale < smallest normal of the expressed type (zero range):  scale = 1, zero_point = 0
+         (float16: smallest subnormal, as ORT: x is divided by the scale in float32)
 
 In (4) ``rmin'/scale`` uses the float64 scale of (3), before it is rounded to float32:
 that is what ORT does. Signed symmetric gives ``scale = absmax / qmax`` (``absmax/127``
@@ -72,6 +74,7 @@ _REDUCED_RANGE: dict[str, tuple[int, int]] = {
     "i4": (-4, 3),
 }
 
+
 def quant_range(storage: IntType, *, symmetric: bool, reduce_range: bool = False) -> tuple[int, int]:
     """The integer range [qmin, qmax] a quantizer targets (table in the module docstring).
 
@@ -87,15 +90,13 @@ def quant_range(storage: IntType, *, symmetric: bool, reduce_range: bool = False
         raise TypeError(f"quant_range: expected an integer storage type (i8, u8, ...), got {storage}")
     if reduce_range:
         if str(storage) not in _REDUCED_RANGE:
-            raise ValueError(f"quant_range: reduce_range is defined for {sorted(_REDUCED_RANGE)}, got {storage}")
+            raise ValueError(
+                f"quant_range: reduce_range is defined for {sorted(_REDUCED_RANGE)}, got {storage}"
+            )
         return _REDUCED_RANGE[str(storage)]
     if symmetric and storage.signed:
         return -storage.qmax, storage.qmax
     return storage.qmin, storage.qmax
-
-
-def _finfo(dtype: np.dtype) -> ml_dtypes.finfo | np.finfo:
-    return ml_dtypes.finfo(dtype)
 
 
 def compute_scale_zero_point(
@@ -120,6 +121,14 @@ def compute_scale_zero_point(
         [-1, 3] -> i8 symmetric: scale = 3/127, zero_point = 0
         [2, 2]  -> range widened to [0, 2]: scale = 2/255, zero_point = 0
         [0, 0]  -> scale = 1, zero_point = 0
+
+    >>> from quanta.ir.types import I8, U8
+    >>> s, z = compute_scale_zero_point([-1.0, 2.0, 0.0], [3.0, 2.0, 0.0], U8, symmetric=False)
+    >>> s.tolist() == [np.float32(4 / 255), np.float32(2 / 255), 1.0], z.tolist()
+    (True, [64, 0, 0])
+    >>> s, z = compute_scale_zero_point(-1.0, 3.0, I8, symmetric=True)
+    >>> s == np.float32(3 / 127), int(z)
+    (np.True_, 0)
     """
     qmin, qmax = quant_range(storage, symmetric=symmetric, reduce_range=reduce_range)
     dtype = expressed.numpy
@@ -140,7 +149,7 @@ def compute_scale_zero_point(
         hi64 = np.maximum(np.abs(lo64), np.abs(hi64))
         lo64 = -hi64
     scale64 = (hi64 - lo64) / float(qmax - qmin)  # (3)
-    fi = _finfo(dtype)
+    fi = ml_dtypes.finfo(dtype)
     # ORT: float16 may keep a subnormal scale (x is divided in float32); others need a normal one.
     min_scale = float(fi.smallest_subnormal) if dtype == np.float16 else float(fi.tiny)
     stored = scale64.astype(dtype)
@@ -212,7 +221,7 @@ def bias_params(x: QuantType, w: QuantType) -> QuantType:
         raise ValueError(f"bias_params: the input must be per-tensor, got axis={x.axis}")
     dtype = x.expressed.numpy
     sb = np.asarray(x.scale[0], dtype) * w.scale_array().astype(dtype).reshape(-1)
-    tiny = float(_finfo(dtype).tiny)
+    tiny = float(ml_dtypes.finfo(dtype).tiny)
     if (sb.astype(np.float64) < tiny).any() or not np.isfinite(sb).all():
         bad = float(sb.astype(np.float64).min())
         raise ValueError(
@@ -268,7 +277,7 @@ def adjust_weight_scale_for_bias(x: QuantType, w: QuantType, b: np.ndarray) -> Q
             )
         need = _BIAS_EPSILON * 2.0 * np.abs(bias) / _INT32_RANGE
     sx = float(np.asarray(x.scale[0], dtype=np.float32))
-    tiny = float(_finfo(x.expressed.numpy).tiny)
+    tiny = float(ml_dtypes.finfo(x.expressed.numpy).tiny)
     cand = sx * sw
     ort_rule = (cand < need) & (cand > 0.0)
     ratio = np.where(ort_rule, need / np.where(cand > 0.0, cand, 1.0), 1.0)
@@ -295,4 +304,3 @@ def quantize_bias(b: np.ndarray, bias_type: QuantType) -> np.ndarray:
     q = np.round(np.asarray(b, dtype=np.float64) / scale)
     info = np.iinfo(np.int32)
     return np.clip(q, info.min, info.max).astype(np.int32)
-

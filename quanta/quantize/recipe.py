@@ -121,7 +121,7 @@ class Recipe:
     quantize_outputs: bool = False  # Q/DQ on the graph outputs too
     calibration_samples: int | None = None  # at most this many samples (None: all)
     percentile: float = 99.999
-    num_bins: int = 2048
+    num_bins: int | None = None  # histogram bins (None: the observer's default, 4096)
     momentum: float = 0.01  # moving-average MinMax (ORT averaging_constant)
     progress: bool = True
 

@@ -126,11 +126,19 @@ def load_for_quantization(model_input: str | os.PathLike | bytes | onnx.ModelPro
 
 
 def make_observer_factory(recipe: Recipe):
-    """tensor name -> a fresh observer for the recipe's calibration method."""
+    """tensor name -> a fresh observer for the recipe's calibration method.
+
+    Histogram observers use ``recipe.num_bins`` when set, else their own default; the
+    MSE observer models the grid of the recipe's activation storage (qmin, qmax,
+    symmetry), which only quantize/ knows (calibrate/ cannot import it)."""
+    from quanta.quantize.params import quant_range
+
     method = recipe.method
+    bins = {} if recipe.num_bins is None else {"bins": recipe.num_bins}
 
     def make(name: str) -> ObserverBase:
-        del name  # every activation is observed per tensor with the same method
+        ov = recipe.overrides.get(name)
+        symmetric = ov.symmetric if ov is not None and ov.symmetric is not None else recipe.symmetric_activations
         if method is CalibrationMethod.MINMAX:
             from quanta.calibrate.minmax import MinMaxObserver
 
@@ -142,15 +150,21 @@ def make_observer_factory(recipe: Recipe):
         if method is CalibrationMethod.ENTROPY:
             from quanta.calibrate.entropy import EntropyObserver
 
-            return EntropyObserver(bins=recipe.num_bins)
+            return EntropyObserver(**bins)
         if method is CalibrationMethod.PERCENTILE:
             from quanta.calibrate.percentile import PercentileObserver
 
-            return PercentileObserver(percentile=recipe.percentile, bins=recipe.num_bins)
+            return PercentileObserver(percentile=recipe.percentile, **bins)
         if method is CalibrationMethod.MSE:
             from quanta.calibrate.mse import MSEObserver
 
-            return MSEObserver(bins=recipe.num_bins)
+            storage = recipe.activation_storage
+            if ov is not None and ov.dtype:
+                from quanta.quantize.recipe import storage_from_name
+
+                storage = storage_from_name(ov.dtype, name)
+            qmin, qmax = quant_range(storage, symmetric=symmetric, reduce_range=recipe.reduce_range)
+            return MSEObserver(qmin=qmin, qmax=qmax, symmetric=symmetric, **bins)
         raise AssertionError(method)
 
     return make

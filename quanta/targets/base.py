@@ -1,24 +1,71 @@
-"""What every back end offers: prepare a model once, then run it on feeds.
+"""What every back end offers: a kernel for each node, and a plain interpreter.
 
-A target decides per node whether it can run it (``unsupported`` returns a reason or
-None) and binds kernels to nodes in ``prepare``. The reference target is the living
-definition of the numerics; other targets are tested bit-exact against it.
+A target decides per node whether it can run it (:meth:`Target.unsupported` returns a
+reason or None) and which implementation runs it (:meth:`Target.select_kernel`
+returns a :class:`Kernel`). :func:`quanta.runtime.compile` turns those choices into a
+Plan (slots, memory plan, profiling); :meth:`Target.prepare` is the plain interpreter
+over the same choices (no plan, used by calibration). The reference target is the
+living definition of the numerics; other targets are tested bit-exact against it.
+
+Kernel calling convention (extends the reference contract of
+``quanta/kernels/reference/registry.py``)::
+
+    fn(ctx, *inputs, **attributes, **kernel.params[, out=array]) -> array | tuple
+
+- ``ctx`` is a :class:`KernelContext`: the reference ``OpContext`` plus
+  ``num_threads`` (the session's intra-op thread count; native kernels pass it on);
+- ``kernel.params`` are compile-time constants of this node (prepacked weights, column
+  sums, requantization multipliers), passed as keyword arguments;
+- when ``kernel.out`` is True the kernel also accepts ``out=`` (None, or a preallocated
+  C-contiguous array of the output's shape and dtype, a view into the runtime's arena);
+  it writes its single output there and returns it. A kernel never keeps ``out``.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from quanta.ir.graph import Model, Node
+from quanta.kernels.reference.registry import OpContext
 
-__all__ = ["Executable", "Target", "TargetError"]
+__all__ = ["Executable", "Kernel", "KernelContext", "Target", "TargetError"]
 
 
 class TargetError(ValueError):
     """A node a target cannot run, or a failure while running one; names the node."""
+
+
+@dataclass
+class KernelContext(OpContext):
+    """The reference ``OpContext`` plus what the runtime hands a kernel.
+
+    ``num_threads``: intra-op threads this kernel may use (>= 1; results must not
+    depend on it, DESIGN.md "Threads")."""
+
+    num_threads: int = 1
+
+
+@dataclass
+class Kernel:
+    """The implementation a target chose for one node.
+
+    ``impl`` is "native" or "reference"; ``name`` what plans and profiles print
+    (``native:quantize_linear_u8``, ``reference:Conv``); ``fallback`` is the reason a
+    native target ran the node on its reference twin ("" when it did not fall back);
+    ``params`` compile-time keyword arguments; ``out``: the kernel accepts ``out=``
+    (module docstring)."""
+
+    fn: Callable[..., Any]
+    impl: str
+    name: str
+    fallback: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    out: bool = False
 
 
 class Executable(ABC):
@@ -39,7 +86,8 @@ class Executable(ABC):
 
         ``on_value(name, array)`` is called for every value a node produces, as soon as
         it is produced (calibration observes activations this way without keeping
-        them alive)."""
+        them alive). The array may be reused after the callback returns: copy it to
+        keep it."""
 
 
 class Target(ABC):
@@ -50,5 +98,43 @@ class Target(ABC):
         """Why this target cannot run ``node``, or None when it can."""
 
     @abstractmethod
+    def select_kernel(self, model: Model, node: Node) -> Kernel:
+        """The kernel that runs ``node`` (only called when ``unsupported`` is None)."""
+
     def prepare(self, model: Model) -> Executable:
-        """Bind every node to an implementation; raise TargetError for unsupported ones."""
+        """The plain interpreter over this target's kernels (no memory plan, no
+        profiling); raise TargetError for unsupported nodes. Sessions use
+        :func:`quanta.runtime.compile` instead."""
+        from quanta.targets.reference import ReferenceExecutable, bind_steps, constants_of
+
+        steps = bind_steps(self, model)
+        exe = ReferenceExecutable(model, steps, constants_of(model))
+        exe.fallbacks = [(s.node.name, s.node.op_type, s.kernel.fallback) for s in steps if s.kernel.fallback]
+        return exe
+
+
+def check_supported(target: Target, model: Model) -> None:
+    """Raise TargetError naming the first node ``target`` cannot run (and how many more)."""
+    problems = []
+    for node in model.graph.nodes:
+        reason = target.unsupported(model, node)
+        if reason is not None:
+            problems.append(f"node {node.label}: {reason}")
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise TargetError(problems[0] + more)
+
+
+def kernel_context(model: Model, node: Node, *, num_threads: int = 1) -> KernelContext:
+    """The context a kernel of ``node`` receives."""
+    from quanta.ir.onnx_io import node_from_proto_for_reference
+
+    return KernelContext(
+        opset=model.opset_imports.get(node.domain, model.opset_imports.get("ai.onnx", 1)),
+        n_outputs=len(node.outputs),
+        node_name=node.name,
+        op_type=node.op_type,
+        domain=node.domain,
+        onnx_node=node_from_proto_for_reference(node),
+        num_threads=num_threads,
+    )

@@ -8,7 +8,6 @@ with the reference target (tests/targets/test_native.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,8 @@ import numpy as np
 from quanta.ir.graph import Model, Node
 from quanta.kernels import native_available
 from quanta.kernels.reference.registry import OpContext, OpError
-from quanta.targets.reference import ReferenceExecutable, ReferenceTarget, bind_reference_steps, constants_of
+from quanta.targets.base import Kernel
+from quanta.targets.reference import ReferenceTarget, reference_kernel
 
 __all__ = ["NativeTarget"]
 
@@ -26,8 +26,12 @@ def _quantize_linear_native(ctx: OpContext, x, y_scale, y_zero_point=None, *, ax
     from quanta.kernels import _native
 
     del ctx  # unused: the binder only selects this kernel for supported opsets/attrs
-    del attrs  # saturate/output_dtype only matter for float8 storage, excluded by the binder
-    zp = np.zeros((), np.uint8) if y_zero_point is None else y_zero_point
+    # saturate only matters for float8 storage, excluded by the binder; without a zero
+    # point, output_dtype (2 uint8, 3 int8; default uint8) gives the storage.
+    if y_zero_point is None:
+        zp = np.zeros((), np.int8 if attrs.get("output_dtype") == 3 else np.uint8)
+    else:
+        zp = y_zero_point
     scale = np.ascontiguousarray(np.asarray(y_scale, np.float32).reshape(-1))
     zero_point = np.ascontiguousarray(np.asarray(zp).astype(np.int32).reshape(-1))
     x = np.ascontiguousarray(x)
@@ -38,8 +42,8 @@ def _quantize_linear_native(ctx: OpContext, x, y_scale, y_zero_point=None, *, ax
         raise OpError(str(e)) from None
 
 
-def _native_kernel_for(node: Node) -> tuple[Callable[..., Any] | None, str]:
-    """The native implementation for ``node`` and why not when there is none."""
+def _native_kernel_for(node: Node) -> tuple[Kernel | None, str]:
+    """The native kernel for ``node``, or None and why there is none."""
     if not native_available():
         return None, "the native extension is not built"
     if node.domain == "" and node.op_type == "QuantizeLinear":
@@ -56,21 +60,20 @@ def _native_kernel_for(node: Node) -> tuple[Callable[..., Any] | None, str]:
             return None, "native QuantizeLinear covers uint8/int8 storage only"
         if zp is not None and (zp.type is None or str(zp.type.elem) not in ("u8", "i8")):
             return None, "native QuantizeLinear covers uint8/int8 storage only"
-        return _quantize_linear_native, ""
+        signed = (zp is not None and str(zp.type.elem) == "i8") or out_dtype == 3
+        return Kernel(_quantize_linear_native, "native", f"native:quantize_linear_{'s8' if signed else 'u8'}"), ""
     return None, "no native kernel for this operator yet"
 
 
 class NativeTarget(ReferenceTarget):
+    """Native kernels where one exists; the reference twin (recorded as a fallback,
+    with the reason) otherwise."""
+
     name = "native"
 
-    def prepare(self, model: Model) -> ReferenceExecutable:
-        steps = bind_reference_steps(self, model)
-        exe = ReferenceExecutable(model, steps, constants_of(model))
-        for step in steps:
-            fn, reason = _native_kernel_for(step.node)
-            if fn is not None:
-                step.fn = fn
-                step.impl = "native"
-            else:
-                exe.fallbacks.append((step.node.name, step.node.op_type, reason))
-        return exe
+    def select_kernel(self, model: Model, node: Node) -> Kernel:
+        del model  # unused: the choice depends on the node's types only
+        kernel, reason = _native_kernel_for(node)
+        if kernel is not None:
+            return kernel
+        return reference_kernel(node, fallback=reason)

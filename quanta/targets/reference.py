@@ -1,8 +1,12 @@
-"""The reference ("golden") target: a plain interpreter over the IR.
+"""The reference ("golden") target, and the plain interpreter every target can use.
 
 Every node runs its NumPy twin from :mod:`quanta.kernels.reference` (the normative
-definition of quanta's numerics). Values are freed after their last use, so peak
-memory follows the graph's liveness rather than its size.
+definition of quanta's numerics). :class:`ReferenceExecutable` is the plain
+interpreter over a list of :class:`Step`: a dict of values, freed after their last
+use, so peak memory follows the graph's liveness rather than its size. Sessions run
+through :func:`quanta.runtime.compile` and its executor instead (slots, memory plan,
+profiling); this interpreter stays as the simplest statement of what running a graph
+means, and serves calibration.
 
 Control flow (If, Loop, Scan) and ops without a registered twin are reported at
 prepare time, naming the node.
@@ -12,29 +16,41 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from quanta.ir.graph import Model, Node
-from quanta.ir.onnx_io import node_from_proto_for_reference
-from quanta.kernels.reference.registry import OpContext, OpError, get_op
-from quanta.targets.base import Executable, Target, TargetError
+from quanta.kernels.reference.registry import OpError, get_op
+from quanta.targets.base import (
+    Executable,
+    Kernel,
+    KernelContext,
+    Target,
+    TargetError,
+    check_supported,
+    kernel_context,
+)
 
-__all__ = ["ReferenceExecutable", "ReferenceTarget", "Step"]
+__all__ = ["ReferenceExecutable", "ReferenceTarget", "Step", "bind_steps", "reference_kernel"]
+
+#: Exceptions a kernel raises for bad inputs; reported as TargetError naming the node.
+KERNEL_ERRORS = (OpError, ValueError, TypeError, IndexError, KeyError)
 
 
 @dataclass
 class Step:
-    """One node bound to an implementation."""
+    """One node bound to a kernel, with value names (the interpreter's form)."""
 
     node: Node
-    fn: Callable[..., Any]
-    ctx: OpContext
+    kernel: Kernel
+    ctx: KernelContext
     inputs: list[str | None]
     outputs: list[str]
     free_after: list[str]
-    impl: str = "reference"
+
+    @property
+    def impl(self) -> str:
+        return self.kernel.impl
 
 
 class ReferenceExecutable(Executable):
@@ -57,10 +73,9 @@ class ReferenceExecutable(Executable):
         for step in self.steps:
             args = [None if n is None else env[n] for n in step.inputs]
             try:
-                result = step.fn(step.ctx, *args, **step.node.attrs)
-            except (OpError, ValueError, TypeError, IndexError, KeyError) as e:
-                shapes = ", ".join("None" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
-                raise TargetError(f"node {step.node.label}: {e} (inputs: {shapes})") from e
+                result = step.kernel.fn(step.ctx, *args, **step.node.attrs, **step.kernel.params)
+            except KERNEL_ERRORS as e:
+                raise TargetError(f"node {step.node.label}: {e} (inputs: {describe_args(args)})") from e
             if not isinstance(result, (tuple, list)):
                 result = (result,)
             for name, arr in zip(step.outputs, result):
@@ -77,6 +92,19 @@ class ReferenceExecutable(Executable):
         return [env[n] for n in output_names]
 
 
+def describe_args(args: Sequence[np.ndarray | None]) -> str:
+    """``float32[1, 3], None`` — how errors show a kernel's inputs."""
+    return ", ".join("None" if a is None else f"{a.dtype}{list(a.shape)}" for a in args)
+
+
+def reference_kernel(node: Node, *, fallback: str = "") -> Kernel:
+    """The NumPy twin of ``node`` as a Kernel (``fallback``: why a native target used it)."""
+    fn = get_op(node.op_type, node.domain)
+    if fn is None:
+        raise TargetError(f"node {node.label}: operator {node.domain or 'ai.onnx'}::{node.op_type} has no reference implementation")
+    return Kernel(fn, "reference", f"reference:{node.op_type}", fallback=fallback)
+
+
 class ReferenceTarget(Target):
     name = "reference"
 
@@ -88,25 +116,19 @@ class ReferenceTarget(Target):
             return f"model imports no opset for domain '{node.domain or 'ai.onnx'}'"
         return None
 
-    def prepare(self, model: Model) -> ReferenceExecutable:
-        return ReferenceExecutable(model, bind_reference_steps(self, model), constants_of(model))
+    def select_kernel(self, model: Model, node: Node) -> Kernel:
+        del model  # unused: every node runs its twin
+        return reference_kernel(node)
 
 
 def constants_of(model: Model) -> dict[str, np.ndarray]:
     return {name: v.const for name, v in model.graph.initializers.items()}
 
 
-def bind_reference_steps(target: Target, model: Model) -> list[Step]:
-    """One reference Step per node, with last-use freeing computed from the graph."""
+def bind_steps(target: Target, model: Model) -> list[Step]:
+    """One Step per node with ``target``'s kernel, and last-use freeing from the graph."""
     graph = model.graph
-    problems = []
-    for node in graph.nodes:
-        reason = target.unsupported(model, node)
-        if reason is not None:
-            problems.append(f"node {node.label}: {reason}")
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise TargetError(problems[0] + more)
+    check_supported(target, model)
     last_use: dict[str, int] = {}
     for k, node in enumerate(graph.nodes):
         for v in node.inputs:
@@ -117,18 +139,14 @@ def bind_reference_steps(target: Target, model: Model) -> list[Step]:
         frees.setdefault(k, []).append(name)
     steps = []
     for k, node in enumerate(graph.nodes):
-        fn = get_op(node.op_type, node.domain)
-        assert fn is not None
-        ctx = OpContext(
-            opset=model.opset_imports.get(node.domain, model.opset_imports.get("ai.onnx", 1)),
-            n_outputs=len(node.outputs),
-            node_name=node.name,
-            op_type=node.op_type,
-            domain=node.domain,
-            onnx_node=node_from_proto_for_reference(node),
-        )
-        outputs = [v.name for v in node.outputs]
         steps.append(
-            Step(node, fn, ctx, [None if v is None else v.name for v in node.inputs], outputs, sorted(frees.get(k, [])))
+            Step(
+                node,
+                target.select_kernel(model, node),
+                kernel_context(model, node),
+                [None if v is None else v.name for v in node.inputs],
+                [v.name for v in node.outputs],
+                sorted(frees.get(k, [])),
+            )
         )
     return steps

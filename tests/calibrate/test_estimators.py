@@ -162,7 +162,12 @@ def test_percentile_agrees_with_onnxruntime_histogram_collector(symmetric):
     # (max - min) / 2048 wide for B = 4096): they differ by at most one bin of each.
     x = gaussian_with_outliers(50_000, seed=3)
     ort = HistogramCollector(
-        method="percentile", symmetric=symmetric, num_bins=2048, num_quantized_bins=128, percentile=99.9, scenario="same"
+        method="percentile",
+        symmetric=symmetric,
+        num_bins=2048,
+        num_quantized_bins=128,
+        percentile=99.9,
+        scenario="same",
     )
     ort.collect({"x": [x]})
     lo_ort, hi_ort = (float(v) for v in ort.compute_collection_result()["x"][:2])
@@ -246,7 +251,9 @@ def test_mse_beats_minmax_and_nearby_ranges_on_laplace(qmin, qmax, symmetric):
     err = fake_quant_mse(x, cal, storage, symmetric)
     assert err < fake_quant_mse(x, obs.extrema(), storage, symmetric)
     for f in (0.9, 1.1):
-        other = CalibratedType(cal.expressed, max(cal.min * f, float(x.min())), min(cal.max * f, float(x.max())))
+        other = CalibratedType(
+            cal.expressed, max(cal.min * f, float(x.min())), min(cal.max * f, float(x.max()))
+        )
         assert err <= fake_quant_mse(x, other, storage, symmetric) * 1.01  # 1 %: sampling noise of 1e5 values
 
 
@@ -273,7 +280,10 @@ def test_per_channel_estimate_equals_per_tensor_on_that_channel(make):
     # Per-axis vs per-tensor twin consistency: channel c of a per-channel observer is
     # exactly a per-tensor observer fed only channel c (scales 1, 10 and 0.1).
     rng = np.random.default_rng(8)
-    xs = [(rng.standard_normal((2, 3, n)) * np.array([1.0, 10.0, 0.1])[None, :, None]).astype(np.float32) for n in (400, 97)]
+    xs = [
+        (rng.standard_normal((2, 3, n)) * np.array([1.0, 10.0, 0.1])[None, :, None]).astype(np.float32)
+        for n in (400, 97)
+    ]
     per_channel = make(1)
     for x in xs:
         per_channel.observe(x)

@@ -320,7 +320,9 @@ def test_minus_inf_mask_is_reported_not_estimated(obs):
 
 
 @pytest.mark.parametrize("fill", [-1e38, np.finfo(np.float32).min, -1e9])
-@pytest.mark.parametrize("obs_cls", [MinMaxObserver, HistogramObserver, MSEObserver], ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "obs_cls", [MinMaxObserver, HistogramObserver, MSEObserver], ids=lambda c: c.__name__
+)
 def test_huge_negative_mask_is_reported(fill, obs_cls):
     obs = obs_cls()
     x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
@@ -353,7 +355,9 @@ def test_one_dead_channel_is_not_degenerate():
 def test_is_degenerate_reasons():
     assert is_degenerate(CalibratedType(F32, -1.0, 1.0)) is None
     assert is_degenerate(CalibratedType(F32, -1e8, 1.0)) is None  # big, but below the 1e9 threshold
-    assert is_degenerate(CalibratedType(F32, -1e8, 1.0), extreme=1e6).startswith("range [-1e+08, 1] reaches 1e+08")
+    assert is_degenerate(CalibratedType(F32, -1e8, 1.0), extreme=1e6).startswith(
+        "range [-1e+08, 1] reaches 1e+08"
+    )
     assert is_degenerate(CalibratedType(F32, float("nan"), 1.0)) == "range has a NaN bound"
     assert is_degenerate(CalibratedType(F32, 1.0, np.inf)) == (
         "range [1, inf] is not finite (-inf/+inf in the data, e.g. an attention mask): keep float"
@@ -382,7 +386,8 @@ def test_rank_change_message_per_channel():
     obs = MinMaxObserver(axis=0)
     obs.observe(np.zeros((3, 2), np.float32))
     with pytest.raises(
-        ValueError, match=r"^observer: per-channel samples must keep their rank: got rank 3, earlier samples had rank 2$"
+        ValueError,
+        match=r"^observer: per-channel samples must keep their rank: got rank 3, earlier samples had rank 2$",
     ):
         obs.observe(np.zeros((3, 2, 2), np.float32))
 

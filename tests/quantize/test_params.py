@@ -52,7 +52,9 @@ def test_params_golden_symmetric_u8_midpoint():
 
 def test_params_range_widened_to_include_zero():
     # [2, 5] -> [0, 5]: zero point 0 in u8; [-5, -2] -> [-5, 0]: zero point 255
-    assert params_from_range(cal(2.0, 5.0), U8, symmetric=False) == QuantType(U8, F32, (np.float32(5 / 255),), (0,))
+    assert params_from_range(cal(2.0, 5.0), U8, symmetric=False) == QuantType(
+        U8, F32, (np.float32(5 / 255),), (0,)
+    )
     assert params_from_range(cal(-5.0, -2.0), U8, symmetric=False) == QuantType(
         U8, F32, (np.float32(5 / 255),), (255,)
     )
@@ -128,7 +130,9 @@ def test_quant_range_table():
 
 
 def test_quant_range_rejects_non_integer_storage():
-    with pytest.raises(TypeError, match=r"quant_range: expected an integer storage type \(i8, u8, \.\.\.\), got f32"):
+    with pytest.raises(
+        TypeError, match=r"quant_range: expected an integer storage type \(i8, u8, \.\.\.\), got f32"
+    ):
         quant_range(F32, symmetric=False)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"reduce_range is defined for .*, got i32"):
         quant_range(I32, symmetric=False, reduce_range=True)
@@ -208,9 +212,13 @@ def test_params_per_channel_collapsed_to_per_tensor():
 
 def test_params_axis_mismatch_message():
     c = CalibratedType(F32, (-1.0, -0.5), (2.0, 3.0), axis=1)
-    with pytest.raises(ValueError, match=r"^params_from_range: axis 0 requested but the range is per-channel along axis 1$"):
+    with pytest.raises(
+        ValueError, match=r"^params_from_range: axis 0 requested but the range is per-channel along axis 1$"
+    ):
         params_from_range(c, I8, symmetric=True, axis=0)
-    with pytest.raises(ValueError, match=r"^params_from_range: axis 0 requested but the range is per-tensor$"):
+    with pytest.raises(
+        ValueError, match=r"^params_from_range: axis 0 requested but the range is per-tensor$"
+    ):
         params_from_range(cal(-1.0, 1.0), I8, symmetric=True, axis=0)
 
 
@@ -283,7 +291,9 @@ def test_bias_scale_underflow_is_refused_then_fixed_by_adjustment():
     # sx·sw = 1e-30·1e-20 = 1e-50 is 0 in float32: a Q type with scale 0 cannot exist.
     x = QuantType(U8, F32, (1e-30,), (0,))
     w = QuantType(I8, F32, (1e-20,), (0,))
-    with pytest.raises(ValueError, match=r"^bias_params: bias scale sx\*sw = 0 is below the smallest normal f32"):
+    with pytest.raises(
+        ValueError, match=r"^bias_params: bias scale sx\*sw = 0 is below the smallest normal f32"
+    ):
         bias_params(x, w)
     w2 = adjust_weight_scale_for_bias(x, w, np.zeros(1, np.float32))
     sb = bias_params(x, w2).scale[0]

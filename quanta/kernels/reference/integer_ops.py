@@ -17,6 +17,11 @@ A rank-2 B shared by a batch of A is never copied per batch: A is reshaped to
 
 :func:`matmul_integer_loops` and :func:`conv_integer_loops` are the loop forms (written
 from the formula, for small shapes); the vectorised forms are tested against them.
+
+Native kernels compute the same ``acc`` through the four-term folding of eq. (5) and, on
+u8×s8 hardware, the +128 shift of eq. (8); float32 accumulation is allowed there only
+while eq. (9) holds (K ≤ 258). test_qlinear.py evaluates eqs. (5), (8), (9) against this
+reference.
 """
 
 from __future__ import annotations

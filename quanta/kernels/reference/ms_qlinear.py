@@ -371,10 +371,12 @@ def qlinear_concat(
 
 @register("QLinearConcat", MS_DOMAIN)
 def qlinear_concat_op(
-    ctx: OpContext, y_scale: np.ndarray, y_zero_point: np.ndarray, *rest: np.ndarray, axis: int
+    ctx: OpContext, y_scale: np.ndarray, y_zero_point: np.ndarray, *rest: np.ndarray, axis: int | None = None
 ) -> np.ndarray:
     """com.microsoft QLinearConcat-1: inputs ``Y_scale, Y_zero_point, (X, X_scale, X_zero_point)...``."""
     del ctx  # unused
+    if axis is None:
+        raise OpError("axis: expected the (required) attribute, got none")
     if len(rest) % 3 or not rest:
         raise OpError(
             f"QLinearConcat: expected (tensor, scale, zero_point) triples after Y_zero_point, got {len(rest)} inputs"
@@ -550,7 +552,7 @@ def qlinear_average_pool_op(
     y_scale: np.ndarray,
     y_zero_point: np.ndarray | None = None,
     *,
-    kernel_shape: list[int],
+    kernel_shape: list[int] | None = None,
     auto_pad: str = "NOTSET",
     ceil_mode: int = 0,
     channels_last: int = 0,
@@ -561,6 +563,8 @@ def qlinear_average_pool_op(
     """com.microsoft QLinearAveragePool-1."""
     del ctx  # unused
     _unary_check(x)
+    if kernel_shape is None:
+        raise OpError("kernel_shape: expected the (required) attribute, got none")
     return qlinear_average_pool(
         x,
         x_scale,

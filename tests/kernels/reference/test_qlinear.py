@@ -143,6 +143,25 @@ def test_conv_integer_matches_loop_form(case):
     np.testing.assert_array_equal(conv_integer(x, w, zx, zw, group=group, **attrs), expected)
 
 
+@given(conv_case(ort_supported=True))
+def test_conv_integer_matches_onnxruntime_exactly(case):
+    x, w, zx, zw, group, attrs = case
+    zw = zw.reshape(-1)[:1].reshape(())  # ORT's ConvInteger: per-tensor w_zero_point only
+    expected, _, _ = _ort_node("ConvInteger", [x, w, zx, zw], np.int32, {**attrs, "group": group}, opset=10)
+    np.testing.assert_array_equal(conv_integer(x, w, zx, zw, group=group, **attrs), expected)
+
+
+@given(matmul_case())
+def test_matmul_integer_matches_onnxruntime_exactly(case):
+    a, b, za, zb = case
+    za = za.reshape(-1)[:1].reshape(())  # ORT's MatMulInteger: per-tensor a_zero_point only
+    if (a.dtype, b.dtype) not in [(np.dtype(p), np.dtype(q)) for p, q in ORT_PAIRS]:
+        a = a.view(np.uint8) if a.dtype == np.int8 else a
+        za = za.view(np.uint8) if za.dtype == np.int8 else za
+    expected, _, _ = _ort_node("MatMulInteger", [a, b, za, zb], np.int32, opset=10)
+    np.testing.assert_array_equal(matmul_integer(a, b, za, zb), expected)
+
+
 def test_conv_integer_pads_with_zero_point_not_zero():
     """Failure signature: padding with quantized 0 instead of zx adds −zx·Σw at borders."""
     x = np.full((1, 1, 3), 7, np.uint8)

@@ -368,3 +368,21 @@ def test_dynamic_quantize_matches_onnx_reference_and_onnxruntime(values):
         got = _ort(model, {"x": x})
         np.testing.assert_array_equal(y, got[0])
         assert scale == got[1] and zp == got[2]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_quantize_nan_gives_qmin_as_onnxruntime(dtype):
+    """The spec leaves NaN undefined; quanta maps it to qmin, which is what ONNX Runtime's
+    MLAS kernel produces (MAXPS returns the second operand, the lower bound, for NaN)."""
+    x = np.array([np.nan, 1.0, np.nan, np.nan, 2.0, 3.0, np.nan, 4.0, np.nan], F32)
+    zp = np.array(10, dtype)
+    got = quantize_linear(x, F32(0.5), zp)
+    tensor_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = _onnx_model(
+        "QuantizeLinear",
+        [("x", TensorProto.FLOAT), ("s", TensorProto.FLOAT), ("z", tensor_type)],
+        [("y", tensor_type)],
+    )
+    expected = _ort(model, {"x": x, "s": np.array(0.5, F32), "z": zp})[0]
+    np.testing.assert_array_equal(got, expected)
+    assert got[0] == np.iinfo(dtype).min

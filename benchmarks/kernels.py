@@ -1,0 +1,153 @@
+"""Kernel benchmark: quanta's int8 GEMM vs ONNX Runtime's MatMulInteger vs the machine's peak.
+
+Run: ``python benchmarks/kernels.py`` (``--quick`` for a short run, ``--json FILE`` to keep
+the numbers). A ratio table from ONE run; nothing here is a timed test. The machine is
+shared and noisy, so the only meaningful numbers are ratios measured in the same run:
+quanta and ONNX Runtime are timed alternately, batch by batch, and the best batch of each
+is kept (the least-disturbed one).
+
+GOPS counts 2·M·N·K operations (a multiply and an add per MAC). The peak is the
+``vpdpbusd`` throughput from ``_native.vnni_peak_probe`` (20 independent register-only
+chains, so neither latency nor memory limits it), measured before and after the GEMMs;
+the larger value is used.
+
+Both sides compute the same thing: x uint8 [M, K] with a run-time zero point, constant
+int8 weights [K, N] (prepacked once by each library), int32 output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from quanta.kernels import _native
+
+SHAPES: tuple[tuple[int, int, int], ...] = ((1024, 1024, 1024), (128, 768, 768), (1, 4096, 4096))
+
+
+def _ort_matmul_integer(w: np.ndarray, M: int, zx: int, threads: int) -> Callable[[np.ndarray], object]:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    K, N = w.shape
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["x", "w", "zx"], ["y"])],
+        "matmul_integer",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [M, K])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [M, N])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(zx, np.uint8), "zx")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return lambda x: sess.run(None, {"x": x})
+
+
+def _quanta_qgemm(w: np.ndarray, M: int, zx: int, threads: int) -> Callable[[np.ndarray], object]:
+    packed = _native.pack_weights_s8(w, 0)
+    ws = _native.QGemmWorkspace()
+    out = np.empty((M, w.shape[1]), np.int32)
+    return lambda x: _native.qgemm(x, packed, zx, "int32", num_threads=threads, workspace=ws, out=out)
+
+
+def _time_alternating(fns: dict[str, Callable[[], object]], ops: int, budget_s: float) -> dict[str, float]:
+    """Best-batch GOPS of each callable, timed in alternation."""
+    for fn in fns.values():  # warm up (first-touch, thread pools, prepacking caches)
+        fn()
+        fn()
+    one = {}
+    for name, fn in fns.items():
+        t = time.perf_counter()
+        fn()
+        one[name] = max(time.perf_counter() - t, 1e-7)
+    reps = {name: max(1, int(0.05 / dt)) for name, dt in one.items()}  # ~50 ms per batch
+    best = dict.fromkeys(fns, float("inf"))
+    t0 = time.perf_counter()
+    while True:
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            for _ in range(reps[name]):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - t) / reps[name])
+        if time.perf_counter() - t0 > budget_s:
+            break
+    return {name: ops / dt / 1e9 for name, dt in best.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="0.5 s per measurement instead of 2 s")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = ap.parse_args(argv)
+    budget = 0.5 if args.quick else 2.0
+
+    try:
+        import onnxruntime
+
+        ort_version: str | None = onnxruntime.__version__
+    except ImportError:
+        ort_version = None
+
+    has_vnni = "avx512vnni" in _native.supported_isas()
+    peak_before = _native.vnni_peak_probe(0.5) if has_vnni else None
+    rng = np.random.default_rng(0)
+    rows = []
+    for M, N, K in SHAPES:
+        w = rng.integers(-128, 128, (K, N), dtype=np.int8)
+        x = rng.integers(0, 256, (M, K), dtype=np.uint8)
+        zx = 131
+        for threads in args.threads:
+            fns: dict[str, Callable[[], object]] = {}
+            q = _quanta_qgemm(w, M, zx, threads)
+            fns["quanta"] = lambda q=q, x=x: q(x)
+            if ort_version:
+                o = _ort_matmul_integer(w, M, zx, threads)
+                fns["ort"] = lambda o=o, x=x: o(x)
+            gops = _time_alternating(fns, 2 * M * N * K, budget)
+            rows.append({"M": M, "N": N, "K": K, "threads": threads, **gops})
+    peak_after = _native.vnni_peak_probe(0.5) if has_vnni else None
+    peak = max(peak_before, peak_after) if has_vnni else None
+
+    kernel = _native.qgemm_kernel_name()
+    print(f"# {platform.processor() or platform.machine()}, {kernel}, onnxruntime {ort_version or 'absent'}")
+    if peak is not None:
+        print(
+            f"# vpdpbusd peak (1 thread): {peak_before:.0f} GOPS before, {peak_after:.0f} after; using {peak:.0f}"
+        )
+    header = (
+        f"{'M x N x K':>18} {'thr':>3} {'quanta':>8} {'ORT':>8} {'q/ORT':>6} {'q/peak':>7} {'ORT/peak':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        shape = f"{r['M']}x{r['N']}x{r['K']}"
+        ort_g = r.get("ort")
+        thr_peak = peak * r["threads"] if peak else None
+        cells = [
+            f"{shape:>18}",
+            f"{r['threads']:>3}",
+            f"{r['quanta']:8.0f}",
+            f"{ort_g:8.0f}" if ort_g else f"{'-':>8}",
+            f"{r['quanta'] / ort_g:6.2f}" if ort_g else f"{'-':>6}",
+            f"{r['quanta'] / thr_peak:7.1%}" if thr_peak else f"{'-':>7}",
+            f"{ort_g / thr_peak:8.1%}" if (thr_peak and ort_g) else f"{'-':>8}",
+        ]
+        print(" ".join(cells))
+    print("# q/peak and ORT/peak use threads x the single-thread peak; GEMV (M = 1) is memory bound.")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"kernel": kernel, "peak_gops": peak, "ort": ort_version, "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
