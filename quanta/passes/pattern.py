@@ -571,17 +571,21 @@ class Builder:
     def commit(self) -> list[Node]:
         """Apply the staged changes; return the matched nodes that were removed."""
         g = self.graph
-        for c in self.new_consts:
-            g.initializers[c.name] = c
-        for node in self.new_nodes:
-            g.add_node(node, before=self.match.root)
+        renamed_const = False
         for old, new in self.replacements:
-            is_output = any(o is old for o in g.outputs)
-            if id(new) in self._created or is_output:
+            if id(new) in self._created or any(o is old for o in g.outputs):
                 # keep names stable: the replacement takes the old name
                 old_name = old.name
                 old.name = self._names.fresh(old_name + "__replaced")
                 new.name = old_name
+                renamed_const |= old.is_const or new.is_const
+        for c in self.new_consts:
+            g.initializers[c.name] = c
+        if renamed_const:
+            g.initializers = {v.name: v for v in g.initializers.values()}
+        for node in self.new_nodes:
+            g.add_node(node, before=self.match.root)
+        for old, new in self.replacements:
             g.replace_all_uses(old, new)
         removed: list[Node] = []
         for node in self.match.matched:  # root first: its inputs become dead next

@@ -269,6 +269,8 @@ class FoldEvaluated(Rule):
         for v in node.inputs:
             if v is not None and not v.is_const:
                 return NoMatch(f"input {describe(v)} is not a constant", "pattern")
+        if not any(v.uses or any(v is o for o in m.graph.outputs) for v in node.outputs):
+            return NoMatch("no output is used (dead code: EliminateDead removes it)", "pattern")
         if node.op_type == "Constant" and not node.domain:
             return NoMatch("Constant nodes fold natively (FoldConstantNode)", "pattern")
         reason = KEEP.get(node.op_type) if not node.domain else None
