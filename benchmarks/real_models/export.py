@@ -179,10 +179,18 @@ def export_minilm(out: Path) -> dict[str, Any]:
     }
 
 
-def preprocess(raw: Path, prep: Path) -> None:
+def preprocess(raw: Path, prep: Path) -> str:
+    """``quant_pre_process``; where ONNX Runtime's symbolic shape inference gives up
+    (it does on the BERT export: "Incomplete symbolic shape inference"), again without it."""
     from onnxruntime.quantization import quant_pre_process
 
-    quant_pre_process(str(raw), str(prep))
+    try:
+        quant_pre_process(str(raw), str(prep))
+        return "onnxruntime.quantization.quant_pre_process"
+    except Exception as e:
+        print(f"  quant_pre_process: {e}; retrying with skip_symbolic_shape=True")
+        quant_pre_process(str(raw), str(prep), skip_symbolic_shape=True)
+        return "onnxruntime.quantization.quant_pre_process(skip_symbolic_shape=True)"
 
 
 def model_paths(cache: Path, name: str) -> tuple[Path, Path]:
@@ -209,11 +217,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         t0 = time.perf_counter()
         info = exporters[name](raw)
-        preprocess(raw, prep)
+        how = preprocess(raw, prep)
         info.update(
             exporter="torch.onnx.export(dynamo=False) (TorchScript exporter)",
             opset=OPSET,
-            preprocessed_with="onnxruntime.quantization.quant_pre_process",
+            preprocessed_with=how,
             raw_sha256=_sha256(raw),
             prep_sha256=_sha256(prep),
             seconds=round(time.perf_counter() - t0, 1),

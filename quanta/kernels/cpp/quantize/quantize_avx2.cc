@@ -21,9 +21,8 @@ void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
   for (; i + 8 <= n; i += 8) {
     __m256 q = _mm256_div_ps(_mm256_loadu_ps(x + i), vs);
     q = _mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    // max/min with the bound as the *second* operand returns the bound for NaN inputs;
-    // the portable path maps NaN to 0 + zp, so NaNs are zeroed first to agree.
-    q = _mm256_and_ps(q, _mm256_cmp_ps(q, q, _CMP_ORD_Q));
+    // NaN -> qmin - zp (then + zp = qmin), as the portable path and ONNX Runtime.
+    q = _mm256_blendv_ps(vlo, q, _mm256_cmp_ps(q, q, _CMP_ORD_Q));
     q = _mm256_min_ps(_mm256_max_ps(q, vlo), vhi);
     _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), _mm256_add_epi32(_mm256_cvtps_epi32(q), vzp));
     for (int j = 0; j < 8; ++j) y[i + j] = static_cast<T>(tmp[j]);
@@ -32,7 +31,7 @@ void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
     float r = __builtin_nearbyintf(x[i] / scale);
     r = r < lo ? lo : r;
     r = r > hi ? hi : r;
-    if (r != r) r = 0.0f;
+    if (r != r) r = lo;
     y[i] = static_cast<T>(static_cast<int32_t>(r) + zp);
   }
 }

@@ -23,7 +23,7 @@ void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
     const __mmask16 k = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
     __m512 q = _mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), vs);
     q = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    q = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(q, q, _CMP_ORD_Q), q);  // NaN -> 0
+    q = _mm512_mask_mov_ps(vlo, _mm512_cmp_ps_mask(q, q, _CMP_ORD_Q), q);  // NaN -> qmin - zp
     q = _mm512_min_ps(_mm512_max_ps(q, vlo), vhi);
     const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(q), vzp);
     if constexpr (std::is_same_v<T, uint8_t>) {

@@ -1,7 +1,7 @@
 // Portable QuantizeLinear run: y = saturate(round_half_even(x / scale) + zp).
 // The rounded quotient is clamped to [qmin - zp, qmax - zp] *before* the zero point is
 // added, so the float -> int conversion never overflows (a hazard for |x/scale| > 2^31).
-// NaN maps to zp (clamped NaN compares false both ways and is replaced by 0).
+// NaN maps to qmin, as ONNX Runtime does (kernels/reference/quantize.py follows it).
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -18,7 +18,7 @@ void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
     float r = std::nearbyint(x[i] / scale);
     r = r < lo ? lo : r;
     r = r > hi ? hi : r;
-    if (r != r) r = 0.0f;
+    if (r != r) r = lo;
     y[i] = static_cast<T>(static_cast<int32_t>(r) + zp);
   }
 }

@@ -1,0 +1,142 @@
+// See thread_pool.h.
+#include "qgemm/thread_pool.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define QUANTA_PAUSE() _mm_pause()
+#else
+#define QUANTA_PAUSE() ((void)0)
+#endif
+
+namespace quanta {
+namespace qgemm {
+namespace {
+
+constexpr int kMaxWorkers = 63;
+// The caller spins this many pauses (~10-40 us) for the last chunks before sleeping.
+constexpr int kCallerSpins = 4000;
+
+class Pool {
+ public:
+  void run(int threads, int64_t n_chunks, ChunkFn fn, void* ctx) {
+    std::unique_lock<std::mutex> exclusive(run_mu_, std::try_to_lock);
+    if (threads <= 1 || n_chunks <= 1 || !exclusive.owns_lock()) {
+      for (int64_t c = 0; c < n_chunks; ++c) fn(ctx, c, 0);
+      return;
+    }
+    if (threads > kMaxWorkers + 1) threads = kMaxWorkers + 1;
+    ensure_workers(threads - 1);
+    uint32_t gen;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      gen = ++gen_;
+      fn_ = fn;
+      ctx_ = ctx;
+      n_ = n_chunks;
+      invited_ = threads;
+      done_.store(0, std::memory_order_relaxed);
+      ticket_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
+    }
+    cv_.notify_all();
+    work(gen, n_chunks, fn, ctx, 0);
+    for (int i = 0; i < kCallerSpins && done_.load(std::memory_order_acquire) != n_chunks; ++i) QUANTA_PAUSE();
+    if (done_.load(std::memory_order_acquire) != n_chunks) {
+      std::unique_lock<std::mutex> lk(mu_);
+      done_cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire) == n_chunks; });
+    }
+  }
+
+ private:
+  // Claims chunks of job `gen` until none is left or a newer job replaced it.
+  void work(uint32_t gen, int64_t n, ChunkFn fn, void* ctx, int thread) {
+    for (;;) {
+      uint64_t t = ticket_.load(std::memory_order_acquire);
+      int64_t chunk;
+      for (;;) {
+        if (static_cast<uint32_t>(t >> 32) != gen) return;
+        chunk = static_cast<int64_t>(t & 0xffffffffu);
+        if (chunk >= n) return;
+        if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) break;
+      }
+      fn(ctx, chunk, thread);
+      // A claimed chunk keeps job `gen` alive until this increment, so `done_` always
+      // counts the current job.
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
+        std::lock_guard<std::mutex> lk(mu_);
+        done_cv_.notify_all();
+      }
+    }
+  }
+
+  void worker_main(int index) {
+    uint32_t seen = 0;
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      cv_.wait(lk, [&] { return gen_ != seen; });
+      seen = gen_;
+      if (index >= invited_) continue;
+      const ChunkFn fn = fn_;
+      void* const ctx = ctx_;
+      const int64_t n = n_;
+      lk.unlock();
+      work(seen, n, fn, ctx, index);
+      lk.lock();
+    }
+  }
+
+  void ensure_workers(int count) {
+    while (static_cast<int>(workers_.size()) < count) {
+      const int index = static_cast<int>(workers_.size()) + 1;
+      workers_.emplace_back([this, index] { worker_main(index); });
+      workers_.back().detach();  // the pool lives until the process ends
+    }
+  }
+
+  std::mutex run_mu_;  // one job at a time; a concurrent caller runs inline
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  uint32_t gen_ = 0;
+  ChunkFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  int64_t n_ = 0;
+  int invited_ = 0;
+  std::atomic<uint64_t> ticket_{0};
+  std::atomic<int64_t> done_{0};
+  std::vector<std::thread> workers_;
+};
+
+std::mutex g_pool_mu;
+Pool* g_pool = nullptr;
+pid_t g_pool_pid = 0;
+
+Pool& pool() {
+  std::lock_guard<std::mutex> lk(g_pool_mu);
+  // Never destroyed (workers may still wait on it at exit). After fork() the child has
+  // none of the parent's threads: the old pool is abandoned and a fresh one started.
+  if (g_pool == nullptr || g_pool_pid != getpid()) {
+    g_pool = new Pool();
+    g_pool_pid = getpid();
+  }
+  return *g_pool;
+}
+
+}  // namespace
+
+void parallel_run(int threads, int64_t n_chunks, ChunkFn fn, void* ctx) {
+  if (threads <= 1 || n_chunks <= 1) {
+    for (int64_t c = 0; c < n_chunks; ++c) fn(ctx, c, 0);
+    return;
+  }
+  pool().run(threads, n_chunks, fn, ctx);
+}
+
+}  // namespace qgemm
+}  // namespace quanta

@@ -1,0 +1,174 @@
+"""``compile(model, target) -> Plan``: passes, kernel binding, slots, memory plan.
+
+The stages, in order (each a function below)::
+
+    1. run_passes      the pass pipeline (quanta.passes.pipelines) rewrites the graph;
+                       today the default pipeline is empty: no pass runs
+    2. bind_kernels    the target picks one kernel per node (native, or its reference
+                       twin recorded as a fallback with the reason)
+    3. assign_slots    one slot per value; constants, inputs, outputs, intermediates
+    4. plan_memory     liveness of intermediates -> offsets in one arena (static shapes;
+                       symbolic shapes are planned by the executor at the first run of
+                       each input-shape signature)
+
+The result prints itself (``print(plan)``, see :mod:`quanta.runtime.plan`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from quanta.ir.graph import Model
+from quanta.runtime.memory import MemoryPlan, liveness, plan_arena
+from quanta.runtime.plan import NONE_SLOT, Plan, PlanStep, Slot, SlotKind, static_nbytes
+from quanta.targets import get_target
+from quanta.targets.base import Kernel, Target, TargetError, check_supported, kernel_context
+
+if TYPE_CHECKING:
+    from quanta.passes.manager import Pass, PipelineResult
+
+__all__ = ["compile", "plan_static_memory", "run_passes"]
+
+#: The pipeline compile() runs before binding kernels. Empty until the passes land;
+#: the lead wires quanta.passes.pipelines here (a plain list of Pass instances).
+DEFAULT_PIPELINE: tuple[Pass, ...] = ()
+
+
+def compile(  # noqa: A001 - the name the design uses (DESIGN.md "Runtime")
+    model: Model,
+    target: Target | str,
+    *,
+    num_threads: int = 1,
+    passes: Sequence[Pass] | None = None,
+) -> Plan:
+    """Compile ``model`` for ``target`` ("native", "reference" or a Target).
+
+    ``passes``: the pipeline to run first (None: :data:`DEFAULT_PIPELINE`). Passes
+    rewrite ``model.graph`` in place. ``num_threads``: intra-op threads handed to every
+    kernel through ``ctx.num_threads``. Raises TargetError naming the first node the
+    target cannot run.
+    """
+    t0 = time.perf_counter()
+    if isinstance(target, str):
+        target = get_target(target)
+    if num_threads < 1:
+        raise ValueError(f"num_threads: expected >= 1, got {num_threads}")
+    pipeline_result = run_passes(model, DEFAULT_PIPELINE if passes is None else passes)
+    kernels = bind_kernels(model, target)
+    plan = assign_slots(model, target, kernels, num_threads)
+    plan.passes = pipeline_result
+    plan.memory = plan_static_memory(plan)
+    plan.compile_seconds = time.perf_counter() - t0
+    return plan
+
+
+def run_passes(model: Model, passes: Sequence[Pass]) -> PipelineResult | None:
+    """Hook for the compiler's pass pipeline: run ``passes`` on ``model`` in place
+    (verifier per the pass manager's default). No passes: nothing runs, None."""
+    if not passes:
+        return None
+    from quanta.passes.manager import PassManager
+
+    return PassManager(passes).run(model)
+
+
+def bind_kernels(model: Model, target: Target) -> list[Kernel]:
+    """One kernel per node, in graph order."""
+    check_supported(target, model)
+    return [target.select_kernel(model, node) for node in model.graph.nodes]
+
+
+def assign_slots(model: Model, target: Target, kernels: list[Kernel], num_threads: int) -> Plan:
+    graph = model.graph
+    slots: list[Slot] = [Slot(NONE_SLOT, "", SlotKind.NONE, None, 0)]
+    slot_of_value: dict[int, int] = {}
+    output_ids = {id(v) for v in graph.outputs}
+
+    def add(v, kind: SlotKind) -> int:
+        k = slot_of_value.get(id(v))
+        if k is None:
+            k = len(slots)
+            if id(v) in output_ids and kind is SlotKind.INTERMEDIATE:
+                kind = SlotKind.OUTPUT
+            slots.append(Slot(k, v.name, kind, v.type, static_nbytes(v.type)))
+            slot_of_value[id(v)] = k
+        return k
+
+    constants = {}
+    for v in graph.initializers.values():
+        constants[add(v, SlotKind.CONSTANT)] = v.const
+    inputs = {v.name: add(v, SlotKind.INPUT) for v in graph.inputs}
+    steps: list[PlanStep] = []
+    for k, (node, kernel) in enumerate(zip(graph.nodes, kernels)):
+        ins = []
+        for v in node.inputs:
+            if v is None:
+                ins.append(NONE_SLOT)
+            elif id(v) in slot_of_value:
+                ins.append(slot_of_value[id(v)])
+            else:
+                raise TargetError(
+                    f"node {node.label}: input '{v.name}' is neither a graph input, an initializer "
+                    f"nor the output of an earlier node"
+                )
+        outs = [None if not v.name else add(v, SlotKind.INTERMEDIATE) for v in node.outputs]
+        if kernel.out and len(node.outputs) != 1:
+            raise TargetError(f"node {node.label}: kernel {kernel.name} takes out= but the node has {len(outs)} outputs")
+        ctx = kernel_context(model, node, num_threads=num_threads)
+        attrs = {**node.attrs, **kernel.params}
+        steps.append(PlanStep(k, node, kernel, ctx, attrs, tuple(ins), tuple(outs), ()))
+    for v in graph.outputs:
+        if id(v) not in slot_of_value:
+            raise TargetError(f"graph output '{v.name}' is not computed by any node, nor an input or initializer")
+    outputs = {v.name: slot_of_value[id(v)] for v in graph.outputs}
+    _set_frees(steps, slots, set(outputs.values()))
+    return Plan(
+        model,
+        target.name,
+        steps,
+        slots,
+        constants,
+        inputs,
+        outputs,
+        memory=None,
+        num_threads=num_threads,
+        slot_of={s.name: s.index for s in slots[1:]},
+    )
+
+
+def _set_frees(steps: list[PlanStep], slots: list[Slot], keep: set[int]) -> None:
+    """free_after: intermediates and inputs after their last reader (intermediates
+    nobody reads: right after the step); graph outputs (``keep``) are never freed."""
+    last: dict[int, int] = {}
+    for step in steps:
+        for o in step.outputs:
+            if o is not None:
+                last[o] = step.index
+        for i in step.inputs:
+            if i != NONE_SLOT:
+                last[i] = step.index
+    frees: dict[int, list[int]] = {}
+    for k, t in last.items():
+        if slots[k].kind is SlotKind.INTERMEDIATE or (slots[k].kind is SlotKind.INPUT and k not in keep):
+            frees.setdefault(t, []).append(k)
+    for step in steps:
+        step.free_after = tuple(sorted(frees.get(step.index, [])))
+
+
+def plan_static_memory(plan: Plan, nbytes: dict[int, int] | None = None) -> MemoryPlan | None:
+    """Arena plan of the intermediates of ``plan`` (``nbytes``: bytes per slot; default
+    the static types). None when an intermediate's size is unknown."""
+    if nbytes is None:
+        nbytes = {}
+        for s in plan.slots:
+            if s.kind is SlotKind.INTERMEDIATE:
+                if s.nbytes is None:
+                    return None
+                nbytes[s.index] = s.nbytes
+    steps = [(s.op_type, [None if i == NONE_SLOT else i for i in s.inputs], s.outputs) for s in plan.steps]
+    intervals, aliases = liveness(steps, nbytes, outputs=plan.outputs.values())
+    mem = plan_arena(intervals)
+    mem.aliases = aliases
+    return mem
