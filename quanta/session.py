@@ -8,11 +8,21 @@
 Feeds are validated before anything runs: an unknown or missing input name, a wrong
 dtype or a shape that contradicts the model's fixed dimensions raises
 :class:`InvalidArgument` listing what the model expects.
+
+The model is compiled once (:func:`quanta.runtime.compile`: kernels, slots, memory
+plan; ``sess.plan`` prints it) and run by :class:`quanta.runtime.execute.Executor`.
+Profiling as in ONNX Runtime::
+
+    sess = quanta.InferenceSession(path, enable_profiling=True)  # or SessionOptions
+    sess.run(None, feeds)
+    print(sess.profile_summary())          # the slowest steps
+    path = sess.end_profiling()            # {profile_file_prefix}_{timestamp}.json
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +33,10 @@ import onnx
 from quanta.ir.graph import Model
 from quanta.ir.onnx_io import load
 from quanta.ir.types import CalibratedType, QuantType, TensorType
-from quanta.targets import get_target
-from quanta.targets.base import Executable
+from quanta.runtime.compile import compile as compile_model
+from quanta.runtime.execute import Executor
+from quanta.runtime.plan import Plan
+from quanta.runtime.profile import Profiler, ProfileSummary
 
 __all__ = ["InferenceSession", "InvalidArgument", "NodeArg", "SessionOptions"]
 
@@ -49,7 +61,7 @@ class NodeArg:
 class SessionOptions:
     """Options with ONNX Runtime's names, where ONNX Runtime has them."""
 
-    intra_op_num_threads: int = 0  # 0: all cores
+    intra_op_num_threads: int = 0  # 0: all cores this process may run on
     enable_profiling: bool = False
     profile_file_prefix: str = "quanta_profile"
     log_severity_level: int = 2
@@ -92,13 +104,23 @@ class InferenceSession:
         enable_profiling: bool | None = None,
     ):
         del providers  # accepted for ONNX Runtime compatibility; quanta picks by ``backend``
+        t0 = time.perf_counter_ns()
         self._options = sess_options or SessionOptions()
         if enable_profiling is not None:
             self._options.enable_profiling = enable_profiling
+        if self._options.intra_op_num_threads < 0:
+            raise ValueError(
+                f"intra_op_num_threads: expected >= 0 (0: all cores), got {self._options.intra_op_num_threads}"
+            )
         self._model: Model = load(model)
         self._backend = backend
-        self._target = get_target(backend)
-        self._exe: Executable = self._target.prepare(self._model)
+        self._plan: Plan = compile_model(self._model, backend, num_threads=resolve_threads(self._options.intra_op_num_threads))
+        self._profiler: Profiler | None = None
+        if self._options.enable_profiling:
+            self._profiler = Profiler(self._plan, start_ns=t0)
+            self._profiler.record_session_event("session_initialization", t0, time.perf_counter_ns())
+        self._exe = Executor(self._plan, profiler=self._profiler)
+        self._last_profiler: Profiler | None = self._profiler
         g = self._model.graph
         # As ONNX Runtime: an input that also has an initializer is an overridable
         # initializer, not listed by get_inputs() and not required in the feeds.
@@ -132,7 +154,38 @@ class InferenceSession:
     @property
     def fallbacks(self) -> list[tuple[str, str, str]]:
         """(node name, op type, reason) for every node not run by a native kernel."""
-        return list(self._exe.fallbacks)
+        return self._plan.fallbacks
+
+    @property
+    def plan(self) -> Plan:
+        """The compiled plan (``print(sess.plan)``)."""
+        return self._plan
+
+    @property
+    def executor(self) -> Executor:
+        return self._exe
+
+    # -- profiling (ONNX Runtime's API) -------------------------------------------
+    def end_profiling(self) -> str:
+        """Stop profiling and write the Chrome trace to
+        ``{profile_file_prefix}_{%Y-%m-%d_%H-%M-%S}.json``; return its path ("" when
+        profiling was not on, as ONNX Runtime)."""
+        if self._profiler is None:
+            return ""
+        path = self._profiler.write_with_prefix(self._options.profile_file_prefix)
+        self._profiler = None
+        self._exe.profiler = None
+        return path
+
+    def get_profiling_start_time_ns(self) -> int:
+        """Wall-clock time (ns since the epoch) at which profiling started (0: never)."""
+        return 0 if self._last_profiler is None else self._last_profiler.start_time_ns
+
+    def profile_summary(self, top: int = 10) -> ProfileSummary:
+        """The ``top`` slowest steps of the profiled runs (also after end_profiling)."""
+        if self._last_profiler is None:
+            raise RuntimeError("profiling is off: create the session with enable_profiling=True")
+        return self._last_profiler.summary(top)
 
     def run(
         self,
@@ -188,6 +241,17 @@ class InferenceSession:
         for name, default in self._defaults.items():
             feeds.setdefault(name, default)
         return feeds
+
+
+def resolve_threads(intra_op_num_threads: int) -> int:
+    """The thread count a session uses: ``intra_op_num_threads``, or for 0 the number
+    of cores this process may run on."""
+    if intra_op_num_threads > 0:
+        return intra_op_num_threads
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _numpy_dtype(t: TensorType) -> np.dtype | None:

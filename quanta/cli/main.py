@@ -6,6 +6,8 @@
     quanta quantize IN -o OUT --calib DATA [--method ...] [--dynamic] [--per-channel|--per-tensor]
                    [--activation-type uint8|int8] [--weight-type int8|uint8|int4] [--exclude NODE...]
                    [--recipe FILE]
+    quanta bench MODEL [--vs-ort] [--threads N] [--batch B] [--warmup W] [--runs R]
+                                          latency (median, p90), side by side with ONNX Runtime
     quanta demo                           the built-in demo model, end to end
 
 Errors in user input (a missing or invalid file, feeds that do not match the model)
@@ -159,6 +161,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(backend=args.backend)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from quanta.cli.bench import run_bench
+
+    return run_bench(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="quanta", description="Quantization backend for ONNX models.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -199,6 +207,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--image-std", type=float, nargs="+", help="images: per-channel std")
     s.add_argument("--image-layout", choices=["NCHW", "NHWC"], default="NCHW")
     s.set_defaults(func=cmd_quantize)
+
+    s = sub.add_parser("bench", help="latency (median, p90) after warm-up; --vs-ort: side by side with ONNX Runtime")
+    s.add_argument("model")
+    s.add_argument("--vs-ort", action="store_true", help="also time ONNX Runtime on the same file and inputs")
+    s.add_argument("--threads", type=int, default=0, help="intra-op threads for both engines (default 0: all cores)")
+    s.add_argument("--batch", type=int, default=1, help="size of a symbolic first dimension (default 1)")
+    s.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
+    s.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")
+    s.add_argument("--backend", choices=["native", "reference"], default="native")
+    s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("demo", help="quantize the built-in demo model and compare FP32 with int8")
     s.add_argument("--backend", choices=["native", "reference"], default="reference")

@@ -36,7 +36,7 @@ __all__ = ["compile", "plan_static_memory", "run_passes"]
 DEFAULT_PIPELINE: tuple[Pass, ...] = ()
 
 
-def compile(  # noqa: A001 - the name the design uses (DESIGN.md "Runtime")
+def compile(
     model: Model,
     target: Target | str,
     *,

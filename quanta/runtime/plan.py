@@ -32,7 +32,7 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node
 from quanta.ir.types import TensorType
-from quanta.runtime.memory import MemoryPlan
+from quanta.runtime.memory import VIEW_OPS, MemoryPlan
 from quanta.targets.base import Kernel, KernelContext
 
 if TYPE_CHECKING:
@@ -138,12 +138,15 @@ class Plan:
             cells = [r[0].rjust(widths[0])] + [r[c].ljust(widths[c]) for c in range(1, len(r))]
             lines.append(("    " + "  ".join(cells)).rstrip())
         if max_steps is not None and len(self.steps) > max_steps:
-            lines.append(f"    ... {len(self.steps) - max_steps} more steps")
+            lines.append(f"    ... {_n(len(self.steps) - max_steps, 'more step')}")
         return "\n".join(lines)
 
     __str__ = format
 
     def _slot_label(self, k: int) -> str:
+        """``%k name``; constants only ``%k`` (their names make rows unreadably long)."""
+        if self.slots[k].kind is SlotKind.CONSTANT:
+            return f"%{k}"
         return f"%{k} {self.slots[k].name}"
 
     def _memory_label(self, step: PlanStep) -> str:
@@ -153,13 +156,13 @@ class Plan:
         if self.slots[o].kind is SlotKind.OUTPUT:
             return "output"
         if self.memory is None:
-            return "arena" if step.kernel.out else "heap"
+            return "view" if step.op_type in VIEW_OPS else ("arena" if step.kernel.out else "heap")
         alias = self.memory.aliases.get(o)
         if alias is not None:
             return f"view of %{alias}"
         off = self.memory.offsets.get(o)
         if off is None:
-            return "view" if step.op_type in ("Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze") else ""
+            return "view" if step.op_type in VIEW_OPS else ""
         return f"@{off} +{self.slots[o].nbytes} {'arena' if step.kernel.out else 'heap'}"
 
 

@@ -10,7 +10,12 @@ from quanta.ir.onnx_io import quant_type_from_params
 from quanta.ir.types import FloatType, QuantType
 from quanta.passes.pattern import Match
 
-__all__ = ["describe", "first_nonconst", "float_elem", "node_qtype", "quant_elem", "scalar"]
+__all__ = ["NONDETERMINISTIC_OPS", "describe", "first_nonconst", "float_elem", "node_qtype", "quant_elem", "scalar"]
+
+#: ops whose results differ between runs: never folded, never merged
+NONDETERMINISTIC_OPS = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
 
 
 def describe(v: Value | None) -> str:

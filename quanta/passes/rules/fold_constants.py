@@ -42,7 +42,7 @@ import numpy as np
 from quanta.ir.graph import Node, Value, result_type
 from quanta.ir.types import IntType, QuantType, TensorType, elem_from_numpy
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
-from quanta.passes.rules._util import describe, node_qtype
+from quanta.passes.rules._util import NONDETERMINISTIC_OPS, describe, node_qtype
 
 __all__ = [
     "KEEP",
@@ -67,12 +67,7 @@ KEEP: dict[str, str] = {
         "a dequantized constant is a quantized weight: the integer lowering consumes its integers "
         "(a folded float copy is 4x larger and loses the quantization)"
     ),
-    "RandomNormal": "non-deterministic",
-    "RandomUniform": "non-deterministic",
-    "RandomNormalLike": "non-deterministic",
-    "RandomUniformLike": "non-deterministic",
-    "Multinomial": "non-deterministic",
-    "Bernoulli": "non-deterministic",
+    **{op: "non-deterministic" for op in sorted(NONDETERMINISTIC_OPS)},
 }
 
 #: the ops FoldShapeArithmetic evaluates natively on small integer tensors

@@ -1,8 +1,8 @@
 // qgemm driver: the dispatch table of micro-kernel families, cache blocking, threads and
 // the per-call folding of zero points and bias (contract in qgemm.h).
 //
-// Loop nest, per task (a contiguous range of N panels, or of rows when there are fewer
-// panels than threads):
+// Loop nest, per chunk of work (a contiguous range of N panels, or of rows when there are
+// fewer panels than threads):
 //
 //   for mc0 in rows, step MC            A block MC x Kp of x' stays in L2 across panels
 //     for panel p in the task's panels  B panel Kp x NR
@@ -12,8 +12,12 @@
 //                                          buffer between chunks, the epilogue runs on
 //                                          the last chunk
 //
-// Before it, in the same parallel region: x -> x' rows (when the kernel cannot read x in
-// place) and the row sums Σ_k x' (when some zw' != 0), split by rows over the threads.
+// Before it, on the calling thread: x -> x' rows (when the kernel cannot read x in place)
+// and the row sums Σ_k x' (when some zw' != 0).
+//
+// Threads: the task's units are cut into a few chunks per thread, claimed dynamically
+// from a small pool (thread_pool.h); each output element is computed by the same code
+// whichever thread claims it, so the bytes do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,10 +25,8 @@
 #include <string>
 
 #include "qgemm/kernel.h"
+#include "qgemm/thread_pool.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace quanta {
 namespace qgemm {
@@ -44,8 +46,11 @@ KernelFamily family_of(Isa isa, const char* name, TileFn tiles) {
 
 // B chunk (KC x NR weights) budget: about 2/3 of a 48 KiB L1D, the rest for the A rows.
 constexpr int64_t kKcBytes = 32 * 1024;
-// A block (MC x Kp of x') budget: a quarter of a 2 MiB L2 (the B panels stream through).
-constexpr int64_t kMcBytes = 512 * 1024;
+// A block (MC x Kp of x') budget: an eighth of a 2 MiB L2, leaving room for the B panels
+// and output lines streaming through (measured on 1024^3: 512 KiB -3 %, 128 KiB = 256 KiB;
+// K = 4096 prefers the larger block, which re-streams B fewer times).
+constexpr int64_t kMcBytes = 256 * 1024;
+constexpr int64_t kChunksPerThread = 4;
 
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 int64_t div_up(int64_t v, int64_t by) { return (v + by - 1) / by; }
@@ -57,9 +62,10 @@ struct Plan {
   bool direct = false;   // the kernel reads x in place
   bool rowsums = false;
   int64_t kc = 0, n_chunks = 1, mc = 0;
-  int tasks = 1;
+  int tasks = 1;          // threads used
   bool split_n = true;
-  int64_t units = 0;     // panels (split_n) or MR-row groups
+  int64_t units = 0;      // panels (split_n) or MR-row groups
+  int64_t n_work = 1;     // work chunks (ranges of units) claimed by the threads
   size_t off_a = 0, off_rowsum = 0, off_colterm = 0, off_mult = 0, off_fbias = 0, off_fmult = 0,
          off_fshift = 0, off_partial = 0, total = 0;
 };
@@ -95,6 +101,8 @@ Plan make_plan(const QGemmParams& p) {
   pl.split_n = pl.n_panels >= threads || pl.n_panels >= row_groups;
   pl.units = pl.split_n ? pl.n_panels : row_groups;
   pl.tasks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, pl.units)));
+  // A few chunks per thread, so that a thread the OS runs late costs little.
+  pl.n_work = pl.tasks == 1 ? 1 : std::min<int64_t>(pl.units, int64_t{pl.tasks} * kChunksPerThread);
 
   size_t off = 0;
   auto take = [&off](size_t bytes) {
@@ -235,29 +243,26 @@ void qgemm(const QGemmParams& p, Workspace& workspace) {
   const int64_t a_stride = pl.direct ? p.x_row_stride : pl.Kp;  // elements
   int32_t* rowsum = at<int32_t>(ws, pl.off_rowsum);
 
-  // Phase 1: x' and row sums, rows split evenly over the tasks.
-  auto prepare = [&](int task) {
-    const int64_t mb = pl.M * task / pl.tasks, me = pl.M * (task + 1) / pl.tasks;
-    if (!pl.direct) {
-      if (f.a_bytes == 1) {
-        pack_activations_u8(p.x, p.x_row_stride, p.x_signed, pl.K, pl.Kp, mb, me, ws + pl.off_a);
-      } else {
-        pack_activations_s16(p.x, p.x_row_stride, p.x_signed, pl.K, pl.Kp, mb, me, at<int16_t>(ws, pl.off_a));
-      }
+  // Phase 1, on the calling thread: x' and row sums (O(M·K), against O(M·N·K) below).
+  if (!pl.direct) {
+    if (f.a_bytes == 1) {
+      pack_activations_u8(p.x, p.x_row_stride, p.x_signed, pl.K, pl.Kp, 0, pl.M, ws + pl.off_a);
+    } else {
+      pack_activations_s16(p.x, p.x_row_stride, p.x_signed, pl.K, pl.Kp, 0, pl.M, at<int16_t>(ws, pl.off_a));
     }
-    if (pl.rowsums) activation_row_sums(p.x, p.x_row_stride, p.x_signed, pl.K, mb, me, rowsum);
-  };
+  }
+  if (pl.rowsums) activation_row_sums(p.x, p.x_row_stride, p.x_signed, pl.K, 0, pl.M, rowsum);
 
-  // Phase 2: the blocked GEMM over this task's panels or rows.
-  auto compute = [&](int task, int thread) {
-    const int64_t ub = pl.units * task / pl.tasks, ue = pl.units * (task + 1) / pl.tasks;
+  // Phase 2: the blocked GEMM. A chunk is a contiguous range of panels (or of MR-row
+  // groups); chunks are claimed dynamically by the threads (thread_pool.h).
+  const int64_t panel_elems = pl.Kp * f.nr;  // weights per panel
+  auto compute = [&](int64_t chunk, int thread) {
+    const int64_t ub = pl.units * chunk / pl.n_work, ue = pl.units * (chunk + 1) / pl.n_work;
     const int64_t pb = pl.split_n ? ub : 0, pe = pl.split_n ? ue : pl.n_panels;
     const int64_t mb = pl.split_n ? 0 : ub * f.mr, me = pl.split_n ? pl.M : std::min(pl.M, ue * f.mr);
-    int32_t* partial = pl.n_chunks > 1 ? at<int32_t>(ws, pl.off_partial) + thread * pl.mc * f.nr : nullptr;
-    const int64_t panel_elems = pl.Kp * f.nr;  // weights per panel
     TileArgs t;
     t.a_row_stride = a_stride;
-    t.partial = partial;
+    t.partial = pl.n_chunks > 1 ? at<int32_t>(ws, pl.off_partial) + thread * pl.mc * f.nr : nullptr;
     t.epi = &epi;
     for (int64_t mc0 = mb; mc0 < me; mc0 += pl.mc) {
       t.rows = std::min(pl.mc, me - mc0);
@@ -278,22 +283,7 @@ void qgemm(const QGemmParams& p, Workspace& workspace) {
       }
     }
   };
-
-#ifdef _OPENMP
-  if (pl.tasks > 1) {
-#pragma omp parallel num_threads(pl.tasks)
-    {
-      // OpenMP may grant fewer threads than asked: every task still runs, on some thread.
-      const int thread = omp_get_thread_num(), threads = omp_get_num_threads();
-      for (int task = thread; task < pl.tasks; task += threads) prepare(task);
-#pragma omp barrier
-      for (int task = thread; task < pl.tasks; task += threads) compute(task, thread);
-    }
-    return;
-  }
-#endif
-  for (int task = 0; task < pl.tasks; ++task) prepare(task);
-  for (int task = 0; task < pl.tasks; ++task) compute(task, 0);
+  parallel_for(pl.tasks, pl.n_work, compute);
 }
 
 double vnni_peak_probe(double seconds) {

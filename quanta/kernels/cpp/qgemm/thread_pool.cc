@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -21,8 +22,24 @@ namespace qgemm {
 namespace {
 
 constexpr int kMaxWorkers = 63;
-// The caller spins this many pauses (~10-40 us) for the last chunks before sleeping.
-constexpr int kCallerSpins = 4000;
+// Spin budgets before blocking on a condition variable: the caller waiting for the last
+// chunks, and a worker waiting for the next job (back-to-back kernel calls then start
+// without a futex wake-up, ~20-50 us). Short enough not to starve a shared core.
+constexpr auto kCallerSpin = std::chrono::microseconds(100);
+constexpr auto kWorkerSpin = std::chrono::microseconds(100);
+
+// Spins (pause) until pred() or the budget is spent; returns pred().
+template <typename Pred>
+bool spin_until(Pred pred, std::chrono::microseconds budget) {
+  const auto end = std::chrono::steady_clock::now() + budget;
+  for (;;) {
+    for (int i = 0; i < 16; ++i) {
+      if (pred()) return true;
+      QUANTA_PAUSE();
+    }
+    if (std::chrono::steady_clock::now() >= end) return pred();
+  }
+}
 
 class Pool {
  public:
@@ -44,11 +61,11 @@ class Pool {
       invited_ = threads;
       done_.store(0, std::memory_order_relaxed);
       ticket_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
+      published_.store(gen, std::memory_order_release);
     }
     cv_.notify_all();
     work(gen, n_chunks, fn, ctx, 0);
-    for (int i = 0; i < kCallerSpins && done_.load(std::memory_order_acquire) != n_chunks; ++i) QUANTA_PAUSE();
-    if (done_.load(std::memory_order_acquire) != n_chunks) {
+    if (!spin_until([&] { return done_.load(std::memory_order_acquire) == n_chunks; }, kCallerSpin)) {
       std::unique_lock<std::mutex> lk(mu_);
       done_cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire) == n_chunks; });
     }
@@ -80,6 +97,11 @@ class Pool {
     uint32_t seen = 0;
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
+      if (gen_ == seen) {
+        lk.unlock();
+        spin_until([&] { return published_.load(std::memory_order_acquire) != seen; }, kWorkerSpin);
+        lk.lock();
+      }
       cv_.wait(lk, [&] { return gen_ != seen; });
       seen = gen_;
       if (index >= invited_) continue;
@@ -104,6 +126,7 @@ class Pool {
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   uint32_t gen_ = 0;
+  std::atomic<uint32_t> published_{0};  // gen_, readable without the lock (worker spin)
   ChunkFn fn_ = nullptr;
   void* ctx_ = nullptr;
   int64_t n_ = 0;

@@ -1,0 +1,496 @@
+"""Instruction selection: ``Q -> op -> DQ`` groups of a QDQ graph become integer operators.
+
+Each rule matches a float op whose inputs come from DequantizeLinear and whose output
+goes to QuantizeLinear, all with constant parameters, and replaces the group by one
+integer operator of ONNX's QOperator form (the form ONNX Runtime's QDQ transformer
+produces, so a lowered model is also a valid ONNX model that ONNX Runtime runs)::
+
+    %y = QuantizeLinear(Conv(DequantizeLinear(%x, sx, zx), DequantizeLinear(%w, sw, zw), %b?), sy, zy)
+      -> %y = QLinearConv(%x, sx, zx, %w, sw, zw, sy, zy, %bq?)                       (LowerConv)
+    ... MatMul ...                 -> QLinearMatMul                                  (LowerMatMul)
+    ... Gemm ...                   -> com.microsoft::QGemm (float output when no Q)   (LowerGemm)
+    ... Add | Mul ...              -> com.microsoft::QLinearAdd | QLinearMul          (LowerBinary)
+    ... Concat ...                 -> com.microsoft::QLinearConcat                    (LowerConcat)
+    ... AveragePool | GlobalAveragePool -> com.microsoft::QLinear(Global)AveragePool (LowerPool)
+    ... Sigmoid | LeakyRelu ...    -> com.microsoft::QLinearSigmoid | QLinearLeakyRelu (LowerUnary)
+
+The integer operator's numerics (docs/quantization-math.md eqs. (4)-(6)) differ from the
+float QDQ group only in where rounding happens: the group rounds once after a float32
+convolution of dequantized values, the integer op accumulates exactly in int32 and
+rounds once in the requantization, so outputs agree within one quantization step.
+
+Bias: an int32 bias given as ``DequantizeLinear(%bq, sx·sw, 0)`` (what quanta's and ONNX
+Runtime's quantizers write) is used as is; a float bias is refused (it would need a
+rounding the original graph does not have).
+
+The DequantizeLinear nodes of the inputs may feed other consumers: they stay for those
+(``shared_ok``) and dead-code elimination removes them when nothing uses them anymore.
+Every refusal names its reason (``quanta inspect --lowered`` lists them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from quanta.ir.graph import Node, Value, result_type
+from quanta.ir.op_rules import Stage
+from quanta.ir.types import IntType, QuantType
+from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
+from quanta.passes.rules._util import describe, node_qtype
+
+__all__ = [
+    "LOWER_RULES",
+    "LowerBinary",
+    "LowerConcat",
+    "LowerConv",
+    "LowerGemm",
+    "LowerMatMul",
+    "LowerPool",
+    "LowerQdqToQLinear",
+    "LowerUnary",
+]
+
+MS_DOMAIN = "com.microsoft"
+CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+STORAGE_8BIT = ("u8", "i8")
+
+
+def _params(m: Match, node_name: str, operand: str, scale: str, zp: str) -> QuantType | None:
+    """The QuantType of a captured Q/DQ node's constant (scale, zero point)."""
+    return node_qtype(m.node(node_name), m[operand], m[scale], m[zp])
+
+
+def _check_consts(m: Match, *names: str) -> NoMatch | None:
+    for n in names:
+        v = m[n]
+        if v is not None and not v.is_const:
+            return NoMatch(f"quantization parameter {n} {describe(v)} is not a constant")
+    return None
+
+
+def _check_8bit(q: QuantType | None, what: str, *, per_tensor: bool = True) -> NoMatch | None:
+    if q is None:
+        return NoMatch(f"{what} has no constant quantization parameters")
+    if str(q.storage) not in STORAGE_8BIT:
+        return NoMatch(f"{what} is stored as {q.storage}; the integer kernels take u8 or i8")
+    if per_tensor and q.axis is not None:
+        return NoMatch(f"{what} is quantized per axis ({q.axis}); the integer op takes one scale here")
+    return None
+
+
+def _zero_point_or_default(b: Builder, m: Match, zp: str, q: QuantType, base: str) -> Value:
+    """The captured zero point, or a constant 0 of the storage type when it was omitted
+    (ONNX DequantizeLinear's default; the QLinear* ops require the input)."""
+    v = m[zp]
+    if v is not None:
+        return v
+    assert isinstance(q.storage, IntType)
+    return b.const(base, np.zeros((), dtype=q.storage.numpy))
+
+
+def _scalar_if_uniform(b: Builder, v: Value, base: str) -> Value:
+    """ONNX Runtime's QLinearConv takes one weight zero point: a per-channel vector
+    whose entries are all equal (symmetric weights: all 0) becomes that scalar."""
+    c = np.asarray(v.const)
+    if c.ndim == 1 and c.size > 1 and np.all(c == c[0]):
+        return b.const(base, c[:1].reshape(()).astype(c.dtype))
+    return v
+
+
+def _int32_bias(m: Match, bias: str, sx: QuantType, sw: QuantType) -> Value | None | NoMatch:
+    """The int32 bias tensor behind ``DequantizeLinear(bq, sx·sw, 0)``, None when there
+    is no bias, NoMatch when the bias cannot be used as is."""
+    bv = m[bias]
+    if bv is None:
+        return None
+    dq = bv.producer
+    if dq is None or dq.op_type != "DequantizeLinear":
+        return NoMatch(f"bias {describe(bv)} is float; the integer op needs an int32 bias DequantizeLinear(bq, sx*sw, 0)")
+    bq = dq.input(0)
+    qb = node_qtype(dq, bq, dq.input(1), dq.input(2))
+    if bq is None or not bq.is_const or qb is None or str(qb.storage) != "i32":
+        return NoMatch(f"bias {describe(bv)} is not an int32 constant behind DequantizeLinear")
+    if any(z != 0 for z in qb.zero_point):
+        return NoMatch(f"bias {describe(bv)} has a non-zero zero point")
+    # eq. (6): the bias scale must be sx*sw (float32 product) channel by channel
+    want = np.float32(sx.scale[0]) * np.asarray(sw.scale, np.float32)
+    got = np.asarray(qb.scale, np.float32)
+    if got.size == 1 and want.size > 1:
+        got = np.full(want.shape, got[0], np.float32)
+    if got.shape != want.shape or not np.array_equal(got, want):
+        return NoMatch(f"bias {describe(bv)} has scale {qb.scale[:3]}..., not sx*sw")
+    return bq
+
+
+class LowerConv(Rule):
+    """``Q(Conv(DQ(x), DQ(w), b?)) -> QLinearConv(x, sx, zx, w, sw, zw, sy, zy, bq?)``."""
+
+    pattern = (
+        "y = QuantizeLinear(c = Conv(xf = DequantizeLinear(x, sx, zx?), "
+        "wf = DequantizeLinear(w, sw, zw?), b?), sy, zy?)"
+    )
+    shared_ok = frozenset({"xf", "wf"})
+
+    def check(self, m: Match) -> Match | NoMatch:
+        bad = _check_consts(m, "sx", "zx", "sw", "zw", "sy", "zy")
+        if bad is not None:
+            return bad
+        if not m.is_const("w"):
+            return NoMatch(f"weight {describe(m['w'])} is not a constant")
+        qx = _params(m, "xf", "x", "sx", "zx")
+        qw = _params(m, "wf", "w", "sw", "zw")
+        qy = _params(m, "y", "y", "sy", "zy")
+        for q, what, per_tensor in ((qx, "input x", True), (qw, "weight w", False), (qy, "output y", True)):
+            bad = _check_8bit(q, what, per_tensor=per_tensor)
+            if bad is not None:
+                return bad
+        assert qx is not None and qw is not None
+        if qw.axis is not None and qw.axis % len(m.value("w").const.shape) != 0:
+            return NoMatch(f"weight w is quantized along axis {qw.axis}; QLinearConv takes axis 0 (output channels)")
+        bq = _int32_bias(m, "b", qx, qw)
+        if isinstance(bq, NoMatch):
+            return bq
+        m.data.update(qx=qx, qw=qw, qy=qy, bq=bq)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        conv = m.node("c")
+        attrs = {k: v for k, v in conv.attrs.items() if k in CONV_ATTRS}
+        zx = _zero_point_or_default(b, m, "zx", m.data["qx"], "x_zero_point")
+        zw = _scalar_if_uniform(b, _zero_point_or_default(b, m, "zw", m.data["qw"], "w_zero_point"), "w_zero_point")
+        zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
+        inputs = [m["x"], m["sx"], zx, m["w"], m["sw"], zw, m["sy"], zy]
+        if m.data["bq"] is not None:
+            inputs.append(m.data["bq"])
+        return b.op(
+            "QLinearConv",
+            inputs,
+            attrs,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            attr_types=conv.attr_types,
+            name=conv.name or None,
+        )
+
+
+class LowerMatMul(Rule):
+    """``Q(MatMul(DQ(a), DQ(b))) -> QLinearMatMul(a, sa, za, b, sb, zb, sy, zy)``; b may be
+    a constant (per column) or an activation (attention: both operands per tensor)."""
+
+    pattern = (
+        "y = QuantizeLinear(c = MatMul(af = DequantizeLinear(a, sa, za?), "
+        "bf = DequantizeLinear(bq, sb, zb?)), sy, zy?)"
+    )
+    shared_ok = frozenset({"af", "bf"})
+
+    def check(self, m: Match) -> Match | NoMatch:
+        bad = _check_consts(m, "sa", "za", "sb", "zb", "sy", "zy")
+        if bad is not None:
+            return bad
+        qa = _params(m, "af", "a", "sa", "za")
+        qb = _params(m, "bf", "bq", "sb", "zb")
+        qy = _params(m, "y", "y", "sy", "zy")
+        for q, what, per_tensor in ((qa, "input a", True), (qb, "input b", False), (qy, "output y", True)):
+            bad = _check_8bit(q, what, per_tensor=per_tensor)
+            if bad is not None:
+                return bad
+        assert qb is not None
+        if qb.axis is not None:
+            shape = m.value("bq").shape
+            if shape is None or len(shape) != 2 or qb.axis % 2 != 1:
+                return NoMatch("input b is quantized per axis other than the columns of a rank-2 matrix")
+        m.data.update(qa=qa, qb=qb, qy=qy)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        za = _zero_point_or_default(b, m, "za", m.data["qa"], "a_zero_point")
+        zb = _zero_point_or_default(b, m, "zb", m.data["qb"], "b_zero_point")
+        zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
+        return b.op(
+            "QLinearMatMul",
+            [m["a"], m["sa"], za, m["bq"], m["sb"], zb, m["sy"], zy],
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            name=m.node("c").name or None,
+        )
+
+
+def _gemm_check(m: Match, with_output: bool) -> Match | NoMatch:
+    names = ["sa", "za", "sb", "zb"] + (["sy", "zy"] if with_output else [])
+    bad = _check_consts(m, *names)
+    if bad is not None:
+        return bad
+    gemm = m.node("c")
+    if not m.is_const("bq"):
+        return NoMatch(f"weight {describe(m['bq'])} is not a constant")
+    if float(gemm.attrs.get("beta", 1.0)) != 1.0 and m["cb"] is not None:
+        return NoMatch("Gemm with a bias and beta != 1")
+    qa = _params(m, "af", "a", "sa", "za")
+    qb = _params(m, "bf", "bq", "sb", "zb")
+    for q, what, per_tensor in ((qa, "input a", True), (qb, "weight b", False)):
+        bad = _check_8bit(q, what, per_tensor=per_tensor)
+        if bad is not None:
+            return bad
+    assert qa is not None and qb is not None
+    if qb.axis is not None:
+        want = 0 if gemm.attrs.get("transB", 0) else 1
+        if qb.axis % 2 != want:
+            return NoMatch(f"weight b is quantized along axis {qb.axis}, not its output columns (axis {want})")
+    qy = None
+    if with_output:
+        qy = _params(m, "y", "y", "sy", "zy")
+        bad = _check_8bit(qy, "output y")
+        if bad is not None:
+            return bad
+    bias = _int32_bias(m, "cb", qa, qb)
+    if isinstance(bias, NoMatch):
+        return bias
+    m.data.update(qa=qa, qb=qb, qy=qy, bias=bias)
+    return m
+
+
+def _gemm_rewrite(m: Match, b: Builder, out: str, with_output: bool) -> Value:
+    gemm = m.node("c")
+    za = _zero_point_or_default(b, m, "za", m.data["qa"], "a_zero_point")
+    zb = _zero_point_or_default(b, m, "zb", m.data["qb"], "b_zero_point")
+    inputs: list[Value | None] = [m["a"], m["sa"], za, m["bq"], m["sb"], zb, m.data["bias"]]
+    if with_output:
+        inputs += [m["sy"], _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")]
+    attrs = {k: gemm.attrs[k] for k in ("alpha", "transA", "transB") if k in gemm.attrs}
+    return b.op(
+        "QGemm",
+        inputs,
+        attrs,
+        domain=MS_DOMAIN,
+        types=result_type(shape_from=m[out], elem_from=m[out]),
+        attr_types=gemm.attr_types,
+        name=gemm.name or None,
+    )
+
+
+class LowerGemm(Rule):
+    """``Q(Gemm(DQ(a), DQ(b), c?)) -> com.microsoft::QGemm(a, sa, za, b, sb, zb, cq?, sy, zy)``."""
+
+    pattern = (
+        "y = QuantizeLinear(c = Gemm(af = DequantizeLinear(a, sa, za?), "
+        "bf = DequantizeLinear(bq, sb, zb?), cb?), sy, zy?)"
+    )
+    shared_ok = frozenset({"af", "bf"})
+
+    def check(self, m: Match) -> Match | NoMatch:
+        return _gemm_check(m, with_output=True)
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return _gemm_rewrite(m, b, "y", with_output=True)
+
+
+class LowerGemmFloatOutput(Rule):
+    """``Gemm(DQ(a), DQ(b), c?) -> com.microsoft::QGemm(a, sa, za, b, sb, zb, cq?)`` with a
+    float output (the classifier head: quanta leaves graph outputs float)."""
+
+    pattern = "c = Gemm(af = DequantizeLinear(a, sa, za?), bf = DequantizeLinear(bq, sb, zb?), cb?)"
+    shared_ok = frozenset({"af", "bf"})
+
+    def check(self, m: Match) -> Match | NoMatch:
+        users = m.value("c").consumers()
+        if any(u.op_type == "QuantizeLinear" for u in users):
+            return NoMatch("the output is quantized (LowerGemm handles it)")
+        return _gemm_check(m, with_output=False)
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return _gemm_rewrite(m, b, "c", with_output=False)
+
+
+class LowerBinary(Rule):
+    """``Q(Add|Mul(DQ(a), DQ(b))) -> com.microsoft::QLinearAdd|QLinearMul(a, sa, za, b, sb, zb, sy, zy)``."""
+
+    pattern = (
+        "y = QuantizeLinear(c = Add|Mul(af = DequantizeLinear(a, sa, za?), "
+        "bf = DequantizeLinear(bb, sb, zb?)), sy, zy?)"
+    )
+    shared_ok = frozenset({"af", "bf"})
+
+    def check(self, m: Match) -> Match | NoMatch:
+        bad = _check_consts(m, "sa", "za", "sb", "zb", "sy", "zy")
+        if bad is not None:
+            return bad
+        qa = _params(m, "af", "a", "sa", "za")
+        qb = _params(m, "bf", "bb", "sb", "zb")
+        qy = _params(m, "y", "y", "sy", "zy")
+        for q, what in ((qa, "input a"), (qb, "input b"), (qy, "output y")):
+            bad = _check_8bit(q, what)
+            if bad is not None:
+                return bad
+        assert qa is not None and qb is not None and qy is not None
+        if not (qa.storage == qb.storage == qy.storage):
+            return NoMatch(f"operands are stored as {qa.storage}, {qb.storage} -> {qy.storage}; the op takes one type")
+        m.data.update(qa=qa, qb=qb, qy=qy)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        op = m.node("c")
+        za = _zero_point_or_default(b, m, "za", m.data["qa"], "a_zero_point")
+        zb = _zero_point_or_default(b, m, "zb", m.data["qb"], "b_zero_point")
+        zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
+        return b.op(
+            f"QLinear{op.op_type}",
+            [m["a"], m["sa"], za, m["bb"], m["sb"], zb, m["sy"], zy],
+            domain=MS_DOMAIN,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            name=op.name or None,
+        )
+
+
+def _check_unary(m: Match) -> NoMatch | None:
+    """Operand checks of the one-input ops (x -> y, one storage type); records qx, qy.
+    (NoMatch is falsy: test results with ``is not None``.)"""
+    bad = _check_consts(m, "sx", "zx", "sy", "zy")
+    if bad is not None:
+        return bad
+    qx = _params(m, "xf", "x", "sx", "zx")
+    qy = _params(m, "y", "y", "sy", "zy")
+    for q, what in ((qx, "input x"), (qy, "output y")):
+        bad = _check_8bit(q, what)
+        if bad is not None:
+            return bad
+    assert qx is not None and qy is not None
+    if qx.storage != qy.storage:
+        return NoMatch(f"input is {qx.storage} and output {qy.storage}; the op takes one type")
+    m.data.update(qx=qx, qy=qy)
+    return None
+
+
+class LowerPool(Rule):
+    """``Q(AveragePool|GlobalAveragePool(DQ(x))) -> com.microsoft::QLinearAveragePool|
+    QLinearGlobalAveragePool(x, sx, zx, sy, zy)``."""
+
+    pattern = "y = QuantizeLinear(c = AveragePool|GlobalAveragePool(xf = DequantizeLinear(x, sx, zx?)), sy, zy?)"
+    shared_ok = frozenset({"xf"})
+
+    def check(self, m: Match) -> Match | NoMatch:
+        bad = _check_unary(m)
+        if bad is not None:
+            return bad
+        pool = m.node("c")
+        if pool.op_type == "AveragePool" and pool.attrs.get("dilations") and any(d != 1 for d in pool.attrs["dilations"]):
+            return NoMatch("AveragePool with dilations has no quantized form")
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        pool = m.node("c")
+        zx = _zero_point_or_default(b, m, "zx", m.data["qx"], "x_zero_point")
+        zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
+        keep = ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")
+        attrs = {k: v for k, v in pool.attrs.items() if k in keep}
+        return b.op(
+            f"QLinear{pool.op_type}",
+            [m["x"], m["sx"], zx, m["sy"], zy],
+            attrs,
+            domain=MS_DOMAIN,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            attr_types=pool.attr_types,
+            name=pool.name or None,
+        )
+
+
+class LowerUnary(Rule):
+    """``Q(Sigmoid|LeakyRelu(DQ(x))) -> com.microsoft::QLinearSigmoid|QLinearLeakyRelu``."""
+
+    pattern = "y = QuantizeLinear(c = Sigmoid|LeakyRelu(xf = DequantizeLinear(x, sx, zx?)), sy, zy?)"
+    shared_ok = frozenset({"xf"})
+
+    def check(self, m: Match) -> Match | NoMatch:
+        bad = _check_unary(m)
+        return m if bad is None else bad
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        op = m.node("c")
+        zx = _zero_point_or_default(b, m, "zx", m.data["qx"], "x_zero_point")
+        zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
+        attrs = {"alpha": op.attrs["alpha"]} if "alpha" in op.attrs else {}
+        return b.op(
+            f"QLinear{op.op_type}",
+            [m["x"], m["sx"], zx, m["sy"], zy],
+            attrs,
+            domain=MS_DOMAIN,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            attr_types=op.attr_types,
+            name=op.name or None,
+        )
+
+
+class LowerConcat(Rule):
+    """``Q(Concat(DQ(x1), DQ(x2), ...)) -> com.microsoft::QLinearConcat(sy, zy, x1, s1, z1, ...)``."""
+
+    pattern = "y = QuantizeLinear(c = Concat(...), sy, zy?)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        bad = _check_consts(m, "sy", "zy")
+        if bad is not None:
+            return bad
+        qy = _params(m, "y", "y", "sy", "zy")
+        bad = _check_8bit(qy, "output y")
+        if bad is not None:
+            return bad
+        assert qy is not None
+        operands = []
+        for k, v in enumerate(m.node("c").inputs):
+            dq = v.producer if v is not None else None
+            if dq is None or dq.op_type != "DequantizeLinear":
+                return NoMatch(f"input {k} {describe(v)} does not come from DequantizeLinear")
+            if any(p is not None and not p.is_const for p in dq.inputs[1:]):
+                return NoMatch(f"input {k}: its DequantizeLinear parameters are not constants")
+            q = node_qtype(dq, dq.input(0), dq.input(1), dq.input(2))
+            bad = _check_8bit(q, f"input {k}")
+            if bad is not None:
+                return bad
+            assert q is not None
+            if q.storage != qy.storage:
+                return NoMatch(f"input {k} is {q.storage}, the output {qy.storage}; the op takes one type")
+            operands.append((dq, q))
+        m.data.update(qy=qy, operands=operands)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        concat = m.node("c")
+        zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
+        inputs: list[Value | None] = [m["sy"], zy]
+        for dq, q in m.data["operands"]:
+            z = dq.input(2)
+            if z is None:
+                z = b.const("zero_point", np.zeros((), dtype=q.storage.numpy))
+            inputs += [dq.input(0), dq.input(1), z]
+        return b.op(
+            "QLinearConcat",
+            inputs,
+            {"axis": concat.attrs["axis"]},
+            domain=MS_DOMAIN,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            attr_types=concat.attr_types,
+            name=concat.name or None,
+        )
+
+
+LOWER_RULES: list[Rule] = [
+    LowerConv(),
+    LowerMatMul(),
+    LowerGemm(),
+    LowerGemmFloatOutput(),
+    LowerBinary(),
+    LowerPool(),
+    LowerUnary(),
+    LowerConcat(),
+]
+
+
+class LowerQdqToQLinear(RewritePass):
+    """All instruction-selection rules as one pass (see the module docstring)."""
+
+    name = "lower_qdq_to_qlinear"
+    produces_stage = Stage.LOWERED
+
+    def __init__(self) -> None:
+        super().__init__(LOWER_RULES)
+
+
+def is_integer_op(node: Node) -> bool:
+    """An operator that computes on quantized integers (what the rules produce)."""
+    return node.op_type.startswith("QLinear") or node.op_type in ("QGemm", "MatMulInteger", "ConvInteger")

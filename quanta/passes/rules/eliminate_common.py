@@ -1,0 +1,113 @@
+"""Common-subexpression elimination.
+
+    %a = Transpose(%x) {perm=[1, 0]}
+    %b = Transpose(%x) {perm=[1, 0]}
+    %y = Add(%a, %b)
+  ->
+    %a = Transpose(%x) {perm=[1, 0]}
+    %y = Add(%a, %a)
+
+Two steps, in one pass:
+
+1. equal constants are merged: same dtype, shape, bytes *and type* (the element type
+   includes the quantization parameters, so an int8 tensor typed ``Q(i8:f32, 0.02, 0)``
+   never merges with the same bytes typed ``Q(i8:f32, 0.08, 0)``);
+2. nodes are merged, in topological order, when they have the same domain, op,
+   attributes and (after step 1) the same input values, and their outputs have the same
+   element types. Quantization parameters are inputs (scale / zero-point constants) or
+   parts of types, so nodes with different quantization parameters never merge.
+
+Not merged: non-deterministic ops, nodes with subgraph attributes, and a node whose
+output is a graph output (the graph would lose that output's name; the first node keeps
+its own). Graph inputs with a default initializer are never merged (a feed may
+override them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Graph, Node, Value
+from quanta.passes.manager import Pass, PassResult
+from quanta.passes.rules._util import NONDETERMINISTIC_OPS
+
+__all__ = ["EliminateCommon"]
+
+
+def _attr_key(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (list, tuple)):
+        return tuple(_attr_key(v) for v in value)
+    if isinstance(value, float) and value != value:  # NaN: equal to itself here
+        return ("nan",)
+    return value
+
+
+def _has_subgraph(node: Node) -> bool:
+    def is_graph(v: Any) -> bool:
+        return hasattr(v, "node") and hasattr(v, "input")
+
+    return any(is_graph(v) or (isinstance(v, list) and any(is_graph(x) for x in v)) for v in node.attrs.values())
+
+
+class EliminateCommon(Pass):
+    name = "eliminate_common"
+
+    def call(self, graph: Graph) -> PassResult:
+        consts = self._merge_constants(graph)
+        nodes = self._merge_nodes(graph)
+        stats = {k: v for k, v in (("constants", consts), ("nodes", nodes)) if v}
+        return PassResult(graph, bool(consts or nodes), stats)
+
+    @staticmethod
+    def _merge_constants(graph: Graph) -> int:
+        outputs = {id(v) for v in graph.outputs}
+        inputs = {id(v) for v in graph.inputs}
+        seen: dict[tuple, Value] = {}
+        merged = 0
+        for name, v in list(graph.initializers.items()):
+            if id(v) in outputs or id(v) in inputs:
+                continue
+            arr = np.ascontiguousarray(v.const)
+            key = (arr.dtype.str, arr.shape, v.type, hashlib.sha1(arr.tobytes()).hexdigest())
+            first = seen.get(key)
+            if first is None:
+                seen[key] = v
+                continue
+            if not np.array_equal(first.const.view(np.uint8), arr.view(np.uint8)):
+                continue  # a hash collision: keep both
+            graph.replace_all_uses(v, first)
+            del graph.initializers[name]
+            merged += 1
+        return merged
+
+    @staticmethod
+    def _merge_nodes(graph: Graph) -> int:
+        outputs = {id(v) for v in graph.outputs}
+        seen: dict[tuple, Node] = {}
+        merged = 0
+        for node in list(graph.nodes):
+            if node.op_type in NONDETERMINISTIC_OPS or _has_subgraph(node):
+                continue
+            key = (
+                node.domain,
+                node.op_type,
+                tuple(None if v is None else id(v) for v in node.inputs),
+                tuple(sorted((k, _attr_key(a)) for k, a in node.attrs.items())),
+                tuple(None if v.type is None else v.type.elem for v in node.outputs),
+            )
+            first = seen.get(key)
+            if first is None:
+                seen[key] = node
+                continue
+            if any(id(v) in outputs for v in node.outputs):
+                continue
+            for old, new in zip(node.outputs, first.outputs):
+                graph.replace_all_uses(old, new)
+            graph.remove_node(node)
+            merged += 1
+        return merged

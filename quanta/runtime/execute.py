@@ -1,0 +1,325 @@
+"""The executor: runs a Plan's steps over a list of slots, with little per-step work.
+
+Per step the hot loop does: gather the input slots, call the kernel, store the
+result, clear the slots whose last reader this was. Everything else is decided before
+the loop, per *input-shape signature* (the shapes and dtypes of the feeds):
+
+1. The first run of a signature is a *measuring run*: it records the shape and dtype
+   of every value, plans the arena for exactly those sizes
+   (:func:`quanta.runtime.compile.plan_static_memory`; also for static models, so a
+   wrong static shape can never misplace a buffer) and caches a :class:`BoundRun`
+   (at most ``max_signatures``, least recently used first out).
+2. A BoundRun's steps hand every kernel that accepts ``out=`` (``Kernel.out``) a view
+   of its planned place in a preallocated, 64-byte aligned arena; NumPy kernels
+   allocate their results as before (their place in the plan is reported, not used).
+3. Arena safety: view outputs (Reshape, Flatten, ...) share their input's buffer and
+   the planner keeps it alive for them; any other kernel that reads an arena-resident
+   value has its result checked, and a result that shares memory with the arena (a
+   view NumPy made) is copied out. Graph outputs that share the arena are copied
+   before they are returned, so a caller never holds arena memory. Each BoundRun's
+   arena is used by one run at a time; a concurrent run of the same signature runs
+   without it.
+
+Profiling (a :class:`quanta.runtime.profile.Profiler` attached to the executor) and
+``on_value`` callbacks take a slower loop that times each step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from quanta.runtime.compile import plan_static_memory
+from quanta.runtime.memory import VIEW_OPS, MemoryPlan
+from quanta.runtime.plan import Plan, SlotKind
+from quanta.runtime.profile import Profiler
+from quanta.targets.base import Executable, TargetError
+from quanta.targets.reference import KERNEL_ERRORS, describe_args
+
+__all__ = ["BoundRun", "Executor"]
+
+# (step index, fn, ctx, input slots, number of inputs, the single output slot or -1,
+#  output slots, slots to free, keyword arguments or None when there are none)
+_StepTuple = tuple[
+    int, Callable[..., Any], Any, tuple[int, ...], int, int, tuple[int | None, ...], tuple[int, ...], "dict | None"
+]
+Specs = dict[int, tuple[tuple[int, ...], np.dtype]]
+
+
+@dataclass
+class BoundRun:
+    """The steps of one input-shape signature, with their arena (if any kernel uses it)."""
+
+    steps: list[_StepTuple]
+    specs: Specs  # slot -> (shape, dtype) of every value seen in the measuring run
+    memory: MemoryPlan | None
+    arena: np.ndarray | None = None  # aligned uint8 view, peak_bytes long
+    arena_slots: frozenset[int] = frozenset()  # slots whose arrays live in the arena
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Executor(Executable):
+    """Runs ``plan``; see the module docstring. ``profiler``: record per-step times."""
+
+    def __init__(self, plan: Plan, *, profiler: Profiler | None = None, max_signatures: int = 8):
+        self.plan = plan
+        self.profiler = profiler
+        self.max_signatures = max_signatures
+        self.fallbacks = plan.fallbacks
+        template: list[Any] = [None] * len(plan.slots)
+        for k, arr in plan.constants.items():
+            template[k] = arr
+        graph = plan.model.graph
+        for v in graph.inputs:  # an input with an initializer defaults to it
+            if v.const is not None:
+                template[plan.inputs[v.name]] = v.const
+        self._template = template
+        self._input_slots = sorted(set(plan.inputs.values()))
+        self._plain: list[_StepTuple] = [
+            (
+                s.index,
+                s.kernel.fn,
+                s.ctx,
+                s.inputs,
+                len(s.inputs),
+                s.outputs[0] if len(s.outputs) == 1 and s.outputs[0] is not None else -1,
+                s.outputs,
+                s.free_after,
+                s.attrs or None,
+            )
+            for s in plan.steps
+        ]
+        self._bound: OrderedDict[tuple, BoundRun] = OrderedDict()
+        self._bound_lock = threading.Lock()
+
+    # -- public ------------------------------------------------------------------
+    def run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        output_names: Sequence[str],
+        *,
+        on_value: Callable[[str, np.ndarray], None] | None = None,
+    ) -> list[np.ndarray]:
+        plan = self.plan
+        out_slots = []
+        missing = []
+        for n in output_names:
+            k = plan.outputs.get(n)
+            if k is None:
+                missing.append(n)
+            out_slots.append(k)
+        if missing:
+            raise TargetError(f"outputs {missing} were not computed")
+        vals = self._template.copy()
+        inputs = plan.inputs
+        for name, arr in feeds.items():
+            k = inputs.get(name)
+            if k is None:
+                raise TargetError(f"unknown input '{name}'; the plan's inputs are {sorted(inputs)}")
+            vals[k] = arr
+        signature = self._signature(vals)
+        bound = self._bound.get(signature)
+        profiler = self.profiler
+        if bound is None:
+            specs: Specs = {}
+            self._run_instrumented(vals, self._plain, on_value, profiler, specs)
+            self._remember(signature, specs)
+            return [vals[k] for k in out_slots]
+        if bound.arena is None:
+            if profiler is None and on_value is None:
+                self._run_fast(vals, bound.steps)
+            else:
+                self._run_instrumented(vals, bound.steps, on_value, profiler, None, bound.specs)
+            return [vals[k] for k in out_slots]
+        if not bound.lock.acquire(blocking=False):  # the arena is busy: run without it
+            self._run_instrumented(vals, self._plain, on_value, profiler, None, bound.specs)
+            return [vals[k] for k in out_slots]
+        try:
+            if profiler is None and on_value is None:
+                self._run_fast(vals, bound.steps)
+            else:
+                self._run_instrumented(vals, bound.steps, on_value, profiler, None, bound.specs)
+            arena = bound.arena
+            outs = []
+            for k in out_slots:
+                arr = vals[k]
+                if isinstance(arr, np.ndarray) and np.may_share_memory(arr, arena):
+                    arr = arr.copy()
+                outs.append(arr)
+            return outs
+        finally:
+            bound.lock.release()
+
+    def bound_runs(self) -> dict[tuple, BoundRun]:
+        """Signature -> BoundRun, for inspection (most recently used last)."""
+        return dict(self._bound)
+
+    def memory_plan(self, feeds: Mapping[str, np.ndarray] | None = None) -> MemoryPlan | None:
+        """The static memory plan, or the plan of ``feeds``' signature once it ran."""
+        if feeds is None:
+            return self.plan.memory
+        vals = self._template.copy()
+        for name, arr in feeds.items():
+            vals[self.plan.inputs[name]] = np.asarray(arr)
+        bound = self._bound.get(self._signature(vals))
+        return None if bound is None else bound.memory
+
+    def _signature(self, vals: list[Any]) -> tuple:
+        """Shapes and dtypes of the input slots: what a BoundRun is cached by."""
+        return tuple(
+            (vals[k].shape, vals[k].dtype) if isinstance(vals[k], np.ndarray) else None for k in self._input_slots
+        )
+
+    # -- loops -----------------------------------------------------------------------
+    def _run_fast(self, vals: list[Any], steps: list[_StepTuple]) -> None:
+        # Unrolled for 1-3 inputs and no keyword arguments: a list comprehension and an
+        # empty **kw cost ~0.4 us per step, the whole step ~0.15 us (docs/runtime.md).
+        k = -1
+        try:
+            for k, fn, ctx, ins, n_in, out1, outs, frees, kw in steps:  # noqa: B007 - k names a failing step
+                if kw is None:
+                    if n_in == 1:
+                        res = fn(ctx, vals[ins[0]])
+                    elif n_in == 2:
+                        res = fn(ctx, vals[ins[0]], vals[ins[1]])
+                    elif n_in == 3:
+                        res = fn(ctx, vals[ins[0]], vals[ins[1]], vals[ins[2]])
+                    else:
+                        res = fn(ctx, *[vals[i] for i in ins])
+                else:
+                    res = fn(ctx, *[vals[i] for i in ins], **kw)
+                if out1 >= 0 and not isinstance(res, (tuple, list)):
+                    vals[out1] = res
+                else:
+                    _store_many(vals, outs, res)
+                for f in frees:
+                    vals[f] = None
+        except KERNEL_ERRORS as e:
+            raise self._error(k, vals, e) from e
+
+    def _run_instrumented(
+        self,
+        vals: list[Any],
+        steps: list[_StepTuple],
+        on_value: Callable[[str, np.ndarray], None] | None,
+        profiler: Profiler | None,
+        record: Specs | None,
+        specs: Specs | None = None,
+    ) -> None:
+        """The loop with timing (``profiler``), callbacks (``on_value``) and shape
+        recording (``record``: filled with the (shape, dtype) of every input and value)."""
+        slots = self.plan.slots
+        clock = time.perf_counter_ns
+        times: list[tuple[int, int, int]] = []
+        if record is not None:
+            for k in self._input_slots:
+                if isinstance(vals[k], np.ndarray):
+                    record[k] = (vals[k].shape, vals[k].dtype)
+        run_start = clock()
+        k = -1
+        try:
+            for k, fn, ctx, ins, _, out1, outs, frees, kw in steps:
+                t0 = clock()
+                res = fn(ctx, *[vals[i] for i in ins], **(kw or {}))
+                t1 = clock()
+                times.append((k, t0, t1))
+                if out1 >= 0 and not isinstance(res, (tuple, list)):
+                    vals[out1] = res
+                else:
+                    _store_many(vals, outs, res)
+                for o in outs:
+                    if o is None:
+                        continue
+                    arr = vals[o]
+                    if record is not None and isinstance(arr, np.ndarray):
+                        record[o] = (arr.shape, arr.dtype)
+                    if on_value is not None:
+                        on_value(slots[o].name, arr)
+                for f in frees:
+                    vals[f] = None
+        except KERNEL_ERRORS as e:
+            raise self._error(k, vals, e) from e
+        run_end = clock()
+        if profiler is not None:
+            profiler.record_run(run_start, run_end, times, record if record is not None else specs)
+
+    def _error(self, k: int, vals: list[Any], e: Exception) -> TargetError:
+        step = self.plan.steps[k]
+        args = [vals[i] for i in step.inputs]
+        return TargetError(f"node {step.node.label}: {e} (inputs: {describe_args(args)})")
+
+    # -- binding a signature ------------------------------------------------------------
+    def _remember(self, signature: tuple, specs: Specs) -> None:
+        bound = self._bind(specs)
+        with self._bound_lock:
+            self._bound[signature] = bound
+            while len(self._bound) > self.max_signatures:
+                self._bound.popitem(last=False)
+
+    def _bind(self, specs: Specs) -> BoundRun:
+        plan = self.plan
+        nbytes = {
+            k: int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            for k, (shape, dtype) in specs.items()
+            if plan.slots[k].kind is SlotKind.INTERMEDIATE
+        }
+        memory = plan_static_memory(plan, nbytes)
+        steps = list(self._plain)
+        out_steps = [
+            s for s in plan.steps if s.kernel.out and s.outputs[0] is not None and s.outputs[0] in memory.offsets
+        ]
+        if not out_steps:
+            return BoundRun(steps, specs, memory)
+        # 64 bytes of slack so the arena can start on a 64-byte boundary
+        raw = np.empty(memory.peak_bytes + memory.alignment, np.uint8)
+        shift = (-raw.ctypes.data) % memory.alignment
+        arena = raw[shift : shift + memory.peak_bytes]
+        resident = set()
+        for s in out_steps:
+            o = s.outputs[0]
+            shape, dtype = specs[o]
+            off = memory.offsets[o]
+            view = arena[off : off + nbytes[o]].view(dtype).reshape(shape)
+            k, fn, ctx, ins, n_in, out1, outs, frees, kw = steps[s.index]
+            steps[s.index] = (k, fn, ctx, ins, n_in, out1, outs, frees, {**(kw or {}), "out": view})
+            resident.add(o)
+        resident |= {view for view, root in memory.aliases.items() if root in resident}
+        for s in plan.steps:
+            if s.kernel.out or s.op_type in VIEW_OPS or not resident.intersection(s.inputs):
+                continue
+            k, fn, ctx, ins, n_in, out1, outs, frees, kw = steps[s.index]
+            steps[s.index] = (k, _copy_out_of(arena, fn), ctx, ins, n_in, out1, outs, frees, kw)
+        return BoundRun(steps, specs, memory, arena, frozenset(resident))
+
+
+def _store_many(vals: list[Any], outs: tuple[int | None, ...], res: Any) -> None:
+    if not isinstance(res, (tuple, list)):
+        res = (res,)
+    for o, arr in zip(outs, res):
+        if o is not None:
+            vals[o] = arr
+
+
+def _copy_out_of(arena: np.ndarray, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` whose results never share memory with ``arena`` (copied when they do)."""
+
+    def checked(ctx: Any, *args: Any, **kw: Any) -> Any:
+        res = fn(ctx, *args, **kw)
+        if isinstance(res, (tuple, list)):
+            return tuple(_fresh(r, arena) for r in res)
+        return _fresh(res, arena)
+
+    checked.__wrapped__ = fn  # type: ignore[attr-defined]
+    return checked
+
+
+def _fresh(arr: Any, arena: np.ndarray) -> Any:
+    if isinstance(arr, np.ndarray) and np.may_share_memory(arr, arena):
+        return arr.copy()
+    return arr

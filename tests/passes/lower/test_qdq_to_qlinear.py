@@ -1,0 +1,322 @@
+"""Instruction selection (passes/lower/qdq_to_qlinear.py): the four parts for every rule
+(fired N times; structure; numerics on the reference target; the verifier in the
+lowered stage) and one negative test per NoMatch reason, asserting the reason.
+
+Numeric tolerance, derived: the QDQ group rounds once after a float32 computation on
+dequantized values, the integer op once after an exact int32 accumulation; both
+round the same real value, which they compute with a relative error of at most a few
+float32 ulps, so a result can move across a rounding boundary by at most one step:
+|lowered - qdq| <= 1 LSB on every quantized tensor, and at most one output scale on
+the dequantized outputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+from quanta.ir.onnx_io import load
+from quanta.ir.verify import Stage, verify
+from quanta.passes.lower.qdq_to_qlinear import (
+    LowerBinary,
+    LowerConcat,
+    LowerConv,
+    LowerMatMul,
+    LowerPool,
+    LowerQdqToQLinear,
+    LowerUnary,
+)
+from quanta.passes.pattern import RewritePass
+from quanta.passes.rules.eliminate_dead import EliminateDead
+from quanta.passes.rules.fuse_activation import DropImpliedActivation
+from tests.ir import models
+from tests.passes.helpers import run_passes, run_ref
+
+FLOAT_COMPUTE = {"Conv", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool", "Sigmoid"}
+
+
+def has_qgemm() -> bool:
+    from quanta.kernels.reference.registry import get_op
+
+    return get_op("QGemm", "com.microsoft") is not None
+
+
+def lower(model, rules=None):
+    passes = [DropImpliedActivation(), LowerQdqToQLinear() if rules is None else RewritePass(rules), EliminateDead()]
+    if rules is not None:
+        passes[1].produces_stage = Stage.LOWERED
+    result = run_passes(model, passes)
+    if any(n.domain == "com.microsoft" for n in model.graph.nodes):
+        model.opset_imports.setdefault("com.microsoft", 1)
+    return result
+
+
+def quantized(tmp_path, proto, feeds, **options):
+    src, out = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(proto, src)
+    quanta.quantize_static(src, out, feeds, verbose=False, **options)
+    return out
+
+
+def assert_within_one_step(a: np.ndarray, b: np.ndarray, step: float) -> None:
+    # <= 1 LSB of the last quantized tensor, dequantized (see the module docstring)
+    assert np.max(np.abs(a - b)) <= step * 1.0001
+
+
+def cnn_feeds(n=4, seed=0):
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((2, 3, 8, 6)).astype(np.float32)} for _ in range(n)]
+
+
+def test_lower_quantized_cnn_conv_relu_pool(tmp_path):
+    path = quantized(tmp_path, models.float_cnn(), cnn_feeds(), op_types=["Conv", "Relu", "MaxPool", "Flatten"])
+    model = load(path)
+    result = lower(model)
+    assert result.fired("LowerConv") == 1
+    assert result.fired("DropActivationImpliedByQuantize") == 1  # Relu output zp == qmin
+    counts = model.graph.op_counts()
+    assert counts["QLinearConv"] == 1 and "Conv" not in counts and "Relu" not in counts
+    verify(model.graph, Stage.LOWERED)
+    conv = model.graph.find_nodes("QLinearConv")[0]
+    assert conv.inputs[8] is not None and conv.inputs[8].const.dtype == np.int32  # int32 bias kept
+    feed = cnn_feeds(1, seed=5)[0]
+    a, b = run_ref(load(path), feed)[0], run_ref(model, feed)[0]
+    # the head (Gemm) is float here: one step of the Relu output, times |W_fc| row sums
+    np.testing.assert_allclose(a, b, atol=0.05)
+
+
+def test_lower_matches_qdq_on_every_quantized_tensor_of_the_demo(tmp_path):
+    from quanta.cli.demo import MODEL, load_demo_data
+
+    data = load_demo_data()
+    out = tmp_path / "d.onnx"
+    quanta.quantize_static(MODEL, out, [{"input": data["calib_x"][:50]}], verbose=False)
+    qdq = load(out)
+    model = load(out)
+    result = lower(model, None if has_qgemm() else [r for r in LowerQdqToQLinear().ruleset.rules if "Gemm" not in r.name])
+    assert result.fired("LowerConv") == 6 and result.fired("LowerBinary") == 3 and result.fired("LowerPool") == 1
+    assert not FLOAT_COMPUTE & set(model.graph.op_counts()) - ({"Gemm"} if not has_qgemm() else set())
+    # expose every quantized value both graphs still share and compare them
+    names = [n.outputs[0].name for n in model.graph.nodes if n.op_type.startswith("QLinear")]
+    for m in (qdq, model):
+        by = {v.name: v for v in m.graph.values()}
+        m.graph.outputs = [*m.graph.outputs, *(by[n] for n in names)]
+        m.graph.output_signature = [v.type for v in m.graph.outputs]
+    feed = {"input": data["test_x"][:64]}
+    outs_q, outs_l = run_ref(qdq, feed), run_ref(model, feed)
+    for name, a, b in zip(["logits", *names], outs_q, outs_l):
+        if a.dtype.kind in "iu":
+            assert np.abs(a.astype(np.int32) - b.astype(np.int32)).max() <= 1, name
+
+
+def test_lower_attention_matmul_both_operands_activations(tmp_path):
+    path = quantized(tmp_path, models.encoder_block(), models.encoder_feeds(), op_types=["MatMul", "Add", "Reshape", "Transpose"])
+    model = load(path)
+    rules = [LowerMatMul(), LowerBinary()]
+    result = lower(model, rules)
+    assert result.fired("LowerMatMul") == 8  # q/k/v/o projections, scores, context, 2 FFN
+    scores = next(n for n in model.graph.nodes if n.name == "scores")
+    assert scores.op_type == "QLinearMatMul" and not scores.inputs[3].is_const
+    verify(model.graph, Stage.LOWERED)
+    feed = models.encoder_feeds(1, seed=2)[0]
+    a, b = run_ref(load(path), feed)[0], run_ref(model, feed)[0]
+    # LayerNorm output (float): a 1-LSB change of an int8 input moves it by <~ 0.05 here
+    np.testing.assert_allclose(a, b, atol=0.1)
+
+
+# -- NoMatch reasons -------------------------------------------------------------------
+
+
+def qdq_conv_proto(*, sx_const=True, w_const=True, bias="int32", x_axis=False, storage=TensorProto.UINT8):
+    """x -Q-DQ-> Conv(w: DQ) [+ bias] -Q-DQ-> y with non-zero zero points, 3 -> 7 channels."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(np.float32(0.02), "sx"),
+        numpy_helper.from_array(np.array(131, dtype=helper.tensor_dtype_to_np_dtype(storage)), "zx"),
+        numpy_helper.from_array(rng.integers(-127, 128, (7, 3, 3, 3)).astype(np.int8), "w"),
+        numpy_helper.from_array(np.linspace(0.004, 0.013, 7).astype(np.float32), "sw"),
+        numpy_helper.from_array(np.zeros(7, np.int8), "zw"),
+        numpy_helper.from_array(np.float32(0.07), "sy"),
+        numpy_helper.from_array(np.array(119, dtype=helper.tensor_dtype_to_np_dtype(storage)), "zy"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 5])]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"], name="dqx"),
+    ]
+    if not sx_const:
+        inputs.append(helper.make_tensor_value_info("sx_in", TensorProto.FLOAT, []))
+        nodes[1] = helper.make_node("DequantizeLinear", ["xq", "sx_in", "zx"], ["xf"], name="dqx")
+    if w_const:
+        nodes.append(helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], name="dqw", axis=0))
+    else:
+        inputs.append(helper.make_tensor_value_info("w_in", TensorProto.INT8, [7, 3, 3, 3]))
+        nodes.append(helper.make_node("DequantizeLinear", ["w_in", "sw", "zw"], ["wf"], name="dqw", axis=0))
+    conv_in = ["xf", "wf"]
+    if bias == "int32":
+        sb = (np.float32(0.02) * np.linspace(0.004, 0.013, 7).astype(np.float32)).astype(np.float32)
+        inits += [numpy_helper.from_array(np.arange(-3, 4, dtype=np.int32) * 50, "bq"), numpy_helper.from_array(sb, "sb")]
+        nodes.append(helper.make_node("DequantizeLinear", ["bq", "sb"], ["bf"], name="dqb", axis=0))
+        conv_in.append("bf")
+    elif bias == "float":
+        inits.append(numpy_helper.from_array(np.linspace(-0.1, 0.1, 7).astype(np.float32), "bf"))
+        conv_in.append("bf")
+    elif bias == "wrong_scale":
+        inits += [
+            numpy_helper.from_array(np.arange(-3, 4, dtype=np.int32), "bq"),
+            numpy_helper.from_array(np.full(7, 0.5, np.float32), "sb"),
+        ]
+        nodes.append(helper.make_node("DequantizeLinear", ["bq", "sb"], ["bf"], name="dqb", axis=0))
+        conv_in.append("bf")
+    nodes += [
+        helper.make_node("Conv", conv_in, ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["cq"], name="qc"),
+        helper.make_node("DequantizeLinear", ["cq", "sy", "zy"], ["y"], name="dqc"),
+    ]
+    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 9, 5])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_lower_conv_bit_exact_structure_and_numerics():
+    proto = qdq_conv_proto()
+    model = load(proto)
+    assert lower(model, [LowerConv()]).fired("LowerConv") == 1
+    assert model.graph.op_counts() == {"DequantizeLinear": 1, "QLinearConv": 1, "QuantizeLinear": 1}
+    x = np.random.default_rng(3).standard_normal((1, 3, 9, 5)).astype(np.float32) * 2
+    assert_within_one_step(run_ref(proto, {"x": x})[0], run_ref(model, {"x": x})[0], 0.07)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "reason"),
+    [
+        (dict(sx_const=False), "quantization parameter sx 'sx_in' (a graph input) is not a constant"),
+        (dict(w_const=False), "weight 'w_in' (a graph input) is not a constant"),
+        (
+            dict(bias="float"),
+            "bias 'bf' (a constant) is float; the integer op needs an int32 bias DequantizeLinear(bq, sx*sw, 0)",
+        ),
+    ],
+)
+def test_lower_conv_no_match_reasons(kwargs, reason):
+    model = load(qdq_conv_proto(**kwargs))
+    result = lower(model, [LowerConv()])
+    assert result.fired("LowerConv") == 0
+    assert [r.reason for r in result.why_not("LowerConv")] == [reason]
+    assert "Conv" in model.graph.op_counts()
+
+
+def test_lower_conv_refuses_a_bias_with_the_wrong_scale():
+    model = load(qdq_conv_proto(bias="wrong_scale"))
+    result = lower(model, [LowerConv()])
+    (rec,) = result.why_not("LowerConv")
+    assert rec.reason == "bias 'bf' (output of 'dqb' (DequantizeLinear)) has scale (0.5, 0.5, 0.5)..., not sx*sw"
+
+
+def test_lower_conv_refuses_16_bit_activations():
+    model = load(qdq_conv_proto(storage=TensorProto.UINT16))
+    result = lower(model, [LowerConv()])
+    assert [r.reason for r in result.why_not("LowerConv")] == [
+        "input x is stored as u16; the integer kernels take u8 or i8"
+    ]
+
+
+def qdq_binary_proto(storages=(TensorProto.UINT8, TensorProto.UINT8, TensorProto.UINT8), op="Add"):
+    names = ["a", "b", "y"]
+    scales = [0.03, 0.05, 0.11]
+    zps = [125, -3 if storages[1] == TensorProto.INT8 else 131, 121]
+    inits, nodes = [], []
+    for n, s, z, st in zip(names, scales, zps, storages):
+        inits += [
+            numpy_helper.from_array(np.float32(s), f"s{n}"),
+            numpy_helper.from_array(np.array(z, dtype=helper.tensor_dtype_to_np_dtype(st)), f"z{n}"),
+        ]
+    for n in ("a", "b"):
+        nodes += [
+            helper.make_node("QuantizeLinear", [n, f"s{n}", f"z{n}"], [f"{n}q"], name=f"q{n}"),
+            helper.make_node("DequantizeLinear", [f"{n}q", f"s{n}", f"z{n}"], [f"{n}f"], name=f"dq{n}"),
+        ]
+    nodes += [
+        helper.make_node(op, ["af", "bf"], ["c"], name="op"),
+        helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["cq"], name="qc"),
+        helper.make_node("DequantizeLinear", ["cq", "sy", "zy"], ["out"], name="dqc"),
+    ]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 7]) for n in ("a", "b")]
+    g = helper.make_graph(nodes, "g", io, [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 7])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+def test_lower_binary_with_different_scales(op):
+    proto = qdq_binary_proto(op=op)
+    model = load(proto)
+    assert lower(model, [LowerBinary()]).fired("LowerBinary") == 1
+    assert model.graph.op_counts()[f"com.microsoft::QLinear{op}"] == 1
+    rng = np.random.default_rng(1)
+    feeds = {"a": rng.standard_normal((3, 7)).astype(np.float32) * 3, "b": rng.standard_normal((3, 7)).astype(np.float32) * 5}
+    assert_within_one_step(run_ref(proto, feeds)[0], run_ref(model, feeds)[0], 0.11)
+
+
+def test_lower_binary_refuses_mixed_storage():
+    model = load(qdq_binary_proto(storages=(TensorProto.UINT8, TensorProto.INT8, TensorProto.UINT8)))
+    result = lower(model, [LowerBinary()])
+    assert [r.reason for r in result.why_not("LowerBinary")] == [
+        "operands are stored as u8, i8 -> u8; the op takes one type"
+    ]
+
+
+def test_lower_concat_pool_and_unary(tmp_path):
+    # Concat of two branches with their own scales, GlobalAveragePool, Sigmoid
+    rng = np.random.default_rng(4)
+    w1 = numpy_helper.from_array(rng.standard_normal((5, 3, 1, 1)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="c1"),
+        helper.make_node("Conv", ["x", "w2"], ["b"], name="c2", pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["a", "b"], ["cat"], axis=1, name="cat"),
+        helper.make_node("Sigmoid", ["cat"], ["s"], name="sig"),
+        helper.make_node("AveragePool", ["s"], ["ap"], kernel_shape=[3, 3], strides=[2, 2], name="ap"),
+        helper.make_node("GlobalAveragePool", ["ap"], ["gp"], name="gap"),
+        helper.make_node("Flatten", ["gp"], ["y"], name="flat"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 11, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 9])],
+        [w1, w2],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = [{"x": rng.standard_normal((1, 3, 11, 7)).astype(np.float32)} for _ in range(4)]
+    path = quantized(tmp_path, proto, feeds, quantize_outputs=True)
+    model = load(path)
+    result = lower(model, [LowerConv(), LowerConcat(), LowerUnary(), LowerPool()])
+    assert result.fired("LowerConcat") == 1 and result.fired("LowerUnary") == 1 and result.fired("LowerPool") == 2
+    counts = model.graph.op_counts()
+    assert counts["com.microsoft::QLinearConcat"] == 1 and counts["com.microsoft::QLinearSigmoid"] == 1
+    assert counts["com.microsoft::QLinearAveragePool"] == 1 and counts["com.microsoft::QLinearGlobalAveragePool"] == 1
+    verify(model.graph, Stage.LOWERED)
+    a, b = run_ref(load(path), feeds[0])[0], run_ref(model, feeds[0])[0]
+    step = float(numpy_helper.to_array(next(t for t in onnx.load(str(path)).graph.initializer if t.name == "y_scale")))
+    # Sigmoid: ORT's (and the reference's) QLinearSigmoid uses a table computed from
+    # the dequantized input; the QDQ graph computes the same function: 1 step each
+    # through three requantizations after it -> at most 3 output steps.
+    assert np.max(np.abs(a - b)) <= 3 * step * 1.0001
+
+
+def test_lowered_model_runs_in_onnxruntime(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    proto = qdq_conv_proto()
+    model = load(proto)
+    lower(model, [LowerConv()])
+    out = tmp_path / "lowered.onnx"
+    from quanta.ir.onnx_io import save
+
+    save(model, out)
+    x = np.random.default_rng(3).standard_normal((1, 3, 9, 5)).astype(np.float32)
+    ours = run_ref(model, {"x": x})[0]
+    theirs = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(ours, theirs)  # 0: same integer op, same requantization
+
