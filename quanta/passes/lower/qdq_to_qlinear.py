@@ -97,7 +97,7 @@ def _scalar_if_uniform(b: Builder, v: Value, base: str) -> Value:
     return v
 
 
-def _int32_bias(m: Match, bias: str, sx: QuantType, sw: QuantType) -> Value | None | NoMatch:
+def _int32_bias(m: Match, bias: str, sx: QuantType, sw: QuantType) -> Value | NoMatch | None:
     """The int32 bias tensor behind ``DequantizeLinear(bq, sx·sw, 0)``, None when there
     is no bias, NoMatch when the bias cannot be used as is."""
     bv = m[bias]
