@@ -16,7 +16,7 @@ Profiling as in ONNX Runtime::
     sess = quanta.InferenceSession(path, enable_profiling=True)  # or SessionOptions
     sess.run(None, feeds)
     print(sess.profile_summary())          # the slowest steps
-    path = sess.end_profiling()            # {profile_file_prefix}_{timestamp}.json
+    path = sess.end_profiling()            # {profile_file_prefix}_{timestamp}.json, as ORT
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ class InferenceSession:
     # -- profiling (ONNX Runtime's API) -------------------------------------------
     def end_profiling(self) -> str:
         """Stop profiling and write the Chrome trace to
-        ``{profile_file_prefix}_{%Y-%m-%d_%H-%M-%S}.json``; return its path ("" when
+        ``{profile_file_prefix}_{%Y-%m-%d_%H-%M-%S}_{ms}.json``; return its path ("" when
         profiling was not on, as ONNX Runtime)."""
         if self._profiler is None:
             return ""

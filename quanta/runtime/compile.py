@@ -29,7 +29,7 @@ from quanta.targets.base import Kernel, Target, TargetError, check_supported, ke
 if TYPE_CHECKING:
     from quanta.passes.manager import Pass, PipelineResult
 
-__all__ = ["compile", "plan_static_memory", "run_passes"]
+__all__ = ["DEFAULT_PIPELINE", "compile", "default_pipeline", "plan_static_memory", "run_passes"]
 
 #: The pipeline compile() runs before binding kernels. Empty until the passes land;
 #: the lead wires quanta.passes.pipelines here (a plain list of Pass instances).
@@ -45,7 +45,7 @@ def compile(
 ) -> Plan:
     """Compile ``model`` for ``target`` ("native", "reference" or a Target).
 
-    ``passes``: the pipeline to run first (None: :data:`DEFAULT_PIPELINE`). Passes
+    ``passes``: the pipeline to run first (None: :func:`default_pipeline`). Passes
     rewrite ``model.graph`` in place. ``num_threads``: intra-op threads handed to every
     kernel through ``ctx.num_threads``. Raises TargetError naming the first node the
     target cannot run.
@@ -55,13 +55,20 @@ def compile(
         target = get_target(target)
     if num_threads < 1:
         raise ValueError(f"num_threads: expected >= 1, got {num_threads}")
-    pipeline_result = run_passes(model, DEFAULT_PIPELINE if passes is None else passes)
+    pipeline_result = run_passes(model, default_pipeline(target) if passes is None else passes)
     kernels = bind_kernels(model, target)
     plan = assign_slots(model, target, kernels, num_threads)
     plan.passes = pipeline_result
     plan.memory = plan_static_memory(plan)
     plan.compile_seconds = time.perf_counter() - t0
     return plan
+
+
+def default_pipeline(target: Target) -> Sequence[Pass]:
+    """The passes compile() runs for ``target`` when not told: none for the reference
+    target (it runs the graph as loaded: the golden that passes are checked against),
+    :data:`DEFAULT_PIPELINE` otherwise."""
+    return () if target.name == "reference" else DEFAULT_PIPELINE
 
 
 def run_passes(model: Model, passes: Sequence[Pass]) -> PipelineResult | None:

@@ -3,7 +3,7 @@
 The executor calls :meth:`Profiler.record_run` once per profiled run with the
 ``(step, start_ns, end_ns)`` of every step (``time.perf_counter_ns``). The trace
 (:meth:`Profiler.trace`, written by :meth:`Profiler.write` and by
-``InferenceSession.end_profiling()`` to ``{profile_file_prefix}_{%Y-%m-%d_%H-%M-%S}.json``)
+``InferenceSession.end_profiling()`` to ``{profile_file_prefix}_{%Y-%m-%d_%H-%M-%S}_{ms}.json``)
 is a JSON list of Chrome "complete" events in ONNX Runtime's format, so the same tools
 read both (chrome://tracing, Perfetto, onnxruntime's profile parsers)::
 
@@ -11,7 +11,7 @@ read both (chrome://tracing, Perfetto, onnxruntime's profile parsers)::
      "pid": 4242, "tid": 4242, "args": {}}
     {"cat": "Node", "name": "conv_kernel_time", "ph": "X", "ts": 2051, "dur": 37,
      "pid": 4242, "tid": 4242,
-     "args": {"op_name": "Conv", "provider": "quanta:reference", "kernel": "reference:Conv",
+     "args": {"op_name": "Conv", "provider": "quanta:reference", "kernel": "reference:Conv", "node_index": "3",
               "output_size": "1260", "activation_size": "540", "parameter_size": "784",
               "input_type_shape": [{"float": [1, 3, 9, 5]}, ...],
               "output_type_shape": [{"float": [1, 7, 9, 5]}]}}
@@ -193,8 +193,10 @@ class Profiler:
         return str(path)
 
     def write_with_prefix(self, prefix: str) -> str:
-        """Write to ``{prefix}_{%Y-%m-%d_%H-%M-%S}.json`` (ONNX Runtime's file naming)."""
-        stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        """Write to ``{prefix}_{%Y-%m-%d_%H-%M-%S}_{milliseconds}.json`` (ONNX Runtime's
+        file naming); return the path."""
+        now = datetime.datetime.now()
+        stamp = now.strftime("%Y-%m-%d_%H-%M-%S") + f"_{now.microsecond // 1000:03d}"
         return self.write(f"{prefix}_{stamp}.json")
 
     def _event(self, cat: str, name: str, t0: int, t1: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +219,7 @@ class Profiler:
             "op_name": step.op_type,
             "provider": f"quanta:{step.kernel.impl}",
             "kernel": step.kernel.name,
+            "node_index": str(k),
         }
         ins = _type_shapes(step.inputs, run.specs, self.plan)
         outs = _type_shapes([o for o in step.outputs if o is not None], run.specs, self.plan)

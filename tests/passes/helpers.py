@@ -39,6 +39,15 @@ def run_ref(model: Model | onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> 
     return InferenceSession(proto, backend="reference").run(None, dict(feeds))
 
 
+def run_ref_ir(model: Model, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """Outputs of an IR model on the reference target without exporting it (for graphs
+    onnx's checker would refuse on reload, e.g. the deprecated GroupNormalization-18)."""
+    from quanta.targets.reference import ReferenceTarget
+
+    exe = ReferenceTarget().prepare(model)
+    return exe.run(dict(feeds), [v.name for v in model.graph.outputs])
+
+
 def reference_evaluator(opset_imports: Mapping[str, int]):
     """An evaluator for FoldConstants built from the reference kernels (what the runtime
     injects): ``evaluate(node, inputs) -> outputs``."""

@@ -72,18 +72,20 @@ def test_plan_chain_reuses_memory_and_reaches_the_lower_bound():
 
 
 def test_plan_best_fit_takes_the_smallest_gap_that_holds_the_buffer():
-    # Live at step 5: big (offset 0, 1024 B), a 128 B hole, mid (512 B), a 256 B hole.
-    # A 128 B buffer must go into the 128 B hole, not the first-fitting 256 B one.
+    # d512 and d256 die at step 1 and leave holes of 512 B (at 1024) and 256 B (at
+    # 1792) between buffers live at step 5. A 128 B buffer born at step 5 must go into
+    # the 256 B hole (best fit), not into the first hole that holds it.
     intervals = [
-        Interval("big", 1024, 0, 9),
-        Interval("mid", 512, 0, 9),
-        Interval("hole128", 128, 0, 1),
-        Interval("hole256", 256, 0, 1),
+        Interval("a", 1024, 0, 9),
+        Interval("d512", 512, 0, 1),
+        Interval("b", 256, 0, 9),
+        Interval("d256", 256, 0, 1),
+        Interval("c", 192, 0, 9),
         Interval("small", 128, 5, 6),
     ]
     plan = plan_arena(intervals)
     check_plan(plan)
-    assert plan.offsets == {"big": 0, "mid": 1024, "hole256": 1536, "hole128": 1792, "small": 1792}
+    assert plan.offsets == {"a": 0, "d512": 1024, "b": 1536, "d256": 1792, "c": 2048, "small": 1792}
 
 
 def test_offsets_are_multiples_of_64_and_sizes_round_up():

@@ -110,6 +110,7 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
 
   int64_t k = 0;
   const int64_t kc = t.kc;
+#pragma GCC unroll 2
   for (; k + KU * kKR <= kc; k += KU * kKR) {
 #pragma GCC unroll 2
     for (int u = 0; u < KU; ++u) {
