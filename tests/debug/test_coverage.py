@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from quanta.debug.coverage import coverage, macs
 from quanta.ir.onnx_io import load
-from quanta.passes.manager import PassManager
 from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
+from quanta.passes.manager import PassManager
 from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.passes.rules.fuse_activation import DropImpliedActivation
 from tests.passes.lower.test_qdq_to_qlinear import qdq_conv_proto
