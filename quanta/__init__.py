@@ -14,11 +14,12 @@ from quanta.calibrate.readers import CalibrationDataReader, ImagePreprocess
 from quanta.quantize.dynamic import quantize_dynamic
 from quanta.quantize.recipe import CalibrationMethod, Recipe
 from quanta.quantize.static import QuantizationSummary, quantize_static
-from quanta.session import InferenceSession, InvalidArgument, NodeArg, SessionOptions
+from quanta.session import GraphOptimizationLevel, InferenceSession, InvalidArgument, NodeArg, SessionOptions
 
 __all__ = [
     "CalibrationDataReader",
     "CalibrationMethod",
+    "GraphOptimizationLevel",
     "ImagePreprocess",
     "InferenceSession",
     "InvalidArgument",

@@ -21,6 +21,8 @@ Profiling as in ONNX Runtime::
 
 from __future__ import annotations
 
+import enum
+
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -38,7 +40,8 @@ from quanta.runtime.execute import Executor
 from quanta.runtime.plan import Plan
 from quanta.runtime.profile import Profiler, ProfileSummary
 
-__all__ = ["InferenceSession", "InvalidArgument", "NodeArg", "SessionOptions"]
+__all__ = [
+    "GraphOptimizationLevel","InferenceSession", "InvalidArgument", "NodeArg", "SessionOptions"]
 
 
 class InvalidArgument(ValueError):
@@ -57,10 +60,23 @@ class NodeArg:
         return f"{self.name}: {self.type} {self.shape}"
 
 
+class GraphOptimizationLevel(enum.IntEnum):
+    """ONNX Runtime's levels. quanta has two behaviours: DISABLE_ALL runs the graph as
+    written; any other level runs the compiler's default pipeline (QDQ groups lowered to
+    integer operators), on every backend, so "native" and "reference" execute the same
+    integer arithmetic."""
+
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_ALL = 99
+
+
 @dataclass
 class SessionOptions:
     """Options with ONNX Runtime's names, where ONNX Runtime has them."""
 
+    graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
     intra_op_num_threads: int = 0  # 0: all cores this process may run on
     enable_profiling: bool = False
     profile_file_prefix: str = "quanta_profile"
@@ -114,7 +130,10 @@ class InferenceSession:
             )
         self._model: Model = load(model)
         self._backend = backend
-        self._plan: Plan = compile_model(self._model, backend, num_threads=resolve_threads(self._options.intra_op_num_threads))
+        passes = None if self._options.graph_optimization_level > 0 else []
+        self._plan: Plan = compile_model(
+            self._model, backend, num_threads=resolve_threads(self._options.intra_op_num_threads), passes=passes
+        )
         self._profiler: Profiler | None = None
         if self._options.enable_profiling:
             self._profiler = Profiler(self._plan, start_ns=t0)

@@ -19,3 +19,16 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=300, deadline=None)
 settings.load_profile("ci")
+
+import pytest  # noqa: E402  (appended section: the pass manager's test mode)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _verify_after_every_pass():
+    """The pass manager verifies the graph after every pass in every test (its debug
+    mode); a manager created with ``verify=False`` opts out explicitly."""
+    from quanta.passes.manager import set_verify_default
+
+    set_verify_default(True)
+    yield
+    set_verify_default(False)

@@ -117,5 +117,6 @@ def test_native_and_reference_are_bit_exact_on_quantize(backend):
     nat_sess = quanta.InferenceSession(proto, backend="native")
     nat = nat_sess.run(None, {"x": x})[0]
     np.testing.assert_array_equal(nat, ref)
-    assert ("conv", "Conv", "no native kernel for this operator yet") in nat_sess.fallbacks
     assert all(name != "q_x" for name, _, _ in nat_sess.fallbacks)  # QuantizeLinear ran natively
+    # both backends ran the lowered graph: Q -> QLinearConv -> DQ
+    assert [s.op_type for s in nat_sess.plan.steps] == ["QuantizeLinear", "QLinearConv", "DequantizeLinear"]

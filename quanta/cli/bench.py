@@ -182,7 +182,11 @@ def format_result(r: BenchResult) -> str:
     if r.ort is not None:
         rows.append((r.ort.engine, f"{r.ort.median:.3f}", f"{r.ort.p90:.3f}"))
         rows.append(
-            ("ratio quanta/onnxruntime", f"{r.quanta.median / r.ort.median:.2f}x", f"{r.quanta.p90 / r.ort.p90:.2f}x")
+            (
+                "ratio quanta/onnxruntime",
+                f"{r.quanta.median / r.ort.median:.2f}x",
+                f"{r.quanta.p90 / r.ort.p90:.2f}x",
+            )
         )
     w0 = max(len(row[0]) for row in rows)
     w1 = max(len(row[1]) for row in rows)

@@ -502,6 +502,43 @@ def quant_type_from_params(
     return QuantType(storage, expressed, s, zp_vals, axis=axis)
 
 
+#: Ops that only move or select elements: their outputs keep the input's element type
+#: (the verifier's view rule uses the same set, quanta.ir.op_rules.VIEW_OPS).
+VIEW_OPS_KEEPING_TYPE = frozenset(
+    {
+        "Reshape",
+        "Transpose",
+        "Flatten",
+        "Squeeze",
+        "Unsqueeze",
+        "Slice",
+        "Gather",
+        "MaxPool",
+        "Identity",
+        "Split",
+        "Expand",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "Tile",
+    }
+)
+
+
+def _propagate_view_type(node: Node) -> None:
+    """A view of a per-tensor quantized value (a QOperator model's Reshape on u8 data)
+    carries the same quantized type; per-axis types are left alone (the axis moves)."""
+    x = node.input(0)
+    if x is None or x.type is None or not isinstance(x.type.elem, QuantType) or x.type.elem.axis is not None:
+        return
+    q = x.type.elem
+    outs = node.outputs[:1] if node.op_type == "MaxPool" else node.outputs
+    for o in outs:
+        if o.type is None:
+            o.type = TensorType(q, None)
+        elif o.type.elem == q.storage:
+            o.type = TensorType(q, o.type.shape)
+
+
 def annotate_quantized_types(graph: Graph) -> None:
     """Give every value whose quantization parameters are constants its QuantType.
 
@@ -516,6 +553,8 @@ def annotate_quantized_types(graph: Graph) -> None:
     """
     wanted: dict[int, list[QuantType]] = {}
     for node in graph.nodes:
+        if node.op_type in VIEW_OPS_KEEPING_TYPE and not node.domain:
+            _propagate_view_type(node)
         for (kind, i), si, zi in quant_operands(node):
             v = node.input(i) if kind == "in" else (node.outputs[i] if i < len(node.outputs) else None)
             if v is None:

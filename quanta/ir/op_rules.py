@@ -23,7 +23,7 @@ import enum
 from collections.abc import Callable
 
 from quanta.ir.graph import Node, Value
-from quanta.ir.onnx_io import quant_operands, quant_type_from_params
+from quanta.ir.onnx_io import VIEW_OPS_KEEPING_TYPE, quant_operands, quant_type_from_params
 from quanta.ir.types import CalibratedType, FloatType, QuantType
 
 __all__ = ["OP_RULES", "QUANT_OPS", "VIEW_OPS", "Stage", "rules_for"]
@@ -37,24 +37,9 @@ class Stage(enum.Enum):
 
 #: Ops that only move or select elements: their output keeps the input's element type
 #: (DESIGN.md: pure views keep the element type of their input).
-VIEW_OPS = frozenset(
-    {
-        "Reshape",
-        "Transpose",
-        "Flatten",
-        "Squeeze",
-        "Unsqueeze",
-        "Slice",
-        "Gather",
-        "MaxPool",
-        "Identity",
-        "Split",
-        "Expand",
-        "DepthToSpace",
-        "SpaceToDepth",
-        "Tile",
-    }
-)
+#: Ops that only move or select elements: their output keeps the input's element type
+#: (DESIGN.md: pure views keep the element type of their input). One set, in onnx_io.
+VIEW_OPS = VIEW_OPS_KEEPING_TYPE
 
 #: Operators that exist only in quantized graphs.
 QUANT_OPS = frozenset(

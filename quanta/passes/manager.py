@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, TextIO
 
 from quanta.ir.graph import Graph, Model
-from quanta.ir.op_rules import QUANT_OPS, Stage
+from quanta.ir.op_rules import QUANT_OPS, VIEW_OPS, Stage
 from quanta.ir.printer import format_graph
 from quanta.ir.types import QuantType
 from quanta.ir.verify import verify
@@ -202,8 +202,6 @@ class PipelineResult:
 def infer_stage(graph: Graph) -> Stage:
     """LOWERED when an integer operator appears or a computing op carries a quantized
     type; QDQ when QuantizeLinear/DequantizeLinear or quantized values appear; else FLOAT."""
-    from quanta.ir.op_rules import VIEW_OPS
-
     qdq = False
     for node in graph.nodes:
         if node.op_type in QUANT_OPS - {"QuantizeLinear", "DequantizeLinear"}:
@@ -252,7 +250,9 @@ class PassManager:
         known = {p.name for p in self.passes}
         unknown = sorted(self.dump_after - known - {"*"})
         if unknown:
-            raise ValueError(f"dump_after names unknown passes {unknown}; the pipeline runs: {[p.name for p in self.passes]}")
+            raise ValueError(
+                f"dump_after names unknown passes {unknown}; the pipeline runs: {[p.name for p in self.passes]}"
+            )
 
     def run(self, target: Graph | Model) -> PipelineResult:
         model = target if isinstance(target, Model) else None

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -122,7 +122,7 @@ def _tokenize(text: str) -> list[str]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m:
-            raise PatternError(f"pattern {text!r}: unexpected character at {pos}: {text[pos:pos + 10]!r}")
+            raise PatternError(f"pattern {text!r}: unexpected character at {pos}: {text[pos : pos + 10]!r}")
         tokens.append(m.group(1))
         pos = m.end()
     return tokens
@@ -141,7 +141,9 @@ class _Parser:
     def take(self, expected: str | None = None) -> str:
         tok = self.peek()
         if tok is None or (expected is not None and tok != expected):
-            raise PatternError(f"pattern {self.text!r}: expected {expected or 'a token'}, got {tok or 'end of pattern'}")
+            raise PatternError(
+                f"pattern {self.text!r}: expected {expected or 'a token'}, got {tok or 'end of pattern'}"
+            )
         self.i += 1
         return tok
 
@@ -186,6 +188,8 @@ class _Parser:
         args: list[PLeaf | PCall] = []
         rest = False
         while self.peek() != ")":
+            if self.peek() is None:
+                raise PatternError(f"pattern {self.text!r}: expected an argument or ')', got end of pattern")
             if rest:
                 raise PatternError(f"pattern {self.text!r}: '...' must be the last argument")
             if self.peek() == "...":
@@ -196,7 +200,9 @@ class _Parser:
             if self.peek() == ",":
                 self.take(",")
             elif self.peek() != ")":
-                raise PatternError(f"pattern {self.text!r}: expected ',' or ')', got {self.peek() or 'end of pattern'}")
+                raise PatternError(
+                    f"pattern {self.text!r}: expected ',' or ')', got {self.peek() or 'end of pattern'}"
+                )
         self.take(")")
         return PCall(tuple(ops), tuple(args), rest, outputs)
 
@@ -327,7 +333,8 @@ def _match_call(pc: PCall, node: Node, m: Match, where: str) -> NoMatch | None:
         extra = [k for k in range(len(pc.args), n_inputs) if node.inputs[k] is not None]
         if extra:
             return NoMatch(
-                f"{node.label} has input {extra[0]} set; the pattern expects at most {len(pc.args)} inputs", "pattern"
+                f"{node.label} has input {extra[0]} set; the pattern expects at most {len(pc.args)} inputs",
+                "pattern",
             )
     for k, arg in enumerate(pc.args):
         v = node.input(k)
@@ -337,17 +344,25 @@ def _match_call(pc: PCall, node: Node, m: Match, where: str) -> NoMatch | None:
                 return NoMatch(f"{here} is omitted", "pattern")
             if arg.name is not None:
                 if arg.name in m.values and m.values[arg.name] is not v:
-                    return NoMatch(f"'{arg.name}' appears twice in the pattern but {here} is a different value", "pattern")
+                    return NoMatch(
+                        f"'{arg.name}' appears twice in the pattern but {here} is a different value",
+                        "pattern",
+                    )
                 m.values[arg.name] = v
             continue
         if v is None:
             return NoMatch(f"{here} is omitted, expected the output of {arg.describe()}", "pattern")
         producer = v.producer
         if producer is None:
-            return NoMatch(f"{here} '{v.name}' is {_value_origin(v, m.graph)}, expected the output of {arg.describe()}", "pattern")
+            return NoMatch(
+                f"{here} '{v.name}' is {_value_origin(v, m.graph)}, expected the output of {arg.describe()}",
+                "pattern",
+            )
         if producer.outputs[0] is not v:
             idx = next(i for i, o in enumerate(producer.outputs) if o is v)
-            return NoMatch(f"{here} '{v.name}' is output {idx} of {producer.label}, expected output 0", "pattern")
+            return NoMatch(
+                f"{here} '{v.name}' is output {idx} of {producer.label}, expected output 0", "pattern"
+            )
         if any(producer is n for n in m.matched):
             return NoMatch(f"{here}: {producer.label} appears twice in the match", "pattern")
         res = _match_call(arg, producer, m, f"{here} '{v.name}'")
@@ -389,7 +404,9 @@ class Rule:
             intermediates = set(_intermediate_names(cls._compiled))
             unknown = set(cls.shared_ok) - intermediates
             if unknown:
-                raise PatternError(f"rule {cls.__name__}: shared_ok names {sorted(unknown)} are not intermediate values")
+                raise PatternError(
+                    f"rule {cls.__name__}: shared_ok names {sorted(unknown)} are not intermediate values"
+                )
 
     @property
     def compiled(self) -> PCall:
@@ -409,7 +426,10 @@ class Rule:
         if res is not None:
             return res
         if len(pc.outputs) > len(node.outputs):
-            return NoMatch(f"{node.label} has {len(node.outputs)} outputs, the pattern names {len(pc.outputs)}", "pattern")
+            return NoMatch(
+                f"{node.label} has {len(node.outputs)} outputs, the pattern names {len(pc.outputs)}",
+                "pattern",
+            )
         for name, v in zip(pc.outputs, node.outputs):
             m.values[name] = v
             m.nodes[name] = node
@@ -421,7 +441,10 @@ class Rule:
             users = m.outside_users(name)
             if users:
                 listed = ", ".join(u.label for u in users[:3])
-                return NoMatch(f"'{v.name}' (output of {producer.label}) is also used by {listed} outside the pattern", "shared")
+                return NoMatch(
+                    f"'{v.name}' (output of {producer.label}) is also used by {listed} outside the pattern",
+                    "shared",
+                )
             if any(o is v for o in graph.outputs):
                 return NoMatch(f"'{v.name}' (output of {producer.label}) is a graph output", "shared")
         # unnamed intermediates are checked the same way
@@ -540,7 +563,9 @@ class Builder:
         base = name or self.match.root.name or op_type.lower()
         bases = list(out_names) if out_names else [self.match.root.outputs[0].name] * n_outputs
         outs = [Value(self._names.fresh(bases[k]), types[k]) for k in range(n_outputs)]
-        node = Node(op_type, list(inputs), outs, dict(attrs or {}), name=self._names.fresh_node(base), domain=domain)
+        node = Node(
+            op_type, list(inputs), outs, dict(attrs or {}), name=self._names.fresh_node(base), domain=domain
+        )
         if attr_types:
             node.attr_types = {k: t for k, t in attr_types.items() if k in node.attrs}
         self._wanted_names.append(base)
@@ -564,7 +589,9 @@ class Builder:
                 kind = "a constant" if new.is_const else "a graph input"
                 self.refuse(f"graph output '{old.name}' would become '{new.name}' ({kind}) and lose its name")
             if any(new is o for o in self.graph.outputs):
-                self.refuse(f"graph output '{old.name}' would become '{new.name}', which is already a graph output")
+                self.refuse(
+                    f"graph output '{old.name}' would become '{new.name}', which is already a graph output"
+                )
         self.replacements.append((old, new))
 
     # -- engine side -------------------------------------------------------------------
@@ -682,7 +709,9 @@ class RuleSet:
         verdict = rule.check(m)  # type: ignore[arg-type]
         if not isinstance(verdict, Match):
             if not isinstance(verdict, NoMatch):
-                raise RuleError(f"rule {rule.name}: check must return a Match or NoMatch(reason), got {verdict!r}")
+                raise RuleError(
+                    f"rule {rule.name}: check must return a Match or NoMatch(reason), got {verdict!r}"
+                )
             log.add(rule.name, node, verdict.reason, verdict.kind)
             return None
         b = Builder(graph, m, names, rule.name)  # type: ignore[arg-type]

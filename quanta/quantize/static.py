@@ -171,14 +171,15 @@ def make_observer_factory(recipe: Recipe):
 
 
 def prepare_float_graph(model: Model) -> None:
-    """Float-graph rewrites that must happen before quantization (BN folding)."""
-    try:
-        from quanta.passes.pipelines import PREPARE_FOR_QUANTIZATION
-    except ImportError:  # the compiler is not there: quantize the graph as it is
-        return
+    """Float-graph rewrites that must happen before quantization: constant folding
+    (weights computed by subgraphs become initializers), BatchNormalization folded into
+    Conv/Gemm weights (so the folded weights are what gets quantized)."""
     from quanta.passes.manager import PassManager
+    from quanta.passes.pipelines import prepare_for_quantization
+    from quanta.runtime.compile import reference_evaluator
 
-    PassManager(PREPARE_FOR_QUANTIZATION).run(model.graph)
+    passes = prepare_for_quantization(opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model))
+    PassManager(passes).run(model)
 
 
 def quantize_static(

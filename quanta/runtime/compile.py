@@ -55,7 +55,7 @@ def compile(
         target = get_target(target)
     if num_threads < 1:
         raise ValueError(f"num_threads: expected >= 1, got {num_threads}")
-    pipeline_result = run_passes(model, default_pipeline(target) if passes is None else passes)
+    pipeline_result = run_passes(model, default_pipeline(target, model) if passes is None else passes)
     kernels = bind_kernels(model, target)
     plan = assign_slots(model, target, kernels, num_threads)
     plan.passes = pipeline_result
@@ -64,11 +64,41 @@ def compile(
     return plan
 
 
-def default_pipeline(target: Target) -> Sequence[Pass]:
-    """The passes compile() runs for ``target`` when not told: none for the reference
-    target (it runs the graph as loaded: the golden that passes are checked against),
-    :data:`DEFAULT_PIPELINE` otherwise."""
-    return () if target.name == "reference" else DEFAULT_PIPELINE
+def default_pipeline(target: Target, model: Model) -> list[Pass]:
+    """The passes compile() runs when not told, for every target (so "native" and
+    "reference" execute the same graph, and "reference" is the golden of the *same*
+    integer arithmetic): a graph with QuantizeLinear/DequantizeLinear has its Q -> op ->
+    DQ groups lowered to integer operators; a float graph runs as loaded. A fresh list
+    per call (rule passes keep the refusals of their last run). Sessions with
+    ``graph_optimization_level = ORT_DISABLE_ALL`` pass ``passes=[]`` instead."""
+    del target  # the same pipeline for every target
+    if not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.nodes):
+        return list(DEFAULT_PIPELINE)
+    from quanta.passes.pipelines import lower_qdq
+
+    return lower_qdq(opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model))
+
+
+def reference_evaluator(model: Model):
+    """Constant folding's evaluator: a node's reference kernel (passes may not import
+    kernels, so the runtime injects this). ``evaluate(node, inputs) -> outputs``."""
+    from quanta.kernels.reference.registry import OpContext, get_op
+
+    def evaluate(node, inputs):
+        fn = get_op(node.op_type, node.domain)
+        if fn is None:
+            raise LookupError(f"no reference kernel for {node.op_type}")
+        ctx = OpContext(
+            opset=model.opset_imports.get(node.domain, 1),
+            n_outputs=len(node.outputs),
+            node_name=node.name,
+            op_type=node.op_type,
+            domain=node.domain,
+        )
+        out = fn(ctx, *inputs, **node.attrs)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    return evaluate
 
 
 def run_passes(model: Model, passes: Sequence[Pass]) -> PipelineResult | None:
@@ -122,13 +152,17 @@ def assign_slots(model: Model, target: Target, kernels: list[Kernel], num_thread
                 )
         outs = [None if not v.name else add(v, SlotKind.INTERMEDIATE) for v in node.outputs]
         if kernel.out and len(node.outputs) != 1:
-            raise TargetError(f"node {node.label}: kernel {kernel.name} takes out= but the node has {len(outs)} outputs")
+            raise TargetError(
+                f"node {node.label}: kernel {kernel.name} takes out= but the node has {len(outs)} outputs"
+            )
         ctx = kernel_context(model, node, num_threads=num_threads)
         attrs = {**node.attrs, **kernel.params}
         steps.append(PlanStep(k, node, kernel, ctx, attrs, tuple(ins), tuple(outs), ()))
     for v in graph.outputs:
         if id(v) not in slot_of_value:
-            raise TargetError(f"graph output '{v.name}' is not computed by any node, nor an input or initializer")
+            raise TargetError(
+                f"graph output '{v.name}' is not computed by any node, nor an input or initializer"
+            )
     outputs = {v.name: slot_of_value[id(v)] for v in graph.outputs}
     _set_frees(steps, slots, set(outputs.values()))
     return Plan(

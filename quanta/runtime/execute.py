@@ -47,7 +47,15 @@ __all__ = ["BoundRun", "Executor"]
 # (step index, fn, ctx, input slots, number of inputs, the single output slot or -1,
 #  output slots, slots to free, keyword arguments or None when there are none)
 _StepTuple = tuple[
-    int, Callable[..., Any], Any, tuple[int, ...], int, int, tuple[int | None, ...], tuple[int, ...], "dict | None"
+    int,
+    Callable[..., Any],
+    Any,
+    tuple[int, ...],
+    int,
+    int,
+    tuple[int | None, ...],
+    tuple[int, ...],
+    "dict | None",
 ]
 Specs = dict[int, tuple[tuple[int, ...], np.dtype]]
 
@@ -125,6 +133,8 @@ class Executor(Executable):
             vals[k] = arr
         signature = self._signature(vals)
         bound = self._bound.get(signature)
+        if bound is not None and len(self._bound) > 1:
+            self._touch(signature)
         profiler = self.profiler
         if bound is None:
             specs: Specs = {}
@@ -132,19 +142,13 @@ class Executor(Executable):
             self._remember(signature, specs)
             return [vals[k] for k in out_slots]
         if bound.arena is None:
-            if profiler is None and on_value is None:
-                self._run_fast(vals, bound.steps)
-            else:
-                self._run_instrumented(vals, bound.steps, on_value, profiler, None, bound.specs)
+            self._run_bound(vals, bound.steps, on_value, bound.specs)
             return [vals[k] for k in out_slots]
         if not bound.lock.acquire(blocking=False):  # the arena is busy: run without it
-            self._run_instrumented(vals, self._plain, on_value, profiler, None, bound.specs)
+            self._run_bound(vals, self._plain, on_value, bound.specs)
             return [vals[k] for k in out_slots]
         try:
-            if profiler is None and on_value is None:
-                self._run_fast(vals, bound.steps)
-            else:
-                self._run_instrumented(vals, bound.steps, on_value, profiler, None, bound.specs)
+            self._run_bound(vals, bound.steps, on_value, bound.specs)
             arena = bound.arena
             outs = []
             for k in out_slots:
@@ -173,10 +177,23 @@ class Executor(Executable):
     def _signature(self, vals: list[Any]) -> tuple:
         """Shapes and dtypes of the input slots: what a BoundRun is cached by."""
         return tuple(
-            (vals[k].shape, vals[k].dtype) if isinstance(vals[k], np.ndarray) else None for k in self._input_slots
+            (vals[k].shape, vals[k].dtype) if isinstance(vals[k], np.ndarray) else None
+            for k in self._input_slots
         )
 
     # -- loops -----------------------------------------------------------------------
+    def _run_bound(
+        self,
+        vals: list[Any],
+        steps: list[_StepTuple],
+        on_value: Callable[[str, np.ndarray], None] | None,
+        specs: Specs,
+    ) -> None:
+        if self.profiler is None and on_value is None:
+            self._run_fast(vals, steps)
+        else:
+            self._run_instrumented(vals, steps, on_value, self.profiler, None, specs)
+
     def _run_fast(self, vals: list[Any], steps: list[_StepTuple]) -> None:
         # Unrolled for 1-3 inputs and no keyword arguments: a list comprehension and an
         # empty **kw cost ~0.4 us per step, the whole step ~0.15 us (docs/runtime.md).
@@ -216,38 +233,43 @@ class Executor(Executable):
         recording (``record``: filled with the (shape, dtype) of every input and value)."""
         slots = self.plan.slots
         clock = time.perf_counter_ns
-        times: list[tuple[int, int, int]] = []
         if record is not None:
             for k in self._input_slots:
                 if isinstance(vals[k], np.ndarray):
                     record[k] = (vals[k].shape, vals[k].dtype)
+        watch = record is not None or on_value is not None
+        # two flat lists of ints: tuples per step would be objects the garbage collector
+        # scans again and again while the profiler keeps them (10x slower runs)
+        starts = [0] * len(steps)
+        ends = [0] * len(steps)
         run_start = clock()
         k = -1
         try:
             for k, fn, ctx, ins, _, out1, outs, frees, kw in steps:
-                t0 = clock()
-                res = fn(ctx, *[vals[i] for i in ins], **(kw or {}))
-                t1 = clock()
-                times.append((k, t0, t1))
+                args = [vals[i] for i in ins]
+                starts[k] = clock()
+                res = fn(ctx, *args) if kw is None else fn(ctx, *args, **kw)
+                ends[k] = clock()
                 if out1 >= 0 and not isinstance(res, (tuple, list)):
                     vals[out1] = res
                 else:
                     _store_many(vals, outs, res)
-                for o in outs:
-                    if o is None:
-                        continue
-                    arr = vals[o]
-                    if record is not None and isinstance(arr, np.ndarray):
-                        record[o] = (arr.shape, arr.dtype)
-                    if on_value is not None:
-                        on_value(slots[o].name, arr)
+                if watch:
+                    for o in outs:
+                        if o is None:
+                            continue
+                        arr = vals[o]
+                        if record is not None and isinstance(arr, np.ndarray):
+                            record[o] = (arr.shape, arr.dtype)
+                        if on_value is not None:
+                            on_value(slots[o].name, arr)
                 for f in frees:
                     vals[f] = None
         except KERNEL_ERRORS as e:
             raise self._error(k, vals, e) from e
         run_end = clock()
         if profiler is not None:
-            profiler.record_run(run_start, run_end, times, record if record is not None else specs)
+            profiler.record_run(run_start, run_end, starts, ends, record if record is not None else specs)
 
     def _error(self, k: int, vals: list[Any], e: Exception) -> TargetError:
         step = self.plan.steps[k]
@@ -262,6 +284,11 @@ class Executor(Executable):
             while len(self._bound) > self.max_signatures:
                 self._bound.popitem(last=False)
 
+    def _touch(self, signature: tuple) -> None:
+        with self._bound_lock:
+            if signature in self._bound:
+                self._bound.move_to_end(signature)
+
     def _bind(self, specs: Specs) -> BoundRun:
         plan = self.plan
         nbytes = {
@@ -272,7 +299,9 @@ class Executor(Executable):
         memory = plan_static_memory(plan, nbytes)
         steps = list(self._plain)
         out_steps = [
-            s for s in plan.steps if s.kernel.out and s.outputs[0] is not None and s.outputs[0] in memory.offsets
+            s
+            for s in plan.steps
+            if s.kernel.out and s.outputs[0] is not None and s.outputs[0] in memory.offsets
         ]
         if not out_steps:
             return BoundRun(steps, specs, memory)

@@ -6,14 +6,16 @@ input). Constants are placed in their slots once; feeds fill the input slots; a 
 reads its input slots, calls its kernel, writes its output slots and clears the slots
 whose last reader it is.
 
-Printed form (``str(plan)``, also ``quanta bench``/tests use it)::
+Printed form (``str(plan)``; constants are shown by slot only)::
 
-    plan 'qdq_conv' on target native: 6 steps, 1 thread
-      slots: 7 constants, 1 input, 4 intermediates, 1 output; 1 step on native kernels, 5 fallbacks
-      memory: arena 1,216 B, liveness lower bound 1,216 B (1.000x), 3 buffers, alignment 64
-      step  node   op                kernel                       outputs <- inputs                     memory
-         0  q_x    QuantizeLinear    native:quantize_linear_u8    %8 xq <- %1 x, %2 xs, %3 xz           @0 +135 heap
-         ...
+    plan 'qdq_conv' on target native: 6 steps, 2 threads
+      slots: 7 constants, 1 input, 5 intermediates, 1 output; 2 steps on native kernels, 4 fallbacks
+      memory: arena 2,624 B, liveness lower bound 2,624 B (1.000x), 5 buffers, alignment 64
+        step  node  op                kernel                      outputs <- inputs        memory
+           0  q_x   QuantizeLinear    native:quantize_linear_u8   %9 xq <- %8 x, %1, %2    @0 +135 heap
+           1  dq_x  DequantizeLinear  reference:DequantizeLinear  %10 xf <- %9 xq, %1, %2  @2048 +540 heap
+           ...
+           5  dq_c  DequantizeLinear  reference:DequantizeLinear  %14 y <- %13 cq, %6, %7  output
 
 ``memory`` says where the output's planned buffer sits (``@offset +bytes``) and whether
 the executor really writes there (``arena``: the kernel accepts ``out=``) or the
@@ -132,7 +134,9 @@ class Plan:
         for s in shown:
             outs = ", ".join("_" if o is None else self._slot_label(o) for o in s.outputs)
             ins = ", ".join("_" if i == NONE_SLOT else self._slot_label(i) for i in s.inputs)
-            rows.append((str(s.index), s.name, s.op_type, s.kernel.name, f"{outs} <- {ins}", self._memory_label(s)))
+            rows.append(
+                (str(s.index), s.name, s.op_type, s.kernel.name, f"{outs} <- {ins}", self._memory_label(s))
+            )
         widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
         for r in rows:
             cells = [r[0].rjust(widths[0])] + [r[c].ljust(widths[c]) for c in range(1, len(r))]

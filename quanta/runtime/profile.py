@@ -1,7 +1,7 @@
 """Profiler: per-step wall times, a Chrome trace as ONNX Runtime writes it, a summary.
 
-The executor calls :meth:`Profiler.record_run` once per profiled run with the
-``(step, start_ns, end_ns)`` of every step (``time.perf_counter_ns``). The trace
+The executor calls :meth:`Profiler.record_run` once per profiled run with the start
+and end of every step (``time.perf_counter_ns``, indexed by step). The trace
 (:meth:`Profiler.trace`, written by :meth:`Profiler.write` and by
 ``InferenceSession.end_profiling()`` to ``{profile_file_prefix}_{%Y-%m-%d_%H-%M-%S}_{ms}.json``)
 is a JSON list of Chrome "complete" events in ONNX Runtime's format, so the same tools
@@ -12,8 +12,8 @@ read both (chrome://tracing, Perfetto, onnxruntime's profile parsers)::
     {"cat": "Node", "name": "conv_kernel_time", "ph": "X", "ts": 2051, "dur": 37,
      "pid": 4242, "tid": 4242,
      "args": {"op_name": "Conv", "provider": "quanta:reference", "kernel": "reference:Conv", "node_index": "3",
-              "output_size": "1260", "activation_size": "540", "parameter_size": "784",
-              "input_type_shape": [{"float": [1, 3, 9, 5]}, ...],
+              "output_size": "1260", "activation_size": "1296", "parameter_size": "0",
+              "input_type_shape": [{"float": [1, 3, 9, 5]}, {"float": [7, 3, 3, 3]}],
               "output_type_shape": [{"float": [1, 7, 9, 5]}]}}
     {"cat": "Session", "name": "model_run", "ph": "X", "ts": 2040, "dur": 95, ...}
 
@@ -84,7 +84,9 @@ class ProfileSummary:
         ]
         rows = [("step", "node", "op", "kernel", "mean ms", "share")]
         for s in self.steps:
-            rows.append((str(s.step), s.node, s.op_type, s.kernel, f"{s.mean_us / 1e3:.4f}", f"{100 * s.share:.1f}%"))
+            rows.append(
+                (str(s.step), s.node, s.op_type, s.kernel, f"{s.mean_us / 1e3:.4f}", f"{100 * s.share:.1f}%")
+            )
         widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
         right = {0, 4, 5}
         for r in rows:
@@ -99,7 +101,8 @@ class ProfileSummary:
 class _Run:
     start_ns: int
     end_ns: int
-    times: list[tuple[int, int, int]]  # (step, start_ns, end_ns)
+    starts: list[int]  # ns, indexed by step
+    ends: list[int]
     specs: Mapping[int, tuple[tuple[int, ...], np.dtype]]  # slot -> (shape, dtype) of this run's signature
     tid: int
 
@@ -123,11 +126,13 @@ class Profiler:
         self,
         start_ns: int,
         end_ns: int,
-        times: list[tuple[int, int, int]],
+        starts: list[int],
+        ends: list[int],
         specs: Mapping[int, tuple[tuple[int, ...], np.dtype]] | None = None,
     ) -> None:
+        """One run: its span, and step ``k`` from ``starts[k]`` to ``ends[k]`` (ns)."""
         with self._lock:
-            self.runs.append(_Run(start_ns, end_ns, times, specs or {}, threading.get_native_id()))
+            self.runs.append(_Run(start_ns, end_ns, starts, ends, specs or {}, threading.get_native_id()))
 
     # -- summary ---------------------------------------------------------------
     def summary(self, top: int = 10) -> ProfileSummary:
@@ -138,7 +143,7 @@ class Profiler:
         run_ns = 0
         for run in self.runs:
             run_ns += run.end_ns - run.start_ns
-            for k, t0, t1 in run.times:
+            for k, (t0, t1) in enumerate(zip(run.starts, run.ends)):
                 total[k] = total.get(k, 0) + (t1 - t0)
                 calls[k] = calls.get(k, 0) + 1
         all_ns = sum(total.values())
@@ -180,7 +185,7 @@ class Profiler:
         for name, t0, t1 in self.session_events:
             events.append(self._event("Session", name, t0, t1, self.pid, {}))
         for run in self.runs:
-            for k, t0, t1 in run.times:
+            for k, (t0, t1) in enumerate(zip(run.starts, run.ends)):
                 events.append(self._node_event(k, t0, t1, run))
             events.append(self._event("Session", "model_run", run.start_ns, run.end_ns, run.tid, {}))
         return events
@@ -227,7 +232,9 @@ class Profiler:
             args["output_size"] = str(sum(b for _, b in outs))
         if ins is not None:
             consts = self.plan.constants
-            args["activation_size"] = str(sum(b for (k2, (_, b)) in zip(step.inputs, ins) if k2 not in consts))
+            args["activation_size"] = str(
+                sum(b for (k2, (_, b)) in zip(step.inputs, ins) if k2 not in consts)
+            )
             args["parameter_size"] = str(sum(b for (k2, (_, b)) in zip(step.inputs, ins) if k2 in consts))
             args["input_type_shape"] = [t for t, _ in ins]
         if outs is not None:

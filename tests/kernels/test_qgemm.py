@@ -47,7 +47,7 @@ class Case:
 
     x: np.ndarray
     w: np.ndarray
-    zx: int
+    zx: np.ndarray | int
     zw: np.ndarray | int
     out_dtype: np.dtype
     bias: np.ndarray | None = None
@@ -60,9 +60,10 @@ class Case:
 
     def describe(self) -> str:
         zw = self.zw if np.ndim(self.zw) == 0 else f"per-column {np.asarray(self.zw)[:4].tolist()}..."
+        zx = self.zx if np.ndim(self.zx) == 0 else f"per-row {np.asarray(self.zx)[:4].tolist()}..."
         parts = [
             f"M×N×K={self.mnk}",
-            f"x {self.x.dtype} zx={self.zx}",
+            f"x {self.x.dtype} zx={zx}",
             f"w {self.w.dtype} zw={zw}",
             f"out {self.out_dtype}",
             f"bias={'yes' if self.bias is not None else 'no'}",
@@ -163,7 +164,11 @@ def gemm_cases(draw, m_values=M_VALUES, n_values=N_VALUES, k_values=K_VALUES) ->
     wlo, whi = _range(w_dtype)
     x = rng.integers(xlo, xhi + 1, (M, K), dtype=x_dtype)
     w = rng.integers(wlo, whi + 1, (K, N), dtype=w_dtype)
-    zx = draw(zero_point(x_dtype))
+    if draw(st.booleans()):  # one zero point per row (MatMulInteger)
+        zx: np.ndarray | int = rng.integers(xlo, xhi + 1, M).astype(np.int32)
+        zx[zx == 0] = 1
+    else:
+        zx = draw(zero_point(x_dtype))
     if draw(st.booleans()):
         zw: np.ndarray | int = rng.integers(wlo, whi + 1, N).astype(np.int32)
         zw[zw == 0] = 1
@@ -360,6 +365,20 @@ def test_qgemm_zero_dims(M: int, N: int, K: int) -> None:
         check_all_variants(Case(x, w, 3, 1, np.dtype(out_dtype), bias, stage))
 
 
+def test_qgemm_per_row_zero_points_batched() -> None:
+    """MatMulInteger's per-row a_zero_point on x [2, 3, K]: zx of shape (2, 3), int8 x (the
+    +128 shift applies per row), per-column zw; zx must not leak into a column constant."""
+    rng = np.random.default_rng(29)
+    x = rng.integers(-128, 128, (2, 3, 259), dtype=np.int8)
+    w = rng.integers(-128, 128, (259, 17), dtype=np.int8)
+    zx = np.array([[-128, -1, 5], [127, 0, -77]], np.int32)
+    zw = rng.integers(-128, 128, 17).astype(np.int32)
+    check_all_variants(Case(x, w, zx, zw, np.dtype(np.int32), rng.integers(-99, 99, 17).astype(np.int32)))
+    check_all_variants(
+        Case(x, w, zx.reshape(-1), zw, np.dtype(np.uint8), stage={"multiplier": np.float32(1e-3), "zy": 9})
+    )
+
+
 def test_qgemm_more_threads_than_work() -> None:
     x = np.array([[200]], np.uint8)
     w = np.array([[-3]], np.int8)
@@ -464,6 +483,14 @@ def _packed():
             "qgemm: zx (x is int8): expected a value in [-128, 127], got 128",
         ),
         (
+            lambda: _native.qgemm(_X, _packed(), np.array([1, 2, 3], np.int32)),
+            "qgemm: zx: expected an integer or one zero point per row, shape (2,), got shape (3,)",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), np.array([1, 256], np.int32)),
+            "qgemm: zx (x is uint8)[1]: expected a value in [0, 255], got 256",
+        ),
+        (
             lambda: _native.qgemm(_X, _packed(), 0, "float64"),
             "qgemm: out_dtype: expected one of uint8, int8, int32, float32, got float64",
         ),
@@ -499,6 +526,10 @@ def _packed():
         (
             lambda: _native.qgemm(_X, _packed(), 0, "int8", fixed_multiplier=1 << 30),
             "qgemm: fixed_multiplier and fixed_shift: expected both, got only one",
+        ),
+        (
+            lambda: _native.qgemm(_X, _packed(), 0, "int8", fixed_multiplier=1 << 31, fixed_shift=0),
+            "qgemm: fixed_multiplier: expected an int32 number or numpy array, got 2147483648",
         ),
         (
             lambda: _native.qgemm(_X, _packed(), 0, "int8", fixed_multiplier=1 << 30, fixed_shift=31),
@@ -549,3 +580,65 @@ def test_qgemm_out_overlapping_x_is_refused() -> None:
     w = np.ones((4, 3), np.int8)
     with pytest.raises(ValueError, match=r"^qgemm: out: expected a buffer that does not overlap x$"):
         _native.qgemm(x, _native.pack_weights_s8(w), 0, "uint8", multiplier=0.5, out=out)
+
+
+# --------------------------------------------------------------------------------------
+# Threads: concurrency and fork
+# --------------------------------------------------------------------------------------
+
+
+def _threaded_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(23)
+    x = rng.integers(0, 256, (65, 259), dtype=np.uint8)
+    w = rng.integers(-128, 128, (259, 129), dtype=np.int8)
+    return x, w, ref.qgemm(x, w, 77, -9, np.int8, multiplier=np.float32(3e-4), zy=-3)
+
+
+def test_qgemm_concurrent_callers_share_the_pool() -> None:
+    """Failure signature: a deadlock or mixed-up chunks when several Python threads run
+    multi-threaded GEMMs at once (the GIL is released; the pool takes one job at a time
+    and a concurrent caller runs its chunks on its own thread)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    x, w, expected = _threaded_case()
+    packed = _native.pack_weights_s8(w, -9)
+
+    def call(_: int) -> bytes:
+        ws = _native.QGemmWorkspace()
+        y = _native.qgemm(x, packed, 77, "int8", multiplier=3e-4, zy=-3, num_threads=2, workspace=ws)
+        return y.tobytes()
+
+    with ThreadPoolExecutor(max_workers=4) as ex:
+        results = list(ex.map(call, range(16)))
+    assert all(r == expected.tobytes() for r in results)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_qgemm_threads_after_fork() -> None:
+    """Failure signature: the child process hangs forever in qgemm(num_threads=2) because
+    the pool's worker threads were not copied by fork() (the child must start a new pool)."""
+    import os
+    import time
+
+    x, w, expected = _threaded_case()
+    packed = _native.pack_weights_s8(w, -9)
+    _native.qgemm(x, packed, 77, "int8", multiplier=3e-4, zy=-3, num_threads=2)  # parent pool exists
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        code = 1
+        try:
+            y = _native.qgemm(x, packed, 77, "int8", multiplier=3e-4, zy=-3, num_threads=2)
+            code = 0 if y.tobytes() == expected.tobytes() else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("child process hung in qgemm after fork")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -19,11 +19,11 @@ import numpy as np
 import onnx
 
 from quanta.ir.graph import Model
-from quanta.ir.onnx_io import load, to_proto
+from quanta.ir.onnx_io import to_proto
 from quanta.ir.verify import Stage
 from quanta.kernels.reference.registry import OpContext, get_op
 from quanta.passes.manager import Pass, PassManager, PipelineResult
-from quanta.session import InferenceSession
+from quanta.session import GraphOptimizationLevel, InferenceSession, SessionOptions
 
 F32_EPS = float(np.finfo(np.float32).eps)  # 2^-23: unit roundoff u = eps/2
 
@@ -34,9 +34,12 @@ def run_passes(model: Model, passes: Sequence[Pass], stage: Stage | None = None)
 
 
 def run_ref(model: Model | onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """Outputs on the reference target, with no further optimization."""
+    """Outputs on the reference target, with no further optimization: the graph runs as
+    written (``ORT_DISABLE_ALL``), not through the compiler's default pipeline, which
+    would lower both sides of a comparison alike."""
     proto = to_proto(model) if isinstance(model, Model) else model
-    return InferenceSession(proto, backend="reference").run(None, dict(feeds))
+    options = SessionOptions(graph_optimization_level=GraphOptimizationLevel.ORT_DISABLE_ALL)
+    return InferenceSession(proto, options, backend="reference").run(None, dict(feeds))
 
 
 def run_ref_ir(model: Model, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -56,7 +59,9 @@ def reference_evaluator(opset_imports: Mapping[str, int]):
         fn = get_op(node.op_type, node.domain)
         if fn is None:
             raise LookupError(f"no reference implementation for {node.op_type}")
-        ctx = OpContext(opset=opset_imports.get(node.domain, 21), n_outputs=len(node.outputs), op_type=node.op_type)
+        ctx = OpContext(
+            opset=opset_imports.get(node.domain, 21), n_outputs=len(node.outputs), op_type=node.op_type
+        )
         out = fn(ctx, *inputs, **node.attrs)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 

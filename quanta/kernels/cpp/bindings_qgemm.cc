@@ -6,7 +6,8 @@
 //   pack_weights_s8(w: int8[K, N], zero_point: int | int32[N] = 0, isa: str | None = None)
 //   pack_weights_u8(w: uint8[K, N], zero_point: int | int32[N] = 0, isa: str | None = None)
 //       -> PackedWeights (owns the packed panels, column sums, K, N, the ISA)
-//   qgemm(x: uint8|int8 [..., K], packed, zx: int, out_dtype, *, bias=None, float_bias=None,
+//   qgemm(x: uint8|int8 [..., K], packed, zx: int | int32[...] (per row), out_dtype, *,
+//         bias=None, float_bias=None,
 //         multiplier=None, fixed_multiplier=None, fixed_shift=None, zy=0, clamp=None,
 //         num_threads=1, workspace=None, out=None) -> [..., N] of out_dtype
 //   QGemmWorkspace(): scratch reused across calls (one call at a time)
@@ -71,11 +72,14 @@ Isa parse_isa(const py::object& isa) {
   return out;
 }
 
-std::string shape_str(const py::array& a) {
+// Python's tuple spelling: (), (3,), (2, 3).
+std::string tuple_str(const py::ssize_t* dims, py::ssize_t n) {
   std::string s = "(";
-  for (py::ssize_t d = 0; d < a.ndim(); ++d) s += std::to_string(a.shape(d)) + (a.ndim() == 1 ? "," : (d + 1 < a.ndim() ? ", " : ""));
-  return s + ")";
+  for (py::ssize_t d = 0; d < n; ++d) s += (d ? ", " : "") + std::to_string(dims[d]);
+  return s + (n == 1 ? ",)" : ")");
 }
+
+std::string shape_str(const py::array& a) { return tuple_str(a.shape(), a.ndim()); }
 
 // A scalar or an array of 1 or n values of T: returns the values and whether there are n.
 template <typename T>
@@ -85,16 +89,16 @@ std::vector<T> scalar_or_vector(const py::handle& obj, int64_t n, const char* wh
     auto arr = require_array<T>(obj, what);
     const int64_t size = arr.size();
     if (arr.ndim() > 1 || (size != 1 && size != n)) {
-      throw py::value_error(std::string(what) + ": expected a scalar or shape (" + std::to_string(n) + ",), got shape " +
-                            shape_str(arr));
+      throw py::value_error(std::string(what) + ": expected a scalar or shape (" + std::to_string(n) +
+                            ",), got shape " + shape_str(arr));
     }
     v.assign(arr.data(), arr.data() + size);
   } else {
     try {
       v.push_back(obj.cast<T>());
     } catch (const py::cast_error&) {
-      throw py::value_error(std::string(what) + ": expected a number or a numpy array, got " +
-                            py::str(py::type::of(obj)).cast<std::string>());
+      throw py::value_error(std::string(what) + ": expected " + (std::is_same_v<T, float> ? "a float32" : "an int32") +
+                            " number or numpy array, got " + py::repr(obj).cast<std::string>());
     }
   }
   *per_channel = v.size() != 1;
@@ -223,10 +227,24 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
   p.x = x.data();
   p.x_row_stride = K;
 
-  {
+  const std::string zx_what = std::string("qgemm: zx (x is ") + (p.x_signed ? "int8)" : "uint8)");
+  const int64_t zx_lo = p.x_signed ? -128 : 0, zx_hi = p.x_signed ? 127 : 255;
+  if (py::isinstance<py::array>(zx_obj) && py::reinterpret_borrow<py::array>(zx_obj).ndim() > 0) {
+    // Per-row zero points: shape x.shape[:-1] (or flat (M,)).
+    auto z = require_array<int32_t>(zx_obj, "qgemm: zx");
+    bool rows_shape = z.ndim() == x.ndim() - 1;
+    for (py::ssize_t d = 0; rows_shape && d < z.ndim(); ++d) rows_shape = z.shape(d) == x.shape(d);
+    if (!(rows_shape || (z.ndim() == 1 && z.shape(0) == p.M))) {
+      throw py::value_error("qgemm: zx: expected an integer or one zero point per row, shape " +
+                            tuple_str(x.shape(), x.ndim() - 1) + ", got shape " + shape_str(z));
+    }
+    for (py::ssize_t i = 0; i < z.size(); ++i) {
+      check_range(z.data()[i], zx_lo, zx_hi, zx_what + "[" + std::to_string(i) + "]");
+    }
+    p.zx_per_row = z.data();  // z borrows zx_obj, which outlives the call
+  } else {
     const int64_t zx = checked_int(zx_obj, "qgemm: zx");
-    check_range(zx, p.x_signed ? -128 : 0, p.x_signed ? 127 : 255, std::string("qgemm: zx (x is ") +
-                                                                       (p.x_signed ? "int8)" : "uint8)"));
+    check_range(zx, zx_lo, zx_hi, zx_what);
     p.zx = static_cast<int32_t>(zx);
   }
 
@@ -247,7 +265,8 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
     }
     auto b = require_array<float>(float_bias_obj, "qgemm: float_bias");
     if (b.ndim() != 1 || b.shape(0) != N) {
-      throw py::value_error("qgemm: float_bias: expected shape (" + std::to_string(N) + ",), got shape " + shape_str(b));
+      throw py::value_error("qgemm: float_bias: expected shape (" + std::to_string(N) + ",), got shape " +
+                            shape_str(b));
     }
     p.float_bias = b.data();
   }
@@ -261,7 +280,9 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
       throw py::value_error("qgemm: multiplier: expected None for out_dtype int32 (the raw accumulator)");
     }
   } else if (p.out_type == OutType::kF32) {
-    if (!has_mult) throw py::value_error("qgemm: multiplier: expected sx*sw (scalar or [N]) for out_dtype float32, got None");
+    if (!has_mult) {
+      throw py::value_error("qgemm: multiplier: expected sx*sw (scalar or [N]) for out_dtype float32, got None");
+    }
     if (has_fixed) throw py::value_error("qgemm: fixed_multiplier: expected None for out_dtype float32");
   } else if (has_mult == has_fixed) {
     throw py::value_error("qgemm: expected exactly one of multiplier (float requantization) or fixed_multiplier + "
@@ -326,7 +347,9 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
     if (p.out_type == OutType::kF32) {
       p.clamp_lo = seq[0].cast<double>();
       p.clamp_hi = seq[1].cast<double>();
-      if (std::isnan(p.clamp_lo) || std::isnan(p.clamp_hi)) throw py::value_error("qgemm: clamp: expected numbers, got NaN");
+      if (std::isnan(p.clamp_lo) || std::isnan(p.clamp_hi)) {
+        throw py::value_error("qgemm: clamp: expected numbers, got NaN");
+      }
     } else {
       const int64_t lo = checked_int(seq[0], "qgemm: clamp[0]"), hi = checked_int(seq[1], "qgemm: clamp[1]");
       const int64_t tmin = q8 ? qmin : INT32_MIN, tmax = q8 ? qmax : INT32_MAX;
@@ -365,9 +388,8 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
     bool same = y.ndim() == static_cast<py::ssize_t>(shape.size());
     for (size_t d = 0; same && d < shape.size(); ++d) same = y.shape(d) == shape[d];
     if (!same) {
-      std::string want = "(";
-      for (size_t d = 0; d < shape.size(); ++d) want += std::to_string(shape[d]) + (d + 1 < shape.size() ? ", " : "");
-      throw py::value_error("qgemm: out: expected shape " + want + (shape.size() == 1 ? ",)" : ")") + ", got shape " +
+      throw py::value_error("qgemm: out: expected shape " +
+                            tuple_str(shape.data(), static_cast<py::ssize_t>(shape.size())) + ", got shape " +
                             shape_str(y));
     }
     if (!(y.flags() & py::array::c_style)) throw py::value_error("qgemm: out: expected a C-contiguous array");
@@ -466,7 +488,8 @@ void register_qgemm(py::module_& m) {
           throw py::value_error("vnni_peak_probe: expected a CPU with avx512vnni, this one has none");
         }
         if (!(seconds > 0.0 && seconds <= 60.0)) {
-          throw py::value_error("vnni_peak_probe: seconds: expected a value in (0, 60], got " + std::to_string(seconds));
+          throw py::value_error("vnni_peak_probe: seconds: expected a value in (0, 60], got " +
+                                std::to_string(seconds));
         }
         py::gil_scoped_release release;
         return qgemm::vnni_peak_probe(seconds);

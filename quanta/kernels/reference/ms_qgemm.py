@@ -82,7 +82,9 @@ def _check_operand_types(a: np.ndarray, b: np.ndarray) -> None:
     if b.dtype not in _EIGHT_BIT:
         raise OpError(f"B: expected uint8 or int8, got {b.dtype}")
     if a.dtype == _I8 and b.dtype != _I8:
-        raise OpError(f"B: expected int8 for an int8 A (ONNX Runtime has no int8 x uint8 kernel), got {b.dtype}")
+        raise OpError(
+            f"B: expected int8 for an int8 A (ONNX Runtime has no int8 x uint8 kernel), got {b.dtype}"
+        )
 
 
 def _f32_scale(v: np.ndarray, what: str) -> np.ndarray:
@@ -148,7 +150,9 @@ def qgemm_ms(
         raise OpError(f"b_zero_point: expected {b.dtype}, got {zb.dtype}")
     for what, v in (("b_scale", sb), ("b_zero_point", zb)):
         if not (v.ndim == 0 or (v.ndim == 1 and v.shape[0] in (1, N))):
-            raise OpError(f"{what}: expected a scalar or a 1-D tensor of length 1 or {N}, got shape {v.shape}")
+            raise OpError(
+                f"{what}: expected a scalar or a 1-D tensor of length 1 or {N}, got shape {v.shape}"
+            )
     if sb.shape != zb.shape:
         raise OpError(f"b_zero_point: expected the shape of b_scale {sb.shape}, got {zb.shape}")
 
@@ -240,7 +244,9 @@ def _scale_output(y: np.ndarray, scale: np.ndarray, what: str) -> np.ndarray:
         if np.broadcast_shapes(scale.shape, y.shape) != y.shape:
             raise ValueError
     except ValueError as e:
-        raise OpError(f"{what}: expected a shape that broadcasts to the output {y.shape}, got {scale.shape}") from e
+        raise OpError(
+            f"{what}: expected a shape that broadcasts to the output {y.shape}, got {scale.shape}"
+        ) from e
     return np.multiply(y, scale.astype(F32), dtype=F32)
 
 
@@ -310,7 +316,9 @@ def matmul_integer_to_float(
     _check_operand_types(a, b)
     out_dtype = sa.dtype
     if out_dtype not in (np.float32, np.float16) or sb.dtype != out_dtype:
-        raise OpError(f"a_scale, b_scale: expected both float32 or both float16, got {sa.dtype} and {sb.dtype}")
+        raise OpError(
+            f"a_scale, b_scale: expected both float32 or both float16, got {sa.dtype} and {sb.dtype}"
+        )
     if bias is not None and np.asarray(bias).dtype != out_dtype:
         raise OpError(f"bias: expected {out_dtype} (the scales' type), got {np.asarray(bias).dtype}")
     # FixupScaleTensor: scales given in the wrong order are swapped back.

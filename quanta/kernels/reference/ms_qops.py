@@ -4,24 +4,29 @@ Runtime's CPU kernels compute them (normative reference).
 These ops have no ONNX spec; their definition is ONNX Runtime's CPU implementation
 (contrib_ops/cpu/quantization/qlinear_softmax.cc, qlinear_where.cc, quantize_ops.cc).
 
-QLinearSoftmax (ORT: a 256-entry float32 table of exponentials)::
+QLinearSoftmax (ORT: a 256-entry float32 table of exponentials, then MLAS's
+``MlasComputeQSoftmax`` row kernels)::
 
     D        = x.shape[axis]            (opset >= 13)   or   Π x.shape[axis:]   (opset < 13,
                                                             the input coerced to [N, D])
     s        = max(0, ln(f32(FLT_MAX / D)) − 5) / sx                          float64    (1)
     T[j]     = f32(exp((j − 255 + s) · sx)),  j = 0..255                      float64    (2)
     d        = max(x_row) − x       (0..255: T[255 − d] = exp(sx·(x − max)) · e^(s·sx))
-    sum      = Σ T[255 − d]   in float32, sequentially in index order                    (3)
-    y        = sat(rne(f32(f32(T[255 − d] · Ys) / sum)) + zy),   Ys = f32(floor(f32(1 / sy)))
+    sum      = Σ T[255 − d]   in float32, in index order                                 (3)
+    m        = f32(f32(1 / sum) · Ys),   Ys = f32(floor(f32(1 / sy)))                     (4)
+    y        = sat(rne(f32(f32(T[255 − d] · m) + zy)))                                   (5)
 
 - ``x_zero_point`` is not read: softmax is shift invariant and only ``max − x`` is used.
-- (1) makes the largest term ``e^(s·sx) = FLT_MAX / (D · e^5)`` so the sum cannot overflow.
+- (1) makes the largest term ``e^(s·sx) = FLT_MAX / (D · e^5)`` so the sum cannot overflow;
+  (4) multiplies by the reciprocal of the sum, so nothing overflows either (for D = 1 the
+  older ``f32(T · Ys) / sum`` form reached +inf); ``zy`` is added before rounding (5).
 - The output scale is ``1 / Ys``, not ``sy``, whenever ``1 / sy`` is not an integer
   (ORT's quantizer always picks ``sy = 1/256``, where the two agree).
-- ``f32(T · Ys)`` overflows to +inf only for D = 1 and Ys > e^5 ≈ 148; the result then
-  saturates to ``qmax`` (as ORT, pinned in the tests).
-- Older ORT versions wrapped int8 results above 127 (an ``int8_t`` cast); ORT 1.32
-  saturates to [-128, 127] and so does this reference.
+- vs ORT 1.32: its MLAS kernels are chosen by CPU (AVX2, AVX-512, portable) and sum (3) in
+  SIMD lanes, some with an FMA in (5); those reorderings move ``T·m + zy`` by float32 ulps,
+  which changes a code by 1 only where the value lies within those ulps of an x.5 boundary
+  (measured: about 2 in 10^5 codes). int8 results saturate to [-128, 127] as ORT's packing
+  instructions do (older ORT wrapped values above 127 through an ``int8_t`` cast).
 
 QLinearWhere::
 
@@ -71,7 +76,9 @@ def _per_tensor(v: np.ndarray | float | int, what: str, dtype: np.dtype | None =
     """A per-tensor parameter as a 0-d array (ORT: rank 0 or shape [1])."""
     v = np.asarray(v)
     if not (v.ndim == 0 or (v.ndim == 1 and v.shape[0] == 1)):
-        raise OpError(f"{what}: expected a scalar or a 1-D tensor of size 1 (per tensor), got shape {v.shape}")
+        raise OpError(
+            f"{what}: expected a scalar or a 1-D tensor of size 1 (per tensor), got shape {v.shape}"
+        )
     if dtype is not None and v.dtype != dtype:
         raise OpError(f"{what}: expected {dtype}, got {v.dtype}")
     return v.reshape(())
@@ -142,10 +149,10 @@ def qlinear_softmax(
     vt = table[255 - d]
     vsum = np.cumsum(vt, axis=1, dtype=F32)[:, -1:]  # (3): cumsum accumulates in order
     ys = F32(np.floor(np.divide(F32(1.0), sy, dtype=F32)))
-    ratio = np.divide(np.multiply(vt, ys, dtype=F32), vsum, dtype=F32)
+    m = np.multiply(np.divide(F32(1.0), vsum, dtype=F32), ys, dtype=F32)  # (4)
+    v = np.add(np.multiply(vt, m, dtype=F32), F32(zy), dtype=F32)  # (5), before rounding
     qmin, qmax = storage_range(x.dtype)
-    # Clamp in float (+inf from an overflowing T·Ys saturates), then round half to even.
-    q = np.clip(np.rint(ratio.astype(np.float64)) + zy, qmin, qmax).astype(x.dtype)
+    q = np.clip(np.rint(v), qmin, qmax).astype(x.dtype)  # rint: half to even; then saturate
 
     if opset < 13:
         return q.reshape(x.shape)
@@ -163,10 +170,11 @@ def qlinear_softmax_op(
     y_zero_point: np.ndarray | None = None,
     *,
     opset: int | None = None,
-    axis: int | None = None,
+    axis: int = -1,
 ) -> np.ndarray:
-    """com.microsoft QLinearSoftmax-1: ``opset`` is required; ``axis`` defaults to 1 for
-    opset < 13 and to -1 from 13 on (the defaults of the Softmax versions)."""
+    """com.microsoft QLinearSoftmax-1: ``opset`` is required; ``axis`` defaults to -1 for
+    every ``opset`` (the contrib schema's default, which ORT's kernel reads: its own
+    opset-dependent fallback to Softmax-11's default 1 is never reached)."""
     del ctx  # unused
     if opset is None:
         raise OpError("opset: expected the attribute (the opset of the replaced Softmax), got none")
@@ -174,8 +182,6 @@ def qlinear_softmax_op(
         raise OpError("y_scale: expected an input, got none")
     if x_zero_point is not None:
         _per_tensor(x_zero_point, "x_zero_point", x.dtype)  # checked, not used (shift invariance)
-    if axis is None:
-        axis = 1 if opset < 13 else -1
     return qlinear_softmax(x, x_scale, y_scale, y_zero_point, axis=axis, opset=opset)
 
 
@@ -216,9 +222,15 @@ def qlinear_where(
     if y.dtype != x.dtype:
         raise OpError(f"Y: expected the type of X ({x.dtype}), got {y.dtype}")
     params = []
-    for name, s, z in (("x", x_scale, x_zero_point), ("y", y_scale, y_zero_point), ("z", z_scale, z_zero_point)):
+    for name, s, z in (
+        ("x", x_scale, x_zero_point),
+        ("y", y_scale, y_zero_point),
+        ("z", z_scale, z_zero_point),
+    ):
         s = np.asarray(s, F32) if isinstance(s, float) else s
-        params.append((_per_tensor(s, f"{name}_scale", _F32_DT), _per_tensor(z, f"{name}_zero_point", x.dtype)))
+        params.append(
+            (_per_tensor(s, f"{name}_scale", _F32_DT), _per_tensor(z, f"{name}_zero_point", x.dtype))
+        )
     try:
         np.broadcast_shapes(condition.shape, x.shape, y.shape)
     except ValueError as e:
@@ -280,7 +292,9 @@ def ms_quantize_linear(
     if dtype not in _Q_STORAGE:
         raise OpError(f"y_zero_point: expected one of {', '.join(map(str, _Q_STORAGE))}, got {dtype}")
     if y_zero_point is not None and np.shape(y_zero_point) != y_scale.shape:
-        raise OpError(f"y_zero_point: expected the shape of y_scale {y_scale.shape}, got {np.shape(y_zero_point)}")
+        raise OpError(
+            f"y_zero_point: expected the shape of y_scale {y_scale.shape}, got {np.shape(y_zero_point)}"
+        )
     return quantize_linear(
         x, y_scale, y_zero_point, axis=_axis_or_none(y_scale, axis), dtype=dtype, precision=np.float32
     )
@@ -301,7 +315,9 @@ def ms_dequantize_linear(
         raise OpError(f"x_scale: expected float32 or float16, got {x_scale.dtype}")
     if x_zero_point is not None:
         if np.asarray(x_zero_point).dtype != x.dtype:
-            raise OpError(f"x_zero_point: expected the type of x ({x.dtype}), got {np.asarray(x_zero_point).dtype}")
+            raise OpError(
+                f"x_zero_point: expected the type of x ({x.dtype}), got {np.asarray(x_zero_point).dtype}"
+            )
         if np.shape(x_zero_point) != x_scale.shape:
             raise OpError(
                 f"x_zero_point: expected the shape of x_scale {x_scale.shape}, got {np.shape(x_zero_point)}"

@@ -5,11 +5,14 @@ docs/quantization-math.md.
 
 Accumulator (int32, wrapping modulo 2^32 as ONNX's int32 accumulator)::
 
-    acc[m,n] = Σ_k (x[m,k] − zx)·(w[k,n] − zw[n]) + bias[n]                          eq. (4)
+    acc[m,n] = Σ_k (x[m,k] − zx[m])·(w[k,n] − zw[n]) + bias[n]                       eq. (4)
+
+``zx`` is a scalar or one zero point per row of x (shape ``x.shape[:-1]``, as
+MatMulInteger allows); ``zw`` a scalar or one per column of w.
 
 Folded form, what the kernels compute (eq. (5) with the u8 shift of eq. (8))::
 
-    acc[m,n] = Σ_k x'[m,k]·w'[k,n] − zw'[n]·Σ_k x'[m,k] − zx'·cs[n] + bias[n]
+    acc[m,n] = Σ_k x'[m,k]·w'[k,n] − zw'[n]·Σ_k x'[m,k] − zx'[m]·cs[n] + bias[n]
     x' = x + 128, zx' = zx + 128 for int8 x   (x' = x for uint8: vpdpbusd is u8 x s8)
     w' = w − 128, zw' = zw − 128 for uint8 w  (w' = w for int8)
     cs[n] = Σ_k (w[k,n] − zw[n])              (column sums, computed once at packing)
@@ -69,6 +72,17 @@ def _as_column(v: np.ndarray | int | float | None, n: int, dtype: type) -> np.nd
     return a
 
 
+def _zx_rows(zx: np.ndarray | int, x: np.ndarray) -> np.ndarray:
+    """zx as an int64 array of shape x.shape[:-1] + (1,) (scalar broadcast, or per row)."""
+    z = np.asarray(zx, dtype=np.int64)
+    rows = x.shape[:-1]
+    if z.ndim == 0:
+        return np.broadcast_to(z, (*rows, 1))
+    if z.shape == rows or (z.ndim == 1 and z.size == int(np.prod(rows))):
+        return z.reshape((*rows, 1))
+    raise ValueError(f"zx: expected a scalar or shape {rows}, got shape {z.shape}")
+
+
 def _check_operands(x: np.ndarray, w: np.ndarray) -> None:
     if x.dtype not in (np.uint8, np.int8):
         raise TypeError(f"x: expected uint8 or int8, got {x.dtype}")
@@ -79,7 +93,7 @@ def _check_operands(x: np.ndarray, w: np.ndarray) -> None:
 
 
 def accumulate_loop(
-    x: np.ndarray, w: np.ndarray, zx: int, zw: np.ndarray | int, bias: np.ndarray | None = None
+    x: np.ndarray, w: np.ndarray, zx: np.ndarray | int, zw: np.ndarray | int, bias: np.ndarray | None = None
 ) -> np.ndarray:
     """eq. (4) as a triple loop over Python integers, wrapped to int32 at the end.
 
@@ -89,6 +103,7 @@ def accumulate_loop(
     x, w = np.asarray(x), np.asarray(w)
     _check_operands(x, w)
     x2 = x.reshape(-1, x.shape[-1])
+    zx_row = _zx_rows(zx, x).reshape(-1)
     M, K = x2.shape
     N = w.shape[1]
     zw_col = _as_column(zw, N, np.int64)
@@ -98,7 +113,7 @@ def accumulate_loop(
         for n in range(N):
             acc = 0
             for k in range(K):
-                acc += (int(x2[m, k]) - int(zx)) * (int(w[k, n]) - int(zw_col[n]))
+                acc += (int(x2[m, k]) - int(zx_row[m])) * (int(w[k, n]) - int(zw_col[n]))
             if b is not None:
                 acc += int(b[n])
             out[m, n] = _wrap_int32(acc)
@@ -106,7 +121,7 @@ def accumulate_loop(
 
 
 def accumulate(
-    x: np.ndarray, w: np.ndarray, zx: int, zw: np.ndarray | int, bias: np.ndarray | None = None
+    x: np.ndarray, w: np.ndarray, zx: np.ndarray | int, zw: np.ndarray | int, bias: np.ndarray | None = None
 ) -> np.ndarray:
     """eq. (4) vectorised: an int64 matmul of the zero-point-shifted operands, wrapped to int32.
 
@@ -116,14 +131,14 @@ def accumulate(
     _check_operands(x, w)
     N = w.shape[1]
     zw_col = _as_column(zw, N, np.int64)
-    acc = (x.astype(np.int64) - np.int64(zx)) @ (w.astype(np.int64) - zw_col)
+    acc = (x.astype(np.int64) - _zx_rows(zx, x)) @ (w.astype(np.int64) - zw_col)
     if bias is not None:
         acc = acc + _as_column(bias, N, np.int64)
     return _wrap_int32(acc)
 
 
 def accumulate_folded(
-    x: np.ndarray, w: np.ndarray, zx: int, zw: np.ndarray | int, bias: np.ndarray | None = None
+    x: np.ndarray, w: np.ndarray, zx: np.ndarray | int, zw: np.ndarray | int, bias: np.ndarray | None = None
 ) -> np.ndarray:
     """eq. (5) with the u8 shift of eq. (8), split into the terms the kernels compute.
 
@@ -138,7 +153,7 @@ def accumulate_folded(
     x_shift = 128 if x.dtype == np.int8 else 0
     w_shift = 128 if w.dtype == np.uint8 else 0
     xp = x.astype(np.int64) + x_shift  # x' in [0, 255]
-    zxp = np.int64(zx) + x_shift
+    zxp = _zx_rows(zx, x) + x_shift  # [..., 1]
     wp = w.astype(np.int64) - w_shift  # w' in [-128, 127]
     zwp = zw_col - w_shift
     assert (
@@ -151,9 +166,9 @@ def accumulate_folded(
     cs = _wrap_int32(w.astype(np.int64).sum(axis=0) - K * zw_col)  # Σ_k (w − zw), packing
     rowsum = _wrap_int32(xp.sum(axis=-1))  # Σ_k x'
     b = np.zeros(N, np.int64) if bias is None else _as_column(bias, N, np.int64)
-    colterm = _wrap_int32(b - zxp * cs.astype(np.int64))  # bias − zx'·cs
-    acc = product.astype(np.int64) + colterm - _wrap_int32(zwp * rowsum[..., None].astype(np.int64))
-    return _wrap_int32(acc)
+    zx_term = _wrap_int32(zxp * cs.astype(np.int64))  # zx'·cs (a column constant for a scalar zx)
+    zw_term = _wrap_int32(zwp * rowsum[..., None].astype(np.int64))  # zw'·Σ x'
+    return _wrap_int32(product.astype(np.int64) + b - zx_term - zw_term)
 
 
 def output_stage(
@@ -208,7 +223,7 @@ def output_stage(
 def qgemm_loop(
     x: np.ndarray,
     w: np.ndarray,
-    zx: int,
+    zx: np.ndarray | int,
     zw: np.ndarray | int,
     out_dtype: np.dtype | type | str = np.int32,
     *,
@@ -222,7 +237,7 @@ def qgemm_loop(
 def qgemm(
     x: np.ndarray,
     w: np.ndarray,
-    zx: int,
+    zx: np.ndarray | int,
     zw: np.ndarray | int,
     out_dtype: np.dtype | type | str = np.int32,
     *,

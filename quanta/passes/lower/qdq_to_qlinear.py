@@ -105,7 +105,9 @@ def _int32_bias(m: Match, bias: str, sx: QuantType, sw: QuantType) -> Value | No
         return None
     dq = bv.producer
     if dq is None or dq.op_type != "DequantizeLinear":
-        return NoMatch(f"bias {describe(bv)} is float; the integer op needs an int32 bias DequantizeLinear(bq, sx*sw, 0)")
+        return NoMatch(
+            f"bias {describe(bv)} is float; the integer op needs an int32 bias DequantizeLinear(bq, sx*sw, 0)"
+        )
     bq = dq.input(0)
     qb = node_qtype(dq, bq, dq.input(1), dq.input(2))
     if bq is None or not bq.is_const or qb is None or str(qb.storage) != "i32":
@@ -146,7 +148,9 @@ class LowerConv(Rule):
                 return bad
         assert qx is not None and qw is not None
         if qw.axis is not None and qw.axis % len(m.value("w").const.shape) != 0:
-            return NoMatch(f"weight w is quantized along axis {qw.axis}; QLinearConv takes axis 0 (output channels)")
+            return NoMatch(
+                f"weight w is quantized along axis {qw.axis}; QLinearConv takes axis 0 (output channels)"
+            )
         bq = _int32_bias(m, "b", qx, qw)
         if isinstance(bq, NoMatch):
             return bq
@@ -157,7 +161,9 @@ class LowerConv(Rule):
         conv = m.node("c")
         attrs = {k: v for k, v in conv.attrs.items() if k in CONV_ATTRS}
         zx = _zero_point_or_default(b, m, "zx", m.data["qx"], "x_zero_point")
-        zw = _scalar_if_uniform(b, _zero_point_or_default(b, m, "zw", m.data["qw"], "w_zero_point"), "w_zero_point")
+        zw = _scalar_if_uniform(
+            b, _zero_point_or_default(b, m, "zw", m.data["qw"], "w_zero_point"), "w_zero_point"
+        )
         zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
         inputs = [m["x"], m["sx"], zx, m["w"], m["sw"], zw, m["sy"], zy]
         if m.data["bq"] is not None:
@@ -233,7 +239,9 @@ def _gemm_check(m: Match, with_output: bool) -> Match | NoMatch:
     if qb.axis is not None:
         want = 0 if gemm.attrs.get("transB", 0) else 1
         if qb.axis % 2 != want:
-            return NoMatch(f"weight b is quantized along axis {qb.axis}, not its output columns (axis {want})")
+            return NoMatch(
+                f"weight b is quantized along axis {qb.axis}, not its output columns (axis {want})"
+            )
     qy = None
     if with_output:
         qy = _params(m, "y", "y", "sy", "zy")
@@ -321,7 +329,9 @@ class LowerBinary(Rule):
                 return bad
         assert qa is not None and qb is not None and qy is not None
         if not (qa.storage == qb.storage == qy.storage):
-            return NoMatch(f"operands are stored as {qa.storage}, {qb.storage} -> {qy.storage}; the op takes one type")
+            return NoMatch(
+                f"operands are stored as {qa.storage}, {qb.storage} -> {qy.storage}; the op takes one type"
+            )
         m.data.update(qa=qa, qb=qb, qy=qy)
         return m
 
@@ -362,7 +372,9 @@ class LowerPool(Rule):
     """``Q(AveragePool|GlobalAveragePool(DQ(x))) -> com.microsoft::QLinearAveragePool|
     QLinearGlobalAveragePool(x, sx, zx, sy, zy)``."""
 
-    pattern = "y = QuantizeLinear(c = AveragePool|GlobalAveragePool(xf = DequantizeLinear(x, sx, zx?)), sy, zy?)"
+    pattern = (
+        "y = QuantizeLinear(c = AveragePool|GlobalAveragePool(xf = DequantizeLinear(x, sx, zx?)), sy, zy?)"
+    )
     shared_ok = frozenset({"xf"})
 
     def check(self, m: Match) -> Match | NoMatch:
@@ -370,7 +382,11 @@ class LowerPool(Rule):
         if bad is not None:
             return bad
         pool = m.node("c")
-        if pool.op_type == "AveragePool" and pool.attrs.get("dilations") and any(d != 1 for d in pool.attrs["dilations"]):
+        if (
+            pool.op_type == "AveragePool"
+            and pool.attrs.get("dilations")
+            and any(d != 1 for d in pool.attrs["dilations"])
+        ):
             return NoMatch("AveragePool with dilations has no quantized form")
         return m
 

@@ -10,7 +10,15 @@ from quanta.ir.onnx_io import quant_type_from_params
 from quanta.ir.types import FloatType, QuantType
 from quanta.passes.pattern import Match
 
-__all__ = ["NONDETERMINISTIC_OPS", "describe", "first_nonconst", "float_elem", "node_qtype", "quant_elem", "scalar"]
+__all__ = [
+    "NONDETERMINISTIC_OPS",
+    "describe",
+    "first_nonconst",
+    "float_elem",
+    "node_qtype",
+    "quant_elem",
+    "scalar",
+]
 
 #: ops whose results differ between runs: never folded, never merged
 NONDETERMINISTIC_OPS = frozenset(
@@ -50,7 +58,9 @@ def float_elem(v: Value | None) -> FloatType | None:
     return v.type.elem
 
 
-def node_qtype(node: Node, operand: Value | None, scale: Value | None, zero_point: Value | None) -> QuantType | None:
+def node_qtype(
+    node: Node, operand: Value | None, scale: Value | None, zero_point: Value | None
+) -> QuantType | None:
     """The QuantType a Q/DQ node's constant scale / zero point describe (None when they
     are not constants)."""
     return quant_type_from_params(node, operand, scale, zero_point)

@@ -91,6 +91,7 @@ def _rebuild(b: Builder, m: Match, op: Node, inputs: list[Value | None], mid: Va
         op.attrs,
         types=result_type(shape_from=mid, elem_from=mid),  # the replaced op's contract
         name=op.name or None,
+        out_names=[mid.name],
         attr_types=op.attr_types,
     )
     y = m.value("y")
@@ -128,7 +129,9 @@ class AlignConcatInputs(Rule):
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         concat, qt = m.node("c"), m.data["qt"]
-        inputs = [_requantize(b, m, v, qt) if k in m.data["misaligned"] else v for k, v in enumerate(concat.inputs)]
+        inputs = [
+            _requantize(b, m, v, qt) if k in m.data["misaligned"] else v for k, v in enumerate(concat.inputs)
+        ]
         return _rebuild(b, m, concat, inputs, m.value("c"))
 
 
@@ -164,7 +167,9 @@ class AlignAddInputs(Rule):
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         add, qt = m.node("a"), m.data["qt"]
-        inputs = [_requantize(b, m, v, qt) if k in m.data["misaligned"] else v for k, v in enumerate(add.inputs)]
+        inputs = [
+            _requantize(b, m, v, qt) if k in m.data["misaligned"] else v for k, v in enumerate(add.inputs)
+        ]
         return _rebuild(b, m, add, inputs, m.value("a"))
 
 

@@ -51,7 +51,9 @@ def _has_subgraph(node: Node) -> bool:
     def is_graph(v: Any) -> bool:
         return hasattr(v, "node") and hasattr(v, "input")
 
-    return any(is_graph(v) or (isinstance(v, list) and any(is_graph(x) for x in v)) for v in node.attrs.values())
+    return any(
+        is_graph(v) or (isinstance(v, list) and any(is_graph(x) for x in v)) for v in node.attrs.values()
+    )
 
 
 class EliminateCommon(Pass):
@@ -78,7 +80,7 @@ class EliminateCommon(Pass):
             if first is None:
                 seen[key] = v
                 continue
-            if not np.array_equal(first.const.view(np.uint8), arr.view(np.uint8)):
+            if np.ascontiguousarray(first.const).tobytes() != arr.tobytes():
                 continue  # a hash collision: keep both
             graph.replace_all_uses(v, first)
             del graph.initializers[name]

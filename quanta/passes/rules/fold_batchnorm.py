@@ -78,7 +78,9 @@ def _check_bn(m: Match, weight: str, bias: str, channels: int | None) -> NoMatch
         return NoMatch(f"{weight} has element type {w.dtype}, expected a float tensor")
     sizes = {n: np.asarray(m.const(n)).size for n in BN_PARAMS}
     if channels is not None and any(s != channels for s in sizes.values()):
-        return NoMatch(f"BatchNormalization parameters have {sizes} elements, the producer has {channels} output channels")
+        return NoMatch(
+            f"BatchNormalization parameters have {sizes} elements, the producer has {channels} output channels"
+        )
     return None
 
 
@@ -123,7 +125,10 @@ class FoldBatchNormIntoConv(Rule):
         bias = np.zeros(a.shape) if m["B"] is None else np.asarray(m.const("B"), np.float64)
         b2 = (bias * a + t).astype(w.dtype)
         return _folded(
-            b, m, "Conv", [m["x"], b.const(f"{m.value('W').name}_bn", w2), b.const(f"{m.value('y').name}_bias", b2)],
+            b,
+            m,
+            "Conv",
+            [m["x"], b.const(f"{m.value('W').name}_bn", w2), b.const(f"{m.value('y').name}_bias", b2)],
             m.node("c").attrs,
         )
 
@@ -140,7 +145,9 @@ class FoldBatchNormIntoConvTranspose(Rule):
         w = m.const("W")
         group = int(m.node("c").attrs.get("group", 1))
         if w is not None and w.shape[0] % group:
-            return NoMatch(f"ConvTranspose W has {w.shape[0]} input channels, not a multiple of group {group}")
+            return NoMatch(
+                f"ConvTranspose W has {w.shape[0]} input channels, not a multiple of group {group}"
+            )
         refused = _check_bn(m, "W", "B", None if w is None else w.shape[1] * group)
         return m if refused is None else refused
 
@@ -156,7 +163,9 @@ class FoldBatchNormIntoConvTranspose(Rule):
         bias = np.zeros(a.shape) if m["B"] is None else np.asarray(m.const("B"), np.float64)
         b2 = (bias * a + t).astype(w.dtype)
         return _folded(
-            b, m, "ConvTranspose",
+            b,
+            m,
+            "ConvTranspose",
             [m["x"], b.const(f"{m.value('W').name}_bn", w2), b.const(f"{m.value('y').name}_bias", b2)],
             m.node("c").attrs,
         )
@@ -190,7 +199,10 @@ class FoldBatchNormIntoGemm(Rule):
         c2 = (beta_g * c * a + t).astype(w.dtype)
         attrs = dict(gemm.attrs, beta=1.0)
         return _folded(
-            b, m, "Gemm", [m["A"], b.const(f"{m.value('W').name}_bn", w2), b.const(f"{m.value('y').name}_bias", c2)],
+            b,
+            m,
+            "Gemm",
+            [m["A"], b.const(f"{m.value('W').name}_bn", w2), b.const(f"{m.value('y').name}_bias", c2)],
             attrs,
         )
 

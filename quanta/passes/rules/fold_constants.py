@@ -112,7 +112,9 @@ class FoldConstantNode(Rule):
         elif "value_ints" in attrs:
             arr = np.asarray(attrs["value_ints"], np.int64)
         else:
-            return NoMatch(f"Constant with attribute(s) {sorted(attrs)} is not folded (sparse or string values)")
+            return NoMatch(
+                f"Constant with attribute(s) {sorted(attrs)} is not folded (sparse or string values)"
+            )
         reason = _check_dtype(arr, m.value("y"))
         if reason:
             return NoMatch(reason)
@@ -164,8 +166,14 @@ def _slice(node: Node, inputs: list[np.ndarray | None]) -> np.ndarray:
     else:
         starts = [int(v) for v in inputs[1]]
         ends = [int(v) for v in inputs[2]]
-        axes = [int(v) for v in inputs[3]] if len(inputs) > 3 and inputs[3] is not None else list(range(len(starts)))
-        steps = [int(v) for v in inputs[4]] if len(inputs) > 4 and inputs[4] is not None else [1] * len(starts)
+        axes = (
+            [int(v) for v in inputs[3]]
+            if len(inputs) > 3 and inputs[3] is not None
+            else list(range(len(starts)))
+        )
+        steps = (
+            [int(v) for v in inputs[4]] if len(inputs) > 4 and inputs[4] is not None else [1] * len(starts)
+        )
     index = [slice(None)] * data.ndim
     for s, e, a, st in zip(starts, ends, axes, steps):
         # Python slicing normalizes negative bounds once and clamps, as ONNX Slice does
@@ -320,7 +328,9 @@ class TypeQuantizedConstant(Rule):
                 return NoMatch(f"{'scale' if n == 's' else 'zero point'} {describe(v)} is not a constant")
         z = m.const("z")
         if z is not None and np.asarray(z).dtype != np.asarray(c.const).dtype:
-            return NoMatch(f"constant dtype {np.asarray(c.const).dtype} differs from the zero point's {np.asarray(z).dtype}")
+            return NoMatch(
+                f"constant dtype {np.asarray(c.const).dtype} differs from the zero point's {np.asarray(z).dtype}"
+            )
         qt = node_qtype(m.root, c, m["s"], m["z"])
         if qt is None or not isinstance(qt.storage, IntType):
             return NoMatch("the scale / zero point do not describe an integer quantized type")

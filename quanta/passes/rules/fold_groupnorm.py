@@ -55,29 +55,44 @@ class FoldReshapeInstanceNormIntoGroupNorm(Rule):
             return NoMatch(f"InstanceNormalization {bad} is not a constant")
         x = m.value("x")
         if x.shape is None or len(x.shape) < 3:
-            return NoMatch(f"{describe(x)} has shape {None if x.shape is None else _fmt(x.shape)}: expected (N, C, spatial...)")
+            return NoMatch(
+                f"{describe(x)} has shape {None if x.shape is None else _fmt(x.shape)}: expected (N, C, spatial...)"
+            )
         if not all(isinstance(d, int) for d in x.shape[1:]):
-            return NoMatch(f"{describe(x)} has shape {_fmt(x.shape)}: channel and spatial dimensions must be static")
+            return NoMatch(
+                f"{describe(x)} has shape {_fmt(x.shape)}: channel and spatial dimensions must be static"
+            )
         c = x.shape[1]
         per_row = int(np.prod(x.shape[1:]))
         first = resolve_reshape(
-            [int(v) for v in np.asarray(m.const("s1")).reshape(-1)], tuple(x.shape), bool(m.node("r").attrs.get("allowzero", 0))
+            [int(v) for v in np.asarray(m.const("s1")).reshape(-1)],
+            tuple(x.shape),
+            bool(m.node("r").attrs.get("allowzero", 0)),
         )
         if first is None or len(first) < 3 or first[0] != x.shape[0] or not isinstance(first[1], int):
             shown = "unknown" if first is None else _fmt(first)
             return NoMatch(f"the first Reshape gives {shown}, expected [N, G, ...] keeping N = {x.shape[0]}")
         groups = first[1]
         inner = first[2:]
-        if groups <= 0 or c % groups or not all(isinstance(d, int) for d in inner) or int(np.prod(inner)) * groups != per_row:
+        if (
+            groups <= 0
+            or c % groups
+            or not all(isinstance(d, int) for d in inner)
+            or int(np.prod(inner)) * groups != per_row
+        ):
             return NoMatch(
                 f"the first Reshape gives {_fmt(first)}: it does not split the {c} channels into groups "
                 f"(expected [N, G, ...] with G dividing {c})"
             )
         gamma, beta = np.asarray(m.const("gamma")), np.asarray(m.const("beta"))
         if gamma.shape != (groups,) or beta.shape != (groups,):
-            return NoMatch(f"InstanceNormalization scale/bias have shapes {gamma.shape}, {beta.shape}, expected ({groups},)")
+            return NoMatch(
+                f"InstanceNormalization scale/bias have shapes {gamma.shape}, {beta.shape}, expected ({groups},)"
+            )
         second = resolve_reshape(
-            [int(v) for v in np.asarray(m.const("s2")).reshape(-1)], tuple(first), bool(m.root.attrs.get("allowzero", 0))
+            [int(v) for v in np.asarray(m.const("s2")).reshape(-1)],
+            tuple(first),
+            bool(m.root.attrs.get("allowzero", 0)),
         )
         if second is None or tuple(second) != tuple(x.shape):
             shown = "unknown" if second is None else _fmt(second)

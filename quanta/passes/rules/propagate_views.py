@@ -48,7 +48,9 @@ def _check_view(m: Match, view_name: str, qt: QuantType | None) -> NoMatch | Non
     if qt is None:
         return NoMatch("scale / zero point are not constants")
     if qt.axis is not None:
-        return NoMatch(f"per-axis quantization (axis {qt.axis}): a view may move or mix the quantization axis")
+        return NoMatch(
+            f"per-axis quantization (axis {qt.axis}): a view may move or mix the quantization axis"
+        )
     if view.op_type == "MaxPool":
         if np.dtype(qt.numpy) not in _MAXPOOL_STORAGE:
             return NoMatch(f"MaxPool takes int8/uint8 storage, not {qt.storage}")
@@ -78,6 +80,7 @@ class MoveDequantizeAfterView(Rule):
             view.attrs,
             types=result_type(shape_from=y, elem_from=q),
             name=view.name or None,
+            out_names=[f"{y.name}_q"],
             attr_types=view.attr_types,
         )
         return b.op(

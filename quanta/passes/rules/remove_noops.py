@@ -55,7 +55,10 @@ class RemoveIdentity(Rule):
 
 
 class RemoveDropout(Rule):
-    """%y = Dropout(%x, ...) -> %x in inference (training_mode absent or false, mask unused)"""
+    """%y = Dropout(%x, ...) -> %x in inference (training_mode absent or false, mask unused)
+
+    ``is_test`` (opset < 7) is ignored, as the reference Dropout does: a deployed model
+    runs inference either way."""
 
     pattern = "y = Dropout(x, ...)"
 
@@ -67,8 +70,6 @@ class RemoveDropout(Rule):
                 return NoMatch(f"training_mode {describe(training)} is not a constant")
             if bool(np.asarray(training.const).reshape(())):
                 return NoMatch("Dropout is in training mode")
-        if int(node.attrs.get("is_test", 1)) == 0 and "is_test" in node.attrs:
-            return NoMatch("Dropout has is_test=0 (training, opset < 7)")
         mask = node.outputs[1:]
         if any(v.uses or any(v is o for o in m.graph.outputs) for v in mask):
             return NoMatch("Dropout's mask output is used")
@@ -130,7 +131,9 @@ class RemoveReshapeToSameShape(Rule):
         if x.shape is None:
             return NoMatch(f"{describe(x)} has an unknown rank")
         if any(d is None for d in x.shape):
-            return NoMatch(f"{describe(x)} has unknown dimensions {['?' if d is None else d for d in x.shape]}")
+            return NoMatch(
+                f"{describe(x)} has unknown dimensions {['?' if d is None else d for d in x.shape]}"
+            )
         target = [int(v) for v in np.asarray(shape.const).reshape(-1)]
         resolved = resolve_reshape(target, tuple(x.shape), bool(m.root.attrs.get("allowzero", 0)))
         if resolved is None or tuple(resolved) != tuple(x.shape):
@@ -192,7 +195,9 @@ class RemoveDequantizeQuantize(Rule):
         if before is None or after is None:
             return NoMatch("scale / zero point are not constants")
         if before != after:
-            return NoMatch(f"parameters differ: DequantizeLinear reads {before}, QuantizeLinear writes {after}")
+            return NoMatch(
+                f"parameters differ: DequantizeLinear reads {before}, QuantizeLinear writes {after}"
+            )
         reason = dq_q_is_identity(before)
         if reason is not None:
             return NoMatch(f"DequantizeLinear -> QuantizeLinear may not round-trip: {reason}")

@@ -35,7 +35,17 @@ from quanta.passes.rules.fuse_activation import DropImpliedActivation
 from tests.ir import models
 from tests.passes.helpers import run_passes, run_ref
 
-FLOAT_COMPUTE = {"Conv", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool", "Sigmoid"}
+FLOAT_COMPUTE = {
+    "Conv",
+    "MatMul",
+    "Gemm",
+    "Add",
+    "Mul",
+    "Concat",
+    "AveragePool",
+    "GlobalAveragePool",
+    "Sigmoid",
+}
 
 
 def has_qgemm() -> bool:
@@ -45,7 +55,11 @@ def has_qgemm() -> bool:
 
 
 def lower(model, rules=None):
-    passes = [DropImpliedActivation(), LowerQdqToQLinear() if rules is None else RewritePass(rules), EliminateDead()]
+    passes = [
+        DropImpliedActivation(),
+        LowerQdqToQLinear() if rules is None else RewritePass(rules),
+        EliminateDead(),
+    ]
     if rules is not None:
         passes[1].produces_stage = Stage.LOWERED
     result = run_passes(model, passes)
@@ -72,7 +86,9 @@ def cnn_feeds(n=4, seed=0):
 
 
 def test_lower_quantized_cnn_conv_relu_pool(tmp_path):
-    path = quantized(tmp_path, models.float_cnn(), cnn_feeds(), op_types=["Conv", "Relu", "MaxPool", "Flatten"])
+    path = quantized(
+        tmp_path, models.float_cnn(), cnn_feeds(), op_types=["Conv", "Relu", "MaxPool", "Flatten"]
+    )
     model = load(path)
     result = lower(model)
     assert result.fired("LowerConv") == 1
@@ -96,8 +112,12 @@ def test_lower_matches_qdq_on_every_quantized_tensor_of_the_demo(tmp_path):
     quanta.quantize_static(MODEL, out, [{"input": data["calib_x"][:50]}], verbose=False)
     qdq = load(out)
     model = load(out)
-    result = lower(model, None if has_qgemm() else [r for r in LowerQdqToQLinear().ruleset.rules if "Gemm" not in r.name])
-    assert result.fired("LowerConv") == 6 and result.fired("LowerBinary") == 3 and result.fired("LowerPool") == 1
+    result = lower(
+        model, None if has_qgemm() else [r for r in LowerQdqToQLinear().ruleset.rules if "Gemm" not in r.name]
+    )
+    assert (
+        result.fired("LowerConv") == 6 and result.fired("LowerBinary") == 3 and result.fired("LowerPool") == 1
+    )
     assert not FLOAT_COMPUTE & set(model.graph.op_counts()) - ({"Gemm"} if not has_qgemm() else set())
     # expose every quantized value both graphs still share and compare them
     names = [n.outputs[0].name for n in model.graph.nodes if n.op_type.startswith("QLinear")]
@@ -113,7 +133,12 @@ def test_lower_matches_qdq_on_every_quantized_tensor_of_the_demo(tmp_path):
 
 
 def test_lower_attention_matmul_both_operands_activations(tmp_path):
-    path = quantized(tmp_path, models.encoder_block(), models.encoder_feeds(), op_types=["MatMul", "Add", "Reshape", "Transpose"])
+    path = quantized(
+        tmp_path,
+        models.encoder_block(),
+        models.encoder_feeds(),
+        op_types=["MatMul", "Add", "Reshape", "Transpose"],
+    )
     model = load(path)
     rules = [LowerMatMul(), LowerBinary()]
     result = lower(model, rules)
@@ -158,7 +183,10 @@ def qdq_conv_proto(*, sx_const=True, w_const=True, bias="int32", x_axis=False, s
     conv_in = ["xf", "wf"]
     if bias == "int32":
         sb = (np.float32(0.02) * np.linspace(0.004, 0.013, 7).astype(np.float32)).astype(np.float32)
-        inits += [numpy_helper.from_array(np.arange(-3, 4, dtype=np.int32) * 50, "bq"), numpy_helper.from_array(sb, "sb")]
+        inits += [
+            numpy_helper.from_array(np.arange(-3, 4, dtype=np.int32) * 50, "bq"),
+            numpy_helper.from_array(sb, "sb"),
+        ]
         nodes.append(helper.make_node("DequantizeLinear", ["bq", "sb"], ["bf"], name="dqb", axis=0))
         conv_in.append("bf")
     elif bias == "float":
@@ -176,7 +204,9 @@ def qdq_conv_proto(*, sx_const=True, w_const=True, bias="int32", x_axis=False, s
         helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["cq"], name="qc"),
         helper.make_node("DequantizeLinear", ["cq", "sy", "zy"], ["y"], name="dqc"),
     ]
-    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 9, 5])], inits)
+    g = helper.make_graph(
+        nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 9, 5])], inits
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
 
 
@@ -212,7 +242,9 @@ def test_lower_conv_refuses_a_bias_with_the_wrong_scale():
     model = load(qdq_conv_proto(bias="wrong_scale"))
     result = lower(model, [LowerConv()])
     (rec,) = result.why_not("LowerConv")
-    assert rec.reason == "bias 'bf' (output of 'dqb' (DequantizeLinear)) has scale (0.5, 0.5, 0.5)..., not sx*sw"
+    assert (
+        rec.reason == "bias 'bf' (output of 'dqb' (DequantizeLinear)) has scale (0.5, 0.5, 0.5)..., not sx*sw"
+    )
 
 
 def test_lower_conv_refuses_16_bit_activations():
@@ -244,7 +276,9 @@ def qdq_binary_proto(storages=(TensorProto.UINT8, TensorProto.UINT8, TensorProto
         helper.make_node("DequantizeLinear", ["cq", "sy", "zy"], ["out"], name="dqc"),
     ]
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 7]) for n in ("a", "b")]
-    g = helper.make_graph(nodes, "g", io, [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 7])], inits)
+    g = helper.make_graph(
+        nodes, "g", io, [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 7])], inits
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
 
 
@@ -255,7 +289,10 @@ def test_lower_binary_with_different_scales(op):
     assert lower(model, [LowerBinary()]).fired("LowerBinary") == 1
     assert model.graph.op_counts()[f"com.microsoft::QLinear{op}"] == 1
     rng = np.random.default_rng(1)
-    feeds = {"a": rng.standard_normal((3, 7)).astype(np.float32) * 3, "b": rng.standard_normal((3, 7)).astype(np.float32) * 5}
+    feeds = {
+        "a": rng.standard_normal((3, 7)).astype(np.float32) * 3,
+        "b": rng.standard_normal((3, 7)).astype(np.float32) * 5,
+    }
     assert_within_one_step(run_ref(proto, feeds)[0], run_ref(model, feeds)[0], 0.11)
 
 
@@ -293,13 +330,22 @@ def test_lower_concat_pool_and_unary(tmp_path):
     path = quantized(tmp_path, proto, feeds, quantize_outputs=True)
     model = load(path)
     result = lower(model, [LowerConv(), LowerConcat(), LowerUnary(), LowerPool()])
-    assert result.fired("LowerConcat") == 1 and result.fired("LowerUnary") == 1 and result.fired("LowerPool") == 2
+    assert (
+        result.fired("LowerConcat") == 1
+        and result.fired("LowerUnary") == 1
+        and result.fired("LowerPool") == 2
+    )
     counts = model.graph.op_counts()
     assert counts["com.microsoft::QLinearConcat"] == 1 and counts["com.microsoft::QLinearSigmoid"] == 1
-    assert counts["com.microsoft::QLinearAveragePool"] == 1 and counts["com.microsoft::QLinearGlobalAveragePool"] == 1
+    assert (
+        counts["com.microsoft::QLinearAveragePool"] == 1
+        and counts["com.microsoft::QLinearGlobalAveragePool"] == 1
+    )
     verify(model.graph, Stage.LOWERED)
     a, b = run_ref(load(path), feeds[0])[0], run_ref(model, feeds[0])[0]
-    step = float(numpy_helper.to_array(next(t for t in onnx.load(str(path)).graph.initializer if t.name == "y_scale")))
+    step = float(
+        numpy_helper.to_array(next(t for t in onnx.load(str(path)).graph.initializer if t.name == "y_scale"))
+    )
     # Sigmoid: ORT's (and the reference's) QLinearSigmoid uses a table computed from
     # the dequantized input; the QDQ graph computes the same function: 1 step each
     # through three requantizations after it -> at most 3 output steps.
@@ -319,4 +365,3 @@ def test_lowered_model_runs_in_onnxruntime(tmp_path):
     ours = run_ref(model, {"x": x})[0]
     theirs = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(ours, theirs)  # 0: same integer op, same requantization
-

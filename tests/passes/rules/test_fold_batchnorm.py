@@ -115,7 +115,9 @@ def test_fold_batchnorm_keeps_the_original_weight_constant_untouched():
     np.testing.assert_array_equal(w_before, numpy_helper.to_array(proto.graph.initializer[0]))
 
 
-@pytest.mark.parametrize(("c_in", "m_per_group", "group", "bias"), [(3, 7, 1, True), (6, 3, 3, False), (6, 2, 3, True)])
+@pytest.mark.parametrize(
+    ("c_in", "m_per_group", "group", "bias"), [(3, 7, 1, True), (6, 3, 3, False), (6, 2, 3, True)]
+)
 def test_fold_batchnorm_into_conv_transpose_axis1_and_groups(c_in, m_per_group, group, bias):
     rng = np.random.default_rng(5)
     c_out = m_per_group * group
@@ -126,7 +128,9 @@ def test_fold_batchnorm_into_conv_transpose_axis1_and_groups(c_in, m_per_group, 
         inits.append(_init("b", rng.standard_normal(c_out).astype(np.float32)))
         ins.append("b")
     nodes = [
-        helper.make_node("ConvTranspose", ins, ["c"], name="deconv", strides=[2, 1], group=group, pads=[1, 0, 0, 1]),
+        helper.make_node(
+            "ConvTranspose", ins, ["c"], name="deconv", strides=[2, 1], group=group, pads=[1, 0, 0, 1]
+        ),
         bn_node(),
     ]
     proto = make_model(
@@ -146,7 +150,9 @@ def test_fold_batchnorm_into_conv_transpose_axis1_and_groups(c_in, m_per_group, 
     verify(model.graph, Stage.FLOAT)
 
 
-@pytest.mark.parametrize(("trans_b", "with_c", "beta_g"), [(0, True, 0.75), (1, True, 1.0), (1, False, 1.0), (0, False, 2.0)])
+@pytest.mark.parametrize(
+    ("trans_b", "with_c", "beta_g"), [(0, True, 0.75), (1, True, 1.0), (1, False, 1.0), (0, False, 2.0)]
+)
 def test_fold_batchnorm_into_gemm(trans_b, with_c, beta_g):
     rng = np.random.default_rng(8)
     k, n = 17, 7
@@ -171,7 +177,9 @@ def test_fold_batchnorm_into_gemm(trans_b, with_c, beta_g):
     assert result.fired("FoldBatchNormIntoGemm") == 1
     assert model.graph.op_counts() == {"Gemm": 1}
     gemm = model.graph.nodes[0]
-    assert gemm.attrs["beta"] == 1.0 and gemm.attrs["alpha"] == 1.25 and gemm.attrs.get("transB", 0) == trans_b
+    assert (
+        gemm.attrs["beta"] == 1.0 and gemm.attrs["alpha"] == 1.25 and gemm.attrs.get("transB", 0) == trans_b
+    )
     a = rng_data((3, k), seed=10)
     w2, c2 = gemm.inputs[1].const, gemm.inputs[2].const
     col = np.abs(w2).sum(axis=1 if trans_b else 0).max()
@@ -186,7 +194,8 @@ def test_fold_batchnorm_folds_each_of_two_convs():
     rng = np.random.default_rng(11)
     p2 = bn_params(7, 12)
     proto.graph.initializer.extend(
-        [_init("w2", rng.standard_normal((7, 7, 1, 1)).astype(np.float32))] + [_init(k + "2", v) for k, v in p2.items()]
+        [_init("w2", rng.standard_normal((7, 7, 1, 1)).astype(np.float32))]
+        + [_init(k + "2", v) for k, v in p2.items()]
     )
     proto.graph.output[0].name = "z"
     proto.graph.node.extend(
@@ -250,16 +259,18 @@ def test_fold_batchnorm_refuses_spatial_0():
 
 def test_fold_batchnorm_refuses_non_constant_bn_parameter():
     proto = conv_bn_model(3, 7, 1, True)
-    mean = [i for i in proto.graph.initializer if i.name == "mean"][0]
+    mean = next(i for i in proto.graph.initializer if i.name == "mean")
     proto.graph.initializer.remove(mean)
     proto.graph.input.append(helper.make_tensor_value_info("mean", TensorProto.FLOAT, [7]))
-    assert why_not(load(proto)) == ["BatchNormalization parameter mean 'mean' (a graph input) is not a constant"]
+    assert why_not(load(proto)) == [
+        "BatchNormalization parameter mean 'mean' (a graph input) is not a constant"
+    ]
 
 
 def test_fold_batchnorm_refuses_dequantized_weight():
     # In a QDQ graph W comes from DequantizeLinear: fold before quantizing.
     proto = conv_bn_model(3, 7, 1, True)
-    w = [i for i in proto.graph.initializer if i.name == "w"][0]
+    w = next(i for i in proto.graph.initializer if i.name == "w")
     proto.graph.initializer.remove(w)
     wq = np.clip(np.round(numpy_helper.to_array(w) / 0.01), -127, 127).astype(np.int8)
     proto.graph.initializer.extend([_init("wq", wq), _init("ws", np.float32(0.01)), _init("wz", np.int8(3))])
@@ -269,7 +280,7 @@ def test_fold_batchnorm_refuses_dequantized_weight():
 
 def test_fold_batchnorm_refuses_non_constant_bias():
     proto = conv_bn_model(3, 7, 1, True)
-    b = [i for i in proto.graph.initializer if i.name == "b"][0]
+    b = next(i for i in proto.graph.initializer if i.name == "b")
     proto.graph.initializer.remove(b)
     proto.graph.input.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, [7]))
     assert why_not(load(proto)) == ["B 'b' (a graph input) is not a constant"]
@@ -287,7 +298,9 @@ def test_fold_batchnorm_refuses_conv_output_used_elsewhere():
     proto = conv_bn_model(3, 7, 1, True)
     proto.graph.node.append(helper.make_node("Relu", ["c"], ["r"], name="relu"))
     proto.graph.output.append(out_info("r", 4))
-    assert why_not(load(proto)) == ["'c' (output of 'conv' (Conv)) is also used by 'relu' (Relu) outside the pattern"]
+    assert why_not(load(proto)) == [
+        "'c' (output of 'conv' (Conv)) is also used by 'relu' (Relu) outside the pattern"
+    ]
 
 
 def test_fold_batchnorm_refuses_conv_output_that_is_a_graph_output():

@@ -64,7 +64,11 @@ def gn_model(
         _init("beta", np.asarray(beta, np.float32)),
     ]
     g = helper.make_graph(
-        nodes, "gn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_dims))], [out_info("y", 4)], inits
+        nodes,
+        "gn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_dims))],
+        [out_info("y", 4)],
+        inits,
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
@@ -194,7 +198,10 @@ def reasons(proto_or_graph, opset: int = 21, include_pattern: bool = False) -> l
     before = format_graph(graph)
     result = PassManager([FoldGroupNorm(opset)], verify=True).run(target)
     assert not result.modified and format_graph(graph) == before
-    return [r.reason for r in result.why_not("FoldReshapeInstanceNormIntoGroupNorm", include_pattern=include_pattern)]
+    return [
+        r.reason
+        for r in result.why_not("FoldReshapeInstanceNormIntoGroupNorm", include_pattern=include_pattern)
+    ]
 
 
 def test_fold_groupnorm_refuses_opset_17():
@@ -203,7 +210,7 @@ def test_fold_groupnorm_refuses_opset_17():
 
 def test_fold_groupnorm_refuses_non_constant_target_shape():
     proto = gn_model()
-    s1 = [i for i in proto.graph.initializer if i.name == "s1"][0]
+    s1 = next(i for i in proto.graph.initializer if i.name == "s1")
     proto.graph.initializer.remove(s1)
     proto.graph.input.append(helper.make_tensor_value_info("s1", TensorProto.INT64, [3]))
     assert reasons(proto) == ["Reshape target s1 's1' (a graph input) is not a constant"]
@@ -211,7 +218,7 @@ def test_fold_groupnorm_refuses_non_constant_target_shape():
 
 def test_fold_groupnorm_refuses_non_constant_gamma():
     proto = gn_model()
-    gm = [i for i in proto.graph.initializer if i.name == "gamma"][0]
+    gm = next(i for i in proto.graph.initializer if i.name == "gamma")
     proto.graph.initializer.remove(gm)
     proto.graph.input.append(helper.make_tensor_value_info("gamma", TensorProto.FLOAT, [3]))
     assert reasons(proto) == ["InstanceNormalization gamma 'gamma' (a graph input) is not a constant"]
@@ -230,7 +237,11 @@ def test_fold_groupnorm_refuses_rank_2_input():
     s1 = g.add_initializer("s1", np.array([2, 3, -1], np.int64))
     s2 = g.add_initializer("s2", np.array([6, 35], np.int64))
     gamma, beta = g.add_initializer("gamma", GAMMA), g.add_initializer("beta", BETA)
-    r, n, y = Value("r", TensorType(F32, (2, 3, 35))), Value("n", TensorType(F32, (2, 3, 35))), Value("y", TensorType(F32, (6, 35)))
+    r, n, y = (
+        Value("r", TensorType(F32, (2, 3, 35))),
+        Value("n", TensorType(F32, (2, 3, 35))),
+        Value("y", TensorType(F32, (6, 35))),
+    )
     g.add_node(Node("Reshape", [x, s1], [r], name="split"))
     g.add_node(Node("InstanceNormalization", [r, gamma, beta], [n], name="inorm"))
     g.add_node(Node("Reshape", [n, s2], [y], name="merge"))
@@ -270,4 +281,6 @@ def test_fold_groupnorm_refuses_intermediate_used_elsewhere():
     proto = gn_model()
     proto.graph.node.append(helper.make_node("Neg", ["n"], ["neg"], name="neg"))
     proto.graph.output.append(out_info("neg", 3))
-    assert reasons(proto) == ["'n' (output of 'inorm' (InstanceNormalization)) is also used by 'neg' (Neg) outside the pattern"]
+    assert reasons(proto) == [
+        "'n' (output of 'inorm' (InstanceNormalization)) is also used by 'neg' (Neg) outside the pattern"
+    ]

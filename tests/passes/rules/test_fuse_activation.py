@@ -69,7 +69,11 @@ def qdq_act_model(act: str, ys: float, yz, lo=None, hi=None, per_axis_y: bool = 
         *act_inits,
     ]
     g = helper.make_graph(
-        nodes, "qdq_act", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 5])], [out_info("y", 4)], inits
+        nodes,
+        "qdq_act",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 5])],
+        [out_info("y", 4)],
+        inits,
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
 
@@ -164,7 +168,7 @@ def test_drop_refuses_per_axis_when_one_channel_is_not_implied():
 
 def test_drop_refuses_non_constant_clip_bound():
     proto = qdq_act_model("Clip", 0.05, np.uint8(0), lo=0.0, hi=6.0)
-    hi = [i for i in proto.graph.initializer if i.name == "hi"][0]
+    hi = next(i for i in proto.graph.initializer if i.name == "hi")
     proto.graph.initializer.remove(hi)
     proto.graph.input.append(helper.make_tensor_value_info("hi", TensorProto.FLOAT, []))
     assert drop_reasons(proto) == ["Clip max 'hi' (a graph input) is not a constant"]
@@ -180,7 +184,7 @@ def test_drop_refuses_non_scalar_clip_bound():
 
 def test_drop_refuses_non_constant_output_scale():
     proto = qdq_act_model("Relu", 0.05, np.uint8(0))
-    ys = [i for i in proto.graph.initializer if i.name == "ys"][0]
+    ys = next(i for i in proto.graph.initializer if i.name == "ys")
     proto.graph.initializer.remove(ys)
     proto.graph.input.append(helper.make_tensor_value_info("ys", TensorProto.FLOAT, []))
     assert drop_reasons(proto) == ["QuantizeLinear scale/zero point are not constants"]
@@ -188,7 +192,7 @@ def test_drop_refuses_non_constant_output_scale():
 
 def test_drop_refuses_float8_storage():
     proto = qdq_act_model("Relu", 0.05, np.uint8(0))
-    yz = [i for i in proto.graph.initializer if i.name == "yz"][0]
+    yz = next(i for i in proto.graph.initializer if i.name == "yz")
     proto.graph.initializer.remove(yz)
     proto.graph.initializer.append(helper.make_tensor("yz", TensorProto.FLOAT8E4M3FN, [], [0.0]))
     assert drop_reasons(proto) == ["storage f8e4m3fn is not an integer type (no saturation to rely on)"]
@@ -198,7 +202,9 @@ def test_drop_refuses_activation_output_used_elsewhere():
     proto = qdq_act_model("Relu", 0.05, np.uint8(0))
     proto.graph.node.append(helper.make_node("Neg", ["a"], ["n"], name="neg"))
     proto.graph.output.append(out_info("n", 4))
-    assert drop_reasons(proto) == ["'a' (output of 'act' (Relu)) is also used by 'neg' (Neg) outside the pattern"]
+    assert drop_reasons(proto) == [
+        "'a' (output of 'act' (Relu)) is also used by 'neg' (Neg) outside the pattern"
+    ]
 
 
 # -- FuseActivationIntoProducer ------------------------------------------------------------------
@@ -266,7 +272,11 @@ def float_chain_model(opset: int = 21) -> onnx.ModelProto:
         *ilo,
     ]
     g = helper.make_graph(
-        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 3])], [out_info("y", 2)], inits
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 3])],
+        [out_info("y", 2)],
+        inits,
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
@@ -339,10 +349,14 @@ def test_fuse_refuses_producer_output_used_elsewhere():
     proto = float_chain_model()
     proto.graph.node.append(helper.make_node("Neg", ["c"], ["n"], name="neg"))
     proto.graph.output.append(out_info("n", 4))
-    assert load_and_collect(proto) == ["'c' (output of 'conv' (Conv)) is also used by 'neg' (Neg) outside the pattern"]
+    assert load_and_collect(proto) == [
+        "'c' (output of 'conv' (Conv)) is also used by 'neg' (Neg) outside the pattern"
+    ]
 
 
 def test_fuse_refuses_producer_that_is_not_fusable():
     proto = qdq_act_model("Relu", 0.05, np.uint8(3))
     proto.graph.node[3].op_type = "ConvTranspose"  # same inputs, a producer without a clamp
-    assert fuse_reasons(proto) == ["input 0 of 'act' (Relu) 'c' is produced by ConvTranspose, expected Conv|Gemm|MatMul|Add"]
+    assert fuse_reasons(proto) == [
+        "input 0 of 'act' (Relu) 'c' is produced by ConvTranspose, expected Conv|Gemm|MatMul|Add"
+    ]

@@ -41,9 +41,11 @@ enum class EpiKind : int { kS32, kF32, kQ8Float, kQ8Fixed };
 struct Epilogue {
   EpiKind kind = EpiKind::kS32;
   bool y_signed = false;           // kQ8*: int8 (true) or uint8 output
-  const int32_t* colterm = nullptr;  // bias[n] − zx'·cs[n]  (wrapping)
+  const int32_t* colterm = nullptr;  // bias[n] − zx'·cs[n] (wrapping); bias[n] when zx_row
   const int32_t* zw = nullptr;       // zw'[n], or null when every zw' is 0
   const int32_t* rowsum = nullptr;   // Σ_k x'[m,k] (when zw)
+  const int32_t* zx_row = nullptr;   // per-row zx'[m], or null for a scalar zx
+  const int32_t* cs = nullptr;       // cs[n] (when zx_row)
   const float* multiplier = nullptr; // kF32, kQ8Float
   const float* float_bias = nullptr; // kF32, or null
   const int32_t* fixed_multiplier = nullptr;  // kQ8Fixed
@@ -186,6 +188,7 @@ inline void finish_element(int32_t acc, const Epilogue& e, int64_t m, int64_t n)
 inline int32_t fold_terms(int32_t product, const Epilogue& e, int64_t m, int64_t n) {
   int32_t acc = wrapping_add(product, e.colterm[n]);
   if (e.zw) acc = wrapping_sub(acc, wrapping_mul(e.zw[n], e.rowsum[m]));
+  if (e.zx_row) acc = wrapping_sub(acc, wrapping_mul(e.zx_row[m], e.cs[n]));
   return acc;
 }
 

@@ -66,7 +66,7 @@ struct Plan {
   bool split_n = true;
   int64_t units = 0;      // panels (split_n) or MR-row groups
   int64_t n_work = 1;     // work chunks (ranges of units) claimed by the threads
-  size_t off_a = 0, off_rowsum = 0, off_colterm = 0, off_mult = 0, off_fbias = 0, off_fmult = 0,
+  size_t off_a = 0, off_rowsum = 0, off_zx_row = 0, off_colterm = 0, off_mult = 0, off_fbias = 0, off_fmult = 0,
          off_fshift = 0, off_partial = 0, total = 0;
 };
 
@@ -98,7 +98,8 @@ Plan make_plan(const QGemmParams& p) {
 
   const int threads = std::max(1, p.num_threads);
   const int64_t row_groups = div_up(pl.M, f.mr);
-  pl.split_n = pl.n_panels >= threads || pl.n_panels >= row_groups;
+  // Split N unless there are too few panels for a few chunks per thread and more rows.
+  pl.split_n = pl.n_panels >= int64_t{threads} * kChunksPerThread || pl.n_panels >= row_groups;
   pl.units = pl.split_n ? pl.n_panels : row_groups;
   pl.tasks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, pl.units)));
   // A few chunks per thread, so that a thread the OS runs late costs little.
@@ -112,6 +113,7 @@ Plan make_plan(const QGemmParams& p) {
   };
   pl.off_a = take(pl.direct ? 0 : static_cast<size_t>(pl.M * pl.Kp * f.a_bytes));
   pl.off_rowsum = take(pl.rowsums ? static_cast<size_t>(pl.M) * 4 : 0);
+  pl.off_zx_row = take(p.zx_per_row ? static_cast<size_t>(pl.M) * 4 : 0);
   pl.off_colterm = take(static_cast<size_t>(pl.Np) * 4);
   const bool float_mult = p.out_type == OutType::kF32 || p.requant == Requant::kFloat;
   pl.off_mult = take(float_mult ? static_cast<size_t>(pl.Np) * 4 : 0);
@@ -138,13 +140,22 @@ Epilogue make_epilogue(const QGemmParams& p, const Plan& pl, uint8_t* ws) {
 
   // colterm[n] = bias[n] − zx'·cs[n]  (eq. (5) with the u8 shift of eq. (8): zx' = zx + 128
   // for int8 x folds the 128·Σ(w − zw) compensation into this one term).
-  const int32_t zx_shifted = p.zx + (p.x_signed ? 128 : 0);
+  // A per-row zx keeps the zx' term out of the column constant: − zx'[m]·cs[n] is then
+  // one more rank-1 term in the epilogue, like the zw' one.
+  const int32_t shift = p.x_signed ? 128 : 0;
+  const int32_t zx_shifted = p.zx_per_row ? 0 : p.zx + shift;
   int32_t* colterm = at<int32_t>(ws, pl.off_colterm);
   const int32_t* cs = w.column_sums_ptr();
   for (int64_t n = 0; n < pl.Np; ++n) {
     colterm[n] = n < pl.N ? wrapping_sub(p.bias ? p.bias[n] : 0, wrapping_mul(zx_shifted, cs[n])) : 0;
   }
   e.colterm = colterm;
+  if (p.zx_per_row) {
+    int32_t* zx_row = at<int32_t>(ws, pl.off_zx_row);
+    for (int64_t m = 0; m < pl.M; ++m) zx_row[m] = p.zx_per_row[m] + shift;
+    e.zx_row = zx_row;
+    e.cs = cs;
+  }
   if (pl.rowsums) {
     e.zw = w.zero_point_ptr();
     e.rowsum = at<int32_t>(ws, pl.off_rowsum);

@@ -5,16 +5,17 @@
 // ---------------------------------------------------------------------------------------
 //
 // Operands: x [M, K] uint8 or int8 (row stride x_row_stride elements), w [K, N] int8 or
-// uint8 (prepacked once into a PackedWeights), zx a run-time scalar zero point, zw[n] a
-// static per-column zero point (scalar = every column) given at pack time. For m < M,
+// uint8 (prepacked once into a PackedWeights), zx a run-time zero point (one scalar, or
+// one per row, zx[m], as MatMulInteger allows), zw[n] a static per-column zero point
+// (scalar = every column) given at pack time. For m < M,
 // n < N, in int32 arithmetic that WRAPS modulo 2^32 (as ONNX MatMulInteger's int32
 // accumulator; every order of summation gives the same bits):
 //
-//   acc[m,n] = Σ_k (x[m,k] − zx)·(w[k,n] − zw[n])  +  bias[n]                      eq. (4)
+//   acc[m,n] = Σ_k (x[m,k] − zx[m])·(w[k,n] − zw[n])  +  bias[n]                   eq. (4)
 //
 // computed in the folded form (eq. (5), with the u8 shift of eq. (8)):
 //
-//   acc[m,n] = Σ_k x'[m,k]·w'[k,n]  −  zw'[n]·Σ_k x'[m,k]  −  zx'·cs[n]  +  bias[n]
+//   acc[m,n] = Σ_k x'[m,k]·w'[k,n]  −  zw'[n]·Σ_k x'[m,k]  −  zx'[m]·cs[n]  +  bias[n]
 //
 //   x' = x, zx' = zx            for uint8 x
 //   x' = x + 128, zx' = zx + 128 for int8 x  (vpdpbusd takes u8 x s8; the difference
@@ -25,7 +26,8 @@
 //   cs[n] = Σ_k (w[k,n] − zw[n])  the "column sums", computed once at pack time
 //                                 (PackedWeights::column_sums)
 //
-// Σ x'·w' is the micro-kernel's product; the zw' term is skipped when every zw' is 0.
+// Σ x'·w' is the micro-kernel's product; the zw' term is skipped when every zw' is 0;
+// with a scalar zx, bias[n] − zx'·cs[n] is one per-call column constant.
 //
 // Output stage, by out_type (lo/hi: the optional fused clamp, default the type's range):
 //
@@ -62,9 +64,10 @@
 // smaller size reuse it).
 //
 // Threads: num_threads >= 1 splits the N panels (or, when there are fewer panels than
-// threads, the rows) over OpenMP threads. Every output element is computed by the same
-// instruction sequence whatever the split, so the bytes are identical for any
-// num_threads.
+// threads, the rows) into a few chunks per thread, claimed dynamically by the caller and
+// up to num_threads − 1 workers of a small pool (thread_pool.h). Every output element is
+// computed by the same instruction sequence whichever thread runs it, so the bytes are
+// identical for any num_threads.
 //
 // Alignment: none required of the caller. The packed buffer and the workspace are
 // 64-byte aligned by construction.
@@ -150,7 +153,8 @@ struct QGemmParams {
   const void* x = nullptr;   // [M, K] uint8 or int8
   int64_t x_row_stride = 0;  // elements, >= K
   bool x_signed = false;
-  int32_t zx = 0;            // in x's dtype range
+  int32_t zx = 0;            // in x's dtype range (when zx_per_row is null)
+  const int32_t* zx_per_row = nullptr;  // [M] per-row zero points (MatMulInteger), or null
   const PackedWeights* w = nullptr;
   const int32_t* bias = nullptr;        // [N] int32, or null
   OutType out_type = OutType::kS32;

@@ -15,7 +15,12 @@
 //
 // Epilogue as in the AVX-512 family; lanes of a partial 8-column vector and the
 // fixed-point stage go through the shared scalar code (kernel.h).
-#pragma GCC optimize("fp-contract=off")  // float32(acc)·m + float_bias: two roundings, no FMA
+// float32(acc)·m + float_bias: two roundings, never one FMA (this file is built with -mfma).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 #include <immintrin.h>
 
@@ -118,6 +123,11 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
     zw0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.zw + n0));
     zw1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.zw + n0 + 8));
   }
+  __m256i cs0 = _mm256_setzero_si256(), cs1 = _mm256_setzero_si256();
+  if (e.zx_row) {
+    cs0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.cs + n0));
+    cs1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.cs + n0 + 8));
+  }
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r) {
     __m256i v0 = _mm256_add_epi32(c0[r], ct0);
@@ -126,6 +136,11 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
       const __m256i rs = _mm256_set1_epi32(e.rowsum[m0 + r]);
       v0 = _mm256_sub_epi32(v0, _mm256_mullo_epi32(zw0, rs));
       v1 = _mm256_sub_epi32(v1, _mm256_mullo_epi32(zw1, rs));
+    }
+    if (e.zx_row) {
+      const __m256i zr = _mm256_set1_epi32(e.zx_row[m0 + r]);
+      v0 = _mm256_sub_epi32(v0, _mm256_mullo_epi32(cs0, zr));
+      v1 = _mm256_sub_epi32(v1, _mm256_mullo_epi32(cs1, zr));
     }
     finish_vector(v0, e, m0 + r, n0, t.cols);
     if (t.cols > 8) finish_vector(v1, e, m0 + r, n0 + 8, t.cols - 8);

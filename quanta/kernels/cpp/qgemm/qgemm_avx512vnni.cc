@@ -8,17 +8,22 @@
 // With 1 or 2 rows (GEMV) the k-groups alternate between two accumulator sets so that
 // vpdpbusd's 5-cycle latency is hidden; the sets are added at the end (exact).
 //
-// Epilogue fused on the accumulators (qgemm.h contract): + colterm, − zw'·rowsum, then
+// Epilogue fused on the accumulators (qgemm.h contract): + colterm, − zw'·rowsum
+// (− zx'[m]·cs for a per-row zx), then
 // the output stage in zmm registers (float32 multiply, explicit round-to-nearest-even
 // conversion), masked stores for the N edge. The fixed-point stage runs the shared scalar
 // code (kernel.h) per lane.
 //
 // No fused multiply-add may replace float32(acc)·m + float_bias: the reference rounds the
 // product first (this file is built with -mfma).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC optimize("fp-contract=off")
 // GCC 12 reports a false -Wmaybe-uninitialized inside its own AVX-512 headers (the
 // `__Y = __Y` idiom of _mm512_undefined_*), fixed in GCC 13.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <immintrin.h>
 
@@ -166,6 +171,11 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
     zw0 = _mm512_loadu_si512(e.zw + n0);
     zw1 = _mm512_loadu_si512(e.zw + n0 + 16);
   }
+  __m512i cs0 = _mm512_setzero_si512(), cs1 = _mm512_setzero_si512();
+  if (e.zx_row) {
+    cs0 = _mm512_loadu_si512(e.cs + n0);
+    cs1 = _mm512_loadu_si512(e.cs + n0 + 16);
+  }
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     __m512i v0 = _mm512_add_epi32(c0[0][r], ct0);
@@ -174,6 +184,11 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
       const __m512i rs = _mm512_set1_epi32(e.rowsum[m0 + r]);
       v0 = _mm512_sub_epi32(v0, _mm512_mullo_epi32(zw0, rs));
       v1 = _mm512_sub_epi32(v1, _mm512_mullo_epi32(zw1, rs));
+    }
+    if (e.zx_row) {
+      const __m512i zr = _mm512_set1_epi32(e.zx_row[m0 + r]);
+      v0 = _mm512_sub_epi32(v0, _mm512_mullo_epi32(cs0, zr));
+      v1 = _mm512_sub_epi32(v1, _mm512_mullo_epi32(cs1, zr));
     }
     finish_vector(v0, e, m0 + r, n0, mask0);
     if (t.cols > 16) finish_vector(v1, e, m0 + r, n0 + 16, mask1);

@@ -1,0 +1,112 @@
+"""Named pipelines: plain lists of passes, in the order they run.
+
+Run one with :class:`quanta.passes.manager.PassManager`::
+
+    PassManager(simplify(opset=model.opset(), evaluator=ev), dump_after={"fold_batchnorm"}).run(model)
+
+- :func:`prepare_for_quantization`: float rewrites before calibration (quantize_static);
+- :func:`simplify`: the exact graph-level clean-up of a float or QDQ graph;
+- :func:`lower_qdq`: what the runtime compiles a QDQ graph with (clean-up, then
+  instruction selection into integer operators);
+- :func:`prepare_for_lowering`: ``simplify`` plus fused activations (``quanta`` domain).
+
+``SIMPLIFY`` and ``PREPARE_FOR_LOWERING`` are ready-made lists for opset 21 without an
+evaluator (constant folding then covers shape subgraphs only; see
+:mod:`.rules.fold_constants`). Rule-based passes keep the refusals of their last run, so
+call the functions for a fresh list when pipelines run concurrently.
+"""
+
+from __future__ import annotations
+
+from quanta.passes.manager import Pass
+from quanta.passes.rules.align_scales import AlignScales
+from quanta.passes.rules.eliminate_common import EliminateCommon
+from quanta.passes.rules.eliminate_dead import EliminateDead
+from quanta.passes.rules.fold_batchnorm import FoldBatchNorm
+from quanta.passes.rules.fold_constants import Evaluator, FoldConstants
+from quanta.passes.rules.fold_groupnorm import FoldGroupNorm
+from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation
+from quanta.passes.rules.propagate_views import PropagateViews
+from quanta.passes.rules.remove_noops import RemoveNoops
+
+__all__ = [
+    "PREPARE_FOR_LOWERING",
+    "SIMPLIFY",
+    "lower_qdq",
+    "prepare_for_lowering",
+    "prepare_for_quantization",
+    "simplify",
+]
+
+
+def _fold_groupnorm(opset: int) -> list[Pass]:
+    # GroupNormalization-18 (per-group scale) is deprecated, and onnx's checker rejects
+    # it, so a model that is saved again must not gain one: pipelines fold it from opset
+    # 21 on (FoldGroupNorm itself also handles 18-20 for callers that ask).
+    return [FoldGroupNorm(opset)] if opset >= 21 else []
+
+
+def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:
+    """Float-graph rewrites before calibration and QDQ insertion: constants folded
+    (weights computed by subgraphs become initializers), no-ops removed,
+    BatchNormalization folded into the weights (so the folded weights are what gets
+    quantized), GroupNorm recognised, duplicates merged."""
+    return [
+        FoldConstants(evaluator),
+        RemoveNoops(),
+        FoldBatchNorm(),
+        *_fold_groupnorm(opset),
+        EliminateCommon(),
+        EliminateDead(),
+    ]
+
+
+def simplify(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:
+    """Graph-level clean-up that keeps every op runnable on the reference target.
+    Every step is exact (bit for bit) on the reference target; AlignScales runs with
+    Concat only (its Add alignment is not exact and is opt-in)."""
+    return [
+        FoldConstants(evaluator),  # first: shape subgraphs become the constants later rules read
+        RemoveNoops(),  # Identity, Dropout, Reshape to the same shape, DQ -> Q with one type
+        FoldBatchNorm(),  # into float weights (a QDQ weight is not foldable: NoMatch)
+        *_fold_groupnorm(opset),  # Reshape -> InstanceNormalization -> Reshape
+        PropagateViews(),  # views onto quantized values ...
+        RemoveNoops(),  # ... which leaves DQ -> Q pairs with one type to remove
+        DropImpliedActivation(),  # Relu/Clip that the output quantization already implies
+        AlignScales(),  # Concat inputs requantized to the output type
+        EliminateCommon(),
+        EliminateDead(),  # last: collects what the rewrites left behind
+    ]
+
+
+def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:
+    """What the runtime compiles a QDQ graph with: the exact clean-up, then instruction
+    selection (Q -> op -> DQ groups become integer operators), then dead code.
+
+    AlignScales is left out: the integer Concat takes inputs of different scales, while
+    an aligned graph would keep its DQ -> Q requantizations as float nodes.
+    FuseActivation is left out: instruction selection matches the plain ops."""
+    from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
+
+    return [
+        FoldConstants(evaluator),
+        RemoveNoops(),
+        FoldBatchNorm(),
+        *_fold_groupnorm(opset),
+        PropagateViews(),  # views onto quantized values: Q(Conv) groups become visible
+        RemoveNoops(),
+        DropImpliedActivation(),
+        EliminateCommon(),
+        LowerQdqToQLinear(),
+        EliminateDead(),
+    ]
+
+
+def prepare_for_lowering(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:
+    """``simplify`` then the remaining activations fused into their producers as output
+    clamps (``quanta`` domain ops: the runtime needs kernels for them)."""
+    return [*simplify(opset=opset, evaluator=evaluator), FuseActivation(), EliminateDead()]
+
+
+SIMPLIFY: list[Pass] = simplify()
+PREPARE_FOR_LOWERING: list[Pass] = prepare_for_lowering()

@@ -1,0 +1,79 @@
+"""``quanta bench``: the structure of its report (never its timings: speed is measured
+in benchmarks/, not asserted in unit tests)."""
+
+from __future__ import annotations
+
+import re
+
+import onnx
+import pytest
+
+from quanta.cli.bench import bench_model
+from quanta.cli.main import main
+from tests.ir import models
+
+pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(params=["float_cnn", "qdq_conv", "qoperator", "encoder_block"])
+def model_path(request, tmp_path):
+    p = tmp_path / f"{request.param}.onnx"
+    onnx.save(getattr(models, request.param)(), p)
+    return p
+
+
+def test_bench_vs_ort_reports_both_engines_the_ratio_and_the_slowest_steps(model_path, capsys):
+    assert main(["bench", str(model_path), "--vs-ort", "--threads", "1", "--warmup", "1", "--runs", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        f"quanta bench {model_path}: batch 1, 1 thread, 1 warm-up + 3 timed runs (interleaved with onnxruntime)"
+    )
+    assert out[1].startswith("inputs: ")
+    assert out[2].split() == ["median", "ms", "p90", "ms"]
+    number = r"\d+\.\d{3}"
+    assert re.fullmatch(rf"  quanta \(native\) +{number} +{number}", out[3])
+    assert re.fullmatch(rf"  onnxruntime [\d.]+ +{number} +{number}", out[4])
+    assert re.fullmatch(r"  ratio quanta/onnxruntime +\d+\.\d\dx +\d+\.\d\dx", out[5])
+    assert out[6].startswith("outputs: max |quanta - onnxruntime| ")
+    assert re.fullmatch(r"fallbacks: \d+ of \d+ steps ran on reference kernels", out[7])
+    assert re.match(r"slowest \d+ of \d+ steps over 3 profiled runs: run ", out[8])
+    assert out[9].split() == ["step", "node", "op", "kernel", "mean", "ms", "share"]
+    n_steps = int(re.search(r"of (\d+) steps", out[8]).group(1))
+    assert len(out) == 10 + min(10, n_steps)
+
+
+def test_bench_batch_sets_the_symbolic_first_dimension(tmp_path, capsys):
+    p = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), p)
+    assert (
+        main(["bench", str(p), "--batch", "3", "--runs", "2", "--warmup", "0", "--backend", "reference"]) == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "inputs: x[3, 3, 8, 6] float32"
+    assert not any(line.startswith("  onnxruntime") or line.startswith("fallbacks") for line in out)
+
+
+def test_bench_result_holds_every_timing_and_output_agreement(tmp_path):
+    p = tmp_path / "q.onnx"
+    onnx.save(models.qdq_conv(), p)
+    r = bench_model(p, threads=2, warmup=1, runs=4, vs_ort=True)
+    assert r.threads == 2 and len(r.quanta.times_ms) == 4 and len(r.ort.times_ms) == 4
+    assert r.quanta.p90 >= r.quanta.median > 0
+    # quanta and ORT agree within one output quantization step (0.07): requantization
+    # rounding may differ by 1 LSB where ORT's fused kernels round differently
+    assert r.agreement["y"] <= 0.07 * 1.0001
+    # the session lowers Q -> Conv -> Q into one QLinearConv: Q, QLinearConv, DQ
+    assert [s.op_type for s in sorted(r.profile.steps, key=lambda s: s.step)] == [
+        "QuantizeLinear",
+        "QLinearConv",
+        "DequantizeLinear",
+    ]
+
+
+def test_bench_user_errors_are_one_line(tmp_path, capsys):
+    assert main(["bench", str(tmp_path / "missing.onnx")]) == 2
+    assert capsys.readouterr().err == f"quanta: error: {tmp_path / 'missing.onnx'}: no such file\n"
+    p = tmp_path / "q.onnx"
+    onnx.save(models.qdq_conv(), p)
+    assert main(["bench", str(p), "--runs", "0"]) == 2
+    assert capsys.readouterr().err == "quanta: error: --runs: expected >= 1, got 0\n"
