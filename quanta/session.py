@@ -22,7 +22,6 @@ Profiling as in ONNX Runtime::
 from __future__ import annotations
 
 import enum
-
 import os
 import time
 from collections.abc import Mapping, Sequence

@@ -3,7 +3,6 @@ and the printed form."""
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
