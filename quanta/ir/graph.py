@@ -223,43 +223,50 @@ class Graph:
 
 
 def toposort_nodes(nodes: Iterable[Node], available: set[int]) -> list[Node]:
-    """Kahn's algorithm, stable in the original order. Values already in ``available``
-    (graph inputs, initializers) need no producer."""
+    """Depth-first topological order, stable in the original order (a node comes as
+    late as its first use allows). Values in ``available`` (graph inputs,
+    initializers) need no producer. Iterative: deep chains do not hit Python's
+    recursion limit. A cycle raises GraphError naming its nodes."""
     nodes = list(nodes)
     producer_of: dict[int, Node] = {id(o): n for n in nodes for o in n.outputs}
     order: list[Node] = []
-    done: set[int] = set()
-    visiting: set[int] = set()
+    state: dict[int, int] = {}  # 1 visiting, 2 done
 
-    def visit(n: Node, path: list[Node]) -> None:
-        if id(n) in done:
-            return
-        if id(n) in visiting:
-            start = next(i for i, p in enumerate(path) if p is n)
-            cycle = " -> ".join(p.label for p in [*path[start:], n])
-            raise GraphError(f"graph has a cycle: {cycle}")
-        visiting.add(id(n))
-        path.append(n)
+    def deps(n: Node) -> list[Node]:
+        out = []
         for v in n.inputs:
             if v is None or id(v) in available:
                 continue
             p = producer_of.get(id(v))
             if p is not None:
-                visit(p, path)
-        path.pop()
-        visiting.discard(id(n))
-        done.add(id(n))
-        order.append(n)
+                out.append(p)
+        return out
 
-    import sys
-
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 4 * len(nodes) + 1000))
-    try:
-        for n in nodes:
-            visit(n, [])
-    finally:
-        sys.setrecursionlimit(limit)
+    for root in nodes:
+        if state.get(id(root)) == 2:
+            continue
+        stack: list[tuple[Node, int]] = [(root, 0)]
+        path: list[Node] = [root]
+        state[id(root)] = 1
+        while stack:
+            n, k = stack.pop()
+            ds = deps(n)
+            if k < len(ds):
+                stack.append((n, k + 1))
+                d = ds[k]
+                st = state.get(id(d))
+                if st == 1:
+                    start = next(i for i, p in enumerate(path) if p is d)
+                    cycle = " -> ".join(p.label for p in [*path[start:], d])
+                    raise GraphError(f"graph has a cycle: {cycle}")
+                if st != 2:
+                    state[id(d)] = 1
+                    path.append(d)
+                    stack.append((d, 0))
+            else:
+                state[id(n)] = 2
+                path.pop()
+                order.append(n)
     return order
 
 

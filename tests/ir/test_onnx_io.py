@@ -200,3 +200,36 @@ def test_load_external_data_refuses_symlink_out_of_the_folder(tmp_path):
     os.symlink(secret, path.parent / "link.bin")
     with pytest.raises(ModelLoadError, match=r"escapes the model's folder"):
         load(path)
+
+
+def test_load_deep_chain_does_not_hit_the_recursion_limit():
+    # Failure signature: RecursionError from a recursive cycle check / toposort on a
+    # 20,000-node chain (deep unrolled models), here stored in reverse order.
+    n = 20000
+    nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"], name=f"r{i}") for i in range(n)]
+    g = helper.make_graph(
+        nodes[::-1],
+        "chain",
+        [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info(f"v{n}", TensorProto.FLOAT, [3])],
+    )
+    m = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert [node.name for node in m.graph.nodes[:2]] == ["r0", "r1"]  # sorted
+    m.graph.nodes.reverse()
+    m.graph.toposort()
+    assert m.graph.nodes[-1].name == f"r{n - 1}"
+
+
+def test_load_accepts_a_graph_output_of_unknown_rank():
+    # ONNX Runtime runs it; onnx.checker says "Field 'shape' of 'type' is required".
+    import quanta
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    sess = quanta.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), backend="reference")
+    np.testing.assert_array_equal(sess.run(None, {"x": np.array([1, -1], np.float32)})[0], [1, 0])
+    assert sess.get_outputs()[0].shape is None
