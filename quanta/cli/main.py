@@ -79,7 +79,49 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.ir:
         print()
         print(format_graph(model.graph, show_consts=False))
+    if args.kernels:
+        from quanta.kernels import native_available
+
+        print()
+        if native_available():
+            from quanta.kernels import _native
+
+            print(f"native kernels: ISAs {', '.join(_native.supported_isas())}; active {_native.active_isa()}")
+        else:
+            print("native kernels: the extension is not built")
+    if args.lowered or args.why_not or args.dump_after:
+        _inspect_lowered(args, model)
     return 0
+
+
+def _inspect_lowered(args: argparse.Namespace, model) -> None:
+    """The lowered graph, the fusion-coverage table and NoMatch reasons."""
+    from quanta.debug.coverage import coverage
+    from quanta.ir.onnx_io import load
+    from quanta.ir.printer import format_graph
+    from quanta.passes.manager import PassManager
+    from quanta.passes.pipelines import lower_qdq
+    from quanta.runtime.compile import reference_evaluator
+
+    before = load(args.model)
+    passes = lower_qdq(opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model))
+    known = {p.name for p in passes}
+    unknown = [d for d in args.dump_after or [] if d != "*" and d not in known]
+    if unknown:
+        raise CliError(f"--dump-after: unknown pass {unknown[0]!r}; the pipeline's passes are {sorted(known)}")
+    result = PassManager(passes, dump_after=set(args.dump_after or [])).run(model)
+    if args.lowered:
+        print()
+        print(format_graph(model.graph, show_consts=False))
+        print()
+        print(coverage(before.graph, model.graph, result.no_matches).format())
+    if args.why_not:
+        records = result.why_not(args.why_not)
+        print()
+        if not records:
+            print(f"{args.why_not}: no refusals (it fired everywhere it applied, or the name is unknown)")
+        for r in records:
+            print(str(r))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -175,6 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model")
     s.add_argument("--ir", action="store_true", help="also print the graph in quanta's textual IR")
     s.add_argument("--max-tensors", type=int, default=40, help="quantized tensors to list (default 40)")
+    s.add_argument("--lowered", action="store_true", help="lower it as a session would; print the graph and fusion coverage")
+    s.add_argument("--why-not", metavar="RULE", help="why a compiler rule did not fire (e.g. LowerConv)")
+    s.add_argument("--dump-after", metavar="PASS", action="append", help="print the IR after this pass ('*': every)")
+    s.add_argument("--kernels", action="store_true", help="list the native kernel ISAs of this machine")
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("run", help="run a model on inputs from an .npz file (or random inputs)")

@@ -115,3 +115,23 @@ def test_quantize_command_user_errors(tmp_path, capsys):
     assert capsys.readouterr().err == f"quanta: error: {tmp_path / 'nope'}: no such file or folder\n"
     assert main(["quantize", str(src), "-o", str(src), "--dynamic"]) == 2
     assert "refusing to overwrite the input model" in capsys.readouterr().err
+
+
+def test_inspect_lowered_prints_graph_and_fusion_coverage(qdq_path, capsys):
+    assert main(["inspect", "--lowered", str(qdq_path)]) == 0
+    out = capsys.readouterr().out
+    assert "= QLinearConv(%xq, %xs, %xz, %wq, %ws, " in out
+    assert "fusion coverage: 1 of 1 compute nodes run as integer kernels; 100.0 % of 8,505 multiply-accumulates" in out
+
+
+def test_inspect_why_not_and_dump_after(tmp_path, capsys):
+    from tests.passes.lower.test_qdq_to_qlinear import qdq_conv_proto
+
+    p = tmp_path / "m.onnx"
+    onnx.save(qdq_conv_proto(bias="float"), p)
+    assert main(["inspect", "--why-not", "LowerConv", "--dump-after", "lower_qdq_to_qlinear", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "LowerConv at 'qc' (QuantizeLinear) -> %cq: bias 'bf' (a constant) is float" in out
+    assert "after step" in out and "lower_qdq_to_qlinear" in out
+    assert main(["inspect", "--dump-after", "no_such_pass", str(p)]) == 2
+    assert "--dump-after: unknown pass 'no_such_pass'" in capsys.readouterr().err
