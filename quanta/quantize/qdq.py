@@ -61,6 +61,7 @@ class TensorPlan:
     qtype: QuantType | None = None
     float_reason: str | None = None
     fixed_range: tuple[float, float] | None = None
+    block: int | None = None  # per-block weights: block size along ``axis``
 
 
 @dataclass
@@ -171,8 +172,17 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
             d.inputs.append((0, want_activation(x)))
             if w is not None and w.is_const and _is_float(w):
                 axis = _weight_axis(node, w) if recipe.per_channel else None
+                block = None
+                if w_storage.bits == 4:
+                    # 4-bit weights are blocked along the reduction axis (MatMul/Gemm);
+                    # a Conv keeps one scale per output channel
+                    block_axis = _block_axis(op, w.const, int(node.attrs.get("transB", 0)))
+                    if block_axis is not None:
+                        axis, block = block_axis, recipe.weight_block_size
                 key = f"{w.name}@{node.name or id(node)}"
-                plan.tensors[key] = TensorPlan(w.name, "weight", w_storage, recipe.symmetric_weights, axis=axis)
+                plan.tensors[key] = TensorPlan(
+                    w.name, "weight", w_storage, recipe.symmetric_weights, axis=axis, block=block
+                )
                 d.inputs.append((1, key))
             elif op in ("MatMul", "Gemm") and _is_float(w):
                 d.inputs.append((1, want_activation(w)))  # attention: both operands are activations
@@ -277,6 +287,9 @@ def resolve_params(
         if x_t is None or w_t is None or x_t.qtype is None or w_t.qtype is None:
             t.float_reason = "its input or weight stays float"
             continue
+        if w_t.qtype.block is not None:
+            t.float_reason = "the weight is quantized per block: no single sx*sw per channel"
+            continue
         b = by_name[t.name].const
         w_t.qtype = adjust_weight_scale_for_bias(x_t.qtype, w_t.qtype, b)
         t.qtype = bias_params(x_t.qtype, w_t.qtype)
@@ -292,7 +305,42 @@ def _expressed(v: Value) -> FloatType:
     return v.type.elem
 
 
+def _block_axis(node_op: str, w: np.ndarray, trans_b: int) -> int | None:
+    """The reduction axis of a MatMul/Gemm weight (blocks run along it), else None."""
+    if w.ndim != 2:
+        return None
+    if node_op == "MatMul":
+        return 0  # B is [K, N]
+    if node_op == "Gemm":
+        return 1 if trans_b else 0  # B is [N, K] with transB
+    return None
+
+
+def _blocked_weight_type(w: np.ndarray, axis: int, block: int, storage: IntType, expressed: FloatType,
+                         symmetric: bool, reduce_range: bool) -> QuantType:
+    """Per-block parameters (sub-channel, as MatMulNBits / DequantizeLinear-21
+    ``block_size``): one scale per ``block`` consecutive values along ``axis`` (the
+    reduction axis), per output column. The last block may be short."""
+    from quanta.quantize.params import compute_scale_zero_point
+
+    w64 = np.moveaxis(np.asarray(w, dtype=np.float64), axis, 0)  # [K, N]
+    k = w64.shape[0]
+    nb = -(-k // block)
+    pad = nb * block - k
+    padded = np.pad(w64, [(0, pad)] + [(0, 0)] * (w64.ndim - 1), constant_values=np.nan)
+    blocks = padded.reshape(nb, block, *w64.shape[1:])
+    lo = np.nanmin(blocks, axis=1)
+    hi = np.nanmax(blocks, axis=1)
+    scale, zp = compute_scale_zero_point(lo, hi, storage, symmetric=symmetric, reduce_range=reduce_range,
+                                         expressed=expressed)
+    scale, zp = np.moveaxis(scale, 0, axis), np.moveaxis(zp, 0, axis)
+    return QuantType(storage, expressed, scale.reshape(-1), zp.reshape(-1), axis=axis, block=block,
+                     scale_shape=scale.shape)
+
+
 def _weight_type(w: np.ndarray, t: TensorPlan, expressed: FloatType, recipe: Recipe) -> QuantType:
+    if t.block is not None and t.axis is not None:
+        return _blocked_weight_type(w, t.axis, t.block, t.storage, expressed, t.symmetric, recipe.reduce_range)
     w64 = np.asarray(w, dtype=np.float64)
     if t.axis is None:
         cal = CalibratedType(expressed, float(w64.min(initial=0.0)), float(w64.max(initial=0.0)))
@@ -408,6 +456,8 @@ def _insert_constant_dq(graph: Graph, node: Node, idx: int, w: Value, t: TensorP
             q.scale_array(),
             q.zero_point_array(),
             axis=q.axis,
+            block=q.block,
+            dtype=q.storage.numpy,
         )
     suffix = "_quantized"
     wq = graph.add_initializer(graph.fresh_name(f"{w.name}{suffix}"), data, TensorType(q, tuple(data.shape)))
@@ -415,6 +465,8 @@ def _insert_constant_dq(graph: Graph, node: Node, idx: int, w: Value, t: TensorP
     s = _const(graph, f"{w.name}_scale", scale)
     z = _const(graph, f"{w.name}_zero_point", zp)
     attrs = {} if q.axis is None else {"axis": int(q.axis)}
+    if q.block is not None:
+        attrs["block_size"] = int(q.block)
     out = Value(graph.fresh_name(f"{w.name}_dequantized"), w.type)
     dq = Node("DequantizeLinear", [wq, s, z], [out], attrs, name=graph.fresh_name(f"{w.name}_DequantizeLinear"))
     graph.add_node(dq, before=node)

@@ -29,7 +29,7 @@ from quanta.calibrate.observer import ObserverBase
 from quanta.calibrate.readers import ImagePreprocess
 from quanta.calibrate.runner import calibrate
 from quanta.ir.graph import Model
-from quanta.ir.onnx_io import from_proto, load_proto, save
+from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save
 from quanta.ir.types import QuantType
 from quanta.ir.verify import Stage, verify
 from quanta.quantize.qdq import QdqPlan, insert_qdq, plan_qdq, resolve_params
@@ -99,14 +99,23 @@ class QuantizationSummary:
         }
 
 
-def load_for_quantization(model_input: str | os.PathLike | bytes | onnx.ModelProto) -> Model:
-    """Load, converting opsets below 13 up to 13 (per-axis Q/DQ needs 13)."""
+def load_for_quantization(
+    model_input: str | os.PathLike | bytes | onnx.ModelProto, *, min_opset: int = MIN_OPSET
+) -> Model:
+    """Load, converting opsets below ``min_opset`` up to it (per-axis Q/DQ needs 13;
+    4-bit and per-block Q/DQ need 21)."""
     proto, path = load_proto(model_input)
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), MIN_OPSET)
-    if opset < MIN_OPSET:
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), min_opset)
+    if opset < min_opset:
         from onnx import version_converter
 
-        proto = version_converter.convert_version(proto, MIN_OPSET)
+        try:
+            proto = version_converter.convert_version(proto, min_opset)
+        except Exception as e:
+            raise ModelLoadError(
+                f"{path or 'model'}: opset {opset} must be converted to {min_opset} for this quantization "
+                f"and the ONNX version converter failed: {str(e).splitlines()[0]}"
+            ) from None
     try:
         proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
     except Exception:  # shapes that cannot be inferred: quantization still works per tensor
@@ -202,7 +211,7 @@ def quantize_static(
     """
     t0 = time.perf_counter()
     recipe = _recipe_from(recipe, options)
-    model = load_for_quantization(model_input)
+    model = load_for_quantization(model_input, min_opset=21 if recipe.weight_storage.bits == 4 else MIN_OPSET)
     prepare_float_graph(model)
     graph = model.graph
     plan = plan_qdq(graph, recipe)
