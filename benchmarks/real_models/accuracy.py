@@ -190,7 +190,14 @@ class Config:
     label: str
     quantize: Callable[..., str]
     options: dict[str, Any] = field(default_factory=dict)
+    models: tuple[str, ...] = (EFFICIENTNET, MINILM)  # where the configuration means something
 
+
+# MiniLM recipes found with this benchmark (docs/accuracy.md): the residual stream and the
+# input of each FFN down-projection (GELU output, values up to ~50 with std ~0.5) are what
+# 8-bit per-tensor activations cannot hold.
+_FFN_DOWN = r".*layer\.[0-9]+/output/dense/MatMul"
+_RESIDUAL_ADD = r".*/output/Add"
 
 CONFIGS: dict[str, Config] = {
     c.name: c
@@ -201,27 +208,41 @@ CONFIGS: dict[str, Config] = {
         Config("quanta_entropy", "quanta method=entropy", quantize_quanta, {"method": "entropy"}),
         Config("quanta_percentile", "quanta method=percentile", quantize_quanta, {"method": "percentile"}),
         Config("quanta_mse", "quanta method=mse", quantize_quanta, {"method": "mse"}),
-        # extras (not run by default; --configs NAME,...)
+        # extras (--configs all, or by name)
         Config(
-            "ort_per_channel_u8",
-            "ORT per_channel, uint8 activations",
-            quantize_ort,
-            {"per_channel": True, "activation_type": "QUInt8"},
+            "ort_entropy", "ORT per_channel, Entropy", quantize_ort, {"per_channel": True, "calibrate_method": "Entropy"}
         ),
-        Config(
-            "ort_matmul_only",
-            "ORT per_channel, op_types=[MatMul]",
-            quantize_ort,
-            {"per_channel": True, "op_types_to_quantize": ["MatMul"]},
-        ),
-        Config("ort_entropy", "ORT per_channel, Entropy", quantize_ort, {"per_channel": True, "calibrate_method": "Entropy"}),
         Config(
             "ort_percentile",
             "ORT per_channel, Percentile",
             quantize_ort,
             {"per_channel": True, "calibrate_method": "Percentile"},
         ),
+        Config(
+            "ort_matmul_only",
+            "ORT per_channel, op_types=[MatMul]",
+            quantize_ort,
+            {"per_channel": True, "op_types_to_quantize": ["MatMul"]},
+            (MINILM,),
+        ),
         Config("quanta_per_tensor", "quanta per_channel=False", quantize_quanta, {"per_channel": False}),
+        Config(
+            "quanta_matmul_only", "quanta op_types=[MatMul]", quantize_quanta, {"op_types": ["MatMul"]}, (MINILM,)
+        ),
+        Config(
+            "quanta_float_residual_ffn",
+            "quanta defaults, exclude residual Adds + FFN down-proj",
+            quantize_quanta,
+            {"exclude": [_RESIDUAL_ADD, _FFN_DOWN, _FFN_DOWN.replace("MatMul", "Add")]},
+            (MINILM,),
+        ),
+        Config(
+            "quanta_matmul_ffn_float",
+            "quanta op_types=[MatMul], exclude FFN down-proj",
+            quantize_quanta,
+            {"op_types": ["MatMul"], "exclude": [_FFN_DOWN]},
+            (MINILM,),
+        ),
     ]
 }
 DEFAULT_CONFIGS = ["ort_default", "ort_per_channel", "quanta_default", "quanta_entropy", "quanta_percentile", "quanta_mse"]
@@ -293,18 +314,20 @@ def benchmark_model(
     ref = run_ort(fp32, evals)
     rows = [Row(model, "fp32", "FP32 (ONNX Runtime)", fp32.stat().st_size / 1e6, None, metrics_for(model, ref, ref))]
     if model == EFFICIENTNET:
-        info["fp32_top1_classes"] = int(len(np.unique(ref.argmax(1))))
+        info["fp32_top1_classes"] = len(np.unique(ref.argmax(1)))
     out_dir = cache / "quantized"
     out_dir.mkdir(exist_ok=True)
     for name in configs:
         cfg = CONFIGS[name]
+        if model not in cfg.models:
+            continue
         dst = out_dir / f"{model}.{name}.onnx"
         dst.unlink(missing_ok=True)
         opts = _fix_ort_types(cfg.options) if cfg.quantize is quantize_ort else dict(cfg.options)
         print(f"--- {name}: {cfg.label}", flush=True)
         t0 = time.perf_counter()
         try:
-            with contextlib.redirect_stdout(io.StringIO()) as captured:
+            with contextlib.redirect_stdout(io.StringIO()):
                 summary = cfg.quantize(fp32, dst, calib, **opts)
             seconds = time.perf_counter() - t0
         except Exception as e:
@@ -383,7 +406,7 @@ def reference_check(path: Path, feed: Feed, log: list[str], model: str) -> dict[
     unfused = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"]).run(None, feed)
     y = mine[0].astype(np.float64)
     out: dict[str, Any] = {
-        "batch": int(len(next(iter(feed.values())))),
+        "batch": len(next(iter(feed.values()))),
         "output_max_abs": float(np.abs(theirs).max()),
         "max_abs_diff_vs_ort": float(np.abs(y - theirs).max()),
         "max_abs_diff_vs_ort_unoptimized": float(np.abs(y - unfused[0]).max()),
@@ -405,6 +428,8 @@ def reference_check(path: Path, feed: Feed, log: list[str], model: str) -> dict[
         out["top1_equal"] = bool(np.all(mine[0].argmax(1) == theirs.argmax(1)))
     else:
         out["min_cosine_vs_ort"] = float(cosines(theirs, mine[0]).min())
+        out["min_cosine_vs_ort_unoptimized"] = float(cosines(unfused[0], mine[0]).min())
+        out["min_cosine_ort_vs_ort_unoptimized"] = float(cosines(theirs, unfused[0]).min())
     print(f"    reference backend vs ORT on quanta_default: {out}", flush=True)
     return out
 
@@ -471,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--models", default=f"{EFFICIENTNET},{MINILM}")
-    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help=f"from: {', '.join(CONFIGS)}")
+    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help=f"'all', or from: {', '.join(CONFIGS)}")
     ap.add_argument("--calib-images", type=int, default=100)
     ap.add_argument("--eval-images", type=int, default=200)
     ap.add_argument("--calib-sentences", type=int, default=100)
@@ -481,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log", type=Path, help="write quanta summaries and tracebacks here")
     ap.add_argument("--write-doc", type=Path, help="replace the results block of this markdown file")
     args = ap.parse_args(argv)
-    configs = [c for c in args.configs.split(",") if c]
+    configs = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c]
     for c in configs:
         if c not in CONFIGS:
             ap.error(f"--configs: unknown configuration {c!r}; expected one of {', '.join(CONFIGS)}")

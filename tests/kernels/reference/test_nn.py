@@ -104,7 +104,7 @@ def test_conv_transpose_is_adjoint_of_conv(problem) -> None:
     # Both sides are float64 sums of float32 products (~1e-6 relative each); scale by the norms.
     lhs = float(np.vdot(y.astype(np.float64), v))
     rhs = float(np.vdot(x.astype(np.float64), xt))
-    assert lhs == pytest.approx(rhs, rel=1e-4, abs=1e-4 * (np.abs(y).sum() + 1))
+    assert lhs == pytest.approx(rhs, rel=1e-4, abs=float(1e-4 * (np.abs(y).sum() + 1)))
 
 
 def test_conv_transpose_output_padding_and_bias_reach_the_extra_positions() -> None:
