@@ -20,8 +20,8 @@ Every quantized model (a QDQ ONNX file) is run by ONNX Runtime, so the compariso
 isolates the quantization choices, not the runtime. Metrics against FP32: top-1 agreement
 and logit SQNR (EfficientNet); mean / min cosine of the sentence embeddings and their SQNR
 (MiniLM); plus file size and quantization wall time (calibration included). quanta's
-reference backend also runs quanta's default file on one batch, and the largest
-difference to ONNX Runtime on the same file is reported.
+reference backend also runs quanta's files (``--reference-configs``) on one batch, lowered
+and as written, against ONNX Runtime the same two ways (``reference_check``).
 
 Data (nothing is downloaded):
 
@@ -348,8 +348,11 @@ def benchmark_model(
         m = metrics_for(model, ref, got)
         rows.append(Row(model, name, cfg.label, dst.stat().st_size / 1e6, seconds, m))
         print("    " + ", ".join(f"{k} {v:.4f}" for k, v in m.items()) + f", {seconds:.1f} s", flush=True)
-    if "quanta_default" in configs and not args.skip_reference:
-        info["reference_vs_ort"] = reference_check(out_dir / f"{model}.quanta_default.onnx", evals[0], log, model)
+    if not args.skip_reference:
+        for name in args.reference_configs.split(","):
+            if name in configs and model in CONFIGS[name].models:
+                print(f"--- reference backend check on {name}", flush=True)
+                info[f"reference_vs_ort[{name}]"] = reference_check(out_dir / f"{model}.{name}.onnx", evals[0], log, model)
     return rows, info
 
 
@@ -374,63 +377,72 @@ def _with_q_outputs(path: Path) -> tuple[bytes, list[str]]:
 
 
 def reference_check(path: Path, feed: Feed, log: list[str], model: str) -> dict[str, Any]:
-    """quanta's reference backend vs ONNX Runtime on the same quanta-made QDQ file.
+    """quanta's reference backend vs ONNX Runtime on the same quanta-made QDQ file, both ways
+    each of them runs it:
 
-    Compares the float output with ORT as users run it (QDQ fused into integer kernels)
-    and with ORT's graph optimisations off (QDQ semantics as written), and every
-    quantized tensor (each QuantizeLinear output) in integer steps (LSB) against the
-    latter. A one-step rounding difference early in the network propagates, so the
-    largest step difference over all tensors bounds the drift, and the first tensors
-    show whether the two agree where inputs are identical.
+    - ``lowered``: default session options on both sides (QDQ groups fused into integer
+      operators: ORT's QLinear kernels, quanta's lowering pipeline); float output compared.
+    - ``as_written``: graph optimisations off on both sides (every DQ / float op / Q runs as
+      written); float output compared, and every quantized tensor (each QuantizeLinear
+      output, exposed as a graph output) compared in integer steps (LSB). A one-step
+      rounding difference early in the network propagates, so the first differing tensor
+      shows whether the two agree where their inputs are identical, and the largest step
+      difference over all tensors how far such a difference travels.
     """
     if not path.exists():
-        return {"error": "no quanta_default file"}
+        return {"error": f"{path.name} was not written"}
     import onnxruntime as ort
 
     import quanta
+    from quanta.session import GraphOptimizationLevel, SessionOptions
 
-    t0 = time.perf_counter()
+    out: dict[str, Any] = {"batch": len(next(iter(feed.values())))}
     try:
+        t0 = time.perf_counter()
+        lowered = quanta.InferenceSession(str(path), backend="reference").run(None, feed)[0]
+        out["seconds_lowered"] = round(time.perf_counter() - t0, 1)
         model_bytes, q_names = _with_q_outputs(path)
-        sess = quanta.InferenceSession(model_bytes, backend="reference")
-        mine = sess.run(None, feed)
+        opts = SessionOptions(graph_optimization_level=GraphOptimizationLevel.ORT_DISABLE_ALL)
+        t0 = time.perf_counter()
+        written = quanta.InferenceSession(model_bytes, opts, backend="reference").run(None, feed)
+        out["seconds_as_written"] = round(time.perf_counter() - t0, 1)
     except Exception as e:
-        log.append(f"## {model}: quanta reference backend FAILED on quanta_default\n\n```\n{traceback.format_exc()}```\n")
+        log.append(f"## {model}: quanta reference backend FAILED on {path.name}\n\n```\n{traceback.format_exc()}```\n")
         print(f"    reference backend FAILED: {type(e).__name__}: {e}", flush=True)
         return {"error": f"{type(e).__name__}: {e}"}
-    seconds = time.perf_counter() - t0
-    theirs = ort_session(path).run(None, feed)[0]
+    ort_lowered = ort_session(path).run(None, feed)[0]
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
-    unfused = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"]).run(None, feed)
-    y = mine[0].astype(np.float64)
-    out: dict[str, Any] = {
-        "batch": len(next(iter(feed.values()))),
-        "output_max_abs": float(np.abs(theirs).max()),
-        "max_abs_diff_vs_ort": float(np.abs(y - theirs).max()),
-        "max_abs_diff_vs_ort_unoptimized": float(np.abs(y - unfused[0]).max()),
-        "ort_vs_ort_unoptimized": float(np.abs(theirs.astype(np.float64) - unfused[0]).max()),
-        "seconds": round(seconds, 1),
-    }
-    n_out = len(mine) - len(q_names)
-    steps = [np.abs(a.astype(np.int64) - b.astype(np.int64)) for a, b in zip(mine[n_out:], unfused[n_out:])]
+    ort_written = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"]).run(None, feed)
+
+    def compare(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
+        r: dict[str, Any] = {"max_abs_diff": float(np.abs(a.astype(np.float64) - b).max())}
+        if model == EFFICIENTNET:
+            r["top1_equal"] = bool(np.all(a.argmax(1) == b.argmax(1)))
+        else:
+            r["min_cosine"] = float(cosines(a, b).min())
+        return r
+
+    out["output_max_abs"] = float(np.abs(ort_lowered).max())
+    out["lowered"] = compare(lowered, ort_lowered)
+    out["as_written"] = compare(written[0], ort_written[0])
+    out["ort_lowered_vs_ort_as_written"] = compare(ort_lowered, ort_written[0])
+    n_out = len(written) - len(q_names)
+    steps = [np.abs(a.astype(np.int64) - b.astype(np.int64)) for a, b in zip(written[n_out:], ort_written[n_out:])]
     if steps:
-        out["quantized_tensors"] = len(steps)
-        out["max_lsb_diff"] = int(max(int(d.max()) for d in steps))
-        out["tensors_differing"] = int(sum(1 for d in steps if d.max() > 0))
+        aw = out["as_written"]
+        aw["quantized_tensors"] = len(steps)
+        aw["tensors_differing"] = sum(1 for d in steps if d.max() > 0)
+        aw["max_lsb_diff"] = max(int(d.max()) for d in steps)
+        aw["elements_differing"] = float(sum(int((d > 0).sum()) for d in steps) / sum(d.size for d in steps))
         first = next((k for k, d in enumerate(steps) if d.max() > 0), None)
         if first is not None:
-            out["first_differing_tensor"] = f"{q_names[first]} (#{first}, max {int(steps[first].max())} LSB, " \
-                f"{float(np.mean(steps[first] > 0)):.2e} of elements)"
-        out["elements_differing"] = float(sum(int((d > 0).sum()) for d in steps) / sum(d.size for d in steps))
-    if model == EFFICIENTNET:
-        out["top1_equal"] = bool(np.all(mine[0].argmax(1) == theirs.argmax(1)))
-    else:
-        out["min_cosine_vs_ort"] = float(cosines(theirs, mine[0]).min())
-        out["min_cosine_vs_ort_unoptimized"] = float(cosines(unfused[0], mine[0]).min())
-        out["min_cosine_ort_vs_ort_unoptimized"] = float(cosines(theirs, unfused[0]).min())
-    print(f"    reference backend vs ORT on quanta_default: {out}", flush=True)
+            d = steps[first]
+            aw["first_differing_tensor"] = (
+                f"{q_names[first]} (#{first}, max {int(d.max())} LSB, {float(np.mean(d > 0)):.1e} of elements)"
+            )
+    print(f"    {out}", flush=True)
     return out
 
 
@@ -480,6 +492,44 @@ def table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
+def reference_table(infos: dict[str, Any]) -> str:
+    out = [
+        "| model / quanta file | reference (lowered) vs ORT (optimized) | reference vs ORT, both as written "
+        "| ORT optimized vs ORT as written | quantized tensors that differ (as written) | first difference |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def cell(r: dict[str, Any]) -> str:
+        extra = f"top-1 same: {r['top1_equal']}" if "top1_equal" in r else f"min cos {r['min_cosine']:.4f}"
+        return f"max abs {r['max_abs_diff']:.3g} ({extra})"
+
+    for model, info in infos.items():
+        for key, r in info.items():
+            if not key.startswith("reference_vs_ort"):
+                continue
+            name = key[key.index("[") + 1 : -1]
+            if "error" in r:
+                out.append(f"| {model} / {name} | FAILED: {r['error'][:120]} | | | | |")
+                continue
+            aw = r["as_written"]
+            out.append(
+                f"| {model} / {name} (batch {r['batch']}, outputs up to {r['output_max_abs']:.3g}) "
+                f"| {cell(r['lowered'])} | {cell(aw)} | {cell(r['ort_lowered_vs_ort_as_written'])} "
+                f"| {aw.get('tensors_differing', 0)} of {aw.get('quantized_tensors', 0)}, "
+                f"max {aw.get('max_lsb_diff', 0)} LSB, {100 * aw.get('elements_differing', 0):.2f} % of elements "
+                f"| {aw.get('first_differing_tensor', 'none')} |"
+            )
+    return "\n".join(out)
+
+
+def data_lines(infos: dict[str, Any]) -> str:
+    lines = []
+    for model, info in infos.items():
+        d = {k: v for k, v in info.items() if not k.startswith("reference_vs_ort")}
+        lines.append(f"- {model}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in d.items()))
+    return "\n".join(lines)
+
+
 def write_doc(path: Path, text: str) -> None:
     """Replace the block between the results markers of ``path`` (or append one)."""
     begin, end = "<!-- results:begin -->", "<!-- results:end -->"
@@ -502,6 +552,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calib-sentences", type=int, default=100)
     ap.add_argument("--batch", type=int, default=10, help="images per batch")
     ap.add_argument("--skip-reference", action="store_true", help="skip the reference-backend check")
+    ap.add_argument(
+        "--reference-configs",
+        default="quanta_default,quanta_matmul_ffn_float",
+        help="quanta files (those run) that the reference backend also runs, on one evaluation batch",
+    )
     ap.add_argument("--json", type=Path, help="also write the results as JSON")
     ap.add_argument("--log", type=Path, help="write quanta summaries and tracebacks here")
     ap.add_argument("--write-doc", type=Path, help="replace the results block of this markdown file")
@@ -524,7 +579,13 @@ def main(argv: list[str] | None = None) -> int:
             f"Run {when} on {machine()}; {versions()}.",
             "",
             table(rows),
-            "Data and reference-backend check: " + json.dumps(infos),
+            "Data:",
+            "",
+            data_lines(infos),
+            "",
+            "quanta's reference backend against ONNX Runtime on the same file (one evaluation batch):",
+            "",
+            reference_table(infos),
         ]
     )
     print("\n" + text)

@@ -1,0 +1,75 @@
+"""The native target: C++ kernels (quanta.kernels._native) where one exists for a node,
+the reference implementation otherwise.
+
+Kernel families register a *binder* per operator in :data:`BINDERS` (one module each:
+``quantize.py``, ``gemm.py``, ``conv.py``, ``elementwise.py`` …). A binder looks at
+the node (types, constant inputs, attributes) at compile time and returns a
+:class:`~quanta.targets.base.Kernel` — with its weights prepacked into ``params`` — or
+None and the reason it cannot, which the plan records as a fallback to the reference
+twin. Every native kernel is bit-exact with its reference twin (tests/targets/).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+
+from quanta.ir.graph import Model, Node
+from quanta.kernels import native_available
+from quanta.targets.base import Kernel
+from quanta.targets.reference import ReferenceTarget, reference_kernel
+
+__all__ = ["BINDERS", "Binder", "NativeTarget", "register_binder"]
+
+Binder = Callable[[Model, Node], "tuple[Kernel | None, str]"]
+
+#: (domain, op_type) -> binder. Filled by the family modules of this package.
+BINDERS: dict[tuple[str, str], Binder] = {}
+
+
+def register_binder(op_type: str, domain: str = "") -> Callable[[Binder], Binder]:
+    def deco(fn: Binder) -> Binder:
+        key = (domain, op_type)
+        if key in BINDERS:
+            raise RuntimeError(f"native binder for {domain or 'ai.onnx'}::{op_type} registered twice")
+        BINDERS[key] = fn
+        return fn
+
+    return deco
+
+
+_loaded = False
+
+
+def _load_families() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+def native_kernel_for(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """The native kernel for ``node``, or None and why there is none."""
+    if not native_available():
+        return None, "the native extension is not built"
+    _load_families()
+    binder = BINDERS.get((node.domain, node.op_type))
+    if binder is None:
+        return None, "no native kernel for this operator yet"
+    return binder(model, node)
+
+
+class NativeTarget(ReferenceTarget):
+    """Native kernels where one exists; the reference twin (recorded as a fallback,
+    with the reason) otherwise."""
+
+    name = "native"
+
+    def select_kernel(self, model: Model, node: Node) -> Kernel:
+        kernel, reason = native_kernel_for(model, node)
+        if kernel is not None:
+            return kernel
+        return reference_kernel(node, fallback=reason)
