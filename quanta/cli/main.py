@@ -296,6 +296,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as e:  # a folder that does not exist, a path that is a directory, permissions
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        print(f"quanta: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

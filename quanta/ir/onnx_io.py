@@ -25,6 +25,7 @@ byte-identical files for identical graphs.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Sequence
@@ -725,6 +726,8 @@ def save(
     data = proto.SerializeToString(deterministic=True)
     if len(data) > 2**31 - 1:
         raise ValueError(f"{dest}: model is over 2 GB; external data output is not supported yet")
+    if dest.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a folder; expected the path of the .onnx file to write", str(dest))
     folder = dest.parent if str(dest.parent) else Path(".")
     if not folder.is_dir():
         raise FileNotFoundError(f"{dest}: folder {folder} does not exist")

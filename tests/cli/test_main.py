@@ -135,3 +135,15 @@ def test_inspect_why_not_and_dump_after(tmp_path, capsys):
     assert "after step" in out and "lower_qdq_to_qlinear" in out
     assert main(["inspect", "--dump-after", "no_such_pass", str(p)]) == 2
     assert "--dump-after: unknown pass 'no_such_pass'" in capsys.readouterr().err
+
+
+def test_quantize_output_errors_are_one_line_and_leave_nothing(tmp_path, capsys):
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), src)
+    assert main(["quantize", str(src), "-o", str(tmp_path / "no" / "q.onnx"), "--dynamic"]) == 2
+    assert capsys.readouterr().err == f"quanta: error: {tmp_path / 'no' / 'q.onnx'}: folder {tmp_path / 'no'} does not exist\n"
+    (tmp_path / "d.onnx").mkdir()
+    assert main(["quantize", str(src), "-o", str(tmp_path / "d.onnx"), "--dynamic"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"quanta: error: {tmp_path / 'd.onnx'}: is a folder; expected the path of the .onnx file to write\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cnn.onnx", "d.onnx"]  # no temporary left behind
