@@ -12,6 +12,10 @@ T_i = i·w) with L = ``num_quantized_bins`` levels::
     (18) KL_i = sum_j p_j log(p_j / q_j),   p = P / sum(P),  q = Q / sum(Q)
     (19) i* = the largest i with minimal KL_i,   T = i*·w,   range = [max(min, -T), min(max, T)]
 
+Exact zeros are removed from A[0] before the search (0 is represented exactly whatever T
+is; a ReLU's spike at 0 otherwise drives every KL_i up in proportion to log(i/L) and the
+search always picks the smallest threshold).
+
 Smoothing (ORT / MXNet ``smooth_distribution``, eps = 1e-4 counts): an empty bin of p or
 q holds eps instead of 0, taken proportionally from the non-empty bins. Where both are
 empty the terms cancel; the shift of the non-empty bins (<= eps·i counts, against counts
@@ -122,7 +126,15 @@ class EntropyObserver(HistogramObserver):
         return 256 if view.lo >= 0.0 or view.hi <= 0.0 else 128
 
     def _estimate_channel(self, view: HistogramView) -> tuple[float, float]:
-        a = view.abs_counts()
+        a = view.abs_counts().astype(np.float64)
+        # Exact zeros (ReLU / ReLU6 outputs, masked softmax) quantize exactly to the zero
+        # point whatever the threshold, so they take no part in the KL search: left in
+        # bin 0, eq. (17) spreads that spike over a whole chunk and the minimum is always
+        # the smallest candidate (EfficientNet-Lite0's ReLU6 outputs clipped to 0.5,
+        # docs/accuracy.md). TensorRT's histograms have the same spike; it is removed here.
+        a[0] = max(a[0] - view.zeros, 0.0)
+        if not a.any():
+            return view.lo, view.hi
         levels = self.levels(view)
         kl = kl_divergences(a, levels)
         if kl.size == 0 or not np.isfinite(kl).any():
