@@ -39,7 +39,7 @@ COMPUTE_OPS = frozenset(
 )
 INTEGER_OF = {
     "Conv": ("QLinearConv", "ConvInteger"),
-    "MatMul": ("QLinearMatMul", "MatMulInteger"),
+    "MatMul": ("QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat"),
     "Gemm": ("QGemm",),
     "Add": ("QLinearAdd",),
     "Mul": ("QLinearMul",),

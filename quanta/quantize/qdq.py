@@ -138,6 +138,7 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
         return None
 
     quantizable = {id(n) for n in graph.nodes if node_ok(n) is None}
+    kept, wanted = _profitable(graph, quantizable, recipe)
 
     def absorbed(v: Value) -> bool:
         cons = v.consumers()
@@ -149,6 +150,8 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
 
     for node in graph.nodes:
         reason = node_ok(node)
+        if reason is None and id(node) not in kept:
+            reason = "its output feeds only float ops: quantizing it would add error and save no time"
         if reason is not None:
             plan.decisions.append(NodeDecision(node, False, reason))
             continue
@@ -215,6 +218,8 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
         if out is not None and _is_float(out):
             if id(out) in output_ids and not recipe.quantize_outputs:
                 pass  # graph outputs stay float (the last op dequantizes)
+            elif id(out) not in wanted and id(out) not in output_ids:
+                pass  # no quantized consumer: the op produces float (its consumers are float)
             elif op not in ABSORBING_ACTIVATIONS and absorbed(out):
                 pass  # Relu/Clip after it carries the range
             else:
@@ -230,6 +235,53 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
                 if len(v.uses) == 1 and id(v) not in output_ids and t.inherit_from is None and t.fixed_range is None:
                     t.share_with = d.output
     return plan
+
+
+MAC_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+
+
+def _profitable(graph: Graph, quantizable: set[int], recipe: Recipe) -> tuple[set[int], set[int]]:
+    """Which quantizable nodes are worth quantizing, and which values some kept node
+    reads as a quantized input (one backward pass over the graph).
+
+    Conv/ConvTranspose/Gemm/MatMul are always kept: their multiply-accumulates are the
+    time. Every other op (Add, Mul, Concat, pools, Sigmoid…, views, Relu/Clip, Softmax's
+    output) is kept only when its output is read quantized by a kept node: a residual
+    Add whose only consumer is a float LayerNormalization would otherwise get a Q/DQ pair
+    that adds rounding error and saves nothing (docs/accuracy.md: MiniLM's residual
+    stream). A kept Relu/Clip reads its input as the (absorbed) quantized range of its
+    producer, so the producer counts as wanted.
+    """
+    output_ids = {id(v) for v in graph.outputs}
+    kept: set[int] = set()
+    wanted: set[int] = set()
+    for node in reversed(graph.nodes):
+        if id(node) not in quantizable or not node.outputs:
+            continue
+        op = node.op_type
+        out = node.outputs[0]
+        out_wanted = any(id(o) in wanted for o in node.outputs) or (
+            recipe.quantize_outputs and id(out) in output_ids
+        )
+        if op in MAC_OPS:
+            kept.add(id(node))
+            for v in node.inputs[:2]:
+                if v is not None and not v.is_const:
+                    wanted.add(id(v))
+            continue
+        if not out_wanted:
+            continue
+        kept.add(id(node))
+        if op in OUTPUT_ONLY_OPS and op not in ABSORBING_ACTIVATIONS:
+            continue  # Softmax: its input stays float
+        if op in VIEW_OPS or op in ABSORBING_ACTIVATIONS:
+            if node.input(0) is not None:
+                wanted.add(id(node.input(0)))
+            continue
+        for v in node.inputs:
+            if v is not None and not v.is_const:
+                wanted.add(id(v))
+    return kept, wanted
 
 
 def resolve_params(

@@ -105,9 +105,10 @@ def test_quantize_static_encoder_keeps_the_mask_float_and_quantizes_attention(tm
     onnx.save(models.encoder_block(), src)
     out = tmp_path / "enc.int8.onnx"
     summary = quanta.quantize_static(src, out, models.encoder_feeds(), verbose=False)
-    float_tensors = dict(summary.float_tensors)
-    assert "keep float" in float_tensors["mask_add"]
-    assert float_tensors["mask4"] == "a view of a tensor that stays float"
+    # the mask path feeds only the float Softmax input: never planned for quantization
+    float_nodes = {name: reason for name, _, reason in summary.float_nodes}
+    assert float_nodes["mask_mul"].startswith("its output feeds only float ops")
+    assert float_nodes["add_mask"].startswith("its output feeds only float ops")
     g = load(out).graph
     scores = next(n for n in g.nodes if n.name == "scores")
     assert all(v.producer is not None and v.producer.op_type == "DequantizeLinear" for v in scores.inputs)
@@ -158,15 +159,18 @@ def test_quantize_static_exclude_by_regex_and_fixed_range_override(tmp_path):
         src,
         out,
         cnn_feeds(),
-        exclude=["f.*"],  # flat and fc
-        overrides={"r": {"range": [0.0, 4.0]}},
+        exclude=["fl.*"],  # flat, not fc
+        overrides={"f": {"range": [0.0, 4.0]}},
         verbose=False,
     )
     float_nodes = {name: reason for name, _, reason in summary.float_nodes}
-    assert float_nodes["fc"] == "excluded by the recipe" and float_nodes["flat"] == "excluded by the recipe"
+    assert float_nodes["flat"] == "excluded by the recipe"
+    assert "fc" not in float_nodes  # a full match, not a prefix
+    # the pool and Relu before the float Flatten feed only float ops now
+    assert float_nodes["pool"].startswith("its output feeds only float ops")
     g = load(out).graph
-    r_q = next(n for n in g.nodes if n.op_type == "QuantizeLinear" and n.inputs[0].name == "r").outputs[0].type.elem
-    assert isinstance(r_q, QuantType) and r_q.scale == (float(np.float32(4.0 / 255)),) and r_q.zero_point == (0,)
+    f_q = next(n for n in g.nodes if n.op_type == "QuantizeLinear" and n.inputs[0].name == "f").outputs[0].type.elem
+    assert isinstance(f_q, QuantType) and f_q.scale == (float(np.float32(4.0 / 255)),) and f_q.zero_point == (0,)
 
 
 def test_quantize_static_int8_activations_per_tensor_weights(tmp_path):

@@ -8,6 +8,7 @@ produces, so a lowered model is also a valid ONNX model that ONNX Runtime runs):
     %y = QuantizeLinear(Conv(DequantizeLinear(%x, sx, zx), DequantizeLinear(%w, sw, zw), %b?), sy, zy)
       -> %y = QLinearConv(%x, sx, zx, %w, sw, zw, sy, zy, %bq?)                       (LowerConv)
     ... MatMul ...                 -> QLinearMatMul                                  (LowerMatMul)
+    MatMul(DQ, DQ), float output   -> com.microsoft::MatMulIntegerToFloat           (LowerMatMulFloatOutput)
     ... Gemm ...                   -> com.microsoft::QGemm (float output when no Q)   (LowerGemm)
     ... Add | Mul ...              -> com.microsoft::QLinearAdd | QLinearMul          (LowerBinary)
     ... Concat ...                 -> com.microsoft::QLinearConcat                    (LowerConcat)
@@ -45,6 +46,7 @@ __all__ = [
     "LowerConv",
     "LowerGemm",
     "LowerMatMul",
+    "LowerMatMulFloatOutput",
     "LowerPool",
     "LowerQdqToQLinear",
     "LowerUnary",
@@ -217,6 +219,53 @@ class LowerMatMul(Rule):
             types=result_type(shape_from=m["y"], elem_from=m["y"]),
             name=m.node("c").name or None,
         )
+
+
+class LowerMatMulFloatOutput(Rule):
+    """``MatMul(DQ(a), DQ(b)) -> com.microsoft::MatMulIntegerToFloat(a, b, sa, sb, za, zb)``
+    when the product is not quantized (its consumers are float: a residual Add before
+    LayerNorm, the last layer). Integer multiply-accumulate, float32 result
+    ``(a - za)(b - zb)·sa·sb`` (ONNX Runtime's op)."""
+
+    pattern = "c = MatMul(af = DequantizeLinear(a, sa, za?), bf = DequantizeLinear(bq, sb, zb?))"
+    shared_ok = frozenset({"af", "bf"})
+
+    def check(self, m: Match) -> Match | NoMatch:
+        if any(u.op_type == "QuantizeLinear" for u in m.value("c").consumers()):
+            return NoMatch("the output is quantized (LowerMatMul handles it)")
+        bad = _check_consts(m, "sa", "za", "sb", "zb")
+        if bad is not None:
+            return bad
+        qa = _params(m, "af", "a", "sa", "za")
+        qb = _params(m, "bf", "bq", "sb", "zb")
+        for q, what, per_tensor in ((qa, "input a", True), (qb, "input b", False)):
+            bad = _check_8bit(q, what, per_tensor=per_tensor)
+            if bad is not None:
+                return bad
+        assert qb is not None
+        if qb.axis is not None:
+            shape = m.value("bq").shape
+            if shape is None or len(shape) != 2 or qb.axis % 2 != 1:
+                return NoMatch("input b is quantized per axis other than the columns of a rank-2 matrix")
+        if float_elem_name(m["c"]) != "f32":
+            return NoMatch("the product is not float32")
+        m.data.update(qa=qa, qb=qb)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        za = _zero_point_or_default(b, m, "za", m.data["qa"], "a_zero_point")
+        zb = _zero_point_or_default(b, m, "zb", m.data["qb"], "b_zero_point")
+        return b.op(
+            "MatMulIntegerToFloat",
+            [m["a"], m["bq"], m["sa"], m["sb"], za, zb],
+            domain=MS_DOMAIN,
+            types=result_type(shape_from=m["c"], elem_from=m["c"]),
+            name=m.node("c").name or None,
+        )
+
+
+def float_elem_name(v: Value | None) -> str | None:
+    return None if v is None or v.type is None else str(v.type.elem)
 
 
 def _gemm_check(m: Match, with_output: bool) -> Match | NoMatch:
@@ -488,6 +537,7 @@ class LowerConcat(Rule):
 LOWER_RULES: list[Rule] = [
     LowerConv(),
     LowerMatMul(),
+    LowerMatMulFloatOutput(),
     LowerGemm(),
     LowerGemmFloatOutput(),
     LowerBinary(),
@@ -509,4 +559,9 @@ class LowerQdqToQLinear(RewritePass):
 
 def is_integer_op(node: Node) -> bool:
     """An operator that computes on quantized integers (what the rules produce)."""
-    return node.op_type.startswith("QLinear") or node.op_type in ("QGemm", "MatMulInteger", "ConvInteger")
+    return node.op_type.startswith("QLinear") or node.op_type in (
+        "QGemm",
+        "MatMulInteger",
+        "ConvInteger",
+        "MatMulIntegerToFloat",
+    )

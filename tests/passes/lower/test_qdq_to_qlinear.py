@@ -25,6 +25,7 @@ from quanta.passes.lower.qdq_to_qlinear import (
     LowerConcat,
     LowerConv,
     LowerMatMul,
+    LowerMatMulFloatOutput,
     LowerPool,
     LowerQdqToQLinear,
     LowerUnary,
@@ -87,7 +88,7 @@ def cnn_feeds(n=4, seed=0):
 
 def test_lower_quantized_cnn_conv_relu_pool(tmp_path):
     path = quantized(
-        tmp_path, models.float_cnn(), cnn_feeds(), op_types=["Conv", "Relu", "MaxPool", "Flatten"]
+        tmp_path, models.float_cnn(), cnn_feeds(), op_types=["Conv", "Relu", "MaxPool", "Flatten", "Gemm"]
     )
     model = load(path)
     result = lower(model)
@@ -140,11 +141,17 @@ def test_lower_attention_matmul_both_operands_activations(tmp_path):
         op_types=["MatMul", "Add", "Reshape", "Transpose"],
     )
     model = load(path)
-    rules = [LowerMatMul(), LowerBinary()]
+    rules = [LowerMatMul(), LowerMatMulFloatOutput(), LowerBinary()]
     result = lower(model, rules)
-    assert result.fired("LowerMatMul") == 8  # q/k/v/o projections, scores, context, 2 FFN
+    # quantized products: q/k/v projections and the context; float products (their
+    # consumers are float: the score scaling, the residual Adds, the FFN): the other 4
+    assert result.fired("LowerMatMul") == 4 and result.fired("LowerMatMulFloatOutput") == 4
+    # both operands activations: the context product (softmax output x V) is quantized;
+    # the score product feeds the float score scaling and is an integer->float MatMul
+    context = next(n for n in model.graph.nodes if n.name == "context")
+    assert context.op_type == "QLinearMatMul" and not context.inputs[3].is_const
     scores = next(n for n in model.graph.nodes if n.name == "scores")
-    assert scores.op_type == "QLinearMatMul" and not scores.inputs[3].is_const
+    assert scores.op_type == "MatMulIntegerToFloat" and not scores.inputs[1].is_const
     verify(model.graph, Stage.LOWERED)
     feed = models.encoder_feeds(1, seed=2)[0]
     a, b = run_ref(load(path), feed)[0], run_ref(model, feed)[0]
