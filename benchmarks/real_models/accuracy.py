@@ -194,7 +194,7 @@ class Config:
 
 
 # MiniLM recipes found with this benchmark (docs/accuracy.md): the residual stream and the
-# input of each FFN down-projection (GELU output, values up to ~50 with std ~0.5) are what
+# input of each FFN down-projection (GELU output, values up to ~25 with std ~0.26) are what
 # 8-bit per-tensor activations cannot hold.
 _FFN_DOWN = r".*layer\.[0-9]+/output/dense/MatMul"
 _RESIDUAL_ADD = r".*/output/Add"
@@ -295,7 +295,7 @@ def metrics_for(model: str, ref: np.ndarray, got: np.ndarray) -> dict[str, float
 
 
 def benchmark_model(
-    model: str, cache: Path, configs: list[str], args: argparse.Namespace, log: list[str]
+    model: str, cache: Path, out_dir: Path, configs: list[str], args: argparse.Namespace, log: list[str]
 ) -> tuple[list[Row], dict[str, Any]]:
     _, fp32 = model_paths(cache, model)
     if not fp32.exists():
@@ -315,8 +315,6 @@ def benchmark_model(
     rows = [Row(model, "fp32", "FP32 (ONNX Runtime)", fp32.stat().st_size / 1e6, None, metrics_for(model, ref, ref))]
     if model == EFFICIENTNET:
         info["fp32_top1_classes"] = len(np.unique(ref.argmax(1)))
-    out_dir = cache / "quantized"
-    out_dir.mkdir(exist_ok=True)
     for name in configs:
         cfg = CONFIGS[name]
         if model not in cfg.models:
@@ -479,8 +477,8 @@ def table(rows: list[Row]) -> str:
         for r in mr:
             t = "—" if r.seconds is None else f"{r.seconds:.1f}"
             if r.error:
-                cells = ["—"] * (2 if model == EFFICIENTNET else 3)
-                out.append(f"| {r.label} | " + " | ".join(cells) + f" | {r.size_mb:.1f} | {t} |  ← {r.error[:90]}")
+                blanks = " |" * (1 if model == EFFICIENTNET else 2)
+                out.append(f"| {r.label} | FAILED ({r.error[:100]}) |{blanks} — | — |")
                 continue
             m = r.metrics
             sq = "∞" if m["sqnr_db"] == float("inf") else f"{m['sqnr_db']:.1f}"
@@ -542,6 +540,28 @@ def write_doc(path: Path, text: str) -> None:
     path.write_text(new, encoding="utf-8")
 
 
+def run_dir(cache: Path, out: Path | None) -> Path:
+    """Where this run writes its quantized files: ``out``, or a fresh folder of its own
+    under ``<cache>/runs`` (runs sharing the cache never overwrite each other's files),
+    which ``<cache>/quantized`` then points to (diagnose.py reads it)."""
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        return out
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    d = cache / "runs" / f"{stamp}-{os.getpid()}"
+    d.mkdir(parents=True)
+    link = cache / "quantized"
+    if link.exists() and not link.is_symlink():
+        print(f"note: {link} is a folder (an older layout); left as it is, not pointed to this run", flush=True)
+        return d
+    tmp = cache / f".quantized-{os.getpid()}"
+    with contextlib.suppress(OSError):
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(d.relative_to(cache))
+        tmp.replace(link)  # atomic: a concurrent reader sees the old run or this one
+    return d
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
@@ -557,26 +577,38 @@ def main(argv: list[str] | None = None) -> int:
         default="quanta_default,quanta_matmul_ffn_float",
         help="quanta files (those run) that the reference backend also runs, on one evaluation batch",
     )
+    ap.add_argument("--out", type=Path, help="write the quantized files here (default: a new <cache>/runs/ folder)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON")
     ap.add_argument("--log", type=Path, help="write quanta summaries and tracebacks here")
     ap.add_argument("--write-doc", type=Path, help="replace the results block of this markdown file")
+    ap.add_argument("--render", type=Path, help="run nothing: print (and --write-doc) the results of a --json file")
     args = ap.parse_args(argv)
     configs = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c]
     for c in configs:
         if c not in CONFIGS:
             ap.error(f"--configs: unknown configuration {c!r}; expected one of {', '.join(CONFIGS)}")
     cache = args.cache.expanduser()
-    rows: list[Row] = []
-    infos: dict[str, Any] = {}
-    log: list[str] = []
-    for model in args.models.split(","):
-        r, info = benchmark_model(model, cache, configs, args, log)
-        rows += r
-        infos[model] = info
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        rows = [Row(**r) for r in saved["rows"]]
+        infos, when, where, vers = saved["info"], saved["when"], saved["machine"], saved["versions"]
+    else:
+        rows = []
+        infos = {}
+        log: list[str] = []
+        out_dir = run_dir(cache, args.out)
+        print(f"quantized files: {out_dir}", flush=True)
+        for model in args.models.split(","):
+            r, info = benchmark_model(model, cache, out_dir, configs, args, log)
+            rows += r
+            infos[model] = info
+        when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        where, vers = machine(), versions()
+        if args.log:
+            args.log.write_text("\n".join(log), encoding="utf-8")
     text = "\n".join(
         [
-            f"Run {when} on {machine()}; {versions()}.",
+            f"Run {when} on {where}; {vers}.",
             "",
             table(rows),
             "Data:",
@@ -585,16 +617,14 @@ def main(argv: list[str] | None = None) -> int:
             "",
             "quanta's reference backend against ONNX Runtime on the same file (one evaluation batch):",
             "",
-            reference_table(infos),
+            reference_table(infos) if any(k.startswith("reference_vs_ort") for i in infos.values() for k in i)
+            else "(not run)",
         ]
     )
     print("\n" + text)
-    if args.json:
-        args.json.write_text(
-            json.dumps({"when": when, "machine": machine(), "info": infos, "rows": [r.__dict__ for r in rows]}, indent=2)
-        )
-    if args.log:
-        args.log.write_text("\n".join(log), encoding="utf-8")
+    if args.json and not args.render:
+        saved = {"when": when, "machine": where, "versions": vers, "info": infos, "rows": [r.__dict__ for r in rows]}
+        args.json.write_text(json.dumps(saved, indent=2))
     if args.write_doc:
         write_doc(args.write_doc, text)
     return 0

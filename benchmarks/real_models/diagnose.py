@@ -1,5 +1,6 @@
 """Where a quantized model's error comes from: the experiments behind docs/accuracy.md's
-findings, on a QDQ file written by ``accuracy.py`` (``<cache>/quantized/<model>.<config>.onnx``).
+findings, on a QDQ file written by ``accuracy.py`` (``<cache>/quantized/<model>.<config>.onnx``,
+``<cache>/quantized`` pointing to its latest run; ``--dir`` names another run folder).
 
     python benchmarks/real_models/diagnose.py tensors efficientnet_lite0 quanta_default
     python benchmarks/real_models/diagnose.py split efficientnet_lite0 quanta_default
@@ -8,7 +9,7 @@ findings, on a QDQ file written by ``accuracy.py`` (``<cache>/quantized/<model>.
 
 - ``tensors``: each quantized activation alone — the SQNR of quantize-dequantize with the
   file's (scale, zero point) on the FP32 model's evaluation activations, and the fraction
-  clipped. Lowest first.
+  clipped — then each quantized weight alone. Lowest first.
 - ``split``: the file with float weights (activations quantized as the file says), and the
   file with every activation Q/DQ pair removed (weights quantized): which half costs the
   accuracy. Run by ONNX Runtime with graph optimisations off, so the edited graphs run as
@@ -110,6 +111,17 @@ def cmd_tensors(model: str, qfile: Path, fp32: Path, top: int) -> None:
     for r in rows[:top]:
         print(f"{r[0]:6.1f} dB  {r[1][:72]:72s} scale {r[2]:.4g} zp {r[3]:4d} "
               f"data [{r[4]:.3g}, {r[5]:.3g}] std {r[7]:.3g} clipped {r[6]:.1e}")
+    orig = _initializers(onnx.load(str(fp32)))
+    weights = []
+    for n in q.graph.node:
+        base = _float_name(n.input[0], orig) if n.op_type == "DequantizeLinear" and n.input[0] in init else None
+        if base is not None and init[n.input[0]].dtype != np.int32:  # int32: biases
+            w = orig[base].astype(np.float64)
+            weights.append((A.sqnr_db(w, _dequantized_weight(n, init)), base, w.shape))
+    weights.sort(key=lambda r: r[0])
+    print(f"\n{len(weights)} quantized weights, each alone (lowest SQNR first):")
+    for sq, name, shape in weights[: max(1, top // 2)]:
+        print(f"{sq:6.1f} dB  {name} {list(shape)}")
 
 
 def _edit(qfile: Path, fp32: Path, *, float_weights: bool, float_activations: bool, weight_dtype: Any = None) -> bytes:
@@ -218,14 +230,15 @@ def cmd_bias_correction(model: str, qfile: Path, fp32: Path) -> None:
             layers.append((n, wdq, bias_dq, orig[base].astype(np.float64), float_source(n.input[0])))
     sources = sorted({s for *_, s in layers})
     sums: dict[str, np.ndarray] = {}
-    count = 0
+    counts: dict[str, int] = {}
     for outs in _float_activations(fp32, sources, calib):
         for name, a in zip(sources, outs):
-            m = a.sum(axis=(0, 2, 3)) if a.ndim == 4 else a.reshape(-1, a.shape[-1]).sum(axis=0)
-            sums[name] = sums.get(name, 0) + m
-        count += outs[0].shape[0] * (outs[0].shape[2] * outs[0].shape[3] if outs[0].ndim == 4 else 1)
+            per_channel = a.reshape(a.shape[0], a.shape[1], -1).transpose(1, 0, 2) if a.ndim > 2 else a.T
+            per_channel = per_channel.reshape(per_channel.shape[0], -1).astype(np.float64)
+            sums[name] = sums.get(name, 0) + per_channel.sum(axis=1)
+            counts[name] = counts.get(name, 0) + per_channel.shape[1]
     for n, wdq, bias_dq, w, src in layers:
-        ex = sums[src] / count
+        ex = sums[src] / counts[src]
         dw = _dequantized_weight(wdq, init) - w
         if n.op_type == "Conv":
             group = next((a.i for a in n.attribute if a.name == "group"), 1)
@@ -244,7 +257,7 @@ def cmd_bias_correction(model: str, qfile: Path, fp32: Path) -> None:
     out = qfile.with_name(qfile.stem + ".biascorr.onnx")
     onnx.save(q, str(out))
     after = A.metrics_for(model, ref, A.run_ort(out, evals))
-    print(f"{len(layers)} Conv/Gemm biases corrected with E[x] from {count} calibration positions")
+    print(f"{len(layers)} Conv/Gemm biases corrected with E[x] from the calibration data")
     print(f"before: {_fmt(before)}\nafter:  {_fmt(after)}   ({out})")
 
 
@@ -278,12 +291,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("model", choices=[EFFICIENTNET, MINILM])
     ap.add_argument("config", nargs="?", default="quanta_default", help="configuration name in accuracy.py")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    ap.add_argument("--dir", type=Path, help="folder of the quantized files (default <cache>/quantized)")
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--tensor", action="append", default=[], help="FP32 tensor name (entropy)")
     args = ap.parse_args(argv)
     cache = args.cache.expanduser()
     _, fp32 = model_paths(cache, args.model)
-    qfile = cache / "quantized" / f"{args.model}.{args.config}.onnx"
+    qfile = (args.dir or cache / "quantized") / f"{args.model}.{args.config}.onnx"
     if args.command != "entropy" and not qfile.exists():
         ap.error(f"{qfile} is missing: run accuracy.py --configs {args.config} first")
     if args.command == "tensors":

@@ -25,10 +25,36 @@ __all__ = ["CalibrationResult", "calibrate"]
 
 
 class CalibrationResult(dict):
-    """tensor name -> observer, plus how many samples were seen and how long it took."""
+    """tensor name -> observer, plus how many samples were seen and how long it took,
+    and the per-channel means asked for with ``channel_means`` (name -> array)."""
 
     samples: int = 0
     seconds: float = 0.0
+    means: dict
+
+
+class ChannelMean:
+    """Streaming per-channel mean along ``axis`` (float64 sums: constant memory; samples
+    may differ in every other dimension)."""
+
+    def __init__(self, axis: int):
+        self.axis = axis
+        self.total: np.ndarray | None = None
+        self.count = 0
+
+    def observe(self, x: np.ndarray) -> None:
+        a = np.moveaxis(np.asarray(x, dtype=np.float64), self.axis, 0)
+        s = a.reshape(a.shape[0], -1).sum(axis=1)
+        if self.total is None:
+            self.total = s
+        elif self.total.shape != s.shape:
+            raise ValueError(f"channel mean: {s.size} channels along axis {self.axis}, earlier {self.total.size}")
+        else:
+            self.total = self.total + s
+        self.count += a.size // max(a.shape[0], 1)
+
+    def mean(self) -> np.ndarray | None:
+        return None if self.total is None or self.count == 0 else self.total / self.count
 
 
 class _Progress:
@@ -61,6 +87,7 @@ def calibrate(
     preprocess: ImagePreprocess | None = None,
     limit: int | None = None,
     progress: bool = True,
+    channel_means: dict[str, int] | None = None,
 ) -> CalibrationResult:
     """Observe ``tensors`` (value names of ``model``) over ``data``; return their observers.
 
@@ -69,6 +96,7 @@ def calibrate(
     """
     wanted = list(dict.fromkeys(tensors))
     observers = CalibrationResult({name: make_observer(name) for name in wanted})
+    means = {name: ChannelMean(axis) for name, axis in (channel_means or {}).items()}
     exe = ReferenceTarget().prepare(model)
     graph = model.graph
     input_names = {v.name for v in graph.inputs}
@@ -79,9 +107,14 @@ def calibrate(
     bar = _Progress(progress, total)
 
     def on_value(name: str, arr: np.ndarray) -> None:
+        if not (isinstance(arr, np.ndarray) and arr.dtype.kind == "f"):
+            return
         obs = observers.get(name)
-        if obs is not None and isinstance(arr, np.ndarray) and arr.dtype.kind == "f":
+        if obs is not None:
             obs.observe(arr)
+        mean = means.get(name)
+        if mean is not None:
+            mean.observe(arr)
 
     t0 = time.perf_counter()
     n = 0
@@ -97,6 +130,7 @@ def calibrate(
         raise CalibrationDataError("calibration data is empty: no sample was read")
     observers.samples = n
     observers.seconds = time.perf_counter() - t0
+    observers.means = {name: m.mean() for name, m in means.items() if m.mean() is not None}
     return observers
 
 

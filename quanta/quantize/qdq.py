@@ -62,6 +62,7 @@ class TensorPlan:
     float_reason: str | None = None
     fixed_range: tuple[float, float] | None = None
     block: int | None = None  # per-block weights: block size along ``axis``
+    values: np.ndarray | None = None  # replaces the constant's values (a corrected bias)
 
 
 @dataclass
@@ -347,6 +348,76 @@ def resolve_params(
         t.qtype = bias_params(x_t.qtype, w_t.qtype)
 
 
+def bias_correction_inputs(plan: QdqPlan) -> dict[str, int]:
+    """Activation -> channel axis whose per-channel mean bias correction needs: the input
+    of every quantized Conv (axis 1, NCHW) and Gemm (last axis) that has a bias."""
+    out: dict[str, int] = {}
+    for d in plan.decisions:
+        roles = dict(d.inputs)
+        if not d.quantize or 2 not in roles or 0 not in roles:
+            continue
+        if d.node.op_type == "Conv":
+            out[roles[0]] = 1
+        elif d.node.op_type == "Gemm" and not d.node.attrs.get("transA", 0):
+            out[roles[0]] = -1
+    return out
+
+
+def correct_biases(graph: Graph, plan: QdqPlan, means: dict[str, np.ndarray]) -> int:
+    """Empirical bias correction (AIMET / Nagel et al. 2019, "Data-free quantization",
+    sec. 4.2, with the input means measured on the calibration data)::
+
+        ΔW = DQ(Q(W)) - W                         the weight's rounding error
+        E[Δy_c] = Σ_k ΔW[c, k] · E[x_k]           what it adds to output channel c on average
+        b'_c = b_c - E[Δy_c]                      so the quantized layer is unbiased
+
+    For a Conv, k runs over the input channels of c's group and the kernel positions
+    (padding, which sees zeros, is neglected); for a Gemm over K (alpha included).
+    Returns the number of biases corrected. Call after :func:`resolve_params`, before
+    :func:`insert_qdq` (which quantizes the corrected values)."""
+    from quanta.kernels.reference.quantize import dequantize_linear
+
+    by_name = {v.name: v for v in graph.values()}
+    n = 0
+    for d in plan.decisions:
+        roles = dict(d.inputs)
+        if not d.quantize or 0 not in roles or 1 not in roles or 2 not in roles:
+            continue
+        x_key, w_key, b_key = roles[0], roles[1], roles[2]
+        w_t, b_t = plan.tensors[w_key], plan.tensors[b_key]
+        mean = means.get(x_key)
+        if mean is None or w_t.qtype is None or b_t.qtype is None or w_t.role != "weight":
+            continue
+        q = w_t.qtype
+        w = np.asarray(by_name[w_t.name].const, dtype=np.float32)
+        wq = quantize_linear(w, q.scale_array(), q.zero_point_array(), axis=q.axis, block=q.block, dtype=q.storage.numpy)
+        dw = dequantize_linear(wq, q.scale_array(), q.zero_point_array(), axis=q.axis, block=q.block).astype(np.float64)
+        dw -= w.astype(np.float64)
+        node = d.node
+        if node.op_type == "Conv":
+            group = int(node.attrs.get("group", 1))
+            cout, cin_g = dw.shape[0], dw.shape[1]
+            if mean.size != cin_g * group:
+                continue
+            per_in = dw.reshape(cout, cin_g, -1).sum(axis=2)  # [Cout, Cin/g]
+            groups = np.arange(cout) // (cout // group)
+            x_g = mean.reshape(group, cin_g)[groups]  # [Cout, Cin/g]
+            corr = (per_in * x_g).sum(axis=1)
+        elif node.op_type == "Gemm":
+            dwk = dw.T if node.attrs.get("transB", 0) else dw  # [K, N]
+            if mean.size != dwk.shape[0]:
+                continue
+            corr = float(node.attrs.get("alpha", 1.0)) * (mean @ dwk)
+        else:
+            continue
+        b = np.asarray(by_name[b_t.name].const, dtype=np.float64)
+        if b.shape != corr.shape:
+            continue
+        b_t.values = (b - corr).astype(by_name[b_t.name].const.dtype)
+        n += 1
+    return n
+
+
 def _view_type(q: QuantType) -> QuantType:
     # A view keeps the element type of its input (DESIGN.md). Activations are per-tensor.
     return q
@@ -501,7 +572,7 @@ def _insert_constant_dq(graph: Graph, node: Node, idx: int, w: Value, t: TensorP
     q = t.qtype
     assert q is not None
     if t.role == "bias":
-        data = quantize_bias(w.const, q)
+        data = quantize_bias(w.const if t.values is None else t.values, q)
     else:
         data = quantize_linear(
             np.asarray(w.const, dtype=np.float32),

@@ -119,6 +119,7 @@ class Recipe:
     exclude: tuple[str, ...] = ()  # node names, or regular expressions matched in full
     overrides: dict[str, TensorOverride] = field(default_factory=dict)
     quantize_outputs: bool = False  # Q/DQ on the graph outputs too
+    bias_correction: bool = True  # Conv/Gemm biases absorb the mean weight-rounding error
     calibration_samples: int | None = None  # at most this many samples (None: all)
     percentile: float = 99.999
     num_bins: int | None = None  # histogram bins (None: the observer's default, 4096)

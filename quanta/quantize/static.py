@@ -6,8 +6,11 @@ Steps (each a function below):
 2. prepare the float graph (fold BatchNormalization into Conv/Gemm, so the folded
    weights are what gets quantized);
 3. plan which tensors get quantized (quanta.quantize.qdq.plan_qdq);
-4. calibrate the activations in one streaming pass (quanta.calibrate.runner);
-5. ranges -> parameters (quanta.quantize.params, the only place they are computed);
+4. calibrate the activations in one streaming pass (quanta.calibrate.runner), also
+   measuring the per-channel input means that bias correction needs;
+5. ranges -> parameters (quanta.quantize.params, the only place they are computed),
+   then bias correction (Conv/Gemm biases absorb the mean weight-rounding error,
+   quanta.quantize.qdq.correct_biases);
 6. insert Q/DQ, verify the QDQ graph, save atomically (never over the input), and
    return a summary of what was quantized, what stayed float and why.
 
@@ -32,7 +35,14 @@ from quanta.ir.graph import Model
 from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save
 from quanta.ir.types import QuantType
 from quanta.ir.verify import Stage, verify
-from quanta.quantize.qdq import QdqPlan, insert_qdq, plan_qdq, resolve_params
+from quanta.quantize.qdq import (
+    QdqPlan,
+    bias_correction_inputs,
+    correct_biases,
+    insert_qdq,
+    plan_qdq,
+    resolve_params,
+)
 from quanta.quantize.recipe import CalibrationMethod, Recipe
 
 __all__ = ["QuantizationSummary", "load_for_quantization", "make_observer_factory", "quantize_static"]
@@ -218,7 +228,9 @@ def quantize_static(
     ranges = {}
     samples = 0
     to_calibrate = plan.activations_to_calibrate()
-    if to_calibrate:
+    means_for = bias_correction_inputs(plan) if recipe.bias_correction else {}
+    means: dict = {}
+    if to_calibrate or means_for:
         observers = calibrate(
             model,
             to_calibrate,
@@ -227,8 +239,10 @@ def quantize_static(
             preprocess=preprocess,
             limit=recipe.calibration_samples,
             progress=recipe.progress and verbose,
+            channel_means=means_for,
         )
         samples = observers.samples
+        means = observers.means
         for name, obs in observers.items():
             reason = obs.degenerate()
             if reason is not None:
@@ -236,6 +250,8 @@ def quantize_static(
             else:
                 ranges[name] = obs.range()
     resolve_params(graph, plan, ranges, recipe)
+    if recipe.bias_correction:
+        correct_biases(graph, plan, means)
     insert_qdq(graph, plan)
     verify(graph, Stage.QDQ)
     model.metadata["quanta.recipe"] = recipe.to_json()

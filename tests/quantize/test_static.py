@@ -239,3 +239,21 @@ def test_quantize_static_int4_weights_are_blocked_along_k(tmp_path):
     # float outputs after LayerNorm; quanta lowers the int8 parts, ORT fuses its own:
     # each side within one int8 step of the other upstream, ~1e-2 after LayerNorm here
     np.testing.assert_allclose(ours, theirs, atol=0.05)
+
+
+def test_quantize_static_bias_correction_removes_the_mean_output_error(tmp_path):
+    # per-tensor 8-bit weights on a conv whose input has a large mean: the weight rounding
+    # error ΔW·E[x] shifts every output channel; bias correction subtracts it
+    rng = np.random.default_rng(7)
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(seed=3), src)
+    feeds = [{"x": (rng.standard_normal((4, 3, 8, 6)) + 3.0).astype(np.float32)} for _ in range(6)]
+    test = {"x": (rng.standard_normal((16, 3, 8, 6)) + 3.0).astype(np.float32)}
+    ref = ort.InferenceSession(str(src)).run(None, test)[0]
+    errors = {}
+    for on in (False, True):
+        out = tmp_path / f"q{on}.onnx"
+        quanta.quantize_static(src, out, feeds, per_channel=False, bias_correction=on, verbose=False)
+        q = ort.InferenceSession(str(out)).run(None, test)[0]
+        errors[on] = np.abs((q - ref).mean(axis=0)).mean()  # mean error per output, then averaged
+    assert errors[True] < 0.7 * errors[False]

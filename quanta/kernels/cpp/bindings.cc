@@ -29,4 +29,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("clear_isa", [] { clear_isa_override(); });
   register_quantize(m);
   register_qgemm(m);
+  register_gemm(m);
+  register_elementwise(m);
+  register_conv(m);
 }

@@ -16,6 +16,9 @@ namespace py = pybind11;
 // One registration function per kernel family (bindings_<family>.cc).
 void register_quantize(py::module_& m);
 void register_qgemm(py::module_& m);
+void register_gemm(py::module_& m);
+void register_elementwise(py::module_& m);
+void register_conv(py::module_& m);
 
 template <typename T>
 py::array_t<T, py::array::c_style> require_array(const py::handle& obj, const char* what) {

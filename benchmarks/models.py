@@ -1,0 +1,139 @@
+"""Model benchmark: a quanta-quantized BERT-style encoder, quanta (native) vs ONNX Runtime
+on the same QDQ file.
+
+Run: ``python benchmarks/models.py`` (``--quick`` for fewer repetitions). A ratio table
+from ONE run; nothing here is a timed test. The machine is shared and noisy, so only
+ratios measured in the same run mean something.
+
+Model: ``tests/ir/models.encoder_block(d=384, heads=6)`` (self-attention with an additive
+mask, output projection, residual + LayerNorm, a 2·d MLP, residual + LayerNorm), quantized
+by ``quanta.quantize_static`` (default recipe, MinMax, per-column weights) on 8 calibration
+samples; timed at batch 1, sequence 128, 1 and 2 threads.
+
+Method: both sessions get the same feeds; each engine runs blocks of ``runs`` calls in
+turn (quanta, ORT, quanta, ...), with a 30 ms pause between blocks (both thread pools spin
+for a while after a call; a spinning pool steals the other core from the other engine);
+the median over all blocks' calls is reported, and the ratio quanta / ORT (< 1: quanta is
+faster). ORT: ``intra_op_num_threads`` = threads, one inter-op thread, sequential
+execution, ``ORT_ENABLE_ALL`` (its QDQ fusions on), as ``quanta bench --vs-ort``. The
+slowest quanta steps (per-step profile, separate runs) show where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import quanta  # noqa: E402
+from quanta.runtime.profile import Profiler  # noqa: E402
+from tests.ir import models  # noqa: E402
+
+D, HEADS, SEQ, BATCH = 384, 6, 128, 1
+
+
+def encoder_feeds(n: int, seq: int, seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [
+        {
+            "x": rng.standard_normal((BATCH, seq, D)).astype(np.float32),
+            "mask": np.ones((BATCH, seq), np.int64),
+        }
+        for _ in range(n)
+    ]
+
+
+def ort_session(path: str, threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+
+
+def time_alternating(fns: dict[str, Callable[[], object]], blocks: int, runs: int) -> dict[str, float]:
+    """Median ms per call of each engine over ``blocks`` blocks of ``runs`` calls."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for fn in fns.values():  # warm-up: first-touch, arenas, thread pools
+        for _ in range(3):
+            fn()
+    clock = time.perf_counter
+    for _ in range(blocks):
+        for name, fn in fns.items():
+            for _ in range(runs):
+                t0 = clock()
+                fn()
+                times[name].append((clock() - t0) * 1e3)
+            time.sleep(0.03)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = ap.parse_args(argv)
+    blocks, runs = (3, 5) if args.quick else (8, 10)
+
+    import onnxruntime
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32 = Path(tmp) / "encoder_d384.onnx"
+        int8 = Path(tmp) / "encoder_d384.int8.onnx"
+        onnx.save(models.encoder_block(d=D, heads=HEADS), fp32)
+        summary = quanta.quantize_static(str(fp32), str(int8), encoder_feeds(8, SEQ, seed=1), verbose=False)
+        feeds = encoder_feeds(1, SEQ, seed=2)[0]
+        print(
+            f"BERT-style encoder block d={D}, heads={HEADS}, sequence {SEQ}, batch {BATCH}: "
+            f"quanta.quantize_static (QDQ), quanta native vs onnxruntime {onnxruntime.__version__} on the same file"
+        )
+        print(
+            f"  quantizer: {len(summary.quantized)} nodes quantized, {len(summary.float_nodes)} left float "
+            f"({', '.join(sorted({op for _, op, _ in summary.float_nodes}))})"
+        )
+        print(
+            f"  {'threads':>7} {'quanta ms':>10} {'ORT ms':>8} {'quanta/ORT':>11} {'fallbacks':>12}  max|diff|"
+        )
+        profiles = []
+        for threads in (1, 2):
+            opts = quanta.SessionOptions()
+            opts.intra_op_num_threads = threads
+            sess = quanta.InferenceSession(str(int8), sess_options=opts, backend="native")
+            osess = ort_session(str(int8), threads)
+            med = time_alternating(
+                {"quanta": lambda s=sess: s.run(None, feeds), "ort": lambda o=osess: o.run(None, feeds)},
+                blocks,
+                runs,
+            )
+            diff = float(np.max(np.abs(sess.run(None, feeds)[0] - osess.run(None, feeds)[0])))
+            n_steps = len(sess.plan.steps)
+            print(
+                f"  {threads:>7} {med['quanta']:>10.3f} {med['ort']:>8.3f} {med['quanta'] / med['ort']:>10.2f}x"
+                f" {len(sess.fallbacks):>5} of {n_steps:<4}  {diff:.3g}"
+            )
+            profiler = Profiler(sess.plan)
+            sess.executor.profiler = profiler
+            for _ in range(20):
+                sess.run(None, feeds)
+            sess.executor.profiler = None
+            profiles.append((threads, profiler.summary(12)))
+        for threads, prof in profiles:
+            print(f"\nquanta per-step profile, {threads} thread{'s' if threads > 1 else ''}:")
+            print(prof)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

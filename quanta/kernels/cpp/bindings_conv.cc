@@ -1,0 +1,461 @@
+// Bindings for the convolution kernels (conv/conv.h): the entry layer. Every argument is
+// checked here (dtype, rank, shape, contiguity, ranges, aliasing) and a ValueError names
+// the argument with what was expected and what was given, in the wording of the NumPy
+// twins (reference/qlinear_conv.py, integer_ops.py, conv_geometry.py), before a pointer
+// reaches the driver.
+//
+//   QConv(w: int8|uint8 [M, C/group, *kernel], w_zero_point: int | array (1 or M) = 0, *,
+//         group=1, kernel_shape=None, strides=None, dilations=None, pads=None,
+//         auto_pad="NOTSET", isa=None)            weights prepacked once, for `isa`
+//     .qlinear(x, x_scale, x_zero_point, w_scale, y_scale, y_zero_point, bias=None, *,
+//              num_threads=1, out=None) -> [N, M, *out] of y_zero_point's dtype
+//     .integer(x, x_zero_point=None, *, num_threads=1, out=None) -> int32 [N, M, *out]
+//     .output_shape(x_shape) -> tuple
+//   The object owns its workspace (grown on the first call of a shape, then reused); a
+//   second concurrent call runs on a temporary one.
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "conv/conv.h"
+
+namespace quanta {
+namespace {
+
+using conv::AutoPad;
+using conv::OutType;
+
+std::string tuple_str(const std::vector<int64_t>& dims) {
+  std::string s = "(";
+  for (size_t d = 0; d < dims.size(); ++d) s += (d ? ", " : "") + std::to_string(dims[d]);
+  return s + (dims.size() == 1 ? ",)" : ")");
+}
+
+std::string list_str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t d = 0; d < v.size(); ++d) s += (d ? ", " : "") + std::to_string(v[d]);
+  return s + "]";
+}
+
+std::vector<int64_t> shape_of(const py::array& a) { return std::vector<int64_t>(a.shape(), a.shape() + a.ndim()); }
+
+std::string dtype_name(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
+
+Isa parse_isa(const py::object& isa) {
+  if (isa.is_none()) return active_isa();
+  const std::string name = py::str(isa);
+  Isa out;
+  if (name == "portable") {
+    out = Isa::kPortable;
+  } else if (name == "avx2") {
+    out = Isa::kAvx2;
+  } else if (name == "avx512vnni") {
+    out = Isa::kAvx512Vnni;
+  } else {
+    throw py::value_error("isa: expected one of portable, avx2, avx512vnni, got '" + name + "'");
+  }
+  if (!isa_supported(out)) throw py::value_error("isa: '" + name + "' is not supported by this CPU");
+  return out;
+}
+
+// numpy.asarray for anything that is not an ndarray yet (numpy scalars, Python numbers).
+py::array as_array(const py::handle& obj) {
+  if (py::isinstance<py::array>(obj)) return py::reinterpret_borrow<py::array>(obj);
+  return py::module_::import("numpy").attr("asarray")(obj);
+}
+
+// numpy type numbers (NPY_TYPES): checking them costs no attribute lookup, which keeps
+// the per-call overhead of a small convolution low.
+enum : int { kNpyInt8 = 1, kNpyUint8 = 2, kNpyInt32 = 5, kNpyFloat32 = 11 };
+
+int type_num(const py::array& a) { return a.dtype().num(); }
+
+std::vector<int64_t> int_list(const py::object& obj, const char* what) {
+  std::vector<int64_t> v;
+  try {
+    for (const auto& item : obj) v.push_back(py::module_::import("operator").attr("index")(item).cast<int64_t>());
+  } catch (const py::error_already_set&) {
+    throw py::value_error(std::string(what) + ": expected a list of integers, got " +
+                          py::repr(obj).cast<std::string>());
+  } catch (const py::cast_error&) {
+    throw py::value_error(std::string(what) + ": expected a list of integers, got " +
+                          py::repr(obj).cast<std::string>());
+  }
+  return v;
+}
+
+// Integer values of a zero point: a Python int or an integer array of 1 (or n) values,
+// each in [lo, hi]. want_num: the dtype the array must have (ONNX: its input's), or -1.
+std::vector<int32_t> zero_points(const py::handle& obj, int64_t n, int64_t lo, int64_t hi, const std::string& what,
+                                 int want_num, const char* want_name) {
+  std::vector<int32_t> out;
+  if (py::isinstance<py::int_>(obj) && !py::isinstance<py::bool_>(obj)) {
+    const int64_t v = obj.cast<int64_t>();
+    if (v < lo || v > hi) {
+      throw py::value_error(what + ": expected a value in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                            "], got " + std::to_string(v));
+    }
+    out.push_back(static_cast<int32_t>(v));
+    return out;
+  }
+  py::array a = as_array(obj);
+  const int num = type_num(a);
+  if (want_num >= 0 && num != want_num) {
+    throw py::value_error(what + ": expected the type of its input (" + want_name + "), got " + dtype_name(a));
+  }
+  const int64_t size = a.size();
+  if (!(size == 1 || (size == n && n > 1 && a.ndim() == 1))) {
+    throw py::value_error(what + ": expected a scalar" + (n > 1 ? " or a 1-D tensor of " + std::to_string(n) +
+                                                                       " (output channels)"
+                                                                 : std::string(" (per-tensor)")) +
+                          ", got shape " + tuple_str(shape_of(a)));
+  }
+  if (size == 1 && (num == kNpyUint8 || num == kNpyInt8)) {  // the common case: no conversion
+    const int64_t v = num == kNpyUint8 ? *static_cast<const uint8_t*>(a.data()) : *static_cast<const int8_t*>(a.data());
+    if (v < lo || v > hi) {
+      throw py::value_error(what + ": expected a value in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                            "], got " + std::to_string(v));
+    }
+    out.push_back(static_cast<int32_t>(v));
+    return out;
+  }
+  const char kind = a.dtype().kind();
+  if (kind != 'i' && kind != 'u') throw py::value_error(what + ": expected integers, got " + dtype_name(a));
+  py::array_t<int64_t, py::array::c_style | py::array::forcecast> v(a);
+  for (int64_t i = 0; i < size; ++i) {
+    const int64_t z = v.data()[i];
+    if (z < lo || z > hi) {
+      throw py::value_error(what + ": expected values in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                            "], got " + std::to_string(z));
+    }
+    out.push_back(static_cast<int32_t>(z));
+  }
+  return out;
+}
+
+// float32 values of a scale: 1 value, or n (n > 1: per output channel).
+std::vector<float> scales(const py::handle& obj, int64_t n, const std::string& what) {
+  py::array a = as_array(obj);
+  const int64_t size = a.size();
+  if (!(size == 1 || (n > 1 && size == n && a.ndim() == 1))) {
+    if (n > 1) {
+      throw py::value_error(what + ": expected a scalar or a 1-D tensor of " + std::to_string(n) +
+                            " (output channels), got shape " + tuple_str(shape_of(a)));
+    }
+    throw py::value_error(what + ": expected a scalar (per-tensor), got shape " + tuple_str(shape_of(a)));
+  }
+  if (type_num(a) == kNpyFloat32 && (size == 1 || (a.flags() & py::array::c_style))) {  // no conversion
+    const float* p = static_cast<const float*>(a.data());
+    return std::vector<float>(p, p + size);
+  }
+  const char kind = a.dtype().kind();
+  if (kind != 'f' && kind != 'i' && kind != 'u') {
+    throw py::value_error(what + ": expected a float32 scale, got " + dtype_name(a));
+  }
+  py::array_t<float, py::array::c_style | py::array::forcecast> v(a);  // numpy's float32 rounding
+  return std::vector<float>(v.data(), v.data() + size);
+}
+
+struct PyConv {
+  std::shared_ptr<conv::QConv> conv;
+  conv::ConvWorkspace ws;
+  std::atomic<bool> busy{false};
+
+  // x: [N, C, *spatial] uint8/int8 C-contiguous of the kernel's spatial rank.
+  py::array check_x(const py::handle& x_obj, const char* fn, bool* x_signed) const {
+    if (!py::isinstance<py::array>(x_obj)) throw py::value_error(std::string(fn) + ": x: expected a numpy array");
+    auto x = py::reinterpret_borrow<py::array>(x_obj);
+    const int num = type_num(x);
+    if (num != kNpyUint8 && num != kNpyInt8) {
+      throw py::value_error(std::string(fn) + ": x: expected int8 or uint8, got " + dtype_name(x));
+    }
+    *x_signed = num == kNpyInt8;
+    const int rank = conv->attributes().spatial_rank + 2;
+    if (x.ndim() != rank) {
+      throw py::value_error(std::string(fn) + ": x: expected rank " + std::to_string(rank) + " (N, C, " +
+                            (rank == 4 ? "H, W" : "W") + ") like w, got shape " + tuple_str(shape_of(x)));
+    }
+    if (!(x.flags() & py::array::c_style)) {
+      throw py::value_error(std::string(fn) + ": x: expected a C-contiguous array");
+    }
+    return x;
+  }
+
+  conv::Geometry geometry(const py::array& x, const char* fn) const {
+    const int64_t N = x.shape(0), C = x.shape(1);
+    const bool two_d = conv->attributes().spatial_rank == 2;
+    try {
+      return conv->resolve(N, C, two_d ? x.shape(2) : 1, two_d ? x.shape(3) : x.shape(2));
+    } catch (const std::invalid_argument& e) {
+      throw py::value_error(std::string(fn) + ": " + e.what());
+    }
+  }
+
+  std::vector<int64_t> out_shape(const conv::Geometry& g) const {
+    if (conv->attributes().spatial_rank == 2) return {g.N, g.M, g.OH, g.OW};
+    return {g.N, g.M, g.OW};
+  }
+
+  py::array output(const py::object& out_obj, const std::vector<int64_t>& shape, const py::dtype& dt,
+                   const py::array& x, const char* fn) const {
+    if (out_obj.is_none()) return py::array(dt, std::vector<py::ssize_t>(shape.begin(), shape.end()));
+    if (!py::isinstance<py::array>(out_obj)) {
+      throw py::value_error(std::string(fn) + ": out: expected a numpy array or None");
+    }
+    auto y = py::reinterpret_borrow<py::array>(out_obj);
+    if (y.dtype().num() != dt.num()) {
+      throw py::value_error(std::string(fn) + ": out: expected dtype " + py::str(dt).cast<std::string>() + ", got " +
+                            dtype_name(y));
+    }
+    if (shape_of(y) != shape) {
+      throw py::value_error(std::string(fn) + ": out: expected shape " + tuple_str(shape) + ", got shape " +
+                            tuple_str(shape_of(y)));
+    }
+    if (!(y.flags() & py::array::c_style)) throw py::value_error(std::string(fn) + ": out: expected a C-contiguous array");
+    if (!y.writeable()) throw py::value_error(std::string(fn) + ": out: expected a writeable array");
+    const auto px = reinterpret_cast<uintptr_t>(x.data()), py_ = reinterpret_cast<uintptr_t>(y.data());
+    const auto nx = static_cast<uintptr_t>(x.nbytes()), ny = static_cast<uintptr_t>(y.nbytes());
+    if (nx > 0 && ny > 0 && px < py_ + ny && py_ < px + nx) {
+      throw py::value_error(std::string(fn) + ": out: expected a buffer that does not overlap x");
+    }
+    return y;
+  }
+
+  void execute(conv::ConvArgs& args, const conv::Geometry& geo) {
+    bool expected = false;
+    const bool mine = busy.compare_exchange_strong(expected, true);
+    conv::ConvWorkspace local;
+    conv::ConvWorkspace& w = mine ? ws : local;  // a concurrent call gets its own scratch
+    try {
+      conv->reserve_workspace(args, geo, w);  // allocates only when this shape needs more
+      py::gil_scoped_release release;
+      conv->run(args, geo, w);
+    } catch (...) {
+      if (mine) busy.store(false);
+      throw;
+    }
+    if (mine) busy.store(false);
+  }
+
+  py::array qlinear(const py::handle& x_obj, const py::handle& sx_obj, const py::handle& zx_obj,
+                    const py::handle& sw_obj, const py::handle& sy_obj, const py::handle& zy_obj,
+                    const py::object& bias_obj, int num_threads, const py::object& out_obj) {
+    const char* fn = "QLinearConv";
+    bool x_signed = false;
+    py::array x = check_x(x_obj, fn, &x_signed);
+    const int64_t M = conv->M();
+    conv::ConvArgs args;
+    args.x = x.data();
+    args.x_signed = x_signed;
+    args.zx = zero_points(zx_obj, 1, x_signed ? -128 : 0, x_signed ? 127 : 255, std::string(fn) + ": x_zero_point",
+                          x_signed ? kNpyInt8 : kNpyUint8, x_signed ? "int8" : "uint8")[0];
+    py::array zy = as_array(zy_obj);
+    const int ynum = type_num(zy);
+    if (ynum != kNpyUint8 && ynum != kNpyInt8) {
+      throw py::value_error(std::string(fn) + ": y_zero_point: expected int8 or uint8, got " + dtype_name(zy));
+    }
+    const bool y_signed = ynum == kNpyInt8;
+    args.zy = zero_points(zy, 1, y_signed ? -128 : 0, y_signed ? 127 : 255, std::string(fn) + ": y_zero_point", -1,
+                          nullptr)[0];
+    args.out_type = y_signed ? OutType::kS8 : OutType::kU8;
+
+    const float sx = scales(sx_obj, 1, std::string(fn) + ": x_scale")[0];
+    const float sy = scales(sy_obj, 1, std::string(fn) + ": y_scale")[0];
+    const std::vector<float> sw = scales(sw_obj, M, std::string(fn) + ": w_scale");
+    // m[c] = f32(f32(sx·sw[c]) / sy): requant.py::requant_multiplier, one rounding per op
+    std::vector<float> mult(sw.size());
+    for (size_t i = 0; i < sw.size(); ++i) {
+      const float prod = sx * sw[i];
+      mult[i] = prod / sy;
+      if (!std::isfinite(mult[i])) {
+        throw py::value_error(std::string(fn) + ": x_scale * w_scale / y_scale: expected finite requantization "
+                              "multipliers, got " + std::to_string(mult[i]) + " at output channel " +
+                              std::to_string(i));
+      }
+    }
+    args.multiplier = mult.data();
+    args.multiplier_per_channel = mult.size() > 1;
+
+    py::array bias;
+    if (!bias_obj.is_none()) {
+      bias = as_array(bias_obj);
+      if (type_num(bias) != kNpyInt32 || bias.ndim() != 1 || bias.shape(0) != M) {
+        throw py::value_error(std::string(fn) + ": B: expected int32 of shape (" + std::to_string(M) + ",), got " +
+                              dtype_name(bias) + " of shape " + tuple_str(shape_of(bias)));
+      }
+      if (!(bias.flags() & py::array::c_style)) bias = py::array_t<int32_t, py::array::c_style>(bias);
+      args.bias = static_cast<const int32_t*>(bias.data());
+    }
+    if (num_threads < 1) {
+      throw py::value_error(std::string(fn) + ": num_threads: expected >= 1, got " + std::to_string(num_threads));
+    }
+    args.num_threads = num_threads;
+    const conv::Geometry geo = geometry(x, fn);
+    py::array y = output(out_obj, out_shape(geo), zy.dtype(), x, fn);
+    args.y = y.mutable_data();
+    execute(args, geo);
+    return y;
+  }
+
+  py::array integer(const py::handle& x_obj, const py::object& zx_obj, int num_threads, const py::object& out_obj) {
+    const char* fn = "ConvInteger";
+    bool x_signed = false;
+    py::array x = check_x(x_obj, fn, &x_signed);
+    conv::ConvArgs args;
+    args.x = x.data();
+    args.x_signed = x_signed;
+    if (!zx_obj.is_none()) {
+      args.zx = zero_points(zx_obj, 1, x_signed ? -128 : 0, x_signed ? 127 : 255, std::string(fn) + ": x_zero_point",
+                            x_signed ? kNpyInt8 : kNpyUint8, x_signed ? "int8" : "uint8")[0];
+    }
+    args.out_type = OutType::kS32;
+    if (num_threads < 1) {
+      throw py::value_error(std::string(fn) + ": num_threads: expected >= 1, got " + std::to_string(num_threads));
+    }
+    args.num_threads = num_threads;
+    const conv::Geometry geo = geometry(x, fn);
+    py::array y = output(out_obj, out_shape(geo), py::dtype::of<int32_t>(), x, fn);
+    args.y = y.mutable_data();
+    execute(args, geo);
+    return y;
+  }
+};
+
+AutoPad parse_auto_pad(const std::string& s) {
+  if (s == "NOTSET" || s.empty()) return AutoPad::kNotSet;
+  if (s == "VALID") return AutoPad::kValid;
+  if (s == "SAME_UPPER") return AutoPad::kSameUpper;
+  if (s == "SAME_LOWER") return AutoPad::kSameLower;
+  throw py::value_error("auto_pad: expected one of NOTSET, VALID, SAME_UPPER, SAME_LOWER, got '" + s + "'");
+}
+
+std::shared_ptr<PyConv> make_conv(const py::handle& w_obj, const py::handle& zw_obj, int64_t group,
+                                  const py::object& kernel_shape, const py::object& strides,
+                                  const py::object& dilations, const py::object& pads, const std::string& auto_pad,
+                                  const py::object& isa_obj) {
+  if (!py::isinstance<py::array>(w_obj)) throw py::value_error("w: expected a numpy array");
+  auto w_any = py::reinterpret_borrow<py::array>(w_obj);
+  const std::string wdt = dtype_name(w_any);
+  if (wdt != "uint8" && wdt != "int8") throw py::value_error("w: expected int8 or uint8, got " + wdt);
+  const bool w_unsigned = wdt == "uint8";
+  const std::vector<int64_t> wshape = shape_of(w_any);
+  if (w_any.ndim() != 3 && w_any.ndim() != 4) {
+    throw py::value_error("w: expected rank 3 (1-D) or 4 (2-D) [M, C/group, *kernel], got shape " +
+                          tuple_str(wshape) + (w_any.ndim() == 5 ? " (3-D convolutions have no native kernel)" : ""));
+  }
+  py::array w = w_unsigned ? py::array(require_array<uint8_t>(w_obj, "w")) : py::array(require_array<int8_t>(w_obj, "w"));
+  const int rank = static_cast<int>(w.ndim()) - 2;
+  const int64_t M = wshape[0], Cg = wshape[1];
+  if (M < 1 || Cg < 1) throw py::value_error("w: expected M >= 1 and C/group >= 1, got shape " + tuple_str(wshape));
+  if (group < 1 || M % group != 0) {
+    throw py::value_error("group: expected a divisor of M=" + std::to_string(M) + " (output channels), got " +
+                          std::to_string(group));
+  }
+  conv::Attributes attrs;
+  attrs.spatial_rank = rank;
+  const std::vector<int64_t> wk(wshape.begin() + 2, wshape.end());
+  if (!kernel_shape.is_none()) {
+    const std::vector<int64_t> ks = int_list(kernel_shape, "kernel_shape");
+    if (ks != wk) {
+      throw py::value_error("kernel_shape: expected the spatial shape of w " + tuple_str(wk) + ", got " +
+                            tuple_str(ks));
+    }
+  }
+  for (int i = 0; i < rank; ++i) {
+    if (wk[i] < 1) throw py::value_error("w: expected kernel sizes >= 1, got shape " + tuple_str(wshape));
+    attrs.kernel[i] = wk[i];
+  }
+  auto axis_values = [&](const py::object& obj, const char* what, int64_t* dst) {
+    if (obj.is_none()) return;
+    const std::vector<int64_t> v = int_list(obj, what);
+    if (v.empty()) return;  // ONNX: absent or empty means the default
+    bool ok = static_cast<int>(v.size()) == rank;
+    for (int64_t e : v) ok = ok && e >= 1;
+    if (!ok) {
+      throw py::value_error(std::string(what) + ": expected " + std::to_string(rank) + " values >= 1, got " +
+                            list_str(v));
+    }
+    for (int i = 0; i < rank; ++i) dst[i] = v[i];
+  };
+  axis_values(strides, "strides", attrs.strides);
+  axis_values(dilations, "dilations", attrs.dilations);
+  attrs.auto_pad = parse_auto_pad(auto_pad);
+  if (!pads.is_none() && attrs.auto_pad == AutoPad::kNotSet) {
+    const std::vector<int64_t> p = int_list(pads, "pads");
+    if (static_cast<int>(p.size()) != 2 * rank) {
+      throw py::value_error("pads: expected " + std::to_string(2 * rank) + " values (begin and end for " +
+                            std::to_string(rank) + " spatial axes), got " + std::to_string(p.size()));
+    }
+    for (int64_t e : p) {
+      if (e < 0) throw py::value_error("pads: expected values >= 0, got " + list_str(p));
+    }
+    for (int i = 0; i < 2 * rank; ++i) attrs.pads[i] = p[i];
+  }
+  const std::vector<int32_t> zw =
+      zero_points(zw_obj, M, w_unsigned ? 0 : -128, w_unsigned ? 255 : 127, "w_zero_point", -1, nullptr);
+  const Isa isa = parse_isa(isa_obj);
+  auto out = std::make_shared<PyConv>();
+  {
+    py::gil_scoped_release release;
+    out->conv = conv::QConv::create(w.data(), w_unsigned, M, Cg, group, zw.data(), zw.size() > 1, attrs, isa);
+  }
+  return out;
+}
+
+std::string repr(const PyConv& c) {
+  const conv::QConv& q = *c.conv;
+  return "<QConv M=" + std::to_string(q.M()) + " C/group=" + std::to_string(q.Cg()) + " group=" +
+         std::to_string(q.group()) + " " + q.kernel_name() + ">";
+}
+
+}  // namespace
+
+void register_conv(py::module_& m) {
+  py::class_<PyConv, std::shared_ptr<PyConv>>(
+      m, "QConv",
+      "QLinearConv / ConvInteger with weights prepacked once (conv/conv.h); owns its workspace.")
+      .def(py::init(&make_conv), py::arg("w"), py::arg("w_zero_point") = 0, py::kw_only(), py::arg("group") = 1,
+           py::arg("kernel_shape") = py::none(), py::arg("strides") = py::none(), py::arg("dilations") = py::none(),
+           py::arg("pads") = py::none(), py::arg("auto_pad") = "NOTSET", py::arg("isa") = py::none())
+      .def("qlinear", &PyConv::qlinear, py::arg("x"), py::arg("x_scale"), py::arg("x_zero_point"),
+           py::arg("w_scale"), py::arg("y_scale"), py::arg("y_zero_point"), py::arg("bias") = py::none(),
+           py::kw_only(), py::arg("num_threads") = 1, py::arg("out") = py::none(),
+           "QLinearConv: y = saturate(round_half_even(f32(acc)·m[c]) + zy), m = f32(f32(sx·sw[c])/sy).")
+      .def("integer", &PyConv::integer, py::arg("x"), py::arg("x_zero_point") = py::none(), py::kw_only(),
+           py::arg("num_threads") = 1, py::arg("out") = py::none(), "ConvInteger: the int32 accumulator of eq. (4).")
+      .def(
+          "output_shape",
+          [](const PyConv& c, const std::vector<int64_t>& x_shape) {
+            const int rank = c.conv->attributes().spatial_rank + 2;
+            if (static_cast<int>(x_shape.size()) != rank) {
+              throw py::value_error("x: expected rank " + std::to_string(rank) + ", got shape " + tuple_str(x_shape));
+            }
+            const bool two_d = rank == 4;
+            const conv::Geometry g =
+                c.conv->resolve(x_shape[0], x_shape[1], two_d ? x_shape[2] : 1, two_d ? x_shape[3] : x_shape[2]);
+            return py::tuple(py::cast(c.out_shape(g)));
+          },
+          py::arg("x_shape"))
+      .def_property_readonly("kernel", [](const PyConv& c) { return c.conv->kernel_name(); })
+      .def_property_readonly("isa", [](const PyConv& c) { return std::string(isa_name(c.conv->isa())); })
+      .def_property_readonly("path", [](const PyConv& c) { return std::string(c.conv->depthwise() ? "depthwise" : "gemm"); })
+      .def_property_readonly("M", [](const PyConv& c) { return c.conv->M(); })
+      .def_property_readonly("group", [](const PyConv& c) { return c.conv->group(); })
+      .def_property_readonly("weights_dtype",
+                             [](const PyConv& c) { return std::string(c.conv->weights_unsigned() ? "uint8" : "int8"); })
+      .def_property_readonly("nbytes", [](const PyConv& c) { return c.conv->packed_bytes(); })
+      .def_property_readonly("workspace_nbytes", [](const PyConv& c) {
+        size_t n = c.ws.main.size();
+        for (const auto& b : c.ws.thread_bufs) n += b.size();
+        for (const auto& g : c.ws.thread_gemm) n += g.size();
+        return n;
+      })
+      .def("__repr__", &repr);
+}
+
+}  // namespace quanta

@@ -1,0 +1,189 @@
+// conv: QLinearConv and ConvInteger on the int8 GEMM core, plus a dedicated depthwise
+// kernel. Equation numbers cite docs/quantization-math.md; the layering is that of qgemm
+// (docs/kernels.md "Convolution").
+//
+// ---------------------------------------------------------------------------------------
+// Contract
+// ---------------------------------------------------------------------------------------
+//
+// Operands (ONNX layout at this boundary): x [N, C, H, W] (2-D) or [N, C, W] (1-D, run as
+// H = 1), uint8 or int8, C-contiguous; w [M, C/G, kh, kw] (or [M, C/G, kw]) int8 or
+// uint8, prepacked once by QConv::create; zx one run-time scalar in x's range; zw[m]
+// static, one value or one per output channel; G groups (C and M multiples of G);
+// Cg = C/G, Mg = M/G, g(m) = m / Mg. Geometry: strides (sh, sw), dilations (dh, dw),
+// pads (top, left, bottom, right) resolved from auto_pad exactly as
+// quanta/kernels/reference/conv_geometry.py (resolve_geometry below).
+//
+// For every n, m and output position (oy, ox), in int32 arithmetic that WRAPS modulo 2^32
+// (ONNX's int32 accumulator; every order of summation gives the same bits):
+//
+//   acc[n,m,oy,ox] = Σ_{c<Cg} Σ_{ky<kh} Σ_{kx<kw}
+//                      (xpad[n, g(m)·Cg + c, oy·sh + ky·dh, ox·sw + kx·dw] − zx)
+//                    · (w[m, c, ky, kx] − zw[m])                 + bias[m]          eq. (4)
+//
+// where xpad is x surrounded by (top, left, bottom, right) positions holding the REAL
+// value 0, i.e. the quantized value zx (so padded taps contribute exactly 0).
+//
+// Output, by out_type:
+//   kS32 (ConvInteger):  y = acc                         (no bias: ConvInteger has none)
+//   kU8 / kS8 (QLinearConv, eq. (6), ONNX Runtime semantics, bit-exact with
+//   quanta/kernels/reference/qlinear_conv.py):
+//       v = fl(float32(acc) · multiplier[m]);  v = min(max(v, qmin − zy), qmax − zy)
+//       y = round_half_even(v) + zy
+//   with multiplier[m] = fl(fl(sx · sw[m]) / sy) computed by the caller (the binding), as
+//   reference/requant.py::requant_multiplier.
+//
+// Every path computes acc in the folded form of eq. (5) with the u8 shift of eq. (8):
+// x' = x (uint8) or x ^ 0x80 = x + 128 (int8), zx' = zx (+ 128), so x' − zx' = x − zx and
+// the padding value is zx'. The +128 flip is applied while the activations are copied
+// anyway (the NCHW -> NHWC transpose, the depthwise padded rows).
+//
+// Paths (chosen once, at create time, from the weights' shape):
+//
+//   depthwise   G == C == M (one input and one output channel per group), any kernel
+//               size, stride, dilation and pads, 2-D or 1-D. Runs on NCHW directly (no
+//               transposes): per channel plane, rows padded with zx' into the workspace,
+//               then a dedicated kernel (depthwise.h) whose SIMD lanes are output pixels
+//               and whose 4 bytes per lane are 4 horizontal taps (vpdpbusd / vpmaddwd).
+//   gemm        everything else. NCHW -> NHWC transpose of x (with the +128 flip) into
+//               the workspace; per chunk of output pixels and per group: im2col rows
+//               [ky][kx][c] (or, for 1x1 / stride 1 / no pads / G = 1, the transposed
+//               rows themselves), qgemm against the group's PackedWeights with the fused
+//               requantization, then the chunk's NHWC result transposed into y (NCHW).
+//               Weights are packed with K rounded up to a multiple of 4, the extra rows
+//               holding zw[m] (w − zw = 0 there), so qgemm reads the im2col rows in place.
+//
+// Threads: num_threads >= 1. The depthwise path splits (n, c) planes, or row blocks of
+// them when there are few planes; the gemm path splits output-pixel chunks x groups (each
+// chunk runs a one-thread qgemm on its own scratch) or, with fewer chunks than threads,
+// lets qgemm split its N panels. Every output element is computed by the same arithmetic
+// whichever thread or chunk computes it (integer sums are exact modulo 2^32; the float
+// epilogue is the same sequence of float32 operations), so the bytes are identical for
+// any num_threads.
+//
+// Buffers: the caller owns x, y, bias and multipliers (read during the call only) and a
+// ConvWorkspace (scratch, one call at a time). run() never allocates: the caller sizes the
+// workspace with reserve_workspace() first (which grows it once; later calls of the same
+// or a smaller shape reuse it).
+//
+// Layering: entry = bindings_conv.cc (checks, multipliers) -> driver = conv.cc (geometry,
+// paths, threads) -> im2col.cc, layout*.cc (transposes), depthwise*.cc, qgemm.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dispatch.h"
+#include "qgemm/qgemm.h"
+
+namespace quanta {
+namespace conv {
+
+using qgemm::OutType;
+
+enum class AutoPad : int { kNotSet = 0, kValid = 1, kSameUpper = 2, kSameLower = 3 };
+
+// ONNX attributes of a 1-D or 2-D convolution. For spatial_rank 1 only index 0 of
+// kernel/strides/dilations and pads {begin, end} are used.
+struct Attributes {
+  int spatial_rank = 2;                // 1 or 2
+  int64_t kernel[2] = {1, 1};          // (kh, kw) or (kw)
+  int64_t strides[2] = {1, 1};
+  int64_t dilations[2] = {1, 1};
+  int64_t pads[4] = {0, 0, 0, 0};      // ONNX order: begins, then ends
+  AutoPad auto_pad = AutoPad::kNotSet;
+};
+
+// The geometry of one call (a 1-D convolution as H = kh = 1).
+struct Geometry {
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input
+  int64_t M = 0, OH = 0, OW = 0;       // output
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  int64_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+};
+
+struct ConvArgs {
+  const void* x = nullptr;     // [N, C, H, W]
+  bool x_signed = false;
+  int32_t zx = 0;              // in x's range
+  OutType out_type = OutType::kS32;  // kS32, kU8 or kS8
+  const float* multiplier = nullptr; // kU8/kS8: 1 or M values (finite)
+  bool multiplier_per_channel = false;
+  const int32_t* bias = nullptr;     // [M] or null
+  int32_t zy = 0;                    // kU8/kS8, in the output's range
+  void* y = nullptr;                 // [N, M, OH, OW] of out_type
+  int num_threads = 1;
+};
+
+// Scratch of one call: a main buffer, and one buffer + one qgemm::Workspace per thread.
+class ConvWorkspace {
+ public:
+  qgemm::AlignedBuffer main;
+  std::vector<qgemm::AlignedBuffer> thread_bufs;
+  std::vector<qgemm::Workspace> thread_gemm;
+};
+
+// Weights of one depthwise convolution, prepacked (depthwise.h describes the layout).
+struct DepthwiseWeights {
+  int64_t C = 0, kh = 0, kw = 0, groups4 = 0;   // groups4 = ceil(kw / 4) tap groups per row
+  bool shifted = false;         // w_eff = w − zw fits int8 for every tap: no Σx' term
+  std::vector<int32_t> taps4;   // [C][kh][groups4]: 4 int8 taps w_eff per int32, 0 past kw
+  std::vector<int8_t> taps;     // [C][kh][kw]: w_eff (the portable kernel)
+  std::vector<int32_t> zero_point;   // [C]: zw_eff (0 when shifted)
+  std::vector<int32_t> column_sums;  // [C]: cs[c] = Σ_taps (w − zw)
+  // The SIMD kernels' one-load gather (kernels.h): 16 vpermd dword indices, then the
+  // vpshufb bytes of a full and of the row's last tap group (64 each).
+  int32_t gather_perm[16] = {};
+  int8_t gather_full[64] = {}, gather_last[64] = {};
+};
+
+class QConv {
+ public:
+  // w: [M, Cg, kh, kw] (kh = 1 for 1-D), w_unsigned selects uint8; zero_point: M values
+  // or 1. Throws std::invalid_argument on inconsistent arguments.
+  static std::shared_ptr<QConv> create(const void* w, bool w_unsigned, int64_t M, int64_t Cg, int64_t group,
+                                       const int32_t* zero_point, bool zero_point_per_channel,
+                                       const Attributes& attrs, Isa isa);
+
+  // The geometry for an input [N, C, H, W] (H = 1 for 1-D); throws std::invalid_argument
+  // with the reference's wording when the input does not fit.
+  Geometry resolve(int64_t N, int64_t C, int64_t H, int64_t W) const;
+
+  // Grows `ws` (never shrinks) so that run(a, geo, ws) needs no allocation.
+  void reserve_workspace(const ConvArgs& a, const Geometry& geo, ConvWorkspace& ws) const;
+
+  // Precondition: reserve_workspace(a, geo, ws) was called with the same shapes and
+  // thread count (checked; throws std::invalid_argument otherwise).
+  void run(const ConvArgs& a, const Geometry& geo, ConvWorkspace& ws) const;
+
+  bool depthwise() const { return depthwise_; }
+  Isa isa() const { return isa_; }
+  int64_t M() const { return M_; }
+  int64_t Cg() const { return Cg_; }
+  int64_t group() const { return group_; }
+  const Attributes& attributes() const { return attrs_; }
+  bool weights_unsigned() const { return w_unsigned_; }
+  std::string kernel_name() const;
+  size_t packed_bytes() const;
+
+ private:
+  struct Plan;
+  Plan make_plan(const ConvArgs& a, const Geometry& geo) const;
+  void run_gemm(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+  void run_depthwise(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+
+  Isa isa_ = Isa::kPortable;
+  int64_t M_ = 0, Cg_ = 0, group_ = 1, kh_ = 1, kw_ = 1;
+  int64_t K_ = 0, Kp_ = 0;             // reduction length Cg·kh·kw and its multiple of 4
+  bool w_unsigned_ = false;
+  bool depthwise_ = false;
+  Attributes attrs_;
+  std::vector<std::shared_ptr<qgemm::PackedWeights>> packed_;  // one per group (gemm path)
+  DepthwiseWeights dw_;
+};
+
+}  // namespace conv
+}  // namespace quanta

@@ -1,0 +1,148 @@
+// Layout transposes, AVX2 (contract in kernels.h). Also used by the avx512vnni ISA: at
+// 8 bytes per shuffle they run near the memory bandwidth, so wider registers would not
+// make the gemm path faster.
+//
+// Bytes: 16 x 32 tiles. Row i of the tile (32 bytes, i.e. source columns j0 .. j0+31)
+// sits in one ymm; four rounds of in-lane unpacks (epi8, epi16, epi32, epi64) leave in
+// register e(h, h2, h3, h4) the 16 bytes of column j = 8h + 4h2 + 2h3 + h4 (low lane)
+// and of column 16 + j (high lane). 64 unpacks per 512 bytes.
+// int32: 8 x 8 tiles, unpack epi32 / epi64 then vperm2i128.
+// Tiles that cross an edge go through a zeroed stack tile (copy in, transpose, copy out).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "conv/kernels.h"
+
+namespace quanta {
+namespace conv {
+namespace {
+
+// dst row j (16 bytes at dst + j·dst_stride) = column j of the 16 x 32 tile whose row i
+// starts at rows[i].
+inline void tile_u8_16x32(const uint8_t* const* rows, uint8_t* dst, int64_t dst_stride, __m256i flip) {
+  __m256i a[16], b[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) {
+    a[i] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i])), flip);
+  }
+  // round 1: b[2k + h] holds (row 2k, row 2k+1) byte pairs of columns 8h .. 8h+7
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    b[2 * k] = _mm256_unpacklo_epi8(a[2 * k], a[2 * k + 1]);
+    b[2 * k + 1] = _mm256_unpackhi_epi8(a[2 * k], a[2 * k + 1]);
+  }
+  // round 2: a[(m·2 + h)·2 + h2] holds rows 4m .. 4m+3 of columns 8h + 4h2 .. +3
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      a[(m * 2 + h) * 2] = _mm256_unpacklo_epi16(b[2 * (2 * m) + h], b[2 * (2 * m + 1) + h]);
+      a[(m * 2 + h) * 2 + 1] = _mm256_unpackhi_epi16(b[2 * (2 * m) + h], b[2 * (2 * m + 1) + h]);
+    }
+  }
+  // round 3: b[((q·2 + h)·2 + h2)·2 + h3] holds rows 8q .. 8q+7 of columns 8h + 4h2 + 2h3 .. +1
+#pragma GCC unroll 2
+  for (int q = 0; q < 2; ++q) {
+#pragma GCC unroll 4
+    for (int hh = 0; hh < 4; ++hh) {  // hh = h·2 + h2
+      const __m256i lo = a[((2 * q) * 2) * 2 + hh];
+      const __m256i hi = a[((2 * q + 1) * 2) * 2 + hh];
+      b[(q * 4 + hh) * 2] = _mm256_unpacklo_epi32(lo, hi);
+      b[(q * 4 + hh) * 2 + 1] = _mm256_unpackhi_epi32(lo, hi);
+    }
+  }
+  // round 4: column j = 8h + 4h2 + 2h3 + h4, rows 0 .. 15
+#pragma GCC unroll 8
+  for (int hhh = 0; hhh < 8; ++hhh) {  // hhh = (h·2 + h2)·2 + h3
+    const __m256i e0 = _mm256_unpacklo_epi64(b[hhh], b[8 + hhh]);
+    const __m256i e1 = _mm256_unpackhi_epi64(b[hhh], b[8 + hhh]);
+    const int j = 2 * hhh;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j * dst_stride), _mm256_castsi256_si128(e0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (16 + j) * dst_stride), _mm256_extracti128_si256(e0, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (j + 1) * dst_stride), _mm256_castsi256_si128(e1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (17 + j) * dst_stride), _mm256_extracti128_si256(e1, 1));
+  }
+}
+
+inline void tile_s32_8x8(const int32_t* src, int64_t src_stride, int32_t* dst, int64_t dst_stride) {
+  __m256i r[8], t[8], u[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * src_stride));
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm256_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm256_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+  }
+  // u[4s + c] = column c (c < 4) of rows 4s .. 4s+3 in the low lane, column c + 4 in the high
+#pragma GCC unroll 2
+  for (int s = 0; s < 2; ++s) {
+    u[4 * s + 0] = _mm256_unpacklo_epi64(t[4 * s + 0], t[4 * s + 2]);
+    u[4 * s + 1] = _mm256_unpackhi_epi64(t[4 * s + 0], t[4 * s + 2]);
+    u[4 * s + 2] = _mm256_unpacklo_epi64(t[4 * s + 1], t[4 * s + 3]);
+    u[4 * s + 3] = _mm256_unpackhi_epi64(t[4 * s + 1], t[4 * s + 3]);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c * dst_stride), _mm256_permute2x128_si256(u[c], u[4 + c], 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (c + 4) * dst_stride),
+                        _mm256_permute2x128_si256(u[c], u[4 + c], 0x31));
+  }
+}
+
+}  // namespace
+
+void transpose_u8_avx2(const uint8_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint8_t* dst,
+                       int64_t dst_stride, uint8_t flip) {
+  if (rows < 8) {  // a few channels: mostly edge tiles, the scalar loop is as fast
+    transpose_u8_portable(src, src_stride, rows, cols, dst, dst_stride, flip);
+    return;
+  }
+  const __m256i vflip = _mm256_set1_epi8(static_cast<char>(flip));
+  alignas(32) uint8_t tin[16][32];
+  alignas(32) uint8_t tout[32][16];
+  const uint8_t* ptrs[16];
+  for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+    const int64_t ni = rows - i0 < 16 ? rows - i0 : 16;
+    for (int64_t j0 = 0; j0 < cols; j0 += 32) {
+      const int64_t nj = cols - j0 < 32 ? cols - j0 : 32;
+      if (ni == 16 && nj == 32) {
+        for (int i = 0; i < 16; ++i) ptrs[i] = src + (i0 + i) * src_stride + j0;
+        tile_u8_16x32(ptrs, dst + j0 * dst_stride + i0, dst_stride, vflip);
+        continue;
+      }
+      std::memset(tin, 0, sizeof(tin));
+      for (int64_t i = 0; i < ni; ++i) std::memcpy(tin[i], src + (i0 + i) * src_stride + j0, static_cast<size_t>(nj));
+      for (int i = 0; i < 16; ++i) ptrs[i] = tin[i];
+      tile_u8_16x32(ptrs, &tout[0][0], 16, vflip);
+      for (int64_t j = 0; j < nj; ++j) std::memcpy(dst + (j0 + j) * dst_stride + i0, tout[j], static_cast<size_t>(ni));
+    }
+  }
+}
+
+void transpose_s32_avx2(const int32_t* src, int64_t src_stride, int64_t rows, int64_t cols, int32_t* dst,
+                        int64_t dst_stride) {
+  alignas(32) int32_t tin[8][8];
+  alignas(32) int32_t tout[8][8];
+  for (int64_t i0 = 0; i0 < rows; i0 += 8) {
+    const int64_t ni = rows - i0 < 8 ? rows - i0 : 8;
+    for (int64_t j0 = 0; j0 < cols; j0 += 8) {
+      const int64_t nj = cols - j0 < 8 ? cols - j0 : 8;
+      if (ni == 8 && nj == 8) {
+        tile_s32_8x8(src + i0 * src_stride + j0, src_stride, dst + j0 * dst_stride + i0, dst_stride);
+        continue;
+      }
+      std::memset(tin, 0, sizeof(tin));
+      for (int64_t i = 0; i < ni; ++i) {
+        std::memcpy(tin[i], src + (i0 + i) * src_stride + j0, static_cast<size_t>(nj) * sizeof(int32_t));
+      }
+      tile_s32_8x8(&tin[0][0], 8, &tout[0][0], 8);
+      for (int64_t j = 0; j < nj; ++j) {
+        std::memcpy(dst + (j0 + j) * dst_stride + i0, tout[j], static_cast<size_t>(ni) * sizeof(int32_t));
+      }
+    }
+  }
+}
+
+}  // namespace conv
+}  // namespace quanta

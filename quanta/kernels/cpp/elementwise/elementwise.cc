@@ -1,0 +1,305 @@
+// Drivers of the elementwise kernels (contract: elementwise.h): broadcast iteration,
+// thread chunks, ISA selection. The per-ISA inner runs live in elementwise_<isa>.cc.
+#include "elementwise/elementwise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "elementwise/elementwise_scalar.h"
+#include "qgemm/thread_pool.h"
+#include "quantize/quantize.h"
+
+namespace quanta {
+namespace elementwise {
+
+const Kernels& kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni: return kKernelsAvx512Vnni;
+    case Isa::kAvx2: return kKernelsAvx2;
+    default: return kKernelsPortable;
+  }
+}
+
+namespace {
+
+// Elements per thread chunk: large enough that a chunk costs far more than claiming it.
+constexpr int64_t kGrain = int64_t{1} << 15;
+
+int64_t n_chunks_for(int64_t n, int64_t grain) { return n <= 0 ? 0 : (n + grain - 1) / grain; }
+
+// Runs f(begin, end) over [0, n) in chunks of `grain` on up to num_threads threads.
+template <typename F>
+void for_ranges(int num_threads, int64_t n, int64_t grain, F&& f) {
+  const int64_t chunks = n_chunks_for(n, grain);
+  if (chunks == 0) return;
+  if (num_threads <= 1 || chunks == 1) {
+    f(int64_t{0}, n);
+    return;
+  }
+  auto body = [&](int64_t c, int) { f(c * grain, std::min(n, (c + 1) * grain)); };
+  qgemm::parallel_for(num_threads, chunks, body);
+}
+
+}  // namespace
+
+// ---- DequantizeLinear ---------------------------------------------------------------------
+
+template <typename T>
+void dequantize_linear(const T* x, float* y, const float* scale, const int32_t* zero_point, int64_t outer,
+                       int64_t channels, int64_t inner, int num_threads, Isa isa) {
+  const Kernels& k = kernels_for(isa);
+  DequantizeRunFn<T> run;
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    run = k.dequantize_u8;
+  } else {
+    run = k.dequantize_s8;
+  }
+  // Flat positions [begin, end) of the [outer, channels, inner] view, split at channel runs.
+  const int64_t total = outer * channels * inner;
+  if (inner == 0) return;
+  for_ranges(num_threads, total, kGrain, [&](int64_t begin, int64_t end) {
+    int64_t pos = begin;
+    while (pos < end) {
+      const int64_t run_index = pos / inner;  // o * channels + c
+      const int64_t c = run_index % channels;
+      const int64_t len = std::min(end, (run_index + 1) * inner) - pos;
+      run(x + pos, y + pos, len, scale[c], zero_point[c]);
+      pos += len;
+    }
+  });
+}
+
+template void dequantize_linear<uint8_t>(const uint8_t*, float*, const float*, const int32_t*, int64_t, int64_t,
+                                         int64_t, int, Isa);
+template void dequantize_linear<int8_t>(const int8_t*, float*, const float*, const int32_t*, int64_t, int64_t,
+                                        int64_t, int, Isa);
+
+// ---- DynamicQuantizeLinear ------------------------------------------------------------------
+
+void dynamic_quantize_linear(const float* x, uint8_t* y, int64_t n, float* scale_out, uint8_t* zero_point_out,
+                             int num_threads, Isa isa) {
+  // Range: min/max per chunk (exact in any order: min and max only select), then combined.
+  constexpr int kMaxChunks = 256;
+  const int64_t grain = std::max(kGrain, n_chunks_for(n, kMaxChunks));
+  const int64_t chunks = n_chunks_for(n, grain);
+  float lo_c[kMaxChunks], hi_c[kMaxChunks];
+  bool nan_c[kMaxChunks];
+  const MinMaxFn minmax = kernels_for(isa).minmax_f32;
+  auto chunk = [&](int64_t c, int) {
+    const int64_t begin = c * grain;
+    minmax(x + begin, std::min(n, begin + grain) - begin, &lo_c[c], &hi_c[c], &nan_c[c]);
+  };
+  if (num_threads <= 1) {
+    for (int64_t c = 0; c < chunks; ++c) chunk(c, 0);
+  } else {
+    qgemm::parallel_for(num_threads, chunks, chunk);
+  }
+  // eq. (10) in float32, step for step as quantize.py::dynamic_quantize_linear (NumPy's
+  // max/min of an array with a NaN is NaN, and Python's max(0, NaN) / min(0, NaN) is 0).
+  float hi = 0.0f, lo = 0.0f;
+  bool nan = false;
+  for (int64_t c = 0; c < chunks; ++c) nan |= nan_c[c];
+  if (chunks > 0 && !nan) {
+    float mn = lo_c[0], mx = hi_c[0];
+    for (int64_t c = 1; c < chunks; ++c) {
+      mn = lo_c[c] < mn ? lo_c[c] : mn;
+      mx = hi_c[c] > mx ? hi_c[c] : mx;
+    }
+    hi = mx > 0.0f ? mx : 0.0f;  // max(float32(0), max(x))
+    lo = mn < 0.0f ? mn : 0.0f;  // min(float32(0), min(x))
+  }
+  const float width = hi == lo ? 1.0f : hi - lo;
+  const float scale = width / 255.0f;
+  const float initial = 0.0f - lo / scale;
+  float clamped = initial > 0.0f ? initial : 0.0f;  // Python max(qmin, initial): NaN -> qmin
+  clamped = clamped < 255.0f ? clamped : 255.0f;     // Python min(qmax, .)
+  const float zp = std::nearbyint(clamped);
+  *scale_out = scale;
+  *zero_point_out = static_cast<uint8_t>(static_cast<int32_t>(zp));
+  const int32_t zp_i = static_cast<int32_t>(zp);
+  void (*quantize)(const float*, uint8_t*, int64_t, float, int32_t) = quantize_run_u8_portable;
+  if (isa == Isa::kAvx512Vnni) quantize = quantize_run_u8_avx512vnni;
+  if (isa == Isa::kAvx2) quantize = quantize_run_u8_avx2;
+  for_ranges(num_threads, n, kGrain, [&](int64_t begin, int64_t end) {
+    quantize(x + begin, y + begin, end - begin, scale, zp_i);
+  });
+}
+
+// ---- QLinearAdd / QLinearMul: broadcast iteration ------------------------------------------
+
+namespace {
+
+constexpr int kMaxRank = 16;
+
+// The broadcast as an odometer over `rank` outer dimensions around an inner run.
+struct Plan {
+  int rank = 0;  // outer dimensions
+  int64_t n[kMaxRank];
+  int64_t as[kMaxRank], bs[kMaxRank];  // element strides (0: broadcast)
+  int64_t inner = 1;
+  int64_t a_step = 0, b_step = 0;  // 1 or 0 within the inner run
+  int64_t outer = 1;
+};
+
+Plan make_plan(const BroadcastShape& s) {
+  int64_t n[kMaxRank], as[kMaxRank], bs[kMaxRank];
+  int kept = 0;
+  int64_t a_acc = 1, b_acc = 1;  // contiguous strides, innermost first
+  int64_t a_str[kMaxRank], b_str[kMaxRank];
+  for (int d = s.rank - 1; d >= 0; --d) {
+    a_str[d] = s.a_shape[d] == 1 ? 0 : a_acc;
+    b_str[d] = s.b_shape[d] == 1 ? 0 : b_acc;
+    a_acc *= s.a_shape[d];
+    b_acc *= s.b_shape[d];
+  }
+  for (int d = 0; d < s.rank; ++d) {
+    if (s.out_shape[d] == 1) continue;
+    // Merge into the previous kept dimension when both inputs continue it contiguously
+    // (or both keep repeating): the pair then walks memory as one dimension.
+    if (kept > 0 && as[kept - 1] == a_str[d] * s.out_shape[d] && bs[kept - 1] == b_str[d] * s.out_shape[d]) {
+      n[kept - 1] *= s.out_shape[d];
+      as[kept - 1] = a_str[d];
+      bs[kept - 1] = b_str[d];
+      continue;
+    }
+    n[kept] = s.out_shape[d];
+    as[kept] = a_str[d];
+    bs[kept] = b_str[d];
+    ++kept;
+  }
+  Plan p;
+  if (kept == 0) return p;  // one element
+  p.inner = n[kept - 1];
+  p.a_step = as[kept - 1];
+  p.b_step = bs[kept - 1];
+  p.rank = kept - 1;
+  for (int d = 0; d < p.rank; ++d) {
+    p.n[d] = n[d];
+    p.as[d] = as[d];
+    p.bs[d] = bs[d];
+    p.outer *= n[d];
+  }
+  return p;
+}
+
+// run(a, a_step, b, b_step, c, len) over the flat output positions [begin, end).
+template <typename T, typename Run>
+void broadcast_range(const T* a, const T* b, T* c, const Plan& p, int64_t begin, int64_t end, Run&& run) {
+  int64_t o = begin / p.inner;
+  int64_t i0 = begin - o * p.inner;
+  int64_t idx[kMaxRank];
+  int64_t a_off = 0, b_off = 0;
+  for (int d = p.rank - 1; d >= 0; --d) {
+    idx[d] = o % p.n[d];
+    o /= p.n[d];
+    a_off += idx[d] * p.as[d];
+    b_off += idx[d] * p.bs[d];
+  }
+  int64_t pos = begin;
+  while (pos < end) {
+    const int64_t len = std::min(end - pos, p.inner - i0);
+    run(a + a_off + i0 * p.a_step, p.a_step, b + b_off + i0 * p.b_step, p.b_step, c + pos, len);
+    pos += len;
+    i0 = 0;
+    // odometer step over the outer dimensions
+    for (int d = p.rank - 1; d >= 0; --d) {
+      ++idx[d];
+      a_off += p.as[d];
+      b_off += p.bs[d];
+      if (idx[d] < p.n[d]) break;
+      a_off -= idx[d] * p.as[d];
+      b_off -= idx[d] * p.bs[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+template <typename T, typename Run>
+void broadcast(const T* a, const T* b, T* c, const BroadcastShape& s, int num_threads, Run&& run) {
+  for (int d = 0; d < s.rank; ++d) {
+    if (s.out_shape[d] == 0) return;
+  }
+  const Plan p = make_plan(s);
+  const int64_t total = p.outer * p.inner;
+  for_ranges(num_threads, total, kGrain,
+             [&](int64_t begin, int64_t end) { broadcast_range(a, b, c, p, begin, end, run); });
+}
+
+}  // namespace
+
+template <typename T>
+void qlinear_add(const T* a, const T* b, T* c, const BroadcastShape& s, const AddParams& p, int num_threads,
+                 Isa isa) {
+  AddRunFn<T> fn;
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    fn = kernels_for(isa).add_u8;
+  } else {
+    fn = kernels_for(isa).add_s8;
+  }
+  broadcast(a, b, c, s, num_threads,
+            [&](const T* ra, int64_t sa, const T* rb, int64_t sb, T* rc, int64_t n) { fn(ra, sa, rb, sb, rc, n, p); });
+}
+
+template <typename T>
+void qlinear_mul(const T* a, const T* b, T* c, const BroadcastShape& s, const MulParams& p, int num_threads,
+                 Isa isa) {
+  MulRunFn<T> fn;
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    fn = kernels_for(isa).mul_u8;
+  } else {
+    fn = kernels_for(isa).mul_s8;
+  }
+  broadcast(a, b, c, s, num_threads,
+            [&](const T* ra, int64_t sa, const T* rb, int64_t sb, T* rc, int64_t n) { fn(ra, sa, rb, sb, rc, n, p); });
+}
+
+template void qlinear_add<uint8_t>(const uint8_t*, const uint8_t*, uint8_t*, const BroadcastShape&, const AddParams&,
+                                   int, Isa);
+template void qlinear_add<int8_t>(const int8_t*, const int8_t*, int8_t*, const BroadcastShape&, const AddParams&, int,
+                                  Isa);
+template void qlinear_mul<uint8_t>(const uint8_t*, const uint8_t*, uint8_t*, const BroadcastShape&, const MulParams&,
+                                   int, Isa);
+template void qlinear_mul<int8_t>(const int8_t*, const int8_t*, int8_t*, const BroadcastShape&, const MulParams&, int,
+                                  Isa);
+
+// ---- lookup tables ------------------------------------------------------------------------
+
+void lut_u8(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table, int num_threads) {
+  for_ranges(num_threads, n, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = table[x[i]];
+  });
+}
+
+// ---- QLinearSoftmax -----------------------------------------------------------------------
+
+template <typename T>
+void qlinear_softmax_rows(const T* x, T* y, int64_t rows, int64_t d, const float* table, float ys, int32_t zy,
+                          int num_threads) {
+  if (d <= 0) return;
+  const float zyf = static_cast<float>(zy);
+  const int64_t grain = std::max<int64_t>(1, kGrain / d);
+  for_ranges(num_threads, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* xr = x + r * d;
+      T* yr = y + r * d;
+      int32_t mx = xr[0];
+      for (int64_t j = 1; j < d; ++j) mx = std::max<int32_t>(mx, xr[j]);
+      const int32_t base = 255 - mx;  // T[255 − (max − x)] = table[base + x]
+      float sum = 0.0f;
+      for (int64_t j = 0; j < d; ++j) sum += table[base + xr[j]];  // (3): in index order
+      const float m = (1.0f / sum) * ys;                            // (4)
+      for (int64_t j = 0; j < d; ++j) yr[j] = round_sat<T>(table[base + xr[j]] * m + zyf);  // (5)
+    }
+  });
+}
+
+template void qlinear_softmax_rows<uint8_t>(const uint8_t*, uint8_t*, int64_t, int64_t, const float*, float, int32_t,
+                                            int);
+template void qlinear_softmax_rows<int8_t>(const int8_t*, int8_t*, int64_t, int64_t, const float*, float, int32_t,
+                                           int);
+
+}  // namespace elementwise
+}  // namespace quanta

@@ -1,0 +1,147 @@
+// AVX2 elementwise runs, 8 lanes per step; the tail (< 8 elements) runs the scalar
+// functions of elementwise_scalar.h. Each lane performs the same float32 operations in the
+// same order as the scalar form: widen, subtract the zero point, convert (exact), multiply,
+// add / divide (vdivps), add zc, round half to even (vroundps), NaN -> qmin, clamp, narrow
+// with vpackssdw + vpack[u]swb (no saturation happens: the value is already in range).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "elementwise/elementwise.h"
+#include "elementwise/elementwise_scalar.h"
+
+namespace quanta {
+namespace elementwise {
+namespace {
+
+template <typename T>
+inline __m256i load8_epi32(const T* p) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    return _mm256_cvtepu8_epi32(bytes);
+  } else {
+    return _mm256_cvtepi8_epi32(bytes);
+  }
+}
+
+template <typename T>
+inline void round_sat_store8(__m256 v, T* p) {
+  const __m256 lo = _mm256_set1_ps(static_cast<float>(std::numeric_limits<T>::min()));
+  const __m256 hi = _mm256_set1_ps(static_cast<float>(std::numeric_limits<T>::max()));
+  v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  v = _mm256_blendv_ps(lo, v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN -> qmin
+  v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+  const __m256i q = _mm256_cvtps_epi32(v);
+  const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+  const __m128i b8 = std::is_same_v<T, uint8_t> ? _mm_packus_epi16(w16, w16) : _mm_packs_epi16(w16, w16);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(p), b8);
+}
+
+template <typename T>
+inline __m256 dequantize8(const T* p, __m256i zp, __m256 scale) {
+  return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(load8_epi32(p), zp)));
+}
+
+// AS / BS: 1 when the operand steps through memory, 0 when it is one repeated element.
+template <typename T, int AS, int BS>
+void add_run_t(const T* a, const T* b, T* c, int64_t n, const AddParams& p) {
+  const __m256 vsa = _mm256_set1_ps(p.sa), vsb = _mm256_set1_ps(p.sb), vsc = _mm256_set1_ps(p.sc);
+  const __m256 vzc = _mm256_set1_ps(static_cast<float>(p.zc));
+  const __m256i vza = _mm256_set1_epi32(p.za), vzb = _mm256_set1_epi32(p.zb);
+  const __m256 fa = _mm256_set1_ps(dequantize_one(a[0], p.sa, p.za));
+  const __m256 fb = _mm256_set1_ps(dequantize_one(b[0], p.sb, p.zb));
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 va = AS ? dequantize8(a + i, vza, vsa) : fa;
+    const __m256 vb = BS ? dequantize8(b + i, vzb, vsb) : fb;
+    const __m256 v = _mm256_div_ps(_mm256_add_ps(va, vb), vsc);
+    round_sat_store8(_mm256_add_ps(v, vzc), c + i);
+  }
+  for (; i < n; ++i) c[i] = add_one(a[i * AS], b[i * BS], p);
+}
+
+template <typename T>
+void add_run(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const AddParams& p) {
+  if (n <= 0) return;
+  if (a_step && b_step) return add_run_t<T, 1, 1>(a, b, c, n, p);
+  if (a_step) return add_run_t<T, 1, 0>(a, b, c, n, p);
+  if (b_step) return add_run_t<T, 0, 1>(a, b, c, n, p);
+  return add_run_t<T, 0, 0>(a, b, c, n, p);
+}
+
+template <typename T, int AS, int BS>
+void mul_run_t(const T* a, const T* b, T* c, int64_t n, const MulParams& p) {
+  const __m256 vr = _mm256_set1_ps(p.ratio), vzc = _mm256_set1_ps(static_cast<float>(p.zc));
+  const __m256i vza = _mm256_set1_epi32(p.za), vzb = _mm256_set1_epi32(p.zb);
+  const __m256i ia = _mm256_set1_epi32(static_cast<int32_t>(a[0]) - p.za);
+  const __m256i ib = _mm256_set1_epi32(static_cast<int32_t>(b[0]) - p.zb);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i da = AS ? _mm256_sub_epi32(load8_epi32(a + i), vza) : ia;
+    const __m256i db = BS ? _mm256_sub_epi32(load8_epi32(b + i), vzb) : ib;
+    const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_mullo_epi32(da, db)), vr);
+    round_sat_store8(_mm256_add_ps(v, vzc), c + i);
+  }
+  for (; i < n; ++i) c[i] = mul_one(a[i * AS], b[i * BS], p);
+}
+
+template <typename T>
+void mul_run(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const MulParams& p) {
+  if (n <= 0) return;
+  if (a_step && b_step) return mul_run_t<T, 1, 1>(a, b, c, n, p);
+  if (a_step) return mul_run_t<T, 1, 0>(a, b, c, n, p);
+  if (b_step) return mul_run_t<T, 0, 1>(a, b, c, n, p);
+  return mul_run_t<T, 0, 0>(a, b, c, n, p);
+}
+
+template <typename T>
+void dequantize_run(const T* x, float* y, int64_t n, float scale, int32_t zp) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  const __m256i vzp = _mm256_set1_epi32(zp);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, dequantize8(x + i, vzp, vs));
+  for (; i < n; ++i) y[i] = dequantize_one(x[i], scale, zp);
+}
+
+void minmax(const float* x, int64_t n, float* lo, float* hi, bool* has_nan) {
+  __m256 mn = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 nan = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    mn = _mm256_min_ps(mn, v);
+    mx = _mm256_max_ps(mx, v);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  alignas(32) float a_mn[8], a_mx[8];
+  _mm256_store_ps(a_mn, mn);
+  _mm256_store_ps(a_mx, mx);
+  bool any_nan = _mm256_movemask_ps(nan) != 0;
+  float m0 = a_mn[0], m1 = a_mx[0];
+  for (int j = 1; j < 8; ++j) {
+    m0 = a_mn[j] < m0 ? a_mn[j] : m0;
+    m1 = a_mx[j] > m1 ? a_mx[j] : m1;
+  }
+  for (; i < n; ++i) {
+    const float v = x[i];
+    any_nan |= v != v;
+    m0 = v < m0 ? v : m0;
+    m1 = v > m1 ? v : m1;
+  }
+  *lo = m0;
+  *hi = m1;
+  *has_nan = any_nan;
+}
+
+}  // namespace
+
+const Kernels kKernelsAvx2 = {
+    add_run<uint8_t>,        add_run<int8_t>,        mul_run<uint8_t>, mul_run<int8_t>,
+    dequantize_run<uint8_t>, dequantize_run<int8_t>, minmax,
+};
+
+}  // namespace elementwise
+}  // namespace quanta

@@ -1,0 +1,138 @@
+// AVX-512 elementwise runs, 16 lanes per step with a masked tail (no scalar epilogue).
+// Each lane performs the float32 operations of elementwise_scalar.h in the same order:
+// widen to int32, subtract the zero point, convert (exact: |x − z| <= 255), multiply,
+// add / divide (vdivps, a true division), add zc, round half to even (vrndscaleps), NaN ->
+// qmin, clamp, and narrow with vpmov[u]sdb (cannot saturate: the value is in range).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "elementwise/elementwise.h"
+#include "elementwise/elementwise_scalar.h"
+
+namespace quanta {
+namespace elementwise {
+namespace {
+
+inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+}
+
+template <typename T>
+inline __m512i load_epi32(const T* p, __mmask16 k) {
+  const __m128i bytes = _mm_maskz_loadu_epi8(k, p);
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    return _mm512_cvtepu8_epi32(bytes);
+  } else {
+    return _mm512_cvtepi8_epi32(bytes);
+  }
+}
+
+// v already includes the zero point: rne, NaN -> qmin, clamp, narrow, store k lanes.
+template <typename T>
+inline void round_sat_store(__m512 v, T* p, __mmask16 k) {
+  const __m512 lo = _mm512_set1_ps(static_cast<float>(std::numeric_limits<T>::min()));
+  const __m512 hi = _mm512_set1_ps(static_cast<float>(std::numeric_limits<T>::max()));
+  v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  v = _mm512_mask_mov_ps(lo, _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+  v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+  const __m512i q = _mm512_cvtps_epi32(v);
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    _mm512_mask_cvtusepi32_storeu_epi8(p, k, q);
+  } else {
+    _mm512_mask_cvtsepi32_storeu_epi8(p, k, q);
+  }
+}
+
+template <typename T>
+inline __m512 dequantize16(const T* p, __mmask16 k, __m512i zp, __m512 scale) {
+  return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_sub_epi32(load_epi32(p, k), zp)));
+}
+
+// AS / BS: 1 when the operand steps through memory, 0 when it is one repeated element.
+template <typename T, int AS, int BS>
+void add_run_t(const T* a, const T* b, T* c, int64_t n, const AddParams& p) {
+  const __m512 vsa = _mm512_set1_ps(p.sa), vsb = _mm512_set1_ps(p.sb), vsc = _mm512_set1_ps(p.sc);
+  const __m512 vzc = _mm512_set1_ps(static_cast<float>(p.zc));
+  const __m512i vza = _mm512_set1_epi32(p.za), vzb = _mm512_set1_epi32(p.zb);
+  const __m512 fa = _mm512_set1_ps(dequantize_one(a[0], p.sa, p.za));
+  const __m512 fb = _mm512_set1_ps(dequantize_one(b[0], p.sb, p.zb));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512 va = AS ? dequantize16(a + i, k, vza, vsa) : fa;
+    const __m512 vb = BS ? dequantize16(b + i, k, vzb, vsb) : fb;
+    const __m512 v = _mm512_div_ps(_mm512_add_ps(va, vb), vsc);
+    round_sat_store(_mm512_add_ps(v, vzc), c + i, k);
+  }
+}
+
+template <typename T>
+void add_run(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const AddParams& p) {
+  if (n <= 0) return;
+  if (a_step && b_step) return add_run_t<T, 1, 1>(a, b, c, n, p);
+  if (a_step) return add_run_t<T, 1, 0>(a, b, c, n, p);
+  if (b_step) return add_run_t<T, 0, 1>(a, b, c, n, p);
+  return add_run_t<T, 0, 0>(a, b, c, n, p);
+}
+
+template <typename T, int AS, int BS>
+void mul_run_t(const T* a, const T* b, T* c, int64_t n, const MulParams& p) {
+  const __m512 vr = _mm512_set1_ps(p.ratio), vzc = _mm512_set1_ps(static_cast<float>(p.zc));
+  const __m512i vza = _mm512_set1_epi32(p.za), vzb = _mm512_set1_epi32(p.zb);
+  const __m512i ia = _mm512_set1_epi32(static_cast<int32_t>(a[0]) - p.za);
+  const __m512i ib = _mm512_set1_epi32(static_cast<int32_t>(b[0]) - p.zb);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512i da = AS ? _mm512_sub_epi32(load_epi32(a + i, k), vza) : ia;
+    const __m512i db = BS ? _mm512_sub_epi32(load_epi32(b + i, k), vzb) : ib;
+    const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(da, db)), vr);
+    round_sat_store(_mm512_add_ps(v, vzc), c + i, k);
+  }
+}
+
+template <typename T>
+void mul_run(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const MulParams& p) {
+  if (n <= 0) return;
+  if (a_step && b_step) return mul_run_t<T, 1, 1>(a, b, c, n, p);
+  if (a_step) return mul_run_t<T, 1, 0>(a, b, c, n, p);
+  if (b_step) return mul_run_t<T, 0, 1>(a, b, c, n, p);
+  return mul_run_t<T, 0, 0>(a, b, c, n, p);
+}
+
+template <typename T>
+void dequantize_run(const T* x, float* y, int64_t n, float scale, int32_t zp) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  const __m512i vzp = _mm512_set1_epi32(zp);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, k, dequantize16(x + i, k, vzp, vs));
+  }
+}
+
+void minmax(const float* x, int64_t n, float* lo, float* hi, bool* has_nan) {
+  __m512 mn = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __mmask16 nan = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+    mn = _mm512_mask_min_ps(mn, k, mn, v);
+    mx = _mm512_mask_max_ps(mx, k, mx, v);
+    nan |= _mm512_mask_cmp_ps_mask(k, v, v, _CMP_UNORD_Q);
+  }
+  *lo = _mm512_reduce_min_ps(mn);
+  *hi = _mm512_reduce_max_ps(mx);
+  *has_nan = nan != 0;
+}
+
+}  // namespace
+
+const Kernels kKernelsAvx512Vnni = {
+    add_run<uint8_t>,        add_run<int8_t>,        mul_run<uint8_t>, mul_run<int8_t>,
+    dequantize_run<uint8_t>, dequantize_run<int8_t>, minmax,
+};
+
+}  // namespace elementwise
+}  // namespace quanta

@@ -1,0 +1,132 @@
+// Drivers of the pooling kernels (contract: pool.h): thread chunks over planes, ISA
+// selection, the requantization of the global average.
+#include "pool/pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "qgemm/thread_pool.h"
+
+namespace quanta {
+namespace pool {
+namespace {
+
+const Kernels& kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni: return kKernelsAvx512Vnni;
+    case Isa::kAvx2: return kKernelsAvx2;
+    default: return kKernelsPortable;
+  }
+}
+
+// Runs f(begin, end) over items [0, n), about `work_per_item` bytes each, in chunks.
+template <typename F>
+void for_items(int num_threads, int64_t n, int64_t work_per_item, F&& f) {
+  if (n <= 0) return;
+  constexpr int64_t kGrainBytes = int64_t{1} << 15;
+  const int64_t grain = std::max<int64_t>(1, kGrainBytes / std::max<int64_t>(1, work_per_item));
+  const int64_t chunks = (n + grain - 1) / grain;
+  if (num_threads <= 1 || chunks == 1) {
+    f(int64_t{0}, n);
+    return;
+  }
+  auto body = [&](int64_t c, int) { f(c * grain, std::min(n, (c + 1) * grain)); };
+  qgemm::parallel_for(num_threads, chunks, body);
+}
+
+// requant.py::requantize, eq. (6): clamp in float32 before rounding, NaN -> qmin − zy.
+template <typename T>
+inline T requantize_one(uint32_t acc_bits, float m, int32_t zy) {
+  const float lo = static_cast<float>(static_cast<int32_t>(std::numeric_limits<T>::min()) - zy);
+  const float hi = static_cast<float>(static_cast<int32_t>(std::numeric_limits<T>::max()) - zy);
+  float v = static_cast<float>(static_cast<int32_t>(acc_bits)) * m;
+  if (v != v) v = lo;
+  v = v < lo ? lo : v;
+  v = v > hi ? hi : v;
+  return static_cast<T>(static_cast<int32_t>(std::nearbyint(v)) + zy);
+}
+
+}  // namespace
+
+template <typename T>
+void qlinear_global_average_pool(const T* x, T* y, int64_t n, int64_t c, int64_t hw, bool channels_last, float m,
+                                 int32_t zx, int32_t zy, int num_threads, Isa isa) {
+  const Kernels& k = kernels_for(isa);
+  // acc = Σ x − zx·HW modulo 2^32: the twin's int64 value cast to int32.
+  const uint32_t zx_hw = static_cast<uint32_t>(zx) * static_cast<uint32_t>(hw);
+  if (!channels_last) {
+    uint32_t (*sum)(const T*, int64_t);
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      sum = k.sum_u8;
+    } else {
+      sum = k.sum_s8;
+    }
+    for_items(num_threads, n * c, hw, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) y[p] = requantize_one<T>(sum(x + p * hw, hw) - zx_hw, m, zy);
+    });
+    return;
+  }
+  void (*sum_channels)(const T*, int64_t, int64_t, int64_t, uint32_t*);
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    sum_channels = k.sum_channels_u8;
+  } else {
+    sum_channels = k.sum_channels_s8;
+  }
+  constexpr int64_t kChannelBlock = 512;  // int32 accumulators on the stack
+  const int64_t blocks = (c + kChannelBlock - 1) / kChannelBlock;
+  for_items(num_threads, n * blocks, hw * std::min(c, kChannelBlock), [&](int64_t begin, int64_t end) {
+    uint32_t acc[kChannelBlock];
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t img = item / blocks;
+      const int64_t c0 = (item % blocks) * kChannelBlock;
+      const int64_t cw = std::min(kChannelBlock, c - c0);
+      std::fill(acc, acc + cw, 0u);
+      sum_channels(x + img * hw * c + c0, hw, c, cw, acc);  // hw rows of cw channels, c apart
+      for (int64_t j = 0; j < cw; ++j) y[img * c + c0 + j] = requantize_one<T>(acc[j] - zx_hw, m, zy);
+    }
+  });
+}
+
+template <typename T>
+void max_pool_2d(const T* x, T* y, const Geometry2d& g, int num_threads, Isa isa) {
+  void (*plane)(const T*, T*, const Geometry2d&);
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    plane = kernels_for(isa).max_plane_u8;
+  } else {
+    plane = kernels_for(isa).max_plane_s8;
+  }
+  const int64_t in = g.h * g.w, out = g.out_h * g.out_w;
+  for_items(num_threads, g.planes, out * g.k_h * g.k_w, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) plane(x + p * in, y + p * out, g);
+  });
+}
+
+template <typename T>
+void qlinear_average_pool_2d(const T* x, T* y, const Geometry2d& g, const AverageParams& prm, int num_threads,
+                             Isa isa) {
+  void (*plane)(const T*, T*, const Geometry2d&, const AverageParams&);
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    plane = kernels_for(isa).average_plane_u8;
+  } else {
+    plane = kernels_for(isa).average_plane_s8;
+  }
+  const int64_t in = g.h * g.w, out = g.out_h * g.out_w;
+  for_items(num_threads, g.planes, 4 * out * g.k_h * g.k_w, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) plane(x + p * in, y + p * out, g, prm);
+  });
+}
+
+#define QUANTA_POOL_INSTANTIATE(T)                                                                             \
+  template void qlinear_global_average_pool<T>(const T*, T*, int64_t, int64_t, int64_t, bool, float, int32_t, \
+                                               int32_t, int, Isa);                                           \
+  template void max_pool_2d<T>(const T*, T*, const Geometry2d&, int, Isa);                                  \
+  template void qlinear_average_pool_2d<T>(const T*, T*, const Geometry2d&, const AverageParams&, int, Isa);
+QUANTA_POOL_INSTANTIATE(uint8_t)
+QUANTA_POOL_INSTANTIATE(int8_t)
+#undef QUANTA_POOL_INSTANTIATE
+
+}  // namespace pool
+}  // namespace quanta

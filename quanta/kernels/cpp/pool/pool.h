@@ -1,0 +1,90 @@
+// Integer pooling kernels: com.microsoft QLinearGlobalAveragePool, QLinearAveragePool
+// (2-D), and ONNX MaxPool on int8 / uint8 tensors (2-D, no Indices output).
+//
+// ---------------------------------------------------------------------------------------
+// Contract (T uint8_t or int8_t; NumPy twins in kernels/reference/ms_qlinear.py and
+// nn_pool.py; float operations are float32, one IEEE operation each, in the order written;
+// rne = round half to even; sat = clamp to T's range):
+// ---------------------------------------------------------------------------------------
+//
+//   global average   acc = int32(Σ_hw x − zx·HW)          (wraps modulo 2^32, as the twin's
+//                                                          int64 sum cast to int32)
+//                    y   = sat(rne(clamp(f32(float32(acc)·m), qmin − zy, qmax − zy)) + zy)
+//                    m   = f32(sx / f32(sy · f32(HW))), computed by the caller; a NaN
+//                    product gives qmin (requant.py::requantize, eq. (6))
+//   average (2-D)    total = Σ dq(x) over the window's positions inside the input, in
+//                    row-major window order, starting from 0 (the twin also adds the
+//                    padding's zeros: float32 no-ops, so the sums are the same)
+//                    count = kh·kw (count_include_pad) else rows_in · cols_in (int64
+//                    sizes min(start + k, D) − max(start, 0), as the twin)
+//                    y = sat(rne(f32(f32(f32(total / f32(count)) / sy) + zy))), NaN -> qmin
+//                    dq(x) = f32(sx · float32(x − zx))
+//   max (2-D)        y = max over the window's positions inside the input (dilated), qmin
+//                    when there is none (the twin pads with qmin)
+//
+// Geometry (output sizes, resolved pads; ceil_mode already applied) comes from the caller
+// — the binder computes it with the twin's own geometry functions. x is NCHW (planes =
+// N·C contiguous H×W images) except for the channels_last global average, x [N, HW, C].
+//
+// ISA variants: pool_<isa>.cc compile the same plane kernels (pool_kernels.h) with their
+// -m flags; the loops are written so that GCC vectorises them without reassociating any
+// float operation (each output lane keeps its own sequence; integer sums are exact).
+//
+// Threads: planes (or images, channels_last) are split into chunks; a plane's bytes do
+// not depend on which thread computes it. No allocation: scratch is on the stack.
+#pragma once
+
+#include <cstdint>
+
+#include "dispatch.h"
+
+namespace quanta {
+namespace pool {
+
+struct Geometry2d {
+  int64_t planes;         // N·C
+  int64_t h, w;           // input spatial size
+  int64_t out_h, out_w;
+  int64_t k_h, k_w;
+  int64_t s_h, s_w;       // strides
+  int64_t d_h, d_w;       // dilations (MaxPool; 1 for the average)
+  int64_t pad_t, pad_l;   // begin pads (end pads are implied by out_h / out_w)
+};
+
+struct AverageParams {
+  float sx, sy;
+  int32_t zx, zy;
+  bool count_include_pad;
+};
+
+// Plane kernels of one ISA (pool_<isa>.cc).
+struct Kernels {
+  uint32_t (*sum_u8)(const uint8_t* x, int64_t n);  // Σ x modulo 2^32
+  uint32_t (*sum_s8)(const int8_t* x, int64_t n);
+  // acc[c] += Σ_p x[p·stride + c] for p < rows, c < width (modulo 2^32)
+  void (*sum_channels_u8)(const uint8_t* x, int64_t rows, int64_t stride, int64_t width, uint32_t* acc);
+  void (*sum_channels_s8)(const int8_t* x, int64_t rows, int64_t stride, int64_t width, uint32_t* acc);
+  void (*max_plane_u8)(const uint8_t* x, uint8_t* y, const Geometry2d& g);
+  void (*max_plane_s8)(const int8_t* x, int8_t* y, const Geometry2d& g);
+  void (*average_plane_u8)(const uint8_t* x, uint8_t* y, const Geometry2d& g, const AverageParams& p);
+  void (*average_plane_s8)(const int8_t* x, int8_t* y, const Geometry2d& g, const AverageParams& p);
+};
+
+extern const Kernels kKernelsPortable;
+extern const Kernels kKernelsAvx2;
+extern const Kernels kKernelsAvx512Vnni;
+
+// x [N, C, HW] (or [N, HW, C] with channels_last) -> y [N, C] (or [N, C] in the same
+// order: one value per (n, c)).
+template <typename T>
+void qlinear_global_average_pool(const T* x, T* y, int64_t n, int64_t c, int64_t hw, bool channels_last, float m,
+                                 int32_t zx, int32_t zy, int num_threads, Isa isa);
+
+template <typename T>
+void max_pool_2d(const T* x, T* y, const Geometry2d& g, int num_threads, Isa isa);
+
+template <typename T>
+void qlinear_average_pool_2d(const T* x, T* y, const Geometry2d& g, const AverageParams& p, int num_threads, Isa isa);
+
+}  // namespace pool
+}  // namespace quanta

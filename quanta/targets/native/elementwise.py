@@ -1,0 +1,985 @@
+"""Native elementwise and pooling kernels (quanta/kernels/cpp/elementwise, .../pool).
+
+Each operator below runs one ``_native`` call whose arithmetic is its NumPy twin's, step
+for step (the C++ contracts are in ``elementwise.h`` and ``pool.h``; bit-exact, tested in
+tests/kernels/test_elementwise_native.py and tests/targets/test_native_elementwise.py):
+
+=========================  ==============================================  ==========================
+operator                   native call                                     twin
+=========================  ==============================================  ==========================
+DequantizeLinear (ai.onnx  ``dequantize_linear``: ``f32(f32(x − zp)·s)``,  quantize.dequantize_linear
+and com.microsoft)         per tensor or per axis, u8/i8 -> f32
+DynamicQuantizeLinear      ``dynamic_quantize_linear``: vector min/max,    quantize.dynamic_quantize_
+                           eq. (10), QuantizeLinear                        linear
+QLinearAdd / QLinearMul    ``qlinear_add`` / ``qlinear_mul``, numpy        ms_qlinear.qlinear_add /
+                           broadcasting                                    qlinear_mul
+QLinearGlobalAveragePool   ``qlinear_global_average_pool`` (NCHW or        ms_qlinear.qlinear_global_
+                           channels_last), integer sum + eq. (6)           average_pool
+QLinearAveragePool         ``qlinear_average_pool_2d`` (1-D and 2-D; ORT's ms_qlinear.qlinear_average_
+                           geometry; the global case as the twin)          pool
+MaxPool (uint8 / int8)     ``max_pool_2d`` (1-D and 2-D, dilations, no     nn_pool.max_pool
+                           Indices output; ONNX geometry)
+QLinearSigmoid,            ``lut8``: a 256-entry table, the twin           ms_qlinear.qlinear_sigmoid
+QLinearLeakyRelu           evaluated on every code                         / qlinear_leaky_relu
+QLinearSoftmax             ``qlinear_softmax_rows`` with the twin's         ms_qops.qlinear_softmax
+                           exponential table
+QLinearConcat              ``qlinear_concat``: copy, or the twin's          ms_qlinear.qlinear_concat
+                           requantization as a 256-entry table per input
+=========================  ==============================================  ==========================
+
+Tables (lookup activations, concat requantization, softmax exponentials) are built by
+calling the twin itself on all 256 codes, so the gather is bit-exact by construction. They
+are built at compile time when the node's scales and zero points are constants, and at
+run time (cached per parameter set) when they are not.
+
+What runs on the reference twin instead (same numbers, slower):
+
+- at compile time, a binder refuses what its kernel can never run (storage types, blocked
+  or float8 quantization, float16 scales, MaxPool's Indices output, pools of rank > 2)
+  and says why; the plan records it as a fallback;
+- at run time, a kernel hands the call to the twin when the inputs fall outside the fast
+  path (a per-axis parameter with the wrong shape, shapes that do not broadcast, a
+  geometry the kernel does not take), so that the twin computes it or raises the
+  operator's own error. :data:`RUNTIME_FALLBACKS` counts those hand-overs per operator.
+
+Threads: ``ctx.num_threads`` is handed to every kernel; results are identical for any
+count (each output element is computed by the same instructions whichever thread runs it).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node, Value
+from quanta.kernels.reference.conv_geometry import conv_attrs
+from quanta.kernels.reference.ms_qlinear import (
+    _ort_pool_geometry,
+    qlinear_concat,
+    qlinear_leaky_relu,
+    qlinear_sigmoid,
+)
+from quanta.kernels.reference.ms_qops import softmax_exp_table
+from quanta.kernels.reference.registry import MS_DOMAIN, get_op
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+
+__all__ = [
+    "RUNTIME_FALLBACKS",
+    "bind_dequantize_linear",
+    "bind_dynamic_quantize_linear",
+    "bind_max_pool",
+    "bind_ms_dequantize_linear",
+    "bind_qlinear_add",
+    "bind_qlinear_average_pool",
+    "bind_qlinear_concat",
+    "bind_qlinear_global_average_pool",
+    "bind_qlinear_leaky_relu",
+    "bind_qlinear_mul",
+    "bind_qlinear_sigmoid",
+    "bind_qlinear_softmax",
+]
+
+F32 = np.float32
+_U8, _I8 = np.dtype(np.uint8), np.dtype(np.int8)
+_EIGHT_BIT = (_U8, _I8)
+_SHORT = {_U8: "u8", _I8: "s8"}
+_ONNX_FLOAT = 1  # TensorProto.FLOAT
+
+#: (domain, op_type) -> how many calls a native kernel handed to the reference twin at run
+#: time (inputs outside the fast path). Tests assert it stays 0 on supported inputs.
+RUNTIME_FALLBACKS: collections.Counter[tuple[str, str]] = collections.Counter()
+
+
+class _Unsupported(Exception):
+    """A run-time input outside the native fast path: the call goes to the reference twin."""
+
+
+def _native() -> Any:
+    from quanta.kernels import _native
+
+    return _native
+
+
+def _threads(ctx: Any) -> int:
+    return max(1, int(getattr(ctx, "num_threads", 1)))
+
+
+def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Wrap a fast kernel ``fast(ctx, *inputs, prepared=..., out=..., **attrs)``: when it
+    raises :class:`_Unsupported` (or the binding refuses the arguments with ValueError),
+    the reference twin runs the call (and writes into ``out`` when given)."""
+
+    def deco(fast: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fast)
+        def kernel(ctx: Any, *inputs: Any, prepared: Any = None, out: np.ndarray | None = None, **attrs: Any):
+            try:
+                return fast(ctx, *inputs, prepared=prepared, out=out, **attrs)
+            except (_Unsupported, ValueError):
+                pass
+            RUNTIME_FALLBACKS[(domain, op_type)] += 1
+            y = get_op(op_type, domain)(ctx, *inputs, **attrs)
+            if out is None:
+                return y
+            np.copyto(out, y)
+            return out
+
+        return kernel
+
+    return deco
+
+
+class _Tables:
+    """Tables (or other derived constants) per parameter set: filled at compile time for
+    constant parameters, at run time otherwise; bounded, so that varying run-time
+    parameters cannot grow it without limit."""
+
+    _LIMIT = 32
+
+    def __init__(self) -> None:
+        self._items: dict[Hashable, Any] = {}
+
+    def get(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        item = self._items.get(key)
+        if item is None:
+            if len(self._items) >= self._LIMIT:
+                self._items.clear()
+            item = self._items[key] = build()
+        return item
+
+
+# --------------------------------------------------------------------------------------
+# Run-time parameter helpers (mirror the twins' checks; anything else -> _Unsupported)
+# --------------------------------------------------------------------------------------
+
+
+def _f32_scalar(v: Any) -> np.float32:
+    """A per-tensor float32 scale as the twins read it (``np.asarray(v, float32)``, one element)."""
+    if v is None:
+        raise _Unsupported
+    a = np.asarray(v, F32)
+    if a.size != 1:
+        raise _Unsupported
+    return F32(a.reshape(()))
+
+
+def _zp_scalar(v: Any, dtype: np.dtype) -> int:
+    """A per-tensor zero point of ``dtype`` (None: 0), as the twins read it."""
+    if v is None:
+        return 0
+    a = np.asarray(v)
+    if a.size != 1 or a.dtype != dtype:
+        raise _Unsupported
+    return int(a.reshape(()))
+
+
+def _eight_bit(x: Any) -> np.ndarray:
+    if not isinstance(x, np.ndarray) or x.dtype not in _EIGHT_BIT:
+        raise _Unsupported
+    return np.ascontiguousarray(x)
+
+
+def _positive_finite(*scales: np.float32) -> None:
+    for s in scales:
+        if not (np.isfinite(s) and s > 0):
+            raise _Unsupported
+
+
+def _all_codes(dtype: np.dtype) -> np.ndarray:
+    """Every code of an 8-bit type, at the index of its bits (int8 -1 at entry 255)."""
+    return np.arange(256, dtype=np.uint8).view(dtype)
+
+
+def _key(*parts: Any) -> tuple:
+    """A hashable key of scales (by their float32 bits) and zero points."""
+    out = []
+    for p in parts:
+        if isinstance(p, np.floating):
+            out.append(("f", np.asarray(p, F32).tobytes()))
+        else:
+            out.append(p)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------
+# Compile-time helpers (binders)
+# --------------------------------------------------------------------------------------
+
+
+def _dtype(v: Value | None) -> np.dtype | None:
+    """The storage dtype of a value (quantized types: their storage), or None when unknown."""
+    if v is None:
+        return None
+    if v.const is not None:
+        return v.const.dtype
+    if v.type is None:
+        return None
+    try:
+        return np.dtype(v.type.elem.numpy)
+    except (AttributeError, TypeError, KeyError):
+        return None
+
+
+def _size(v: Value | None) -> int | None:
+    """Number of elements when the shape is known (constants always), else None."""
+    if v is None:
+        return None
+    if v.const is not None:
+        return int(v.const.size)
+    shape = v.shape
+    if shape is None or any(not isinstance(d, int) for d in shape):
+        return None
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _check_eight_bit(op: str, *named: tuple[str, Value | None]) -> str:
+    """"" when every named value is uint8/int8 of one type (unknown types pass: the kernel
+    checks at run time), else the reason."""
+    seen = None
+    for name, v in named:
+        dt = _dtype(v)
+        if dt is None:
+            continue
+        if dt not in _EIGHT_BIT:
+            return f"native {op} takes uint8/int8 {name}, got {dt}"
+        if seen is not None and dt != seen:
+            return f"native {op}: {name} is {dt}, expected {seen} as the other operands"
+        seen = dt
+    return ""
+
+
+def _check_per_tensor(op: str, *named: tuple[str, Value | None]) -> str:
+    for name, v in named:
+        n = _size(v)
+        if n is not None and n != 1:
+            return f"native {op} takes a per-tensor {name}, got {n} elements"
+    return ""
+
+
+def _check_f32(op: str, *named: tuple[str, Value | None]) -> str:
+    for name, v in named:
+        dt = _dtype(v)
+        if dt is not None and dt != np.float32:
+            return f"native {op} takes a float32 {name}, got {dt}"
+    return ""
+
+
+def _const(v: Value | None) -> np.ndarray | None:
+    return None if v is None else v.const
+
+
+def _kernel(fn: Callable[..., Any], name: str, prepared: Any = None) -> tuple[Kernel, str]:
+    return Kernel(fn, "native", f"native:{name}", params={"prepared": prepared}, out=True), ""
+
+
+def _name_suffix(*values: Value | None) -> str:
+    dt = next((d for d in (_dtype(v) for v in values) if d is not None), None)
+    return _SHORT.get(dt, "8bit")
+
+
+# --------------------------------------------------------------------------------------
+# DequantizeLinear (ai.onnx, com.microsoft), DynamicQuantizeLinear
+# --------------------------------------------------------------------------------------
+
+
+def _dequantize(ctx: Any, x: Any, scale: Any, zero_point: Any, axis: int, per_tensor: bool, out: Any) -> np.ndarray:
+    x = _eight_bit(x)
+    if not isinstance(scale, np.ndarray) or scale.dtype != np.float32:
+        raise _Unsupported
+    if zero_point is not None and (not isinstance(zero_point, np.ndarray) or zero_point.dtype != x.dtype):
+        raise _Unsupported
+    if per_tensor:
+        s = np.ascontiguousarray(scale.reshape(1))
+        if zero_point is not None and zero_point.size != 1:
+            raise _Unsupported
+    else:
+        if x.ndim == 0 or scale.ndim != 1:
+            raise _Unsupported
+        s = np.ascontiguousarray(scale)
+    if zero_point is None:
+        z = np.zeros(s.shape, np.int32)
+    elif zero_point.size == 1:
+        z = np.full(s.shape, int(zero_point.reshape(())), np.int32)
+    elif zero_point.ndim == 1 and zero_point.size == s.size:
+        z = zero_point.astype(np.int32)
+    else:
+        raise _Unsupported
+    return _native().dequantize_linear(x, s, z, int(axis), _threads(ctx), out)
+
+
+@_with_fallback("DequantizeLinear")
+def _dequantize_linear_native(
+    ctx: Any,
+    x: Any,
+    x_scale: Any,
+    x_zero_point: Any = None,
+    *,
+    prepared: Any,
+    out: Any,
+    axis: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+) -> np.ndarray:
+    """ai.onnx DequantizeLinear, u8/i8 -> f32 (quantize.dequantize_linear_op)."""
+    del prepared  # unused: nothing to precompute
+    if block_size or output_dtype not in (0, _ONNX_FLOAT):
+        raise _Unsupported
+    per_tensor = np.asarray(x_scale).size == 1  # the twin: any one-element scale
+    if not per_tensor and ctx.opset < 13:
+        raise _Unsupported  # the twin raises (per-axis needs opset 13)
+    return _dequantize(ctx, x, x_scale, x_zero_point, axis, per_tensor, out)
+
+
+@_with_fallback("DequantizeLinear", MS_DOMAIN)
+def _ms_dequantize_linear_native(
+    ctx: Any, x: Any, x_scale: Any, x_zero_point: Any = None, *, prepared: Any, out: Any, axis: int = 1
+) -> np.ndarray:
+    """com.microsoft DequantizeLinear, u8/i8 -> f32 (ms_qops.ms_dequantize_linear)."""
+    del prepared  # unused: nothing to precompute
+    scale = np.asarray(x_scale)
+    if x_zero_point is not None and np.shape(x_zero_point) != scale.shape:
+        raise _Unsupported  # the twin raises
+    per_tensor = scale.ndim == 0 or (scale.ndim == 1 and scale.shape[0] == 1) or scale.size == 1
+    return _dequantize(ctx, x, x_scale, x_zero_point, axis, per_tensor, out)
+
+
+def _bind_dequantize(node: Node, op: str, *, onnx_domain: bool) -> tuple[Kernel | None, str]:
+    x, scale, zp = node.input(0), node.input(1), node.input(2)
+    if onnx_domain:
+        if node.attrs.get("block_size"):
+            return None, "blocked DequantizeLinear has no native kernel yet"
+        if node.attrs.get("output_dtype", 0) not in (0, _ONNX_FLOAT):
+            return None, "native DequantizeLinear writes float32 only"
+    reason = _check_eight_bit(op, ("x", x), ("x_zero_point", zp)) or _check_f32(op, ("x_scale", scale))
+    if reason:
+        return None, reason
+    if scale is not None and scale.shape is not None and len(scale.shape) > 1:
+        return None, "native DequantizeLinear takes a scalar or 1-D scale (blocked scales fall back)"
+    fn = _dequantize_linear_native if onnx_domain else _ms_dequantize_linear_native
+    return _kernel(fn, f"dequantize_linear_{_name_suffix(x)}")
+
+
+@register_binder("DequantizeLinear")
+def bind_dequantize_linear(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8 -> float32, per tensor or per axis; blocked and other storages fall back."""
+    del model  # unused: the choice depends on the node's types only
+    return _bind_dequantize(node, "DequantizeLinear", onnx_domain=True)
+
+
+@register_binder("DequantizeLinear", MS_DOMAIN)
+def bind_ms_dequantize_linear(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """com.microsoft DequantizeLinear: uint8/int8 with a float32 scale."""
+    del model  # unused: the choice depends on the node's types only
+    return _bind_dequantize(node, "DequantizeLinear", onnx_domain=False)
+
+
+@_with_fallback("DynamicQuantizeLinear")
+def _dynamic_quantize_linear_native(ctx: Any, x: Any, *, prepared: Any, out: Any) -> tuple:
+    """DynamicQuantizeLinear: (y u8, scale f32 0-d, zero point u8 0-d), eq. (10)."""
+    del prepared, out  # unused: three outputs, no out= buffer
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise _Unsupported
+    return tuple(_native().dynamic_quantize_linear(np.ascontiguousarray(x), _threads(ctx)))
+
+
+@register_binder("DynamicQuantizeLinear")
+def bind_dynamic_quantize_linear(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 -> uint8 with a run-time scale and zero point."""
+    del model  # unused: the choice depends on the node's types only
+    reason = _check_f32("DynamicQuantizeLinear", ("x", node.input(0)))
+    if reason:
+        return None, reason
+    fn = _dynamic_quantize_linear_native
+    return Kernel(fn, "native", "native:dynamic_quantize_linear_u8", params={"prepared": None}), ""
+
+
+# --------------------------------------------------------------------------------------
+# QLinearAdd / QLinearMul
+# --------------------------------------------------------------------------------------
+
+
+def _binary_operands(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
+    a = _eight_bit(a)
+    b = _eight_bit(b)
+    if b.dtype != a.dtype:
+        raise _Unsupported
+    return a, b
+
+
+@_with_fallback("QLinearAdd", MS_DOMAIN)
+def _qlinear_add_native(
+    ctx: Any,
+    a: Any,
+    a_scale: Any,
+    a_zero_point: Any,
+    b: Any,
+    b_scale: Any,
+    b_zero_point: Any = None,
+    c_scale: Any = None,
+    c_zero_point: Any = None,
+    *,
+    prepared: Any,
+    out: Any,
+) -> np.ndarray:
+    """``c = sat(rne(f32(f32(dq_a(a) + dq_b(b)) / sc) + zc))`` (ms_qlinear.qlinear_add)."""
+    del prepared  # unused: the scalars are read per call (a few conversions)
+    a, b = _binary_operands(a, b)
+    dt = a.dtype
+    sa, sb, sc = _f32_scalar(a_scale), _f32_scalar(b_scale), _f32_scalar(c_scale)
+    za, zb, zc = _zp_scalar(a_zero_point, dt), _zp_scalar(b_zero_point, dt), _zp_scalar(c_zero_point, dt)
+    return _native().qlinear_add(a, b, float(sa), za, float(sb), zb, float(sc), zc, _threads(ctx), out)
+
+
+@_with_fallback("QLinearMul", MS_DOMAIN)
+def _qlinear_mul_native(
+    ctx: Any,
+    a: Any,
+    a_scale: Any,
+    a_zero_point: Any,
+    b: Any,
+    b_scale: Any,
+    b_zero_point: Any = None,
+    c_scale: Any = None,
+    c_zero_point: Any = None,
+    *,
+    prepared: Any,
+    out: Any,
+) -> np.ndarray:
+    """``c = sat(rne(f32(f32(acc · r) + zc)))``, ``r = f32(f32(sa · sb) / sc)``
+    (ms_qlinear.qlinear_mul)."""
+    del prepared  # unused: the ratio is two float32 operations per call
+    a, b = _binary_operands(a, b)
+    dt = a.dtype
+    sa, sb, sc = _f32_scalar(a_scale), _f32_scalar(b_scale), _f32_scalar(c_scale)
+    ratio = F32(F32(sa * sb) / sc)  # the twin's expression, float32 scalars
+    za, zb, zc = _zp_scalar(a_zero_point, dt), _zp_scalar(b_zero_point, dt), _zp_scalar(c_zero_point, dt)
+    return _native().qlinear_mul(a, b, float(ratio), za, zb, zc, _threads(ctx), out)
+
+
+def _bind_binary(node: Node, op: str, fn: Callable[..., Any], stem: str) -> tuple[Kernel | None, str]:
+    a, sa, za, b, sb, zb, sc, zc = (node.input(i) for i in range(8))
+    reason = (
+        _check_eight_bit(op, ("A", a), ("A_zero_point", za), ("B", b), ("B_zero_point", zb), ("C_zero_point", zc))
+        or _check_f32(op, ("A_scale", sa), ("B_scale", sb), ("C_scale", sc))
+        or _check_per_tensor(op, ("A_scale", sa), ("B_scale", sb), ("C_scale", sc))
+        or _check_per_tensor(op, ("A_zero_point", za), ("B_zero_point", zb), ("C_zero_point", zc))
+    )
+    if reason:
+        return None, reason
+    if sc is None:
+        return None, f"{op} without C_scale (the twin raises)"
+    return _kernel(fn, f"{stem}_{_name_suffix(a, b)}")
+
+
+@register_binder("QLinearAdd", MS_DOMAIN)
+def bind_qlinear_add(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8, per-tensor parameters, any numpy broadcast."""
+    del model  # unused: the choice depends on the node's types only
+    return _bind_binary(node, "QLinearAdd", _qlinear_add_native, "qlinear_add")
+
+
+@register_binder("QLinearMul", MS_DOMAIN)
+def bind_qlinear_mul(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8, per-tensor parameters, any numpy broadcast."""
+    del model  # unused: the choice depends on the node's types only
+    return _bind_binary(node, "QLinearMul", _qlinear_mul_native, "qlinear_mul")
+
+
+# --------------------------------------------------------------------------------------
+# Lookup-table activations: QLinearSigmoid, QLinearLeakyRelu
+# --------------------------------------------------------------------------------------
+
+
+def _unary_params(x_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any, dt: np.dtype) -> tuple:
+    return _f32_scalar(x_scale), _zp_scalar(x_zero_point, dt), _f32_scalar(y_scale), _zp_scalar(y_zero_point, dt)
+
+
+def _lut_call(ctx: Any, x: np.ndarray, table: np.ndarray, out: Any) -> np.ndarray:
+    return _native().lut8(x, table, _threads(ctx), out)
+
+
+def _sigmoid_table(dt: np.dtype, sx: np.float32, zx: int, sy: np.float32, zy: int) -> np.ndarray:
+    return qlinear_sigmoid(_all_codes(dt), sx, np.array(zx, dt), sy, np.array(zy, dt))
+
+
+def _leaky_relu_table(dt: np.dtype, sx: np.float32, zx: int, sy: np.float32, zy: int, alpha: float) -> np.ndarray:
+    return qlinear_leaky_relu(_all_codes(dt), sx, np.array(zx, dt), sy, np.array(zy, dt), alpha)
+
+
+@_with_fallback("QLinearSigmoid", MS_DOMAIN)
+def _qlinear_sigmoid_native(
+    ctx: Any,
+    x: Any,
+    x_scale: Any,
+    x_zero_point: Any,
+    y_scale: Any,
+    y_zero_point: Any = None,
+    *,
+    prepared: _Tables,
+    out: Any,
+) -> np.ndarray:
+    """``y = table[x]``, the table the twin's ``q(sigmoid(dq(code)))`` for every code."""
+    x = _eight_bit(x)
+    p = _unary_params(x_scale, x_zero_point, y_scale, y_zero_point, x.dtype)
+    table = prepared.get(_key(x.dtype.char, *p), lambda: _sigmoid_table(x.dtype, *p))
+    return _lut_call(ctx, x, table, out)
+
+
+@_with_fallback("QLinearLeakyRelu", MS_DOMAIN)
+def _qlinear_leaky_relu_native(
+    ctx: Any,
+    x: Any,
+    x_scale: Any,
+    x_zero_point: Any,
+    y_scale: Any,
+    y_zero_point: Any = None,
+    *,
+    prepared: _Tables,
+    out: Any,
+    alpha: float = 0.01,
+) -> np.ndarray:
+    """``y = table[x]``, the table the twin's ``q(leaky_relu(dq(code)))`` for every code."""
+    x = _eight_bit(x)
+    p = _unary_params(x_scale, x_zero_point, y_scale, y_zero_point, x.dtype)
+    table = prepared.get(_key(x.dtype.char, *p, float(alpha)), lambda: _leaky_relu_table(x.dtype, *p, alpha))
+    return _lut_call(ctx, x, table, out)
+
+
+def _bind_lut(node: Node, op: str, fn: Callable[..., Any], stem: str, build: Callable[..., np.ndarray] | None):
+    x, sx, zx, sy, zy = (node.input(i) for i in range(5))
+    reason = (
+        _check_eight_bit(op, ("X", x), ("X_zero_point", zx), ("Y_zero_point", zy))
+        or _check_f32(op, ("X_scale", sx), ("Y_scale", sy))
+        or _check_per_tensor(op, ("X_scale", sx), ("Y_scale", sy), ("X_zero_point", zx), ("Y_zero_point", zy))
+    )
+    if reason:
+        return None, reason
+    tables = _Tables()
+    dt = _dtype(x)
+    consts = [_const(v) for v in (sx, zx, sy, zy)]
+    if dt is not None and consts[0] is not None and consts[2] is not None and all(
+        c is not None or v is None for c, v in zip(consts, (sx, zx, sy, zy), strict=True)
+    ):
+        # Compile time: the table of the node's constant parameters.
+        try:
+            p = _unary_params(*consts, dt)
+            tables.get(_key(dt.char, *p, *build.keys), lambda: build(dt, *p))
+        except _Unsupported:
+            pass
+    return _kernel(fn, f"{stem}_{_name_suffix(x)}", tables)
+
+
+class _Build:
+    """A table builder with the extra key parts (LeakyRelu's alpha) it depends on."""
+
+    def __init__(self, fn: Callable[..., np.ndarray], *extra: Any) -> None:
+        self.fn = fn
+        self.keys = extra
+
+    def __call__(self, dt: np.dtype, *p: Any) -> np.ndarray:
+        return self.fn(dt, *p, *self.keys)
+
+
+@register_binder("QLinearSigmoid", MS_DOMAIN)
+def bind_qlinear_sigmoid(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8, per-tensor parameters: a 256-entry table (built here when the
+    parameters are constants)."""
+    del model  # unused: the choice depends on the node only
+    return _bind_lut(node, "QLinearSigmoid", _qlinear_sigmoid_native, "qlinear_sigmoid", _Build(_sigmoid_table))
+
+
+@register_binder("QLinearLeakyRelu", MS_DOMAIN)
+def bind_qlinear_leaky_relu(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8, per-tensor parameters: a 256-entry table (built here when the
+    parameters are constants)."""
+    del model  # unused: the choice depends on the node only
+    alpha = float(node.attrs.get("alpha", 0.01))
+    build = _Build(_leaky_relu_table, alpha)
+    return _bind_lut(node, "QLinearLeakyRelu", _qlinear_leaky_relu_native, "qlinear_leaky_relu", build)
+
+
+# --------------------------------------------------------------------------------------
+# QLinearSoftmax
+# --------------------------------------------------------------------------------------
+
+
+@_with_fallback("QLinearSoftmax", MS_DOMAIN)
+def _qlinear_softmax_native(
+    ctx: Any,
+    x: Any,
+    x_scale: Any,
+    x_zero_point: Any = None,
+    y_scale: Any = None,
+    y_zero_point: Any = None,
+    *,
+    prepared: _Tables,
+    out: Any,
+    opset: int | None = None,
+    axis: int = -1,
+) -> np.ndarray:
+    """ms_qops.qlinear_softmax: rows along ``axis`` (opset < 13: the input coerced to 2-D),
+    the twin's exponential table for the row length, the row kernel."""
+    x = _eight_bit(x)
+    if opset is None or x.ndim == 0 or x.size == 0:
+        raise _Unsupported
+    for s in (x_scale, y_scale):  # the twin: float32, rank 0 or shape [1]
+        if s is None or np.asarray(s).dtype != np.float32 or np.ndim(s) > 1 or np.size(s) != 1:
+            raise _Unsupported
+    if x_zero_point is not None:
+        _zp_scalar(x_zero_point, x.dtype)  # checked by the twin, not used
+    if y_zero_point is not None and np.ndim(y_zero_point) > 1:
+        raise _Unsupported
+    sx, sy, zy = _f32_scalar(x_scale), _f32_scalar(y_scale), _zp_scalar(y_zero_point, x.dtype)
+    _positive_finite(sx, sy)
+    rank = x.ndim
+    if not -rank <= axis < rank:
+        raise _Unsupported
+    axis %= rank
+    if opset < 13:
+        rows = x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1)
+        moved = None
+    elif axis == rank - 1:
+        rows = x.reshape(-1, x.shape[-1])
+        moved = None
+    else:
+        moved = np.moveaxis(x, axis, -1)
+        rows = np.ascontiguousarray(moved).reshape(-1, x.shape[axis])
+    d = rows.shape[1]
+    table = prepared.get(_key(sx, d), lambda: softmax_exp_table(sx, d))
+    ys = F32(np.floor(np.divide(F32(1.0), sy, dtype=F32)))
+    if moved is None:
+        y_rows = None if out is None else out.reshape(rows.shape)
+        y = _native().qlinear_softmax_rows(rows, table, float(ys), zy, _threads(ctx), y_rows)
+        return y.reshape(x.shape) if out is None else out
+    y = np.moveaxis(_native().qlinear_softmax_rows(rows, table, float(ys), zy, _threads(ctx)).reshape(moved.shape), -1, axis)
+    if out is None:
+        return np.ascontiguousarray(y)
+    np.copyto(out, y)
+    return out
+
+
+@register_binder("QLinearSoftmax", MS_DOMAIN)
+def bind_qlinear_softmax(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8, per-tensor scales; the exponential table per row length (built at
+    compile time when x_scale is a constant and the row length is known)."""
+    del model  # unused: the choice depends on the node only
+    op = "QLinearSoftmax"
+    x, sx, zx, sy, zy = (node.input(i) for i in range(5))
+    if "opset" not in node.attrs:
+        return None, "QLinearSoftmax without its opset attribute (the twin raises)"
+    reason = (
+        _check_eight_bit(op, ("X", x), ("x_zero_point", zx), ("y_zero_point", zy))
+        or _check_f32(op, ("X_scale", sx), ("y_scale", sy))
+        or _check_per_tensor(op, ("X_scale", sx), ("y_scale", sy), ("y_zero_point", zy))
+    )
+    if reason:
+        return None, reason
+    tables = _Tables()
+    c = _const(sx)
+    shape = x.shape if x is not None else None
+    opset = int(node.attrs["opset"])
+    axis = int(node.attrs.get("axis", -1))
+    if c is not None and c.size == 1 and shape is not None and shape:
+        rank = len(shape)
+        if -rank <= axis < rank:
+            ax = axis % rank
+            dims = shape[ax:] if opset < 13 else (shape[ax],)
+            if all(isinstance(v, int) for v in dims):
+                d = int(np.prod(dims, dtype=np.int64))
+                sx32 = F32(np.asarray(c, F32).reshape(()))
+                if d >= 1 and np.isfinite(sx32) and sx32 > 0:
+                    tables.get(_key(sx32, d), lambda: softmax_exp_table(sx32, d))
+    return _kernel(_qlinear_softmax_native, f"qlinear_softmax_{_name_suffix(x)}", tables)
+
+
+# --------------------------------------------------------------------------------------
+# QLinearConcat
+# --------------------------------------------------------------------------------------
+
+
+@_with_fallback("QLinearConcat", MS_DOMAIN)
+def _qlinear_concat_native(
+    ctx: Any, y_scale: Any, y_zero_point: Any, *rest: Any, prepared: _Tables, out: Any, axis: int | None = None
+) -> np.ndarray:
+    """ms_qlinear.qlinear_concat: each input copied when its (scale, zero point) equal the
+    output's, else mapped through the twin's requantization evaluated on all 256 codes."""
+    del ctx  # unused: a copy per input (memory-bound, one thread)
+    if axis is None or not rest or len(rest) % 3:
+        raise _Unsupported
+    zy_arr = np.asarray(y_zero_point)
+    dt = zy_arr.dtype
+    if dt not in _EIGHT_BIT:
+        raise _Unsupported
+    sy, zy = _f32_scalar(y_scale), _zp_scalar(zy_arr, dt)
+    inputs, tables = [], []
+    for i in range(0, len(rest), 3):
+        x, sx_in, zx_in = rest[i : i + 3]
+        x = _eight_bit(x)
+        if x.dtype != dt:
+            raise _Unsupported
+        sx, zx = _f32_scalar(sx_in), _zp_scalar(zx_in, dt)
+        inputs.append(x)
+        if sx == sy and zx == zy:
+            tables.append(None)
+        else:
+            key = _key(dt.char, sx, zx, sy, zy)
+            tables.append(prepared.get(key, functools.partial(_concat_table, dt, sx, zx, sy, zy)))
+    return _native().qlinear_concat(inputs, tables, int(axis), out)
+
+
+def _concat_table(dt: np.dtype, sx: np.float32, zx: int, sy: np.float32, zy: int) -> np.ndarray:
+    """The twin's ``q_y(dq_x(code))`` for every code (a requantizing concat of the codes)."""
+    return qlinear_concat(sy, np.array(zy, dt), [(_all_codes(dt), sx, np.array(zx, dt))], 0)
+
+
+@register_binder("QLinearConcat", MS_DOMAIN)
+def bind_qlinear_concat(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8, per-tensor parameters: copies, or 256-entry requantization tables
+    (built here for constant parameters)."""
+    del model  # unused: the choice depends on the node only
+    op = "QLinearConcat"
+    if "axis" not in node.attrs:
+        return None, "QLinearConcat without its axis attribute (the twin raises)"
+    ins = node.inputs
+    if len(ins) < 5 or (len(ins) - 2) % 3:
+        return None, f"QLinearConcat expects Y_scale, Y_zero_point and (X, X_scale, X_zero_point) triples, got {len(ins)} inputs"
+    named = [("Y_zero_point", ins[1])]
+    scales = [("Y_scale", ins[0])]
+    for j, i in enumerate(range(2, len(ins), 3)):
+        named += [(f"input {j}", ins[i]), (f"zero point of input {j}", ins[i + 2])]
+        scales.append((f"scale of input {j}", ins[i + 1]))
+    reason = (
+        _check_eight_bit(op, *named)
+        or _check_f32(op, *scales)
+        or _check_per_tensor(op, *scales, *(nv for nv in named if nv[0].startswith(("zero", "Y_zero"))))
+    )
+    if reason:
+        return None, reason
+    tables = _Tables()
+    sy_c, zy_c = _const(ins[0]), _const(ins[1])
+    if sy_c is not None and zy_c is not None and zy_c.dtype in _EIGHT_BIT and sy_c.size == 1 and zy_c.size == 1:
+        dt = zy_c.dtype
+        sy, zy = F32(np.asarray(sy_c, F32).reshape(())), int(zy_c.reshape(()))
+        for i in range(2, len(ins), 3):
+            sx_c, zx_c = _const(ins[i + 1]), _const(ins[i + 2])
+            if sx_c is None or zx_c is None or sx_c.size != 1 or zx_c.size != 1 or zx_c.dtype != dt:
+                continue
+            sx, zx = F32(np.asarray(sx_c, F32).reshape(())), int(zx_c.reshape(()))
+            if not (sx == sy and zx == zy):
+                tables.get(_key(dt.char, sx, zx, sy, zy), functools.partial(_concat_table, dt, sx, zx, sy, zy))
+    return _kernel(_qlinear_concat_native, f"qlinear_concat_{_name_suffix(ins[1])}", tables)
+
+
+# --------------------------------------------------------------------------------------
+# Pooling: QLinearGlobalAveragePool, QLinearAveragePool, MaxPool (uint8/int8)
+# --------------------------------------------------------------------------------------
+
+
+def _gap(ctx: Any, x: np.ndarray, sx: np.float32, zx: int, sy: np.float32, zy: int, channels_last: bool, out: Any):
+    """ms_qlinear.qlinear_global_average_pool: ``m = f32(sx / f32(sy · f32(HW)))``."""
+    spatial = x.shape[1:-1] if channels_last else x.shape[2:]
+    image_size = int(np.prod(spatial, dtype=np.int64))
+    m = F32(sx / F32(sy * F32(image_size)))  # the twin's expression, float32 scalars
+    return _native().qlinear_global_average_pool(x, float(m), zx, zy, channels_last, _threads(ctx), out)
+
+
+@_with_fallback("QLinearGlobalAveragePool", MS_DOMAIN)
+def _qlinear_global_average_pool_native(
+    ctx: Any,
+    x: Any,
+    x_scale: Any,
+    x_zero_point: Any,
+    y_scale: Any,
+    y_zero_point: Any,
+    *,
+    prepared: Any,
+    out: Any,
+    channels_last: int = 0,
+) -> np.ndarray:
+    del prepared  # unused: the multiplier depends on the run-time image size
+    x = _eight_bit(x)
+    if x.ndim < 3:
+        raise _Unsupported
+    sx, sy = _f32_scalar(x_scale), _f32_scalar(y_scale)
+    zx, zy = _zp_scalar(x_zero_point, x.dtype), _zp_scalar(y_zero_point, x.dtype)
+    return _gap(ctx, x, sx, zx, sy, zy, bool(channels_last), out)
+
+
+@register_binder("QLinearGlobalAveragePool", MS_DOMAIN)
+def bind_qlinear_global_average_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8, per-tensor parameters, NCHW or channels_last, any number of spatial axes."""
+    del model  # unused: the choice depends on the node only
+    op = "QLinearGlobalAveragePool"
+    x, sx, zx, sy, zy = (node.input(i) for i in range(5))
+    reason = (
+        _check_eight_bit(op, ("X", x), ("x_zero_point", zx), ("y_zero_point", zy))
+        or _check_f32(op, ("x_scale", sx), ("y_scale", sy))
+        or _check_per_tensor(op, ("x_scale", sx), ("y_scale", sy), ("x_zero_point", zx), ("y_zero_point", zy))
+    )
+    if reason:
+        return None, reason
+    if x is not None and x.shape is not None and len(x.shape) < 3:
+        return None, f"{op} takes rank >= 3, got rank {len(x.shape)}"
+    return _kernel(_qlinear_global_average_pool_native, f"qlinear_global_average_pool_{_name_suffix(x)}")
+
+
+def _as_2d(x: np.ndarray) -> np.ndarray:
+    """(N, C, L) -> (N, C, 1, L): a 1-D pool is a 2-D pool over one row."""
+    return x.reshape(x.shape[0], x.shape[1], 1, x.shape[2]) if x.ndim == 3 else x
+
+
+def _pair(values: list[int] | tuple[int, ...], one_d_fill: int) -> tuple[int, int]:
+    return (one_d_fill, int(values[0])) if len(values) == 1 else (int(values[0]), int(values[1]))
+
+
+@_with_fallback("QLinearAveragePool", MS_DOMAIN)
+def _qlinear_average_pool_native(
+    ctx: Any,
+    x: Any,
+    x_scale: Any,
+    x_zero_point: Any,
+    y_scale: Any,
+    y_zero_point: Any = None,
+    *,
+    prepared: Any,
+    out: Any,
+    kernel_shape: list[int] | None = None,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    channels_last: int = 0,
+    count_include_pad: int = 0,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """ms_qlinear.qlinear_average_pool, 1-D and 2-D, with ORT's geometry; the twin's
+    global case (kernel == input, no pads) on the global-average kernel."""
+    del prepared  # unused: the geometry depends on the run-time shape
+    x = _eight_bit(x)
+    if kernel_shape is None or x.ndim not in (3, 4):
+        raise _Unsupported
+    dt = x.dtype
+    xc = np.ascontiguousarray(np.moveaxis(x, -1, 1)) if channels_last else x
+    n_sp = xc.ndim - 2
+    in_spatial = tuple(xc.shape[2:])
+    kernel = [int(k) for k in kernel_shape]
+    if len(kernel) != n_sp:
+        raise _Unsupported
+    st = [int(s) for s in strides] if strides else [1] * n_sp
+    pd = [int(p) for p in pads] if pads else [0] * (2 * n_sp)
+    if len(st) != n_sp or len(pd) != 2 * n_sp or any(s < 1 for s in st) or any(k < 1 for k in kernel):
+        raise _Unsupported
+    pd, out_shape = _ort_pool_geometry(in_spatial, kernel, st, pd, auto_pad, bool(ceil_mode))
+    if any(p < 0 for p in pd):
+        raise _Unsupported  # the twin's np.pad raises
+    sx, sy = _f32_scalar(x_scale), _f32_scalar(y_scale)
+    zx, zy = _zp_scalar(x_zero_point, dt), _zp_scalar(y_zero_point, dt)
+    direct_out = out if not channels_last else None
+    if list(in_spatial) == kernel and not any(pd):
+        # The twin (as ORT) switches to the integer global average here.
+        y = _gap(ctx, xc, sx, zx, sy, zy, False, direct_out)
+    else:
+        y4_out = None if direct_out is None else _as_2d(direct_out)
+        y = _native().qlinear_average_pool_2d(
+            _as_2d(xc),
+            _pair(kernel, 1),
+            _pair(st, 1),
+            _pair(pd[:n_sp], 0),
+            _pair(out_shape, 1),
+            float(sx),
+            zx,
+            float(sy),
+            zy,
+            bool(count_include_pad),
+            _threads(ctx),
+            y4_out,
+        )
+        y = y.reshape(xc.shape[:2] + tuple(out_shape)) if y4_out is None else direct_out
+    if not channels_last:
+        return y
+    y = np.moveaxis(y, 1, -1)
+    if out is None:
+        return np.ascontiguousarray(y)
+    np.copyto(out, y)
+    return out
+
+
+@register_binder("QLinearAveragePool", MS_DOMAIN)
+def bind_qlinear_average_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8, per-tensor parameters, 1-D or 2-D windows (NCHW or channels_last)."""
+    del model  # unused: the choice depends on the node only
+    op = "QLinearAveragePool"
+    x, sx, zx, sy, zy = (node.input(i) for i in range(5))
+    reason = (
+        _check_eight_bit(op, ("X", x), ("x_zero_point", zx), ("y_zero_point", zy))
+        or _check_f32(op, ("x_scale", sx), ("y_scale", sy))
+        or _check_per_tensor(op, ("x_scale", sx), ("y_scale", sy), ("x_zero_point", zx), ("y_zero_point", zy))
+    )
+    if reason:
+        return None, reason
+    kernel_shape = node.attrs.get("kernel_shape")
+    if kernel_shape is None:
+        return None, f"{op} without kernel_shape (the twin raises)"
+    if len(kernel_shape) not in (1, 2):
+        return None, f"native {op} takes 1-D and 2-D windows, got {len(kernel_shape)}-D"
+    return _kernel(_qlinear_average_pool_native, f"qlinear_average_pool_2d_{_name_suffix(x)}")
+
+
+@_with_fallback("MaxPool")
+def _max_pool_native(
+    ctx: Any,
+    x: Any,
+    *,
+    prepared: Any,
+    out: Any,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    storage_order: int = 0,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """nn_pool.max_pool on uint8/int8 (no Indices output), ONNX geometry (conv_attrs)."""
+    del prepared, storage_order  # unused: no Indices output
+    x = _eight_bit(x)
+    if ctx.n_outputs != 1 or kernel_shape is None or x.ndim not in (3, 4):
+        raise _Unsupported
+    geom = conv_attrs(
+        x.shape, None, kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads,
+        auto_pad=auto_pad, ceil_mode=bool(ceil_mode),
+    )
+    n_sp = x.ndim - 2
+    y4_out = None if out is None else _as_2d(out)
+    y = _native().max_pool_2d(
+        _as_2d(x),
+        _pair(geom.kernel_shape, 1),
+        _pair(geom.strides, 1),
+        _pair(geom.dilations, 1),
+        _pair(geom.pads[:n_sp], 0),
+        _pair(geom.out_shape, 1),
+        _threads(ctx),
+        y4_out,
+    )
+    return y.reshape(x.shape[:2] + tuple(geom.out_shape)) if out is None else out
+
+
+@register_binder("MaxPool")
+def bind_max_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8 MaxPool, 1-D or 2-D windows, without the Indices output."""
+    del model  # unused: the choice depends on the node only
+    x = node.input(0)
+    dt = _dtype(x)
+    if dt not in _EIGHT_BIT:
+        return None, f"native MaxPool takes uint8/int8 x, got {'unknown' if dt is None else dt} (float MaxPool runs on the reference)"
+    if len(node.outputs) > 1:
+        return None, "native MaxPool has no Indices output"
+    kernel_shape = node.attrs.get("kernel_shape")
+    if kernel_shape is None:
+        return None, "MaxPool without kernel_shape (the twin raises)"
+    if len(kernel_shape) not in (1, 2):
+        return None, f"native MaxPool takes 1-D and 2-D windows, got {len(kernel_shape)}-D"
+    return _kernel(_max_pool_native, f"max_pool_2d_{_SHORT[dt]}")

@@ -1,0 +1,887 @@
+"""Native integer GEMMs on the qgemm core (quanta/kernels/cpp/qgemm): QLinearMatMul,
+MatMulInteger, com.microsoft QGemm, MatMulIntegerToFloat and DynamicQuantizeMatMul.
+
+Every operator here is one call of ``_native.qgemm`` per matrix product::
+
+    acc[.., m, n] = Σ_k (a[.., m, k] − za[m]) · (b[.., k, n] − zb[n])  (+ bias[n])   eq. (4)
+    y             = output_stage(acc)                     (qgemm.h; reference/qgemm.py)
+
+with the output stage and its multiplier computed in float32 exactly as the operator's
+NumPy twin does (bit-exact; tests/targets/test_native_gemm.py):
+
+    QLinearMatMul         m[n] = f32(f32(sa · sb[n]) / sy)          requant.requant_multiplier
+                          y    = requantize(acc, m, zy)            eq. (6), uint8/int8 out
+    MatMulInteger         y    = acc                               int32 out
+    QGemm, y_scale        m[n] = f32(f32(f32(alpha · sa) · sb[n]) / sy), requantized by eq. (6)
+    QGemm, no y_scale     m[n] = f32(f32(alpha · sa) · sb[n]),   y = f32(f32(acc) · m[n])
+    MatMulIntegerToFloat  m[n] = f32(sa · sb[n]),   y = f32(f32(f32(acc) · m[n]) + bias[n])
+    DynamicQuantizeMatMul (qa, sa, za) = DynamicQuantizeLinear(a) (the reference's NumPy),
+                          then MatMulIntegerToFloat
+
+Compile time (the binders): a constant rank-2 ``b`` is packed once into the micro-kernel's
+layout (``_native.pack_weights_s8/u8``, active ISA) with its per-column zero point folded
+into the column sums; the multiplier and QGemm's int32 bias ``C`` are computed once when
+their inputs are constants. Kernel names say which: ``native:qlinear_matmul_u8s8`` (b
+prepacked) vs ``native:qlinear_matmul_u8s8_runtime_b``.
+
+Run time: a ``b`` that is an activation (attention scores and context) is packed per call,
+once per batch matrix (K·N bytes against M·K·N multiply-adds); a batched ``a [..., M, K]``
+with a shared rank-2 ``b`` is one GEMM over ``batch·M`` rows, nothing copied per batch.
+
+What runs on the reference twin instead (same numbers, slower):
+- at compile time, the binders refuse what their kernel can never run (dtypes, per-row
+  ``a_scale``, a per-row QGemm bias ``C``, float16 scales) with the reason, which the
+  plan records as a fallback;
+- at run time, a kernel hands a call to the reference twin when the run-time inputs fall
+  outside the fast path (a multiplier that is not finite and > 0, parameters that
+  broadcast beyond the batch, a 1-D operand with a run-time ``b``, shapes that do not
+  match, so that the twin raises the operator's own error message).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node, Value
+from quanta.kernels.reference.integer_ops import a_param, b_param
+from quanta.kernels.reference.quantize import dynamic_quantize_linear
+from quanta.kernels.reference.registry import MS_DOMAIN, OpError, get_op
+from quanta.kernels.reference.requant import requant_multiplier
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+
+try:
+    from quanta.kernels import _native
+except ImportError:  # the binders only run when the extension is built
+    _native = None
+
+__all__ = [
+    "bind_dynamic_quantize_matmul",
+    "bind_matmul_integer",
+    "bind_matmul_integer_to_float",
+    "bind_qgemm",
+    "bind_qlinear_matmul",
+]
+
+F32 = np.float32
+_U8, _I8 = np.dtype(np.uint8), np.dtype(np.int8)
+_EIGHT_BIT = (_U8, _I8)
+_SHORT = {_U8: "u8", _I8: "s8"}
+_NAME = {_U8: "uint8", _I8: "int8"}
+
+
+class _Unsupported(Exception):
+    """A run-time input outside the native fast path: the call goes to the reference twin."""
+
+
+# --------------------------------------------------------------------------------------
+# Helpers shared by the kernels
+# --------------------------------------------------------------------------------------
+
+_tls = threading.local()
+
+
+def _workspace() -> Any:
+    """This thread's qgemm scratch (grown once, reused; one call at a time per thread)."""
+    ws = getattr(_tls, "workspace", None)
+    if ws is None:
+        ws = _tls.workspace = _native.QGemmWorkspace()
+    return ws
+
+
+def _threads(ctx: Any) -> int:
+    return max(1, int(getattr(ctx, "num_threads", 1)))
+
+
+def _reference(op_type: str, domain: str, ctx: Any, inputs: tuple, attrs: dict, out: np.ndarray | None):
+    """Run the reference twin (and write into ``out`` when the runtime handed one)."""
+    y = get_op(op_type, domain)(ctx, *inputs, **attrs)
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+def _is_scalar(t: np.ndarray) -> bool:
+    """Rank 0 or shape [1] (ORT's ``IsScalarOr1ElementVector``)."""
+    return t.ndim == 0 or (t.ndim == 1 and t.shape[0] == 1)
+
+
+def _columns(p: np.ndarray, n: int, dtype: type) -> np.ndarray | None:
+    """A per-tensor or per-column parameter as a scalar (0-d) or contiguous [n] array;
+    None when it is neither (per batch, per row)."""
+    p = np.asarray(p)
+    if p.size == 1:
+        return np.asarray(p.reshape(()), dtype=dtype)
+    if p.size == n and p.shape[-1] == n:
+        return np.ascontiguousarray(p.reshape(n), dtype=dtype)
+    return None
+
+
+def _zero_point_arg(z: np.ndarray) -> int | np.ndarray:
+    """A zero point as qgemm takes it: an int, or int32[n]."""
+    return int(z) if z.ndim == 0 else z
+
+
+def _valid_multiplier(m: np.ndarray) -> bool:
+    """qgemm requires every multiplier finite and > 0 (a zero or negative scale product
+    goes to the reference)."""
+    return bool(np.all(np.isfinite(m)) and np.all(m > 0))
+
+
+def _pack(b: np.ndarray, zb: int | np.ndarray) -> Any:
+    fn = _native.pack_weights_s8 if b.dtype == _I8 else _native.pack_weights_u8
+    return fn(np.ascontiguousarray(b), zb)
+
+
+def _rows(za: np.ndarray, a: np.ndarray) -> int | np.ndarray:
+    """``za`` (from :func:`a_param`: 0-d, ``[M, 1]`` or ``[..., M, 1]``) as qgemm's zx for
+    x = a: an int, or int32 of shape a.shape[:-1]."""
+    if za.ndim == 0:
+        return int(za)
+    try:
+        rows = np.broadcast_to(za[..., 0], a.shape[:-1])
+    except ValueError:  # za has batch dimensions a does not: the output is broadcast
+        raise _Unsupported from None
+    return np.ascontiguousarray(rows, dtype=np.int32)
+
+
+def _per_batch(p: np.ndarray | None, batch: tuple[int, ...], tail: tuple[int, ...]) -> np.ndarray | None:
+    """A parameter with batch dimensions broadcast to ``batch + tail``; None for a
+    per-tensor/per-column one (ndim <= 1)."""
+    if p is None or p.ndim <= 1:
+        return None
+    try:
+        return np.broadcast_to(p, batch + tail)
+    except ValueError:
+        raise _Unsupported from None
+
+
+def _scratch() -> Any:
+    """This thread's scratch for ``qgemm_batched`` (packed panels and workspaces)."""
+    sc = getattr(_tls, "batched", None)
+    if sc is None:
+        sc = _tls.batched = _native.BatchedQGemmScratch()
+    return sc
+
+
+def _as_3d(arr: np.ndarray) -> np.ndarray | None:
+    """``arr [..., r, c]`` as a ``[B, r, c]`` view (batch dimensions merged, no copy), or
+    None when its batch strides cannot be merged (a broadcast over a non-trailing axis)."""
+    if arr.ndim == 3:
+        return arr
+    lead = arr.shape[:-2]
+    dims = [(n, st) for n, st in zip(lead, arr.strides[:-2], strict=True) if n != 1]
+    for (_, outer), (n_inner, inner) in itertools.pairwise(dims):
+        if outer != inner * n_inner:
+            return None
+    return arr.reshape(math.prod(lead), *arr.shape[-2:])  # a view: the strides merge
+
+
+def _gemm_batched(
+    a: np.ndarray,
+    b: np.ndarray,
+    batch: tuple[int, ...],
+    zx: int,
+    zb: np.ndarray,
+    out_dtype: str,
+    *,
+    multiplier: np.ndarray | None,
+    kw: dict[str, Any],
+    out: np.ndarray | None,
+) -> np.ndarray | None:
+    """A run-time b (zero points and multiplier per tensor or per column) through one
+    ``qgemm_batched`` call over strided views; None when the views cannot be merged."""
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    if math.prod(b.shape[:-2]) == 1:
+        # One matrix b for the whole batch: a single GEMM over batch·M rows.
+        x3 = np.ascontiguousarray(a).reshape(1, -1, K)
+        w3 = _as_3d(b)
+    else:
+        x3 = _as_3d(a if a.shape[:-2] == batch else np.broadcast_to(a, (*batch, M, K)))
+        w3 = _as_3d(b if b.shape[:-2] == batch else np.broadcast_to(b, (*batch, K, N)))
+    if x3 is None or w3 is None:
+        return None
+    if K > 1 and (x3.strides[2] != 1 or (x3.shape[1] > 1 and x3.strides[1] < K)):
+        x3 = np.ascontiguousarray(x3)
+    y3 = None if out is None else out.reshape(x3.shape[0], x3.shape[1], N)
+    y = _native.qgemm_batched(
+        x3,
+        w3,
+        zx,
+        _zero_point_arg(np.asarray(zb, np.int32)),
+        out_dtype,
+        bias=kw["bias"],
+        float_bias=kw["float_bias"],
+        multiplier=None if multiplier is None else np.asarray(multiplier, F32),
+        zy=kw["zy"],
+        num_threads=kw["num_threads"],
+        scratch=_scratch(),
+        out=y3,
+    )
+    return y.reshape((*batch, M, N)) if out is None else out
+
+
+def _gemm(
+    a: np.ndarray,
+    b: np.ndarray | None,
+    za: np.ndarray,
+    zb: np.ndarray,
+    out_dtype: str,
+    *,
+    packed: Any = None,
+    multiplier: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    float_bias: np.ndarray | None = None,
+    zy: int = 0,
+    num_threads: int = 1,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """``output_stage(Σ_k (a − za)(b − zb))`` with numpy.matmul broadcasting, on qgemm.
+
+    ``za`` as :func:`a_param` returns it; ``zb`` and ``multiplier`` 0-d, ``[N]`` or
+    ``[..., 1, N]`` (per batch and column, run-time b only); ``packed``: b prepacked
+    (rank 2, its zero point folded), or None to pack ``b`` here, per batch matrix."""
+    kw = {
+        "bias": bias,
+        "float_bias": float_bias,
+        "zy": zy,
+        "num_threads": num_threads,
+        "workspace": _workspace(),
+    }
+    if packed is not None:
+        x = np.ascontiguousarray(a)
+        return _native.qgemm(x, packed, _rows(za, x), out_dtype, multiplier=multiplier, out=out, **kw)
+    assert b is not None
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        raise _Unsupported
+    K, N = b.shape[-2:]
+    M = a.shape[-2]
+    batch = a.shape[:-2]
+    if b.shape[:-2] != batch:
+        try:
+            batch = np.broadcast_shapes(batch, b.shape[:-2])
+        except ValueError:
+            raise _Unsupported from None
+    zb_b = _per_batch(zb, batch, (1, N))
+    m_b = _per_batch(multiplier, batch, (1, N))
+    out_shape = (*batch, M, N)
+    if out is not None and out.shape != out_shape:
+        raise _Unsupported
+    if zb_b is None and m_b is None and za.ndim == 0:
+        y = _gemm_batched(a, b, batch, int(za), zb, out_dtype, multiplier=multiplier, kw=kw, out=out)
+        if y is not None:
+            return y
+    za_b = _per_batch(za, batch, (M, 1))
+    y = np.empty(out_shape, np.dtype(out_dtype)) if out is None else out
+    a_b = np.broadcast_to(a, (*batch, M, K))
+    b_b = np.broadcast_to(b, (*batch, K, N))
+    zb0 = None if zb_b is not None else _zero_point_arg(np.asarray(zb, np.int32))
+    m0 = None if m_b is not None else multiplier
+    for idx in np.ndindex(*batch):
+        zb_i = zb0 if zb_b is None else np.ascontiguousarray(zb_b[idx].reshape(N), np.int32)
+        m_i = m0 if m_b is None else np.ascontiguousarray(m_b[idx].reshape(N), F32)
+        zx_i = _rows(za, a_b[idx]) if za_b is None else np.ascontiguousarray(za_b[idx].reshape(M), np.int32)
+        pk = _pack(b_b[idx], zb_i)
+        _native.qgemm(np.ascontiguousarray(a_b[idx]), pk, zx_i, out_dtype, multiplier=m_i, out=y[idx], **kw)
+    return y
+
+
+def _call(
+    op_type: str, domain: str, ctx: Any, inputs: tuple, attrs: dict, out: np.ndarray | None, fast
+) -> Any:
+    """``fast()``, or the reference twin when it raises :class:`_Unsupported` (or a
+    parameter check raised OpError); errors of the binding (ValueError) become OpError."""
+    try:
+        return fast()
+    except (_Unsupported, OpError):  # OpError: the twin raises its own message (or copes)
+        return _reference(op_type, domain, ctx, inputs, attrs, out)
+    except ValueError as e:
+        raise OpError(str(e)) from None
+
+
+# --------------------------------------------------------------------------------------
+# Compile-time helpers (binders)
+# --------------------------------------------------------------------------------------
+
+
+def _dtype(v: Value | None) -> np.dtype | None:
+    """The storage dtype of a value, or None when unknown."""
+    if v is None:
+        return None
+    if v.const is not None:
+        return v.const.dtype
+    if v.type is None:
+        return None
+    try:
+        return np.dtype(v.type.elem.numpy)
+    except (AttributeError, TypeError):
+        return None
+
+
+def _const(v: Value | None) -> np.ndarray | None:
+    return None if v is None else v.const
+
+
+def _dtype_name(dt: np.dtype | None) -> str:
+    return "unknown" if dt is None else str(dt)
+
+
+def _check_eight_bit(op: str, names_values: tuple[tuple[str, Value | None], ...]) -> str:
+    for name, v in names_values:
+        dt = _dtype(v)
+        if dt not in _EIGHT_BIT:
+            return f"native {op} takes uint8/int8 {name}, got {_dtype_name(dt)}"
+    return ""
+
+
+def _check_zero_points(op: str, triples: tuple[tuple[str, Value | None, Value | None], ...]) -> str:
+    """A zero point (when present and its type known) has its operand's dtype."""
+    for name, z, v in triples:
+        zt, vt = _dtype(z), _dtype(v)
+        if z is not None and zt is not None and zt != vt:
+            return f"native {op}: {name} is {zt}, expected its operand's {_dtype_name(vt)}"
+    return ""
+
+
+def _prepack(b: Value | None, zb: Value | None, *, transpose: bool = False) -> tuple[Any, int]:
+    """Pack a constant rank-2 b (transposed first for QGemm's transB) with its constant
+    per-tensor or per-column zero point folded in; (None, N) when b or zb is not constant
+    or the zero point is neither."""
+    w = _const(b)
+    if w is None or w.ndim != 2:
+        return None, 0
+    if transpose:
+        w = np.ascontiguousarray(w.T)
+    n = w.shape[1]
+    if zb is None:
+        z = np.zeros((), np.int32)
+    else:
+        zc = _const(zb)
+        if zc is None:
+            return None, n
+        z = _columns(zc, n, np.int32)
+        if z is None:
+            return None, n
+    return _pack(w, _zero_point_arg(z)), n
+
+
+def _kernel_name(base: str, a: np.dtype | None, b: np.dtype | None, prepacked: bool) -> str:
+    pair = f"{_SHORT.get(a, 'f32')}{_SHORT.get(b, '')}"
+    return f"native:{base}_{pair}" + ("" if prepacked else "_runtime_b")
+
+
+# --------------------------------------------------------------------------------------
+# QLinearMatMul
+# --------------------------------------------------------------------------------------
+
+
+def _qlinear_matmul_native(
+    ctx: Any,
+    a: np.ndarray,
+    a_scale: np.ndarray,
+    a_zero_point: np.ndarray,
+    b: np.ndarray,
+    b_scale: np.ndarray,
+    b_zero_point: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray,
+    *,
+    packed: Any = None,
+    multiplier: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """QLinearMatMul on qgemm (module docstring); per-row a goes to the reference."""
+    inputs = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
+
+    def fast() -> np.ndarray:
+        if a.dtype not in _EIGHT_BIT or b.dtype not in _EIGHT_BIT or y_zero_point.dtype not in _EIGHT_BIT:
+            raise _Unsupported
+        if a_zero_point.dtype != a.dtype or b_zero_point.dtype != b.dtype:
+            raise _Unsupported
+        if a_scale.size != 1 or a_zero_point.size != 1 or y_scale.size != 1 or y_zero_point.size != 1:
+            raise _Unsupported  # per-row a: the multiplier would vary along M
+        if b_scale.size != b_zero_point.size:
+            raise _Unsupported
+        m = multiplier
+        if m is not None and packed is None and m.ndim and (b.ndim < 2 or m.shape[-1] != b.shape[-1]):
+            raise _Unsupported  # b_scale does not fit b: the twin raises its error
+        if m is None:
+            if b.ndim < 2:
+                raise _Unsupported
+            sb = b_param(np.asarray(b_scale, F32), b.shape, "b_scale")
+            m = requant_multiplier(
+                np.asarray(a_scale, F32).reshape(()), sb, np.asarray(y_scale, F32).reshape(())
+            )
+            if not _valid_multiplier(m):
+                raise _Unsupported
+        zb = np.zeros((), np.int64) if packed is not None else b_param(b_zero_point, b.shape, "b_zero_point")
+        return _gemm(
+            a,
+            b,
+            np.asarray(a_zero_point.reshape(())),
+            zb,
+            _NAME[y_zero_point.dtype],
+            packed=packed,
+            multiplier=m,
+            zy=int(y_zero_point.reshape(())),
+            num_threads=_threads(ctx),
+            out=out,
+        )
+
+    return _call("QLinearMatMul", "", ctx, inputs, {}, out, fast)
+
+
+@register_binder("QLinearMatMul")
+def bind_qlinear_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8 a and b, per-tensor a and y, per-tensor or per-column b; a constant
+    rank-2 b is prepacked with its zero point, the multiplier precomputed."""
+    del model  # unused: the choice depends on the node only
+    a, sa, za, b, sb, zb, sy, zy = (node.input(i) for i in range(8))
+    reason = _check_eight_bit("QLinearMatMul", (("a", a), ("b", b), ("y_zero_point", zy)))
+    if reason:
+        return None, reason
+    reason = _check_zero_points("QLinearMatMul", (("a_zero_point", za, a), ("b_zero_point", zb, b)))
+    if reason:
+        return None, reason
+    for name, v in (("a_scale", sa), ("a_zero_point", za)):
+        c = _const(v)
+        if c is not None and c.size != 1:
+            return None, f"{name} per row of a: the native GEMM requantizes per column only"
+    for name, v in (("a_scale", sa), ("b_scale", sb), ("y_scale", sy)):
+        dt = _dtype(v)
+        if dt is not None and dt != F32:
+            return None, f"native QLinearMatMul takes float32 scales, {name} is {dt}"
+    params: dict[str, Any] = {}
+    packed, n = _prepack(b, zb)
+    if packed is not None:
+        params["packed"] = packed
+    scales = [_const(v) for v in (sa, sb, sy)]
+    if all(s is not None for s in scales):
+        s_a, s_b, s_y = (s.astype(F32) for s in scales)
+        if s_y.size != 1:
+            return None, f"y_scale: expected a scalar (per tensor), got shape {list(s_y.shape)}"
+        if packed is not None:
+            s_b = _columns(s_b, n, F32)
+            if s_b is None:
+                shape = list(scales[1].shape)
+                return None, f"b_scale: expected a scalar or one scale per column ({n}), got shape {shape}"
+        elif s_b.size == 1:
+            s_b = s_b.reshape(())  # per column or per batch and column keep their shape
+        m = requant_multiplier(s_a.reshape(()), s_b, s_y.reshape(()))
+        if not _valid_multiplier(m):
+            return None, "requantization multiplier sa·sb/sy is not finite and > 0 for every column"
+        params["multiplier"] = m
+    name = _kernel_name("qlinear_matmul", _dtype(a), _dtype(b), packed is not None)
+    return Kernel(_qlinear_matmul_native, "native", name, params=params, out=True), ""
+
+
+# --------------------------------------------------------------------------------------
+# MatMulInteger
+# --------------------------------------------------------------------------------------
+
+
+def _matmul_integer_native(
+    ctx: Any,
+    a: np.ndarray,
+    b: np.ndarray,
+    a_zero_point: np.ndarray | None = None,
+    b_zero_point: np.ndarray | None = None,
+    *,
+    packed: Any = None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """MatMulInteger (int32 out) on qgemm: per-row a_zero_point, per-column b_zero_point."""
+    inputs = (a, b, a_zero_point, b_zero_point)
+
+    def fast() -> np.ndarray:
+        if a.dtype not in _EIGHT_BIT or b.dtype not in _EIGHT_BIT:
+            raise _Unsupported
+        for zp, v in ((a_zero_point, a), (b_zero_point, b)):
+            if zp is not None and zp.dtype != v.dtype:
+                raise _Unsupported
+        if a.ndim == 0 or (packed is None and b.ndim == 0):
+            raise _Unsupported
+        za = a_param(a_zero_point, a.shape, "a_zero_point")
+        zb = np.zeros((), np.int64) if packed is not None else b_param(b_zero_point, b.shape, "b_zero_point")
+        return _gemm(a, b, za, zb, "int32", packed=packed, num_threads=_threads(ctx), out=out)
+
+    return _call("MatMulInteger", "", ctx, inputs, {}, out, fast)
+
+
+@register_binder("MatMulInteger")
+def bind_matmul_integer(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8 a and b in any pairing; a constant rank-2 b is prepacked with its
+    per-tensor or per-column zero point."""
+    del model  # unused
+    a, b, za, zb = (node.input(i) for i in range(4))
+    reason = _check_eight_bit("MatMulInteger", (("A", a), ("B", b)))
+    if reason:
+        return None, reason
+    reason = _check_zero_points("MatMulInteger", (("a_zero_point", za, a), ("b_zero_point", zb, b)))
+    if reason:
+        return None, reason
+    packed, _ = _prepack(b, zb)
+    params = {} if packed is None else {"packed": packed}
+    name = _kernel_name("matmul_integer", _dtype(a), _dtype(b), packed is not None)
+    return Kernel(_matmul_integer_native, "native", name, params=params, out=True), ""
+
+
+# --------------------------------------------------------------------------------------
+# com.microsoft QGemm
+# --------------------------------------------------------------------------------------
+
+
+def _qgemm_multiplier(alpha: float, sa: np.ndarray, sb: np.ndarray, sy: np.ndarray | None) -> np.ndarray:
+    """(1)/(2) of reference/ms_qgemm.py, the same float32 operations in the same order."""
+    m = np.multiply(np.multiply(F32(alpha), sa.reshape(()), dtype=F32), sb.reshape(-1), dtype=F32)
+    if sy is not None:
+        m = np.divide(m, sy.reshape(()), dtype=F32)
+    return m.reshape(()) if m.size == 1 else m
+
+
+def _qgemm_bias(c: np.ndarray, n: int) -> np.ndarray | None:
+    """QGemm's C as a per-column int32 bias [n], or None when it varies per row."""
+    if c.dtype != np.int32 or c.ndim > 2:
+        return None
+    if c.size == 1:
+        return np.full(n, c.reshape(()), np.int32)
+    if c.size == n and c.shape[-1] == n:
+        return np.ascontiguousarray(c.reshape(n))
+    return None
+
+
+def _qgemm_ms_native(
+    ctx: Any,
+    a: np.ndarray,
+    a_scale: np.ndarray,
+    a_zero_point: np.ndarray,
+    b: np.ndarray,
+    b_scale: np.ndarray,
+    b_zero_point: np.ndarray,
+    c: np.ndarray | None = None,
+    y_scale: np.ndarray | None = None,
+    y_zero_point: np.ndarray | None = None,
+    *,
+    alpha: float = 1.0,
+    transA: int = 0,
+    transB: int = 0,
+    packed: Any = None,
+    multiplier: np.ndarray | None = None,
+    bias_n: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """com.microsoft QGemm on qgemm (module docstring)."""
+    inputs = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scale, y_zero_point)
+    attrs = {"alpha": alpha, "transA": transA, "transB": transB}
+
+    def fast() -> np.ndarray:
+        if a.ndim != 2 or b.ndim != 2 or a.dtype not in _EIGHT_BIT or b.dtype not in _EIGHT_BIT:
+            raise _Unsupported
+        if a.dtype == _I8 and b.dtype != _I8:
+            raise _Unsupported  # ORT has no int8 x uint8 QGemm: the twin raises its error
+        x = np.ascontiguousarray(a.T) if transA else a
+        K = x.shape[1]
+        N = b.shape[0] if transB else b.shape[1]
+        if (b.shape[1] if transB else b.shape[0]) != K:
+            raise _Unsupported
+        if a_zero_point.dtype != a.dtype or not _is_scalar(a_zero_point) or b_zero_point.dtype != b.dtype:
+            raise _Unsupported
+        scales = (a_scale, b_scale) + (() if y_scale is None else (y_scale,))
+        if any(s.dtype != F32 for s in scales) or not _is_scalar(a_scale):
+            raise _Unsupported
+        if b_scale.shape != b_zero_point.shape or _columns(b_scale, N, F32) is None:
+            raise _Unsupported
+        if not (b_scale.ndim == 0 or (b_scale.ndim == 1 and b_scale.shape[0] in (1, N))):
+            raise _Unsupported
+        if y_scale is None:
+            if y_zero_point is not None:
+                raise _Unsupported
+            out_dtype, zy = "float32", 0
+        else:
+            zy_arr = np.zeros((), a.dtype) if y_zero_point is None else y_zero_point
+            if not _is_scalar(y_scale) or zy_arr.dtype != a.dtype or not _is_scalar(zy_arr):
+                raise _Unsupported
+            out_dtype, zy = _NAME[a.dtype], int(zy_arr.reshape(()))
+        bias = bias_n
+        if bias is None and c is not None:
+            bias = _qgemm_bias(c, N)
+            if bias is None:
+                raise _Unsupported  # a per-row C, or a wrong one: the twin adds or refuses it
+        m = multiplier
+        if m is None:
+            m = _qgemm_multiplier(alpha, a_scale, b_scale, y_scale)
+            if not _valid_multiplier(m):
+                raise _Unsupported
+        pk = packed
+        if pk is None:
+            zb = _columns(b_zero_point, N, np.int32)
+            pk = _pack(b.T if transB else b, _zero_point_arg(zb))
+        return _gemm(
+            x,
+            None,
+            np.asarray(a_zero_point.reshape(())),
+            np.zeros((), np.int64),
+            out_dtype,
+            packed=pk,
+            multiplier=m,
+            bias=bias,
+            zy=zy,
+            num_threads=_threads(ctx),
+            out=out,
+        )
+
+    return _call("QGemm", MS_DOMAIN, ctx, inputs, attrs, out, fast)
+
+
+@register_binder("QGemm", MS_DOMAIN)
+def bind_qgemm(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8 A and B (not int8 × uint8, as ORT), per-column b, per-column int32 C;
+    float32 output without y_scale. A constant B is prepacked (transposed for transB)."""
+    del model  # unused
+    a, sa, za, b, sb, zb, c, sy, zy = (node.input(i) for i in range(9))
+    reason = _check_eight_bit("QGemm", (("A", a), ("B", b)))
+    if reason:
+        return None, reason
+    if _dtype(a) == _I8 and _dtype(b) != _I8:
+        return None, "QGemm with int8 A takes int8 B (ONNX Runtime has no int8 x uint8 kernel)"
+    reason = _check_zero_points(
+        "QGemm", (("a_zero_point", za, a), ("b_zero_point", zb, b), ("y_zero_point", zy, a))
+    )
+    if reason:
+        return None, reason
+    for name, v in (("a_scale", sa), ("b_scale", sb), ("y_scale", sy)):
+        dt = _dtype(v)
+        if v is not None and dt is not None and dt != F32:
+            return None, f"native QGemm takes float32 scales, {name} is {dt}"
+    trans_b = bool(node.attrs.get("transB", 0))
+    params: dict[str, Any] = {}
+    packed, n = _prepack(b, zb, transpose=trans_b)
+    if packed is not None:
+        params["packed"] = packed
+        cc = _const(c)
+        if cc is not None:
+            bias = _qgemm_bias(cc, n)
+            if bias is None:
+                return (
+                    None,
+                    f"C of shape {list(cc.shape)} adds per row: the native GEMM takes a per-column int32 bias",
+                )
+            params["bias_n"] = bias
+        s_a, s_b = _const(sa), _const(sb)
+        s_y = None if sy is None else _const(sy)
+        if s_a is not None and s_b is not None and (sy is None or s_y is not None):
+            if _is_scalar(s_a) and s_b.size in (1, n) and (s_y is None or _is_scalar(s_y)):
+                m = _qgemm_multiplier(float(node.attrs.get("alpha", 1.0)), s_a, s_b, s_y)
+                if not _valid_multiplier(m):
+                    return None, "output multiplier alpha·sa·sb[/sy] is not finite and > 0 for every column"
+                params["multiplier"] = m
+    name = _kernel_name("qgemm", _dtype(a), _dtype(b), packed is not None)
+    return Kernel(_qgemm_ms_native, "native", name, params=params, out=True), ""
+
+
+# --------------------------------------------------------------------------------------
+# com.microsoft MatMulIntegerToFloat, DynamicQuantizeMatMul
+# --------------------------------------------------------------------------------------
+
+
+def _integer_to_float(
+    qa: np.ndarray,
+    b: np.ndarray,
+    sa: np.ndarray,
+    sb: np.ndarray,
+    za: np.ndarray | None,
+    zb: np.ndarray | None,
+    bias: np.ndarray | None,
+    *,
+    packed: Any,
+    multiplier: np.ndarray | None,
+    num_threads: int,
+    out: np.ndarray | None,
+) -> np.ndarray:
+    """``f32(f32(f32(acc) · f32(sa·sb[n])) + bias[n])`` (reference/ms_qgemm.py (3)) for a
+    scalar sa and za, per-tensor or per-column (rank-2 b) sb and zb."""
+    if qa.dtype not in _EIGHT_BIT or b.dtype not in _EIGHT_BIT or (qa.dtype == _I8 and b.dtype != _I8):
+        raise _Unsupported
+    if b.ndim < 2 or qa.ndim < 1:
+        raise _Unsupported
+    N = b.shape[-1]
+    if sa.dtype != F32 or sb.dtype != F32 or not _is_scalar(sa):
+        raise _Unsupported
+    per_column_ok = b.ndim == 2
+    if not (_is_scalar(sb) or (per_column_ok and sb.shape == (N,))):
+        raise _Unsupported
+    if za is not None and (za.dtype != qa.dtype or not _is_scalar(za)):
+        raise _Unsupported
+    if zb is not None and (
+        zb.dtype != b.dtype or not (_is_scalar(zb) or (per_column_ok and zb.shape == (N,)))
+    ):
+        raise _Unsupported
+    if bias is not None and (bias.dtype != F32 or bias.shape != (N,)):
+        raise _Unsupported
+    m = multiplier
+    if m is None:
+        m = np.multiply(sa.reshape(()), sb.reshape(()) if _is_scalar(sb) else sb, dtype=F32)
+        if not _valid_multiplier(m):
+            raise _Unsupported
+    zb_cols = np.zeros((), np.int64) if zb is None or packed is not None else _columns(zb, N, np.int64)
+    za0 = np.zeros((), np.int64) if za is None else np.asarray(za.reshape(()))
+    return _gemm(
+        qa,
+        b,
+        za0,
+        zb_cols,
+        "float32",
+        packed=packed,
+        multiplier=np.asarray(m, F32),
+        float_bias=None if bias is None else np.ascontiguousarray(bias),
+        num_threads=num_threads,
+        out=out,
+    )
+
+
+def _matmul_integer_to_float_native(
+    ctx: Any,
+    a: np.ndarray,
+    b: np.ndarray,
+    a_scale: np.ndarray,
+    b_scale: np.ndarray,
+    a_zero_point: np.ndarray | None = None,
+    b_zero_point: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    *,
+    packed: Any = None,
+    multiplier: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """com.microsoft MatMulIntegerToFloat (float32) on qgemm."""
+    inputs = (a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
+
+    def fast() -> np.ndarray:
+        return _integer_to_float(
+            a,
+            b,
+            a_scale,
+            b_scale,
+            a_zero_point,
+            b_zero_point,
+            bias,
+            packed=packed,
+            multiplier=multiplier,
+            num_threads=_threads(ctx),
+            out=out,
+        )
+
+    return _call("MatMulIntegerToFloat", MS_DOMAIN, ctx, inputs, {}, out, fast)
+
+
+def _dynamic_quantize_matmul_native(
+    ctx: Any,
+    a: np.ndarray,
+    b: np.ndarray,
+    b_scale: np.ndarray,
+    b_zero_point: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    *,
+    packed: Any = None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """com.microsoft DynamicQuantizeMatMul: a quantized by the reference's
+    DynamicQuantizeLinear (eq. (10)), the GEMM on qgemm."""
+    inputs = (a, b, b_scale, b_zero_point, bias)
+
+    def fast() -> np.ndarray:
+        if a.dtype != F32:
+            raise _Unsupported
+        qa, sa, za = dynamic_quantize_linear(a)
+        return _integer_to_float(
+            qa,
+            b,
+            np.asarray(sa),
+            b_scale,
+            np.asarray(za),
+            b_zero_point,
+            bias,
+            packed=packed,
+            multiplier=None,
+            num_threads=_threads(ctx),
+            out=out,
+        )
+
+    return _call("DynamicQuantizeMatMul", MS_DOMAIN, ctx, inputs, {}, out, fast)
+
+
+def _bind_integer_to_float(op: str, b: Value | None, zb: Value | None, scales: tuple) -> tuple[Any, str]:
+    """Shared checks; (packed b or None, refusal reason or "")."""
+    b_dt = _dtype(b)
+    if b_dt not in _EIGHT_BIT:
+        return None, f"native {op} takes uint8/int8 B, got {_dtype_name(b_dt)}"
+    for name, v in scales:
+        dt = _dtype(v)
+        if dt is not None and dt != F32:
+            return None, f"native {op} takes float32 scales and bias, {name} is {dt}"
+    packed = None
+    w, z = _const(b), _const(zb)
+    if (
+        w is not None
+        and w.ndim == 2
+        and (zb is None or (z is not None and (_is_scalar(z) or z.shape == (w.shape[1],))))
+    ):
+        packed, _ = _prepack(b, zb)
+    return packed, ""
+
+
+@register_binder("MatMulIntegerToFloat", MS_DOMAIN)
+def bind_matmul_integer_to_float(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 scales and bias, scalar a_scale/a_zero_point, per-tensor or per-column b
+    (rank 2 to prepack); float16 runs on the reference."""
+    del model  # unused
+    a, b, sa, sb, za, zb, bias = (node.input(i) for i in range(7))
+    a_dt = _dtype(a)
+    if a_dt not in _EIGHT_BIT:
+        return None, f"native MatMulIntegerToFloat takes uint8/int8 A, got {_dtype_name(a_dt)}"
+    if a_dt == _I8 and _dtype(b) != _I8:
+        return None, "MatMulIntegerToFloat with int8 A takes int8 B (ONNX Runtime has no int8 x uint8 kernel)"
+    c = _const(sa)
+    if c is not None and not _is_scalar(c):
+        return None, "a_scale per row: the native GEMM scales per column only"
+    reason = _check_zero_points("MatMulIntegerToFloat", (("a_zero_point", za, a), ("b_zero_point", zb, b)))
+    if reason:
+        return None, reason
+    packed, reason = _bind_integer_to_float(
+        "MatMulIntegerToFloat", b, zb, (("a_scale", sa), ("b_scale", sb), ("bias", bias))
+    )
+    if reason:
+        return None, reason
+    params: dict[str, Any] = {} if packed is None else {"packed": packed}
+    s_a, s_b = _const(sa), _const(sb)
+    if packed is not None and s_a is not None and s_b is not None:
+        if _is_scalar(s_b) or s_b.shape == (packed.N,):
+            m = np.multiply(s_a.reshape(()), s_b.reshape(()) if _is_scalar(s_b) else s_b, dtype=F32)
+            if _valid_multiplier(m):
+                params["multiplier"] = m
+    name = _kernel_name("matmul_integer_to_float", a_dt, _dtype(b), packed is not None)
+    return Kernel(_matmul_integer_to_float_native, "native", name, params=params, out=True), ""
+
+
+@register_binder("DynamicQuantizeMatMul", MS_DOMAIN)
+def bind_dynamic_quantize_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 A quantized per tensor (NumPy DynamicQuantizeLinear), uint8/int8 B
+    (rank 2 to prepack), per-tensor or per-column b_scale / b_zero_point."""
+    del model  # unused
+    a, b, sb, zb, bias = (node.input(i) for i in range(5))
+    a_dt = _dtype(a)
+    if a_dt is not None and a_dt != F32:
+        return None, f"native DynamicQuantizeMatMul takes float32 A, got {a_dt}"
+    packed, reason = _bind_integer_to_float("DynamicQuantizeMatMul", b, zb, (("b_scale", sb), ("bias", bias)))
+    if reason:
+        return None, reason
+    params = {} if packed is None else {"packed": packed}
+    name = _kernel_name("dynamic_quantize_matmul", a_dt, _dtype(b), packed is not None)
+    return Kernel(_dynamic_quantize_matmul_native, "native", name, params=params, out=True), ""
