@@ -67,7 +67,7 @@ class QuantizationSummary:
     def format(self, *, max_rows: int = 30) -> str:
         lines = [
             f"quantized {len(self.quantized)} node(s), {len(self.float_nodes)} stayed float "
-            f"({self.method} calibration on {self.samples} sample(s), {self.seconds:.1f} s)",
+            f"({self.method} calibration on {self.samples} feed(s) of the data, {self.seconds:.1f} s)",
         ]
         if self.input_bytes and self.output_bytes:
             lines.append(

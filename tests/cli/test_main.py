@@ -99,7 +99,7 @@ def test_quantize_command_static_and_dynamic(tmp_path, capsys):
     out = tmp_path / "q.onnx"
     assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--method", "percentile"]) == 0
     text = capsys.readouterr().out
-    assert "percentile calibration on 3 sample(s)" in text and f"wrote {out}" in text
+    assert "percentile calibration on 3 feed(s) of the data" in text and f"wrote {out}" in text
     recipe = tmp_path / "r.json"
     recipe.write_text('{"per_channel": false, "exclude": ["fc"]}')
     assert main(["quantize", str(src), "-o", str(tmp_path / "d.onnx"), "--dynamic", "--recipe", str(recipe)]) == 0
