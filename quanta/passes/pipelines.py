@@ -72,6 +72,7 @@ def simplify(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pas
         *_fold_groupnorm(opset),  # Reshape -> InstanceNormalization -> Reshape
         PropagateViews(),  # views onto quantized values ...
         RemoveNoops(),  # ... which leaves DQ -> Q pairs with one type to remove
+        FoldConstants(evaluator),  # ... and Q(constant) where a view moved above a Q
         DropImpliedActivation(),  # Relu/Clip that the output quantization already implies
         AlignScales(),  # Concat inputs requantized to the output type
         EliminateCommon(),

@@ -151,6 +151,14 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
 
     for node in graph.nodes:
         reason = node_ok(node)
+        table = node.input(0)
+        if reason is None and node.op_type == "Gather" and table is not None and table.is_const and _is_float(table):
+            # An embedding table: stored int8 per-tensor (weight-only: 4x smaller file),
+            # gathered then dequantized; one scale keeps it a view on the integers.
+            key = f"{table.name}@{node.name or id(node)}"
+            plan.tensors[key] = TensorPlan(table.name, "weight", w_storage, True, axis=None)
+            plan.decisions.append(NodeDecision(node, True, inputs=[(0, key)]))
+            continue
         if reason is None and id(node) not in kept:
             reason = "its output feeds only float ops: quantizing it would add error and save no time"
         if reason is not None:
@@ -489,7 +497,7 @@ def insert_qdq(graph: Graph, plan: QdqPlan) -> None:
     for d in plan.decisions:
         if not d.quantize:
             continue
-        if d.node.op_type in VIEW_OPS:
+        if d.node.op_type in VIEW_OPS and not d.inputs:  # (a Gather table is a weight input)
             t = plan.tensors.get(d.output) if d.output else None
             if t is None or t.qtype is None:
                 d.quantize = False

@@ -257,3 +257,33 @@ def test_quantize_static_bias_correction_removes_the_mean_output_error(tmp_path)
         q = ort.InferenceSession(str(out)).run(None, test)[0]
         errors[on] = np.abs((q - ref).mean(axis=0)).mean()  # mean error per output, then averaged
     assert errors[True] < 0.7 * errors[False]
+
+
+def test_quantize_static_embedding_table_is_stored_int8(tmp_path):
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((1000, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["emb", "ids"], ["e"], name="gather"), helper.make_node("MatMul", ["e", "w"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5, 8])],
+        [numpy_helper.from_array(table, "emb"), numpy_helper.from_array(w, "w")],
+    )
+    src, out = tmp_path / "emb.onnx", tmp_path / "embq.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    feeds = [{"ids": rng.integers(0, 1000, (2, 5))} for _ in range(4)]
+    summary = quanta.quantize_static(src, out, feeds, verbose=False)
+    assert ("gather", "Gather") in summary.quantized
+    assert out.stat().st_size < 0.35 * src.stat().st_size  # the 64 KB table is now 16 KB
+    plan = quanta.InferenceSession(str(out)).plan
+    assert [s.op_type for s in plan.steps][0] == "Gather"  # gathers int8 rows, no per-run table quantize
+    from quanta.runtime.plan import SlotKind
+
+    assert not any(s.op_type == "QuantizeLinear" and plan.slots[s.inputs[0]].kind is SlotKind.CONSTANT for s in plan.steps)
+    t = {"ids": rng.integers(0, 1000, (3, 5))}
+    a = ort.InferenceSession(str(src)).run(None, t)[0]
+    b = ort.InferenceSession(str(out)).run(None, t)[0]
+    assert 10 * np.log10((a**2).sum() / ((a - b) ** 2).sum()) > 30.0  # int8 table + int8 activations
