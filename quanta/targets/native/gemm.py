@@ -1,7 +1,8 @@
 """Native integer GEMMs on the qgemm core (quanta/kernels/cpp/qgemm): QLinearMatMul,
 MatMulInteger, com.microsoft QGemm, MatMulIntegerToFloat and DynamicQuantizeMatMul.
 
-Every operator here is one call of ``_native.qgemm`` per matrix product::
+Every operator here is one call of ``_native.qgemm`` (a prepacked b) or of
+``_native.qgemm_batched`` (a run-time b, quanta/kernels/cpp/gemm) per node::
 
     acc[.., m, n] = Σ_k (a[.., m, k] − za[m]) · (b[.., k, n] − zb[n])  (+ bias[n])   eq. (4)
     y             = output_stage(acc)                     (qgemm.h; reference/qgemm.py)
@@ -24,9 +25,14 @@ into the column sums; the multiplier and QGemm's int32 bias ``C`` are computed o
 their inputs are constants. Kernel names say which: ``native:qlinear_matmul_u8s8`` (b
 prepacked) vs ``native:qlinear_matmul_u8s8_runtime_b``.
 
-Run time: a ``b`` that is an activation (attention scores and context) is packed per call,
-once per batch matrix (K·N bytes against M·K·N multiply-adds); a batched ``a [..., M, K]``
-with a shared rank-2 ``b`` is one GEMM over ``batch·M`` rows, nothing copied per batch.
+Run time: a ``b`` that is an activation (attention scores Q·Kᵀ and context P·V) is packed
+per call, once per batch matrix (K·N bytes against M·K·N multiply-adds), by
+``qgemm_batched`` straight from the strided views the Transposes leave (Kᵀ, the heads of a
+[S, heads, dh] tensor): one call per node, the batch dimensions merged into one, the batch
+matrices split over the threads. A batched ``a [..., M, K]`` with a shared rank-2 ``b`` is
+one GEMM over ``batch·M`` rows, nothing copied per batch. Batch layouts that do not merge
+(a ``b`` broadcast over a leading axis), per-batch zero points or multipliers, and per-row
+``a_zero_point`` with a run-time ``b`` take a per-batch loop of ``qgemm`` calls.
 
 What runs on the reference twin instead (same numbers, slower):
 - at compile time, the binders refuse what their kernel can never run (dtypes, per-row

@@ -6,7 +6,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 namespace quanta {
 namespace gemm {
@@ -25,6 +30,98 @@ struct StridedSource {
 // unnamed namespace): each ISA file keeps its own copy, compiled with its own flags, and the
 // linker never merges an AVX-512 instance into the portable path.
 namespace {
+
+// One k-group (KR consecutive k) of one full panel (NR columns) into dg[j·KR + t].
+// Columns contiguous along k (k_stride 1, Kᵀ of attention): KR bytes per column.
+template <typename Src, typename Storage, int NR, int KR>
+inline void pack_group_k_contiguous(const Src* col0, int64_t ns, Storage* dg) {
+  constexpr int32_t kShift = std::is_same_v<Src, uint8_t> ? 128 : 0;
+  if constexpr (sizeof(Storage) == 1 && KR == 4) {
+    // 4 k values of a column are one 32-bit word; w − 128 of a uint8 is its byte ^ 0x80.
+    constexpr uint32_t kFlip = kShift ? 0x80808080u : 0u;
+    for (int j = 0; j < NR; ++j) {
+      uint32_t v;
+      std::memcpy(&v, col0 + j * ns, 4);
+      v ^= kFlip;
+      std::memcpy(dg + j * 4, &v, 4);
+    }
+  } else {
+    for (int j = 0; j < NR; ++j) {
+      for (int t = 0; t < KR; ++t) dg[j * KR + t] = static_cast<Storage>(static_cast<int32_t>(col0[j * ns + t]) - kShift);
+    }
+  }
+}
+
+// Rows contiguous along n (n_stride 1, a row-major [K, N] source, V of attention): an
+// interleave of KR rows of NR bytes.
+template <typename Src, typename Storage, int NR, int KR>
+inline void pack_group_row_major(const Src* row0, int64_t ks, Storage* dg) {
+  constexpr int32_t kShift = std::is_same_v<Src, uint8_t> ? 128 : 0;
+#if defined(__SSE2__)
+  if constexpr (NR % 16 == 0 && ((sizeof(Storage) == 1 && KR == 4) || (sizeof(Storage) == 2 && KR == 2))) {
+    const __m128i flip = _mm_set1_epi8(kShift ? static_cast<char>(0x80) : 0);
+    for (int h = 0; h < NR / 16; ++h) {
+      __m128i a[KR];
+      for (int t = 0; t < KR; ++t) {
+        a[t] = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row0 + t * ks + 16 * h)), flip);
+      }
+      __m128i* out = reinterpret_cast<__m128i*>(dg + 16 * h * KR);
+      if constexpr (KR == 4) {
+        // bytes (r0[j], r1[j]) then words ((r0, r1)[j], (r2, r3)[j]): j-major, 4 k per j
+        const __m128i t01lo = _mm_unpacklo_epi8(a[0], a[1]), t01hi = _mm_unpackhi_epi8(a[0], a[1]);
+        const __m128i t23lo = _mm_unpacklo_epi8(a[2], a[3]), t23hi = _mm_unpackhi_epi8(a[2], a[3]);
+        _mm_storeu_si128(out + 0, _mm_unpacklo_epi16(t01lo, t23lo));
+        _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(t01lo, t23lo));
+        _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(t01hi, t23hi));
+        _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(t01hi, t23hi));
+      } else {
+        // int16 storage, 2 k per j: pairs (r0[j], r1[j]) sign-extended to int16
+        const __m128i lo = _mm_unpacklo_epi8(a[0], a[1]), hi = _mm_unpackhi_epi8(a[0], a[1]);
+        _mm_storeu_si128(out + 0, _mm_srai_epi16(_mm_unpacklo_epi8(lo, lo), 8));
+        _mm_storeu_si128(out + 1, _mm_srai_epi16(_mm_unpackhi_epi8(lo, lo), 8));
+        _mm_storeu_si128(out + 2, _mm_srai_epi16(_mm_unpacklo_epi8(hi, hi), 8));
+        _mm_storeu_si128(out + 3, _mm_srai_epi16(_mm_unpackhi_epi8(hi, hi), 8));
+      }
+    }
+    return;
+  }
+#endif
+  for (int t = 0; t < KR; ++t) {
+    const Src* r = row0 + t * ks;
+    for (int j = 0; j < NR; ++j) dg[j * KR + t] = static_cast<Storage>(static_cast<int32_t>(r[j]) - kShift);
+  }
+}
+
+// sums[j] += Σ over the panel's groups and lanes of dg[j·KR + t] (wrapping uint32).
+template <typename Storage, int NR, int KR>
+inline void panel_column_sums(const Storage* d, int64_t groups, uint32_t* sums) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  if constexpr (sizeof(Storage) == 1 && KR == 4 && NR == 32) {
+    // vpdpbusd(1, w'): each int32 lane j accumulates Σ_t w'[j·4 + t]
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+    for (int64_t g = 0; g < groups; ++g) {
+      const int8_t* dg = reinterpret_cast<const int8_t*>(d) + g * 128;
+      acc0 = _mm512_dpbusd_epi32(acc0, ones, _mm512_loadu_si512(dg));
+      acc1 = _mm512_dpbusd_epi32(acc1, ones, _mm512_loadu_si512(dg + 64));
+    }
+    alignas(64) uint32_t tmp[32];
+    _mm512_store_si512(tmp, acc0);
+    _mm512_store_si512(tmp + 16, acc1);
+    for (int j = 0; j < 32; ++j) sums[j] += tmp[j];
+    return;
+  }
+#endif
+  for (int64_t g = 0; g < groups; ++g) {
+    const Storage* dg = d + g * NR * KR;
+    for (int j = 0; j < NR; ++j) {
+      uint32_t acc = 0;
+      for (int t = 0; t < KR; ++t) acc += static_cast<uint32_t>(static_cast<int32_t>(dg[j * KR + t]));
+      sums[j] += acc;
+    }
+  }
+}
+
 template <typename Src, typename Storage, int NR, int KR>
 void pack_strided_panels(const StridedSource& s, Storage* dst, int32_t* cs, int32_t* zw) {
   constexpr int32_t kShift = std::is_same_v<Src, uint8_t> ? 128 : 0;  // w' = w − 128 for uint8
@@ -41,22 +138,13 @@ void pack_strided_panels(const StridedSource& s, Storage* dst, int32_t* cs, int3
     if (cols == NR && ks == 1) {
       // Each column's k values are contiguous (a transposed source, e.g. Kᵀ in attention).
       for (int64_t g = 0; g < full_groups; ++g) {
-        Storage* dg = d + g * NR * KR;
-        for (int j = 0; j < NR; ++j) {
-          const Src* src = w + (n0 + j) * ns + g * KR;
-          for (int t = 0; t < KR; ++t) dg[j * KR + t] = conv(src[t]);
-        }
+        pack_group_k_contiguous<Src, Storage, NR, KR>(w + n0 * ns + g * KR, ns, d + g * NR * KR);
       }
       g_done = full_groups;
     } else if (cols == NR && ns == 1) {
       // Rows are contiguous (a row-major [K, N] source, e.g. V in attention).
       for (int64_t g = 0; g < full_groups; ++g) {
-        Storage* dg = d + g * NR * KR;
-        const Src* row = w + g * KR * ks + n0;
-        for (int t = 0; t < KR; ++t) {
-          const Src* r = row + t * ks;
-          for (int j = 0; j < NR; ++j) dg[j * KR + t] = conv(r[j]);
-        }
+        pack_group_row_major<Src, Storage, NR, KR>(w + g * KR * ks + n0, ks, d + g * NR * KR);
       }
       g_done = full_groups;
     }
@@ -73,14 +161,7 @@ void pack_strided_panels(const StridedSource& s, Storage* dst, int32_t* cs, int3
     // Column sums from the packed panel (contiguous): Σ_k w' in wrapping uint32, then
     // cs = Σ w' + K·shift − K·zw, wrapped to int32 as pack.cc does.
     uint32_t sums[NR] = {};
-    for (int64_t g = 0; g < groups; ++g) {
-      const Storage* dg = d + g * NR * KR;
-      for (int j = 0; j < NR; ++j) {
-        uint32_t acc = 0;
-        for (int t = 0; t < KR; ++t) acc += static_cast<uint32_t>(static_cast<int32_t>(dg[j * KR + t]));
-        sums[j] += acc;
-      }
-    }
+    panel_column_sums<Storage, NR, KR>(d, groups, sums);
     for (int j = 0; j < NR; ++j) {
       const int64_t n = n0 + j;
       if (j >= cols) {
