@@ -110,7 +110,19 @@ int64_t checked_int(const py::handle& obj, const char* what) {
     throw py::value_error(std::string(what) + ": expected an integer, got " +
                           py::str(py::type::of(obj)).cast<std::string>());
   }
-  const py::object index = py::module_::import("operator").attr("index")(obj);
+  // Fast path first: a Python int (the usual case) needs no operator.index round trip,
+  // which cost microseconds per call on single-row GEMMs.
+  if (py::isinstance<py::int_>(obj)) {
+    try {
+      return obj.cast<int64_t>();
+    } catch (const py::cast_error&) {
+      throw py::value_error(std::string(what) + ": expected an integer in the int64 range, got " +
+                            py::repr(obj).cast<std::string>());
+    }
+  }
+  // Leaked on purpose: a static py::object would be destroyed after the interpreter.
+  static const py::object* index_fn = new py::object(py::module_::import("operator").attr("index"));
+  const py::object index = (*index_fn)(obj);
   try {
     return index.cast<int64_t>();
   } catch (const py::cast_error&) {
@@ -155,6 +167,14 @@ std::shared_ptr<PackedWeights> pack_impl(const py::handle& w_obj, const py::hand
 }
 
 OutType parse_out_dtype(const py::handle& obj) {
+  // Fast path: the plain strings the binders pass ("uint8", "int8", "int32", "float32").
+  if (py::isinstance<py::str>(obj)) {
+    const std::string s = obj.cast<std::string>();
+    if (s == "uint8") return OutType::kU8;
+    if (s == "int8") return OutType::kS8;
+    if (s == "int32") return OutType::kS32;
+    if (s == "float32") return OutType::kF32;
+  }
   std::string name;
   try {
     name = py::module_::import("numpy").attr("dtype")(obj).attr("name").cast<std::string>();
