@@ -47,15 +47,22 @@ def every_isa(fn) -> None:
 def assert_same(expected: np.ndarray, actual: np.ndarray, label: str, **context) -> None:
     """Bytes, dtype and shape equal; otherwise say where and with which parameters."""
     expected, actual = np.asarray(expected), np.asarray(actual)
-    if expected.dtype == actual.dtype and expected.shape == actual.shape and expected.tobytes() == actual.tobytes():
+    if (
+        expected.dtype == actual.dtype
+        and expected.shape == actual.shape
+        and expected.tobytes() == actual.tobytes()
+    ):
         return
     detail = ", ".join(f"{k}={v}" for k, v in context.items())
     if expected.shape != actual.shape or expected.dtype != actual.dtype:
         raise AssertionError(
             f"{label}: expected {expected.dtype}{expected.shape}, got {actual.dtype}{actual.shape}; {detail}"
         )
-    bad = np.argwhere(~((expected == actual) | (np.isnan(expected) & np.isnan(actual))) if expected.dtype.kind == "f"
-                      else expected != actual)
+    bad = np.argwhere(
+        ~((expected == actual) | (np.isnan(expected) & np.isnan(actual)))
+        if expected.dtype.kind == "f"
+        else expected != actual
+    )
     i = tuple(int(v) for v in bad[0])
     raise AssertionError(
         f"{label}: {len(bad)} of {expected.size} differ; shape {expected.shape}; first bad index {i}: "
@@ -124,7 +131,9 @@ def test_dequantize_native_per_axis_distinct_channels() -> None:
     x = codes(np.random.default_rng(3), (2, 3, 5), np.uint8)
     scale, zp = np.array([2.0, 3.0, 4.0], F32), np.array([10, 20, 30])
     expected = dequantize_linear(x, scale, zp.astype(np.uint8), axis=1)
-    every_isa(lambda isa: assert_same(expected, _native.dequantize_linear(x, scale, zp.astype(np.int32), 1), isa))
+    every_isa(
+        lambda isa: assert_same(expected, _native.dequantize_linear(x, scale, zp.astype(np.int32), 1), isa)
+    )
 
 
 def test_dequantize_native_threads_identical() -> None:
@@ -134,7 +143,9 @@ def test_dequantize_native_threads_identical() -> None:
     scale, zp = np.array([0.5, 0.25, 0.125, 3.0, 0.01, 7.0, 0.3], F32), np.arange(7) * 17 - 60
     expected = dequantize_linear(x, scale, zp.astype(np.int8), axis=1)
     for threads in (1, 2):
-        assert_same(expected, _native.dequantize_linear(x, scale, zp.astype(np.int32), 1, threads), f"t{threads}")
+        assert_same(
+            expected, _native.dequantize_linear(x, scale, zp.astype(np.int32), 1, threads), f"t{threads}"
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -288,16 +299,22 @@ def native_mul(a, b, scales, zps, threads=1):
 def test_qlinear_add_native_matches_reference_broadcasts(case) -> None:
     a, b, scales, zps = case
     expected = reference_add(a, b, scales, zps)
-    every_isa(lambda isa: assert_same(expected, native_add(a, b, scales, zps), isa, a=a.shape, b=b.shape,
-                                      scales=scales, zps=zps))
+    every_isa(
+        lambda isa: assert_same(
+            expected, native_add(a, b, scales, zps), isa, a=a.shape, b=b.shape, scales=scales, zps=zps
+        )
+    )
 
 
 @given(case=binary_cases())
 def test_qlinear_mul_native_matches_reference_broadcasts(case) -> None:
     a, b, scales, zps = case
     expected = reference_mul(a, b, scales, zps)
-    every_isa(lambda isa: assert_same(expected, native_mul(a, b, scales, zps), isa, a=a.shape, b=b.shape,
-                                      scales=scales, zps=zps))
+    every_isa(
+        lambda isa: assert_same(
+            expected, native_mul(a, b, scales, zps), isa, a=a.shape, b=b.shape, scales=scales, zps=zps
+        )
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -325,7 +342,11 @@ def test_qlinear_binary_native_saturates_both_ends(dtype) -> None:
     for ref, nat in ((reference_add, native_add), (reference_mul, native_mul)):
         expected = ref(a, b, scales, zps)
         assert expected.min() == info.min and expected.max() == info.max
-        every_isa(lambda isa, ref=ref, nat=nat, expected=expected: assert_same(expected, nat(a, b, scales, zps), isa))
+        every_isa(
+            lambda isa, ref=ref, nat=nat, expected=expected: assert_same(
+                expected, nat(a, b, scales, zps), isa
+            )
+        )
 
 
 def test_qlinear_binary_native_threads_identical() -> None:
@@ -341,7 +362,9 @@ def test_qlinear_binary_native_threads_identical() -> None:
 
 def test_qlinear_binary_native_refuses_unbroadcastable_shapes() -> None:
     a, b = np.zeros((2, 3), np.uint8), np.zeros((4,), np.uint8)
-    with pytest.raises(ValueError, match=r"qlinear_add: expected broadcastable shapes, got \(2, 3\) and \(4,\)"):
+    with pytest.raises(
+        ValueError, match=r"qlinear_add: expected broadcastable shapes, got \(2, 3\) and \(4,\)"
+    ):
         _native.qlinear_add(a, b, 1.0, 0, 1.0, 0, 1.0, 0)
 
 
@@ -425,7 +448,14 @@ def global_pool_cases(draw):
     shape = (n, *spatial, c) if channels_last else (n, c, *spatial)
     sx = draw_scale(draw, rng)
     sy = F32(sx * 2.0 ** rng.uniform(-3, 1))
-    return codes(rng, shape, dtype), sx, sy, draw_zero_point(rng, dtype), draw_zero_point(rng, dtype), channels_last
+    return (
+        codes(rng, shape, dtype),
+        sx,
+        sy,
+        draw_zero_point(rng, dtype),
+        draw_zero_point(rng, dtype),
+        channels_last,
+    )
 
 
 def native_global_pool(x, sx, sy, zx, zy, channels_last, threads=1):
@@ -439,8 +469,15 @@ def test_qlinear_global_average_pool_native_matches_reference(case) -> None:
     x, sx, sy, zx, zy, channels_last = case
     dt = x.dtype.type
     expected = ms_qlinear.qlinear_global_average_pool(x, sx, dt(zx), sy, dt(zy), channels_last)
-    every_isa(lambda isa: assert_same(expected, native_global_pool(x, sx, sy, zx, zy, channels_last), isa,
-                                      shape=x.shape, channels_last=channels_last))
+    every_isa(
+        lambda isa: assert_same(
+            expected,
+            native_global_pool(x, sx, sy, zx, zy, channels_last),
+            isa,
+            shape=x.shape,
+            channels_last=channels_last,
+        )
+    )
 
 
 def test_qlinear_global_average_pool_native_long_sum_threads() -> None:
@@ -450,10 +487,15 @@ def test_qlinear_global_average_pool_native_long_sum_threads() -> None:
     for channels_last in (False, True):
         shape = (2, 4099, 17) if channels_last else (2, 17, 4099)
         x = codes(rng, shape, np.int8)
-        expected = ms_qlinear.qlinear_global_average_pool(x, F32(0.02), np.int8(-7), F32(0.01), np.int8(5), channels_last)
+        expected = ms_qlinear.qlinear_global_average_pool(
+            x, F32(0.02), np.int8(-7), F32(0.01), np.int8(5), channels_last
+        )
         for threads in (1, 2):
-            every_isa(lambda isa, x=x, cl=channels_last, t=threads, e=expected: assert_same(
-                e, native_global_pool(x, F32(0.02), F32(0.01), -7, 5, cl, t), f"{isa} t{t} cl={cl}"))
+            every_isa(
+                lambda isa, x=x, cl=channels_last, t=threads, e=expected: assert_same(
+                    e, native_global_pool(x, F32(0.02), F32(0.01), -7, 5, cl, t), f"{isa} t{t} cl={cl}"
+                )
+            )
 
 
 @st.composite
@@ -498,14 +540,27 @@ def test_max_pool_native_matches_reference(geom, data) -> None:
         attrs["pads"] = geom["pads"]
     attrs["ceil_mode"] = int(geom["ceil_mode"])
     expected = max_pool(OpContext(n_outputs=1), x, **attrs)
-    g = conv_attrs(x.shape, None, kernel_shape=attrs["kernel_shape"], strides=attrs["strides"],
-                   dilations=attrs["dilations"], pads=attrs.get("pads"), auto_pad=attrs["auto_pad"],
-                   ceil_mode=geom["ceil_mode"])
+    g = conv_attrs(
+        x.shape,
+        None,
+        kernel_shape=attrs["kernel_shape"],
+        strides=attrs["strides"],
+        dilations=attrs["dilations"],
+        pads=attrs.get("pads"),
+        auto_pad=attrs["auto_pad"],
+        ceil_mode=geom["ceil_mode"],
+    )
     n_sp = x.ndim - 2
 
     def check(isa):
-        y = _native.max_pool_2d(as_4d(x), pair(g.kernel_shape, 1), pair(g.strides, 1), pair(g.dilations, 1),
-                                pair(g.pads[:n_sp], 0), pair(g.out_shape, 1))
+        y = _native.max_pool_2d(
+            as_4d(x),
+            pair(g.kernel_shape, 1),
+            pair(g.strides, 1),
+            pair(g.dilations, 1),
+            pair(g.pads[:n_sp], 0),
+            pair(g.out_shape, 1),
+        )
         assert_same(expected, y.reshape(expected.shape), isa, shape=x.shape, **attrs)
 
     every_isa(check)
@@ -523,12 +578,25 @@ def test_qlinear_average_pool_native_matches_reference(geom, data) -> None:
     include_pad = data.draw(st.booleans())
     pads = geom["pads"] if geom["auto_pad"] == "NOTSET" else None
     expected = ms_qlinear.qlinear_average_pool(
-        x, sx, dtype(zx), sy, dtype(zy), kernel_shape=geom["kernel_shape"], strides=geom["strides"], pads=pads,
-        auto_pad=geom["auto_pad"], ceil_mode=geom["ceil_mode"], count_include_pad=include_pad,
+        x,
+        sx,
+        dtype(zx),
+        sy,
+        dtype(zy),
+        kernel_shape=geom["kernel_shape"],
+        strides=geom["strides"],
+        pads=pads,
+        auto_pad=geom["auto_pad"],
+        ceil_mode=geom["ceil_mode"],
+        count_include_pad=include_pad,
     )
     n_sp = x.ndim - 2
     pd, out_shape = ms_qlinear._ort_pool_geometry(
-        tuple(x.shape[2:]), geom["kernel_shape"], geom["strides"], pads or [0] * (2 * n_sp), geom["auto_pad"],
+        tuple(x.shape[2:]),
+        geom["kernel_shape"],
+        geom["strides"],
+        pads or [0] * (2 * n_sp),
+        geom["auto_pad"],
         geom["ceil_mode"],
     )
     if list(x.shape[2:]) == geom["kernel_shape"] and not any(pd):
@@ -538,10 +606,20 @@ def test_qlinear_average_pool_native_matches_reference(geom, data) -> None:
 
     def check(isa):
         y = _native.qlinear_average_pool_2d(
-            as_4d(x), pair(geom["kernel_shape"], 1), pair(geom["strides"], 1), pair(pd[:n_sp], 0),
-            pair(out_shape, 1), float(sx), zx, float(sy), zy, include_pad,
+            as_4d(x),
+            pair(geom["kernel_shape"], 1),
+            pair(geom["strides"], 1),
+            pair(pd[:n_sp], 0),
+            pair(out_shape, 1),
+            float(sx),
+            zx,
+            float(sy),
+            zy,
+            include_pad,
         )
-        assert_same(expected, y.reshape(expected.shape), isa, shape=x.shape, geom=geom, include_pad=include_pad)
+        assert_same(
+            expected, y.reshape(expected.shape), isa, shape=x.shape, geom=geom, include_pad=include_pad
+        )
 
     every_isa(check)
 
@@ -553,19 +631,59 @@ def test_qlinear_average_pool_native_ceil_mode_count_excludes_overhang() -> None
     x = codes(np.random.default_rng(12), (1, 3, 7, 7), np.uint8)
     for include_pad in (False, True):
         expected = ms_qlinear.qlinear_average_pool(
-            x, F32(0.1), np.uint8(9), F32(0.05), np.uint8(100), kernel_shape=[3, 3], strides=[2, 2],
-            pads=[1, 1, 1, 1], ceil_mode=True, count_include_pad=include_pad,
+            x,
+            F32(0.1),
+            np.uint8(9),
+            F32(0.05),
+            np.uint8(100),
+            kernel_shape=[3, 3],
+            strides=[2, 2],
+            pads=[1, 1, 1, 1],
+            ceil_mode=True,
+            count_include_pad=include_pad,
         )
         assert expected.shape == (1, 3, 4, 4)
-        every_isa(lambda isa, e=expected, ip=include_pad: assert_same(
-            e, _native.qlinear_average_pool_2d(x, (3, 3), (2, 2), (1, 1), (4, 4), 0.1, 9, 0.05, 100, ip), isa))
+        every_isa(
+            lambda isa, e=expected, ip=include_pad: assert_same(
+                e,
+                _native.qlinear_average_pool_2d(x, (3, 3), (2, 2), (1, 1), (4, 4), 0.1, 9, 0.05, 100, ip),
+                isa,
+            )
+        )
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3])
+def test_pool_native_wide_windows_take_the_row_path(stride) -> None:
+    """A window 17 wide (more taps than the AVX-512 register-blocked planes take) and a row
+    of 2100 outputs: the row-operation planes, with their vector bodies and tails."""
+    rng = np.random.default_rng(14)
+    for shape, kernel in (((1, 3, 5, 40), (2, 17)), ((1, 2, 3, 2100 * stride), (2, 3))):
+        x = codes(rng, shape, np.int8)
+        pads = [1, 8, 0, 8] if kernel[1] == 17 else [0, 1, 0, 1]
+        attrs = {"kernel_shape": list(kernel), "strides": [1, stride], "pads": pads}
+        expected_max = max_pool(OpContext(n_outputs=1), x, **attrs)
+        expected_avg = ms_qlinear.qlinear_average_pool(
+            x, F32(0.02), np.int8(-3), F32(0.01), np.int8(4), **attrs, count_include_pad=False
+        )
+        out_hw = expected_max.shape[2:]
+        pb = (pads[0], pads[1])
+
+        def check(isa, x=x, kernel=kernel, out_hw=out_hw, pb=pb, em=expected_max, ea=expected_avg):
+            y = _native.max_pool_2d(x, kernel, (1, stride), (1, 1), pb, out_hw)
+            assert_same(em, y, f"{isa} max", shape=x.shape, kernel=kernel, stride=stride)
+            y = _native.qlinear_average_pool_2d(x, kernel, (1, stride), pb, out_hw, 0.02, -3, 0.01, 4, False)
+            assert_same(ea, y, f"{isa} average", shape=x.shape, kernel=kernel, stride=stride)
+
+        every_isa(check)
 
 
 def test_pool_native_threads_identical() -> None:
     """Planes split over threads: max and average pools give identical bytes for 1 and 2."""
     x = codes(np.random.default_rng(13), (4, 17, 33, 31), np.int8)
     mx = [_native.max_pool_2d(x, (3, 3), (2, 2), (1, 1), (1, 1), (17, 16), t) for t in (1, 2)]
-    av = [_native.qlinear_average_pool_2d(x, (3, 2), (1, 2), (1, 0), (33, 15), 0.03, -3, 0.02, 4, False, t)
-          for t in (1, 2)]
+    av = [
+        _native.qlinear_average_pool_2d(x, (3, 2), (1, 2), (1, 0), (33, 15), 0.03, -3, 0.02, 4, False, t)
+        for t in (1, 2)
+    ]
     assert_same(mx[0], mx[1], "max t1 vs t2")
     assert_same(av[0], av[1], "average t1 vs t2")

@@ -53,8 +53,15 @@ def codes(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     return x.astype(dtype)
 
 
-def bind(op_type: str, domain: str, n_inputs: int, attrs: dict | None = None, consts: dict | None = None,
-         n_outputs: int = 1, x_dtype=None):
+def bind(
+    op_type: str,
+    domain: str,
+    n_inputs: int,
+    attrs: dict | None = None,
+    consts: dict | None = None,
+    n_outputs: int = 1,
+    x_dtype=None,
+):
     """The native kernel a binder returns for a node whose inputs carry no type except the
     first one's element type when ``x_dtype`` is given (``consts``: input index -> constant
     array, as initializers would be)."""
@@ -69,8 +76,15 @@ def bind(op_type: str, domain: str, n_inputs: int, attrs: dict | None = None, co
     return kernel
 
 
-def run_both(op_type: str, domain: str, inputs: list, attrs: dict | None = None, *, opset: int = 21,
-             consts: dict | None = None) -> None:
+def run_both(
+    op_type: str,
+    domain: str,
+    inputs: list,
+    attrs: dict | None = None,
+    *,
+    opset: int = 21,
+    consts: dict | None = None,
+) -> None:
     """The bound native kernel (1 and 2 threads, with and without ``out=``) gives the bytes
     of the registered reference op, without handing the call to the twin."""
     attrs = attrs or {}
@@ -101,14 +115,18 @@ def run_both(op_type: str, domain: str, inputs: list, attrs: dict | None = None,
 @st.composite
 def binary_inputs(draw):
     dtype = draw(st.sampled_from(DTYPES))
-    shapes = draw(st.sampled_from([
-        ((3, 7, 17), (3, 7, 17)),
-        ((2, 7, 5, 3), (7, 1, 1)),
-        ((2, 33), ()),
-        ((1,), (2, 17)),
-        ((5, 1, 3), (1, 4, 1)),
-        ((2, 3, 9), (9,)),
-    ]))
+    shapes = draw(
+        st.sampled_from(
+            [
+                ((3, 7, 17), (3, 7, 17)),
+                ((2, 7, 5, 3), (7, 1, 1)),
+                ((2, 33), ()),
+                ((1,), (2, 17)),
+                ((5, 1, 3), (1, 4, 1)),
+                ((2, 3, 9), (9,)),
+            ]
+        )
+    )
     if draw(st.booleans()):
         shapes = shapes[::-1]
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -118,8 +136,16 @@ def binary_inputs(draw):
     zps = [np.array(draw_zero_point(rng, dtype), dt) for _ in range(3)]
     if draw(st.booleans()):
         zps[1] = None  # optional B_zero_point: 0
-    return [codes(rng, shapes[0], dtype), np.array(sa), zps[0], codes(rng, shapes[1], dtype), np.array(sb),
-            zps[1], np.array(sc), zps[2]]
+    return [
+        codes(rng, shapes[0], dtype),
+        np.array(sa),
+        zps[0],
+        codes(rng, shapes[1], dtype),
+        np.array(sb),
+        zps[1],
+        np.array(sc),
+        zps[2],
+    ]
 
 
 @given(inputs=binary_inputs(), op=st.sampled_from(["QLinearAdd", "QLinearMul"]))
@@ -149,7 +175,7 @@ def test_native_dequantize_linear_matches_reference(case, domain) -> None:
     run_both("DequantizeLinear", domain, inputs, attrs)
 
 
-@given(x=st.integers(0, 2**32 - 1).map(lambda s: (np.random.default_rng(s).standard_normal((3, 17, 7)) * 5)))
+@given(x=st.integers(0, 2**32 - 1).map(lambda s: np.random.default_rng(s).standard_normal((3, 17, 7)) * 5))
 def test_native_dynamic_quantize_linear_matches_reference(x) -> None:
     run_both("DynamicQuantizeLinear", "", [np.asarray(x, F32)])
 
@@ -159,8 +185,12 @@ def unary_inputs(draw):
     dtype = draw(st.sampled_from(DTYPES))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     x = codes(rng, (2, 7, 17), dtype)
-    params = [np.array(F32(rng.uniform(0.01, 0.2))), np.array(draw_zero_point(rng, dtype), dtype),
-              np.array(F32(rng.uniform(0.002, 0.05))), np.array(draw_zero_point(rng, dtype), dtype)]
+    params = [
+        np.array(F32(rng.uniform(0.01, 0.2))),
+        np.array(draw_zero_point(rng, dtype), dtype),
+        np.array(F32(rng.uniform(0.002, 0.05))),
+        np.array(draw_zero_point(rng, dtype), dtype),
+    ]
     return x, params, draw(st.booleans())
 
 
@@ -182,8 +212,13 @@ def softmax_inputs(draw):
     opset = draw(st.sampled_from([11, 13]))
     axis = draw(st.integers(-len(shape), len(shape) - 1))
     zy = np.array(-128 if dtype == np.int8 else 0, dtype)
-    inputs = [codes(rng, shape, dtype), np.array(F32(rng.uniform(0.01, 0.3))),
-              np.array(draw_zero_point(rng, dtype), dtype), np.array(F32(1 / 256)), zy]
+    inputs = [
+        codes(rng, shape, dtype),
+        np.array(F32(rng.uniform(0.01, 0.3))),
+        np.array(draw_zero_point(rng, dtype), dtype),
+        np.array(F32(1 / 256)),
+        zy,
+    ]
     return inputs, {"opset": opset, "axis": axis}
 
 
@@ -235,8 +270,12 @@ def pool_inputs(draw, op: str):
     if draw(st.booleans()):
         attrs["channels_last"] = 1
         x = np.ascontiguousarray(np.moveaxis(x, 1, -1))
-    params = [np.array(F32(rng.uniform(0.01, 0.2))), np.array(draw_zero_point(rng, dtype), dtype),
-              np.array(F32(rng.uniform(0.005, 0.1))), np.array(draw_zero_point(rng, dtype), dtype)]
+    params = [
+        np.array(F32(rng.uniform(0.01, 0.2))),
+        np.array(draw_zero_point(rng, dtype), dtype),
+        np.array(F32(rng.uniform(0.005, 0.1))),
+        np.array(draw_zero_point(rng, dtype), dtype),
+    ]
     return [x, *params], attrs
 
 
@@ -258,13 +297,22 @@ def test_native_qlinear_average_pool_matches_reference(case) -> None:
         run_both("QLinearAveragePool", MS_DOMAIN, inputs, attrs)
 
 
-@given(seed=st.integers(0, 2**32 - 1), channels_last=st.booleans(), dtype=st.sampled_from(DTYPES),
-       spatial=st.sampled_from([(5,), (3, 7), (2, 3, 4), (1, 1)]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    channels_last=st.booleans(),
+    dtype=st.sampled_from(DTYPES),
+    spatial=st.sampled_from([(5,), (3, 7), (2, 3, 4), (1, 1)]),
+)
 def test_native_qlinear_global_average_pool_matches_reference(seed, channels_last, dtype, spatial) -> None:
     rng = np.random.default_rng(seed)
     shape = (2, *spatial, 17) if channels_last else (2, 17, *spatial)
-    inputs = [codes(rng, shape, dtype), np.array(F32(0.07)), np.array(draw_zero_point(rng, dtype), dtype),
-              np.array(F32(rng.uniform(0.01, 0.1))), np.array(draw_zero_point(rng, dtype), dtype)]
+    inputs = [
+        codes(rng, shape, dtype),
+        np.array(F32(0.07)),
+        np.array(draw_zero_point(rng, dtype), dtype),
+        np.array(F32(rng.uniform(0.01, 0.1))),
+        np.array(draw_zero_point(rng, dtype), dtype),
+    ]
     run_both("QLinearGlobalAveragePool", MS_DOMAIN, inputs, {"channels_last": int(channels_last)})
 
 
@@ -282,7 +330,9 @@ def test_native_qlinear_average_pool_whole_image_takes_the_global_path() -> None
 # --------------------------------------------------------------------------------------
 
 
-def binder_reason(op_type: str, domain: str, inputs: list[Value], attrs: dict | None = None, n_outputs: int = 1):
+def binder_reason(
+    op_type: str, domain: str, inputs: list[Value], attrs: dict | None = None, n_outputs: int = 1
+):
     node = Node(op_type, inputs, [Value(f"o{i}") for i in range(n_outputs)], attrs or {}, domain=domain)
     kernel, reason = BINDERS[(domain, op_type)](None, node)
     assert kernel is None
@@ -301,8 +351,15 @@ def test_native_binders_refuse_with_reasons() -> None:
     assert binder_reason("MaxPool", "", [u8], {"kernel_shape": [2, 2]}, n_outputs=2) == (
         "native MaxPool has no Indices output"
     )
-    assert binder_reason("MaxPool", "", [Value("x3", const=np.zeros((1, 1, 2, 2, 2), np.uint8))],
-                         {"kernel_shape": [1, 1, 1]}) == "native MaxPool takes 1-D and 2-D windows, got 3-D"
+    assert (
+        binder_reason(
+            "MaxPool",
+            "",
+            [Value("x3", const=np.zeros((1, 1, 2, 2, 2), np.uint8))],
+            {"kernel_shape": [1, 1, 1]},
+        )
+        == "native MaxPool takes 1-D and 2-D windows, got 3-D"
+    )
     assert binder_reason("QLinearAdd", MS_DOMAIN, [u8, per_axis, z, u8, one, z, one, z]) == (
         "native QLinearAdd takes a per-tensor A_scale, got 3 elements"
     )
@@ -332,7 +389,9 @@ def test_native_qlinear_add_unbroadcastable_raises_the_twins_error() -> None:
 def test_native_dequantize_per_axis_before_opset_13_raises_the_twins_error() -> None:
     kernel = bind("DequantizeLinear", "", 3)
     x, s, z = np.zeros((2, 3), np.uint8), np.ones(3, F32), np.zeros(3, np.uint8)
-    with pytest.raises(OpError, match=r"DequantizeLinear-10: expected a scalar scale \(per-axis needs opset 13\)"):
+    with pytest.raises(
+        OpError, match=r"DequantizeLinear-10: expected a scalar scale \(per-axis needs opset 13\)"
+    ):
         kernel.fn(KernelContext(opset=10), x, s, z, **kernel.params)
 
 
@@ -341,15 +400,26 @@ def test_native_dequantize_per_axis_before_opset_13_raises_the_twins_error() -> 
 # --------------------------------------------------------------------------------------
 
 
-def single_node_model(op_type: str, domain: str, feeds: dict, inits: list, out_types: list, attrs=None,
-                      input_order=None) -> onnx.ModelProto:
-    infos = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
-             for k, v in feeds.items()]
+def single_node_model(
+    op_type: str, domain: str, feeds: dict, inits: list, out_types: list, attrs=None, input_order=None
+) -> onnx.ModelProto:
+    infos = [
+        helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+        for k, v in feeds.items()
+    ]
     inits_p = [onnx.numpy_helper.from_array(np.asarray(v), name=k) for k, v in inits]
-    outs = [helper.make_tensor_value_info(f"y{i}", helper.np_dtype_to_tensor_dtype(np.dtype(t)), None)
-            for i, t in enumerate(out_types)]
-    node = helper.make_node(op_type, input_order, [f"y{i}" for i in range(len(out_types))], domain=domain,
-                            name="node", **(attrs or {}))
+    outs = [
+        helper.make_tensor_value_info(f"y{i}", helper.np_dtype_to_tensor_dtype(np.dtype(t)), None)
+        for i, t in enumerate(out_types)
+    ]
+    node = helper.make_node(
+        op_type,
+        input_order,
+        [f"y{i}" for i in range(len(out_types))],
+        domain=domain,
+        name="node",
+        **(attrs or {}),
+    )
     model = helper.make_model(
         helper.make_graph([node], "g", infos, outs, inits_p),
         opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS_DOMAIN, 1)],
@@ -379,36 +449,68 @@ def test_session_native_qlinear_ops_bit_exact(dtype) -> None:
     y = codes(rng, (7, 1, 1), dtype)
     zs = [np.array(draw_zero_point(rng, dtype), dtype) for _ in range(3)]
     sfx = "u8" if dtype == np.uint8 else "s8"
-    params = [("sa", np.array(F32(0.05))), ("za", zs[0]), ("sb", np.array(F32(0.03))), ("zb", zs[1]),
-              ("sc", np.array(F32(0.07))), ("zc", zs[2])]
+    params = [
+        ("sa", np.array(F32(0.05))),
+        ("za", zs[0]),
+        ("sb", np.array(F32(0.03))),
+        ("zb", zs[1]),
+        ("sc", np.array(F32(0.07))),
+        ("zc", zs[2]),
+    ]
     for op in ("QLinearAdd", "QLinearMul"):
-        model = single_node_model(op, MS_DOMAIN, {"a": x, "b": y}, params, [dtype],
-                                  input_order=["a", "sa", "za", "b", "sb", "zb", "sc", "zc"])
-        assert_sessions_agree(model, {"a": x, "b": y}, f"native:{op.lower().replace('qlinear', 'qlinear_')}_{sfx}")
+        model = single_node_model(
+            op,
+            MS_DOMAIN,
+            {"a": x, "b": y},
+            params,
+            [dtype],
+            input_order=["a", "sa", "za", "b", "sb", "zb", "sc", "zc"],
+        )
+        assert_sessions_agree(
+            model, {"a": x, "b": y}, f"native:{op.lower().replace('qlinear', 'qlinear_')}_{sfx}"
+        )
     pool_params = params[:4]
     order = ["a", "sa", "za", "sb", "zb"]
     for op, attrs, name in (
         ("QLinearGlobalAveragePool", {"channels_last": 0}, "qlinear_global_average_pool"),
-        ("QLinearAveragePool", {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1], "strides": [2, 1]},
-         "qlinear_average_pool_2d"),
+        (
+            "QLinearAveragePool",
+            {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1], "strides": [2, 1]},
+            "qlinear_average_pool_2d",
+        ),
         ("QLinearSigmoid", {}, "qlinear_sigmoid"),
         ("QLinearLeakyRelu", {"alpha": 0.2}, "qlinear_leaky_relu"),
     ):
         model = single_node_model(op, MS_DOMAIN, {"a": x}, pool_params, [dtype], attrs, input_order=order)
         assert_sessions_agree(model, {"a": x}, f"native:{name}_{sfx}")
-    model = single_node_model("MaxPool", "", {"a": x}, [], [dtype], {"kernel_shape": [3, 3], "strides": [2, 2],
-                              "pads": [1, 1, 1, 1]}, input_order=["a"])
+    model = single_node_model(
+        "MaxPool",
+        "",
+        {"a": x},
+        [],
+        [dtype],
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        input_order=["a"],
+    )
     assert_sessions_agree(model, {"a": x}, f"native:max_pool_2d_{sfx}")
     scale = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], F32)
-    model = single_node_model("DequantizeLinear", "", {"a": x}, [("s", scale), ("z", np.full(7, zs[0], dtype))],
-                              [np.float32], {"axis": 1}, input_order=["a", "s", "z"])
+    model = single_node_model(
+        "DequantizeLinear",
+        "",
+        {"a": x},
+        [("s", scale), ("z", np.full(7, zs[0], dtype))],
+        [np.float32],
+        {"axis": 1},
+        input_order=["a", "s", "z"],
+    )
     assert_sessions_agree(model, {"a": x}, f"native:dequantize_linear_{sfx}")
 
 
 def test_session_native_dynamic_quantize_linear_bit_exact() -> None:
     x = (np.random.default_rng(21).standard_normal((3, 37)) * 4).astype(F32)
-    model = single_node_model("DynamicQuantizeLinear", "", {"x": x}, [], [np.uint8, np.float32, np.uint8],
-                              input_order=["x"])
+    model = single_node_model(
+        "DynamicQuantizeLinear", "", {"x": x}, [], [np.uint8, np.float32, np.uint8], input_order=["x"]
+    )
     assert_sessions_agree(model, {"x": x}, "native:dynamic_quantize_linear_u8")
 
 
@@ -437,7 +539,12 @@ def test_session_native_digits_cnn_bit_exact(tmp_path) -> None:
         np.testing.assert_array_equal(sess.run(None, {"input": x})[0], ref)
         fell_back = {op for _, op, _ in sess.fallbacks}
         ran = {s.op_type for s in sess.plan.steps if s.kernel.impl == "native"}
-        assert not fell_back & {"QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "MaxPool",
-                                "DequantizeLinear"}, sess.fallbacks
+        assert not fell_back & {
+            "QLinearAdd",
+            "QLinearMul",
+            "QLinearGlobalAveragePool",
+            "MaxPool",
+            "DequantizeLinear",
+        }, sess.fallbacks
         assert {"QLinearAdd", "QLinearGlobalAveragePool", "MaxPool"} <= ran
     assert sum(RUNTIME_FALLBACKS.values()) == before

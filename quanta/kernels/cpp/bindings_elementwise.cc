@@ -270,7 +270,7 @@ py::array lut_impl(const py::handle& x_obj, const py::handle& table_obj, int num
   // the table that way).
   {
     py::gil_scoped_release release;
-    elementwise::lut_u8(xb, yb, x.size(), tb, num_threads);
+    elementwise::lut_u8(xb, yb, x.size(), tb, num_threads, active_isa());
   }
   return std::move(y);
 }
@@ -299,7 +299,7 @@ py::array softmax_impl(const py::handle& x_obj, const py::handle& table_obj, flo
   {
     py::gil_scoped_release release;
     elementwise::qlinear_softmax_rows<T>(x.data(), y.mutable_data(), x.shape(0), x.shape(1), table.data(), ys, z,
-                                         num_threads);
+                                         num_threads, active_isa());
   }
   return std::move(y);
 }
@@ -390,6 +390,7 @@ py::array qlinear_concat(const py::list& inputs, const py::list& tables, int64_t
   }
   const int64_t row = out_shape[axis] * tail;
   auto* dst = reinterpret_cast<uint8_t*>(y.mutable_data());
+  const Isa isa = active_isa();
   {
     py::gil_scoped_release release;
     for (int64_t o = 0; o < outer; ++o) {
@@ -399,7 +400,7 @@ py::array qlinear_concat(const py::list& inputs, const py::list& tables, int64_t
         if (tbl[i] == nullptr) {
           if (inner[i]) std::memcpy(d, s, static_cast<size_t>(inner[i]));
         } else {
-          elementwise::lut_u8(s, d, inner[i], tbl[i], 1);
+          elementwise::lut_u8(s, d, inner[i], tbl[i], 1, isa);
         }
         d += inner[i];
       }

@@ -44,12 +44,17 @@ What runs on the reference twin instead (same numbers, slower):
 
 Threads: ``ctx.num_threads`` is handed to every kernel; results are identical for any
 count (each output element is computed by the same instructions whichever thread runs it).
+
+Length: one module for the elementwise and the pooling binders (about 1000 lines) because
+they share the run-time parameter checks, the tables and the hand-over to the twin; the
+pooling half can move to ``pool.py`` when either grows.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
+import math
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -99,10 +104,17 @@ class _Unsupported(Exception):
     """A run-time input outside the native fast path: the call goes to the reference twin."""
 
 
-def _native() -> Any:
-    from quanta.kernels import _native
+_NATIVE: Any = None
 
-    return _native
+
+def _native() -> Any:
+    """quanta.kernels._native, imported on first use (binders run only when it is built)."""
+    global _NATIVE
+    if _NATIVE is None:
+        from quanta.kernels import _native as module
+
+        _NATIVE = module
+    return _NATIVE
 
 
 def _threads(ctx: Any) -> int:
@@ -233,12 +245,12 @@ def _size(v: Value | None) -> int | None:
     shape = v.shape
     if shape is None or any(not isinstance(d, int) for d in shape):
         return None
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(shape)
 
 
 def _check_eight_bit(op: str, *named: tuple[str, Value | None]) -> str:
-    """"" when every named value is uint8/int8 of one type (unknown types pass: the kernel
-    checks at run time), else the reason."""
+    """The reason a named value is not uint8/int8 of the common type, or "" (unknown
+    types pass: the kernel checks at run time)."""
     seen = None
     for name, v in named:
         dt = _dtype(v)
@@ -286,7 +298,9 @@ def _name_suffix(*values: Value | None) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def _dequantize(ctx: Any, x: Any, scale: Any, zero_point: Any, axis: int, per_tensor: bool, out: Any) -> np.ndarray:
+def _dequantize(
+    ctx: Any, x: Any, scale: Any, zero_point: Any, axis: int, per_tensor: bool, out: Any
+) -> np.ndarray:
     x = _eight_bit(x)
     if not isinstance(scale, np.ndarray) or scale.dtype != np.float32:
         raise _Unsupported
@@ -463,7 +477,9 @@ def _qlinear_mul_native(
 def _bind_binary(node: Node, op: str, fn: Callable[..., Any], stem: str) -> tuple[Kernel | None, str]:
     a, sa, za, b, sb, zb, sc, zc = (node.input(i) for i in range(8))
     reason = (
-        _check_eight_bit(op, ("A", a), ("A_zero_point", za), ("B", b), ("B_zero_point", zb), ("C_zero_point", zc))
+        _check_eight_bit(
+            op, ("A", a), ("A_zero_point", za), ("B", b), ("B_zero_point", zb), ("C_zero_point", zc)
+        )
         or _check_f32(op, ("A_scale", sa), ("B_scale", sb), ("C_scale", sc))
         or _check_per_tensor(op, ("A_scale", sa), ("B_scale", sb), ("C_scale", sc))
         or _check_per_tensor(op, ("A_zero_point", za), ("B_zero_point", zb), ("C_zero_point", zc))
@@ -495,7 +511,12 @@ def bind_qlinear_mul(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 
 def _unary_params(x_scale: Any, x_zero_point: Any, y_scale: Any, y_zero_point: Any, dt: np.dtype) -> tuple:
-    return _f32_scalar(x_scale), _zp_scalar(x_zero_point, dt), _f32_scalar(y_scale), _zp_scalar(y_zero_point, dt)
+    return (
+        _f32_scalar(x_scale),
+        _zp_scalar(x_zero_point, dt),
+        _f32_scalar(y_scale),
+        _zp_scalar(y_zero_point, dt),
+    )
 
 
 def _lut_call(ctx: Any, x: np.ndarray, table: np.ndarray, out: Any) -> np.ndarray:
@@ -506,7 +527,9 @@ def _sigmoid_table(dt: np.dtype, sx: np.float32, zx: int, sy: np.float32, zy: in
     return qlinear_sigmoid(_all_codes(dt), sx, np.array(zx, dt), sy, np.array(zy, dt))
 
 
-def _leaky_relu_table(dt: np.dtype, sx: np.float32, zx: int, sy: np.float32, zy: int, alpha: float) -> np.ndarray:
+def _leaky_relu_table(
+    dt: np.dtype, sx: np.float32, zx: int, sy: np.float32, zy: int, alpha: float
+) -> np.ndarray:
     return qlinear_leaky_relu(_all_codes(dt), sx, np.array(zx, dt), sy, np.array(zy, dt), alpha)
 
 
@@ -549,7 +572,9 @@ def _qlinear_leaky_relu_native(
     return _lut_call(ctx, x, table, out)
 
 
-def _bind_lut(node: Node, op: str, fn: Callable[..., Any], stem: str, build: Callable[..., np.ndarray] | None):
+def _bind_lut(
+    node: Node, op: str, fn: Callable[..., Any], stem: str, build: Callable[..., np.ndarray] | None
+):
     x, sx, zx, sy, zy = (node.input(i) for i in range(5))
     reason = (
         _check_eight_bit(op, ("X", x), ("X_zero_point", zx), ("Y_zero_point", zy))
@@ -561,8 +586,11 @@ def _bind_lut(node: Node, op: str, fn: Callable[..., Any], stem: str, build: Cal
     tables = _Tables()
     dt = _dtype(x)
     consts = [_const(v) for v in (sx, zx, sy, zy)]
-    if dt is not None and consts[0] is not None and consts[2] is not None and all(
-        c is not None or v is None for c, v in zip(consts, (sx, zx, sy, zy), strict=True)
+    if (
+        dt is not None
+        and consts[0] is not None
+        and consts[2] is not None
+        and all(c is not None or v is None for c, v in zip(consts, (sx, zx, sy, zy), strict=True))
     ):
         # Compile time: the table of the node's constant parameters.
         try:
@@ -589,7 +617,9 @@ def bind_qlinear_sigmoid(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """uint8/int8, per-tensor parameters: a 256-entry table (built here when the
     parameters are constants)."""
     del model  # unused: the choice depends on the node only
-    return _bind_lut(node, "QLinearSigmoid", _qlinear_sigmoid_native, "qlinear_sigmoid", _Build(_sigmoid_table))
+    return _bind_lut(
+        node, "QLinearSigmoid", _qlinear_sigmoid_native, "qlinear_sigmoid", _Build(_sigmoid_table)
+    )
 
 
 @register_binder("QLinearLeakyRelu", MS_DOMAIN)
@@ -630,6 +660,8 @@ def _qlinear_softmax_native(
         if s is None or np.asarray(s).dtype != np.float32 or np.ndim(s) > 1 or np.size(s) != 1:
             raise _Unsupported
     if x_zero_point is not None:
+        if np.ndim(x_zero_point) > 1:
+            raise _Unsupported
         _zp_scalar(x_zero_point, x.dtype)  # checked by the twin, not used
     if y_zero_point is not None and np.ndim(y_zero_point) > 1:
         raise _Unsupported
@@ -640,7 +672,7 @@ def _qlinear_softmax_native(
         raise _Unsupported
     axis %= rank
     if opset < 13:
-        rows = x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), -1)
+        rows = x.reshape(math.prod(x.shape[:axis]), -1)
         moved = None
     elif axis == rank - 1:
         rows = x.reshape(-1, x.shape[-1])
@@ -655,7 +687,11 @@ def _qlinear_softmax_native(
         y_rows = None if out is None else out.reshape(rows.shape)
         y = _native().qlinear_softmax_rows(rows, table, float(ys), zy, _threads(ctx), y_rows)
         return y.reshape(x.shape) if out is None else out
-    y = np.moveaxis(_native().qlinear_softmax_rows(rows, table, float(ys), zy, _threads(ctx)).reshape(moved.shape), -1, axis)
+    y = np.moveaxis(
+        _native().qlinear_softmax_rows(rows, table, float(ys), zy, _threads(ctx)).reshape(moved.shape),
+        -1,
+        axis,
+    )
     if out is None:
         return np.ascontiguousarray(y)
     np.copyto(out, y)
@@ -689,7 +725,7 @@ def bind_qlinear_softmax(model: Model, node: Node) -> tuple[Kernel | None, str]:
             ax = axis % rank
             dims = shape[ax:] if opset < 13 else (shape[ax],)
             if all(isinstance(v, int) for v in dims):
-                d = int(np.prod(dims, dtype=np.int64))
+                d = math.prod(dims)
                 sx32 = F32(np.asarray(c, F32).reshape(()))
                 if d >= 1 and np.isfinite(sx32) and sx32 > 0:
                     tables.get(_key(sx32, d), lambda: softmax_exp_table(sx32, d))
@@ -703,7 +739,13 @@ def bind_qlinear_softmax(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 @_with_fallback("QLinearConcat", MS_DOMAIN)
 def _qlinear_concat_native(
-    ctx: Any, y_scale: Any, y_zero_point: Any, *rest: Any, prepared: _Tables, out: Any, axis: int | None = None
+    ctx: Any,
+    y_scale: Any,
+    y_zero_point: Any,
+    *rest: Any,
+    prepared: _Tables,
+    out: Any,
+    axis: int | None = None,
 ) -> np.ndarray:
     """ms_qlinear.qlinear_concat: each input copied when its (scale, zero point) equal the
     output's, else mapped through the twin's requantization evaluated on all 256 codes."""
@@ -720,6 +762,9 @@ def _qlinear_concat_native(
         x, sx_in, zx_in = rest[i : i + 3]
         x = _eight_bit(x)
         if x.dtype != dt:
+            raise _Unsupported
+        # the twin takes these as given: float32 and the storage type, never omitted
+        if sx_in is None or zx_in is None or np.asarray(sx_in).dtype != np.float32:
             raise _Unsupported
         sx, zx = _f32_scalar(sx_in), _zp_scalar(zx_in, dt)
         inputs.append(x)
@@ -746,7 +791,8 @@ def bind_qlinear_concat(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, "QLinearConcat without its axis attribute (the twin raises)"
     ins = node.inputs
     if len(ins) < 5 or (len(ins) - 2) % 3:
-        return None, f"QLinearConcat expects Y_scale, Y_zero_point and (X, X_scale, X_zero_point) triples, got {len(ins)} inputs"
+        expected = "Y_scale, Y_zero_point and (X, X_scale, X_zero_point) triples"
+        return None, f"QLinearConcat expects {expected}, got {len(ins)} inputs"
     named = [("Y_zero_point", ins[1])]
     scales = [("Y_scale", ins[0])]
     for j, i in enumerate(range(2, len(ins), 3)):
@@ -761,7 +807,13 @@ def bind_qlinear_concat(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, reason
     tables = _Tables()
     sy_c, zy_c = _const(ins[0]), _const(ins[1])
-    if sy_c is not None and zy_c is not None and zy_c.dtype in _EIGHT_BIT and sy_c.size == 1 and zy_c.size == 1:
+    if (
+        sy_c is not None
+        and zy_c is not None
+        and zy_c.dtype in _EIGHT_BIT
+        and sy_c.size == 1
+        and zy_c.size == 1
+    ):
         dt = zy_c.dtype
         sy, zy = F32(np.asarray(sy_c, F32).reshape(())), int(zy_c.reshape(()))
         for i in range(2, len(ins), 3):
@@ -770,7 +822,9 @@ def bind_qlinear_concat(model: Model, node: Node) -> tuple[Kernel | None, str]:
                 continue
             sx, zx = F32(np.asarray(sx_c, F32).reshape(())), int(zx_c.reshape(()))
             if not (sx == sy and zx == zy):
-                tables.get(_key(dt.char, sx, zx, sy, zy), functools.partial(_concat_table, dt, sx, zx, sy, zy))
+                tables.get(
+                    _key(dt.char, sx, zx, sy, zy), functools.partial(_concat_table, dt, sx, zx, sy, zy)
+                )
     return _kernel(_qlinear_concat_native, f"qlinear_concat_{_name_suffix(ins[1])}", tables)
 
 
@@ -779,10 +833,12 @@ def bind_qlinear_concat(model: Model, node: Node) -> tuple[Kernel | None, str]:
 # --------------------------------------------------------------------------------------
 
 
-def _gap(ctx: Any, x: np.ndarray, sx: np.float32, zx: int, sy: np.float32, zy: int, channels_last: bool, out: Any):
+def _gap(
+    ctx: Any, x: np.ndarray, sx: np.float32, zx: int, sy: np.float32, zy: int, channels_last: bool, out: Any
+):
     """ms_qlinear.qlinear_global_average_pool: ``m = f32(sx / f32(sy · f32(HW)))``."""
     spatial = x.shape[1:-1] if channels_last else x.shape[2:]
-    image_size = int(np.prod(spatial, dtype=np.int64))
+    image_size = math.prod(spatial)
     m = F32(sx / F32(sy * F32(image_size)))  # the twin's expression, float32 scalars
     return _native().qlinear_global_average_pool(x, float(m), zx, zy, channels_last, _threads(ctx), out)
 
@@ -933,7 +989,7 @@ def _max_pool_native(
     ctx: Any,
     x: Any,
     *,
-    prepared: Any,
+    prepared: _Tables,
     out: Any,
     auto_pad: str = "NOTSET",
     ceil_mode: int = 0,
@@ -943,14 +999,24 @@ def _max_pool_native(
     storage_order: int = 0,
     strides: list[int] | None = None,
 ) -> np.ndarray:
-    """nn_pool.max_pool on uint8/int8 (no Indices output), ONNX geometry (conv_attrs)."""
-    del prepared, storage_order  # unused: no Indices output
+    """nn_pool.max_pool on uint8/int8 (no Indices output), ONNX geometry (conv_attrs, cached
+    per input shape in ``prepared``: the node's attributes are fixed)."""
+    del storage_order  # unused: no Indices output
     x = _eight_bit(x)
     if ctx.n_outputs != 1 or kernel_shape is None or x.ndim not in (3, 4):
         raise _Unsupported
-    geom = conv_attrs(
-        x.shape, None, kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads,
-        auto_pad=auto_pad, ceil_mode=bool(ceil_mode),
+    geom = prepared.get(
+        x.shape,
+        lambda: conv_attrs(
+            x.shape,
+            None,
+            kernel_shape=kernel_shape,
+            strides=strides,
+            dilations=dilations,
+            pads=pads,
+            auto_pad=auto_pad,
+            ceil_mode=bool(ceil_mode),
+        ),
     )
     n_sp = x.ndim - 2
     y4_out = None if out is None else _as_2d(out)
@@ -974,7 +1040,8 @@ def bind_max_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
     x = node.input(0)
     dt = _dtype(x)
     if dt not in _EIGHT_BIT:
-        return None, f"native MaxPool takes uint8/int8 x, got {'unknown' if dt is None else dt} (float MaxPool runs on the reference)"
+        got = "unknown" if dt is None else dt
+        return None, f"native MaxPool takes uint8/int8 x, got {got} (float MaxPool runs on the reference)"
     if len(node.outputs) > 1:
         return None, "native MaxPool has no Indices output"
     kernel_shape = node.attrs.get("kernel_shape")
@@ -982,4 +1049,4 @@ def bind_max_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, "MaxPool without kernel_shape (the twin raises)"
     if len(kernel_shape) not in (1, 2):
         return None, f"native MaxPool takes 1-D and 2-D windows, got {len(kernel_shape)}-D"
-    return _kernel(_max_pool_native, f"max_pool_2d_{_SHORT[dt]}")
+    return _kernel(_max_pool_native, f"max_pool_2d_{_SHORT[dt]}", _Tables())

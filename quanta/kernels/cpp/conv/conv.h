@@ -12,7 +12,7 @@
 // static, one value or one per output channel; G groups (C and M multiples of G);
 // Cg = C/G, Mg = M/G, g(m) = m / Mg. Geometry: strides (sh, sw), dilations (dh, dw),
 // pads (top, left, bottom, right) resolved from auto_pad exactly as
-// quanta/kernels/reference/conv_geometry.py (resolve_geometry below).
+// quanta/kernels/reference/conv_geometry.py (QConv::resolve below).
 //
 // For every n, m and output position (oy, ox), in int32 arithmetic that WRAPS modulo 2^32
 // (ONNX's int32 accumulator; every order of summation gives the same bits):
@@ -36,27 +36,39 @@
 // Every path computes acc in the folded form of eq. (5) with the u8 shift of eq. (8):
 // x' = x (uint8) or x ^ 0x80 = x + 128 (int8), zx' = zx (+ 128), so x' − zx' = x − zx and
 // the padding value is zx'. The +128 flip is applied while the activations are copied
-// anyway (the NCHW -> NHWC transpose, the depthwise padded rows).
+// anyway (the NCHW -> NHWC transposes, the depthwise padded rows or masked loads).
 //
-// Paths (chosen once, at create time, from the weights' shape):
+// Paths (the kernel name tells which; chosen from the weights' shape and the geometry):
 //
 //   depthwise   G == C == M (one input and one output channel per group), any kernel
 //               size, stride, dilation and pads, 2-D or 1-D. Runs on NCHW directly (no
-//               transposes): per channel plane, rows padded with zx' into the workspace,
-//               then a dedicated kernel (depthwise.h) whose SIMD lanes are output pixels
-//               and whose 4 bytes per lane are 4 horizontal taps (vpdpbusd / vpmaddwd).
-//   gemm        everything else. NCHW -> NHWC transpose of x (with the +128 flip) into
-//               the workspace; per chunk of output pixels and per group: im2col rows
-//               [ky][kx][c] (or, for 1x1 / stride 1 / no pads / G = 1, the transposed
-//               rows themselves), qgemm against the group's PackedWeights with the fused
-//               requantization, then the chunk's NHWC result transposed into y (NCHW).
-//               Weights are packed with K rounded up to a multiple of 4, the extra rows
-//               holding zw[m] (w − zw = 0 there), so qgemm reads the im2col rows in place.
+//               transposes): per channel plane, rows padded with zx' into the workspace
+//               (or, avx512vnni with narrow rows, read in place with masked loads), then a
+//               dedicated kernel (kernels.h) whose SIMD lanes are output pixels and whose 4
+//               bytes per lane are 4 horizontal taps (vpdpbusd / vpmaddwd).
+//   implicit    the other convolutions whose tap chunks are whole k-groups (Cg, or kw·Cg
+//               with dw = 1 and G = 1, a multiple of 4) on the ISAs whose qgemm tiles read
+//               uint8 activations (avx512vnni, portable). x is transposed into a padded
+//               NHWC image (pads hold zx', the +128 flip applied on the way); then each
+//               tap (ky, or (ky, kx)) is one K chunk of qgemm's micro-kernel whose A rows
+//               sit at a constant stride in that image (sw·C bytes; with stride 1 a whole
+//               image is one run whose rows are the padded grid's pixels, the outputs of
+//               the pad columns computed and dropped). Partial sums go through qgemm's
+//               K-chunk accumulation; the last chunk runs qgemm's fused output stage into an
+//               NHWC block, transposed into y. No im2col copy.
+//   im2col      everything else (the avx2 ISA, channel counts that are not multiples of
+//               4): NCHW -> NHWC transpose, per chunk of output pixels and per group im2col
+//               rows [ky][kx][c] (or the transposed rows themselves for 1x1 / stride 1 /
+//               no pads / G = 1), qgemm with the fused requantization, NHWC -> NCHW.
+//
+// Weights are packed for qgemm once per group with k = (ky·kw + kx)·Cg + c and K rounded up
+// to a multiple of 4 (the extra rows hold zw[m], so w − zw = 0 there).
 //
 // Threads: num_threads >= 1. The depthwise path splits (n, c) planes, or row blocks of
-// them when there are few planes; the gemm path splits output-pixel chunks x groups (each
-// chunk runs a one-thread qgemm on its own scratch) or, with fewer chunks than threads,
-// lets qgemm split its N panels. Every output element is computed by the same arithmetic
+// them when there are few planes; the implicit path splits blocks of output rows x groups
+// (and the padded image's rows before them); the im2col path splits output-pixel chunks x
+// groups (each a one-thread qgemm on its own scratch) or, with fewer chunks than
+// threads, lets qgemm split its N panels. Every output element is computed by the same arithmetic
 // whichever thread or chunk computes it (integer sums are exact modulo 2^32; the float
 // epilogue is the same sequence of float32 operations), so the bytes are identical for
 // any num_threads.
@@ -66,8 +78,11 @@
 // workspace with reserve_workspace() first (which grows it once; later calls of the same
 // or a smaller shape reuse it).
 //
-// Layering: entry = bindings_conv.cc (checks, multipliers) -> driver = conv.cc (geometry,
-// paths, threads) -> im2col.cc, layout*.cc (transposes), depthwise*.cc, qgemm.
+// Layering: entry = bindings_conv.cc (checks, multipliers) -> driver = conv.cc (packing,
+// geometry, plan, depthwise path) and conv_gemm.cc (implicit and im2col paths) ->
+// depthwise_<isa>.cc, layout*.cc (transposes, AVX-512 im2col), im2col.cc, and qgemm: its
+// public API (im2col path) or its micro-kernel tiles through qgemm/kernel.h (implicit
+// path, which builds the same Epilogue constants as qgemm.cc::make_epilogue).
 #pragma once
 
 #include <cstddef>
@@ -136,7 +151,7 @@ struct DepthwiseWeights {
   std::vector<int32_t> column_sums;  // [C]: cs[c] = Σ_taps (w − zw)
   // The SIMD kernels' one-load gather (kernels.h): 16 vpermd dword indices, then the
   // vpshufb bytes of a full and of the row's last tap group (64 each).
-  int32_t gather_perm[16] = {};
+  int32_t gather_perm[16] = {}, gather_perm2[16] = {};
   int8_t gather_full[64] = {}, gather_last[64] = {};
 };
 
@@ -170,10 +185,17 @@ class QConv {
   size_t packed_bytes() const;
 
  private:
-  struct Plan;
+  struct Plan;  // conv/kernels.h
   Plan make_plan(const ConvArgs& a, const Geometry& geo) const;
-  void run_gemm(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+  void plan_depthwise(const Geometry& geo, Plan& pl) const;                        // conv.cc
+  void plan_im2col(const ConvArgs& a, const Geometry& geo, Plan& pl) const;        // conv_gemm.cc
+  void plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) const;      // conv_gemm.cc
   void run_depthwise(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+  void run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+  void run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+
+  // K of one tap chunk of the implicit path: kw·Cg (dw = 1, one group) or Cg.
+  int64_t implicit_chunk_k() const { return attrs_.dilations[attrs_.spatial_rank - 1] == 1 && group_ == 1 ? kw_ * Cg_ : Cg_; }
 
   Isa isa_ = Isa::kPortable;
   int64_t M_ = 0, Cg_ = 0, group_ = 1, kh_ = 1, kw_ = 1;

@@ -16,9 +16,16 @@ void im2col_nhwc(const uint8_t* xt, int64_t xt_stride, const Geometry& geo, int6
   const int64_t ohw = geo.OH * geo.OW;
   const int64_t K = geo.kh * geo.kw * Cg;
   const bool whole_rows = geo.dw == 1 && Cg == xt_stride;
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t n = r / ohw, p = r % ohw;
-    const int64_t oy = p / geo.OW, ox = p % geo.OW;
+  // (n, oy, ox) of row r0, then stepped: no division per row
+  int64_t n = r0 / ohw, oy = (r0 % ohw) / geo.OW, ox = (r0 % ohw) % geo.OW;
+  for (int64_t r = r0; r < r1; ++r, ++ox) {
+    if (ox == geo.OW) {
+      ox = 0;
+      if (++oy == geo.OH) {
+        oy = 0;
+        ++n;
+      }
+    }
     uint8_t* d = dst + (r - r0) * Kp;
     const int64_t ix0 = ox * geo.sw - geo.pad_left;
     for (int64_t ky = 0; ky < geo.kh; ++ky) {

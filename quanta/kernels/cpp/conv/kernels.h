@@ -5,11 +5,55 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "conv/conv.h"
 
 namespace quanta {
 namespace conv {
+
+inline int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+inline int64_t div_up(int64_t v, int64_t by) { return (v + by - 1) / by; }
+inline size_t align64(size_t v) { return (v + 63) / 64 * 64; }
+inline int out_bytes(OutType t) { return t == OutType::kS32 ? 4 : 1; }
+
+// dst[i] = src[i] ^ flip (the u8 shift of int8 x, eq. (8)); vectorised by the compiler.
+inline void copy_flipped(const uint8_t* __restrict src, uint8_t* __restrict dst, int64_t n, uint8_t flip) {
+  if (flip == 0 && n >= 32) {
+    std::memcpy(dst, src, static_cast<size_t>(n));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<uint8_t>(src[i] ^ flip);  // short rows: no call
+}
+
+// How one call runs (QConv::make_plan): path, work split, workspace layout.
+enum class Path { kDepthwise, kIm2col, kImplicit };
+
+struct QConv::Plan {
+  Path path = Path::kIm2col;
+  int threads = 1;
+  size_t main_bytes = 0, thread_bytes = 0, gemm_bytes = 0;
+  int n_thread_ws = 0;        // per-thread buffers (and qgemm workspaces) in use
+  int64_t units = 0;          // work items claimed by the threads
+  // im2col path
+  bool direct = false;        // 1x1, stride 1, no pads, one group: xt rows are the GEMM rows
+  int64_t xt_stride = 0;      // bytes per pixel in xt
+  int64_t rows = 0, chunk_rows = 0, n_chunks = 0;
+  bool parallel_units = true; // else qgemm gets the threads
+  size_t off_ybuf = 0;        // in a thread buffer, after the im2col rows
+  // implicit path (conv_gemm.cc)
+  int64_t Hp = 0, Wp = 0;     // padded image
+  bool virtual_rows = false;  // a run is a whole image: row r = padded pixel r (stride 1)
+  int64_t run_len = 0, runs_per_image = 0, blocks_per_run = 0, mc = 0;
+  int64_t chunk_k = 0, n_taps = 0;  // K per tap chunk, and the number of tap chunks
+  bool rowsums = false;       // some group has a weight zero point: Σx' per row needed
+  size_t off_xpad = 0, off_pixsum = 0, off_colterm = 0, off_mult = 0;  // main buffer
+  size_t off_partial = 0, off_rowsum = 0;                               // thread buffer
+  // depthwise path
+  bool dw_direct = false;     // the kernel reads the NCHW planes in place
+  int64_t dw_stride = 0, dw_rows_per_unit = 0, dw_row_blocks = 0, dw_in_rows = 0;
+  size_t off_ready = 0;       // main buffer (colterm at off_colterm)
+};
 
 // ---------------------------------------------------------------------------------------
 // Depthwise (conv.h "Paths"). One call computes `rows` output rows of one channel plane.
@@ -35,15 +79,22 @@ namespace conv {
 // then the output stage of conv.h for this channel's multiplier.
 //
 // SIMD lanes are output pixels along the row and the 4 bytes of a lane are 4 taps:
-// AVX-512 VNNI: 16 outputs per vpdpbusd (vpermd + vpshufb gather the 4 taps of 16 pixels
+// AVX-512 VNNI: 16 outputs per vpdpbusd (rows of at most 8 outputs two to a vector) (vpermd + vpshufb gather the 4 taps of 16 pixels
 // from one 64-byte load); AVX2: 4 outputs per 16-byte vpshufb, widened to int16 for
 // vpmaddwd, two vectors combined by vphaddd. The one-load gathers need every tap offset
 // o·sw + t·dw (o, t < 4) within 16 bytes and, for VNNI, sw <= 4 (dw_gather_fits); other
 // geometries gather with scalar loads into the same vectors.
 // ---------------------------------------------------------------------------------------
 struct DepthwiseRows {
-  const uint8_t* in = nullptr;
+  const uint8_t* in = nullptr;     // the padded rows, or null for the direct mode below
   int64_t in_stride = 0;
+  // Direct mode (avx512vnni, one-load gathers, groups4 = 1, OW <= 16): no padded copy; the kernel
+  // reads the NCHW plane with masked loads whose masked-off bytes merge in zx':
+  // xpad'[r, col] = x[src_row0 + r, src_col0 + col] ^ flip inside x, zx' outside.
+  const uint8_t* plane = nullptr;
+  int64_t src_h = 0, src_w = 0, src_row0 = 0, src_col0 = 0;
+  uint8_t pad = 0, flip = 0;       // zx', and 0x80 for int8 x
+  const int32_t* gather_perm2 = nullptr;
   int64_t rows = 0, ow = 0;
   int64_t sh = 1, sw = 1, dh = 1, dw = 1, kh = 1, kw = 1, groups4 = 1;
   const int32_t* gather_perm = nullptr;  // DepthwiseWeights' gather tables
@@ -63,9 +114,15 @@ struct DepthwiseRows {
 
 // byte 4o + t of a 16-byte lane: tap t of the lane's pixel o, at o·sw + t·dw; 0x80 (a
 // zero) for taps past `taps`. vpermd index of dword e: (e / 4)·sw + e % 4.
-inline void dw_gather_tables(int64_t sw, int64_t dw, int64_t kw, int32_t* perm, int8_t* full, int8_t* last) {
+// perm2 (two rows of at most 8 outputs): lanes 0, 1 from the first row, 2, 3 (index + 16)
+// from the second.
+inline void dw_gather_tables(int64_t sw, int64_t dw, int64_t kw, int32_t* perm, int32_t* perm2, int8_t* full,
+                             int8_t* last) {
   const int64_t last_taps = kw - 4 * ((kw + 3) / 4 - 1);
-  for (int e = 0; e < 16; ++e) perm[e] = static_cast<int32_t>((e / 4) * sw + e % 4);
+  for (int e = 0; e < 16; ++e) {
+    perm[e] = static_cast<int32_t>((e / 4) * sw + e % 4);
+    perm2[e] = e < 8 ? perm[e] : static_cast<int32_t>(16 + ((e - 8) / 4) * sw + e % 4);
+  }
   for (int i = 0; i < 64; ++i) {
     const int64_t o = (i % 16) / 4, t = i % 4;
     const int64_t at = o * sw + t * dw;
@@ -109,8 +166,8 @@ inline void dw_store(int32_t acc, const DepthwiseRows& a, int64_t at) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Layout transposes (layout.cc portable, layout_avx2.cc; the avx512vnni ISA uses the AVX2
-// ones: they are bandwidth-bound, not shuffle-bound).
+// Layout transposes (layout.cc portable, layout_avx2.cc, layout_avx512vnni.cc; int32 has
+// no AVX-512 variant: the avx512vnni ISA uses the AVX2 one).
 //
 // transpose_u8: dst[j·dst_stride + i] = src[i·src_stride + j] ^ flip, for i < rows,
 //   j < cols (a rows x cols byte matrix becomes cols x rows).
@@ -125,19 +182,24 @@ void transpose_u8_portable(const uint8_t* src, int64_t src_stride, int64_t rows,
                            int64_t dst_stride, uint8_t flip);
 void transpose_u8_avx2(const uint8_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint8_t* dst,
                        int64_t dst_stride, uint8_t flip);
+void transpose_u8_avx512vnni(const uint8_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint8_t* dst,
+                             int64_t dst_stride, uint8_t flip);
 void transpose_s32_portable(const int32_t* src, int64_t src_stride, int64_t rows, int64_t cols, int32_t* dst,
                             int64_t dst_stride);
 void transpose_s32_avx2(const int32_t* src, int64_t src_stride, int64_t rows, int64_t cols, int32_t* dst,
                         int64_t dst_stride);
 
 // ---------------------------------------------------------------------------------------
-// im2col (im2col.cc), NHWC: rows [r0, r1) of the flattened (n, oy, ox) output pixels, for
+// im2col (im2col.cc portable and AVX2, layout_avx512vnni.cc), NHWC: rows [r0, r1) of the flattened (n, oy, ox) output pixels, for
 // group g. Row r gets, at dst[(r − r0)·Kp + (ky·kw + kx)·Cg + c],
 //   xt[((n·H + iy)·W + ix)·xt_stride + g·Cg + c]   (iy = oy·sh − pad_top + ky·dh, ...)
 // or zx' where (iy, ix) is outside x, then zeros up to Kp.
 // ---------------------------------------------------------------------------------------
 void im2col_nhwc(const uint8_t* xt, int64_t xt_stride, const Geometry& geo, int64_t Cg, int64_t g, int64_t r0,
                  int64_t r1, uint8_t pad_value, int64_t Kp, uint8_t* dst);
+void im2col_nhwc_avx512vnni(const uint8_t* xt, int64_t xt_stride, const Geometry& geo, int64_t Cg, int64_t g,
+                            int64_t r0, int64_t r1, uint8_t pad_value, int64_t Kp, uint8_t* dst);
+using Im2colFn = decltype(&im2col_nhwc);
 
 }  // namespace conv
 }  // namespace quanta

@@ -10,6 +10,7 @@
 // Tiles that cross an edge go through a zeroed stack tile (copy in, transpose, copy out).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "conv/kernels.h"
@@ -17,6 +18,8 @@
 namespace quanta {
 namespace conv {
 namespace {
+
+constexpr int64_t kTransposeChunkBytes = 32 * 1024;
 
 // dst row j (16 bytes at dst + j·dst_stride) = column j of the 16 x 32 tile whose row i
 // starts at rows[i].
@@ -102,20 +105,28 @@ void transpose_u8_avx2(const uint8_t* src, int64_t src_stride, int64_t rows, int
   alignas(32) uint8_t tin[16][32];
   alignas(32) uint8_t tout[32][16];
   const uint8_t* ptrs[16];
-  for (int64_t i0 = 0; i0 < rows; i0 += 16) {
-    const int64_t ni = rows - i0 < 16 ? rows - i0 : 16;
-    for (int64_t j0 = 0; j0 < cols; j0 += 32) {
-      const int64_t nj = cols - j0 < 32 ? cols - j0 : 32;
-      if (ni == 16 && nj == 32) {
-        for (int i = 0; i < 16; ++i) ptrs[i] = src + (i0 + i) * src_stride + j0;
-        tile_u8_16x32(ptrs, dst + j0 * dst_stride + i0, dst_stride, vflip);
-        continue;
+  // Columns in chunks of jc, rows (i0) inside, columns (j0) innermost: a chunk's
+  // destination (jc rows of `rows` bytes, <= 32 KiB) stays in L1 while its 16-byte pieces
+  // arrive, and each source row is read as one sequential stream of jc bytes (one
+  // stream per source row would defeat the prefetchers).
+  const int64_t jc = std::max<int64_t>(32, (kTransposeChunkBytes / std::max<int64_t>(rows, 1)) / 32 * 32);
+  for (int64_t jb = 0; jb < cols; jb += jc) {
+    const int64_t je = std::min(cols, jb + jc);
+    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+      const int64_t ni = rows - i0 < 16 ? rows - i0 : 16;
+      for (int64_t j0 = jb; j0 < je; j0 += 32) {
+        const int64_t nj = je - j0 < 32 ? je - j0 : 32;
+        if (ni == 16 && nj == 32) {
+          for (int i = 0; i < 16; ++i) ptrs[i] = src + (i0 + i) * src_stride + j0;
+          tile_u8_16x32(ptrs, dst + j0 * dst_stride + i0, dst_stride, vflip);
+          continue;
+        }
+        std::memset(tin, 0, sizeof(tin));
+        for (int64_t i = 0; i < ni; ++i) std::memcpy(tin[i], src + (i0 + i) * src_stride + j0, static_cast<size_t>(nj));
+        for (int i = 0; i < 16; ++i) ptrs[i] = tin[i];
+        tile_u8_16x32(ptrs, &tout[0][0], 16, vflip);
+        for (int64_t j = 0; j < nj; ++j) std::memcpy(dst + (j0 + j) * dst_stride + i0, tout[j], static_cast<size_t>(ni));
       }
-      std::memset(tin, 0, sizeof(tin));
-      for (int64_t i = 0; i < ni; ++i) std::memcpy(tin[i], src + (i0 + i) * src_stride + j0, static_cast<size_t>(nj));
-      for (int i = 0; i < 16; ++i) ptrs[i] = tin[i];
-      tile_u8_16x32(ptrs, &tout[0][0], 16, vflip);
-      for (int64_t j = 0; j < nj; ++j) std::memcpy(dst + (j0 + j) * dst_stride + i0, tout[j], static_cast<size_t>(ni));
     }
   }
 }
@@ -124,10 +135,10 @@ void transpose_s32_avx2(const int32_t* src, int64_t src_stride, int64_t rows, in
                         int64_t dst_stride) {
   alignas(32) int32_t tin[8][8];
   alignas(32) int32_t tout[8][8];
-  for (int64_t i0 = 0; i0 < rows; i0 += 8) {
-    const int64_t ni = rows - i0 < 8 ? rows - i0 : 8;
-    for (int64_t j0 = 0; j0 < cols; j0 += 8) {
-      const int64_t nj = cols - j0 < 8 ? cols - j0 : 8;
+  for (int64_t j0 = 0; j0 < cols; j0 += 8) {
+    const int64_t nj = cols - j0 < 8 ? cols - j0 : 8;
+    for (int64_t i0 = 0; i0 < rows; i0 += 8) {
+      const int64_t ni = rows - i0 < 8 ? rows - i0 : 8;
       if (ni == 8 && nj == 8) {
         tile_s32_8x8(src + i0 * src_stride + j0, src_stride, dst + j0 * dst_stride + i0, dst_stride);
         continue;

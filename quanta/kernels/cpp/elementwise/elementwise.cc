@@ -8,7 +8,6 @@
 #include <limits>
 #include <type_traits>
 
-#include "elementwise/elementwise_scalar.h"
 #include "qgemm/thread_pool.h"
 #include "quantize/quantize.h"
 
@@ -267,39 +266,33 @@ template void qlinear_mul<int8_t>(const int8_t*, const int8_t*, int8_t*, const B
 
 // ---- lookup tables ------------------------------------------------------------------------
 
-void lut_u8(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table, int num_threads) {
-  for_ranges(num_threads, n, kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = table[x[i]];
-  });
+void lut_u8(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table, int num_threads, Isa isa) {
+  const LutFn lut = kernels_for(isa).lut;
+  for_ranges(num_threads, n, kGrain, [&](int64_t begin, int64_t end) { lut(x + begin, y + begin, end - begin, table); });
 }
 
 // ---- QLinearSoftmax -----------------------------------------------------------------------
 
 template <typename T>
 void qlinear_softmax_rows(const T* x, T* y, int64_t rows, int64_t d, const float* table, float ys, int32_t zy,
-                          int num_threads) {
+                          int num_threads, Isa isa) {
   if (d <= 0) return;
-  const float zyf = static_cast<float>(zy);
-  const int64_t grain = std::max<int64_t>(1, kGrain / d);
+  SoftmaxRowsFn<T> fn;
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    fn = kernels_for(isa).softmax_u8;
+  } else {
+    fn = kernels_for(isa).softmax_s8;
+  }
+  const int64_t grain = std::max<int64_t>(4, (kGrain / d) & ~int64_t{3});
   for_ranges(num_threads, rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* xr = x + r * d;
-      T* yr = y + r * d;
-      int32_t mx = xr[0];
-      for (int64_t j = 1; j < d; ++j) mx = std::max<int32_t>(mx, xr[j]);
-      const int32_t base = 255 - mx;  // T[255 − (max − x)] = table[base + x]
-      float sum = 0.0f;
-      for (int64_t j = 0; j < d; ++j) sum += table[base + xr[j]];  // (3): in index order
-      const float m = (1.0f / sum) * ys;                            // (4)
-      for (int64_t j = 0; j < d; ++j) yr[j] = round_sat<T>(table[base + xr[j]] * m + zyf);  // (5)
-    }
+    fn(x + begin * d, y + begin * d, end - begin, d, table, ys, zy);
   });
 }
 
 template void qlinear_softmax_rows<uint8_t>(const uint8_t*, uint8_t*, int64_t, int64_t, const float*, float, int32_t,
-                                            int);
+                                            int, Isa);
 template void qlinear_softmax_rows<int8_t>(const int8_t*, int8_t*, int64_t, int64_t, const float*, float, int32_t,
-                                           int);
+                                           int, Isa);
 
 }  // namespace elementwise
 }  // namespace quanta

@@ -33,6 +33,11 @@
 // input steps by 1 or is one repeated element (step 0): same shape, scalar, per-channel
 // (C,1,1) against NCHW and trailing (D,) against (..., D) all reach the vector loop.
 //
+// ISA variants: elementwise_<isa>.cc each fill one Kernels table. Portable: loops over the
+// scalar functions of elementwise_scalar.h. AVX2 / AVX-512: 8 / 16 lanes per step (tails:
+// the scalar functions / masks), lookup tables through vpgatherdd from the table widened
+// to int32, softmax rows from the shared template (vectorised by the compiler).
+//
 // Threads: the output is split into chunks by position; each element is computed by the
 // same instruction sequence whichever thread and chunk run it, so the bytes are identical
 // for any num_threads. Buffers are owned by the caller; no allocation.
@@ -68,6 +73,11 @@ using DequantizeRunFn = void (*)(const T* x, float* y, int64_t n, float scale, i
 // min / max of x[0, n) (n >= 1) and whether some element is NaN (min/max then unspecified).
 using MinMaxFn = void (*)(const float* x, int64_t n, float* lo, float* hi, bool* has_nan);
 
+// y[i] = table[x[i]] over n bytes.
+using LutFn = void (*)(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table);
+template <typename T>
+using SoftmaxRowsFn = void (*)(const T* x, T* y, int64_t rows, int64_t d, const float* table, float ys, int32_t zy);
+
 // One table per ISA (filled by elementwise_<isa>.cc).
 struct Kernels {
   AddRunFn<uint8_t> add_u8;
@@ -77,6 +87,9 @@ struct Kernels {
   DequantizeRunFn<uint8_t> dequantize_u8;
   DequantizeRunFn<int8_t> dequantize_s8;
   MinMaxFn minmax_f32;
+  LutFn lut;
+  SoftmaxRowsFn<uint8_t> softmax_u8;
+  SoftmaxRowsFn<int8_t> softmax_s8;
 };
 
 extern const Kernels kKernelsPortable;
@@ -111,13 +124,13 @@ void qlinear_mul(const T* a, const T* b, T* c, const BroadcastShape& s, const Mu
                  Isa isa);
 
 // y[i] = table[x[i]] over n bytes (int8 data is passed as its uint8 bits).
-void lut_u8(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table, int num_threads);
+void lut_u8(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table, int num_threads, Isa isa);
 
 // QLinearSoftmax over `rows` contiguous rows of length d; table: 256 float32 (ms_qops.py
 // (2)); ys = f32(floor(f32(1 / sy))).
 template <typename T>
 void qlinear_softmax_rows(const T* x, T* y, int64_t rows, int64_t d, const float* table, float ys, int32_t zy,
-                          int num_threads);
+                          int num_threads, Isa isa);
 
 }  // namespace elementwise
 }  // namespace quanta

@@ -136,11 +136,26 @@ void minmax(const float* x, int64_t n, float* lo, float* hi, bool* has_nan) {
   *has_nan = any_nan;
 }
 
+// y = table[x] with vpgatherdd from the table widened to int32 (8 lookups per gather).
+void lut(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table) {
+  alignas(32) int32_t wide[256];
+  for (int i = 0; i < 256; ++i) wide[i] = table[i];
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + i)));
+    const __m256i v = _mm256_i32gather_epi32(wide, idx, 4);  // 0..255 each
+    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), _mm_packus_epi16(w16, w16));
+  }
+  lut_scalar(x + i, y + i, n - i, table);
+}
+
 }  // namespace
 
 const Kernels kKernelsAvx2 = {
-    add_run<uint8_t>,        add_run<int8_t>,        mul_run<uint8_t>, mul_run<int8_t>,
-    dequantize_run<uint8_t>, dequantize_run<int8_t>, minmax,
+    add_run<uint8_t>,        add_run<int8_t>,        mul_run<uint8_t>,          mul_run<int8_t>,
+    dequantize_run<uint8_t>, dequantize_run<int8_t>, minmax,                    lut,
+    softmax_rows<uint8_t>,   softmax_rows<int8_t>,
 };
 
 }  // namespace elementwise

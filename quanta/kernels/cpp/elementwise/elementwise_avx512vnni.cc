@@ -127,11 +127,24 @@ void minmax(const float* x, int64_t n, float* lo, float* hi, bool* has_nan) {
   *has_nan = nan != 0;
 }
 
+// y = table[x] with vpgatherdd from the table widened to int32 (16 lookups per gather).
+void lut(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table) {
+  alignas(64) int32_t wide[256];
+  for (int i = 0; i < 256; ++i) wide[i] = table[i];
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512i idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, x + i));
+    const __m512i v = _mm512_i32gather_epi32(idx, wide, 4);
+    _mm512_mask_cvtepi32_storeu_epi8(y + i, k, v);
+  }
+}
+
 }  // namespace
 
 const Kernels kKernelsAvx512Vnni = {
-    add_run<uint8_t>,        add_run<int8_t>,        mul_run<uint8_t>, mul_run<int8_t>,
-    dequantize_run<uint8_t>, dequantize_run<int8_t>, minmax,
+    add_run<uint8_t>,        add_run<int8_t>,        mul_run<uint8_t>,          mul_run<int8_t>,
+    dequantize_run<uint8_t>, dequantize_run<int8_t>, minmax,                    lut,
+    softmax_rows<uint8_t>,   softmax_rows<int8_t>,
 };
 
 }  // namespace elementwise

@@ -22,7 +22,7 @@ template <typename T>
 inline T round_sat(float v) {
   constexpr float lo = static_cast<float>(std::numeric_limits<T>::min());
   constexpr float hi = static_cast<float>(std::numeric_limits<T>::max());
-  if (v != v) return std::numeric_limits<T>::min();
+  v = v != v ? lo : v;  // branch-free, so that loops over it vectorise
   float r = std::nearbyint(v);
   r = r < lo ? lo : r;
   r = r > hi ? hi : r;
@@ -45,6 +45,65 @@ template <typename T>
 inline T mul_one(T a, T b, const MulParams& p) {
   const int32_t acc = (static_cast<int32_t>(a) - p.za) * (static_cast<int32_t>(b) - p.zb);
   return round_sat<T>(static_cast<float>(acc) * p.ratio + static_cast<float>(p.zc));
+}
+
+// ---- row kernels compiled once per ISA (the loops vectorise under the ISA's flags) ----------
+
+// y[i] = table[x[i]] (bytes).
+inline void lut_scalar(const uint8_t* __restrict x, uint8_t* __restrict y, int64_t n,
+                       const uint8_t* __restrict table) {
+  for (int64_t i = 0; i < n; ++i) y[i] = table[x[i]];
+}
+
+template <typename T>
+inline int32_t row_max(const T* __restrict x, int64_t d) {
+  T m = x[0];
+  for (int64_t j = 1; j < d; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+// QLinearSoftmax rows (ms_qops.py (3)-(5)). Four rows are summed side by side: each row's
+// sum stays one float32 chain in index order, the four chains only hide each other's add
+// latency.
+template <typename T>
+void softmax_rows(const T* x, T* y, int64_t rows, int64_t d, const float* __restrict table, float ys,
+                  int32_t zy) {
+  const float zyf = static_cast<float>(zy);
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const T* __restrict x0 = x + r * d;
+    const T* __restrict x1 = x0 + d;
+    const T* __restrict x2 = x1 + d;
+    const T* __restrict x3 = x2 + d;
+    // table[b + v] = T[255 − (max − v)], b = 255 − max
+    const int32_t b0 = 255 - row_max(x0, d), b1 = 255 - row_max(x1, d);
+    const int32_t b2 = 255 - row_max(x2, d), b3 = 255 - row_max(x3, d);
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    for (int64_t j = 0; j < d; ++j) {
+      s0 += table[b0 + x0[j]];
+      s1 += table[b1 + x1[j]];
+      s2 += table[b2 + x2[j]];
+      s3 += table[b3 + x3[j]];
+    }
+    const int32_t bs[4] = {b0, b1, b2, b3};
+    const float ms[4] = {(1.0f / s0) * ys, (1.0f / s1) * ys, (1.0f / s2) * ys, (1.0f / s3) * ys};
+    for (int k = 0; k < 4; ++k) {
+      const T* __restrict xr = x + (r + k) * d;
+      T* __restrict yr = y + (r + k) * d;
+      const int32_t b = bs[k];
+      const float m = ms[k];
+      for (int64_t j = 0; j < d; ++j) yr[j] = round_sat<T>(table[b + xr[j]] * m + zyf);
+    }
+  }
+  for (; r < rows; ++r) {
+    const T* __restrict xr = x + r * d;
+    T* __restrict yr = y + r * d;
+    const int32_t b = 255 - row_max(xr, d);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < d; ++j) sum += table[b + xr[j]];
+    const float m = (1.0f / sum) * ys;
+    for (int64_t j = 0; j < d; ++j) yr[j] = round_sat<T>(table[b + xr[j]] * m + zyf);
+  }
 }
 
 }  // namespace

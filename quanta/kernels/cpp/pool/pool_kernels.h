@@ -1,7 +1,9 @@
-// Plane kernels of pool.h, written once and compiled by pool_portable.cc, pool_avx2.cc and
-// pool_avx512vnni.cc with their own -m flags (GCC vectorises the inner loops). Every loop
-// keeps each output's float32 operations in the contract's order; integer sums wrap in
-// uint32 (defined overflow), so every variant gives the same bytes.
+// Plane kernels of pool.h, written once over a row policy R and compiled by
+// pool_portable.cc, pool_avx2.cc and pool_avx512vnni.cc with their own -m flags. R supplies
+// the inner row operations (GenericRows below: plain loops; the SIMD files override the
+// hot ones with intrinsics). Every row operation keeps each output's float32 operations in
+// the contract's order; integer sums wrap in uint32 (defined overflow), so every variant
+// gives the same bytes.
 //
 // Internal linkage on purpose (anonymous namespace): the same template compiled with
 // different flags must not be merged into one copy by the linker.
@@ -18,17 +20,55 @@ namespace quanta {
 namespace pool {
 namespace {  // NOLINT: see the header comment
 
-template <typename T>
-uint32_t sum_plane(const T* x, int64_t n) {
-  uint32_t s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<uint32_t>(static_cast<int32_t>(x[i]));
-  return s;
-}
+// Loops take __restrict pointers: T is a char type, which may alias anything, so without
+// them GCC reloads every pointer after each store and vectorises nothing.
+struct GenericRows {
+  // Σ x[0, n) modulo 2^32
+  template <typename T>
+  static uint32_t sum(const T* __restrict x, int64_t n) {
+    uint32_t s = 0;
+    for (int64_t i = 0; i < n; ++i) s += static_cast<uint32_t>(static_cast<int32_t>(x[i]));
+    return s;
+  }
+
+  // y[i] = max(y[i], x[i·s]), i < n
+  template <typename T>
+  static void max(T* __restrict y, const T* __restrict x, int64_t n, int64_t s) {
+    for (int64_t i = 0; i < n; ++i) {
+      const T v = x[i * s];
+      y[i] = v > y[i] ? v : y[i];
+    }
+  }
+
+  // t[i] += dq(x[i·s]) = f32(sx · float32(x − zx)): one float32 add per tap
+  template <typename T>
+  static void add_dequantized(float* __restrict t, const T* __restrict x, int64_t n, int64_t s, float sx,
+                              int32_t zx) {
+    for (int64_t i = 0; i < n; ++i) t[i] += sx * static_cast<float>(static_cast<int32_t>(x[i * s]) - zx);
+  }
+
+  // y[i] = sat(rne(f32(f32(t[i] / count[i]) / sy) + zy)), NaN -> qmin
+  template <typename T>
+  static void finish_average(T* __restrict y, const float* __restrict t, const float* __restrict count, int64_t n,
+                             float sy, float zy) {
+    constexpr float lo = static_cast<float>(std::numeric_limits<T>::min());
+    constexpr float hi = static_cast<float>(std::numeric_limits<T>::max());
+    for (int64_t i = 0; i < n; ++i) {
+      const float avg = t[i] / count[i];
+      float v = avg / sy + zy;
+      v = v != v ? lo : v;
+      float r = std::nearbyint(v);
+      r = r < lo ? lo : r;
+      r = r > hi ? hi : r;
+      y[i] = static_cast<T>(static_cast<int32_t>(r));
+    }
+  }
+};
 
 template <typename T>
-void sum_channels(const T* x, int64_t rows, int64_t stride, int64_t width, uint32_t* acc) {
+void sum_channels(const T* __restrict x, int64_t rows, int64_t stride, int64_t width, uint32_t* __restrict acc) {
   for (int64_t p = 0; p < rows; ++p) {
-    const T* row = x + p * stride;
+    const T* __restrict row = x + p * stride;
     for (int64_t c = 0; c < width; ++c) acc[c] += static_cast<uint32_t>(static_cast<int32_t>(row[c]));
   }
 }
@@ -46,94 +86,116 @@ inline void valid_outputs(int64_t out, int64_t s, int64_t pad, int64_t off, int6
   *hi = std::max(*lo, std::min(last + 1, out));
 }
 
-template <typename T>
+template <class R, typename T>
+uint32_t sum_plane(const T* x, int64_t n) {
+  return R::sum(x, n);
+}
+
+// The output columns [lo[kw], hi[kw]) whose tap kw lies inside the input row, for every kw
+// (computed once per plane: they do not depend on the output row).
+struct ColumnRanges {
+  static constexpr int64_t kMaxTaps = 64;
+  int64_t lo[kMaxTaps], hi[kMaxTaps];
+  bool ok;
+  ColumnRanges(const Geometry2d& g, int64_t d_w) : ok(g.k_w <= kMaxTaps) {
+    for (int64_t kw = 0; ok && kw < g.k_w; ++kw) valid_outputs(g.out_w, g.s_w, g.pad_l, kw * d_w, g.w, &lo[kw], &hi[kw]);
+  }
+  void get(const Geometry2d& g, int64_t d_w, int64_t kw, int64_t* l, int64_t* h) const {
+    if (ok) {
+      *l = lo[kw];
+      *h = hi[kw];
+    } else {
+      valid_outputs(g.out_w, g.s_w, g.pad_l, kw * d_w, g.w, l, h);
+    }
+  }
+};
+
+template <class R, typename T>
 void max_plane(const T* x, T* y, const Geometry2d& g) {
   constexpr T qmin = std::numeric_limits<T>::min();
+  const ColumnRanges cols(g, g.d_w);
   for (int64_t oh = 0; oh < g.out_h; ++oh) {
     T* yr = y + oh * g.out_w;
-    for (int64_t ow = 0; ow < g.out_w; ++ow) yr[ow] = qmin;
+    std::fill(yr, yr + g.out_w, qmin);
     for (int64_t kh = 0; kh < g.k_h; ++kh) {
       const int64_t ih = oh * g.s_h - g.pad_t + kh * g.d_h;
       if (ih < 0 || ih >= g.h) continue;
       const T* xr = x + ih * g.w;
       for (int64_t kw = 0; kw < g.k_w; ++kw) {
         int64_t lo, hi;
-        valid_outputs(g.out_w, g.s_w, g.pad_l, kw * g.d_w, g.w, &lo, &hi);
-        const int64_t base = kw * g.d_w - g.pad_l;  // xr[base + ow·s_w] is the tap of output ow
-        if (g.s_w == 1) {
-          for (int64_t ow = lo; ow < hi; ++ow) yr[ow] = std::max(yr[ow], xr[base + ow]);
-        } else {
-          for (int64_t ow = lo; ow < hi; ++ow) yr[ow] = std::max(yr[ow], xr[base + ow * g.s_w]);
-        }
+        cols.get(g, g.d_w, kw, &lo, &hi);
+        // xr[kw·d_w − pad_l + ow·s_w] is the tap of output ow
+        if (hi > lo) R::max(yr + lo, xr + (kw * g.d_w - g.pad_l + lo * g.s_w), hi - lo, g.s_w);
       }
     }
   }
 }
 
-// sat(rne(v)) with NaN -> qmin.
-template <typename T>
-inline T round_sat(float v) {
-  constexpr float lo = static_cast<float>(std::numeric_limits<T>::min());
-  constexpr float hi = static_cast<float>(std::numeric_limits<T>::max());
-  if (v != v) return std::numeric_limits<T>::min();
-  float r = std::nearbyint(v);
-  r = r < lo ? lo : r;
-  r = r > hi ? hi : r;
-  return static_cast<T>(static_cast<int32_t>(r));
-}
-
-template <typename T>
+template <class R, typename T>
 void average_plane(const T* x, T* y, const Geometry2d& g, const AverageParams& p) {
   constexpr int64_t kBlock = 256;  // outputs per row block (stack scratch)
   float total[kBlock];
+  float count[kBlock];
   const float zy = static_cast<float>(p.zy);
   const int64_t window = g.k_h * g.k_w;
+  const ColumnRanges cols(g, 1);
   for (int64_t oh = 0; oh < g.out_h; ++oh) {
     const int64_t h0 = oh * g.s_h - g.pad_t;
     const int64_t rows_in = std::min(h0 + g.k_h, g.h) - std::max<int64_t>(h0, 0);
     T* yr = y + oh * g.out_w;
     for (int64_t ob = 0; ob < g.out_w; ob += kBlock) {
       const int64_t oe = std::min(ob + kBlock, g.out_w);
-      float* t = total;  // t[ow − ob] for ow in [ob, oe)
-      for (int64_t ow = ob; ow < oe; ++ow) t[ow - ob] = 0.0f;
+      std::fill(total, total + (oe - ob), 0.0f);
+      // Taps in row-major window order; positions outside the input are skipped (the
+      // twin adds zeros there, which leave a float32 sum unchanged).
       for (int64_t kh = 0; kh < g.k_h; ++kh) {
         const int64_t ih = h0 + kh;
         if (ih < 0 || ih >= g.h) continue;
         const T* xr = x + ih * g.w;
         for (int64_t kw = 0; kw < g.k_w; ++kw) {
           int64_t lo, hi;
-          valid_outputs(g.out_w, g.s_w, g.pad_l, kw, g.w, &lo, &hi);
+          cols.get(g, 1, kw, &lo, &hi);
           lo = std::max(lo, ob);
           hi = std::min(hi, oe);
-          const int64_t base = kw - g.pad_l;
-          if (g.s_w == 1) {
-            for (int64_t ow = lo; ow < hi; ++ow) {
-              t[ow - ob] += p.sx * static_cast<float>(static_cast<int32_t>(xr[base + ow]) - p.zx);
-            }
-          } else {
-            for (int64_t ow = lo; ow < hi; ++ow) {
-              t[ow - ob] += p.sx * static_cast<float>(static_cast<int32_t>(xr[base + ow * g.s_w]) - p.zx);
-            }
+          if (hi > lo) {
+            R::add_dequantized(total + (lo - ob), xr + (kw - g.pad_l + lo * g.s_w), hi - lo, g.s_w, p.sx, p.zx);
           }
         }
       }
       for (int64_t ow = ob; ow < oe; ++ow) {
-        int64_t count = window;
+        int64_t c = window;
         if (!p.count_include_pad) {
           const int64_t w0 = ow * g.s_w - g.pad_l;
-          count = rows_in * (std::min(w0 + g.k_w, g.w) - std::max<int64_t>(w0, 0));
+          c = rows_in * (std::min(w0 + g.k_w, g.w) - std::max<int64_t>(w0, 0));
         }
-        const float avg = t[ow - ob] / static_cast<float>(count);
-        yr[ow] = round_sat<T>(avg / p.sy + zy);
+        count[ow - ob] = static_cast<float>(c);
       }
+      R::finish_average(yr + ob, total, count, oe - ob, p.sy, zy);
     }
   }
 }
 
-constexpr Kernels kPlaneKernels = {
-    sum_plane<uint8_t>,  sum_plane<int8_t>,  sum_channels<uint8_t>,  sum_channels<int8_t>,
-    max_plane<uint8_t>,  max_plane<int8_t>,  average_plane<uint8_t>, average_plane<int8_t>,
+// The plane functions of an ISA: the generic loops over R's row operations unless the ISA
+// supplies its own planes (P).
+template <class R>
+struct GenericPlanes {
+  template <typename T>
+  static void max(const T* x, T* y, const Geometry2d& g) {
+    max_plane<R, T>(x, y, g);
+  }
+  template <typename T>
+  static void average(const T* x, T* y, const Geometry2d& g, const AverageParams& p) {
+    average_plane<R, T>(x, y, g, p);
+  }
 };
+
+template <class R, class P = GenericPlanes<R>>
+constexpr Kernels make_kernels() {
+  return Kernels{
+      sum_plane<R, uint8_t>,       sum_plane<R, int8_t>,       sum_channels<uint8_t>,           sum_channels<int8_t>,
+      P::template max<uint8_t>,    P::template max<int8_t>,    P::template average<uint8_t>,    P::template average<int8_t>,
+  };
+}
 
 }  // namespace
 }  // namespace pool

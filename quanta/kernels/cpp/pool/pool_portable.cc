@@ -1,10 +1,10 @@
-// Pooling plane kernels (pool_kernels.h) compiled with the portable flags (baseline flags (SSE2)).
+// Pooling plane kernels (pool_kernels.h) compiled with the baseline flags: plain loops.
 #include "pool/pool_kernels.h"
 
 namespace quanta {
 namespace pool {
 
-const Kernels kKernelsPortable = kPlaneKernels;
+const Kernels kKernelsPortable = make_kernels<GenericRows>();
 
 }  // namespace pool
 }  // namespace quanta

@@ -1,0 +1,181 @@
+"""Convolution benchmark: quanta's QLinearConv / ConvInteger vs ONNX Runtime's, same run.
+
+Run: ``python benchmarks/conv.py`` (``--quick`` for a short run, ``--threads 1``,
+``--json FILE`` to keep the numbers). A ratio table from ONE run; nothing here is a timed
+test. The machine is shared and noisy, so the only meaningful numbers are ratios measured
+in the same run: the libraries are timed in alternating blocks (benchmarks/kernels.py
+``_time_alternating``) and the best batch of each is kept.
+
+GOPS counts 2·N·M·(C/group)·kh·kw·OH·OW operations. Both sides compute the same thing on
+the same data: x uint8 NCHW with a run-time zero point, constant int8 weights with
+per-channel scales (zero point 0, as quantize_static produces), an int32 bias,
+uint8 output (QLinearConv) or the int32 accumulator (ConvInteger, which takes no bias).
+quanta is called through its binding with a preallocated output, ONNX Runtime through a
+one-node session (its per-call overhead is included; quanta's Python binding overhead
+is too).
+
+Shapes: ResNet-50 layers (3x3 64 at 56², 1x1 256->64 at 56², 1x1 512->128 at 28², 3x3
+stride 2 128 at 28²) and MobileNet-V2 layers (depthwise 3x3 32 at 112², pointwise 96->24
+at 56², depthwise 3x3 stride 2 144 at 28², depthwise 3x3 960 at 7²).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from collections.abc import Callable
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernels import _time_alternating  # the timing loop shared with the GEMM benchmark
+
+from quanta.kernels import _native
+
+# (name, N, C, H, W, M, k, stride, group)
+SHAPES: tuple[tuple[str, int, int, int, int, int, int, int, int], ...] = (
+    ("resnet50 3x3", 1, 64, 56, 56, 64, 3, 1, 1),
+    ("resnet50 1x1", 1, 256, 56, 56, 64, 1, 1, 1),
+    ("resnet50 1x1", 1, 512, 28, 28, 128, 1, 1, 1),
+    ("resnet50 3x3 s2", 1, 128, 56, 56, 128, 3, 2, 1),
+    ("mobilenet dw", 1, 32, 112, 112, 32, 3, 1, 32),
+    ("mobilenet pw", 1, 96, 56, 56, 24, 1, 1, 1),
+    ("mobilenet dw s2", 1, 144, 28, 28, 144, 3, 2, 144),
+    ("mobilenet dw 7x7", 1, 960, 7, 7, 960, 3, 1, 960),
+)
+
+
+class Problem:
+    """One layer's data and parameters, shared by both libraries."""
+
+    def __init__(
+        self, N: int, C: int, H: int, W: int, M: int, k: int, stride: int, group: int, seed: int = 0
+    ):
+        rng = np.random.default_rng(seed)
+        self.x = rng.integers(0, 256, (N, C, H, W), dtype=np.uint8)
+        self.w = rng.integers(-127, 128, (M, C // group, k, k), dtype=np.int8)
+        self.zx = np.array(131, np.uint8)
+        self.sx = np.array(0.02, np.float32)
+        self.sw = rng.uniform(0.001, 0.004, M).astype(np.float32)
+        self.zw = np.array(0, np.int8)
+        self.sy = np.array(0.09, np.float32)
+        self.zy = np.array(117, np.uint8)
+        self.bias = rng.integers(-2000, 2000, M, dtype=np.int32)
+        self.attrs = {
+            "kernel_shape": [k, k],
+            "strides": [stride, stride],
+            "pads": [k // 2] * 4,
+            "group": group,
+        }
+        oh = (H + 2 * (k // 2) - k) // stride + 1
+        ow = (W + 2 * (k // 2) - k) // stride + 1
+        self.y_shape = (N, M, oh, ow)
+        self.ops = 2 * N * M * (C // group) * k * k * oh * ow
+
+
+def _ort_session(p: Problem, op: str, threads: int) -> Callable[[], object]:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    if op == "QLinearConv":
+        names = ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"]
+        values = [p.sx, p.zx, p.w, p.sw, p.zw, p.sy, p.zy, p.bias]
+        y_type = TensorProto.UINT8
+    else:
+        names = ["x", "w", "zx"]
+        values = [p.w, p.zx]
+        y_type = TensorProto.INT32
+    inits = [numpy_helper.from_array(v, n) for n, v in zip(names[1:], values)]
+    node = helper.make_node(op, names, ["y"], **p.attrs)
+    graph = helper.make_graph(
+        [node],
+        op,
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, list(p.x.shape))],
+        [helper.make_tensor_value_info("y", y_type, list(p.y_shape))],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feed = {"x": p.x}
+    return lambda: sess.run(None, feed)
+
+
+def _quanta(p: Problem, op: str, threads: int) -> tuple[Callable[[], object], str]:
+    conv = _native.QConv(p.w, p.zw, **p.attrs)
+    if op == "QLinearConv":
+        out = np.empty(p.y_shape, np.uint8)
+        fn = lambda: conv.qlinear(  # noqa: E731
+            p.x, p.sx, p.zx, p.sw, p.sy, p.zy, p.bias, num_threads=threads, out=out
+        )
+    else:
+        out32 = np.empty(p.y_shape, np.int32)
+        fn = lambda: conv.integer(p.x, p.zx, num_threads=threads, out=out32)  # noqa: E731
+    return fn, conv.kernel
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="0.5 s per measurement instead of 1.5 s")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = ap.parse_args(argv)
+    budget = 0.5 if args.quick else 1.5
+    try:
+        import onnxruntime
+
+        ort_version: str | None = onnxruntime.__version__
+    except ImportError:
+        ort_version = None
+
+    rows = []
+    for name, *shape in SHAPES:
+        p = Problem(*shape)
+        for op in ("QLinearConv", "ConvInteger"):
+            for threads in args.threads:
+                q, kernel = _quanta(p, op, threads)
+                fns: dict[str, Callable[[], object]] = {"quanta": q}
+                if ort_version:
+                    fns["ort"] = _ort_session(p, op, threads)
+                gops = _time_alternating(fns, p.ops, budget)
+                rows.append(
+                    {"layer": name, "shape": shape, "op": op, "threads": threads, "kernel": kernel, **gops}
+                )
+                print(".", end="", flush=True)
+    print()
+
+    print(
+        f"# {platform.processor() or platform.machine()}, active ISA {_native.active_isa()}, "
+        f"onnxruntime {ort_version or 'absent'}"
+    )
+    header = f"{'layer':<17} {'N,C,H,W -> M, k, s, g':<27} {'op':<11} {'thr':>3} {'quanta':>7} {'ORT':>7} {'q/ORT':>6}  kernel"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        N, C, H, W, M, k, s, g = r["shape"]
+        ort_g = r.get("ort")
+        cells = [
+            f"{r['layer']:<17}",
+            f"{f'{N},{C},{H},{W} -> {M}, {k}, {s}, {g}':<27}",
+            f"{r['op']:<11}",
+            f"{r['threads']:>3}",
+            f"{r['quanta']:7.1f}",
+            f"{ort_g:7.1f}" if ort_g else f"{'-':>7}",
+            f"{r['quanta'] / ort_g:6.2f}" if ort_g else f"{'-':>6}",
+            f" {r['kernel']}",
+        ]
+        print(" ".join(cells))
+    print("# GOPS = 2·N·M·(C/g)·kh·kw·OH·OW / time; q/ORT > 1: quanta faster.")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"ort": ort_version, "isa": _native.active_isa(), "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,388 @@
+// The two paths of conv.h that run on qgemm: implicit (qgemm's micro-kernel tiles over a
+// padded NHWC image, one K chunk per tap) and im2col (qgemm over im2col rows).
+//
+// implicit, per call:
+//   1. xpad = padded NHWC image of x': units = padded rows, each either zx' or the
+//      transpose of one input row [C, W] -> [W, C] between zx' pad columns.
+//   2. Per group: colterm[n] = bias[n] − zx'·cs[n] and the padded multipliers (what
+//      qgemm.cc::make_epilogue computes per call); with weight zero points, the per-pixel
+//      channel sums of xpad, from which each row's Σx' is a sum over its taps.
+//   3. units = (image, run, block of mc rows) x group; per unit, for each N panel, the tap
+//      chunks in order through qgemm's tile function (partial sums between chunks, the
+//      fused output stage on the last), into an NHWC block [mc, Mg]; its valid rows are
+//      then transposed into y (NCHW).
+// im2col, per call:
+//   1. xt = NHWC(x'), parallel over pixel blocks;
+//   2. units = (chunk of output pixels) x group: im2col rows (or the xt rows themselves
+//      for 1x1 / stride 1 / no pads / G = 1), qgemm (one thread) into an NHWC block,
+//      transposed into y. With fewer units than 2 per thread, the units run one after
+//      the other and qgemm splits its N panels over the threads instead.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "conv/kernels.h"
+#include "qgemm/kernel.h"
+#include "qgemm/thread_pool.h"
+
+namespace quanta {
+namespace conv {
+namespace {
+
+// im2col rows + the chunk's NHWC result per unit: ~128 KiB, so that a chunk's A block
+// and its output stay in L2 next to the packed weights.
+constexpr int64_t kChunkBytes = 128 * 1024;
+constexpr int64_t kMinChunkRows = 32;
+constexpr int64_t kUnitsPerThread = 4;
+constexpr int64_t kTransposePixels = 2048;  // pixels per unit of the im2col path's transpose
+// Rows of an implicit unit: its partial sums (mc x NR int32) stay in L1.
+constexpr int64_t kImplicitRows = 128;
+// B chunk budget of one tile call (qgemm.cc's KC): 32 KiB of packed weights.
+constexpr int64_t kBChunkBytes = 32 * 1024;
+
+TransposeU8Fn transpose_u8_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni: return transpose_u8_avx512vnni;
+    case Isa::kAvx2: return transpose_u8_avx2;
+    case Isa::kPortable: break;
+  }
+  return transpose_u8_portable;
+}
+
+Im2colFn im2col_for(Isa isa) { return isa == Isa::kAvx512Vnni ? im2col_nhwc_avx512vnni : im2col_nhwc; }
+
+TransposeS32Fn transpose_s32_for(Isa isa) {
+  return isa == Isa::kPortable ? transpose_s32_portable : transpose_s32_avx2;
+}
+
+// rows [0, n) of an NHWC block (row stride Mg elements) -> y[channel·ohw + pixel] from
+// `at` (elements), i.e. channels g·Mg .. of one image, pixels p0 .. p0 + n.
+void store_nchw(const uint8_t* block, int64_t n, int64_t Mg, OutType t, int64_t ohw, void* y, int64_t at,
+                TransposeU8Fn tr_u8, TransposeS32Fn tr_s32) {
+  if (t == OutType::kS32) {
+    tr_s32(reinterpret_cast<const int32_t*>(block), Mg, n, Mg, static_cast<int32_t*>(y) + at, ohw);
+  } else {
+    tr_u8(block, Mg, n, Mg, static_cast<uint8_t*>(y) + at, ohw, 0);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// implicit path
+// ---------------------------------------------------------------------------------------
+
+void QConv::plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) const {
+  const qgemm::KernelFamily& fam = qgemm::kernel_family(isa_);
+  const int64_t Mg = M_ / group_, ob = out_bytes(a.out_type);
+  pl.Hp = geo.H + geo.pad_top + geo.pad_bottom;
+  pl.Wp = geo.W + geo.pad_left + geo.pad_right;
+  pl.chunk_k = implicit_chunk_k();
+  pl.n_taps = pl.chunk_k == Cg_ ? kh_ * kw_ : kh_;
+  // Stride 1: rows of the padded grid (the pad columns' outputs are computed and dropped)
+  // when that wastes at most a quarter; otherwise one run per output row.
+  pl.virtual_rows = geo.sh == 1 && geo.sw == 1 && 4 * (pl.Wp - geo.OW) <= geo.OW;
+  pl.run_len = pl.virtual_rows ? (geo.OH - 1) * pl.Wp + geo.OW : geo.OW;
+  pl.runs_per_image = pl.virtual_rows ? 1 : geo.OH;
+  const int64_t runs = geo.N * pl.runs_per_image * group_;
+  const int64_t want_units = int64_t{pl.threads} * kUnitsPerThread;
+  int64_t mc = kImplicitRows;
+  if (runs * div_up(pl.run_len, mc) < want_units) {  // smaller blocks, for the threads
+    mc = std::max<int64_t>(fam.mr, round_up(div_up(runs * pl.run_len, want_units), fam.mr));
+  }
+  pl.mc = std::max<int64_t>(1, std::min(mc, pl.run_len));
+  pl.blocks_per_run = div_up(pl.run_len, pl.mc);
+  pl.units = runs * pl.blocks_per_run;
+  pl.rowsums = false;
+  for (const auto& w : packed_) pl.rowsums = pl.rowsums || w->has_zero_point;
+
+  const int64_t np = packed_[0]->padded_n();
+  const int64_t pixels = geo.N * pl.Hp * pl.Wp;
+  size_t off = 0;
+  pl.off_xpad = off;
+  off += align64(static_cast<size_t>(pixels * geo.C));
+  pl.off_pixsum = off;
+  off += pl.rowsums ? align64(static_cast<size_t>(pixels * group_) * 4) : 0;
+  pl.off_colterm = off;
+  off += align64(static_cast<size_t>(group_ * np) * 4);
+  pl.off_mult = off;
+  off += align64(static_cast<size_t>(group_ * np) * 4);
+  pl.main_bytes = off;
+
+  size_t t = align64(static_cast<size_t>(pl.mc * Mg * ob));  // the NHWC block
+  pl.off_partial = t;
+  t += align64(static_cast<size_t>(pl.mc * fam.nr) * 4);
+  pl.off_rowsum = t;
+  t += pl.rowsums ? align64(static_cast<size_t>(pl.mc) * 4) : 0;
+  pl.thread_bytes = t;
+  pl.n_thread_ws = pl.threads;
+}
+
+void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const {
+  const qgemm::KernelFamily& fam = qgemm::kernel_family(isa_);
+  const int64_t C = geo.C, Mg = M_ / group_, ob = out_bytes(a.out_type);
+  const int64_t hw = geo.H * geo.W, ohw = geo.OH * geo.OW;
+  const int64_t Hp = pl.Hp, Wp = pl.Wp, image = Hp * Wp;  // pixels per padded image
+  const uint8_t flip = a.x_signed ? 0x80 : 0;
+  const int32_t zx_shifted = a.zx + (a.x_signed ? 128 : 0);
+  const uint8_t pad = static_cast<uint8_t>(zx_shifted);
+  const TransposeU8Fn tr_u8 = transpose_u8_for(isa_);
+  const TransposeS32Fn tr_s32 = transpose_s32_for(isa_);
+  uint8_t* xpad = ws.main.data() + pl.off_xpad;
+  const int64_t np = packed_[0]->padded_n();
+
+  // 1. the padded NHWC image (and, with weight zero points, its per-pixel channel sums)
+  int32_t* pixsum = reinterpret_cast<int32_t*>(ws.main.data() + pl.off_pixsum);
+  auto pad_row = [&](int64_t unit, int) {
+    const int64_t n = unit / Hp, r = unit % Hp, iy = r - geo.pad_top;
+    uint8_t* row = xpad + (n * Hp + r) * Wp * C;
+    if (iy < 0 || iy >= geo.H) {
+      std::memset(row, pad, static_cast<size_t>(Wp * C));
+    } else {
+      std::memset(row, pad, static_cast<size_t>(geo.pad_left * C));
+      const uint8_t* src = static_cast<const uint8_t*>(a.x) + n * C * hw + iy * geo.W;
+      tr_u8(src, hw, C, geo.W, row + geo.pad_left * C, C, flip);
+      std::memset(row + (geo.pad_left + geo.W) * C, pad, static_cast<size_t>(geo.pad_right * C));
+    }
+    if (pl.rowsums) {
+      for (int64_t px = 0; px < Wp; ++px) {
+        for (int64_t g = 0; g < group_; ++g) {
+          const uint8_t* v = row + px * C + g * Cg_;
+          uint32_t sum = 0;
+          for (int64_t c = 0; c < Cg_; ++c) sum += v[c];
+          pixsum[((n * Hp + r) * Wp + px) * group_ + g] = static_cast<int32_t>(sum);
+        }
+      }
+    }
+  };
+  qgemm::parallel_for(pl.threads, geo.N * Hp, pad_row);
+
+  // 2. per-group epilogue constants, as qgemm.cc::make_epilogue: colterm = bias − zx'·cs
+  //    (eq. (5) with the u8 shift of eq. (8)) and the multipliers, padded to np columns
+  int32_t* colterm = reinterpret_cast<int32_t*>(ws.main.data() + pl.off_colterm);
+  float* mult = reinterpret_cast<float*>(ws.main.data() + pl.off_mult);
+  for (int64_t g = 0; g < group_; ++g) {
+    const int32_t* cs = packed_[g]->column_sums_ptr();
+    for (int64_t n = 0; n < np; ++n) {
+      const int64_t m = g * Mg + n;
+      const uint32_t b = n < Mg && a.bias ? static_cast<uint32_t>(a.bias[m]) : 0u;
+      colterm[g * np + n] = n < Mg ? static_cast<int32_t>(b - static_cast<uint32_t>(zx_shifted) *
+                                                                  static_cast<uint32_t>(cs[n]))
+                                   : 0;
+      mult[g * np + n] =
+          n < Mg && a.out_type != OutType::kS32 ? a.multiplier[a.multiplier_per_channel ? m : 0] : 0.0f;
+    }
+  }
+  qgemm::Epilogue base;
+  base.y_row_stride = Mg;
+  base.zy = a.zy;
+  if (a.out_type == OutType::kS32) {
+    base.kind = qgemm::EpiKind::kS32;
+    base.lo = std::numeric_limits<int32_t>::min();
+    base.hi = std::numeric_limits<int32_t>::max();
+  } else {
+    base.kind = qgemm::EpiKind::kQ8Float;
+    base.y_signed = a.out_type == OutType::kS8;
+    base.lo = base.y_signed ? -128 : 0;
+    base.hi = base.y_signed ? 127 : 255;
+    base.lo_minus_zy = static_cast<float>(base.lo - a.zy);
+    base.hi_minus_zy = static_cast<float>(base.hi - a.zy);
+  }
+
+  // 3. units
+  const int64_t a_stride = pl.virtual_rows ? C : geo.sw * C;  // bytes between A rows
+  const int64_t kc_max = std::max<int64_t>(fam.kr, kBChunkBytes / (int64_t{fam.nr} * fam.w_bytes) / fam.kr * fam.kr);
+  auto unit_fn = [&](int64_t unit, int thread) {
+    const int64_t g = unit % group_;
+    int64_t rest = unit / group_;
+    const int64_t blk = rest % pl.blocks_per_run;
+    rest /= pl.blocks_per_run;
+    const int64_t run = rest % pl.runs_per_image, n = rest / pl.runs_per_image;
+    const int64_t r0 = blk * pl.mc, rows = std::min(pl.mc, pl.run_len - r0);
+    // padded pixel (relative to the image) of row r0's first tap
+    const int64_t pix0 = pl.virtual_rows ? r0 : run * geo.sh * Wp + r0 * geo.sw;
+    const int64_t pix_step = pl.virtual_rows ? 1 : geo.sw;
+    const uint8_t* a0 = xpad + (n * image + pix0) * C + g * Cg_;
+    uint8_t* buf = ws.thread_bufs[thread].data();
+    const qgemm::PackedWeights& w = *packed_[g];
+
+    qgemm::Epilogue e = base;
+    e.colterm = colterm + g * np;
+    e.multiplier = mult + g * np;
+    e.y = buf;
+    if (w.has_zero_point) {
+      int32_t* rowsum = reinterpret_cast<int32_t*>(buf + pl.off_rowsum);
+      const int32_t* ps = pixsum + n * image * group_ + g;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t p = pix0 + r * pix_step;
+        uint32_t sum = 0;
+        for (int64_t ky = 0; ky < geo.kh; ++ky) {
+          for (int64_t kx = 0; kx < geo.kw; ++kx) {
+            sum += static_cast<uint32_t>(ps[(p + ky * geo.dh * Wp + kx * geo.dw) * group_]);
+          }
+        }
+        rowsum[r] = static_cast<int32_t>(sum);
+      }
+      e.zw = w.zero_point_ptr();
+      e.rowsum = rowsum;
+    }
+
+    qgemm::TileArgs t;
+    t.a_row_stride = a_stride;
+    t.rows = rows;
+    t.partial = reinterpret_cast<int32_t*>(buf + pl.off_partial);
+    t.epi = &e;
+    t.m0 = 0;
+    for (int64_t panel = 0; panel < w.n_panels; ++panel) {
+      t.n0 = panel * fam.nr;
+      t.cols = static_cast<int>(std::min<int64_t>(fam.nr, Mg - t.n0));
+      const uint8_t* b_panel = w.data.data() + panel * w.Kp * fam.nr * fam.w_bytes;
+      for (int64_t tap = 0; tap < pl.n_taps; ++tap) {
+        const int64_t ky = pl.n_taps == kh_ ? tap : tap / kw_, kx = pl.n_taps == kh_ ? 0 : tap % kw_;
+        const uint8_t* a_tap = a0 + (ky * geo.dh * Wp + kx * geo.dw) * C;
+        for (int64_t k = 0; k < pl.chunk_k; k += kc_max) {  // pieces of <= 32 KiB of weights
+          t.kc = std::min(kc_max, pl.chunk_k - k);
+          t.a = a_tap + k;
+          t.b = b_panel + (tap * pl.chunk_k + k) * fam.nr * fam.w_bytes;
+          t.accumulate = tap > 0 || k > 0;
+          t.finish = tap == pl.n_taps - 1 && k + t.kc == pl.chunk_k;
+          fam.tiles(t);
+        }
+      }
+    }
+
+    // valid rows -> y[n, g·Mg .., pixel]
+    if (!pl.virtual_rows) {
+      store_nchw(buf, rows, Mg, a.out_type, ohw, a.y, (n * M_ + g * Mg) * ohw + run * geo.OW + r0, tr_u8, tr_s32);
+      return;
+    }
+    for (int64_t r = r0; r < r0 + rows;) {  // a row r of the padded grid is output (r / Wp, r % Wp)
+      const int64_t oy = r / Wp, ox = r % Wp;
+      const int64_t end = std::min(r0 + rows, oy * Wp + Wp);
+      if (ox < geo.OW) {
+        const int64_t len = std::min(end, oy * Wp + geo.OW) - r;
+        store_nchw(buf + (r - r0) * Mg * ob, len, Mg, a.out_type, ohw, a.y,
+                   (n * M_ + g * Mg) * ohw + oy * geo.OW + ox, tr_u8, tr_s32);
+      }
+      r = end;
+    }
+  };
+  qgemm::parallel_for(pl.threads, pl.units, unit_fn);
+}
+
+// ---------------------------------------------------------------------------------------
+// im2col path
+// ---------------------------------------------------------------------------------------
+
+void QConv::plan_im2col(const ConvArgs& a, const Geometry& geo, Plan& pl) const {
+  const int64_t Mg = M_ / group_, ob = out_bytes(a.out_type);
+  pl.direct = kh_ == 1 && kw_ == 1 && group_ == 1 && geo.sh == 1 && geo.sw == 1 && geo.pad_top == 0 &&
+              geo.pad_left == 0 && geo.pad_bottom == 0 && geo.pad_right == 0;
+  pl.xt_stride = pl.direct ? Kp_ : geo.C;
+  pl.rows = geo.N * geo.OH * geo.OW;
+  const int64_t row_bytes = (pl.direct ? 0 : Kp_) + Mg * ob;
+  const int64_t max_rows = std::max<int64_t>(kMinChunkRows, kChunkBytes / std::max<int64_t>(1, row_bytes));
+  const int64_t target = std::max(div_up(pl.rows, max_rows),
+                                  std::min(int64_t{pl.threads} * kUnitsPerThread, div_up(pl.rows, kMinChunkRows)));
+  pl.chunk_rows = std::max<int64_t>(1, round_up(div_up(pl.rows, std::max<int64_t>(1, target)), 8));
+  pl.n_chunks = div_up(pl.rows, pl.chunk_rows);
+  pl.units = pl.n_chunks * group_;
+  pl.parallel_units = pl.threads == 1 || pl.units >= 2 * int64_t{pl.threads};
+  pl.n_thread_ws = pl.parallel_units ? pl.threads : 1;
+
+  const size_t a_bytes = pl.direct ? 0 : align64(static_cast<size_t>(pl.chunk_rows * Kp_));
+  pl.off_ybuf = a_bytes;
+  pl.thread_bytes = a_bytes + align64(static_cast<size_t>(pl.chunk_rows * Mg * ob));
+  pl.main_bytes = align64(static_cast<size_t>(geo.N * geo.H * geo.W * pl.xt_stride));
+
+  qgemm::QGemmParams p;
+  p.M = pl.chunk_rows;
+  p.x_row_stride = pl.direct ? pl.xt_stride : Kp_;
+  p.out_type = a.out_type;
+  p.requant = a.out_type == OutType::kS32 ? qgemm::Requant::kNone : qgemm::Requant::kFloat;
+  p.num_threads = pl.parallel_units ? 1 : pl.threads;
+  for (const auto& pw : packed_) {
+    p.w = pw.get();
+    pl.gemm_bytes = std::max(pl.gemm_bytes, qgemm::qgemm_workspace_bytes(p));
+  }
+}
+
+void QConv::run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const {
+  const int64_t Mg = M_ / group_;
+  const int64_t hw = geo.H * geo.W, ohw = geo.OH * geo.OW;
+  const uint8_t flip = a.x_signed ? 0x80 : 0;
+  const int32_t zx_shifted = a.zx + (a.x_signed ? 128 : 0);
+  const int ob = out_bytes(a.out_type);
+  uint8_t* xt = ws.main.data();
+  const TransposeU8Fn tr_u8 = transpose_u8_for(isa_);
+  const TransposeS32Fn tr_s32 = transpose_s32_for(isa_);
+  const Im2colFn im2col = im2col_for(isa_);
+
+  // 1. x -> xt (NHWC, x' domain); the columns [C, xt_stride) of the direct path are
+  //    zeroed (their weight rows hold zw: any value would add nothing).
+  const int64_t pix_blocks = div_up(hw, kTransposePixels);
+  auto to_nhwc = [&](int64_t unit, int) {
+    const int64_t n = unit / pix_blocks, p0 = (unit % pix_blocks) * kTransposePixels;
+    const int64_t p1 = std::min(hw, p0 + kTransposePixels);
+    const uint8_t* src = static_cast<const uint8_t*>(a.x) + n * geo.C * hw + p0;
+    uint8_t* dst = xt + (n * hw + p0) * pl.xt_stride;
+    tr_u8(src, hw, geo.C, p1 - p0, dst, pl.xt_stride, flip);
+    if (pl.xt_stride > geo.C) {
+      for (int64_t p = 0; p < p1 - p0; ++p) {
+        std::memset(dst + p * pl.xt_stride + geo.C, 0, static_cast<size_t>(pl.xt_stride - geo.C));
+      }
+    }
+  };
+  qgemm::parallel_for(pl.threads, geo.N * pix_blocks, to_nhwc);
+
+  // 2. chunks x groups
+  auto unit_fn = [&](int64_t unit, int thread) {
+    const int64_t chunk = unit / group_, g = unit % group_;
+    const int64_t r0 = chunk * pl.chunk_rows, r1 = std::min(pl.rows, r0 + pl.chunk_rows);
+    uint8_t* buf = ws.thread_bufs[thread].data();
+    qgemm::QGemmParams p;
+    p.M = r1 - r0;
+    if (pl.direct) {
+      p.x = xt + r0 * pl.xt_stride;
+      p.x_row_stride = pl.xt_stride;
+    } else {
+      im2col(xt, pl.xt_stride, geo, Cg_, g, r0, r1, static_cast<uint8_t>(zx_shifted), Kp_, buf);
+      p.x = buf;
+      p.x_row_stride = Kp_;
+    }
+    p.x_signed = false;
+    p.zx = zx_shifted;
+    p.w = packed_[g].get();
+    p.bias = a.bias ? a.bias + g * Mg : nullptr;
+    p.out_type = a.out_type;
+    if (a.out_type != OutType::kS32) {
+      p.requant = qgemm::Requant::kFloat;
+      p.multiplier = a.multiplier + (a.multiplier_per_channel ? g * Mg : 0);
+      p.multiplier_per_channel = a.multiplier_per_channel;
+      p.zy = a.zy;
+    }
+    uint8_t* ybuf = buf + pl.off_ybuf;
+    p.y = ybuf;
+    p.y_row_stride = Mg;
+    p.num_threads = pl.parallel_units ? 1 : pl.threads;
+    qgemm::qgemm(p, ws.thread_gemm[pl.parallel_units ? thread : 0]);
+
+    // NHWC rows [r0, r1) -> y[n, g·Mg + j, pixel], image by image
+    for (int64_t s0 = r0; s0 < r1;) {
+      const int64_t n = s0 / ohw, p0 = s0 % ohw;
+      const int64_t s1 = std::min(r1, (n + 1) * ohw);
+      store_nchw(ybuf + (s0 - r0) * Mg * ob, s1 - s0, Mg, a.out_type, ohw, a.y, (n * M_ + g * Mg) * ohw + p0, tr_u8,
+                 tr_s32);
+      s0 = s1;
+    }
+  };
+  if (pl.parallel_units) {
+    qgemm::parallel_for(pl.threads, pl.units, unit_fn);
+  } else {
+    for (int64_t u = 0; u < pl.units; ++u) unit_fn(u, 0);
+  }
+}
+
+}  // namespace conv
+}  // namespace quanta

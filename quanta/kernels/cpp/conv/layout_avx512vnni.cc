@@ -1,0 +1,189 @@
+// Layout transposes and im2col, AVX-512 (contracts in kernels.h), for the avx512vnni ISA.
+//
+// Bytes: 16 x 64 tiles, the AVX2 unpack network (layout_avx2.cc) on zmm registers: after
+// the four rounds, 128-bit lane L of register e(j) holds column 16·L + j. Twice the bytes
+// per shuffle of the AVX2 tile; the lanes leave through vextracti32x4 stores (no shuffle
+// port). int32 transposes (ConvInteger outputs) use the AVX2 tile.
+//
+// im2col: the same rows as im2col.cc, each contiguous run copied with 64-byte vector moves
+// and one masked move for its tail instead of a memcpy call per run (a 3x3 / 64-channel
+// layer has 3 runs of 192 bytes per output pixel).
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12, inside its AVX-512 headers
+#endif
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "conv/kernels.h"
+
+namespace quanta {
+namespace conv {
+namespace {
+
+constexpr int64_t kTransposeChunkBytes = 32 * 1024;
+
+inline __mmask64 first_bytes(int64_t n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }
+
+// Columns j < nj (16 bytes each, rows i < ni) of the 16 x 64 tile whose row i starts at
+// src + i·src_stride; kPartial: ni < 16 or nj < 64 (masked loads and stores, nothing
+// read or written outside the tile).
+template <bool kPartial>
+inline void tile_u8_16x64(const uint8_t* src, int64_t src_stride, int ni, int nj, uint8_t* dst, int64_t dst_stride,
+                          __m512i flip) {
+  __m512i a[16], b[16];
+  const __mmask64 load_mask = first_bytes(nj);
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) {
+    if (!kPartial) {
+      a[i] = _mm512_xor_si512(_mm512_loadu_si512(src + i * src_stride), flip);
+    } else {
+      a[i] = i < ni ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(load_mask, src + i * src_stride), flip)
+                    : _mm512_setzero_si512();
+    }
+  }
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    b[2 * k] = _mm512_unpacklo_epi8(a[2 * k], a[2 * k + 1]);
+    b[2 * k + 1] = _mm512_unpackhi_epi8(a[2 * k], a[2 * k + 1]);
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      a[(m * 2 + h) * 2] = _mm512_unpacklo_epi16(b[2 * (2 * m) + h], b[2 * (2 * m + 1) + h]);
+      a[(m * 2 + h) * 2 + 1] = _mm512_unpackhi_epi16(b[2 * (2 * m) + h], b[2 * (2 * m + 1) + h]);
+    }
+  }
+#pragma GCC unroll 2
+  for (int q = 0; q < 2; ++q) {
+#pragma GCC unroll 4
+    for (int hh = 0; hh < 4; ++hh) {
+      const __m512i lo = a[((2 * q) * 2) * 2 + hh];
+      const __m512i hi = a[((2 * q + 1) * 2) * 2 + hh];
+      b[(q * 4 + hh) * 2] = _mm512_unpacklo_epi32(lo, hi);
+      b[(q * 4 + hh) * 2 + 1] = _mm512_unpackhi_epi32(lo, hi);
+    }
+  }
+  const __mmask16 store_mask = ni >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << ni) - 1u);
+#pragma GCC unroll 8
+  for (int hhh = 0; hhh < 8; ++hhh) {
+    __m128i lanes[8];
+    const __m512i e0 = _mm512_unpacklo_epi64(b[hhh], b[8 + hhh]);
+    const __m512i e1 = _mm512_unpackhi_epi64(b[hhh], b[8 + hhh]);
+    lanes[0] = _mm512_castsi512_si128(e0);
+    lanes[1] = _mm512_extracti32x4_epi32(e0, 1);
+    lanes[2] = _mm512_extracti32x4_epi32(e0, 2);
+    lanes[3] = _mm512_extracti32x4_epi32(e0, 3);
+    lanes[4] = _mm512_castsi512_si128(e1);
+    lanes[5] = _mm512_extracti32x4_epi32(e1, 1);
+    lanes[6] = _mm512_extracti32x4_epi32(e1, 2);
+    lanes[7] = _mm512_extracti32x4_epi32(e1, 3);
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) {
+      const int j = 16 * (l % 4) + 2 * hhh + l / 4;  // lane L of e0 / e1: column 16L + 2·hhh (+ 1)
+      if (!kPartial) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j * dst_stride), lanes[l]);
+      } else if (j < nj) {
+        _mm_mask_storeu_epi8(dst + j * dst_stride, store_mask, lanes[l]);
+      }
+    }
+  }
+}
+
+inline void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) _mm512_storeu_si512(dst + i, _mm512_loadu_si512(src + i));
+  if (i < n) {
+    const __mmask64 m = first_bytes(n - i);
+    _mm512_mask_storeu_epi8(dst + i, m, _mm512_maskz_loadu_epi8(m, src + i));
+  }
+}
+
+inline void fill_bytes(uint8_t* dst, __m512i v, int64_t n) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) _mm512_storeu_si512(dst + i, v);
+  if (i < n) _mm512_mask_storeu_epi8(dst + i, first_bytes(n - i), v);
+}
+
+}  // namespace
+
+void transpose_u8_avx512vnni(const uint8_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint8_t* dst,
+                             int64_t dst_stride, uint8_t flip) {
+  if (rows < 8) {  // a few channels: mostly empty tiles, the scalar loop is as fast
+    transpose_u8_portable(src, src_stride, rows, cols, dst, dst_stride, flip);
+    return;
+  }
+  const __m512i vflip = _mm512_set1_epi8(static_cast<char>(flip));
+  // Columns in chunks of jc, rows (i0) inside, columns (j0) innermost: a chunk's
+  // destination (jc rows of `rows` bytes, <= 32 KiB) stays in L1 while its 16-byte pieces
+  // arrive, and each source row is read as one sequential stream of jc bytes (one
+  // stream per source row would defeat the prefetchers).
+  const int64_t jc = std::max<int64_t>(64, (kTransposeChunkBytes / std::max<int64_t>(rows, 1)) / 64 * 64);
+  for (int64_t jb = 0; jb < cols; jb += jc) {
+    const int64_t je = std::min(cols, jb + jc);
+    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+      const int ni = static_cast<int>(std::min<int64_t>(16, rows - i0));
+      for (int64_t j0 = jb; j0 < je; j0 += 64) {
+        const int nj = static_cast<int>(std::min<int64_t>(64, je - j0));
+        const uint8_t* s = src + i0 * src_stride + j0;
+        uint8_t* d = dst + j0 * dst_stride + i0;
+        if (ni == 16 && nj == 64) {
+          tile_u8_16x64<false>(s, src_stride, 16, 64, d, dst_stride, vflip);
+        } else {
+          tile_u8_16x64<true>(s, src_stride, ni, nj, d, dst_stride, vflip);
+        }
+      }
+    }
+  }
+}
+
+void im2col_nhwc_avx512vnni(const uint8_t* xt, int64_t xt_stride, const Geometry& geo, int64_t Cg, int64_t g,
+                            int64_t r0, int64_t r1, uint8_t pad_value, int64_t Kp, uint8_t* dst) {
+  const int64_t ohw = geo.OH * geo.OW;
+  const int64_t K = geo.kh * geo.kw * Cg;
+  const bool whole_rows = geo.dw == 1 && Cg == xt_stride;
+  const __m512i pad = _mm512_set1_epi8(static_cast<char>(pad_value));
+  // (n, oy, ox) of row r0, then stepped: no division per row
+  int64_t n = r0 / ohw, oy = (r0 % ohw) / geo.OW, ox = (r0 % ohw) % geo.OW;
+  for (int64_t r = r0; r < r1; ++r, ++ox) {
+    if (ox == geo.OW) {
+      ox = 0;
+      if (++oy == geo.OH) {
+        oy = 0;
+        ++n;
+      }
+    }
+    uint8_t* d = dst + (r - r0) * Kp;
+    const int64_t ix0 = ox * geo.sw - geo.pad_left;
+    for (int64_t ky = 0; ky < geo.kh; ++ky) {
+      const int64_t iy = oy * geo.sh - geo.pad_top + ky * geo.dh;
+      if (iy < 0 || iy >= geo.H) {
+        fill_bytes(d, pad, geo.kw * Cg);
+        d += geo.kw * Cg;
+        continue;
+      }
+      const uint8_t* row = xt + ((n * geo.H + iy) * geo.W) * xt_stride + g * Cg;
+      if (whole_rows && ix0 >= 0 && ix0 + geo.kw <= geo.W) {
+        copy_bytes(d, row + ix0 * xt_stride, geo.kw * Cg);
+        d += geo.kw * Cg;
+        continue;
+      }
+      for (int64_t kx = 0; kx < geo.kw; ++kx) {
+        const int64_t ix = ix0 + kx * geo.dw;
+        if (ix < 0 || ix >= geo.W) {
+          fill_bytes(d, pad, Cg);
+        } else {
+          copy_bytes(d, row + ix * xt_stride, Cg);
+        }
+        d += Cg;
+      }
+    }
+    if (Kp > K) fill_bytes(d, _mm512_setzero_si512(), Kp - K);
+  }
+}
+
+}  // namespace conv
+}  // namespace quanta

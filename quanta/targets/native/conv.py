@@ -1,0 +1,186 @@
+"""Native QLinearConv and ConvInteger, 1-D and 2-D: quanta/kernels/cpp/conv (conv.h)::
+
+    acc[n, m, o] = Σ_{c, k} (x_pad[n, g·C/G + c, o·s + k·d] − zx) · (w[m, c, k] − zw[m]) + B[m]   eq. (4)
+    QLinearConv  y = saturate(round_half_even(f32(acc) · m[m]) + zy),  m = f32(f32(sx·sw[m]) / sy)   eq. (6)
+    ConvInteger  y = acc (int32, no bias)
+
+bit-exact with reference/qlinear_conv.py and reference/integer_ops.py (tests/targets/
+test_native_conv.py, tests/kernels/test_conv_native.py).
+
+Compile time (the binders): the constant weights and their zero points are packed once
+into a ``_native.QConv`` (per group, for qgemm; or for the depthwise kernel when
+group == C == M), kept in the kernel's params, with the geometry attributes. The kernel
+name says which path runs (``native:qconv_dw_...``, ``native:qconv_implicit+qgemm_...``,
+``native:qconv_im2col+qgemm_...``).
+
+Run time: x, its zero point, the scales, y's zero point and the bias are read per call
+(the requantization multipliers are computed by the binding, in float32 as the
+reference). Layout: NCHW at this boundary; the gemm paths transpose to NHWC and back
+inside the call (the depthwise path runs on NCHW).
+
+What runs on the reference twin instead (same numbers, slower):
+- at compile time, with the reason recorded as a fallback: 3-D convolutions, weights or
+  weight zero points that are not constants, dtypes other than uint8/int8, attributes
+  the kernel object refuses;
+- at run time, a call the binding refuses (a multiplier that is not finite, shapes that
+  do not match): the twin computes it or raises the operator's own error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node, Value
+from quanta.kernels.reference.registry import OpContext, get_op
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+
+try:
+    from quanta.kernels import _native
+except ImportError:  # the binders only run when the extension is built
+    _native = None
+
+__all__ = ["bind_conv_integer", "bind_qlinear_conv"]
+
+_EIGHT_BIT = ("u8", "i8")
+_GEOMETRY = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def _reference(op_type: str, ctx: OpContext, inputs: tuple, attrs: dict[str, Any]) -> np.ndarray:
+    """The NumPy twin, for a call the native binding refuses."""
+    return get_op(op_type)(ctx, *inputs, **attrs)
+
+
+def _qlinear_conv_native(
+    ctx: OpContext,
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray,
+    w: np.ndarray,
+    w_scale: np.ndarray,
+    w_zero_point: np.ndarray,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray,
+    B: np.ndarray | None = None,
+    *,
+    conv: Any,
+    out: np.ndarray | None = None,
+    **attrs: Any,
+) -> np.ndarray:
+    """QLinearConv through the prepacked ``conv`` (w and w_zero_point are in it)."""
+    try:
+        return conv.qlinear(
+            _contiguous(x),
+            x_scale,
+            x_zero_point,
+            w_scale,
+            y_scale,
+            y_zero_point,
+            B,
+            num_threads=ctx.num_threads,
+            out=out,
+        )
+    except ValueError:
+        inputs = (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)
+        y = _reference("QLinearConv", ctx, inputs, attrs)
+        if out is None:
+            return y
+        out[...] = y
+        return out
+
+
+def _conv_integer_native(
+    ctx: OpContext,
+    x: np.ndarray,
+    w: np.ndarray,
+    x_zero_point: np.ndarray | None = None,
+    w_zero_point: np.ndarray | None = None,
+    *,
+    conv: Any,
+    out: np.ndarray | None = None,
+    **attrs: Any,
+) -> np.ndarray:
+    """ConvInteger through the prepacked ``conv`` (w and w_zero_point are in it)."""
+    try:
+        return conv.integer(_contiguous(x), x_zero_point, num_threads=ctx.num_threads, out=out)
+    except ValueError:
+        y = _reference("ConvInteger", ctx, (x, w, x_zero_point, w_zero_point), attrs)
+        if out is None:
+            return y
+        out[...] = y
+        return out
+
+
+def _elem(v: Value | None) -> str | None:
+    """The storage type of a value ("u8", "i8", "f32", ...; a quantized type's storage),
+    or None when unknown."""
+    if v is None or v.type is None:
+        return None
+    try:
+        return str(v.type.elem.storage)
+    except AttributeError:
+        return None
+
+
+def _prepack(node: Node, w: Value | None, zw: Value | None) -> tuple[Any | None, str]:
+    """The ``_native.QConv`` for the node's constant weights, or None and why not."""
+    if _native is None:
+        return None, "the native extension is not built"
+    if w is None or not w.is_const:
+        return None, "weights w are not a constant (the native kernel packs them at compile time)"
+    wc = np.asarray(w.const)
+    if wc.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        return None, f"native convolution takes uint8/int8 weights, got {wc.dtype}"
+    if wc.ndim == 5:
+        return None, "3-D convolution has no native kernel"
+    if wc.ndim not in (3, 4):
+        return None, f"native convolution takes 1-D or 2-D weights (rank 3 or 4), got rank {wc.ndim}"
+    if zw is not None and not zw.is_const:
+        return None, "w_zero_point is not a constant (the native kernel folds it at compile time)"
+    zwc = np.zeros((), wc.dtype) if zw is None else np.asarray(zw.const)
+    if zwc.dtype != wc.dtype:
+        return None, f"w_zero_point: expected the type of w ({wc.dtype}), got {zwc.dtype}"
+    if zwc.size == 1:
+        zwc = zwc.reshape(())
+    geometry = {k: v for k, v in node.attrs.items() if k in _GEOMETRY}
+    try:
+        return _native.QConv(np.ascontiguousarray(wc), zwc, **geometry), ""
+    except (ValueError, TypeError) as e:
+        return None, f"the native kernel refuses the node: {e}"
+
+
+@register_binder("QLinearConv")
+def bind_qlinear_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """QLinearConv with constant weights (uint8/int8, per-tensor or per-channel)."""
+    del model  # unused: the choice depends on the node alone
+    x, y_zero_point = node.input(0), node.input(7)
+    for what, v in (("x", x), ("y_zero_point", y_zero_point)):
+        if _elem(v) is not None and _elem(v) not in _EIGHT_BIT:
+            return None, f"native QLinearConv takes uint8/int8 {what}, got {_elem(v)}"
+    conv, reason = _prepack(node, node.input(3), node.input(5))
+    if conv is None:
+        return None, reason
+    return Kernel(
+        _qlinear_conv_native, "native", f"native:{conv.kernel}", params={"conv": conv}, out=True
+    ), ""
+
+
+@register_binder("ConvInteger")
+def bind_conv_integer(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """ConvInteger with constant weights (uint8/int8, per-tensor or per-channel zero point)."""
+    del model  # unused: the choice depends on the node alone
+    x = node.input(0)
+    if _elem(x) is not None and _elem(x) not in _EIGHT_BIT:
+        return None, f"native ConvInteger takes uint8/int8 x, got {_elem(x)}"
+    conv, reason = _prepack(node, node.input(1), node.input(3))
+    if conv is None:
+        return None, reason
+    return Kernel(
+        _conv_integer_native, "native", f"native:{conv.kernel}", params={"conv": conv}, out=True
+    ), ""

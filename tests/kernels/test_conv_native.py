@@ -1,0 +1,570 @@
+"""Differential tests of the native convolution kernels (quanta/kernels/cpp/conv).
+
+Every ISA the CPU runs (portable always) and thread counts 1 and 2 are compared
+bit-exactly (bytes) against the NumPy twins ``reference/qlinear_conv.py`` (QLinearConv)
+and ``reference/integer_ops.py::conv_integer`` (ConvInteger), which are tested against
+their loop form elsewhere; equal to the twin means equal to each other. Tolerance
+everywhere: 0 — the accumulator is exact int32 arithmetic (wrapping) on every path, and
+the requantization performs the float32 operations of ``reference/requant.py`` in the
+same order.
+
+Defaults are not coincidental (STYLE.md §6): zero points drawn per operand and per
+channel, per-channel weight scales that differ, odd channel counts (3, 7, 17) and odd
+spatial sizes, asymmetric pads, output parameters derived from the accumulator range so
+that both saturation ends occur. The three paths of conv.h (depthwise, implicit, im2col)
+are each hit on purpose (the kernel name says which ran); hypothesis covers the space of
+geometries in between.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quanta.kernels import _native
+from quanta.kernels.reference.conv_geometry import conv_attrs
+from quanta.kernels.reference.integer_ops import conv_integer
+from quanta.kernels.reference.qlinear_conv import qlinear_conv
+
+ISAS: list[str] = list(_native.supported_isas())  # portable first; always present
+THREADS = (1, 2)
+
+
+@dataclass
+class ConvCase:
+    """One convolution; ``attrs`` are the ONNX geometry attributes (group included)."""
+
+    x: np.ndarray
+    w: np.ndarray
+    zx: np.ndarray  # 0-d, x's dtype
+    zw: np.ndarray  # 0-d or [M], w's dtype
+    sw: np.ndarray  # float32, 0-d or [M]
+    attrs: dict = field(default_factory=dict)
+    bias: np.ndarray | None = None
+    sx: float = 0.0173  # float32 when passed on (the twin and the binding both cast)
+    sy: float = 1.0
+    zy: np.ndarray = field(default_factory=lambda: np.array(0, np.uint8))
+
+    def accumulator(self) -> np.ndarray:
+        """acc of eq. (4) (the twin's int32, wrapped) plus the bias, in int64."""
+        acc = conv_integer(self.x, self.w, self.zx, self.zw, **self.attrs).astype(np.int64)
+        if self.bias is not None:
+            acc += self.bias.reshape((-1,) + (1,) * (self.x.ndim - 2))
+        return acc
+
+    def describe(self) -> str:
+        def short(v):
+            v = np.asarray(v)
+            return v.tolist() if v.size <= 4 else [*v.reshape(-1)[:4].tolist(), "..."]
+
+        return (
+            f"x {self.x.dtype}{self.x.shape} zx={int(self.zx)}, w {self.w.dtype}{self.w.shape} zw={short(self.zw)}, "
+            f"attrs={self.attrs}, sx={self.sx}, sw={short(self.sw)}, sy={self.sy}, zy={self.zy!r}, "
+            f"bias={'yes' if self.bias is not None else 'no'}"
+        )
+
+
+def derive_output(case: ConvCase, y_dtype, spread: float = 1.0) -> ConvCase:
+    """sy, zy from the real range of the accumulator (XNNPACK): outputs cover y's range;
+    ``spread`` < 1 pushes both ends into saturation."""
+    acc = case.accumulator()
+    sw = np.asarray(case.sw, np.float64).reshape((-1,) + (1,) * (case.x.ndim - 2))
+    real = acc * float(case.sx) * (sw if sw.size > 1 else sw.reshape(()))
+    lo, hi = min(float(real.min(initial=0.0)), 0.0), max(float(real.max(initial=0.0)), 0.0)
+    info = np.iinfo(y_dtype)
+    sy = (hi - lo) / (info.max - info.min) * spread if hi > lo else 1.0
+    case.sy = np.float32(max(sy, 1e-6))
+    case.zy = np.array(int(np.clip(round(info.min - lo / float(case.sy)), info.min, info.max)), y_dtype)
+    return case
+
+
+def twin_qlinear(case: ConvCase) -> np.ndarray:
+    return qlinear_conv(
+        case.x, case.sx, case.zx, case.w, case.sw, case.zw, case.sy, case.zy, case.bias, **case.attrs
+    )
+
+
+def twin_integer(case: ConvCase) -> np.ndarray:
+    return conv_integer(case.x, case.w, case.zx, case.zw, **case.attrs)
+
+
+def make_conv(case: ConvCase, isa: str):
+    return _native.QConv(case.w, case.zw, isa=isa, **case.attrs)
+
+
+def run_qlinear(conv, case: ConvCase, threads: int) -> np.ndarray:
+    return conv.qlinear(case.x, case.sx, case.zx, case.sw, case.sy, case.zy, case.bias, num_threads=threads)
+
+
+def run_integer(conv, case: ConvCase, threads: int) -> np.ndarray:
+    return conv.integer(case.x, case.zx, num_threads=threads)
+
+
+def assert_bitexact(expected: np.ndarray, actual: np.ndarray, case: ConvCase, label: str) -> None:
+    """Bytes equal, or a report: how many differ, the first bad (n, m, *o), expected vs
+    actual, its accumulator, and every parameter."""
+    if (
+        expected.dtype == actual.dtype
+        and expected.shape == actual.shape
+        and expected.tobytes() == actual.tobytes()
+    ):
+        return
+    if expected.dtype != actual.dtype or expected.shape != actual.shape:
+        raise AssertionError(
+            f"{label}: expected {expected.dtype}{expected.shape}, got {actual.dtype}{actual.shape}; {case.describe()}"
+        )
+    bad = np.argwhere(expected != actual)
+    first = tuple(int(i) for i in bad[0])
+    acc = case.accumulator()[first]
+    channels = np.unique(bad[:, 1])
+    raise AssertionError(
+        f"{label}: {len(bad)} of {expected.size} outputs differ; first bad (n, m, *o) = {first}: "
+        f"expected {expected[first]!r}, actual {actual[first]!r}, accumulator {int(acc)}; "
+        f"channels with errors {channels[:8].tolist()}{'...' if len(channels) > 8 else ''}; {case.describe()}"
+    )
+
+
+def check(case: ConvCase, isas=tuple(ISAS), ops=("qlinear", "integer")) -> list[str]:
+    """Twin vs every ISA x thread count; returns the kernel names that ran."""
+    kernels = []
+    expected = {}
+    if "qlinear" in ops:
+        expected["qlinear"] = twin_qlinear(case)
+    if "integer" in ops:
+        expected["integer"] = twin_integer(case)
+    for isa in isas:
+        conv = make_conv(case, isa)
+        kernels.append(conv.kernel)
+        for threads in THREADS:
+            for op, want in expected.items():
+                run = run_qlinear if op == "qlinear" else run_integer
+                assert_bitexact(want, run(conv, case, threads), case, f"{op} {conv.kernel} threads={threads}")
+    return kernels
+
+
+def random_case(
+    rng: np.random.Generator,
+    x_shape: tuple[int, ...],
+    w_shape: tuple[int, ...],
+    *,
+    x_dtype=np.uint8,
+    w_dtype=np.int8,
+    y_dtype=np.uint8,
+    per_channel: bool = True,
+    symmetric_w: bool = False,
+    bias: bool = True,
+    **attrs,
+) -> ConvCase:
+    """Random data with non-zero zero points (per operand, per channel) and distinct scales."""
+    xi, wi = np.iinfo(x_dtype), np.iinfo(w_dtype)
+    M = w_shape[0]
+    x = rng.integers(xi.min, xi.max + 1, x_shape).astype(x_dtype)
+    w = rng.integers(wi.min, wi.max + 1, w_shape).astype(w_dtype)
+    zx = np.array(rng.integers(xi.min, xi.max + 1), x_dtype)
+    if symmetric_w:
+        zw = np.array(0 if w_dtype == np.int8 else 128, w_dtype)
+    elif per_channel:
+        zw = rng.integers(wi.min, wi.max + 1, M).astype(w_dtype)
+    else:
+        zw = np.array(rng.integers(wi.min, wi.max + 1), w_dtype)
+    sw = rng.uniform(0.002, 0.02, M).astype(np.float32) if per_channel else np.float32(0.0071)
+    b = rng.integers(-5000, 5000, M).astype(np.int32) if bias else None
+    case = ConvCase(x, w, zx, zw, np.asarray(sw, np.float32), attrs, b)
+    return derive_output(case, y_dtype)
+
+
+# --------------------------------------------------------------------------------------
+# Hypothesis: the space of geometries
+# --------------------------------------------------------------------------------------
+
+
+@st.composite
+def conv_cases(draw) -> ConvCase:
+    """Conv geometry (PyTorch ``tensor_conv`` style): rank, groups (dense, grouped,
+    depthwise), odd channel counts, kernel 1/3/5 (rectangular allowed), strides and
+    dilations 1/2, asymmetric pads or an auto_pad mode, odd spatial sizes."""
+    rank = draw(st.sampled_from((2, 2, 2, 1)))
+    kind = draw(st.sampled_from(("dense", "grouped", "depthwise")))
+    if kind == "depthwise":
+        group = draw(st.sampled_from((3, 7, 17, 32)))
+        cg, mg = 1, 1
+    else:
+        group = 1 if kind == "dense" else draw(st.sampled_from((2, 3)))
+        cg = draw(st.sampled_from((1, 3, 4, 7, 8, 17)))
+        mg = draw(st.sampled_from((1, 3, 7, 17, 33)))
+    kernel = tuple(draw(st.sampled_from((1, 3, 5))) for _ in range(rank))
+    strides = [draw(st.sampled_from((1, 2))) for _ in range(rank)]
+    dilations = [draw(st.sampled_from((1, 1, 2))) for _ in range(rank)]
+    auto_pad = draw(st.sampled_from(("NOTSET", "NOTSET", "NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")))
+    pads = [draw(st.integers(0, 2)) for _ in range(2 * rank)]
+    spatial = []
+    for i in range(rank):
+        extent = dilations[i] * (kernel[i] - 1) + 1
+        size = draw(st.sampled_from((1, 3, 5, 7, 9, 11, 13, 19, 23)))
+        room = 0 if auto_pad in ("VALID", "SAME_UPPER", "SAME_LOWER") else pads[i] + pads[i + rank]
+        spatial.append(max(size, extent - room))  # the kernel fits the padded input
+    n = draw(st.sampled_from((1, 1, 2)))
+    attrs = {"group": group, "strides": strides, "dilations": dilations}
+    if auto_pad == "NOTSET":
+        attrs["pads"] = pads
+    else:
+        attrs["auto_pad"] = auto_pad
+    x_dtype = draw(st.sampled_from((np.uint8, np.uint8, np.int8)))
+    w_dtype = draw(st.sampled_from((np.int8, np.int8, np.uint8)))
+    y_dtype = draw(st.sampled_from((np.uint8, np.int8)))
+    zp = draw(st.sampled_from(("per_channel", "per_tensor", "symmetric")))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return random_case(
+        np.random.default_rng(seed),
+        (n, cg * group, *spatial),
+        (mg * group, cg, *kernel),
+        x_dtype=x_dtype,
+        w_dtype=w_dtype,
+        y_dtype=y_dtype,
+        per_channel=zp == "per_channel",
+        symmetric_w=zp == "symmetric",
+        bias=draw(st.booleans()),
+        **attrs,
+    )
+
+
+@given(conv_cases())
+def test_native_conv_matches_twin_every_isa_and_thread_count(case):
+    check(case)
+
+
+# --------------------------------------------------------------------------------------
+# Paths and shapes with reasons
+# --------------------------------------------------------------------------------------
+
+# (x shape, w shape, attrs, why)
+DEPTHWISE = [
+    ((1, 7, 9, 11), (7, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "3x3 stride 1, rows of 11: one 16-lane block"),
+    ((2, 17, 7, 7), (17, 1, 3, 3), {"pads": [1, 0, 1, 2]}, "OW <= 8: two rows per vector, odd row count"),
+    ((1, 3, 28, 28), (3, 1, 3, 3), {"pads": [0, 1, 1, 0], "strides": [2, 2]}, "MobileNet stride 2, OW 14"),
+    ((1, 5, 40, 37), (5, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "wide rows: padded copy, 4 blocks per group"),
+    ((1, 7, 14, 21), (7, 1, 5, 5), {"pads": [2, 2, 2, 2]}, "5x5: two tap groups, the second of 1 tap"),
+    (
+        (1, 3, 17, 19),
+        (3, 1, 5, 5),
+        {"pads": [2, 1, 0, 2], "strides": [2, 2], "dilations": [2, 2]},
+        "5x5 s2 d2",
+    ),
+    (
+        (1, 3, 23, 23),
+        (3, 1, 3, 3),
+        {"pads": [3, 3, 3, 3], "strides": [3, 3], "dilations": [3, 3]},
+        "taps past one 16-byte lane: scalar gathers",
+    ),
+    ((1, 4, 13, 15), (4, 1, 7, 7), {"pads": [3, 3, 3, 3]}, "7x7: two groups of 4 taps"),
+    ((1, 6, 5, 9), (6, 1, 1, 1), {}, "1x1 depthwise"),
+    ((2, 6, 31), (6, 1, 5), {"pads": [2, 1], "strides": [2]}, "1-D"),
+    ((1, 3, 1, 1), (3, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "a 1x1 image: every tap but one is padding"),
+]
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "why"), DEPTHWISE, ids=[d[3] for d in DEPTHWISE])
+def test_depthwise_path(x_shape, w_shape, attrs, why):
+    del why  # the test id
+    rng = np.random.default_rng(len(x_shape) * 1000 + x_shape[1])
+    case = random_case(rng, x_shape, w_shape, group=x_shape[1], **attrs)
+    kernels = check(case)
+    assert all(k.startswith("qconv_dw_") for k in kernels), kernels
+
+
+GEMM = [
+    ((1, 8, 9, 11), (5, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "implicit: stride 1, rows of the padded grid"),
+    (
+        (2, 8, 11, 13),
+        (33, 8, 3, 3),
+        {"pads": [0, 1, 2, 1], "strides": [2, 2]},
+        "implicit: one run per row, N=33",
+    ),
+    (
+        (1, 12, 9, 9),
+        (6, 4, 3, 3),
+        {"pads": [2, 1, 0, 3], "dilations": [2, 2], "group": 3},
+        "implicit: groups, one chunk per tap",
+    ),
+    ((1, 4, 5, 5), (32, 4, 1, 1), {"strides": [2, 2]}, "implicit: 1x1 stride 2, N = NR"),
+    ((1, 1032, 3, 3), (17, 1032, 1, 1), {}, "implicit: a tap chunk of more than 1024 k, split"),
+    ((1, 520, 4, 4), (16, 520, 3, 3), {"pads": [1, 1, 1, 1]}, "implicit: merged taps of 1560 k, split"),
+    ((1, 3, 11, 9), (7, 3, 3, 3), {"pads": [1, 1, 1, 1]}, "im2col: 3 channels (27 k, padded to 28)"),
+    ((2, 17, 7, 9), (31, 17, 1, 1), {}, "im2col: 1x1, 17 channels"),
+    (
+        (1, 6, 9, 10),
+        (9, 2, 3, 3),
+        {"pads": [1, 2, 1, 0], "dilations": [1, 2], "group": 3},
+        "im2col: groups of 2",
+    ),
+    ((1, 7, 3, 3), (70, 7, 3, 3), {}, "im2col: 1 pixel, qgemm splits its panels over the threads"),
+    ((1, 8, 3, 3), (70, 8, 3, 3), {}, "implicit: 1 pixel"),
+    ((2, 8, 29), (9, 8, 3), {"pads": [1, 2], "strides": [2]}, "implicit: 1-D"),
+    ((2, 6, 29), (9, 6, 3), {"pads": [1, 2], "strides": [2]}, "im2col: 1-D, 6 channels"),
+]
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "why"), GEMM, ids=[g[3] for g in GEMM])
+def test_gemm_paths(x_shape, w_shape, attrs, why):
+    rng = np.random.default_rng(x_shape[1] * 31 + w_shape[0])
+    case = random_case(rng, x_shape, w_shape, **attrs)
+    kernels = check(case)
+    vnni_or_portable = [k for isa, k in zip(ISAS, kernels) if isa != "avx2"]
+    want = "qconv_implicit+" if why.startswith("implicit") else "qconv_im2col+"
+    assert all(k.startswith(want) for k in vnni_or_portable), kernels
+    if "avx2" in ISAS:  # its tiles read int16 activations: always im2col
+        assert kernels[ISAS.index("avx2")].startswith("qconv_im2col+")
+
+
+@pytest.mark.parametrize("mode", ["VALID", "SAME_UPPER", "SAME_LOWER"])
+def test_auto_pad_modes_with_odd_total_padding(mode):
+    # W = 10, kernel 4, stride 3: total padding 3, odd -> SAME_UPPER and SAME_LOWER differ
+    rng = np.random.default_rng(3)
+    for group, w_shape in ((1, (5, 4, 3, 4)), (4, (4, 1, 3, 4))):
+        case = random_case(rng, (1, 4, 9, 10), w_shape, group=group, strides=[2, 3], auto_pad=mode)
+        check(case)
+
+
+def test_batch_of_zero_images():
+    rng = np.random.default_rng(5)
+    for w_shape, group in (((8, 8, 3, 3), 1), ((8, 1, 3, 3), 8), ((5, 8, 3, 3), 1)):
+        case = random_case(rng, (0, 8, 7, 7), w_shape, group=group, pads=[1, 1, 1, 1])
+        for isa in ISAS:
+            conv = make_conv(case, isa)
+            assert run_qlinear(conv, case, 2).shape == (0, w_shape[0], 7, 7)
+            assert run_integer(conv, case, 1).shape == (0, w_shape[0], 7, 7)
+
+
+# --------------------------------------------------------------------------------------
+# Hazards, one test each
+# --------------------------------------------------------------------------------------
+
+
+def test_int32_accumulator_wraps_like_onnx():
+    # K = 66000, x' = 255, w = -128: acc = -2.15e9 < -2^31 wraps (ONNX's int32 accumulator)
+    x = np.full((1, 66000, 1, 2), 255, np.uint8)
+    w = np.full((3, 66000, 1, 1), -128, np.int8)
+    w[1] = 127
+    case = ConvCase(x, w, np.array(0, np.uint8), np.array(0, np.int8), np.float32(0.01))
+    exact = 66000 * 255 * -128
+    assert exact < -(2**31) and twin_integer(case)[0, 0, 0, 0] == exact + 2**32
+    check(case, ops=("integer",))
+
+
+def test_depthwise_weight_zero_point_outside_int8():
+    # w − zw does not fit int8 (-228, 255): the kernel keeps w' and adds the − zw'·Σx' term
+    rng = np.random.default_rng(11)
+    for w_dtype, zw in ((np.int8, 100), (np.uint8, 0), (np.uint8, 255)):
+        case = random_case(rng, (1, 5, 9, 13), (5, 1, 3, 3), w_dtype=w_dtype, group=5, pads=[1, 1, 1, 1])
+        case.zw = np.full(5, zw, w_dtype)
+        case.w.reshape(-1)[::2] = np.iinfo(w_dtype).min
+        case.w.reshape(-1)[1::2] = np.iinfo(w_dtype).max
+        check(derive_output(case, np.uint8))
+
+
+def test_int8_activation_shift_at_both_ends():
+    # x' = x + 128 for vpdpbusd; zx at -128 and 127 with x at both ends
+    for zx in (-128, 127):
+        for group, w_shape in ((1, (9, 8, 3, 3)), (8, (8, 1, 3, 3)), (1, (9, 3, 3, 3))):
+            rng = np.random.default_rng(abs(zx) + group)
+            c = w_shape[1] * group
+            case = random_case(rng, (1, c, 7, 9), w_shape, x_dtype=np.int8, group=group, pads=[1, 1, 1, 1])
+            case.x = np.where(rng.random(case.x.shape) < 0.5, -128, 127).astype(np.int8)
+            case.zx = np.array(zx, np.int8)
+            check(derive_output(case, np.int8))
+
+
+def test_requantization_ties_round_half_even():
+    # m = f32(f32(0.5 * 1) / 1) = 0.5 exactly; acc = x − zx (1x1, w = 1): odd acc are ties
+    x = np.arange(-7, 9, dtype=np.int8).reshape(1, 1, 4, 4) + np.int8(0)
+    x = np.concatenate([x] * 4, axis=1)  # 4 channels: the implicit path
+    for group, w in ((1, np.ones((4, 4, 1, 1), np.int8)), (4, np.ones((4, 1, 1, 1), np.int8))):
+        if group == 1:
+            w = np.eye(4, dtype=np.int8).reshape(4, 4, 1, 1)
+        case = ConvCase(
+            x,
+            w,
+            np.array(0, np.int8),
+            np.array(0, np.int8),
+            np.float32(1.0),
+            {"group": group},
+            sx=np.float32(0.5),
+            sy=np.float32(1.0),
+            zy=np.array(3, np.int8),
+        )
+        for isa in ISAS:
+            y = run_qlinear(make_conv(case, isa), case, 1)
+            # 5·0.5 = 2.5 -> 2, 7·0.5 = 3.5 -> 4, -5·0.5 = -2.5 -> -2, -7·0.5 = -3.5 -> -4, then + 3
+            acc = x[0, 0].astype(np.int64)
+            want = (np.rint(acc * 0.5) + 3).astype(np.int8)
+            assert np.array_equal(y[0, 0], want), (isa, y[0, 0], want)
+        check(case)
+
+
+@pytest.mark.parametrize("end", ["qmin", "qmax"])
+def test_saturation(end):
+    # every output saturates: real values far outside the output range
+    rng = np.random.default_rng(17)
+    for group, w_shape in ((1, (7, 8, 3, 3)), (8, (8, 1, 3, 3)), (1, (7, 3, 3, 3))):
+        c = w_shape[1] * group
+        case = random_case(
+            rng, (1, c, 6, 7), w_shape, group=group, pads=[1, 1, 1, 1], symmetric_w=True, bias=False
+        )
+        case.x = np.full_like(case.x, 255)
+        case.zx = np.array(0, np.uint8)
+        case.w = np.abs(case.w.astype(np.int16)).clip(1, 127).astype(np.int8) * (1 if end == "qmax" else -1)
+        case.sy, case.zy = np.float32(1e-3), np.array(100, np.uint8)
+        y = twin_qlinear(case)
+        assert np.all(y == (255 if end == "qmax" else 0))
+        check(case, ops=("qlinear",))
+
+
+# --------------------------------------------------------------------------------------
+# The binding boundary
+# --------------------------------------------------------------------------------------
+
+
+def _simple(x_dtype=np.uint8):
+    rng = np.random.default_rng(1)
+    return random_case(rng, (1, 8, 5, 5), (6, 8, 3, 3), x_dtype=x_dtype, pads=[1, 1, 1, 1])
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda c, s: c.qlinear(s.x[:, :7].copy(), s.sx, s.zx, s.sw, s.sy, s.zy),
+            r"QLinearConv: x: expected 8 channels \(w.shape\[1\] 8 \* group 1\), got 7",
+        ),
+        (
+            lambda c, s: c.qlinear(s.x[0], s.sx, s.zx, s.sw, s.sy, s.zy),
+            r"QLinearConv: x: expected rank 4 \(N, C, H, W\) like w, got shape \(8, 5, 5\)",
+        ),
+        (
+            lambda c, s: c.qlinear(s.x.astype(np.float32), s.sx, s.zx, s.sw, s.sy, s.zy),
+            "QLinearConv: x: expected int8 or uint8, got float32",
+        ),
+        (
+            lambda c, s: c.qlinear(s.x[:, :, ::2], s.sx, s.zx, s.sw, s.sy, s.zy),
+            "QLinearConv: x: expected a C-contiguous array",
+        ),
+        (
+            lambda c, s: c.qlinear(s.x, s.sx, np.array(3, np.int8), s.sw, s.sy, s.zy),
+            r"QLinearConv: x_zero_point: expected the type of its input \(uint8\), got int8",
+        ),
+        (
+            lambda c, s: c.qlinear(s.x, s.sx, s.zx, np.ones(5, np.float32), s.sy, s.zy),
+            r"QLinearConv: w_scale: expected a scalar or a 1-D tensor of 6 \(output channels\), got shape \(5,\)",
+        ),
+        (
+            lambda c, s: c.qlinear(s.x, s.sx, s.zx, s.sw, s.sy, np.array(3, np.int32)),
+            "QLinearConv: y_zero_point: expected int8 or uint8, got int32",
+        ),
+        (
+            lambda c, s: c.qlinear(s.x, s.sx, s.zx, s.sw, s.sy, s.zy, np.zeros(6, np.int64)),
+            r"QLinearConv: B: expected int32 of shape \(6,\), got int64 of shape \(6,\)",
+        ),
+        (
+            lambda c, s: c.qlinear(s.x, s.sx, s.zx, s.sw, np.float32(0.0), s.zy),
+            "QLinearConv: x_scale \\* w_scale / y_scale: expected finite requantization multipliers, got inf",
+        ),
+        (
+            lambda c, s: c.qlinear(s.x, s.sx, s.zx, s.sw, s.sy, s.zy, num_threads=0),
+            "QLinearConv: num_threads: expected >= 1, got 0",
+        ),
+        (
+            lambda c, s: c.qlinear(s.x, s.sx, s.zx, s.sw, s.sy, s.zy, out=np.empty((1, 6, 5, 4), np.uint8)),
+            r"QLinearConv: out: expected shape \(1, 6, 5, 5\), got shape \(1, 6, 5, 4\)",
+        ),
+        (
+            lambda c, s: c.integer(s.x, s.zx, out=np.empty((1, 6, 5, 5), np.uint8)),
+            "ConvInteger: out: expected dtype int32, got uint8",
+        ),
+        (
+            lambda c, s: c.integer(s.x, 300),
+            r"ConvInteger: x_zero_point: expected a value in \[0, 255\], got 300",
+        ),
+    ],
+)
+def test_boundary_errors(call, message):
+    s = _simple()
+    conv = make_conv(s, ISAS[-1])
+    with pytest.raises(ValueError, match=message):
+        call(conv, s)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"w": np.zeros((2, 1, 3, 3, 3), np.int8)}, r"\(3-D convolutions have no native kernel\)"),
+        ({"w": np.zeros((4, 2, 3, 3), np.float32)}, "w: expected int8 or uint8, got float32"),
+        ({"group": 3}, "group: expected a divisor of M=4 \\(output channels\\), got 3"),
+        ({"kernel_shape": [3, 2]}, r"kernel_shape: expected the spatial shape of w \(3, 3\), got \(3, 2\)"),
+        ({"strides": [1, 0]}, r"strides: expected 2 values >= 1, got \[1, 0\]"),
+        ({"pads": [1, 1, 1]}, r"pads: expected 4 values \(begin and end for 2 spatial axes\), got 3"),
+        ({"pads": [1, -1, 1, 1]}, r"pads: expected values >= 0, got \[1, -1, 1, 1\]"),
+        ({"auto_pad": "SAME"}, "auto_pad: expected one of NOTSET, VALID, SAME_UPPER, SAME_LOWER, got 'SAME'"),
+        ({"w_zero_point": np.zeros(3, np.int8)}, r"w_zero_point: expected a scalar or a 1-D tensor of 4"),
+        ({"w_zero_point": 200}, r"w_zero_point: expected a value in \[-128, 127\], got 200"),
+    ],
+)
+def test_construction_errors(kwargs, message):
+    args = {"w": np.zeros((4, 2, 3, 3), np.int8), **kwargs}
+    with pytest.raises(ValueError, match=message):
+        _native.QConv(**args)
+
+
+def test_kernel_larger_than_padded_input_is_refused_like_the_twin():
+    conv = _native.QConv(np.zeros((2, 3, 5, 5), np.int8), pads=[1, 0, 0, 0])
+    msg = r"kernel: expected a dilated kernel extent <= padded input \(4\) on spatial axis 0, got 5"
+    with pytest.raises(ValueError, match=msg):
+        conv.integer(np.zeros((1, 3, 3, 9), np.uint8))
+    with pytest.raises(Exception, match=msg):
+        conv_attrs((1, 3, 3, 9), (5, 5), pads=[1, 0, 0, 0])
+
+
+def test_out_buffer_is_written_and_must_not_overlap_x():
+    s = _simple()
+    conv = make_conv(s, ISAS[-1])
+    out = np.empty((1, 6, 5, 5), np.uint8)
+    assert run_qlinear(conv, s, 1) is not out
+    y = conv.qlinear(s.x, s.sx, s.zx, s.sw, s.sy, s.zy, s.bias, out=out)
+    assert y is out and np.array_equal(out, twin_qlinear(s))
+    buf = np.zeros(1 * 8 * 5 * 5 + 150, np.uint8)
+    x_view = buf[: s.x.size].reshape(s.x.shape)
+    x_view[...] = s.x
+    with pytest.raises(ValueError, match="QLinearConv: out: expected a buffer that does not overlap x"):
+        conv.qlinear(x_view, s.sx, s.zx, s.sw, s.sy, s.zy, out=buf[50 : 50 + 150].reshape(1, 6, 5, 5))
+
+
+def test_output_shape_and_properties():
+    conv = _native.QConv(np.zeros((6, 1, 3, 3), np.uint8), 128, group=6, strides=[2, 2], pads=[1, 1, 1, 1])
+    assert conv.output_shape((2, 6, 9, 10)) == (2, 6, 5, 5)
+    assert conv.path == "depthwise" and conv.M == 6 and conv.group == 6 and conv.weights_dtype == "uint8"
+    assert conv.kernel.startswith("qconv_dw_u8s8_s32_") and conv.isa == _native.active_isa()
+    assert "QConv M=6 C/group=1 group=6" in repr(conv)
+
+
+def test_concurrent_calls_on_one_object():
+    # the object's workspace is used by one call at a time; a concurrent call gets its own
+    s = random_case(np.random.default_rng(2), (1, 16, 23, 23), (24, 16, 3, 3), pads=[1, 1, 1, 1])
+    conv = make_conv(s, ISAS[-1])
+    want = twin_qlinear(s)
+    errors = []
+
+    def work():
+        for _ in range(20):
+            if not np.array_equal(run_qlinear(conv, s, 2), want):
+                errors.append("mismatch")
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
