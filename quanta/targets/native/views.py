@@ -1,0 +1,28 @@
+"""Shape-only ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity): no C++ kernel needed.
+
+Their NumPy twins return views of the input's buffer (no data moves, O(1) in the tensor
+size), which is exactly what a native kernel would do, so the native target binds the
+twin itself and does not report these nodes as fallbacks. Ops that move data
+(Transpose, Slice with steps, Gather, Concat) are not in this list.
+"""
+
+from __future__ import annotations
+
+from quanta.ir.graph import Model, Node
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+from quanta.targets.reference import reference_kernel
+
+__all__ = ["SHAPE_ONLY_OPS"]
+
+SHAPE_ONLY_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+
+
+def _bind_view(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    del model  # unused: a view is a view whatever the types
+    k = reference_kernel(node)
+    return Kernel(k.fn, "native", f"native:view({node.op_type})"), ""
+
+
+for _op in SHAPE_ONLY_OPS:
+    register_binder(_op)(_bind_view)
