@@ -265,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("demo", help="quantize the built-in demo model and compare FP32 with int8")
-    s.add_argument("--backend", choices=["native", "reference"], default="reference")
+    s.add_argument("--backend", choices=["native", "reference"], default="native")
     s.set_defaults(func=cmd_demo)
     return p
 
