@@ -81,6 +81,51 @@ def time_alternating(fns: dict[str, Callable[[], object]], blocks: int, runs: in
     return {k: float(np.median(v)) for k, v in times.items()}
 
 
+def cnn_section(blocks: int, runs: int, size: int = 224) -> None:
+    """A MobileNet-style CNN (benchmarks/runtime.py's mobilenet_like: stem, 6 inverted
+    residual blocks with depthwise 3x3, GAP, FC) at batch 1: quanta int8 (native) vs ONNX
+    Runtime int8 on the same QDQ file, and vs quanta's own FP32 path on the float file."""
+    import onnxruntime
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from runtime import mobilenet_like
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        fp32 = Path(tmp) / "mobilenet.onnx"
+        int8 = Path(tmp) / "mobilenet.int8.onnx"
+        onnx.save(mobilenet_like(size), fp32)
+        calib = [{"input": rng.standard_normal((1, 3, size, size)).astype(np.float32)} for _ in range(4)]
+        quanta.quantize_static(str(fp32), str(int8), calib, verbose=False)
+        feeds = {"input": rng.standard_normal((1, 3, size, size)).astype(np.float32)}
+        print(
+            f"\nMobileNet-style CNN 1x3x{size}x{size}: quanta int8 (native) vs onnxruntime "
+            f"{onnxruntime.__version__} int8 on the same QDQ file, and vs quanta's FP32 path"
+        )
+        print(
+            f"  {'threads':>7} {'quanta int8':>12} {'ORT int8':>9} {'quanta/ORT':>11} {'quanta fp32':>12} {'fp32/int8':>10}"
+        )
+        for threads in (1, 2):
+            opts = quanta.SessionOptions()
+            opts.intra_op_num_threads = threads
+            q8 = quanta.InferenceSession(str(int8), sess_options=opts, backend="native")
+            q32 = quanta.InferenceSession(str(fp32), sess_options=opts, backend="native")
+            o8 = ort_session(str(int8), threads)
+            med = time_alternating(
+                {
+                    "q8": lambda s=q8: s.run(None, feeds),
+                    "o8": lambda o=o8: o.run(None, feeds),
+                    "q32": lambda s=q32: s.run(None, feeds),
+                },
+                blocks,
+                runs,
+            )
+            print(
+                f"  {threads:>7} {med['q8']:>10.3f}ms {med['o8']:>7.3f}ms {med['q8'] / med['o8']:>10.2f}x"
+                f" {med['q32']:>10.3f}ms {med['q32'] / med['q8']:>9.2f}x"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -88,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     blocks, runs = (3, 5) if args.quick else (8, 10)
 
     import onnxruntime
+
+    cnn_section(blocks, runs)
 
     with tempfile.TemporaryDirectory() as tmp:
         fp32 = Path(tmp) / "encoder_d384.onnx"
