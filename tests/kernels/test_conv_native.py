@@ -292,6 +292,8 @@ GEMM = [
         "implicit: groups, one chunk per tap",
     ),
     ((1, 4, 5, 5), (32, 4, 1, 1), {"strides": [2, 2]}, "implicit: 1x1 stride 2, N = NR"),
+    ((2, 8, 7, 9), (17, 8, 1, 1), {}, "implicit: 1x1 stride 1, units transpose their own rows"),
+    ((1, 12, 5, 7), (9, 4, 1, 1), {"group": 3}, "implicit: 1x1 groups, own rows, per-group sums"),
     ((1, 1032, 3, 3), (17, 1032, 1, 1), {}, "implicit: a tap chunk of more than 1024 k, split"),
     ((1, 520, 4, 4), (16, 520, 3, 3), {"pads": [1, 1, 1, 1]}, "implicit: merged taps of 1560 k, split"),
     ((1, 3, 11, 9), (7, 3, 3, 3), {"pads": [1, 1, 1, 1]}, "im2col: 3 channels (27 k, padded to 28)"),

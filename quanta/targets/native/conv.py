@@ -52,6 +52,11 @@ def _contiguous(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
+def _threads(ctx: OpContext) -> int:
+    """The intra-op thread count (KernelContext.num_threads; 1 for a plain OpContext)."""
+    return max(1, int(getattr(ctx, "num_threads", 1)))
+
+
 def _reference(op_type: str, ctx: OpContext, inputs: tuple, attrs: dict[str, Any]) -> np.ndarray:
     """The NumPy twin, for a call the native binding refuses."""
     return get_op(op_type)(ctx, *inputs, **attrs)
@@ -83,7 +88,7 @@ def _qlinear_conv_native(
             y_scale,
             y_zero_point,
             B,
-            num_threads=ctx.num_threads,
+            num_threads=_threads(ctx),
             out=out,
         )
     except ValueError:
@@ -108,7 +113,7 @@ def _conv_integer_native(
 ) -> np.ndarray:
     """ConvInteger through the prepacked ``conv`` (w and w_zero_point are in it)."""
     try:
-        return conv.integer(_contiguous(x), x_zero_point, num_threads=ctx.num_threads, out=out)
+        return conv.integer(_contiguous(x), x_zero_point, num_threads=_threads(ctx), out=out)
     except ValueError:
         y = _reference("ConvInteger", ctx, (x, w, x_zero_point, w_zero_point), attrs)
         if out is None:

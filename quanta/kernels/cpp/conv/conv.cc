@@ -14,7 +14,6 @@
 
 #include "conv/kernels.h"
 #include "qgemm/kernel.h"
-#include "qgemm/thread_pool.h"
 
 namespace quanta {
 namespace conv {
@@ -378,7 +377,7 @@ void QConv::run_depthwise(const ConvArgs& a, const Geometry& geo, const Plan& pl
     r.y_stride = geo.OW;
     kernel(r);
   };
-  qgemm::parallel_for(pl.threads, pl.units, unit_fn);
+  run_with_affinity(pl.threads, pl.units, unit_fn);
 }
 
 }  // namespace conv

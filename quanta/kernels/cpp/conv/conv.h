@@ -68,7 +68,8 @@
 // them when there are few planes; the implicit path splits blocks of output rows x groups
 // (and the padded image's rows before them); the im2col path splits output-pixel chunks x
 // groups (each a one-thread qgemm on its own scratch) or, with fewer chunks than
-// threads, lets qgemm split its N panels. Every output element is computed by the same arithmetic
+// threads, lets qgemm split its N panels. Units go through run_with_affinity (kernels.h):
+// a home range per thread, then stealing. Every output element is computed by the same arithmetic
 // whichever thread or chunk computes it (integer sums are exact modulo 2^32; the float
 // epilogue is the same sequence of float32 operations), so the bytes are identical for
 // any num_threads.
@@ -141,13 +142,12 @@ class ConvWorkspace {
   std::vector<qgemm::Workspace> thread_gemm;
 };
 
-// Weights of one depthwise convolution, prepacked (depthwise.h describes the layout).
+// Weights of one depthwise convolution, prepacked (kernels.h describes the layout).
 struct DepthwiseWeights {
   int64_t C = 0, kh = 0, kw = 0, groups4 = 0;   // groups4 = ceil(kw / 4) tap groups per row
-  bool shifted = false;         // w_eff = w − zw fits int8 for every tap: no Σx' term
   std::vector<int32_t> taps4;   // [C][kh][groups4]: 4 int8 taps w_eff per int32, 0 past kw
   std::vector<int8_t> taps;     // [C][kh][kw]: w_eff (the portable kernel)
-  std::vector<int32_t> zero_point;   // [C]: zw_eff (0 when shifted)
+  std::vector<int32_t> zero_point;   // [C]: zw_eff (0 when w − zw fits int8: no Σx' term)
   std::vector<int32_t> column_sums;  // [C]: cs[c] = Σ_taps (w − zw)
   // The SIMD kernels' one-load gather (kernels.h): 16 vpermd dword indices, then the
   // vpshufb bytes of a full and of the row's last tap group (64 each).

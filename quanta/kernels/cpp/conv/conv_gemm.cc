@@ -2,8 +2,10 @@
 // padded NHWC image, one K chunk per tap) and im2col (qgemm over im2col rows).
 //
 // implicit, per call:
-//   1. xpad = padded NHWC image of x': units = padded rows, each either zx' or the
-//      transpose of one input row [C, W] -> [W, C] between zx' pad columns.
+//   1. xpad = padded NHWC image of x': units = pad rows (zx'), and input rows transposed
+//      [C, W] -> [W, C] between zx' pad columns, or, without left/right pads, blocks of
+//      the image's pixels transposed at once. For 1x1 / stride 1 / no pads this phase is
+//      folded into step 3: each unit transposes the pixels it reads.
 //   2. Per group: colterm[n] = bias[n] − zx'·cs[n] and the padded multipliers (what
 //      qgemm.cc::make_epilogue computes per call); with weight zero points, the per-pixel
 //      channel sums of xpad, from which each row's Σx' is a sum over its taps.
@@ -24,7 +26,6 @@
 
 #include "conv/kernels.h"
 #include "qgemm/kernel.h"
-#include "qgemm/thread_pool.h"
 
 namespace quanta {
 namespace conv {
@@ -35,7 +36,14 @@ namespace {
 constexpr int64_t kChunkBytes = 128 * 1024;
 constexpr int64_t kMinChunkRows = 32;
 constexpr int64_t kUnitsPerThread = 4;
-constexpr int64_t kTransposePixels = 2048;  // pixels per unit of the im2col path's transpose
+constexpr int64_t kTransposePixels = 2048;  // at most, pixels per unit of an image transpose
+
+// Pixels per unit of an image transpose: a few units per thread (a 56x56 image is 2
+// units of 2048 pixels, which two threads would split 2:1), whole 64-pixel tiles.
+int64_t transpose_block(int64_t pixels, int threads) {
+  const int64_t want = div_up(pixels, int64_t{threads} * kUnitsPerThread);
+  return std::min(kTransposePixels, std::max<int64_t>(64, round_up(want, 64)));
+}
 // Rows of an implicit unit: its partial sums (mc x NR int32) stay in L1.
 constexpr int64_t kImplicitRows = 128;
 // B chunk budget of one tile call (qgemm.cc's KC): 32 KiB of packed weights.
@@ -83,6 +91,11 @@ void QConv::plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) cons
   // Stride 1: rows of the padded grid (the pad columns' outputs are computed and dropped)
   // when that wastes at most a quarter; otherwise one run per output row.
   pl.virtual_rows = geo.sh == 1 && geo.sw == 1 && 4 * (pl.Wp - geo.OW) <= geo.OW;
+  // 1x1, stride 1, no pads: a unit's rows are exactly the pixels it reads, so it
+  // transposes them itself (on the core that then reads them: with a separate phase,
+  // half of the units read rows the other core wrote; 256 -> 64 at 56x56, two threads
+  // over one: 1.42x before, 1.55x after).
+  pl.fused_transpose = kh_ == 1 && kw_ == 1 && geo.sh == 1 && geo.sw == 1 && pl.Hp == geo.H && pl.Wp == geo.W;
   pl.run_len = pl.virtual_rows ? (geo.OH - 1) * pl.Wp + geo.OW : geo.OW;
   pl.runs_per_image = pl.virtual_rows ? 1 : geo.OH;
   const int64_t runs = geo.N * pl.runs_per_image * group_;
@@ -132,31 +145,50 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
   uint8_t* xpad = ws.main.data() + pl.off_xpad;
   const int64_t np = packed_[0]->padded_n();
 
-  // 1. the padded NHWC image (and, with weight zero points, its per-pixel channel sums)
+  // 1. the padded NHWC image (and, with weight zero points, its per-pixel channel sums).
+  //    Without left/right pads the image rows are contiguous in xpad: the interior is
+  //    transposed in blocks of pixels (whole 64-column tiles), else row by row.
   int32_t* pixsum = reinterpret_cast<int32_t*>(ws.main.data() + pl.off_pixsum);
-  auto pad_row = [&](int64_t unit, int) {
-    const int64_t n = unit / Hp, r = unit % Hp, iy = r - geo.pad_top;
-    uint8_t* row = xpad + (n * Hp + r) * Wp * C;
-    if (iy < 0 || iy >= geo.H) {
-      std::memset(row, pad, static_cast<size_t>(Wp * C));
-    } else {
-      std::memset(row, pad, static_cast<size_t>(geo.pad_left * C));
-      const uint8_t* src = static_cast<const uint8_t*>(a.x) + n * C * hw + iy * geo.W;
-      tr_u8(src, hw, C, geo.W, row + geo.pad_left * C, C, flip);
-      std::memset(row + (geo.pad_left + geo.W) * C, pad, static_cast<size_t>(geo.pad_right * C));
-    }
-    if (pl.rowsums) {
-      for (int64_t px = 0; px < Wp; ++px) {
-        for (int64_t g = 0; g < group_; ++g) {
-          const uint8_t* v = row + px * C + g * Cg_;
-          uint32_t sum = 0;
-          for (int64_t c = 0; c < Cg_; ++c) sum += v[c];
-          pixsum[((n * Hp + r) * Wp + px) * group_ + g] = static_cast<int32_t>(sum);
-        }
+  const bool whole = geo.pad_left == 0 && geo.pad_right == 0;
+  const int64_t block = transpose_block(hw, pl.threads);
+  const int64_t interior_blocks = whole ? div_up(hw, block) : geo.H;
+  const int64_t pad_rows = geo.pad_top + geo.pad_bottom;
+  auto pixel_sums = [&](int64_t n, int64_t p0, int64_t p1) {  // padded pixels [p0, p1) of image n
+    for (int64_t px = p0; px < p1; ++px) {
+      for (int64_t g = 0; g < group_; ++g) {
+        const uint8_t* v = xpad + (n * image + px) * C + g * Cg_;
+        uint32_t sum = 0;
+        for (int64_t c = 0; c < Cg_; ++c) sum += v[c];
+        pixsum[(n * image + px) * group_ + g] = static_cast<int32_t>(sum);
       }
     }
   };
-  qgemm::parallel_for(pl.threads, geo.N * Hp, pad_row);
+  auto pad_image = [&](int64_t unit, int) {
+    const int64_t n = unit / (interior_blocks + pad_rows), u = unit % (interior_blocks + pad_rows);
+    const uint8_t* x = static_cast<const uint8_t*>(a.x) + n * C * hw;
+    int64_t p0, p1;  // padded pixels written; units in pixel order: top pads, x, bottom pads
+    const bool above = u < geo.pad_top, below = u >= geo.pad_top + interior_blocks;
+    if (above || below) {  // a pad row above or below x
+      const int64_t row = above ? u : geo.H + (u - interior_blocks);
+      p0 = row * Wp;
+      p1 = p0 + Wp;
+      std::memset(xpad + (n * image + p0) * C, pad, static_cast<size_t>(Wp * C));
+    } else if (whole) {  // pixels [q0, q1) of x, contiguous in xpad
+      const int64_t q0 = (u - geo.pad_top) * block, q1 = std::min(hw, q0 + block);
+      p0 = geo.pad_top * Wp + q0;
+      p1 = p0 + (q1 - q0);
+      tr_u8(x + q0, hw, C, q1 - q0, xpad + (n * image + p0) * C, C, flip);
+    } else {  // input row u − pad_top between its pad columns
+      p0 = u * Wp;
+      p1 = p0 + Wp;
+      uint8_t* row = xpad + (n * image + p0) * C;
+      std::memset(row, pad, static_cast<size_t>(geo.pad_left * C));
+      tr_u8(x + (u - geo.pad_top) * geo.W, hw, C, geo.W, row + geo.pad_left * C, C, flip);
+      std::memset(row + (geo.pad_left + geo.W) * C, pad, static_cast<size_t>(geo.pad_right * C));
+    }
+    if (pl.rowsums) pixel_sums(n, p0, p1);
+  };
+  if (!pl.fused_transpose) run_with_affinity(pl.threads, geo.N * (interior_blocks + pad_rows), pad_image);
 
   // 2. per-group epilogue constants, as qgemm.cc::make_epilogue: colterm = bias − zx'·cs
   //    (eq. (5) with the u8 shift of eq. (8)) and the multipliers, padded to np columns
@@ -206,6 +238,18 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
     const uint8_t* a0 = xpad + (n * image + pix0) * C + g * Cg_;
     uint8_t* buf = ws.thread_bufs[thread].data();
     const qgemm::PackedWeights& w = *packed_[g];
+    if (pl.fused_transpose) {  // this unit's pixels, this group's channels
+      const uint8_t* x = static_cast<const uint8_t*>(a.x) + (n * C + g * Cg_) * hw + r0;
+      tr_u8(x, hw, Cg_, rows, xpad + (n * image + r0) * C + g * Cg_, C, flip);
+      if (pl.rowsums) {
+        for (int64_t p = r0; p < r0 + rows; ++p) {
+          const uint8_t* v = xpad + (n * image + p) * C + g * Cg_;
+          uint32_t sum = 0;
+          for (int64_t c = 0; c < Cg_; ++c) sum += v[c];
+          pixsum[(n * image + p) * group_ + g] = static_cast<int32_t>(sum);
+        }
+      }
+    }
 
     qgemm::Epilogue e = base;
     e.colterm = colterm + g * np;
@@ -268,7 +312,7 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
       r = end;
     }
   };
-  qgemm::parallel_for(pl.threads, pl.units, unit_fn);
+  run_with_affinity(pl.threads, pl.units, unit_fn);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -321,10 +365,11 @@ void QConv::run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, C
 
   // 1. x -> xt (NHWC, x' domain); the columns [C, xt_stride) of the direct path are
   //    zeroed (their weight rows hold zw: any value would add nothing).
-  const int64_t pix_blocks = div_up(hw, kTransposePixels);
+  const int64_t block = transpose_block(hw, pl.threads);
+  const int64_t pix_blocks = div_up(hw, block);
   auto to_nhwc = [&](int64_t unit, int) {
-    const int64_t n = unit / pix_blocks, p0 = (unit % pix_blocks) * kTransposePixels;
-    const int64_t p1 = std::min(hw, p0 + kTransposePixels);
+    const int64_t n = unit / pix_blocks, p0 = (unit % pix_blocks) * block;
+    const int64_t p1 = std::min(hw, p0 + block);
     const uint8_t* src = static_cast<const uint8_t*>(a.x) + n * geo.C * hw + p0;
     uint8_t* dst = xt + (n * hw + p0) * pl.xt_stride;
     tr_u8(src, hw, geo.C, p1 - p0, dst, pl.xt_stride, flip);
@@ -334,7 +379,7 @@ void QConv::run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, C
       }
     }
   };
-  qgemm::parallel_for(pl.threads, geo.N * pix_blocks, to_nhwc);
+  run_with_affinity(pl.threads, geo.N * pix_blocks, to_nhwc);
 
   // 2. chunks x groups
   auto unit_fn = [&](int64_t unit, int thread) {
@@ -378,7 +423,7 @@ void QConv::run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, C
     }
   };
   if (pl.parallel_units) {
-    qgemm::parallel_for(pl.threads, pl.units, unit_fn);
+    run_with_affinity(pl.threads, pl.units, unit_fn);
   } else {
     for (int64_t u = 0; u < pl.units; ++u) unit_fn(u, 0);
   }

@@ -9,7 +9,10 @@
 // and one masked move for its tail instead of a memcpy call per run (a 3x3 / 64-channel
 // layer has 3 runs of 192 bytes per output pixel).
 #if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12, inside its AVX-512 headers
+// GCC 12 reports false (maybe-)uninitialized uses inside its own AVX-512 headers (the
+// `__Y = __Y` idiom of _mm512_undefined_*), fixed in GCC 13.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 #include <immintrin.h>
