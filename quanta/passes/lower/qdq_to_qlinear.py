@@ -417,6 +417,23 @@ def _check_unary(m: Match) -> NoMatch | None:
     return None
 
 
+def _unary_rewrite(m: Match, b: Builder, keep: tuple[str, ...]) -> Value:
+    """``com.microsoft::QLinear<Op>(x, sx, zx, sy, zy)`` with the attributes in ``keep``;
+    the result type is the replaced QuantizeLinear output's."""
+    op = m.node("c")
+    zx = _zero_point_or_default(b, m, "zx", m.data["qx"], "x_zero_point")
+    zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
+    return b.op(
+        f"QLinear{op.op_type}",
+        [m["x"], m["sx"], zx, m["sy"], zy],
+        {k: v for k, v in op.attrs.items() if k in keep},
+        domain=MS_DOMAIN,
+        types=result_type(shape_from=m["y"], elem_from=m["y"]),
+        attr_types=op.attr_types,
+        name=op.name or None,
+    )
+
+
 class LowerPool(Rule):
     """``Q(AveragePool|GlobalAveragePool(DQ(x))) -> com.microsoft::QLinearAveragePool|
     QLinearGlobalAveragePool(x, sx, zx, sy, zy)``."""
@@ -440,20 +457,8 @@ class LowerPool(Rule):
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Value:
-        pool = m.node("c")
-        zx = _zero_point_or_default(b, m, "zx", m.data["qx"], "x_zero_point")
-        zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
         keep = ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")
-        attrs = {k: v for k, v in pool.attrs.items() if k in keep}
-        return b.op(
-            f"QLinear{pool.op_type}",
-            [m["x"], m["sx"], zx, m["sy"], zy],
-            attrs,
-            domain=MS_DOMAIN,
-            types=result_type(shape_from=m["y"], elem_from=m["y"]),
-            attr_types=pool.attr_types,
-            name=pool.name or None,
-        )
+        return _unary_rewrite(m, b, keep)
 
 
 class LowerUnary(Rule):
@@ -467,19 +472,7 @@ class LowerUnary(Rule):
         return m if bad is None else bad
 
     def rewrite(self, m: Match, b: Builder) -> Value:
-        op = m.node("c")
-        zx = _zero_point_or_default(b, m, "zx", m.data["qx"], "x_zero_point")
-        zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
-        attrs = {"alpha": op.attrs["alpha"]} if "alpha" in op.attrs else {}
-        return b.op(
-            f"QLinear{op.op_type}",
-            [m["x"], m["sx"], zx, m["sy"], zy],
-            attrs,
-            domain=MS_DOMAIN,
-            types=result_type(shape_from=m["y"], elem_from=m["y"]),
-            attr_types=op.attr_types,
-            name=op.name or None,
-        )
+        return _unary_rewrite(m, b, ("alpha",))
 
 
 class LowerConcat(Rule):
