@@ -132,6 +132,14 @@ def load_for_quantization(
         pass
     model = from_proto(proto, path or "model")
     model.path = path
+    from quanta.ir.op_rules import QUANT_OPS
+
+    already = sorted({n.op_type for n in model.graph.nodes if n.op_type in QUANT_OPS})
+    if already:
+        raise ModelLoadError(
+            f"{path or 'model'}: the model is already quantized (it has {', '.join(already)}); "
+            "quantize its float original instead"
+        )
     # Weights listed as graph inputs (IR < 4 style "overridable initializers") are
     # constants for quantization: the quantized model lists them as initializers only.
     g = model.graph

@@ -287,3 +287,15 @@ def test_quantize_static_embedding_table_is_stored_int8(tmp_path):
     a = ort.InferenceSession(str(src)).run(None, t)[0]
     b = ort.InferenceSession(str(out)).run(None, t)[0]
     assert 10 * np.log10((a**2).sum() / ((a - b) ** 2).sum()) > 30.0  # int8 table + int8 activations
+
+
+def test_quantize_static_refuses_an_already_quantized_model(tmp_path):
+    src = tmp_path / "q.onnx"
+    onnx.save(models.qdq_conv(), src)
+    with pytest.raises(ValueError) as e:
+        quanta.quantize_static(src, tmp_path / "qq.onnx", cnn_feeds(1), verbose=False)
+    assert str(e.value) == (
+        f"{src}: the model is already quantized (it has DequantizeLinear, QuantizeLinear); "
+        "quantize its float original instead"
+    )
+    assert not (tmp_path / "qq.onnx").exists()
