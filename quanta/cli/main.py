@@ -86,7 +86,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if native_available():
             from quanta.kernels import _native
 
-            print(f"native kernels: ISAs {', '.join(_native.supported_isas())}; active {_native.active_isa()}")
+            print(
+                f"native kernels: ISAs {', '.join(_native.supported_isas())}; active {_native.active_isa()}"
+            )
         else:
             print("native kernels: the extension is not built")
     if args.lowered or args.why_not or args.dump_after:
@@ -104,11 +106,15 @@ def _inspect_lowered(args: argparse.Namespace, model) -> None:
     from quanta.runtime.compile import reference_evaluator
 
     before = load(args.model)
-    passes = lower_qdq(opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model))
+    passes = lower_qdq(
+        opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model.opset_imports)
+    )
     known = {p.name for p in passes}
     unknown = [d for d in args.dump_after or [] if d != "*" and d not in known]
     if unknown:
-        raise CliError(f"--dump-after: unknown pass {unknown[0]!r}; the pipeline's passes are {sorted(known)}")
+        raise CliError(
+            f"--dump-after: unknown pass {unknown[0]!r}; the pipeline's passes are {sorted(known)}"
+        )
     result = PassManager(passes, dump_after=set(args.dump_after or [])).run(model)
     if args.lowered:
         print()
@@ -132,7 +138,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         feeds = _load_npz(args.inputs)
     else:
         feeds = random_feeds(sess, seed=args.seed)
-        print("no --inputs given: random inputs " + ", ".join(f"{k}{list(v.shape)} {v.dtype}" for k, v in feeds.items()))
+        print(
+            "no --inputs given: random inputs "
+            + ", ".join(f"{k}{list(v.shape)} {v.dtype}" for k, v in feeds.items())
+        )
     t0 = time.perf_counter()
     outs = sess.run(None, feeds)
     dt = time.perf_counter() - t0
@@ -182,7 +191,9 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         quantize_dynamic(args.model, args.output, args.recipe, **options)
     else:
         if not args.calib:
-            raise CliError("static quantization needs --calib DATA (an .npz file or a folder); or use --dynamic")
+            raise CliError(
+                "static quantization needs --calib DATA (an .npz file or a folder); or use --dynamic"
+            )
         pre = None
         if args.image_size:
             pre = ImagePreprocess(
@@ -217,9 +228,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model")
     s.add_argument("--ir", action="store_true", help="also print the graph in quanta's textual IR")
     s.add_argument("--max-tensors", type=int, default=40, help="quantized tensors to list (default 40)")
-    s.add_argument("--lowered", action="store_true", help="lower it as a session would; print the graph and fusion coverage")
+    s.add_argument(
+        "--lowered",
+        action="store_true",
+        help="lower it as a session would; print the graph and fusion coverage",
+    )
     s.add_argument("--why-not", metavar="RULE", help="why a compiler rule did not fire (e.g. LowerConv)")
-    s.add_argument("--dump-after", metavar="PASS", action="append", help="print the IR after this pass ('*': every)")
+    s.add_argument(
+        "--dump-after", metavar="PASS", action="append", help="print the IR after this pass ('*': every)"
+    )
     s.add_argument("--kernels", action="store_true", help="list the native kernel ISAs of this machine")
     s.set_defaults(func=cmd_inspect)
 
@@ -243,21 +260,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--activation-type", choices=["uint8", "int8"])
     s.add_argument("--weight-type", choices=["int8", "uint8", "int4"])
     s.add_argument("--symmetric-activations", action="store_true")
-    s.add_argument("--exclude", nargs="+", metavar="NODE", help="node names or regular expressions to keep float")
+    s.add_argument(
+        "--exclude", nargs="+", metavar="NODE", help="node names or regular expressions to keep float"
+    )
     s.add_argument("--op-types", nargs="+", metavar="OP", help="only quantize these op types")
     s.add_argument("--samples", type=int, help="use at most this many calibration samples")
     s.add_argument("--recipe", help="YAML or JSON recipe file (options on the command line win)")
     s.add_argument("--image-size", type=int, help="images: center crop to SIZE x SIZE")
     s.add_argument("--image-resize", type=int, help="images: resize the shorter side to this first")
-    s.add_argument("--image-mean", type=float, nargs="+", help="images: per-channel mean (after scaling to 0..1)")
+    s.add_argument(
+        "--image-mean", type=float, nargs="+", help="images: per-channel mean (after scaling to 0..1)"
+    )
     s.add_argument("--image-std", type=float, nargs="+", help="images: per-channel std")
     s.add_argument("--image-layout", choices=["NCHW", "NHWC"], default="NCHW")
     s.set_defaults(func=cmd_quantize)
 
-    s = sub.add_parser("bench", help="latency (median, p90) after warm-up; --vs-ort: side by side with ONNX Runtime")
+    s = sub.add_parser(
+        "bench", help="latency (median, p90) after warm-up; --vs-ort: side by side with ONNX Runtime"
+    )
     s.add_argument("model")
     s.add_argument("--vs-ort", action="store_true", help="also time ONNX Runtime on the same file and inputs")
-    s.add_argument("--threads", type=int, default=0, help="intra-op threads for both engines (default 0: all cores)")
+    s.add_argument(
+        "--threads", type=int, default=0, help="intra-op threads for both engines (default 0: all cores)"
+    )
     s.add_argument("--batch", type=int, default=1, help="size of a symbolic first dimension (default 1)")
     s.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     s.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")

@@ -335,7 +335,7 @@ def resolve_params(
                 if src is None or src.qtype is None:
                     t.float_reason = "a view of a tensor that stays float"
                 else:
-                    t.qtype = _view_type(src.qtype)
+                    t.qtype = src.qtype  # a view keeps its input's element type
     # 3. weights, then biases (the bias may raise the weight's scale: eq. (7))
     for t in plan.tensors.values():
         if t.role == "weight":
@@ -424,11 +424,6 @@ def correct_biases(graph: Graph, plan: QdqPlan, means: dict[str, np.ndarray]) ->
         b_t.values = (b - corr).astype(by_name[b_t.name].const.dtype)
         n += 1
     return n
-
-
-def _view_type(q: QuantType) -> QuantType:
-    # A view keeps the element type of its input (DESIGN.md). Activations are per-tensor.
-    return q
 
 
 def _expressed(v: Value) -> FloatType:

@@ -33,7 +33,6 @@ from quanta.calibrate.readers import ImagePreprocess
 from quanta.calibrate.runner import calibrate
 from quanta.ir.graph import Model
 from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save
-from quanta.ir.types import QuantType
 from quanta.ir.verify import Stage, verify
 from quanta.quantize.qdq import (
     QdqPlan,
@@ -165,7 +164,9 @@ def make_observer_factory(recipe: Recipe):
 
     def make(name: str) -> ObserverBase:
         ov = recipe.overrides.get(name)
-        symmetric = ov.symmetric if ov is not None and ov.symmetric is not None else recipe.symmetric_activations
+        symmetric = (
+            ov.symmetric if ov is not None and ov.symmetric is not None else recipe.symmetric_activations
+        )
         if method is CalibrationMethod.MINMAX:
             from quanta.calibrate.minmax import MinMaxObserver
 
@@ -205,7 +206,9 @@ def prepare_float_graph(model: Model) -> None:
     from quanta.passes.pipelines import prepare_for_quantization
     from quanta.runtime.compile import reference_evaluator
 
-    passes = prepare_for_quantization(opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model))
+    passes = prepare_for_quantization(
+        opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model.opset_imports)
+    )
     PassManager(passes).run(model)
 
 
@@ -305,10 +308,6 @@ def _summarize(
     if Path(output).exists():
         s.output_bytes = os.path.getsize(output)
     return s
-
-
-def quantized_value_count(model: Model) -> int:
-    return sum(1 for v in model.graph.values() if v.type is not None and isinstance(v.type.elem, QuantType))
 
 
 def recipe_of(path: str | os.PathLike) -> Recipe:

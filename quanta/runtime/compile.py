@@ -17,7 +17,7 @@ The result prints itself (``print(plan)``, see :mod:`quanta.runtime.plan`).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from quanta.ir.graph import Model
@@ -76,12 +76,15 @@ def default_pipeline(target: Target, model: Model) -> list[Pass]:
         return list(DEFAULT_PIPELINE)
     from quanta.passes.pipelines import lower_qdq
 
-    return lower_qdq(opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model))
+    return lower_qdq(
+        opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model.opset_imports)
+    )
 
 
-def reference_evaluator(model: Model):
+def reference_evaluator(opset_imports: Mapping[str, int]):
     """Constant folding's evaluator: a node's reference kernel (passes may not import
-    kernels, so the runtime injects this). ``evaluate(node, inputs) -> outputs``."""
+    kernels, so the runtime injects this). ``evaluate(node, inputs) -> outputs``; the
+    opset of each op's domain comes from ``opset_imports`` (a model's)."""
     from quanta.kernels.reference.registry import OpContext, get_op
 
     def evaluate(node, inputs):
@@ -89,7 +92,7 @@ def reference_evaluator(model: Model):
         if fn is None:
             raise LookupError(f"no reference kernel for {node.op_type}")
         ctx = OpContext(
-            opset=model.opset_imports.get(node.domain, 1),
+            opset=opset_imports.get(node.domain, 1 if node.domain else 21),
             n_outputs=len(node.outputs),
             node_name=node.name,
             op_type=node.op_type,

@@ -21,8 +21,8 @@ import onnx
 from quanta.ir.graph import Model
 from quanta.ir.onnx_io import to_proto
 from quanta.ir.verify import Stage
-from quanta.kernels.reference.registry import OpContext, get_op
 from quanta.passes.manager import Pass, PassManager, PipelineResult
+from quanta.runtime.compile import reference_evaluator  # noqa: F401  (the evaluator sessions inject)
 from quanta.session import GraphOptimizationLevel, InferenceSession, SessionOptions
 
 F32_EPS = float(np.finfo(np.float32).eps)  # 2^-23: unit roundoff u = eps/2
@@ -51,21 +51,6 @@ def run_ref_ir(model: Model, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray
     return exe.run(dict(feeds), [v.name for v in model.graph.outputs])
 
 
-def reference_evaluator(opset_imports: Mapping[str, int]):
-    """An evaluator for FoldConstants built from the reference kernels (what the runtime
-    injects): ``evaluate(node, inputs) -> outputs``."""
-
-    def evaluate(node, inputs):
-        fn = get_op(node.op_type, node.domain)
-        if fn is None:
-            raise LookupError(f"no reference implementation for {node.op_type}")
-        ctx = OpContext(
-            opset=opset_imports.get(node.domain, 21), n_outputs=len(node.outputs), op_type=node.op_type
-        )
-        out = fn(ctx, *inputs, **node.attrs)
-        return list(out) if isinstance(out, (tuple, list)) else [out]
-
-    return evaluate
 
 
 def dot_tolerance(k: int, magnitude: np.ndarray | float) -> np.ndarray | float:

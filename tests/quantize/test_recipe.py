@@ -66,3 +66,22 @@ def test_recipe_exclude_matches_names_and_regexes():
     assert r.excludes(Node("Conv", [], [], name="block2.dw"))
     assert not r.excludes(Node("Conv", [], [], name="block1.dw"))
     assert not r.excludes(Node("Conv", [], [], name="fc2"))  # full match, not prefix
+
+
+def test_quantized_model_records_the_recipe_it_was_made_with(tmp_path):
+    # a run is reproducible from its output: the recipe travels in the file's metadata
+    import numpy as np
+    import onnx
+
+    import quanta
+    from quanta.quantize.static import recipe_of
+    from tests.ir import models
+
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), src)
+    feeds = [{"x": np.random.default_rng(0).standard_normal((2, 3, 8, 6)).astype(np.float32)}]
+    quanta.quantize_static(src, tmp_path / "q.onnx", feeds, method="percentile", exclude=["fc"], verbose=False)
+    r = recipe_of(tmp_path / "q.onnx")
+    assert r == Recipe(method="percentile", exclude=("fc",))
+    with pytest.raises(ValueError, match="not quantized by quanta"):
+        recipe_of(src)

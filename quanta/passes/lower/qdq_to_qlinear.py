@@ -80,6 +80,16 @@ def _check_8bit(q: QuantType | None, what: str, *, per_tensor: bool = True) -> N
     return None
 
 
+def _check_per_column(m: Match, qb: QuantType) -> NoMatch | None:
+    """A per-axis MatMul operand b must be quantized per column of a rank-2 matrix."""
+    if qb.axis is None:
+        return None
+    shape = m.value("bq").shape
+    if shape is None or len(shape) != 2 or qb.axis % 2 != 1:
+        return NoMatch("input b is quantized per axis other than the columns of a rank-2 matrix")
+    return None
+
+
 def _zero_point_or_default(b: Builder, m: Match, zp: str, q: QuantType, base: str) -> Value:
     """The captured zero point, or a constant 0 of the storage type when it was omitted
     (ONNX DequantizeLinear's default; the QLinear* ops require the input)."""
@@ -202,10 +212,9 @@ class LowerMatMul(Rule):
             if bad is not None:
                 return bad
         assert qb is not None
-        if qb.axis is not None:
-            shape = m.value("bq").shape
-            if shape is None or len(shape) != 2 or qb.axis % 2 != 1:
-                return NoMatch("input b is quantized per axis other than the columns of a rank-2 matrix")
+        bad = _check_per_column(m, qb)
+        if bad is not None:
+            return bad
         m.data.update(qa=qa, qb=qb, qy=qy)
         return m
 
@@ -243,10 +252,9 @@ class LowerMatMulFloatOutput(Rule):
             if bad is not None:
                 return bad
         assert qb is not None
-        if qb.axis is not None:
-            shape = m.value("bq").shape
-            if shape is None or len(shape) != 2 or qb.axis % 2 != 1:
-                return NoMatch("input b is quantized per axis other than the columns of a rank-2 matrix")
+        bad = _check_per_column(m, qb)
+        if bad is not None:
+            return bad
         if float_elem_name(m["c"]) != "f32":
             return NoMatch("the product is not float32")
         m.data.update(qa=qa, qb=qb)
