@@ -174,11 +174,18 @@ class CoverageReport:
         return "\n".join(lines)
 
 
+#: integer ops that absorb a float neighbour (FuseMatMulFloatBias: the bias Add)
+_FUSED_INTO = frozenset({"MatMulIntegerToFloat"})
+
+
 def coverage(before: Graph, after: Graph, no_matches: list) -> CoverageReport:
     """Compare the compute nodes of ``before`` (by name) with ``after`` (what became of
     them); ``no_matches`` are the lowering pipeline's NoMatch records, keyed by the
     rule's root node: the QuantizeLinear after the op, or the op itself."""
     after_by_name = {n.name: n for n in after.nodes if n.name}
+    # a node fused into its producer (a bias Add into MatMulIntegerToFloat) is gone by
+    # name; the fused op took over its output value
+    after_by_output = {o.name: n for n in after.nodes for o in n.outputs}
     by_root: dict[str, list[str]] = {}
     for rec in no_matches:
         if rec.kind == "pattern":
@@ -193,6 +200,10 @@ def coverage(before: Graph, after: Graph, no_matches: list) -> CoverageReport:
         integer = None
         if new is not None and new.op_type in INTEGER_OF.get(node.op_type, ()):
             integer = new.op_type
+        elif new is None and node.outputs:
+            fused = after_by_output.get(node.outputs[0].name)
+            if fused is not None and fused.name != node.name and fused.op_type in _FUSED_INTO:
+                integer = fused.op_type
         mine: list[str] = []
         if integer is None:
             out = node.outputs[0] if node.outputs else None

@@ -439,6 +439,7 @@ QUANT_OPERANDS: dict[tuple[str, str], list[tuple[tuple[str, int], int, int]]] = 
     ("", "QuantizeLinear"): [(("out", 0), 1, 2)],
     ("", "DequantizeLinear"): [(("in", 0), 1, 2)],
     ("", "QLinearConv"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
+    (MS_DOMAIN, "QLinearConv"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
     ("", "QLinearMatMul"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
     (MS_DOMAIN, "QLinearAdd"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
     (MS_DOMAIN, "QLinearMul"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from quanta.passes.manager import Pass
 from quanta.passes.rules.align_scales import AlignScales
+from quanta.passes.rules.canonicalize import Canonicalize
 from quanta.passes.rules.eliminate_common import EliminateCommon
 from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.passes.rules.fold_batchnorm import FoldBatchNorm
@@ -50,9 +51,14 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     """Float-graph rewrites before calibration and QDQ insertion: constants folded
     (weights computed by subgraphs become initializers), no-ops removed,
     BatchNormalization folded into the weights (so the folded weights are what gets
-    quantized), GroupNorm recognised, duplicates merged."""
+    quantized), GroupNorm recognised, duplicates merged.
+
+    Constant folding here may produce large results (weights computed by a
+    ConstantOfShape or a subgraph must become initializers to be quantized; the int8
+    model stores them in a quarter of the bytes anyway), up to 2^24 elements."""
     return [
-        FoldConstants(evaluator),
+        FoldConstants(evaluator, max_output_elements=1 << 24),
+        Canonicalize(),  # Sum of two -> Add: residuals of older exports
         RemoveNoops(),
         FoldBatchNorm(),
         *_fold_groupnorm(opset),

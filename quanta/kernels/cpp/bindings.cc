@@ -32,4 +32,6 @@ PYBIND11_MODULE(_native, m) {
   register_gemm(m);
   register_elementwise(m);
   register_conv(m);
+  register_layout(m);
+  register_float_ops(m);
 }

@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from quanta.kernels.reference.float_ops import softmax_rows
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
 __all__ = ["compute_dtype", "erf", "from_compute", "to_compute"]
@@ -291,7 +292,15 @@ def _as_2d_axis(x: np.ndarray, axis: int, opset: int) -> tuple[np.ndarray, int]:
 
 @register("Softmax")
 def softmax(ctx: OpContext, x: np.ndarray, *, axis: int | None = None) -> np.ndarray:
+    """float32: quanta's algorithm (float_ops.softmax_rows, docs/float-ops.md (S1)-(S4)),
+    bit-identical to the native kernel, along ``axis`` (opset >= 13) or along the second
+    dimension of the 2-D coercion (opset < 13). Other dtypes: max, np.exp, sum, divide."""
     axis = (-1 if ctx.opset >= 13 else 1) if axis is None else axis
+    if x.dtype == np.float32 and x.size and x.ndim:
+        v, ax = _as_2d_axis(x, axis, ctx.opset)
+        rows = np.moveaxis(v, ax, -1)
+        y = softmax_rows(rows.reshape(-1, rows.shape[-1]))
+        return np.moveaxis(y.reshape(rows.shape), -1, ax).reshape(x.shape)
     v, ax = _as_2d_axis(to_compute(x), axis, ctx.opset)
     # A row that is all -inf (fully masked attention) gives NaN, as ONNX Runtime: the
     # -inf - -inf is expected there, not a warning.

@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from quanta.kernels.reference.float_ops import layer_norm_rows
 from quanta.kernels.reference.nn import compute_dtype, from_compute, to_compute
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
@@ -124,6 +125,8 @@ def layer_normalization(
         raise OpError(f"LayerNormalization: axis expected in [{-x.ndim}, {x.ndim - 1}], got {axis}")
     axis %= x.ndim
     stash = _stash_dtype("LayerNormalization", stash_type)
+    if x.dtype == np.float32 and stash == np.float32:
+        return _layer_normalization_f32(ctx, x, scale, bias, axis, epsilon)
     dtype = _compute_in(x, stash)
     xc = x.astype(dtype)
     axes = tuple(range(axis, x.ndim))
@@ -136,6 +139,23 @@ def layer_normalization(
     if ctx.n_outputs == 1:
         return y
     return (y, mean.astype(stash), inv_std.astype(stash))[: ctx.n_outputs]
+
+
+def _layer_normalization_f32(
+    ctx: OpContext, x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, axis: int, epsilon: float
+) -> np.ndarray | tuple[np.ndarray, ...]:
+    """float32 x, stash_type 1: quanta's algorithm (float_ops.layer_norm_rows, eqs.
+    (L1)-(L4) of docs/float-ops.md), bit-identical to the native kernel, then (L5)
+    y = f32(f32(f32(d · inv_std) · scale) + bias) with numpy broadcasting of scale/bias."""
+    lead = x.shape[:axis]
+    d, mean, inv_std = layer_norm_rows(x.reshape(math.prod(lead), math.prod(x.shape[axis:])), np.float32(epsilon))
+    stat_shape = lead + (1,) * (x.ndim - axis)
+    y = (d * inv_std[:, None]).reshape(x.shape) * scale.astype(np.float32, copy=False)  # (L5)
+    if bias is not None:
+        y = y + bias.astype(np.float32, copy=False)
+    if ctx.n_outputs == 1:
+        return y
+    return (y, mean.reshape(stat_shape), inv_std.reshape(stat_shape))[: ctx.n_outputs]
 
 
 # ------------------------------------------------------------------ GroupNormalization

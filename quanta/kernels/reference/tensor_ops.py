@@ -116,7 +116,11 @@ def transpose(ctx, data: np.ndarray, perm: list | None = None) -> np.ndarray:
         perm = list(range(data.ndim))[::-1]
     if sorted(perm) != list(range(data.ndim)):
         raise OpError(f"Transpose: expected perm to be a permutation of 0..{data.ndim - 1}, got {perm}")
-    return np.transpose(data, perm)
+    # A contiguous result, not NumPy's strided view: later float reductions (np.mean in
+    # GlobalAveragePool, np.sum) sum in an order that depends on the memory layout, so a
+    # view would make the golden's bits depend on how the data happens to be stored
+    # (the native Transpose writes a contiguous tensor).
+    return np.ascontiguousarray(np.transpose(data, perm))
 
 
 @register("Concat")

@@ -14,6 +14,7 @@ produces, so a lowered model is also a valid ONNX model that ONNX Runtime runs):
     ... Concat ...                 -> com.microsoft::QLinearConcat                    (LowerConcat)
     ... AveragePool | GlobalAveragePool -> com.microsoft::QLinear(Global)AveragePool (LowerPool)
     ... Sigmoid | LeakyRelu ...    -> com.microsoft::QLinearSigmoid | QLinearLeakyRelu (LowerUnary)
+    Add(MatMulIntegerToFloat(...), bias[N]) -> MatMulIntegerToFloat(..., bias)      (FuseMatMulFloatBias)
 
 The integer operator's numerics (docs/quantization-math.md eqs. (4)-(6)) differ from the
 float QDQ group only in where rounding happens: the group rounds once after a float32
@@ -41,6 +42,8 @@ from quanta.passes.rules._util import describe, node_qtype
 
 __all__ = [
     "LOWER_RULES",
+    "FuseMatMulFloatBias",
+    "FuseMatMulFloatBiasFirst",
     "LowerBinary",
     "LowerConcat",
     "LowerConv",
@@ -535,6 +538,60 @@ class LowerConcat(Rule):
         )
 
 
+class FuseMatMulFloatBias(Rule):
+    """``Add(com.microsoft::MatMulIntegerToFloat(a, b, sa, sb, za?, zb?), bias)`` with a
+    constant float32 bias of N values (any leading 1s) ->
+    ``MatMulIntegerToFloat(a, b, sa, sb, za, zb, bias)``; FuseMatMulFloatBiasFirst takes
+    ``Add(bias, MatMulIntegerToFloat(...))``.
+
+    Exact, bit for bit: with a per-tensor a_scale the op computes
+    ``fl(fl(f32(acc) · m) + bias[n])`` (ms_qgemm._integer_to_float: the multiply, then the
+    bias, two float32 roundings, no fused multiply-add), which is what the separate Add
+    computed on the op's output; float addition is commutative, so the operand order
+    does not matter."""
+
+    pattern = "y = Add(mm = com.microsoft::MatMulIntegerToFloat(a, b, sa, sb, za?, zb?), bias)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        node, mm, bias, y = m.node("mm"), m.value("mm"), m.value("bias"), m.value("y")
+        if node.input(6) is not None:
+            return NoMatch("the MatMulIntegerToFloat already has a bias")
+        if not bias.is_const:
+            return NoMatch(f"bias {describe(bias)} is not a constant")
+        c = np.asarray(bias.const)
+        if c.dtype != np.float32 or float_elem_name(mm) != "f32":
+            return NoMatch("bias or product is not float32")
+        if not m.is_const("sa") or np.asarray(m.const("sa")).size != 1:
+            return NoMatch("a_scale is not one constant (the op applies a per-row scale after the bias)")
+        if not m.is_const("sb") or np.asarray(m.const("sb")).ndim > 1:
+            return NoMatch("b_scale is not a constant scalar or per-column vector")
+        b_shape = m.value("b").shape
+        n = None if b_shape is None else b_shape[-1]
+        if not isinstance(n, int) or c.size != n or any(d != 1 for d in c.shape[:-1]):
+            return NoMatch(f"bias of shape {list(c.shape)} is not one value per output column ({n})")
+        if mm.shape is None or c.ndim > len(mm.shape) or y.shape != mm.shape:
+            return NoMatch("the Add broadcasts the product to another shape")
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        node = m.node("mm")
+        bias = m.value("bias")
+        c = b.const(bias.name, np.ascontiguousarray(np.asarray(bias.const).reshape(-1)))
+        return b.op(
+            "MatMulIntegerToFloat",
+            [*(node.input(i) for i in range(6)), c],
+            domain=MS_DOMAIN,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            name=node.name or None,
+        )
+
+
+class FuseMatMulFloatBiasFirst(FuseMatMulFloatBias):
+    """``Add(bias, MatMulIntegerToFloat(...))``: see FuseMatMulFloatBias."""
+
+    pattern = "y = Add(bias, mm = com.microsoft::MatMulIntegerToFloat(a, b, sa, sb, za?, zb?))"
+
+
 LOWER_RULES: list[Rule] = [
     LowerConv(),
     LowerMatMul(),
@@ -545,6 +602,8 @@ LOWER_RULES: list[Rule] = [
     LowerPool(),
     LowerUnary(),
     LowerConcat(),
+    FuseMatMulFloatBias(),
+    FuseMatMulFloatBiasFirst(),
 ]
 
 

@@ -1,0 +1,206 @@
+// Bindings for the float32 kernels (float_ops/float_ops.h): the entry layer. Every
+// argument is checked here (dtype, contiguity, shapes, out= aliasing) and a ValueError
+// names the argument, what was expected and what was given.
+//
+//   exp_f32(x: f32, num_threads=1, out=None)                         eqs. (E1)-(E6)
+//   softmax_f32(x: f32, rank >= 1, num_threads=1, out=None)          along the last axis, (S1)-(S4)
+//   layer_norm_f32(x: f32, scale: f32, bias: f32 | None, axis, epsilon, num_threads=1,
+//                  out=None, stats=False) -> y | (y, mean, inv_std)  over axes [axis, rank), (L1)-(L5)
+//   binary_f32(op: "add" | "sub" | "mul" | "div", a: f32, b: f32, num_threads=1, out=None)
+//                                                                    numpy broadcasting
+#include <pybind11/stl.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "float_ops/float_ops.h"
+
+namespace quanta {
+namespace {
+
+using float_ops::kMaxRank;
+using Shape = std::vector<py::ssize_t>;
+
+std::string shape_str(const Shape& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    s += std::to_string(shape[i]);
+    if (shape.size() == 1 || i + 1 < shape.size()) s += shape.size() == 1 ? "," : ", ";
+  }
+  return s + ")";
+}
+
+Shape shape_of(const py::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
+
+bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return na && nb && pa < pb + nb && pb < pa + na;
+}
+
+void check_threads(int num_threads, const char* op) {
+  if (num_threads < 1) {
+    throw py::value_error(std::string(op) + ": num_threads: expected >= 1, got " + std::to_string(num_threads));
+  }
+}
+
+// The output: a new array, or `out` checked for dtype, shape, contiguity, writeability and
+// overlap with the inputs.
+py::array_t<float> make_output(const py::object& out_obj, const Shape& shape, const char* op,
+                               std::initializer_list<py::array> inputs) {
+  if (out_obj.is_none()) return py::array_t<float>(shape);
+  const std::string what = std::string(op) + ": out";
+  auto y = require_array<float>(out_obj, what.c_str());
+  if (shape_of(y) != shape) {
+    throw py::value_error(what + ": expected shape " + shape_str(shape) + ", got shape " + shape_str(shape_of(y)));
+  }
+  if (!y.writeable()) throw py::value_error(what + ": expected a writeable array");
+  for (const py::array& in : inputs) {
+    if (overlaps(y.data(), static_cast<size_t>(y.nbytes()), in.data(), static_cast<size_t>(in.nbytes()))) {
+      throw py::value_error(what + ": expected a buffer that does not overlap the inputs");
+    }
+  }
+  return y;
+}
+
+py::array exp_f32(const py::handle& x_obj, int num_threads, const py::object& out_obj) {
+  auto x = require_array<float>(x_obj, "exp_f32: x");
+  check_threads(num_threads, "exp_f32");
+  auto y = make_output(out_obj, shape_of(x), "exp_f32", {x});
+  {
+    py::gil_scoped_release release;
+    float_ops::exp_f32(x.data(), y.mutable_data(), x.size(), num_threads, active_isa());
+  }
+  return std::move(y);
+}
+
+py::array softmax_f32(const py::handle& x_obj, int num_threads, const py::object& out_obj) {
+  auto x = require_array<float>(x_obj, "softmax_f32: x");
+  check_threads(num_threads, "softmax_f32");
+  if (x.ndim() < 1) throw py::value_error("softmax_f32: x: expected rank >= 1, got a scalar");
+  auto y = make_output(out_obj, shape_of(x), "softmax_f32", {x});
+  const int64_t d = x.shape(x.ndim() - 1);
+  const int64_t rows = d == 0 ? 0 : x.size() / d;
+  {
+    py::gil_scoped_release release;
+    float_ops::softmax(x.data(), y.mutable_data(), rows, d, num_threads, active_isa());
+  }
+  return std::move(y);
+}
+
+py::object layer_norm_f32(const py::handle& x_obj, const py::handle& scale_obj, const py::object& bias_obj,
+                          int64_t axis, float epsilon, int num_threads, const py::object& out_obj, bool stats) {
+  auto x = require_array<float>(x_obj, "layer_norm_f32: x");
+  auto scale = require_array<float>(scale_obj, "layer_norm_f32: scale");
+  check_threads(num_threads, "layer_norm_f32");
+  const int64_t rank = x.ndim();
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) {
+    throw py::value_error("layer_norm_f32: axis: expected in [" + std::to_string(-rank) + ", " +
+                          std::to_string(rank - 1) + "], got " + std::to_string(axis));
+  }
+  int64_t rows = 1, d = 1;
+  for (int64_t k = 0; k < axis; ++k) rows *= x.shape(k);
+  for (int64_t k = axis; k < rank; ++k) d *= x.shape(k);
+  if (scale.size() != d) {
+    throw py::value_error("layer_norm_f32: scale: expected " + std::to_string(d) + " elements, got " +
+                          std::to_string(scale.size()));
+  }
+  const float* bias_ptr = nullptr;
+  py::array_t<float, py::array::c_style> bias;
+  if (!bias_obj.is_none()) {
+    bias = require_array<float>(bias_obj, "layer_norm_f32: bias");
+    if (bias.size() != d) {
+      throw py::value_error("layer_norm_f32: bias: expected " + std::to_string(d) + " elements, got " +
+                            std::to_string(bias.size()));
+    }
+    bias_ptr = bias.data();
+  }
+  auto y = make_output(out_obj, shape_of(x), "layer_norm_f32", {x, scale});
+  Shape stat_shape(x.shape(), x.shape() + axis);
+  stat_shape.resize(static_cast<size_t>(rank), 1);
+  py::array_t<float> mean, inv_std;
+  float* mean_ptr = nullptr;
+  float* inv_ptr = nullptr;
+  if (stats) {
+    mean = py::array_t<float>(stat_shape);
+    inv_std = py::array_t<float>(stat_shape);
+    mean_ptr = mean.mutable_data();
+    inv_ptr = inv_std.mutable_data();
+  }
+  {
+    py::gil_scoped_release release;
+    float_ops::layer_norm(x.data(), y.mutable_data(), rows, d, scale.data(), bias_ptr, epsilon, mean_ptr, inv_ptr,
+                          num_threads, active_isa());
+  }
+  if (!stats) return std::move(y);
+  return py::make_tuple(y, mean, inv_std);
+}
+
+py::array binary_f32(const std::string& op_name, const py::handle& a_obj, const py::handle& b_obj, int num_threads,
+                     const py::object& out_obj) {
+  float_ops::BinaryOp op;
+  if (op_name == "add") {
+    op = float_ops::BinaryOp::kAdd;
+  } else if (op_name == "sub") {
+    op = float_ops::BinaryOp::kSub;
+  } else if (op_name == "mul") {
+    op = float_ops::BinaryOp::kMul;
+  } else if (op_name == "div") {
+    op = float_ops::BinaryOp::kDiv;
+  } else {
+    throw py::value_error("binary_f32: op: expected one of add, sub, mul, div, got '" + op_name + "'");
+  }
+  auto a = require_array<float>(a_obj, "binary_f32: a");
+  auto b = require_array<float>(b_obj, "binary_f32: b");
+  check_threads(num_threads, "binary_f32");
+  const int rank = static_cast<int>(std::max(a.ndim(), b.ndim()));
+  if (rank > kMaxRank) {
+    throw py::value_error("binary_f32: expected rank <= " + std::to_string(kMaxRank) + ", got " +
+                          std::to_string(rank));
+  }
+  std::array<int64_t, kMaxRank> os{}, as{}, bs{};
+  Shape out_shape;
+  for (int d = 0; d < rank; ++d) {
+    const int da = d - (rank - static_cast<int>(a.ndim()));
+    const int db = d - (rank - static_cast<int>(b.ndim()));
+    const int64_t sa = da >= 0 ? a.shape(da) : 1;
+    const int64_t sb = db >= 0 ? b.shape(db) : 1;
+    if (sa != sb && sa != 1 && sb != 1) {
+      throw py::value_error("binary_f32: expected broadcastable shapes, got " + shape_str(shape_of(a)) + " and " +
+                            shape_str(shape_of(b)));
+    }
+    as[d] = sa;
+    bs[d] = sb;
+    os[d] = sa == 1 ? sb : sa;
+    out_shape.push_back(static_cast<py::ssize_t>(os[d]));
+  }
+  auto c = make_output(out_obj, out_shape, "binary_f32", {a, b});
+  const float_ops::BroadcastShape s{rank, os.data(), as.data(), bs.data()};
+  {
+    py::gil_scoped_release release;
+    float_ops::binary(op, a.data(), b.data(), c.mutable_data(), s, num_threads, active_isa());
+  }
+  return std::move(c);
+}
+
+}  // namespace
+
+void register_float_ops(py::module_& m) {
+  using py::arg;
+  const auto none = py::none();
+  m.def("exp_f32", &exp_f32, arg("x"), arg("num_threads") = 1, arg("out") = none,
+        "quanta's float32 exp, eqs. (E1)-(E6) of docs/float-ops.md (the twin: reference/float_ops.exp_f32).");
+  m.def("softmax_f32", &softmax_f32, arg("x"), arg("num_threads") = 1, arg("out") = none,
+        "Softmax along the last axis of float32 x, eqs. (S1)-(S4) of docs/float-ops.md.");
+  m.def("layer_norm_f32", &layer_norm_f32, arg("x"), arg("scale"), arg("bias"), arg("axis"), arg("epsilon"),
+        arg("num_threads") = 1, arg("out") = none, arg("stats") = false,
+        "LayerNormalization of float32 x over axes [axis, rank), eqs. (L1)-(L5) of docs/float-ops.md; "
+        "stats=True also returns (mean, inv_std) of shape x.shape[:axis] + (1,) * (rank - axis).");
+  m.def("binary_f32", &binary_f32, arg("op"), arg("a"), arg("b"), arg("num_threads") = 1, arg("out") = none,
+        "c = a op b in float32 (op: add, sub, mul, div), numpy broadcasting.");
+}
+
+}  // namespace quanta

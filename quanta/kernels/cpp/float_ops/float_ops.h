@@ -1,0 +1,97 @@
+// Float32 kernels for the float islands of quantized models: Softmax, LayerNormalization,
+// and the binary Add / Sub / Mul / Div with numpy broadcasting; exp as a building block.
+//
+// ---------------------------------------------------------------------------------------
+// Contract (docs/float-ops.md; NumPy twin: kernels/reference/float_ops.py). Every float
+// operation below is one float32 IEEE operation in the order written: no fused multiply-
+// add (-ffp-contract=off), true divisions and square roots (correctly rounded), rne =
+// round half to even. Every ISA variant therefore gives the bytes of the twin (NaN
+// payloads aside: a NaN result is NaN everywhere, its sign/payload bits are not pinned).
+// ---------------------------------------------------------------------------------------
+//
+//   exp       (E1) t = min(max(x, −104), 89)            (E2) n = rne(f32(t · L2E))
+//             (E3) r = f32(f32(t − f32(n · C1)) − f32(n · C2))
+//             (E4) h = P0; h = f32(f32(h · r) + Pk), k = 1..5
+//             (E5) p = f32(f32(f32(h · f32(r · r)) + r) + 1)
+//             (E6) y = f32(f32(p · 2^n1) · 2^n2), n1 = floor(n / 2), n2 = n − n1
+//             (constants: float_ops_scalar.h, bit patterns in the comments)
+//   sum16     (R1) lane j = i mod 16 accumulates x_i from +0 in increasing i
+//             (R2) acc_j = f32(acc_j + acc_{j+h}) for h = 8, 4, 2, 1, j < h   (R3) acc_0
+//             AVX-512: one zmm accumulator; AVX2: two ymm (lanes 0–7 and 8–15 of each
+//             16-block), first tree step = ymm0 + ymm1; portable: float acc[16].
+//   softmax   (S1) m = max of the non-NaN x_i (−inf if none)
+//             (S2) e_i = exp(f32(x_i − m))  (S3) s = sum16(e)  (S4) y_i = f32(e_i / s)
+//   layer_norm (L1) mean = f32(sum16(x) / D)  (L2) d_i = f32(x_i − mean)
+//             (L3) var = f32(sum16(f32(d_i · d_i)) / D)
+//             (L4) inv_std = f32(1 / f32(sqrt(f32(var + eps))))
+//             (L5) y_i = f32(f32(f32(d_i · inv_std) · scale_i) + bias_i)   (no bias: no add)
+//   binary    c = f32(a op b), op in + − · /, numpy broadcasting
+//
+// Broadcasting (binary): the driver drops size-1 dimensions and merges adjacent dimensions
+// that are contiguous (or broadcast) in both inputs, so any broadcast is an odometer over
+// outer dimensions around an inner run in which each input steps by 1 or repeats one
+// element (step 0): same shape, scalar, [1,128,384] + [384] and [1,6,128,128] +
+// [1,1,1,128] all reach the vector loop.
+//
+// Threads: rows (softmax, layer_norm) or output positions (binary, exp) are split into
+// chunks; a row or an element is computed by the same instructions whichever thread runs
+// it, so the bytes are identical for any num_threads. Buffers are owned by the caller.
+#pragma once
+
+#include <cstdint>
+
+#include "dispatch.h"
+
+namespace quanta {
+namespace float_ops {
+
+enum class BinaryOp : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3 };
+
+// Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
+using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n);
+// y[i] = exp(x[i]) over n elements.
+using ExpRunFn = void (*)(const float* x, float* y, int64_t n);
+// `rows` contiguous rows of length d (d >= 1).
+using SoftmaxRowsFn = void (*)(const float* x, float* y, int64_t rows, int64_t d);
+// bias may be null (no add); mean / inv_std may be null (not written), else [rows].
+using LayerNormRowsFn = void (*)(const float* x, float* y, int64_t rows, int64_t d, const float* scale,
+                                 const float* bias, float epsilon, float* mean, float* inv_std);
+
+// One table per ISA (filled by float_ops_<isa>.cc).
+struct Kernels {
+  const char* isa;
+  BinaryRunFn binary[4];  // indexed by BinaryOp
+  ExpRunFn exp;
+  SoftmaxRowsFn softmax;
+  LayerNormRowsFn layer_norm;
+};
+
+extern const Kernels kKernelsPortable;
+extern const Kernels kKernelsAvx2;
+extern const Kernels kKernelsAvx512Vnni;
+const Kernels& kernels_for(Isa isa);
+
+// ---- drivers (float_ops.cc) ---------------------------------------------------------------
+
+void exp_f32(const float* x, float* y, int64_t n, int num_threads, Isa isa);
+
+void softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa);
+
+void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
+                float epsilon, float* mean, float* inv_std, int num_threads, Isa isa);
+
+// A broadcast binary operation, dimensions already aligned to the output's rank.
+struct BroadcastShape {
+  int rank;
+  const int64_t* out_shape;  // [rank]
+  const int64_t* a_shape;    // [rank], each 1 or out_shape[d]
+  const int64_t* b_shape;
+};
+
+constexpr int kMaxRank = 16;
+
+void binary(BinaryOp op, const float* a, const float* b, float* c, const BroadcastShape& s, int num_threads,
+            Isa isa);
+
+}  // namespace float_ops
+}  // namespace quanta

@@ -1,0 +1,77 @@
+// Portable float_ops: the contract of float_ops.h one element at a time
+// (float_ops_scalar.h). The SIMD variants perform the same float32 operations in the same
+// order, lane by lane.
+#include <cstdint>
+#include <limits>
+
+#include "float_ops/float_ops.h"
+#include "float_ops/float_ops_scalar.h"
+
+namespace quanta {
+namespace float_ops {
+namespace {
+
+template <BinaryOp op>
+void binary_run(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) c[i] = binary_one<op>(a[i * a_step], b[i * b_step]);
+}
+
+void exp_run(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = exp_one(x[i]);
+}
+
+// (R1): lane i mod 16 takes x[i], in increasing i.
+float sum16(const float* x, int64_t d) {
+  float acc[kLanes] = {};
+  for (int64_t i = 0; i < d; ++i) acc[i % kLanes] = acc[i % kLanes] + x[i];
+  return tree16(acc);
+}
+
+void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* xr = x + row * d;
+    float* yr = y + row * d;
+    float m = -std::numeric_limits<float>::infinity();  // (S1), NaN elements skipped
+    for (int64_t i = 0; i < d; ++i) m = xr[i] > m ? xr[i] : m;
+    for (int64_t i = 0; i < d; ++i) yr[i] = exp_one(xr[i] - m);  // (S2)
+    const float s = sum16(yr, d);                                 // (S3)
+    for (int64_t i = 0; i < d; ++i) yr[i] = yr[i] / s;             // (S4)
+  }
+}
+
+void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
+                     float epsilon, float* mean_out, float* inv_std_out) {
+  const float count = static_cast<float>(d);
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* xr = x + row * d;
+    float* yr = y + row * d;
+    const float mean = sum16(xr, d) / count;  // (L1)
+    float acc[kLanes] = {};
+    for (int64_t i = 0; i < d; ++i) {
+      const float di = xr[i] - mean;  // (L2)
+      acc[i % kLanes] = acc[i % kLanes] + di * di;
+    }
+    const float var = tree16(acc) / count;                    // (L3)
+    const float inv_std = 1.0f / std::sqrt(var + epsilon);     // (L4)
+    for (int64_t i = 0; i < d; ++i) {
+      const float v = ((xr[i] - mean) * inv_std) * scale[i];  // (L5)
+      yr[i] = bias ? v + bias[i] : v;
+    }
+    if (mean_out) mean_out[row] = mean;
+    if (inv_std_out) inv_std_out[row] = inv_std;
+  }
+}
+
+}  // namespace
+
+const Kernels kKernelsPortable = {
+    "portable",
+    {binary_run<BinaryOp::kAdd>, binary_run<BinaryOp::kSub>, binary_run<BinaryOp::kMul>,
+     binary_run<BinaryOp::kDiv>},
+    exp_run,
+    softmax_rows,
+    layer_norm_rows,
+};
+
+}  // namespace float_ops
+}  // namespace quanta

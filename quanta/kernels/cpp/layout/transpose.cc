@@ -1,0 +1,81 @@
+// See transpose.h.
+#include "layout/transpose.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "qgemm/thread_pool.h"
+
+namespace quanta {
+namespace layout {
+namespace {
+
+constexpr int64_t kTile = 16;
+
+template <typename T>
+void tile_typed(const T* x, T* y, int64_t rows, int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* src = x + r * cols;
+    for (int64_t c = c0; c < c1; ++c) y[c * rows + r] = src[c];
+  }
+}
+
+template <typename T>
+void rows_typed(const T* x, T* y, int64_t rows, int64_t cols, int64_t r_begin, int64_t r_end) {
+  for (int64_t r0 = r_begin; r0 < r_end; r0 += kTile) {
+    const int64_t r1 = std::min(r_end, r0 + kTile);
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      tile_typed(x, y, rows, cols, r0, r1, c0, std::min(cols, c0 + kTile));
+    }
+  }
+}
+
+void rows_bytes(const uint8_t* x, uint8_t* y, int64_t rows, int64_t cols, int64_t e, int64_t r_begin,
+                int64_t r_end) {
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    for (int64_t c = 0; c < cols; ++c) std::memcpy(y + (c * rows + r) * e, x + (r * cols + c) * e, e);
+  }
+}
+
+void rows_any(const uint8_t* x, uint8_t* y, int64_t rows, int64_t cols, int64_t e, int64_t r_begin, int64_t r_end) {
+  switch (e) {
+    case 1: return rows_typed(x, y, rows, cols, r_begin, r_end);
+    case 2:
+      return rows_typed(reinterpret_cast<const uint16_t*>(x), reinterpret_cast<uint16_t*>(y), rows, cols, r_begin,
+                        r_end);
+    case 4:
+      return rows_typed(reinterpret_cast<const uint32_t*>(x), reinterpret_cast<uint32_t*>(y), rows, cols, r_begin,
+                        r_end);
+    case 8:
+      return rows_typed(reinterpret_cast<const uint64_t*>(x), reinterpret_cast<uint64_t*>(y), rows, cols, r_begin,
+                        r_end);
+    default: return rows_bytes(x, y, rows, cols, e, r_begin, r_end);
+  }
+}
+
+}  // namespace
+
+void transpose_batched(const void* x, void* y, int64_t batch, int64_t rows, int64_t cols, int64_t elem_bytes,
+                       int num_threads) {
+  if (batch <= 0 || rows <= 0 || cols <= 0) return;
+  const auto* xb = static_cast<const uint8_t*>(x);
+  auto* yb = static_cast<uint8_t*>(y);
+  const int64_t plane = rows * cols * elem_bytes;
+  // Units: (b, tile of kTile rows). Below ~64 KiB a second thread does not pay.
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  const int64_t units = batch * row_tiles;
+  const int threads = batch * plane < (int64_t{64} << 10) ? 1 : num_threads;
+  auto body = [&](int64_t u, int) {
+    const int64_t b = u / row_tiles, t = u % row_tiles;
+    const int64_t r0 = t * kTile, r1 = std::min(rows, r0 + kTile);
+    rows_any(xb + b * plane, yb + b * plane, rows, cols, elem_bytes, r0, r1);
+  };
+  if (threads <= 1) {
+    for (int64_t u = 0; u < units; ++u) body(u, 0);
+    return;
+  }
+  qgemm::parallel_for(threads, units, body);
+}
+
+}  // namespace layout
+}  // namespace quanta

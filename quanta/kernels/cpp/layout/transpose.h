@@ -1,0 +1,27 @@
+// Batched 2-D transpose of fixed-size elements: the data movement behind ONNX Transpose
+// for the permutations a compiled model actually uses (NCHW <-> NHWC at the edges of a
+// channels-last region, [0, 2, 1, 3] of attention heads).
+//
+// Contract: x is [B, R, C] elements of `elem_bytes` bytes each, C-contiguous; y is
+// [B, C, R], C-contiguous; for every b, r, c: y[b, c, r] = x[b, r, c] (a byte copy, so
+// bit-exact for every dtype). An ONNX perm reduces to this form when it keeps a leading
+// group of axes, swaps two adjacent groups and keeps a trailing group (which becomes part
+// of the element): see quanta/targets/native/layout.py.
+//
+// Blocking: 16 x 16 element tiles for elements of 1, 2, 4 or 8 bytes (both the source
+// rows and the destination rows of a tile stay in L1), a row-wise memcpy for larger
+// elements. Threads: tiles of rows split over num_threads with the qgemm pool; every
+// byte is written once, whatever the split. No allocation; x and y must not overlap.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace quanta {
+namespace layout {
+
+void transpose_batched(const void* x, void* y, int64_t batch, int64_t rows, int64_t cols, int64_t elem_bytes,
+                       int num_threads);
+
+}  // namespace layout
+}  // namespace quanta

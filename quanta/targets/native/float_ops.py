@@ -1,0 +1,274 @@
+"""Native float32 kernels for the float islands of quantized models (kernels/cpp/float_ops).
+
+=====================  =========================================  ===============================
+operator               native call                                twin (bit-identical)
+=====================  =========================================  ===============================
+Softmax                ``softmax_f32`` along the last axis; other  nn.softmax -> float_ops.softmax_
+                       axes through a transposed copy              rows, eqs. (S1)-(S4)
+LayerNormalization     ``layer_norm_f32`` (Mean / InvStdDev        nn_norm.layer_normalization ->
+                       outputs too), stash_type 1                 float_ops.layer_norm_rows, (L1)-(L5)
+Add, Sub, Mul, Div     ``binary_f32``, numpy broadcasting          math_ops (np.add, ...): one IEEE
+                                                                  operation per element
+=====================  =========================================  ===============================
+
+The equations are in docs/float-ops.md. Only float32 runs natively: a binder refuses a node
+whose inputs are known to be of another type (the plan records the reason), and a kernel
+hands a call whose inputs turn out to be outside its fast path (another dtype, a scale
+that does not broadcast to the normalized shape, an axis out of range) to the reference
+twin, which computes it or raises the operator's error. :data:`RUNTIME_FALLBACKS` counts
+those hand-overs; tests assert it stays 0 on supported inputs.
+
+Threads: ``ctx.num_threads`` goes to every kernel; rows (or output positions) are split
+into chunks and each is computed by the same instructions whichever thread runs it, so
+the bytes are identical for any thread count.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node, Value
+from quanta.kernels.reference.registry import get_op
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+
+__all__ = [
+    "RUNTIME_FALLBACKS",
+    "bind_add",
+    "bind_div",
+    "bind_layer_normalization",
+    "bind_mul",
+    "bind_softmax",
+    "bind_sub",
+]
+
+F32 = np.dtype(np.float32)
+
+#: op_type -> how many calls a native kernel handed to the reference twin at run time.
+RUNTIME_FALLBACKS: collections.Counter[str] = collections.Counter()
+
+
+class _Unsupported(Exception):
+    """A run-time input outside the native fast path: the call goes to the reference twin."""
+
+
+_NATIVE: Any = None
+
+
+def _native() -> Any:
+    """quanta.kernels._native, imported on first use (binders run only when it is built)."""
+    global _NATIVE
+    if _NATIVE is None:
+        from quanta.kernels import _native as module
+
+        _NATIVE = module
+    return _NATIVE
+
+
+def _threads(ctx: Any) -> int:
+    return max(1, int(getattr(ctx, "num_threads", 1)))
+
+
+def _f32(a: Any) -> np.ndarray:
+    """``a`` as a C-contiguous float32 array, or _Unsupported."""
+    if not isinstance(a, np.ndarray) or a.dtype != F32:
+        raise _Unsupported
+    return np.ascontiguousarray(a)
+
+
+def _with_fallback(op_type: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Wrap ``fast(ctx, *inputs, out=..., **attrs)``: when it raises _Unsupported (or the
+    binding refuses the arguments with ValueError) the reference twin runs the call."""
+
+    def deco(fast: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fast)
+        def kernel(ctx: Any, *inputs: Any, out: np.ndarray | None = None, **attrs: Any):
+            try:
+                return fast(ctx, *inputs, out=out, **attrs)
+            except (_Unsupported, ValueError):
+                pass
+            RUNTIME_FALLBACKS[op_type] += 1
+            y = get_op(op_type)(ctx, *inputs, **attrs)
+            if out is None or isinstance(y, tuple):
+                return y
+            np.copyto(out, y)
+            return out
+
+        return kernel
+
+    return deco
+
+
+def _dtype(v: Value | None) -> np.dtype | None:
+    """The element dtype of a value, or None when unknown."""
+    if v is None:
+        return None
+    if v.const is not None:
+        return v.const.dtype
+    if v.type is None:
+        return None
+    try:
+        return np.dtype(v.type.elem.numpy)
+    except (AttributeError, TypeError, KeyError):
+        return None
+
+
+def _check_f32(op: str, *named: tuple[str, Value | None]) -> str:
+    """The reason a named value is known not to be float32, or "" (unknown types pass:
+    the kernel checks at run time)."""
+    for name, v in named:
+        dt = _dtype(v)
+        if dt is not None and dt != F32:
+            return f"native {op} takes float32 {name}, got {dt}"
+    return ""
+
+
+def _kernel(fn: Callable[..., Any], name: str, node: Node) -> tuple[Kernel, str]:
+    # out= only for one output (the runtime's rule; LayerNormalization may have three)
+    return Kernel(fn, "native", f"native:{name}", out=len(node.outputs) == 1), ""
+
+
+# --------------------------------------------------------------------------------------
+# Softmax
+# --------------------------------------------------------------------------------------
+
+
+@_with_fallback("Softmax")
+def _softmax_native(ctx: Any, x: Any, *, out: Any, axis: int | None = None) -> np.ndarray:
+    """Softmax, float32 (nn.softmax): rows along the axis (opset >= 13) or along the second
+    dimension of the 2-D coercion (opset < 13)."""
+    x = _f32(x)
+    if x.ndim == 0 or x.size == 0:
+        raise _Unsupported  # the twin's scalar / empty path
+    axis = (-1 if ctx.opset >= 13 else 1) if axis is None else axis
+    if not -x.ndim <= axis < x.ndim:
+        raise _Unsupported  # the twin raises the operator's error
+    axis %= x.ndim
+    threads = _threads(ctx)
+    if ctx.opset < 13:
+        rows = x.reshape(math.prod(x.shape[:axis]), -1)
+        y = _native().softmax_f32(rows, threads, None if out is None else out.reshape(rows.shape))
+        return out if out is not None else y.reshape(x.shape)
+    if axis == x.ndim - 1:
+        return _native().softmax_f32(x, threads, out)
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))  # rows of the axis, contiguous
+    y = np.moveaxis(_native().softmax_f32(moved, threads), -1, axis)
+    if out is None:
+        return np.ascontiguousarray(y)
+    np.copyto(out, y)
+    return out
+
+
+@register_binder("Softmax")
+def bind_softmax(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 Softmax along any axis (the last one without a copy)."""
+    del model  # unused: the choice depends on the node's types only
+    reason = _check_f32("Softmax", ("input", node.input(0)))
+    if reason:
+        return None, reason
+    return _kernel(_softmax_native, "softmax_f32", node)
+
+
+# --------------------------------------------------------------------------------------
+# LayerNormalization
+# --------------------------------------------------------------------------------------
+
+
+@_with_fallback("LayerNormalization")
+def _layer_normalization_native(
+    ctx: Any,
+    x: Any,
+    scale: Any,
+    bias: Any = None,
+    *,
+    out: Any,
+    axis: int = -1,
+    epsilon: float = 1e-5,
+    stash_type: int = 1,
+) -> np.ndarray | tuple[np.ndarray, ...]:
+    """LayerNormalization, float32 x / scale / bias, stash_type 1 (nn_norm.layer_normalization)."""
+    x = _f32(x)
+    if stash_type != 1 or x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+        raise _Unsupported
+    axis %= x.ndim
+    norm_shape = x.shape[axis:]
+
+    def per_element(v: Any) -> np.ndarray:
+        # scale / bias broadcast to the normalized shape (the twin broadcasts them against
+        # x; anything that would change the output's shape stays with the twin)
+        v = _f32(v)
+        if v.ndim > len(norm_shape) or np.broadcast_shapes(v.shape, norm_shape) != norm_shape:
+            raise _Unsupported
+        return np.ascontiguousarray(np.broadcast_to(v, norm_shape)).reshape(-1)
+
+    try:
+        s = per_element(scale)
+        b = None if bias is None else per_element(bias)
+    except ValueError:  # np.broadcast_shapes: shapes that do not broadcast
+        raise _Unsupported from None
+    stats = ctx.n_outputs > 1
+    result = _native().layer_norm_f32(
+        x, s, b, axis, float(np.float32(epsilon)), _threads(ctx), out if not stats else None, stats
+    )
+    if not stats:
+        return result
+    return tuple(result)[: ctx.n_outputs]
+
+
+@register_binder("LayerNormalization")
+def bind_layer_normalization(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 LayerNormalization with stash_type 1 (Y, and Mean / InvStdDev when asked)."""
+    del model  # unused: the choice depends on the node's types and attributes only
+    if node.attrs.get("stash_type", 1) != 1:
+        return None, "native LayerNormalization computes in float32 only (stash_type 1)"
+    reason = _check_f32(
+        "LayerNormalization", ("X", node.input(0)), ("Scale", node.input(1)), ("B", node.input(2))
+    )
+    if reason:
+        return None, reason
+    return _kernel(_layer_normalization_native, "layer_norm_f32", node)
+
+
+# --------------------------------------------------------------------------------------
+# Add, Sub, Mul, Div
+# --------------------------------------------------------------------------------------
+
+
+def _binary_kernel(op_type: str) -> Callable[..., Any]:
+    op = op_type.lower()
+
+    @_with_fallback(op_type)
+    def run(ctx: Any, a: Any, b: Any, *, out: Any) -> np.ndarray:
+        return _native().binary_f32(op, _f32(a), _f32(b), _threads(ctx), out)
+
+    run.__name__ = run.__qualname__ = f"_{op}_native"
+    run.__doc__ = f"{op_type}, float32, numpy broadcasting (math_ops.{op}): one IEEE operation per element."
+    return run
+
+
+def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, str]]:
+    fn = _binary_kernel(op_type)
+    name = f"{op_type.lower()}_f32"
+
+    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
+        del model  # unused: the choice depends on the node's types only
+        reason = _check_f32(op_type, ("A", node.input(0)), ("B", node.input(1)))
+        if reason:
+            return None, reason
+        return _kernel(fn, name, node)
+
+    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
+    binder.__doc__ = f"float32 {op_type} with numpy broadcasting; other element types fall back."
+    return register_binder(op_type)(binder)
+
+
+bind_add = _bind_binary("Add")
+bind_sub = _bind_binary("Sub")
+bind_mul = _bind_binary("Mul")
+bind_div = _bind_binary("Div")

@@ -1,0 +1,101 @@
+"""Native Transpose: the permutations that are a batched 2-D transpose
+(quanta/kernels/cpp/layout/transpose.h), a byte copy and therefore bit-exact with the
+reference twin (``np.transpose``) for every dtype.
+
+A perm reduces to that form when, after merging runs of axes that stay adjacent and in
+order, it reads ``[lead..., B, A, trail...]`` for an input ``[lead..., A, B, trail...]``:
+the leading axes are the batch, A the rows, B the columns and the trailing axes one
+element (their bytes move together). NCHW -> NHWC ``[0, 2, 3, 1]`` (A = C, B = H·W),
+NHWC -> NCHW ``[0, 3, 1, 2]``, and the attention-head ``[0, 2, 1, 3]`` (element =
+head_dim values) all do. Other perms, or a rank the binder cannot see at compile time,
+run on the twin (which returns a NumPy view; the executor copies it where needed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+
+try:
+    from quanta.kernels import _native
+except ImportError:  # the binders only run when the extension is built
+    _native = None
+
+__all__ = ["batched_transpose_split", "bind_transpose"]
+
+
+def batched_transpose_split(perm: list[int]) -> tuple[int, int, int] | None:
+    """For a perm of rank r: (a, b, c) with perm == [0..a) + [b..c) + [a..b) + [c..r),
+    a <= b <= c, both swapped groups non-empty; None when the perm is not of that form
+    (the identity is not: it needs no kernel)."""
+    r = len(perm)
+    if sorted(perm) != list(range(r)):
+        return None
+    a = 0
+    while a < r and perm[a] == a:
+        a += 1
+    c = r
+    while c > a and perm[c - 1] == c - 1:
+        c -= 1
+    if a == c:
+        return None
+    b = perm[a]  # the first moved axis starts the second group [b, c)
+    expected = list(range(b, c)) + list(range(a, b))
+    if b <= a or perm[a:c] != expected:
+        return None
+    return a, b, c
+
+
+def _transpose_native(
+    ctx: Any,
+    data: np.ndarray,
+    *,
+    split: tuple[int, int, int],
+    perm: list[int] | None = None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """``np.transpose(data, perm)`` as one batched 2-D transpose into a contiguous array
+    (``split``: :func:`batched_transpose_split` of the perm, found at compile time)."""
+    a, b, c = split
+    shape = data.shape
+    if perm is None:
+        perm = list(range(data.ndim))[::-1]
+    if len(shape) != len(perm):
+        return np.ascontiguousarray(np.transpose(data, perm))
+    batch = int(np.prod(shape[:a], dtype=np.int64))
+    rows = int(np.prod(shape[a:b], dtype=np.int64))
+    cols = int(np.prod(shape[b:c], dtype=np.int64))
+    x = data if data.flags.c_contiguous else np.ascontiguousarray(data)
+    out_shape = tuple(shape[p] for p in perm)
+    if out is None:
+        out = np.empty(out_shape, dtype=x.dtype)
+    threads = max(1, int(getattr(ctx, "num_threads", 1)))
+    _native.transpose_batched(x, batch, rows, cols, threads, out)
+    return out
+
+
+@register_binder("Transpose")
+def bind_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Transpose whose perm is a batched 2-D transpose, with a known input rank."""
+    del model  # unused: the choice depends on the node alone
+    if _native is None:
+        return None, "the native extension is not built"
+    x = node.input(0)
+    rank = None if x is None or x.shape is None else len(x.shape)
+    perm = node.attrs.get("perm")
+    if perm is None:
+        if rank is None:
+            return None, "Transpose without perm on an input of unknown rank"
+        perm = list(range(rank))[::-1]
+    perm = [int(p) for p in perm]
+    if rank is not None and rank != len(perm):
+        return None, f"perm {perm} does not match the input rank {rank}"
+    split = batched_transpose_split(perm)
+    if split is None:
+        return None, f"perm {perm} is not a batched 2-D transpose (no native kernel)"
+    return Kernel(_transpose_native, "native", "native:transpose_batched", params={"split": split}, out=True), ""

@@ -1,0 +1,427 @@
+"""Native float32 kernels (quanta/kernels/cpp/float_ops) against their NumPy twin
+(quanta/kernels/reference/float_ops.py), and the twin against float64 math.
+
+Bit-exact, tolerance 0 throughout the native-vs-twin tests: every step of docs/float-ops.md
+is one float32 IEEE operation in a fixed order in both implementations (NaN payloads
+aside: ``assert_same`` requires NaN at the same places and identical bits elsewhere).
+Every ISA the CPU supports runs (``_native.set_isa``), and threads 1 vs 2 give identical
+bytes. The accuracy tests state their bounds with a derivation next to each.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quanta.kernels import _native
+from quanta.kernels.reference import float_ops as twin
+
+ISAS: list[str] = list(_native.supported_isas())
+F32 = np.float32
+U = 2.0**-24  # unit roundoff of float32
+#: row lengths with reasons: 1 (a lone element), 15/16/17 (one 16-lane block ± 1), 63/65
+#: (4 blocks ± 1, AVX2 half-block tails), 300 (odd tail of 12), 384 (BERT hidden size)
+ROW_LENGTHS = [1, 15, 16, 17, 63, 65, 300, 384]
+
+
+def every_isa(fn) -> None:
+    """Run ``fn(isa)`` once per ISA with the override set."""
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            fn(isa)
+    finally:
+        _native.clear_isa()
+
+
+def assert_same(expected: np.ndarray, actual: np.ndarray, label: str, **context) -> None:
+    """Same shape and dtype, NaN at the same places, identical bits everywhere else;
+    otherwise say where and with which parameters."""
+    expected, actual = np.asarray(expected), np.asarray(actual)
+    detail = ", ".join(f"{k}={v}" for k, v in context.items())
+    assert expected.shape == actual.shape and expected.dtype == actual.dtype, (
+        f"{label}: expected {expected.dtype}{expected.shape}, got {actual.dtype}{actual.shape}; {detail}"
+    )
+    e_nan, a_nan = np.isnan(expected), np.isnan(actual)
+    bad = (e_nan != a_nan) | (~e_nan & (expected.view(np.uint32) != actual.view(np.uint32)))
+    if bad.any():
+        idx = np.argwhere(bad)
+        first = tuple(int(i) for i in idx[0])
+        raise AssertionError(
+            f"{label}: {len(idx)} of {expected.size} elements differ; first at {first}: expected "
+            f"{expected[first]!r}, got {actual[first]!r}; {detail}"
+        )
+
+
+def special_values() -> np.ndarray:
+    """Edges of exp's range reduction and IEEE specials."""
+    tiny = np.finfo(F32).tiny
+    return np.array(
+        [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, tiny, -tiny, 1e-45, -1e-45, 88.72, 88.7229, 88.73,
+         89.0, 89.5, -87.33, -87.34, -103.97, -104.0, -104.5, -1e30, 1e30, 0.34657, -0.34657, 0.5, -0.5,
+         3.4e38, -3.4e38],
+        F32,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------
+# exp
+# --------------------------------------------------------------------------------------
+
+
+@given(
+    n=st.integers(1, 70),
+    scale=st.sampled_from([1.0, 30.0, 100.0, 1e30]),
+    seed=st.integers(0, 2**16),
+)
+def test_exp_native_matches_twin_every_isa(n, scale, seed) -> None:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) * scale).astype(F32)
+    expected = twin.exp_f32(x)
+    every_isa(lambda isa: assert_same(expected, _native.exp_f32(x), "exp_f32", isa=isa, n=n))
+
+
+def test_exp_native_matches_twin_on_specials_and_a_sweep() -> None:
+    sweep = np.linspace(-110, 95, 1 << 18, dtype=F32)
+    x = np.concatenate([special_values(), sweep, np.nextafter(special_values(), F32(0))])
+    expected = twin.exp_f32(x)
+    every_isa(lambda isa: assert_same(expected, _native.exp_f32(x), "exp_f32", isa=isa))
+    every_isa(
+        lambda isa: assert_same(expected, _native.exp_f32(x, num_threads=2), "exp_f32 2 threads", isa=isa)
+    )
+
+
+def ulp_error(actual: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """|actual − exact| in ulps of the float32 nearest the float64 ``exact``."""
+    return np.abs(actual.astype(np.float64) - exact) / np.spacing(np.abs(exact.astype(F32))).astype(
+        np.float64
+    )
+
+
+def test_exp_twin_within_one_ulp_of_exact() -> None:
+    """Bound 1 ulp for normal results: the polynomial (E4)-(E5) is accurate to ~2^-26 on
+    |r| <= ln2/2 + rounding, (E3) is exact for |n| < 2^15 in its first product, and (E6)
+    rounds once; measured max 0.99 ulp on 2^25 inputs (docs/float-ops.md)."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate(
+        [rng.uniform(-87.33, 88.72, 1 << 20), rng.uniform(-1, 1, 1 << 16), np.linspace(-1e-3, 1e-3, 4097)]
+    ).astype(F32)
+    err = ulp_error(twin.exp_f32(x), np.exp(x.astype(np.float64)))
+    assert err.max() <= 1.0, (err.max(), x[np.argmax(err)])
+
+
+def test_exp_twin_range_ends() -> None:
+    """Below FLT_MIN the result is rne(p·2^n): within 2^-149 (one subnormal step, plus
+    p's relative error on a value < 2^-126) of e^x; past ln(FLT_MAX) it is +inf; below
+    −103.97 (e^x < 2^-150) it is 0; NaN stays NaN; e^±0 = 1."""
+    x = np.linspace(-103.9, -87.34, 4001, dtype=F32)
+    err = np.abs(twin.exp_f32(x).astype(np.float64) - np.exp(x.astype(np.float64)))
+    assert err.max() <= 2.0**-149
+    y = twin.exp_f32(np.array([88.72, 88.73, 1e30, np.inf, -104.0, -1e30, -np.inf, np.nan, 0.0, -0.0], F32))
+    assert np.isfinite(y[0]) and np.all(np.isposinf(y[1:4]))
+    assert np.all(y[4:7] == 0) and np.isnan(y[7]) and np.all(y[8:] == 1)
+
+
+# --------------------------------------------------------------------------------------
+# the lane reduction (R1)-(R3)
+# --------------------------------------------------------------------------------------
+
+
+def sum16_by_definition(row: np.ndarray) -> np.float32:
+    """(R1)-(R3) one float32 scalar at a time."""
+    acc = [F32(0)] * 16
+    for i, v in enumerate(row):
+        acc[i % 16] = F32(acc[i % 16] + v)
+    h = 8
+    while h >= 1:
+        for j in range(h):
+            acc[j] = F32(acc[j] + acc[j + h])
+        h //= 2
+    return acc[0]
+
+
+@pytest.mark.parametrize("d", [*ROW_LENGTHS, 1000])
+def test_sum16_is_the_stated_lane_order_not_pairwise(d) -> None:
+    """Hazard: NumPy's np.sum is pairwise (blocks of 8 unrolled, then halves), which
+    C++ would have to copy. Rows with a large first element per lane and many small
+    ones make sequential and pairwise orders give different float32 sums; the twin must
+    give the (R1)-(R3) result, element by element."""
+    rng = np.random.default_rng(d)
+    rows = rng.standard_normal((3, d)).astype(F32)
+    rows[:, :16] *= F32(1e7)
+    got = twin.sum16(rows)
+    for r in range(3):
+        assert got[r].tobytes() == sum16_by_definition(rows[r]).tobytes()
+
+
+# --------------------------------------------------------------------------------------
+# Softmax
+# --------------------------------------------------------------------------------------
+
+
+@st.composite
+def softmax_rows(draw):
+    d = draw(st.sampled_from(ROW_LENGTHS))
+    rows = draw(st.integers(1, 5))
+    seed = draw(st.integers(0, 2**16))
+    scale = draw(st.sampled_from([1.0, 10.0, 1e4, 1e38]))
+    shift = draw(st.sampled_from([0.0, -50.0, 1e6]))
+    rng = np.random.default_rng(seed)
+    with np.errstate(over="ignore"):
+        x = (rng.standard_normal((rows, d)) * scale + shift).astype(F32)
+    mask = draw(st.sampled_from(["none", "some", "row", "-3.4e38"]))
+    if mask == "some":
+        x[rng.random(x.shape) < 0.3] = -np.inf
+    elif mask == "row":
+        x[0] = -np.inf  # a fully masked row: NaN, as the previous reference gave
+    elif mask == "-3.4e38":
+        x[:, d // 2 :] = F32(-3.4e38)  # the HF-style additive mask of the encoder block
+    return x
+
+
+@given(x=softmax_rows())
+def test_softmax_native_matches_twin_every_isa(x) -> None:
+    expected = twin.softmax_rows(x)
+    every_isa(
+        lambda isa: assert_same(expected, _native.softmax_f32(x), "softmax_f32", isa=isa, shape=x.shape)
+    )
+
+
+def test_softmax_fully_masked_row_is_nan_and_nan_rows_propagate() -> None:
+    x = np.zeros((4, 17), F32)
+    x[0] = -np.inf
+    x[1, 3] = np.nan
+    x[2, 5] = np.inf
+    expected = twin.softmax_rows(x)
+    assert np.isnan(expected[:3]).all() and not np.isnan(expected[3]).any()
+    every_isa(lambda isa: assert_same(expected, _native.softmax_f32(x), "softmax_f32", isa=isa))
+
+
+def test_softmax_threads_1_and_2_identical() -> None:
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((1, 6, 128, 128)) * 4).astype(F32)  # 6 row chunks
+    x[..., 100:] = -np.inf
+
+    def check(isa: str) -> None:
+        one = _native.softmax_f32(x, num_threads=1)
+        assert_same(one, _native.softmax_f32(x, num_threads=2), "softmax_f32 threads", isa=isa)
+        assert_same(twin.softmax_rows(x.reshape(-1, 128)).reshape(x.shape), one, "softmax_f32", isa=isa)
+
+    every_isa(check)
+
+
+def test_softmax_twin_accuracy_against_float64() -> None:
+    """Relative error of y_i vs float64 softmax of the same float32 x, first order in u:
+    u·|τ_i| from rounding τ_i = x_i − m (S2), 2u from exp (1 ulp), u·(τ̄ + 2) for the
+    sum's terms (τ̄ = Σ ŷ_j |τ_j|), (B + 4)u for B = ceil(D/16) lane additions and 4
+    tree levels (S3), u for the division (S4): |y_i − ŷ_i| <= u·(|τ_i| + τ̄ + B + 9)·ŷ_i,
+    plus 2^-147 absolute for results below FLT_MIN."""
+    rng = np.random.default_rng(11)
+    for d in ROW_LENGTHS:
+        x = (rng.standard_normal((16, d)) * 8).astype(F32)
+        y = twin.softmax_rows(x).astype(np.float64)
+        x64 = x.astype(np.float64)
+        tau = x64 - x64.max(axis=1, keepdims=True)
+        exact = np.exp(tau) / np.exp(tau).sum(axis=1, keepdims=True)
+        tau_bar = (exact * np.abs(tau)).sum(axis=1, keepdims=True)
+        bound = U * (np.abs(tau) + tau_bar + math.ceil(d / 16) + 9) * exact + 2.0**-147
+        assert np.all(np.abs(y - exact) <= bound), (d, np.max(np.abs(y - exact) / bound))
+
+
+# --------------------------------------------------------------------------------------
+# LayerNormalization
+# --------------------------------------------------------------------------------------
+
+
+def layer_norm_twin(x2: np.ndarray, scale: np.ndarray, bias: np.ndarray | None, eps: float):
+    d, mean, inv_std = twin.layer_norm_rows(x2, F32(eps))
+    y = (d * inv_std[:, None]) * scale
+    if bias is not None:
+        y = y + bias
+    return y, mean, inv_std
+
+
+@given(
+    d=st.sampled_from(ROW_LENGTHS),
+    rows=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+    offset=st.sampled_from([0.0, 3.0, -1e4]),
+    spread=st.sampled_from([1e-3, 1.0, 1e3]),
+    with_bias=st.booleans(),
+    eps=st.sampled_from([1e-5, 1e-12, 0.1]),
+)
+def test_layer_norm_native_matches_twin_every_isa(d, rows, seed, offset, spread, with_bias, eps) -> None:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, d)) * spread + offset).astype(F32)
+    scale = (1 + 0.1 * rng.standard_normal(d)).astype(F32)
+    bias = (0.1 * rng.standard_normal(d)).astype(F32) if with_bias else None
+    y, mean, inv_std = layer_norm_twin(x, scale, bias, eps)
+
+    def check(isa: str) -> None:
+        ctx = {"isa": isa, "shape": x.shape, "eps": eps, "bias": with_bias}
+        got = _native.layer_norm_f32(x, scale, bias, 1, float(F32(eps)), stats=True)
+        assert_same(y, got[0], "layer_norm_f32 y", **ctx)
+        assert_same(mean.reshape(rows, 1), got[1], "layer_norm_f32 mean", **ctx)
+        assert_same(inv_std.reshape(rows, 1), got[2], "layer_norm_f32 inv_std", **ctx)
+        assert_same(y, _native.layer_norm_f32(x, scale, bias, -1, float(F32(eps))), "layer_norm_f32", **ctx)
+
+    every_isa(check)
+
+
+def test_layer_norm_threads_1_and_2_identical_and_constant_rows() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((256, 384)).astype(F32)  # 6 row chunks
+    x[7] = F32(2.5)  # a constant row: d = 0, var = 0, y = bias
+    scale, bias = rng.standard_normal(384).astype(F32), rng.standard_normal(384).astype(F32)
+    y, _, _ = layer_norm_twin(x, scale, bias, 1e-5)
+    assert np.array_equal(y[7], bias)
+
+    def check(isa: str) -> None:
+        one = _native.layer_norm_f32(x, scale, bias, 1, float(F32(1e-5)), num_threads=1)
+        two = _native.layer_norm_f32(x, scale, bias, 1, float(F32(1e-5)), num_threads=2)
+        assert_same(one, two, "layer_norm_f32 threads", isa=isa)
+        assert_same(y, one, "layer_norm_f32", isa=isa)
+
+    every_isa(check)
+
+
+def test_layer_norm_twin_accuracy_against_float64() -> None:
+    """z = (x − μ)/sqrt(v + eps) (scale 1, bias 0) vs float64. First order in u, with
+    B = ceil(D/16), A = Σ|x|/D: the mean errs by Δμ <= u·((B + 4)·A + |μ|) (B + 4
+    additions, one division); d_i by Δμ + u|δ_i|; the variance by (B + 8)u relative
+    (square, B + 4 additions, division, the error of d) plus (Δμ/σ)²; inv_std by half of
+    that plus 2u (add eps, sqrt, reciprocal); z by one more u:
+    |ẑ − z| <= 1.01·Δμ/σ' + |z|·u·((B + 8)/2 + 5), σ' = sqrt(v + eps)."""
+    rng = np.random.default_rng(12)
+    for d in ROW_LENGTHS[1:]:
+        for offset in (0.0, 5.0, -300.0):
+            x = (rng.standard_normal((8, d)) + offset).astype(F32)
+            z, _, _ = layer_norm_twin(x, np.ones(d, F32), None, 1e-5)
+            x64 = x.astype(np.float64)
+            mu = x64.mean(axis=1, keepdims=True)
+            sigma = np.sqrt(((x64 - mu) ** 2).mean(axis=1, keepdims=True) + float(F32(1e-5)))
+            exact = (x64 - mu) / sigma
+            blocks = math.ceil(d / 16)
+            d_mu = U * ((blocks + 4) * np.abs(x64).mean(axis=1, keepdims=True) + np.abs(mu))
+            bound = 1.01 * d_mu / sigma + np.abs(exact) * U * ((blocks + 8) / 2 + 5)
+            err = np.abs(z.astype(np.float64) - exact)
+            assert np.all(err <= bound), (d, offset, np.max(err / bound))
+
+
+# --------------------------------------------------------------------------------------
+# binary Add / Sub / Mul / Div
+# --------------------------------------------------------------------------------------
+
+#: (a shape, b shape, reason)
+BROADCASTS = [
+    ((2, 3, 17), (2, 3, 17), "same shape, odd inner run"),
+    ((1, 128, 384), (384,), "bias add: trailing block"),
+    ((1, 6, 128, 128), (1, 1, 1, 128), "attention mask add"),
+    ((5, 7), (), "scalar b"),
+    ((), (5, 7), "scalar a"),
+    ((1,), (33,), "one-element a"),
+    ((9, 1), (1, 13), "outer product"),
+    ((3, 1, 5), (1, 4, 1), "both broadcast in alternating dims"),
+    ((4, 3, 1, 1), (3, 7, 17), "per-channel (C,1,1) against a rank-3 b"),
+    ((2, 0, 3), (3,), "empty output"),
+]
+OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+
+
+def binary_operand(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    """Normal values with IEEE specials (NaN, ±inf, ±0, subnormals, huge) sprinkled in."""
+    x = np.array(rng.standard_normal(shape) * 3, F32)
+    flat = x.reshape(-1)
+    if flat.size:
+        k = rng.integers(0, flat.size, size=max(1, flat.size // 8))
+        flat[k] = rng.choice(
+            np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -3e38, 3e38], F32), size=k.size
+        )
+    return x
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize(("a_shape", "b_shape", "reason"), BROADCASTS, ids=[r for _, _, r in BROADCASTS])
+def test_binary_native_matches_numpy_every_isa(op, a_shape, b_shape, reason) -> None:
+    rng = np.random.default_rng(abs(hash((op, a_shape, b_shape))) % 2**32)
+    a, b = binary_operand(rng, a_shape), binary_operand(rng, b_shape)
+    with np.errstate(all="ignore"):
+        expected = np.asarray(OPS[op](a, b), F32)
+
+    def check(isa: str) -> None:
+        for threads in (1, 2):
+            got = _native.binary_f32(op, a, b, num_threads=threads)
+            assert_same(
+                expected, got, f"binary_f32 {op}", isa=isa, a=a_shape, b=b_shape, threads=threads, why=reason
+            )
+
+    every_isa(check)
+
+
+def test_binary_threads_1_and_2_identical_large() -> None:
+    rng = np.random.default_rng(8)
+    a, b = binary_operand(rng, (1, 6, 128, 128)), binary_operand(rng, (1, 1, 1, 128))
+    every_isa(
+        lambda isa: assert_same(
+            _native.binary_f32("div", a, b, num_threads=1),
+            _native.binary_f32("div", a, b, num_threads=2),
+            isa,
+        )
+    )
+
+
+# --------------------------------------------------------------------------------------
+# boundary
+# --------------------------------------------------------------------------------------
+
+
+def test_boundary_errors_name_the_argument() -> None:
+    x = np.zeros((2, 3), F32)
+    cases = [
+        (
+            lambda: _native.softmax_f32(x.astype(np.float64)),
+            "softmax_f32: x: expected dtype float32, got float64",
+        ),
+        (lambda: _native.softmax_f32(np.zeros((), F32)), "softmax_f32: x: expected rank >= 1"),
+        (
+            lambda: _native.binary_f32("pow", x, x),
+            "binary_f32: op: expected one of add, sub, mul, div, got 'pow'",
+        ),
+        (
+            lambda: _native.binary_f32("add", x, np.zeros(4, F32)),
+            "binary_f32: expected broadcastable shapes, got (2, 3) and (4,)",
+        ),
+        (
+            lambda: _native.layer_norm_f32(x, np.ones(4, F32), None, -1, 1e-5),
+            "layer_norm_f32: scale: expected 3 elements, got 4",
+        ),
+        (
+            lambda: _native.layer_norm_f32(x, np.ones(3, F32), None, 2, 1e-5),
+            "layer_norm_f32: axis: expected in",
+        ),
+        (
+            lambda: _native.softmax_f32(x, out=np.zeros((3, 2), F32)),
+            "softmax_f32: out: expected shape (2, 3), got shape (3, 2)",
+        ),
+        (lambda: _native.softmax_f32(x, out=x), "softmax_f32: out: expected a buffer that does not overlap"),
+        (lambda: _native.exp_f32(x, num_threads=0), "exp_f32: num_threads: expected >= 1, got 0"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError) as info:
+            call()
+        assert str(info.value).startswith(message), str(info.value)
+
+
+def test_out_buffer_is_written_and_returned() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 17)).astype(F32)
+    out = np.empty_like(x)
+    assert _native.softmax_f32(x, out=out) is out
+    assert_same(twin.softmax_rows(x), out, "softmax_f32 out=")
+    out2 = np.empty_like(x)
+    assert _native.binary_f32("mul", x, x[0], out=out2) is out2
+    assert_same(x * x[0], out2, "binary_f32 out=")

@@ -1,0 +1,259 @@
+"""The native float32 binders (quanta/targets/native/float_ops.py).
+
+Four levels:
+
+1. the bound kernels called as the runtime calls them (with and without ``out=``)
+   against the registered reference ops, opsets before and from 13 for Softmax, every
+   LayerNormalization output count, 1 and 2 threads; ``RUNTIME_FALLBACKS`` is checked so
+   a silent hand-over to the twin cannot pass;
+2. binder reasons and run-time hand-overs (other dtypes, errors raised by the twin);
+3. the ONNX backend node tests of the touched ops through the native backend (tolerance:
+   the one each case declares) and through the reference (the new twin);
+4. the encoder block quantized by ``quanta.quantize_static``: native vs reference
+   bit-exact, with Softmax, LayerNormalization, Add, Sub and Mul running natively.
+
+Tolerance 0 for native vs reference: the kernels perform the twin's float32 operations
+in the twin's order (tests/kernels/test_float_ops_native.py covers every ISA).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+import quanta
+from quanta.ir.graph import Node, Value
+from quanta.ir.types import TensorType, elem_from_numpy
+from quanta.kernels.reference.registry import OpError, get_op
+from quanta.targets.base import KernelContext
+from quanta.targets.native import BINDERS, _load_families
+from quanta.targets.native.float_ops import RUNTIME_FALLBACKS
+from tests.ir import models
+from tests.onnx_node import cases_for, run_case
+
+F32 = np.float32
+_load_families()
+
+
+def bind(op_type: str, n_inputs: int, attrs: dict | None = None, n_outputs: int = 1, dtype=np.float32):
+    inputs = [Value(f"in{i}", type=TensorType(elem_from_numpy(np.dtype(dtype)))) for i in range(n_inputs)]
+    node = Node(op_type, inputs, [Value(f"out{i}") for i in range(n_outputs)], attrs or {})
+    return BINDERS[("", op_type)](None, node)
+
+
+def assert_bit_exact(expected, got) -> None:
+    expected, got = np.asarray(expected), np.asarray(got)
+    assert expected.dtype == got.dtype and expected.shape == got.shape, (expected.shape, got.shape)
+    np.testing.assert_array_equal(got, expected)  # NaN at the same places, equal elsewhere
+    finite = ~np.isnan(expected)
+    assert expected[finite].tobytes() == got[finite].tobytes()  # and the signs of zeros
+
+
+def run_both(op_type: str, inputs: list, attrs: dict, opset: int = 21, n_outputs: int = 1) -> None:
+    """The bound kernel (threads 1 and 2, with out= when single-output) vs the registered
+    reference op; no run-time hand-over."""
+    kernel, reason = bind(op_type, len(inputs), attrs, n_outputs)
+    assert kernel is not None, reason
+    before = RUNTIME_FALLBACKS[op_type]
+    expected = get_op(op_type)(KernelContext(opset=opset, n_outputs=n_outputs), *inputs, **attrs)
+    for threads in (1, 2):
+        ctx = KernelContext(opset=opset, n_outputs=n_outputs, num_threads=threads)
+        got = kernel.fn(ctx, *inputs, **attrs, **kernel.params)
+        if n_outputs == 1:
+            assert_bit_exact(expected, got)
+            out = np.full(np.shape(expected), np.nan, F32)
+            assert kernel.fn(ctx, *inputs, **attrs, **kernel.params, out=out) is out
+            assert_bit_exact(expected, out)
+        else:
+            assert len(got) == len(expected) == n_outputs
+            for e, g in zip(expected, got, strict=True):
+                assert_bit_exact(e, g)
+    assert RUNTIME_FALLBACKS[op_type] == before, "the kernel handed a supported call to the twin"
+
+
+# --------------------------------------------------------------------------------------
+# 1. bound kernels vs the registered reference ops
+# --------------------------------------------------------------------------------------
+
+SHAPES = [(17,), (3, 65), (2, 3, 16), (1, 6, 15, 128), (2, 1, 384)]
+
+
+@given(
+    shape=st.sampled_from(SHAPES),
+    axis_pick=st.integers(0, 7),
+    opset=st.sampled_from([11, 13, 21]),
+    masked=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_softmax_kernel_matches_reference(shape, axis_pick, opset, masked, seed) -> None:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 5).astype(F32)
+    if masked:
+        x[rng.random(shape) < 0.2] = -np.inf
+    axis = axis_pick % (2 * len(shape)) - len(shape)  # every valid axis, negative and positive
+    run_both("Softmax", [x], {"axis": axis}, opset=opset)
+    if axis_pick == 0 and (opset >= 13 or len(shape) >= 2):
+        run_both("Softmax", [x], {}, opset=opset)  # the default axis of each opset (1 before 13)
+
+
+@given(
+    shape=st.sampled_from(SHAPES),
+    axis_pick=st.integers(0, 7),
+    n_outputs=st.integers(1, 3),
+    with_bias=st.booleans(),
+    full_scale=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_layer_normalization_kernel_matches_reference(
+    shape, axis_pick, n_outputs, with_bias, full_scale, seed
+) -> None:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 3 + 1).astype(F32)
+    axis = axis_pick % (2 * len(shape)) - len(shape)
+    norm_shape = shape[axis % len(shape) :]
+    # scale over the whole normalized shape, or over its last dimension (broadcast)
+    s_shape = norm_shape if full_scale else norm_shape[-1:]
+    scale = (1 + 0.1 * rng.standard_normal(s_shape)).astype(F32)
+    inputs = [x, scale]
+    if with_bias:
+        inputs.append((0.1 * rng.standard_normal(s_shape)).astype(F32))
+    run_both("LayerNormalization", inputs, {"axis": axis, "epsilon": 1e-3}, n_outputs=n_outputs)
+
+
+@pytest.mark.parametrize("op_type", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    [
+        ((1, 128, 384), (384,)),
+        ((1, 6, 128, 128), (1, 1, 1, 128)),
+        ((), (1, 128)),
+        ((1, 128), ()),
+        ((3, 1), (1, 7)),
+    ],
+)
+def test_binary_kernels_match_reference(op_type, a_shape, b_shape) -> None:
+    rng = np.random.default_rng(len(a_shape) * 10 + len(b_shape))
+    a = np.array(rng.standard_normal(a_shape), F32)
+    b = np.array(rng.standard_normal(b_shape) + 2, F32)
+    run_both(op_type, [a, b], {})
+
+
+# --------------------------------------------------------------------------------------
+# 2. binder reasons, run-time hand-overs
+# --------------------------------------------------------------------------------------
+
+
+def test_binders_refuse_other_types_with_reasons() -> None:
+    assert bind("Softmax", 1, dtype=np.float16) == (None, "native Softmax takes float32 input, got float16")
+    assert bind("Add", 2, dtype=np.int64) == (None, "native Add takes float32 A, got int64")
+    assert bind("LayerNormalization", 3, {"stash_type": 11}) == (
+        None,
+        "native LayerNormalization computes in float32 only (stash_type 1)",
+    )
+    kernel, _ = bind("LayerNormalization", 3, n_outputs=3)
+    assert kernel.name == "native:layer_norm_f32" and not kernel.out  # out= only for one output
+    kernel, _ = bind("Div", 2)
+    assert kernel.name == "native:div_f32" and kernel.out
+
+
+def test_run_time_other_dtypes_go_to_the_twin() -> None:
+    kernel, _ = bind("Mul", 2)
+    a = np.arange(6, dtype=np.int64).reshape(2, 3)
+    before = RUNTIME_FALLBACKS["Mul"]
+    got = kernel.fn(KernelContext(), a, a, **kernel.params)
+    assert got.dtype == np.int64 and np.array_equal(got, a * a)
+    assert RUNTIME_FALLBACKS["Mul"] == before + 1
+
+
+def test_run_time_softmax_bad_axis_raises_the_twins_error() -> None:
+    kernel, _ = bind("Softmax", 1, {"axis": 3})
+    with pytest.raises(OpError, match=r"axis: expected in \[-2, 1\], got 3"):
+        kernel.fn(KernelContext(opset=13), np.zeros((2, 3), F32), axis=3, **kernel.params)
+
+
+def test_run_time_scale_that_widens_the_output_goes_to_the_twin() -> None:
+    kernel, _ = bind("LayerNormalization", 2)
+    x, scale = np.ones((3, 4), F32), np.ones((2, 1, 4), F32)  # broadcasting adds a dimension
+    got = kernel.fn(KernelContext(), x, scale, **kernel.params)
+    assert got.shape == (2, 3, 4)
+
+
+# --------------------------------------------------------------------------------------
+# 3. ONNX backend node tests
+# --------------------------------------------------------------------------------------
+
+NODE_OPS = frozenset({"Softmax", "LayerNormalization", "Add", "Sub", "Mul", "Div"})
+NODE_CASES = [pytest.param(c, id=c.name) for c in cases_for(NODE_OPS)]
+
+
+@pytest.mark.parametrize("case", NODE_CASES)
+def test_onnx_node_cases_native_and_reference(case) -> None:
+    run_case(case)  # the reference backend: the new twin passes the ONNX expectations
+    model = case.model
+    names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    sess = quanta.InferenceSession(model.SerializeToString(), backend="native")
+    for inputs, expected in case.data_sets:
+        got = sess.run(None, dict(zip(names, inputs, strict=True)))
+        for g, e in zip(got, expected, strict=True):
+            e = np.asarray(e)
+            assert g.shape == e.shape and g.dtype == e.dtype
+            if e.dtype.kind == "f":
+                np.testing.assert_allclose(g, e, rtol=case.rtol, atol=case.atol)  # the case's own tolerance
+            else:
+                np.testing.assert_array_equal(g, e)
+
+
+# --------------------------------------------------------------------------------------
+# 4. the quantized encoder block
+# --------------------------------------------------------------------------------------
+
+
+def test_quantized_encoder_native_matches_reference_bit_exact(tmp_path) -> None:
+    """quanta.quantize_static on the BERT-style block (d=48, 4 heads, padded masks): the
+    float islands run natively and the whole model is bit-exact with the reference,
+    fully padded rows included."""
+    fp32, int8 = tmp_path / "enc.onnx", tmp_path / "enc.int8.onnx"
+    onnx.save(models.encoder_block(d=48, heads=4), fp32)
+    quanta.quantize_static(str(fp32), str(int8), models.encoder_feeds(d=48), verbose=False)
+    rng = np.random.default_rng(4)
+    mask = np.ones((2, 19), np.int64)
+    mask[1, 11:] = 0
+    feeds = {"x": rng.standard_normal((2, 19, 48)).astype(F32), "mask": mask}
+    ref = quanta.InferenceSession(str(int8), backend="reference").run(None, feeds)[0]
+    before = sum(RUNTIME_FALLBACKS.values())
+    for threads in (1, 2):
+        opts = quanta.SessionOptions()
+        opts.intra_op_num_threads = threads
+        sess = quanta.InferenceSession(str(int8), sess_options=opts, backend="native")
+        assert_bit_exact(ref, sess.run(None, feeds)[0])
+        ran = {s.op_type for s in sess.plan.steps if s.kernel.impl == "native"}
+        assert {"Softmax", "LayerNormalization", "Add", "Sub", "Mul"} <= ran, sess.fallbacks
+    assert sum(RUNTIME_FALLBACKS.values()) == before
+
+
+def test_single_node_layer_normalization_session_with_three_outputs() -> None:
+    x = np.random.default_rng(6).standard_normal((2, 5, 33)).astype(F32)
+    scale, bias = np.full(33, 1.5, F32), np.full(33, -0.25, F32)
+    node = helper.make_node(
+        "LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv_std"], axis=-1, name="node"
+    )
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "mean", "inv_std")]
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        outs,
+        [onnx.numpy_helper.from_array(scale, "s"), onnx.numpy_helper.from_array(bias, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    ref = quanta.InferenceSession(model, backend="reference").run(None, {"x": x})
+    sess = quanta.InferenceSession(model, backend="native")
+    got = sess.run(None, {"x": x})
+    assert [s.kernel.name for s in sess.plan.steps] == ["native:layer_norm_f32"]
+    assert got[1].shape == (2, 5, 1)
+    for e, g in zip(ref, got, strict=True):
+        assert_bit_exact(e, g)

@@ -1,0 +1,92 @@
+"""Native Transpose (targets/native/layout.py, kernels/cpp/layout/transpose.h): the perms
+that are a batched 2-D transpose run natively and give the reference twin's bytes for
+every dtype and thread count; other perms run on the twin, with the reason recorded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+import quanta
+from quanta.kernels import _native
+from quanta.targets.native.layout import batched_transpose_split
+
+DTYPES = {
+    np.uint8: TensorProto.UINT8,
+    np.int8: TensorProto.INT8,
+    np.float16: TensorProto.FLOAT16,
+    np.float32: TensorProto.FLOAT,
+    np.int64: TensorProto.INT64,
+}
+
+
+def transpose_model(rank: int, perm: list[int] | None, elem: int):
+    attrs = {} if perm is None else {"perm": perm}
+    g = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["y"], name="t", **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", elem, [None] * rank)],
+        [helper.make_tensor_value_info("y", elem, None)],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_split_of_the_perms_a_compiler_inserts():
+    assert batched_transpose_split([0, 2, 3, 1]) == (1, 2, 4)  # NCHW -> NHWC: rows C, cols H·W
+    assert batched_transpose_split([0, 3, 1, 2]) == (1, 3, 4)  # NHWC -> NCHW: rows H·W, cols C
+    assert batched_transpose_split([0, 2, 1, 3]) == (1, 2, 3)  # attention heads: element = last axis
+    assert batched_transpose_split([1, 0]) == (0, 1, 2)
+    assert batched_transpose_split([0, 1, 2]) is None  # identity: nothing to do
+    assert batched_transpose_split([3, 2, 1, 0]) is None  # a full reversal is not one swap
+    assert batched_transpose_split([0, 3, 2, 1]) is None
+    assert batched_transpose_split([0, 0, 1]) is None  # not a permutation
+
+
+@given(
+    perm=st.sampled_from([[0, 2, 3, 1], [0, 3, 1, 2], [0, 2, 1, 3], [1, 0, 2, 3], [2, 3, 0, 1], [0, 1, 3, 2]]),
+    shape=st.lists(st.sampled_from([1, 2, 3, 7, 16, 17, 33]), min_size=4, max_size=4),
+    dtype=st.sampled_from(list(DTYPES)),
+)
+def test_native_transpose_is_the_twins_bytes(perm, shape, dtype):
+    x = (np.random.default_rng(sum(shape)).integers(-100, 100, shape)).astype(dtype)
+    m = transpose_model(4, perm, DTYPES[dtype])
+    ref = quanta.InferenceSession(m, backend="reference").run(None, {"x": x})[0]
+    for threads in (1, 2):
+        opts = quanta.SessionOptions()
+        opts.intra_op_num_threads = threads
+        sess = quanta.InferenceSession(m, sess_options=opts, backend="native")
+        assert sess.fallbacks == []
+        y = sess.run(None, {"x": x})[0]
+        assert y.dtype == ref.dtype and y.shape == ref.shape and y.tobytes() == ref.tobytes()
+
+
+def test_large_plane_splits_over_threads_identically():
+    # above the 64 KiB single-thread cutoff: the 2-thread split must give the same bytes
+    x = np.random.default_rng(3).integers(0, 256, (2, 17, 131, 97)).astype(np.uint8)
+    one = _native.transpose_batched(x, 2, 17, 131 * 97, 1)
+    two = _native.transpose_batched(x, 2, 17, 131 * 97, 2)
+    assert one.tobytes() == two.tobytes() == np.ascontiguousarray(x.transpose(0, 2, 3, 1)).tobytes()
+
+
+def test_default_perm_and_unsupported_perm():
+    x = np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
+    sess = quanta.InferenceSession(transpose_model(3, None, TensorProto.FLOAT), backend="native")
+    # the default perm reverses the axes: [2, 1, 0] is not one swap -> the twin runs it
+    assert [(n, op) for n, op, _ in sess.fallbacks] == [("t", "Transpose")]
+    assert "not a batched 2-D transpose" in sess.fallbacks[0][2]
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x.T)
+
+
+def test_binding_rejects_bad_arguments():
+    x = np.zeros((4, 6), np.uint8)
+    with pytest.raises(ValueError, match="not a multiple"):
+        _native.transpose_batched(x, 1, 5, 5)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _native.transpose_batched(x[:, ::2], 1, 4, 3)
+    with pytest.raises(ValueError, match="out: expected"):
+        _native.transpose_batched(x, 1, 4, 6, 1, np.zeros((6, 4), np.int8))
+    with pytest.raises(ValueError, match="overlaps"):
+        _native.transpose_batched(x, 1, 4, 6, 1, x)
