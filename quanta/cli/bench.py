@@ -1,11 +1,12 @@
 """``quanta bench MODEL``: latency over repeated runs, optionally side by side with
 ONNX Runtime on the same file and the same inputs.
 
-    quanta bench model.onnx [--vs-ort] [--threads N] [--batch B] [--warmup W] [--runs R]
-                 [--backend native|reference]
+    quanta bench model.onnx [--vs-ort] [--threads N] [--batch B] [--dim NAME=SIZE]
+                 [--feeds FILE.npz] [--warmup W] [--runs R] [--backend native|reference]
 
-Method: random inputs of the model's shapes (symbolic dimensions: ``--batch`` for the
-first, 1 elsewhere); ``W`` warm-up runs of each engine, then ``R`` timed runs with
+Method: the inputs of ``--feeds``, or generated ones of the model's shapes (float:
+standard normal; integer: ones, valid ids and masks for language models; symbolic
+dimensions: ``--dim NAME=SIZE``, else ``--batch`` for the first and 1 elsewhere); ``W`` warm-up runs of each engine, then ``R`` timed runs with
 quanta and ONNX Runtime interleaved (q, o, q, o, ...) so that a noisy neighbour slows
 both alike; the median and the 90th percentile of the wall time of ``sess.run``.
 ONNX Runtime gets ``intra_op_num_threads = N`` (the same count quanta uses),
@@ -74,6 +75,8 @@ def bench_model(
     vs_ort: bool = False,
     seed: int = 0,
     top: int = 10,
+    dims: dict[str, int] | None = None,
+    feeds: dict[str, np.ndarray] | None = None,
 ) -> BenchResult:
     """Time ``model`` (see the module docstring); ``threads`` 0: all cores."""
     import quanta
@@ -93,7 +96,8 @@ def bench_model(
     opts = quanta.SessionOptions()
     opts.intra_op_num_threads = n_threads
     sess = quanta.InferenceSession(str(model), sess_options=opts, backend=backend)
-    feeds = random_feeds(sess, seed=seed, batch=batch)
+    if feeds is None:
+        feeds = random_feeds(sess, seed=seed, batch=batch, dims=dims)
     ort_sess = None
     ort_error = ""
     if vs_ort:
@@ -208,12 +212,14 @@ def format_result(r: BenchResult) -> str:
 
 def run_bench(args: argparse.Namespace) -> int:
     """The ``bench`` subcommand (parsed in quanta.cli.main)."""
-    from quanta.cli.main import CliError
+    from quanta.cli.main import CliError, _load_npz, parse_dims
 
     if not Path(args.model).is_file():
         raise CliError(f"{args.model}: no such file")
     result = bench_model(
         args.model,
+        dims=parse_dims(args.dim),
+        feeds=_load_npz(args.feeds) if args.feeds else None,
         backend=args.backend,
         threads=args.threads,
         batch=args.batch,

@@ -6,7 +6,7 @@
     quanta quantize IN -o OUT --calib DATA [--method ...] [--dynamic] [--per-channel|--per-tensor]
                    [--activation-type uint8|int8] [--weight-type int8|uint8|int4] [--exclude NODE...]
                    [--recipe FILE]
-    quanta bench MODEL [--vs-ort] [--threads N] [--batch B] [--warmup W] [--runs R]
+    quanta bench MODEL [--vs-ort] [--threads N] [--batch B] [--dim NAME=SIZE] [--feeds F.npz] [--warmup W] [--runs R]
                                           latency (median, p90), side by side with ONNX Runtime
     quanta demo                           the built-in demo model, end to end
 
@@ -45,15 +45,23 @@ def _load_npz(path: str) -> dict[str, np.ndarray]:
         raise CliError(f"{path}: not a valid .npz file ({e})") from None
 
 
-def random_feeds(sess, *, seed: int = 0, batch: int = 1) -> dict[str, np.ndarray]:
-    """Random inputs of the right shapes and dtypes (symbolic dims become ``batch``
-    for the first dimension and 1 elsewhere)."""
+def random_feeds(
+    sess, *, seed: int = 0, batch: int = 1, dims: dict[str, int] | None = None
+) -> dict[str, np.ndarray]:
+    """Inputs of the right shapes and dtypes for timing a model: float inputs are
+    standard normal, bool inputs random, integer inputs ones (a valid token id, attention
+    mask, segment id or length for every language model; random integers would index
+    outside small embedding tables). Symbolic dimensions: ``dims[name]`` when given
+    (``--dim sequence=128``), else ``batch`` for the first dimension and 1 elsewhere."""
     rng = np.random.default_rng(seed)
+    dims = dims or {}
     feeds = {}
     for arg in sess.get_inputs():
         t = sess.model.graph.value(arg.name).type
         shape = [
-            d if isinstance(d, int) and d >= 0 else (batch if k == 0 else 1)
+            d
+            if isinstance(d, int) and d >= 0
+            else dims.get(str(d), batch if k == 0 else 1)
             for k, d in enumerate(arg.shape or [])
         ]
         dtype = np.dtype(t.elem.numpy) if t is not None else np.dtype(np.float32)
@@ -62,11 +70,20 @@ def random_feeds(sess, *, seed: int = 0, batch: int = 1) -> dict[str, np.ndarray
         elif dtype.kind == "b":
             arr = rng.integers(0, 2, shape).astype(bool)
         else:
-            info = np.iinfo(dtype)
-            lo, hi = max(info.min, -128), min(info.max, 127)
-            arr = rng.integers(lo, hi + 1, shape).astype(dtype)
+            arr = np.ones(shape, dtype)
         feeds[arg.name] = arr
     return feeds
+
+
+def parse_dims(items: list[str] | None) -> dict[str, int]:
+    """``["sequence=128", "batch=4"]`` -> {"sequence": 128, "batch": 4}."""
+    out: dict[str, int] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value.isdigit() or int(value) < 1:
+            raise CliError(f"--dim {item}: expected NAME=SIZE with SIZE >= 1, e.g. --dim sequence=128")
+        out[name] = int(value)
+    return out
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -284,6 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads", type=int, default=0, help="intra-op threads for both engines (default 0: all cores)"
     )
     s.add_argument("--batch", type=int, default=1, help="size of a symbolic first dimension (default 1)")
+    s.add_argument(
+        "--dim",
+        action="append",
+        metavar="NAME=SIZE",
+        help="size of a named symbolic dimension, e.g. --dim sequence=128 (repeatable; others: 1)",
+    )
+    s.add_argument("--feeds", metavar="FILE.npz", help="time these inputs instead of generated ones")
     s.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     s.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")
     s.add_argument("--backend", choices=["native", "reference"], default="native")

@@ -62,10 +62,12 @@ def test_bench_result_holds_every_timing_and_output_agreement(tmp_path):
     # quanta and ORT agree within one output quantization step (0.07): requantization
     # rounding may differ by 1 LSB where ORT's fused kernels round differently
     assert r.agreement["y"] <= 0.07 * 1.0001
-    # the session lowers Q -> Conv -> Q into one QLinearConv: Q, QLinearConv, DQ
+    # the session lowers Q -> Conv -> Q into one QLinearConv, run channels-last
     assert [s.op_type for s in sorted(r.profile.steps, key=lambda s: s.step)] == [
         "QuantizeLinear",
+        "Transpose",
         "QLinearConv",
+        "Transpose",
         "DequantizeLinear",
     ]
 
@@ -77,3 +79,30 @@ def test_bench_user_errors_are_one_line(tmp_path, capsys):
     onnx.save(models.qdq_conv(), p)
     assert main(["bench", str(p), "--runs", "0"]) == 2
     assert capsys.readouterr().err == "quanta: error: --runs: expected >= 1, got 0\n"
+
+
+def test_bench_dim_names_a_symbolic_dimension_and_integer_inputs_are_ones(tmp_path, capsys):
+    # the encoder block's x is [N, S, 384] with symbolic N and S, and an int64 mask
+    p = tmp_path / "enc.onnx"
+    onnx.save(models.encoder_block(), p)
+    import quanta
+    from quanta.cli.main import random_feeds
+
+    sess = quanta.InferenceSession(str(p))
+    names = [str(d) for d in sess.get_inputs()[0].shape]
+    feeds = random_feeds(sess, batch=2, dims={names[1]: 37})
+    assert feeds["x"].shape[:2] == (2, 37)
+    assert feeds["mask"].dtype.kind == "i" and (feeds["mask"] == 1).all()  # ones: a valid mask / token id
+    assert main(["bench", str(p), "--threads", "1", "--warmup", "0", "--runs", "1", "--dim", f"{names[1]}=37"]) == 0
+    assert "x[1, 37, " in capsys.readouterr().out
+
+
+def test_bench_dim_and_feeds_errors_are_one_line(tmp_path, capsys):
+    p = tmp_path / "q.onnx"
+    onnx.save(models.qdq_conv(), p)
+    assert main(["bench", str(p), "--dim", "sequence"]) == 2
+    assert capsys.readouterr().err == (
+        "quanta: error: --dim sequence: expected NAME=SIZE with SIZE >= 1, e.g. --dim sequence=128\n"
+    )
+    assert main(["bench", str(p), "--feeds", str(tmp_path / "none.npz")]) == 2
+    assert capsys.readouterr().err == f"quanta: error: {tmp_path / 'none.npz'}: no such file\n"
