@@ -14,9 +14,16 @@ quanta is called through its binding with a preallocated output, ONNX Runtime th
 one-node session (its per-call overhead is included; quanta's Python binding overhead
 is too).
 
+Layouts: QLinearConv is timed NCHW (the ai.onnx op: quanta transposes inside the call,
+ONNX Runtime's NhwcTransformer wraps its NHWC kernel in Transposes) and NHWC (the
+com.microsoft op with channels_last=1, what an NHWC graph pass leaves between
+convolutions: quanta's channels_last mode, ONNX Runtime's contrib kernel; no transposes
+on either side). ConvInteger is NCHW only (ONNX Runtime has no NHWC ConvInteger).
+
 Shapes: ResNet-50 layers (3x3 64 at 56², 1x1 256->64 at 56², 1x1 512->128 at 28², 3x3
-stride 2 128 at 28²) and MobileNet-V2 layers (depthwise 3x3 32 at 112², pointwise 96->24
-at 56², depthwise 3x3 stride 2 144 at 28², depthwise 3x3 960 at 7²).
+stride 2 128 at 28²), MobileNet-V2 layers (depthwise 3x3 32 at 112², pointwise 96->24
+at 56², depthwise 3x3 stride 2 144 at 28², depthwise 3x3 960 at 7²) and the stem of a
+MobileNet-style CNN (3 -> 16 channels, 3x3 stride 2 at 224², and 3 -> 32).
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ SHAPES: tuple[tuple[str, int, int, int, int, int, int, int, int], ...] = (
     ("mobilenet pw", 1, 96, 56, 56, 24, 1, 1, 1),
     ("mobilenet dw s2", 1, 144, 28, 28, 144, 3, 2, 144),
     ("mobilenet dw 7x7", 1, 960, 7, 7, 960, 3, 1, 960),
+    ("stem 3->16 s2", 1, 3, 224, 224, 16, 3, 2, 1),
+    ("stem 3->32 s2", 1, 3, 224, 224, 32, 3, 2, 1),
 )
 
 
@@ -73,10 +82,12 @@ class Problem:
         oh = (H + 2 * (k // 2) - k) // stride + 1
         ow = (W + 2 * (k // 2) - k) // stride + 1
         self.y_shape = (N, M, oh, ow)
+        self.x_nhwc = np.ascontiguousarray(self.x.transpose(0, 2, 3, 1))
+        self.y_shape_nhwc = (N, oh, ow, M)
         self.ops = 2 * N * M * (C // group) * k * k * oh * ow
 
 
-def _ort_session(p: Problem, op: str, threads: int) -> Callable[[], object]:
+def _ort_session(p: Problem, op: str, threads: int, nhwc: bool = False) -> Callable[[], object]:
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
@@ -89,34 +100,42 @@ def _ort_session(p: Problem, op: str, threads: int) -> Callable[[], object]:
         values = [p.w, p.zx]
         y_type = TensorProto.INT32
     inits = [numpy_helper.from_array(v, n) for n, v in zip(names[1:], values)]
-    node = helper.make_node(op, names, ["y"], **p.attrs)
+    opsets = [helper.make_opsetid("", 13)]
+    if nhwc:  # the contrib op ONNX Runtime's own NhwcTransformer produces
+        node = helper.make_node(op, names, ["y"], domain="com.microsoft", channels_last=1, **p.attrs)
+        opsets.append(helper.make_opsetid("com.microsoft", 1))
+    else:
+        node = helper.make_node(op, names, ["y"], **p.attrs)
+    x, y_shape = (p.x_nhwc, p.y_shape_nhwc) if nhwc else (p.x, p.y_shape)
     graph = helper.make_graph(
         [node],
         op,
-        [helper.make_tensor_value_info("x", TensorProto.UINT8, list(p.x.shape))],
-        [helper.make_tensor_value_info("y", y_type, list(p.y_shape))],
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x.shape))],
+        [helper.make_tensor_value_info("y", y_type, list(y_shape))],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = helper.make_model(graph, opset_imports=opsets)
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    feed = {"x": p.x}
+    feed = {"x": x}
     return lambda: sess.run(None, feed)
 
 
-def _quanta(p: Problem, op: str, threads: int) -> tuple[Callable[[], object], str]:
+def _quanta(p: Problem, op: str, threads: int, nhwc: bool = False) -> tuple[Callable[[], object], str]:
     conv = _native.QConv(p.w, p.zw, **p.attrs)
+    x = p.x_nhwc if nhwc else p.x
+    y_shape = p.y_shape_nhwc if nhwc else p.y_shape
     if op == "QLinearConv":
-        out = np.empty(p.y_shape, np.uint8)
+        out = np.empty(y_shape, np.uint8)
         fn = lambda: conv.qlinear(  # noqa: E731
-            p.x, p.sx, p.zx, p.sw, p.sy, p.zy, p.bias, num_threads=threads, out=out
+            x, p.sx, p.zx, p.sw, p.sy, p.zy, p.bias, num_threads=threads, out=out, channels_last=nhwc
         )
     else:
-        out32 = np.empty(p.y_shape, np.int32)
-        fn = lambda: conv.integer(p.x, p.zx, num_threads=threads, out=out32)  # noqa: E731
-    return fn, conv.kernel
+        out32 = np.empty(y_shape, np.int32)
+        fn = lambda: conv.integer(x, p.zx, num_threads=threads, out=out32, channels_last=nhwc)  # noqa: E731
+    return fn, conv.kernel_channels_last if nhwc else conv.kernel
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="0.5 s per measurement instead of 1.5 s")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--only", metavar="TEXT", help="only the layers whose name contains TEXT")
+    ap.add_argument(
+        "--op", choices=["QLinearConv", "ConvInteger"], nargs="+", default=["QLinearConv", "ConvInteger"]
+    )
     args = ap.parse_args(argv)
     budget = 0.5 if args.quick else 1.5
     try:
@@ -135,25 +158,41 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     for name, *shape in SHAPES:
+        if args.only and args.only not in name:
+            continue
         p = Problem(*shape)
-        for op in ("QLinearConv", "ConvInteger"):
-            for threads in args.threads:
-                q, kernel = _quanta(p, op, threads)
-                fns: dict[str, Callable[[], object]] = {"quanta": q}
-                if ort_version:
-                    fns["ort"] = _ort_session(p, op, threads)
-                gops = _time_alternating(fns, p.ops, budget)
-                rows.append(
-                    {"layer": name, "shape": shape, "op": op, "threads": threads, "kernel": kernel, **gops}
-                )
-                print(".", end="", flush=True)
+        for op in args.op:
+            for layout in ("NCHW", "NHWC") if op == "QLinearConv" else ("NCHW",):
+                nhwc = layout == "NHWC"
+                for threads in args.threads:
+                    q, kernel = _quanta(p, op, threads, nhwc)
+                    fns: dict[str, Callable[[], object]] = {"quanta": q}
+                    if ort_version:
+                        fns["ort"] = _ort_session(p, op, threads, nhwc)
+                    gops = _time_alternating(fns, p.ops, budget)
+                    rows.append(
+                        {
+                            "layer": name,
+                            "shape": shape,
+                            "op": op,
+                            "layout": layout,
+                            "threads": threads,
+                            "kernel": kernel,
+                            "ms": {k: p.ops / v / 1e6 for k, v in gops.items()},
+                            **gops,
+                        }
+                    )
+                    print(".", end="", flush=True)
     print()
 
     print(
         f"# {platform.processor() or platform.machine()}, active ISA {_native.active_isa()}, "
         f"onnxruntime {ort_version or 'absent'}"
     )
-    header = f"{'layer':<17} {'N,C,H,W -> M, k, s, g':<27} {'op':<11} {'thr':>3} {'quanta':>7} {'ORT':>7} {'q/ORT':>6}  kernel"
+    header = (
+        f"{'layer':<17} {'N,C,H,W -> M, k, s, g':<27} {'op':<11} {'lay':<4} {'thr':>3} "
+        f"{'quanta':>7} {'ORT':>7} {'q/ORT':>6} {'q ms':>7}  kernel"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
@@ -163,14 +202,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['layer']:<17}",
             f"{f'{N},{C},{H},{W} -> {M}, {k}, {s}, {g}':<27}",
             f"{r['op']:<11}",
+            f"{r['layout']:<4}",
             f"{r['threads']:>3}",
             f"{r['quanta']:7.1f}",
             f"{ort_g:7.1f}" if ort_g else f"{'-':>7}",
             f"{r['quanta'] / ort_g:6.2f}" if ort_g else f"{'-':>6}",
+            f"{r['ms']['quanta']:7.3f}",
             f" {r['kernel']}",
         ]
         print(" ".join(cells))
-    print("# GOPS = 2·N·M·(C/g)·kh·kw·OH·OW / time; q/ORT > 1: quanta faster.")
+    print("# GOPS = 2·N·M·(C/g)·kh·kw·OH·OW / time; q/ORT > 1: quanta faster; q ms: quanta's time per call.")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"ort": ort_version, "isa": _native.active_isa(), "rows": rows}, f, indent=2)

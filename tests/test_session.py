@@ -118,5 +118,7 @@ def test_native_and_reference_are_bit_exact_on_quantize(backend):
     nat = nat_sess.run(None, {"x": x})[0]
     np.testing.assert_array_equal(nat, ref)
     assert all(name != "q_x" for name, _, _ in nat_sess.fallbacks)  # QuantizeLinear ran natively
-    # both backends ran the lowered graph: Q -> QLinearConv -> DQ
-    assert [s.op_type for s in nat_sess.plan.steps] == ["QuantizeLinear", "QLinearConv", "DequantizeLinear"]
+    # both backends ran the lowered graph: Q -> (NHWC) QLinearConv (NCHW) -> DQ
+    assert [s.op_type for s in nat_sess.plan.steps] == [
+        "QuantizeLinear", "Transpose", "QLinearConv", "Transpose", "DequantizeLinear"
+    ]

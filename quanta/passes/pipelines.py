@@ -93,6 +93,8 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
     AlignScales is left out: the integer Concat takes inputs of different scales, while
     an aligned graph would keep its DQ -> Q requantizations as float nodes.
     FuseActivation is left out: instruction selection matches the plain ops."""
+    from quanta.passes.lower.channels_last import ChannelsLast
+    from quanta.passes.lower.fold_float_weights import FoldFloatWeights
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
 
     return [
@@ -105,6 +107,8 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         DropImpliedActivation(),
         EliminateCommon(),
         LowerQdqToQLinear(),
+        *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
+        ChannelsLast(),  # convolutions exchange NHWC; transposes only at region edges
         EliminateDead(),
     ]
 

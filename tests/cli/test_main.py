@@ -120,7 +120,8 @@ def test_quantize_command_user_errors(tmp_path, capsys):
 def test_inspect_lowered_prints_graph_and_fusion_coverage(qdq_path, capsys):
     assert main(["inspect", "--lowered", str(qdq_path)]) == 0
     out = capsys.readouterr().out
-    assert "= QLinearConv(%xq, %xs, %xz, %wq, %ws, " in out
+    assert "= com.microsoft::QLinearConv(%xq_nhwc, %xs, %xz, %wq, %ws, " in out
+    assert "channels_last=1" in out
     assert "fusion coverage: 1 of 1 compute nodes run as integer kernels; 100.0 % of 8,505 multiply-accumulates" in out
 
 

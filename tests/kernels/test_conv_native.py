@@ -8,6 +8,10 @@ everywhere: 0 — the accumulator is exact int32 arithmetic (wrapping) on every 
 the requantization performs the float32 operations of ``reference/requant.py`` in the
 same order.
 
+The channels_last mode (x [N, *spatial, C], y [N, *out, M]; the com.microsoft
+QLinearConv of ``reference/ms_qlinear_conv.py``) is compared the same way, against the
+same twin with the channel axis moved, over the same hypothesis space and its own paths.
+
 Defaults are not coincidental (STYLE.md §6): zero points drawn per operand and per
 channel, per-channel weight scales that differ, odd channel counts (3, 7, 17) and odd
 spatial sizes, asymmetric pads, output parameters derived from the accumulator range so
@@ -29,7 +33,9 @@ from hypothesis import strategies as st
 from quanta.kernels import _native
 from quanta.kernels.reference.conv_geometry import conv_attrs
 from quanta.kernels.reference.integer_ops import conv_integer
+from quanta.kernels.reference.ms_qlinear_conv import ms_qlinear_conv_op
 from quanta.kernels.reference.qlinear_conv import qlinear_conv
+from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, get_op
 
 ISAS: list[str] = list(_native.supported_isas())  # portable first; always present
 THREADS = (1, 2)
@@ -570,3 +576,244 @@ def test_concurrent_calls_on_one_object():
     for t in threads:
         t.join()
     assert not errors
+
+
+# --------------------------------------------------------------------------------------
+# channels_last: x [N, *spatial, C] and y [N, *out, M] (com.microsoft QLinearConv)
+# --------------------------------------------------------------------------------------
+
+
+def to_nhwc(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.moveaxis(a, 1, -1))
+
+
+def twin_qlinear_nhwc(case: ConvCase) -> np.ndarray:
+    """The com.microsoft twin on the NHWC input (itself the ai.onnx twin, axis moved)."""
+    inputs = (case.x, case.sx, case.zx, case.w, case.sw, case.zw, case.sy, case.zy, case.bias)
+    inputs = (to_nhwc(case.x), *(np.asarray(v) if v is not None else None for v in inputs[1:]))
+    return ms_qlinear_conv_op(OpContext(), *inputs, channels_last=1, **case.attrs)
+
+
+def check_nhwc(case: ConvCase, isas=tuple(ISAS), ops=("qlinear", "integer")) -> list[str]:
+    """channels_last: twin vs every ISA x thread count, and x left untouched (the kernels
+    may read it in place); returns the kernel names that ran."""
+    x = to_nhwc(case.x)
+    x_before = x.copy()
+    expected = {}
+    if "qlinear" in ops:
+        expected["qlinear"] = twin_qlinear_nhwc(case)
+    if "integer" in ops:
+        expected["integer"] = to_nhwc(twin_integer(case))
+    kernels = []
+    for isa in isas:
+        conv = make_conv(case, isa)
+        kernels.append(conv.kernel_channels_last)
+        for threads in THREADS:
+            for op, want in expected.items():
+                if op == "qlinear":
+                    got = conv.qlinear(
+                        x,
+                        case.sx,
+                        case.zx,
+                        case.sw,
+                        case.sy,
+                        case.zy,
+                        case.bias,
+                        num_threads=threads,
+                        channels_last=True,
+                    )
+                else:
+                    got = conv.integer(x, case.zx, num_threads=threads, channels_last=True)
+                # the report's indices are (n, m, *o): compare in the twin's layout
+                assert_bitexact(
+                    np.moveaxis(want, -1, 1),
+                    np.moveaxis(got, -1, 1),
+                    case,
+                    f"{op} channels_last {conv.kernel_channels_last} threads={threads}",
+                )
+    assert np.array_equal(x, x_before), "channels_last: x was modified"
+    return kernels
+
+
+@given(conv_cases())
+def test_native_conv_channels_last_matches_twin_every_isa_and_thread_count(case):
+    check_nhwc(case)
+
+
+def test_ms_twin_is_the_onnx_twin_with_the_channel_axis_moved():
+    rng = np.random.default_rng(23)
+    case = random_case(rng, (2, 6, 7, 9), (8, 3, 3, 3), group=2, pads=[1, 0, 2, 1], strides=[2, 1])
+    want = twin_qlinear(case)
+    assert get_op("QLinearConv", MS_DOMAIN) is ms_qlinear_conv_op
+    assert np.array_equal(np.moveaxis(twin_qlinear_nhwc(case), -1, 1), want)
+    inputs = (case.x, case.sx, case.zx, case.w, case.sw, case.zw, case.sy, case.zy, case.bias)
+    inputs = tuple(np.asarray(v) for v in inputs)
+    assert np.array_equal(ms_qlinear_conv_op(OpContext(), *inputs, **case.attrs), want)  # channels_last=0
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "channels_last", "message"),
+    [
+        ((8, 8), (4, 8, 3), 1, r"x: expected rank 3 \(1-D\) or more"),
+        ((1, 8, 8), (4, 8, 3, 3), 1, r"x: expected rank 4 like w \[N, \*spatial, C\], got shape \(1, 8, 8\)"),
+        ((1, 8, 8), (4, 8, 3), 2, "channels_last: expected 0 or 1, got 2"),
+    ],
+)
+def test_ms_twin_refuses_a_bad_rank_or_layout(x_shape, w_shape, channels_last, message):
+    x = np.zeros(x_shape, np.uint8)
+    w = np.zeros(w_shape, np.int8)
+    args = (np.float32(1), np.uint8(0), w, np.float32(1), np.int8(0), np.float32(1), np.uint8(0))
+    with pytest.raises(OpError, match=message):
+        ms_qlinear_conv_op(OpContext(), x, *args, channels_last=channels_last)
+
+
+# (x shape NCHW, w shape, attrs, why)
+DEPTHWISE_NHWC = [
+    ((1, 3, 9, 11), (3, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "3 channels: a channel tail only"),
+    ((2, 17, 7, 7), (17, 1, 3, 3), {"pads": [1, 0, 1, 2]}, "17 channels: avx2 block + tail"),
+    (
+        (1, 64, 6, 7),
+        (64, 1, 3, 3),
+        {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+        "64 channels: one full avx512 block",
+    ),
+    ((1, 70, 5, 9), (70, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "70 channels: block + tail of 6"),
+    ((1, 7, 14, 21), (7, 1, 5, 5), {"pads": [2, 2, 2, 2]}, "5x5: 25 taps, a last group of 1"),
+    (
+        (1, 17, 17, 19),
+        (17, 1, 5, 5),
+        {"pads": [2, 1, 0, 2], "strides": [2, 2], "dilations": [2, 2]},
+        "5x5 s2 d2",
+    ),
+    ((1, 33, 13, 15), (33, 1, 7, 7), {"pads": [3, 3, 3, 3]}, "7x7: 49 taps"),
+    ((1, 6, 5, 9), (6, 1, 1, 1), {}, "1x1: one tap (a group of 1, a pair of 1)"),
+    ((1, 5, 6, 7), (5, 1, 2, 2), {}, "2x2 no pads: every tap inside x"),
+    ((2, 7, 31), (7, 1, 5), {"pads": [2, 1], "strides": [2]}, "1-D"),
+    ((1, 3, 1, 1), (3, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "a 1x1 image: every tap but one is padding"),
+]
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attrs", "why"), DEPTHWISE_NHWC, ids=[d[3] for d in DEPTHWISE_NHWC]
+)
+@pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
+def test_depthwise_channels_last_path(x_shape, w_shape, attrs, why, x_dtype):
+    del why  # the test id
+    rng = np.random.default_rng(x_shape[1] * 7 + len(x_shape))
+    case = random_case(rng, x_shape, w_shape, x_dtype=x_dtype, group=x_shape[1], **attrs)
+    kernels = check_nhwc(case)
+    assert all(k.startswith("qconv_dwc_") for k in kernels), kernels
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "why"), GEMM, ids=[g[3] for g in GEMM])
+@pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
+def test_gemm_paths_channels_last(x_shape, w_shape, attrs, why, x_dtype):
+    # uint8 x without pads is read in place; int8 x (flipped) and padded images are copied
+    del why  # the test id
+    rng = np.random.default_rng(x_shape[1] * 37 + w_shape[0])
+    check_nhwc(random_case(rng, x_shape, w_shape, x_dtype=x_dtype, **attrs))
+
+
+def test_depthwise_channels_last_weight_zero_point_outside_int8():
+    # w − zw does not fit int8: the kernels keep w' and add the − zw'·Σx' term, whose
+    # missing taps (a group of 4 / a pair) must add 0 to Σx'
+    rng = np.random.default_rng(12)
+    for w_dtype, zw in ((np.int8, 100), (np.uint8, 0), (np.uint8, 255)):
+        for c, kernel in ((70, (3, 3)), (17, (5, 5))):
+            case = random_case(
+                rng, (1, c, 9, 13), (c, 1, *kernel), w_dtype=w_dtype, group=c, pads=[1, 1, 1, 1]
+            )
+            case.zw = np.full(c, zw, w_dtype)
+            case.w.reshape(-1)[::2] = np.iinfo(w_dtype).min
+            case.w.reshape(-1)[1::2] = np.iinfo(w_dtype).max
+            check_nhwc(derive_output(case, np.uint8))
+
+
+def test_int8_activation_shift_at_both_ends_channels_last():
+    # x' = x ^ 0x80 on load (depthwise) or while copying (gemm); pad pixels hold zx
+    for zx in (-128, 127):
+        for group, w_shape in ((1, (9, 8, 3, 3)), (70, (70, 1, 3, 3)), (1, (9, 3, 3, 3))):
+            rng = np.random.default_rng(abs(zx) + group)
+            c = w_shape[1] * group
+            case = random_case(rng, (1, c, 7, 9), w_shape, x_dtype=np.int8, group=group, pads=[1, 1, 1, 1])
+            case.x = np.where(rng.random(case.x.shape) < 0.5, -128, 127).astype(np.int8)
+            case.zx = np.array(zx, np.int8)
+            check_nhwc(derive_output(case, np.int8))
+
+
+@pytest.mark.parametrize("end", ["qmin", "qmax"])
+def test_saturation_channels_last(end):
+    rng = np.random.default_rng(18)
+    for group, w_shape in ((1, (7, 8, 3, 3)), (70, (70, 1, 3, 3)), (1, (7, 3, 3, 3))):
+        c = w_shape[1] * group
+        case = random_case(
+            rng, (1, c, 6, 7), w_shape, group=group, pads=[1, 1, 1, 1], symmetric_w=True, bias=False
+        )
+        case.x = np.full_like(case.x, 255)
+        case.zx = np.array(0, np.uint8)
+        case.w = np.abs(case.w.astype(np.int16)).clip(1, 127).astype(np.int8) * (1 if end == "qmax" else -1)
+        case.sy, case.zy = np.float32(1e-3), np.array(100, np.uint8)
+        assert np.all(twin_qlinear(case) == (255 if end == "qmax" else 0))
+        check_nhwc(case, ops=("qlinear",))
+
+
+def test_channels_last_boundary_errors():
+    s = _simple()
+    conv = make_conv(s, ISAS[-1])
+    x = to_nhwc(s.x)
+    with pytest.raises(
+        ValueError, match=r"QLinearConv: x: expected rank 4 \(N, H, W, C\) like w, got shape \(5, 5, 8\)"
+    ):
+        conv.qlinear(x[0], s.sx, s.zx, s.sw, s.sy, s.zy, channels_last=True)
+    with pytest.raises(
+        ValueError, match=r"QLinearConv: x: expected 8 channels \(w.shape\[1\] 8 \* group 1\), got 5"
+    ):
+        conv.qlinear(s.x, s.sx, s.zx, s.sw, s.sy, s.zy, channels_last=True)  # NCHW passed as NHWC
+    with pytest.raises(
+        ValueError, match=r"ConvInteger: out: expected shape \(1, 5, 5, 6\), got shape \(1, 6, 5, 5\)"
+    ):
+        conv.integer(x, s.zx, out=np.empty((1, 6, 5, 5), np.int32), channels_last=True)
+    with pytest.raises(ValueError, match="QLinearConv: x: expected a C-contiguous array"):
+        conv.qlinear(np.moveaxis(s.x, 1, -1), s.sx, s.zx, s.sw, s.sy, s.zy, channels_last=True)
+    assert conv.output_shape((2, 9, 7, 8), channels_last=True) == (2, 9, 7, 6)
+    assert conv.output_shape((2, 8, 9, 7)) == (2, 6, 9, 7)
+
+
+# (x shape NCHW, w shape, attrs, why): the direct small-C kernel (avx512vnni, channels_last)
+DIRECT = [
+    ((1, 3, 23, 21), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "stem: 3 -> 16, 3x3 s2"),
+    (
+        (2, 3, 17, 19),
+        (32, 3, 3, 3),
+        {"pads": [1, 0, 1, 2], "strides": [2, 2]},
+        "stem: 3 -> 32, asymmetric pads",
+    ),
+    ((1, 3, 9, 11), (7, 3, 3, 3), {"pads": [1, 1, 1, 1]}, "M = 7: a masked lane block"),
+    ((1, 7, 9, 10), (33, 7, 3, 3), {"pads": [0, 1, 2, 1], "dilations": [2, 1]}, "7 channels, M = 33, dh = 2"),
+    ((1, 1, 13, 12), (64, 1, 5, 5), {"pads": [2, 2, 2, 2], "strides": [1, 2]}, "1 channel 5x5, M = 64"),
+    ((2, 5, 29), (17, 5, 3), {"pads": [1, 2], "strides": [2]}, "1-D"),
+]
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "why"), DIRECT, ids=[d[3] for d in DIRECT])
+@pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
+def test_direct_small_channel_path(x_shape, w_shape, attrs, why, x_dtype):
+    # w − zw fits int8 (weights within ±100, zero points within ±20): the direct kernel runs
+    del why  # the test id
+    rng = np.random.default_rng(w_shape[0] * 13 + x_shape[1])
+    case = random_case(rng, x_shape, w_shape, x_dtype=x_dtype, **attrs)
+    case.w = rng.integers(-100, 101, w_shape).astype(np.int8)
+    case.zw = rng.integers(-20, 21, w_shape[0]).astype(np.int8)
+    kernels = check_nhwc(derive_output(case, np.uint8))
+    if "avx512vnni" in ISAS:
+        assert kernels[ISAS.index("avx512vnni")].startswith("qconv_direct_"), kernels
+
+
+def test_direct_path_refuses_weights_whose_difference_leaves_int8():
+    # w − zw = 127 − (−100) does not fit int8: no direct kernel (the generic path runs)
+    rng = np.random.default_rng(31)
+    case = random_case(rng, (1, 3, 9, 9), (16, 3, 3, 3), pads=[1, 1, 1, 1], strides=[2, 2])
+    case.w[0, 0, 0, 0] = 127
+    case.zw = np.full(16, -100, np.int8)
+    kernels = check_nhwc(derive_output(case, np.uint8))
+    assert not any(k.startswith("qconv_direct_") for k in kernels), kernels

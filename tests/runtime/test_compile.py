@@ -150,7 +150,10 @@ def test_default_pipeline_is_the_same_for_every_target():
     ref = compile_plan(load(models.qdq_conv()), "reference")
     nat = compile_plan(load(models.qdq_conv()), "native")
     assert [s.op_type for s in ref.steps] == [s.op_type for s in nat.steps]
-    assert [s.op_type for s in ref.steps] == ["QuantizeLinear", "QLinearConv", "DequantizeLinear"]
+    # the convolution runs channels-last, its Transposes at the graph's edges
+    assert [s.op_type for s in ref.steps] == [
+        "QuantizeLinear", "Transpose", "QLinearConv", "Transpose", "DequantizeLinear"
+    ]
     assert default_pipeline(get_target("reference"), load(models.float_cnn())) == []  # float graph: as loaded
     # graph_optimization_level = ORT_DISABLE_ALL runs the graph as written
     opts = quanta.SessionOptions()

@@ -61,8 +61,8 @@ def test_digits_cnn_static_native_matches_reference(digits_static, threads):
     steps = _conv_steps(native)
     assert len(steps) == 6 and all(op == "QLinearConv" for _, op, _ in steps)
     assert not [f for f in native.fallbacks if f[1] == "QLinearConv"], native.fallbacks
-    kernels = {k.split(":")[1].split("_")[1] for _, _, k in steps}  # dw, implicit+qgemm / im2col+qgemm
-    assert "dw" in kernels, steps
+    kernels = {k.split(":")[1].split("_")[1] for _, _, k in steps}  # dw / dwc, implicit+qgemm / im2col+qgemm
+    assert kernels & {"dw", "dwc"}, steps
     _assert_same(native, reference, {"input": x})
 
 
@@ -95,8 +95,11 @@ def _qlinear_conv_model(
     bias=True,
     weights_as_input=False,
     y_scale_as_input=False,
+    channels_last=None,
     **attrs,
 ):
+    """A one-node QLinearConv model; channels_last 0 / 1: the com.microsoft op with that
+    attribute (x_shape is then the node's own layout)."""
     rng = np.random.default_rng(7)
     M = w.shape[0]
     xi, yi = np.iinfo(x_dtype), np.iinfo(y_dtype)
@@ -125,11 +128,15 @@ def _qlinear_conv_model(
             )
         )
     inits = [numpy_helper.from_array(v, n) for n, v in consts.items() if n not in as_inputs]
+    opsets = [helper.make_opsetid("", 13)]
+    if channels_last is not None:
+        attrs = {**attrs, "channels_last": channels_last, "domain": "com.microsoft"}
+        opsets.append(helper.make_opsetid("com.microsoft", 1))
     node = helper.make_node("QLinearConv", names, ["y"], name="conv", **attrs)
     graph = helper.make_graph(
         [node], "g", inputs, [helper.make_tensor_value_info("y", onnx_type[y_dtype], None)], inits
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), consts
+    return helper.make_model(graph, opset_imports=opsets), consts
 
 
 CONFIGS = [
@@ -164,6 +171,52 @@ def test_qlinear_conv_node_native_matches_reference(name, x_shape, w_shape, attr
         (step,) = _conv_steps(native)
         assert step[2].startswith("native:qconv_"), native.fallbacks
         _assert_same(native, reference, {"x": x})
+
+
+@pytest.mark.parametrize(("name", "x_shape", "w_shape", "attrs"), CONFIGS, ids=[c[0] for c in CONFIGS])
+@pytest.mark.parametrize("channels_last", [1, 0])
+def test_ms_qlinear_conv_node_native_matches_reference(name, x_shape, w_shape, attrs, channels_last):
+    # com.microsoft QLinearConv (what the NHWC pass produces): channels_last=1 runs the
+    # kernel's NHWC mode, x [N, *spatial, C] and y [N, *out, M]; 0 is the ai.onnx op
+    del name  # the test id
+    if channels_last:
+        x_shape = (x_shape[0], *x_shape[2:], x_shape[1])
+    rng = np.random.default_rng(sum(x_shape) + channels_last)
+    w = rng.integers(-128, 128, w_shape).astype(np.int8)
+    zw = rng.integers(-128, 128, w_shape[0]).astype(np.int8)
+    for x_dtype, y_dtype in ((np.uint8, np.uint8), (np.int8, np.int8)):
+        model, _ = _qlinear_conv_model(
+            x_shape, w, x_dtype=x_dtype, y_dtype=y_dtype, zw=zw, channels_last=channels_last, **attrs
+        )
+        xi = np.iinfo(x_dtype)
+        x = rng.integers(xi.min, xi.max + 1, x_shape).astype(x_dtype)
+        for threads in THREADS:
+            native, reference = _sessions(model, threads)
+            (step,) = _conv_steps(native)
+            assert step[2].startswith("native:qconv_"), native.fallbacks
+            if channels_last and attrs.get("group", 1) == w_shape[0]:
+                assert step[2].startswith("native:qconv_dwc_"), step
+            _assert_same(native, reference, {"x": x})
+
+
+def test_ms_qlinear_conv_bad_channels_last_falls_back_with_the_reason():
+    w = np.ones((4, 8, 3, 3), np.int8)
+    model, _ = _qlinear_conv_model((1, 8, 5, 5), w, channels_last=2, pads=[1, 1, 1, 1])
+    native = quanta.InferenceSession(model, backend="native")
+    assert ("conv", "QLinearConv", "channels_last: expected 0 or 1, got 2") in native.fallbacks
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")  # the twin's sx*sw/0
+def test_ms_qlinear_conv_call_the_binding_refuses_runs_on_the_ms_twin():
+    # y_scale = 0 at run time: refused by the binding, computed by the com.microsoft twin
+    # (channels_last layout kept)
+    w = np.arange(-36, 36, dtype=np.int8).reshape(2, 4, 3, 3)
+    model, _ = _qlinear_conv_model((1, 6, 6, 4), w, y_scale_as_input=True, channels_last=1, pads=[1, 1, 1, 1])
+    native, reference = _sessions(model, 1)
+    assert _conv_steps(native)[0][2].startswith("native:qconv_")
+    x = np.arange(144, dtype=np.uint8).reshape(1, 6, 6, 4)
+    for sy in (np.array(0.0, np.float32), np.array(0.37, np.float32)):
+        _assert_same(native, reference, {"x": x, "sy": sy})
 
 
 def _conv_integer_model(x_shape, w, zw=None, with_zx=True, **attrs):

@@ -8,9 +8,12 @@
 //         group=1, kernel_shape=None, strides=None, dilations=None, pads=None,
 //         auto_pad="NOTSET", isa=None)            weights prepacked once, for `isa`
 //     .qlinear(x, x_scale, x_zero_point, w_scale, y_scale, y_zero_point, bias=None, *,
-//              num_threads=1, out=None) -> [N, M, *out] of y_zero_point's dtype
-//     .integer(x, x_zero_point=None, *, num_threads=1, out=None) -> int32 [N, M, *out]
-//     .output_shape(x_shape) -> tuple
+//              num_threads=1, out=None, channels_last=False) -> [N, M, *out] of y_zero_point's dtype
+//     .integer(x, x_zero_point=None, *, num_threads=1, out=None, channels_last=False)
+//              -> int32 [N, M, *out]
+//     .output_shape(x_shape, channels_last=False) -> tuple
+//   channels_last=True (com.microsoft QLinearConv channels_last=1): x is [N, *spatial, C]
+//   and y [N, *out, M]; w keeps its ONNX layout [M, C/group, *kernel].
 //   The object owns its workspace (grown on the first call of a shape, then reused); a
 //   second concurrent call runs on a temporary one.
 #include <pybind11/stl.h>
@@ -167,7 +170,7 @@ struct PyConv {
   std::atomic<bool> busy{false};
 
   // x: [N, C, *spatial] uint8/int8 C-contiguous of the kernel's spatial rank.
-  py::array check_x(const py::handle& x_obj, const char* fn, bool* x_signed) const {
+  py::array check_x(const py::handle& x_obj, const char* fn, bool channels_last, bool* x_signed) const {
     if (!py::isinstance<py::array>(x_obj)) throw py::value_error(std::string(fn) + ": x: expected a numpy array");
     auto x = py::reinterpret_borrow<py::array>(x_obj);
     const int num = type_num(x);
@@ -177,8 +180,9 @@ struct PyConv {
     *x_signed = num == kNpyInt8;
     const int rank = conv->attributes().spatial_rank + 2;
     if (x.ndim() != rank) {
-      throw py::value_error(std::string(fn) + ": x: expected rank " + std::to_string(rank) + " (N, C, " +
-                            (rank == 4 ? "H, W" : "W") + ") like w, got shape " + tuple_str(shape_of(x)));
+      const std::string dims = channels_last ? (rank == 4 ? "N, H, W, C" : "N, W, C") : (rank == 4 ? "N, C, H, W" : "N, C, W");
+      throw py::value_error(std::string(fn) + ": x: expected rank " + std::to_string(rank) + " (" + dims +
+                            ") like w, got shape " + tuple_str(shape_of(x)));
     }
     if (!(x.flags() & py::array::c_style)) {
       throw py::value_error(std::string(fn) + ": x: expected a C-contiguous array");
@@ -186,18 +190,28 @@ struct PyConv {
     return x;
   }
 
-  conv::Geometry geometry(const py::array& x, const char* fn) const {
-    const int64_t N = x.shape(0), C = x.shape(1);
+  // The geometry of an input shape ([N, C, *spatial], or [N, *spatial, C] channels_last).
+  conv::Geometry resolve_shape(const std::vector<int64_t>& shape, bool channels_last) const {
     const bool two_d = conv->attributes().spatial_rank == 2;
+    const int64_t N = shape[0], C = channels_last ? shape.back() : shape[1];
+    const int64_t s0 = channels_last ? 1 : 2;
+    return conv->resolve(N, C, two_d ? shape[s0] : 1, two_d ? shape[s0 + 1] : shape[s0]);
+  }
+
+  conv::Geometry geometry(const py::array& x, const char* fn, bool channels_last) const {
     try {
-      return conv->resolve(N, C, two_d ? x.shape(2) : 1, two_d ? x.shape(3) : x.shape(2));
+      return resolve_shape(shape_of(x), channels_last);
     } catch (const std::invalid_argument& e) {
       throw py::value_error(std::string(fn) + ": " + e.what());
     }
   }
 
-  std::vector<int64_t> out_shape(const conv::Geometry& g) const {
-    if (conv->attributes().spatial_rank == 2) return {g.N, g.M, g.OH, g.OW};
+  std::vector<int64_t> out_shape(const conv::Geometry& g, bool channels_last) const {
+    if (conv->attributes().spatial_rank == 2) {
+      if (channels_last) return {g.N, g.OH, g.OW, g.M};
+      return {g.N, g.M, g.OH, g.OW};
+    }
+    if (channels_last) return {g.N, g.OW, g.M};
     return {g.N, g.M, g.OW};
   }
 
@@ -244,10 +258,10 @@ struct PyConv {
 
   py::array qlinear(const py::handle& x_obj, const py::handle& sx_obj, const py::handle& zx_obj,
                     const py::handle& sw_obj, const py::handle& sy_obj, const py::handle& zy_obj,
-                    const py::object& bias_obj, int num_threads, const py::object& out_obj) {
+                    const py::object& bias_obj, int num_threads, const py::object& out_obj, bool channels_last) {
     const char* fn = "QLinearConv";
     bool x_signed = false;
-    py::array x = check_x(x_obj, fn, &x_signed);
+    py::array x = check_x(x_obj, fn, channels_last, &x_signed);
     const int64_t M = conv->M();
     conv::ConvArgs args;
     args.x = x.data();
@@ -295,17 +309,19 @@ struct PyConv {
       throw py::value_error(std::string(fn) + ": num_threads: expected >= 1, got " + std::to_string(num_threads));
     }
     args.num_threads = num_threads;
-    const conv::Geometry geo = geometry(x, fn);
-    py::array y = output(out_obj, out_shape(geo), zy.dtype(), x, fn);
+    args.channels_last = channels_last;
+    const conv::Geometry geo = geometry(x, fn, channels_last);
+    py::array y = output(out_obj, out_shape(geo, channels_last), zy.dtype(), x, fn);
     args.y = y.mutable_data();
     execute(args, geo);
     return y;
   }
 
-  py::array integer(const py::handle& x_obj, const py::object& zx_obj, int num_threads, const py::object& out_obj) {
+  py::array integer(const py::handle& x_obj, const py::object& zx_obj, int num_threads, const py::object& out_obj,
+                    bool channels_last) {
     const char* fn = "ConvInteger";
     bool x_signed = false;
-    py::array x = check_x(x_obj, fn, &x_signed);
+    py::array x = check_x(x_obj, fn, channels_last, &x_signed);
     conv::ConvArgs args;
     args.x = x.data();
     args.x_signed = x_signed;
@@ -318,8 +334,9 @@ struct PyConv {
       throw py::value_error(std::string(fn) + ": num_threads: expected >= 1, got " + std::to_string(num_threads));
     }
     args.num_threads = num_threads;
-    const conv::Geometry geo = geometry(x, fn);
-    py::array y = output(out_obj, out_shape(geo), py::dtype::of<int32_t>(), x, fn);
+    args.channels_last = channels_last;
+    const conv::Geometry geo = geometry(x, fn, channels_last);
+    py::array y = output(out_obj, out_shape(geo, channels_last), py::dtype::of<int32_t>(), x, fn);
     args.y = y.mutable_data();
     execute(args, geo);
     return y;
@@ -424,24 +441,23 @@ void register_conv(py::module_& m) {
            py::arg("pads") = py::none(), py::arg("auto_pad") = "NOTSET", py::arg("isa") = py::none())
       .def("qlinear", &PyConv::qlinear, py::arg("x"), py::arg("x_scale"), py::arg("x_zero_point"),
            py::arg("w_scale"), py::arg("y_scale"), py::arg("y_zero_point"), py::arg("bias") = py::none(),
-           py::kw_only(), py::arg("num_threads") = 1, py::arg("out") = py::none(),
+           py::kw_only(), py::arg("num_threads") = 1, py::arg("out") = py::none(), py::arg("channels_last") = false,
            "QLinearConv: y = saturate(round_half_even(f32(acc)·m[c]) + zy), m = f32(f32(sx·sw[c])/sy).")
       .def("integer", &PyConv::integer, py::arg("x"), py::arg("x_zero_point") = py::none(), py::kw_only(),
-           py::arg("num_threads") = 1, py::arg("out") = py::none(), "ConvInteger: the int32 accumulator of eq. (4).")
+           py::arg("num_threads") = 1, py::arg("out") = py::none(), py::arg("channels_last") = false,
+           "ConvInteger: the int32 accumulator of eq. (4).")
       .def(
           "output_shape",
-          [](const PyConv& c, const std::vector<int64_t>& x_shape) {
+          [](const PyConv& c, const std::vector<int64_t>& x_shape, bool channels_last) {
             const int rank = c.conv->attributes().spatial_rank + 2;
             if (static_cast<int>(x_shape.size()) != rank) {
               throw py::value_error("x: expected rank " + std::to_string(rank) + ", got shape " + tuple_str(x_shape));
             }
-            const bool two_d = rank == 4;
-            const conv::Geometry g =
-                c.conv->resolve(x_shape[0], x_shape[1], two_d ? x_shape[2] : 1, two_d ? x_shape[3] : x_shape[2]);
-            return py::tuple(py::cast(c.out_shape(g)));
+            return py::tuple(py::cast(c.out_shape(c.resolve_shape(x_shape, channels_last), channels_last)));
           },
-          py::arg("x_shape"))
+          py::arg("x_shape"), py::arg("channels_last") = false)
       .def_property_readonly("kernel", [](const PyConv& c) { return c.conv->kernel_name(); })
+      .def_property_readonly("kernel_channels_last", [](const PyConv& c) { return c.conv->kernel_name(true); })
       .def_property_readonly("isa", [](const PyConv& c) { return std::string(isa_name(c.conv->isa())); })
       .def_property_readonly("path", [](const PyConv& c) { return std::string(c.conv->depthwise() ? "depthwise" : "gemm"); })
       .def_property_readonly("M", [](const PyConv& c) { return c.conv->M(); })

@@ -15,6 +15,8 @@ produces, so a lowered model is also a valid ONNX model that ONNX Runtime runs):
     ... AveragePool | GlobalAveragePool -> com.microsoft::QLinear(Global)AveragePool (LowerPool)
     ... Sigmoid | LeakyRelu ...    -> com.microsoft::QLinearSigmoid | QLinearLeakyRelu (LowerUnary)
     Add(MatMulIntegerToFloat(...), bias[N]) -> MatMulIntegerToFloat(..., bias)      (FuseMatMulFloatBias)
+    Mul(Cast(MatMulInteger(a, b, za, zb)), Mul(sa, sb))
+                                   -> com.microsoft::MatMulIntegerToFloat            (LowerMatMulIntegerScaled)
 
 The integer operator's numerics (docs/quantization-math.md eqs. (4)-(6)) differ from the
 float QDQ group only in where rounding happens: the group rounds once after a float32
@@ -50,6 +52,8 @@ __all__ = [
     "LowerGemm",
     "LowerMatMul",
     "LowerMatMulFloatOutput",
+    "LowerMatMulIntegerScaled",
+    "LowerMatMulIntegerScaledFirst",
     "LowerPool",
     "LowerQdqToQLinear",
     "LowerUnary",
@@ -538,6 +542,77 @@ class LowerConcat(Rule):
         )
 
 
+class LowerMatMulIntegerScaled(Rule):
+    """``Mul(Cast(MatMulInteger(a, b, za?, zb?), to=FLOAT), Mul(sa, sb))`` (either order of
+    either Mul) -> ``com.microsoft::MatMulIntegerToFloat(a, b, sa, sb, za, zb)``.
+
+    The dequantization ONNX Runtime's ``quantize_dynamic`` writes after every
+    MatMulInteger (and that older exporters write by hand): three full passes over a
+    float32 tensor per matrix product become the op's fused epilogue. Exact, bit for bit:
+    the op computes ``fl(f32(acc) · fl(sa · sb))`` (ms_qgemm._integer_to_float), and the
+    graph computed the same two roundings (Cast rounds int32 to float32 to nearest even,
+    float multiplication is commutative). Refused unless sa is one value and sb one value
+    or one per column of a rank-2 b (the op's scale layouts)."""
+
+    pattern = "y = Mul(c = Cast(mm = MatMulInteger(a, b, za?, zb?)), s = Mul(sa, sb))"
+    shared_ok = frozenset({"s"})
+
+    def check(self, m: Match) -> Match | NoMatch:
+        if m.node("c").attrs.get("to") != 1:
+            return NoMatch("the Cast is not to float32")
+        if float_elem_name(m["y"]) != "f32":
+            return NoMatch("the product is not float32")
+        b = m.value("b")
+        n = None if b.shape is None or len(b.shape) != 2 else b.shape[-1]
+        sizes = []
+        for name in ("sa", "sb"):
+            v = m.value(name)
+            if float_elem_name(v) != "f32" or v.shape is None:
+                return NoMatch(f"scale '{v.name}' is not a float32 tensor of known shape")
+            size = int(np.prod([d if isinstance(d, int) else -1 for d in v.shape]))
+            if len(v.shape) > 1 or size < 1:
+                return NoMatch(f"scale '{v.name}' of shape {list(v.shape)}: expected one value or one per column")
+            sizes.append(size)
+        # the per-tensor one is a_scale; a [N] one must be b's, per column of a rank-2 b
+        order = ("sa", "sb") if sizes[0] == 1 else ("sb", "sa")
+        if sizes[0] != 1 and sizes[1] != 1:
+            return NoMatch("neither scale is a single value (the op takes a per-tensor a_scale)")
+        b_size = max(sizes)
+        if b_size != 1 and b_size != n:
+            return NoMatch(f"a per-column scale of {b_size} values needs a rank-2 b with {b_size} columns")
+        for name in ("za", "zb"):
+            v = m[name]
+            if v is not None and (v.shape is None or int(np.prod([d if isinstance(d, int) else -1 for d in v.shape])) < 1):
+                return NoMatch(f"zero point '{v.name}' has an unknown shape")
+        za = m["za"]
+        if za is not None and int(np.prod(za.shape)) != 1:
+            return NoMatch("a per-row a_zero_point (the op takes one)")
+        m.data["order"] = order
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        sa_name, sb_name = m.data["order"]
+        inputs = [m["a"], m["b"], m[sa_name], m[sb_name]]
+        za, zb = m["za"], m["zb"]
+        if za is not None or zb is not None:
+            inputs.append(za)
+        if zb is not None:
+            inputs.append(zb)
+        return b.op(
+            "MatMulIntegerToFloat",
+            inputs,
+            domain=MS_DOMAIN,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            name=m.node("mm").name or None,
+        )
+
+
+class LowerMatMulIntegerScaledFirst(LowerMatMulIntegerScaled):
+    """``Mul(Mul(sa, sb), Cast(MatMulInteger(...)))``: see LowerMatMulIntegerScaled."""
+
+    pattern = "y = Mul(s = Mul(sa, sb), c = Cast(mm = MatMulInteger(a, b, za?, zb?)))"
+
+
 class FuseMatMulFloatBias(Rule):
     """``Add(com.microsoft::MatMulIntegerToFloat(a, b, sa, sb, za?, zb?), bias)`` with a
     constant float32 bias of N values (any leading 1s) ->
@@ -561,8 +636,11 @@ class FuseMatMulFloatBias(Rule):
         c = np.asarray(bias.const)
         if c.dtype != np.float32 or float_elem_name(mm) != "f32":
             return NoMatch("bias or product is not float32")
-        if not m.is_const("sa") or np.asarray(m.const("sa")).size != 1:
-            return NoMatch("a_scale is not one constant (the op applies a per-row scale after the bias)")
+        sa = m.value("sa")
+        if sa.shape is None or len(sa.shape) > 1 or any(not isinstance(d, int) for d in sa.shape) or (
+            int(np.prod(sa.shape)) != 1
+        ):
+            return NoMatch("a_scale is not one value (the op applies a per-row scale after the bias)")
         if not m.is_const("sb") or np.asarray(m.const("sb")).ndim > 1:
             return NoMatch("b_scale is not a constant scalar or per-column vector")
         b_shape = m.value("b").shape
@@ -602,6 +680,8 @@ LOWER_RULES: list[Rule] = [
     LowerPool(),
     LowerUnary(),
     LowerConcat(),
+    LowerMatMulIntegerScaled(),
+    LowerMatMulIntegerScaledFirst(),
     FuseMatMulFloatBias(),
     FuseMatMulFloatBiasFirst(),
 ]

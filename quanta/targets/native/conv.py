@@ -15,8 +15,12 @@ name says which path runs (``native:qconv_dw_...``, ``native:qconv_implicit+qgem
 
 Run time: x, its zero point, the scales, y's zero point and the bias are read per call
 (the requantization multipliers are computed by the binding, in float32 as the
-reference). Layout: NCHW at this boundary; the gemm paths transpose to NHWC and back
-inside the call (the depthwise path runs on NCHW).
+reference). Layout: ai.onnx QLinearConv / ConvInteger are NCHW at this boundary (the gemm
+paths transpose to NHWC and back inside the call; the depthwise path runs on NCHW).
+com.microsoft QLinearConv with ``channels_last=1`` (what an NHWC graph pass produces,
+as ONNX Runtime's NhwcTransformer) runs the kernel's channels_last mode: x
+``[N, *spatial, C]`` and y ``[N, *out, M]`` read and written in place, no transposes
+(``native:qconv_dwc_...`` for depthwise); with ``channels_last=0`` it is the ai.onnx op.
 
 What runs on the reference twin instead (same numbers, slower):
 - at compile time, with the reason recorded as a fallback: 3-D convolutions, weights or
@@ -33,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node, Value
-from quanta.kernels.reference.registry import OpContext, get_op
+from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, get_op
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
 
@@ -42,7 +46,7 @@ try:
 except ImportError:  # the binders only run when the extension is built
     _native = None
 
-__all__ = ["bind_conv_integer", "bind_qlinear_conv"]
+__all__ = ["bind_conv_integer", "bind_ms_qlinear_conv", "bind_qlinear_conv"]
 
 _EIGHT_BIT = ("u8", "i8")
 _GEOMETRY = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
@@ -57,9 +61,11 @@ def _threads(ctx: OpContext) -> int:
     return max(1, int(getattr(ctx, "num_threads", 1)))
 
 
-def _reference(op_type: str, ctx: OpContext, inputs: tuple, attrs: dict[str, Any]) -> np.ndarray:
+def _reference(
+    op_type: str, ctx: OpContext, inputs: tuple, attrs: dict[str, Any], domain: str = ""
+) -> np.ndarray:
     """The NumPy twin, for a call the native binding refuses."""
-    return get_op(op_type)(ctx, *inputs, **attrs)
+    return get_op(op_type, domain)(ctx, *inputs, **attrs)
 
 
 def _qlinear_conv_native(
@@ -75,10 +81,13 @@ def _qlinear_conv_native(
     B: np.ndarray | None = None,
     *,
     conv: Any,
+    nhwc: bool = False,
+    domain: str = "",
     out: np.ndarray | None = None,
     **attrs: Any,
 ) -> np.ndarray:
-    """QLinearConv through the prepacked ``conv`` (w and w_zero_point are in it)."""
+    """QLinearConv through the prepacked ``conv`` (w and w_zero_point are in it); ``nhwc``:
+    x and y channels_last (com.microsoft QLinearConv, ``domain`` for the twin)."""
     try:
         return conv.qlinear(
             _contiguous(x),
@@ -90,10 +99,11 @@ def _qlinear_conv_native(
             B,
             num_threads=_threads(ctx),
             out=out,
+            channels_last=nhwc,
         )
     except ValueError:
         inputs = (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)
-        y = _reference("QLinearConv", ctx, inputs, attrs)
+        y = _reference("QLinearConv", ctx, inputs, attrs, domain)
         if out is None:
             return y
         out[...] = y
@@ -174,6 +184,26 @@ def bind_qlinear_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return Kernel(
         _qlinear_conv_native, "native", f"native:{conv.kernel}", params={"conv": conv}, out=True
     ), ""
+
+
+@register_binder("QLinearConv", MS_DOMAIN)
+def bind_ms_qlinear_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """com.microsoft QLinearConv: the ai.onnx op's kernel, run channels_last when the node
+    says so (x [N, *spatial, C], y [N, *out, M]; w [M, C/group, *kernel] as ai.onnx)."""
+    del model  # unused: the choice depends on the node alone
+    channels_last = node.attrs.get("channels_last", 0)
+    if channels_last not in (0, 1):
+        return None, f"channels_last: expected 0 or 1, got {channels_last!r}"
+    x, y_zero_point = node.input(0), node.input(7)
+    for what, v in (("x", x), ("y_zero_point", y_zero_point)):
+        if _elem(v) is not None and _elem(v) not in _EIGHT_BIT:
+            return None, f"native QLinearConv takes uint8/int8 {what}, got {_elem(v)}"
+    conv, reason = _prepack(node, node.input(3), node.input(5))
+    if conv is None:
+        return None, reason
+    name = conv.kernel_channels_last if channels_last else conv.kernel
+    params = {"conv": conv, "nhwc": bool(channels_last), "domain": MS_DOMAIN}
+    return Kernel(_qlinear_conv_native, "native", f"native:{name}", params=params, out=True), ""
 
 
 @register_binder("ConvInteger")

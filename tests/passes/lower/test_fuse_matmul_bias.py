@@ -85,7 +85,7 @@ def test_bias_add_becomes_the_ops_bias_bit_exact(bias_first):
         ({"bias": np.ones((N,), np.float16)}, "bias or product is not float32"),
         ({"bias": np.ones((2, 1, N), np.float32)}, "bias of shape [2, 1, 17] is not one value per output column (17)"),
         ({"bias": np.ones((5, 1), np.float32)}, "bias of shape [5, 1] is not one value per output column (17)"),
-        ({"a_scale": np.full((2, 5, 1), 0.03, np.float32)}, "a_scale is not one constant"),
+        ({"a_scale": np.full((2, 5, 1), 0.03, np.float32)}, "a_scale is not one value"),
     ],
 )
 def test_no_match_reasons(kwargs, reason):

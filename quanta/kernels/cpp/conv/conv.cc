@@ -46,6 +46,14 @@ const char* depthwise_name(Isa isa) {
   return "qconv_dw_u8s8_s32_1c1__portable";
 }
 
+const char* depthwise_nhwc_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni: return "qconv_dwc_u8s8_s32_64c4__avx512vnni";
+    case Isa::kAvx2: return "qconv_dwc_u8s8_s32_16c2__avx2";
+    case Isa::kPortable: break;
+  }
+  return "qconv_dwc_u8s8_s32_1c1__portable";
+}
 
 // The weight zero point of output channel m.
 int32_t zp_of(const int32_t* zp, bool per_channel, int64_t m) { return zp[per_channel ? m : 0]; }
@@ -75,6 +83,59 @@ void resolve_axis(int64_t size, int64_t k, int64_t s, int64_t d, int64_t pad_beg
   require(span >= 0, "kernel: expected a dilated kernel extent <= padded input (" + str(size + *begin + *end) +
                          ") on spatial axis " + std::to_string(axis) + ", got " + str(extent));
   *out = span / s + 1;
+}
+
+using DepthwiseNhwcFn = void (*)(const DepthwiseNhwc&);
+DepthwiseNhwcFn depthwise_nhwc_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni: return depthwise_nhwc_avx512vnni;
+    case Isa::kAvx2: return depthwise_nhwc_avx2;
+    case Isa::kPortable: break;
+  }
+  return depthwise_nhwc_portable;
+}
+
+// The channels_last weights (kernels.h "Depthwise, channels_last") from d.taps / zero_point.
+void pack_depthwise_nhwc(Isa isa, DepthwiseWeights& d) {
+  const int64_t C = d.C, taps = d.kh * d.kw, block = dw_nhwc_block(isa);
+  const int64_t cpad = round_up(C, block);
+  d.nhwc_cpad = cpad;
+  auto w_eff = [&](int64_t c, int64_t t) -> int32_t { return c < C && t < taps ? d.taps[c * taps + t] : 0; };
+  if (isa == Isa::kAvx512Vnni) {
+    const int64_t groups = div_up(taps, 4);
+    d.nhwc_taps.assign(static_cast<size_t>(cpad * groups * 4), 0);
+    for (int64_t c = 0; c < cpad; ++c) {
+      const int64_t b = c / 64, at = dw_nhwc_index(isa, c) % 64;
+      for (int64_t q = 0; q < groups; ++q) {
+        for (int64_t t = 0; t < 4; ++t) {
+          d.nhwc_taps[static_cast<size_t>(((b * groups + q) * 64 + at) * 4 + t)] =
+              static_cast<uint8_t>(static_cast<int8_t>(w_eff(c, 4 * q + t)));
+        }
+      }
+    }
+  } else if (isa == Isa::kAvx2) {
+    const int64_t pairs = div_up(taps, 2);
+    d.nhwc_taps.assign(static_cast<size_t>(pairs * cpad * 2 * 2), 0);
+    int16_t* w = reinterpret_cast<int16_t*>(d.nhwc_taps.data());
+    for (int64_t p = 0; p < pairs; ++p) {
+      for (int64_t c = 0; c < cpad; ++c) {
+        w[(p * cpad + c) * 2] = static_cast<int16_t>(w_eff(c, 2 * p));
+        w[(p * cpad + c) * 2 + 1] = static_cast<int16_t>(w_eff(c, 2 * p + 1));
+      }
+    }
+  } else {
+    d.nhwc_taps.assign(static_cast<size_t>(taps * C), 0);
+    for (int64_t t = 0; t < taps; ++t) {
+      for (int64_t c = 0; c < C; ++c) d.nhwc_taps[t * C + c] = static_cast<uint8_t>(static_cast<int8_t>(w_eff(c, t)));
+    }
+  }
+  bool any_zw = false;
+  for (int64_t c = 0; c < C; ++c) any_zw = any_zw || d.zero_point[c] != 0;
+  d.nhwc_zero_point.clear();
+  if (any_zw) {
+    d.nhwc_zero_point.assign(static_cast<size_t>(cpad), 0);
+    for (int64_t c = 0; c < C; ++c) d.nhwc_zero_point[dw_nhwc_index(isa, c)] = d.zero_point[c];
+  }
 }
 
 }  // namespace
@@ -142,6 +203,7 @@ std::shared_ptr<QConv> QConv::create(const void* w, bool w_unsigned, int64_t M, 
         }
       }
     }
+    pack_depthwise_nhwc(isa, d);
     return c;
   }
 
@@ -166,10 +228,47 @@ std::shared_ptr<QConv> QConv::create(const void* w, bool w_unsigned, int64_t M, 
     c->packed_.push_back(
         qgemm::pack_weights(wg.data(), w_unsigned, c->Kp_, Mg, Mg, zg.data(), zero_point_per_channel, isa));
   }
+
+  // direct small-C kernel: channels not a multiple of 4 (else the implicit path reads
+  // whole k-groups already), one group, dw = 1, a kernel row run of <= 64 bytes, M <= 64,
+  // and w − zw in int8 for every weight (no Σx' term)
+  const int64_t dil_w = attrs.dilations[attrs.spatial_rank - 1];
+  bool direct = isa == Isa::kAvx512Vnni && group == 1 && Cg % 4 != 0 && dil_w == 1 && kw * Cg <= 64 && M <= 64;
+  for (int64_t m = 0; direct && m < M; ++m) {
+    const int32_t zw = zp_of(zero_point, zero_point_per_channel, m);
+    for (int64_t i = 0; direct && i < Cg * taps; ++i) {
+      const int32_t v = weight_at(w, w_unsigned, m * Cg * taps + i) - zw;
+      direct = v >= -128 && v <= 127;
+    }
+  }
+  if (direct) {
+    c->direct_ = true;
+    const int64_t groups = div_up(kw * Cg, 4), mb = div_up(M, 16);
+    c->direct_groups_ = groups;
+    c->direct_w_.assign(static_cast<size_t>(kh * groups * mb * 64), 0);
+    c->direct_cs_.assign(static_cast<size_t>(M), 0);
+    for (int64_t m = 0; m < M; ++m) {
+      const int32_t zw = zp_of(zero_point, zero_point_per_channel, m);
+      uint32_t cs = 0;
+      for (int64_t ky = 0; ky < kh; ++ky) {
+        for (int64_t k = 0; k < kw * Cg; ++k) {
+          const int64_t kx = k / Cg, ci = k % Cg;
+          const int32_t v = weight_at(w, w_unsigned, ((m * Cg + ci) * kh + ky) * kw + kx) - zw;
+          cs += static_cast<uint32_t>(v);
+          const int64_t q = k / 4, t = k % 4;
+          c->direct_w_[static_cast<size_t>((((ky * groups + q) * mb + m / 16) * 16 + m % 16) * 4 + t)] =
+              static_cast<int8_t>(v);
+        }
+      }
+      c->direct_cs_[m] = static_cast<int32_t>(cs);
+    }
+  }
   return c;
 }
 
-std::string QConv::kernel_name() const {
+std::string QConv::kernel_name(bool channels_last) const {
+  if (depthwise_ && channels_last) return depthwise_nhwc_name(isa_);
+  if (direct_ && channels_last) return "qconv_direct_u8s8_s32_8x16c4__avx512vnni";
   if (depthwise_) return depthwise_name(isa_);
   const bool implicit = implicit_chunk_k() % 4 == 0 && qgemm::kernel_family(isa_).a_bytes == 1;
   return std::string(implicit ? "qconv_implicit" : "qconv_im2col") + "+" + qgemm::qgemm_kernel_name(isa_);
@@ -218,9 +317,15 @@ Geometry QConv::resolve(int64_t N, int64_t C, int64_t H, int64_t W) const {
 QConv::Plan QConv::make_plan(const ConvArgs& a, const Geometry& geo) const {
   Plan pl;
   pl.threads = std::max(1, a.num_threads);
-  if (depthwise_) {
+  if (depthwise_ && a.channels_last) {
+    pl.path = Path::kDepthwiseNhwc;
+    plan_depthwise_nhwc(geo, pl);
+  } else if (depthwise_) {
     pl.path = Path::kDepthwise;
     plan_depthwise(geo, pl);
+  } else if (direct_ && a.channels_last) {
+    pl.path = Path::kDirect;
+    plan_direct(a, geo, pl);
   } else if (implicit_chunk_k() % 4 == 0 && qgemm::kernel_family(isa_).a_bytes == 1) {
     pl.path = Path::kImplicit;
     plan_implicit(a, geo, pl);
@@ -253,6 +358,22 @@ void QConv::plan_depthwise(const Geometry& geo, Plan& pl) const {
   pl.main_bytes = pl.off_ready + align64(static_cast<size_t>(pl.threads));
 }
 
+void QConv::plan_depthwise_nhwc(const Geometry& geo, Plan& pl) const {
+  // units = output rows (n, oy); each builds its row's tap pointers, then one kernel call
+  pl.units = geo.N * geo.OH;
+  const int64_t taps = geo.kh * geo.kw;
+  pl.off_ptrs = 0;
+  pl.off_scratch = align64(static_cast<size_t>(geo.OW * taps) * sizeof(const uint8_t*));
+  pl.thread_bytes = pl.off_scratch + align64(dw_nhwc_scratch_bytes(geo.C, taps));
+  pl.n_thread_ws = pl.threads;
+  const int64_t cpad = dw_.nhwc_cpad;
+  pl.off_colterm = 0;
+  pl.off_mult = align64(static_cast<size_t>(cpad) * 4);
+  pl.off_padrow = pl.off_mult + align64(static_cast<size_t>(cpad) * 4);
+  pl.off_tapoff = pl.off_padrow + align64(static_cast<size_t>(cpad) + 64);
+  pl.main_bytes = pl.off_tapoff + align64(static_cast<size_t>(taps) * 8);
+}
+
 void QConv::reserve_workspace(const ConvArgs& a, const Geometry& geo, ConvWorkspace& ws) const {
   const Plan pl = make_plan(a, geo);
   if (ws.main.size() < pl.main_bytes) ws.main.resize(pl.main_bytes);
@@ -276,6 +397,8 @@ void QConv::run(const ConvArgs& a, const Geometry& geo, ConvWorkspace& ws) const
   if (geo.N == 0 || geo.OH == 0 || geo.OW == 0) return;
   switch (pl.path) {
     case Path::kDepthwise: run_depthwise(a, geo, pl, ws); break;
+    case Path::kDepthwiseNhwc: run_depthwise_nhwc(a, geo, pl, ws); break;
+    case Path::kDirect: run_direct(a, geo, pl, ws); break;
     case Path::kImplicit: run_implicit(a, geo, pl, ws); break;
     case Path::kIm2col: run_im2col(a, geo, pl, ws); break;
   }
@@ -375,6 +498,90 @@ void QConv::run_depthwise(const ConvArgs& a, const Geometry& geo, const Plan& pl
     }
     r.y = static_cast<uint8_t*>(a.y) + ((n * geo.C + c) * ohw + oy0 * geo.OW) * ob;
     r.y_stride = geo.OW;
+    kernel(r);
+  };
+  run_with_affinity(pl.threads, pl.units, unit_fn);
+}
+
+// ---------------------------------------------------------------------------------------
+// depthwise path, channels_last.
+// ---------------------------------------------------------------------------------------
+
+void QConv::run_depthwise_nhwc(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const {
+  const int32_t zx_shifted = a.zx + (a.x_signed ? 128 : 0);
+  const int ob = out_bytes(a.out_type);
+  const DepthwiseWeights& d = dw_;
+  const int64_t C = geo.C, taps = geo.kh * geo.kw;
+
+  // per call, in the ISA's channel order: colterm[c] = bias[c] − zx'·cs[c] (wrapping) and
+  // the multipliers; a pad pixel of zx (x's own domain: the kernel's flip makes it zx')
+  int32_t* colterm = reinterpret_cast<int32_t*>(ws.main.data() + pl.off_colterm);
+  float* mult = reinterpret_cast<float*>(ws.main.data() + pl.off_mult);
+  uint8_t* pad_pixel = ws.main.data() + pl.off_padrow;
+  std::memset(colterm, 0, static_cast<size_t>(d.nhwc_cpad) * 4);
+  std::memset(mult, 0, static_cast<size_t>(d.nhwc_cpad) * 4);
+  for (int64_t c = 0; c < C; ++c) {
+    const int64_t at = dw_nhwc_index(isa_, c);
+    const uint32_t b = a.bias ? static_cast<uint32_t>(a.bias[c]) : 0u;
+    colterm[at] = static_cast<int32_t>(b - static_cast<uint32_t>(zx_shifted) * static_cast<uint32_t>(d.column_sums[c]));
+    if (a.out_type != OutType::kS32) mult[at] = a.multiplier[a.multiplier_per_channel ? c : 0];
+  }
+  std::memset(pad_pixel, static_cast<uint8_t>(a.zx), static_cast<size_t>(d.nhwc_cpad) + 64);
+
+  DepthwiseNhwc base;
+  base.ow = geo.OW;
+  base.taps = taps;
+  base.C = C;
+  base.cpad = d.nhwc_cpad;
+  base.flip = a.x_signed ? 0x80 : 0;
+  base.weights = d.nhwc_taps.data();
+  base.colterm = colterm;
+  base.multiplier = mult;
+  base.zw = d.nhwc_zero_point.empty() ? nullptr : d.nhwc_zero_point.data();
+  base.out_type = a.out_type;
+  if (a.out_type != OutType::kS32) {
+    const int32_t qmin = a.out_type == OutType::kS8 ? -128 : 0, qmax = a.out_type == OutType::kS8 ? 127 : 255;
+    base.zy = a.zy;
+    base.lo_minus_zy = static_cast<float>(qmin - a.zy);
+    base.hi_minus_zy = static_cast<float>(qmax - a.zy);
+  }
+  base.y_pixel_stride = C;
+  const DepthwiseNhwcFn kernel = depthwise_nhwc_for(isa_);
+  const uint8_t* x = static_cast<const uint8_t*>(a.x);
+  // tap t = ky·kw + kx of an interior pixel is at (ky·dh·W + kx·dw)·C bytes from its first
+  int64_t* tap_offset = reinterpret_cast<int64_t*>(ws.main.data() + pl.off_tapoff);
+  for (int64_t ky = 0; ky < geo.kh; ++ky) {
+    for (int64_t kx = 0; kx < geo.kw; ++kx) tap_offset[ky * geo.kw + kx] = (ky * geo.dh * geo.W + kx * geo.dw) * C;
+  }
+
+  auto unit_fn = [&](int64_t unit, int thread) {
+    const int64_t n = unit / geo.OH, oy = unit % geo.OH;
+    uint8_t* buf = ws.thread_bufs[thread].data();
+    const uint8_t** ptrs = reinterpret_cast<const uint8_t**>(buf + pl.off_ptrs);
+    const uint8_t* image = x + n * geo.H * geo.W * C;
+    const int64_t iy0 = oy * geo.sh - geo.pad_top;
+    const bool rows_in = iy0 >= 0 && iy0 + (geo.kh - 1) * geo.dh < geo.H;
+    for (int64_t ox = 0; ox < geo.OW; ++ox) {
+      const uint8_t** p = ptrs + ox * taps;
+      const int64_t ix0 = ox * geo.sw - geo.pad_left;
+      if (rows_in && ix0 >= 0 && ix0 + (geo.kw - 1) * geo.dw < geo.W) {  // every tap inside x
+        const uint8_t* corner = image + (iy0 * geo.W + ix0) * C;
+        for (int64_t t = 0; t < taps; ++t) p[t] = corner + tap_offset[t];
+        continue;
+      }
+      for (int64_t ky = 0; ky < geo.kh; ++ky) {
+        const int64_t iy = iy0 + ky * geo.dh;
+        const bool row_in = iy >= 0 && iy < geo.H;
+        for (int64_t kx = 0; kx < geo.kw; ++kx) {
+          const int64_t ix = ix0 + kx * geo.dw;
+          p[ky * geo.kw + kx] = row_in && ix >= 0 && ix < geo.W ? image + (iy * geo.W + ix) * C : pad_pixel;
+        }
+      }
+    }
+    DepthwiseNhwc r = base;
+    r.ptrs = ptrs;
+    r.scratch = buf + pl.off_scratch;
+    r.y = static_cast<uint8_t*>(a.y) + ((n * geo.OH + oy) * geo.OW) * C * ob;
     kernel(r);
   };
   run_with_affinity(pl.threads, pl.units, unit_fn);

@@ -61,6 +61,18 @@
 //               rows [ky][kx][c] (or the transposed rows themselves for 1x1 / stride 1 /
 //               no pads / G = 1), qgemm with the fused requantization, NHWC -> NCHW.
 //
+// channels_last (ConvArgs::channels_last; the com.microsoft QLinearConv of an NHWC graph):
+// x [N, H, W, C] and y [N, OH, OW, M], same arithmetic and bytes, no transposes:
+//   depthwise   a channels-as-lanes kernel (kernels.h "Depthwise, channels_last") over
+//               per-pixel tap pointers into x (or a pad pixel of zx).
+//   direct      avx512vnni, G = 1, Cg not a multiple of 4, dw = 1, kw·Cg <= 64, M <= 64,
+//               every w − zw in int8 (a CNN's stem): padded NHWC image by row copies,
+//               then output channels as lanes and broadcast dwords of each kernel row
+//               (kernels.h "Direct, small C").
+//   implicit    the padded image by row copies, or x itself (uint8 x, no pads); the
+//               tiles write y's rows in place (except the padded-grid runs of stride 1).
+//   im2col      xt is x itself (uint8 x) or a flipped copy; qgemm writes y's rows.
+//
 // Weights are packed for qgemm once per group with k = (ky·kw + kx)·Cg + c and K rounded up
 // to a multiple of 4 (the extra rows hold zw[m], so w − zw = 0 there).
 //
@@ -122,15 +134,16 @@ struct Geometry {
 };
 
 struct ConvArgs {
-  const void* x = nullptr;     // [N, C, H, W]
+  const void* x = nullptr;     // [N, C, H, W], or [N, H, W, C] with channels_last
   bool x_signed = false;
+  bool channels_last = false;  // x and y NHWC (com.microsoft QLinearConv channels_last=1)
   int32_t zx = 0;              // in x's range
   OutType out_type = OutType::kS32;  // kS32, kU8 or kS8
   const float* multiplier = nullptr; // kU8/kS8: 1 or M values (finite)
   bool multiplier_per_channel = false;
   const int32_t* bias = nullptr;     // [M] or null
   int32_t zy = 0;                    // kU8/kS8, in the output's range
-  void* y = nullptr;                 // [N, M, OH, OW] of out_type
+  void* y = nullptr;                 // [N, M, OH, OW] (or [N, OH, OW, M]) of out_type
   int num_threads = 1;
 };
 
@@ -153,6 +166,11 @@ struct DepthwiseWeights {
   // vpshufb bytes of a full and of the row's last tap group (64 each).
   int32_t gather_perm[16] = {}, gather_perm2[16] = {};
   int8_t gather_full[64] = {}, gather_last[64] = {};
+  // channels_last kernels (kernels.h "Depthwise, channels_last"): w_eff in the ISA's
+  // layout, and zw_eff in its channel order (empty when every zw_eff is 0).
+  std::vector<uint8_t> nhwc_taps;
+  std::vector<int32_t> nhwc_zero_point;
+  int64_t nhwc_cpad = 0;        // channels rounded up to the ISA's block
 };
 
 class QConv {
@@ -181,7 +199,7 @@ class QConv {
   int64_t group() const { return group_; }
   const Attributes& attributes() const { return attrs_; }
   bool weights_unsigned() const { return w_unsigned_; }
-  std::string kernel_name() const;
+  std::string kernel_name(bool channels_last = false) const;
   size_t packed_bytes() const;
 
  private:
@@ -190,7 +208,11 @@ class QConv {
   void plan_depthwise(const Geometry& geo, Plan& pl) const;                        // conv.cc
   void plan_im2col(const ConvArgs& a, const Geometry& geo, Plan& pl) const;        // conv_gemm.cc
   void plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) const;      // conv_gemm.cc
+  void plan_depthwise_nhwc(const Geometry& geo, Plan& pl) const;                   // conv.cc
   void run_depthwise(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+  void run_depthwise_nhwc(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+  void plan_direct(const ConvArgs& a, const Geometry& geo, Plan& pl) const;  // conv_gemm.cc
+  void run_direct(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
   void run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
   void run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
 
@@ -205,6 +227,11 @@ class QConv {
   Attributes attrs_;
   std::vector<std::shared_ptr<qgemm::PackedWeights>> packed_;  // one per group (gemm path)
   DepthwiseWeights dw_;
+  // direct small-C kernel (channels_last, avx512vnni; kernels.h "Direct, small C")
+  bool direct_ = false;
+  int64_t direct_groups_ = 0;
+  std::vector<int8_t> direct_w_;
+  std::vector<int32_t> direct_cs_;  // Σ (w − zw) per output channel
 };
 
 }  // namespace conv

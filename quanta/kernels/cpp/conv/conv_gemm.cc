@@ -112,9 +112,11 @@ void QConv::plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) cons
 
   const int64_t np = packed_[0]->padded_n();
   const int64_t pixels = geo.N * pl.Hp * pl.Wp;
+  // channels_last, uint8 x, no pads: the padded image is x itself
+  pl.x_in_place = a.channels_last && !a.x_signed && pl.Hp == geo.H && pl.Wp == geo.W;
   size_t off = 0;
   pl.off_xpad = off;
-  off += align64(static_cast<size_t>(pixels * geo.C));
+  off += pl.x_in_place ? 0 : align64(static_cast<size_t>(pixels * geo.C));
   pl.off_pixsum = off;
   off += pl.rowsums ? align64(static_cast<size_t>(pixels * group_) * 4) : 0;
   pl.off_colterm = off;
@@ -123,7 +125,9 @@ void QConv::plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) cons
   off += align64(static_cast<size_t>(group_ * np) * 4);
   pl.main_bytes = off;
 
-  size_t t = align64(static_cast<size_t>(pl.mc * Mg * ob));  // the NHWC block
+  // the NHWC block (channels_last: only for the rows of the padded grid, whose pad
+  // columns' outputs are dropped; otherwise the tiles write y in place)
+  size_t t = a.channels_last && !pl.virtual_rows ? 0 : align64(static_cast<size_t>(pl.mc * Mg * ob));
   pl.off_partial = t;
   t += align64(static_cast<size_t>(pl.mc * fam.nr) * 4);
   pl.off_rowsum = t;
@@ -142,7 +146,10 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
   const uint8_t pad = static_cast<uint8_t>(zx_shifted);
   const TransposeU8Fn tr_u8 = transpose_u8_for(isa_);
   const TransposeS32Fn tr_s32 = transpose_s32_for(isa_);
-  uint8_t* xpad = ws.main.data() + pl.off_xpad;
+  uint8_t* xpad_buf = ws.main.data() + pl.off_xpad;
+  // what the tiles read: the padded image, or x itself (pl.x_in_place)
+  const uint8_t* xpad = pl.x_in_place ? static_cast<const uint8_t*>(a.x) : xpad_buf;
+  const bool nhwc = a.channels_last;
   const int64_t np = packed_[0]->padded_n();
 
   // 1. the padded NHWC image (and, with weight zero points, its per-pixel channel sums).
@@ -163,6 +170,8 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
       }
     }
   };
+  // channels_last: the rows of x are already NHWC, so this is row copies (flipped for
+  // int8 x), or nothing but the pixel sums when the tiles read x in place
   auto pad_image = [&](int64_t unit, int) {
     const int64_t n = unit / (interior_blocks + pad_rows), u = unit % (interior_blocks + pad_rows);
     const uint8_t* x = static_cast<const uint8_t*>(a.x) + n * C * hw;
@@ -172,23 +181,35 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
       const int64_t row = above ? u : geo.H + (u - interior_blocks);
       p0 = row * Wp;
       p1 = p0 + Wp;
-      std::memset(xpad + (n * image + p0) * C, pad, static_cast<size_t>(Wp * C));
+      std::memset(xpad_buf + (n * image + p0) * C, pad, static_cast<size_t>(Wp * C));
     } else if (whole) {  // pixels [q0, q1) of x, contiguous in xpad
       const int64_t q0 = (u - geo.pad_top) * block, q1 = std::min(hw, q0 + block);
       p0 = geo.pad_top * Wp + q0;
       p1 = p0 + (q1 - q0);
-      tr_u8(x + q0, hw, C, q1 - q0, xpad + (n * image + p0) * C, C, flip);
+      if (pl.x_in_place) {
+        // nothing to copy
+      } else if (nhwc) {
+        copy_flipped(x + q0 * C, xpad_buf + (n * image + p0) * C, (q1 - q0) * C, flip);
+      } else {
+        tr_u8(x + q0, hw, C, q1 - q0, xpad_buf + (n * image + p0) * C, C, flip);
+      }
     } else {  // input row u − pad_top between its pad columns
       p0 = u * Wp;
       p1 = p0 + Wp;
-      uint8_t* row = xpad + (n * image + p0) * C;
+      uint8_t* row = xpad_buf + (n * image + p0) * C;
       std::memset(row, pad, static_cast<size_t>(geo.pad_left * C));
-      tr_u8(x + (u - geo.pad_top) * geo.W, hw, C, geo.W, row + geo.pad_left * C, C, flip);
+      if (nhwc) {
+        copy_flipped(x + (u - geo.pad_top) * geo.W * C, row + geo.pad_left * C, geo.W * C, flip);
+      } else {
+        tr_u8(x + (u - geo.pad_top) * geo.W, hw, C, geo.W, row + geo.pad_left * C, C, flip);
+      }
       std::memset(row + (geo.pad_left + geo.W) * C, pad, static_cast<size_t>(geo.pad_right * C));
     }
     if (pl.rowsums) pixel_sums(n, p0, p1);
   };
-  if (!pl.fused_transpose) run_with_affinity(pl.threads, geo.N * (interior_blocks + pad_rows), pad_image);
+  if (!pl.fused_transpose && (!pl.x_in_place || pl.rowsums)) {
+    run_with_affinity(pl.threads, geo.N * (interior_blocks + pad_rows), pad_image);
+  }
 
   // 2. per-group epilogue constants, as qgemm.cc::make_epilogue: colterm = bias − zx'·cs
   //    (eq. (5) with the u8 shift of eq. (8)) and the multipliers, padded to np columns
@@ -239,8 +260,20 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
     uint8_t* buf = ws.thread_bufs[thread].data();
     const qgemm::PackedWeights& w = *packed_[g];
     if (pl.fused_transpose) {  // this unit's pixels, this group's channels
-      const uint8_t* x = static_cast<const uint8_t*>(a.x) + (n * C + g * Cg_) * hw + r0;
-      tr_u8(x, hw, Cg_, rows, xpad + (n * image + r0) * C + g * Cg_, C, flip);
+      if (pl.x_in_place) {
+        // the tiles read x itself
+      } else if (nhwc) {
+        const uint8_t* x = static_cast<const uint8_t*>(a.x) + (n * image + r0) * C + g * Cg_;
+        uint8_t* dst = xpad_buf + (n * image + r0) * C + g * Cg_;
+        if (group_ == 1) {
+          copy_flipped(x, dst, rows * C, flip);
+        } else {
+          for (int64_t r = 0; r < rows; ++r) copy_flipped(x + r * C, dst + r * C, Cg_, flip);
+        }
+      } else {
+        const uint8_t* x = static_cast<const uint8_t*>(a.x) + (n * C + g * Cg_) * hw + r0;
+        tr_u8(x, hw, Cg_, rows, xpad_buf + (n * image + r0) * C + g * Cg_, C, flip);
+      }
       if (pl.rowsums) {
         for (int64_t p = r0; p < r0 + rows; ++p) {
           const uint8_t* v = xpad + (n * image + p) * C + g * Cg_;
@@ -255,6 +288,10 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
     e.colterm = colterm + g * np;
     e.multiplier = mult + g * np;
     e.y = buf;
+    if (nhwc && !pl.virtual_rows) {  // rows r0 .. are y's pixels (n, oy = run, ox = r0 ..)
+      e.y = static_cast<uint8_t*>(a.y) + (((n * geo.OH + run) * geo.OW + r0) * M_ + g * Mg) * ob;
+      e.y_row_stride = M_;
+    }
     if (w.has_zero_point) {
       int32_t* rowsum = reinterpret_cast<int32_t*>(buf + pl.off_rowsum);
       const int32_t* ps = pixsum + n * image * group_ + g;
@@ -296,7 +333,17 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
       }
     }
 
-    // valid rows -> y[n, g·Mg .., pixel]
+    // valid rows -> y[n, g·Mg .., pixel] (NCHW) or y[n, pixel, g·Mg ..] (channels_last)
+    if (nhwc && !pl.virtual_rows) return;  // written in place
+    if (nhwc) {  // a row r of the padded grid is output (r / Wp, r % Wp); pad columns dropped
+      for (int64_t r = r0; r < r0 + rows; ++r) {
+        const int64_t oy = r / Wp, ox = r % Wp;
+        if (ox >= geo.OW) continue;
+        std::memcpy(static_cast<uint8_t*>(a.y) + (((n * geo.OH + oy) * geo.OW + ox) * M_ + g * Mg) * ob,
+                    buf + (r - r0) * Mg * ob, static_cast<size_t>(Mg * ob));
+      }
+      return;
+    }
     if (!pl.virtual_rows) {
       store_nchw(buf, rows, Mg, a.out_type, ohw, a.y, (n * M_ + g * Mg) * ohw + run * geo.OW + r0, tr_u8, tr_s32);
       return;
@@ -337,8 +384,10 @@ void QConv::plan_im2col(const ConvArgs& a, const Geometry& geo, Plan& pl) const 
 
   const size_t a_bytes = pl.direct ? 0 : align64(static_cast<size_t>(pl.chunk_rows * Kp_));
   pl.off_ybuf = a_bytes;
-  pl.thread_bytes = a_bytes + align64(static_cast<size_t>(pl.chunk_rows * Mg * ob));
-  pl.main_bytes = align64(static_cast<size_t>(geo.N * geo.H * geo.W * pl.xt_stride));
+  // channels_last: qgemm writes y's rows in place; uint8 x with xt's stride is xt itself
+  pl.x_in_place = a.channels_last && !a.x_signed && pl.xt_stride == geo.C;
+  pl.thread_bytes = a_bytes + (a.channels_last ? 0 : align64(static_cast<size_t>(pl.chunk_rows * Mg * ob)));
+  pl.main_bytes = pl.x_in_place ? 0 : align64(static_cast<size_t>(geo.N * geo.H * geo.W * pl.xt_stride));
 
   qgemm::QGemmParams p;
   p.M = pl.chunk_rows;
@@ -358,7 +407,8 @@ void QConv::run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, C
   const uint8_t flip = a.x_signed ? 0x80 : 0;
   const int32_t zx_shifted = a.zx + (a.x_signed ? 128 : 0);
   const int ob = out_bytes(a.out_type);
-  uint8_t* xt = ws.main.data();
+  uint8_t* xt_buf = ws.main.data();
+  const uint8_t* xt = pl.x_in_place ? static_cast<const uint8_t*>(a.x) : xt_buf;
   const TransposeU8Fn tr_u8 = transpose_u8_for(isa_);
   const TransposeS32Fn tr_s32 = transpose_s32_for(isa_);
   const Im2colFn im2col = im2col_for(isa_);
@@ -370,16 +420,25 @@ void QConv::run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, C
   auto to_nhwc = [&](int64_t unit, int) {
     const int64_t n = unit / pix_blocks, p0 = (unit % pix_blocks) * block;
     const int64_t p1 = std::min(hw, p0 + block);
-    const uint8_t* src = static_cast<const uint8_t*>(a.x) + n * geo.C * hw + p0;
-    uint8_t* dst = xt + (n * hw + p0) * pl.xt_stride;
-    tr_u8(src, hw, geo.C, p1 - p0, dst, pl.xt_stride, flip);
+    uint8_t* dst = xt_buf + (n * hw + p0) * pl.xt_stride;
+    if (a.channels_last) {  // NHWC already: a copy (flipped for int8 x), at xt's stride
+      const uint8_t* src = static_cast<const uint8_t*>(a.x) + (n * hw + p0) * geo.C;
+      if (pl.xt_stride == geo.C) {
+        copy_flipped(src, dst, (p1 - p0) * geo.C, flip);
+      } else {
+        for (int64_t p = 0; p < p1 - p0; ++p) copy_flipped(src + p * geo.C, dst + p * pl.xt_stride, geo.C, flip);
+      }
+    } else {
+      const uint8_t* src = static_cast<const uint8_t*>(a.x) + n * geo.C * hw + p0;
+      tr_u8(src, hw, geo.C, p1 - p0, dst, pl.xt_stride, flip);
+    }
     if (pl.xt_stride > geo.C) {
       for (int64_t p = 0; p < p1 - p0; ++p) {
         std::memset(dst + p * pl.xt_stride + geo.C, 0, static_cast<size_t>(pl.xt_stride - geo.C));
       }
     }
   };
-  run_with_affinity(pl.threads, geo.N * pix_blocks, to_nhwc);
+  if (!pl.x_in_place) run_with_affinity(pl.threads, geo.N * pix_blocks, to_nhwc);
 
   // 2. chunks x groups
   auto unit_fn = [&](int64_t unit, int thread) {
@@ -408,10 +467,11 @@ void QConv::run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, C
       p.zy = a.zy;
     }
     uint8_t* ybuf = buf + pl.off_ybuf;
-    p.y = ybuf;
-    p.y_row_stride = Mg;
+    p.y = a.channels_last ? static_cast<uint8_t*>(a.y) + (r0 * M_ + g * Mg) * ob : ybuf;
+    p.y_row_stride = a.channels_last ? M_ : Mg;
     p.num_threads = pl.parallel_units ? 1 : pl.threads;
     qgemm::qgemm(p, ws.thread_gemm[pl.parallel_units ? thread : 0]);
+    if (a.channels_last) return;  // rows [r0, r1) are y's pixels r0 .. r1 − 1
 
     // NHWC rows [r0, r1) -> y[n, g·Mg + j, pixel], image by image
     for (int64_t s0 = r0; s0 < r1;) {
@@ -427,6 +487,84 @@ void QConv::run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, C
   } else {
     for (int64_t u = 0; u < pl.units; ++u) unit_fn(u, 0);
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// direct small-C path (channels_last, avx512vnni): 1. the padded NHWC image of x' by row
+// copies (pads zx', 64 slack bytes); 2. units = output rows, one direct_row call each.
+// ---------------------------------------------------------------------------------------
+
+void QConv::plan_direct(const ConvArgs& a, const Geometry& geo, Plan& pl) const {
+  (void)a;
+  pl.Hp = geo.H + geo.pad_top + geo.pad_bottom;
+  pl.Wp = geo.W + geo.pad_left + geo.pad_right;
+  pl.units = geo.N * geo.OH;
+  const size_t cols = static_cast<size_t>(div_up(M_, 16) * 16);
+  pl.off_colterm = 0;
+  pl.off_mult = align64(cols * 4);
+  pl.off_xpad = pl.off_mult + align64(cols * 4);
+  pl.main_bytes = pl.off_xpad + align64(static_cast<size_t>(geo.N * pl.Hp * pl.Wp * geo.C) + 64);
+  pl.n_thread_ws = 0;
+}
+
+void QConv::run_direct(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const {
+  const int64_t C = geo.C, Hp = pl.Hp, Wp = pl.Wp;
+  const uint8_t flip = a.x_signed ? 0x80 : 0;
+  const int32_t zx_shifted = a.zx + (a.x_signed ? 128 : 0);
+  const uint8_t pad = static_cast<uint8_t>(zx_shifted);
+  const int ob = out_bytes(a.out_type);
+  uint8_t* xpad = ws.main.data() + pl.off_xpad;
+  int32_t* colterm = reinterpret_cast<int32_t*>(ws.main.data() + pl.off_colterm);
+  float* mult = reinterpret_cast<float*>(ws.main.data() + pl.off_mult);
+  const int64_t cols = div_up(M_, 16) * 16;
+  for (int64_t m = 0; m < cols; ++m) {  // colterm = bias − zx'·Σ w_eff (wrapping)
+    const uint32_t b = m < M_ && a.bias ? static_cast<uint32_t>(a.bias[m]) : 0u;
+    colterm[m] = m < M_ ? static_cast<int32_t>(b - static_cast<uint32_t>(zx_shifted) *
+                                                       static_cast<uint32_t>(direct_cs_[m]))
+                        : 0;
+    mult[m] = m < M_ && a.out_type != OutType::kS32 ? a.multiplier[a.multiplier_per_channel ? m : 0] : 0.0f;
+  }
+  std::memset(xpad + geo.N * Hp * Wp * C, pad, 64);
+
+  auto pad_row = [&](int64_t unit, int) {  // padded row `unit` of (n, row)
+    const int64_t n = unit / Hp, r = unit % Hp, iy = r - geo.pad_top;
+    uint8_t* dst = xpad + unit * Wp * C;
+    if (iy < 0 || iy >= geo.H) {
+      std::memset(dst, pad, static_cast<size_t>(Wp * C));
+      return;
+    }
+    std::memset(dst, pad, static_cast<size_t>(geo.pad_left * C));
+    copy_flipped(static_cast<const uint8_t*>(a.x) + ((n * geo.H + iy) * geo.W) * C, dst + geo.pad_left * C,
+                 geo.W * C, flip);
+    std::memset(dst + (geo.pad_left + geo.W) * C, pad, static_cast<size_t>(geo.pad_right * C));
+  };
+  run_with_affinity(pl.threads, geo.N * Hp, pad_row);
+
+  DirectRow base;
+  base.row_step = geo.dh * Wp * C;
+  base.pixel_step = geo.sw * C;
+  base.kh = geo.kh;
+  base.groups = direct_groups_;
+  base.ow = geo.OW;
+  base.M = M_;
+  base.weights = direct_w_.data();
+  base.colterm = colterm;
+  base.multiplier = mult;
+  base.out_type = a.out_type;
+  if (a.out_type != OutType::kS32) {
+    const bool s8 = a.out_type == OutType::kS8;
+    base.zy = a.zy;
+    base.lo_minus_zy = static_cast<float>((s8 ? -128 : 0) - a.zy);
+    base.hi_minus_zy = static_cast<float>((s8 ? 127 : 255) - a.zy);
+  }
+  auto unit_fn = [&](int64_t unit, int) {
+    const int64_t n = unit / geo.OH, oy = unit % geo.OH;
+    DirectRow r = base;
+    r.in = xpad + ((n * Hp + oy * geo.sh) * Wp) * C;
+    r.y = static_cast<uint8_t*>(a.y) + unit * geo.OW * M_ * ob;
+    direct_row_avx512vnni(r);
+  };
+  run_with_affinity(pl.threads, pl.units, unit_fn);
 }
 
 }  // namespace conv

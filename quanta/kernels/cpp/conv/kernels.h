@@ -67,7 +67,7 @@ inline void run_with_affinity(int threads, int64_t units, F& fn) {
 }
 
 // How one call runs (QConv::make_plan): path, work split, workspace layout.
-enum class Path { kDepthwise, kIm2col, kImplicit };
+enum class Path { kDepthwise, kDepthwiseNhwc, kIm2col, kImplicit, kDirect };
 
 struct QConv::Plan {
   Path path = Path::kIm2col;
@@ -88,12 +88,16 @@ struct QConv::Plan {
   int64_t run_len = 0, runs_per_image = 0, blocks_per_run = 0, mc = 0;
   int64_t chunk_k = 0, n_taps = 0;  // K per tap chunk, and the number of tap chunks
   bool rowsums = false;       // some group has a weight zero point: Σx' per row needed
-  size_t off_xpad = 0, off_pixsum = 0, off_colterm = 0, off_mult = 0;  // main buffer
+  size_t off_xpad = 0, off_pixsum = 0, off_colterm = 0, off_mult = 0;  // main buffer (also depthwise)
   size_t off_partial = 0, off_rowsum = 0;                               // thread buffer
   // depthwise path
   bool dw_direct = false;     // the kernel reads the NCHW planes in place
   int64_t dw_stride = 0, dw_rows_per_unit = 0, dw_row_blocks = 0, dw_in_rows = 0;
   size_t off_ready = 0;       // main buffer (colterm at off_colterm)
+  // channels_last (ConvArgs::channels_last)
+  bool x_in_place = false;    // gemm paths: the A rows are read from x itself (uint8, no pads)
+  size_t off_padrow = 0, off_tapoff = 0;  // depthwise: main buffer (and colterm, mult)
+  size_t off_ptrs = 0, off_scratch = 0;  // depthwise: thread buffer
 };
 
 // ---------------------------------------------------------------------------------------
@@ -205,6 +209,88 @@ inline void dw_store(int32_t acc, const DepthwiseRows& a, int64_t at) {
     static_cast<uint8_t*>(a.y)[at] = static_cast<uint8_t>(q);
   }
 }
+
+// ---------------------------------------------------------------------------------------
+// Depthwise, channels_last. One call computes one output row (ow pixels) of all C
+// channels of an NHWC image; SIMD lanes are channels, so every load is a contiguous run
+// of one input pixel's channels and nothing is transposed or copied.
+//
+// Input, by indirection (XNNPACK's): ptrs[o·taps + t] is the input pixel (C bytes, x's
+// own domain) under tap t = ky·kw + kx of output pixel o, or a pad pixel whose C bytes
+// are zx. The kernels apply the flip (x' = x ^ 0x80 for int8 x, eq. (8)) on load, so a pad
+// tap reads zx'.
+//
+// Per channel c of pixel o, as the NCHW kernel (eq. (5)):
+//   acc = Σ_t x'[t, c]·w_eff[c, t] − zw_eff[c]·Σ_t x'[t, c] + colterm[c]
+// then the output stage of conv.h with multiplier[c].
+//
+// Channel order of the per-channel arrays (weights, colterm, multiplier, zw): "the ISA's
+// channel order", dw_nhwc_index() below, with cpad = C rounded up to the ISA's block
+// (entries past C are 0):
+//   portable    block 1, natural order; weights int8 [taps][C]
+//   avx2        block 16, natural order; weights int16 [ceil(taps/2)][cpad][2]: the
+//               pair (w_eff[c, 2p], w_eff[c, 2p + 1]) (0 past taps) for vpmaddwd
+//   avx512vnni  block 64: channel 64b + 16L + 4j + i at 64b + 16j + 4L + i (register j,
+//               dword 4L + i: what vpunpck{l,h}bw then vpunpck{l,h}wd of 4 tap loads
+//               produce); weights int8 [cpad/64][ceil(taps/4)][64][4]: the 4 taps
+//               4q .. 4q + 3 of that channel for vpdpbusd (0 past taps).
+// ---------------------------------------------------------------------------------------
+struct DepthwiseNhwc {
+  const uint8_t* const* ptrs = nullptr;  // [ow][taps]
+  int64_t ow = 0, taps = 0, C = 0, cpad = 0;
+  uint8_t flip = 0;
+  const uint8_t* weights = nullptr;      // DepthwiseWeights::nhwc_taps
+  const int32_t* colterm = nullptr;      // [cpad], the ISA's order
+  const float* multiplier = nullptr;     // [cpad], the ISA's order (kU8/kS8)
+  const int32_t* zw = nullptr;           // [cpad], the ISA's order, or null (every zw_eff 0)
+  OutType out_type = OutType::kS32;
+  int32_t zy = 0;
+  float lo_minus_zy = 0.f, hi_minus_zy = 0.f;
+  void* y = nullptr;                     // output pixel 0 of the row (elements of out_type)
+  int64_t y_pixel_stride = 0;            // elements between output pixels (C)
+  uint8_t* scratch = nullptr;            // dw_nhwc_scratch_bytes() of per-thread scratch
+};
+
+inline int64_t dw_nhwc_block(Isa isa) { return isa == Isa::kAvx512Vnni ? 64 : isa == Isa::kAvx2 ? 16 : 1; }
+
+inline int64_t dw_nhwc_index(Isa isa, int64_t c) {
+  if (isa != Isa::kAvx512Vnni) return c;
+  const int64_t p = c % 64;
+  return c - p + ((p % 16) / 4) * 16 + (p / 16) * 4 + p % 4;
+}
+
+inline size_t dw_nhwc_scratch_bytes(int64_t C, int64_t taps) {
+  return static_cast<size_t>(8 * C + 24 * taps + 64);  // portable sums / avx2 tail copies
+}
+
+void depthwise_nhwc_portable(const DepthwiseNhwc& a);
+void depthwise_nhwc_avx2(const DepthwiseNhwc& a);
+void depthwise_nhwc_avx512vnni(const DepthwiseNhwc& a);
+
+// ---------------------------------------------------------------------------------------
+// Direct, small C (avx512vnni, channels_last; QConv::direct_eligible): one call computes
+// one output row (ow pixels) of all M <= 64 channels from a padded NHWC image in the x'
+// domain (pads zx', 64 slack bytes past its end). For pixel o the kernel row ky starts
+// at in + ky·row_step + o·pixel_step; its run of kw·C bytes is read in `groups` dwords.
+// Weights [kh][groups][ceil(M/16)][16 lanes][4]: byte t of lane m of group q is
+// w_eff[m, c, ky, kx] with 4q + t = kx·C + c (0 past kw·C); w_eff = w − zw fits int8, so
+//   acc[m] = Σ_{ky, q, t} x'·w_eff + colterm[m],   colterm = bias − zx'·Σ w_eff   eq. (5)
+// then the output stage of conv.h; y row of ow pixels x M (elements of out_type).
+// ---------------------------------------------------------------------------------------
+struct DirectRow {
+  const uint8_t* in = nullptr;
+  int64_t row_step = 0, pixel_step = 0;   // bytes: dh·Wp·C, sw·C
+  int64_t kh = 1, groups = 1, ow = 0, M = 0;
+  const int8_t* weights = nullptr;
+  const int32_t* colterm = nullptr;       // [ceil(M/16)·16]
+  const float* multiplier = nullptr;      // [ceil(M/16)·16] (kU8/kS8)
+  OutType out_type = OutType::kS32;
+  int32_t zy = 0;
+  float lo_minus_zy = 0.f, hi_minus_zy = 0.f;
+  void* y = nullptr;
+};
+
+void direct_row_avx512vnni(const DirectRow& a);
 
 // ---------------------------------------------------------------------------------------
 // Layout transposes (layout.cc portable, layout_avx2.cc, layout_avx512vnni.cc; int32 has

@@ -1,0 +1,123 @@
+// qconv_dwc_u8s8_s32_16c2__avx2: the channels_last depthwise kernel (contract in kernels.h
+// "Depthwise, channels_last").
+//
+// Per output pixel and block of 16 channels, per pair of taps (t, t + 1): two 16-byte
+// loads (the two input pixels' channels, flipped for int8 x), vpunpck{l,h}bw interleave
+// them (channel c's bytes of tap t and t + 1 side by side), vpmovzxbw widens to int16, and
+// vpmaddwd against the int16 weight pairs gives 8 int32 channel sums (exact: |x'0·w0 +
+// x'1·w1| <= 2·255·128, no vpmaddubsw saturation). A missing second tap (odd taps) is a
+// zero vector. Channels stay in order, so the epilogue is qgemm's AVX2 one; a channel
+// tail (C mod 16) runs the same code on copies of its bytes.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "conv/kernels.h"
+
+namespace quanta {
+namespace conv {
+namespace {
+
+inline __m256i requant8(__m256i acc, const float* mult, const DepthwiseNhwc& a) {
+  __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_loadu_ps(mult));
+  f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(a.lo_minus_zy)), _mm256_set1_ps(a.hi_minus_zy));
+  f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm256_add_epi32(_mm256_cvttps_epi32(f), _mm256_set1_epi32(a.zy));
+}
+
+// channels [c0, c0 + n) (n <= 16) of one pixel; x rows p[t] + x_off
+template <bool kZw, bool kFlip>
+inline void block16(const DepthwiseNhwc& a, const uint8_t* const* p, int64_t x_off, int64_t c0, int n, void* y) {
+  const __m128i flip = _mm_set1_epi8(static_cast<char>(0x80));
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int16_t* w = reinterpret_cast<const int16_t*>(a.weights) + c0 * 2;
+  __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+  __m256i xs0 = _mm256_setzero_si256(), xs1 = _mm256_setzero_si256();
+  for (int64_t t = 0; t < a.taps; t += 2) {
+    __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[t] + x_off));
+    __m128i v1 = _mm_setzero_si128();
+    if (kFlip) v0 = _mm_xor_si128(v0, flip);
+    if (t + 1 < a.taps) {
+      v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[t + 1] + x_off));
+      if (kFlip) v1 = _mm_xor_si128(v1, flip);
+    }
+    const __m256i lo = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v0, v1));
+    const __m256i hi = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(v0, v1));
+    const int16_t* wp = w + (t / 2) * a.cpad * 2;
+    acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp))));
+    acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 16))));
+    if (kZw) {
+      xs0 = _mm256_add_epi32(xs0, _mm256_madd_epi16(lo, ones));
+      xs1 = _mm256_add_epi32(xs1, _mm256_madd_epi16(hi, ones));
+    }
+  }
+  acc0 = _mm256_add_epi32(acc0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.colterm + c0)));
+  acc1 = _mm256_add_epi32(acc1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.colterm + c0 + 8)));
+  if (kZw) {
+    acc0 = _mm256_sub_epi32(acc0, _mm256_mullo_epi32(xs0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.zw + c0))));
+    acc1 = _mm256_sub_epi32(acc1,
+                            _mm256_mullo_epi32(xs1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.zw + c0 + 8))));
+  }
+  if (a.out_type == OutType::kS32) {
+    alignas(32) int32_t tmp[16];
+    int32_t* dst = n == 16 ? static_cast<int32_t*>(y) : tmp;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), acc0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 8), acc1);
+    if (n < 16) std::memcpy(y, tmp, static_cast<size_t>(n) * 4);
+    return;
+  }
+  const __m256i q0 = requant8(acc0, a.multiplier + c0, a), q1 = requant8(acc1, a.multiplier + c0 + 8, a);
+  // packs in 128-bit lanes: (0-3, 8-11 | 4-7, 12-15) -> vpermq restores channel order;
+  // q is in the output's range, so the packs are exact
+  const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+  const __m128i l = _mm256_castsi256_si128(p16), h = _mm256_extracti128_si256(p16, 1);
+  const __m128i p8 = a.out_type == OutType::kS8 ? _mm_packs_epi16(l, h) : _mm_packus_epi16(l, h);
+  if (n == 16) {
+    _mm_storeu_si128(static_cast<__m128i*>(y), p8);
+  } else {
+    alignas(16) uint8_t tmp[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), p8);
+    std::memcpy(y, tmp, static_cast<size_t>(n));
+  }
+}
+
+template <bool kZw, bool kFlip>
+void row_impl(const DepthwiseNhwc& a) {
+  const int ob = out_bytes(a.out_type);
+  const int64_t full = a.C / 16 * 16, tail = a.C - full;
+  // the tail's bytes of every tap, 16 per tap (zeros past C), and pointers to them
+  uint8_t* tail_bytes = a.scratch;
+  const uint8_t** tail_ptrs = reinterpret_cast<const uint8_t**>(a.scratch + 16 * a.taps);
+  if (tail) {
+    std::memset(tail_bytes, 0, static_cast<size_t>(16 * a.taps));
+    for (int64_t t = 0; t < a.taps; ++t) tail_ptrs[t] = tail_bytes + 16 * t;
+  }
+  for (int64_t o = 0; o < a.ow; ++o) {
+    const uint8_t* const* p = a.ptrs + o * a.taps;
+    uint8_t* y = static_cast<uint8_t*>(a.y) + o * a.y_pixel_stride * ob;
+    for (int64_t c0 = 0; c0 < full; c0 += 16) block16<kZw, kFlip>(a, p, c0, c0, 16, y + c0 * ob);
+    if (tail) {
+      for (int64_t t = 0; t < a.taps; ++t) std::memcpy(tail_bytes + 16 * t, p[t] + full, static_cast<size_t>(tail));
+      block16<kZw, kFlip>(a, tail_ptrs, 0, full, static_cast<int>(tail), y + full * ob);
+    }
+  }
+}
+
+}  // namespace
+
+void depthwise_nhwc_avx2(const DepthwiseNhwc& a) {
+  if (a.zw) {
+    a.flip ? row_impl<true, true>(a) : row_impl<true, false>(a);
+  } else {
+    a.flip ? row_impl<false, true>(a) : row_impl<false, false>(a);
+  }
+}
+
+}  // namespace conv
+}  // namespace quanta

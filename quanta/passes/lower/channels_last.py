@@ -1,0 +1,236 @@
+"""Channels-last regions: integer convolutions and pools exchange NHWC tensors directly.
+
+An NCHW model lowered to QOperator form runs every QLinearConv on NCHW data; the native
+kernel computes in NHWC (channels are the GEMM's K), so each call would transpose its
+input and its output. This pass does what ONNX Runtime's NhwcTransformer does, on the
+graph where every step is visible (``quanta inspect --lowered`` prints the result)::
+
+    %y = QLinearConv(%x, ...)                      (x: N x C x H x W)
+      -> %x_nhwc = Transpose(%x) {perm=[0, 2, 3, 1]}
+         %y_nhwc = com.microsoft::QLinearConv(%x_nhwc, ...) {channels_last=1}
+         %y      = Transpose(%y_nhwc) {perm=[0, 3, 1, 2]}   (only for NCHW consumers)
+
+and grows the region over the operators that do not care about the layout, so that
+inside a region no Transpose is left and conversions sit only at its edges (the graph's
+inputs and outputs, and float islands or operators without a channels-last form):
+
+- *channels-last operators* (always in a region, rank 3 or 4): ai.onnx ``QLinearConv``
+  (-> com.microsoft ``QLinearConv`` with ``channels_last=1``, w and the parameters
+  unchanged), com.microsoft ``QLinearGlobalAveragePool`` and ``QLinearAveragePool``
+  (their own ``channels_last`` attribute);
+- *layout-agnostic operators* (joined when one of their layout inputs comes from a
+  region): com.microsoft ``QLinearAdd`` / ``QLinearMul`` (elementwise with numpy
+  broadcasting), ``QLinearSigmoid``, ``QLinearLeakyRelu``, ``Relu``, ``Clip``, and
+  ``QLinearConcat`` (its ``axis`` renumbered). Their other layout inputs must be region
+  values or constants (a constant is permuted, after its broadcast rank is made
+  explicit; exact: the same elements meet the same elements).
+
+Exactness: a Transpose moves bytes; the channels-last operators compute each output
+element from the same input elements with the same arithmetic (the reference twins move
+the channel axis and call the NCHW implementation), so the graph's outputs are
+bit-identical before and after the pass.
+
+Refusals (the node stays NCHW, recorded in :attr:`ChannelsLast.refused`): a rank other
+than 3 or 4 or unknown; a per-axis quantized layout value (its axis would move); an
+agnostic operator whose other layout input is neither a region value nor a constant.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from quanta.ir.graph import Graph, Node, Value
+from quanta.ir.types import QuantType, TensorType
+from quanta.passes.manager import Pass, PassResult
+
+__all__ = ["ChannelsLast", "to_channels_first", "to_channels_last"]
+
+MS_DOMAIN = "com.microsoft"
+
+#: (domain, op_type) -> indices of the layout inputs, for operators that always join.
+_CHANNELS_LAST_OPS: dict[tuple[str, str], tuple[int, ...]] = {
+    ("", "QLinearConv"): (0,),
+    (MS_DOMAIN, "QLinearGlobalAveragePool"): (0,),
+    (MS_DOMAIN, "QLinearAveragePool"): (0,),
+}
+#: (domain, op_type) -> indices of the layout inputs (None: every third from 2, Concat).
+_AGNOSTIC_OPS: dict[tuple[str, str], tuple[int, ...] | None] = {
+    (MS_DOMAIN, "QLinearAdd"): (0, 3),
+    (MS_DOMAIN, "QLinearMul"): (0, 3),
+    (MS_DOMAIN, "QLinearSigmoid"): (0,),
+    (MS_DOMAIN, "QLinearLeakyRelu"): (0,),
+    ("", "Relu"): (0,),
+    ("", "Clip"): (0,),
+    (MS_DOMAIN, "QLinearConcat"): None,
+}
+
+
+def to_channels_last(rank: int) -> list[int]:
+    """The perm NCHW -> NHWC (rank 4) or NCW -> NWC (rank 3)."""
+    return [0, *range(2, rank), 1]
+
+
+def to_channels_first(rank: int) -> list[int]:
+    """The perm NHWC -> NCHW (rank 4) or NWC -> NCW (rank 3)."""
+    return [0, rank - 1, *range(1, rank - 1)]
+
+
+def _layout_inputs(node: Node) -> tuple[int, ...]:
+    key = (node.domain, node.op_type)
+    if key in _CHANNELS_LAST_OPS:
+        return _CHANNELS_LAST_OPS[key]
+    idx = _AGNOSTIC_OPS[key]
+    if idx is None:  # QLinearConcat: Y_scale, Y_zero_point, then (x, scale, zp) triplets
+        return tuple(range(2, len(node.inputs), 3))
+    return tuple(i for i in idx if i < len(node.inputs) and node.inputs[i] is not None)
+
+
+def _rank(v: Value | None) -> int | None:
+    return None if v is None or v.shape is None else len(v.shape)
+
+
+def _per_axis(v: Value | None) -> bool:
+    return v is not None and isinstance(v.elem, QuantType) and v.elem.axis is not None
+
+
+class ChannelsLast(Pass):
+    """Channels-last regions around the integer convolutions (module docstring)."""
+
+    name = "channels_last"
+
+    def __init__(self) -> None:
+        #: (node label, reason) for every candidate that stayed channels-first
+        self.refused: list[tuple[str, str]] = []
+
+    def requires(self, graph: Graph) -> None:
+        del graph  # any graph: a graph without convolutions is left as is
+
+    def call(self, graph: Graph) -> PassResult:
+        self.refused = []
+        region = self._select(graph)
+        if not region:
+            return PassResult(graph, False, {})
+        self._rewrite(graph, region)
+        graph.toposort()
+        n_conv = sum(1 for n, _ in region.values() if n.op_type == "QLinearConv")
+        n_transposes = sum(1 for n in graph.nodes if n.name.startswith("channels_last/"))
+        return PassResult(graph, True, {"nodes": len(region), "convolutions": n_conv, "transposes": n_transposes})
+
+    # -- which nodes -------------------------------------------------------------
+    def _select(self, graph: Graph) -> dict[int, tuple[Node, int]]:
+        """id(node) -> (node, rank) for every node that computes channels-last."""
+        region: dict[int, tuple[Node, int]] = {}
+        produced: dict[int, int] = {}  # id(value) -> rank, values computed channels-last
+        for node in graph.nodes:  # topological: producers first
+            key = (node.domain, node.op_type)
+            if key in _CHANNELS_LAST_OPS:
+                if node.attrs.get("channels_last"):
+                    continue
+                x = node.input(0)
+                rank = produced.get(id(x), _rank(x))
+                if rank not in (3, 4):
+                    self.refused.append((node.label, f"input rank {rank}: channels-last takes rank 3 or 4"))
+                    continue
+                if _per_axis(x) or _per_axis(node.outputs[0]):
+                    self.refused.append((node.label, "a per-axis quantized input or output (the axis would move)"))
+                    continue
+            elif key in _AGNOSTIC_OPS:
+                idx = _layout_inputs(node)
+                ranks = {produced[id(node.inputs[i])] for i in idx if id(node.inputs[i]) in produced}
+                if not ranks:
+                    continue  # no input from a region: nothing to gain
+                rank = ranks.pop()
+                reason = ""
+                if ranks or _rank(node.outputs[0]) not in (None, rank):
+                    reason = "its inputs mix ranks"
+                for i in idx:
+                    v = node.inputs[i]
+                    if reason:
+                        break
+                    if id(v) in produced:
+                        continue
+                    if not v.is_const:
+                        reason = f"input {i} '{v.name}' is computed channels-first and is not a constant"
+                    elif np.ndim(v.const) > rank:
+                        reason = f"constant input {i} '{v.name}' has a higher rank than the output"
+                if not reason and any(_per_axis(v) for v in (*(node.inputs[i] for i in idx), node.outputs[0])):
+                    reason = "a per-axis quantized input or output (the axis would move)"
+                if reason:
+                    self.refused.append((node.label, reason))
+                    continue
+            else:
+                continue
+            region[id(node)] = (node, rank)
+            produced[id(node.outputs[0])] = rank
+        return region
+
+    # -- the rewrite --------------------------------------------------------------
+    def _rewrite(self, graph: Graph, region: dict[int, tuple[Node, int]]) -> None:
+        twin: dict[int, Value] = {}  # id(NCHW value) -> its NHWC value
+        originals: list[tuple[Value, Value, int]] = []  # (NCHW value, NHWC twin, rank)
+        for node, rank in list(region.values()):
+            fwd = to_channels_last(rank)
+            for i in _layout_inputs(node):
+                v = node.inputs[i]
+                if id(v) not in twin:
+                    if v.is_const:
+                        twin[id(v)] = self._permuted_const(graph, v, rank)
+                    else:  # a channels-first value entering the region
+                        twin[id(v)] = self._transpose(graph, v, fwd, before=node, suffix="nhwc")
+                node.replace_input(i, twin[id(v)])
+            out = node.outputs[0]
+            shape = None if out.shape is None else tuple(out.shape[p] for p in fwd)
+            t = Value(graph.fresh_name(f"{out.name}_nhwc"), TensorType(out.elem, shape) if out.type else None)
+            out.producer = None
+            node.outputs[0] = t
+            t.producer = node
+            twin[id(out)] = t
+            originals.append((out, t, rank))
+            self._retarget(node, rank)
+        # Region values still read channels-first (consumers outside, graph outputs)
+        # get one Transpose back, which takes over the original value (and its name).
+        for out, t, rank in originals:
+            is_output = any(o is out for o in graph.outputs)
+            if out.uses or is_output:
+                node = Node(
+                    "Transpose",
+                    [t],
+                    [out],
+                    {"perm": to_channels_first(rank)},
+                    name=graph.fresh_name(f"channels_last/{out.name}_nchw"),
+                )
+                graph.add_node(node)
+
+    @staticmethod
+    def _retarget(node: Node, rank: int) -> None:
+        if node.op_type == "QLinearConv":
+            node.domain = MS_DOMAIN
+            node.attrs["channels_last"] = 1
+        elif node.op_type in ("QLinearGlobalAveragePool", "QLinearAveragePool"):
+            node.attrs["channels_last"] = 1
+        elif node.op_type == "QLinearConcat":
+            axis = int(node.attrs.get("axis", 1))
+            axis = axis + rank if axis < 0 else axis
+            node.attrs["axis"] = to_channels_last(rank).index(axis)
+
+    @staticmethod
+    def _transpose(graph: Graph, v: Value, perm: list[int], *, before: Node, suffix: str) -> Value:
+        shape = None if v.shape is None else tuple(v.shape[p] for p in perm)
+        t = Value(graph.fresh_name(f"{v.name}_{suffix}"), TensorType(v.elem, shape) if v.type else None)
+        graph.add_node(
+            Node("Transpose", [v], [t], {"perm": list(perm)}, name=graph.fresh_name(f"channels_last/{v.name}_{suffix}")),
+            before=before,
+        )
+        return t
+
+    @staticmethod
+    def _permuted_const(graph: Graph, v: Value, rank: int) -> Value:
+        a = np.asarray(v.const)
+        if a.ndim < rank:  # numpy broadcasting aligns trailing axes: make them explicit
+            a = a.reshape((1,) * (rank - a.ndim) + a.shape)
+        a = np.ascontiguousarray(np.transpose(a, to_channels_last(rank)))
+        elem = v.elem if v.type is not None else None
+        c = graph.add_initializer(graph.fresh_name(f"{v.name}_nhwc"), a)
+        if elem is not None:
+            c.type = TensorType(elem, tuple(a.shape))
+        return c
