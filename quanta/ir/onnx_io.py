@@ -534,6 +534,7 @@ VIEW_OPS_KEEPING_TYPE = frozenset(
         "Slice",
         "Gather",
         "MaxPool",
+        "NhwcMaxPool",  # com.microsoft, channels-last MaxPool on 8-bit data
         "Identity",
         "Split",
         "Expand",
@@ -551,7 +552,7 @@ def _propagate_view_type(node: Node) -> None:
     if x is None or x.type is None or not isinstance(x.type.elem, QuantType) or x.type.elem.axis is not None:
         return
     q = x.type.elem
-    outs = node.outputs[:1] if node.op_type == "MaxPool" else node.outputs
+    outs = node.outputs[:1] if node.op_type in ("MaxPool", "NhwcMaxPool") else node.outputs
     for o in outs:
         if o.type is None:
             o.type = TensorType(q, None)

@@ -159,7 +159,7 @@ def rule_view(node: Node, stage: Stage) -> list[str]:
     del stage
     src = _elem(node.input(0))
     errors = []
-    for out in node.outputs[:1] if node.op_type == "MaxPool" else node.outputs:
+    for out in node.outputs[:1] if node.op_type in ("MaxPool", "NhwcMaxPool") else node.outputs:
         got = _elem(out)
         if src is None or got is None:
             continue

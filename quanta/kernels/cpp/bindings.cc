@@ -34,4 +34,5 @@ PYBIND11_MODULE(_native, m) {
   register_conv(m);
   register_layout(m);
   register_float_ops(m);
+  register_pool(m);
 }

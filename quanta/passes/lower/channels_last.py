@@ -18,6 +18,10 @@ inputs and outputs, and float islands or operators without a channels-last form)
   (-> com.microsoft ``QLinearConv`` with ``channels_last=1``, w and the parameters
   unchanged), com.microsoft ``QLinearGlobalAveragePool`` and ``QLinearAveragePool``
   (their own ``channels_last`` attribute);
+- ai.onnx ``MaxPool`` on 8-bit data of rank 4 without the Indices output (-> com.microsoft
+  ``NhwcMaxPool``, ONNX Runtime's channels-last quantized MaxPool), joined like a
+  layout-agnostic operator: when its input comes from a region (a ResNet stem's pool
+  between two convolutions; a lone MaxPool is not worth two Transposes);
 - *layout-agnostic operators* (joined when one of their layout inputs comes from a
   region): com.microsoft ``QLinearAdd`` / ``QLinearMul`` (elementwise with numpy
   broadcasting), ``QLinearSigmoid``, ``QLinearLeakyRelu``, ``Relu``, ``Clip``, and
@@ -55,6 +59,7 @@ _CHANNELS_LAST_OPS: dict[tuple[str, str], tuple[int, ...]] = {
 }
 #: (domain, op_type) -> indices of the layout inputs (None: every third from 2, Concat).
 _AGNOSTIC_OPS: dict[tuple[str, str], tuple[int, ...] | None] = {
+    ("", "MaxPool"): (0,),  # joins as com.microsoft NhwcMaxPool (checked in _select)
     (MS_DOMAIN, "QLinearAdd"): (0, 3),
     (MS_DOMAIN, "QLinearMul"): (0, 3),
     (MS_DOMAIN, "QLinearSigmoid"): (0,),
@@ -135,6 +140,12 @@ class ChannelsLast(Pass):
                     self.refused.append((node.label, "a per-axis quantized input or output (the axis would move)"))
                     continue
             elif key in _AGNOSTIC_OPS:
+                if key == ("", "MaxPool"):
+                    reason = self._maxpool_refusal(node)
+                    if reason:
+                        if id(node.input(0)) in produced:
+                            self.refused.append((node.label, reason))
+                        continue
                 idx = _layout_inputs(node)
                 ranks = {produced[id(node.inputs[i])] for i in idx if id(node.inputs[i]) in produced}
                 if not ranks:
@@ -202,7 +213,28 @@ class ChannelsLast(Pass):
                 graph.add_node(node)
 
     @staticmethod
+    def _maxpool_refusal(node: Node) -> str:
+        x = node.input(0)
+        storage = None
+        if x is not None and x.elem is not None:
+            storage = str(x.elem.storage) if isinstance(x.elem, QuantType) else str(x.elem)
+        if storage not in ("u8", "i8"):
+            return f"MaxPool on {storage or 'unknown'} data (NhwcMaxPool takes uint8/int8)"
+        if len(node.outputs) > 1 and (node.outputs[1].uses or node.outputs[1].name):
+            return "MaxPool with its Indices output"
+        ks = node.attrs.get("kernel_shape")
+        if ks is None or len(ks) != 2 or int(node.attrs.get("storage_order", 0)):
+            return "MaxPool other than 2-D windows in row-major storage order"
+        return ""
+
+    @staticmethod
     def _retarget(node: Node, rank: int) -> None:
+        if node.op_type == "MaxPool":
+            node.op_type = "NhwcMaxPool"
+            node.domain = MS_DOMAIN
+            node.attrs.pop("storage_order", None)
+            node.attr_types.pop("storage_order", None)
+            return
         if node.op_type == "QLinearConv":
             node.domain = MS_DOMAIN
             node.attrs["channels_last"] = 1

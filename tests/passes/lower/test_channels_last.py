@@ -169,25 +169,55 @@ def test_second_run_changes_nothing() -> None:
     assert [(n.op_type, n.domain) for n in model.graph.nodes] == before
 
 
-def test_maxpool_between_convs_splits_the_region() -> None:
-    """MaxPool has no channels-last form here: the region ends before it and a new one
-    starts after it, with one Transpose pair around the pool."""
+def maxpool_cnn(pool_input_float: bool = False) -> onnx.ModelProto:
+    """c1 (7 -> 17) -> MaxPool 3x3 s2 pad 1 -> c2 (17 -> 3): a ResNet stem's shape. With
+    ``pool_input_float`` the pool reads a dequantized (float) tensor and the result is
+    quantized again."""
     b = Builder()
     x = u8_input(b, "x", [1, 7, 9, 11])
     c1 = b.conv("x", 7, 17, 3, name="c1")
-    b.nodes.append(helper.make_node("MaxPool", [c1], ["mp"], kernel_shape=[2, 2], strides=[2, 2], name="mp"))
+    pool_in = c1
+    if pool_input_float:
+        b.nodes.append(helper.make_node("DequantizeLinear", [c1, f"{c1}_scale", f"{c1}_zp"], ["c1f"], name="dq"))
+        pool_in = "c1f"
+    pool_out = "mpf" if pool_input_float else "mp"
+    b.nodes.append(
+        helper.make_node("MaxPool", [pool_in], [pool_out], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], name="mp")
+    )
+    if pool_input_float:
+        b.nodes.append(helper.make_node("QuantizeLinear", ["mpf", "c1_scale", "c1_zp"], ["mp"], name="q"))
     b.inits += [
         numpy_helper.from_array(numpy_helper.to_array(next(t for t in b.inits if t.name == "c1_scale")), "mp_scale"),
         numpy_helper.from_array(numpy_helper.to_array(next(t for t in b.inits if t.name == "c1_zp")), "mp_zp"),
     ]
     c2 = b.conv("mp", 17, 3, 3, name="c2")
-    proto = b.model([x], [c2])
+    return b.model([x], [c2])
+
+
+def test_quantized_maxpool_between_convs_joins_the_region() -> None:
+    """An 8-bit MaxPool fed from a region becomes com.microsoft NhwcMaxPool inside it:
+    no Transpose pair around the pool (a ResNet stem's 112x112x64 tensor)."""
+    proto = maxpool_cnn()
     model = load(proto)
-    run_passes(model, [ChannelsLast()], stage=Stage.LOWERED)
-    ts = transposes(model)
-    assert len(ts) == 4  # x in, c1 out (to the pool), pool out in, c2 out
-    pool = next(n for n in model.graph.nodes if n.op_type == "MaxPool")
-    assert pool.inputs[0].producer.op_type == "Transpose" and pool.outputs[0].consumers()[0].op_type == "Transpose"
+    p = ChannelsLast()
+    run_passes(model, [p], stage=Stage.LOWERED)
+    assert [tuple(n.attrs["perm"]) for n in transposes(model)] == [(0, 2, 3, 1), (0, 3, 1, 2)]
+    pool = next(n for n in model.graph.nodes if n.op_type == "NhwcMaxPool")
+    assert pool.domain == MS and pool.inputs[0].producer.op_type == "QLinearConv"
+    assert p.refused == []
+    feeds = feeds_for(proto)
+    assert np.array_equal(run_ref(proto, feeds)[0], run_ref(model, feeds)[0])
+
+
+def test_float_maxpool_splits_the_region() -> None:
+    """A MaxPool on float data has no NhwcMaxPool form: the region ends before it (its
+    DequantizeLinear reads NCHW) and a new one starts after the QuantizeLinear."""
+    proto = maxpool_cnn(pool_input_float=True)
+    model = load(proto)
+    p = ChannelsLast()
+    run_passes(model, [p], stage=Stage.LOWERED)
+    assert len(transposes(model)) == 4  # x in, c1 out, the re-quantized pool output in, c2 out
+    assert any(n.op_type == "MaxPool" and not n.domain for n in model.graph.nodes)
     feeds = feeds_for(proto)
     assert np.array_equal(run_ref(proto, feeds)[0], run_ref(model, feeds)[0])
 
@@ -293,12 +323,21 @@ def test_channels_last_model_runs_in_onnxruntime(tmp_path):
     (com.microsoft QLinearConv with channels_last=1): ONNX Runtime runs the saved file
     and agrees with the reference bit for bit on the integer outputs."""
     ort = pytest.importorskip("onnxruntime")
-    from quanta.ir.onnx_io import save
-
     proto = residual_cnn()
     model = load(proto)
     run_passes(model, [ChannelsLast()], stage=Stage.LOWERED)
     path = tmp_path / "nhwc.onnx"
+    check_in_ort(ort, model, proto, path)
+    pool_proto = maxpool_cnn()
+    pool_model = load(pool_proto)
+    run_passes(pool_model, [ChannelsLast()], stage=Stage.LOWERED)
+    assert any(n.op_type == "NhwcMaxPool" for n in pool_model.graph.nodes)
+    check_in_ort(ort, pool_model, pool_proto, tmp_path / "nhwc_pool.onnx")
+
+
+def check_in_ort(ort, model, proto, path) -> None:
+    from quanta.ir.onnx_io import save
+
     save(model, path)
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

@@ -86,5 +86,13 @@ void max_pool_2d(const T* x, T* y, const Geometry2d& g, int num_threads, Isa isa
 template <typename T>
 void qlinear_average_pool_2d(const T* x, T* y, const Geometry2d& g, const AverageParams& p, int num_threads, Isa isa);
 
+// Channels-last max pool (com.microsoft NhwcMaxPool): x [N, H, W, C] -> y [N, OH, OW, C],
+// g.planes = N; each output pixel is the lane-wise max over the window's positions
+// inside the input (dilated), qmin when there is none. The inner loop runs over the C
+// contiguous channels (vectorised by the compiler; integer max is exact in any order).
+// Threads: output rows (n, oy) split into chunks; no allocation.
+template <typename T>
+void max_pool_2d_nhwc(const T* x, T* y, const Geometry2d& g, int64_t channels, int num_threads);
+
 }  // namespace pool
 }  // namespace quanta
