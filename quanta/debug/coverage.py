@@ -133,6 +133,8 @@ _NOT_ISLANDS = frozenset(
 class CoverageReport:
     nodes: list[NodeCoverage]
     float_islands: dict[str, int] = field(default_factory=dict)  # op -> count after lowering
+    channels_last_ops: int = 0  # operators running channels-last (passes/lower/channels_last.py)
+    layout_transposes: int = 0  # Transposes that pass inserted at region edges
 
     @property
     def total_macs(self) -> int:
@@ -158,6 +160,11 @@ class CoverageReport:
             by_op[(n.op, n.integer_op or "")] = by_op.get((n.op, n.integer_op or ""), 0) + 1
         for (op, iop), k in sorted(by_op.items()):
             lines.append(f"  {op} -> {iop}: {k}")
+        if self.channels_last_ops:
+            lines.append(
+                f"channels-last: {self.channels_last_ops} operators exchange NHWC tensors; "
+                f"{self.layout_transposes} Transposes at the regions' edges"
+            )
         if self.float_islands:
             lines.append(
                 "float islands: " + ", ".join(f"{op} {k}" for op, k in sorted(self.float_islands.items()))
@@ -219,7 +226,12 @@ def coverage(before: Graph, after: Graph, no_matches: list) -> CoverageReport:
         if not n.domain and not n.op_type.startswith("QLinear") and n.op_type not in _NOT_ISLANDS:
             if not n.op_type.endswith("Integer"):
                 islands[n.op_type] = islands.get(n.op_type, 0) + 1
-    return CoverageReport(report, islands)
+    # the pass names every channels-last result "<original>_nhwc"
+    nhwc = sum(
+        1 for n in after.nodes if n.op_type != "Transpose" and any(o.name.endswith("_nhwc") for o in n.outputs)
+    )
+    transposes = sum(1 for n in after.nodes if n.op_type == "Transpose" and n.name.startswith("channels_last/"))
+    return CoverageReport(report, islands, nhwc, transposes)
 
 
 def _structural_reasons(node: Node) -> list[str]:

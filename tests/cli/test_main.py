@@ -123,6 +123,7 @@ def test_inspect_lowered_prints_graph_and_fusion_coverage(qdq_path, capsys):
     assert "= com.microsoft::QLinearConv(%xq_nhwc, %xs, %xz, %wq, %ws, " in out
     assert "channels_last=1" in out
     assert "fusion coverage: 1 of 1 compute nodes run as integer kernels; 100.0 % of 8,505 multiply-accumulates" in out
+    assert "channels-last: 1 operators exchange NHWC tensors; 2 Transposes at the regions' edges" in out
 
 
 def test_inspect_why_not_and_dump_after(tmp_path, capsys):
