@@ -375,6 +375,165 @@ def test_binary_threads_1_and_2_identical_large() -> None:
 
 
 # --------------------------------------------------------------------------------------
+# elementwise: erf, tanh, sigmoid, relu, Gelu
+# --------------------------------------------------------------------------------------
+
+#: op name of _native.unary_f32 -> its NumPy twin
+UNARY = {
+    "erf": twin.erf_f32,
+    "tanh": twin.tanh_f32,
+    "sigmoid": twin.sigmoid_f32,
+    "relu": lambda v: np.maximum(v, np.zeros((), F32)),  # nn.relu, the reference itself
+    "gelu": twin.gelu_f32,
+    "gelu_tanh": twin.gelu_tanh_f32,
+}
+#: lengths with reasons: 1, 15/16/17 (one zmm ± 1, AVX2 two ymm ± 1), 63/65 (tails of 15
+#: and 1 after 4 blocks), 300, 1000 (odd tails, 8-lane tails of 4 and 0)
+UNARY_LENGTHS = [1, 15, 16, 17, 63, 65, 300, 1000]
+
+
+def unary_specials() -> np.ndarray:
+    """The splits and clamps of (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2), their float32 neighbours,
+    and IEEE specials (NaN, ±inf, ±0, subnormals, huge)."""
+    edges = np.array(
+        [0.921875, 3.925, 3.919206, 3.9, 4.0, 0.75, 9.011, 44.36, 0.5, 1.0, 2.0, 87.34, 88.73, 104.0, 1e-20,
+         1.2e-38, 1e-40, 1e-45, 1e30, 3.4e38, np.inf],
+        F32,
+    )  # fmt: skip
+    around = np.concatenate([edges, np.nextafter(edges, F32(0)), np.nextafter(edges, F32(np.inf))])
+    return np.concatenate([[np.nan, -np.nan, 0.0, -0.0], around, -around]).astype(F32)
+
+
+@st.composite
+def unary_inputs(draw) -> np.ndarray:
+    n = draw(st.sampled_from(UNARY_LENGTHS))
+    seed = draw(st.integers(0, 2**16))
+    center = draw(st.sampled_from([0.0, 0.5, -0.5, 3.9, -3.9, 4.0, -4.0, 1e30]))
+    spread = draw(st.sampled_from([1e-3, 0.3, 3.0, 100.0]))
+    rng = np.random.default_rng(seed)
+    x = (center + spread * rng.standard_normal(n)).astype(F32)
+    k = rng.integers(0, n, size=max(1, n // 7))  # specials sprinkled at random places
+    x[k] = rng.choice(unary_specials(), size=k.size)
+    return x
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+@given(x=unary_inputs())
+def test_unary_native_matches_twin_every_isa_and_threads(op, x) -> None:
+    with np.errstate(all="ignore"):
+        expected = UNARY[op](x)
+
+    def check(isa: str) -> None:
+        for threads in (1, 2):
+            got = _native.unary_f32(op, x, num_threads=threads)
+            assert_same(expected, got, f"unary_f32 {op}", isa=isa, n=x.size, threads=threads)
+
+    every_isa(check)
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_unary_native_matches_twin_on_specials_and_a_sweep(op) -> None:
+    """Every float32 neighbour of the splits, plus a dense sweep and 2 threads over
+    several 16 K-element chunks (chunk borders at multiples of 2^14, not of 16 * 3)."""
+    x = np.concatenate([unary_specials(), np.linspace(-12, 12, 50001, dtype=F32)])
+    with np.errstate(all="ignore"):
+        expected = UNARY[op](x)
+
+    def check(isa: str) -> None:
+        assert_same(expected, _native.unary_f32(op, x), f"unary_f32 {op}", isa=isa)
+        assert_same(expected, _native.unary_f32(op, x, num_threads=2), f"unary_f32 {op} 2 threads", isa=isa)
+
+    every_isa(check)
+
+
+def erf_ulp_sample() -> np.ndarray:
+    """Every 61st float32 in [2^-30, 4) (about 16 M / 61 = 260 K values across all binades
+    and both branches) plus every float32 within 2^12 ulps of the split 0.921875 (the
+    measured maximum sits just below it)."""
+    lo, hi = int(np.float32(2.0**-30).view(np.uint32)), int(np.float32(4.0).view(np.uint32))
+    split = int(twin.ERF_SPLIT.view(np.uint32))
+    bits = np.concatenate([np.arange(lo, hi, 61 * 64), np.arange(split - 4096, split + 4096)])
+    return bits.astype(np.uint32).view(F32)
+
+
+def test_erf_twin_within_stated_ulps_of_exact() -> None:
+    """Bound 1.26 ulp (docs/float-ops.md): the maximum over EVERY float32 in [2^-30, 4)
+    is 1.2569 ulp at x = 0.9207661 (measured against float64 erf); below 2^-30, P(t²)
+    rounds to A5 and erf(t)/t to 2/√π, so each binade repeats the error of [2^-30, 2^-29).
+    This test checks a sample of that range against the exhaustive maximum."""
+    from scipy.special import erf as erf64  # float64 erf, within 1e-16 relative
+
+    x = erf_ulp_sample()
+    err = ulp_error(twin.erf_f32(x), erf64(x.astype(np.float64)))
+    assert err.max() <= 1.26, (err.max(), x[np.argmax(err)])
+    y = twin.erf_f32(-x)
+    assert np.array_equal(y, -twin.erf_f32(x))  # odd: copysign (F5)
+
+
+def test_erf_twin_edges_are_exact() -> None:
+    """±0 keeps its sign; subnormals are within 2^-149 (one subnormal step) of erf(x);
+    |x| >= 3.919206 (from where float64 erf(x) rounds to 1 in float32) and ±inf give ±1
+    exactly (the twin reaches 1 two float32 steps earlier, within its 1.26 ulp);
+    NaN stays NaN."""
+    from scipy.special import erf as erf64
+
+    sub = np.arange(0, 1 << 23, 997, dtype=np.uint32).view(F32)
+    err = np.abs(twin.erf_f32(sub).astype(np.float64) - erf64(sub.astype(np.float64)))
+    assert err.max() <= 2.0**-149
+    big = np.concatenate([np.linspace(3.919206, 4.5, 3001, dtype=F32), [1e30, 3.4e38, np.inf]]).astype(F32)
+    assert np.all(F32(erf64(np.float64(big[0]))) == 1)
+    assert np.all(twin.erf_f32(big) == 1) and np.all(twin.erf_f32(-big) == -1)
+    y = twin.erf_f32(np.array([0.0, -0.0, np.nan], F32))
+    assert y[0] == 0 and not np.signbit(y[0]) and y[1] == 0 and np.signbit(y[1]) and np.isnan(y[2])
+
+
+def test_tanh_and_sigmoid_twins_within_stated_ulps_of_exact() -> None:
+    """tanh: bound 1.1 ulp (measured max 1.04 on every 37th float32 in [2^-12, 10]; the
+    polynomial (T2) is a minimax fit to 2^-27 on [0, 0.75], (T3) has exp's 1 ulp times
+    2/(e + 1) < 0.31 plus three roundings); sigmoid: bound 2.5 ulp (exp 1 ulp, 1 + e
+    0.5, the division 0.5, plus e/(1 + e) carrying exp's error once more when x < 0)."""
+    rng = np.random.default_rng(21)
+    x = np.concatenate([rng.uniform(-10, 10, 1 << 18), 2.0 ** rng.uniform(-40, 3, 1 << 16)]).astype(F32)
+    x = np.concatenate([x, -x])
+    err = ulp_error(twin.tanh_f32(x), np.tanh(x.astype(np.float64)))
+    assert err.max() <= 1.1, ("tanh", err.max(), x[np.argmax(err)])
+    x64 = x.astype(np.float64)
+    exact = np.where(x64 >= 0, 1 / (1 + np.exp(-x64)), np.exp(x64) / (1 + np.exp(x64)))
+    err = ulp_error(twin.sigmoid_f32(x), exact)
+    assert err.max() <= 2.5, ("sigmoid", err.max(), x[np.argmax(err)])
+    edges = twin.tanh_f32(np.array([9.011, 1e30, np.inf, -np.inf, -0.0], F32))
+    assert np.array_equal(edges[:4], [1, 1, 1, -1]) and np.signbit(edges[4])
+    ends = twin.sigmoid_f32(np.array([-np.inf, -200.0, np.inf, 20.0], F32))
+    assert np.array_equal(ends, [0, 0, 1, 1])
+
+
+def test_gelu_twin_against_float64() -> None:
+    """(G1) vs x/2·(1 + erf(x/√2)) in float64. 1 + erf(z) errs by at most 2.75·2^-24
+    absolute: 1.26 ulp of erf (<= 1.26·2^-24 as |erf| < 1), half an ulp of the sum
+    (<= 2^-24 as 1 + erf <= 2) and erf's slope times the rounding of z = x/√2
+    (2/√π·e^(−z²)·|z|·2^-24 <= 0.49·2^-24); 0.5·x is exact and the last product rounds
+    once: |ŷ − y| <= 0.5|x|·2.75·2^-24 + 2^-24·|y| (+ 2^-149 for subnormal results).
+    For x < 0 the absolute term dominates: 1 + erf cancels (inherent to the formula)."""
+    from scipy.special import erf as erf64
+
+    x = np.concatenate([np.linspace(-6, 6, 200001), [-20.0, -9.0, 9.0, 1e-30, -1e-30]]).astype(F32)
+    x64 = x.astype(np.float64)
+    exact = 0.5 * x64 * (1 + erf64(x64 / math.sqrt(2)))
+    err = np.abs(twin.gelu_f32(x).astype(np.float64) - exact)
+    bound = 0.5 * np.abs(x64) * 2.75 * U + U * np.abs(exact) + 2.0**-149
+    assert np.all(err <= bound), (np.max(err / bound), x[np.argmax(err / bound)])
+
+
+def test_relu_signed_zero_and_nan_follow_np_maximum() -> None:
+    """Hazard: vmaxps returns its SECOND operand on equal zeros and on NaN; np.maximum(x,
+    0) gives +0 for −0 and keeps NaN. max(0, x) would give −0, max(x, 0) would drop NaN."""
+    x = np.array([-0.0, 0.0, np.nan, -np.inf, np.inf, -1e-45, 1e-45, -2.0, 3.0] * 3, F32)
+    expected = np.maximum(x, np.zeros((), F32))
+    assert not np.signbit(expected[0]) and np.isnan(expected[2])
+    every_isa(lambda isa: assert_same(expected, _native.unary_f32("relu", x), "relu", isa=isa))
+
+
+# --------------------------------------------------------------------------------------
 # boundary
 # --------------------------------------------------------------------------------------
 
@@ -409,6 +568,18 @@ def test_boundary_errors_name_the_argument() -> None:
         ),
         (lambda: _native.softmax_f32(x, out=x), "softmax_f32: out: expected a buffer that does not overlap"),
         (lambda: _native.exp_f32(x, num_threads=0), "exp_f32: num_threads: expected >= 1, got 0"),
+        (
+            lambda: _native.unary_f32("gelu_erf", x),
+            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, got 'gelu_erf'",
+        ),
+        (
+            lambda: _native.unary_f32("erf", x.astype(np.float16)),
+            "unary_f32: x: expected dtype float32, got float16",
+        ),
+        (
+            lambda: _native.unary_f32("erf", x, out=x),
+            "unary_f32: out: expected a buffer that does not overlap",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(ValueError) as info:
@@ -425,3 +596,9 @@ def test_out_buffer_is_written_and_returned() -> None:
     out2 = np.empty_like(x)
     assert _native.binary_f32("mul", x, x[0], out=out2) is out2
     assert_same(x * x[0], out2, "binary_f32 out=")
+    out3 = np.empty_like(x)
+    assert _native.unary_f32("erf", x, out=out3) is out3
+    assert_same(twin.erf_f32(x), out3, "unary_f32 out=")
+    scalar = np.array(0.5, F32)  # rank 0
+    assert_same(twin.erf_f32(scalar), _native.unary_f32("erf", scalar), "unary_f32 rank 0")
+    assert _native.unary_f32("erf", np.zeros((3, 0), F32)).shape == (3, 0)

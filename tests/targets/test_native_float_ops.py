@@ -10,7 +10,9 @@ Four levels:
 3. the ONNX backend node tests of the touched ops through the native backend (tolerance:
    the one each case declares) and through the reference (the new twin);
 4. the encoder block quantized by ``quanta.quantize_static``: native vs reference
-   bit-exact, with Softmax, LayerNormalization, Add, Sub and Mul running natively.
+   bit-exact, with Softmax, LayerNormalization, Add, Sub and Mul running natively; the
+   GELU of exported BERTs (Div, Erf, Add, Mul, Mul), a Gelu node of each approximation,
+   Tanh, Sigmoid and Relu in one graph: native vs reference bit-exact.
 
 Tolerance 0 for native vs reference: the kernels perform the twin's float32 operations
 in the twin's order (tests/kernels/test_float_ops_native.py covers every ISA).
@@ -142,6 +144,38 @@ def test_binary_kernels_match_reference(op_type, a_shape, b_shape) -> None:
     run_both(op_type, [a, b], {})
 
 
+def unary_operand(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    """Normal values around the splits of erf / tanh with IEEE specials sprinkled in."""
+    x = np.array(rng.standard_normal(shape) * 2.5, F32)
+    flat = x.reshape(-1)
+    if flat.size:
+        k = rng.integers(0, flat.size, size=max(1, flat.size // 6))
+        flat[k] = rng.choice(
+            np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -3.925, 0.921875, 0.75, 4.0, 3e38], F32),
+            size=k.size,
+        )
+    return x
+
+
+UNARY_NODES = [
+    ("Erf", {}),
+    ("Tanh", {}),
+    ("Sigmoid", {}),
+    ("Relu", {}),
+    ("Gelu", {}),
+    ("Gelu", {"approximate": "none"}),
+    ("Gelu", {"approximate": "tanh"}),
+]
+
+
+@pytest.mark.parametrize(("op_type", "attrs"), UNARY_NODES, ids=[f"{o}{a}" for o, a in UNARY_NODES])
+@pytest.mark.parametrize("shape", [(), (17,), (3, 65), (1, 128, 1536)])
+def test_unary_kernels_match_reference(op_type, attrs, shape) -> None:
+    """[1, 128, 1536]: the MiniLM FFN activation, 12 chunks of 2^14 for two threads."""
+    x = unary_operand(np.random.default_rng(len(shape)), shape)
+    run_both(op_type, [x], attrs, opset=21)
+
+
 # --------------------------------------------------------------------------------------
 # 2. binder reasons, run-time hand-overs
 # --------------------------------------------------------------------------------------
@@ -158,6 +192,29 @@ def test_binders_refuse_other_types_with_reasons() -> None:
     assert kernel.name == "native:layer_norm_f32" and not kernel.out  # out= only for one output
     kernel, _ = bind("Div", 2)
     assert kernel.name == "native:div_f32" and kernel.out
+
+
+def test_unary_binders_refuse_other_types_and_unknown_gelu_modes() -> None:
+    assert bind("Erf", 1, dtype=np.float16) == (None, "native Erf takes float32 input, got float16")
+    assert bind("Relu", 1, dtype=np.int8) == (None, "native Relu takes float32 input, got int8")
+    assert bind("Gelu", 1, {"approximate": "fast"}) == (
+        None,
+        "native Gelu takes approximate 'none' or 'tanh', got 'fast'",
+    )
+    assert bind("Gelu", 1, {"approximate": "tanh"})[0].name == "native:gelu_tanh_f32"
+    kernel, _ = bind("Erf", 1)
+    assert kernel.name == "native:erf_f32" and kernel.out
+
+
+def test_run_time_erf_of_integers_and_float64_goes_to_the_twin() -> None:
+    """Erf of int32 rounds erf to the integer type; float64 keeps float64 erf (nn.erf_op)."""
+    kernel, _ = bind("Erf", 1)
+    before = RUNTIME_FALLBACKS["Erf"]
+    got = kernel.fn(KernelContext(), np.array([-3, 0, 2], np.int32), **kernel.params)
+    assert got.dtype == np.int32 and np.array_equal(got, [-1, 0, 1])
+    x64 = np.array([0.5, -1.5])
+    assert kernel.fn(KernelContext(), x64, **kernel.params).dtype == np.float64
+    assert RUNTIME_FALLBACKS["Erf"] == before + 2
 
 
 def test_run_time_other_dtypes_go_to_the_twin() -> None:
@@ -186,7 +243,9 @@ def test_run_time_scale_that_widens_the_output_goes_to_the_twin() -> None:
 # 3. ONNX backend node tests
 # --------------------------------------------------------------------------------------
 
-NODE_OPS = frozenset({"Softmax", "LayerNormalization", "Add", "Sub", "Mul", "Div"})
+NODE_OPS = frozenset(
+    {"Softmax", "LayerNormalization", "Add", "Sub", "Mul", "Div", "Erf", "Gelu", "Tanh", "Sigmoid", "Relu"}
+)
 NODE_CASES = [pytest.param(c, id=c.name) for c in cases_for(NODE_OPS)]
 
 
@@ -232,6 +291,46 @@ def test_quantized_encoder_native_matches_reference_bit_exact(tmp_path) -> None:
         assert_bit_exact(ref, sess.run(None, feeds)[0])
         ran = {s.op_type for s in sess.plan.steps if s.kernel.impl == "native"}
         assert {"Softmax", "LayerNormalization", "Add", "Sub", "Mul"} <= ran, sess.fallbacks
+    assert sum(RUNTIME_FALLBACKS.values()) == before
+
+
+def test_activations_graph_native_matches_reference_bit_exact() -> None:
+    """The GELU of exported BERTs, y = (x · (1 + Erf(x / √2))) · 0.5 (as all-MiniLM-L6-v2
+    has it), beside a Gelu node of each approximation, Tanh, Sigmoid and Relu: every
+    node runs natively and the outputs are the reference's bytes for 1 and 2 threads."""
+    n = helper.make_node
+    nodes = [
+        n("Div", ["x", "sqrt2"], ["z"]),
+        n("Erf", ["z"], ["e"]),
+        n("Add", ["e", "one"], ["e1"]),
+        n("Mul", ["x", "e1"], ["xe"]),
+        n("Mul", ["xe", "half"], ["bert_gelu"]),
+        n("Gelu", ["x"], ["gelu"]),
+        n("Gelu", ["x"], ["gelu_tanh"], approximate="tanh"),
+        n("Tanh", ["x"], ["tanh"]),
+        n("Sigmoid", ["x"], ["sigmoid"]),
+        n("Relu", ["x"], ["relu"]),
+    ]
+    outputs = ["bert_gelu", "gelu", "gelu_tanh", "tanh", "sigmoid", "relu"]
+    consts = {"sqrt2": 1.4142135381698608, "one": 1.0, "half": 0.5}
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, 1536])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        [onnx.numpy_helper.from_array(np.array(v, F32), k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    feeds = {"x": unary_operand(np.random.default_rng(9), (1, 128, 1536))}
+    ref = quanta.InferenceSession(model, backend="reference").run(None, feeds)
+    before = sum(RUNTIME_FALLBACKS.values())
+    for threads in (1, 2):
+        opts = quanta.SessionOptions()
+        opts.intra_op_num_threads = threads
+        sess = quanta.InferenceSession(model, sess_options=opts, backend="native")
+        assert all(s.kernel.impl == "native" for s in sess.plan.steps), sess.fallbacks
+        for e, g in zip(ref, sess.run(None, feeds), strict=True):
+            assert_bit_exact(e, g)
     assert sum(RUNTIME_FALLBACKS.values()) == before
 
 

@@ -8,11 +8,15 @@
 //                  out=None, stats=False) -> y | (y, mean, inv_std)  over axes [axis, rank), (L1)-(L5)
 //   binary_f32(op: "add" | "sub" | "mul" | "div", a: f32, b: f32, num_threads=1, out=None)
 //                                                                    numpy broadcasting
+//   unary_f32(op: "erf" | "tanh" | "sigmoid" | "relu" | "gelu" | "gelu_tanh", x: f32,
+//             num_threads=1, out=None)                               (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
+//                                                                    np.maximum(x, 0), (G1), (G2)
 #include <pybind11/stl.h>
 
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bindings.h"
@@ -186,6 +190,30 @@ py::array binary_f32(const std::string& op_name, const py::handle& a_obj, const 
   return std::move(c);
 }
 
+py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num_threads, const py::object& out_obj) {
+  static const std::pair<const char*, float_ops::UnaryOp> kOps[] = {
+      {"erf", float_ops::UnaryOp::kErf},   {"tanh", float_ops::UnaryOp::kTanh},
+      {"sigmoid", float_ops::UnaryOp::kSigmoid}, {"relu", float_ops::UnaryOp::kRelu},
+      {"gelu", float_ops::UnaryOp::kGelu}, {"gelu_tanh", float_ops::UnaryOp::kGeluTanh},
+  };
+  const std::pair<const char*, float_ops::UnaryOp>* found = nullptr;
+  for (const auto& entry : kOps) {
+    if (op_name == entry.first) found = &entry;
+  }
+  if (found == nullptr) {
+    throw py::value_error("unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, got '" + op_name +
+                          "'");
+  }
+  auto x = require_array<float>(x_obj, "unary_f32: x");
+  check_threads(num_threads, "unary_f32");
+  auto y = make_output(out_obj, shape_of(x), "unary_f32", {x});
+  {
+    py::gil_scoped_release release;
+    float_ops::unary(found->second, x.data(), y.mutable_data(), x.size(), num_threads, active_isa());
+  }
+  return std::move(y);
+}
+
 }  // namespace
 
 void register_float_ops(py::module_& m) {
@@ -201,6 +229,9 @@ void register_float_ops(py::module_& m) {
         "stats=True also returns (mean, inv_std) of shape x.shape[:axis] + (1,) * (rank - axis).");
   m.def("binary_f32", &binary_f32, arg("op"), arg("a"), arg("b"), arg("num_threads") = 1, arg("out") = none,
         "c = a op b in float32 (op: add, sub, mul, div), numpy broadcasting.");
+  m.def("unary_f32", &unary_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
+        "y = op(x) elementwise in float32, op one of erf (F1)-(F5), tanh (T1)-(T4), sigmoid (Σ1)-(Σ2), "
+        "relu (np.maximum(x, 0)), gelu (G1), gelu_tanh (G2) of docs/float-ops.md (twins: reference/float_ops.py).");
 }
 
 }  // namespace quanta

@@ -37,13 +37,30 @@ The reference loops over the 16-wide blocks explicitly (one ``np.add`` per block
 every row at once), so the order is sequential by construction and does not depend on
 how NumPy reduces. A row max needs no order: max only selects (NaN elements are skipped;
 the sign of a zero maximum does not change any result, see (S2)).
+
+Elementwise functions built on exp (docs/float-ops.md, sections "erf", "tanh, sigmoid,
+Gelu"): erf (F1)-(F5), tanh (T1)-(T4), sigmoid (Σ1)-(Σ2), Gelu (G1)-(G2). Each is a
+fixed sequence of float32 operations with both branches of a split evaluated for every
+element and one selected, so SIMD lanes need no branches.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["LANES", "exp_f32", "layer_norm_rows", "row_max", "softmax_rows", "sum16"]
+__all__ = [
+    "LANES",
+    "erf_f32",
+    "exp_f32",
+    "gelu_f32",
+    "gelu_tanh_f32",
+    "layer_norm_rows",
+    "row_max",
+    "sigmoid_f32",
+    "softmax_rows",
+    "sum16",
+    "tanh_f32",
+]
 
 F32 = np.float32
 LANES = 16
@@ -147,3 +164,111 @@ def layer_norm_rows(v: np.ndarray, epsilon: np.float32) -> tuple[np.ndarray, np.
         var = sum16(d * d) / count  # (L3)
         inv_std = F32(1) / np.sqrt(var + F32(epsilon))  # (L4)
     return d, mean, inv_std
+
+
+def _f32_bits(*bits: int) -> tuple[np.float32, ...]:
+    return tuple(np.uint32(b).view(F32) for b in bits)
+
+
+#: (F1) |x| is clamped to 3.925 (erf rounds to 1 in float32 from 3.9192 on) and split at 0.921875.
+ERF_T_MAX, ERF_SPLIT = _f32_bits(0x407B3333, 0x3F6C0000)
+#: (F3) erf(t) ≈ t + t·P(t²) for t <= 0.921875 (P's last coefficient is 2/√π − 1); the
+#: MLAS / N. Juffa erff coefficients, A0 .. A5.
+ERF_SMALL = _f32_bits(0xBA1D0D41, 0x3BA39FA4, 0xBCDB45E9, 0x3DE70D23, 0xBEC09370, 0x3E0375D3)
+#: (F4) erf(t) ≈ 1 − exp(−(t + t·Q(t))) for t > 0.921875, B0 .. B6.
+ERF_BIG = _f32_bits(0x37911480, 0xB9C8E966, 0x3B7E899B, 0xBCC6B180, 0x3DDAAE58, 0x3F228550, 0x3E03CE86)
+
+
+def erf_f32(x: np.ndarray) -> np.ndarray:
+    """erf(x) for float32 ``x`` by eqs. (F1)-(F5) (bit-identical to the C++ kernels)::
+
+        (F1) t  = min(|x|, 3.925)                              NaN stays NaN
+        (F2) s  = f32(t · t)
+        (F3) p  = A0; p = f32(f32(p · s) + Ak), k = 1..5;  ys = f32(f32(p · t) + t)
+        (F4) q  = B0; q = f32(f32(q · t) + Bk), k = 1..6;  q = f32(f32(q · t) + t)
+             yb = f32(1 − exp(−q))                             exp: (E1)-(E6)
+        (F5) y  = copysign(t > 0.921875 ? yb : ys, x)
+
+    At most 1.26 ulp from erf(x) (docs/float-ops.md); |x| >= 3.9192 and ±inf give ±1
+    exactly, ±0 gives ±0."""
+    x = np.asarray(x, F32)
+    t = np.minimum(np.abs(x), ERF_T_MAX)  # (F1); np.minimum keeps NaN
+    s = t * t  # (F2)
+    p = np.full_like(t, ERF_SMALL[0])
+    for c in ERF_SMALL[1:]:
+        p = p * s + c  # (F3)
+    small = p * t + t
+    q = np.full_like(t, ERF_BIG[0])
+    for c in ERF_BIG[1:]:
+        q = q * t + c  # (F4)
+    q = q * t + t
+    big = F32(1) - exp_f32(-q)
+    return np.copysign(np.where(t > ERF_SPLIT, big, small), x)  # (F5)
+
+
+#: (T1) tanh is split at 0.75.
+TANH_SPLIT = F32(0.75)
+#: (T2) tanh(t) ≈ t + t·s·P(s), s = t², P's coefficients T0 .. T5 (a float64 minimax fit
+#: on [0, 0.75] rounded to float32; T0 ≈ −1/3).
+TANH_SMALL = _f32_bits(0xBEAAAAA5, 0x3E0886DC, 0xBD5CBE9E, 0x3CAFBC2A, 0xBBFAE9A2, 0x3AE3A9B2)
+
+
+def tanh_f32(x: np.ndarray) -> np.ndarray:
+    """tanh(x) for float32 ``x`` by eqs. (T1)-(T4)::
+
+        (T1) t  = |x|,  s = f32(t · t)
+        (T2) p  = T5; p = f32(f32(p · s) + Tk), k = 4..0;  ys = f32(t + f32(t · f32(s · p)))
+        (T3) e  = exp(f32(t + t));  yb = f32(1 − f32(2 / f32(e + 1)))    exp: (E1)-(E6)
+        (T4) y  = copysign(t < 0.75 ? ys : yb, x)                        NaN: (T3), NaN
+
+    At most 1.1 ulp from tanh(x) (docs/float-ops.md); |x| >= 9.011 gives ±1 exactly."""
+    x = np.asarray(x, F32)
+    t = np.abs(x)  # (T1)
+    # overflow: s = inf for t > 1.8e19 and e = inf for t > 44.36 only reach the branch
+    # that is not selected, or give 2 / inf = 0, y = 1
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = t * t
+        p = np.full_like(t, TANH_SMALL[-1])
+        for c in TANH_SMALL[-2::-1]:
+            p = p * s + c  # (T2)
+        small = t + t * (s * p)
+        e = exp_f32(t + t)  # (T3)
+        big = F32(1) - F32(2) / (e + F32(1))
+    return np.copysign(np.where(t < TANH_SPLIT, small, big), x)  # (T4)
+
+
+def sigmoid_f32(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + e^−x) for float32 ``x`` by eqs. (Σ1)-(Σ2), the exp of a non-positive
+    argument only (no overflow; subnormal results for x < −87.3)::
+
+        (Σ1) e = exp(−|x|)                                             exp: (E1)-(E6)
+        (Σ2) y = x >= 0 ? f32(1 / f32(1 + e)) : f32(e / f32(1 + e))    NaN: the second"""
+    x = np.asarray(x, F32)
+    e = exp_f32(-np.abs(x))  # (Σ1)
+    d = F32(1) + e
+    return np.where(x >= 0, F32(1) / d, e / d)  # (Σ2)
+
+
+GELU_SQRT2 = np.uint32(0x3FB504F3).view(F32)  # f32(√2)
+GELU_K = np.uint32(0x3F4C422A).view(F32)  # f32(√(2/π))
+GELU_C = np.uint32(0x3D372713).view(F32)  # f32(0.044715)
+
+
+def gelu_f32(x: np.ndarray) -> np.ndarray:
+    """Gelu (approximate = "none") for float32 ``x``, eq. (G1)::
+
+    (G1) y = f32(f32(0.5 · x) · f32(1 + erf(f32(x / √2))))     erf: (F1)-(F5), a true division"""
+    x = np.asarray(x, F32)
+    with np.errstate(invalid="ignore"):  # x = −inf: −inf · (1 + −1) is NaN, as in float64
+        return (F32(0.5) * x) * (F32(1) + erf_f32(x / GELU_SQRT2))
+
+
+def gelu_tanh_f32(x: np.ndarray) -> np.ndarray:
+    """Gelu (approximate = "tanh") for float32 ``x``, eq. (G2)::
+
+    (G2) a = f32(K · f32(x + f32(C · f32(f32(x · x) · x))))     K = f32(√(2/π)), C = f32(0.044715)
+         y = f32(f32(0.5 · x) · f32(1 + tanh(a)))              tanh: (T1)-(T4)"""
+    x = np.asarray(x, F32)
+    with np.errstate(over="ignore", invalid="ignore"):  # x³ overflows from |x| = 7e12 on
+        a = GELU_K * (x + GELU_C * ((x * x) * x))
+        return (F32(0.5) * x) * (F32(1) + tanh_f32(a))

@@ -121,7 +121,13 @@ def _sigmoid(v: np.ndarray) -> np.ndarray:
 
 @register("Sigmoid")
 def sigmoid(ctx: OpContext, x: np.ndarray) -> np.ndarray:
+    """float32: quanta's sigmoid, eqs. (Σ1)-(Σ2) of docs/float-ops.md (the native kernel's
+    twin); other floats as 1 / (1 + e^−|x|) with np.exp."""
     del ctx  # unused
+    if x.dtype == np.float32:
+        from quanta.kernels.reference import float_ops
+
+        return float_ops.sigmoid_f32(x)
     return _unary(x, _sigmoid)
 
 
@@ -156,13 +162,25 @@ def softsign(ctx: OpContext, x: np.ndarray) -> np.ndarray:
 
 @register("Tanh")
 def tanh(ctx: OpContext, x: np.ndarray) -> np.ndarray:
+    """float32: quanta's tanh, eqs. (T1)-(T4) of docs/float-ops.md (the native kernel's
+    twin); other floats np.tanh."""
     del ctx  # unused
+    if x.dtype == np.float32:
+        from quanta.kernels.reference import float_ops
+
+        return float_ops.tanh_f32(x)
     return _unary(x, np.tanh)
 
 
 @register("Erf")
 def erf_op(ctx: OpContext, x: np.ndarray) -> np.ndarray:
+    """float32: quanta's erf, eqs. (F1)-(F5) of docs/float-ops.md (the native kernel's
+    twin, within 1.26 ulp); other floats in float64; integers rounded."""
     del ctx  # unused
+    if x.dtype == np.float32:
+        from quanta.kernels.reference import float_ops
+
+        return float_ops.erf_f32(x)
     if x.dtype.kind in "iu":  # opset 9+ allows integer inputs: erf rounded to the integer type
         return np.rint(erf(x.astype(np.float64))).astype(x.dtype)
     return _unary(x, erf)
@@ -171,8 +189,15 @@ def erf_op(ctx: OpContext, x: np.ndarray) -> np.ndarray:
 @register("Gelu")
 def gelu(ctx: OpContext, x: np.ndarray, *, approximate: str = "none") -> np.ndarray:
     """none: y = x/2 * (1 + erf(x / sqrt(2)));
-    tanh: y = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))."""
+    tanh: y = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))).
+
+    float32 follows eqs. (G1) / (G2) of docs/float-ops.md (quanta's erf and tanh, the
+    native kernel's twin); other floats use float64 erf and np.tanh."""
     del ctx  # unused
+    if x.dtype == np.float32 and approximate in ("none", "tanh"):
+        from quanta.kernels.reference import float_ops
+
+        return float_ops.gelu_f32(x) if approximate == "none" else float_ops.gelu_tanh_f32(x)
     if approximate == "none":
         return _unary(x, lambda v: 0.5 * v * (1 + erf(v / np.sqrt(v.dtype.type(2)))))
     if approximate == "tanh":

@@ -42,10 +42,15 @@ __all__ = [
     "RUNTIME_FALLBACKS",
     "bind_add",
     "bind_div",
+    "bind_erf",
+    "bind_gelu",
     "bind_layer_normalization",
     "bind_mul",
+    "bind_relu",
+    "bind_sigmoid",
     "bind_softmax",
     "bind_sub",
+    "bind_tanh",
 ]
 
 F32 = np.dtype(np.float32)
@@ -76,10 +81,11 @@ def _threads(ctx: Any) -> int:
 
 
 def _f32(a: Any) -> np.ndarray:
-    """``a`` as a C-contiguous float32 array, or _Unsupported."""
+    """``a`` as a C-contiguous float32 array of the same shape, or _Unsupported (not
+    np.ascontiguousarray, which turns a rank-0 array into shape (1,))."""
     if not isinstance(a, np.ndarray) or a.dtype != F32:
         raise _Unsupported
-    return np.ascontiguousarray(a)
+    return np.asarray(a, order="C")
 
 
 def _with_fallback(op_type: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -272,3 +278,62 @@ bind_add = _bind_binary("Add")
 bind_sub = _bind_binary("Sub")
 bind_mul = _bind_binary("Mul")
 bind_div = _bind_binary("Div")
+
+
+# --------------------------------------------------------------------------------------
+# Erf, Tanh, Sigmoid, Relu, Gelu (elementwise)
+# --------------------------------------------------------------------------------------
+
+
+def _unary_kernel(op_type: str, op: str) -> Callable[..., Any]:
+    @_with_fallback(op_type)
+    def run(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+        return _native().unary_f32(op, _f32(x), _threads(ctx), out)
+
+    run.__name__ = run.__qualname__ = f"_{op}_native"
+    run.__doc__ = f"{op_type}, float32, elementwise (the twin: reference/float_ops.py, docs/float-ops.md)."
+    return run
+
+
+def _bind_unary(op_type: str, op: str) -> Callable[[Model, Node], tuple[Kernel | None, str]]:
+    fn = _unary_kernel(op_type, op)
+
+    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
+        del model  # unused: the choice depends on the node's types only
+        reason = _check_f32(op_type, ("input", node.input(0)))
+        if reason:
+            return None, reason
+        return _kernel(fn, f"{op}_f32", node)
+
+    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
+    binder.__doc__ = f"float32 {op_type}, elementwise; other element types fall back."
+    return register_binder(op_type)(binder)
+
+
+bind_erf = _bind_unary("Erf", "erf")
+bind_tanh = _bind_unary("Tanh", "tanh")
+bind_sigmoid = _bind_unary("Sigmoid", "sigmoid")
+bind_relu = _bind_unary("Relu", "relu")
+
+_GELU_OPS = {"none": "gelu", "tanh": "gelu_tanh"}
+
+
+@_with_fallback("Gelu")
+def _gelu_native(ctx: Any, x: Any, *, out: Any, approximate: str = "none") -> np.ndarray:
+    """Gelu, float32 (nn.gelu): (G1) for approximate "none", (G2) for "tanh"."""
+    if approximate not in _GELU_OPS:
+        raise _Unsupported  # the twin raises the operator's error
+    return _native().unary_f32(_GELU_OPS[approximate], _f32(x), _threads(ctx), out)
+
+
+@register_binder("Gelu")
+def bind_gelu(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 Gelu, approximate "none" (quanta's erf) or "tanh" (quanta's tanh)."""
+    del model  # unused: the choice depends on the node's types and attributes only
+    approximate = node.attrs.get("approximate", "none")
+    if approximate not in _GELU_OPS:
+        return None, f"native Gelu takes approximate 'none' or 'tanh', got {approximate!r}"
+    reason = _check_f32("Gelu", ("X", node.input(0)))
+    if reason:
+        return None, reason
+    return _kernel(_gelu_native, _GELU_OPS[approximate] + "_f32", node)

@@ -49,6 +49,11 @@ void exp_f32(const float* x, float* y, int64_t n, int num_threads, Isa isa) {
   for_ranges(num_threads, n, kGrain, [&](int64_t begin, int64_t end) { run(x + begin, y + begin, end - begin); });
 }
 
+void unary(UnaryOp op, const float* x, float* y, int64_t n, int num_threads, Isa isa) {
+  const UnaryRunFn run = kernels_for(isa).unary[static_cast<int>(op)];
+  for_ranges(num_threads, n, kGrain, [&](int64_t begin, int64_t end) { run(x + begin, y + begin, end - begin); });
+}
+
 void softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa) {
   if (d <= 0) return;
   const SoftmaxRowsFn fn = kernels_for(isa).softmax;

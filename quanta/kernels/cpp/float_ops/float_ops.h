@@ -1,5 +1,6 @@
 // Float32 kernels for the float islands of quantized models: Softmax, LayerNormalization,
-// and the binary Add / Sub / Mul / Div with numpy broadcasting; exp as a building block.
+// the binary Add / Sub / Mul / Div with numpy broadcasting, the elementwise erf, tanh,
+// sigmoid, relu and Gelu; exp as a building block.
 //
 // ---------------------------------------------------------------------------------------
 // Contract (docs/float-ops.md; NumPy twin: kernels/reference/float_ops.py). Every float
@@ -26,6 +27,21 @@
 //             (L4) inv_std = f32(1 / f32(sqrt(f32(var + eps))))
 //             (L5) y_i = f32(f32(f32(d_i · inv_std) · scale_i) + bias_i)   (no bias: no add)
 //   binary    c = f32(a op b), op in + − · /, numpy broadcasting
+//   erf       (F1) t = min(|x|, 3.925)  (F2) s = f32(t · t)
+//             (F3) p = A0; p = f32(f32(p · s) + Ak), k = 1..5;  ys = f32(f32(p · t) + t)
+//             (F4) q = B0; q = f32(f32(q · t) + Bk), k = 1..6;  q = f32(f32(q · t) + t)
+//                  yb = f32(1 − exp(−q))
+//             (F5) y = copysign(t > 0.921875 ? yb : ys, x)
+//   tanh      (T1) t = |x|, s = f32(t · t)
+//             (T2) p = T5; p = f32(f32(p · s) + Tk), k = 4..0;  ys = f32(t + f32(t · f32(s · p)))
+//             (T3) e = exp(f32(t + t));  yb = f32(1 − f32(2 / f32(e + 1)))
+//             (T4) y = copysign(t < 0.75 ? ys : yb, x)
+//   sigmoid   (Σ1) e = exp(−|x|)  (Σ2) y = x >= 0 ? f32(1 / f32(1 + e)) : f32(e / f32(1 + e))
+//   relu      y = np.maximum(x, 0): +0 for ±0, NaN stays NaN
+//   gelu      (G1) y = f32(f32(0.5 · x) · f32(1 + erf(f32(x / f32(√2)))))
+//             (G2) a = f32(K · f32(x + f32(C · f32(f32(x · x) · x))));
+//                  y = f32(f32(0.5 · x) · f32(1 + tanh(a)))        (approximate = "tanh")
+//             Both branches of a split are computed for every element and one is selected.
 //
 // Broadcasting (binary): the driver drops size-1 dimensions and merges adjacent dimensions
 // that are contiguous (or broadcast) in both inputs, so any broadcast is an odometer over
@@ -33,7 +49,7 @@
 // element (step 0): same shape, scalar, [1,128,384] + [384] and [1,6,128,128] +
 // [1,1,1,128] all reach the vector loop.
 //
-// Threads: rows (softmax, layer_norm) or output positions (binary, exp) are split into
+// Threads: rows (softmax, layer_norm) or output positions (binary, exp, unary) are split into
 // chunks; a row or an element is computed by the same instructions whichever thread runs
 // it, so the bytes are identical for any num_threads. Buffers are owned by the caller.
 #pragma once
@@ -46,11 +62,15 @@ namespace quanta {
 namespace float_ops {
 
 enum class BinaryOp : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3 };
+enum class UnaryOp : int { kErf = 0, kTanh = 1, kSigmoid = 2, kRelu = 3, kGelu = 4, kGeluTanh = 5 };
+constexpr int kNumUnaryOps = 6;
 
 // Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
 using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n);
 // y[i] = exp(x[i]) over n elements.
 using ExpRunFn = void (*)(const float* x, float* y, int64_t n);
+// y[i] = f(x[i]) over n elements, f one of UnaryOp.
+using UnaryRunFn = void (*)(const float* x, float* y, int64_t n);
 // `rows` contiguous rows of length d (d >= 1).
 using SoftmaxRowsFn = void (*)(const float* x, float* y, int64_t rows, int64_t d);
 // bias may be null (no add); mean / inv_std may be null (not written), else [rows].
@@ -64,6 +84,7 @@ struct Kernels {
   ExpRunFn exp;
   SoftmaxRowsFn softmax;
   LayerNormRowsFn layer_norm;
+  UnaryRunFn unary[kNumUnaryOps];  // indexed by UnaryOp
 };
 
 extern const Kernels kKernelsPortable;
@@ -74,6 +95,8 @@ const Kernels& kernels_for(Isa isa);
 // ---- drivers (float_ops.cc) ---------------------------------------------------------------
 
 void exp_f32(const float* x, float* y, int64_t n, int num_threads, Isa isa);
+
+void unary(UnaryOp op, const float* x, float* y, int64_t n, int num_threads, Isa isa);
 
 void softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa);
 

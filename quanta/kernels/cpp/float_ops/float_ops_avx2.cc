@@ -51,6 +51,75 @@ inline __m256 exp8(__m256 x) {
                        _mm256_castsi256_ps(pow2_bits(n2)));  // (E6)
 }
 
+inline __m256 abs8(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
+
+// |r| with the sign bit of x (std::copysign; r is never negative here).
+inline __m256 copysign8(__m256 r, __m256 x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  return _mm256_or_ps(_mm256_andnot_ps(sign, r), _mm256_and_ps(sign, x));
+}
+
+inline __m256 erf8(__m256 x) {
+  const __m256 t = _mm256_min_ps(_mm256_set1_ps(kErfTMax), abs8(x));  // (F1); NaN: the second operand
+  const __m256 s = _mm256_mul_ps(t, t);                                // (F2)
+  __m256 p = _mm256_set1_ps(kErfA[0]);                                 // (F3)
+  for (int k = 1; k < 6; ++k) p = _mm256_add_ps(_mm256_mul_ps(p, s), _mm256_set1_ps(kErfA[k]));
+  const __m256 small = _mm256_add_ps(_mm256_mul_ps(p, t), t);
+  __m256 q = _mm256_set1_ps(kErfB[0]);  // (F4)
+  for (int k = 1; k < 7; ++k) q = _mm256_add_ps(_mm256_mul_ps(q, t), _mm256_set1_ps(kErfB[k]));
+  q = _mm256_add_ps(_mm256_mul_ps(q, t), t);
+  const __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f), exp8(_mm256_xor_ps(q, _mm256_set1_ps(-0.0f))));
+  const __m256 is_big = _mm256_cmp_ps(t, _mm256_set1_ps(kErfSplit), _CMP_GT_OQ);
+  return copysign8(_mm256_blendv_ps(small, big, is_big), x);  // (F5)
+}
+
+inline __m256 tanh8(__m256 x) {
+  const __m256 t = abs8(x);  // (T1)
+  const __m256 s = _mm256_mul_ps(t, t);
+  __m256 p = _mm256_set1_ps(kTanhT[5]);  // (T2)
+  for (int k = 4; k >= 0; --k) p = _mm256_add_ps(_mm256_mul_ps(p, s), _mm256_set1_ps(kTanhT[k]));
+  const __m256 small = _mm256_add_ps(t, _mm256_mul_ps(t, _mm256_mul_ps(s, p)));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = exp8(_mm256_add_ps(t, t));  // (T3)
+  const __m256 big = _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+  const __m256 is_small = _mm256_cmp_ps(t, _mm256_set1_ps(kTanhSplit), _CMP_LT_OQ);
+  return copysign8(_mm256_blendv_ps(big, small, is_small), x);  // (T4)
+}
+
+inline __m256 sigmoid8(__m256 x) {
+  const __m256 e = exp8(_mm256_or_ps(abs8(x), _mm256_set1_ps(-0.0f)));  // (Σ1)
+  const __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), e);
+  const __m256 non_negative = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ);
+  return _mm256_blendv_ps(_mm256_div_ps(e, d), _mm256_div_ps(_mm256_set1_ps(1.0f), d), non_negative);  // (Σ2)
+}
+
+inline __m256 relu8(__m256 x) {
+  // vmaxps returns its second operand on equal zeros (+0, as np.maximum) and on NaN
+  // (then x is put back).
+  const __m256 y = _mm256_max_ps(x, _mm256_setzero_ps());
+  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+inline __m256 gelu8(__m256 x) {  // (G1)
+  const __m256 e = erf8(_mm256_div_ps(x, _mm256_set1_ps(kGeluSqrt2)));
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+inline __m256 gelu_tanh8(__m256 x) {  // (G2)
+  const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+  const __m256 a =
+      _mm256_mul_ps(_mm256_set1_ps(kGeluK), _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(kGeluC), x3)));
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), tanh8(a)));
+}
+
+template <__m256 (*f)(__m256)>
+void unary_run(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256i k = tail_mask8(n - i);
+    _mm256_maskstore_ps(y + i, k, f(_mm256_maskload_ps(x + i, k)));
+  }
+}
+
 // (R2)-(R3) from the two halves: lo + hi is the h = 8 step.
 inline float tree16(__m256 lo, __m256 hi) {
   const __m256 a8 = _mm256_add_ps(lo, hi);
@@ -185,6 +254,8 @@ const Kernels kKernelsAvx2 = {
     exp_run,
     softmax_rows,
     layer_norm_rows,
+    {unary_run<erf8>, unary_run<tanh8>, unary_run<sigmoid8>, unary_run<relu8>, unary_run<gelu8>,
+     unary_run<gelu_tanh8>},  // indexed by UnaryOp
 };
 
 }  // namespace float_ops

@@ -46,6 +46,75 @@ inline __m512 exp16(__m512 x) {
                        _mm512_castsi512_ps(pow2_bits(n2)));  // (E6)
 }
 
+inline __m512 abs16(__m512 x) { return _mm512_andnot_ps(_mm512_set1_ps(-0.0f), x); }
+
+// |r| with the sign bit of x (std::copysign; r is never negative here).
+inline __m512 copysign16(__m512 r, __m512 x) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  return _mm512_or_ps(_mm512_andnot_ps(sign, r), _mm512_and_ps(sign, x));
+}
+
+inline __m512 erf16(__m512 x) {
+  const __m512 t = _mm512_min_ps(_mm512_set1_ps(kErfTMax), abs16(x));  // (F1); NaN: the second operand
+  const __m512 s = _mm512_mul_ps(t, t);                                  // (F2)
+  __m512 p = _mm512_set1_ps(kErfA[0]);                                   // (F3)
+  for (int k = 1; k < 6; ++k) p = _mm512_add_ps(_mm512_mul_ps(p, s), _mm512_set1_ps(kErfA[k]));
+  const __m512 small = _mm512_add_ps(_mm512_mul_ps(p, t), t);
+  __m512 q = _mm512_set1_ps(kErfB[0]);  // (F4)
+  for (int k = 1; k < 7; ++k) q = _mm512_add_ps(_mm512_mul_ps(q, t), _mm512_set1_ps(kErfB[k]));
+  q = _mm512_add_ps(_mm512_mul_ps(q, t), t);
+  const __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f), exp16(_mm512_xor_ps(q, _mm512_set1_ps(-0.0f))));
+  const __mmask16 is_big = _mm512_cmp_ps_mask(t, _mm512_set1_ps(kErfSplit), _CMP_GT_OQ);
+  return copysign16(_mm512_mask_blend_ps(is_big, small, big), x);  // (F5)
+}
+
+inline __m512 tanh16(__m512 x) {
+  const __m512 t = abs16(x);  // (T1)
+  const __m512 s = _mm512_mul_ps(t, t);
+  __m512 p = _mm512_set1_ps(kTanhT[5]);  // (T2)
+  for (int k = 4; k >= 0; --k) p = _mm512_add_ps(_mm512_mul_ps(p, s), _mm512_set1_ps(kTanhT[k]));
+  const __m512 small = _mm512_add_ps(t, _mm512_mul_ps(t, _mm512_mul_ps(s, p)));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 e = exp16(_mm512_add_ps(t, t));  // (T3)
+  const __m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+  const __mmask16 is_small = _mm512_cmp_ps_mask(t, _mm512_set1_ps(kTanhSplit), _CMP_LT_OQ);
+  return copysign16(_mm512_mask_blend_ps(is_small, big, small), x);  // (T4)
+}
+
+inline __m512 sigmoid16(__m512 x) {
+  const __m512 e = exp16(_mm512_or_ps(abs16(x), _mm512_set1_ps(-0.0f)));  // (Σ1)
+  const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), e);
+  const __mmask16 non_negative = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+  return _mm512_mask_blend_ps(non_negative, _mm512_div_ps(e, d), _mm512_div_ps(_mm512_set1_ps(1.0f), d));  // (Σ2)
+}
+
+inline __m512 relu16(__m512 x) {
+  // vmaxps returns its second operand on equal zeros (+0, as np.maximum) and on NaN
+  // (then x is put back).
+  const __m512 y = _mm512_max_ps(x, _mm512_setzero_ps());
+  return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+inline __m512 gelu16(__m512 x) {  // (G1)
+  const __m512 e = erf16(_mm512_div_ps(x, _mm512_set1_ps(kGeluSqrt2)));
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+inline __m512 gelu_tanh16(__m512 x) {  // (G2)
+  const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+  const __m512 a =
+      _mm512_mul_ps(_mm512_set1_ps(kGeluK), _mm512_add_ps(x, _mm512_mul_ps(_mm512_set1_ps(kGeluC), x3)));
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(_mm512_set1_ps(1.0f), tanh16(a)));
+}
+
+template <__m512 (*f)(__m512)>
+void unary_run(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, k, f(_mm512_maskz_loadu_ps(k, x + i)));
+  }
+}
+
 // (R2)-(R3): lanes j and j + 8, then j and j + 4, j + 2, j + 1 (not _mm512_reduce_add_ps,
 // whose order is unspecified).
 inline float tree16(__m512 acc) {
@@ -165,6 +234,8 @@ const Kernels kKernelsAvx512Vnni = {
     exp_run,
     softmax_rows,
     layer_norm_rows,
+    {unary_run<erf16>, unary_run<tanh16>, unary_run<sigmoid16>, unary_run<relu16>, unary_run<gelu16>,
+     unary_run<gelu_tanh16>},  // indexed by UnaryOp
 };
 
 }  // namespace float_ops

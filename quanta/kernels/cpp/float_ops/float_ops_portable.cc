@@ -20,6 +20,11 @@ void exp_run(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = exp_one(x[i]);
 }
 
+template <float (*f)(float)>
+void unary_run(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
+}
+
 // (R1): lane i mod 16 takes x[i], in increasing i.
 float sum16(const float* x, int64_t d) {
   float acc[kLanes] = {};
@@ -71,6 +76,8 @@ const Kernels kKernelsPortable = {
     exp_run,
     softmax_rows,
     layer_norm_rows,
+    {unary_run<erf_one>, unary_run<tanh_one>, unary_run<sigmoid_one>, unary_run<relu_one>, unary_run<gelu_one>,
+     unary_run<gelu_tanh_one>},  // indexed by UnaryOp
 };
 
 }  // namespace float_ops

@@ -1,5 +1,6 @@
-// The scalar steps of the float_ops contract (float_ops.h): exp (E1)-(E6), the lane tree
-// (R2), one element of each binary op, and the row kernels written one element at a time.
+// The scalar steps of the float_ops contract (float_ops.h): exp (E1)-(E6), erf (F1)-(F5),
+// tanh (T1)-(T4), sigmoid (Σ1)-(Σ2), relu, Gelu (G1)-(G2), the lane tree (R2) and one
+// element of each binary op.
 // The portable table is built from these; the SIMD variants perform the same float32
 // operations lane by lane (and use the scalar row functions for nothing else).
 //
@@ -56,6 +57,83 @@ inline float exp_one(float x) {
   const int32_t ni = n == n ? static_cast<int32_t>(n) : 0;  // NaN: p is NaN anyway
   const int32_t n1 = ni >> 1;                    // floor(n / 2) (arithmetic shift)
   return (p * pow2(n1)) * pow2(ni - n1);         // (E6)
+}
+
+// erf constants (F1)-(F5); reference/float_ops.py spells the same bits.
+constexpr float kErfTMax = 0x1.f66666p+1f;     // 0x407B3333, 3.925: erf rounds to 1 in float32 from 3.9192
+constexpr float kErfSplit = 0x1.d8p-1f;        // 0x3F6C0000, 0.921875
+constexpr float kErfA[6] = {
+    -0x1.3a1a82p-11f,  // 0xBA1D0D41
+    0x1.473f48p-8f,    // 0x3BA39FA4
+    -0x1.b68bd2p-6f,   // 0xBCDB45E9
+    0x1.ce1a46p-4f,    // 0x3DE70D23
+    -0x1.8126ep-2f,    // 0xBEC09370
+    0x1.06eba6p-3f,    // 0x3E0375D3, ≈ 2/√π − 1
+};
+constexpr float kErfB[7] = {
+    0x1.2229p-16f,     // 0x37911480
+    -0x1.91d2ccp-12f,  // 0xB9C8E966
+    0x1.fd1336p-9f,    // 0x3B7E899B
+    -0x1.8d63p-6f,     // 0xBCC6B180
+    0x1.b55cbp-4f,     // 0x3DDAAE58
+    0x1.450aap-1f,     // 0x3F228550
+    0x1.079d0cp-3f,    // 0x3E03CE86
+};
+// tanh constants (T1)-(T4).
+constexpr float kTanhSplit = 0.75f;            // 0x3F400000
+constexpr float kTanhT[6] = {
+    -0x1.55554ap-2f,   // 0xBEAAAAA5, ≈ −1/3
+    0x1.110db8p-3f,    // 0x3E0886DC
+    -0x1.b97d3cp-5f,   // 0xBD5CBE9E
+    0x1.5f7854p-6f,    // 0x3CAFBC2A
+    -0x1.f5d344p-8f,   // 0xBBFAE9A2
+    0x1.c75364p-10f,   // 0x3AE3A9B2
+};
+// Gelu constants (G1)-(G2).
+constexpr float kGeluSqrt2 = 0x1.6a09e6p+0f;   // 0x3FB504F3, f32(√2)
+constexpr float kGeluK = 0x1.988454p-1f;       // 0x3F4C422A, f32(√(2/π))
+constexpr float kGeluC = 0x1.6e4e26p-5f;       // 0x3D372713, f32(0.044715)
+
+inline float erf_one(float x) {
+  const float a = std::fabs(x);
+  const float t = a > kErfTMax ? kErfTMax : a;  // (F1); NaN compares false and stays NaN
+  const float s = t * t;                        // (F2)
+  float p = kErfA[0];                           // (F3)
+  for (int k = 1; k < 6; ++k) p = p * s + kErfA[k];
+  const float small = p * t + t;
+  float q = kErfB[0];                           // (F4)
+  for (int k = 1; k < 7; ++k) q = q * t + kErfB[k];
+  q = q * t + t;
+  const float big = 1.0f - exp_one(-q);
+  return std::copysign(t > kErfSplit ? big : small, x);  // (F5)
+}
+
+inline float tanh_one(float x) {
+  const float t = std::fabs(x);  // (T1)
+  const float s = t * t;
+  float p = kTanhT[5];           // (T2)
+  for (int k = 4; k >= 0; --k) p = p * s + kTanhT[k];
+  const float small = t + t * (s * p);
+  const float e = exp_one(t + t);  // (T3)
+  const float big = 1.0f - 2.0f / (e + 1.0f);
+  return std::copysign(t < kTanhSplit ? small : big, x);  // (T4); NaN: big is NaN
+}
+
+inline float sigmoid_one(float x) {
+  const float e = exp_one(-std::fabs(x));  // (Σ1)
+  const float d = 1.0f + e;
+  return x >= 0.0f ? 1.0f / d : e / d;     // (Σ2); NaN: e / d is NaN
+}
+
+// np.maximum(x, 0): +0 for ±0 (np.maximum returns its second operand on equal zeros)
+// and x itself for NaN.
+inline float relu_one(float x) { return x > 0.0f || x != x ? x : 0.0f; }
+
+inline float gelu_one(float x) { return (0.5f * x) * (1.0f + erf_one(x / kGeluSqrt2)); }  // (G1)
+
+inline float gelu_tanh_one(float x) {
+  const float a = kGeluK * (x + kGeluC * ((x * x) * x));  // (G2)
+  return (0.5f * x) * (1.0f + tanh_one(a));
 }
 
 // (R2)-(R3) over 16 lane sums (modified in place).
