@@ -13,6 +13,7 @@ run on the twin (which returns a NumPy view; the executor copies it where needed
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -56,26 +57,28 @@ def _transpose_native(
     data: np.ndarray,
     *,
     split: tuple[int, int, int],
+    plans: dict,
     perm: list[int] | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """``np.transpose(data, perm)`` as one batched 2-D transpose into a contiguous array
-    (``split``: :func:`batched_transpose_split` of the perm, found at compile time)."""
-    a, b, c = split
+    (``split``: :func:`batched_transpose_split` of the perm, found at compile time;
+    ``plans``: (batch, rows, cols, output shape) per input shape, filled on first use,
+    so a call costs one dictionary lookup on top of the kernel)."""
     shape = data.shape
-    if perm is None:
-        perm = list(range(data.ndim))[::-1]
-    if len(shape) != len(perm):
-        return np.ascontiguousarray(np.transpose(data, perm))
-    batch = int(np.prod(shape[:a], dtype=np.int64))
-    rows = int(np.prod(shape[a:b], dtype=np.int64))
-    cols = int(np.prod(shape[b:c], dtype=np.int64))
+    plan = plans.get(shape)
+    if plan is None:
+        p = list(range(data.ndim))[::-1] if perm is None else perm
+        if len(shape) != len(p):
+            return np.ascontiguousarray(np.transpose(data, p))
+        a, b, c = split
+        plan = (math.prod(shape[:a]), math.prod(shape[a:b]), math.prod(shape[b:c]), tuple(shape[i] for i in p))
+        plans[shape] = plan
+    batch, rows, cols, out_shape = plan
     x = data if data.flags.c_contiguous else np.ascontiguousarray(data)
-    out_shape = tuple(shape[p] for p in perm)
     if out is None:
         out = np.empty(out_shape, dtype=x.dtype)
-    threads = max(1, int(getattr(ctx, "num_threads", 1)))
-    _native.transpose_batched(x, batch, rows, cols, threads, out)
+    _native.transpose_batched(x, batch, rows, cols, ctx.num_threads if hasattr(ctx, "num_threads") else 1, out)
     return out
 
 
@@ -98,4 +101,7 @@ def bind_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
     split = batched_transpose_split(perm)
     if split is None:
         return None, f"perm {perm} is not a batched 2-D transpose (no native kernel)"
-    return Kernel(_transpose_native, "native", "native:transpose_batched", params={"split": split}, out=True), ""
+    kernel = Kernel(
+        _transpose_native, "native", "native:transpose_batched", params={"split": split, "plans": {}}, out=True
+    )
+    return kernel, ""
