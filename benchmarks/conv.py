@@ -22,8 +22,11 @@ on either side). ConvInteger is NCHW only (ONNX Runtime has no NHWC ConvInteger)
 
 Shapes: ResNet-50 layers (3x3 64 at 56², 1x1 256->64 at 56², 1x1 512->128 at 28², 3x3
 stride 2 128 at 28²), MobileNet-V2 layers (depthwise 3x3 32 at 112², pointwise 96->24
-at 56², depthwise 3x3 stride 2 144 at 28², depthwise 3x3 960 at 7²) and the stem of a
-MobileNet-style CNN (3 -> 16 channels, 3x3 stride 2 at 224², and 3 -> 32).
+at 56², depthwise 3x3 stride 2 144 at 28², depthwise 3x3 960 at 7²), the depthwise layers
+of benchmarks/runtime.py mobilenet_like(224) and small channel counts around them ("mnet
+dw C": 3x3, C = 8 .. 960; few channels leave most of a channels-as-lanes vector empty
+unless output pixels share it) and the stem of a MobileNet-style CNN (3 -> 16 channels,
+3x3 stride 2 at 224², and 3 -> 32).
 """
 
 from __future__ import annotations
@@ -52,6 +55,16 @@ SHAPES: tuple[tuple[str, int, int, int, int, int, int, int, int], ...] = (
     ("mobilenet pw", 1, 96, 56, 56, 24, 1, 1, 1),
     ("mobilenet dw s2", 1, 144, 28, 28, 144, 3, 2, 144),
     ("mobilenet dw 7x7", 1, 960, 7, 7, 960, 3, 1, 960),
+    ("mnet dw 8", 1, 8, 112, 112, 8, 3, 1, 8),
+    ("mnet dw 16", 1, 16, 112, 112, 16, 3, 1, 16),
+    ("mnet dw 24", 1, 24, 56, 56, 24, 3, 1, 24),
+    ("mnet dw 32", 1, 32, 112, 112, 32, 3, 1, 32),
+    ("mnet dw 48", 1, 48, 56, 56, 48, 3, 1, 48),
+    ("mnet dw 64 s2", 1, 64, 112, 112, 64, 3, 2, 64),
+    ("mnet dw 96", 1, 96, 56, 56, 96, 3, 1, 96),
+    ("mnet dw 96 s2", 1, 96, 56, 56, 96, 3, 2, 96),
+    ("mnet dw 128", 1, 128, 28, 28, 128, 3, 1, 128),
+    ("mnet dw 960", 1, 960, 7, 7, 960, 3, 1, 960),
     ("stem 3->16 s2", 1, 3, 224, 224, 16, 3, 2, 1),
     ("stem 3->32 s2", 1, 3, 224, 224, 32, 3, 2, 1),
 )
@@ -145,6 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     ap.add_argument("--only", metavar="TEXT", help="only the layers whose name contains TEXT")
     ap.add_argument(
+        "--layout",
+        choices=["NCHW", "NHWC"],
+        nargs="+",
+        default=["NCHW", "NHWC"],
+        help="QLinearConv layouts to time (ConvInteger is NCHW only)",
+    )
+    ap.add_argument(
         "--op", choices=["QLinearConv", "ConvInteger"], nargs="+", default=["QLinearConv", "ConvInteger"]
     )
     args = ap.parse_args(argv)
@@ -162,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         p = Problem(*shape)
         for op in args.op:
-            for layout in ("NCHW", "NHWC") if op == "QLinearConv" else ("NCHW",):
+            layouts = args.layout if op == "QLinearConv" else ["NCHW"]
+            for layout in layouts:
                 nhwc = layout == "NHWC"
                 for threads in args.threads:
                     q, kernel = _quanta(p, op, threads, nhwc)

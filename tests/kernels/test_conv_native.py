@@ -22,6 +22,7 @@ geometries in between.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 
@@ -817,3 +818,79 @@ def test_direct_path_refuses_weights_whose_difference_leaves_int8():
     case.zw = np.full(16, -100, np.int8)
     kernels = check_nhwc(derive_output(case, np.uint8))
     assert not any(k.startswith("qconv_direct_") for k in kernels), kernels
+
+
+# --------------------------------------------------------------------------------------
+# Depthwise channels_last, flat rows (avx512vnni, horizontal stride 1): 64-byte vectors of
+# the output row's OW·C stream, several pixels per vector when C < 64, vectors straddling
+# pixels when 64 mod C != 0, masked loads at the row's ends
+# --------------------------------------------------------------------------------------
+
+FLAT_CHANNELS = (3, 7, 8, 16, 17, 24, 32, 48, 64, 65)
+
+
+def flat_expected(c: int, stride_w: int) -> bool:
+    """The avx512vnni kernel is the flat-row one: sw = 1, C not a multiple of 64 (the 64c4
+    kernel fills its lanes) and lcm(C, 64) <= 24 vectors (conv.cc use_flat_rows)."""
+    return stride_w == 1 and c % 64 != 0 and c // math.gcd(c, 64) <= 24
+
+
+@st.composite
+def depthwise_nhwc_cases(draw) -> ConvCase:
+    """Depthwise geometries around the flat rows: the channel counts of FLAT_CHANNELS,
+    kernels 1..5 (3x3 most often: two full tap groups and a group of one), strides and
+    dilations 1/2, pads 0..2 (a whole tap row outside x), widths from one vector to several."""
+    c = draw(st.sampled_from(FLAT_CHANNELS))
+    kh, kw = draw(st.sampled_from(((3, 3), (3, 3), (1, 1), (5, 5), (2, 3), (1, 5))))
+    strides = [draw(st.sampled_from((1, 1, 2))) for _ in range(2)]
+    dilations = [draw(st.sampled_from((1, 1, 2))) for _ in range(2)]
+    pads = [draw(st.integers(0, 2)) for _ in range(4)]
+    h = max(draw(st.sampled_from((1, 2, 5, 9))), dilations[0] * (kh - 1) + 1 - pads[0] - pads[2])
+    w = max(draw(st.sampled_from((1, 3, 5, 9, 17, 23))), dilations[1] * (kw - 1) + 1 - pads[1] - pads[3])
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    return random_case(
+        rng,
+        (draw(st.sampled_from((1, 2))), c, h, w),
+        (c, 1, kh, kw),
+        x_dtype=draw(st.sampled_from((np.uint8, np.int8))),
+        w_dtype=draw(st.sampled_from((np.int8, np.uint8))),
+        y_dtype=draw(st.sampled_from((np.uint8, np.int8))),
+        per_channel=draw(st.booleans()),
+        bias=draw(st.booleans()),
+        group=c,
+        strides=strides,
+        dilations=dilations,
+        pads=pads,
+    )
+
+
+@given(depthwise_nhwc_cases())
+def test_depthwise_channels_last_small_channels_every_isa_and_thread_count(case):
+    kernels = check_nhwc(case)
+    if "avx512vnni" in ISAS:
+        flat = kernels[ISAS.index("avx512vnni")].startswith("qconv_dwc_flat_")
+        assert flat == flat_expected(case.x.shape[1], case.attrs["strides"][1]), kernels
+
+
+@pytest.mark.parametrize("c", FLAT_CHANNELS)
+def test_depthwise_flat_rows_straddle_pixels_and_row_ends(c):
+    # 3x3 pads 1 at 112 / 64 + 1 columns: the interior vectors of a row read plain loads,
+    # the first and last ones masked loads merged into zx; with 64 mod C != 0 vectors start
+    # inside a pixel and the weight block cycles (C = 24: 3 blocks). Failure signature:
+    # a wrong channel's weights or a pad byte read as data at a vector boundary.
+    rng = np.random.default_rng(c)
+    case = random_case(rng, (1, c, 4, 67), (c, 1, 3, 3), group=c, pads=[1, 1, 1, 1])
+    kernels = check_nhwc(case)
+    if "avx512vnni" in ISAS:
+        assert kernels[ISAS.index("avx512vnni")].startswith("qconv_dwc_flat_") == flat_expected(c, 1), kernels
+
+
+def test_depthwise_flat_rows_weight_zero_point_outside_int8():
+    # w − zw does not fit int8: the flat kernel keeps w' and subtracts zw'·Σx' per element,
+    # the zw table cycling with the weight blocks (C = 48: 3 blocks of 64 entries)
+    rng = np.random.default_rng(41)
+    for c in (16, 48):
+        case = random_case(rng, (1, c, 7, 13), (c, 1, 3, 3), w_dtype=np.uint8, group=c, pads=[1, 2, 0, 1])
+        case.zw = np.full(c, 255, np.uint8)
+        case.w.reshape(-1)[::3] = 0
+        check_nhwc(derive_output(case, np.uint8))

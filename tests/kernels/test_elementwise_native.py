@@ -360,6 +360,39 @@ def test_qlinear_binary_native_threads_identical() -> None:
             assert_same(expected, nat(a, b, scales, zps, threads), f"{nat.__name__} t{threads}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "scales",
+    [
+        (F32(0.031), F32(0.047), F32(0.058)),  # a typical residual Add
+        (F32(1), F32(1), F32(2)),  # half the sums are x.5 ties
+        (F32(0.5), F32(0.75), F32(1e-3)),  # every output saturated
+        (F32(3e38), F32(3e38), F32(0.5)),  # dq overflows: inf − inf = NaN -> qmin
+        (F32("nan"), F32(0.02), F32(0.04)),  # NaN scale: every output qmin
+    ],
+    ids=["typical", "ties", "saturated", "overflow", "nan"],
+)
+def test_qlinear_binary_native_every_code_pair(dtype, scales) -> None:
+    """All 256 x 256 code pairs (a = i // 256, b = i % 256) plus a 37-element tail: every
+    pair passes through the 64-element vector step (vmaxps(v, qmin) as the NaN rule, clamp
+    before the round-half-even conversion, packs + vpermd) and the masked 16-lane tail.
+    Failure signature: bytes out of element order within 64 (a wrong vpermd), NaN -> 0 or
+    qmax instead of qmin, or a tie rounded away from zero."""
+    info = np.iinfo(dtype)
+    codes_all = np.arange(info.min, info.max + 1)
+    a = np.concatenate([np.repeat(codes_all, 256), codes_all[:37]]).astype(dtype)
+    b = np.concatenate([np.tile(codes_all, 256), codes_all[-37:]]).astype(dtype)
+    zps = [int(info.min) + 77, int(info.max) - 40, int(info.min) + 130]
+    for ref, nat in ((reference_add, native_add), (reference_mul, native_mul)):
+        with np.errstate(all="ignore"):
+            expected = ref(a, b, scales, zps)
+            every_isa(
+                lambda isa, nat=nat, expected=expected: assert_same(
+                    expected, nat(a, b, scales, zps), f"{nat.__name__} {isa}", scales=scales
+                )
+            )
+
+
 def test_qlinear_binary_native_refuses_unbroadcastable_shapes() -> None:
     a, b = np.zeros((2, 3), np.uint8), np.zeros((4,), np.uint8)
     with pytest.raises(

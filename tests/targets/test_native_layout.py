@@ -71,6 +71,27 @@ def test_large_plane_splits_over_threads_identically():
     assert one.tobytes() == two.tobytes() == np.ascontiguousarray(x.transpose(0, 2, 3, 1)).tobytes()
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("cols", [1, 31, 32, 33, 4097, 131 * 97])
+def test_few_rows_interleave_every_isa_and_thread_count(rows, cols):
+    """1-byte elements with 2..4 rows (an image's channels going NHWC) take the few-rows
+    path: vpshufb over 32 columns (every ISA but portable) or a per-pixel loop, column
+    ranges split over the threads (131·97·R·2 bytes is above the 512 KiB cutoff for R >= 3);
+    1 and 5 rows take the tiles. Failure signature: bytes of a neighbouring row or column in
+    a 16-byte piece (a wrong vpshufb mask or vperm2i128 pairing), or a missing tail column."""
+    x = np.random.default_rng(rows * 1000 + cols).integers(-128, 128, (2, rows, cols)).astype(np.int8)
+    want = np.ascontiguousarray(x.transpose(0, 2, 1)).tobytes()
+    try:
+        for isa in _native.supported_isas():
+            _native.set_isa(isa)
+            for threads in (1, 2):
+                got = _native.transpose_batched(x, 2, rows, cols, threads)
+                assert got.dtype == x.dtype and got.size == x.size, (isa, threads)
+                assert got.tobytes() == want, (isa, threads)
+    finally:
+        _native.clear_isa()
+
+
 def test_default_perm_and_unsupported_perm():
     x = np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
     sess = quanta.InferenceSession(transpose_model(3, None, TensorProto.FLOAT), backend="native")

@@ -64,7 +64,10 @@
 // channels_last (ConvArgs::channels_last; the com.microsoft QLinearConv of an NHWC graph):
 // x [N, H, W, C] and y [N, OH, OW, M], same arithmetic and bytes, no transposes:
 //   depthwise   a channels-as-lanes kernel (kernels.h "Depthwise, channels_last") over
-//               per-pixel tap pointers into x (or a pad pixel of zx).
+//               per-pixel tap pointers into x (or a pad pixel of zx); on avx512vnni with
+//               horizontal stride 1, C not a multiple of 64 and lcm(C, 64) <= 24·64, the
+//               flat-row form instead: 64-byte vectors of the output row's OW·C stream,
+//               several pixels per vector when C < 64 (kernels.h "flat rows").
 //   direct      avx512vnni, G = 1, Cg not a multiple of 4, dw = 1, kw·Cg <= 64, M <= 64,
 //               every w − zw in int8 (a CNN's stem): padded NHWC image by row copies,
 //               then output channels as lanes and broadcast dwords of each kernel row
@@ -170,8 +173,13 @@ struct DepthwiseWeights {
   // layout, and zw_eff in its channel order (empty when every zw_eff is 0).
   std::vector<uint8_t> nhwc_taps;
   std::vector<int32_t> nhwc_zero_point;
-  int64_t nhwc_cpad = 0;        // channels rounded up to the ISA's block
+  int64_t nhwc_cpad = 0;        // entries of the per-channel arrays (channels rounded up to the ISA's block)
+  // avx512vnni with horizontal stride 1: the flat-row layout (kernels.h "Depthwise,
+  // channels_last, flat rows"), entry e for channel e mod C, nhwc_cpad = lcm(C, 64)
+  bool nhwc_flat = false;
 };
+
+struct DepthwiseNhwc;  // kernels.h
 
 class QConv {
  public:
@@ -211,6 +219,8 @@ class QConv {
   void plan_depthwise_nhwc(const Geometry& geo, Plan& pl) const;                   // conv.cc
   void run_depthwise(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
   void run_depthwise_nhwc(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+  void run_depthwise_flat(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws,
+                          const DepthwiseNhwc& base) const;  // conv.cc
   void plan_direct(const ConvArgs& a, const Geometry& geo, Plan& pl) const;  // conv_gemm.cc
   void run_direct(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
   void run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;

@@ -98,6 +98,7 @@ struct QConv::Plan {
   bool x_in_place = false;    // gemm paths: the A rows are read from x itself (uint8, no pads)
   size_t off_padrow = 0, off_tapoff = 0;  // depthwise: main buffer (and colterm, mult)
   size_t off_ptrs = 0, off_scratch = 0;  // depthwise: thread buffer
+  size_t off_flat = 0;                   // depthwise flat rows: main buffer
 };
 
 // ---------------------------------------------------------------------------------------
@@ -266,6 +267,58 @@ inline size_t dw_nhwc_scratch_bytes(int64_t C, int64_t taps) {
 void depthwise_nhwc_portable(const DepthwiseNhwc& a);
 void depthwise_nhwc_avx2(const DepthwiseNhwc& a);
 void depthwise_nhwc_avx512vnni(const DepthwiseNhwc& a);
+
+// ---------------------------------------------------------------------------------------
+// Depthwise, channels_last, flat rows (avx512vnni, horizontal stride 1;
+// DepthwiseWeights::nhwc_flat). With sw = 1 the output row's OW·C bytes and each tap's
+// input bytes are the same flat stream shifted: output element f = o·C + c reads, for tap
+// t = (ky, kx), the byte at
+//   row[t] + shift[t] + f,   row[t] = x row iy = oy·sh − pad_top + ky·dh,
+//                            shift[t] = (kx·dw − pad_left)·C            (bytes, may be < 0)
+// when f lies in [lo[t], hi[t]) (the output pixels whose tap is inside x, times C), and the
+// pad value zx elsewhere (and for every f when the row is outside x: row[t] null). So the
+// kernel walks the row in 64-byte vectors of elements regardless of pixel boundaries: a
+// vector holds 64 / C pixels when C divides 64 (C = 16: four), or straddles pixels. Most
+// vectors ([v_lo, v_hi)) read every tap with one plain load; the vectors at the row's ends
+// use masked loads merged into zx. Lanes, dwords and the vpdpbusd inner product are those
+// of the 64c4 kernel above (ISA order within 64 elements).
+//
+// Channel of element f: f mod C, which repeats every lcm(C, 64) elements, i.e. every
+// blocks = C / gcd(C, 64) vectors: vector v takes weight block v mod blocks. The
+// per-channel arrays (weights [blocks][ceil(taps/4)][64][4], colterm, multiplier, zw
+// [blocks·64]) hold entry e = 64·b + i (ISA index dw_nhwc_index(i)) for channel e mod C
+// (nhwc_cpad = blocks·64 entries). For C a multiple of 64 this is the 64c4 layout itself.
+// ---------------------------------------------------------------------------------------
+struct DepthwiseNhwcFlat {
+  int64_t n = 0, taps = 0, blocks = 1;   // n = OW·C elements of the row
+  const uint8_t* const* row = nullptr;   // [taps]: x row of tap t, or null (outside x: every read is zx)
+  const int64_t* shift = nullptr;        // [taps]
+  const int64_t* lo = nullptr;           // [taps]
+  const int64_t* hi = nullptr;           // [taps]
+  int64_t v_lo = 0, v_hi = 0;            // vectors whose in-x taps read 64 bytes of x each
+  uint8_t zx = 0, flip = 0;              // pad value (x's own domain), and 0x80 for int8 x
+  const uint8_t* weights = nullptr;      // DepthwiseWeights::nhwc_taps
+  const int32_t* colterm = nullptr;      // [blocks·64]
+  const float* multiplier = nullptr;     // [blocks·64] (kU8/kS8)
+  const int32_t* zw = nullptr;           // [blocks·64], or null
+  OutType out_type = OutType::kS32;
+  int32_t zy = 0;
+  float lo_minus_zy = 0.f, hi_minus_zy = 0.f;
+  void* y = nullptr;                     // element 0 of the output row
+};
+
+// Weight blocks of the flat layout for C channels: lcm(C, 64) / 64.
+inline int64_t dw_flat_blocks(int64_t C) {
+  int64_t a = C, b = 64;
+  while (b != 0) {
+    const int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return C / a;
+}
+
+void depthwise_nhwc_flat_avx512vnni(const DepthwiseNhwcFlat& a);
 
 // ---------------------------------------------------------------------------------------
 // Direct, small C (avx512vnni, channels_last; QConv::direct_eligible): one call computes

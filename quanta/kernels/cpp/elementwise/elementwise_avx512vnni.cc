@@ -3,6 +3,13 @@
 // widen to int32, subtract the zero point, convert (exact: |x − z| <= 255), multiply,
 // add / divide (vdivps, a true division), add zc, round half to even (vrndscaleps), NaN ->
 // qmin, clamp, and narrow with vpmov[u]sdb (cannot saturate: the value is in range).
+//
+// QLinearAdd / QLinearMul run 64 elements per step before that tail (round64_store):
+// clamp to [qmin, qmax] first, then convert with round half to even (the same integer:
+// qmin, qmax are integers, so rne(clamp(v)) = clamp(rne(v))); vmaxps(v, qmin) returns its
+// second operand when v is NaN, which is the NaN -> qmin rule with no extra instruction;
+// four int32 vectors narrow with vpackssdw + vpack{us,ss}wb (exact: in range) and one
+// vpermd restores element order (the packs work within 128-bit lanes).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -51,6 +58,34 @@ inline __m512 dequantize16(const T* p, __mmask16 k, __m512i zp, __m512 scale) {
   return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_sub_epi32(load_epi32(p, k), zp)));
 }
 
+template <typename T>
+inline __m512i load16_epi32(const T* p) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    return _mm512_cvtepu8_epi32(bytes);
+  } else {
+    return _mm512_cvtepi8_epi32(bytes);
+  }
+}
+
+// v[j] (16 lanes each, zc included) for elements 16j .. 16j + 15: NaN -> qmin, clamp,
+// rne, narrow, one 64-byte store.
+template <typename T>
+inline void round64_store(const __m512* v, T* p) {
+  const __m512 lo = _mm512_set1_ps(static_cast<float>(std::numeric_limits<T>::min()));
+  const __m512 hi = _mm512_set1_ps(static_cast<float>(std::numeric_limits<T>::max()));
+  __m512i q[4];
+  for (int j = 0; j < 4; ++j) {
+    const __m512 r = _mm512_min_ps(_mm512_max_ps(v[j], lo), hi);  // max(NaN, lo) = lo
+    q[j] = _mm512_cvt_roundps_epi32(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  const __m512i p01 = _mm512_packs_epi32(q[0], q[1]), p23 = _mm512_packs_epi32(q[2], q[3]);
+  const __m512i b8 = std::is_same_v<T, uint8_t> ? _mm512_packus_epi16(p01, p23) : _mm512_packs_epi16(p01, p23);
+  // dword 4l + j of b8 holds elements 16j + 4l .. + 3: out dword d = 4j + l <- 4l + j
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_si512(p, _mm512_permutexvar_epi32(order, b8));
+}
+
 // AS / BS: 1 when the operand steps through memory, 0 when it is one repeated element.
 template <typename T, int AS, int BS>
 void add_run_t(const T* a, const T* b, T* c, int64_t n, const AddParams& p) {
@@ -59,7 +94,18 @@ void add_run_t(const T* a, const T* b, T* c, int64_t n, const AddParams& p) {
   const __m512i vza = _mm512_set1_epi32(p.za), vzb = _mm512_set1_epi32(p.zb);
   const __m512 fa = _mm512_set1_ps(dequantize_one(a[0], p.sa, p.za));
   const __m512 fb = _mm512_set1_ps(dequantize_one(b[0], p.sb, p.zb));
-  for (int64_t i = 0; i < n; i += 16) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m512 v[4];
+    for (int j = 0; j < 4; ++j) {
+      const int64_t at = i + 16 * j;
+      const __m512 va = AS ? _mm512_mul_ps(vsa, _mm512_cvtepi32_ps(_mm512_sub_epi32(load16_epi32(a + at), vza))) : fa;
+      const __m512 vb = BS ? _mm512_mul_ps(vsb, _mm512_cvtepi32_ps(_mm512_sub_epi32(load16_epi32(b + at), vzb))) : fb;
+      v[j] = _mm512_add_ps(_mm512_div_ps(_mm512_add_ps(va, vb), vsc), vzc);
+    }
+    round64_store(v, c + i);
+  }
+  for (; i < n; i += 16) {
     const __mmask16 k = tail_mask(n - i);
     const __m512 va = AS ? dequantize16(a + i, k, vza, vsa) : fa;
     const __m512 vb = BS ? dequantize16(b + i, k, vzb, vsb) : fb;
@@ -83,7 +129,18 @@ void mul_run_t(const T* a, const T* b, T* c, int64_t n, const MulParams& p) {
   const __m512i vza = _mm512_set1_epi32(p.za), vzb = _mm512_set1_epi32(p.zb);
   const __m512i ia = _mm512_set1_epi32(static_cast<int32_t>(a[0]) - p.za);
   const __m512i ib = _mm512_set1_epi32(static_cast<int32_t>(b[0]) - p.zb);
-  for (int64_t i = 0; i < n; i += 16) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m512 v[4];
+    for (int j = 0; j < 4; ++j) {
+      const int64_t at = i + 16 * j;
+      const __m512i da = AS ? _mm512_sub_epi32(load16_epi32(a + at), vza) : ia;
+      const __m512i db = BS ? _mm512_sub_epi32(load16_epi32(b + at), vzb) : ib;
+      v[j] = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(da, db)), vr), vzc);
+    }
+    round64_store(v, c + i);
+  }
+  for (; i < n; i += 16) {
     const __mmask16 k = tail_mask(n - i);
     const __m512i da = AS ? _mm512_sub_epi32(load_epi32(a + i, k), vza) : ia;
     const __m512i db = BS ? _mm512_sub_epi32(load_epi32(b + i, k), vzb) : ib;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "dispatch.h"
 #include "qgemm/thread_pool.h"
 
 namespace quanta {
@@ -11,6 +12,14 @@ namespace layout {
 namespace {
 
 constexpr int64_t kTile = 16;
+constexpr int64_t kFewRowsChunk = 4096;  // columns per unit of the few-rows path
+
+template <int R>
+void interleave_portable(const uint8_t* x, int64_t cols, uint8_t* __restrict y, int64_t c0, int64_t c1) {
+  for (int64_t c = c0; c < c1; ++c) {
+    for (int r = 0; r < R; ++r) y[c * R + r] = x[r * cols + c];
+  }
+}
 
 template <typename T>
 void tile_typed(const T* x, T* y, int64_t rows, int64_t cols, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
@@ -55,16 +64,40 @@ void rows_any(const uint8_t* x, uint8_t* y, int64_t rows, int64_t cols, int64_t 
 
 }  // namespace
 
+void interleave_rows_u8_portable(const uint8_t* x, int64_t rows, int64_t cols, uint8_t* y, int64_t c0, int64_t c1) {
+  switch (rows) {
+    case 2: return interleave_portable<2>(x, cols, y, c0, c1);
+    case 3: return interleave_portable<3>(x, cols, y, c0, c1);
+    default: return interleave_portable<4>(x, cols, y, c0, c1);
+  }
+}
+
 void transpose_batched(const void* x, void* y, int64_t batch, int64_t rows, int64_t cols, int64_t elem_bytes,
                        int num_threads) {
   if (batch <= 0 || rows <= 0 || cols <= 0) return;
   const auto* xb = static_cast<const uint8_t*>(x);
   auto* yb = static_cast<uint8_t*>(y);
   const int64_t plane = rows * cols * elem_bytes;
+  const int threads_for_size = batch * plane < (int64_t{64} << 10) ? 1 : num_threads;
+  if (elem_bytes == 1 && rows >= 2 && rows <= 4) {
+    const auto interleave = active_isa() == Isa::kPortable ? interleave_rows_u8_portable : interleave_rows_u8_avx2;
+    const int64_t chunks = (cols + kFewRowsChunk - 1) / kFewRowsChunk;
+    auto unit = [&](int64_t u, int) {
+      const int64_t b = u / chunks, c0 = (u % chunks) * kFewRowsChunk;
+      interleave(xb + b * plane, rows, cols, yb + b * plane, c0, std::min(cols, c0 + kFewRowsChunk));
+    };
+    // ~30 bytes per ns: below 512 KiB a second thread costs more than it saves (measured)
+    if (threads_for_size <= 1 || batch * plane < (int64_t{512} << 10)) {
+      for (int64_t u = 0; u < batch * chunks; ++u) unit(u, 0);
+    } else {
+      qgemm::parallel_for(threads_for_size, batch * chunks, unit);
+    }
+    return;
+  }
   // Units: (b, tile of kTile rows). Below ~64 KiB a second thread does not pay.
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
   const int64_t units = batch * row_tiles;
-  const int threads = batch * plane < (int64_t{64} << 10) ? 1 : num_threads;
+  const int threads = threads_for_size;
   auto body = [&](int64_t u, int) {
     const int64_t b = u / row_tiles, t = u % row_tiles;
     const int64_t r0 = t * kTile, r1 = std::min(rows, r0 + kTile);

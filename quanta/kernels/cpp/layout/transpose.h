@@ -12,6 +12,12 @@
 // rows and the destination rows of a tile stay in L1), a row-wise memcpy for larger
 // elements. Threads: tiles of rows split over num_threads with the qgemm pool; every
 // byte is written once, whatever the split. No allocation; x and y must not overlap.
+//
+// Few rows: 1-byte elements with R = rows in {2, 3, 4} (an image's channels going NHWC:
+// 1x3x224x224 uint8) are an interleave of R rows into pixels of R bytes, which 16 x 16
+// tiles would walk R rows at a time. They run column ranges instead (split over the
+// threads): transpose_avx2.cc (vpshufb, 32 columns per step) on every ISA but portable,
+// else a per-pixel loop over the R rows.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +28,11 @@ namespace layout {
 
 void transpose_batched(const void* x, void* y, int64_t batch, int64_t rows, int64_t cols, int64_t elem_bytes,
                        int num_threads);
+
+// Few rows (rows in {2, 3, 4}, 1-byte elements): y[c·rows + r] = x[r·cols + c] for columns
+// c in [c0, c1) of one plane.
+void interleave_rows_u8_portable(const uint8_t* x, int64_t rows, int64_t cols, uint8_t* y, int64_t c0, int64_t c1);
+void interleave_rows_u8_avx2(const uint8_t* x, int64_t rows, int64_t cols, uint8_t* y, int64_t c0, int64_t c1);
 
 }  // namespace layout
 }  // namespace quanta
