@@ -439,9 +439,13 @@ def _qlinear_add_native(
     prepared: Any,
     out: Any,
 ) -> np.ndarray:
-    """``c = sat(rne(f32(f32(dq_a(a) + dq_b(b)) / sc) + zc))`` (ms_qlinear.qlinear_add)."""
-    del prepared  # unused: the scalars are read per call (a few conversions)
+    """``c = sat(rne(f32(f32(dq_a(a) + dq_b(b)) / sc) + zc))`` (ms_qlinear.qlinear_add).
+    ``prepared``: the scalars, converted at compile time when every parameter is a
+    constant (they are the same arrays on every call), else None (read per call)."""
     a, b = _binary_operands(a, b)
+    if prepared is not None and prepared[0] == a.dtype:
+        _, sa, za, sb, zb, sc, zc = prepared
+        return _native().qlinear_add(a, b, sa, za, sb, zb, sc, zc, _threads(ctx), out)
     dt = a.dtype
     sa, sb, sc = _f32_scalar(a_scale), _f32_scalar(b_scale), _f32_scalar(c_scale)
     za, zb, zc = _zp_scalar(a_zero_point, dt), _zp_scalar(b_zero_point, dt), _zp_scalar(c_zero_point, dt)
@@ -464,9 +468,12 @@ def _qlinear_mul_native(
     out: Any,
 ) -> np.ndarray:
     """``c = sat(rne(f32(f32(acc · r) + zc)))``, ``r = f32(f32(sa · sb) / sc)``
-    (ms_qlinear.qlinear_mul)."""
-    del prepared  # unused: the ratio is two float32 operations per call
+    (ms_qlinear.qlinear_mul). ``prepared``: (dtype, ratio, za, zb, zc) from constant
+    parameters at compile time, or None."""
     a, b = _binary_operands(a, b)
+    if prepared is not None and prepared[0] == a.dtype:
+        _, ratio, za, zb, zc = prepared
+        return _native().qlinear_mul(a, b, ratio, za, zb, zc, _threads(ctx), out)
     dt = a.dtype
     sa, sb, sc = _f32_scalar(a_scale), _f32_scalar(b_scale), _f32_scalar(c_scale)
     ratio = F32(F32(sa * sb) / sc)  # the twin's expression, float32 scalars
@@ -488,7 +495,28 @@ def _bind_binary(node: Node, op: str, fn: Callable[..., Any], stem: str) -> tupl
         return None, reason
     if sc is None:
         return None, f"{op} without C_scale (the twin raises)"
-    return _kernel(fn, f"{stem}_{_name_suffix(a, b)}")
+    return _kernel(fn, f"{stem}_{_name_suffix(a, b)}", _constant_binary_params(op, sa, za, sb, zb, sc, zc))
+
+
+def _constant_binary_params(op: str, *params: Value | None) -> tuple | None:
+    """The per-call scalars of QLinearAdd / QLinearMul, converted once, when every
+    scale and zero point is a constant of the twins' accepted form (else None: the
+    kernel reads them per call and the twin's checks apply)."""
+    sa, za, sb, zb, sc, zc = params
+    if any(v is not None and not v.is_const for v in params):
+        return None
+    dts = {np.asarray(z.const).dtype for z in (za, zb, zc) if z is not None}
+    if len(dts) != 1:
+        return None
+    dt = dts.pop()
+    try:
+        fa, fb, fc = (_f32_scalar(v.const) for v in (sa, sb, sc))
+        ia, ib, ic = (_zp_scalar(None if v is None else v.const, dt) for v in (za, zb, zc))
+    except _Unsupported:
+        return None
+    if op == "QLinearAdd":
+        return (dt, float(fa), ia, float(fb), ib, float(fc), ic)
+    return (dt, float(F32(F32(fa * fb) / fc)), ia, ib, ic)
 
 
 @register_binder("QLinearAdd", MS_DOMAIN)
