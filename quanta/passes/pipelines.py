@@ -96,6 +96,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
     from quanta.passes.lower.channels_last import ChannelsLast
     from quanta.passes.lower.fold_float_weights import FoldFloatWeights
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
+    from quanta.passes.rules.fuse_gelu import FuseGeluPass
 
     return [
         FoldConstants(evaluator),
@@ -108,6 +109,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         EliminateCommon(),
         LowerQdqToQLinear(),
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
+        FuseGeluPass(opset),  # five float ops of a float-island GELU -> one Gelu
         ChannelsLast(),  # convolutions exchange NHWC; transposes only at region edges
         EliminateDead(),
     ]

@@ -67,12 +67,15 @@ def compile(
 def default_pipeline(target: Target, model: Model) -> list[Pass]:
     """The passes compile() runs when not told, for every target (so "native" and
     "reference" execute the same graph, and "reference" is the golden of the *same*
-    integer arithmetic): a graph with QuantizeLinear/DequantizeLinear has its Q -> op ->
-    DQ groups lowered to integer operators; a float graph runs as loaded. A fresh list
-    per call (rule passes keep the refusals of their last run). Sessions with
-    ``graph_optimization_level = ORT_DISABLE_ALL`` pass ``passes=[]`` instead."""
+    integer arithmetic): a quantized graph (QDQ, QOperator or dynamically quantized: any
+    quantization operator) has its Q -> op -> DQ groups lowered to integer operators, its
+    convolutions run channels-last and its float islands fused; a float graph runs as
+    loaded. A fresh list per call (rule passes keep the refusals of their last run).
+    Sessions with ``graph_optimization_level = ORT_DISABLE_ALL`` pass ``passes=[]``."""
     del target  # the same pipeline for every target
-    if not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.nodes):
+    from quanta.ir.op_rules import QUANT_OPS
+
+    if not any(n.op_type in QUANT_OPS for n in model.graph.nodes):
         return list(DEFAULT_PIPELINE)
     from quanta.passes.pipelines import lower_qdq
 
