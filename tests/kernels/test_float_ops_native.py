@@ -26,6 +26,9 @@ U = 2.0**-24  # unit roundoff of float32
 #: row lengths with reasons: 1 (a lone element), 15/16/17 (one 16-lane block ± 1), 63/65
 #: (4 blocks ± 1, AVX2 half-block tails), 300 (odd tail of 12), 384 (BERT hidden size)
 ROW_LENGTHS = [1, 15, 16, 17, 63, 65, 300, 384]
+#: Softmax adds 128 (attention rows: the in-register / 4-row lockstep path) and 1000 (a long
+#: row, 63 blocks ending in a tail of 8)
+SOFTMAX_ROW_LENGTHS = [1, 15, 16, 17, 63, 65, 128, 300, 1000]
 
 
 def every_isa(fn) -> None:
@@ -165,8 +168,8 @@ def test_sum16_is_the_stated_lane_order_not_pairwise(d) -> None:
 
 @st.composite
 def softmax_rows(draw):
-    d = draw(st.sampled_from(ROW_LENGTHS))
-    rows = draw(st.integers(1, 5))
+    d = draw(st.sampled_from(SOFTMAX_ROW_LENGTHS))
+    rows = draw(st.integers(1, 9))  # groups of 4 rows in lockstep and a remainder
     seed = draw(st.integers(0, 2**16))
     scale = draw(st.sampled_from([1.0, 10.0, 1e4, 1e38]))
     shift = draw(st.sampled_from([0.0, -50.0, 1e6]))
@@ -214,21 +217,50 @@ def test_softmax_threads_1_and_2_identical() -> None:
     every_isa(check)
 
 
+@given(x=softmax_rows())
+def test_softmax_threads_1_and_2_identical_every_isa(x) -> None:
+    """Rows split across threads (and 4-row lockstep groups cut differently) give the same
+    bytes; threads 2 on a small input runs one chunk, so the rows are also repeated to
+    make several chunks."""
+    big = np.ascontiguousarray(np.tile(x, (max(1, 20000 // x.size), 1)))
+
+    def check(isa: str) -> None:
+        for v in (x, big):
+            assert_same(_native.softmax_f32(v, 1), _native.softmax_f32(v, 2), "softmax_f32 threads", isa=isa)
+
+    every_isa(check)
+
+
+def test_softmax_is_a_product_by_the_reciprocal_of_the_sum() -> None:
+    """(S4)-(S5) one row at a time in float32 scalars: y_i = f32(e_i · f32(1 / s)), not
+    f32(e_i / s); the row is chosen so that the two differ for some i."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 37)).astype(F32)
+    e = twin.exp_f32(x - twin.row_max(x)[:, None])
+    s = twin.sum16(e)[0]
+    r = F32(F32(1) / s)
+    by_product = np.array([[F32(v * r) for v in e[0]]], F32)
+    assert (by_product != e / s).any()  # the row tells the two definitions apart
+    assert_same(by_product, twin.softmax_rows(x), "twin (S5)")
+    every_isa(lambda isa: assert_same(by_product, _native.softmax_f32(x), "softmax_f32 (S5)", isa=isa))
+
+
 def test_softmax_twin_accuracy_against_float64() -> None:
     """Relative error of y_i vs float64 softmax of the same float32 x, first order in u:
     u·|τ_i| from rounding τ_i = x_i − m (S2), 2u from exp (1 ulp), u·(τ̄ + 2) for the
     sum's terms (τ̄ = Σ ŷ_j |τ_j|), (B + 4)u for B = ceil(D/16) lane additions and 4
-    tree levels (S3), u for the division (S4): |y_i − ŷ_i| <= u·(|τ_i| + τ̄ + B + 9)·ŷ_i,
-    plus 2^-147 absolute for results below FLT_MIN."""
+    tree levels (S3), u for the reciprocal (S4) and u for the product (S5):
+    |y_i − ŷ_i| <= u·(|τ_i| + τ̄ + B + 10)·ŷ_i, plus 2^-147 absolute for results below
+    FLT_MIN."""
     rng = np.random.default_rng(11)
-    for d in ROW_LENGTHS:
+    for d in SOFTMAX_ROW_LENGTHS:
         x = (rng.standard_normal((16, d)) * 8).astype(F32)
         y = twin.softmax_rows(x).astype(np.float64)
         x64 = x.astype(np.float64)
         tau = x64 - x64.max(axis=1, keepdims=True)
         exact = np.exp(tau) / np.exp(tau).sum(axis=1, keepdims=True)
         tau_bar = (exact * np.abs(tau)).sum(axis=1, keepdims=True)
-        bound = U * (np.abs(tau) + tau_bar + math.ceil(d / 16) + 9) * exact + 2.0**-147
+        bound = U * (np.abs(tau) + tau_bar + math.ceil(d / 16) + 10) * exact + 2.0**-147
         assert np.all(np.abs(y - exact) <= bound), (d, np.max(np.abs(y - exact) / bound))
 
 

@@ -268,6 +268,25 @@ def test_qgemm_k_chunks_row_blocks_and_row_split(isa: str) -> None:
         check_all_variants(case, isas=(isa,))
 
 
+def test_qgemm_l2_sized_row_blocks_and_colterm_started_chunks() -> None:
+    """Failure signature: rows of a later row block off by bias − zx'·cs (the column term
+    the AVX-512 tiles start their first K chunk from, added twice or never), or garbage in
+    the last, shorter row block. One thread: B (32 panels, 1 MiB) leaves L2 room for 96
+    rows with their int32 output (qgemm.cc kL2Bytes), so M = 401 runs as 4 blocks of 88
+    rows and one of 49; two threads: a task's 4 panels leave MC at the 256 KiB A budget,
+    2 blocks of 208 and 193. K = 1030 > KC gives two K chunks; zw != 0 adds the row-sum
+    term, and a per-row zx the zx'[m]·cs one."""
+    rng = np.random.default_rng(17)
+    M, N, K = 401, 1000, 1030
+    x = rng.integers(0, 256, (M, K), dtype=np.uint8)
+    w = rng.integers(-128, 128, (K, N), dtype=np.int8)
+    zw = rng.integers(-128, 128, N).astype(np.int32)
+    bias = rng.integers(-(2**20), 2**20, N).astype(np.int32)
+    check_all_variants(Case(x, w, 131, zw, np.dtype(np.int32), bias))
+    zx_rows = rng.integers(0, 256, M).astype(np.int32)
+    check_all_variants(Case(x, w, zx_rows, 7, np.dtype(np.int32), bias))
+
+
 def test_qgemm_int32_accumulator_wraps_long_k() -> None:
     """Failure signature: results that differ between ISAs, or a UBSan 'signed integer
     overflow', once Σ(x − zx)(w − zw) leaves int32. ONNX's accumulator is int32 and

@@ -150,3 +150,147 @@ def test_quantize_native_per_axis_distinct_channels(each_isa) -> None:
     zp = np.array([10, 20, 30])
     expected = reference_quantize(x, scale, zp, 1, np.int8)
     each_isa(lambda isa: assert_same(expected, native_quantize(x, scale, zp, 1, np.int8), isa, x, scale, zp))
+
+
+#: row lengths with reasons: 1 (a lone element), 15/16/17 (one 16-lane block ± 1), 63/65
+#: (AVX2 8-lane tails), 128 (attention rows), 300 (odd tail of 12), 1000 (a long run)
+ROW_LENGTHS = [1, 15, 16, 17, 63, 65, 128, 300, 1000]
+#: non-power-of-two scales (the product x · (1 / scale) then differs from x / scale in the
+#: last bit for many x), plus the edges of the multiply path (1 / scale normal) and past them
+NEAR_TIE_SCALES = [0.0123, 0.1, 1 / 3, 0.007071, 7.77, 2.0**-126, 3e-39, 2.0**126, 1e38]
+
+
+def near_ties(scale: float, dtype: type) -> np.ndarray:
+    """x = f32(t · scale) for every half-integer t of the clamp range and a bit past it,
+    and the 3 float32 neighbours on either side: values whose quotient x / scale rounds to
+    the tie, or misses it by an ulp or two, where f32(x · f32(1 / scale)) can land on the
+    other side of the tie."""
+    info = np.iinfo(dtype)
+    t = np.arange(float(info.min) - 260.5, float(info.max) + 261.0, 1.0)
+    with np.errstate(over="ignore", under="ignore"):
+        x = (t * np.float64(np.float32(scale))).astype(np.float32)
+        xs = [x]
+        up, down = x.copy(), x.copy()
+        for _ in range(3):
+            up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+            xs += [up, down]
+    return np.concatenate(xs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_quantize_native_near_ties_match_the_true_division(dtype: type) -> None:
+    """Hazard: the SIMD runs multiply by f32(1 / scale) and must divide exactly where that
+    could round to the other integer (x / scale within 2^-11 of a half-integer). Every
+    half-integer of the range and its ±3-ulp neighbours, scales that are not powers of two,
+    and scales at and past the normal range of 1 / scale (there every vector divides);
+    every ISA, threads 1 and 2, bit-exact against the reference's true division."""
+    zp = np.array([3 if dtype == np.int8 else 131])
+    fn = _native.quantize_linear_u8 if dtype == np.uint8 else _native.quantize_linear_s8
+    try:
+        for scale_value in NEAR_TIE_SCALES:
+            scale = np.array([scale_value], np.float32)
+            x = near_ties(scale_value, dtype)
+            expected = reference_quantize(x, scale, zp, 1, dtype)
+            for isa in ISAS:
+                _native.set_isa(isa)
+                for threads in (1, 2):
+                    got = fn(x, scale, zp.astype(np.int32), 1, threads)
+                    assert_same(expected, got, f"{isa} threads={threads}", x, scale, zp)
+    finally:
+        _native.clear_isa()
+
+
+@given(
+    d=st.sampled_from(ROW_LENGTHS),
+    rows=st.integers(1, 4),
+    scale=st.floats(1e-4, 30.0),
+    seed=st.integers(0, 2**16),
+    dtype=st.sampled_from(DTYPES),
+)
+def test_quantize_native_row_lengths_every_isa_and_threads(d, rows, scale, seed, dtype) -> None:
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    q = rng.uniform(float(info.min) - 20.0, float(info.max) + 20.0, (rows, d))
+    q = np.where(rng.random(q.shape) < 0.3, np.round(q) + 0.5, q)  # near ties
+    scale_a = np.array([scale], np.float32)
+    x = (q * np.float64(scale_a[0])).astype(np.float32)
+    zp = np.array([int(info.min) + 77])
+    expected = reference_quantize(x, scale_a, zp, 1, dtype)
+    fn = _native.quantize_linear_u8 if dtype == np.uint8 else _native.quantize_linear_s8
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            for threads in (1, 2):
+                assert_same(expected, fn(x, scale_a, zp.astype(np.int32), 1, threads), isa, x, scale_a, zp)
+    finally:
+        _native.clear_isa()
+
+
+def test_quantize_native_threads_and_out_buffer(each_isa) -> None:
+    """Large enough for several thread chunks (2^15 elements each, per-axis runs crossing
+    chunk edges): threads 1 and 2 give the same bytes; out= is written and returned;
+    a bad out= is refused with a message naming it."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((3, 7, 5001)) * 4).astype(np.float32)
+    scale = np.array([0.011, 0.02, 0.033, 0.05, 0.07, 0.09, 0.13], np.float32)
+    zp = np.array([-3, 5, 0, 17, -100, 1, 64])
+    expected = reference_quantize(x, scale, zp, 1, np.int8)
+
+    def check(isa: str) -> None:
+        for threads in (1, 2):
+            out = np.zeros(x.shape, np.int8)
+            got = _native.quantize_linear_s8(x, scale, zp.astype(np.int32), 1, threads, out)
+            assert got is out
+            assert_same(expected, out, f"{isa} threads={threads}", x, scale, zp)
+
+    each_isa(check)
+    for bad, message in [
+        (np.zeros(x.shape, np.uint8), "quantize_linear: out: expected dtype int8"),
+        (np.zeros((3, 7), np.int8), "quantize_linear: out: expected the shape of x"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            _native.quantize_linear_s8(x, scale, zp.astype(np.int32), 1, 1, bad)
+    with pytest.raises(ValueError, match="num_threads: expected >= 1"):
+        _native.quantize_linear_s8(x, scale, zp.astype(np.int32), 1, 0)
+
+
+def test_quantize_binder_prepares_constant_parameters_and_matches_the_reference_op() -> None:
+    """The binder converts a constant scale / zero point once (params["prepared"]); with
+    or without it, and with threads 1 and 2, the kernel gives the registered reference
+    op's bytes. A precision other than float32 stays on the reference (with a reason)."""
+    from quanta.ir.graph import Node, Value
+    from quanta.ir.types import TensorType, elem_from_numpy
+    from quanta.kernels.reference.registry import get_op
+    from quanta.targets.base import KernelContext
+    from quanta.targets.native import BINDERS, _load_families
+
+    _load_families()
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((2, 3, 17)) * 3).astype(np.float32)
+    scale = np.array([0.013, 0.02, 0.031], np.float32)
+    zp = np.array([-5, 0, 9], np.int8)
+
+    def value(name: str, a: np.ndarray, const: bool) -> Value:
+        return Value(name, type=TensorType(elem_from_numpy(a.dtype)), const=a if const else None)
+
+    expected = get_op("QuantizeLinear")(KernelContext(opset=21), x, scale, zp, axis=1)
+    for const in (True, False):
+        node = Node(
+            "QuantizeLinear",
+            [value("x", x, False), value("s", scale, const), value("z", zp, const)],
+            [Value("y")],
+            {"axis": 1},
+        )
+        kernel, reason = BINDERS[("", "QuantizeLinear")](None, node)
+        assert kernel is not None, reason
+        assert ("prepared" in kernel.params) == const
+        for threads in (1, 2):
+            got = kernel.fn(
+                KernelContext(opset=21, num_threads=threads), x, scale, zp, axis=1, **kernel.params
+            )
+            assert got.dtype == np.int8 and got.tobytes() == expected.tobytes()
+    node = Node(
+        "QuantizeLinear", [value("x", x, False), value("s", scale, True)], [Value("y")], {"precision": 16}
+    )
+    kernel, reason = BINDERS[("", "QuantizeLinear")](None, node)
+    assert kernel is None and reason == "native QuantizeLinear divides in float32 only (precision 0 or FLOAT)"

@@ -78,7 +78,7 @@ def test_plan_prints_steps_kernels_slots_and_memory():
     assert lines[2].startswith("  memory: arena ") and "liveness lower bound" in lines[2]
     assert lines[3].split() == ["step", "node", "op", "kernel", "outputs", "<-", "inputs", "memory"]
     assert lines[4].split()[:4] == ["0", "q_x", "QuantizeLinear", "native:quantize_linear_u8"]
-    assert "%9 xq <- %8 x, %1, %2" in lines[4] and lines[4].endswith("+135 heap")
+    assert "%9 xq <- %8 x, %1, %2" in lines[4] and lines[4].endswith("+135 arena")
     assert lines[-1].endswith("output")
 
 

@@ -3,7 +3,7 @@
 // names the argument, what was expected and what was given.
 //
 //   exp_f32(x: f32, num_threads=1, out=None)                         eqs. (E1)-(E6)
-//   softmax_f32(x: f32, rank >= 1, num_threads=1, out=None)          along the last axis, (S1)-(S4)
+//   softmax_f32(x: f32, rank >= 1, num_threads=1, out=None)          along the last axis, (S1)-(S5)
 //   layer_norm_f32(x: f32, scale: f32, bias: f32 | None, axis, epsilon, num_threads=1,
 //                  out=None, stats=False) -> y | (y, mean, inv_std)  over axes [axis, rank), (L1)-(L5)
 //   binary_f32(op: "add" | "sub" | "mul" | "div", a: f32, b: f32, num_threads=1, out=None)
@@ -222,7 +222,7 @@ void register_float_ops(py::module_& m) {
   m.def("exp_f32", &exp_f32, arg("x"), arg("num_threads") = 1, arg("out") = none,
         "quanta's float32 exp, eqs. (E1)-(E6) of docs/float-ops.md (the twin: reference/float_ops.exp_f32).");
   m.def("softmax_f32", &softmax_f32, arg("x"), arg("num_threads") = 1, arg("out") = none,
-        "Softmax along the last axis of float32 x, eqs. (S1)-(S4) of docs/float-ops.md.");
+        "Softmax along the last axis of float32 x, eqs. (S1)-(S5) of docs/float-ops.md.");
   m.def("layer_norm_f32", &layer_norm_f32, arg("x"), arg("scale"), arg("bias"), arg("axis"), arg("epsilon"),
         arg("num_threads") = 1, arg("out") = none, arg("stats") = false,
         "LayerNormalization of float32 x over axes [axis, rank), eqs. (L1)-(L5) of docs/float-ops.md; "

@@ -1,7 +1,7 @@
 """quanta's float32 Softmax and LayerNormalization: the NumPy twin of kernels/cpp/float_ops.
 
 np.exp and NumPy's pairwise summation cannot be reproduced in C++, so quanta defines its
-own float32 algorithm once (docs/float-ops.md, equations (E1)-(E6), (R1)-(R3), (S1)-(S4),
+own float32 algorithm once (docs/float-ops.md, equations (E1)-(E6), (R1)-(R3), (S1)-(S5),
 (L1)-(L5)) and implements it twice, bit-identically: here, and in C++ (portable, AVX2,
 AVX-512). Every step is one float32 IEEE operation in the order written: no fused
 multiply-add, true divisions and square roots (both correctly rounded), round half to
@@ -128,12 +128,13 @@ def row_max(v: np.ndarray) -> np.ndarray:
 
 
 def softmax_rows(v: np.ndarray) -> np.ndarray:
-    """Softmax of every row of ``v`` [R, D] (float32), eqs. (S1)-(S4)::
+    """Softmax of every row of ``v`` [R, D] (float32), eqs. (S1)-(S5)::
 
         (S1) m   = row_max(x)
         (S2) e_i = exp_f32(f32(x_i − m))
         (S3) s   = sum16(e)
-        (S4) y_i = f32(e_i / s)
+        (S4) r   = f32(1 / s)                a true division, once per row
+        (S5) y_i = f32(e_i · r)
 
     A row whose maximum is ±inf or NaN-only (every entry −inf: a fully masked attention
     row) gives NaN everywhere, as the previous reference and ONNX Runtime do."""
@@ -142,8 +143,8 @@ def softmax_rows(v: np.ndarray) -> np.ndarray:
     # −inf − −inf (the fully masked row: NaN expected), x − m below −FLT_MAX (−inf, e = 0)
     with np.errstate(invalid="ignore", over="ignore"):
         e = exp_f32(v - m[:, None])  # (S2)
-        s = sum16(e)  # (S3)
-        return e / s[:, None]  # (S4)
+        r = F32(1) / sum16(e)  # (S3), (S4)
+        return e * r[:, None]  # (S5)
 
 
 def layer_norm_rows(v: np.ndarray, epsilon: np.float32) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

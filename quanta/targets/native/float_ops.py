@@ -4,7 +4,7 @@
 operator               native call                                twin (bit-identical)
 =====================  =========================================  ===============================
 Softmax                ``softmax_f32`` along the last axis; other  nn.softmax -> float_ops.softmax_
-                       axes through a transposed copy              rows, eqs. (S1)-(S4)
+                       axes through a transposed copy              rows, eqs. (S1)-(S5)
 LayerNormalization     ``layer_norm_f32`` (Mean / InvStdDev        nn_norm.layer_normalization ->
                        outputs too), stash_type 1                 float_ops.layer_norm_rows, (L1)-(L5)
 Add, Sub, Mul, Div     ``binary_f32``, numpy broadcasting          math_ops (np.add, ...): one IEEE

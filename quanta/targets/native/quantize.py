@@ -1,4 +1,12 @@
-"""Native QuantizeLinear (float32 -> u8/s8, per-tensor or per-axis): kernels/cpp/quantize."""
+"""Native QuantizeLinear (float32 -> u8/s8, per-tensor or per-axis): kernels/cpp/quantize.
+
+The binder prepares what does not change between calls: a constant scale and zero point
+(initializers, the usual case) become the float32 / int32 arrays the binding takes, once
+(``params``: ``prepared``), so a call is one binding call (which also takes ``out=``);
+a run-time scale or zero point is converted on each call. The kernel's
+quotient is the true float32 division's (ONNX semantics, bit-identical to
+kernels/reference/quantize.py, see kernels/cpp/quantize/quantize.h).
+"""
 
 from __future__ import annotations
 
@@ -6,33 +14,62 @@ from typing import Any
 
 import numpy as np
 
-from quanta.ir.graph import Model, Node
+from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.registry import OpContext, OpError
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
 
 __all__ = ["bind_quantize_linear"]
 
+#: ONNX TensorProto.FLOAT: the only ``precision`` the kernel divides in (0: the scale's type)
+_PRECISIONS = (0, 1)
 
-def _quantize_linear_native(ctx: OpContext, x, y_scale, y_zero_point=None, *, axis: int = 1, **attrs: Any):
-    """QuantizeLinear float32 -> u8/s8, per-tensor or per-axis, through the native kernel."""
-    from quanta.kernels import _native
 
-    del ctx  # unused: the binder only selects this kernel for supported opsets/attrs
+def _prepare(y_scale: Any, zp: Any) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(scale f32[C], zero_point i32[C], signed) as the binding takes them."""
+    scale = np.ascontiguousarray(np.asarray(y_scale, np.float32).reshape(-1))
+    zero_point = np.ascontiguousarray(np.asarray(zp).astype(np.int32).reshape(-1))
+    return scale, zero_point, np.asarray(zp).dtype == np.int8
+
+
+def _zero_point(y_zero_point: Any, output_dtype: Any) -> np.ndarray:
     # saturate only matters for float8 storage, excluded by the binder; without a zero
     # point, output_dtype (2 uint8, 3 int8; default uint8) gives the storage.
     if y_zero_point is None:
-        zp = np.zeros((), np.int8 if attrs.get("output_dtype") == 3 else np.uint8)
-    else:
-        zp = y_zero_point
-    scale = np.ascontiguousarray(np.asarray(y_scale, np.float32).reshape(-1))
-    zero_point = np.ascontiguousarray(np.asarray(zp).astype(np.int32).reshape(-1))
-    x = np.ascontiguousarray(x)
-    fn = _native.quantize_linear_u8 if zp.dtype == np.uint8 else _native.quantize_linear_s8
+        return np.zeros((), np.int8 if output_dtype == 3 else np.uint8)
+    return y_zero_point
+
+
+def _quantize_linear_native(
+    ctx: OpContext,
+    x,
+    y_scale,
+    y_zero_point=None,
+    *,
+    axis: int = 1,
+    prepared: tuple[np.ndarray, np.ndarray, bool] | None = None,
+    out: np.ndarray | None = None,
+    **attrs: Any,
+):
+    """QuantizeLinear float32 -> u8/s8, per-tensor or per-axis, through the native kernel
+    (``prepared``: the binder's (scale, zero_point, signed) for constant parameters)."""
+    from quanta.kernels import _native
+
+    if prepared is None:
+        prepared = _prepare(y_scale, _zero_point(y_zero_point, attrs.get("output_dtype")))
+    scale, zero_point, signed = prepared
+    if not (isinstance(x, np.ndarray) and x.flags.c_contiguous):
+        x = np.ascontiguousarray(x)
+    fn = _native.quantize_linear_s8 if signed else _native.quantize_linear_u8
+    threads = max(1, int(getattr(ctx, "num_threads", 1)))
     try:
-        return fn(x, scale, zero_point, int(axis))
+        return fn(x, scale, zero_point, int(axis), threads, out)
     except ValueError as e:
         raise OpError(str(e)) from None
+
+
+def _const(v: Value | None) -> np.ndarray | None:
+    return None if v is None else v.const
 
 
 @register_binder("QuantizeLinear")
@@ -43,6 +80,8 @@ def bind_quantize_linear(model: Model, node: Node) -> tuple[Kernel | None, str]:
     zp = node.input(2)
     if node.attrs.get("block_size"):
         return None, "blocked QuantizeLinear has no native kernel yet"
+    if node.attrs.get("precision", 0) not in _PRECISIONS:
+        return None, "native QuantizeLinear divides in float32 only (precision 0 or FLOAT)"
     if x is None or x.type is None or str(x.type.elem) != "f32":
         return None, "native QuantizeLinear takes float32 input"
     if scale is None or scale.type is None or str(scale.type.elem) != "f32":
@@ -53,4 +92,9 @@ def bind_quantize_linear(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if zp is not None and (zp.type is None or str(zp.type.elem) not in ("u8", "i8")):
         return None, "native QuantizeLinear covers uint8/int8 storage only"
     signed = (zp is not None and str(zp.type.elem) == "i8") or out_dtype == 3
-    return Kernel(_quantize_linear_native, "native", f"native:quantize_linear_{'s8' if signed else 'u8'}"), ""
+    params: dict[str, Any] = {}
+    scale_const, zp_const = _const(scale), _const(zp)
+    if scale_const is not None and (zp is None or zp_const is not None):
+        params["prepared"] = _prepare(scale_const, _zero_point(zp_const, out_dtype))
+    name = f"native:quantize_linear_{'s8' if signed else 'u8'}"
+    return Kernel(_quantize_linear_native, "native", name, params=params, out=True), ""

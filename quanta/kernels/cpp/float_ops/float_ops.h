@@ -21,7 +21,8 @@
 //             AVX-512: one zmm accumulator; AVX2: two ymm (lanes 0–7 and 8–15 of each
 //             16-block), first tree step = ymm0 + ymm1; portable: float acc[16].
 //   softmax   (S1) m = max of the non-NaN x_i (−inf if none)
-//             (S2) e_i = exp(f32(x_i − m))  (S3) s = sum16(e)  (S4) y_i = f32(e_i / s)
+//             (S2) e_i = exp(f32(x_i − m))  (S3) s = sum16(e)  (S4) r = f32(1 / s)
+//             (S5) y_i = f32(e_i · r)
 //   layer_norm (L1) mean = f32(sum16(x) / D)  (L2) d_i = f32(x_i − mean)
 //             (L3) var = f32(sum16(f32(d_i · d_i)) / D)
 //             (L4) inv_std = f32(1 / f32(sqrt(f32(var + eps))))

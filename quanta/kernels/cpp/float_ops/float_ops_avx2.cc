@@ -29,9 +29,8 @@ inline __m256i tail_mask8(int64_t left) {
 
 inline __m256i pow2_bits(__m256i k) { return _mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23); }
 
-inline __m256 exp8(__m256 x) {
-  __m256 t = _mm256_max_ps(_mm256_set1_ps(kExpLo), x);  // (E1)
-  t = _mm256_min_ps(_mm256_set1_ps(kExpHi), t);
+// (E2)-(E6) from the clamped argument t of (E1).
+inline __m256 exp8_clamped(__m256 t) {
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(kL2E)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // (E2)
   const __m256 r = _mm256_sub_ps(_mm256_sub_ps(t, _mm256_mul_ps(n, _mm256_set1_ps(kC1))),
@@ -50,6 +49,15 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(pow2_bits(n1))),
                        _mm256_castsi256_ps(pow2_bits(n2)));  // (E6)
 }
+
+inline __m256 exp8(__m256 x) {
+  const __m256 t = _mm256_max_ps(_mm256_set1_ps(kExpLo), x);  // (E1)
+  return exp8_clamped(_mm256_min_ps(_mm256_set1_ps(kExpHi), t));
+}
+
+// exp of an argument that is <= 0 or NaN (Softmax's x_i − m): the upper clamp of (E1)
+// is then the identity (vminps(89, t) returns t for t <= 89 and for NaN t) and is skipped.
+inline __m256 exp8_nonpositive(__m256 x) { return exp8_clamped(_mm256_max_ps(_mm256_set1_ps(kExpLo), x)); }
 
 inline __m256 abs8(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
 
@@ -172,32 +180,48 @@ void exp_run(const float* x, float* y, int64_t n) {
   }
 }
 
+// One row, three passes while it is hot in L1: the maximum, exp with the sum (S3)
+// accumulated on the fly (lo / hi: lanes 0–7 / 8–15 of each 16-block), then the product
+// with r (S4)-(S5).
 void softmax_row(const float* x, float* y, int64_t d) {
   const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  __m256 vm = neg_inf;  // (S1)
-  for (int64_t i = 0; i < d; i += 8) {
+  __m256 vm0 = neg_inf, vm1 = neg_inf;  // (S1); never NaN: max(x, m) keeps m for a NaN x
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16) {
+    vm0 = _mm256_max_ps(_mm256_loadu_ps(x + i), vm0);
+    vm1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), vm1);
+  }
+  for (; i < d; i += 8) {
     const __m256i k = tail_mask8(d - i);
     const __m256 v = _mm256_blendv_ps(neg_inf, _mm256_maskload_ps(x + i, k), _mm256_castsi256_ps(k));
-    vm = _mm256_max_ps(v, vm);
+    vm0 = _mm256_max_ps(v, vm0);
   }
-  const __m256 m = _mm256_set1_ps(hmax(vm));
+  const __m256 m = _mm256_set1_ps(hmax(_mm256_max_ps(vm1, vm0)));
   __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-  for (int64_t i = 0; i < d; i += 16) {
-    const __m256i k0 = tail_mask8(d - i), k1 = tail_mask8(d - i - 8);
-    const __m256 e0 = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, k0), m)), _mm256_castsi256_ps(k0));
-    _mm256_maskstore_ps(y + i, k0, e0);  // (S2)
-    lo = _mm256_add_ps(lo, e0);          // (S3), (R1): lanes 0–7 of the block
-    if (i + 8 < d) {
-      const __m256 e1 =
-          _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i + 8, k1), m)), _mm256_castsi256_ps(k1));
-      _mm256_maskstore_ps(y + i + 8, k1, e1);
-      hi = _mm256_add_ps(hi, e1);  // lanes 8–15
-    }
+  for (i = 0; i + 16 <= d; i += 16) {
+    const __m256 e0 = exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));  // (S2)
+    const __m256 e1 = exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m));
+    _mm256_storeu_ps(y + i, e0);
+    _mm256_storeu_ps(y + i + 8, e1);
+    lo = _mm256_add_ps(lo, e0);  // (S3), (R1): lanes 0–7 of the block
+    hi = _mm256_add_ps(hi, e1);  // lanes 8–15
   }
-  const __m256 s = _mm256_set1_ps(tree16(lo, hi));
-  for (int64_t i = 0; i < d; i += 8) {
+  if (i < d) {  // the last, partial 16-block: masked lanes add +0
+    const __m256i k0 = tail_mask8(d - i), k1 = tail_mask8(d - i - 8);
+    const __m256 e0 = _mm256_and_ps(exp8_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + i, k0), m)),
+                                    _mm256_castsi256_ps(k0));
+    const __m256 e1 = _mm256_and_ps(exp8_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + i + 8, k1), m)),
+                                    _mm256_castsi256_ps(k1));
+    _mm256_maskstore_ps(y + i, k0, e0);
+    _mm256_maskstore_ps(y + i + 8, k1, e1);
+    lo = _mm256_add_ps(lo, e0);
+    hi = _mm256_add_ps(hi, e1);
+  }
+  const __m256 r = _mm256_set1_ps(1.0f / tree16(lo, hi));  // (S4)
+  for (i = 0; i + 8 <= d; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), r));  // (S5)
+  if (i < d) {
     const __m256i k = tail_mask8(d - i);
-    _mm256_maskstore_ps(y + i, k, _mm256_div_ps(_mm256_maskload_ps(y + i, k), s));  // (S4)
+    _mm256_maskstore_ps(y + i, k, _mm256_mul_ps(_mm256_maskload_ps(y + i, k), r));
   }
 }
 

@@ -22,11 +22,14 @@ inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
 }
 
-inline __m512i pow2_bits(__m512i k) { return _mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23); }
-
-inline __m512 exp16(__m512 x) {
-  __m512 t = _mm512_max_ps(_mm512_set1_ps(kExpLo), x);  // (E1)
-  t = _mm512_min_ps(_mm512_set1_ps(kExpHi), t);
+// (E2)-(E6) from the clamped argument t of (E1).
+//
+// (E6) is one vscalefps: p · 2^n rounded once (n is integral), which is the bytes of the
+// two products of (E6): with n in [−150, 128] both halves 2^n1, 2^n2 are normal, the
+// first product is exact and the second rounds once, so both give rne(p · 2^n), for
+// subnormal and overflowing results too (FTZ/DAZ off, as everywhere here). NaN n or p:
+// NaN. (Checked exhaustively over every float32 against the portable exp_one.)
+inline __m512 exp16_clamped(__m512 t) {
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(t, _mm512_set1_ps(kL2E)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // (E2)
   const __m512 r = _mm512_sub_ps(_mm512_sub_ps(t, _mm512_mul_ps(n, _mm512_set1_ps(kC1))),
@@ -39,12 +42,17 @@ inline __m512 exp16(__m512 x) {
   h = _mm512_add_ps(_mm512_mul_ps(h, r), _mm512_set1_ps(kP5));
   const __m512 p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(h, _mm512_mul_ps(r, r)), r),
                                  _mm512_set1_ps(1.0f));  // (E5)
-  const __m512i ni = _mm512_cvtps_epi32(n);  // n is integral (NaN: p is NaN anyway)
-  const __m512i n1 = _mm512_srai_epi32(ni, 1);
-  const __m512i n2 = _mm512_sub_epi32(ni, n1);
-  return _mm512_mul_ps(_mm512_mul_ps(p, _mm512_castsi512_ps(pow2_bits(n1))),
-                       _mm512_castsi512_ps(pow2_bits(n2)));  // (E6)
+  return _mm512_scalef_ps(p, n);  // (E6)
 }
+
+inline __m512 exp16(__m512 x) {
+  const __m512 t = _mm512_max_ps(_mm512_set1_ps(kExpLo), x);  // (E1)
+  return exp16_clamped(_mm512_min_ps(_mm512_set1_ps(kExpHi), t));
+}
+
+// exp of an argument that is <= 0 or NaN (Softmax's x_i − m): the upper clamp of (E1)
+// is then the identity (vminps(89, t) returns t for t <= 89 and for NaN t) and is skipped.
+inline __m512 exp16_nonpositive(__m512 x) { return exp16_clamped(_mm512_max_ps(_mm512_set1_ps(kExpLo), x)); }
 
 inline __m512 abs16(__m512 x) { return _mm512_andnot_ps(_mm512_set1_ps(-0.0f), x); }
 
@@ -166,29 +174,69 @@ void exp_run(const float* x, float* y, int64_t n) {
   }
 }
 
-void softmax_row(const float* x, float* y, int64_t d) {
+// R rows in lockstep, three passes while they are hot in L1: the maximum, exp with the sum
+// (S3) accumulated on the fly (one zmm accumulator per row: the 16 lanes of (R1)), then
+// the product with r (S4)-(S5). The R rows' dependency chains (max, exp, sum, 1/s) are
+// independent, which hides their latency on short rows (D = 128: 8 vectors per pass).
+// Each row gets the same instructions whatever R is.
+template <int R>
+void softmax_rows_lockstep(const float* x, float* y, int64_t d) {
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  __m512 vm = neg_inf;  // (S1)
-  for (int64_t i = 0; i < d; i += 16) {
-    vm = _mm512_max_ps(_mm512_mask_loadu_ps(neg_inf, tail_mask(d - i), x + i), vm);
+  __m512 vm[R];  // (S1); never NaN: max(x, m) keeps m for a NaN x
+  for (int j = 0; j < R; ++j) vm[j] = neg_inf;
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16) {
+    for (int j = 0; j < R; ++j) vm[j] = _mm512_max_ps(_mm512_loadu_ps(x + j * d + i), vm[j]);
   }
-  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vm));  // max only selects: any order
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t i = 0; i < d; i += 16) {
-    const __mmask16 k = tail_mask(d - i);
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), m));  // (S2)
-    _mm512_mask_storeu_ps(y + i, k, e);
-    acc = _mm512_mask_add_ps(acc, k, acc, e);  // (S3), (R1)
+  const __mmask16 k = tail_mask(d - i);  // the last, partial block (none when i == d)
+  if (i < d) {
+    for (int j = 0; j < R; ++j) vm[j] = _mm512_max_ps(_mm512_mask_loadu_ps(neg_inf, k, x + j * d + i), vm[j]);
   }
-  const __m512 s = _mm512_set1_ps(tree16(acc));
-  for (int64_t i = 0; i < d; i += 16) {
-    const __mmask16 k = tail_mask(d - i);
-    _mm512_mask_storeu_ps(y + i, k, _mm512_div_ps(_mm512_maskz_loadu_ps(k, y + i), s));  // (S4)
+  __m512 m[R], acc[R];
+  for (int j = 0; j < R; ++j) {
+    m[j] = _mm512_set1_ps(_mm512_reduce_max_ps(vm[j]));  // max only selects: any order
+    acc[j] = _mm512_setzero_ps();
+  }
+  for (i = 0; i + 16 <= d; i += 16) {
+    for (int j = 0; j < R; ++j) {
+      const __m512 e = exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(x + j * d + i), m[j]));  // (S2)
+      _mm512_storeu_ps(y + j * d + i, e);
+      acc[j] = _mm512_add_ps(acc[j], e);  // (S3), (R1)
+    }
+  }
+  if (i < d) {
+    for (int j = 0; j < R; ++j) {
+      const __m512 e = exp16_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j * d + i), m[j]));
+      _mm512_mask_storeu_ps(y + j * d + i, k, e);
+      acc[j] = _mm512_mask_add_ps(acc[j], k, acc[j], e);  // lanes past d add nothing
+    }
+  }
+  __m512 r[R];
+  for (int j = 0; j < R; ++j) r[j] = _mm512_set1_ps(1.0f / tree16(acc[j]));  // (S4)
+  for (i = 0; i + 16 <= d; i += 16) {
+    for (int j = 0; j < R; ++j) {
+      float* yj = y + j * d + i;
+      _mm512_storeu_ps(yj, _mm512_mul_ps(_mm512_loadu_ps(yj), r[j]));  // (S5)
+    }
+  }
+  if (i < d) {
+    for (int j = 0; j < R; ++j) {
+      float* yj = y + j * d + i;
+      _mm512_mask_storeu_ps(yj, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, yj), r[j]));
+    }
   }
 }
 
+// Rows of up to kLockstepMaxD elements go four at a time (their chains interleave); longer
+// rows have enough independent work within the row.
+constexpr int64_t kLockstepMaxD = 2048;
+
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
-  for (int64_t r = 0; r < rows; ++r) softmax_row(x + r * d, y + r * d, d);
+  int64_t row = 0;
+  if (d <= kLockstepMaxD) {
+    for (; row + 4 <= rows; row += 4) softmax_rows_lockstep<4>(x + row * d, y + row * d, d);
+  }
+  for (; row < rows; ++row) softmax_rows_lockstep<1>(x + row * d, y + row * d, d);
 }
 
 void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,

@@ -39,8 +39,8 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
     float m = -std::numeric_limits<float>::infinity();  // (S1), NaN elements skipped
     for (int64_t i = 0; i < d; ++i) m = xr[i] > m ? xr[i] : m;
     for (int64_t i = 0; i < d; ++i) yr[i] = exp_one(xr[i] - m);  // (S2)
-    const float s = sum16(yr, d);                                 // (S3)
-    for (int64_t i = 0; i < d; ++i) yr[i] = yr[i] / s;             // (S4)
+    const float r = 1.0f / sum16(yr, d);                          // (S3), (S4)
+    for (int64_t i = 0; i < d; ++i) yr[i] = yr[i] * r;             // (S5)
   }
 }
 

@@ -68,6 +68,8 @@ struct TileArgs {
   int32_t* partial = nullptr;  // rows x NR int32 (row stride NR): sums of earlier chunks
   bool accumulate = false;   // start from `partial` instead of 0
   bool finish = false;       // last chunk: run the epilogue; else store sums to `partial`
+  // Required on every call, not only with finish: a family may fold epi->colterm into the
+  // first chunk's sums (the AVX-512 one does), so `partial` is private to the family.
   const Epilogue* epi = nullptr;
   int64_t m0 = 0, n0 = 0;    // output origin
   int cols = 0;              // valid columns of the panel (<= NR)

@@ -1,8 +1,12 @@
-// Driver for QuantizeLinear: walks [outer, channels, inner] and calls the ISA variant
-// on each contiguous run that shares one (scale, zero_point). See quantize.h.
+// Driver for QuantizeLinear: walks [outer, channels, inner] (in thread chunks of the flat
+// range) and calls the ISA variant on each contiguous run that shares one (scale,
+// zero_point). See quantize.h.
 #include "quantize.h"
 
+#include <algorithm>
 #include <type_traits>
+
+#include "qgemm/thread_pool.h"
 
 namespace quanta {
 
@@ -28,18 +32,32 @@ RunFn<T> select_run(Isa isa) {
 }
 }  // namespace
 
+// Elements per thread chunk (a multiple of 64, so chunk edges fall on whole vectors).
+constexpr int64_t kGrain = int64_t{1} << 15;
+
 template <typename T>
-void quantize_linear(const float* x, T* y, const QuantizeParams& p, Isa isa) {
+void quantize_linear(const float* x, T* y, const QuantizeParams& p, Isa isa, int num_threads) {
   const RunFn<T> run = select_run<T>(isa);
-  for (int64_t o = 0; o < p.outer; ++o) {
-    for (int64_t c = 0; c < p.channels; ++c) {
-      const int64_t off = (o * p.channels + c) * p.inner;
-      run(x + off, y + off, p.inner, p.scale[c], p.zero_point[c]);
+  const int64_t runs = p.outer * p.channels;
+  const int64_t total = runs * p.inner;
+  if (total <= 0) return;
+  // [begin, end) of the flat elements: the runs (one scale / zero point each) it touches.
+  auto range = [&](int64_t begin, int64_t end) {
+    while (begin < end) {
+      const int64_t r = begin / p.inner;
+      const int64_t c = r % p.channels;
+      const int64_t stop = std::min(end, (r + 1) * p.inner);
+      run(x + begin, y + begin, stop - begin, p.scale[c], p.zero_point[c]);
+      begin = stop;
     }
-  }
+  };
+  const int64_t chunks = (total + kGrain - 1) / kGrain;
+  if (num_threads <= 1 || chunks == 1) return range(0, total);
+  auto body = [&](int64_t chunk, int) { range(chunk * kGrain, std::min(total, (chunk + 1) * kGrain)); };
+  qgemm::parallel_for(num_threads, chunks, body);
 }
 
-template void quantize_linear<uint8_t>(const float*, uint8_t*, const QuantizeParams&, Isa);
-template void quantize_linear<int8_t>(const float*, int8_t*, const QuantizeParams&, Isa);
+template void quantize_linear<uint8_t>(const float*, uint8_t*, const QuantizeParams&, Isa, int);
+template void quantize_linear<int8_t>(const float*, int8_t*, const QuantizeParams&, Isa, int);
 
 }  // namespace quanta

@@ -1,31 +1,48 @@
-// AVX2 QuantizeLinear run, 8 floats per step; same arithmetic as quantize_portable.cc:
-// true division, round to nearest even (_MM_FROUND_TO_NEAREST_INT), clamp to
-// [qmin - zp, qmax - zp] in float, then + zp in int32 and narrow.
+// AVX2 QuantizeLinear run, 8 floats per step; the bytes of quantize_portable.cc:
+// rne(f32(x / scale)), clamp to [qmin - zp, qmax - zp] in float, + zp in int32, narrow
+// with packs (exact: the values are already in range).
+//
+// The quotient without the division, as in quantize_avx512vnni.cc (the argument is
+// written there): P = f32(x · f32(1 / scale)) rounds like f32(x / scale) unless a lane
+// lies within 2^-11 of a half-integer, and then that vector divides.
 #include <immintrin.h>
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "quantize.h"
 
 namespace quanta {
 namespace {
+
+constexpr float kTieMargin = 0.5f - 0x1p-11f;
+
 template <typename T>
 void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
   const float lo = static_cast<float>(std::numeric_limits<T>::min() - zp);
   const float hi = static_cast<float>(std::numeric_limits<T>::max() - zp);
-  const __m256 vs = _mm256_set1_ps(scale), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+  const bool fast = scale >= 0x1p-126f && scale <= 0x1p126f;  // R = 1 / scale normal and finite
+  const __m256 vs = _mm256_set1_ps(scale), vinv = _mm256_set1_ps(1.0f / scale), vlo = _mm256_set1_ps(lo),
+               vhi = _mm256_set1_ps(hi), margin = _mm256_set1_ps(kTieMargin);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256i vzp = _mm256_set1_epi32(zp);
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   int64_t i = 0;
-  alignas(32) int32_t tmp[8];
   for (; i + 8 <= n; i += 8) {
-    __m256 q = _mm256_div_ps(_mm256_loadu_ps(x + i), vs);
-    q = _mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    // NaN -> qmin - zp (then + zp = qmin), as the portable path and ONNX Runtime.
-    q = _mm256_blendv_ps(vlo, q, _mm256_cmp_ps(q, q, _CMP_ORD_Q));
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    __m256 q = _mm256_mul_ps(xv, vinv);  // P
+    const __m256 dist = _mm256_and_ps(_mm256_sub_ps(q, _mm256_round_ps(q, kRound)), abs_mask);
+    if (!fast || _mm256_movemask_ps(_mm256_cmp_ps(dist, margin, _CMP_GE_OQ)) != 0) {  // near a tie: divide
+      q = _mm256_div_ps(xv, vs);
+    }
+    // Clamp, then round (integral bounds: the same as rounding first); vmaxps returns its
+    // second operand for a NaN q: NaN -> qmin − zp, as the portable path and ONNX Runtime.
     q = _mm256_min_ps(_mm256_max_ps(q, vlo), vhi);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), _mm256_add_epi32(_mm256_cvtps_epi32(q), vzp));
-    for (int j = 0; j < 8; ++j) y[i + j] = static_cast<T>(tmp[j]);
+    const __m256i v = _mm256_add_epi32(_mm256_cvtps_epi32(q), vzp);  // rounds half to even (MXCSR)
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));  // in range
+    const __m128i b = std::is_same_v<T, uint8_t> ? _mm_packus_epi16(w, w) : _mm_packs_epi16(w, w);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), b);
   }
   for (; i < n; ++i) {
     float r = __builtin_nearbyintf(x[i] / scale);
