@@ -31,7 +31,7 @@
 namespace quanta {
 namespace {
 
-constexpr int kMaxRank = 16;
+using broadcast::kMaxRank;
 
 std::string shape_str(const std::vector<py::ssize_t>& shape) {
   std::string s = "(";

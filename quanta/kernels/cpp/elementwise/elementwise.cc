@@ -32,14 +32,7 @@ int64_t n_chunks_for(int64_t n, int64_t grain) { return n <= 0 ? 0 : (n + grain 
 // Runs f(begin, end) over [0, n) in chunks of `grain` on up to num_threads threads.
 template <typename F>
 void for_ranges(int num_threads, int64_t n, int64_t grain, F&& f) {
-  const int64_t chunks = n_chunks_for(n, grain);
-  if (chunks == 0) return;
-  if (num_threads <= 1 || chunks == 1) {
-    f(int64_t{0}, n);
-    return;
-  }
-  auto body = [&](int64_t c, int) { f(c * grain, std::min(n, (c + 1) * grain)); };
-  qgemm::parallel_for(num_threads, chunks, body);
+  qgemm::parallel_ranges(num_threads, n, grain, f);
 }
 
 }  // namespace
@@ -131,100 +124,14 @@ void dynamic_quantize_linear(const float* x, uint8_t* y, int64_t n, float* scale
 
 namespace {
 
-constexpr int kMaxRank = 16;
-
-// The broadcast as an odometer over `rank` outer dimensions around an inner run.
-struct Plan {
-  int rank = 0;  // outer dimensions
-  int64_t n[kMaxRank];
-  int64_t as[kMaxRank], bs[kMaxRank];  // element strides (0: broadcast)
-  int64_t inner = 1;
-  int64_t a_step = 0, b_step = 0;  // 1 or 0 within the inner run
-  int64_t outer = 1;
-};
-
-Plan make_plan(const BroadcastShape& s) {
-  int64_t n[kMaxRank], as[kMaxRank], bs[kMaxRank];
-  int kept = 0;
-  int64_t a_acc = 1, b_acc = 1;  // contiguous strides, innermost first
-  int64_t a_str[kMaxRank], b_str[kMaxRank];
-  for (int d = s.rank - 1; d >= 0; --d) {
-    a_str[d] = s.a_shape[d] == 1 ? 0 : a_acc;
-    b_str[d] = s.b_shape[d] == 1 ? 0 : b_acc;
-    a_acc *= s.a_shape[d];
-    b_acc *= s.b_shape[d];
-  }
-  for (int d = 0; d < s.rank; ++d) {
-    if (s.out_shape[d] == 1) continue;
-    // Merge into the previous kept dimension when both inputs continue it contiguously
-    // (or both keep repeating): the pair then walks memory as one dimension.
-    if (kept > 0 && as[kept - 1] == a_str[d] * s.out_shape[d] && bs[kept - 1] == b_str[d] * s.out_shape[d]) {
-      n[kept - 1] *= s.out_shape[d];
-      as[kept - 1] = a_str[d];
-      bs[kept - 1] = b_str[d];
-      continue;
-    }
-    n[kept] = s.out_shape[d];
-    as[kept] = a_str[d];
-    bs[kept] = b_str[d];
-    ++kept;
-  }
-  Plan p;
-  if (kept == 0) return p;  // one element
-  p.inner = n[kept - 1];
-  p.a_step = as[kept - 1];
-  p.b_step = bs[kept - 1];
-  p.rank = kept - 1;
-  for (int d = 0; d < p.rank; ++d) {
-    p.n[d] = n[d];
-    p.as[d] = as[d];
-    p.bs[d] = bs[d];
-    p.outer *= n[d];
-  }
-  return p;
-}
-
-// run(a, a_step, b, b_step, c, len) over the flat output positions [begin, end).
-template <typename T, typename Run>
-void broadcast_range(const T* a, const T* b, T* c, const Plan& p, int64_t begin, int64_t end, Run&& run) {
-  int64_t o = begin / p.inner;
-  int64_t i0 = begin - o * p.inner;
-  int64_t idx[kMaxRank];
-  int64_t a_off = 0, b_off = 0;
-  for (int d = p.rank - 1; d >= 0; --d) {
-    idx[d] = o % p.n[d];
-    o /= p.n[d];
-    a_off += idx[d] * p.as[d];
-    b_off += idx[d] * p.bs[d];
-  }
-  int64_t pos = begin;
-  while (pos < end) {
-    const int64_t len = std::min(end - pos, p.inner - i0);
-    run(a + a_off + i0 * p.a_step, p.a_step, b + b_off + i0 * p.b_step, p.b_step, c + pos, len);
-    pos += len;
-    i0 = 0;
-    // odometer step over the outer dimensions
-    for (int d = p.rank - 1; d >= 0; --d) {
-      ++idx[d];
-      a_off += p.as[d];
-      b_off += p.bs[d];
-      if (idx[d] < p.n[d]) break;
-      a_off -= idx[d] * p.as[d];
-      b_off -= idx[d] * p.bs[d];
-      idx[d] = 0;
-    }
-  }
-}
+using broadcast::Plan;
 
 template <typename T, typename Run>
-void broadcast(const T* a, const T* b, T* c, const BroadcastShape& s, int num_threads, Run&& run) {
-  for (int d = 0; d < s.rank; ++d) {
-    if (s.out_shape[d] == 0) return;
-  }
-  const Plan p = make_plan(s);
-  const int64_t total = p.outer * p.inner;
-  for_ranges(num_threads, total, kGrain,
-             [&](int64_t begin, int64_t end) { broadcast_range(a, b, c, p, begin, end, run); });
+void broadcast_binary(const T* a, const T* b, T* c, const BroadcastShape& s, int num_threads, Run&& run) {
+  if (broadcast::empty(s)) return;
+  const Plan p = broadcast::make_plan(s);
+  for_ranges(num_threads, p.total(), kGrain,
+             [&](int64_t begin, int64_t end) { broadcast::for_each_run(a, b, c, p, begin, end, run); });
 }
 
 }  // namespace
@@ -238,7 +145,7 @@ void qlinear_add(const T* a, const T* b, T* c, const BroadcastShape& s, const Ad
   } else {
     fn = kernels_for(isa).add_s8;
   }
-  broadcast(a, b, c, s, num_threads,
+  broadcast_binary(a, b, c, s, num_threads,
             [&](const T* ra, int64_t sa, const T* rb, int64_t sb, T* rc, int64_t n) { fn(ra, sa, rb, sb, rc, n, p); });
 }
 
@@ -251,7 +158,7 @@ void qlinear_mul(const T* a, const T* b, T* c, const BroadcastShape& s, const Mu
   } else {
     fn = kernels_for(isa).mul_s8;
   }
-  broadcast(a, b, c, s, num_threads,
+  broadcast_binary(a, b, c, s, num_threads,
             [&](const T* ra, int64_t sa, const T* rb, int64_t sb, T* rc, int64_t n) { fn(ra, sa, rb, sb, rc, n, p); });
 }
 

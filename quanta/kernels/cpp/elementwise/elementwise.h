@@ -45,6 +45,7 @@
 
 #include <cstdint>
 
+#include "broadcast.h"
 #include "dispatch.h"
 
 namespace quanta {
@@ -108,13 +109,9 @@ void dequantize_linear(const T* x, float* y, const float* scale, const int32_t* 
 void dynamic_quantize_linear(const float* x, uint8_t* y, int64_t n, float* scale, uint8_t* zero_point,
                              int num_threads, Isa isa);
 
-// A broadcast binary operation, dimensions already aligned to the output's rank.
-struct BroadcastShape {
-  int rank;
-  const int64_t* out_shape;  // [rank]
-  const int64_t* a_shape;    // [rank], each 1 or out_shape[d]
-  const int64_t* b_shape;
-};
+// A broadcast binary operation, dimensions already aligned to the output's rank
+// (broadcast.h, shared with the other binary family).
+using BroadcastShape = broadcast::Shape;
 
 template <typename T>
 void qlinear_add(const T* a, const T* b, T* c, const BroadcastShape& s, const AddParams& p, int num_threads,

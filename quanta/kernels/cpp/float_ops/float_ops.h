@@ -57,6 +57,7 @@
 
 #include <cstdint>
 
+#include "broadcast.h"
 #include "dispatch.h"
 
 namespace quanta {
@@ -104,15 +105,11 @@ void softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads,
 void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
                 float epsilon, float* mean, float* inv_std, int num_threads, Isa isa);
 
-// A broadcast binary operation, dimensions already aligned to the output's rank.
-struct BroadcastShape {
-  int rank;
-  const int64_t* out_shape;  // [rank]
-  const int64_t* a_shape;    // [rank], each 1 or out_shape[d]
-  const int64_t* b_shape;
-};
+// A broadcast binary operation, dimensions already aligned to the output's rank
+// (broadcast.h, shared with the other binary family).
+using BroadcastShape = broadcast::Shape;
 
-constexpr int kMaxRank = 16;
+using broadcast::kMaxRank;
 
 void binary(BinaryOp op, const float* a, const float* b, float* c, const BroadcastShape& s, int num_threads,
             Isa isa);

@@ -25,16 +25,8 @@ const Kernels& kernels_for(Isa isa) {
 // Runs f(begin, end) over items [0, n), about `work_per_item` bytes each, in chunks.
 template <typename F>
 void for_items(int num_threads, int64_t n, int64_t work_per_item, F&& f) {
-  if (n <= 0) return;
   constexpr int64_t kGrainBytes = int64_t{1} << 15;
-  const int64_t grain = std::max<int64_t>(1, kGrainBytes / std::max<int64_t>(1, work_per_item));
-  const int64_t chunks = (n + grain - 1) / grain;
-  if (num_threads <= 1 || chunks == 1) {
-    f(int64_t{0}, n);
-    return;
-  }
-  auto body = [&](int64_t c, int) { f(c * grain, std::min(n, (c + 1) * grain)); };
-  qgemm::parallel_for(num_threads, chunks, body);
+  qgemm::parallel_ranges(num_threads, n, kGrainBytes / std::max<int64_t>(1, work_per_item), f);
 }
 
 // requant.py::requantize, eq. (6): clamp in float32 before rounding, NaN -> qmin − zy.

@@ -34,5 +34,21 @@ void parallel_for(int threads, int64_t n_chunks, F& f) {
       threads, n_chunks, [](void* c, int64_t chunk, int thread) { (*static_cast<F*>(c))(chunk, thread); }, &f);
 }
 
+// f(begin, end) over [0, n) in chunks of `grain` items (the last one shorter), claimed by
+// up to `threads` threads; one call f(0, n) when one thread or one chunk suffices. The
+// elementwise, float and pooling drivers split their flat outputs with it.
+template <typename F>
+void parallel_ranges(int threads, int64_t n, int64_t grain, F&& f) {
+  if (n <= 0) return;
+  grain = grain < 1 ? 1 : grain;
+  const int64_t chunks = (n + grain - 1) / grain;
+  if (threads <= 1 || chunks == 1) {
+    f(int64_t{0}, n);
+    return;
+  }
+  auto body = [&](int64_t c, int) { f(c * grain, (c + 1) * grain < n ? (c + 1) * grain : n); };
+  parallel_for(threads, chunks, body);
+}
+
 }  // namespace qgemm
 }  // namespace quanta
