@@ -285,23 +285,34 @@ def test_depthwise_path(x_shape, w_shape, attrs, why):
 
 
 GEMM = [
-    ((1, 8, 9, 11), (5, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "implicit: stride 1, rows of the padded grid"),
+    (
+        (1, 8, 9, 11),
+        (5, 8, 3, 3),
+        {"pads": [1, 1, 1, 1]},
+        "implicit: stride 1, 8-row tiles cross output rows (OW = 11)",
+    ),
     (
         (2, 8, 11, 13),
         (33, 8, 3, 3),
         {"pads": [0, 1, 2, 1], "strides": [2, 2]},
-        "implicit: one run per row, N=33",
+        "implicit: stride 2, per-row A pointers across output rows, N=33",
     ),
     (
         (1, 12, 9, 9),
         (6, 4, 3, 3),
         {"pads": [2, 1, 0, 3], "dilations": [2, 2], "group": 3},
-        "implicit: groups, one chunk per tap",
+        "implicit: groups, one chunk per tap, 9 taps in one call",
     ),
     ((1, 4, 5, 5), (32, 4, 1, 1), {"strides": [2, 2]}, "implicit: 1x1 stride 2, N = NR"),
     ((2, 8, 7, 9), (17, 8, 1, 1), {}, "implicit: 1x1 stride 1, units transpose their own rows"),
     ((1, 12, 5, 7), (9, 4, 1, 1), {"group": 3}, "implicit: 1x1 groups, own rows, per-group sums"),
-    ((1, 1032, 3, 3), (17, 1032, 1, 1), {}, "implicit: a tap chunk of more than 1024 k, split"),
+    ((1, 1560, 3, 3), (17, 1560, 1, 1), {}, "implicit: a tap chunk of more than 1536 k, split"),
+    (
+        (1, 200, 5, 6),
+        (19, 200, 3, 3),
+        {"pads": [1, 1, 1, 1]},
+        "implicit: 3 taps of 600 k, two calls (2 taps, then 1)",
+    ),
     ((1, 520, 4, 4), (16, 520, 3, 3), {"pads": [1, 1, 1, 1]}, "implicit: merged taps of 1560 k, split"),
     ((1, 3, 11, 9), (7, 3, 3, 3), {"pads": [1, 1, 1, 1]}, "im2col: 3 channels (27 k, padded to 28)"),
     ((2, 17, 7, 9), (31, 17, 1, 1), {}, "im2col: 1x1, 17 channels"),

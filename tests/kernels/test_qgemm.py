@@ -358,6 +358,34 @@ def test_qgemm_fused_clamp_relu6() -> None:
     check_all_variants(case)
 
 
+@pytest.mark.parametrize("out_dtype", [np.uint8, np.int8])
+def test_qgemm_requant_beyond_int32_and_fused_lower_clamp(out_dtype: type) -> None:
+    """Failure signature: 0 / qmin (or a wrapped byte) where qmax is due, or values below a
+    fused Relu's lo, in rows of an odd tile (M = 17: 8 + 8 + 1) or a 1-column panel.
+
+    The AVX-512 output stage packs two rows with saturating int32 -> int16 -> int8 packs
+    and clamps only the top in float32: fl(acc·m) >= 2^31 (m = 1e30) or = +inf (m = 1e38)
+    must still give H, and -inf / < -2^31 (rne gives INT32_MIN) must give L, as the
+    contract's float32 clamp does; the fused lower clamp (lo > qmin) is a byte max.
+    """
+    rng = np.random.default_rng(12)
+    x = rng.integers(0, 256, (17, 65), dtype=np.uint8)
+    w = rng.integers(-128, 128, (65, 33), dtype=np.int8)
+    m = np.array([1e-3, 1e30, 1e38, 1e-30, 2e-3] * 6 + [3e-3, 1e38, 5e-4], np.float32)
+    lo, hi = _range(out_dtype)
+    zy = 5 if out_dtype == np.uint8 else -3
+    for clamp in (None, (zy, hi - 7)):
+        stage: dict = {"multiplier": m, "zy": zy}
+        if clamp is not None:
+            stage["clamp"] = clamp
+        case = Case(x, w, 129, -7, np.dtype(out_dtype), stage=stage)
+        with np.errstate(over="ignore"):  # fl(acc·1e38) = ±inf on purpose
+            y = run_twin(case)
+            L, H = clamp if clamp is not None else (lo, hi)
+            assert (y == L).any() and (y == H).any()
+            check_all_variants(case)
+
+
 def test_qgemm_float_output_is_not_fused_multiply_add() -> None:
     """Failure signature: float32 outputs that differ from NumPy in the last bit where
     float32(acc)·m + float_bias was contracted into one FMA (one rounding instead of two;

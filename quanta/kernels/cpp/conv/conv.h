@@ -49,13 +49,13 @@
 //   implicit    the other convolutions whose tap chunks are whole k-groups (Cg, or kw·Cg
 //               with dw = 1 and G = 1, a multiple of 4) on the ISAs whose qgemm tiles read
 //               uint8 activations (avx512vnni, portable). x is transposed into a padded
-//               NHWC image (pads hold zx', the +128 flip applied on the way); then each
-//               tap (ky, or (ky, kx)) is one K chunk of qgemm's micro-kernel whose A rows
-//               sit at a constant stride in that image (sw·C bytes; with stride 1 a whole
-//               image is one run whose rows are the padded grid's pixels, the outputs of
-//               the pad columns computed and dropped). Partial sums go through qgemm's
-//               K-chunk accumulation; the last chunk runs qgemm's fused output stage into an
-//               NHWC block, transposed into y. No im2col copy.
+//               NHWC image (pads hold zx', the +128 flip applied on the way); then qgemm's
+//               micro-kernel runs in its indirect-rows form (qgemm/kernel.h TileArgs::
+//               a_rows): the rows of a tile are output pixels, each with a pointer to its
+//               first tap in that image, and the taps (ky, or (ky, kx)) are byte offsets
+//               from it, so the sums stay in registers across the taps of a call and tiles
+//               cross output rows. qgemm's fused output stage writes an NHWC block,
+//               transposed into y. No im2col copy.
 //   im2col      everything else (the avx2 ISA, channel counts that are not multiples of
 //               4): NCHW -> NHWC transpose, per chunk of output pixels and per group im2col
 //               rows [ky][kx][c] (or the transposed rows themselves for 1x1 / stride 1 /
@@ -73,14 +73,14 @@
 //               then output channels as lanes and broadcast dwords of each kernel row
 //               (kernels.h "Direct, small C").
 //   implicit    the padded image by row copies, or x itself (uint8 x, no pads); the
-//               tiles write y's rows in place (except the padded-grid runs of stride 1).
+//               tiles write y's rows in place.
 //   im2col      xt is x itself (uint8 x) or a flipped copy; qgemm writes y's rows.
 //
 // Weights are packed for qgemm once per group with k = (ky·kw + kx)·Cg + c and K rounded up
 // to a multiple of 4 (the extra rows hold zw[m], so w − zw = 0 there).
 //
 // Threads: num_threads >= 1. The depthwise path splits (n, c) planes, or row blocks of
-// them when there are few planes; the implicit path splits blocks of output rows x groups
+// them when there are few planes; the implicit path splits blocks of output pixels x groups
 // (and the padded image's rows before them); the im2col path splits output-pixel chunks x
 // groups (each a one-thread qgemm on its own scratch) or, with fewer chunks than
 // threads, lets qgemm split its N panels. Units go through run_with_affinity (kernels.h):

@@ -83,10 +83,10 @@ struct QConv::Plan {
   size_t off_ybuf = 0;        // in a thread buffer, after the im2col rows
   // implicit path (conv_gemm.cc)
   int64_t Hp = 0, Wp = 0;     // padded image
-  bool virtual_rows = false;  // a run is a whole image: row r = padded pixel r (stride 1)
   bool fused_transpose = false;  // 1x1 / stride 1 / no pads: units transpose their own rows
-  int64_t run_len = 0, runs_per_image = 0, blocks_per_run = 0, mc = 0;
+  int64_t run_len = 0, blocks_per_run = 0, mc = 0;  // a run: the OH·OW output pixels of (image, group)
   int64_t chunk_k = 0, n_taps = 0;  // K per tap chunk, and the number of tap chunks
+  int64_t taps_per_call = 1;  // tap chunks per tile call (sums in registers across them)
   bool rowsums = false;       // some group has a weight zero point: Σx' per row needed
   size_t off_xpad = 0, off_pixsum = 0, off_colterm = 0, off_mult = 0;  // main buffer (also depthwise)
   size_t off_partial = 0, off_rowsum = 0;                               // thread buffer
@@ -96,8 +96,8 @@ struct QConv::Plan {
   size_t off_ready = 0;       // main buffer (colterm at off_colterm)
   // channels_last (ConvArgs::channels_last)
   bool x_in_place = false;    // gemm paths: the A rows are read from x itself (uint8, no pads)
-  size_t off_padrow = 0, off_tapoff = 0;  // depthwise: main buffer (and colterm, mult)
-  size_t off_ptrs = 0, off_scratch = 0;  // depthwise: thread buffer
+  size_t off_padrow = 0, off_tapoff = 0;  // depthwise: main buffer (and colterm, mult); implicit: tap offsets
+  size_t off_ptrs = 0, off_scratch = 0;  // depthwise: thread buffer; implicit: the unit's row pointers
   size_t off_flat = 0;                   // depthwise flat rows: main buffer
 };
 

@@ -7,13 +7,16 @@
 // vpdpbusd takes u8 x s8, hence the u8 shift of int8 x done by the driver (eq. (8)).
 // With 1 or 2 rows (GEMV) the k-groups alternate between two accumulator sets so that
 // vpdpbusd's 5-cycle latency is hidden; the sets are added at the end (exact).
+// Indirect rows (TileArgs::a_rows, the implicit convolution): one x' pointer per row and
+// several tap chunks per call, the accumulators in registers across them (tile_indirect).
 //
 // Epilogue fused on the accumulators (qgemm.h contract). The first K chunk of a tile
 // (accumulate = false) starts its sums from colterm = bias[n] − zx'·cs[n] rather than 0, so
 // a partial sum already holds that term (int32 addition wraps: same bits in any order).
 // The last chunk subtracts zw'·rowsum (and zx'[m]·cs for a per-row zx), then runs the
 // output stage in zmm registers (float32 multiply, explicit round-to-nearest-even
-// conversion), masked stores for the N edge. The fixed-point stage runs the shared scalar
+// conversion), masked stores for the N edge; uint8/int8 outputs two rows at a time
+// through saturating packs (Stage<kQ8Float>). The fixed-point stage runs the shared scalar
 // code (kernel.h) per lane. The kind of output stage is dispatched once per tile, on a
 // local copy of the Epilogue (see Stage).
 //
@@ -92,20 +95,48 @@ struct Stage<EpiKind::kF32> {
   static constexpr int kBytes = 4;
 };
 
+// Two rows (4 vectors of 16 int32) at a time, packed to bytes with saturating packs
+// instead of four narrowing stores (vpmovdb to memory is 2 port-5 uops + a store each;
+// with K = 256 the output stage was ~12 % of an 8 x 32 tile). Same bytes as the contract:
+//   v = fl(float32(acc)·m);  q = rne(min(v, H − zy))          (int32; below −2^31: INT32_MIN)
+//   y = max(sat8(sat16(sat16(q) + zy)), L)                    (sat8: uint8 or int8 range)
+// Proof: for v >= L − zy, rne(min(v, H − zy)) lies in [L − zy, H − zy] (both integers,
+// rne is monotone), so no saturation happens and y = rne(clamp(v)) + zy. For v < L − zy,
+// q <= L − zy, each saturation keeps the value <= L (L is in the output's range), so
+// max(., L) = L, the contract's value. The lower float clamp is not needed, the upper one is
+// (v >= 2^31 would convert to INT32_MIN). The int16 add saturates only when sat16 did,
+// on the same side.
 template <>
 struct Stage<EpiKind::kQ8Float> {
-  __m512 mult[2], lo, hi;
-  __m512i zy;
+  __m512 mult[2], hi;
+  __m512i zy16, lo8, perm;
+  bool y_signed, clamp_lo;
   Stage(const Epilogue& e, int64_t n0)
-      : lo(_mm512_set1_ps(e.lo_minus_zy)), hi(_mm512_set1_ps(e.hi_minus_zy)), zy(_mm512_set1_epi32(e.zy)) {
+      : hi(_mm512_set1_ps(e.hi_minus_zy)),
+        zy16(_mm512_set1_epi16(static_cast<int16_t>(e.zy))),
+        lo8(_mm512_set1_epi8(static_cast<char>(e.lo))),
+        // after the in-lane packs, lane l holds dwords (a0, a1, b0, b1) of columns 4l.. /
+        // 16 + 4l..: row a's 32 bytes are dwords 0, 4, 8, 12, 1, 5, 9, 13, row b's the rest
+        perm(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)),
+        y_signed(e.y_signed),
+        clamp_lo(e.lo != (e.y_signed ? -128 : 0)) {
     for (int h = 0; h < 2; ++h) mult[h] = _mm512_loadu_ps(e.multiplier + n0 + 16 * h);
   }
-  void store(__m512i v, int half, void* y, __mmask16 mask) const {
+  __m512i round(__m512i v, int half) const {
     __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult[half]);
-    f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
-    const __m512i q = _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zy);
-    // q is already in [qmin, qmax]: the truncating narrow is exact (same bytes for int8/uint8).
-    _mm512_mask_cvtepi32_storeu_epi8(y, mask, q);
+    f = _mm512_min_ps(f, hi);
+    return _mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  // rows a (columns 0-15, 16-31) and b; mask: valid columns (bit j = column j)
+  void store_pair(__m512i a0, __m512i a1, __m512i b0, __m512i b1, uint8_t* ya, uint8_t* yb, __mmask32 mask,
+                  bool has_b) const {
+    const __m512i pa = _mm512_adds_epi16(_mm512_packs_epi32(round(a0, 0), round(a1, 1)), zy16);
+    const __m512i pb = has_b ? _mm512_adds_epi16(_mm512_packs_epi32(round(b0, 0), round(b1, 1)), zy16) : pa;
+    __m512i q = y_signed ? _mm512_packs_epi16(pa, pb) : _mm512_packus_epi16(pa, pb);
+    if (clamp_lo) q = y_signed ? _mm512_max_epi8(q, lo8) : _mm512_max_epu8(q, lo8);
+    q = _mm512_permutexvar_epi32(perm, q);
+    _mm256_mask_storeu_epi8(ya, mask, _mm512_castsi512_si256(q));
+    if (has_b) _mm256_mask_storeu_epi8(yb, mask, _mm512_extracti64x4_epi64(q, 1));
   }
   static constexpr int kBytes = 1;
 };
@@ -148,10 +179,8 @@ __attribute__((always_inline)) inline void finish_tile(__m512i (&c0)[MR], __m512
   constexpr int kBytes = Stage<KIND>::kBytes;
   uint8_t* y = static_cast<uint8_t*>(e.y) + (m0 * e.y_row_stride + n0) * kBytes;
   const int64_t y_stride = e.y_row_stride * kBytes;
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    __m512i v0 = c0[r];  // colterm is already in (the first chunk started from it)
-    __m512i v1 = c1[r];
+  // colterm is already in (the first chunk started from it)
+  auto fold = [&](__m512i& v0, __m512i& v1, int r) __attribute__((always_inline)) {
     if (e.zw) {
       const __m512i rs = _mm512_set1_epi32(e.rowsum[m0 + r]);
       v0 = _mm512_sub_epi32(v0, _mm512_mullo_epi32(zw0, rs));
@@ -162,9 +191,74 @@ __attribute__((always_inline)) inline void finish_tile(__m512i (&c0)[MR], __m512
       v0 = _mm512_sub_epi32(v0, _mm512_mullo_epi32(cs0, zr));
       v1 = _mm512_sub_epi32(v1, _mm512_mullo_epi32(cs1, zr));
     }
-    if constexpr (KIND == EpiKind::kQ8Fixed) stage.m = m0 + r;
-    stage.store(v0, 0, y + r * y_stride, mask0);
-    if (two) stage.store(v1, 1, y + r * y_stride + 16 * kBytes, mask1);
+  };
+  if constexpr (KIND == EpiKind::kQ8Float) {
+    const __mmask32 mask = cols >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << cols) - 1u);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r += 2) {
+      const bool has_b = r + 1 < MR;
+      const int rb = has_b ? r + 1 : r;
+      __m512i a0 = c0[r], a1 = c1[r], b0 = c0[rb], b1 = c1[rb];
+      fold(a0, a1, r);
+      if (has_b) fold(b0, b1, rb);
+      stage.store_pair(a0, a1, b0, b1, y + r * y_stride, y + rb * y_stride, mask, has_b);
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      __m512i v0 = c0[r];
+      __m512i v1 = c1[r];
+      fold(v0, v1, r);
+      if constexpr (KIND == EpiKind::kQ8Fixed) stage.m = m0 + r;
+      stage.store(v0, 0, y + r * y_stride, mask0);
+      if (two) stage.store(v1, 1, y + r * y_stride + 16 * kBytes, mask1);
+    }
+  }
+}
+
+// The sums of a tile call start from `partial` (accumulate) or, on the first chunk, from
+// the column term bias[n] − zx'·cs[n] instead of 0 (int32 addition wraps, so the order
+// does not change the bits): the epilogue then has one vector add less per output vector.
+template <int MR>
+__attribute__((always_inline)) inline void start_sums(const TileArgs& t, const int32_t* partial, __m512i (&c0)[MR],
+                                                      __m512i (&c1)[MR]) {
+  if (t.accumulate) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      c0[r] = _mm512_loadu_si512(partial + r * kNR);
+      c1[r] = _mm512_loadu_si512(partial + r * kNR + 16);
+    }
+  } else {
+    const __m512i ct0 = _mm512_loadu_si512(t.epi->colterm + t.n0);
+    const __m512i ct1 = _mm512_loadu_si512(t.epi->colterm + t.n0 + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      c0[r] = ct0;
+      c1[r] = ct1;
+    }
+  }
+}
+
+// Not the last chunk: the sums go to `partial`; else the fused output stage.
+template <int MR>
+__attribute__((always_inline)) inline void end_sums(const TileArgs& t, int64_t r0, int32_t* partial, __m512i (&c0)[MR],
+                                                    __m512i (&c1)[MR]) {
+  if (!t.finish) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      _mm512_storeu_si512(partial + r * kNR, c0[r]);
+      _mm512_storeu_si512(partial + r * kNR + 16, c1[r]);
+    }
+    return;
+  }
+
+  const Epilogue e = *t.epi;  // local: see Stage
+  const int64_t m0 = t.m0 + r0;
+  switch (e.kind) {
+    case EpiKind::kS32: finish_tile<EpiKind::kS32, MR>(c0, c1, e, m0, t.n0, t.cols); break;
+    case EpiKind::kF32: finish_tile<EpiKind::kF32, MR>(c0, c1, e, m0, t.n0, t.cols); break;
+    case EpiKind::kQ8Float: finish_tile<EpiKind::kQ8Float, MR>(c0, c1, e, m0, t.n0, t.cols); break;
+    case EpiKind::kQ8Fixed: finish_tile<EpiKind::kQ8Fixed, MR>(c0, c1, e, m0, t.n0, t.cols); break;
   }
 }
 
@@ -178,31 +272,14 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
 
   __m512i c0[KU][MR], c1[KU][MR];
 #pragma GCC unroll 8
-  for (int u = 0; u < KU; ++u) {
+  for (int u = 1; u < KU; ++u) {
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       c0[u][r] = _mm512_setzero_si512();
       c1[u][r] = _mm512_setzero_si512();
     }
   }
-  if (t.accumulate) {
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      c0[0][r] = _mm512_loadu_si512(partial + r * kNR);
-      c1[0][r] = _mm512_loadu_si512(partial + r * kNR + 16);
-    }
-  } else {
-    // The first chunk starts from the column term bias[n] − zx'·cs[n] instead of 0
-    // (int32 addition wraps, so the order does not change the bits): the epilogue then
-    // has one vector add less per output vector.
-    const __m512i ct0 = _mm512_loadu_si512(t.epi->colterm + t.n0);
-    const __m512i ct1 = _mm512_loadu_si512(t.epi->colterm + t.n0 + 16);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      c0[0][r] = ct0;
-      c1[0][r] = ct1;
-    }
-  }
+  start_sums<MR>(t, partial, c0[0], c1[0]);
 
   int64_t k = 0;
   const int64_t kc = t.kc;
@@ -241,23 +318,42 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
     }
   }
 
-  if (!t.finish) {
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      _mm512_storeu_si512(partial + r * kNR, c0[0][r]);
-      _mm512_storeu_si512(partial + r * kNR + 16, c1[0][r]);
-    }
-    return;
-  }
+  end_sums<MR>(t, r0, partial, c0[0], c1[0]);
+}
 
-  const Epilogue e = *t.epi;  // local: see Stage
-  const int64_t m0 = t.m0 + r0;
-  switch (e.kind) {
-    case EpiKind::kS32: finish_tile<EpiKind::kS32, MR>(c0[0], c1[0], e, m0, t.n0, t.cols); break;
-    case EpiKind::kF32: finish_tile<EpiKind::kF32, MR>(c0[0], c1[0], e, m0, t.n0, t.cols); break;
-    case EpiKind::kQ8Float: finish_tile<EpiKind::kQ8Float, MR>(c0[0], c1[0], e, m0, t.n0, t.cols); break;
-    case EpiKind::kQ8Fixed: finish_tile<EpiKind::kQ8Fixed, MR>(c0[0], c1[0], e, m0, t.n0, t.cols); break;
+// Indirect rows (kernel.h TileArgs::a_rows): the n_taps chunks of one call with the sums
+// in registers, row r's bytes of tap i at a_rows[r] + tap_offset[i] (a convolution's
+// taps, XNNPACK / MLAS "indirect" GEMM); B is read sequentially across the taps. With
+// one call per tap chunk the 16 accumulators would go through `partial` between taps
+// (32 vector memory operations each time), and the rows would need a constant stride.
+template <int MR>
+__attribute__((always_inline)) inline void tile_indirect(const TileArgs& t, int64_t r0) {
+  const uint8_t* const* rows = t.a_rows + r0;
+  const int8_t* b = static_cast<const int8_t*>(t.b);
+  int32_t* partial = t.partial + r0 * kNR;
+  const int64_t kc = t.kc;
+
+  __m512i c0[MR], c1[MR];
+  start_sums<MR>(t, partial, c0, c1);
+  for (int64_t i = 0; i < t.n_taps; ++i) {
+    const int64_t off = t.tap_offset[i];
+    const uint8_t* p[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) p[r] = rows[r] + off;
+#pragma GCC unroll 2
+    for (int64_t k = 0; k < kc; k += kKR) {
+      const __m512i b0 = _mm512_load_si512(b);
+      const __m512i b1 = _mm512_load_si512(b + 64);
+      b += kNR * kKR;
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const __m512i xa = _mm512_set1_epi32(load_unaligned<int32_t>(p[r] + k));
+        QUANTA_VPDPBUSD(c0[r], xa, b0);
+        QUANTA_VPDPBUSD(c1[r], xa, b1);
+      }
+    }
   }
+  end_sums<MR>(t, r0, partial, c0, c1);
 }
 
 }  // namespace
@@ -265,6 +361,20 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
 void qgemm_tiles_avx512vnni(const TileArgs& t) {
   constexpr int MR = L::kMR;
   int64_t r0 = 0;
+  if (t.a_rows) {
+    for (; r0 + MR <= t.rows; r0 += MR) tile_indirect<MR>(t, r0);
+    switch (t.rows - r0) {
+      case 1: tile_indirect<1>(t, r0); break;
+      case 2: tile_indirect<2>(t, r0); break;
+      case 3: tile_indirect<3>(t, r0); break;
+      case 4: tile_indirect<4>(t, r0); break;
+      case 5: tile_indirect<5>(t, r0); break;
+      case 6: tile_indirect<6>(t, r0); break;
+      case 7: tile_indirect<7>(t, r0); break;
+      default: break;
+    }
+    return;
+  }
   for (; r0 + MR <= t.rows; r0 += MR) tile<MR, 1>(t, r0);
   switch (t.rows - r0) {
     case 1: tile<1, 2>(t, r0); break;

@@ -16,7 +16,7 @@ constexpr int kKR = L::kKR;
 
 template <int MR>
 void tile(const TileArgs& t, int64_t r0) {
-  const uint8_t* a = static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride;
+  const uint8_t* a = t.a_rows ? nullptr : static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride;
   const int8_t* b = static_cast<const int8_t*>(t.b);
   int32_t* partial = t.partial + r0 * kNR;
 
@@ -24,16 +24,19 @@ void tile(const TileArgs& t, int64_t r0) {
   for (int r = 0; r < MR; ++r) {
     for (int j = 0; j < kNR; ++j) acc[r][j] = t.accumulate ? static_cast<uint32_t>(partial[r * kNR + j]) : 0u;
   }
-  for (int64_t k = 0; k < t.kc; k += kKR) {
-    for (int r = 0; r < MR; ++r) {
-      const uint8_t* ar = a + r * t.a_row_stride + k;
-      for (int j = 0; j < kNR; ++j) {
-        int32_t dot = 0;  // |Σ_4 u8·s8| <= 4·255·128: exact
-        for (int q = 0; q < kKR; ++q) dot += static_cast<int32_t>(ar[q]) * static_cast<int32_t>(b[j * kKR + q]);
-        acc[r][j] += static_cast<uint32_t>(dot);
+  const int64_t taps = t.a_rows ? t.n_taps : 1;  // indirect rows: kernel.h TileArgs
+  for (int64_t i = 0; i < taps; ++i) {
+    for (int64_t k = 0; k < t.kc; k += kKR) {
+      for (int r = 0; r < MR; ++r) {
+        const uint8_t* ar = (t.a_rows ? t.a_rows[r0 + r] + t.tap_offset[i] : a + r * t.a_row_stride) + k;
+        for (int j = 0; j < kNR; ++j) {
+          int32_t dot = 0;  // |Σ_4 u8·s8| <= 4·255·128: exact
+          for (int q = 0; q < kKR; ++q) dot += static_cast<int32_t>(ar[q]) * static_cast<int32_t>(b[j * kKR + q]);
+          acc[r][j] += static_cast<uint32_t>(dot);
+        }
       }
+      b += kNR * kKR;
     }
-    b += kNR * kKR;
   }
 
   if (!t.finish) {
