@@ -73,7 +73,8 @@ struct Plan {
   int64_t kc = 0, n_chunks = 1, mc = 0;
   int tasks = 1;          // threads used
   bool split_n = true;
-  int64_t units = 0;      // panels (split_n) or MR-row groups
+  int64_t units = 0;      // groups of panels_per_unit panels (split_n) or MR-row groups
+  int64_t panels_per_unit = 1;
   int64_t n_work = 1;     // work chunks (ranges of units) claimed by the threads
   size_t off_a = 0, off_rowsum = 0, off_zx_row = 0, off_colterm = 0, off_mult = 0, off_fbias = 0, off_fmult = 0,
          off_fshift = 0, off_partial = 0, total = 0;
@@ -105,7 +106,12 @@ Plan make_plan(const QGemmParams& p) {
   const int64_t row_groups = div_up(pl.M, f.mr);
   // Split N unless there are too few panels for a few chunks per thread and more rows.
   pl.split_n = pl.n_panels >= int64_t{threads} * kChunksPerThread || pl.n_panels >= row_groups;
-  pl.units = pl.split_n ? pl.n_panels : row_groups;
+  // Splitting N: a unit's columns cover whole 64-byte lines of y (2 panels of 32 bytes for
+  // an 8-bit output), so two threads never write into one cache line of a row (false
+  // sharing: a 128x384x384 QLinearMatMul scaled 1.34x on 2 threads with 1-panel units).
+  const int64_t y_elem_bytes = p.out_type == OutType::kU8 || p.out_type == OutType::kS8 ? 1 : 4;
+  pl.panels_per_unit = std::max<int64_t>(1, 64 / (int64_t{f.nr} * y_elem_bytes));
+  pl.units = pl.split_n ? div_up(pl.n_panels, pl.panels_per_unit) : row_groups;
   pl.tasks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, pl.units)));
   // A few chunks per thread, so that a thread the OS runs late costs little.
   pl.n_work = pl.tasks == 1 ? 1 : std::min<int64_t>(pl.units, int64_t{pl.tasks} * kChunksPerThread);
@@ -113,7 +119,7 @@ Plan make_plan(const QGemmParams& p) {
   // MC: see kMcBytes and kL2Bytes. Rows per block, then balanced over the blocks.
   const int64_t a_row_bytes = std::max<int64_t>(1, pl.Kp * f.a_bytes);
   int64_t mc_max = std::max<int64_t>(f.mr, kMcBytes / a_row_bytes / f.mr * f.mr);
-  const int64_t task_panels = pl.split_n ? div_up(pl.n_panels, pl.n_work) : pl.n_panels;
+  const int64_t task_panels = pl.split_n ? div_up(pl.n_panels, pl.n_work) : pl.n_panels;  // at most
   const int64_t b_bytes = task_panels * pl.Kp * f.nr * f.w_bytes;
   const int64_t y_bytes = p.out_type == OutType::kU8 || p.out_type == OutType::kS8 ? 1 : 4;
   const int64_t l2_rows = (kL2Bytes - b_bytes) / (a_row_bytes + task_panels * f.nr * y_bytes) / f.mr * f.mr;
@@ -285,7 +291,8 @@ void qgemm(const QGemmParams& p, Workspace& workspace) {
   const int64_t panel_elems = pl.Kp * f.nr;  // weights per panel
   auto compute = [&](int64_t chunk, int thread) {
     const int64_t ub = pl.units * chunk / pl.n_work, ue = pl.units * (chunk + 1) / pl.n_work;
-    const int64_t pb = pl.split_n ? ub : 0, pe = pl.split_n ? ue : pl.n_panels;
+    const int64_t pb = pl.split_n ? ub * pl.panels_per_unit : 0;
+    const int64_t pe = pl.split_n ? std::min(pl.n_panels, ue * pl.panels_per_unit) : pl.n_panels;
     const int64_t mb = pl.split_n ? 0 : ub * f.mr, me = pl.split_n ? pl.M : std::min(pl.M, ue * f.mr);
     TileArgs t;
     t.a_row_stride = a_stride;

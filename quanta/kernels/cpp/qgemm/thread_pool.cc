@@ -65,8 +65,11 @@ class Pool {
       invited_ = threads;
       done_.store(0, std::memory_order_relaxed);
       ticket_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
-      published_.store(gen, std::memory_order_release);
     }
+    // Published after the lock is released: a spinning worker that sees the new job
+    // takes mu_ at once instead of blocking on it (a futex sleep, and in a VM a vCPU
+    // wake-up of tens of us, which made every short parallel region pay for it).
+    published_.store(gen, std::memory_order_release);
     cv_.notify_all();
     work(gen, n_chunks, fn, ctx, 0);
     if (!spin_until([&] { return done_.load(std::memory_order_acquire) == n_chunks; }, kCallerSpin)) {
