@@ -5,15 +5,17 @@
 // Why not an OpenMP parallel-for: on a machine whose cores are shared with other
 // processes, a fork/join region waits at its barrier for every team thread, including one
 // the OS has not scheduled yet (a few ms on Linux), which turned a 0.6 ms GEMV into an 8 ms
-// one. Here chunks are claimed dynamically from one atomic ticket, the caller claims too,
-// and the caller waits only for chunks that were actually claimed; a worker that wakes up
-// late finds the job finished and goes back to sleep.
+// one. Here chunks are claimed dynamically (each thread from its home range first, then
+// from the others'), the caller claims too, and the caller waits only for chunks that
+// were actually claimed; a worker that wakes up late finds the job finished and goes
+// back to sleep.
 //
 // Determinism: which thread runs a chunk never changes what the chunk computes, so the
 // kernels' results are identical for any thread count and any schedule.
 //
-// No allocation per run: the job lives in the pool; a 64-bit ticket (generation << 32 |
-// next chunk) keeps a late worker from claiming a chunk of a newer job with the old fn.
+// No allocation per run: the job lives in the pool; each range's 64-bit cursor
+// (generation << 32 | next chunk) keeps a late worker from claiming a chunk of a newer
+// job with the old fn.
 // Concurrent run() calls from different threads: the second one runs its chunks inline on
 // its own thread (no waiting, no deadlock). After fork() the child starts a fresh pool.
 #pragma once
