@@ -137,6 +137,9 @@ def _zero_point_arg(z: np.ndarray) -> int | np.ndarray:
 def _valid_multiplier(m: np.ndarray) -> bool:
     """qgemm requires every multiplier finite and > 0 (a zero or negative scale product
     goes to the reference)."""
+    if m.ndim == 0:
+        v = float(m)
+        return math.isfinite(v) and v > 0
     return bool(np.all(np.isfinite(m)) and np.all(m > 0))
 
 
@@ -867,8 +870,10 @@ def bind_matmul_integer_to_float(model: Model, node: Node) -> tuple[Kernel | Non
         return None, reason
     params: dict[str, Any] = {} if packed is None else {"packed": packed}
     s_a, s_b = _const(sa), _const(sb)
-    if packed is not None and s_a is not None and s_b is not None:
-        if _is_scalar(s_b) or s_b.shape == (packed.N,):
+    if s_a is not None and s_b is not None and s_a.dtype == F32 and s_b.dtype == F32:
+        # constant scales: the multiplier once here (a run-time b takes it when both are
+        # per tensor; per-column needs the packed b's N to be checked against)
+        if _is_scalar(s_b) or (packed is not None and s_b.shape == (packed.N,)):
             m = np.multiply(s_a.reshape(()), s_b.reshape(()) if _is_scalar(s_b) else s_b, dtype=F32)
             if _valid_multiplier(m):
                 params["multiplier"] = m
