@@ -404,9 +404,20 @@ def _qlinear_matmul_native(
     *,
     packed: Any = None,
     multiplier: np.ndarray | None = None,
+    direct: tuple | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """QLinearMatMul on qgemm (module docstring); per-row a goes to the reference."""
+    """QLinearMatMul on qgemm (module docstring); per-row a goes to the reference.
+    ``direct``: (a dtype, za, zy, output dtype name) when b is prepacked and every scale
+    and zero point is a constant: the call goes straight to the kernel."""
+    if direct is not None and a.dtype == direct[0] and a.ndim >= 1 and a.flags.c_contiguous:
+        try:
+            return _native.qgemm(
+                a, packed, direct[1], direct[3], multiplier=multiplier, zy=direct[2], num_threads=_threads(ctx),
+                workspace=_workspace(), out=out,
+            )
+        except ValueError:
+            pass  # a shape the kernel refuses: the checked path below (or the twin) reports it
     inputs = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
 
     def fast() -> np.ndarray:
@@ -487,6 +498,9 @@ def bind_qlinear_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
         if not _valid_multiplier(m):
             return None, "requantization multiplier sa·sb/sy is not finite and > 0 for every column"
         params["multiplier"] = m
+        c_za, c_zy = _const(za), _const(zy)
+        if packed is not None and c_za is not None and c_zy is not None and c_za.size == 1 and c_zy.size == 1:
+            params["direct"] = (c_za.dtype, int(c_za.reshape(())), int(c_zy.reshape(())), _NAME[c_zy.dtype])
     name = _kernel_name("qlinear_matmul", _dtype(a), _dtype(b), packed is not None)
     return Kernel(_qlinear_matmul_native, "native", name, params=params, out=True), ""
 
@@ -767,9 +781,20 @@ def _matmul_integer_to_float_native(
     *,
     packed: Any = None,
     multiplier: np.ndarray | None = None,
+    direct: tuple | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """com.microsoft MatMulIntegerToFloat (float32) on qgemm."""
+    """com.microsoft MatMulIntegerToFloat (float32) on qgemm. ``direct``: (a dtype, za,
+    float bias or None) when b is prepacked and the scales, zero points and bias are
+    constants: the call goes straight to the kernel."""
+    if direct is not None and a.dtype == direct[0] and a.ndim >= 1 and a.flags.c_contiguous:
+        try:
+            return _native.qgemm(
+                a, packed, direct[1], "float32", multiplier=multiplier, float_bias=direct[2],
+                num_threads=_threads(ctx), workspace=_workspace(), out=out,
+            )
+        except ValueError:
+            pass  # a shape the kernel refuses: the checked path below (or the twin) reports it
     inputs = (a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
 
     def fast() -> np.ndarray:
@@ -877,6 +902,16 @@ def bind_matmul_integer_to_float(model: Model, node: Node) -> tuple[Kernel | Non
             m = np.multiply(s_a.reshape(()), s_b.reshape(()) if _is_scalar(s_b) else s_b, dtype=F32)
             if _valid_multiplier(m):
                 params["multiplier"] = m
+    c_za, c_bias = _const(za), _const(bias)
+    if (
+        packed is not None
+        and "multiplier" in params
+        and (za is None or (c_za is not None and _is_scalar(c_za)))
+        and (bias is None or (c_bias is not None and c_bias.dtype == F32 and c_bias.shape == (packed.N,)))
+    ):
+        za0 = 0 if za is None else int(c_za.reshape(()))
+        fb = None if bias is None else np.ascontiguousarray(c_bias)
+        params["direct"] = (a_dt, za0, fb)
     name = _kernel_name("matmul_integer_to_float", a_dt, _dtype(b), packed is not None)
     return Kernel(_matmul_integer_to_float_native, "native", name, params=params, out=True), ""
 
