@@ -228,6 +228,15 @@ class QConv {
 
   // K of one tap chunk of the implicit path: kw·Cg (dw = 1, one group) or Cg.
   int64_t implicit_chunk_k() const { return attrs_.dilations[attrs_.spatial_rank - 1] == 1 && group_ == 1 ? kw_ * Cg_ : Cg_; }
+  // A 1x1, stride-1, unpadded, one-group convolution with whole k-groups of channels: on
+  // uint8 NHWC data a plain GEMM over the pixels (the im2col path reading x in place).
+  bool pointwise_gemm() const {
+    bool unpadded = attrs_.auto_pad == AutoPad::kNotSet || attrs_.auto_pad == AutoPad::kValid;
+    for (int i = 0; i < 2 * attrs_.spatial_rank; ++i) unpadded = unpadded && attrs_.pads[i] == 0;
+    bool unit_stride = true;
+    for (int i = 0; i < attrs_.spatial_rank; ++i) unit_stride = unit_stride && attrs_.strides[i] == 1;
+    return kh_ == 1 && kw_ == 1 && group_ == 1 && Kp_ == Cg_ && unpadded && unit_stride;
+  }
 
   Isa isa_ = Isa::kPortable;
   int64_t M_ = 0, Cg_ = 0, group_ = 1, kh_ = 1, kw_ = 1;
