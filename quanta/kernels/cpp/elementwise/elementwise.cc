@@ -25,7 +25,7 @@ const Kernels& kernels_for(Isa isa) {
 namespace {
 
 // Elements per thread chunk: large enough that a chunk costs far more than claiming it.
-constexpr int64_t kGrain = int64_t{1} << 15;
+constexpr int64_t kGrain = int64_t{1} << 16;  // a second thread pays only for large tensors
 
 int64_t n_chunks_for(int64_t n, int64_t grain) { return n <= 0 ? 0 : (n + grain - 1) / grain; }
 

@@ -25,6 +25,10 @@ namespace {
 
 // Elements per thread chunk: large enough that a chunk costs far more than claiming it.
 constexpr int64_t kGrain = int64_t{1} << 14;
+// Memory-bound passes (binary ops, LayerNorm): a second thread pays only for large
+// tensors; below that its start-up and the risk of waiting on a descheduled worker (a VM)
+// cost more than the half pass it saves.
+constexpr int64_t kStreamGrain = int64_t{1} << 16;
 constexpr int64_t kSoftmaxGrain = int64_t{1} << 12;
 
 // Runs f(begin, end) over [0, n) in chunks of `grain` on up to num_threads threads.
@@ -34,7 +38,7 @@ void for_ranges(int num_threads, int64_t n, int64_t grain, F&& f) {
 }
 
 // Rows per chunk: about kGrain elements, at least one row.
-int64_t row_grain(int64_t d) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(d, 1)); }
+int64_t row_grain(int64_t d) { return std::max<int64_t>(1, kStreamGrain / std::max<int64_t>(d, 1)); }
 
 }  // namespace
 
@@ -75,7 +79,7 @@ void binary(BinaryOp op, const float* a, const float* b, float* c, const Broadca
   if (broadcast::empty(s)) return;
   const BinaryRunFn run = kernels_for(isa).binary[static_cast<int>(op)];
   const broadcast::Plan p = broadcast::make_plan(s);
-  for_ranges(num_threads, p.total(), kGrain,
+  for_ranges(num_threads, p.total(), kStreamGrain,
              [&](int64_t begin, int64_t end) { broadcast::for_each_run(a, b, c, p, begin, end, run); });
 }
 

@@ -33,7 +33,7 @@ RunFn<T> select_run(Isa isa) {
 }  // namespace
 
 // Elements per thread chunk (a multiple of 64, so chunk edges fall on whole vectors).
-constexpr int64_t kGrain = int64_t{1} << 15;
+constexpr int64_t kGrain = int64_t{1} << 16;  // a second thread pays only for large tensors
 
 template <typename T>
 void quantize_linear(const float* x, T* y, const QuantizeParams& p, Isa isa, int num_threads) {
