@@ -111,3 +111,15 @@ def test_binding_rejects_bad_arguments():
         _native.transpose_batched(x, 1, 4, 6, 1, np.zeros((6, 4), np.int8))
     with pytest.raises(ValueError, match="overlaps"):
         _native.transpose_batched(x, 1, 4, 6, 1, x)
+
+
+def test_per_shape_plans_stay_bounded_under_changing_shapes():
+    # a server fed every sequence length must not grow the per-shape plans without limit
+    from quanta.targets.native._cache import BoundedCache
+
+    sess = quanta.InferenceSession(transpose_model(4, [0, 2, 1, 3], TensorProto.UINT8), backend="native")
+    plans = next(s.kernel.params["plans"] for s in sess.plan.steps if s.op_type == "Transpose")
+    for seq in range(1, 3 * BoundedCache.LIMIT):
+        x = np.arange(2 * seq * 3 * 5, dtype=np.uint8).reshape(2, seq, 3, 5)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x.transpose(0, 2, 1, 3))
+        assert len(plans._items) <= BoundedCache.LIMIT

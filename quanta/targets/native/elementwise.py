@@ -55,7 +55,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -72,6 +72,7 @@ from quanta.kernels.reference.ms_qops import softmax_exp_table
 from quanta.kernels.reference.registry import MS_DOMAIN, get_op
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
+from quanta.targets.native._cache import BoundedCache
 
 __all__ = [
     "RUNTIME_FALLBACKS",
@@ -145,23 +146,7 @@ def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., An
     return deco
 
 
-class _Tables:
-    """Tables (or other derived constants) per parameter set: filled at compile time for
-    constant parameters, at run time otherwise; bounded, so that varying run-time
-    parameters cannot grow it without limit."""
-
-    _LIMIT = 32
-
-    def __init__(self) -> None:
-        self._items: dict[Hashable, Any] = {}
-
-    def get(self, key: Hashable, build: Callable[[], Any]) -> Any:
-        item = self._items.get(key)
-        if item is None:
-            if len(self._items) >= self._LIMIT:
-                self._items.clear()
-            item = self._items[key] = build()
-        return item
+_Tables = BoundedCache  # per-node tables and derived constants (targets/native/_cache.py)
 
 
 # --------------------------------------------------------------------------------------

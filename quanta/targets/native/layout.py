@@ -21,6 +21,7 @@ import numpy as np
 from quanta.ir.graph import Model, Node
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
+from quanta.targets.native._cache import BoundedCache
 
 try:
     from quanta.kernels import _native
@@ -57,7 +58,7 @@ def _transpose_native(
     data: np.ndarray,
     *,
     split: tuple[int, int, int],
-    plans: dict,
+    plans: BoundedCache,
     perm: list[int] | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
@@ -66,15 +67,14 @@ def _transpose_native(
     ``plans``: (batch, rows, cols, output shape) per input shape, filled on first use,
     so a call costs one dictionary lookup on top of the kernel)."""
     shape = data.shape
-    plan = plans.get(shape)
-    if plan is None:
-        p = list(range(data.ndim))[::-1] if perm is None else perm
-        if len(shape) != len(p):
-            return np.ascontiguousarray(np.transpose(data, p))
-        a, b, c = split
-        plan = (math.prod(shape[:a]), math.prod(shape[a:b]), math.prod(shape[b:c]), tuple(shape[i] for i in p))
-        plans[shape] = plan
-    batch, rows, cols, out_shape = plan
+    p = list(range(data.ndim))[::-1] if perm is None else perm
+    if len(shape) != len(p):
+        return np.ascontiguousarray(np.transpose(data, p))
+    a, b, c = split
+    batch, rows, cols, out_shape = plans.get(
+        shape,
+        lambda: (math.prod(shape[:a]), math.prod(shape[a:b]), math.prod(shape[b:c]), tuple(shape[i] for i in p)),
+    )
     x = data if data.flags.c_contiguous else np.ascontiguousarray(data)
     if out is None:
         out = np.empty(out_shape, dtype=x.dtype)
@@ -102,6 +102,6 @@ def bind_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if split is None:
         return None, f"perm {perm} is not a batched 2-D transpose (no native kernel)"
     kernel = Kernel(
-        _transpose_native, "native", "native:transpose_batched", params={"split": split, "plans": {}}, out=True
+        _transpose_native, "native", "native:transpose_batched", params={"split": split, "plans": BoundedCache()}, out=True
     )
     return kernel, ""

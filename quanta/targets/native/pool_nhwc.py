@@ -14,6 +14,7 @@ from quanta.kernels.reference.conv_geometry import conv_attrs
 from quanta.kernels.reference.registry import MS_DOMAIN, get_op
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
+from quanta.targets.native._cache import BoundedCache
 
 try:
     from quanta.kernels import _native
@@ -27,7 +28,7 @@ def _nhwc_max_pool_native(
     ctx: Any,
     x: np.ndarray,
     *,
-    geometry: dict,
+    geometry: BoundedCache,
     out: np.ndarray | None = None,
     **attrs: Any,
 ) -> np.ndarray:
@@ -38,11 +39,10 @@ def _nhwc_max_pool_native(
             return y
         out[...] = y
         return out
-    geom = geometry.get(x.shape)
-    if geom is None:
-        nchw = (x.shape[0], x.shape[3], x.shape[1], x.shape[2])
-        geom = conv_attrs(
-            nchw,
+    geom = geometry.get(
+        x.shape,
+        lambda: conv_attrs(
+            (x.shape[0], x.shape[3], x.shape[1], x.shape[2]),  # the NCHW view of the shape
             None,
             kernel_shape=attrs.get("kernel_shape"),
             strides=attrs.get("strides"),
@@ -50,8 +50,8 @@ def _nhwc_max_pool_native(
             pads=attrs.get("pads"),
             auto_pad=attrs.get("auto_pad", "NOTSET"),
             ceil_mode=bool(attrs.get("ceil_mode", 0)),
-        )
-        geometry[x.shape] = geom
+        ),
+    )
     xc = x if x.flags.c_contiguous else np.ascontiguousarray(x)
     threads = max(1, int(getattr(ctx, "num_threads", 1)))
     return _native.max_pool_2d_nhwc(
@@ -78,4 +78,4 @@ def bind_nhwc_max_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
     ks = node.attrs.get("kernel_shape")
     if ks is None or len(ks) != 2:
         return None, "NhwcMaxPool without a 2-D kernel_shape (the twin handles or raises)"
-    return Kernel(_nhwc_max_pool_native, "native", "native:max_pool_2d_nhwc", params={"geometry": {}}, out=True), ""
+    return Kernel(_nhwc_max_pool_native, "native", "native:max_pool_2d_nhwc", params={"geometry": BoundedCache()}, out=True), ""
