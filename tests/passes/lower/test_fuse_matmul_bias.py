@@ -30,7 +30,8 @@ def mm_bias_proto(*, bias_first=False, bias=None, a_scale=None, extra_use=False,
         numpy_helper.from_array(np.asarray(a_scale, np.float32), "sa"),
         numpy_helper.from_array(b_scale, "sb"),
         numpy_helper.from_array(np.uint8(131), "za"),
-        numpy_helper.from_array(np.zeros(b_scale.shape, np.int8), "zb"),
+        # non-zero, per-column weight zero points: the row-sum term of the GEMM is exercised
+        numpy_helper.from_array(rng.integers(-9, 10, b_scale.shape).astype(np.int8), "zb"),
     ]
     if isinstance(bias, np.ndarray):
         inits.append(numpy_helper.from_array(bias, "bias"))

@@ -31,7 +31,10 @@ def dynamic_proto(*, scale_first=False, sb_shape=(N,), cast_to=TensorProto.FLOAT
     inits = [
         numpy_helper.from_array(rng.integers(-127, 128, wshape).astype(np.int8), "wq"),
         numpy_helper.from_array((rng.random(sb_shape) * 0.01 + 0.001).astype(np.float32), "ws"),
-        numpy_helper.from_array(np.zeros(sb_shape, np.int8) if sb_shape else np.int8(0), "wz"),
+        # non-zero weight zero points (per column, or one): the row-sum term is exercised
+        numpy_helper.from_array(
+            rng.integers(-9, 10, sb_shape).astype(np.int8) if sb_shape else np.int8(-3), "wz"
+        ),
         numpy_helper.from_array(rng.standard_normal(N).astype(np.float32), "bias"),
     ]
     scale = ["s", "c"] if scale_first else ["c", "s"]
@@ -104,3 +107,22 @@ def test_refuses_a_per_column_scale_without_a_rank2_b():
     assert {r.reason for r in p.why_not("LowerMatMulIntegerScaled")} == {
         "a per-column scale of 7 values needs a rank-2 b with 7 columns"
     }
+
+
+@pytest.mark.parametrize("sb_shape", [(N,), ()])
+def test_lowered_graph_runs_natively_bit_exact(sb_shape):
+    """The session lowers the form itself; the native MatMulIntegerToFloat (prepacked b
+    with non-zero zero points, the run-time a_scale of DynamicQuantizeLinear, the fused
+    bias) gives the reference's bits at 1 and 2 threads."""
+    import quanta
+
+    proto = dynamic_proto(sb_shape=sb_shape)
+    f = feeds(proto)
+    ref = quanta.InferenceSession(proto, backend="reference").run(None, f)[0]
+    for threads in (1, 2):
+        opts = quanta.SessionOptions()
+        opts.intra_op_num_threads = threads
+        sess = quanta.InferenceSession(proto, sess_options=opts, backend="native")
+        assert [s.op_type for s in sess.plan.steps] == ["DynamicQuantizeLinear", "MatMulIntegerToFloat"]
+        assert sess.fallbacks == []
+        np.testing.assert_array_equal(sess.run(None, f)[0], ref)
