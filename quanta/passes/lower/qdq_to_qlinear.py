@@ -542,6 +542,13 @@ class LowerConcat(Rule):
         )
 
 
+def _static_size(v: Value) -> int | None:
+    """Number of elements of a value whose shape is fully known, else None."""
+    if v.shape is None or not all(isinstance(d, int) for d in v.shape):
+        return None
+    return int(np.prod(v.shape, dtype=np.int64))
+
+
 class LowerMatMulIntegerScaled(Rule):
     """``Mul(Cast(MatMulInteger(a, b, za?, zb?), to=FLOAT), Mul(sa, sb))`` (either order of
     either Mul) -> ``com.microsoft::MatMulIntegerToFloat(a, b, sa, sb, za, zb)``.
@@ -567,9 +574,9 @@ class LowerMatMulIntegerScaled(Rule):
         sizes = []
         for name in ("sa", "sb"):
             v = m.value(name)
-            if float_elem_name(v) != "f32" or v.shape is None:
+            size = _static_size(v)
+            if float_elem_name(v) != "f32" or size is None:
                 return NoMatch(f"scale '{v.name}' is not a float32 tensor of known shape")
-            size = int(np.prod([d if isinstance(d, int) else -1 for d in v.shape]))
             if len(v.shape) > 1 or size < 1:
                 return NoMatch(f"scale '{v.name}' of shape {list(v.shape)}: expected one value or one per column")
             sizes.append(size)
@@ -582,10 +589,10 @@ class LowerMatMulIntegerScaled(Rule):
             return NoMatch(f"a per-column scale of {b_size} values needs a rank-2 b with {b_size} columns")
         for name in ("za", "zb"):
             v = m[name]
-            if v is not None and (v.shape is None or int(np.prod([d if isinstance(d, int) else -1 for d in v.shape])) < 1):
+            if v is not None and _static_size(v) is None:
                 return NoMatch(f"zero point '{v.name}' has an unknown shape")
         za = m["za"]
-        if za is not None and int(np.prod(za.shape)) != 1:
+        if za is not None and _static_size(za) != 1:
             return NoMatch("a per-row a_zero_point (the op takes one)")
         m.data["order"] = order
         return m

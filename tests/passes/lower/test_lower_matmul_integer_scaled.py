@@ -126,3 +126,18 @@ def test_lowered_graph_runs_natively_bit_exact(sb_shape):
         assert [s.op_type for s in sess.plan.steps] == ["DynamicQuantizeLinear", "MatMulIntegerToFloat"]
         assert sess.fallbacks == []
         np.testing.assert_array_equal(sess.run(None, f)[0], ref)
+
+
+def test_refuses_a_zero_point_of_unknown_shape():
+    # a run-time weight zero point of symbolic length: refused with its reason (the rule
+    # used to multiply the symbolic dimension into a size and fail)
+    proto = dynamic_proto()
+    g = proto.graph
+    kept = [t for t in g.initializer if t.name != "wz"]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    g.input.append(helper.make_tensor_value_info("wz", TensorProto.INT8, ["cols"]))
+    model = load(proto)
+    p, result = lower(model)
+    assert result.fired("LowerMatMulIntegerScaled") == 0
+    assert "zero point 'wz' has an unknown shape" in {r.reason for r in p.why_not("LowerMatMulIntegerScaled")}
