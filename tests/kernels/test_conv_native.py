@@ -275,13 +275,41 @@ DEPTHWISE = [
 ]
 
 
+# NCHW depthwise runs on the channel planes, or (stride 1, small planes: the per-plane
+# work is too short) through the channels_last kernel between two transposes; the
+# environment variable pins one path, so every case runs on both.
+DW_PATHS = ("planes", "transposed")
+
+
+@pytest.mark.parametrize("path", DW_PATHS)
 @pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "why"), DEPTHWISE, ids=[d[3] for d in DEPTHWISE])
-def test_depthwise_path(x_shape, w_shape, attrs, why):
+def test_depthwise_path(x_shape, w_shape, attrs, why, path, monkeypatch):
     del why  # the test id
+    monkeypatch.setenv("QUANTA_CONV_DW_PATH", path)
     rng = np.random.default_rng(len(x_shape) * 1000 + x_shape[1])
     case = random_case(rng, x_shape, w_shape, group=x_shape[1], **attrs)
     kernels = check(case)
     assert all(k.startswith("qconv_dw_") for k in kernels), kernels
+
+
+# (x shape, w shape, attrs, why): the transposed path's own edges
+DEPTHWISE_TRANSPOSED = [
+    ((2, 67, 7, 7), (67, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "67 channels: two channel blocks, 2 images"),
+    ((1, 130, 9, 13), (130, 1, 3, 3), {"pads": [1, 0, 1, 2]}, "117 pixels: two pixel blocks back, C % 64 = 2"),
+    ((1, 9, 5, 5), (9, 1, 5, 5), {"pads": [2, 2, 2, 2]}, "5x5 on a 5x5 plane: most taps are padding"),
+    ((2, 17, 23), (17, 1, 3), {"pads": [1, 1]}, "1-D"),
+]
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "attrs", "why"), DEPTHWISE_TRANSPOSED, ids=[d[3] for d in DEPTHWISE_TRANSPOSED]
+)
+def test_depthwise_transposed_path_edges(x_shape, w_shape, attrs, why, monkeypatch):
+    del why  # the test id
+    monkeypatch.setenv("QUANTA_CONV_DW_PATH", "transposed")
+    rng = np.random.default_rng(x_shape[1] * 7 + x_shape[-1])
+    for x_dtype in (np.uint8, np.int8):
+        check(random_case(rng, x_shape, w_shape, group=x_shape[1], x_dtype=x_dtype, **attrs))
 
 
 GEMM = [

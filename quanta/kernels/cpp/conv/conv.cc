@@ -7,6 +7,7 @@
 // call and thread) unless the kernel reads the plane directly (kernels.h "Direct mode"),
 // then one depthwise_rows_<isa> call writes the NCHW output rows.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -20,6 +21,17 @@ namespace conv {
 namespace {
 
 constexpr int64_t kUnitsPerThread = 4;  // a few work items per thread: a late thread costs little
+// NCHW depthwise planes of at most this many output pixels (stride 1) run through the
+// channels_last kernel between two transposes: the per-plane work of the NCHW kernel is
+// too short there (measured, 1 thread: 960 ch at 7x7 0.067 -> 0.026 ms, 128 at 28x28
+// 0.069 -> 0.051; 48 at 56x56 0.073 -> 0.091 and every stride-2 layer slower).
+// With more threads the NCHW kernel splits its planes well and the bound is lower (2
+// threads, 128 at 28x28: NCHW 0.040 ms, transposed 0.051-0.060; 960 at 7x7: 0.044 / 0.027).
+constexpr int64_t kDwTransposedPixels = 1024;
+constexpr int64_t kDwTransposedPixels2 = 256;
+// Below this many input bytes the transposed path runs on one thread (960 ch at 7x7, two
+// threads 0.031-0.038 ms, one 0.027); above it each pass splits over the threads.
+constexpr int64_t kDwTransposedParallelBytes = 256 * 1024;
 
 std::string str(int64_t v) { return std::to_string(v); }
 
@@ -339,12 +351,32 @@ Geometry QConv::resolve(int64_t N, int64_t C, int64_t H, int64_t W) const {
   return g;
 }
 
+bool QConv::depthwise_via_nhwc(const Geometry& geo, int threads) const {
+  // QUANTA_CONV_DW_PATH=planes|transposed pins the path (the tests run both on every case)
+  if (const char* e = std::getenv("QUANTA_CONV_DW_PATH")) {
+    if (std::strcmp(e, "planes") == 0) return false;
+    if (std::strcmp(e, "transposed") == 0) return true;
+  }
+  const int64_t pixels = geo.OH * geo.OW;
+  return geo.sh == 1 && geo.sw == 1 && pixels <= (threads == 1 ? kDwTransposedPixels : kDwTransposedPixels2);
+}
+
 QConv::Plan QConv::make_plan(const ConvArgs& a, const Geometry& geo) const {
   Plan pl;
   pl.threads = std::max(1, a.num_threads);
   if (depthwise_ && a.channels_last) {
     pl.path = Path::kDepthwiseNhwc;
     plan_depthwise_nhwc(geo, pl);
+  } else if (depthwise_ && depthwise_via_nhwc(geo, pl.threads)) {
+    pl.path = Path::kDepthwiseTransposed;
+    // three short passes: a second thread costs more than it saves (cache lines move
+    // between the cores from one pass to the next)
+    if (geo.N * geo.C * geo.H * geo.W < kDwTransposedParallelBytes) pl.threads = 1;
+    plan_depthwise_nhwc(geo, pl);
+    const int64_t ob = out_bytes(a.out_type);
+    pl.off_xt = align64(pl.main_bytes);
+    pl.off_yt = pl.off_xt + align64(static_cast<size_t>(geo.N * geo.H * geo.W * geo.C));
+    pl.main_bytes = pl.off_yt + align64(static_cast<size_t>(geo.N * geo.OH * geo.OW * geo.C * ob));
   } else if (depthwise_) {
     pl.path = Path::kDepthwise;
     plan_depthwise(geo, pl);
@@ -430,6 +462,7 @@ void QConv::run(const ConvArgs& a, const Geometry& geo, ConvWorkspace& ws) const
   switch (pl.path) {
     case Path::kDepthwise: run_depthwise(a, geo, pl, ws); break;
     case Path::kDepthwiseNhwc: run_depthwise_nhwc(a, geo, pl, ws); break;
+    case Path::kDepthwiseTransposed: run_depthwise_transposed(a, geo, pl, ws); break;
     case Path::kDirect: run_direct(a, geo, pl, ws); break;
     case Path::kImplicit: run_implicit(a, geo, pl, ws); break;
     case Path::kIm2col: run_im2col(a, geo, pl, ws); break;
@@ -624,6 +657,48 @@ void QConv::run_depthwise_nhwc(const ConvArgs& a, const Geometry& geo, const Pla
     kernel(r);
   };
   run_with_affinity(pl.threads, pl.units, unit_fn);
+}
+
+// ---------------------------------------------------------------------------------------
+// depthwise path on NCHW data through the channels_last kernel.
+// ---------------------------------------------------------------------------------------
+
+void QConv::run_depthwise_transposed(const ConvArgs& a, const Geometry& geo, const Plan& pl,
+                                     ConvWorkspace& ws) const {
+  const int64_t C = geo.C, hw = geo.H * geo.W, ohw = geo.OH * geo.OW;
+  const int ob = out_bytes(a.out_type);
+  uint8_t* xt = ws.main.data() + pl.off_xt;
+  uint8_t* yt = ws.main.data() + pl.off_yt;
+  const TransposeU8Fn tr_u8 = transpose_u8_for(isa_);
+  const TransposeS32Fn tr_s32 = transpose_s32_for(isa_);
+
+  // x [N, C, H·W] -> xt [N, H·W, C], in blocks of 64 channels (x keeps its domain: the
+  // kernel applies the int8 flip)
+  const int64_t cb = div_up(C, 64);
+  auto to_nhwc = [&](int64_t unit, int /*thread*/) {
+    const int64_t n = unit / cb, c0 = unit % cb * 64, cn = std::min<int64_t>(64, C - c0);
+    tr_u8(static_cast<const uint8_t*>(a.x) + (n * C + c0) * hw, hw, cn, hw, xt + n * hw * C + c0, C, 0);
+  };
+  run_with_affinity(pl.threads, geo.N * cb, to_nhwc);
+
+  ConvArgs t = a;
+  t.x = xt;
+  t.y = yt;
+  t.channels_last = true;
+  run_depthwise_nhwc(t, geo, pl, ws);
+
+  // yt [N, OH·OW, C] -> y [N, C, OH·OW], in blocks of 64 pixels
+  const int64_t pb = div_up(ohw, 64);
+  auto to_nchw = [&](int64_t unit, int /*thread*/) {
+    const int64_t n = unit / pb, p0 = unit % pb * 64, pn = std::min<int64_t>(64, ohw - p0);
+    const int64_t src = (n * ohw + p0) * C, dst = n * C * ohw + p0;
+    if (a.out_type == OutType::kS32) {
+      tr_s32(reinterpret_cast<const int32_t*>(yt) + src, C, pn, C, static_cast<int32_t*>(a.y) + dst, ohw);
+    } else {
+      tr_u8(yt + src * ob, C, pn, C, static_cast<uint8_t*>(a.y) + dst, ohw, 0);
+    }
+  };
+  run_with_affinity(pl.threads, geo.N * pb, to_nchw);
 }
 
 }  // namespace conv

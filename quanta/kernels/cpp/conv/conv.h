@@ -45,7 +45,12 @@
 //               transposes): per channel plane, rows padded with zx' into the workspace
 //               (or, avx512vnni with narrow rows, read in place with masked loads), then a
 //               dedicated kernel (kernels.h) whose SIMD lanes are output pixels and whose 4
-//               bytes per lane are 4 horizontal taps (vpdpbusd / vpmaddwd).
+//               bytes per lane are 4 horizontal taps (vpdpbusd / vpmaddwd). With stride 1
+//               and small planes (<= 1024 output pixels, <= 256 with several threads) the
+//               per-plane work is too short for that: x is transposed to NHWC, the
+//               channels_last depthwise kernel below runs, and its NHWC result is
+//               transposed into y (same bytes; QUANTA_CONV_DW_PATH=planes|transposed pins
+//               the choice).
 //   implicit    the other convolutions whose tap chunks are whole k-groups (Cg, or kw·Cg
 //               with dw = 1 and G = 1, a multiple of 4) on the ISAs whose qgemm tiles read
 //               uint8 activations (avx512vnni, portable). x is transposed into a padded
@@ -219,6 +224,8 @@ class QConv {
   void plan_depthwise_nhwc(const Geometry& geo, Plan& pl) const;                   // conv.cc
   void run_depthwise(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
   void run_depthwise_nhwc(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+  void run_depthwise_transposed(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+  bool depthwise_via_nhwc(const Geometry& geo, int threads) const;  // NCHW depthwise through the channels_last kernel
   void run_depthwise_flat(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws,
                           const DepthwiseNhwc& base) const;  // conv.cc
   void plan_direct(const ConvArgs& a, const Geometry& geo, Plan& pl) const;  // conv_gemm.cc

@@ -54,20 +54,7 @@ constexpr int64_t kImplicitRows = 128;
 // than as two), a longer tap chunk split into pieces like qgemm.cc's KC.
 constexpr int64_t kBChunkBytes = 48 * 1024;
 
-TransposeU8Fn transpose_u8_for(Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512Vnni: return transpose_u8_avx512vnni;
-    case Isa::kAvx2: return transpose_u8_avx2;
-    case Isa::kPortable: break;
-  }
-  return transpose_u8_portable;
-}
-
 Im2colFn im2col_for(Isa isa) { return isa == Isa::kAvx512Vnni ? im2col_nhwc_avx512vnni : im2col_nhwc; }
-
-TransposeS32Fn transpose_s32_for(Isa isa) {
-  return isa == Isa::kPortable ? transpose_s32_portable : transpose_s32_avx2;
-}
 
 // rows [0, n) of an NHWC block (row stride Mg elements) -> y[channel·ohw + pixel] from
 // `at` (elements), i.e. channels g·Mg .. of one image, pixels p0 .. p0 + n.

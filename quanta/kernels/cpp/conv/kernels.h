@@ -67,7 +67,7 @@ inline void run_with_affinity(int threads, int64_t units, F& fn) {
 }
 
 // How one call runs (QConv::make_plan): path, work split, workspace layout.
-enum class Path { kDepthwise, kDepthwiseNhwc, kIm2col, kImplicit, kDirect };
+enum class Path { kDepthwise, kDepthwiseNhwc, kDepthwiseTransposed, kIm2col, kImplicit, kDirect };
 
 struct QConv::Plan {
   Path path = Path::kIm2col;
@@ -99,6 +99,7 @@ struct QConv::Plan {
   size_t off_padrow = 0, off_tapoff = 0;  // depthwise: main buffer (and colterm, mult); implicit: tap offsets
   size_t off_ptrs = 0, off_scratch = 0;  // depthwise: thread buffer; implicit: the unit's row pointers
   size_t off_flat = 0;                   // depthwise flat rows: main buffer
+  size_t off_xt = 0, off_yt = 0;         // depthwise transposed: NHWC x and y, main buffer
 };
 
 // ---------------------------------------------------------------------------------------
@@ -368,6 +369,9 @@ void transpose_s32_portable(const int32_t* src, int64_t src_stride, int64_t rows
                             int64_t dst_stride);
 void transpose_s32_avx2(const int32_t* src, int64_t src_stride, int64_t rows, int64_t cols, int32_t* dst,
                         int64_t dst_stride);
+// The ISA's variants (layout.cc).
+TransposeU8Fn transpose_u8_for(Isa isa);
+TransposeS32Fn transpose_s32_for(Isa isa);
 
 // ---------------------------------------------------------------------------------------
 // im2col (im2col.cc portable and AVX2, layout_avx512vnni.cc), NHWC: rows [r0, r1) of the flattened (n, oy, ox) output pixels, for

@@ -36,5 +36,18 @@ void transpose_s32_portable(const int32_t* src, int64_t src_stride, int64_t rows
   }
 }
 
+TransposeU8Fn transpose_u8_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni: return transpose_u8_avx512vnni;
+    case Isa::kAvx2: return transpose_u8_avx2;
+    case Isa::kPortable: break;
+  }
+  return transpose_u8_portable;
+}
+
+TransposeS32Fn transpose_s32_for(Isa isa) {
+  return isa == Isa::kPortable ? transpose_s32_portable : transpose_s32_avx2;
+}
+
 }  // namespace conv
 }  // namespace quanta
