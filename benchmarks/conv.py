@@ -3,8 +3,8 @@
 Run: ``python benchmarks/conv.py`` (``--quick`` for a short run, ``--threads 1``,
 ``--json FILE`` to keep the numbers). A ratio table from ONE run; nothing here is a timed
 test. The machine is shared and noisy, so the only meaningful numbers are ratios measured
-in the same run: the libraries are timed in alternating blocks (benchmarks/kernels.py
-``_time_alternating``) and the best batch of each is kept.
+in the same run: the libraries are timed in alternating blocks (benchmarks/_timing.py
+``time_alternating``) and the best batch of each is kept.
 
 GOPS counts 2·N·M·(C/group)·kh·kw·OH·OW operations. Both sides compute the same thing on
 the same data: x uint8 NCHW with a run-time zero point, constant int8 weights with
@@ -41,7 +41,7 @@ from collections.abc import Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernels import _time_alternating  # the timing loop shared with the GEMM benchmark
+from _timing import time_alternating  # the timing loop shared with the GEMM benchmark
 
 from quanta.kernels import _native
 
@@ -151,6 +151,84 @@ def _quanta(p: Problem, op: str, threads: int, nhwc: bool = False) -> tuple[Call
     return fn, conv.kernel_channels_last if nhwc else conv.kernel
 
 
+def measure(
+    threads: list[int],
+    budget: float,
+    ops: list[str] | None = None,
+    layouts: list[str] | None = None,
+    only: str | None = None,
+    ort: bool = True,
+) -> list[dict]:
+    """Time every layer of SHAPES (whose name contains ``only``) for each op, layout and
+    thread count; one row per measurement, GOPS per library."""
+    ops = ops or ["QLinearConv", "ConvInteger"]
+    layouts = layouts or ["NCHW", "NHWC"]
+    rows = []
+    for name, *shape in SHAPES:
+        if only and only not in name:
+            continue
+        p = Problem(*shape)
+        for op in ops:
+            for layout in layouts if op == "QLinearConv" else ["NCHW"]:
+                nhwc = layout == "NHWC"
+                for t in threads:
+                    q, kernel = _quanta(p, op, t, nhwc)
+                    fns: dict[str, Callable[[], object]] = {"quanta": q}
+                    if ort:
+                        fns["ort"] = _ort_session(p, op, t, nhwc)
+                    gops = time_alternating(fns, p.ops, budget)
+                    rows.append(
+                        {
+                            "layer": name,
+                            "shape": shape,
+                            "op": op,
+                            "layout": layout,
+                            "threads": t,
+                            "kernel": kernel,
+                            "ms": {k: p.ops / v / 1e6 for k, v in gops.items()},
+                            **gops,
+                        }
+                    )
+                    print(".", end="", flush=True)
+    print()
+    return rows
+
+
+def print_table(rows: list[dict], peak: float | None = None) -> None:
+    """The ratio table; with ``peak`` (the single-thread vpdpbusd GOPS) also each side's
+    share of threads x peak (depthwise layers are memory bound: far below it)."""
+    header = (
+        f"{'layer':<17} {'N,C,H,W -> M, k, s, g':<27} {'op':<11} {'lay':<4} {'thr':>3} "
+        f"{'quanta':>7} {'ORT':>7} {'q/ORT':>6} {'q ms':>7}"
+    )
+    if peak:
+        header += f" {'q/peak':>6} {'ORT/pk':>6}"
+    header += "  kernel"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        N, C, H, W, M, k, s, g = r["shape"]
+        ort_g = r.get("ort")
+        cells = [
+            f"{r['layer']:<17}",
+            f"{f'{N},{C},{H},{W} -> {M}, {k}, {s}, {g}':<27}",
+            f"{r['op']:<11}",
+            f"{r['layout']:<4}",
+            f"{r['threads']:>3}",
+            f"{r['quanta']:7.1f}",
+            f"{ort_g:7.1f}" if ort_g else f"{'-':>7}",
+            f"{r['quanta'] / ort_g:6.2f}" if ort_g else f"{'-':>6}",
+            f"{r['ms']['quanta']:7.3f}",
+        ]
+        if peak:
+            thr_peak = peak * r["threads"]
+            cells.append(f"{r['quanta'] / thr_peak:6.1%}")
+            cells.append(f"{ort_g / thr_peak:6.1%}" if ort_g else f"{'-':>6}")
+        cells.append(f" {r['kernel']}")
+        print(" ".join(cells))
+    print("# GOPS = 2·N·M·(C/g)·kh·kw·OH·OW / time; q/ORT > 1: quanta faster; q ms: quanta's time per call.")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="0.5 s per measurement instead of 1.5 s")
@@ -168,7 +246,6 @@ def main(argv: list[str] | None = None) -> int:
         "--op", choices=["QLinearConv", "ConvInteger"], nargs="+", default=["QLinearConv", "ConvInteger"]
     )
     args = ap.parse_args(argv)
-    budget = 0.5 if args.quick else 1.5
     try:
         import onnxruntime
 
@@ -176,63 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         ort_version = None
 
-    rows = []
-    for name, *shape in SHAPES:
-        if args.only and args.only not in name:
-            continue
-        p = Problem(*shape)
-        for op in args.op:
-            layouts = args.layout if op == "QLinearConv" else ["NCHW"]
-            for layout in layouts:
-                nhwc = layout == "NHWC"
-                for threads in args.threads:
-                    q, kernel = _quanta(p, op, threads, nhwc)
-                    fns: dict[str, Callable[[], object]] = {"quanta": q}
-                    if ort_version:
-                        fns["ort"] = _ort_session(p, op, threads, nhwc)
-                    gops = _time_alternating(fns, p.ops, budget)
-                    rows.append(
-                        {
-                            "layer": name,
-                            "shape": shape,
-                            "op": op,
-                            "layout": layout,
-                            "threads": threads,
-                            "kernel": kernel,
-                            "ms": {k: p.ops / v / 1e6 for k, v in gops.items()},
-                            **gops,
-                        }
-                    )
-                    print(".", end="", flush=True)
-    print()
-
+    rows = measure(args.threads, 0.5 if args.quick else 1.5, args.op, args.layout, args.only, ort_version is not None)
     print(
         f"# {platform.processor() or platform.machine()}, active ISA {_native.active_isa()}, "
         f"onnxruntime {ort_version or 'absent'}"
     )
-    header = (
-        f"{'layer':<17} {'N,C,H,W -> M, k, s, g':<27} {'op':<11} {'lay':<4} {'thr':>3} "
-        f"{'quanta':>7} {'ORT':>7} {'q/ORT':>6} {'q ms':>7}  kernel"
-    )
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        N, C, H, W, M, k, s, g = r["shape"]
-        ort_g = r.get("ort")
-        cells = [
-            f"{r['layer']:<17}",
-            f"{f'{N},{C},{H},{W} -> {M}, {k}, {s}, {g}':<27}",
-            f"{r['op']:<11}",
-            f"{r['layout']:<4}",
-            f"{r['threads']:>3}",
-            f"{r['quanta']:7.1f}",
-            f"{ort_g:7.1f}" if ort_g else f"{'-':>7}",
-            f"{r['quanta'] / ort_g:6.2f}" if ort_g else f"{'-':>6}",
-            f"{r['ms']['quanta']:7.3f}",
-            f" {r['kernel']}",
-        ]
-        print(" ".join(cells))
-    print("# GOPS = 2·N·M·(C/g)·kh·kw·OH·OW / time; q/ORT > 1: quanta faster; q ms: quanta's time per call.")
+    print_table(rows)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"ort": ort_version, "isa": _native.active_isa(), "rows": rows}, f, indent=2)

@@ -1,8 +1,11 @@
 """Kernel benchmark: quanta's int8 GEMM vs ONNX Runtime's MatMulInteger vs the machine's peak.
 
 Run: ``python benchmarks/kernels.py`` (``--quick`` for a short run, ``--json FILE`` to keep
-the numbers). A ratio table from ONE run; nothing here is a timed test. The machine is
-shared and noisy, so the only meaningful numbers are ratios measured in the same run:
+the numbers, ``--gemm-only`` to skip the convolution layers). After the GEMM table, the
+convolution layers of ``benchmarks/conv.py`` (ResNet-50, MobileNet-V2 and depthwise
+layers; QLinearConv NCHW and NHWC, ConvInteger) with the same peak column.
+
+A ratio table from ONE run; nothing here is a timed test. The machine is shared and noisy, so the only meaningful numbers are ratios measured in the same run:
 quanta and ONNX Runtime are timed alternately, batch by batch, and the best batch of each
 is kept (the least-disturbed one).
 
@@ -19,14 +22,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
 
 from quanta.kernels import _native
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import time_alternating
 
 SHAPES: tuple[tuple[int, int, int], ...] = ((1024, 1024, 1024), (128, 768, 768), (1, 4096, 4096))
 
@@ -61,43 +67,14 @@ def _quanta_qgemm(w: np.ndarray, M: int, zx: int, threads: int) -> Callable[[np.
     return lambda x: _native.qgemm(x, packed, zx, "int32", num_threads=threads, workspace=ws, out=out)
 
 
-def _time_alternating(fns: dict[str, Callable[[], object]], ops: int, budget_s: float) -> dict[str, float]:
-    """Best-batch GOPS of each callable, timed in alternating blocks.
-
-    Each library runs a block of ~50 ms batches, then sleeps 30 ms before the next one:
-    both thread pools spin for a while after a call (ONNX Runtime's by default, quanta's
-    for 100 us), and a spinning pool of one library steals the second core from the
-    other when their calls interleave batch by batch (measured: -30 % for whoever runs
-    second).
-    """
-    for fn in fns.values():  # warm up (first-touch, thread pools)
-        fn()
-        fn()
-    one = {}
-    for name, fn in fns.items():
-        t = time.perf_counter()
-        fn()
-        one[name] = max(time.perf_counter() - t, 1e-7)
-    reps = {name: max(1, int(0.05 / dt)) for name, dt in one.items()}  # ~50 ms per batch
-    best = dict.fromkeys(fns, float("inf"))
-    rounds = max(2, int(budget_s / (0.2 * len(fns))))
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            time.sleep(0.03)
-            block_end = time.perf_counter() + 0.2
-            while time.perf_counter() < block_end:
-                t = time.perf_counter()
-                for _ in range(reps[name]):
-                    fn()
-                best[name] = min(best[name], (time.perf_counter() - t) / reps[name])
-    return {name: ops / dt / 1e9 for name, dt in best.items()}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="0.5 s per measurement instead of 2 s")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument(
+        "--gemm-only", action="store_true", help="skip the convolution layers (benchmarks/conv.py's table)"
+    )
     args = ap.parse_args(argv)
     budget = 0.5 if args.quick else 2.0
 
@@ -123,8 +100,13 @@ def main(argv: list[str] | None = None) -> int:
             if ort_version:
                 o = _ort_matmul_integer(w, M, zx, threads, spinning=True)
                 fns["ort"] = lambda o=o, x=x: o(x)
-            gops = _time_alternating(fns, 2 * M * N * K, budget)
+            gops = time_alternating(fns, 2 * M * N * K, budget)
             rows.append({"M": M, "N": N, "K": K, "threads": threads, **gops})
+    conv_rows = []
+    if not args.gemm_only:
+        import conv
+
+        conv_rows = conv.measure(args.threads, 0.5 if args.quick else 1.5, ort=ort_version is not None)
     peak_after = _native.vnni_peak_probe(0.5) if has_vnni else None
     peak = max(peak_before, peak_after) if has_vnni else None
 
@@ -154,9 +136,17 @@ def main(argv: list[str] | None = None) -> int:
         ]
         print(" ".join(cells))
     print("# q/peak and ORT/peak use threads x the single-thread peak; GEMV (M = 1) is memory bound.")
+    if conv_rows:
+        print()
+        print(f"# convolution layers (benchmarks/conv.py), active ISA {_native.active_isa()}")
+        conv.print_table(conv_rows, peak)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"kernel": kernel, "peak_gops": peak, "ort": ort_version, "rows": rows}, f, indent=2)
+            json.dump(
+                {"kernel": kernel, "peak_gops": peak, "ort": ort_version, "rows": rows, "conv_rows": conv_rows},
+                f,
+                indent=2,
+            )
     return 0
 
 

@@ -819,7 +819,8 @@ def test_channels_last_boundary_errors():
     assert conv.output_shape((2, 8, 9, 7)) == (2, 6, 9, 7)
 
 
-# (x shape NCHW, w shape, attrs, why): the direct small-C kernel (avx512vnni, channels_last)
+# (x shape NCHW, w shape, attrs, why): the direct small-C kernel (avx512vnni; NCHW data goes
+# through it between two transposes)
 DIRECT = [
     ((1, 3, 23, 21), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "stem: 3 -> 16, 3x3 s2"),
     (
@@ -844,9 +845,11 @@ def test_direct_small_channel_path(x_shape, w_shape, attrs, why, x_dtype):
     case = random_case(rng, x_shape, w_shape, x_dtype=x_dtype, **attrs)
     case.w = rng.integers(-100, 101, w_shape).astype(np.int8)
     case.zw = rng.integers(-20, 21, w_shape[0]).astype(np.int8)
-    kernels = check_nhwc(derive_output(case, np.uint8))
-    if "avx512vnni" in ISAS:
-        assert kernels[ISAS.index("avx512vnni")].startswith("qconv_direct_"), kernels
+    case = derive_output(case, np.uint8)
+    # channels_last, and NCHW (the same kernel between two transposes)
+    for kernels in (check_nhwc(case), check(case)):
+        if "avx512vnni" in ISAS:
+            assert kernels[ISAS.index("avx512vnni")].startswith("qconv_direct_"), kernels
 
 
 def test_direct_path_refuses_weights_whose_difference_leaves_int8():

@@ -303,7 +303,7 @@ std::shared_ptr<QConv> QConv::create(const void* w, bool w_unsigned, int64_t M, 
 
 std::string QConv::kernel_name(bool channels_last) const {
   if (depthwise_ && channels_last) return depthwise_nhwc_name(isa_, dw_.nhwc_flat);
-  if (direct_ && channels_last) return "qconv_direct_u8s8_s32_8x16c4__avx512vnni";
+  if (direct_) return "qconv_direct_u8s8_s32_8x16c4__avx512vnni";  // NCHW: between two transposes
   if (depthwise_) return depthwise_name(isa_);
   // (uint8 x; int8 x takes the implicit path, which this name does not tell)
   if (channels_last && pointwise_gemm()) return "qconv_gemm+" + qgemm::qgemm_kernel_name(isa_);
@@ -351,6 +351,13 @@ Geometry QConv::resolve(int64_t N, int64_t C, int64_t H, int64_t W) const {
   return g;
 }
 
+// NHWC copies of x and y after the main buffer of a channels_last plan.
+void QConv::add_transposed_buffers(const ConvArgs& a, const Geometry& geo, Plan& pl) const {
+  pl.off_xt = align64(pl.main_bytes);
+  pl.off_yt = pl.off_xt + align64(static_cast<size_t>(geo.N * geo.H * geo.W * geo.C));
+  pl.main_bytes = pl.off_yt + align64(static_cast<size_t>(geo.N * geo.OH * geo.OW * M_ * out_bytes(a.out_type)));
+}
+
 bool QConv::depthwise_via_nhwc(const Geometry& geo, int threads) const {
   // QUANTA_CONV_DW_PATH=planes|transposed pins the path (the tests run both on every case)
   if (const char* e = std::getenv("QUANTA_CONV_DW_PATH")) {
@@ -373,16 +380,16 @@ QConv::Plan QConv::make_plan(const ConvArgs& a, const Geometry& geo) const {
     // between the cores from one pass to the next)
     if (geo.N * geo.C * geo.H * geo.W < kDwTransposedParallelBytes) pl.threads = 1;
     plan_depthwise_nhwc(geo, pl);
-    const int64_t ob = out_bytes(a.out_type);
-    pl.off_xt = align64(pl.main_bytes);
-    pl.off_yt = pl.off_xt + align64(static_cast<size_t>(geo.N * geo.H * geo.W * geo.C));
-    pl.main_bytes = pl.off_yt + align64(static_cast<size_t>(geo.N * geo.OH * geo.OW * geo.C * ob));
+    add_transposed_buffers(a, geo, pl);
   } else if (depthwise_) {
     pl.path = Path::kDepthwise;
     plan_depthwise(geo, pl);
-  } else if (direct_ && a.channels_last) {
-    pl.path = Path::kDirect;
+  } else if (direct_) {
+    // NCHW: between two transposes, as the im2col path would have them anyway (the
+    // 3-channel stem at 224x224: 0.33 -> 0.15 ms, one thread)
+    pl.path = a.channels_last ? Path::kDirect : Path::kDirectTransposed;
     plan_direct(a, geo, pl);
+    if (!a.channels_last) add_transposed_buffers(a, geo, pl);
   } else if (a.channels_last && !a.x_signed && pointwise_gemm()) {
     // A pointwise convolution on uint8 NHWC data is a plain GEMM over the pixels, x read
     // in place: qgemm's own tiles (one A stride) beat the per-row pointers of the
@@ -462,7 +469,8 @@ void QConv::run(const ConvArgs& a, const Geometry& geo, ConvWorkspace& ws) const
   switch (pl.path) {
     case Path::kDepthwise: run_depthwise(a, geo, pl, ws); break;
     case Path::kDepthwiseNhwc: run_depthwise_nhwc(a, geo, pl, ws); break;
-    case Path::kDepthwiseTransposed: run_depthwise_transposed(a, geo, pl, ws); break;
+    case Path::kDepthwiseTransposed:
+    case Path::kDirectTransposed: run_transposed(a, geo, pl, ws); break;
     case Path::kDirect: run_direct(a, geo, pl, ws); break;
     case Path::kImplicit: run_implicit(a, geo, pl, ws); break;
     case Path::kIm2col: run_im2col(a, geo, pl, ws); break;
@@ -660,42 +668,46 @@ void QConv::run_depthwise_nhwc(const ConvArgs& a, const Geometry& geo, const Pla
 }
 
 // ---------------------------------------------------------------------------------------
-// depthwise path on NCHW data through the channels_last kernel.
+// NCHW data through a channels_last path (depthwise, direct) between two transposes.
 // ---------------------------------------------------------------------------------------
 
-void QConv::run_depthwise_transposed(const ConvArgs& a, const Geometry& geo, const Plan& pl,
-                                     ConvWorkspace& ws) const {
-  const int64_t C = geo.C, hw = geo.H * geo.W, ohw = geo.OH * geo.OW;
+void QConv::run_transposed(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const {
+  const int64_t C = geo.C, M = M_, hw = geo.H * geo.W, ohw = geo.OH * geo.OW;
   const int ob = out_bytes(a.out_type);
   uint8_t* xt = ws.main.data() + pl.off_xt;
   uint8_t* yt = ws.main.data() + pl.off_yt;
   const TransposeU8Fn tr_u8 = transpose_u8_for(isa_);
   const TransposeS32Fn tr_s32 = transpose_s32_for(isa_);
 
-  // x [N, C, H·W] -> xt [N, H·W, C], in blocks of 64 channels (x keeps its domain: the
-  // kernel applies the int8 flip)
-  const int64_t cb = div_up(C, 64);
+  // x [N, C, H·W] -> xt [N, H·W, C], in blocks of 64 channels, or of 4096 pixels when
+  // there are few channels (x keeps its domain: the kernels apply the int8 flip)
+  const int64_t cb = div_up(C, 64), xpb = C < 64 ? div_up(hw, 4096) : 1;
   auto to_nhwc = [&](int64_t unit, int /*thread*/) {
-    const int64_t n = unit / cb, c0 = unit % cb * 64, cn = std::min<int64_t>(64, C - c0);
-    tr_u8(static_cast<const uint8_t*>(a.x) + (n * C + c0) * hw, hw, cn, hw, xt + n * hw * C + c0, C, 0);
+    const int64_t n = unit / (cb * xpb), c0 = unit / xpb % cb * 64, cn = std::min<int64_t>(64, C - c0);
+    const int64_t p0 = unit % xpb * 4096, pn = std::min<int64_t>(4096, hw - p0);
+    tr_u8(static_cast<const uint8_t*>(a.x) + (n * C + c0) * hw + p0, hw, cn, pn, xt + (n * hw + p0) * C + c0, C, 0);
   };
-  run_with_affinity(pl.threads, geo.N * cb, to_nhwc);
+  run_with_affinity(pl.threads, geo.N * cb * xpb, to_nhwc);
 
   ConvArgs t = a;
   t.x = xt;
   t.y = yt;
   t.channels_last = true;
-  run_depthwise_nhwc(t, geo, pl, ws);
+  if (pl.path == Path::kDirectTransposed) {
+    run_direct(t, geo, pl, ws);
+  } else {
+    run_depthwise_nhwc(t, geo, pl, ws);
+  }
 
-  // yt [N, OH·OW, C] -> y [N, C, OH·OW], in blocks of 64 pixels
+  // yt [N, OH·OW, M] -> y [N, M, OH·OW], in blocks of 64 pixels
   const int64_t pb = div_up(ohw, 64);
   auto to_nchw = [&](int64_t unit, int /*thread*/) {
     const int64_t n = unit / pb, p0 = unit % pb * 64, pn = std::min<int64_t>(64, ohw - p0);
-    const int64_t src = (n * ohw + p0) * C, dst = n * C * ohw + p0;
+    const int64_t src = (n * ohw + p0) * M, dst = n * M * ohw + p0;
     if (a.out_type == OutType::kS32) {
-      tr_s32(reinterpret_cast<const int32_t*>(yt) + src, C, pn, C, static_cast<int32_t*>(a.y) + dst, ohw);
+      tr_s32(reinterpret_cast<const int32_t*>(yt) + src, M, pn, M, static_cast<int32_t*>(a.y) + dst, ohw);
     } else {
-      tr_u8(yt + src * ob, C, pn, C, static_cast<uint8_t*>(a.y) + dst, ohw, 0);
+      tr_u8(yt + src * ob, M, pn, M, static_cast<uint8_t*>(a.y) + dst, ohw, 0);
     }
   };
   run_with_affinity(pl.threads, geo.N * pb, to_nchw);

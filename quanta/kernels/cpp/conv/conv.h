@@ -61,6 +61,8 @@
 //               from it, so the sums stay in registers across the taps of a call and tiles
 //               cross output rows. qgemm's fused output stage writes an NHWC block,
 //               transposed into y. No im2col copy.
+//   direct      the channels_last direct kernel (below) between an NCHW -> NHWC transpose
+//               of x and an NHWC -> NCHW one of y (a CNN's 3-channel stem).
 //   im2col      everything else (the avx2 ISA, channel counts that are not multiples of
 //               4): NCHW -> NHWC transpose, per chunk of output pixels and per group im2col
 //               rows [ky][kx][c] (or the transposed rows themselves for 1x1 / stride 1 /
@@ -224,7 +226,8 @@ class QConv {
   void plan_depthwise_nhwc(const Geometry& geo, Plan& pl) const;                   // conv.cc
   void run_depthwise(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
   void run_depthwise_nhwc(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
-  void run_depthwise_transposed(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+  void run_transposed(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+  void add_transposed_buffers(const ConvArgs& a, const Geometry& geo, Plan& pl) const;
   bool depthwise_via_nhwc(const Geometry& geo, int threads) const;  // NCHW depthwise through the channels_last kernel
   void run_depthwise_flat(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws,
                           const DepthwiseNhwc& base) const;  // conv.cc

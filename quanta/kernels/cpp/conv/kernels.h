@@ -67,7 +67,7 @@ inline void run_with_affinity(int threads, int64_t units, F& fn) {
 }
 
 // How one call runs (QConv::make_plan): path, work split, workspace layout.
-enum class Path { kDepthwise, kDepthwiseNhwc, kDepthwiseTransposed, kIm2col, kImplicit, kDirect };
+enum class Path { kDepthwise, kDepthwiseNhwc, kDepthwiseTransposed, kIm2col, kImplicit, kDirect, kDirectTransposed };
 
 struct QConv::Plan {
   Path path = Path::kIm2col;
@@ -99,7 +99,7 @@ struct QConv::Plan {
   size_t off_padrow = 0, off_tapoff = 0;  // depthwise: main buffer (and colterm, mult); implicit: tap offsets
   size_t off_ptrs = 0, off_scratch = 0;  // depthwise: thread buffer; implicit: the unit's row pointers
   size_t off_flat = 0;                   // depthwise flat rows: main buffer
-  size_t off_xt = 0, off_yt = 0;         // depthwise transposed: NHWC x and y, main buffer
+  size_t off_xt = 0, off_yt = 0;         // *Transposed paths: NHWC x and y, main buffer
 };
 
 // ---------------------------------------------------------------------------------------
