@@ -92,6 +92,29 @@ def test_few_rows_interleave_every_isa_and_thread_count(rows, cols):
         _native.clear_isa()
 
 
+@pytest.mark.parametrize("itemsize", [1, 4])
+@pytest.mark.parametrize(("rows", "cols"), [(8, 1), (17, 63), (16, 65), (65, 4000), (300, 97), (7, 130)])
+def test_simd_tiles_every_isa_and_thread_count(itemsize, rows, cols):
+    """1-byte elements with >= 8 rows and 4-byte elements run the convolution paths' SIMD
+    tile transposes (16 x 64 bytes, 8 x 8 int32) over blocks of whole source columns
+    (65 x 4000 bytes spans two blocks). Every bit pattern is copied (float32 NaN payloads
+    included): the elements are random raw bits. Failure signature: a neighbouring row's
+    or column's element in a tile edge, or a column block written twice or not at all."""
+    rng = np.random.default_rng(rows * 7919 + cols)
+    dtype = np.uint8 if itemsize == 1 else np.float32
+    x = rng.integers(0, 256, (2, rows, cols * itemsize), dtype=np.uint8).view(dtype)
+    want = np.ascontiguousarray(x.transpose(0, 2, 1)).tobytes()
+    try:
+        for isa in _native.supported_isas():
+            _native.set_isa(isa)
+            for threads in (1, 2):
+                got = _native.transpose_batched(x, 2, rows, cols, threads)
+                assert got.dtype == x.dtype and got.size == x.size, (isa, threads)
+                assert got.tobytes() == want, (isa, threads)
+    finally:
+        _native.clear_isa()
+
+
 def test_default_perm_and_unsupported_perm():
     x = np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
     sess = quanta.InferenceSession(transpose_model(3, None, TensorProto.FLOAT), backend="native")

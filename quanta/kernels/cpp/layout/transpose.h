@@ -8,10 +8,14 @@
 // group of axes, swaps two adjacent groups and keeps a trailing group (which becomes part
 // of the element): see quanta/targets/native/layout.py.
 //
-// Blocking: 16 x 16 element tiles for elements of 1, 2, 4 or 8 bytes (both the source
-// rows and the destination rows of a tile stay in L1), a row-wise memcpy for larger
-// elements. Threads: tiles of rows split over num_threads with the qgemm pool; every
-// byte is written once, whatever the split. No allocation; x and y must not overlap.
+// Blocking: 1-byte elements with >= 8 rows and 4-byte elements run the convolution
+// paths' SIMD tile transposes (conv/kernels.h transpose_u8 / transpose_s32: 16 x 64 bytes
+// through AVX-512 shuffles, 8 x 8 int32 through AVX2, portable loops otherwise) on units of
+// whole source columns (each unit writes whole destination rows; ~64 KiB per unit): 6-16x
+// the scalar tiles' ~2 GB/s for bytes. Other elements of 1, 2, 4 or 8 bytes: 16 x 16
+// element tiles (both sides of a tile stay in L1); larger elements: a row-wise memcpy.
+// Threads: units split over num_threads with the qgemm pool; every byte is written once,
+// whatever the split. No allocation; x and y must not overlap.
 //
 // Few rows: 1-byte elements with R = rows in {2, 3, 4} (an image's channels going NHWC:
 // 1x3x224x224 uint8) are an interleave of R rows into pixels of R bytes, which 16 x 16
