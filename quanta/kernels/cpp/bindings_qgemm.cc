@@ -24,6 +24,7 @@
 
 #include "bindings.h"
 #include "qgemm/qgemm.h"
+#include "qgemm/thread_pool.h"
 
 namespace quanta {
 namespace {
@@ -498,6 +499,9 @@ void register_qgemm(py::module_& m) {
         py::arg("fixed_shift") = py::none(), py::arg("zy") = 0, py::arg("clamp") = py::none(),
         py::arg("num_threads") = 1, py::arg("workspace") = py::none(), py::arg("out") = py::none(),
         "y = output_stage(Σ_k (x − zx)(w − zw) + bias); see quanta/kernels/cpp/qgemm/qgemm.h.");
+  m.def("pool_rest", &qgemm::pool_rest,
+        "Let the kernel pool's spinning workers sleep now (before NumPy/BLAS work that runs its own "
+        "threads); the next parallel kernel wakes them.");
   m.def(
       "qgemm_kernel_name", [](const py::object& isa) { return qgemm::qgemm_kernel_name(parse_isa(isa)); },
       py::arg("isa") = py::none(), "Micro-kernel family name (docs/kernels.md grammar).");

@@ -126,7 +126,12 @@ class Pool {
     for (;;) {
       if (gen_ == seen) {
         lk.unlock();
-        spin_until([&] { return published_.load(std::memory_order_acquire) != seen; }, kWorkerSpin);
+        const uint32_t rest = rest_.load(std::memory_order_acquire);
+        spin_until(
+            [&] {
+              return published_.load(std::memory_order_acquire) != seen || rest_.load(std::memory_order_relaxed) != rest;
+            },
+            kWorkerSpin);
         lk.lock();
       }
       cv_.wait(lk, [&] { return gen_ != seen; });
@@ -154,6 +159,11 @@ class Pool {
   std::condition_variable cv_, done_cv_;
   uint32_t gen_ = 0;
   std::atomic<uint32_t> published_{0};  // gen_, readable without the lock (worker spin)
+
+ public:
+  std::atomic<uint32_t> rest_{0};  // bumped by pool_rest(): spinning workers go to sleep
+
+ private:
   ChunkFn fn_ = nullptr;
   void* ctx_ = nullptr;
   int64_t n_ = 0;
@@ -184,6 +194,11 @@ Pool& pool() {
 }
 
 }  // namespace
+
+void pool_rest() {
+  std::lock_guard<std::mutex> lk(g_pool_mu);
+  if (g_pool != nullptr && g_pool_pid == getpid()) g_pool->rest_.fetch_add(1, std::memory_order_release);
+}
 
 void parallel_run(int threads, int64_t n_chunks, ChunkFn fn, void* ctx) {
   if (threads <= 1 || n_chunks <= 1) {

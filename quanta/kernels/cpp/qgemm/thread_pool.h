@@ -30,6 +30,11 @@ using ChunkFn = void (*)(void* ctx, int64_t chunk, int thread);
 // thread is in [0, threads): 0 for the caller, a worker index otherwise.
 void parallel_run(int threads, int64_t n_chunks, ChunkFn fn, void* ctx);
 
+// Workers spinning for the next job go to sleep now instead of at the end of their spin
+// budget: called before code that runs its own threads (NumPy's BLAS under a reference
+// kernel), which a spinning worker would take a core from. The next run() wakes them.
+void pool_rest();
+
 template <typename F>
 void parallel_for(int threads, int64_t n_chunks, F& f) {
   parallel_run(
