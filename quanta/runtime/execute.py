@@ -39,6 +39,7 @@ from quanta.runtime.compile import plan_static_memory
 from quanta.runtime.memory import VIEW_OPS, MemoryPlan
 from quanta.runtime.plan import Plan, SlotKind
 from quanta.runtime.profile import Profiler
+from quanta.runtime.static_steps import signature_static_steps
 from quanta.targets.base import Executable, TargetError
 from quanta.targets.reference import KERNEL_ERRORS, describe_args
 
@@ -70,6 +71,16 @@ class BoundRun:
     arena: np.ndarray | None = None  # aligned uint8 view, peak_bytes long
     arena_slots: frozenset[int] = frozenset()  # slots whose arrays live in the arena
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: ``steps`` without the signature-static ones (quanta.runtime.static_steps), and the
+    #: (slot, value) pairs those steps produced in the measuring run
+    fast_steps: list[_StepTuple] | None = None
+    static_values: tuple[tuple[int, np.ndarray], ...] = ()
+
+    def fast(self, vals: list[Any]) -> list[_StepTuple]:
+        """Puts the recorded signature-static values into ``vals``; the steps left to run."""
+        for k, v in self.static_values:
+            vals[k] = v
+        return self.steps if self.fast_steps is None else self.fast_steps
 
 
 class Executor(Executable):
@@ -103,6 +114,7 @@ class Executor(Executable):
             )
             for s in plan.steps
         ]
+        self._static = signature_static_steps(plan)
         self._bound: OrderedDict[tuple, BoundRun] = OrderedDict()
         self._bound_lock = threading.Lock()
 
@@ -138,17 +150,18 @@ class Executor(Executable):
         profiler = self.profiler
         if bound is None:
             specs: Specs = {}
-            self._run_instrumented(vals, self._plain, on_value, profiler, specs)
-            self._remember(signature, specs)
-            return [vals[k] for k in out_slots]
+            captured: dict[int, np.ndarray] = {}
+            self._run_instrumented(vals, self._plain, on_value, profiler, specs, capture=captured)
+            self._remember(signature, specs, captured)
+            return _outputs(vals, out_slots)
         if bound.arena is None:
-            self._run_bound(vals, bound.steps, on_value, bound.specs)
-            return [vals[k] for k in out_slots]
+            self._run_bound(vals, bound, on_value)
+            return _outputs(vals, out_slots)
         if not bound.lock.acquire(blocking=False):  # the arena is busy: run without it
-            self._run_bound(vals, self._plain, on_value, bound.specs)
-            return [vals[k] for k in out_slots]
+            self._run_bound(vals, bound, on_value, self._plain)
+            return _outputs(vals, out_slots)
         try:
-            self._run_bound(vals, bound.steps, on_value, bound.specs)
+            self._run_bound(vals, bound, on_value)
             arena = bound.arena
             outs = []
             for k in out_slots:
@@ -185,14 +198,19 @@ class Executor(Executable):
     def _run_bound(
         self,
         vals: list[Any],
-        steps: list[_StepTuple],
+        bound: BoundRun,
         on_value: Callable[[str, np.ndarray], None] | None,
-        specs: Specs,
+        plain: list[_StepTuple] | None = None,
     ) -> None:
+        """Runs ``bound``'s steps (or ``plain``, without the arena); the fast loop skips
+        the signature-static steps, the instrumented one runs every step."""
         if self.profiler is None and on_value is None:
-            self._run_fast(vals, steps)
+            if plain is None:
+                self._run_fast(vals, bound.fast(vals))
+            else:
+                self._run_fast(vals, plain)
         else:
-            self._run_instrumented(vals, steps, on_value, self.profiler, None, specs)
+            self._run_instrumented(vals, bound.steps if plain is None else plain, on_value, self.profiler, None, bound.specs)
 
     def _run_fast(self, vals: list[Any], steps: list[_StepTuple]) -> None:
         # Unrolled for 1-3 inputs and no keyword arguments: a list comprehension and an
@@ -228,9 +246,12 @@ class Executor(Executable):
         profiler: Profiler | None,
         record: Specs | None,
         specs: Specs | None = None,
+        capture: dict[int, np.ndarray] | None = None,
     ) -> None:
-        """The loop with timing (``profiler``), callbacks (``on_value``) and shape
-        recording (``record``: filled with the (shape, dtype) of every input and value)."""
+        """The loop with timing (``profiler``), callbacks (``on_value``), shape
+        recording (``record``: filled with the (shape, dtype) of every input and value) and
+        ``capture``: slot -> a copy of each small output of a signature-static step."""
+        static = self._static if capture is not None else frozenset()
         slots = self.plan.slots
         clock = time.perf_counter_ns
         if record is not None:
@@ -254,6 +275,8 @@ class Executor(Executable):
                     vals[out1] = res
                 else:
                     _store_many(vals, outs, res)
+                if k in static:
+                    _capture(vals, outs, capture)
                 if watch:
                     for o in outs:
                         if o is None:
@@ -277,8 +300,9 @@ class Executor(Executable):
         return TargetError(f"node {step.node.label}: {e} (inputs: {describe_args(args)})")
 
     # -- binding a signature ------------------------------------------------------------
-    def _remember(self, signature: tuple, specs: Specs) -> None:
+    def _remember(self, signature: tuple, specs: Specs, captured: dict[int, np.ndarray]) -> None:
         bound = self._bind(specs)
+        self._add_static(bound, captured)
         with self._bound_lock:
             self._bound[signature] = bound
             while len(self._bound) > self.max_signatures:
@@ -325,6 +349,50 @@ class Executor(Executable):
             k, fn, ctx, ins, n_in, out1, outs, frees, kw = steps[s.index]
             steps[s.index] = (k, _copy_out_of(arena, fn), ctx, ins, n_in, out1, outs, frees, kw)
         return BoundRun(steps, specs, memory, arena, frozenset(resident))
+
+
+    def _add_static(self, bound: BoundRun, captured: dict[int, np.ndarray]) -> None:
+        """Drops from ``bound``'s fast loop the signature-static steps whose outputs were
+        all captured (small, not graph outputs: a caller may write into what it gets)."""
+        outputs = set(self.plan.outputs.values())
+        skip = set()
+        for s in self.plan.steps:
+            if s.index not in self._static:
+                continue
+            outs = [o for o in s.outputs if o is not None]
+            if outs and all(o in captured and o not in outputs for o in outs):
+                skip.add(s.index)
+        if not skip:
+            return
+        produced = {o for s in self.plan.steps if s.index in skip for o in s.outputs if o is not None}
+        bound.static_values = tuple((k, captured[k]) for k in sorted(produced))
+        bound.fast_steps = [t for t in bound.steps if t[0] not in skip]
+
+
+#: Largest output of a signature-static step that the executor records (a shape
+#: subgraph's values are a few int64s; larger constant-derived values are recomputed).
+STATIC_VALUE_MAX_BYTES = 64 << 10
+
+
+def _capture(vals: list[Any], outs: tuple[int | None, ...], capture: dict[int, np.ndarray]) -> None:
+    for o in outs:
+        if o is None:
+            continue
+        arr = vals[o]
+        if isinstance(arr, np.ndarray) and arr.nbytes <= STATIC_VALUE_MAX_BYTES:
+            value = arr.copy()
+            value.flags.writeable = False  # shared by every run of the signature
+            capture[o] = value
+
+
+def _outputs(vals: list[Any], out_slots: list[int]) -> list[Any]:
+    """The graph outputs; a read-only one (a view of a recorded signature-static value or
+    of a constant) is copied, so the caller may write into what it gets."""
+    outs = [vals[k] for k in out_slots]
+    for i, arr in enumerate(outs):
+        if isinstance(arr, np.ndarray) and not arr.flags.writeable:
+            outs[i] = arr.copy()
+    return outs
 
 
 def _store_many(vals: list[Any], outs: tuple[int | None, ...], res: Any) -> None:

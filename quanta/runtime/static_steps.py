@@ -1,0 +1,135 @@
+"""Steps whose results are fixed by the input-shape signature (the executor's cache key).
+
+An exported transformer computes its reshape targets at run time: ``Shape`` of a value,
+then ``Gather``, ``Unsqueeze``, ``Concat``, ``Cast``, ``Range``, ... on the int64 result
+(all-MiniLM-L6-v2: about 120 of its 331 steps, most of them on NumPy twins at a few
+microseconds each). For a given signature those values never change, so the executor
+computes them in the signature's measuring run and, from then on, puts the recorded
+values in place instead of running the steps (``docs/runtime.md`` "Signature-static
+steps").
+
+A value is *value-static* when it is fixed by the signature: a constant, ``Shape`` or
+``Size`` of a *shape-stable* value, or the output of a deterministic operator whose
+inputs are all value-static. A value is *shape-stable* when its shape is fixed by the
+signature: a graph input or constant, a value-static value, or the output of an
+operator whose output shape follows from its inputs' shapes and attributes
+(:data:`SHAPE_ONLY_OPS`), or from them and some value-static inputs
+(:data:`SHAPE_ARGS`: Reshape's target, Slice's starts, ...). Operators outside these
+lists (NonZero, Unique, control flow, unknown domains, ...) end both properties: the
+analysis is conservative, a missed skip only costs time.
+"""
+
+from __future__ import annotations
+
+from quanta.runtime.plan import NONE_SLOT, Plan, SlotKind
+
+__all__ = ["SHAPE_ARGS", "SHAPE_ONLY_OPS", "signature_static_steps"]
+
+#: Output shapes determined by the input shapes and the attributes alone.
+SHAPE_ONLY_OPS = frozenset(
+    {
+        # elementwise, activations, normalizations
+        "Abs", "Acos", "Add", "And", "Asin", "Atan", "BatchNormalization", "BitShift", "Cast", "CastLike",
+        "Ceil", "Celu", "Clip", "Cos", "Cosh", "Div", "Elu", "Equal", "Erf", "Exp", "Floor", "Gelu",
+        "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization",
+        "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax",
+        "Max", "Mean", "Min", "Mish", "Mod", "Mul", "Neg", "Not", "Or", "Pow", "PRelu", "Reciprocal",
+        "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus",
+        "Softsign", "Sqrt", "Sub", "Sum", "Tan", "Tanh", "ThresholdedRelu", "Where", "Xor",
+        "GroupNormalization", "LpNormalization", "Hardmax", "CumSum", "Trilu",
+        # quantization
+        "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+        # contractions, convolutions, pooling
+        "MatMul", "MatMulInteger", "QLinearMatMul", "Gemm", "Einsum", "Conv", "ConvInteger",
+        "QLinearConv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+        "LpPool",
+        # layout and indexing
+        "Transpose", "Flatten", "Concat", "Gather", "GatherElements", "GatherND", "ScatterElements",
+        "ScatterND", "DepthToSpace", "SpaceToDepth", "ArgMax", "ArgMin", "Shape", "Size",
+        # com.microsoft operators quanta's compiler emits or imports
+        "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
+        "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm",
+        "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu",
+        # reductions with their axes as an attribute (opset < 13 / 18)
+        "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+        "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
+    }
+)  # fmt: skip
+
+#: Output shapes that also follow from these inputs' values (index in the node's inputs).
+SHAPE_ARGS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,),
+    "Expand": (1,),
+    "Tile": (1,),
+    "Slice": (1, 2, 3, 4),
+    "ConstantOfShape": (0,),
+    "Range": (0, 1, 2),
+    "Pad": (1, 2, 3),
+    "Unsqueeze": (1,),
+    "Squeeze": (1,),
+    "Split": (1,),
+    "TopK": (1,),
+    "OneHot": (1,),
+    "Resize": (1, 2, 3),
+    "Upsample": (1,),
+    "ReduceSum": (1,),
+    "ReduceMean": (1,),
+    "ReduceMax": (1,),
+    "ReduceMin": (1,),
+    "ReduceProd": (1,),
+    "ReduceL1": (1,),
+    "ReduceL2": (1,),
+    "ReduceLogSum": (1,),
+    "ReduceLogSumExp": (1,),
+    "ReduceSumSquare": (1,),
+}
+
+#: Operators whose values are not a function of their inputs.
+NONDETERMINISTIC = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
+)
+
+_DOMAINS = ("", "ai.onnx", "com.microsoft")
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def signature_static_steps(plan: Plan) -> frozenset[int]:
+    """Indices of the steps whose every output is value-static (module docstring)."""
+    value_static: set[int] = {NONE_SLOT}
+    shape_stable: set[int] = {NONE_SLOT}
+    for slot in plan.slots:
+        if slot.kind is SlotKind.CONSTANT:
+            value_static.add(slot.index)
+            shape_stable.add(slot.index)
+        elif slot.kind is SlotKind.INPUT:
+            shape_stable.add(slot.index)
+    for k in plan.constants:
+        value_static.add(k)
+        shape_stable.add(k)
+    # an overridable initializer is a graph input: its value may change between runs
+    value_static.difference_update(plan.inputs.values())
+
+    static_steps: set[int] = set()
+    for step in plan.steps:
+        node = step.node
+        op = node.op_type
+        known = node.domain in _DOMAINS and op not in _CONTROL_FLOW
+        ins = step.inputs
+        outs = [o for o in step.outputs if o is not None]
+        if known and op in ("Shape", "Size") and ins and ins[0] in shape_stable:
+            is_static = True
+        else:
+            is_static = known and op not in NONDETERMINISTIC and bool(ins) and all(i in value_static for i in ins)
+        if is_static:
+            value_static.update(outs)
+            shape_stable.update(outs)
+            static_steps.add(step.index)
+            continue
+        if not known:
+            continue
+        args = SHAPE_ARGS.get(op, ())
+        if op not in SHAPE_ONLY_OPS and op not in SHAPE_ARGS:
+            continue
+        if all((i in value_static) if j in args else (i in shape_stable) for j, i in enumerate(ins)):
+            shape_stable.update(outs)
+    return frozenset(static_steps)

@@ -1,0 +1,115 @@
+"""Signature-static steps (quanta/runtime/static_steps.py): the shape arithmetic of an
+exported transformer is computed once per input-shape signature and put in place on
+later runs; anything whose value or shape can follow the data keeps running."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+
+
+def _i64(name: str, values: list[int]):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def reshape_by_shape_model():
+    """x [B, S, 12] -> Reshape(x, concat(B, S, 3, 4)) -> Transpose -> y, the target from
+    Shape/Gather/Unsqueeze/Concat (a BERT head split); plus z = NonZero(x > t) -> Shape,
+    whose shape follows the data, and `n`, a static value that is also a graph output."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["sh"], name="shape"),
+        helper.make_node("Gather", ["sh", "i0"], ["b"], name="g0", axis=0),  # scalar index: b is 0-D
+        helper.make_node("Gather", ["sh", "i1"], ["s"], name="g1", axis=0),
+        helper.make_node("Unsqueeze", ["b", "ax0"], ["b1"], name="u0"),
+        helper.make_node("Unsqueeze", ["s", "ax0"], ["s1"], name="u1"),
+        helper.make_node("Concat", ["b1", "s1", "heads"], ["target"], name="cat", axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["r"], name="reshape"),
+        helper.make_node("Transpose", ["r"], ["y"], name="tr", perm=[0, 2, 1, 3]),
+        helper.make_node("Mul", ["s", "two"], ["n"], name="n_out"),
+        helper.make_node("Greater", ["x", "t"], ["mask"], name="gt"),
+        helper.make_node("NonZero", ["mask"], ["nz"], name="nonzero"),
+        helper.make_node("Shape", ["nz"], ["count"], name="nz_shape"),
+        helper.make_node("Add", ["count", "bias"], ["z"], name="data_dependent"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 12])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("n", TensorProto.INT64, None),
+            helper.make_tensor_value_info("z", TensorProto.INT64, None),
+        ],
+        [
+            numpy_helper.from_array(np.array(0, np.int64), "i0"),
+            numpy_helper.from_array(np.array(1, np.int64), "i1"),
+            _i64("ax0", [0]),
+            _i64("heads", [3, 4]),
+            numpy_helper.from_array(np.array(2, np.int64), "two"),
+            numpy_helper.from_array(np.array(0.5, np.float32), "t"),
+            numpy_helper.from_array(np.array(7, np.int64), "bias"),
+        ],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _executor(sess):
+    return next(v for v in vars(sess).values() if hasattr(v, "bound_runs"))
+
+
+def test_shape_arithmetic_is_static_and_data_dependent_shapes_are_not():
+    sess = quanta.InferenceSession(reshape_by_shape_model(), backend="native")
+    ex = _executor(sess)
+    static = {ex.plan.steps[i].name for i in ex._static}
+    assert {"shape", "g0", "g1", "u0", "u1", "cat", "n_out"} <= static
+    # NonZero's output shape follows the data: its Shape and what follows must run
+    assert not static & {"reshape", "tr", "gt", "nonzero", "nz_shape", "data_dependent"}
+
+
+def test_runs_skip_static_steps_and_match_the_reference_across_signatures():
+    m = reshape_by_shape_model()
+    ref = quanta.InferenceSession(m, backend="reference")
+    sess = quanta.InferenceSession(m, backend="native")
+    rng = np.random.default_rng(5)
+    # alternating signatures, and within one signature data with different NonZero counts
+    for b, s in [(1, 7), (2, 5), (1, 7), (2, 5), (1, 7), (3, 1)]:
+        x = rng.random((b, s, 12), dtype=np.float32)
+        got = sess.run(None, {"x": x})
+        want = ref.run(None, {"x": x})
+        for g_, w_ in zip(got, want):
+            assert g_.dtype == w_.dtype and g_.shape == w_.shape and np.array_equal(g_, w_)
+    bound = list(_executor(sess).bound_runs().values())
+    assert len(bound) == 3
+    for br in bound:
+        assert br.fast_steps is not None and len(br.fast_steps) < len(br.steps)
+        names = {_executor(sess).plan.steps[t[0]].name for t in br.fast_steps}
+        assert "n_out" in names  # a graph output: it runs, so the caller gets a fresh array
+        assert "cat" not in names and "shape" not in names
+
+
+def test_outputs_are_writable_and_do_not_alias_recorded_values():
+    sess = quanta.InferenceSession(reshape_by_shape_model(), backend="native")
+    x = np.ones((2, 3, 12), np.float32)
+    for _ in range(3):
+        y, n, z = sess.run(None, {"x": x})
+        assert n.flags.writeable and y.flags.writeable and z.flags.writeable
+        n += 100  # the caller's copy
+        assert int(sess.run(None, {"x": x})[1]) == 6
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+def test_profiling_and_callbacks_still_see_every_step(backend):
+    m = reshape_by_shape_model()
+    opts = quanta.SessionOptions()
+    opts.enable_profiling = True
+    sess = quanta.InferenceSession(m, sess_options=opts, backend=backend)
+    x = np.ones((2, 3, 12), np.float32)
+    for _ in range(3):
+        sess.run(None, {"x": x})
+    ex = _executor(sess)
+    seen = []
+    ex.run({"x": x}, ["y"], on_value=lambda name, arr: seen.append(name))
+    assert "target" in seen and "sh" in seen  # the static values are reported too
