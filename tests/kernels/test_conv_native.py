@@ -105,7 +105,12 @@ def make_conv(case: ConvCase, isa: str):
 
 
 def run_qlinear(conv, case: ConvCase, threads: int) -> np.ndarray:
-    return conv.qlinear(case.x, case.sx, case.zx, case.sw, case.sy, case.zy, case.bias, num_threads=threads)
+    """Per-call parameters, and the same through prepare() + qlinear_prepared() (what the
+    binder does with constant parameters): the same bytes, on every case of this file."""
+    y = conv.qlinear(case.x, case.sx, case.zx, case.sw, case.sy, case.zy, case.bias, num_threads=threads)
+    conv.prepare(case.sx, case.zx, case.sw, case.sy, case.zy, case.bias)
+    assert conv.qlinear_prepared(case.x, num_threads=threads).tobytes() == y.tobytes(), "prepared"
+    return y
 
 
 def run_integer(conv, case: ConvCase, threads: int) -> np.ndarray:
@@ -605,10 +610,13 @@ def test_concurrent_calls_on_one_object():
     want = twin_qlinear(s)
     errors = []
 
-    def work():
-        for _ in range(20):
-            if not np.array_equal(run_qlinear(conv, s, 2), want):
-                errors.append("mismatch")
+    def work():  # prepare() runs in every thread too: a call keeps the parameters it started with
+        try:
+            for _ in range(20):
+                if not np.array_equal(run_qlinear(conv, s, 2), want):
+                    errors.append("mismatch")
+        except Exception as e:  # noqa: BLE001 - reported by the assert below
+            errors.append(repr(e))
 
     threads = [threading.Thread(target=work) for _ in range(3)]
     for t in threads:
@@ -936,3 +944,18 @@ def test_depthwise_flat_rows_weight_zero_point_outside_int8():
         case.zw = np.full(c, 255, np.uint8)
         case.w.reshape(-1)[::3] = 0
         check_nhwc(derive_output(case, np.uint8))
+
+
+def test_prepared_parameters_are_checked_once_and_x_must_match_them():
+    rng = np.random.default_rng(23)
+    case = random_case(rng, (1, 7, 5, 6), (3, 7, 3, 3), pads=[1, 1, 1, 1])
+    conv = make_conv(case, ISAS[0])
+    with pytest.raises(ValueError, match="call prepare"):
+        conv.qlinear_prepared(case.x)
+    with pytest.raises(ValueError, match="w_scale"):
+        conv.prepare(case.sx, case.zx, np.ones(5, np.float32), case.sy, case.zy)  # 5 scales for M = 3
+    with pytest.raises(ValueError, match="expected finite requantization"):
+        conv.prepare(case.sx, case.zx, case.sw, np.float32(0.0), case.zy)
+    conv.prepare(case.sx, case.zx, case.sw, case.sy, case.zy, case.bias)
+    with pytest.raises(ValueError, match="x: expected uint8 like x_zero_point, got int8"):
+        conv.qlinear_prepared(case.x.view(np.int8))

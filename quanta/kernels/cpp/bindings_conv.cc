@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -256,65 +257,113 @@ struct PyConv {
     if (mine) busy.store(false);
   }
 
-  py::array qlinear(const py::handle& x_obj, const py::handle& sx_obj, const py::handle& zx_obj,
-                    const py::handle& sw_obj, const py::handle& sy_obj, const py::handle& zy_obj,
-                    const py::object& bias_obj, int num_threads, const py::object& out_obj, bool channels_last) {
+  // The requantization parameters of a QLinearConv call, validated and converted once:
+  // per call (qlinear) or at compile time for constant parameters (prepare + run).
+  struct QParams {
+    bool x_signed = false, y_signed = false;
+    int32_t zx = 0, zy = 0;
+    std::vector<float> mult;     // m[c] = f32(f32(sx·sw[c]) / sy)
+    std::vector<int32_t> bias;   // empty: no bias
+  };
+  // swapped whole (std::atomic_load / atomic_store): a call holds its own reference, so a
+  // prepare() from another thread never changes parameters under a running call
+  std::shared_ptr<const QParams> prepared;
+
+  QParams make_qparams(const py::handle& sx_obj, const py::handle& zx_obj, bool x_signed, const py::handle& sw_obj,
+                       const py::handle& sy_obj, const py::handle& zy_obj, const py::object& bias_obj) const {
     const char* fn = "QLinearConv";
-    bool x_signed = false;
-    py::array x = check_x(x_obj, fn, channels_last, &x_signed);
     const int64_t M = conv->M();
-    conv::ConvArgs args;
-    args.x = x.data();
-    args.x_signed = x_signed;
-    args.zx = zero_points(zx_obj, 1, x_signed ? -128 : 0, x_signed ? 127 : 255, std::string(fn) + ": x_zero_point",
-                          x_signed ? kNpyInt8 : kNpyUint8, x_signed ? "int8" : "uint8")[0];
+    QParams q;
+    q.x_signed = x_signed;
+    q.zx = zero_points(zx_obj, 1, x_signed ? -128 : 0, x_signed ? 127 : 255, std::string(fn) + ": x_zero_point",
+                       x_signed ? kNpyInt8 : kNpyUint8, x_signed ? "int8" : "uint8")[0];
     py::array zy = as_array(zy_obj);
     const int ynum = type_num(zy);
     if (ynum != kNpyUint8 && ynum != kNpyInt8) {
       throw py::value_error(std::string(fn) + ": y_zero_point: expected int8 or uint8, got " + dtype_name(zy));
     }
-    const bool y_signed = ynum == kNpyInt8;
-    args.zy = zero_points(zy, 1, y_signed ? -128 : 0, y_signed ? 127 : 255, std::string(fn) + ": y_zero_point", -1,
-                          nullptr)[0];
-    args.out_type = y_signed ? OutType::kS8 : OutType::kU8;
-
+    q.y_signed = ynum == kNpyInt8;
+    q.zy = zero_points(zy, 1, q.y_signed ? -128 : 0, q.y_signed ? 127 : 255, std::string(fn) + ": y_zero_point", -1,
+                       nullptr)[0];
     const float sx = scales(sx_obj, 1, std::string(fn) + ": x_scale")[0];
     const float sy = scales(sy_obj, 1, std::string(fn) + ": y_scale")[0];
     const std::vector<float> sw = scales(sw_obj, M, std::string(fn) + ": w_scale");
     // m[c] = f32(f32(sx·sw[c]) / sy): requant.py::requant_multiplier, one rounding per op
-    std::vector<float> mult(sw.size());
+    q.mult.resize(sw.size());
     for (size_t i = 0; i < sw.size(); ++i) {
       const float prod = sx * sw[i];
-      mult[i] = prod / sy;
-      if (!std::isfinite(mult[i])) {
+      q.mult[i] = prod / sy;
+      if (!std::isfinite(q.mult[i])) {
         throw py::value_error(std::string(fn) + ": x_scale * w_scale / y_scale: expected finite requantization "
-                              "multipliers, got " + std::to_string(mult[i]) + " at output channel " +
+                              "multipliers, got " + std::to_string(q.mult[i]) + " at output channel " +
                               std::to_string(i));
       }
     }
-    args.multiplier = mult.data();
-    args.multiplier_per_channel = mult.size() > 1;
-
-    py::array bias;
     if (!bias_obj.is_none()) {
-      bias = as_array(bias_obj);
+      py::array bias = as_array(bias_obj);
       if (type_num(bias) != kNpyInt32 || bias.ndim() != 1 || bias.shape(0) != M) {
         throw py::value_error(std::string(fn) + ": B: expected int32 of shape (" + std::to_string(M) + ",), got " +
                               dtype_name(bias) + " of shape " + tuple_str(shape_of(bias)));
       }
-      if (!(bias.flags() & py::array::c_style)) bias = py::array_t<int32_t, py::array::c_style>(bias);
-      args.bias = static_cast<const int32_t*>(bias.data());
+      py::array_t<int32_t, py::array::c_style | py::array::forcecast> b(bias);
+      q.bias.assign(b.data(), b.data() + M);
+    }
+    return q;
+  }
+
+  py::array run_qlinear(const py::array& x, bool x_signed, const QParams& q, int num_threads,
+                        const py::object& out_obj, bool channels_last) {
+    const char* fn = "QLinearConv";
+    if (x_signed != q.x_signed) {
+      throw py::value_error(std::string(fn) + ": x: expected " + (q.x_signed ? "int8" : "uint8") +
+                            " like x_zero_point, got " + dtype_name(x));
     }
     if (num_threads < 1) {
       throw py::value_error(std::string(fn) + ": num_threads: expected >= 1, got " + std::to_string(num_threads));
     }
+    conv::ConvArgs args;
+    args.x = x.data();
+    args.x_signed = x_signed;
+    args.zx = q.zx;
+    args.zy = q.zy;
+    args.out_type = q.y_signed ? OutType::kS8 : OutType::kU8;
+    args.multiplier = q.mult.data();
+    args.multiplier_per_channel = q.mult.size() > 1;
+    args.bias = q.bias.empty() ? nullptr : q.bias.data();
     args.num_threads = num_threads;
     args.channels_last = channels_last;
     const conv::Geometry geo = geometry(x, fn, channels_last);
-    py::array y = output(out_obj, out_shape(geo, channels_last), zy.dtype(), x, fn);
+    py::array y = output(out_obj, out_shape(geo, channels_last), q.y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>(), x, fn);
     args.y = y.mutable_data();
     execute(args, geo);
     return y;
+  }
+
+  py::array qlinear(const py::handle& x_obj, const py::handle& sx_obj, const py::handle& zx_obj,
+                    const py::handle& sw_obj, const py::handle& sy_obj, const py::handle& zy_obj,
+                    const py::object& bias_obj, int num_threads, const py::object& out_obj, bool channels_last) {
+    bool x_signed = false;
+    py::array x = check_x(x_obj, "QLinearConv", channels_last, &x_signed);
+    const QParams q = make_qparams(sx_obj, zx_obj, x_signed, sw_obj, sy_obj, zy_obj, bias_obj);
+    return run_qlinear(x, x_signed, q, num_threads, out_obj, channels_last);
+  }
+
+  // Constant requantization parameters, converted once (the binder's compile-time call):
+  // x's type follows x_zero_point's.
+  void prepare(const py::handle& sx_obj, const py::handle& zx_obj, const py::handle& sw_obj, const py::handle& sy_obj,
+               const py::handle& zy_obj, const py::object& bias_obj) {
+    const bool x_signed = type_num(as_array(zx_obj)) == kNpyInt8;
+    std::atomic_store(&prepared, std::shared_ptr<const QParams>(std::make_shared<QParams>(
+                                     make_qparams(sx_obj, zx_obj, x_signed, sw_obj, sy_obj, zy_obj, bias_obj))));
+  }
+
+  py::array qlinear_prepared(const py::handle& x_obj, int num_threads, const py::object& out_obj,
+                             bool channels_last) {
+    const std::shared_ptr<const QParams> q = std::atomic_load(&prepared);
+    if (!q) throw py::value_error("QLinearConv: qlinear_prepared: call prepare(...) first");
+    bool x_signed = false;
+    py::array x = check_x(x_obj, "QLinearConv", channels_last, &x_signed);
+    return run_qlinear(x, x_signed, *q, num_threads, out_obj, channels_last);
   }
 
   py::array integer(const py::handle& x_obj, const py::object& zx_obj, int num_threads, const py::object& out_obj,
@@ -443,6 +492,13 @@ void register_conv(py::module_& m) {
            py::arg("w_scale"), py::arg("y_scale"), py::arg("y_zero_point"), py::arg("bias") = py::none(),
            py::kw_only(), py::arg("num_threads") = 1, py::arg("out") = py::none(), py::arg("channels_last") = false,
            "QLinearConv: y = saturate(round_half_even(f32(acc)·m[c]) + zy), m = f32(f32(sx·sw[c])/sy).")
+      .def("prepare", &PyConv::prepare, py::arg("x_scale"), py::arg("x_zero_point"), py::arg("w_scale"),
+           py::arg("y_scale"), py::arg("y_zero_point"), py::arg("bias") = py::none(),
+           "Converts constant QLinearConv parameters once (checked as qlinear checks them); "
+           "qlinear_prepared then takes x alone. x's type follows x_zero_point's.")
+      .def("qlinear_prepared", &PyConv::qlinear_prepared, py::arg("x"), py::kw_only(), py::arg("num_threads") = 1,
+           py::arg("out") = py::none(), py::arg("channels_last") = false,
+           "QLinearConv with the parameters of prepare(): the same bytes as qlinear.")
       .def("integer", &PyConv::integer, py::arg("x"), py::arg("x_zero_point") = py::none(), py::kw_only(),
            py::arg("num_threads") = 1, py::arg("out") = py::none(), py::arg("channels_last") = false,
            "ConvInteger: the int32 accumulator of eq. (4).")

@@ -110,6 +110,43 @@ def _qlinear_conv_native(
         return out
 
 
+def _qlinear_conv_prepared(
+    ctx: OpContext,
+    x: np.ndarray,
+    *params: np.ndarray | None,
+    conv: Any,
+    nhwc: bool = False,
+    domain: str = "",
+    out: np.ndarray | None = None,
+    **attrs: Any,
+) -> np.ndarray:
+    """QLinearConv whose scales, zero points and bias are constants, converted once at
+    compile time (``conv.prepare``): the call parses x alone (a 1x1 conv of 8 channels on
+    a 2x2 image took 6.3 us through ``conv.qlinear``, most of it converting parameters)."""
+    try:
+        return conv.qlinear_prepared(_contiguous(x), num_threads=_threads(ctx), out=out, channels_last=nhwc)
+    except ValueError:
+        y = _reference("QLinearConv", ctx, (x, *params), attrs, domain)
+        if out is None:
+            return y
+        out[...] = y
+        return out
+
+
+def _prepare_constants(conv: Any, node: Node) -> bool:
+    """``conv.prepare`` with the node's constant parameters; False when one is not a
+    constant or the binding refuses them (the per-call path then reports it)."""
+    inputs = [node.input(i) for i in (1, 2, 4, 6, 7, 8)]
+    if any(v is not None and not v.is_const for v in inputs) or any(v is None for v in inputs[:5]):
+        return False
+    sx, zx, sw, sy, zy, b = (None if v is None else np.asarray(v.const) for v in inputs)
+    try:
+        conv.prepare(sx, zx, sw, sy, zy, b)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
 def _conv_integer_native(
     ctx: OpContext,
     x: np.ndarray,
@@ -181,9 +218,8 @@ def bind_qlinear_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
     conv, reason = _prepack(node, node.input(3), node.input(5))
     if conv is None:
         return None, reason
-    return Kernel(
-        _qlinear_conv_native, "native", f"native:{conv.kernel}", params={"conv": conv}, out=True
-    ), ""
+    fn = _qlinear_conv_prepared if _prepare_constants(conv, node) else _qlinear_conv_native
+    return Kernel(fn, "native", f"native:{conv.kernel}", params={"conv": conv}, out=True), ""
 
 
 @register_binder("QLinearConv", MS_DOMAIN)
@@ -203,7 +239,8 @@ def bind_ms_qlinear_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, reason
     name = conv.kernel_channels_last if channels_last else conv.kernel
     params = {"conv": conv, "nhwc": bool(channels_last), "domain": MS_DOMAIN}
-    return Kernel(_qlinear_conv_native, "native", f"native:{name}", params=params, out=True), ""
+    fn = _qlinear_conv_prepared if _prepare_constants(conv, node) else _qlinear_conv_native
+    return Kernel(fn, "native", f"native:{name}", params=params, out=True), ""
 
 
 @register_binder("ConvInteger")
