@@ -615,7 +615,7 @@ def test_concurrent_calls_on_one_object():
             for _ in range(20):
                 if not np.array_equal(run_qlinear(conv, s, 2), want):
                     errors.append("mismatch")
-        except Exception as e:  # noqa: BLE001 - reported by the assert below
+        except Exception as e:  # reported by the assert below
             errors.append(repr(e))
 
     threads = [threading.Thread(target=work) for _ in range(3)]
