@@ -268,6 +268,24 @@ def test_qgemm_k_chunks_row_blocks_and_row_split(isa: str) -> None:
         check_all_variants(case, isas=(isa,))
 
 
+@pytest.mark.parametrize(("M", "N", "K", "out"), [(49, 192, 1152, np.uint8), (17, 65, 259, np.int32), (23, 97, 4100, np.int8)])
+def test_qgemm_two_dimensional_split(M: int, N: int, K: int, out: type) -> None:
+    """Few row groups and few panel groups (a 7x7 pointwise layer: 7 row groups of 8, 3
+    panel groups): threads=2 splits rows and panels at once (qgemm.cc split_2d), with a
+    short last row group and panel; K = 4100 adds K chunks through the partial buffer.
+    Failure signature: a (row group, panel group) block missing or written twice, or the
+    bytes depend on the thread count."""
+    rng = np.random.default_rng(M * 31 + N)
+    x = rng.integers(0, 256, (M, K), dtype=np.uint8)
+    w = rng.integers(-128, 128, (K, N), dtype=np.int8)
+    zw = rng.integers(-128, 128, N).astype(np.int32)
+    bias = rng.integers(-(2**16), 2**16, N).astype(np.int32)
+    stage = {}
+    if out != np.int32:  # per-column multipliers that differ, a zero point inside the range
+        stage = {"multiplier": rng.uniform(3e-5, 9e-5, N).astype(np.float32), "zy": 5}
+    check_all_variants(Case(x, w, 37, zw, np.dtype(out), bias, stage))
+
+
 def test_qgemm_l2_sized_row_blocks_and_colterm_started_chunks() -> None:
     """Failure signature: rows of a later row block off by bias − zx'·cs (the column term
     the AVX-512 tiles start their first K chunk from, added twice or never), or garbage in

@@ -73,7 +73,9 @@ struct Plan {
   int64_t kc = 0, n_chunks = 1, mc = 0;
   int tasks = 1;          // threads used
   bool split_n = true;
+  bool split_2d = false;  // units are (MR-row group, panel group) pairs, row-major
   int64_t units = 0;      // groups of panels_per_unit panels (split_n) or MR-row groups
+  int64_t n_units = 1;    // split_2d: panel groups per row group
   int64_t panels_per_unit = 1;
   int64_t n_work = 1;     // work chunks (ranges of units) claimed by the threads
   size_t off_a = 0, off_rowsum = 0, off_zx_row = 0, off_colterm = 0, off_mult = 0, off_fbias = 0, off_fmult = 0,
@@ -112,9 +114,24 @@ Plan make_plan(const QGemmParams& p) {
   const int64_t y_elem_bytes = p.out_type == OutType::kU8 || p.out_type == OutType::kS8 ? 1 : 4;
   pl.panels_per_unit = std::max<int64_t>(1, 64 / (int64_t{f.nr} * y_elem_bytes));
   pl.units = pl.split_n ? div_up(pl.n_panels, pl.panels_per_unit) : row_groups;
+  // Few units of either kind (a 7x7 pointwise layer: 7 row groups, 3 panel groups): the
+  // busiest thread of a 1-D split carries ceil(units / threads) of them (3 of 7 row groups
+  // on 2 threads: at most 1.33x), so such calls split rows and panels at once.
+  if (threads > 1) {
+    const int64_t pu = div_up(pl.n_panels, pl.panels_per_unit);
+    auto balance = [&](int64_t u) { return static_cast<double>(u) / (threads * div_up(u, threads)); };
+    const double one_d = balance(pl.units), two_d = balance(row_groups * pu);
+    if (one_d < 0.85 && two_d > one_d && row_groups > 1 && pu > 1) {
+      pl.split_n = false;
+      pl.split_2d = true;
+      pl.n_units = pu;
+      pl.units = row_groups * pu;
+    }
+  }
   pl.tasks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, pl.units)));
   // A few chunks per thread, so that a thread the OS runs late costs little.
   pl.n_work = pl.tasks == 1 ? 1 : std::min<int64_t>(pl.units, int64_t{pl.tasks} * kChunksPerThread);
+  if (pl.split_2d) pl.n_work = std::min<int64_t>(pl.units, 64);  // few small units: one per claim
 
   // MC: see kMcBytes and kL2Bytes. Rows per block, then balanced over the blocks.
   const int64_t a_row_bytes = std::max<int64_t>(1, pl.Kp * f.a_bytes);
@@ -286,14 +303,12 @@ void qgemm(const QGemmParams& p, Workspace& workspace) {
   }
   if (pl.rowsums) activation_row_sums(p.x, p.x_row_stride, p.x_signed, pl.K, 0, pl.M, rowsum);
 
-  // Phase 2: the blocked GEMM. A chunk is a contiguous range of panels (or of MR-row
-  // groups); chunks are claimed dynamically by the threads (thread_pool.h).
+  // Phase 2: the blocked GEMM. A chunk is a contiguous range of units (panel groups,
+  // MR-row groups, or (row group, panel group) pairs); chunks are claimed dynamically by
+  // the threads (thread_pool.h).
   const int64_t panel_elems = pl.Kp * f.nr;  // weights per panel
-  auto compute = [&](int64_t chunk, int thread) {
-    const int64_t ub = pl.units * chunk / pl.n_work, ue = pl.units * (chunk + 1) / pl.n_work;
-    const int64_t pb = pl.split_n ? ub * pl.panels_per_unit : 0;
-    const int64_t pe = pl.split_n ? std::min(pl.n_panels, ue * pl.panels_per_unit) : pl.n_panels;
-    const int64_t mb = pl.split_n ? 0 : ub * f.mr, me = pl.split_n ? pl.M : std::min(pl.M, ue * f.mr);
+  // rows [mb, me) x panels [pb, pe), blocked as in the loop nest above
+  auto run_block = [&](int64_t mb, int64_t me, int64_t pb, int64_t pe, int thread) {
     TileArgs t;
     t.a_row_stride = a_stride;
     t.partial = pl.n_chunks > 1 ? at<int32_t>(ws, pl.off_partial) + thread * pl.mc * f.nr : nullptr;
@@ -316,6 +331,21 @@ void qgemm(const QGemmParams& p, Workspace& workspace) {
         }
       }
     }
+  };
+  auto compute = [&](int64_t chunk, int thread) {
+    const int64_t ub = pl.units * chunk / pl.n_work, ue = pl.units * (chunk + 1) / pl.n_work;
+    if (pl.split_2d) {  // each unit: its row group x its panel group
+      for (int64_t u = ub; u < ue; ++u) {
+        const int64_t rg = u / pl.n_units, pu = u % pl.n_units;
+        run_block(rg * f.mr, std::min(pl.M, (rg + 1) * f.mr), pu * pl.panels_per_unit,
+                  std::min(pl.n_panels, (pu + 1) * pl.panels_per_unit), thread);
+      }
+      return;
+    }
+    const int64_t pb = pl.split_n ? ub * pl.panels_per_unit : 0;
+    const int64_t pe = pl.split_n ? std::min(pl.n_panels, ue * pl.panels_per_unit) : pl.n_panels;
+    const int64_t mb = pl.split_n ? 0 : ub * f.mr, me = pl.split_n ? pl.M : std::min(pl.M, ue * f.mr);
+    run_block(mb, me, pb, pe, thread);
   };
   parallel_for(pl.tasks, pl.n_work, compute);
 }
