@@ -2,7 +2,7 @@
 // the per-call folding of zero points and bias (contract in qgemm.h).
 //
 // Loop nest, per chunk of work (a contiguous range of N panels, or of rows when there are
-// fewer panels than threads):
+// fewer panels than threads, or (row group, panel group) pairs when neither balances):
 //
 //   for mc0 in rows, step MC            A block MC x Kp of x' stays in L2 across panels
 //     for panel p in the task's panels  B panel Kp x NR
