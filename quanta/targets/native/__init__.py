@@ -16,6 +16,8 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from quanta.ir.graph import Model, Node
 from quanta.kernels import native_available
 from quanta.targets.base import Kernel
@@ -75,24 +77,35 @@ class NativeTarget(ReferenceTarget):
             return kernel
         kernel = reference_kernel(node, fallback=reason)
         if node.op_type in BLAS_OPS and native_available():
-            kernel.fn = _resting(kernel.fn)
+            kernel.fn = _resting(kernel.fn, 0 if node.op_type in ("Conv", "ConvTranspose") else REST_MIN_ELEMENTS)
         return kernel
 
 
 #: Reference twins whose NumPy work runs on BLAS, which starts its own threads: the
 #: kernel pool's workers, spinning for the next native kernel, would take a core from
 #: them (an FP32 MobileNet-style CNN on 2 threads took 20 ms against 12.5 ms on 1, and
-#: 12.7 ms with BLAS on one thread). The pool rests before them.
+#: 12.7 ms with BLAS on one thread). The pool rests before every float Conv (im2col and a
+#: GEMM: even the CNN's 7x7 layers needed it, 16.9-24.9 ms without, 13.3-13.9 with), and
+#: before the other ops when their inputs hold at least REST_MIN_ELEMENTS elements: before
+#: a small MatMul the workers' wake-up for the next native kernel costs more than it frees
+#: (all-MiniLM-L6-v2 dynamically quantized, its 12 attention MatMuls of 98K input elements
+#: each: 9.7-10.0 ms without a rest, 10.1-11.0 ms with one before each, 2 threads).
 BLAS_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN", "Attention"})
+REST_MIN_ELEMENTS = 1 << 17
 
 
-def _resting(fn: Callable[..., Any]) -> Callable[..., Any]:
+def _resting(fn: Callable[..., Any], min_elements: int) -> Callable[..., Any]:
+    """``fn`` after a pool rest, when it runs with several threads and its array inputs
+    hold at least ``min_elements`` elements."""
     from quanta.kernels import _native
 
     rest = _native.pool_rest
 
-    def run(*args: Any, **kwargs: Any) -> Any:
-        rest()
-        return fn(*args, **kwargs)
+    def run(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(ctx, "num_threads", 1) > 1 and (
+            min_elements == 0 or sum(a.size for a in args if isinstance(a, np.ndarray)) >= min_elements
+        ):
+            rest()
+        return fn(ctx, *args, **kwargs)
 
     return run
