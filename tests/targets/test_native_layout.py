@@ -71,6 +71,22 @@ def test_large_plane_splits_over_threads_identically():
     assert one.tobytes() == two.tobytes() == np.ascontiguousarray(x.transpose(0, 2, 3, 1)).tobytes()
 
 
+def assert_every_isa_and_thread_count(x: np.ndarray) -> None:
+    """transpose_batched of x [B, R, C] gives x.transpose(0, 2, 1)'s bytes on every ISA the
+    CPU runs, with 1 and 2 threads."""
+    batch, rows, cols = x.shape
+    want = np.ascontiguousarray(x.transpose(0, 2, 1)).tobytes()
+    try:
+        for isa in _native.supported_isas():
+            _native.set_isa(isa)
+            for threads in (1, 2):
+                got = _native.transpose_batched(x, batch, rows, cols, threads)
+                assert got.dtype == x.dtype and got.size == x.size, (isa, threads)
+                assert got.tobytes() == want, (isa, threads)
+    finally:
+        _native.clear_isa()
+
+
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("cols", [1, 31, 32, 33, 4097, 131 * 97])
 def test_few_rows_interleave_every_isa_and_thread_count(rows, cols):
@@ -80,16 +96,7 @@ def test_few_rows_interleave_every_isa_and_thread_count(rows, cols):
     1 and 5 rows take the tiles. Failure signature: bytes of a neighbouring row or column in
     a 16-byte piece (a wrong vpshufb mask or vperm2i128 pairing), or a missing tail column."""
     x = np.random.default_rng(rows * 1000 + cols).integers(-128, 128, (2, rows, cols)).astype(np.int8)
-    want = np.ascontiguousarray(x.transpose(0, 2, 1)).tobytes()
-    try:
-        for isa in _native.supported_isas():
-            _native.set_isa(isa)
-            for threads in (1, 2):
-                got = _native.transpose_batched(x, 2, rows, cols, threads)
-                assert got.dtype == x.dtype and got.size == x.size, (isa, threads)
-                assert got.tobytes() == want, (isa, threads)
-    finally:
-        _native.clear_isa()
+    assert_every_isa_and_thread_count(x)
 
 
 @pytest.mark.parametrize("itemsize", [1, 4])
@@ -103,16 +110,7 @@ def test_simd_tiles_every_isa_and_thread_count(itemsize, rows, cols):
     rng = np.random.default_rng(rows * 7919 + cols)
     dtype = np.uint8 if itemsize == 1 else np.float32
     x = rng.integers(0, 256, (2, rows, cols * itemsize), dtype=np.uint8).view(dtype)
-    want = np.ascontiguousarray(x.transpose(0, 2, 1)).tobytes()
-    try:
-        for isa in _native.supported_isas():
-            _native.set_isa(isa)
-            for threads in (1, 2):
-                got = _native.transpose_batched(x, 2, rows, cols, threads)
-                assert got.dtype == x.dtype and got.size == x.size, (isa, threads)
-                assert got.tobytes() == want, (isa, threads)
-    finally:
-        _native.clear_isa()
+    assert_every_isa_and_thread_count(x)
 
 
 def test_default_perm_and_unsupported_perm():
