@@ -115,7 +115,11 @@ def cnn_section(blocks: int, runs: int, size: int = 224) -> None:
                 {"q8": lambda s=q8: s.run(None, feeds), "o8": lambda o=o8: o.run(None, feeds)}, blocks, runs
             )
             # quanta's FP32 path apart: its NumPy convolutions run on OpenBLAS, whose own
-            # threads keep spinning after a call and would slow whatever runs next
+            # threads keep spinning after a call and would slow whatever runs next; and
+            # after a pause, so that ONNX Runtime's spinning pool (allow_spinning) has gone
+            # to sleep (timed right after it, the 2-thread FP32 path read 20-27 ms instead
+            # of ~13)
+            time.sleep(0.2)
             med.update(time_alternating({"q32": lambda s=q32: s.run(None, feeds)}, 1, max(5, runs // 4)))
             print(
                 f"  {threads:>7} {med['q8']:>10.3f}ms {med['o8']:>7.3f}ms {med['q8'] / med['o8']:>10.2f}x"
