@@ -1,6 +1,6 @@
 // Internal interface between the conv drivers (conv.cc, conv_gemm.cc) and their pieces:
 // the plan of a call, the thread split, the depthwise micro-kernels (depthwise_<isa>.cc),
-// the layout transposes (layout*.cc) and im2col (im2col.cc, layout_avx512vnni.cc).
+// the tile transposes (layout/tiles.h) and im2col (im2col.cc, im2col_avx512vnni.cc).
 // Nothing here sees a Python object.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "conv/conv.h"
+#include "layout/tiles.h"
 #include "qgemm/thread_pool.h"
 
 namespace quanta {
@@ -346,35 +347,15 @@ struct DirectRow {
 
 void direct_row_avx512vnni(const DirectRow& a);
 
-// ---------------------------------------------------------------------------------------
-// Layout transposes (layout.cc portable, layout_avx2.cc, layout_avx512vnni.cc; int32 has
-// no AVX-512 variant: the avx512vnni ISA uses the AVX2 one).
-//
-// transpose_u8: dst[j·dst_stride + i] = src[i·src_stride + j] ^ flip, for i < rows,
-//   j < cols (a rows x cols byte matrix becomes cols x rows).
-// transpose_s32: the same for int32 elements (strides in elements), no flip.
-// ---------------------------------------------------------------------------------------
-using TransposeU8Fn = void (*)(const uint8_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint8_t* dst,
-                               int64_t dst_stride, uint8_t flip);
-using TransposeS32Fn = void (*)(const int32_t* src, int64_t src_stride, int64_t rows, int64_t cols, int32_t* dst,
-                                int64_t dst_stride);
+// Tile transposes: layout/tiles.h.
+using layout::TransposeS32Fn;
+using layout::TransposeU8Fn;
+using layout::transpose_s32_for;
+using layout::transpose_u8_for;
 
-void transpose_u8_portable(const uint8_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint8_t* dst,
-                           int64_t dst_stride, uint8_t flip);
-void transpose_u8_avx2(const uint8_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint8_t* dst,
-                       int64_t dst_stride, uint8_t flip);
-void transpose_u8_avx512vnni(const uint8_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint8_t* dst,
-                             int64_t dst_stride, uint8_t flip);
-void transpose_s32_portable(const int32_t* src, int64_t src_stride, int64_t rows, int64_t cols, int32_t* dst,
-                            int64_t dst_stride);
-void transpose_s32_avx2(const int32_t* src, int64_t src_stride, int64_t rows, int64_t cols, int32_t* dst,
-                        int64_t dst_stride);
-// The ISA's variants (layout.cc).
-TransposeU8Fn transpose_u8_for(Isa isa);
-TransposeS32Fn transpose_s32_for(Isa isa);
 
 // ---------------------------------------------------------------------------------------
-// im2col (im2col.cc portable and AVX2, layout_avx512vnni.cc), NHWC: rows [r0, r1) of the flattened (n, oy, ox) output pixels, for
+// im2col (im2col.cc portable and AVX2, im2col_avx512vnni.cc), NHWC: rows [r0, r1) of the flattened (n, oy, ox) output pixels, for
 // group g. Row r gets, at dst[(r − r0)·Kp + (ky·kw + kx)·Cg + c],
 //   xt[((n·H + iy)·W + ix)·xt_stride + g·Cg + c]   (iy = oy·sh − pad_top + ky·dh, ...)
 // or zx' where (iy, ix) is outside x, then zeros up to Kp.

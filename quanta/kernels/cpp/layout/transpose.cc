@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "conv/kernels.h"
+#include "layout/tiles.h"
 #include "dispatch.h"
 #include "qgemm/thread_pool.h"
 
@@ -101,8 +101,8 @@ void transpose_batched(const void* x, void* y, int64_t batch, int64_t rows, int6
   // (b, block of kSimdRows rows). The scalar tiles below ran at ~2 GB/s for bytes.
   if ((elem_bytes == 1 && rows >= 8) || elem_bytes == 4) {
     const Isa isa = active_isa();
-    const auto tr_u8 = conv::transpose_u8_for(isa);
-    const auto tr_s32 = conv::transpose_s32_for(isa);
+    const auto tr_u8 = transpose_u8_for(isa);
+    const auto tr_s32 = transpose_s32_for(isa);
     // units: (b, block of source columns), so that each writes whole destination rows
     const int64_t bc = std::max<int64_t>(64, kSimdBlockBytes / (rows * elem_bytes) / 64 * 64);
     const int64_t blocks = (cols + bc - 1) / bc;

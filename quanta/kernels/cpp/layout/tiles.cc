@@ -1,9 +1,9 @@
-// Layout transposes, portable (contract in kernels.h): cache-blocked scalar loops. The
+// Layout transposes, portable (contract in tiles.h): cache-blocked scalar loops. The
 // gemm path uses them at the ONNX boundary (NCHW x -> NHWC rows, NHWC result -> NCHW y).
-#include "conv/kernels.h"
+#include "layout/tiles.h"
 
 namespace quanta {
-namespace conv {
+namespace layout {
 namespace {
 constexpr int64_t kBlock = 32;  // 32 x 32 bytes (or 4 KiB of int32): both sides stay in L1
 }  // namespace
@@ -49,5 +49,5 @@ TransposeS32Fn transpose_s32_for(Isa isa) {
   return isa == Isa::kPortable ? transpose_s32_portable : transpose_s32_avx2;
 }
 
-}  // namespace conv
+}  // namespace layout
 }  // namespace quanta

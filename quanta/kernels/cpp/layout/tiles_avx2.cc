@@ -1,4 +1,4 @@
-// Layout transposes, AVX2 (contract in kernels.h). Also used by the avx512vnni ISA: at
+// Layout transposes, AVX2 (contract in tiles.h). Also used by the avx512vnni ISA: at
 // 8 bytes per shuffle they run near the memory bandwidth, so wider registers would not
 // make the gemm path faster.
 //
@@ -13,10 +13,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "conv/kernels.h"
+#include "layout/tiles.h"
 
 namespace quanta {
-namespace conv {
+namespace layout {
 namespace {
 
 constexpr int64_t kTransposeChunkBytes = 32 * 1024;
@@ -155,5 +155,5 @@ void transpose_s32_avx2(const int32_t* src, int64_t src_stride, int64_t rows, in
   }
 }
 
-}  // namespace conv
+}  // namespace layout
 }  // namespace quanta
