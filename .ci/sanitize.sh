@@ -21,7 +21,8 @@
 #   is never loaded in the same process (pybind11 would refuse the duplicate types).
 # - Any ASan report aborts the process (non-zero exit); UBSan findings abort too
 #   (-fno-sanitize-recover).
-# - Default tests: tests/kernels without tests/kernels/reference. The reference tests do
+# - Default tests: tests/kernels without tests/kernels/reference, and the batched Transpose
+#   (tests/targets/test_native_layout.py: its binding is not in tests/kernels). The reference tests do
 #   not touch _native, and several of them run onnxruntime, which crashes while creating
 #   a session under a preloaded (uninstrumented-host) ASan. A native test that compares
 #   with onnxruntime has the same problem: compare with the NumPy twin instead.
@@ -64,7 +65,9 @@ quanta.kernels._native = _mod
 EOF
 
 PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)"
-if [[ "$#" -eq 0 ]]; then set -- "$ROOT/tests/kernels" --ignore="$ROOT/tests/kernels/reference"; fi
+if [[ "$#" -eq 0 ]]; then
+  set -- "$ROOT/tests/kernels" "$ROOT/tests/targets/test_native_layout.py" --ignore="$ROOT/tests/kernels/reference"
+fi
 cd "$ROOT"
 env LD_PRELOAD="$PRELOAD" \
   ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1" \
