@@ -62,6 +62,8 @@ class BenchResult:
     profile: object = None  # quanta.runtime.profile.ProfileSummary
     n_steps: int = 0
     fallbacks: list[tuple[str, str, str]] = field(default_factory=list)
+    #: fallback steps the executor runs once per input shape (runtime/static_steps.py)
+    static_fallbacks: int = 0
 
 
 def bench_model(
@@ -127,6 +129,9 @@ def bench_model(
     finally:
         sess.executor.profiler = None
 
+    from quanta.runtime.static_steps import signature_static_steps
+
+    static = signature_static_steps(sess.plan)
     result = BenchResult(
         model=str(model),
         backend=backend,
@@ -140,6 +145,7 @@ def bench_model(
         profile=profiler.summary(top),
         n_steps=len(sess.plan.steps),
         fallbacks=sess.fallbacks,
+        static_fallbacks=sum(1 for i in static if sess.plan.steps[i].kernel.fallback),
     )
     if ort_sess is not None:
         import onnxruntime
@@ -205,7 +211,10 @@ def format_result(r: BenchResult) -> str:
             parts.append(f"{name} {d:.3g}")
         lines.append("outputs: max |quanta - onnxruntime| " + ", ".join(parts))
     if r.backend == "native":
-        lines.append(f"fallbacks: {len(r.fallbacks)} of {r.n_steps} steps ran on reference kernels")
+        line = f"fallbacks: {len(r.fallbacks)} of {r.n_steps} steps ran on reference kernels"
+        if r.static_fallbacks:
+            line += f" ({r.static_fallbacks} of them once per input shape: signature-static)"
+        lines.append(line)
     lines.append(str(r.profile))
     return "\n".join(lines)
 

@@ -42,6 +42,19 @@ def test_bench_vs_ort_reports_both_engines_the_ratio_and_the_slowest_steps(model
     assert len(out) == 10 + min(10, n_steps)
 
 
+def test_bench_counts_the_fallbacks_that_run_once_per_input_shape(tmp_path, capsys):
+    from tests.runtime.test_static_steps import reshape_by_shape_model
+
+    p = tmp_path / "heads.onnx"
+    onnx.save(reshape_by_shape_model(), p)
+    dims = ["--dim", "B=2", "--dim", "S=5"]
+    assert main(["bench", str(p), *dims, "--threads", "1", "--warmup", "1", "--runs", "2"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("fallbacks"))
+    m = re.fullmatch(r"fallbacks: (\d+) of \d+ steps ran on reference kernels \((\d+) of them once per input shape: "
+                     r"signature-static\)", line)
+    assert m and 0 < int(m.group(2)) < int(m.group(1)), line  # the NonZero branch keeps running
+
+
 def test_bench_batch_sets_the_symbolic_first_dimension(tmp_path, capsys):
     p = tmp_path / "cnn.onnx"
     onnx.save(models.float_cnn(), p)
