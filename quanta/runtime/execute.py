@@ -350,7 +350,6 @@ class Executor(Executable):
             steps[s.index] = (k, _copy_out_of(arena, fn), ctx, ins, n_in, out1, outs, frees, kw)
         return BoundRun(steps, specs, memory, arena, frozenset(resident))
 
-
     def _add_static(self, bound: BoundRun, captured: dict[int, np.ndarray]) -> None:
         """Drops from ``bound``'s fast loop the signature-static steps whose outputs were
         all captured (small, not graph outputs: a caller may write into what it gets)."""
