@@ -62,10 +62,20 @@ def _threads(ctx: OpContext) -> int:
 
 
 def _reference(
-    op_type: str, ctx: OpContext, inputs: tuple, attrs: dict[str, Any], domain: str = ""
+    op_type: str,
+    ctx: OpContext,
+    inputs: tuple,
+    attrs: dict[str, Any],
+    domain: str = "",
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The NumPy twin, for a call the native binding refuses."""
-    return get_op(op_type, domain)(ctx, *inputs, **attrs)
+    """The NumPy twin, for a call the native binding refuses (written into ``out`` when
+    the executor handed one)."""
+    y = get_op(op_type, domain)(ctx, *inputs, **attrs)
+    if out is None:
+        return y
+    out[...] = y
+    return out
 
 
 def _qlinear_conv_native(
@@ -103,11 +113,7 @@ def _qlinear_conv_native(
         )
     except ValueError:
         inputs = (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)
-        y = _reference("QLinearConv", ctx, inputs, attrs, domain)
-        if out is None:
-            return y
-        out[...] = y
-        return out
+        return _reference("QLinearConv", ctx, inputs, attrs, domain, out)
 
 
 def _qlinear_conv_prepared(
@@ -126,11 +132,7 @@ def _qlinear_conv_prepared(
     try:
         return conv.qlinear_prepared(_contiguous(x), num_threads=_threads(ctx), out=out, channels_last=nhwc)
     except ValueError:
-        y = _reference("QLinearConv", ctx, (x, *params), attrs, domain)
-        if out is None:
-            return y
-        out[...] = y
-        return out
+        return _reference("QLinearConv", ctx, (x, *params), attrs, domain, out)
 
 
 def _prepare_constants(conv: Any, node: Node) -> bool:
@@ -162,11 +164,7 @@ def _conv_integer_native(
     try:
         return conv.integer(_contiguous(x), x_zero_point, num_threads=_threads(ctx), out=out)
     except ValueError:
-        y = _reference("ConvInteger", ctx, (x, w, x_zero_point, w_zero_point), attrs)
-        if out is None:
-            return y
-        out[...] = y
-        return out
+        return _reference("ConvInteger", ctx, (x, w, x_zero_point, w_zero_point), attrs, out=out)
 
 
 def _elem(v: Value | None) -> str | None:
