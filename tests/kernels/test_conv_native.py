@@ -374,6 +374,46 @@ def test_gemm_paths(x_shape, w_shape, attrs, why):
         assert kernels[ISAS.index("avx2")].startswith("qconv_im2col+")
 
 
+# NCHW 1x1 / stride 1 / no pads / one group runs as the transposed GEMM y[m, p] = Σ_c
+# w[m, c]·x[c, p] (x packed as qgemm's B, qgemm's per-row output stage) from 256 pixels per
+# image, else through the transposes; QUANTA_CONV_PW_PATH pins one, so each case runs both.
+PW_PATHS = ("gemm", "transposed")
+POINTWISE = [
+    ((1, 7, 17, 19), (5, 7, 1, 1), "7 channels (K not a multiple of 4), 323 pixels"),
+    ((2, 17, 16, 17), (33, 17, 1, 1), "2 images, 33 outputs (a partial 8-row tile), 272 pixels"),
+    ((1, 64, 20, 20), (70, 64, 1, 1), "400 pixels (the default choice): 12 full panels + 16"),
+    ((1, 300, 5, 13), (17, 300, 1, 1), "K = 300 > 258, 65 pixels"),
+    ((2, 3, 300), (9, 3, 1), "1-D, 3 channels"),
+    ((1, 8, 1, 33), (3, 8, 1, 1), "33 pixels: one panel and a column"),
+]
+
+
+@pytest.mark.parametrize("path", PW_PATHS)
+@pytest.mark.parametrize(("x_shape", "w_shape", "why"), POINTWISE, ids=[c[2] for c in POINTWISE])
+@pytest.mark.parametrize(
+    ("x_dtype", "w_dtype", "per_channel"),
+    [(np.uint8, np.int8, True), (np.int8, np.int8, False), (np.uint8, np.uint8, True), (np.int8, np.uint8, False)],
+)
+def test_pointwise_nchw_path(x_shape, w_shape, why, x_dtype, w_dtype, per_channel, path, monkeypatch):
+    del why  # the test id
+    monkeypatch.setenv("QUANTA_CONV_PW_PATH", path)
+    rng = np.random.default_rng(x_shape[1] * 13 + w_shape[0])
+    for y_dtype in (np.uint8, np.int8):
+        case = random_case(
+            rng, x_shape, w_shape, x_dtype=x_dtype, w_dtype=w_dtype, y_dtype=y_dtype, per_channel=per_channel
+        )
+        check(case)
+
+
+@given(conv_cases())
+def test_native_conv_with_the_pointwise_gemm_pinned(case):
+    """The hypothesis space again with the pointwise NCHW GEMM forced wherever it applies
+    (its default threshold of 256 pixels keeps most drawn shapes on the transposes)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("QUANTA_CONV_PW_PATH", "gemm")
+        check(case)
+
+
 @pytest.mark.parametrize("mode", ["VALID", "SAME_UPPER", "SAME_LOWER"])
 def test_auto_pad_modes_with_odd_total_padding(mode):
     # W = 10, kernel 4, stride 3: total padding 3, odd -> SAME_UPPER and SAME_LOWER differ

@@ -430,6 +430,47 @@ def test_qgemm_zero_dims(M: int, N: int, K: int) -> None:
         check_all_variants(Case(x, w, 3, 1, np.dtype(out_dtype), bias, stage))
 
 
+@pytest.mark.parametrize("out_dtype", [np.uint8, np.int8, np.float32, np.int32])
+@pytest.mark.parametrize(("M", "N", "K"), [(17, 33, 259), (64, 65, 7), (9, 1, 300)])
+def test_qgemm_transposed_output_stage_row_bias_and_row_multiplier(out_dtype: type, M: int, N: int, K: int) -> None:
+    """The per-row output stage (a 1x1 NCHW convolution computed as w·x): row_bias[m] and
+    row_multiplier[m] that differ per row, on every ISA and thread count."""
+    rng = np.random.default_rng(M * 1000 + N)
+    x = rng.integers(-128, 128, (M, K), dtype=np.int8)
+    w = rng.integers(0, 256, (K, N), dtype=np.uint8)
+    zx, zw = -7, 131
+    row_bias = rng.integers(-50000, 50000, M).astype(np.int32)
+    bias = rng.integers(-900, 900, N).astype(np.int32)
+    stage: dict = {"row_bias": row_bias}
+    if out_dtype != np.int32:  # per row: 200 / max |acc| times 0.5 .. 2, so both ends saturate
+        acc = ref.accumulate(x, w, zx, zw, bias).astype(np.int64) + row_bias[:, None]
+        peak = np.maximum(np.abs(acc).max(axis=1), 1).astype(np.float64)
+        stage["row_multiplier"] = (200.0 / peak * rng.uniform(0.5, 2.0, M)).astype(np.float32)
+    if out_dtype in (np.uint8, np.int8):
+        stage["zy"] = 5
+    if out_dtype == np.float32:
+        stage["float_bias"] = rng.uniform(-3, 3, N).astype(np.float32)
+    case = Case(x, w, zx, zw, np.dtype(out_dtype), bias, stage)
+    expected = run_twin(case)
+    if out_dtype in (np.uint8, np.int8):  # both saturation ends occur
+        info = np.iinfo(out_dtype)
+        assert (expected == info.min).any() or (expected == info.max).any(), "no saturation: widen the multipliers"
+    check_all_variants(case)
+
+
+def test_qgemm_row_multiplier_refuses_a_second_multiplier_and_a_bad_shape() -> None:
+    packed = _native.pack_weights_s8(np.ones((4, 3), np.int8), 0)
+    x = np.ones((2, 4), np.uint8)
+    with pytest.raises(ValueError, match="row_multiplier: expected None for multiplier"):
+        _native.qgemm(x, packed, 0, "uint8", multiplier=0.5, row_multiplier=np.ones(2, np.float32))
+    with pytest.raises(ValueError, match=re.escape("row_multiplier: expected shape (2,)")):
+        _native.qgemm(x, packed, 0, "uint8", row_multiplier=np.ones(3, np.float32))
+    with pytest.raises(ValueError, match=re.escape("row_bias: expected shape (2,)")):
+        _native.qgemm(x, packed, 0, "int32", row_bias=np.ones(3, np.int32))
+    with pytest.raises(ValueError, match=r"row_multiplier\[1\]: expected a finite value > 0"):
+        _native.qgemm(x, packed, 0, "float32", row_multiplier=np.array([1.0, np.nan], np.float32))
+
+
 def test_qgemm_per_row_zero_points_batched() -> None:
     """MatMulInteger's per-row a_zero_point on x [2, 3, K]: zx of shape (2, 3), int8 x (the
     +128 shift applies per row), per-column zw; zx must not leak into a column constant."""

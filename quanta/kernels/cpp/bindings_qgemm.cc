@@ -219,7 +219,8 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
                      const py::handle& out_dtype_obj, const py::object& bias_obj, const py::object& float_bias_obj,
                      const py::object& multiplier_obj, const py::object& fixed_multiplier_obj,
                      const py::object& fixed_shift_obj, const py::handle& zy_obj, const py::object& clamp_obj,
-                     int num_threads, const py::object& workspace_obj, const py::object& out_obj) {
+                     int num_threads, const py::object& workspace_obj, const py::object& out_obj,
+                     const py::object& row_bias_obj, const py::object& row_multiplier_obj) {
   if (!packed) throw py::value_error("qgemm: packed: expected a PackedWeights, got None");
   const PackedWeights& w = *packed;
   const int64_t K = w.K, N = w.N;
@@ -292,9 +293,39 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
     p.float_bias = b.data();
   }
 
+  // The transposed output stage (qgemm.h): per-row bias and multipliers.
+  py::array_t<int32_t> row_bias;
+  if (!row_bias_obj.is_none()) {
+    row_bias = require_array<int32_t>(row_bias_obj, "qgemm: row_bias");
+    if (row_bias.ndim() != 1 || row_bias.shape(0) != p.M) {
+      throw py::value_error("qgemm: row_bias: expected shape (" + std::to_string(p.M) + ",) (one per row of x), got shape " +
+                            shape_str(row_bias));
+    }
+    p.row_bias = row_bias.data();
+  }
+  py::array_t<float> row_mult;
+  if (!row_multiplier_obj.is_none()) {
+    if (!multiplier_obj.is_none() || !fixed_multiplier_obj.is_none() || !fixed_shift_obj.is_none()) {
+      throw py::value_error("qgemm: row_multiplier: expected None for multiplier / fixed_multiplier / fixed_shift "
+                            "when given (one float32 multiplier per row replaces them)");
+    }
+    row_mult = require_array<float>(row_multiplier_obj, "qgemm: row_multiplier");
+    if (row_mult.ndim() != 1 || row_mult.shape(0) != p.M) {
+      throw py::value_error("qgemm: row_multiplier: expected shape (" + std::to_string(p.M) +
+                            ",) (one per row of x), got shape " + shape_str(row_mult));
+    }
+    for (py::ssize_t i = 0; i < row_mult.size(); ++i) {
+      if (!(std::isfinite(row_mult.data()[i]) && row_mult.data()[i] > 0.0f)) {
+        throw py::value_error("qgemm: row_multiplier[" + std::to_string(i) + "]: expected a finite value > 0, got " +
+                              std::to_string(row_mult.data()[i]));
+      }
+    }
+  }
+
   std::vector<float> mult;
   std::vector<int32_t> fmult, fshift;
-  const bool has_mult = !multiplier_obj.is_none();
+  const bool has_row_mult = !row_multiplier_obj.is_none();
+  const bool has_mult = !multiplier_obj.is_none() || has_row_mult;
   const bool has_fixed = !fixed_multiplier_obj.is_none() || !fixed_shift_obj.is_none();
   if (p.out_type == OutType::kS32) {
     if (has_mult || has_fixed) {
@@ -309,7 +340,12 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
     throw py::value_error("qgemm: expected exactly one of multiplier (float requantization) or fixed_multiplier + "
                           "fixed_shift (fixed-point) for out_dtype " + on);
   }
-  if (has_mult) {
+  if (has_row_mult) {
+    if (p.out_type == OutType::kS32) throw py::value_error("qgemm: row_multiplier: expected None for out_dtype int32");
+    p.multiplier = row_mult.data();  // row_mult borrows row_multiplier_obj, which outlives the call
+    p.multiplier_per_row = true;
+    if (q8) p.requant = Requant::kFloat;
+  } else if (has_mult) {
     mult = scalar_or_vector<float>(multiplier_obj, N, "qgemm: multiplier", &p.multiplier_per_channel);
     for (size_t i = 0; i < mult.size(); ++i) {
       if (!(std::isfinite(mult[i]) && mult[i] > 0.0f)) {
@@ -498,7 +534,9 @@ void register_qgemm(py::module_& m) {
         py::arg("multiplier") = py::none(), py::arg("fixed_multiplier") = py::none(),
         py::arg("fixed_shift") = py::none(), py::arg("zy") = 0, py::arg("clamp") = py::none(),
         py::arg("num_threads") = 1, py::arg("workspace") = py::none(), py::arg("out") = py::none(),
-        "y = output_stage(Σ_k (x − zx)(w − zw) + bias); see quanta/kernels/cpp/qgemm/qgemm.h.");
+        py::arg("row_bias") = py::none(), py::arg("row_multiplier") = py::none(),
+        "y = output_stage(Σ_k (x − zx)(w − zw) + bias [+ row_bias[m]]), multiplier per column or "
+        "row_multiplier per row; see quanta/kernels/cpp/qgemm/qgemm.h.");
   m.def("pool_rest", &qgemm::pool_rest,
         "Let the kernel pool's spinning workers sleep now (before NumPy/BLAS work that runs its own "
         "threads); the next parallel kernel wakes them.");

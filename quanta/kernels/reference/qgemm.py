@@ -242,12 +242,17 @@ def qgemm(
     out_dtype: np.dtype | type | str = np.int32,
     *,
     bias: np.ndarray | None = None,
+    row_bias: np.ndarray | None = None,
+    row_multiplier: np.ndarray | None = None,
     **stage: object,
 ) -> np.ndarray:
     """The vectorised twin of ``_native.qgemm`` (x [..., K], w [K, N] unpacked).
 
     Keyword arguments of the output stage as :func:`output_stage` (``multiplier``,
-    ``float_bias``, ``fixed_multiplier``, ``fixed_shift``, ``zy``, ``clamp``).
+    ``float_bias``, ``fixed_multiplier``, ``fixed_shift``, ``zy``, ``clamp``). The
+    transposed form (qgemm.h): ``row_bias`` (int32, one per row of x) is added to the
+    accumulator, wrapping; ``row_multiplier`` (float32, one per row) replaces
+    ``multiplier``, row m's output stage using row_multiplier[m].
 
     >>> x = np.array([[130, 2], [7, 255]], np.uint8)
     >>> w = np.array([[1, -2, 3], [-4, 5, -6]], np.int8)
@@ -256,4 +261,15 @@ def qgemm(
     array([[  516,  -510,   628],
            [ -619,   871, -1129]], dtype=int32)
     """
-    return output_stage(accumulate(x, w, zx, zw, bias), out_dtype, **stage)
+    acc = accumulate(x, w, zx, zw, bias)
+    if row_bias is not None:
+        rb = np.asarray(row_bias, np.int64).reshape((*acc.shape[:-1], 1))
+        acc = _wrap_int32(acc.astype(np.int64) + rb)
+    if row_multiplier is None:
+        return output_stage(acc, out_dtype, **stage)
+    # one output stage per row: the same float32 operations with that row's multiplier
+    rm = np.asarray(row_multiplier, np.float32).reshape(-1)
+    rows = acc.reshape(-1, acc.shape[-1])
+    y = [output_stage(rows[i : i + 1], out_dtype, multiplier=rm[i], **stage) for i in range(rows.shape[0])]
+    out = np.concatenate(y, axis=0) if y else output_stage(rows, out_dtype, multiplier=np.float32(1), **stage)
+    return out.reshape(acc.shape)

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "conv/kernels.h"
+#include "gemm/batched_qgemm.h"
 #include "qgemm/kernel.h"
 
 namespace quanta {
@@ -242,6 +243,19 @@ std::shared_ptr<QConv> QConv::create(const void* w, bool w_unsigned, int64_t M, 
     return c;
   }
 
+  if (group == 1 && taps == 1) {  // the pointwise NCHW path's operands (conv_gemm.cc)
+    c->pw_w_.resize(static_cast<size_t>(M * Cg));
+    c->pw_rowsum_.assign(static_cast<size_t>(M), 0);
+    for (int64_t i = 0; i < M * Cg; ++i) {
+      const int32_t v = weight_at(w, w_unsigned, i);
+      c->pw_w_[i] = static_cast<uint8_t>(v);
+      c->pw_rowsum_[i / Cg] = static_cast<int32_t>(static_cast<uint32_t>(c->pw_rowsum_[i / Cg]) +
+                                                   static_cast<uint32_t>(v + (w_unsigned ? 0 : 128)));  // wraps
+    }
+    const int64_t n_zw = zero_point_per_channel ? M : 1;
+    c->pw_zw_.assign(zero_point, zero_point + n_zw);
+  }
+
   // gemm path: per group, W_g[k, j] = w[g·Mg + j, c, ky, kx] with k = (ky·kw + kx)·Cg + c
   // (the im2col row order); rows K .. Kp − 1 hold zw so that they add nothing.
   const int64_t Mg = M / group;
@@ -390,6 +404,9 @@ QConv::Plan QConv::make_plan(const ConvArgs& a, const Geometry& geo) const {
     pl.path = a.channels_last ? Path::kDirect : Path::kDirectTransposed;
     plan_direct(a, geo, pl);
     if (!a.channels_last) add_transposed_buffers(a, geo, pl);
+  } else if (!a.channels_last && pointwise_nchw(geo)) {
+    pl.path = Path::kPointwiseNchw;
+    plan_pointwise_nchw(a, geo, pl);
   } else if (a.channels_last && !a.x_signed && pointwise_gemm()) {
     // A pointwise convolution on uint8 NHWC data is a plain GEMM over the pixels, x read
     // in place: qgemm's own tiles (one A stride) beat the per-row pointers of the
@@ -454,6 +471,10 @@ void QConv::reserve_workspace(const ConvArgs& a, const Geometry& geo, ConvWorksp
     if (ws.thread_bufs[t].size() < pl.thread_bytes) ws.thread_bufs[t].resize(pl.thread_bytes);
     ws.thread_gemm[t].reserve(pl.gemm_bytes);
   }
+  if (pl.path == Path::kPointwiseNchw) {
+    if (static_cast<int>(ws.thread_packed.size()) < pl.n_thread_ws) ws.thread_packed.resize(pl.n_thread_ws);
+    for (int t = 0; t < pl.n_thread_ws; ++t) gemm::reserve_packed_weights(ws.thread_packed[t], isa_, geo.C, pl.pw_cols);
+  }
 }
 
 void QConv::run(const ConvArgs& a, const Geometry& geo, ConvWorkspace& ws) const {
@@ -464,6 +485,7 @@ void QConv::run(const ConvArgs& a, const Geometry& geo, ConvWorkspace& ws) const
   for (int t = 0; ok && t < pl.n_thread_ws; ++t) {
     ok = ws.thread_bufs[t].size() >= pl.thread_bytes && ws.thread_gemm[t].size() >= pl.gemm_bytes;
   }
+  ok = ok && (pl.path != Path::kPointwiseNchw || static_cast<int>(ws.thread_packed.size()) >= pl.n_thread_ws);
   require(ok, "conv: workspace too small (call reserve_workspace first)");
   if (geo.N == 0 || geo.OH == 0 || geo.OW == 0) return;
   switch (pl.path) {
@@ -474,6 +496,7 @@ void QConv::run(const ConvArgs& a, const Geometry& geo, ConvWorkspace& ws) const
     case Path::kDirect: run_direct(a, geo, pl, ws); break;
     case Path::kImplicit: run_implicit(a, geo, pl, ws); break;
     case Path::kIm2col: run_im2col(a, geo, pl, ws); break;
+    case Path::kPointwiseNchw: run_pointwise_nchw(a, geo, pl, ws); break;
   }
 }
 

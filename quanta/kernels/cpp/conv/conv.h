@@ -61,6 +61,15 @@
 //               from it, so the sums stay in registers across the taps of a call and tiles
 //               cross output rows. qgemm's fused output stage writes an NHWC block,
 //               transposed into y. No im2col copy.
+//   pointwise   1x1, stride 1, no pads, one group, at least kPointwisePixels pixels per
+//               image: the transposed GEMM y[n][m, p] = Σ_c w[m, c]·x[n][c, p], so neither
+//               x nor y is transposed. Per unit (an image's range of pixels) x's [C, pixels]
+//               block is packed as qgemm's B operand (gemm/batched_qgemm.h
+//               pack_weights_strided: x' with its column sums, zx as B's zero point), w is
+//               qgemm's x operand (zw its per-row zero point), and qgemm's transposed
+//               output stage (qgemm.h: row_bias = bias[m], multiplier per row for
+//               per-channel scales) writes y's channel rows [m, p0 ..) in place.
+//               QUANTA_CONV_PW_PATH=gemm|transposed pins the choice.
 //   direct      the channels_last direct kernel (below) between an NCHW -> NHWC transpose
 //               of x and an NHWC -> NCHW one of y (a CNN's 3-channel stem).
 //   im2col      everything else (the avx2 ISA, channel counts that are not multiples of
@@ -163,6 +172,7 @@ class ConvWorkspace {
   qgemm::AlignedBuffer main;
   std::vector<qgemm::AlignedBuffer> thread_bufs;
   std::vector<qgemm::Workspace> thread_gemm;
+  std::vector<qgemm::PackedWeights> thread_packed;  // pointwise NCHW path: x's pixels packed as qgemm's B
 };
 
 // Weights of one depthwise convolution, prepacked (kernels.h describes the layout).
@@ -235,6 +245,9 @@ class QConv {
   void run_direct(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
   void run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
   void run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+  bool pointwise_nchw(const Geometry& geo) const;  // conv_gemm.cc
+  void plan_pointwise_nchw(const ConvArgs& a, const Geometry& geo, Plan& pl) const;
+  void run_pointwise_nchw(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
 
   // K of one tap chunk of the implicit path: kw·Cg (dw = 1, one group) or Cg.
   int64_t implicit_chunk_k() const { return attrs_.dilations[attrs_.spatial_rank - 1] == 1 && group_ == 1 ? kw_ * Cg_ : Cg_; }
@@ -261,6 +274,10 @@ class QConv {
   int64_t direct_groups_ = 0;
   std::vector<int8_t> direct_w_;
   std::vector<int32_t> direct_cs_;  // Σ (w − zw) per output channel
+  // pointwise NCHW path (1x1, one group): w [M, Cg] as qgemm's x operand, and zw
+  std::vector<uint8_t> pw_w_;
+  std::vector<int32_t> pw_zw_;  // M values, or 1
+  std::vector<int32_t> pw_rowsum_;  // Σ_c w'[m, c], w' = w + 128 for int8 w (qgemm's x')
 };
 
 }  // namespace conv

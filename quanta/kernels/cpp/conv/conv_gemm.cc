@@ -22,11 +22,13 @@
 //      transposed into y. With fewer units than 2 per thread, the units run one after
 //      the other and qgemm splits its N panels over the threads instead.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 
 #include "conv/kernels.h"
+#include "gemm/batched_qgemm.h"
 #include "qgemm/kernel.h"
 
 namespace quanta {
@@ -49,6 +51,10 @@ int64_t transpose_block(int64_t pixels, int threads) {
 // Output pixels of an implicit unit (16 tiles of 8): its A rows are reread from L1/L2 for
 // each N panel (64, 128 and 256 measured within 1 % of each other on the ResNet shapes).
 constexpr int64_t kImplicitRows = 128;
+// pointwise NCHW path: from this many pixels per image (below, the implicit path), and
+// packed x per unit
+constexpr int64_t kPointwisePixels = 256;
+constexpr int64_t kPointwiseUnitBytes = 512 * 1024;
 // B budget of one tile call: whole tap chunks up to 48 KiB of packed weights (the L1 of
 // the machines we measured; 3x3 with 128 channels is 36 KiB, 2.5 % faster as one call
 // than as two), a longer tap chunk split into pieces like qgemm.cc's KC.
@@ -364,6 +370,117 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
     if (!nhwc) {
       store_nchw(buf, rows, Mg, a.out_type, ohw, a.y, (n * M_ + g * Mg) * ohw + r0, tr_u8, tr_s32);
     }
+  };
+  run_with_affinity(pl.threads, pl.units, unit_fn);
+}
+
+// ---------------------------------------------------------------------------------------
+// pointwise NCHW path (conv.h "Paths")
+// ---------------------------------------------------------------------------------------
+
+bool QConv::pointwise_nchw(const Geometry& geo) const {
+  if (pw_w_.empty() || kh_ != 1 || kw_ != 1 || geo.sh != 1 || geo.sw != 1 || geo.pad_top != 0 ||
+      geo.pad_left != 0 || geo.pad_bottom != 0 || geo.pad_right != 0) {
+    return false;
+  }
+  if (const char* e = std::getenv("QUANTA_CONV_PW_PATH")) {  // the tests run both paths
+    if (std::strcmp(e, "gemm") == 0) return true;
+    if (std::strcmp(e, "transposed") == 0) return false;
+  }
+  // Few pixels (a 7x7 or 14x14 map): the pixels are qgemm's N, padded to whole NR-column
+  // panels, and the transposes are short; the implicit path's rows waste less there.
+  return geo.H * geo.W >= kPointwisePixels;
+}
+
+namespace {
+
+// The fields of a PackedWeights that qgemm_workspace_bytes reads, for a B of K x N.
+qgemm::PackedWeights layout_only(Isa isa, int64_t K, int64_t N) {
+  const qgemm::KernelFamily& f = qgemm::kernel_family(isa);
+  qgemm::PackedWeights pw;
+  pw.isa = isa;
+  pw.nr = f.nr;
+  pw.kr = f.kr;
+  pw.storage_bytes = f.w_bytes;
+  pw.K = K;
+  pw.N = N;
+  pw.Kp = round_up(K, f.kr);
+  pw.n_panels = div_up(N, f.nr);
+  pw.has_zero_point = true;  // the larger workspace (row sums of the x operand)
+  return pw;
+}
+
+}  // namespace
+
+void QConv::plan_pointwise_nchw(const ConvArgs& a, const Geometry& geo, Plan& pl) const {
+  const qgemm::KernelFamily& fam = qgemm::kernel_family(isa_);
+  const int64_t hw = geo.H * geo.W;
+  // Units of <= kPointwiseUnitBytes of packed x (B stays in L2 while qgemm's panels pass),
+  // and a few per thread when there are several.
+  int64_t parts = std::max<int64_t>(1, div_up(geo.C * hw, kPointwiseUnitBytes));
+  if (pl.threads > 1) parts = std::max(parts, div_up(int64_t{pl.threads} * 2, geo.N));
+  pl.pw_cols = std::min(round_up(div_up(hw, parts), fam.nr), round_up(hw, fam.nr));
+  pl.pw_parts = div_up(hw, pl.pw_cols);
+  pl.units = geo.N * pl.pw_parts;
+  pl.threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pl.threads, pl.units)));
+  pl.n_thread_ws = pl.threads;
+  pl.main_bytes = align64(static_cast<size_t>(M_) * 4);  // the row terms
+
+  const qgemm::PackedWeights probe = layout_only(isa_, geo.C, pl.pw_cols);
+  qgemm::QGemmParams p;
+  p.M = M_;
+  p.x_row_stride = Cg_;
+  p.x_signed = !w_unsigned_;
+  p.w = &probe;
+  p.out_type = a.out_type;
+  p.requant = a.out_type == OutType::kS32 ? qgemm::Requant::kNone : qgemm::Requant::kFloat;
+  p.num_threads = 1;
+  pl.gemm_bytes = qgemm::qgemm_workspace_bytes(p);
+}
+
+void QConv::run_pointwise_nchw(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const {
+  const int64_t hw = geo.H * geo.W;  // = OH·OW
+  const int ob = out_bytes(a.out_type);
+  // qgemm's −zw'·Σ_k x'[m, k] term (eq. (5); here zw' is B's zero point: zx, shifted to
+  // int8 for uint8 x, and x' = w') is a per-row constant: folded with the bias into one
+  // row term, so qgemm computes no row sums and the tiles do no multiply per row.
+  const int32_t zb = a.zx - (a.x_signed ? 0 : 128);
+  int32_t* rowterm = reinterpret_cast<int32_t*>(ws.main.data());
+  for (int64_t m = 0; m < M_; ++m) {
+    const uint32_t b = a.bias ? static_cast<uint32_t>(a.bias[m]) : 0u;
+    rowterm[m] = static_cast<int32_t>(b - static_cast<uint32_t>(zb) * static_cast<uint32_t>(pw_rowsum_[m]));
+  }
+  auto unit_fn = [&](int64_t unit, int thread) {
+    const int64_t n = unit / pl.pw_parts, p0 = (unit % pl.pw_parts) * pl.pw_cols;
+    const int64_t cols = std::min(pl.pw_cols, hw - p0);
+    qgemm::PackedWeights& xb = ws.thread_packed[thread];
+    // B[c, j] = x[n, c, p0 + j] (uint8 or int8), zero point zx; reserved: no allocation
+    gemm::pack_weights_strided(static_cast<const uint8_t*>(a.x) + n * geo.C * hw + p0, !a.x_signed, geo.C, cols,
+                               hw, 1, &a.zx, false, isa_, xb);
+    xb.has_zero_point = false;  // its term is in rowterm
+    qgemm::QGemmParams p;
+    p.M = M_;
+    p.x = pw_w_.data();
+    p.x_row_stride = Cg_;
+    p.x_signed = !w_unsigned_;
+    if (pw_zw_.size() > 1) {
+      p.zx_per_row = pw_zw_.data();
+    } else {
+      p.zx = pw_zw_[0];
+    }
+    p.w = &xb;
+    p.row_bias = rowterm;
+    p.out_type = a.out_type;
+    if (a.out_type != OutType::kS32) {
+      p.requant = qgemm::Requant::kFloat;
+      p.multiplier = a.multiplier;
+      p.multiplier_per_row = a.multiplier_per_channel;
+      p.zy = a.zy;
+    }
+    p.y = static_cast<uint8_t*>(a.y) + (n * M_ * hw + p0) * ob;
+    p.y_row_stride = hw;
+    p.num_threads = 1;
+    if (!getenv("SKIP_G")) qgemm::qgemm(p, ws.thread_gemm[thread]);
   };
   run_with_affinity(pl.threads, pl.units, unit_fn);
 }

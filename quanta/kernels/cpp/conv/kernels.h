@@ -68,7 +68,16 @@ inline void run_with_affinity(int threads, int64_t units, F& fn) {
 }
 
 // How one call runs (QConv::make_plan): path, work split, workspace layout.
-enum class Path { kDepthwise, kDepthwiseNhwc, kDepthwiseTransposed, kIm2col, kImplicit, kDirect, kDirectTransposed };
+enum class Path {
+  kDepthwise,
+  kDepthwiseNhwc,
+  kDepthwiseTransposed,
+  kIm2col,
+  kImplicit,
+  kDirect,
+  kDirectTransposed,
+  kPointwiseNchw
+};
 
 struct QConv::Plan {
   Path path = Path::kIm2col;
@@ -101,6 +110,8 @@ struct QConv::Plan {
   size_t off_ptrs = 0, off_scratch = 0;  // depthwise: thread buffer; implicit: the unit's row pointers
   size_t off_flat = 0;                   // depthwise flat rows: main buffer
   size_t off_xt = 0, off_yt = 0;         // *Transposed paths: NHWC x and y, main buffer
+  // pointwise NCHW path: units are (image, pixel range of pw_cols), pw_parts per image
+  int64_t pw_cols = 0, pw_parts = 0;
 };
 
 // ---------------------------------------------------------------------------------------

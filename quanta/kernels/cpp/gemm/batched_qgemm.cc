@@ -54,6 +54,16 @@ bool any_shifted_zero_point(const int32_t* zero_point, bool per_channel, int64_t
 
 }  // namespace
 
+void reserve_packed_weights(PackedWeights& pw, Isa isa, int64_t K, int64_t N) {
+  const qgemm::KernelFamily& f = qgemm::kernel_family(isa);
+  const int64_t n_panels = (N + f.nr - 1) / f.nr, Kp = (K + f.kr - 1) / f.kr * f.kr;
+  const size_t data_bytes = static_cast<size_t>(n_panels * Kp * f.nr * f.w_bytes);
+  const size_t col_bytes = static_cast<size_t>(n_panels * f.nr) * sizeof(int32_t);
+  if (pw.data.size() < data_bytes) pw.data.resize(data_bytes);
+  if (pw.column_sums.size() < col_bytes) pw.column_sums.resize(col_bytes);
+  if (pw.zero_point.size() < col_bytes) pw.zero_point.resize(col_bytes);
+}
+
 void pack_strided_portable(const StridedSource& s, void* dst, int32_t* cs, int32_t* zw) {
   if (s.w_unsigned) {
     pack_strided_panels<uint8_t, int8_t, 16, 4>(s, static_cast<int8_t*>(dst), cs, zw);

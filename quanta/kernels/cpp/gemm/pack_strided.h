@@ -122,6 +122,61 @@ inline void panel_column_sums(const Storage* d, int64_t groups, uint32_t* sums) 
   }
 }
 
+#if defined(__AVX512BW__)
+// Two full panels (64 columns) of a row-major source, int8 storage, KR = 4: one 64-byte
+// load per row and k-group, the AVX-512 unpacks (per 128-bit lane: column quads 16L ..
+// 16L + 15), then a 4 x 4 transpose of the lanes into the two panels' 128-byte groups.
+// The rows are read down a column strip (stride ks, often past the hardware prefetchers'
+// reach), so the rows of a group 8 groups ahead are prefetched.
+// With VNNI the column sums Σ_k w' of both panels come out of the same loop (sums0/1 +=).
+template <typename Src>
+inline void pack_panel_pair_row_major(const Src* col0, int64_t ks, int64_t groups, int8_t* d0, int8_t* d1,
+                                      uint32_t* sums0, uint32_t* sums1) {
+  constexpr bool kUnsigned = std::is_same_v<Src, uint8_t>;
+  const __m512i flip = _mm512_set1_epi8(kUnsigned ? static_cast<char>(0x80) : 0);
+  constexpr int64_t kAhead = 8;
+#if defined(__AVX512VNNI__)
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+#endif
+  for (int64_t g = 0; g < groups; ++g) {
+    const Src* r = col0 + g * 4 * ks;
+    if (g + kAhead < groups) {
+      for (int t = 0; t < 4; ++t) _mm_prefetch(reinterpret_cast<const char*>(r + (kAhead * 4 + t) * ks), _MM_HINT_T0);
+    }
+    __m512i a[4];
+    for (int t = 0; t < 4; ++t) a[t] = _mm512_xor_si512(_mm512_loadu_si512(r + t * ks), flip);
+    const __m512i t01lo = _mm512_unpacklo_epi8(a[0], a[1]), t01hi = _mm512_unpackhi_epi8(a[0], a[1]);
+    const __m512i t23lo = _mm512_unpacklo_epi8(a[2], a[3]), t23hi = _mm512_unpackhi_epi8(a[2], a[3]);
+    // lane L of o_q: columns 16L + 4q .. 16L + 4q + 3, 4 bytes (k) each
+    const __m512i o0 = _mm512_unpacklo_epi16(t01lo, t23lo), o1 = _mm512_unpackhi_epi16(t01lo, t23lo);
+    const __m512i o2 = _mm512_unpacklo_epi16(t01hi, t23hi), o3 = _mm512_unpackhi_epi16(t01hi, t23hi);
+    const __m512i u0 = _mm512_shuffle_i64x2(o0, o1, 0x44), u1 = _mm512_shuffle_i64x2(o2, o3, 0x44);  // lanes 0, 1
+    const __m512i u2 = _mm512_shuffle_i64x2(o0, o1, 0xee), u3 = _mm512_shuffle_i64x2(o2, o3, 0xee);  // lanes 2, 3
+    const __m512i v[4] = {_mm512_shuffle_i64x2(u0, u1, 0x88), _mm512_shuffle_i64x2(u0, u1, 0xdd),  // columns 0 .. 31
+                          _mm512_shuffle_i64x2(u2, u3, 0x88), _mm512_shuffle_i64x2(u2, u3, 0xdd)};  // 32 .. 63
+    _mm512_storeu_si512(d0 + g * 128, v[0]);
+    _mm512_storeu_si512(d0 + g * 128 + 64, v[1]);
+    _mm512_storeu_si512(d1 + g * 128, v[2]);
+    _mm512_storeu_si512(d1 + g * 128 + 64, v[3]);
+#if defined(__AVX512VNNI__)
+    for (int i = 0; i < 4; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], ones, v[i]);  // Σ_t of each column's 4 k
+#endif
+  }
+#if defined(__AVX512VNNI__)
+  alignas(64) uint32_t tmp[64];
+  for (int i = 0; i < 4; ++i) _mm512_store_si512(tmp + 16 * i, acc[i]);
+  for (int j = 0; j < 32; ++j) {
+    sums0[j] += tmp[j];
+    sums1[j] += tmp[32 + j];
+  }
+#else
+  panel_column_sums<int8_t, 32, 4>(d0, groups, sums0);
+  panel_column_sums<int8_t, 32, 4>(d1, groups, sums1);
+#endif
+}
+#endif
+
 template <typename Src, typename Storage, int NR, int KR>
 void pack_strided_panels(const StridedSource& s, Storage* dst, int32_t* cs, int32_t* zw) {
   constexpr int32_t kShift = std::is_same_v<Src, uint8_t> ? 128 : 0;  // w' = w − 128 for uint8
@@ -130,10 +185,54 @@ void pack_strided_panels(const StridedSource& s, Storage* dst, int32_t* cs, int3
   const int64_t groups = s.Kp / KR;
   const int64_t full_groups = K / KR;
   auto conv = [](Src v) { return static_cast<Storage>(static_cast<int32_t>(v) - kShift); };
+  // Groups from g_done on (the K tail, a partial panel, or other strides, zero padded),
+  // then the column sums of panel p (its groups before `summed` are in sums already).
+  auto finish_panel = [&](int64_t p, int64_t g_done, uint32_t* sums, int64_t summed) {
+    const int64_t n0 = p * NR;
+    const int cols = static_cast<int>(std::min<int64_t>(NR, N - n0));
+    Storage* d = dst + p * s.Kp * NR;
+    for (int64_t g = g_done; g < groups; ++g) {
+      Storage* dg = d + g * NR * KR;
+      for (int j = 0; j < NR; ++j) {
+        for (int t = 0; t < KR; ++t) {
+          const int64_t k = g * KR + t;
+          dg[j * KR + t] = (j < cols && k < K) ? conv(w[k * ks + (n0 + j) * ns]) : Storage{0};
+        }
+      }
+    }
+    // Column sums from the packed panel (contiguous): Σ_k w' in wrapping uint32, then
+    // cs = Σ w' + K·shift − K·zw, wrapped to int32 as pack.cc does.
+    panel_column_sums<Storage, NR, KR>(d + summed * NR * KR, groups - summed, sums);
+    for (int j = 0; j < NR; ++j) {
+      const int64_t n = n0 + j;
+      if (j >= cols) {
+        cs[n] = 0;
+        zw[n] = 0;
+        continue;
+      }
+      const int64_t z = s.zero_point[s.zero_point_per_channel ? n : 0];
+      const uint64_t total = static_cast<uint64_t>(sums[j]) + static_cast<uint64_t>(K * (kShift - z));
+      cs[n] = static_cast<int32_t>(static_cast<uint32_t>(total));
+      zw[n] = static_cast<int32_t>(z - kShift);
+    }
+  };
   for (int64_t p = 0; p < s.n_panels; ++p) {
     const int64_t n0 = p * NR;
     const int cols = static_cast<int>(std::min<int64_t>(NR, N - n0));
     Storage* d = dst + p * s.Kp * NR;
+#if defined(__AVX512BW__)
+    if constexpr (sizeof(Storage) == 1 && NR == 32 && KR == 4) {
+      if (ns == 1 && N - n0 >= 2 * NR) {  // two full panels of a row-major source
+        uint32_t sums0[NR] = {}, sums1[NR] = {};
+        pack_panel_pair_row_major<Src>(w + n0, ks, full_groups, reinterpret_cast<int8_t*>(d),
+                                       reinterpret_cast<int8_t*>(d + s.Kp * NR), sums0, sums1);
+        finish_panel(p, full_groups, sums0, full_groups);
+        finish_panel(p + 1, full_groups, sums1, full_groups);
+        ++p;
+        continue;
+      }
+    }
+#endif
     int64_t g_done = 0;
     if (cols == NR && ks == 1) {
       // Each column's k values are contiguous (a transposed source, e.g. Kᵀ in attention).
@@ -148,32 +247,8 @@ void pack_strided_panels(const StridedSource& s, Storage* dst, int32_t* cs, int3
       }
       g_done = full_groups;
     }
-    // Remaining groups (the K tail, a partial panel, or other strides), zero padded.
-    for (int64_t g = g_done; g < groups; ++g) {
-      Storage* dg = d + g * NR * KR;
-      for (int j = 0; j < NR; ++j) {
-        for (int t = 0; t < KR; ++t) {
-          const int64_t k = g * KR + t;
-          dg[j * KR + t] = (j < cols && k < K) ? conv(w[k * ks + (n0 + j) * ns]) : Storage{0};
-        }
-      }
-    }
-    // Column sums from the packed panel (contiguous): Σ_k w' in wrapping uint32, then
-    // cs = Σ w' + K·shift − K·zw, wrapped to int32 as pack.cc does.
     uint32_t sums[NR] = {};
-    panel_column_sums<Storage, NR, KR>(d, groups, sums);
-    for (int j = 0; j < NR; ++j) {
-      const int64_t n = n0 + j;
-      if (j >= cols) {
-        cs[n] = 0;
-        zw[n] = 0;
-        continue;
-      }
-      const int64_t z = s.zero_point[s.zero_point_per_channel ? n : 0];
-      const uint64_t total = static_cast<uint64_t>(sums[j]) + static_cast<uint64_t>(K * (kShift - z));
-      cs[n] = static_cast<int32_t>(static_cast<uint32_t>(total));
-      zw[n] = static_cast<int32_t>(z - kShift);
-    }
+    finish_panel(p, g_done, sums, 0);
   }
 }
 }  // namespace

@@ -46,7 +46,11 @@ struct Epilogue {
   const int32_t* rowsum = nullptr;   // Σ_k x'[m,k] (when zw)
   const int32_t* zx_row = nullptr;   // per-row zx'[m], or null for a scalar zx
   const int32_t* cs = nullptr;       // cs[n] (when zx_row)
-  const float* multiplier = nullptr; // kF32, kQ8Float
+  const float* multiplier = nullptr; // kF32, kQ8Float: per column n
+  // The transposed output stage (qgemm.h row_bias / multiplier_per_row): rowterm[m] is
+  // added to row m's sums, and mult_row[m] replaces multiplier[n] (kF32, kQ8Float).
+  const int32_t* rowterm = nullptr;
+  const float* mult_row = nullptr;
   const float* float_bias = nullptr; // kF32, or null
   const int32_t* fixed_multiplier = nullptr;  // kQ8Fixed
   const int32_t* fixed_shift = nullptr;       // kQ8Fixed
@@ -163,7 +167,7 @@ inline void finish_element(int32_t acc, const Epilogue& e, int64_t m, int64_t n)
       return;
     }
     case EpiKind::kF32: {
-      float v = static_cast<float>(acc) * e.multiplier[n];
+      float v = static_cast<float>(acc) * (e.mult_row ? e.mult_row[m] : e.multiplier[n]);
       if (e.float_bias) v = v + e.float_bias[n];
       v = v < e.flo ? e.flo : v;
       v = v > e.fhi ? e.fhi : v;
@@ -171,7 +175,7 @@ inline void finish_element(int32_t acc, const Epilogue& e, int64_t m, int64_t n)
       return;
     }
     case EpiKind::kQ8Float: {
-      float v = static_cast<float>(acc) * e.multiplier[n];
+      float v = static_cast<float>(acc) * (e.mult_row ? e.mult_row[m] : e.multiplier[n]);
       v = v < e.lo_minus_zy ? e.lo_minus_zy : v;
       v = v > e.hi_minus_zy ? e.hi_minus_zy : v;
       const int32_t q = static_cast<int32_t>(std::nearbyint(v)) + e.zy;
@@ -200,6 +204,7 @@ inline int32_t fold_terms(int32_t product, const Epilogue& e, int64_t m, int64_t
   int32_t acc = wrapping_add(product, e.colterm[n]);
   if (e.zw) acc = wrapping_sub(acc, wrapping_mul(e.zw[n], e.rowsum[m]));
   if (e.zx_row) acc = wrapping_sub(acc, wrapping_mul(e.zx_row[m], e.cs[n]));
+  if (e.rowterm) acc = wrapping_add(acc, e.rowterm[m]);
   return acc;
 }
 

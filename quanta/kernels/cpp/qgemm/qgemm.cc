@@ -200,7 +200,13 @@ Epilogue make_epilogue(const QGemmParams& p, const Plan& pl, uint8_t* ws) {
     e.rowsum = at<int32_t>(ws, pl.off_rowsum);
   }
 
-  if (p.out_type == OutType::kF32 || p.requant == Requant::kFloat) {
+  e.rowterm = p.row_bias;
+  if (p.multiplier_per_row) {
+    if (p.requant == Requant::kFixedPoint) {
+      throw std::invalid_argument("qgemm: multiplier_per_row needs a float32 multiplier");
+    }
+    e.mult_row = p.multiplier;  // read during the call, like every parameter array
+  } else if (p.out_type == OutType::kF32 || p.requant == Requant::kFloat) {
     float* mult = at<float>(ws, pl.off_mult);
     for (int64_t n = 0; n < pl.Np; ++n) {
       mult[n] = n < pl.N ? p.multiplier[p.multiplier_per_channel ? n : 0] : 0.0f;

@@ -53,6 +53,11 @@
 // Per-tensor vs per-channel: multiplier / fixed_multiplier / fixed_shift are either one
 // value (per_channel = false) or N values (per_channel = true).
 //
+// The transposed form (a 1x1 NCHW convolution computed as y[m,:] = W[m,:]·X, its output
+// channels on the rows): row_bias[m] is added to acc[m,n] (after bias[n], wrapping), and
+// with multiplier_per_row the multiplier has M values, multiplier[m] in place of
+// multiplier[n] (kF32 and Requant::kFloat only).
+//
 // Dimensions: M, N and K may each be 0. K = 0 gives acc = bias; M = 0 or N = 0 writes
 // nothing.
 //
@@ -161,6 +166,8 @@ struct QGemmParams {
   Requant requant = Requant::kNone;     // kFloat or kFixedPoint for kU8/kS8, kNone otherwise
   const float* multiplier = nullptr;    // kF32 and Requant::kFloat; finite and > 0
   bool multiplier_per_channel = false;
+  bool multiplier_per_row = false;      // M multipliers (the transposed form above)
+  const int32_t* row_bias = nullptr;    // [M] int32 added per row, or null
   const float* float_bias = nullptr;    // [N], kF32 only, or null
   const int32_t* fixed_multiplier = nullptr;  // Requant::kFixedPoint: in [0, 2^31)
   const int32_t* fixed_shift = nullptr;       // Requant::kFixedPoint: in [-31, 30]

@@ -41,6 +41,10 @@ inline void store_q8(__m256i q, bool y_signed, void* dst) {
   _mm_storel_epi64(static_cast<__m128i*>(dst), p8);  // q is in range: the packs are exact
 }
 
+inline __m256 row_or_column_multiplier(const Epilogue& e, int64_t m, int64_t n) {
+  return e.mult_row ? _mm256_set1_ps(e.mult_row[m]) : _mm256_loadu_ps(e.multiplier + n);
+}
+
 inline void finish_vector(__m256i v, const Epilogue& e, int64_t m, int64_t n, int valid) {
   const int64_t at = m * e.y_row_stride + n;
   if (valid >= 8 && e.kind != EpiKind::kQ8Fixed) {
@@ -51,14 +55,14 @@ inline void finish_vector(__m256i v, const Epilogue& e, int64_t m, int64_t n, in
         return;
       }
       case EpiKind::kF32: {
-        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(e.multiplier + n));
+        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), row_or_column_multiplier(e, m, n));
         if (e.float_bias) f = _mm256_add_ps(f, _mm256_loadu_ps(e.float_bias + n));
         f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(e.flo)), _mm256_set1_ps(e.fhi));
         _mm256_storeu_ps(static_cast<float*>(e.y) + at, f);
         return;
       }
       case EpiKind::kQ8Float: {
-        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_loadu_ps(e.multiplier + n));
+        __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), row_or_column_multiplier(e, m, n));
         f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(e.lo_minus_zy)), _mm256_set1_ps(e.hi_minus_zy));
         f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         const __m256i q = _mm256_add_epi32(_mm256_cvttps_epi32(f), _mm256_set1_epi32(e.zy));
@@ -141,6 +145,11 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
       const __m256i zr = _mm256_set1_epi32(e.zx_row[m0 + r]);
       v0 = _mm256_sub_epi32(v0, _mm256_mullo_epi32(cs0, zr));
       v1 = _mm256_sub_epi32(v1, _mm256_mullo_epi32(cs1, zr));
+    }
+    if (e.rowterm) {
+      const __m256i rt = _mm256_set1_epi32(e.rowterm[m0 + r]);
+      v0 = _mm256_add_epi32(v0, rt);
+      v1 = _mm256_add_epi32(v1, rt);
     }
     finish_vector(v0, e, m0 + r, n0, t.cols);
     if (t.cols > 8) finish_vector(v1, e, m0 + r, n0 + 8, t.cols - 8);

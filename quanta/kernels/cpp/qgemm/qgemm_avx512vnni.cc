@@ -80,14 +80,17 @@ struct Stage<EpiKind::kF32> {
   __m512 mult[2], fbias[2], flo, fhi;
   bool has_fbias;
   Stage(const Epilogue& e, int64_t n0)
-      : flo(_mm512_set1_ps(e.flo)), fhi(_mm512_set1_ps(e.fhi)), has_fbias(e.float_bias != nullptr) {
+      : flo(_mm512_set1_ps(e.flo)), fhi(_mm512_set1_ps(e.fhi)), has_fbias(e.float_bias != nullptr),
+        mult_row(e.mult_row) {
     for (int h = 0; h < 2; ++h) {
-      mult[h] = _mm512_loadu_ps(e.multiplier + n0 + 16 * h);
+      mult[h] = mult_row ? _mm512_setzero_ps() : _mm512_loadu_ps(e.multiplier + n0 + 16 * h);
       fbias[h] = has_fbias ? _mm512_loadu_ps(e.float_bias + n0 + 16 * h) : _mm512_setzero_ps();
     }
   }
+  const float* mult_row;  // the transposed stage: one multiplier per row
+  int64_t m = 0;          // the row being stored (mult_row)
   void store(__m512i v, int half, void* y, __mmask16 mask) const {
-    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult[half]);
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult_row ? _mm512_set1_ps(mult_row[m]) : mult[half]);
     if (has_fbias) f = _mm512_add_ps(f, fbias[half]);  // a separate rounding: no FMA
     f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
     _mm512_mask_storeu_ps(y, mask, f);
@@ -119,19 +122,23 @@ struct Stage<EpiKind::kQ8Float> {
         // 16 + 4l..: row a's 32 bytes are dwords 0, 4, 8, 12, 1, 5, 9, 13, row b's the rest
         perm(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)),
         y_signed(e.y_signed),
-        clamp_lo(e.lo != (e.y_signed ? -128 : 0)) {
-    for (int h = 0; h < 2; ++h) mult[h] = _mm512_loadu_ps(e.multiplier + n0 + 16 * h);
+        clamp_lo(e.lo != (e.y_signed ? -128 : 0)),
+        mult_row(e.mult_row) {
+    for (int h = 0; h < 2; ++h) mult[h] = mult_row ? _mm512_setzero_ps() : _mm512_loadu_ps(e.multiplier + n0 + 16 * h);
   }
-  __m512i round(__m512i v, int half) const {
-    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult[half]);
+  const float* mult_row;  // the transposed stage: one multiplier per row
+  int64_t m = 0;          // row a of the pair being stored (mult_row)
+  __m512i round(__m512i v, int half, int64_t row) const {
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult_row ? _mm512_set1_ps(mult_row[row]) : mult[half]);
     f = _mm512_min_ps(f, hi);
     return _mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
   // rows a (columns 0-15, 16-31) and b; mask: valid columns (bit j = column j)
   void store_pair(__m512i a0, __m512i a1, __m512i b0, __m512i b1, uint8_t* ya, uint8_t* yb, __mmask32 mask,
                   bool has_b) const {
-    const __m512i pa = _mm512_adds_epi16(_mm512_packs_epi32(round(a0, 0), round(a1, 1)), zy16);
-    const __m512i pb = has_b ? _mm512_adds_epi16(_mm512_packs_epi32(round(b0, 0), round(b1, 1)), zy16) : pa;
+    const __m512i pa = _mm512_adds_epi16(_mm512_packs_epi32(round(a0, 0, m), round(a1, 1, m)), zy16);
+    const __m512i pb =
+        has_b ? _mm512_adds_epi16(_mm512_packs_epi32(round(b0, 0, m + 1), round(b1, 1, m + 1)), zy16) : pa;
     __m512i q = y_signed ? _mm512_packs_epi16(pa, pb) : _mm512_packus_epi16(pa, pb);
     if (clamp_lo) q = y_signed ? _mm512_max_epi8(q, lo8) : _mm512_max_epu8(q, lo8);
     q = _mm512_permutexvar_epi32(perm, q);
@@ -191,6 +198,11 @@ __attribute__((always_inline)) inline void finish_tile(__m512i (&c0)[MR], __m512
       v0 = _mm512_sub_epi32(v0, _mm512_mullo_epi32(cs0, zr));
       v1 = _mm512_sub_epi32(v1, _mm512_mullo_epi32(cs1, zr));
     }
+    if (e.rowterm) {
+      const __m512i rt = _mm512_set1_epi32(e.rowterm[m0 + r]);
+      v0 = _mm512_add_epi32(v0, rt);
+      v1 = _mm512_add_epi32(v1, rt);
+    }
   };
   if constexpr (KIND == EpiKind::kQ8Float) {
     const __mmask32 mask = cols >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << cols) - 1u);
@@ -201,6 +213,7 @@ __attribute__((always_inline)) inline void finish_tile(__m512i (&c0)[MR], __m512
       __m512i a0 = c0[r], a1 = c1[r], b0 = c0[rb], b1 = c1[rb];
       fold(a0, a1, r);
       if (has_b) fold(b0, b1, rb);
+      stage.m = m0 + r;
       stage.store_pair(a0, a1, b0, b1, y + r * y_stride, y + rb * y_stride, mask, has_b);
     }
   } else {
@@ -209,7 +222,7 @@ __attribute__((always_inline)) inline void finish_tile(__m512i (&c0)[MR], __m512
       __m512i v0 = c0[r];
       __m512i v1 = c1[r];
       fold(v0, v1, r);
-      if constexpr (KIND == EpiKind::kQ8Fixed) stage.m = m0 + r;
+      if constexpr (KIND == EpiKind::kQ8Fixed || KIND == EpiKind::kF32) stage.m = m0 + r;
       stage.store(v0, 0, y + r * y_stride, mask0);
       if (two) stage.store(v1, 1, y + r * y_stride + 16 * kBytes, mask1);
     }
