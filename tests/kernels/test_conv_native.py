@@ -802,6 +802,33 @@ def test_gemm_paths_channels_last(x_shape, w_shape, attrs, why, x_dtype):
     check_nhwc(random_case(rng, x_shape, w_shape, x_dtype=x_dtype, **attrs))
 
 
+# channels_last, uint8 x, pads, one group, no Σx' term (symmetric weights): "border mode"
+# of the implicit path (kernels.h Plan): interior pixels read x in place, the others a
+# copy of their window (a strip per border output row, a patch per pixel whose window
+# leaves x sideways) with x's row pitch. (x shape NCHW, w shape, attrs, why)
+BORDER = [
+    ((1, 8, 9, 11), (5, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "3x3 pads 1: strips top and bottom, patches both sides"),
+    ((2, 16, 11, 13), (33, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "stride 2: no bottom/right border"),
+    ((1, 8, 12, 10), (7, 8, 3, 3), {"pads": [0, 2, 2, 0]}, "asymmetric pads: left and bottom only"),
+    ((1, 4, 13, 14), (9, 4, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, "dilation 2: 5-wide windows, taps of C"),
+    ((1, 12, 7, 8), (17, 12, 5, 5), {"pads": [2, 2, 2, 2]}, "5x5 on 8 columns: one patch per band"),
+    ((1, 8, 6, 3), (3, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "3 columns: every pixel a patch"),
+    ((1, 8, 6, 2), (3, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "2 columns < the window: the padded copy"),
+    ((2, 20, 29), (9, 20, 3), {"pads": [1, 2], "strides": [2]}, "1-D"),
+    ((1, 300, 5, 6), (17, 300, 3, 3), {"pads": [1, 1, 1, 1]}, "K = 2700: tap chunks over the B budget"),
+]
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "why"), BORDER, ids=[b[3] for b in BORDER])
+@pytest.mark.parametrize("y_dtype", [np.uint8, np.int8])
+def test_implicit_channels_last_border_mode(x_shape, w_shape, attrs, why, y_dtype):
+    del why  # the test id
+    rng = np.random.default_rng(x_shape[1] * 41 + w_shape[0])
+    for bias in (True, False):
+        case = random_case(rng, x_shape, w_shape, y_dtype=y_dtype, symmetric_w=True, bias=bias, **attrs)
+        check_nhwc(case)
+
+
 def test_depthwise_channels_last_weight_zero_point_outside_int8():
     # w − zw does not fit int8: the kernels keep w' and add the − zw'·Σx' term, whose
     # missing taps (a group of 4 / a pair) must add 0 to Σx'

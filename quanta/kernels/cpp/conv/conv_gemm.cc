@@ -124,9 +124,36 @@ void QConv::plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) cons
   const int64_t pixels = geo.N * pl.Hp * pl.Wp;
   // channels_last, uint8 x, no pads: the padded image is x itself
   pl.x_in_place = a.channels_last && !a.x_signed && pl.Hp == geo.H && pl.Wp == geo.W;
+  // channels_last, uint8 x, pads, one group, no Σx' term: border mode (kernels.h Plan)
+  pl.band_rows = (kh_ - 1) * geo.dh + 1;
+  pl.span_w = (kw_ - 1) * geo.dw + 1;
+  pl.border = a.channels_last && !a.x_signed && !pl.x_in_place && group_ == 1 && !pl.rowsums &&
+              pl.span_w <= geo.W && std::getenv("QUANTA_CONV_NO_BORDER") == nullptr;
+  size_t border_bytes = 0;
+  if (pl.border) {
+    auto row_border = [&](int64_t oy) {
+      const int64_t iy0 = oy * geo.sh - geo.pad_top;
+      return iy0 < 0 || iy0 + pl.band_rows > geo.H;
+    };
+    auto col_border = [&](int64_t ox) {
+      const int64_t ix0 = ox * geo.sw - geo.pad_left;
+      return ix0 < 0 || ix0 + pl.span_w > geo.W;
+    };
+    pl.n_strips = 0;
+    for (int64_t oy = 0; oy < geo.OH; ++oy) pl.n_strips += row_border(oy) ? 1 : 0;
+    pl.n_colborder = 0;
+    for (int64_t ox = 0; ox < geo.OW; ++ox) pl.n_colborder += col_border(ox) ? 1 : 0;
+    pl.per_band = geo.W / pl.span_w;
+    pl.n_bands = div_up(geo.OH * pl.n_colborder, pl.per_band);
+    border_bytes = static_cast<size_t>(geo.N * (pl.n_strips + pl.n_bands) * pl.band_rows * geo.W * geo.C);
+  }
   size_t off = 0;
   pl.off_xpad = off;
-  off += pl.x_in_place ? 0 : align64(static_cast<size_t>(pixels * geo.C));
+  off += pl.x_in_place ? 0 : align64(pl.border ? border_bytes : static_cast<size_t>(pixels * geo.C));
+  pl.off_strip_index = off;
+  off += pl.border ? align64(static_cast<size_t>(geo.OH) * 4) : 0;
+  pl.off_col_index = off;
+  off += pl.border ? align64(static_cast<size_t>(geo.OW) * 4) : 0;
   pl.off_pixsum = off;
   off += pl.rowsums ? align64(static_cast<size_t>(pixels * group_) * 4) : 0;
   pl.off_colterm = off;
@@ -221,7 +248,66 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
     }
     if (pl.rowsums) pixel_sums(n, p0, p1);
   };
-  if (!pl.fused_transpose && (!pl.x_in_place || pl.rowsums)) {
+  // border mode: the windows that leave x, copied with x's row pitch (kernels.h Plan)
+  int32_t* strip_index = reinterpret_cast<int32_t*>(ws.main.data() + pl.off_strip_index);
+  int32_t* col_index = reinterpret_cast<int32_t*>(ws.main.data() + pl.off_col_index);
+  const int64_t band_bytes = pl.band_rows * geo.W * C;
+  const int64_t border_image = (pl.n_strips + pl.n_bands) * band_bytes;  // bytes per image
+  if (pl.border) {
+    int32_t s_count = 0, c_count = 0;
+    for (int64_t oy = 0; oy < geo.OH; ++oy) {
+      const int64_t iy0 = oy * geo.sh - geo.pad_top;
+      strip_index[oy] = iy0 < 0 || iy0 + pl.band_rows > geo.H ? s_count++ : -1;
+    }
+    for (int64_t ox = 0; ox < geo.OW; ++ox) {
+      const int64_t ix0 = ox * geo.sw - geo.pad_left;
+      col_index[ox] = ix0 < 0 || ix0 + pl.span_w > geo.W ? c_count++ : -1;
+    }
+    const int64_t row_bytes = geo.W * C;
+    auto build = [&](int64_t unit, int) {  // one strip or one band of patches of image n
+      const int64_t per_image = pl.n_strips + pl.n_bands;
+      const int64_t n = unit / per_image, k = unit % per_image;
+      const uint8_t* x = static_cast<const uint8_t*>(a.x) + n * hw * C;
+      uint8_t* dst = xpad_buf + n * border_image + k * band_bytes;
+      if (k < pl.n_strips) {  // the strip of the k-th border output row: band_rows input rows
+        int64_t oy = 0;
+        while (strip_index[oy] != k) ++oy;
+        const int64_t iy0 = oy * geo.sh - geo.pad_top;
+        for (int64_t j = 0; j < pl.band_rows; ++j) {
+          const int64_t iy = iy0 + j;
+          if (iy >= 0 && iy < geo.H) {
+            std::memcpy(dst + j * row_bytes, x + iy * row_bytes, static_cast<size_t>(row_bytes));
+          } else {
+            std::memset(dst + j * row_bytes, pad, static_cast<size_t>(row_bytes));
+          }
+        }
+        return;
+      }
+      // band b: patches q = b·per_band + slot, q = oy·n_colborder + col_index[ox]
+      const int64_t b = k - pl.n_strips;
+      for (int64_t slot = 0; slot < pl.per_band; ++slot) {
+        const int64_t q = b * pl.per_band + slot;
+        if (q >= geo.OH * pl.n_colborder) break;
+        const int64_t oy = q / pl.n_colborder, ci = q % pl.n_colborder;
+        int64_t ox = 0;
+        while (col_index[ox] != ci) ++ox;
+        const int64_t iy0 = oy * geo.sh - geo.pad_top, ix0 = ox * geo.sw - geo.pad_left;
+        for (int64_t j = 0; j < pl.band_rows; ++j) {
+          const int64_t iy = iy0 + j;
+          uint8_t* d = dst + j * row_bytes + slot * pl.span_w * C;
+          for (int64_t u = 0; u < pl.span_w; ++u) {
+            const int64_t ix = ix0 + u;
+            if (iy >= 0 && iy < geo.H && ix >= 0 && ix < geo.W) {
+              std::memcpy(d + u * C, x + (iy * geo.W + ix) * C, static_cast<size_t>(C));
+            } else {
+              std::memset(d + u * C, pad, static_cast<size_t>(C));
+            }
+          }
+        }
+      }
+    };
+    run_with_affinity(pl.threads, geo.N * (pl.n_strips + pl.n_bands), build);
+  } else if (!pl.fused_transpose && (!pl.x_in_place || pl.rowsums)) {
     run_with_affinity(pl.threads, geo.N * (interior_blocks + pad_rows), pad_image);
   }
 
@@ -262,7 +348,7 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
   int64_t* tap_off = reinterpret_cast<int64_t*>(ws.main.data() + pl.off_tapoff);
   for (int64_t tap = 0; tap < pl.n_taps; ++tap) {  // (ky, kx), or ky with kx in the chunk
     const int64_t ky = pl.n_taps == kh_ ? tap : tap / kw_, kx = pl.n_taps == kh_ ? 0 : tap % kw_;
-    tap_off[tap] = (ky * geo.dh * Wp + kx * geo.dw) * C;
+    tap_off[tap] = (ky * geo.dh * (pl.border ? geo.W : Wp) + kx * geo.dw) * C;  // border mode: x's pitch
   }
   const int64_t kc_max = std::max<int64_t>(fam.kr, kBChunkBytes / (int64_t{fam.nr} * fam.w_bytes) / fam.kr * fam.kr);
   auto unit_fn = [&](int64_t unit, int thread) {
@@ -305,7 +391,20 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
     int64_t oy = r0 / geo.OW, ox = r0 % geo.OW;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t p = oy * geo.sh * Wp + ox * geo.sw;
-      row_ptr[r] = xpad + (n * image + p) * C + g * Cg_;
+      if (pl.border) {  // x in place, or the window's copy with x's pitch (one group)
+        const int64_t iy0 = oy * geo.sh - geo.pad_top, ix0 = ox * geo.sw - geo.pad_left;
+        const uint8_t* copies = xpad_buf + n * border_image;
+        if (col_index[ox] >= 0) {
+          const int64_t q = oy * pl.n_colborder + col_index[ox];
+          row_ptr[r] = copies + (pl.n_strips + q / pl.per_band) * band_bytes + (q % pl.per_band) * pl.span_w * C;
+        } else if (strip_index[oy] >= 0) {
+          row_ptr[r] = copies + strip_index[oy] * band_bytes + ix0 * C;
+        } else {
+          row_ptr[r] = static_cast<const uint8_t*>(a.x) + (n * hw + iy0 * geo.W + ix0) * C;
+        }
+      } else {
+        row_ptr[r] = xpad + (n * image + p) * C + g * Cg_;
+      }
       if (w.has_zero_point) {
         uint32_t sum = 0;
         for (int64_t ky = 0; ky < geo.kh; ++ky) {

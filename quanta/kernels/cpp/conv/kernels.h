@@ -110,6 +110,15 @@ struct QConv::Plan {
   size_t off_ptrs = 0, off_scratch = 0;  // depthwise: thread buffer; implicit: the unit's row pointers
   size_t off_flat = 0;                   // depthwise flat rows: main buffer
   size_t off_xt = 0, off_yt = 0;         // *Transposed paths: NHWC x and y, main buffer
+  // implicit path, channels_last uint8 x with pads (conv_gemm.cc "border mode"): interior
+  // output pixels read x in place (tap offsets with x's own row pitch W); those whose
+  // window leaves x read a padded copy of only their window, with the same pitch: a strip
+  // of band_rows input rows per border output row (columns inside x), or a patch of
+  // span_w columns per pixel whose window leaves x sideways (per_band patches side by
+  // side in a band of band_rows rows)
+  bool border = false;
+  int64_t band_rows = 0, span_w = 0, per_band = 0, n_strips = 0, n_bands = 0, n_colborder = 0;
+  size_t off_strip_index = 0, off_col_index = 0;  // main buffer: OH / OW int32 (−1: inside)
   // pointwise NCHW path: units are (image, pixel range of pw_cols), pw_parts per image
   int64_t pw_cols = 0, pw_parts = 0;
 };
