@@ -99,8 +99,9 @@ void QConv::plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) cons
   // (TileArgs::a_rows), so tiles cross output rows and no pad column is computed.
   pl.run_len = geo.OH * geo.OW;
   const int64_t runs = geo.N * group_;
-  const int64_t tiles = div_up(pl.run_len, fam.mr);  // per run
-  int64_t per = std::max<int64_t>(1, kImplicitRows / fam.mr);  // tiles per block
+  const int64_t mr = fam.mr_indirect;  // rows per tile of the indirect form
+  const int64_t tiles = div_up(pl.run_len, mr);  // per run
+  int64_t per = std::max<int64_t>(1, kImplicitRows / mr);  // tiles per block
   const int64_t want_units = int64_t{pl.threads} * kUnitsPerThread;
   if (runs * div_up(tiles, per) < want_units) per = std::max<int64_t>(1, div_up(runs * tiles, want_units));
   if (pl.threads > 1) {  // the block size in [per/2, per] whose busiest thread has the fewest tiles
@@ -114,7 +115,7 @@ void QConv::plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) cons
     }
     per = best;
   }
-  pl.mc = std::max<int64_t>(1, std::min(per * fam.mr, pl.run_len));
+  pl.mc = std::max<int64_t>(1, std::min(per * mr, pl.run_len));
   pl.blocks_per_run = div_up(pl.run_len, pl.mc);
   pl.units = runs * pl.blocks_per_run;
   pl.rowsums = false;

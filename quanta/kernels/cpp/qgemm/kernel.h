@@ -31,8 +31,8 @@ using PortableLayout = FixedKernelLayout<4, 16, 4, int8_t, uint8_t>;
 // sign-extended at pack time), which cannot saturate: |x'0·w0 + x'1·w1| <= 2·255·128
 // < 2^31. (vpmaddubsw would saturate its int16 pair sums at 2·255·127 > 2^15 − 1.)
 using Avx2Layout = FixedKernelLayout<4, 16, 2, int16_t, int16_t>;
-// qgemm_u8s8_s32_8x32c4__avx512vnni: vpdpbusd, 8 rows x 2 zmm of int32 accumulators.
-using Avx512VnniLayout = FixedKernelLayout<8, 32, 4, int8_t, uint8_t>;
+// qgemm_u8s8_s32_12x32c4__avx512vnni: vpdpbusd, 12 rows x 2 zmm of int32 accumulators.
+using Avx512VnniLayout = FixedKernelLayout<12, 32, 4, int8_t, uint8_t>;
 
 enum class EpiKind : int { kS32, kF32, kQ8Float, kQ8Fixed };
 
@@ -98,6 +98,13 @@ struct KernelFamily {
   int w_bytes;        // weight storage bytes (1: int8, 2: int16)
   int a_bytes;        // x' storage bytes (1: uint8, 2: int16)
   TileFn tiles;
+  // The tile streams B from L2 at full speed with its MR x KC x' bytes in L1: when the
+  // task's B fits in L2, the driver runs the row tiles outer and the panels inner (qgemm.cc
+  // kL2Bytes). Else, and for the other families, large A blocks with B chunks in L1.
+  bool row_tiles_outer;
+  // Rows per tile of the indirect form (TileArgs::a_rows, the implicit convolution): the
+  // avx512vnni family keeps 8-row tiles there (12 row pointers would not fit the GPRs).
+  int mr_indirect;
 };
 const KernelFamily& kernel_family(Isa isa);
 

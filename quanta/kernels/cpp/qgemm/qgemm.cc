@@ -33,7 +33,7 @@ namespace qgemm {
 namespace {
 
 template <typename L>
-KernelFamily family_of(Isa isa, const char* name, TileFn tiles) {
+KernelFamily family_of(Isa isa, const char* name, TileFn tiles, bool row_tiles_outer = false, int mr_indirect = 0) {
   return KernelFamily{isa,
                       name,
                       L::kMR,
@@ -41,7 +41,9 @@ KernelFamily family_of(Isa isa, const char* name, TileFn tiles) {
                       L::kKR,
                       static_cast<int>(sizeof(typename L::WeightStorage)),
                       static_cast<int>(sizeof(typename L::ActivationStorage)),
-                      tiles};
+                      tiles,
+                      row_tiles_outer,
+                      mr_indirect > 0 ? mr_indirect : L::kMR};
 }
 
 // B chunk (KC x NR weights) budget: about 2/3 of a 48 KiB L1D, the rest for the A rows.
@@ -57,6 +59,10 @@ constexpr int64_t kMcBytes = 256 * 1024;
 // alternating runs; with two threads a task holds 1/8 of B and MC stays 256, and 32-row
 // blocks there were 3 % slower). Otherwise B streams from L3 anyway and the large block
 // amortises it best (512 x 1024 x 4096: 32-row blocks ran at 60 % of the 64-row speed).
+// A family with row_tiles_outer (avx512vnni) takes MC = MR instead when the task's B fits:
+// each row tile's x' stays in L1 across the task's panels, B streams from L2, and the
+// tile's output rows are written left to right, a few pages at a time (1024^3, one thread,
+// 12 x 32 tile: ~+2 % over MC = 96; the 4 x 16 avx2 tile lost 10 % that way).
 constexpr int64_t kL2Bytes = 3 * 512 * 1024;
 constexpr int64_t kMinMcRows = 32;
 constexpr int64_t kChunksPerThread = 4;
@@ -140,7 +146,11 @@ Plan make_plan(const QGemmParams& p) {
   const int64_t b_bytes = task_panels * pl.Kp * f.nr * f.w_bytes;
   const int64_t y_bytes = p.out_type == OutType::kU8 || p.out_type == OutType::kS8 ? 1 : 4;
   const int64_t l2_rows = (kL2Bytes - b_bytes) / (a_row_bytes + task_panels * f.nr * y_bytes) / f.mr * f.mr;
-  if (b_bytes < kL2Bytes && l2_rows >= kMinMcRows) mc_max = std::min(mc_max, l2_rows);
+  if (b_bytes < kL2Bytes && f.row_tiles_outer) {
+    mc_max = f.mr;
+  } else if (b_bytes < kL2Bytes && l2_rows >= kMinMcRows) {
+    mc_max = std::min(mc_max, l2_rows);
+  }
   pl.mc = round_up(div_up(pl.M, std::max<int64_t>(1, div_up(pl.M, mc_max))), f.mr);  // balanced blocks
   pl.mc = std::max<int64_t>(f.mr, std::min(pl.mc, mc_max));
 
@@ -266,7 +276,7 @@ const KernelFamily& kernel_family(Isa isa) {
   static const KernelFamily kAvx2 =
       family_of<Avx2Layout>(Isa::kAvx2, "qgemm_u8s8_s32_4x16c2__avx2", qgemm_tiles_avx2);
   static const KernelFamily kAvx512Vnni = family_of<Avx512VnniLayout>(
-      Isa::kAvx512Vnni, "qgemm_u8s8_s32_8x32c4__avx512vnni", qgemm_tiles_avx512vnni);
+      Isa::kAvx512Vnni, "qgemm_u8s8_s32_12x32c4__avx512vnni", qgemm_tiles_avx512vnni, true, 8);
   switch (isa) {
     case Isa::kAvx512Vnni: return kAvx512Vnni;
     case Isa::kAvx2: return kAvx2;

@@ -190,7 +190,7 @@ size_t qgemm_workspace_bytes(const QGemmParams& p);
 void qgemm(const QGemmParams& p, Workspace& workspace);
 
 // Name of the micro-kernel family for an ISA in the docs/kernels.md grammar, e.g.
-// "qgemm_u8s8_s32_8x32c4__avx512vnni".
+// "qgemm_u8s8_s32_12x32c4__avx512vnni".
 std::string qgemm_kernel_name(Isa isa);
 
 // Measured vpdpbusd throughput in GOPS (2 ops per multiply-add), one thread, register
