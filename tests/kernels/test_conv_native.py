@@ -819,10 +819,13 @@ BORDER = [
 ]
 
 
+@pytest.mark.parametrize("mode", ["border", "copy"])  # QUANTA_CONV_NO_BORDER=1: the padded copy
 @pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "why"), BORDER, ids=[b[3] for b in BORDER])
 @pytest.mark.parametrize("y_dtype", [np.uint8, np.int8])
-def test_implicit_channels_last_border_mode(x_shape, w_shape, attrs, why, y_dtype):
+def test_implicit_channels_last_border_mode(x_shape, w_shape, attrs, why, y_dtype, mode, monkeypatch):
     del why  # the test id
+    if mode == "copy":
+        monkeypatch.setenv("QUANTA_CONV_NO_BORDER", "1")
     rng = np.random.default_rng(x_shape[1] * 41 + w_shape[0])
     for bias in (True, False):
         case = random_case(rng, x_shape, w_shape, y_dtype=y_dtype, symmetric_w=True, bias=bias, **attrs)

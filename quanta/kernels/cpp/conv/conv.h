@@ -248,6 +248,7 @@ class QConv {
   bool pointwise_nchw(const Geometry& geo) const;  // conv_gemm.cc
   void plan_pointwise_nchw(const ConvArgs& a, const Geometry& geo, Plan& pl) const;
   void run_pointwise_nchw(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
+  qgemm::QGemmParams pointwise_gemm_params(const ConvArgs& a) const;
 
   // K of one tap chunk of the implicit path: kw·Cg (dw = 1, one group) or Cg.
   int64_t implicit_chunk_k() const { return attrs_.dilations[attrs_.spatial_rank - 1] == 1 && group_ == 1 ? kw_ * Cg_ : Cg_; }

@@ -492,25 +492,6 @@ bool QConv::pointwise_nchw(const Geometry& geo) const {
   return geo.H * geo.W >= kPointwisePixels;
 }
 
-namespace {
-
-// The fields of a PackedWeights that qgemm_workspace_bytes reads, for a B of K x N.
-qgemm::PackedWeights layout_only(Isa isa, int64_t K, int64_t N) {
-  const qgemm::KernelFamily& f = qgemm::kernel_family(isa);
-  qgemm::PackedWeights pw;
-  pw.isa = isa;
-  pw.nr = f.nr;
-  pw.kr = f.kr;
-  pw.storage_bytes = f.w_bytes;
-  pw.K = K;
-  pw.N = N;
-  pw.Kp = round_up(K, f.kr);
-  pw.n_panels = div_up(N, f.nr);
-  pw.has_zero_point = true;  // the larger workspace (row sums of the x operand)
-  return pw;
-}
-
-}  // namespace
 
 void QConv::plan_pointwise_nchw(const ConvArgs& a, const Geometry& geo, Plan& pl) const {
   const qgemm::KernelFamily& fam = qgemm::kernel_family(isa_);
@@ -526,16 +507,34 @@ void QConv::plan_pointwise_nchw(const ConvArgs& a, const Geometry& geo, Plan& pl
   pl.n_thread_ws = pl.threads;
   pl.main_bytes = align64(static_cast<size_t>(M_) * 4);  // the row terms
 
-  const qgemm::PackedWeights probe = layout_only(isa_, geo.C, pl.pw_cols);
+  // the B of a unit: x's block, its zero-point term folded into the row term (no row sums)
+  const qgemm::PackedWeights probe = gemm::packed_layout(isa_, geo.C, pl.pw_cols, !a.x_signed, false);
+  qgemm::QGemmParams p = pointwise_gemm_params(a);
+  p.w = &probe;
+  pl.gemm_bytes = qgemm::qgemm_workspace_bytes(p);
+}
+
+// The qgemm call of a unit, but for its B, y and row terms (plan and run both start here).
+qgemm::QGemmParams QConv::pointwise_gemm_params(const ConvArgs& a) const {
   qgemm::QGemmParams p;
   p.M = M_;
+  p.x = pw_w_.data();
   p.x_row_stride = Cg_;
   p.x_signed = !w_unsigned_;
-  p.w = &probe;
+  if (pw_zw_.size() > 1) {
+    p.zx_per_row = pw_zw_.data();
+  } else {
+    p.zx = pw_zw_[0];
+  }
   p.out_type = a.out_type;
-  p.requant = a.out_type == OutType::kS32 ? qgemm::Requant::kNone : qgemm::Requant::kFloat;
+  if (a.out_type != OutType::kS32) {
+    p.requant = qgemm::Requant::kFloat;
+    p.multiplier = a.multiplier;
+    p.multiplier_per_row = a.multiplier_per_channel;
+    p.zy = a.zy;
+  }
   p.num_threads = 1;
-  pl.gemm_bytes = qgemm::qgemm_workspace_bytes(p);
+  return p;
 }
 
 void QConv::run_pointwise_nchw(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const {
@@ -558,29 +557,12 @@ void QConv::run_pointwise_nchw(const ConvArgs& a, const Geometry& geo, const Pla
     gemm::pack_weights_strided(static_cast<const uint8_t*>(a.x) + n * geo.C * hw + p0, !a.x_signed, geo.C, cols,
                                hw, 1, &a.zx, false, isa_, xb);
     xb.has_zero_point = false;  // its term is in rowterm
-    qgemm::QGemmParams p;
-    p.M = M_;
-    p.x = pw_w_.data();
-    p.x_row_stride = Cg_;
-    p.x_signed = !w_unsigned_;
-    if (pw_zw_.size() > 1) {
-      p.zx_per_row = pw_zw_.data();
-    } else {
-      p.zx = pw_zw_[0];
-    }
+    qgemm::QGemmParams p = pointwise_gemm_params(a);
     p.w = &xb;
     p.row_bias = rowterm;
-    p.out_type = a.out_type;
-    if (a.out_type != OutType::kS32) {
-      p.requant = qgemm::Requant::kFloat;
-      p.multiplier = a.multiplier;
-      p.multiplier_per_row = a.multiplier_per_channel;
-      p.zy = a.zy;
-    }
     p.y = static_cast<uint8_t*>(a.y) + (n * M_ * hw + p0) * ob;
     p.y_row_stride = hw;
-    p.num_threads = 1;
-    if (!getenv("SKIP_G")) qgemm::qgemm(p, ws.thread_gemm[thread]);
+    qgemm::qgemm(p, ws.thread_gemm[thread]);
   };
   run_with_affinity(pl.threads, pl.units, unit_fn);
 }

@@ -23,8 +23,8 @@ namespace {
 
 using qgemm::PackedWeights;
 
-// Sets pw's layout fields for (isa, K, N) and grows its buffers when they are too small.
-void prepare_layout(PackedWeights& pw, Isa isa, int64_t K, int64_t N, bool w_unsigned, bool has_zero_point) {
+// Sets pw's layout fields for (isa, K, N); its buffers are untouched.
+void set_layout(PackedWeights& pw, Isa isa, int64_t K, int64_t N, bool w_unsigned, bool has_zero_point) {
   const qgemm::KernelFamily& f = qgemm::kernel_family(isa);
   pw.isa = isa;
   pw.nr = f.nr;
@@ -36,11 +36,21 @@ void prepare_layout(PackedWeights& pw, Isa isa, int64_t K, int64_t N, bool w_uns
   pw.n_panels = (N + f.nr - 1) / f.nr;
   pw.weights_unsigned = w_unsigned;
   pw.has_zero_point = has_zero_point;
-  const size_t data_bytes = static_cast<size_t>(pw.n_panels * pw.Kp * f.nr * f.w_bytes);
-  const size_t col_bytes = static_cast<size_t>(pw.padded_n()) * sizeof(int32_t);
+}
+
+// Grows pw's buffers to what the layout `of` needs.
+void grow_buffers(PackedWeights& pw, const PackedWeights& of) {
+  const size_t data_bytes = static_cast<size_t>(of.n_panels * of.Kp * of.nr * of.storage_bytes);
+  const size_t col_bytes = static_cast<size_t>(of.padded_n()) * sizeof(int32_t);
   if (pw.data.size() < data_bytes) pw.data.resize(data_bytes);
   if (pw.column_sums.size() < col_bytes) pw.column_sums.resize(col_bytes);
   if (pw.zero_point.size() < col_bytes) pw.zero_point.resize(col_bytes);
+}
+
+// Sets pw's layout fields for (isa, K, N) and grows its buffers when they are too small.
+void prepare_layout(PackedWeights& pw, Isa isa, int64_t K, int64_t N, bool w_unsigned, bool has_zero_point) {
+  set_layout(pw, isa, K, N, w_unsigned, has_zero_point);
+  grow_buffers(pw, pw);
 }
 
 bool any_shifted_zero_point(const int32_t* zero_point, bool per_channel, int64_t N, bool w_unsigned) {
@@ -54,14 +64,14 @@ bool any_shifted_zero_point(const int32_t* zero_point, bool per_channel, int64_t
 
 }  // namespace
 
+PackedWeights packed_layout(Isa isa, int64_t K, int64_t N, bool w_unsigned, bool has_zero_point) {
+  PackedWeights pw;
+  set_layout(pw, isa, K, N, w_unsigned, has_zero_point);
+  return pw;
+}
+
 void reserve_packed_weights(PackedWeights& pw, Isa isa, int64_t K, int64_t N) {
-  const qgemm::KernelFamily& f = qgemm::kernel_family(isa);
-  const int64_t n_panels = (N + f.nr - 1) / f.nr, Kp = (K + f.kr - 1) / f.kr * f.kr;
-  const size_t data_bytes = static_cast<size_t>(n_panels * Kp * f.nr * f.w_bytes);
-  const size_t col_bytes = static_cast<size_t>(n_panels * f.nr) * sizeof(int32_t);
-  if (pw.data.size() < data_bytes) pw.data.resize(data_bytes);
-  if (pw.column_sums.size() < col_bytes) pw.column_sums.resize(col_bytes);
-  if (pw.zero_point.size() < col_bytes) pw.zero_point.resize(col_bytes);
+  grow_buffers(pw, packed_layout(isa, K, N, false, false));
 }
 
 void pack_strided_portable(const StridedSource& s, void* dst, int32_t* cs, int32_t* zw) {

@@ -43,6 +43,10 @@ void pack_weights_strided(const void* w_base, bool w_unsigned, int64_t K, int64_
                           int64_t n_stride, const int32_t* zero_point, bool zero_point_per_channel, Isa isa,
                           qgemm::PackedWeights& pw);
 
+// The layout fields pack_weights_strided gives a PackedWeights for these arguments, with
+// no buffers: what qgemm_workspace_bytes reads of it.
+qgemm::PackedWeights packed_layout(Isa isa, int64_t K, int64_t N, bool w_unsigned, bool has_zero_point);
+
 // Grows pw's buffers to what pack_weights_strided needs for (isa, K, N), so that a later
 // call of that size allocates nothing (a workspace reserved ahead of the hot path).
 void reserve_packed_weights(qgemm::PackedWeights& pw, Isa isa, int64_t K, int64_t N);

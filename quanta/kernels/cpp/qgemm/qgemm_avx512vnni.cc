@@ -444,21 +444,14 @@ __attribute__((always_inline)) inline void tile12(const TileArgs& t, int64_t r0)
       : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
         "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
         "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
-  if (!t.finish) return;
+  if (!t.finish) return;  // the sums are in partial
   __m512i c0[MR], c1[MR];
 #pragma GCC unroll 12
   for (int r = 0; r < MR; ++r) {
     c0[r] = _mm512_load_si512(buf + r * kNR);
     c1[r] = _mm512_load_si512(buf + r * kNR + 16);
   }
-  const Epilogue e = *t.epi;  // local: see Stage
-  const int64_t m0 = t.m0 + r0;
-  switch (e.kind) {
-    case EpiKind::kS32: finish_tile<EpiKind::kS32, MR>(c0, c1, e, m0, t.n0, t.cols); break;
-    case EpiKind::kF32: finish_tile<EpiKind::kF32, MR>(c0, c1, e, m0, t.n0, t.cols); break;
-    case EpiKind::kQ8Float: finish_tile<EpiKind::kQ8Float, MR>(c0, c1, e, m0, t.n0, t.cols); break;
-    case EpiKind::kQ8Fixed: finish_tile<EpiKind::kQ8Fixed, MR>(c0, c1, e, m0, t.n0, t.cols); break;
-  }
+  end_sums<MR>(t, r0, partial, c0, c1);  // t.finish: the output stage
 }
 #undef QG_BCAST
 #undef QG_GROUP
