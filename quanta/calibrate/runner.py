@@ -26,8 +26,11 @@ __all__ = ["CalibrationResult", "calibrate"]
 
 class CalibrationResult(dict):
     """tensor name -> observer, plus how many samples were seen and how long it took,
-    and the per-channel means asked for with ``channel_means`` (name -> array)."""
+    and the per-channel means asked for with ``channel_means`` (name -> array), and the
+    shape of every value in the first sample (what coverage counts the MACs of symbolic
+    or uninferable shapes with)."""
 
+    value_shapes: dict[str, tuple[int, ...]]
     samples: int = 0
     seconds: float = 0.0
     means: dict
@@ -107,6 +110,8 @@ def calibrate(
     bar = _Progress(progress, total)
 
     def on_value(name: str, arr: np.ndarray) -> None:
+        if n == 0 and isinstance(arr, np.ndarray):
+            observers.value_shapes[name] = arr.shape
         if not (isinstance(arr, np.ndarray) and arr.dtype.kind == "f"):
             return
         obs = observers.get(name)
@@ -118,6 +123,7 @@ def calibrate(
 
     t0 = time.perf_counter()
     n = 0
+    observers.value_shapes = {}
     for feed in iter_feeds(data, graph.inputs, preprocess=preprocess, limit=limit):
         for name, arr in feed.items():
             if name in input_names:

@@ -90,9 +90,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from quanta.debug.report import summarize
     from quanta.ir.onnx_io import load
     from quanta.ir.printer import format_graph
+    from quanta.runtime.coverage import lowered_coverage
 
     model = load(args.model)
     print(summarize(model).format(max_tensors=args.max_tensors))
+    print(lowered_coverage(model).format_share())
     if args.ir:
         print()
         print(format_graph(model.graph, show_consts=False))
@@ -204,6 +206,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         options["op_types"] = list(args.op_types)
     if args.samples is not None:
         options["calibration_samples"] = args.samples
+    if args.min_integer_share is not None:
+        options["min_integer_share"] = args.min_integer_share
     if args.dynamic:
         quantize_dynamic(args.model, args.output, args.recipe, **options)
     else:
@@ -283,6 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--op-types", nargs="+", metavar="OP", help="only quantize these op types")
     s.add_argument("--samples", type=int, help="use at most this many calibration samples")
     s.add_argument("--recipe", help="YAML or JSON recipe file (options on the command line win)")
+    s.add_argument(
+        "--min-integer-share",
+        type=float,
+        metavar="SHARE",
+        help="fail, writing nothing, when fewer of the MACs (0..1, e.g. 0.99) would run in integer",
+    )
     s.add_argument("--image-size", type=int, help="images: center crop to SIZE x SIZE")
     s.add_argument("--image-resize", type=int, help="images: resize the shorter side to this first")
     s.add_argument(

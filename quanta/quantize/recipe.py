@@ -125,6 +125,8 @@ class Recipe:
     num_bins: int | None = None  # histogram bins (None: the observer's default, 4096)
     momentum: float = 0.01  # moving-average MinMax (ORT averaging_constant)
     progress: bool = True
+    # fail, writing nothing, when a smaller share of the MACs would run in integer
+    min_integer_share: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.method, str):
@@ -151,6 +153,8 @@ class Recipe:
         }
         if not 0.0 < self.percentile <= 100.0:
             raise RecipeError(f"percentile: expected a value in (0, 100], got {self.percentile}")
+        if self.min_integer_share is not None and not 0.0 <= float(self.min_integer_share) <= 1.0:
+            raise RecipeError(f"min_integer_share: expected a share in [0, 1], got {self.min_integer_share}")
         if self.weight_block_size <= 0:
             raise RecipeError(f"weight_block_size: expected a positive block size, got {self.weight_block_size}")
 

@@ -34,6 +34,7 @@ from quanta.calibrate.runner import calibrate
 from quanta.ir.graph import Model
 from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save
 from quanta.ir.verify import Stage, verify
+from quanta.passes.coverage import CoverageReport
 from quanta.quantize.qdq import (
     QdqPlan,
     bias_correction_inputs,
@@ -43,6 +44,7 @@ from quanta.quantize.qdq import (
     resolve_params,
 )
 from quanta.quantize.recipe import CalibrationMethod, Recipe
+from quanta.runtime.coverage import lowered_coverage
 
 __all__ = ["QuantizationSummary", "load_for_quantization", "make_observer_factory", "quantize_static"]
 
@@ -62,6 +64,13 @@ class QuantizationSummary:
     float_tensors: list[tuple[str, str]] = field(default_factory=list)  # (tensor, reason)
     input_bytes: int = 0
     output_bytes: int = 0
+    # the written file as a session compiles it: the share of MACs in integer and the
+    # largest float compute nodes (quanta.passes.coverage); None when not measured
+    coverage: CoverageReport | None = None
+
+    @property
+    def integer_share(self) -> float | None:
+        return None if self.coverage is None else self.coverage.integer_share
 
     def format(self, *, max_rows: int = 30) -> str:
         lines = [
@@ -73,6 +82,8 @@ class QuantizationSummary:
                 f"size: {self.input_bytes / 1024:.1f} KB -> {self.output_bytes / 1024:.1f} KB "
                 f"({self.output_bytes / self.input_bytes:.2f}x)"
             )
+        if self.coverage is not None:
+            lines.extend(self.coverage.format_share().splitlines())
         by_op: dict[str, int] = {}
         for _, op in self.quantized:
             by_op[op] = by_op.get(op, 0) + 1
@@ -105,6 +116,11 @@ class QuantizationSummary:
             "quantized": [list(x) for x in self.quantized],
             "float_nodes": [list(x) for x in self.float_nodes],
             "float_tensors": [list(x) for x in self.float_tensors],
+            "integer_share": self.integer_share,
+            "total_macs": None if self.coverage is None else self.coverage.total_macs,
+            "largest_float": []
+            if self.coverage is None
+            else [[c.name, c.op, c.macs, "; ".join(c.reasons)] for c in self.coverage.largest_float(10)],
         }
 
 
@@ -238,6 +254,7 @@ def quantize_static(
     plan = plan_qdq(graph, recipe)
     ranges = {}
     samples = 0
+    shapes: dict = {}
     to_calibrate = plan.activations_to_calibrate()
     means_for = bias_correction_inputs(plan) if recipe.bias_correction else {}
     means: dict = {}
@@ -254,6 +271,7 @@ def quantize_static(
         )
         samples = observers.samples
         means = observers.means
+        shapes = observers.value_shapes
         for name, obs in observers.items():
             reason = obs.degenerate()
             if reason is not None:
@@ -267,12 +285,30 @@ def quantize_static(
     verify(graph, Stage.QDQ)
     model.metadata["quanta.recipe"] = recipe.to_json()
     model.producer_name = "quanta"
+    report = lowered_coverage(model, shapes)
+    check_integer_share(report, recipe.min_integer_share, model_output)
     protect = [model.path] if model.path else []
     save(model, model_output, protect=protect)
     summary = _summarize(model, plan, model_output, recipe, samples, time.perf_counter() - t0)
+    summary.coverage = report
     if verbose:
         print(summary.format())
     return summary
+
+
+class IntegerShareError(ValueError):
+    """Quantization would leave more compute float than ``min_integer_share`` allows."""
+
+
+def check_integer_share(report: CoverageReport, minimum: float | None, output: str | os.PathLike) -> None:
+    """Raise IntegerShareError, naming the largest float compute nodes, when fewer than
+    ``minimum`` of the MACs would run in integer (nothing has been written then)."""
+    if minimum is None or report.integer_share >= minimum:
+        return
+    raise IntegerShareError(
+        f"{output}: not written: {report.integer_share * 100:.1f} % of the MACs would run in integer, "
+        f"below min_integer_share {minimum * 100:.1f} %\n" + report.format_share(rows=10)
+    )
 
 
 def _recipe_from(recipe: Recipe | str | os.PathLike | None, options: dict[str, Any]) -> Recipe:

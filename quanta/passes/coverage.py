@@ -1,0 +1,314 @@
+"""Fusion coverage: what the compiler turned into integer kernels, what stayed float, why.
+
+Users' most common complaint about int8 models is that they are *slower* than FP32
+because some Q/DQ groups silently stayed float. ``coverage(before, after, result)``
+compares the graph before and after the lowering pipeline and reports:
+
+- every compute node (Conv, MatMul, Gemm, Add, …) of the original graph: lowered to an
+  integer operator, or left float with the reasons each lowering rule gave
+  (``PipelineResult.no_matches``);
+- the share of multiply-accumulates that run in integer: MACs of Conv/ConvTranspose/
+  MatMul/Gemm/LSTM/GRU/RNN from the static shapes (a symbolic dimension counts as 1).
+
+A node that is already an integer operator in the file (a QOperator or dynamically
+quantized model: QLinearConv, MatMulInteger, DynamicQuantizeLSTM, ...) counts as integer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from quanta.ir.graph import Graph, Node
+
+__all__ = ["CoverageReport", "NodeCoverage", "coverage", "macs"]
+
+COMPUTE_OPS = frozenset(
+    {
+        "Conv",
+        "ConvTranspose",
+        "MatMul",
+        "Gemm",
+        "Add",
+        "Mul",
+        "Concat",
+        "AveragePool",
+        "GlobalAveragePool",
+        "Sigmoid",
+        "LeakyRelu",
+        "Softmax",
+        "LSTM",
+        "GRU",
+        "RNN",
+    }
+)
+INTEGER_OF = {
+    "Conv": ("QLinearConv", "ConvInteger"),
+    "MatMul": ("QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"),
+    "Gemm": ("QGemm",),
+    "Add": ("QLinearAdd",),
+    "Mul": ("QLinearMul",),
+    "Concat": ("QLinearConcat",),
+    "AveragePool": ("QLinearAveragePool",),
+    "GlobalAveragePool": ("QLinearGlobalAveragePool",),
+    "Sigmoid": ("QLinearSigmoid",),
+    "LeakyRelu": ("QLinearLeakyRelu",),
+    "Softmax": ("QLinearSoftmax",),
+    "LSTM": ("DynamicQuantizeLSTM",),
+}
+#: integer operators a file may hold before lowering: each counts as integer compute
+INTEGER_OPS = frozenset(op for ops in INTEGER_OF.values() for op in ops) | {"QAttention"}
+#: ops whose MACs are counted (the rest of COMPUTE_OPS is elementwise: no MACs)
+_RECURRENT = {"LSTM": 4, "GRU": 3, "RNN": 1, "DynamicQuantizeLSTM": 4}
+LOWER_RULE_OF = {
+    "Conv": "LowerConv",
+    "MatMul": "LowerMatMul",
+    "Gemm": "LowerGemm",
+    "Add": "LowerBinary",
+    "Mul": "LowerBinary",
+    "Concat": "LowerConcat",
+    "AveragePool": "LowerPool",
+    "GlobalAveragePool": "LowerPool",
+    "Sigmoid": "LowerUnary",
+    "LeakyRelu": "LowerUnary",
+}
+
+
+def _dims(shape) -> list[int]:
+    return [d if isinstance(d, int) and d > 0 else 1 for d in (shape or ())]
+
+
+def macs(node: Node, shapes: Mapping[str, tuple[int, ...]] | None = None) -> int:
+    """Multiply-accumulates of one Conv/ConvTranspose/MatMul/Gemm/LSTM/GRU/RNN (float or
+    integer form). ``shapes`` (value name -> observed shape) stands in for shapes the
+    file leaves unknown or symbolic."""
+
+    def shape_of(v):
+        if v is None:
+            return None
+        seen = (shapes or {}).get(v.name)
+        static = v.shape
+        if seen is not None and (static is None or not all(isinstance(d, int) for d in static)):
+            return tuple(seen)
+        return static
+
+    op = node.op_type
+    out = shape_of(node.outputs[0]) if node.outputs else None
+    if op in ("Conv", "QLinearConv", "ConvInteger"):
+        w = node.input(3 if op == "QLinearConv" else 1)
+        if w is None or shape_of(w) is None or out is None:
+            return 0
+        ws = _dims(shape_of(w))
+        return int(np.prod(_dims(out), dtype=np.int64) * np.prod(ws[1:], dtype=np.int64))
+    if op == "ConvTranspose":
+        x, w = node.input(0), node.input(1)
+        if x is None or w is None or shape_of(x) is None or shape_of(w) is None:
+            return 0
+        ws = _dims(shape_of(w))
+        return int(np.prod(_dims(shape_of(x)), dtype=np.int64) * np.prod(ws[1:], dtype=np.int64))
+    if op in _RECURRENT:
+        # seq·batch steps of every direction's W·x and R·h: the product of W's dims and of
+        # R's dims, whatever their layout ([dirs, gates·h, in] or ORT's [dirs, in, gates·h])
+        x, w, r = node.input(0), node.input(1), node.input(2)
+        if x is None or w is None or r is None or shape_of(x) is None or shape_of(w) is None or shape_of(r) is None:
+            return 0
+        steps = int(np.prod(_dims(shape_of(x))[:2], dtype=np.int64))
+        return steps * int(np.prod(_dims(shape_of(w)), dtype=np.int64) + np.prod(_dims(shape_of(r)), dtype=np.int64))
+    if op in ("MatMul", "QLinearMatMul", "MatMulInteger", "Gemm", "QGemm", "MatMulIntegerToFloat",
+              "DynamicQuantizeMatMul"):
+        a = node.input(0)
+        if a is None or shape_of(a) is None or out is None or not shape_of(a):
+            return 0
+        k = _dims(shape_of(a))[-1]
+        if op in ("Gemm", "QGemm") and node.attrs.get("transA", 0):
+            k = _dims(shape_of(a))[0]
+        return int(np.prod(_dims(out), dtype=np.int64) * k)
+    return 0
+
+
+@dataclass
+class NodeCoverage:
+    name: str
+    op: str
+    integer_op: str | None  # what it became, None when it stayed float
+    macs: int
+    reasons: list[str] = field(default_factory=list)
+
+
+#: ops that neither compute on quantized integers nor move data: what runs as a float
+#: island between DequantizeLinear / QuantizeLinear bridges after lowering
+_NOT_ISLANDS = frozenset(
+    {
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "Reshape",
+        "Transpose",
+        "Flatten",
+        "Squeeze",
+        "Unsqueeze",
+        "Slice",
+        "Gather",
+        "Split",
+        "Concat",
+        "MaxPool",
+        "Identity",
+        "Shape",
+        "Constant",
+        "Cast",
+        "DynamicQuantizeLinear",
+    }
+)
+
+
+@dataclass
+class CoverageReport:
+    nodes: list[NodeCoverage]
+    float_islands: dict[str, int] = field(default_factory=dict)  # op -> count after lowering
+    channels_last_ops: int = 0  # operators running channels-last (passes/lower/channels_last.py)
+    layout_transposes: int = 0  # Transposes that pass inserted at region edges
+
+    @property
+    def total_macs(self) -> int:
+        return sum(n.macs for n in self.nodes)
+
+    @property
+    def integer_macs(self) -> int:
+        return sum(n.macs for n in self.nodes if n.integer_op)
+
+    @property
+    def integer_share(self) -> float:
+        return self.integer_macs / self.total_macs if self.total_macs else 1.0
+
+    def largest_float(self, n: int = 5) -> list[NodeCoverage]:
+        """The float compute nodes with the most MACs, largest first (ties by name)."""
+        stayed = [c for c in self.nodes if not c.integer_op and c.macs]
+        return sorted(stayed, key=lambda c: (-c.macs, c.name))[:n]
+
+    def format_share(self, *, rows: int = 5) -> str:
+        """Two or more lines: the integer share and the largest float compute nodes."""
+        lines = [
+            f"integer MACs: {self.integer_share * 100:.1f} % of {self.total_macs:,} "
+            f"({self.integer_macs:,} in integer)"
+        ]
+        big = self.largest_float(rows)
+        if big:
+            lines.append("largest float compute:")
+            for c in big:
+                share = c.macs / self.total_macs * 100 if self.total_macs else 0.0
+                why = "; ".join(c.reasons) if c.reasons else "no lowering rule applies"
+                lines.append(f"  {c.name or '<unnamed>'} ({c.op}, {c.macs:,} MACs, {share:.1f} %): {why}")
+        return "\n".join(lines)
+
+    def format(self, *, max_rows: int = 60) -> str:
+        lowered = [n for n in self.nodes if n.integer_op]
+        stayed = [n for n in self.nodes if not n.integer_op]
+        lines = [
+            f"fusion coverage: {len(lowered)} of {len(self.nodes)} compute nodes run as integer kernels; "
+            f"{self.integer_share * 100:.1f} % of {self.total_macs:,} multiply-accumulates in integer",
+        ]
+        by_op: dict[tuple[str, str], int] = {}
+        for n in lowered:
+            by_op[(n.op, n.integer_op or "")] = by_op.get((n.op, n.integer_op or ""), 0) + 1
+        for (op, iop), k in sorted(by_op.items()):
+            lines.append(f"  {op} -> {iop}: {k}")
+        if self.channels_last_ops:
+            lines.append(
+                f"channels-last: {self.channels_last_ops} operators exchange NHWC tensors; "
+                f"{self.layout_transposes} Transposes at the regions' edges"
+            )
+        if self.float_islands:
+            lines.append(
+                "float islands: " + ", ".join(f"{op} {k}" for op, k in sorted(self.float_islands.items()))
+            )
+        if stayed:
+            lines.append("stayed float:")
+            for n in stayed[:max_rows]:
+                mac = f", {n.macs:,} MACs" if n.macs else ""
+                lines.append(f"  {n.name or '<unnamed>'} ({n.op}{mac})")
+                for r in n.reasons or ["no lowering rule applies (no Q/DQ around it)"]:
+                    lines.append(f"      {r}")
+            if len(stayed) > max_rows:
+                lines.append(f"  ... and {len(stayed) - max_rows} more")
+        return "\n".join(lines)
+
+
+#: integer ops that absorb a float neighbour (FuseMatMulFloatBias: the bias Add)
+_FUSED_INTO = frozenset({"MatMulIntegerToFloat"})
+
+
+def coverage(
+    before: Graph, after: Graph, no_matches: list, shapes: Mapping[str, tuple[int, ...]] | None = None
+) -> CoverageReport:
+    """Compare the compute nodes of ``before`` (by name) with ``after`` (what became of
+    them); ``no_matches`` are the lowering pipeline's NoMatch records, keyed by the
+    rule's root node: the QuantizeLinear after the op, or the op itself. ``shapes``: see
+    :func:`macs`."""
+    after_by_name = {n.name: n for n in after.nodes if n.name}
+    # a node fused into its producer (a bias Add into MatMulIntegerToFloat) is gone by
+    # name; the fused op took over its output value
+    after_by_output = {o.name: n for n in after.nodes for o in n.outputs}
+    by_root: dict[str, list[str]] = {}
+    for rec in no_matches:
+        if rec.kind == "pattern":
+            continue
+        root = rec.node.split(" -> ")[0]
+        by_root.setdefault(root, []).append(f"{rec.rule}: {rec.reason}")
+    report = []
+    for node in before.nodes:
+        if node.op_type in INTEGER_OPS:
+            report.append(NodeCoverage(node.name, node.op_type, node.op_type, macs(node, shapes)))
+            continue
+        if node.op_type not in COMPUTE_OPS or node.domain:
+            continue
+        new = after_by_name.get(node.name) if node.name else None
+        integer = None
+        if new is not None and new.op_type in INTEGER_OF.get(node.op_type, ()):
+            integer = new.op_type
+        elif new is None and node.outputs:
+            fused = after_by_output.get(node.outputs[0].name)
+            if fused is not None and fused.name != node.name and fused.op_type in _FUSED_INTO:
+                integer = fused.op_type
+        mine: list[str] = []
+        if integer is None:
+            out = node.outputs[0] if node.outputs else None
+            roots = [node.label] + [c.label for c in (out.consumers() if out is not None else [])]
+            rule = LOWER_RULE_OF.get(node.op_type)
+            for root in roots if rule else ():
+                mine += [r for r in by_root.get(root, []) if r.startswith(rule + ":")]
+            if not mine:
+                mine = _structural_reasons(node)
+        report.append(NodeCoverage(node.name, node.op_type, integer, macs(node, shapes), mine))
+    islands: dict[str, int] = {}
+    for n in after.nodes:
+        if not n.domain and not n.op_type.startswith("QLinear") and n.op_type not in _NOT_ISLANDS:
+            if not n.op_type.endswith("Integer"):
+                islands[n.op_type] = islands.get(n.op_type, 0) + 1
+    # the pass names every channels-last result "<original>_nhwc"
+    nhwc = sum(
+        1 for n in after.nodes if n.op_type != "Transpose" and any(o.name.endswith("_nhwc") for o in n.outputs)
+    )
+    transposes = sum(1 for n in after.nodes if n.op_type == "Transpose" and n.name.startswith("channels_last/"))
+    return CoverageReport(report, islands, nhwc, transposes)
+
+
+def _structural_reasons(node: Node) -> list[str]:
+    """Why no lowering rule was even a candidate: no Q after it, inputs not dequantized."""
+    reasons = []
+    out = node.outputs[0] if node.outputs else None
+    if out is not None and not any(c.op_type == "QuantizeLinear" for c in out.consumers()):
+        if node.op_type != "Gemm":
+            reasons.append("its output is not quantized (no QuantizeLinear after it)")
+    for k, v in enumerate(node.inputs):
+        if v is None or (k >= 2 and node.op_type in ("Conv", "Gemm", "ConvTranspose")):
+            continue
+        if v.producer is None or v.producer.op_type != "DequantizeLinear":
+            reasons.append(f"input {k} '{v.name}' is not dequantized (float input)")
+    if node.op_type in _RECURRENT:
+        reasons.append(
+            f"static quantization keeps {node.op_type} float (quantize_dynamic runs LSTM as DynamicQuantizeLSTM)"
+        )
+    elif node.op_type not in LOWER_RULE_OF:
+        reasons.append(f"no integer kernel for {node.op_type} yet")
+    return reasons or ["no lowering rule applies"]

@@ -1,0 +1,132 @@
+"""The integer MAC share quantize_static reports, counts recurrent ops and files that are
+already integer, and enforces with ``min_integer_share``."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+from quanta.ir.onnx_io import load
+from quanta.quantize.static import IntegerShareError
+from quanta.runtime.coverage import lowered_coverage
+
+
+def lstm_model(seq: int | str = 5, batch: int = 3, inp: int = 7, hidden: int = 17) -> onnx.ModelProto:
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.normal(0, 0.3, (2, 4 * hidden, inp)).astype(np.float32), "W")
+    r = numpy_helper.from_array(rng.normal(0, 0.3, (2, 4 * hidden, hidden)).astype(np.float32), "R")
+    node = helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=hidden, direction="bidirectional")
+    g = helper.make_graph(
+        [node],
+        "lstm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, batch, inp])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w, r],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_lstm_macs_are_every_step_of_both_directions():
+    report = lowered_coverage(load(lstm_model()))
+    (node,) = report.nodes
+    assert node.macs == 5 * 3 * (2 * 68 * 7 + 2 * 68 * 17)
+    assert node.integer_op is None and report.integer_share == 0.0
+    assert "quantize_dynamic runs LSTM as DynamicQuantizeLSTM" in report.format_share()
+
+
+def test_observed_shapes_stand_in_for_a_symbolic_sequence():
+    model = load(lstm_model(seq="T"))
+    assert lowered_coverage(model).nodes[0].macs == 1 * 3 * (2 * 68 * 7 + 2 * 68 * 17)
+    assert lowered_coverage(model, {"x": (41, 3, 7)}).nodes[0].macs == 41 * 3 * (2 * 68 * 7 + 2 * 68 * 17)
+
+
+def conv_chain(channels=(3, 7, 17, 5)) -> onnx.ModelProto:
+    rng = np.random.default_rng(5)
+    nodes, inits, x = [], [], "x"
+    for i, (cin, cout) in enumerate(itertools.pairwise(channels)):
+        inits.append(
+            numpy_helper.from_array(rng.normal(0, 0.4, (cout, cin, 3, 3)).astype(np.float32), f"w{i}")
+        )
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.1, cout).astype(np.float32), f"b{i}"))
+        nodes.append(
+            helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], name=f"conv{i}", pads=[1] * 4)
+        )
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"))
+        x = f"r{i}"
+    # a pooled head: the last convolution's output is no graph output
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"], name="pool"))
+    g = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels[0], 11, 13])],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [1, channels[-1], 1, 1])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def feeds(n=4):
+    rng = np.random.default_rng(9)
+    return [{"x": rng.normal(0.2, 1.0, (1, 3, 11, 13)).astype(np.float32)} for _ in range(n)]
+
+
+def test_summary_reports_the_share_and_the_largest_float_nodes(tmp_path):
+    macs = [11 * 13 * 7 * 27, 11 * 13 * 17 * 63, 11 * 13 * 5 * 153]  # out pixels·Cout · Cin·3·3
+    s = quanta.quantize_static(conv_chain(), tmp_path / "q.onnx", feeds(), exclude=["conv0"], verbose=False)
+    assert s.coverage is not None and s.coverage.total_macs == sum(macs) == 289_575
+    # conv2 feeds a float head (its pool stays float: "quantize only what pays")
+    assert s.integer_share == pytest.approx(macs[1] / sum(macs))
+    assert [(c.name, c.macs) for c in s.coverage.largest_float()] == [("conv2", macs[2]), ("conv0", macs[0])]
+    text = s.format()
+    assert "integer MACs: 52.9 % of 289,575 (153,153 in integer)" in text
+    assert "conv2 (Conv, 109,395 MACs, 37.8 %): its output is not quantized" in text
+    d = s.to_dict()
+    assert d["integer_share"] == s.integer_share and d["largest_float"][0][:3] == ["conv2", "Conv", macs[2]]
+
+
+def test_min_integer_share_fails_and_writes_nothing(tmp_path):
+    out = tmp_path / "q.onnx"
+    with pytest.raises(
+        IntegerShareError, match=r"not written: 52\.9 % .* below min_integer_share 60\.0 %"
+    ) as e:
+        quanta.quantize_static(
+            conv_chain(), out, feeds(), exclude=["conv0"], min_integer_share=0.6, verbose=False
+        )
+    assert "conv0 (Conv, 27,027 MACs, 9.3 %)" in str(e.value)
+    assert not out.exists()
+    s = quanta.quantize_static(
+        conv_chain(), out, feeds(), exclude=["conv0"], min_integer_share=0.5, verbose=False
+    )
+    assert s.integer_share == pytest.approx(153_153 / 289_575) and out.exists()
+
+
+def test_min_integer_share_outside_zero_one_is_a_recipe_error(tmp_path):
+    with pytest.raises(ValueError, match=r"min_integer_share: expected a share in \[0, 1\], got 99"):
+        quanta.quantize_static(
+            conv_chain(), tmp_path / "q.onnx", feeds(), min_integer_share=99, verbose=False
+        )
+
+
+def test_a_qoperator_file_counts_as_integer(tmp_path):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    src = tmp_path / "f.onnx"
+    onnx.save(conv_chain(), src)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds())
+
+        def get_next(self):
+            return next(self.it, None)
+
+    dst = tmp_path / "qop.onnx"
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QOperator)
+    report = lowered_coverage(load(dst))
+    assert {n.op for n in report.nodes} == {"QLinearConv", "QLinearGlobalAveragePool"}
+    assert report.integer_share == 1.0 and report.total_macs == 289_575
