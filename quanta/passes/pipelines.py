@@ -26,6 +26,7 @@ from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.passes.rules.fold_batchnorm import FoldBatchNorm
 from quanta.passes.rules.fold_constants import Evaluator, FoldConstants
 from quanta.passes.rules.fold_groupnorm import FoldGroupNorm
+from quanta.passes.rules.fold_pad import FoldPad
 from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation
 from quanta.passes.rules.propagate_views import PropagateViews
 from quanta.passes.rules.remove_noops import RemoveNoops
@@ -49,7 +50,8 @@ def _fold_groupnorm(opset: int) -> list[Pass]:
 
 def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:
     """Float-graph rewrites before calibration and QDQ insertion: constants folded
-    (weights computed by subgraphs become initializers), no-ops removed,
+    (weights computed by subgraphs become initializers), no-ops removed, zero Pads
+    folded into the Conv that reads them,
     BatchNormalization folded into the weights (so the folded weights are what gets
     quantized), GroupNorm recognised, duplicates merged.
 
@@ -60,6 +62,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         FoldConstants(evaluator, max_output_elements=1 << 24),
         Canonicalize(),  # Sum of two -> Add: residuals of older exports
         RemoveNoops(),
+        FoldPad(),  # "same"-padding Pads (pads folded to constants above) into their Convs
         FoldBatchNorm(),
         *_fold_groupnorm(opset),
         EliminateCommon(),
