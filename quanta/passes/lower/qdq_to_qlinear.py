@@ -9,6 +9,7 @@ produces, so a lowered model is also a valid ONNX model that ONNX Runtime runs):
       -> %y = QLinearConv(%x, sx, zx, %w, sw, zw, sy, zy, %bq?)                       (LowerConv)
     ... MatMul ...                 -> QLinearMatMul                                  (LowerMatMul)
     MatMul(DQ, DQ), float output   -> com.microsoft::MatMulIntegerToFloat           (LowerMatMulFloatOutput)
+    Conv(DQ, DQ), float output     -> ConvInteger -> Add(bq) -> Cast -> Mul(sx·sw)    (LowerConvFloatOutput)
     ... Gemm ...                   -> com.microsoft::QGemm (float output when no Q)   (LowerGemm)
     ... Add | Mul ...              -> com.microsoft::QLinearAdd | QLinearMul          (LowerBinary)
     ... Concat ...                 -> com.microsoft::QLinearConcat                    (LowerConcat)
@@ -39,6 +40,7 @@ import numpy as np
 from quanta.ir.graph import Node, Value, result_type
 from quanta.ir.op_rules import Stage
 from quanta.ir.types import IntType, QuantType
+from quanta.passes.lower.conv_float_output import LowerConvFloatOutput
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe, node_qtype
 
@@ -683,6 +685,7 @@ LOWER_RULES: list[Rule] = [
     LowerMatMulFloatOutput(),
     LowerGemm(),
     LowerGemmFloatOutput(),
+    LowerConvFloatOutput(),
     LowerBinary(),
     LowerPool(),
     LowerUnary(),

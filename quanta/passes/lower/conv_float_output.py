@@ -1,0 +1,97 @@
+"""``Conv(DQ(x), DQ(w), DQ(bq)?)`` whose output is not quantized -> an integer
+convolution with a float32 result (LowerConvFloatOutput)::
+
+    %c = Conv(DequantizeLinear(%x, sx, zx), DequantizeLinear(%w, sw, zw), DequantizeLinear(%bq, sx·sw, 0)?)
+      -> %acc = ConvInteger(%x, %w, zx, zw)                 int32, exact
+         %acc = Add(%acc, %bq[1, M, 1, ...])                the int32 bias, exact
+         %c   = Mul(Cast<float>(%acc), (sx·sw)[1, M, 1, ...])
+
+The last convolution before a float consumer (a detector's head, a convolution whose
+output is a graph output or feeds a float LSTM) keeps its multiply-accumulates in
+integer this way instead of running in float on dequantized weights: the result is
+``(acc + bq)·sx·sw[m]`` (docs/quantization-math.md eq. (5) before its rounding), one
+float32 rounding of the exact integer sum where the float group rounds at every
+accumulation step, as MatMulIntegerToFloat does for MatMul (LowerMatMulFloatOutput).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from quanta.ir.graph import Value, result_type
+from quanta.ir.types import I32, TensorType
+from quanta.passes.pattern import Builder, Match, NoMatch, Rule
+
+__all__ = ["LowerConvFloatOutput"]
+
+
+class LowerConvFloatOutput(Rule):
+    """``Conv(DQ(x), DQ(w), b?)``, float output -> ``Mul(Cast(Add(ConvInteger(x, w, zx, zw), bq)), sx·sw)``."""
+
+    pattern = "c = Conv(xf = DequantizeLinear(x, sx, zx?), wf = DequantizeLinear(w, sw, zw?), b?)"
+    shared_ok = frozenset({"xf", "wf"})
+
+    def check(self, m: Match) -> Match | NoMatch:
+        from quanta.passes.lower.qdq_to_qlinear import (
+            _check_8bit,
+            _check_consts,
+            _int32_bias,
+            _params,
+            float_elem_name,
+        )
+        from quanta.passes.rules._util import describe
+
+        if any(u.op_type == "QuantizeLinear" for u in m.value("c").consumers()):
+            return NoMatch("the output is quantized (LowerConv handles it)")
+        bad = _check_consts(m, "sx", "zx", "sw", "zw")
+        if bad is not None:
+            return bad
+        if not m.is_const("w"):
+            return NoMatch(f"weight {describe(m['w'])} is not a constant")
+        if float_elem_name(m["c"]) != "f32":
+            return NoMatch("the convolution's output is not float32")
+        qx = _params(m, "xf", "x", "sx", "zx")
+        qw = _params(m, "wf", "w", "sw", "zw")
+        for q, what, per_tensor in ((qx, "input x", True), (qw, "weight w", False)):
+            bad = _check_8bit(q, what, per_tensor=per_tensor)
+            if bad is not None:
+                return bad
+        assert qx is not None and qw is not None
+        w = np.asarray(m.value("w").const)
+        if qw.axis is not None and qw.axis % w.ndim != 0:
+            return NoMatch(f"weight w is quantized along axis {qw.axis}; ConvInteger takes axis 0")
+        bq = _int32_bias(m, "b", qx, qw)
+        if isinstance(bq, NoMatch):
+            return bq
+        m.data.update(qx=qx, qw=qw, bq=bq, rank=w.ndim)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        from quanta.passes.lower.qdq_to_qlinear import CONV_ATTRS, _zero_point_or_default
+
+        conv = m.node("c")
+        qx, qw, rank = m.data["qx"], m.data["qw"], m.data["rank"]
+        name = conv.name or "conv"
+        attrs = {k: v for k, v in conv.attrs.items() if k in CONV_ATTRS}
+        zx = _zero_point_or_default(b, m, "zx", qx, "x_zero_point")
+        zw = _zero_point_or_default(b, m, "zw", qw, "w_zero_point")
+        out = m["c"]
+        shape = out.shape if out is not None else None
+        acc = b.op(
+            "ConvInteger",
+            [m["x"], m["w"], zx, zw],
+            attrs,
+            types=TensorType(I32, shape),
+            attr_types=conv.attr_types,
+            name=name,
+        )
+        per_channel = (1, -1) + (1,) * (rank - 2)  # [1, M, 1, ...] broadcasts over N and space
+        if m.data["bq"] is not None:
+            bias = b.const(f"{name}_bias_i32", np.asarray(m.data["bq"].const, np.int32).reshape(per_channel))
+            acc = b.op("Add", [acc, bias], types=TensorType(I32, shape), name=f"{name}/bias")
+        scale = np.float32(qx.scale[0]) * np.asarray(qw.scale, np.float32)  # eq. (6): sx·sw, float32
+        f = b.op(
+            "Cast", [acc], {"to": 1}, types=result_type(shape_from=out, elem_from=out), name=f"{name}/cast"
+        )
+        s = b.const(f"{name}_scale", scale.reshape(per_channel if scale.size > 1 else ()).astype(np.float32))
+        return b.op("Mul", [f, s], types=result_type(shape_from=out, elem_from=out), name=f"{name}/scale")
