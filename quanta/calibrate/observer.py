@@ -279,6 +279,8 @@ class ObserverBase:
         estimate, decide: a clipping observer may cut a -1e9 mask down to an ordinary
         looking range, but the tensor still carries the mask."""
         if self._count is None or not self._count.any():
+            if self._nan is not None and self._nan.any():
+                return f"every observed value is NaN ({int(self._nan.sum())} values)"
             return "no values observed"
         assert self._nan is not None
         if self._nan.any():

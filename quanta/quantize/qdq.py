@@ -340,10 +340,15 @@ def resolve_params(
     for t in plan.tensors.values():
         if t.role == "weight":
             w = by_name[t.name].const
-            t.qtype = _weight_type(w, t, _expressed(by_name[t.name]), recipe)
+            t.float_reason = _non_finite_reason(w)
+            if t.float_reason is None:
+                t.qtype = _weight_type(w, t, _expressed(by_name[t.name]), recipe)
     for t in plan.tensors.values():
         if t.role != "bias" or t.bias_of is None:
             continue
+        t.float_reason = _non_finite_reason(by_name[t.name].const)
+        if t.float_reason is not None:
+            continue  # a float bias: the node is still quantized, its bias added in float
         x_t, w_t = plan.tensors.get(t.bias_of[0]), plan.tensors.get(t.bias_of[1])
         if x_t is None or w_t is None or x_t.qtype is None or w_t.qtype is None:
             t.float_reason = "its input or weight stays float"
@@ -354,6 +359,20 @@ def resolve_params(
         b = by_name[t.name].const
         w_t.qtype = adjust_weight_scale_for_bias(x_t.qtype, w_t.qtype, b)
         t.qtype = bias_params(x_t.qtype, w_t.qtype)
+
+
+def _non_finite_reason(c: np.ndarray) -> str | None:
+    """Why a constant (weight, bias) has no quantized form, or None: a NaN or an infinity
+    has no place on an integer grid, and one of them would make every scale of its
+    channel (or of the tensor) infinite or NaN."""
+    c64 = np.asarray(c, dtype=np.float64)
+    finite = np.isfinite(c64)
+    if finite.all():
+        return None
+    nan = int(np.isnan(c64).sum())
+    inf = int(c64.size - finite.sum()) - nan
+    parts = [f"{nan} NaN" if nan else "", f"{inf} infinite" if inf else ""]
+    return f"{' and '.join(p for p in parts if p)} value(s) among its {c64.size}: keep float"
 
 
 def bias_correction_inputs(plan: QdqPlan) -> dict[str, int]:

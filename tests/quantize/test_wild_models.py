@@ -1,0 +1,309 @@
+"""Any valid ONNX file in, a valid file out (issue 11 item 1): the shapes a file
+declares are hints, ranges that are not finite keep their tensor float, old opsets,
+weights in Constant nodes, external data and control-flow subgraphs.
+
+Each output is checked with ``onnx.checker`` (``full_check``: strict shape inference,
+as ONNX Runtime runs it when it loads the file) and run in ONNX Runtime and quanta."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def assert_valid_and_runs(path, feed) -> list[np.ndarray]:
+    onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
+    ours = quanta.InferenceSession(str(path)).run(None, feed)
+    assert [a.shape for a in ours] == [b.shape for b in theirs]
+    return ours
+
+
+# -- declared shapes are hints ----------------------------------------------------
+
+
+def _tensor_info_without_shape(name: str) -> onnx.ValueInfoProto:
+    return helper.make_value_info(name, onnx.TypeProto(tensor_type=onnx.TypeProto.Tensor(elem_type=TensorProto.FLOAT)))
+
+
+def mlp_declaring(output_shape, value_info=()) -> onnx.ModelProto:
+    """x[2, 8] -> MatMul -> Relu -> Softmax -> y[2, 4], with ``y`` declared as
+    ``output_shape`` and ``value_info`` written as given."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("Softmax", ["r"], ["y"], name="sm", axis=-1),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape)],
+        [w],
+        value_info=list(value_info),
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+BROKEN_DECLARATIONS = {
+    # Failure signature: onnx.checker full_check / ONNX Runtime on the written file,
+    # "[ShapeInferenceError] Inferred shape and existing shape differ in rank: (2) vs (0)"
+    "output_rank_0": mlp_declaring([]),
+    "output_wrong_rank": mlp_declaring([2, 4, 1, 1]),
+    "output_wrong_dims": mlp_declaring([3, 5]),
+    "output_minus_one_dims": mlp_declaring([-1, 4]),
+    "output_without_shape": mlp_declaring(None),
+    # Failure signature: "Field 'shape' of 'type' is required but missing" on save
+    "value_info_without_shape": mlp_declaring([2, 4], [_tensor_info_without_shape("h"), _tensor_info_without_shape("r")]),
+    "value_info_wrong_rank": mlp_declaring([2, 4], [helper.make_tensor_value_info("h", TensorProto.FLOAT, [7])]),
+}
+
+
+def _mlp_feeds(n: int = 3) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(4)
+    return [{"x": rng.standard_normal((2, 8)).astype(np.float32)} for _ in range(n)]
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_DECLARATIONS))
+def test_declared_shapes_are_hints_quantize_static_writes_inferred_ones(tmp_path, case):
+    src, out = tmp_path / "m.onnx", tmp_path / "m.int8.onnx"
+    onnx.save(BROKEN_DECLARATIONS[case], src)
+    summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False)
+    assert ("mm", "MatMul") in summary.quantized
+    (y,) = assert_valid_and_runs(out, _mlp_feeds(1)[0])
+    assert y.shape == (2, 4)
+    written = onnx.load(str(out)).graph.output[0].type.tensor_type.shape
+    assert [d.dim_value for d in written.dim] == [2, 4]
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_DECLARATIONS))
+def test_declared_shapes_are_hints_quantize_dynamic_writes_inferred_ones(tmp_path, case):
+    src, out = tmp_path / "m.onnx", tmp_path / "m.dyn.onnx"
+    onnx.save(BROKEN_DECLARATIONS[case], src)
+    quanta.quantize_dynamic(src, out)
+    assert_valid_and_runs(out, _mlp_feeds(1)[0])
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_DECLARATIONS))
+def test_declared_shapes_are_hints_inference_session_reports_inferred_ones(tmp_path, case):
+    src = tmp_path / "m.onnx"
+    onnx.save(BROKEN_DECLARATIONS[case], src)
+    sess = quanta.InferenceSession(str(src))
+    (y,) = sess.run(None, _mlp_feeds(1)[0])
+    assert y.shape == (2, 4)
+    assert tuple(sess.get_outputs()[0].shape) == (2, 4)
+
+
+def reshape_to_computed_shape() -> onnx.ModelProto:
+    """Paddle's classifier head (ch_ppocr_mobile_v2.0_cls): GlobalAveragePool ->
+    Reshape(Concat(Cast(Slice(Cast(Shape(.))))), [-1])) -> Gemm-like MatMul -> Softmax.
+    ONNX's data propagation stops at the Casts, so shape inference leaves every value
+    after the Reshape without a shape; the output is declared [-1, 2]."""
+    rng = np.random.default_rng(5)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "wc"),
+        numpy_helper.from_array(rng.standard_normal((4, 2)).astype(np.float32), "wf"),
+        numpy_helper.from_array(np.array([0], np.int64), "s0"),
+        numpy_helper.from_array(np.array([1], np.int64), "s1"),
+        numpy_helper.from_array(np.array([-1], np.int32), "minus_one"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "wc"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["c"], ["p"], name="gap"),
+        helper.make_node("Shape", ["p"], ["shp"], name="shape"),
+        helper.make_node("Cast", ["shp"], ["shp32"], name="cast32", to=TensorProto.INT32),
+        helper.make_node("Slice", ["shp32", "s0", "s1"], ["batch"], name="slice"),
+        helper.make_node("Concat", ["batch", "minus_one"], ["target32"], name="concat", axis=0),
+        helper.make_node("Cast", ["target32"], ["target"], name="cast64", to=TensorProto.INT64),
+        helper.make_node("Reshape", ["p", "target"], ["flat"], name="reshape"),
+        helper.make_node("MatMul", ["flat", "wf"], ["logits"], name="fc"),
+        helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=1),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, "h", "w"])
+    y = helper.make_tensor_value_info("probs", TensorProto.FLOAT, [-1, 2])
+    return helper.make_model(helper.make_graph(nodes, "cls", [x], [y], inits), opset_imports=[helper.make_opsetid("", 11)])
+
+
+def test_output_after_a_reshape_to_a_computed_shape_gets_its_rank(tmp_path):
+    # Failure signature (ch_ppocr_mobile_v2.0_cls_infer.onnx): "GraphError: ... refusing
+    # to write an invalid model: Field 'shape' of 'type' is required but missing"
+    src, out = tmp_path / "cls.onnx", tmp_path / "cls.int8.onnx"
+    onnx.save(reshape_to_computed_shape(), src)
+    rng = np.random.default_rng(6)
+    feeds = [{"x": rng.standard_normal((1, 3, 12, 20)).astype(np.float32)} for _ in range(3)]
+    summary = quanta.quantize_static(src, out, feeds, verbose=False)
+    assert ("fc", "MatMul") in summary.quantized
+    (y,) = assert_valid_and_runs(out, feeds[0])
+    assert y.shape == (1, 2)
+    assert len(onnx.load(str(out)).graph.output[0].type.tensor_type.shape.dim) == 2
+
+
+# -- ranges that are not finite ---------------------------------------------------
+
+
+def attention_with_where_bias(fill: float, *, scores_also_to_matmul: bool) -> onnx.ModelProto:
+    """Single-head attention whose mask bias is ``Where(Equal(mask, 0), fill, 0)``
+    added to the scores -> Softmax -> MatMul (the Hugging Face export); with
+    ``scores_also_to_matmul`` the biased scores also feed a MatMul, so the -inf
+    tensor is asked for by a quantized node."""
+    d = 8
+    rng = np.random.default_rng(7)
+    inits = [numpy_helper.from_array(rng.standard_normal((d, d)).astype(np.float32), n) for n in ("wq", "wk", "wv")]
+    inits += [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(fill, np.float32), "fill"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "keep"),
+        numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"], name="q"),
+        helper.make_node("MatMul", ["x", "wk"], ["k"], name="k"),
+        helper.make_node("MatMul", ["x", "wv"], ["v"], name="v"),
+        helper.make_node("Transpose", ["k"], ["kt"], name="kt", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
+        helper.make_node("Equal", ["mask", "zero"], ["masked"], name="equal"),
+        helper.make_node("Where", ["masked", "fill", "keep"], ["bias"], name="where"),
+        helper.make_node("Unsqueeze", ["bias", "axis1"], ["bias3"], name="unsqueeze"),
+        helper.make_node("Add", ["scores", "bias3"], ["biased"], name="add_bias"),
+        helper.make_node("Softmax", ["biased"], ["probs"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["probs", "v"], ["y"], name="context"),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, d])]
+    if scores_also_to_matmul:
+        nodes.append(helper.make_node("MatMul", ["biased", "v"], ["y2"], name="raw"))
+        outputs.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 6, d]))
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, d]),
+        helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 6]),
+    ]
+    g = helper.make_graph(nodes, "attention", inputs, outputs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _attention_feeds(n: int = 3) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(8)
+    mask = np.array([[1, 1, 1, 1, 0, 0]], np.int64)
+    return [{"x": rng.standard_normal((1, 6, 8)).astype(np.float32), "mask": mask} for _ in range(n)]
+
+
+@pytest.mark.parametrize("method", ["minmax", "entropy", "percentile", "mse", "moving_average"])
+def test_minus_inf_attention_bias_stays_float_and_the_matmuls_are_quantized(tmp_path, method):
+    # Failure signature: "ValueError: quantization parameters: range [-inf, 2.573] is
+    # not finite; such a tensor cannot be quantized"
+    src, out = tmp_path / "attn.onnx", tmp_path / "attn.int8.onnx"
+    onnx.save(attention_with_where_bias(-np.inf, scores_also_to_matmul=True), src)
+    summary = quanta.quantize_static(src, out, _attention_feeds(), verbose=False, method=method)
+    quantized = {name for name, _ in summary.quantized}
+    assert {"q", "k", "v", "scores", "context"} <= quantized
+    tensors = dict(summary.float_tensors)
+    assert "is not finite" in tensors["biased"]
+    nodes = {name: reason for name, _, reason in summary.float_nodes}
+    assert "'biased' stays float" in nodes["raw"] and "is not finite" in nodes["raw"]
+    assert "biased:" in summary.format()
+    g = onnx.load(str(out)).graph
+    assert not any(n.op_type == "QuantizeLinear" and n.input[0] == "biased" for n in g.node)
+    assert_valid_and_runs(out, _attention_feeds(1)[0])
+
+
+def test_minus_inf_attention_bias_before_softmax_only_is_written(tmp_path):
+    src, out = tmp_path / "attn.onnx", tmp_path / "attn.int8.onnx"
+    onnx.save(attention_with_where_bias(-np.inf, scores_also_to_matmul=False), src)
+    summary = quanta.quantize_static(src, out, _attention_feeds(), verbose=False)
+    assert {"q", "k", "v", "scores", "context"} <= {name for name, _ in summary.quantized}
+    nodes = {name: reason for name, _, reason in summary.float_nodes}
+    assert nodes["add_bias"].startswith("its output feeds only float ops")
+    (y,) = assert_valid_and_runs(out, _attention_feeds(1)[0])
+    assert np.isfinite(y).all()
+
+
+def test_nan_everywhere_after_the_bias_keeps_those_tensors_float_with_a_reason(tmp_path):
+    src, out = tmp_path / "attn.onnx", tmp_path / "attn.int8.onnx"
+    onnx.save(attention_with_where_bias(np.nan, scores_also_to_matmul=True), src)
+    summary = quanta.quantize_static(src, out, _attention_feeds(), verbose=False)
+    assert {"q", "k", "v", "scores"} <= {name for name, _ in summary.quantized}
+    tensors = dict(summary.float_tensors)
+    assert "NaN" in tensors["biased"]
+    assert tensors["probs"].startswith("every observed value is NaN")
+    assert_valid_and_runs(out, _attention_feeds(1)[0])
+
+
+def gemm_with(w_fill=None, b_fill=None) -> onnx.ModelProto:
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((8, 8)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    if w_fill is not None:
+        w[0, 0] = w_fill
+    if b_fill is not None:
+        b[1] = b_fill
+    g = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="gemm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("fill", [np.inf, np.nan], ids=["inf", "nan"])
+@pytest.mark.parametrize("options", [{}, {"per_channel": False}, {"weight_type": "int4"}], ids=["axis", "tensor", "int4"])
+def test_weight_with_non_finite_values_keeps_its_node_float(tmp_path, fill, options):
+    # Failure signature: "ValueError: quantization parameters: range [-2.3, inf] is not finite"
+    src, out = tmp_path / "g.onnx", tmp_path / "g.int8.onnx"
+    onnx.save(gemm_with(w_fill=fill), src)
+    summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False, **options)
+    assert summary.quantized == []
+    (reason,) = [r for name, _, r in summary.float_nodes if name == "gemm"]
+    assert reason.startswith("weight 'w' stays float: 1 ") and "value(s) among its 64" in reason
+    assert_valid_and_runs(out, _mlp_feeds(1)[0])
+
+
+@pytest.mark.parametrize("fill", [-np.inf, np.nan], ids=["inf", "nan"])
+def test_bias_with_non_finite_values_stays_float_and_the_gemm_is_quantized(tmp_path, fill):
+    # Failure signature: "ValueError: quantized type: scale must be positive and finite, got inf"
+    src, out = tmp_path / "g.onnx", tmp_path / "g.int8.onnx"
+    onnx.save(gemm_with(b_fill=fill), src)
+    summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False)
+    assert summary.quantized == [("gemm", "Gemm")]
+    g = onnx.load(str(out)).graph
+    gemm = next(n for n in g.node if n.op_type == "Gemm")
+    assert gemm.input[2] == "b"  # the float bias, no DequantizeLinear
+    (y,) = assert_valid_and_runs(out, _mlp_feeds(1)[0])
+    assert not np.isfinite(y[:, 1]).any() and np.isfinite(np.delete(y, 1, axis=1)).all()
+
+
+@pytest.mark.parametrize(
+    ("fill", "reason"),
+    [(0.0, "every observed value is 0 (zero range)"), (3.0, "constant: every observed value is 3 (zero range)")],
+)
+def test_constant_tensor_stays_float_with_a_reason(tmp_path, fill, reason):
+    # x * 0 (+ fill) feeding a MatMul: a zero range has no scale (eq. (5) would divide by 0)
+    rng = np.random.default_rng(10)
+    g = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "zero"], ["z"], name="mul"),
+            helper.make_node("Add", ["z", "fill"], ["c"], name="add"),
+            helper.make_node("MatMul", ["c", "w"], ["y"], name="mm"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [
+            numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+            numpy_helper.from_array(np.array(fill, np.float32), "fill"),
+            numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+        ],
+    )
+    src, out = tmp_path / "c.onnx", tmp_path / "c.int8.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False)
+    assert dict(summary.float_tensors)["c"] == reason
+    assert_valid_and_runs(out, _mlp_feeds(1)[0])
