@@ -398,11 +398,13 @@ def dynamic_quantize_lstm(
 
 
 def _y_requested(ctx: OpContext) -> bool:
-    node = ctx.onnx_node
-    outs = getattr(node, "output", None)
-    if outs is not None:
-        return len(outs) > 0 and outs[0] != ""
-    return ctx.n_outputs >= 1
+    """Whether the node names its Y output (ORT's two paths of step (4)). quanta's importer
+    gives an omitted optional output a private value named ``<node>__unused_output_0_<k>``,
+    and the node proto a kernel receives carries that name instead of ""."""
+    outs = getattr(ctx.onnx_node, "output", None)
+    if outs is None:
+        return ctx.n_outputs >= 1
+    return len(outs) > 0 and outs[0] != "" and "__unused_output_0_" not in outs[0]
 
 
 @register("DynamicQuantizeLSTM", MS_DOMAIN)
