@@ -874,12 +874,75 @@ def _infer_unknown_output_ranks(proto: onnx.ModelProto) -> None:
             vi.type.tensor_type.shape.CopyFrom(tt.shape)
 
 
+# Tensors of at least this many bytes go to the external data file when a model is
+# written with external data (onnx's own default threshold).
+EXTERNAL_DATA_THRESHOLD = 1024
+# protobuf cannot serialize a message of 2 GB or more
+PROTO_LIMIT = 2**31 - 1
+
+
+def source_uses_external_data(path: str | os.PathLike | None) -> bool:
+    """Whether the ONNX file at ``path`` keeps tensors in external data (read without
+    loading the data)."""
+    if not path or not os.path.isfile(path):
+        return False
+    try:
+        return _uses_external_data(onnx.load(os.fspath(path), load_external_data=False))
+    except Exception:  # not a readable model: nothing to follow
+        return False
+
+
+def _tensor_bytes(graph: onnx.GraphProto) -> int:
+    return sum(len(t.raw_data) if t.HasField("raw_data") else t.ByteSize() for t in _all_tensors(graph))
+
+
+def _externalize(proto: onnx.ModelProto, location: str, data_file) -> None:
+    """Move every tensor of at least EXTERNAL_DATA_THRESHOLD bytes (initializers and
+    Constant values, subgraphs included) into ``data_file``, in graph order (the same
+    model gives the same bytes), and point the tensor at ``location``."""
+    offset = 0
+    for t in _all_tensors(proto.graph):
+        if t.data_location == TensorProto.EXTERNAL:
+            continue
+        if not t.HasField("raw_data"):
+            if t.ByteSize() < EXTERNAL_DATA_THRESHOLD or t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+                continue
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t), t.name))
+        raw = t.raw_data
+        if len(raw) < EXTERNAL_DATA_THRESHOLD:
+            continue
+        data_file.write(raw)
+        t.ClearField("raw_data")
+        t.data_location = TensorProto.EXTERNAL
+        del t.external_data[:]
+        for k, v in (("location", location), ("offset", str(offset)), ("length", str(len(raw)))):
+            entry = t.external_data.add()
+            entry.key, entry.value = k, v
+        offset += len(raw)
+
+
+def _write_atomically(dest: Path, write) -> str:
+    """``write(file)`` into a temporary file next to ``dest``; returns its path (the
+    caller renames it)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
 def save(
     model: Model | onnx.ModelProto,
     path: str | os.PathLike,
     *,
     protect: Sequence[str | os.PathLike] = (),
     check: bool = True,
+    external_data: bool | None = None,
 ) -> None:
     """Write ``model`` to ``path`` atomically.
 
@@ -888,6 +951,11 @@ def save(
     temporary file in the destination folder, are checked with ``onnx.checker``, and
     only then renamed over ``path``: an interrupted save never leaves a half-written
     file.
+
+    ``external_data``: write tensors of EXTERNAL_DATA_THRESHOLD bytes or more to
+    ``<path name>.data`` next to ``path``. ``None`` (default) does so when the model
+    was loaded from a file that used external data, or when the tensors reach 2 GB
+    (protobuf's limit). The data file is never one of the protected inputs' files.
     """
     dest = Path(path)
     proto = to_proto(model) if isinstance(model, Model) else model
@@ -897,31 +965,67 @@ def save(
     for p in guarded:
         if dest.exists() and p.exists() and os.path.samefile(dest, p):
             raise FileExistsError(f"{dest}: refusing to overwrite the input model; choose another output path")
-    if check:
-        try:
-            onnx.checker.check_model(proto)
-        except onnx.checker.ValidationError as e:
-            first = str(e).strip().splitlines()[0]
-            raise GraphError(f"{dest}: refusing to write an invalid model: {first}") from None
-    data = proto.SerializeToString(deterministic=True)
-    if len(data) > 2**31 - 1:
-        raise ValueError(f"{dest}: model is over 2 GB; external data output is not supported yet")
     if dest.is_dir():
         raise IsADirectoryError(errno.EISDIR, "is a folder; expected the path of the .onnx file to write", str(dest))
     folder = dest.parent if str(dest.parent) else Path(".")
     if not folder.is_dir():
         raise FileNotFoundError(f"{dest}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=folder)
+    dest = folder / dest.name
+    if external_data is None:
+        external_data = any(source_uses_external_data(p) for p in guarded) or _tensor_bytes(proto.graph) >= PROTO_LIMIT
+    if check and proto.ByteSize() < PROTO_LIMIT:
+        try:
+            onnx.checker.check_model(proto)
+        except onnx.checker.ValidationError as e:
+            first = str(e).strip().splitlines()[0]
+            raise GraphError(f"{dest}: refusing to write an invalid model: {first}") from None
+    data_tmp = None
+    data_dest = folder / f"{dest.name}.data"
+    if external_data:
+        for p in guarded:
+            for f in _external_files(p):
+                if data_dest.exists() and os.path.samefile(data_dest, f):
+                    raise FileExistsError(
+                        f"{data_dest}: refusing to overwrite the input model's external data; choose another output path"
+                    )
+        proto_out = onnx.ModelProto()
+        proto_out.CopyFrom(proto)
+        data_tmp = _write_atomically(data_dest, lambda f: _externalize(proto_out, data_dest.name, f))
+        if os.path.getsize(data_tmp) == 0:  # every tensor is small: nothing to keep apart
+            os.unlink(data_tmp)
+            data_tmp = None
+        else:
+            proto = proto_out
+    data = proto.SerializeToString(deterministic=True)
+    if len(data) > PROTO_LIMIT:
+        raise ValueError(f"{dest}: the graph without its tensors is still over 2 GB")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
+        tmp = _write_atomically(dest, lambda f: f.write(data))
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        if data_tmp is not None:
+            os.unlink(data_tmp)
         raise
+    if data_tmp is not None:
+        os.replace(data_tmp, data_dest)
+    os.replace(tmp, dest)
+
+
+def _external_files(model_path: Path) -> list[Path]:
+    """The external data files a model file refers to (existing ones only)."""
+    if not model_path.is_file():
+        return []
+    try:
+        proto = onnx.load(os.fspath(model_path), load_external_data=False)
+    except Exception:  # not a readable model: it refers to nothing
+        return []
+    out = []
+    for t in _all_tensors(proto.graph):
+        if t.data_location == TensorProto.EXTERNAL:
+            loc = {e.key: e.value for e in t.external_data}.get("location", "")
+            f = model_path.parent / loc
+            if loc and f.is_file() and f not in out:
+                out.append(f)
+    return out
 
 
 def node_from_proto_for_reference(node: Node) -> onnx.NodeProto:

@@ -307,3 +307,159 @@ def test_constant_tensor_stays_float_with_a_reason(tmp_path, fill, reason):
     summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False)
     assert dict(summary.float_tensors)["c"] == reason
     assert_valid_and_runs(out, _mlp_feeds(1)[0])
+
+
+# -- old opsets, Constant weights, external data ------------------------------------
+
+
+def old_opset_cnn(opset: int) -> onnx.ModelProto:
+    """Pad (pads attribute) -> Conv -> BatchNormalization (spatial below 9) -> Relu ->
+    Dropout (ratio) -> Upsample (scales attribute below 9, input from 9; Resize at 10)
+    -> Slice (attributes below 10, inputs from 10) -> Reshape -> MatMul."""
+    rng = np.random.default_rng(11)
+    arrays = {
+        "w": rng.standard_normal((4, 3, 3, 3)),
+        "b": rng.standard_normal(4),
+        "g": rng.standard_normal(4),
+        "beta": rng.standard_normal(4),
+        "mean": rng.standard_normal(4),
+        "var": rng.random(4) + 0.5,
+        "wf": rng.standard_normal((256, 5)),
+    }
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in arrays.items()]
+    inits.append(numpy_helper.from_array(np.array([1, -1], np.int64), "shape"))
+    nodes = [
+        helper.make_node("Pad", ["x"], ["xp"], name="pad", pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant", value=0.0),
+        helper.make_node("Conv", ["xp", "w", "b"], ["c"], name="conv"),
+        helper.make_node(
+            "BatchNormalization", ["c", "g", "beta", "mean", "var"], ["bn"], name="bn", **({"spatial": 1} if opset < 9 else {})
+        ),
+        helper.make_node("Relu", ["bn"], ["r"], name="relu"),
+        helper.make_node("Dropout", ["r"], ["d"], name="drop", ratio=0.1),
+    ]
+    if opset < 9:
+        nodes.append(helper.make_node("Upsample", ["d"], ["u"], name="up", mode="nearest", scales=[1.0, 1.0, 2.0, 2.0]))
+    else:
+        inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"))
+        nodes.append(helper.make_node("Upsample" if opset == 9 else "Resize", ["d", "scales"], ["u"], name="up", mode="nearest"))
+    if opset < 10:
+        nodes.append(helper.make_node("Slice", ["u"], ["s"], name="slice", axes=[2, 3], starts=[0, 0], ends=[8, 8]))
+    else:
+        for name, v in (("starts", [0, 0]), ("ends", [8, 8]), ("axes", [2, 3])):
+            inits.append(numpy_helper.from_array(np.array(v, np.int64), name))
+        nodes.append(helper.make_node("Slice", ["u", "starts", "ends", "axes"], ["s"], name="slice"))
+    nodes += [
+        helper.make_node("Reshape", ["s", "shape"], ["flat"], name="reshape"),
+        helper.make_node("MatMul", ["flat", "wf"], ["y"], name="fc"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "old",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        inits,
+    )
+    if opset < 8:  # IR 3: every initializer is also a graph input
+        g.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 3 if opset < 8 else 4
+    return m
+
+
+@pytest.mark.parametrize("opset", [7, 8, 9, 10])
+def test_old_opset_model_is_upgraded_and_quantized(tmp_path, opset):
+    src, out = tmp_path / "old.onnx", tmp_path / "old.int8.onnx"
+    onnx.save(old_opset_cnn(opset), src)
+    rng = np.random.default_rng(12)
+    feeds = [{"x": rng.standard_normal((1, 3, 4, 4)).astype(np.float32)} for _ in range(3)]
+    summary = quanta.quantize_static(src, out, feeds, verbose=False)
+    assert {("conv", "Conv"), ("fc", "MatMul")} <= set(summary.quantized)
+    assert next(o.version for o in onnx.load(str(out)).opset_import if o.domain == "") >= 13
+    (y,) = assert_valid_and_runs(out, feeds[0])
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds[0])[0]
+    # loose: 8-bit activations through Conv, Resize and a K=256 MatMul; this checks the
+    # upgrade kept the computation (a wrong pad or slice moves y by O(|y|))
+    assert np.abs(y - ref).max() <= 0.1 * np.abs(ref).max()
+
+
+def test_weight_held_in_a_constant_node_is_quantized_as_an_initializer(tmp_path):
+    rng = np.random.default_rng(13)
+    w = rng.standard_normal((8, 4)).astype(np.float32)
+    g = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["w"], name="w_const", value=numpy_helper.from_array(w)),
+            helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+    )
+    src, out = tmp_path / "c.onnx", tmp_path / "c.int8.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), src)
+    summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False)
+    assert summary.quantized == [("mm", "MatMul")]
+    written = onnx.load(str(out)).graph
+    assert not any(n.op_type == "Constant" for n in written.node)
+    assert any(t.data_type == TensorProto.INT8 and list(t.dims) == [8, 4] for t in written.initializer)
+    assert_valid_and_runs(out, _mlp_feeds(1)[0])
+
+
+def test_external_data_model_keeps_external_data_and_the_input_is_untouched(tmp_path):
+    rng = np.random.default_rng(14)
+    w = numpy_helper.from_array(rng.standard_normal((8, 256)).astype(np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 256])],
+        [w],
+    )
+    src = tmp_path / "m.onnx"
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+        src,
+        save_as_external_data=True,
+        size_threshold=0,
+        location="m.onnx.data",
+    )
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    out = tmp_path / "m.int8.onnx"
+    quanta.quantize_static(src, out, _mlp_feeds(), verbose=False)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name in before} == before
+    written = onnx.load(str(out), load_external_data=False)
+    external = [t for t in written.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+    assert external and {e.value for t in external for e in t.external_data if e.key == "location"} == {
+        "m.int8.onnx.data"
+    }
+    assert (tmp_path / "m.int8.onnx.data").is_file()
+    assert_valid_and_runs(out, _mlp_feeds(1)[0])
+    # a second run gives the same two files (deterministic, atomic replace)
+    first = (out.read_bytes(), (tmp_path / "m.int8.onnx.data").read_bytes())
+    quanta.quantize_static(src, out, _mlp_feeds(), verbose=False)
+    assert (out.read_bytes(), (tmp_path / "m.int8.onnx.data").read_bytes()) == first
+
+
+def test_external_data_output_never_overwrites_the_input_data(tmp_path):
+    rng = np.random.default_rng(15)
+    w = numpy_helper.from_array(rng.standard_normal((8, 256)).astype(np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 256])],
+        [w],
+    )
+    src = tmp_path / "m.onnx"
+    # the input's data file has the name the output's would get
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+        src,
+        save_as_external_data=True,
+        size_threshold=0,
+        location="out.onnx.data",
+    )
+    before = (tmp_path / "out.onnx.data").read_bytes()
+    with pytest.raises(FileExistsError, match="refusing to overwrite the input model's external data"):
+        quanta.quantize_static(src, tmp_path / "out.onnx", _mlp_feeds(), verbose=False)
+    assert (tmp_path / "out.onnx.data").read_bytes() == before
+    assert not (tmp_path / "out.onnx").exists()
