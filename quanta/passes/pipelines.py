@@ -92,6 +92,7 @@ def simplify(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pas
 def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:
     """What the runtime compiles a QDQ graph with: the exact clean-up, then instruction
     selection (Q -> op -> DQ groups become integer operators), then dead code.
+    Pads between one quantized type and the same one run on the integers after it.
 
     AlignScales is left out: the integer Concat takes inputs of different scales, while
     an aligned graph would keep its DQ -> Q requantizations as float nodes.
@@ -100,6 +101,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
     from quanta.passes.lower.fold_float_weights import FoldFloatWeights
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
     from quanta.passes.rules.fuse_gelu import FuseGeluPass
+    from quanta.passes.rules.quantize_pad import QuantizePad
 
     return [
         FoldConstants(evaluator),
@@ -111,6 +113,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         DropImpliedActivation(),
         EliminateCommon(),
         LowerQdqToQLinear(),
+        QuantizePad(),  # DQ -> Pad -> Q of one type: the Pad runs on the integers
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
         FuseGeluPass(opset),  # five float ops of a float-island GELU -> one Gelu
         ChannelsLast(),  # convolutions exchange NHWC; transposes only at region edges

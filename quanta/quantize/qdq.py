@@ -13,8 +13,13 @@ Roles of a node's operands (``OP_ROLES``):
 - bias: int32 with scale ``sx·sw`` (quanta.quantize.params.bias_params), after the
   weight scale was raised where the bias needs it (adjust_weight_scale_for_bias);
 - views (Reshape, Transpose, Flatten, Squeeze/Unsqueeze, Slice, Split, Gather's data,
-  MaxPool): the output keeps the input's type when the input is quantized (no range of
-  its own);
+  MaxPool) and Pad: the output keeps the input's type (no range of its own), and the
+  input is quantized whenever the view is (a graph input or a float op's output gets its
+  own range), so a view never leaves the compute op it feeds float. Pad is neutral in
+  the same way: ``Q(Pad(DQ(q), v)) = Pad(q, Q(v))``, an integer Pad whose padded cells
+  hold ``Q(v)`` (the zero point for the usual v = 0, which every activation range
+  contains; a v off the grid is rounded and saturated, as ONNX Runtime's QDQ quantizer
+  does). Only a Pad whose value is omitted or a constant is neutral;
 - Relu / Clip: absorbed — the producer's output is not quantized when its only consumers
   are quantized Relu/Clip nodes, whose outputs carry the (clipped) range instead;
 - Concat: an input consumed by nothing else takes the output's parameters, so the
@@ -40,7 +45,9 @@ from quanta.quantize.recipe import Recipe, storage_from_name
 
 __all__ = ["NodeDecision", "QdqPlan", "TensorPlan", "insert_qdq", "plan_qdq"]
 
-VIEW_OPS = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Gather", "MaxPool"})
+VIEW_OPS = frozenset(
+    {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Gather", "MaxPool", "Pad"}
+)
 ABSORBING_ACTIVATIONS = frozenset({"Relu", "Clip"})
 OUTPUT_ONLY_OPS = frozenset({"Relu", "Clip", "Softmax"})
 UNARY_QUANT_OPS = frozenset({"AveragePool", "GlobalAveragePool", "Resize", "Sigmoid", "HardSwish", "LeakyRelu"})
@@ -94,6 +101,14 @@ def _is_float(v: Value | None) -> bool:
     )
 
 
+def _pad_reason(node: Node) -> str | None:
+    """Why a Pad is not neutral (module docstring), or None."""
+    value = node.input(2)
+    if value is not None and not value.is_const:
+        return "its pad value is computed at run time: the integer Pad needs Q(value) ahead of time"
+    return None
+
+
 def _weight_axis(node: Node, w: Value) -> int:
     if node.op_type == "Conv":
         return 0
@@ -136,6 +151,8 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
             return f"{node.op_type} is not in the quantized op types"
         if recipe.excludes(node):
             return "excluded by the recipe"
+        if node.op_type == "Pad":
+            return _pad_reason(node)
         return None
 
     quantizable = {id(n) for n in graph.nodes if node_ok(n) is None}
@@ -170,6 +187,10 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
         if op in VIEW_OPS:
             x = node.input(0)
             if x is not None and _is_float(x):
+                if not x.is_const:
+                    # the view's input is quantized with it: its producer's output, or a
+                    # range of its own (a graph input, a float op's output)
+                    d.inputs.append((0, want_activation(x)))
                 for o in node.outputs:
                     if _is_float(o):
                         plan.tensors[o.name] = TensorPlan(o.name, "activation", act_storage, False, inherit_from=x.name)

@@ -78,6 +78,7 @@ DEFAULT_OP_TYPES: frozenset[str] = frozenset(
         "Slice",
         "Split",
         "Gather",
+        "Pad",  # neutral as a view: an integer Pad fills with Q(value) (quantize/qdq.py)
     }
 )
 

@@ -204,7 +204,7 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
 
     passes = lower_qdq(opset=21)
     names = [p.name for p in passes]
-    assert names[-4:] == ["lower_qdq_to_qlinear", "fuse_gelu", "channels_last", "eliminate_dead"]
+    assert names[-5:] == ["lower_qdq_to_qlinear", "quantize_pad", "fuse_gelu", "channels_last", "eliminate_dead"]
     assert "align_scales" not in names and "fuse_activation" not in names
     model = load(qdq_cnn())
     PassManager(passes, verify=True).run(model)
@@ -221,6 +221,7 @@ def test_prepare_for_quantization_folds_float_weights_only():
         "fold_constants",
         "canonicalize",
         "remove_noops",
+        "fold_pad",
         "fold_batchnorm",
         "fold_groupnorm",
         "eliminate_common",
