@@ -10,10 +10,22 @@ Weights are int8, symmetric (so ``zw`` is one scalar, 0, whatever the granularit
 per output channel by default: the per-channel scale is applied by the float multiply,
 so the integer op needs none. Gemm's ``transB`` is folded into the stored weight,
 ``alpha`` into its scale and ``beta`` into the bias; ``transA = 1`` stays float.
+
+An LSTM with constant W and R becomes ONNX Runtime's ``com.microsoft`` DynamicQuantizeLSTM
+(as ORT's own ``quantize_dynamic`` writes it): W [D, 4H, I] and R [D, 4H, H] quantized to
+int8, symmetric, per gate column (``[D, 4H]`` scales) or per direction (``[D]``), then
+transposed into ORT's layout [D, I, 4H] / [D, H, 4H]; X and H are quantized per step at run
+time (reference/ms_lstm.py). B, P and the states stay float.
+
+A weight is quantized once however many nodes read it (same values, same granularity): the
+integer copy and its scales are shared, so a weight used by several MatMuls costs one int8
+tensor. A weight whose values are not finite, or whose range is degenerate (all zero,
+|w| >= 1e9), stays float with the reason in the summary.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from typing import Any
@@ -22,11 +34,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from quanta.calibrate.observer import is_degenerate
 from quanta.ir.graph import Graph, Node, Value
-from quanta.ir.types import F32, I32, U8, FloatType, TensorType
+from quanta.ir.types import F32, I8, I32, U8, CalibratedType, FloatType, TensorType
 from quanta.ir.verify import Stage, verify
 from quanta.kernels.reference.quantize import quantize_linear
-from quanta.quantize.qdq import TensorPlan, _weight_type
+from quanta.quantize.qdq import TensorPlan, _non_finite_reason, _weight_type
 from quanta.quantize.recipe import Recipe
 from quanta.quantize.static import (
     QuantizationSummary,
@@ -37,12 +50,27 @@ from quanta.quantize.static import (
 
 __all__ = ["DYNAMIC_OP_TYPES", "quantize_dynamic"]
 
-DYNAMIC_OP_TYPES = frozenset({"MatMul", "Gemm", "Conv"})
+DYNAMIC_OP_TYPES = frozenset({"MatMul", "Gemm", "Conv", "LSTM"})
+MS_DOMAIN = "com.microsoft"
+
+
+def _weight_reason(w: Value, what: str = "weight") -> str | None:
+    """Why a constant weight has no int8 form (kept float), or None."""
+    reason = _non_finite_reason(w.const)
+    if reason is not None:
+        return f"{what} '{w.name}': {reason}"
+    w64 = np.asarray(w.const, np.float64)
+    reason = is_degenerate(CalibratedType(F32, float(w64.min(initial=0.0)), float(w64.max(initial=0.0))))
+    if reason is not None:
+        return f"{what} '{w.name}': {reason}"
+    return None
 
 
 def _why_not(node: Node, recipe: Recipe) -> str | None:
     if node.op_type not in DYNAMIC_OP_TYPES or node.op_type not in recipe.op_types | DYNAMIC_OP_TYPES:
-        return f"{node.op_type} is not in the quantized op types (dynamic: MatMul, Gemm, Conv)"
+        return f"{node.op_type} is not in the quantized op types (dynamic: MatMul, Gemm, Conv, LSTM)"
+    if node.domain not in ("", "ai.onnx"):
+        return f"{node.domain}::{node.op_type} is not the ONNX operator"
     if recipe.excludes(node):
         return "excluded by the recipe"
     x, w = node.input(0), node.input(1)
@@ -50,6 +78,18 @@ def _why_not(node: Node, recipe: Recipe) -> str | None:
         return "dynamic quantization needs a float32 activation input"
     if w is None or not w.is_const or w.const.dtype != np.float32:
         return "weight input is not a float32 constant"
+    if node.op_type == "LSTM":
+        r = node.input(2)
+        if r is None or not r.is_const or r.const.dtype != np.float32:
+            return "recurrence weight R is not a float32 constant"
+        if w.const.ndim != 3 or r.const.ndim != 3:
+            return "LSTM weights of rank other than 3"
+        if node.attrs.get("layout", 0):
+            return "LSTM with layout = 1 (batch first) stays float (DynamicQuantizeLSTM has no layout)"
+        return _weight_reason(w) or _weight_reason(r, "recurrence weight")
+    reason = _weight_reason(w)
+    if reason is not None:
+        return reason
     if node.op_type == "Gemm" and node.attrs.get("transA", 0):
         return "Gemm with transA=1 stays float"
     if node.op_type == "MatMul" and w.const.ndim != 2:
@@ -77,12 +117,17 @@ def quantize_dynamic(
     g = model.graph
     summary = QuantizationSummary(output=str(model_output), method="dynamic")
     dq_cache: dict[int, tuple[Value, Value, Value]] = {}
+    weights = _WeightCache(g, recipe)
     for node in list(g.nodes):
         reason = _why_not(node, recipe)
         if reason is not None:
             summary.float_nodes.append((node.name, node.op_type, reason))
             continue
-        _rewrite(g, node, recipe, dq_cache)
+        if node.op_type == "LSTM":
+            _rewrite_lstm(g, node, weights)
+            model.opset_imports.setdefault(MS_DOMAIN, 1)
+        else:
+            _rewrite(g, node, recipe, dq_cache, weights)
         summary.quantized.append((node.name, node.op_type))
     g.toposort()
     g.remove_unused_initializers()
@@ -116,7 +161,88 @@ def _dynamic_quantize(g: Graph, x: Value, before: Node, cache: dict) -> tuple[Va
     return cache[id(x)]
 
 
-def _rewrite(g: Graph, node: Node, recipe: Recipe, cache: dict) -> None:
+class _WeightCache:
+    """Quantized weights by content: the same float values quantized the same way (a
+    weight read by several nodes, or equal copies left by constant folding) become one
+    integer initializer and one set of scale / zero-point constants."""
+
+    def __init__(self, g: Graph, recipe: Recipe):
+        self.g = g
+        self.recipe = recipe
+        self.entries: dict[tuple, Any] = {}
+
+    def _key(self, data: np.ndarray, *how: Any) -> tuple:
+        digest = hashlib.sha256(np.ascontiguousarray(data).tobytes()).hexdigest()
+        return (digest, data.shape, str(data.dtype), *how)
+
+    def matmul_like(self, w: Value, wdata: np.ndarray, axis: int | None):
+        """(qtype, int weight, zero point) of ``wdata`` (w's values, maybe transposed)."""
+        recipe = self.recipe
+        storage = recipe.weight_storage if recipe.weight_storage.bits == 8 else U8
+        key = self._key(wdata, "w", axis, str(storage))
+        if key not in self.entries:
+            g = self.g
+            plan = TensorPlan(w.name, "weight", storage, True, axis=axis)
+            expressed = w.type.elem if w.type is not None and isinstance(w.type.elem, FloatType) else F32
+            qw = _weight_type(wdata, plan, expressed, recipe)
+            wq_data = quantize_linear(wdata, qw.scale_array(), qw.zero_point_array(), axis=qw.axis)
+            wq = g.add_initializer(g.fresh_name(f"{w.name}_quantized"), wq_data, TensorType(qw, tuple(wq_data.shape)))
+            zw = _const(g, f"{w.name}_zero_point", np.asarray(qw.zero_point[0], dtype=storage.numpy))
+            self.entries[key] = (qw, wq, zw)
+        return self.entries[key]
+
+    def scale(self, w: Value, sw: np.ndarray) -> Value:
+        """The float scale constant ``sw`` (shared by equal uses)."""
+        key = self._key(sw, "scale")
+        if key not in self.entries:
+            self.entries[key] = _const(self.g, f"{w.name}_scale", sw)
+        return self.entries[key]
+
+    def lstm(self, w: Value, per_channel: bool) -> tuple[Value, Value, Value]:
+        """(int8 weight in ORT's layout [D, K, 4H], scale, zero point) of an LSTM weight
+        [D, 4H, K]: symmetric int8 per gate column ([D, 4H]) or per direction ([D])."""
+        wdata = np.asarray(w.const, np.float32)
+        key = self._key(wdata, "lstm", per_channel)
+        if key not in self.entries:
+            g = self.g
+            d, n, k = wdata.shape
+            rows = wdata.reshape(d * n, k) if per_channel else wdata.reshape(d, n * k)
+            plan = TensorPlan(w.name, "weight", I8, True, axis=0)
+            qw = _weight_type(rows, plan, F32, self.recipe)
+            q = quantize_linear(rows, qw.scale_array(), qw.zero_point_array(), axis=0).reshape(d, n, k)
+            shape = (d, n) if per_channel else (d,)
+            wq = g.add_initializer(g.fresh_name(f"{w.name}_quantized"), np.ascontiguousarray(q.transpose(0, 2, 1)))
+            scale = _const(g, f"{w.name}_scale", qw.scale_array().astype(np.float32).reshape(shape))
+            zp = _const(g, f"{w.name}_zero_point", np.zeros(shape, np.int8))
+            self.entries[key] = (wq, scale, zp)
+        return self.entries[key]
+
+
+def _rewrite_lstm(g: Graph, node: Node, weights: _WeightCache) -> None:
+    """LSTM -> com.microsoft DynamicQuantizeLSTM (inputs 0-7 as the LSTM's, then W_scale,
+    W_zero_point, R_scale, R_zero_point; attributes but ``layout``)."""
+    x, w, r = node.inputs[0], node.inputs[1], node.inputs[2]
+    assert w is not None and r is not None
+    per_channel = weights.recipe.per_channel
+    wq, ws, wz = weights.lstm(w, per_channel)
+    rq, rs, rz = weights.lstm(r, per_channel)
+    rest = list(node.inputs[3:8]) + [None] * (5 - len(node.inputs[3:8]))
+    attrs = {k: v for k, v in node.attrs.items() if k != "layout"}
+    types = {k: node.attr_types[k] for k in attrs if k in node.attr_types}
+    outputs = list(node.outputs)
+    anchor = g.nodes[g.nodes.index(node) + 1] if g.nodes.index(node) + 1 < len(g.nodes) else None
+    node.outputs = []
+    for v in outputs:
+        v.producer = None
+    g.remove_node(node)
+    new = Node(
+        "DynamicQuantizeLSTM", [x, wq, rq, *rest, ws, wz, rs, rz], outputs, attrs,
+        name=g.fresh_name(f"{node.name}_quant" if node.name else "lstm_quant"), domain=MS_DOMAIN, attr_types=types,
+    )
+    g.add_node(new, before=anchor)
+
+
+def _rewrite(g: Graph, node: Node, recipe: Recipe, cache: dict, weights: _WeightCache) -> None:
     x, w = node.inputs[0], node.inputs[1]
     assert x is not None and w is not None
     y = node.outputs[0]
@@ -129,13 +255,7 @@ def _rewrite(g: Graph, node: Node, recipe: Recipe, cache: dict) -> None:
         alpha = float(node.attrs.get("alpha", 1.0))
         beta = float(node.attrs.get("beta", 1.0))
     axis = (0 if op == "Conv" else 1) if recipe.per_channel else None
-    storage = recipe.weight_storage if recipe.weight_storage.bits == 8 else U8
-    plan = TensorPlan(w.name, "weight", storage, True, axis=axis)
-    expressed = w.type.elem if w.type is not None and isinstance(w.type.elem, FloatType) else F32
-    qw = _weight_type(wdata, plan, expressed, recipe)
-    wq_data = quantize_linear(wdata, qw.scale_array(), qw.zero_point_array(), axis=qw.axis)
-    wq = g.add_initializer(g.fresh_name(f"{w.name}_quantized"), wq_data, TensorType(qw, tuple(wq_data.shape)))
-    zw = _const(g, f"{w.name}_zero_point", np.asarray(qw.zero_point[0], dtype=storage.numpy))
+    qw, wq, zw = weights.matmul_like(w, wdata, axis)
     xq, sx, zx = _dynamic_quantize(g, x, node, cache)
     # Detach the float node first: its output y gets a new producer below.
     anchor = g.nodes[g.nodes.index(node) + 1] if g.nodes.index(node) + 1 < len(g.nodes) else None
@@ -159,7 +279,7 @@ def _rewrite(g: Graph, node: Node, recipe: Recipe, cache: dict) -> None:
     rank = len(y.shape) if y.shape is not None else wdata.ndim
     if op == "Conv" and sw.ndim == 1:
         sw = sw.reshape((1, -1) + (1,) * (rank - 2))
-    sw_v = _const(g, f"{w.name}_scale", sw)
+    sw_v = weights.scale(w, sw)
     scale = Value(g.fresh_name(f"{y.name}_scale"), TensorType(F32, None))
     new_nodes.append(Node("Mul", [sx, sw_v], [scale], name=g.fresh_name(f"{y.name}_scale_Mul")))
     out = y if bias is None else Value(g.fresh_name(f"{y.name}_unbiased"), TensorType(F32, y.shape))

@@ -68,3 +68,139 @@ def test_quantize_dynamic_is_deterministic_and_per_channel_by_default(tmp_path):
     # ConvInteger carries no scale; the per-channel weight scales sit in the float Mul
     sw = g.initializers["w_scale"].const
     assert sw.shape == (1, 7, 1, 1) and len(set(sw.reshape(-1).tolist())) == 7
+
+
+def _cnn_lstm(seed: int = 0, width: int = 9, hidden: int = 17) -> onnx.ModelProto:
+    """Conv -> Relu -> [W, 1, C·H] sequence -> bidirectional LSTM -> Gemm over the last
+    step: a captcha reader's shape at toy size."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    c, h = 4, 8
+    feat = c * h
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((c, 1, 3, 3)) * 0.5).astype(np.float32), "conv_w"),
+        numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), "conv_b"),
+        numpy_helper.from_array(np.array([1, feat, width], np.int64), "seq_shape"),
+        numpy_helper.from_array((rng.standard_normal((2, 4 * hidden, feat)) * 0.3).astype(np.float32), "W"),
+        numpy_helper.from_array((rng.standard_normal((2, 4 * hidden, hidden)) * 0.3).astype(np.float32), "R"),
+        numpy_helper.from_array((rng.standard_normal((2, 8 * hidden)) * 0.2).astype(np.float32), "B"),
+        numpy_helper.from_array(np.array([width, 2 * hidden], np.int64), "flat"),
+        numpy_helper.from_array((rng.standard_normal((2 * hidden, 11)) * 0.3).astype(np.float32), "fc_w"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "conv_w", "conv_b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Reshape", ["r", "seq_shape"], ["s"]),
+        helper.make_node("Transpose", ["s"], ["t"], perm=[2, 0, 1]),
+        helper.make_node("LSTM", ["t", "W", "R", "B"], ["y"], name="lstm", hidden_size=hidden, direction="bidirectional"),
+        helper.make_node("Reshape", ["y", "flat"], ["yf"]),
+        helper.make_node("MatMul", ["yf", "fc_w"], ["logits"], name="fc"),
+    ]
+    graph = helper.make_graph(
+        nodes, "cnn_lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, h, width])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [width, 11])], inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_quantize_dynamic_lstm_becomes_ort_dynamic_quantize_lstm(tmp_path):
+    """The LSTM's weights become int8 in ORT's DynamicQuantizeLSTM layout (the same bytes
+    ORT's own quantize_dynamic writes, per channel), the file runs in ORT, and quanta's two
+    backends give ORT's output bit for bit (ConvInteger, the float scale Mul, the LSTM's
+    per-step quantization and MatMulInteger are all exact or single float32 operations)."""
+    import logging
+
+    from onnx import numpy_helper
+    from onnxruntime.quantization import quantize_dynamic as ort_quantize_dynamic
+
+    src, out, theirs_path = tmp_path / "cnn_lstm.onnx", tmp_path / "cnn_lstm.dyn.onnx", tmp_path / "ort.dyn.onnx"
+    onnx.save(_cnn_lstm(), src)
+    summary = quanta.quantize_dynamic(src, out, verbose=False)
+    assert sorted(op for _, op in summary.quantized) == ["Conv", "LSTM", "MatMul"]
+    proto = onnx.load(str(out))
+    onnx.checker.check_model(proto, full_check=True)
+    (lstm,) = [n for n in proto.graph.node if n.op_type == "DynamicQuantizeLSTM"]
+    assert lstm.domain == "com.microsoft"
+    inits = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    wq, rq = inits[lstm.input[1]], inits[lstm.input[2]]
+    assert wq.dtype == rq.dtype == np.int8 and wq.shape == (2, 32, 68) and rq.shape == (2, 17, 68)
+    assert inits[lstm.input[8]].shape == (2, 68) and not {"W", "R"} & set(inits)  # no float copies
+    logging.disable(logging.WARNING)
+    try:
+        ort_quantize_dynamic(str(src), str(theirs_path), per_channel=True)
+    finally:
+        logging.disable(logging.NOTSET)
+    theirs = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(theirs_path)).graph.initializer}
+    np.testing.assert_array_equal(wq, theirs["W_quantized"])
+    np.testing.assert_array_equal(rq, theirs["R_quantized"])
+    np.testing.assert_array_equal(inits[lstm.input[10]], theirs["R_scale"])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(str(out), so, providers=["CPUExecutionProvider"])
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal((1, 1, 8, 9)).astype(np.float32)
+        expected = sess.run(None, {"x": x})[0]
+        for backend in ("native", "reference"):
+            got = quanta.InferenceSession(str(out), backend=backend).run(None, {"x": x})[0]
+            np.testing.assert_array_equal(got, expected)
+        ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        assert np.mean(ref.argmax(-1) == expected.argmax(-1)) >= 0.8
+
+
+def _matmul_stack(weights, uses, d=128):
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((d, d)) * 0.05).astype(np.float32), f"w{k}")
+             for k in range(weights)]
+    nodes, h = [], "x"
+    for k, w in enumerate(uses):
+        nodes.append(helper.make_node("MatMul", [h, f"w{w}"], [f"m{k}"], name=f"mm{k}"))
+        nodes.append(helper.make_node("Relu", [f"m{k}"], [f"h{k}"]))
+        h = f"h{k}"
+    graph = helper.make_graph(nodes, "stack", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, d])],
+                              [helper.make_tensor_value_info(h, TensorProto.FLOAT, [2, d])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_quantize_dynamic_file_is_a_quarter_of_fp32_with_shared_weights(tmp_path):
+    """Four weights read by twelve MatMuls (ALBERT-style sharing): one int8 copy per weight,
+    no float weight left, so the file is ~0.25x the FP32 file (ORT's quantize_dynamic: the
+    same); quantized once per use it was 0.75x."""
+    src, out = tmp_path / "stack.onnx", tmp_path / "stack.dyn.onnx"
+    onnx.save(_matmul_stack(4, [0, 1, 2, 3] * 3), src)
+    quanta.quantize_dynamic(src, out, verbose=False)
+    ratio = out.stat().st_size / src.stat().st_size
+    assert 0.24 <= ratio <= 0.30, ratio
+    proto = onnx.load(str(out))
+    int8 = [t for t in proto.graph.initializer if t.data_type == onnx.TensorProto.INT8 and len(t.dims) == 2]
+    assert len(int8) == 4
+    assert not [t for t in proto.graph.initializer if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 2]
+    x = np.random.default_rng(1).standard_normal((2, 128)).astype(np.float32)
+    ours, theirs = run_both(out, {"x": x})
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("fill", "reason"),
+    [(np.nan, "NaN value(s)"), (np.inf, "infinite value(s)"), (0.0, "zero range"), (3e9, ">= 1e+09")],
+    ids=["nan", "inf", "all_zero", "mask_like"],
+)
+def test_quantize_dynamic_degenerate_weight_stays_float_with_reason(tmp_path, fill, reason):
+    model = _matmul_stack(2, [0, 1], d=16)
+    bad = onnx.numpy_helper.to_array(model.graph.initializer[1]).copy()
+    if fill == 0.0:
+        bad[:] = 0.0
+    else:
+        bad[3, 5] = fill
+    model.graph.initializer[1].CopyFrom(onnx.numpy_helper.from_array(bad, "w1"))
+    src, out = tmp_path / "bad.onnx", tmp_path / "bad.dyn.onnx"
+    onnx.save(model, src)
+    summary = quanta.quantize_dynamic(src, out, verbose=False)
+    assert [name for name, _ in summary.quantized] == ["mm0"]
+    (why,) = [r for name, _, r in summary.float_nodes if name == "mm1"]
+    assert "w1" in why and reason in why, why
+    x = np.random.default_rng(2).standard_normal((2, 16)).astype(np.float32)
+    with np.errstate(invalid="ignore"):  # the float MatMul with an infinite weight gives NaN
+        quanta.InferenceSession(str(out), backend="reference").run(None, {"x": x})
