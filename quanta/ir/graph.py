@@ -67,7 +67,18 @@ class Value:
 class Node:
     """One operator application. ``inputs`` may hold None for an omitted optional input."""
 
-    __slots__ = ("attr_types", "attrs", "doc", "domain", "inputs", "name", "op_type", "outputs", "overload")
+    __slots__ = (
+        "attr_types",
+        "attrs",
+        "doc",
+        "domain",
+        "inputs",
+        "name",
+        "op_type",
+        "outer_names",
+        "outputs",
+        "overload",
+    )
 
     def __init__(
         self,
@@ -91,6 +102,11 @@ class Node:
         self.attr_types: dict[str, int] = dict(attr_types or {})
         self.doc = ""
         self.overload = ""
+        # If/Loop/Scan: the names of the enclosing graph that the subgraph attributes
+        # read. The values bound to them are the node's last len(outer_names) inputs, so
+        # use lists, dead-code elimination and liveness see them; ONNX writes only the
+        # inputs before them (quanta.ir.onnx_io).
+        self.outer_names: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:

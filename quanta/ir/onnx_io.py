@@ -548,9 +548,12 @@ def from_proto(proto: onnx.ModelProto, where: str = "model") -> Model:
                 v = Value(name, types.get(name))
             values[name] = v
             outs.append(v)
+        outer = [name for name in subgraph_outer_names(n) if name in values]
+        ins.extend(values[name] for name in outer)
         attrs = {a.name: attribute_to_python(a) for a in n.attribute}
         attr_types = {a.name: int(a.type) for a in n.attribute}
         node = Node(n.op_type, ins, outs, attrs, name=n.name, domain=n.domain, attr_types=attr_types)
+        node.outer_names = tuple(outer)
         node.doc = n.doc_string
         node.overload = getattr(n, "overload", "")
         graph.add_node(node)
@@ -574,6 +577,72 @@ def from_proto(proto: onnx.ModelProto, where: str = "model") -> Model:
     annotate_quantized_types(graph)
     graph.output_signature = [v.type for v in graph.outputs]
     return model
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    out: list[onnx.GraphProto] = []
+    for a in node.attribute:
+        if a.type == AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == AttributeProto.GRAPHS:
+            out.extend(a.graphs)
+    return out
+
+
+def _free_names(graph: onnx.GraphProto, seen: dict[str, None]) -> None:
+    """Add to ``seen`` (in first-use order) the names ``graph`` reads but does not
+    define, nested subgraphs included."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    defined |= {t.values.name for t in graph.sparse_initializer}
+    for n in graph.node:
+        for name in n.input:
+            if name and name not in defined:
+                seen.setdefault(name, None)
+        inner: dict[str, None] = {}
+        for g in _subgraphs(n):
+            _free_names(g, inner)
+        for name in inner:
+            if name not in defined:
+                seen.setdefault(name, None)
+        defined.update(o for o in n.output if o)
+    for o in graph.output:
+        if o.name not in defined:
+            seen.setdefault(o.name, None)
+
+
+def subgraph_outer_names(node: onnx.NodeProto | Node) -> list[str]:
+    """The names of the enclosing scope that ``node``'s subgraph attributes (If
+    branches, Loop/Scan bodies) read, in first-use order."""
+    if isinstance(node, Node):
+        graphs = [v for v in node.attrs.values() if isinstance(v, onnx.GraphProto)]
+        graphs += [g for v in node.attrs.values() if isinstance(v, list) for g in v if isinstance(g, onnx.GraphProto)]
+    else:
+        graphs = _subgraphs(node)
+    seen: dict[str, None] = {}
+    for g in graphs:
+        _free_names(g, seen)
+    return list(seen)
+
+
+def _renamed_graph(graph: onnx.GraphProto, renames: dict[str, str]) -> onnx.GraphProto:
+    """A copy of ``graph`` reading ``renames[name]`` wherever it read an outer-scope
+    ``name`` (names it defines itself shadow the outer ones)."""
+    g = onnx.GraphProto()
+    g.CopyFrom(graph)
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
+    for n in g.node:
+        for k, name in enumerate(n.input):
+            if name in renames and name not in defined:
+                n.input[k] = renames[name]
+        inner = {old: new for old, new in renames.items() if old not in defined}
+        for a in n.attribute:
+            if a.type == AttributeProto.GRAPH:
+                a.g.CopyFrom(_renamed_graph(a.g, inner))
+            elif a.type == AttributeProto.GRAPHS:
+                for sub in a.graphs:
+                    sub.CopyFrom(_renamed_graph(sub, inner))
+        defined.update(n.output)
+    return g
 
 
 def _sparse_to_dense(sp: onnx.SparseTensorProto) -> np.ndarray:
@@ -811,13 +880,14 @@ def to_proto(model: Model) -> onnx.ModelProto:
         node.domain = n.domain
         if n.name:
             node.name = n.name
-        node.input.extend("" if v is None else v.name for v in n.inputs)
+        node.input.extend("" if v is None else v.name for v in explicit_inputs(n))
         outs = [("" if v.doc == "omitted optional output" and not v.uses else v.name) for v in n.outputs]
         while outs and outs[-1] == "":
             outs.pop()
         node.output.extend(outs)
         for k in sorted(n.attrs):
             node.attribute.append(_attr_to_proto(k, n.attrs[k], n.attr_types.get(k)))
+        _rename_outer_reads(node, n)
         if n.doc:
             node.doc_string = n.doc
         if n.overload:
@@ -851,6 +921,28 @@ def to_proto(model: Model) -> onnx.ModelProto:
     proto.functions.extend(model.functions)
     _infer_unknown_output_ranks(proto)
     return proto
+
+
+def explicit_inputs(node: Node) -> list[Value | None]:
+    """The inputs ONNX writes for ``node``: all but the outer-scope values its
+    subgraphs read (:attr:`Node.outer_names`)."""
+    return node.inputs[: len(node.inputs) - len(node.outer_names)]
+
+
+def _rename_outer_reads(proto: onnx.NodeProto, node: Node) -> None:
+    """A pass may have replaced an outer-scope value a subgraph reads (a Q/DQ pair
+    inserted after it, an Identity removed): the subgraph then reads the replacement's
+    name."""
+    bound = node.inputs[len(node.inputs) - len(node.outer_names) :]
+    renames = {old: v.name for old, v in zip(node.outer_names, bound) if v is not None and v.name != old}
+    if not renames:
+        return
+    for a in proto.attribute:
+        if a.type == AttributeProto.GRAPH:
+            a.g.CopyFrom(_renamed_graph(a.g, renames))
+        elif a.type == AttributeProto.GRAPHS:
+            for g in a.graphs:
+                g.CopyFrom(_renamed_graph(g, renames))
 
 
 def _infer_unknown_output_ranks(proto: onnx.ModelProto) -> None:
@@ -1034,7 +1126,7 @@ def node_from_proto_for_reference(node: Node) -> onnx.NodeProto:
     proto.op_type = node.op_type
     proto.domain = node.domain
     proto.name = node.name
-    proto.input.extend("" if v is None else v.name for v in node.inputs)
+    proto.input.extend("" if v is None else v.name for v in explicit_inputs(node))
     proto.output.extend(v.name for v in node.outputs)
     for k in sorted(node.attrs):
         proto.attribute.append(_attr_to_proto(k, node.attrs[k], node.attr_types.get(k)))

@@ -325,6 +325,19 @@ def _recipe_from(recipe: Recipe | str | os.PathLike | None, options: dict[str, A
     return Recipe.from_dict(d, where="options")
 
 
+SUBGRAPH_REASON = (
+    "control flow: its subgraphs stay float (quanta quantizes the main graph and carries "
+    "If/Loop/Scan bodies through as they are)"
+)
+
+
+def _has_subgraphs(node) -> bool:
+    return any(
+        isinstance(v, onnx.GraphProto) or (isinstance(v, list) and any(isinstance(g, onnx.GraphProto) for g in v))
+        for v in node.attrs.values()
+    )
+
+
 def _summarize(
     model: Model, plan: QdqPlan, output: str | os.PathLike, recipe: Recipe, samples: int, seconds: float
 ) -> QuantizationSummary:
@@ -332,6 +345,8 @@ def _summarize(
     for d in plan.decisions:
         if d.quantize:
             s.quantized.append((d.node.name, d.node.op_type))
+        elif _has_subgraphs(d.node):
+            s.float_nodes.append((d.node.name, d.node.op_type, SUBGRAPH_REASON))
         else:
             s.float_nodes.append((d.node.name, d.node.op_type, d.reason))
     seen = set()

@@ -137,4 +137,6 @@ def kernel_context(model: Model, node: Node, *, num_threads: int = 1) -> KernelC
         domain=node.domain,
         onnx_node=node_from_proto_for_reference(node),
         num_threads=num_threads,
+        # If/Loop/Scan: which subgraph names the inputs after the node's own bind to
+        extra={"outer_names": node.outer_names} if node.outer_names else {},
     )

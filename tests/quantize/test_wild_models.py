@@ -463,3 +463,169 @@ def test_external_data_output_never_overwrites_the_input_data(tmp_path):
         quanta.quantize_static(src, tmp_path / "out.onnx", _mlp_feeds(), verbose=False)
     assert (tmp_path / "out.onnx.data").read_bytes() == before
     assert not (tmp_path / "out.onnx").exists()
+
+
+# -- control flow: subgraphs carried through ----------------------------------------
+
+
+def _branch(name: str, op: str, out: str) -> onnx.GraphProto:
+    """A branch that reads the outer-scope ``h`` and ``scale`` (no inputs of its own)."""
+    return helper.make_graph(
+        [
+            helper.make_node(op, ["h"], [f"{name}_t"], name=f"{name}_op"),
+            helper.make_node("Mul", [f"{name}_t", "scale"], [out], name=f"{name}_mul"),
+        ],
+        name,
+        [],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [2, 4])],
+    )
+
+
+def if_reading_a_quantized_value() -> onnx.ModelProto:
+    """x -> MatMul -> h; h feeds a second MatMul (so h gets a Q/DQ pair) and, from the
+    outer scope, both branches of an If on the input ``flag``."""
+    rng = np.random.default_rng(16)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w2"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "scale"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+        helper.make_node("MatMul", ["h", "w2"], ["y2"], name="mm2"),
+        helper.make_node(
+            "If", ["flag"], ["y"], name="branch",
+            then_branch=_branch("then", "Relu", "then_y"), else_branch=_branch("else", "Neg", "else_y"),
+        ),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "if_model",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4]),
+            helper.make_tensor_value_info("y2", TensorProto.FLOAT, [2, 4]),
+        ],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_if_subgraphs_are_carried_through_and_read_the_dequantized_value(tmp_path, flag):
+    src, out = tmp_path / "if.onnx", tmp_path / "if.int8.onnx"
+    onnx.save(if_reading_a_quantized_value(), src)
+    feeds = [dict(f, flag=np.array(flag)) for f in _mlp_feeds()]
+    summary = quanta.quantize_static(src, out, feeds, verbose=False)
+    assert {("mm", "MatMul"), ("mm2", "MatMul")} <= set(summary.quantized)
+    written = onnx.load(str(out)).graph
+    (if_node,) = [n for n in written.node if n.op_type == "If"]
+    assert list(if_node.input) == ["flag"]
+    # the branches read the outer value under its new name (h's DequantizeLinear output)
+    h_reads = {n.input[0] for a in if_node.attribute for n in a.g.node if n.op_type in ("Relu", "Neg")}
+    (h_name,) = h_reads
+    assert h_name != "h" and any(n.op_type == "DequantizeLinear" and n.output[0] == h_name for n in written.node)
+    y, _ = assert_valid_and_runs(out, feeds[0])
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds[0])
+    # loose: one 8-bit activation (h) and 8-bit weights on a K=8 MatMul
+    assert np.abs(y - ref[0]).max() <= 0.05 * np.abs(ref[0]).max() + 1e-6
+
+
+def test_if_as_the_whole_main_graph_stays_float_with_the_reason(tmp_path):
+    src, out = tmp_path / "if.onnx", tmp_path / "if.int8.onnx"
+    m = if_reading_a_quantized_value()
+    # only the If and what it reads: no MatMul in the main graph
+    g = m.graph
+    del g.node[:2]
+    del g.output[1]
+    g.node[0].attribute[0].g.node[0].input[0] = "x"
+    g.node[0].attribute[1].g.node[0].input[0] = "x"
+    for a in g.node[0].attribute:
+        a.g.output[0].type.tensor_type.shape.dim[1].dim_value = 8
+    g.output[0].type.tensor_type.shape.dim[1].dim_value = 8
+    del g.initializer[:2]
+    onnx.save(m, src)
+    feeds = [dict(f, flag=np.array(True)) for f in _mlp_feeds()]
+    summary = quanta.quantize_static(src, out, feeds, verbose=False)
+    assert summary.quantized == []
+    (reason,) = [r for name, _, r in summary.float_nodes if name == "branch"]
+    assert "subgraph" in reason
+    (y,) = assert_valid_and_runs(out, feeds[0])
+    np.testing.assert_array_equal(y, np.maximum(feeds[0]["x"], 0) * 0.5)  # 0: float ops in float
+
+
+def loop_reading_an_outer_value() -> onnx.ModelProto:
+    """acc = x; repeat 3 times: acc = acc * w_outer (w read from the enclosing scope)."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("MatMul", ["acc_in", "w"], ["acc_out"], name="body_mm"),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [2, 8]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2, 8]),
+        ],
+    )
+    rng = np.random.default_rng(17)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((8, 8)) / 3).astype(np.float32), "w"),
+        numpy_helper.from_array(np.array(3, np.int64), "trips"),
+        numpy_helper.from_array(np.array(True), "go"),
+        numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "wf"),
+    ]
+    g = helper.make_graph(
+        [
+            helper.make_node("Loop", ["trips", "go", "x"], ["acc"], name="loop", body=body),
+            helper.make_node("MatMul", ["acc", "wf"], ["y"], name="head"),
+        ],
+        "loop_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_loop_body_reading_an_outer_weight_is_carried_through(tmp_path):
+    src, out = tmp_path / "loop.onnx", tmp_path / "loop.int8.onnx"
+    onnx.save(loop_reading_an_outer_value(), src)
+    summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False)
+    assert ("head", "MatMul") in summary.quantized
+    written = onnx.load(str(out)).graph
+    assert any(t.name == "w" and t.data_type == TensorProto.FLOAT for t in written.initializer)
+    (y,) = assert_valid_and_runs(out, _mlp_feeds(1)[0])
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, _mlp_feeds(1)[0])[0]
+    assert np.abs(y - ref).max() <= 0.05 * np.abs(ref).max()
+
+
+SILERO = "/tmp/zoo_x/silero_vad/data/silero_vad.onnx"
+
+
+@pytest.mark.skipif(not __import__("os").path.exists(SILERO), reason="silero_vad.onnx is not on this machine")
+def test_silero_vad_whose_main_graph_is_an_if_is_written_and_runs(tmp_path):
+    rng = np.random.default_rng(18)
+    feeds = [
+        {
+            "input": rng.standard_normal((1, 512)).astype(np.float32) * 0.1,
+            "state": np.zeros((2, 1, 128), np.float32),
+            "sr": np.array(16000, np.int64),
+        }
+        for _ in range(2)
+    ]
+    out = tmp_path / "silero.int8.onnx"
+    summary = quanta.quantize_static(SILERO, out, feeds, verbose=False)
+    (reason,) = [r for _, op, r in summary.float_nodes if op == "If"]
+    assert "subgraph" in reason
+    ours = assert_valid_and_runs(out, feeds[0])
+    ref = ort.InferenceSession(SILERO, providers=["CPUExecutionProvider"]).run(None, feeds[0])
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)  # float subgraph run by onnx.reference vs ORT

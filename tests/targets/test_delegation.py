@@ -1,14 +1,15 @@
 """Ops without a NumPy twin fall back to onnx.reference (listed in
-DELEGATED_AT_RUNTIME); control flow cannot, and says so naming the node."""
+DELEGATED_AT_RUNTIME); control flow, whose subgraphs read the enclosing scope, runs
+through its own kernel (kernels/reference/control_flow.py), which is given those values."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
 import quanta
 from quanta.kernels.reference.registry import DELEGATED_AT_RUNTIME, OPS, get_op
-from quanta.targets.base import TargetError
 from tests.onnx_node import cases_for, run_case
 
 DELEGATED = {"LSTM", "GRU", "RNN", "NonMaxSuppression", "RoiAlign", "GridSample", "Det", "Unique"}
@@ -32,8 +33,8 @@ def test_delegated_op_node_tests(case):
     assert ("", case.model.graph.node[0].op_type) in DELEGATED_AT_RUNTIME
 
 
-def test_control_flow_is_not_delegated_and_the_error_names_the_node():
-    assert get_op("If") is None
+def test_control_flow_is_not_delegated_and_its_branches_see_the_outer_scope():
+    assert get_op("If") is OPS[("", "If")]
     then = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["t"])], "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])]
     )
@@ -47,5 +48,8 @@ def test_control_flow_is_not_delegated_and_the_error_names_the_node():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(TargetError, match=r"node 'branch' \(If\): operator ai.onnx::If has no reference implementation"):
-        quanta.InferenceSession(m, backend="reference")
+    sess = quanta.InferenceSession(m, backend="reference")
+    x = np.array([1.5, -2.0], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"c": np.array(True), "x": x})[0], x)
+    np.testing.assert_array_equal(sess.run(None, {"c": np.array(False), "x": x})[0], -x)
+    assert ("", "If") not in DELEGATED_AT_RUNTIME

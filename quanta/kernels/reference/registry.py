@@ -69,7 +69,8 @@ def register(op_type: str, domain: str = ONNX_DOMAIN) -> Callable[[OpFn], OpFn]:
 DELEGATED_AT_RUNTIME: set[tuple[str, str]] = set()
 
 # Ops with subgraph attributes read names of the enclosing graph, which a one-node
-# onnx.reference evaluation cannot see.
+# onnx.reference evaluation cannot see; If/Loop/Scan have a kernel that is handed those
+# values (control_flow.py).
 _NOT_DELEGABLE = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
