@@ -27,6 +27,7 @@ from quanta.passes.rules.fold_batchnorm import FoldBatchNorm
 from quanta.passes.rules.fold_constants import Evaluator, FoldConstants
 from quanta.passes.rules.fold_groupnorm import FoldGroupNorm
 from quanta.passes.rules.fold_pad import FoldPad
+from quanta.passes.rules.fold_static_dims import FoldStaticDims
 from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation
 from quanta.passes.rules.propagate_views import PropagateViews
 from quanta.passes.rules.remove_noops import RemoveNoops
@@ -50,7 +51,8 @@ def _fold_groupnorm(opset: int) -> list[Pass]:
 
 def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:
     """Float-graph rewrites before calibration and QDQ insertion: constants folded
-    (weights computed by subgraphs become initializers), no-ops removed, zero Pads
+    (weights computed by subgraphs become initializers, and shape subgraphs for the
+    dimensions the inputs fix, with a symbolic batch too), no-ops removed, zero Pads
     folded into the Conv that reads them,
     BatchNormalization folded into the weights (so the folded weights are what gets
     quantized), GroupNorm recognised, duplicates merged.
@@ -60,6 +62,8 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     model stores them in a quarter of the bytes anyway), up to 2^24 elements."""
     return [
         FoldConstants(evaluator, max_output_elements=1 << 24),
+        FoldStaticDims(),  # Gather/Slice of a Shape whose read dimensions are static ...
+        FoldConstants(evaluator, max_output_elements=1 << 24),  # ... and the arithmetic on them
         Canonicalize(),  # Sum of two -> Add: residuals of older exports
         RemoveNoops(),
         FoldPad(),  # "same"-padding Pads (pads folded to constants above) into their Convs

@@ -219,6 +219,8 @@ def test_prepare_for_quantization_folds_float_weights_only():
 
     assert [p.name for p in prepare_for_quantization(opset=21)] == [
         "fold_constants",
+        "fold_static_dims",
+        "fold_constants",
         "canonicalize",
         "remove_noops",
         "fold_pad",
