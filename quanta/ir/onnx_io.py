@@ -389,9 +389,10 @@ def reinfer_declared_shapes(proto: onnx.ModelProto) -> None:
        data-dependent shape, the rank the op implies is given as a hint and inference
        runs again (:func:`_rank_hints`);
     3. an inferred type wins; a declared dimension fills only a dimension inference left
-       unknown (same rank); a value inference says nothing about keeps its declared
-       type when that has a shape (an output after a custom op), else is left out of
-       ``value_info`` (unknown rank: the writer infers it again or reports it).
+       unknown (same rank); a value inference gives no shape keeps its declared shape
+       when that has one (an output after a custom op), else only its element type
+       (unknown rank: the writer leaves it out of ``value_info``, and infers an
+       output's shape again from the written graph).
     """
     g = proto.graph
     for vi in [*g.input, *g.output, *g.value_info]:
@@ -411,24 +412,28 @@ def reinfer_declared_shapes(proto: onnx.ModelProto) -> None:
             inferred = onnx.shape_inference.infer_shapes(bare, strict_mode=False, data_prop=True).graph
         except Exception:  # inference that fails as a whole leaves only the declared hints
             break
-        got = {
-            name: tt
-            for name, tt in _tensor_types([*inferred.value_info, *inferred.output]).items()
-            if tt.HasField("shape") and tt.elem_type
-        }
-        hints = _rank_hints(inferred, got)
+        # an element type without a shape (unknown rank) still types the value in the IR;
+        # the writer leaves such values out of value_info
+        got = {name: tt for name, tt in _tensor_types([*inferred.value_info, *inferred.output]).items() if tt.elem_type}
+        hints = _rank_hints(inferred, {name: tt for name, tt in got.items() if tt.HasField("shape")})
         if not hints:
             break
         bare.graph.value_info.extend(hints)
     for vi in g.output:
         tt = got.get(vi.name)
-        if tt is not None:
+        if tt is not None and tt.HasField("shape"):
             vi.type.tensor_type.CopyFrom(_merged_tensor_type(tt, declared_outputs[vi.name]))
     outputs = {vi.name for vi in g.output}
     kept = []
     for name, tt in got.items():
-        if name not in outputs:
-            kept.append(helper.make_value_info(name, onnx.TypeProto(tensor_type=_merged_tensor_type(tt, declared_vi.get(name, tt)))))
+        if name in outputs:
+            continue
+        hint = declared_vi.get(name)
+        if not tt.HasField("shape") and hint is not None and hint.HasField("shape") and hint.elem_type == tt.elem_type:
+            tt = hint  # inference knows only the element type: the declared shape is the hint
+        elif tt.HasField("shape"):
+            tt = _merged_tensor_type(tt, hint if hint is not None else tt)
+        kept.append(helper.make_value_info(name, onnx.TypeProto(tensor_type=tt)))
     for name, tt in declared_vi.items():
         if name not in got and name not in outputs and tt.HasField("shape") and tt.elem_type:
             kept.append(helper.make_value_info(name, onnx.TypeProto(tensor_type=tt)))
@@ -900,8 +905,7 @@ def to_proto(model: Model) -> onnx.ModelProto:
         _value_info(v)
         for n in g.nodes
         for v in n.outputs
-        # a value of unknown rank has no valid value_info (the checker requires a shape)
-        if v.name not in io_names and v.shape is not None and v.doc != "omitted optional output"
+        if v.name not in io_names and v.type is not None and v.doc != "omitted optional output"
     ]
     graph = helper.make_graph(nodes, g.name, inputs, outputs, init_protos, doc_string=g.doc or None, value_info=value_info)
     opsets = [helper.make_opsetid(d, v) for d, v in sorted(model.opset_imports.items())]
@@ -1051,6 +1055,7 @@ def save(
     """
     dest = Path(path)
     proto = to_proto(model) if isinstance(model, Model) else model
+    proto = _without_rankless_value_info(proto, copy=not isinstance(model, Model))
     guarded = [Path(p) for p in protect]
     if isinstance(model, Model) and model.path:
         guarded.append(Path(model.path))
@@ -1100,6 +1105,25 @@ def save(
     if data_tmp is not None:
         os.replace(data_tmp, data_dest)
     os.replace(tmp, dest)
+
+
+def _without_rankless_value_info(proto: onnx.ModelProto, *, copy: bool) -> onnx.ModelProto:
+    """``proto`` without the ``value_info`` of values of unknown rank (the IR keeps
+    their element type): a file may not hold them (the checker requires a shape), and
+    they say nothing an ONNX reader would miss. ``copy``: leave ``proto`` itself as it is."""
+
+    def rankless(vi: onnx.ValueInfoProto) -> bool:
+        return vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")
+
+    if not any(rankless(vi) for vi in proto.graph.value_info):
+        return proto
+    if copy:
+        original, proto = proto, onnx.ModelProto()
+        proto.CopyFrom(original)
+    keep = [vi for vi in proto.graph.value_info if not rankless(vi)]
+    del proto.graph.value_info[:]
+    proto.graph.value_info.extend(keep)
+    return proto
 
 
 def _external_files(model_path: Path) -> list[Path]:

@@ -629,3 +629,38 @@ def test_silero_vad_whose_main_graph_is_an_if_is_written_and_runs(tmp_path):
     ref = ort.InferenceSession(SILERO, providers=["CPUExecutionProvider"]).run(None, feeds[0])
     for a, b in zip(ours, ref):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)  # float subgraph run by onnx.reference vs ORT
+
+
+def test_value_of_unknown_rank_after_an_if_keeps_its_element_type(tmp_path):
+    # Failure signature (silero_vad_16k_op15.onnx): "PassError: step 4/13
+    # 'propagate_views': GraphError: result_type: value '/model/decoder/Unsqueeze_output_0'
+    # has no type to take the element type from" (the re-loaded graph had lost it)
+    def branch(name: str, op: str) -> onnx.GraphProto:
+        out = helper.make_value_info(f"{name}_y", onnx.TypeProto(tensor_type=onnx.TypeProto.Tensor(elem_type=TensorProto.FLOAT)))
+        return helper.make_graph([helper.make_node(op, ["x"], [f"{name}_y"])], name, [], [out])
+
+    rng = np.random.default_rng(19)
+    g = helper.make_graph(
+        [
+            helper.make_node("If", ["flag"], ["t"], name="branch", then_branch=branch("then", "Relu"), else_branch=branch("else", "Neg")),
+            helper.make_node("Unsqueeze", ["t", "axes"], ["u"], name="unsqueeze"),
+            helper.make_node("MatMul", ["u", "w"], ["y"], name="mm"),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4])],
+        [
+            numpy_helper.from_array(np.array([0], np.int64), "axes"),
+            numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+        ],
+    )
+    src, out = tmp_path / "if.onnx", tmp_path / "if.int8.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    feeds = [dict(f, flag=np.array(True)) for f in _mlp_feeds()]
+    summary = quanta.quantize_static(src, out, feeds, verbose=False)
+    assert ("mm", "MatMul") in summary.quantized
+    (y,) = assert_valid_and_runs(out, feeds[0])
+    assert y.shape == (1, 2, 4)
