@@ -133,9 +133,13 @@ def quantize_dynamic(
     g.remove_unused_initializers()
     verify(g, Stage.LOWERED)
     model.metadata["quanta.recipe"] = recipe.to_json()
-    from quanta.ir.onnx_io import save
+    from quanta.ir.onnx_io import save, to_proto
 
-    save(model, model_output, protect=[model.path] if model.path else [])
+    proto = to_proto(model)
+    for name in _restore_folded_constants(proto, model_input):
+        summary.float_tensors.append((name, "a large constant computed by a subgraph of the input: kept as that "
+                                            "subgraph (folded, it stayed float and only grew the file)"))
+    save(proto, model_output, protect=[model.path] if model.path else [])
     summary.seconds = time.perf_counter() - t0
     if model.path and os.path.exists(model.path):
         summary.input_bytes = os.path.getsize(model.path)
@@ -143,6 +147,107 @@ def quantize_dynamic(
     if verbose:
         print(summary.format())
     return summary
+
+
+#: A folded float constant this large that the input computed by a subgraph is stored as
+#: that subgraph again (see _restore_folded_constants).
+UNFOLD_MIN_BYTES = 1 << 16
+
+
+def _tensor_bytes(t: onnx.TensorProto) -> int:
+    if t.data_location == TensorProto.EXTERNAL:
+        return -1
+    return int(np.prod(t.dims, dtype=np.int64)) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+
+
+def _restore_folded_constants(proto: onnx.ModelProto, model_input: Any) -> list[str]:
+    """Put back the subgraphs that computed large constants which stayed float.
+
+    Quantization folds constant subgraphs first so that weights they compute can be
+    quantized; a folded result that is no weight (a causal mask from ConstantOfShape ->
+    Trilu, position ids from Range) stays float and can be many times the bytes of the few
+    nodes that made it (a 512 x 512 mask: 1 MiB from 3 nodes). Each such initializer whose
+    input subgraph needs under a quarter of its bytes is replaced by that subgraph (the
+    input's own nodes and initializers, inserted before the first reader); the runtime folds
+    it again at load. Returns the restored names."""
+    try:
+        if isinstance(model_input, onnx.ModelProto):
+            original = model_input
+        elif isinstance(model_input, bytes):
+            original = onnx.load_from_string(model_input)
+        else:
+            original = onnx.load(os.fspath(model_input), load_external_data=False)
+    except Exception:
+        return []
+    opsets = {o.domain or "": o.version for o in proto.opset_import}
+    if {o.domain or "": o.version for o in original.opset_import}.get("") != opsets.get(""):
+        return []  # the input was converted to another opset: its nodes may not apply
+    g = proto.graph
+    orig_inits = {t.name: t for t in original.graph.initializer}
+    producers = {o: n for n in original.graph.node for o in n.output if o}
+    position = {o: k for k, n in enumerate(g.node) for o in n.output if o}
+    available = {i.name for i in g.input} | {t.name for t in g.initializer} | set(position)
+    restored: list[str] = []
+    for t in list(g.initializer):
+        size = _tensor_bytes(t)
+        if t.name in orig_inits or t.name not in producers or size < UNFOLD_MIN_BYTES:
+            continue
+        readers = [k for k, n in enumerate(g.node) if t.name in n.input]
+        if not readers:
+            continue
+        nodes: list[onnx.NodeProto] = []
+        inits: list[onnx.TensorProto] = []
+        stack, seen, ok = [t.name], set(), True
+        while stack and ok:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name != t.name and name in available:
+                ok = position.get(name, -1) < readers[0]  # computed before the first reader
+                continue
+            if name in orig_inits:
+                inits.append(orig_inits[name])
+                continue
+            n = producers.get(name)
+            if n is None or n.domain not in ("", "ai.onnx") or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+                ok = False
+                break
+            if any(o and o != t.name and o in available for o in n.output):
+                ok = False  # a name the quantized graph already uses
+                break
+            nodes.append(n)
+            stack.extend(i for i in n.input if i)
+        cost = sum(_tensor_bytes(i) for i in inits)
+        if not ok or any(_tensor_bytes(i) < 0 for i in inits) or cost * 4 > size:
+            continue
+        order = _toposorted(nodes, available | {i.name for i in inits})
+        if order is None:
+            continue
+        g.initializer.remove(t)
+        g.initializer.extend(inits)
+        first = readers[0]
+        for k, n in enumerate(order):
+            copy = onnx.NodeProto()
+            copy.CopyFrom(n)
+            g.node.insert(first + k, copy)
+        position = {o: k for k, n in enumerate(g.node) for o in n.output if o}
+        available |= {i.name for i in inits} | {o for n in order for o in n.output if o}
+        restored.append(t.name)
+    return restored
+
+
+def _toposorted(nodes: list[onnx.NodeProto], known: set[str]) -> list[onnx.NodeProto] | None:
+    out, have, todo = [], set(known), list(reversed(nodes))
+    while todo:
+        ready = [n for n in todo if all(not i or i in have for i in n.input)]
+        if not ready:
+            return None
+        for n in ready:
+            todo.remove(n)
+            out.append(n)
+            have.update(o for o in n.output if o)
+    return out
 
 
 def _const(g: Graph, base: str, arr: np.ndarray) -> Value:
