@@ -23,9 +23,18 @@ output sizes ``floor((H + p + b + q + e - dk)/s) + 1`` agree. Hence only:
 - Conv ``auto_pad`` NOTSET or VALID (VALID means zero pads; SAME_* would re-derive the
   pads from the padded size).
 
+FoldPadIntoAveragePool, the same sum of pads, with ``count_include_pad=1``::
+
+    %y = AveragePool(%p = Pad(%x, ...)) {pads=[p, q], count_include_pad=c}
+      -> %y = AveragePool(%x) {pads=[p_i + b_{i+2}, q_i + e_{i+2}], count_include_pad=1}
+
+Exact when the divisor was already the kernel size over the padded tensor: ``ceil_mode=0``
+(no window reaches past the padding) and either ``count_include_pad=1`` or no pads of
+its own. ``MaxPool`` is not folded: it pads with -inf, an explicit zero Pad is a
+different function unless the input is non-negative.
+
 The Pad's output used by another node refuses the match (engine), so the Pad is never
-duplicated. Pooling is not folded here: ``AveragePool`` divides by the count of
-non-padding elements unless ``count_include_pad``, and ``MaxPool`` pads with -inf.
+duplicated.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from quanta.ir.graph import Value, result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
 
-__all__ = ["FoldPad", "FoldPadIntoConv"]
+__all__ = ["FoldPad", "FoldPadIntoAveragePool", "FoldPadIntoConv"]
 
 
 def _mode(node) -> str:
@@ -70,6 +79,52 @@ def _begin_end(m: Match, rank: int) -> tuple[list[int], list[int]] | NoMatch:
     return begin, end
 
 
+def _summed_pads(m: Match, op: str, rank: int | None) -> list[int] | NoMatch:
+    """The consumer's new ``pads`` (its own plus the Pad's spatial ones), or why not."""
+    pad, consumer = m.node("p"), m.root
+    if _mode(pad) != "constant":
+        return NoMatch(f"Pad mode is {_mode(pad)!r}: only constant padding is what a {op} pads with")
+    if m["v"] is not None:
+        if not m.is_const("v"):
+            return NoMatch(f"the pad value {describe(m['v'])} is not a constant")
+        if not _is_positive_zero(m.const("v")):
+            shown = np.asarray(m.const("v")).reshape(-1)[:1].tolist()
+            return NoMatch(f"the pad value is {shown} (not +0.0): a {op} pads with zeros")
+    if rank is None:
+        return NoMatch("the rank is unknown")
+    auto_pad = consumer.attrs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    if auto_pad not in ("NOTSET", "VALID"):
+        return NoMatch(f"{op} auto_pad is {auto_pad}: its pads depend on the input size")
+    got = _begin_end(m, rank)
+    if isinstance(got, NoMatch):
+        return got
+    begin, end = got
+    if begin[:2] != [0, 0] or end[:2] != [0, 0]:
+        return NoMatch(f"Pad pads the batch or channel axis (begin {begin[:2]}, end {end[:2]})")
+    if any(p < 0 for p in begin + end):
+        return NoMatch(f"a negative pad (begin {begin}, end {end}) crops: no {op} padding expresses it")
+    n = rank - 2
+    old = [0] * (2 * n) if auto_pad == "VALID" else [int(p) for p in consumer.attrs.get("pads", [0] * (2 * n))]
+    if len(old) != 2 * n:
+        return NoMatch(f"{op} has {len(old)} pads for {n} spatial axes")
+    return [old[i] + begin[i + 2] for i in range(n)] + [old[n + i] + end[i + 2] for i in range(n)]
+
+
+def _refolded(m: Match, b: Builder, inputs: list[Value | None], **changed: int | list[int]) -> Value:
+    node, y = m.root, m.value("y")
+    attrs = {k: v for k, v in node.attrs.items() if k != "auto_pad"}
+    attrs.update(changed)
+    return b.op(
+        node.op_type,
+        inputs,
+        attrs,
+        types=result_type(shape_from=y, elem_from=y),  # the replaced op's output contract
+        name=node.name or None,
+        attr_types={k: t for k, t in node.attr_types.items() if k not in ("auto_pad", *changed)},
+    )
+
+
 class FoldPadIntoConv(Rule):
     """%y = Conv(%p = Pad(%x, %pads, %v?, %axes?), %W, %B?) -> %y = Conv(%x, %W, %B?) {pads += spatial pads}
 
@@ -79,52 +134,50 @@ class FoldPadIntoConv(Rule):
     pattern = "y = Conv(p = Pad(x, pads, v?, axes?), W, B?)"
 
     def check(self, m: Match) -> Match | NoMatch:
-        pad, conv = m.node("p"), m.root
-        if _mode(pad) != "constant":
-            return NoMatch(f"Pad mode is {_mode(pad)!r}: only constant padding is what a Conv pads with")
-        if m["v"] is not None:
-            if not m.is_const("v"):
-                return NoMatch(f"the pad value {describe(m['v'])} is not a constant")
-            if not _is_positive_zero(m.const("v")):
-                shown = np.asarray(m.const("v")).reshape(-1)[:1].tolist()
-                return NoMatch(f"the pad value is {shown} (not +0.0): a Conv pads with zeros")
         w = m.value("W")
         if w.shape is None:
             return NoMatch(f"W {describe(w)} has an unknown rank")
-        rank = len(w.shape)
-        auto_pad = conv.attrs.get("auto_pad", "NOTSET")
-        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
-        if auto_pad not in ("NOTSET", "VALID"):
-            return NoMatch(f"Conv auto_pad is {auto_pad}: its pads depend on the input size")
-        got = _begin_end(m, rank)
-        if isinstance(got, NoMatch):
-            return got
-        begin, end = got
-        if begin[:2] != [0, 0] or end[:2] != [0, 0]:
-            return NoMatch(f"Pad pads the batch or channel axis (begin {begin[:2]}, end {end[:2]})")
-        if any(p < 0 for p in begin + end):
-            return NoMatch(f"a negative pad (begin {begin}, end {end}) crops: no Conv padding expresses it")
-        n = rank - 2
-        old = [0] * (2 * n) if auto_pad == "VALID" else [int(p) for p in conv.attrs.get("pads", [0] * (2 * n))]
-        if len(old) != 2 * n:
-            return NoMatch(f"Conv has {len(old)} pads for {n} spatial axes")
-        m.data["pads"] = [old[i] + begin[i + 2] for i in range(n)] + [old[n + i] + end[i + 2] for i in range(n)]
+        pads = _summed_pads(m, "Conv", len(w.shape))
+        if isinstance(pads, NoMatch):
+            return pads
+        m.data["pads"] = pads
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Value:
-        conv, y = m.root, m.value("y")
-        attrs = {k: v for k, v in conv.attrs.items() if k != "auto_pad"}
-        attrs["pads"] = m.data["pads"]
-        return b.op(
-            "Conv",
-            [m.value("x"), m.value("W"), m["B"]],
-            attrs,
-            types=result_type(shape_from=y, elem_from=y),  # the replaced Conv output's contract
-            name=conv.name or None,
-            attr_types={k: t for k, t in conv.attr_types.items() if k != "auto_pad"},
-        )
+        return _refolded(m, b, [m.value("x"), m.value("W"), m["B"]], pads=m.data["pads"])
+
+
+class FoldPadIntoAveragePool(Rule):
+    """%y = AveragePool(%p = Pad(%x, %pads, %v?, %axes?)) -> %y = AveragePool(%x) {pads += spatial pads, count_include_pad=1}
+
+    Exact when every window lies inside the padded tensor (``ceil_mode=0``) and the
+    divisor already counted the padded cells: ``count_include_pad=1``, or no pads of
+    its own (then every cell it sees is an input cell: the kernel size). The sums read
+    the same zero-padded tensor.
+    """
+
+    pattern = "y = AveragePool(p = Pad(x, pads, v?, axes?))"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        pool = m.root
+        if int(pool.attrs.get("ceil_mode", 0)):
+            return NoMatch("AveragePool has ceil_mode=1: a window past the padding would count differently")
+        own = [int(p) for p in pool.attrs.get("pads", [])]
+        if not int(pool.attrs.get("count_include_pad", 0)) and any(own):
+            return NoMatch(
+                "AveragePool has pads of its own and count_include_pad=0: its divisor excludes them, the Pad's cells count"
+            )
+        x = m.value("x")
+        pads = _summed_pads(m, "AveragePool", None if x.shape is None else len(x.shape))
+        if isinstance(pads, NoMatch):
+            return pads
+        m.data["pads"] = pads
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return _refolded(m, b, [m.value("x")], pads=m.data["pads"], count_include_pad=1)
 
 
 class FoldPad(RewritePass):
     name = "fold_pad"
-    rules = (FoldPadIntoConv(),)
+    rules = (FoldPadIntoConv(), FoldPadIntoAveragePool())

@@ -1,5 +1,5 @@
-"""FoldPad (passes/rules/fold_pad.py): a zero constant Pad before a Conv becomes the
-Conv's own padding. Four parts (fired; structure and the summed pads; bit-exact
+"""FoldPad (passes/rules/fold_pad.py): a zero constant Pad before a Conv (or an
+AveragePool whose divisor counts the padding) becomes the op's own padding. Four parts (fired; structure and the summed pads; bit-exact
 numerics on the reference target, since the Conv reads the same padded tensor; the
 verifier, run by run_passes) for 2-D, 1-D, the opset-18 ``axes`` input and auto_pad
 VALID; one negative test per NoMatch reason, each asserting the reason and that the
@@ -244,3 +244,60 @@ def test_same_padding_block_quantizes_every_convolution(tmp_path):
     ops = [s.op_type for s in quanta.InferenceSession(str(out)).plan.steps]
     # the last Conv's output is the float graph output: ConvInteger, then a float rescale
     assert ops.count("QLinearConv") == 2 and ops.count("ConvInteger") == 1 and "Conv" not in ops, ops
+
+
+def pad_pool_proto(*, pool_pads=(0, 0, 0, 0), count_include_pad=None, ceil_mode=None):
+    attrs = {"kernel_shape": [3, 2], "strides": [2, 1], "pads": list(pool_pads)}
+    if count_include_pad is not None:
+        attrs["count_include_pad"] = count_include_pad
+    if ceil_mode is not None:
+        attrs["ceil_mode"] = ceil_mode
+    g = helper.make_graph(
+        [
+            helper.make_node("Pad", ["x", "pads"], ["p"], mode="constant", name="pad"),
+            helper.make_node("AveragePool", ["p"], ["y"], name="pool", **attrs),
+        ],
+        "pad_pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 9, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([0, 0, 1, 0, 0, 0, 2, 1], np.int64), "pads")],
+    )
+    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize(
+    ("kw", "want_pads"),
+    [
+        ({}, [1, 0, 2, 1]),  # no pads of its own: count_include_pad=0 counted every cell it saw
+        ({"pool_pads": (1, 1, 0, 1), "count_include_pad": 1}, [2, 1, 2, 2]),
+    ],
+)
+def test_fold_pad_into_average_pool_bit_exact(kw, want_pads):
+    proto = pad_pool_proto(**kw)
+    model, _, result = fold(proto)
+    assert result.fired("FoldPadIntoAveragePool") == 1
+    (pool,) = model.graph.nodes
+    assert pool.op_type == "AveragePool" and pool.attrs["pads"] == want_pads and pool.attrs["count_include_pad"] == 1
+    f = feeds_for(proto)
+    # 0: the same windows of the same zero-padded tensor, divided by the kernel size
+    np.testing.assert_array_equal(run_ref(proto, f)[0], run_ref(model, f)[0])
+
+
+@pytest.mark.parametrize(
+    ("kw", "reason"),
+    [
+        ({"ceil_mode": 1}, "AveragePool has ceil_mode=1: a window past the padding would count differently"),
+        (
+            {"pool_pads": (1, 0, 1, 0), "count_include_pad": 0},
+            "AveragePool has pads of its own and count_include_pad=0: its divisor excludes them, the Pad's cells count",
+        ),
+    ],
+)
+def test_fold_pad_into_average_pool_refuses_with_its_reason(kw, reason):
+    proto = pad_pool_proto(**kw)
+    model = load(proto)
+    before = format_graph(model.graph)
+    p = FoldPad()
+    run_passes(model, [p])
+    assert [r.reason for r in p.why_not("FoldPadIntoAveragePool")] == [reason]
+    assert format_graph(model.graph) == before
