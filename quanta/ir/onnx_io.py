@@ -58,6 +58,7 @@ __all__ = [
     "load_proto",
     "save",
     "to_proto",
+    "upgrade_opset",
 ]
 
 MS_DOMAIN = "com.microsoft"
@@ -440,6 +441,63 @@ def reinfer_declared_shapes(proto: onnx.ModelProto) -> None:
     non_tensor = [vi for vi in g.value_info if not vi.type.HasField("tensor_type")]
     del g.value_info[:]
     g.value_info.extend(kept + non_tensor)
+
+
+# -- opset upgrade ---------------------------------------------------------------
+
+
+def _changed_ops(proto: onnx.ModelProto, source: int, target: int) -> list[str]:
+    """ai.onnx ops of the main graph whose definition changed in (source, target]:
+    those need the version converter's adapters; the others mean the same at both."""
+    changed = set()
+    for n in proto.graph.node:
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            at_target = onnx.defs.get_schema(n.op_type, target, "").since_version
+        except Exception:  # not an ai.onnx op at the target: it changed (was removed)
+            changed.add(n.op_type)
+            continue
+        if at_target > source:
+            changed.add(n.op_type)
+    return sorted(changed)
+
+
+def upgrade_opset(proto: onnx.ModelProto, target: int, where: str = "model") -> onnx.ModelProto:
+    """``proto`` converted to ai.onnx opset ``target`` (a model already there is
+    returned as it is).
+
+    1. ``onnx.version_converter`` (Upsample -> Resize, Pad/Slice attributes -> inputs,
+       BatchNormalization's spatial, Dropout's ratio ...);
+    2. if it fails (an adapter it lacks, or its own checks refusing a model ONNX
+       Runtime runs), and no op of the model changed definition between the two
+       opsets, the opset import alone is raised: the graph means the same;
+    3. otherwise a ModelLoadError names the ops that need converting and why the
+       converter refused.
+    """
+    source = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), target)
+    if source >= target:
+        return proto
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(proto, target)
+    except Exception as e:
+        reason = (str(e).strip().splitlines() or ["unknown error"])[0]
+    changed = _changed_ops(proto, source, target)
+    if changed:
+        raise ModelLoadError(
+            f"{where}: opset {source} must be converted to {target} and the ONNX version converter failed "
+            f"({reason}); ops whose definition changed in between: {', '.join(changed)}"
+        )
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for o in out.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            o.version = target
+    ops = [helper.make_opsetid(o.domain, o.version) for o in out.opset_import]
+    out.ir_version = max(out.ir_version, helper.find_min_ir_version_for(ops, ignore_unknown=True))
+    return out
 
 
 def load(model: str | os.PathLike | bytes | onnx.ModelProto, *, infer_shapes: bool = True) -> Model:

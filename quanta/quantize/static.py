@@ -32,7 +32,7 @@ from quanta.calibrate.observer import ObserverBase
 from quanta.calibrate.readers import ImagePreprocess
 from quanta.calibrate.runner import calibrate
 from quanta.ir.graph import Model
-from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save
+from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save, upgrade_opset
 from quanta.ir.verify import Stage, verify
 from quanta.passes.coverage import CoverageReport
 from quanta.quantize.qdq import (
@@ -130,17 +130,7 @@ def load_for_quantization(
     """Load, converting opsets below ``min_opset`` up to it (per-axis Q/DQ needs 13;
     4-bit and per-block Q/DQ need 21)."""
     proto, path = load_proto(model_input)
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), min_opset)
-    if opset < min_opset:
-        from onnx import version_converter
-
-        try:
-            proto = version_converter.convert_version(proto, min_opset)
-        except Exception as e:
-            raise ModelLoadError(
-                f"{path or 'model'}: opset {opset} must be converted to {min_opset} for this quantization "
-                f"and the ONNX version converter failed: {str(e).splitlines()[0]}"
-            ) from None
+    proto = upgrade_opset(proto, min_opset, path or "model")
     try:
         proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
     except Exception:  # shapes that cannot be inferred: quantization still works per tensor

@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import quanta
+import quanta.ir.onnx_io
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -664,3 +665,59 @@ def test_value_of_unknown_rank_after_an_if_keeps_its_element_type(tmp_path):
     assert ("mm", "MatMul") in summary.quantized
     (y,) = assert_valid_and_runs(out, feeds[0])
     assert y.shape == (1, 2, 4)
+
+
+def conv_gap(opset: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(20)
+    g = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+            helper.make_node("GlobalAveragePool", ["c"], ["y"], name="gap"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 1])],
+        [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_version_converter_failure_falls_back_when_no_op_changed(tmp_path, monkeypatch):
+    # Conv (since 11) and GlobalAveragePool (since 1) mean the same at 11 and 13: when
+    # the converter refuses (its own checks, a missing adapter elsewhere), raising the
+    # opset import is the whole conversion
+    from onnx import version_converter
+
+    def refuse(proto, target):
+        raise RuntimeError("adapter refused")
+
+    monkeypatch.setattr(version_converter, "convert_version", refuse)
+    src, out = tmp_path / "m.onnx", tmp_path / "m.int8.onnx"
+    onnx.save(conv_gap(11), src)
+    rng = np.random.default_rng(21)
+    feeds = [{"x": rng.standard_normal((1, 3, 6, 6)).astype(np.float32)} for _ in range(2)]
+    summary = quanta.quantize_static(src, out, feeds, verbose=False)
+    assert ("conv", "Conv") in summary.quantized
+    assert next(o.version for o in onnx.load(str(out)).opset_import if o.domain == "") == 13
+    assert_valid_and_runs(out, feeds[0])
+
+
+def test_version_converter_failure_names_the_ops_that_changed(tmp_path):
+    # BatchNormalization-7 with spatial=0 has no adapter to opset 9+ in onnx
+    rng = np.random.default_rng(22)
+    stats = {n: rng.random(2).astype(np.float32) + 0.5 for n in ("s", "b", "m", "v")}
+    g = helper.make_graph(
+        [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn", spatial=0)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 2, 2])]
+        + [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in stats],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 2, 2])],
+        [numpy_helper.from_array(a, n) for n, a in stats.items()],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 7)])
+    m.ir_version = 3
+    src = tmp_path / "bn.onnx"
+    onnx.save(m, src)
+    with pytest.raises(quanta.ir.onnx_io.ModelLoadError, match=r"opset 7 must be converted to 13 .*BatchNormalization"):
+        quanta.quantize_static(src, tmp_path / "bn.int8.onnx", [{"x": np.ones((1, 2, 2, 2), np.float32)}], verbose=False)
+    assert not (tmp_path / "bn.int8.onnx").exists()
