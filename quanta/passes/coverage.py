@@ -112,12 +112,28 @@ def macs(node: Node, shapes: Mapping[str, tuple[int, ...]] | None = None) -> int
         # seq·batch steps of every direction's W·x and R·h: the product of W's dims and of
         # R's dims, whatever their layout ([dirs, gates·h, in] or ORT's [dirs, in, gates·h])
         x, w, r = node.input(0), node.input(1), node.input(2)
-        if x is None or w is None or r is None or shape_of(x) is None or shape_of(w) is None or shape_of(r) is None:
+        if (
+            x is None
+            or w is None
+            or r is None
+            or shape_of(x) is None
+            or shape_of(w) is None
+            or shape_of(r) is None
+        ):
             return 0
         steps = int(np.prod(_dims(shape_of(x))[:2], dtype=np.int64))
-        return steps * int(np.prod(_dims(shape_of(w)), dtype=np.int64) + np.prod(_dims(shape_of(r)), dtype=np.int64))
-    if op in ("MatMul", "QLinearMatMul", "MatMulInteger", "Gemm", "QGemm", "MatMulIntegerToFloat",
-              "DynamicQuantizeMatMul"):
+        return steps * int(
+            np.prod(_dims(shape_of(w)), dtype=np.int64) + np.prod(_dims(shape_of(r)), dtype=np.int64)
+        )
+    if op in (
+        "MatMul",
+        "QLinearMatMul",
+        "MatMulInteger",
+        "Gemm",
+        "QGemm",
+        "MatMulIntegerToFloat",
+        "DynamicQuantizeMatMul",
+    ):
         a = node.input(0)
         if a is None or shape_of(a) is None or out is None or not shape_of(a):
             return 0
@@ -287,14 +303,22 @@ def coverage(
                 islands[n.op_type] = islands.get(n.op_type, 0) + 1
     # the pass names every channels-last result "<original>_nhwc"
     nhwc = sum(
-        1 for n in after.nodes if n.op_type != "Transpose" and any(o.name.endswith("_nhwc") for o in n.outputs)
+        1
+        for n in after.nodes
+        if n.op_type != "Transpose" and any(o.name.endswith("_nhwc") for o in n.outputs)
     )
-    transposes = sum(1 for n in after.nodes if n.op_type == "Transpose" and n.name.startswith("channels_last/"))
+    transposes = sum(
+        1 for n in after.nodes if n.op_type == "Transpose" and n.name.startswith("channels_last/")
+    )
     return CoverageReport(report, islands, nhwc, transposes)
 
 
 def _structural_reasons(node: Node) -> list[str]:
     """Why no lowering rule was even a candidate: no Q after it, inputs not dequantized."""
+    if node.op_type in _RECURRENT:
+        return [
+            f"static quantization keeps {node.op_type} float (quantize_dynamic runs LSTM as DynamicQuantizeLSTM)"
+        ]
     reasons = []
     out = node.outputs[0] if node.outputs else None
     if out is not None and not any(c.op_type == "QuantizeLinear" for c in out.consumers()):
@@ -305,10 +329,6 @@ def _structural_reasons(node: Node) -> list[str]:
             continue
         if v.producer is None or v.producer.op_type != "DequantizeLinear":
             reasons.append(f"input {k} '{v.name}' is not dequantized (float input)")
-    if node.op_type in _RECURRENT:
-        reasons.append(
-            f"static quantization keeps {node.op_type} float (quantize_dynamic runs LSTM as DynamicQuantizeLSTM)"
-        )
-    elif node.op_type not in LOWER_RULE_OF:
+    if node.op_type not in LOWER_RULE_OF:
         reasons.append(f"no integer kernel for {node.op_type} yet")
     return reasons or ["no lowering rule applies"]
