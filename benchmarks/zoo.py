@@ -1,0 +1,535 @@
+"""The public model zoo, quantized by quanta and by ONNX Runtime side by side.
+
+Run ``benchmarks/zoo/fetch.py`` first (models into the cache), then::
+
+    python benchmarks/zoo.py                                  # every model of the manifest
+    python benchmarks/zoo.py --models ppocr_cls,ddddocr --latency --json /tmp/zoo.json
+
+Per model (``benchmarks/zoo/README.md`` says what each model, data set and metric is),
+on the same calibration feeds:
+
+- ``quanta``: ``quanta.quantize_static(src, dst, calib)`` with its defaults;
+- ``ort_default``: ``onnxruntime.quantization.quantize_static`` with its defaults (QDQ,
+  MinMax, per tensor, uint8 activations, int8 weights);
+- ``ort_best``: the best (by the task metric, ORT running the file) of ORT's MinMax,
+  Entropy and Percentile calibration;
+- ``fp32``: the source file run by quanta (is quanta's float path faithful?);
+- files quantized by another tool (``made_by`` in the manifest, or shipped quantized):
+  run as they are.
+
+Columns: whether quantization succeeded (else the error's first line), the share of the
+MACs that runs in integer when quanta compiles the file (``lowered_coverage`` with the
+shapes seen in an ORT run of that file), the task metric against FP32 with ONNX Runtime
+running the file and with quanta running it, and the max |quanta - ORT| on the same file
+(first output, evaluation feeds). ``--latency``: quanta / ORT median latency on quanta's
+and on ORT's default file, 1 and 2 threads. One model's failure is printed and the table
+goes on; ``--log FILE`` keeps every traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "zoo"))
+
+import zoodata  # noqa: E402  (benchmarks/zoo is not a package)
+
+Feed = dict[str, np.ndarray]
+ORT_METHODS = ("MinMax", "Entropy", "Percentile")
+LOG: list[str] = []
+
+
+def first_line(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:150]
+
+
+def log_failure(where: str) -> None:
+    LOG.append(f"--- {where}\n{traceback.format_exc()}")
+
+
+# --- sessions ------------------------------------------------------------------------
+
+
+def ort_session(path: Path | bytes, threads: int = 0, optimize: bool = True):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.log_severity_level = 3
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    src = path if isinstance(path, bytes) else str(path)
+    return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+
+
+def quanta_session(path: Path, threads: int = 0):
+    import quanta
+
+    so = quanta.SessionOptions()
+    so.intra_op_num_threads = threads
+    return quanta.InferenceSession(str(path), so)
+
+
+def run_all(sess, feeds: list[Feed]) -> list[list[np.ndarray]]:
+    return [[np.asarray(o) for o in sess.run(None, f)] for f in feeds]
+
+
+def observed_shapes(path: Path, feed: Feed) -> dict[str, tuple[int, ...]]:
+    """Shape of every main-graph value in one ONNX Runtime run of ``path`` (all node
+    outputs exposed as graph outputs, optimizations off so the names stay the file's)."""
+    import onnx
+
+    m = onnx.load(str(path))
+    have = {o.name for o in m.graph.output}
+    for node in m.graph.node:
+        for name in node.output:
+            if name and name not in have:
+                m.graph.output.append(onnx.ValueInfoProto(name=name))
+                have.add(name)
+    sess = ort_session(m.SerializeToString(), optimize=False)
+    names = [o.name for o in sess.get_outputs()]
+    outs = sess.run(names, feed)
+    shapes = {n: tuple(np.asarray(v).shape) for n, v in zip(names, outs, strict=True)}
+    shapes.update({k: tuple(v.shape) for k, v in feed.items()})
+    return shapes
+
+
+def integer_share(path: Path, feed: Feed) -> float:
+    from quanta.ir.onnx_io import load
+    from quanta.runtime.coverage import lowered_coverage
+
+    return lowered_coverage(load(str(path)), observed_shapes(path, feed)).integer_share
+
+
+# --- postprocess-lite and metrics ----------------------------------------------------
+
+
+def sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
+    noise = float(np.sum((ref.astype(np.float64) - got) ** 2))
+    return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(ref.astype(np.float64) ** 2)) / noise)
+
+
+def ctc_collapse(ids: np.ndarray, blank: int = 0) -> tuple[int, ...]:
+    """CTC greedy decode of an argmax sequence: merge repeats, drop blanks. Two decoded
+    strings are equal exactly when these id tuples are (the character dict is 1:1)."""
+    out, prev = [], None
+    for i in ids.astype(np.int64).reshape(-1):
+        if i != prev and i != blank:
+            out.append(int(i))
+        prev = i
+    return tuple(out)
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, iou: float = 0.45) -> list[int]:
+    order, keep = list(np.argsort(-scores)), []
+    while order:
+        i = order.pop(0)
+        keep.append(i)
+        order = [j for j in order if box_iou(boxes[i], boxes[j]) < iou]
+    return keep
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> float:
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = w * h
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def select(boxes: np.ndarray, cls_scores: np.ndarray, thresh: float) -> list[tuple[int, np.ndarray]]:
+    """Score threshold, then class-wise NMS at IoU 0.45: [(class, xyxy box)]."""
+    cls, score = cls_scores.argmax(axis=1), cls_scores.max(axis=1)
+    keep = score >= thresh
+    out = []
+    for c in np.unique(cls[keep]):
+        idx = np.where(keep & (cls == c))[0][:300]
+        out += [(int(c), boxes[idx[k]]) for k in nms(boxes[idx], score[idx])]
+    return out
+
+
+def xywh_to_xyxy(b: np.ndarray) -> np.ndarray:
+    return np.stack([b[:, 0] - b[:, 2] / 2, b[:, 1] - b[:, 3] / 2, b[:, 0] + b[:, 2] / 2, b[:, 1] + b[:, 3] / 2], 1)
+
+
+def yolov8_boxes(outs: list[np.ndarray]) -> list[tuple[int, np.ndarray]]:
+    p = outs[0][0].T  # [anchors, 4 + classes]: cx, cy, w, h in pixels, then class scores
+    return select(xywh_to_xyxy(p[:, :4]), p[:, 4:], 0.25)
+
+
+def _grid(hw: tuple[int, int], strides: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    cells, steps = [], []
+    for s in strides:
+        gh, gw = -(-hw[0] // s), -(-hw[1] // s)
+        yy, xx = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+        cells.append(np.stack([xx.ravel(), yy.ravel()], 1))
+        steps.append(np.full(gh * gw, s))
+    return np.concatenate(cells).astype(np.float64), np.concatenate(steps).astype(np.float64)[:, None]
+
+
+def yolox_boxes(outs: list[np.ndarray]) -> list[tuple[int, np.ndarray]]:
+    p = outs[0][0].astype(np.float64)  # [3549, 5 + classes]: raw xy / log wh, objectness, class
+    cells, s = _grid((416, 416), (8, 16, 32))
+    xy = (p[:, :2] + cells) * s
+    wh = np.exp(np.clip(p[:, 2:4], -10, 10)) * s
+    return select(xywh_to_xyxy(np.concatenate([xy, wh], 1)), p[:, 4:5] * p[:, 5:], 0.25)
+
+
+def picodet_boxes(outs: list[np.ndarray]) -> list[tuple[int, np.ndarray]]:
+    scores = sorted((o[0] for o in outs if o.shape[-1] == 10), key=len, reverse=True)
+    dists = sorted((o[0] for o in outs if o.shape[-1] == 32), key=len, reverse=True)
+    cells, s = _grid((800, 608), (8, 16, 32, 64))
+    d = np.concatenate(dists).reshape(-1, 4, 8).astype(np.float64)  # DFL: 8 bins per side
+    d = np.exp(d - d.max(axis=2, keepdims=True))
+    d = (d / d.sum(axis=2, keepdims=True)) @ np.arange(8) * s
+    c = (cells + 0.5) * s
+    boxes = np.concatenate([c - d[:, :2], c + d[:, 2:]], 1)
+    return select(boxes, np.concatenate(scores), 0.25)
+
+
+def box_f1(ref: list, got: list) -> tuple[float, int]:
+    """F1 of ``got`` boxes against ``ref`` boxes (same class, IoU >= 0.5, greedy one-to-one)
+    over all images; and the number of reference boxes."""
+    tp = fp = fn = 0
+    for r, g in zip(ref, got, strict=True):
+        used = set()
+        for c, b in g:
+            best, bi = 0.5, None
+            for j, (rc, rb) in enumerate(r):
+                if j not in used and rc == c and box_iou(b, rb) >= best:
+                    best, bi = box_iou(b, rb), j
+            if bi is None:
+                fp += 1
+            else:
+                used.add(bi)
+                tp += 1
+        fn += len(r) - len(used)
+    n = sum(len(r) for r in ref)
+    return (1.0 if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)), n
+
+
+def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> dict[str, Any]:
+    """The task metric of ``got`` against FP32 ``ref`` (per-sample output lists):
+    ``score`` (higher is better, 0-100 or dB) and ``text`` for the table."""
+    if kind.startswith("classifier"):
+        r = np.concatenate([o[0].reshape(len(o[0]), -1) for o in ref])
+        g = np.concatenate([o[0].reshape(len(o[0]), -1) for o in got])
+        top1 = 100 * float(np.mean(r.argmax(1) == g.argmax(1)))
+        sq = sqnr_db(r, g)
+        return {"score": top1, "top1": top1, "sqnr_db": sq, "text": f"top1 {top1:.0f}% SQNR {sq:.1f} dB"}
+    if kind in ("ctc_ocr", "ctc_ids"):
+        def dec(o):
+            return ctc_collapse(o[0].argmax(-1) if kind == "ctc_ocr" else o[0])
+        eq = 100 * float(np.mean([dec(a) == dec(b) for a, b in zip(ref, got, strict=True)]))
+        return {"score": eq, "string_eq": eq, "text": f"strings = {eq:.0f}%"}
+    if kind in ("yolov8", "yolox", "picodet"):
+        fn = {"yolov8": yolov8_boxes, "yolox": yolox_boxes, "picodet": picodet_boxes}[kind]
+        f1, n = box_f1([fn(o) for o in ref], [fn(o) for o in got])
+        return {"score": 100 * f1, "box_f1": f1, "ref_boxes": n, "text": f"F1 {f1:.2f} ({n} boxes)"}
+    if kind == "text_detector":
+        ious = []
+        for a, b in zip(ref, got, strict=True):
+            ma, mb = a[0] > 0.3, b[0] > 0.3  # PaddleOCR's DB binarization threshold
+            union = np.logical_or(ma, mb).sum()
+            ious.append(1.0 if union == 0 else np.logical_and(ma, mb).sum() / union)
+        miou = 100 * float(np.mean(ious))
+        return {"score": miou, "map_iou": miou, "text": f"map IoU {miou:.1f}%"}
+    if kind == "vad":
+        r, g = np.concatenate([o[0] for o in ref]), np.concatenate([o[0] for o in got])
+        agree = 100 * float(np.mean((r > 0.5) == (g > 0.5)))
+        speech = 100 * float(np.mean(r > 0.5))
+        return {"score": agree, "frame_agree": agree, "speech_frames": speech,
+                "text": f"frames {agree:.1f}% ({speech:.0f}% speech)"}
+    if kind == "embedding":
+        cos = []
+        for (a,), (b,), mask in zip(ref, got, MASKS, strict=True):
+            m = mask[..., None].astype(np.float64)
+            ea, eb = (a * m).sum(1) / m.sum(1), (b * m).sum(1) / m.sum(1)
+            cos += list((ea * eb).sum(1) / np.linalg.norm(ea, axis=1) / np.linalg.norm(eb, axis=1))
+        return {"score": 100 * float(np.mean(cos)), "cos_mean": float(np.mean(cos)), "cos_min": float(np.min(cos)),
+                "text": f"cos {np.mean(cos):.4f} (min {np.min(cos):.4f})"}
+    raise KeyError(kind)
+
+
+MASKS: list[np.ndarray] = []  # attention masks of the embedding evaluation batches
+
+
+# --- data per model ------------------------------------------------------------------
+
+
+class Model:
+    """A manifest entry with its feeds: calibration, evaluation, and how to run it over
+    the evaluation set (VAD streams its state; the others run sample by sample)."""
+
+    def __init__(self, entry: dict, cache: Path):
+        self.entry, self.name, self.kind = entry, entry["name"], entry["kind"]
+        self.path = cache / entry["path"]
+        base = entry.get("source", self.name)
+        n_calib, n_eval = zoodata.SIZES[base]
+        if self.kind == "vad":
+            ref = ort_session(self.path)
+            self.calib = [f for clip in zoodata.clips("calib", n_calib) for f in zoodata.vad_stream(ref, clip)[0]]
+            self.clips = zoodata.clips("eval", n_eval)
+            self.eval = zoodata.vad_stream(ref, self.clips[0])[0][:1]  # for shapes and latency
+        elif self.kind == "embedding":
+            vocab = cache / "models" / "minilm_vocab.txt"
+            self.calib = zoodata.token_feeds(vocab, "calib", n_calib)
+            self.eval = zoodata.token_feeds(vocab, "eval", n_eval)
+            MASKS[:] = [f["attention_mask"] for f in self.eval]
+        else:
+            self.calib = zoodata.image_feeds(base, "calib", n_calib)
+            self.eval = zoodata.image_feeds(base, "eval", n_eval)
+
+    def outputs(self, sess) -> list[list[np.ndarray]]:
+        if self.kind == "vad":
+            return [[zoodata.vad_stream(sess, clip)[1]] for clip in self.clips]
+        return run_all(sess, self.eval)
+
+
+# --- quantizers ----------------------------------------------------------------------
+
+
+class Reader:
+    """ONNX Runtime's CalibrationDataReader protocol over a list of feeds."""
+
+    def __init__(self, feeds: list[Feed]):
+        self.feeds, self.i = feeds, 0
+
+    def get_next(self) -> Feed | None:
+        self.i += 1
+        return self.feeds[self.i - 1] if self.i <= len(self.feeds) else None
+
+    def rewind(self) -> None:
+        self.i = 0
+
+
+def quantize_quanta(src: Path, dst: Path, calib: list[Feed]) -> None:
+    import quanta
+
+    quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False)
+
+
+def quantize_ort(src: Path, dst: Path, calib: list[Feed], method: str) -> None:
+    from onnxruntime.quantization import CalibrationMethod, quantize_static
+
+    kw = {} if method == "MinMax" else {"calibrate_method": getattr(CalibrationMethod, method)}
+    quantize_static(str(src), str(dst), Reader(calib), **kw)
+
+
+# --- one model -----------------------------------------------------------------------
+
+
+def evaluate(model: Model, path: Path, ref: list | None, row: dict) -> None:
+    """Fill ``row`` for one file: integer share, metric with ORT and with quanta running
+    it, and max |quanta - ORT|. Each stage fails on its own."""
+    got_ort = got_q = None
+    try:
+        row["int_share"] = integer_share(path, model.eval[0])
+    except Exception as e:  # any failure is a table cell
+        row["int_share_error"] = first_line(e)
+        log_failure(f"{model.name} {row['config']} coverage")
+    try:
+        got_ort = model.outputs(ort_session(path))
+        row["ort_runs"] = True
+        if ref is not None:
+            row["metric_ort"] = metric(model.kind, ref, got_ort)
+    except Exception as e:
+        row["ort_runs"], row["ort_error"] = False, first_line(e)
+        log_failure(f"{model.name} {row['config']} ORT run")
+    try:
+        got_q = model.outputs(quanta_session(path))
+        row["quanta_runs"] = True
+        if ref is not None:
+            row["metric_quanta"] = metric(model.kind, ref, got_q)
+    except Exception as e:
+        row["quanta_runs"], row["quanta_error"] = False, first_line(e)
+        log_failure(f"{model.name} {row['config']} quanta run")
+    if got_ort is not None and got_q is not None:
+        row["max_abs_q_vs_ort"] = float(max(np.max(np.abs(a[0].astype(np.float64) - b[0])) for a, b in
+                                            zip(got_ort, got_q, strict=True)))
+        if model.kind == "embedding":
+            row["metric_q_vs_ort"] = metric(model.kind, got_ort, got_q)
+
+
+def latency(model: Model, path: Path, threads: int, rounds: int = 7, per_round: int = 5) -> float:
+    """quanta / ORT median latency of one evaluation feed: the two sessions alternate in
+    rounds (so load from the other engineers on the machine hits both alike)."""
+    feed = model.eval[0]
+    sessions = {"quanta": quanta_session(path, threads), "ort": ort_session(path, threads)}
+    times: dict[str, list[float]] = {k: [] for k in sessions}
+    for s in sessions.values():
+        s.run(None, feed)
+        s.run(None, feed)
+    for _ in range(rounds):
+        for k, s in sessions.items():
+            time.sleep(0.02)  # let the other library's spinning pool go idle
+            for _ in range(per_round):
+                t = time.perf_counter()
+                s.run(None, feed)
+                times[k].append(time.perf_counter() - t)
+    return float(np.median(times["quanta"]) / np.median(times["ort"]))
+
+
+def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[dict]:
+    model = Model(entry, cache)
+    rows: list[dict] = []
+    if entry.get("made_by") or entry["name"] == "minilm_int8":
+        # quantized by another tool: compare with FP32 of its source where there is one
+        ref = None
+        if entry.get("source"):
+            src = Model({**entry, "name": entry["source"], "path": f"models/{entry['source']}.onnx"}, cache)
+            ref = src.outputs(ort_session(src.path))
+        row = {"model": entry["name"], "config": "as shipped" if not entry.get("made_by") else "ORT-made",
+               "quantizes": "-"}
+        evaluate(model, model.path, ref, row)
+        rows.append(row)
+        if with_latency:
+            add_latency(model, model.path, row)
+        return rows
+
+    ref = model.outputs(ort_session(model.path))
+    row = {"model": model.name, "config": "fp32", "quantizes": "-"}
+    evaluate(model, model.path, ref, row)
+    row.pop("int_share", None)
+    rows.append(row)
+
+    files: dict[str, Path] = {}
+    configs = [("quanta", None)] + [(f"ort_{m.lower()}", m) for m in ORT_METHODS]
+    for config, method in configs:
+        dst = out / f"{model.name}.{config}.onnx"
+        row = {"model": model.name, "config": config}
+        t = time.perf_counter()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                if method is None:
+                    quantize_quanta(model.path, dst, model.calib)
+                else:
+                    quantize_ort(model.path, dst, model.calib, method)
+            row["quantizes"], row["quantize_s"] = "yes", time.perf_counter() - t
+            files[config] = dst
+            evaluate(model, dst, ref, row)
+        except Exception as e:
+            row["quantizes"] = "no: " + first_line(e)
+            log_failure(f"{model.name} {config} quantize")
+        rows.append(row)
+        print(f"  {model.name} {config}: {cell_metric(row, 'metric_ort')} / {cell_metric(row, 'metric_quanta')}",
+              file=sys.stderr, flush=True)
+
+    ort_rows = [r for r in rows if r["config"].startswith("ort_") and "metric_ort" in r]
+    if ort_rows:
+        best = max(ort_rows, key=lambda r: r["metric_ort"]["score"])
+        best["ort_best"] = True
+    if with_latency:
+        for r in rows:
+            if r["config"] in ("quanta", "ort_minmax") and r["config"] in files:
+                add_latency(model, files[r["config"]], r)
+    return rows
+
+
+def add_latency(model: Model, path: Path, row: dict) -> None:
+    for threads in (1, 2):
+        try:
+            row[f"lat_ratio_{threads}t"] = latency(model, path, threads)
+        except Exception as e:
+            row[f"lat_error_{threads}t"] = first_line(e)
+            log_failure(f"{model.name} {row['config']} latency {threads}t")
+
+
+# --- table ---------------------------------------------------------------------------
+
+
+def cell_metric(row: dict, key: str) -> str:
+    if key in row:
+        return row[key]["text"]
+    runs = "ort_runs" if key == "metric_ort" else "quanta_runs"
+    err = "ort_error" if key == "metric_ort" else "quanta_error"
+    if row.get(runs) is False:
+        return "FAIL: " + row[err][:60]
+    return "-"
+
+
+def table(rows: list[dict], with_latency: bool) -> str:
+    head = ["model", "file", "quantizes", "int MACs", "fidelity, ORT runs it", "fidelity, quanta runs it",
+            "max|q-ORT|"]
+    if with_latency:
+        head += ["q/ORT 1t", "q/ORT 2t"]
+    lines = [head]
+    for r in rows:
+        config = r["config"] + (" (best ORT)" if r.get("ort_best") else "")
+        if r["config"] == "ort_minmax":
+            config += " = ort_default"
+        share = f"{100 * r['int_share']:.1f} %" if "int_share" in r else ("err" if "int_share_error" in r else "-")
+        diff = f"{r['max_abs_q_vs_ort']:.3g}" if "max_abs_q_vs_ort" in r else "-"
+        if "metric_q_vs_ort" in r:
+            diff += f" ({r['metric_q_vs_ort']['text']})"
+        cells = [r["model"], config, r["quantizes"][:70], share, cell_metric(r, "metric_ort"),
+                 cell_metric(r, "metric_quanta"), diff]
+        if with_latency:
+            cells += [f"{r[k]:.2f}" if k in r else "-" for k in ("lat_ratio_1t", "lat_ratio_2t")]
+        lines.append(cells)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = ["| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |" for line in lines]
+    out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", help="comma-separated manifest names (default: all)")
+    ap.add_argument("--latency", action="store_true", help="quanta / ORT median latency, 1 and 2 threads")
+    ap.add_argument("--json", help="write the numbers to this file")
+    ap.add_argument("--log", help="write every failure's traceback to this file")
+    ap.add_argument("--cache", help="cache folder (default $QUANTA_ZOO_CACHE or ~/.cache/quanta-zoo)")
+    ap.add_argument("--out", help="folder for the quantized files (default <cache>/runs/<UTC time>-<pid>)")
+    args = ap.parse_args(argv)
+    cache = zoodata.cache_dir(args.cache)
+    manifest = json.loads((cache / "manifest.json").read_text())["models"]
+    entries = [e for e in manifest if e["kind"] != "vocab"]
+    if args.models:
+        wanted = args.models.split(",")
+        unknown = set(wanted) - {e["name"] for e in entries}
+        if unknown:
+            ap.error(f"unknown models {sorted(unknown)}; known: {[e['name'] for e in entries]}")
+        entries = [e for e in entries if e["name"] in wanted]
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = Path(args.out) if args.out else cache / "runs" / f"{stamp}-{os.getpid()}"
+    out.mkdir(parents=True, exist_ok=True)
+
+    rows: list[dict] = []
+    for entry in entries:
+        print(f"{entry['name']} ...", file=sys.stderr, flush=True)
+        t = time.perf_counter()
+        try:
+            rows += benchmark(entry, cache, out, args.latency)
+        except Exception as e:  # one model's failure stays local
+            rows.append({"model": entry["name"], "config": "-", "quantizes": "model failed: " + first_line(e)})
+            log_failure(f"{entry['name']}")
+        print(f"{entry['name']} done in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+    print(f"zoo, {stamp}, audio: {zoodata.audio_source()}, files in {out}")
+    print(table(rows, args.latency))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"stamp": stamp, "audio": zoodata.audio_source(), "rows": rows},
+                                              indent=1, default=str) + "\n")
+    if args.log:
+        Path(args.log).write_text("\n".join(LOG) + "\n")
+    elif LOG:
+        print(f"{len(LOG)} failures (tracebacks with --log FILE)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
