@@ -721,3 +721,13 @@ def test_version_converter_failure_names_the_ops_that_changed(tmp_path):
     with pytest.raises(quanta.ir.onnx_io.ModelLoadError, match=r"opset 7 must be converted to 13 .*BatchNormalization"):
         quanta.quantize_static(src, tmp_path / "bn.int8.onnx", [{"x": np.ones((1, 2, 2, 2), np.float32)}], verbose=False)
     assert not (tmp_path / "bn.int8.onnx").exists()
+
+
+def test_override_with_an_infinite_range_keeps_the_tensor_float(tmp_path):
+    # a recipe's fixed range goes through the same check as a calibrated one
+    src, out = tmp_path / "g.onnx", tmp_path / "g.int8.onnx"
+    onnx.save(gemm_with(), src)
+    summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False, overrides={"x": {"range": [-np.inf, 2.0]}})
+    assert summary.quantized == []
+    assert "is not finite" in dict(summary.float_tensors)["x"]
+    assert_valid_and_runs(out, _mlp_feeds(1)[0])
