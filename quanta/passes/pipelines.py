@@ -27,6 +27,7 @@ from quanta.passes.rules.fold_batchnorm import FoldBatchNorm
 from quanta.passes.rules.fold_constants import Evaluator, FoldConstants
 from quanta.passes.rules.fold_groupnorm import FoldGroupNorm
 from quanta.passes.rules.fold_pad import FoldPad
+from quanta.passes.rules.fold_reshape_dims import FoldReshapeDims
 from quanta.passes.rules.fold_static_dims import FoldStaticDims
 from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation
 from quanta.passes.rules.propagate_views import PropagateViews
@@ -64,6 +65,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         FoldConstants(evaluator, max_output_elements=1 << 24),
         FoldStaticDims(),  # Gather/Slice of a Shape whose read dimensions are static ...
         FoldConstants(evaluator, max_output_elements=1 << 24),  # ... and the arithmetic on them
+        FoldReshapeDims(),  # x.view(x.size(0), -1) with a symbolic batch -> Reshape(x, [0, -1])
         Canonicalize(),  # Sum of two -> Add: residuals of older exports
         RemoveNoops(),
         FoldPad(),  # "same"-padding Pads (pads folded to constants above) into their Convs

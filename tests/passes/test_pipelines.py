@@ -221,6 +221,7 @@ def test_prepare_for_quantization_folds_float_weights_only():
         "fold_constants",
         "fold_static_dims",
         "fold_constants",
+        "fold_reshape_dims",
         "canonicalize",
         "remove_noops",
         "fold_pad",

@@ -1,0 +1,99 @@
+"""FoldReshapeDims (passes/rules/fold_reshape_dims.py): Reshape(x, Concat(copies of x's
+own dimensions, constants)) takes 0 for the copies. Four parts (fired; structure: a
+constant target with 0 at the copies, the Shape subgraph dead; bit-exact numerics on
+the reference target at two batch sizes, since the data is unchanged; the verifier, run
+by run_passes) and one negative test per NoMatch reason, the graph unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from quanta.ir.onnx_io import load
+from quanta.ir.printer import format_graph
+from quanta.passes.rules.eliminate_dead import EliminateDead
+from quanta.passes.rules.fold_reshape_dims import FoldReshapeDims
+from tests.passes.helpers import rng_data, run_passes, run_ref
+
+
+def flatten_proto(*, index=0, tail=(-1,), allowzero=None, other_tensor=False, shape_start=None, index_input=False):
+    """x [batch, 4, 3, 5] -> Relu -> Reshape(r, Concat(Unsqueeze(Gather(Shape(src), index)), tail))."""
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 3, 5])]
+    inits = [
+        numpy_helper.from_array(np.asarray(tail, np.int64), "tail"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes0"),
+    ]
+    if index_input:
+        inputs.append(helper.make_tensor_value_info("i", TensorProto.INT64, []))
+    else:
+        inits.append(numpy_helper.from_array(np.array(index, np.int64), "i"))
+    shape_attrs = {} if shape_start is None else {"start": shape_start}
+    reshape_attrs = {} if allowzero is None else {"allowzero": allowzero}
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Shape", ["x" if other_tensor else "r"], ["s"], name="shape", **shape_attrs),
+        helper.make_node("Gather", ["s", "i"], ["g"], axis=0, name="gather"),
+        helper.make_node("Unsqueeze", ["g", "axes0"], ["u"], name="unsqueeze"),
+        helper.make_node("Concat", ["u", "tail"], ["c"], axis=0, name="concat"),
+        helper.make_node("Reshape", ["r", "c"], ["y"], name="flatten", **reshape_attrs),
+    ]
+    g = helper.make_graph(nodes, "flatten", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    ("kw", "target"),
+    [
+        ({}, [0, -1]),  # x.view(x.size(0), -1)
+        ({"tail": (4, 15)}, [0, 4, 15]),
+        ({"index": -4}, [0, -1]),  # negative index: from the back of the 4 dimensions
+    ],
+)
+def test_fold_copied_dims_into_reshape(kw, target):
+    proto = flatten_proto(**kw)
+    model = load(proto)
+    result = run_passes(model, [FoldReshapeDims(), EliminateDead()])
+    assert result.fired("FoldCopiedDimsIntoReshape") == 1
+    assert model.graph.op_counts() == {"Relu": 1, "Reshape": 1}
+    (reshape,) = [n for n in model.graph.nodes if n.op_type == "Reshape"]
+    assert np.asarray(reshape.input(1).const).tolist() == target
+    for batch in (1, 3):
+        f = {"x": rng_data((batch, 4, 3, 5), seed=batch)}
+        np.testing.assert_array_equal(run_ref(proto, f)[0], run_ref(model, f)[0])  # 0: the same data
+
+
+@pytest.mark.parametrize(
+    ("kw", "reason"),
+    [
+        ({"allowzero": 1}, "allowzero=1: a 0 in the shape means an empty dimension, not a copy"),
+        ({"other_tensor": True}, "'u' (output of 'unsqueeze' (Unsqueeze)) reads the shape of another tensor than the Reshape's input"),
+        ({"index": 1, "tail": (-1,)}, "'u' (output of 'unsqueeze' (Unsqueeze)) copies dimension 1 of the input to position 0"),
+        ({"shape_start": 1}, "'u' (output of 'unsqueeze' (Unsqueeze)) copies dimension 1 of the input to position 0"),
+        ({"index_input": True}, "'u' (output of 'unsqueeze' (Unsqueeze)) gathers a non-constant or non-scalar index"),
+    ],
+)
+def test_fold_copied_dims_into_reshape_refuses_with_its_reason(kw, reason):
+    proto = flatten_proto(**kw)
+    model = load(proto)
+    before = format_graph(model.graph)
+    p = FoldReshapeDims()
+    run_passes(model, [p])
+    assert [r.reason for r in p.why_not("FoldCopiedDimsIntoReshape")] == [reason]
+    assert format_graph(model.graph) == before
+
+
+def test_fold_copied_dims_into_reshape_refuses_a_piece_of_another_kind():
+    proto = flatten_proto()
+    # the first piece becomes the Shape itself (not an Unsqueeze(Gather(...)))
+    for n in proto.graph.node:
+        if n.op_type == "Concat":
+            n.input[0] = "g_1d"
+    proto.graph.node.insert(3, helper.make_node("Reshape", ["g", "one"], ["g_1d"], name="to_1d"))
+    proto.graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), "one"))
+    model = load(proto)
+    p = FoldReshapeDims()
+    run_passes(model, [p])
+    assert [r.reason for r in p.why_not("FoldCopiedDimsIntoReshape")] == [
+        "'g_1d' (output of 'to_1d' (Reshape)) is neither a constant nor Unsqueeze(Gather(Shape(...)))"
+    ]
