@@ -132,3 +132,34 @@ def test_pad_with_a_run_time_value_stays_float_with_its_reason(tmp_path):
     reasons = {name: reason for name, _, reason in summary.float_nodes}
     assert reasons["pad"] == "its pad value is computed at run time: the integer Pad needs Q(value) ahead of time"
     assert "dw" in {name for name, _ in summary.quantized}  # the Pad's output gets its own range
+
+
+def test_view_of_a_float_op_output_quantizes_the_matmul_it_feeds(tmp_path):
+    """Failure signature: MatMul float with "activation 't' stays float: a view of a tensor
+    that stays float" (LayerNormalization is not quantized, so the Transpose under it
+    had nothing to inherit)."""
+    rng = np.random.default_rng(7)
+    inits = [
+        numpy_helper.from_array(np.ones(6, np.float32), "gamma"),
+        numpy_helper.from_array(np.zeros(6, np.float32), "beta"),
+        numpy_helper.from_array((rng.standard_normal((5, 4)) * 0.3).astype(np.float32), "w"),
+    ]
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["n"], axis=-1, name="ln"),
+        helper.make_node("Transpose", ["n"], ["t"], perm=[0, 2, 1], name="swap"),
+        helper.make_node("MatMul", ["t", "w"], ["y"], name="mm"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "ln_view_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = [{"x": rng.standard_normal((2, 5, 6)).astype(np.float32)} for _ in range(3)]
+    summary, out = _quantize(tmp_path, proto, feeds)
+    assert {"swap", "mm"} <= {name for name, _ in summary.quantized}, summary.float_nodes
+    ops = _lowered_ops(out)
+    assert "MatMul" not in ops, ops
+    assert_reference_matches_ort_on_quantized_tensors(out, feeds[0])
