@@ -957,7 +957,12 @@ def to_proto(model: Model) -> onnx.ModelProto:
             node.overload = n.overload
         nodes.append(node)
     inputs = [_value_info(v) for v in g.inputs]
-    outputs = [_value_info(v) for v in g.outputs]
+    signature = getattr(g, "output_signature", None) or []
+    # an output whose value lost its type (the Identity before it removed, its producer
+    # unknown to inference) is written with the type it was loaded with
+    outputs = [
+        _value_info(v, signature[k] if v.type is None and k < len(signature) else None) for k, v in enumerate(g.outputs)
+    ]
     io_names = {v.name for v in g.inputs} | {v.name for v in g.outputs} | set(g.initializers)
     value_info = [
         _value_info(v)
@@ -981,7 +986,7 @@ def to_proto(model: Model) -> onnx.ModelProto:
         p = proto.metadata_props.add()
         p.key, p.value = k, model.metadata[k]
     proto.functions.extend(model.functions)
-    _infer_unknown_output_ranks(proto)
+    _infer_unknown_output_ranks(proto, signature)
     return proto
 
 
@@ -1007,25 +1012,32 @@ def _rename_outer_reads(proto: onnx.NodeProto, node: Node) -> None:
                 g.CopyFrom(_renamed_graph(g, renames))
 
 
-def _infer_unknown_output_ranks(proto: onnx.ModelProto) -> None:
+def _infer_unknown_output_ranks(proto: onnx.ModelProto, signature: Sequence[TensorType | None]) -> None:
     """Graph outputs whose rank the IR does not know get the shape onnx infers for the
-    written graph: the checker requires a shape on every graph output."""
+    written graph, else the shape the output had when the model was loaded
+    (``signature``, position by position: a pass that removed the Identity in front of
+    an output hands it a value inference could not shape). The checker requires a
+    shape on every graph output."""
     missing = [
-        vi
-        for vi in proto.graph.output
+        (k, vi)
+        for k, vi in enumerate(proto.graph.output)
         if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")
     ]
     if not missing:
         return
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True).graph
-    except Exception:  # the checker then names the output that has no shape
-        return
-    got = _tensor_types([*inferred.value_info, *inferred.output])
-    for vi in missing:
+        got = _tensor_types([*inferred.value_info, *inferred.output])
+    except Exception:  # only the signature is left
+        got = {}
+    for k, vi in missing:
         tt = got.get(vi.name)
         if tt is not None and tt.HasField("shape") and tt.elem_type == vi.type.tensor_type.elem_type:
             vi.type.tensor_type.shape.CopyFrom(tt.shape)
+            continue
+        loaded = signature[k] if k < len(signature) else None
+        if loaded is not None and loaded.shape is not None and _elem_code(loaded) == vi.type.tensor_type.elem_type:
+            vi.type.tensor_type.shape.CopyFrom(helper.make_tensor_type_proto(1, list(loaded.shape)).tensor_type.shape)
 
 
 # Tensors of at least this many bytes go to the external data file when a model is

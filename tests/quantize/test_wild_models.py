@@ -105,30 +105,40 @@ def test_declared_shapes_are_hints_inference_session_reports_inferred_ones(tmp_p
 
 def reshape_to_computed_shape() -> onnx.ModelProto:
     """Paddle's classifier head (ch_ppocr_mobile_v2.0_cls): GlobalAveragePool ->
-    Reshape(Concat(Cast(Slice(Cast(Shape(.))))), [-1])) -> Gemm-like MatMul -> Softmax.
-    ONNX's data propagation stops at the Casts, so shape inference leaves every value
-    after the Reshape without a shape; the output is declared [-1, 2]."""
+    Reshape(Cast(Concat(Slice(Cast(Shape(.)), Constant nodes), Cast(Constant [4]))))
+    -> MatMul -> Softmax -> Identity. ONNX's data propagation stops there, so shape
+    inference leaves every value after the Reshape without a shape; the output is
+    declared [-1, 2]."""
     rng = np.random.default_rng(5)
     inits = [
         numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "wc"),
         numpy_helper.from_array(rng.standard_normal((4, 2)).astype(np.float32), "wf"),
-        numpy_helper.from_array(np.array([0], np.int64), "s0"),
-        numpy_helper.from_array(np.array([1], np.int64), "s1"),
-        numpy_helper.from_array(np.array([-1], np.int32), "minus_one"),
     ]
+
+    def const(name: str, values, dtype=np.int64) -> onnx.NodeProto:
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(values, dtype)))
+
     nodes = [
         helper.make_node("Conv", ["x", "wc"], ["c"], name="conv", pads=[1, 1, 1, 1]),
         helper.make_node("GlobalAveragePool", ["c"], ["p"], name="gap"),
         helper.make_node("Shape", ["p"], ["shp"], name="shape"),
         helper.make_node("Cast", ["shp"], ["shp32"], name="cast32", to=TensorProto.INT32),
-        helper.make_node("Slice", ["shp32", "s0", "s1"], ["batch"], name="slice"),
-        helper.make_node("Concat", ["batch", "minus_one"], ["target32"], name="concat", axis=0),
-        helper.make_node("Cast", ["target32"], ["target"], name="cast64", to=TensorProto.INT64),
+        const("starts", [0]),
+        const("ends", [1]),
+        const("axes", [0]),
+        const("steps", [1]),
+        helper.make_node("Slice", ["shp32", "starts", "ends", "axes", "steps"], ["batch32"], name="slice"),
+        helper.make_node("Cast", ["batch32"], ["batch"], name="cast_batch", to=TensorProto.INT64),
+        const("features32", [4], np.int32),
+        helper.make_node("Cast", ["features32"], ["features"], name="cast_features", to=TensorProto.INT64),
+        helper.make_node("Concat", ["batch", "features"], ["target"], name="concat", axis=-1),
         helper.make_node("Reshape", ["p", "target"], ["flat"], name="reshape"),
         helper.make_node("MatMul", ["flat", "wf"], ["logits"], name="fc"),
-        helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=1),
+        helper.make_node("Softmax", ["logits"], ["softmax_out"], name="softmax", axis=1),
+        # removed as a no-op: the output then is the Softmax's value, typed by inference
+        helper.make_node("Identity", ["softmax_out"], ["probs"], name="identity"),
     ]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, "h", "w"])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, "?", "?"])
     y = helper.make_tensor_value_info("probs", TensorProto.FLOAT, [-1, 2])
     return helper.make_model(helper.make_graph(nodes, "cls", [x], [y], inits), opset_imports=[helper.make_opsetid("", 11)])
 
@@ -145,6 +155,9 @@ def test_output_after_a_reshape_to_a_computed_shape_gets_its_rank(tmp_path):
     (y,) = assert_valid_and_runs(out, feeds[0])
     assert y.shape == (1, 2)
     assert len(onnx.load(str(out)).graph.output[0].type.tensor_type.shape.dim) == 2
+    # the rank the Reshape's 2-element shape input implies, and inference from there on
+    g = quanta.ir.onnx_io.load(src).graph
+    assert [len(g.value(n).shape) for n in ("flat", "logits", "softmax_out")] == [2, 2, 2]
 
 
 # -- ranges that are not finite ---------------------------------------------------
@@ -730,4 +743,30 @@ def test_override_with_an_infinite_range_keeps_the_tensor_float(tmp_path):
     summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False, overrides={"x": {"range": [-np.inf, 2.0]}})
     assert summary.quantized == []
     assert "is not finite" in dict(summary.float_tensors)["x"]
+    assert_valid_and_runs(out, _mlp_feeds(1)[0])
+
+
+def test_output_behind_a_removed_identity_keeps_its_loaded_shape(tmp_path):
+    # com.microsoft::Gelu is unknown to onnx's shape inference: once RemoveNoops drops
+    # the Identity, the output is Gelu's value, which has no shape; the written output
+    # takes the shape it had when loaded
+    rng = np.random.default_rng(23)
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+            helper.make_node("Gelu", ["h"], ["a"], name="gelu", domain="com.microsoft"),
+            helper.make_node("Identity", ["a"], ["y"], name="identity"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    src, out = tmp_path / "g.onnx", tmp_path / "g.int8.onnx"
+    onnx.save(m, src)
+    summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False)
+    assert ("mm", "MatMul") in summary.quantized
+    written = onnx.load(str(out)).graph.output[0].type.tensor_type.shape
+    assert [d.dim_value for d in written.dim] == [2, 4]
     assert_valid_and_runs(out, _mlp_feeds(1)[0])
