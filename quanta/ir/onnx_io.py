@@ -91,7 +91,16 @@ def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx
             raise ModelLoadError(f"{path}: is a folder, expected an .onnx file")
         with open(path, "rb") as f:
             proto = _parse(f.read(), path)
-        _load_external_data(proto, os.path.dirname(os.path.abspath(path)), path)
+        base = os.path.dirname(os.path.abspath(path))
+        if proto.ByteSize() + _external_bytes(proto, base) >= PROTO_LIMIT:
+            # Over protobuf's 2 GB with its data: the checker reads the file (external
+            # data stays on disk) and shapes are inferred before the data is loaded
+            _check_structure(proto.graph, where)
+            _check_file(path)
+            reinfer_declared_shapes(proto)
+            _load_external_data(proto, base, path)
+            return proto, path
+        _load_external_data(proto, base, path)
     else:
         raise TypeError(f"expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
     if path is None and _uses_external_data(proto):
@@ -102,6 +111,31 @@ def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx
     _check(proto, where)
     reinfer_declared_shapes(proto)
     return proto, path
+
+
+def _external_bytes(proto: onnx.ModelProto, base_dir: str) -> int:
+    """Bytes the model's external data adds when loaded (from the ``length`` entries,
+    else the size of the file from ``offset`` on)."""
+    total = 0
+    for t in _all_tensors(proto.graph):
+        if t.data_location != TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        if "length" in info:
+            total += int(info["length"])
+        else:
+            f = os.path.join(base_dir, info.get("location", ""))
+            total += max(os.path.getsize(f) - int(info.get("offset", 0)), 0) if os.path.isfile(f) else 0
+    return total
+
+
+def _check_file(path: str) -> None:
+    """``onnx.checker`` on the file itself (for models too large to check in memory)."""
+    try:
+        onnx.checker.check_model(path)
+    except (onnx.checker.ValidationError, ValueError) as e:
+        first = next((line for line in str(e).strip().splitlines() if line.strip()), "invalid model")
+        raise ModelLoadError(f"{path}: ONNX checker: {first}") from None
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:

@@ -770,3 +770,36 @@ def test_output_behind_a_removed_identity_keeps_its_loaded_shape(tmp_path):
     written = onnx.load(str(out)).graph.output[0].type.tensor_type.shape
     assert [d.dim_value for d in written.dim] == [2, 4]
     assert_valid_and_runs(out, _mlp_feeds(1)[0])
+
+
+def test_model_over_the_protobuf_limit_is_checked_from_its_file(tmp_path, monkeypatch):
+    # A model whose data reaches 2 GB cannot be checked or shape-inferred in memory
+    # (protobuf refuses to serialize it). The limit is lowered to a few KB here, so the
+    # small external-data model takes that path: checker on the file, shapes inferred
+    # before the data is loaded, output written with external data
+    rng = np.random.default_rng(24)
+    w = numpy_helper.from_array(rng.standard_normal((8, 256)).astype(np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"], name="relu")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],  # rank-0: a broken hint
+        [w],
+    )
+    src = tmp_path / "big.onnx"
+    onnx.save(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), src, save_as_external_data=True, size_threshold=0
+    )
+    monkeypatch.setattr(quanta.ir.onnx_io, "PROTO_LIMIT", 4096)
+    calls = []
+    real_check = quanta.ir.onnx_io._check_file
+    monkeypatch.setattr(quanta.ir.onnx_io, "_check_file", lambda p: calls.append(p) or real_check(p))
+    out = tmp_path / "big.int8.onnx"
+    summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False)
+    assert calls == [str(src)]
+    assert summary.quantized == [("mm", "MatMul")]
+    written = onnx.load(str(out), load_external_data=False)
+    assert any(t.data_location == TensorProto.EXTERNAL for t in written.graph.initializer)
+    assert [d.dim_value for d in written.graph.output[0].type.tensor_type.shape.dim] == [2, 256]
+    monkeypatch.undo()
+    assert_valid_and_runs(out, _mlp_feeds(1)[0])
