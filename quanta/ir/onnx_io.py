@@ -16,13 +16,24 @@
 5. quantized types: values whose quantization parameters are constants become
    :class:`~quanta.ir.types.QuantType` (see :func:`annotate_quantized_types`).
 
+6. subgraphs (If branches, Loop/Scan bodies) stay ``GraphProto`` attributes; the values
+   of the enclosing graph they read are bound as trailing inputs of their node
+   (:attr:`~quanta.ir.graph.Node.outer_names`), so use lists and liveness see them.
+
+A model whose data reaches protobuf's 2 GB is checked from its file and shape-inferred
+before its external data is loaded.
+
 Q/DQ design decision: QuantizeLinear / DequantizeLinear stay *nodes* of the graph; the
 tensor between them carries the quantized type. Export therefore gives back the same
 QDQ structure, with each quantized value written as its storage type.
 
 ``save`` writes atomically (temporary file in the destination folder, then
-``os.replace``), refuses to overwrite the file the model was loaded from, and produces
-byte-identical files for identical graphs.
+``os.replace``), refuses to overwrite the file the model was loaded from (or its
+external data), and produces byte-identical files for identical graphs. A model loaded
+from a file with external data, or whose tensors reach 2 GB, is written with external
+data (``<output>.data``). Every graph output gets a shape (inferred for the written
+graph, else the one it was loaded with); values of unknown rank are left out of
+``value_info``; subgraphs read the current names of the outer values they use.
 """
 
 from __future__ import annotations

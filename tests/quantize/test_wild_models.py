@@ -803,3 +803,49 @@ def test_model_over_the_protobuf_limit_is_checked_from_its_file(tmp_path, monkey
     assert [d.dim_value for d in written.graph.output[0].type.tensor_type.shape.dim] == [2, 256]
     monkeypatch.undo()
     assert_valid_and_runs(out, _mlp_feeds(1)[0])
+
+
+def test_scan_body_reading_an_outer_weight_is_carried_through(tmp_path):
+    # running sum over the sequence of rows, each row through the outer-scope w
+    body = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["row", "w"], ["proj"], name="body_mm"),
+            helper.make_node("Add", ["sum_in", "proj"], ["sum_out"], name="body_add"),
+            helper.make_node("Identity", ["sum_out"], ["scan_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("sum_in", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("row", TensorProto.FLOAT, [8]),
+        ],
+        [
+            helper.make_tensor_value_info("sum_out", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("scan_out", TensorProto.FLOAT, [4]),
+        ],
+    )
+    rng = np.random.default_rng(25)
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w_in"], ["xs"], name="head"),
+            helper.make_node("Scan", ["zeros", "xs"], ["total", "partial"], name="scan", body=body, num_scan_inputs=1),
+        ],
+        "scan_model",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [
+            helper.make_tensor_value_info("total", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("partial", TensorProto.FLOAT, [2, 4]),
+        ],
+        [
+            numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w_in"),
+            numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+            numpy_helper.from_array(np.zeros(4, np.float32), "zeros"),
+        ],
+    )
+    src, out = tmp_path / "scan.onnx", tmp_path / "scan.int8.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False)
+    assert ("head", "MatMul") in summary.quantized
+    (reason,) = [r for name, _, r in summary.float_nodes if name == "scan"]
+    assert "subgraph" in reason
+    total, partial = assert_valid_and_runs(out, _mlp_feeds(1)[0])
+    np.testing.assert_allclose(total, partial[-1], rtol=0, atol=0)  # 0: the same float sums
