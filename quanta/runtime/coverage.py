@@ -29,6 +29,15 @@ def lowered_coverage(model: Model, shapes: Mapping[str, tuple[int, ...]] | None 
     from quanta.targets import get_target
 
     proto = to_proto(model)
+    # coverage pairs a node with what it became by name: unnamed nodes get one
+    taken = {n.name for n in proto.graph.node if n.name}
+    for i, n in enumerate(proto.graph.node):
+        if not n.name:
+            name = f"{n.op_type}_{i}"
+            while name in taken:
+                name += "_"
+            n.name = name
+            taken.add(name)
     before = from_proto(proto, where=model.path or "model")
     lowered = from_proto(proto, where=model.path or "model")
     passes = default_pipeline(get_target("reference"), lowered)

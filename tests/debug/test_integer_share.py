@@ -131,3 +131,13 @@ def test_a_qoperator_file_counts_as_integer(tmp_path):
     report = lowered_coverage(load(dst))
     assert {n.op for n in report.nodes} == {"QLinearConv", "QLinearGlobalAveragePool"}
     assert report.integer_share == 1.0 and report.total_macs == 289_575
+
+
+def test_unnamed_nodes_are_paired_with_what_they_became(tmp_path):
+    proto = conv_chain()
+    for n in proto.graph.node:
+        n.name = ""
+    s = quanta.quantize_static(proto, tmp_path / "q.onnx", feeds(), verbose=False)
+    assert s.integer_share == 1.0 and s.coverage.total_macs == 289_575
+    names = [c.name for c in s.coverage.nodes if c.op == "Conv"]
+    assert len(set(names)) == 3 and all(n.startswith("Conv_") for n in names)
