@@ -12,10 +12,9 @@
    ``onnx.shape_inference`` (non-strict: a model whose shapes cannot all be inferred
    still loads); the shapes the file declares for outputs and ``value_info`` are hints,
    re-inferred and never copied broken into a written file
-   (:func:`reinfer_declared_shapes`);
+   (:func:`quanta.ir.shape_hints.reinfer_declared_shapes`);
 5. quantized types: values whose quantization parameters are constants become
-   :class:`~quanta.ir.types.QuantType` (see :func:`annotate_quantized_types`).
-
+   :class:`~quanta.ir.types.QuantType` (see :func:`annotate_quantized_types`);
 6. subgraphs (If branches, Loop/Scan bodies) stay ``GraphProto`` attributes; the values
    of the enclosing graph they read are bound as trailing inputs of their node
    (:attr:`~quanta.ir.graph.Node.outer_names`), so use lists and liveness see them.
@@ -34,6 +33,11 @@ from a file with external data, or whose tensors reach 2 GB, is written with ext
 data (``<output>.data``). Every graph output gets a shape (inferred for the written
 graph, else the one it was loaded with); values of unknown rank are left out of
 ``value_info``; subgraphs read the current names of the outer values they use.
+
+This module is over 800 lines: loading, the two conversions between proto and IR and
+saving share the proto walkers (``_all_tensors``, the external-data entries) and the
+checker's error wording. Self-contained parts live next to it: declared shapes as hints
+(:mod:`quanta.ir.shape_hints`) and subgraph scopes (:mod:`quanta.ir.subgraphs`).
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from quanta.ir.graph import Graph, GraphError, Model, Node, Value, toposort_nodes
+from quanta.ir.shape_hints import reinfer_declared_shapes, tensor_types
+from quanta.ir.subgraphs import renamed_graph, subgraph_outer_names
 from quanta.ir.types import (
     CalibratedType,
     FloatType,
@@ -67,6 +73,7 @@ __all__ = [
     "attribute_to_python",
     "load",
     "load_proto",
+    "reinfer_declared_shapes",
     "save",
     "to_proto",
     "upgrade_opset",
@@ -331,163 +338,6 @@ def _io_without_shape(proto: onnx.ModelProto) -> bool:
     )
 
 
-# -- declared shapes are hints -------------------------------------------------
-
-
-def _clean_dims(tt: onnx.TypeProto.Tensor) -> None:
-    """A negative ``dim_value`` (exporters write -1 for "dynamic") becomes an unknown
-    dimension: ONNX dimensions are >= 0, and shape inference reports -1 as a conflict."""
-    if not tt.HasField("shape"):
-        return
-    for d in tt.shape.dim:
-        if d.HasField("dim_value") and d.dim_value < 0:
-            d.ClearField("dim_value")
-
-
-def _merged_tensor_type(inferred: onnx.TypeProto.Tensor, declared: onnx.TypeProto.Tensor) -> onnx.TypeProto.Tensor:
-    """The inferred type, with the declared dimension kept where inference left one
-    unknown (a symbolic name such as ``batch`` is worth keeping). A declared shape of
-    another rank, or a declared dimension that contradicts an inferred one, is dropped."""
-    out = onnx.TypeProto.Tensor()
-    out.CopyFrom(inferred)
-    if not declared.HasField("shape") or len(declared.shape.dim) != len(inferred.shape.dim):
-        return out
-    for d, hint in zip(out.shape.dim, declared.shape.dim):
-        if not d.HasField("dim_value") and not d.HasField("dim_param"):
-            if hint.HasField("dim_value") or hint.HasField("dim_param"):
-                d.CopyFrom(hint)
-    return out
-
-
-def _tensor_types(vis) -> dict[str, onnx.TypeProto.Tensor]:
-    return {vi.name: vi.type.tensor_type for vi in vis if vi.type.HasField("tensor_type")}
-
-
-# Rounds of "infer, then give rank hints where inference stopped": each round lets
-# inference pass one more data-dependent shape (a Reshape to Concat(Cast(Shape(x)))).
-_RANK_HINT_ROUNDS = 8
-
-
-def _rank_hints(graph: onnx.GraphProto, got: dict[str, onnx.TypeProto.Tensor]) -> list[onnx.ValueInfoProto]:
-    """Outputs whose shape inference left unknown but whose rank follows from an input's
-    static shape: Reshape and ConstantOfShape have the length of their 1-D shape input
-    as rank, Resize and Upsample the rank of their data input. ONNX's data propagation
-    stops at ops it does not evaluate (Cast of a Shape, as Paddle exports write), and
-    every op after such a Reshape would be left without a shape."""
-    known = dict(got)
-    for t in graph.initializer:
-        known[t.name] = helper.make_tensor_type_proto(t.data_type, list(t.dims)).tensor_type
-    for vi in graph.input:
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            known[vi.name] = vi.type.tensor_type
-    consts = {t.name: t for t in graph.initializer}
-    for n in graph.node:
-        if n.op_type == "Constant" and n.output and any(a.name == "value" for a in n.attribute):
-            consts[n.output[0]] = next(a.t for a in n.attribute if a.name == "value")
-    hints = []
-    for n in graph.node:
-        if n.domain not in ("", "ai.onnx") or not n.output or not n.output[0] or n.output[0] in known:
-            continue
-        if n.op_type in ("Reshape", "ConstantOfShape"):
-            shape_input = n.input[1] if n.op_type == "Reshape" and len(n.input) > 1 else n.input[0] if n.input else ""
-            st = known.get(shape_input)
-            if st is None or len(st.shape.dim) != 1 or not st.shape.dim[0].HasField("dim_value"):
-                continue
-            rank = st.shape.dim[0].dim_value
-            if n.op_type == "Reshape":
-                elem = known[n.input[0]].elem_type if n.input[0] in known else 0
-            else:
-                value = next((a.t for a in n.attribute if a.name == "value"), None)
-                elem = value.data_type if value is not None else TensorProto.FLOAT
-        elif n.op_type in ("Resize", "Upsample"):
-            xt = known.get(n.input[0]) if n.input else None
-            if xt is None:
-                continue
-            rank, elem = len(xt.shape.dim), xt.elem_type
-        else:
-            continue
-        if not elem:
-            continue
-        dims: list[int | None] = [None] * rank
-        target = consts.get(shape_input) if n.op_type in ("Reshape", "ConstantOfShape") else None
-        if target is not None:
-            values = numpy_helper.to_array(target).reshape(-1)
-            allowzero = any(a.name == "allowzero" and a.i for a in n.attribute)
-            dims = [int(v) if v > 0 or (v == 0 and (allowzero or n.op_type == "ConstantOfShape")) else None for v in values]
-        hints.append(helper.make_tensor_value_info(n.output[0], elem, dims))
-        known[n.output[0]] = hints[-1].type.tensor_type
-    return hints
-
-
-def reinfer_declared_shapes(proto: onnx.ModelProto) -> None:
-    """Re-infer the shapes of graph outputs and ``value_info`` in place; the declared
-    ones are hints only.
-
-    Exporters write outputs declared rank-0 (``shape {}`` for "unknown"), of the wrong
-    rank or dimensions, ``-1`` dimensions, or ``value_info`` whose type has no shape.
-    Copied into the output, each makes the written file fail ``onnx.checker`` (a type
-    without a shape) or strict shape inference (ONNX Runtime's "Inferred shape and
-    existing shape differ"). So:
-
-    1. negative dimensions of inputs, outputs and ``value_info`` become unknown;
-    2. shapes are inferred from the inputs and initializers alone (``value_info``
-       removed, outputs reduced to their element type); where inference stops at a
-       data-dependent shape, the rank the op implies is given as a hint and inference
-       runs again (:func:`_rank_hints`);
-    3. an inferred type wins; a declared dimension fills only a dimension inference left
-       unknown (same rank); a value inference gives no shape keeps its declared shape
-       when that has one (an output after a custom op), else only its element type
-       (unknown rank: the writer leaves it out of ``value_info``, and infers an
-       output's shape again from the written graph).
-    """
-    g = proto.graph
-    for vi in [*g.input, *g.output, *g.value_info]:
-        if vi.type.HasField("tensor_type"):
-            _clean_dims(vi.type.tensor_type)
-    declared_outputs = _tensor_types(g.output)
-    declared_vi = _tensor_types(g.value_info)
-    bare = onnx.ModelProto()
-    bare.CopyFrom(proto)
-    del bare.graph.value_info[:]
-    for vi in bare.graph.output:
-        if vi.type.HasField("tensor_type"):
-            vi.type.tensor_type.ClearField("shape")
-    got: dict[str, onnx.TypeProto.Tensor] = {}
-    for _ in range(_RANK_HINT_ROUNDS):
-        try:
-            inferred = onnx.shape_inference.infer_shapes(bare, strict_mode=False, data_prop=True).graph
-        except Exception:  # inference that fails as a whole leaves only the declared hints
-            break
-        # an element type without a shape (unknown rank) still types the value in the IR;
-        # the writer leaves such values out of value_info
-        got = {name: tt for name, tt in _tensor_types([*inferred.value_info, *inferred.output]).items() if tt.elem_type}
-        hints = _rank_hints(inferred, {name: tt for name, tt in got.items() if tt.HasField("shape")})
-        if not hints:
-            break
-        bare.graph.value_info.extend(hints)
-    for vi in g.output:
-        tt = got.get(vi.name)
-        if tt is not None and tt.HasField("shape"):
-            vi.type.tensor_type.CopyFrom(_merged_tensor_type(tt, declared_outputs[vi.name]))
-    outputs = {vi.name for vi in g.output}
-    kept = []
-    for name, tt in got.items():
-        if name in outputs:
-            continue
-        hint = declared_vi.get(name)
-        if not tt.HasField("shape") and hint is not None and hint.HasField("shape") and hint.elem_type == tt.elem_type:
-            tt = hint  # inference knows only the element type: the declared shape is the hint
-        elif tt.HasField("shape"):
-            tt = _merged_tensor_type(tt, hint if hint is not None else tt)
-        kept.append(helper.make_value_info(name, onnx.TypeProto(tensor_type=tt)))
-    for name, tt in declared_vi.items():
-        if name not in got and name not in outputs and tt.HasField("shape") and tt.elem_type:
-            kept.append(helper.make_value_info(name, onnx.TypeProto(tensor_type=tt)))
-    non_tensor = [vi for vi in g.value_info if not vi.type.HasField("tensor_type")]
-    del g.value_info[:]
-    g.value_info.extend(kept + non_tensor)
-
-
 # -- opset upgrade ---------------------------------------------------------------
 
 
@@ -685,72 +535,6 @@ def from_proto(proto: onnx.ModelProto, where: str = "model") -> Model:
     annotate_quantized_types(graph)
     graph.output_signature = [v.type for v in graph.outputs]
     return model
-
-
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    out: list[onnx.GraphProto] = []
-    for a in node.attribute:
-        if a.type == AttributeProto.GRAPH:
-            out.append(a.g)
-        elif a.type == AttributeProto.GRAPHS:
-            out.extend(a.graphs)
-    return out
-
-
-def _free_names(graph: onnx.GraphProto, seen: dict[str, None]) -> None:
-    """Add to ``seen`` (in first-use order) the names ``graph`` reads but does not
-    define, nested subgraphs included."""
-    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    defined |= {t.values.name for t in graph.sparse_initializer}
-    for n in graph.node:
-        for name in n.input:
-            if name and name not in defined:
-                seen.setdefault(name, None)
-        inner: dict[str, None] = {}
-        for g in _subgraphs(n):
-            _free_names(g, inner)
-        for name in inner:
-            if name not in defined:
-                seen.setdefault(name, None)
-        defined.update(o for o in n.output if o)
-    for o in graph.output:
-        if o.name not in defined:
-            seen.setdefault(o.name, None)
-
-
-def subgraph_outer_names(node: onnx.NodeProto | Node) -> list[str]:
-    """The names of the enclosing scope that ``node``'s subgraph attributes (If
-    branches, Loop/Scan bodies) read, in first-use order."""
-    if isinstance(node, Node):
-        graphs = [v for v in node.attrs.values() if isinstance(v, onnx.GraphProto)]
-        graphs += [g for v in node.attrs.values() if isinstance(v, list) for g in v if isinstance(g, onnx.GraphProto)]
-    else:
-        graphs = _subgraphs(node)
-    seen: dict[str, None] = {}
-    for g in graphs:
-        _free_names(g, seen)
-    return list(seen)
-
-
-def _renamed_graph(graph: onnx.GraphProto, renames: dict[str, str]) -> onnx.GraphProto:
-    """A copy of ``graph`` reading ``renames[name]`` wherever it read an outer-scope
-    ``name`` (names it defines itself shadow the outer ones)."""
-    g = onnx.GraphProto()
-    g.CopyFrom(graph)
-    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
-    for n in g.node:
-        for k, name in enumerate(n.input):
-            if name in renames and name not in defined:
-                n.input[k] = renames[name]
-        inner = {old: new for old, new in renames.items() if old not in defined}
-        for a in n.attribute:
-            if a.type == AttributeProto.GRAPH:
-                a.g.CopyFrom(_renamed_graph(a.g, inner))
-            elif a.type == AttributeProto.GRAPHS:
-                for sub in a.graphs:
-                    sub.CopyFrom(_renamed_graph(sub, inner))
-        defined.update(n.output)
-    return g
 
 
 def _sparse_to_dense(sp: onnx.SparseTensorProto) -> np.ndarray:
@@ -1051,10 +835,10 @@ def _rename_outer_reads(proto: onnx.NodeProto, node: Node) -> None:
         return
     for a in proto.attribute:
         if a.type == AttributeProto.GRAPH:
-            a.g.CopyFrom(_renamed_graph(a.g, renames))
+            a.g.CopyFrom(renamed_graph(a.g, renames))
         elif a.type == AttributeProto.GRAPHS:
             for g in a.graphs:
-                g.CopyFrom(_renamed_graph(g, renames))
+                g.CopyFrom(renamed_graph(g, renames))
 
 
 def _infer_unknown_output_ranks(proto: onnx.ModelProto, signature: Sequence[TensorType | None]) -> None:
@@ -1072,7 +856,7 @@ def _infer_unknown_output_ranks(proto: onnx.ModelProto, signature: Sequence[Tens
         return
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True).graph
-        got = _tensor_types([*inferred.value_info, *inferred.output])
+        got = tensor_types([*inferred.value_info, *inferred.output])
     except Exception:  # only the signature is left
         got = {}
     for k, vi in missing:
