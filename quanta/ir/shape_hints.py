@@ -37,6 +37,7 @@ def _merged_tensor_type(inferred: onnx.TypeProto.Tensor, declared: onnx.TypeProt
 
 
 def tensor_types(vis) -> dict[str, onnx.TypeProto.Tensor]:
+    """name -> tensor type of the ValueInfoProtos that hold a tensor type."""
     return {vi.name: vi.type.tensor_type for vi in vis if vi.type.HasField("tensor_type")}
 
 
