@@ -773,7 +773,7 @@ def to_proto(model: Model) -> onnx.ModelProto:
         if n.name:
             node.name = n.name
         node.input.extend("" if v is None else v.name for v in explicit_inputs(n))
-        outs = [("" if v.doc == "omitted optional output" and not v.uses else v.name) for v in n.outputs]
+        outs = [_written_output_name(v) for v in n.outputs]
         while outs and outs[-1] == "":
             outs.pop()
         node.output.extend(outs)
@@ -1043,14 +1043,22 @@ def _external_files(model_path: Path) -> list[Path]:
     return out
 
 
+def _written_output_name(v: Value) -> str:
+    """The name a node output has in a NodeProto: "" for an omitted optional output
+    (the importer's private value, still unread), else the value's name."""
+    return "" if v.doc == "omitted optional output" and not v.uses else v.name
+
+
 def node_from_proto_for_reference(node: Node) -> onnx.NodeProto:
-    """Rebuild an onnx.NodeProto for a node (used by ops delegated to onnx.reference)."""
+    """Rebuild an onnx.NodeProto for a node (used by ops delegated to onnx.reference and
+    by kernels that read it). Omitted optional outputs are "" as in the saved file, at
+    their positions (nothing is trimmed: the kernel still returns every output)."""
     proto = onnx.NodeProto()
     proto.op_type = node.op_type
     proto.domain = node.domain
     proto.name = node.name
     proto.input.extend("" if v is None else v.name for v in explicit_inputs(node))
-    proto.output.extend(v.name for v in node.outputs)
+    proto.output.extend(_written_output_name(v) for v in node.outputs)
     for k in sorted(node.attrs):
         proto.attribute.append(_attr_to_proto(k, node.attrs[k], node.attr_types.get(k)))
     return proto

@@ -233,3 +233,32 @@ def test_load_accepts_a_graph_output_of_unknown_rank():
     sess = quanta.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), backend="reference")
     np.testing.assert_array_equal(sess.run(None, {"x": np.array([1, -1], np.float32)})[0], [1, 0])
     assert sess.get_outputs()[0].shape == [2]  # shape inference fills it in
+
+
+def test_node_proto_for_kernels_writes_omitted_outputs_as_empty_like_the_saver():
+    """Failure signature: a kernel reading ctx.onnx_node saw the importer's private name
+    ``<node>__unused_output_0_<k>`` for an omitted Y and took Y as requested; the saved
+    file has "" there. Positions are kept (Y_c stays output 2) and a delegated LSTM still
+    gives Y_h / Y_c at their places."""
+    import quanta
+    from quanta.ir.onnx_io import node_from_proto_for_reference
+
+    rng = np.random.default_rng(7)
+    w = numpy_helper.from_array(rng.normal(0, 0.4, (1, 12, 5)).astype(np.float32), "W")
+    r = numpy_helper.from_array(rng.normal(0, 0.4, (1, 12, 3)).astype(np.float32), "R")
+    node = helper.make_node("LSTM", ["x", "W", "R"], ["", "", "yc"], name="lstm", hidden_size=3)
+    g = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2, 5])],
+        [helper.make_tensor_value_info("yc", TensorProto.FLOAT, [1, 2, 3])], [w, r],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    (lstm,) = load(model).graph.nodes
+    assert list(node_from_proto_for_reference(lstm).output) == ["", "", "yc"]
+    assert list(to_proto(load(model)).graph.node[0].output) == ["", "", "yc"]
+    x = rng.normal(0, 1, (4, 2, 5)).astype(np.float32)
+    got = quanta.InferenceSession(model, backend="reference").run(None, {"x": x})[0]
+    import onnxruntime as ort
+
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    # 2 ulp-scale: onnx.reference's LSTM and ORT's both run float32 sigmoid/tanh, from different libm formulas
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

@@ -46,8 +46,9 @@ def run_control_flow(ctx: OpContext, *inputs: np.ndarray | None) -> tuple[np.nda
     graph_outputs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
     graph = helper.make_graph([node], "control_flow", graph_inputs, graph_outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ctx.opset)])
-    results = ReferenceEvaluator(model).run(None, feeds)
-    return tuple(np.asarray(r) for r in results)
+    results = dict(zip([o.name for o in graph_outputs], ReferenceEvaluator(model).run(None, feeds)))
+    # an omitted output ("") has no graph output: an empty placeholder keeps the positions
+    return tuple(np.asarray(results[o]) if o else np.zeros(0, np.float32) for o in node.output)
 
 
 def _op(ctx: OpContext, *inputs: np.ndarray | None, **attrs: Any) -> tuple[np.ndarray, ...]:

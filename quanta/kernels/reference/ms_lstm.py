@@ -398,13 +398,12 @@ def dynamic_quantize_lstm(
 
 
 def _y_requested(ctx: OpContext) -> bool:
-    """Whether the node names its Y output (ORT's two paths of step (4)). quanta's importer
-    gives an omitted optional output a private value named ``<node>__unused_output_0_<k>``,
-    and the node proto a kernel receives carries that name instead of ""."""
+    """Whether the node names its Y output (ORT's two paths of step (4)): the node proto
+    a kernel receives writes an omitted output as "", as the file does."""
     outs = getattr(ctx.onnx_node, "output", None)
     if outs is None:
         return ctx.n_outputs >= 1
-    return len(outs) > 0 and outs[0] != "" and "__unused_output_0_" not in outs[0]
+    return len(outs) > 0 and outs[0] != ""
 
 
 @register("DynamicQuantizeLSTM", MS_DOMAIN)
