@@ -9,7 +9,8 @@ below writes down the float32 steps ORT performs, in ORT's order. ``q(v)`` is ML
 =====================  ==========================================================  =========
 op                     definition                                                  vs ORT
 =====================  ==========================================================  =========
-QLinearAdd             ``sat(rne(f32(f32(dq_a(a) + dq_b(b)) / sc) + zc))``          ±1 (a)
+QLinearAdd             ``sat(rne(fma(a, ra, fma(b, rb, k))))``, ``ra = f32(sa/sc)``, exact (a)
+                       ``rb = f32(sb/sc)``, ``k = f32(zc − fma(ra, za, f32(rb·zb)))``
 QLinearMul             ``sat(rne(f32(f32(acc · r) + zc)))``, ``acc = (a−za)(b−zb)``  exact
                        ``r = f32(f32(sa · sb) / sc)``
 QLinearConcat          per input: copy if ``(sx, zx) == (sy, zy)`` else ``q(dq(x))``  exact
@@ -20,12 +21,20 @@ QLinearAveragePool     ``sat(rne(f32(f32(avg / sy) + zy)))``, ``avg`` a float32 
                        of ``dq(x)`` in window order divided by ``f32(count)`` (c)
 =====================  ==========================================================  =========
 
-(a) This is MLAS's portable C++ path (``MlasQLinearAddKernelRawHelper``, also the formula
-    in ORT's op documentation). ORT's AVX2 kernel computes ``fma(a, sa/sc, fma(b, sb/sc,
-    zc − (sa/sc·za + sb/sc·zb)))`` and SSE2 the same unfused; both differ from the portable
-    path by a few float32 ulps of values ``|v| <= 2^8``, which changes the rounded result
-    by 1 only when ``v`` is within those ulps of an x.5 boundary. ARM uses a fixed-point
-    path (also ±1).
+(a) ORT's x86 kernel (MLAS AVX2 / AVX-512, what ORT runs on any x86-64 CPU with AVX2):
+    the codes scaled by the ratios ``sa/sc``, ``sb/sc`` in fused multiply-adds onto a
+    fixed part that holds ``zc`` and both zero points; a scalar ``b`` is folded into the
+    fixed part once, which gives the same value. The fixed part's ``ra·za + rb·zb`` is
+    itself contracted to one FMA by the compiler: rounding the two products separately
+    moves the code of ``a = za`` by 1 when ``rb·(b − zb) + zc`` is an x.5 (HardSwish's
+    ``0 + 3`` at ``sc = 6/255``). Measured equal to ORT 1.32 on every
+    (a, b) code pair for int8 and uint8, scalar and full ``b``
+    (``test_qlinear_add_matches_onnxruntime_on_every_code_pair``). MLAS's portable path
+    (``qlinear_add_portable``, the formula of ORT's op documentation, and what the C++
+    kernel ``qlinear_add`` computes) dequantizes first and divides by ``sc``; it differs
+    from ORT by 1 near x.5 boundaries, and on some scale pairs often: with ``sb/sc = 0.5``
+    and an odd ``b − zb`` every value sits near a tie (PP-OCRv4's HardSwish ``x + 3``:
+    2.5 % of the codes). ARM uses a fixed-point path (not followed).
 (b) ORT evaluates the sigmoid with ``MlasComputeLogistic``, a rational approximation with
     an absolute error of a few 1e-7; the reference uses the exact sigmoid rounded to
     float32. A code differs by 1 only where ``sigmoid(v) / sy`` is within that error of
@@ -52,6 +61,7 @@ from quanta.kernels.reference.requant import requantize, storage_range
 
 __all__ = [
     "qlinear_add",
+    "qlinear_add_portable",
     "qlinear_average_pool",
     "qlinear_concat",
     "qlinear_global_average_pool",
@@ -109,6 +119,24 @@ def _round_sat_f32(v: np.ndarray, dtype: np.dtype) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 
+def _fma_f32(x: np.ndarray, y: np.float32, z: np.ndarray) -> np.ndarray:
+    """``f32(x·y + z)`` rounded once, as a float32 FMA: ``x`` holds 8-bit codes, so ``x·y``
+    is exact in float64 and so is the sum while the addends' exponents differ by at most
+    29 (scale ratios within 2^±20); outside that the float64 sum rounds first, which can
+    move the float32 result only if it lands exactly on a float32 midpoint."""
+    return (np.asarray(x, np.float64) * np.float64(y) + np.asarray(z, np.float64)).astype(np.float32)
+
+
+def _binary_params(a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point, dtype):
+    sa = _f32_scalar(np.asarray(a_scale, np.float32), "A_scale")
+    sb = _f32_scalar(np.asarray(b_scale, np.float32), "B_scale")
+    sc = _f32_scalar(np.asarray(c_scale, np.float32), "C_scale")
+    za = _zp_scalar(a_zero_point, dtype, "A_zero_point")
+    zb = _zp_scalar(b_zero_point, dtype, "B_zero_point")
+    zc = _zp_scalar(c_zero_point, dtype, "C_zero_point")
+    return sa, za, sb, zb, sc, zc
+
+
 def qlinear_add(
     a: np.ndarray,
     a_scale: np.ndarray | float,
@@ -119,9 +147,10 @@ def qlinear_add(
     c_scale: np.ndarray | float,
     c_zero_point: np.ndarray | int | None,
 ) -> np.ndarray:
-    """``c = sat(rne(f32(f32(dq_a(a) + dq_b(b)) / sc) + zc))``, MLAS portable path (note (a)).
+    """``c = sat(rne(fma(a, ra, fma(b, rb, k))))``: ORT's x86 kernel (note (a)), with
+    ``ra = f32(sa / sc)``, ``rb = f32(sb / sc)``, ``k = f32(zc − fma(ra, za, f32(rb·zb)))``.
 
-    The zero point ``zc`` is added *before* rounding, as ORT does for this op.
+    The zero point ``zc`` sits in ``k``, so it is added *before* rounding, as ORT does.
 
     >>> a = np.array([10, 20], np.uint8); b = np.array([3, 3], np.uint8)
     >>> qlinear_add(a, np.float32(0.5), np.uint8(2), b, np.float32(0.25), np.uint8(1), np.float32(1.0), np.uint8(5))
@@ -130,13 +159,38 @@ def qlinear_add(
     a = np.asarray(a)
     b = np.asarray(b)
     dtype = a.dtype
-    sa = _f32_scalar(np.asarray(a_scale, np.float32), "A_scale")
-    sb = _f32_scalar(np.asarray(b_scale, np.float32), "B_scale")
-    sc = _f32_scalar(np.asarray(c_scale, np.float32), "C_scale")
-    va = _dequantize_f32(a, sa, _zp_scalar(a_zero_point, dtype, "A_zero_point"))
-    vb = _dequantize_f32(b, sb, _zp_scalar(b_zero_point, dtype, "B_zero_point"))
+    sa, za, sb, zb, sc, zc = _binary_params(a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point, dtype)
+    ra = np.float32(sa / sc)
+    rb = np.float32(sb / sc)
+    k = np.float32(np.float32(zc) - _fma_f32(np.float32(za), ra, np.float32(rb * np.float32(zb))))
+    inner = _fma_f32(b.astype(np.float32), rb, k)
+    return _round_sat_f32(_fma_f32(a.astype(np.float32), ra, inner), dtype)
+
+
+def qlinear_add_portable(
+    a: np.ndarray,
+    a_scale: np.ndarray | float,
+    a_zero_point: np.ndarray | int | None,
+    b: np.ndarray,
+    b_scale: np.ndarray | float,
+    b_zero_point: np.ndarray | int | None,
+    c_scale: np.ndarray | float,
+    c_zero_point: np.ndarray | int | None,
+) -> np.ndarray:
+    """``c = sat(rne(f32(f32(dq_a(a) + dq_b(b)) / sc) + zc))``: MLAS's portable path and the
+    contract of the C++ kernel ``qlinear_add`` (note (a): not what ORT runs on x86).
+
+    >>> a = np.array([10, 20], np.uint8); b = np.array([3, 3], np.uint8)
+    >>> qlinear_add_portable(a, np.float32(0.5), np.uint8(2), b, np.float32(0.25), np.uint8(1), np.float32(1.0), np.uint8(5))
+    array([10, 14], dtype=uint8)
+    """
+    a = np.asarray(a)
+    b = np.asarray(b)
+    dtype = a.dtype
+    sa, za, sb, zb, sc, zc = _binary_params(a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point, dtype)
+    va = _dequantize_f32(a, sa, za)
+    vb = _dequantize_f32(b, sb, zb)
     vc = np.divide(np.add(va, vb, dtype=np.float32), sc, dtype=np.float32)
-    zc = _zp_scalar(c_zero_point, dtype, "C_zero_point")
     return _round_sat_f32(np.add(vc, np.float32(zc), dtype=np.float32), dtype)
 
 
