@@ -315,10 +315,13 @@ def coverage(
 
 def _structural_reasons(node: Node) -> list[str]:
     """Why no lowering rule was even a candidate: no Q after it, inputs not dequantized."""
-    if node.op_type in _RECURRENT:
+    if node.op_type == "LSTM":
         return [
-            f"static quantization keeps {node.op_type} float (quantize_dynamic runs LSTM as DynamicQuantizeLSTM)"
+            "LSTM left float (quantize_static and quantize_dynamic write it as DynamicQuantizeLSTM "
+            "unless the recipe says recurrent: float)"
         ]
+    if node.op_type in _RECURRENT:
+        return [f"{node.op_type} has no integer form (ONNX Runtime's is DynamicQuantizeLSTM, for LSTM only)"]
     reasons = []
     out = node.outputs[0] if node.outputs else None
     if out is not None and not any(c.op_type == "QuantizeLinear" for c in out.consumers()):

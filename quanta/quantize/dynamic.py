@@ -12,10 +12,8 @@ so the integer op needs none. Gemm's ``transB`` is folded into the stored weight
 ``alpha`` into its scale and ``beta`` into the bias; ``transA = 1`` stays float.
 
 An LSTM with constant W and R becomes ONNX Runtime's ``com.microsoft`` DynamicQuantizeLSTM
-(as ORT's own ``quantize_dynamic`` writes it): W [D, 4H, I] and R [D, 4H, H] quantized to
-int8, symmetric, per gate column (``[D, 4H]`` scales) or per direction (``[D]``), then
-transposed into ORT's layout [D, I, 4H] / [D, H, 4H]; X and H are quantized per step at run
-time (reference/ms_lstm.py). B, P and the states stay float.
+(as ORT's own ``quantize_dynamic`` writes it; quanta.quantize.recurrent, which
+``quantize_static`` shares).
 
 A weight is quantized once however many nodes read it (same values, same granularity): the
 integer copy and its scales are shared, so a weight used by several MatMuls costs one int8
@@ -34,36 +32,25 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from quanta.calibrate.observer import is_degenerate
 from quanta.ir.graph import Graph, Node, Value
-from quanta.ir.types import F32, I8, I32, U8, CalibratedType, FloatType, TensorType
+from quanta.ir.types import F32, I32, U8, FloatType, TensorType
 from quanta.ir.verify import Stage, verify
 from quanta.kernels.reference.quantize import quantize_linear
-from quanta.quantize.qdq import TensorPlan, _non_finite_reason, _weight_type
+from quanta.quantize.qdq import TensorPlan, _weight_type, weight_float_reason
 from quanta.quantize.recipe import Recipe
+from quanta.quantize.recurrent import LstmWeights, lstm_float_reason, rewrite_lstm
 from quanta.quantize.static import (
     QuantizationSummary,
     _recipe_from,
+    check_integer_share,
     load_for_quantization,
     prepare_float_graph,
 )
+from quanta.runtime.coverage import lowered_coverage
 
 __all__ = ["DYNAMIC_OP_TYPES", "quantize_dynamic"]
 
 DYNAMIC_OP_TYPES = frozenset({"MatMul", "Gemm", "Conv", "LSTM"})
-MS_DOMAIN = "com.microsoft"
-
-
-def _weight_reason(w: Value, what: str = "weight") -> str | None:
-    """Why a constant weight has no int8 form (kept float), or None."""
-    reason = _non_finite_reason(w.const)
-    if reason is not None:
-        return f"{what} '{w.name}': {reason}"
-    w64 = np.asarray(w.const, np.float64)
-    reason = is_degenerate(CalibratedType(F32, float(w64.min(initial=0.0)), float(w64.max(initial=0.0))))
-    if reason is not None:
-        return f"{what} '{w.name}': {reason}"
-    return None
 
 
 def _why_not(node: Node, recipe: Recipe) -> str | None:
@@ -71,6 +58,8 @@ def _why_not(node: Node, recipe: Recipe) -> str | None:
         return f"{node.op_type} is not in the quantized op types (dynamic: MatMul, Gemm, Conv, LSTM)"
     if node.domain not in ("", "ai.onnx"):
         return f"{node.domain}::{node.op_type} is not the ONNX operator"
+    if node.op_type == "LSTM":
+        return lstm_float_reason(node, recipe)
     if recipe.excludes(node):
         return "excluded by the recipe"
     x, w = node.input(0), node.input(1)
@@ -78,16 +67,7 @@ def _why_not(node: Node, recipe: Recipe) -> str | None:
         return "dynamic quantization needs a float32 activation input"
     if w is None or not w.is_const or w.const.dtype != np.float32:
         return "weight input is not a float32 constant"
-    if node.op_type == "LSTM":
-        r = node.input(2)
-        if r is None or not r.is_const or r.const.dtype != np.float32:
-            return "recurrence weight R is not a float32 constant"
-        if w.const.ndim != 3 or r.const.ndim != 3:
-            return "LSTM weights of rank other than 3"
-        if node.attrs.get("layout", 0):
-            return "LSTM with layout = 1 (batch first) stays float (DynamicQuantizeLSTM has no layout)"
-        return _weight_reason(w) or _weight_reason(r, "recurrence weight")
-    reason = _weight_reason(w)
+    reason = weight_float_reason(w)
     if reason is not None:
         return reason
     if node.op_type == "Gemm" and node.attrs.get("transA", 0):
@@ -118,14 +98,14 @@ def quantize_dynamic(
     summary = QuantizationSummary(output=str(model_output), method="dynamic")
     dq_cache: dict[int, tuple[Value, Value, Value]] = {}
     weights = _WeightCache(g, recipe)
+    lstm_weights = LstmWeights(model, recipe)
     for node in list(g.nodes):
         reason = _why_not(node, recipe)
         if reason is not None:
             summary.float_nodes.append((node.name, node.op_type, reason))
             continue
         if node.op_type == "LSTM":
-            _rewrite_lstm(g, node, weights)
-            model.opset_imports.setdefault(MS_DOMAIN, 1)
+            rewrite_lstm(node, lstm_weights)
         else:
             _rewrite(g, node, recipe, dq_cache, weights)
         summary.quantized.append((node.name, node.op_type))
@@ -133,6 +113,9 @@ def quantize_dynamic(
     g.remove_unused_initializers()
     verify(g, Stage.LOWERED)
     model.metadata["quanta.recipe"] = recipe.to_json()
+    # the share of MACs in integer as a session compiles this file; nothing is written below the minimum
+    summary.coverage = lowered_coverage(model)
+    check_integer_share(summary.coverage, recipe.min_integer_share, model_output)
     from quanta.ir.onnx_io import save, to_proto
 
     proto = to_proto(model)
@@ -302,49 +285,6 @@ class _WeightCache:
         if key not in self.entries:
             self.entries[key] = _const(self.g, f"{w.name}_scale", sw)
         return self.entries[key]
-
-    def lstm(self, w: Value, per_channel: bool) -> tuple[Value, Value, Value]:
-        """(int8 weight in ORT's layout [D, K, 4H], scale, zero point) of an LSTM weight
-        [D, 4H, K]: symmetric int8 per gate column ([D, 4H]) or per direction ([D])."""
-        wdata = np.asarray(w.const, np.float32)
-        key = self._key(wdata, "lstm", per_channel)
-        if key not in self.entries:
-            g = self.g
-            d, n, k = wdata.shape
-            rows = wdata.reshape(d * n, k) if per_channel else wdata.reshape(d, n * k)
-            plan = TensorPlan(w.name, "weight", I8, True, axis=0)
-            qw = _weight_type(rows, plan, F32, self.recipe)
-            q = quantize_linear(rows, qw.scale_array(), qw.zero_point_array(), axis=0).reshape(d, n, k)
-            shape = (d, n) if per_channel else (d,)
-            wq = g.add_initializer(g.fresh_name(f"{w.name}_quantized"), np.ascontiguousarray(q.transpose(0, 2, 1)))
-            scale = _const(g, f"{w.name}_scale", qw.scale_array().astype(np.float32).reshape(shape))
-            zp = _const(g, f"{w.name}_zero_point", np.zeros(shape, np.int8))
-            self.entries[key] = (wq, scale, zp)
-        return self.entries[key]
-
-
-def _rewrite_lstm(g: Graph, node: Node, weights: _WeightCache) -> None:
-    """LSTM -> com.microsoft DynamicQuantizeLSTM (inputs 0-7 as the LSTM's, then W_scale,
-    W_zero_point, R_scale, R_zero_point; attributes but ``layout``)."""
-    x, w, r = node.inputs[0], node.inputs[1], node.inputs[2]
-    assert w is not None and r is not None
-    per_channel = weights.recipe.per_channel
-    wq, ws, wz = weights.lstm(w, per_channel)
-    rq, rs, rz = weights.lstm(r, per_channel)
-    rest = list(node.inputs[3:8]) + [None] * (5 - len(node.inputs[3:8]))
-    attrs = {k: v for k, v in node.attrs.items() if k != "layout"}
-    types = {k: node.attr_types[k] for k in attrs if k in node.attr_types}
-    outputs = list(node.outputs)
-    anchor = g.nodes[g.nodes.index(node) + 1] if g.nodes.index(node) + 1 < len(g.nodes) else None
-    node.outputs = []
-    for v in outputs:
-        v.producer = None
-    g.remove_node(node)
-    new = Node(
-        "DynamicQuantizeLSTM", [x, wq, rq, *rest, ws, wz, rs, rz], outputs, attrs,
-        name=g.fresh_name(f"{node.name}_quant" if node.name else "lstm_quant"), domain=MS_DOMAIN, attr_types=types,
-    )
-    g.add_node(new, before=anchor)
 
 
 def _rewrite(g: Graph, node: Node, recipe: Recipe, cache: dict, weights: _WeightCache) -> None:

@@ -38,7 +38,7 @@ import numpy as np
 
 from quanta.calibrate.observer import is_degenerate
 from quanta.ir.graph import Graph, Node, Value
-from quanta.ir.types import CalibratedType, FloatType, IntType, QuantType, TensorType
+from quanta.ir.types import F32, CalibratedType, FloatType, IntType, QuantType, TensorType
 from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.params import adjust_weight_scale_for_bias, bias_params, params_from_range, quantize_bias
 from quanta.quantize.recipe import Recipe, storage_from_name
@@ -394,6 +394,19 @@ def _non_finite_reason(c: np.ndarray) -> str | None:
     inf = int(c64.size - finite.sum()) - nan
     parts = [f"{nan} NaN" if nan else "", f"{inf} infinite" if inf else ""]
     return f"{' and '.join(p for p in parts if p)} value(s) among its {c64.size}: keep float"
+
+
+def weight_float_reason(w: Value, what: str = "weight") -> str | None:
+    """Why a constant weight has no int8 form of its own (kept float), or None: values
+    that are not finite, or a degenerate range (all zero, |w| >= 1e9)."""
+    reason = _non_finite_reason(w.const)
+    if reason is not None:
+        return f"{what} '{w.name}': {reason}"
+    w64 = np.asarray(w.const, np.float64)
+    reason = is_degenerate(CalibratedType(F32, float(w64.min(initial=0.0)), float(w64.max(initial=0.0))))
+    if reason is not None:
+        return f"{what} '{w.name}': {reason}"
+    return None
 
 
 def bias_correction_inputs(plan: QdqPlan) -> dict[str, int]:

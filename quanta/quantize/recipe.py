@@ -12,7 +12,9 @@ Defaults are the general-purpose settings most users should run:
   weight scales lose most of the accuracy of depthwise convolutions;
 - bias ``int32`` with scale ``sx·sw`` (docs/quantization-math.md);
 - Relu/Clip absorbed into the producer's range; graph outputs stay float (the last
-  layer dequantizes), LayerNormalization, Gelu and Softmax's input stay float.
+  layer dequantizes), LayerNormalization, Gelu and Softmax's input stay float;
+- LSTMs run as ONNX Runtime's DynamicQuantizeLSTM (int8 weights, X and H quantized per
+  step at run time; quanta.quantize.recurrent) in both static and dynamic quantization.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "CalibrationMethod",
     "Recipe",
     "RecipeError",
+    "RecurrentMode",
     "TensorOverride",
     "storage_from_name",
 ]
@@ -48,6 +51,13 @@ class CalibrationMethod(enum.Enum):
     ENTROPY = "entropy"
     PERCENTILE = "percentile"
     MSE = "mse"
+
+
+class RecurrentMode(enum.Enum):
+    """What quantization does with LSTM nodes (GRU and RNN have no integer form)."""
+
+    DYNAMIC = "dynamic"  # com.microsoft DynamicQuantizeLSTM: int8 weights, per-step activations
+    FLOAT = "float"  # left as they are
 
 
 #: Ops quantized by default (issue 3's list). Views keep their input's type.
@@ -128,6 +138,7 @@ class Recipe:
     progress: bool = True
     # fail, writing nothing, when a smaller share of the MACs would run in integer
     min_integer_share: float | None = None
+    recurrent: RecurrentMode = RecurrentMode.DYNAMIC
 
     def __post_init__(self) -> None:
         if isinstance(self.method, str):
@@ -136,6 +147,12 @@ class Recipe:
             except ValueError:
                 choices = ", ".join(m.value for m in CalibrationMethod)
                 raise RecipeError(f"method: unknown calibration method {self.method!r}; expected one of {choices}") from None
+        if isinstance(self.recurrent, str):
+            try:
+                self.recurrent = RecurrentMode(self.recurrent.lower())
+            except ValueError:
+                choices = ", ".join(m.value for m in RecurrentMode)
+                raise RecipeError(f"recurrent: unknown mode {self.recurrent!r}; expected one of {choices}") from None
         storage_from_name(self.activation_type, "activation_type")
         storage_from_name(self.weight_type, "weight_type")
         if self.activation_type.lower() in ("int4", "uint4"):
@@ -174,6 +191,7 @@ class Recipe:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["method"] = self.method.value
+        d["recurrent"] = self.recurrent.value
         d["op_types"] = sorted(self.op_types)
         d["exclude"] = list(self.exclude)
         d["overrides"] = {

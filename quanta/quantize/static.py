@@ -11,8 +11,11 @@ Steps (each a function below):
 5. ranges -> parameters (quanta.quantize.params, the only place they are computed),
    then bias correction (Conv/Gemm biases absorb the mean weight-rounding error,
    quanta.quantize.qdq.correct_biases);
-6. insert Q/DQ, verify the QDQ graph, save atomically (never over the input), and
-   return a summary of what was quantized, what stayed float and why.
+6. insert Q/DQ; LSTMs become com.microsoft DynamicQuantizeLSTM (int8 weights, their
+   float input quantized per step at run time: quanta.quantize.recurrent, as ONNX
+   Runtime's static QOperator mode writes them);
+7. verify the QDQ graph, save atomically (never over the input), and return a summary
+   of what was quantized, what stayed float and why.
 
 The same model, data and recipe give a byte-identical file.
 """
@@ -44,6 +47,7 @@ from quanta.quantize.qdq import (
     resolve_params,
 )
 from quanta.quantize.recipe import CalibrationMethod, Recipe
+from quanta.quantize.recurrent import quantize_lstms
 from quanta.runtime.coverage import lowered_coverage
 
 __all__ = ["QuantizationSummary", "load_for_quantization", "make_observer_factory", "quantize_static"]
@@ -272,6 +276,7 @@ def quantize_static(
     if recipe.bias_correction:
         correct_biases(graph, plan, means)
     insert_qdq(graph, plan)
+    lstms = quantize_lstms(model, recipe)
     verify(graph, Stage.QDQ)
     model.metadata["quanta.recipe"] = recipe.to_json()
     model.producer_name = "quanta"
@@ -279,7 +284,7 @@ def quantize_static(
     check_integer_share(report, recipe.min_integer_share, model_output)
     protect = [model.path] if model.path else []
     save(model, model_output, protect=protect)
-    summary = _summarize(model, plan, model_output, recipe, samples, time.perf_counter() - t0)
+    summary = _summarize(model, plan, lstms, model_output, recipe, samples, time.perf_counter() - t0)
     summary.coverage = report
     if verbose:
         print(summary.format())
@@ -329,11 +334,24 @@ def _has_subgraphs(node) -> bool:
 
 
 def _summarize(
-    model: Model, plan: QdqPlan, output: str | os.PathLike, recipe: Recipe, samples: int, seconds: float
+    model: Model,
+    plan: QdqPlan,
+    lstms: dict[int, str | None],
+    output: str | os.PathLike,
+    recipe: Recipe,
+    samples: int,
+    seconds: float,
 ) -> QuantizationSummary:
+    """``lstms``: quantize_lstms' decisions, which replace the plan's for those nodes."""
     s = QuantizationSummary(output=str(output), method=recipe.method.value, samples=samples, seconds=seconds)
     for d in plan.decisions:
-        if d.quantize:
+        if id(d.node) in lstms:
+            reason = lstms[id(d.node)]
+            if reason is None:
+                s.quantized.append((d.node.name, d.node.op_type))
+            else:
+                s.float_nodes.append((d.node.name, d.node.op_type, reason))
+        elif d.quantize:
             s.quantized.append((d.node.name, d.node.op_type))
         elif _has_subgraphs(d.node):
             s.float_nodes.append((d.node.name, d.node.op_type, SUBGRAPH_REASON))

@@ -36,7 +36,7 @@ def test_lstm_macs_are_every_step_of_both_directions():
     (node,) = report.nodes
     assert node.macs == 5 * 3 * (2 * 68 * 7 + 2 * 68 * 17)
     assert node.integer_op is None and report.integer_share == 0.0
-    assert "quantize_dynamic runs LSTM as DynamicQuantizeLSTM" in report.format_share()
+    assert "write it as DynamicQuantizeLSTM unless the recipe says recurrent: float" in report.format_share()
 
 
 def test_observed_shapes_stand_in_for_a_symbolic_sequence():

@@ -1,0 +1,131 @@
+"""LSTM -> com.microsoft DynamicQuantizeLSTM, for ``quantize_static`` and ``quantize_dynamic``::
+
+    %y, %y_h, %y_c = LSTM(%x, %W, %R, %B?, %lens?, %h0?, %c0?, %P?)
+      -> %y, %y_h, %y_c = com.microsoft::DynamicQuantizeLSTM(%x, %Wq, %Rq, %B?, %lens?, %h0?, %c0?, %P?,
+                                                           %W_scale, %W_zero_point, %R_scale, %R_zero_point)
+
+ONNX Runtime's form, which its ``quantize_dynamic`` writes and its static QOperator mode
+writes too (an LSTM has no static integer form in either runtime): W [D, 4H, I] and
+R [D, 4H, H] are quantized to int8, symmetric, per gate column (``[D, 4H]`` scales) or per
+direction (``[D]``), then transposed into ORT's layout [D, I, 4H] / [D, H, 4H]; X and H are
+quantized per step at run time (kernels/reference/ms_lstm.py, eq. (1) there), so the LSTM
+needs no calibrated range and its input stays float. B, P and the states stay float.
+
+``recipe.recurrent`` chooses: ``dynamic`` (the default) rewrites every LSTM that has an int8
+form, ``float`` keeps LSTMs as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node, Value
+from quanta.ir.types import F32, I8
+from quanta.kernels.reference.quantize import quantize_linear
+from quanta.quantize.qdq import TensorPlan, _weight_type, weight_float_reason
+from quanta.quantize.recipe import Recipe, RecurrentMode
+
+__all__ = ["MS_DOMAIN", "LstmWeights", "lstm_float_reason", "quantize_lstms", "rewrite_lstm"]
+
+MS_DOMAIN = "com.microsoft"
+
+
+def lstm_float_reason(node: Node, recipe: Recipe) -> str | None:
+    """Why an ONNX LSTM node stays float (no DynamicQuantizeLSTM form), or None."""
+    if recipe.recurrent is RecurrentMode.FLOAT:
+        return "the recipe keeps recurrent ops float (recurrent: float)"
+    if recipe.excludes(node):
+        return "excluded by the recipe"
+    x, w, r = node.input(0), node.input(1), node.input(2)
+    if x is None or x.type is None or x.type.elem != F32:
+        return "dynamic quantization needs a float32 activation input"
+    if w is None or not w.is_const or w.const.dtype != np.float32:
+        return "weight input is not a float32 constant"
+    if r is None or not r.is_const or r.const.dtype != np.float32:
+        return "recurrence weight R is not a float32 constant"
+    if w.const.ndim != 3 or r.const.ndim != 3:
+        return "LSTM weights of rank other than 3"
+    if node.attrs.get("layout", 0):
+        return "LSTM with layout = 1 (batch first) stays float (DynamicQuantizeLSTM has no layout)"
+    return weight_float_reason(w) or weight_float_reason(r, "recurrence weight")
+
+
+class LstmWeights:
+    """Quantized LSTM weights by content: LSTMs that read the same float values (one
+    weight shared, or equal copies left by constant folding) share one int8 initializer
+    and one set of scale / zero-point constants."""
+
+    def __init__(self, model: Model, recipe: Recipe):
+        self.model = model
+        self.recipe = recipe
+        self.entries: dict[tuple, tuple[Value, Value, Value]] = {}
+
+    def get(self, w: Value) -> tuple[Value, Value, Value]:
+        """(int8 weight in ORT's layout [D, K, 4H], scale, zero point) of an LSTM weight
+        [D, 4H, K]: symmetric int8 per gate column ([D, 4H]) or per direction ([D])."""
+        per_channel = self.recipe.per_channel
+        wdata = np.asarray(w.const, np.float32)
+        key = (hashlib.sha256(np.ascontiguousarray(wdata).tobytes()).hexdigest(), wdata.shape, per_channel)
+        if key not in self.entries:
+            g = self.model.graph
+            d, n, k = wdata.shape
+            rows = wdata.reshape(d * n, k) if per_channel else wdata.reshape(d, n * k)
+            plan = TensorPlan(w.name, "weight", I8, True, axis=0)
+            qw = _weight_type(rows, plan, F32, self.recipe)
+            q = quantize_linear(rows, qw.scale_array(), qw.zero_point_array(), axis=0).reshape(d, n, k)
+            shape = (d, n) if per_channel else (d,)
+            wq = g.add_initializer(g.fresh_name(f"{w.name}_quantized"), np.ascontiguousarray(q.transpose(0, 2, 1)))
+            scale = g.add_initializer(
+                g.fresh_name(f"{w.name}_scale"), qw.scale_array().astype(np.float32).reshape(shape)
+            )
+            zp = g.add_initializer(g.fresh_name(f"{w.name}_zero_point"), np.zeros(shape, np.int8))
+            self.entries[key] = (wq, scale, zp)
+        return self.entries[key]
+
+
+def rewrite_lstm(node: Node, weights: LstmWeights) -> Node:
+    """LSTM -> com.microsoft DynamicQuantizeLSTM (inputs 0-7 as the LSTM's, then W_scale,
+    W_zero_point, R_scale, R_zero_point; attributes but ``layout``). The outputs keep
+    their values, so readers of Y / Y_h / Y_c are untouched. Returns the new node."""
+    model = weights.model
+    g = model.graph
+    x, w, r = node.inputs[0], node.inputs[1], node.inputs[2]
+    assert w is not None and r is not None
+    wq, ws, wz = weights.get(w)
+    rq, rs, rz = weights.get(r)
+    rest = list(node.inputs[3:8]) + [None] * (5 - len(node.inputs[3:8]))
+    attrs = {k: v for k, v in node.attrs.items() if k != "layout"}
+    types = {k: node.attr_types[k] for k in attrs if k in node.attr_types}
+    outputs = list(node.outputs)
+    at = g.nodes.index(node)
+    anchor = g.nodes[at + 1] if at + 1 < len(g.nodes) else None
+    node.outputs = []
+    for v in outputs:
+        v.producer = None
+    g.remove_node(node)
+    new = Node(
+        "DynamicQuantizeLSTM", [x, wq, rq, *rest, ws, wz, rs, rz], outputs, attrs,
+        name=g.fresh_name(f"{node.name}_quant" if node.name else "lstm_quant"), domain=MS_DOMAIN, attr_types=types,
+    )
+    g.add_node(new, before=anchor)
+    model.opset_imports.setdefault(MS_DOMAIN, 1)
+    return new
+
+
+def quantize_lstms(model: Model, recipe: Recipe) -> dict[int, str | None]:
+    """Rewrite every ONNX LSTM of the main graph that has an int8 form; returns, by
+    ``id`` of the original node, None (rewritten) or why it stayed float."""
+    weights = LstmWeights(model, recipe)
+    decisions: dict[int, str | None] = {}
+    for node in list(model.graph.nodes):
+        if node.op_type != "LSTM" or node.domain not in ("", "ai.onnx"):
+            continue
+        reason = lstm_float_reason(node, recipe)
+        decisions[id(node)] = reason
+        if reason is None:
+            rewrite_lstm(node, weights)
+    if any(r is None for r in decisions.values()):
+        model.graph.remove_unused_initializers()
+    return decisions
