@@ -186,3 +186,14 @@ def test_quantize_dynamic_min_integer_share_writes_nothing_below_it(tmp_path):
     assert not out.exists()
     quanta.quantize_dynamic(src, out, verbose=False, min_integer_share=0.9)
     assert out.exists()
+
+
+def test_cli_recurrent_option_reaches_the_recipe(tmp_path):
+    from quanta.cli.main import main
+    from quanta.quantize.static import recipe_of
+
+    src, out = tmp_path / "cnn_lstm.onnx", tmp_path / "dyn.onnx"
+    onnx.save(cnn_lstm(), src)
+    assert main(["quantize", str(src), "-o", str(out), "--dynamic", "--recurrent", "float"]) == 0
+    assert recipe_of(out).recurrent is RecurrentMode.FLOAT
+    assert "LSTM" in {n.op_type for n in onnx.load(str(out)).graph.node}
