@@ -15,7 +15,7 @@ QLinearMul             ``sat(rne(f32(f32(acc · r) + zc)))``, ``acc = (a−za)(b
                        ``r = f32(f32(sa · sb) / sc)``
 QLinearConcat          per input: copy if ``(sx, zx) == (sy, zy)`` else ``q(dq(x))``  exact
 QLinearLeakyRelu       ``q(v if v >= 0 else f32(alpha · v))``, ``v = dq(x)``         exact
-QLinearSigmoid         ``q(f32(sigmoid(v)))``, ``v = dq(x)``                         ±1 (b)
+QLinearSigmoid         ``q(mlas_logistic(v))``, ``v = dq(x)``                        exact (b)
 QLinearGlobalAvgPool   eq. (6) on ``acc = Σ x − zx · HW``, ``m = f32(sx / f32(sy · HW))`` exact
 QLinearAveragePool     ``sat(rne(f32(f32(avg / sy) + zy)))``, ``avg`` a float32 sum   exact
                        of ``dq(x)`` in window order divided by ``f32(count)`` (c)
@@ -35,10 +35,13 @@ QLinearAveragePool     ``sat(rne(f32(f32(avg / sy) + zy)))``, ``avg`` a float32 
     from ORT by 1 near x.5 boundaries, and on some scale pairs often: with ``sb/sc = 0.5``
     and an odd ``b − zb`` every value sits near a tie (PP-OCRv4's HardSwish ``x + 3``:
     2.5 % of the codes). ARM uses a fixed-point path (not followed).
-(b) ORT evaluates the sigmoid with ``MlasComputeLogistic``, a rational approximation with
-    an absolute error of a few 1e-7; the reference uses the exact sigmoid rounded to
-    float32. A code differs by 1 only where ``sigmoid(v) / sy`` is within that error of
-    an x.5 boundary.
+(b) ORT builds its table with ``MlasComputeLogistic`` (x86 with FMA:
+    ``MlasLogisticKernelFma3``, a rational approximation, ``ms_lstm.mlas_logistic``), and
+    so does this reference; the same function is what ORT's float Sigmoid computes, so a
+    QDQ Sigmoid group ORT leaves float (int8 activations on x86) gives the same codes.
+    The exact sigmoid rounded to float32 differs from it by an ulp on about 40 % of
+    inputs, which moved a code by 1 wherever ``sigmoid(v) / sy`` sat within that ulp of an
+    x.5 boundary.
 (c) The window of output ``o`` along an axis is ``[max(o·s − p_begin, 0), min(o·s −
     p_begin + k, D))``; ``count`` is ``Π k`` with ``count_include_pad`` else the window's
     size; sums run in row-major window order (as ORT's loops). When the kernel covers the
@@ -55,6 +58,7 @@ import math
 
 import numpy as np
 
+from quanta.kernels.reference.ms_lstm import mlas_logistic
 from quanta.kernels.reference.quantize import quantize_linear
 from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, register
 from quanta.kernels.reference.requant import requantize, storage_range
@@ -318,7 +322,7 @@ def qlinear_sigmoid(
     y_scale: np.ndarray | float,
     y_zero_point: np.ndarray | int | None,
 ) -> np.ndarray:
-    """``y = q(f32(1 / (1 + exp(−v))))``, ``v = dq(x)``, sigmoid in float64 (note (b)).
+    """``y = q(mlas_logistic(v))``, ``v = dq(x)``: ORT's rational logistic (note (b)).
 
     >>> qlinear_sigmoid(np.array([0, 128, 255], np.uint8), np.float32(0.1), np.uint8(128), np.float32(1 / 256), np.uint8(0))
     array([  0, 128, 255], dtype=uint8)
@@ -330,7 +334,7 @@ def qlinear_sigmoid(
         _f32_scalar(np.asarray(x_scale, np.float32), "X_scale"),
         _zp_scalar(x_zero_point, dtype, "X_zero_point"),
     )
-    s = (1.0 / (1.0 + np.exp(-v.astype(np.float64)))).astype(np.float32)
+    s = mlas_logistic(v)
     return _quantize_f32(
         s,
         _f32_scalar(np.asarray(y_scale, np.float32), "Y_scale"),
