@@ -69,7 +69,7 @@ SPECS = [
          "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
          "PP-OCR text-line 0/180 degree classifier (MobileNetV3), Paddle2ONNX"),
     Spec("ddddocr", "ctc_ids", "ddddocr", "1.6.1", "ddddocr/common.onnx",
-         "captcha reader: CNN + BiLSTM + CTC, emits argmax ids"),
+         "captcha reader: CNN + BiLSTM + CTC, emits logits [T, 1, 8210]"),
     Spec("ddddocr_det", "yolox", "ddddocr", "1.6.1", "ddddocr/common_det.onnx",
          "click-captcha character detector, YOLOX-style"),
     Spec("nudenet_320n", "yolov8", "nudenet", "3.4.2", "nudenet/320n.onnx",
@@ -335,8 +335,10 @@ def clips(split: str, n: int) -> list[np.ndarray]:
 
 
 def vad_chunks(clip: np.ndarray) -> list[np.ndarray]:
-    """silero-vad's 16 kHz window: 512 samples, [1, 512]."""
-    return [clip[i:i + 512][None] for i in range(0, len(clip) - 511, 512)]
+    """silero-vad's 16 kHz window as its own wrapper feeds it: 512 new samples after the
+    last 64 of the previous window (zeros before the first), [1, 576]."""
+    padded = np.concatenate([np.zeros(64, np.float32), clip.astype(np.float32)])
+    return [padded[i:i + 576][None] for i in range(0, len(clip) - 511, 512)]
 
 
 def vad_stream(sess, clip: np.ndarray) -> tuple[list[Feed], np.ndarray]:
