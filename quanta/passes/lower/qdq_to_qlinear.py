@@ -26,8 +26,9 @@ convolution of dequantized values, the integer op accumulates exactly in int32 a
 rounds once in the requantization, so outputs agree within one quantization step.
 
 Bias: an int32 bias given as ``DequantizeLinear(%bq, sx·sw, 0)`` (what quanta's and ONNX
-Runtime's quantizers write) is used as is; a float bias is refused (it would need a
-rounding the original graph does not have).
+Runtime's quantizers write) is used as is; a float constant bias of a Conv is quantized
+to int32 with scale ``sx·sw`` as ONNX Runtime's BiasQuantization does (it then fuses the
+group too); other float biases are refused.
 
 The DequantizeLinear nodes of the inputs may feed other consumers: they stay for those
 (``shared_ok``) and dead-code elimination removes them when nothing uses them anymore.
@@ -120,13 +121,37 @@ def _scalar_if_uniform(b: Builder, v: Value, base: str) -> Value:
     return v
 
 
-def _int32_bias(m: Match, bias: str, sx: QuantType, sw: QuantType) -> Value | NoMatch | None:
-    """The int32 bias tensor behind ``DequantizeLinear(bq, sx·sw, 0)``, None when there
-    is no bias, NoMatch when the bias cannot be used as is."""
+def _quantize_float_bias(bv: Value, sx: QuantType, sw: QuantType) -> np.ndarray | NoMatch:
+    """ONNX Runtime's BiasQuantization for a float constant bias between quantized x and w:
+    ``bq = int32(rne(f32(b / f32(sx·sw[m]))))`` per output channel (its Mul, Div, Round,
+    Cast nodes, constant-folded). ORT then fuses the group into QLinearConv, so a file whose
+    exporter wrote the bias as a float Constant (PaddlePaddle) runs the integer op in ORT;
+    against the float group the rounded bias moves the output by at most
+    ``0.5·sx·sw/sy`` of a step (docs/quantization-math.md, ORT section). Values outside
+    int32 saturate (ORT's Cast leaves them undefined)."""
+    b = np.asarray(bv.const, np.float32)
+    scale = np.float32(sx.scale[0]) * np.asarray(sw.scale, np.float32)
+    if b.ndim != 1 or scale.size not in (1, b.size):
+        return NoMatch(f"float bias {describe(bv)} of shape {b.shape} does not match the weight's channels")
+    if not np.all(np.isfinite(b)):
+        return NoMatch(f"float bias {describe(bv)} holds NaN or inf")
+    q = np.rint(np.divide(b, scale, dtype=np.float32).astype(np.float64))
+    info = np.iinfo(np.int32)
+    return np.clip(q, info.min, info.max).astype(np.int32)
+
+
+def _int32_bias(
+    m: Match, bias: str, sx: QuantType, sw: QuantType, *, quantize_float: bool = False
+) -> Value | np.ndarray | NoMatch | None:
+    """The int32 bias tensor behind ``DequantizeLinear(bq, sx·sw, 0)``, or (``quantize_float``)
+    the int32 codes of a float constant bias quantized as ONNX Runtime does; None when there
+    is no bias, NoMatch when the bias cannot be used."""
     bv = m[bias]
     if bv is None:
         return None
     dq = bv.producer
+    if quantize_float and bv.is_const and np.asarray(bv.const).dtype == np.float32:
+        return _quantize_float_bias(bv, sx, sw)
     if dq is None or dq.op_type != "DequantizeLinear":
         return NoMatch(
             f"bias {describe(bv)} is float; the integer op needs an int32 bias DequantizeLinear(bq, sx*sw, 0)"
@@ -174,7 +199,7 @@ class LowerConv(Rule):
             return NoMatch(
                 f"weight w is quantized along axis {qw.axis}; QLinearConv takes axis 0 (output channels)"
             )
-        bq = _int32_bias(m, "b", qx, qw)
+        bq = _int32_bias(m, "b", qx, qw, quantize_float=True)
         if isinstance(bq, NoMatch):
             return bq
         m.data.update(qx=qx, qw=qw, qy=qy, bq=bq)
@@ -189,8 +214,11 @@ class LowerConv(Rule):
         )
         zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
         inputs = [m["x"], m["sx"], zx, m["w"], m["sw"], zw, m["sy"], zy]
-        if m.data["bq"] is not None:
-            inputs.append(m.data["bq"])
+        bq = m.data["bq"]
+        if isinstance(bq, np.ndarray):  # a float bias, quantized at compile time
+            bq = b.const(f"{m['b'].name}_quantized", bq)
+        if bq is not None:
+            inputs.append(bq)
         return b.op(
             "QLinearConv",
             inputs,
