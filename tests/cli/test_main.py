@@ -130,10 +130,10 @@ def test_inspect_why_not_and_dump_after(tmp_path, capsys):
     from tests.passes.lower.test_qdq_to_qlinear import qdq_conv_proto
 
     p = tmp_path / "m.onnx"
-    onnx.save(qdq_conv_proto(bias="float"), p)
+    onnx.save(qdq_conv_proto(w_const=False), p)
     assert main(["inspect", "--why-not", "LowerConv", "--dump-after", "lower_qdq_to_qlinear", str(p)]) == 0
     out = capsys.readouterr().out
-    assert "LowerConv at 'qc' (QuantizeLinear) -> %cq: bias 'bf' (a constant) is float" in out
+    assert "LowerConv at 'qc' (QuantizeLinear) -> %cq: weight 'w_in' (a graph input) is not a constant" in out
     assert "after step" in out and "lower_qdq_to_qlinear" in out
     assert main(["inspect", "--dump-after", "no_such_pass", str(p)]) == 2
     assert "--dump-after: unknown pass 'no_such_pass'" in capsys.readouterr().err

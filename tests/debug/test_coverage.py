@@ -27,14 +27,12 @@ def test_coverage_reports_lowered_conv_and_its_macs():
 
 
 def test_coverage_names_the_reason_a_conv_stayed_float():
-    report = lowered_report(qdq_conv_proto(bias="float"))
+    report = lowered_report(qdq_conv_proto(w_const=False))
     (node,) = report.nodes
     assert node.integer_op is None and report.integer_share == 0.0
-    assert node.reasons == [
-        "LowerConv: bias 'bf' (a constant) is float; the integer op needs an int32 bias DequantizeLinear(bq, sx*sw, 0)"
-    ]
+    assert node.reasons == ["LowerConv: weight 'w_in' (a graph input) is not a constant"]
     text = report.format()
-    assert "stayed float:\n  conv (Conv, 8,505 MACs)\n      LowerConv: bias 'bf' (a constant) is float" in text
+    assert "stayed float:\n  conv (Conv, 8,505 MACs)\n      LowerConv: weight 'w_in' (a graph input) is not a constant" in text
 
 
 def test_coverage_structural_reason_when_nothing_is_quantized():
