@@ -506,6 +506,20 @@ def table(rows: list[dict], with_latency: bool) -> str:
     return "\n".join(out)
 
 
+def tree_state() -> str:
+    """The commit quanta ran from, '+dirty' when the work tree differs from it (several
+    people share the tree, and an editable install runs whatever it holds)."""
+    import subprocess
+
+    try:
+        git = ["git", "-C", str(HERE.parent)]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", "quanta"], capture_output=True, text=True).stdout
+        return head + ("+dirty" if dirty.strip() else "")
+    except OSError:
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="comma-separated manifest names (default: all)")
@@ -528,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else cache / "runs" / f"{stamp}-{os.getpid()}"
     out.mkdir(parents=True, exist_ok=True)
 
+    state = tree_state()  # at the start: the tree may move during the run
     rows: list[dict] = []
     for entry in entries:
         print(f"{entry['name']} ...", file=sys.stderr, flush=True)
@@ -538,10 +553,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"model": entry["name"], "config": "-", "quantizes": "model failed: " + first_line(e)})
             log_failure(f"{entry['name']}")
         print(f"{entry['name']} done in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
-    print(f"zoo, {stamp}, audio: {zoodata.audio_source()}, files in {out}")
+    print(f"zoo, {stamp}, quanta at {state}, audio: {zoodata.audio_source()}, files in {out}")
     print(table(rows, args.latency))
     if args.json:
-        Path(args.json).write_text(json.dumps({"stamp": stamp, "audio": zoodata.audio_source(), "rows": rows},
+        Path(args.json).write_text(json.dumps({"stamp": stamp, "quanta": state, "audio": zoodata.audio_source(),
+                                               "rows": rows},
                                               indent=1, default=str) + "\n")
     if args.log:
         Path(args.log).write_text("\n".join(LOG) + "\n")
