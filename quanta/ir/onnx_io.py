@@ -54,6 +54,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from quanta.ir.graph import Graph, GraphError, Model, Node, Value, toposort_nodes
+from quanta.ir.op_facts import derive
 from quanta.ir.shape_hints import reinfer_declared_shapes, tensor_types
 from quanta.ir.subgraphs import renamed_graph, subgraph_outer_names
 from quanta.ir.types import (
@@ -640,25 +641,7 @@ def quant_type_from_params(
 
 #: Ops that only move or select elements: their outputs keep the input's element type
 #: (the verifier's view rule uses the same set, quanta.ir.op_rules.VIEW_OPS).
-VIEW_OPS_KEEPING_TYPE = frozenset(
-    {
-        "Reshape",
-        "Transpose",
-        "Flatten",
-        "Squeeze",
-        "Unsqueeze",
-        "Slice",
-        "Gather",
-        "MaxPool",
-        "NhwcMaxPool",  # com.microsoft, channels-last MaxPool on 8-bit data
-        "Identity",
-        "Split",
-        "Expand",
-        "DepthToSpace",
-        "SpaceToDepth",
-        "Tile",
-    }
-)
+VIEW_OPS_KEEPING_TYPE = derive("quanta.ir.onnx_io.VIEW_OPS_KEEPING_TYPE", lambda t: t.ops_where(view=True))
 
 
 def _propagate_view_type(node: Node) -> None:

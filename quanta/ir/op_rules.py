@@ -19,55 +19,28 @@ Stages (a rule set per stage, as tinygrad's spec):
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 
 from quanta.ir.graph import Node, Value
 from quanta.ir.onnx_io import VIEW_OPS_KEEPING_TYPE, quant_operands, quant_type_from_params
+from quanta.ir.op_facts import Stage, derive
 from quanta.ir.types import CalibratedType, FloatType, QuantType
 
 __all__ = ["OP_RULES", "QUANT_OPS", "VIEW_OPS", "Stage", "rules_for"]
 
 
-class Stage(enum.Enum):
-    FLOAT = "float"
-    QDQ = "qdq"
-    LOWERED = "lowered"
-
-
-#: Ops that only move or select elements: their output keeps the input's element type
-#: (DESIGN.md: pure views keep the element type of their input).
 #: Ops that only move or select elements: their output keeps the input's element type
 #: (DESIGN.md: pure views keep the element type of their input). One set, in onnx_io.
 VIEW_OPS = VIEW_OPS_KEEPING_TYPE
 
 #: Operators that exist only in quantized graphs.
-QUANT_OPS = frozenset(
-    {
-        "QuantizeLinear",
-        "DequantizeLinear",
-        "DynamicQuantizeLinear",
-        "QLinearConv",
-        "QLinearMatMul",
-        "MatMulInteger",
-        "ConvInteger",
-        "QLinearAdd",
-        "QLinearMul",
-        "QLinearConcat",
-        "QLinearGlobalAveragePool",
-        "QLinearAveragePool",
-        "QLinearSigmoid",
-        "QLinearLeakyRelu",
-        "QLinearSoftmax",
-    }
-)
+QUANT_OPS = derive("quanta.ir.op_rules.QUANT_OPS", lambda t: t.ops_where(quant=True))
 
 #: Which quantization operators each stage admits.
-STAGE_QUANT_OPS = {
-    Stage.FLOAT: frozenset(),
-    Stage.QDQ: frozenset({"QuantizeLinear", "DequantizeLinear"}),
-    Stage.LOWERED: QUANT_OPS,
-}
+STAGE_QUANT_OPS = derive(
+    "quanta.ir.op_rules.STAGE_QUANT_OPS",
+    lambda t: {s: frozenset(r.op_type for r in t if r.quant and s in r.stages) for s in Stage},
+)
 
 Rule = Callable[[Node, Stage], list[str]]
 

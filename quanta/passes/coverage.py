@@ -22,58 +22,26 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from quanta.ir.graph import Graph, Node
+from quanta.ir.op_facts import MacKind, derive
 
 __all__ = ["CoverageReport", "NodeCoverage", "coverage", "macs"]
 
-COMPUTE_OPS = frozenset(
-    {
-        "Conv",
-        "ConvTranspose",
-        "MatMul",
-        "Gemm",
-        "Add",
-        "Mul",
-        "Concat",
-        "AveragePool",
-        "GlobalAveragePool",
-        "Sigmoid",
-        "LeakyRelu",
-        "Softmax",
-        "LSTM",
-        "GRU",
-        "RNN",
-    }
-)
-INTEGER_OF = {
-    "Conv": ("QLinearConv", "ConvInteger"),
-    "MatMul": ("QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"),
-    "Gemm": ("QGemm",),
-    "Add": ("QLinearAdd",),
-    "Mul": ("QLinearMul",),
-    "Concat": ("QLinearConcat",),
-    "AveragePool": ("QLinearAveragePool",),
-    "GlobalAveragePool": ("QLinearGlobalAveragePool",),
-    "Sigmoid": ("QLinearSigmoid",),
-    "LeakyRelu": ("QLinearLeakyRelu",),
-    "Softmax": ("QLinearSoftmax",),
-    "LSTM": ("DynamicQuantizeLSTM",),
-}
+#: compute nodes of the original graph that the report accounts for
+COMPUTE_OPS = derive("quanta.passes.coverage.COMPUTE_OPS", lambda t: t.ops_where(compute=True))
+#: op -> the integer operators it may become
+INTEGER_OF = derive("quanta.passes.coverage.INTEGER_OF", lambda t: t.column("integer"))
 #: integer operators a file may hold before lowering: each counts as integer compute
-INTEGER_OPS = frozenset(op for ops in INTEGER_OF.values() for op in ops) | {"QAttention"}
-#: ops whose MACs are counted (the rest of COMPUTE_OPS is elementwise: no MACs)
-_RECURRENT = {"LSTM": 4, "GRU": 3, "RNN": 1, "DynamicQuantizeLSTM": 4}
-LOWER_RULE_OF = {
-    "Conv": "LowerConv",
-    "MatMul": "LowerMatMul",
-    "Gemm": "LowerGemm",
-    "Add": "LowerBinary",
-    "Mul": "LowerBinary",
-    "Concat": "LowerConcat",
-    "AveragePool": "LowerPool",
-    "GlobalAveragePool": "LowerPool",
-    "Sigmoid": "LowerUnary",
-    "LeakyRelu": "LowerUnary",
-}
+INTEGER_OPS = derive("quanta.passes.coverage.INTEGER_OPS", lambda t: t.ops_where(integer_op=True))
+#: op -> the formula its MACs are counted with (the rest of COMPUTE_OPS is elementwise: no MACs)
+MAC_KIND = derive("quanta.passes.coverage.MAC_KIND", lambda t: t.column("macs"))
+_RECURRENT = frozenset(op for op, kind in MAC_KIND.items() if kind is MacKind.RECURRENT)
+#: a convolution's weight input (QLinearConv: 3), whose shape its MAC formula reads
+_CONV_WEIGHT = derive(
+    "quanta.passes.coverage._CONV_WEIGHT",
+    lambda t: {r.op_type: r.weights[0] for r in t if r.macs is MacKind.CONV},
+)
+#: op -> the lowering rule whose refusals explain a float instance
+LOWER_RULE_OF = derive("quanta.passes.coverage.LOWER_RULE_OF", lambda t: t.column("lower_rule"))
 
 
 def _dims(shape) -> list[int]:
@@ -96,19 +64,20 @@ def macs(node: Node, shapes: Mapping[str, tuple[int, ...]] | None = None) -> int
 
     op = node.op_type
     out = shape_of(node.outputs[0]) if node.outputs else None
-    if op in ("Conv", "QLinearConv", "ConvInteger"):
-        w = node.input(3 if op == "QLinearConv" else 1)
+    kind = MAC_KIND.get(op)
+    if kind is MacKind.CONV:
+        w = node.input(_CONV_WEIGHT[op])
         if w is None or shape_of(w) is None or out is None:
             return 0
         ws = _dims(shape_of(w))
         return int(np.prod(_dims(out), dtype=np.int64) * np.prod(ws[1:], dtype=np.int64))
-    if op == "ConvTranspose":
+    if kind is MacKind.CONV_TRANSPOSE:
         x, w = node.input(0), node.input(1)
         if x is None or w is None or shape_of(x) is None or shape_of(w) is None:
             return 0
         ws = _dims(shape_of(w))
         return int(np.prod(_dims(shape_of(x)), dtype=np.int64) * np.prod(ws[1:], dtype=np.int64))
-    if op in _RECURRENT:
+    if kind is MacKind.RECURRENT:
         # seq·batch steps of every direction's W·x and R·h: the product of W's dims and of
         # R's dims, whatever their layout ([dirs, gates·h, in] or ORT's [dirs, in, gates·h])
         x, w, r = node.input(0), node.input(1), node.input(2)
@@ -125,20 +94,12 @@ def macs(node: Node, shapes: Mapping[str, tuple[int, ...]] | None = None) -> int
         return steps * int(
             np.prod(_dims(shape_of(w)), dtype=np.int64) + np.prod(_dims(shape_of(r)), dtype=np.int64)
         )
-    if op in (
-        "MatMul",
-        "QLinearMatMul",
-        "MatMulInteger",
-        "Gemm",
-        "QGemm",
-        "MatMulIntegerToFloat",
-        "DynamicQuantizeMatMul",
-    ):
+    if kind in (MacKind.MATMUL, MacKind.GEMM):
         a = node.input(0)
         if a is None or shape_of(a) is None or out is None or not shape_of(a):
             return 0
         k = _dims(shape_of(a))[-1]
-        if op in ("Gemm", "QGemm") and node.attrs.get("transA", 0):
+        if kind is MacKind.GEMM and node.attrs.get("transA", 0):
             k = _dims(shape_of(a))[0]
         return int(np.prod(_dims(out), dtype=np.int64) * k)
     return 0
@@ -155,27 +116,7 @@ class NodeCoverage:
 
 #: ops that neither compute on quantized integers nor move data: what runs as a float
 #: island between DequantizeLinear / QuantizeLinear bridges after lowering
-_NOT_ISLANDS = frozenset(
-    {
-        "QuantizeLinear",
-        "DequantizeLinear",
-        "Reshape",
-        "Transpose",
-        "Flatten",
-        "Squeeze",
-        "Unsqueeze",
-        "Slice",
-        "Gather",
-        "Split",
-        "Concat",
-        "MaxPool",
-        "Identity",
-        "Shape",
-        "Constant",
-        "Cast",
-        "DynamicQuantizeLinear",
-    }
-)
+_NOT_ISLANDS = derive("quanta.passes.coverage._NOT_ISLANDS", lambda t: t.ops_where(island=False))
 
 
 @dataclass

@@ -38,6 +38,7 @@ import numpy as np
 
 from quanta.calibrate.observer import is_degenerate
 from quanta.ir.graph import Graph, Node, Value
+from quanta.ir.op_facts import QdqRole, derive
 from quanta.ir.types import F32, CalibratedType, FloatType, IntType, QuantType, TensorType
 from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.params import adjust_weight_scale_for_bias, bias_params, params_from_range, quantize_bias
@@ -45,12 +46,18 @@ from quanta.quantize.recipe import Recipe, storage_from_name
 
 __all__ = ["NodeDecision", "QdqPlan", "TensorPlan", "insert_qdq", "plan_qdq"]
 
-VIEW_OPS = frozenset(
-    {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Gather", "MaxPool", "Pad"}
+# how the plan treats each op (quanta.ir.op_facts, column qdq)
+VIEW_OPS = derive("quanta.quantize.qdq.VIEW_OPS", lambda t: t.ops_where(qdq=QdqRole.VIEW))
+ABSORBING_ACTIVATIONS = derive(
+    "quanta.quantize.qdq.ABSORBING_ACTIVATIONS", lambda t: t.ops_where(qdq=QdqRole.ABSORB)
 )
-ABSORBING_ACTIVATIONS = frozenset({"Relu", "Clip"})
-OUTPUT_ONLY_OPS = frozenset({"Relu", "Clip", "Softmax"})
-UNARY_QUANT_OPS = frozenset({"AveragePool", "GlobalAveragePool", "Resize", "Sigmoid", "HardSwish", "LeakyRelu"})
+OUTPUT_ONLY_OPS = derive(
+    "quanta.quantize.qdq.OUTPUT_ONLY_OPS",
+    lambda t: t.ops_where(qdq=QdqRole.ABSORB) | t.ops_where(qdq=QdqRole.OUTPUT),
+)
+UNARY_QUANT_OPS = derive("quanta.quantize.qdq.UNARY_QUANT_OPS", lambda t: t.ops_where(qdq=QdqRole.UNARY))
+NARY_QUANT_OPS = derive("quanta.quantize.qdq.NARY_QUANT_OPS", lambda t: t.ops_where(qdq=QdqRole.NARY))
+MAC_OPS = derive("quanta.quantize.qdq.MAC_OPS", lambda t: t.ops_where(qdq=QdqRole.MAC))
 
 
 @dataclass
@@ -197,7 +204,7 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
                 d.output = out.name if out is not None and out.name in plan.tensors else None
             plan.decisions.append(d)
             continue
-        if op in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+        if op in MAC_OPS:
             x, w = node.input(0), node.input(1)
             if not _is_float(x):
                 plan.decisions.append(NodeDecision(node, False, "input 0 is not a float tensor"))
@@ -227,7 +234,7 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
                 key = f"{b.name}@{node.name or id(node)}"
                 plan.tensors[key] = TensorPlan(b.name, "bias", IntType(32, True), True, bias_of=(x.name, d.inputs[1][1]))
                 d.inputs.append((2, key))
-        elif op in ("Add", "Mul", "Concat"):
+        elif op in NARY_QUANT_OPS:
             for i, v in enumerate(node.inputs):
                 if v is None:
                     continue
@@ -265,9 +272,6 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
                 if len(v.uses) == 1 and id(v) not in output_ids and t.inherit_from is None and t.fixed_range is None:
                     t.share_with = d.output
     return plan
-
-
-MAC_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 
 
 def _profitable(graph: Graph, quantizable: set[int], recipe: Recipe) -> tuple[set[int], set[int]]:

@@ -37,6 +37,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from quanta.ir.op_facts import derive
+
 __all__ = [
     "ALIGNMENT",
     "ORDERS",
@@ -54,7 +56,7 @@ ALIGNMENT = 64
 
 #: Ops whose output is their first input's memory reshaped (NumPy returns a view of a
 #: contiguous input): the output shares its input's buffer.
-VIEW_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+VIEW_OPS = derive("quanta.runtime.memory.VIEW_OPS", lambda t: t.ops_where(alias=True))
 
 
 def align(nbytes: int, alignment: int = ALIGNMENT) -> int:

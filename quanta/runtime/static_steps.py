@@ -21,40 +21,13 @@ analysis is conservative, a missed skip only costs time.
 
 from __future__ import annotations
 
+from quanta.ir.op_facts import derive
 from quanta.runtime.plan import NONE_SLOT, Plan, SlotKind
 
 __all__ = ["SHAPE_ARGS", "SHAPE_ONLY_OPS", "signature_static_steps"]
 
 #: Output shapes determined by the input shapes and the attributes alone.
-SHAPE_ONLY_OPS = frozenset(
-    {
-        # elementwise, activations, normalizations
-        "Abs", "Acos", "Add", "And", "Asin", "Atan", "BatchNormalization", "BitShift", "Cast", "CastLike",
-        "Ceil", "Celu", "Clip", "Cos", "Cosh", "Div", "Elu", "Equal", "Erf", "Exp", "Floor", "Gelu",
-        "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization",
-        "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax",
-        "Max", "Mean", "Min", "Mish", "Mod", "Mul", "Neg", "Not", "Or", "Pow", "PRelu", "Reciprocal",
-        "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus",
-        "Softsign", "Sqrt", "Sub", "Sum", "Tan", "Tanh", "ThresholdedRelu", "Where", "Xor",
-        "GroupNormalization", "LpNormalization", "Hardmax", "CumSum", "Trilu",
-        # quantization
-        "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
-        # contractions, convolutions, pooling
-        "MatMul", "MatMulInteger", "QLinearMatMul", "Gemm", "Einsum", "Conv", "ConvInteger",
-        "QLinearConv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-        "LpPool",
-        # layout and indexing
-        "Transpose", "Flatten", "Concat", "Gather", "GatherElements", "GatherND", "ScatterElements",
-        "ScatterND", "DepthToSpace", "SpaceToDepth", "ArgMax", "ArgMin", "Shape", "Size",
-        # com.microsoft operators quanta's compiler emits or imports
-        "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
-        "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm",
-        "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu",
-        # reductions with their axes as an attribute (opset < 13 / 18)
-        "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-        "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
-    }
-)  # fmt: skip
+SHAPE_ONLY_OPS = derive("quanta.runtime.static_steps.SHAPE_ONLY_OPS", lambda t: t.ops_where(shape_only=True))
 
 #: Output shapes that also follow from these inputs' values (index in the node's inputs).
 SHAPE_ARGS: dict[str, tuple[int, ...]] = {

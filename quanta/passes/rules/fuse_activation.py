@@ -47,6 +47,7 @@ import math
 import numpy as np
 
 from quanta.ir.graph import Node, Value, result_type
+from quanta.ir.op_facts import derive
 from quanta.ir.types import IntType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.qmath import quantize_value
@@ -65,12 +66,9 @@ __all__ = [
 QUANTA_DOMAIN = "quanta"
 
 #: producers that take an output clamp, with the reason each is listed
-FUSABLE_PRODUCERS = {
-    "Conv": "integer conv kernels clamp while requantizing",
-    "Gemm": "integer GEMM kernels clamp while requantizing",
-    "MatMul": "integer GEMM kernels clamp while requantizing",
-    "Add": "the integer add kernel clamps while requantizing",
-}
+FUSABLE_PRODUCERS = derive(
+    "quanta.passes.rules.fuse_activation.FUSABLE_PRODUCERS", lambda t: t.column("fuse_clamp")
+)
 
 
 def clamp_bounds(node: Node) -> tuple[float, float] | NoMatch:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node
+from quanta.ir.op_facts import derive
 from quanta.kernels import native_available
 from quanta.targets.base import Kernel
 from quanta.targets.reference import ReferenceTarget, reference_kernel
@@ -90,7 +91,7 @@ class NativeTarget(ReferenceTarget):
 #: a small MatMul the workers' wake-up for the next native kernel costs more than it frees
 #: (all-MiniLM-L6-v2 dynamically quantized, its 12 attention MatMuls of 98K input elements
 #: each: 9.7-10.0 ms without a rest, 10.1-11.0 ms with one before each, 2 threads).
-BLAS_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN", "Attention"})
+BLAS_OPS = derive("quanta.targets.native.BLAS_OPS", lambda t: t.ops_where(blas=True))
 REST_MIN_ELEMENTS = 1 << 17
 
 

@@ -1,21 +1,25 @@
-"""Shape-only ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity): no C++ kernel needed.
+"""Buffer aliases (Reshape, Flatten, Squeeze, Unsqueeze, Identity): no C++ kernel needed.
 
 Their NumPy twins return views of the input's buffer (no data moves, O(1) in the tensor
 size), which is exactly what a native kernel would do, so the native target binds the
 twin itself and does not report these nodes as fallbacks. Ops that move data
-(Transpose, Slice with steps, Gather, Concat) are not in this list.
+(Transpose, Slice with steps, Gather, Concat) are not in this list. (Not the runtime's
+"shape-only" ops, quanta.runtime.static_steps, whose output *shape* follows from their
+inputs' shapes: that is the table's column shape_only, this one is alias.)
 """
 
 from __future__ import annotations
 
 from quanta.ir.graph import Model, Node
+from quanta.ir.op_facts import derive
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
 from quanta.targets.reference import reference_kernel
 
-__all__ = ["SHAPE_ONLY_OPS"]
+__all__ = ["ALIAS_OPS"]
 
-SHAPE_ONLY_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+#: the ops whose output aliases their input (quanta.ir.op_facts, column alias)
+ALIAS_OPS = derive("quanta.targets.native.views.ALIAS_OPS", lambda t: t.ops_where(alias=True))
 
 
 def _bind_view(model: Model, node: Node) -> tuple[Kernel | None, str]:
@@ -24,5 +28,5 @@ def _bind_view(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return Kernel(k.fn, "native", f"native:view({node.op_type})"), ""
 
 
-for _op in SHAPE_ONLY_OPS:
+for _op in ALIAS_OPS:
     register_binder(_op)(_bind_view)
