@@ -437,6 +437,7 @@ FACTS = OpTable(
             qdq=QdqRole.OUTPUT,
             compute=True,
             integer=("QLinearSoftmax",),
+            lower_rule="LowerSoftmax",
         ),
         Op("Softplus", shape_only=True),
         Op("Softsign", shape_only=True),

@@ -47,3 +47,16 @@ def test_coverage_structural_reason_when_nothing_is_quantized():
     ]
     gemm = next(n for n in report.nodes if n.op == "Gemm")
     assert macs(load(float_cnn()).graph.find_nodes("Gemm")[0]) == gemm.macs == 5 * 84  # N=1 (symbolic), K=84
+
+
+def test_coverage_float_softmax_names_lower_softmax_reason():
+    # Failure signature: a Softmax that LowerSoftmax refused was reported as "no integer
+    # kernel for Softmax yet" (coverage's own copy of the lowering rules lacked it)
+    from tests.passes.lower.test_lower_softmax import softmax_qdq
+
+    report = lowered_report(softmax_qdq((2, 3, 5), axis=1))  # non-last axis, opset not given
+    (node,) = report.nodes
+    assert node.integer_op is None
+    assert node.reasons == [
+        "LowerSoftmax: Softmax over a non-last axis and the opset unknown (opset < 13 reads it as 2-D)"
+    ]

@@ -86,6 +86,7 @@ PINNED = {
         "Conv": "LowerConv", "MatMul": "LowerMatMul", "Gemm": "LowerGemm", "Add": "LowerBinary",
         "Mul": "LowerBinary", "Concat": "LowerConcat", "AveragePool": "LowerPool",
         "GlobalAveragePool": "LowerPool", "Sigmoid": "LowerUnary", "LeakyRelu": "LowerUnary",
+        "Softmax": "LowerSoftmax",
     },
     "quanta.passes.coverage._NOT_ISLANDS": {
         "QuantizeLinear", "DequantizeLinear", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
