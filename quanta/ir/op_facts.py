@@ -148,10 +148,6 @@ class OpTable:
         """The op types of the rows whose columns equal the given values."""
         return frozenset(r.op_type for r in self.where(**columns))
 
-    def ops_with(self, column: str) -> frozenset[str]:
-        """The op types whose ``column`` is set (not None, not empty, not False)."""
-        return frozenset(r.op_type for r in self.where() if getattr(r, column) not in (None, (), False))
-
     def column(self, column: str) -> dict[str, Any]:
         """op type -> ``column``, for the rows where it is set."""
         return {r.op_type: getattr(r, column) for r in self if getattr(r, column) not in (None, (), False)}
