@@ -275,8 +275,8 @@ def binary_cases(draw):
 def reference_add(a, b, scales, zps):
     dt = a.dtype.type
     sa, sb, sc = scales
-    # the C++ kernel's contract is MLAS's portable form (ms_qlinear note (a))
-    return ms_qlinear.qlinear_add_portable(a, sa, dt(zps[0]), b, sb, dt(zps[1]), sc, dt(zps[2]))
+    # the C++ kernel's contract is ORT's x86 FMA form (ms_qlinear note (a))
+    return ms_qlinear.qlinear_add(a, sa, dt(zps[0]), b, sb, dt(zps[1]), sc, dt(zps[2]))
 
 
 def reference_mul(a, b, scales, zps):
@@ -368,7 +368,7 @@ def test_qlinear_binary_native_threads_identical() -> None:
         (F32(0.031), F32(0.047), F32(0.058)),  # a typical residual Add
         (F32(1), F32(1), F32(2)),  # half the sums are x.5 ties
         (F32(0.5), F32(0.75), F32(1e-3)),  # every output saturated
-        (F32(3e38), F32(3e38), F32(0.5)),  # dq overflows: inf − inf = NaN -> qmin
+        (F32(3e38), F32(3e38), F32(0.5)),  # sa/sc overflows: ±inf and NaN (0·inf) sums
         (F32("nan"), F32(0.02), F32(0.04)),  # NaN scale: every output qmin
     ],
     ids=["typical", "ties", "saturated", "overflow", "nan"],

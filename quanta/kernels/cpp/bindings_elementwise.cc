@@ -202,9 +202,9 @@ py::array add_impl(const py::handle& a_obj, const py::handle& b_obj, float sa, i
   auto a = require_array<T>(a_obj, "qlinear_add: a");
   auto b = require_array<T>(b_obj, "qlinear_add: b");
   check_threads(num_threads, "qlinear_add");
-  const elementwise::AddParams p{sa, sb, sc, check_zero_point<T>(za, "qlinear_add: a_zero_point"),
-                                 check_zero_point<T>(zb, "qlinear_add: b_zero_point"),
-                                 check_zero_point<T>(zc, "qlinear_add: c_zero_point")};
+  const elementwise::AddParams p = elementwise::make_add_params(
+      sa, check_zero_point<T>(za, "qlinear_add: a_zero_point"), sb, check_zero_point<T>(zb, "qlinear_add: b_zero_point"),
+      sc, check_zero_point<T>(zc, "qlinear_add: c_zero_point"));
   const Broadcast bc = broadcast_shapes(a, b, "qlinear_add");
   auto c = make_output<T>(out_obj, bc.out, "qlinear_add", {a, b});
   const elementwise::BroadcastShape s{bc.rank, bc.o.data(), bc.a.data(), bc.b.data()};

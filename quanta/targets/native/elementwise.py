@@ -11,10 +11,8 @@ DequantizeLinear (ai.onnx  ``dequantize_linear``: ``f32(f32(x − zp)·s)``,  qu
 and com.microsoft)         per tensor or per axis, u8/i8 -> f32
 DynamicQuantizeLinear      ``dynamic_quantize_linear``: vector min/max,    quantize.dynamic_quantize_
                            eq. (10), QuantizeLinear                        linear
-QLinearAdd                 the twin's NumPy function (the C++              ms_qlinear.qlinear_add
-                           ``qlinear_add`` computes MLAS's portable form,
-                           not ORT's x86 FMA form; see _qlinear_add_native)
-QLinearMul                 ``qlinear_mul``, numpy broadcasting             ms_qlinear.qlinear_mul
+QLinearAdd / QLinearMul    ``qlinear_add`` (ORT's x86 FMA form) /          ms_qlinear.qlinear_add /
+                           ``qlinear_mul``, numpy broadcasting             qlinear_mul
 QLinearGlobalAveragePool   ``qlinear_global_average_pool`` (NCHW or        ms_qlinear.qlinear_global_
                            channels_last), integer sum + eq. (6)           average_pool
 QLinearAveragePool         ``qlinear_average_pool_2d`` (1-D and 2-D; ORT's ms_qlinear.qlinear_average_
@@ -66,7 +64,6 @@ from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.conv_geometry import conv_attrs
 from quanta.kernels.reference.ms_qlinear import (
     _ort_pool_geometry,
-    qlinear_add,
     qlinear_concat,
     qlinear_leaky_relu,
     qlinear_sigmoid,
@@ -427,25 +424,17 @@ def _qlinear_add_native(
     prepared: Any,
     out: Any,
 ) -> np.ndarray:
-    """``c = sat(rne(fma(a, ra, fma(b, rb, k))))``: ORT's x86 kernel, computed by the twin's
-    own NumPy function. The C++ ``qlinear_add`` implements MLAS's portable form
-    (``ms_qlinear.qlinear_add_portable``), which differs from ORT by 1 on up to a few
-    percent of the codes for some scale pairs, so it is not called until it follows the
-    twin. ``prepared``: the scalars from constant parameters, or None (read per call)."""
-    del ctx  # unused: NumPy runs on the calling thread
+    """``c = sat(rne(fma(a, ra, fma(b, rb, k))))``: ORT's x86 kernel (ms_qlinear.qlinear_add;
+    the C++ kernel computes ``ra``, ``rb``, ``k`` in the twin's order). ``prepared``: the
+    scalars, converted at compile time when every parameter is a constant, else None."""
     a, b = _binary_operands(a, b)
     if prepared is not None and prepared[0] == a.dtype:
         _, sa, za, sb, zb, sc, zc = prepared
-    else:
-        dt = a.dtype
-        sa, sb, sc = _f32_scalar(a_scale), _f32_scalar(b_scale), _f32_scalar(c_scale)
-        za, zb, zc = _zp_scalar(a_zero_point, dt), _zp_scalar(b_zero_point, dt), _zp_scalar(c_zero_point, dt)
-    np.broadcast_shapes(a.shape, b.shape)  # ValueError: the twin runs and raises its own error
-    y = qlinear_add(a, F32(sa), int(za), b, F32(sb), int(zb), F32(sc), int(zc))
-    if out is None:
-        return y
-    np.copyto(out, y)
-    return out
+        return _native().qlinear_add(a, b, sa, za, sb, zb, sc, zc, _threads(ctx), out)
+    dt = a.dtype
+    sa, sb, sc = _f32_scalar(a_scale), _f32_scalar(b_scale), _f32_scalar(c_scale)
+    za, zb, zc = _zp_scalar(a_zero_point, dt), _zp_scalar(b_zero_point, dt), _zp_scalar(c_zero_point, dt)
+    return _native().qlinear_add(a, b, float(sa), za, float(sb), zb, float(sc), zc, _threads(ctx), out)
 
 
 @_with_fallback("QLinearMul", MS_DOMAIN)

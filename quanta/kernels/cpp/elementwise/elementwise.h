@@ -43,6 +43,7 @@
 // for any num_threads. Buffers are owned by the caller; no allocation.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "broadcast.h"
@@ -51,10 +52,18 @@
 namespace quanta {
 namespace elementwise {
 
+// QLinearAdd in ONNX Runtime's x86 form: c = sat(rne(fma(a, ra, fma(b, rb, k)))) on the raw
+// codes, ra = f32(sa / sc), rb = f32(sb / sc), k = f32(zc - fma(za, ra, f32(rb * zb)))
+// (make_add_params; the twin is reference/ms_qlinear.py qlinear_add).
 struct AddParams {
-  float sa, sb, sc;
-  int32_t za, zb, zc;
+  float ra, rb, k;
 };
+
+inline AddParams make_add_params(float sa, int32_t za, float sb, int32_t zb, float sc, int32_t zc) {
+  const float ra = sa / sc, rb = sb / sc;
+  const float t = rb * static_cast<float>(zb);
+  return AddParams{ra, rb, static_cast<float>(zc) - std::fmaf(static_cast<float>(za), ra, t)};
+}
 
 struct MulParams {
   float ratio;  // r = f32(f32(sa · sb) / sc)

@@ -47,17 +47,14 @@ inline __m256 dequantize8(const T* p, __m256i zp, __m256 scale) {
 // AS / BS: 1 when the operand steps through memory, 0 when it is one repeated element.
 template <typename T, int AS, int BS>
 void add_run_t(const T* a, const T* b, T* c, int64_t n, const AddParams& p) {
-  const __m256 vsa = _mm256_set1_ps(p.sa), vsb = _mm256_set1_ps(p.sb), vsc = _mm256_set1_ps(p.sc);
-  const __m256 vzc = _mm256_set1_ps(static_cast<float>(p.zc));
-  const __m256i vza = _mm256_set1_epi32(p.za), vzb = _mm256_set1_epi32(p.zb);
-  const __m256 fa = _mm256_set1_ps(dequantize_one(a[0], p.sa, p.za));
-  const __m256 fb = _mm256_set1_ps(dequantize_one(b[0], p.sb, p.zb));
+  const __m256 vra = _mm256_set1_ps(p.ra), vrb = _mm256_set1_ps(p.rb), vk = _mm256_set1_ps(p.k);
+  const __m256 fa = _mm256_set1_ps(static_cast<float>(a[0]));
+  const __m256 fb = _mm256_set1_ps(static_cast<float>(b[0]));
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 va = AS ? dequantize8(a + i, vza, vsa) : fa;
-    const __m256 vb = BS ? dequantize8(b + i, vzb, vsb) : fb;
-    const __m256 v = _mm256_div_ps(_mm256_add_ps(va, vb), vsc);
-    round_sat_store8(_mm256_add_ps(v, vzc), c + i);
+    const __m256 va = AS ? _mm256_cvtepi32_ps(load8_epi32(a + i)) : fa;
+    const __m256 vb = BS ? _mm256_cvtepi32_ps(load8_epi32(b + i)) : fb;
+    round_sat_store8(_mm256_fmadd_ps(va, vra, _mm256_fmadd_ps(vb, vrb, vk)), c + i);
   }
   for (; i < n; ++i) c[i] = add_one(a[i * AS], b[i * BS], p);
 }

@@ -89,28 +89,26 @@ inline void round64_store(const __m512* v, T* p) {
 // AS / BS: 1 when the operand steps through memory, 0 when it is one repeated element.
 template <typename T, int AS, int BS>
 void add_run_t(const T* a, const T* b, T* c, int64_t n, const AddParams& p) {
-  const __m512 vsa = _mm512_set1_ps(p.sa), vsb = _mm512_set1_ps(p.sb), vsc = _mm512_set1_ps(p.sc);
-  const __m512 vzc = _mm512_set1_ps(static_cast<float>(p.zc));
-  const __m512i vza = _mm512_set1_epi32(p.za), vzb = _mm512_set1_epi32(p.zb);
-  const __m512 fa = _mm512_set1_ps(dequantize_one(a[0], p.sa, p.za));
-  const __m512 fb = _mm512_set1_ps(dequantize_one(b[0], p.sb, p.zb));
+  const __m512 vra = _mm512_set1_ps(p.ra), vrb = _mm512_set1_ps(p.rb), vk = _mm512_set1_ps(p.k);
+  const __m512 fa = _mm512_set1_ps(static_cast<float>(a[0]));
+  const __m512 fb = _mm512_set1_ps(static_cast<float>(b[0]));
+  const __m512i zero = _mm512_setzero_si512();
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
     __m512 v[4];
     for (int j = 0; j < 4; ++j) {
       const int64_t at = i + 16 * j;
-      const __m512 va = AS ? _mm512_mul_ps(vsa, _mm512_cvtepi32_ps(_mm512_sub_epi32(load16_epi32(a + at), vza))) : fa;
-      const __m512 vb = BS ? _mm512_mul_ps(vsb, _mm512_cvtepi32_ps(_mm512_sub_epi32(load16_epi32(b + at), vzb))) : fb;
-      v[j] = _mm512_add_ps(_mm512_div_ps(_mm512_add_ps(va, vb), vsc), vzc);
+      const __m512 va = AS ? _mm512_cvtepi32_ps(load16_epi32(a + at)) : fa;
+      const __m512 vb = BS ? _mm512_cvtepi32_ps(load16_epi32(b + at)) : fb;
+      v[j] = _mm512_fmadd_ps(va, vra, _mm512_fmadd_ps(vb, vrb, vk));
     }
     round64_store(v, c + i);
   }
   for (; i < n; i += 16) {
     const __mmask16 k = tail_mask(n - i);
-    const __m512 va = AS ? dequantize16(a + i, k, vza, vsa) : fa;
-    const __m512 vb = BS ? dequantize16(b + i, k, vzb, vsb) : fb;
-    const __m512 v = _mm512_div_ps(_mm512_add_ps(va, vb), vsc);
-    round_sat_store(_mm512_add_ps(v, vzc), c + i, k);
+    const __m512 va = AS ? dequantize16(a + i, k, zero, _mm512_set1_ps(1.0f)) : fa;
+    const __m512 vb = BS ? dequantize16(b + i, k, zero, _mm512_set1_ps(1.0f)) : fb;
+    round_sat_store(_mm512_fmadd_ps(va, vra, _mm512_fmadd_ps(vb, vrb, vk)), c + i, k);
   }
 }
 

@@ -37,8 +37,8 @@ inline float dequantize_one(T x, float scale, int32_t zp) {
 
 template <typename T>
 inline T add_one(T a, T b, const AddParams& p) {
-  const float v = (dequantize_one(a, p.sa, p.za) + dequantize_one(b, p.sb, p.zb)) / p.sc;
-  return round_sat<T>(v + static_cast<float>(p.zc));
+  const float inner = std::fmaf(static_cast<float>(b), p.rb, p.k);
+  return round_sat<T>(std::fmaf(static_cast<float>(a), p.ra, inner));
 }
 
 template <typename T>
