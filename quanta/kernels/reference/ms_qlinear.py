@@ -30,8 +30,8 @@ QLinearAveragePool     ``sat(rne(f32(f32(avg / sy) + zy)))``, ``avg`` a float32 
     ``0 + 3`` at ``sc = 6/255``). Measured equal to ORT 1.32 on every
     (a, b) code pair for int8 and uint8, scalar and full ``b``
     (``test_qlinear_add_matches_onnxruntime_on_every_code_pair``). MLAS's portable path
-    (``qlinear_add_portable``, the formula of ORT's op documentation, and what the C++
-    kernel ``qlinear_add`` computes) dequantizes first and divides by ``sc``; it differs
+    (``qlinear_add_portable``, the formula of ORT's op documentation; the C++ kernel
+    ``qlinear_add`` computes the x86 form above) dequantizes first and divides by ``sc``; it differs
     from ORT by 1 near x.5 boundaries, and on some scale pairs often: with ``sb/sc = 0.5``
     and an odd ``b − zb`` every value sits near a tie (PP-OCRv4's HardSwish ``x + 3``:
     2.5 % of the codes). ARM uses a fixed-point path (not followed).
