@@ -6,6 +6,9 @@ convolution with a float32 result (LowerConvFloatOutput)::
          %acc = Add(%acc, %bq[1, M, 1, ...])                the int32 bias, exact
          %c   = Mul(Cast<float>(%acc), (sx·sw)[1, M, 1, ...])
 
+    a float constant bias %b (PaddlePaddle's exports) is added after the scaling instead,
+    as the float group adds it: %c = Add(Mul(Cast<float>(%acc), sx·sw), %b[1, M, 1, ...])
+
 The last convolution before a float consumer (a detector's head, a convolution whose
 output is a graph output or feeds a float LSTM) keeps its multiply-accumulates in
 integer this way instead of running in float on dequantized weights: the result is
@@ -32,6 +35,7 @@ class LowerConvFloatOutput(Rule):
     shared_ok = frozenset({"xf", "wf"})
 
     def check(self, m: Match) -> Match | NoMatch:
+        # qdq_to_qlinear lists this rule, so its helpers are imported where they are used
         from quanta.passes.lower.qdq_to_qlinear import (
             _check_8bit,
             _check_consts,
@@ -60,10 +64,20 @@ class LowerConvFloatOutput(Rule):
         w = np.asarray(m.value("w").const)
         if qw.axis is not None and qw.axis % w.ndim != 0:
             return NoMatch(f"weight w is quantized along axis {qw.axis}; ConvInteger takes axis 0")
-        bq = _int32_bias(m, "b", qx, qw)
-        if isinstance(bq, NoMatch):
-            return bq
-        m.data.update(qx=qx, qw=qw, bq=bq, rank=w.ndim)
+        bias = m["b"]
+        float_bias = None
+        if bias is not None and bias.is_const and np.asarray(bias.const).dtype == np.float32:
+            float_bias = np.asarray(bias.const, np.float32)
+            if float_bias.shape != (w.shape[0],):
+                return NoMatch(
+                    f"float bias {describe(bias)} of shape {float_bias.shape} is not one per output channel"
+                )
+            bq = None
+        else:
+            bq = _int32_bias(m, "b", qx, qw)
+            if isinstance(bq, NoMatch):
+                return bq
+        m.data.update(qx=qx, qw=qw, bq=bq, float_bias=float_bias, rank=w.ndim)
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Value:
@@ -94,4 +108,8 @@ class LowerConvFloatOutput(Rule):
             "Cast", [acc], {"to": 1}, types=result_type(shape_from=out, elem_from=out), name=f"{name}/cast"
         )
         s = b.const(f"{name}_scale", scale.reshape(per_channel if scale.size > 1 else ()).astype(np.float32))
-        return b.op("Mul", [f, s], types=result_type(shape_from=out, elem_from=out), name=f"{name}/scale")
+        y = b.op("Mul", [f, s], types=result_type(shape_from=out, elem_from=out), name=f"{name}/scale")
+        if m.data["float_bias"] is None:
+            return y
+        fb = b.const(f"{name}_bias", m.data["float_bias"].reshape(per_channel))
+        return b.op("Add", [y, fb], types=result_type(shape_from=out, elem_from=out), name=f"{name}/bias")

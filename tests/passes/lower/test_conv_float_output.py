@@ -44,6 +44,9 @@ def float_out_conv(*, bias="int32", group=1, cin=3, cout=7, x_zp=131, w_axis=0, 
     elif bias == "float":
         inits.append(numpy_helper.from_array(np.linspace(-0.1, 0.1, cout).astype(np.float32), "bf"))
         conv_in.append("bf")
+    elif bias == "wrong_shape":  # broadcast by onnx.reference, not a valid Conv bias for the rule
+        inits.append(numpy_helper.from_array(np.array([0.25], np.float32), "bf"))
+        conv_in.append("bf")
     nodes.append(helper.make_node("Conv", conv_in, ["y"], name="head", pads=[1, 1, 1, 1], group=group))
     out = "y"
     if quantized_out:
@@ -67,12 +70,14 @@ def float_out_conv(*, bias="int32", group=1, cin=3, cout=7, x_zp=131, w_axis=0, 
 
 
 @pytest.mark.parametrize(
-    ("bias", "group", "cin", "cout"), [("int32", 1, 3, 7), (None, 1, 17, 5), ("int32", 17, 17, 17)]
+    ("bias", "group", "cin", "cout"),
+    [("int32", 1, 3, 7), (None, 1, 17, 5), ("int32", 17, 17, 17), ("float", 1, 7, 3)],
 )
 def test_float_output_conv_becomes_conv_integer(bias, group, cin, cout):
     proto = float_out_conv(bias=bias, group=group, cin=cin, cout=cout)
     model = load(proto)
     assert lower(model, [LowerConvFloatOutput()]).fired("LowerConvFloatOutput") == 1
+    # the int32 bias is added before the Cast, a float one after the Mul: one Add either way
     want = {"QuantizeLinear": 1, "ConvInteger": 1, "Cast": 1, "Mul": 1} | ({"Add": 1} if bias else {})
     assert model.graph.op_counts() == want
     verify(model.graph, Stage.LOWERED)
@@ -99,8 +104,8 @@ def _proto_bytes(model) -> bytes:
     [
         (dict(quantized_out=True), "the output is quantized (LowerConv handles it)"),
         (
-            dict(bias="float"),
-            "bias 'bf' (a constant) is float; the integer op needs an int32 bias DequantizeLinear(bq, sx*sw, 0)",
+            dict(bias="wrong_shape"),
+            "float bias 'bf' (a constant) of shape (1,) is not one per output channel",
         ),
         (dict(w_axis=1, cout=3), "weight w is quantized along axis 1; ConvInteger takes axis 0"),
     ],
