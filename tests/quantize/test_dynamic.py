@@ -10,6 +10,7 @@ import pytest
 import quanta
 from quanta.ir.onnx_io import load
 from tests.ir import models
+from tests.quantize.test_recurrent import CHANNELS, HIDDEN, ROWS, WIDTH, cnn_lstm
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -70,40 +71,6 @@ def test_quantize_dynamic_is_deterministic_and_per_channel_by_default(tmp_path):
     assert sw.shape == (1, 7, 1, 1) and len(set(sw.reshape(-1).tolist())) == 7
 
 
-def _cnn_lstm(seed: int = 0, width: int = 9, hidden: int = 17) -> onnx.ModelProto:
-    """Conv -> Relu -> [W, 1, C·H] sequence -> bidirectional LSTM -> Gemm over the last
-    step: a captcha reader's shape at toy size."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(seed)
-    c, h = 4, 8
-    feat = c * h
-    inits = [
-        numpy_helper.from_array((rng.standard_normal((c, 1, 3, 3)) * 0.5).astype(np.float32), "conv_w"),
-        numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), "conv_b"),
-        numpy_helper.from_array(np.array([1, feat, width], np.int64), "seq_shape"),
-        numpy_helper.from_array((rng.standard_normal((2, 4 * hidden, feat)) * 0.3).astype(np.float32), "W"),
-        numpy_helper.from_array((rng.standard_normal((2, 4 * hidden, hidden)) * 0.3).astype(np.float32), "R"),
-        numpy_helper.from_array((rng.standard_normal((2, 8 * hidden)) * 0.2).astype(np.float32), "B"),
-        numpy_helper.from_array(np.array([width, 2 * hidden], np.int64), "flat"),
-        numpy_helper.from_array((rng.standard_normal((2 * hidden, 11)) * 0.3).astype(np.float32), "fc_w"),
-    ]
-    nodes = [
-        helper.make_node("Conv", ["x", "conv_w", "conv_b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c"], ["r"]),
-        helper.make_node("Reshape", ["r", "seq_shape"], ["s"]),
-        helper.make_node("Transpose", ["s"], ["t"], perm=[2, 0, 1]),
-        helper.make_node("LSTM", ["t", "W", "R", "B"], ["y"], name="lstm", hidden_size=hidden, direction="bidirectional"),
-        helper.make_node("Reshape", ["y", "flat"], ["yf"]),
-        helper.make_node("MatMul", ["yf", "fc_w"], ["logits"], name="fc"),
-    ]
-    graph = helper.make_graph(
-        nodes, "cnn_lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, h, width])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [width, 11])], inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def test_quantize_dynamic_lstm_becomes_ort_dynamic_quantize_lstm(tmp_path):
     """The LSTM's weights become int8 in ORT's DynamicQuantizeLSTM layout (the same bytes
     ORT's own quantize_dynamic writes, per channel), the file runs in ORT, and quanta's two
@@ -114,8 +81,12 @@ def test_quantize_dynamic_lstm_becomes_ort_dynamic_quantize_lstm(tmp_path):
     from onnx import numpy_helper
     from onnxruntime.quantization import quantize_dynamic as ort_quantize_dynamic
 
-    src, out, theirs_path = tmp_path / "cnn_lstm.onnx", tmp_path / "cnn_lstm.dyn.onnx", tmp_path / "ort.dyn.onnx"
-    onnx.save(_cnn_lstm(), src)
+    src, out, theirs_path = (
+        tmp_path / "cnn_lstm.onnx",
+        tmp_path / "cnn_lstm.dyn.onnx",
+        tmp_path / "ort.dyn.onnx",
+    )
+    onnx.save(cnn_lstm(), src)
     summary = quanta.quantize_dynamic(src, out, verbose=False)
     assert sorted(op for _, op in summary.quantized) == ["Conv", "LSTM", "MatMul"]
     proto = onnx.load(str(out))
@@ -124,8 +95,13 @@ def test_quantize_dynamic_lstm_becomes_ort_dynamic_quantize_lstm(tmp_path):
     assert lstm.domain == "com.microsoft"
     inits = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
     wq, rq = inits[lstm.input[1]], inits[lstm.input[2]]
-    assert wq.dtype == rq.dtype == np.int8 and wq.shape == (2, 32, 68) and rq.shape == (2, 17, 68)
-    assert inits[lstm.input[8]].shape == (2, 68) and not {"W", "R"} & set(inits)  # no float copies
+    gates = 4 * HIDDEN
+    assert (
+        wq.dtype == rq.dtype == np.int8
+        and wq.shape == (2, CHANNELS * ROWS, gates)
+        and rq.shape == (2, HIDDEN, gates)
+    )
+    assert inits[lstm.input[8]].shape == (2, gates) and not {"W", "R"} & set(inits)  # no float copies
     logging.disable(logging.WARNING)
     try:
         ort_quantize_dynamic(str(src), str(theirs_path), per_channel=True)
@@ -139,7 +115,7 @@ def test_quantize_dynamic_lstm_becomes_ort_dynamic_quantize_lstm(tmp_path):
     so.intra_op_num_threads = 1
     sess = ort.InferenceSession(str(out), so, providers=["CPUExecutionProvider"])
     for seed in range(3):
-        x = np.random.default_rng(seed).standard_normal((1, 1, 8, 9)).astype(np.float32)
+        x = np.random.default_rng(seed).standard_normal((1, 1, ROWS, WIDTH)).astype(np.float32)
         expected = sess.run(None, {"x": x})[0]
         for backend in ("native", "reference"):
             got = quanta.InferenceSession(str(out), backend=backend).run(None, {"x": x})[0]
@@ -152,15 +128,22 @@ def _matmul_stack(weights, uses, d=128):
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array((rng.standard_normal((d, d)) * 0.05).astype(np.float32), f"w{k}")
-             for k in range(weights)]
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((d, d)) * 0.05).astype(np.float32), f"w{k}")
+        for k in range(weights)
+    ]
     nodes, h = [], "x"
     for k, w in enumerate(uses):
         nodes.append(helper.make_node("MatMul", [h, f"w{w}"], [f"m{k}"], name=f"mm{k}"))
         nodes.append(helper.make_node("Relu", [f"m{k}"], [f"h{k}"]))
         h = f"h{k}"
-    graph = helper.make_graph(nodes, "stack", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, d])],
-                              [helper.make_tensor_value_info(h, TensorProto.FLOAT, [2, d])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "stack",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, d])],
+        [helper.make_tensor_value_info(h, TensorProto.FLOAT, [2, d])],
+        inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -176,7 +159,9 @@ def test_quantize_dynamic_file_is_a_quarter_of_fp32_with_shared_weights(tmp_path
     proto = onnx.load(str(out))
     int8 = [t for t in proto.graph.initializer if t.data_type == onnx.TensorProto.INT8 and len(t.dims) == 2]
     assert len(int8) == 4
-    assert not [t for t in proto.graph.initializer if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 2]
+    assert not [
+        t for t in proto.graph.initializer if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 2
+    ]
     x = np.random.default_rng(1).standard_normal((2, 128)).astype(np.float32)
     ours, theirs = run_both(out, {"x": x})
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
@@ -215,9 +200,14 @@ def test_quantize_dynamic_keeps_a_computed_mask_as_its_subgraph(tmp_path):
 
     d, s = 64, 512
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array((rng.standard_normal((d, d)) * 0.05).astype(np.float32), f"w{k}") for k in range(3)]
-    inits += [numpy_helper.from_array(np.array([1, 1, s, s], np.int64), "mshape"),
-              numpy_helper.from_array(np.array([-1e4], np.float32), "neg")]
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((d, d)) * 0.05).astype(np.float32), f"w{k}")
+        for k in range(3)
+    ]
+    inits += [
+        numpy_helper.from_array(np.array([1, 1, s, s], np.int64), "mshape"),
+        numpy_helper.from_array(np.array([-1e4], np.float32), "neg"),
+    ]
     ones = numpy_helper.from_array(np.array([1.0], np.float32))
     nodes = [
         helper.make_node("ConstantOfShape", ["mshape"], ["ones"], value=ones),
@@ -234,8 +224,13 @@ def test_quantize_dynamic_keeps_a_computed_mask_as_its_subgraph(tmp_path):
     ]
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 1, s, d]) for n in ("x", "y")]
     src, out = tmp_path / "attn.onnx", tmp_path / "attn.dyn.onnx"
-    onnx.save(helper.make_model(helper.make_graph(nodes, "attn", io[:1], io[1:], inits),
-                                opset_imports=[helper.make_opsetid("", 17)]), src)
+    onnx.save(
+        helper.make_model(
+            helper.make_graph(nodes, "attn", io[:1], io[1:], inits),
+            opset_imports=[helper.make_opsetid("", 17)],
+        ),
+        src,
+    )
     summary = quanta.quantize_dynamic(src, out, verbose=False)
     assert [name for name, _ in summary.float_tensors if name == "mask"] == ["mask"]
     assert out.stat().st_size / src.stat().st_size < 0.35
