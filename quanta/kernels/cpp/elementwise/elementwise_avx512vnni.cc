@@ -92,7 +92,6 @@ void add_run_t(const T* a, const T* b, T* c, int64_t n, const AddParams& p) {
   const __m512 vra = _mm512_set1_ps(p.ra), vrb = _mm512_set1_ps(p.rb), vk = _mm512_set1_ps(p.k);
   const __m512 fa = _mm512_set1_ps(static_cast<float>(a[0]));
   const __m512 fb = _mm512_set1_ps(static_cast<float>(b[0]));
-  const __m512i zero = _mm512_setzero_si512();
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
     __m512 v[4];
@@ -106,8 +105,8 @@ void add_run_t(const T* a, const T* b, T* c, int64_t n, const AddParams& p) {
   }
   for (; i < n; i += 16) {
     const __mmask16 k = tail_mask(n - i);
-    const __m512 va = AS ? dequantize16(a + i, k, zero, _mm512_set1_ps(1.0f)) : fa;
-    const __m512 vb = BS ? dequantize16(b + i, k, zero, _mm512_set1_ps(1.0f)) : fb;
+    const __m512 va = AS ? _mm512_cvtepi32_ps(load_epi32(a + i, k)) : fa;
+    const __m512 vb = BS ? _mm512_cvtepi32_ps(load_epi32(b + i, k)) : fb;
     round_sat_store(_mm512_fmadd_ps(va, vra, _mm512_fmadd_ps(vb, vrb, vk)), c + i, k);
   }
 }
