@@ -101,7 +101,9 @@ class LowerConvFloatOutput(Rule):
         )
         per_channel = (1, -1) + (1,) * (rank - 2)  # [1, M, 1, ...] broadcasts over N and space
         if m.data["bq"] is not None:
-            bias = b.const(f"{name}_bias_i32", np.asarray(m.data["bq"].const, np.int32).reshape(per_channel))
+            bq = m.data["bq"]
+            codes = bq if isinstance(bq, np.ndarray) else bq.const  # ndarray: requantized to sx·sw
+            bias = b.const(f"{name}_bias_i32", np.asarray(codes, np.int32).reshape(per_channel))
             acc = b.op("Add", [acc, bias], types=TensorType(I32, shape), name=f"{name}/bias")
         scale = np.float32(qx.scale[0]) * np.asarray(qw.scale, np.float32)  # eq. (6): sx·sw, float32
         f = b.op(

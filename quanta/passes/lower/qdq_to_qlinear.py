@@ -26,9 +26,10 @@ convolution of dequantized values, the integer op accumulates exactly in int32 a
 rounds once in the requantization, so outputs agree within one quantization step.
 
 Bias: an int32 bias given as ``DequantizeLinear(%bq, sx·sw, 0)`` (what quanta's and ONNX
-Runtime's quantizers write) is used as is; a float constant bias of a Conv is quantized
-to int32 with scale ``sx·sw`` as ONNX Runtime's BiasQuantization does (it then fuses the
-group too); other float biases are refused.
+Runtime's quantizers write) is used as is; an int32 bias with another scale is
+requantized to ``sx·sw`` (``_rescaled_bias``); a float constant bias of a Conv is
+quantized to int32 with scale ``sx·sw`` as ONNX Runtime's BiasQuantization does (it then
+fuses the group too); other float biases are refused.
 
 The DequantizeLinear nodes of the inputs may feed other consumers: they stay for those
 (``shared_ok``) and dead-code elimination removes them when nothing uses them anymore.
@@ -167,9 +168,25 @@ def _int32_bias(
     got = np.asarray(qb.scale, np.float32)
     if got.size == 1 and want.size > 1:
         got = np.full(want.shape, got[0], np.float32)
-    if got.shape != want.shape or not np.array_equal(got, want):
-        return NoMatch(f"bias {describe(bv)} has scale {qb.scale[:3]}..., not sx*sw")
-    return bq
+    codes = np.asarray(bq.const)
+    if got.size != 1 and got.shape != want.shape:
+        return NoMatch(f"bias {describe(bv)} has {got.size} scales for {want.size} output channels")
+    if np.array_equal(np.broadcast_to(got, want.shape), want):
+        return bq
+    return _rescaled_bias(codes, got, want)
+
+
+def _rescaled_bias(codes: np.ndarray, scale: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """An int32 bias whose scale is not sx·sw, requantized to sx·sw: the float bias the
+    DequantizeLinear gives, ``f32(bq·sb)``, rounded half to even to the nearest multiple of
+    ``sx·sw`` and saturated to int32 (eq. (6b)). Exporters deduplicate equal constants, so
+    one bias DequantizeLinear written for one Conv can feed Convs of other ``sx·sw``
+    (ONNX Runtime's quantizer, a shared zero bias); against the float group the result
+    moves by at most ``0.5·sx·sw`` per channel, less than half a step of the output."""
+    floats = (codes.astype(np.float32) * np.broadcast_to(scale, codes.shape)).astype(np.float64)
+    q = np.rint(floats / np.broadcast_to(want, codes.shape).astype(np.float64))
+    info = np.iinfo(np.int32)
+    return np.clip(q, info.min, info.max).astype(np.int32)
 
 
 class LowerConv(Rule):
@@ -215,7 +232,7 @@ class LowerConv(Rule):
         zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
         inputs = [m["x"], m["sx"], zx, m["w"], m["sw"], zw, m["sy"], zy]
         bq = m.data["bq"]
-        if isinstance(bq, np.ndarray):  # a float bias, quantized at compile time
+        if isinstance(bq, np.ndarray):  # a float bias quantized, or an int32 one requantized
             bq = b.const(f"{m['b'].name}_quantized", bq)
         if bq is not None:
             inputs.append(bq)
@@ -355,7 +372,10 @@ def _gemm_rewrite(m: Match, b: Builder, out: str, with_output: bool) -> Value:
     gemm = m.node("c")
     za = _zero_point_or_default(b, m, "za", m.data["qa"], "a_zero_point")
     zb = _zero_point_or_default(b, m, "zb", m.data["qb"], "b_zero_point")
-    inputs: list[Value | None] = [m["a"], m["sa"], za, m["bq"], m["sb"], zb, m.data["bias"]]
+    bias = m.data["bias"]
+    if isinstance(bias, np.ndarray):  # an int32 bias requantized to sa·sb at compile time
+        bias = b.const(f"{m['cb'].name}_requantized", bias)
+    inputs: list[Value | None] = [m["a"], m["sa"], za, m["bq"], m["sb"], zb, bias]
     if with_output:
         inputs += [m["sy"], _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")]
     attrs = {k: gemm.attrs[k] for k in ("alpha", "transA", "transB") if k in gemm.attrs}
