@@ -1,4 +1,4 @@
-"""The import direction of DESIGN.md's layer table, enforced on the source.
+"""The import direction of docs/design.md's layer table ("Layers and imports"), enforced on the source.
 
 Failure signature this guards against: a kernel importing the IR, or the IR importing
 passes ("TODO: symbolic shouldn't be importing from codegen"). An import may only point
