@@ -54,6 +54,7 @@ __all__ = [
     "CONTROL_FLOW_OPS",
     "Body",
     "control_flow_kernel",
+    "fold_static_ifs",
     "node_scope",
     "observing",
     "scoped_name",
@@ -169,7 +170,7 @@ def compile_body(
     def build(outer: Sequence[Value | None], *, static: bool = False) -> tuple[list[str], Executor]:
         sub = subgraph_model(proto, outer, node.outer_names, model, fresh_shapes=static)
         if static:
-            sub = _fold_static_ifs(sub)
+            sub = fold_static_ifs(sub)
         passes = [] if as_written else default_pipeline(target, sub)
         if not passes and not as_written:  # a float body: constants folded, constant Ifs inlined
             passes = simplify_control_flow(evaluator=reference_evaluator(sub.opset_imports))
@@ -217,7 +218,7 @@ def compile_body(
 MAX_INLINE_ROUNDS = 4
 
 
-def _fold_static_ifs(sub: Model) -> Model:
+def fold_static_ifs(sub: Model) -> Model:
     """Fold constants and inline the Ifs whose conditions fold, inferring shapes anew
     after each round that inlined one (the inlined nodes carry types inferred for the
     symbolic shapes), until none is left to inline."""

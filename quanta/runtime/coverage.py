@@ -59,7 +59,7 @@ def _add_bodies(report: CoverageReport, model: Model, shapes: Mapping[str, tuple
     import onnx
 
     from quanta.ir.onnx_io import subgraph_model
-    from quanta.runtime.control_flow import CONTROL_FLOW_OPS, node_scope
+    from quanta.runtime.control_flow import CONTROL_FLOW_OPS, fold_static_ifs, node_scope
 
     for k, node in enumerate(model.graph.nodes):
         if node.op_type not in CONTROL_FLOW_OPS or node.domain:
@@ -68,10 +68,15 @@ def _add_bodies(report: CoverageReport, model: Model, shapes: Mapping[str, tuple
         graphs = sorted((a, g) for a, g in node.attrs.items() if isinstance(g, onnx.GraphProto))
         n_outer = len(node.outer_names)
         outer = node.inputs[len(node.inputs) - n_outer :] if n_outer else []
+        # outer values of a shape seen in the data: the body's shapes are inferred from it
+        typed = [_with_shape(v, shapes) for v in outer]
+        fresh = any(t is not v for t, v in zip(typed, outer))
         parts: dict[str, CoverageReport] = {}
         for attribute, graph in graphs:
             body_prefix = f"{scope}/{attribute}/"
-            sub = subgraph_model(graph, outer, node.outer_names, model)
+            sub = subgraph_model(graph, typed, node.outer_names, model, fresh_shapes=fresh)
+            if fresh and node.op_type == "If":  # as a session runs a branch for known shapes
+                sub = fold_static_ifs(sub)
             body_shapes = {name[len(body_prefix) :]: s for name, s in shapes.items() if name.startswith(body_prefix)}
             part = lowered_coverage(sub, body_shapes)  # nested bodies included
             for c in part.nodes:
@@ -100,6 +105,16 @@ def _add_bodies(report: CoverageReport, model: Model, shapes: Mapping[str, tuple
         for op, n in part.float_islands.items():
             report.float_islands[op] = report.float_islands.get(op, 0) + n
         report.notes.extend(part.notes)
+
+
+def _with_shape(v, shapes: Mapping[str, tuple[int, ...]]):
+    """``v`` typed with the shape ``shapes`` holds for it (a new Value), else ``v``."""
+    from quanta.ir.graph import Value
+    from quanta.ir.types import TensorType
+
+    if v is None or v.const is not None or v.type is None or v.name not in shapes:
+        return v
+    return Value(v.name, TensorType(v.type.elem, tuple(shapes[v.name])))
 
 
 def _iterations(node, shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, str]:

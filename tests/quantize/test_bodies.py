@@ -213,3 +213,20 @@ def test_subgraphs_float_leaves_bodies_as_they_are(tmp_path):
     want = {a.name: a.g for a in model.graph.node[0].attribute}
     assert [n.op_type for n in got["then_branch"].node] == [n.op_type for n in want["then_branch"].node]
     assert summary.coverage.integer_share == 0.0 and summary.coverage.total_macs > 0
+
+
+def test_coverage_infers_body_shapes_from_the_outer_values_seen():
+    """Shapes observed for main-graph values (benchmarks, ``quanta inspect`` with
+    feeds) reach the bodies: a symbolic image size inside a branch is counted at the
+    size seen, not as 1."""
+    from quanta.runtime.coverage import lowered_coverage
+
+    proto = if_conv_model()
+    x = proto.graph.input[0].type.tensor_type.shape
+    x.dim[2].dim_param, x.dim[3].dim_param = "H", "W"
+    model = load(proto)
+    blind = lowered_coverage(model)
+    seen = lowered_coverage(model, {"x": (1, 3, 5, 9)})
+    assert seen.total_macs == 7 * 27 * 45 + 3 * 7 * 45  # the then branch, the larger one
+    assert {c.name: c.macs for c in blind.nodes}["branch/then_branch/conv1"] == 7 * 27  # H = W = 1
+    assert seen.notes == ["branch (If): MACs of then_branch, the branch with more MACs (calibration ran neither or both)"]
