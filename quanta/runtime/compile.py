@@ -182,7 +182,9 @@ def assign_slots(model: Model, target: Target, kernels: list[Kernel], num_thread
                 f"node {node.label}: kernel {kernel.name} takes out= but the node has {len(outs)} outputs"
             )
         ctx = kernel_context(model, node, num_threads=num_threads)
-        attrs = {**node.attrs, **kernel.params}
+        # a control-flow kernel took its attributes (the subgraphs) when it was compiled:
+        # no keyword arguments per call, so the executor takes its unrolled call
+        attrs = {} if kernel.bodies else {**node.attrs, **kernel.params}
         steps.append(PlanStep(k, node, kernel, ctx, attrs, tuple(ins), tuple(outs), ()))
     for v in graph.outputs:
         if id(v) not in slot_of_value:
