@@ -117,6 +117,12 @@ class Plan:
                 out.extend((f"{s.name}/{attribute}/{n}", op, why) for n, op, why in body.plan.fallbacks)
         return out
 
+    @property
+    def total_steps(self) -> int:
+        """Steps of this plan and of the compiled If / Loop / Scan bodies in it (the
+        generic plans: what :attr:`fallbacks` counts over)."""
+        return len(self.steps) + sum(b.plan.total_steps for s in self.steps for b in s.kernel.bodies.values())
+
     def count(self, kind: SlotKind) -> int:
         return sum(1 for s in self.slots if s.kind is kind)
 

@@ -385,3 +385,12 @@ def test_if_branch_specialized_per_signature_inlines_shape_guarded_ifs(backend):
     assert [s.op_type for s in one.plan.steps] == ["Neg", "Squeeze", "Relu"]
     two = then_body.specialized[(((2, 3), np.dtype(np.float32)),)]
     assert [s.op_type for s in two.plan.steps] == ["Neg", "Relu"]
+
+
+def test_plan_counts_and_names_the_steps_of_bodies():
+    """plan.fallbacks and plan.total_steps reach into compiled bodies (what `quanta
+    bench` reports as "N of M steps ran on reference kernels")."""
+    sess = InferenceSession(if_model().SerializeToString(), backend="reference")
+    assert sess.plan.total_steps == 3 + 2 + 3  # main graph, then branch, else branch
+    (step,) = [s for s in sess.plan.steps if s.op_type == "If"]
+    assert step.kernel.bodies["then_branch"].plan.total_steps == 2
