@@ -2,7 +2,8 @@
 tensor that will be quantized.
 
 Activations are handed to their observer the moment a node produces them (the
-reference executable's ``on_value`` hook) and are freed after their last use as usual,
+executor's ``on_value`` hook, on the reference target; values inside If / Loop / Scan
+bodies under their scoped names ``{node}/{attribute}/{value}``) and are freed after their last use as usual,
 so memory is one sample's live activations plus the observers' fixed-size state —
 never the whole dataset (ORT's Entropy/Percentile calibrators keep every activation of
 every sample). Samples may differ in shape (variable sequence length).
@@ -19,7 +20,8 @@ import numpy as np
 from quanta.calibrate.observer import ObserverBase
 from quanta.calibrate.readers import CalibrationDataError, ImagePreprocess, iter_feeds
 from quanta.ir.graph import Model
-from quanta.targets.reference import ReferenceTarget
+from quanta.runtime.compile import compile as compile_model
+from quanta.runtime.execute import Executor
 
 __all__ = ["CalibrationResult", "calibrate"]
 
@@ -100,7 +102,10 @@ def calibrate(
     wanted = list(dict.fromkeys(tensors))
     observers = CalibrationResult({name: make_observer(name) for name in wanted})
     means = {name: ChannelMean(axis) for name, axis in (channel_means or {}).items()}
-    exe = ReferenceTarget().prepare(model)
+    # the model as given, on the reference target: If / Loop / Scan bodies run as
+    # compiled plans too and report their values under scoped names
+    # (quanta.runtime.control_flow.scoped_name), so tensors inside bodies are observed
+    exe = Executor(compile_model(model, "reference", passes=[]))
     graph = model.graph
     input_names = {v.name for v in graph.inputs}
     outputs = [v.name for v in graph.outputs]

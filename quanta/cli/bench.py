@@ -143,7 +143,7 @@ def bench_model(
         quanta=Latency(f"quanta ({backend})", q_times),
         ort_error=ort_error,
         profile=profiler.summary(top),
-        n_steps=len(sess.plan.steps),
+        n_steps=sess.plan.total_steps,
         fallbacks=sess.fallbacks,
         static_fallbacks=sum(1 for i in static if sess.plan.steps[i].kernel.fallback),
     )

@@ -5,7 +5,7 @@
     quanta run MODEL [--inputs X.npz] [-o Y.npz] [--backend native|reference]
     quanta quantize IN -o OUT --calib DATA [--method ...] [--dynamic] [--per-channel|--per-tensor]
                    [--activation-type uint8|int8] [--weight-type int8|uint8|int4] [--exclude NODE...]
-                   [--recurrent dynamic|float] [--recipe FILE]
+                   [--recurrent dynamic|float] [--subgraphs quantize|float] [--recipe FILE]
     quanta bench MODEL [--vs-ort] [--threads N] [--batch B] [--dim NAME=SIZE] [--feeds F.npz] [--warmup W] [--runs R]
                                           latency (median, p90), side by side with ONNX Runtime
     quanta demo                           the built-in demo model, end to end
@@ -210,6 +210,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         options["min_integer_share"] = args.min_integer_share
     if args.recurrent:
         options["recurrent"] = args.recurrent
+    if args.subgraphs:
+        options["subgraphs"] = args.subgraphs
     if args.dynamic:
         quantize_dynamic(args.model, args.output, args.recipe, **options)
     else:
@@ -299,6 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--recurrent",
         choices=["dynamic", "float"],
         help="LSTMs: ONNX Runtime's DynamicQuantizeLSTM (default) or kept float",
+    )
+    s.add_argument(
+        "--subgraphs",
+        choices=["quantize", "float"],
+        help="If / Loop / Scan bodies: quantized inside by the same rules (default) or kept float",
     )
     s.add_argument("--image-size", type=int, help="images: center crop to SIZE x SIZE")
     s.add_argument("--image-resize", type=int, help="images: resize the shorter side to this first")

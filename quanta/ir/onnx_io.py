@@ -56,7 +56,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 from quanta.ir.graph import Graph, GraphError, Model, Node, Value, toposort_nodes
 from quanta.ir.op_facts import derive
 from quanta.ir.shape_hints import reinfer_declared_shapes, tensor_types
-from quanta.ir.subgraphs import renamed_graph, subgraph_outer_names
+from quanta.ir.subgraphs import renamed_graph, subgraph_outer_names, subgraph_outer_names_of_graph
 from quanta.ir.types import (
     CalibratedType,
     FloatType,
@@ -461,6 +461,16 @@ def _type_from_value_info(vi: onnx.ValueInfoProto) -> TensorType | None:
     return TensorType(elem, tuple(dims))
 
 
+def value_info_types(graph: onnx.GraphProto) -> dict[str, TensorType]:
+    """The types ``graph`` declares (value_info, inputs, outputs), by value name."""
+    types: dict[str, TensorType] = {}
+    for vi in [*graph.value_info, *graph.input, *graph.output]:
+        t = _type_from_value_info(vi)
+        if t is not None:
+            types[vi.name] = t
+    return types
+
+
 def from_proto(proto: onnx.ModelProto, where: str = "model") -> Model:
     g = proto.graph
     types: dict[str, TensorType] = {}
@@ -800,6 +810,65 @@ def to_proto(model: Model) -> onnx.ModelProto:
     proto.functions.extend(model.functions)
     _infer_unknown_output_ranks(proto, signature)
     return proto
+
+
+def subgraph_model(
+    body: onnx.GraphProto,
+    outer: Sequence[Value],
+    outer_names: Sequence[str],
+    parent: Model,
+    *,
+    infer_shapes: bool = True,
+    fresh_shapes: bool = False,
+) -> Model:
+    """A subgraph (an If branch, a Loop or Scan body) as a model of its own: its formal
+    inputs first, then one graph input per enclosing-scope name it reads
+    (``outer_names``, typed as the parent's values ``outer`` bound to them; an outer
+    value that is a constant becomes an initializer instead), its outputs as the graph
+    outputs; opsets, IR version and functions of ``parent``. Names of
+    ``outer_names`` the subgraph does not read are not added (a node binds the names all
+    of its subgraphs read). ``fresh_shapes``: the subgraph's own ``value_info`` (inferred
+    for the enclosing graph's symbolic shapes) is dropped, so shapes are inferred anew
+    from the outer types given."""
+    read = set(subgraph_outer_names_of_graph(body))
+    g = onnx.GraphProto()
+    g.CopyFrom(body)
+    if fresh_shapes:
+        del g.value_info[:]
+    for name, v in zip(outer_names, outer):
+        if name not in read:
+            continue
+        if v is not None and v.const is not None:
+            # an outer constant (a weight the main graph holds) is a constant of the
+            # body: binders prepack it, the quantizer quantizes it
+            g.initializer.append(numpy_helper.from_array(np.asarray(v.const), name))
+            continue
+        vi = _value_info(v) if v is not None else onnx.ValueInfoProto(name=name)
+        vi.name = name
+        g.input.append(vi)
+    opsets = [helper.make_opsetid(d, ver) for d, ver in sorted(parent.opset_imports.items())]
+    proto = helper.make_model(g, opset_imports=opsets, ir_version=parent.ir_version)
+    proto.functions.extend(parent.functions)
+    if infer_shapes:
+        try:
+            proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+        except Exception:  # a subgraph whose shapes cannot be inferred still compiles
+            pass
+    proto.graph.CopyFrom(_sorted_copy(proto.graph))
+    return from_proto(proto, where=f"subgraph '{body.name}'")
+
+
+def reinferred(model: Model) -> Model:
+    """``model`` written and loaded again with its shapes inferred anew (the declared
+    ``value_info`` dropped): after a rewrite exposed values whose types were inferred
+    for other shapes (an inlined If branch)."""
+    proto = to_proto(model)
+    del proto.graph.value_info[:]
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    except Exception:  # shapes that cannot be inferred: the model as it is
+        pass
+    return from_proto(proto, where=model.graph.name)
 
 
 def explicit_inputs(node: Node) -> list[Value | None]:

@@ -10,7 +10,7 @@ from onnx import AttributeProto
 
 from quanta.ir.graph import Node
 
-__all__ = ["renamed_graph", "subgraph_outer_names"]
+__all__ = ["rebind_outer_values", "renamed_graph", "subgraph_outer_names", "subgraph_outer_names_of_graph"]
 
 
 def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -58,6 +58,14 @@ def subgraph_outer_names(node: onnx.NodeProto | Node) -> list[str]:
     return list(seen)
 
 
+def subgraph_outer_names_of_graph(graph: onnx.GraphProto) -> list[str]:
+    """The names of the enclosing scope that ``graph`` (one subgraph) reads, in first-use
+    order."""
+    seen: dict[str, None] = {}
+    _free_names(graph, seen)
+    return list(seen)
+
+
 def renamed_graph(graph: onnx.GraphProto, renames: dict[str, str]) -> onnx.GraphProto:
     """A copy of ``graph`` reading ``renames[name]`` wherever it read an outer-scope
     ``name`` (names it defines itself shadow the outer ones)."""
@@ -77,3 +85,26 @@ def renamed_graph(graph: onnx.GraphProto, renames: dict[str, str]) -> onnx.Graph
                     sub.CopyFrom(renamed_graph(sub, inner))
         defined.update(n.output)
     return g
+
+
+def rebind_outer_values(node: Node) -> None:
+    """After ``node``'s subgraphs were replaced: bind exactly the enclosing-scope names
+    they now read (:attr:`Node.outer_names` and the node's trailing inputs, with their
+    uses), keeping the values already bound to names still read. A name no longer read
+    (a weight the subgraph now holds itself) is unbound; a newly read name must already
+    be bound."""
+    n_outer = len(node.outer_names)
+    n_own = len(node.inputs) - n_outer
+    bound = dict(zip(node.outer_names, node.inputs[n_own:]))
+    names = [name for name in subgraph_outer_names(node) if name in bound]
+    for i in range(n_own, len(node.inputs)):
+        v = node.inputs[i]
+        if v is not None:
+            v.uses.remove((node, i))
+    node.inputs = node.inputs[:n_own]
+    for name in names:
+        v = bound[name]
+        node.inputs.append(v)
+        if v is not None:
+            v.uses.append((node, len(node.inputs) - 1))
+    node.outer_names = tuple(names)

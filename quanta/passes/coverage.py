@@ -125,6 +125,8 @@ class CoverageReport:
     float_islands: dict[str, int] = field(default_factory=dict)  # op -> count after lowering
     channels_last_ops: int = 0  # operators running channels-last (passes/lower/channels_last.py)
     layout_transposes: int = 0  # Transposes that pass inserted at region edges
+    #: how If / Loop / Scan bodies were counted (which branch, how many iterations)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def total_macs(self) -> int:
@@ -149,6 +151,9 @@ class CoverageReport:
             f"integer MACs: {self.integer_share * 100:.1f} % of {self.total_macs:,} "
             f"({self.integer_macs:,} in integer)"
         ]
+        lines.extend(f"subgraph: {note}" for note in self.notes[:3])
+        if len(self.notes) > 3:
+            lines.append(f"subgraph: ... and {len(self.notes) - 3} more (CoverageReport.notes)")
         big = self.largest_float(rows)
         if big:
             lines.append("largest float compute:")
@@ -179,6 +184,8 @@ class CoverageReport:
             lines.append(
                 "float islands: " + ", ".join(f"{op} {k}" for op, k in sorted(self.float_islands.items()))
             )
+        for note in self.notes:
+            lines.append(f"subgraph: {note}")
         if stayed:
             lines.append("stayed float:")
             for n in stayed[:max_rows]:

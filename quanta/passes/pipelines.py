@@ -30,6 +30,7 @@ from quanta.passes.rules.fold_pad import FoldPad
 from quanta.passes.rules.fold_reshape_dims import FoldReshapeDims
 from quanta.passes.rules.fold_static_dims import FoldStaticDims
 from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation
+from quanta.passes.rules.inline_if import InlineIf
 from quanta.passes.rules.propagate_views import PropagateViews
 from quanta.passes.rules.remove_noops import RemoveNoops
 
@@ -40,6 +41,7 @@ __all__ = [
     "prepare_for_lowering",
     "prepare_for_quantization",
     "simplify",
+    "simplify_control_flow",
 ]
 
 
@@ -111,6 +113,8 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
 
     return [
         FoldConstants(evaluator),
+        InlineIf(),  # an If on a condition folded to a constant: its branch's nodes
+        FoldConstants(evaluator),
         RemoveNoops(),
         FoldBatchNorm(),
         *_fold_groupnorm(opset),
@@ -125,6 +129,15 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         ChannelsLast(),  # convolutions exchange NHWC; transposes only at region edges
         EliminateDead(),
     ]
+
+
+def simplify_control_flow(*, evaluator: Evaluator | None = None) -> list[Pass]:
+    """What the runtime compiles a float graph with If / Loop / Scan nodes (or a float
+    If branch, Loop or Scan body) with: constants folded (Constant nodes, the shapes a
+    static graph fixes), an If whose condition became a constant inlined, and what
+    that leaves folded (the Identity branches of an exporter's optional Squeeze) and
+    dead code removed. Every step is exact."""
+    return [FoldConstants(evaluator), InlineIf(), FoldConstants(evaluator), RemoveNoops(), EliminateDead()]
 
 
 def prepare_for_lowering(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:

@@ -36,6 +36,7 @@ __all__ = [
     "Recipe",
     "RecipeError",
     "RecurrentMode",
+    "SubgraphMode",
     "TensorOverride",
     "storage_from_name",
 ]
@@ -104,6 +105,19 @@ def storage_from_name(name: str | IntType, what: str) -> IntType:
     return _STORAGE[key]
 
 
+class SubgraphMode(enum.Enum):
+    """What quantize_static does inside If branches and Loop / Scan bodies."""
+
+    QUANTIZE = "quantize"  # calibrated and quantized by the main graph's rules
+    #: only the forms that quantize activations at run time: LSTM -> DynamicQuantizeLSTM
+    #: (int8 weights); the rest stays float. A body's activations are calibrated only on
+    #: the runs that took it, and bodies are typically per-step code whose errors are
+    #: carried through state (silero-vad's If branches: static quantization of their
+    #: convolutions moves 2.5 % of the voice/no-voice frames, DynamicQuantizeLSTM none)
+    DYNAMIC = "dynamic"
+    FLOAT = "float"  # left as they are (their compute counted as float, with this reason)
+
+
 @dataclass(frozen=True)
 class TensorOverride:
     """Per-tensor choices that win over the recipe's: a fixed range, a storage type,
@@ -139,6 +153,7 @@ class Recipe:
     # fail, writing nothing, when a smaller share of the MACs would run in integer
     min_integer_share: float | None = None
     recurrent: RecurrentMode = RecurrentMode.DYNAMIC
+    subgraphs: SubgraphMode = SubgraphMode.DYNAMIC
 
     def __post_init__(self) -> None:
         if isinstance(self.method, str):
@@ -153,6 +168,12 @@ class Recipe:
             except ValueError:
                 choices = ", ".join(m.value for m in RecurrentMode)
                 raise RecipeError(f"recurrent: unknown mode {self.recurrent!r}; expected one of {choices}") from None
+        if isinstance(self.subgraphs, str):
+            try:
+                self.subgraphs = SubgraphMode(self.subgraphs.lower())
+            except ValueError:
+                choices = ", ".join(m.value for m in SubgraphMode)
+                raise RecipeError(f"subgraphs: unknown mode {self.subgraphs!r}; expected one of {choices}") from None
         storage_from_name(self.activation_type, "activation_type")
         storage_from_name(self.weight_type, "weight_type")
         if self.activation_type.lower() in ("int4", "uint4"):
@@ -192,6 +213,7 @@ class Recipe:
         d = asdict(self)
         d["method"] = self.method.value
         d["recurrent"] = self.recurrent.value
+        d["subgraphs"] = self.subgraphs.value
         d["op_types"] = sorted(self.op_types)
         d["exclude"] = list(self.exclude)
         d["overrides"] = {

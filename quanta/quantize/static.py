@@ -22,6 +22,7 @@ The same model, data and recipe give a byte-identical file.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -38,6 +39,7 @@ from quanta.ir.graph import Model
 from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save, upgrade_opset
 from quanta.ir.verify import Stage, verify
 from quanta.passes.coverage import CoverageReport
+from quanta.quantize.bodies import BodyScope, plan_bodies, prepare_bodies, quantize_bodies
 from quanta.quantize.qdq import (
     QdqPlan,
     bias_correction_inputs,
@@ -46,7 +48,7 @@ from quanta.quantize.qdq import (
     plan_qdq,
     resolve_params,
 )
-from quanta.quantize.recipe import CalibrationMethod, Recipe
+from quanta.quantize.recipe import CalibrationMethod, Recipe, SubgraphMode
 from quanta.quantize.recurrent import quantize_lstms
 from quanta.runtime.coverage import lowered_coverage
 
@@ -97,13 +99,25 @@ class QuantizationSummary:
             lines.append("tensors left float:")
             for name, reason in self.float_tensors[:max_rows]:
                 lines.append(f"  {name}: {reason}")
-        interesting = [f for f in self.float_nodes if "not in the quantized op types" not in f[2]]
+        interesting = [
+            f
+            for f in self.float_nodes
+            if "not in the quantized op types" not in f[2] and f[2] != SUBGRAPH_STATIC_REASON
+        ]
         kept = {}
+        inside: dict[str, int] = {}
         for _, op, reason in self.float_nodes:
             if "not in the quantized op types" in reason:
                 kept[op] = kept.get(op, 0) + 1
+            elif reason == SUBGRAPH_STATIC_REASON:
+                inside[op] = inside.get(op, 0) + 1
         if kept:
             lines.append("float by design: " + ", ".join(f"{op} {n}" for op, n in sorted(kept.items())))
+        if inside:
+            lines.append(
+                "float inside subgraphs (" + SUBGRAPH_STATIC_REASON + "): "
+                + ", ".join(f"{op} {n}" for op, n in sorted(inside.items()))
+            )
         if interesting:
             lines.append("nodes left float:")
             for name, op, reason in interesting[:max_rows]:
@@ -244,15 +258,27 @@ def quantize_static(
     recipe = _recipe_from(recipe, options)
     model = load_for_quantization(model_input, min_opset=21 if recipe.weight_storage.bits == 4 else MIN_OPSET)
     prepare_float_graph(model)
+    quantize_inside = recipe.subgraphs is not SubgraphMode.FLOAT
+    if quantize_inside:
+        prepare_bodies(model, prepare_float_graph)
     graph = model.graph
     plan = plan_qdq(graph, recipe)
+    bodies = plan_bodies(model, body_recipe(recipe)) if quantize_inside else []
     ranges = {}
+    body_float: dict[str, str] = {}
     samples = 0
     shapes: dict = {}
     to_calibrate = plan.activations_to_calibrate()
     means_for = bias_correction_inputs(plan) if recipe.bias_correction else {}
+    for scope in (s for top in bodies for s in top.walk()):
+        assert scope.plan is not None
+        to_calibrate += [scope.prefix + name for name in scope.plan.activations_to_calibrate()]
+        if recipe.bias_correction:
+            means_for.update({scope.prefix + k: a for k, a in bias_correction_inputs(scope.plan).items()})
     means: dict = {}
-    if to_calibrate or means_for:
+    # with bodies, the calibration run also tells which If branches the data takes and
+    # the shapes inside the bodies (coverage counts their MACs with them)
+    if to_calibrate or means_for or bodies:
         observers = calibrate(
             model,
             to_calibrate,
@@ -269,22 +295,33 @@ def quantize_static(
         for name, obs in observers.items():
             reason = obs.degenerate()
             if reason is not None:
-                plan.tensors[name].float_reason = reason
+                if name in plan.tensors:
+                    plan.tensors[name].float_reason = reason
+                else:  # a scoped name: a tensor inside a body
+                    body_float[name] = reason
             else:
                 ranges[name] = obs.range()
     resolve_params(graph, plan, ranges, recipe)
     if recipe.bias_correction:
         correct_biases(graph, plan, means)
+    quantize_bodies(bodies, model, ranges, body_float, means, recipe)
     insert_qdq(graph, plan)
     lstms = quantize_lstms(model, recipe)
     verify(graph, Stage.QDQ)
     model.metadata["quanta.recipe"] = recipe.to_json()
     model.producer_name = "quanta"
     report = lowered_coverage(model, shapes)
+    if recipe.subgraphs is SubgraphMode.DYNAMIC:
+        prefixes = tuple(scope.prefix for scope in bodies)
+        for c in report.nodes:
+            if c.name.startswith(prefixes) and not c.integer_op and c.op in recipe.op_types:
+                c.reasons = [SUBGRAPH_STATIC_REASON]
     check_integer_share(report, recipe.min_integer_share, model_output)
     protect = [model.path] if model.path else []
     save(model, model_output, protect=protect)
     summary = _summarize(model, plan, lstms, model_output, recipe, samples, time.perf_counter() - t0)
+    for scope in (s for top in bodies for s in top.walk()):
+        _summarize_body(summary, scope, recipe)
     summary.coverage = report
     if verbose:
         print(summary.format())
@@ -321,9 +358,25 @@ def _recipe_from(recipe: Recipe | str | os.PathLike | None, options: dict[str, A
 
 
 SUBGRAPH_REASON = (
-    "control flow: its subgraphs stay float (quanta quantizes the main graph and carries "
-    "If/Loop/Scan bodies through as they are)"
+    "control flow: the node stays; its subgraphs are quantized inside (their nodes are listed as "
+    "'{node}/{attribute}/{name}')"
 )
+
+
+SUBGRAPH_FLOAT_REASON = "control flow: its subgraphs stay float (recipe subgraphs: float)"
+SUBGRAPH_STATIC_REASON = (
+    "inside a subgraph, static activation quantization is opt-in (recipe subgraphs: quantize; "
+    "the default, dynamic, quantizes LSTMs only)"
+)
+
+
+def body_recipe(recipe: Recipe) -> Recipe:
+    """The recipe a body is planned with: the recipe itself for subgraphs: quantize; no
+    statically quantized op for subgraphs: dynamic (LSTMs still become
+    DynamicQuantizeLSTM)."""
+    if recipe.subgraphs is SubgraphMode.QUANTIZE:
+        return recipe
+    return dataclasses.replace(recipe, op_types=frozenset())
 
 
 def _has_subgraphs(node) -> bool:
@@ -354,7 +407,8 @@ def _summarize(
         elif d.quantize:
             s.quantized.append((d.node.name, d.node.op_type))
         elif _has_subgraphs(d.node):
-            s.float_nodes.append((d.node.name, d.node.op_type, SUBGRAPH_REASON))
+            reason = SUBGRAPH_FLOAT_REASON if recipe.subgraphs is SubgraphMode.FLOAT else SUBGRAPH_REASON
+            s.float_nodes.append((d.node.name, d.node.op_type, reason))
         else:
             s.float_nodes.append((d.node.name, d.node.op_type, d.reason))
     seen = set()
@@ -367,6 +421,35 @@ def _summarize(
     if Path(output).exists():
         s.output_bytes = os.path.getsize(output)
     return s
+
+
+def _summarize_body(s: QuantizationSummary, scope: BodyScope, recipe: Recipe) -> None:
+    """Add the decisions of one body's plan to ``s``, nodes and tensors named under the
+    body's scope."""
+    plan = scope.plan
+    assert plan is not None
+    static_opt_in = recipe.subgraphs is SubgraphMode.DYNAMIC
+    for d in plan.decisions:
+        name = scope.prefix + (d.node.name or d.node.op_type)
+        if id(d.node) in scope.lstms:
+            reason = scope.lstms[id(d.node)]
+            if reason is None:
+                s.quantized.append((name, d.node.op_type))
+            else:
+                s.float_nodes.append((name, d.node.op_type, reason))
+        elif d.quantize:
+            s.quantized.append((name, d.node.op_type))
+        elif _has_subgraphs(d.node):
+            continue  # a nested If / Loop / Scan: its own scope lists its nodes
+        elif static_opt_in and d.node.op_type in recipe.op_types:
+            s.float_nodes.append((name, d.node.op_type, SUBGRAPH_STATIC_REASON))
+        else:
+            s.float_nodes.append((name, d.node.op_type, d.reason))
+    seen = set()
+    for t in plan.tensors.values():
+        if t.float_reason and t.name not in seen and t.role == "activation":
+            seen.add(t.name)
+            s.float_tensors.append((scope.prefix + t.name, t.float_reason))
 
 
 def recipe_of(path: str | os.PathLike) -> Recipe:

@@ -5,7 +5,8 @@ The stages, in order (each a function below)::
     1. run_passes      the pass pipeline (quanta.passes.pipelines) rewrites the graph;
                        today the default pipeline is empty: no pass runs
     2. bind_kernels    the target picks one kernel per node (native, or its reference
-                       twin recorded as a fallback with the reason)
+                       twin recorded as a fallback with the reason); If / Loop / Scan
+                       get their bodies compiled (quanta.runtime.control_flow)
     3. assign_slots    one slot per value; constants, inputs, outputs, intermediates
     4. plan_memory     liveness of intermediates -> offsets in one arena (static shapes;
                        symbolic shapes are planned by the executor at the first run of
@@ -56,7 +57,8 @@ def compile(
     if num_threads < 1:
         raise ValueError(f"num_threads: expected >= 1, got {num_threads}")
     pipeline_result = run_passes(model, default_pipeline(target, model) if passes is None else passes)
-    kernels = bind_kernels(model, target)
+    # an explicit empty pipeline (ORT_DISABLE_ALL, calibration) runs the bodies as written too
+    kernels = bind_kernels(model, target, num_threads, as_written=passes is not None and not passes)
     plan = assign_slots(model, target, kernels, num_threads)
     plan.passes = pipeline_result
     plan.memory = plan_static_memory(plan)
@@ -69,13 +71,19 @@ def default_pipeline(target: Target, model: Model) -> list[Pass]:
     "reference" execute the same graph, and "reference" is the golden of the *same*
     integer arithmetic): a quantized graph (QDQ, QOperator or dynamically quantized: any
     quantization operator) has its Q -> op -> DQ groups lowered to integer operators, its
-    convolutions run channels-last and its float islands fused; a float graph runs as
-    loaded. A fresh list per call (rule passes keep the refusals of their last run).
+    convolutions run channels-last and its float islands fused; a float graph with If /
+    Loop / Scan nodes (or a float body) gets ``simplify_control_flow`` (constants folded,
+    Ifs on constants inlined); any other float graph runs as loaded. A fresh list per call (rule passes keep the refusals of their last run).
     Sessions with ``graph_optimization_level = ORT_DISABLE_ALL`` pass ``passes=[]``."""
     del target  # the same pipeline for every target
     from quanta.ir.op_rules import QUANT_OPS
+    from quanta.runtime.control_flow import CONTROL_FLOW_OPS
 
     if not any(n.op_type in QUANT_OPS for n in model.graph.nodes):
+        if any(n.op_type in CONTROL_FLOW_OPS for n in model.graph.nodes):
+            from quanta.passes.pipelines import simplify_control_flow
+
+            return simplify_control_flow(evaluator=reference_evaluator(model.opset_imports))
         return list(DEFAULT_PIPELINE)
     from quanta.passes.pipelines import lower_qdq
 
@@ -117,10 +125,22 @@ def run_passes(model: Model, passes: Sequence[Pass]) -> PipelineResult | None:
     return PassManager(passes).run(model)
 
 
-def bind_kernels(model: Model, target: Target) -> list[Kernel]:
-    """One kernel per node, in graph order."""
+def bind_kernels(model: Model, target: Target, num_threads: int = 1, *, as_written: bool = False) -> list[Kernel]:
+    """One kernel per node, in graph order. If / Loop / Scan get the runtime's kernel
+    over their bodies compiled for ``target`` (:mod:`quanta.runtime.control_flow`; with
+    ``as_written`` no pass runs on the bodies)."""
+    from quanta.runtime.control_flow import CONTROL_FLOW_OPS, control_flow_kernel, node_scope
+
     check_supported(target, model)
-    return [target.select_kernel(model, node) for node in model.graph.nodes]
+    kernels = []
+    for k, node in enumerate(model.graph.nodes):
+        if node.op_type in CONTROL_FLOW_OPS and node.domain == "":
+            kernels.append(
+                control_flow_kernel(model, node, target, num_threads, node_scope(node, k), as_written=as_written)
+            )
+        else:
+            kernels.append(target.select_kernel(model, node))
+    return kernels
 
 
 def assign_slots(model: Model, target: Target, kernels: list[Kernel], num_threads: int) -> Plan:
@@ -162,7 +182,9 @@ def assign_slots(model: Model, target: Target, kernels: list[Kernel], num_thread
                 f"node {node.label}: kernel {kernel.name} takes out= but the node has {len(outs)} outputs"
             )
         ctx = kernel_context(model, node, num_threads=num_threads)
-        attrs = {**node.attrs, **kernel.params}
+        # a control-flow kernel took its attributes (the subgraphs) when it was compiled:
+        # no keyword arguments per call, so the executor takes its unrolled call
+        attrs = {} if kernel.bodies else {**node.attrs, **kernel.params}
         steps.append(PlanStep(k, node, kernel, ctx, attrs, tuple(ins), tuple(outs), ()))
     for v in graph.outputs:
         if id(v) not in slot_of_value:

@@ -42,5 +42,101 @@ def lowered_coverage(model: Model, shapes: Mapping[str, tuple[int, ...]] | None 
     lowered = from_proto(proto, where=model.path or "model")
     passes = default_pipeline(get_target("reference"), lowered)
     no_matches = PassManager(passes).run(lowered).no_matches if passes else []
-    return coverage(before.graph, lowered.graph, no_matches, shapes)
+    report = coverage(before.graph, lowered.graph, no_matches, shapes)
+    _add_bodies(report, before, shapes or {})
+    return report
+
+
+def _add_bodies(report: CoverageReport, model: Model, shapes: Mapping[str, tuple[int, ...]], prefix: str = "") -> None:
+    """Add the compute nodes of ``model``'s If / Loop / Scan bodies to ``report``, named
+    ``{node}/{attribute}/{name}``, each body lowered as a session compiles it.
+
+    Which body counts: an If counts one branch, the one the calibration data ran
+    (``shapes`` holds values of that branch's scope), else the one with more MACs; a
+    Loop or Scan counts its body once per iteration when the trip count is a constant
+    or the scan length is static, else once. Each choice is written in
+    ``report.notes``."""
+    import onnx
+
+    from quanta.ir.onnx_io import subgraph_model
+    from quanta.runtime.control_flow import CONTROL_FLOW_OPS, fold_static_ifs, node_scope
+
+    for k, node in enumerate(model.graph.nodes):
+        if node.op_type not in CONTROL_FLOW_OPS or node.domain:
+            continue
+        scope = prefix + node_scope(node, k)
+        graphs = sorted((a, g) for a, g in node.attrs.items() if isinstance(g, onnx.GraphProto))
+        n_outer = len(node.outer_names)
+        outer = node.inputs[len(node.inputs) - n_outer :] if n_outer else []
+        # outer values of a shape seen in the data: the body's shapes are inferred from it
+        typed = [_with_shape(v, shapes) for v in outer]
+        fresh = any(t is not v for t, v in zip(typed, outer))
+        parts: dict[str, CoverageReport] = {}
+        for attribute, graph in graphs:
+            body_prefix = f"{scope}/{attribute}/"
+            sub = subgraph_model(graph, typed, node.outer_names, model, fresh_shapes=fresh)
+            if fresh and node.op_type == "If":  # as a session runs a branch for known shapes
+                sub = fold_static_ifs(sub)
+            body_shapes = {name[len(body_prefix) :]: s for name, s in shapes.items() if name.startswith(body_prefix)}
+            part = lowered_coverage(sub, body_shapes)  # nested bodies included
+            for c in part.nodes:
+                c.name = body_prefix + c.name
+            part.notes = [body_prefix + note for note in part.notes]
+            parts[attribute] = part
+        if not parts:
+            continue
+        if node.op_type == "If":
+            ran = [a for a in parts if any(name.startswith(f"{scope}/{a}/") for name in shapes)]
+            if len(ran) == 1:
+                chosen, why = ran[0], "the branch the calibration data ran"
+            else:
+                chosen = max(parts, key=lambda a: (parts[a].total_macs, a))
+                why = "the branch with more MACs (calibration ran neither or both)"
+            report.notes.append(f"{scope} (If): MACs of {chosen}, {why}")
+            times = 1
+        else:
+            chosen = "body"
+            times, why = _iterations(node, shapes)
+            report.notes.append(f"{scope} ({node.op_type}): body MACs x {times} ({why})")
+        part = parts[chosen]
+        for c in part.nodes:
+            c.macs *= times
+        report.nodes.extend(part.nodes)
+        for op, n in part.float_islands.items():
+            report.float_islands[op] = report.float_islands.get(op, 0) + n
+        report.notes.extend(part.notes)
+
+
+def _with_shape(v, shapes: Mapping[str, tuple[int, ...]]):
+    """``v`` typed with the shape ``shapes`` holds for it (a new Value), else ``v``."""
+    from quanta.ir.graph import Value
+    from quanta.ir.types import TensorType
+
+    if v is None or v.const is not None or v.type is None or v.name not in shapes:
+        return v
+    return Value(v.name, TensorType(v.type.elem, tuple(shapes[v.name])))
+
+
+def _iterations(node, shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, str]:
+    """How many times a Loop or Scan runs its body, as far as the file says."""
+    import numpy as np
+
+    if node.op_type == "Loop":
+        m = node.inputs[0] if node.inputs else None
+        if m is not None and m.const is not None:
+            return max(int(np.asarray(m.const).reshape(-1)[0]), 0), "constant trip count"
+        return 1, "trip count not a constant: one iteration counted"
+    n_scan = int(node.attrs.get("num_scan_inputs", 0))
+    n_own = len(node.inputs) - len(node.outer_names)
+    axes = list(node.attrs.get("scan_input_axes") or [0] * n_scan)
+    if n_scan:
+        x = node.inputs[n_own - n_scan]
+        shape = shapes.get(x.name) if x is not None else None
+        if shape is None and x is not None and x.type is not None:
+            shape = x.type.shape
+        if shape is not None:
+            axis = axes[0] + len(shape) if axes[0] < 0 else axes[0]
+            if axis < len(shape) and isinstance(shape[axis], int) and shape[axis] > 0:
+                return int(shape[axis]), "scan length"
+    return 1, "scan length unknown: one iteration counted"
 

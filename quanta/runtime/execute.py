@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from quanta.runtime.compile import plan_static_memory
+from quanta.runtime.control_flow import reset_observer, set_observer
 from quanta.runtime.memory import VIEW_OPS, MemoryPlan
 from quanta.runtime.plan import Plan, SlotKind
 from quanta.runtime.profile import Profiler
@@ -117,6 +118,9 @@ class Executor(Executable):
         self._static = signature_static_steps(plan)
         self._bound: OrderedDict[tuple, BoundRun] = OrderedDict()
         self._bound_lock = threading.Lock()
+        self._call_inputs: list[int] = []
+        self._call_outputs: list[int] = []
+        self._call_order: list[int] | None = None
 
     # -- public ------------------------------------------------------------------
     def run(
@@ -143,6 +147,51 @@ class Executor(Executable):
             if k is None:
                 raise TargetError(f"unknown input '{name}'; the plan's inputs are {sorted(inputs)}")
             vals[k] = arr
+        if on_value is None:
+            return self._run_slots(vals, out_slots, None)
+        token = set_observer(on_value)  # If / Loop / Scan bodies report to it too
+        try:
+            return self._run_slots(vals, out_slots, on_value)
+        finally:
+            reset_observer(token)
+
+    def bind_positional(self, input_names: Sequence[str], output_names: Sequence[str]) -> None:
+        """Fixes the inputs and outputs of :meth:`call`, by position (a compiled If / Loop
+        / Scan body runs this way: no names to look up per call)."""
+        self._call_inputs = [self.plan.inputs[n] for n in input_names]
+        self._call_outputs = [self.plan.outputs[n] for n in output_names]
+        # the signature straight from the arguments when they are exactly the input slots
+        position = {k: i for i, k in enumerate(self._call_inputs)}
+        complete = sorted(position) == self._input_slots and len(position) == len(self._call_inputs)
+        self._call_order = [position[k] for k in self._input_slots] if complete else None
+
+    def call(self, args: Sequence[Any], *, on_value: Callable[[str, np.ndarray], None] | None = None) -> list[Any]:
+        """Runs on ``args`` (the inputs :meth:`bind_positional` named, in its order; no
+        validation) and returns its outputs, in its order."""
+        vals = self._template.copy()
+        for k, arr in zip(self._call_inputs, args):
+            vals[k] = arr
+        if on_value is None:
+            order = self._call_order
+            if order is not None and self.profiler is None:
+                # the common case of a body run per window or per iteration, with the
+                # fewest Python calls: a known signature that uses no arena
+                signature = tuple((a.shape, a.dtype) if isinstance(a, np.ndarray) else None for a in map(args.__getitem__, order))
+                bound = self._bound.get(signature)
+                if bound is not None and bound.arena is None and len(self._bound) == 1:
+                    self._run_fast(vals, bound.fast(vals))
+                    return _outputs(vals, self._call_outputs)
+            return self._run_slots(vals, self._call_outputs, None)
+        token = set_observer(on_value)
+        try:
+            return self._run_slots(vals, self._call_outputs, on_value)
+        finally:
+            reset_observer(token)
+
+    def _run_slots(
+        self, vals: list[Any], out_slots: list[int], on_value: Callable[[str, np.ndarray], None] | None
+    ) -> list[Any]:
+        """Runs with the feeds in place in ``vals``; the values of ``out_slots``."""
         signature = self._signature(vals)
         bound = self._bound.get(signature)
         if bound is not None and len(self._bound) > 1:

@@ -107,8 +107,21 @@ class Plan:
 
     @property
     def fallbacks(self) -> list[tuple[str, str, str]]:
-        """(node name, op type, reason) of every step on a fallback kernel."""
-        return [(s.node.name, s.node.op_type, s.kernel.fallback) for s in self.steps if s.kernel.fallback]
+        """(node name, op type, reason) of every step on a fallback kernel; the steps of
+        compiled If / Loop / Scan bodies are named ``{node}/{attribute}/{node in body}``."""
+        out = []
+        for s in self.steps:
+            if s.kernel.fallback:
+                out.append((s.node.name, s.node.op_type, s.kernel.fallback))
+            for attribute, body in s.kernel.bodies.items():
+                out.extend((f"{s.name}/{attribute}/{n}", op, why) for n, op, why in body.plan.fallbacks)
+        return out
+
+    @property
+    def total_steps(self) -> int:
+        """Steps of this plan and of the compiled If / Loop / Scan bodies in it (the
+        generic plans: what :attr:`fallbacks` counts over)."""
+        return len(self.steps) + sum(b.plan.total_steps for s in self.steps for b in s.kernel.bodies.values())
 
     def count(self, kind: SlotKind) -> int:
         return sum(1 for s in self.slots if s.kind is kind)

@@ -58,7 +58,7 @@ class Kernel:
     (``native:quantize_linear_u8``, ``reference:Conv``); ``fallback`` is the reason a
     native target ran the node on its reference twin ("" when it did not fall back);
     ``params`` compile-time keyword arguments; ``out``: the kernel accepts ``out=``
-    (module docstring)."""
+    (module docstring); ``bodies``: the compiled subgraphs of a control-flow node."""
 
     fn: Callable[..., Any]
     impl: str
@@ -66,6 +66,9 @@ class Kernel:
     fallback: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     out: bool = False
+    #: If / Loop / Scan: attribute name -> its compiled subgraph (the runtime's
+    #: ``quanta.runtime.control_flow.Body``); empty for every other kernel
+    bodies: dict[str, Any] = field(default_factory=dict)
 
 
 class Executable(ABC):

@@ -8,8 +8,9 @@ through :func:`quanta.runtime.compile` and its executor instead (slots, memory p
 profiling); this interpreter stays as the simplest statement of what running a graph
 means, and serves calibration.
 
-Control flow (If, Loop, Scan) and ops without a registered twin are reported at
-prepare time, naming the node.
+Ops without a registered twin are reported at prepare time, naming the node. Here
+If / Loop / Scan evaluate their subgraphs with ``onnx.reference``; sessions run them as
+compiled plans instead (:mod:`quanta.runtime.control_flow`).
 """
 
 from __future__ import annotations

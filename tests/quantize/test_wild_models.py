@@ -849,3 +849,22 @@ def test_scan_body_reading_an_outer_weight_is_carried_through(tmp_path):
     assert "subgraph" in reason
     total, partial = assert_valid_and_runs(out, _mlp_feeds(1)[0])
     np.testing.assert_allclose(total, partial[-1], rtol=0, atol=0)  # 0: the same float sums
+
+
+def test_loop_body_quantized_inside_with_ranges_over_every_iteration(tmp_path):
+    """subgraphs="quantize": the Loop body's MatMul (its weight read from the enclosing
+    scope) is quantized inside the body; its input's range covers the three iterations
+    (acc grows), so every iteration's values fit."""
+    src, out = tmp_path / "loop.onnx", tmp_path / "loop.int8.onnx"
+    onnx.save(loop_reading_an_outer_value(), src)
+    summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False, subgraphs="quantize")
+    assert {("loop/body/body_mm", "MatMul"), ("head", "MatMul")} <= set(summary.quantized)
+    body = next(a.g for n in onnx.load(str(out)).graph.node if n.op_type == "Loop" for a in n.attribute)
+    assert [n.op_type for n in body.node].count("DequantizeLinear") >= 2
+    assert "loop (Loop): body MACs x 3 (constant trip count)" in summary.coverage.notes
+    assert summary.coverage.integer_share == 1.0
+    feed = _mlp_feeds(1)[0]
+    (y,) = assert_valid_and_runs(out, feed)
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    # three chained 8-bit MatMuls (K = 8) and the head: within 5 % of the output range
+    assert np.abs(y - ref).max() <= 0.05 * np.abs(ref).max()

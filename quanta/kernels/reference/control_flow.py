@@ -1,8 +1,10 @@
 """If, Loop and Scan: the node with its subgraphs, run by ``onnx.reference``.
 
-quanta quantizes and compiles the main graph only; subgraphs (If branches, Loop and
-Scan bodies) are carried through as they were loaded and stay float. To run one, the
-node is evaluated by ``onnx.reference.ReferenceEvaluator`` as a one-node model whose
+Sessions run If / Loop / Scan with their subgraphs compiled into plans
+(:mod:`quanta.runtime.control_flow`); this twin is the fallback for a subgraph that
+does not compile (an operator with no kernel at all, Scan-8) and what the plain
+interpreter (``Target.prepare``) uses. The node is evaluated by
+``onnx.reference.ReferenceEvaluator`` as a one-node model whose
 inputs are the node's own inputs plus the enclosing-scope values its subgraphs read
 (``ctx.extra["outer_names"]``: the runtime passes those values after the node's own
 inputs, in that order).
