@@ -1,0 +1,156 @@
+"""Native recurrent kernels: com.microsoft DynamicQuantizeLSTM on ``_native.dq_lstm``
+(reference twin: reference/ms_lstm.py, bit-exact on every ISA).
+
+The binder prepacks each direction's int8/uint8 W [I, 4H] and R [H, 4H] once, in the
+qgemm layout of the active ISA with their column sums and the scalar zero point ONNX
+Runtime reads (the first of a direction's), and broadcasts per-direction scales to the
+[D, 4H] multipliers' columns. What the kernel does not compute natively — activations
+other than the default sigmoid, tanh, tanh, layout = 1, weights that are not constants —
+runs on the twin, with the reason in the plan.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node, Value
+from quanta.kernels.reference.ms_lstm import (
+    _direction_scale,
+    _weight_zero_point,
+    _y_requested,
+    dynamic_quantize_lstm_op,
+)
+from quanta.kernels.reference.registry import MS_DOMAIN, OpError
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+
+__all__ = ["bind_dynamic_quantize_lstm"]
+
+F32 = np.float32
+_FLT_MAX = float(np.finfo(np.float32).max)
+_DEFAULT_ACTS = ("sigmoid", "tanh", "tanh")
+
+
+def _const(v: Value | None) -> np.ndarray | None:
+    return None if v is None else v.const
+
+
+def _f32_or_none(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else np.ascontiguousarray(a, dtype=F32)
+
+
+def _dq_lstm_native(
+    ctx: Any,
+    x: np.ndarray,
+    w: np.ndarray,
+    r: np.ndarray,
+    b: np.ndarray | None = None,
+    sequence_lens: np.ndarray | None = None,
+    initial_h: np.ndarray | None = None,
+    initial_c: np.ndarray | None = None,
+    p: np.ndarray | None = None,
+    w_scale: np.ndarray | None = None,
+    w_zero_point: np.ndarray | None = None,
+    r_scale: np.ndarray | None = None,
+    r_zero_point: np.ndarray | None = None,
+    *,
+    packed_w: list[Any],
+    packed_r: list[Any],
+    w_mult: np.ndarray,
+    r_mult: np.ndarray,
+    hidden_size: int,
+    direction: str = "forward",
+    clip: float | None = None,
+    input_forget: int = 0,
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
+    """The node on ``_native.dq_lstm``; inputs the kernel cannot take (a wrongly shaped
+    run-time tensor, a non-float32 X) go to the twin, which names what is wrong."""
+    from quanta.kernels import _native
+
+    H = int(hidden_size)
+    D = len(packed_w)
+    ok = (
+        isinstance(x, np.ndarray) and x.dtype == F32 and x.ndim == 3 and x.shape[2] == packed_w[0].K
+        and (b is None or np.shape(b) == (D, 8 * H))
+        and (sequence_lens is None or np.shape(sequence_lens) == (x.shape[1],))
+    )
+    if ok:
+        bias = None
+        if b is not None:
+            bb = np.asarray(b, F32)
+            bias = np.ascontiguousarray(bb[:, : 4 * H] + bb[:, 4 * H :])  # f32(Wb + Rb)
+        lens = None if sequence_lens is None else np.ascontiguousarray(sequence_lens, dtype=np.int32)
+        try:
+            outs = _native.dq_lstm(
+                np.ascontiguousarray(x), packed_w, packed_r, w_mult, r_mult, bias, _f32_or_none(p),
+                _f32_or_none(initial_h), _f32_or_none(initial_c), lens, direction=direction,
+                clip=_FLT_MAX if clip is None else float(clip), input_forget=bool(input_forget),
+                want_y=_y_requested(ctx), num_threads=max(1, int(getattr(ctx, "num_threads", 1))),
+            )
+        except ValueError as e:
+            raise OpError(f"DynamicQuantizeLSTM: {e}") from None
+        return outs[: max(1, ctx.n_outputs)]
+    return dynamic_quantize_lstm_op(
+        ctx, x, w, r, b, sequence_lens, initial_h, initial_c, p, w_scale, w_zero_point, r_scale, r_zero_point,
+        hidden_size=hidden_size, direction=direction, clip=clip, input_forget=input_forget, **attrs,
+    )
+
+
+def _pack_direction(w: np.ndarray, zp: int) -> Any:
+    from quanta.kernels import _native
+
+    fn = _native.pack_weights_s8 if w.dtype == np.int8 else _native.pack_weights_u8
+    return fn(np.ascontiguousarray(w), zp)
+
+
+@register_binder("DynamicQuantizeLSTM", MS_DOMAIN)
+def bind_dynamic_quantize_lstm(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Constant int8/uint8 W and R with constant scales and zero points, the default
+    activations, layout 0."""
+    del model  # unused: the choice depends on the node's constants and attributes
+    a = node.attrs
+    if int(a.get("layout", 0)) != 0:
+        return None, "layout = 1 (batch first) is not supported (ONNX Runtime: neither)"
+    direction = a.get("direction", "forward")
+    if isinstance(direction, bytes):
+        direction = direction.decode()
+    if direction not in ("forward", "reverse", "bidirectional"):
+        return None, f"direction {direction!r} is not forward, reverse or bidirectional"
+    D = 2 if direction == "bidirectional" else 1
+    acts = [s.decode() if isinstance(s, bytes) else str(s) for s in a.get("activations", ()) or ()]
+    if acts and [s.lower() for s in acts] != list(_DEFAULT_ACTS) * D:
+        return None, f"activations {acts}: the native kernel computes the default sigmoid, tanh, tanh only"
+    clip = a.get("clip")
+    if clip is not None and not float(clip) > 0:
+        return None, f"clip must be > 0, got {clip}"
+    H = int(a.get("hidden_size", 0))
+    w, r = _const(node.input(1)), _const(node.input(2))
+    consts = [_const(node.input(i)) for i in (8, 9, 10, 11)]
+    if w is None or r is None or any(c is None for c in consts):
+        return None, "W, R and their scales and zero points must be constants (they are prepacked once)"
+    ws, wz, rs, rz = consts
+    for name, t, k in (("W", w, None), ("R", r, H)):
+        if t.dtype not in (np.int8, np.uint8) or t.ndim != 3 or t.shape[0] != D or t.shape[2] != 4 * H:
+            return None, f"{name} must be int8/uint8 [{D}, K, {4 * H}], got {t.dtype}{list(t.shape)}"
+        if k is not None and t.shape[1] != k:
+            return None, f"R must be [{D}, {H}, {4 * H}], got {list(t.shape)}"
+    packed_w, packed_r, w_mult, r_mult = [], [], [], []
+    try:
+        for d in range(D):
+            packed_w.append(_pack_direction(w[d], _weight_zero_point(wz, d, "W_zero_point")))
+            packed_r.append(_pack_direction(r[d], _weight_zero_point(rz, d, "R_zero_point")))
+            w_mult.append(_direction_scale(ws, d, 4 * H, "W_scale"))
+            r_mult.append(_direction_scale(rs, d, 4 * H, "R_scale"))
+    except (OpError, IndexError, ValueError) as e:
+        return None, str(e)
+    params = {
+        "packed_w": packed_w,
+        "packed_r": packed_r,
+        "w_mult": np.ascontiguousarray(np.stack(w_mult), F32),
+        "r_mult": np.ascontiguousarray(np.stack(r_mult), F32),
+    }
+    kind = "u8" if w.dtype == np.uint8 else "s8"
+    return Kernel(_dq_lstm_native, "native", f"native:dq_lstm_{kind}", params=params), ""
