@@ -10,6 +10,13 @@
 //           direction: "forward" | "reverse" | "bidirectional", clip: float > 0,
 //           input_forget: bool, want_y: bool, num_threads=1)
 //       -> (Y f32[T, D, B, H], Y_h f32[D, B, H], Y_c f32[D, B, H])
+//   float_rnn(kind: "lstm" | "gru", x: f32[T, B, I], w: list[f32[I, G·H]] (D; the ONNX W
+//             of each direction transposed, G = 4 LSTM / 3 GRU), r: list[f32[H, G·H]],
+//             bias: f32[D, 2·G·H] | None, peephole: f32[D, 3H] | None (LSTM),
+//             initial_h, initial_c (LSTM): f32[D, B, H] | None, sequence_lens: int32[B] | None,
+//             direction, clip: float > 0, input_forget (LSTM), linear_before_reset (GRU),
+//             num_threads=1)
+//       -> (Y f32[T, D, B, H], Y_h f32[D, B, H][, Y_c f32[D, B, H] (LSTM)])
 #include <pybind11/stl.h>
 
 #include <cmath>
@@ -18,6 +25,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "recurrent/float_rnn.h"
 #include "recurrent/recurrent.h"
 
 namespace quanta {
@@ -37,9 +45,9 @@ std::string dims_str(const std::vector<int64_t>& dims) {
 
 template <typename T>
 const T* optional_array(const py::object& obj, const char* what, const std::vector<int64_t>& dims,
-                        std::vector<py::array>& keep) {
+                        std::vector<py::array>& keep, const char* op = "dq_lstm") {
   if (obj.is_none()) return nullptr;
-  const std::string name = std::string("dq_lstm: ") + what;
+  const std::string name = std::string(op) + ": " + what;
   auto a = require_array<T>(obj, name.c_str());
   bool ok = a.ndim() == static_cast<py::ssize_t>(dims.size());
   for (size_t i = 0; ok && i < dims.size(); ++i) ok = a.shape(i) == dims[i];
@@ -131,6 +139,80 @@ py::tuple dq_lstm_impl(const py::handle& x_obj, const std::vector<std::shared_pt
   return py::make_tuple(y, yh, yc);
 }
 
+py::tuple float_rnn_impl(const std::string& kind, const py::handle& x_obj, const std::vector<py::object>& w,
+                         const std::vector<py::object>& r, const py::object& bias_obj, const py::object& peep_obj,
+                         const py::object& h0_obj, const py::object& c0_obj, const py::object& lens_obj,
+                         const std::string& direction, double clip, bool input_forget, bool linear_before_reset,
+                         int num_threads) {
+  recurrent::FloatRnnParams p;
+  if (kind != "lstm" && kind != "gru") throw py::value_error("float_rnn: kind: expected lstm or gru, got '" + kind + "'");
+  p.gru = kind == "gru";
+  if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
+    throw py::value_error("float_rnn: direction: expected forward, reverse or bidirectional, got '" + direction + "'");
+  }
+  p.D = direction == "bidirectional" ? 2 : 1;
+  p.reverse = direction == "reverse";
+  auto x = require_array<float>(x_obj, "float_rnn: x");
+  if (x.ndim() != 3) throw py::value_error("float_rnn: x: expected rank 3 [T, B, I], got shape " + shape_str(x));
+  p.T = x.shape(0);
+  p.B = x.shape(1);
+  p.I = x.shape(2);
+  if (static_cast<int>(w.size()) != p.D || static_cast<int>(r.size()) != p.D) {
+    throw py::value_error("float_rnn: w, r: expected " + std::to_string(p.D) + " arrays each (direction " + direction +
+                          "), got " + std::to_string(w.size()) + " and " + std::to_string(r.size()));
+  }
+  const int64_t G = p.gru ? 3 : 4;
+  std::vector<py::array> keep;
+  {
+    auto r0 = require_array<float>(r[0], "float_rnn: r[0]");
+    if (r0.ndim() != 2) throw py::value_error("float_rnn: r[0]: expected rank 2 [H, G·H], got shape " + shape_str(r0));
+    p.H = r0.shape(0);
+  }
+  const int64_t D = p.D, B = p.B, H = p.H, N = G * H;
+  for (int d = 0; d < p.D; ++d) {
+    const std::string wn = "w[" + std::to_string(d) + "]", rn = "r[" + std::to_string(d) + "]";
+    p.w[d] = optional_array<float>(w[d], wn.c_str(), {p.I, N}, keep, "float_rnn");
+    p.r[d] = optional_array<float>(r[d], rn.c_str(), {H, N}, keep, "float_rnn");
+    if (!p.w[d] || !p.r[d]) throw py::value_error("float_rnn: " + wn + ", " + rn + ": expected arrays, got None");
+  }
+  p.bias = optional_array<float>(bias_obj, "bias", {D, 2 * N}, keep, "float_rnn");
+  if (p.gru && !peep_obj.is_none()) throw py::value_error("float_rnn: peephole: expected None for a GRU");
+  p.peephole = optional_array<float>(peep_obj, "peephole", {D, 3 * H}, keep, "float_rnn");
+  p.initial_h = optional_array<float>(h0_obj, "initial_h", {D, B, H}, keep, "float_rnn");
+  if (p.gru && !c0_obj.is_none()) throw py::value_error("float_rnn: initial_c: expected None for a GRU");
+  p.initial_c = optional_array<float>(c0_obj, "initial_c", {D, B, H}, keep, "float_rnn");
+  p.lens = optional_array<int32_t>(lens_obj, "sequence_lens", {B}, keep, "float_rnn");
+  if (p.lens) {
+    for (int64_t b = 0; b < B; ++b) {
+      if (p.lens[b] < 0 || p.lens[b] > p.T) {
+        throw py::value_error("float_rnn: sequence_lens: expected values in [0, " + std::to_string(p.T) + "], got " +
+                              std::to_string(p.lens[b]) + " at " + std::to_string(b));
+      }
+    }
+  }
+  if (!(clip > 0.0)) throw py::value_error("float_rnn: clip: expected a value > 0, got " + std::to_string(clip));
+  p.clip = static_cast<float>(clip);
+  p.input_forget = input_forget;
+  p.linear_before_reset = linear_before_reset;
+  if (num_threads < 1) {
+    throw py::value_error("float_rnn: num_threads: expected >= 1, got " + std::to_string(num_threads));
+  }
+  p.num_threads = num_threads;
+  p.isa = active_isa();
+  p.x = x.data();
+  py::array_t<float> y(std::vector<py::ssize_t>{p.T, D, B, H}), yh(std::vector<py::ssize_t>{D, B, H});
+  py::array_t<float> yc(std::vector<py::ssize_t>{p.gru ? 0 : D, B, H});
+  p.y = y.mutable_data();
+  p.y_h = yh.mutable_data();
+  p.y_c = p.gru ? nullptr : yc.mutable_data();
+  {
+    py::gil_scoped_release release;
+    recurrent::float_rnn(p);
+  }
+  if (p.gru) return py::make_tuple(y, yh);
+  return py::make_tuple(y, yh, yc);
+}
+
 }  // namespace
 
 void register_recurrent(py::module_& m) {
@@ -141,6 +223,13 @@ void register_recurrent(py::module_& m) {
         py::arg("want_y") = true, py::arg("num_threads") = 1,
         "com.microsoft DynamicQuantizeLSTM, bit-exact with reference/ms_lstm.py; see "
         "quanta/kernels/cpp/recurrent/recurrent.h.");
+  m.def("float_rnn", &float_rnn_impl, py::arg("kind"), py::arg("x"), py::arg("w"), py::arg("r"),
+        py::arg("bias") = py::none(), py::arg("peephole") = py::none(), py::arg("initial_h") = py::none(),
+        py::arg("initial_c") = py::none(), py::arg("sequence_lens") = py::none(), py::arg("direction") = "forward",
+        py::arg("clip") = 3.4028234663852886e38, py::arg("input_forget") = false,
+        py::arg("linear_before_reset") = false, py::arg("num_threads") = 1,
+        "Float32 ONNX LSTM / GRU by docs/float-ops.md (RNN1)-(RNN9), bit-exact with reference/rnn.py; see "
+        "quanta/kernels/cpp/recurrent/float_rnn.h.");
 }
 
 }  // namespace quanta

@@ -26,7 +26,7 @@ from quanta.kernels.reference.registry import MS_DOMAIN, OpError
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
 
-__all__ = ["bind_dynamic_quantize_lstm"]
+__all__ = ["bind_dynamic_quantize_lstm", "bind_gru", "bind_lstm"]
 
 F32 = np.float32
 _FLT_MAX = float(np.finfo(np.float32).max)
@@ -154,3 +154,114 @@ def bind_dynamic_quantize_lstm(model: Model, node: Node) -> tuple[Kernel | None,
     }
     kind = "u8" if w.dtype == np.uint8 else "s8"
     return Kernel(_dq_lstm_native, "native", f"native:dq_lstm_{kind}", params=params), ""
+
+
+# --------------------------------------------------------------------------------------
+# ai.onnx LSTM and GRU (float32): _native.float_rnn, twin reference/rnn.py
+# --------------------------------------------------------------------------------------
+
+
+def _float_rnn_native(kind: str, ctx: Any, x: np.ndarray, w: np.ndarray, r: np.ndarray, b, sequence_lens,
+                      initial_h, initial_c, p, *, w_t: list[np.ndarray], r_t: list[np.ndarray], hidden_size: int,
+                      direction: str, clip: float | None, input_forget: int, linear_before_reset: int, layout: int,
+                      twin: Any, twin_args: tuple, attrs: dict) -> tuple[np.ndarray, ...]:
+    from quanta.kernels import _native
+
+    D, H = len(w_t), int(hidden_size)
+    G = 3 if kind == "gru" else 4
+    ok = isinstance(x, np.ndarray) and x.dtype == F32 and x.ndim == 3 and x.shape[2] == w_t[0].shape[0]
+    ok = ok and all(a is None or (isinstance(a, np.ndarray) and a.dtype == F32) for a in (b, initial_h, initial_c, p))
+    ok = ok and (b is None or b.shape == (D, 2 * G * H)) and (p is None or p.shape == (D, 3 * H))
+    if not ok:
+        return twin(ctx, x, w, r, *twin_args, **attrs)
+    if layout == 1:
+        x = x.transpose(1, 0, 2)
+        initial_h = None if initial_h is None else initial_h.transpose(1, 0, 2)
+        initial_c = None if initial_c is None else initial_c.transpose(1, 0, 2)
+    lens = None if sequence_lens is None else np.ascontiguousarray(np.asarray(sequence_lens).reshape(-1), np.int32)
+    try:
+        outs = _native.float_rnn(
+            kind, np.ascontiguousarray(x), w_t, r_t, b, p, _f32_or_none(initial_h), _f32_or_none(initial_c), lens,
+            direction=direction, clip=_FLT_MAX if clip is None else float(clip), input_forget=bool(input_forget),
+            linear_before_reset=bool(linear_before_reset), num_threads=max(1, int(getattr(ctx, "num_threads", 1))),
+        )
+    except ValueError as e:
+        raise OpError(f"{'GRU' if kind == 'gru' else 'LSTM'}: {e}") from None
+    if layout == 1:
+        outs = (np.ascontiguousarray(outs[0].transpose(2, 0, 1, 3)),
+                *(np.ascontiguousarray(s.transpose(1, 0, 2)) for s in outs[1:]))
+    return tuple(outs[: max(1, ctx.n_outputs)])
+
+
+def _lstm_native(ctx: Any, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, *,
+                 w_t, r_t, hidden_size, direction="forward", clip=None, input_forget=0, layout=0, **attrs):
+    from quanta.kernels.reference.rnn import lstm_op
+
+    return _float_rnn_native(
+        "lstm", ctx, x, w, r, b, sequence_lens, initial_h, initial_c, p, w_t=w_t, r_t=r_t, hidden_size=hidden_size,
+        direction=direction, clip=clip, input_forget=input_forget, linear_before_reset=0, layout=layout,
+        twin=lstm_op, twin_args=(b, sequence_lens, initial_h, initial_c, p),
+        attrs={"hidden_size": hidden_size, "direction": direction, "clip": clip, "input_forget": input_forget,
+               "layout": layout, **attrs},
+    )
+
+
+def _gru_native(ctx: Any, x, w, r, b=None, sequence_lens=None, initial_h=None, *, w_t, r_t, hidden_size,
+                direction="forward", clip=None, linear_before_reset=0, layout=0, **attrs):
+    from quanta.kernels.reference.rnn import gru_op
+
+    return _float_rnn_native(
+        "gru", ctx, x, w, r, b, sequence_lens, initial_h, None, None, w_t=w_t, r_t=r_t, hidden_size=hidden_size,
+        direction=direction, clip=clip, input_forget=0, linear_before_reset=linear_before_reset, layout=layout,
+        twin=gru_op, twin_args=(b, sequence_lens, initial_h),
+        attrs={"hidden_size": hidden_size, "direction": direction, "clip": clip,
+               "linear_before_reset": linear_before_reset, "layout": layout, **attrs},
+    )
+
+
+def _bind_float_rnn(op: str, node: Node) -> tuple[Kernel | None, str]:
+    from quanta.kernels.reference.rnn import default_activations
+
+    a = node.attrs
+    direction = a.get("direction", "forward")
+    if isinstance(direction, bytes):
+        direction = direction.decode()
+    if direction not in ("forward", "reverse", "bidirectional"):
+        return None, f"direction {direction!r} is not forward, reverse or bidirectional"
+    D = 2 if direction == "bidirectional" else 1
+    if not default_activations(op, a.get("activations"), D):
+        return None, f"activations {a.get('activations')}: the native kernel computes the defaults only"
+    if int(a.get("layout", 0)) not in (0, 1):
+        return None, f"layout must be 0 or 1, got {a.get('layout')}"
+    clip = a.get("clip")
+    if clip is not None and not float(clip) > 0:
+        return None, f"clip must be > 0, got {clip}"
+    H = int(a.get("hidden_size", 0))
+    G = 4 if op == "LSTM" else 3
+    w, r = _const(node.input(1)), _const(node.input(2))
+    if w is None or r is None:
+        return None, "W and R must be constants (they are transposed once)"
+    if w.dtype != F32 or r.dtype != F32:
+        return None, f"native {op} takes float32 weights, got {w.dtype} / {r.dtype}"
+    if w.ndim != 3 or w.shape[:2] != (D, G * H) or r.shape != (D, G * H, H):
+        return None, f"W / R must be [{D}, {G * H}, I] / [{D}, {G * H}, {H}], got {list(w.shape)} / {list(r.shape)}"
+    params = {
+        "w_t": [np.ascontiguousarray(w[d].T) for d in range(D)],
+        "r_t": [np.ascontiguousarray(r[d].T) for d in range(D)],
+    }
+    fn = _lstm_native if op == "LSTM" else _gru_native
+    return Kernel(fn, "native", f"native:{op.lower()}_f32", params=params), ""
+
+
+@register_binder("LSTM")
+def bind_lstm(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 LSTM with constant W and R and the default activations (layout 0 or 1)."""
+    del model  # unused
+    return _bind_float_rnn("LSTM", node)
+
+
+@register_binder("GRU")
+def bind_gru(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 GRU with constant W and R and the default activations (layout 0 or 1)."""
+    del model  # unused
+    return _bind_float_rnn("GRU", node)
