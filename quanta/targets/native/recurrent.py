@@ -1,12 +1,15 @@
 """Native recurrent kernels: com.microsoft DynamicQuantizeLSTM on ``_native.dq_lstm``
-(reference twin: reference/ms_lstm.py, bit-exact on every ISA).
+(reference twin: reference/ms_lstm.py), ai.onnx LSTM and GRU in float32 on
+``_native.float_rnn`` (twin: reference/rnn.py); bit-exact with the twins on every ISA.
 
 The binder prepacks each direction's int8/uint8 W [I, 4H] and R [H, 4H] once, in the
 qgemm layout of the active ISA with their column sums and the scalar zero point ONNX
 Runtime reads (the first of a direction's), and broadcasts per-direction scales to the
 [D, 4H] multipliers' columns. What the kernel does not compute natively — activations
 other than the default sigmoid, tanh, tanh, layout = 1, weights that are not constants —
-runs on the twin, with the reason in the plan.
+runs on the twin, with the reason in the plan. The float binders transpose each
+direction's W and R once to [K, G·H] (docs/float-ops.md (RNN1)) and take the default
+activations, layout 0 or 1.
 """
 
 from __future__ import annotations
