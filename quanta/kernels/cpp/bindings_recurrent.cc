@@ -10,8 +10,11 @@
 //           direction: "forward" | "reverse" | "bidirectional", clip: float > 0,
 //           input_forget: bool, want_y: bool, num_threads=1)
 //       -> (Y f32[T, D, B, H], Y_h f32[D, B, H], Y_c f32[D, B, H])
-//   float_rnn(kind: "lstm" | "gru", x: f32[T, B, I], w: list[f32[I, G·H]] (D; the ONNX W
-//             of each direction transposed, G = 4 LSTM / 3 GRU), r: list[f32[H, G·H]],
+//   float_rnn(kind: "lstm" | "gru", x: f32[T, B, I], w: list[f32[P, I, 128]] (D; the ONNX W
+//             of each direction transposed to [I, G·H], G = 4 LSTM / 3 GRU, in panels of
+//             kSeqPanel = 128 columns: P = ceil(G·H / 128)), r: list (D) of R's panels
+//             (LSTM [H, 4H]; GRU its z, r columns [H, 2H]), r_h: list (D) of the GRU's h
+//             columns [H, H] in panels (empty for an LSTM),
 //             bias: f32[D, 2·G·H] | None, peephole: f32[D, 3H] | None (LSTM),
 //             initial_h, initial_c (LSTM): f32[D, B, H] | None, sequence_lens: int32[B] | None,
 //             direction, clip: float > 0, input_forget (LSTM), linear_before_reset (GRU),
@@ -140,7 +143,8 @@ py::tuple dq_lstm_impl(const py::handle& x_obj, const std::vector<std::shared_pt
 }
 
 py::tuple float_rnn_impl(const std::string& kind, const py::handle& x_obj, const std::vector<py::object>& w,
-                         const std::vector<py::object>& r, const py::object& bias_obj, const py::object& peep_obj,
+                         const std::vector<py::object>& r, const std::vector<py::object>& r_h,
+                         const py::object& bias_obj, const py::object& peep_obj,
                          const py::object& h0_obj, const py::object& c0_obj, const py::object& lens_obj,
                          const std::string& direction, double clip, bool input_forget, bool linear_before_reset,
                          int num_threads) {
@@ -165,15 +169,26 @@ py::tuple float_rnn_impl(const std::string& kind, const py::handle& x_obj, const
   std::vector<py::array> keep;
   {
     auto r0 = require_array<float>(r[0], "float_rnn: r[0]");
-    if (r0.ndim() != 2) throw py::value_error("float_rnn: r[0]: expected rank 2 [H, G·H], got shape " + shape_str(r0));
-    p.H = r0.shape(0);
+    if (r0.ndim() != 3) throw py::value_error("float_rnn: r[0]: expected rank 3 [P, H, 128], got shape " + shape_str(r0));
+    p.H = r0.shape(1);
   }
   const int64_t D = p.D, B = p.B, H = p.H, N = G * H;
+  if (static_cast<int>(r_h.size()) != (p.gru ? p.D : 0)) {
+    throw py::value_error("float_rnn: r_h: expected " + std::to_string(p.gru ? p.D : 0) + " arrays, got " +
+                          std::to_string(r_h.size()));
+  }
+  auto panels = [](int64_t n) { return (n + recurrent::kSeqPanel - 1) / recurrent::kSeqPanel; };
   for (int d = 0; d < p.D; ++d) {
     const std::string wn = "w[" + std::to_string(d) + "]", rn = "r[" + std::to_string(d) + "]";
-    p.w[d] = optional_array<float>(w[d], wn.c_str(), {p.I, N}, keep, "float_rnn");
-    p.r[d] = optional_array<float>(r[d], rn.c_str(), {H, N}, keep, "float_rnn");
+    const std::string hn = "r_h[" + std::to_string(d) + "]";
+    p.w[d] = optional_array<float>(w[d], wn.c_str(), {panels(N), p.I, recurrent::kSeqPanel}, keep, "float_rnn");
+    const int64_t rn_cols = p.gru ? 2 * H : N;
+    p.r[d] = optional_array<float>(r[d], rn.c_str(), {panels(rn_cols), H, recurrent::kSeqPanel}, keep, "float_rnn");
     if (!p.w[d] || !p.r[d]) throw py::value_error("float_rnn: " + wn + ", " + rn + ": expected arrays, got None");
+    if (p.gru) {
+      p.r_h[d] = optional_array<float>(r_h[d], hn.c_str(), {panels(H), H, recurrent::kSeqPanel}, keep, "float_rnn");
+      if (!p.r_h[d]) throw py::value_error("float_rnn: " + hn + ": expected an array, got None");
+    }
   }
   p.bias = optional_array<float>(bias_obj, "bias", {D, 2 * N}, keep, "float_rnn");
   if (p.gru && !peep_obj.is_none()) throw py::value_error("float_rnn: peephole: expected None for a GRU");
@@ -223,7 +238,7 @@ void register_recurrent(py::module_& m) {
         py::arg("want_y") = true, py::arg("num_threads") = 1,
         "com.microsoft DynamicQuantizeLSTM, bit-exact with reference/ms_lstm.py; see "
         "quanta/kernels/cpp/recurrent/recurrent.h.");
-  m.def("float_rnn", &float_rnn_impl, py::arg("kind"), py::arg("x"), py::arg("w"), py::arg("r"),
+  m.def("float_rnn", &float_rnn_impl, py::arg("kind"), py::arg("x"), py::arg("w"), py::arg("r"), py::arg("r_h"),
         py::arg("bias") = py::none(), py::arg("peephole") = py::none(), py::arg("initial_h") = py::none(),
         py::arg("initial_c") = py::none(), py::arg("sequence_lens") = py::none(), py::arg("direction") = "forward",
         py::arg("clip") = 3.4028234663852886e38, py::arg("input_forget") = false,

@@ -34,6 +34,7 @@ __all__ = ["bind_dynamic_quantize_lstm", "bind_gru", "bind_lstm"]
 F32 = np.float32
 _FLT_MAX = float(np.finfo(np.float32).max)
 _DEFAULT_ACTS = ("sigmoid", "tanh", "tanh")
+_SEQ_PANEL = 128  # float_rnn.h kSeqPanel
 
 
 def _const(v: Value | None) -> np.ndarray | None:
@@ -164,15 +165,25 @@ def bind_dynamic_quantize_lstm(model: Model, node: Node) -> tuple[Kernel | None,
 # --------------------------------------------------------------------------------------
 
 
+def _panels(wt: np.ndarray) -> np.ndarray:
+    """``wt [K, N]`` in float_rnn.h's panels: [ceil(N / 128), K, 128], zero-padded."""
+    k, n = wt.shape
+    p = -(-n // _SEQ_PANEL)
+    padded = np.zeros((k, p * _SEQ_PANEL), F32)
+    padded[:, :n] = wt
+    return np.ascontiguousarray(padded.reshape(k, p, _SEQ_PANEL).transpose(1, 0, 2))
+
+
 def _float_rnn_native(kind: str, ctx: Any, x: np.ndarray, w: np.ndarray, r: np.ndarray, b, sequence_lens,
-                      initial_h, initial_c, p, *, w_t: list[np.ndarray], r_t: list[np.ndarray], hidden_size: int,
+                      initial_h, initial_c, p, *, w_t: list[np.ndarray], r_t: list[np.ndarray],
+                      r_h: list[np.ndarray], n_in: int, hidden_size: int,
                       direction: str, clip: float | None, input_forget: int, linear_before_reset: int, layout: int,
                       twin: Any, twin_args: tuple, attrs: dict) -> tuple[np.ndarray, ...]:
     from quanta.kernels import _native
 
     D, H = len(w_t), int(hidden_size)
     G = 3 if kind == "gru" else 4
-    ok = isinstance(x, np.ndarray) and x.dtype == F32 and x.ndim == 3 and x.shape[2] == w_t[0].shape[0]
+    ok = isinstance(x, np.ndarray) and x.dtype == F32 and x.ndim == 3 and x.shape[2] == n_in
     ok = ok and all(a is None or (isinstance(a, np.ndarray) and a.dtype == F32) for a in (b, initial_h, initial_c, p))
     ok = ok and (b is None or b.shape == (D, 2 * G * H)) and (p is None or p.shape == (D, 3 * H))
     if not ok:
@@ -184,7 +195,7 @@ def _float_rnn_native(kind: str, ctx: Any, x: np.ndarray, w: np.ndarray, r: np.n
     lens = None if sequence_lens is None else np.ascontiguousarray(np.asarray(sequence_lens).reshape(-1), np.int32)
     try:
         outs = _native.float_rnn(
-            kind, np.ascontiguousarray(x), w_t, r_t, b, p, _f32_or_none(initial_h), _f32_or_none(initial_c), lens,
+            kind, np.ascontiguousarray(x), w_t, r_t, r_h, b, p, _f32_or_none(initial_h), _f32_or_none(initial_c), lens,
             direction=direction, clip=_FLT_MAX if clip is None else float(clip), input_forget=bool(input_forget),
             linear_before_reset=bool(linear_before_reset), num_threads=max(1, int(getattr(ctx, "num_threads", 1))),
         )
@@ -197,11 +208,13 @@ def _float_rnn_native(kind: str, ctx: Any, x: np.ndarray, w: np.ndarray, r: np.n
 
 
 def _lstm_native(ctx: Any, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, *,
-                 w_t, r_t, hidden_size, direction="forward", clip=None, input_forget=0, layout=0, **attrs):
+                 w_t, r_t, r_h, n_in, hidden_size, direction="forward", clip=None, input_forget=0, layout=0,
+                 **attrs):
     from quanta.kernels.reference.rnn import lstm_op
 
     return _float_rnn_native(
-        "lstm", ctx, x, w, r, b, sequence_lens, initial_h, initial_c, p, w_t=w_t, r_t=r_t, hidden_size=hidden_size,
+        "lstm", ctx, x, w, r, b, sequence_lens, initial_h, initial_c, p, w_t=w_t, r_t=r_t, r_h=r_h, n_in=n_in,
+        hidden_size=hidden_size,
         direction=direction, clip=clip, input_forget=input_forget, linear_before_reset=0, layout=layout,
         twin=lstm_op, twin_args=(b, sequence_lens, initial_h, initial_c, p),
         attrs={"hidden_size": hidden_size, "direction": direction, "clip": clip, "input_forget": input_forget,
@@ -210,11 +223,12 @@ def _lstm_native(ctx: Any, x, w, r, b=None, sequence_lens=None, initial_h=None, 
 
 
 def _gru_native(ctx: Any, x, w, r, b=None, sequence_lens=None, initial_h=None, *, w_t, r_t, hidden_size,
-                direction="forward", clip=None, linear_before_reset=0, layout=0, **attrs):
+                r_h, n_in, direction="forward", clip=None, linear_before_reset=0, layout=0, **attrs):
     from quanta.kernels.reference.rnn import gru_op
 
     return _float_rnn_native(
-        "gru", ctx, x, w, r, b, sequence_lens, initial_h, None, None, w_t=w_t, r_t=r_t, hidden_size=hidden_size,
+        "gru", ctx, x, w, r, b, sequence_lens, initial_h, None, None, w_t=w_t, r_t=r_t, r_h=r_h, n_in=n_in,
+        hidden_size=hidden_size,
         direction=direction, clip=clip, input_forget=0, linear_before_reset=linear_before_reset, layout=layout,
         twin=gru_op, twin_args=(b, sequence_lens, initial_h),
         attrs={"hidden_size": hidden_size, "direction": direction, "clip": clip,
@@ -248,10 +262,15 @@ def _bind_float_rnn(op: str, node: Node) -> tuple[Kernel | None, str]:
         return None, f"native {op} takes float32 weights, got {w.dtype} / {r.dtype}"
     if w.ndim != 3 or w.shape[:2] != (D, G * H) or r.shape != (D, G * H, H):
         return None, f"W / R must be [{D}, {G * H}, I] / [{D}, {G * H}, {H}], got {list(w.shape)} / {list(r.shape)}"
-    params = {
-        "w_t": [np.ascontiguousarray(w[d].T) for d in range(D)],
-        "r_t": [np.ascontiguousarray(r[d].T) for d in range(D)],
-    }
+    # each direction's W and R transposed to [K, G·H], in panels (float_rnn.h); a GRU's R
+    # in two parts, its z, r columns and its h columns (the h product waits for r)
+    w_t = [_panels(w[d].T) for d in range(D)]
+    if op == "LSTM":
+        r_t, r_h = [_panels(r[d].T) for d in range(D)], []
+    else:
+        r_t = [_panels(r[d, : 2 * H].T) for d in range(D)]
+        r_h = [_panels(r[d, 2 * H :].T) for d in range(D)]
+    params = {"w_t": w_t, "r_t": r_t, "r_h": r_h, "n_in": int(w.shape[2])}
     fn = _lstm_native if op == "LSTM" else _gru_native
     return Kernel(fn, "native", f"native:{op.lower()}_f32", params=params), ""
 

@@ -101,7 +101,7 @@ void run_direction(const FloatRnnParams& p, int d) {
   }
   if (L == 0) return;
   std::vector<float> xw(static_cast<size_t>(L * B * N));
-  gemm(p.x, I, p.w[d], N, xw.data(), N, L * B, I, N);  // (RNN1): X[:L] · Wᵀ
+  gemm(p.x, I, p.w[d], I, N, xw.data(), N, L * B);  // (RNN1): X[:L] · Wᵀ
 
   // bias: f32(Wb + Rb) per gate column ((RNN2)); the GRU's h gate keeps Wb and Rb apart
   // with linear_before_reset.
@@ -129,7 +129,12 @@ void run_direction(const FloatRnnParams& p, int d) {
 
   for (int64_t s = 0; s < L; ++s) {
     // (RNN1): H·Rᵀ, all gates (LSTM, GRU with linear_before_reset) or z, r only
-    gemm(h.data(), H, R, N, hr.data(), N, B, H, p.gru && !lbr ? 2 * H : N);
+    if (!p.gru) {
+      gemm(h.data(), H, R, H, N, hr.data(), N, B);
+    } else {
+      gemm(h.data(), H, R, H, 2 * H, hr.data(), N, B);
+      if (lbr) gemm(h.data(), H, p.r_h[d], H, H, hr.data() + 2 * H, N, B);
+    }
     if (!p.gru) {
       for (int64_t b = 0; b < B; ++b) {
         if (s >= len[b]) continue;
@@ -167,7 +172,7 @@ void run_direction(const FloatRnnParams& p, int d) {
         for (int64_t j = 0; j < H; ++j) rh[b * H + j] = r[j] * hb[j];
       }
     }
-    if (!lbr) gemm(rh.data(), H, R + 2 * H, N, hrh.data(), H, B, H, H);  // (RNN1): (r ⊙ h)·Rhᵀ
+    if (!lbr) gemm(rh.data(), H, p.r_h[d], H, H, hrh.data(), H, B);  // (RNN1): (r ⊙ h)·Rhᵀ
     for (int64_t b = 0; b < B; ++b) {
       if (s >= len[b]) continue;
       const int64_t ts = reverse ? len[b] - 1 - s : s;

@@ -8,15 +8,19 @@ namespace quanta {
 namespace recurrent {
 namespace {
 
-void seq_gemm(const float* a, int64_t lda, const float* w, int64_t ldw, float* y, int64_t ldy, int64_t M, int64_t K,
-              int64_t N) {
-  for (int64_t m = 0; m < M; ++m) {
-    float* acc = y + m * ldy;
-    for (int64_t n = 0; n < N; ++n) acc[n] = 0.0f;
-    for (int64_t k = 0; k < K; ++k) {
-      const float av = a[m * lda + k];
-      const float* wk = w + k * ldw;
-      for (int64_t n = 0; n < N; ++n) acc[n] = acc[n] + av * wk[n];
+void seq_gemm(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
+              int64_t M) {
+  for (int64_t p0 = 0; p0 < N; p0 += kSeqPanel) {
+    const float* wp = w + p0 * K;
+    const int64_t np = N - p0 < kSeqPanel ? N - p0 : kSeqPanel;
+    for (int64_t m = 0; m < M; ++m) {
+      float* acc = y + m * ldy + p0;
+      for (int64_t n = 0; n < np; ++n) acc[n] = 0.0f;
+      for (int64_t k = 0; k < K; ++k) {
+        const float av = a[m * lda + k];
+        const float* wk = wp + k * kSeqPanel;
+        for (int64_t n = 0; n < np; ++n) acc[n] = acc[n] + av * wk[n];
+      }
     }
   }
 }
