@@ -295,7 +295,7 @@ FACTS = OpTable(
         Op("Greater", shape_only=True),
         Op("GreaterOrEqual", shape_only=True),
         Op("GroupNormalization", shape_only=True),
-        Op("GRU", compute=True, macs=MacKind.RECURRENT, blas=True),
+        Op("GRU", compute=True, macs=MacKind.RECURRENT),
         Op("Hardmax", shape_only=True),
         Op("HardSigmoid", shape_only=True),
         Op("HardSwish", shape_only=True, qdq=QdqRole.UNARY, activations=(0,)),
@@ -319,7 +319,7 @@ FACTS = OpTable(
         Op("LogSoftmax", shape_only=True),
         Op("LpNormalization", shape_only=True),
         Op("LpPool", shape_only=True),
-        Op("LSTM", compute=True, macs=MacKind.RECURRENT, integer=("DynamicQuantizeLSTM",), blas=True),
+        Op("LSTM", compute=True, macs=MacKind.RECURRENT, integer=("DynamicQuantizeLSTM",)),
         Op(
             "MatMul",
             shape_only=True,

@@ -132,7 +132,7 @@ PINNED = {
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
     },
     "quanta.targets.native.BLAS_OPS": {
-        "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "LSTM", "GRU", "RNN", "Attention",
+        "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "RNN", "Attention",
     },
     "quanta.targets.native.views.ALIAS_OPS": _ALIAS,
 }  # fmt: skip

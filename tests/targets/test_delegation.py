@@ -12,7 +12,7 @@ import quanta
 from quanta.kernels.reference.registry import DELEGATED_AT_RUNTIME, OPS, get_op
 from tests.onnx_node import cases_for, run_case
 
-DELEGATED = {"LSTM", "GRU", "RNN", "NonMaxSuppression", "RoiAlign", "GridSample", "Det", "Unique"}
+DELEGATED = {"RNN", "NonMaxSuppression", "RoiAlign", "GridSample", "Det", "Unique"}
 
 
 def _two_per_op():

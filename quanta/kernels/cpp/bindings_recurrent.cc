@@ -1,0 +1,250 @@
+// Bindings for the recurrent kernels (recurrent/recurrent.h): the entry layer. Every
+// argument is checked here (dtype, shape, contiguity, ranges) and a ValueError names the
+// argument with what was expected and what was given.
+//
+//   dq_lstm(x: f32[T, B, I], w: list[PackedWeights] (D, each [I, 4H]),
+//           r: list[PackedWeights] (D, each [H, 4H]), w_scale: f32[D, 4H],
+//           r_scale: f32[D, 4H], bias: f32[D, 4H] | None (Wb + Rb, fused),
+//           peephole: f32[D, 3H] | None, initial_h: f32[D, B, H] | None,
+//           initial_c: f32[D, B, H] | None, sequence_lens: int32[B] | None,
+//           direction: "forward" | "reverse" | "bidirectional", clip: float > 0,
+//           input_forget: bool, want_y: bool, num_threads=1)
+//       -> (Y f32[T, D, B, H], Y_h f32[D, B, H], Y_c f32[D, B, H])
+//   float_rnn(kind: "lstm" | "gru", x: f32[T, B, I], w: list[f32[P, I, 128]] (D; the ONNX W
+//             of each direction transposed to [I, G·H], G = 4 LSTM / 3 GRU, in panels of
+//             kSeqPanel = 128 columns: P = ceil(G·H / 128)), r: list (D) of R's panels
+//             (LSTM [H, 4H]; GRU its z, r columns [H, 2H]), r_h: list (D) of the GRU's h
+//             columns [H, H] in panels (empty for an LSTM),
+//             bias: f32[D, 2·G·H] | None, peephole: f32[D, 3H] | None (LSTM),
+//             initial_h, initial_c (LSTM): f32[D, B, H] | None, sequence_lens: int32[B] | None,
+//             direction, clip: float > 0, input_forget (LSTM), linear_before_reset (GRU),
+//             num_threads=1)
+//       -> (Y f32[T, D, B, H], Y_h f32[D, B, H][, Y_c f32[D, B, H] (LSTM)])
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "recurrent/float_rnn.h"
+#include "recurrent/recurrent.h"
+
+namespace quanta {
+namespace {
+
+std::string shape_str(const py::array& a) {
+  std::string s = "(";
+  for (py::ssize_t d = 0; d < a.ndim(); ++d) s += (d ? ", " : "") + std::to_string(a.shape(d));
+  return s + (a.ndim() == 1 ? ",)" : ")");
+}
+
+std::string dims_str(const std::vector<int64_t>& dims) {
+  std::string s = "(";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + (dims.size() == 1 ? ",)" : ")");
+}
+
+template <typename T>
+const T* optional_array(const py::object& obj, const char* what, const std::vector<int64_t>& dims,
+                        std::vector<py::array>& keep, const char* op = "dq_lstm") {
+  if (obj.is_none()) return nullptr;
+  const std::string name = std::string(op) + ": " + what;
+  auto a = require_array<T>(obj, name.c_str());
+  bool ok = a.ndim() == static_cast<py::ssize_t>(dims.size());
+  for (size_t i = 0; ok && i < dims.size(); ++i) ok = a.shape(i) == dims[i];
+  if (!ok) throw py::value_error(name + ": expected shape " + dims_str(dims) + ", got " + shape_str(a));
+  keep.push_back(a);
+  return a.data();
+}
+
+py::tuple dq_lstm_impl(const py::handle& x_obj, const std::vector<std::shared_ptr<qgemm::PackedWeights>>& w,
+                       const std::vector<std::shared_ptr<qgemm::PackedWeights>>& r, const py::handle& w_scale_obj,
+                       const py::handle& r_scale_obj, const py::object& bias_obj, const py::object& peep_obj,
+                       const py::object& h0_obj, const py::object& c0_obj, const py::object& lens_obj,
+                       const std::string& direction, double clip, bool input_forget, bool want_y, int num_threads) {
+  recurrent::DqLstmParams p;
+  if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
+    throw py::value_error("dq_lstm: direction: expected forward, reverse or bidirectional, got '" + direction + "'");
+  }
+  p.D = direction == "bidirectional" ? 2 : 1;
+  p.reverse = direction == "reverse";
+  auto x = require_array<float>(x_obj, "dq_lstm: x");
+  if (x.ndim() != 3) throw py::value_error("dq_lstm: x: expected rank 3 [T, B, I], got shape " + shape_str(x));
+  p.T = x.shape(0);
+  p.B = x.shape(1);
+  p.I = x.shape(2);
+  if (static_cast<int>(w.size()) != p.D || static_cast<int>(r.size()) != p.D) {
+    throw py::value_error("dq_lstm: w, r: expected " + std::to_string(p.D) + " packed weights each (direction " +
+                          direction + "), got " + std::to_string(w.size()) + " and " + std::to_string(r.size()));
+  }
+  if (!r[0]) throw py::value_error("dq_lstm: r: expected PackedWeights, got None");
+  p.H = r[0]->K;
+  const int64_t N = 4 * p.H;
+  for (int d = 0; d < p.D; ++d) {
+    if (!w[d] || !r[d]) throw py::value_error("dq_lstm: w, r: expected PackedWeights, got None");
+    if (w[d]->K != p.I || w[d]->N != N) {
+      throw py::value_error("dq_lstm: w[" + std::to_string(d) + "]: expected packed [" + std::to_string(p.I) + ", " +
+                            std::to_string(N) + "], got [" + std::to_string(w[d]->K) + ", " +
+                            std::to_string(w[d]->N) + "]");
+    }
+    if (r[d]->K != p.H || r[d]->N != N) {
+      throw py::value_error("dq_lstm: r[" + std::to_string(d) + "]: expected packed [" + std::to_string(p.H) + ", " +
+                            std::to_string(N) + "], got [" + std::to_string(r[d]->K) + ", " +
+                            std::to_string(r[d]->N) + "]");
+    }
+    if (w[d]->isa != w[0]->isa || r[d]->isa != w[0]->isa) {
+      throw py::value_error("dq_lstm: w, r: expected weights packed for one ISA, got several");
+    }
+    if (!isa_supported(w[d]->isa)) {
+      throw py::value_error(std::string("dq_lstm: weights packed for '") + isa_name(w[d]->isa) +
+                            "', which this CPU does not support");
+    }
+    p.w[d] = w[d].get();
+    p.r[d] = r[d].get();
+  }
+  std::vector<py::array> keep;
+  const int64_t D = p.D, B = p.B, H = p.H;
+  p.w_scale = optional_array<float>(py::reinterpret_borrow<py::object>(w_scale_obj), "w_scale", {D, N}, keep);
+  p.r_scale = optional_array<float>(py::reinterpret_borrow<py::object>(r_scale_obj), "r_scale", {D, N}, keep);
+  if (!p.w_scale || !p.r_scale) throw py::value_error("dq_lstm: w_scale, r_scale: expected arrays, got None");
+  p.bias = optional_array<float>(bias_obj, "bias", {D, N}, keep);
+  p.peephole = optional_array<float>(peep_obj, "peephole", {D, 3 * H}, keep);
+  p.initial_h = optional_array<float>(h0_obj, "initial_h", {D, B, H}, keep);
+  p.initial_c = optional_array<float>(c0_obj, "initial_c", {D, B, H}, keep);
+  p.lens = optional_array<int32_t>(lens_obj, "sequence_lens", {B}, keep);
+  if (p.lens) {
+    for (int64_t b = 0; b < B; ++b) {
+      if (p.lens[b] < 0 || p.lens[b] > p.T) {
+        throw py::value_error("dq_lstm: sequence_lens: expected values in [0, " + std::to_string(p.T) + "], got " +
+                              std::to_string(p.lens[b]) + " at " + std::to_string(b));
+      }
+    }
+  }
+  if (!(clip > 0.0)) throw py::value_error("dq_lstm: clip: expected a value > 0, got " + std::to_string(clip));
+  p.clip = static_cast<float>(clip);
+  p.input_forget = input_forget;
+  p.want_y = want_y;
+  if (num_threads < 1) throw py::value_error("dq_lstm: num_threads: expected >= 1, got " + std::to_string(num_threads));
+  p.num_threads = num_threads;
+  p.x = x.data();
+
+  py::array_t<float> y(std::vector<py::ssize_t>{p.T, D, B, H}), yh(std::vector<py::ssize_t>{D, B, H}),
+      yc(std::vector<py::ssize_t>{D, B, H});
+  p.y = y.mutable_data();
+  p.y_h = yh.mutable_data();
+  p.y_c = yc.mutable_data();
+  {
+    py::gil_scoped_release release;
+    recurrent::dq_lstm(p);
+  }
+  return py::make_tuple(y, yh, yc);
+}
+
+py::tuple float_rnn_impl(const std::string& kind, const py::handle& x_obj, const std::vector<py::object>& w,
+                         const std::vector<py::object>& r, const std::vector<py::object>& r_h,
+                         const py::object& bias_obj, const py::object& peep_obj,
+                         const py::object& h0_obj, const py::object& c0_obj, const py::object& lens_obj,
+                         const std::string& direction, double clip, bool input_forget, bool linear_before_reset,
+                         int num_threads) {
+  recurrent::FloatRnnParams p;
+  if (kind != "lstm" && kind != "gru") throw py::value_error("float_rnn: kind: expected lstm or gru, got '" + kind + "'");
+  p.gru = kind == "gru";
+  if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
+    throw py::value_error("float_rnn: direction: expected forward, reverse or bidirectional, got '" + direction + "'");
+  }
+  p.D = direction == "bidirectional" ? 2 : 1;
+  p.reverse = direction == "reverse";
+  auto x = require_array<float>(x_obj, "float_rnn: x");
+  if (x.ndim() != 3) throw py::value_error("float_rnn: x: expected rank 3 [T, B, I], got shape " + shape_str(x));
+  p.T = x.shape(0);
+  p.B = x.shape(1);
+  p.I = x.shape(2);
+  if (static_cast<int>(w.size()) != p.D || static_cast<int>(r.size()) != p.D) {
+    throw py::value_error("float_rnn: w, r: expected " + std::to_string(p.D) + " arrays each (direction " + direction +
+                          "), got " + std::to_string(w.size()) + " and " + std::to_string(r.size()));
+  }
+  const int64_t G = p.gru ? 3 : 4;
+  std::vector<py::array> keep;
+  {
+    auto r0 = require_array<float>(r[0], "float_rnn: r[0]");
+    if (r0.ndim() != 3) throw py::value_error("float_rnn: r[0]: expected rank 3 [P, H, 128], got shape " + shape_str(r0));
+    p.H = r0.shape(1);
+  }
+  const int64_t D = p.D, B = p.B, H = p.H, N = G * H;
+  if (static_cast<int>(r_h.size()) != (p.gru ? p.D : 0)) {
+    throw py::value_error("float_rnn: r_h: expected " + std::to_string(p.gru ? p.D : 0) + " arrays, got " +
+                          std::to_string(r_h.size()));
+  }
+  auto panels = [](int64_t n) { return (n + recurrent::kSeqPanel - 1) / recurrent::kSeqPanel; };
+  for (int d = 0; d < p.D; ++d) {
+    const std::string wn = "w[" + std::to_string(d) + "]", rn = "r[" + std::to_string(d) + "]";
+    const std::string hn = "r_h[" + std::to_string(d) + "]";
+    p.w[d] = optional_array<float>(w[d], wn.c_str(), {panels(N), p.I, recurrent::kSeqPanel}, keep, "float_rnn");
+    const int64_t rn_cols = p.gru ? 2 * H : N;
+    p.r[d] = optional_array<float>(r[d], rn.c_str(), {panels(rn_cols), H, recurrent::kSeqPanel}, keep, "float_rnn");
+    if (!p.w[d] || !p.r[d]) throw py::value_error("float_rnn: " + wn + ", " + rn + ": expected arrays, got None");
+    if (p.gru) {
+      p.r_h[d] = optional_array<float>(r_h[d], hn.c_str(), {panels(H), H, recurrent::kSeqPanel}, keep, "float_rnn");
+      if (!p.r_h[d]) throw py::value_error("float_rnn: " + hn + ": expected an array, got None");
+    }
+  }
+  p.bias = optional_array<float>(bias_obj, "bias", {D, 2 * N}, keep, "float_rnn");
+  if (p.gru && !peep_obj.is_none()) throw py::value_error("float_rnn: peephole: expected None for a GRU");
+  p.peephole = optional_array<float>(peep_obj, "peephole", {D, 3 * H}, keep, "float_rnn");
+  p.initial_h = optional_array<float>(h0_obj, "initial_h", {D, B, H}, keep, "float_rnn");
+  if (p.gru && !c0_obj.is_none()) throw py::value_error("float_rnn: initial_c: expected None for a GRU");
+  p.initial_c = optional_array<float>(c0_obj, "initial_c", {D, B, H}, keep, "float_rnn");
+  p.lens = optional_array<int32_t>(lens_obj, "sequence_lens", {B}, keep, "float_rnn");
+  if (p.lens) {
+    for (int64_t b = 0; b < B; ++b) {
+      if (p.lens[b] < 0 || p.lens[b] > p.T) {
+        throw py::value_error("float_rnn: sequence_lens: expected values in [0, " + std::to_string(p.T) + "], got " +
+                              std::to_string(p.lens[b]) + " at " + std::to_string(b));
+      }
+    }
+  }
+  if (!(clip > 0.0)) throw py::value_error("float_rnn: clip: expected a value > 0, got " + std::to_string(clip));
+  p.clip = static_cast<float>(clip);
+  p.input_forget = input_forget;
+  p.linear_before_reset = linear_before_reset;
+  if (num_threads < 1) {
+    throw py::value_error("float_rnn: num_threads: expected >= 1, got " + std::to_string(num_threads));
+  }
+  p.num_threads = num_threads;
+  p.isa = active_isa();
+  p.x = x.data();
+  py::array_t<float> y(std::vector<py::ssize_t>{p.T, D, B, H}), yh(std::vector<py::ssize_t>{D, B, H});
+  py::array_t<float> yc(std::vector<py::ssize_t>{p.gru ? 0 : D, B, H});
+  p.y = y.mutable_data();
+  p.y_h = yh.mutable_data();
+  p.y_c = p.gru ? nullptr : yc.mutable_data();
+  {
+    py::gil_scoped_release release;
+    recurrent::float_rnn(p);
+  }
+  if (p.gru) return py::make_tuple(y, yh);
+  return py::make_tuple(y, yh, yc);
+}
+
+}  // namespace
+
+void register_recurrent(py::module_& m) {
+  m.def("dq_lstm", &dq_lstm_impl, py::arg("x"), py::arg("w"), py::arg("r"), py::arg("w_scale"), py::arg("r_scale"),
+        py::arg("bias") = py::none(), py::arg("peephole") = py::none(), py::arg("initial_h") = py::none(),
+        py::arg("initial_c") = py::none(), py::arg("sequence_lens") = py::none(),
+        py::arg("direction") = "forward", py::arg("clip") = 3.4028234663852886e38, py::arg("input_forget") = false,
+        py::arg("want_y") = true, py::arg("num_threads") = 1,
+        "com.microsoft DynamicQuantizeLSTM, bit-exact with reference/ms_lstm.py; see "
+        "quanta/kernels/cpp/recurrent/recurrent.h.");
+  m.def("float_rnn", &float_rnn_impl, py::arg("kind"), py::arg("x"), py::arg("w"), py::arg("r"), py::arg("r_h"),
+        py::arg("bias") = py::none(), py::arg("peephole") = py::none(), py::arg("initial_h") = py::none(),
+        py::arg("initial_c") = py::none(), py::arg("sequence_lens") = py::none(), py::arg("direction") = "forward",
+        py::arg("clip") = 3.4028234663852886e38, py::arg("input_forget") = false,
+        py::arg("linear_before_reset") = false, py::arg("num_threads") = 1,
+        "Float32 ONNX LSTM / GRU by docs/float-ops.md (RNN1)-(RNN9), bit-exact with reference/rnn.py; see "
+        "quanta/kernels/cpp/recurrent/float_rnn.h.");
+}
+
+}  // namespace quanta

@@ -1,0 +1,222 @@
+// Driver of the float32 LSTM and GRU (float_rnn.h; equations (RNN1)-(RNN9) of
+// docs/float-ops.md): per direction, the X·Wᵀ products of every step up front, then the
+// recurrence. The elementwise steps are plain float32 loops (one IEEE operation each, in
+// the twin's order; a compiler's vectorization keeps that), the activations the
+// float_ops family's sigmoid_f32 / tanh_f32 of the same ISA.
+#include "recurrent/float_rnn.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "float_ops/float_ops.h"
+#include "qgemm/thread_pool.h"
+
+namespace quanta {
+namespace recurrent {
+
+extern const SeqGemmFn kSeqGemmPortable;
+extern const SeqGemmFn kSeqGemmAvx2;
+extern const SeqGemmFn kSeqGemmAvx512Vnni;
+
+SeqGemmFn seq_gemm_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni: return kSeqGemmAvx512Vnni;
+    case Isa::kAvx2: return kSeqGemmAvx2;
+    case Isa::kPortable: break;
+  }
+  return kSeqGemmPortable;
+}
+
+namespace {
+
+inline float clip_one(float v, float clip) {  // np.clip(v, −clip, clip): NaN stays NaN
+  const float t = v < -clip ? -clip : v;
+  return t > clip ? clip : t;
+}
+
+struct Activations {
+  float_ops::UnaryRunFn sigmoid, tanh;
+};
+
+// (RNN3)-(RNN5): one LSTM row; a [4H] holds f32(xw + hr) on entry (gates i, o, f, c).
+void lstm_row(const Activations& act, float* a, float* act_buf, const float* bias, const float* peep, float clip,
+              bool input_forget, int64_t H, float* c, float* h) {
+  float* ai = a;
+  float* ao = a + H;
+  float* af = a + 2 * H;
+  float* ac = a + 3 * H;
+  float* i = act_buf;
+  float* f = act_buf + H;
+  float* g = act_buf + 2 * H;
+  float* o = act_buf + 3 * H;
+  for (int64_t j = 0; j < H; ++j) {
+    float vi = ai[j], vf = af[j], vc = ac[j];
+    if (peep) {
+      vi = vi + peep[j] * c[j];
+      vf = vf + peep[2 * H + j] * c[j];
+    }
+    if (bias) {
+      vi = vi + bias[j];
+      vf = vf + bias[2 * H + j];
+      vc = vc + bias[3 * H + j];
+    }
+    ai[j] = clip_one(vi, clip);
+    af[j] = clip_one(vf, clip);
+    ac[j] = clip_one(vc, clip);
+  }
+  act.sigmoid(ai, i, H);
+  if (input_forget) {
+    for (int64_t j = 0; j < H; ++j) f[j] = 1.0f - i[j];
+  } else {
+    act.sigmoid(af, f, H);
+  }
+  act.tanh(ac, g, H);
+  for (int64_t j = 0; j < H; ++j) c[j] = f[j] * c[j] + i[j] * g[j];  // (RNN4)
+  for (int64_t j = 0; j < H; ++j) {
+    float vo = ao[j];
+    if (peep) vo = vo + peep[H + j] * c[j];
+    if (bias) vo = vo + bias[H + j];
+    ao[j] = clip_one(vo, clip);
+  }
+  act.sigmoid(ao, o, H);
+  act.tanh(c, g, H);
+  for (int64_t j = 0; j < H; ++j) h[j] = o[j] * g[j];  // (RNN5)
+}
+
+void run_direction(const FloatRnnParams& p, int d) {
+  const SeqGemmFn gemm = seq_gemm_for(p.isa);
+  const float_ops::Kernels& fk = float_ops::kernels_for(p.isa);
+  const Activations act{fk.unary[static_cast<int>(float_ops::UnaryOp::kSigmoid)],
+                        fk.unary[static_cast<int>(float_ops::UnaryOp::kTanh)]};
+  const int64_t T = p.T, B = p.B, I = p.I, H = p.H, D = p.D;
+  const int64_t G = p.gru ? 3 : 4, N = G * H;
+  const bool reverse = p.reverse || d == 1;
+  std::vector<int64_t> len(B);
+  int64_t L = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    len[b] = p.lens ? p.lens[b] : T;
+    L = std::max(L, len[b]);
+  }
+  if (L == 0) return;
+  std::vector<float> xw(static_cast<size_t>(L * B * N));
+  gemm(p.x, I, p.w[d], I, N, xw.data(), N, L * B);  // (RNN1): X[:L] · Wᵀ
+
+  // bias: f32(Wb + Rb) per gate column ((RNN2)); the GRU's h gate keeps Wb and Rb apart
+  // with linear_before_reset.
+  std::vector<float> bias, rb_h;
+  if (p.bias) {
+    const float* wb = p.bias + d * 2 * N;
+    const float* rb = wb + N;
+    bias.resize(N);
+    for (int64_t n = 0; n < N; ++n) bias[n] = wb[n] + rb[n];
+    if (p.gru && p.linear_before_reset) {
+      for (int64_t n = 2 * H; n < N; ++n) bias[n] = wb[n];
+      rb_h.assign(rb + 2 * H, rb + N);
+    }
+  }
+  const float* bp = p.bias ? bias.data() : nullptr;
+  const float* peep = p.peephole ? p.peephole + d * 3 * H : nullptr;
+  std::vector<float> h(B * H, 0.0f), c(B * H, 0.0f), hr(B * N), a(N), buf(4 * H), rh(B * H, 0.0f), hrh(B * H);
+  if (p.initial_h) std::memcpy(h.data(), p.initial_h + d * B * H, sizeof(float) * B * H);
+  if (p.initial_c && !p.gru) std::memcpy(c.data(), p.initial_c + d * B * H, sizeof(float) * B * H);
+  float* yh = p.y_h + d * B * H;
+  float* yc = p.y_c ? p.y_c + d * B * H : nullptr;
+  const float* R = p.r[d];
+  const bool lbr = p.gru && p.linear_before_reset;
+  std::vector<float> zr_all(p.gru ? B * 2 * H : 0);  // the GRU's z and r of every row
+
+  for (int64_t s = 0; s < L; ++s) {
+    // (RNN1): H·Rᵀ, all gates (LSTM, GRU with linear_before_reset) or z, r only
+    if (!p.gru) {
+      gemm(h.data(), H, R, H, N, hr.data(), N, B);
+    } else {
+      gemm(h.data(), H, R, H, 2 * H, hr.data(), N, B);
+      if (lbr) gemm(h.data(), H, p.r_h[d], H, H, hr.data() + 2 * H, N, B);
+    }
+    if (!p.gru) {
+      for (int64_t b = 0; b < B; ++b) {
+        if (s >= len[b]) continue;
+        const int64_t ts = reverse ? len[b] - 1 - s : s;
+        const float* xg = xw.data() + (ts * B + b) * N;
+        const float* hg = hr.data() + b * N;
+        for (int64_t n = 0; n < N; ++n) a[n] = xg[n] + hg[n];  // (RNN2)
+        float* hb = h.data() + b * H;
+        float* cb = c.data() + b * H;
+        lstm_row(act, a.data(), buf.data(), bp, peep, p.clip, p.input_forget, H, cb, hb);
+        std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
+        if (s + 1 == len[b]) {
+          std::memcpy(yh + b * H, hb, sizeof(float) * H);
+          std::memcpy(yc + b * H, cb, sizeof(float) * H);
+        }
+      }
+      continue;
+    }
+    // GRU: z and r of every active row first ((RNN6)); r ⊙ h feeds the h gate's product
+    // without linear_before_reset ((RNN7)).
+    for (int64_t b = 0; b < B; ++b) {
+      if (s >= len[b]) continue;
+      const int64_t ts = reverse ? len[b] - 1 - s : s;
+      const float* xg = xw.data() + (ts * B + b) * N;
+      const float* hg = hr.data() + b * N;
+      for (int64_t n = 0; n < 2 * H; ++n) {
+        float v = xg[n] + hg[n];
+        if (bp) v = v + bp[n];
+        a[n] = clip_one(v, p.clip);
+      }
+      act.sigmoid(a.data(), zr_all.data() + b * 2 * H, 2 * H);
+      if (!lbr) {
+        const float* r = zr_all.data() + b * 2 * H + H;
+        const float* hb = h.data() + b * H;
+        for (int64_t j = 0; j < H; ++j) rh[b * H + j] = r[j] * hb[j];
+      }
+    }
+    if (!lbr) gemm(rh.data(), H, p.r_h[d], H, H, hrh.data(), H, B);  // (RNN1): (r ⊙ h)·Rhᵀ
+    for (int64_t b = 0; b < B; ++b) {
+      if (s >= len[b]) continue;
+      const int64_t ts = reverse ? len[b] - 1 - s : s;
+      const float* xg = xw.data() + (ts * B + b) * N + 2 * H;
+      const float* z = zr_all.data() + b * 2 * H;
+      const float* r = z + H;
+      float* hb = h.data() + b * H;
+      float* ah = a.data();
+      for (int64_t j = 0; j < H; ++j) {
+        float v;
+        if (lbr) {  // (RNN8)
+          float u = hr[b * N + 2 * H + j];
+          if (bp) u = u + rb_h[j];
+          v = xg[j] + r[j] * u;
+        } else {  // (RNN7)
+          v = xg[j] + hrh[b * H + j];
+        }
+        if (bp) v = v + bp[2 * H + j];
+        ah[j] = clip_one(v, p.clip);
+      }
+      float* hh = buf.data();
+      act.tanh(ah, hh, H);
+      for (int64_t j = 0; j < H; ++j) hb[j] = (1.0f - z[j]) * hh[j] + z[j] * hb[j];  // (RNN9)
+      std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
+      if (s + 1 == len[b]) std::memcpy(yh + b * H, hb, sizeof(float) * H);
+    }
+  }
+}
+
+}  // namespace
+
+void float_rnn(const FloatRnnParams& p) {
+  if (p.D != 1 && p.D != 2) throw std::invalid_argument("float_rnn: D must be 1 or 2");
+  std::fill(p.y, p.y + p.T * p.D * p.B * p.H, 0.0f);
+  std::fill(p.y_h, p.y_h + p.D * p.B * p.H, 0.0f);
+  if (p.y_c) std::fill(p.y_c, p.y_c + p.D * p.B * p.H, 0.0f);
+  if (p.B == 0 || p.H == 0) return;
+  if (p.D == 2 && p.num_threads >= 2) {
+    auto body = [&](int64_t d, int) { run_direction(p, static_cast<int>(d)); };
+    qgemm::parallel_for(2, 2, body);
+  } else {
+    for (int d = 0; d < p.D; ++d) run_direction(p, d);
+  }
+}
+
+}  // namespace recurrent
+}  // namespace quanta

@@ -1,0 +1,73 @@
+// Float32 LSTM and GRU (ONNX ai.onnx ops), bit-exact with reference/rnn.py.
+//
+// ---------------------------------------------------------------------------------------
+// Contract (docs/float-ops.md "LSTM and GRU", equations (RNN1)-(RNN9)). Every float
+// operation is one float32 IEEE operation in the order written (-ffp-contract=off).
+// ---------------------------------------------------------------------------------------
+//
+//   (RNN1) matrix products in a fixed order: for every output (m, n)
+//          acc = +0;  acc = f32(acc + f32(a[m, k] · w[k, n])) for k = 0, 1, ..., K − 1
+//          (w = the ONNX weight transposed, [K, N], prepacked once by the binder in
+//          kSeqPanel-column panels).
+//          Vectorized over n (and blocked over m), never over k, so every ISA gives the
+//          same bytes; no FMA.
+//   The gates, the activations (sigmoid_f32, tanh_f32 of float_ops.h, (Σ1)-(Σ2),
+//   (T1)-(T4)) and the state updates: docs/float-ops.md (RNN2)-(RNN9).
+//
+// seq_gemm is the small GEMM the recurrences need (y [M, N] = a [M, K] · w [K, N] by
+// (RNN1)); it is where a float GEMM family with the same summation contract could later
+// take over.
+//
+// Threads: a bidirectional node with num_threads >= 2 runs its directions on two pool
+// threads; otherwise one thread. Each output is computed by the same instructions
+// whichever thread runs it.
+#pragma once
+
+#include <cstdint>
+
+#include "dispatch.h"
+
+namespace quanta {
+namespace recurrent {
+
+// Columns per weight panel: seq_gemm's w [K, N] is stored panel by panel, panel q =
+// columns [q·kSeqPanel, (q + 1)·kSeqPanel) as [K][kSeqPanel] contiguous, zero-padded past N
+// (ceil(N / kSeqPanel)·K·kSeqPanel floats). A panel (K·512 bytes) stays in the cache while
+// the row blocks pass over it, and the k steps read consecutive bytes (the prefetcher's
+// pattern): with the plain [K, N] layout an H = 512 LSTM ran at 4 GMAC/s, out of L2.
+constexpr int64_t kSeqPanel = 128;
+
+// y[m, n] (row stride ldy) = (RNN1) over a [M, K] (row stride lda) and the panels of w [K, N].
+using SeqGemmFn = void (*)(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
+                           int64_t M);
+SeqGemmFn seq_gemm_for(Isa isa);
+
+struct FloatRnnParams {
+  bool gru = false;
+  int64_t T = 0, B = 0, I = 0, H = 0;
+  int D = 1;
+  bool reverse = false;
+  const float* x = nullptr;          // [T, B, I]
+  // Weight panels (kSeqPanel) of the ONNX W, R of each direction transposed, gates in ONNX order:
+  const float* w[2] = {nullptr, nullptr};    // [I, G·H] (G = 4 LSTM, 3 GRU)
+  const float* r[2] = {nullptr, nullptr};    // LSTM [H, 4H]; GRU the z, r columns [H, 2H]
+  const float* r_h[2] = {nullptr, nullptr};  // GRU the h columns [H, H]
+  const float* bias = nullptr;       // [D, 2·G·H] (Wb then Rb), or null
+  const float* peephole = nullptr;   // LSTM [D, 3H], or null
+  const float* initial_h = nullptr;  // [D, B, H], or null
+  const float* initial_c = nullptr;  // LSTM [D, B, H], or null
+  const int32_t* lens = nullptr;     // [B] in [0, T], or null
+  float clip = 0.0f;                 // > 0; FLT_MAX: none
+  bool input_forget = false;         // LSTM
+  bool linear_before_reset = false;  // GRU
+  float* y = nullptr;                // [T, D, B, H]
+  float* y_h = nullptr;              // [D, B, H]
+  float* y_c = nullptr;              // LSTM [D, B, H], or null
+  int num_threads = 1;
+  Isa isa = Isa::kPortable;
+};
+
+void float_rnn(const FloatRnnParams& p);
+
+}  // namespace recurrent
+}  // namespace quanta

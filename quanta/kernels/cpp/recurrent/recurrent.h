@@ -1,0 +1,92 @@
+// recurrent: com.microsoft DynamicQuantizeLSTM (ONNX Runtime's CPU kernel, bit for bit).
+//
+// ---------------------------------------------------------------------------------------
+// Contract (NumPy twin: quanta/kernels/reference/ms_lstm.py, whose module docstring
+// numbers the steps (1)-(4); docs/kernels.md "Recurrent"). Every float operation is one
+// float32 IEEE operation in the twin's order (-ffp-contract=off); the MLAS logistic and
+// tanh's Horner steps are explicit fused multiply-adds (vfmadd on AVX2 / AVX-512,
+// std::fma in the portable variant), as MLAS's FMA3 kernels compute them. Every ISA
+// variant therefore gives the twin's bytes (NaN inputs aside: a NaN in a quantization
+// block gives unspecified codes).
+// ---------------------------------------------------------------------------------------
+//
+// Per direction d (reverse: d == 1 of a bidirectional node, or a reverse node), with
+// L = max sequence_lens:
+//   (1)+(2) X[:L] (all L·B rows, in time order) is ONE quantization block: q, s, z by (1),
+//           then G = qgemm(q, W_d) with the kF32 output stage, multiplier[n] =
+//           f32(s · w_scale[n]): G = f32(f32(acc) · m). The twin's reversed rows
+//           (ReverseSequence) are the same rows in another order and the block's (lo, hi)
+//           do not depend on the order, so step t of row b reads G's row
+//           (t' = len[b] − 1 − t for t < len[b], else t, b) instead of a reversed copy.
+//   (2) per step: the previous H [B, H] is one block; P = qgemm(qh, R_d) (kF32,
+//       multiplier f32(s_h · r_scale[n])); the gate pre-activation is f32(P + G[t', b]).
+//   (3) lstm_row below, for every row with t < len[b] (the others are skipped: their
+//       gates are never read).
+//   (4) as the twin: Y rows of ended steps are 0; h_prev is Y's row (0 for ended rows)
+//       when Y is requested, else the running Y_h (ended rows keep their last h).
+//
+// Weights: prepacked once (qgemm::pack_weights, the qgemm layout of the ISA, with column
+// sums and the scalar zero point ORT reads); the ISA of the packed W is the ISA of the
+// whole kernel (the elementwise steps below use the same variant).
+//
+// Threads: a bidirectional node with num_threads >= 2 runs its two directions on two
+// threads, each with one-thread GEMMs; otherwise the input GEMM uses num_threads and the
+// per-step GEMM uses them when it is large enough (K·N >= kStepThreadMacs). Every output
+// element is computed by the same instructions whichever thread runs it, so the bytes
+// are identical for any num_threads.
+#pragma once
+
+#include <cstdint>
+
+#include "dispatch.h"
+#include "qgemm/qgemm.h"
+
+namespace quanta {
+namespace recurrent {
+
+// Per-step GEMMs below this many multiply-adds run on one thread (a pool wake-up costs
+// more than it saves there).
+constexpr int64_t kStepThreadMacs = int64_t{1} << 18;
+
+// The elementwise steps of one ISA.
+struct Kernels {
+  // lo = min(0, min x), hi = max(0, max x) over n >= 1 values (step (1)).
+  void (*min_max)(const float* x, int64_t n, float* lo, float* hi);
+  // q[i] = clamp(rne(f32(x[i] / scale)) + zp, 0, 255) (step (1); zp integral in [0, 255]).
+  void (*quantize_u8)(const float* x, int64_t n, float scale, float zp, uint8_t* q);
+  // One row of step (3) over H lanes: gates g = f32(p + xg) in ORT's order i, o, f, c
+  // (p and xg [4H]); bias [4H] (Wb + Rb, fused) or null; peephole [3H] (i, o, f) or null;
+  // c [H] in/out; h [H] out.
+  void (*lstm_row)(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
+                   bool input_forget, int64_t H, float* c, float* h);
+};
+
+const Kernels& kernels_for(Isa isa);
+
+struct DqLstmParams {
+  int64_t T = 0, B = 0, I = 0, H = 0;
+  int D = 1;                    // 1 or 2 (bidirectional)
+  bool reverse = false;         // direction "reverse" (D == 1)
+  const float* x = nullptr;     // [T, B, I]
+  const qgemm::PackedWeights* w[2] = {nullptr, nullptr};  // per direction: [I, 4H]
+  const qgemm::PackedWeights* r[2] = {nullptr, nullptr};  // per direction: [H, 4H]
+  const float* w_scale = nullptr;  // [D, 4H] (a per-direction scale broadcast by the caller)
+  const float* r_scale = nullptr;  // [D, 4H]
+  const float* bias = nullptr;     // [D, 4H] f32(Wb + Rb), or null
+  const float* peephole = nullptr; // [D, 3H], or null
+  const float* initial_h = nullptr;  // [D, B, H], or null (zeros)
+  const float* initial_c = nullptr;  // [D, B, H], or null (zeros)
+  const int32_t* lens = nullptr;     // [B] in [0, T], or null (all T)
+  float clip = 0.0f;                 // > 0 (FLT_MAX: none)
+  bool input_forget = false;
+  bool want_y = true;
+  float* y = nullptr;    // [T, D, B, H], written whole (zeros when !want_y, as the twin)
+  float* y_h = nullptr;  // [D, B, H], written whole
+  float* y_c = nullptr;  // [D, B, H], written whole
+  int num_threads = 1;
+};
+
+void dq_lstm(const DqLstmParams& p);
+
+}  // namespace recurrent
+}  // namespace quanta

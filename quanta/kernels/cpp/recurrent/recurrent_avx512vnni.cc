@@ -1,0 +1,115 @@
+// AVX-512 elementwise steps of the recurrent kernels, 16 lanes per step with masked
+// tails; each lane computes recurrent_scalar.h's operations in its order (the Horner
+// steps are vfmadd, one rounding, as std::fma).
+//
+// NaN: vminps / vmaxps return their SECOND operand when either is NaN, so the clamps are
+// max(lo, x) then min(hi, t): a NaN stays NaN, as np.maximum / np.minimum keep it.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "recurrent/recurrent.h"
+#include "recurrent/recurrent_scalar.h"
+
+namespace quanta {
+namespace recurrent {
+namespace {
+
+inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+}
+
+inline __m512 clamp16(__m512 x, float lo, float hi) {
+  return _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), x));
+}
+
+template <int NP, int NQ>
+inline __m512 rational16(__m512 v, const float (&P)[NP], const float (&Q)[NQ]) {
+  const __m512 s = _mm512_mul_ps(v, v);
+  __m512 p = _mm512_fmadd_ps(s, _mm512_set1_ps(P[0]), _mm512_set1_ps(P[1]));
+  for (int k = 2; k < NP; ++k) p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(P[k]));
+  p = _mm512_mul_ps(v, p);
+  __m512 q = _mm512_fmadd_ps(s, _mm512_set1_ps(Q[0]), _mm512_set1_ps(Q[1]));
+  for (int k = 2; k < NQ; ++k) q = _mm512_fmadd_ps(q, s, _mm512_set1_ps(Q[k]));
+  return _mm512_div_ps(p, q);
+}
+
+inline __m512 logistic16(__m512 x) {
+  const __m512 r = _mm512_add_ps(rational16(clamp16(x, -kLogisticClamp, kLogisticClamp), kLogisticP, kLogisticQ),
+                                 _mm512_set1_ps(0.5f));
+  return _mm512_max_ps(_mm512_setzero_ps(), r);
+}
+
+inline __m512 tanh16(__m512 x) { return rational16(clamp16(x, -kTanhClamp, kTanhClamp), kTanhP, kTanhQ); }
+
+void min_max(const float* x, int64_t n, float* lo, float* hi) {
+  __m512 mn = _mm512_set1_ps(0.0f), mx = _mm512_set1_ps(0.0f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    mn = _mm512_min_ps(mn, v);
+    mx = _mm512_max_ps(mx, v);
+  }
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);  // masked-off lanes are 0: inside [lo, hi]
+    mn = _mm512_min_ps(mn, v);
+    mx = _mm512_max_ps(mx, v);
+  }
+  // Starting from 0 gives min(0, min x) and max(0, max x) directly; a −0 minimum reads
+  // as 0 below, as the twin's min(0, −0) keeps its first operand.
+  const float a = _mm512_reduce_min_ps(mn), b = _mm512_reduce_max_ps(mx);
+  *lo = a < 0.0f ? a : 0.0f;
+  *hi = b > 0.0f ? b : 0.0f;
+}
+
+void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* q) {
+  const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(zp);
+  const __m512 zero = _mm512_setzero_ps(), top = _mm512_set1_ps(255.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    __m512 r = _mm512_roundscale_ps(_mm512_div_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_min_ps(top, _mm512_max_ps(zero, _mm512_add_ps(r, z)));
+    _mm_mask_storeu_epi8(q + i, m, _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(r)));
+  }
+}
+
+void lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
+              bool input_forget, int64_t H, float* c, float* h) {
+  for (int64_t j = 0; j < H; j += 16) {
+    const __mmask16 m = tail_mask(H - j);
+    auto ld = [m](const float* a) { return _mm512_maskz_loadu_ps(m, a); };
+    const __m512 cp = ld(c + j);
+    __m512 gi = _mm512_add_ps(ld(p + j), ld(xg + j));
+    if (peephole) gi = _mm512_add_ps(gi, _mm512_mul_ps(cp, ld(peephole + j)));
+    if (bias) gi = _mm512_add_ps(gi, ld(bias + j));
+    const __m512 i = logistic16(clamp16(gi, -clip, clip));
+    __m512 f;
+    if (input_forget) {
+      f = _mm512_sub_ps(_mm512_set1_ps(1.0f), i);
+    } else {
+      __m512 gf = _mm512_add_ps(ld(p + 2 * H + j), ld(xg + 2 * H + j));
+      if (peephole) gf = _mm512_add_ps(gf, _mm512_mul_ps(cp, ld(peephole + 2 * H + j)));
+      if (bias) gf = _mm512_add_ps(gf, ld(bias + 2 * H + j));
+      f = logistic16(clamp16(gf, -clip, clip));
+    }
+    __m512 gc = _mm512_add_ps(ld(p + 3 * H + j), ld(xg + 3 * H + j));
+    if (bias) gc = _mm512_add_ps(gc, ld(bias + 3 * H + j));
+    const __m512 g = tanh16(clamp16(gc, -clip, clip));
+    const __m512 cn = _mm512_add_ps(_mm512_mul_ps(cp, f), _mm512_mul_ps(i, g));
+    __m512 go = _mm512_add_ps(ld(p + H + j), ld(xg + H + j));
+    if (peephole) go = _mm512_add_ps(go, _mm512_mul_ps(cn, ld(peephole + H + j)));
+    if (bias) go = _mm512_add_ps(go, ld(bias + H + j));
+    const __m512 o = logistic16(clamp16(go, -clip, clip));
+    _mm512_mask_storeu_ps(h + j, m, _mm512_mul_ps(tanh16(cn), o));
+    _mm512_mask_storeu_ps(c + j, m, cn);
+  }
+}
+
+}  // namespace
+
+extern const Kernels kKernelsAvx512Vnni = {min_max, quantize_u8, lstm_row};
+
+}  // namespace recurrent
+}  // namespace quanta

@@ -1,0 +1,299 @@
+"""ai.onnx LSTM and GRU in float32, every operation in a fixed order (normative reference;
+the native twin is kernels/cpp/recurrent/float_rnn.h, bit for bit).
+
+The ONNX spec defines the math, not the order of a float32 computation; this module fixes
+one (docs/float-ops.md (RNN1)-(RNN9)), which the C++ kernel follows on every ISA:
+
+(RNN1) matrix products ``y[m, n] = Σ_k a[m, k] · w[k, n]`` (w: the ONNX weight transposed)
+       accumulate from +0 in increasing k, one rounding per product and one per sum:
+       ``acc = f32(acc + f32(a[m, k] · w[k, n]))``. No FMA, no pairwise or blocked sum:
+       the error is the recursive-summation bound ``|err| <= γ_K Σ_k |a[m, k] w[k, n]|``.
+(RNN2) per step and row, the gate pre-activation ``a = f32(xw + hr)`` (xw: X·Wᵀ of the
+       row's time step, hr: H·Rᵀ), then the terms below in the order written, the bias
+       being ``f32(Wb + Rb)`` (Wb and Rb of the gate's column).
+LSTM (gates i, o, f, c in W's rows; P = peephole i, o, f):
+(RNN3) ``i = σ(clip(f32(f32(a_i + f32(p_i · c)) + b_i)))``, f likewise with p_f (or
+       ``f32(1 − i)`` with input_forget), ``g = tanh(clip(f32(a_c + b_c)))``
+       (terms absent when P or B is)
+(RNN4) ``c' = f32(f32(f · c) + f32(i · g))``
+(RNN5) ``o = σ(clip(f32(f32(a_o + f32(p_o · c')) + b_o)))``, ``h' = f32(o · tanh(c'))``
+GRU (gates z, r, h):
+(RNN6) ``z = σ(clip(f32(a_z + b_z)))``, r likewise
+(RNN7) linear_before_reset = 0: ``h~ = tanh(clip(f32(f32(xw_h + f32((r ⊙ h)·R_hᵀ)) + b_h)))``,
+       the product by (RNN1) over the row ``f32(r · h)``
+(RNN8) linear_before_reset = 1: ``h~ = tanh(clip(f32(f32(xw_h + f32(r · f32(hr_h + Rb_h))) + Wb_h)))``
+(RNN9) ``h' = f32(f32(f32(1 − z) · h~) + f32(z · h))``
+
+``clip(v) = min(max(v, −clip), clip)`` (none by default), σ and tanh the float-ops
+family's ``sigmoid_f32`` and ``tanh_f32`` (docs/float-ops.md (Σ1)-(Σ2), (T1)-(T4)).
+
+Directions run on their own (reverse: a row's steps from its last valid one down); a row
+past its sequence length is not computed: its Y rows are 0 and its state is kept; Y_h
+(and Y_c) hold the state after step ``len[b] − 1``, and 0 for ``len[b] = 0`` (ONNX Runtime's
+DeepCPU kernels; the spec leaves it open). ``layout = 1`` transposes X, the initial states
+and the outputs around the same computation.
+
+Activations other than the defaults (LSTM sigmoid, tanh, tanh; GRU sigmoid, tanh) are
+computed by ``onnx.reference`` (delegate.py), whose order is its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from quanta.kernels.reference.delegate import delegate_to_onnx_reference
+from quanta.kernels.reference.float_ops import sigmoid_f32, tanh_f32
+from quanta.kernels.reference.registry import OpContext, OpError, register
+
+__all__ = ["default_activations", "gru", "lstm", "seq_matmul"]
+
+F32 = np.float32
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def seq_matmul(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """(RNN1): ``a [M, K] · w [K, N]`` accumulated in increasing k from +0, float32.
+
+    >>> seq_matmul(np.array([[1e8, 1.0, -1e8]], np.float32), np.ones((3, 1), np.float32)).tolist()
+    [[0.0]]"""
+    a = np.asarray(a, F32)
+    w = np.asarray(w, F32)
+    acc = np.zeros((a.shape[0], w.shape[1]), F32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(a.shape[1]):
+            acc = acc + a[:, k : k + 1] * w[k]
+    return acc
+
+
+def default_activations(op: str, activations: Sequence[Any] | None, directions: int) -> bool:
+    """Whether a node's ``activations`` are the op's defaults (the functions this module
+    computes in its fixed order)."""
+    if not activations:
+        return True
+    names = [a.decode() if isinstance(a, bytes) else str(a) for a in activations]
+    want = ["sigmoid", "tanh", "tanh"] if op == "LSTM" else ["sigmoid", "tanh"]
+    return [n.lower() for n in names] == want * directions
+
+
+def _clip(v: np.ndarray, clip: np.float32 | None) -> np.ndarray:
+    if clip is None:
+        return v
+    return np.minimum(np.maximum(v, -clip), clip)
+
+
+def _lens(sequence_lens: np.ndarray | None, T: int, B: int, op: str) -> np.ndarray:
+    if sequence_lens is None:
+        return np.full(B, T, np.int64)
+    lens = np.asarray(sequence_lens).astype(np.int64).reshape(-1)
+    if lens.shape != (B,) or np.any(lens < 0) or np.any(lens > T):
+        raise OpError(f"{op}: sequence_lens must be {B} values in [0, {T}], got {lens.tolist()}")
+    return lens
+
+
+def _step_rows(lens: np.ndarray, s: int, reverse: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Rows active at step s and the time index each reads and writes."""
+    rows = np.flatnonzero(s < lens)
+    ts = lens[rows] - 1 - s if reverse else np.full(rows.size, s, np.int64)
+    return rows, ts
+
+
+def _lstm_direction(x, w, r, bias, peep, h, c, lens, reverse, clip, input_forget):
+    T, B, _ = x.shape
+    H = r.shape[1]
+    L = int(lens.max()) if B else 0
+    y = np.zeros((T, B, H), F32)
+    yh = np.zeros((B, H), F32)
+    yc = np.zeros((B, H), F32)
+    if L == 0:
+        return y, yh, yc
+    xw = seq_matmul(x[:L].reshape(L * B, -1), np.ascontiguousarray(w.T)).reshape(L, B, 4 * H)
+    rt = np.ascontiguousarray(r.T)
+    b = None if bias is None else (bias[: 4 * H] + bias[4 * H :]).astype(F32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for s in range(L):
+            hr = seq_matmul(h, rt)
+            rows, ts = _step_rows(lens, s, reverse)
+            a = xw[ts, rows] + hr[rows]  # (RNN2)
+            cp = c[rows]
+            ai, ao, af, ac = a[:, :H], a[:, H : 2 * H], a[:, 2 * H : 3 * H], a[:, 3 * H :]
+            if peep is not None:
+                ai = ai + peep[:H] * cp
+                af = af + peep[2 * H :] * cp
+            if b is not None:
+                ai, af, ac = ai + b[:H], af + b[2 * H : 3 * H], ac + b[3 * H :]
+            i = sigmoid_f32(_clip(ai, clip))  # (RNN3)
+            f = F32(1) - i if input_forget else sigmoid_f32(_clip(af, clip))
+            g = tanh_f32(_clip(ac, clip))
+            cn = f * cp + i * g  # (RNN4)
+            if peep is not None:
+                ao = ao + peep[H : 2 * H] * cn
+            if b is not None:
+                ao = ao + b[H : 2 * H]
+            o = sigmoid_f32(_clip(ao, clip))  # (RNN5)
+            hn = o * tanh_f32(cn)
+            c[rows] = cn
+            h[rows] = hn
+            y[ts, rows] = hn
+            done = lens[rows] == s + 1
+            yh[rows[done]] = hn[done]
+            yc[rows[done]] = cn[done]
+    return y, yh, yc
+
+
+def _gru_direction(x, w, r, bias, h, lens, reverse, clip, linear_before_reset):
+    T, B, _ = x.shape
+    H = r.shape[1]
+    L = int(lens.max()) if B else 0
+    y = np.zeros((T, B, H), F32)
+    yh = np.zeros((B, H), F32)
+    if L == 0:
+        return y, yh
+    xw = seq_matmul(x[:L].reshape(L * B, -1), np.ascontiguousarray(w.T)).reshape(L, B, 3 * H)
+    rt = np.ascontiguousarray(r.T)
+    b = rb_h = None
+    if bias is not None:
+        b = (bias[: 3 * H] + bias[3 * H :]).astype(F32)
+        if linear_before_reset:
+            b[2 * H :] = bias[2 * H : 3 * H]
+            rb_h = bias[5 * H :]
+    with np.errstate(over="ignore", invalid="ignore"):
+        for s in range(L):
+            hr = seq_matmul(h, rt if linear_before_reset else rt[:, : 2 * H])
+            rows, ts = _step_rows(lens, s, reverse)
+            xg = xw[ts, rows]
+            azr = xg[:, : 2 * H] + hr[rows, : 2 * H]  # (RNN2)
+            if b is not None:
+                azr = azr + b[: 2 * H]
+            zr = sigmoid_f32(_clip(azr, clip))  # (RNN6)
+            z, rg = zr[:, :H], zr[:, H:]
+            hp = h[rows]
+            if linear_before_reset:  # (RNN8)
+                u = hr[rows, 2 * H :]
+                if rb_h is not None:
+                    u = u + rb_h
+                ah = xg[:, 2 * H :] + rg * u
+            else:  # (RNN7)
+                ah = xg[:, 2 * H :] + seq_matmul(rg * hp, rt[:, 2 * H :])
+            if b is not None:
+                ah = ah + b[2 * H :]
+            hh = tanh_f32(_clip(ah, clip))
+            hn = (F32(1) - z) * hh + z * hp  # (RNN9)
+            h[rows] = hn
+            y[ts, rows] = hn
+            done = lens[rows] == s + 1
+            yh[rows[done]] = hn[done]
+    return y, yh
+
+
+def _prepare(op: str, x, w, r, gates: int, hidden_size: int, direction: str, layout: int, states):
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise OpError(f"{op}: direction must be forward, reverse or bidirectional, got {direction!r}")
+    D = 2 if direction == "bidirectional" else 1
+    x = np.asarray(x, F32)
+    if x.ndim != 3:
+        raise OpError(f"{op}: X must have rank 3, got shape {list(x.shape)}")
+    if layout == 1:
+        x = x.transpose(1, 0, 2)
+        states = [None if s is None else np.asarray(s, F32).transpose(1, 0, 2) for s in states]
+    H = int(hidden_size)
+    n_in = x.shape[2]
+    for name, t, k in (("W", w, n_in), ("R", r, H)):
+        if np.shape(t) != (D, gates * H, k):
+            raise OpError(f"{op}: {name} must have shape [{D}, {gates * H}, {k}], got {list(np.shape(t))}")
+    return D, H, np.ascontiguousarray(x), [None if s is None else np.asarray(s, F32) for s in states]
+
+
+def _finish(layout: int, y: np.ndarray, *states: np.ndarray) -> tuple[np.ndarray, ...]:
+    if layout == 1:
+        return (np.ascontiguousarray(y.transpose(2, 0, 1, 3)),
+                *(np.ascontiguousarray(s.transpose(1, 0, 2)) for s in states))
+    return (y, *states)
+
+
+def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, *, hidden_size: int,
+         direction: str = "forward", clip: float | None = None, input_forget: int = 0,
+         layout: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Y, Y_h, Y_c) of an ONNX LSTM with the default activations, by (RNN1)-(RNN5)."""
+    D, H, x, (h0, c0) = _prepare("LSTM", x, w, r, 4, hidden_size, direction, layout, [initial_h, initial_c])
+    T, B, _ = x.shape
+    lens = _lens(sequence_lens, T, B, "LSTM")
+    clip_v = None if clip is None else F32(clip)
+    y = np.zeros((T, D, B, H), F32)
+    yh = np.zeros((D, B, H), F32)
+    yc = np.zeros((D, B, H), F32)
+    for d in range(D):
+        h = np.zeros((B, H), F32) if h0 is None else h0[d].copy()
+        c = np.zeros((B, H), F32) if c0 is None else c0[d].copy()
+        y[:, d], yh[d], yc[d] = _lstm_direction(
+            x, np.asarray(w[d], F32), np.asarray(r[d], F32), None if b is None else np.asarray(b, F32)[d],
+            None if p is None else np.asarray(p, F32)[d], h, c, lens, direction == "reverse" or d == 1, clip_v,
+            input_forget,
+        )
+    return _finish(layout, y, yh, yc)
+
+
+def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, *, hidden_size: int, direction: str = "forward",
+        clip: float | None = None, linear_before_reset: int = 0, layout: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(Y, Y_h) of an ONNX GRU with the default activations, by (RNN1), (RNN2), (RNN6)-(RNN9)."""
+    D, H, x, (h0,) = _prepare("GRU", x, w, r, 3, hidden_size, direction, layout, [initial_h])
+    T, B, _ = x.shape
+    lens = _lens(sequence_lens, T, B, "GRU")
+    clip_v = None if clip is None else F32(clip)
+    y = np.zeros((T, D, B, H), F32)
+    yh = np.zeros((D, B, H), F32)
+    for d in range(D):
+        h = np.zeros((B, H), F32) if h0 is None else h0[d].copy()
+        y[:, d], yh[d] = _gru_direction(
+            x, np.asarray(w[d], F32), np.asarray(r[d], F32), None if b is None else np.asarray(b, F32)[d], h, lens,
+            direction == "reverse" or d == 1, clip_v, linear_before_reset,
+        )
+    return _finish(layout, y, yh)
+
+
+def _check_clip(op: str, clip: float | None) -> None:
+    if clip is not None and not float(clip) > 0:
+        raise OpError(f"{op}: clip must be > 0, got {clip}")
+
+
+def _float32(op: str, *arrays: np.ndarray | None) -> bool:
+    return all(a is None or np.asarray(a).dtype == F32 for a in arrays)
+
+
+@register("LSTM")
+def lstm_op(ctx: OpContext, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, *,
+            hidden_size: int, direction: str = "forward", activations: Sequence[str] | None = None,
+            activation_alpha: Sequence[float] = (), activation_beta: Sequence[float] = (),
+            clip: float | None = None, input_forget: int = 0, layout: int = 0) -> tuple[np.ndarray, ...]:
+    D = 2 if direction == "bidirectional" else 1
+    if not default_activations("LSTM", activations, D) or not _float32("LSTM", x, w, r, b, initial_h, initial_c, p):
+        attrs = {k: v for k, v in (("hidden_size", hidden_size), ("direction", direction),
+                                   ("activations", activations), ("activation_alpha", activation_alpha),
+                                   ("activation_beta", activation_beta), ("clip", clip),
+                                   ("input_forget", input_forget), ("layout", layout)) if v not in (None, (), [])}
+        return delegate_to_onnx_reference(ctx, (x, w, r, b, sequence_lens, initial_h, initial_c, p), attrs)
+    _check_clip("LSTM", clip)
+    outs = lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, hidden_size=hidden_size, direction=direction,
+                clip=clip, input_forget=input_forget, layout=layout)
+    return outs[: max(1, ctx.n_outputs)]
+
+
+@register("GRU")
+def gru_op(ctx: OpContext, x, w, r, b=None, sequence_lens=None, initial_h=None, *, hidden_size: int,
+           direction: str = "forward", activations: Sequence[str] | None = None,
+           activation_alpha: Sequence[float] = (), activation_beta: Sequence[float] = (),
+           clip: float | None = None, linear_before_reset: int = 0, layout: int = 0) -> tuple[np.ndarray, ...]:
+    D = 2 if direction == "bidirectional" else 1
+    if not default_activations("GRU", activations, D) or not _float32("GRU", x, w, r, b, initial_h):
+        attrs = {k: v for k, v in (("hidden_size", hidden_size), ("direction", direction),
+                                   ("activations", activations), ("activation_alpha", activation_alpha),
+                                   ("activation_beta", activation_beta), ("clip", clip),
+                                   ("linear_before_reset", linear_before_reset), ("layout", layout))
+                 if v not in (None, (), [])}
+        return delegate_to_onnx_reference(ctx, (x, w, r, b, sequence_lens, initial_h), attrs)
+    _check_clip("GRU", clip)
+    outs = gru(x, w, r, b, sequence_lens, initial_h, hidden_size=hidden_size, direction=direction, clip=clip,
+               linear_before_reset=linear_before_reset, layout=layout)
+    return outs[: max(1, ctx.n_outputs)]

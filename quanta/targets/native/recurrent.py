@@ -1,0 +1,289 @@
+"""Native recurrent kernels: com.microsoft DynamicQuantizeLSTM on ``_native.dq_lstm``
+(reference twin: reference/ms_lstm.py), ai.onnx LSTM and GRU in float32 on
+``_native.float_rnn`` (twin: reference/rnn.py); bit-exact with the twins on every ISA.
+
+The binder prepacks each direction's int8/uint8 W [I, 4H] and R [H, 4H] once, in the
+qgemm layout of the active ISA with their column sums and the scalar zero point ONNX
+Runtime reads (the first of a direction's), and broadcasts per-direction scales to the
+[D, 4H] multipliers' columns. What the kernel does not compute natively — activations
+other than the default sigmoid, tanh, tanh, layout = 1, weights that are not constants —
+runs on the twin, with the reason in the plan. The float binders transpose each
+direction's W and R once to [K, G·H] (docs/float-ops.md (RNN1)) and take the default
+activations, layout 0 or 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node, Value
+from quanta.kernels.reference.ms_lstm import (
+    _direction_scale,
+    _weight_zero_point,
+    _y_requested,
+    dynamic_quantize_lstm_op,
+)
+from quanta.kernels.reference.registry import MS_DOMAIN, OpError
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+
+__all__ = ["bind_dynamic_quantize_lstm", "bind_gru", "bind_lstm"]
+
+F32 = np.float32
+_FLT_MAX = float(np.finfo(np.float32).max)
+_DEFAULT_ACTS = ("sigmoid", "tanh", "tanh")
+_SEQ_PANEL = 128  # float_rnn.h kSeqPanel
+
+
+def _const(v: Value | None) -> np.ndarray | None:
+    return None if v is None else v.const
+
+
+def _f32_or_none(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else np.ascontiguousarray(a, dtype=F32)
+
+
+def _dq_lstm_native(
+    ctx: Any,
+    x: np.ndarray,
+    w: np.ndarray,
+    r: np.ndarray,
+    b: np.ndarray | None = None,
+    sequence_lens: np.ndarray | None = None,
+    initial_h: np.ndarray | None = None,
+    initial_c: np.ndarray | None = None,
+    p: np.ndarray | None = None,
+    w_scale: np.ndarray | None = None,
+    w_zero_point: np.ndarray | None = None,
+    r_scale: np.ndarray | None = None,
+    r_zero_point: np.ndarray | None = None,
+    *,
+    packed_w: list[Any],
+    packed_r: list[Any],
+    w_mult: np.ndarray,
+    r_mult: np.ndarray,
+    hidden_size: int,
+    direction: str = "forward",
+    clip: float | None = None,
+    input_forget: int = 0,
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
+    """The node on ``_native.dq_lstm``; inputs the kernel cannot take (a wrongly shaped
+    run-time tensor, a non-float32 X) go to the twin, which names what is wrong."""
+    from quanta.kernels import _native
+
+    H = int(hidden_size)
+    D = len(packed_w)
+    ok = (
+        isinstance(x, np.ndarray) and x.dtype == F32 and x.ndim == 3 and x.shape[2] == packed_w[0].K
+        and (b is None or np.shape(b) == (D, 8 * H))
+        and (sequence_lens is None or np.shape(sequence_lens) == (x.shape[1],))
+    )
+    if ok:
+        bias = None
+        if b is not None:
+            bb = np.asarray(b, F32)
+            bias = np.ascontiguousarray(bb[:, : 4 * H] + bb[:, 4 * H :])  # f32(Wb + Rb)
+        lens = None if sequence_lens is None else np.ascontiguousarray(sequence_lens, dtype=np.int32)
+        try:
+            outs = _native.dq_lstm(
+                np.ascontiguousarray(x), packed_w, packed_r, w_mult, r_mult, bias, _f32_or_none(p),
+                _f32_or_none(initial_h), _f32_or_none(initial_c), lens, direction=direction,
+                clip=_FLT_MAX if clip is None else float(clip), input_forget=bool(input_forget),
+                want_y=_y_requested(ctx), num_threads=max(1, int(getattr(ctx, "num_threads", 1))),
+            )
+        except ValueError as e:
+            raise OpError(f"DynamicQuantizeLSTM: {e}") from None
+        return outs[: max(1, ctx.n_outputs)]
+    return dynamic_quantize_lstm_op(
+        ctx, x, w, r, b, sequence_lens, initial_h, initial_c, p, w_scale, w_zero_point, r_scale, r_zero_point,
+        hidden_size=hidden_size, direction=direction, clip=clip, input_forget=input_forget, **attrs,
+    )
+
+
+def _pack_direction(w: np.ndarray, zp: int) -> Any:
+    from quanta.kernels import _native
+
+    fn = _native.pack_weights_s8 if w.dtype == np.int8 else _native.pack_weights_u8
+    return fn(np.ascontiguousarray(w), zp)
+
+
+@register_binder("DynamicQuantizeLSTM", MS_DOMAIN)
+def bind_dynamic_quantize_lstm(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Constant int8/uint8 W and R with constant scales and zero points, the default
+    activations, layout 0."""
+    del model  # unused: the choice depends on the node's constants and attributes
+    a = node.attrs
+    if int(a.get("layout", 0)) != 0:
+        return None, "layout = 1 (batch first) is not supported (ONNX Runtime: neither)"
+    direction = a.get("direction", "forward")
+    if isinstance(direction, bytes):
+        direction = direction.decode()
+    if direction not in ("forward", "reverse", "bidirectional"):
+        return None, f"direction {direction!r} is not forward, reverse or bidirectional"
+    D = 2 if direction == "bidirectional" else 1
+    acts = [s.decode() if isinstance(s, bytes) else str(s) for s in a.get("activations", ()) or ()]
+    if acts and [s.lower() for s in acts] != list(_DEFAULT_ACTS) * D:
+        return None, f"activations {acts}: the native kernel computes the default sigmoid, tanh, tanh only"
+    clip = a.get("clip")
+    if clip is not None and not float(clip) > 0:
+        return None, f"clip must be > 0, got {clip}"
+    H = int(a.get("hidden_size", 0))
+    w, r = _const(node.input(1)), _const(node.input(2))
+    consts = [_const(node.input(i)) for i in (8, 9, 10, 11)]
+    if w is None or r is None or any(c is None for c in consts):
+        return None, "W, R and their scales and zero points must be constants (they are prepacked once)"
+    ws, wz, rs, rz = consts
+    for name, t, k in (("W", w, None), ("R", r, H)):
+        if t.dtype not in (np.int8, np.uint8) or t.ndim != 3 or t.shape[0] != D or t.shape[2] != 4 * H:
+            return None, f"{name} must be int8/uint8 [{D}, K, {4 * H}], got {t.dtype}{list(t.shape)}"
+        if k is not None and t.shape[1] != k:
+            return None, f"R must be [{D}, {H}, {4 * H}], got {list(t.shape)}"
+    packed_w, packed_r, w_mult, r_mult = [], [], [], []
+    try:
+        for d in range(D):
+            packed_w.append(_pack_direction(w[d], _weight_zero_point(wz, d, "W_zero_point")))
+            packed_r.append(_pack_direction(r[d], _weight_zero_point(rz, d, "R_zero_point")))
+            w_mult.append(_direction_scale(ws, d, 4 * H, "W_scale"))
+            r_mult.append(_direction_scale(rs, d, 4 * H, "R_scale"))
+    except (OpError, IndexError, ValueError) as e:
+        return None, str(e)
+    params = {
+        "packed_w": packed_w,
+        "packed_r": packed_r,
+        "w_mult": np.ascontiguousarray(np.stack(w_mult), F32),
+        "r_mult": np.ascontiguousarray(np.stack(r_mult), F32),
+    }
+    kind = "u8" if w.dtype == np.uint8 else "s8"
+    return Kernel(_dq_lstm_native, "native", f"native:dq_lstm_{kind}", params=params), ""
+
+
+# --------------------------------------------------------------------------------------
+# ai.onnx LSTM and GRU (float32): _native.float_rnn, twin reference/rnn.py
+# --------------------------------------------------------------------------------------
+
+
+def _panels(wt: np.ndarray) -> np.ndarray:
+    """``wt [K, N]`` in float_rnn.h's panels: [ceil(N / 128), K, 128], zero-padded."""
+    k, n = wt.shape
+    p = -(-n // _SEQ_PANEL)
+    padded = np.zeros((k, p * _SEQ_PANEL), F32)
+    padded[:, :n] = wt
+    return np.ascontiguousarray(padded.reshape(k, p, _SEQ_PANEL).transpose(1, 0, 2))
+
+
+def _float_rnn_native(kind: str, ctx: Any, x: np.ndarray, w: np.ndarray, r: np.ndarray, b, sequence_lens,
+                      initial_h, initial_c, p, *, w_t: list[np.ndarray], r_t: list[np.ndarray],
+                      r_h: list[np.ndarray], n_in: int, hidden_size: int,
+                      direction: str, clip: float | None, input_forget: int, linear_before_reset: int, layout: int,
+                      twin: Any, twin_args: tuple, attrs: dict) -> tuple[np.ndarray, ...]:
+    from quanta.kernels import _native
+
+    D, H = len(w_t), int(hidden_size)
+    G = 3 if kind == "gru" else 4
+    ok = isinstance(x, np.ndarray) and x.dtype == F32 and x.ndim == 3 and x.shape[2] == n_in
+    ok = ok and all(a is None or (isinstance(a, np.ndarray) and a.dtype == F32) for a in (b, initial_h, initial_c, p))
+    ok = ok and (b is None or b.shape == (D, 2 * G * H)) and (p is None or p.shape == (D, 3 * H))
+    if not ok:
+        return twin(ctx, x, w, r, *twin_args, **attrs)
+    if layout == 1:
+        x = x.transpose(1, 0, 2)
+        initial_h = None if initial_h is None else initial_h.transpose(1, 0, 2)
+        initial_c = None if initial_c is None else initial_c.transpose(1, 0, 2)
+    lens = None if sequence_lens is None else np.ascontiguousarray(np.asarray(sequence_lens).reshape(-1), np.int32)
+    try:
+        outs = _native.float_rnn(
+            kind, np.ascontiguousarray(x), w_t, r_t, r_h, b, p, _f32_or_none(initial_h), _f32_or_none(initial_c), lens,
+            direction=direction, clip=_FLT_MAX if clip is None else float(clip), input_forget=bool(input_forget),
+            linear_before_reset=bool(linear_before_reset), num_threads=max(1, int(getattr(ctx, "num_threads", 1))),
+        )
+    except ValueError as e:
+        raise OpError(f"{'GRU' if kind == 'gru' else 'LSTM'}: {e}") from None
+    if layout == 1:
+        outs = (np.ascontiguousarray(outs[0].transpose(2, 0, 1, 3)),
+                *(np.ascontiguousarray(s.transpose(1, 0, 2)) for s in outs[1:]))
+    return tuple(outs[: max(1, ctx.n_outputs)])
+
+
+def _lstm_native(ctx: Any, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, *,
+                 w_t, r_t, r_h, n_in, hidden_size, direction="forward", clip=None, input_forget=0, layout=0,
+                 **attrs):
+    from quanta.kernels.reference.rnn import lstm_op
+
+    return _float_rnn_native(
+        "lstm", ctx, x, w, r, b, sequence_lens, initial_h, initial_c, p, w_t=w_t, r_t=r_t, r_h=r_h, n_in=n_in,
+        hidden_size=hidden_size,
+        direction=direction, clip=clip, input_forget=input_forget, linear_before_reset=0, layout=layout,
+        twin=lstm_op, twin_args=(b, sequence_lens, initial_h, initial_c, p),
+        attrs={"hidden_size": hidden_size, "direction": direction, "clip": clip, "input_forget": input_forget,
+               "layout": layout, **attrs},
+    )
+
+
+def _gru_native(ctx: Any, x, w, r, b=None, sequence_lens=None, initial_h=None, *, w_t, r_t, hidden_size,
+                r_h, n_in, direction="forward", clip=None, linear_before_reset=0, layout=0, **attrs):
+    from quanta.kernels.reference.rnn import gru_op
+
+    return _float_rnn_native(
+        "gru", ctx, x, w, r, b, sequence_lens, initial_h, None, None, w_t=w_t, r_t=r_t, r_h=r_h, n_in=n_in,
+        hidden_size=hidden_size,
+        direction=direction, clip=clip, input_forget=0, linear_before_reset=linear_before_reset, layout=layout,
+        twin=gru_op, twin_args=(b, sequence_lens, initial_h),
+        attrs={"hidden_size": hidden_size, "direction": direction, "clip": clip,
+               "linear_before_reset": linear_before_reset, "layout": layout, **attrs},
+    )
+
+
+def _bind_float_rnn(op: str, node: Node) -> tuple[Kernel | None, str]:
+    from quanta.kernels.reference.rnn import default_activations
+
+    a = node.attrs
+    direction = a.get("direction", "forward")
+    if isinstance(direction, bytes):
+        direction = direction.decode()
+    if direction not in ("forward", "reverse", "bidirectional"):
+        return None, f"direction {direction!r} is not forward, reverse or bidirectional"
+    D = 2 if direction == "bidirectional" else 1
+    if not default_activations(op, a.get("activations"), D):
+        return None, f"activations {a.get('activations')}: the native kernel computes the defaults only"
+    if int(a.get("layout", 0)) not in (0, 1):
+        return None, f"layout must be 0 or 1, got {a.get('layout')}"
+    clip = a.get("clip")
+    if clip is not None and not float(clip) > 0:
+        return None, f"clip must be > 0, got {clip}"
+    H = int(a.get("hidden_size", 0))
+    G = 4 if op == "LSTM" else 3
+    w, r = _const(node.input(1)), _const(node.input(2))
+    if w is None or r is None:
+        return None, "W and R must be constants (they are transposed once)"
+    if w.dtype != F32 or r.dtype != F32:
+        return None, f"native {op} takes float32 weights, got {w.dtype} / {r.dtype}"
+    if w.ndim != 3 or w.shape[:2] != (D, G * H) or r.shape != (D, G * H, H):
+        return None, f"W / R must be [{D}, {G * H}, I] / [{D}, {G * H}, {H}], got {list(w.shape)} / {list(r.shape)}"
+    # each direction's W and R transposed to [K, G·H], in panels (float_rnn.h); a GRU's R
+    # in two parts, its z, r columns and its h columns (the h product waits for r)
+    w_t = [_panels(w[d].T) for d in range(D)]
+    if op == "LSTM":
+        r_t, r_h = [_panels(r[d].T) for d in range(D)], []
+    else:
+        r_t = [_panels(r[d, : 2 * H].T) for d in range(D)]
+        r_h = [_panels(r[d, 2 * H :].T) for d in range(D)]
+    params = {"w_t": w_t, "r_t": r_t, "r_h": r_h, "n_in": int(w.shape[2])}
+    fn = _lstm_native if op == "LSTM" else _gru_native
+    return Kernel(fn, "native", f"native:{op.lower()}_f32", params=params), ""
+
+
+@register_binder("LSTM")
+def bind_lstm(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 LSTM with constant W and R and the default activations (layout 0 or 1)."""
+    del model  # unused
+    return _bind_float_rnn("LSTM", node)
+
+
+@register_binder("GRU")
+def bind_gru(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 GRU with constant W and R and the default activations (layout 0 or 1)."""
+    del model  # unused
+    return _bind_float_rnn("GRU", node)

@@ -1,0 +1,474 @@
+"""Native com.microsoft DynamicQuantizeLSTM (quanta/targets/native/recurrent.py on
+``_native.dq_lstm``) against its NumPy twin (reference/ms_lstm.py).
+
+Tolerance 0 (bit-exact): both quantize the same blocks with the same float32 operations,
+the GEMMs are exact int32 sums with the same two float32 roundings after them, and the
+gate math is the same float32 operations in the same order, the MLAS Horner steps fused
+multiply-adds in both (recurrent.h). Every ISA the CPU supports runs (the weights are
+packed at bind time with the active ISA, so the ISA is set before binding), with 1 and 2
+threads, which must give identical bytes.
+
+Shapes with reasons: hidden sizes 7, 13, 17, 37 (odd: tails of the 8- and 16-lane gate
+loops and of the qgemm panels), input sizes 1 (shallow), 5, 300 (a reduction past the
+float32-exact 258 terms), 1 or 5 steps, batch 1-3 with sequence lengths that end early,
+are 0 or full; weights int8 (zero point 0, as ORT's per-channel files) and uint8 with a
+non-zero zero point per direction or repeated per column (ORT's per-tensor files);
+per-direction and per-column scales that differ.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import helper
+
+import quanta
+from quanta.ir.graph import Graph, Model, Node, Value
+from quanta.ir.types import TensorType, elem_from_numpy
+from quanta.kernels import _native
+from quanta.kernels.reference.ms_lstm import dynamic_quantize_lstm
+from quanta.kernels.reference.registry import MS_DOMAIN, OpError
+from quanta.targets.base import KernelContext
+from quanta.targets.native import native_kernel_for, recurrent
+
+ISAS: list[str] = list(_native.supported_isas())
+THREADS = (1, 2)
+F32 = np.float32
+OP = "DynamicQuantizeLSTM"
+INPUT_NAMES = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P",
+               "W_scale", "W_zero_point", "R_scale", "R_zero_point")
+
+
+def _bind(inputs: list[np.ndarray | None], attrs: dict, const: frozenset = frozenset(range(1, 12))):
+    """Bind a one-node IR graph with the native binder: (kernel, reason)."""
+    g = Graph()
+    values: list[Value | None] = []
+    for i, a in enumerate(inputs):
+        if a is None:
+            values.append(None)
+        elif i in const:
+            values.append(g.add_initializer(INPUT_NAMES[i], a))
+        else:
+            values.append(g.add_input(INPUT_NAMES[i], TensorType(elem_from_numpy(a.dtype), tuple(a.shape))))
+    node = Node(OP, values, [Value("Y"), Value("Y_h"), Value("Y_c")], attrs, name="lstm", domain=MS_DOMAIN)
+    g.add_node(node)
+    return native_kernel_for(Model(g, opset_imports={"": 21, MS_DOMAIN: 1}), node)
+
+
+def _ctx(threads: int, want_y: bool) -> KernelContext:
+    onnx_node = helper.make_node(OP, ["X"], ["Y" if want_y else "", "Y_h", "Y_c"], domain=MS_DOMAIN)
+    return KernelContext(opset=1, op_type=OP, domain=MS_DOMAIN, node_name="lstm", num_threads=threads,
+                         n_outputs=3, onnx_node=onnx_node)
+
+
+class TwinCalls:
+    """Counts the calls the native kernel hands to the twin at run time (a test whose fast
+    path silently fell back would compare the twin with itself)."""
+
+    def __enter__(self) -> TwinCalls:
+        self.count = 0
+        self._original = recurrent.dynamic_quantize_lstm_op
+
+        def counting(*args, **kwargs):
+            self.count += 1
+            return self._original(*args, **kwargs)
+
+        recurrent.dynamic_quantize_lstm_op = counting
+        return self
+
+    def __exit__(self, *exc) -> None:
+        recurrent.dynamic_quantize_lstm_op = self._original
+
+
+def _assert_same(expected, got, label: str) -> None:
+    assert len(expected) == len(got), f"{label}: {len(got)} outputs, expected {len(expected)}"
+    for name, e, a in zip(("Y", "Y_h", "Y_c")[: len(expected)], expected, got, strict=True):
+        assert e.shape == a.shape and e.dtype == a.dtype, f"{label} {name}: {e.dtype}{e.shape} vs {a.dtype}{a.shape}"
+        bad = e.view(np.uint32) != a.view(np.uint32)
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise AssertionError(f"{label} {name}: {int(bad.sum())} of {e.size} differ; first at {first}: "
+                                 f"expected {e[first]!r}, got {a[first]!r}")
+
+
+def _check(inputs: list[np.ndarray | None], attrs: dict, want_y: bool = True) -> None:
+    """Native == twin on every ISA and thread count; the native path must have run."""
+    expected = dynamic_quantize_lstm(*inputs, want_y=want_y, **attrs)
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            kernel, reason = _bind(inputs, attrs)
+            assert kernel is not None and kernel.impl == "native", reason
+            for threads in THREADS:
+                with TwinCalls() as twin:
+                    got = kernel.fn(_ctx(threads, want_y), *inputs, **attrs, **kernel.params)
+                assert twin.count == 0, "the native kernel ran the twin"
+                _assert_same(expected, got, f"{isa}, {threads} threads")
+    finally:
+        _native.clear_isa()
+
+
+def _lstm_inputs(rng, *, T, B, n_in, H, D, weights, scales, bias, lens, h0, c0, peephole):
+    """The node's 12 inputs (None where omitted)."""
+    x = (rng.standard_normal((T, B, n_in)) * 1.5 + 0.3).astype(F32)
+    if weights == "int8":
+        w = rng.integers(-128, 128, (D, n_in, 4 * H)).astype(np.int8)
+        r = rng.integers(-128, 128, (D, H, 4 * H)).astype(np.int8)
+        wz, rz = np.zeros(D, np.int8), np.zeros((D, 4 * H), np.int8)
+    else:
+        w = rng.integers(0, 256, (D, n_in, 4 * H)).astype(np.uint8)
+        r = rng.integers(0, 256, (D, H, 4 * H)).astype(np.uint8)
+        wz = rng.integers(1, 256, D).astype(np.uint8)
+        rz = rng.integers(1, 256, D).astype(np.uint8)
+        if weights == "uint8_columns":  # per-column zero points, all equal within a direction
+            wz = np.repeat(wz[:, None], 4 * H, axis=1)
+            rz = np.repeat(rz[:, None], 4 * H, axis=1)
+    if scales == "column":
+        ws = (rng.random((D, 4 * H)) * 0.02 + 0.002).astype(F32)
+        rs = (rng.random((D, 4 * H)) * 0.02 + 0.002).astype(F32)
+    else:
+        ws = (rng.random(D) * 0.02 + 0.002).astype(F32)
+        rs = (rng.random(D) * 0.02 + 0.002).astype(F32)
+    return [
+        x, w, r,
+        (rng.standard_normal((D, 8 * H)) * 0.5).astype(F32) if bias else None,
+        None if lens is None else np.asarray(lens, np.int32),
+        rng.standard_normal((D, B, H)).astype(F32) if h0 else None,
+        rng.standard_normal((D, B, H)).astype(F32) if c0 else None,
+        (rng.standard_normal((D, 3 * H)) * 0.5).astype(F32) if peephole else None,
+        ws, wz, rs, rz,
+    ]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    H=st.sampled_from([7, 13, 17, 37]),
+    n_in=st.sampled_from([1, 5, 300]),
+    T=st.sampled_from([1, 5]),
+    B=st.integers(1, 3),
+    direction=st.sampled_from(["forward", "reverse", "bidirectional"]),
+    weights=st.sampled_from(["int8", "uint8", "uint8_columns"]),
+    scales=st.sampled_from(["direction", "column"]),
+    bias=st.booleans(),
+    lens_kind=st.sampled_from(["none", "full", "ragged"]),
+    h0=st.booleans(),
+    c0=st.booleans(),
+    peephole=st.booleans(),
+    want_y=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_dynamic_quantize_lstm_native_equals_twin(H, n_in, T, B, direction, weights, scales, bias, lens_kind, h0, c0,
+                                                  peephole, want_y, seed):
+    rng = np.random.default_rng(seed)
+    D = 2 if direction == "bidirectional" else 1
+    lens = {"none": None, "full": [T] * B, "ragged": rng.integers(0, T + 1, B).tolist()}[lens_kind]
+    inputs = _lstm_inputs(rng, T=T, B=B, n_in=n_in, H=H, D=D, weights=weights, scales=scales, bias=bias, lens=lens,
+                          h0=h0, c0=c0, peephole=peephole)
+    _check(inputs, {"hidden_size": H, "direction": direction}, want_y)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"clip": 0.75},                       # the clip binds on most gates
+    {"input_forget": 1},                  # f = 1 − i
+    {"clip": 2.5, "input_forget": 1, "activations": ["Sigmoid", "Tanh", "Tanh"]},
+])
+def test_dynamic_quantize_lstm_attributes(attrs):
+    rng = np.random.default_rng(7)
+    inputs = _lstm_inputs(rng, T=5, B=3, n_in=5, H=13, D=1, weights="uint8", scales="column", bias=True,
+                          lens=[5, 3, 1], h0=True, c0=True, peephole=True)
+    _check(inputs, {"hidden_size": 13, "direction": "reverse", **attrs})
+
+
+def test_dynamic_quantize_lstm_large_gates_saturate_the_mlas_clamps():
+    """Scales large enough that gate arguments pass MLAS's ±18 / ±9 clamps (the logistic's
+    exact 0 far left) and a long X block (T·B·I = 2400 values in one quantization)."""
+    rng = np.random.default_rng(11)
+    inputs = _lstm_inputs(rng, T=40, B=2, n_in=30, H=17, D=2, weights="int8", scales="column", bias=True,
+                          lens=[40, 33], h0=True, c0=True, peephole=False)
+    inputs[8] = inputs[8] * F32(40)
+    inputs[10] = inputs[10] * F32(40)
+    y = dynamic_quantize_lstm(*inputs, hidden_size=17, direction="bidirectional")[0]
+    assert np.any(y == 0) and np.any(np.abs(y) > 0.99)  # saturated gates did occur
+    _check(inputs, {"hidden_size": 17, "direction": "bidirectional"})
+
+
+def test_empty_batch_and_zero_lengths():
+    rng = np.random.default_rng(3)
+    inputs = _lstm_inputs(rng, T=3, B=2, n_in=5, H=7, D=2, weights="int8", scales="direction", bias=True,
+                          lens=[0, 0], h0=True, c0=True, peephole=False)
+    _check(inputs, {"hidden_size": 7, "direction": "bidirectional"})
+
+
+@pytest.mark.parametrize("attrs, constant, expected", [
+    ({"activations": ["Relu", "Tanh", "Tanh"]}, True, "default sigmoid, tanh, tanh only"),
+    ({"layout": 1}, True, "layout = 1"),
+    ({}, False, "must be constants"),
+])
+def test_binder_refuses_with_a_reason(attrs, constant, expected):
+    rng = np.random.default_rng(1)
+    inputs = _lstm_inputs(rng, T=2, B=1, n_in=3, H=7, D=1, weights="int8", scales="direction", bias=False,
+                          lens=None, h0=False, c0=False, peephole=False)
+    const = frozenset(range(1, 12)) if constant else frozenset(range(3, 12))
+    kernel, reason = _bind(inputs, {"hidden_size": 7, **attrs}, const)
+    assert kernel is None and expected in reason
+
+
+def test_binder_refuses_unequal_zero_points_as_the_twin_does():
+    rng = np.random.default_rng(2)
+    inputs = _lstm_inputs(rng, T=2, B=1, n_in=3, H=7, D=1, weights="uint8_columns", scales="direction", bias=False,
+                          lens=None, h0=False, c0=False, peephole=False)
+    inputs[9] = inputs[9].copy()
+    inputs[9][0, 3] ^= 1
+    kernel, reason = _bind(inputs, {"hidden_size": 7})
+    assert kernel is None and "zero points must all be equal" in reason
+    with pytest.raises(OpError, match="zero points must all be equal"):
+        dynamic_quantize_lstm(*inputs, hidden_size=7)
+
+
+def test_bad_sequence_lens_raise_naming_the_op():
+    rng = np.random.default_rng(4)
+    inputs = _lstm_inputs(rng, T=2, B=2, n_in=3, H=7, D=1, weights="int8", scales="direction", bias=False,
+                          lens=[1, 3], h0=False, c0=False, peephole=False)
+    kernel, reason = _bind(inputs, {"hidden_size": 7})
+    assert kernel is not None, reason
+    with pytest.raises(OpError, match=r"sequence_lens.*\[0, 2\]"):
+        kernel.fn(_ctx(1, True), *inputs, hidden_size=7, **kernel.params)
+
+
+ZOO = Path(os.path.expanduser("~/.cache/quanta-zoo/models"))
+
+
+@pytest.mark.skipif(not (ZOO / "ddddocr.ort_dynamic.onnx").exists(), reason="the model zoo is not on this machine")
+def test_ddddocr_ort_file_native_equals_reference():
+    """The captcha reader quantized by ONNX Runtime's quantize_dynamic (a bidirectional
+    DynamicQuantizeLSTM, H = 512, uint8 weights per tensor): the whole model's outputs are
+    the same bytes on the native and the reference backend, and the LSTM ran natively."""
+    path = str(ZOO / "ddddocr.ort_dynamic.onnx")
+    assert any(n.op_type == OP for n in onnx.load(path).graph.node)
+    feed = {"input1": np.random.default_rng(0).random((1, 1, 64, 120), dtype=F32)}
+    native = quanta.InferenceSession(path)
+    assert not [f for f in native.fallbacks if f[1] == OP]
+    got = native.run(None, feed)
+    expected = quanta.InferenceSession(path, backend="reference").run(None, feed)
+    for e, a in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(a, e)
+
+
+# --------------------------------------------------------------------------------------
+# ai.onnx LSTM and GRU (float32): native == twin (reference/rnn.py), bit for bit; the twin
+# against ONNX's node tests and against float64 within (RNN1)'s bound
+# --------------------------------------------------------------------------------------
+
+
+def _bind_float(op: str, inputs: list[np.ndarray | None], attrs: dict):
+    g = Graph()
+    values: list[Value | None] = []
+    for i, a in enumerate(inputs):
+        if a is None:
+            values.append(None)
+        elif i in (1, 2):
+            values.append(g.add_initializer(f"in{i}", a))
+        else:
+            values.append(g.add_input(f"in{i}", TensorType(elem_from_numpy(a.dtype), tuple(a.shape))))
+    outs = [Value("Y"), Value("Y_h")] + ([Value("Y_c")] if op == "LSTM" else [])
+    node = Node(op, values, outs, attrs, name="rnn")
+    g.add_node(node)
+    return native_kernel_for(Model(g, opset_imports={"": 21}), node)
+
+
+def _float_inputs(rng, op, *, T, B, n_in, H, D, bias, lens, h0, c0, peephole, layout=0):
+    G = 4 if op == "LSTM" else 3
+    x = (rng.standard_normal((T, B, n_in)) * 1.2).astype(F32)
+    w = (rng.standard_normal((D, G * H, n_in)) / np.sqrt(n_in)).astype(F32)
+    r = (rng.standard_normal((D, G * H, H)) / np.sqrt(H)).astype(F32)
+    state = (D, B, H) if layout == 0 else (B, D, H)
+    ins = [
+        x.transpose(1, 0, 2).copy() if layout else x, w, r,
+        (rng.standard_normal((D, 2 * G * H)) * 0.5).astype(F32) if bias else None,
+        None if lens is None else np.asarray(lens, np.int32),
+        rng.standard_normal(state).astype(F32) if h0 else None,
+    ]
+    if op == "LSTM":
+        ins += [rng.standard_normal(state).astype(F32) if c0 else None,
+                (rng.standard_normal((D, 3 * H)) * 0.5).astype(F32) if peephole else None]
+    return ins
+
+
+class FloatTwinCalls:
+    def __enter__(self) -> FloatTwinCalls:
+        from quanta.kernels.reference import rnn
+
+        self.count = 0
+        self._mod = rnn
+        self._orig = (rnn.lstm_op, rnn.gru_op)
+
+        def wrap(fn):
+            def counting(*args, **kwargs):
+                self.count += 1
+                return fn(*args, **kwargs)
+            return counting
+
+        rnn.lstm_op, rnn.gru_op = wrap(rnn.lstm_op), wrap(rnn.gru_op)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._mod.lstm_op, self._mod.gru_op = self._orig
+
+
+def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
+    from quanta.kernels.reference.rnn import gru_op, lstm_op
+
+    n_out = 3 if op == "LSTM" else 2
+    ctx1 = KernelContext(opset=21, op_type=op, node_name="rnn", n_outputs=n_out)
+    expected = (lstm_op if op == "LSTM" else gru_op)(ctx1, *inputs, **attrs)
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            kernel, reason = _bind_float(op, inputs, attrs)
+            assert kernel is not None and kernel.impl == "native", reason
+            for threads in THREADS:
+                ctx = KernelContext(opset=21, op_type=op, node_name="rnn", n_outputs=n_out, num_threads=threads)
+                with FloatTwinCalls() as twin:
+                    got = kernel.fn(ctx, *inputs, **attrs, **kernel.params)
+                assert twin.count == 0, "the native kernel ran the twin"
+                _assert_same(expected, got, f"{op} {isa}, {threads} threads")
+    finally:
+        _native.clear_isa()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    op=st.sampled_from(["LSTM", "GRU"]),
+    H=st.sampled_from([7, 13, 17, 37]),
+    n_in=st.sampled_from([1, 5, 300]),
+    T=st.sampled_from([1, 5]),
+    B=st.integers(1, 3),
+    direction=st.sampled_from(["forward", "reverse", "bidirectional"]),
+    bias=st.booleans(),
+    lens_kind=st.sampled_from(["none", "full", "ragged"]),
+    h0=st.booleans(),
+    c0=st.booleans(),
+    peephole=st.booleans(),
+    variant=st.booleans(),  # LSTM: input_forget; GRU: linear_before_reset
+    clip=st.sampled_from([None, 0.9]),
+    layout=st.sampled_from([0, 1]),
+    seed=st.integers(0, 2**16),
+)
+def test_float_rnn_native_equals_twin(op, H, n_in, T, B, direction, bias, lens_kind, h0, c0, peephole, variant, clip,
+                                      layout, seed):
+    rng = np.random.default_rng(seed)
+    D = 2 if direction == "bidirectional" else 1
+    lens = {"none": None, "full": [T] * B, "ragged": rng.integers(0, T + 1, B).tolist()}[lens_kind]
+    inputs = _float_inputs(rng, op, T=T, B=B, n_in=n_in, H=H, D=D, bias=bias, lens=lens, h0=h0, c0=c0,
+                           peephole=peephole, layout=layout)
+    attrs = {"hidden_size": H, "direction": direction, "layout": layout}
+    if clip is not None:
+        attrs["clip"] = clip
+    if variant:
+        attrs["input_forget" if op == "LSTM" else "linear_before_reset"] = 1
+    _check_float(op, inputs, attrs)
+
+
+def _float64_lstm_forward(x, w, r, b):
+    """An LSTM (forward, default activations) in float64: the exact-math yardstick."""
+    T, B, _ = x.shape
+    H = r.shape[2]
+    h = np.zeros((B, H))
+    c = np.zeros((B, H))
+    ys = []
+    bb = b[0, : 4 * H] + b[0, 4 * H :]
+    for t in range(T):
+        a = x[t] @ w[0].T + h @ r[0].T + bb
+        i, o, f, g = (1 / (1 + np.exp(-a[:, :H])), 1 / (1 + np.exp(-a[:, H:2 * H])),
+                      1 / (1 + np.exp(-a[:, 2 * H:3 * H])), np.tanh(a[:, 3 * H:]))
+        c = f * c + i * g
+        h = o * np.tanh(c)
+        ys.append(h)
+    return np.stack(ys)
+
+
+def test_float_lstm_twin_within_its_error_bound_of_float64():
+    """(RNN1) is recursive summation: |err| <= γ_K Σ|a w| per product; the gates then
+    add a few ulps (sigmoid_f32, tanh_f32 <= 1.1 ulp). With K = 300 inputs and unit-scale
+    weights the float32 LSTM stays within 1e-4 of float64 over 6 steps: γ_300 ≈ 1.8e-5
+    times Σ|a w| <= 15 bounds a pre-activation's error by 2.7e-4, the gates' derivatives
+    (<= 1) do not grow it, and the bound is far from attained (measured 3.2e-7)."""
+    from quanta.kernels.reference.rnn import lstm
+
+    rng = np.random.default_rng(5)
+    x, w, r, b = _float_inputs(rng, "LSTM", T=6, B=2, n_in=300, H=17, D=1, bias=True, lens=None, h0=False,
+                               c0=False, peephole=False)[:4]
+    got = lstm(x, w, r, b, hidden_size=17)[0][:, 0]
+    exact = _float64_lstm_forward(x.astype(np.float64), w.astype(np.float64), r.astype(np.float64),
+                                  b.astype(np.float64))
+    err = float(np.abs(got - exact).max())
+    assert 0 < err < 1e-4, err
+
+
+@pytest.mark.parametrize("op, attrs, expected", [
+    ("LSTM", {"activations": ["Sigmoid", "Relu", "Tanh"]}, "defaults only"),
+    ("GRU", {"activations": ["HardSigmoid", "Tanh"]}, "defaults only"),
+])
+def test_float_binder_refuses_other_activations(op, attrs, expected):
+    rng = np.random.default_rng(0)
+    inputs = _float_inputs(rng, op, T=2, B=1, n_in=3, H=7, D=1, bias=False, lens=None, h0=False, c0=False,
+                           peephole=False)
+    kernel, reason = _bind_float(op, inputs, {"hidden_size": 7, **attrs})
+    assert kernel is None and expected in reason
+
+
+def test_onnx_node_tests_pass_on_the_twin_and_native():
+    """ONNX's LSTM / GRU node tests (onnx.reference's outputs, its own order) hold for the
+    twin within their tolerances, on both backends."""
+    from tests.onnx_node import cases_for, run_case
+
+    cases = cases_for({"LSTM", "GRU"})
+    assert len(cases) >= 6
+    for case in cases:
+        run_case(case)
+        model = case.model
+        names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+        for inputs, _ in case.data_sets:
+            feeds = dict(zip(names, inputs, strict=False))
+            ref = quanta.InferenceSession(model.SerializeToString(), backend="reference").run(None, feeds)
+            nat = quanta.InferenceSession(model.SerializeToString()).run(None, feeds)
+            for e, a in zip(ref, nat, strict=True):
+                np.testing.assert_array_equal(a, e, err_msg=case.name)
+
+
+def test_float_lstm_matches_onnxruntime_closely(tmp_path):
+    """A bidirectional LSTM with ragged sequence lengths and initial states through
+    InferenceSession: native == reference, and within 1e-5 of ONNX Runtime (same
+    semantics for ended rows and Y_h / Y_c)."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(9)
+    x, w, r, b, lens, h0, c0, p = _float_inputs(rng, "LSTM", T=6, B=3, n_in=11, H=13, D=2, bias=True,
+                                                lens=[6, 2, 0], h0=True, c0=True, peephole=True)
+    names = ["X", "W", "R", "B", "L", "H0", "C0", "P"]
+    vals = dict(zip(names, (x, w, r, b, lens, h0, c0, p), strict=True))
+    node = helper.make_node("LSTM", names, ["Y", "Yh", "Yc"], hidden_size=13, direction="bidirectional")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, onnx.TensorProto.INT32 if n == "L" else onnx.TensorProto.FLOAT,
+                                                    vals[n].shape) for n in names if n not in ("W", "R")],
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in ("Y", "Yh", "Yc")],
+        [onnx.numpy_helper.from_array(w, "W"), onnx.numpy_helper.from_array(r, "R")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {n: v for n, v in vals.items() if n not in ("W", "R")}
+    native = quanta.InferenceSession(model)
+    assert not [f for f in native.fallbacks if f[1] == "LSTM"]
+    got = native.run(None, feeds)
+    ref = quanta.InferenceSession(model, backend="reference").run(None, feeds)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    expected = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    for a, e, o in zip(got, ref, expected, strict=True):
+        np.testing.assert_array_equal(a, e)
+        np.testing.assert_allclose(a, o, atol=1e-5, rtol=0)
