@@ -151,6 +151,10 @@ def test_pow_general_exponent_falls_back_with_reason():
     assert kernel is None and "not bit-exact" in reason
 
 
+def test_hard_swish_matches_twin():
+    run_both("HardSwish", [floats(np.random.default_rng(71), (2, 17, 33), scale=5)])
+
+
 @pytest.mark.parametrize(("alpha", "beta"), [(0.2, 0.5), (1 / 6, 0.5), (0.3, -0.1)])
 def test_hard_sigmoid_matches_twin(alpha, beta):
     x = floats(np.random.default_rng(13), (2, 17, 33), scale=5)
@@ -287,6 +291,18 @@ def test_reductions_match_twin(op_type, shape, axes, keepdims):
     attrs = {"keepdims": keepdims}
     inputs = [x] if axes is None else [x, np.array(axes, np.int64)]
     run_both(op_type, inputs, attrs, opset=18)
+
+
+@pytest.mark.parametrize("op_type", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("shape", [(1, 3, 7, 9), (2, 17, 301), (1, 5, 2, 3, 4)])
+def test_global_pools_are_the_reductions_over_space(op_type, shape):
+    # float32 GlobalAveragePool = ReduceMean over the spatial axes by (R1)-(R3) (the twin
+    # changed from NumPy's pairwise mean), GlobalMaxPool = ReduceMax by (M1)-(M3)
+    x = np.array(np.random.default_rng(73).standard_normal(shape), F32)
+    got = run_both(op_type, [x])
+    red = "ReduceMean" if op_type == "GlobalAveragePool" else "ReduceMax"
+    axes = np.arange(2, len(shape), dtype=np.int64)
+    assert_bit_exact(get_op(red)(KernelContext(opset=18), x, axes, keepdims=1), got)
 
 
 def test_reduce_max_nan_and_signed_zero_ties():

@@ -112,3 +112,46 @@ def _bind_reduce(op_type: str) -> None:
 
 for _op in REDUCE_OPS:
     _bind_reduce(_op)
+
+
+def _global_pool_kernel(op_type: str, row_op: str):
+    @_with_fallback(op_type)
+    def run(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+        x = _f32(x)
+        if x.ndim < 3 or x.size == 0:
+            raise _Unsupported  # the twin's NumPy path
+        d = int(np.prod(x.shape[2:], dtype=np.int64))
+        rows = x.reshape(-1, d)
+        out_shape = x.shape[:2] + (1,) * (x.ndim - 2)
+        target = None if out is None or row_op != "max" else out.reshape(-1)
+        y = _native().reduce_rows_f32(row_op, rows, _threads(ctx), target)
+        if row_op == "sum":
+            np.divide(y, F32.type(d), out=y)  # f32(s / f32(D)), one IEEE division per row
+        if out is None:
+            return y.reshape(out_shape)
+        if target is None:
+            np.copyto(out, y.reshape(out_shape))
+        return out
+
+    run.__name__ = run.__qualname__ = f"_{op_type.lower()}_native"
+    return run
+
+
+def _bind_global_pool(op_type: str, row_op: str) -> None:
+    """GlobalAveragePool / GlobalMaxPool of float32 NC...: ReduceMean / ReduceMax over
+    the spatial axes (reference/nn_pool.py), the rows being the input itself."""
+    fn = _global_pool_kernel(op_type, row_op)
+
+    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
+        del model  # unused
+        dt = _dtype(node.input(0))
+        if dt is not None and dt != F32:
+            return None, f"native {op_type} takes float32, got {dt}"
+        return Kernel(fn, "native", f"native:{row_op}_rows_f32", out=True), ""
+
+    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
+    register_binder(op_type)(binder)
+
+
+_bind_global_pool("GlobalAveragePool", "sum")
+_bind_global_pool("GlobalMaxPool", "max")

@@ -15,6 +15,7 @@ Exp                    ``exp_f32``                                    math_ops.e
 Pow (exponent 1, 2,    ``unary_f32_ex`` square / cube / sqrt, a copy  math_ops.POW_EXACT_FORMS
 3, 0.5)
 HardSigmoid            ``unary_f32_ex("hard_sigmoid")``               nn.hard_sigmoid
+HardSwish              ``unary_f32_ex("hard_swish")``                 nn.hard_swish
 BatchNormalization     ``batch_norm_f32`` (per-channel m, d, g, b)    nn_norm.batch_normalization
                                                                       (float32 steps)
 Equal Less LessOrEqual ``broadcast_op``                               math_ops (numpy compare)
@@ -187,7 +188,13 @@ def _bind_unary(op_type: str, op: str) -> None:
     register_binder(op_type)(binder)
 
 
-for _op_type, _op in (("Sqrt", "sqrt"), ("Neg", "neg"), ("Abs", "abs"), ("Reciprocal", "reciprocal")):
+for _op_type, _op in (
+    ("Sqrt", "sqrt"),
+    ("Neg", "neg"),
+    ("Abs", "abs"),
+    ("Reciprocal", "reciprocal"),
+    ("HardSwish", "hard_swish"),
+):
     _bind_unary(_op_type, _op)
 
 

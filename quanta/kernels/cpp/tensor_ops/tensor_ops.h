@@ -16,6 +16,7 @@
 //   clip        y = min(max(x, lo), hi), each bound only when given (nn.clip)
 //   sqrt, neg, abs, reciprocal (f32(1 / x)), square f32(x · x), cube f32(f32(x · x) · x)
 //   hard_sigmoid  y = min(max(f32(f32(alpha · x) + beta), 0), 1)   alpha, beta float32
+//   hard_swish  y = f32(x · min(max(f32(f32(x / 6) + 0.5), 0), 1))
 //   cast        C conversions as numpy's astype: float -> integer truncates toward zero
 //               (out of range: undefined in ONNX, not pinned), integer -> narrower
 //               integer keeps the low bits, -> bool is x != 0 (NaN -> true)
@@ -51,9 +52,10 @@ enum class DType : int { kF32 = 0, kF64 = 1, kI8 = 2, kU8 = 3, kI32 = 4, kI64 = 
 constexpr int kNumDTypes = 7;
 
 enum class UnaryF32 : int {
-  kClip = 0, kSqrt = 1, kNeg = 2, kAbs = 3, kReciprocal = 4, kSquare = 5, kCube = 6, kHardSigmoid = 7
+  kClip = 0, kSqrt = 1, kNeg = 2, kAbs = 3, kReciprocal = 4, kSquare = 5, kCube = 6, kHardSigmoid = 7,
+  kHardSwish = 8
 };
-constexpr int kNumUnaryF32 = 8;
+constexpr int kNumUnaryF32 = 9;
 
 struct UnaryParams {
   float lo = 0, hi = 0;          // clip bounds

@@ -49,11 +49,17 @@ void unary_f32_run(const float* x, float* y, int64_t n, const UnaryParams& p) {
       const float s = x[i] * x[i];
       y[i] = s * x[i];
     }
-  } else {  // kHardSigmoid
+  } else if constexpr (kOp == static_cast<int>(UnaryF32::kHardSigmoid)) {
     const float alpha = p.alpha, beta = p.beta;
     for (int64_t i = 0; i < n; ++i) {
       const float a = alpha * x[i];
       y[i] = np_min(np_max(a + beta, 0.0f), 1.0f);
+    }
+  } else {  // kHardSwish
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = x[i] / 6.0f;
+      const float g = np_min(np_max(a + 0.5f, 0.0f), 1.0f);
+      y[i] = x[i] * g;
     }
   }
 }
@@ -282,6 +288,7 @@ Kernels make_kernels(const char* isa) {
   k.unary_f32[5] = &unary_f32_run<5>;
   k.unary_f32[6] = &unary_f32_run<6>;
   k.unary_f32[7] = &unary_f32_run<7>;
+  k.unary_f32[8] = &unary_f32_run<8>;
   k.clip_int[2] = &clip_int_run<int8_t>;
   k.clip_int[3] = &clip_int_run<uint8_t>;
   k.clip_int[4] = &clip_int_run<int32_t>;
