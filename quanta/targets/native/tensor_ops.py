@@ -444,19 +444,17 @@ def bind_gather(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return _kernel(_gather_native, "gather")
 
 
+@_with_fallback("Transpose")
 def _transpose_any(ctx: Any, data: Any, *, out: Any = None, perm: list | None = None) -> np.ndarray:
     """Transpose of any rank and perm: the transposed view copied by copy_strided
-    (tensor_ops.transpose returns the same contiguous bytes)."""
+    (tensor_ops.transpose returns the same contiguous bytes); a bad perm goes to the twin,
+    which raises the operator's error."""
+    if not isinstance(data, np.ndarray):
+        raise _Unsupported
     p = list(range(data.ndim))[::-1] if perm is None else [int(v) for v in perm]
-    if sorted(p) != list(range(data.ndim)) or data.dtype.kind == "O":
-        return reference_kernel_fn("Transpose")(ctx, data, perm=perm)
+    if sorted(p) != list(range(data.ndim)):
+        raise _Unsupported
     return _copy_view(ctx, np.transpose(data, p), out)
-
-
-def reference_kernel_fn(op_type: str) -> Callable[..., Any]:
-    from quanta.kernels.reference.registry import get_op
-
-    return get_op(op_type)
 
 
 @_with_fallback("Slice")
