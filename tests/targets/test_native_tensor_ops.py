@@ -408,6 +408,19 @@ def test_copy_strided_large_view_splits_over_threads_identically():
     assert one.tobytes() == two.tobytes() == np.ascontiguousarray(view).tobytes()
 
 
+def test_copy_strided_overlap_check_spans_the_view_not_its_nbytes():
+    # failure signature: a reversed view's data pointer is its LAST element in memory, so
+    # a check of [data, data + nbytes) reached past the view into a neighbouring out
+    # buffer and refused it (a hand-over to the twin that depended on where NumPy
+    # happened to allocate out)
+    buf = np.arange(40, dtype=np.int64)
+    x, out = buf[:20], buf[20:]
+    assert _native.copy_strided(x[::-1], 1, out) is not None
+    assert out.tolist() == list(range(19, -1, -1))
+    with pytest.raises(ValueError, match="copy_strided: out: expected a buffer that does not overlap"):
+        _native.copy_strided(buf[::-2], 1, buf[5:25])
+
+
 def test_shape_size_constant_are_native():
     x = np.zeros((2, 3, 5), F32)
     run_both("Shape", [x], {"start": 1})
