@@ -381,9 +381,12 @@ def evaluate(model: Model, path: Path, ref: list | None, row: dict) -> None:
             row["metric_q_vs_ort"] = metric(model.kind, got_ort, got_q)
 
 
-def latency(model: Model, path: Path, threads: int, rounds: int = 5, per_round: int = 3) -> float:
+def latency(model: Model, path: Path, threads: int, rounds: int = 5, per_round: int = 3) -> tuple[float, int]:
     """quanta / ORT median latency of one evaluation feed: the two sessions alternate in
-    rounds (so load from the other engineers on the machine hits both alike)."""
+    rounds (so load from the other engineers on the machine hits both alike); and how many
+    of quanta's steps run a NumPy reference twin in every run."""
+    from quanta.cli.bench import reference_steps
+
     feed = model.eval[0]
     sessions = {"quanta": quanta_session(path, threads), "ort": ort_session(path, threads)}
     times: dict[str, list[float]] = {k: [] for k in sessions}
@@ -397,7 +400,8 @@ def latency(model: Model, path: Path, threads: int, rounds: int = 5, per_round: 
                 t = time.perf_counter()
                 s.run(None, feed)
                 times[k].append(time.perf_counter() - t)
-    return float(np.median(times["quanta"]) / np.median(times["ort"]))
+    ratio = float(np.median(times["quanta"]) / np.median(times["ort"]))
+    return ratio, len(reference_steps(sessions["quanta"].plan))
 
 
 def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[dict]:
@@ -460,7 +464,7 @@ def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[d
 def add_latency(model: Model, path: Path, row: dict) -> None:
     for threads in (1, 2):
         try:
-            row[f"lat_ratio_{threads}t"] = latency(model, path, threads)
+            row[f"lat_ratio_{threads}t"], row["reference_steps"] = latency(model, path, threads)
         except Exception as e:
             row[f"lat_error_{threads}t"] = first_line(e)
             log_failure(f"{model.name} {row['config']} latency {threads}t")
@@ -483,7 +487,7 @@ def table(rows: list[dict], with_latency: bool) -> str:
     head = ["model", "file", "quantizes", "int MACs", "fidelity, ORT runs it", "fidelity, quanta runs it",
             "max|q-ORT|"]
     if with_latency:
-        head += ["q/ORT 1t", "q/ORT 2t"]
+        head += ["q/ORT 1t", "q/ORT 2t", "on NumPy"]
     lines = [head]
     for r in rows:
         config = r["config"] + (" (best ORT)" if r.get("ort_best") else "")
@@ -499,6 +503,7 @@ def table(rows: list[dict], with_latency: bool) -> str:
                  cell_metric(r, "metric_quanta"), diff]
         if with_latency:
             cells += [f"{r[k]:.2f}" if k in r else "-" for k in ("lat_ratio_1t", "lat_ratio_2t")]
+            cells.append(str(r.get("reference_steps", "-")))
         lines.append(cells)
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     out = ["| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |" for line in lines]

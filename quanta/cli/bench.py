@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["BenchResult", "Latency", "bench_model", "format_result", "run_bench"]
+__all__ = ["BenchResult", "Latency", "bench_model", "format_result", "reference_steps", "run_bench"]
 
 PROFILE_RUNS = 20
 
@@ -64,6 +64,9 @@ class BenchResult:
     fallbacks: list[tuple[str, str, str]] = field(default_factory=list)
     #: fallback steps the executor runs once per input shape (runtime/static_steps.py)
     static_fallbacks: int = 0
+    #: (op type, node name, reason) of the fallback steps that run in every timed run
+    #: (the fallbacks less the signature-static ones): NumPy twins on the timed path
+    reference_steps: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def bench_model(
@@ -146,6 +149,7 @@ def bench_model(
         n_steps=sess.plan.total_steps,
         fallbacks=sess.fallbacks,
         static_fallbacks=sum(1 for i in static if sess.plan.steps[i].kernel.fallback),
+        reference_steps=reference_steps(sess.plan),
     )
     if ort_sess is not None:
         import onnxruntime
@@ -160,6 +164,16 @@ def bench_model(
                 diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
                 result.agreement[name] = float(np.max(diff)) if diff.size else 0.0
     return result
+
+
+def reference_steps(plan) -> list[tuple[str, str, str]]:
+    """(op type, node name, reason) of the steps of ``plan`` that run a NumPy reference
+    twin in every run: its fallbacks less the signature-static ones, which the executor
+    runs once per input shape (runtime/static_steps.py)."""
+    from quanta.runtime.static_steps import signature_static_steps
+
+    static = signature_static_steps(plan)
+    return [(s.op_type, s.name, s.kernel.fallback) for s in plan.steps if s.kernel.fallback and s.index not in static]
 
 
 def _ort_session(path: str, threads: int):
@@ -215,6 +229,8 @@ def format_result(r: BenchResult) -> str:
         if r.static_fallbacks:
             line += f" ({r.static_fallbacks} of them once per input shape: signature-static)"
         lines.append(line)
+        for op, name, reason in r.reference_steps:
+            lines.append(f"  reference:{op} {name}: {reason}")
     lines.append(str(r.profile))
     return "\n".join(lines)
 

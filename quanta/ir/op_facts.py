@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 MS = "com.microsoft"
+QUANTA = "quanta"
 
 
 class Stage(enum.Enum):
@@ -243,6 +244,8 @@ FACTS = OpTable(
         Op("CumSum", shape_only=True),
         Op("DepthToSpace", view=True, shape_only=True),
         Op("DequantizeLinear", shape_only=True, quant=True, stages=QDQ_AND_LOWERED, island=False),
+        # the float output stage of LowerConvFloatOutput's ConvInteger (reference/accumulator.py)
+        Op("AccumulatorToFloat", QUANTA, shape_only=True, quant=True, stages=LOWERED_ONLY, island=False),
         Op("Div", shape_only=True),
         Op("DynamicQuantizeLinear", shape_only=True, quant=True, stages=LOWERED_ONLY, island=False),
         Op("DynamicQuantizeLSTM", MS, macs=MacKind.RECURRENT, integer_op=True),

@@ -8,7 +8,7 @@ import re
 import onnx
 import pytest
 
-from quanta.cli.bench import bench_model
+from quanta.cli.bench import bench_model, format_result
 from quanta.cli.main import main
 from tests.ir import models
 
@@ -36,23 +36,56 @@ def test_bench_vs_ort_reports_both_engines_the_ratio_and_the_slowest_steps(model
     assert re.fullmatch(r"  ratio quanta/onnxruntime +\d+\.\d\dx +\d+\.\d\dx", out[5])
     assert out[6].startswith("outputs: max |quanta - onnxruntime| ")
     assert re.fullmatch(r"fallbacks: \d+ of \d+ steps ran on reference kernels", out[7])
+    listed = 0
+    while out[8 + listed].startswith("  reference:"):
+        assert re.fullmatch(r"  reference:\w+ \S+: .+", out[8 + listed])
+        listed += 1
+    r = bench_model(model_path, threads=1, warmup=0, runs=1)
+    assert listed == len(r.reference_steps)
+    out = out[listed:]
     assert re.match(r"slowest \d+ of \d+ steps over 3 profiled runs: run ", out[8])
     assert out[9].split() == ["step", "node", "op", "kernel", "mean", "ms", "share"]
     n_steps = int(re.search(r"of (\d+) steps", out[8]).group(1))
     assert len(out) == 10 + min(10, n_steps)
 
 
+def with_static_fallback(m: onnx.ModelProto) -> onnx.ModelProto:
+    """``m`` plus ReduceProd(Shape(x)) as an output: shape math on the twin (int64
+    ReduceProd has no native kernel) whose value the input shapes fix."""
+    m.graph.node.append(onnx.helper.make_node("ReduceProd", ["sh"], ["numel"], name="numel", keepdims=0))
+    m.graph.output.append(onnx.helper.make_tensor_value_info("numel", onnx.TensorProto.INT64, None))
+    return m
+
+
 def test_bench_counts_the_fallbacks_that_run_once_per_input_shape(tmp_path, capsys):
     from tests.runtime.test_static_steps import reshape_by_shape_model
 
     p = tmp_path / "heads.onnx"
-    onnx.save(reshape_by_shape_model(), p)
+    onnx.save(with_static_fallback(reshape_by_shape_model()), p)
     dims = ["--dim", "B=2", "--dim", "S=5"]
     assert main(["bench", str(p), *dims, "--threads", "1", "--warmup", "1", "--runs", "2"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("fallbacks"))
     m = re.fullmatch(r"fallbacks: (\d+) of \d+ steps ran on reference kernels \((\d+) of them once per input shape: "
                      r"signature-static\)", line)
     assert m and 0 < int(m.group(2)) < int(m.group(1)), line  # the NonZero branch keeps running
+
+
+def test_bench_lists_the_reference_steps_of_every_timed_run_with_their_reasons(tmp_path):
+    # a signature-static fallback runs once per input shape and is not listed; the
+    # others (the NonZero branch) run in every timed run and are, with the plan's reason
+    from tests.runtime.test_static_steps import reshape_by_shape_model
+
+    p = tmp_path / "heads.onnx"
+    onnx.save(with_static_fallback(reshape_by_shape_model()), p)
+    r = bench_model(p, threads=1, warmup=0, runs=1, dims={"B": 2, "S": 5})
+    listed = {name for _, name, _ in r.reference_steps}
+    fallbacks = {name: reason for name, _, reason in r.fallbacks}
+    assert listed and len(listed) == len(fallbacks) - r.static_fallbacks
+    assert all(reason == fallbacks[name] for _, name, reason in r.reference_steps)
+    assert "NonZero" in {op for op, _, _ in r.reference_steps}
+    text = format_result(r)
+    for op, name, reason in r.reference_steps:
+        assert f"  reference:{op} {name}: {reason}" in text.splitlines()
 
 
 def test_bench_batch_sets_the_symbolic_first_dimension(tmp_path, capsys):

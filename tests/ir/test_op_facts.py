@@ -32,7 +32,7 @@ for _m in SITES:
 _QUANT = {
     "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
     "MatMulInteger", "ConvInteger", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
-    "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
+    "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "AccumulatorToFloat",
 }  # fmt: skip
 _ALIAS = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 
@@ -91,7 +91,7 @@ PINNED = {
     "quanta.passes.coverage._NOT_ISLANDS": {
         "QuantizeLinear", "DequantizeLinear", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
         "Slice", "Gather", "Split", "Concat", "MaxPool", "Identity", "Shape", "Constant", "Cast",
-        "DynamicQuantizeLinear",
+        "DynamicQuantizeLinear", "AccumulatorToFloat",
     },
     "quanta.passes.rules.fuse_activation.FUSABLE_PRODUCERS": {
         "Conv": "integer conv kernels clamp while requantizing",
@@ -127,7 +127,7 @@ PINNED = {
         "ScatterND", "DepthToSpace", "SpaceToDepth", "ArgMax", "ArgMin", "Shape", "Size",
         "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
         "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm",
-        "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu",
+        "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu", "AccumulatorToFloat",
         "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
     },

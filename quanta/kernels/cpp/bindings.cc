@@ -36,4 +36,5 @@ PYBIND11_MODULE(_native, m) {
   register_float_ops(m);
   register_pool(m);
   register_recurrent(m);
+  register_tensor_ops(m);
 }

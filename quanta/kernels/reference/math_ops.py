@@ -10,7 +10,9 @@ evaluated by ``tests/kernels/reference/test_tensor_ops.py``:
   divisor: ``-7 mod 2 = 1``; with ``fmod=1`` it takes the sign of the dividend (C
   ``fmod``): ``fmod(-7, 2) = -1``;
 - ``Round`` rounds half to even: ``0.5 -> 0``, ``1.5 -> 2``, ``-2.5 -> -2``;
-- ``Pow`` returns the base's element type (``int32 ** float32 -> int32``);
+- ``Pow`` returns the base's element type (``int32 ** float32 -> int32``); a float32
+  base with one exponent of 1, 2, 3 or 0.5 is ``x``, ``x · x``, ``(x · x) · x`` or
+  ``sqrt(x)`` (POW_EXACT_FORMS);
 - integer overflow wraps (two's complement), as numpy does.
 
 ``Cast`` follows the ONNX table: float -> float8 saturates to ±FLT_MAX by default
@@ -26,6 +28,7 @@ import functools
 import ml_dtypes
 import numpy as np
 
+from quanta.kernels.reference.float_ops import exp_f32
 from quanta.kernels.reference.registry import OpError, register
 
 __all__ = ["ONNX_DTYPES", "STRING", "cast_to", "onnx_dtype"]
@@ -104,7 +107,6 @@ for _name, _fn in {
     "Abs": np.absolute,
     "Sqrt": np.sqrt,
     "Reciprocal": np.reciprocal,
-    "Exp": np.exp,
     "Log": np.log,
     "Floor": np.floor,
     "Ceil": np.ceil,
@@ -126,6 +128,17 @@ for _name, _fn in {
     "IsNaN": np.isnan,
 }.items():
     _unary(_name, _fn)
+
+
+@register("Exp")
+def exp(ctx, x: np.ndarray) -> np.ndarray:
+    """float32: quanta's exp, eqs. (E1)-(E6) of docs/float-ops.md (np.exp's float32 SIMD
+    code differs between builds and CPUs); other types: np.exp."""
+    del ctx  # unused
+    if x.dtype == np.float32:
+        return exp_f32(x)
+    with np.errstate(all="ignore"):
+        return np.asarray(np.exp(x))
 
 
 @register("IsInf")
@@ -203,9 +216,31 @@ def mod(ctx, a: np.ndarray, b: np.ndarray, fmod: int = 0) -> np.ndarray:
     return np.asarray(out).astype(a.dtype, copy=False)
 
 
+#: float32 Pow with one exponent in this table is computed by these exact IEEE forms
+#: (docs/float-ops.md "Pow"): powf / NumPy's SIMD power are not correctly rounded and
+#: differ between builds, these are one or two correctly rounded operations
+POW_EXACT_FORMS = {
+    1.0: lambda x: x.copy(),
+    2.0: lambda x: x * x,
+    3.0: lambda x: (x * x) * x,
+    0.5: np.sqrt,
+}
+
+
+def pow_exponent(y: np.ndarray) -> float | None:
+    """The exponent of a float32 Pow that takes an exact form (POW_EXACT_FORMS), else None."""
+    if y.size != 1 or y.dtype.kind not in "fiu":
+        return None
+    e = float(np.asarray(y).reshape(()))
+    return e if e in POW_EXACT_FORMS else None
+
+
 @register("Pow")
 def pow_(ctx, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     del ctx  # unused
+    if x.dtype == np.float32 and y.ndim <= x.ndim and pow_exponent(y) is not None:
+        with np.errstate(all="ignore"):
+            return np.asarray(POW_EXACT_FORMS[pow_exponent(y)](x), np.float32)
     with np.errstate(all="ignore"):
         if _is_int(x) and _is_int(y) and np.any(y < 0):
             # numpy refuses integer ** negative integer; in real arithmetic the result

@@ -25,7 +25,7 @@ import numpy as np
 
 from quanta.kernels.reference.conv_geometry import ConvGeometry, conv_attrs, im2col
 from quanta.kernels.reference.nn import from_compute, to_compute
-from quanta.kernels.reference.registry import OpContext, OpError, register
+from quanta.kernels.reference.registry import OpContext, OpError, get_op, register
 
 
 def _geometry(op, x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode) -> ConvGeometry:
@@ -131,13 +131,18 @@ def lp_pool(
 
 @register("GlobalAveragePool")
 def global_average_pool(ctx: OpContext, x: np.ndarray) -> np.ndarray:
-    del ctx  # unused
+    """float32: ReduceMean over the spatial axes, f32(sum16(x) / f32(D)) per channel
+    (docs/float-ops.md "Reductions"; NumPy's pairwise mean is not reproducible in C++)."""
     axes = tuple(range(2, x.ndim))
+    if x.dtype == np.float32 and x.size and axes:
+        return get_op("ReduceMean")(ctx, x, np.array(axes, np.int64), keepdims=1)
     return from_compute(to_compute(x).mean(axis=axes, keepdims=True), x.dtype)
 
 
 @register("GlobalMaxPool")
 def global_max_pool(ctx: OpContext, x: np.ndarray) -> np.ndarray:
-    del ctx  # unused
+    """float32: ReduceMax over the spatial axes, (M1)-(M3) per channel."""
     axes = tuple(range(2, x.ndim))
+    if x.dtype == np.float32 and x.size and axes:
+        return get_op("ReduceMax")(ctx, x, np.array(axes, np.int64), keepdims=1)
     return from_compute(to_compute(x).max(axis=axes, keepdims=True), x.dtype)

@@ -127,6 +127,19 @@ def _taps_and_weights(
     return np.clip(taps, 0, n - 1), weights
 
 
+def weighted_taps(data: np.ndarray, axis: int, taps: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """(3) along ``axis`` in float64: y_q = x[taps[q, 0]] · w[q, 0] + x[taps[q, 1]] · w[q, 1]
+    + ..., added in tap order from the first product (np.sum's pairwise grouping and
+    its +0 start depend on the axis' position; the native kernel adds in this order)."""
+    shape = [1] * data.ndim
+    shape[axis] = taps.shape[0]
+    result = None
+    for t in range(taps.shape[1]):
+        term = np.take(data, taps[:, t], axis=axis) * weights[:, t].reshape(shape)
+        result = term if result is None else result + term
+    return result
+
+
 def _resize_axis(
     data: np.ndarray, axis: int, o: int, s: float, length_resized: float, roi: tuple[float, float], attrs: dict
 ) -> np.ndarray:
@@ -139,11 +152,7 @@ def _resize_axis(
         taps, weights = _taps_and_weights(
             x, n, s, attrs["mode"], attrs["cubic_coeff_a"], attrs["antialias"], attrs["exclude_outside"]
         )
-        gathered = np.take(data, taps, axis=axis)  # axis -> (o, taps)
-        shape = [1] * data.ndim
-        shape[axis] = o
-        weights = weights.reshape(*shape[: axis + 1], weights.shape[1], *shape[axis + 1 :])
-        result = (gathered * weights).sum(axis=axis + 1)
+        result = weighted_taps(data, axis, taps, weights)
     if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize":
         outside = ((x < 0) | (x > n - 1)).reshape([-1 if a == axis else 1 for a in range(data.ndim)])
         result = np.where(outside, attrs["extrapolation_value"], result)
@@ -154,10 +163,12 @@ def _optional(v: np.ndarray | None) -> np.ndarray | None:
     return None if v is None or np.size(v) == 0 else np.asarray(v)
 
 
-@register("Resize")
-def resize(
+ResizeStep = tuple[int, int, float, float, tuple[float, float]]
+
+
+def resize_plan(
     ctx: OpContext,
-    x: np.ndarray,
+    x_shape: tuple[int, ...],
     roi: np.ndarray | None = None,
     scales: np.ndarray | None = None,
     sizes: np.ndarray | None = None,
@@ -178,7 +189,7 @@ def resize(
     roi, scales, sizes = _optional(roi), _optional(scales), _optional(sizes)
     if coordinate_transformation_mode != "tf_crop_and_resize":
         roi = None  # the spec: roi only takes effect with tf_crop_and_resize
-    rank = x.ndim
+    rank = len(x_shape)
     axis_list = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
     if mode not in ("nearest", "linear", "cubic"):
         raise OpError(f"Resize: mode expected 'nearest', 'linear' or 'cubic', got {mode!r}")
@@ -190,7 +201,7 @@ def resize(
     if roi is not None and roi.size != 2 * len(axis_list):
         raise OpError(f"Resize: roi expected {2 * len(axis_list)} values (starts, ends), got {roi.size}")
 
-    in_shape = [x.shape[a] for a in axis_list]
+    in_shape = [x_shape[a] for a in axis_list]
     if scales is not None:
         scale = [float(v) for v in scales.reshape(-1)]
         if min(scale) <= 0:
@@ -221,15 +232,48 @@ def resize(
         "exclude_outside": bool(exclude_outside),
         "extrapolation_value": extrapolation_value,
     }
-    data = x.astype(np.float64)
     k = len(axis_list)
+    steps: list[ResizeStep] = []
     for i, axis in enumerate(axis_list):
         axis_roi = (0.0, 1.0) if roi is None else (float(roi[i]), float(roi[k + i]))
         if out_shape[i] == in_shape[i] and scale[i] == 1.0 and axis_roi == (0.0, 1.0):
             continue  # identity along this axis under every coordinate mode
-        data = _resize_axis(data, axis, out_shape[i], scale[i], length_resized[i], axis_roi, attrs)
+        steps.append((axis, out_shape[i], scale[i], length_resized[i], axis_roi))
+    return attrs, steps
 
-    if x.dtype.kind in "iu":
-        info = np.iinfo(x.dtype)
-        return np.clip(np.rint(data), info.min, info.max).astype(x.dtype)
-    return data.astype(x.dtype)
+
+def resize_axis_tables(n: int, step: ResizeStep, attrs: dict) -> tuple[np.ndarray, np.ndarray | None]:
+    """Equation (3) for one step of :func:`resize_plan` on an axis of length ``n``: the
+    nearest source index per output index (weights None), or the linear / cubic taps
+    [o, T] and weights [o, T]."""
+    _, o, s, length_resized, roi = step
+    x = _source_coordinates(attrs["coordinate_transformation_mode"], n, o, s, length_resized, roi)
+    if attrs["mode"] == "nearest":
+        return np.clip(_nearest_index(x, attrs["nearest_mode"]), 0, n - 1), None
+    return _taps_and_weights(
+        x, n, s, attrs["mode"], attrs["cubic_coeff_a"], attrs["antialias"], attrs["exclude_outside"]
+    )
+
+
+@register("Resize")
+def resize(
+    ctx: OpContext,
+    x: np.ndarray,
+    roi: np.ndarray | None = None,
+    scales: np.ndarray | None = None,
+    sizes: np.ndarray | None = None,
+    **attributes,
+) -> np.ndarray:
+    attrs, steps = resize_plan(ctx, x.shape, roi, scales, sizes, **attributes)
+    data = x.astype(np.float64)
+    for axis, o, s, length_resized, axis_roi in steps:
+        data = _resize_axis(data, axis, o, s, length_resized, axis_roi, attrs)
+    return resize_output(data, x.dtype)
+
+
+def resize_output(data: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The float64 result in x's dtype: integers rounded half to even and saturated."""
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return np.clip(np.rint(data), info.min, info.max).astype(dtype)
+    return data.astype(dtype)

@@ -16,13 +16,107 @@ A reduction over zero elements gives the identity of its operation:
 Results keep the input's element type: an integer mean truncates toward zero after
 the float division, and integer sums and products wrap on overflow (two's complement;
 ONNX leaves overflow unspecified, ONNX Runtime's int32 ReduceProd saturates instead).
+
+float32 ReduceSum, ReduceMean, ReduceSumSquare, ReduceL1, ReduceL2, ReduceMax and
+ReduceMin fix their order of operations (docs/float-ops.md "Reductions"), so that the
+native kernels give the same bits: the reduced axes are moved to the end (rows [R, D],
+D the product of the reduced dimensions, in the input's axis order) and each row is
+summed by (R1)-(R3) (``float_ops.sum16``) or maximised / minimised by (M1)-(M3)
+(:func:`extreme16`); then
+
+    Sum: s                Mean: f32(s / f32(D))           SumSquare: sum16(f32(x · x))
+    L1: sum16(|x|)        L2: f32(sqrt(sum16(f32(x · x))))
+
+(NumPy's pairwise ``np.sum`` / ``np.mean`` has an order that depends on the memory
+layout and the build; it is not reproducible in C++.)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from quanta.kernels.reference.float_ops import LANES, sum16
 from quanta.kernels.reference.registry import OpError, register
+
+F32 = np.dtype(np.float32)
+
+
+def extreme16(v: np.ndarray, kind: str) -> np.ndarray:
+    """Maximum (``kind`` "max") or minimum of every row of ``v`` [R, D] (float32) by
+    eqs. (M1)-(M3); shape [R]::
+
+        (M1) lane j (0 <= j < 16) starts at -inf (max) / +inf (min) and takes
+             acc_j = np.maximum(acc_j, v_i) for i = j (mod 16) in increasing i
+        (M2) for h = 8, 4, 2, 1:  acc_j = np.maximum(acc_j, acc_{j+h}) for j < h
+        (M3) acc_0
+
+    np.maximum returns NaN when either operand is NaN and its second operand on a tie
+    (+0 against -0), so the sign of a zero result is pinned by this order too."""
+    ufunc = np.maximum if kind == "max" else np.minimum
+    fill = -np.inf if kind == "max" else np.inf
+    v = np.asarray(v, F32)
+    rows, d = v.shape
+    blocks = -(-d // LANES)
+    padded = np.full((rows, blocks * LANES), fill, F32)  # ±inf lanes change no result
+    padded[:, :d] = v
+    lanes = padded.reshape(rows, blocks, LANES)
+    acc = np.full((rows, LANES), fill, F32)
+    for b in range(blocks):  # (M1)
+        ufunc(acc, lanes[:, b, :], out=acc)
+    h = LANES // 2
+    while h >= 1:  # (M2)
+        acc = ufunc(acc[:, :h], acc[:, h : 2 * h])
+        h //= 2
+    return acc[:, 0]  # (M3)
+
+
+def rows_of(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
+    """``x`` with the reduced ``axes`` moved to the end as rows [R, D] (a contiguous
+    copy unless they already are the last axes), and the shape of the kept axes."""
+    kept = [a for a in range(x.ndim) if a not in axes]
+    moved = x if list(axes) == list(range(len(kept), x.ndim)) else np.transpose(x, kept + list(axes))
+    d = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    kept_shape = tuple(x.shape[a] for a in kept)
+    return np.ascontiguousarray(moved, F32).reshape(int(np.prod(kept_shape, dtype=np.int64)), d), kept_shape
+
+
+def _f32_rows(kind: str):
+    """The float32 reduction ``kind`` over rows (module docstring)."""
+
+    def red(x, y, axes, keep):
+        del y  # the pre-step is part of the row computation below
+        rows, kept_shape = rows_of(x, axes)
+        d = rows.shape[1]
+        if kind == "sum":
+            r = sum16(rows)
+        elif kind == "mean":
+            r = sum16(rows) / F32.type(d)
+        elif kind == "sum_square":
+            r = sum16(rows * rows)
+        elif kind == "l1":
+            r = sum16(np.abs(rows))
+        elif kind == "l2":
+            r = np.sqrt(sum16(rows * rows))
+        else:
+            r = extreme16(rows, kind)
+        r = np.asarray(r, F32).reshape(kept_shape)
+        if keep:
+            r = r.reshape(tuple(1 if a in axes else n for a, n in enumerate(x.shape)))
+        return r
+
+    return red
+
+
+#: float32 reductions with the fixed order, by op (module docstring)
+_F32_KIND = {
+    "ReduceSum": "sum",
+    "ReduceMean": "mean",
+    "ReduceSumSquare": "sum_square",
+    "ReduceL1": "l1",
+    "ReduceL2": "l2",
+    "ReduceMax": "max",
+    "ReduceMin": "min",
+}
 
 
 def _reduce_axes(
@@ -63,6 +157,8 @@ def _make(op: str, pre, reduce, post) -> None:
     ) -> np.ndarray:
         red = _reduce_axes(op, ctx, x, axes_input, axes, noop_with_empty_axes)
         with np.errstate(all="ignore"):
+            if red is not None and x.dtype == F32 and op in _F32_KIND and (op != "ReduceMean" or x.size):
+                return _f32_rows(_F32_KIND[op])(x, None, red, bool(keepdims))
             y = pre(x)
             if red is not None:
                 y = reduce(x, y, red, bool(keepdims))

@@ -2,12 +2,13 @@
 convolution with a float32 result (LowerConvFloatOutput)::
 
     %c = Conv(DequantizeLinear(%x, sx, zx), DequantizeLinear(%w, sw, zw), DequantizeLinear(%bq, sx·sw, 0)?)
-      -> %acc = ConvInteger(%x, %w, zx, zw)                 int32, exact
-         %acc = Add(%acc, %bq[1, M, 1, ...])                the int32 bias, exact
-         %c   = Mul(Cast<float>(%acc), (sx·sw)[1, M, 1, ...])
+      -> %acc = ConvInteger(%x, %w, zx, zw)                                  int32, exact
+         %c   = quanta::AccumulatorToFloat(%acc, %bq[1, M, 1, ...]?, (sx·sw)[1, M, 1, ...])
+              = Mul(Cast<float>(Add(%acc, %bq)), sx·sw)                      the int32 bias, exact
 
     a float constant bias %b (PaddlePaddle's exports) is added after the scaling instead,
-    as the float group adds it: %c = Add(Mul(Cast<float>(%acc), sx·sw), %b[1, M, 1, ...])
+    as the float group adds it: %c = AccumulatorToFloat(%acc, , sx·sw, %b[1, M, 1, ...])
+      = Add(Mul(Cast<float>(%acc), sx·sw), %b)
 
 The last convolution before a float consumer (a detector's head, a convolution whose
 output is a graph output or feeds a float LSTM) keeps its multiply-accumulates in
@@ -15,6 +16,8 @@ integer this way instead of running in float on dequantized weights: the result 
 ``(acc + bq)·sx·sw[m]`` (docs/quantization-math.md eq. (5) before its rounding), one
 float32 rounding of the exact integer sum where the float group rounds at every
 accumulation step, as MatMulIntegerToFloat does for MatMul (LowerMatMulFloatOutput).
+The output stage is one node (reference/accumulator.py: the Add, Cast, Mul and Add
+twins in that order), so the native target runs it as one pass over the accumulators.
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from quanta.ir.graph import Value, result_type
 from quanta.ir.types import I32, TensorType
 from quanta.passes.pattern import Builder, Match, NoMatch, Rule
 
+QUANTA_DOMAIN = "quanta"  # quanta.kernels.reference.accumulator (kernels sit below passes)
+
 __all__ = ["LowerConvFloatOutput"]
 
 
 class LowerConvFloatOutput(Rule):
-    """``Conv(DQ(x), DQ(w), b?)``, float output -> ``Mul(Cast(Add(ConvInteger(x, w, zx, zw), bq)), sx·sw)``."""
+    """``Conv(DQ(x), DQ(w), b?)``, float output -> ``AccumulatorToFloat(ConvInteger(x, w, zx, zw), bq, sx·sw)``."""
 
     pattern = "c = Conv(xf = DequantizeLinear(x, sx, zx?), wf = DequantizeLinear(w, sw, zw?), b?)"
     shared_ok = frozenset({"xf", "wf"})
@@ -100,18 +105,20 @@ class LowerConvFloatOutput(Rule):
             name=name,
         )
         per_channel = (1, -1) + (1,) * (rank - 2)  # [1, M, 1, ...] broadcasts over N and space
+        bias = None
         if m.data["bq"] is not None:
             bq = m.data["bq"]
             codes = bq if isinstance(bq, np.ndarray) else bq.const  # ndarray: requantized to sx·sw
             bias = b.const(f"{name}_bias_i32", np.asarray(codes, np.int32).reshape(per_channel))
-            acc = b.op("Add", [acc, bias], types=TensorType(I32, shape), name=f"{name}/bias")
         scale = np.float32(qx.scale[0]) * np.asarray(qw.scale, np.float32)  # eq. (6): sx·sw, float32
-        f = b.op(
-            "Cast", [acc], {"to": 1}, types=result_type(shape_from=out, elem_from=out), name=f"{name}/cast"
-        )
         s = b.const(f"{name}_scale", scale.reshape(per_channel if scale.size > 1 else ()).astype(np.float32))
-        y = b.op("Mul", [f, s], types=result_type(shape_from=out, elem_from=out), name=f"{name}/scale")
-        if m.data["float_bias"] is None:
-            return y
-        fb = b.const(f"{name}_bias", m.data["float_bias"].reshape(per_channel))
-        return b.op("Add", [y, fb], types=result_type(shape_from=out, elem_from=out), name=f"{name}/bias")
+        inputs = [acc, bias, s]
+        if m.data["float_bias"] is not None:
+            inputs.append(b.const(f"{name}_bias", m.data["float_bias"].reshape(per_channel)))
+        return b.op(
+            "AccumulatorToFloat",
+            inputs,
+            domain=QUANTA_DOMAIN,
+            types=result_type(shape_from=out, elem_from=out),
+            name=f"{name}/to_float",
+        )

@@ -9,6 +9,8 @@ LayerNormalization     ``layer_norm_f32`` (Mean / InvStdDev        nn_norm.layer
                        outputs too), stash_type 1                 float_ops.layer_norm_rows, (L1)-(L5)
 Add, Sub, Mul, Div     ``binary_f32``, numpy broadcasting          math_ops (np.add, ...): one IEEE
                                                                   operation per element
+Add, Sub, Mul int32 /  ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
+int64                                                             arithmetic
 =====================  =========================================  ===============================
 
 The equations are in docs/float-ops.md. Only float32 runs natively: a binder refuses a node
@@ -258,12 +260,36 @@ def _binary_kernel(op_type: str) -> Callable[..., Any]:
     return run
 
 
+_INT_BINARY = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def _int_binary_kernel(op_type: str) -> Callable[..., Any]:
+    op = op_type.lower()
+
+    @_with_fallback(op_type)
+    def run(ctx: Any, a: Any, b: Any, *, out: Any) -> np.ndarray:
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype):
+            raise _Unsupported
+        if a.dtype not in _INT_BINARY:
+            raise _Unsupported
+        return _native().broadcast_op(op, np.asarray(a, order="C"), np.asarray(b, order="C"), _threads(ctx), out)
+
+    run.__name__ = run.__qualname__ = f"_{op}_int_native"
+    run.__doc__ = f"{op_type}, int32 / int64, numpy broadcasting, wrapping (math_ops.{op})."
+    return run
+
+
 def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, str]]:
     fn = _binary_kernel(op_type)
+    int_fn = _int_binary_kernel(op_type) if op_type != "Div" else None
     name = f"{op_type.lower()}_f32"
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused: the choice depends on the node's types only
+        types = (_dtype(node.input(0)), _dtype(node.input(1)))
+        if int_fn is not None and types[0] in _INT_BINARY and types[1] == types[0]:
+            # the int32 bias Add of LowerConvFloatOutput, int64 shape arithmetic
+            return _kernel(int_fn, f"{op_type.lower()}_{types[0]}", node)
         reason = _check_f32(op_type, ("A", node.input(0)), ("B", node.input(1)))
         if reason:
             return None, reason

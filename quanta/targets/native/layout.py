@@ -7,8 +7,9 @@ order, it reads ``[lead..., B, A, trail...]`` for an input ``[lead..., A, B, tra
 the leading axes are the batch, A the rows, B the columns and the trailing axes one
 element (their bytes move together). NCHW -> NHWC ``[0, 2, 3, 1]`` (A = C, B = H·W),
 NHWC -> NCHW ``[0, 3, 1, 2]``, and the attention-head ``[0, 2, 1, 3]`` (element =
-head_dim values) all do. Other perms, or a rank the binder cannot see at compile time,
-run on the twin (which returns a NumPy view; the executor copies it where needed).
+head_dim values) all do. Other perms, and a rank the binder cannot see at compile time,
+copy the transposed view with ``copy_strided`` (runs of the innermost contiguous axis
+moved by memcpy; tensor_ops.py).
 """
 
 from __future__ import annotations
@@ -91,16 +92,19 @@ def bind_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
     x = node.input(0)
     rank = None if x is None or x.shape is None else len(x.shape)
     perm = node.attrs.get("perm")
+    from quanta.targets.native.tensor_ops import _transpose_any
+
     if perm is None:
-        if rank is None:
-            return None, "Transpose without perm on an input of unknown rank"
+        if rank is None:  # reversed axes of a rank seen at run time
+            return Kernel(_transpose_any, "native", "native:transpose_strided", out=True), ""
         perm = list(range(rank))[::-1]
     perm = [int(p) for p in perm]
     if rank is not None and rank != len(perm):
         return None, f"perm {perm} does not match the input rank {rank}"
     split = batched_transpose_split(perm)
     if split is None:
-        return None, f"perm {perm} is not a batched 2-D transpose (no native kernel)"
+        # any other perm: the transposed view copied by copy_strided (tensor_ops.py)
+        return Kernel(_transpose_any, "native", "native:transpose_strided", out=True), ""
     kernel = Kernel(
         _transpose_native, "native", "native:transpose_batched", params={"split": split, "plans": BoundedCache()}, out=True
     )

@@ -77,20 +77,67 @@ def test_float_output_conv_becomes_conv_integer(bias, group, cin, cout):
     proto = float_out_conv(bias=bias, group=group, cin=cin, cout=cout)
     model = load(proto)
     assert lower(model, [LowerConvFloatOutput()]).fired("LowerConvFloatOutput") == 1
-    # the int32 bias is added before the Cast, a float one after the Mul: one Add either way
-    want = {"QuantizeLinear": 1, "ConvInteger": 1, "Cast": 1, "Mul": 1} | ({"Add": 1} if bias else {})
-    assert model.graph.op_counts() == want
+    # the output stage is one quanta::AccumulatorToFloat: the int32 bias as its second
+    # input, a float one as its fourth
+    assert model.graph.op_counts() == {"QuantizeLinear": 1, "ConvInteger": 1, "quanta::AccumulatorToFloat": 1}
+    stage = model.graph.find_nodes("AccumulatorToFloat")[0]
+    assert stage.domain == "quanta"
+    assert [v is not None for v in stage.inputs] == {
+        "int32": [True, True, True],
+        None: [True, False, True],
+        "float": [True, False, True, True],
+    }[bias]
     verify(model.graph, Stage.LOWERED)
     assert model.graph.find_nodes("ConvInteger")[0].name == "head"  # coverage finds it by name
     x = np.random.default_rng(5).normal(0.3, 1.2, (2, cin, 9, 5)).astype(np.float32)
     expected, got = run_ref(proto, {"x": x})[0], run_ref(model, {"x": x})[0]
     # the float group sums k = cin/group·9 dequantized products in float32; the integer
     # form sums them exactly and rounds twice (Cast, Mul): both within γ of the exact sum
+    # (a float bias adds one more rounding, inside the +1.0 of the bound's magnitude)
     k = cin // group * 9
     bound = dot_tolerance(k, np.abs(expected) + 1.0) + 2 * np.abs(expected) * 2.0**-24
     assert np.all(np.abs(got - expected) <= bound)
     native = InferenceSession(onnx.load_from_string(_proto_bytes(model))).run(None, {"x": x})[0]
     assert np.array_equal(native, got)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("with_float_bias", [True, False])
+def test_accumulator_to_float_is_the_four_node_chain_bit_for_bit(with_bias, with_float_bias):
+    # the twin of quanta::AccumulatorToFloat against the ai.onnx twins it replaces
+    # (Add int32, Cast, Mul, Add float), on sums that wrap and round (|acc| > 2^24), and
+    # the native kernel against both, every ISA, 1 and 2 threads
+    from quanta.kernels import _native
+    from quanta.kernels.reference.registry import get_op
+    from quanta.targets.base import KernelContext
+    from quanta.targets.native import BINDERS, _load_families
+
+    rng = np.random.default_rng(9)
+    acc = rng.integers(-(2**31), 2**31 - 1, (2, 7, 5, 3), dtype=np.int64).astype(np.int32)
+    bias = rng.integers(-(2**30), 2**30, (1, 7, 1, 1)).astype(np.int32) if with_bias else None
+    scale = np.linspace(1e-4, 3e-3, 7, dtype=np.float32).reshape(1, 7, 1, 1)
+    fb = np.linspace(-0.5, 0.5, 7, dtype=np.float32).reshape(1, 7, 1, 1) if with_float_bias else None
+    ctx = KernelContext()
+    chain = acc if bias is None else get_op("Add")(ctx, acc, bias)
+    chain = get_op("Mul")(ctx, get_op("Cast")(ctx, chain, to=TensorProto.FLOAT), scale)
+    if fb is not None:
+        chain = get_op("Add")(ctx, chain, fb)
+    twin = get_op("AccumulatorToFloat", "quanta")(ctx, acc, bias, scale, fb)
+    assert twin.dtype == np.float32 and twin.tobytes() == chain.tobytes()
+    _load_families()
+    from quanta.ir.graph import Node, Value
+
+    node = Node("AccumulatorToFloat", [Value("a"), Value("b"), Value("s"), Value("f")], [Value("y")], {}, domain="quanta")
+    kernel, reason = BINDERS[("quanta", "AccumulatorToFloat")](None, node)
+    assert kernel is not None, reason
+    try:
+        for isa in _native.supported_isas():
+            _native.set_isa(isa)
+            for threads in (1, 2):
+                got = kernel.fn(KernelContext(num_threads=threads), acc, bias, scale, fb)
+                assert got.tobytes() == chain.tobytes(), (isa, threads)
+    finally:
+        _native.clear_isa()
 
 
 def _proto_bytes(model) -> bytes:

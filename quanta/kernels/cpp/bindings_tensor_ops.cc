@@ -1,0 +1,419 @@
+// Bindings for the tensor_ops kernels (tensor_ops/tensor_ops.h). Every entry checks
+// dtypes, contiguity, shapes and `out` here and raises ValueError naming the argument.
+//
+//   unary_f32_ex(op, x, num_threads=1, out=None, lo=None, hi=None, alpha=0, beta=0) -> y
+//     op: clip, sqrt, neg, abs, reciprocal, square, cube, hard_sigmoid, hard_swish (float32)
+//   clip_int(x, lo, hi, num_threads=1, out=None) -> y        int8 / uint8 / int32 / int64
+//   cast(x, dtype, num_threads=1, out=None) -> y             float32/64, (u)int8, int32/64, bool
+//   broadcast_op(op, a, b, num_threads=1, out=None) -> c     add, sub, mul (int32, int64);
+//     equal, less, less_equal, greater, greater_equal (any, bool out); and, or, xor (bool)
+//   reduce_rows_f32(op, x, num_threads=1, out=None) -> y     x [R, D]; sum, sum_square, max, min
+//   resize_axis_f64(x, taps, w, num_threads=1, out=None) -> y   x [outer, n, inner] float64,
+//     taps [o, t] int64 in [0, n), w [o, t] float64 -> y [outer, o, inner]
+//   batch_norm_f32(x, mean, denom, scale, bias, num_threads=1, out=None) -> y   x [N, C, ...]
+//   acc_to_float(acc, bias, scale, float_bias, num_threads=1, out=None) -> y   acc [N, M, ...]
+//     int32, bias int32 [M] or None, scale float32 [M], float_bias float32 [M] or None
+//   take_axis(x, axis, idx, num_threads=1, out=None) -> y     any dtype; idx int64 in [0, n)
+//   copy_strided(x, num_threads=1, out=None) -> y            any dtype, any strides -> C order
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "tensor_ops/tensor_ops.h"
+
+namespace quanta {
+namespace {
+
+using tensor_ops::DType;
+using Shape = std::vector<py::ssize_t>;
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+Shape shape_of(const py::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
+
+bool dtype_of(const py::dtype& d, DType* t) {
+  const char kind = d.kind();
+  const auto size = d.itemsize();
+  if (kind == 'f' && size == 4) *t = DType::kF32;
+  else if (kind == 'f' && size == 8) *t = DType::kF64;
+  else if (kind == 'i' && size == 1) *t = DType::kI8;
+  else if (kind == 'u' && size == 1) *t = DType::kU8;
+  else if (kind == 'i' && size == 4) *t = DType::kI32;
+  else if (kind == 'i' && size == 8) *t = DType::kI64;
+  else if (kind == 'b' && size == 1) *t = DType::kBool;
+  else return false;
+  return true;
+}
+
+py::array as_array(const py::handle& obj, const std::string& what) {
+  if (!py::isinstance<py::array>(obj)) throw py::value_error(what + ": expected a numpy array");
+  return py::reinterpret_borrow<py::array>(obj);
+}
+
+py::array contiguous(const py::handle& obj, const std::string& what) {
+  auto a = as_array(obj, what);
+  if (!(a.flags() & py::array::c_style)) throw py::value_error(what + ": expected a C-contiguous array");
+  return a;
+}
+
+DType element_type(const py::array& a, const std::string& what) {
+  DType t;
+  if (!dtype_of(a.dtype(), &t)) {
+    throw py::value_error(what + ": expected float32/64, (u)int8, int32/64 or bool, got " +
+                          py::str(a.dtype()).cast<std::string>());
+  }
+  return t;
+}
+
+void check_threads(int num_threads, const std::string& op) {
+  if (num_threads < 1) throw py::value_error(op + ": num_threads: expected >= 1, got " + std::to_string(num_threads));
+}
+
+bool overlaps(const py::array& a, const py::array& b) {
+  const auto pa = reinterpret_cast<uintptr_t>(a.data()), pb = reinterpret_cast<uintptr_t>(b.data());
+  const auto na = static_cast<uintptr_t>(a.nbytes()), nb = static_cast<uintptr_t>(b.nbytes());
+  return na && nb && pa < pb + nb && pb < pa + na;
+}
+
+// A new C-contiguous array, or `out` checked for dtype, shape, contiguity, writeability
+// and overlap with the inputs.
+py::array make_output(const py::object& out_obj, const py::dtype& dtype, const Shape& shape, const std::string& op,
+                      std::initializer_list<py::array> inputs) {
+  if (out_obj.is_none()) return py::array(dtype, shape);
+  const std::string what = op + ": out";
+  auto y = contiguous(out_obj, what);
+  if (!y.dtype().is(dtype)) {
+    throw py::value_error(what + ": expected dtype " + py::str(dtype).cast<std::string>() + ", got " +
+                          py::str(y.dtype()).cast<std::string>());
+  }
+  if (shape_of(y) != shape) {
+    throw py::value_error(what + ": expected shape " + shape_str(shape) + ", got shape " + shape_str(shape_of(y)));
+  }
+  if (!y.writeable()) throw py::value_error(what + ": expected a writeable array");
+  for (const py::array& in : inputs) {
+    if (overlaps(y, in)) throw py::value_error(what + ": expected a buffer that does not overlap the inputs");
+  }
+  return y;
+}
+
+py::array unary_f32_ex(const std::string& op_name, const py::handle& x_obj, int num_threads,
+                       const py::object& out_obj, const py::object& lo, const py::object& hi, float alpha,
+                       float beta) {
+  static const std::array<const char*, tensor_ops::kNumUnaryF32> names = {
+      "clip", "sqrt", "neg", "abs", "reciprocal", "square", "cube", "hard_sigmoid", "hard_swish"};
+  int op = -1;
+  for (int i = 0; i < tensor_ops::kNumUnaryF32; ++i) {
+    if (op_name == names[i]) op = i;
+  }
+  if (op < 0) throw py::value_error("unary_f32_ex: op: unknown operation '" + op_name + "'");
+  auto x = require_array<float>(x_obj, "unary_f32_ex: x");
+  check_threads(num_threads, "unary_f32_ex");
+  tensor_ops::UnaryParams p;
+  p.has_lo = !lo.is_none();
+  p.has_hi = !hi.is_none();
+  if (p.has_lo) p.lo = lo.cast<float>();
+  if (p.has_hi) p.hi = hi.cast<float>();
+  p.alpha = alpha;
+  p.beta = beta;
+  auto y = make_output(out_obj, x.dtype(), shape_of(x), "unary_f32_ex", {x});
+  {
+    py::gil_scoped_release release;
+    tensor_ops::unary_f32(static_cast<tensor_ops::UnaryF32>(op), x.data(), static_cast<float*>(y.mutable_data()),
+                          x.size(), p, num_threads, active_isa());
+  }
+  return y;
+}
+
+py::array clip_int(const py::handle& x_obj, const py::object& lo, const py::object& hi, int num_threads,
+                   const py::object& out_obj) {
+  auto x = contiguous(x_obj, "clip_int: x");
+  const DType t = element_type(x, "clip_int: x");
+  if (t != DType::kI8 && t != DType::kU8 && t != DType::kI32 && t != DType::kI64) {
+    throw py::value_error("clip_int: x: expected int8, uint8, int32 or int64, got " +
+                          py::str(x.dtype()).cast<std::string>());
+  }
+  check_threads(num_threads, "clip_int");
+  auto y = make_output(out_obj, x.dtype(), shape_of(x), "clip_int", {x});
+  const int64_t l = lo.is_none() ? 0 : lo.cast<int64_t>();
+  const int64_t h = hi.is_none() ? 0 : hi.cast<int64_t>();
+  {
+    py::gil_scoped_release release;
+    tensor_ops::clip_int(t, x.data(), y.mutable_data(), x.size(), l, h, !lo.is_none(), !hi.is_none(), num_threads,
+                         active_isa());
+  }
+  return y;
+}
+
+py::array cast(const py::handle& x_obj, const py::object& dtype_obj, int num_threads, const py::object& out_obj) {
+  auto x = contiguous(x_obj, "cast: x");
+  const DType from = element_type(x, "cast: x");
+  const py::dtype to_dtype = py::dtype::from_args(dtype_obj);
+  DType to;
+  if (!dtype_of(to_dtype, &to)) {
+    throw py::value_error("cast: dtype: expected float32/64, (u)int8, int32/64 or bool, got " +
+                          py::str(to_dtype).cast<std::string>());
+  }
+  check_threads(num_threads, "cast");
+  auto y = make_output(out_obj, to_dtype, shape_of(x), "cast", {x});
+  {
+    py::gil_scoped_release release;
+    tensor_ops::cast(from, to, x.data(), y.mutable_data(), x.size(), num_threads, active_isa());
+  }
+  return y;
+}
+
+py::array broadcast_op(const std::string& op_name, const py::handle& a_obj, const py::handle& b_obj,
+                       int num_threads, const py::object& out_obj) {
+  static const char* binary[] = {"add", "sub", "mul"};
+  static const char* compare[] = {"equal", "less", "less_equal", "greater", "greater_equal"};
+  static const char* logic[] = {"and", "or", "xor"};
+  int kind = -1, op = -1;
+  for (int i = 0; i < 3; ++i) {
+    if (op_name == binary[i]) kind = 0, op = i;
+    if (op_name == logic[i]) kind = 2, op = i;
+  }
+  for (int i = 0; i < 5; ++i) {
+    if (op_name == compare[i]) kind = 1, op = i;
+  }
+  if (kind < 0) throw py::value_error("broadcast_op: op: unknown operation '" + op_name + "'");
+  auto a = contiguous(a_obj, "broadcast_op: a");
+  auto b = contiguous(b_obj, "broadcast_op: b");
+  if (!a.dtype().is(b.dtype())) {
+    throw py::value_error("broadcast_op: b: expected a's dtype " + py::str(a.dtype()).cast<std::string>() +
+                          ", got " + py::str(b.dtype()).cast<std::string>());
+  }
+  const DType t = element_type(a, "broadcast_op: a");
+  if ((kind == 0 && t != DType::kI32 && t != DType::kI64) || (kind == 2 && t != DType::kBool)) {
+    throw py::value_error("broadcast_op: " + op_name + ": no kernel for dtype " + py::str(a.dtype()).cast<std::string>());
+  }
+  check_threads(num_threads, "broadcast_op");
+  const int rank = static_cast<int>(std::max(a.ndim(), b.ndim()));
+  if (rank > broadcast::kMaxRank) throw py::value_error("broadcast_op: expected rank <= 16, got " + std::to_string(rank));
+  std::array<int64_t, broadcast::kMaxRank> os{}, as{}, bs{};
+  Shape out_shape;
+  for (int d = 0; d < rank; ++d) {
+    const int da = d - (rank - static_cast<int>(a.ndim()));
+    const int db = d - (rank - static_cast<int>(b.ndim()));
+    const int64_t sa = da >= 0 ? a.shape(da) : 1;
+    const int64_t sb = db >= 0 ? b.shape(db) : 1;
+    if (sa != sb && sa != 1 && sb != 1) {
+      throw py::value_error("broadcast_op: expected broadcastable shapes, got " + shape_str(shape_of(a)) + " and " +
+                            shape_str(shape_of(b)));
+    }
+    as[d] = sa;
+    bs[d] = sb;
+    os[d] = sa == 1 ? sb : sa;
+    out_shape.push_back(static_cast<py::ssize_t>(os[d]));
+  }
+  const py::dtype out_dtype = kind == 0 ? a.dtype() : py::dtype("bool");
+  auto c = make_output(out_obj, out_dtype, out_shape, "broadcast_op", {a, b});
+  const broadcast::Shape s{rank, os.data(), as.data(), bs.data()};
+  {
+    py::gil_scoped_release release;
+    tensor_ops::broadcast_op(kind, op, t, a.data(), b.data(), c.mutable_data(), s, num_threads, active_isa());
+  }
+  return c;
+}
+
+py::array reduce_rows_f32(const std::string& op_name, const py::handle& x_obj, int num_threads,
+                          const py::object& out_obj) {
+  static const char* names[] = {"sum", "sum_square", "max", "min"};
+  int op = -1;
+  for (int i = 0; i < tensor_ops::kNumReduce; ++i) {
+    if (op_name == names[i]) op = i;
+  }
+  if (op < 0) throw py::value_error("reduce_rows_f32: op: unknown operation '" + op_name + "'");
+  auto x = require_array<float>(x_obj, "reduce_rows_f32: x");
+  if (x.ndim() != 2) throw py::value_error("reduce_rows_f32: x: expected [rows, d], got " + shape_str(shape_of(x)));
+  check_threads(num_threads, "reduce_rows_f32");
+  auto y = make_output(out_obj, x.dtype(), Shape{x.shape(0)}, "reduce_rows_f32", {x});
+  {
+    py::gil_scoped_release release;
+    tensor_ops::reduce_rows(static_cast<tensor_ops::Reduce>(op), x.data(), x.shape(0), x.shape(1),
+                            static_cast<float*>(y.mutable_data()), num_threads, active_isa());
+  }
+  return y;
+}
+
+py::array resize_axis_f64(const py::handle& x_obj, const py::handle& taps_obj, const py::handle& w_obj,
+                          int num_threads, const py::object& out_obj) {
+  auto x = require_array<double>(x_obj, "resize_axis_f64: x");
+  auto taps = require_array<int64_t>(taps_obj, "resize_axis_f64: taps");
+  auto w = require_array<double>(w_obj, "resize_axis_f64: w");
+  if (x.ndim() != 3) throw py::value_error("resize_axis_f64: x: expected [outer, n, inner], got " + shape_str(shape_of(x)));
+  if (taps.ndim() != 2 || shape_of(w) != shape_of(taps) || taps.shape(1) < 1) {
+    throw py::value_error("resize_axis_f64: taps, w: expected the same shape [o, t], t >= 1, got " +
+                          shape_str(shape_of(taps)) + " and " + shape_str(shape_of(w)));
+  }
+  const int64_t n = x.shape(1);
+  const int64_t* tp = taps.data();
+  for (py::ssize_t i = 0; i < taps.size(); ++i) {
+    if (tp[i] < 0 || tp[i] >= n) throw py::value_error("resize_axis_f64: taps: expected indices in [0, " + std::to_string(n) + ")");
+  }
+  check_threads(num_threads, "resize_axis_f64");
+  auto y = make_output(out_obj, x.dtype(), Shape{x.shape(0), taps.shape(0), x.shape(2)}, "resize_axis_f64", {x});
+  {
+    py::gil_scoped_release release;
+    tensor_ops::resize_axis(x.data(), x.shape(0), n, x.shape(2), tp, w.data(), taps.shape(0), taps.shape(1),
+                            static_cast<double*>(y.mutable_data()), num_threads, active_isa());
+  }
+  return y;
+}
+
+py::array batch_norm_f32(const py::handle& x_obj, const py::handle& m_obj, const py::handle& d_obj,
+                         const py::handle& g_obj, const py::handle& b_obj, int num_threads, const py::object& out_obj) {
+  auto x = require_array<float>(x_obj, "batch_norm_f32: x");
+  if (x.ndim() < 2) throw py::value_error("batch_norm_f32: x: expected [N, C, ...], got " + shape_str(shape_of(x)));
+  const int64_t channels = x.shape(1);
+  std::array<py::array_t<float, py::array::c_style>, 4> p{
+      require_array<float>(m_obj, "batch_norm_f32: mean"), require_array<float>(d_obj, "batch_norm_f32: denom"),
+      require_array<float>(g_obj, "batch_norm_f32: scale"), require_array<float>(b_obj, "batch_norm_f32: bias")};
+  for (const auto& v : p) {
+    if (v.size() != channels) {
+      throw py::value_error("batch_norm_f32: expected " + std::to_string(channels) + " values per parameter, got " +
+                            std::to_string(v.size()));
+    }
+  }
+  check_threads(num_threads, "batch_norm_f32");
+  auto y = make_output(out_obj, x.dtype(), shape_of(x), "batch_norm_f32", {x});
+  int64_t inner = 1;
+  for (py::ssize_t dim = 2; dim < x.ndim(); ++dim) inner *= x.shape(dim);
+  {
+    py::gil_scoped_release release;
+    tensor_ops::batch_norm(x.data(), static_cast<float*>(y.mutable_data()), x.shape(0) * channels, inner, channels,
+                           p[0].data(), p[1].data(), p[2].data(), p[3].data(), num_threads, active_isa());
+  }
+  return y;
+}
+
+py::array acc_to_float(const py::handle& acc_obj, const py::object& bias_obj, const py::handle& scale_obj,
+                       const py::object& fbias_obj, int num_threads, const py::object& out_obj) {
+  auto acc = require_array<int32_t>(acc_obj, "acc_to_float: acc");
+  if (acc.ndim() < 2) throw py::value_error("acc_to_float: acc: expected [N, M, ...], got " + shape_str(shape_of(acc)));
+  const int64_t channels = acc.shape(1);
+  auto check_len = [&](const py::array& v, const char* what) {
+    if (v.size() != channels) {
+      throw py::value_error(std::string("acc_to_float: ") + what + ": expected " + std::to_string(channels) +
+                            " values (one per channel), got " + std::to_string(v.size()));
+    }
+  };
+  auto scale = require_array<float>(scale_obj, "acc_to_float: scale");
+  check_len(scale, "scale");
+  py::array_t<int32_t, py::array::c_style> bias;
+  py::array_t<float, py::array::c_style> fbias;
+  if (!bias_obj.is_none()) {
+    bias = require_array<int32_t>(bias_obj, "acc_to_float: bias");
+    check_len(bias, "bias");
+  }
+  if (!fbias_obj.is_none()) {
+    fbias = require_array<float>(fbias_obj, "acc_to_float: float_bias");
+    check_len(fbias, "float_bias");
+  }
+  check_threads(num_threads, "acc_to_float");
+  auto y = make_output(out_obj, py::dtype::of<float>(), shape_of(acc), "acc_to_float", {acc});
+  int64_t inner = 1;
+  for (py::ssize_t d = 2; d < acc.ndim(); ++d) inner *= acc.shape(d);
+  const int32_t* bp = bias_obj.is_none() ? nullptr : bias.data();
+  const float* fp = fbias_obj.is_none() ? nullptr : fbias.data();
+  {
+    py::gil_scoped_release release;
+    tensor_ops::acc_to_float(acc.data(), static_cast<float*>(y.mutable_data()), acc.shape(0) * channels, inner,
+                             channels, bp, scale.data(), fp, num_threads, active_isa());
+  }
+  return y;
+}
+
+py::array take_axis(const py::handle& x_obj, int64_t axis, const py::handle& idx_obj, int num_threads,
+                    const py::object& out_obj) {
+  auto x = contiguous(x_obj, "take_axis: x");
+  auto idx = require_array<int64_t>(idx_obj, "take_axis: idx");
+  const int64_t rank = x.ndim();
+  if (axis < 0 || axis >= rank) throw py::value_error("take_axis: axis: expected in [0, " + std::to_string(rank) + "), got " + std::to_string(axis));
+  check_threads(num_threads, "take_axis");
+  const int64_t n = x.shape(axis);
+  const int64_t* ip = idx.data();
+  for (py::ssize_t i = 0; i < idx.size(); ++i) {
+    if (ip[i] < 0 || ip[i] >= n) {
+      throw py::value_error("take_axis: idx: expected indices in [0, " + std::to_string(n) + "), got " + std::to_string(ip[i]));
+    }
+  }
+  int64_t outer = 1, inner = x.itemsize();
+  Shape out_shape;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.shape(d), out_shape.push_back(x.shape(d));
+  out_shape.push_back(static_cast<py::ssize_t>(idx.size()));
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape(d), out_shape.push_back(x.shape(d));
+  auto y = make_output(out_obj, x.dtype(), out_shape, "take_axis", {x});
+  {
+    py::gil_scoped_release release;
+    tensor_ops::take_axis(static_cast<const uint8_t*>(x.data()), outer, n, inner, ip, idx.size(),
+                          static_cast<uint8_t*>(y.mutable_data()), num_threads);
+  }
+  return y;
+}
+
+py::array copy_strided(const py::handle& x_obj, int num_threads, const py::object& out_obj) {
+  auto x = as_array(x_obj, "copy_strided: x");
+  if (x.ndim() > broadcast::kMaxRank) throw py::value_error("copy_strided: x: expected rank <= 16");
+  if (x.dtype().kind() == 'O') throw py::value_error("copy_strided: x: expected a numeric dtype, got object");
+  check_threads(num_threads, "copy_strided");
+  auto y = make_output(out_obj, x.dtype(), shape_of(x), "copy_strided", {});
+  std::array<int64_t, broadcast::kMaxRank> shape{}, strides{};
+  // the bytes the view spans (negative and zero strides included), for the overlap check:
+  // x.nbytes() from x.data() would miss a reversed view's bytes and count a broadcast's twice
+  int64_t lo = 0, hi = x.size() ? x.itemsize() : 0;
+  for (py::ssize_t d = 0; d < x.ndim(); ++d) {
+    shape[d] = x.shape(d), strides[d] = x.strides(d);
+    if (shape[d] > 0) (strides[d] < 0 ? lo : hi) += (shape[d] - 1) * strides[d];
+  }
+  const auto xs = reinterpret_cast<intptr_t>(x.data());
+  const auto ys = reinterpret_cast<intptr_t>(y.data());
+  if (x.size() && y.nbytes() && xs + lo < ys + static_cast<intptr_t>(y.nbytes()) && ys < xs + hi) {
+    throw py::value_error("copy_strided: out: expected a buffer that does not overlap the inputs");
+  }
+  {
+    py::gil_scoped_release release;
+    tensor_ops::copy_strided(static_cast<const uint8_t*>(x.data()), static_cast<int>(x.ndim()), shape.data(),
+                             strides.data(), x.itemsize(), static_cast<uint8_t*>(y.mutable_data()), num_threads);
+  }
+  return y;
+}
+
+}  // namespace
+
+void register_tensor_ops(py::module_& m) {
+  using py::arg;
+  const py::object none = py::none();
+  m.def("unary_f32_ex", &unary_f32_ex, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
+        arg("lo") = none, arg("hi") = none, arg("alpha") = 0.0f, arg("beta") = 0.0f,
+        "float32 clip, sqrt, neg, abs, reciprocal, square, cube, hard_sigmoid, hard_swish (tensor_ops.h).");
+  m.def("clip_int", &clip_int, arg("x"), arg("lo"), arg("hi"), arg("num_threads") = 1, arg("out") = none,
+        "Integer clip (numpy np.maximum then np.minimum).");
+  m.def("cast", &cast, arg("x"), arg("dtype"), arg("num_threads") = 1, arg("out") = none,
+        "numpy astype between float32/64, (u)int8, int32/64 and bool (tensor_ops.h).");
+  m.def("broadcast_op", &broadcast_op, arg("op"), arg("a"), arg("b"), arg("num_threads") = 1, arg("out") = none,
+        "Integer add/sub/mul, comparisons and bool logic with numpy broadcasting.");
+  m.def("reduce_rows_f32", &reduce_rows_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
+        "Row sum / sum of squares (R1)-(R3), max / min (M1)-(M3) of x [R, D] float32.");
+  m.def("resize_axis_f64", &resize_axis_f64, arg("x"), arg("taps"), arg("w"), arg("num_threads") = 1,
+        arg("out") = none, "One axis of a separable Resize in float64 (nn_resize.py (3)).");
+  m.def("batch_norm_f32", &batch_norm_f32, arg("x"), arg("mean"), arg("denom"), arg("scale"), arg("bias"),
+        arg("num_threads") = 1, arg("out") = none,
+        "y = f32(f32(f32(f32(x - m_c) / d_c) * g_c) + b_c) over channel axis 1 of float32 x.");
+  m.def("acc_to_float", &acc_to_float, arg("acc"), arg("bias"), arg("scale"), arg("float_bias"),
+        arg("num_threads") = 1, arg("out") = none,
+        "y = f32(f32(int32(acc + bias_c)) * scale_c) (+ float_bias_c) over channel axis 1 of int32 acc.");
+  m.def("take_axis", &take_axis, arg("x"), arg("axis"), arg("idx"), arg("num_threads") = 1, arg("out") = none,
+        "y[a, q, :] = x[a, idx[q], :] along axis, any dtype.");
+  m.def("copy_strided", &copy_strided, arg("x"), arg("num_threads") = 1, arg("out") = none,
+        "A C-contiguous copy of any strided array (transposed, sliced, broadcast views).");
+}
+
+}  // namespace quanta

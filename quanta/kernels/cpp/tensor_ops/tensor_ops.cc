@@ -1,0 +1,247 @@
+// Drivers of the tensor_ops kernels (contract: tensor_ops.h): thread chunks, broadcast
+// iteration, ISA selection; the byte-moving kernels (take_axis, copy_strided), which need
+// no ISA variant (memcpy of contiguous runs).
+#include "tensor_ops/tensor_ops.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "qgemm/thread_pool.h"
+
+namespace quanta {
+namespace tensor_ops {
+
+const Kernels& kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni: return kKernelsAvx512Vnni;
+    case Isa::kAvx2: return kKernelsAvx2;
+    default: return kKernelsPortable;
+  }
+}
+
+int64_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kF64: case DType::kI64: return 8;
+    default: return 1;
+  }
+}
+
+namespace {
+
+// Elements per thread chunk (the float_ops stream grain): a chunk costs far more than
+// claiming it.
+constexpr int64_t kGrain = int64_t{1} << 14;
+// Bytes per chunk of the byte-moving kernels.
+constexpr int64_t kByteGrain = int64_t{1} << 16;
+
+int64_t rows_per_chunk(int64_t row_elems, int64_t grain) {
+  return std::max<int64_t>(1, grain / std::max<int64_t>(row_elems, 1));
+}
+
+}  // namespace
+
+void unary_f32(UnaryF32 op, const float* x, float* y, int64_t n, const UnaryParams& p, int num_threads, Isa isa) {
+  const UnaryF32Fn run = kernels_for(isa).unary_f32[static_cast<int>(op)];
+  qgemm::parallel_ranges(num_threads, n, kGrain, [&](int64_t b, int64_t e) { run(x + b, y + b, e - b, p); });
+}
+
+void clip_int(DType t, const void* x, void* y, int64_t n, int64_t lo, int64_t hi, bool has_lo, bool has_hi,
+              int num_threads, Isa isa) {
+  const ClipIntFn run = kernels_for(isa).clip_int[static_cast<int>(t)];
+  if (run == nullptr) throw std::invalid_argument("clip: no integer kernel for this element type");
+  const int64_t size = dtype_size(t);
+  const auto* xb = static_cast<const uint8_t*>(x);
+  auto* yb = static_cast<uint8_t*>(y);
+  qgemm::parallel_ranges(num_threads, n, kGrain,
+                         [&](int64_t b, int64_t e) { run(xb + b * size, yb + b * size, e - b, lo, hi, has_lo, has_hi); });
+}
+
+void cast(DType from, DType to, const void* x, void* y, int64_t n, int num_threads, Isa isa) {
+  const CastFn run = kernels_for(isa).cast[static_cast<int>(from)][static_cast<int>(to)];
+  if (run == nullptr) throw std::invalid_argument("cast: no kernel for this pair of element types");
+  const int64_t fs = dtype_size(from), ts = dtype_size(to);
+  const auto* xb = static_cast<const uint8_t*>(x);
+  auto* yb = static_cast<uint8_t*>(y);
+  qgemm::parallel_ranges(num_threads, n, kGrain, [&](int64_t b, int64_t e) { run(xb + b * fs, yb + b * ts, e - b); });
+}
+
+void broadcast_op(int kind, int op, DType t, const void* a, const void* b, void* c, const broadcast::Shape& s,
+                  int num_threads, Isa isa) {
+  const Kernels& k = kernels_for(isa);
+  RunFn run = nullptr;
+  const int ti = static_cast<int>(t);
+  if (kind == 0 && op >= 0 && op < 3) run = k.binary_int[ti][op];
+  if (kind == 1 && op >= 0 && op < 5) run = k.compare[ti][op];
+  if (kind == 2 && op >= 0 && op < 3 && t == DType::kBool) run = k.logic[op];
+  if (run == nullptr) throw std::invalid_argument("broadcast op: no kernel for this operation and element type");
+  if (broadcast::empty(s)) return;
+  const broadcast::Plan plan = broadcast::make_plan(s);
+  const int64_t in_size = dtype_size(t);
+  const int64_t out_size = kind == 0 ? in_size : 1;
+  // for_each_run walks typed pointers; bytes with the element size folded into the
+  // offsets keep one instantiation for every type
+  const auto* ab = static_cast<const uint8_t*>(a);
+  const auto* bb = static_cast<const uint8_t*>(b);
+  auto* cb = static_cast<uint8_t*>(c);
+  qgemm::parallel_ranges(num_threads, plan.total(), kGrain, [&](int64_t begin, int64_t end) {
+    // element offsets, as for_each_run computes them, scaled by the element sizes
+    const int64_t* none = nullptr;
+    (void)none;
+    int64_t o = begin / plan.inner;
+    int64_t i0 = begin - o * plan.inner;
+    int64_t idx[broadcast::kMaxRank];
+    int64_t a_off = 0, b_off = 0;
+    for (int d = plan.rank - 1; d >= 0; --d) {
+      idx[d] = o % plan.n[d];
+      o /= plan.n[d];
+      a_off += idx[d] * plan.as[d];
+      b_off += idx[d] * plan.bs[d];
+    }
+    int64_t pos = begin;
+    while (pos < end) {
+      const int64_t len = std::min(end - pos, plan.inner - i0);
+      run(ab + (a_off + i0 * plan.a_step) * in_size, plan.a_step, bb + (b_off + i0 * plan.b_step) * in_size,
+          plan.b_step, cb + pos * out_size, len);
+      pos += len;
+      i0 = 0;
+      for (int d = plan.rank - 1; d >= 0; --d) {
+        ++idx[d];
+        a_off += plan.as[d];
+        b_off += plan.bs[d];
+        if (idx[d] < plan.n[d]) break;
+        a_off -= idx[d] * plan.as[d];
+        b_off -= idx[d] * plan.bs[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+void reduce_rows(Reduce op, const float* x, int64_t rows, int64_t d, float* y, int num_threads, Isa isa) {
+  const ReduceFn run = kernels_for(isa).reduce[static_cast<int>(op)];
+  qgemm::parallel_ranges(num_threads, rows, rows_per_chunk(d, kGrain),
+                         [&](int64_t b, int64_t e) { run(x + b * d, e - b, d, y + b); });
+}
+
+void resize_axis(const double* x, int64_t outer, int64_t n, int64_t inner, const int64_t* taps, const double* w,
+                 int64_t o, int64_t t, double* y, int num_threads, Isa isa) {
+  const ResizeAxisFn run = kernels_for(isa).resize_axis;
+  qgemm::parallel_ranges(num_threads, outer, rows_per_chunk(o * inner * t, kGrain), [&](int64_t b, int64_t e) {
+    run(x + b * n * inner, e - b, n, inner, taps, w, o, t, y + b * o * inner);
+  });
+}
+
+void batch_norm(const float* x, float* y, int64_t rows, int64_t inner, int64_t channels, const float* m,
+                const float* d, const float* g, const float* b, int num_threads, Isa isa) {
+  const BatchNormFn run = kernels_for(isa).batch_norm;
+  qgemm::parallel_ranges(num_threads, rows, rows_per_chunk(inner, kGrain), [&](int64_t lo, int64_t hi) {
+    run(x + lo * inner, y + lo * inner, hi - lo, inner, channels, m, d, g, b, lo);
+  });
+}
+
+void acc_to_float(const int32_t* acc, float* y, int64_t rows, int64_t inner, int64_t channels, const int32_t* bias,
+                  const float* scale, const float* fbias, int num_threads, Isa isa) {
+  const AccToFloatFn run = kernels_for(isa).acc_to_float;
+  qgemm::parallel_ranges(num_threads, rows, rows_per_chunk(inner, kGrain), [&](int64_t lo, int64_t hi) {
+    run(acc + lo * inner, y + lo * inner, hi - lo, inner, channels, bias, scale, fbias, lo);
+  });
+}
+
+namespace {
+
+// take_axis rows of one element of a fixed size: a typed load / store instead of a
+// memcpy call per element (nearest Resize along the last axis).
+template <typename T>
+void take_elements(const uint8_t* x, int64_t n, const int64_t* idx, int64_t m, uint8_t* y, int64_t begin,
+                   int64_t end) {
+  const T* xs = reinterpret_cast<const T*>(x);
+  T* ys = reinterpret_cast<T*>(y);
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t a = r / m;
+    const T* src = xs + a * n;
+    T* dst = ys + a * m;
+    const int64_t q0 = r - a * m;
+    const int64_t q1 = std::min(m, q0 + (end - r));
+    for (int64_t q = q0; q < q1; ++q) dst[q] = src[idx[q]];
+    r += q1 - q0 - 1;
+  }
+}
+
+}  // namespace
+
+void take_axis(const uint8_t* x, int64_t outer, int64_t n, int64_t inner_bytes, const int64_t* idx, int64_t m,
+               uint8_t* y, int num_threads) {
+  const int64_t rows = outer * m;
+  const int64_t grain = rows_per_chunk(inner_bytes, kByteGrain);
+  if (inner_bytes == 1 || inner_bytes == 2 || inner_bytes == 4 || inner_bytes == 8) {
+    qgemm::parallel_ranges(num_threads, rows, grain * 4, [&](int64_t b, int64_t e) {
+      switch (inner_bytes) {
+        case 1: take_elements<uint8_t>(x, n, idx, m, y, b, e); break;
+        case 2: take_elements<uint16_t>(x, n, idx, m, y, b, e); break;
+        case 4: take_elements<uint32_t>(x, n, idx, m, y, b, e); break;
+        default: take_elements<uint64_t>(x, n, idx, m, y, b, e); break;
+      }
+    });
+    return;
+  }
+  qgemm::parallel_ranges(num_threads, rows, grain, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t a = r / m, q = r - a * m;
+      std::memcpy(y + r * inner_bytes, x + (a * n + idx[q]) * inner_bytes, static_cast<size_t>(inner_bytes));
+    }
+  });
+}
+
+void copy_strided(const uint8_t* x, int rank, const int64_t* shape_in, const int64_t* strides_in, int64_t elem,
+                  uint8_t* y, int num_threads) {
+  // Drop size-1 dimensions and merge a dimension into the next inner one when the view
+  // walks them as one (stride[d] == stride[d+1] · shape[d+1]); the innermost merged
+  // dimension with stride == elem is one memcpy run.
+  int64_t shape[broadcast::kMaxRank], stride[broadcast::kMaxRank];
+  int r = 0;
+  for (int d = 0; d < rank; ++d) {
+    if (shape_in[d] == 0) return;
+    if (shape_in[d] == 1) continue;
+    if (r > 0 && stride[r - 1] == strides_in[d] * shape_in[d]) {
+      shape[r - 1] *= shape_in[d];
+      stride[r - 1] = strides_in[d];
+      continue;
+    }
+    shape[r] = shape_in[d];
+    stride[r] = strides_in[d];
+    ++r;
+  }
+  int64_t run_elems = 1, run_bytes = elem;
+  int outer_rank = r;
+  if (r > 0 && stride[r - 1] == elem) {
+    run_elems = shape[r - 1];
+    run_bytes = run_elems * elem;
+    outer_rank = r - 1;
+  }
+  int64_t outer = 1;
+  for (int d = 0; d < outer_rank; ++d) outer *= shape[d];
+  qgemm::parallel_ranges(num_threads, outer, rows_per_chunk(run_bytes, kByteGrain), [&](int64_t b, int64_t e) {
+    int64_t idx[broadcast::kMaxRank];
+    int64_t off = 0, o = b;
+    for (int d = outer_rank - 1; d >= 0; --d) {
+      idx[d] = o % shape[d];
+      o /= shape[d];
+      off += idx[d] * stride[d];
+    }
+    for (int64_t p = b; p < e; ++p) {
+      std::memcpy(y + p * run_bytes, x + off, static_cast<size_t>(run_bytes));
+      for (int d = outer_rank - 1; d >= 0; --d) {
+        ++idx[d];
+        off += stride[d];
+        if (idx[d] < shape[d]) break;
+        off -= idx[d] * stride[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+}  // namespace tensor_ops
+}  // namespace quanta

@@ -1,0 +1,134 @@
+// Tensor kernels for the float and shape-math steps of quantized models that are not
+// quantized operators: Clip, Cast, the unary IEEE functions, integer binary arithmetic,
+// comparisons and logic with numpy broadcasting, float32 row reductions, one axis of a
+// separable Resize, and gathers along an axis (Gather, nearest Resize, any Transpose).
+//
+// ---------------------------------------------------------------------------------------
+// Contract (docs/float-ops.md "Tensor ops"; NumPy twins: kernels/reference/math_ops.py,
+// nn.py, reduce_ops.py, nn_resize.py, nn_norm.py). One IEEE operation per step, in the
+// order written, no fused multiply-add (-ffp-contract=off), true divisions and square
+// roots; the loops are plain C++ that each ISA file compiles with its own -m flags (the
+// compiler vectorizes lanes that are independent, which never reorders an operation).
+// ---------------------------------------------------------------------------------------
+//
+//   max(a, b)   numpy's np.maximum: a if a is NaN, else (a > b ? a : b) — on a tie
+//               (±0) the SECOND operand; min alike with <
+//   clip        y = min(max(x, lo), hi), each bound only when given (nn.clip)
+//   sqrt, neg, abs, reciprocal (f32(1 / x)), square f32(x · x), cube f32(f32(x · x) · x)
+//   hard_sigmoid  y = min(max(f32(f32(alpha · x) + beta), 0), 1)   alpha, beta float32
+//   hard_swish  y = f32(x · min(max(f32(f32(x / 6) + 0.5), 0), 1))
+//   cast        C conversions as numpy's astype: float -> integer truncates toward zero
+//               (out of range: undefined in ONNX, not pinned), integer -> narrower
+//               integer keeps the low bits, -> bool is x != 0 (NaN -> true)
+//   binary int  c = a op b in the type, wrapping (two's complement), numpy broadcasting
+//   compare     c = a op b as bool (uint8 0/1); logic and / or / xor on bool
+//   reduce      rows [R, D] float32: sum16 (R1)–(R3), of x (sum) or f32(x · x) (sumsq);
+//               max / min in 16 lanes from −inf / +inf, acc_j = max(acc_j, x_i) for
+//               i ≡ j (mod 16) in increasing i, then acc_j = max(acc_j, acc_{j+h}),
+//               h = 8, 4, 2, 1 (docs/float-ops.md (M1)–(M3))
+//   resize_axis in double, y[a, q, c] = Σ_t x[a, taps[q, t], c] · w[q, t], t = 0 … T−1 in
+//               order, the first product being the start of the sum (nn_resize (3))
+//   batch_norm  y = f32(f32(f32(f32(x − m_c) / d_c) · g_c) + b_c) for the channel c of
+//               each row of `inner` elements (d_c = f32(sqrt(f32(var_c + eps))), given)
+//   acc_to_float  y = f32(f32(int32(acc + bias_c)) · scale_c) (+ fbias_c): the float output
+//               stage of an integer convolution (quanta::AccumulatorToFloat); the int32 sum
+//               wraps, the conversion rounds to nearest even, each float op rounds once
+//   take_axis   y[a, q, :] = x[a, idx[q], :], rows of `inner` bytes (memcpy)
+//
+// Threads: outputs are split into chunks of whole runs; a chunk is computed by the same
+// instructions whichever thread runs it, so the bytes are identical for any num_threads.
+#pragma once
+
+#include <cstdint>
+
+#include "broadcast.h"
+#include "dispatch.h"
+
+namespace quanta {
+namespace tensor_ops {
+
+// Element types (the binding maps numpy dtypes to these).
+enum class DType : int { kF32 = 0, kF64 = 1, kI8 = 2, kU8 = 3, kI32 = 4, kI64 = 5, kBool = 6 };
+constexpr int kNumDTypes = 7;
+
+enum class UnaryF32 : int {
+  kClip = 0, kSqrt = 1, kNeg = 2, kAbs = 3, kReciprocal = 4, kSquare = 5, kCube = 6, kHardSigmoid = 7,
+  kHardSwish = 8
+};
+constexpr int kNumUnaryF32 = 9;
+
+struct UnaryParams {
+  float lo = 0, hi = 0;          // clip bounds
+  bool has_lo = false, has_hi = false;
+  float alpha = 0, beta = 0;     // hard_sigmoid
+};
+
+enum class BinaryInt : int { kAdd = 0, kSub = 1, kMul = 2 };
+enum class Compare : int { kEqual = 0, kLess = 1, kLessOrEqual = 2, kGreater = 3, kGreaterOrEqual = 4 };
+enum class Logic : int { kAnd = 0, kOr = 1, kXor = 2 };
+enum class Reduce : int { kSum = 0, kSumSquare = 1, kMax = 2, kMin = 3 };
+constexpr int kNumReduce = 4;
+
+using UnaryF32Fn = void (*)(const float* x, float* y, int64_t n, const UnaryParams& p);
+// integer clip: bounds already in the type's range
+using ClipIntFn = void (*)(const void* x, void* y, int64_t n, int64_t lo, int64_t hi, bool has_lo, bool has_hi);
+using CastFn = void (*)(const void* x, void* y, int64_t n);
+// broadcast runs (broadcast.h): a_step / b_step are 1 or 0; pointers in elements of the type
+using RunFn = void (*)(const void* a, int64_t a_step, const void* b, int64_t b_step, void* c, int64_t n);
+using ReduceFn = void (*)(const float* x, int64_t rows, int64_t d, float* y);
+// rows of `inner` elements; row r has channel r mod channels; p = {m, d, g, b}, [channels] each
+using BatchNormFn = void (*)(const float* x, float* y, int64_t rows, int64_t inner, int64_t channels,
+                             const float* m, const float* d, const float* g, const float* b, int64_t row0);
+// rows of `inner` int32 accumulators, channel r mod channels; bias / fbias may be null
+using AccToFloatFn = void (*)(const int32_t* acc, float* y, int64_t rows, int64_t inner, int64_t channels,
+                              const int32_t* bias, const float* scale, const float* fbias, int64_t row0);
+using ResizeAxisFn = void (*)(const double* x, int64_t outer, int64_t n, int64_t inner, const int64_t* taps,
+                              const double* w, int64_t o, int64_t t, double* y);
+
+// One table per ISA (tensor_ops_<isa>.cc); a null entry is a combination without a kernel.
+struct Kernels {
+  const char* isa;
+  UnaryF32Fn unary_f32[kNumUnaryF32];
+  ClipIntFn clip_int[kNumDTypes];               // kI8, kU8, kI32, kI64
+  CastFn cast[kNumDTypes][kNumDTypes];          // [from][to]
+  RunFn binary_int[kNumDTypes][3];              // kI32, kI64
+  RunFn compare[kNumDTypes][5];                 // every type
+  RunFn logic[3];                               // bool
+  ReduceFn reduce[kNumReduce];
+  ResizeAxisFn resize_axis;
+  BatchNormFn batch_norm;
+  AccToFloatFn acc_to_float;
+};
+
+extern const Kernels kKernelsPortable;
+extern const Kernels kKernelsAvx2;
+extern const Kernels kKernelsAvx512Vnni;
+const Kernels& kernels_for(Isa isa);
+
+int64_t dtype_size(DType t);
+
+// ---- drivers (tensor_ops.cc) ----------------------------------------------------------------
+
+void unary_f32(UnaryF32 op, const float* x, float* y, int64_t n, const UnaryParams& p, int num_threads, Isa isa);
+void clip_int(DType t, const void* x, void* y, int64_t n, int64_t lo, int64_t hi, bool has_lo, bool has_hi,
+              int num_threads, Isa isa);
+void cast(DType from, DType to, const void* x, void* y, int64_t n, int num_threads, Isa isa);
+// kind 0: binary_int (op BinaryInt), 1: compare (op Compare), 2: logic (op Logic)
+void broadcast_op(int kind, int op, DType t, const void* a, const void* b, void* c,
+                  const broadcast::Shape& s, int num_threads, Isa isa);
+void reduce_rows(Reduce op, const float* x, int64_t rows, int64_t d, float* y, int num_threads, Isa isa);
+void resize_axis(const double* x, int64_t outer, int64_t n, int64_t inner, const int64_t* taps, const double* w,
+                 int64_t o, int64_t t, double* y, int num_threads, Isa isa);
+void batch_norm(const float* x, float* y, int64_t rows, int64_t inner, int64_t channels, const float* m,
+                const float* d, const float* g, const float* b, int num_threads, Isa isa);
+void acc_to_float(const int32_t* acc, float* y, int64_t rows, int64_t inner, int64_t channels, const int32_t* bias,
+                  const float* scale, const float* fbias, int num_threads, Isa isa);
+// y[a, q, :] = x[a, idx[q], :]; idx already in [0, n)
+void take_axis(const uint8_t* x, int64_t outer, int64_t n, int64_t inner_bytes, const int64_t* idx, int64_t m,
+               uint8_t* y, int num_threads);
+// y (contiguous, shape[rank]) = the strided view x (byte strides, may be 0 or negative)
+void copy_strided(const uint8_t* x, int rank, const int64_t* shape, const int64_t* strides, int64_t elem,
+                  uint8_t* y, int num_threads);
+
+}  // namespace tensor_ops
+}  // namespace quanta

@@ -1,0 +1,19 @@
+// tensor_ops.h loops compiled for avx512vnni (the loops: tensor_ops_impl.h).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "tensor_ops/tensor_ops.h"
+
+namespace quanta {
+namespace tensor_ops {
+namespace {
+#include "tensor_ops/tensor_ops_impl.h"
+}  // namespace
+
+const Kernels kKernelsAvx512Vnni = make_kernels("avx512vnni");
+
+}  // namespace tensor_ops
+}  // namespace quanta

@@ -1,0 +1,327 @@
+// The loops of tensor_ops.h, written once. Each ISA file includes this header inside its
+// own anonymous namespace (internal linkage: one copy per -m flag set, so the linker can
+// never hand the AVX-512 instantiation to the portable table) and builds its table with
+// make_kernels(). Plain loops over independent elements: the compiler vectorizes them
+// for the file's ISA without reordering any operation (-ffp-contract=off, no fast-math).
+// Included only by tensor_ops_<isa>.cc; needs <cmath>, <cstdint>, <cstring>, <limits>.
+
+// numpy's np.maximum / np.minimum (tensor_ops.h "max(a, b)")
+template <typename T>
+inline T np_max(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (a != a) return a;
+  }
+  return a > b ? a : b;
+}
+template <typename T>
+inline T np_min(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (a != a) return a;
+  }
+  return a < b ? a : b;
+}
+
+template <int kOp>
+void unary_f32_run(const float* x, float* y, int64_t n, const UnaryParams& p) {
+  if constexpr (kOp == static_cast<int>(UnaryF32::kClip)) {
+    const float lo = p.lo, hi = p.hi;
+    if (p.has_lo && p.has_hi) {
+      for (int64_t i = 0; i < n; ++i) y[i] = np_min(np_max(x[i], lo), hi);
+    } else if (p.has_lo) {
+      for (int64_t i = 0; i < n; ++i) y[i] = np_max(x[i], lo);
+    } else if (p.has_hi) {
+      for (int64_t i = 0; i < n; ++i) y[i] = np_min(x[i], hi);
+    } else {
+      std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
+    }
+  } else if constexpr (kOp == static_cast<int>(UnaryF32::kSqrt)) {
+    for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
+  } else if constexpr (kOp == static_cast<int>(UnaryF32::kNeg)) {
+    for (int64_t i = 0; i < n; ++i) y[i] = -x[i];
+  } else if constexpr (kOp == static_cast<int>(UnaryF32::kAbs)) {
+    for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]);
+  } else if constexpr (kOp == static_cast<int>(UnaryF32::kReciprocal)) {
+    for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / x[i];
+  } else if constexpr (kOp == static_cast<int>(UnaryF32::kSquare)) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i];
+  } else if constexpr (kOp == static_cast<int>(UnaryF32::kCube)) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float s = x[i] * x[i];
+      y[i] = s * x[i];
+    }
+  } else if constexpr (kOp == static_cast<int>(UnaryF32::kHardSigmoid)) {
+    const float alpha = p.alpha, beta = p.beta;
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = alpha * x[i];
+      y[i] = np_min(np_max(a + beta, 0.0f), 1.0f);
+    }
+  } else {  // kHardSwish
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = x[i] / 6.0f;
+      const float g = np_min(np_max(a + 0.5f, 0.0f), 1.0f);
+      y[i] = x[i] * g;
+    }
+  }
+}
+
+template <typename T>
+void clip_int_run(const void* xv, void* yv, int64_t n, int64_t lo64, int64_t hi64, bool has_lo, bool has_hi) {
+  const T* x = static_cast<const T*>(xv);
+  T* y = static_cast<T*>(yv);
+  const T lo = static_cast<T>(lo64), hi = static_cast<T>(hi64);
+  if (has_lo && has_hi) {
+    for (int64_t i = 0; i < n; ++i) y[i] = np_min(np_max(x[i], lo), hi);
+  } else if (has_lo) {
+    for (int64_t i = 0; i < n; ++i) y[i] = np_max(x[i], lo);
+  } else if (has_hi) {
+    for (int64_t i = 0; i < n; ++i) y[i] = np_min(x[i], hi);
+  } else {
+    std::memcpy(y, x, static_cast<size_t>(n) * sizeof(T));
+  }
+}
+
+template <typename From, typename To>
+void cast_run(const void* xv, void* yv, int64_t n) {
+  const From* x = static_cast<const From*>(xv);
+  To* y = static_cast<To*>(yv);
+  if constexpr (std::is_same_v<To, bool>) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] != From(0);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<To>(x[i]);
+  }
+}
+
+template <typename T, int kOp>
+void binary_int_run(const void* av, int64_t as, const void* bv, int64_t bs, void* cv, int64_t n) {
+  using U = std::make_unsigned_t<T>;  // wrapping arithmetic without signed overflow
+  const T* a = static_cast<const T*>(av);
+  const T* b = static_cast<const T*>(bv);
+  T* c = static_cast<T*>(cv);
+  auto op = [](T x, T y) -> T {
+    if constexpr (kOp == 0) return static_cast<T>(static_cast<U>(x) + static_cast<U>(y));
+    if constexpr (kOp == 1) return static_cast<T>(static_cast<U>(x) - static_cast<U>(y));
+    return static_cast<T>(static_cast<U>(x) * static_cast<U>(y));
+  };
+  if (as == 1 && bs == 1) {
+    for (int64_t i = 0; i < n; ++i) c[i] = op(a[i], b[i]);
+  } else if (as == 1) {
+    const T y = b[0];
+    for (int64_t i = 0; i < n; ++i) c[i] = op(a[i], y);
+  } else if (bs == 1) {
+    const T x = a[0];
+    for (int64_t i = 0; i < n; ++i) c[i] = op(x, b[i]);
+  } else {
+    const T v = op(a[0], b[0]);
+    for (int64_t i = 0; i < n; ++i) c[i] = v;
+  }
+}
+
+template <typename T, int kOp>
+inline bool compare_op(T x, T y) {
+  if constexpr (kOp == 0) return x == y;
+  if constexpr (kOp == 1) return x < y;
+  if constexpr (kOp == 2) return x <= y;
+  if constexpr (kOp == 3) return x > y;
+  return x >= y;
+}
+
+template <typename T, int kOp>
+void compare_run(const void* av, int64_t as, const void* bv, int64_t bs, void* cv, int64_t n) {
+  const T* a = static_cast<const T*>(av);
+  const T* b = static_cast<const T*>(bv);
+  uint8_t* c = static_cast<uint8_t*>(cv);
+  if (as == 1 && bs == 1) {
+    for (int64_t i = 0; i < n; ++i) c[i] = compare_op<T, kOp>(a[i], b[i]);
+  } else if (as == 1) {
+    const T y = b[0];
+    for (int64_t i = 0; i < n; ++i) c[i] = compare_op<T, kOp>(a[i], y);
+  } else if (bs == 1) {
+    const T x = a[0];
+    for (int64_t i = 0; i < n; ++i) c[i] = compare_op<T, kOp>(x, b[i]);
+  } else {
+    const uint8_t v = compare_op<T, kOp>(a[0], b[0]);
+    for (int64_t i = 0; i < n; ++i) c[i] = v;
+  }
+}
+
+template <int kOp>
+void logic_run(const void* av, int64_t as, const void* bv, int64_t bs, void* cv, int64_t n) {
+  const uint8_t* a = static_cast<const uint8_t*>(av);
+  const uint8_t* b = static_cast<const uint8_t*>(bv);
+  uint8_t* c = static_cast<uint8_t*>(cv);
+  for (int64_t i = 0; i < n; ++i) {
+    const bool x = a[i * as] != 0, y = b[i * bs] != 0;
+    c[i] = kOp == 0 ? (x && y) : kOp == 1 ? (x || y) : (x != y);
+  }
+}
+
+// (R1)–(R3) and (M1)–(M3): 16 lanes in index order, then the fixed tree.
+template <int kOp>
+void reduce_run(const float* x, int64_t rows, int64_t d, float* y) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const float init = kOp == 2 ? -kInf : kOp == 3 ? kInf : 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* v = x + r * d;
+    float acc[16];
+    for (int j = 0; j < 16; ++j) acc[j] = init;
+    int64_t i = 0;
+    for (; i + 16 <= d; i += 16) {
+      for (int j = 0; j < 16; ++j) {
+        const float e = v[i + j];
+        if constexpr (kOp == 0) acc[j] = acc[j] + e;
+        if constexpr (kOp == 1) acc[j] = acc[j] + e * e;
+        if constexpr (kOp == 2) acc[j] = np_max(acc[j], e);
+        if constexpr (kOp == 3) acc[j] = np_min(acc[j], e);
+      }
+    }
+    for (int j = 0; i + j < d; ++j) {
+      const float e = v[i + j];
+      if constexpr (kOp == 0) acc[j] = acc[j] + e;
+      if constexpr (kOp == 1) acc[j] = acc[j] + e * e;
+      if constexpr (kOp == 2) acc[j] = np_max(acc[j], e);
+      if constexpr (kOp == 3) acc[j] = np_min(acc[j], e);
+    }
+    for (int h = 8; h >= 1; h /= 2) {
+      for (int j = 0; j < h; ++j) {
+        if constexpr (kOp <= 1) acc[j] = acc[j] + acc[j + h];
+        if constexpr (kOp == 2) acc[j] = np_max(acc[j], acc[j + h]);
+        if constexpr (kOp == 3) acc[j] = np_min(acc[j], acc[j + h]);
+      }
+    }
+    y[r] = acc[0];
+  }
+}
+
+void resize_axis_run(const double* x, int64_t outer, int64_t n, int64_t inner, const int64_t* taps,
+                     const double* w, int64_t o, int64_t t, double* y) {
+  for (int64_t a = 0; a < outer; ++a) {
+    const double* xa = x + a * n * inner;
+    double* ya = y + a * o * inner;
+    for (int64_t q = 0; q < o; ++q) {
+      double* yq = ya + q * inner;
+      const double* src0 = xa + taps[q * t] * inner;
+      const double w0 = w[q * t];
+      for (int64_t c = 0; c < inner; ++c) yq[c] = src0[c] * w0;
+      for (int64_t k = 1; k < t; ++k) {
+        const double* src = xa + taps[q * t + k] * inner;
+        const double wk = w[q * t + k];
+        for (int64_t c = 0; c < inner; ++c) yq[c] = yq[c] + src[c] * wk;
+      }
+    }
+  }
+}
+
+// rows [row0, row0 + rows) of the whole tensor (the channel of row r is r mod channels)
+void batch_norm_run(const float* x, float* y, int64_t rows, int64_t inner, int64_t channels, const float* m,
+                    const float* d, const float* g, const float* b, int64_t row0) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t c = (row0 + r) % channels;
+    const float mc = m[c], dc = d[c], gc = g[c], bc = b[c];
+    const float* xr = x + r * inner;
+    float* yr = y + r * inner;
+    for (int64_t i = 0; i < inner; ++i) {
+      const float t = (xr[i] - mc) / dc;
+      const float u = t * gc;
+      yr[i] = u + bc;
+    }
+  }
+}
+
+void acc_to_float_run(const int32_t* acc, float* y, int64_t rows, int64_t inner, int64_t channels,
+                      const int32_t* bias, const float* scale, const float* fbias, int64_t row0) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t c = (row0 + r) % channels;
+    // wrapping int32 sum (numpy's int32 Add), through uint32 to stay defined
+    const uint32_t b = bias ? static_cast<uint32_t>(bias[c]) : 0u;
+    const float s = scale[c];
+    const int32_t* ar = acc + r * inner;
+    float* yr = y + r * inner;
+    if (fbias) {
+      const float fb = fbias[c];
+      for (int64_t i = 0; i < inner; ++i) {
+        const float f = static_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(ar[i]) + b));
+        const float t = f * s;
+        yr[i] = t + fb;
+      }
+    } else {
+      for (int64_t i = 0; i < inner; ++i) {
+        const float f = static_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(ar[i]) + b));
+        yr[i] = f * s;
+      }
+    }
+  }
+}
+
+template <typename T>
+constexpr int dtype_index() {
+  if constexpr (std::is_same_v<T, float>) return 0;
+  if constexpr (std::is_same_v<T, double>) return 1;
+  if constexpr (std::is_same_v<T, int8_t>) return 2;
+  if constexpr (std::is_same_v<T, uint8_t>) return 3;
+  if constexpr (std::is_same_v<T, int32_t>) return 4;
+  if constexpr (std::is_same_v<T, int64_t>) return 5;
+  return 6;  // bool
+}
+
+template <typename From, typename... Tos>
+void fill_cast_row(Kernels& k) {
+  ((k.cast[dtype_index<From>()][dtype_index<Tos>()] = &cast_run<From, Tos>), ...);
+}
+
+template <typename T>
+void fill_compare(Kernels& k) {
+  k.compare[dtype_index<T>()][0] = &compare_run<T, 0>;
+  k.compare[dtype_index<T>()][1] = &compare_run<T, 1>;
+  k.compare[dtype_index<T>()][2] = &compare_run<T, 2>;
+  k.compare[dtype_index<T>()][3] = &compare_run<T, 3>;
+  k.compare[dtype_index<T>()][4] = &compare_run<T, 4>;
+}
+
+Kernels make_kernels(const char* isa) {
+  Kernels k{};
+  k.isa = isa;
+  k.unary_f32[0] = &unary_f32_run<0>;
+  k.unary_f32[1] = &unary_f32_run<1>;
+  k.unary_f32[2] = &unary_f32_run<2>;
+  k.unary_f32[3] = &unary_f32_run<3>;
+  k.unary_f32[4] = &unary_f32_run<4>;
+  k.unary_f32[5] = &unary_f32_run<5>;
+  k.unary_f32[6] = &unary_f32_run<6>;
+  k.unary_f32[7] = &unary_f32_run<7>;
+  k.unary_f32[8] = &unary_f32_run<8>;
+  k.clip_int[2] = &clip_int_run<int8_t>;
+  k.clip_int[3] = &clip_int_run<uint8_t>;
+  k.clip_int[4] = &clip_int_run<int32_t>;
+  k.clip_int[5] = &clip_int_run<int64_t>;
+  fill_cast_row<float, float, double, int8_t, uint8_t, int32_t, int64_t, bool>(k);
+  fill_cast_row<double, float, double, int8_t, uint8_t, int32_t, int64_t, bool>(k);
+  fill_cast_row<int8_t, float, double, int8_t, uint8_t, int32_t, int64_t, bool>(k);
+  fill_cast_row<uint8_t, float, double, int8_t, uint8_t, int32_t, int64_t, bool>(k);
+  fill_cast_row<int32_t, float, double, int8_t, uint8_t, int32_t, int64_t, bool>(k);
+  fill_cast_row<int64_t, float, double, int8_t, uint8_t, int32_t, int64_t, bool>(k);
+  fill_cast_row<bool, float, double, int8_t, uint8_t, int32_t, int64_t, bool>(k);
+  k.binary_int[4][0] = &binary_int_run<int32_t, 0>;
+  k.binary_int[4][1] = &binary_int_run<int32_t, 1>;
+  k.binary_int[4][2] = &binary_int_run<int32_t, 2>;
+  k.binary_int[5][0] = &binary_int_run<int64_t, 0>;
+  k.binary_int[5][1] = &binary_int_run<int64_t, 1>;
+  k.binary_int[5][2] = &binary_int_run<int64_t, 2>;
+  fill_compare<float>(k);
+  fill_compare<double>(k);
+  fill_compare<int8_t>(k);
+  fill_compare<uint8_t>(k);
+  fill_compare<int32_t>(k);
+  fill_compare<int64_t>(k);
+  fill_compare<bool>(k);
+  k.logic[0] = &logic_run<0>;
+  k.logic[1] = &logic_run<1>;
+  k.logic[2] = &logic_run<2>;
+  k.reduce[0] = &reduce_run<0>;
+  k.reduce[1] = &reduce_run<1>;
+  k.reduce[2] = &reduce_run<2>;
+  k.reduce[3] = &reduce_run<3>;
+  k.resize_axis = &resize_axis_run;
+  k.batch_norm = &batch_norm_run;
+  k.acc_to_float = &acc_to_float_run;
+  return k;
+}

@@ -1,0 +1,39 @@
+"""quanta::AccumulatorToFloat: the float output stage of an integer convolution whose
+result stays float (LowerConvFloatOutput, docs/passes.md)::
+
+    y = AccumulatorToFloat(acc, bias?, scale, float_bias?)
+      = Add?(Mul(Cast<float>(Add?(acc, bias)), scale), float_bias)
+
+acc and bias are int32 (the sum wraps, as ai.onnx Add on int32 does here), scale and
+float_bias float32; all broadcast numpy-style ([1, M, 1, ...] per output channel). Each
+step is the ai.onnx operator's twin in this order, so the value is bit for bit the
+four-node chain it replaces: one float32 rounding of the exact integer sum (the Cast),
+then one per float operation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from quanta.kernels.reference.registry import OpError, register
+
+__all__ = ["QUANTA_DOMAIN", "accumulator_to_float"]
+
+QUANTA_DOMAIN = "quanta"
+
+
+@register("AccumulatorToFloat", QUANTA_DOMAIN)
+def accumulator_to_float(
+    ctx, acc: np.ndarray, bias: np.ndarray | None, scale: np.ndarray, float_bias: np.ndarray | None = None
+) -> np.ndarray:
+    del ctx  # unused
+    if acc.dtype != np.int32 or (bias is not None and bias.dtype != np.int32):
+        raise OpError(f"AccumulatorToFloat: expected int32 acc and bias, got {acc.dtype} and {getattr(bias, 'dtype', None)}")
+    if scale.dtype != np.float32 or (float_bias is not None and float_bias.dtype != np.float32):
+        raise OpError("AccumulatorToFloat: expected float32 scale and float_bias")
+    with np.errstate(all="ignore"):
+        a = acc if bias is None else np.add(acc, bias)
+        y = np.multiply(a.astype(np.float32), scale)
+        if float_bias is not None:
+            y = np.add(y, float_bias)
+    return np.asarray(y, np.float32)

@@ -1,0 +1,157 @@
+"""Native float32 reductions: ReduceSum, ReduceMean, ReduceSumSquare, ReduceL1, ReduceL2,
+ReduceMax, ReduceMin (kernels/cpp/tensor_ops ``reduce_rows_f32``).
+
+The twin (reference/reduce_ops.py) fixes the order: the reduced axes moved to the end as
+rows [R, D], each row summed by (R1)-(R3) or maximised / minimised by (M1)-(M3)
+(docs/float-ops.md "Reductions"). The kernel does the same: the rows are the input
+itself when the reduced axes are already the last ones (the global average of NCHW
+over [2, 3]), else the transposed view copied by ``copy_strided``; then one
+``reduce_rows_f32`` call. The per-row finishing step of Mean (f32(s / f32(D))), L2
+(f32(sqrt(s))) and the |x| of L1 are single IEEE operations per element, computed
+with NumPy on the R results (or the |x| pass with the native ``abs``).
+
+Integer and float64 reductions, and ReduceProd / ReduceLogSum / ReduceLogSumExp, run on
+the twin (the binder says so).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node
+from quanta.kernels.reference.reduce_ops import _reduce_axes
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+from quanta.targets.native.float_ops import _dtype, _f32, _native, _threads, _Unsupported, _with_fallback
+
+__all__ = ["REDUCE_OPS"]
+
+F32 = np.dtype(np.float32)
+
+#: op -> (row kernel, pre-step, post-step)
+REDUCE_OPS = {
+    "ReduceSum": ("sum", None, None),
+    "ReduceMean": ("sum", None, "mean"),
+    "ReduceSumSquare": ("sum_square", None, None),
+    "ReduceL1": ("sum", "abs", None),
+    "ReduceL2": ("sum_square", None, "sqrt"),
+    "ReduceMax": ("max", None, None),
+    "ReduceMin": ("min", None, None),
+}
+
+
+def _rows(ctx: Any, x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
+    """x as rows [R, D] with the reduced axes last (reduce_ops.rows_of), and the kept shape."""
+    kept = [a for a in range(x.ndim) if a not in axes]
+    kept_shape = tuple(x.shape[a] for a in kept)
+    r = int(np.prod(kept_shape, dtype=np.int64))
+    d = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    if list(axes) == list(range(len(kept), x.ndim)):
+        return x.reshape(r, d), kept_shape
+    moved = _native().copy_strided(np.transpose(x, kept + list(axes)), _threads(ctx))
+    return moved.reshape(r, d), kept_shape
+
+
+def _reduce_kernel(op_type: str):
+    row_op, pre, post = REDUCE_OPS[op_type]
+
+    @_with_fallback(op_type)
+    def run(
+        ctx: Any,
+        x: Any,
+        axes_input: Any = None,
+        *,
+        out: Any,
+        axes: list | None = None,
+        keepdims: int = 1,
+        noop_with_empty_axes: int = 0,
+    ) -> np.ndarray:
+        x = _f32(x)
+        if x.size == 0:
+            raise _Unsupported  # identities and Mean's 0 / 0: the twin's
+        red = _reduce_axes(op_type, ctx, x, axes_input, axes, noop_with_empty_axes)
+        if red is None:
+            raise _Unsupported  # noop_with_empty_axes: the twin's pre-steps
+        t = _threads(ctx)
+        rows, kept_shape = _rows(ctx, x, red)
+        if pre == "abs":
+            rows = _native().unary_f32_ex("abs", rows, t)
+        d = rows.shape[1]
+        out_shape = tuple(1 if a in red else n for a, n in enumerate(x.shape)) if keepdims else kept_shape
+        target = None if out is None or post is not None else out.reshape(-1)
+        y = _native().reduce_rows_f32(row_op, rows, t, target)
+        if post == "mean":
+            np.divide(y, F32.type(d), out=y)
+        elif post == "sqrt":
+            np.sqrt(y, out=y)
+        if out is not None:
+            if target is None:
+                np.copyto(out, y.reshape(out_shape))
+            return out
+        return y.reshape(out_shape)
+
+    run.__name__ = run.__qualname__ = f"_{op_type.lower()}_native"
+    return run
+
+
+def _bind_reduce(op_type: str) -> None:
+    fn = _reduce_kernel(op_type)
+
+    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
+        del model  # unused
+        dt = _dtype(node.input(0))
+        if dt is not None and dt != F32:
+            return None, f"native {op_type} takes float32, got {dt}"
+        return Kernel(fn, "native", f"native:{REDUCE_OPS[op_type][0]}_rows_f32", out=True), ""
+
+    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
+    register_binder(op_type)(binder)
+
+
+for _op in REDUCE_OPS:
+    _bind_reduce(_op)
+
+
+def _global_pool_kernel(op_type: str, row_op: str):
+    @_with_fallback(op_type)
+    def run(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+        x = _f32(x)
+        if x.ndim < 3 or x.size == 0:
+            raise _Unsupported  # the twin's NumPy path
+        d = int(np.prod(x.shape[2:], dtype=np.int64))
+        rows = x.reshape(-1, d)
+        out_shape = x.shape[:2] + (1,) * (x.ndim - 2)
+        target = None if out is None or row_op != "max" else out.reshape(-1)
+        y = _native().reduce_rows_f32(row_op, rows, _threads(ctx), target)
+        if row_op == "sum":
+            np.divide(y, F32.type(d), out=y)  # f32(s / f32(D)), one IEEE division per row
+        if out is None:
+            return y.reshape(out_shape)
+        if target is None:
+            np.copyto(out, y.reshape(out_shape))
+        return out
+
+    run.__name__ = run.__qualname__ = f"_{op_type.lower()}_native"
+    return run
+
+
+def _bind_global_pool(op_type: str, row_op: str) -> None:
+    """GlobalAveragePool / GlobalMaxPool of float32 NC...: ReduceMean / ReduceMax over
+    the spatial axes (reference/nn_pool.py), the rows being the input itself."""
+    fn = _global_pool_kernel(op_type, row_op)
+
+    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
+        del model  # unused
+        dt = _dtype(node.input(0))
+        if dt is not None and dt != F32:
+            return None, f"native {op_type} takes float32, got {dt}"
+        return Kernel(fn, "native", f"native:{row_op}_rows_f32", out=True), ""
+
+    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
+    register_binder(op_type)(binder)
+
+
+_bind_global_pool("GlobalAveragePool", "sum")
+_bind_global_pool("GlobalMaxPool", "max")

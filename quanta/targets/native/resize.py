@@ -1,0 +1,119 @@
+"""Native Resize (kernels/cpp/tensor_ops): nearest by gathers, linear / cubic by the
+float64 tap sums of the twin.
+
+The twin (reference/nn_resize.py) resizes one axis after the other in float64 and casts
+once at the end. Per input shape and scales / sizes the kernel asks the twin's own
+:func:`resize_plan` and :func:`resize_axis_tables` for the steps, the source indices and
+the weights (cached), so coordinates and weights are the twin's by construction; then
+
+- nearest: ``take_axis`` per resized axis on x itself (a gather moves the values, which
+  float64 would hold exactly: float32, (u)int8 and int32 inputs);
+- linear / cubic: x to float64 (``cast``), ``resize_axis_f64`` per axis (the tap sum of
+  ``weighted_taps``, in its order), and the result to x's dtype: float32 by ``cast``
+  (one rounding, as astype), integers by the twin's ``resize_output`` (rint, clip).
+
+tf_crop_and_resize (extrapolation outside the roi) and int64 / float64 / float16 inputs
+run on the twin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node
+from quanta.kernels.reference.nn_resize import resize_axis_tables, resize_output, resize_plan
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+from quanta.targets.native._cache import BoundedCache
+from quanta.targets.native.float_ops import _dtype, _native, _threads, _Unsupported, _with_fallback
+
+__all__ = ["RESIZE_DTYPES"]
+
+#: input types whose values float64 holds exactly (so a gather equals the twin's round trip)
+RESIZE_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.uint8, np.int8, np.int32))
+F64 = np.dtype(np.float64)
+
+
+def _key(v: Any) -> Any:
+    return None if v is None else (np.asarray(v).dtype.str, np.asarray(v).tobytes())
+
+
+def _tables(ctx: Any, shape: tuple[int, ...], roi: Any, scales: Any, sizes: Any, attributes: dict) -> Any:
+    attrs, steps = resize_plan(ctx, shape, roi, scales, sizes, **attributes)
+    if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize":
+        return None
+    tables = []
+    cur = list(shape)
+    for step in steps:
+        axis, o = step[0], step[1]
+        idx, w = resize_axis_tables(cur[axis], step, attrs)
+        tables.append((axis, np.ascontiguousarray(idx, np.int64), None if w is None else np.ascontiguousarray(w, F64)))
+        cur[axis] = o
+    return attrs["mode"], tables, tuple(cur)
+
+
+def _attr_key(attributes: dict) -> tuple:
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(attributes.items()))
+
+
+@_with_fallback("Resize")
+def _resize_native(
+    ctx: Any,
+    x: Any,
+    roi: Any = None,
+    scales: Any = None,
+    sizes: Any = None,
+    *,
+    out: Any,
+    plans: BoundedCache,
+    **attributes: Any,
+) -> np.ndarray:
+    """Resize (nn_resize.resize) from the twin's cached tables (module docstring)."""
+    if not isinstance(x, np.ndarray) or x.dtype not in RESIZE_DTYPES or x.ndim == 0:
+        raise _Unsupported
+    key = (x.shape, ctx.opset, _key(roi), _key(scales), _key(sizes), _attr_key(attributes))
+    plan = plans.get(key, lambda: _tables(ctx, x.shape, roi, scales, sizes, attributes))
+    if plan is None:
+        raise _Unsupported
+    mode, tables, _out_shape = plan
+    n, t = _native(), _threads(ctx)
+    if not tables:
+        data = np.asarray(x, order="C")
+        if out is None:
+            return data.copy()
+        np.copyto(out, data)
+        return out
+    if mode == "nearest":
+        data = np.asarray(x, order="C")
+        for i, (axis, idx, _) in enumerate(tables):
+            last = i == len(tables) - 1
+            data = n.take_axis(data, axis, idx, t, out if last else None)
+        return data
+    data = n.cast(np.asarray(x, order="C"), F64, t)
+    for axis, taps, w in tables:
+        shape = data.shape
+        outer = int(np.prod(shape[:axis], dtype=np.int64))
+        inner = int(np.prod(shape[axis + 1 :], dtype=np.int64))
+        y = n.resize_axis_f64(data.reshape(outer, shape[axis], inner), taps, w, t)
+        data = y.reshape((*shape[:axis], taps.shape[0], *shape[axis + 1:]))
+    if x.dtype == np.float32:
+        return n.cast(data, x.dtype, t, out)
+    y = resize_output(data, x.dtype)
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+@register_binder("Resize")
+def bind_resize(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Resize, nearest / linear / cubic, every coordinate mode but tf_crop_and_resize."""
+    del model  # unused
+    if node.attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        return None, "native Resize does not extrapolate (tf_crop_and_resize runs on the twin)"
+    dt = _dtype(node.input(0))
+    if dt is not None and dt not in RESIZE_DTYPES:
+        return None, f"native Resize takes float32 or an integer type of up to 32 bits, got {dt}"
+    return Kernel(_resize_native, "native", "native:resize", params={"plans": BoundedCache()}, out=True), ""

@@ -1,0 +1,632 @@
+"""Native kernels for the non-quantized tensor steps of quantized models
+(kernels/cpp/tensor_ops): Clip, Cast, unary float functions, Pow, HardSigmoid,
+BatchNormalization (inference), comparisons and logic, Where, and the data movement
+of Slice, Concat, Split, Gather, Expand, Tile, Transpose, Shape, Size and Constant.
+
+=====================  =============================================  ==========================
+operator               native call                                    twin (bit-identical)
+=====================  =============================================  ==========================
+Clip                   ``unary_f32_ex("clip")``, ``clip_int``         nn.clip (np.maximum, then
+                                                                      np.minimum)
+Cast                   ``cast`` (float32/64, (u)int8, int32/64, bool)  math_ops.cast_to (astype)
+Sqrt Neg Abs           ``unary_f32_ex``                               math_ops (one IEEE op)
+Reciprocal
+Exp                    ``exp_f32``                                    math_ops.exp: (E1)-(E6)
+Pow (exponent 1, 2,    ``unary_f32_ex`` square / cube / sqrt, a copy  math_ops.POW_EXACT_FORMS
+3, 0.5)
+HardSigmoid            ``unary_f32_ex("hard_sigmoid")``               nn.hard_sigmoid
+HardSwish              ``unary_f32_ex("hard_swish")``                 nn.hard_swish
+BatchNormalization     ``batch_norm_f32`` (per-channel m, d, g, b)    nn_norm.batch_normalization
+                                                                      (float32 steps)
+Equal Less LessOrEqual ``broadcast_op``                               math_ops (numpy compare)
+Greater GreaterOrEqual
+And Or Xor Not
+Where                  ``copy_strided`` of y, then of x where cond    math_ops.where
+Gather                 ``take_axis``                                  tensor_ops.gather
+Transpose (any perm)   ``copy_strided`` of the transposed view        tensor_ops.transpose
+Slice, Expand          ``copy_strided`` of the sliced / broadcast     tensor_ops.slice_ / expand
+                       view
+=====================  =============================================  ==========================
+
+Pure data movement where C++ buys nothing, stated as such: Concat is one
+``np.concatenate(..., out=)``; Split returns the twin's views (the executor copies a
+view only where it must); Tile one ``np.tile``; Range one ``np.arange``;
+ConstantOfShape one ``np.full``; Shape and Size build a tiny int64 array from the
+input's shape; Constant returns its attribute value, decoded once at compile time. None
+of these does per-element work in Python.
+
+A kernel whose run-time inputs fall outside its fast path (a dtype without a kernel, a
+non-scalar Clip bound) hands the call to the twin, which computes it or raises the
+operator's error (float_ops.RUNTIME_FALLBACKS counts those hand-overs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node
+from quanta.kernels.reference.accumulator import accumulator_to_float
+from quanta.kernels.reference.math_ops import POW_EXACT_FORMS, onnx_dtype, pow_exponent
+from quanta.kernels.reference.registry import OpContext
+from quanta.kernels.reference.tensor_ops import _indices, slice_bounds
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+from quanta.targets.native._cache import BoundedCache
+from quanta.targets.native.float_ops import (
+    RUNTIME_FALLBACKS,
+    _dtype,
+    _f32,
+    _native,
+    _threads,
+    _Unsupported,
+    _with_fallback,
+)
+from quanta.targets.reference import reference_kernel
+
+__all__ = ["NATIVE_DTYPES"]
+
+F32 = np.dtype(np.float32)
+
+#: element types the tensor_ops kernels take (Cast between any two, comparisons of any)
+NATIVE_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.uint8, np.int32, np.int64, np.bool_))
+_INT_CLIP = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.int64))
+
+
+def _c(a: Any) -> np.ndarray:
+    """``a`` as a C-contiguous array (rank 0 stays rank 0), or _Unsupported."""
+    if not isinstance(a, np.ndarray) or a.dtype not in NATIVE_DTYPES:
+        raise _Unsupported
+    return np.asarray(a, order="C")
+
+
+def _kernel(fn: Callable[..., Any], name: str, *, out: bool = True, **params: Any) -> tuple[Kernel, str]:
+    return Kernel(fn, "native", f"native:{name}", params=params, out=out), ""
+
+
+def _known_dtype_reason(op: str, node: Node, index: int, allowed: frozenset[np.dtype], what: str) -> str:
+    dt = _dtype(node.input(index))
+    if dt is not None and dt not in allowed:
+        return f"native {op} takes {what}, got {dt}"
+    return ""
+
+
+# --------------------------------------------------------------------------------------
+# Clip
+# --------------------------------------------------------------------------------------
+
+
+def _bound(v: Any, dtype: np.dtype) -> Any:
+    """A Clip bound as the twin reads it (cast to x's type), or None."""
+    if v is None:
+        return None
+    a = np.asarray(v)
+    if a.size != 1:
+        raise _Unsupported  # the twin raises the operator's error
+    return a.astype(dtype).reshape(()).item()
+
+
+@_with_fallback("Clip")
+def _clip_native(ctx: Any, x: Any, lo: Any = None, hi: Any = None, *, out: Any, min: Any = None, max: Any = None):
+    """Clip: y = np.minimum(np.maximum(x, lo), hi), each bound only when given (nn.clip)."""
+    if ctx.opset < 11:
+        lo, hi = min, max
+    x = _c(x)
+    lo_v, hi_v = _bound(lo, x.dtype), _bound(hi, x.dtype)
+    if x.dtype == F32:
+        return _native().unary_f32_ex("clip", x, _threads(ctx), out, lo_v, hi_v)
+    if x.dtype in _INT_CLIP:
+        return _native().clip_int(x, lo_v, hi_v, _threads(ctx), out)
+    raise _Unsupported
+
+
+@register_binder("Clip")
+def bind_clip(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Clip of float32 or int8 / uint8 / int32 / int64."""
+    del model  # unused: the choice depends on the node's types only
+    reason = _known_dtype_reason("Clip", node, 0, _INT_CLIP | {F32}, "float32 or an 8/32/64-bit integer")
+    if reason:
+        return None, reason
+    return _kernel(_clip_native, "clip")
+
+
+# --------------------------------------------------------------------------------------
+# Cast
+# --------------------------------------------------------------------------------------
+
+
+@_with_fallback("Cast")
+def _cast_native(ctx: Any, x: Any, *, out: Any, to: int, saturate: int = 1, round_mode: str = "up"):
+    """Cast between float32/64, (u)int8, int32/64 and bool: numpy's astype (math_ops.cast_to)."""
+    del saturate, round_mode  # unused: they only apply to float8 / e8m0 targets (the twin's)
+    x = _c(x)
+    dtype = onnx_dtype(to)
+    if dtype not in NATIVE_DTYPES:
+        raise _Unsupported
+    return _native().cast(x, dtype, _threads(ctx), out)
+
+
+@register_binder("Cast")
+def bind_cast(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Cast between float32/64, (u)int8, int32/64 and bool."""
+    del model  # unused
+    try:
+        dtype = onnx_dtype(node.attrs.get("to", -1))
+    except Exception:
+        return None, f"Cast to {node.attrs.get('to')!r} has no native kernel"
+    if dtype not in NATIVE_DTYPES:
+        return None, f"native Cast writes float32/64, (u)int8, int32/64 or bool, not {dtype}"
+    reason = _known_dtype_reason("Cast", node, 0, NATIVE_DTYPES, "float32/64, (u)int8, int32/64 or bool")
+    if reason:
+        return None, reason
+    return _kernel(_cast_native, f"cast_{dtype}")
+
+
+# --------------------------------------------------------------------------------------
+# unary float32: Sqrt, Neg, Abs, Reciprocal, Exp, Pow, HardSigmoid
+# --------------------------------------------------------------------------------------
+
+
+def _bind_unary(op_type: str, op: str) -> None:
+    @_with_fallback(op_type)
+    def run(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+        return _native().unary_f32_ex(op, _f32(x), _threads(ctx), out)
+
+    run.__name__ = run.__qualname__ = f"_{op}_native"
+
+    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
+        del model  # unused
+        reason = _known_dtype_reason(op_type, node, 0, frozenset({F32}), "float32")
+        if reason:
+            return None, reason
+        return _kernel(run, f"{op}_f32")
+
+    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
+    register_binder(op_type)(binder)
+
+
+for _op_type, _op in (
+    ("Sqrt", "sqrt"),
+    ("Neg", "neg"),
+    ("Abs", "abs"),
+    ("Reciprocal", "reciprocal"),
+    ("HardSwish", "hard_swish"),
+):
+    _bind_unary(_op_type, _op)
+
+
+@_with_fallback("Exp")
+def _exp_native(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+    """Exp, float32: eqs. (E1)-(E6) (math_ops.exp)."""
+    return _native().exp_f32(_f32(x), _threads(ctx), out)
+
+
+@register_binder("Exp")
+def bind_exp(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 Exp by quanta's exp (E1)-(E6)."""
+    del model  # unused
+    reason = _known_dtype_reason("Exp", node, 0, frozenset({F32}), "float32")
+    if reason:
+        return None, reason
+    return _kernel(_exp_native, "exp_f32")
+
+
+_POW_OPS = {2.0: "square", 3.0: "cube", 0.5: "sqrt"}
+
+
+@_with_fallback("Pow")
+def _pow_native(ctx: Any, x: Any, y: Any, *, out: Any) -> np.ndarray:
+    """Pow, float32 base, exponent 1, 2, 3 or 0.5 (math_ops.POW_EXACT_FORMS)."""
+    x = _f32(x)
+    if not isinstance(y, np.ndarray) or y.ndim > x.ndim:
+        raise _Unsupported
+    e = pow_exponent(y)
+    if e is None:
+        raise _Unsupported
+    if e == 1.0:
+        if out is None:
+            return x.copy()
+        np.copyto(out, x)
+        return out
+    return _native().unary_f32_ex(_POW_OPS[e], x, _threads(ctx), out)
+
+
+@register_binder("Pow")
+def bind_pow(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 Pow whose exponent is 1, 2, 3 or 0.5 (a constant, or checked per call)."""
+    del model  # unused
+    reason = _known_dtype_reason("Pow", node, 0, frozenset({F32}), "a float32 base")
+    if reason:
+        return None, reason
+    y = node.input(1)
+    if y is not None and y.const is not None and pow_exponent(np.asarray(y.const)) is None:
+        exps = sorted(POW_EXACT_FORMS)
+        return None, (
+            f"native Pow takes the exponents {exps} (exact IEEE forms); a general float32 pow is not "
+            "bit-exact between NumPy's build and C++"
+        )
+    return _kernel(_pow_native, "pow_f32")
+
+
+@_with_fallback("HardSigmoid")
+def _hard_sigmoid_native(ctx: Any, x: Any, *, out: Any, alpha: float = 0.2, beta: float = 0.5) -> np.ndarray:
+    """HardSigmoid, float32: min(max(f32(f32(alpha · x) + beta), 0), 1) (nn.hard_sigmoid;
+    NumPy rounds the Python floats alpha and beta to float32 first, NEP 50)."""
+    return _native().unary_f32_ex(
+        "hard_sigmoid", _f32(x), _threads(ctx), out, alpha=float(np.float32(alpha)), beta=float(np.float32(beta))
+    )
+
+
+@register_binder("HardSigmoid")
+def bind_hard_sigmoid(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 HardSigmoid."""
+    del model  # unused
+    reason = _known_dtype_reason("HardSigmoid", node, 0, frozenset({F32}), "float32")
+    if reason:
+        return None, reason
+    return _kernel(_hard_sigmoid_native, "hard_sigmoid_f32")
+
+
+# --------------------------------------------------------------------------------------
+# BatchNormalization (inference, float32)
+# --------------------------------------------------------------------------------------
+
+
+@_with_fallback("BatchNormalization")
+def _batch_norm_native(
+    ctx: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any, *, out: Any, epsilon: float = 1e-5, **attrs: Any
+) -> np.ndarray:
+    """BatchNormalization, inference, float32: f32(f32(f32(f32(x − m) / d) · g) + b) per
+    channel, d = f32(sqrt(f32(var + eps))): the float32 steps of
+    nn_norm.batch_normalization, in its order (d computed here as the twin does)."""
+    training = bool(attrs.get("training_mode", 0)) if ctx.opset >= 14 else ctx.n_outputs > 1
+    x = _f32(x)
+    if training or x.ndim < 2 or not attrs.get("spatial", 1):
+        raise _Unsupported
+    c = x.shape[1]
+    params = [np.asarray(v, order="C") for v in (mean, var, scale, bias)]
+    if any(v.shape != (c,) or v.dtype != F32 for v in params):
+        raise _Unsupported
+    m, var32, g, b = params
+    d = np.sqrt(var32 + F32.type(epsilon))
+    return _native().batch_norm_f32(x, m, d, g, b, _threads(ctx), out)
+
+
+@register_binder("BatchNormalization")
+def bind_batch_normalization(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 BatchNormalization in inference form (one output)."""
+    del model  # unused
+    if len([o for o in node.outputs if o is not None]) > 1:
+        return None, "native BatchNormalization runs the inference form (one output)"
+    reason = _known_dtype_reason("BatchNormalization", node, 0, frozenset({F32}), "float32")
+    if reason:
+        return None, reason
+    return _kernel(_batch_norm_native, "batch_norm_f32")
+
+
+# --------------------------------------------------------------------------------------
+# comparisons, logic, Where
+# --------------------------------------------------------------------------------------
+
+_COMPARE = {
+    "Equal": "equal",
+    "Less": "less",
+    "LessOrEqual": "less_equal",
+    "Greater": "greater",
+    "GreaterOrEqual": "greater_equal",
+    "And": "and",
+    "Or": "or",
+    "Xor": "xor",
+}
+_BOOL = np.dtype(np.bool_)
+
+
+def _bind_compare(op_type: str, op: str) -> None:
+    logic = op in ("and", "or", "xor")
+
+    @_with_fallback(op_type)
+    def run(ctx: Any, a: Any, b: Any, *, out: Any) -> np.ndarray:
+        a, b = _c(a), _c(b)
+        if a.dtype != b.dtype or (logic and a.dtype != _BOOL):
+            raise _Unsupported  # numpy's type promotion: the twin's
+        return _native().broadcast_op(op, a, b, _threads(ctx), out)
+
+    run.__name__ = run.__qualname__ = f"_{op}_native"
+
+    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
+        del model  # unused
+        allowed = frozenset({_BOOL}) if logic else NATIVE_DTYPES
+        for i in (0, 1):
+            reason = _known_dtype_reason(op_type, node, i, allowed, "bool" if logic else "a numeric type")
+            if reason:
+                return None, reason
+        return _kernel(run, op)
+
+    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
+    register_binder(op_type)(binder)
+
+
+for _op_type, _op in _COMPARE.items():
+    _bind_compare(_op_type, _op)
+
+_TRUE = np.array(True)
+
+
+@_with_fallback("Not")
+def _not_native(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+    """Not: x xor True (math_ops: np.logical_not)."""
+    x = _c(x)
+    if x.dtype != _BOOL:
+        raise _Unsupported
+    return _native().broadcast_op("xor", x, _TRUE, _threads(ctx), out)
+
+
+@register_binder("Not")
+def bind_not(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    del model  # unused
+    reason = _known_dtype_reason("Not", node, 0, frozenset({_BOOL}), "bool")
+    if reason:
+        return None, reason
+    return _kernel(_not_native, "not")
+
+
+@_with_fallback("Where")
+def _where_native(ctx: Any, cond: Any, x: Any, y: Any, *, out: Any) -> np.ndarray:
+    """Where: y broadcast to the output, then x where cond (math_ops.where; np.copyto
+    with ``where=`` moves elements, it computes nothing)."""
+    cond, x, y = _c(cond), _c(x), _c(y)
+    if cond.dtype != _BOOL or x.dtype != y.dtype:
+        raise _Unsupported
+    try:
+        shape = np.broadcast_shapes(cond.shape, x.shape, y.shape)
+    except ValueError:
+        raise _Unsupported from None
+    if out is None:
+        out = np.empty(shape, x.dtype)
+    elif out.shape != shape:
+        raise _Unsupported
+    t = _threads(ctx)
+    _native().copy_strided(np.broadcast_to(y, shape), t, out)
+    np.copyto(out, x, where=cond)
+    return out
+
+
+@register_binder("Where")
+def bind_where(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    del model  # unused
+    reason = _known_dtype_reason("Where", node, 0, frozenset({_BOOL}), "a bool condition")
+    if reason:
+        return None, reason
+    return _kernel(_where_native, "where")
+
+
+# --------------------------------------------------------------------------------------
+# data movement: Gather, Transpose, Slice, Expand (C++ copies); Concat, Split, Tile,
+# Shape, Size, Constant (one NumPy call or a precomputed value, module docstring)
+# --------------------------------------------------------------------------------------
+
+
+def _copy_view(ctx: Any, view: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """``view`` (any strides) copied into ``out`` or a new C-contiguous array by copy_strided."""
+    if view.dtype.kind == "O":  # strings: Python objects, not bytes to move
+        if out is None:
+            return np.ascontiguousarray(view)
+        np.copyto(out, view)
+        return out
+    return _native().copy_strided(view, _threads(ctx), out)
+
+
+@_with_fallback("Gather")
+def _gather_native(ctx: Any, data: Any, indices: Any, *, out: Any, axis: int = 0) -> np.ndarray:
+    """Gather: np.take along axis (tensor_ops.gather) by take_axis (rows of whole bytes)."""
+    if not isinstance(data, np.ndarray) or data.ndim == 0 or data.dtype.kind == "O":
+        raise _Unsupported
+    if not -data.ndim <= axis < data.ndim:
+        raise _Unsupported
+    axis %= data.ndim
+    idx = _indices(np.asarray(indices), data.shape[axis], "Gather")  # raises the twin's error
+    flat = np.ascontiguousarray(idx, np.int64).reshape(-1)
+    shape = data.shape[:axis] + idx.shape + data.shape[axis + 1 :]
+    x = np.asarray(data, order="C")
+    if out is not None:
+        _native().take_axis(x, axis, flat, _threads(ctx), out.reshape((*data.shape[:axis], flat.size, *data.shape[axis + 1:])))
+        return out
+    return _native().take_axis(x, axis, flat, _threads(ctx)).reshape(shape)
+
+
+@register_binder("Gather")
+def bind_gather(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Gather of any fixed-size dtype."""
+    del model  # unused
+    return _kernel(_gather_native, "gather")
+
+
+@_with_fallback("Transpose")
+def _transpose_any(ctx: Any, data: Any, *, out: Any = None, perm: list | None = None) -> np.ndarray:
+    """Transpose of any rank and perm: the transposed view copied by copy_strided
+    (tensor_ops.transpose returns the same contiguous bytes); a bad perm goes to the twin,
+    which raises the operator's error."""
+    if not isinstance(data, np.ndarray):
+        raise _Unsupported
+    p = list(range(data.ndim))[::-1] if perm is None else [int(v) for v in perm]
+    if sorted(p) != list(range(data.ndim)):
+        raise _Unsupported
+    return _copy_view(ctx, np.transpose(data, p), out)
+
+
+@_with_fallback("Slice")
+def _slice_native(
+    ctx: Any, data: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None, *, out: Any, plans: BoundedCache
+) -> np.ndarray:
+    """Slice: the twin's view (tensor_ops.slice_, bounds per input shape cached) copied by
+    copy_strided."""
+    if not isinstance(data, np.ndarray):
+        raise _Unsupported
+    key = (data.shape, _key(starts), _key(ends), _key(axes), _key(steps))
+    index = plans.get(key, lambda: _slice_index(data.shape, starts, ends, axes, steps))
+    return _copy_view(ctx, data[index], out)
+
+
+def _key(v: Any) -> Any:
+    return None if v is None else tuple(int(i) for i in np.asarray(v).ravel())
+
+
+def _slice_index(shape: tuple[int, ...], starts: Any, ends: Any, axes: Any, steps: Any) -> tuple[slice, ...]:
+    """The index tuple tensor_ops.slice_ builds (it raises on bad arguments first)."""
+    from quanta.kernels.reference.tensor_ops import slice_
+
+    probe = np.empty(shape, np.uint8)  # checks starts / ends / axes / steps as the twin does
+    slice_(None, probe, starts, ends, axes, steps)
+    s, e = _key(starts), _key(ends)
+    a = list(_key(axes)) if axes is not None else list(range(len(s)))
+    st = list(_key(steps)) if steps is not None else [1] * len(s)
+    index = [slice(None)] * len(shape)
+    for start, end, axis, step in zip(s, e, a, st):
+        ax = axis % len(shape)
+        index[ax] = slice_bounds(start, end, step, shape[ax])
+    return tuple(index)
+
+
+@register_binder("Slice")
+def bind_slice(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Slice (opset >= 10, bounds as inputs) of any dtype."""
+    del model  # unused
+    if "starts" in node.attrs:
+        return None, "Slice-1 (bounds as attributes) runs on the twin"
+    return _kernel(_slice_native, "slice", plans=BoundedCache())
+
+
+@_with_fallback("Expand")
+def _expand_native(ctx: Any, x: Any, shape: Any, *, out: Any) -> np.ndarray:
+    """Expand: the broadcast view copied by copy_strided (tensor_ops.expand)."""
+    if not isinstance(x, np.ndarray):
+        raise _Unsupported
+    try:
+        target = np.broadcast_shapes(x.shape, tuple(int(v) for v in np.asarray(shape).ravel()))
+    except ValueError:
+        raise _Unsupported from None
+    return _copy_view(ctx, np.broadcast_to(x, target), out)
+
+
+@register_binder("Expand")
+def bind_expand(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    del model  # unused
+    return _kernel(_expand_native, "expand")
+
+
+@_with_fallback("Concat")
+def _concat_native(ctx: Any, *inputs: Any, out: Any, axis: int | None = None) -> np.ndarray:
+    """Concat: one np.concatenate into ``out`` (pure data movement, module docstring)."""
+    del ctx  # unused: one memcpy per input run
+    if axis is None or not inputs or not all(isinstance(a, np.ndarray) for a in inputs):
+        raise _Unsupported
+    rank = inputs[0].ndim
+    if not -rank <= axis < rank:
+        raise _Unsupported
+    return np.concatenate(inputs, axis=axis % rank, out=out)
+
+
+@register_binder("Concat")
+def bind_concat(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    del model  # unused
+    return _kernel(_concat_native, "concat")
+
+
+def _bind_twin_as_native(op_type: str, name: str, why: str) -> None:
+    """Bind the twin itself as the native kernel: ``why`` says what it does (one NumPy
+    call or a view; no per-element Python work)."""
+
+    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
+        del model  # unused
+        k = reference_kernel(node)
+        return Kernel(k.fn, "native", f"native:{name}"), ""
+
+    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
+    binder.__doc__ = f"{op_type}: {why}"
+    register_binder(op_type)(binder)
+
+
+_bind_twin_as_native("Split", "split", "views of the input (np.split); the executor copies a view only where it must")
+_bind_twin_as_native("Tile", "tile", "one np.tile")
+_bind_twin_as_native("Shape", "shape", "a tiny int64 array of the input's dimensions")
+_bind_twin_as_native("Size", "size", "an int64 scalar of the input's element count")
+_bind_twin_as_native("Range", "range", "one np.arange (shape math: start, limit, delta scalars)")
+_bind_twin_as_native("ConstantOfShape", "constant_of_shape", "one np.full of the given shape")
+
+
+def _constant_native(ctx: Any, *, decoded: np.ndarray, out: Any = None, **attrs: Any) -> np.ndarray:
+    """Constant: the value decoded at compile time (copied: a kernel never hands out a
+    buffer it keeps)."""
+    del ctx, attrs  # unused: the value is fixed
+    if out is None:
+        return decoded.copy()
+    np.copyto(out, decoded)
+    return out
+
+
+@register_binder("Constant")
+def bind_constant(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Constant, its value decoded once at compile time."""
+    del model  # unused
+    from quanta.kernels.reference.tensor_ops import constant
+
+    try:
+        value = np.asarray(constant(OpContext(opset=0), **node.attrs))
+    except Exception as e:
+        return None, f"Constant: {e}"
+    if value.dtype.kind == "O":
+        return None, "a string Constant runs on the twin"
+    return Kernel(_constant_native, "native", "native:constant", params={"decoded": value}, out=False), ""
+
+
+# --------------------------------------------------------------------------------------
+# quanta::AccumulatorToFloat (the float output stage of LowerConvFloatOutput)
+# --------------------------------------------------------------------------------------
+
+
+def _per_channel(v: Any, channels: int, rank: int, dtype: np.dtype) -> np.ndarray | None:
+    """``v`` as [channels] when it broadcasts as [1, M, 1, ...] (or one value), else _Unsupported."""
+    if v is None:
+        return None
+    a = np.asarray(v)
+    if a.dtype != dtype:
+        raise _Unsupported
+    if a.size == 1 and a.ndim <= rank:
+        return np.full(channels, a.reshape(()), dtype)
+    shape = (1,) * (rank - a.ndim) + a.shape
+    if len(shape) != rank or shape[1] != channels or math.prod(shape) != channels:
+        raise _Unsupported
+    return np.ascontiguousarray(a.reshape(channels))
+
+
+def _acc_to_float_native(
+    ctx: Any, acc: Any, bias: Any, scale: Any, float_bias: Any = None, *, out: Any = None
+) -> np.ndarray:
+    """AccumulatorToFloat (reference/accumulator.py): one pass over the int32 accumulators
+    [N, M, ...] with per-channel bias, scale and float bias; other shapes go to the twin."""
+    try:
+        if not isinstance(acc, np.ndarray) or acc.dtype != np.int32 or acc.ndim < 2:
+            raise _Unsupported
+        m = acc.shape[1]
+        b = _per_channel(bias, m, acc.ndim, np.dtype(np.int32))
+        s = _per_channel(scale, m, acc.ndim, F32)
+        fb = _per_channel(float_bias, m, acc.ndim, F32)
+        return _native().acc_to_float(np.asarray(acc, order="C"), b, s, fb, _threads(ctx), out)
+    except (_Unsupported, ValueError):
+        pass
+    RUNTIME_FALLBACKS["AccumulatorToFloat"] += 1
+    y = accumulator_to_float(ctx, acc, bias, scale, float_bias)
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+@register_binder("AccumulatorToFloat", "quanta")
+def bind_accumulator_to_float(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """quanta::AccumulatorToFloat with per-channel (or one) bias, scale and float bias."""
+    del model  # unused
+    return _kernel(_acc_to_float_native, "acc_to_float")

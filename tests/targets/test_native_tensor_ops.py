@@ -1,0 +1,496 @@
+"""The native tensor-op binders (quanta/targets/native/tensor_ops.py, reduce.py,
+resize.py; kernels/cpp/tensor_ops) against their reference twins.
+
+Every bound kernel is called as the runtime calls it, on every ISA the CPU runs
+(``_native.set_isa``), with 1 and 2 threads, with and without ``out=``, and compared
+byte for byte (the signs of zeros included) with the registered reference op; a
+run-time hand-over to the twin (``RUNTIME_FALLBACKS``) fails the test. Tolerance 0
+throughout: the kernels perform the twin's IEEE operations in the twin's order.
+Shapes are odd (3, 7, 17, 65, rows longer than 258) and broadcast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+import quanta
+from quanta.ir.graph import Node, Value
+from quanta.ir.types import TensorType, elem_from_numpy
+from quanta.kernels import _native
+from quanta.kernels.reference.registry import get_op
+from quanta.targets.base import KernelContext
+from quanta.targets.native import BINDERS, _load_families
+from quanta.targets.native.float_ops import RUNTIME_FALLBACKS
+
+F32 = np.float32
+ISAS = list(_native.supported_isas())
+_load_families()
+
+SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 3e38, -3e38, 1.0, -1.0, 0.5], F32)
+
+
+def floats(rng: np.random.Generator, shape: tuple, scale: float = 3.0) -> np.ndarray:
+    """Normal values with IEEE specials (NaN, ±inf, ±0, subnormals) sprinkled in."""
+    x = np.array(rng.standard_normal(shape) * scale, F32)
+    flat = x.reshape(-1)
+    if flat.size:
+        k = rng.integers(0, flat.size, size=max(1, flat.size // 5))
+        flat[k] = rng.choice(SPECIALS, size=k.size)
+    return x
+
+
+def bind(op_type: str, inputs: list, attrs: dict | None = None, n_outputs: int = 1):
+    values = []
+    for i, a in enumerate(inputs):
+        t = None if a is None else TensorType(elem_from_numpy(np.asarray(a).dtype))
+        values.append(Value(f"in{i}", type=t))
+    node = Node(op_type, values, [Value(f"out{i}") for i in range(n_outputs)], attrs or {})
+    return BINDERS[("", op_type)](None, node)
+
+
+def assert_bit_exact(expected, got, what: str = "") -> None:
+    expected, got = np.asarray(expected), np.asarray(got)
+    assert expected.dtype == got.dtype and expected.shape == got.shape, (what, expected.shape, got.shape, got.dtype)
+    if expected.dtype.kind == "f":
+        np.testing.assert_array_equal(got, expected, err_msg=what)  # NaN at the same places
+        finite = ~np.isnan(expected)
+        assert expected[finite].tobytes() == got[finite].tobytes(), what  # and the signs of zeros
+    else:
+        assert expected.tobytes() == got.tobytes(), what
+
+
+def run_both(op_type: str, inputs: list, attrs: dict | None = None, opset: int = 21) -> np.ndarray:
+    """The bound kernel on every ISA, 1 and 2 threads, with and without out=, vs the twin."""
+    attrs = attrs or {}
+    kernel, reason = bind(op_type, inputs, attrs)
+    assert kernel is not None, reason
+    before = RUNTIME_FALLBACKS[op_type]
+    expected = np.asarray(get_op(op_type)(KernelContext(opset=opset), *inputs, **attrs))
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            for threads in (1, 2):
+                ctx = KernelContext(opset=opset, num_threads=threads)
+                got = kernel.fn(ctx, *inputs, **attrs, **kernel.params)
+                assert_bit_exact(expected, got, f"{op_type} {isa} {threads}t")
+                if kernel.out:
+                    out = np.empty(expected.shape, expected.dtype)
+                    assert kernel.fn(ctx, *inputs, **attrs, **kernel.params, out=out) is out
+                    assert_bit_exact(expected, out, f"{op_type} {isa} {threads}t out=")
+    finally:
+        _native.clear_isa()
+    assert RUNTIME_FALLBACKS[op_type] == before, "the kernel handed a supported call to the twin"
+    return expected
+
+
+# --------------------------------------------------------------------------------------
+# Clip, unary float ops, Pow, HardSigmoid, Exp
+# --------------------------------------------------------------------------------------
+
+SHAPES = [(), (17,), (3, 65), (2, 7, 33), (1, 3, 131, 97)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("bounds", [(0.0, 6.0), (-0.0, 0.0), (None, 1.5), (-2.0, None), (None, None), (3.0, -1.0)])
+def test_clip_float_matches_twin_zeros_nan_and_crossed_bounds(shape, bounds):
+    # -0 against a +0 bound: np.maximum returns its second operand on a tie, so Clip(-0, 0)
+    # is +0 (a kernel written x < lo ? lo : x gives -0); crossed bounds give hi everywhere
+    x = floats(np.random.default_rng(len(shape)), shape)
+    lo, hi = (None if b is None else np.array(b, F32) for b in bounds)
+    run_both("Clip", [x, lo, hi])
+
+
+def test_clip_opset_6_attributes():
+    x = floats(np.random.default_rng(1), (5, 17))
+    run_both("Clip", [x], {"min": -1.0, "max": 2.0}, opset=6)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.int64])
+def test_clip_integers(dtype):
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(3).integers(info.min, info.max, (3, 67), endpoint=True).astype(dtype)
+    run_both("Clip", [x, np.array(-5 if info.min < 0 else 7, dtype), np.array(100, dtype)])
+    run_both("Clip", [x, None, np.array(9, dtype)])
+
+
+@pytest.mark.parametrize("op_type", ["Sqrt", "Neg", "Abs", "Reciprocal", "Exp"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_unary_float_ops_match_twin(op_type, shape):
+    run_both(op_type, [floats(np.random.default_rng(7), shape)])
+
+
+@pytest.mark.parametrize(
+    ("exponent", "exp_dtype"),
+    [(1.0, np.float32), (2.0, np.float32), (3.0, np.float32), (0.5, np.float32), (1, np.int64), (2, np.int64), (3, np.int64)],
+)
+def test_pow_exact_exponents(exponent, exp_dtype):
+    x = floats(np.random.default_rng(11), (3, 7, 65))
+    run_both("Pow", [x, np.array(exponent, exp_dtype)])
+    run_both("Pow", [x, np.array([exponent], exp_dtype)])
+
+
+def test_pow_exact_forms_are_the_specified_operations():
+    # (x·x)·x, not powf's correctly-rounded-or-not x³; sqrt(-0) = -0 and sqrt(-inf) = NaN
+    # where pow(-0, 0.5) = +0 and pow(-inf, 0.5) = +inf (docs/float-ops.md "Pow")
+    pow_ = get_op("Pow")
+    x = np.array([1.0000001, -0.0, -np.inf, 3.3], F32)
+    ctx = KernelContext()
+    assert_bit_exact(pow_(ctx, x, np.array(3.0, F32)), (x * x) * x)
+    y = pow_(ctx, x, np.array(0.5, F32))
+    assert np.signbit(y[1]) and np.isnan(y[2])
+
+
+def test_pow_general_exponent_falls_back_with_reason():
+    x = Value("x", type=TensorType(elem_from_numpy(np.dtype(F32))))
+    e = Value("e", const=np.array(2.5, F32))
+    kernel, reason = BINDERS[("", "Pow")](None, Node("Pow", [x, e], [Value("y")], {}))
+    assert kernel is None and "not bit-exact" in reason
+
+
+def test_hard_swish_matches_twin():
+    run_both("HardSwish", [floats(np.random.default_rng(71), (2, 17, 33), scale=5)])
+
+
+@pytest.mark.parametrize(("alpha", "beta"), [(0.2, 0.5), (1 / 6, 0.5), (0.3, -0.1)])
+def test_hard_sigmoid_matches_twin(alpha, beta):
+    x = floats(np.random.default_rng(13), (2, 17, 33), scale=5)
+    run_both("HardSigmoid", [x], {"alpha": alpha, "beta": beta})
+
+
+# --------------------------------------------------------------------------------------
+# Cast
+# --------------------------------------------------------------------------------------
+
+CAST_TYPES = {
+    TensorProto.FLOAT: np.float32,
+    TensorProto.DOUBLE: np.float64,
+    TensorProto.INT8: np.int8,
+    TensorProto.UINT8: np.uint8,
+    TensorProto.INT32: np.int32,
+    TensorProto.INT64: np.int64,
+    TensorProto.BOOL: np.bool_,
+}
+
+
+def cast_source(dtype, rng) -> np.ndarray:
+    """Values every target type holds after the ONNX rule (float -> integer out of range
+    is undefined in ONNX and not pinned: the floats stay inside int8 / uint8 ranges)."""
+    if dtype is np.bool_:
+        return rng.integers(0, 2, (3, 67)).astype(bool)
+    if np.dtype(dtype).kind == "f":
+        x = (rng.standard_normal((3, 67)) * 50).astype(dtype)
+        x.reshape(-1)[:6] = [0.5, -0.5, 1.5, -127.9, 0.0, -0.0]
+        return np.clip(x, 0 if False else -128, 127)
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -(2**40)), min(info.max, 2**40), (3, 67)).astype(dtype)
+
+
+@pytest.mark.parametrize("src", list(CAST_TYPES.values()))
+@pytest.mark.parametrize("to", list(CAST_TYPES))
+def test_cast_between_native_types(src, to):
+    # truncation toward zero (-127.9 -> -127), the low bits of a narrowing integer cast,
+    # x != 0 to bool; floats to uint8 only from non-negative values (the rest undefined)
+    x = cast_source(src, np.random.default_rng(17))
+    if np.dtype(src).kind == "f" and CAST_TYPES[to] is np.uint8:
+        x = np.abs(x)
+    run_both("Cast", [x], {"to": to})
+
+
+def test_cast_nan_to_bool_is_true():
+    x = np.array([np.nan, 0.0, -0.0, 1e-45], F32)
+    assert run_both("Cast", [x], {"to": TensorProto.BOOL}).tolist() == [True, False, False, True]
+
+
+def test_cast_to_float16_falls_back_with_reason():
+    kernel, reason = bind("Cast", [np.zeros(2, F32)], {"to": TensorProto.FLOAT16})
+    assert kernel is None and "float16" in reason
+
+
+# --------------------------------------------------------------------------------------
+# integer arithmetic, comparisons, logic, Where, BatchNormalization
+# --------------------------------------------------------------------------------------
+
+BROADCASTS = [((3, 65), (3, 65)), ((1, 34, 9, 9), (1, 34, 1, 1)), ((), (2, 7)), ((2, 7), ()), ((3, 1), (1, 17))]
+
+
+@pytest.mark.parametrize("op_type", ["Add", "Sub", "Mul"])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize(("a_shape", "b_shape"), BROADCASTS)
+def test_integer_binary_wraps_and_broadcasts(op_type, dtype, a_shape, b_shape):
+    # the int32 bias Add of LowerConvFloatOutput ([1, M, H, W] + [1, M, 1, 1]); values near
+    # the type's limits so that the sums and products wrap
+    rng = np.random.default_rng(19)
+    info = np.iinfo(dtype)
+    a = np.array(rng.integers(info.min, info.max, a_shape, endpoint=True), dtype)
+    b = np.array(rng.integers(info.min, info.max, b_shape, endpoint=True), dtype)
+    run_both(op_type, [a, b])
+
+
+@pytest.mark.parametrize("op_type", ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32, np.uint8])
+@pytest.mark.parametrize(("a_shape", "b_shape"), BROADCASTS)
+def test_comparisons_match_twin(op_type, dtype, a_shape, b_shape):
+    rng = np.random.default_rng(23)
+    if dtype is np.float32:
+        a, b = floats(rng, a_shape, 1), floats(rng, b_shape, 1)
+        a, b = np.asarray(np.round(a), F32), np.asarray(np.round(b), F32)  # ties, ±0 and NaN
+    else:
+        a = np.array(rng.integers(0, 4, a_shape), dtype)
+        b = np.array(rng.integers(0, 4, b_shape), dtype)
+    run_both(op_type, [a, b])
+
+
+@pytest.mark.parametrize("op_type", ["And", "Or", "Xor"])
+@pytest.mark.parametrize(("a_shape", "b_shape"), BROADCASTS)
+def test_logic_matches_twin(op_type, a_shape, b_shape):
+    rng = np.random.default_rng(29)
+    run_both(op_type, [np.array(rng.random(a_shape) < 0.5), np.array(rng.random(b_shape) < 0.5)])
+
+
+def test_not_and_where():
+    rng = np.random.default_rng(31)
+    cond = rng.random((3, 1, 17)) < 0.5
+    run_both("Not", [cond])
+    run_both("Where", [cond, floats(rng, (7, 1)), floats(rng, (3, 7, 17))])
+    run_both("Where", [cond, np.array(5, np.int64), np.arange(17, dtype=np.int64)])
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (2, 7, 5, 3), (1, 17, 33), (1, 3, 4, 5, 2)])
+def test_batch_normalization_inference_matches_twin(shape):
+    rng = np.random.default_rng(37)
+    c = shape[1]
+    x = floats(rng, shape)
+    scale, bias, mean = (np.array(rng.standard_normal(c), F32) for _ in range(3))
+    var = np.array(rng.random(c) + 0.1, F32)
+    run_both("BatchNormalization", [x, scale, bias, mean, var], {"epsilon": 1e-3})
+
+
+# --------------------------------------------------------------------------------------
+# reductions
+# --------------------------------------------------------------------------------------
+
+REDUCE = ["ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceMax", "ReduceMin"]
+
+
+@pytest.mark.parametrize("op_type", REDUCE)
+@pytest.mark.parametrize(
+    ("shape", "axes"),
+    [((3, 301), [1]), ((2, 17, 9, 7), [2, 3]), ((2, 17, 9, 7), [1]), ((5, 7, 3), [0, 2]), ((4, 33), None), ((65,), [0])],
+)
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reductions_match_twin(op_type, shape, axes, keepdims):
+    # rows longer than 258 (3 x 301), the global average of NCHW ([2, 3]: the rows are the
+    # input itself), the channel axis (a transposed copy), axes that are not adjacent
+    x = floats(np.random.default_rng(41), shape, 1)
+    x[np.isinf(x)] = 2.0  # keep the sums finite so that the order shows in the bits
+    x[np.isnan(x)] = 0.25
+    attrs = {"keepdims": keepdims}
+    inputs = [x] if axes is None else [x, np.array(axes, np.int64)]
+    run_both(op_type, inputs, attrs, opset=18)
+
+
+@pytest.mark.parametrize("op_type", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("shape", [(1, 3, 7, 9), (2, 17, 301), (1, 5, 2, 3, 4)])
+def test_global_pools_are_the_reductions_over_space(op_type, shape):
+    # float32 GlobalAveragePool = ReduceMean over the spatial axes by (R1)-(R3) (the twin
+    # changed from NumPy's pairwise mean), GlobalMaxPool = ReduceMax by (M1)-(M3)
+    x = np.array(np.random.default_rng(73).standard_normal(shape), F32)
+    got = run_both(op_type, [x])
+    red = "ReduceMean" if op_type == "GlobalAveragePool" else "ReduceMax"
+    axes = np.arange(2, len(shape), dtype=np.int64)
+    assert_bit_exact(get_op(red)(KernelContext(opset=18), x, axes, keepdims=1), got)
+
+
+def test_reduce_max_nan_and_signed_zero_ties():
+    x = np.array([[0.0, -0.0] * 20, [-0.0, 0.0] * 20, [1.0, np.nan] * 20], F32)
+    for op_type in ("ReduceMax", "ReduceMin"):
+        run_both(op_type, [x, np.array([1], np.int64)], {"keepdims": 0}, opset=18)
+
+
+def test_reduce_sum_is_the_lane_order_not_pairwise():
+    # 1 + 2^-24 · k: the lane order (R1)-(R3) and np.sum's pairwise order give different
+    # float32 sums; the twin follows (R1)-(R3), so the native kernel can match it
+    from quanta.kernels.reference.float_ops import sum16
+
+    x = np.array([[1.0] + [2.0**-24] * 300], F32)
+    got = get_op("ReduceSum")(KernelContext(opset=18), x, np.array([1], np.int64), keepdims=0)
+    assert got.tobytes() == sum16(x).tobytes()
+
+
+# --------------------------------------------------------------------------------------
+# Resize
+# --------------------------------------------------------------------------------------
+
+COORDS = ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric"]
+NEAREST = ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
+
+
+@given(
+    coord=st.sampled_from(COORDS),
+    nearest=st.sampled_from(NEAREST),
+    dtype=st.sampled_from([np.float32, np.uint8, np.int8, np.int32]),
+    scales=st.sampled_from([(2.0, 2.0), (0.5, 1.5), (1.0, 3.0), (0.7, 0.3)]),
+)
+def test_resize_nearest_every_mode(coord, nearest, dtype, scales):
+    rng = np.random.default_rng(43)
+    x = np.array(rng.integers(-100, 100, (1, 3, 7, 9)), dtype) if dtype is not np.float32 else floats(rng, (1, 3, 7, 9))
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": coord, "nearest_mode": nearest}
+    run_both("Resize", [x, None, np.array((1.0, 1.0, *scales), F32)], attrs, opset=19)
+
+
+@given(
+    coord=st.sampled_from(COORDS),
+    mode=st.sampled_from(["linear", "cubic"]),
+    dtype=st.sampled_from([np.float32, np.uint8]),
+    sizes=st.sampled_from([(14, 18), (5, 9), (7, 4), (17, 3)]),
+    antialias=st.sampled_from([0, 1]),
+)
+def test_resize_linear_and_cubic(coord, mode, dtype, sizes, antialias):
+    rng = np.random.default_rng(47)
+    x = np.array(rng.integers(0, 256, (2, 3, 7, 9)), dtype) if dtype is np.uint8 else floats(rng, (2, 3, 7, 9), 1)
+    if dtype is np.float32:
+        x[~np.isfinite(x)] = -0.0
+    attrs = {"mode": mode, "coordinate_transformation_mode": coord, "antialias": antialias}
+    run_both("Resize", [x, None, None, np.array((2, 3, *sizes), np.int64)], attrs, opset=19)
+
+
+def test_resize_tf_crop_and_resize_falls_back_with_reason():
+    kernel, reason = bind("Resize", [np.zeros((1, 1, 2, 2), F32)], {"coordinate_transformation_mode": "tf_crop_and_resize"})
+    assert kernel is None and "extrapolate" in reason
+
+
+# --------------------------------------------------------------------------------------
+# data movement
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.float16])
+def test_gather_slice_expand_concat_tile(dtype):
+    rng = np.random.default_rng(53)
+    x = np.array(rng.integers(-50, 50, (3, 7, 17)), dtype)
+    run_both("Gather", [x, np.array([[2, -1], [0, 6]], np.int64)], {"axis": 1})
+    run_both("Gather", [x, np.array(-2, np.int64)], {"axis": 2})
+    run_both("Gather", [x, np.array([0, 2, 2, 1], np.int32)], {"axis": 0})
+    starts, ends = np.array([1, 15], np.int64), np.array([3, 2], np.int64)
+    run_both("Slice", [x, starts, ends, np.array([0, 2], np.int64), np.array([1, -3], np.int64)])
+    run_both("Slice", [x, np.array([-5], np.int64), np.array([2**62], np.int64)])
+    run_both("Expand", [x[:, :1], np.array([2, 3, 5, 17], np.int64)])
+    run_both("Concat", [x, x[:, :2], x[:, 3:4]], {"axis": -2})
+    run_both("Tile", [x, np.array([1, 2, 3], np.int64)])
+
+
+@given(
+    perm=st.permutations(range(5)),
+    shape=st.lists(st.sampled_from([1, 2, 3, 7, 17]), min_size=5, max_size=5),
+    dtype=st.sampled_from([np.uint8, np.float32, np.int64]),
+)
+def test_transpose_any_rank_and_perm(perm, shape, dtype):
+    # the attention transpose of ppocr_rec is [2, 0, 3, 1, 4] on [N, T, 3, heads, d]
+    x = np.array(np.random.default_rng(59).integers(-100, 100, shape), dtype)
+    kernel, reason = BINDERS[("", "Transpose")](
+        None, Node("Transpose", [Value("x", type=TensorType(elem_from_numpy(x.dtype), tuple(shape)))], [Value("y")], {"perm": list(perm)})
+    )
+    assert kernel is not None, reason
+    want = get_op("Transpose")(KernelContext(), x, perm=list(perm))
+    for threads in (1, 2):
+        ctx = KernelContext(num_threads=threads)
+        assert_bit_exact(want, kernel.fn(ctx, x, perm=list(perm), **kernel.params))
+
+
+def test_copy_strided_large_view_splits_over_threads_identically():
+    x = np.random.default_rng(61).integers(0, 256, (4, 3, 131, 97, 5)).astype(np.uint8)
+    view = x.transpose(2, 0, 3, 1, 4)[::-2]
+    one, two = _native.copy_strided(view, 1), _native.copy_strided(view, 2)
+    assert one.tobytes() == two.tobytes() == np.ascontiguousarray(view).tobytes()
+
+
+def test_copy_strided_overlap_check_spans_the_view_not_its_nbytes():
+    # failure signature: a reversed view's data pointer is its LAST element in memory, so
+    # a check of [data, data + nbytes) reached past the view into a neighbouring out
+    # buffer and refused it (a hand-over to the twin that depended on where NumPy
+    # happened to allocate out)
+    buf = np.arange(40, dtype=np.int64)
+    x, out = buf[:20], buf[20:]
+    assert _native.copy_strided(x[::-1], 1, out) is not None
+    assert out.tolist() == list(range(19, -1, -1))
+    with pytest.raises(ValueError, match="copy_strided: out: expected a buffer that does not overlap"):
+        _native.copy_strided(buf[::-2], 1, buf[5:25])
+
+
+def test_shape_size_constant_are_native():
+    x = np.zeros((2, 3, 5), F32)
+    run_both("Shape", [x], {"start": 1})
+    run_both("Size", [x])
+    value = np.arange(6, dtype=np.int64).reshape(2, 3)
+    kernel, reason = bind("Constant", [], {"value": value})
+    assert kernel is not None, reason
+    assert_bit_exact(value, kernel.fn(KernelContext(), value=value, **kernel.params))
+
+
+# --------------------------------------------------------------------------------------
+# bindings: bad arguments are ValueErrors naming the argument
+# --------------------------------------------------------------------------------------
+
+
+def test_bindings_reject_bad_arguments():
+    x = np.zeros((4, 6), F32)
+    with pytest.raises(ValueError, match="unary_f32_ex: op: unknown operation 'tan'"):
+        _native.unary_f32_ex("tan", x)
+    with pytest.raises(ValueError, match="cast: dtype: expected"):
+        _native.cast(x, np.float16)
+    with pytest.raises(ValueError, match="broadcast_op: expected broadcastable shapes"):
+        _native.broadcast_op("less", x, np.zeros((5,), F32))
+    with pytest.raises(ValueError, match="broadcast_op: add: no kernel for dtype float32"):
+        _native.broadcast_op("add", x, x)
+    with pytest.raises(ValueError, match=r"take_axis: idx: expected indices in \[0, 6\), got 6"):
+        _native.take_axis(x, 1, np.array([6], np.int64))
+    with pytest.raises(ValueError, match="reduce_rows_f32: x: expected \\[rows, d\\]"):
+        _native.reduce_rows_f32("sum", np.zeros(3, F32))
+    with pytest.raises(ValueError, match="out: expected a buffer that does not overlap"):
+        _native.unary_f32_ex("neg", x, 1, x)
+
+
+# --------------------------------------------------------------------------------------
+# whole graphs: no reference kernel runs
+# --------------------------------------------------------------------------------------
+
+
+def test_float_head_graph_runs_without_a_reference_kernel():
+    # the float ops of the zoo's heads in one graph: native == reference, no fallback
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Clip", ["x", "lo", "hi"], ["c"]),
+        helper.make_node("HardSigmoid", ["c"], ["h"], alpha=0.2, beta=0.5),
+        helper.make_node("Pow", ["h", "two"], ["p"]),
+        helper.make_node("ReduceMean", ["p", "axes"], ["m"], keepdims=1),
+        helper.make_node("Sqrt", ["m"], ["s"]),
+        helper.make_node("Resize", ["s", "", "scales"], ["r"], mode="nearest"),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("Greater", ["t", "half"], ["g"]),
+        helper.make_node("Cast", ["g"], ["gf"], to=f),
+        helper.make_node("Shape", ["x"], ["shp"]),
+        helper.make_node("Cast", ["shp"], ["shpf"], to=f),
+        helper.make_node("ReduceSum", ["shpf"], ["n"], keepdims=0),
+        helper.make_node("Mul", ["gf", "n"], ["y"]),
+    ]
+    init = [
+        helper.make_tensor("lo", f, [], [-1.0]),
+        helper.make_tensor("hi", f, [], [4.0]),
+        helper.make_tensor("two", f, [], [2.0]),
+        helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
+        helper.make_tensor("scales", f, [4], [1, 1, 2, 2]),
+        helper.make_tensor("half", f, [], [0.3]),
+    ]
+    g = helper.make_graph(
+        nodes, "head", [helper.make_tensor_value_info("x", f, [1, 7, 5, 9])], [helper.make_tensor_value_info("y", f, None)], init
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    x = floats(np.random.default_rng(67), (1, 7, 5, 9))
+    ref = quanta.InferenceSession(m, backend="reference").run(None, {"x": x})[0]
+    sess = quanta.InferenceSession(m, backend="native")
+    assert sess.fallbacks == []
+    assert_bit_exact(ref, sess.run(None, {"x": x})[0])
