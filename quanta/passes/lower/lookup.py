@@ -111,6 +111,9 @@ class LowerLookup(Rule):
                 if v is not None and v.is_const and (np.asarray(v.const).size != 1 or np.ndim(v.const) > rank):
                     return NoMatch(f"{n.label}: constant {describe(v)} is not a scalar of rank <= {rank}")
         m.data.update(nodes=nodes, dq=dq, qx=qx, qy=qy)
+        # the group's nodes go with the rewrite (last first: each then has no user left),
+        # so the table op can take the name of the group's last op
+        m.matched.extend(reversed(nodes))
         return m
 
     def _group(self, m: Match, f: Value) -> tuple[list[Node], Node] | NoMatch:
@@ -195,5 +198,6 @@ class LowerLookup(Rule):
             {"function": "/".join(ops)},
             domain=QUANTA_DOMAIN,
             types=result_type(shape_from=m["y"], elem_from=m["y"]),
-            name=m.root.name or None,
+            # the group's last op names the table (coverage pairs a node with what it became)
+            name=m.value("f").producer.name or m.root.name or None,
         )

@@ -227,7 +227,10 @@ def test_quantized_activation_is_one_table(tmp_path, kind, opset):
     onnx.save(proto, src)
     rng = np.random.default_rng(2)
     calib = [{"x_in": rng.standard_normal((1, 3, 11, 13)).astype(np.float32)} for _ in range(4)]
-    quanta.quantize_static(src, out, calib, verbose=False)
+    summary = quanta.quantize_static(src, out, calib, verbose=False)
+    # the coverage report counts every op of the group as integer (the table holds it)
+    stayed = [(c.name, c.op, c.reasons) for c in summary.coverage.nodes if not c.integer_op]
+    assert not stayed, stayed
     q = onnx.load(str(out))
     onnx.checker.check_model(q, full_check=True)
     # Q/DQ only around the group: nothing quantizes a gate's output
@@ -250,3 +253,27 @@ def test_quantized_activation_is_one_table(tmp_path, kind, opset):
     # round in different places, docs/passes.md), not a float island's drift
     y_scale = max(abs(float(np.max(np.abs(ort_y)))), 1e-6) / 127
     assert np.max(np.abs(ort_y - y_ref)) <= 4 * y_scale
+
+
+@pytest.mark.parametrize("kind,chain", [("silu", ["Sigmoid"]), ("mish", ["Tanh", "Softplus"]), ("hardswish_pair", ["HardSigmoid"])])
+def test_gated_activation_is_recognised(kind, chain):
+    from quanta.quantize.qdq import gated_activation
+
+    model = load(conv_act_proto(kind))
+    mul = next(n for n in model.graph.nodes if n.op_type == "Mul")
+    found = gated_activation(mul, model.graph)
+    assert found is not None
+    xi, nodes = found
+    assert mul.inputs[xi].name == "a" and [n.op_type for n in nodes] == chain
+
+
+def test_gate_read_elsewhere_is_not_a_group():
+    """Failure signature: the gate's float output, also a graph output, would vanish
+    into the table. Its Mul is then an ordinary binary op (both inputs quantized)."""
+    from quanta.quantize.qdq import gated_activation
+
+    proto = conv_act_proto("silu")
+    proto.graph.output.append(helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 7, 11, 13]))
+    model = load(proto)
+    mul = next(n for n in model.graph.nodes if n.op_type == "Mul")
+    assert gated_activation(mul, model.graph) is None
