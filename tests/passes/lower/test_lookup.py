@@ -46,6 +46,8 @@ def activation(kind: str, x: str, y: str) -> tuple[list, list]:
         return [mk("Softplus", [x], ["sp"]), mk("Tanh", ["sp"], ["g"]), mk("Mul", [x, "g"], [y])], []
     if kind == "tanh":
         return [mk("Tanh", [x], [y])], []
+    if kind == "relu":  # between two different types: DropImpliedActivation cannot remove it
+        return [mk("Relu", [x], [y])], []
     if kind == "exp":
         return [mk("Exp", [x], [y])], []
     if kind == "clip":  # narrower than the output range: not implied by the quantization
@@ -60,7 +62,7 @@ def activation(kind: str, x: str, y: str) -> tuple[list, list]:
     raise ValueError(kind)
 
 
-KINDS = ["hardswish", "hardswish_pair", "hardsigmoid", "silu", "mish", "tanh", "exp", "clip", "written"]
+KINDS = ["hardswish", "hardswish_pair", "hardsigmoid", "silu", "mish", "tanh", "exp", "clip", "relu", "written"]
 
 
 def qdq_proto(kind: str, dtype=np.uint8, *, sx=0.043, zx=131, sy=0.0271, zy=17, opset=17):

@@ -35,9 +35,10 @@
 //
 // ISA variants: elementwise_<isa>.cc each fill one Kernels table. Portable: loops over the
 // scalar functions of elementwise_scalar.h. AVX2 / AVX-512: 8 / 16 lanes per step (tails:
-// the scalar functions / masks), lookup tables through vpgatherdd from the table widened
-// to int32 (with AVX-512 VBMI: lut_avx512vbmi, two vpermi2b over the table's four 64-byte
-// quarters and a blend on the index's top bit, 64 bytes per step), softmax rows from the shared template (vectorised by the compiler).
+// the scalar functions / masks), lookup tables as 16 vpshufb rows of 16 entries picked by
+// the index's high nibble (32 / 64 bytes per step; with AVX-512 VBMI: lut_avx512vbmi, two
+// vpermi2b over the table's four 64-byte quarters and a blend on the index's top bit),
+// softmax rows from the shared template (vectorised by the compiler).
 //
 // Threads: the output is split into chunks by position; each element is computed by the
 // same instruction sequence whichever thread and chunk run it, so the bytes are identical
