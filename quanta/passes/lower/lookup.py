@@ -61,6 +61,9 @@ TABLE_OPS = frozenset(
     }
 )  # fmt: skip
 
+#: the storage types the table kernel maps (float8 and 4-bit codes are not its business)
+EIGHT_BIT = ("u8", "i8")
+
 #: the largest group turned into one table (GELU written out is five nodes)
 MAX_GROUP = 16
 
@@ -91,8 +94,8 @@ class LowerLookup(Rule):
             if m[name] is not None and not m[name].is_const:
                 return NoMatch(f"{name} {describe(m[name])} is not a constant")
         qy = node_qtype(q, m["y"], m["sy"], m["zy"])
-        if qy is None or qy.axis is not None or qy.storage.bits != 8:
-            return NoMatch(f"output y is not a per-tensor 8-bit quantized value ({qy})")
+        if qy is None or qy.axis is not None or str(qy.storage) not in EIGHT_BIT:
+            return NoMatch(f"output y is not a per-tensor u8/i8 quantized value ({qy})")
         group = self._group(m, m.value("f"))
         if isinstance(group, NoMatch):
             return group
@@ -101,8 +104,8 @@ class LowerLookup(Rule):
         if any(v is not None and not v.is_const for v in dq.inputs[1:]):
             return NoMatch(f"{dq.label}: its scale or zero point is not a constant")
         qx = node_qtype(dq, x, dq.input(1), dq.input(2))
-        if qx is None or qx.axis is not None or qx.storage.bits != 8:
-            return NoMatch(f"input {describe(x)} is not a per-tensor 8-bit quantized value ({qx})")
+        if qx is None or qx.axis is not None or str(qx.storage) not in EIGHT_BIT:
+            return NoMatch(f"input {describe(x)} is not a per-tensor u8/i8 quantized value ({qx})")
         if qx.storage != qy.storage:
             return NoMatch(f"input is {qx.storage} and output {qy.storage}; the table maps one 8-bit type to itself")
         rank = len(x.type.shape) if x.type is not None and x.type.shape is not None else 0

@@ -279,3 +279,21 @@ def test_gate_read_elsewhere_is_not_a_group():
     model = load(proto)
     mul = next(n for n in model.graph.nodes if n.op_type == "Mul")
     assert gated_activation(mul, model.graph) is None
+
+
+def test_lookup_refuses_per_axis_input():
+    proto = qdq_proto("tanh")
+    for t in proto.graph.initializer:
+        if t.name == "sx":
+            t.CopyFrom(c("sx", [0.043, 0.05, 0.06]))
+        if t.name == "zx":
+            t.CopyFrom(c("zx", [131, 120, 128], np.uint8))
+    for n in proto.graph.node[:2]:
+        n.attribute.append(helper.make_attribute("axis", 1))
+    model = load(proto)
+    rule = LowerLookup(reference_evaluator(model.opset_imports))
+    p = RewritePass([rule])
+    p.produces_stage = Stage.LOWERED
+    run_passes(model, [p])
+    reasons = [r.reason for r in p.why_not("LowerLookup")]
+    assert any(r.startswith("input 'xq' (output of 'quantizelinear0' (QuantizeLinear)) is not a per-tensor u8/i8") for r in reasons), reasons
