@@ -242,6 +242,7 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
         op = node.op_type
         out = node.outputs[0] if node.outputs else None
         if id(node) in gated:
+            # one function of x: only x is read quantized (the gate's value stays inside)
             xi = gated[id(node)][0]
             d.inputs.append((xi, want_activation(node.inputs[xi])))
         elif op in VIEW_OPS:
@@ -257,7 +258,7 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
                 d.output = out.name if out is not None and out.name in plan.tensors else None
             plan.decisions.append(d)
             continue
-        if op in MAC_OPS:
+        elif op in MAC_OPS:
             x, w = node.input(0), node.input(1)
             if not _is_float(x):
                 plan.decisions.append(NodeDecision(node, False, "input 0 is not a float tensor"))

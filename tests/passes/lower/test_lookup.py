@@ -297,3 +297,20 @@ def test_lookup_refuses_per_axis_input():
     run_passes(model, [p])
     reasons = [r.reason for r in p.why_not("LowerLookup")]
     assert any(r.startswith("input 'xq' (output of 'quantizelinear0' (QuantizeLinear)) is not a per-tensor u8/i8") for r in reasons), reasons
+
+
+@pytest.mark.parametrize("kind", ["silu", "mish", "hardswish_pair"])
+def test_gated_activation_plan_reads_only_x(kind):
+    """Failure signature: the Mul planned as an ordinary binary op, its gate's output then
+    quantized too (or the Mul left float because the gate's value has no known type)."""
+    from quanta.quantize.qdq import plan_qdq
+    from quanta.quantize.recipe import Recipe
+
+    model = load(conv_act_proto(kind))
+    plan = plan_qdq(model.graph, Recipe())
+    d = next(d for d in plan.decisions if d.node.op_type == "Mul")
+    assert d.quantize, d.reason
+    assert [(model.graph.value(k).name) for _, k in d.inputs] == ["a"]
+    assert d.output == "b"
+    gate_decisions = [x for x in plan.decisions if x.node.op_type in ("Sigmoid", "Tanh", "Softplus", "HardSigmoid")]
+    assert gate_decisions and all(not x.quantize and x.reason.startswith("inside the gated activation") for x in gate_decisions)
