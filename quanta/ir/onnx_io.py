@@ -575,6 +575,7 @@ QUANT_OPERANDS: dict[tuple[str, str], list[tuple[tuple[str, int], int, int]]] = 
     (MS_DOMAIN, "QLinearSigmoid"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
     (MS_DOMAIN, "QLinearLeakyRelu"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
     (MS_DOMAIN, "QLinearSoftmax"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
+    ("quanta", "QLinearLookup"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
 }
 
 

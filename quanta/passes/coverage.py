@@ -234,6 +234,8 @@ def coverage(
             fused = after_by_output.get(node.outputs[0].name)
             if fused is not None and fused.name != node.name and fused.op_type in _FUSED_INTO:
                 integer = fused.op_type
+        if integer is None:
+            integer = _table_holding(node, after_by_name)
         mine: list[str] = []
         if integer is None:
             out = node.outputs[0] if node.outputs else None
@@ -259,6 +261,31 @@ def coverage(
         1 for n in after.nodes if n.op_type == "Transpose" and n.name.startswith("channels_last/")
     )
     return CoverageReport(report, islands, nhwc, transposes)
+
+
+#: integer ops that hold a whole group of elementwise ops (quanta QLinearLookup, a
+#: 256-entry table: passes/lower/lookup.py); the table op takes the group's last op's name
+TABLE_OPS = frozenset({"QLinearLookup"})
+
+
+def _table_holding(node: Node, after_by_name: Mapping[str, Node]) -> str | None:
+    """The table op that now computes ``node``: its own name's, or, when ``node`` is gone,
+    that of a later op its output reached through other gone ops (the table replaced the
+    whole group, e.g. the Sigmoid of x·Sigmoid(x)). None when there is none."""
+    stack, seen = [node], set()
+    while stack and len(seen) < 64:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        new = after_by_name.get(n.name) if n.name else None
+        if new is not None:
+            if new.op_type in TABLE_OPS:
+                return new.op_type
+            continue  # this path reached an op that survived as itself
+        for o in n.outputs:
+            stack.extend(o.consumers())
+    return None
 
 
 def _structural_reasons(node: Node) -> list[str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from quanta.passes.manager import Pass
 from quanta.passes.rules.align_scales import AlignScales
 from quanta.passes.rules.canonicalize import Canonicalize
+from quanta.passes.rules.canonicalize_activations import CanonicalizeActivations
 from quanta.passes.rules.eliminate_common import EliminateCommon
 from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.passes.rules.fold_batchnorm import FoldBatchNorm
@@ -56,8 +57,8 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     """Float-graph rewrites before calibration and QDQ insertion: constants folded
     (weights computed by subgraphs become initializers, and shape subgraphs for the
     dimensions the inputs fix, with a symbolic batch too), no-ops removed, zero Pads
-    folded into the Conv that reads them,
-    BatchNormalization folded into the weights (so the folded weights are what gets
+    folded into the Conv that reads them, activations written out as arithmetic made the
+    one operator they compute (hardswish, hardsigmoid, softplus), BatchNormalization folded into the weights (so the folded weights are what gets
     quantized), GroupNorm recognised, duplicates merged.
 
     Constant folding here may produce large results (weights computed by a
@@ -69,6 +70,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         FoldConstants(evaluator, max_output_elements=1 << 24),  # ... and the arithmetic on them
         FoldReshapeDims(),  # x.view(x.size(0), -1) with a symbolic batch -> Reshape(x, [0, -1])
         Canonicalize(),  # Sum of two -> Add: residuals of older exports
+        CanonicalizeActivations(opset),  # x·Clip(x+3, 0, 6)/6 -> HardSwish (or x·HardSigmoid(x)), ...
         RemoveNoops(),
         FoldPad(),  # "same"-padding Pads (pads folded to constants above) into their Convs
         FoldBatchNorm(),
@@ -122,7 +124,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         RemoveNoops(),
         DropImpliedActivation(),
         EliminateCommon(),
-        LowerQdqToQLinear(opset),  # the opset tells Softmax's axis semantics (LowerSoftmax)
+        LowerQdqToQLinear(opset, evaluator),  # opset: Softmax's axis (LowerSoftmax); evaluator: tables (LowerLookup)
         QuantizePad(),  # DQ -> Pad -> Q of one type: the Pad runs on the integers
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
         FuseGeluPass(opset),  # five float ops of a float-island GELU -> one Gelu

@@ -23,7 +23,13 @@ Roles of a node's operands (``OP_ROLES``):
 - Relu / Clip: absorbed — the producer's output is not quantized when its only consumers
   are quantized Relu/Clip nodes, whose outputs carry the (clipped) range instead;
 - Concat: an input consumed by nothing else takes the output's parameters, so the
-  concatenation needs no requantization.
+  concatenation needs no requantization;
+- gated activations ``Mul(x, g(x))`` (``GATES``: SiLU's Sigmoid, hardswish's HardSigmoid
+  before opset 14, Mish's Tanh of Softplus): one function of ``x``, planned as a unary op
+  on ``x``: ``x`` and the Mul's output are quantized, the gate's nodes stay float inside
+  the group, and lowering turns the group into one 256-entry table
+  (passes/lower/lookup.py). Quantizing the gate's output as well would round it, then
+  the product, and leave two integer ops where one table does.
 
 Tensors that are not float, whose range is degenerate (NaN, +-inf, |x| >= 1e9 masks, all
 zero) or that the recipe excludes stay float; the nodes that needed them stay float too
@@ -44,7 +50,7 @@ from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.params import adjust_weight_scale_for_bias, bias_params, params_from_range, quantize_bias
 from quanta.quantize.recipe import Recipe, storage_from_name
 
-__all__ = ["NodeDecision", "QdqPlan", "TensorPlan", "insert_qdq", "plan_qdq"]
+__all__ = ["GATES", "NodeDecision", "QdqPlan", "TensorPlan", "gated_activation", "insert_qdq", "plan_qdq"]
 
 # how the plan treats each op (quanta.ir.op_facts, column qdq)
 VIEW_OPS = derive("quanta.quantize.qdq.VIEW_OPS", lambda t: t.ops_where(qdq=QdqRole.VIEW))
@@ -58,6 +64,36 @@ OUTPUT_ONLY_OPS = derive(
 UNARY_QUANT_OPS = derive("quanta.quantize.qdq.UNARY_QUANT_OPS", lambda t: t.ops_where(qdq=QdqRole.UNARY))
 NARY_QUANT_OPS = derive("quanta.quantize.qdq.NARY_QUANT_OPS", lambda t: t.ops_where(qdq=QdqRole.NARY))
 MAC_OPS = derive("quanta.quantize.qdq.MAC_OPS", lambda t: t.ops_where(qdq=QdqRole.MAC))
+
+
+#: gates g(x) whose product ``Mul(x, g(x))`` the plan treats as one function of x, each a
+#: chain of ops from the Mul's input outwards (SiLU, hardswish before opset 14, Mish)
+GATES: tuple[tuple[str, ...], ...] = (("Sigmoid",), ("HardSigmoid",), ("Tanh", "Softplus"))
+
+
+def gated_activation(node: Node, graph: Graph) -> tuple[int, list[Node]] | None:
+    """For ``node = Mul(x, g(x))`` with ``g`` one of :data:`GATES` whose values are used only
+    on the way to the Mul: (the index of ``x`` among the Mul's inputs, g's nodes); else None."""
+    if node.op_type != "Mul" or node.domain or len(node.inputs) != 2:
+        return None
+    outputs = {id(v) for v in graph.outputs}
+    for xi in (0, 1):
+        x, g = node.inputs[xi], node.inputs[1 - xi]
+        if x is None or g is None or x is g:
+            continue
+        for chain in GATES:
+            nodes: list[Node] = []
+            v = g
+            for op in chain:
+                p = v.producer
+                if p is None or p.domain or p.op_type != op or len(v.uses) != 1 or id(v) in outputs:
+                    break
+                nodes.append(p)
+                v = p.inputs[0]
+            else:
+                if v is x:
+                    return xi, nodes
+    return None
 
 
 @dataclass
@@ -162,8 +198,16 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
             return _pad_reason(node)
         return None
 
-    quantizable = {id(n) for n in graph.nodes if node_ok(n) is None}
-    kept, wanted = _profitable(graph, quantizable, recipe)
+    # gated activations: the Mul is the group's unary op on x, its gate nodes are inside
+    gated: dict[int, tuple[int, list[Node]]] = {}
+    inside: dict[int, Node] = {}
+    for n in graph.nodes:
+        found = gated_activation(n, graph) if node_ok(n) is None else None
+        if found is not None and _is_float(n.inputs[found[0]]):
+            gated[id(n)] = found
+            inside.update((id(g), n) for g in found[1])
+    quantizable = {id(n) for n in graph.nodes if node_ok(n) is None and id(n) not in inside}
+    kept, wanted = _profitable(graph, quantizable, recipe, gated)
 
     def absorbed(v: Value) -> bool:
         cons = v.consumers()
@@ -174,6 +218,12 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
         )
 
     for node in graph.nodes:
+        if id(node) in inside and id(inside[id(node)]) in kept:
+            mul = inside[id(node)]
+            plan.decisions.append(
+                NodeDecision(node, False, f"inside the gated activation {mul.label}: one function of its input")
+            )
+            continue
         reason = node_ok(node)
         table = node.input(0)
         if reason is None and node.op_type == "Gather" and table is not None and table.is_const and _is_float(table):
@@ -191,7 +241,11 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
         d = NodeDecision(node, True)
         op = node.op_type
         out = node.outputs[0] if node.outputs else None
-        if op in VIEW_OPS:
+        if id(node) in gated:
+            # one function of x: only x is read quantized (the gate's value stays inside)
+            xi = gated[id(node)][0]
+            d.inputs.append((xi, want_activation(node.inputs[xi])))
+        elif op in VIEW_OPS:
             x = node.input(0)
             if x is not None and _is_float(x):
                 if not x.is_const:
@@ -204,7 +258,7 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
                 d.output = out.name if out is not None and out.name in plan.tensors else None
             plan.decisions.append(d)
             continue
-        if op in MAC_OPS:
+        elif op in MAC_OPS:
             x, w = node.input(0), node.input(1)
             if not _is_float(x):
                 plan.decisions.append(NodeDecision(node, False, "input 0 is not a float tensor"))
@@ -274,7 +328,9 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
     return plan
 
 
-def _profitable(graph: Graph, quantizable: set[int], recipe: Recipe) -> tuple[set[int], set[int]]:
+def _profitable(
+    graph: Graph, quantizable: set[int], recipe: Recipe, gated: dict[int, tuple[int, list[Node]]]
+) -> tuple[set[int], set[int]]:
     """Which quantizable nodes are worth quantizing, and which values some kept node
     reads as a quantized input (one backward pass over the graph).
 
@@ -306,6 +362,9 @@ def _profitable(graph: Graph, quantizable: set[int], recipe: Recipe) -> tuple[se
         if not out_wanted:
             continue
         kept.add(id(node))
+        if id(node) in gated:  # a gated activation reads only x quantized
+            wanted.add(id(node.inputs[gated[id(node)][0]]))
+            continue
         if op in OUTPUT_ONLY_OPS and op not in ABSORBING_ACTIVATIONS:
             continue  # Softmax: its input stays float
         if op in VIEW_OPS or op in ABSORBING_ACTIVATIONS:

@@ -79,6 +79,15 @@ DEFAULT_OP_TYPES: frozenset[str] = frozenset(
         "Resize",
         "Sigmoid",
         "HardSwish",
+        "HardSigmoid",  # the SE-block gate (its Mul reads it quantized: a [0, 1] range)
+        "Tanh",
+        "Softplus",
+        "Elu",
+        "Selu",
+        "Celu",
+        "Softsign",
+        "Gelu",
+        "Mish",  # these activations lower to one 256-entry table each (passes/lower/lookup.py)
         "LeakyRelu",
         "Softmax",
         "Reshape",

@@ -33,7 +33,12 @@ _QUANT = {
     "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
     "MatMulInteger", "ConvInteger", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
     "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "AccumulatorToFloat",
+    "QLinearLookup",
 }  # fmt: skip
+#: the elementwise activations lowering turns into a 256-entry table (quanta QLinearLookup)
+_TABLED = (
+    "Celu", "Elu", "Erf", "Exp", "Gelu", "HardSigmoid", "HardSwish", "Mish", "Selu", "Softplus", "Softsign", "Tanh",
+)  # fmt: skip
 _ALIAS = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 
 #: the contents each call site held before the table existed (issue 11 item 6), pinned once
@@ -50,7 +55,7 @@ PINNED = {
     },
     "quanta.passes.coverage.COMPUTE_OPS": {
         "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool",
-        "GlobalAveragePool", "Sigmoid", "LeakyRelu", "Softmax", "LSTM", "GRU", "RNN",
+        "GlobalAveragePool", "Sigmoid", "LeakyRelu", "Softmax", "LSTM", "GRU", "RNN", *_TABLED,
     },
     "quanta.passes.coverage.INTEGER_OF": {
         "Conv": ("QLinearConv", "ConvInteger"),
@@ -65,12 +70,13 @@ PINNED = {
         "LeakyRelu": ("QLinearLeakyRelu",),
         "Softmax": ("QLinearSoftmax",),
         "LSTM": ("DynamicQuantizeLSTM",),
+        **{op: ("QLinearLookup",) for op in _TABLED},
     },
     "quanta.passes.coverage.INTEGER_OPS": {
         "QLinearConv", "ConvInteger", "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat",
         "DynamicQuantizeMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearAveragePool",
         "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
-        "DynamicQuantizeLSTM", "QAttention",
+        "DynamicQuantizeLSTM", "QAttention", "QLinearLookup",
     },
     "quanta.passes.coverage.MAC_KIND": {
         "Conv": MacKind.CONV, "QLinearConv": MacKind.CONV, "ConvInteger": MacKind.CONV,
@@ -87,6 +93,7 @@ PINNED = {
         "Mul": "LowerBinary", "Concat": "LowerConcat", "AveragePool": "LowerPool",
         "GlobalAveragePool": "LowerPool", "Sigmoid": "LowerUnary", "LeakyRelu": "LowerUnary",
         "Softmax": "LowerSoftmax",
+        **dict.fromkeys(_TABLED, "LowerLookup"),
     },
     "quanta.passes.coverage._NOT_ISLANDS": {
         "QuantizeLinear", "DequantizeLinear", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
@@ -105,7 +112,7 @@ PINNED = {
     "quanta.quantize.qdq.ABSORBING_ACTIVATIONS": {"Relu", "Clip"},
     "quanta.quantize.qdq.OUTPUT_ONLY_OPS": {"Relu", "Clip", "Softmax"},
     "quanta.quantize.qdq.UNARY_QUANT_OPS": {
-        "AveragePool", "GlobalAveragePool", "Resize", "Sigmoid", "HardSwish", "LeakyRelu",
+        "AveragePool", "GlobalAveragePool", "Resize", "Sigmoid", "HardSwish", "LeakyRelu", *_TABLED,
     },
     "quanta.quantize.qdq.NARY_QUANT_OPS": {"Add", "Mul", "Concat"},
     "quanta.quantize.qdq.MAC_OPS": {"Conv", "ConvTranspose", "Gemm", "MatMul"},
@@ -125,7 +132,7 @@ PINNED = {
         "LpPool",
         "Transpose", "Flatten", "Concat", "Gather", "GatherElements", "GatherND", "ScatterElements",
         "ScatterND", "DepthToSpace", "SpaceToDepth", "ArgMax", "ArgMin", "Shape", "Size",
-        "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
+        "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearLookup",
         "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm",
         "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu", "AccumulatorToFloat",
         "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
@@ -176,7 +183,7 @@ def test_op_facts_every_derived_op_has_a_row(name):
 def test_op_facts_integer_forms_are_integer_ops_with_rows():
     for row in FACTS:
         for op in row.integer:
-            form = FACTS.get(op) or FACTS.get(op, MS)
+            form = FACTS.get(op) or FACTS.get(op, MS) or FACTS.get(op, "quanta")
             assert form is not None and form.integer_op, f"{row.op_type} -> {op}: no integer_op row"
 
 

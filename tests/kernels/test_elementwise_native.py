@@ -420,6 +420,55 @@ def test_lut8_native_indexes_by_code_bits(dtype) -> None:
         assert_same(expected, _native.lut8(x, table, threads), f"t{threads}")
 
 
+def lut_variants() -> list[tuple[str, bool]]:
+    """(ISA, VBMI on) pairs this CPU runs: every ISA with its gather or loop, and the
+    avx512vnni path once more with its VBMI byte permutes when the CPU has them."""
+    out = [(isa, False) for isa in ISAS]
+    if _native.avx512vbmi_supported():
+        out.append(("avx512vnni", True))
+    return out
+
+
+@pytest.mark.parametrize("isa,vbmi", lut_variants())
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_lut8_native_every_variant_every_length(isa, vbmi, dtype) -> None:
+    """Failure signature: a wrong quarter of the table (the VBMI blend on the index's top
+    bit, int8 codes -128..-1 at entries 128..255) or a tail element read or written past
+    n. Every entry distinct (a permutation), so any wrong index shows; lengths 0..130
+    cover the 64-byte VBMI step, the 16-lane gathers and their tails, 64·1000 + 37 the
+    split across threads."""
+    rng = np.random.default_rng(17)
+    table = rng.permutation(256).astype(np.uint8).view(dtype)
+    try:
+        _native.set_isa(isa)
+        _native.set_avx512vbmi(vbmi)
+        assert _native.avx512vbmi_active() == vbmi
+        for n in [*range(0, 131), 64 * 1000 + 37]:
+            x = rng.integers(0, 256, n).astype(np.uint8).view(dtype)
+            expected = table[x.view(np.uint8)]
+            for threads in (1, 2):
+                got = _native.lut8(x, table, threads)
+                assert_same(expected, got, f"lut8 {isa} vbmi={vbmi} t{threads}", n=n)
+        # every code once, in order: entry i answers code with bits i
+        codes_all = np.arange(256, dtype=np.uint8).view(dtype)
+        assert_same(table, _native.lut8(codes_all, table, 1), f"lut8 {isa} vbmi={vbmi} all codes")
+    finally:
+        _native.clear_isa()
+        _native.clear_avx512vbmi()
+
+
+def test_lut8_native_vbmi_needs_avx512vnni_path() -> None:
+    """VBMI is an extension of the avx512vnni path: forcing another ISA turns it off."""
+    try:
+        _native.set_isa("portable")
+        assert not _native.avx512vbmi_active()
+    finally:
+        _native.clear_isa()
+    if not _native.avx512vbmi_supported():
+        with pytest.raises(ValueError, match="VBMI is not supported"):
+            _native.set_avx512vbmi(True)
+
+
 @st.composite
 def softmax_cases(draw):
     rows = draw(st.sampled_from([1, 3, 7]))

@@ -223,6 +223,7 @@ def test_prepare_for_quantization_folds_float_weights_only():
         "fold_constants",
         "fold_reshape_dims",
         "canonicalize",
+        "canonicalize_activations",
         "remove_noops",
         "fold_pad",
         "fold_batchnorm",

@@ -27,6 +27,12 @@ PYBIND11_MODULE(_native, m) {
   m.def("set_isa", [](const std::string& name) { set_isa_override(isa_from_name(name)); },
         "Force one ISA variant (tests compare every variant pairwise).");
   m.def("clear_isa", [] { clear_isa_override(); });
+  m.def("avx512vbmi_supported", [] { return avx512vbmi_supported(); },
+        "Whether the CPU has AVX-512 VBMI (the avx512vnni path's byte lookup uses it).");
+  m.def("avx512vbmi_active", [] { return avx512vbmi_active(); });
+  m.def("set_avx512vbmi", [](bool enabled) { set_avx512vbmi_override(enabled); },
+        "Turn the VBMI byte lookup on or off inside the avx512vnni path (tests run both).");
+  m.def("clear_avx512vbmi", [] { clear_avx512vbmi_override(); });
   register_quantize(m);
   register_qgemm(m);
   register_gemm(m);

@@ -10,6 +10,7 @@ namespace {
 struct CpuFeatures {
   bool avx2 = false;
   bool avx512vnni = false;
+  bool avx512vbmi = false;
 };
 
 unsigned long long xgetbv0() {
@@ -35,8 +36,10 @@ CpuFeatures detect() {
   const bool avx512bw = (ebx >> 30) & 1;
   const bool avx512vl = (ebx >> 31) & 1;
   const bool avx512vnni = (ecx >> 11) & 1;
+  const bool avx512vbmi = (ecx >> 1) & 1;
   f.avx2 = ymm_os && avx2 && fma;
   f.avx512vnni = f.avx2 && zmm_os && avx512f && avx512dq && avx512bw && avx512vl && avx512vnni;
+  f.avx512vbmi = f.avx512vnni && avx512vbmi;
   return f;
 }
 
@@ -46,6 +49,7 @@ const CpuFeatures& features() {
 }
 
 int g_override = -1;
+int g_vbmi_override = -1;  // -1: as the CPU says; 0: off; 1: on
 
 }  // namespace
 
@@ -86,5 +90,18 @@ void set_isa_override(Isa isa) {
 }
 
 void clear_isa_override() { g_override = -1; }
+
+bool avx512vbmi_supported() { return features().avx512vbmi; }
+
+bool avx512vbmi_active() {
+  return features().avx512vbmi && g_vbmi_override != 0 && active_isa() == Isa::kAvx512Vnni;
+}
+
+void set_avx512vbmi_override(bool enabled) {
+  if (enabled && !features().avx512vbmi) throw std::invalid_argument("AVX-512 VBMI is not supported by this CPU");
+  g_vbmi_override = enabled ? 1 : 0;
+}
+
+void clear_avx512vbmi_override() { g_vbmi_override = -1; }
 
 }  // namespace quanta

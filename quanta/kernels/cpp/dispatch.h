@@ -24,4 +24,14 @@ void clear_isa_override();
 
 bool isa_supported(Isa isa);
 
+// AVX-512 VBMI (vpermb / vpermi2b: byte permutes across a whole zmm register), an
+// extension inside the avx512vnni path rather than an ISA of its own: the byte lookup
+// (elementwise lut) uses it when the CPU has it and the active ISA is avx512vnni.
+bool avx512vbmi_supported();
+// Whether the avx512vnni path uses VBMI now: supported and not turned off by
+// set_avx512vbmi_override(false) (tests run the vpgatherdd path on a VBMI CPU with it).
+bool avx512vbmi_active();
+void set_avx512vbmi_override(bool enabled);  // throws std::invalid_argument if unsupported
+void clear_avx512vbmi_override();
+
 }  // namespace quanta

@@ -24,7 +24,7 @@ inputs and outputs, and float islands or operators without a channels-last form)
   between two convolutions; a lone MaxPool is not worth two Transposes);
 - *layout-agnostic operators* (joined when one of their layout inputs comes from a
   region): com.microsoft ``QLinearAdd`` / ``QLinearMul`` (elementwise with numpy
-  broadcasting), ``QLinearSigmoid``, ``QLinearLeakyRelu``, ``Relu``, ``Clip``, and
+  broadcasting), ``QLinearSigmoid``, ``QLinearLeakyRelu``, quanta ``QLinearLookup``, ``Relu``, ``Clip``, and
   ``QLinearConcat`` (its ``axis`` renumbered). Their other layout inputs must be region
   values or constants (a constant is permuted, after its broadcast rank is made
   explicit; exact: the same elements meet the same elements).
@@ -64,6 +64,7 @@ _AGNOSTIC_OPS: dict[tuple[str, str], tuple[int, ...] | None] = {
     (MS_DOMAIN, "QLinearMul"): (0, 3),
     (MS_DOMAIN, "QLinearSigmoid"): (0,),
     (MS_DOMAIN, "QLinearLeakyRelu"): (0,),
+    ("quanta", "QLinearLookup"): (0,),
     ("", "Relu"): (0,),
     ("", "Clip"): (0,),
     (MS_DOMAIN, "QLinearConcat"): None,

@@ -16,6 +16,7 @@ produces, so a lowered model is also a valid ONNX model that ONNX Runtime runs):
     ... AveragePool | GlobalAveragePool -> com.microsoft::QLinear(Global)AveragePool (LowerPool)
     ... Sigmoid | LeakyRelu ...    -> com.microsoft::QLinearSigmoid | QLinearLeakyRelu (LowerUnary)
     ... Softmax ...                -> com.microsoft::QLinearSoftmax {opset, axis}     (LowerSoftmax)
+    Q(f(DQ(x))), f elementwise     -> quanta::QLinearLookup (a 256-entry table)       (LowerLookup, lookup.py)
     Add(MatMulIntegerToFloat(...), bias[N]) -> MatMulIntegerToFloat(..., bias)      (FuseMatMulFloatBias)
     Mul(Cast(MatMulInteger(a, b, za, zb)), Mul(sa, sb))
                                    -> com.microsoft::MatMulIntegerToFloat            (LowerMatMulIntegerScaled)
@@ -44,8 +45,10 @@ from quanta.ir.graph import Node, Value, result_type
 from quanta.ir.op_rules import Stage
 from quanta.ir.types import IntType, QuantType
 from quanta.passes.lower.conv_float_output import LowerConvFloatOutput
+from quanta.passes.lower.lookup import LowerLookup
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe, node_qtype
+from quanta.passes.rules.fold_constants import Evaluator
 
 __all__ = [
     "LOWER_RULES",
@@ -55,6 +58,7 @@ __all__ = [
     "LowerConcat",
     "LowerConv",
     "LowerGemm",
+    "LowerLookup",
     "LowerMatMul",
     "LowerMatMulFloatOutput",
     "LowerMatMulIntegerScaled",
@@ -791,9 +795,10 @@ class FuseMatMulFloatBiasFirst(FuseMatMulFloatBias):
     pattern = "y = Add(bias, mm = com.microsoft::MatMulIntegerToFloat(a, b, sa, sb, za?, zb?))"
 
 
-def lower_rules(opset: int | None = None) -> list[Rule]:
+def lower_rules(opset: int | None = None, evaluator: Evaluator | None = None) -> list[Rule]:
     """The instruction-selection rules in the order they are tried; ``opset`` (ai.onnx) lets
-    LowerSoftmax read a Softmax over any axis."""
+    LowerSoftmax read a Softmax over any axis; ``evaluator`` (the reference kernels) lets
+    LowerLookup compute its tables. LowerLookup comes last: ORT's own operators first."""
     return [
         LowerConv(),
         LowerMatMul(),
@@ -810,6 +815,7 @@ def lower_rules(opset: int | None = None) -> list[Rule]:
         LowerMatMulIntegerScaledFirst(),
         FuseMatMulFloatBias(),
         FuseMatMulFloatBiasFirst(),
+        LowerLookup(evaluator),
     ]
 
 
@@ -822,8 +828,8 @@ class LowerQdqToQLinear(RewritePass):
     name = "lower_qdq_to_qlinear"
     produces_stage = Stage.LOWERED
 
-    def __init__(self, opset: int | None = None) -> None:
-        super().__init__(lower_rules(opset))
+    def __init__(self, opset: int | None = None, evaluator: Evaluator | None = None) -> None:
+        super().__init__(lower_rules(opset, evaluator))
 
 
 def is_integer_op(node: Node) -> bool:

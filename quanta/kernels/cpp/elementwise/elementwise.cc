@@ -178,7 +178,7 @@ template void qlinear_mul<int8_t>(const int8_t*, const int8_t*, int8_t*, const B
 // ---- lookup tables ------------------------------------------------------------------------
 
 void lut_u8(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table, int num_threads, Isa isa) {
-  const LutFn lut = kernels_for(isa).lut;
+  const LutFn lut = isa == Isa::kAvx512Vnni && avx512vbmi_active() ? lut_avx512vbmi : kernels_for(isa).lut;
   for_ranges(num_threads, n, kGrain, [&](int64_t begin, int64_t end) { lut(x + begin, y + begin, end - begin, table); });
 }
 

@@ -35,8 +35,10 @@
 //
 // ISA variants: elementwise_<isa>.cc each fill one Kernels table. Portable: loops over the
 // scalar functions of elementwise_scalar.h. AVX2 / AVX-512: 8 / 16 lanes per step (tails:
-// the scalar functions / masks), lookup tables through vpgatherdd from the table widened
-// to int32, softmax rows from the shared template (vectorised by the compiler).
+// the scalar functions / masks), lookup tables as 16 vpshufb rows of 16 entries picked by
+// the index's high nibble (32 / 64 bytes per step; with AVX-512 VBMI: lut_avx512vbmi, two
+// vpermi2b over the table's four 64-byte quarters and a blend on the index's top bit),
+// softmax rows from the shared template (vectorised by the compiler).
 //
 // Threads: the output is split into chunks by position; each element is computed by the
 // same instruction sequence whichever thread and chunk run it, so the bytes are identical
@@ -101,6 +103,10 @@ struct Kernels {
   SoftmaxRowsFn<uint8_t> softmax_u8;
   SoftmaxRowsFn<int8_t> softmax_s8;
 };
+
+// y = table[x] with vpermi2b (elementwise_avx512vnni.cc, compiled for VBMI on its own):
+// run only when avx512vbmi_active().
+void lut_avx512vbmi(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table);
 
 extern const Kernels kKernelsPortable;
 extern const Kernels kKernelsAvx2;

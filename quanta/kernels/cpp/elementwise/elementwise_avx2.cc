@@ -133,16 +133,26 @@ void minmax(const float* x, int64_t n, float* lo, float* hi, bool* has_nan) {
   *has_nan = any_nan;
 }
 
-// y = table[x] with vpgatherdd from the table widened to int32 (8 lookups per gather).
+// y = table[x], 32 bytes per step: the table as 16 rows of 16 bytes (each row in both
+// 128-bit lanes); vpshufb looks every byte's low nibble up in row k, and a blend keeps that
+// entry where the byte's high nibble is k. (vpgatherdd from the table widened to int32, 8
+// entries per gather, ran at less than half this speed on Zen 5.)
 void lut(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table) {
-  alignas(32) int32_t wide[256];
-  for (int i = 0; i < 256; ++i) wide[i] = table[i];
+  __m256i rows[16];
+  for (int k = 0; k < 16; ++k)
+    rows[k] = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table + 16 * k)));
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + i)));
-    const __m256i v = _mm256_i32gather_epi32(wide, idx, 4);  // 0..255 each
-    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), _mm_packus_epi16(w16, w16));
+  for (; i + 32 <= n; i += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    const __m256i lo = _mm256_and_si256(v, nibble);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+    __m256i r = _mm256_shuffle_epi8(rows[0], lo);
+    for (int k = 1; k < 16; ++k) {
+      const __m256i in_row = _mm256_cmpeq_epi8(hi, _mm256_set1_epi8(static_cast<char>(k)));
+      r = _mm256_blendv_epi8(r, _mm256_shuffle_epi8(rows[k], lo), in_row);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), r);
   }
   lut_scalar(x + i, y + i, n - i, table);
 }

@@ -181,19 +181,55 @@ void minmax(const float* x, int64_t n, float* lo, float* hi, bool* has_nan) {
   *has_nan = nan != 0;
 }
 
-// y = table[x] with vpgatherdd from the table widened to int32 (16 lookups per gather).
+// y = table[x], 64 bytes per step, for AVX-512 without VBMI: the table as 16 rows of 16
+// bytes (each row in all four 128-bit lanes); vpshufb looks every byte's low nibble up in
+// row k under the mask of the bytes whose high nibble is k. The tail is masked.
 void lut(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table) {
-  alignas(64) int32_t wide[256];
-  for (int i = 0; i < 256; ++i) wide[i] = table[i];
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = tail_mask(n - i);
-    const __m512i idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, x + i));
-    const __m512i v = _mm512_i32gather_epi32(idx, wide, 4);
-    _mm512_mask_cvtepi32_storeu_epi8(y + i, k, v);
+  __m512i rows[16];
+  for (int k = 0; k < 16; ++k)
+    rows[k] = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table + 16 * k)));
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  for (int64_t i = 0; i < n; i += 64) {
+    const __mmask64 k64 = n - i >= 64 ? ~0ULL : (1ULL << (n - i)) - 1;
+    const __m512i v = _mm512_maskz_loadu_epi8(k64, x + i);
+    const __m512i lo = _mm512_and_si512(v, nibble);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+    __m512i r = _mm512_shuffle_epi8(rows[0], lo);
+    for (int k = 1; k < 16; ++k) {
+      const __mmask64 in_row = _mm512_cmpeq_epi8_mask(hi, _mm512_set1_epi8(static_cast<char>(k)));
+      r = _mm512_mask_shuffle_epi8(r, in_row, rows[k], lo);
+    }
+    _mm512_mask_storeu_epi8(y + i, k64, r);
   }
 }
 
 }  // namespace
+
+// y = table[x], 64 bytes per step: vpermi2b looks up the low 7 bits of each index in a
+// 128-byte table held in two registers, once in the table's first half (entries 0..127)
+// and once in its second (128..255); the index's top bit picks between the two. The tail
+// is a masked load and store of the same steps.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void lut_avx512vbmi(const uint8_t* x, uint8_t* y,
+                                                                           int64_t n, const uint8_t* table) {
+  const __m512i t0 = _mm512_loadu_si512(table);
+  const __m512i t1 = _mm512_loadu_si512(table + 64);
+  const __m512i t2 = _mm512_loadu_si512(table + 128);
+  const __m512i t3 = _mm512_loadu_si512(table + 192);
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __m512i idx = _mm512_loadu_si512(x + i);
+    const __m512i lo = _mm512_permutex2var_epi8(t0, idx, t1);
+    const __m512i hi = _mm512_permutex2var_epi8(t2, idx, t3);
+    _mm512_storeu_si512(y + i, _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lo, hi));
+  }
+  if (i < n) {
+    const __mmask64 k = (1ULL << (n - i)) - 1;  // 0 < n - i < 64
+    const __m512i idx = _mm512_maskz_loadu_epi8(k, x + i);
+    const __m512i lo = _mm512_permutex2var_epi8(t0, idx, t1);
+    const __m512i hi = _mm512_permutex2var_epi8(t2, idx, t3);
+    _mm512_mask_storeu_epi8(y + i, k, _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lo, hi));
+  }
+}
 
 const Kernels kKernelsAvx512Vnni = {
     add_run<uint8_t>,        add_run<int8_t>,        mul_run<uint8_t>,          mul_run<int8_t>,

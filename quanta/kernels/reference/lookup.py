@@ -1,0 +1,55 @@
+"""quanta QLinearLookup: an 8-bit elementwise function as a 256-entry table (normative).
+
+``y = table[bits(x)]``, ``bits(x)`` the byte of the code (uint8: ``x``; int8: ``x mod 256``,
+so -128..-1 index 128..255). The table is built at compile time by lowering
+(quanta/passes/lower/lookup.py) from the float group it replaces, run on the 256 codes by
+the reference kernels: ``table[bits(c)] = q(f(dq(c)))``. The scale and zero-point
+inputs describe the quantized types of ``x`` and ``y`` (as QLinearSigmoid's do); the
+table alone defines the values.
+
+Inputs: ``x`` (uint8 or int8), ``x_scale``, ``x_zero_point``, ``y_scale``,
+``y_zero_point``, ``table`` ([256], of x's type). Attribute ``function``: the ops the
+table holds, for reading (``"Mul/Sigmoid"``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from quanta.kernels.reference.registry import OpContext, OpError, register
+
+__all__ = ["QUANTA_DOMAIN", "qlinear_lookup"]
+
+QUANTA_DOMAIN = "quanta"
+
+
+def qlinear_lookup(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """``y = table[bits(x)]``.
+
+    >>> qlinear_lookup(np.array([-128, -1, 0, 5], np.int8), np.arange(256, dtype=np.uint8).view(np.int8))
+    array([-128,   -1,    0,    5], dtype=int8)
+    """
+    x = np.asarray(x)
+    table = np.asarray(table)
+    if x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        raise OpError(f"X: expected int8 or uint8, got {x.dtype}")
+    if table.dtype != x.dtype or table.shape != (256,):
+        raise OpError(f"table: expected shape (256,) of {x.dtype}, got shape {table.shape} of {table.dtype}")
+    return table[x.view(np.uint8)]
+
+
+@register("QLinearLookup", QUANTA_DOMAIN)
+def qlinear_lookup_op(
+    ctx: OpContext,
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray | None,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray | None,
+    table: np.ndarray,
+    *,
+    function: str = "",
+) -> np.ndarray:
+    """quanta QLinearLookup-1 (module docstring)."""
+    del ctx, x_scale, x_zero_point, y_scale, y_zero_point, function  # the table holds them
+    return qlinear_lookup(x, table)

@@ -1,0 +1,74 @@
+"""Native quanta QLinearLookup: ``y = table[bits(x)]`` on the ``lut8`` kernel.
+
+The table is the node's constant input, computed by lowering from the float group it
+replaces (quanta/passes/lower/lookup.py); the kernel gathers from it
+(quanta/kernels/cpp/elementwise: AVX-512 VBMI ``vpermi2b`` over four 64-byte quarters of
+the table, AVX-512 / AVX2 ``vpgatherdd``, a portable loop), bit-exact with the twin
+``reference.lookup.qlinear_lookup`` by construction: every variant returns the table's
+entry. A table that is not a constant of 256 entries of x's type runs on the twin, which
+raises the op's own error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node
+from quanta.kernels.reference.lookup import QUANTA_DOMAIN, qlinear_lookup
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+
+__all__ = ["bind_qlinear_lookup"]
+
+_EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
+_SHORT = {np.dtype(np.uint8): "u8", np.dtype(np.int8): "s8"}
+
+
+def _qlinear_lookup_native(
+    ctx: Any,
+    x: Any,
+    x_scale: Any,
+    x_zero_point: Any,
+    y_scale: Any,
+    y_zero_point: Any,
+    table: Any,
+    *,
+    out: np.ndarray | None = None,
+    function: str = "",
+) -> np.ndarray:
+    """``y = table[bits(x)]`` (the scales describe the types; the table holds the values)."""
+    del x_scale, x_zero_point, y_scale, y_zero_point, function  # the table holds them
+    from quanta.kernels import _native
+
+    x = np.asarray(x)
+    if x.dtype not in _EIGHT_BIT or np.asarray(table).dtype != x.dtype or np.shape(table) != (256,):
+        y = qlinear_lookup(x, table)  # raises the op's error for a bad table or x
+        if out is None:
+            return y
+        np.copyto(out, y)
+        return out
+    threads = max(1, int(getattr(ctx, "num_threads", 1)))
+    return _native.lut8(np.ascontiguousarray(x), np.ascontiguousarray(table), threads, out)
+
+
+@register_binder("QLinearLookup", QUANTA_DOMAIN)
+def bind_qlinear_lookup(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """uint8/int8 with a constant 256-entry table of the same type."""
+    del model  # unused: the choice depends on the node only
+    x, table = node.input(0), node.input(5)
+    if table is None or table.const is None:
+        return None, "native QLinearLookup takes a constant table (lowering computes one)"
+    t = np.asarray(table.const)
+    if t.dtype not in _EIGHT_BIT or t.shape != (256,):
+        return None, f"native QLinearLookup: the table is {t.dtype} of shape {t.shape}, expected 256 uint8/int8"
+    dt = None
+    if x is not None and x.type is not None:
+        try:
+            dt = np.dtype(x.type.elem.numpy)
+        except (AttributeError, TypeError, KeyError):
+            dt = None
+    if dt is not None and dt != t.dtype:
+        return None, f"native QLinearLookup: x is {dt} and the table {t.dtype}"
+    return Kernel(_qlinear_lookup_native, "native", f"native:qlinear_lookup_{_SHORT[t.dtype]}", out=True), ""

@@ -1,0 +1,316 @@
+"""LowerLookup (passes/lower/lookup.py): Q(f(DQ(x))) for an elementwise f becomes
+quanta::QLinearLookup with a 256-entry table. Four parts (fired; structure: no float op
+left; numerics: bit-exact with the unlowered QDQ graph on the reference target, and the
+native target bit-exact with both, since the table is the unlowered group run on every
+code; the verifier in the lowered stage) and one refusal per reason. Then the whole
+path: quantize_static plans a gated activation (SiLU, Mish, hardswish before opset 14) as
+one group, writes a file that onnx's checker and ONNX Runtime accept, and the session
+lowers every activation to a table."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+from quanta.ir.onnx_io import load
+from quanta.ir.verify import Stage, verify
+from quanta.passes.lower.lookup import LowerLookup, lookup_codes
+from quanta.passes.pattern import RewritePass
+from quanta.passes.rules.eliminate_dead import EliminateDead
+from quanta.runtime.compile import reference_evaluator
+from quanta.session import InferenceSession
+from tests.passes.helpers import run_passes, run_ref
+
+SHAPE = [2, 3, 7, 9]
+
+
+def c(name: str, v, dtype=np.float32) -> TensorProto:
+    return numpy_helper.from_array(np.asarray(v, dtype), name)
+
+
+def activation(kind: str, x: str, y: str) -> tuple[list, list]:
+    """Nodes computing y = kind(x) (float), and their constants."""
+    mk = helper.make_node
+    if kind == "hardswish":
+        return [mk("HardSwish", [x], [y])], []
+    if kind == "hardswish_pair":
+        return [mk("HardSigmoid", [x], ["g"], alpha=1 / 6, beta=0.5), mk("Mul", [x, "g"], [y])], []
+    if kind == "hardsigmoid":
+        return [mk("HardSigmoid", [x], [y], alpha=0.2, beta=0.5)], []
+    if kind == "silu":
+        return [mk("Sigmoid", [x], ["g"]), mk("Mul", ["g", x], [y])], []
+    if kind == "mish":
+        return [mk("Softplus", [x], ["sp"]), mk("Tanh", ["sp"], ["g"]), mk("Mul", [x, "g"], [y])], []
+    if kind == "tanh":
+        return [mk("Tanh", [x], [y])], []
+    if kind == "relu":  # between two different types: DropImpliedActivation cannot remove it
+        return [mk("Relu", [x], [y])], []
+    if kind == "exp":
+        return [mk("Exp", [x], [y])], []
+    if kind == "clip":  # narrower than the output range: not implied by the quantization
+        return [mk("Clip", [x, "lo", "hi"], [y])], [c("lo", -0.5), c("hi", 1.25)]
+    if kind == "written":  # x * Clip(x + 3, 0, 6) / 6, as exported
+        return [
+            mk("Add", [x, "three"], ["s"]),
+            mk("Clip", ["s", "zero", "six"], ["r"]),
+            mk("Mul", [x, "r"], ["m"]),
+            mk("Div", ["m", "six"], [y]),
+        ], [c("three", 3.0), c("zero", 0.0), c("six", 6.0)]
+    raise ValueError(kind)
+
+
+KINDS = ["hardswish", "hardswish_pair", "hardsigmoid", "silu", "mish", "tanh", "exp", "clip", "relu", "written"]
+
+
+def qdq_proto(kind: str, dtype=np.uint8, *, sx=0.043, zx=131, sy=0.0271, zy=17, opset=17):
+    """x_in -> Q -> DQ -> f -> Q -> DQ -> y, the group between one 8-bit type and another."""
+    if dtype == np.int8:
+        zx, zy = zx - 128, zy - 128
+    mk = helper.make_node
+    nodes = [
+        mk("QuantizeLinear", ["x_in", "sx", "zx"], ["xq"]),
+        mk("DequantizeLinear", ["xq", "sx", "zx"], ["x"]),
+    ]
+    act, consts = activation(kind, "x", "f")
+    nodes += act
+    nodes += [mk("QuantizeLinear", ["f", "sy", "zy"], ["yq"]), mk("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
+    for i, n in enumerate(nodes):
+        n.name = f"{n.op_type.lower()}{i}"
+    inits = [c("sx", sx), c("zx", zx, dtype), c("sy", sy), c("zy", zy, dtype), *consts]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x_in", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def feeds(sx=0.043):
+    rng = np.random.default_rng(4)
+    # every code and beyond both saturation ends
+    x = rng.uniform(-140 * sx, 140 * sx, size=SHAPE).astype(np.float32)
+    return {"x_in": x}
+
+
+def lower(model):
+    p = RewritePass([LowerLookup(reference_evaluator(model.opset_imports))])
+    p.produces_stage = Stage.LOWERED
+    result = run_passes(model, [p, EliminateDead()])
+    model.opset_imports.setdefault("quanta", 1)
+    return result
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("kind", KINDS)
+def test_lookup_is_bit_exact_with_the_group(kind, dtype):
+    proto = qdq_proto(kind, dtype)
+    model = load(proto)
+    result = lower(model)
+    assert result.fired("LowerLookup") == 1
+    assert model.graph.op_counts() == {
+        "QuantizeLinear": 1,
+        "quanta::QLinearLookup": 1,
+        "DequantizeLinear": 1,
+    }
+    verify(model.graph, Stage.LOWERED)
+    f = feeds()
+    expected = run_ref(proto, f)[0]
+    np.testing.assert_array_equal(expected, run_ref(model, f)[0])
+    # the sessions lower by themselves (both backends): the same bytes
+    for backend in ("reference", "native"):
+        got = InferenceSession(proto.SerializeToString(), backend=backend).run(None, f)[0]
+        np.testing.assert_array_equal(expected, got, err_msg=backend)
+
+
+def test_lookup_table_is_the_group_on_every_code():
+    """The table entry of bits i is q(f(dq(code))): HardSwish by hand, in float32."""
+    model = load(qdq_proto("hardswish"))
+    lower(model)
+    node = next(n for n in model.graph.nodes if n.op_type == "QLinearLookup")
+    table = np.asarray(node.inputs[5].const)
+    v = np.float32(0.043) * (lookup_codes(np.uint8).astype(np.float32) - np.float32(131))
+    hs = v * np.maximum(np.float32(0), np.minimum(np.float32(1), v * np.float32(1 / 6) + np.float32(0.5)))
+    q = np.clip(np.rint(hs / np.float32(0.0271)) + 17, 0, 255).astype(np.uint8)
+    # float32 HardSwish evaluated two ways may differ by an ulp; the codes agree except
+    # where hs / sy sits within that ulp of an x.5: at most a handful, each by one step
+    assert node.attrs["function"] == "HardSwish"
+    assert np.abs(table.astype(int) - q.astype(int)).max() <= 1
+    assert np.count_nonzero(table != q) <= 3
+
+
+def test_lookup_refuses_without_evaluator():
+    model = load(qdq_proto("tanh"))
+    rule = LowerLookup(None)
+    q = next(n for n in model.graph.nodes if n.op_type == "QuantizeLinear" and n.outputs[0].name == "yq")
+    m = rule.match(model.graph, q)
+    assert rule.check(m).reason == "no evaluator to compute the table with (the runtime injects one)"
+
+
+def _refusal(proto, reason: str) -> None:
+    model = load(proto)
+    rule = LowerLookup(reference_evaluator(model.opset_imports))
+    p = RewritePass([rule])
+    p.produces_stage = Stage.LOWERED
+    before = model.graph.op_counts()
+    run_passes(model, [p])
+    assert model.graph.op_counts() == before
+    reasons = [r.reason for r in p.why_not("LowerLookup")]
+    assert reason in reasons, reasons
+
+
+def test_lookup_refuses_mixed_storage():
+    proto = qdq_proto("tanh")
+    for t in proto.graph.initializer:
+        if t.name == "zy":
+            t.CopyFrom(c("zy", -111, np.int8))
+    _refusal(proto, "input is u8 and output i8; the table maps one 8-bit type to itself")
+
+
+def test_lookup_refuses_a_broadcasting_constant():
+    proto = qdq_proto("clip")
+    mk = helper.make_node
+    # f = Clip(x) + per-channel bias: an element no longer depends on itself alone
+    proto.graph.node[2].output[0] = "f0"
+    proto.graph.node.insert(3, mk("Add", ["f0", "chan"], ["f"], name="chan_add"))
+    proto.graph.initializer.append(c("chan", np.arange(3, dtype=np.float32).reshape(3, 1, 1)))
+    _refusal(proto, "'chan_add' (Add): constant 'chan' (a constant) is not a scalar of rank <= 4")
+
+
+def test_lookup_refuses_a_value_used_outside():
+    proto = qdq_proto("silu")
+    proto.graph.output.append(helper.make_tensor_value_info("g", TensorProto.FLOAT, SHAPE))
+    _refusal(proto, "'g' (output of 'sigmoid2' (Sigmoid)) is a graph output")
+
+
+def test_lookup_refuses_a_non_elementwise_op():
+    proto = qdq_proto("tanh")
+    proto.graph.node[2].op_type = "Softmax"
+    _refusal(proto, "'tanh2' (Softmax) is not an elementwise op a table can hold")
+
+
+# -- the whole path: quantize_static, the file, the session ------------------------------
+
+
+def conv_act_proto(kind: str, opset: int = 17):
+    """Conv(3 -> 7) -> activation -> Conv(7 -> 5): the activation between two quantized convs."""
+    rng = np.random.default_rng(1)
+    mk = helper.make_node
+    act, consts = activation(kind, "a", "b")
+    nodes = [mk("Conv", ["x_in", "w1", "b1"], ["a"], pads=[1, 1, 1, 1]), *act, mk("Conv", ["b", "w2"], ["y"])]
+    inits = [
+        c("w1", rng.standard_normal((7, 3, 3, 3)) * 0.4),
+        c("b1", rng.standard_normal(7) * 0.3),
+        c("w2", rng.standard_normal((5, 7, 1, 1)) * 0.4),
+        *consts,
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [1, 3, 11, 13])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 11, 13])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize(
+    "kind,opset",
+    [("silu", 17), ("mish", 17), ("hardswish_pair", 13), ("written", 13), ("written", 17), ("hardsigmoid", 17)],
+)
+def test_quantized_activation_is_one_table(tmp_path, kind, opset):
+    ort = pytest.importorskip("onnxruntime")
+    proto = conv_act_proto(kind, opset)
+    src, out = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(proto, src)
+    rng = np.random.default_rng(2)
+    calib = [{"x_in": rng.standard_normal((1, 3, 11, 13)).astype(np.float32)} for _ in range(4)]
+    summary = quanta.quantize_static(src, out, calib, verbose=False)
+    # the coverage report counts every op of the group as integer (the table holds it)
+    stayed = [(c.name, c.op, c.reasons) for c in summary.coverage.nodes if not c.integer_op]
+    assert not stayed, stayed
+    q = onnx.load(str(out))
+    onnx.checker.check_model(q, full_check=True)
+    # Q/DQ only around the group: nothing quantizes a gate's output
+    produced = {o: n.op_type for n in q.graph.node for o in n.output}
+    quantized_from = {produced.get(n.input[0]) for n in q.graph.node if n.op_type == "QuantizeLinear"}
+    assert quantized_from <= {"Conv", "Mul", "HardSwish", "HardSigmoid", None}, quantized_from
+    f = {"x_in": rng.standard_normal((1, 3, 11, 13)).astype(np.float32)}
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    ort_y = sess.run(None, f)[0]
+    ref = InferenceSession(str(out), backend="reference")
+    nat = InferenceSession(str(out))
+    y_ref, y_nat = ref.run(None, f)[0], nat.run(None, f)[0]
+    np.testing.assert_array_equal(y_ref, y_nat)
+    # (the last Conv has a float output: ConvInteger -> Cast -> Mul(sx·sw), not the group)
+    float_ops = {"Sigmoid", "Tanh", "Softplus", "HardSigmoid", "HardSwish", "Clip", "Div"}
+    ops = [s.op_type for s in nat.plan.steps]
+    assert not float_ops & set(ops) and ops.count("Mul") == 1, ops
+    assert [s.kernel.name for s in nat.plan.steps if s.op_type == "QLinearLookup"] == ["native:qlinear_lookup_u8"]
+    # against ONNX Runtime running the QDQ file: a few output steps (the convolutions
+    # round in different places, docs/passes.md), not a float island's drift
+    y_scale = max(abs(float(np.max(np.abs(ort_y)))), 1e-6) / 127
+    assert np.max(np.abs(ort_y - y_ref)) <= 4 * y_scale
+
+
+@pytest.mark.parametrize("kind,chain", [("silu", ["Sigmoid"]), ("mish", ["Tanh", "Softplus"]), ("hardswish_pair", ["HardSigmoid"])])
+def test_gated_activation_is_recognised(kind, chain):
+    from quanta.quantize.qdq import gated_activation
+
+    model = load(conv_act_proto(kind))
+    mul = next(n for n in model.graph.nodes if n.op_type == "Mul")
+    found = gated_activation(mul, model.graph)
+    assert found is not None
+    xi, nodes = found
+    assert mul.inputs[xi].name == "a" and [n.op_type for n in nodes] == chain
+
+
+def test_gate_read_elsewhere_is_not_a_group():
+    """Failure signature: the gate's float output, also a graph output, would vanish
+    into the table. Its Mul is then an ordinary binary op (both inputs quantized)."""
+    from quanta.quantize.qdq import gated_activation
+
+    proto = conv_act_proto("silu")
+    proto.graph.output.append(helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 7, 11, 13]))
+    model = load(proto)
+    mul = next(n for n in model.graph.nodes if n.op_type == "Mul")
+    assert gated_activation(mul, model.graph) is None
+
+
+def test_lookup_refuses_per_axis_input():
+    proto = qdq_proto("tanh")
+    for t in proto.graph.initializer:
+        if t.name == "sx":
+            t.CopyFrom(c("sx", [0.043, 0.05, 0.06]))
+        if t.name == "zx":
+            t.CopyFrom(c("zx", [131, 120, 128], np.uint8))
+    for n in proto.graph.node[:2]:
+        n.attribute.append(helper.make_attribute("axis", 1))
+    model = load(proto)
+    rule = LowerLookup(reference_evaluator(model.opset_imports))
+    p = RewritePass([rule])
+    p.produces_stage = Stage.LOWERED
+    run_passes(model, [p])
+    reasons = [r.reason for r in p.why_not("LowerLookup")]
+    assert any(r.startswith("input 'xq' (output of 'quantizelinear0' (QuantizeLinear)) is not a per-tensor u8/i8") for r in reasons), reasons
+
+
+@pytest.mark.parametrize("kind", ["silu", "mish", "hardswish_pair"])
+def test_gated_activation_plan_reads_only_x(kind):
+    """Failure signature: the Mul planned as an ordinary binary op, its gate's output then
+    quantized too (or the Mul left float because the gate's value has no known type)."""
+    from quanta.quantize.qdq import plan_qdq
+    from quanta.quantize.recipe import Recipe
+
+    model = load(conv_act_proto(kind))
+    plan = plan_qdq(model.graph, Recipe())
+    d = next(d for d in plan.decisions if d.node.op_type == "Mul")
+    assert d.quantize, d.reason
+    assert [(model.graph.value(k).name) for _, k in d.inputs] == ["a"]
+    assert d.output == "b"
+    gate_decisions = [x for x in plan.decisions if x.node.op_type in ("Sigmoid", "Tanh", "Softplus", "HardSigmoid")]
+    assert gate_decisions and all(not x.quantize and x.reason.startswith("inside the gated activation") for x in gate_decisions)
