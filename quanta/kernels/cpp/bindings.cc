@@ -35,4 +35,5 @@ PYBIND11_MODULE(_native, m) {
   register_layout(m);
   register_float_ops(m);
   register_pool(m);
+  register_sgemm(m);
 }

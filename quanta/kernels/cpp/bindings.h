@@ -22,6 +22,7 @@ void register_conv(py::module_& m);
 void register_layout(py::module_& m);
 void register_float_ops(py::module_& m);
 void register_pool(py::module_& m);
+void register_sgemm(py::module_& m);
 
 template <typename T>
 py::array_t<T, py::array::c_style> require_array(const py::handle& obj, const char* what) {
