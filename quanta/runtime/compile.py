@@ -69,16 +69,20 @@ def default_pipeline(target: Target, model: Model) -> list[Pass]:
     "reference" execute the same graph, and "reference" is the golden of the *same*
     integer arithmetic): a quantized graph (QDQ, QOperator or dynamically quantized: any
     quantization operator) has its Q -> op -> DQ groups lowered to integer operators, its
-    convolutions run channels-last and its float islands fused; a float graph runs as
-    loaded. A fresh list per call (rule passes keep the refusals of their last run).
+    convolutions run channels-last and its float islands fused; a float graph has its
+    constants and BatchNormalizations folded (``pipelines.optimize_float``, or
+    DEFAULT_PIPELINE when one is set). A fresh list per call (rule passes keep the refusals of their last run).
     Sessions with ``graph_optimization_level = ORT_DISABLE_ALL`` pass ``passes=[]``."""
     del target  # the same pipeline for every target
     from quanta.ir.op_rules import QUANT_OPS
+    from quanta.passes.pipelines import lower_qdq, optimize_float
 
     if not any(n.op_type in QUANT_OPS for n in model.graph.nodes):
-        return list(DEFAULT_PIPELINE)
-    from quanta.passes.pipelines import lower_qdq
-
+        if DEFAULT_PIPELINE:
+            return list(DEFAULT_PIPELINE)
+        return optimize_float(
+            opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model.opset_imports)
+        )
     return lower_qdq(
         opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model.opset_imports)
     )
