@@ -259,3 +259,39 @@ def test_float_model_runs_the_gemm_family_natively() -> None:
             first = got
         else:
             assert all(a.tobytes() == b.tobytes() for a, b in zip(first, got, strict=True))
+
+
+def test_float_graph_folds_batchnorm_and_constant_weights() -> None:
+    """A float graph compiles with optimize_float: the Constant-node weights become
+    constants and the BatchNormalization folds into the Conv before it, on both targets
+    (so the reference is the golden of the folded graph)."""
+    rng = np.random.default_rng(4)
+
+    def t(name, *shape, lo=-0.5, hi=0.5):
+        return numpy_helper.from_array(rng.uniform(lo, hi, shape).astype(F32), name)
+
+    nodes = [
+        helper.make_node("Constant", [], ["w"], value=t("wv", 7, 3, 3, 3)),
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "g", "beta", "mean", "var"], ["y"], epsilon=1e-3),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_bn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [t("g", 7, lo=0.5, hi=2), t("beta", 7), t("mean", 7), t("var", 7, lo=0.1, hi=2)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((1, 3, 9, 11)).astype(F32)
+    ref = quanta.InferenceSession(model, backend="reference")
+    nat = quanta.InferenceSession(model, backend="native")
+    assert [s.op_type for s in ref.plan.steps] == [s.op_type for s in nat.plan.steps] == ["Conv"]
+    assert nat.plan.steps[0].kernel.name == "native:conv_f32_im2col_3x3"
+    opts = quanta.SessionOptions()
+    opts.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    as_written = quanta.InferenceSession(model, sess_options=opts, backend="reference").run(None, {"x": x})[0]
+    want = ref.run(None, {"x": x})[0]
+    # folding rounds the scaled weights once instead of scaling each output: float32 noise
+    np.testing.assert_allclose(want, as_written, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(nat.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)

@@ -76,12 +76,19 @@ using TileFn = void (*)(const Tile& t);
 using DwRowFn = void (*)(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias,
                          float lo, float hi, float* y, int64_t ow);
 
+// y[i·ldy] for the rows of `panels` packed A panels (rows ≥ rows_left are not written):
+// Σ_k a(i, k) · x[k·ldx], the tile's fma chain, then the epilogue (row0: the absolute
+// index of the first row, for the bias; the column is 0).
+using GemvFn = void (*)(const float* a_panels, int64_t panels, int64_t k, const float* x, int64_t ldx, float* y,
+                        int64_t ldy, int64_t rows_left, int64_t row0, const Epilogue& ep);
+
 struct Kernels {
   const char* isa;
   int mr, nr;            // the micro-kernel's tile
   TileFn tile[2][9];     // tile[packed A][r] computes r rows (1 ≤ r ≤ mr); A row-major
                          // (a[i·a_rs + k]) or packed (a[i + kPackMr·k])
   DwRowFn dw_row;
+  GemvFn gemv;
 };
 
 extern const Kernels kKernelsPortable;

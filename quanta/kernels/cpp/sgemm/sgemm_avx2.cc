@@ -3,6 +3,7 @@
 // the depthwise rows, 8 output pixels per ymm, up to 4 ymm per step.
 #include <immintrin.h>
 
+#include "sgemm/gemv_ymm.h"
 #include "sgemm/sgemm.h"
 
 namespace quanta {
@@ -131,6 +132,7 @@ extern const Kernels kKernelsAvx2 = {
     {{nullptr, tile<1, false>, tile<2, false>, tile<3, false>, tile<4, false>, nullptr, nullptr, nullptr, nullptr},
      {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, nullptr, nullptr, nullptr, nullptr}},
     dw_row,
+    ymm::gemv,
 };
 
 }  // namespace sgemm

@@ -3,6 +3,7 @@
 // and the depthwise rows, 16 output pixels per zmm, up to 4 zmm per step.
 #include <immintrin.h>
 
+#include "sgemm/gemv_ymm.h"
 #include "sgemm/sgemm.h"
 
 namespace quanta {
@@ -163,6 +164,7 @@ extern const Kernels kKernelsAvx512Vnni = {
      {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, tile<5, true>, tile<6, true>,
       tile<7, true>, tile<8, true>}},
     dw_row,
+    ymm::gemv,
 };
 
 }  // namespace sgemm

@@ -58,6 +58,16 @@ void dw_row(const float* const* rows, const float* w, int kh, int kw, int sw, in
   }
 }
 
+void gemv(const float* a, int64_t panels, int64_t k, const float* x, int64_t ldx, float* y, int64_t ldy,
+          int64_t rows_left, int64_t row0, const Epilogue& ep) {
+  for (int64_t i = 0; i < panels * kPackMr && i < rows_left; ++i) {
+    const float* ap = a + (i / kPackMr) * k * kPackMr + i % kPackMr;
+    float acc = 0.0f;
+    for (int64_t kk = 0; kk < k; ++kk) acc = std::fma(ap[kk * kPackMr], x[kk * ldx], acc);
+    y[i * ldy] = finish(acc, ep, ep.bias_row ? ep.bias_row[row0 + i] : 0.0f, ep.bias_col);
+  }
+}
+
 }  // namespace
 
 extern const Kernels kKernelsPortable = {
@@ -67,6 +77,7 @@ extern const Kernels kKernelsPortable = {
     {{nullptr, tile<1, false>, tile<2, false>, tile<3, false>, tile<4, false>, nullptr, nullptr, nullptr, nullptr},
      {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, nullptr, nullptr, nullptr, nullptr}},
     dw_row,
+    gemv,
 };
 
 }  // namespace sgemm
