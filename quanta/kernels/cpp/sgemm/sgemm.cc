@@ -31,7 +31,9 @@ namespace {
 
 constexpr int64_t kKc = 256;
 // Below this many multiply-adds a product runs on the calling thread.
-constexpr int64_t kMinParallelMacs = int64_t{1} << 16;
+// (2^18 multiply-adds are ~8 us of one core: less and waking a worker costs about what
+// it saves.)
+constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -288,8 +290,10 @@ void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const flo
   const int64_t taps = g.kh * g.kw;
   // A padded plane: row iy at plane + iy·wp, column ix at + pl + ix; the zero row serves
   // the rows above and below the input.
-  const int64_t need = (round_up(g.ow, 64) + 64) * g.sw + (g.kw - 1) * g.dw + 64;
-  const int64_t wp = std::max<int64_t>(need, g.pl + g.w + 64);
+  // The row kernels read whole vectors: up to round_up(ow, 16) outputs, the last S = 2
+  // step 32 floats from its start.
+  const int64_t need = round_up(g.ow, 16) * g.sw + (g.kw - 1) * g.dw + 32;
+  const int64_t wp = std::max<int64_t>(need, g.pl + g.w);
   const int64_t planes = g.n * g.c;
   const int threads = g.n * g.m * g.oh * g.ow * taps < kMinParallelMacs ? 1 : num_threads;
   auto body = [&](int64_t plane_index, int) {

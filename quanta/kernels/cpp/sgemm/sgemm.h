@@ -72,7 +72,7 @@ using TileFn = void (*)(const Tile& t);
 
 // One depthwise output row: y[x] = Σ_{ky, kx} w[ky·kw + kx] · rows[ky][x·sw + kx·dw]
 // (fma from +0, taps in (ky, kx) order), then + bias, clamped; for x in [0, ow). The
-// rows hold at least 64 readable floats past the last tap the row needs.
+// rows are readable up to round_up(ow, 16)·sw + (kw − 1)·dw + 32 floats (whole vectors).
 using DwRowFn = void (*)(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias,
                          float lo, float hi, float* y, int64_t ow);
 
