@@ -25,41 +25,62 @@ inline __m256 finish(__m256 v, const Epilogue& ep, float row_bias, const float* 
   return v;
 }
 
+// Named accumulators, not arrays: GCC stored __m256 accumulator arrays back to the stack
+// on every k step (see sgemm_avx512vnni.cc). `if (R > r)` is resolved at compile time.
+#define QUANTA_SGEMM_ROWS(X) X(0) X(1) X(2) X(3)
+
 template <int R, bool kPacked>
 void tile(const Tile& t) {
   const __m256i m0 = lane_mask(t.nr), m1 = lane_mask(t.nr - 8);
   const bool two = t.nr > 8;
-  __m256 acc0[R], acc1[R];
-  for (int r = 0; r < R; ++r) {
-    acc0[r] = t.load_c ? _mm256_maskload_ps(t.c + r * t.ldc, m0) : _mm256_setzero_ps();
-    acc1[r] = t.load_c && two ? _mm256_maskload_ps(t.c + r * t.ldc + 8, m1) : _mm256_setzero_ps();
+#define DECL(r) __m256 c0_##r = _mm256_setzero_ps(), c1_##r = _mm256_setzero_ps();
+  QUANTA_SGEMM_ROWS(DECL)
+#undef DECL
+  if (t.load_c) {
+#define LOADC(r)                                                                       \
+  if (R > r) {                                                                         \
+    c0_##r = _mm256_maskload_ps(t.c + r * t.ldc, m0);                                  \
+    if (two) c1_##r = _mm256_maskload_ps(t.c + r * t.ldc + 8, m1);                     \
+  }
+    QUANTA_SGEMM_ROWS(LOADC)
+#undef LOADC
   }
   const float* b = t.b;
-  const float* ap[R];
-  for (int r = 0; r < R; ++r) ap[r] = kPacked ? t.a + r : t.a + r * t.a_rs;
+  const float* a = t.a;
+  const int64_t rs = kPacked ? 1 : t.a_rs;
   for (int64_t k = 0; k < t.k; ++k) {
     const __m256 b0 = _mm256_maskload_ps(b, m0);
     const __m256 b1 = _mm256_maskload_ps(b + 8, m1);
-    for (int r = 0; r < R; ++r) {
-      const __m256 av = _mm256_broadcast_ss(kPacked ? ap[r] + k * kPackMr : ap[r] + k);
-      acc0[r] = _mm256_fmadd_ps(av, b0, acc0[r]);
-      acc1[r] = _mm256_fmadd_ps(av, b1, acc1[r]);
-    }
+#define STEP(r)                                                                        \
+  if (R > r) {                                                                         \
+    const __m256 av = _mm256_broadcast_ss(a + r * rs);                                 \
+    c0_##r = _mm256_fmadd_ps(av, b0, c0_##r);                                          \
+    c1_##r = _mm256_fmadd_ps(av, b1, c1_##r);                                          \
+  }
+    QUANTA_SGEMM_ROWS(STEP)
+#undef STEP
+    a += kPacked ? kPackMr : 1;
     b += t.ldb;
   }
-  for (int r = 0; r < R; ++r) {
-    float* c = t.c + r * t.ldc;
-    __m256 v0 = acc0[r], v1 = acc1[r];
-    if (t.ep) {
-      const float rb = t.ep->bias_row ? t.ep->bias_row[t.row0 + r] : 0.0f;
-      const float* cb = t.ep->bias_col ? t.ep->bias_col + t.col0 : nullptr;
-      v0 = finish(v0, *t.ep, rb, cb, m0);
-      v1 = two ? finish(v1, *t.ep, rb, cb ? cb + 8 : nullptr, m1) : v1;
-    }
-    _mm256_maskstore_ps(c, m0, v0);
-    if (two) _mm256_maskstore_ps(c + 8, m1, v1);
+  const Epilogue* ep = t.ep;
+  const float* cb = ep && ep->bias_col ? ep->bias_col + t.col0 : nullptr;
+#define STORE(r)                                                                       \
+  if (R > r) {                                                                         \
+    float* c = t.c + r * t.ldc;                                                        \
+    __m256 v0 = c0_##r, v1 = c1_##r;                                                   \
+    if (ep) {                                                                          \
+      const float rb = ep->bias_row ? ep->bias_row[t.row0 + r] : 0.0f;                 \
+      v0 = finish(v0, *ep, rb, cb, m0);                                                \
+      v1 = two ? finish(v1, *ep, rb, cb ? cb + 8 : nullptr, m1) : v1;                  \
+    }                                                                                  \
+    _mm256_maskstore_ps(c, m0, v0);                                                    \
+    if (two) _mm256_maskstore_ps(c + 8, m1, v1);                                       \
   }
+  QUANTA_SGEMM_ROWS(STORE)
+#undef STORE
 }
+
+#undef QUANTA_SGEMM_ROWS
 
 template <int S>
 inline __m256 load_pixels(const float* p, int sw) {
