@@ -8,6 +8,8 @@ Run one with :class:`quanta.passes.manager.PassManager`::
 - :func:`simplify`: the exact graph-level clean-up of a float or QDQ graph;
 - :func:`lower_qdq`: what the runtime compiles a QDQ graph with (clean-up, then
   instruction selection into integer operators);
+- :func:`optimize_float`: what the runtime compiles a float graph with (constants,
+  no-ops, BatchNormalization folded into the producing Conv / ConvTranspose / Gemm);
 - :func:`prepare_for_lowering`: ``simplify`` plus fused activations (``quanta`` domain).
 
 ``SIMPLIFY`` and ``PREPARE_FOR_LOWERING`` are ready-made lists for opset 21 without an
@@ -39,6 +41,7 @@ __all__ = [
     "PREPARE_FOR_LOWERING",
     "SIMPLIFY",
     "lower_qdq",
+    "optimize_float",
     "prepare_for_lowering",
     "prepare_for_quantization",
     "simplify",
@@ -76,6 +79,24 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         FoldBatchNorm(),
         *_fold_groupnorm(opset),
         EliminateCommon(),
+        EliminateDead(),
+    ]
+
+
+def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:
+    """What the runtime compiles a float graph (no quantization operator) with: ONNX
+    Runtime's basic level for a CNN. Constant nodes and constant subgraphs become
+    constants (Paddle exports hold every weight in a Constant node, which the native
+    float kernels pack at compile time), no-ops go, and an inference BatchNormalization
+    folds into the Conv / ConvTranspose / Gemm before it (one pass over the output
+    instead of two; the folded weights are computed in float64 and rounded once, as ORT
+    folds them in float32). Every target runs the folded graph, so the reference stays
+    the golden of what the native target computes."""
+    del opset  # the same steps for every opset
+    return [
+        FoldConstants(evaluator),
+        RemoveNoops(),
+        FoldBatchNorm(),
         EliminateDead(),
     ]
 

@@ -71,22 +71,25 @@ def default_pipeline(target: Target, model: Model) -> list[Pass]:
     "reference" execute the same graph, and "reference" is the golden of the *same*
     integer arithmetic): a quantized graph (QDQ, QOperator or dynamically quantized: any
     quantization operator) has its Q -> op -> DQ groups lowered to integer operators, its
-    convolutions run channels-last and its float islands fused; a float graph with If /
-    Loop / Scan nodes (or a float body) gets ``simplify_control_flow`` (constants folded,
-    Ifs on constants inlined); any other float graph runs as loaded. A fresh list per call (rule passes keep the refusals of their last run).
-    Sessions with ``graph_optimization_level = ORT_DISABLE_ALL`` pass ``passes=[]``."""
+    convolutions run channels-last and its float islands fused; a float graph has its
+    constants and BatchNormalizations folded (``pipelines.optimize_float``, or
+    DEFAULT_PIPELINE when one is set), after ``simplify_control_flow`` (Ifs on constants
+    inlined) when it holds If / Loop / Scan nodes. A fresh list per call (rule passes keep
+    the refusals of their last run). Sessions with ``graph_optimization_level =
+    ORT_DISABLE_ALL`` pass ``passes=[]``."""
     del target  # the same pipeline for every target
     from quanta.ir.op_rules import QUANT_OPS
+    from quanta.passes.pipelines import lower_qdq, optimize_float, simplify_control_flow
     from quanta.runtime.control_flow import CONTROL_FLOW_OPS
 
     if not any(n.op_type in QUANT_OPS for n in model.graph.nodes):
+        if DEFAULT_PIPELINE:
+            return list(DEFAULT_PIPELINE)
+        evaluator = reference_evaluator(model.opset_imports)
+        passes = optimize_float(opset=model.opset_imports.get("", 21), evaluator=evaluator)
         if any(n.op_type in CONTROL_FLOW_OPS for n in model.graph.nodes):
-            from quanta.passes.pipelines import simplify_control_flow
-
-            return simplify_control_flow(evaluator=reference_evaluator(model.opset_imports))
-        return list(DEFAULT_PIPELINE)
-    from quanta.passes.pipelines import lower_qdq
-
+            return [*simplify_control_flow(evaluator=evaluator), *passes]
+        return passes
     return lower_qdq(
         opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model.opset_imports)
     )

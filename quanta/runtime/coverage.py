@@ -20,7 +20,7 @@ __all__ = ["lowered_coverage"]
 
 def lowered_coverage(model: Model, shapes: Mapping[str, tuple[int, ...]] | None = None) -> CoverageReport:
     """Coverage of ``model`` (unchanged) after the session's lowering pipeline; a float
-    model (no quantization operator) runs as loaded, so its compute counts as float.
+    model (no quantization operator) is not lowered, so its compute counts as float.
 
     ``shapes`` (value name -> shape seen in a calibration sample) stands in for shapes
     the file leaves symbolic or unknown when MACs are counted: a sequence length left

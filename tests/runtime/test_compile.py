@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 import quanta
 from quanta.ir.onnx_io import load
 from quanta.passes.manager import Pass, PassResult
+from quanta.passes.pipelines import optimize_float
 from quanta.runtime.compile import compile as compile_plan
 from quanta.runtime.compile import default_pipeline
 from quanta.runtime.plan import NONE_SLOT, SlotKind
@@ -24,9 +25,12 @@ def test_plan_binds_every_node_and_records_native_fallbacks():
     kernels = {s.name: s.kernel for s in plan.steps}
     assert [s.name for s in plan.steps] == ["q_x", "dq_x", "dq_w", "conv", "q_c", "dq_c"]
     assert kernels["q_x"].name == "native:quantize_linear_u8" and kernels["q_x"].impl == "native"
-    # a float Conv has no native kernel: it falls back, with the reason, and is listed
+    # a float Conv whose weights are computed (DequantizeLinear of int8 weights) cannot be
+    # prepacked: it falls back, with the reason, and is listed
     assert kernels["conv"].name == "reference:Conv"
-    assert ("conv", "Conv", "no native kernel for this operator yet") in plan.fallbacks
+    assert ("conv", "Conv", "weights w are not a constant (the native kernel packs them at compile time)") in (
+        plan.fallbacks
+    )
     # every fallback is a step run by its reference twin, and only those
     assert [f[0] for f in plan.fallbacks] == [s.name for s in plan.steps if s.kernel.impl == "reference"]
     assert all(k.fallback for k in kernels.values() if k.impl == "reference")
@@ -154,7 +158,10 @@ def test_default_pipeline_is_the_same_for_every_target():
     assert [s.op_type for s in ref.steps] == [
         "QuantizeLinear", "Transpose", "QLinearConv", "Transpose", "DequantizeLinear"
     ]
-    assert default_pipeline(get_target("reference"), load(models.float_cnn())) == []  # float graph: as loaded
+    # a float graph: constants and BatchNormalizations folded, nothing lowered
+    assert [p.name for p in default_pipeline(get_target("reference"), load(models.float_cnn()))] == [
+        p.name for p in optimize_float()
+    ]
     # graph_optimization_level = ORT_DISABLE_ALL runs the graph as written
     opts = quanta.SessionOptions()
     opts.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL

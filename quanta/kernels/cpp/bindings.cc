@@ -43,4 +43,5 @@ PYBIND11_MODULE(_native, m) {
   register_pool(m);
   register_recurrent(m);
   register_tensor_ops(m);
+  register_sgemm(m);
 }

@@ -24,6 +24,7 @@ void register_float_ops(py::module_& m);
 void register_pool(py::module_& m);
 void register_recurrent(py::module_& m);
 void register_tensor_ops(py::module_& m);
+void register_sgemm(py::module_& m);
 
 template <typename T>
 py::array_t<T, py::array::c_style> require_array(const py::handle& obj, const char* what) {

@@ -96,6 +96,61 @@ def conv(
     return from_compute(y, x.dtype)
 
 
+def conv_transpose_geometry(
+    x_shape: Sequence[int],
+    w_shape: Sequence[int],
+    *,
+    auto_pad: str = "NOTSET",
+    dilations: Sequence[int] | None = None,
+    group: int = 1,
+    kernel_shape: Sequence[int] | None = None,
+    output_padding: Sequence[int] | None = None,
+    output_shape: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    strides: Sequence[int] | None = None,
+) -> tuple[int, list[int], list[int], list[int], list[int], list[int]]:
+    """ConvTranspose's geometry (conv_transpose's docstring): M, strides, dilations, the
+    un-cropped canvas ``full``, the crop's ``begin`` and the output spatial shape."""
+    n_spatial = len(x_shape) - 2
+    c = x_shape[1]
+    in_shape = list(x_shape[2:])
+    kernel = list(w_shape[2:])
+    if kernel_shape is not None and list(kernel_shape) != kernel:
+        raise OpError(f"ConvTranspose: kernel_shape {list(kernel_shape)} differs from the weight's {kernel}")
+    if w_shape[0] != c or c % group:
+        raise OpError(
+            f"ConvTranspose: expected w.shape[0] = C divisible by group, got C={c}, w {tuple(w_shape)}, group={group}"
+        )
+    m = w_shape[1] * group
+    strides = [1] * n_spatial if strides is None else list(strides)
+    dilations = [1] * n_spatial if dilations is None else list(dilations)
+    pads = [0] * (2 * n_spatial) if pads is None else list(pads)
+    output_padding = [0] * n_spatial if output_padding is None else list(output_padding)
+    full = [s * (i - 1) + (k - 1) * d + 1 for i, k, s, d in zip(in_shape, kernel, strides, dilations)]
+
+    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if output_shape is not None:
+            out = list(output_shape)[-n_spatial:]
+        else:
+            out = [i * s for i, s in zip(in_shape, strides)]
+        total = [f + op - o for f, op, o in zip(full, output_padding, out)]
+        if auto_pad == "SAME_UPPER":
+            begin = [t // 2 for t in total]
+        else:
+            begin = [t - t // 2 for t in total]
+    elif auto_pad in ("NOTSET", "VALID"):
+        if auto_pad == "VALID":
+            pads = [0] * (2 * n_spatial)
+        begin = pads[:n_spatial]
+        out = [f + op - pb - pe for f, op, pb, pe in zip(full, output_padding, pads[:n_spatial], pads[n_spatial:])]
+    else:
+        raise OpError(f"ConvTranspose: auto_pad expected NOTSET, SAME_UPPER, SAME_LOWER or VALID, got {auto_pad!r}")
+    if min(out) < 1:
+        raise OpError(f"ConvTranspose: output spatial shape must be positive, got {out}")
+
+    return m, strides, dilations, full, begin, out
+
+
 @register("ConvTranspose")
 def conv_transpose(
     ctx: OpContext,
@@ -127,42 +182,13 @@ def conv_transpose(
         raise OpError(
             f"ConvTranspose: expected x (N, C, spatial...) and w of the same rank, got {x.shape} and {w.shape}"
         )
-    n_spatial = x.ndim - 2
     n, c = x.shape[:2]
     in_shape = list(x.shape[2:])
     kernel = list(w.shape[2:])
-    if kernel_shape is not None and list(kernel_shape) != kernel:
-        raise OpError(f"ConvTranspose: kernel_shape {list(kernel_shape)} differs from the weight's {kernel}")
-    if w.shape[0] != c or c % group:
-        raise OpError(
-            f"ConvTranspose: expected w.shape[0] = C divisible by group, got C={c}, w {w.shape}, group={group}"
-        )
-    m = w.shape[1] * group
-    strides = [1] * n_spatial if strides is None else list(strides)
-    dilations = [1] * n_spatial if dilations is None else list(dilations)
-    pads = [0] * (2 * n_spatial) if pads is None else list(pads)
-    output_padding = [0] * n_spatial if output_padding is None else list(output_padding)
-    full = [s * (i - 1) + (k - 1) * d + 1 for i, k, s, d in zip(in_shape, kernel, strides, dilations)]
-
-    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        if output_shape is not None:
-            out = list(output_shape)[-n_spatial:]
-        else:
-            out = [i * s for i, s in zip(in_shape, strides)]
-        total = [f + op - o for f, op, o in zip(full, output_padding, out)]
-        if auto_pad == "SAME_UPPER":
-            begin = [t // 2 for t in total]
-        else:
-            begin = [t - t // 2 for t in total]
-    elif auto_pad in ("NOTSET", "VALID"):
-        if auto_pad == "VALID":
-            pads = [0] * (2 * n_spatial)
-        begin = pads[:n_spatial]
-        out = [f + op - pb - pe for f, op, pb, pe in zip(full, output_padding, pads[:n_spatial], pads[n_spatial:])]
-    else:
-        raise OpError(f"ConvTranspose: auto_pad expected NOTSET, SAME_UPPER, SAME_LOWER or VALID, got {auto_pad!r}")
-    if min(out) < 1:
-        raise OpError(f"ConvTranspose: output spatial shape must be positive, got {out}")
+    m, strides, dilations, full, begin, out = conv_transpose_geometry(
+        x.shape, w.shape, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
+        output_padding=output_padding, output_shape=output_shape, pads=pads, strides=strides,
+    )
 
     # cols[n, g, (m, k), p] = sum_c w[g, c, m, k] * x[n, g, c, p]
     dtype = compute_dtype(x.dtype)
@@ -172,7 +198,7 @@ def conv_transpose(
     canvas = _scatter_windows(cols, full, strides, dilations)
     y = _crop_spatial(canvas, begin, out)
     if b is not None:
-        y = y + b.astype(dtype, copy=False).reshape(m, *([1] * n_spatial))
+        y = y + b.astype(dtype, copy=False).reshape(m, *([1] * len(in_shape)))
     return from_compute(y, x.dtype)
 
 

@@ -1,0 +1,305 @@
+// Bindings for the float GEMM family (sgemm/sgemm.h): the entry layer. Every argument is
+// checked here (dtype, contiguity, shapes, packed sizes, out=) and a ValueError names the
+// argument, what was expected and what was given.
+//
+//   sgemm_pack_b(b: f32 2-D, trans=False) -> packed      B = b (K × N) or b.T (b is N × K)
+//   sgemm_pack_a(a: f32 2-D, trans=False) -> packed      A = a (M × K) or a.T
+//   matmul_f32(a: f32 [..., M, K], b: f32 [..., K, N] | None, b_packed=None, n=0,
+//              bias=None (f32 [N]), alpha=1.0, lo=-inf, hi=inf, num_threads=1, out=None)
+//       b given: numpy.matmul batch broadcasting (rank >= 2 each);
+//       b_packed given (K × n, from sgemm_pack_b): one GEMM over every row of a.
+//   conv_pack_f32(w: f32 [M, C/G, kh(, kw)], group) -> packed   (raw [C, taps] if depthwise)
+//   conv_f32(x: f32 [N, C, H, W], w_packed, bias | None, m, kh, kw, strides, dilations,
+//            pads (t, l, b, r), group, lo=-inf, hi=inf, num_threads=1, out=None) -> y
+//   conv_path_f32(...same geometry...) -> "pointwise" | "im2col" | "depthwise"
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "sgemm/sgemm.h"
+
+namespace quanta {
+namespace {
+
+using Shape = std::vector<py::ssize_t>;
+using Arr = py::array_t<float, py::array::c_style>;
+
+std::string shape_str(const Shape& s) {
+  std::string r = "(";
+  for (size_t i = 0; i < s.size(); ++i) r += std::to_string(s[i]) + (i + 1 < s.size() || s.size() == 1 ? ", " : "");
+  if (s.size() == 1) r.resize(r.size() - 1);
+  return r + ")";
+}
+Shape shape_of(const py::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
+
+Arr make_output(const py::object& out_obj, const Shape& shape, const std::string& op) {
+  if (out_obj.is_none()) return Arr(shape);
+  auto y = require_array<float>(out_obj, (op + ": out").c_str());
+  if (shape_of(y) != shape) {
+    throw py::value_error(op + ": out: expected shape " + shape_str(shape) + ", got " + shape_str(shape_of(y)));
+  }
+  if (!y.writeable()) throw py::value_error(op + ": out: expected a writeable array");
+  return y;
+}
+
+void check_threads(int t, const std::string& op) {
+  if (t < 1) throw py::value_error(op + ": num_threads: expected >= 1, got " + std::to_string(t));
+}
+
+Arr pack_b(const py::handle& b_obj, bool trans) {
+  auto b = require_array<float>(b_obj, "sgemm_pack_b: b");
+  if (b.ndim() != 2) throw py::value_error("sgemm_pack_b: b: expected a 2-D array, got " + shape_str(shape_of(b)));
+  const int64_t k = trans ? b.shape(1) : b.shape(0), n = trans ? b.shape(0) : b.shape(1);
+  Arr out(Shape{static_cast<py::ssize_t>(sgemm::packed_b_size(k, n))});
+  sgemm::pack_b(b.data(), trans ? 1 : n, trans ? k : 1, k, n, out.mutable_data());
+  return out;
+}
+
+Arr pack_a(const py::handle& a_obj, bool trans) {
+  auto a = require_array<float>(a_obj, "sgemm_pack_a: a");
+  if (a.ndim() != 2) throw py::value_error("sgemm_pack_a: a: expected a 2-D array, got " + shape_str(shape_of(a)));
+  const int64_t m = trans ? a.shape(1) : a.shape(0), k = trans ? a.shape(0) : a.shape(1);
+  Arr out(Shape{static_cast<py::ssize_t>(sgemm::packed_a_size(m, k))});
+  sgemm::pack_a(a.data(), trans ? 1 : k, trans ? m : 1, m, k, out.mutable_data());
+  return out;
+}
+
+py::array matmul_f32(const py::handle& a_obj, const py::object& b_obj, const py::object& b_packed_obj, int64_t n_packed,
+                     const py::object& bias_obj, float alpha, float lo, float hi, int num_threads,
+                     const py::object& out_obj) {
+  const std::string op = "matmul_f32";
+  check_threads(num_threads, op);
+  auto a = require_array<float>(a_obj, "matmul_f32: a");
+  if (a.ndim() < 2) throw py::value_error("matmul_f32: a: expected rank >= 2, got " + shape_str(shape_of(a)));
+  const int64_t m = a.shape(a.ndim() - 2), k = a.shape(a.ndim() - 1);
+  sgemm::Epilogue ep;
+  ep.alpha = alpha;
+  ep.lo = lo;
+  ep.hi = hi;
+  Arr bias;
+  int64_t n;
+  if (!b_packed_obj.is_none()) {
+    if (!b_obj.is_none()) throw py::value_error("matmul_f32: give b or b_packed, not both");
+    auto bp = require_array<float>(b_packed_obj, "matmul_f32: b_packed");
+    n = n_packed;
+    if (n < 0 || bp.size() != sgemm::packed_b_size(k, n)) {
+      throw py::value_error("matmul_f32: b_packed: expected " + std::to_string(sgemm::packed_b_size(k, n)) +
+                            " floats (K = " + std::to_string(k) + ", N = " + std::to_string(n) + "), got " +
+                            std::to_string(bp.size()));
+    }
+    if (!bias_obj.is_none()) {
+      bias = require_array<float>(bias_obj, "matmul_f32: bias");
+      if (bias.size() != n) throw py::value_error("matmul_f32: bias: expected " + std::to_string(n) + " floats");
+      ep.bias_col = bias.data();
+    }
+    Shape ys = shape_of(a);
+    ys.back() = n;
+    auto y = make_output(out_obj, ys, op);
+    int64_t rows = 1;
+    for (py::ssize_t d = 0; d + 1 < a.ndim(); ++d) rows *= a.shape(d);
+    {
+      py::gil_scoped_release release;
+      sgemm::gemm_batched(1, rows, n, k, sgemm::MatA{a.data(), false, k}, nullptr,
+                          sgemm::MatB{bp.data(), true, 0}, nullptr, y.mutable_data(), ep, num_threads, active_isa());
+    }
+    return std::move(y);
+  }
+  auto b = require_array<float>(b_obj, "matmul_f32: b");
+  if (b.ndim() < 2) throw py::value_error("matmul_f32: b: expected rank >= 2, got " + shape_str(shape_of(b)));
+  if (b.shape(b.ndim() - 2) != k) {
+    throw py::value_error("matmul_f32: inner dimensions differ: a " + shape_str(shape_of(a)) + ", b " +
+                          shape_str(shape_of(b)));
+  }
+  n = b.shape(b.ndim() - 1);
+  if (!bias_obj.is_none()) {
+    bias = require_array<float>(bias_obj, "matmul_f32: bias");
+    if (bias.size() != n) throw py::value_error("matmul_f32: bias: expected " + std::to_string(n) + " floats");
+    ep.bias_col = bias.data();
+  }
+  // Batch broadcasting over the leading dimensions (numpy.matmul).
+  const int ra = static_cast<int>(a.ndim()) - 2, rb = static_cast<int>(b.ndim()) - 2;
+  const int rank = std::max(ra, rb);
+  Shape batch(static_cast<size_t>(rank));
+  std::vector<int64_t> sa(static_cast<size_t>(rank), 0), sb(static_cast<size_t>(rank), 0);
+  int64_t stride_a = m * k, stride_b = k * n;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int da = d - (rank - ra), db = d - (rank - rb);
+    const int64_t ea = da >= 0 ? a.shape(da) : 1, eb = db >= 0 ? b.shape(db) : 1;
+    if (ea != eb && ea != 1 && eb != 1) {
+      throw py::value_error("matmul_f32: batch dimensions do not broadcast: a " + shape_str(shape_of(a)) + ", b " +
+                            shape_str(shape_of(b)));
+    }
+    batch[static_cast<size_t>(d)] = std::max(ea, eb);
+    sa[static_cast<size_t>(d)] = ea == 1 ? 0 : stride_a;
+    sb[static_cast<size_t>(d)] = eb == 1 ? 0 : stride_b;
+    stride_a *= ea;
+    stride_b *= eb;
+  }
+  int64_t nb = 1;
+  for (auto e : batch) nb *= e;
+  Shape ys = batch;
+  ys.push_back(m);
+  ys.push_back(n);
+  auto y = make_output(out_obj, ys, op);
+  std::vector<int64_t> aoff(static_cast<size_t>(nb)), boff(static_cast<size_t>(nb));
+  std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+  for (int64_t t = 0; t < nb; ++t) {
+    int64_t oa = 0, ob = 0;
+    for (int d = 0; d < rank; ++d) {
+      oa += idx[static_cast<size_t>(d)] * sa[static_cast<size_t>(d)];
+      ob += idx[static_cast<size_t>(d)] * sb[static_cast<size_t>(d)];
+    }
+    aoff[static_cast<size_t>(t)] = oa;
+    boff[static_cast<size_t>(t)] = ob;
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++idx[static_cast<size_t>(d)] < batch[static_cast<size_t>(d)]) break;
+      idx[static_cast<size_t>(d)] = 0;
+    }
+  }
+  {
+    py::gil_scoped_release release;
+    sgemm::gemm_batched(nb, m, n, k, sgemm::MatA{a.data(), false, k}, aoff.data(), sgemm::MatB{b.data(), false, n},
+                        boff.data(), y.mutable_data(), ep, num_threads, active_isa());
+  }
+  return std::move(y);
+}
+
+bool is_depthwise_weight(const py::array& w, int64_t group) {
+  return group > 1 && w.shape(1) == 1 && w.shape(0) == group;
+}
+
+Arr conv_pack(const py::handle& w_obj, int64_t group) {
+  auto w = require_array<float>(w_obj, "conv_pack_f32: w");
+  if (w.ndim() < 3 || w.ndim() > 4) {
+    throw py::value_error("conv_pack_f32: w: expected [M, C/G, kh, kw] or [M, C/G, kw], got " + shape_str(shape_of(w)));
+  }
+  const int64_t m = w.shape(0);
+  if (group < 1 || m % group) {
+    throw py::value_error("conv_pack_f32: group: expected a divisor of M = " + std::to_string(m) + ", got " +
+                          std::to_string(group));
+  }
+  const int64_t kk = w.size() / std::max<int64_t>(m, 1);
+  if (is_depthwise_weight(w, group)) {
+    Arr out(Shape{static_cast<py::ssize_t>(w.size())});
+    std::copy(w.data(), w.data() + w.size(), out.mutable_data());
+    return out;
+  }
+  const int64_t mg = m / group, per = sgemm::packed_a_size(mg, kk);
+  Arr out(Shape{static_cast<py::ssize_t>(per * group)});
+  for (int64_t g = 0; g < group; ++g) sgemm::pack_a(w.data() + g * mg * kk, kk, 1, mg, kk, out.mutable_data() + g * per);
+  return out;
+}
+
+sgemm::ConvGeom geometry(const py::array& x, int64_t m, int64_t kh, int64_t kw, const std::vector<int64_t>& strides,
+                         const std::vector<int64_t>& dilations, const std::vector<int64_t>& pads, int64_t group) {
+  const std::string op = "conv_f32";
+  if (x.ndim() != 4) throw py::value_error(op + ": x: expected [N, C, H, W], got " + shape_str(shape_of(x)));
+  if (strides.size() != 2 || dilations.size() != 2 || pads.size() != 4) {
+    throw py::value_error(op + ": expected 2 strides, 2 dilations and 4 pads (top, left, bottom, right)");
+  }
+  sgemm::ConvGeom g;
+  g.n = x.shape(0);
+  g.c = x.shape(1);
+  g.h = x.shape(2);
+  g.w = x.shape(3);
+  g.m = m;
+  g.g = group;
+  g.kh = kh;
+  g.kw = kw;
+  g.sh = strides[0];
+  g.sw = strides[1];
+  g.dh = dilations[0];
+  g.dw = dilations[1];
+  g.pt = pads[0];
+  g.pl = pads[1];
+  if (group < 1 || g.c % group || m % group) {
+    throw py::value_error(op + ": group " + std::to_string(group) + " must divide C = " + std::to_string(g.c) +
+                          " and M = " + std::to_string(m));
+  }
+  if (kh < 1 || kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 || g.dw < 1 || pads[0] < 0 || pads[1] < 0 ||
+      pads[2] < 0 || pads[3] < 0) {
+    throw py::value_error(op + ": expected kernel, strides, dilations >= 1 and pads >= 0");
+  }
+  const int64_t eh = g.dh * (kh - 1) + 1, ew = g.dw * (kw - 1) + 1;
+  const int64_t hp = g.h + pads[0] + pads[2], wp = g.w + pads[1] + pads[3];
+  if (hp < eh || wp < ew) {
+    throw py::value_error(op + ": the dilated kernel (" + std::to_string(eh) + ", " + std::to_string(ew) +
+                          ") is larger than the padded input (" + std::to_string(hp) + ", " + std::to_string(wp) + ")");
+  }
+  g.oh = (hp - eh) / g.sh + 1;
+  g.ow = (wp - ew) / g.sw + 1;
+  return g;
+}
+
+py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::object& bias_obj, int64_t m, int64_t kh,
+                   int64_t kw, const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                   const std::vector<int64_t>& pads, int64_t group, float lo, float hi, int num_threads,
+                   const py::object& out_obj) {
+  const std::string op = "conv_f32";
+  check_threads(num_threads, op);
+  auto x = require_array<float>(x_obj, "conv_f32: x");
+  auto w = require_array<float>(w_obj, "conv_f32: w_packed");
+  const sgemm::ConvGeom g = geometry(x, m, kh, kw, strides, dilations, pads, group);
+  const sgemm::ConvPath path = sgemm::conv_path(g);
+  const int64_t cg = g.c / group, mg = m / group;
+  const int64_t expect = path == sgemm::ConvPath::kDepthwise ? m * kh * kw
+                                                             : group * sgemm::packed_a_size(mg, cg * kh * kw);
+  if (w.size() != expect) {
+    throw py::value_error(op + ": w_packed: expected " + std::to_string(expect) + " floats for M = " +
+                          std::to_string(m) + ", C/G = " + std::to_string(cg) + ", kernel " + std::to_string(kh) +
+                          "x" + std::to_string(kw) + ", got " + std::to_string(w.size()));
+  }
+  const float* bias_ptr = nullptr;
+  Arr bias;
+  if (!bias_obj.is_none()) {
+    bias = require_array<float>(bias_obj, "conv_f32: bias");
+    if (bias.size() != m) throw py::value_error(op + ": bias: expected " + std::to_string(m) + " floats");
+    bias_ptr = bias.data();
+  }
+  auto y = make_output(out_obj, Shape{g.n, m, g.oh, g.ow}, op);
+  if (y.size() == 0) return std::move(y);
+  {
+    py::gil_scoped_release release;
+    sgemm::conv(g, path, x.data(), w.data(), bias_ptr, lo, hi, y.mutable_data(), num_threads, active_isa());
+  }
+  return std::move(y);
+}
+
+}  // namespace
+
+void register_sgemm(py::module_& m) {
+  const float inf = std::numeric_limits<float>::infinity();
+  m.def("sgemm_pack_b", &pack_b, py::arg("b"), py::arg("trans") = false,
+        "Pack a constant B (K x N, or its transpose) into the float GEMM's 32-column panels.");
+  m.def("sgemm_pack_a", &pack_a, py::arg("a"), py::arg("trans") = false,
+        "Pack a constant A (M x K, or its transpose) into the float GEMM's 8-row panels.");
+  m.def("matmul_f32", &matmul_f32, py::arg("a"), py::arg("b") = py::none(), py::arg("b_packed") = py::none(),
+        py::arg("n") = 0, py::arg("bias") = py::none(), py::arg("alpha") = 1.0f, py::arg("lo") = -inf,
+        py::arg("hi") = inf, py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        "Float32 matmul (docs/float-ops.md (FG1)): numpy.matmul batching, or one GEMM with a packed B.");
+  m.def("conv_pack_f32", &conv_pack, py::arg("w"), py::arg("group") = 1,
+        "Pack float Conv weights for conv_f32 (raw for depthwise).");
+  m.def("conv_f32", &conv_f32, py::arg("x"), py::arg("w_packed"), py::arg("bias"), py::arg("m"), py::arg("kh"),
+        py::arg("kw"), py::arg("strides"), py::arg("dilations"), py::arg("pads"), py::arg("group") = 1,
+        py::arg("lo") = -inf, py::arg("hi") = inf, py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        "Float32 NCHW convolution (docs/float-ops.md (FG1)-(FG2)).");
+  m.def(
+      "conv_path_f32",
+      [](const py::handle& x_obj, int64_t m, int64_t kh, int64_t kw, const std::vector<int64_t>& strides,
+         const std::vector<int64_t>& dilations, const std::vector<int64_t>& pads, int64_t group) {
+        auto x = require_array<float>(x_obj, "conv_path_f32: x");
+        switch (sgemm::conv_path(geometry(x, m, kh, kw, strides, dilations, pads, group))) {
+          case sgemm::ConvPath::kPointwise: return std::string("pointwise");
+          case sgemm::ConvPath::kDepthwise: return std::string("depthwise");
+          default: return std::string("im2col");
+        }
+      },
+      py::arg("x"), py::arg("m"), py::arg("kh"), py::arg("kw"), py::arg("strides"), py::arg("dilations"),
+      py::arg("pads"), py::arg("group") = 1);
+}
+
+}  // namespace quanta

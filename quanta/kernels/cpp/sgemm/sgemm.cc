@@ -1,0 +1,406 @@
+// Drivers of the float GEMM family (contract: sgemm.h): packing, K blocks and thread
+// tiles of the GEMM, the convolution paths. The micro-kernels live in sgemm_<isa>.cc.
+//
+// Blocking: K in blocks of kKc (a 32-column B micro-panel of kKc rows, 32 KB, stays in L1
+// while the tile walks down every row panel of A); a thread task is a block of rows ×
+// columns (all rows when that still leaves each thread a few tasks). Later K blocks load
+// the partial sums back from C, so every element is still one fma chain in increasing k.
+//
+// Scratch (im2col columns, depthwise padded planes) is one buffer per thread, grown on
+// first use and kept: the hot path allocates only when a larger model runs.
+#include "sgemm/sgemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "qgemm/thread_pool.h"
+
+namespace quanta {
+namespace sgemm {
+
+const Kernels& kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni: return kKernelsAvx512Vnni;
+    case Isa::kAvx2: return kKernelsAvx2;
+    default: return kKernelsPortable;
+  }
+}
+
+namespace {
+
+constexpr int64_t kKc = 256;
+// Below this many multiply-adds a product runs on the calling thread.
+// (2^18 multiply-adds are ~8 us of one core: less and waking a worker costs about what
+// it saves.)
+constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+float* thread_scratch(int64_t floats) {
+  thread_local std::vector<float> buf;
+  if (static_cast<int64_t>(buf.size()) < floats) buf.resize(static_cast<size_t>(floats));
+  return buf.data();
+}
+
+// Rows [m0, m1) × columns [n0, n1) of C = A·B (m0 a multiple of kPackMr, n0 of kPackNr),
+// every K block; rows/columns are absolute, a and b address the whole matrices. A
+// row-major B is copied one kc × NR micro-panel at a time into a contiguous buffer
+// before the tile walks down A: its rows sit ldb apart, and a power-of-two ldb maps all
+// of a panel's kc rows onto a few L1 sets (a 512 x 512 x 512 product ran at a fifth of
+// the speed of a 256 x 256 x 196 one).
+void run_block(const Kernels& kr, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int64_t k, const MatA& a,
+               const MatB& b, float* c, int64_t ldc, const Epilogue& ep) {
+  alignas(64) float panel[kKc * kPackNr];
+  for (int64_t k0 = 0; k0 < k; k0 += kKc) {
+    const int64_t kc = std::min(kKc, k - k0);
+    const bool last = k0 + kc >= k;
+    for (int64_t j = n0; j < n1; j += kr.nr) {
+      Tile t;
+      t.k = kc;
+      t.nr = static_cast<int>(std::min<int64_t>(kr.nr, n1 - j));
+      if (b.packed) {
+        t.b = b.p + (j / kPackNr) * k * kPackNr + k0 * kPackNr + j % kPackNr;
+        t.ldb = kPackNr;
+      } else if (m1 - m0 > kr.mr) {
+        const float* src = b.p + k0 * b.ld + j;
+        for (int64_t kk = 0; kk < kc; ++kk) {
+          std::memcpy(panel + kk * kr.nr, src + kk * b.ld, static_cast<size_t>(t.nr) * sizeof(float));
+        }
+        t.b = panel;
+        t.ldb = kr.nr;
+      } else {
+        t.b = b.p + k0 * b.ld + j;  // one row panel: each B element is read once anyway
+        t.ldb = b.ld;
+      }
+      t.ldc = ldc;
+      t.load_c = k0 > 0;
+      t.ep = last ? &ep : nullptr;
+      t.col0 = j;
+      for (int64_t i = m0; i < m1; i += kr.mr) {
+        const int r = static_cast<int>(std::min<int64_t>(kr.mr, m1 - i));
+        if (a.packed) {
+          t.a = a.p + (i / kPackMr) * k * kPackMr + k0 * kPackMr + i % kPackMr;
+          t.a_rs = 1;
+        } else {
+          t.a = a.p + i * a.rs + k0;
+          t.a_rs = a.rs;
+        }
+        t.c = c + i * ldc + j;
+        t.row0 = i;
+        kr.tile[a.packed ? 1 : 0][r](t);
+      }
+    }
+  }
+}
+
+// Row and column block sizes of the thread tasks of an m × n product.
+void task_blocks(int64_t m, int64_t n, int64_t k, int64_t copies, int threads, int64_t* mc, int64_t* nc) {
+  // Columns: up to 256 per task (fewer when K is long, so a task's B block stays in L2).
+  int64_t cols = k > 1024 ? 128 : 256;
+  *nc = std::min(round_up(n, kPackNr), cols);
+  *mc = round_up(m, kPackMr);
+  if (threads <= 1) return;
+  const int64_t want = 4 * threads;
+  int64_t tasks = copies * ceil_div(n, *nc);
+  if (tasks < want) {
+    // Narrower column blocks first (down to 64), then row blocks (down to 32 rows).
+    while (tasks < want && *nc > 64) {
+      *nc = round_up(*nc / 2, kPackNr);
+      tasks = copies * ceil_div(n, *nc);
+    }
+    const int64_t row_tasks = std::max<int64_t>(1, ceil_div(want, tasks));
+    *mc = std::max<int64_t>(32, round_up(ceil_div(m, row_tasks), kPackMr));
+    *mc = std::min(*mc, round_up(m, kPackMr));
+  }
+}
+
+}  // namespace
+
+void pack_a(const float* a, int64_t rs, int64_t cs, int64_t m, int64_t k, float* out) {
+  for (int64_t p = 0; p < ceil_div(m, kPackMr); ++p) {
+    float* dst = out + p * k * kPackMr;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      for (int64_t r = 0; r < kPackMr; ++r) {
+        const int64_t i = p * kPackMr + r;
+        dst[kk * kPackMr + r] = i < m ? a[i * rs + kk * cs] : 0.0f;
+      }
+    }
+  }
+}
+
+void pack_b(const float* b, int64_t rs, int64_t cs, int64_t k, int64_t n, float* out) {
+  for (int64_t p = 0; p < ceil_div(n, kPackNr); ++p) {
+    float* dst = out + p * k * kPackNr;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      for (int64_t r = 0; r < kPackNr; ++r) {
+        const int64_t j = p * kPackNr + r;
+        dst[kk * kPackNr + r] = j < n ? b[kk * rs + j * cs] : 0.0f;
+      }
+    }
+  }
+}
+
+void gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k, const MatA& a, const int64_t* a_off,
+                  const MatB& b, const int64_t* b_off, float* c, const Epilogue& ep, int num_threads, Isa isa) {
+  if (batch <= 0 || m <= 0 || n <= 0) return;
+  const Kernels& kr = kernels_for(isa);
+  if (k == 0) {
+    // An empty reduction: every element is the epilogue of +0 (as the micro-kernel's).
+    for (int64_t t = 0; t < batch; ++t) {
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          float v = 0.0f;
+          if (ep.alpha != 1.0f) v = v * ep.alpha;
+          if (ep.bias_row) v = v + ep.bias_row[i];
+          if (ep.bias_col) v = v + ep.bias_col[j];
+          v = v < ep.lo ? ep.lo : v;
+          v = v > ep.hi ? ep.hi : v;
+          c[(t * m + i) * n + j] = v;
+        }
+      }
+    }
+    return;
+  }
+  const int threads = batch * m * n * k < kMinParallelMacs ? 1 : num_threads;
+  int64_t mc, nc;
+  task_blocks(m, n, k, batch, threads, &mc, &nc);
+  const int64_t tm = ceil_div(m, mc), tn = ceil_div(n, nc);
+  auto body = [&](int64_t task, int) {
+    const int64_t t = task / (tm * tn), rest = task % (tm * tn);
+    const int64_t bi = rest / tn, bj = rest % tn;
+    MatA at = a;
+    MatB bt = b;
+    if (!a.packed && a_off) at.p = a.p + a_off[t];
+    if (!b.packed && b_off) bt.p = b.p + b_off[t];
+    run_block(kr, bi * mc, std::min(m, (bi + 1) * mc), bj * nc, std::min(n, (bj + 1) * nc), k, at, bt, c + t * m * n,
+              n, ep);
+  };
+  const int64_t tasks = batch * tm * tn;
+  if (threads <= 1 || tasks == 1) {
+    for (int64_t task = 0; task < tasks; ++task) body(task, 0);
+  } else {
+    qgemm::parallel_for(threads, tasks, body);
+  }
+}
+
+void gemm(int64_t m, int64_t n, int64_t k, const MatA& a, const MatB& b, float* c, int64_t ldc, const Epilogue& ep,
+          int num_threads, Isa isa) {
+  if (n == 1 && a.packed && k > 0 && m > 0) {
+    // One column (a 1x1 convolution of a 1x1 image: squeeze-excite blocks): the tile
+    // would use one lane of 32; the GEMV kernel runs 8 rows per vector, the same fma
+    // chain per element. Column stride ldc.
+    const Kernels& kr = kernels_for(isa);
+    const int64_t panels = (m + kPackMr - 1) / kPackMr;
+    const int threads = m * k < kMinParallelMacs ? 1 : num_threads;
+    const int64_t per = 8;  // panels per task
+    auto body = [&](int64_t task, int) {
+      const int64_t p0 = task * per, p1 = std::min(panels, p0 + per);
+      kr.gemv(a.p + p0 * k * kPackMr, p1 - p0, k, b.p, b.ld, c + p0 * kPackMr * ldc, ldc, m - p0 * kPackMr,
+              p0 * kPackMr, ep);
+    };
+    const int64_t tasks = (panels + per - 1) / per;
+    if (threads <= 1 || tasks == 1) {
+      for (int64_t t = 0; t < tasks; ++t) body(t, 0);
+    } else {
+      qgemm::parallel_for(threads, tasks, body);
+    }
+    return;
+  }
+  if (ldc == n) {
+    gemm_batched(1, m, n, k, a, nullptr, b, nullptr, c, ep, num_threads, isa);
+    return;
+  }
+  if (m <= 0 || n <= 0 || k <= 0) {
+    // Only the convolution drivers call with ldc != n, and never with an empty product.
+    return;
+  }
+  const Kernels& kr = kernels_for(isa);
+  const int threads = m * n * k < kMinParallelMacs ? 1 : num_threads;
+  int64_t mc, nc;
+  task_blocks(m, n, k, 1, threads, &mc, &nc);
+  const int64_t tm = ceil_div(m, mc), tn = ceil_div(n, nc);
+  auto body = [&](int64_t task, int) {
+    const int64_t bi = task / tn, bj = task % tn;
+    run_block(kr, bi * mc, std::min(m, (bi + 1) * mc), bj * nc, std::min(n, (bj + 1) * nc), k, a, b, c, ldc, ep);
+  };
+  if (threads <= 1 || tm * tn == 1) {
+    for (int64_t task = 0; task < tm * tn; ++task) body(task, 0);
+  } else {
+    qgemm::parallel_for(threads, tm * tn, body);
+  }
+}
+
+// ---- convolution -----------------------------------------------------------------------------
+
+ConvPath conv_path(const ConvGeom& g) {
+  if (g.g == g.c && g.m == g.c && g.g > 1) return ConvPath::kDepthwise;
+  if (g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.oh == g.h && g.ow == g.w)
+    return ConvPath::kPointwise;
+  return ConvPath::kIm2col;
+}
+
+namespace {
+
+// rows (c, ky, kx) × output positions [p0, p1) of one group's im2col matrix, into cols
+// (leading dimension ld). Per row the output columns whose tap falls inside the input
+// form one interval [ox_lo, ox_hi): zeros, a strided copy, zeros.
+void im2col_block(const ConvGeom& g, const float* x /* group's first channel */, int64_t cg, int64_t p0, int64_t p1,
+                  float* cols, int64_t ld) {
+  int64_t row = 0;
+  for (int64_t c = 0; c < cg; ++c) {
+    const float* plane = x + c * g.h * g.w;
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      for (int64_t kx = 0; kx < g.kw; ++kx, ++row) {
+        float* dst = cols + row * ld;
+        const int64_t off = kx * g.dw - g.pl;  // input column of output column ox: ox·sw + off
+        int64_t ox_lo = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
+        int64_t ox_hi = g.w - 1 - off < 0 ? 0 : (g.w - 1 - off) / g.sw + 1;
+        ox_lo = std::min(ox_lo, g.ow);
+        ox_hi = std::max(ox_lo, std::min(ox_hi, g.ow));
+        int64_t p = p0;
+        while (p < p1) {
+          const int64_t oy = p / g.ow, ox0 = p % g.ow;
+          const int64_t ox1 = std::min(g.ow, ox0 + (p1 - p));
+          const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
+          float* d = dst + (p - p0) - ox0;  // d[ox] for ox in [ox0, ox1)
+          if (iy < 0 || iy >= g.h) {
+            std::fill(d + ox0, d + ox1, 0.0f);
+          } else {
+            const float* src = plane + iy * g.w + off;  // src[ox·sw]
+            const int64_t a = std::max(ox0, ox_lo), b = std::max(a, std::min(ox1, ox_hi));
+            std::fill(d + ox0, d + a, 0.0f);
+            if (g.sw == 1) {
+              std::memcpy(d + a, src + a, static_cast<size_t>(b - a) * sizeof(float));
+            } else {
+              for (int64_t ox = a; ox < b; ++ox) d[ox] = src[ox * g.sw];
+            }
+            std::fill(d + b, d + ox1, 0.0f);
+          }
+          p += ox1 - ox0;
+        }
+      }
+    }
+  }
+}
+
+void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const float* bias, float lo, float hi, float* y,
+                    int num_threads, const Kernels& kr) {
+  const int64_t taps = g.kh * g.kw;
+  // A padded plane: row iy at plane + iy·wp, column ix at + pl + ix; the zero row serves
+  // the rows above and below the input.
+  // The row kernels read whole vectors: up to round_up(ow, 16) outputs, the last S = 2
+  // step 32 floats from its start.
+  const int64_t need = round_up(g.ow, 16) * g.sw + (g.kw - 1) * g.dw + 32;
+  const int64_t wp = std::max<int64_t>(need, g.pl + g.w);
+  const int64_t planes = g.n * g.c;
+  const int threads = g.n * g.m * g.oh * g.ow * taps < kMinParallelMacs ? 1 : num_threads;
+  auto body = [&](int64_t plane_index, int) {
+    const int64_t ch = plane_index % g.c;
+    float* buf = thread_scratch((g.h + 1) * wp + g.kh);
+    float* zero = buf + g.h * wp;
+    std::fill(zero, zero + wp, 0.0f);
+    const float* src = x + plane_index * g.h * g.w;
+    for (int64_t iy = 0; iy < g.h; ++iy) {
+      float* row = buf + iy * wp;
+      std::fill(row, row + g.pl, 0.0f);
+      std::memcpy(row + g.pl, src + iy * g.w, static_cast<size_t>(g.w) * sizeof(float));
+      std::fill(row + g.pl + g.w, row + wp, 0.0f);
+    }
+    const float* rows[32];
+    std::vector<const float*> many;
+    const float** rp = rows;
+    if (g.kh > 32) {
+      many.resize(static_cast<size_t>(g.kh));
+      rp = many.data();
+    }
+    const float* wc = w + ch * taps;
+    const float b = bias ? bias[ch] : 0.0f;
+    float* out = y + plane_index * g.oh * g.ow;
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
+        rp[ky] = iy >= 0 && iy < g.h ? buf + iy * wp : zero;
+      }
+      kr.dw_row(rp, wc, static_cast<int>(g.kh), static_cast<int>(g.kw), static_cast<int>(g.sw),
+                static_cast<int>(g.dw), b, lo, hi, out + oy * g.ow, g.ow);
+    }
+  };
+  if (threads <= 1 || planes == 1) {
+    for (int64_t p = 0; p < planes; ++p) body(p, 0);
+  } else {
+    qgemm::parallel_for(threads, planes, body);
+  }
+}
+
+void conv_im2col(const ConvGeom& g, const float* x, const float* w, const float* bias, float lo, float hi, float* y,
+                 int num_threads, const Kernels& kr) {
+  const int64_t cg = g.c / g.g, mg = g.m / g.g;
+  const int64_t kk = cg * g.kh * g.kw;
+  const int64_t positions = g.oh * g.ow;
+  const int64_t packed = packed_a_size(mg, kk);
+  const int threads = g.n * g.m * positions * kk < kMinParallelMacs ? 1 : num_threads;
+  int64_t mc, nc;
+  task_blocks(mg, positions, kk, g.n * g.g, threads, &mc, &nc);
+  // A task's column block stays under ~512 KB of im2col rows.
+  while (nc > kPackNr && kk * nc > (int64_t{1} << 17)) nc -= kPackNr;
+  const int64_t tm = ceil_div(mg, mc), tn = ceil_div(positions, nc);
+  auto body = [&](int64_t task, int) {
+    const int64_t img = task / (g.g * tm * tn);
+    int64_t rest = task % (g.g * tm * tn);
+    const int64_t grp = rest / (tm * tn);
+    rest %= tm * tn;
+    const int64_t bi = rest / tn, bj = rest % tn;
+    const int64_t p0 = bj * nc, p1 = std::min(positions, p0 + nc);
+    const int64_t ld = round_up(p1 - p0, 16);
+    float* cols = thread_scratch(kk * ld);
+    im2col_block(g, x + (img * g.c + grp * cg) * g.h * g.w, cg, p0, p1, cols, ld);
+    MatA a{w + grp * packed, true, 0};
+    MatB b{cols, false, ld};
+    Epilogue ep;
+    ep.bias_row = bias ? bias + grp * mg : nullptr;
+    ep.lo = lo;
+    ep.hi = hi;
+    float* c = y + (img * g.m + grp * mg) * positions + p0;
+    // Columns of this block are 0..p1-p0 relative to c.
+    run_block(kr, bi * mc, std::min(mg, (bi + 1) * mc), 0, p1 - p0, kk, a, b, c, positions, ep);
+  };
+  const int64_t tasks = g.n * g.g * tm * tn;
+  if (threads <= 1 || tasks == 1) {
+    for (int64_t t = 0; t < tasks; ++t) body(t, 0);
+  } else {
+    qgemm::parallel_for(threads, tasks, body);
+  }
+}
+
+}  // namespace
+
+void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, const float* bias, float lo, float hi,
+          float* y, int num_threads, Isa isa) {
+  const Kernels& kr = kernels_for(isa);
+  if (path == ConvPath::kDepthwise) {
+    conv_depthwise(g, x, w, bias, lo, hi, y, num_threads, kr);
+    return;
+  }
+  if (path == ConvPath::kIm2col) {
+    conv_im2col(g, x, w, bias, lo, hi, y, num_threads, kr);
+    return;
+  }
+  // Pointwise: y[n, group] (Mg × HW) = W_group (Mg × Cg) · x[n, group] (Cg × HW).
+  const int64_t cg = g.c / g.g, mg = g.m / g.g, hw = g.h * g.w;
+  const int64_t packed = packed_a_size(mg, cg);
+  for (int64_t img = 0; img < g.n; ++img) {
+    for (int64_t grp = 0; grp < g.g; ++grp) {
+      Epilogue ep;
+      ep.bias_row = bias ? bias + grp * mg : nullptr;
+      ep.lo = lo;
+      ep.hi = hi;
+      gemm(mg, hw, cg, MatA{w + grp * packed, true, 0}, MatB{x + (img * g.c + grp * cg) * hw, false, hw},
+           y + (img * g.m + grp * mg) * hw, hw, ep, num_threads, isa);
+    }
+  }
+}
+
+}  // namespace sgemm
+}  // namespace quanta

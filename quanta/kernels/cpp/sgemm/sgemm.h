@@ -1,0 +1,148 @@
+// sgemm: the float32 GEMM family (float Conv, ConvTranspose, MatMul, Gemm) on one
+// register-blocked FMA micro-kernel, plus a direct depthwise convolution.
+//
+// ---------------------------------------------------------------------------------------
+// Contract (docs/float-ops.md "The float GEMM family"; NumPy twins: reference nn.py Gemm /
+// MatMul, nn_conv.py Conv / ConvTranspose)
+// ---------------------------------------------------------------------------------------
+//
+//   C[i, j] = ep( Σ_{k<K} A[i, k] · B[k, j] )         ep(v) = clamp(α·v + r[i] + c[j], lo, hi)
+//
+// - Each C[i, j] is one chain of fused multiply-adds (explicit fma intrinsics; the
+//   portable variant uses std::fma) from +0 in increasing k, then the epilogue:
+//   a multiply by α (skipped when α = 1), the row bias r (per output channel of a
+//   convolution), the column bias c (Gemm's C / a MatMul+Add bias), a clamp. The
+//   reduction is never split across threads: threads take (rows, columns) tiles, and a
+//   tile computes every element with the same instructions whichever thread runs it, so
+//   the bytes are identical for any thread count. ISA variants may differ from one
+//   another (each stays within the bound below).
+// - Error bound against float64 (the chain has K roundings, the epilogue at most 3):
+//       |C − C64| ≤ (K + 3) · u · (|α| · Σ_k |A[i,k]| |B[k,j]| + |r[i]| + |c[j]|),  u = 2^-24   (FG1)
+//   (Higham's γ_n bound for a recursive sum; tests/kernels/test_sgemm.py checks it).
+//
+// Operands:
+//   A (M × K): packed ([⌈M/8⌉][K][8] panels, zero rows past M; pack_a) or row-major
+//              (element (i, k) at a[i·rs + k]; the binding copies a transposed A).
+//   B (K × N): packed ([⌈N/32⌉][K][32] panels, zero columns past N; pack_b) or row-major
+//              with leading dimension ldb (element (k, j) at b[k·ldb + j]).
+//   C (M × N): row-major, leading dimension ldc.
+//
+// Layering (as qgemm): micro-kernels per ISA (sgemm_<isa>.cc: an MR × NR tile over a
+// K-block, fma into registers, masked at the right edge), the driver (sgemm.cc: K blocks
+// of kKc, tiles of rows × columns claimed by the thread pool), the convolution drivers
+// (sgemm.cc: pointwise as GEMM, im2col per column block into a per-thread buffer,
+// depthwise direct) and the binding (bindings_sgemm.cc: shape checks, packing).
+#pragma once
+
+#include <cstdint>
+
+#include "dispatch.h"
+
+namespace quanta {
+namespace sgemm {
+
+constexpr int kPackMr = 8;   // rows of a packed A panel (a multiple of every ISA's MR)
+constexpr int kPackNr = 32;  // columns of a packed B panel (a multiple of every ISA's NR)
+
+struct Epilogue {
+  float alpha = 1.0f;
+  const float* bias_row = nullptr;  // indexed by the row of C (absolute)
+  const float* bias_col = nullptr;  // indexed by the column of C (absolute)
+  float lo = -__builtin_inff();
+  float hi = __builtin_inff();
+};
+
+// One r × nr tile over one K-block (MR' is the template row count of the function
+// chosen from the table, nr ≤ the ISA's NR):
+//   acc = load_c ? C : 0;  acc += Σ_k a(i, k) · b(k, j);  C = last ? ep(acc) : acc.
+struct Tile {
+  int64_t k;
+  const float* a;
+  int64_t a_rs;  // row-major A only
+  const float* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  int nr;
+  bool load_c;
+  const Epilogue* ep;  // null: not the last K-block, store the raw accumulators
+  int64_t row0, col0;  // absolute indices of the tile's first element (bias lookups)
+};
+using TileFn = void (*)(const Tile& t);
+
+// One depthwise output row: y[x] = Σ_{ky, kx} w[ky·kw + kx] · rows[ky][x·sw + kx·dw]
+// (fma from +0, taps in (ky, kx) order), then + bias, clamped; for x in [0, ow). The
+// rows are readable up to round_up(ow, 16)·sw + (kw − 1)·dw + 32 floats (whole vectors).
+using DwRowFn = void (*)(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias,
+                         float lo, float hi, float* y, int64_t ow);
+
+// y[i·ldy] for the rows of `panels` packed A panels (rows ≥ rows_left are not written):
+// Σ_k a(i, k) · x[k·ldx], the tile's fma chain, then the epilogue (row0: the absolute
+// index of the first row, for the bias; the column is 0).
+using GemvFn = void (*)(const float* a_panels, int64_t panels, int64_t k, const float* x, int64_t ldx, float* y,
+                        int64_t ldy, int64_t rows_left, int64_t row0, const Epilogue& ep);
+
+struct Kernels {
+  const char* isa;
+  int mr, nr;            // the micro-kernel's tile
+  TileFn tile[2][9];     // tile[packed A][r] computes r rows (1 ≤ r ≤ mr); A row-major
+                         // (a[i·a_rs + k]) or packed (a[i + kPackMr·k])
+  DwRowFn dw_row;
+  GemvFn gemv;
+};
+
+extern const Kernels kKernelsPortable;
+extern const Kernels kKernelsAvx2;
+extern const Kernels kKernelsAvx512Vnni;
+const Kernels& kernels_for(Isa isa);
+
+// ---- packing (sgemm.cc) ------------------------------------------------------------------
+
+inline int64_t packed_a_size(int64_t m, int64_t k) { return (m + kPackMr - 1) / kPackMr * kPackMr * k; }
+inline int64_t packed_b_size(int64_t k, int64_t n) { return (n + kPackNr - 1) / kPackNr * kPackNr * k; }
+// A element (i, k) at a[i·rs + k·cs].
+void pack_a(const float* a, int64_t rs, int64_t cs, int64_t m, int64_t k, float* out);
+// B element (k, j) at b[k·rs + j·cs].
+void pack_b(const float* b, int64_t rs, int64_t cs, int64_t k, int64_t n, float* out);
+
+// ---- GEMM ---------------------------------------------------------------------------------
+
+struct MatA {
+  const float* p;
+  bool packed;
+  int64_t rs;  // row-major only: element (i, k) at p[i·rs + k]
+};
+struct MatB {
+  const float* p;
+  bool packed;
+  int64_t ld;  // row-major only
+};
+
+void gemm(int64_t m, int64_t n, int64_t k, const MatA& a, const MatB& b, float* c, int64_t ldc, const Epilogue& ep,
+          int num_threads, Isa isa);
+
+// `batch` products C_t = A_t · B_t: A_t at a.p + a_off[t] (strided, never packed) or the
+// one packed A when a.packed; B_t at b.p + b_off[t] (or the one packed B); C_t at
+// c + t·m·n (row-major, ldc = n). Tiles of every product share one pool run.
+void gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k, const MatA& a, const int64_t* a_off,
+                  const MatB& b, const int64_t* b_off, float* c, const Epilogue& ep, int num_threads, Isa isa);
+
+// ---- convolution, NCHW (1-D runs as H = 1) -------------------------------------------------
+
+struct ConvGeom {
+  int64_t n, c, h, w;        // input
+  int64_t m, g;              // output channels, groups
+  int64_t kh, kw, sh, sw, dh, dw;
+  int64_t pt, pl;            // top / left pads (bottom / right follow from oh / ow)
+  int64_t oh, ow;
+};
+
+// w: for the GEMM paths the G packed A matrices (Mg × Cg·kh·kw each, packed_a_size apart);
+// for depthwise (G = C = M) the raw [C][kh·kw] weights.
+enum class ConvPath : int { kPointwise = 0, kIm2col = 1, kDepthwise = 2 };
+ConvPath conv_path(const ConvGeom& g);
+void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, const float* bias, float lo, float hi,
+          float* y, int num_threads, Isa isa);
+
+}  // namespace sgemm
+}  // namespace quanta

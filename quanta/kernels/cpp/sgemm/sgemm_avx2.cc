@@ -1,0 +1,160 @@
+// AVX2 + FMA float micro-kernels (contract: sgemm.h): an R × 16 tile (two ymm columns per
+// row, R ≤ 4: 8 accumulators + 2 B vectors + 1 broadcast of the 16 ymm registers), and
+// the depthwise rows, 8 output pixels per ymm, up to 4 ymm per step.
+#include <immintrin.h>
+
+#include "sgemm/gemv_ymm.h"
+#include "sgemm/sgemm.h"
+
+namespace quanta {
+namespace sgemm {
+namespace {
+
+// Lanes [0, n) set (n clamped to [0, 8]).
+inline __m256i lane_mask(int n) {
+  n = n < 0 ? 0 : n > 8 ? 8 : n;
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+inline __m256 finish(__m256 v, const Epilogue& ep, float row_bias, const float* col_bias, __m256i m) {
+  if (ep.alpha != 1.0f) v = _mm256_mul_ps(v, _mm256_set1_ps(ep.alpha));
+  if (ep.bias_row) v = _mm256_add_ps(v, _mm256_set1_ps(row_bias));
+  if (col_bias) v = _mm256_add_ps(v, _mm256_maskload_ps(col_bias, m));
+  if (ep.lo != -__builtin_inff()) v = _mm256_max_ps(_mm256_set1_ps(ep.lo), v);
+  if (ep.hi != __builtin_inff()) v = _mm256_min_ps(_mm256_set1_ps(ep.hi), v);
+  return v;
+}
+
+// Named accumulators, not arrays: GCC stored __m256 accumulator arrays back to the stack
+// on every k step (see sgemm_avx512vnni.cc). `if (R > r)` is resolved at compile time.
+#define QUANTA_SGEMM_ROWS(X) X(0) X(1) X(2) X(3)
+
+template <int R, bool kPacked>
+void tile(const Tile& t) {
+  const __m256i m0 = lane_mask(t.nr), m1 = lane_mask(t.nr - 8);
+  const bool two = t.nr > 8;
+#define DECL(r) __m256 c0_##r = _mm256_setzero_ps(), c1_##r = _mm256_setzero_ps();
+  QUANTA_SGEMM_ROWS(DECL)
+#undef DECL
+  if (t.load_c) {
+#define LOADC(r)                                                                       \
+  if (R > r) {                                                                         \
+    c0_##r = _mm256_maskload_ps(t.c + r * t.ldc, m0);                                  \
+    if (two) c1_##r = _mm256_maskload_ps(t.c + r * t.ldc + 8, m1);                     \
+  }
+    QUANTA_SGEMM_ROWS(LOADC)
+#undef LOADC
+  }
+  const float* b = t.b;
+  const float* a = t.a;
+  const int64_t rs = kPacked ? 1 : t.a_rs;
+  for (int64_t k = 0; k < t.k; ++k) {
+    const __m256 b0 = _mm256_maskload_ps(b, m0);
+    const __m256 b1 = _mm256_maskload_ps(b + 8, m1);
+#define STEP(r)                                                                        \
+  if (R > r) {                                                                         \
+    const __m256 av = _mm256_broadcast_ss(a + r * rs);                                 \
+    c0_##r = _mm256_fmadd_ps(av, b0, c0_##r);                                          \
+    c1_##r = _mm256_fmadd_ps(av, b1, c1_##r);                                          \
+  }
+    QUANTA_SGEMM_ROWS(STEP)
+#undef STEP
+    a += kPacked ? kPackMr : 1;
+    b += t.ldb;
+  }
+  const Epilogue* ep = t.ep;
+  const float* cb = ep && ep->bias_col ? ep->bias_col + t.col0 : nullptr;
+#define STORE(r)                                                                       \
+  if (R > r) {                                                                         \
+    float* c = t.c + r * t.ldc;                                                        \
+    __m256 v0 = c0_##r, v1 = c1_##r;                                                   \
+    if (ep) {                                                                          \
+      const float rb = ep->bias_row ? ep->bias_row[t.row0 + r] : 0.0f;                 \
+      v0 = finish(v0, *ep, rb, cb, m0);                                                \
+      v1 = two ? finish(v1, *ep, rb, cb ? cb + 8 : nullptr, m1) : v1;                  \
+    }                                                                                  \
+    _mm256_maskstore_ps(c, m0, v0);                                                    \
+    if (two) _mm256_maskstore_ps(c + 8, m1, v1);                                       \
+  }
+  QUANTA_SGEMM_ROWS(STORE)
+#undef STORE
+}
+
+#undef QUANTA_SGEMM_ROWS
+
+template <int S>
+inline __m256 load_pixels(const float* p, int sw) {
+  if (S == 1) return _mm256_loadu_ps(p);
+  if (S == 2) {
+    // a0 a2 b0 b2 | a4 a6 b4 b6 -> a0 a2 a4 a6 b0 b2 b4 b6
+    const __m256 e = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), 0x88);
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8));
+  }
+  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(sw));
+  return _mm256_i32gather_ps(p, idx, 4);
+}
+
+template <int V, int S>
+void dw_step(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo, float hi,
+             float* y, int64_t x0, int64_t n) {
+  __m256 acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
+  for (int ky = 0; ky < kh; ++ky) {
+    const float* row = rows[ky] + x0 * sw;
+    for (int kx = 0; kx < kw; ++kx) {
+      const __m256 wv = _mm256_set1_ps(w[ky * kw + kx]);
+      const float* p = row + kx * dw;
+      for (int v = 0; v < V; ++v) acc[v] = _mm256_fmadd_ps(wv, load_pixels<S>(p + v * 8 * sw, sw), acc[v]);
+    }
+  }
+  const __m256 bv = _mm256_set1_ps(bias);
+  for (int v = 0; v < V; ++v) {
+    __m256 r = _mm256_add_ps(acc[v], bv);
+    if (lo != -__builtin_inff()) r = _mm256_max_ps(_mm256_set1_ps(lo), r);
+    if (hi != __builtin_inff()) r = _mm256_min_ps(_mm256_set1_ps(hi), r);
+    _mm256_maskstore_ps(y + x0 + v * 8, lane_mask(static_cast<int>(n - v * 8)), r);
+  }
+}
+
+template <int S>
+void dw_row_s(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo, float hi,
+              float* y, int64_t ow) {
+  int64_t x = 0;
+  for (; x + 32 <= ow; x += 32) dw_step<4, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, 32);
+  const int64_t rest = ow - x;
+  if (rest > 24) {
+    dw_step<4, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
+  } else if (rest > 16) {
+    dw_step<3, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
+  } else if (rest > 8) {
+    dw_step<2, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
+  } else if (rest > 0) {
+    dw_step<1, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
+  }
+}
+
+void dw_row(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo, float hi,
+            float* y, int64_t ow) {
+  if (sw == 1) {
+    dw_row_s<1>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, ow);
+  } else if (sw == 2) {
+    dw_row_s<2>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, ow);
+  } else {
+    dw_row_s<0>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, ow);
+  }
+}
+
+}  // namespace
+
+extern const Kernels kKernelsAvx2 = {
+    "avx2",
+    4,
+    16,
+    {{nullptr, tile<1, false>, tile<2, false>, tile<3, false>, tile<4, false>, nullptr, nullptr, nullptr, nullptr},
+     {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, nullptr, nullptr, nullptr, nullptr}},
+    dw_row,
+    ymm::gemv,
+};
+
+}  // namespace sgemm
+}  // namespace quanta

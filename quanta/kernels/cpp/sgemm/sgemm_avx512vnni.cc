@@ -1,0 +1,176 @@
+// AVX-512 float micro-kernels (contract: sgemm.h): an R × 32 tile (two zmm columns per row,
+// R ≤ 8, 16 accumulators at R = 8: enough independent chains to keep both FMA pipes busy),
+// and the depthwise rows, 16 output pixels per zmm, up to 4 zmm per step.
+#include <immintrin.h>
+
+#include "sgemm/gemv_ymm.h"
+#include "sgemm/sgemm.h"
+
+namespace quanta {
+namespace sgemm {
+namespace {
+
+inline __mmask16 lane_mask(int n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// The epilogue of sgemm.h on one vector: α, row bias, column bias, clamp (max(lo, v) keeps
+// a NaN v: vmaxps returns its second operand when either is NaN).
+inline __m512 finish(__m512 v, const Epilogue& ep, float row_bias, const float* col_bias, __mmask16 m) {
+  if (ep.alpha != 1.0f) v = _mm512_mul_ps(v, _mm512_set1_ps(ep.alpha));
+  if (ep.bias_row) v = _mm512_add_ps(v, _mm512_set1_ps(row_bias));
+  if (col_bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, col_bias));
+  if (ep.lo != -__builtin_inff()) v = _mm512_max_ps(_mm512_set1_ps(ep.lo), v);
+  if (ep.hi != __builtin_inff()) v = _mm512_min_ps(_mm512_set1_ps(ep.hi), v);
+  return v;
+}
+
+// A element (i, k): packed panel (a[i + 8k]) or row-major (a[i·rs + k]).
+//
+// The accumulators are named variables, not arrays: GCC kept two __m512[8] arrays in
+// registers but also stored all 16 back to the stack on every k step (arrays of 1 KB
+// exceed its scalar-replacement limit), which made the loop store-bound at a quarter of
+// the FMA rate. `if (R > r)` is resolved at compile time.
+#define QUANTA_SGEMM_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+template <int R, bool kPacked, bool kTwo>
+void tile_impl(const Tile& t) {
+  const __mmask16 m0 = lane_mask(t.nr), m1 = lane_mask(t.nr - 16);
+#define DECL(r) __m512 c0_##r = _mm512_setzero_ps(), c1_##r = _mm512_setzero_ps();
+  QUANTA_SGEMM_ROWS(DECL)
+#undef DECL
+  if (t.load_c) {
+#define LOADC(r)                                                                       \
+  if (R > r) {                                                                         \
+    c0_##r = _mm512_maskz_loadu_ps(m0, t.c + r * t.ldc);                               \
+    if (kTwo) c1_##r = _mm512_maskz_loadu_ps(m1, t.c + r * t.ldc + 16);                \
+  }
+    QUANTA_SGEMM_ROWS(LOADC)
+#undef LOADC
+  }
+  const float* b = t.b;
+  const int64_t ldb = t.ldb;
+  const float* a = t.a;
+  const int64_t rs = kPacked ? 1 : t.a_rs;
+  for (int64_t k = 0; k < t.k; ++k) {
+    const __m512 b0 = _mm512_maskz_loadu_ps(m0, b);
+    const __m512 b1 = kTwo ? _mm512_maskz_loadu_ps(m1, b + 16) : b0;
+#define STEP(r)                                                                        \
+  if (R > r) {                                                                         \
+    const __m512 av = _mm512_set1_ps(kPacked ? a[r] : a[r * rs]);                      \
+    c0_##r = _mm512_fmadd_ps(av, b0, c0_##r);                                          \
+    if (kTwo) c1_##r = _mm512_fmadd_ps(av, b1, c1_##r);                                \
+  }
+    QUANTA_SGEMM_ROWS(STEP)
+#undef STEP
+    a += kPacked ? kPackMr : 1;
+    b += ldb;
+  }
+  const Epilogue* ep = t.ep;
+  const float* cb = ep && ep->bias_col ? ep->bias_col + t.col0 : nullptr;
+#define STORE(r)                                                                       \
+  if (R > r) {                                                                         \
+    float* c = t.c + r * t.ldc;                                                        \
+    __m512 v0 = c0_##r, v1 = c1_##r;                                                   \
+    if (ep) {                                                                          \
+      const float rb = ep->bias_row ? ep->bias_row[t.row0 + r] : 0.0f;                 \
+      v0 = finish(v0, *ep, rb, cb, m0);                                                \
+      if (kTwo) v1 = finish(v1, *ep, rb, cb ? cb + 16 : nullptr, m1);                  \
+    }                                                                                  \
+    _mm512_mask_storeu_ps(c, m0, v0);                                                  \
+    if (kTwo) _mm512_mask_storeu_ps(c + 16, m1, v1);                                   \
+  }
+  QUANTA_SGEMM_ROWS(STORE)
+#undef STORE
+}
+
+#undef QUANTA_SGEMM_ROWS
+
+template <int R, bool kPacked>
+void tile(const Tile& t) {
+  if (t.nr > 16) {
+    tile_impl<R, kPacked, true>(t);
+  } else {
+    tile_impl<R, kPacked, false>(t);
+  }
+}
+
+// 16 pixels x[i·S] (S = 1, 2) or x[i·sw] (S = 0) from p.
+template <int S>
+inline __m512 load_pixels(const float* p, int sw) {
+  if (S == 1) return _mm512_loadu_ps(p);
+  if (S == 2) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_loadu_ps(p + 16));
+  }
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(sw));
+  return _mm512_i32gather_ps(idx, p, 4);
+}
+
+template <int V, int S>
+void dw_step(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo, float hi,
+             float* y, int64_t x0, int64_t n) {
+  __m512 acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps();
+  for (int ky = 0; ky < kh; ++ky) {
+    const float* row = rows[ky] + x0 * sw;
+    for (int kx = 0; kx < kw; ++kx) {
+      const __m512 wv = _mm512_set1_ps(w[ky * kw + kx]);
+      const float* p = row + kx * dw;
+      for (int v = 0; v < V; ++v) acc[v] = _mm512_fmadd_ps(wv, load_pixels<S>(p + v * 16 * sw, sw), acc[v]);
+    }
+  }
+  const __m512 bv = _mm512_set1_ps(bias);
+  for (int v = 0; v < V; ++v) {
+    __m512 r = _mm512_add_ps(acc[v], bv);
+    if (lo != -__builtin_inff()) r = _mm512_max_ps(_mm512_set1_ps(lo), r);
+    if (hi != __builtin_inff()) r = _mm512_min_ps(_mm512_set1_ps(hi), r);
+    _mm512_mask_storeu_ps(y + x0 + v * 16, lane_mask(static_cast<int>(n - v * 16)), r);
+  }
+}
+
+template <int S>
+void dw_row_s(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo, float hi,
+              float* y, int64_t ow) {
+  int64_t x = 0;
+  for (; x + 64 <= ow; x += 64) dw_step<4, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, 64);
+  const int64_t rest = ow - x;
+  if (rest > 48) {
+    dw_step<4, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
+  } else if (rest > 32) {
+    dw_step<3, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
+  } else if (rest > 16) {
+    dw_step<2, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
+  } else if (rest > 0) {
+    dw_step<1, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
+  }
+}
+
+void dw_row(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo, float hi,
+            float* y, int64_t ow) {
+  if (sw == 1) {
+    dw_row_s<1>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, ow);
+  } else if (sw == 2) {
+    dw_row_s<2>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, ow);
+  } else {
+    dw_row_s<0>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, ow);
+  }
+}
+
+}  // namespace
+
+extern const Kernels kKernelsAvx512Vnni = {
+    "avx512vnni",
+    8,
+    32,
+    {{nullptr, tile<1, false>, tile<2, false>, tile<3, false>, tile<4, false>, tile<5, false>, tile<6, false>,
+      tile<7, false>, tile<8, false>},
+     {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, tile<5, true>, tile<6, true>,
+      tile<7, true>, tile<8, true>}},
+    dw_row,
+    ymm::gemv,
+};
+
+}  // namespace sgemm
+}  // namespace quanta

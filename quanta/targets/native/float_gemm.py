@@ -1,0 +1,466 @@
+"""Native float32 Conv, ConvTranspose, MatMul and Gemm: the float GEMM family
+(quanta/kernels/cpp/sgemm, sgemm.h).
+
+=============  ============================================  ==================================
+operator       native call                                   twin (within eq. (FG1))
+=============  ============================================  ==================================
+Conv           ``conv_f32``: 1x1 stride-1 unpadded as one     nn_conv.conv (im2col + matmul)
+               GEMM per image and group (y = W·x, NCHW),
+               depthwise direct, the rest im2col per column
+               block; weights packed at compile time
+ConvTranspose  the GEMM of ``conv_f32`` (a 1x1 convolution    nn_conv.conv_transpose
+               with the transposed weights) for the columns,
+               then the twin's col2im scatter and crop
+MatMul         ``matmul_f32``: a constant 2-D B packed at     nn.matmul (np.matmul)
+               compile time, every row of A one GEMM; else
+               numpy.matmul batching, no copies
+Gemm           ``matmul_f32`` with α and C folded into the    nn.gemm
+               epilogue (β·C as a column bias, precomputed
+               when C is a constant); a full (M, N) C added
+               after
+=============  ============================================  ==================================
+
+Numerics: docs/float-ops.md "The float GEMM family": fused multiply-adds, an error bound
+against float64 instead of bit-identity with the NumPy twin (whose BLAS sums in an order
+of its own); results identical for any thread count.
+
+What runs on the twin: at compile time (the plan records the reason) weights that are not
+float32 constants, 3-D convolutions, inputs known to be of another type; at run time (the
+call is counted in :data:`RUNTIME_FALLBACKS`) an input that is not float32 or a shape the
+binding refuses, which the twin computes or rejects with the operator's error.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node, Value
+from quanta.kernels.reference.conv_geometry import conv_attrs
+from quanta.kernels.reference.nn_conv import _crop_spatial, _scatter_windows, conv_transpose_geometry
+from quanta.kernels.reference.registry import OpContext, get_op
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+
+try:
+    from quanta.kernels import _native
+except ImportError:  # the binders only run when the extension is built
+    _native = None
+
+__all__ = ["RUNTIME_FALLBACKS", "bind_conv", "bind_conv_transpose", "bind_gemm", "bind_matmul"]
+
+F32 = np.dtype(np.float32)
+
+#: op_type -> how many calls a native kernel handed to the reference twin at run time.
+RUNTIME_FALLBACKS: collections.Counter[str] = collections.Counter()
+
+
+class _Unsupported(Exception):
+    """A run-time input outside the native path: the call goes to the reference twin."""
+
+
+def _threads(ctx: OpContext) -> int:
+    return getattr(ctx, "num_threads", 1) or 1
+
+
+def _f32(a: Any) -> np.ndarray:
+    if not isinstance(a, np.ndarray) or a.dtype != F32:
+        raise _Unsupported
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+#: The keyword arguments a binder adds to the node's attributes (Kernel.params).
+_PARAMS = frozenset({"packed", "wshape", "geometry", "b_packed", "n", "const_bias"})
+
+
+def _with_fallback(op_type: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Wrap ``fast(ctx, *inputs, out=..., **attrs, **params)``: when it raises
+    _Unsupported (or the binding refuses the arguments with ValueError) the reference
+    twin runs the call with the node's attributes."""
+
+    def deco(fast: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fast)
+        def kernel(ctx: Any, *inputs: Any, out: np.ndarray | None = None, **kw: Any):
+            try:
+                return fast(ctx, *inputs, out=out, **kw)
+            except (_Unsupported, ValueError):
+                pass
+            RUNTIME_FALLBACKS[op_type] += 1
+            y = get_op(op_type)(ctx, *inputs, **{k: v for k, v in kw.items() if k not in _PARAMS})
+            if out is None:
+                return y
+            np.copyto(out, y)
+            return out
+
+        return kernel
+
+    return deco
+
+
+def _dtype(v: Value | None) -> np.dtype | None:
+    if v is None:
+        return None
+    c = _constant(v)
+    if c is not None:
+        return c.dtype
+    if v.type is None:
+        return None
+    try:
+        return np.dtype(v.type.elem.numpy)
+    except (AttributeError, TypeError, KeyError):
+        return None
+
+
+def _constant(v: Value | None) -> np.ndarray | None:
+    """A value's constant: an initializer, or the tensor of the Constant node producing it
+    (a float graph runs as loaded, so Paddle's Constant-node weights are still nodes)."""
+    if v is None:
+        return None
+    if v.const is not None:
+        return np.asarray(v.const)
+    p = v.producer
+    if p is not None and p.op_type == "Constant" and p.domain == "" and isinstance(p.attrs.get("value"), np.ndarray):
+        return p.attrs["value"]
+    return None
+
+
+def _not_f32(op: str, *named: tuple[str, Value | None]) -> str:
+    """Why a named value is known not to be float32, or "" (unknown types pass: the
+    kernel checks at run time)."""
+    for name, v in named:
+        dt = _dtype(v)
+        if dt is not None and dt != F32:
+            return f"native float {op} takes float32 {name}, got {dt}"
+    return ""
+
+
+def _kernel(fn: Callable[..., Any], name: str, **params: Any) -> tuple[Kernel, str]:
+    return Kernel(fn, "native", f"native:{name}", params=params, out=True), ""
+
+
+# --------------------------------------------------------------------------------------
+# Conv
+# --------------------------------------------------------------------------------------
+
+
+def _conv_path(w: np.ndarray, group: int, attrs: dict[str, Any]) -> str:
+    """The path conv_f32 takes for these weights (sgemm.h conv_path), for the kernel name."""
+    spatial = w.ndim - 2
+    if group > 1 and w.shape[1] == 1 and w.shape[0] == group:
+        return "dw"
+    ones = [1] * spatial
+    if (
+        list(w.shape[2:]) == ones
+        and list(attrs.get("strides") or ones) == ones
+        and not any(attrs.get("pads") or [0])
+        and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
+    ):
+        return "pointwise"
+    return "im2col"
+
+
+@_with_fallback("Conv")
+def _conv_native(
+    ctx: OpContext,
+    x: Any,
+    w: Any,
+    b: Any = None,
+    *,
+    out: np.ndarray | None,
+    packed: np.ndarray,
+    wshape: tuple[int, ...],
+    geometry: dict[tuple[int, ...], Any],
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    del w  # packed at compile time
+    x = _f32(x)
+    call = geometry.get(x.shape)
+    if call is None:
+        if x.ndim != len(wshape) or x.shape[1] != wshape[1] * group:
+            raise _Unsupported
+        g = conv_attrs(
+            x.shape, wshape[2:], kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads,
+            auto_pad=auto_pad,
+        )
+        if x.ndim == 3:  # 1-D: run as H = 1
+            x4_shape = (x.shape[0], x.shape[1], 1, x.shape[2])
+            args = (1, wshape[2], [1, g.strides[0]], [1, g.dilations[0]], [0, g.pads[0], 0, g.pads[1]])
+        else:
+            x4_shape = x.shape
+            args = (wshape[2], wshape[3], list(g.strides), list(g.dilations), list(g.pads))
+        y4_shape = (x.shape[0], wshape[0], g.out_shape[0] if x.ndim == 4 else 1, g.out_shape[-1])
+        call = geometry[x.shape] = (x4_shape, args, (x.shape[0], wshape[0], *g.out_shape), y4_shape)
+    x4_shape, args, y_shape, y4_shape = call
+    bias = None if b is None else _f32(b)
+    if out is None:
+        out = np.empty(y_shape, F32)
+    _native.conv_f32(
+        x.reshape(x4_shape), packed, bias, wshape[0], *args, group, num_threads=_threads(ctx),
+        out=out.reshape(y4_shape),
+    )
+    return out
+
+
+@register_binder("Conv")
+def bind_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Float Conv (1-D or 2-D) with constant float32 weights."""
+    del model  # unused: the choice depends on the node alone
+    if _native is None:
+        return None, "the native extension is not built"
+    x, w, b = node.input(0), node.input(1), node.input(2)
+    reason = _not_f32("Conv", ("x", x), ("w", w), ("B", b))
+    if reason:
+        return None, reason
+    wc = _constant(w)
+    if wc is None:
+        return None, "weights w are not a constant (the native kernel packs them at compile time)"
+    if wc.ndim == 5:
+        return None, "3-D convolution has no native float kernel"
+    if wc.ndim not in (3, 4):
+        return None, f"native float Conv takes 1-D or 2-D weights (rank 3 or 4), got rank {wc.ndim}"
+    group = int(node.attrs.get("group", 1))
+    if group < 1 or wc.shape[0] % group:
+        return None, f"group {group} does not divide the {wc.shape[0]} output channels"
+    w4 = wc.reshape(wc.shape[0], wc.shape[1], 1, wc.shape[2]) if wc.ndim == 3 else wc
+    try:
+        packed = _native.conv_pack_f32(np.ascontiguousarray(w4, dtype=F32), group)
+    except ValueError as e:
+        return None, f"the native kernel refuses the weights: {e}"
+    path = _conv_path(wc, group, node.attrs)
+    k = "x".join(str(v) for v in wc.shape[2:])
+    return _kernel(_conv_native, f"conv_f32_{path}_{k}", packed=packed, wshape=tuple(wc.shape), geometry={})
+
+
+# --------------------------------------------------------------------------------------
+# ConvTranspose
+# --------------------------------------------------------------------------------------
+
+
+@_with_fallback("ConvTranspose")
+def _conv_transpose_native(
+    ctx: OpContext,
+    x: Any,
+    w: Any,
+    b: Any = None,
+    *,
+    out: np.ndarray | None,
+    packed: np.ndarray,
+    wshape: tuple[int, ...],
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    output_padding: list[int] | None = None,
+    output_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    del w  # packed at compile time
+    x = _f32(x)
+    if x.ndim != 4 or x.shape[1] != wshape[0]:
+        raise _Unsupported
+    bias = None if b is None else _f32(b)
+    m, strides_, dilations_, full, begin, out_sp = conv_transpose_geometry(
+        x.shape, wshape, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
+        output_padding=output_padding, output_shape=output_shape, pads=pads, strides=strides,
+    )
+    kernel = list(wshape[2:])
+    rows = m * math.prod(kernel)
+    # cols[n, (m, ky, kx), i] = Σ_c w[g·C/G + c, m, ky, kx] · x[n, g·C/G + c, i]: a 1x1 conv
+    cols = _native.conv_f32(x, packed, None, rows, 1, 1, [1, 1], [1, 1], [0, 0, 0, 0], group,
+                            num_threads=_threads(ctx))
+    cols = cols.reshape(x.shape[0], m, *kernel, *x.shape[2:])
+    y = _crop_spatial(_scatter_windows(cols, full, strides_, dilations_), begin, out_sp)
+    if bias is not None:
+        if bias.size != m:
+            raise _Unsupported
+        y = y + bias.reshape(m, 1, 1)
+    if out is None:
+        return np.ascontiguousarray(y, dtype=F32)
+    np.copyto(out, y)
+    return out
+
+
+@register_binder("ConvTranspose")
+def bind_conv_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Float 2-D ConvTranspose with constant float32 weights."""
+    del model  # unused
+    if _native is None:
+        return None, "the native extension is not built"
+    x, w, b = node.input(0), node.input(1), node.input(2)
+    reason = _not_f32("ConvTranspose", ("x", x), ("w", w), ("B", b))
+    if reason:
+        return None, reason
+    wc = _constant(w)
+    if wc is None:
+        return None, "weights w are not a constant (the native kernel packs them at compile time)"
+    if wc.ndim != 4:
+        return None, f"native float ConvTranspose takes 2-D weights (rank 4), got rank {wc.ndim}"
+    group = int(node.attrs.get("group", 1))
+    c, mg = wc.shape[0], wc.shape[1]
+    if group < 1 or c % group:
+        return None, f"group {group} does not divide the {c} input channels"
+    kk = wc.shape[2] * wc.shape[3]
+    # Per group the transposed weights (Mg·kh·kw) × (C/G), as a 1x1 conv's [rows, C/G, 1, 1].
+    wt = wc.reshape(group, c // group, mg * kk).transpose(0, 2, 1).reshape(group * mg * kk, c // group, 1, 1)
+    try:
+        packed = _native.conv_pack_f32(np.ascontiguousarray(wt, dtype=F32), group)
+    except ValueError as e:
+        return None, f"the native kernel refuses the weights: {e}"
+    k = "x".join(str(v) for v in wc.shape[2:])
+    return _kernel(_conv_transpose_native, f"conv_transpose_f32_{k}", packed=packed, wshape=tuple(wc.shape))
+
+
+# --------------------------------------------------------------------------------------
+# MatMul, Gemm
+# --------------------------------------------------------------------------------------
+
+
+@_with_fallback("MatMul")
+def _matmul_native(
+    ctx: OpContext, a: Any, b: Any, *, out: np.ndarray | None, b_packed: np.ndarray | None = None, n: int = 0
+) -> np.ndarray:
+    a = _f32(a)
+    if b_packed is not None:
+        if a.ndim == 0:
+            raise _Unsupported
+        if a.ndim == 1:  # (K,) @ (K, N) -> (N,)
+            y = _native.matmul_f32(a.reshape(1, -1), None, b_packed, n, num_threads=_threads(ctx))
+            y = y.reshape(n)
+            if out is None:
+                return y
+            np.copyto(out, y)
+            return out
+        a2 = a if a.ndim >= 2 else a.reshape(1, -1)
+        o = None if out is None else out.reshape(*a2.shape[:-1], n)
+        y = _native.matmul_f32(a2, None, b_packed, n, num_threads=_threads(ctx), out=o)
+        return y if out is None else out
+    b = _f32(b)
+    if a.ndim < 2 or b.ndim < 2:
+        raise _Unsupported
+    y = _native.matmul_f32(a, b, num_threads=_threads(ctx), out=out)
+    return y if out is None else out
+
+
+@register_binder("MatMul")
+def bind_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Float MatMul: a constant 2-D B is packed once; otherwise both operands at run time."""
+    del model  # unused
+    if _native is None:
+        return None, "the native extension is not built"
+    a, b = node.input(0), node.input(1)
+    reason = _not_f32("MatMul", ("A", a), ("B", b))
+    if reason:
+        return None, reason
+    bconst = _constant(b)
+    if bconst is not None and bconst.ndim == 2 and bconst.dtype == F32:
+        bc = np.ascontiguousarray(bconst)
+        packed = _native.sgemm_pack_b(bc)
+        return _kernel(_matmul_native, "matmul_f32_packed", b_packed=packed, n=int(bc.shape[1]))
+    return _kernel(_matmul_native, "matmul_f32")
+
+
+def _gemm_bias(c: np.ndarray | None, beta: float, m: int, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(column bias [N], full addend [M, N]) for β·C: one of them, or neither (no C, or
+    β = 0). The column bias is f32(β·C) broadcast to N."""
+    if c is None or beta == 0.0:
+        return None, None
+    cc = np.asarray(c, dtype=F32)
+    scaled = cc if beta == 1.0 else (np.float32(beta) * cc).astype(F32)
+    if cc.size == 1 or (cc.ndim >= 1 and cc.shape[-1] == n and math.prod(cc.shape[:-1]) == 1):
+        return np.ascontiguousarray(np.broadcast_to(scaled.reshape(-1), (n,)), dtype=F32), None
+    return None, scaled
+
+
+@_with_fallback("Gemm")
+def _gemm_native(
+    ctx: OpContext,
+    a: Any,
+    b: Any,
+    c: Any = None,
+    *,
+    out: np.ndarray | None,
+    b_packed: np.ndarray | None = None,
+    n: int = 0,
+    const_bias: tuple[np.ndarray | None, np.ndarray | None] | None = None,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    transA: int = 0,
+    transB: int = 0,
+) -> np.ndarray:
+    a = _f32(a)
+    if a.ndim != 2:
+        raise _Unsupported
+    a2 = np.ascontiguousarray(a.T) if transA else a
+    m = a2.shape[0]
+    if b_packed is None:
+        b = _f32(b)
+        if b.ndim != 2:
+            raise _Unsupported
+        b2 = np.ascontiguousarray(b.T) if transB else b
+        n = b2.shape[1]
+    if const_bias is not None:
+        col, full = const_bias
+    else:
+        if c is not None:
+            c = _f32(c)
+            try:
+                np.broadcast_shapes(c.shape, (m, n))
+            except ValueError:
+                raise _Unsupported from None
+        col, full = _gemm_bias(c, float(beta), m, n)
+    if full is not None and full.shape != (m, n):
+        try:
+            full = np.broadcast_to(full, (m, n))
+        except ValueError:
+            raise _Unsupported from None
+    alpha32 = float(np.float32(alpha))
+    if b_packed is not None:
+        y = _native.matmul_f32(a2, None, b_packed, n, bias=col, alpha=alpha32, num_threads=_threads(ctx), out=out)
+    else:
+        y = _native.matmul_f32(a2, b2, bias=col, alpha=alpha32, num_threads=_threads(ctx), out=out)
+    if full is not None:
+        np.add(y, full, out=y)
+    return y
+
+
+@register_binder("Gemm")
+def bind_gemm(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Float Gemm: transA / transB, α, β and C (constant C folded at compile time)."""
+    del model  # unused
+    if _native is None:
+        return None, "the native extension is not built"
+    a, b, c = node.input(0), node.input(1), node.input(2)
+    reason = _not_f32("Gemm", ("A", a), ("B", b), ("C", c))
+    if reason:
+        return None, reason
+    params: dict[str, Any] = {}
+    name = "gemm_f32"
+    bconst = _constant(b)
+    if bconst is not None and bconst.ndim == 2:
+        bc = np.ascontiguousarray(bconst, dtype=F32)
+        trans_b = bool(node.attrs.get("transB", 0))
+        params["b_packed"] = _native.sgemm_pack_b(bc, trans=trans_b)
+        params["n"] = int(bc.shape[0] if trans_b else bc.shape[1])
+        name = "gemm_f32_packed"
+        a_shape = None if a is None or a.type is None else getattr(a.type, "shape", None)
+        cc = _constant(c)
+        if cc is not None and a_shape is not None and len(a_shape) == 2:
+            m = a_shape[1] if node.attrs.get("transA", 0) else a_shape[0]
+            if isinstance(m, int) and cc.ndim <= 2:
+                try:
+                    np.broadcast_shapes(cc.shape, (m, params["n"]))
+                    params["const_bias"] = _gemm_bias(cc, float(node.attrs.get("beta", 1.0)), m, params["n"])
+                except ValueError:
+                    pass
+    return _kernel(_gemm_native, name, **params)

@@ -1,0 +1,249 @@
+"""The float GEMM family's native kernels (quanta/kernels/cpp/sgemm) against float64.
+
+Not bit-exact with the NumPy twin (BLAS sums in an order of its own): every output is
+checked against the float64 result within docs/float-ops.md eq. (FG1)::
+
+    |y − y64| ≤ (K + 3) · u · (|α| · Σ_k |a_ik| |b_kj| + |bias terms|),   u = 2^-24
+
+where K is the length of the element's reduction (Cg·kh·kw for a convolution). The
+bound is that of a recursive sum of K products plus the epilogue's roundings; a kernel
+that dropped a term, summed a wrong window or mis-indexed a bias misses it by orders of
+magnitude (the data are random normals, so Σ|a||b| is of the size of y itself).
+
+Every ISA the CPU supports runs (``_native.set_isa``); 1 and 2 threads give identical
+bytes (the reduction is never split). Shapes: odd M/N/K around the micro-kernel's tile
+edges (8 rows, 32 and 16 columns), K past one K-block (256) and past 258, channel counts
+3, 7, 17, groups, strides, pads and dilations, drawn by hypothesis.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quanta.kernels import _native
+from quanta.kernels.reference.nn_conv import conv as conv_twin
+
+ISAS: list[str] = list(_native.supported_isas())
+F32 = np.float32
+U = 2.0**-24
+
+
+def every_isa(fn) -> None:
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            fn(isa)
+    finally:
+        _native.clear_isa()
+
+
+def assert_within_bound(y: np.ndarray, y64: np.ndarray, magnitude: np.ndarray, k: int, label: str) -> None:
+    """eq. (FG1): |y − y64| ≤ (k + 3) · u · magnitude, element by element."""
+    assert y.dtype == F32 and y.shape == y64.shape, (label, y.dtype, y.shape, y64.shape)
+    err = np.abs(y.astype(np.float64) - y64)
+    limit = (k + 3) * U * magnitude
+    bad = err > limit
+    if bad.any():
+        i = tuple(int(v) for v in np.argwhere(bad)[0])
+        raise AssertionError(f"{label}: {int(bad.sum())} elements outside (FG1); first at {i}: got {y[i]!r}, "
+                             f"float64 {y64[i]!r}, error {err[i]:.3g} > {limit[i]:.3g}")
+
+
+def normal(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(F32)
+
+
+# --------------------------------------------------------------------------------------
+# GEMM
+# --------------------------------------------------------------------------------------
+
+
+def check_matmul(m: int, k: int, n: int, seed: int, alpha: float = 1.0, with_bias: bool = True) -> None:
+    rng = np.random.default_rng(seed)
+    a, b = normal(rng, m, k), normal(rng, k, n)
+    bias = normal(rng, n) if with_bias else None
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    y64 = float(np.float32(alpha)) * (a64 @ b64)
+    mag = abs(alpha) * (np.abs(a64) @ np.abs(b64))
+    if bias is not None:
+        y64 = y64 + bias
+        mag = mag + np.abs(bias)
+    packed = _native.sgemm_pack_b(b)
+    packed_t = _native.sgemm_pack_b(np.ascontiguousarray(b.T), trans=True)
+    np.testing.assert_array_equal(packed, packed_t)  # the transposed pack reads the same matrix
+
+    def run(isa: str) -> None:
+        ys = {}
+        for threads in (1, 2):
+            ys["rowmajor", threads] = _native.matmul_f32(a, b, bias=bias, alpha=alpha, num_threads=threads)
+            ys["packed", threads] = _native.matmul_f32(a, None, packed, n, bias=bias, alpha=alpha,
+                                                       num_threads=threads)
+        for (form, threads), y in ys.items():
+            assert_within_bound(y, y64, mag, k, f"{isa} {form} {threads}t m={m} k={k} n={n}")
+        for form in ("rowmajor", "packed"):
+            assert ys[form, 1].tobytes() == ys[form, 2].tobytes(), f"{isa} {form}: 1 vs 2 threads"
+
+    every_isa(run)
+
+
+@pytest.mark.parametrize(
+    "m,k,n",
+    [(1, 1, 1), (7, 3, 17), (8, 16, 32), (9, 17, 33), (17, 257, 31), (3, 300, 65), (33, 520, 47), (64, 384, 96)],
+)
+def test_matmul_tile_edges(m: int, k: int, n: int) -> None:
+    check_matmul(m, k, n, seed=m * 1000 + k + n, alpha=1.0 if m % 2 else 0.75)
+
+
+@given(m=st.integers(1, 40), k=st.integers(1, 600), n=st.integers(1, 80), seed=st.integers(0, 2**16))
+def test_matmul_shapes(m: int, k: int, n: int, seed: int) -> None:
+    check_matmul(m, k, n, seed, with_bias=bool(seed % 2))
+
+
+def test_matmul_large_tiles_threads() -> None:
+    """Enough work for several thread tasks (rows and columns split)."""
+    check_matmul(129, 300, 700, seed=5)
+
+
+def test_matmul_empty_reduction_is_the_epilogue_of_zero() -> None:
+    a, b, bias = np.zeros((3, 0), F32), np.zeros((0, 5), F32), np.arange(5, dtype=F32)
+    np.testing.assert_array_equal(_native.matmul_f32(a, b, bias=bias), np.broadcast_to(bias, (3, 5)))
+
+
+@given(
+    batch_a=st.sampled_from([(), (1,), (3,), (2, 3), (2, 1)]),
+    batch_b=st.sampled_from([(), (1,), (3,), (2, 3), (1, 3)]),
+    m=st.integers(1, 20),
+    k=st.integers(1, 300),
+    n=st.integers(1, 40),
+)
+def test_batched_matmul_broadcasts_as_numpy(batch_a, batch_b, m, k, n) -> None:
+    rng = np.random.default_rng(m * k + n)
+    a, b = normal(rng, *batch_a, m, k), normal(rng, *batch_b, k, n)
+    y64 = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    mag = np.matmul(np.abs(a).astype(np.float64), np.abs(b).astype(np.float64))
+
+    def run(isa: str) -> None:
+        y1 = _native.matmul_f32(a, b, num_threads=1)
+        y2 = _native.matmul_f32(a, b, num_threads=2)
+        assert_within_bound(y1, y64, mag, k, f"{isa} batch {batch_a} x {batch_b}")
+        assert y1.tobytes() == y2.tobytes()
+
+    every_isa(run)
+
+
+def test_matmul_refuses_bad_arguments() -> None:
+    a = np.ones((2, 3), F32)
+    with pytest.raises(ValueError, match="inner dimensions differ"):
+        _native.matmul_f32(a, np.ones((4, 5), F32))
+    with pytest.raises(ValueError, match="batch dimensions do not broadcast"):
+        _native.matmul_f32(np.ones((2, 2, 3), F32), np.ones((3, 3, 5), F32))
+    with pytest.raises(ValueError, match="b_packed: expected"):
+        _native.matmul_f32(a, None, np.ones(7, F32), 5)
+    with pytest.raises(ValueError, match="expected dtype float32"):
+        _native.matmul_f32(a.astype(np.float64), np.ones((3, 5), F32))
+    with pytest.raises(ValueError, match="out: expected shape"):
+        _native.matmul_f32(a, np.ones((3, 5), F32), out=np.empty((2, 4), F32))
+
+
+# --------------------------------------------------------------------------------------
+# Conv
+# --------------------------------------------------------------------------------------
+
+
+def check_conv(n, c, h, w, m, group, kh, kw, strides, dilations, pads, seed, with_bias=True, path=None) -> None:
+    rng = np.random.default_rng(seed)
+    x, wt = normal(rng, n, c, h, w), normal(rng, m, c // group, kh, kw)
+    bias = normal(rng, m) if with_bias else None
+    attrs = dict(group=group, strides=list(strides), dilations=list(dilations), pads=list(pads))
+    b64 = None if bias is None else bias.astype(np.float64)
+    y64 = conv_twin(None, x.astype(np.float64), wt.astype(np.float64), b64, **attrs)
+    mag = conv_twin(None, np.abs(x).astype(np.float64), np.abs(wt).astype(np.float64),
+                    None if b64 is None else np.abs(b64), **attrs)
+    packed = _native.conv_pack_f32(wt, group)
+    geometry = (m, kh, kw, list(strides), list(dilations), list(pads), group)
+    if path is not None:
+        assert _native.conv_path_f32(x, *geometry) == path
+    k = (c // group) * kh * kw
+
+    def run(isa: str) -> None:
+        y1 = _native.conv_f32(x, packed, bias, *geometry, num_threads=1)
+        y2 = _native.conv_f32(x, packed, bias, *geometry, num_threads=2)
+        out = np.full(y64.shape, np.nan, F32)
+        y3 = _native.conv_f32(x, packed, bias, *geometry, num_threads=2, out=out)
+        assert y3 is out or np.shares_memory(y3, out)
+        label = f"{isa} x{x.shape} w{wt.shape} g{group} s{strides} d{dilations} p{pads}"
+        assert_within_bound(y1, y64, mag, k, label)
+        assert y1.tobytes() == y2.tobytes() == out.tobytes(), f"{label}: 1 vs 2 threads"
+
+    every_isa(run)
+
+
+@pytest.mark.parametrize(
+    "n,c,h,w,m,group,kh,kw,strides,dilations,pads,path",
+    [
+        (1, 16, 20, 23, 24, 1, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), "pointwise"),
+        (2, 7, 5, 9, 17, 1, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), "pointwise"),
+        (1, 6, 7, 9, 9, 3, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), "pointwise"),  # grouped 1x1
+        (1, 300, 3, 5, 9, 1, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), "pointwise"),  # K > 258
+        (1, 300, 1, 1, 37, 1, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), "pointwise"),  # one column: the GEMV
+        (2, 17, 1, 1, 300, 1, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), "pointwise"),  # GEMV, 38 panels
+        (1, 12, 1, 1, 20, 2, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), "pointwise"),  # grouped GEMV
+        (1, 17, 9, 11, 17, 17, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), "depthwise"),
+        (2, 17, 9, 11, 17, 17, 3, 3, (2, 2), (1, 1), (1, 1, 1, 1), "depthwise"),
+        (1, 7, 9, 70, 7, 7, 5, 5, (1, 1), (1, 1), (2, 2, 2, 2), "depthwise"),  # 70: 4 zmm + a tail
+        (1, 7, 13, 131, 7, 7, 5, 5, (2, 1), (1, 1), (2, 2, 2, 2), "depthwise"),
+        (1, 3, 11, 12, 3, 3, 3, 3, (3, 3), (2, 2), (0, 1, 2, 0), "depthwise"),  # gathered stride
+        (1, 3, 33, 35, 16, 1, 3, 3, (2, 2), (1, 1), (1, 1, 1, 1), "im2col"),  # the stem
+        (1, 6, 13, 11, 9, 3, 3, 3, (2, 2), (2, 2), (1, 2, 0, 1), "im2col"),  # grouped, dilated
+        (1, 40, 6, 7, 20, 1, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), "im2col"),  # K = 360
+        (1, 8, 5, 40, 12, 1, 1, 3, (1, 1), (1, 1), (0, 1, 0, 1), "im2col"),  # 1x3 (ppocr_rec)
+        (1, 7, 6, 6, 5, 1, 1, 1, (2, 2), (1, 1), (0, 0, 0, 0), "im2col"),  # strided 1x1
+    ],
+)
+def test_conv_paths(n, c, h, w, m, group, kh, kw, strides, dilations, pads, path) -> None:
+    check_conv(n, c, h, w, m, group, kh, kw, strides, dilations, pads, seed=c * m + h, path=path)
+
+
+@st.composite
+def conv_cases(draw):
+    group = draw(st.sampled_from([1, 1, 2, 3]))
+    depthwise = draw(st.booleans())
+    cg = 1 if depthwise else draw(st.sampled_from([1, 3, 7, 17]))
+    c = cg * (group if not depthwise else draw(st.sampled_from([2, 3, 7, 17])))
+    group = c if depthwise else group
+    m = c if depthwise else group * draw(st.integers(1, 12))
+    kh, kw = draw(st.sampled_from([(1, 1), (3, 3), (5, 5), (1, 3), (3, 1), (2, 2)]))
+    strides = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilations = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    pads = tuple(draw(st.integers(0, 2)) for _ in range(4))
+    h = draw(st.integers(max(1, dilations[0] * (kh - 1) + 1 - pads[0] - pads[2]), 14))
+    w = draw(st.integers(max(1, dilations[1] * (kw - 1) + 1 - pads[1] - pads[3]), 40))
+    return draw(st.integers(1, 2)), c, h, w, m, group, kh, kw, strides, dilations, pads
+
+
+@given(case=conv_cases(), seed=st.integers(0, 2**16), with_bias=st.booleans())
+def test_conv_geometry_space(case, seed, with_bias) -> None:
+    check_conv(*case, seed=seed, with_bias=with_bias)
+
+
+def test_conv_large_enough_for_threads() -> None:
+    check_conv(1, 24, 40, 41, 40, 1, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), seed=1)
+    check_conv(1, 48, 40, 41, 48, 48, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), seed=2)
+    check_conv(1, 16, 30, 33, 24, 1, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), seed=3)
+
+
+def test_conv_refuses_bad_arguments() -> None:
+    x = np.ones((1, 4, 5, 5), F32)
+    w = _native.conv_pack_f32(np.ones((6, 4, 3, 3), F32), 1)
+    geometry = ([1, 1], [1, 1], [0, 0, 0, 0])
+    with pytest.raises(ValueError, match="w_packed: expected"):
+        _native.conv_f32(x, w, None, 12, 3, 3, *geometry, 1)
+    with pytest.raises(ValueError, match="larger than the padded input"):
+        _native.conv_f32(x, w, None, 6, 3, 3, [1, 1], [3, 3], [0, 0, 0, 0], 1)
+    with pytest.raises(ValueError, match="must divide"):
+        _native.conv_f32(x, w, None, 6, 3, 3, *geometry, 3)
+    with pytest.raises(ValueError, match="bias: expected 6"):
+        _native.conv_f32(x, w, np.ones(5, F32), 6, 3, 3, *geometry, 1)
