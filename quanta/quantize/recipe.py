@@ -51,6 +51,9 @@ class CalibrationMethod(enum.Enum):
     ENTROPY = "entropy"
     PERCENTILE = "percentile"
     MSE = "mse"
+    # MinMax, except for tensors read only by Conv/Gemm/MatMul with constant weights:
+    # their range minimises the error those layers see (calibrate/weighted_mse.py, eq. (22))
+    WEIGHTED_MSE = "weighted_mse"
 
 
 class RecurrentMode(enum.Enum):
