@@ -456,6 +456,9 @@ def consumer_channel_weights(graph: Graph, plan: QdqPlan) -> dict[str, tuple[int
                 total = None
                 break
             w = node.input(1).const
+            if not np.isfinite(w).all():  # such a weight stays float (weight_float_reason)
+                total = None
+                break
             if node.op_type == "Conv":
                 ax = 1
                 g = consumer_weights("Conv", w, group=int(node.attrs.get("group", 1)))
