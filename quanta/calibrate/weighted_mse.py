@@ -10,8 +10,7 @@ of the network only through ``y = W x``. Its rounding and clipping error Δx bec
 with E_c the squared error of channel c for the range [a, b] (eq. (21)). The observer
 keeps one streaming histogram per channel (histogram.py), sums them on the tensor's own
 grid with the weights g_c (re-gridding only sums bins: exact) and minimises eq. (21) on
-that weighted histogram with the MSE search (mse.py), its rounding term integrated on
-the quantization grid (eq. (21'), :class:`GridErrorModel`). The result is one per-tensor range
+that weighted histogram with the MSE search (mse.py). The result is one per-tensor range
 (activations have one scale), inside [min, max].
 
 Why it matters: in a MobileNet-style block a 1x1 convolution's output often has one
@@ -32,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from quanta.calibrate.histogram import HistogramView, _window_start, grid_exponent, regrid
-from quanta.calibrate.mse import _GRID, _MAX_ROUNDS, MSEObserver, QuantizationErrorModel, _spread
+from quanta.calibrate.mse import MSEObserver, QuantizationErrorModel
 from quanta.ir.types import CalibratedType
 
-__all__ = ["MIN_GAIN", "WEIGHTED_BINS", "GridErrorModel", "WeightedMSEObserver", "consumer_weights"]
+__all__ = ["MIN_GAIN", "WEIGHTED_BINS", "WeightedMSEObserver", "consumer_weights"]
 
 # Eq. (23): the weighted range replaces MinMax only when its modelled error is below this
 # share of MinMax's (a 3 dB gain at least).
@@ -125,7 +124,7 @@ class WeightedMSEObserver(MSEObserver):
         view = self.weighted_view()
         if view.counts.size == 0 or not view.counts.any():  # every weight is 0 where there is data
             return CalibratedType(self.expressed, lo, hi)
-        a, b = self._search(GridErrorModel(view))
+        a, b = self._estimate_channel(view)
         a, b = min(max(a, lo), hi), min(max(b, lo), hi)
         if not self._pays(view, a, b, lo, hi):
             return CalibratedType(self.expressed, lo, hi)
@@ -140,106 +139,17 @@ class WeightedMSEObserver(MSEObserver):
         that it prefers by a small margin is as likely to be worse as better (a classifier
         lost 7 dB of logit SQNR that way); a range that it prefers by several times (a
         channel 30x wider than the rest, with small weights downstream) is not."""
-        model = GridErrorModel(view)
+        model = QuantizationErrorModel(view)
         steps = float(self.qmax - self.qmin)
         if self.symmetric:
             t_mm, t = max(-min(lo, 0.0), max(hi, 0.0)), max(-a, b)
-            e_mm = float(model.error(-t_mm, t_mm, 2.0 * t_mm / steps)[0])
-            e = float(model.error(-t, t, 2.0 * t / steps)[0])
+            e_mm = float(model.error(-t_mm, t_mm, 2.0 * t_mm / steps))
+            e = float(model.error(-t, t, 2.0 * t / steps))
         else:
             lo0, hi0, a0, b0 = min(lo, 0.0), max(hi, 0.0), min(a, 0.0), max(b, 0.0)
-            e_mm = float(model.error(lo0, hi0, (hi0 - lo0) / steps)[0])
-            e = float(model.error(a0, b0, (b0 - a0) / steps)[0])
+            e_mm = float(model.error(lo0, hi0, (hi0 - lo0) / steps))
+            e = float(model.error(a0, b0, (b0 - a0) / steps))
         return e < MIN_GAIN * e_mm
-
-    def _search(self, model: GridErrorModel) -> tuple[float, float]:
-        """The MSE search of mse.py (bin edges as candidates: every edge for symmetric
-        storage; a 2-D grid, then coordinate descent, for asymmetric) on eq. (21')."""
-        steps = float(self.qmax - self.qmin)
-        lo, hi = min(model.lo, 0.0), max(model.hi, 0.0)
-        edges = model.edges
-        if self.symmetric:
-            tmax = max(-lo, hi)
-            t = np.abs(edges)
-            t = np.unique(np.append(t[(t > 0) & (t < tmax)], tmax))
-            err = model.error(-t, t, 2.0 * t / steps)
-            best = float(t[np.flatnonzero(err == err.min())[-1]])  # ties: the wider range
-            return -best, best
-        a_cand = np.unique(np.append(edges[(edges > lo) & (edges < 0.0)], [lo, 0.0] if lo < 0 else [0.0]))
-        b_cand = np.unique(np.append(edges[(edges > 0.0) & (edges < hi)], [0.0, hi] if hi > 0 else [0.0]))
-        if lo < 0.0:
-            a_cand = a_cand[a_cand < 0.0]
-        if hi > 0.0:
-            b_cand = b_cand[b_cand > 0.0]
-
-        def err(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-            return model.error(a, b, (b - a) / steps)
-
-        ga, gb = np.meshgrid(_spread(a_cand, _GRID), _spread(b_cand, _GRID), indexing="ij")
-        e = err(ga.reshape(-1), gb.reshape(-1))
-        i = int(np.argmin(e))
-        a, b = float(ga.flat[i]), float(gb.flat[i])
-        for _ in range(_MAX_ROUNDS):
-            eb = err(np.full(b_cand.shape, a), b_cand)
-            b_new = float(b_cand[np.flatnonzero(eb == eb.min())[-1]])
-            ea = err(a_cand, np.full(a_cand.shape, b_new))
-            a_new = float(a_cand[np.flatnonzero(ea == ea.min())[0]])
-            if (a_new, b_new) == (a, b):
-                break
-            a, b = a_new, b_new
-        return a, b
-
-
-def _sawtooth(t: np.ndarray) -> np.ndarray:
-    """G(t) = ∫_0^t (u - round(u))² du = round(t)/12 + (t - round(t))³/3 (odd, exact)."""
-    r = np.round(t)
-    return r / 12.0 + (t - r) ** 3 / 3.0
-
-
-class GridErrorModel:
-    """Eq. (21') for a (weighted) histogram: eq. (21)'s clipping terms, and the rounding
-    error of the values inside [a, b] integrated exactly on the grid of step s anchored at
-    0 (the zero point is an integer), values uniform inside each bin::
-
-        (21') inside error of bin [l, r] with n values = n · s³ · (G(r/s) - G(l/s)) / (r - l)
-
-    Eq. (21) takes s²/12 per value; that is right for bins wider than s but not for a
-    narrow channel whose values lie within a step of 0 (they round to 0 and err by x²,
-    less than s²/12 when |x| < 0.29·s), which a per-tensor range produces on purpose here.
-    Exact zeros (all in the bin starting at 0) never err."""
-
-    _CHUNK = 1 << 20  # candidate x bin products per step (memory bound)
-
-    def __init__(self, view: HistogramView) -> None:
-        self.clip = QuantizationErrorModel(view)
-        self.lo, self.hi = view.lo, view.hi
-        edges = view.edges()
-        self.edges = edges
-        l_e = np.maximum(edges[:-1], view.lo)
-        r_e = np.minimum(edges[1:], view.hi)
-        n = view.counts.copy()
-        zero_bin = -view.g0  # bin g = 0 covers [0, w): it holds the exact zeros
-        if 0 <= zero_bin < n.size:
-            n[zero_bin] = max(n[zero_bin] - view.zeros, 0.0)
-        keep = n > 0
-        self.l, self.r, self.n = l_e[keep], r_e[keep], n[keep]
-
-    def error(self, a: np.ndarray, b: np.ndarray, s: np.ndarray) -> np.ndarray:
-        a, b, s = (np.asarray(v, dtype=np.float64).reshape(-1) for v in np.broadcast_arrays(a, b, s))
-        out = np.maximum(self.clip.error(a, b, np.zeros_like(s)), 0.0)  # s = 0: the clipping terms only
-        step = max(1, self._CHUNK // max(1, self.n.size))
-        width = self.r - self.l
-        point = width <= 0
-        safe_w = np.where(point, 1.0, width)
-        for i in range(0, a.size, step):
-            aa, bb, ss = a[i : i + step, None], b[i : i + step, None], s[i : i + step, None]
-            ss = np.where(ss > 0, ss, 1.0)
-            lo_c = np.clip(self.l, aa, bb)
-            hi_c = np.clip(self.r, aa, bb)
-            spread = self.n * ss**3 * (_sawtooth(hi_c / ss) - _sawtooth(lo_c / ss)) / safe_w
-            at = self.n * (self.l - ss * np.round(self.l / ss)) ** 2 * ((self.l >= aa) & (self.l <= bb))
-            out[i : i + step] += np.where(point, at, spread).sum(axis=1)
-        return out
 
 
 def consumer_weights(kind: str, w: np.ndarray, *, group: int = 1, trans_b: bool = False) -> np.ndarray:
