@@ -112,6 +112,14 @@ class WeightedMSEObserver(MSEObserver):
             counts=counts[first : last + 1], g0=int(start[0]) + first, k=int(k[0]), lo=lo, hi=hi, zeros=zeros
         )
 
+    def extrema(self) -> CalibratedType:
+        """The exact [min, max] of the whole tensor (the range is per tensor, so is what
+        decides whether it is degenerate); [0, 0] when nothing was seen."""
+        if self._min is None or not (self._count > 0).any():
+            return CalibratedType(self.expressed, 0.0, 0.0)
+        has = self._count > 0
+        return CalibratedType(self.expressed, float(self._min[has].min()), float(self._max[has].max()))
+
     def range(self) -> CalibratedType:
         """One range for the whole tensor. A tensor with a non-finite extremum reports
         its extrema (is_degenerate then keeps it float); one that saw nothing [0, 0]."""
