@@ -1,7 +1,8 @@
 """Per-tensor fidelity of a QDQ model against its float original.
 
 For every activation Q/DQ pair of the quantized model (graph order), on the same feeds,
-both models run as written (no fusion, so every tensor keeps its name)::
+both models run as written on quanta's reference target (no fusion, so every tensor
+keeps its name)::
 
     local SQNR  = 10 log10(Σ x_q² / Σ (x_q - DQ(Q(x_q)))²)    what this pair's rounding
                                                               and clipping cost, on its own input
@@ -39,16 +40,21 @@ def _proto(m: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     return m if isinstance(m, onnx.ModelProto) else onnx.load(os.fspath(m))
 
 
-def _expose(proto: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    out = onnx.ModelProto()
-    out.CopyFrom(proto)
-    have = {o.name for o in out.graph.output}
-    for n in names:
-        if n not in have:
-            # every exposed tensor is float: a Q input, a DQ output, their FP32 twins
-            out.graph.output.append(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None))
-            have.add(n)
-    return out
+def _values(proto: onnx.ModelProto, feed: dict[str, np.ndarray], names: set[str]) -> dict[str, np.ndarray]:
+    """The named tensors of one run of the graph as written (the reference target, as
+    calibration runs it)."""
+    from quanta.ir.onnx_io import from_proto
+    from quanta.targets.reference import ReferenceTarget
+
+    model = from_proto(proto, "model")
+    got: dict[str, np.ndarray] = {k: v for k, v in feed.items() if k in names}
+
+    def keep(name: str, arr: np.ndarray) -> None:
+        if name in names and isinstance(arr, np.ndarray):
+            got[name] = arr
+
+    ReferenceTarget().prepare(model).run(dict(feed), [v.name for v in model.graph.outputs], on_value=keep)
+    return got
 
 
 def _db(signal: float, noise: float) -> float:
@@ -61,12 +67,9 @@ def compare_tensors(
     float_model: str | os.PathLike | onnx.ModelProto,
     quantized_model: str | os.PathLike | onnx.ModelProto,
     feeds: list[dict[str, np.ndarray]],
-    *,
-    backend: str = "reference",
 ) -> list[TensorFidelity]:
-    """One row per activation Q/DQ pair of ``quantized_model`` (module docstring)."""
-    from quanta.session import GraphOptimizationLevel, InferenceSession, SessionOptions
-
+    """One row per activation Q/DQ pair of ``quantized_model`` (module docstring); both
+    models run as written on quanta's reference target."""
     q = _proto(quantized_model)
     f = _proto(float_model)
     inits = {i.name: i for i in q.graph.initializer}
@@ -90,17 +93,15 @@ def compare_tensors(
         grid[n.input[0]] = ((info.min - zp - 0.5) * scale, (info.max - zp + 0.5) * scale)
         pairs.append((n.input[0], dq.output[0], scale, zp))
     float_names = {o for n in f.graph.node for o in n.output} | {i.name for i in f.graph.input}
-    opts = SessionOptions()
-    opts.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
-    qs = InferenceSession(_expose(q, [p[0] for p in pairs] + [p[1] for p in pairs]), opts, backend=backend)
-    fs = InferenceSession(_expose(f, [p[0] for p in pairs if p[0] in float_names]), opts, backend=backend)
-    q_names = [o.name for o in qs.get_outputs()]
-    f_names = [o.name for o in fs.get_outputs()]
+    q_wanted = {p[0] for p in pairs} | {p[1] for p in pairs}
+    f_wanted = {p[0] for p in pairs if p[0] in float_names}
     acc: dict[str, list[float]] = {p[0]: [0.0, 0.0, 0.0, 0.0, 0.0, 0.0] for p in pairs}
     for feed in feeds:
-        qo: dict[str, Any] = dict(zip(q_names, qs.run(None, feed), strict=True))
-        fo: dict[str, Any] = dict(zip(f_names, fs.run(None, feed), strict=True))
+        qo: dict[str, Any] = _values(q, feed, q_wanted)
+        fo: dict[str, Any] = _values(f, feed, f_wanted)
         for x, d, _, _ in pairs:
+            if x not in qo or d not in qo:
+                continue
             a = acc[x]
             xq = np.asarray(qo[x], np.float64)
             dq = np.asarray(qo[d], np.float64)
@@ -109,7 +110,7 @@ def compare_tensors(
             lo, hi = grid[x]
             a[4] += float(np.sum((xq < lo) | (xq > hi)))
             a[5] += xq.size
-            if x in fo:
+            if x in fo and x in qo:
                 r = np.asarray(fo[x], np.float64)
                 a[2] += float(np.sum(r**2))
                 a[3] += float(np.sum((r - dq) ** 2))
