@@ -1,7 +1,7 @@
 """Calibration: observers turn a stream of activations into ranges (CalibratedType).
 
 Observers (docs/calibration.md): MinMax, MovingAverageMinMax, Histogram and the
-histogram readers Entropy (KL), Percentile and MSE. ``is_degenerate`` says why a range
+histogram readers Entropy (KL), Percentile and MSE, and the consumer-weighted MSE. ``is_degenerate`` says why a range
 should stay float; ``save_table``/``load_table`` keep observer states as JSON.
 """
 
@@ -24,6 +24,7 @@ from quanta.calibrate.observer import (
     save_table,
 )
 from quanta.calibrate.percentile import PercentileObserver
+from quanta.calibrate.weighted_mse import WeightedMSEObserver
 
 __all__ = [
     "EXTREME",
@@ -36,6 +37,7 @@ __all__ = [
     "Observer",
     "ObserverBase",
     "PercentileObserver",
+    "WeightedMSEObserver",
     "dumps_table",
     "is_degenerate",
     "load_table",

@@ -277,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model")
     s.add_argument("-o", "--output", required=True, help="path of the quantized model (never the input)")
     s.add_argument("--calib", help="calibration data: .npz file, folder of .npz files or of images")
-    s.add_argument("--method", choices=["minmax", "moving_average", "entropy", "percentile", "mse"])
+    s.add_argument("--method", choices=["weighted_mse", "minmax", "moving_average", "entropy", "percentile", "mse"])
     s.add_argument("--dynamic", action="store_true", help="dynamic quantization (no calibration data)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--per-channel", dest="per_channel", action="store_true", default=None)

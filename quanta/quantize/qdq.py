@@ -50,7 +50,16 @@ from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.params import adjust_weight_scale_for_bias, bias_params, params_from_range, quantize_bias
 from quanta.quantize.recipe import Recipe, storage_from_name
 
-__all__ = ["GATES", "NodeDecision", "QdqPlan", "TensorPlan", "gated_activation", "insert_qdq", "plan_qdq"]
+__all__ = [
+    "GATES",
+    "NodeDecision",
+    "QdqPlan",
+    "TensorPlan",
+    "consumer_channel_weights",
+    "gated_activation",
+    "insert_qdq",
+    "plan_qdq",
+]
 
 # how the plan treats each op (quanta.ir.op_facts, column qdq)
 VIEW_OPS = derive("quanta.quantize.qdq.VIEW_OPS", lambda t: t.ops_where(qdq=QdqRole.VIEW))
@@ -484,6 +493,55 @@ def bias_correction_inputs(plan: QdqPlan) -> dict[str, int]:
             out[roles[0]] = 1
         elif d.node.op_type == "Gemm" and not d.node.attrs.get("transA", 0):
             out[roles[0]] = -1
+    return out
+
+
+def consumer_channel_weights(graph: Graph, plan: QdqPlan) -> dict[str, tuple[int, np.ndarray]]:
+    """Activation -> (channel axis, g_c of eq. (22)) for the calibrated activations whose
+    every consumer is a quantized Conv, Gemm (transA = 0) or 2-D MatMul reading it as
+    input 0 with a constant weight (the weighted-MSE range, calibrate/weighted_mse.py).
+    The g_c of several consumers add up. A tensor that anything else reads (an Add, a
+    view, a graph output, a float op) is left out: its error does not reach the graph
+    only through those weights."""
+    from quanta.calibrate.weighted_mse import consumer_weights
+
+    decided = {id(d.node): d for d in plan.decisions}
+    output_ids = {id(v) for v in graph.outputs}
+    by_name = {v.name: v for v in graph.values()}
+    out: dict[str, tuple[int, np.ndarray]] = {}
+    for name in plan.activations_to_calibrate():
+        v = by_name.get(name)
+        if v is None or id(v) in output_ids or not v.uses:
+            continue
+        total: np.ndarray | None = None
+        axis = None
+        for node, idx in v.uses:
+            d = decided.get(id(node))
+            roles = dict(d.inputs) if d is not None and d.quantize else {}
+            w_key = roles.get(1)
+            w_plan = plan.tensors.get(w_key) if w_key is not None else None
+            if idx != 0 or w_plan is None or w_plan.role != "weight" or node.op_type not in ("Conv", "Gemm", "MatMul"):
+                total = None
+                break
+            w = node.input(1).const
+            if not np.isfinite(w).all():  # such a weight stays float (weight_float_reason)
+                total = None
+                break
+            if node.op_type == "Conv":
+                ax = 1
+                g = consumer_weights("Conv", w, group=int(node.attrs.get("group", 1)))
+            elif w.ndim == 2 and not (node.op_type == "Gemm" and node.attrs.get("transA", 0)):
+                ax = -1
+                g = consumer_weights(node.op_type, w, trans_b=bool(node.attrs.get("transB", 0)))
+            else:
+                total = None
+                break
+            if (axis is not None and ax != axis) or (total is not None and total.shape != g.shape):
+                total = None
+                break
+            axis, total = ax, g if total is None else total + g
+        if total is not None and axis is not None:
+            out[name] = (axis, total)
     return out
 
 

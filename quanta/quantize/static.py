@@ -43,6 +43,7 @@ from quanta.quantize.bodies import BodyScope, plan_bodies, prepare_bodies, quant
 from quanta.quantize.qdq import (
     QdqPlan,
     bias_correction_inputs,
+    consumer_channel_weights,
     correct_biases,
     insert_qdq,
     plan_qdq,
@@ -175,12 +176,14 @@ def load_for_quantization(
     return model
 
 
-def make_observer_factory(recipe: Recipe):
+def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, Any]] | None = None):
     """tensor name -> a fresh observer for the recipe's calibration method.
 
     Histogram observers use ``recipe.num_bins`` when set, else their own default; the
-    MSE observer models the grid of the recipe's activation storage (qmin, qmax,
-    symmetry), which only quantize/ knows (calibrate/ cannot import it)."""
+    MSE observers model the grid of the recipe's activation storage (qmin, qmax,
+    symmetry), which only quantize/ knows (calibrate/ cannot import it).
+    ``channel_weights`` (qdq.consumer_channel_weights): the tensors that the weighted
+    MSE method calibrates with their consumers' weights; it gives the others MinMax."""
     from quanta.quantize.params import quant_range
 
     method = recipe.method
@@ -207,8 +210,13 @@ def make_observer_factory(recipe: Recipe):
             from quanta.calibrate.percentile import PercentileObserver
 
             return PercentileObserver(percentile=recipe.percentile, **bins)
-        if method is CalibrationMethod.MSE:
+        if method is CalibrationMethod.WEIGHTED_MSE and name not in (channel_weights or {}):
+            from quanta.calibrate.minmax import MinMaxObserver
+
+            return MinMaxObserver()
+        if method in (CalibrationMethod.MSE, CalibrationMethod.WEIGHTED_MSE):
             from quanta.calibrate.mse import MSEObserver
+            from quanta.calibrate.weighted_mse import WeightedMSEObserver
 
             storage = recipe.activation_storage
             if ov is not None and ov.dtype:
@@ -216,6 +224,10 @@ def make_observer_factory(recipe: Recipe):
 
                 storage = storage_from_name(ov.dtype, name)
             qmin, qmax = quant_range(storage, symmetric=symmetric, reduce_range=recipe.reduce_range)
+            if method is CalibrationMethod.WEIGHTED_MSE:
+                axis, weights = (channel_weights or {})[name]
+                return WeightedMSEObserver(axis=axis, weights=weights, qmin=qmin, qmax=qmax, symmetric=symmetric,
+                                           **bins)
             return MSEObserver(qmin=qmin, qmax=qmax, symmetric=symmetric, **bins)
         raise AssertionError(method)
 
@@ -275,6 +287,9 @@ def quantize_static(
         to_calibrate += [scope.prefix + name for name in scope.plan.activations_to_calibrate()]
         if recipe.bias_correction:
             means_for.update({scope.prefix + k: a for k, a in bias_correction_inputs(scope.plan).items()})
+    weights_for = (
+        consumer_channel_weights(graph, plan) if recipe.method is CalibrationMethod.WEIGHTED_MSE else {}
+    )
     means: dict = {}
     # with bodies, the calibration run also tells which If branches the data takes and
     # the shapes inside the bodies (coverage counts their MACs with them)
@@ -283,7 +298,7 @@ def quantize_static(
             model,
             to_calibrate,
             calibration_data,
-            make_observer_factory(recipe),
+            make_observer_factory(recipe, weights_for),
             preprocess=preprocess,
             limit=recipe.calibration_samples,
             progress=recipe.progress and verbose,

@@ -12,7 +12,7 @@ from quanta.quantize.recipe import CalibrationMethod, Recipe, RecipeError, Tenso
 
 def test_recipe_defaults_are_the_documented_ones():
     r = Recipe()
-    assert r.method is CalibrationMethod.MINMAX and r.per_channel
+    assert r.method is CalibrationMethod.WEIGHTED_MSE and r.per_channel
     assert r.activation_storage == U8 and r.weight_storage == I8
     assert not r.symmetric_activations and r.symmetric_weights and not r.quantize_outputs
 
@@ -20,7 +20,7 @@ def test_recipe_defaults_are_the_documented_ones():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(method="kl"), "method: unknown calibration method 'kl'; expected one of minmax, moving_average, entropy, percentile, mse"),
+        (dict(method="kl"), "method: unknown calibration method 'kl'; expected one of minmax, moving_average, entropy, percentile, mse, weighted_mse"),
         (dict(activation_type="int16"), "activation_type: unknown type 'int16'; expected one of int8, uint8, int4, uint4"),
         (dict(activation_type="int4"), "activation_type: 4-bit activations are not supported; use int8 or uint8"),
         (dict(exclude=["conv[1"]), "exclude: 'conv[1' is not a valid regular expression (unterminated character set at position 4)"),
