@@ -61,7 +61,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     (weights computed by subgraphs become initializers, and shape subgraphs for the
     dimensions the inputs fix, with a symbolic batch too), no-ops removed, zero Pads
     folded into the Conv that reads them, activations written out as arithmetic made the
-    one operator they compute (hardswish, hardsigmoid, softplus), BatchNormalization folded into the weights (so the folded weights are what gets
+    one operator they compute (hardsigmoid, softplus), BatchNormalization folded into the weights (so the folded weights are what gets
     quantized), GroupNorm recognised, duplicates merged.
 
     Constant folding here may produce large results (weights computed by a
@@ -73,7 +73,9 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         FoldConstants(evaluator, max_output_elements=1 << 24),  # ... and the arithmetic on them
         FoldReshapeDims(),  # x.view(x.size(0), -1) with a symbolic batch -> Reshape(x, [0, -1])
         Canonicalize(),  # Sum of two -> Add: residuals of older exports
-        CanonicalizeActivations(opset),  # x·Clip(x+3, 0, 6)/6 -> HardSwish (or x·HardSigmoid(x)), ...
+        # Clip(x+3, 0, 6)/6 -> HardSigmoid, Log(1+Exp) -> Softplus; written-out hardswish
+        # stays as written: quantizing its input cost Paddle's OCR models accuracy
+        CanonicalizeActivations(opset, hardswish=False),
         RemoveNoops(),
         FoldPad(),  # "same"-padding Pads (pads folded to constants above) into their Convs
         FoldBatchNorm(),
