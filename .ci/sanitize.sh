@@ -21,8 +21,11 @@
 #   is never loaded in the same process (pybind11 would refuse the duplicate types).
 # - Any ASan report aborts the process (non-zero exit); UBSan findings abort too
 #   (-fno-sanitize-recover).
-# - Default tests: tests/kernels without tests/kernels/reference, and the batched Transpose
-#   (tests/targets/test_native_layout.py: its binding is not in tests/kernels). The reference tests do
+# - Default tests: tests/kernels without tests/kernels/reference, the batched Transpose
+#   (tests/targets/test_native_layout.py: its binding is not in tests/kernels), and the
+#   tensor-op, recurrent and float GEMM kernels, whose differential tests live in
+#   tests/targets (test_native_tensor_ops.py, test_native_recurrent.py,
+#   test_native_float_gemm.py). The reference tests do
 #   not touch _native, and several of them run onnxruntime, which crashes while creating
 #   a session under a preloaded (uninstrumented-host) ASan. A native test that compares
 #   with onnxruntime has the same problem: compare with the NumPy twin instead.
@@ -66,7 +69,9 @@ EOF
 
 PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)"
 if [[ "$#" -eq 0 ]]; then
-  set -- "$ROOT/tests/kernels" "$ROOT/tests/targets/test_native_layout.py" --ignore="$ROOT/tests/kernels/reference"
+  set -- "$ROOT/tests/kernels" "$ROOT/tests/targets/test_native_layout.py" \
+    "$ROOT/tests/targets/test_native_tensor_ops.py" "$ROOT/tests/targets/test_native_recurrent.py" \
+    "$ROOT/tests/targets/test_native_float_gemm.py" --ignore="$ROOT/tests/kernels/reference"
 fi
 cd "$ROOT"
 env LD_PRELOAD="$PRELOAD" \
