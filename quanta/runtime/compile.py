@@ -2,8 +2,9 @@
 
 The stages, in order (each a function below)::
 
-    1. run_passes      the pass pipeline (quanta.passes.pipelines) rewrites the graph;
-                       today the default pipeline is empty: no pass runs
+    1. run_passes      the pass pipeline rewrites the graph (``default_pipeline``: a
+                       quantized graph is lowered to integer ops, a float one gets
+                       ``optimize_float``)
     2. bind_kernels    the target picks one kernel per node (native, or its reference
                        twin recorded as a fallback with the reason); If / Loop / Scan
                        get their bodies compiled (quanta.runtime.control_flow)
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_PIPELINE", "compile", "default_pipeline", "plan_static_memory", "run_passes"]
 
-#: The pipeline compile() runs before binding kernels. Empty until the passes land;
-#: the lead wires quanta.passes.pipelines here (a plain list of Pass instances).
+#: A fixed pipeline for float graphs (a plain list of Pass instances), used instead of
+#: ``optimize_float`` when set; empty by default.
 DEFAULT_PIPELINE: tuple[Pass, ...] = ()
 
 
