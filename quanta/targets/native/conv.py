@@ -40,6 +40,7 @@ from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, get_op
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
+from quanta.targets.native._values import threads as _threads
 
 try:
     from quanta.kernels import _native
@@ -54,11 +55,6 @@ _GEOMETRY = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
-
-
-def _threads(ctx: OpContext) -> int:
-    """The intra-op thread count (KernelContext.num_threads; 1 for a plain OpContext)."""
-    return max(1, int(getattr(ctx, "num_threads", 1)))
 
 
 def _reference(

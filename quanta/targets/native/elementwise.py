@@ -73,6 +73,9 @@ from quanta.kernels.reference.registry import MS_DOMAIN, get_op
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
+from quanta.targets.native._values import const_of as _const
+from quanta.targets.native._values import threads as _threads
+from quanta.targets.native._values import value_dtype as _dtype
 
 __all__ = [
     "RUNTIME_FALLBACKS",
@@ -116,10 +119,6 @@ def _native() -> Any:
 
         _NATIVE = module
     return _NATIVE
-
-
-def _threads(ctx: Any) -> int:
-    return max(1, int(getattr(ctx, "num_threads", 1)))
 
 
 def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -207,20 +206,6 @@ def _key(*parts: Any) -> tuple:
 # --------------------------------------------------------------------------------------
 
 
-def _dtype(v: Value | None) -> np.dtype | None:
-    """The storage dtype of a value (quantized types: their storage), or None when unknown."""
-    if v is None:
-        return None
-    if v.const is not None:
-        return v.const.dtype
-    if v.type is None:
-        return None
-    try:
-        return np.dtype(v.type.elem.numpy)
-    except (AttributeError, TypeError, KeyError):
-        return None
-
-
 def _size(v: Value | None) -> int | None:
     """Number of elements when the shape is known (constants always), else None."""
     if v is None:
@@ -263,10 +248,6 @@ def _check_f32(op: str, *named: tuple[str, Value | None]) -> str:
         if dt is not None and dt != np.float32:
             return f"native {op} takes a float32 {name}, got {dt}"
     return ""
-
-
-def _const(v: Value | None) -> np.ndarray | None:
-    return None if v is None else v.const
 
 
 def _kernel(fn: Callable[..., Any], name: str, prepared: Any = None) -> tuple[Kernel, str]:

@@ -46,6 +46,8 @@ from quanta.kernels.reference.nn_conv import _crop_spatial, _scatter_windows, co
 from quanta.kernels.reference.registry import OpContext, get_op
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
+from quanta.targets.native._values import threads as _threads
+from quanta.targets.native._values import value_dtype
 
 try:
     from quanta.kernels import _native
@@ -62,10 +64,6 @@ RUNTIME_FALLBACKS: collections.Counter[str] = collections.Counter()
 
 class _Unsupported(Exception):
     """A run-time input outside the native path: the call goes to the reference twin."""
-
-
-def _threads(ctx: OpContext) -> int:
-    return getattr(ctx, "num_threads", 1) or 1
 
 
 def _f32(a: Any) -> np.ndarray:
@@ -103,17 +101,8 @@ def _with_fallback(op_type: str) -> Callable[[Callable[..., Any]], Callable[...,
 
 
 def _dtype(v: Value | None) -> np.dtype | None:
-    if v is None:
-        return None
     c = _constant(v)
-    if c is not None:
-        return c.dtype
-    if v.type is None:
-        return None
-    try:
-        return np.dtype(v.type.elem.numpy)
-    except (AttributeError, TypeError, KeyError):
-        return None
+    return c.dtype if c is not None else value_dtype(v)
 
 
 def _constant(v: Value | None) -> np.ndarray | None:

@@ -39,6 +39,8 @@ from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.registry import get_op
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
+from quanta.targets.native._values import threads as _threads
+from quanta.targets.native._values import value_dtype as _dtype
 
 __all__ = [
     "RUNTIME_FALLBACKS",
@@ -78,10 +80,6 @@ def _native() -> Any:
     return _NATIVE
 
 
-def _threads(ctx: Any) -> int:
-    return max(1, int(getattr(ctx, "num_threads", 1)))
-
-
 def _f32(a: Any) -> np.ndarray:
     """``a`` as a C-contiguous float32 array of the same shape, or _Unsupported (not
     np.ascontiguousarray, which turns a rank-0 array into shape (1,))."""
@@ -111,20 +109,6 @@ def _with_fallback(op_type: str) -> Callable[[Callable[..., Any]], Callable[...,
         return kernel
 
     return deco
-
-
-def _dtype(v: Value | None) -> np.dtype | None:
-    """The element dtype of a value, or None when unknown."""
-    if v is None:
-        return None
-    if v.const is not None:
-        return v.const.dtype
-    if v.type is None:
-        return None
-    try:
-        return np.dtype(v.type.elem.numpy)
-    except (AttributeError, TypeError, KeyError):
-        return None
 
 
 def _check_f32(op: str, *named: tuple[str, Value | None]) -> str:

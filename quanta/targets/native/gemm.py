@@ -60,6 +60,9 @@ from quanta.kernels.reference.registry import MS_DOMAIN, OpError, get_op
 from quanta.kernels.reference.requant import requant_multiplier
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
+from quanta.targets.native._values import const_of as _const
+from quanta.targets.native._values import threads as _threads
+from quanta.targets.native._values import value_dtype as _dtype
 
 try:
     from quanta.kernels import _native
@@ -98,10 +101,6 @@ def _workspace() -> Any:
     if ws is None:
         ws = _tls.workspace = _native.QGemmWorkspace()
     return ws
-
-
-def _threads(ctx: Any) -> int:
-    return max(1, int(getattr(ctx, "num_threads", 1)))
 
 
 def _reference(op_type: str, domain: str, ctx: Any, inputs: tuple, attrs: dict, out: np.ndarray | None):
@@ -318,24 +317,6 @@ def _call(
 # --------------------------------------------------------------------------------------
 # Compile-time helpers (binders)
 # --------------------------------------------------------------------------------------
-
-
-def _dtype(v: Value | None) -> np.dtype | None:
-    """The storage dtype of a value, or None when unknown."""
-    if v is None:
-        return None
-    if v.const is not None:
-        return v.const.dtype
-    if v.type is None:
-        return None
-    try:
-        return np.dtype(v.type.elem.numpy)
-    except (AttributeError, TypeError):
-        return None
-
-
-def _const(v: Value | None) -> np.ndarray | None:
-    return None if v is None else v.const
 
 
 def _dtype_name(dt: np.dtype | None) -> str:

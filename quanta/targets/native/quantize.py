@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from quanta.ir.graph import Model, Node, Value
+from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.registry import OpContext, OpError
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
+from quanta.targets.native._values import const_of as _const
 
 __all__ = ["bind_quantize_linear"]
 
@@ -66,10 +67,6 @@ def _quantize_linear_native(
         return fn(x, scale, zero_point, int(axis), threads, out)
     except ValueError as e:
         raise OpError(str(e)) from None
-
-
-def _const(v: Value | None) -> np.ndarray | None:
-    return None if v is None else v.const
 
 
 @register_binder("QuantizeLinear")

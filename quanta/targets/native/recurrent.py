@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from quanta.ir.graph import Model, Node, Value
+from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.ms_lstm import (
     _direction_scale,
     _weight_zero_point,
@@ -28,6 +28,8 @@ from quanta.kernels.reference.ms_lstm import (
 from quanta.kernels.reference.registry import MS_DOMAIN, OpError
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
+from quanta.targets.native._values import const_of as _const
+from quanta.targets.native._values import threads
 
 __all__ = ["bind_dynamic_quantize_lstm", "bind_gru", "bind_lstm"]
 
@@ -35,10 +37,6 @@ F32 = np.float32
 _FLT_MAX = float(np.finfo(np.float32).max)
 _DEFAULT_ACTS = ("sigmoid", "tanh", "tanh")
 _SEQ_PANEL = 128  # float_rnn.h kSeqPanel
-
-
-def _const(v: Value | None) -> np.ndarray | None:
-    return None if v is None else v.const
 
 
 def _f32_or_none(a: np.ndarray | None) -> np.ndarray | None:
@@ -92,7 +90,7 @@ def _dq_lstm_native(
                 np.ascontiguousarray(x), packed_w, packed_r, w_mult, r_mult, bias, _f32_or_none(p),
                 _f32_or_none(initial_h), _f32_or_none(initial_c), lens, direction=direction,
                 clip=_FLT_MAX if clip is None else float(clip), input_forget=bool(input_forget),
-                want_y=_y_requested(ctx), num_threads=max(1, int(getattr(ctx, "num_threads", 1))),
+                want_y=_y_requested(ctx), num_threads=threads(ctx),
             )
         except ValueError as e:
             raise OpError(f"DynamicQuantizeLSTM: {e}") from None
@@ -197,7 +195,7 @@ def _float_rnn_native(kind: str, ctx: Any, x: np.ndarray, w: np.ndarray, r: np.n
         outs = _native.float_rnn(
             kind, np.ascontiguousarray(x), w_t, r_t, r_h, b, p, _f32_or_none(initial_h), _f32_or_none(initial_c), lens,
             direction=direction, clip=_FLT_MAX if clip is None else float(clip), input_forget=bool(input_forget),
-            linear_before_reset=bool(linear_before_reset), num_threads=max(1, int(getattr(ctx, "num_threads", 1))),
+            linear_before_reset=bool(linear_before_reset), num_threads=threads(ctx),
         )
     except ValueError as e:
         raise OpError(f"{'GRU' if kind == 'gru' else 'LSTM'}: {e}") from None
