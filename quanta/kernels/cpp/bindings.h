@@ -8,7 +8,9 @@
 
 #include <sstream>
 #include <stdexcept>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace quanta {
 namespace py = pybind11;
@@ -25,6 +27,34 @@ void register_pool(py::module_& m);
 void register_recurrent(py::module_& m);
 void register_tensor_ops(py::module_& m);
 void register_sgemm(py::module_& m);
+
+// Shapes, thread counts and output aliasing, checked the same way (and named in the same
+// words) by every binding family.
+using Shape = std::vector<py::ssize_t>;
+
+inline Shape shape_of(const py::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
+
+// As Python prints a tuple: (2, 3), (4,), ().
+inline std::string shape_str(const Shape& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    s += std::to_string(shape[i]);
+    if (shape.size() == 1 || i + 1 < shape.size()) s += shape.size() == 1 ? "," : ", ";
+  }
+  return s + ")";
+}
+
+inline void check_threads(int num_threads, const std::string& op) {
+  if (num_threads < 1) {
+    throw py::value_error(op + ": num_threads: expected >= 1, got " + std::to_string(num_threads));
+  }
+}
+
+inline bool overlaps(const py::array& a, const py::array& b) {
+  const auto pa = reinterpret_cast<uintptr_t>(a.data()), pb = reinterpret_cast<uintptr_t>(b.data());
+  const auto na = static_cast<uintptr_t>(a.nbytes()), nb = static_cast<uintptr_t>(b.nbytes());
+  return na && nb && pa < pb + nb && pb < pa + na;
+}
 
 template <typename T>
 py::array_t<T, py::array::c_style> require_array(const py::handle& obj, const char* what) {

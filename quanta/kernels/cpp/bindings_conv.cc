@@ -46,7 +46,7 @@ std::string list_str(const std::vector<int64_t>& v) {
   return s + "]";
 }
 
-std::vector<int64_t> shape_of(const py::array& a) { return std::vector<int64_t>(a.shape(), a.shape() + a.ndim()); }
+std::vector<int64_t> dims_of(const py::array& a) { return std::vector<int64_t>(a.shape(), a.shape() + a.ndim()); }
 
 std::string dtype_name(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
 
@@ -117,7 +117,7 @@ std::vector<int32_t> zero_points(const py::handle& obj, int64_t n, int64_t lo, i
     throw py::value_error(what + ": expected a scalar" + (n > 1 ? " or a 1-D tensor of " + std::to_string(n) +
                                                                        " (output channels)"
                                                                  : std::string(" (per-tensor)")) +
-                          ", got shape " + tuple_str(shape_of(a)));
+                          ", got shape " + tuple_str(dims_of(a)));
   }
   if (size == 1 && (num == kNpyUint8 || num == kNpyInt8)) {  // the common case: no conversion
     const int64_t v = num == kNpyUint8 ? *static_cast<const uint8_t*>(a.data()) : *static_cast<const int8_t*>(a.data());
@@ -149,9 +149,9 @@ std::vector<float> scales(const py::handle& obj, int64_t n, const std::string& w
   if (!(size == 1 || (n > 1 && size == n && a.ndim() == 1))) {
     if (n > 1) {
       throw py::value_error(what + ": expected a scalar or a 1-D tensor of " + std::to_string(n) +
-                            " (output channels), got shape " + tuple_str(shape_of(a)));
+                            " (output channels), got shape " + tuple_str(dims_of(a)));
     }
-    throw py::value_error(what + ": expected a scalar (per-tensor), got shape " + tuple_str(shape_of(a)));
+    throw py::value_error(what + ": expected a scalar (per-tensor), got shape " + tuple_str(dims_of(a)));
   }
   if (type_num(a) == kNpyFloat32 && (size == 1 || (a.flags() & py::array::c_style))) {  // no conversion
     const float* p = static_cast<const float*>(a.data());
@@ -183,7 +183,7 @@ struct PyConv {
     if (x.ndim() != rank) {
       const std::string dims = channels_last ? (rank == 4 ? "N, H, W, C" : "N, W, C") : (rank == 4 ? "N, C, H, W" : "N, C, W");
       throw py::value_error(std::string(fn) + ": x: expected rank " + std::to_string(rank) + " (" + dims +
-                            ") like w, got shape " + tuple_str(shape_of(x)));
+                            ") like w, got shape " + tuple_str(dims_of(x)));
     }
     if (!(x.flags() & py::array::c_style)) {
       throw py::value_error(std::string(fn) + ": x: expected a C-contiguous array");
@@ -201,7 +201,7 @@ struct PyConv {
 
   conv::Geometry geometry(const py::array& x, const char* fn, bool channels_last) const {
     try {
-      return resolve_shape(shape_of(x), channels_last);
+      return resolve_shape(dims_of(x), channels_last);
     } catch (const std::invalid_argument& e) {
       throw py::value_error(std::string(fn) + ": " + e.what());
     }
@@ -227,9 +227,9 @@ struct PyConv {
       throw py::value_error(std::string(fn) + ": out: expected dtype " + py::str(dt).cast<std::string>() + ", got " +
                             dtype_name(y));
     }
-    if (shape_of(y) != shape) {
+    if (dims_of(y) != shape) {
       throw py::value_error(std::string(fn) + ": out: expected shape " + tuple_str(shape) + ", got shape " +
-                            tuple_str(shape_of(y)));
+                            tuple_str(dims_of(y)));
     }
     if (!(y.flags() & py::array::c_style)) throw py::value_error(std::string(fn) + ": out: expected a C-contiguous array");
     if (!y.writeable()) throw py::value_error(std::string(fn) + ": out: expected a writeable array");
@@ -303,7 +303,7 @@ struct PyConv {
       py::array bias = as_array(bias_obj);
       if (type_num(bias) != kNpyInt32 || bias.ndim() != 1 || bias.shape(0) != M) {
         throw py::value_error(std::string(fn) + ": B: expected int32 of shape (" + std::to_string(M) + ",), got " +
-                              dtype_name(bias) + " of shape " + tuple_str(shape_of(bias)));
+                              dtype_name(bias) + " of shape " + tuple_str(dims_of(bias)));
       }
       py::array_t<int32_t, py::array::c_style | py::array::forcecast> b(bias);
       q.bias.assign(b.data(), b.data() + M);
@@ -409,7 +409,7 @@ std::shared_ptr<PyConv> make_conv(const py::handle& w_obj, const py::handle& zw_
   const std::string wdt = dtype_name(w_any);
   if (wdt != "uint8" && wdt != "int8") throw py::value_error("w: expected int8 or uint8, got " + wdt);
   const bool w_unsigned = wdt == "uint8";
-  const std::vector<int64_t> wshape = shape_of(w_any);
+  const std::vector<int64_t> wshape = dims_of(w_any);
   if (w_any.ndim() != 3 && w_any.ndim() != 4) {
     throw py::value_error("w: expected rank 3 (1-D) or 4 (2-D) [M, C/group, *kernel], got shape " +
                           tuple_str(wshape) + (w_any.ndim() == 5 ? " (3-D convolutions have no native kernel)" : ""));

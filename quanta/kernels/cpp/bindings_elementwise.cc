@@ -33,16 +33,6 @@ namespace {
 
 using broadcast::kMaxRank;
 
-std::string shape_str(const std::vector<py::ssize_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    s += std::to_string(shape[i]);
-    if (shape.size() == 1 || i + 1 < shape.size()) s += shape.size() == 1 ? "," : ", ";
-  }
-  return s + ")";
-}
-
-std::vector<py::ssize_t> shape_of(const py::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
 
 bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
   const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);

@@ -26,29 +26,12 @@ namespace quanta {
 namespace {
 
 using float_ops::kMaxRank;
-using Shape = std::vector<py::ssize_t>;
-
-std::string shape_str(const Shape& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    s += std::to_string(shape[i]);
-    if (shape.size() == 1 || i + 1 < shape.size()) s += shape.size() == 1 ? "," : ", ";
-  }
-  return s + ")";
-}
-
-Shape shape_of(const py::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
 
 bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
   const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
   return na && nb && pa < pb + nb && pb < pa + na;
 }
 
-void check_threads(int num_threads, const char* op) {
-  if (num_threads < 1) {
-    throw py::value_error(std::string(op) + ": num_threads: expected >= 1, got " + std::to_string(num_threads));
-  }
-}
 
 // The output: a new array, or `out` checked for dtype, shape, contiguity, writeability and
 // overlap with the inputs.

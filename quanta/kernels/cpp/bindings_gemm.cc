@@ -46,7 +46,7 @@ struct ScratchGuard {
   PyBatchedScratch& s_;
 };
 
-std::string shape_of(const py::array& a) {
+std::string shape_text(const py::array& a) {
   std::string s = "(";
   for (py::ssize_t d = 0; d < a.ndim(); ++d) s += (d ? ", " : "") + std::to_string(a.shape(d));
   return s + (a.ndim() == 1 ? ",)" : ")");
@@ -62,7 +62,7 @@ bool eight_bit_rank3(const py::array& a, const char* what) {
                           dtype_str(a));
   }
   if (a.ndim() != 3) {
-    throw py::value_error(std::string("qgemm_batched: ") + what + ": expected rank 3, got shape " + shape_of(a));
+    throw py::value_error(std::string("qgemm_batched: ") + what + ": expected rank 3, got shape " + shape_text(a));
   }
   return s8;
 }
@@ -116,7 +116,7 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
   const int64_t B = x.shape(0), M = x.shape(1), K = x.shape(2);
   if (w.shape(0) != B || w.shape(1) != K) {
     throw py::value_error("qgemm_batched: w: expected shape (" + std::to_string(B) + ", " + std::to_string(K) +
-                          ", N) for x of shape " + shape_of(x) + ", got shape " + shape_of(w));
+                          ", N) for x of shape " + shape_text(x) + ", got shape " + shape_text(w));
   }
   const int64_t N = w.shape(2);
   p.batch = B;
@@ -149,7 +149,7 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
     auto z = require_array<int32_t>(zw_obj, "qgemm_batched: zw");
     if (!(z.ndim() == 0 || (z.ndim() == 1 && (z.shape(0) == 1 || z.shape(0) == N)))) {
       throw py::value_error("qgemm_batched: zw: expected an int or shape (" + std::to_string(N) + ",), got shape " +
-                            shape_of(z));
+                            shape_text(z));
     }
     zw.assign(z.data(), z.data() + z.size());
   } else {
@@ -184,7 +184,7 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
     auto b = require_array<int32_t>(bias_obj, "qgemm_batched: bias");
     if (b.ndim() != 1 || b.shape(0) != N) {
       throw py::value_error("qgemm_batched: bias: expected shape (" + std::to_string(N) + ",), got shape " +
-                            shape_of(b));
+                            shape_text(b));
     }
     g.bias = b.data();
   }
@@ -195,7 +195,7 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
     auto b = require_array<float>(float_bias_obj, "qgemm_batched: float_bias");
     if (b.ndim() != 1 || b.shape(0) != N) {
       throw py::value_error("qgemm_batched: float_bias: expected shape (" + std::to_string(N) + ",), got shape " +
-                            shape_of(b));
+                            shape_text(b));
     }
     g.float_bias = b.data();
   }
@@ -213,7 +213,7 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
       auto m = require_array<float>(multiplier_obj, "qgemm_batched: multiplier");
       if (!(m.ndim() == 0 || (m.ndim() == 1 && (m.shape(0) == 1 || m.shape(0) == N)))) {
         throw py::value_error("qgemm_batched: multiplier: expected a scalar or shape (" + std::to_string(N) +
-                              ",), got shape " + shape_of(m));
+                              ",), got shape " + shape_text(m));
       }
       mult.assign(m.data(), m.data() + m.size());
     } else {
@@ -261,7 +261,7 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
     }
     if (y.ndim() != 3 || y.shape(0) != B || y.shape(1) != M || y.shape(2) != N) {
       throw py::value_error("qgemm_batched: out: expected shape (" + std::to_string(B) + ", " + std::to_string(M) +
-                            ", " + std::to_string(N) + "), got shape " + shape_of(y));
+                            ", " + std::to_string(N) + "), got shape " + shape_text(y));
     }
     if (!(y.flags() & py::array::c_style)) throw py::value_error("qgemm_batched: out: expected a C-contiguous array");
     if (!y.writeable()) throw py::value_error("qgemm_batched: out: expected a writeable array");

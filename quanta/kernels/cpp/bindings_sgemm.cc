@@ -25,16 +25,8 @@
 namespace quanta {
 namespace {
 
-using Shape = std::vector<py::ssize_t>;
 using Arr = py::array_t<float, py::array::c_style>;
 
-std::string shape_str(const Shape& s) {
-  std::string r = "(";
-  for (size_t i = 0; i < s.size(); ++i) r += std::to_string(s[i]) + (i + 1 < s.size() || s.size() == 1 ? ", " : "");
-  if (s.size() == 1) r.resize(r.size() - 1);
-  return r + ")";
-}
-Shape shape_of(const py::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
 
 Arr make_output(const py::object& out_obj, const Shape& shape, const std::string& op) {
   if (out_obj.is_none()) return Arr(shape);
@@ -46,9 +38,6 @@ Arr make_output(const py::object& out_obj, const Shape& shape, const std::string
   return y;
 }
 
-void check_threads(int t, const std::string& op) {
-  if (t < 1) throw py::value_error(op + ": num_threads: expected >= 1, got " + std::to_string(t));
-}
 
 Arr pack_b(const py::handle& b_obj, bool trans) {
   auto b = require_array<float>(b_obj, "sgemm_pack_b: b");

@@ -29,15 +29,6 @@ namespace quanta {
 namespace {
 
 using tensor_ops::DType;
-using Shape = std::vector<py::ssize_t>;
-
-std::string shape_str(const Shape& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-Shape shape_of(const py::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
 
 bool dtype_of(const py::dtype& d, DType* t) {
   const char kind = d.kind();
@@ -73,15 +64,6 @@ DType element_type(const py::array& a, const std::string& what) {
   return t;
 }
 
-void check_threads(int num_threads, const std::string& op) {
-  if (num_threads < 1) throw py::value_error(op + ": num_threads: expected >= 1, got " + std::to_string(num_threads));
-}
-
-bool overlaps(const py::array& a, const py::array& b) {
-  const auto pa = reinterpret_cast<uintptr_t>(a.data()), pb = reinterpret_cast<uintptr_t>(b.data());
-  const auto na = static_cast<uintptr_t>(a.nbytes()), nb = static_cast<uintptr_t>(b.nbytes());
-  return na && nb && pa < pb + nb && pb < pa + na;
-}
 
 // A new C-contiguous array, or `out` checked for dtype, shape, contiguity, writeability
 // and overlap with the inputs.
