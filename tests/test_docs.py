@@ -113,3 +113,25 @@ def test_relative_links_stay_inside_the_repository(page):
         if not resolved.is_relative_to(REPO) or not resolved.exists():
             bad.append(target)
     assert not bad, f"{page} links outside the repository or to nothing: {bad}"
+
+
+# The design and the house style live in docs/design.md and docs/style.md; a citation of
+# the planning copies (DESIGN.md, STYLE.md) or of a path above the checkout names a file
+# a reader of the repository does not have.
+_OUTSIDE = re.compile(r"(?<![\w/])(?:DESIGN|STYLE)\.md|\.\./shared/")
+
+
+def test_no_code_or_doc_cites_a_file_outside_the_repository():
+    cited = []
+    # .ci/run calls the shared dependency check by design: CI provides it next to the clone.
+    for top in ("quanta", "tests", "docs", "benchmarks"):
+        for path in sorted((REPO / top).rglob("*")):
+            if path.suffix not in {".py", ".md", ".cc", ".h", ".sh", ".toml", ""} or not path.is_file():
+                continue
+            if "build" in path.relative_to(REPO).parts:
+                continue
+            for lineno, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if _OUTSIDE.search(line) and path.name != "test_docs.py":
+                    cited.append(f"{path.relative_to(REPO)}:{lineno}")
+    cited += [f"README.md:{n}" for n, line in enumerate(_text("README.md").splitlines(), 1) if _OUTSIDE.search(line)]
+    assert not cited, f"these lines cite a file outside the repository: {cited}"

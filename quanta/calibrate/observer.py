@@ -2,7 +2,7 @@
 
 The protocol follows PyTorch AO's observers (record statistics, compute later), minus
 the parameters: an observer reports a :class:`~quanta.ir.types.CalibratedType`, and
-``quanta.quantize.params`` alone turns ranges into scale and zero point (DESIGN.md)::
+``quanta.quantize.params`` alone turns ranges into scale and zero point (docs/design.md)::
 
     obs = HistogramObserver(axis=None)
     for x in activations:            # any shapes (variable sequence length is fine)

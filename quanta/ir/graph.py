@@ -8,7 +8,7 @@ methods (:meth:`Graph.add_node`, :meth:`Graph.remove_node`,
 
 A graph remembers the types its outputs promised when it was built or loaded
 (``output_signature``); the verifier checks that rewrites keep that promise
-(DESIGN.md: a rewrite takes its result type from what it replaces).
+(docs/design.md: a rewrite takes its result type from what it replaces).
 """
 
 from __future__ import annotations
@@ -316,7 +316,7 @@ def result_type(
 ) -> TensorType:
     """Build a result type, making the caller say where each part comes from.
 
-    DESIGN.md: a rewrite constructs its result type from the result contract of what it
+    docs/design.md: a rewrite constructs its result type from the result contract of what it
     replaces, never by copying its input's type. So there is no ``like=`` shortcut: the
     caller names the source of the shape and the source of the element type separately,
     e.g. ``result_type(shape_from=x, elem_from=replaced_output)`` for a fused op whose

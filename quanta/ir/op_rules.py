@@ -30,7 +30,7 @@ __all__ = ["OP_RULES", "QUANT_OPS", "VIEW_OPS", "Stage", "rules_for"]
 
 
 #: Ops that only move or select elements: their output keeps the input's element type
-#: (DESIGN.md: pure views keep the element type of their input). One set, in onnx_io.
+#: (docs/design.md: pure views keep the element type of their input). One set, in onnx_io.
 VIEW_OPS = VIEW_OPS_KEEPING_TYPE
 
 #: Operators that exist only in quantized graphs.

@@ -1,6 +1,6 @@
 """Element and tensor types of the quanta IR.
 
-A value's type carries its whole numerical contract (DESIGN.md, "The quantized type
+A value's type carries its whole numerical contract (docs/design.md, "The quantized type
 contract"). Types are frozen dataclasses compared *by value*: two int8 tensors with
 different scales are different types.
 

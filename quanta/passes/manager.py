@@ -1,6 +1,6 @@
 """Passes and the pass manager.
 
-A pass follows onnx-ir's contract (STYLE.md section 2)::
+A pass follows onnx-ir's contract (docs/style.md §2)::
 
     requires(graph)                 -> None, or raise PreconditionError
     call(graph) -> PassResult(graph, modified, stats)
@@ -21,7 +21,7 @@ A pass follows onnx-ir's contract (STYLE.md section 2)::
 Verification is on when ``PassManager(verify=True)``, or, when ``verify`` is left at
 None, when the process-wide default is on (:func:`set_verify_default`): the test suite
 turns it on in ``tests/conftest.py``; the CLI's debug mode may do the same. It is an
-explicit option, not an environment variable (STYLE.md section 7).
+explicit option, not an environment variable (docs/style.md §7).
 
 The stage the verifier checks is the manager's ``stage`` argument, or, when None,
 :func:`infer_stage` of the input graph. A pass that changes the stage (lowering)

@@ -32,7 +32,7 @@ Engine guarantees (checked before ``check`` runs, each refusal with a reason):
   ``shared_ok`` (the nested node then stays for its other users);
 - ``rewrite`` only stages changes in a :class:`Builder`; they are committed after it
   returns, so a refusal (``b.refuse(reason)``) leaves the graph untouched;
-- a replaced value must keep its element type (DESIGN.md: result types come from the
+- a replaced value must keep its element type (docs/design.md: result types come from the
   replaced op's contract, never from an input); a rule that breaks this raises
   :class:`RuleError` naming itself, instead of silently retyping a graph;
 - a replaced graph output keeps its name (the new value takes it over).

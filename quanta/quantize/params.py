@@ -2,7 +2,7 @@
 
 QDQ insertion, dynamic quantization and every other consumer ask this module (the MSE
 observer in calibrate/ only *models* a grid of ``qmax - qmin`` steps to choose a range;
-it does not produce parameters). The formulas are DESIGN.md's contract and follow ONNX
+it does not produce parameters). The formulas are docs/design.md's contract and follow ONNX
 Runtime's quantization tool (``onnxruntime.quantization.quant_utils.compute_scale_zp``)
 bit for bit, so the same calibrated range gives the same scale and zero point in both
 tools (tested).
@@ -31,7 +31,7 @@ in the expressed type::
 In (4) ``rmin'/scale`` uses the float64 scale of (3), before it is rounded to float32:
 that is what ORT does. Signed symmetric gives ``scale = absmax / qmax`` (``absmax/127``
 for int8); unsigned symmetric gives ``scale = 2·absmax / 255`` and zero point 128, which
-is DESIGN.md's ``max(|min|, |max|) / ((qmax - qmin) / 2)`` for both.
+is docs/design.md's ``max(|min|, |max|) / ((qmax - qmin) / 2)`` for both.
 
 Bias (int32, zero point 0, eq. (6))::
 

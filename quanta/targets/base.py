@@ -45,7 +45,7 @@ class KernelContext(OpContext):
     """The reference ``OpContext`` plus what the runtime hands a kernel.
 
     ``num_threads``: intra-op threads this kernel may use (>= 1; results must not
-    depend on it, DESIGN.md "Threads")."""
+    depend on it, docs/design.md "Threads")."""
 
     num_threads: int = 1
 

@@ -1,4 +1,4 @@
-"""The examples in the observers' and params' docstrings are executed (STYLE.md: every
+"""The examples in the observers' and params' docstrings are executed (docs/style.md: every
 formula in a comment has a test that evaluates it)."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ The channels_last mode (x [N, *spatial, C], y [N, *out, M]; the com.microsoft
 QLinearConv of ``reference/ms_qlinear_conv.py``) is compared the same way, against the
 same twin with the channel axis moved, over the same hypothesis space and its own paths.
 
-Defaults are not coincidental (STYLE.md §6): zero points drawn per operand and per
+Defaults are not coincidental (docs/style.md §6): zero points drawn per operand and per
 channel, per-channel weight scales that differ, odd channel counts (3, 7, 17) and odd
 spatial sizes, asymmetric pads, output parameters derived from the accumulator range so
 that both saturation ends occur. The three paths of conv.h (depthwise, implicit, im2col)

@@ -7,7 +7,7 @@ Tolerance everywhere: 0 — the accumulator is exact int32 arithmetic (wrapping)
 output stages perform the same float32 / integer operations in the same order as
 ``reference/requant.py``.
 
-Defaults are not coincidental (STYLE.md §6): zero points drawn per operand and per
+Defaults are not coincidental (docs/style.md §6): zero points drawn per operand and per
 column, per-channel multipliers that differ, shapes at tile edges (MR = 4/8, NR = 16/32,
 KR = 2/4), K = 1, K > 258, N = 1, M = 1, odd N, both saturation ends.
 """

@@ -1,7 +1,7 @@
 """Shared helpers for pass tests: load a model built by code, run passes with the
 verifier on, run the reference target, and the derived tolerances.
 
-The four parts of a pass test (STYLE.md 6.7) use them as::
+The four parts of a pass test (docs/style.md §6.7) use them as::
 
     model = load(proto)
     result = run_passes(model, [FoldBatchNorm()])          # verifier after every pass

@@ -8,7 +8,7 @@ same float32 operations in the same order (requant.py, ms_qgemm.py).
 
 Each example runs on every ISA the CPU supports (packing happens at bind time with the
 active ISA, so the ISA is set before binding) and with 1 and 2 threads, which must give
-identical bytes. Defaults are not coincidental (STYLE.md §6): zero points drawn per
+identical bytes. Defaults are not coincidental (docs/style.md §6): zero points drawn per
 operand and non-zero, per-column scales that differ, output scales derived from the
 accumulator range, odd shapes (M = 1, K = 259, N = 7 / 17), uint8 and int8 on both sides.
 

@@ -13,7 +13,7 @@ Zero points: MatMulInteger takes ``a_zero_point`` per tensor or per row of A (``
 or per output channel (``[M]``).
 
 A rank-2 B shared by a batch of A is never copied per batch: A is reshaped to
-``(batch·M, K)`` and multiplied by the single (K, N) matrix (DESIGN.md).
+``(batch·M, K)`` and multiplied by the single (K, N) matrix (docs/design.md).
 
 :func:`matmul_integer_loops` and :func:`conv_integer_loops` are the loop forms (written
 from the formula, for small shapes); the vectorised forms are tested against them.

@@ -1,7 +1,7 @@
 """Constant folding: Constant nodes, shape subgraphs, quantized constants, and (with an
 evaluator) any node whose inputs are all constants.
 
-Design choice. Passes may use only ``quanta.ir`` (DESIGN.md layers), so they cannot call
+Design choice. Passes may use only ``quanta.ir`` (docs/design.md layers), so they cannot call
 the reference kernels. Folding is therefore split:
 
 - natively, in this module, only what needs no operator semantics beyond shapes:

@@ -16,7 +16,7 @@ bias = beta) and per channel from opset 21 (each group's value repeated C/G time
 
 The folded node's result type is the replaced output's (``%y``): with ``x`` at scale
 0.02 and ``%y`` at 0.08 the GroupNormalization output carries 0.08, never x's type
-(DESIGN.md). The folded node needs opset 18; the rule refuses below it.
+(docs/design.md). The folded node needs opset 18; the rule refuses below it.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Rules (exact, bit for bit; for MaxPool after QuantizeLinear NaN aside, see below
 
 After them, a ``DQ -> view -> Q`` chain with one set of parameters becomes
 ``view -> DQ -> Q``, and :mod:`.remove_noops` removes the pair. The moved view keeps
-the element type of its input (DESIGN.md: pure views keep their input's element type),
+the element type of its input (docs/design.md: pure views keep their input's element type),
 so it now carries a quantized type.
 
 Limits, each a NoMatch reason: per-axis quantization (a view may move or mix the

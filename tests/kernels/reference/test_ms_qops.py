@@ -110,7 +110,7 @@ def _const_subset(draw, indices):
 
 @pytest.mark.parametrize("name", ["quanta.kernels.reference.ms_qgemm", "quanta.kernels.reference.ms_qops"])
 def test_docstring_examples(name):
-    """Formulas in docstrings drift from code unless something evaluates them (STYLE.md §5)."""
+    """Formulas in docstrings drift from code unless something evaluates them (docs/style.md §5)."""
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
     assert result.attempted > 0

@@ -39,7 +39,7 @@ REFERENCE_MODULES = [
 
 @pytest.mark.parametrize("name", REFERENCE_MODULES)
 def test_docstring_examples(name):
-    """Formulas in docstrings drift from code unless something evaluates them (STYLE.md §5)."""
+    """Formulas in docstrings drift from code unless something evaluates them (docs/style.md §5)."""
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
     assert result.attempted > 0
