@@ -80,10 +80,11 @@ class SessionOptions:
     enable_profiling: bool = False
     profile_file_prefix: str = "quanta_profile"
     log_severity_level: int = 2
-    #: Sigmoid and Tanh as ONNX defines them ("onnx": quanta's kernels, docs/float-ops.md)
-    #: or as ONNX Runtime computes them ("ort": MLAS's rational approximations, which a
-    #: file made for ORT was calibrated with); "auto": "ort" for a file ORT's quantizer
-    #: wrote (producer "onnx.quantize"), else "onnx". docs/float-ops.md, "ONNX Runtime's
+    #: Sigmoid, Tanh and BatchNormalization as ONNX defines them ("onnx": quanta's
+    #: kernels, docs/float-ops.md) or as ONNX Runtime computes them ("ort": MLAS's
+    #: rational approximations, ORT's folded batch-norm scale and shift, what a file made
+    #: for ORT was calibrated with); "auto": "ort" for a file ORT's quantizer wrote
+    #: (producer "onnx.quantize"), else "onnx". docs/float-ops.md, "ONNX Runtime's
     #: functions".
     float_functions: str = "auto"
 
@@ -95,7 +96,7 @@ FLOAT_FUNCTIONS = ("auto", "onnx", "ort")
 
 def uses_ort_float_functions(model: Model, float_functions: str) -> bool:
     """Whether a session with ``float_functions`` runs ``model`` with ONNX Runtime's
-    Sigmoid and Tanh (SessionOptions.float_functions)."""
+    Sigmoid, Tanh and BatchNormalization (SessionOptions.float_functions)."""
     if float_functions not in FLOAT_FUNCTIONS:
         raise ValueError(f"float_functions: expected one of {', '.join(FLOAT_FUNCTIONS)}, got {float_functions!r}")
     if float_functions == "auto":

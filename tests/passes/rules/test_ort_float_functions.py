@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from quanta.ir.onnx_io import load
 from quanta.passes.rules.ort_float_functions import OrtFloatFunctions
-from quanta.session import InferenceSession, SessionOptions
+from quanta.session import GraphOptimizationLevel, InferenceSession, SessionOptions
 from tests.passes.helpers import run_passes, run_ref
 
 SHAPE = [3, 7, 17]
@@ -156,3 +156,68 @@ def test_quantized_silu_table_follows_ort_function(sx, zx, sy, zy, onnx_differs)
     onnx_sess = InferenceSession(proto, SessionOptions(float_functions="onnx"))
     if onnx_differs is not None:
         assert np.any(onnx_sess.run(None, f)[0] != expected) == onnx_differs
+
+
+def batchnorm_proto(params_as_constant_nodes: bool, producer: str = "onnx.quantize"):
+    """Relu(BatchNormalization(x)) over 7 channels, parameters as initializers or as
+    Constant nodes (Paddle's exports), variances from 0.01 to 2."""
+    rng = np.random.default_rng(5)
+    c = 7
+    values = {
+        "s": rng.standard_normal(c).astype(np.float32),
+        "b": rng.standard_normal(c).astype(np.float32),
+        "m": rng.standard_normal(c).astype(np.float32),
+        "v": (rng.random(c) * 2 + 0.01).astype(np.float32),
+    }
+    nodes, inits = [], []
+    for name, v in values.items():
+        if params_as_constant_nodes:
+            nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(v, name)))
+        else:
+            inits.append(numpy_helper.from_array(v, name))
+    nodes += [
+        helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"], name="bn", epsilon=1e-3),
+        helper.make_node("Relu", ["n"], ["y"], name="relu"),
+    ]
+    shape = [2, c, 9, 11]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializer=inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    m.producer_name = producer
+    return m
+
+
+@pytest.mark.parametrize("constant_nodes", [False, True])
+def test_batchnorm_becomes_ort_affine_bit_exact_with_onnxruntime(constant_nodes):
+    proto = batchnorm_proto(constant_nodes)
+    model = load(proto)
+    result = run_passes(model, [OrtFloatFunctions()])
+    assert result.fired("BatchNormToOrtAffine") == 1
+    assert [(n.op_type, n.name) for n in model.graph.nodes if n.op_type != "Constant"] == [
+        ("Mul", "bn_ort_scale"),
+        ("Add", "bn"),
+        ("Relu", "relu"),
+    ]
+    rng = np.random.default_rng(6)
+    f = {"x": (rng.standard_normal([2, 7, 9, 11]) * 3).astype(np.float32)}
+    expected = ort_run(proto, f)[0]
+    np.testing.assert_array_equal(run_ref(model, f)[0], expected)
+    as_onnx = SessionOptions(graph_optimization_level=GraphOptimizationLevel.ORT_DISABLE_ALL, float_functions="onnx")
+    onnx_y = InferenceSession(proto, as_onnx, backend="reference").run(None, f)[0]
+    assert np.any(onnx_y != expected)  # ONNX's formula as written differs
+    for backend in ("native", "reference"):  # the session does it for ORT's files
+        np.testing.assert_array_equal(InferenceSession(proto, backend=backend).run(None, f)[0], expected)
+
+
+def test_batchnorm_with_a_computed_parameter_is_left_with_its_reason():
+    proto = batchnorm_proto(False)
+    proto.graph.node.insert(0, helper.make_node("Abs", ["v_in"], ["v2"]))
+    proto.graph.input.append(helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [7]))
+    proto.graph.node[1].input[4] = "v2"
+    model = load(proto)
+    p = OrtFloatFunctions()
+    result = run_passes(model, [p])
+    assert not result.records[0].modified
+    assert [r.reason for r in p.why_not("BatchNormToOrtAffine")] == ["a BatchNormalization parameter is not a constant"]
