@@ -1,7 +1,7 @@
 // Bindings for QuantizeLinear (quantize/quantize.h).
 //
-//   quantize_linear_u8 / _s8 / _u16 / _s16(x: f32, scale: f32[C], zero_point: i32[C], axis=1, num_threads=1,
-//                            out=None) -> u8 / i8 of x's shape
+//   quantize_linear_u8 / _s8 / _u16 / _s16(x: f32, scale: f32[C], zero_point: i32[C], axis=1,
+//                                          num_threads=1, out=None) -> u8 / i8 / u16 / i16 of x's shape
 //   per-tensor when C == 1 (and scale has rank <= 1), else per-axis along `axis`; `out`, when
 //   given, is a C-contiguous writeable array of x's shape and the output dtype (not
 //   overlapping x) that receives the result and is returned.
