@@ -21,7 +21,9 @@ Columns: whether quantization succeeded (else the error's first line), the share
 MACs that runs in integer when quanta compiles the file (``lowered_coverage`` with the
 shapes seen in an ORT run of that file), the task metric against FP32 with ONNX Runtime
 running the file and with quanta running it, and the max |quanta - ORT| on the same file
-(first output, evaluation feeds). ``--latency``: quanta / ORT median latency on quanta's
+(first output, evaluation feeds); for files another tool quantized, that distance in
+LSB of the output (README, "1 LSB") and, in parentheses, ORT's own distance between
+running the file optimized and as written. ``--latency``: quanta / ORT median latency on quanta's
 and on ORT's default file, 1 and 2 threads. One model's failure is printed and the table
 goes on; ``--log FILE`` keeps every traceback.
 """
@@ -349,6 +351,64 @@ def quantize_ort(src: Path, dst: Path, calib: list[Feed], method: str) -> None:
 # --- one model -----------------------------------------------------------------------
 
 
+VIEW_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+
+
+def output_step(path: Path) -> float | str | None:
+    """1 LSB of the first output (benchmarks/zoo/README.md, "1 LSB"): its
+    DequantizeLinear's scale (a float), or the name of the tensor that holds the scale of
+    the integer accumulator it is computed from (``Mul(Cast(MatMulInteger|ConvInteger),
+    s)`` [+ bias], s computed at run time by dynamic quantization), or None (no
+    quantized form). Views after either are looked through."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(path), load_external_data=False)
+    prod = {o: n for n in m.graph.node for o in n.output}
+    consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    v = m.graph.output[0].name
+    while v in prod and prod[v].op_type in VIEW_OPS:
+        v = prod[v].input[0]
+    n = prod.get(v)
+    if n is not None and n.op_type == "DequantizeLinear" and n.input[1] in consts:
+        return float(np.max(np.abs(consts[n.input[1]])))
+    if n is not None and n.op_type == "Add":  # the float bias after the scale
+        live = [i for i in n.input if i not in consts]
+        n = prod.get(live[0]) if len(live) == 1 else None
+    if n is not None and n.op_type == "Mul":
+        for a, b in (tuple(n.input), tuple(reversed(n.input))):
+            cast = prod.get(a)
+            acc = prod.get(cast.input[0]) if cast is not None and cast.op_type == "Cast" else None
+            if acc is not None and acc.op_type in ("MatMulInteger", "ConvInteger"):
+                return float(np.max(np.abs(consts[b]))) if b in consts else b
+    return None
+
+
+def lsb_distance(model: Model, path: Path, got_ort: list, got_q: list) -> dict[str, float]:
+    """max |quanta - ORT| of the first output in units of its LSB (:func:`output_step`),
+    and ORT's own spread in the same unit: ORT with its graph optimizations (QDQ groups
+    fused into QLinear operators) against ORT running the graph as written."""
+    step = output_step(path)
+    if step is None:
+        return {}
+    feeds = model.eval
+    if isinstance(step, str):
+        import onnx
+
+        m = onnx.load(str(path))
+        m.graph.output.append(onnx.ValueInfoProto(name=step))
+        sess = ort_session(m.SerializeToString())
+        steps = [float(np.max(np.abs(sess.run([step], f)[0]))) for f in feeds]
+    else:
+        steps = [step] * len(feeds)
+    as_written = run_all(ort_session(path, optimize=False), feeds)
+
+    def dist(a: list, b: list) -> float:
+        return float(max(np.max(np.abs(x[0].astype(np.float64) - y[0])) / s for x, y, s in zip(a, b, steps, strict=True)))
+
+    return {"q_vs_ort_lsb": dist(got_ort, got_q), "ort_vs_ort_lsb": dist(got_ort, as_written)}
+
+
 def evaluate(model: Model, path: Path, ref: list | None, row: dict) -> None:
     """Fill ``row`` for one file: integer share, metric with ORT and with quanta running
     it, and max |quanta - ORT|. Each stage fails on its own."""
@@ -379,6 +439,12 @@ def evaluate(model: Model, path: Path, ref: list | None, row: dict) -> None:
                                             zip(got_ort, got_q, strict=True)))
         if model.kind == "embedding":
             row["metric_q_vs_ort"] = metric(model.kind, got_ort, got_q)
+        if row["config"] in ("ORT-made", "as shipped") and model.kind != "vad":
+            try:
+                row.update(lsb_distance(model, path, got_ort, got_q))
+            except Exception as e:
+                row["lsb_error"] = first_line(e)
+                log_failure(f"{model.name} {row['config']} LSB distance")
 
 
 def latency(model: Model, path: Path, threads: int, rounds: int = 5, per_round: int = 3) -> tuple[float, int]:
@@ -485,7 +551,7 @@ def cell_metric(row: dict, key: str) -> str:
 
 def table(rows: list[dict], with_latency: bool) -> str:
     head = ["model", "file", "quantizes", "int MACs", "fidelity, ORT runs it", "fidelity, quanta runs it",
-            "max|q-ORT|"]
+            "max|q-ORT|", "in LSB (ORT vs ORT)"]
     if with_latency:
         head += ["q/ORT 1t", "q/ORT 2t", "on NumPy"]
     lines = [head]
@@ -499,8 +565,9 @@ def table(rows: list[dict], with_latency: bool) -> str:
         diff = f"{r['max_abs_q_vs_ort']:.3g}" if "max_abs_q_vs_ort" in r else "-"
         if "metric_q_vs_ort" in r:
             diff += f" ({r['metric_q_vs_ort']['text']})"
+        lsb = f"{r['q_vs_ort_lsb']:.3g} ({r['ort_vs_ort_lsb']:.3g})" if "q_vs_ort_lsb" in r else "-"
         cells = [r["model"], config, r["quantizes"][:70], share, cell_metric(r, "metric_ort"),
-                 cell_metric(r, "metric_quanta"), diff]
+                 cell_metric(r, "metric_quanta"), diff, lsb]
         if with_latency:
             cells += [f"{r[k]:.2f}" if k in r else "-" for k in ("lat_ratio_1t", "lat_ratio_2t")]
             cells.append(str(r.get("reference_steps", "-")))

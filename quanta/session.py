@@ -80,6 +80,28 @@ class SessionOptions:
     enable_profiling: bool = False
     profile_file_prefix: str = "quanta_profile"
     log_severity_level: int = 2
+    #: Sigmoid, Tanh and BatchNormalization as ONNX defines them ("onnx": quanta's
+    #: kernels, docs/float-ops.md) or as ONNX Runtime computes them ("ort": MLAS's
+    #: rational approximations, ORT's folded batch-norm scale and shift, what a file made
+    #: for ORT was calibrated with); "auto": "ort" for a file ORT's quantizer wrote
+    #: (producer "onnx.quantize"), else "onnx". docs/float-ops.md, "ONNX Runtime's
+    #: functions".
+    float_functions: str = "auto"
+
+
+#: the producer_name ONNX Runtime's quantization tool writes into its files
+ORT_QUANTIZER_PRODUCER = "onnx.quantize"
+FLOAT_FUNCTIONS = ("auto", "onnx", "ort")
+
+
+def uses_ort_float_functions(model: Model, float_functions: str) -> bool:
+    """Whether a session with ``float_functions`` runs ``model`` with ONNX Runtime's
+    Sigmoid, Tanh and BatchNormalization (SessionOptions.float_functions)."""
+    if float_functions not in FLOAT_FUNCTIONS:
+        raise ValueError(f"float_functions: expected one of {', '.join(FLOAT_FUNCTIONS)}, got {float_functions!r}")
+    if float_functions == "auto":
+        return model.producer_name == ORT_QUANTIZER_PRODUCER
+    return float_functions == "ort"
 
 
 def _ort_type(t: TensorType | None) -> str:
@@ -129,6 +151,12 @@ class InferenceSession:
             )
         self._model: Model = load(model)
         self._backend = backend
+        if uses_ort_float_functions(self._model, self._options.float_functions):
+            # what the functions compute, not an optimization: on every level
+            from quanta.passes.manager import PassManager
+            from quanta.passes.rules.ort_float_functions import OrtFloatFunctions
+
+            PassManager([OrtFloatFunctions()]).run(self._model)
         passes = None if self._options.graph_optimization_level > 0 else []
         self._plan: Plan = compile_model(
             self._model, backend, num_threads=resolve_threads(self._options.intra_op_num_threads), passes=passes

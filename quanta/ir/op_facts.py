@@ -414,6 +414,9 @@ FACTS = OpTable(
             integer=("QLinearLookup",),
             lower_rule="LowerLookup",
         ),
+        # ONNX Runtime's Sigmoid and Tanh (passes/rules/ort_float_functions.py, reference/ort_float.py)
+        Op("MlasLogistic", QUANTA, shape_only=True),
+        Op("MlasTanh", QUANTA, shape_only=True),
         Op("Mod", shape_only=True),
         Op(
             "Mul",

@@ -136,7 +136,7 @@ PINNED = {
         "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm",
         "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu", "AccumulatorToFloat",
         "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-        "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
+        "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "MlasLogistic", "MlasTanh",
     },
     "quanta.targets.native.BLAS_OPS": {
         "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "RNN", "Attention",

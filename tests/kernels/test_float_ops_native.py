@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from quanta.kernels import _native
 from quanta.kernels.reference import float_ops as twin
+from quanta.kernels.reference.ms_lstm import mlas_logistic, mlas_tanh
 
 ISAS: list[str] = list(_native.supported_isas())
 F32 = np.float32
@@ -418,6 +419,8 @@ UNARY = {
     "relu": lambda v: np.maximum(v, np.zeros((), F32)),  # nn.relu, the reference itself
     "gelu": twin.gelu_f32,
     "gelu_tanh": twin.gelu_tanh_f32,
+    "mlas_logistic": mlas_logistic,  # ONNX Runtime's Sigmoid and Tanh (reference/ort_float.py)
+    "mlas_tanh": mlas_tanh,
 }
 #: lengths with reasons: 1, 15/16/17 (one zmm ± 1, AVX2 two ymm ± 1), 63/65 (tails of 15
 #: and 1 after 4 blocks), 300, 1000 (odd tails, 8-lane tails of 4 and 0)
@@ -425,11 +428,12 @@ UNARY_LENGTHS = [1, 15, 16, 17, 63, 65, 300, 1000]
 
 
 def unary_specials() -> np.ndarray:
-    """The splits and clamps of (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2), their float32 neighbours,
+    """The splits and clamps of (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2) and of the MLAS functions
+    (9, 18), their float32 neighbours,
     and IEEE specials (NaN, ±inf, ±0, subnormals, huge)."""
     edges = np.array(
         [0.921875, 3.925, 3.919206, 3.9, 4.0, 0.75, 9.011, 44.36, 0.5, 1.0, 2.0, 87.34, 88.73, 104.0, 1e-20,
-         1.2e-38, 1e-40, 1e-45, 1e30, 3.4e38, np.inf],
+         1.2e-38, 1e-40, 1e-45, 1e30, 3.4e38, np.inf, 9.0, 18.0],
         F32,
     )  # fmt: skip
     around = np.concatenate([edges, np.nextafter(edges, F32(0)), np.nextafter(edges, F32(np.inf))])
@@ -601,7 +605,7 @@ def test_boundary_errors_name_the_argument() -> None:
         (lambda: _native.exp_f32(x, num_threads=0), "exp_f32: num_threads: expected >= 1, got 0"),
         (
             lambda: _native.unary_f32("gelu_erf", x),
-            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, got 'gelu_erf'",
+            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, got 'gelu_erf'",
         ),
         (
             lambda: _native.unary_f32("erf", x.astype(np.float16)),

@@ -16,7 +16,8 @@ from quanta.kernels import _native
 from quanta.kernels.reference.quantize import quantize_linear
 
 ISAS: list[str] = list(_native.supported_isas())
-DTYPES = (np.uint8, np.int8)
+DTYPES = (np.uint8, np.int8, np.uint16, np.int16)  # 16 bits: ORT's QUInt16 / QInt16 activations
+SUFFIX = {np.uint8: "u8", np.int8: "s8", np.uint16: "u16", np.int16: "s16"}
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def each_isa():
 
 
 def native_quantize(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int, dtype: type) -> np.ndarray:
-    fn = _native.quantize_linear_u8 if dtype == np.uint8 else _native.quantize_linear_s8
+    fn = getattr(_native, f"quantize_linear_{SUFFIX[dtype]}")
     return fn(x, scale.astype(np.float32), zp.astype(np.int32), axis)
 
 
@@ -185,7 +186,7 @@ def test_quantize_native_near_ties_match_the_true_division(dtype: type) -> None:
     and scales at and past the normal range of 1 / scale (there every vector divides);
     every ISA, threads 1 and 2, bit-exact against the reference's true division."""
     zp = np.array([3 if dtype == np.int8 else 131])
-    fn = _native.quantize_linear_u8 if dtype == np.uint8 else _native.quantize_linear_s8
+    fn = getattr(_native, f"quantize_linear_{SUFFIX[dtype]}")
     try:
         for scale_value in NEAR_TIE_SCALES:
             scale = np.array([scale_value], np.float32)
@@ -216,7 +217,7 @@ def test_quantize_native_row_lengths_every_isa_and_threads(d, rows, scale, seed,
     x = (q * np.float64(scale_a[0])).astype(np.float32)
     zp = np.array([int(info.min) + 77])
     expected = reference_quantize(x, scale_a, zp, 1, dtype)
-    fn = _native.quantize_linear_u8 if dtype == np.uint8 else _native.quantize_linear_s8
+    fn = getattr(_native, f"quantize_linear_{SUFFIX[dtype]}")
     try:
         for isa in ISAS:
             _native.set_isa(isa)
@@ -294,3 +295,36 @@ def test_quantize_binder_prepares_constant_parameters_and_matches_the_reference_
     )
     kernel, reason = BINDERS[("", "QuantizeLinear")](None, node)
     assert kernel is None and reason == "native QuantizeLinear divides in float32 only (precision 0 or FLOAT)"
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int16])
+def test_ms_quantize_linear_16_bit_binder_matches_the_reference_op(dtype) -> None:
+    """com.microsoft QuantizeLinear (ORT's UseQDQContribOps files) with 16-bit storage, per
+    tensor and per axis, runs the native kernel and gives the registered twin's bytes."""
+    from quanta.ir.graph import Node, Value
+    from quanta.ir.types import TensorType, elem_from_numpy
+    from quanta.kernels.reference.registry import get_op
+    from quanta.targets.base import KernelContext
+    from quanta.targets.native import BINDERS, _load_families
+
+    _load_families()
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((2, 3, 17)) * 300).astype(np.float32)
+    info = np.iinfo(dtype)
+    for scale, zp in (
+        (np.array(0.0173, np.float32), np.array(info.min + 1234, dtype)),
+        (np.array([0.013, 0.002, 0.031], np.float32), np.array([info.min + 7, info.max - 9, 3], dtype)),
+    ):
+        node = Node(
+            "QuantizeLinear",
+            [Value(n, type=TensorType(elem_from_numpy(a.dtype)), const=c) for n, a, c in
+             (("x", x, None), ("s", scale, scale), ("z", zp, zp))],
+            [Value("y")],
+            {"axis": 1},
+        )
+        kernel, reason = BINDERS[("com.microsoft", "QuantizeLinear")](None, node)
+        assert kernel is not None and kernel.name == f"native:quantize_linear_{SUFFIX[dtype]}", reason
+        expected = get_op("QuantizeLinear", "com.microsoft")(KernelContext(), x, scale, zp, axis=1)
+        for threads in (1, 2):
+            got = kernel.fn(KernelContext(num_threads=threads), x, scale, zp, axis=1, **kernel.params)
+            assert got.dtype == expected.dtype and got.tobytes() == expected.tobytes()

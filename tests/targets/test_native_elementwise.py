@@ -161,7 +161,7 @@ def test_native_qlinear_add_mul_match_reference(inputs, op, const_params) -> Non
 
 @st.composite
 def dequantize_inputs(draw):
-    dtype = draw(st.sampled_from(DTYPES))
+    dtype = draw(st.sampled_from((*DTYPES, np.uint16, np.int16)))  # 16 bits: ORT's QUInt16 / QInt16
     rank = draw(st.integers(1, 4))
     shape = tuple(draw(st.lists(st.sampled_from([1, 3, 7, 17]), min_size=rank, max_size=rank)))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -373,7 +373,7 @@ def test_native_binders_refuse_with_reasons() -> None:
         "blocked DequantizeLinear has no native kernel yet"
     )
     assert binder_reason("DequantizeLinear", "", [Value("i32", const=np.zeros(3, np.int32)), one]) == (
-        "native DequantizeLinear takes uint8/int8 x, got int32"
+        "native DequantizeLinear takes uint8/int8/uint16/int16 x, got int32"
     )
     assert binder_reason("QLinearSoftmax", MS_DOMAIN, [u8, one, z, one, z]) == (
         "QLinearSoftmax without its opset attribute (the twin raises)"

@@ -383,6 +383,45 @@ def test_gather_slice_expand_concat_tile(dtype):
     run_both("Tile", [x, np.array([1, 2, 3], np.int64)])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.bool_])
+@pytest.mark.parametrize(
+    ("data_shape", "index_shape", "batch_dims"),
+    [
+        ((3, 7, 17), (5, 2), 0),  # pairs of coordinates: rows of 17
+        ((3, 7, 17), (2, 4, 3), 0),  # full coordinates: scalars
+        ((3, 7, 17), (3, 1), 0),  # one coordinate: whole [7, 17] planes
+        ((3, 7, 17), (3, 5, 1), 1),  # per batch, a row each
+        ((2, 3, 7, 5), (2, 3, 2, 1), 2),  # two batch dims (all-MiniLM's token picking is this shape)
+        ((3, 7, 17), (3, 0, 2), 1),  # no index tuples
+    ],
+)
+def test_gather_nd_matches_twin(dtype, data_shape, index_shape, batch_dims):
+    rng = np.random.default_rng(57)
+    x = np.array(rng.integers(-50, 50, data_shape), dtype)
+    m, b = index_shape[-1], batch_dims
+    dims = np.array(data_shape[b : b + m])
+    idx = rng.integers(-dims, dims, index_shape).astype(np.int64)  # negative indices count from the end
+    run_both("GatherND", [x, idx], {"batch_dims": b})
+
+
+def test_gather_nd_bad_index_is_the_operators_error():
+    kernel, _ = bind("GatherND", [np.zeros((3, 4), F32), np.zeros((1, 2), np.int64)])
+    with pytest.raises(Exception, match="GatherND"):
+        kernel.fn(KernelContext(), np.zeros((3, 4), F32), np.array([[1, 4]], np.int64), **kernel.params)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(), (17,), (3, 7, 65)])
+def test_isnan_matches_twin(dtype, shape):
+    x = floats(np.random.default_rng(59), shape).astype(dtype)
+    run_both("IsNaN", [x])
+
+
+def test_isnan_of_integers_falls_back_with_reason():
+    kernel, reason = bind("IsNaN", [np.zeros(3, np.int32)])
+    assert kernel is None and reason == "native IsNaN takes float32 or float64, got int32"
+
+
 @given(
     perm=st.permutations(range(5)),
     shape=st.lists(st.sampled_from([1, 2, 3, 7, 17]), min_size=5, max_size=5),

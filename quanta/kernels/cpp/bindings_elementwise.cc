@@ -3,7 +3,7 @@
 // contiguity, parameter ranges, aliasing of out=) and a ValueError names the argument,
 // what was expected and what was given, before a pointer reaches a driver.
 //
-//   dequantize_linear(x: u8|i8, scale: f32[C], zero_point: i32[C], axis, num_threads=1, out=None) -> f32
+//   dequantize_linear(x: u8|i8|u16|i16, scale: f32[C], zero_point: i32[C], axis, num_threads=1, out=None) -> f32
 //   dynamic_quantize_linear(x: f32, num_threads=1) -> (y u8, scale f32[], zero_point u8[])
 //   qlinear_add(a, b, sa, za, sb, zb, sc, zc, num_threads=1, out=None)      numpy broadcasting
 //   qlinear_mul(a, b, ratio, za, zb, zc, num_threads=1, out=None)           numpy broadcasting
@@ -131,6 +131,11 @@ py::array dequantize_impl(const py::handle& x_obj, const py::handle& scale_obj, 
 
 py::array dequantize_linear(const py::handle& x, const py::handle& scale, const py::handle& zp, int64_t axis,
                             int num_threads, const py::object& out) {
+  if (py::isinstance<py::array>(x)) {  // 16-bit codes (ORT's QUInt16 / QInt16 activations)
+    const auto a = py::reinterpret_borrow<py::array>(x);
+    if (is_dtype(a, py::dtype::of<uint16_t>())) return dequantize_impl<uint16_t>(x, scale, zp, axis, num_threads, out);
+    if (is_dtype(a, py::dtype::of<int16_t>())) return dequantize_impl<int16_t>(x, scale, zp, axis, num_threads, out);
+  }
   require_eight_bit(x, "dequantize_linear: x");
   if (is_dtype(py::reinterpret_borrow<py::array>(x), py::dtype::of<uint8_t>())) {
     return dequantize_impl<uint8_t>(x, scale, zp, axis, num_threads, out);

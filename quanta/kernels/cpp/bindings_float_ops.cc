@@ -8,9 +8,10 @@
 //                  out=None, stats=False) -> y | (y, mean, inv_std)  over axes [axis, rank), (L1)-(L5)
 //   binary_f32(op: "add" | "sub" | "mul" | "div", a: f32, b: f32, num_threads=1, out=None)
 //                                                                    numpy broadcasting
-//   unary_f32(op: "erf" | "tanh" | "sigmoid" | "relu" | "gelu" | "gelu_tanh", x: f32,
-//             num_threads=1, out=None)                               (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
-//                                                                    np.maximum(x, 0), (G1), (G2)
+//   unary_f32(op: "erf" | "tanh" | "sigmoid" | "relu" | "gelu" | "gelu_tanh" | "mlas_logistic"
+//             | "mlas_tanh", x: f32, num_threads=1, out=None)         (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
+//                                                                    np.maximum(x, 0), (G1), (G2),
+//                                                                    ORT's MLAS logistic and tanh
 #include <pybind11/stl.h>
 
 #include <array>
@@ -178,14 +179,16 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
       {"erf", float_ops::UnaryOp::kErf},   {"tanh", float_ops::UnaryOp::kTanh},
       {"sigmoid", float_ops::UnaryOp::kSigmoid}, {"relu", float_ops::UnaryOp::kRelu},
       {"gelu", float_ops::UnaryOp::kGelu}, {"gelu_tanh", float_ops::UnaryOp::kGeluTanh},
+      {"mlas_logistic", float_ops::UnaryOp::kMlasLogistic}, {"mlas_tanh", float_ops::UnaryOp::kMlasTanh},
   };
   const std::pair<const char*, float_ops::UnaryOp>* found = nullptr;
   for (const auto& entry : kOps) {
     if (op_name == entry.first) found = &entry;
   }
   if (found == nullptr) {
-    throw py::value_error("unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, got '" + op_name +
-                          "'");
+    throw py::value_error(
+        "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, got '" +
+        op_name + "'");
   }
   auto x = require_array<float>(x_obj, "unary_f32: x");
   check_threads(num_threads, "unary_f32");

@@ -1,7 +1,7 @@
 // Bindings for QuantizeLinear (quantize/quantize.h).
 //
-//   quantize_linear_u8 / _s8(x: f32, scale: f32[C], zero_point: i32[C], axis=1, num_threads=1,
-//                            out=None) -> u8 / i8 of x's shape
+//   quantize_linear_u8 / _s8 / _u16 / _s16(x: f32, scale: f32[C], zero_point: i32[C], axis=1,
+//                                          num_threads=1, out=None) -> u8 / i8 / u16 / i16 of x's shape
 //   per-tensor when C == 1 (and scale has rank <= 1), else per-axis along `axis`; `out`, when
 //   given, is a C-contiguous writeable array of x's shape and the output dtype (not
 //   overlapping x) that receives the result and is returned.
@@ -85,6 +85,12 @@ void register_quantize(py::module_& m) {
   m.def("quantize_linear_s8", &quantize_impl<int8_t>, py::arg("x"), py::arg("scale"), py::arg("zero_point"),
         py::arg("axis") = 1, py::arg("num_threads") = 1, py::arg("out") = py::none(),
         "QuantizeLinear to int8 (ONNX semantics, round half to even).");
+  m.def("quantize_linear_u16", &quantize_impl<uint16_t>, py::arg("x"), py::arg("scale"), py::arg("zero_point"),
+        py::arg("axis") = 1, py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        "QuantizeLinear to uint16 (ONNX semantics, round half to even).");
+  m.def("quantize_linear_s16", &quantize_impl<int16_t>, py::arg("x"), py::arg("scale"), py::arg("zero_point"),
+        py::arg("axis") = 1, py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        "QuantizeLinear to int16 (ONNX semantics, round half to even).");
 }
 
 }  // namespace quanta

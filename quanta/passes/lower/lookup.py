@@ -42,7 +42,7 @@ from quanta.passes.pattern import Builder, Match, NoMatch, Rule
 from quanta.passes.rules._util import describe, node_qtype
 from quanta.passes.rules.fold_constants import Evaluator
 
-__all__ = ["MAX_GROUP", "QUANTA_DOMAIN", "TABLE_OPS", "LowerLookup", "lookup_codes"]
+__all__ = ["MAX_GROUP", "QUANTA_DOMAIN", "QUANTA_TABLE_OPS", "TABLE_OPS", "LowerLookup", "lookup_codes"]
 
 QUANTA_DOMAIN = "quanta"
 
@@ -60,6 +60,10 @@ TABLE_OPS = frozenset(
         "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min",
     }
 )  # fmt: skip
+
+#: quanta-domain elementwise float32 functions: ONNX Runtime's Sigmoid and Tanh
+#: (passes/rules/ort_float_functions.py puts them in place of Sigmoid and Tanh)
+QUANTA_TABLE_OPS = frozenset({"MlasLogistic", "MlasTanh"})
 
 #: the storage types the table kernel maps (float8 and 4-bit codes are not its business)
 EIGHT_BIT = ("u8", "i8")
@@ -139,7 +143,7 @@ class LowerLookup(Rule):
                     return NoMatch(f"the group reads two dequantized tensors ({dq.label}, {p.label})")
                 dq = p
                 continue
-            if p.domain or p.op_type not in TABLE_OPS:
+            if p.op_type not in {"": TABLE_OPS, QUANTA_DOMAIN: QUANTA_TABLE_OPS}.get(p.domain, ()):
                 return NoMatch(f"{p.label} is not an elementwise op a table can hold")
             if len(p.outputs) != 1:
                 return NoMatch(f"{p.label} has {len(p.outputs)} outputs")

@@ -96,7 +96,9 @@ __all__ = [
 F32 = np.float32
 _U8, _I8 = np.dtype(np.uint8), np.dtype(np.int8)
 _EIGHT_BIT = (_U8, _I8)
-_SHORT = {_U8: "u8", _I8: "s8"}
+#: DequantizeLinear's codes also come in 16 bits (ORT's QUInt16 / QInt16 activations)
+_DQ_CODES = (_U8, _I8, np.dtype(np.uint16), np.dtype(np.int16))
+_SHORT = {_U8: "u8", _I8: "s8", np.dtype(np.uint16): "u16", np.dtype(np.int16): "s16"}
 _ONNX_FLOAT = 1  # TensorProto.FLOAT
 
 #: (domain, op_type) -> how many calls a native kernel handed to the reference twin at run
@@ -218,16 +220,16 @@ def _size(v: Value | None) -> int | None:
     return math.prod(shape)
 
 
-def _check_eight_bit(op: str, *named: tuple[str, Value | None]) -> str:
-    """The reason a named value is not uint8/int8 of the common type, or "" (unknown
-    types pass: the kernel checks at run time)."""
+def _check_eight_bit(op: str, *named: tuple[str, Value | None], codes: tuple = _EIGHT_BIT) -> str:
+    """The reason a named value is not of ``codes`` (uint8/int8) and the common type, or ""
+    (unknown types pass: the kernel checks at run time)."""
     seen = None
     for name, v in named:
         dt = _dtype(v)
         if dt is None:
             continue
-        if dt not in _EIGHT_BIT:
-            return f"native {op} takes uint8/int8 {name}, got {dt}"
+        if dt not in codes:
+            return f"native {op} takes {'/'.join(map(str, codes))} {name}, got {dt}"
         if seen is not None and dt != seen:
             return f"native {op}: {name} is {dt}, expected {seen} as the other operands"
         seen = dt
@@ -267,7 +269,9 @@ def _name_suffix(*values: Value | None) -> str:
 def _dequantize(
     ctx: Any, x: Any, scale: Any, zero_point: Any, axis: int, per_tensor: bool, out: Any
 ) -> np.ndarray:
-    x = _eight_bit(x)
+    if not isinstance(x, np.ndarray) or x.dtype not in _DQ_CODES:
+        raise _Unsupported
+    x = np.ascontiguousarray(x)
     if not isinstance(scale, np.ndarray) or scale.dtype != np.float32:
         raise _Unsupported
     if zero_point is not None and (not isinstance(zero_point, np.ndarray) or zero_point.dtype != x.dtype):
@@ -334,7 +338,7 @@ def _bind_dequantize(node: Node, op: str, *, onnx_domain: bool) -> tuple[Kernel 
             return None, "blocked DequantizeLinear has no native kernel yet"
         if node.attrs.get("output_dtype", 0) not in (0, _ONNX_FLOAT):
             return None, "native DequantizeLinear writes float32 only"
-    reason = _check_eight_bit(op, ("x", x), ("x_zero_point", zp)) or _check_f32(op, ("x_scale", scale))
+    reason = _check_eight_bit(op, ("x", x), ("x_zero_point", zp), codes=_DQ_CODES) or _check_f32(op, ("x_scale", scale))
     if reason:
         return None, reason
     if scale is not None and scale.shape is not None and len(scale.shape) > 1:

@@ -9,6 +9,8 @@ LayerNormalization     ``layer_norm_f32`` (Mean / InvStdDev        nn_norm.layer
                        outputs too), stash_type 1                 float_ops.layer_norm_rows, (L1)-(L5)
 Add, Sub, Mul, Div     ``binary_f32``, numpy broadcasting          math_ops (np.add, ...): one IEEE
                                                                   operation per element
+quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.mlas_logistic_op /
+MlasTanh                                                          mlas_tanh_op (ORT's MLAS functions)
 Add, Sub, Mul int32 /  ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
 int64                                                             arithmetic
 =====================  =========================================  ===============================
@@ -49,6 +51,8 @@ __all__ = [
     "bind_erf",
     "bind_gelu",
     "bind_layer_normalization",
+    "bind_mlas_logistic",
+    "bind_mlas_tanh",
     "bind_mul",
     "bind_relu",
     "bind_sigmoid",
@@ -58,6 +62,7 @@ __all__ = [
 ]
 
 F32 = np.dtype(np.float32)
+QUANTA_DOMAIN = "quanta"
 
 #: op_type -> how many calls a native kernel handed to the reference twin at run time.
 RUNTIME_FALLBACKS: collections.Counter[str] = collections.Counter()
@@ -88,7 +93,7 @@ def _f32(a: Any) -> np.ndarray:
     return np.asarray(a, order="C")
 
 
-def _with_fallback(op_type: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Wrap ``fast(ctx, *inputs, out=..., **attrs)``: when it raises _Unsupported (or the
     binding refuses the arguments with ValueError) the reference twin runs the call."""
 
@@ -100,7 +105,7 @@ def _with_fallback(op_type: str) -> Callable[[Callable[..., Any]], Callable[...,
             except (_Unsupported, ValueError):
                 pass
             RUNTIME_FALLBACKS[op_type] += 1
-            y = get_op(op_type)(ctx, *inputs, **attrs)
+            y = get_op(op_type, domain)(ctx, *inputs, **attrs)
             if out is None or isinstance(y, tuple):
                 return y
             np.copyto(out, y)
@@ -295,8 +300,8 @@ bind_div = _bind_binary("Div")
 # --------------------------------------------------------------------------------------
 
 
-def _unary_kernel(op_type: str, op: str) -> Callable[..., Any]:
-    @_with_fallback(op_type)
+def _unary_kernel(op_type: str, op: str, domain: str = "") -> Callable[..., Any]:
+    @_with_fallback(op_type, domain)
     def run(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
         return _native().unary_f32(op, _f32(x), _threads(ctx), out)
 
@@ -305,8 +310,8 @@ def _unary_kernel(op_type: str, op: str) -> Callable[..., Any]:
     return run
 
 
-def _bind_unary(op_type: str, op: str) -> Callable[[Model, Node], tuple[Kernel | None, str]]:
-    fn = _unary_kernel(op_type, op)
+def _bind_unary(op_type: str, op: str, domain: str = "") -> Callable[[Model, Node], tuple[Kernel | None, str]]:
+    fn = _unary_kernel(op_type, op, domain)
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused: the choice depends on the node's types only
@@ -317,13 +322,17 @@ def _bind_unary(op_type: str, op: str) -> Callable[[Model, Node], tuple[Kernel |
 
     binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
     binder.__doc__ = f"float32 {op_type}, elementwise; other element types fall back."
-    return register_binder(op_type)(binder)
+    return register_binder(op_type, domain)(binder)
 
 
 bind_erf = _bind_unary("Erf", "erf")
 bind_tanh = _bind_unary("Tanh", "tanh")
 bind_sigmoid = _bind_unary("Sigmoid", "sigmoid")
 bind_relu = _bind_unary("Relu", "relu")
+# ONNX Runtime's Sigmoid and Tanh (MLAS's rational approximations), which the session's
+# ``float_functions="ort"`` puts in place of Sigmoid and Tanh (reference/ort_float.py)
+bind_mlas_logistic = _bind_unary("MlasLogistic", "mlas_logistic", QUANTA_DOMAIN)
+bind_mlas_tanh = _bind_unary("MlasTanh", "mlas_tanh", QUANTA_DOMAIN)
 
 _GELU_OPS = {"none": "gelu", "tanh": "gelu_tanh"}
 

@@ -21,8 +21,11 @@ BatchNormalization     ``batch_norm_f32`` (per-channel m, d, g, b)    nn_norm.ba
 Equal Less LessOrEqual ``broadcast_op``                               math_ops (numpy compare)
 Greater GreaterOrEqual
 And Or Xor Not
+IsNaN                  ``broadcast_op`` equal(x, x), then xor True    math_ops (np.isnan)
 Where                  ``copy_strided`` of y, then of x where cond    math_ops.where
 Gather                 ``take_axis``                                  tensor_ops.gather
+GatherND               ``take_axis`` of the rows the index tuples     tensor_ops.gather_nd
+                       name (data seen as [rows, slice])
 Transpose (any perm)   ``copy_strided`` of the transposed view        tensor_ops.transpose
 Slice, Expand          ``copy_strided`` of the sliced / broadcast     tensor_ops.slice_ / expand
                        view
@@ -373,6 +376,27 @@ def bind_not(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return _kernel(_not_native, "not")
 
 
+@_with_fallback("IsNaN")
+def _isnan_native(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+    """IsNaN: not (x == x), NaN being the one value unequal to itself (math_ops:
+    np.isnan)."""
+    x = _c(x)
+    if x.dtype.kind != "f":
+        raise _Unsupported
+    t = _threads(ctx)
+    eq = _native().broadcast_op("equal", x, x, t, None)  # the binding writes no output in place
+    return _native().broadcast_op("xor", eq, _TRUE, t, out)
+
+
+@register_binder("IsNaN")
+def bind_isnan(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    del model  # unused
+    reason = _known_dtype_reason("IsNaN", node, 0, frozenset({F32, np.dtype(np.float64)}), "float32 or float64")
+    if reason:
+        return None, reason
+    return _kernel(_isnan_native, "isnan")
+
+
 @_with_fallback("Where")
 def _where_native(ctx: Any, cond: Any, x: Any, y: Any, *, out: Any) -> np.ndarray:
     """Where: y broadcast to the output, then x where cond (math_ops.where; np.copyto
@@ -488,6 +512,41 @@ def _slice_index(shape: tuple[int, ...], starts: Any, ends: Any, axes: Any, step
         ax = axis % len(shape)
         index[ax] = slice_bounds(start, end, step, shape[ax])
     return tuple(index)
+
+
+@_with_fallback("GatherND")
+def _gather_nd_native(ctx: Any, data: Any, indices: Any, *, out: Any, batch_dims: int = 0) -> np.ndarray:
+    """GatherND: the index tuples become row numbers of ``data`` seen as [rows, slice]
+    (batch b, coordinates c: row = (b·D_b + c_0)·D_1 + c_1 ..., int64 arithmetic on the
+    indices only) and take_axis copies those rows (tensor_ops.gather_nd's elements)."""
+    if not isinstance(data, np.ndarray) or data.dtype.kind == "O" or not isinstance(indices, np.ndarray):
+        raise _Unsupported
+    b = int(batch_dims)
+    if indices.ndim < 1 or b < 0 or b >= indices.ndim:
+        raise _Unsupported
+    m = indices.shape[-1]
+    if data.shape[:b] != indices.shape[:b] or b + m > data.ndim:
+        raise _Unsupported  # the twin raises the operator's error
+    batch = math.prod(data.shape[:b])
+    idx = np.asarray(indices, np.int64).reshape(batch, -1, m)
+    rows = np.arange(batch, dtype=np.int64)[:, None]
+    for k in range(m):
+        rows = rows * data.shape[b + k] + _indices(idx[..., k], data.shape[b + k], "GatherND")
+    inner = data.shape[b + m :]
+    flat = np.ascontiguousarray(data).reshape(batch * math.prod(data.shape[b : b + m]), *inner)
+    shape = indices.shape[:-1] + inner
+    rows = rows.reshape(-1)
+    if out is not None:
+        _native().take_axis(flat, 0, rows, _threads(ctx), out.reshape(rows.size, *inner))
+        return out
+    return _native().take_axis(flat, 0, rows, _threads(ctx)).reshape(shape)
+
+
+@register_binder("GatherND")
+def bind_gather_nd(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """GatherND of any fixed-size dtype, any batch_dims."""
+    del model  # unused
+    return _kernel(_gather_nd_native, "gather_nd")
 
 
 @register_binder("Slice")

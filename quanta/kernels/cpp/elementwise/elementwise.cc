@@ -8,6 +8,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "elementwise/elementwise_scalar.h"
 #include "qgemm/thread_pool.h"
 #include "quantize/quantize.h"
 
@@ -43,6 +44,14 @@ void for_ranges(int num_threads, int64_t n, int64_t grain, F&& f) {
 
 // ---- DequantizeLinear ---------------------------------------------------------------------
 
+namespace {
+// 16-bit codes (ORT's QUInt16 / QInt16 activations): the scalar step of the 8-bit kernels.
+template <typename T>
+void dequantize_wide(const T* x, float* y, int64_t n, float scale, int32_t zp) {
+  for (int64_t i = 0; i < n; ++i) y[i] = dequantize_one(x[i], scale, zp);
+}
+}  // namespace
+
 template <typename T>
 void dequantize_linear(const T* x, float* y, const float* scale, const int32_t* zero_point, int64_t outer,
                        int64_t channels, int64_t inner, int num_threads, Isa isa) {
@@ -50,8 +59,10 @@ void dequantize_linear(const T* x, float* y, const float* scale, const int32_t* 
   DequantizeRunFn<T> run;
   if constexpr (std::is_same_v<T, uint8_t>) {
     run = k.dequantize_u8;
-  } else {
+  } else if constexpr (std::is_same_v<T, int8_t>) {
     run = k.dequantize_s8;
+  } else {
+    run = dequantize_wide<T>;  // 16-bit codes: one scalar loop on every ISA
   }
   // Flat positions [begin, end) of the [outer, channels, inner] view, split at channel runs.
   const int64_t total = outer * channels * inner;
@@ -72,6 +83,10 @@ template void dequantize_linear<uint8_t>(const uint8_t*, float*, const float*, c
                                          int64_t, int, Isa);
 template void dequantize_linear<int8_t>(const int8_t*, float*, const float*, const int32_t*, int64_t, int64_t,
                                         int64_t, int, Isa);
+template void dequantize_linear<uint16_t>(const uint16_t*, float*, const float*, const int32_t*, int64_t, int64_t,
+                                          int64_t, int, Isa);
+template void dequantize_linear<int16_t>(const int16_t*, float*, const float*, const int32_t*, int64_t, int64_t,
+                                         int64_t, int, Isa);
 
 // ---- DynamicQuantizeLinear ------------------------------------------------------------------
 

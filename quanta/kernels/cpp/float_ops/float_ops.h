@@ -43,6 +43,10 @@
 //             (G2) a = f32(K · f32(x + f32(C · f32(f32(x · x) · x))));
 //                  y = f32(f32(0.5 · x) · f32(1 + tanh(a)))        (approximate = "tanh")
 //             Both branches of a split are computed for every element and one is selected.
+//   mlas_logistic, mlas_tanh   ONNX Runtime's MlasComputeLogistic / MlasComputeTanh (its
+//             Sigmoid and Tanh), rational approximations with FMA Horner steps:
+//             recurrent/recurrent_scalar.h (logistic_one, tanh_one) and recurrent/mlas_simd.h;
+//             the twin is kernels/reference/ms_lstm.py (mlas_logistic, mlas_tanh).
 //
 // Broadcasting (binary): the driver drops size-1 dimensions and merges adjacent dimensions
 // that are contiguous (or broadcast) in both inputs, so any broadcast is an odometer over
@@ -64,8 +68,17 @@ namespace quanta {
 namespace float_ops {
 
 enum class BinaryOp : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3 };
-enum class UnaryOp : int { kErf = 0, kTanh = 1, kSigmoid = 2, kRelu = 3, kGelu = 4, kGeluTanh = 5 };
-constexpr int kNumUnaryOps = 6;
+enum class UnaryOp : int {
+  kErf = 0,
+  kTanh = 1,
+  kSigmoid = 2,
+  kRelu = 3,
+  kGelu = 4,
+  kGeluTanh = 5,
+  kMlasLogistic = 6,
+  kMlasTanh = 7
+};
+constexpr int kNumUnaryOps = 8;
 
 // Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
 using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n);

@@ -15,6 +15,7 @@
 
 #include "float_ops/float_ops.h"
 #include "float_ops/float_ops_scalar.h"
+#include "recurrent/mlas_simd.h"
 
 namespace quanta {
 namespace float_ops {
@@ -279,7 +280,7 @@ const Kernels kKernelsAvx2 = {
     softmax_rows,
     layer_norm_rows,
     {unary_run<erf8>, unary_run<tanh8>, unary_run<sigmoid8>, unary_run<relu8>, unary_run<gelu8>,
-     unary_run<gelu_tanh8>},  // indexed by UnaryOp
+     unary_run<gelu_tanh8>, unary_run<recurrent::logistic8>, unary_run<recurrent::tanh8>},  // by UnaryOp
 };
 
 }  // namespace float_ops

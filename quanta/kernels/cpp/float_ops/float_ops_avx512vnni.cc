@@ -13,6 +13,7 @@
 
 #include "float_ops/float_ops.h"
 #include "float_ops/float_ops_scalar.h"
+#include "recurrent/mlas_simd.h"
 
 namespace quanta {
 namespace float_ops {
@@ -283,7 +284,7 @@ const Kernels kKernelsAvx512Vnni = {
     softmax_rows,
     layer_norm_rows,
     {unary_run<erf16>, unary_run<tanh16>, unary_run<sigmoid16>, unary_run<relu16>, unary_run<gelu16>,
-     unary_run<gelu_tanh16>},  // indexed by UnaryOp
+     unary_run<gelu_tanh16>, unary_run<recurrent::logistic16>, unary_run<recurrent::tanh16>},  // by UnaryOp
 };
 
 }  // namespace float_ops

@@ -6,6 +6,7 @@
 
 #include "float_ops/float_ops.h"
 #include "float_ops/float_ops_scalar.h"
+#include "recurrent/recurrent_scalar.h"
 
 namespace quanta {
 namespace float_ops {
@@ -77,7 +78,7 @@ const Kernels kKernelsPortable = {
     softmax_rows,
     layer_norm_rows,
     {unary_run<erf_one>, unary_run<tanh_one>, unary_run<sigmoid_one>, unary_run<relu_one>, unary_run<gelu_one>,
-     unary_run<gelu_tanh_one>},  // indexed by UnaryOp
+     unary_run<gelu_tanh_one>, unary_run<recurrent::logistic_one>, unary_run<recurrent::tanh_one>},  // by UnaryOp
 };
 
 }  // namespace float_ops

@@ -22,12 +22,18 @@ RunFn<T> select_run(Isa isa) {
       case Isa::kAvx2: return quantize_run_u8_avx2;
       default: return quantize_run_u8_portable;
     }
-  } else {
+  } else if constexpr (std::is_same_v<T, int8_t>) {
     switch (isa) {
       case Isa::kAvx512Vnni: return quantize_run_s8_avx512vnni;
       case Isa::kAvx2: return quantize_run_s8_avx2;
       default: return quantize_run_s8_portable;
     }
+  } else if constexpr (std::is_same_v<T, uint16_t>) {
+    (void)isa;
+    return quantize_run_u16_portable;
+  } else {
+    (void)isa;
+    return quantize_run_s16_portable;
   }
 }
 }  // namespace
@@ -63,5 +69,7 @@ void quantize_linear(const float* x, T* y, const QuantizeParams& p, Isa isa, int
 
 template void quantize_linear<uint8_t>(const float*, uint8_t*, const QuantizeParams&, Isa, int);
 template void quantize_linear<int8_t>(const float*, int8_t*, const QuantizeParams&, Isa, int);
+template void quantize_linear<uint16_t>(const float*, uint16_t*, const QuantizeParams&, Isa, int);
+template void quantize_linear<int16_t>(const float*, int16_t*, const QuantizeParams&, Isa, int);
 
 }  // namespace quanta

@@ -30,5 +30,11 @@ void quantize_run_u8_portable(const float* x, uint8_t* y, int64_t n, float scale
 void quantize_run_s8_portable(const float* x, int8_t* y, int64_t n, float scale, int32_t zp) {
   run<int8_t>(x, y, n, scale, zp);
 }
+void quantize_run_u16_portable(const float* x, uint16_t* y, int64_t n, float scale, int32_t zp) {
+  run<uint16_t>(x, y, n, scale, zp);
+}
+void quantize_run_s16_portable(const float* x, int16_t* y, int64_t n, float scale, int32_t zp) {
+  run<int16_t>(x, y, n, scale, zp);
+}
 
 }  // namespace quanta

@@ -9,34 +9,12 @@
 #include <cstdint>
 
 #include "recurrent/recurrent.h"
+#include "recurrent/mlas_simd.h"
 #include "recurrent/recurrent_scalar.h"
 
 namespace quanta {
 namespace recurrent {
 namespace {
-
-inline __m256 clamp8(__m256 x, float lo, float hi) {
-  return _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), x));
-}
-
-template <int NP, int NQ>
-inline __m256 rational8(__m256 v, const float (&P)[NP], const float (&Q)[NQ]) {
-  const __m256 s = _mm256_mul_ps(v, v);
-  __m256 p = _mm256_fmadd_ps(s, _mm256_set1_ps(P[0]), _mm256_set1_ps(P[1]));
-  for (int k = 2; k < NP; ++k) p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(P[k]));
-  p = _mm256_mul_ps(v, p);
-  __m256 q = _mm256_fmadd_ps(s, _mm256_set1_ps(Q[0]), _mm256_set1_ps(Q[1]));
-  for (int k = 2; k < NQ; ++k) q = _mm256_fmadd_ps(q, s, _mm256_set1_ps(Q[k]));
-  return _mm256_div_ps(p, q);
-}
-
-inline __m256 logistic8(__m256 x) {
-  const __m256 r = _mm256_add_ps(rational8(clamp8(x, -kLogisticClamp, kLogisticClamp), kLogisticP, kLogisticQ),
-                                 _mm256_set1_ps(0.5f));
-  return _mm256_max_ps(_mm256_setzero_ps(), r);
-}
-
-inline __m256 tanh8(__m256 x) { return rational8(clamp8(x, -kTanhClamp, kTanhClamp), kTanhP, kTanhQ); }
 
 void min_max(const float* x, int64_t n, float* lo, float* hi) {
   __m256 mn = _mm256_setzero_ps(), mx = _mm256_setzero_ps();

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "recurrent/recurrent.h"
+#include "recurrent/mlas_simd.h"
 #include "recurrent/recurrent_scalar.h"
 
 namespace quanta {
@@ -18,29 +19,6 @@ namespace {
 inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
 }
-
-inline __m512 clamp16(__m512 x, float lo, float hi) {
-  return _mm512_min_ps(_mm512_set1_ps(hi), _mm512_max_ps(_mm512_set1_ps(lo), x));
-}
-
-template <int NP, int NQ>
-inline __m512 rational16(__m512 v, const float (&P)[NP], const float (&Q)[NQ]) {
-  const __m512 s = _mm512_mul_ps(v, v);
-  __m512 p = _mm512_fmadd_ps(s, _mm512_set1_ps(P[0]), _mm512_set1_ps(P[1]));
-  for (int k = 2; k < NP; ++k) p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(P[k]));
-  p = _mm512_mul_ps(v, p);
-  __m512 q = _mm512_fmadd_ps(s, _mm512_set1_ps(Q[0]), _mm512_set1_ps(Q[1]));
-  for (int k = 2; k < NQ; ++k) q = _mm512_fmadd_ps(q, s, _mm512_set1_ps(Q[k]));
-  return _mm512_div_ps(p, q);
-}
-
-inline __m512 logistic16(__m512 x) {
-  const __m512 r = _mm512_add_ps(rational16(clamp16(x, -kLogisticClamp, kLogisticClamp), kLogisticP, kLogisticQ),
-                                 _mm512_set1_ps(0.5f));
-  return _mm512_max_ps(_mm512_setzero_ps(), r);
-}
-
-inline __m512 tanh16(__m512 x) { return rational16(clamp16(x, -kTanhClamp, kTanhClamp), kTanhP, kTanhQ); }
 
 void min_max(const float* x, int64_t n, float* lo, float* hi) {
   __m512 mn = _mm512_set1_ps(0.0f), mx = _mm512_set1_ps(0.0f);

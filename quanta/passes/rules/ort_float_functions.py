@@ -1,0 +1,161 @@
+"""ONNX Runtime's float functions in place of ONNX's: Sigmoid and Tanh as ORT computes them.
+
+Rules (each replaces the ONNX function by ORT's computation of it)::
+
+    %y = Sigmoid(%x: f32) -> %y = quanta::MlasLogistic(%x)      SigmoidToMlasLogistic
+    %y = Tanh(%x: f32)    -> %y = quanta::MlasTanh(%x)          TanhToMlasTanh
+    %y = BatchNormalization(%x: f32, s, b, mean, var)             BatchNormToOrtAffine
+                          -> %y = Add(Mul(%x, a), c)   a = f32(f32(1 / f32(sqrt(f32(var + eps)))) · s)
+                                                       c = f32(b − f32(mean · a))   ([C, 1, ...])
+
+Why: ONNX defines Sigmoid and Tanh as the exact functions, and quanta computes them within
+2.4 and 2 ulp (docs/float-ops.md (Σ1)-(Σ2), (T1)-(T4)). ONNX Runtime computes MLAS's
+rational approximations (``MlasComputeLogistic``, ``MlasComputeTanh``), which are not
+what ONNX says in the last bits (a few ulp near 0.5; for x < 0 the logistic is a
+multiple of 2^−25, exactly 0 from x = −18 down where ONNX's sigmoid is 1.5e−8). A file ORT's quantizer wrote was calibrated and is deployed with
+ORT's functions, and its float islands feed quantizations (every DynamicQuantizeLinear
+rounds its input anew), so a last-bit difference flips codes downstream: the
+ddddocr captcha reader quantized by ``quantize_dynamic`` ends 0.44 (in logits) from ORT
+with ONNX's sigmoid and bit-identical with ORT's. The replacement is exact against ORT
+(its twins, :mod:`quanta.kernels.reference.ort_float`, are MLAS's kernels operation by
+operation), not against ONNX: the session runs this pass only when asked
+(``SessionOptions.float_functions = "ort"``, or ``"auto"`` on a file ORT's quantizer
+wrote), never inside quantization.
+
+Refused: an input whose element type is known and not float32 (MLAS computes float32
+only; ORT's double Sigmoid is Eigen's, which this does not model).
+
+BatchNormalization: ONNX Runtime's CPU kernel (batch_norm.h, inference) folds the
+statistics into one scale and shift per channel in float32 and computes
+``f32(f32(x · a) + c)``; quanta's (nn_norm.batch_normalization) computes
+``((x − mean) / sqrt(var + eps)) · s + b`` as written. They differ in the last bits, and
+a BatchNormalization between a DequantizeLinear and a QuantizeLinear (ORT's QOperator
+files leave it float when its Conv is quantized first) re-rounds them: ppocr_cls in
+QOperator format ends 21 output steps from ORT with quanta's formula, 0 with ORT's.
+Only an inference BatchNormalization (no training outputs used, spatial, constant
+parameters, x of known rank >= 2) is rewritten; its Mul and Add are float32 IEEE
+operations on every target, so the result is ORT's bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from quanta.ir.graph import Value, result_type
+from quanta.ir.types import F32
+from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
+from quanta.passes.rules._util import describe
+
+__all__ = ["QUANTA_DOMAIN", "BatchNormToOrtAffine", "OrtFloatFunctions", "SigmoidToMlasLogistic", "TanhToMlasTanh",
+           "ort_batchnorm_affine"]
+
+QUANTA_DOMAIN = "quanta"  # quanta.kernels.reference.ort_float (kernels sit below passes)
+
+
+class _ToMlas(Rule):
+    op_type = ""
+    mlas_op = ""
+
+    def check(self, m: Match) -> Match | NoMatch:
+        x = m["x"]
+        if x.type is not None and x.type.elem != F32:
+            return NoMatch(f"input {describe(x)} is {x.type.elem}, not f32 (MLAS computes float32 only)")
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return b.op(
+            self.mlas_op,
+            [m.value("x")],
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            domain=QUANTA_DOMAIN,
+            name=m.root.name or None,
+        )
+
+
+class SigmoidToMlasLogistic(_ToMlas):
+    """%y = Sigmoid(%x: f32) -> %y = quanta::MlasLogistic(%x)"""
+
+    pattern = "y = Sigmoid(x)"
+    mlas_op = "MlasLogistic"
+
+
+class TanhToMlasTanh(_ToMlas):
+    """%y = Tanh(%x: f32) -> %y = quanta::MlasTanh(%x)"""
+
+    pattern = "y = Tanh(x)"
+    mlas_op = "MlasTanh"
+
+
+def _constant(v: Value | None) -> np.ndarray | None:
+    """The value of an initializer or of a ``Constant`` node's ``value`` (the session runs
+    this pass before constant folding, and Paddle exports hold weights in Constant nodes)."""
+    if v is None:
+        return None
+    if v.is_const:
+        return np.asarray(v.const)
+    p = v.producer
+    if p is not None and p.op_type == "Constant" and not p.domain and "value" in p.attrs:
+        return np.asarray(p.attrs["value"])
+    return None
+
+
+def ort_batchnorm_affine(
+    scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray, epsilon: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(a, c) of ORT's inference BatchNormalization, every step one float32 operation:
+    a = f32(f32(1 / f32(sqrt(f32(var + eps)))) · s), c = f32(b − f32(mean · a))."""
+    f = np.float32
+    inv_std = f(1) / np.sqrt(np.asarray(var, f) + f(epsilon))
+    a = inv_std * np.asarray(scale, f)
+    return a, np.asarray(bias, f) - np.asarray(mean, f) * a
+
+
+class BatchNormToOrtAffine(Rule):
+    """%y = BatchNormalization(%x: f32, s, b, mean, var) -> %y = Add(Mul(%x, a), c)
+    (module docstring: ONNX Runtime's per-channel scale and shift)"""
+
+    pattern = "y = BatchNormalization(x, s, b, mean, var, ...)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        bn, x = m.root, m["x"]
+        if int(bn.attrs.get("training_mode", 0)):
+            return NoMatch("BatchNormalization is in training mode (batch statistics)")
+        if any(o.uses or any(o is g for g in m.graph.outputs) for o in bn.outputs[1:]):
+            return NoMatch("a running-statistics output of BatchNormalization is used")
+        if not int(bn.attrs.get("spatial", 1)):
+            return NoMatch("BatchNormalization has spatial=0 (per-element statistics)")
+        params = [_constant(m[name]) for name in ("s", "b", "mean", "var")]
+        if any(v is None for v in params):
+            return NoMatch("a BatchNormalization parameter is not a constant")
+        if x.type is None or x.type.elem != F32 or x.type.shape is None or len(x.type.shape) < 2:
+            return NoMatch(f"input {describe(x)} is not float32 of known rank >= 2")
+        channels = x.type.shape[1]
+        for name, value in zip(("s", "b", "mean", "var"), params):
+            shape = np.shape(value)
+            if len(shape) != 1 or (isinstance(channels, int) and shape[0] != channels):
+                return NoMatch(f"parameter {describe(m[name])} has shape {shape}, expected ({channels},)")
+        m.data["params"] = params
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        a, c = ort_batchnorm_affine(*m.data["params"], float(m.root.attrs.get("epsilon", 1e-5)))
+        trailing = (1,) * (len(m["x"].type.shape) - 2)  # per channel: axis 1
+        y = m["y"]
+        name = m.root.name or y.name
+        scaled = b.op(
+            "Mul",
+            [m.value("x"), b.const(f"{name}_ort_scale", a.reshape(-1, *trailing))],
+            types=result_type(shape_from=y, elem_from=y),
+            name=f"{name}_ort_scale",
+        )
+        return b.op(
+            "Add",
+            [scaled, b.const(f"{name}_ort_shift", c.reshape(-1, *trailing))],
+            types=result_type(shape_from=y, elem_from=y),
+            name=name,
+        )
+
+
+class OrtFloatFunctions(RewritePass):
+    name = "ort_float_functions"
+    rules = (SigmoidToMlasLogistic(), TanhToMlasTanh(), BatchNormToOrtAffine())

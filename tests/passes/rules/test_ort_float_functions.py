@@ -1,0 +1,223 @@
+"""OrtFloatFunctions (passes/rules/ort_float_functions.py): Sigmoid and Tanh become ONNX
+Runtime's MLAS functions. Four parts (fired; structure; numerics: the rewritten graph is
+ORT's computation bit for bit, and the original graph is not; the verifier, on in every
+run_passes), the refusal for float64, and the session's ``float_functions`` choice: on a
+file ORT's quantizer wrote (``auto``), by request (``ort``), never otherwise; a
+quantized Sigmoid group's table is then built from ORT's function too."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from quanta.ir.onnx_io import load
+from quanta.passes.rules.ort_float_functions import OrtFloatFunctions
+from quanta.session import GraphOptimizationLevel, InferenceSession, SessionOptions
+from tests.passes.helpers import run_passes, run_ref
+
+SHAPE = [3, 7, 17]
+
+
+def gated_proto(elem: int = TensorProto.FLOAT, producer: str = ""):
+    """y = x·sigmoid(x) + tanh(x): a SiLU (ORT fuses it into QuickGelu, same MLAS logistic)
+    and a Tanh."""
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
+        helper.make_node("Mul", ["x", "s"], ["g"], name="mul"),
+        helper.make_node("Tanh", ["x"], ["t"], name="tanh"),
+        helper.make_node("Add", ["g", "t"], ["y"], name="add"),
+    ]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", elem, SHAPE)], [helper.make_tensor_value_info("y", elem, SHAPE)]
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.producer_name = producer
+    return m
+
+
+def feeds(dtype=np.float32):
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(SHAPE) * 7.0).astype(dtype)
+    x.flat[:4] = [-18.5, 18.0, -9.0, 0.0]  # the clamps and the centre
+    return {"x": x}
+
+
+def ort_run(proto, f):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, f)
+
+
+def test_sigmoid_and_tanh_become_ort_functions_bit_exact_with_onnxruntime():
+    proto = gated_proto()
+    model = load(proto)
+    result = run_passes(model, [OrtFloatFunctions()])
+    assert result.fired("SigmoidToMlasLogistic") == 1
+    assert result.fired("TanhToMlasTanh") == 1
+    assert [(n.domain, n.op_type, n.name) for n in model.graph.nodes] == [
+        ("quanta", "MlasLogistic", "sig"),
+        ("", "Mul", "mul"),
+        ("quanta", "MlasTanh", "tanh"),
+        ("", "Add", "add"),
+    ]
+    f = feeds()
+    expected = ort_run(proto, f)[0]
+    np.testing.assert_array_equal(run_ref(model, f)[0], expected)
+    # the rule changes results: ONNX's functions (quanta's kernels) differ from ORT's here
+    assert np.any(run_ref(proto, f)[0] != expected)
+
+
+def test_float64_is_left_with_its_reason():
+    model = load(gated_proto(TensorProto.DOUBLE))
+    p = OrtFloatFunctions()
+    result = run_passes(model, [p])
+    assert not result.records[0].modified
+    assert [r.reason for r in p.why_not("SigmoidToMlasLogistic")] == [
+        "input 'x' (a graph input) is f64, not f32 (MLAS computes float32 only)"
+    ]
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+@pytest.mark.parametrize(
+    ("producer", "option", "ort_functions"),
+    [
+        ("onnx.quantize", "auto", True),  # ORT's quantizer wrote it
+        ("pytorch", "auto", False),
+        ("pytorch", "ort", True),
+        ("onnx.quantize", "onnx", False),
+    ],
+)
+def test_session_float_functions(backend, producer, option, ort_functions):
+    proto = gated_proto(producer=producer)
+    sess = InferenceSession(proto, SessionOptions(float_functions=option), backend=backend)
+    ops = {n.op_type for n in sess.model.graph.nodes}
+    assert ("MlasLogistic" in ops) == ort_functions and ("Sigmoid" in ops) != ort_functions
+    assert sess.fallbacks == [] or backend == "reference"
+    f = feeds()
+    same = np.array_equal(sess.run(None, f)[0], ort_run(proto, f)[0])
+    assert same == ort_functions
+
+
+def test_session_rejects_an_unknown_choice():
+    with pytest.raises(ValueError, match="float_functions: expected one of auto, onnx, ort, got 'mlas'"):
+        InferenceSession(gated_proto(), SessionOptions(float_functions="mlas"))
+
+
+def qdq_silu_proto(sx: float, zx: int, sy: float, zy: int):
+    """Q(x·Sigmoid(x)) on x = DQ(q) with the given parameters, as ORT's quantizer writes a
+    SiLU (ORT runs the group in float: DQ, QuickGelu, Q)."""
+    inits = [
+        numpy_helper.from_array(np.array(sx, np.float32), "sx"),
+        numpy_helper.from_array(np.array(zx, np.uint8), "zx"),
+        numpy_helper.from_array(np.array(sy, np.float32), "sy"),
+        numpy_helper.from_array(np.array(zy, np.uint8), "zy"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"], name="dqx"),
+        helper.make_node("Sigmoid", ["xf"], ["s"], name="sig"),
+        helper.make_node("Mul", ["xf", "s"], ["g"], name="mul"),
+        helper.make_node("QuantizeLinear", ["g", "sy", "zy"], ["sq"], name="qs"),
+        helper.make_node("DequantizeLinear", ["sq", "sy", "zy"], ["y"], name="dqs"),
+    ]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], initializer=inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.producer_name = "onnx.quantize"
+    return m
+
+
+@pytest.mark.parametrize(
+    ("sx", "zx", "sy", "zy", "onnx_differs"),
+    [
+        (0.0371, 131, 0.0217, 13, None),  # a usual range: 8-bit steps may hide the last bits
+        # x in [-25.5, 0] and steps of 2e-8 around zero: ORT's σ(-17) is 8.9e-8 where the
+        # exact one is 4.1e-8 (x·σ(x) 76 and 35 steps below zero), and 0 from -18 down
+        (0.1, 255, 2e-8, 255, True),
+    ],
+)
+def test_quantized_silu_table_follows_ort_function(sx, zx, sy, zy, onnx_differs):
+    """Every code of x (each reaches the table): quanta's table lookup equals ORT's
+    float group (DQ, x·MLAS logistic, Q) when the session uses ORT's functions. (A lone
+    Sigmoid group lowers to QLinearSigmoid, which is ORT's function in any mode.)"""
+    proto = qdq_silu_proto(sx, zx, sy, zy)
+    codes = (np.arange(256, dtype=np.float32) - zx) * np.float32(sx)
+    x = np.concatenate([codes, np.linspace(codes.min(), codes.max(), 3 * 7 * 17 - 256)]).astype(np.float32)
+    f = {"x": x.reshape(SHAPE)}
+    expected = ort_run(proto, f)[0]
+    sess = InferenceSession(proto)
+    ops = {n.op_type for n in sess.model.graph.nodes}
+    assert "QLinearLookup" in ops and "MlasLogistic" not in ops
+    np.testing.assert_array_equal(sess.run(None, f)[0], expected)
+    onnx_sess = InferenceSession(proto, SessionOptions(float_functions="onnx"))
+    if onnx_differs is not None:
+        assert np.any(onnx_sess.run(None, f)[0] != expected) == onnx_differs
+
+
+def batchnorm_proto(params_as_constant_nodes: bool, producer: str = "onnx.quantize"):
+    """Relu(BatchNormalization(x)) over 7 channels, parameters as initializers or as
+    Constant nodes (Paddle's exports), variances from 0.01 to 2."""
+    rng = np.random.default_rng(5)
+    c = 7
+    values = {
+        "s": rng.standard_normal(c).astype(np.float32),
+        "b": rng.standard_normal(c).astype(np.float32),
+        "m": rng.standard_normal(c).astype(np.float32),
+        "v": (rng.random(c) * 2 + 0.01).astype(np.float32),
+    }
+    nodes, inits = [], []
+    for name, v in values.items():
+        if params_as_constant_nodes:
+            nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(v, name)))
+        else:
+            inits.append(numpy_helper.from_array(v, name))
+    nodes += [
+        helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["n"], name="bn", epsilon=1e-3),
+        helper.make_node("Relu", ["n"], ["y"], name="relu"),
+    ]
+    shape = [2, c, 9, 11]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializer=inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    m.producer_name = producer
+    return m
+
+
+@pytest.mark.parametrize("constant_nodes", [False, True])
+def test_batchnorm_becomes_ort_affine_bit_exact_with_onnxruntime(constant_nodes):
+    proto = batchnorm_proto(constant_nodes)
+    model = load(proto)
+    result = run_passes(model, [OrtFloatFunctions()])
+    assert result.fired("BatchNormToOrtAffine") == 1
+    assert [(n.op_type, n.name) for n in model.graph.nodes if n.op_type != "Constant"] == [
+        ("Mul", "bn_ort_scale"),
+        ("Add", "bn"),
+        ("Relu", "relu"),
+    ]
+    rng = np.random.default_rng(6)
+    f = {"x": (rng.standard_normal([2, 7, 9, 11]) * 3).astype(np.float32)}
+    expected = ort_run(proto, f)[0]
+    np.testing.assert_array_equal(run_ref(model, f)[0], expected)
+    as_onnx = SessionOptions(graph_optimization_level=GraphOptimizationLevel.ORT_DISABLE_ALL, float_functions="onnx")
+    onnx_y = InferenceSession(proto, as_onnx, backend="reference").run(None, f)[0]
+    assert np.any(onnx_y != expected)  # ONNX's formula as written differs
+    for backend in ("native", "reference"):  # the session does it for ORT's files
+        np.testing.assert_array_equal(InferenceSession(proto, backend=backend).run(None, f)[0], expected)
+
+
+def test_batchnorm_with_a_computed_parameter_is_left_with_its_reason():
+    proto = batchnorm_proto(False)
+    proto.graph.node.insert(0, helper.make_node("Abs", ["v_in"], ["v2"]))
+    proto.graph.input.append(helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [7]))
+    proto.graph.node[1].input[4] = "v2"
+    model = load(proto)
+    p = OrtFloatFunctions()
+    result = run_passes(model, [p])
+    assert not result.records[0].modified
+    assert [r.reason for r in p.why_not("BatchNormToOrtAffine")] == ["a BatchNormalization parameter is not a constant"]
