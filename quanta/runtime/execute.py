@@ -41,7 +41,7 @@ from quanta.runtime.memory import VIEW_OPS, MemoryPlan
 from quanta.runtime.plan import Plan, SlotKind
 from quanta.runtime.profile import Profiler
 from quanta.runtime.static_steps import signature_static_steps
-from quanta.targets.base import Executable, TargetError
+from quanta.targets.base import Executable, Specialization, TargetError
 from quanta.targets.reference import KERNEL_ERRORS, describe_args
 
 __all__ = ["BoundRun", "Executor"]
@@ -350,7 +350,7 @@ class Executor(Executable):
 
     # -- binding a signature ------------------------------------------------------------
     def _remember(self, signature: tuple, specs: Specs, captured: dict[int, np.ndarray]) -> None:
-        bound = self._bind(specs)
+        bound = self._bind(specs, captured)
         self._add_static(bound, captured)
         with self._bound_lock:
             self._bound[signature] = bound
@@ -362,7 +362,7 @@ class Executor(Executable):
             if signature in self._bound:
                 self._bound.move_to_end(signature)
 
-    def _bind(self, specs: Specs) -> BoundRun:
+    def _bind(self, specs: Specs, captured: dict[int, np.ndarray] | None = None) -> BoundRun:
         plan = self.plan
         nbytes = {
             k: int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -377,20 +377,24 @@ class Executor(Executable):
             if s.kernel.out and s.outputs[0] is not None and s.outputs[0] in memory.offsets
         ]
         if not out_steps:
+            self._specialize(steps, specs, captured or {}, {})
             return BoundRun(steps, specs, memory)
         # 64 bytes of slack so the arena can start on a 64-byte boundary
         raw = np.empty(memory.peak_bytes + memory.alignment, np.uint8)
         shift = (-raw.ctypes.data) % memory.alignment
         arena = raw[shift : shift + memory.peak_bytes]
         resident = set()
+        views: dict[int, np.ndarray] = {}
         for s in out_steps:
             o = s.outputs[0]
             shape, dtype = specs[o]
             off = memory.offsets[o]
             view = arena[off : off + nbytes[o]].view(dtype).reshape(shape)
+            views[s.index] = view
             k, fn, ctx, ins, n_in, out1, outs, frees, kw = steps[s.index]
             steps[s.index] = (k, fn, ctx, ins, n_in, out1, outs, frees, {**(kw or {}), "out": view})
             resident.add(o)
+        self._specialize(steps, specs, captured or {}, views)
         resident |= {view for view, root in memory.aliases.items() if root in resident}
         for s in plan.steps:
             if s.kernel.out or s.op_type in VIEW_OPS or not resident.intersection(s.inputs):
@@ -398,6 +402,47 @@ class Executor(Executable):
             k, fn, ctx, ins, n_in, out1, outs, frees, kw = steps[s.index]
             steps[s.index] = (k, _copy_out_of(arena, fn), ctx, ins, n_in, out1, outs, frees, kw)
         return BoundRun(steps, specs, memory, arena, frozenset(resident))
+
+    def _specialize(
+        self, steps: list[_StepTuple], specs: Specs, captured: dict[int, np.ndarray], views: dict[int, np.ndarray]
+    ) -> None:
+        """Replaces in ``steps`` the call of every kernel that offers ``specialize`` by the
+        callable it returns for this signature (its output view bound in; no keyword
+        arguments left, so the loop takes its unrolled calls)."""
+        plan = self.plan
+        consts = plan.constants
+        for s in plan.steps:
+            spec_fn = s.kernel.specialize
+            if spec_fn is None:
+                continue
+            ins = s.inputs
+            values = tuple(consts.get(i, captured.get(i)) if i else None for i in ins)
+            known = [
+                None if not i else (v.shape, v.dtype) if isinstance(v, np.ndarray) else specs.get(i)
+                for i, v in zip(ins, values)
+            ]
+            o = s.outputs[0] if s.outputs else None
+            out_spec = specs.get(o) if o is not None else None
+            sig = Specialization(
+                shapes=tuple(None if k is None else tuple(k[0]) for k in known),
+                dtypes=tuple(None if k is None else k[1] for k in known),
+                consts=values,
+                out_shape=None if out_spec is None else tuple(out_spec[0]),
+                out_dtype=None if out_spec is None else out_spec[1],
+                out=views.get(s.index),
+                num_threads=max(1, int(getattr(s.ctx, "num_threads", 1) or 1)),
+                ctx=s.ctx,
+            )
+            if any(k is None and i for k, i in zip(known, ins)):
+                continue  # an input the measuring run did not see as an array
+            try:
+                fast = spec_fn(sig, **(s.attrs or {}))
+            except (ValueError, TypeError, KeyError, IndexError):
+                fast = None  # an optimization that did not happen: the generic call runs
+            if fast is None:
+                continue
+            k, _, ctx, ins_, n_in, out1, outs, frees, _ = steps[s.index]
+            steps[s.index] = (k, fast, ctx, ins_, n_in, out1, outs, frees, None)
 
     def _add_static(self, bound: BoundRun, captured: dict[int, np.ndarray]) -> None:
         """Drops from ``bound``'s fast loop the signature-static steps whose outputs were

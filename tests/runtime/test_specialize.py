@@ -1,0 +1,144 @@
+"""Kernels specialized per input signature (Kernel.specialize, quanta.targets.base
+Specialization): the executor binds them when it binds a signature and they compute
+exactly what the generic kernels compute, for any thread count, with or without the
+arena, and hand a call they cannot take (a non-contiguous view) to the generic kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+from quanta.kernels import native_available
+
+pytestmark = pytest.mark.skipif(not native_available(), reason="the native extension is not built")
+
+
+def _const(name: str, value: np.ndarray):
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def small_ops_model():
+    """x [3, 7, 17] float: a hardswish written out (Add, Clip, Mul, Div), a Slice with
+    steps, a Gather of constant indices, Unsqueeze / Squeeze, a Transpose, Sqrt, and a
+    QuantizeLinear with a non-zero zero point; z = x2 + x (two run-time operands)."""
+    nodes = [
+        helper.make_node("Add", ["x", "three"], ["a"], name="add3"),
+        helper.make_node("Clip", ["a", "zero", "six"], ["c"], name="clip"),
+        helper.make_node("Mul", ["x", "c"], ["m"], name="mul"),
+        helper.make_node("Div", ["m", "six"], ["hs"], name="div"),
+        helper.make_node("Slice", ["hs", "starts", "ends", "axes", "steps"], ["sl"], name="slice"),
+        helper.make_node("Gather", ["sl", "idx"], ["ga"], name="gather", axis=2),
+        helper.make_node("Unsqueeze", ["ga", "ax0"], ["un"], name="unsq"),
+        helper.make_node("Transpose", ["un"], ["tr"], name="transpose", perm=[0, 1, 2, 4, 3]),
+        helper.make_node("Squeeze", ["tr", "ax0"], ["sq"], name="sq"),
+        helper.make_node("Abs", ["sq"], ["ab"], name="abs"),
+        helper.make_node("Sqrt", ["ab"], ["rt"], name="sqrt"),
+        helper.make_node("QuantizeLinear", ["rt", "qs", "qz"], ["q"], name="quant"),
+        helper.make_node("Relu", ["x2"], ["r2"], name="relu"),
+        helper.make_node("Add", ["r2", "x"], ["z"], name="add_xx"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17]),
+            helper.make_tensor_value_info("x2", TensorProto.FLOAT, [3, 7, 17]),
+        ],
+        [
+            helper.make_tensor_value_info("q", TensorProto.UINT8, None),
+            helper.make_tensor_value_info("sl", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+        [
+            _const("three", np.float32(3)),
+            _const("zero", np.float32(0)),
+            _const("six", np.float32(6)),
+            _const("starts", np.array([1, 16], np.int64)),
+            _const("ends", np.array([7, 0], np.int64)),
+            _const("axes", np.array([1, 2], np.int64)),
+            _const("steps", np.array([2, -3], np.int64)),
+            _const("idx", np.array([[0, 4], [2, -1]], np.int64)),
+            _const("ax0", np.array([0], np.int64)),
+            _const("qs", np.float32(0.0137)),
+            _const("qz", np.uint8(37)),
+        ],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _session(backend: str, threads: int) -> quanta.InferenceSession:
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    return quanta.InferenceSession(small_ops_model().SerializeToString(), opts, backend=backend)
+
+
+def _feeds(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {
+        "x": rng.normal(0, 4, (3, 7, 17)).astype(np.float32),
+        "x2": rng.normal(0, 4, (3, 7, 17)).astype(np.float32),
+    }
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_specialized_steps_match_the_reference(threads: int) -> None:
+    rng = np.random.default_rng(threads)
+    ref = _session("reference", 1)
+    sess = _session("native", threads)
+    for _ in range(3):  # the measuring run, then the bound (specialized) runs
+        feeds = _feeds(rng)
+        want = ref.run(None, feeds)
+        got = sess.run(None, feeds)
+        for w, g in zip(want, got, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+    (bound,) = sess.executor.bound_runs().values()
+    plain = {t[0]: t[1] for t in sess.executor._plain}
+    specialized = {sess.plan.steps[t[0]].node.name for t in bound.steps if t[1] is not plain[t[0]]}
+    # the kernels that offer a specialization took it (Abs and Sqrt keep the generic call)
+    expected = {"add3", "clip", "mul", "div", "slice", "gather", "unsq", "transpose", "sq", "quant", "relu", "add_xx"}
+    assert expected <= specialized
+
+
+def test_a_view_the_specialized_call_refuses_runs_the_generic_kernel() -> None:
+    """The same signature fed a non-contiguous view: the C++ call refuses it and the
+    generic kernel (which makes it contiguous) computes the same bytes."""
+    rng = np.random.default_rng(7)
+    ref = _session("reference", 1)
+    sess = _session("native", 2)
+    feeds = _feeds(rng)
+    sess.run(None, feeds)
+    wide = rng.normal(0, 4, (3, 7, 34)).astype(np.float32)
+    strided = {"x": wide[:, :, ::2], "x2": np.asfortranarray(feeds["x2"])}
+    assert not strided["x"].flags.c_contiguous and not strided["x2"].flags.c_contiguous
+    for w, g in zip(ref.run(None, strided), sess.run(None, strided), strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_thread_count_never_changes_the_bytes_of_a_large_step() -> None:
+    """Above the small-step threshold a specialized step keeps the session's threads;
+    the bytes are the same as one thread's."""
+    rng = np.random.default_rng(3)
+    n = 1 << 16
+    g = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "x"], ["m"], name="mul"),
+            helper.make_node("Clip", ["m", "lo", "hi"], ["y"], name="clip"),
+        ],
+        "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n + 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_const("lo", np.float32(-1.5)), _const("hi", np.float32(2.25))],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    x = rng.normal(0, 2, (1, n + 5)).astype(np.float32)
+    outs = []
+    for threads in (1, 2):
+        opts = quanta.SessionOptions()
+        opts.intra_op_num_threads = threads
+        sess = quanta.InferenceSession(proto, opts)
+        sess.run(None, {"x": x})
+        outs.append(sess.run(None, {"x": x})[0])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], np.minimum(np.maximum(x * x, np.float32(-1.5)), np.float32(2.25)))
