@@ -142,3 +142,69 @@ def test_thread_count_never_changes_the_bytes_of_a_large_step() -> None:
         outs.append(sess.run(None, {"x": x})[0])
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_array_equal(outs[0], np.minimum(np.maximum(x * x, np.float32(-1.5)), np.float32(2.25)))
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+@pytest.mark.parametrize(
+    ("pads", "axes"),
+    [
+        ([0, 2, 3, 1, 0, 4], None),  # two axes padded, one not
+        ([5, 7], [-1]),  # one axis; reflect wider than the axis (np.pad reflects repeatedly)
+        ([1, -2, 0, 3, 2, 1], None),  # cropping: the twin runs
+    ],
+)
+def test_pad_specialized_is_the_twin(mode: str, pads: list[int], axes: list[int] | None) -> None:
+    rng = np.random.default_rng(len(pads))
+    inputs = ["x", "pads", "value"] + (["axes"] if axes is not None else [])
+    inits = [_const("pads", np.array(pads, np.int64)), _const("value", np.float32(-2.5))]
+    if axes is not None:
+        inits.append(_const("axes", np.array(axes, np.int64)))
+    g = helper.make_graph(
+        [helper.make_node("Pad", inputs, ["y"], name="pad", mode=mode)],
+        "pad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
+    ref = quanta.InferenceSession(proto, backend="reference")
+    sess = quanta.InferenceSession(proto)
+    for _ in range(3):
+        x = rng.normal(0, 3, (3, 4, 5)).astype(np.float32)
+        want = ref.run(None, {"x": x})[0]
+        got = sess.run(None, {"x": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    (bound,) = sess.executor.bound_runs().values()
+    specialized = bound.steps[0][1] is not sess.executor._plain[0][1]
+    assert specialized == (min(pads) >= 0)
+
+
+@pytest.mark.parametrize(
+    ("op", "axes", "keepdims", "specialized"),
+    [
+        ("ReduceMean", [1, 2], 0, True),  # trailing axes: the rows are x itself
+        ("ReduceL2", [-1], 1, True),
+        ("ReduceSum", [0, 2], 1, False),  # a transposed copy first: the generic call
+        ("ReduceL1", [2], 1, False),  # a pre-step (|x|): the generic call
+    ],
+)
+def test_reduce_specialized_is_the_twin(op: str, axes: list[int], keepdims: int, specialized: bool) -> None:
+    rng = np.random.default_rng(11)
+    g = helper.make_graph(
+        [helper.make_node(op, ["x", "axes"], ["y"], name="red", keepdims=keepdims)],
+        "red",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 300])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_const("axes", np.array(axes, np.int64))],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    ref = quanta.InferenceSession(proto, backend="reference")
+    sess = quanta.InferenceSession(proto)
+    for _ in range(3):
+        x = rng.normal(0, 3, (3, 7, 300)).astype(np.float32)
+        want, got = ref.run(None, {"x": x})[0], sess.run(None, {"x": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    (bound,) = sess.executor.bound_runs().values()
+    assert (bound.steps[0][1] is not sess.executor._plain[0][1]) == specialized
