@@ -121,6 +121,7 @@ class Executor(Executable):
         self._call_inputs: list[int] = []
         self._call_outputs: list[int] = []
         self._call_order: list[int] | None = None
+        self._call_in_order = False
 
     # -- public ------------------------------------------------------------------
     def run(
@@ -164,10 +165,20 @@ class Executor(Executable):
         position = {k: i for i, k in enumerate(self._call_inputs)}
         complete = sorted(position) == self._input_slots and len(position) == len(self._call_inputs)
         self._call_order = [position[k] for k in self._input_slots] if complete else None
+        #: the arguments are already in the order of the input slots (a signature of the
+        #: arguments is the executor's own)
+        self._call_in_order = self._call_order == list(range(len(self._call_inputs)))
 
-    def call(self, args: Sequence[Any], *, on_value: Callable[[str, np.ndarray], None] | None = None) -> list[Any]:
+    def call(
+        self,
+        args: Sequence[Any],
+        *,
+        on_value: Callable[[str, np.ndarray], None] | None = None,
+        signature: tuple | None = None,
+    ) -> list[Any]:
         """Runs on ``args`` (the inputs :meth:`bind_positional` named, in its order; no
-        validation) and returns its outputs, in its order."""
+        validation) and returns its outputs, in its order. ``signature``: the (shape,
+        dtype) of each argument (None for a non-array), when the caller has it."""
         vals = self._template.copy()
         for k, arr in zip(self._call_inputs, args):
             vals[k] = arr
@@ -176,7 +187,10 @@ class Executor(Executable):
             if order is not None and self.profiler is None:
                 # the common case of a body run per window or per iteration, with the
                 # fewest Python calls: a known signature that uses no arena
-                signature = tuple((a.shape, a.dtype) if isinstance(a, np.ndarray) else None for a in map(args.__getitem__, order))
+                if signature is None or not self._call_in_order:
+                    signature = tuple(
+                        [(a.shape, a.dtype) if isinstance(a, np.ndarray) else None for a in map(args.__getitem__, order)]
+                    )
                 bound = self._bound.get(signature)
                 if bound is not None and bound.arena is None and len(self._bound) == 1:
                     self._run_fast(vals, bound.fast(vals))
@@ -481,11 +495,13 @@ def _capture(vals: list[Any], outs: tuple[int | None, ...], capture: dict[int, n
 def _outputs(vals: list[Any], out_slots: list[int]) -> list[Any]:
     """The graph outputs; a read-only one (a view of a recorded signature-static value or
     of a constant) is copied, so the caller may write into what it gets."""
-    outs = [vals[k] for k in out_slots]
-    for i, arr in enumerate(outs):
-        if isinstance(arr, np.ndarray) and not arr.flags.writeable:
-            outs[i] = arr.copy()
-    return outs
+    return [_writeable(vals[k]) for k in out_slots]
+
+
+def _writeable(arr: Any) -> Any:
+    if isinstance(arr, np.ndarray) and not arr.flags.writeable:
+        return arr.copy()
+    return arr
 
 
 def _store_many(vals: list[Any], outs: tuple[int | None, ...], res: Any) -> None:
