@@ -208,12 +208,18 @@ def _bind_unary(op_type: str, op: str) -> None:
 
     run.__name__ = run.__qualname__ = f"_{op}_native"
 
+    def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+        if sig.dtypes != (F32,):
+            return None
+        unary, threads, out = _native().unary_f32_ex, step_threads(sig), sig.out
+        return guarded(lambda x: unary(op, x, threads, out), run, attrs, out)
+
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused
         reason = _known_dtype_reason(op_type, node, 0, frozenset({F32}), "float32")
         if reason:
             return None, reason
-        return _kernel(run, f"{op}_f32")
+        return _kernel(run, f"{op}_f32", specialize=specialize)
 
     binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
     register_binder(op_type)(binder)
@@ -265,6 +271,18 @@ def _pow_native(ctx: Any, x: Any, y: Any, *, out: Any) -> np.ndarray:
     return _native().unary_f32_ex(_POW_OPS[e], x, _threads(ctx), out)
 
 
+def _pow_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """Pow with a constant exponent of an exact form other than 1: the form found once."""
+    y = sig.consts[1] if len(sig.consts) > 1 else None
+    if sig.dtypes[0] != F32 or y is None or sig.shapes[0] is None or y.ndim > len(sig.shapes[0]):
+        return None
+    e = pow_exponent(y)
+    if e is None or e == 1.0:
+        return None
+    unary, form, threads, out = _native().unary_f32_ex, _POW_OPS[e], step_threads(sig), sig.out
+    return guarded(lambda x, *p: unary(form, x, threads, out), _pow_native, attrs, out)
+
+
 @register_binder("Pow")
 def bind_pow(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """float32 Pow whose exponent is 1, 2, 3 or 0.5 (a constant, or checked per call)."""
@@ -279,7 +297,7 @@ def bind_pow(model: Model, node: Node) -> tuple[Kernel | None, str]:
             f"native Pow takes the exponents {exps} (exact IEEE forms); a general float32 pow is not "
             "bit-exact between NumPy's build and C++"
         )
-    return _kernel(_pow_native, "pow_f32")
+    return _kernel(_pow_native, "pow_f32", specialize=_pow_specialized)
 
 
 @_with_fallback("HardSigmoid")
