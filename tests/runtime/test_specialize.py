@@ -243,3 +243,36 @@ def test_float_conv_specialized_is_the_generic_kernel(threads: int) -> None:
     (bound,) = sess.executor.bound_runs().values()
     plain = {t[0]: t[1] for t in sess.executor._plain}
     assert all(t[1] is not plain[t[0]] for t in bound.steps)
+
+
+@pytest.mark.parametrize(("sizes", "axis"), [([2, 0, 5], 1), (None, -1)])
+def test_split_specialized_copies_its_parts_out_of_the_arena(sizes: list[int] | None, axis: int) -> None:
+    """Split of an arena-resident value (the Add writes into the arena): the specialized
+    parts are copies, so the planner may reuse the input's bytes while they are read."""
+    rng = np.random.default_rng(9)
+    ins = ["s", "sizes"] if sizes is not None else ["s"]
+    n_out = 3
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["s"], name="add"),
+        helper.make_node("Split", ins, [f"p{k}" for k in range(n_out)], name="split", axis=axis,
+                         **({} if sizes is not None else {"num_outputs": n_out})),
+        *[helper.make_node("Neg", [f"p{k}"], [f"n{k}"], name=f"neg{k}") for k in range(n_out)],
+        helper.make_node("Concat", [f"n{k}" for k in range(n_out)], ["y"], name="cat", axis=axis),
+    ]
+    inits = [_const("sizes", np.array(sizes, np.int64))] if sizes is not None else []
+    g = helper.make_graph(
+        nodes,
+        "split",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    ref = quanta.InferenceSession(proto, backend="reference")
+    sess = quanta.InferenceSession(proto)
+    for _ in range(3):
+        x = rng.normal(0, 3, (3, 7, 17)).astype(np.float32)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
+    (bound,) = sess.executor.bound_runs().values()
+    step = next(t for t in bound.steps if sess.plan.steps[t[0]].node.name == "split")
+    assert getattr(step[1], "fresh", False)

@@ -17,7 +17,7 @@ from typing import Any
 
 from quanta.targets.base import Specialization
 
-__all__ = ["SMALL_WORK", "guarded", "step_threads"]
+__all__ = ["SMALL_MACS", "SMALL_WORK", "guarded", "step_threads"]
 
 #: Below this much work (elements moved or computed; multiply-adds for a convolution)
 #: a step runs on the calling thread alone: the kernels split their work in chunks of
@@ -25,6 +25,10 @@ __all__ = ["SMALL_WORK", "guarded", "step_threads"]
 #: pool's worker (a futex and, in a VM, a vCPU wake-up of tens of microseconds when it
 #: was not spinning) costs more than the half it would take over.
 SMALL_WORK = 1 << 15
+
+#: Multiply-adds below which a convolution, GEMM or recurrent step runs on one thread (a
+#: few microseconds of work: less than handing half of it to the pool's worker).
+SMALL_MACS = 1 << 18
 
 
 def step_threads(sig: Specialization, work: int | None = None, small: int = SMALL_WORK) -> int:

@@ -42,7 +42,7 @@ from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, get_op
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
-from quanta.targets.native._specialize import guarded, step_threads
+from quanta.targets.native._specialize import SMALL_MACS, guarded, step_threads
 from quanta.targets.native._values import threads as _threads
 
 try:
@@ -151,11 +151,6 @@ def _qlinear_conv_specialized(
         generic_attrs,
         out,
     )
-
-
-#: Multiply-adds below which a convolution runs on the calling thread alone (a few
-#: microseconds of VNNI work: less than handing half of it to the pool's worker).
-SMALL_MACS = 1 << 18
 
 
 def _prepare_constants(conv: Any, node: Node) -> bool:

@@ -46,7 +46,7 @@ from quanta.kernels.reference.nn_conv import _crop_spatial, _scatter_windows, co
 from quanta.kernels.reference.registry import OpContext, get_op
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
-from quanta.targets.native._specialize import guarded, step_threads
+from quanta.targets.native._specialize import SMALL_MACS, guarded, step_threads
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype
 
@@ -248,7 +248,7 @@ def _conv_specialized(
     bias_c = sig.consts[2] if len(sig.consts) > 2 else None
     bias = None if bias_c is None else _f32(bias_c)
     x4_shape, args, y_shape, y4_shape = call
-    threads = step_threads(sig, math.prod(y_shape) * math.prod(wshape[1:]), 1 << 18)
+    threads = step_threads(sig, math.prod(y_shape) * math.prod(wshape[1:]), SMALL_MACS)
     conv, m, out = _native.conv_f32, wshape[0], sig.out
     out4 = None if out is None else out.reshape(y4_shape)
 

@@ -29,6 +29,7 @@ from quanta.kernels.reference.ms_lstm import (
 from quanta.kernels.reference.registry import MS_DOMAIN, OpError
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._specialize import SMALL_MACS, step_threads
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import threads
 
@@ -203,7 +204,9 @@ def _dq_lstm_specialized(
         "clip": _FLT_MAX if clip is None else float(clip),
         "input_forget": bool(input_forget),
         "want_y": _y_requested(sig.ctx),
-        "num_threads": sig.num_threads,
+        # a step of B rows through the [K + H, 4H] gate GEMMs: on one thread when the whole
+        # sequence is under SMALL_MACS (silero-vad's 1 x 128 state: 131K)
+        "num_threads": step_threads(sig, x_shape[0] * x_shape[1] * D * 4 * H * (x_shape[2] + H), SMALL_MACS),
     }
     run = _native.dq_lstm
     generic_attrs = {

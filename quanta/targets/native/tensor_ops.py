@@ -639,7 +639,40 @@ def _bind_twin_as_native(op_type: str, name: str, why: str) -> None:
     register_binder(op_type)(binder)
 
 
-_bind_twin_as_native("Split", "split", "views of the input (np.split); the executor copies a view only where it must")
+def _split_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """Split of one x shape with constant sizes: the parts' index tuples found once (by
+    the twin on a probe), each part copied out (``fresh``: the executor need not check
+    whether it shares the arena, which cost more than the copies)."""
+    from quanta.kernels.reference.tensor_ops import split as split_twin
+
+    shape = sig.shapes[0]
+    if shape is None or sig.dtypes[0].kind == "O" or (len(sig.shapes) > 1 and sig.shapes[1] is not None
+                                                       and sig.consts[1] is None):
+        return None
+    probe = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    parts = split_twin(sig.ctx, probe, sig.consts[1] if len(sig.consts) > 1 else None, **attrs)
+    axis = attrs.get("axis", 0) % len(shape)
+    index = []
+    for part in parts:
+        start = int(part.reshape(-1)[0] // math.prod(shape[axis + 1 :]) % shape[axis]) if part.size else 0
+        index.append((slice(None),) * axis + (slice(start, start + part.shape[axis]),))
+
+    def split(ctx: Any, x: np.ndarray, *rest: Any) -> tuple[np.ndarray, ...]:
+        return tuple([x[i].copy() for i in index])
+
+    split.fresh = True  # type: ignore[attr-defined]
+    return split
+
+
+def _bind_split(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Split: views of the input (np.split); the executor copies a view only where it
+    must (specialized: the parts copied out, index tuples found once)."""
+    del model  # unused
+    k = reference_kernel(node)
+    return Kernel(k.fn, "native", "native:split", specialize=_split_specialized), ""
+
+
+register_binder("Split")(_bind_split)
 _bind_twin_as_native("Tile", "tile", "one np.tile")
 _bind_twin_as_native("Shape", "shape", "a tiny int64 array of the input's dimensions")
 _bind_twin_as_native("Size", "size", "an int64 scalar of the input's element count")
