@@ -426,7 +426,9 @@ class Executor(Executable):
         callable it returns for this signature (its output view bound in; no keyword
         arguments left, so the loop takes its unrolled calls)."""
         plan = self.plan
-        consts = plan.constants
+        # an input with an initializer is a constant slot a feed may override: not constant
+        overridable = set(plan.inputs.values())
+        consts = {k: v for k, v in plan.constants.items() if k not in overridable}
         for s in plan.steps:
             spec_fn = s.kernel.specialize
             if spec_fn is None:

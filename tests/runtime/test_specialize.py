@@ -276,3 +276,30 @@ def test_split_specialized_copies_its_parts_out_of_the_arena(sizes: list[int] | 
     (bound,) = sess.executor.bound_runs().values()
     step = next(t for t in bound.steps if sess.plan.steps[t[0]].node.name == "split")
     assert getattr(step[1], "fresh", False)
+
+
+def test_an_overridden_initializer_is_not_a_constant_of_the_signature() -> None:
+    """An input with an initializer (its default) may be fed another value of the same
+    shape: a specialization must not have frozen the default."""
+    g = helper.make_graph(
+        [
+            helper.make_node("Clip", ["x", "lo", "hi"], ["c"], name="clip"),
+            helper.make_node("Gather", ["c", "idx"], ["y"], name="gather", axis=1),
+        ],
+        "overridable",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 9]),
+            helper.make_tensor_value_info("hi", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("idx", TensorProto.INT64, [3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_const("lo", np.float32(-1)), _const("hi", np.float32(1)), _const("idx", np.array([0, 4, 8], np.int64))],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    sess = quanta.InferenceSession(proto)
+    x = np.linspace(-5, 5, 18, dtype=np.float32).reshape(2, 9)
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.clip(x, -1, 1)[:, [0, 4, 8]])
+    fed = {"x": x, "hi": np.float32(3), "idx": np.array([8, 1, 2], np.int64)}
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, fed)[0], np.clip(x, -1, 3)[:, [8, 1, 2]])
