@@ -175,6 +175,18 @@ class InferenceSession:
         self._input_types = {v.name: v.type for v in g.inputs}  # overridable initializers too
         # An input that also has an initializer is optional (the initializer is its default).
         self._defaults = {v.name: v.const for v in g.inputs if v.const is not None}
+        # what _validate checks per input, decided once: (dtype or None, rank or None,
+        # the fixed dimensions as (axis, size))
+        self._checks: dict[str, tuple[np.dtype | None, int | None, tuple[tuple[int, int], ...]]] = {}
+        for name, t in self._input_types.items():
+            if t is None:
+                self._checks[name] = (None, None, ())
+                continue
+            shape = t.shape
+            fixed = () if shape is None else tuple((k, d) for k, d in enumerate(shape) if isinstance(d, int) and d >= 0)
+            self._checks[name] = (_numpy_dtype(t), None if shape is None else len(shape), fixed)
+        self._output_names = [o.name for o in self._outputs]
+        self._required = [a.name for a in self._inputs if a.name not in self._defaults]
 
     # -- ONNX Runtime API ---------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -240,11 +252,14 @@ class InferenceSession:
         run_options: Any = None,
     ) -> list[np.ndarray]:
         del run_options  # accepted for ONNX Runtime compatibility
-        names = [o.name for o in self._outputs] if not output_names else list(output_names)
-        known = {o.name for o in self._outputs}
-        for n in names:
-            if n not in known:
-                raise InvalidArgument(f"unknown output '{n}'; the model's outputs are: {sorted(known)}")
+        if not output_names:
+            names = self._output_names
+        else:
+            names = list(output_names)
+            known = set(self._output_names)
+            for n in names:
+                if n not in known:
+                    raise InvalidArgument(f"unknown output '{n}'; the model's outputs are: {sorted(known)}")
         feeds = self._validate(input_feed)
         return self._exe.run(feeds, names)
 
@@ -256,32 +271,36 @@ class InferenceSession:
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument(f"feeds must be a dict of input name -> array; the model expects {self._expected()}")
         feeds: dict[str, np.ndarray] = {}
+        checks = self._checks
         for name, value in input_feed.items():
-            if name not in self._input_types:
+            check = checks.get(name)
+            if check is None:
                 raise InvalidArgument(f"unknown input '{name}'; the model expects {self._expected()}")
-            t = self._input_types[name]
-            arr = np.asarray(value)
-            if t is not None:
-                want = _numpy_dtype(t)
-                if want is not None and arr.dtype != want:
+            arr = value if type(value) is np.ndarray else np.asarray(value)
+            want, rank, fixed = check
+            if want is not None and arr.dtype != want:
+                t = self._input_types[name]
+                raise InvalidArgument(
+                    f"input '{name}': dtype {arr.dtype}, expected {_ort_type(t)} ({want}); "
+                    f"the model expects {self._expected()}"
+                )
+            if rank is not None:
+                shape = arr.shape
+                if len(shape) != rank:
+                    t = self._input_types[name]
                     raise InvalidArgument(
-                        f"input '{name}': dtype {arr.dtype}, expected {_ort_type(t)} ({want}); "
-                        f"the model expects {self._expected()}"
+                        f"input '{name}': rank {arr.ndim} (shape {list(shape)}), expected rank "
+                        f"{rank} (shape {list(t.shape)})"
                     )
-                if t.shape is not None:
-                    if arr.ndim != len(t.shape):
+                for k, exp in fixed:
+                    if shape[k] != exp:
+                        t = self._input_types[name]
                         raise InvalidArgument(
-                            f"input '{name}': rank {arr.ndim} (shape {list(arr.shape)}), expected rank "
-                            f"{len(t.shape)} (shape {list(t.shape)})"
+                            f"input '{name}': dimension {k} is {shape[k]}, expected {exp} "
+                            f"(shape {list(shape)} vs expected {list(t.shape)})"
                         )
-                    for k, (got, exp) in enumerate(zip(arr.shape, t.shape)):
-                        if isinstance(exp, int) and exp >= 0 and got != exp:
-                            raise InvalidArgument(
-                                f"input '{name}': dimension {k} is {got}, expected {exp} "
-                                f"(shape {list(arr.shape)} vs expected {list(t.shape)})"
-                            )
             feeds[name] = arr
-        missing = [a.name for a in self._inputs if a.name not in feeds and a.name not in self._defaults]
+        missing = [n for n in self._required if n not in feeds]
         if missing:
             raise InvalidArgument(f"missing input(s) {missing}; the model expects {self._expected()}")
         for name, default in self._defaults.items():

@@ -120,8 +120,8 @@ class Body:
         args = [*formal, *[outer[i] for i in self.outer_index]] if formal else [outer[i] for i in self.outer_index]
         on_value = _ON_VALUE.get()
         if on_value is None:
+            signature = tuple([(a.shape, a.dtype) if isinstance(a, np.ndarray) else None for a in args])
             if self.specialize is not None:
-                signature = tuple((a.shape, a.dtype) if isinstance(a, np.ndarray) else None for a in args)
                 exe = self.specialized.get(signature)
                 if exe is None and len(self.specialized) < MAX_SPECIALIZED:
                     try:
@@ -130,8 +130,8 @@ class Body:
                         exe = False  # an optimization that did not happen: the generic plan runs
                     self.specialized[signature] = exe
                 if exe:
-                    return exe.call(args)
-            return self.exe.call(args)
+                    return exe.call(args, signature=signature)
+            return self.exe.call(args, signature=signature)
         prefix = self.prefix
 
         def scoped(name: str, arr: np.ndarray) -> None:

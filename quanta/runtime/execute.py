@@ -41,7 +41,7 @@ from quanta.runtime.memory import VIEW_OPS, MemoryPlan
 from quanta.runtime.plan import Plan, SlotKind
 from quanta.runtime.profile import Profiler
 from quanta.runtime.static_steps import signature_static_steps
-from quanta.targets.base import Executable, TargetError
+from quanta.targets.base import Executable, Specialization, TargetError
 from quanta.targets.reference import KERNEL_ERRORS, describe_args
 
 __all__ = ["BoundRun", "Executor"]
@@ -121,6 +121,7 @@ class Executor(Executable):
         self._call_inputs: list[int] = []
         self._call_outputs: list[int] = []
         self._call_order: list[int] | None = None
+        self._call_in_order = False
 
     # -- public ------------------------------------------------------------------
     def run(
@@ -164,10 +165,20 @@ class Executor(Executable):
         position = {k: i for i, k in enumerate(self._call_inputs)}
         complete = sorted(position) == self._input_slots and len(position) == len(self._call_inputs)
         self._call_order = [position[k] for k in self._input_slots] if complete else None
+        #: the arguments are already in the order of the input slots (a signature of the
+        #: arguments is the executor's own)
+        self._call_in_order = self._call_order == list(range(len(self._call_inputs)))
 
-    def call(self, args: Sequence[Any], *, on_value: Callable[[str, np.ndarray], None] | None = None) -> list[Any]:
+    def call(
+        self,
+        args: Sequence[Any],
+        *,
+        on_value: Callable[[str, np.ndarray], None] | None = None,
+        signature: tuple | None = None,
+    ) -> list[Any]:
         """Runs on ``args`` (the inputs :meth:`bind_positional` named, in its order; no
-        validation) and returns its outputs, in its order."""
+        validation) and returns its outputs, in its order. ``signature``: the (shape,
+        dtype) of each argument (None for a non-array), when the caller has it."""
         vals = self._template.copy()
         for k, arr in zip(self._call_inputs, args):
             vals[k] = arr
@@ -176,7 +187,10 @@ class Executor(Executable):
             if order is not None and self.profiler is None:
                 # the common case of a body run per window or per iteration, with the
                 # fewest Python calls: a known signature that uses no arena
-                signature = tuple((a.shape, a.dtype) if isinstance(a, np.ndarray) else None for a in map(args.__getitem__, order))
+                if signature is None or not self._call_in_order:
+                    signature = tuple(
+                        [(a.shape, a.dtype) if isinstance(a, np.ndarray) else None for a in map(args.__getitem__, order)]
+                    )
                 bound = self._bound.get(signature)
                 if bound is not None and bound.arena is None and len(self._bound) == 1:
                     self._run_fast(vals, bound.fast(vals))
@@ -350,7 +364,7 @@ class Executor(Executable):
 
     # -- binding a signature ------------------------------------------------------------
     def _remember(self, signature: tuple, specs: Specs, captured: dict[int, np.ndarray]) -> None:
-        bound = self._bind(specs)
+        bound = self._bind(specs, captured)
         self._add_static(bound, captured)
         with self._bound_lock:
             self._bound[signature] = bound
@@ -362,7 +376,7 @@ class Executor(Executable):
             if signature in self._bound:
                 self._bound.move_to_end(signature)
 
-    def _bind(self, specs: Specs) -> BoundRun:
+    def _bind(self, specs: Specs, captured: dict[int, np.ndarray] | None = None) -> BoundRun:
         plan = self.plan
         nbytes = {
             k: int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -377,27 +391,76 @@ class Executor(Executable):
             if s.kernel.out and s.outputs[0] is not None and s.outputs[0] in memory.offsets
         ]
         if not out_steps:
+            self._specialize(steps, specs, captured or {}, {})
             return BoundRun(steps, specs, memory)
         # 64 bytes of slack so the arena can start on a 64-byte boundary
         raw = np.empty(memory.peak_bytes + memory.alignment, np.uint8)
         shift = (-raw.ctypes.data) % memory.alignment
         arena = raw[shift : shift + memory.peak_bytes]
         resident = set()
+        views: dict[int, np.ndarray] = {}
         for s in out_steps:
             o = s.outputs[0]
             shape, dtype = specs[o]
             off = memory.offsets[o]
             view = arena[off : off + nbytes[o]].view(dtype).reshape(shape)
+            views[s.index] = view
             k, fn, ctx, ins, n_in, out1, outs, frees, kw = steps[s.index]
             steps[s.index] = (k, fn, ctx, ins, n_in, out1, outs, frees, {**(kw or {}), "out": view})
             resident.add(o)
+        self._specialize(steps, specs, captured or {}, views)
         resident |= {view for view, root in memory.aliases.items() if root in resident}
         for s in plan.steps:
             if s.kernel.out or s.op_type in VIEW_OPS or not resident.intersection(s.inputs):
                 continue
             k, fn, ctx, ins, n_in, out1, outs, frees, kw = steps[s.index]
+            if getattr(fn, "fresh", False):
+                continue  # a specialized call that copies its results out (never a view)
             steps[s.index] = (k, _copy_out_of(arena, fn), ctx, ins, n_in, out1, outs, frees, kw)
         return BoundRun(steps, specs, memory, arena, frozenset(resident))
+
+    def _specialize(
+        self, steps: list[_StepTuple], specs: Specs, captured: dict[int, np.ndarray], views: dict[int, np.ndarray]
+    ) -> None:
+        """Replaces in ``steps`` the call of every kernel that offers ``specialize`` by the
+        callable it returns for this signature (its output view bound in; no keyword
+        arguments left, so the loop takes its unrolled calls)."""
+        plan = self.plan
+        # an input with an initializer is a constant slot a feed may override: not constant
+        overridable = set(plan.inputs.values())
+        consts = {k: v for k, v in plan.constants.items() if k not in overridable}
+        for s in plan.steps:
+            spec_fn = s.kernel.specialize
+            if spec_fn is None:
+                continue
+            ins = s.inputs
+            values = tuple(consts.get(i, captured.get(i)) if i else None for i in ins)
+            known = [
+                None if not i else (v.shape, v.dtype) if isinstance(v, np.ndarray) else specs.get(i)
+                for i, v in zip(ins, values)
+            ]
+            o = s.outputs[0] if s.outputs else None
+            out_spec = specs.get(o) if o is not None else None
+            sig = Specialization(
+                shapes=tuple(None if k is None else tuple(k[0]) for k in known),
+                dtypes=tuple(None if k is None else k[1] for k in known),
+                consts=values,
+                out_shape=None if out_spec is None else tuple(out_spec[0]),
+                out_dtype=None if out_spec is None else out_spec[1],
+                out=views.get(s.index),
+                num_threads=max(1, int(getattr(s.ctx, "num_threads", 1) or 1)),
+                ctx=s.ctx,
+            )
+            if any(k is None and i for k, i in zip(known, ins)):
+                continue  # an input the measuring run did not see as an array
+            try:
+                fast = spec_fn(sig, **(s.attrs or {}))
+            except (ValueError, TypeError, KeyError, IndexError):
+                fast = None  # an optimization that did not happen: the generic call runs
+            if fast is None:
+                continue
+            k, _, ctx, ins_, n_in, out1, outs, frees, _ = steps[s.index]
+            steps[s.index] = (k, fast, ctx, ins_, n_in, out1, outs, frees, None)
 
     def _add_static(self, bound: BoundRun, captured: dict[int, np.ndarray]) -> None:
         """Drops from ``bound``'s fast loop the signature-static steps whose outputs were
@@ -436,11 +499,13 @@ def _capture(vals: list[Any], outs: tuple[int | None, ...], capture: dict[int, n
 def _outputs(vals: list[Any], out_slots: list[int]) -> list[Any]:
     """The graph outputs; a read-only one (a view of a recorded signature-static value or
     of a constant) is copied, so the caller may write into what it gets."""
-    outs = [vals[k] for k in out_slots]
-    for i, arr in enumerate(outs):
-        if isinstance(arr, np.ndarray) and not arr.flags.writeable:
-            outs[i] = arr.copy()
-    return outs
+    return [_writeable(vals[k]) for k in out_slots]
+
+
+def _writeable(arr: Any) -> Any:
+    if isinstance(arr, np.ndarray) and not arr.flags.writeable:
+        return arr.copy()
+    return arr
 
 
 def _store_many(vals: list[Any], outs: tuple[int | None, ...], res: Any) -> None:

@@ -19,6 +19,11 @@ Kernel calling convention (extends the reference contract of
 - when ``kernel.out`` is True the kernel also accepts ``out=`` (None, or a preallocated
   C-contiguous array of the output's shape and dtype, a view into the runtime's arena);
   it writes its single output there and returns it. A kernel never keeps ``out``.
+
+Optionally a kernel offers ``specialize`` (:class:`Specialization`): once the runtime
+knows the shapes and dtypes of one input signature, it asks for a callable valid for
+that signature only (conversions, bounds, thread counts decided once), and calls that
+instead of ``fn`` on the runs of the signature.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import numpy as np
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.registry import OpContext
 
-__all__ = ["Executable", "Kernel", "KernelContext", "Target", "TargetError"]
+__all__ = ["Executable", "Kernel", "KernelContext", "Specialization", "Target", "TargetError"]
 
 
 class TargetError(ValueError):
@@ -69,6 +74,37 @@ class Kernel:
     #: If / Loop / Scan: attribute name -> its compiled subgraph (the runtime's
     #: ``quanta.runtime.control_flow.Body``); empty for every other kernel
     bodies: dict[str, Any] = field(default_factory=dict)
+    #: optional: ``specialize(sig, **attributes_and_params)`` -> ``f(ctx, *inputs)`` for
+    #: one input signature, or None (the runtime then calls ``fn``); see Specialization
+    specialize: Callable[..., Callable[..., Any] | None] | None = None
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """What the runtime knows about one step when it binds an input signature.
+
+    ``shapes`` / ``dtypes``: of each input (None for an omitted one) and ``out_shape``
+    / ``out_dtype`` of the first output, as every run of the signature has them;
+    ``consts``: each input's value when it is the same on every run of the signature
+    (an initializer, or a value computed from shapes alone), else None; ``out``: the
+    arena view the output must be written to, or None (allocate); ``num_threads``: the
+    session's count, which a specialized call may lower for a step too small to share
+    (results never depend on it); ``ctx``: the step's kernel context.
+
+    The callable returned is called as ``f(ctx, *inputs)`` and must compute exactly
+    what ``fn`` computes (bit for bit), writing into ``out`` when given. Inputs that
+    are not contiguous can still reach it (a view another step made): it then hands
+    the call to ``fn``.
+    """
+
+    shapes: tuple[tuple[int, ...] | None, ...]
+    dtypes: tuple[np.dtype | None, ...]
+    consts: tuple[np.ndarray | None, ...]
+    out_shape: tuple[int, ...] | None
+    out_dtype: np.dtype | None
+    out: np.ndarray | None
+    num_threads: int
+    ctx: Any = None
 
 
 class Executable(ABC):

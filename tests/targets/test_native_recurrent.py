@@ -34,7 +34,7 @@ from quanta.ir.types import TensorType, elem_from_numpy
 from quanta.kernels import _native
 from quanta.kernels.reference.ms_lstm import dynamic_quantize_lstm
 from quanta.kernels.reference.registry import MS_DOMAIN, OpError
-from quanta.targets.base import KernelContext
+from quanta.targets.base import KernelContext, Specialization
 from quanta.targets.native import native_kernel_for, recurrent
 
 ISAS: list[str] = list(_native.supported_isas())
@@ -110,6 +110,20 @@ def _check(inputs: list[np.ndarray | None], attrs: dict, want_y: bool = True) ->
                     got = kernel.fn(_ctx(threads, want_y), *inputs, **attrs, **kernel.params)
                 assert twin.count == 0, "the native kernel ran the twin"
                 _assert_same(expected, got, f"{isa}, {threads} threads")
+                # the call specialized for this X shape (B, sequence_lens, P constants)
+                ctx = _ctx(threads, want_y)
+                sig = Specialization(
+                    shapes=tuple(None if a is None else a.shape for a in inputs),
+                    dtypes=tuple(None if a is None else a.dtype for a in inputs),
+                    consts=tuple(None if a is None or k in (0, 5, 6) else a for k, a in enumerate(inputs)),
+                    out_shape=None, out_dtype=None, out=None, num_threads=threads, ctx=ctx,
+                )
+                fast = kernel.specialize(sig, **attrs, **kernel.params)
+                assert fast is not None
+                with TwinCalls() as twin:
+                    got = fast(ctx, *inputs)
+                assert twin.count == 0, "the specialized call ran the twin"
+                _assert_same(expected, got, f"specialized, {isa}, {threads} threads")
     finally:
         _native.clear_isa()
 

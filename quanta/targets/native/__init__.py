@@ -77,6 +77,10 @@ class NativeTarget(ReferenceTarget):
         if kernel is not None:
             return kernel
         kernel = reference_kernel(node, fallback=reason)
+        if node.op_type == "Pad" and node.domain == "":
+            from quanta.targets.native._pad import pad_specialized
+
+            kernel.specialize = pad_specialized
         if node.op_type in BLAS_OPS and native_available():
             kernel.fn = _resting(kernel.fn, 0 if node.op_type in ("Conv", "ConvTranspose") else REST_MIN_ELEMENTS)
         return kernel

@@ -32,14 +32,17 @@ What runs on the reference twin instead (same numbers, slower):
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, get_op
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._specialize import SMALL_MACS, guarded, step_threads
 from quanta.targets.native._values import threads as _threads
 
 try:
@@ -131,6 +134,25 @@ def _qlinear_conv_prepared(
         return _reference("QLinearConv", ctx, (x, *params), attrs, domain, out)
 
 
+def _qlinear_conv_specialized(
+    sig: Specialization, *, conv: Any, nhwc: bool = False, domain: str = "", **attrs: Any
+) -> Callable[..., Any] | None:
+    """QLinearConv with prepared constants, for one x shape: the call with x alone, on
+    one thread when the layer is too small to share (SMALL_MACS)."""
+    w_shape = sig.shapes[3] if len(sig.shapes) > 3 else None
+    if sig.out_shape is None or w_shape is None:
+        return None
+    threads = step_threads(sig, math.prod(sig.out_shape) * math.prod(w_shape[1:]), SMALL_MACS)
+    out, run = sig.out, conv.qlinear_prepared
+    generic_attrs = {"conv": conv, "nhwc": nhwc, "domain": domain, **attrs}
+    return guarded(
+        lambda x, *p: run(x, num_threads=threads, out=out, channels_last=nhwc),
+        _qlinear_conv_prepared,
+        generic_attrs,
+        out,
+    )
+
+
 def _prepare_constants(conv: Any, node: Node) -> bool:
     """``conv.prepare`` with the node's constant parameters; False when one is not a
     constant or the binding refuses them (the per-call path then reports it)."""
@@ -212,8 +234,12 @@ def bind_qlinear_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
     conv, reason = _prepack(node, node.input(3), node.input(5))
     if conv is None:
         return None, reason
-    fn = _qlinear_conv_prepared if _prepare_constants(conv, node) else _qlinear_conv_native
-    return Kernel(fn, "native", f"native:{conv.kernel}", params={"conv": conv}, out=True), ""
+    if _prepare_constants(conv, node):
+        return Kernel(
+            _qlinear_conv_prepared, "native", f"native:{conv.kernel}", params={"conv": conv}, out=True,
+            specialize=_qlinear_conv_specialized,
+        ), ""
+    return Kernel(_qlinear_conv_native, "native", f"native:{conv.kernel}", params={"conv": conv}, out=True), ""
 
 
 @register_binder("QLinearConv", MS_DOMAIN)
@@ -233,8 +259,12 @@ def bind_ms_qlinear_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, reason
     name = conv.kernel_channels_last if channels_last else conv.kernel
     params = {"conv": conv, "nhwc": bool(channels_last), "domain": MS_DOMAIN}
-    fn = _qlinear_conv_prepared if _prepare_constants(conv, node) else _qlinear_conv_native
-    return Kernel(fn, "native", f"native:{name}", params=params, out=True), ""
+    if _prepare_constants(conv, node):
+        return Kernel(
+            _qlinear_conv_prepared, "native", f"native:{name}", params=params, out=True,
+            specialize=_qlinear_conv_specialized,
+        ), ""
+    return Kernel(_qlinear_conv_native, "native", f"native:{name}", params=params, out=True), ""
 
 
 @register_binder("ConvInteger")

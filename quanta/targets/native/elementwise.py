@@ -70,9 +70,10 @@ from quanta.kernels.reference.ms_qlinear import (
 )
 from quanta.kernels.reference.ms_qops import softmax_exp_table
 from quanta.kernels.reference.registry import MS_DOMAIN, get_op
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
+from quanta.targets.native._specialize import guarded, step_threads
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
@@ -252,8 +253,10 @@ def _check_f32(op: str, *named: tuple[str, Value | None]) -> str:
     return ""
 
 
-def _kernel(fn: Callable[..., Any], name: str, prepared: Any = None) -> tuple[Kernel, str]:
-    return Kernel(fn, "native", f"native:{name}", params={"prepared": prepared}, out=True), ""
+def _kernel(
+    fn: Callable[..., Any], name: str, prepared: Any = None, specialize: Callable[..., Any] | None = None
+) -> tuple[Kernel, str]:
+    return Kernel(fn, "native", f"native:{name}", params={"prepared": prepared}, out=True, specialize=specialize), ""
 
 
 def _name_suffix(*values: Value | None) -> str:
@@ -451,6 +454,23 @@ def _qlinear_mul_native(
     return _native().qlinear_mul(a, b, float(ratio), za, zb, zc, _threads(ctx), out)
 
 
+def _binary_specializer(native_name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """QLinearAdd / QLinearMul whose scalars were prepared at compile time, for operands of
+    the prepared dtype: the C++ call with them."""
+
+    def specialize(sig: Specialization, *, prepared: Any, **attrs: Any) -> Callable[..., Any] | None:
+        dt = sig.dtypes[0]
+        if prepared is None or dt not in _EIGHT_BIT or sig.dtypes[3] != dt or prepared[0] != dt:
+            return None
+        scalars = prepared[1:]
+        native, threads, out = getattr(_native(), native_name), step_threads(sig), sig.out
+        return guarded(
+            lambda a, sa, za, b, *p: native(a, b, *scalars, threads, out), fn, {"prepared": prepared, **attrs}, out
+        )
+
+    return specialize
+
+
 def _bind_binary(node: Node, op: str, fn: Callable[..., Any], stem: str) -> tuple[Kernel | None, str]:
     a, sa, za, b, sb, zb, sc, zc = (node.input(i) for i in range(8))
     reason = (
@@ -465,7 +485,8 @@ def _bind_binary(node: Node, op: str, fn: Callable[..., Any], stem: str) -> tupl
         return None, reason
     if sc is None:
         return None, f"{op} without C_scale (the twin raises)"
-    return _kernel(fn, f"{stem}_{_name_suffix(a, b)}", _constant_binary_params(op, sa, za, sb, zb, sc, zc))
+    specialize = _binary_specializer(stem, fn)
+    return _kernel(fn, f"{stem}_{_name_suffix(a, b)}", _constant_binary_params(op, sa, za, sb, zb, sc, zc), specialize)
 
 
 def _constant_binary_params(op: str, *params: Value | None) -> tuple | None:
@@ -863,6 +884,29 @@ def _qlinear_global_average_pool_native(
     return _gap(ctx, x, sx, zx, sy, zy, bool(channels_last), out)
 
 
+def _gap_specialized(
+    sig: Specialization, *, prepared: Any, channels_last: int = 0, **attrs: Any
+) -> Callable[..., Any] | None:
+    """QLinearGlobalAveragePool with constant parameters, for one x shape: the multiplier
+    of ``_gap`` computed once."""
+    shape, dt = sig.shapes[0], sig.dtypes[0]
+    if shape is None or len(shape) < 3 or dt not in _EIGHT_BIT or any(c is None for c in sig.consts[1:5]):
+        return None
+    try:
+        sx, sy = _f32_scalar(sig.consts[1]), _f32_scalar(sig.consts[3])
+        zx, zy = _zp_scalar(sig.consts[2], dt), _zp_scalar(sig.consts[4], dt)
+    except _Unsupported:
+        return None
+    cl = bool(channels_last)
+    image_size = math.prod(shape[1:-1] if cl else shape[2:])
+    m = float(F32(sx / F32(sy * F32(image_size))))  # _gap's expression
+    gap, threads, out = _native().qlinear_global_average_pool, step_threads(sig, math.prod(shape)), sig.out
+    generic_attrs = {"prepared": prepared, "channels_last": channels_last, **attrs}
+    return guarded(
+        lambda x, *p: gap(x, m, zx, zy, cl, threads, out), _qlinear_global_average_pool_native, generic_attrs, out
+    )
+
+
 @register_binder("QLinearGlobalAveragePool", MS_DOMAIN)
 def bind_qlinear_global_average_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """uint8/int8, per-tensor parameters, NCHW or channels_last, any number of spatial axes."""
@@ -878,7 +922,11 @@ def bind_qlinear_global_average_pool(model: Model, node: Node) -> tuple[Kernel |
         return None, reason
     if x is not None and x.shape is not None and len(x.shape) < 3:
         return None, f"{op} takes rank >= 3, got rank {len(x.shape)}"
-    return _kernel(_qlinear_global_average_pool_native, f"qlinear_global_average_pool_{_name_suffix(x)}")
+    return _kernel(
+        _qlinear_global_average_pool_native,
+        f"qlinear_global_average_pool_{_name_suffix(x)}",
+        specialize=_gap_specialized,
+    )
 
 
 def _as_2d(x: np.ndarray) -> np.ndarray:

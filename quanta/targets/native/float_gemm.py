@@ -44,8 +44,9 @@ from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.conv_geometry import conv_attrs
 from quanta.kernels.reference.nn_conv import _crop_spatial, _scatter_windows, conv_transpose_geometry
 from quanta.kernels.reference.registry import OpContext, get_op
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._specialize import SMALL_MACS, guarded, step_threads
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype
 
@@ -227,7 +228,40 @@ def bind_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, f"the native kernel refuses the weights: {e}"
     path = _conv_path(wc, group, node.attrs)
     k = "x".join(str(v) for v in wc.shape[2:])
-    return _kernel(_conv_native, f"conv_f32_{path}_{k}", packed=packed, wshape=tuple(wc.shape), geometry={})
+    kernel, reason = _kernel(_conv_native, f"conv_f32_{path}_{k}", packed=packed, wshape=tuple(wc.shape), geometry={})
+    kernel.specialize = _conv_specialized
+    return kernel, reason
+
+
+def _conv_specialized(
+    sig: Specialization, *, packed: np.ndarray, wshape: tuple[int, ...], geometry: dict, group: int = 1, **attrs: Any
+) -> Callable[..., Any] | None:
+    """The float Conv of one x shape, with a constant bias: the geometry the measuring
+    run found, the reshapes and the thread count decided once (a layer under
+    SMALL_MACS multiply-adds on one thread)."""
+    shape = sig.shapes[0]
+    call = geometry.get(shape) if shape is not None else None
+    if call is None or sig.dtypes[0] != F32:
+        return None
+    if len(sig.shapes) > 2 and sig.shapes[2] is not None and sig.consts[2] is None:
+        return None  # a bias computed at run time
+    bias_c = sig.consts[2] if len(sig.consts) > 2 else None
+    bias = None if bias_c is None else _f32(bias_c)
+    x4_shape, args, y_shape, y4_shape = call
+    threads = step_threads(sig, math.prod(y_shape) * math.prod(wshape[1:]), SMALL_MACS)
+    conv, m, out = _native.conv_f32, wshape[0], sig.out
+    out4 = None if out is None else out.reshape(y4_shape)
+
+    def run(x: np.ndarray, *rest: Any) -> np.ndarray:
+        if out4 is not None:
+            conv(x.reshape(x4_shape), packed, bias, m, *args, group, num_threads=threads, out=out4)
+            return out
+        y = np.empty(y_shape, F32)
+        conv(x.reshape(x4_shape), packed, bias, m, *args, group, num_threads=threads, out=y.reshape(y4_shape))
+        return y
+
+    generic_attrs = {"packed": packed, "wshape": wshape, "geometry": geometry, "group": group, **attrs}
+    return guarded(run, _conv_native, generic_attrs, out)
 
 
 # --------------------------------------------------------------------------------------

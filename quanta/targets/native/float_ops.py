@@ -39,8 +39,9 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.registry import get_op
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._specialize import guarded, step_threads
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
 
@@ -126,9 +127,11 @@ def _check_f32(op: str, *named: tuple[str, Value | None]) -> str:
     return ""
 
 
-def _kernel(fn: Callable[..., Any], name: str, node: Node) -> tuple[Kernel, str]:
+def _kernel(
+    fn: Callable[..., Any], name: str, node: Node, specialize: Callable[..., Any] | None = None
+) -> tuple[Kernel, str]:
     # out= only for one output (the runtime's rule; LayerNormalization may have three)
-    return Kernel(fn, "native", f"native:{name}", out=len(node.outputs) == 1), ""
+    return Kernel(fn, "native", f"native:{name}", out=len(node.outputs) == 1, specialize=specialize), ""
 
 
 # --------------------------------------------------------------------------------------
@@ -268,8 +271,29 @@ def _int_binary_kernel(op_type: str) -> Callable[..., Any]:
     return run
 
 
+def _binary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+        if sig.dtypes != (F32, F32):
+            return None
+        binary, threads, out = _native().binary_f32, step_threads(sig), sig.out
+        return guarded(lambda a, b: binary(op, a, b, threads, out), fn, attrs, out)
+
+    return specialize
+
+
+def _unary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+        if sig.dtypes != (F32,):
+            return None
+        unary, threads, out = _native().unary_f32, step_threads(sig), sig.out
+        return guarded(lambda x: unary(op, x, threads, out), fn, attrs, out)
+
+    return specialize
+
+
 def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, str]]:
     fn = _binary_kernel(op_type)
+    specialize = _binary_specializer(op_type.lower(), fn)
     int_fn = _int_binary_kernel(op_type) if op_type != "Div" else None
     name = f"{op_type.lower()}_f32"
 
@@ -282,7 +306,7 @@ def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, s
         reason = _check_f32(op_type, ("A", node.input(0)), ("B", node.input(1)))
         if reason:
             return None, reason
-        return _kernel(fn, name, node)
+        return _kernel(fn, name, node, specialize)
 
     binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
     binder.__doc__ = f"float32 {op_type} with numpy broadcasting; other element types fall back."
@@ -310,15 +334,21 @@ def _unary_kernel(op_type: str, op: str, domain: str = "") -> Callable[..., Any]
     return run
 
 
+<<<<<<< HEAD
 def _bind_unary(op_type: str, op: str, domain: str = "") -> Callable[[Model, Node], tuple[Kernel | None, str]]:
     fn = _unary_kernel(op_type, op, domain)
+=======
+def _bind_unary(op_type: str, op: str) -> Callable[[Model, Node], tuple[Kernel | None, str]]:
+    fn = _unary_kernel(op_type, op)
+    specialize = _unary_specializer(op, fn)
+>>>>>>> threads
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused: the choice depends on the node's types only
         reason = _check_f32(op_type, ("input", node.input(0)))
         if reason:
             return None, reason
-        return _kernel(fn, f"{op}_f32", node)
+        return _kernel(fn, f"{op}_f32", node, specialize)
 
     binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
     binder.__doc__ = f"float32 {op_type}, elementwise; other element types fall back."

@@ -15,14 +15,16 @@ moved by memcpy; tensor_ops.py).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from quanta.ir.graph import Model, Node
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
+from quanta.targets.native._specialize import guarded, step_threads
 
 try:
     from quanta.kernels import _native
@@ -83,6 +85,34 @@ def _transpose_native(
     return out
 
 
+def _transpose_specialized(
+    sig: Specialization, *, split: tuple[int, int, int], perm: list[int] | None = None, **params: Any
+) -> Callable[..., Any] | None:
+    """The batched transpose of one input shape: its (batch, rows, cols) and output once."""
+    shape = sig.shapes[0]
+    p = list(range(len(shape)))[::-1] if perm is None else perm
+    if len(shape) != len(p) or sig.out_shape is None:
+        return None
+    a, b, c = split
+    batch, rows, cols = math.prod(shape[:a]), math.prod(shape[a:b]), math.prod(shape[b:c])
+    out_shape, dtype, out = sig.out_shape, sig.dtypes[0], sig.out
+    transpose, threads = _native.transpose_batched, step_threads(sig)
+    if out is not None:
+
+        def call(x: np.ndarray) -> np.ndarray:
+            transpose(x, batch, rows, cols, threads, out)
+            return out
+    else:
+
+        def call(x: np.ndarray) -> np.ndarray:
+            y = np.empty(out_shape, dtype)
+            transpose(x, batch, rows, cols, threads, y)
+            return y
+
+    generic_attrs = {"split": split, "perm": perm, **params}
+    return guarded(call, _transpose_native, generic_attrs, out)
+
+
 @register_binder("Transpose")
 def bind_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """Transpose whose perm is a batched 2-D transpose, with a known input rank."""
@@ -106,6 +136,11 @@ def bind_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
         # any other perm: the transposed view copied by copy_strided (tensor_ops.py)
         return Kernel(_transpose_any, "native", "native:transpose_strided", out=True), ""
     kernel = Kernel(
-        _transpose_native, "native", "native:transpose_batched", params={"split": split, "plans": BoundedCache()}, out=True
+        _transpose_native,
+        "native",
+        "native:transpose_batched",
+        params={"split": split, "plans": BoundedCache()},
+        out=True,
+        specialize=_transpose_specialized,
     )
     return kernel, ""

@@ -12,14 +12,16 @@ kernels/reference/quantize.py, see kernels/cpp/quantize/quantize.h).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.registry import OpContext, OpError
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._specialize import guarded, step_threads
 from quanta.targets.native._values import const_of as _const
 
 __all__ = ["bind_ms_quantize_linear", "bind_quantize_linear"]
@@ -102,6 +104,7 @@ def _bind(node: Node, *, onnx_domain: bool) -> tuple[Kernel | None, str]:
     scale_const, zp_const = _const(scale), _const(zp)
     if scale_const is not None and (zp is None or zp_const is not None):
         params["prepared"] = _prepare(scale_const, _zero_point(zp_const, out_dtype))
+<<<<<<< HEAD
     return Kernel(_quantize_linear_native, "native", f"native:quantize_linear_{storage}", params=params, out=True), ""
 
 
@@ -117,3 +120,24 @@ def bind_ms_quantize_linear(model: Model, node: Node) -> tuple[Kernel | None, st
     """com.microsoft QuantizeLinear (ORT's ``UseQDQContribOps``): the same kernel."""
     del model  # unused: the choice depends on the node's types only
     return _bind(node, onnx_domain=False)
+=======
+    name = f"native:quantize_linear_{'s8' if signed else 'u8'}"
+    return Kernel(
+        _quantize_linear_native, "native", name, params=params, out=True, specialize=_quantize_linear_specialized
+    ), ""
+
+
+def _quantize_linear_specialized(
+    sig: Specialization, *, axis: int = 1, prepared: tuple[np.ndarray, np.ndarray, bool] | None = None, **attrs: Any
+) -> Callable[..., Any] | None:
+    """QuantizeLinear with constant parameters: the kernel and thread count chosen once."""
+    from quanta.kernels import _native
+
+    if prepared is None or sig.dtypes[0] != np.float32:
+        return None
+    scale, zero_point, signed = prepared
+    fn = _native.quantize_linear_s8 if signed else _native.quantize_linear_u8
+    threads, out, ax = step_threads(sig), sig.out, int(axis)
+    generic_attrs = {"axis": axis, "prepared": prepared, **attrs}
+    return guarded(lambda x, *p: fn(x, scale, zero_point, ax, threads, out), _quantize_linear_native, generic_attrs, out)
+>>>>>>> threads

@@ -14,6 +14,7 @@ activations, layout 0 or 1.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,8 +27,9 @@ from quanta.kernels.reference.ms_lstm import (
     dynamic_quantize_lstm_op,
 )
 from quanta.kernels.reference.registry import MS_DOMAIN, OpError
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._specialize import SMALL_MACS, step_threads
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import threads
 
@@ -155,7 +157,74 @@ def bind_dynamic_quantize_lstm(model: Model, node: Node) -> tuple[Kernel | None,
         "r_mult": np.ascontiguousarray(np.stack(r_mult), F32),
     }
     kind = "u8" if w.dtype == np.uint8 else "s8"
-    return Kernel(_dq_lstm_native, "native", f"native:dq_lstm_{kind}", params=params), ""
+    return Kernel(
+        _dq_lstm_native, "native", f"native:dq_lstm_{kind}", params=params, specialize=_dq_lstm_specialized
+    ), ""
+
+
+def _dq_lstm_specialized(
+    sig: Specialization,
+    *,
+    packed_w: list[Any],
+    packed_r: list[Any],
+    w_mult: np.ndarray,
+    r_mult: np.ndarray,
+    hidden_size: int,
+    direction: str = "forward",
+    clip: float | None = None,
+    input_forget: int = 0,
+    **attrs: Any,
+) -> Callable[..., Any] | None:
+    """The node for one X shape with constant B, sequence_lens and P: the summed bias and
+    the arguments of ``_native.dq_lstm`` prepared once (the states are the run's)."""
+    from quanta.kernels import _native
+
+    shapes, consts = sig.shapes, sig.consts
+    H, D = int(hidden_size), len(packed_w)
+    x_shape = shapes[0]
+    if sig.dtypes[0] != F32 or x_shape is None or len(x_shape) != 3 or x_shape[2] != packed_w[0].K:
+        return None
+    for k in (3, 4, 7):  # B, sequence_lens, P: constants or omitted
+        if k < len(shapes) and shapes[k] is not None and consts[k] is None:
+            return None
+    b = consts[3] if len(consts) > 3 else None
+    lens_c = consts[4] if len(consts) > 4 else None
+    p = consts[7] if len(consts) > 7 else None
+    if (b is not None and np.shape(b) != (D, 8 * H)) or (lens_c is not None and np.shape(lens_c) != (x_shape[1],)):
+        return None
+    bias = None
+    if b is not None:
+        bb = np.asarray(b, F32)
+        bias = np.ascontiguousarray(bb[:, : 4 * H] + bb[:, 4 * H :])  # f32(Wb + Rb), as _dq_lstm_native
+    lens = None if lens_c is None else np.ascontiguousarray(lens_c, dtype=np.int32)
+    peep = _f32_or_none(p)
+    n_out = max(1, sig.ctx.n_outputs)
+    kw = {
+        "direction": direction,
+        "clip": _FLT_MAX if clip is None else float(clip),
+        "input_forget": bool(input_forget),
+        "want_y": _y_requested(sig.ctx),
+        # a step of B rows through the [K + H, 4H] gate GEMMs: on one thread when the whole
+        # sequence is under SMALL_MACS (silero-vad's 1 x 128 state: 131K)
+        "num_threads": step_threads(sig, x_shape[0] * x_shape[1] * D * 4 * H * (x_shape[2] + H), SMALL_MACS),
+    }
+    run = _native.dq_lstm
+    generic_attrs = {
+        "packed_w": packed_w, "packed_r": packed_r, "w_mult": w_mult, "r_mult": r_mult, "hidden_size": hidden_size,
+        "direction": direction, "clip": clip, "input_forget": input_forget, **attrs,
+    }
+
+    def call(x: np.ndarray, w: Any, r: Any, b: Any = None, sl: Any = None, h0: Any = None, c0: Any = None, *rest: Any):
+        outs = run(x, packed_w, packed_r, w_mult, r_mult, bias, peep, _f32_or_none(h0), _f32_or_none(c0), lens, **kw)
+        return outs[:n_out]
+
+    def specialized(ctx: Any, *inputs: Any) -> Any:
+        try:
+            return call(*inputs)
+        except ValueError:
+            return _dq_lstm_native(ctx, *inputs, **generic_attrs)
+
+    return specialized
 
 
 # --------------------------------------------------------------------------------------

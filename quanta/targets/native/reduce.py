@@ -16,14 +16,16 @@ the twin (the binder says so).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.reduce_ops import _reduce_axes
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._specialize import guarded, step_threads
 from quanta.targets.native.float_ops import _dtype, _f32, _native, _threads, _Unsupported, _with_fallback
 
 __all__ = ["REDUCE_OPS"]
@@ -96,15 +98,61 @@ def _reduce_kernel(op_type: str):
     return run
 
 
+def _reduce_specializer(op_type: str, fn: Any) -> Any:
+    """The reduction of one x shape whose reduced axes are the trailing ones (rows are x
+    itself) and need no pre-step: the axes, row shape and output shape found once."""
+    row_op, pre, post = REDUCE_OPS[op_type]
+
+    def specialize(
+        sig: Specialization, *, axes: list | None = None, keepdims: int = 1, noop_with_empty_axes: int = 0
+    ) -> Any:
+        shape = sig.shapes[0]
+        if pre is not None or shape is None or sig.dtypes[0] != F32 or math.prod(shape) == 0:
+            return None
+        if len(sig.shapes) > 1 and sig.shapes[1] is not None and sig.consts[1] is None:
+            return None  # axes computed at run time
+        axes_input = sig.consts[1] if len(sig.consts) > 1 else None
+        red = _reduce_axes(op_type, sig.ctx, np.empty(shape, F32), axes_input, axes, noop_with_empty_axes)
+        if red is None:
+            return None
+        kept = [a for a in range(len(shape)) if a not in red]
+        if list(red) != list(range(len(kept), len(shape))):
+            return None  # the rows need a transposed copy: the generic call
+        kept_shape = tuple(shape[a] for a in kept)
+        r, d = math.prod(kept_shape), math.prod(shape[a] for a in red)
+        out_shape = tuple(1 if a in red else n for a, n in enumerate(shape)) if keepdims else kept_shape
+        reduce_rows, threads, out = _native().reduce_rows_f32, step_threads(sig, r * d), sig.out
+        target = None if out is None or post is not None else out.reshape(-1)
+        divisor = F32.type(d)
+        attrs = {"axes": axes, "keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes}
+
+        def call(x: np.ndarray, *rest: Any) -> np.ndarray:
+            y = reduce_rows(row_op, x.reshape(r, d), threads, target)
+            if post == "mean":
+                np.divide(y, divisor, out=y)
+            elif post == "sqrt":
+                np.sqrt(y, out=y)
+            if out is not None:
+                if target is None:
+                    np.copyto(out, y.reshape(out_shape))
+                return out
+            return y.reshape(out_shape)
+
+        return guarded(call, fn, attrs, out)
+
+    return specialize
+
+
 def _bind_reduce(op_type: str) -> None:
     fn = _reduce_kernel(op_type)
+    specialize = _reduce_specializer(op_type, fn)
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused
         dt = _dtype(node.input(0))
         if dt is not None and dt != F32:
             return None, f"native {op_type} takes float32, got {dt}"
-        return Kernel(fn, "native", f"native:{REDUCE_OPS[op_type][0]}_rows_f32", out=True), ""
+        return Kernel(fn, "native", f"native:{REDUCE_OPS[op_type][0]}_rows_f32", out=True, specialize=specialize), ""
 
     binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
     register_binder(op_type)(binder)

@@ -56,9 +56,10 @@ from quanta.kernels.reference.accumulator import accumulator_to_float
 from quanta.kernels.reference.math_ops import POW_EXACT_FORMS, onnx_dtype, pow_exponent
 from quanta.kernels.reference.registry import OpContext
 from quanta.kernels.reference.tensor_ops import _indices, slice_bounds
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
+from quanta.targets.native._specialize import guarded, step_threads
 from quanta.targets.native.float_ops import (
     RUNTIME_FALLBACKS,
     _dtype,
@@ -86,8 +87,10 @@ def _c(a: Any) -> np.ndarray:
     return np.asarray(a, order="C")
 
 
-def _kernel(fn: Callable[..., Any], name: str, *, out: bool = True, **params: Any) -> tuple[Kernel, str]:
-    return Kernel(fn, "native", f"native:{name}", params=params, out=out), ""
+def _kernel(
+    fn: Callable[..., Any], name: str, *, out: bool = True, specialize: Callable[..., Any] | None = None, **params: Any
+) -> tuple[Kernel, str]:
+    return Kernel(fn, "native", f"native:{name}", params=params, out=out, specialize=specialize), ""
 
 
 def _known_dtype_reason(op: str, node: Node, index: int, allowed: frozenset[np.dtype], what: str) -> str:
@@ -126,6 +129,34 @@ def _clip_native(ctx: Any, x: Any, lo: Any = None, hi: Any = None, *, out: Any, 
     raise _Unsupported
 
 
+def _clip_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """Clip with bounds that are constants (or omitted): cast once."""
+    dtype = sig.dtypes[0]
+    if sig.shapes[0] is None or not isinstance(dtype, np.dtype):
+        return None
+    consts = list(sig.consts[1:3]) + [None] * (3 - len(sig.consts))
+    if sig.ctx.opset < 11:
+        if len(sig.shapes) > 1:
+            return None
+        lo_v, hi_v = _bound(attrs.get("min"), dtype), _bound(attrs.get("max"), dtype)
+    else:
+        for k in (1, 2):
+            if k < len(sig.shapes) and sig.shapes[k] is not None and consts[k - 1] is None:
+                return None  # a bound computed at run time
+        try:
+            lo_v, hi_v = _bound(consts[0], dtype), _bound(consts[1], dtype)
+        except _Unsupported:
+            return None
+    threads, out = step_threads(sig), sig.out
+    if dtype == F32:
+        unary = _native().unary_f32_ex
+        return guarded(lambda x, *b: unary("clip", x, threads, out, lo_v, hi_v), _clip_native, attrs, out)
+    if dtype in _INT_CLIP:
+        clip_int = _native().clip_int
+        return guarded(lambda x, *b: clip_int(x, lo_v, hi_v, threads, out), _clip_native, attrs, out)
+    return None
+
+
 @register_binder("Clip")
 def bind_clip(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """Clip of float32 or int8 / uint8 / int32 / int64."""
@@ -133,7 +164,7 @@ def bind_clip(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _known_dtype_reason("Clip", node, 0, _INT_CLIP | {F32}, "float32 or an 8/32/64-bit integer")
     if reason:
         return None, reason
-    return _kernel(_clip_native, "clip")
+    return _kernel(_clip_native, "clip", specialize=_clip_specialized)
 
 
 # --------------------------------------------------------------------------------------
@@ -180,12 +211,18 @@ def _bind_unary(op_type: str, op: str) -> None:
 
     run.__name__ = run.__qualname__ = f"_{op}_native"
 
+    def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+        if sig.dtypes != (F32,):
+            return None
+        unary, threads, out = _native().unary_f32_ex, step_threads(sig), sig.out
+        return guarded(lambda x: unary(op, x, threads, out), run, attrs, out)
+
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused
         reason = _known_dtype_reason(op_type, node, 0, frozenset({F32}), "float32")
         if reason:
             return None, reason
-        return _kernel(run, f"{op}_f32")
+        return _kernel(run, f"{op}_f32", specialize=specialize)
 
     binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
     register_binder(op_type)(binder)
@@ -237,6 +274,18 @@ def _pow_native(ctx: Any, x: Any, y: Any, *, out: Any) -> np.ndarray:
     return _native().unary_f32_ex(_POW_OPS[e], x, _threads(ctx), out)
 
 
+def _pow_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """Pow with a constant exponent of an exact form other than 1: the form found once."""
+    y = sig.consts[1] if len(sig.consts) > 1 else None
+    if sig.dtypes[0] != F32 or y is None or sig.shapes[0] is None or y.ndim > len(sig.shapes[0]):
+        return None
+    e = pow_exponent(y)
+    if e is None or e == 1.0:
+        return None
+    unary, form, threads, out = _native().unary_f32_ex, _POW_OPS[e], step_threads(sig), sig.out
+    return guarded(lambda x, *p: unary(form, x, threads, out), _pow_native, attrs, out)
+
+
 @register_binder("Pow")
 def bind_pow(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """float32 Pow whose exponent is 1, 2, 3 or 0.5 (a constant, or checked per call)."""
@@ -251,7 +300,7 @@ def bind_pow(model: Model, node: Node) -> tuple[Kernel | None, str]:
             f"native Pow takes the exponents {exps} (exact IEEE forms); a general float32 pow is not "
             "bit-exact between NumPy's build and C++"
         )
-    return _kernel(_pow_native, "pow_f32")
+    return _kernel(_pow_native, "pow_f32", specialize=_pow_specialized)
 
 
 @_with_fallback("HardSigmoid")
@@ -461,11 +510,38 @@ def _gather_native(ctx: Any, data: Any, indices: Any, *, out: Any, axis: int = 0
     return _native().take_axis(x, axis, flat, _threads(ctx)).reshape(shape)
 
 
+def _gather_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """Gather with constant indices: checked and flattened once."""
+    shape, indices = sig.shapes[0], sig.consts[1]
+    if shape is None or not shape or indices is None or sig.dtypes[0].kind == "O":
+        return None
+    axis = attrs.get("axis", 0)
+    if not -len(shape) <= axis < len(shape):
+        return None
+    axis %= len(shape)
+    idx = _indices(np.asarray(indices), shape[axis], "Gather")
+    flat = np.ascontiguousarray(idx, np.int64).reshape(-1)
+    out_shape = shape[:axis] + idx.shape + shape[axis + 1 :]
+    take, threads, out = _native().take_axis, step_threads(sig), sig.out
+    if out is not None:
+        target = out.reshape((*shape[:axis], flat.size, *shape[axis + 1 :]))
+
+        def call(data: Any, *i: Any) -> Any:
+            take(data, axis, flat, threads, target)
+            return out
+    else:
+
+        def call(data: Any, *i: Any) -> Any:
+            return take(data, axis, flat, threads).reshape(out_shape)
+
+    return guarded(call, _gather_native, attrs, out)
+
+
 @register_binder("Gather")
 def bind_gather(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """Gather of any fixed-size dtype."""
     del model  # unused
-    return _kernel(_gather_native, "gather")
+    return _kernel(_gather_native, "gather", specialize=_gather_specialized)
 
 
 @_with_fallback("Transpose")
@@ -549,13 +625,27 @@ def bind_gather_nd(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return _kernel(_gather_nd_native, "gather_nd")
 
 
+def _slice_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """Slice with constant bounds: the index tuple built once."""
+    shape = sig.shapes[0]
+    if shape is None or sig.dtypes[0].kind == "O":
+        return None
+    bounds = list(sig.consts[1:]) + [None] * (5 - len(sig.consts))
+    for k in range(1, 5):
+        if k < len(sig.shapes) and sig.shapes[k] is not None and bounds[k - 1] is None:
+            return None
+    index = _slice_index(shape, *bounds)
+    copy, threads, out = _native().copy_strided, step_threads(sig), sig.out
+    return guarded(lambda data, *b: copy(data[index], threads, out), _slice_native, attrs, out)
+
+
 @register_binder("Slice")
 def bind_slice(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """Slice (opset >= 10, bounds as inputs) of any dtype."""
     del model  # unused
     if "starts" in node.attrs:
         return None, "Slice-1 (bounds as attributes) runs on the twin"
-    return _kernel(_slice_native, "slice", plans=BoundedCache())
+    return _kernel(_slice_native, "slice", plans=BoundedCache(), specialize=_slice_specialized)
 
 
 @_with_fallback("Expand")
@@ -608,7 +698,40 @@ def _bind_twin_as_native(op_type: str, name: str, why: str) -> None:
     register_binder(op_type)(binder)
 
 
-_bind_twin_as_native("Split", "split", "views of the input (np.split); the executor copies a view only where it must")
+def _split_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """Split of one x shape with constant sizes: the parts' index tuples found once (by
+    the twin on a probe), each part copied out (``fresh``: the executor need not check
+    whether it shares the arena, which cost more than the copies)."""
+    from quanta.kernels.reference.tensor_ops import split as split_twin
+
+    shape = sig.shapes[0]
+    if shape is None or sig.dtypes[0].kind == "O" or (len(sig.shapes) > 1 and sig.shapes[1] is not None
+                                                       and sig.consts[1] is None):
+        return None
+    probe = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    parts = split_twin(sig.ctx, probe, sig.consts[1] if len(sig.consts) > 1 else None, **attrs)
+    axis = attrs.get("axis", 0) % len(shape)
+    index = []
+    for part in parts:
+        start = int(part.reshape(-1)[0] // math.prod(shape[axis + 1 :]) % shape[axis]) if part.size else 0
+        index.append((slice(None),) * axis + (slice(start, start + part.shape[axis]),))
+
+    def split(ctx: Any, x: np.ndarray, *rest: Any) -> tuple[np.ndarray, ...]:
+        return tuple([x[i].copy() for i in index])
+
+    split.fresh = True  # type: ignore[attr-defined]
+    return split
+
+
+def _bind_split(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Split: views of the input (np.split); the executor copies a view only where it
+    must (specialized: the parts copied out, index tuples found once)."""
+    del model  # unused
+    k = reference_kernel(node)
+    return Kernel(k.fn, "native", "native:split", specialize=_split_specialized), ""
+
+
+register_binder("Split")(_bind_split)
 _bind_twin_as_native("Tile", "tile", "one np.tile")
 _bind_twin_as_native("Shape", "shape", "a tiny int64 array of the input's dimensions")
 _bind_twin_as_native("Size", "size", "an int64 scalar of the input's element count")
@@ -684,8 +807,28 @@ def _acc_to_float_native(
     return out
 
 
+def _acc_to_float_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """AccumulatorToFloat with constant bias, scale and float bias: per-channel once."""
+    shape = sig.shapes[0]
+    if shape is None or sig.dtypes[0] != np.int32 or len(shape) < 2:
+        return None
+    consts = list(sig.consts[1:]) + [None] * (4 - len(sig.consts))
+    for k in (1, 2, 3):
+        if k < len(sig.shapes) and sig.shapes[k] is not None and consts[k - 1] is None:
+            return None
+    m, rank = shape[1], len(shape)
+    try:
+        b = _per_channel(consts[0], m, rank, np.dtype(np.int32))
+        sc = _per_channel(consts[1], m, rank, F32)
+        fb = _per_channel(consts[2], m, rank, F32)
+    except _Unsupported:
+        return None
+    acc_to_float, threads, out = _native().acc_to_float, step_threads(sig), sig.out
+    return guarded(lambda acc, *p: acc_to_float(acc, b, sc, fb, threads, out), _acc_to_float_native, attrs, out)
+
+
 @register_binder("AccumulatorToFloat", "quanta")
 def bind_accumulator_to_float(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """quanta::AccumulatorToFloat with per-channel (or one) bias, scale and float bias."""
     del model  # unused
-    return _kernel(_acc_to_float_native, "acc_to_float")
+    return _kernel(_acc_to_float_native, "acc_to_float", specialize=_acc_to_float_specialized)

@@ -10,9 +10,12 @@ inputs' shapes: that is the table's column shape_only, this one is alias.)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from quanta.ir.graph import Model, Node
 from quanta.ir.op_facts import derive
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.reference import reference_kernel
 
@@ -22,10 +25,25 @@ __all__ = ["ALIAS_OPS"]
 ALIAS_OPS = derive("quanta.targets.native.views.ALIAS_OPS", lambda t: t.ops_where(alias=True))
 
 
+def _reshape_to(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """For one signature every alias op is a reshape to the output shape it had: one
+    NumPy call instead of the twin's argument checks (Unsqueeze's axes, Reshape's 0 and
+    -1)."""
+    del attrs  # the output shape already says what they meant
+    shape = sig.out_shape
+    if shape is None or not sig.shapes or sig.shapes[0] is None:
+        return None
+
+    def reshape(ctx: Any, x: Any, *rest: Any) -> Any:
+        return x.reshape(shape)
+
+    return reshape
+
+
 def _bind_view(model: Model, node: Node) -> tuple[Kernel | None, str]:
     del model  # unused: a view is a view whatever the types
     k = reference_kernel(node)
-    return Kernel(k.fn, "native", f"native:view({node.op_type})"), ""
+    return Kernel(k.fn, "native", f"native:view({node.op_type})", specialize=_reshape_to), ""
 
 
 for _op in ALIAS_OPS:

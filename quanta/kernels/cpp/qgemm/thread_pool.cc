@@ -1,7 +1,7 @@
 // See thread_pool.h.
 #include "qgemm/thread_pool.h"
 
-#include <unistd.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <chrono>
@@ -179,25 +179,34 @@ class Pool {
 };
 
 std::mutex g_pool_mu;
-Pool* g_pool = nullptr;
-pid_t g_pool_pid = 0;
+// Read on every parallel region without a lock or a system call (getpid() is one: a
+// model of a few hundred small steps made hundreds of them per run). Never destroyed
+// (workers may still wait on it at exit); after fork() the child has none of the
+// parent's threads, so the atfork handler drops the pointer and the child's first
+// parallel region starts a fresh pool (the old one is abandoned).
+std::atomic<Pool*> g_pool{nullptr};
+
+void forget_pool_in_child() { g_pool.store(nullptr, std::memory_order_relaxed); }
 
 Pool& pool() {
+  Pool* p = g_pool.load(std::memory_order_acquire);
+  if (p != nullptr) return *p;
   std::lock_guard<std::mutex> lk(g_pool_mu);
-  // Never destroyed (workers may still wait on it at exit). After fork() the child has
-  // none of the parent's threads: the old pool is abandoned and a fresh one started.
-  if (g_pool == nullptr || g_pool_pid != getpid()) {
-    g_pool = new Pool();
-    g_pool_pid = getpid();
+  p = g_pool.load(std::memory_order_relaxed);
+  if (p == nullptr) {
+    static const bool registered = (pthread_atfork(nullptr, nullptr, forget_pool_in_child), true);
+    (void)registered;
+    p = new Pool();
+    g_pool.store(p, std::memory_order_release);
   }
-  return *g_pool;
+  return *p;
 }
 
 }  // namespace
 
 void pool_rest() {
-  std::lock_guard<std::mutex> lk(g_pool_mu);
-  if (g_pool != nullptr && g_pool_pid == getpid()) g_pool->rest_.fetch_add(1, std::memory_order_release);
+  Pool* p = g_pool.load(std::memory_order_acquire);
+  if (p != nullptr) p->rest_.fetch_add(1, std::memory_order_release);
 }
 
 void parallel_run(int threads, int64_t n_chunks, ChunkFn fn, void* ctx) {

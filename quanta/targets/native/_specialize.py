@@ -1,0 +1,58 @@
+"""What the native binders' ``Kernel.specialize`` hooks share (quanta.targets.base
+Specialization): the thread count of one step, and the guard that hands a call the
+specialized path cannot take to the generic kernel.
+
+A specialized call is made once per input signature, when the runtime binds it: the
+conversions of constant parameters, bounds, index tuples and output shapes the generic
+kernel redoes on every call are done there, so a run pays the C++ call alone (on a
+model of 261 steps of a few microseconds each, as a MobileNetV3 text classifier, the
+Python around each call was as long as the call).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from quanta.targets.base import Specialization
+
+__all__ = ["SMALL_MACS", "SMALL_WORK", "guarded", "step_threads"]
+
+#: Below this much work (elements moved or computed; multiply-adds for a convolution)
+#: a step runs on the calling thread alone: the kernels split their work in chunks of
+#: 16K elements, so a step this small makes at most two uneven chunks, and waking the
+#: pool's worker (a futex and, in a VM, a vCPU wake-up of tens of microseconds when it
+#: was not spinning) costs more than the half it would take over.
+SMALL_WORK = 1 << 15
+
+#: Multiply-adds below which a convolution, GEMM or recurrent step runs on one thread (a
+#: few microseconds of work: less than handing half of it to the pool's worker).
+SMALL_MACS = 1 << 18
+
+
+def step_threads(sig: Specialization, work: int | None = None, small: int = SMALL_WORK) -> int:
+    """The threads one step runs on: 1 when its ``work`` (default: the output's element
+    count) is below ``small``, else the session's count."""
+    if sig.num_threads <= 1:
+        return 1
+    if work is None:
+        work = math.prod(sig.out_shape) if sig.out_shape is not None else small
+    return 1 if work < small else sig.num_threads
+
+
+def guarded(
+    call: Callable[..., Any], generic: Callable[..., Any], attrs: dict[str, Any], out: Any
+) -> Callable[..., Any]:
+    """``call(*inputs)``, or ``generic(ctx, *inputs, out=out, **attrs)`` when the binding
+    refuses the arguments (ValueError: a non-contiguous view, a value outside the fast
+    path), which then computes the result or raises the operator's own error."""
+
+    def run(ctx: Any, *inputs: Any) -> Any:
+        try:
+            return call(*inputs)
+        except ValueError:
+            return generic(ctx, *inputs, out=out, **attrs)
+
+    run.__wrapped__ = generic  # type: ignore[attr-defined]
+    return run

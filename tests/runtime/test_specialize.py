@@ -1,0 +1,305 @@
+"""Kernels specialized per input signature (Kernel.specialize, quanta.targets.base
+Specialization): the executor binds them when it binds a signature and they compute
+exactly what the generic kernels compute, for any thread count, with or without the
+arena, and hand a call they cannot take (a non-contiguous view) to the generic kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+from quanta.kernels import native_available
+
+pytestmark = pytest.mark.skipif(not native_available(), reason="the native extension is not built")
+
+
+def _const(name: str, value: np.ndarray):
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def small_ops_model():
+    """x [3, 7, 17] float: a hardswish written out (Add, Clip, Mul, Div), a Slice with
+    steps, a Gather of constant indices, Unsqueeze / Squeeze, a Transpose, Abs, Sqrt, a
+    square, and a QuantizeLinear with a non-zero zero point; z = x2 + x (two run-time operands)."""
+    nodes = [
+        helper.make_node("Add", ["x", "three"], ["a"], name="add3"),
+        helper.make_node("Clip", ["a", "zero", "six"], ["c"], name="clip"),
+        helper.make_node("Mul", ["x", "c"], ["m"], name="mul"),
+        helper.make_node("Div", ["m", "six"], ["hs"], name="div"),
+        helper.make_node("Slice", ["hs", "starts", "ends", "axes", "steps"], ["sl"], name="slice"),
+        helper.make_node("Gather", ["sl", "idx"], ["ga"], name="gather", axis=2),
+        helper.make_node("Unsqueeze", ["ga", "ax0"], ["un"], name="unsq"),
+        helper.make_node("Transpose", ["un"], ["tr"], name="transpose", perm=[0, 1, 2, 4, 3]),
+        helper.make_node("Squeeze", ["tr", "ax0"], ["sq"], name="sq"),
+        helper.make_node("Abs", ["sq"], ["ab"], name="abs"),
+        helper.make_node("Sqrt", ["ab"], ["rt"], name="sqrt"),
+        helper.make_node("Pow", ["rt", "two"], ["pw"], name="pow"),
+        helper.make_node("QuantizeLinear", ["pw", "qs", "qz"], ["q"], name="quant"),
+        helper.make_node("Relu", ["x2"], ["r2"], name="relu"),
+        helper.make_node("Add", ["r2", "x"], ["z"], name="add_xx"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17]),
+            helper.make_tensor_value_info("x2", TensorProto.FLOAT, [3, 7, 17]),
+        ],
+        [
+            helper.make_tensor_value_info("q", TensorProto.UINT8, None),
+            helper.make_tensor_value_info("sl", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+        [
+            _const("three", np.float32(3)),
+            _const("zero", np.float32(0)),
+            _const("two", np.float32(2)),
+            _const("six", np.float32(6)),
+            _const("starts", np.array([1, 16], np.int64)),
+            _const("ends", np.array([7, 0], np.int64)),
+            _const("axes", np.array([1, 2], np.int64)),
+            _const("steps", np.array([2, -3], np.int64)),
+            _const("idx", np.array([[0, 4], [2, -1]], np.int64)),
+            _const("ax0", np.array([0], np.int64)),
+            _const("qs", np.float32(0.0137)),
+            _const("qz", np.uint8(37)),
+        ],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _session(backend: str, threads: int) -> quanta.InferenceSession:
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    return quanta.InferenceSession(small_ops_model().SerializeToString(), opts, backend=backend)
+
+
+def _feeds(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {
+        "x": rng.normal(0, 4, (3, 7, 17)).astype(np.float32),
+        "x2": rng.normal(0, 4, (3, 7, 17)).astype(np.float32),
+    }
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_specialized_steps_match_the_reference(threads: int) -> None:
+    rng = np.random.default_rng(threads)
+    ref = _session("reference", 1)
+    sess = _session("native", threads)
+    for _ in range(3):  # the measuring run, then the bound (specialized) runs
+        feeds = _feeds(rng)
+        want = ref.run(None, feeds)
+        got = sess.run(None, feeds)
+        for w, g in zip(want, got, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+    (bound,) = sess.executor.bound_runs().values()
+    plain = {t[0]: t[1] for t in sess.executor._plain}
+    specialized = {sess.plan.steps[t[0]].node.name for t in bound.steps if t[1] is not plain[t[0]]}
+    # every step took its specialization
+    assert specialized == {s.node.name for s in sess.plan.steps}
+
+
+def test_a_view_the_specialized_call_refuses_runs_the_generic_kernel() -> None:
+    """The same signature fed a non-contiguous view: the C++ call refuses it and the
+    generic kernel (which makes it contiguous) computes the same bytes."""
+    rng = np.random.default_rng(7)
+    ref = _session("reference", 1)
+    sess = _session("native", 2)
+    feeds = _feeds(rng)
+    sess.run(None, feeds)
+    wide = rng.normal(0, 4, (3, 7, 34)).astype(np.float32)
+    strided = {"x": wide[:, :, ::2], "x2": np.asfortranarray(feeds["x2"])}
+    assert not strided["x"].flags.c_contiguous and not strided["x2"].flags.c_contiguous
+    for w, g in zip(ref.run(None, strided), sess.run(None, strided), strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_thread_count_never_changes_the_bytes_of_a_large_step() -> None:
+    """Above the small-step threshold a specialized step keeps the session's threads;
+    the bytes are the same as one thread's."""
+    rng = np.random.default_rng(3)
+    n = 1 << 16
+    g = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "x"], ["m"], name="mul"),
+            helper.make_node("Clip", ["m", "lo", "hi"], ["y"], name="clip"),
+        ],
+        "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n + 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_const("lo", np.float32(-1.5)), _const("hi", np.float32(2.25))],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    x = rng.normal(0, 2, (1, n + 5)).astype(np.float32)
+    outs = []
+    for threads in (1, 2):
+        opts = quanta.SessionOptions()
+        opts.intra_op_num_threads = threads
+        sess = quanta.InferenceSession(proto, opts)
+        sess.run(None, {"x": x})
+        outs.append(sess.run(None, {"x": x})[0])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], np.minimum(np.maximum(x * x, np.float32(-1.5)), np.float32(2.25)))
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+@pytest.mark.parametrize(
+    ("pads", "axes"),
+    [
+        ([0, 2, 3, 1, 0, 4], None),  # two axes padded, one not
+        ([5, 7], [-1]),  # one axis; reflect wider than the axis (np.pad reflects repeatedly)
+        ([1, -2, 0, 3, 2, 1], None),  # cropping: the twin runs
+    ],
+)
+def test_pad_specialized_is_the_twin(mode: str, pads: list[int], axes: list[int] | None) -> None:
+    rng = np.random.default_rng(len(pads))
+    inputs = ["x", "pads", "value"] + (["axes"] if axes is not None else [])
+    inits = [_const("pads", np.array(pads, np.int64)), _const("value", np.float32(-2.5))]
+    if axes is not None:
+        inits.append(_const("axes", np.array(axes, np.int64)))
+    g = helper.make_graph(
+        [helper.make_node("Pad", inputs, ["y"], name="pad", mode=mode)],
+        "pad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
+    ref = quanta.InferenceSession(proto, backend="reference")
+    sess = quanta.InferenceSession(proto)
+    for _ in range(3):
+        x = rng.normal(0, 3, (3, 4, 5)).astype(np.float32)
+        want = ref.run(None, {"x": x})[0]
+        got = sess.run(None, {"x": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    (bound,) = sess.executor.bound_runs().values()
+    specialized = bound.steps[0][1] is not sess.executor._plain[0][1]
+    assert specialized == (min(pads) >= 0)
+
+
+@pytest.mark.parametrize(
+    ("op", "axes", "keepdims", "specialized"),
+    [
+        ("ReduceMean", [1, 2], 0, True),  # trailing axes: the rows are x itself
+        ("ReduceL2", [-1], 1, True),
+        ("ReduceSum", [0, 2], 1, False),  # a transposed copy first: the generic call
+        ("ReduceL1", [2], 1, False),  # a pre-step (|x|): the generic call
+    ],
+)
+def test_reduce_specialized_is_the_twin(op: str, axes: list[int], keepdims: int, specialized: bool) -> None:
+    rng = np.random.default_rng(11)
+    g = helper.make_graph(
+        [helper.make_node(op, ["x", "axes"], ["y"], name="red", keepdims=keepdims)],
+        "red",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 300])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_const("axes", np.array(axes, np.int64))],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    ref = quanta.InferenceSession(proto, backend="reference")
+    sess = quanta.InferenceSession(proto)
+    for _ in range(3):
+        x = rng.normal(0, 3, (3, 7, 300)).astype(np.float32)
+        want, got = ref.run(None, {"x": x})[0], sess.run(None, {"x": x})[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    (bound,) = sess.executor.bound_runs().values()
+    assert (bound.steps[0][1] is not sess.executor._plain[0][1]) == specialized
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float_conv_specialized_is_the_generic_kernel(threads: int) -> None:
+    """The float GEMM family is not bit-exact with its twin (docs/float-ops.md), so the
+    specialized call is held to the generic native call: the measuring run's bytes."""
+    rng = np.random.default_rng(5)
+    g = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1d", pads=[1, 2], strides=[2]),
+            helper.make_node("Unsqueeze", ["c1", "ax"], ["c2"], name="unsq"),
+            helper.make_node("Conv", ["c2", "w2"], ["y"], name="conv2d", group=7, pads=[0, 1, 0, 1]),
+        ],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 301])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            _const("w1", rng.normal(0, 1, (7, 3, 5)).astype(np.float32)),
+            _const("b1", rng.normal(0, 1, (7,)).astype(np.float32)),
+            _const("ax", np.array([2], np.int64)),
+            _const("w2", rng.normal(0, 1, (14, 1, 1, 3)).astype(np.float32)),
+        ],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(proto, opts)
+    x = rng.normal(0, 1, (1, 3, 301)).astype(np.float32)
+    first = sess.run(None, {"x": x})[0]  # the measuring run: generic calls
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], first)
+    (bound,) = sess.executor.bound_runs().values()
+    plain = {t[0]: t[1] for t in sess.executor._plain}
+    assert all(t[1] is not plain[t[0]] for t in bound.steps)
+
+
+@pytest.mark.parametrize(("sizes", "axis"), [([2, 0, 5], 1), (None, -1)])
+def test_split_specialized_copies_its_parts_out_of_the_arena(sizes: list[int] | None, axis: int) -> None:
+    """Split of an arena-resident value (the Add writes into the arena): the specialized
+    parts are copies, so the planner may reuse the input's bytes while they are read."""
+    rng = np.random.default_rng(9)
+    ins = ["s", "sizes"] if sizes is not None else ["s"]
+    n_out = 3
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["s"], name="add"),
+        helper.make_node("Split", ins, [f"p{k}" for k in range(n_out)], name="split", axis=axis,
+                         **({} if sizes is not None else {"num_outputs": n_out})),
+        *[helper.make_node("Neg", [f"p{k}"], [f"n{k}"], name=f"neg{k}") for k in range(n_out)],
+        helper.make_node("Concat", [f"n{k}" for k in range(n_out)], ["y"], name="cat", axis=axis),
+    ]
+    inits = [_const("sizes", np.array(sizes, np.int64))] if sizes is not None else []
+    g = helper.make_graph(
+        nodes,
+        "split",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    ref = quanta.InferenceSession(proto, backend="reference")
+    sess = quanta.InferenceSession(proto)
+    for _ in range(3):
+        x = rng.normal(0, 3, (3, 7, 17)).astype(np.float32)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
+    (bound,) = sess.executor.bound_runs().values()
+    step = next(t for t in bound.steps if sess.plan.steps[t[0]].node.name == "split")
+    assert getattr(step[1], "fresh", False)
+
+
+def test_an_overridden_initializer_is_not_a_constant_of_the_signature() -> None:
+    """An input with an initializer (its default) may be fed another value of the same
+    shape: a specialization must not have frozen the default."""
+    g = helper.make_graph(
+        [
+            helper.make_node("Clip", ["x", "lo", "hi"], ["c"], name="clip"),
+            helper.make_node("Gather", ["c", "idx"], ["y"], name="gather", axis=1),
+        ],
+        "overridable",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 9]),
+            helper.make_tensor_value_info("hi", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("idx", TensorProto.INT64, [3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_const("lo", np.float32(-1)), _const("hi", np.float32(1)), _const("idx", np.array([0, 4, 8], np.int64))],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    sess = quanta.InferenceSession(proto)
+    x = np.linspace(-5, 5, 18, dtype=np.float32).reshape(2, 9)
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.clip(x, -1, 1)[:, [0, 4, 8]])
+    fed = {"x": x, "hi": np.float32(3), "idx": np.array([8, 1, 2], np.int64)}
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, fed)[0], np.clip(x, -1, 3)[:, [8, 1, 2]])
