@@ -96,7 +96,7 @@ void pack_weights_strided(const void* w_base, bool w_unsigned, int64_t K, int64_
   };
   static const Entry kEntries[] = {
       {Isa::kPortable, 16, 4, 1, pack_strided_portable},
-      {Isa::kAvx2, 16, 2, 2, pack_strided_avx2},
+      {Isa::kAvx2, 16, 2, 1, pack_strided_avx2},
       {Isa::kAvx512Vnni, 32, 4, 1, pack_strided_avx512vnni},
   };
   const Entry* entry = nullptr;

@@ -27,10 +27,11 @@ struct FixedKernelLayout {
 
 // qgemm_u8s8_s32_4x16c4__portable: plain C++ over the vpdpbusd-shaped layout.
 using PortableLayout = FixedKernelLayout<4, 16, 4, int8_t, uint8_t>;
-// qgemm_u8s8_s32_4x16c2__avx2: vpmaddwd on int16 operands (x' zero-extended, w
-// sign-extended at pack time), which cannot saturate: |x'0·w0 + x'1·w1| <= 2·255·128
-// < 2^31. (vpmaddubsw would saturate its int16 pair sums at 2·255·127 > 2^15 − 1.)
-using Avx2Layout = FixedKernelLayout<4, 16, 2, int16_t, int16_t>;
+// qgemm_u8s8_s32_6x16c2__avx2: vpmaddwd on int16 operands (x' zero-extended per call, w
+// stored as int8 pairs and sign-extended in the k-loop), which cannot saturate:
+// |x'0·w0 + x'1·w1| <= 2·255·128 < 2^31. (vpmaddubsw would saturate its int16 pair sums
+// at 2·255·127 > 2^15 − 1.)
+using Avx2Layout = FixedKernelLayout<6, 16, 2, int8_t, int16_t>;
 // qgemm_u8s8_s32_12x32c4__avx512vnni: vpdpbusd, 12 rows x 2 zmm of int32 accumulators.
 using Avx512VnniLayout = FixedKernelLayout<12, 32, 4, int8_t, uint8_t>;
 

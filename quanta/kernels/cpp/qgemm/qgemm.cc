@@ -274,7 +274,7 @@ const KernelFamily& kernel_family(Isa isa) {
   static const KernelFamily kPortable =
       family_of<PortableLayout>(Isa::kPortable, "qgemm_u8s8_s32_4x16c4__portable", qgemm_tiles_portable);
   static const KernelFamily kAvx2 =
-      family_of<Avx2Layout>(Isa::kAvx2, "qgemm_u8s8_s32_4x16c2__avx2", qgemm_tiles_avx2);
+      family_of<Avx2Layout>(Isa::kAvx2, "qgemm_u8s8_s32_6x16c2__avx2", qgemm_tiles_avx2);
   static const KernelFamily kAvx512Vnni = family_of<Avx512VnniLayout>(
       Isa::kAvx512Vnni, "qgemm_u8s8_s32_12x32c4__avx512vnni", qgemm_tiles_avx512vnni, true, 8);
   switch (isa) {
