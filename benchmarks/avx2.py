@@ -5,8 +5,8 @@ Run: ``python benchmarks/avx2.py`` (``--quick``; ``--part gemm,conv,models``;
 nothing here is a timed test.
 
 quanta runs with ``_native.set_isa("avx2")`` set before anything is packed or compiled
-(weights packed for the ``qgemm_u8s8_s32_4x16c2__avx2`` family, the AVX2 depthwise and
-im2col paths). ONNX Runtime runs as it would on an AVX2-only CPU: ``ort_avx2.py`` loads a
+(weights packed for the ``qgemm_u8s8_s32_6x16c2__avx2`` family, or
+``qgemm_u8s7_s32_5x16c4__avx2`` for 7-bit weights; the AVX2 depthwise and im2col paths). ONNX Runtime runs as it would on an AVX2-only CPU: ``ort_avx2.py`` loads a
 copy of the package whose MLAS platform constructor skips its AVX-VNNI and AVX-512
 blocks (MLAS has no switch for it), so MatMulInteger / QLinearConv / QLinearMatMul run
 MLAS's ``MlasGemmU8S8KernelAvx2`` (``vpmaddubsw``, which saturates; the script prints the
@@ -19,10 +19,11 @@ timed, and each side's MEDIAN call time over all blocks is reported with the rat
 quanta / ORT (< 1: quanta is faster).
 
 Parts: ``gemm`` (uint8 x with zx = 131, int8 weights [K, N] prepacked, int32 out:
-quanta ``qgemm`` vs ORT MatMulInteger), ``conv`` (QLinearConv NCHW, the stem, depthwise
+quanta ``qgemm`` vs ORT MatMulInteger; full-range weights and the same halved into
+[-64, 63], which quanta runs on its vpmaddubsw family and ORT on the same kernel), ``conv`` (QLinearConv NCHW, the stem, depthwise
 and ResNet/MobileNet layers of ``benchmarks/conv.py``), ``models`` (zoo models quantized
-by quanta, plus ONNX Runtime's own QDQ files where the zoo has one; batch 1, one
-evaluation feed, 1 and 2 threads).
+by quanta with ``weight_bits`` 8 and 7, plus ONNX Runtime's own QDQ files where the zoo
+has one; both engines run the same file; batch 1, one evaluation feed, 1 and 2 threads).
 """
 
 from __future__ import annotations
@@ -99,16 +100,19 @@ def gemm_rows(threads: list[int], budget: float) -> list[dict]:
     rng = np.random.default_rng(0)
     rows = []
     for M, N, K in GEMM_SHAPES:
-        w = rng.integers(-127, 128, (K, N), dtype=np.int8)
+        w8 = rng.integers(-127, 128, (K, N), dtype=np.int8)
         x = rng.integers(0, 256, (M, K), dtype=np.uint8)
-        for t in threads:
-            q = kernels._quanta_qgemm(w, M, 131, t)
-            o = kernels._ort_matmul_integer(w, M, 131, t, spinning=True)
-            med = alternate_medians({"quanta": lambda q=q, x=x: q(x), "ort": lambda o=o, x=x: o(x)}, budget)
-            ops = 2 * M * N * K
-            rows.append({"what": f"gemm {M}x{N}x{K}", "threads": t, **{k: v * 1e3 for k, v in med.items()},
-                         "gops_quanta": ops / med["quanta"] / 1e9, "gops_ort": ops / med["ort"] / 1e9})
-            print(".", end="", flush=True)
+        for bits, w in ((8, w8), (7, (w8 // 2).astype(np.int8))):  # 7: in [-64, 63]
+            for t in threads:
+                q = kernels._quanta_qgemm(w, M, 131, t)
+                o = kernels._ort_matmul_integer(w, M, 131, t, spinning=True)
+                med = alternate_medians({"quanta": lambda q=q, x=x: q(x), "ort": lambda o=o, x=x: o(x)}, budget)
+                ops = 2 * M * N * K
+                fam = _native.pack_weights_s8(w, 0).kernel
+                rows.append({"what": f"gemm {M}x{N}x{K}, {bits}-bit w ({fam})", "threads": t,
+                             **{k: v * 1e3 for k, v in med.items()},
+                             "gops_quanta": ops / med["quanta"] / 1e9, "gops_ort": ops / med["ort"] / 1e9})
+                print(".", end="", flush=True)
     print()
     return rows
 
@@ -150,10 +154,12 @@ def model_rows(names: list[str], threads: list[int], budget: float) -> list[dict
         if entry.get("made_by") or name == "minilm_int8":
             files.append(("as shipped", model.path))
         else:
-            dst = tmp / f"{name}.quanta.onnx"
-            with contextlib.redirect_stdout(io.StringIO()):
-                quanta.quantize_static(str(model.path), str(dst), model.calib, verbose=False, progress=False)
-            files.append(("quanta's file", dst))
+            for bits in (8, 7):
+                dst = tmp / f"{name}.quanta{bits}.onnx"
+                with contextlib.redirect_stdout(io.StringIO()):
+                    quanta.quantize_static(str(model.path), str(dst), model.calib, verbose=False, progress=False,
+                                           weight_bits=bits)
+                files.append((f"quanta's file, weight_bits={bits}", dst))
             if (cache / "models" / f"{name}.ort_qdq.onnx").exists():
                 files.append(("ORT's file", cache / "models" / f"{name}.ort_qdq.onnx"))
         feed = model.eval[0]

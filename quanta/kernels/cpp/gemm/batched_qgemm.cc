@@ -27,6 +27,7 @@ using qgemm::PackedWeights;
 void set_layout(PackedWeights& pw, Isa isa, int64_t K, int64_t N, bool w_unsigned, bool has_zero_point) {
   const qgemm::KernelFamily& f = qgemm::kernel_family(isa);
   pw.isa = isa;
+  pw.narrow = false;  // kernel_family(isa)'s layout, never the avx2 7-bit one
   pw.nr = f.nr;
   pw.kr = f.kr;
   pw.storage_bytes = f.w_bytes;

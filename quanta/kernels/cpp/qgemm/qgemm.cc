@@ -92,7 +92,7 @@ Plan make_plan(const QGemmParams& p) {
   if (p.w == nullptr) throw std::invalid_argument("qgemm: no packed weights");
   const PackedWeights& w = *p.w;
   Plan pl;
-  pl.fam = &kernel_family(w.isa);
+  pl.fam = &kernel_family(w);
   const KernelFamily& f = *pl.fam;
   if (f.nr != w.nr || f.kr != w.kr || f.w_bytes != w.storage_bytes) {
     throw std::invalid_argument("qgemm: packed weights do not match the layout of their ISA");
@@ -285,7 +285,14 @@ const KernelFamily& kernel_family(Isa isa) {
   return kPortable;
 }
 
+const KernelFamily& kernel_family(const PackedWeights& w) {
+  static const KernelFamily kAvx2Narrow =
+      family_of<Avx2NarrowLayout>(Isa::kAvx2, "qgemm_u8s7_s32_5x16c4__avx2", qgemm_tiles_avx2_narrow);
+  return w.narrow && w.isa == Isa::kAvx2 ? kAvx2Narrow : kernel_family(w.isa);
+}
+
 std::string qgemm_kernel_name(Isa isa) { return kernel_family(isa).name; }
+std::string qgemm_kernel_name(const PackedWeights& w) { return kernel_family(w).name; }
 
 size_t qgemm_workspace_bytes(const QGemmParams& p) { return make_plan(p).total; }
 

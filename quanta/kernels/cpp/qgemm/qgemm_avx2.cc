@@ -83,21 +83,13 @@ inline void finish_vector(__m256i v, const Epilogue& e, int64_t m, int64_t n, in
   for (int i = 0; i < valid && i < 8; ++i) finish_element(tmp[i], e, m, n + i);
 }
 
+// Sums of one K chunk for MR rows into c0 (columns 0-7) and c1 (8-15).
+// Wide (Avx2Layout): int8 weight pairs widened to int16, x' int16 pairs, vpmaddwd.
 template <int MR>
-__attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
+__attribute__((always_inline)) inline void k_loop_wide(const TileArgs& t, int64_t r0, __m256i* c0, __m256i* c1) {
   const int16_t* a = static_cast<const int16_t*>(t.a) + r0 * t.a_row_stride;
   const int64_t s = t.a_row_stride;
   const int8_t* b = static_cast<const int8_t*>(t.b);
-  int32_t* partial = t.partial + r0 * kNR;
-
-  __m256i c0[MR], c1[MR];
-#pragma GCC unroll 6
-  for (int r = 0; r < MR; ++r) {
-    c0[r] = t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR))
-                         : _mm256_setzero_si256();
-    c1[r] = t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR + 8))
-                         : _mm256_setzero_si256();
-  }
   for (int64_t k = 0; k < t.kc; k += kKR) {
     const __m256i b0 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(b)));
     const __m256i b1 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(b + 16)));
@@ -108,6 +100,48 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
       c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(xa, b0));
       c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(xa, b1));
     }
+  }
+}
+
+// Narrow (Avx2NarrowLayout, every w' in [-64, 64]): 4 k of uint8 x' per broadcast,
+// vpmaddubsw (exact: pair sums <= 2·255·64 < 2^15), vpmaddwd by 1 to int32 per column.
+template <int MR>
+__attribute__((always_inline)) inline void k_loop_narrow(const TileArgs& t, int64_t r0, __m256i* c0,
+                                                          __m256i* c1) {
+  constexpr int kKR4 = Avx2NarrowLayout::kKR;
+  const uint8_t* a = static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride;
+  const int64_t s = t.a_row_stride;
+  const int8_t* b = static_cast<const int8_t*>(t.b);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t k = 0; k < t.kc; k += kKR4) {
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 32));
+    b += kNR * kKR4;
+#pragma GCC unroll 5
+    for (int r = 0; r < MR; ++r) {
+      const __m256i xa = _mm256_set1_epi32(load_unaligned<int32_t>(a + r * s + k));
+      c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(xa, b0), ones));
+      c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(xa, b1), ones));
+    }
+  }
+}
+
+template <int MR, bool kNarrow>
+__attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
+  int32_t* partial = t.partial + r0 * kNR;
+
+  __m256i c0[MR], c1[MR];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) {
+    c0[r] = t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR))
+                         : _mm256_setzero_si256();
+    c1[r] = t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR + 8))
+                         : _mm256_setzero_si256();
+  }
+  if constexpr (kNarrow) {
+    k_loop_narrow<MR>(t, r0, c0, c1);
+  } else {
+    k_loop_wide<MR>(t, r0, c0, c1);
   }
 
   if (!t.finish) {
@@ -158,21 +192,28 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
   }
 }
 
-}  // namespace
-
-void qgemm_tiles_avx2(const TileArgs& t) {
-  constexpr int MR = L::kMR;
+template <int MR, bool kNarrow>
+__attribute__((noinline)) void run_rows(const TileArgs& t) {
   int64_t r0 = 0;
-  for (; r0 + MR <= t.rows; r0 += MR) tile<MR>(t, r0);
+  for (; r0 + MR <= t.rows; r0 += MR) tile<MR, kNarrow>(t, r0);
   switch (t.rows - r0) {
-    case 1: tile<1>(t, r0); break;
-    case 2: tile<2>(t, r0); break;
-    case 3: tile<3>(t, r0); break;
-    case 4: tile<4>(t, r0); break;
-    case 5: tile<5>(t, r0); break;
+    case 1: tile<1, kNarrow>(t, r0); break;
+    case 2: tile<2, kNarrow>(t, r0); break;
+    case 3: tile<3, kNarrow>(t, r0); break;
+    case 4: if constexpr (MR > 4) tile<4, kNarrow>(t, r0); break;
+    case 5: if constexpr (MR > 5) tile<5, kNarrow>(t, r0); break;
     default: break;
   }
 }
+
+}  // namespace
+
+void qgemm_tiles_avx2(const TileArgs& t) { run_rows<L::kMR, false>(t); }
+
+// The implicit convolution's indirect rows (TileArgs::a_rows) never reach this family:
+// conv.cc takes the implicit path only when kernel_family(isa).a_bytes == 1, which for
+// avx2 is the int16 family above, so avx2 convolutions run im2col + qgemm.
+void qgemm_tiles_avx2_narrow(const TileArgs& t) { run_rows<Avx2NarrowLayout::kMR, true>(t); }
 
 }  // namespace qgemm
 }  // namespace quanta
