@@ -169,8 +169,8 @@ def model_rows(names: list[str], threads: list[int], budget: float) -> list[dict
                 so.intra_op_num_threads = t
                 qs = quanta.InferenceSession(str(path), so)
                 os_ = ort.InferenceSession(str(path), _ort_options(t), providers=["CPUExecutionProvider"])
-                med = alternate_medians({"quanta": lambda s=qs: s.run(None, feed),
-                                         "ort": lambda s=os_: s.run(None, feed)}, budget)
+                med = alternate_medians({"quanta": lambda s=qs, f=feed: s.run(None, f),
+                                         "ort": lambda s=os_, f=feed: s.run(None, f)}, budget)
                 rows.append({"what": f"{name} ({label})", "threads": t, **{k: v * 1e3 for k, v in med.items()}})
                 print(".", end="", flush=True)
     print()
