@@ -639,15 +639,17 @@ def _blocked_weight_type(w: np.ndarray, axis: int, block: int, storage: IntType,
 
 
 def _weight_type(w: np.ndarray, t: TensorPlan, expressed: FloatType, recipe: Recipe) -> QuantType:
+    # weight_bits = 7: the 7-bit table of quant_range for weights only (recipe.py)
+    reduce = recipe.reduce_range or (recipe.weight_bits == 7 and t.storage.bits == 8)
     if t.block is not None and t.axis is not None:
-        return _blocked_weight_type(w, t.axis, t.block, t.storage, expressed, t.symmetric, recipe.reduce_range)
+        return _blocked_weight_type(w, t.axis, t.block, t.storage, expressed, t.symmetric, reduce)
     w64 = np.asarray(w, dtype=np.float64)
     if t.axis is None:
         cal = CalibratedType(expressed, float(w64.min(initial=0.0)), float(w64.max(initial=0.0)))
     else:
         moved = np.moveaxis(w64, t.axis, 0).reshape(w64.shape[t.axis], -1)
         cal = CalibratedType(expressed, tuple(moved.min(axis=1)), tuple(moved.max(axis=1)), axis=t.axis)
-    return params_from_range(cal, t.storage, symmetric=t.symmetric, reduce_range=recipe.reduce_range)
+    return params_from_range(cal, t.storage, symmetric=t.symmetric, reduce_range=reduce)
 
 
 # -- insertion -----------------------------------------------------------------------

@@ -155,6 +155,10 @@ class Recipe:
     symmetric_activations: bool = False
     symmetric_weights: bool = True
     reduce_range: bool = False
+    # 7: int8/uint8 weights on ORT's 7-bit grid (int8 [-64, 64], the reduce_range table,
+    # activations untouched), for CPUs without VNNI: every u8·s8 pair sum fits int16, so the
+    # avx2 kernels use vpmaddubsw exactly (docs/kernels.md "AVX2"). 8: the full range.
+    weight_bits: int = 8
     weight_block_size: int = 32  # used when weight_type is int4/uint4 (per-block along K)
     op_types: frozenset[str] = DEFAULT_OP_TYPES
     exclude: tuple[str, ...] = ()  # node names, or regular expressions matched in full
@@ -210,6 +214,10 @@ class Recipe:
             raise RecipeError(f"percentile: expected a value in (0, 100], got {self.percentile}")
         if self.min_integer_share is not None and not 0.0 <= float(self.min_integer_share) <= 1.0:
             raise RecipeError(f"min_integer_share: expected a share in [0, 1], got {self.min_integer_share}")
+        if self.weight_bits not in (7, 8):
+            raise RecipeError(f"weight_bits: expected 7 or 8, got {self.weight_bits!r}")
+        if self.weight_bits == 7 and self.weight_type.lower() not in ("int8", "uint8"):
+            raise RecipeError(f"weight_bits: 7 applies to int8/uint8 weights, got weight_type {self.weight_type!r}")
         if self.weight_block_size <= 0:
             raise RecipeError(f"weight_block_size: expected a positive block size, got {self.weight_block_size}")
 

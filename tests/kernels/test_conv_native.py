@@ -1029,3 +1029,45 @@ def test_prepared_parameters_are_checked_once_and_x_must_match_them():
     conv.prepare(case.sx, case.zx, case.sw, case.sy, case.zy, case.bias)
     with pytest.raises(ValueError, match="x: expected uint8 like x_zero_point, got int8"):
         conv.qlinear_prepared(case.x.view(np.int8))
+
+
+# --------------------------------------------------------------------------------------
+# AVX2 on the pairs that saturate vpmaddubsw (docs/kernels.md "AVX2")
+# --------------------------------------------------------------------------------------
+
+# (x shape, w shape, attrs, why): the first layer of a CNN and depthwise layers
+SATURATING = [
+    ((1, 3, 33, 31), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "stem 3 -> 16, 3x3 s2"),
+    ((1, 3, 20, 17), (17, 3, 3, 3), {"pads": [1, 0, 1, 2]}, "stem 3 -> 17, 3x3"),
+    ((1, 7, 15, 29), (7, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 7}, "depthwise 3x3, 7 channels"),
+    ((1, 17, 14, 14), (17, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 17}, "depthwise s2, 17"),
+    ((1, 3, 12, 13), (3, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 3}, "depthwise 5x5, 3 channels"),
+]
+
+
+@pytest.mark.parametrize("path", DW_PATHS)
+@pytest.mark.parametrize("weights", ["extreme", "7-bit"])
+@pytest.mark.parametrize(("x_shape", "w_shape", "attrs", "why"), SATURATING, ids=[s[3] for s in SATURATING])
+def test_avx2_saturating_pairs(x_shape, w_shape, attrs, why, weights, path, monkeypatch):
+    """x' = 255 on every other row and w = −128 (or, with 7-bit weights, ±64) on every
+    other output channel: adjacent taps whose u8·s8 pair sum leaves int16
+    (2·255·(−128) = −65280), which ONNX Runtime's AVX2 kernels saturate. Every ISA and
+    path must give the twin's bytes; the 7-bit weights take the vpmaddubsw GEMM family."""
+    del why
+    monkeypatch.setenv("QUANTA_CONV_DW_PATH", path)
+    rng = np.random.default_rng(sum(x_shape) + sum(w_shape))
+    case = random_case(rng, x_shape, w_shape, per_channel=True, **attrs)
+    x = case.x.copy()
+    x[..., ::2, :] = 255
+    w = case.w.astype(np.int32)
+    lo, hi = (-128, 127) if weights == "extreme" else (-64, 64)
+    w = np.clip(w, lo, hi)
+    w[::2] = lo
+    zw = np.clip(case.zw.astype(np.int32), lo, hi)
+    case = derive_output(ConvCase(x, w.astype(np.int8), case.zx, zw.astype(np.int8), case.sw, attrs, case.bias),
+                         np.uint8)
+    kernels = check(case)
+    if "avx2" in ISAS:
+        avx2 = kernels[ISAS.index("avx2")]
+        if weights == "7-bit" and not avx2.startswith("qconv_dw"):
+            assert avx2.endswith("qgemm_u8s7_s32_5x16c4__avx2"), avx2

@@ -30,8 +30,9 @@ ISAS: list[str] = list(_native.supported_isas())  # portable first; always prese
 ALL_ISAS = ("portable", "avx2", "avx512vnni")
 THREADS = (1, 2)
 
-# Tile edges of every family: MR 4 (portable, avx2) / 12 (avx512vnni; 8 to 11 rows left: an
-# 8-row tile and the rest), NR 16 / 32.
+# Tile edges of every family: MR 4 (portable) / 6 (avx2; 5 for its 7-bit family,
+# test_qgemm_avx2.py) / 12 (avx512vnni; 8 to 11 rows left: an 8-row tile and the rest),
+# NR 16 / 32.
 M_VALUES = (1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 15, 16, 17, 20, 23, 24, 25, 63, 64, 65)
 N_VALUES = (1, 3, 7, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65)
 # KR 2 / 4 edges, K = 1 (shallow), K > 258 (past the float32-exact accumulation limit).

@@ -27,6 +27,8 @@ def test_recipe_defaults_are_the_documented_ones():
         (dict(percentile=0.0), "percentile: expected a value in (0, 100], got 0.0"),
         (dict(overrides={"x": {"range": [2, 1]}}), "overrides['x']: range must be [min, max] with min <= max, got [2, 1]"),
         (dict(overrides={"x": {"scale": 1}}), "overrides['x']: unknown key(s) ['scale']; expected range, dtype, symmetric"),
+        (dict(weight_bits=6), "weight_bits: expected 7 or 8, got 6"),
+        (dict(weight_bits=7, weight_type="int4"), "weight_bits: 7 applies to int8/uint8 weights, got weight_type 'int4'"),
     ],
 )
 def test_recipe_rejects_bad_options(kwargs, message):
@@ -85,3 +87,44 @@ def test_quantized_model_records_the_recipe_it_was_made_with(tmp_path):
     assert r == Recipe(method="percentile", exclude=("fc",))
     with pytest.raises(ValueError, match="not quantized by quanta"):
         recipe_of(src)
+
+
+def test_seven_bit_weights_run_the_exact_vpmaddubsw_family_on_avx2(tmp_path):
+    """weight_bits=7: every quantized weight in [-64, 64] (scale absmax/64 per channel),
+    activations still uint8 [0, 255]; on avx2 the compiled Conv/MatMul weights pack for
+    the vpmaddubsw family, and the session's outputs are the reference backend's bytes."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    import quanta
+    from quanta.kernels import _native
+    from tests.ir import models
+
+    src = tmp_path / "enc.onnx"
+    onnx.save(models.encoder_block(), src)
+    feeds = models.encoder_feeds()
+    dst = tmp_path / "q7.onnx"
+    quanta.quantize_static(src, dst, feeds, weight_bits=7, verbose=False, progress=False)
+    q = onnx.load(dst)
+    inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    weights = [v for v in inits.values() if v.dtype == np.int8 and v.ndim >= 2]
+    assert weights and all(int(v.min()) >= -64 and int(v.max()) <= 64 for v in weights)
+    assert max(int(np.abs(v).max()) for v in weights) == 64  # the grid is used to its end
+    act_zps = [v for v in inits.values() if v.dtype == np.uint8 and v.ndim == 0]
+    assert act_zps  # activations stay uint8
+
+    if "avx2" not in _native.supported_isas():
+        pytest.skip("this CPU does not run avx2")
+    _native.set_isa("avx2")
+    try:
+        sess = quanta.InferenceSession(str(dst))
+    finally:
+        _native.clear_isa()
+    ref = quanta.InferenceSession(str(dst), backend="reference")
+    packed = [p for s in sess.plan.steps for p in s.kernel.params.values() if isinstance(p, _native.PackedWeights)]
+    assert packed and {p.kernel for p in packed} == {"qgemm_u8s7_s32_5x16c4__avx2"}
+    for feed in feeds[:2]:
+        got, want = sess.run(None, feed), ref.run(None, feed)
+        for a, b in zip(got, want, strict=True):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes()

@@ -497,7 +497,7 @@ void register_qgemm(py::module_& m) {
       .def_property_readonly("K", [](const PackedWeights& w) { return w.K; })
       .def_property_readonly("N", [](const PackedWeights& w) { return w.N; })
       .def_property_readonly("isa", [](const PackedWeights& w) { return std::string(isa_name(w.isa)); })
-      .def_property_readonly("kernel", [](const PackedWeights& w) { return qgemm::qgemm_kernel_name(w.isa); })
+      .def_property_readonly("kernel", [](const PackedWeights& w) { return qgemm::qgemm_kernel_name(w); })
       .def_property_readonly("weights_dtype",
                              [](const PackedWeights& w) { return std::string(w.weights_unsigned ? "uint8" : "int8"); })
       .def_property_readonly("nbytes", [](const PackedWeights& w) {
@@ -507,7 +507,7 @@ void register_qgemm(py::module_& m) {
       .def_property_readonly("zero_point", &zero_points, "zw[n] in the weights' own dtype range.")
       .def("__repr__", [](const PackedWeights& w) {
         return "<PackedWeights K=" + std::to_string(w.K) + " N=" + std::to_string(w.N) + " " +
-               qgemm::qgemm_kernel_name(w.isa) + ">";
+               qgemm::qgemm_kernel_name(w) + ">";
       });
 
   py::class_<PyWorkspace>(m, "QGemmWorkspace",

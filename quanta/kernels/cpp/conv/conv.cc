@@ -322,7 +322,8 @@ std::string QConv::kernel_name(bool channels_last) const {
   // (uint8 x; int8 x takes the implicit path, which this name does not tell)
   if (channels_last && pointwise_gemm()) return "qconv_gemm+" + qgemm::qgemm_kernel_name(isa_);
   const bool implicit = implicit_chunk_k() % 4 == 0 && qgemm::kernel_family(isa_).a_bytes == 1;
-  return std::string(implicit ? "qconv_implicit" : "qconv_im2col") + "+" + qgemm::qgemm_kernel_name(isa_);
+  const std::string gemm = packed_.empty() ? qgemm::qgemm_kernel_name(isa_) : qgemm::qgemm_kernel_name(*packed_[0]);
+  return std::string(implicit ? "qconv_implicit" : "qconv_im2col") + "+" + gemm;
 }
 
 size_t QConv::packed_bytes() const {

@@ -27,6 +27,7 @@ using qgemm::PackedWeights;
 void set_layout(PackedWeights& pw, Isa isa, int64_t K, int64_t N, bool w_unsigned, bool has_zero_point) {
   const qgemm::KernelFamily& f = qgemm::kernel_family(isa);
   pw.isa = isa;
+  pw.narrow = false;  // kernel_family(isa)'s layout, never the avx2 7-bit one
   pw.nr = f.nr;
   pw.kr = f.kr;
   pw.storage_bytes = f.w_bytes;
@@ -96,7 +97,7 @@ void pack_weights_strided(const void* w_base, bool w_unsigned, int64_t K, int64_
   };
   static const Entry kEntries[] = {
       {Isa::kPortable, 16, 4, 1, pack_strided_portable},
-      {Isa::kAvx2, 16, 2, 2, pack_strided_avx2},
+      {Isa::kAvx2, 16, 2, 1, pack_strided_avx2},
       {Isa::kAvx512Vnni, 32, 4, 1, pack_strided_avx512vnni},
   };
   const Entry* entry = nullptr;

@@ -58,7 +58,7 @@ template <typename Src, typename Storage, int NR, int KR>
 inline void pack_group_row_major(const Src* row0, int64_t ks, Storage* dg) {
   constexpr int32_t kShift = std::is_same_v<Src, uint8_t> ? 128 : 0;
 #if defined(__SSE2__)
-  if constexpr (NR % 16 == 0 && ((sizeof(Storage) == 1 && KR == 4) || (sizeof(Storage) == 2 && KR == 2))) {
+  if constexpr (NR % 16 == 0 && ((sizeof(Storage) == 1 && (KR == 4 || KR == 2)) || (sizeof(Storage) == 2 && KR == 2))) {
     const __m128i flip = _mm_set1_epi8(kShift ? static_cast<char>(0x80) : 0);
     for (int h = 0; h < NR / 16; ++h) {
       __m128i a[KR];
@@ -66,7 +66,11 @@ inline void pack_group_row_major(const Src* row0, int64_t ks, Storage* dg) {
         a[t] = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row0 + t * ks + 16 * h)), flip);
       }
       __m128i* out = reinterpret_cast<__m128i*>(dg + 16 * h * KR);
-      if constexpr (KR == 4) {
+      if constexpr (sizeof(Storage) == 1 && KR == 2) {
+        // int8 storage, 2 k per j: bytes (r0[j], r1[j])
+        _mm_storeu_si128(out + 0, _mm_unpacklo_epi8(a[0], a[1]));
+        _mm_storeu_si128(out + 1, _mm_unpackhi_epi8(a[0], a[1]));
+      } else if constexpr (KR == 4) {
         // bytes (r0[j], r1[j]) then words ((r0, r1)[j], (r2, r3)[j]): j-major, 4 k per j
         const __m128i t01lo = _mm_unpacklo_epi8(a[0], a[1]), t01hi = _mm_unpackhi_epi8(a[0], a[1]);
         const __m128i t23lo = _mm_unpacklo_epi8(a[2], a[3]), t23hi = _mm_unpackhi_epi8(a[2], a[3]);

@@ -27,10 +27,17 @@ struct FixedKernelLayout {
 
 // qgemm_u8s8_s32_4x16c4__portable: plain C++ over the vpdpbusd-shaped layout.
 using PortableLayout = FixedKernelLayout<4, 16, 4, int8_t, uint8_t>;
-// qgemm_u8s8_s32_4x16c2__avx2: vpmaddwd on int16 operands (x' zero-extended, w
-// sign-extended at pack time), which cannot saturate: |x'0·w0 + x'1·w1| <= 2·255·128
-// < 2^31. (vpmaddubsw would saturate its int16 pair sums at 2·255·127 > 2^15 − 1.)
-using Avx2Layout = FixedKernelLayout<4, 16, 2, int16_t, int16_t>;
+// qgemm_u8s8_s32_6x16c2__avx2: vpmaddwd on int16 operands (x' zero-extended per call, w
+// stored as int8 pairs and sign-extended in the k-loop), which cannot saturate:
+// |x'0·w0 + x'1·w1| <= 2·255·128 < 2^31. (vpmaddubsw would saturate its int16 pair sums
+// at 2·255·127 > 2^15 − 1.)
+using Avx2Layout = FixedKernelLayout<6, 16, 2, int8_t, int16_t>;
+// qgemm_u8s7_s32_5x16c4__avx2: weights whose every w' is in [-64, 64] (7-bit weights,
+// Recipe.weight_bits = 7), packed instead of the family above when the avx2 weights allow
+// it (PackedWeights::narrow): vpmaddubsw + vpmaddwd(1) + vpaddd, 4 k per x' broadcast,
+// exact because |x'0·w0 + x'1·w1| <= 2·255·64 = 32640 fits the int16 that vpmaddubsw
+// saturates to. Same data layout as the portable family (int8 groups of 4, uint8 x').
+using Avx2NarrowLayout = FixedKernelLayout<5, 16, 4, int8_t, uint8_t>;
 // qgemm_u8s8_s32_12x32c4__avx512vnni: vpdpbusd, 12 rows x 2 zmm of int32 accumulators.
 using Avx512VnniLayout = FixedKernelLayout<12, 32, 4, int8_t, uint8_t>;
 
@@ -107,6 +114,12 @@ struct KernelFamily {
   int mr_indirect;
 };
 const KernelFamily& kernel_family(Isa isa);
+// The family the weights were packed for: kernel_family(w.isa), or the avx2 7-bit family
+// for PackedWeights::narrow.
+const KernelFamily& kernel_family(const PackedWeights& w);
+// Whether every w' (w, or w − 128 for uint8 w) of w [K, N] (row stride `stride`) is in
+// [-64, 64], so that the avx2 7-bit family computes it exactly.
+bool weights_fit_7_bits(const void* w, bool w_unsigned, int64_t K, int64_t N, int64_t stride);
 
 // Activation packing (pack.cc): rows [m_begin, m_end) of x -> x' rows of Kp elements
 // (x' = x for uint8, x ^ 0x80 = x + 128 for int8; zeros in [K, Kp)).
@@ -120,6 +133,7 @@ void activation_row_sums(const void* x, int64_t x_row_stride, bool x_signed, int
 
 void qgemm_tiles_portable(const TileArgs& t);
 void qgemm_tiles_avx2(const TileArgs& t);
+void qgemm_tiles_avx2_narrow(const TileArgs& t);
 void qgemm_tiles_avx512vnni(const TileArgs& t);
 double vnni_peak_probe_avx512vnni(double seconds);
 

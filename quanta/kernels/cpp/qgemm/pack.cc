@@ -65,8 +65,9 @@ std::shared_ptr<PackedWeights> pack_weights(const void* w, bool w_unsigned, int6
                                             bool zero_point_per_channel, Isa isa) {
   if (K < 0 || N < 0 || w_row_stride < N) throw std::invalid_argument("pack_weights: bad dimensions");
   auto pw = std::make_shared<PackedWeights>();
-  const KernelFamily& li = kernel_family(isa);
   pw->isa = isa;
+  pw->narrow = isa == Isa::kAvx2 && weights_fit_7_bits(w, w_unsigned, K, N, w_row_stride);
+  const KernelFamily& li = kernel_family(*pw);
   pw->nr = li.nr;
   pw->kr = li.kr;
   pw->storage_bytes = li.w_bytes;
@@ -101,6 +102,17 @@ std::shared_ptr<PackedWeights> pack_weights(const void* w, bool w_unsigned, int6
     pack_panels<int16_t>(w, w_unsigned, K, N, w_row_stride, *pw);
   }
   return pw;
+}
+
+bool weights_fit_7_bits(const void* w, bool w_unsigned, int64_t K, int64_t N, int64_t stride) {
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t n = 0; n < N; ++n) {
+      const int32_t v = w_unsigned ? static_cast<int32_t>(static_cast<const uint8_t*>(w)[k * stride + n]) - 128
+                                   : static_cast<int32_t>(static_cast<const int8_t*>(w)[k * stride + n]);
+      if (v < -64 || v > 64) return false;
+    }
+  }
+  return true;
 }
 
 void pack_activations_u8(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp,

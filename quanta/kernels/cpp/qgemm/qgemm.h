@@ -127,6 +127,9 @@ struct PackedWeights {
   int64_t K = 0, N = 0, Kp = 0, n_panels = 0;
   bool weights_unsigned = false;   // packed from uint8 weights (w' = w − 128)
   bool has_zero_point = false;     // some zw'[n] != 0: the row-sum term is needed
+  // avx2 only: every w' in [-64, 64] (7-bit weights), packed for the vpmaddubsw family
+  // (kernel.h Avx2NarrowLayout) instead of the int16-product one
+  bool narrow = false;
   AlignedBuffer data;
   AlignedBuffer column_sums;       // int32 [n_panels·nr]: cs[n] = Σ_k (w[k,n] − zw[n])
   AlignedBuffer zero_point;        // int32 [n_panels·nr]: zw'[n] (weights' domain shifted to s8)
@@ -192,6 +195,7 @@ void qgemm(const QGemmParams& p, Workspace& workspace);
 // Name of the micro-kernel family for an ISA in the docs/kernels.md grammar, e.g.
 // "qgemm_u8s8_s32_12x32c4__avx512vnni".
 std::string qgemm_kernel_name(Isa isa);
+std::string qgemm_kernel_name(const PackedWeights& w);  // the family w was packed for
 
 // Measured vpdpbusd throughput in GOPS (2 ops per multiply-add), one thread, register
 // operands only: the machine's int8 peak for benchmarks/kernels.py. Requires avx512vnni.

@@ -1,17 +1,18 @@
-// qgemm_u8s8_s32_4x16c2__avx2 (layout: kernel.h Avx2Layout).
+// qgemm_u8s8_s32_6x16c2__avx2 (layout: kernel.h Avx2Layout).
 //
-// int16 operands and vpmaddwd, not vpmaddubsw: vpmaddubsw adds two u8·s8 products into a
-// SATURATING int16 (255·127·2 = 64770 > 32767), which would make results depend on the
-// data. The alternatives were splitting x' into 7-bit halves (two vpmaddubsw + two
-// vpmaddwd per 32 products) or widening to int16 once, at packing time, and running one
-// vpmaddwd per 16 products:
-//   acc[r][lane] += x'[r,k]·w'[k,n] + x'[r,k+1]·w'[k+1,n]   (|pair| <= 2·255·128, exact)
-// We widen (w' at pack time, x' in the per-call activation packing): fewer
-// multiplies on the two ports that have them and exact by construction, at the price of
-// twice the packed-weight bytes (the GEMV, which is bandwidth bound, reads twice as much).
+// Exact for every u8·s8 pair: the products are formed by vpmaddwd on int16 operands,
+//   acc[r][lane] += x'[r,k]·w'[k,n] + x'[r,k+1]·w'[k+1,n]   (|pair| <= 2·255·128 < 2^31)
+// never by vpmaddubsw, whose int16 pair sum saturates (255·(−128)·2 = −65280 < −32768:
+// ONNX Runtime's AVX2 kernel returns −32768 for that pair). Weights are packed as int8
+// pairs of k (32 bytes per k-pair and 16 columns: half the bytes of an int16 panel, so a
+// 4096 x 4096 GEMV's weights fit a 32 MiB L3) and sign-extended in the k-loop with one
+// vpmovsxbw per 8 columns, shared by the 6 rows of the tile; x' is widened to int16 once
+// per call (pack.cc pack_activations_s16).
 //
-// Register tile: MR = 4 rows x NR = 16 columns = 8 ymm accumulators; per k-pair 2 ymm
-// loads of the panel, 4 vpbroadcastd of x' pairs, 8 vpmaddwd + 8 vpaddd.
+// Register tile: MR = 6 rows x NR = 16 columns = 12 ymm accumulators; per k-pair 2
+// vpmovsxbw (load + widen) of the panel, 6 vpbroadcastd of x' pairs, 12 vpmaddwd + 12
+// vpaddd: 26 vector-ALU uops per 192 products (the int16 panel with 4 rows took 24 per
+// 192 and twice the weight bytes).
 //
 // Epilogue as in the AVX-512 family; lanes of a partial 8-column vector and the
 // fixed-point stage go through the shared scalar code (kernel.h).
@@ -33,7 +34,8 @@ namespace {
 using L = Avx2Layout;
 constexpr int kNR = L::kNR;
 constexpr int kKR = L::kKR;
-static_assert(kNR == 16 && kKR == 2, "the tile below is written for 2 ymm x 2 k");
+static_assert(kNR == 16 && kKR == 2 && sizeof(L::WeightStorage) == 1 && sizeof(L::ActivationStorage) == 2,
+              "the tile below is written for 2 ymm x 2 k, int8 weights, int16 x'");
 
 inline void store_q8(__m256i q, bool y_signed, void* dst) {
   const __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
@@ -81,35 +83,69 @@ inline void finish_vector(__m256i v, const Epilogue& e, int64_t m, int64_t n, in
   for (int i = 0; i < valid && i < 8; ++i) finish_element(tmp[i], e, m, n + i);
 }
 
+// Sums of one K chunk for MR rows into c0 (columns 0-7) and c1 (8-15).
+// Wide (Avx2Layout): int8 weight pairs widened to int16, x' int16 pairs, vpmaddwd.
 template <int MR>
-__attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
+__attribute__((always_inline)) inline void k_loop_wide(const TileArgs& t, int64_t r0, __m256i* c0, __m256i* c1) {
   const int16_t* a = static_cast<const int16_t*>(t.a) + r0 * t.a_row_stride;
   const int64_t s = t.a_row_stride;
-  const int16_t* b = static_cast<const int16_t*>(t.b);
-  int32_t* partial = t.partial + r0 * kNR;
-
-  __m256i c0[MR], c1[MR];
-#pragma GCC unroll 4
-  for (int r = 0; r < MR; ++r) {
-    c0[r] = t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR))
-                         : _mm256_setzero_si256();
-    c1[r] = t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR + 8))
-                         : _mm256_setzero_si256();
-  }
+  const int8_t* b = static_cast<const int8_t*>(t.b);
   for (int64_t k = 0; k < t.kc; k += kKR) {
-    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
-    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 16));
+    const __m256i b0 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(b)));
+    const __m256i b1 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(b + 16)));
     b += kNR * kKR;
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int r = 0; r < MR; ++r) {
       const __m256i xa = _mm256_set1_epi32(load_unaligned<int32_t>(a + r * s + k));
       c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(xa, b0));
       c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(xa, b1));
     }
   }
+}
+
+// Narrow (Avx2NarrowLayout, every w' in [-64, 64]): 4 k of uint8 x' per broadcast,
+// vpmaddubsw (exact: pair sums <= 2·255·64 < 2^15), vpmaddwd by 1 to int32 per column.
+template <int MR>
+__attribute__((always_inline)) inline void k_loop_narrow(const TileArgs& t, int64_t r0, __m256i* c0,
+                                                          __m256i* c1) {
+  constexpr int kKR4 = Avx2NarrowLayout::kKR;
+  const uint8_t* a = static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride;
+  const int64_t s = t.a_row_stride;
+  const int8_t* b = static_cast<const int8_t*>(t.b);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t k = 0; k < t.kc; k += kKR4) {
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 32));
+    b += kNR * kKR4;
+#pragma GCC unroll 5
+    for (int r = 0; r < MR; ++r) {
+      const __m256i xa = _mm256_set1_epi32(load_unaligned<int32_t>(a + r * s + k));
+      c0[r] = _mm256_add_epi32(c0[r], _mm256_madd_epi16(_mm256_maddubs_epi16(xa, b0), ones));
+      c1[r] = _mm256_add_epi32(c1[r], _mm256_madd_epi16(_mm256_maddubs_epi16(xa, b1), ones));
+    }
+  }
+}
+
+template <int MR, bool kNarrow>
+__attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
+  int32_t* partial = t.partial + r0 * kNR;
+
+  __m256i c0[MR], c1[MR];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) {
+    c0[r] = t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR))
+                         : _mm256_setzero_si256();
+    c1[r] = t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR + 8))
+                         : _mm256_setzero_si256();
+  }
+  if constexpr (kNarrow) {
+    k_loop_narrow<MR>(t, r0, c0, c1);
+  } else {
+    k_loop_wide<MR>(t, r0, c0, c1);
+  }
 
   if (!t.finish) {
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int r = 0; r < MR; ++r) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(partial + r * kNR), c0[r]);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(partial + r * kNR + 8), c1[r]);
@@ -132,7 +168,7 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
     cs0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.cs + n0));
     cs1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.cs + n0 + 8));
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
   for (int r = 0; r < MR; ++r) {
     __m256i v0 = _mm256_add_epi32(c0[r], ct0);
     __m256i v1 = _mm256_add_epi32(c1[r], ct1);
@@ -156,19 +192,28 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
   }
 }
 
-}  // namespace
-
-void qgemm_tiles_avx2(const TileArgs& t) {
-  constexpr int MR = L::kMR;
+template <int MR, bool kNarrow>
+__attribute__((noinline)) void run_rows(const TileArgs& t) {
   int64_t r0 = 0;
-  for (; r0 + MR <= t.rows; r0 += MR) tile<MR>(t, r0);
+  for (; r0 + MR <= t.rows; r0 += MR) tile<MR, kNarrow>(t, r0);
   switch (t.rows - r0) {
-    case 1: tile<1>(t, r0); break;
-    case 2: tile<2>(t, r0); break;
-    case 3: tile<3>(t, r0); break;
+    case 1: tile<1, kNarrow>(t, r0); break;
+    case 2: tile<2, kNarrow>(t, r0); break;
+    case 3: tile<3, kNarrow>(t, r0); break;
+    case 4: if constexpr (MR > 4) tile<4, kNarrow>(t, r0); break;
+    case 5: if constexpr (MR > 5) tile<5, kNarrow>(t, r0); break;
     default: break;
   }
 }
+
+}  // namespace
+
+void qgemm_tiles_avx2(const TileArgs& t) { run_rows<L::kMR, false>(t); }
+
+// The implicit convolution's indirect rows (TileArgs::a_rows) never reach this family:
+// conv.cc takes the implicit path only when kernel_family(isa).a_bytes == 1, which for
+// avx2 is the int16 family above, so avx2 convolutions run im2col + qgemm.
+void qgemm_tiles_avx2_narrow(const TileArgs& t) { run_rows<Avx2NarrowLayout::kMR, true>(t); }
 
 }  // namespace qgemm
 }  // namespace quanta
