@@ -799,8 +799,11 @@ def lower_rules(opset: int | None = None, evaluator: Evaluator | None = None) ->
     """The instruction-selection rules in the order they are tried; ``opset`` (ai.onnx) lets
     LowerSoftmax read a Softmax over any axis; ``evaluator`` (the reference kernels) lets
     LowerLookup compute its tables. LowerLookup comes last: ORT's own operators first."""
+    from quanta.passes.lower.per_channel_activation import LowerConvPerChannelDepthwise
+
     return [
         LowerConv(),
+        LowerConvPerChannelDepthwise(),  # NNCF: a per-channel activation into a depthwise conv
         LowerMatMul(),
         LowerMatMulFloatOutput(),
         LowerGemm(),
