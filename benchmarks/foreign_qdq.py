@@ -26,7 +26,7 @@ committed; ``--force`` writes them again):
 
 Timing: for each file and thread count, four engines run blocks of ``runs`` calls in turn
 (quanta on the file, quanta on quanta's own file, ONNX Runtime on the file, OpenVINO on
-the file), with a 30 ms pause between blocks (thread pools spin after a call); medians
+the file), with a 300 ms pause between blocks (thread pools spin after a call, OpenVINO's longest); medians
 over all calls. ORT: ``intra_op_num_threads`` = threads, sequential, ``ORT_ENABLE_ALL``.
 OpenVINO: ``Core().compile_model(model, "CPU")`` with ``INFERENCE_NUM_THREADS`` =
 threads, one stream, the latency hint, on the model reshaped to the feed's static
@@ -183,7 +183,10 @@ def time_alternating(fns: dict[str, Callable[[], object]], blocks: int, runs: in
         fn()
     for _ in range(blocks):
         for k, fn in fns.items():
-            time.sleep(0.03)  # let the previous engine's spinning pool go idle
+            # let the previous engine's threads go idle: ORT's and quanta's pools spin for
+            # a while after a call, and OpenVINO's CPU threads longer (after 30 ms the next
+            # engine's first call of the block measured 56 ms instead of 2.5)
+            time.sleep(0.3)
             for _ in range(runs):
                 t0 = time.perf_counter()
                 fn()

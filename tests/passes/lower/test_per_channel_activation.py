@@ -180,3 +180,59 @@ def test_refused_when_the_activation_has_other_users():
     result = lower(model, [LowerConvPerChannelDepthwise()])
     assert result.fired("LowerConvPerChannelDepthwise") == 0
     assert model.graph.op_counts()["Conv"] == 2
+
+
+def dw_float_output_proto(zx=(4,) * C):
+    """x -Q/DQ per channel (axis 1)-> depthwise 3x3 (float bias) -> y float (NNCF: a
+    HardSwish after the convolution, quantized after it)."""
+    rng = np.random.default_rng(9)
+    inits = [
+        numpy_helper.from_array(SV, "sx"),
+        numpy_helper.from_array(np.array(zx, np.uint8), "zx"),
+        numpy_helper.from_array(rng.integers(-127, 128, (C, 1, 3, 3)).astype(np.int8), "w"),
+        numpy_helper.from_array(np.linspace(0.02, 0.05, C).astype(np.float32), "sw"),
+        numpy_helper.from_array(np.zeros(C, np.int8), "zw"),
+        numpy_helper.from_array(np.linspace(-0.3, 0.4, C).astype(np.float32), "b"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], axis=1),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"], axis=1),
+        helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=0),
+        helper.make_node("Conv", ["xf", "wf", "b"], ["y"], name="dw", pads=[1, 1, 1, 1], group=C),
+    ]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, H, W])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, H, W])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_depthwise_conv_with_a_per_channel_x_and_a_float_output():
+    from quanta.passes.lower.conv_float_output import LowerConvFloatOutput
+    from tests.passes.helpers import dot_tolerance
+
+    p = dw_float_output_proto()
+    model = load(p)
+    assert lower(model, [LowerConvFloatOutput()]).fired("LowerConvFloatOutput") == 1
+    assert model.graph.op_counts() == {"QuantizeLinear": 1, "ConvInteger": 1, "quanta::AccumulatorToFloat": 1}
+    x = (np.random.default_rng(2).standard_normal((1, C, H, W)) * 2).astype(np.float32)
+    want, got = run_ref(p, {"x": x})[0], run_ref(model, {"x": x})[0]
+    # the exact integer sum scaled once by f32(sx[c]·sw[c]): float32 rounding of a 9-term sum
+    ini = {t.name: numpy_helper.to_array(t) for t in p.graph.initializer}
+    xq = np.clip(np.rint(x / SV.reshape(1, -1, 1, 1)) + 4, 0, 255) - 4
+    mag = (np.abs(xq).max(axis=(2, 3)) * SV * np.abs(ini["w"]).sum(axis=(1, 2, 3)) * ini["sw"]).reshape(1, -1, 1, 1)
+    assert np.all(np.abs(got - want) <= dot_tolerance(9, mag + 0.4) * 2)
+    import quanta
+
+    nat = quanta.InferenceSession(p.SerializeToString())
+    ref = quanta.InferenceSession(p.SerializeToString(), backend="reference")
+    np.testing.assert_array_equal(nat.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
+
+
+def test_depthwise_float_output_refuses_per_channel_zero_points_that_differ():
+    from quanta.passes.lower.conv_float_output import LowerConvFloatOutput
+
+    model = load(dw_float_output_proto(zx=(4, 4, 4, 5, 4, 4, 4)))
+    result = lower(model, [LowerConvFloatOutput()])
+    assert result.fired("LowerConvFloatOutput") == 0
+    assert [r.reason for r in result.why_not("LowerConvFloatOutput")] == [
+        "input x is quantized per channel with zero points that differ"
+    ]
