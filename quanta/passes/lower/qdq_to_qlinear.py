@@ -818,6 +818,7 @@ def lower_rules(opset: int | None = None, evaluator: Evaluator | None = None) ->
     LowerSoftmax read a Softmax over any axis; ``evaluator`` (the reference kernels) lets
     LowerLookup compute its tables. LowerLookup comes last: ORT's own operators first."""
     from quanta.passes.lower.per_channel_activation import LowerConvPerChannelDepthwise
+    from quanta.passes.rules.propagate_views import MoveDequantizeAfterConcat
 
     return [
         LowerConv(),
@@ -832,6 +833,7 @@ def lower_rules(opset: int | None = None, evaluator: Evaluator | None = None) ->
         LowerUnary(),
         LowerSoftmax(opset),
         LowerConcat(),
+        MoveDequantizeAfterConcat(),  # NNCF: a float Concat of one quantized type feeding a Conv
         LowerMatMulIntegerScaled(),
         LowerMatMulIntegerScaledFirst(),
         FuseMatMulFloatBias(),
