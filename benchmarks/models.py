@@ -5,6 +5,9 @@ Run: ``python benchmarks/models.py`` (``--quick`` for fewer repetitions). A rati
 from ONE run; nothing here is a timed test. The machine is shared and noisy, so only
 ratios measured in the same run mean something.
 
+OpenVINO (``--no-openvino`` skips it): quanta / OpenVINO median latency on quanta's file
+and on NNCF's file, 1 and 2 threads (``openvino_section``).
+
 Model: ``tests/ir/models.encoder_block(d=384, heads=6)`` (self-attention with an additive
 mask, output projection, residual + LayerNorm, a 2·d MLP, residual + LayerNorm), quantized
 by ``quanta.quantize_static`` (default recipe, MinMax, per-column weights) on 8 calibration
@@ -127,9 +130,52 @@ def cnn_section(blocks: int, runs: int, size: int = 224) -> None:
             )
 
 
+def openvino_section(blocks: int, runs: int) -> None:
+    """quanta / OpenVINO on quanta's file and on NNCF's (``nncf.quantize``; MiniLM also
+    with the transformer preset), 1 and 2 threads, interleaved with ORT and with quanta on
+    its own file (benchmarks/foreign_qdq.py). Models: the MobileNet-style CNN, and
+    EfficientNet-Lite0 / all-MiniLM-L6-v2 when benchmarks/real_models/export.py has
+    written them into the cache."""
+    try:
+        import nncf  # noqa: F401
+        import openvino  # noqa: F401
+    except ImportError:
+        print("\nOpenVINO section skipped: pip install openvino nncf (the bench extra)")
+        return
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import foreign_qdq
+    from runtime import mobilenet_like
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = []
+        cnn = Path(tmp) / "mobilenet.onnx"
+        onnx.save(mobilenet_like(224), cnn)
+        cnn_calib = [{"input": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)} for _ in range(4)]
+        cases.append(("mobilenet_like", cnn, cnn_calib, cnn_calib[0], ("nncf",)))
+        for name in foreign_qdq.REAL:
+            if (foreign_qdq.BENCH_CACHE / f"{name}.prep.onnx").exists():
+                src, calib, feed, kind = foreign_qdq.model_and_feeds(name)
+                cases.append((name, src, calib, feed, ("nncf", "nncf_transformer") if kind == "text" else ("nncf",)))
+        print("\nquanta vs OpenVINO on quanta's file and on NNCF's (median ms; own = quanta on quanta's file)")
+        print(f"  {'model':<20} {'file':<17} {'thr':>3} {'quanta':>8} {'OV':>8} {'q/OV':>6} {'own/OV':>7} {'q/own':>6}")
+        for name, src, calib, feed, layouts in cases:
+            files = {}
+            for layout in ("quanta", *layouts):
+                files[layout] = Path(tmp) / f"{name}.{layout}.onnx"
+                foreign_qdq.quantize(layout, src, files[layout], calib)
+            for layout, path in files.items():
+                for threads in (1, 2):
+                    med, _ = foreign_qdq.compare(path, files["quanta"], threads, feed, blocks, max(3, runs // 4))
+                    ov = med.get("ov", float("nan"))
+                    print(f"  {name:<20} {layout:<17} {threads:>3} {med['q']:>8.2f} {ov:>8.2f} {med['q'] / ov:>6.2f} "
+                          f"{med['own'] / ov:>7.2f} {med['q'] / med['own']:>6.2f}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--no-openvino", action="store_true", help="skip the OpenVINO section")
     args = ap.parse_args(argv)
     # long blocks: the first calls after a pause pay the pools' wake-up (a halted vCPU in a VM)
     blocks, runs = (3, 10) if args.quick else (6, 40)
@@ -137,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime
 
     cnn_section(blocks, runs)
+    if not args.no_openvino:
+        openvino_section(blocks, runs)
 
     with tempfile.TemporaryDirectory() as tmp:
         fp32 = Path(tmp) / "encoder_d384.onnx"

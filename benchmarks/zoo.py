@@ -24,8 +24,11 @@ running the file and with quanta running it, and the max |quanta - ORT| on the s
 (first output, evaluation feeds); for files another tool quantized, that distance in
 LSB of the output (README, "1 LSB") and, in parentheses, ORT's own distance between
 running the file optimized and as written. ``--latency``: quanta / ORT median latency on quanta's
-and on ORT's default file, 1 and 2 threads. One model's failure is printed and the table
-goes on; ``--log FILE`` keeps every traceback.
+and on ORT's default file, 1 and 2 threads. ``--openvino``: a second table, quanta /
+OpenVINO median latency on quanta's file and on NNCF's file (``nncf.quantize`` with its
+defaults; ``benchmarks/foreign_qdq.py`` has the engines and the timing), 1 and 2 threads,
+and quanta on NNCF's file / quanta on its own. One model's failure is printed and the
+table goes on; ``--log FILE`` keeps every traceback.
 """
 
 from __future__ import annotations
@@ -536,6 +539,55 @@ def add_latency(model: Model, path: Path, row: dict) -> None:
             log_failure(f"{model.name} {row['config']} latency {threads}t")
 
 
+# --- OpenVINO ------------------------------------------------------------------------
+
+
+def openvino_benchmark(entry: dict, cache: Path, out: Path) -> list[dict]:
+    """quanta / OpenVINO on quanta's file and on NNCF's, 1 and 2 threads, interleaved
+    (foreign_qdq.compare: quanta on the file, quanta on its own file, ORT, OpenVINO)."""
+    import foreign_qdq  # benchmarks/foreign_qdq.py
+
+    if entry.get("made_by") or entry["name"] == "minilm_int8":
+        return []  # no float source to quantize with NNCF
+    model = Model(entry, cache)
+    files = {"quanta": out / f"{model.name}.quanta.onnx", "nncf": out / f"{model.name}.nncf.onnx"}
+    rows = []
+    for layout, path in files.items():
+        row = {"model": model.name, "file": layout}
+        rows.append(row)
+        try:
+            if not path.exists():
+                with contextlib.redirect_stdout(io.StringIO()):
+                    foreign_qdq.quantize(layout, model.path, path, model.calib)
+            for threads in (1, 2):
+                med, _ = foreign_qdq.compare(path, files["quanta"], threads, model.eval[0], blocks=5, runs=3)
+                row[f"ms_{threads}t"] = med
+        except Exception as e:
+            row["error"] = first_line(e)
+            log_failure(f"{model.name} {layout} OpenVINO")
+    return rows
+
+
+def openvino_table(rows: list[dict]) -> str:
+    head = ["model", "file", "q/OV 1t", "q/OV 2t", "q/own 1t", "q/own 2t", "q/ORT 1t", "q/ORT 2t", "q ms 1t", "OV ms 1t"]
+    lines = [head]
+    for r in rows:
+        cells = [r["model"], r["file"]]
+        for a, b in (("q", "ov"), ("q", "own"), ("q", "ort")):
+            for t in (1, 2):
+                med = r.get(f"ms_{t}t", {})
+                cells.append(f"{med[a] / med[b]:.2f}" if a in med and b in med else "-")
+        med = r.get("ms_1t", {})
+        cells += [f"{med['q']:.2f}" if "q" in med else "-", f"{med['ov']:.2f}" if "ov" in med else "-"]
+        if "error" in r:
+            cells[2] = "FAIL: " + r["error"][:50]
+        lines.append(cells)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = ["| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |" for line in lines]
+    out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(out)
+
+
 # --- table ---------------------------------------------------------------------------
 
 
@@ -596,6 +648,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="comma-separated manifest names (default: all)")
     ap.add_argument("--latency", action="store_true", help="quanta / ORT median latency, 1 and 2 threads")
+    ap.add_argument("--openvino", action="store_true",
+                    help="also quanta / OpenVINO on quanta's and NNCF's files, 1 and 2 threads")
     ap.add_argument("--json", help="write the numbers to this file")
     ap.add_argument("--log", help="write every failure's traceback to this file")
     ap.add_argument("--cache", help="cache folder (default $QUANTA_ZOO_CACHE or ~/.cache/quanta-zoo)")
@@ -616,6 +670,7 @@ def main(argv: list[str] | None = None) -> int:
 
     state = tree_state()  # at the start: the tree may move during the run
     rows: list[dict] = []
+    ov_rows: list[dict] = []
     for entry in entries:
         print(f"{entry['name']} ...", file=sys.stderr, flush=True)
         t = time.perf_counter()
@@ -624,12 +679,21 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # one model's failure stays local
             rows.append({"model": entry["name"], "config": "-", "quantizes": "model failed: " + first_line(e)})
             log_failure(f"{entry['name']}")
+        if args.openvino:
+            try:
+                ov_rows += openvino_benchmark(entry, cache, out)
+            except Exception as e:
+                ov_rows.append({"model": entry["name"], "file": "-", "error": first_line(e)})
+                log_failure(f"{entry['name']} OpenVINO")
         print(f"{entry['name']} done in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
     print(f"zoo, {stamp}, quanta at {state}, audio: {zoodata.audio_source()}, files in {out}")
     print(table(rows, args.latency))
+    if ov_rows:
+        print("\nquanta vs OpenVINO (q = quanta on the file, own = quanta on quanta's file; median ms ratios)")
+        print(openvino_table(ov_rows))
     if args.json:
         Path(args.json).write_text(json.dumps({"stamp": stamp, "quanta": state, "audio": zoodata.audio_source(),
-                                               "rows": rows},
+                                               "rows": rows, "openvino_rows": ov_rows},
                                               indent=1, default=str) + "\n")
     if args.log:
         Path(args.log).write_text("\n".join(LOG) + "\n")

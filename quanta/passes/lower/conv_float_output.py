@@ -34,7 +34,11 @@ __all__ = ["LowerConvFloatOutput"]
 
 
 class LowerConvFloatOutput(Rule):
-    """``Conv(DQ(x), DQ(w), b?)``, float output -> ``AccumulatorToFloat(ConvInteger(x, w, zx, zw), bq, sx·sw)``."""
+    """``Conv(DQ(x), DQ(w), b?)``, float output -> ``AccumulatorToFloat(ConvInteger(x, w, zx, zw), bq, sx·sw)``.
+
+    A depthwise convolution (group = C = M) takes x quantized per channel (axis 1, one
+    zero point): each output channel reads one input channel, so its scale is
+    ``f32(sx[c]·sw[c])``, the same product the float group forms per element."""
 
     pattern = "c = Conv(xf = DequantizeLinear(x, sx, zx?), wf = DequantizeLinear(w, sw, zw?), b?)"
     shared_ok = frozenset({"xf", "wf"})
@@ -61,12 +65,22 @@ class LowerConvFloatOutput(Rule):
             return NoMatch("the convolution's output is not float32")
         qx = _params(m, "xf", "x", "sx", "zx")
         qw = _params(m, "wf", "w", "sw", "zw")
-        for q, what, per_tensor in ((qx, "input x", True), (qw, "weight w", False)):
+        w = np.asarray(m.value("w").const)
+        # a depthwise convolution reads each channel of x alone: x may be quantized per
+        # channel (NNCF's placement), its scale one more factor of the channel's sx·sw
+        depthwise = int(m.node("c").attrs.get("group", 1)) == w.shape[0] and w.shape[1] == 1
+        x_shape = m.value("x").shape
+        x_per_channel = (
+            qx is not None and qx.axis is not None and depthwise and x_shape is not None
+            and qx.axis % len(x_shape) == 1 and len(qx.scale) == w.shape[0]
+        )
+        for q, what, per_tensor in ((qx, "input x", not x_per_channel), (qw, "weight w", False)):
             bad = _check_8bit(q, what, per_tensor=per_tensor)
             if bad is not None:
                 return bad
         assert qx is not None and qw is not None
-        w = np.asarray(m.value("w").const)
+        if x_per_channel and len(set(qx.zero_point)) != 1:
+            return NoMatch("input x is quantized per channel with zero points that differ")
         if qw.axis is not None and qw.axis % w.ndim != 0:
             return NoMatch(f"weight w is quantized along axis {qw.axis}; ConvInteger takes axis 0")
         bias = m["b"]
@@ -78,11 +92,13 @@ class LowerConvFloatOutput(Rule):
                     f"float bias {describe(bias)} of shape {float_bias.shape} is not one per output channel"
                 )
             bq = None
+        elif bias is not None and x_per_channel:
+            return NoMatch("an int32 bias with a per-channel x (its scale is not one sx·sw)")
         else:
             bq = _int32_bias(m, "b", qx, qw)
             if isinstance(bq, NoMatch):
                 return bq
-        m.data.update(qx=qx, qw=qw, bq=bq, float_bias=float_bias, rank=w.ndim)
+        m.data.update(qx=qx, qw=qw, bq=bq, float_bias=float_bias, rank=w.ndim, x_per_channel=x_per_channel)
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Value:
@@ -92,7 +108,10 @@ class LowerConvFloatOutput(Rule):
         qx, qw, rank = m.data["qx"], m.data["qw"], m.data["rank"]
         name = conv.name or "conv"
         attrs = {k: v for k, v in conv.attrs.items() if k in CONV_ATTRS}
-        zx = _zero_point_or_default(b, m, "zx", qx, "x_zero_point")
+        if m.data["x_per_channel"]:  # one zero point for all channels (checked)
+            zx = b.const("x_zero_point", np.asarray(qx.zero_point[0], dtype=qx.storage.numpy))
+        else:
+            zx = _zero_point_or_default(b, m, "zx", qx, "x_zero_point")
         zw = _zero_point_or_default(b, m, "zw", qw, "w_zero_point")
         out = m["c"]
         shape = out.shape if out is not None else None
@@ -110,7 +129,8 @@ class LowerConvFloatOutput(Rule):
             bq = m.data["bq"]
             codes = bq if isinstance(bq, np.ndarray) else bq.const  # ndarray: requantized to sx·sw
             bias = b.const(f"{name}_bias_i32", np.asarray(codes, np.int32).reshape(per_channel))
-        scale = np.float32(qx.scale[0]) * np.asarray(qw.scale, np.float32)  # eq. (6): sx·sw, float32
+        sx = np.asarray(qx.scale, np.float32) if m.data["x_per_channel"] else np.float32(qx.scale[0])
+        scale = np.multiply(sx, np.asarray(qw.scale, np.float32), dtype=np.float32)  # eq. (6): sx·sw, float32
         s = b.const(f"{name}_scale", scale.reshape(per_channel if scale.size > 1 else ()).astype(np.float32))
         inputs = [acc, bias, s]
         if m.data["float_bias"] is not None:

@@ -13,18 +13,31 @@ and would be dequantized again on every run. Exact: the constant is the evaluato
 Kept: a DequantizeLinear read by a QuantizeLinear or an integer operator (nothing to gain
 there), and results over ``max_output_elements`` (a model that stays mostly float keeps
 its int8 weights compact; 2^22 elements = 16 MiB by default).
+
+An embedding table over that size quantized per row (NNCF's word embeddings: 30522 x 384
+int8, one scale per row) is read by a Gather of a few rows; dequantizing the whole table
+on every run cost 20 ms on MiniLM. ``GatherDequantizedRows`` gathers the integer rows and
+their scales and dequantizes only those::
+
+    %y = Gather(DequantizeLinear(%c: const, %s[V]: const, %z[V]?: const) {axis=0}, %ids) {axis=0}
+      -> %y = Mul(Sub?(Cast(Gather(%c, %ids), to=FLOAT), Gather(%z', %ids)), Gather(%s', %ids))
+
+with ``%s'``, ``%z'`` the scales and zero points reshaped to ``[V, 1, ...]`` (they
+broadcast over a row) and the zero points as float32. Exact: DequantizeLinear computes
+``f32(f32(q - z)·s)`` (reference/quantize.py), and ``q - z`` of 8-bit integers is an
+integer below 2^9, exact in float32 whether subtracted before or after the Cast.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from quanta.ir.graph import Value
+from quanta.ir.graph import Value, result_type
 from quanta.ir.types import TensorType, elem_from_numpy
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules.fold_constants import Evaluator
 
-__all__ = ["FoldFloatWeight", "FoldFloatWeights"]
+__all__ = ["FoldFloatWeight", "FoldFloatWeights", "GatherDequantizedRows"]
 
 
 def _reads_integers(op_type: str) -> bool:
@@ -76,8 +89,54 @@ class FoldFloatWeight(Rule):
         return b.const(w.name, out, TensorType(elem_from_numpy(out.dtype), tuple(out.shape)))
 
 
+class GatherDequantizedRows(Rule):
+    """%y = Gather(DequantizeLinear(const, const[V], const[V]?) {axis=0}, ids) {axis=0}
+    -> Mul(Sub?(Cast(Gather(const, ids)), Gather(z', ids)), Gather(s', ids)) (module docstring)."""
+
+    pattern = "y = Gather(w = DequantizeLinear(c, s, z?), ids)"
+    shared_ok = frozenset({"w"})
+
+    def __init__(self, min_elements: int = (1 << 22) + 1):
+        # smaller tables are FoldFloatWeight's (max_output_elements): a float constant
+        self.min_elements = min_elements
+
+    def check(self, m: Match) -> Match | NoMatch:
+        for name in ("c", "s", "z"):
+            v = m[name]
+            if v is not None and not v.is_const:
+                return NoMatch(f"input '{v.name}' is not a constant", "pattern")
+        c = np.asarray(m.const("c"))
+        s = np.asarray(m.const("s"))
+        if c.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) or c.ndim < 2:
+            return NoMatch(f"the table is {c.dtype} of rank {c.ndim}; expected an 8-bit matrix or more")
+        if s.dtype != np.float32 or s.shape != (c.shape[0],):
+            return NoMatch("the table is not quantized per row (one float32 scale per row, axis 0)")
+        if int(m.node("w").attrs.get("axis", 1)) % c.ndim != 0 or int(m.root.attrs.get("axis", 0)) % c.ndim != 0:
+            return NoMatch("the DequantizeLinear's axis or the Gather's axis is not 0")
+        if m.node("w").attrs.get("block_size", 0):
+            return NoMatch("block-quantized table")
+        if c.size < self.min_elements:
+            return NoMatch("a small table: FoldFloatWeight makes it a float constant", "pattern")
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        c = np.asarray(m.const("c"))
+        bcast = (c.shape[0],) + (1,) * (c.ndim - 1)
+        table = b.const(m["c"].name, c)  # plain integers: the rows are gathered before any scale applies
+        rows = b.op("Gather", [table, m["ids"]], {"axis": 0}, types=None, name=f"{m.root.name}_rows")
+        d = b.op("Cast", [rows], {"to": 1}, types=result_type(shape_from=m["y"], elem_from=m["y"]))
+        z = m["z"]
+        if z is not None and np.any(np.asarray(z.const) != 0):
+            zf = b.const(f"{z.name}_rows", np.asarray(z.const).astype(np.float32).reshape(bcast))
+            zr = b.op("Gather", [zf, m["ids"]], {"axis": 0}, types=None)
+            d = b.op("Sub", [d, zr], types=result_type(shape_from=m["y"], elem_from=m["y"]))
+        sf = b.const(f"{m['s'].name}_rows", np.asarray(m.const("s")).reshape(bcast))
+        sr = b.op("Gather", [sf, m["ids"]], {"axis": 0}, types=None)
+        return b.op("Mul", [d, sr], types=result_type(shape_from=m["y"], elem_from=m["y"]))
+
+
 class FoldFloatWeights(RewritePass):
     name = "fold_float_weights"
 
     def __init__(self, evaluator: Evaluator):
-        super().__init__([FoldFloatWeight(evaluator)])
+        super().__init__([FoldFloatWeight(evaluator), GatherDequantizedRows()])

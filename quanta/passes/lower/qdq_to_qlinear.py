@@ -365,10 +365,22 @@ def _gemm_check(m: Match, with_output: bool) -> Match | NoMatch:
         bad = _check_8bit(qy, "output y")
         if bad is not None:
             return bad
-    bias = _int32_bias(m, "cb", qa, qb)
-    if isinstance(bias, NoMatch):
-        return bias
-    m.data.update(qa=qa, qb=qb, qy=qy, bias=bias)
+    float_bias = None
+    cb = m["cb"]
+    if not with_output and cb is not None and cb.is_const and np.asarray(cb.const).dtype == np.float32:
+        # a float bias of a float-output Gemm (NNCF's classifier head): added in float32
+        # after the integer product, as FuseMatMulFloatBias's op adds it
+        float_bias, bias = cb, None
+        n = m.value("c").shape[-1] if m.value("c").shape else None
+        if np.asarray(cb.const).ndim > 1 and any(d != 1 for d in np.asarray(cb.const).shape[:-1]):
+            return NoMatch(f"float bias {describe(cb)} is not one value per output column")
+        if not isinstance(n, int) or np.asarray(cb.const).shape[-1:] not in ((n,), (1,)):
+            return NoMatch(f"float bias {describe(cb)} does not broadcast over the {n} output columns")
+    else:
+        bias = _int32_bias(m, "cb", qa, qb, quantize_float=with_output)
+        if isinstance(bias, NoMatch):
+            return bias
+    m.data.update(qa=qa, qb=qb, qy=qy, bias=bias, float_bias=float_bias)
     return m
 
 
@@ -383,7 +395,7 @@ def _gemm_rewrite(m: Match, b: Builder, out: str, with_output: bool) -> Value:
     if with_output:
         inputs += [m["sy"], _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")]
     attrs = {k: gemm.attrs[k] for k in ("alpha", "transA", "transB") if k in gemm.attrs}
-    return b.op(
+    y = b.op(
         "QGemm",
         inputs,
         attrs,
@@ -392,6 +404,9 @@ def _gemm_rewrite(m: Match, b: Builder, out: str, with_output: bool) -> Value:
         attr_types=gemm.attr_types,
         name=gemm.name or None,
     )
+    if m.data.get("float_bias") is None:
+        return y
+    return b.op("Add", [y, m.data["float_bias"]], types=result_type(shape_from=m[out], elem_from=m[out]))
 
 
 class LowerGemm(Rule):
@@ -412,7 +427,10 @@ class LowerGemm(Rule):
 
 class LowerGemmFloatOutput(Rule):
     """``Gemm(DQ(a), DQ(b), c?) -> com.microsoft::QGemm(a, sa, za, b, sb, zb, cq?)`` with a
-    float output (the classifier head: quanta leaves graph outputs float)."""
+    float output (the classifier head: quanta leaves graph outputs float). A float
+    constant bias (NNCF's head) is added after the op in float32:
+    ``Add(QGemm(a, sa, za, b, sb, zb), c)``, which is the float Gemm up to float32
+    rounding (the product is exact in int32, scaled once, then the bias added)."""
 
     pattern = "c = Gemm(af = DequantizeLinear(a, sa, za?), bf = DequantizeLinear(bq, sb, zb?), cb?)"
     shared_ok = frozenset({"af", "bf"})
@@ -799,8 +817,12 @@ def lower_rules(opset: int | None = None, evaluator: Evaluator | None = None) ->
     """The instruction-selection rules in the order they are tried; ``opset`` (ai.onnx) lets
     LowerSoftmax read a Softmax over any axis; ``evaluator`` (the reference kernels) lets
     LowerLookup compute its tables. LowerLookup comes last: ORT's own operators first."""
+    from quanta.passes.lower.per_channel_activation import LowerConvPerChannelDepthwise
+    from quanta.passes.rules.propagate_views import MoveDequantizeAfterConcat
+
     return [
         LowerConv(),
+        LowerConvPerChannelDepthwise(),  # NNCF: a per-channel activation into a depthwise conv
         LowerMatMul(),
         LowerMatMulFloatOutput(),
         LowerGemm(),
@@ -811,6 +833,7 @@ def lower_rules(opset: int | None = None, evaluator: Evaluator | None = None) ->
         LowerUnary(),
         LowerSoftmax(opset),
         LowerConcat(),
+        MoveDequantizeAfterConcat(),  # NNCF: a float Concat of one quantized type feeding a Conv
         LowerMatMulIntegerScaled(),
         LowerMatMulIntegerScaledFirst(),
         FuseMatMulFloatBias(),

@@ -30,8 +30,12 @@ FoldBatchNormIntoGemm (Y = alpha·A·B + beta_g·C, output channel n is the last
     W'[:, n] = W[:, n] * a[n]  (transB=0)     W'[n, :] = W[n, :] * a[n]  (transB=1)
     C' = beta_g · C · a + t    (C = 0 when omitted)
 
-NoMatch reasons: training mode, non-constant BN parameters, non-constant W or B (e.g. a
-DequantizeLinear output: fold before quantizing), W shared with another node, W not a
+FoldBatchNormIntoQuantizedConv: the same fold into a Conv whose weight is
+``DequantizeLinear(wq, sw, zw)``: the integers kept (negated where ``a < 0``), ``|a|``
+folded into the per-channel scales (see the class).
+
+NoMatch reasons: training mode, non-constant BN parameters, non-constant W or B (a
+DequantizeLinear weight is FoldBatchNormIntoQuantizedConv's), W shared with another node, W not a
 float tensor, a channel count that disagrees, the producer's output used elsewhere
 (engine), ``spatial=0``.
 """
@@ -49,6 +53,7 @@ __all__ = [
     "FoldBatchNormIntoConv",
     "FoldBatchNormIntoConvTranspose",
     "FoldBatchNormIntoGemm",
+    "FoldBatchNormIntoQuantizedConv",
 ]
 
 BN_PARAMS = ("g", "beta", "mean", "var")
@@ -207,6 +212,104 @@ class FoldBatchNormIntoGemm(Rule):
         )
 
 
+class FoldBatchNormIntoQuantizedConv(Rule):
+    """%y = BatchNormalization(%c = Conv(%x, DequantizeLinear(%wq, %sw, %zw?), %B?), ...)
+    -> %y = Conv(%x, DequantizeLinear(%wq', %sw', %zw'), %B')
+
+    A quantizer run on an export that still holds BatchNormalization (NNCF, ONNX
+    Runtime's without its pre-processing) leaves a float BN after a quantized Conv, and
+    the Conv's output is then not quantized: the Conv stays a float island. Per output
+    channel the weight is ``(wq[m] − zw[m])·sw[m]``, so ``W'[m] = W[m]·a[m]`` is the same
+    integers with scale ``sw'[m] = f32(sw[m]·|a[m]|)``, negated where ``a[m] < 0``
+    (``wq' = −wq``, ``zw' = −zw``; refused when such a code is the int8 minimum, which has
+    no negation). ``B' = B·a + t`` as in FoldBatchNormIntoConv (float32; an int32
+    ``DequantizeLinear`` bias is read as the float it stands for). Exact in real
+    arithmetic; the float32 rounding of ``sw'`` and ``B'`` is FoldBatchNormIntoConv's.
+    """
+
+    pattern = (
+        "y = BatchNormalization(c = Conv(x, wf = DequantizeLinear(wq, sw, zw?), B?), g, beta, mean, var)"
+    )
+
+    def check(self, m: Match) -> Match | NoMatch:
+        from quanta.passes.rules._util import node_qtype
+
+        bn = m.root
+        if int(bn.attrs.get("training_mode", 0)) or not int(bn.attrs.get("spatial", 1)):
+            return NoMatch("BatchNormalization in training mode or with spatial=0")
+        if any(o.uses or any(o is x for x in m.graph.outputs) for o in bn.outputs[1:]):
+            return NoMatch("BatchNormalization's running statistics are used")
+        bad = first_nonconst(m, *BN_PARAMS, "wq", "sw", "zw")
+        if bad is not None:
+            return NoMatch(f"{bad} is not a constant")
+        wq = np.asarray(m.const("wq"))
+        if wq.dtype != np.dtype(np.int8) or wq.ndim < 3:
+            return NoMatch(f"the weight is {wq.dtype} of rank {wq.ndim}; expected int8 convolution weights")
+        q = node_qtype(m.node("wf"), m["wq"], m["sw"], m["zw"])
+        if q is None or (q.axis is not None and q.axis % wq.ndim != 0):
+            return NoMatch("the weight is not quantized per tensor or per output channel (axis 0)")
+        channels = wq.shape[0]
+        if any(np.asarray(m.const(n)).size != channels for n in BN_PARAMS):
+            return NoMatch(f"BatchNormalization parameters do not have {channels} elements")
+        bias = np.zeros(channels)
+        bv = m["B"]
+        if bv is not None:
+            dq = bv.producer
+            if bv.is_const and np.asarray(bv.const).dtype == np.float32:
+                bias = np.asarray(bv.const, np.float64)
+            elif dq is not None and dq.op_type == "DequantizeLinear" and all(
+                v is None or v.is_const for v in dq.inputs
+            ):
+                qb = node_qtype(dq, dq.input(0), dq.input(1), dq.input(2))
+                if qb is None or str(qb.storage) != "i32" or any(qb.zero_point):
+                    return NoMatch(f"bias {describe(bv)} is not a float or int32 constant")
+                codes = np.asarray(dq.input(0).const).astype(np.float32)
+                scale = np.broadcast_to(np.asarray(qb.scale, np.float32), codes.shape)
+                bias = np.multiply(codes, scale, dtype=np.float32).astype(np.float64)
+            else:
+                return NoMatch(f"bias {describe(bv)} is not a constant")
+            if bias.shape != (channels,):
+                return NoMatch(f"bias of shape {bias.shape} for {channels} output channels")
+        a, t = _factors(m)
+        if not (np.all(np.isfinite(a)) and np.all(a != 0)):
+            return NoMatch("a BatchNormalization factor g/sqrt(var + eps) is zero or not finite")
+        sw = np.broadcast_to(np.asarray(q.scale, np.float64), (channels,))
+        zw = np.broadcast_to(np.asarray(q.zero_point, np.int64), (channels,))
+        neg = a < 0
+        if np.any(neg) and (np.any(wq[neg] == -128) or np.any(zw[neg] == -128)):
+            return NoMatch("a channel with a negative BatchNormalization factor holds the code -128")
+        new_sw = (sw * np.abs(a)).astype(np.float32)
+        if not np.all(np.isfinite(new_sw)) or np.any(new_sw <= 0):
+            return NoMatch("a folded weight scale is not a positive finite float32")
+        sign = np.where(neg, -1, 1)
+        new_wq = (wq.astype(np.int16) * sign.reshape((channels,) + (1,) * (wq.ndim - 1))).astype(np.int8)
+        m.data.update(
+            wq=new_wq, sw=new_sw, zw=(zw * sign).astype(np.int8), b=(bias * a + t).astype(np.float32), qtype=q
+        )
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        from quanta.ir.types import QuantType, TensorType
+
+        d = m.data
+        q = d["qtype"]
+        qt = QuantType(q.storage, q.expressed, d["sw"], d["zw"], axis=0)
+        wq = b.const(f"{m['wq'].name}_bn", d["wq"], TensorType(qt, tuple(d["wq"].shape)))
+        sw = b.const(f"{m['sw'].name}_bn", d["sw"])
+        zw = b.const(f"{m['wq'].name}_bn_zero_point", d["zw"])
+        wf = b.op(
+            "DequantizeLinear", [wq, sw, zw], {"axis": 0},
+            types=result_type(shape_from=m["wf"], elem_from=m["wf"]), name=m.node("wf").name or None,
+        )
+        bias = b.const(f"{m.node('c').name or 'conv'}_bn_bias", d["b"])
+        return _folded(b, m, "Conv", [m["x"], wf, bias], dict(m.node("c").attrs))
+
+
 class FoldBatchNorm(RewritePass):
     name = "fold_batchnorm"
-    rules = (FoldBatchNormIntoConv(), FoldBatchNormIntoConvTranspose(), FoldBatchNormIntoGemm())
+    rules = (
+        FoldBatchNormIntoConv(),
+        FoldBatchNormIntoConvTranspose(),
+        FoldBatchNormIntoGemm(),
+        FoldBatchNormIntoQuantizedConv(),
+    )

@@ -97,3 +97,74 @@ def test_a_runtime_input_is_not_folded(gamma_const):
     _, result = fold(model)
     assert result.fired("FoldFloatWeight") == 1  # beta only
     assert any(n.op_type == "DequantizeLinear" and n.name == "dq_g" for n in model.graph.nodes)
+
+
+# -- GatherDequantizedRows -------------------------------------------------------------
+
+
+def embedding_proto(*, zero_points: bool, rows: int = 19, width: int = 7, s_shape=None, gather_axis: int = 0):
+    """ids -> Gather(DequantizeLinear(table_i8 [19, 7], per-row scales {axis 0}), ids): NNCF's
+    embedding layout; distinct scales, and non-zero zero points that differ per row."""
+    rng = np.random.default_rng(2)
+    s = np.linspace(0.002, 0.09, rows).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(rng.integers(-128, 128, (rows, width)).astype(np.int8), "t_q"),
+        numpy_helper.from_array(s if s_shape is None else np.resize(s, s_shape), "t_s"),
+    ]
+    dq_in = ["t_q", "t_s"]
+    if zero_points:
+        inits.append(numpy_helper.from_array(rng.integers(-9, 10, rows).astype(np.int8), "t_z"))
+        dq_in.append("t_z")
+    nodes = [
+        helper.make_node("DequantizeLinear", dq_in, ["t"], name="dq_t", axis=0),
+        helper.make_node("Gather", ["t", "ids"], ["y"], name="gather", axis=gather_axis),
+    ]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("zero_points", [False, True])
+def test_gather_dequantized_rows_bit_exact(zero_points):
+    from quanta.passes.lower.fold_float_weights import GatherDequantizedRows
+
+    proto = embedding_proto(zero_points=zero_points)
+    model = load(proto)
+    result = run_passes(model, [RewritePass([GatherDequantizedRows(min_elements=1)])], stage=Stage.LOWERED)
+    assert result.fired("GatherDequantizedRows") == 1
+    ops = model.graph.op_counts()
+    assert "DequantizeLinear" not in ops
+    assert ops == {"Gather": 3 if zero_points else 2, "Cast": 1, "Mul": 1, **({"Sub": 1} if zero_points else {})}
+    ids = np.array([[0, 18, 3, 3, 7], [-1, 5, 11, 2, 17]], np.int64)  # a negative index counts from the end
+    want = run_ref(proto, {"ids": ids})[0]
+    got = run_ref(model, {"ids": ids})[0]
+    assert want.shape == (2, 5, 7)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    # the native target runs the rewritten graph as written: the same bits
+    from quanta import GraphOptimizationLevel, InferenceSession, SessionOptions
+    from quanta.ir.onnx_io import to_proto
+
+    options = SessionOptions(graph_optimization_level=GraphOptimizationLevel.ORT_DISABLE_ALL)
+    native = InferenceSession(to_proto(model), options, backend="native")
+    assert not native.fallbacks
+    np.testing.assert_array_equal(native.run(None, {"ids": ids})[0].view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "reason"),
+    [
+        (dict(s_shape=(1,)), "the table is not quantized per row (one float32 scale per row, axis 0)"),
+        (dict(gather_axis=1), "the DequantizeLinear's axis or the Gather's axis is not 0"),
+    ],
+)
+def test_gather_dequantized_rows_refusals(kwargs, reason):
+    from quanta.passes.lower.fold_float_weights import GatherDequantizedRows
+
+    p = RewritePass([GatherDequantizedRows(min_elements=1)])
+    model = load(embedding_proto(zero_points=False, **kwargs))
+    result = run_passes(model, [p], stage=Stage.LOWERED)
+    assert result.fired("GatherDequantizedRows") == 0
+    assert [r.reason for r in p.why_not("GatherDequantizedRows")] == [reason]
+    assert "DequantizeLinear" in model.graph.op_counts()

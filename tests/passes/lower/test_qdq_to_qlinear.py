@@ -413,3 +413,70 @@ def test_lowered_model_runs_in_onnxruntime(tmp_path):
     ours = run_ref(model, {"x": x})[0]
     theirs = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(ours, theirs)  # 0: same integer op, same requantization
+
+
+def qdq_gemm_float_bias_proto(*, quantized_output: bool, trans_b: int = 1):
+    """x -Q-DQ-> Gemm(w: DQ per output column, float constant bias) [-Q-DQ->] y: NNCF's
+    classifier head (the bias stays a float constant); 13 -> 5, distinct scales."""
+    rng = np.random.default_rng(11)
+    w_shape = (5, 13) if trans_b else (13, 5)
+    inits = [
+        numpy_helper.from_array(np.float32(0.031), "sx"),
+        numpy_helper.from_array(np.uint8(121), "zx"),
+        numpy_helper.from_array(rng.integers(-127, 128, w_shape).astype(np.int8), "w"),
+        numpy_helper.from_array(np.linspace(0.004, 0.011, 5).astype(np.float32), "sw"),
+        numpy_helper.from_array(np.zeros(5, np.int8), "zw"),
+        numpy_helper.from_array(np.linspace(-0.7, 0.9, 5).astype(np.float32), "bias"),
+        numpy_helper.from_array(np.float32(0.017), "sy"),
+        numpy_helper.from_array(np.uint8(117), "zy"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"], name="dqx"),
+        helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], name="dqw", axis=0 if trans_b else 1),
+        helper.make_node("Gemm", ["xf", "wf", "bias"], ["g" if quantized_output else "y"], name="gemm",
+                         transB=trans_b),
+    ]
+    if quantized_output:
+        nodes += [
+            helper.make_node("QuantizeLinear", ["g", "sy", "zy"], ["gq"], name="qg"),
+            helper.make_node("DequantizeLinear", ["gq", "sy", "zy"], ["y"], name="dqg"),
+        ]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 13])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.skipif(not has_qgemm(), reason="no QGemm reference kernel")
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_lower_gemm_float_output_with_a_float_bias(trans_b):
+    """The integer product, then the float bias added in float32: against the float
+    Gemm of the dequantized operands, float32 rounding of a 13-term dot product only."""
+    proto = qdq_gemm_float_bias_proto(quantized_output=False, trans_b=trans_b)
+    model = load(proto)
+    from quanta.passes.lower.qdq_to_qlinear import LowerGemmFloatOutput
+
+    assert lower(model, [LowerGemmFloatOutput()]).fired("LowerGemmFloatOutput") == 1
+    assert model.graph.op_counts() == {"QuantizeLinear": 1, "com.microsoft::QGemm": 1, "Add": 1}
+    x = (np.random.default_rng(2).standard_normal((3, 13)) * 2).astype(np.float32)
+    want, got = run_ref(proto, {"x": x})[0], run_ref(model, {"x": x})[0]
+    xf = (np.clip(np.rint(x / np.float32(0.031)) + 121, 0, 255) - 121) * 0.031
+    w = numpy_helper.to_array(proto.graph.initializer[2]).astype(np.float64)
+    w = w * (np.linspace(0.004, 0.011, 5)[:, None] if trans_b else np.linspace(0.004, 0.011, 5)[None, :])
+    mag = np.abs(xf) @ (np.abs(w).T if trans_b else np.abs(w)) + 0.9
+    from tests.passes.helpers import dot_tolerance
+
+    assert np.all(np.abs(got - want) <= dot_tolerance(13, mag))
+
+
+@pytest.mark.skipif(not has_qgemm(), reason="no QGemm reference kernel")
+def test_lower_gemm_quantized_output_quantizes_a_float_bias():
+    proto = qdq_gemm_float_bias_proto(quantized_output=True)
+    model = load(proto)
+    from quanta.passes.lower.qdq_to_qlinear import LowerGemm
+
+    assert lower(model, [LowerGemm()]).fired("LowerGemm") == 1
+    assert model.graph.op_counts() == {"QuantizeLinear": 1, "com.microsoft::QGemm": 1, "DequantizeLinear": 1}
+    x = (np.random.default_rng(4).standard_normal((3, 13)) * 2).astype(np.float32)
+    # the bias rounded to a multiple of sx·sw moves the output by at most half a step of that
+    assert_within_one_step(run_ref(proto, {"x": x})[0], run_ref(model, {"x": x})[0], 0.017)

@@ -267,15 +267,26 @@ def test_fold_batchnorm_refuses_non_constant_bn_parameter():
     ]
 
 
-def test_fold_batchnorm_refuses_dequantized_weight():
-    # In a QDQ graph W comes from DequantizeLinear: fold before quantizing.
+def test_fold_batchnorm_dequantized_weight_is_the_quantized_rules():
+    # In a QDQ graph W comes from DequantizeLinear: FoldBatchNormIntoConv refuses it and
+    # FoldBatchNormIntoQuantizedConv folds it into the scales (a per-tensor zero point 3,
+    # negated with the codes of the channels whose gamma is negative)
     proto = conv_bn_model(3, 7, 1, True)
     w = next(i for i in proto.graph.initializer if i.name == "w")
     proto.graph.initializer.remove(w)
     wq = np.clip(np.round(numpy_helper.to_array(w) / 0.01), -127, 127).astype(np.int8)
     proto.graph.initializer.extend([_init("wq", wq), _init("ws", np.float32(0.01)), _init("wz", np.int8(3))])
     proto.graph.node.insert(0, helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"], name="dq_w"))
-    assert why_not(load(proto)) == ["W 'w' (output of 'dq_w' (DequantizeLinear)) is not a constant"]
+    model = load(proto)
+    p = FoldBatchNorm()
+    result = run_passes(model, [p])
+    assert [r.reason for r in p.why_not("FoldBatchNormIntoConv")] == [
+        "W 'w' (output of 'dq_w' (DequantizeLinear)) is not a constant"
+    ]
+    assert result.fired("FoldBatchNormIntoQuantizedConv") == 1
+    x = rng_data((2, 3, 9, 5), 1)
+    want, got = run_ref(proto, {"x": x})[0], run_ref(model, {"x": x})[0]
+    assert np.max(np.abs(got - want)) <= 1e-4 * max(1.0, float(np.max(np.abs(want))))
 
 
 def test_fold_batchnorm_refuses_non_constant_bias():
@@ -367,3 +378,72 @@ def test_fold_batchnorm_refuses_conv_transpose_group_mismatch():
     assert why_not(g, "FoldBatchNormIntoConvTranspose") == [
         "ConvTranspose W has 5 input channels, not a multiple of group 2"
     ]
+
+
+# -- FoldBatchNormIntoQuantizedConv ----------------------------------------------------
+
+
+def qconv_bn_model(bias: str, *, min_code_in_negative_channel: bool = False, seed: int = 3) -> onnx.ModelProto:
+    """x -Q-DQ-> Conv(DQ(w int8 per channel, zero points 0), bias) -> BN (some gammas
+    negative) -> y: what NNCF writes for an export that kept its BatchNormalization.
+    3 -> 7 channels, 3x3, distinct scales."""
+    rng = np.random.default_rng(seed)
+    p = bn_params(7, seed)
+    wq = rng.integers(-127, 128, (7, 3, 3, 3)).astype(np.int8)
+    if min_code_in_negative_channel:
+        wq[int(np.flatnonzero(p["g"] < 0)[0]), 0, 0, 0] = -128
+    sw = np.linspace(0.004, 0.013, 7).astype(np.float32)
+    inits = [_init(k, v) for k, v in p.items()] + [
+        _init("sx", np.float32(0.021)), _init("zx", np.uint8(131)),
+        _init("wq", wq), _init("sw", sw), _init("zw", np.zeros(7, np.int8)),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+        helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wf"], axis=0),
+    ]
+    conv_in = ["xf", "wf"]
+    if bias == "float":
+        inits.append(_init("B", np.linspace(-0.4, 0.3, 7).astype(np.float32)))
+        conv_in.append("B")
+    elif bias == "int32":
+        inits += [_init("bq", np.arange(-3, 4, dtype=np.int32) * 37),
+                  _init("sb", np.multiply(np.float32(0.021), sw, dtype=np.float32))]
+        nodes.append(helper.make_node("DequantizeLinear", ["bq", "sb"], ["B"], axis=0))
+        conv_in.append("B")
+    nodes += [helper.make_node("Conv", conv_in, ["c"], name="conv", pads=[1, 1, 1, 1]), bn_node()]
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 9, 5])],
+                      [out_info("y", 4)], inits)
+
+
+@pytest.mark.parametrize("bias", ["none", "float", "int32"])
+def test_fold_batchnorm_into_quantized_conv(bias):
+    proto = qconv_bn_model(bias)
+    assert np.any(numpy_helper.to_array(proto.graph.initializer[0]) < 0)  # some gamma < 0: codes negated
+    model = load(proto)
+    result = run_passes(model, [FoldBatchNorm()])
+    assert result.fired("FoldBatchNormIntoQuantizedConv") == 1
+    ops = model.graph.op_counts()
+    assert "BatchNormalization" not in ops and ops["Conv"] == 1
+    verify(model.graph, Stage.QDQ)
+    x = rng_data((2, 3, 9, 5), 5)
+    want, got = run_ref(proto, {"x": x})[0], run_ref(model, {"x": x})[0]
+    # the folded weights (wq'·sw'[m]) equal W·a to 2^-24 relative: FoldBatchNormIntoConv's bound,
+    # with |W·a| summed over the 27 taps of each output and the BN's own rounding
+    p = {k: numpy_helper.to_array(t) for k, t in ((t.name, t) for t in proto.graph.initializer)}
+    a = p["g"].astype(np.float64) / np.sqrt(p["var"].astype(np.float64) + np.float32(1e-3))
+    w = p["wq"].astype(np.float64) * p["sw"].astype(np.float64).reshape(-1, 1, 1, 1)
+    xq = (np.clip(np.rint(x / np.float32(0.021)) + 131, 0, 255) - 131) * 0.021
+    mag = np.max(np.abs(xq)) * np.abs(w).sum(axis=(1, 2, 3)) * np.abs(a) + np.abs(p["beta"]) + 2
+    assert np.all(np.abs(got - want) <= dot_tolerance(27, mag).reshape(1, -1, 1, 1) * 4)
+
+
+def test_fold_batchnorm_into_quantized_conv_refuses_min_code_in_a_negated_channel():
+    model = load(qconv_bn_model("none", min_code_in_negative_channel=True))
+    p = FoldBatchNorm()
+    result = run_passes(model, [p])
+    assert result.fired("FoldBatchNormIntoQuantizedConv") == 0
+    assert [r.reason for r in p.why_not("FoldBatchNormIntoQuantizedConv")] == [
+        "a channel with a negative BatchNormalization factor holds the code -128"
+    ]
+    assert model.graph.op_counts()["BatchNormalization"] == 1

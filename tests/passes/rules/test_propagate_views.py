@@ -192,3 +192,77 @@ def test_propagate_views_refuses_non_constant_parameters():
     assert "scale / zero point are not constants" in {
         r.reason for r in result.why_not("MoveDequantizeAfterView")
     }
+
+
+def split_concat_model(*, concat_scales=(0.031, 0.031), quantize_concat: bool = False) -> onnx.ModelProto:
+    """NNCF's C2f / SPPF placement: Split(DQ(q)) -> Relu on one part -> Concat of
+    DQ(Q(part)) inputs (one unified type, or not) -> Conv reading the float Concat."""
+    rng = np.random.default_rng(4)
+    inits = [
+        _init("s", np.float32(0.047)), _init("z", np.uint8(121)),
+        _init("sc0", np.float32(concat_scales[0])), _init("sc1", np.float32(concat_scales[1])),
+        _init("zc", np.uint8(7)), _init("split", np.array([3, 4], np.int64)),
+        _init("w", rng.standard_normal((5, 7, 1, 1)).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["f"]),
+        helper.make_node("Split", ["f", "split"], ["a", "b"], axis=1, name="split"),
+        helper.make_node("Relu", ["a"], ["ar"]),
+        helper.make_node("QuantizeLinear", ["ar", "sc0", "zc"], ["aq"]),
+        helper.make_node("DequantizeLinear", ["aq", "sc0", "zc"], ["af"]),
+        helper.make_node("QuantizeLinear", ["b", "sc1", "zc"], ["bq"]),
+        helper.make_node("DequantizeLinear", ["bq", "sc1", "zc"], ["bf"]),
+        helper.make_node("Concat", ["af", "bf"], ["cat"], axis=1, name="concat"),
+    ]
+    if quantize_concat:
+        inits.append(_init("sy", np.float32(0.05)))
+        nodes += [helper.make_node("QuantizeLinear", ["cat", "sy", "zc"], ["catq"]),
+                  helper.make_node("DequantizeLinear", ["catq", "sy", "zc"], ["catf"]),
+                  helper.make_node("Conv", ["catf", "w"], ["y"])]
+    else:
+        nodes.append(helper.make_node("Conv", ["cat", "w"], ["y"]))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, 3, 5])],
+                          [out_info("y", 4)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_dequantize_moves_below_split_and_concat_bit_exact():
+    from quanta.passes.pattern import RewritePass
+    from quanta.passes.rules.propagate_views import MoveDequantizeAfterConcat
+
+    proto = split_concat_model()
+    model = load(proto)
+    concat = RewritePass([MoveDequantizeAfterConcat()])
+    concat.produces_stage = Stage.LOWERED  # instruction selection's stage: Concat may read integers
+    result = run_passes(model, [PropagateViews(), concat, EliminateDead()])
+    assert result.fired("MoveDequantizeAfterSplit") == 1
+    assert result.fired("MoveDequantizeAfterConcat") == 1
+    text = format_graph(model.graph)
+    # the Split and the Concat now run on the integers; the Conv reads one DequantizeLinear
+    assert "Q(u8:f32, 0.047, 121)> = Split(%q" in text.replace("\n", " ") or "= Split(%q" in text
+    conv = next(n for n in model.graph.nodes if n.op_type == "Conv")
+    assert conv.input(0).producer.op_type == "DequantizeLinear"
+    assert conv.input(0).producer.input(0).producer.op_type == "Concat"
+    verify(model.graph, Stage.LOWERED)
+    x = rng_data((2, 7, 3, 5), 8, -4, 4)
+    want, got = run_ref(proto, {"x": x})[0], run_ref(model, {"x": x})[0]
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_concat_of_different_types_and_requantized_concat_stay():
+    from quanta.passes.pattern import RewritePass
+    from quanta.passes.rules.propagate_views import MoveDequantizeAfterConcat
+
+    for proto, reason in (
+        (split_concat_model(concat_scales=(0.031, 0.029)), ["the inputs are quantized with different parameters"]),
+        (split_concat_model(quantize_concat=True), []),  # LowerConcat's: refused as a pattern
+    ):
+        model = load(proto)
+        concat = RewritePass([MoveDequantizeAfterConcat()])
+        concat.produces_stage = Stage.LOWERED
+        result = run_passes(model, [PropagateViews(), concat])
+        assert result.fired("MoveDequantizeAfterSplit") == 1
+        assert result.fired("MoveDequantizeAfterConcat") == 0
+        assert [r.reason for r in concat.why_not("MoveDequantizeAfterConcat")] == reason
+        assert model.graph.op_counts()["Concat"] == 1
