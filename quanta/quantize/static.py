@@ -74,6 +74,8 @@ class QuantizationSummary:
     # the written file as a session compiles it: the share of MACs in integer and the
     # largest float compute nodes (quanta.passes.coverage); None when not measured
     coverage: CoverageReport | None = None
+    # what an accuracy-driven run changed and measured (quanta.quantize.accuracy)
+    accuracy: Any = None
 
     @property
     def integer_share(self) -> float | None:
@@ -91,6 +93,8 @@ class QuantizationSummary:
             )
         if self.coverage is not None:
             lines.extend(self.coverage.format_share().splitlines())
+        if self.accuracy is not None:
+            lines.extend(self.accuracy.format().splitlines())
         by_op: dict[str, int] = {}
         for _, op in self.quantized:
             by_op[op] = by_op.get(op, 0) + 1
@@ -136,6 +140,7 @@ class QuantizationSummary:
             "float_nodes": [list(x) for x in self.float_nodes],
             "float_tensors": [list(x) for x in self.float_tensors],
             "integer_share": self.integer_share,
+            "accuracy": None if self.accuracy is None else self.accuracy.to_dict(),
             "total_macs": None if self.coverage is None else self.coverage.total_macs,
             "largest_float": []
             if self.coverage is None
@@ -256,6 +261,7 @@ def quantize_static(
     *,
     preprocess: ImagePreprocess | None = None,
     verbose: bool = True,
+    accuracy: Any = None,
     **options: Any,
 ) -> QuantizationSummary:
     """Quantize ``model_input`` with ranges calibrated on ``calibration_data``.
@@ -264,10 +270,15 @@ def quantize_static(
     file, or a folder of ``.npz`` files or images (with ``preprocess``).
     ``recipe``: a :class:`Recipe`, or a path to a YAML/JSON recipe; keyword ``options``
     override single fields (``method="entropy"``, ``per_channel=False``,
-    ``exclude=["head.*"]`` …). Returns (and, if ``verbose``, prints) the summary.
+    ``exclude=["head.*"]`` …). ``accuracy``: a :class:`quanta.AccuracyTarget`: fix the
+    layers that lose the most until the target holds on held-out data
+    (quanta.quantize.accuracy); the summary's ``accuracy`` says what changed.
+    Returns (and, if ``verbose``, prints) the summary.
     """
     t0 = time.perf_counter()
     recipe = _recipe_from(recipe, options)
+    if accuracy is not None:
+        return _quantize_to_target(model_input, model_output, calibration_data, recipe, preprocess, verbose, accuracy)
     model = load_for_quantization(model_input, min_opset=21 if recipe.weight_storage.bits == 4 else MIN_OPSET)
     prepare_float_graph(model)
     quantize_inside = recipe.subgraphs is not SubgraphMode.FLOAT
@@ -338,6 +349,30 @@ def quantize_static(
     for scope in (s for top in bodies for s in top.walk()):
         _summarize_body(summary, scope, recipe)
     summary.coverage = report
+    if verbose:
+        print(summary.format())
+    return summary
+
+
+def _quantize_to_target(model_input, model_output, calibration_data, recipe: Recipe, preprocess, verbose: bool,
+                        accuracy: Any) -> QuantizationSummary:
+    """quantize_static with an accuracy target: the feeds are read once (they are split
+    into calibration / search / confirmation parts), then quanta.quantize.accuracy.search."""
+    from quanta.calibrate.readers import iter_feeds
+    from quanta.quantize.accuracy import AccuracyTarget, search
+
+    if not isinstance(accuracy, AccuracyTarget):
+        raise TypeError(f"accuracy: expected a quanta.AccuracyTarget, got {type(accuracy).__name__}")
+    inputs = load_for_quantization(model_input).graph.inputs
+    feeds = list(iter_feeds(calibration_data, inputs, preprocess=preprocess, limit=recipe.calibration_samples))
+    if accuracy.eval_data is not None:
+        accuracy = dataclasses.replace(accuracy, eval_data=list(iter_feeds(accuracy.eval_data, inputs)))
+
+    def run(src, dst, calib, rec):
+        return quantize_static(src, dst, calib, rec, verbose=False)
+
+    summary, report = search(model_input, model_output, feeds, recipe, accuracy, run)
+    summary.accuracy = report
     if verbose:
         print(summary.format())
     return summary
