@@ -81,3 +81,21 @@ def test_metrics_follow_their_equations():
     assert abs(evaluate_metric("sqnr", ref, got) - 10 * np.log10(15.0 / 9.25)) < 1e-9
     row = np.array([0.0, 1.0, 3.0]) @ np.array([0.0, 4.0, 3.0]) / (np.sqrt(10) * 5.0)
     assert abs(evaluate_metric("cosine", ref, got) - row) < 1e-12
+
+
+def test_the_cli_target_option(tmp_path, capsys):
+    import numpy as np
+
+    from quanta.cli.main import main
+
+    src = _src(tmp_path)
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    for k, f in enumerate(chain_feeds(10, 1, batch=40)):
+        np.savez(folder / f"{k:02d}.npz", **f)
+    out = tmp_path / "t.onnx"
+    args = ["quantize", str(src), "-o", str(out), "--calib", str(folder), "--method", "minmax"]
+    assert main([*args, "--target-sqnr", "35"]) == 0
+    text = capsys.readouterr().out
+    assert "accuracy target sqnr >= 35: met" in text
+    assert main([*args, "--target-sqnr", "35", "--target-cosine", "0.9"]) == 2

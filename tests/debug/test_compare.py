@@ -159,3 +159,21 @@ def test_memory_stays_flat_as_the_data_doubles(tmp_path):
 
     small, big = peak(4), peak(8)
     assert big < small * 1.25
+
+
+def test_the_cli_prints_the_worst_layers_and_writes_json_and_html(tmp_path, capsys):
+    from quanta.cli.main import main
+
+    src, out = _quantized(tmp_path, chain())
+    data = tmp_path / "feeds.npz"
+    np.savez(data, x=chain_feeds(1, 9, batch=20)[0]["x"])
+    js, page = tmp_path / "rows.json", tmp_path / "r.html"
+    assert main(["debug", str(src), str(out), "--data", str(data), "--json", str(js), "--html", str(page)]) == 0
+    text = capsys.readouterr().out
+    assert "layers that add the most error" in text and "suggested fix" in text
+    rows = json.loads(js.read_text())
+    assert [n["name"] for n in rows["nodes"]] == ["a", "b", "c"]
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    # without the quantized file, the FP32 model is quantized with the default recipe first
+    assert main(["debug", str(src), "--data", str(data)]) == 0
+    assert "layers that add the most error" in capsys.readouterr().out
