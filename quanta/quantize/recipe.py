@@ -161,6 +161,9 @@ class Recipe:
     overrides: dict[str, TensorOverride] = field(default_factory=dict)
     quantize_outputs: bool = False  # Q/DQ on the graph outputs too
     bias_correction: bool = True  # Conv/Gemm biases absorb the mean weight-rounding error
+    # "nearest", or "gptq": second-order rounding of Conv (group 1) / Gemm / MatMul weights
+    # on the calibration inputs (quanta.quantize.rounding)
+    weight_rounding: str = "nearest"
     calibration_samples: int | None = None  # at most this many samples (None: all)
     percentile: float = 99.999
     num_bins: int | None = None  # histogram bins (None: the observer's default, 4096)
@@ -210,6 +213,8 @@ class Recipe:
             raise RecipeError(f"percentile: expected a value in (0, 100], got {self.percentile}")
         if self.min_integer_share is not None and not 0.0 <= float(self.min_integer_share) <= 1.0:
             raise RecipeError(f"min_integer_share: expected a share in [0, 1], got {self.min_integer_share}")
+        if self.weight_rounding not in ("nearest", "gptq"):
+            raise RecipeError(f"weight_rounding: expected 'nearest' or 'gptq', got {self.weight_rounding!r}")
         if self.weight_block_size <= 0:
             raise RecipeError(f"weight_block_size: expected a positive block size, got {self.weight_block_size}")
 

@@ -302,9 +302,17 @@ def quantize_static(
         consumer_channel_weights(graph, plan) if recipe.method is CalibrationMethod.WEIGHTED_MSE else {}
     )
     means: dict = {}
+    rounded = []
+    taps: dict = {}
+    if recipe.weight_rounding == "gptq":
+        from quanta.quantize.rounding import plan_rounding
+
+        rounded = plan_rounding(graph, plan)
+        for layer in rounded:
+            taps.setdefault(layer.x_name, []).append(layer.observe)
     # with bodies, the calibration run also tells which If branches the data takes and
     # the shapes inside the bodies (coverage counts their MACs with them)
-    if to_calibrate or means_for or bodies:
+    if to_calibrate or means_for or bodies or taps:
         observers = calibrate(
             model,
             to_calibrate,
@@ -314,6 +322,7 @@ def quantize_static(
             limit=recipe.calibration_samples,
             progress=recipe.progress and verbose,
             channel_means=means_for,
+            taps=taps,
         )
         samples = observers.samples
         means = observers.means
@@ -328,6 +337,10 @@ def quantize_static(
             else:
                 ranges[name] = obs.range()
     resolve_params(graph, plan, ranges, recipe)
+    if rounded:
+        from quanta.quantize.rounding import apply_rounding
+
+        apply_rounding(graph, plan, rounded, reduce_range=recipe.reduce_range)
     if recipe.bias_correction:
         correct_biases(graph, plan, means)
     quantize_bodies(bodies, model, ranges, body_float, means, recipe)
