@@ -561,7 +561,7 @@ def _diagnose(t: TensorRow, hist) -> None:
     elif t.chosen_sqnr_db < 30.0 and t.int16_sqnr_db > t.chosen_sqnr_db + 10:
         t.recommendation = (
             f"int16 activations: {t.int16_sqnr_db:.1f} dB on this data (int8: {t.chosen_sqnr_db:.1f} dB; "
-            f"outliers {t.outlier_ratio:.1f}x the 99.99th percentile)"
+            f"outliers {t.outlier_ratio:.1f}x the 99.9th percentile)"
         )
 
 

@@ -241,6 +241,8 @@ def search(
                 return value
             return evaluate_metric(target.metric, ref_confirm, _outputs(path, confirm_feeds))
 
+        dbg: Any = None
+        dbg_path = None
         while True:
             if best_value >= target.minimum:
                 confirmed = confirm(best_path, best_value)
@@ -252,7 +254,9 @@ def search(
                 reason = reason or (f"stopped after {steps} trial fix(es) (max_steps): the best, {best_value:.4g}, "
                                     f"is below {target.minimum:g}")
                 break
-            dbg = compare(src, best_path, calib[: target.debug_feeds], histograms=True)
+            if dbg is None or dbg_path != best_path:  # rank again only after a fix was kept
+                dbg = compare(src, best_path, calib[: target.debug_feeds], histograms=True)
+                dbg_path = best_path
             candidates = [r for r in dbg.worst(len(dbg.nodes)) if r.name not in tried_nodes and r.contribution > 0]
             if not candidates:
                 reason = reason or (

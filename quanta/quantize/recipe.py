@@ -164,6 +164,9 @@ class Recipe:
     # "nearest", or "gptq": second-order rounding of Conv (group 1) / Gemm / MatMul weights
     # on the calibration inputs (quanta.quantize.rounding)
     weight_rounding: str = "nearest"
+    # SmoothQuant's alpha: balance the activation channels of MatMul/Gemm inputs that a Mul
+    # with a constant produces (quanta.quantize.smooth); None: off
+    smooth_quant: float | None = None
     calibration_samples: int | None = None  # at most this many samples (None: all)
     percentile: float = 99.999
     num_bins: int | None = None  # histogram bins (None: the observer's default, 4096)
@@ -215,6 +218,8 @@ class Recipe:
             raise RecipeError(f"min_integer_share: expected a share in [0, 1], got {self.min_integer_share}")
         if self.weight_rounding not in ("nearest", "gptq"):
             raise RecipeError(f"weight_rounding: expected 'nearest' or 'gptq', got {self.weight_rounding!r}")
+        if self.smooth_quant is not None and not 0.0 < float(self.smooth_quant) < 1.0:
+            raise RecipeError(f"smooth_quant: expected an alpha in (0, 1) or None, got {self.smooth_quant}")
         if self.weight_block_size <= 0:
             raise RecipeError(f"weight_block_size: expected a positive block size, got {self.weight_block_size}")
 

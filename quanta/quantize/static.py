@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,7 +286,13 @@ def quantize_static(
     if quantize_inside:
         prepare_bodies(model, prepare_float_graph)
     graph = model.graph
-    plan = plan_qdq(graph, recipe)
+    plan_recipe = recipe
+    if recipe.smooth_quant is not None:
+        smoothed = _smooth(model, calibration_data, recipe, preprocess)
+        # the Mul that produces a balanced activation stays float: its own inputs keep the
+        # outliers the balancing moved out of its output (no MACs: the share is unchanged)
+        plan_recipe = dataclasses.replace(recipe, exclude=(*recipe.exclude, *(re.escape(n) for n in smoothed)))
+    plan = plan_qdq(graph, plan_recipe)
     bodies = plan_bodies(model, body_recipe(recipe)) if quantize_inside else []
     ranges = {}
     body_float: dict[str, str] = {}
@@ -365,6 +372,20 @@ def quantize_static(
     if verbose:
         print(summary.format())
     return summary
+
+
+def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> list[str]:
+    """SmoothQuant on the float graph (quanta.quantize.smooth): one pass over the data for
+    the per-channel maxima, then the factors folded into constants. Returns the names of
+    the Mul nodes whose outputs were balanced."""
+    from quanta.quantize.smooth import apply_smoothing, plan_smoothing
+
+    sites = plan_smoothing(model.graph, recipe.op_types)
+    if not sites:
+        return []
+    calibrate(model, [], data, make_observer_factory(recipe), preprocess=preprocess, limit=recipe.calibration_samples,
+              progress=False, taps={s.x.name: [s.observe] for s in sites})
+    return apply_smoothing(model.graph, sites, float(recipe.smooth_quant))
 
 
 def _quantize_to_target(model_input, model_output, calibration_data, recipe: Recipe, preprocess, verbose: bool,
