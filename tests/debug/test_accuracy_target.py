@@ -81,7 +81,8 @@ def test_metrics_follow_their_equations():
     assert abs(evaluate_metric("sqnr", ref, got) - 10 * np.log10(15.0 / 9.25)) < 1e-9
     row = np.array([0.0, 1.0, 3.0]) @ np.array([0.0, 4.0, 3.0]) / (np.sqrt(10) * 5.0)
     assert abs(evaluate_metric("cosine", ref, got) - row) < 1e-12
-    assert abs(evaluate_metric("mean_cosine", ref, got) - (1.0 + row) / 2) < 1e-12
+    row0 = 6.0 / (np.sqrt(5.0) * np.sqrt(7.25))
+    assert abs(evaluate_metric("mean_cosine", ref, got) - (row0 + row) / 2) < 1e-12
     assert evaluate_metric("mean_cosine", ref, got) > evaluate_metric("cosine", ref, got)
 
 
