@@ -11,12 +11,14 @@ Public API (mirrors ONNX Runtime where it has an equivalent)::
 from __future__ import annotations
 
 from quanta.calibrate.readers import CalibrationDataReader, ImagePreprocess
+from quanta.quantize.accuracy import AccuracyTarget
 from quanta.quantize.dynamic import quantize_dynamic
 from quanta.quantize.recipe import CalibrationMethod, Recipe
 from quanta.quantize.static import QuantizationSummary, quantize_static
 from quanta.session import GraphOptimizationLevel, InferenceSession, InvalidArgument, NodeArg, SessionOptions
 
 __all__ = [
+    "AccuracyTarget",
     "CalibrationDataReader",
     "CalibrationMethod",
     "GraphOptimizationLevel",
@@ -33,3 +35,20 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def _session_outputs(path, feeds):
+    """Per feed, the outputs of ``path`` run by an InferenceSession (the accuracy search's trials)."""
+    sess = InferenceSession(path)
+    names = {i.name for i in sess.get_inputs()}
+    return [sess.run(None, {k: v for k, v in f.items() if k in names}) for f in feeds]
+
+
+def _install_accuracy_hooks() -> None:
+    from quanta.debug.compare import compare
+    from quanta.quantize import accuracy
+
+    accuracy.install(compare=compare, outputs=_session_outputs)
+
+
+_install_accuracy_hooks()

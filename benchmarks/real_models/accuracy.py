@@ -180,6 +180,8 @@ def quantize_ort(src: Path, dst: Path, calib: list[Feed], **kw: Any) -> str:
 def quantize_quanta(src: Path, dst: Path, calib: list[Feed], **kw: Any) -> str:
     import quanta
 
+    if "__target__" in kw:
+        kw = {**{k: v for k, v in kw.items() if k != "__target__"}, **_target(*kw["__target__"])}
     summary = quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False, **kw)
     return summary.format(max_rows=60)
 
@@ -245,6 +247,25 @@ CONFIGS: dict[str, Config] = {
         ),
     ]
 }
+def _target(metric: str, minimum: float) -> dict[str, Any]:
+    import quanta
+
+    # a few trials: on this shared 2-core machine one EfficientNet trial takes minutes
+    return {"accuracy": quanta.AccuracyTarget(metric=metric, minimum=minimum, max_steps=6, debug_feeds=1)}
+
+
+# accuracy-driven quantization (docs/debugger.md): the target is searched on a held-out part
+# of the calibration data, never on the evaluation data
+CONFIGS.update({
+    c.name: c
+    for c in [
+        Config("quanta_gptq", "quanta weight_rounding=gptq", quantize_quanta, {"weight_rounding": "gptq"}),
+        Config("quanta_target_agreement", "quanta, target top-1 agreement 0.98", quantize_quanta,
+               {"__target__": ("top1_agreement", 0.98)}, (EFFICIENTNET,)),
+        Config("quanta_target_cosine", "quanta, target mean cosine 0.998", quantize_quanta,
+               {"__target__": ("mean_cosine", 0.998)}, (MINILM,)),
+    ]
+})
 DEFAULT_CONFIGS = ["ort_default", "ort_per_channel", "quanta_default", "quanta_entropy", "quanta_percentile", "quanta_mse"]
 
 

@@ -93,11 +93,14 @@ def calibrate(
     limit: int | None = None,
     progress: bool = True,
     channel_means: dict[str, int] | None = None,
+    taps: Mapping[str, list[Callable[[np.ndarray], None]]] | None = None,
 ) -> CalibrationResult:
     """Observe ``tensors`` (value names of ``model``) over ``data``; return their observers.
 
     ``data`` is anything :func:`quanta.calibrate.readers.iter_feeds` accepts.
-    ``make_observer(name)`` builds the observer of one tensor.
+    ``make_observer(name)`` builds the observer of one tensor. ``taps``: more consumers
+    of named float values, called with each value as it is produced (the statistics that
+    rounding-aware weight quantization accumulates).
     """
     wanted = list(dict.fromkeys(tensors))
     observers = CalibrationResult({name: make_observer(name) for name in wanted})
@@ -125,6 +128,8 @@ def calibrate(
         mean = means.get(name)
         if mean is not None:
             mean.observe(arr)
+        for tap in (taps or {}).get(name, ()):
+            tap(arr)
 
     t0 = time.perf_counter()
     n = 0

@@ -18,6 +18,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -228,8 +229,47 @@ def cmd_quantize(args: argparse.Namespace) -> int:
                 std=tuple(args.image_std) if args.image_std else None,
                 layout=args.image_layout,
             )
-        quantize_static(args.model, args.output, args.calib, args.recipe, preprocess=pre, **options)
+        accuracy = None
+        targets = [(m, v) for m, v in (("sqnr", args.target_sqnr), ("cosine", args.target_cosine),
+                                       ("top1_agreement", args.target_agreement)) if v is not None]
+        if len(targets) > 1:
+            raise CliError("give one of --target-sqnr, --target-cosine, --target-agreement")
+        if targets:
+            from quanta.quantize.accuracy import AccuracyTarget
+
+            accuracy = AccuracyTarget(metric=targets[0][0], minimum=targets[0][1], eval_data=args.eval_data)
+        quantize_static(args.model, args.output, args.calib, args.recipe, preprocess=pre, accuracy=accuracy,
+                        **options)
     print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_debug(args: argparse.Namespace) -> int:
+    """Layer-wise error of a QDQ model against its FP32 original (quanta.debug.compare);
+    without QUANTIZED, the FP32 model is quantized with the default recipe on the data
+    first (into a temporary file)."""
+    import tempfile
+
+    from quanta.debug.compare import compare
+
+    with tempfile.TemporaryDirectory() as tmp:
+        quantized = args.quantized
+        if quantized is None:
+            from quanta.quantize.static import quantize_static
+
+            quantized = os.path.join(tmp, "quantized.onnx")
+            quantize_static(args.model, quantized, args.data, args.recipe, verbose=False, progress=False)
+        result = compare(args.model, quantized, args.data, limit=args.samples, ablation=args.ablation)
+    print(result.format(k=args.top))
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(result.to_json())
+        print(f"wrote {args.json}")
+    if args.html:
+        from quanta.debug.html import write_html
+
+        write_html(result, args.html, title=os.path.basename(str(args.model)))
+        print(f"wrote {args.html}")
     return 0
 
 
@@ -314,6 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--image-std", type=float, nargs="+", help="images: per-channel std")
     s.add_argument("--image-layout", choices=["NCHW", "NHWC"], default="NCHW")
+    s.add_argument("--target-sqnr", type=float, metavar="DB",
+                   help="accuracy target: output SQNR against FP32 on held-out calibration data")
+    s.add_argument("--target-cosine", type=float, metavar="C", help="accuracy target: worst output-row cosine")
+    s.add_argument("--target-agreement", type=float, metavar="A", help="accuracy target: top-1 agreement")
+    s.add_argument("--eval-data", help="measure the target on these feeds instead of held-out calibration data")
     s.set_defaults(func=cmd_quantize)
 
     s = sub.add_parser(
@@ -336,6 +381,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")
     s.add_argument("--backend", choices=["native", "reference"], default="native")
     s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser(
+        "debug", help="which layers lose accuracy: local vs inherited error per quantized node, with fixes"
+    )
+    s.add_argument("model", help="the FP32 model")
+    s.add_argument("quantized", nargs="?", help="its QDQ model (default: quantize MODEL with the default recipe)")
+    s.add_argument("--data", required=True, help="feeds: .npz file or folder of .npz files")
+    s.add_argument("--samples", type=int, help="use at most this many feeds")
+    s.add_argument("--recipe", help="recipe for quantizing MODEL when QUANTIZED is not given")
+    s.add_argument("--ablation", type=int, default=0, metavar="K",
+                   help="also measure the K worst layers one at a time in float (K extra passes)")
+    s.add_argument("--top", type=int, default=10, help="rows of the terminal table (default 10)")
+    s.add_argument("--html", help="write the HTML report here")
+    s.add_argument("--json", help="write every row as JSON here")
+    s.set_defaults(func=cmd_debug)
 
     s = sub.add_parser("demo", help="quantize the built-in demo model and compare FP32 with int8")
     s.add_argument("--backend", choices=["native", "reference"], default="native")

@@ -122,6 +122,7 @@ class TensorPlan:
     fixed_range: tuple[float, float] | None = None
     block: int | None = None  # per-block weights: block size along ``axis``
     values: np.ndarray | None = None  # replaces the constant's values (a corrected bias)
+    codes: np.ndarray | None = None  # a weight's integers chosen beforehand (quanta.quantize.rounding)
 
 
 @dataclass
@@ -572,7 +573,10 @@ def correct_biases(graph: Graph, plan: QdqPlan, means: dict[str, np.ndarray]) ->
             continue
         q = w_t.qtype
         w = np.asarray(by_name[w_t.name].const, dtype=np.float32)
-        wq = quantize_linear(w, q.scale_array(), q.zero_point_array(), axis=q.axis, block=q.block, dtype=q.storage.numpy)
+        wq = w_t.codes
+        if wq is None:
+            wq = quantize_linear(w, q.scale_array(), q.zero_point_array(), axis=q.axis, block=q.block,
+                                 dtype=q.storage.numpy)
         dw = dequantize_linear(wq, q.scale_array(), q.zero_point_array(), axis=q.axis, block=q.block).astype(np.float64)
         dw -= w.astype(np.float64)
         node = d.node
@@ -752,6 +756,8 @@ def _insert_constant_dq(graph: Graph, node: Node, idx: int, w: Value, t: TensorP
     assert q is not None
     if t.role == "bias":
         data = quantize_bias(w.const if t.values is None else t.values, q)
+    elif t.codes is not None:
+        data = t.codes
     else:
         data = quantize_linear(
             np.asarray(w.const, dtype=np.float32),

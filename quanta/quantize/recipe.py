@@ -165,6 +165,12 @@ class Recipe:
     overrides: dict[str, TensorOverride] = field(default_factory=dict)
     quantize_outputs: bool = False  # Q/DQ on the graph outputs too
     bias_correction: bool = True  # Conv/Gemm biases absorb the mean weight-rounding error
+    # "nearest", or "gptq": second-order rounding of Conv (group 1) / Gemm / MatMul weights
+    # on the calibration inputs (quanta.quantize.rounding)
+    weight_rounding: str = "nearest"
+    # SmoothQuant's alpha: balance the activation channels of MatMul/Gemm inputs that a Mul
+    # with a constant produces (quanta.quantize.smooth); None: off
+    smooth_quant: float | None = None
     calibration_samples: int | None = None  # at most this many samples (None: all)
     percentile: float = 99.999
     num_bins: int | None = None  # histogram bins (None: the observer's default, 4096)
@@ -218,6 +224,10 @@ class Recipe:
             raise RecipeError(f"weight_bits: expected 7 or 8, got {self.weight_bits!r}")
         if self.weight_bits == 7 and self.weight_type.lower() not in ("int8", "uint8"):
             raise RecipeError(f"weight_bits: 7 applies to int8/uint8 weights, got weight_type {self.weight_type!r}")
+        if self.weight_rounding not in ("nearest", "gptq"):
+            raise RecipeError(f"weight_rounding: expected 'nearest' or 'gptq', got {self.weight_rounding!r}")
+        if self.smooth_quant is not None and not 0.0 < float(self.smooth_quant) < 1.0:
+            raise RecipeError(f"smooth_quant: expected an alpha in (0, 1) or None, got {self.smooth_quant}")
         if self.weight_block_size <= 0:
             raise RecipeError(f"weight_block_size: expected a positive block size, got {self.weight_block_size}")
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,8 @@ class QuantizationSummary:
     # the written file as a session compiles it: the share of MACs in integer and the
     # largest float compute nodes (quanta.passes.coverage); None when not measured
     coverage: CoverageReport | None = None
+    # what an accuracy-driven run changed and measured (quanta.quantize.accuracy)
+    accuracy: Any = None
 
     @property
     def integer_share(self) -> float | None:
@@ -91,6 +94,8 @@ class QuantizationSummary:
             )
         if self.coverage is not None:
             lines.extend(self.coverage.format_share().splitlines())
+        if self.accuracy is not None:
+            lines.extend(self.accuracy.format().splitlines())
         by_op: dict[str, int] = {}
         for _, op in self.quantized:
             by_op[op] = by_op.get(op, 0) + 1
@@ -136,6 +141,7 @@ class QuantizationSummary:
             "float_nodes": [list(x) for x in self.float_nodes],
             "float_tensors": [list(x) for x in self.float_tensors],
             "integer_share": self.integer_share,
+            "accuracy": None if self.accuracy is None else self.accuracy.to_dict(),
             "total_macs": None if self.coverage is None else self.coverage.total_macs,
             "largest_float": []
             if self.coverage is None
@@ -256,6 +262,7 @@ def quantize_static(
     *,
     preprocess: ImagePreprocess | None = None,
     verbose: bool = True,
+    accuracy: Any = None,
     **options: Any,
 ) -> QuantizationSummary:
     """Quantize ``model_input`` with ranges calibrated on ``calibration_data``.
@@ -264,17 +271,28 @@ def quantize_static(
     file, or a folder of ``.npz`` files or images (with ``preprocess``).
     ``recipe``: a :class:`Recipe`, or a path to a YAML/JSON recipe; keyword ``options``
     override single fields (``method="entropy"``, ``per_channel=False``,
-    ``exclude=["head.*"]`` …). Returns (and, if ``verbose``, prints) the summary.
+    ``exclude=["head.*"]`` …). ``accuracy``: a :class:`quanta.AccuracyTarget`: fix the
+    layers that lose the most until the target holds on held-out data
+    (quanta.quantize.accuracy); the summary's ``accuracy`` says what changed.
+    Returns (and, if ``verbose``, prints) the summary.
     """
     t0 = time.perf_counter()
     recipe = _recipe_from(recipe, options)
+    if accuracy is not None:
+        return _quantize_to_target(model_input, model_output, calibration_data, recipe, preprocess, verbose, accuracy)
     model = load_for_quantization(model_input, min_opset=21 if recipe.weight_storage.bits == 4 else MIN_OPSET)
     prepare_float_graph(model)
     quantize_inside = recipe.subgraphs is not SubgraphMode.FLOAT
     if quantize_inside:
         prepare_bodies(model, prepare_float_graph)
     graph = model.graph
-    plan = plan_qdq(graph, recipe)
+    plan_recipe = recipe
+    if recipe.smooth_quant is not None:
+        smoothed = _smooth(model, calibration_data, recipe, preprocess)
+        # the Mul that produces a balanced activation stays float: its own inputs keep the
+        # outliers the balancing moved out of its output (no MACs: the share is unchanged)
+        plan_recipe = dataclasses.replace(recipe, exclude=(*recipe.exclude, *(re.escape(n) for n in smoothed)))
+    plan = plan_qdq(graph, plan_recipe)
     bodies = plan_bodies(model, body_recipe(recipe)) if quantize_inside else []
     ranges = {}
     body_float: dict[str, str] = {}
@@ -291,9 +309,17 @@ def quantize_static(
         consumer_channel_weights(graph, plan) if recipe.method is CalibrationMethod.WEIGHTED_MSE else {}
     )
     means: dict = {}
+    rounded = []
+    taps: dict = {}
+    if recipe.weight_rounding == "gptq":
+        from quanta.quantize.rounding import plan_rounding
+
+        rounded = plan_rounding(graph, plan)
+        for layer in rounded:
+            taps.setdefault(layer.x_name, []).append(layer.observe)
     # with bodies, the calibration run also tells which If branches the data takes and
     # the shapes inside the bodies (coverage counts their MACs with them)
-    if to_calibrate or means_for or bodies:
+    if to_calibrate or means_for or bodies or taps:
         observers = calibrate(
             model,
             to_calibrate,
@@ -303,6 +329,7 @@ def quantize_static(
             limit=recipe.calibration_samples,
             progress=recipe.progress and verbose,
             channel_means=means_for,
+            taps=taps,
         )
         samples = observers.samples
         means = observers.means
@@ -317,6 +344,10 @@ def quantize_static(
             else:
                 ranges[name] = obs.range()
     resolve_params(graph, plan, ranges, recipe)
+    if rounded:
+        from quanta.quantize.rounding import apply_rounding
+
+        apply_rounding(graph, plan, rounded, reduce_range=recipe.reduce_range)
     if recipe.bias_correction:
         correct_biases(graph, plan, means)
     quantize_bodies(bodies, model, ranges, body_float, means, recipe)
@@ -338,6 +369,44 @@ def quantize_static(
     for scope in (s for top in bodies for s in top.walk()):
         _summarize_body(summary, scope, recipe)
     summary.coverage = report
+    if verbose:
+        print(summary.format())
+    return summary
+
+
+def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> list[str]:
+    """SmoothQuant on the float graph (quanta.quantize.smooth): one pass over the data for
+    the per-channel maxima, then the factors folded into constants. Returns the names of
+    the Mul nodes whose outputs were balanced."""
+    from quanta.quantize.smooth import apply_smoothing, plan_smoothing
+
+    sites = plan_smoothing(model.graph, recipe.op_types)
+    if not sites:
+        return []
+    calibrate(model, [], data, make_observer_factory(recipe), preprocess=preprocess, limit=recipe.calibration_samples,
+              progress=False, taps={s.x.name: [s.observe] for s in sites})
+    return apply_smoothing(model.graph, sites, float(recipe.smooth_quant))
+
+
+def _quantize_to_target(model_input, model_output, calibration_data, recipe: Recipe, preprocess, verbose: bool,
+                        accuracy: Any) -> QuantizationSummary:
+    """quantize_static with an accuracy target: the feeds are read once (they are split
+    into calibration / search / confirmation parts), then quanta.quantize.accuracy.search."""
+    from quanta.calibrate.readers import iter_feeds
+    from quanta.quantize.accuracy import AccuracyTarget, search
+
+    if not isinstance(accuracy, AccuracyTarget):
+        raise TypeError(f"accuracy: expected a quanta.AccuracyTarget, got {type(accuracy).__name__}")
+    inputs = load_for_quantization(model_input).graph.inputs
+    feeds = list(iter_feeds(calibration_data, inputs, preprocess=preprocess, limit=recipe.calibration_samples))
+    if accuracy.eval_data is not None:
+        accuracy = dataclasses.replace(accuracy, eval_data=list(iter_feeds(accuracy.eval_data, inputs)))
+
+    def run(src, dst, calib, rec):
+        return quantize_static(src, dst, calib, rec, verbose=False)
+
+    summary, report = search(model_input, model_output, feeds, recipe, accuracy, run)
+    summary.accuracy = report
     if verbose:
         print(summary.format())
     return summary

@@ -1,0 +1,792 @@
+"""The layer-wise quantization debugger: where a QDQ model loses accuracy, and why.
+
+``compare(fp32, quantized, data)`` runs both models on the same feeds, one feed at a
+time (statistics are streamed: memory is one feed's tensors plus fixed-size sums and
+histograms, whatever the number of samples), and returns a :class:`DebugResult`:
+
+- one :class:`NodeRow` per quantized node of the QDQ model (a node with at least one
+  input from a DequantizeLinear), named by its ONNX node name, in graph order:
+  *inherited* error (the quantized model's output tensor vs the FP32 model's tensor of
+  the same name: everything upstream plus this node), *local* error (this node's FP32
+  inputs quantized with its own Q/DQ parameters, the node run, its output quantized,
+  vs the FP32 output: what this node adds when its inputs are exact) and the estimated
+  share of the end-to-end error it causes; docs/debugger.md eqs. (1)-(6);
+- one :class:`TensorRow` per activation Q/DQ pair: clipped share (eq. (7)), levels used,
+  and calibration diagnostics from a streaming histogram of the FP32 tensor: the range
+  each calibration method would choose and the SQNR it gives on this data (eq. (8)), the
+  outlier ratio (eq. (9)) and a recommended action;
+- one :class:`WeightRow` per quantized weight: per-channel scale spread and outlier
+  channels (eq. (10));
+- the model outputs against FP32: SQNR, cosine, top-1 agreement.
+
+Local error is measured with the QDQ semantics (Q/DQ of the inputs, the op in float on
+the dequantized values, Q/DQ of the output): the integer kernels compute the same
+products and sums exactly, so it differs from them only by the output requantization's
+rounding of an already-rounded accumulator (at most one LSB, docs/quantization-math.md).
+
+Tensors are matched by name. A node whose inputs or output the FP32 model lacks gets no
+local / inherited row (``unmatched`` says which), never an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from quanta.ir.graph import Model, Node
+
+__all__ = [
+    "DebugResult",
+    "ErrorStats",
+    "MethodChoice",
+    "NodeRow",
+    "TensorRow",
+    "WeightRow",
+    "compare",
+]
+
+QUANT_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
+# ------------------------------------------------------------------------------ statistics
+
+
+@dataclass
+class ErrorStats:
+    """Streaming sums of a reference r and an approximation q (float64):
+    eqs. (1)-(3) of docs/debugger.md."""
+
+    signal: float = 0.0  # Σ r²
+    noise: float = 0.0  # Σ (r − q)²
+    dot: float = 0.0  # Σ r·q
+    qsq: float = 0.0  # Σ q²
+    max_abs: float = 0.0  # max |r − q|
+    count: int = 0
+
+    def add(self, r: np.ndarray, q: np.ndarray) -> None:
+        r = np.asarray(r, np.float64)
+        q = np.asarray(q, np.float64)
+        if r.shape != q.shape:
+            r, q = np.broadcast_arrays(r, q)
+        d = r - q
+        finite = np.isfinite(d)
+        if not finite.all():
+            r, q, d = r[finite], q[finite], d[finite]
+        self.signal += float(np.sum(r * r))
+        self.noise += float(np.sum(d * d))
+        self.dot += float(np.sum(r * q))
+        self.qsq += float(np.sum(q * q))
+        if d.size:
+            self.max_abs = max(self.max_abs, float(np.max(np.abs(d))))
+        self.count += int(d.size)
+
+    @property
+    def sqnr_db(self) -> float:
+        """Eq. (1): 10·log10(Σ r² / Σ (r − q)²)."""
+        return db(self.signal, self.noise)
+
+    @property
+    def nsr(self) -> float:
+        """Noise-to-signal ratio Σ (r − q)² / Σ r² (eq. (4)); 0 when exact."""
+        if self.noise == 0.0:
+            return 0.0
+        return self.noise / self.signal if self.signal > 0 else math.inf
+
+    @property
+    def cosine(self) -> float:
+        """Eq. (2): Σ r·q / (‖r‖·‖q‖) over the whole tensor."""
+        den = math.sqrt(self.signal * self.qsq)
+        return 1.0 if den == 0.0 and self.noise == 0.0 else (self.dot / den if den > 0 else 0.0)
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "sqnr_db": _finite(self.sqnr_db),
+            "cosine": self.cosine,
+            "max_abs": self.max_abs,
+            "count": self.count,
+        }
+
+
+def db(signal: float, noise: float) -> float:
+    if noise == 0.0:
+        return math.inf
+    return 10.0 * math.log10(signal / noise) if signal > 0 else -math.inf
+
+
+def _finite(x: float) -> float | str:
+    return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+
+# ------------------------------------------------------------------------------ rows
+
+
+@dataclass
+class MethodChoice:
+    """The range one calibration method picks for a tensor and the SQNR of that range on
+    the observed data (eq. (8))."""
+
+    method: str
+    lo: float
+    hi: float
+    sqnr_db: float
+
+
+@dataclass
+class TensorRow:
+    """One activation Q/DQ pair: ``name`` is the float tensor QuantizeLinear reads."""
+
+    name: str
+    producer: str  # the ONNX node that writes it ("" for a graph input)
+    scale: float
+    zero_point: int
+    qmin: int
+    qmax: int
+    clipped: float = 0.0  # eq. (7): share of the quantized model's values outside the grid
+    levels_used: int = 0  # distinct codes seen, out of qmax − qmin + 1
+    outlier_ratio: float = 1.0  # eq. (9)
+    observed: tuple[float, float] = (0.0, 0.0)  # FP32 min, max on the data
+    chosen_sqnr_db: float = math.inf  # eq. (8) for the range the model uses
+    methods: list[MethodChoice] = field(default_factory=list)
+    int16_sqnr_db: float = math.inf  # eq. (8) with the observed range on a 16-bit grid
+    recommendation: str = ""
+    histogram: tuple[list[float], list[float]] | None = None  # (edges, counts) of the FP32 values
+
+    @property
+    def chosen(self) -> tuple[float, float]:
+        return ((self.qmin - self.zero_point) * self.scale, (self.qmax - self.zero_point) * self.scale)
+
+    def best_method(self) -> MethodChoice | None:
+        return max(self.methods, key=lambda m: m.sqnr_db, default=None)
+
+
+@dataclass
+class WeightRow:
+    """One quantized weight (a DequantizeLinear of a constant)."""
+
+    name: str
+    consumer: str
+    channels: int  # 1 for per-tensor
+    scale_spread: float  # eq. (10): max / median of the per-channel scales
+    outlier_channels: list[int] = field(default_factory=list)  # scale > 4x the median
+
+
+@dataclass
+class NodeRow:
+    """One quantized node (ONNX node name, op type) and its output tensor."""
+
+    name: str
+    op: str
+    output: str
+    inputs: list[str]  # the float tensors its quantized inputs come from
+    local: ErrorStats | None = None
+    inherited: ErrorStats | None = None
+    contribution: float = 0.0  # eq. (5): estimated share of the output error
+    ablation_sqnr_db: float | None = None  # eq. (6): output SQNR with this node float
+    scale: float | None = None  # of the output's Q/DQ (None: a float output)
+    recommendation: str = ""
+
+    @property
+    def local_db(self) -> float:
+        return math.inf if self.local is None else self.local.sqnr_db
+
+    @property
+    def inherited_db(self) -> float:
+        return math.inf if self.inherited is None else self.inherited.sqnr_db
+
+    @property
+    def max_lsb(self) -> float | None:
+        """Eq. (3): the largest inherited error in LSBs of the output's scale."""
+        if self.inherited is None or not self.scale:
+            return None
+        return self.inherited.max_abs / self.scale
+
+
+@dataclass
+class DebugResult:
+    nodes: list[NodeRow]
+    tensors: list[TensorRow]
+    weights: list[WeightRow]
+    outputs: dict[str, ErrorStats]
+    top1_agreement: float | None
+    samples: int
+    unmatched: list[str] = field(default_factory=list)
+    ablation_passes: int = 0
+    float_nodes: list[tuple[str, str]] = field(default_factory=list)  # (node, op) compute left float
+    integer_share: float | None = None
+
+    @property
+    def output_sqnr_db(self) -> float:
+        total = ErrorStats()
+        for s in self.outputs.values():
+            total.signal += s.signal
+            total.noise += s.noise
+        return total.sqnr_db
+
+    @property
+    def output_cosine(self) -> float:
+        vals = [s.cosine for s in self.outputs.values()]
+        return min(vals) if vals else 1.0
+
+    def worst(self, k: int = 10) -> list[NodeRow]:
+        """The ``k`` nodes with the largest estimated contribution (eq. (5))."""
+        rows = [r for r in self.nodes if r.local is not None]
+        return sorted(rows, key=lambda r: (-r.contribution, r.name))[:k]
+
+    def tensor(self, name: str) -> TensorRow | None:
+        return next((t for t in self.tensors if t.name == name), None)
+
+    def format(self, k: int = 10) -> str:
+        lines = [
+            f"{self.samples} feed(s); outputs: SQNR {self.output_sqnr_db:.1f} dB, cosine {self.output_cosine:.5f}"
+            + ("" if self.top1_agreement is None else f", top-1 agreement {self.top1_agreement:.3f}")
+        ]
+        if self.integer_share is not None:
+            lines.append(f"integer MAC share: {self.integer_share * 100:.1f} %")
+        worst = self.worst(k)
+        if worst:
+            width = max(len(r.name) for r in worst)
+            lines.append(f"the {len(worst)} layers that add the most error (eq. (5)):")
+            lines.append(
+                f"  {'node':{width}s}  {'op':12s} local dB  inher dB  share   "
+                + ("abl dB  " if any(r.ablation_sqnr_db is not None for r in worst) else "")
+                + "suggested fix"
+            )
+            for r in worst:
+                abl = ""
+                if any(w.ablation_sqnr_db is not None for w in worst):
+                    abl = "       -  " if r.ablation_sqnr_db is None else f"{r.ablation_sqnr_db:8.1f}  "
+                lines.append(
+                    f"  {r.name:{width}s}  {r.op:12s}{r.local_db:8.1f}  {r.inherited_db:8.1f}  "
+                    f"{r.contribution * 100:5.1f}%  {abl}{r.recommendation}"
+                )
+        sat = [t for t in self.tensors if t.clipped > 1e-4]
+        if sat:
+            lines.append(f"{len(sat)} tensor(s) clip more than 0.01 % of their values: "
+                         + ", ".join(f"{t.name} ({t.clipped * 100:.2f} %)" for t in sorted(sat, key=lambda t: -t.clipped)[:5]))
+        if self.unmatched:
+            lines.append(f"{len(self.unmatched)} quantized tensor(s) have no FP32 tensor of the same name: "
+                         + ", ".join(self.unmatched[:8]) + (" ..." if len(self.unmatched) > 8 else ""))
+        if self.ablation_passes:
+            lines.append(f"ablation: {self.ablation_passes} extra pass(es) over the data")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        def node(r: NodeRow) -> dict[str, Any]:
+            return {
+                "name": r.name,
+                "op": r.op,
+                "output": r.output,
+                "inputs": r.inputs,
+                "local": None if r.local is None else r.local.to_dict(),
+                "inherited": None if r.inherited is None else r.inherited.to_dict(),
+                "max_lsb": r.max_lsb,
+                "contribution": r.contribution,
+                "ablation_sqnr_db": None if r.ablation_sqnr_db is None else _finite(r.ablation_sqnr_db),
+                "recommendation": r.recommendation,
+            }
+
+        def tensor(t: TensorRow) -> dict[str, Any]:
+            return {
+                "name": t.name,
+                "producer": t.producer,
+                "scale": t.scale,
+                "zero_point": t.zero_point,
+                "range": list(t.chosen),
+                "observed": list(t.observed),
+                "clipped": t.clipped,
+                "levels_used": t.levels_used,
+                "levels": t.qmax - t.qmin + 1,
+                "outlier_ratio": t.outlier_ratio,
+                "chosen_sqnr_db": _finite(t.chosen_sqnr_db),
+                "int16_sqnr_db": _finite(t.int16_sqnr_db),
+                "methods": [
+                    {"method": m.method, "range": [m.lo, m.hi], "sqnr_db": _finite(m.sqnr_db)} for m in t.methods
+                ],
+                "recommendation": t.recommendation,
+            }
+
+        return {
+            "samples": self.samples,
+            "outputs": {k: v.to_dict() for k, v in self.outputs.items()},
+            "output_sqnr_db": _finite(self.output_sqnr_db),
+            "top1_agreement": self.top1_agreement,
+            "integer_share": self.integer_share,
+            "nodes": [node(r) for r in self.nodes],
+            "tensors": [tensor(t) for t in self.tensors],
+            "weights": [
+                {"name": w.name, "consumer": w.consumer, "channels": w.channels, "scale_spread": w.scale_spread,
+                 "outlier_channels": w.outlier_channels}
+                for w in self.weights
+            ],
+            "unmatched": self.unmatched,
+            "float_nodes": [list(f) for f in self.float_nodes],
+            "ablation_passes": self.ablation_passes,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
+
+
+# ------------------------------------------------------------------------------ the graph
+
+
+@dataclass
+class _Pair:
+    """An activation QuantizeLinear -> DequantizeLinear pair."""
+
+    x: str  # float input of Q
+    q: Node
+    dq: Node
+    scale: float
+    zero_point: int
+    qmin: int
+    qmax: int
+
+
+@dataclass
+class _Target:
+    """A quantized node and how to rebuild its local computation."""
+
+    node: Node
+    # per input: ("act", pair) | ("const", array) | ("float", name) | ("none", None)
+    sources: list[tuple[str, Any]]
+    out_pair: _Pair | None
+    float_inputs: list[str]
+
+
+def _load(m: str | os.PathLike | onnx.ModelProto | Model, what: str) -> Model:
+    from quanta.ir.onnx_io import from_proto, load_proto
+
+    if isinstance(m, Model):
+        return m
+    proto, path = load_proto(m)
+    model = from_proto(proto, path or what)
+    model.path = path
+    return model
+
+
+def _const(v) -> np.ndarray | None:
+    return None if v is None or v.const is None else np.asarray(v.const)
+
+
+def _pairs(model: Model) -> dict[str, _Pair]:
+    """DQ output name -> its activation pair (a Q of a non-constant, then a DQ)."""
+    out: dict[str, _Pair] = {}
+    for dq in model.graph.nodes:
+        if dq.op_type != "DequantizeLinear" or dq.inputs[0] is None:
+            continue
+        q = dq.inputs[0].producer
+        if q is None or q.op_type != "QuantizeLinear" or q.inputs[0] is None or q.inputs[0].is_const:
+            continue
+        s = _const(q.input(1))
+        if s is None or s.size != 1:
+            continue
+        zp_arr = _const(q.input(2))
+        zp_arr = np.zeros((), np.uint8) if zp_arr is None else zp_arr
+        info = np.iinfo(zp_arr.dtype) if zp_arr.dtype.kind in "iu" else np.iinfo(np.int8)
+        out[dq.outputs[0].name] = _Pair(
+            q.inputs[0].name, q, dq, float(s.reshape(-1)[0]), int(zp_arr.reshape(-1)[0]), int(info.min), int(info.max)
+        )
+    return out
+
+
+def _targets(model: Model, pairs: dict[str, _Pair]) -> tuple[list[_Target], list[WeightRow]]:
+    targets: list[_Target] = []
+    weights: list[WeightRow] = []
+    by_q_input: dict[str, _Pair] = {}
+    for p in pairs.values():
+        by_q_input.setdefault(p.x, p)
+    for n in model.graph.nodes:
+        if n.op_type in QUANT_OPS:
+            continue
+        sources: list[tuple[str, Any]] = []
+        quantized = False
+        for v in n.inputs:
+            if v is None:
+                sources.append(("none", None))
+            elif v.name in pairs:
+                sources.append(("act", pairs[v.name]))
+                quantized = True
+            elif v.producer is not None and v.producer.op_type == "DequantizeLinear" and v.producer.inputs[0] is not None \
+                    and v.producer.inputs[0].is_const:
+                sources.append(("wdq", v.producer))
+                quantized = True
+                scale = _const(v.producer.input(1))
+                if scale is not None:
+                    sc = np.abs(scale.reshape(-1).astype(np.float64))
+                    med = float(np.median(sc)) if sc.size else 0.0
+                    spread = float(sc.max() / med) if med > 0 else 1.0
+                    outl = [int(i) for i in np.flatnonzero(sc > 4 * med)] if med > 0 else []
+                    weights.append(WeightRow(v.producer.inputs[0].name, n.name, int(sc.size), spread, outl[:32]))
+            elif v.is_const:
+                sources.append(("const", np.asarray(v.const)))
+            else:
+                sources.append(("float", v.name))
+        if not quantized or not n.outputs:
+            continue
+        y = n.outputs[0]
+        out_pair = by_q_input.get(y.name)
+        float_inputs = [s[1].x if s[0] == "act" else s[1] for s in sources if s[0] in ("act", "float")]
+        targets.append(_Target(n, sources, out_pair, float_inputs))
+    return targets, weights
+
+
+# ------------------------------------------------------------------------------ runs
+
+
+def _executor(model: Model):
+    from quanta.runtime.compile import compile as compile_model
+    from quanta.runtime.execute import Executor
+
+    return Executor(compile_model(model, "reference", passes=[]))
+
+
+def _run(exe, model: Model, feed: Mapping[str, np.ndarray], wanted: set[str]) -> tuple[dict[str, np.ndarray], list]:
+    got: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in feed.items() if k in wanted}
+
+    def keep(name: str, arr: Any) -> None:
+        if name in wanted and isinstance(arr, np.ndarray):
+            got[name] = arr
+
+    outs = exe.run(dict(feed), [v.name for v in model.graph.outputs], on_value=keep)
+    return got, outs
+
+
+def _local(target: _Target, fvals: Mapping[str, np.ndarray], evaluate: Callable, wcache: dict) -> np.ndarray | None:
+    """Eq. (4)'s q for one node: its FP32 inputs through its own Q/DQ, the op, the output Q/DQ."""
+    args: list[np.ndarray | None] = []
+    for kind, src in target.sources:
+        if kind == "none":
+            args.append(None)
+        elif kind == "const":
+            args.append(src)
+        elif kind == "float":
+            if src not in fvals:
+                return None
+            args.append(fvals[src])
+        elif kind == "wdq":
+            key = id(src)
+            if key not in wcache:
+                wcache[key] = evaluate(src, [None if v is None else np.asarray(v.const) for v in src.inputs])[0]
+            args.append(wcache[key])
+        else:
+            args.append(_qdq(src, fvals.get(src.x), evaluate))
+            if args[-1] is None:
+                return None
+    y = evaluate(target.node, args)[0]
+    if target.out_pair is not None:
+        y = _qdq(target.out_pair, y, evaluate)
+    return y
+
+
+def _qdq(p: _Pair, x: np.ndarray | None, evaluate: Callable) -> np.ndarray | None:
+    if x is None:
+        return None
+    qargs = [x] + [np.asarray(v.const) if v is not None else None for v in p.q.inputs[1:]]
+    code = evaluate(p.q, qargs)[0]
+    dargs = [code] + [np.asarray(v.const) if v is not None else None for v in p.dq.inputs[1:]]
+    return evaluate(p.dq, dargs)[0]
+
+
+# ------------------------------------------------------------------------------ calibration diagnostics
+
+
+def _diagnose(t: TensorRow, hist) -> None:
+    """Fill ``t``'s calibration diagnostics from a streaming histogram of the FP32 values
+    (eqs. (8), (9)) and pick the recommendation."""
+    from quanta.calibrate.entropy import EntropyObserver
+    from quanta.calibrate.mse import MSEObserver, QuantizationErrorModel
+    from quanta.calibrate.percentile import PercentileObserver
+
+    if hist is None or hist._min is None:
+        return
+    view = hist.view(0)
+    if view.counts.size == 0:
+        return
+    t.observed = (view.lo, view.hi)
+    model = QuantizationErrorModel(view)
+    signal = float(model.c2[-1])
+    levels = t.qmax - t.qmin
+
+    def sqnr(lo: float, hi: float, steps: int = levels) -> float:
+        lo, hi = min(lo, 0.0), max(hi, 0.0)
+        s = (hi - lo) / steps if hi > lo else 1.0
+        return db(signal, float(model.error(lo, hi, s)))
+
+    t.chosen_sqnr_db = db(signal, float(model.error(t.chosen[0], t.chosen[1], t.scale)))
+    choices = {"minmax": (view.lo, view.hi)}
+    for name, cls, cfg in (
+        ("percentile", PercentileObserver, {"percentile": 99.99}),
+        ("entropy", EntropyObserver, {}),
+        ("mse", MSEObserver, {"qmin": t.qmin, "qmax": t.qmax, "symmetric": False}),
+    ):
+        try:
+            r = hist.convert(cls, **cfg).range()
+            choices[name] = (float(r.min), float(r.max))
+        except Exception:  # a method that cannot read this histogram (e.g. too few values)
+            continue
+    t.methods = [MethodChoice(k, lo, hi, sqnr(lo, hi)) for k, (lo, hi) in choices.items()]
+    t.int16_sqnr_db = sqnr(view.lo, view.hi, 65535)
+    try:
+        r = hist.convert(PercentileObserver, percentile=99.9).range()
+        pct = (float(r.min), float(r.max))
+    except Exception:  # too few values for a percentile: no outlier measure
+        pct = (view.lo, view.hi)
+    big = max(abs(view.lo), abs(view.hi))
+    mid = max(abs(pct[0]), abs(pct[1]))
+    t.outlier_ratio = big / mid if mid > 0 else 1.0
+    edges = view.edges()
+    counts = view.counts
+    if counts.size > 128:  # a coarser copy for the report (the full grid has up to 4096 bins)
+        f = -(-counts.size // 128)
+        pad = (-counts.size) % f
+        counts = np.concatenate([counts, np.zeros(pad)]).reshape(-1, f).sum(1)
+        edges = np.concatenate([edges[:-1:f], [edges[-1] + pad * view.width]])
+    t.histogram = (edges.tolist(), counts.tolist())
+    best = t.best_method()
+    if best is not None and best.sqnr_db > t.chosen_sqnr_db + 1.0:
+        t.recommendation = (
+            f"calibrate with {best.method}: range [{best.lo:.4g}, {best.hi:.4g}] gives {best.sqnr_db:.1f} dB "
+            f"on this data (now {t.chosen_sqnr_db:.1f} dB)"
+        )
+    elif t.clipped > 1e-3:
+        t.recommendation = f"widen the range: {t.clipped * 100:.2f} % of the values clip"
+    elif t.chosen_sqnr_db < 30.0 and t.int16_sqnr_db > t.chosen_sqnr_db + 10:
+        t.recommendation = (
+            f"int16 activations: {t.int16_sqnr_db:.1f} dB on this data (int8: {t.chosen_sqnr_db:.1f} dB; "
+            f"outliers {t.outlier_ratio:.1f}x the 99.9th percentile)"
+        )
+
+
+# ------------------------------------------------------------------------------ compare
+
+
+def compare(
+    fp32: str | os.PathLike | onnx.ModelProto | Model,
+    quantized: str | os.PathLike | onnx.ModelProto | Model,
+    data: Any,
+    *,
+    limit: int | None = None,
+    ablation: int = 0,
+    histograms: bool = True,
+) -> DebugResult:
+    """Layer-wise error of ``quantized`` (a QDQ model) against ``fp32`` on ``data`` (any
+    form calibration accepts). ``ablation``: also measure, for the ``ablation`` nodes of
+    largest estimated contribution, the output SQNR with that node alone float (one
+    extra pass over the data per node, eq. (6))."""
+    from quanta.calibrate.histogram import HistogramObserver
+    from quanta.calibrate.readers import iter_feeds
+    from quanta.runtime.compile import reference_evaluator
+
+    fmodel = _load(fp32, "fp32")
+    qmodel = _load(quantized, "quantized")
+    pairs = _pairs(qmodel)
+    targets, weights = _targets(qmodel, pairs)
+    fnames = {v.name for v in fmodel.graph.values()}
+    evaluate = reference_evaluator(qmodel.opset_imports)
+    wcache: dict = {}
+
+    # what each run must hand back, per feed
+    q_wanted: set[str] = set()
+    f_wanted: set[str] = set()
+    unmatched: list[str] = []
+    rows: list[NodeRow] = []
+    for t in targets:
+        y = t.node.outputs[0].name
+        q_wanted.add(t.out_pair.dq.outputs[0].name if t.out_pair else y)
+        f_wanted.add(y)
+        f_wanted.update(t.float_inputs)
+        missing = [n for n in [y, *t.float_inputs] if n not in fnames]
+        unmatched.extend(m for m in missing if m not in unmatched)
+        rows.append(NodeRow(
+            t.node.name or f"{t.node.op_type}:{y}", t.node.op_type, y, t.float_inputs,
+            local=None if missing else ErrorStats(), inherited=None if y not in fnames else ErrorStats(),
+            scale=t.out_pair.scale if t.out_pair else None,
+        ))
+    tensors: dict[str, TensorRow] = {}
+    codes: dict[str, np.ndarray] = {}
+    hists: dict[str, HistogramObserver] = {}
+    for p in pairs.values():
+        if p.x in tensors:
+            continue
+        prod = qmodel.graph.value(p.x).producer
+        tensors[p.x] = TensorRow(p.x, "" if prod is None else prod.name, p.scale, p.zero_point, p.qmin, p.qmax)
+        codes[p.x] = np.zeros(p.qmax - p.qmin + 1, bool)
+        q_wanted.update({p.x, p.q.outputs[0].name})
+        if p.x in fnames and histograms:
+            hists[p.x] = HistogramObserver()
+            f_wanted.add(p.x)
+    clip_counts = {k: [0, 0] for k in tensors}
+    pair_of: dict[str, _Pair] = {}
+    for p in pairs.values():
+        pair_of.setdefault(p.x, p)
+    outputs = {v.name: ErrorStats() for v in qmodel.graph.outputs if v.name in fnames}
+    agree = [0, 0]
+    fexe, qexe = _executor(fmodel), _executor(qmodel)
+    n = 0
+    for feed in iter_feeds(data, fmodel.graph.inputs, limit=limit):
+        fvals, fouts = _run(fexe, fmodel, feed, f_wanted)
+        qvals, qouts = _run(qexe, qmodel, feed, q_wanted)
+        fout = dict(zip([v.name for v in fmodel.graph.outputs], fouts))
+        qout = dict(zip([v.name for v in qmodel.graph.outputs], qouts))
+        for name, st in outputs.items():
+            r, q = np.asarray(fout[name]), np.asarray(qout[name])
+            st.add(r, q)
+            if r.ndim >= 2 and r.shape[-1] > 1 and r.dtype.kind == "f" and name == next(iter(outputs)):
+                a, b = r.reshape(-1, r.shape[-1]).argmax(-1), q.reshape(-1, q.shape[-1]).argmax(-1)
+                agree[0] += int(np.sum(a == b))
+                agree[1] += int(a.size)
+        for t, row in zip(targets, rows):
+            y = row.output
+            if row.inherited is not None:
+                qy = qvals.get(t.out_pair.dq.outputs[0].name if t.out_pair else y)
+                if qy is not None and y in fvals:
+                    row.inherited.add(fvals[y], qy)
+            if row.local is not None and y in fvals:
+                loc = _local(t, fvals, evaluate, wcache)
+                if loc is not None:
+                    row.local.add(fvals[y], loc)
+        for name, p in pair_of.items():
+            x = qvals.get(name)
+            if x is not None:
+                x = np.asarray(x, np.float64)
+                lo, hi = (p.qmin - p.zero_point - 0.5) * p.scale, (p.qmax - p.zero_point + 0.5) * p.scale
+                clip_counts[name][0] += int(np.sum((x < lo) | (x > hi)))
+                clip_counts[name][1] += int(x.size)
+            c = qvals.get(p.q.outputs[0].name)
+            if c is not None:
+                codes[name][np.unique(np.asarray(c).astype(np.int64)) - p.qmin] = True
+            if name in hists and name in fvals:
+                hists[name].observe(np.asarray(fvals[name], np.float32))
+        n += 1
+    if n == 0:
+        from quanta.calibrate.readers import CalibrationDataError
+
+        raise CalibrationDataError("debug data is empty: no sample was read")
+    for name, trow in tensors.items():
+        trow.clipped = clip_counts[name][0] / max(clip_counts[name][1], 1)
+        trow.levels_used = int(codes[name].sum())
+        _diagnose(trow, hists.get(name))
+    _attribute(rows)
+    result = DebugResult(
+        nodes=rows,
+        tensors=list(tensors.values()),
+        weights=weights,
+        outputs=outputs,
+        top1_agreement=agree[0] / agree[1] if agree[1] else None,
+        samples=n,
+        unmatched=unmatched,
+    )
+    _recommend(result, qmodel)
+    _coverage(result, qmodel)
+    if ablation > 0:
+        _ablate(result, fmodel, qmodel, data, limit, ablation)
+    return result
+
+
+def _attribute(rows: list[NodeRow]) -> None:
+    """Eq. (5): each node's share of the summed local noise-to-signal ratios."""
+    nsr = [0.0 if r.local is None or not math.isfinite(r.local.nsr) else r.local.nsr for r in rows]
+    total = sum(nsr)
+    for r, v in zip(rows, nsr):
+        r.contribution = v / total if total > 0 else 0.0
+
+
+def _recommend(result: DebugResult, qmodel: Model) -> None:
+    """A suggested fix per node, from the diagnostics of the tensors it reads and writes."""
+    by_name = {t.name: t for t in result.tensors}
+    wspread = {w.consumer: w for w in result.weights}
+    for r in result.nodes:
+        out_t = by_name.get(r.output)
+        in_t = [by_name[i] for i in r.inputs if i in by_name]
+        recs = [t for t in [out_t, *in_t] if t is not None and t.recommendation]
+        w = wspread.get(r.name)
+        if recs:
+            worst = min(recs, key=lambda t: t.chosen_sqnr_db)
+            r.recommendation = f"{worst.name}: {worst.recommendation}"
+        elif w is not None and w.channels == 1:
+            r.recommendation = "per-channel weights (per_channel=True)"
+        elif r.local is not None and r.local.sqnr_db < 20.0:
+            r.recommendation = f"keep float: exclude=['{r.name}']"
+
+
+def _coverage(result: DebugResult, qmodel: Model) -> None:
+    try:
+        from quanta.runtime.coverage import lowered_coverage
+
+        rep = lowered_coverage(qmodel)
+    except Exception:  # coverage is a summary; a model it cannot lower still gets its rows
+        return
+    result.integer_share = rep.integer_share
+    result.float_nodes = [(c.name, c.op) for c in rep.nodes if not c.integer_op and c.macs]
+
+
+def _bypass(proto: onnx.ModelProto, node_name: str) -> onnx.ModelProto:
+    """A copy of ``proto`` where node ``node_name`` reads its activations before their
+    Q/DQ and its output skips its Q/DQ: that node alone runs in float (its weights keep
+    their rounding)."""
+    p = onnx.ModelProto()
+    p.CopyFrom(proto)
+    g = p.graph
+    prod = {o: n for n in g.node for o in n.output}
+    inits = {i.name for i in g.initializer}
+    target = next((n for n in g.node if n.name == node_name), None)
+    if target is None:
+        return p
+    for i, name in enumerate(target.input):
+        dq = prod.get(name)
+        if dq is None or dq.op_type != "DequantizeLinear":
+            continue
+        q = prod.get(dq.input[0])
+        if q is not None and q.op_type == "QuantizeLinear" and q.input[0] not in inits:
+            target.input[i] = q.input[0]
+    y = target.output[0]
+    for q in [n for n in g.node if n.op_type == "QuantizeLinear" and n.input[0] == y]:
+        for dq in [n for n in g.node if n.op_type == "DequantizeLinear" and n.input[0] == q.output[0]]:
+            for n in g.node:
+                for k, name in enumerate(n.input):
+                    if name == dq.output[0]:
+                        n.input[k] = y
+            for o in g.output:
+                if o.name == dq.output[0]:
+                    o.name = y
+    return p
+
+
+def _ablate(result: DebugResult, fmodel: Model, qmodel: Model, data: Any, limit: int | None, k: int) -> None:
+    """Eq. (6) for the ``k`` worst nodes by eq. (5): one pass each."""
+    from quanta.calibrate.readers import iter_feeds
+    from quanta.ir.onnx_io import from_proto, to_proto
+
+    proto = to_proto(qmodel)
+    fexe = _executor(fmodel)
+    for r in result.worst(k):
+        m = from_proto(_bypass(proto, r.name), "ablation")
+        exe = _executor(m)
+        st = ErrorStats()
+        # the FP32 outputs are recomputed each pass: memory stays one feed's
+        for feed in iter_feeds(data, fmodel.graph.inputs, limit=limit):
+            ref = fexe.run(dict(feed), [v.name for v in fmodel.graph.outputs])
+            got = exe.run(dict(feed), [v.name for v in m.graph.outputs])
+            for a, b in zip(ref, got):
+                if np.asarray(a).dtype.kind == "f":
+                    st.add(a, b)
+        r.ablation_sqnr_db = st.sqnr_db
+        result.ablation_passes += 1
+
+
+def ranking_overlap(result: DebugResult, k: int = 5) -> int:
+    """How many of the ``k`` worst nodes by eq. (5) are among the ``k`` whose ablation
+    (eq. (6)) gains the most, over the nodes ablated."""
+    abl = [r for r in result.nodes if r.ablation_sqnr_db is not None]
+    by_est = [r.name for r in sorted(abl, key=lambda r: -r.contribution)[:k]]
+    by_abl = [r.name for r in sorted(abl, key=lambda r: -r.ablation_sqnr_db)[:k]]
+    return len(set(by_est) & set(by_abl))
+

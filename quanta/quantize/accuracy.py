@@ -1,0 +1,310 @@
+"""Accuracy-driven quantization: ``quantize_static(..., accuracy=AccuracyTarget(...))``.
+
+Without an evaluation function: the calibration data is split (in order) into the part
+that calibrates, a *search* part the metric is measured on while fixes are chosen, and a
+*confirm* part the result is finally checked on (docs/debugger.md, "Accuracy target").
+The metric compares the quantized model's outputs with the FP32 model's on the same
+feeds (eqs. (1), (2), (11)); a callable metric gets the quantized file's path instead.
+
+The search (deterministic: same model, data and target, same choices):
+
+1. quantize with the recipe; measure the metric on the search part;
+2. while below the target and within ``max_steps`` fixes: rank the quantized nodes by
+   the debugger's eq. (5) on calibration feeds, and for the worst node not tried yet
+   try, cheapest first, (a) for a tensor it reads or writes whose range another
+   calibration method makes at least 1 dB better on the data (eq. (8)): that range,
+   pinned in the recipe's ``overrides``; (b) keeping the node float (``exclude``).
+   A fix is kept when the metric improves; every trial is one full evaluation;
+3. confirm on the confirm part; report what changed and why, the integer MAC share and
+   the evaluations used. The chosen overrides and exclusions are in the recipe the
+   output records (metadata ``quanta.recipe``), so re-running with that recipe
+   reproduces the file without a search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["AccuracyReport", "AccuracyTarget", "evaluate_metric", "install"]
+
+# The layer ranking (quanta.debug.compare) and the session that runs the trial files live
+# in layers above this one; the package's __init__ installs them (as the runtime injects
+# the reference evaluator into the passes).
+_HOOKS: dict[str, Callable[..., Any]] = {}
+
+
+def install(*, compare: Callable[..., Any], outputs: Callable[..., Any]) -> None:
+    """``compare(fp32, quantized, feeds, histograms=True)`` -> a DebugResult;
+    ``outputs(path, feeds)`` -> per feed, the model's outputs."""
+    _HOOKS["compare"] = compare
+    _HOOKS["outputs"] = outputs
+
+METRICS = ("sqnr", "cosine", "mean_cosine", "top1_agreement")
+DEFAULT_MINIMUM = {"sqnr": 30.0, "cosine": 0.999, "mean_cosine": 0.999, "top1_agreement": 0.98}
+
+
+@dataclass
+class AccuracyTarget:
+    """What the quantized model must reach against FP32.
+
+    ``metric``: "sqnr" (dB over every output, eq. (1)), "cosine" (the smallest cosine of
+    a sample's output row, eq. (2)), "mean_cosine" (their mean), "top1_agreement" (eq. (11)), or a callable
+    ``metric(quantized_path) -> float`` (higher is better). ``minimum``: the value to
+    reach (default per metric: 30 dB, 0.999, 0.98). ``eval_data``: feeds to measure on
+    instead of a held-out part of the calibration data. ``holdout``: the share of the
+    calibration feeds held out (half for the search, half to confirm). ``max_steps``:
+    the most fixes tried."""
+
+    metric: str | Callable[[str], float] = "top1_agreement"
+    minimum: float | None = None
+    eval_data: Any = None
+    holdout: float = 0.3
+    max_steps: int = 12
+    debug_feeds: int = 4  # calibration feeds the debugger ranks layers on
+
+    def __post_init__(self) -> None:
+        if isinstance(self.metric, str) and self.metric not in METRICS:
+            raise ValueError(f"accuracy metric: unknown {self.metric!r}; expected one of {METRICS} or a callable")
+        if self.minimum is None:
+            if not isinstance(self.metric, str):
+                raise ValueError("accuracy: a callable metric needs a minimum")
+            self.minimum = DEFAULT_MINIMUM[self.metric]
+        if not 0.0 < self.holdout < 1.0:
+            raise ValueError(f"accuracy holdout: expected a share in (0, 1), got {self.holdout}")
+
+    @property
+    def name(self) -> str:
+        return self.metric if isinstance(self.metric, str) else getattr(self.metric, "__name__", "metric")
+
+
+@dataclass
+class AccuracyReport:
+    target: str
+    minimum: float
+    before: float
+    after: float
+    confirmed: float | None
+    met: bool
+    evaluations: int
+    changes: list[str] = field(default_factory=list)
+    tried: list[str] = field(default_factory=list)
+    reason: str = ""
+    integer_share: float | None = None
+
+    def format(self) -> str:
+        lines = [
+            f"accuracy target {self.target} >= {self.minimum:g}: "
+            + ("met" if self.met else "NOT met")
+            + f" ({self.before:.4g} -> {self.after:.4g} on the search data"
+            + ("" if self.confirmed is None else f", {self.confirmed:.4g} on the confirmation data")
+            + f"; {self.evaluations} full evaluation(s))"
+        ]
+        if self.integer_share is not None:
+            lines.append(f"integer MAC share: {self.integer_share * 100:.1f} %")
+        for c in self.changes:
+            lines.append(f"  changed: {c}")
+        if self.reason:
+            lines.append(f"  {self.reason}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ------------------------------------------------------------------------------ metrics
+
+
+def _outputs(path: Any, feeds: Sequence[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
+    return _HOOKS["outputs"](path, feeds)
+
+
+def evaluate_metric(metric: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> float:
+    """``metric`` of ``got`` against ``ref`` (per feed, per output): eqs. (1), (2), (11)."""
+    sig = noise = 0.0
+    cos_min = 1.0
+    cos_sum, cos_n = 0.0, 0
+    agree = total = 0
+    for r_outs, g_outs in zip(ref, got):
+        for k, (r, g) in enumerate(zip(r_outs, g_outs)):
+            r = np.asarray(r, np.float64)
+            g = np.asarray(g, np.float64)
+            if r.dtype.kind != "f" or r.size == 0:
+                continue
+            sig += float(np.sum(r * r))
+            noise += float(np.sum((r - g) ** 2))
+            if k == 0:
+                rr = r.reshape(r.shape[0], -1) if r.ndim > 1 else r.reshape(1, -1)
+                gg = g.reshape(rr.shape)
+                den = np.linalg.norm(rr, axis=1) * np.linalg.norm(gg, axis=1)
+                cos = np.where(den > 0, np.sum(rr * gg, 1) / np.where(den > 0, den, 1.0), 1.0)
+                cos_min = min(cos_min, float(cos.min()))
+                cos_sum += float(cos.sum())
+                cos_n += int(cos.size)
+                if r.shape[-1] > 1:
+                    a = r.reshape(-1, r.shape[-1]).argmax(-1)
+                    b = g.reshape(-1, g.shape[-1]).argmax(-1)
+                    agree += int(np.sum(a == b))
+                    total += int(a.size)
+    if metric == "sqnr":
+        return math.inf if noise == 0 else (10 * math.log10(sig / noise) if sig > 0 else -math.inf)
+    if metric == "cosine":
+        return cos_min
+    if metric == "mean_cosine":
+        return cos_sum / cos_n if cos_n else 1.0
+    return agree / total if total else 1.0
+
+
+# ------------------------------------------------------------------------------ search
+
+
+def split_feeds(feeds: list[dict[str, np.ndarray]], target: AccuracyTarget):
+    """(calibration, search, confirm) parts of the calibration feeds, in order."""
+    n = len(feeds)
+    if target.eval_data is not None:
+        evals = list(target.eval_data)
+        half = max(1, len(evals) // 2)
+        return feeds, evals[:half], evals[half:] or evals[:half]
+    if n < 3:
+        raise ValueError(
+            f"accuracy target: {n} calibration feed(s); holding data out needs at least 3 "
+            "(or pass AccuracyTarget(eval_data=...))"
+        )
+    held = max(2, round(n * target.holdout))
+    held = min(held, n - 1)
+    calib, rest = feeds[: n - held], feeds[n - held :]
+    half = max(1, len(rest) // 2)
+    return calib, rest[:half], rest[half:] or rest[:half]
+
+
+def search(
+    model_input: Any,
+    model_output: str | os.PathLike,
+    feeds: list[dict[str, np.ndarray]],
+    recipe,
+    target: AccuracyTarget,
+    quantize: Callable[..., Any],
+):
+    """Run the search (module docstring); ``quantize(src, dst, calib, recipe)`` is
+    quantize_static without a target. Returns (summary of the written file, report)."""
+    from quanta.quantize.recipe import TensorOverride
+
+    compare = _HOOKS["compare"]
+
+    calib, search_feeds, confirm_feeds = split_feeds(feeds, target)
+    src = model_input
+    with tempfile.TemporaryDirectory() as tmp:
+        if not isinstance(model_input, (str, os.PathLike)):
+            import onnx
+
+            from quanta.ir.onnx_io import load_proto
+
+            proto, _ = load_proto(model_input)
+            src = os.path.join(tmp, "fp32.onnx")
+            onnx.save(proto, src)
+        callable_metric = not isinstance(target.metric, str)
+        ref_search = None if callable_metric else _outputs(str(src), search_feeds)
+        ref_confirm = None if callable_metric else _outputs(str(src), confirm_feeds)
+        evaluations = 0
+        trial = 0
+
+        def measure(rec, feeds_ref=None, feeds_in=None) -> tuple[float, str, Any]:
+            nonlocal evaluations, trial
+            trial += 1
+            path = os.path.join(tmp, f"trial{trial}.onnx")
+            summary = quantize(src, path, calib, rec)
+            evaluations += 1
+            if callable_metric:
+                return float(target.metric(path)), path, summary
+            got = _outputs(path, feeds_in or search_feeds)
+            return evaluate_metric(target.metric, feeds_ref or ref_search, got), path, summary
+
+        best_value, best_path, best_summary = measure(recipe)
+        before = best_value
+        best_recipe = recipe
+        changes: list[str] = []
+        tried: list[str] = []
+        tried_nodes: set[str] = set()
+        reason = ""
+        steps = 0
+        confirmed: float | None = None
+
+        def confirm(path: str, value: float) -> float:
+            if callable_metric or confirm_feeds is search_feeds:
+                return value
+            return evaluate_metric(target.metric, ref_confirm, _outputs(path, confirm_feeds))
+
+        dbg: Any = None
+        dbg_path = None
+        while True:
+            if best_value >= target.minimum:
+                confirmed = confirm(best_path, best_value)
+                if confirmed >= target.minimum:
+                    break
+                reason = (f"met on the search data ({best_value:.4g}) but not on the held-out confirmation data "
+                          f"({confirmed:.4g}); more calibration data makes the two agree")
+            if steps >= target.max_steps:
+                reason = reason or (f"stopped after {steps} trial fix(es) (max_steps): the best, {best_value:.4g}, "
+                                    f"is below {target.minimum:g}")
+                break
+            if dbg is None or dbg_path != best_path:  # rank again only after a fix was kept
+                dbg = compare(src, best_path, calib[: target.debug_feeds], histograms=True)
+                dbg_path = best_path
+            candidates = [r for r in dbg.worst(len(dbg.nodes)) if r.name not in tried_nodes and r.contribution > 0]
+            if not candidates:
+                reason = reason or (
+                    f"every quantized node with a measurable error was tried; the best, {best_value:.4g}, is below "
+                    f"{target.minimum:g} (the rest of the error comes from nodes no fix improved)")
+                break
+            node = candidates[0]
+            tried_nodes.add(node.name)
+            fixes: list[tuple[str, Any]] = []
+            for tname in [node.output, *node.inputs]:
+                t = dbg.tensor(tname)
+                best = None if t is None else t.best_method()
+                if best is not None and best.sqnr_db > t.chosen_sqnr_db + 1.0 and tname not in best_recipe.overrides:
+                    ov = dict(best_recipe.overrides)
+                    ov[tname] = TensorOverride(range=(float(best.lo), float(best.hi)))
+                    fixes.append((f"{tname}: range [{best.lo:.4g}, {best.hi:.4g}] from {best.method} calibration "
+                                  f"({t.chosen_sqnr_db:.1f} -> {best.sqnr_db:.1f} dB on the tensor)",
+                                  dataclasses.replace(best_recipe, overrides=ov)))
+            if not any(node.name == e for e in best_recipe.exclude):
+                fixes.append((f"{node.name} ({node.op}) kept float: local SQNR {node.local_db:.1f} dB, "
+                              f"{node.contribution * 100:.0f} % of the estimated output error",
+                              dataclasses.replace(best_recipe, exclude=(*best_recipe.exclude, node.name))))
+            for text, rec in fixes:
+                steps += 1
+                value, path, summary = measure(rec)
+                tried.append(f"{text}: {best_value:.4g} -> {value:.4g}")
+                if value > best_value:
+                    best_value, best_path, best_summary, best_recipe = value, path, summary, rec
+                    changes.append(f"{text} ({tried[-1].rsplit(': ', 1)[1]})")
+                    reason = ""
+                    break
+                if steps >= target.max_steps:
+                    break
+        met = best_value >= target.minimum and confirmed is not None and confirmed >= target.minimum
+        # the final file: the best recipe, quantized once more straight to the output path
+        summary = quantize(src, model_output, calib, best_recipe)
+    report = AccuracyReport(
+        target=target.name,
+        minimum=float(target.minimum),
+        before=before,
+        after=best_value,
+        confirmed=confirmed,
+        met=met,
+        evaluations=evaluations,
+        changes=changes,
+        tried=tried,
+        reason=reason,
+        integer_share=summary.integer_share,
+    )
+    del best_summary
+    return summary, report

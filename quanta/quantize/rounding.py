@@ -1,0 +1,189 @@
+"""Rounding-aware weight quantization: GPTQ-style second-order rounding (Frantar et al.,
+2023, "GPTQ", alg. 1; docs/debugger.md eq. (12)).
+
+Rounding each weight to the nearest grid point minimises the weight error, not the
+layer's output error on the data. With H = Σ x xᵀ over the calibration inputs of a layer
+(y = W x, W [rows, K]), GPTQ quantizes the columns of W one at a time and spreads each
+column's rounding error over the columns not yet quantized, in the direction that keeps
+W x closest to its float value::
+
+    q_k     = clamp(round(w_k / s), qmin, qmax)                  (per row: w_k is column k)
+    e_k     = (w_k − s·q_k) / U_kk                               U = chol(H⁻¹)ᵀ (upper)
+    w_j    ← w_j − e_k · U_kj            for j > k
+
+The scales s (one per row) are fixed beforehand (the recipe's weight parameters); only
+the integers change, so the quantized model's format is unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["HessianAccumulator", "gptq_round"]
+
+
+class HessianAccumulator:
+    """Streaming H = Σ x xᵀ of a layer's input rows (float64, [K, K]); constant memory."""
+
+    def __init__(self, k: int) -> None:
+        self.h = np.zeros((k, k), np.float64)
+        self.rows = 0
+
+    def add(self, x: np.ndarray) -> None:
+        x = np.asarray(x, np.float64).reshape(-1, self.h.shape[0])
+        self.h += x.T @ x
+        self.rows += x.shape[0]
+
+
+def gptq_round(
+    w: np.ndarray, scale: np.ndarray, h: np.ndarray, qmin: int, qmax: int, *, damp: float = 0.01
+) -> np.ndarray:
+    """The integers of ``w`` [rows, K] with per-row ``scale`` [rows] that minimise
+    ‖(W − s·Q) x‖² on the inputs summarised by ``h`` [K, K] (GPTQ, module docstring).
+    ``damp``: the share of the mean diagonal added to H (keeps it invertible; inputs
+    that never vary get plain rounding)."""
+    w = np.array(w, np.float64)
+    s = np.asarray(scale, np.float64).reshape(-1, 1)
+    k = w.shape[1]
+    h = np.array(h, np.float64)
+    dead = np.diag(h) == 0
+    h[dead, dead] = 1.0
+    lam = damp * float(np.mean(np.diag(h)))
+    h[np.diag_indices(k)] += lam
+    try:
+        hinv = np.linalg.inv(h)
+        u = np.linalg.cholesky(hinv).T  # upper triangular, H⁻¹ = Uᵀ U
+    except np.linalg.LinAlgError:  # not positive definite even damped: nearest rounding
+        return np.clip(np.rint(w / s), qmin, qmax)
+    q = np.empty_like(w)
+    for j in range(k):
+        col = w[:, j]
+        qj = np.clip(np.rint(col / s[:, 0]), qmin, qmax)
+        q[:, j] = qj
+        err = (col - s[:, 0] * qj) / u[j, j]
+        if j + 1 < k:
+            w[:, j + 1 :] -= np.outer(err, u[j, j + 1 :])
+    return q
+
+
+# ------------------------------------------------------------------------------ in quantize_static
+
+
+class RoundedLayer:
+    """One Conv (group 1) / Gemm / MatMul with a constant weight whose integers GPTQ
+    chooses: its input's rows as the layer sees them (im2col for a Conv), accumulated."""
+
+    def __init__(self, node, x_name: str, w_key: str, w: np.ndarray) -> None:
+        self.node = node
+        self.x_name = x_name
+        self.w_key = w_key
+        op = node.op_type
+        self.kernel = tuple(int(k) for k in w.shape[2:4]) if op == "Conv" else (1, 1)
+        if op == "Conv":
+            k = int(np.prod(w.shape[1:]))
+        elif op == "Gemm" and node.attrs.get("transB", 0):
+            k = w.shape[1]
+        else:  # MatMul / Gemm without transB: W [K, N]
+            k = w.shape[0]
+        self.acc = HessianAccumulator(k)
+
+    def rows_2d(self, w: np.ndarray) -> np.ndarray:
+        """W as [output channels, K] in the order of the input rows."""
+        if self.node.op_type == "Conv":
+            return w.reshape(w.shape[0], -1)
+        if self.node.op_type == "Gemm" and self.node.attrs.get("transB", 0):
+            return w
+        return w.T
+
+    def from_2d(self, q: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        if self.node.op_type == "Conv":
+            return q.reshape(shape)
+        if self.node.op_type == "Gemm" and self.node.attrs.get("transB", 0):
+            return q
+        return q.T
+
+    def observe(self, x: np.ndarray) -> None:
+        node = self.node
+        if node.op_type != "Conv":
+            self.acc.add(x.reshape(-1, x.shape[-1]))
+            return
+        kh, kw = self.kernel
+        sh, sw = [*node.attrs.get("strides", [1, 1]), 1, 1][:2]
+        pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
+        for sample in x:  # one sample at a time: the im2col copy stays small
+            xp = np.pad(sample, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+            win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(1, 2))[:, ::sh, ::sw]
+            # [C, Ho, Wo, kh, kw] -> rows [Ho·Wo, C·kh·kw], in W.reshape(Cout, -1)'s order
+            self.acc.add(np.ascontiguousarray(win.transpose(1, 2, 0, 3, 4)).reshape(-1, self.acc.h.shape[0]))
+
+    @classmethod
+    def eligible(cls, node, w: np.ndarray) -> str | None:
+        """Why GPTQ does not apply to this node (None: it does)."""
+        op = node.op_type
+        if op == "Conv":
+            if int(node.attrs.get("group", 1)) != 1:
+                return "grouped / depthwise convolution"
+            if w.ndim != 4:
+                return "not a 2-D convolution"
+            if any(d != 1 for d in node.attrs.get("dilations", [1, 1])):
+                return "dilated convolution"
+            if node.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
+                return "auto_pad"
+            return None
+        if op == "Gemm":
+            return "transposed input" if node.attrs.get("transA", 0) else (None if w.ndim == 2 else "weight rank")
+        if op == "MatMul":
+            return None if w.ndim == 2 else "weight rank"
+        return "op"
+
+
+def plan_rounding(graph, plan) -> list[RoundedLayer]:
+    """The quantized layers GPTQ applies to (int8 weights without a block size, zero
+    point 0 is checked when the integers are chosen)."""
+    by_name = {v.name: v for v in graph.values()}
+    out: list[RoundedLayer] = []
+    for d in plan.decisions:
+        roles = dict(d.inputs)
+        if not d.quantize or 0 not in roles or 1 not in roles:
+            continue
+        w_t = plan.tensors.get(roles[1])
+        if w_t is None or w_t.role != "weight" or w_t.block is not None:
+            continue
+        w = by_name[w_t.name].const
+        if w is None or RoundedLayer.eligible(d.node, np.asarray(w)) is not None:
+            continue
+        x = d.node.inputs[0]
+        if x is None or x.is_const:
+            continue
+        out.append(RoundedLayer(d.node, x.name, roles[1], np.asarray(w)))
+    return out
+
+
+def apply_rounding(graph, plan, layers: list[RoundedLayer], *, reduce_range: bool = False) -> int:
+    """Choose the integers of every layer's weight with :func:`gptq_round` (after
+    resolve_params: the scales are final); they go into ``TensorPlan.codes``. Returns
+    the number of weights rounded."""
+    from quanta.quantize.params import quant_range
+
+    by_name = {v.name: v for v in graph.values()}
+    n = 0
+    for layer in layers:
+        t = plan.tensors[layer.w_key]
+        q = t.qtype
+        if q is None or layer.acc.rows == 0 or q.block is not None:
+            continue
+        zp = np.asarray(q.zero_point_array())
+        if np.any(zp != 0):
+            continue
+        w = np.asarray(by_name[t.name].const, np.float64)
+        w2 = layer.rows_2d(w)
+        scale = np.asarray(q.scale_array(), np.float64).reshape(-1)
+        if scale.size == 1:
+            scale = np.full(w2.shape[0], scale[0])
+        elif scale.size != w2.shape[0]:
+            continue  # per-axis along something other than the output channels
+        qmin, qmax = quant_range(q.storage, symmetric=True, reduce_range=reduce_range)
+        codes = gptq_round(w2, scale, layer.acc.h, qmin, qmax)
+        t.codes = layer.from_2d(codes, w.shape).astype(q.storage.numpy)
+        n += 1
+    return n

@@ -1,0 +1,110 @@
+"""SmoothQuant-style activation/weight balancing (Xiao et al., 2023, "SmoothQuant",
+eq. (4); docs/debugger.md eq. (13)).
+
+A per-tensor activation scale is set by the channels with the largest values: in a
+transformer's FFN down-projection input (the GELU output) a few channels reach ~25
+while the rest stay near 0.3, so those get a handful of levels. With a per-channel
+factor s_k the layer is unchanged, y = (x / s) · (diag(s) W), and::
+
+    s_k = max|x_k|^α / max_n |W[k, n]|^(1 − α)         (α = ``alpha``, 0.5 by default)
+
+evens out the activation channels, moving the range into the weights, which are
+quantized per output channel and absorb it. The division is folded into the constant
+of the Mul that produces x (the last multiplication of an Erf-form GELU, x·0.5), so the
+graph gains no node; an x that other nodes also read, or whose producer has no such
+constant, is left alone. That Mul stays float in quantize_static (its inputs still
+carry the outliers; it has no MACs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from quanta.ir.graph import Graph, Node, Value
+
+__all__ = ["SmoothSite", "apply_smoothing", "plan_smoothing"]
+
+
+class SmoothSite:
+    """One activation x = Mul(a, c) read only by MatMul / Gemm layers with constant
+    weights; ``absmax`` collects max |x_k| per channel (last axis) during calibration."""
+
+    def __init__(self, x: Value, mul: Node, const_index: int, consumers: list[Node]) -> None:
+        self.x = x
+        self.mul = mul
+        self.const_index = const_index
+        self.consumers = consumers
+        self.absmax: np.ndarray | None = None
+
+    def observe(self, arr: np.ndarray) -> None:
+        a = np.abs(np.asarray(arr, np.float64)).reshape(-1, arr.shape[-1]).max(axis=0)
+        self.absmax = a if self.absmax is None else np.maximum(self.absmax, a)
+
+
+def _weight_rows(node: Node) -> np.ndarray | None:
+    """The consumer's weight as [K, N] (a view for MatMul / Gemm without transB)."""
+    w = node.inputs[1].const if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    if w is None or np.asarray(w).ndim != 2:
+        return None
+    w = np.asarray(w)
+    return w.T if node.op_type == "Gemm" and node.attrs.get("transB", 0) else w
+
+
+def plan_smoothing(graph: Graph, op_types: frozenset[str]) -> list[SmoothSite]:
+    """The activations SmoothQuant can balance without adding a node (module docstring)."""
+    sites: list[SmoothSite] = []
+    for mul in graph.nodes:
+        if mul.op_type != "Mul" or len(mul.inputs) != 2 or mul.outputs[0] in graph.outputs:
+            continue
+        consts = [i for i, v in enumerate(mul.inputs) if v is not None and v.is_const]
+        if len(consts) != 1:
+            continue
+        c = np.asarray(mul.inputs[consts[0]].const)
+        if c.dtype.kind != "f" or (c.size != 1 and c.ndim != 1):
+            continue
+        x = mul.outputs[0]
+        users = x.consumers()
+        if not users or any(
+            u.op_type not in ("MatMul", "Gemm") or u.op_type not in op_types or u.inputs[0] is not x
+            or (u.op_type == "Gemm" and u.attrs.get("transA", 0)) or _weight_rows(u) is None
+            for u in users
+        ):
+            continue
+        k = _weight_rows(users[0]).shape[0]
+        if any(_weight_rows(u).shape[0] != k for u in users) or (c.size != 1 and c.size != k):
+            continue
+        sites.append(SmoothSite(x, mul, consts[0], users))
+    return sites
+
+
+def apply_smoothing(graph: Graph, sites: list[SmoothSite], alpha: float) -> list[str]:
+    """Fold the factors of eq. (13) into each site's Mul constant and its consumers'
+    weights (new initializers: constants shared with other nodes stay as they were).
+    Returns the names of the Mul nodes balanced."""
+    done: list[str] = []
+    for site in sites:
+        if site.absmax is None:
+            continue
+        wmax = np.max([np.abs(_weight_rows(u)).max(axis=1) for u in site.consumers], axis=0)
+        amax = site.absmax
+        ok = (amax > 0) & (wmax > 0)
+        s = np.ones_like(amax)
+        s[ok] = amax[ok] ** alpha / wmax[ok] ** (1.0 - alpha)
+        s[ok] /= np.exp(np.mean(np.log(s[ok]))) if ok.any() else 1.0  # geometric mean 1: ranges stay near
+        if not np.all(np.isfinite(s)) or np.allclose(s, 1.0):
+            continue
+        cv = site.mul.inputs[site.const_index]
+        c = np.asarray(cv.const)
+        new_c = (np.broadcast_to(c.reshape(-1), s.shape) / s).astype(c.dtype)
+        site.mul.replace_input(site.const_index, graph.add_initializer(graph.fresh_name(f"{cv.name}_smoothed"), new_c))
+        for u in site.consumers:
+            wv = u.inputs[1]
+            w = np.asarray(wv.const)
+            if u.op_type == "Gemm" and u.attrs.get("transB", 0):
+                w2 = (w * s[None, :]).astype(w.dtype)
+            else:
+                w2 = (w * s[:, None]).astype(w.dtype)
+            u.replace_input(1, graph.add_initializer(graph.fresh_name(f"{wv.name}_smoothed"), w2))
+        done.append(site.mul.name)
+    graph.remove_unused_initializers()
+    return done

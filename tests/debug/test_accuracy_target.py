@@ -1,0 +1,104 @@
+"""quantize_static(accuracy=AccuracyTarget(...)): fixes the layers the debugger ranks
+worst until the target holds on held-out data, deterministically, and says why when it
+cannot."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+
+import quanta
+from quanta.quantize.accuracy import AccuracyTarget, evaluate_metric, split_feeds
+from tests.debug.test_compare import chain, chain_feeds
+
+
+def _src(tmp_path):
+    src = tmp_path / "m.onnx"
+    onnx.save(chain(), src)
+    return src
+
+
+def test_the_target_is_met_where_the_defaults_miss_it(tmp_path):
+    src = _src(tmp_path)
+    feeds = chain_feeds(10, 1, batch=40)
+    plain = quanta.quantize_static(src, tmp_path / "plain.onnx", feeds, method="minmax", verbose=False)
+    assert plain.accuracy is None
+    target = AccuracyTarget(metric="sqnr", minimum=35.0)
+    s = quanta.quantize_static(src, tmp_path / "t.onnx", feeds, method="minmax", accuracy=target, verbose=False)
+    rep = s.accuracy
+    assert rep.before < 35.0, "the defaults must miss the target for this test to mean something"
+    assert rep.met and rep.after >= 35.0 and rep.confirmed >= 35.0
+    assert rep.changes and rep.evaluations <= 6
+    # the choices are in the recorded recipe: quantizing with it reproduces the file
+    recipe = quanta.quantize.static.recipe_of(tmp_path / "t.onnx")
+    assert recipe.exclude or recipe.overrides
+    assert "accuracy target sqnr" in s.format()
+    assert json.dumps(s.to_dict()["accuracy"])
+
+
+def test_the_search_is_deterministic(tmp_path):
+    src = _src(tmp_path)
+    feeds = chain_feeds(10, 1, batch=40)
+    target = AccuracyTarget(metric="sqnr", minimum=35.0)
+    a = quanta.quantize_static(src, tmp_path / "a.onnx", feeds, method="minmax", accuracy=target, verbose=False)
+    b = quanta.quantize_static(src, tmp_path / "b.onnx", feeds, method="minmax", accuracy=target, verbose=False)
+    assert a.accuracy.changes == b.accuracy.changes
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+
+
+def test_an_unreachable_target_stops_with_the_best_and_says_why(tmp_path):
+    src = _src(tmp_path)
+    target = AccuracyTarget(metric="sqnr", minimum=500.0, max_steps=3)
+    s = quanta.quantize_static(src, tmp_path / "u.onnx", chain_feeds(8, 1), accuracy=target, verbose=False)
+    rep = s.accuracy
+    assert not rep.met and rep.reason
+    assert rep.evaluations <= 1 + 3
+    assert rep.after >= rep.before
+    assert (tmp_path / "u.onnx").exists()
+
+
+def test_a_callable_metric_and_the_split():
+    feeds = chain_feeds(10, 1)
+    calib, search, confirm = split_feeds(feeds, AccuracyTarget())
+    assert len(calib) == 7 and len(search) == 1 and len(confirm) == 2
+    assert not {id(f) for f in calib} & {id(f) for f in search + confirm}
+    with pytest.raises(ValueError, match="needs a minimum"):
+        AccuracyTarget(metric=lambda path: 1.0)
+    with pytest.raises(ValueError, match="unknown"):
+        AccuracyTarget(metric="psnr")
+    with pytest.raises(ValueError, match="at least 3"):
+        split_feeds(feeds[:2], AccuracyTarget())
+
+
+def test_metrics_follow_their_equations():
+    import numpy as np
+
+    ref = [[np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 3.0]])]]
+    got = [[np.array([[1.0, 2.5, 0.0], [0.0, 4.0, 3.0]])]]
+    assert evaluate_metric("top1_agreement", ref, got) == 0.5
+    assert abs(evaluate_metric("sqnr", ref, got) - 10 * np.log10(15.0 / 9.25)) < 1e-9
+    row = np.array([0.0, 1.0, 3.0]) @ np.array([0.0, 4.0, 3.0]) / (np.sqrt(10) * 5.0)
+    assert abs(evaluate_metric("cosine", ref, got) - row) < 1e-12
+    row0 = 6.0 / (np.sqrt(5.0) * np.sqrt(7.25))
+    assert abs(evaluate_metric("mean_cosine", ref, got) - (row0 + row) / 2) < 1e-12
+    assert evaluate_metric("mean_cosine", ref, got) > evaluate_metric("cosine", ref, got)
+
+
+def test_the_cli_target_option(tmp_path, capsys):
+    import numpy as np
+
+    from quanta.cli.main import main
+
+    src = _src(tmp_path)
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    for k, f in enumerate(chain_feeds(10, 1, batch=40)):
+        np.savez(folder / f"{k:02d}.npz", **f)
+    out = tmp_path / "t.onnx"
+    args = ["quantize", str(src), "-o", str(out), "--calib", str(folder), "--method", "minmax"]
+    assert main([*args, "--target-sqnr", "35"]) == 0
+    text = capsys.readouterr().out
+    assert "accuracy target sqnr >= 35: met" in text
+    assert main([*args, "--target-sqnr", "35", "--target-cosine", "0.9"]) == 2

@@ -1,0 +1,179 @@
+"""quanta.debug.compare: local vs inherited error per quantized node, on graphs built so
+that the worst layer is known."""
+
+from __future__ import annotations
+
+import json
+import math
+import tracemalloc
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+from quanta.debug.compare import ErrorStats, compare, ranking_overlap
+
+
+def chain(outlier: float = 60.0, seed: int = 3) -> onnx.ModelProto:
+    """x[N,17] -> MatMul a (17x13) -> Relu -> MatMul b (13x11) -> MatMul c (11x7) -> Add -> y.
+
+    b's output column 4 is ``outlier`` times larger than the others (its weight column is
+    scaled up, c's matching row down by the same factor: the float function is unchanged).
+    Per-tensor activations give b's output a step ``outlier`` times too coarse for the
+    other columns, so b (which writes it) and c (which reads it) are the layers that break
+    the model; a and the Add are fine."""
+    rng = np.random.default_rng(seed)
+    wa = rng.standard_normal((17, 13)).astype(np.float32) * 0.3
+    wb = rng.standard_normal((13, 11)).astype(np.float32) * 0.3
+    wc = rng.standard_normal((11, 7)).astype(np.float32) * 0.3
+    wb[:, 4] *= outlier
+    wc[4, :] /= outlier
+    bias = rng.standard_normal(7).astype(np.float32) * 0.1
+    nodes = [
+        helper.make_node("MatMul", ["x", "wa"], ["ya"], name="a"),
+        helper.make_node("Relu", ["ya"], ["ra"], name="relu"),
+        helper.make_node("MatMul", ["ra", "wb"], ["yb"], name="b"),
+        helper.make_node("MatMul", ["yb", "wc"], ["yc"], name="c"),
+        helper.make_node("Add", ["yc", "bias"], ["y"], name="add"),
+    ]
+    inits = [numpy_helper.from_array(a, n) for n, a in (("wa", wa), ("wb", wb), ("wc", wc), ("bias", bias))]
+    g = helper.make_graph(
+        nodes, "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 7])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def chain_feeds(n: int, seed: int, batch: int = 5) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((batch, 17)).astype(np.float32)} for _ in range(n)]
+
+
+def _quantized(tmp_path, proto, **options):
+    src = tmp_path / "m.onnx"
+    onnx.save(proto, src)
+    out = tmp_path / "q.onnx"
+    quanta.quantize_static(src, out, chain_feeds(6, 1), verbose=False, method="minmax", **options)
+    return src, out
+
+
+def test_error_stats_follow_their_equations():
+    st = ErrorStats()
+    r = np.array([1.0, -2.0, 3.0])
+    q = np.array([1.5, -2.0, 2.0])
+    st.add(r[:2], q[:2])
+    st.add(r[2:], q[2:])  # streamed in two parts: the same sums as at once
+    assert math.isclose(st.sqnr_db, 10 * math.log10(14.0 / 1.25))
+    assert math.isclose(st.cosine, float(r @ q / (np.linalg.norm(r) * np.linalg.norm(q))))
+    assert st.max_abs == 1.0 and st.count == 3
+    assert ErrorStats().sqnr_db == math.inf
+
+
+def test_the_layers_that_break_the_model_rank_first(tmp_path):
+    src, out = _quantized(tmp_path, chain())
+    res = compare(src, out, chain_feeds(3, 9))
+    names = [r.name for r in res.nodes]
+    assert names == ["a", "b", "c"]  # Relu is absorbed into a's range; the Add writes a float graph output
+    rows = {r.name: r for r in res.nodes}
+    assert {r.name for r in res.worst(2)} == {"b", "c"}
+    assert rows["b"].local_db < rows["a"].local_db - 10
+    # inherited error can only grow along the chain when the local error is large
+    assert rows["c"].inherited_db <= rows["a"].inherited_db
+    assert abs(sum(r.contribution for r in res.nodes) - 1.0) < 1e-9
+    # b's output tensor: the diagnostics see the outlier column and the wasted levels
+    yb = res.tensor("yb")
+    assert yb is not None and yb.levels_used < 200
+    assert yb.int16_sqnr_db > yb.chosen_sqnr_db + 20
+    assert {m.method for m in yb.methods} >= {"minmax", "percentile", "mse"}
+    assert rows["b"].recommendation and rows["c"].recommendation
+    assert res.output_sqnr_db < 30 and res.top1_agreement is not None
+    text = res.format()
+    assert "b" in text and "suggested fix" in text
+    d = json.loads(res.to_json())
+    assert [n["name"] for n in d["nodes"]] == names
+    assert d["tensors"][0]["levels"] == 256
+
+
+def test_a_well_scaled_chain_has_no_bad_layer(tmp_path):
+    src, out = _quantized(tmp_path, chain(outlier=1.0))
+    res = compare(src, out, chain_feeds(2, 9))
+    assert all(r.local_db > 25 for r in res.nodes if r.local is not None)
+    assert res.output_sqnr_db > 25
+
+
+def test_ablation_agrees_with_the_two_pass_estimate(tmp_path):
+    src, out = _quantized(tmp_path, chain())
+    res = compare(src, out, chain_feeds(2, 9), ablation=5)
+    assert res.ablation_passes == 3  # every quantized node, no more
+    assert ranking_overlap(res, 2) == 2
+    worst = res.worst(1)[0]
+    assert worst.ablation_sqnr_db is not None and worst.ablation_sqnr_db > res.output_sqnr_db
+
+
+def test_rare_spikes_show_as_outliers(tmp_path):
+    src, out = _quantized(tmp_path, chain(outlier=1.0))
+    rng = np.random.default_rng(4)
+    feeds = []
+    for k in range(3):
+        x = rng.standard_normal((200, 17)).astype(np.float32)
+        x[k, 3] = 40.0  # one spike per feed: MinMax calibration on these feeds would waste the grid
+        feeds.append({"x": x})
+    res = compare(src, out, feeds)
+    x = res.tensor("x")
+    assert x is not None and x.outlier_ratio > 5.0
+    assert x.clipped > 0  # the spikes lie beyond the range calibrated without them
+    minmax = next(m for m in x.methods if m.method == "minmax")
+    assert minmax.hi == 40.0 and x.observed[1] == 40.0
+
+
+def test_tensors_the_fp32_model_lacks_are_listed_not_fatal(tmp_path):
+    _, out = _quantized(tmp_path, chain())
+    other = chain()
+    for n in other.graph.node:  # rename yb in the float model
+        n.output[:] = ["yb2" if o == "yb" else o for o in n.output]
+        n.input[:] = ["yb2" if i == "yb" else i for i in n.input]
+    res = compare(other, out, chain_feeds(1, 9))
+    rows = {r.name: r for r in res.nodes}
+    assert "yb" in res.unmatched
+    assert rows["b"].inherited is None and rows["c"].local is None
+    assert rows["a"].local is not None
+
+
+def test_memory_stays_flat_as_the_data_doubles(tmp_path):
+    src, out = _quantized(tmp_path, chain())
+
+    def peak(n: int) -> int:
+        def gen():  # a generator: the feeds themselves are never all in memory
+            rng = np.random.default_rng(0)
+            for _ in range(n):
+                yield {"x": rng.standard_normal((64, 17)).astype(np.float32)}
+
+        tracemalloc.start()
+        compare(src, out, gen())
+        _, top = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        return top
+
+    small, big = peak(4), peak(8)
+    assert big < small * 1.25
+
+
+def test_the_cli_prints_the_worst_layers_and_writes_json_and_html(tmp_path, capsys):
+    from quanta.cli.main import main
+
+    src, out = _quantized(tmp_path, chain())
+    data = tmp_path / "feeds.npz"
+    np.savez(data, x=chain_feeds(1, 9, batch=20)[0]["x"])
+    js, page = tmp_path / "rows.json", tmp_path / "r.html"
+    assert main(["debug", str(src), str(out), "--data", str(data), "--json", str(js), "--html", str(page)]) == 0
+    text = capsys.readouterr().out
+    assert "layers that add the most error" in text and "suggested fix" in text
+    rows = json.loads(js.read_text())
+    assert [n["name"] for n in rows["nodes"]] == ["a", "b", "c"]
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    # without the quantized file, the FP32 model is quantized with the default recipe first
+    assert main(["debug", str(src), "--data", str(data)]) == 0
+    assert "layers that add the most error" in capsys.readouterr().out
