@@ -212,6 +212,7 @@ class HistogramObserver(ObserverBase):
             finite = np.isfinite(xc)
             lo = np.where(finite, xc, np.inf).min(axis=1, initial=np.inf).astype(np.float64)
             hi = np.where(finite, xc, -np.inf).max(axis=1, initial=-np.inf).astype(np.float64)
+            lo, hi = lo + 0.0, hi + 0.0  # no -0.0 extrema (observer.py)
         self._move_to(np.minimum(self._lo, lo), np.maximum(self._hi, hi))
         c, b = self._counts.shape
         vals = xc if finite is None else np.where(finite, xc, 0)

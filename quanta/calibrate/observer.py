@@ -204,6 +204,9 @@ class ObserverBase:
             n_nan = nan.sum(axis=1)
             lo = np.where(nan, np.inf, xc).min(axis=1, initial=np.inf).astype(np.float64)
             hi = np.where(nan, -np.inf, xc).max(axis=1, initial=-np.inf).astype(np.float64)
+        # -0.0 + 0.0 = +0.0: min/max of signed zeros return whichever comes first, so
+        # without this a merge order or a shard boundary could decide the sign of a bound
+        lo, hi = lo + 0.0, hi + 0.0
         clean = not n_nan.any() and bool(np.isfinite(lo).all() and np.isfinite(hi).all())
         counted = xc.shape[1] - n_nan
         self._update(xc, lo, hi, counted, clean)

@@ -6,6 +6,7 @@
     quanta quantize IN -o OUT --calib DATA [--method ...] [--dynamic] [--per-channel|--per-tensor]
                    [--activation-type uint8|int8] [--weight-type int8|uint8|int4] [--exclude NODE...]
                    [--recurrent dynamic|float] [--subgraphs quantize|float] [--recipe FILE]
+                   [--engine inprocess|local|ray] [--workers N] [--address ADDR]
     quanta bench MODEL [--vs-ort] [--threads N] [--batch B] [--dim NAME=SIZE] [--feeds F.npz] [--warmup W] [--runs R]
                                           latency (median, p90), side by side with ONNX Runtime
     quanta demo                           the built-in demo model, end to end
@@ -228,7 +229,24 @@ def cmd_quantize(args: argparse.Namespace) -> int:
                 std=tuple(args.image_std) if args.image_std else None,
                 layout=args.image_layout,
             )
-        quantize_static(args.model, args.output, args.calib, args.recipe, preprocess=pre, **options)
+        engine, address = args.engine, args.address
+        if args.ray is not None:
+            engine, address = "ray", address or (None if args.ray == "local" else args.ray)
+        if args.workers is not None and args.workers < 1:
+            raise CliError(f"--workers {args.workers}: expected an integer >= 1")
+        if address and engine != "ray":
+            raise CliError("--address names a Ray cluster: use it with --engine ray")
+        quantize_static(
+            args.model,
+            args.output,
+            args.calib,
+            args.recipe,
+            preprocess=pre,
+            engine=engine,
+            workers=args.workers,
+            address=address,
+            **options,
+        )
     print(f"wrote {args.output}")
     return 0
 
@@ -314,6 +332,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--image-std", type=float, nargs="+", help="images: per-channel std")
     s.add_argument("--image-layout", choices=["NCHW", "NHWC"], default="NCHW")
+    s.add_argument(
+        "--engine",
+        choices=["inprocess", "local", "ray"],
+        default="inprocess",
+        help="where calibration runs: this process (default), --workers local processes, or Ray tasks; "
+        "the file is the same byte for byte",
+    )
+    s.add_argument("--workers", type=int, help="shards / workers of the local or Ray engine (default 2)")
+    s.add_argument("--address", help="--engine ray: address of a running Ray cluster (default: start one)")
+    s.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="shorthand for --engine ray [--address ADDRESS]",
+    )
     s.set_defaults(func=cmd_quantize)
 
     s = sub.add_parser(

@@ -23,6 +23,7 @@ The same model, data and recipe give a byte-identical file.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -256,6 +257,9 @@ def quantize_static(
     *,
     preprocess: ImagePreprocess | None = None,
     verbose: bool = True,
+    engine: Any = "inprocess",
+    workers: int | None = None,
+    address: str | None = None,
     **options: Any,
 ) -> QuantizationSummary:
     """Quantize ``model_input`` with ranges calibrated on ``calibration_data``.
@@ -265,6 +269,10 @@ def quantize_static(
     ``recipe``: a :class:`Recipe`, or a path to a YAML/JSON recipe; keyword ``options``
     override single fields (``method="entropy"``, ``per_channel=False``,
     ``exclude=["head.*"]`` …). Returns (and, if ``verbose``, prints) the summary.
+    ``engine``: where calibration runs: "inprocess" (default), "local" (``workers``
+    processes) or "ray" (``workers`` Ray tasks; ``address`` of a running cluster), or a
+    :mod:`quanta.scale` engine. The file is byte-identical whatever the engine
+    (docs/scale.md); the engine is not part of the recipe.
     """
     t0 = time.perf_counter()
     recipe = _recipe_from(recipe, options)
@@ -294,7 +302,12 @@ def quantize_static(
     # with bodies, the calibration run also tells which If branches the data takes and
     # the shapes inside the bodies (coverage counts their MACs with them)
     if to_calibrate or means_for or bodies:
-        observers = calibrate(
+        run = calibrate
+        if engine != "inprocess" or workers not in (None, 1):
+            from quanta.scale import calibrate_sharded, make_engine
+
+            run = functools.partial(calibrate_sharded, engine=make_engine(engine, workers, address))
+        observers = run(
             model,
             to_calibrate,
             calibration_data,
