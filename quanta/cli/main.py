@@ -3,6 +3,7 @@
     quanta inspect MODEL                  ops by type, quantized tensors, parameters, size
     quanta inspect --ir MODEL             also the graph in quanta's textual IR
     quanta run MODEL [--inputs X.npz] [-o Y.npz] [--backend native|reference]
+    quanta run MODEL --inputs DIR -o OUTDIR --engine ray [--workers N] [--address ADDR]
     quanta quantize IN -o OUT --calib DATA [--method ...] [--dynamic] [--per-channel|--per-tensor]
                    [--activation-type uint8|int8] [--weight-type int8|uint8|int4] [--exclude NODE...]
                    [--recurrent dynamic|float] [--subgraphs quantize|float] [--recipe FILE]
@@ -153,6 +154,8 @@ def _inspect_lowered(args: argparse.Namespace, model) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     import quanta
 
+    if args.engine == "ray":
+        return _run_on_ray(args)
     sess = quanta.InferenceSession(args.model, backend=args.backend)
     if args.inputs:
         feeds = _load_npz(args.inputs)
@@ -182,6 +185,39 @@ def cmd_run(args: argparse.Namespace) -> int:
         np.savez(tmp, **dict(zip(names, outs)))
         tmp.replace(out)
         print(f"wrote {out}")
+    return 0
+
+
+def _run_on_ray(args: argparse.Namespace) -> int:
+    """``quanta run MODEL --inputs DIR -o OUT --engine ray``: every DIR/*.npz through Ray
+    Data, outputs to OUT/<same name>.npz; inputs already done are skipped (resume)."""
+    import functools
+
+    import quanta
+
+    if not args.inputs or not Path(args.inputs).is_dir() or not args.output:
+        raise CliError("--engine ray needs --inputs FOLDER (of .npz feeds) and -o OUTPUT_FOLDER")
+    try:
+        import ray
+    except ImportError:
+        raise CliError("--engine ray needs Ray: pip install 'quanta[ray]'") from None
+    from quanta.scale import run_folder
+
+    workers = args.workers or 2
+    started = not ray.is_initialized()
+    if started:
+        if args.address:
+            ray.init(address=args.address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    try:
+        factory = functools.partial(quanta.InferenceSession, str(Path(args.model).resolve()), backend=args.backend)
+        done, skipped = run_folder(str(Path(args.inputs).resolve()), str(Path(args.output).resolve()), factory,
+                                   concurrency=workers)
+    finally:
+        if started:
+            ray.shutdown()
+    print(f"ran {done} input(s), {skipped} already done; outputs in {args.output}")
     return 0
 
 
@@ -289,6 +325,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", help="write the outputs to this .npz")
     s.add_argument("--backend", choices=["native", "reference"], default="native")
     s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    s.add_argument(
+        "--engine",
+        choices=["inprocess", "ray"],
+        default="inprocess",
+        help="ray: --inputs is a folder of .npz feeds, -o a folder; one session per Ray actor; resumable",
+    )
+    s.add_argument("--workers", type=int, help="--engine ray: number of actors (default 2)")
+    s.add_argument("--address", help="--engine ray: address of a running Ray cluster (default: start one)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("quantize", help="quantize a float model (static with calibration data, or --dynamic)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from quanta.scale.calibrate import ShardState, calibrate_sharded, merge_states, split
 from quanta.scale.engines import Engine, InProcessEngine, LocalEngine, RayEngine, make_engine
-from quanta.scale.inference import run_dataset
+from quanta.scale.inference import run_dataset, run_folder
 
 __all__ = [
     "Engine",
@@ -27,5 +27,6 @@ __all__ = [
     "make_engine",
     "merge_states",
     "run_dataset",
+    "run_folder",
     "split",
 ]

@@ -1,5 +1,10 @@
 """Batch inference over Ray Data: one session per actor, outputs in input order.
 
+``run_folder`` (``quanta run MODEL --inputs DIR -o OUT --engine ray``) does the same for a
+folder of ``.npz`` feeds, writing one ``.npz`` of outputs per input under the same name
+(written to a temporary name, then renamed): a run that fails part-way is resumed by
+running it again, which skips every input whose output exists.
+
     import functools, quanta, ray
     ds = ray.data.from_items([{"x": x} for x in inputs])           # one row per sample
     out = run_dataset(ds, functools.partial(quanta.InferenceSession, "m.int8.onnx"), concurrency=2)
@@ -22,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SessionBatchRunner", "run_dataset"]
+__all__ = ["SessionBatchRunner", "run_dataset", "run_folder"]
 
 
 class SessionBatchRunner:
@@ -79,3 +84,52 @@ def run_dataset(
         concurrency=concurrency,
         num_cpus=num_cpus,
     )
+
+
+class _FileRunner:
+    """The per-actor callable of :func:`run_folder`: reads a feed file, writes its outputs."""
+
+    def __init__(self, session_factory: Callable[[], Any], out_dir: str) -> None:
+        self.session = session_factory()
+        self.out_dir = out_dir
+        self.outputs = [o.name for o in self.session.get_outputs()]
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import os
+
+        written = []
+        for path in batch["path"]:
+            with np.load(str(path), allow_pickle=False) as d:
+                feed = {k: d[k] for k in d.files}
+            outs = self.session.run(self.outputs, feed)
+            target = os.path.join(self.out_dir, os.path.basename(str(path)))
+            tmp = target + ".tmp.npz"
+            np.savez(tmp, **dict(zip(self.outputs, outs)))
+            os.replace(tmp, target)
+            written.append(target)
+        return {"path": batch["path"], "output": np.asarray(written)}
+
+
+def run_folder(
+    inputs: str, out_dir: str, session_factory: Callable[[], Any], *, concurrency: int = 2, num_cpus: float = 1
+) -> tuple[int, int]:
+    """Run every ``inputs/*.npz`` feed, writing ``out_dir/<same name>.npz``; inputs whose
+    output exists are skipped (resume). Returns (run now, skipped)."""
+    import os
+
+    import ray.data
+
+    os.makedirs(out_dir, exist_ok=True)
+    files = sorted(f for f in os.listdir(inputs) if f.endswith(".npz"))
+    todo = [os.path.join(inputs, f) for f in files if not os.path.exists(os.path.join(out_dir, f))]
+    if todo:
+        ds = ray.data.from_items([{"path": p} for p in todo])
+        ds.map_batches(
+            _FileRunner,
+            fn_constructor_args=(session_factory, out_dir),
+            batch_size=8,
+            batch_format="numpy",
+            concurrency=concurrency,
+            num_cpus=num_cpus,
+        ).materialize()
+    return len(todo), len(files) - len(todo)
