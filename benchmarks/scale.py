@@ -10,6 +10,9 @@ Run (Ray and the model's export dependencies installed, see benchmarks/real_mode
 Measured, on a local Ray cluster of 2 CPUs started here (``ray.init`` before timing: the
 cluster's start-up is reported apart, it is paid once per session, not per job):
 
+Both sides run with one BLAS/OpenMP thread (a Ray task of ``num_cpus=1`` gets
+``OMP_NUM_THREADS=1``; this script sets the same for itself before importing NumPy).
+
 - ``T_in``: ``quanta.calibrate.runner.calibrate`` in this process, the exact work
   ``quantize_static`` does (the model prepared and planned as it prepares it);
 - ``T_ray1``: ``calibrate_sharded`` with ``RayEngine(workers=1)``: one task calibrates
@@ -38,16 +41,23 @@ task; here the feeds are in memory and travel with the tasks, |shard_i| bytes ea
 
 from __future__ import annotations
 
-import argparse
-import pickle
-import platform
-import statistics
-import sys
-import tempfile
-import time
-from pathlib import Path
+import os
 
-import numpy as np
+# One BLAS / OpenMP thread in this process too: Ray gives a task of num_cpus=1 one thread
+# (OMP_NUM_THREADS=1), so "one worker" and "in-process" then do the same work on one core.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import pickle  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

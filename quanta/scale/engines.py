@@ -139,11 +139,11 @@ def make_engine(engine: str | Engine, workers: int | None = None, address: str |
     if not isinstance(engine, str):
         return engine
     if engine == "inprocess":
-        return InProcessEngine(workers or 1)
+        return InProcessEngine(1 if workers is None else workers)
     if engine == "local":
-        return LocalEngine(workers or 2)
+        return LocalEngine(2 if workers is None else workers)
     if engine == "ray":
-        return RayEngine(workers or 2, address)
+        return RayEngine(2 if workers is None else workers, address)
     raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
 
 

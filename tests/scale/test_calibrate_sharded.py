@@ -101,3 +101,21 @@ def test_bad_engine_and_worker_count_are_named():
         make_engine("spark")
     with pytest.raises(ValueError, match="workers must be an integer >= 1, got 0"):
         make_engine("local", 0)
+
+
+def test_cli_workers_give_the_same_file_and_bad_options_are_named(model_path, tmp_path, capsys):
+    from quanta.cli.main import main
+
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, *[f["x"] for f in feeds(7)])
+    one, three = tmp_path / "one.onnx", tmp_path / "three.onnx"
+    assert main(["quantize", str(model_path), "-o", str(one), "--calib", str(calib)]) == 0
+    assert main(["quantize", str(model_path), "-o", str(three), "--calib", str(calib), "--workers", "3"]) == 0
+    assert one.read_bytes() == three.read_bytes()
+    capsys.readouterr()
+    bad = tmp_path / "bad.onnx"
+    assert main(["quantize", str(model_path), "-o", str(bad), "--calib", str(calib), "--address", "auto"]) == 2
+    assert "--address names a Ray cluster: use it with --engine ray" in capsys.readouterr().err
+    assert main(["quantize", str(model_path), "-o", str(bad), "--calib", str(calib), "--workers", "0"]) == 2
+    assert "--workers 0: expected an integer >= 1" in capsys.readouterr().err
+    assert not bad.exists()
