@@ -22,11 +22,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import onnx
+
 from quanta.calibrate.moving_average import MovingAverageMinMaxObserver, MovingAverageSteps
 from quanta.calibrate.observer import ObserverBase
 from quanta.calibrate.readers import ImagePreprocess, SampleRef, load_sample, sample_refs
 from quanta.calibrate.runner import CalibrationResult, ChannelMean, calibrate
 from quanta.ir.graph import Model
+from quanta.ir.onnx_io import from_proto, to_proto
 from quanta.scale.engines import Engine, ShardProgress
 
 __all__ = ["ShardState", "calibrate_sharded", "merge_states", "split"]
@@ -47,13 +50,25 @@ class ShardState:
 
 @dataclass(frozen=True)
 class _Job:
-    """What every shard shares (sent once per worker)."""
+    """What every shard shares (sent once per worker). The model travels as ONNX bytes:
+    the IR's linked Values and Nodes pickle recursively, too deep for a real network."""
 
     model: Model
     tensors: tuple[str, ...]
     prototypes: dict[str, ObserverBase]
     preprocess: ImagePreprocess | None
     channel_means: dict[str, int]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["model"] = to_proto(self.model).SerializeToString()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        proto = onnx.ModelProto()
+        proto.ParseFromString(state["model"])
+        for key, value in {**state, "model": from_proto(proto, "calibration job")}.items():
+            object.__setattr__(self, key, value)
 
 
 def split(n: int, shards: int) -> list[range]:
@@ -105,9 +120,16 @@ def merge_states(states: Iterable[ShardState]) -> ShardState:
     first = ordered[0]
     observers = dict(first.observers)
     means = dict(first.means)
+    owned: set[str] = set()  # accumulators copied once, then merged into in place
     for s in ordered[1:]:
         for name, obs in s.observers.items():
-            observers[name] = observers[name].merge(obs) if name in observers else obs
+            if name not in observers:
+                observers[name] = obs
+            elif name in owned:
+                observers[name] = observers[name].merge_in_place(obs)
+            else:
+                observers[name] = observers[name].merge(obs)
+                owned.add(name)
         for name, m in s.means.items():
             means[name] = means[name].merge(m) if name in means else m
     return ShardState(
