@@ -121,3 +121,25 @@ def test_batch_inference_over_ray_data_equals_a_session_loop(cluster, model_path
 def test_split_covers_every_sample_once():
     runs = split(10, 4)
     assert [i for r in runs for i in r] == list(range(10))
+
+
+def test_quanta_run_on_ray_writes_one_output_per_input_and_resumes(cluster, model_path, tmp_path, capsys):
+    from quanta.cli.main import main
+
+    int8 = tmp_path / "cnn.int8.onnx"
+    quanta.quantize_static(str(model_path), str(int8), feeds(6), verbose=False)
+    inputs, outdir = tmp_path / "in", tmp_path / "out"
+    inputs.mkdir()
+    xs = [f["x"] for f in feeds(5, seed=4)]
+    for i, x in enumerate(xs):
+        np.savez(inputs / f"{i:03d}.npz", x=x)
+    args = ["run", str(int8), "--inputs", str(inputs), "-o", str(outdir), "--engine", "ray", "--workers", "1"]
+    assert main(args) == 0
+    assert "ran 5 input(s), 0 already done" in capsys.readouterr().out
+    sess = quanta.InferenceSession(str(int8))
+    for i, x in enumerate(xs):
+        with np.load(outdir / f"{i:03d}.npz") as d:
+            assert d["y"].tobytes() == sess.run(None, {"x": x})[0].tobytes()
+    (outdir / "002.npz").unlink()  # as if the run had failed before this one
+    assert main(args) == 0
+    assert "ran 1 input(s), 4 already done" in capsys.readouterr().out
