@@ -10,7 +10,7 @@ from __future__ import annotations
 from quanta.calibrate.entropy import EntropyObserver
 from quanta.calibrate.histogram import HistogramObserver, HistogramView
 from quanta.calibrate.minmax import MinMaxObserver
-from quanta.calibrate.moving_average import MovingAverageMinMaxObserver
+from quanta.calibrate.moving_average import MovingAverageMinMaxObserver, MovingAverageSteps
 from quanta.calibrate.mse import MSEObserver
 from quanta.calibrate.observer import (
     EXTREME,
@@ -34,6 +34,7 @@ __all__ = [
     "MSEObserver",
     "MinMaxObserver",
     "MovingAverageMinMaxObserver",
+    "MovingAverageSteps",
     "Observer",
     "ObserverBase",
     "PercentileObserver",

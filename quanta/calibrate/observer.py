@@ -204,6 +204,9 @@ class ObserverBase:
             n_nan = nan.sum(axis=1)
             lo = np.where(nan, np.inf, xc).min(axis=1, initial=np.inf).astype(np.float64)
             hi = np.where(nan, -np.inf, xc).max(axis=1, initial=-np.inf).astype(np.float64)
+        # -0.0 + 0.0 = +0.0: min/max of signed zeros return whichever comes first, so
+        # without this a merge order or a shard boundary could decide the sign of a bound
+        lo, hi = lo + 0.0, hi + 0.0
         clean = not n_nan.any() and bool(np.isfinite(lo).all() and np.isfinite(hi).all())
         counted = xc.shape[1] - n_nan
         self._update(xc, lo, hi, counted, clean)
@@ -307,16 +310,29 @@ class ObserverBase:
         if self._rank is not None and other._rank is not None and self._rank != other._rank:
             raise ValueError(f"merge: per-channel samples of rank {self._rank} vs {other._rank}")
         out = copy.deepcopy(self)
-        out._merge_from(other)
-        assert out._max is not None and out._count is not None and out._nan is not None
-        assert other._max is not None and other._count is not None and other._nan is not None
-        out._min = np.minimum(out._min, other._min)
-        out._max = np.maximum(out._max, other._max)
-        out._count = out._count + other._count
-        out._nan = out._nan + other._nan
-        if out._expressed is None:
-            out._expressed = other._expressed
+        out._absorb(other)
         return out
+
+    def merge_in_place(self, other: ObserverBase) -> ObserverBase:
+        """``self.merge(other)`` without copying ``self`` (which it changes and returns):
+        a driver folding many large shard states into one accumulator."""
+        if self._min is None or other._min is None or other._min.size != self._min.size:
+            return self.merge(other)
+        if type(other) is not type(self) or other.config() != self.config():
+            return self.merge(other)  # raises with the reason
+        self._absorb(other)
+        return self
+
+    def _absorb(self, other: ObserverBase) -> None:
+        self._merge_from(other)
+        assert self._max is not None and self._count is not None and self._nan is not None
+        assert other._max is not None and other._count is not None and other._nan is not None
+        self._min = np.minimum(self._min, other._min)
+        self._max = np.maximum(self._max, other._max)
+        self._count = self._count + other._count
+        self._nan = self._nan + other._nan
+        if self._expressed is None:
+            self._expressed = other._expressed
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:

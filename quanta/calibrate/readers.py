@@ -29,7 +29,16 @@ import numpy as np
 
 from quanta.ir.graph import Value
 
-__all__ = ["CalibrationDataError", "CalibrationDataReader", "ImagePreprocess", "iter_feeds", "validate_feed"]
+__all__ = [
+    "CalibrationDataError",
+    "CalibrationDataReader",
+    "ImagePreprocess",
+    "SampleRef",
+    "iter_feeds",
+    "load_sample",
+    "sample_refs",
+    "validate_feed",
+]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
@@ -226,3 +235,104 @@ def validate_feed(feed: Any, inputs: Sequence[Value], index: int) -> dict[str, n
     if missing:
         raise CalibrationDataError(f"calibration sample {index}: missing input(s) {missing}; the model expects {expected}")
     return out
+
+
+# A sample addressed without loading it, so that a list of them can be split into shards
+# and each shard read where it runs: ("feed", dict), ("npz", path, key) with key None for
+# a file that is one sample, ("image", path).
+SampleRef = tuple
+
+
+def _npz_keys(path: Path, input_names: Sequence[str]) -> list[str | None]:
+    """The samples of one .npz file, as _load_npz splits it, without reading the arrays."""
+    try:
+        with np.load(path, allow_pickle=False) as d:
+            files = list(d.files)
+    except (ValueError, OSError) as e:
+        raise CalibrationDataError(f"{path}: not a valid .npz file ({e})") from None
+    if set(files) <= set(input_names) and files:
+        return [None]
+    if len(input_names) == 1:
+        return sorted(files)
+    raise CalibrationDataError(f"{path}: arrays {sorted(files)} do not match the model's inputs {list(input_names)}")
+
+
+def _path_refs(path: Path, input_names: Sequence[str], preprocess: ImagePreprocess | None) -> list[SampleRef]:
+    if path.is_file():
+        if path.suffix == ".npz":
+            return [("npz", str(path), k) for k in _npz_keys(path, input_names)]
+        if path.suffix.lower() in IMAGE_SUFFIXES and preprocess is not None and len(input_names) == 1:
+            return [("image", str(path))]
+        raise CalibrationDataError(f"{path}: expected an .npz file or a folder of .npz files or images")
+    if not path.is_dir():
+        raise CalibrationDataError(f"{path}: no such file or folder")
+    files = sorted(p for p in path.iterdir() if p.is_file())
+    npz = [p for p in files if p.suffix == ".npz"]
+    images = [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES]
+    if npz:
+        return [ref for p in npz for ref in _path_refs(p, input_names, preprocess)]
+    if images:
+        if preprocess is None:
+            raise CalibrationDataError(
+                f"{path}: a folder of images needs a declared preprocessing (ImagePreprocess / --image-* options)"
+            )
+        if len(input_names) != 1:
+            raise CalibrationDataError(f"{path}: images can feed a model with one input, this one has {len(input_names)}")
+        return [("image", str(p)) for p in images]
+    raise CalibrationDataError(f"{path}: the folder holds no .npz files and no images")
+
+
+def sample_refs(
+    data: Any, inputs: Sequence[Value], *, preprocess: ImagePreprocess | None = None, limit: int | None = None
+) -> list[SampleRef]:
+    """The samples of ``data`` in the order :func:`iter_feeds` yields them, as references
+    that :func:`load_sample` reads. Paths (a file, a folder, a list of them) stay paths;
+    feed dicts are kept as they are; a reader or a generator is read into memory (it
+    cannot be split otherwise)."""
+    names = [v.name for v in inputs]
+    if isinstance(data, (str, os.PathLike)):
+        refs = _path_refs(Path(data), names, preprocess)
+    elif isinstance(data, Mapping):
+        refs = [("feed", data)]
+    elif isinstance(data, (list, tuple)) and data and all(isinstance(d, (str, os.PathLike)) for d in data):
+        refs = [ref for d in data for ref in _path_refs(Path(d), names, preprocess)]
+    else:
+        refs = [("feed", feed) for feed in _raw_source(data, names, preprocess, limit)]
+    return refs if limit is None else refs[:limit]
+
+
+def _raw_source(data: Any, names: Sequence[str], preprocess: ImagePreprocess | None, limit: int | None) -> Iterator[Any]:
+    if hasattr(data, "get_next"):
+        if hasattr(data, "rewind"):
+            data.rewind()
+        source: Iterable[Any] = iter(data.get_next, None)
+    elif isinstance(data, Iterable):
+        source = data
+    else:
+        raise CalibrationDataError(
+            f"calibration data of type {type(data).__name__}: expected a CalibrationDataReader, an iterable of "
+            "feed dicts, an .npz file or a folder"
+        )
+    for k, feed in enumerate(source):
+        if limit is not None and k >= limit:
+            return
+        yield feed
+
+
+def load_sample(ref: SampleRef, input_names: Sequence[str], preprocess: ImagePreprocess | None = None) -> Any:
+    """The feed a :func:`sample_refs` reference stands for (validated later, by iter_feeds)."""
+    kind = ref[0]
+    if kind == "feed":
+        return ref[1]
+    if kind == "image":
+        if preprocess is None:
+            raise CalibrationDataError(f"{ref[1]}: an image needs a declared preprocessing (ImagePreprocess)")
+        return {input_names[0]: preprocess(Path(ref[1]))}
+    if kind == "npz":
+        path, key = Path(ref[1]), ref[2]
+        try:
+            with np.load(path, allow_pickle=False) as d:
+                return {k: d[k] for k in d.files} if key is None else {input_names[0]: d[key]}
+        except (ValueError, OSError) as e:
+            raise CalibrationDataError(f"{path}: cannot read as .npz without pickle ({e})") from None
+    raise ValueError(f"load_sample: unknown sample reference {kind!r}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
+from fractions import Fraction
 
 import numpy as np
 
@@ -36,30 +37,93 @@ class CalibrationResult(dict):
     samples: int = 0
     seconds: float = 0.0
     means: dict
+    mean_states: dict  # name -> ChannelMean (mergeable)
+
+
+# Every finite float64 is an integer multiple of 2^-1074; sums are kept as such integers.
+_FIXED = 1074
 
 
 class ChannelMean:
-    """Streaming per-channel mean along ``axis`` (float64 sums: constant memory; samples
-    may differ in every other dimension)."""
+    """Streaming per-channel mean along ``axis`` (constant memory; samples may differ in
+    every other dimension), exactly mergeable.
+
+    Each sample's per-channel sum is taken in float64 (NumPy's pairwise sum: a function of
+    that sample alone); the sums *across* samples are exact, kept as Python integers in
+    units of 2^-1074, so the state after any split of the samples into shards, merged in
+    any order, is the same integers, and :meth:`mean` (one correct rounding of
+    total / count) the same float64.
+    """
 
     def __init__(self, axis: int):
         self.axis = axis
-        self.total: np.ndarray | None = None
+        self.total: np.ndarray | None = None  # object array of Python ints (units 2^-1074)
         self.count = 0
 
     def observe(self, x: np.ndarray) -> None:
         a = np.moveaxis(np.asarray(x, dtype=np.float64), self.axis, 0)
         s = a.reshape(a.shape[0], -1).sum(axis=1)
+        fixed = _to_fixed(s)
         if self.total is None:
-            self.total = s
-        elif self.total.shape != s.shape:
+            self.total = fixed
+        elif self.total.shape != fixed.shape:
             raise ValueError(f"channel mean: {s.size} channels along axis {self.axis}, earlier {self.total.size}")
         else:
-            self.total = self.total + s
+            self.total = self.total + fixed
         self.count += a.size // max(a.shape[0], 1)
 
+    def merge(self, other: ChannelMean) -> ChannelMean:
+        """The mean of both streams (exact: integer sums)."""
+        if other.axis != self.axis:
+            raise ValueError(f"channel mean: cannot merge axis {other.axis} into axis {self.axis}")
+        out = ChannelMean(self.axis)
+        if self.total is not None and other.total is not None and self.total.shape != other.total.shape:
+            raise ValueError(f"channel mean: {self.total.size} channels vs {other.total.size}")
+        parts = [t for t in (self.total, other.total) if t is not None]
+        out.total = None if not parts else parts[0] + parts[1] if len(parts) == 2 else parts[0].copy()
+        out.count = self.count + other.count
+        return out
+
     def mean(self) -> np.ndarray | None:
-        return None if self.total is None or self.count == 0 else self.total / self.count
+        if self.total is None or self.count == 0:
+            return None
+        den = self.count << _FIXED
+        return np.array(
+            [float(Fraction(t, den)) if isinstance(t, int) else t / self.count for t in self.total],
+            dtype=np.float64,
+        )
+
+    def to_dict(self) -> dict:
+        """JSON-able state (integers as decimal strings: they exceed 64 bits)."""
+        total = None if self.total is None else [str(t) if isinstance(t, int) else repr(t) for t in self.total]
+        return {"axis": self.axis, "count": self.count, "total": total}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> ChannelMean:
+        out = cls(int(d["axis"]))
+        out.count = int(d["count"])
+        if d["total"] is not None:
+            total = np.empty(len(d["total"]), dtype=object)
+            total[:] = [int(t) if t.lstrip("-").isdigit() else float(t) for t in d["total"]]
+            out.total = total
+        return out
+
+
+def _to_fixed(s: np.ndarray) -> np.ndarray:
+    """float64 -> object array of the exact integers s·2^1074. A non-finite sum (an inf or
+    NaN activation) stays a float, and so does every total it is added to."""
+    m, e = np.frexp(s)  # s = m·2^e, |m| in [0.5, 1)
+    mant = np.ldexp(m, 53)  # an integer below 2^53 in magnitude: exact in int64
+    finite = np.isfinite(s)
+    shift = np.where(finite, e.astype(np.int64) - 53 + _FIXED, 0)
+    out = np.where(finite, mant, 0.0).astype(np.int64).astype(object)
+    for u in np.unique(shift).tolist():  # a few distinct exponents per sample
+        sel = shift == u
+        # u < 0 only for subnormals, whose low mantissa bits are then zero: exact
+        out[sel] = np.left_shift(out[sel], u) if u >= 0 else np.right_shift(out[sel], -u)
+    if not finite.all():
+        out[~finite] = s[~finite].astype(object)
+    return out
 
 
 class _Progress:
@@ -146,6 +210,7 @@ def calibrate(
         raise CalibrationDataError("calibration data is empty: no sample was read")
     observers.samples = n
     observers.seconds = time.perf_counter() - t0
+    observers.mean_states = means
     observers.means = {name: m.mean() for name, m in means.items() if m.mean() is not None}
     return observers
 

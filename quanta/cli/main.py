@@ -3,9 +3,11 @@
     quanta inspect MODEL                  ops by type, quantized tensors, parameters, size
     quanta inspect --ir MODEL             also the graph in quanta's textual IR
     quanta run MODEL [--inputs X.npz] [-o Y.npz] [--backend native|reference]
+    quanta run MODEL --inputs DIR -o OUTDIR --engine ray [--workers N] [--address ADDR]
     quanta quantize IN -o OUT --calib DATA [--method ...] [--dynamic] [--per-channel|--per-tensor]
                    [--activation-type uint8|int8] [--weight-type int8|uint8|int4] [--exclude NODE...]
                    [--recurrent dynamic|float] [--subgraphs quantize|float] [--recipe FILE]
+                   [--engine inprocess|local|ray] [--workers N] [--address ADDR]
     quanta bench MODEL [--vs-ort] [--threads N] [--batch B] [--dim NAME=SIZE] [--feeds F.npz] [--warmup W] [--runs R]
                                           latency (median, p90), side by side with ONNX Runtime
     quanta demo                           the built-in demo model, end to end
@@ -153,6 +155,8 @@ def _inspect_lowered(args: argparse.Namespace, model) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     import quanta
 
+    if args.engine == "ray":
+        return _run_on_ray(args)
     sess = quanta.InferenceSession(args.model, backend=args.backend)
     if args.inputs:
         feeds = _load_npz(args.inputs)
@@ -182,6 +186,39 @@ def cmd_run(args: argparse.Namespace) -> int:
         np.savez(tmp, **dict(zip(names, outs)))
         tmp.replace(out)
         print(f"wrote {out}")
+    return 0
+
+
+def _run_on_ray(args: argparse.Namespace) -> int:
+    """``quanta run MODEL --inputs DIR -o OUT --engine ray``: every DIR/*.npz through Ray
+    Data, outputs to OUT/<same name>.npz; inputs already done are skipped (resume)."""
+    import functools
+
+    import quanta
+
+    if not args.inputs or not Path(args.inputs).is_dir() or not args.output:
+        raise CliError("--engine ray needs --inputs FOLDER (of .npz feeds) and -o OUTPUT_FOLDER")
+    try:
+        import ray
+    except ImportError:
+        raise CliError("--engine ray needs Ray: pip install 'quanta[ray]'") from None
+    from quanta.scale import run_folder
+
+    workers = args.workers or 2
+    started = not ray.is_initialized()
+    if started:
+        if args.address:
+            ray.init(address=args.address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    try:
+        factory = functools.partial(quanta.InferenceSession, str(Path(args.model).resolve()), backend=args.backend)
+        done, skipped = run_folder(str(Path(args.inputs).resolve()), str(Path(args.output).resolve()), factory,
+                                   concurrency=workers)
+    finally:
+        if started:
+            ray.shutdown()
+    print(f"ran {done} input(s), {skipped} already done; outputs in {args.output}")
     return 0
 
 
@@ -238,8 +275,25 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             from quanta.quantize.accuracy import AccuracyTarget
 
             accuracy = AccuracyTarget(metric=targets[0][0], minimum=targets[0][1], eval_data=args.eval_data)
-        quantize_static(args.model, args.output, args.calib, args.recipe, preprocess=pre, accuracy=accuracy,
-                        **options)
+        engine, address = args.engine, args.address
+        if args.ray is not None:
+            engine, address = "ray", address or (None if args.ray == "local" else args.ray)
+        if args.workers is not None and args.workers < 1:
+            raise CliError(f"--workers {args.workers}: expected an integer >= 1")
+        if address and engine != "ray":
+            raise CliError("--address names a Ray cluster: use it with --engine ray")
+        quantize_static(
+            args.model,
+            args.output,
+            args.calib,
+            args.recipe,
+            preprocess=pre,
+            engine=engine,
+            workers=args.workers,
+            address=address,
+            accuracy=accuracy,
+            **options,
+        )
     print(f"wrote {args.output}")
     return 0
 
@@ -311,6 +365,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", help="write the outputs to this .npz")
     s.add_argument("--backend", choices=["native", "reference"], default="native")
     s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    s.add_argument(
+        "--engine",
+        choices=["inprocess", "ray"],
+        default="inprocess",
+        help="ray: --inputs is a folder of .npz feeds, -o a folder; one session per Ray actor; resumable",
+    )
+    s.add_argument("--workers", type=int, help="--engine ray: number of actors (default 2)")
+    s.add_argument("--address", help="--engine ray: address of a running Ray cluster (default: start one)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("quantize", help="quantize a float model (static with calibration data, or --dynamic)")
@@ -359,6 +421,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target-cosine", type=float, metavar="C", help="accuracy target: worst output-row cosine")
     s.add_argument("--target-agreement", type=float, metavar="A", help="accuracy target: top-1 agreement")
     s.add_argument("--eval-data", help="measure the target on these feeds instead of held-out calibration data")
+    s.add_argument(
+        "--engine",
+        choices=["inprocess", "local", "ray"],
+        default="inprocess",
+        help="where calibration runs: this process (default), --workers local processes, or Ray tasks; "
+        "the file is the same byte for byte",
+    )
+    s.add_argument("--workers", type=int, help="shards / workers of the local or Ray engine (default 2)")
+    s.add_argument("--address", help="--engine ray: address of a running Ray cluster (default: start one)")
+    s.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="shorthand for --engine ray [--address ADDRESS]",
+    )
     s.set_defaults(func=cmd_quantize)
 
     s = sub.add_parser(

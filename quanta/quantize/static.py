@@ -23,6 +23,7 @@ The same model, data and recipe give a byte-identical file.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -263,6 +264,9 @@ def quantize_static(
     preprocess: ImagePreprocess | None = None,
     verbose: bool = True,
     accuracy: Any = None,
+    engine: Any = "inprocess",
+    workers: int | None = None,
+    address: str | None = None,
     **options: Any,
 ) -> QuantizationSummary:
     """Quantize ``model_input`` with ranges calibrated on ``calibration_data``.
@@ -274,6 +278,10 @@ def quantize_static(
     ``exclude=["head.*"]`` …). ``accuracy``: a :class:`quanta.AccuracyTarget`: fix the
     layers that lose the most until the target holds on held-out data
     (quanta.quantize.accuracy); the summary's ``accuracy`` says what changed.
+    ``engine``: where calibration runs: "inprocess" (default), "local" (``workers``
+    processes) or "ray" (``workers`` Ray tasks; ``address`` of a running cluster), or a
+    :mod:`quanta.scale` engine. The file is byte-identical whatever the engine
+    (docs/scale.md); the engine is not part of the recipe.
     Returns (and, if ``verbose``, prints) the summary.
     """
     t0 = time.perf_counter()
@@ -320,7 +328,18 @@ def quantize_static(
     # with bodies, the calibration run also tells which If branches the data takes and
     # the shapes inside the bodies (coverage counts their MACs with them)
     if to_calibrate or means_for or bodies or taps:
-        observers = calibrate(
+        if engine != "inprocess" or workers not in (None, 1):
+            if taps:
+                # GPTQ's statistics are streamed into callbacks of this process; they
+                # have no mergeable state a shard could return.
+                raise ValueError(f"weight_rounding='gptq' calibrates in one process; engine={engine!r} "
+                                 f"with workers={workers} cannot collect its statistics")
+            from quanta.scale import calibrate_sharded, make_engine
+
+            run = functools.partial(calibrate_sharded, engine=make_engine(engine, workers, address))
+        else:
+            run = functools.partial(calibrate, taps=taps)
+        observers = run(
             model,
             to_calibrate,
             calibration_data,
@@ -329,7 +348,6 @@ def quantize_static(
             limit=recipe.calibration_samples,
             progress=recipe.progress and verbose,
             channel_means=means_for,
-            taps=taps,
         )
         samples = observers.samples
         means = observers.means

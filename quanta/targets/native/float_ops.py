@@ -334,14 +334,9 @@ def _unary_kernel(op_type: str, op: str, domain: str = "") -> Callable[..., Any]
     return run
 
 
-<<<<<<< HEAD
 def _bind_unary(op_type: str, op: str, domain: str = "") -> Callable[[Model, Node], tuple[Kernel | None, str]]:
     fn = _unary_kernel(op_type, op, domain)
-=======
-def _bind_unary(op_type: str, op: str) -> Callable[[Model, Node], tuple[Kernel | None, str]]:
-    fn = _unary_kernel(op_type, op)
     specialize = _unary_specializer(op, fn)
->>>>>>> threads
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused: the choice depends on the node's types only

@@ -104,8 +104,25 @@ def _bind(node: Node, *, onnx_domain: bool) -> tuple[Kernel | None, str]:
     scale_const, zp_const = _const(scale), _const(zp)
     if scale_const is not None and (zp is None or zp_const is not None):
         params["prepared"] = _prepare(scale_const, _zero_point(zp_const, out_dtype))
-<<<<<<< HEAD
-    return Kernel(_quantize_linear_native, "native", f"native:quantize_linear_{storage}", params=params, out=True), ""
+    name = f"native:quantize_linear_{storage}"
+    return Kernel(
+        _quantize_linear_native, "native", name, params=params, out=True, specialize=_quantize_linear_specialized
+    ), ""
+
+
+def _quantize_linear_specialized(
+    sig: Specialization, *, axis: int = 1, prepared: tuple[np.ndarray, np.ndarray, str] | None = None, **attrs: Any
+) -> Callable[..., Any] | None:
+    """QuantizeLinear with constant parameters: the kernel and thread count chosen once."""
+    from quanta.kernels import _native
+
+    if prepared is None or sig.dtypes[0] != np.float32:
+        return None
+    scale, zero_point, storage = prepared
+    fn = getattr(_native, f"quantize_linear_{storage}")
+    threads, out, ax = step_threads(sig), sig.out, int(axis)
+    generic_attrs = {"axis": axis, "prepared": prepared, **attrs}
+    return guarded(lambda x, *p: fn(x, scale, zero_point, ax, threads, out), _quantize_linear_native, generic_attrs, out)
 
 
 @register_binder("QuantizeLinear")
@@ -120,24 +137,3 @@ def bind_ms_quantize_linear(model: Model, node: Node) -> tuple[Kernel | None, st
     """com.microsoft QuantizeLinear (ORT's ``UseQDQContribOps``): the same kernel."""
     del model  # unused: the choice depends on the node's types only
     return _bind(node, onnx_domain=False)
-=======
-    name = f"native:quantize_linear_{'s8' if signed else 'u8'}"
-    return Kernel(
-        _quantize_linear_native, "native", name, params=params, out=True, specialize=_quantize_linear_specialized
-    ), ""
-
-
-def _quantize_linear_specialized(
-    sig: Specialization, *, axis: int = 1, prepared: tuple[np.ndarray, np.ndarray, bool] | None = None, **attrs: Any
-) -> Callable[..., Any] | None:
-    """QuantizeLinear with constant parameters: the kernel and thread count chosen once."""
-    from quanta.kernels import _native
-
-    if prepared is None or sig.dtypes[0] != np.float32:
-        return None
-    scale, zero_point, signed = prepared
-    fn = _native.quantize_linear_s8 if signed else _native.quantize_linear_u8
-    threads, out, ax = step_threads(sig), sig.out, int(axis)
-    generic_attrs = {"axis": axis, "prepared": prepared, **attrs}
-    return guarded(lambda x, *p: fn(x, scale, zero_point, ax, threads, out), _quantize_linear_native, generic_attrs, out)
->>>>>>> threads

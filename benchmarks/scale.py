@@ -1,0 +1,208 @@
+"""Distributed calibration (quanta.scale) on EfficientNet-Lite0, 200 images: the overhead
+of one Ray worker against calibrating in this process, what two Ray workers give on this
+machine, and the scaling efficiency at N workers by simulation. Not a test.
+
+Run (Ray and the model's export dependencies installed, see benchmarks/real_models)::
+
+    python benchmarks/real_models/export.py --models efficientnet_lite0
+    python benchmarks/scale.py [--images 200] [--reps 2] [--sim-workers 8] [--write benchmarks/results/...md]
+
+Measured, on a local Ray cluster of 2 CPUs started here (``ray.init`` before timing: the
+cluster's start-up is reported apart, it is paid once per session, not per job):
+
+Both sides run with one BLAS/OpenMP thread (a Ray task of ``num_cpus=1`` gets
+``OMP_NUM_THREADS=1``; this script sets the same for itself before importing NumPy).
+
+- ``T_in``: ``quanta.calibrate.runner.calibrate`` in this process, the exact work
+  ``quantize_static`` does (the model prepared and planned as it prepares it);
+- ``T_ray1``: ``calibrate_sharded`` with ``RayEngine(workers=1)``: one task calibrates
+  all 200 images in a Ray worker (the job sent through the object store, the state sent
+  back, merged here). Runs alternate (in-process, Ray, in-process, Ray, ...) and the
+  medians are compared: overhead = T_ray1 / T_in - 1;
+- ``T_ray2``: two workers on this 2-core machine (shared with other jobs: indicative);
+- the two files (in-process and Ray) are compared byte for byte.
+
+Simulated N workers (``--sim-workers``), composed only of measured times plus an
+explicit network model: the 200 images split into N shards as quanta splits them; each
+shard calibrated here (in-process engine, one after the other) gives its task time t_i
+(compile + calibration, as a worker runs it); the per-task fixed cost c (dispatch, job
+deserialisation, state serialisation) is the measured T_ray1 - T_in; the job (model +
+empty observers, pickled) is sent from the driver to each of the N machines over one
+link of ``--bandwidth`` (serialised: N·|job| / bandwidth, conservative), each state back
+the same way, plus ``--latency`` per message; the merge of the N states is timed here::
+
+    T_N = (N·|job| + Σ_i |shard_i|)/bw + max_i(t_i + c) + Σ_i |state_i|/bw + 2·latency + T_merge
+    efficiency(N) = T_in / (N · T_N)
+
+It assumes N identical machines (each worker a core like this one) and that the data is
+readable where each worker runs (shards are references: paths, or feeds sent with the
+task; here the feeds are in memory and travel with the tasks, |shard_i| bytes each).
+"""
+
+from __future__ import annotations
+
+import os
+
+# One BLAS / OpenMP thread in this process too: Ray gives a task of num_cpus=1 one thread
+# (OMP_NUM_THREADS=1), so "one worker" and "in-process" then do the same work on one core.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import pickle  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks" / "real_models"))
+
+import quanta  # noqa: E402
+from quanta.calibrate.runner import calibrate  # noqa: E402
+from quanta.quantize.qdq import bias_correction_inputs, consumer_channel_weights, plan_qdq  # noqa: E402
+from quanta.quantize.recipe import CalibrationMethod, Recipe  # noqa: E402
+from quanta.quantize.static import (  # noqa: E402
+    load_for_quantization,
+    make_observer_factory,
+    prepare_float_graph,
+)
+from quanta.scale import RayEngine, calibrate_sharded, merge_states  # noqa: E402
+from quanta.scale.calibrate import _for_shards, _Job, run_shard, split  # noqa: E402
+
+
+def prepared(path: Path):
+    """The model, tensors, observer factory and channel means quantize_static calibrates with."""
+    recipe = Recipe()
+    model = load_for_quantization(str(path))
+    prepare_float_graph(model)
+    plan = plan_qdq(model.graph, recipe)
+    weights = consumer_channel_weights(model.graph, plan) if recipe.method is CalibrationMethod.WEIGHTED_MSE else {}
+    return model, plan.activations_to_calibrate(), make_observer_factory(recipe, weights), bias_correction_inputs(plan)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--images", type=int, default=200)
+    ap.add_argument("--reps", type=int, default=2, help="alternating in-process / Ray runs of each")
+    ap.add_argument("--sim-workers", default="8", help="comma-separated N (each costs one pass over the images)")
+    ap.add_argument("--two-workers", action="store_true", help="also time 2 Ray workers on this machine")
+    ap.add_argument("--files", action="store_true", help="also compare the quantized files (two more passes)")
+    ap.add_argument("--bandwidth", type=float, default=1e9 / 8, help="bytes/s of the driver's link (1 Gb/s)")
+    ap.add_argument("--latency", type=float, default=1e-3, help="seconds per message")
+    ap.add_argument("--write", type=Path, help="also write the report (markdown) here")
+    args = ap.parse_args(argv)
+
+    import ray
+    from accuracy import image_data
+    from export import DEFAULT_CACHE, EFFICIENTNET, model_paths
+
+    _, prep = model_paths(DEFAULT_CACHE, EFFICIENTNET)
+    if not prep.exists():
+        print(f"{prep} missing: run benchmarks/real_models/export.py --models {EFFICIENTNET}")
+        return 1
+    calib, _ = image_data(args.images, 0, 1)
+    model, tensors, make, means_for = prepared(prep)
+    lines: list[str] = []
+
+    def say(s: str = "") -> None:
+        print(s, flush=True)
+        lines.append(s)
+
+    say(f"EfficientNet-Lite0 ({prep.name}), {len(calib)} images 1x3x224x224, {len(tensors)} tensors observed, "
+        f"{len(means_for)} channel means; default recipe (weighted_mse)")
+    say(f"{platform.processor() or platform.machine()}, {platform.system()}, Python {platform.python_version()}, "
+        f"ray {ray.__version__}, numpy {np.__version__}")
+    t0 = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    say(f"ray.init (local cluster, 2 CPUs): {time.perf_counter() - t0:.2f} s (once per session, not counted below)")
+
+    kw = dict(progress=False, channel_means=means_for)
+    # a worker process is started and imports quanta once per cluster, not once per job:
+    # one small job first, so the timed runs see a warm worker (as jobs after the first do)
+    t = time.perf_counter()
+    calibrate_sharded(model, tensors, calib[:1], make, engine=RayEngine(1), **kw)
+    say(f"warm-up job (1 image; starts a worker, imports quanta): {time.perf_counter() - t:.2f} s, not counted")
+    t_in, t_ray1 = [], []
+    results = {}
+    for rep in range(args.reps):
+        t = time.perf_counter()
+        results["in"] = calibrate(model, tensors, calib, make, **kw)
+        t_in.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        results["ray1"] = calibrate_sharded(model, tensors, calib, make, engine=RayEngine(1), **kw)
+        t_ray1.append(time.perf_counter() - t)
+        say(f"  rep {rep}: in-process {t_in[-1]:.2f} s, Ray 1 worker {t_ray1[-1]:.2f} s")
+    same = all(results["in"][n].to_dict() == results["ray1"][n].to_dict() for n in tensors)
+    m_in, m_ray1 = statistics.median(t_in), statistics.median(t_ray1)
+    overhead = m_ray1 / m_in - 1
+    t_ray2, same2, files_same = None, None, None
+    if args.two_workers:
+        t = time.perf_counter()
+        ray2 = calibrate_sharded(model, tensors, calib, make, engine=RayEngine(2), **kw)
+        t_ray2 = time.perf_counter() - t
+        same2 = all(results["in"][n].to_dict() == ray2[n].to_dict() for n in tensors)
+    if args.files:
+        with tempfile.TemporaryDirectory() as tmp:
+            a, b = Path(tmp) / "in.onnx", Path(tmp) / "ray.onnx"
+            quanta.quantize_static(str(prep), str(a), calib, verbose=False)
+            quanta.quantize_static(str(prep), str(b), calib, verbose=False, engine="ray", workers=2)
+            files_same = a.read_bytes() == b.read_bytes()
+    ray.shutdown()
+
+    say()
+    say("| run | seconds (median) | vs in-process |")
+    say("|---|---:|---:|")
+    say(f"| in-process `calibrate` | {m_in:.2f} | 1.000 |")
+    say(f"| Ray, 1 worker | {m_ray1:.2f} | {m_ray1 / m_in:.3f} (overhead {overhead * 100:+.1f} %) |")
+    if t_ray2 is not None:
+        say(f"| Ray, 2 workers (2 shared cores) | {t_ray2:.2f} | speed-up {m_in / t_ray2:.2f}x |")
+    say()
+    say(f"observer states identical to in-process: 1 worker {same}"
+        + ("" if same2 is None else f", 2 workers {same2}")
+        + ("" if files_same is None else f"; quantized files (in-process vs Ray, 2 workers) byte-identical: {files_same}"))
+
+    # ---- simulation
+    task_cost = max(m_ray1 - m_in, 0.0)
+    say()
+    say(f"Simulation (per-task fixed cost c = T_ray1 - T_in = {task_cost:.3f} s; link {args.bandwidth * 8 / 1e9:g} Gb/s, "
+        f"latency {args.latency * 1e3:g} ms):")
+    say()
+    say("| workers | max shard t_i + c (s) | job to workers (s) | states back (s) | merge (s) | T_N (s) | efficiency |")
+    say("|---:|---:|---:|---:|---:|---:|---:|")
+    prototypes = {n: _for_shards(make(n)) for n in tensors}
+    for n in [int(v) for v in args.sim_workers.split(",")]:
+        runs = split(len(calib), n)
+        job = _Job(model=model, tensors=tuple(tensors), prototypes=prototypes, preprocess=None,
+                   channel_means=dict(means_for))
+        job_bytes = len(pickle.dumps(job, protocol=5))
+        states, times, state_bytes, item_bytes = [], [], [], []
+        for i, r in enumerate(runs):
+            item = (i, [("feed", calib[k]) for k in r])  # the shard's feeds travel with its task
+            item_bytes.append(len(pickle.dumps(item, protocol=5)))
+            t = time.perf_counter()
+            s = run_shard(job, item)
+            times.append(time.perf_counter() - t)
+            states.append(s)
+            state_bytes.append(len(pickle.dumps(s, protocol=5)))
+        t = time.perf_counter()
+        merge_states(states)
+        t_merge = time.perf_counter() - t
+        send = (n * job_bytes + sum(item_bytes)) / args.bandwidth + args.latency
+        back = sum(state_bytes) / args.bandwidth + args.latency
+        slowest = max(times) + task_cost
+        t_n = send + slowest + back + t_merge
+        eff = m_in / (n * t_n)
+        say(f"| {n} | {slowest:.2f} | {send:.3f} | {back:.3f} | {t_merge:.3f} | {t_n:.2f} | {eff:.3f} |")
+    if args.write:
+        args.write.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

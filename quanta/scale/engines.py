@@ -1,0 +1,162 @@
+"""Engines: where the shards of a job run. One interface, three implementations.
+
+``engine.map(fn, shared, items)`` returns ``[fn(shared, item) for item in items]`` in
+the order of ``items``, whatever order the workers finish in. ``shared`` (the model, the
+empty observers) is sent once per worker, not once per item. ``fn`` must be a module-level
+function (it is pickled by reference).
+
+- :class:`InProcessEngine`: the loop above (what the tests compare against);
+- :class:`LocalEngine`: ``workers`` processes on this machine (``concurrent.futures``);
+- :class:`RayEngine`: Ray tasks, one per item, on a running cluster (``address``) or on a
+  local one it starts and stops. A task whose worker process dies is re-run by Ray
+  (``max_retries``); a shard's result is a pure function of its samples, so a re-run
+  returns the same state and nothing is counted twice (only a finished task's result is
+  ever merged).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+__all__ = ["Engine", "InProcessEngine", "LocalEngine", "RayEngine", "make_engine"]
+
+Progress = Callable[[int, int], None]  # (items done, items)
+
+
+class Engine(Protocol):
+    workers: int
+
+    def map(
+        self, fn: Callable[[Any, Any], Any], shared: Any, items: Sequence[Any], progress: Progress | None = None
+    ) -> list[Any]: ...
+
+
+class InProcessEngine:
+    """Runs every item here, in order."""
+
+    def __init__(self, workers: int = 1) -> None:
+        self.workers = _check_workers(workers)
+
+    def map(self, fn, shared, items, progress=None):
+        out = []
+        for i, item in enumerate(items):
+            out.append(fn(shared, item))
+            if progress:
+                progress(i + 1, len(items))
+        return out
+
+
+class LocalEngine:
+    """``workers`` processes on this machine (spawned: no state inherited by fork)."""
+
+    def __init__(self, workers: int = 2) -> None:
+        self.workers = _check_workers(workers)
+
+    def map(self, fn, shared, items, progress=None):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx) as pool:
+            futures = {pool.submit(fn, shared, item): i for i, item in enumerate(items)}
+            out: list[Any] = [None] * len(items)
+            for done, fut in enumerate(as_completed(futures), 1):
+                out[futures[fut]] = fut.result()
+                if progress:
+                    progress(done, len(items))
+        return out
+
+
+class RayEngine:
+    """Ray tasks (``num_cpus`` each). ``address``: a running cluster ("auto",
+    "ray://host:10001", "127.0.0.1:6379"); None starts a local cluster of ``workers``
+    CPUs for the job and shuts it down after (unless Ray was already initialised, in
+    which case that cluster is used and left running)."""
+
+    def __init__(
+        self, workers: int = 2, address: str | None = None, *, max_retries: int = 3, num_cpus: float = 1
+    ) -> None:
+        self.workers = _check_workers(workers)
+        self.address = address
+        self.max_retries = int(max_retries)
+        self.num_cpus = num_cpus
+
+    def map(self, fn, shared, items, progress=None):
+        ray = _import_ray()
+        started = False
+        if not ray.is_initialized():
+            if self.address:
+                ray.init(address=self.address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
+            started = True
+        try:
+            task = ray.remote(num_cpus=self.num_cpus, max_retries=self.max_retries)(_call)
+            shared_ref = ray.put(shared)
+            pending = [task.remote(fn, shared_ref, item) for item in items]
+            index = {ref: i for i, ref in enumerate(pending)}
+            out: list[Any] = [None] * len(items)
+            done = 0
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                for ref in ready:
+                    out[index[ref]] = ray.get(ref)
+                    done += 1
+                if progress:
+                    progress(done, len(items))
+            return out
+        finally:
+            if started:
+                ray.shutdown()
+
+
+def _call(fn: Callable[[Any, Any], Any], shared: Any, item: Any) -> Any:
+    return fn(shared, item)
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("the Ray engine needs Ray: pip install 'quanta[ray]' (or 'ray[data]')") from None
+    return ray
+
+
+def _check_workers(workers: int) -> int:
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    return workers
+
+
+ENGINES = ("inprocess", "local", "ray")
+
+
+def make_engine(engine: str | Engine, workers: int | None = None, address: str | None = None) -> Engine:
+    """An engine from its name ("inprocess", "local", "ray") or an engine as it is."""
+    if not isinstance(engine, str):
+        return engine
+    if engine == "inprocess":
+        return InProcessEngine(1 if workers is None else workers)
+    if engine == "local":
+        return LocalEngine(2 if workers is None else workers)
+    if engine == "ray":
+        return RayEngine(2 if workers is None else workers, address)
+    raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+
+
+class ShardProgress:
+    """One line on stderr (a terminal only): shards done, elapsed time."""
+
+    def __init__(self, what: str, enabled: bool) -> None:
+        self.what = what
+        self.enabled = enabled and sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.enabled:
+            end = "\n" if done == total else ""
+            sys.stderr.write(f"\r{self.what}: {done}/{total} shards, {time.perf_counter() - self.t0:.1f} s{end}")
+            sys.stderr.flush()

@@ -1,0 +1,162 @@
+"""Observer states merge bit for bit over any sharding and any merge tree: what makes
+sharded calibration (quanta.scale) give the single process's file.
+
+Commutative states (extrema, integer histogram counts, exact channel-mean sums) are
+merged over random trees on a random permutation of the shards; the moving average's
+log is merged over random trees that keep the shards in data order (its merge is "a's
+samples, then b's"). Everything is compared through the JSON form, byte for byte, and
+the ranges with ==.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quanta.calibrate import (
+    EntropyObserver,
+    HistogramObserver,
+    MinMaxObserver,
+    MovingAverageMinMaxObserver,
+    MovingAverageSteps,
+    MSEObserver,
+    PercentileObserver,
+    WeightedMSEObserver,
+)
+from quanta.calibrate.runner import ChannelMean
+
+BINS = 128
+
+
+def observers() -> list:
+    return [
+        MinMaxObserver(axis=1),
+        MinMaxObserver(),
+        HistogramObserver(bins=BINS, axis=1),
+        EntropyObserver(bins=BINS, num_quantized_bins=16),
+        PercentileObserver(percentile=99.0, bins=BINS, axis=1),
+        MSEObserver(qmin=-128, qmax=127, bins=BINS, symmetric=True),
+        WeightedMSEObserver(axis=1, weights=[0.5, 2.0, 0.0], bins=BINS),
+    ]
+
+
+def sample(seed: int, n: int, log_scale: int, kind: str) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2, 3, n)) * 2.0**log_scale
+    if kind == "relu":
+        x = np.maximum(x, 0)
+    elif kind == "signed_zeros":  # min/max of +-0 depend on the order unless canonicalised
+        x[rng.random(x.shape) < 0.7] = 0.0
+        x = np.where(rng.random(x.shape) < 0.5, -np.abs(x) * 0.0, x)
+    elif kind == "nan":
+        x[0, 0, 0] = np.nan
+    elif kind == "spiky":
+        x.flat[-1] *= 1e4
+    return x.astype(np.float32)
+
+
+samples = st.lists(
+    st.tuples(
+        st.integers(0, 2**32 - 1),
+        st.integers(1, 30),
+        st.integers(-20, 20),
+        st.sampled_from(["normal", "relu", "signed_zeros", "nan", "spiky"]),
+    ),
+    min_size=1,
+    max_size=9,
+)
+
+
+def shards_of(n: int, data: st.DataObject) -> list[range]:
+    """A random split of 0..n-1 into contiguous non-empty runs."""
+    cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), max_size=n - 1)) if n > 1 else [])
+    bounds = [0, *cuts, n]
+    return [range(a, b) for a, b in itertools.pairwise(bounds)]
+
+
+def merge_tree(items: list, data: st.DataObject):
+    """Merge a list (kept in its order) by a random binary tree."""
+    while len(items) > 1:
+        i = data.draw(st.integers(0, len(items) - 2))
+        items = [*items[:i], items[i].merge(items[i + 1]), *items[i + 2 :]]
+    return items[0]
+
+
+def state(obs) -> str:
+    return json.dumps(obs.to_dict(), sort_keys=True)
+
+
+@given(spec=samples, data=st.data())
+def test_commutative_states_merge_bitwise_over_any_sharding_and_tree(spec, data):
+    xs = [sample(*s) for s in spec]
+    parts = shards_of(len(xs), data)
+    order = data.draw(st.permutations(range(len(parts))))
+    for k, single in enumerate(observers()):
+        for x in xs:
+            single.observe(x)
+        shard_obs = []
+        for r in parts:
+            o = observers()[k]
+            for i in r:
+                o.observe(xs[i])
+            shard_obs.append(o)
+        merged = merge_tree([shard_obs[j] for j in order], data)
+        assert state(merged) == state(single), type(single).__name__
+        assert merged.range() == single.range()
+
+
+@given(spec=samples, data=st.data())
+def test_moving_average_log_replays_the_single_stream_bitwise(spec, data):
+    xs = [sample(*s) for s in spec]
+    single = MovingAverageMinMaxObserver(momentum=0.1, axis=1)
+    for x in xs:
+        single.observe(x)
+    shard_obs = []
+    for r in shards_of(len(xs), data):
+        o = MovingAverageSteps(momentum=0.1, axis=1)
+        for i in r:
+            o.observe(xs[i])
+        shard_obs.append(MovingAverageSteps.from_dict(json.loads(state(o))))  # through JSON, as a worker
+    merged = merge_tree(shard_obs, data)
+    assert state(merged.replay()) == state(single)
+    assert merged.range() == single.range()
+
+
+@given(spec=samples, data=st.data())
+def test_channel_means_merge_bitwise(spec, data):
+    xs = [sample(*s) for s in spec]
+    xs = [np.nan_to_num(x) for x in xs]
+    single = ChannelMean(axis=1)
+    for x in xs:
+        single.observe(x)
+    parts = []
+    for r in shards_of(len(xs), data):
+        m = ChannelMean(axis=1)
+        for i in r:
+            m.observe(xs[i])
+        parts.append(ChannelMean.from_dict(json.loads(json.dumps(m.to_dict()))))
+    order = data.draw(st.permutations(range(len(parts))))
+    merged = merge_tree([parts[j] for j in order], data)
+    assert merged.to_dict() == single.to_dict()
+    assert merged.mean().tobytes() == single.mean().tobytes()
+
+
+def test_channel_mean_is_the_correctly_rounded_mean_of_the_sample_sums():
+    # sums that cancel: a float64 running sum loses the small term, the exact one keeps it
+    xs = [np.array([[1e20]]), np.array([[1.0]]), np.array([[-1e20]])]
+    m = ChannelMean(axis=1)
+    for x in xs:
+        m.observe(x)
+    assert m.mean().tolist() == [1.0 / 3.0]
+
+
+def test_signed_zero_extrema_are_positive_zero():
+    a, b = MinMaxObserver(), MinMaxObserver()
+    a.observe(np.array([-0.0, 0.0], np.float32))
+    b.observe(np.array([0.0, -0.0], np.float32))
+    assert state(a) == state(b) and a.to_dict()["state"]["min"] == [0.0]
+    assert np.signbit(a.extrema().min) == np.signbit(b.extrema().min) == False  # noqa: E712

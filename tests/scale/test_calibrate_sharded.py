@@ -1,0 +1,121 @@
+"""Sharded calibration (quanta.scale) writes the single process's file, byte for byte,
+for every calibration method, any worker count and any completion order of the shards.
+
+The in-process engine runs the shards here (what Ray and the local processes run is the
+same ``run_shard``); tests/scale/test_ray.py repeats the file comparison on a Ray cluster.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import onnx
+import pytest
+
+import quanta
+from quanta.scale import InProcessEngine, LocalEngine, split
+from tests.ir import models
+
+METHODS = ["weighted_mse", "minmax", "moving_average", "entropy", "percentile", "mse"]
+
+
+def feeds(n: int = 11, seed: int = 3) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        x = rng.standard_normal((1, 3, 8, 6)).astype(np.float32) * (1 + i % 4)
+        x[0, 1, i % 8] = 0.0
+        out.append({"x": x})
+    return out
+
+
+class ShuffledEngine(InProcessEngine):
+    """Runs the shards in a random order (as workers finish), returns them in order."""
+
+    def __init__(self, workers: int, seed: int) -> None:
+        super().__init__(workers)
+        self.seed = seed
+
+    def map(self, fn, shared, items, progress=None):
+        order = list(range(len(items)))
+        random.Random(self.seed).shuffle(order)
+        out = [None] * len(items)
+        for i in order:
+            out[i] = fn(shared, items[i])
+        return out
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    p = tmp_path_factory.mktemp("scale") / "cnn.onnx"
+    onnx.save(models.float_cnn(), p)
+    return p
+
+
+def quantize(model_path, out, data, **kw) -> bytes:
+    quanta.quantize_static(str(model_path), str(out), data, verbose=False, **kw)
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_sharded_file_is_byte_identical(model_path, tmp_path, method):
+    data = feeds()
+    want = quantize(model_path, tmp_path / "one.onnx", data, method=method)
+    for workers, seed in ((2, 0), (3, 1), (5, 2), (11, 3), (16, 4)):
+        got = quantize(model_path, tmp_path / f"w{workers}.onnx", data, method=method,
+                       engine=ShuffledEngine(workers, seed))
+        assert got == want, (method, workers)
+
+
+def test_sharded_calibration_of_a_folder_and_a_sample_limit(model_path, tmp_path):
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    data = feeds(9)
+    for i, f in enumerate(data):
+        np.savez(folder / f"s{i:02d}.npz", **f)
+    np.savez(folder / "s99.npz", *[feeds(3, seed=9)[k]["x"] for k in range(3)])  # one file, three samples
+    want = quantize(model_path, tmp_path / "one.onnx", str(folder), calibration_samples=11)
+    got = quantize(model_path, tmp_path / "three.onnx", str(folder), calibration_samples=11,
+                   engine="inprocess", workers=3)
+    assert got == want
+
+
+def test_local_processes_give_the_same_file(model_path, tmp_path):
+    data = feeds(6)
+    want = quantize(model_path, tmp_path / "one.onnx", data, method="entropy")
+    got = quantize(model_path, tmp_path / "local.onnx", data, method="entropy", engine=LocalEngine(2))
+    assert got == want
+
+
+def test_split_is_contiguous_balanced_and_never_empty():
+    assert split(7, 3) == [range(0, 3), range(3, 5), range(5, 7)]
+    assert split(2, 5) == [range(0, 1), range(1, 2)]
+    assert split(5, 1) == [range(0, 5)]
+
+
+def test_bad_engine_and_worker_count_are_named():
+    from quanta.scale import make_engine
+
+    with pytest.raises(ValueError, match="engine must be one of inprocess, local, ray, got 'spark'"):
+        make_engine("spark")
+    with pytest.raises(ValueError, match="workers must be an integer >= 1, got 0"):
+        make_engine("local", 0)
+
+
+def test_cli_workers_give_the_same_file_and_bad_options_are_named(model_path, tmp_path, capsys):
+    from quanta.cli.main import main
+
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, *[f["x"] for f in feeds(7)])
+    one, three = tmp_path / "one.onnx", tmp_path / "three.onnx"
+    assert main(["quantize", str(model_path), "-o", str(one), "--calib", str(calib)]) == 0
+    assert main(["quantize", str(model_path), "-o", str(three), "--calib", str(calib), "--workers", "3"]) == 0
+    assert one.read_bytes() == three.read_bytes()
+    capsys.readouterr()
+    bad = tmp_path / "bad.onnx"
+    assert main(["quantize", str(model_path), "-o", str(bad), "--calib", str(calib), "--address", "auto"]) == 2
+    assert "--address names a Ray cluster: use it with --engine ray" in capsys.readouterr().err
+    assert main(["quantize", str(model_path), "-o", str(bad), "--calib", str(calib), "--workers", "0"]) == 2
+    assert "--workers 0: expected an integer >= 1" in capsys.readouterr().err
+    assert not bad.exists()
