@@ -402,5 +402,63 @@ void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, cons
   }
 }
 
+void col2im(const float* cols, int64_t planes, int64_t m, int64_t kh, int64_t kw, int64_t h, int64_t w, int64_t sh,
+            int64_t sw, int64_t dh, int64_t dw, int64_t bt, int64_t bl, int64_t oh, int64_t ow, const float* bias,
+            float lo, float hi, float* y, int num_threads) {
+  if (planes <= 0 || oh <= 0 || ow <= 0) return;
+  const int64_t hw = h * w;
+  // Per kernel column kx, the output columns it reaches form an arithmetic progression:
+  // ox with (ox + bl − kx·dw) = ix·sw, 0 ≤ ix < w. ox0[kx]: the first, ix0[kx] its ix, n[kx] how many.
+  std::vector<int64_t> ox0(static_cast<size_t>(kw)), ix0(static_cast<size_t>(kw)), cnt(static_cast<size_t>(kw));
+  for (int64_t kx = 0; kx < kw; ++kx) {
+    const int64_t off = bl - kx * dw;  // canvas column of ox is ox + bl; ix·sw = ox + off
+    // smallest ox ≥ 0 with (ox + off) ≡ 0 (mod sw) and ox + off ≥ 0
+    int64_t first = off >= 0 ? (sw - off % sw) % sw : -off;
+    int64_t ix = (first + off) / sw;
+    int64_t last_ix = std::min(w - 1, (ow - 1 + off) >= 0 ? (ow - 1 + off) / sw : -1);
+    ox0[kx] = first;
+    ix0[kx] = ix;
+    cnt[kx] = first < ow && ix <= last_ix ? last_ix - ix + 1 : 0;
+  }
+  const int threads = planes * oh * ow * kh * kw < kMinParallelMacs ? 1 : num_threads;
+  auto body = [&](int64_t p, int) {
+    const float* src = cols + p * kh * kw * hw;
+    float* out = y + p * oh * ow;
+    const float b = bias ? bias[p % m] : 0.0f;
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      float* row = out + oy * ow;
+      std::fill(row, row + ow, 0.0f);
+      const int64_t cy = oy + bt;
+      for (int64_t ky = 0; ky < kh; ++ky) {
+        const int64_t ty = cy - ky * dh;
+        if (ty < 0 || ty % sh) continue;
+        const int64_t iy = ty / sh;
+        if (iy >= h) continue;
+        for (int64_t kx = 0; kx < kw; ++kx) {
+          const float* s = src + (ky * kw + kx) * hw + iy * w + ix0[kx];
+          float* d = row + ox0[kx];
+          const int64_t n = cnt[kx];
+          if (sw == 1) {
+            for (int64_t i = 0; i < n; ++i) d[i] = d[i] + s[i];
+          } else {
+            for (int64_t i = 0; i < n; ++i) d[i * sw] = d[i * sw] + s[i];
+          }
+        }
+      }
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        float v = row[ox] + b;
+        v = v < lo ? lo : v;
+        v = v > hi ? hi : v;
+        row[ox] = v;
+      }
+    }
+  };
+  if (threads <= 1 || planes == 1) {
+    for (int64_t p = 0; p < planes; ++p) body(p, 0);
+  } else {
+    qgemm::parallel_for(threads, planes, body);
+  }
+}
+
 }  // namespace sgemm
 }  // namespace quanta

@@ -144,5 +144,17 @@ ConvPath conv_path(const ConvGeom& g);
 void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, const float* bias, float lo, float hi,
           float* y, int num_threads, Isa isa);
 
+// ConvTranspose's col2im, as a gather: cols [n·m][kh][kw][h][w] (the GEMM's columns:
+// channel, kernel offset, input position) into y [n·m][oh][ow], the crop
+// [bt, bt + oh) × [bl, bl + ow) of the canvas of (h − 1)·sh + (kh − 1)·dh + 1 rows (and
+// likewise columns); canvas positions outside it read 0. Per element, from +0, the
+// contributions cols[ky][kx][iy][ix] with iy·sh + ky·dh = canvas row (and likewise
+// columns) are added in increasing (ky, kx) — the order of the NumPy twin's scatter
+// (nn_conv._scatter_windows: one whole-canvas add per kernel offset) — then bias[c],
+// then the clamp: the twin's bytes for the same columns. Threads take whole planes.
+void col2im(const float* cols, int64_t planes, int64_t m, int64_t kh, int64_t kw, int64_t h, int64_t w, int64_t sh,
+            int64_t sw, int64_t dh, int64_t dw, int64_t bt, int64_t bl, int64_t oh, int64_t ow, const float* bias,
+            float lo, float hi, float* y, int num_threads);
+
 }  // namespace sgemm
 }  // namespace quanta
