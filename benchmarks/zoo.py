@@ -22,7 +22,8 @@ MACs that runs in integer when quanta compiles the file (``lowered_coverage`` wi
 shapes seen in an ORT run of that file), the task metric against FP32 with ONNX Runtime
 running the file and with quanta running it, and the max |quanta - ORT| on the same file
 (first output, evaluation feeds). ``--latency``: quanta / ORT median latency on quanta's
-and on ORT's default file, 1 and 2 threads. One model's failure is printed and the table
+and on ORT's default file, 1 and 2 threads, and on the ``fp32`` row quanta's FP32 path /
+ONNX Runtime's FP32 on the source file. One model's failure is printed and the table
 goes on; ``--log FILE`` keeps every traceback.
 """
 
@@ -427,6 +428,8 @@ def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[d
     row.pop("int_share", None)
     row.pop("macs", None)
     rows.append(row)
+    if with_latency:  # quanta's FP32 path against ONNX Runtime's FP32 on the source file
+        add_latency(model, model.path, row)
 
     files: dict[str, Path] = {}
     configs = [("quanta", None)] + [(f"ort_{m.lower()}", m) for m in ORT_METHODS]
