@@ -301,3 +301,41 @@ def test_col2im_refuses_bad_arguments() -> None:
         _native.col2im_f32(cols, 3, 2, 2, [2, 2], [1, 1], [0, 0], [6, 6], np.zeros(4, F32))
     with pytest.raises(ValueError, match="strides"):
         _native.col2im_f32(cols, 3, 2, 2, [0, 2], [1, 1], [0, 0], [6, 6])
+
+
+@pytest.mark.parametrize(
+    "c,h,w,k,stride,dil,pads",
+    [
+        (17, 7, 7, 5, 1, 1, [2, 2, 2, 2]),  # a MobileNet tail: 16 lanes + a 1-channel block
+        (40, 2, 16, 5, 1, 1, [2, 2, 2, 2]),  # 2-row planes, 16 columns: the widest blocked row
+        (16, 14, 14, 3, 2, 1, [1, 0, 2, 1]),
+        (7, 9, 11, 3, 1, 2, [2, 2, 2, 2]),
+        (33, 5, 3, 3, 3, 1, [0, 0, 0, 0]),
+    ],
+)
+def test_depthwise_small_planes_give_the_row_kernels_bytes(c, h, w, k, stride, dil, pads) -> None:
+    """Output rows of at most 16 pixels take the 16-channels-per-vector kernel where the ISA
+    has one (AVX-512): each channel's chain is the row kernel's, so every ISA gives the
+    same bytes, for 1 and 2 threads, with a clamp, and within (FG1)."""
+    rng = np.random.default_rng(c * h + w)
+    x, wt, b = normal(rng, 2, c, h, w), normal(rng, c, 1, k, k), normal(rng, c)
+    packed = _native.conv_pack_f32(wt, c)
+    outs = {}
+
+    def run(isa: str) -> None:
+        for threads in (1, 2):
+            y = _native.conv_f32(x, packed, b, c, k, k, [stride, stride], [dil, dil], pads, c, lo=-0.5, hi=1.5,
+                                 num_threads=threads)
+            outs.setdefault(isa, y)
+            assert y.tobytes() == outs[isa].tobytes(), (isa, "1 vs 2 threads")
+
+    every_isa(run)
+    first = next(iter(outs.values()))
+    for isa, y in outs.items():
+        assert y.tobytes() == first.tobytes(), isa
+    attrs = {"group": c, "pads": pads, "strides": [stride, stride], "dilations": [dil, dil]}
+    y64 = np.clip(conv_twin(None, x.astype(np.float64), wt.astype(np.float64), b.astype(np.float64), **attrs),
+                  -0.5, 1.5)
+    mag = conv_twin(None, np.abs(x).astype(np.float64), np.abs(wt).astype(np.float64), np.abs(b).astype(np.float64),
+                    **attrs)
+    assert_within_bound(first, y64, mag, k * k, "depthwise small planes")

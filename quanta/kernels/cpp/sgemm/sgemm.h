@@ -82,6 +82,14 @@ using DwRowFn = void (*)(const float* const* rows, const float* w, int kh, int k
 using GemvFn = void (*)(const float* a_panels, int64_t panels, int64_t k, const float* x, int64_t ldx, float* y,
                         int64_t ldy, int64_t rows_left, int64_t row0, const Epilogue& ep);
 
+// Depthwise on small planes, 16 channels per vector: buf holds 16 channels' zero-padded
+// input interleaved ([row][col][16], rows wp columns apart), w16 [kh·kw][16] and bias16
+// [16] the channels' taps and biases (0 without bias); out16 [oh·ow][16] receives, per
+// lane, the same chain as DwRowFn (fma from +0, taps in (ky, kx) order, + bias, clamp),
+// so a channel's bytes do not depend on the path. Null where the ISA has none.
+using DwBlockFn = void (*)(const float* buf, int64_t wp, const float* w16, const float* bias16, int kh, int kw, int sh,
+                           int sw, int dh, int dw, int64_t oh, int64_t ow, float lo, float hi, float* out16);
+
 struct Kernels {
   const char* isa;
   int mr, nr;            // the micro-kernel's tile
@@ -89,6 +97,7 @@ struct Kernels {
                          // (a[i·a_rs + k]) or packed (a[i + kPackMr·k])
   DwRowFn dw_row;
   GemvFn gemv;
+  DwBlockFn dw_block16;
 };
 
 extern const Kernels kKernelsPortable;
