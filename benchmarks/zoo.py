@@ -24,7 +24,8 @@ running the file and with quanta running it, and the max |quanta - ORT| on the s
 (first output, evaluation feeds); for files another tool quantized, that distance in
 LSB of the output (README, "1 LSB") and, in parentheses, ORT's own distance between
 running the file optimized and as written. ``--latency``: quanta / ORT median latency on quanta's
-and on ORT's default file, 1 and 2 threads. ``--openvino``: a second table, quanta /
+and on ORT's default file, 1 and 2 threads, and on the ``fp32`` row quanta's FP32 path /
+ONNX Runtime's FP32 on the source file. ``--openvino``: a second table, quanta /
 OpenVINO median latency on quanta's file and on NNCF's file (``nncf.quantize`` with its
 defaults; ``benchmarks/foreign_qdq.py`` has the engines and the timing), 1 and 2 threads,
 and quanta on NNCF's file / quanta on its own. One model's failure is printed and the
@@ -496,6 +497,8 @@ def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[d
     row.pop("int_share", None)
     row.pop("macs", None)
     rows.append(row)
+    if with_latency:  # quanta's FP32 path against ONNX Runtime's FP32 on the source file
+        add_latency(model, model.path, row)
 
     files: dict[str, Path] = {}
     configs = [("quanta", None)] + [(f"ort_{m.lower()}", m) for m in ORT_METHODS]

@@ -227,6 +227,9 @@ FACTS = OpTable(
             fuse_clamp="integer conv kernels clamp while requantizing",
             blas=True,
         ),
+        # Conv with an output clamp (FuseActivationIntoProducer; optimize_float fuses the
+        # Relu / Clip after a float Conv into it, the float GEMM family's epilogue clamps)
+        Op("Conv", QUANTA, shape_only=True, compute=True, blas=True),
         Op(
             "ConvInteger",
             shape_only=True,

@@ -32,7 +32,7 @@ from quanta.passes.rules.fold_groupnorm import FoldGroupNorm
 from quanta.passes.rules.fold_pad import FoldPad
 from quanta.passes.rules.fold_reshape_dims import FoldReshapeDims
 from quanta.passes.rules.fold_static_dims import FoldStaticDims
-from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation
+from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation, FuseFloatActivation
 from quanta.passes.rules.inline_if import InlineIf
 from quanta.passes.rules.propagate_views import PropagateViews
 from quanta.passes.rules.remove_noops import RemoveNoops
@@ -92,13 +92,17 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     float kernels pack at compile time), no-ops go, and an inference BatchNormalization
     folds into the Conv / ConvTranspose / Gemm before it (one pass over the output
     instead of two; the folded weights are computed in float64 and rounded once, as ORT
-    folds them in float32). Every target runs the folded graph, so the reference stays
+    folds them in float32), and a Relu / Clip after a float Conv becomes the
+    ``quanta::Conv`` output clamp (the float GEMM family clamps in its store instead of
+    a second pass over the output; the reference twin is the Conv, then the clamp, bit
+    for bit the two nodes). Every target runs the folded graph, so the reference stays
     the golden of what the native target computes."""
     del opset  # the same steps for every opset
     return [
         FoldConstants(evaluator),
         RemoveNoops(),
         FoldBatchNorm(),
+        FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps
         EliminateDead(),
     ]
 

@@ -247,3 +247,95 @@ def test_conv_refuses_bad_arguments() -> None:
         _native.conv_f32(x, w, None, 6, 3, 3, *geometry, 3)
     with pytest.raises(ValueError, match="bias: expected 6"):
         _native.conv_f32(x, w, np.ones(5, F32), 6, 3, 3, *geometry, 1)
+
+
+# --------------------------------------------------------------------------------------
+# col2im (ConvTranspose): the twin's scatter order, bit for bit
+# --------------------------------------------------------------------------------------
+
+
+@given(
+    st.integers(1, 2), st.sampled_from([1, 3, 7]), st.integers(1, 3), st.integers(1, 3), st.integers(1, 6),
+    st.integers(1, 7), st.integers(1, 3), st.integers(1, 3), st.integers(1, 2), st.integers(1, 2),
+    st.integers(-2, 3), st.integers(-2, 3), st.integers(-1, 3), st.integers(-1, 3), st.booleans(),
+    st.integers(0, 2**16),
+)
+def test_col2im_is_the_twin_scatter_bit_for_bit(n, m, kh, kw, h, w, sh, sw, dh, dw, bt, bl, eh, ew, with_bias,
+                                                 seed) -> None:
+    """Same columns in, same bytes out as nn_conv's scatter + crop + bias: a crop that
+    starts before the canvas (negative begin) or runs past it (output_padding), strides
+    below, at and above the kernel extent (overlapping and gapped windows)."""
+    from quanta.kernels.reference.nn_conv import _crop_spatial, _scatter_windows
+
+    rng = np.random.default_rng(seed)
+    cols = normal(rng, n, m * kh * kw, h, w)
+    bias = normal(rng, m) if with_bias else None
+    full = ((h - 1) * sh + (kh - 1) * dh + 1, (w - 1) * sw + (kw - 1) * dw + 1)
+    out_hw = (max(0, full[0] - bt + eh), max(0, full[1] - bl + ew))
+    want = _crop_spatial(_scatter_windows(cols.reshape(n, m, kh, kw, h, w), full, (sh, sw), (dh, dw)), (bt, bl),
+                         out_hw)
+    if bias is not None:
+        want = want + bias.reshape(m, 1, 1)
+    for threads in (1, 2):
+        got = _native.col2im_f32(cols, m, kh, kw, [sh, sw], [dh, dw], [bt, bl], list(out_hw), bias,
+                                 num_threads=threads)
+        assert got.shape == want.shape and got.tobytes() == np.ascontiguousarray(want, F32).tobytes()
+
+
+def test_col2im_large_enough_for_threads_and_clamps() -> None:
+    rng = np.random.default_rng(3)
+    cols = normal(rng, 1, 17 * 4, 40, 52)
+    bias = normal(rng, 17)
+    y1 = _native.col2im_f32(cols, 17, 2, 2, [2, 2], [1, 1], [0, 0], [80, 104], bias, lo=-0.5, hi=1.0)
+    y2 = _native.col2im_f32(cols, 17, 2, 2, [2, 2], [1, 1], [0, 0], [80, 104], bias, lo=-0.5, hi=1.0, num_threads=2)
+    assert y1.tobytes() == y2.tobytes()
+    want = cols.reshape(17, 2, 2, 40, 52).transpose(0, 3, 1, 4, 2).reshape(17, 80, 104) + bias.reshape(17, 1, 1)
+    np.testing.assert_array_equal(y1[0], np.minimum(np.maximum(want, F32(-0.5)), F32(1.0)))
+
+
+def test_col2im_refuses_bad_arguments() -> None:
+    cols = np.zeros((1, 12, 3, 3), F32)
+    with pytest.raises(ValueError, match="M\\*kh\\*kw"):
+        _native.col2im_f32(cols, 5, 2, 2, [2, 2], [1, 1], [0, 0], [6, 6])
+    with pytest.raises(ValueError, match="bias"):
+        _native.col2im_f32(cols, 3, 2, 2, [2, 2], [1, 1], [0, 0], [6, 6], np.zeros(4, F32))
+    with pytest.raises(ValueError, match="strides"):
+        _native.col2im_f32(cols, 3, 2, 2, [0, 2], [1, 1], [0, 0], [6, 6])
+
+
+@pytest.mark.parametrize(
+    "c,h,w,k,stride,dil,pads",
+    [
+        (17, 7, 7, 5, 1, 1, [2, 2, 2, 2]),  # a MobileNet tail: 16 lanes + a 1-channel block
+        (40, 2, 16, 5, 1, 1, [2, 2, 2, 2]),  # 2-row planes, 16 columns: the widest blocked row
+        (16, 14, 14, 3, 2, 1, [1, 0, 2, 1]),
+        (7, 9, 11, 3, 1, 2, [2, 2, 2, 2]),
+        (33, 5, 3, 3, 3, 1, [0, 0, 0, 0]),
+    ],
+)
+def test_depthwise_small_planes_give_the_row_kernels_bytes(c, h, w, k, stride, dil, pads) -> None:
+    """Output rows of at most 16 pixels take the 16-channels-per-vector kernel where the ISA
+    has one (AVX-512): each channel's chain is the row kernel's, so every ISA gives the
+    same bytes, for 1 and 2 threads, with a clamp, and within (FG1)."""
+    rng = np.random.default_rng(c * h + w)
+    x, wt, b = normal(rng, 2, c, h, w), normal(rng, c, 1, k, k), normal(rng, c)
+    packed = _native.conv_pack_f32(wt, c)
+    outs = {}
+
+    def run(isa: str) -> None:
+        for threads in (1, 2):
+            y = _native.conv_f32(x, packed, b, c, k, k, [stride, stride], [dil, dil], pads, c, lo=-0.5, hi=1.5,
+                                 num_threads=threads)
+            outs.setdefault(isa, y)
+            assert y.tobytes() == outs[isa].tobytes(), (isa, "1 vs 2 threads")
+
+    every_isa(run)
+    first = next(iter(outs.values()))
+    for isa, y in outs.items():
+        assert y.tobytes() == first.tobytes(), isa
+    attrs = {"group": c, "pads": pads, "strides": [stride, stride], "dilations": [dil, dil]}
+    y64 = np.clip(conv_twin(None, x.astype(np.float64), wt.astype(np.float64), b.astype(np.float64), **attrs),
+                  -0.5, 1.5)
+    mag = conv_twin(None, np.abs(x).astype(np.float64), np.abs(wt).astype(np.float64), np.abs(b).astype(np.float64),
+                    **attrs)
+    assert_within_bound(first, y64, mag, k * k, "depthwise small planes")

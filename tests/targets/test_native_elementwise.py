@@ -291,6 +291,27 @@ def test_native_max_pool_matches_reference(case) -> None:
     run_both("MaxPool", "", inputs, attrs)
 
 
+@given(case=pool_inputs("MaxPool"), seed=st.integers(0, 2**32 - 1), specials=st.booleans())
+def test_native_float_max_pool_matches_reference(case, seed, specials) -> None:
+    """float32 MaxPool (pool.h max_pool_2d_f32): the twin's values (max only selects),
+    NaN and ±inf included; windows entirely in the padding give −inf as the twin's."""
+    inputs, attrs = case
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(inputs[0].shape).astype(F32)
+    if specials:
+        flat = x.reshape(-1)
+        idx = rng.choice(flat.size, size=min(3, flat.size), replace=False)
+        flat[idx] = np.array([np.nan, np.inf, -np.inf], F32)[: idx.size]
+    run_both("MaxPool", "", [x], attrs)
+
+
+def test_native_float_max_pool_large_plane_threads() -> None:
+    """Enough planes for the pool to split them: 1 and 2 threads, stride 1 and 2."""
+    x = np.random.default_rng(5).standard_normal((1, 64, 40, 52)).astype(F32)
+    run_both("MaxPool", "", [x], {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]})
+    run_both("MaxPool", "", [x], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})
+
+
 @given(case=pool_inputs("QLinearAveragePool"))
 def test_native_qlinear_average_pool_matches_reference(case) -> None:
     inputs, attrs = case
@@ -351,8 +372,10 @@ def test_native_binders_refuse_with_reasons() -> None:
     per_axis = Value("s", const=np.ones(3, F32))
     one = Value("one", const=np.array(F32(1)))
     z = Value("z", const=np.array(0, np.uint8))
-    assert binder_reason("MaxPool", "", [f32], {"kernel_shape": [2, 2]}) == (
-        "native MaxPool takes uint8/int8 x, got float32 (float MaxPool runs on the reference)"
+    assert binder_reason("MaxPool", "", [Value("h", const=np.zeros((1, 3, 4, 4), np.float16))],
+                         {"kernel_shape": [2, 2]}) == "native MaxPool takes uint8/int8/float32 x, got float16"
+    assert binder_reason("MaxPool", "", [f32], {"kernel_shape": [2, 2]}, n_outputs=2) == (
+        "native MaxPool has no Indices output"
     )
     assert binder_reason("MaxPool", "", [u8], {"kernel_shape": [2, 2]}, n_outputs=2) == (
         "native MaxPool has no Indices output"

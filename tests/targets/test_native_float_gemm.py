@@ -295,3 +295,93 @@ def test_float_graph_folds_batchnorm_and_constant_weights() -> None:
     # folding rounds the scaled weights once instead of scaling each output: float32 noise
     np.testing.assert_allclose(want, as_written, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(nat.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# 4. Relu / Clip fused into the float Conv (quanta::Conv)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "wshape,attrs,activation",
+    [
+        ((17, 7, 1, 1), {}, {"activation": "Relu"}),
+        ((7, 1, 3, 3), {"group": 7, "pads": [1, 1, 1, 1], "strides": [2, 2]}, {"activation": "Clip",
+                                                                               "activation_params": [-0.25, 0.5]}),
+        ((5, 7, 3, 3), {"pads": [0, 1, 2, 1]}, {"activation": "Clip", "activation_params": [0.0, 6.0]}),
+    ],
+)
+def test_fused_conv_kernel_clamps_in_the_store(wshape, attrs, activation) -> None:
+    """quanta::Conv: the clamp of the GEMM / depthwise epilogue, within (FG1) of the
+    clamped float64 result (a clamp never widens an error)."""
+    rng = np.random.default_rng(sum(wshape))
+    x = rng.standard_normal((1, 7, 9, 11)).astype(F32)
+    w, b = rng.standard_normal(wshape).astype(F32), rng.standard_normal(wshape[0]).astype(F32)
+    node = Node("Conv", [value("x"), value("w", w), value("b", b)], [Value("y")], {**attrs, **activation},
+                domain="quanta")
+    kernel, reason = BINDERS[("quanta", "Conv")](None, node)
+    assert kernel is not None, reason
+    assert kernel.name.endswith("_clamp")
+    lo, hi = activation.get("activation_params", [0.0, np.inf])
+    y64 = np.clip(conv_twin(None, x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), **attrs), lo, hi)
+    mag = conv_twin(None, np.abs(x).astype(np.float64), np.abs(w).astype(np.float64), np.abs(b).astype(np.float64),
+                    **attrs)
+    assert (y64 == lo).any() and (y64 > lo).any(), "the data must reach the clamp"
+    check_kernel("quanta::Conv", kernel, [x, w, b], {**attrs, **activation}, y64, mag, w[0].size)
+
+
+def test_fused_conv_binder_refuses_an_unknown_activation() -> None:
+    w = np.ones((3, 2, 1, 1), F32)
+    node = Node("Conv", [value("x"), value("w", w)], [Value("y")], {"activation": "Tanh"}, domain="quanta")
+    kernel, reason = BINDERS[("quanta", "Conv")](None, node)
+    assert kernel is None and "Tanh" in reason
+
+
+def test_float_graph_fuses_relu_and_clip_into_conv() -> None:
+    """optimize_float turns Conv -> Relu and Conv -> Clip into quanta::Conv on both
+    targets; the reference of the fused graph is bit for bit the graph as written (Conv,
+    then the clamp), the native one within the float tolerance. A Conv whose output has a
+    second reader, and a Clip with a computed bound, stay as written."""
+    rng = np.random.default_rng(7)
+
+    def t(name, *shape):
+        return numpy_helper.from_array(rng.uniform(-0.5, 0.5, shape).astype(F32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w1"], ["c1"], group=7, pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["c1", "lo", "hi"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+        helper.make_node("Relu", ["c2"], ["r2"]),  # c2 also read by the Add: not fused
+        helper.make_node("Add", ["r2", "c2"], ["s"]),
+        helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+        helper.make_node("Conv", ["s", "w3"], ["c3"]),
+        helper.make_node("Clip", ["c3", "lo", "m"], ["y"]),  # a computed bound: not fused
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_act",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            t("w0", 7, 3, 3, 3), t("b0", 7), t("w1", 7, 1, 3, 3), t("w2", 5, 7, 1, 1), t("w3", 3, 5, 1, 1),
+            numpy_helper.from_array(np.array(-0.1, F32), "lo"), numpy_helper.from_array(np.array(0.3, F32), "hi"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((1, 3, 9, 11)).astype(F32)
+    ref = quanta.InferenceSession(model, backend="reference")
+    nat = quanta.InferenceSession(model, backend="native")
+    for sess in (ref, nat):
+        ops = [(s.node.domain, s.op_type) for s in sess.plan.steps]
+        assert ops.count(("quanta", "Conv")) == 2 and ops.count(("", "Conv")) == 2, ops
+        assert ops.count(("", "Relu")) == 1 and ops.count(("", "Clip")) == 1, ops
+    assert [s.kernel.name for s in nat.plan.steps if s.node.domain == "quanta"] == [
+        "native:conv_f32_im2col_3x3_clamp", "native:conv_f32_dw_3x3_clamp"]
+    opts = quanta.SessionOptions()
+    opts.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    as_written = quanta.InferenceSession(model, sess_options=opts, backend="reference").run(None, {"x": x})[0]
+    want = ref.run(None, {"x": x})[0]
+    assert want.tobytes() == as_written.tobytes()
+    np.testing.assert_allclose(nat.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)

@@ -12,6 +12,8 @@
 //   conv_f32(x: f32 [N, C, H, W], w_packed, bias | None, m, kh, kw, strides, dilations,
 //            pads (t, l, b, r), group, lo=-inf, hi=inf, num_threads=1, out=None) -> y
 //   conv_path_f32(...same geometry...) -> "pointwise" | "im2col" | "depthwise"
+//   col2im_f32(cols: f32 [N, M·kh·kw, H, W], m, kh, kw, strides, dilations, begin (t, l),
+//              out_hw, bias=None, lo=-inf, hi=inf, num_threads=1, out=None) -> y [N, M, oh, ow]
 #include <pybind11/stl.h>
 
 #include <cmath>
@@ -258,6 +260,44 @@ py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::o
   return std::move(y);
 }
 
+py::array col2im_f32(const py::handle& cols_obj, int64_t m, int64_t kh, int64_t kw, const std::vector<int64_t>& strides,
+                     const std::vector<int64_t>& dilations, const std::vector<int64_t>& begin,
+                     const std::vector<int64_t>& out_hw, const py::object& bias_obj, float lo, float hi, int num_threads,
+                     const py::object& out_obj) {
+  const std::string op = "col2im_f32";
+  check_threads(num_threads, op);
+  auto cols = require_array<float>(cols_obj, "col2im_f32: cols");
+  if (cols.ndim() != 4) throw py::value_error(op + ": cols: expected [N, M*kh*kw, H, W], got " + shape_str(shape_of(cols)));
+  if (strides.size() != 2 || dilations.size() != 2 || begin.size() != 2 || out_hw.size() != 2) {
+    throw py::value_error(op + ": expected 2 strides, 2 dilations, 2 crop begins and 2 output sizes");
+  }
+  if (m < 1 || kh < 1 || kw < 1 || strides[0] < 1 || strides[1] < 1 || dilations[0] < 1 || dilations[1] < 1 ||
+      out_hw[0] < 0 || out_hw[1] < 0) {
+    throw py::value_error(op + ": expected m, kernel, strides, dilations >= 1 and output sizes >= 0");
+  }
+  if (cols.shape(1) != m * kh * kw) {
+    throw py::value_error(op + ": cols: expected " + std::to_string(m * kh * kw) + " rows (M*kh*kw), got " +
+                          shape_str(shape_of(cols)));
+  }
+  const float* bias_ptr = nullptr;
+  Arr bias;
+  if (!bias_obj.is_none()) {
+    bias = require_array<float>(bias_obj, "col2im_f32: bias");
+    if (bias.size() != m) throw py::value_error(op + ": bias: expected " + std::to_string(m) + " floats");
+    bias_ptr = bias.data();
+  }
+  const int64_t n = cols.shape(0);
+  auto y = make_output(out_obj, Shape{n, m, out_hw[0], out_hw[1]}, op);
+  if (y.size() == 0) return std::move(y);
+  {
+    py::gil_scoped_release release;
+    sgemm::col2im(cols.data(), n * m, m, kh, kw, cols.shape(2), cols.shape(3), strides[0], strides[1], dilations[0],
+                  dilations[1], begin[0], begin[1], out_hw[0], out_hw[1], bias_ptr, lo, hi, y.mutable_data(),
+                  num_threads);
+  }
+  return std::move(y);
+}
+
 }  // namespace
 
 void register_sgemm(py::module_& m) {
@@ -276,6 +316,10 @@ void register_sgemm(py::module_& m) {
         py::arg("kw"), py::arg("strides"), py::arg("dilations"), py::arg("pads"), py::arg("group") = 1,
         py::arg("lo") = -inf, py::arg("hi") = inf, py::arg("num_threads") = 1, py::arg("out") = py::none(),
         "Float32 NCHW convolution (docs/float-ops.md (FG1)-(FG2)).");
+  m.def("col2im_f32", &col2im_f32, py::arg("cols"), py::arg("m"), py::arg("kh"), py::arg("kw"), py::arg("strides"),
+        py::arg("dilations"), py::arg("begin"), py::arg("out_hw"), py::arg("bias") = py::none(),
+        py::arg("lo") = -inf, py::arg("hi") = inf, py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        "ConvTranspose's col2im (sgemm.h col2im): the NumPy twin's scatter order, then bias and clamp.");
   m.def(
       "conv_path_f32",
       [](const py::handle& x_obj, int64_t m, int64_t kh, int64_t kw, const std::vector<int64_t>& strides,

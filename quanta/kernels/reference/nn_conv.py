@@ -96,6 +96,42 @@ def conv(
     return from_compute(y, x.dtype)
 
 
+@register("Conv", "quanta")
+def fused_conv(
+    ctx: OpContext,
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    activation: str = "Relu",
+    activation_params: Sequence[float] | None = None,
+    **attrs: object,
+) -> np.ndarray:
+    """quanta::Conv: ai.onnx Conv, then the output clamp of FuseActivationIntoProducer
+    (``activation="Relu"``: max(y, 0); ``"Clip"`` with ``activation_params=[lo, hi]``:
+    min(max(y, lo), hi)), in the output type: what the Conv and the Relu / Clip it
+    replaces compute, bit for bit. NaN stays NaN."""
+    y = conv(ctx, x, w, b, **attrs)  # type: ignore[arg-type]
+    lo, hi = fused_clamp_bounds(activation, activation_params, ctx.node_name)
+    if lo > -math.inf:
+        y = np.maximum(y, y.dtype.type(lo))
+    if hi < math.inf:
+        y = np.minimum(y, y.dtype.type(hi))
+    return y
+
+
+def fused_clamp_bounds(activation: str, params: Sequence[float] | None, node: str = "") -> tuple[float, float]:
+    """``(lo, hi)`` of a fused activation attribute pair; an unknown one is an error."""
+    if activation == "Relu":
+        return 0.0, math.inf
+    if activation == "Clip":
+        p = list(params or [])
+        if len(p) != 2:
+            raise OpError(f"{node or 'fused op'}: activation Clip takes activation_params [lo, hi], got {p}")
+        return float(p[0]), float(p[1])
+    raise OpError(f"{node or 'fused op'}: activation {activation!r} is not one of Relu, Clip")
+
+
 def conv_transpose_geometry(
     x_shape: Sequence[int],
     w_shape: Sequence[int],

@@ -60,6 +60,8 @@ __all__ = [
     "DropImpliedActivation",
     "FuseActivation",
     "FuseActivationIntoProducer",
+    "FuseFloatActivation",
+    "FuseFloatConvActivation",
     "clamp_bounds",
 ]
 
@@ -182,6 +184,22 @@ class FuseActivationIntoProducer(Rule):
         )
 
 
+class FuseFloatConvActivation(FuseActivationIntoProducer):
+    """%y = Relu|Clip(%p = Conv(%x, %w, %b?)) -> %y = quanta::Conv(...) {activation, activation_params}
+
+    The float form of the rule above for ``optimize_float``: only a float32 Conv (the
+    float GEMM family clamps in its store, docs/float-ops.md), and only with Clip bounds
+    that are float32 values, so the fused clamp is the Clip's, bit for bit."""
+
+    pattern = "y = Relu|Clip(p = Conv(x, w, b?), ...)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        w = m.value("w")
+        if w.const is None or np.asarray(w.const).dtype != np.float32:
+            return NoMatch(f"Conv weights {describe(w)} are not a float32 constant")  # x has w's type
+        return super().check(m)
+
+
 class DropImpliedActivation(RewritePass):
     name = "drop_implied_activation"
     rules = (DropActivationImpliedByQuantize(),)
@@ -190,3 +208,8 @@ class DropImpliedActivation(RewritePass):
 class FuseActivation(RewritePass):
     name = "fuse_activation"
     rules = (FuseActivationIntoProducer(),)
+
+
+class FuseFloatActivation(RewritePass):
+    name = "fuse_float_activation"
+    rules = (FuseFloatConvActivation(),)

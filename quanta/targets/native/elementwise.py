@@ -17,8 +17,9 @@ QLinearGlobalAveragePool   ``qlinear_global_average_pool`` (NCHW or        ms_ql
                            channels_last), integer sum + eq. (6)           average_pool
 QLinearAveragePool         ``qlinear_average_pool_2d`` (1-D and 2-D; ORT's ms_qlinear.qlinear_average_
                            geometry; the global case as the twin)          pool
-MaxPool (uint8 / int8)     ``max_pool_2d`` (1-D and 2-D, dilations, no     nn_pool.max_pool
-                           Indices output; ONNX geometry)
+MaxPool (uint8 / int8,     ``max_pool_2d`` (float32: ``max_pool_2d_f32``)  nn_pool.max_pool
+float32)                   (1-D and 2-D, dilations, no Indices output;
+                           ONNX geometry)
 QLinearSigmoid,            ``lut8``: a 256-entry table, the twin           ms_qlinear.qlinear_sigmoid
 QLinearLeakyRelu           evaluated on every code                         / qlinear_leaky_relu
 QLinearSoftmax             ``qlinear_softmax_rows`` with the twin's         ms_qops.qlinear_softmax
@@ -1079,15 +1080,59 @@ def _max_pool_native(
     return y.reshape(x.shape[:2] + tuple(geom.out_shape)) if out is None else out
 
 
+@_with_fallback("MaxPool")
+def _max_pool_f32_native(
+    ctx: Any,
+    x: Any,
+    *,
+    prepared: _Tables,
+    out: Any,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    storage_order: int = 0,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """nn_pool.max_pool on float32 (no Indices output): pool.h max_pool_2d_f32."""
+    del storage_order  # unused: no Indices output
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise _Unsupported
+    x = np.ascontiguousarray(x)
+    if ctx.n_outputs != 1 or kernel_shape is None or x.ndim not in (3, 4):
+        raise _Unsupported
+    geom = prepared.get(
+        x.shape,
+        lambda: conv_attrs(
+            x.shape, None, kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads,
+            auto_pad=auto_pad, ceil_mode=bool(ceil_mode),
+        ),
+    )
+    n_sp = x.ndim - 2
+    y = _native().max_pool_2d_f32(
+        _as_2d(x), _pair(geom.kernel_shape, 1), _pair(geom.strides, 1), _pair(geom.dilations, 1),
+        _pair(geom.pads[:n_sp], 0), _pair(geom.out_shape, 1), _threads(ctx), None if out is None else _as_2d(out),
+    )
+    return y.reshape(x.shape[:2] + tuple(geom.out_shape)) if out is None else out
+
+
 @register_binder("MaxPool")
 def bind_max_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """uint8/int8 MaxPool, 1-D or 2-D windows, without the Indices output."""
+    """uint8/int8 and float32 MaxPool, 1-D or 2-D windows, without the Indices output."""
     del model  # unused: the choice depends on the node only
     x = node.input(0)
     dt = _dtype(x)
+    if dt == np.float32:
+        if len(node.outputs) > 1:
+            return None, "native MaxPool has no Indices output"
+        kernel_shape = node.attrs.get("kernel_shape")
+        if kernel_shape is None or len(kernel_shape) not in (1, 2):
+            return None, "native float MaxPool takes 1-D and 2-D windows (kernel_shape given)"
+        return _kernel(_max_pool_f32_native, "max_pool_2d_f32", _Tables())
     if dt not in _EIGHT_BIT:
         got = "unknown" if dt is None else dt
-        return None, f"native MaxPool takes uint8/int8 x, got {got} (float MaxPool runs on the reference)"
+        return None, f"native MaxPool takes uint8/int8/float32 x, got {got}"
     if len(node.outputs) > 1:
         return None, "native MaxPool has no Indices output"
     kernel_shape = node.attrs.get("kernel_shape")

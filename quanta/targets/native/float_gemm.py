@@ -8,9 +8,12 @@ Conv           ``conv_f32``: 1x1 stride-1 unpadded as one     nn_conv.conv (im2c
                GEMM per image and group (y = W·x, NCHW),
                depthwise direct, the rest im2col per column
                block; weights packed at compile time
+quanta::Conv   ``conv_f32`` with the fused Relu / Clip as    nn_conv.fused_conv
+               the epilogue's clamp (lo, hi)
 ConvTranspose  the GEMM of ``conv_f32`` (a 1x1 convolution    nn_conv.conv_transpose
                with the transposed weights) for the columns,
-               then the twin's col2im scatter and crop
+               then ``col2im_f32`` (the twin's scatter order,
+               crop and bias in one gather)
 MatMul         ``matmul_f32``: a constant 2-D B packed at     nn.matmul (np.matmul)
                compile time, every row of A one GEMM; else
                numpy.matmul batching, no copies
@@ -42,8 +45,8 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.conv_geometry import conv_attrs
-from quanta.kernels.reference.nn_conv import _crop_spatial, _scatter_windows, conv_transpose_geometry
-from quanta.kernels.reference.registry import OpContext, get_op
+from quanta.kernels.reference.nn_conv import conv_transpose_geometry, fused_clamp_bounds
+from quanta.kernels.reference.registry import OpContext, OpError, get_op
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._specialize import SMALL_MACS, guarded, step_threads
@@ -55,9 +58,10 @@ try:
 except ImportError:  # the binders only run when the extension is built
     _native = None
 
-__all__ = ["RUNTIME_FALLBACKS", "bind_conv", "bind_conv_transpose", "bind_gemm", "bind_matmul"]
+__all__ = ["RUNTIME_FALLBACKS", "bind_conv", "bind_conv_transpose", "bind_fused_conv", "bind_gemm", "bind_matmul"]
 
 F32 = np.dtype(np.float32)
+QUANTA_DOMAIN = "quanta"
 
 #: op_type -> how many calls a native kernel handed to the reference twin at run time.
 RUNTIME_FALLBACKS: collections.Counter[str] = collections.Counter()
@@ -74,10 +78,10 @@ def _f32(a: Any) -> np.ndarray:
 
 
 #: The keyword arguments a binder adds to the node's attributes (Kernel.params).
-_PARAMS = frozenset({"packed", "wshape", "geometry", "b_packed", "n", "const_bias"})
+_PARAMS = frozenset({"packed", "wshape", "geometry", "b_packed", "n", "const_bias", "clamp"})
 
 
-def _with_fallback(op_type: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Wrap ``fast(ctx, *inputs, out=..., **attrs, **params)``: when it raises
     _Unsupported (or the binding refuses the arguments with ValueError) the reference
     twin runs the call with the node's attributes."""
@@ -89,8 +93,8 @@ def _with_fallback(op_type: str) -> Callable[[Callable[..., Any]], Callable[...,
                 return fast(ctx, *inputs, out=out, **kw)
             except (_Unsupported, ValueError):
                 pass
-            RUNTIME_FALLBACKS[op_type] += 1
-            y = get_op(op_type)(ctx, *inputs, **{k: v for k, v in kw.items() if k not in _PARAMS})
+            RUNTIME_FALLBACKS[f"{domain}::{op_type}" if domain else op_type] += 1
+            y = get_op(op_type, domain)(ctx, *inputs, **{k: v for k, v in kw.items() if k not in _PARAMS})
             if out is None:
                 return y
             np.copyto(out, y)
@@ -154,7 +158,6 @@ def _conv_path(w: np.ndarray, group: int, attrs: dict[str, Any]) -> str:
     return "im2col"
 
 
-@_with_fallback("Conv")
 def _conv_native(
     ctx: OpContext,
     x: Any,
@@ -171,8 +174,11 @@ def _conv_native(
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    clamp: tuple[float, float] = (-math.inf, math.inf),
+    activation: str = "",
+    activation_params: list[float] | None = None,
 ) -> np.ndarray:
-    del w  # packed at compile time
+    del w, activation, activation_params  # packed at compile time; the clamp holds the activation
     x = _f32(x)
     call = geometry.get(x.shape)
     if call is None:
@@ -195,16 +201,38 @@ def _conv_native(
     if out is None:
         out = np.empty(y_shape, F32)
     _native.conv_f32(
-        x.reshape(x4_shape), packed, bias, wshape[0], *args, group, num_threads=_threads(ctx),
-        out=out.reshape(y4_shape),
+        x.reshape(x4_shape), packed, bias, wshape[0], *args, group, lo=clamp[0], hi=clamp[1],
+        num_threads=_threads(ctx), out=out.reshape(y4_shape),
     )
     return out
+
+
+_conv_plain = _with_fallback("Conv")(_conv_native)
+_conv_fused = _with_fallback("Conv", QUANTA_DOMAIN)(_conv_native)
 
 
 @register_binder("Conv")
 def bind_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """Float Conv (1-D or 2-D) with constant float32 weights."""
     del model  # unused: the choice depends on the node alone
+    return _bind_conv(node, _conv_plain, None)
+
+
+@register_binder("Conv", QUANTA_DOMAIN)
+def bind_fused_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """quanta::Conv (a float Conv with the Relu / Clip after it fused): the clamp runs in
+    the GEMM / depthwise store (sgemm.h epilogue), no second pass over the output."""
+    del model  # unused
+    try:
+        clamp = fused_clamp_bounds(str(node.attrs.get("activation", "Relu")), node.attrs.get("activation_params"))
+    except OpError as e:
+        return None, str(e)
+    return _bind_conv(node, _conv_fused, (float(np.float32(clamp[0])), float(np.float32(clamp[1]))))
+
+
+def _bind_conv(
+    node: Node, fn: Callable[..., Any], clamp: tuple[float, float] | None
+) -> tuple[Kernel | None, str]:
     if _native is None:
         return None, "the native extension is not built"
     x, w, b = node.input(0), node.input(1), node.input(2)
@@ -228,17 +256,23 @@ def bind_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, f"the native kernel refuses the weights: {e}"
     path = _conv_path(wc, group, node.attrs)
     k = "x".join(str(v) for v in wc.shape[2:])
-    kernel, reason = _kernel(_conv_native, f"conv_f32_{path}_{k}", packed=packed, wshape=tuple(wc.shape), geometry={})
+    if clamp is None:
+        kernel, reason = _kernel(fn, f"conv_f32_{path}_{k}", packed=packed, wshape=tuple(wc.shape), geometry={})
+    else:
+        kernel, reason = _kernel(
+            fn, f"conv_f32_{path}_{k}_clamp", packed=packed, wshape=tuple(wc.shape), geometry={}, clamp=clamp
+        )
     kernel.specialize = _conv_specialized
     return kernel, reason
 
 
 def _conv_specialized(
-    sig: Specialization, *, packed: np.ndarray, wshape: tuple[int, ...], geometry: dict, group: int = 1, **attrs: Any
+    sig: Specialization, *, packed: np.ndarray, wshape: tuple[int, ...], geometry: dict, group: int = 1,
+    clamp: tuple[float, float] = (-math.inf, math.inf), **attrs: Any
 ) -> Callable[..., Any] | None:
     """The float Conv of one x shape, with a constant bias: the geometry the measuring
     run found, the reshapes and the thread count decided once (a layer under
-    SMALL_MACS multiply-adds on one thread)."""
+    SMALL_MACS multiply-adds on one thread); a fused clamp stays in the store."""
     shape = sig.shapes[0]
     call = geometry.get(shape) if shape is not None else None
     if call is None or sig.dtypes[0] != F32:
@@ -250,17 +284,23 @@ def _conv_specialized(
     x4_shape, args, y_shape, y4_shape = call
     threads = step_threads(sig, math.prod(y_shape) * math.prod(wshape[1:]), SMALL_MACS)
     conv, m, out = _native.conv_f32, wshape[0], sig.out
+    lo, hi = clamp
     out4 = None if out is None else out.reshape(y4_shape)
 
     def run(x: np.ndarray, *rest: Any) -> np.ndarray:
         if out4 is not None:
-            conv(x.reshape(x4_shape), packed, bias, m, *args, group, num_threads=threads, out=out4)
+            conv(x.reshape(x4_shape), packed, bias, m, *args, group, lo=lo, hi=hi, num_threads=threads, out=out4)
             return out
         y = np.empty(y_shape, F32)
-        conv(x.reshape(x4_shape), packed, bias, m, *args, group, num_threads=threads, out=y.reshape(y4_shape))
+        conv(
+            x.reshape(x4_shape), packed, bias, m, *args, group, lo=lo, hi=hi, num_threads=threads,
+            out=y.reshape(y4_shape),
+        )
         return y
 
-    generic_attrs = {"packed": packed, "wshape": wshape, "geometry": geometry, "group": group, **attrs}
+    generic_attrs = {
+        "packed": packed, "wshape": wshape, "geometry": geometry, "group": group, "clamp": clamp, **attrs
+    }
     return guarded(run, _conv_native, generic_attrs, out)
 
 
@@ -302,16 +342,11 @@ def _conv_transpose_native(
     # cols[n, (m, ky, kx), i] = Σ_c w[g·C/G + c, m, ky, kx] · x[n, g·C/G + c, i]: a 1x1 conv
     cols = _native.conv_f32(x, packed, None, rows, 1, 1, [1, 1], [1, 1], [0, 0, 0, 0], group,
                             num_threads=_threads(ctx))
-    cols = cols.reshape(x.shape[0], m, *kernel, *x.shape[2:])
-    y = _crop_spatial(_scatter_windows(cols, full, strides_, dilations_), begin, out_sp)
-    if bias is not None:
-        if bias.size != m:
-            raise _Unsupported
-        y = y + bias.reshape(m, 1, 1)
-    if out is None:
-        return np.ascontiguousarray(y, dtype=F32)
-    np.copyto(out, y)
-    return out
+    del full  # the gather reads zero past the canvas
+    if bias is not None and bias.size != m:
+        raise _Unsupported
+    return _native.col2im_f32(cols, m, kernel[0], kernel[1], list(strides_), list(dilations_), list(begin),
+                              list(out_sp), bias, num_threads=_threads(ctx), out=out)
 
 
 @register_binder("ConvTranspose")

@@ -212,7 +212,8 @@ def test_drop_refuses_activation_output_used_elsewhere():
 
 def _fused_reference(op_type: str):
     """The meaning of quanta::<op>{activation}: the op, then the clamp in its output type.
-    Registered only for these tests; the real one belongs in quanta/kernels/reference."""
+    Registered only for these tests (quanta::Conv's real one, nn_conv.fused_conv, is put
+    back after them)."""
     base = registry.get_op(op_type)
 
     def fn(ctx, *inputs, activation: str, activation_params=None, **attrs):
@@ -227,13 +228,17 @@ def _fused_reference(op_type: str):
 def fused_reference_ops():
     keys = [(QUANTA_DOMAIN, op) for op in ("Conv", "Gemm", "MatMul", "Add")]
     registry.get_op("Conv")  # load the table first
+    saved = {key: registry.OPS.get(key) for key in keys}  # quanta::Conv has a real one
     for key in keys:
         registry.OPS[key] = _fused_reference(key[1])
     try:
         yield
     finally:
-        for key in keys:
-            registry.OPS.pop(key, None)
+        for key, fn in saved.items():
+            if fn is None:
+                registry.OPS.pop(key, None)
+            else:
+                registry.OPS[key] = fn
 
 
 def float_chain_model(opset: int = 21) -> onnx.ModelProto:

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "qgemm/thread_pool.h"
 
@@ -131,6 +132,49 @@ void max_pool_2d_nhwc(const T* x, T* y, const Geometry2d& g, int64_t channels, i
             if (ix < 0 || ix >= g.w) continue;
             const T* __restrict xp = ximg + (iy * g.w + ix) * C;
             for (int64_t c = 0; c < C; ++c) yp[c] = xp[c] > yp[c] ? xp[c] : yp[c];
+          }
+        }
+      }
+    }
+  });
+}
+
+void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_threads) {
+  const int64_t in = g.h * g.w, out = g.out_h * g.out_w;
+  // Per kernel column kx, the output columns whose tap ox·s_w − pad_l + kx·d_w lies in [0, w).
+  std::vector<int64_t> lo(static_cast<size_t>(g.k_w)), hi(static_cast<size_t>(g.k_w));
+  for (int64_t kx = 0; kx < g.k_w; ++kx) {
+    const int64_t off = kx * g.d_w - g.pad_l;  // input column of output column ox: ox·s_w + off
+    int64_t a = off >= 0 ? 0 : (-off + g.s_w - 1) / g.s_w;
+    int64_t b = g.w - 1 - off < 0 ? 0 : (g.w - 1 - off) / g.s_w + 1;
+    a = std::min(a, g.out_w);
+    lo[static_cast<size_t>(kx)] = a;
+    hi[static_cast<size_t>(kx)] = std::max(a, std::min(b, g.out_w));
+  }
+  for_items(num_threads, g.planes, 4 * out * g.k_h * g.k_w, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const float* plane = x + p * in;
+      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        float* __restrict row = y + p * out + oy * g.out_w;
+        std::fill(row, row + g.out_w, -std::numeric_limits<float>::infinity());
+        for (int64_t ky = 0; ky < g.k_h; ++ky) {
+          const int64_t iy = oy * g.s_h - g.pad_t + ky * g.d_h;
+          if (iy < 0 || iy >= g.h) continue;
+          for (int64_t kx = 0; kx < g.k_w; ++kx) {
+            const float* __restrict src = plane + iy * g.w + kx * g.d_w - g.pad_l;  // src[ox·s_w]
+            const int64_t a = lo[static_cast<size_t>(kx)], b = hi[static_cast<size_t>(kx)];
+            // v > m or v is NaN: take v; a NaN m stays (both comparisons are false).
+            if (g.s_w == 1) {
+              for (int64_t ox = a; ox < b; ++ox) {
+                const float v = src[ox], m = row[ox];
+                row[ox] = (v > m || v != v) ? v : m;
+              }
+            } else {
+              for (int64_t ox = a; ox < b; ++ox) {
+                const float v = src[ox * g.s_w], m = row[ox];
+                row[ox] = (v > m || v != v) ? v : m;
+              }
+            }
           }
         }
       }

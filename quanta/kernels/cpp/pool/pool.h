@@ -94,5 +94,13 @@ void qlinear_average_pool_2d(const T* x, T* y, const Geometry2d& g, const Averag
 template <typename T>
 void max_pool_2d_nhwc(const T* x, T* y, const Geometry2d& g, int64_t channels, int num_threads);
 
+// Float MaxPool (ONNX MaxPool on float32, NCHW, 2-D, no Indices output; twin
+// nn_pool.max_pool): y = the maximum over the window's positions inside the input
+// (dilated), −inf when there is none (the twin pads with −inf). Exact: max only selects.
+// A NaN in the window gives NaN (as the twin's np.max); the sign of a zero maximum among
+// +0 and −0 is not pinned. Per output row, one pass per valid (ky, kx) over the row's
+// columns (a strided max the compiler vectorises); threads take chunks of planes.
+void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_threads);
+
 }  // namespace pool
 }  // namespace quanta

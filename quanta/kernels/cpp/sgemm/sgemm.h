@@ -82,6 +82,14 @@ using DwRowFn = void (*)(const float* const* rows, const float* w, int kh, int k
 using GemvFn = void (*)(const float* a_panels, int64_t panels, int64_t k, const float* x, int64_t ldx, float* y,
                         int64_t ldy, int64_t rows_left, int64_t row0, const Epilogue& ep);
 
+// Depthwise on small planes, 16 channels per vector: buf holds 16 channels' zero-padded
+// input interleaved ([row][col][16], rows wp columns apart), w16 [kh·kw][16] and bias16
+// [16] the channels' taps and biases (0 without bias); out16 [oh·ow][16] receives, per
+// lane, the same chain as DwRowFn (fma from +0, taps in (ky, kx) order, + bias, clamp),
+// so a channel's bytes do not depend on the path. Null where the ISA has none.
+using DwBlockFn = void (*)(const float* buf, int64_t wp, const float* w16, const float* bias16, int kh, int kw, int sh,
+                           int sw, int dh, int dw, int64_t oh, int64_t ow, float lo, float hi, float* out16);
+
 struct Kernels {
   const char* isa;
   int mr, nr;            // the micro-kernel's tile
@@ -89,6 +97,7 @@ struct Kernels {
                          // (a[i·a_rs + k]) or packed (a[i + kPackMr·k])
   DwRowFn dw_row;
   GemvFn gemv;
+  DwBlockFn dw_block16;
 };
 
 extern const Kernels kKernelsPortable;
@@ -143,6 +152,18 @@ enum class ConvPath : int { kPointwise = 0, kIm2col = 1, kDepthwise = 2 };
 ConvPath conv_path(const ConvGeom& g);
 void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, const float* bias, float lo, float hi,
           float* y, int num_threads, Isa isa);
+
+// ConvTranspose's col2im, as a gather: cols [n·m][kh][kw][h][w] (the GEMM's columns:
+// channel, kernel offset, input position) into y [n·m][oh][ow], the crop
+// [bt, bt + oh) × [bl, bl + ow) of the canvas of (h − 1)·sh + (kh − 1)·dh + 1 rows (and
+// likewise columns); canvas positions outside it read 0. Per element, from +0, the
+// contributions cols[ky][kx][iy][ix] with iy·sh + ky·dh = canvas row (and likewise
+// columns) are added in increasing (ky, kx) — the order of the NumPy twin's scatter
+// (nn_conv._scatter_windows: one whole-canvas add per kernel offset) — then bias[c],
+// then the clamp: the twin's bytes for the same columns. Threads take whole planes.
+void col2im(const float* cols, int64_t planes, int64_t m, int64_t kh, int64_t kw, int64_t h, int64_t w, int64_t sh,
+            int64_t sw, int64_t dh, int64_t dw, int64_t bt, int64_t bl, int64_t oh, int64_t ow, const float* bias,
+            float lo, float hi, float* y, int num_threads);
 
 }  // namespace sgemm
 }  // namespace quanta

@@ -154,6 +154,7 @@ extern const Kernels kKernelsAvx2 = {
      {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, nullptr, nullptr, nullptr, nullptr}},
     dw_row,
     ymm::gemv,
+    nullptr,  // dw_block16: small planes take the row kernel
 };
 
 }  // namespace sgemm

@@ -158,6 +158,50 @@ void dw_row(const float* const* rows, const float* w, int kh, int kw, int sw, in
   }
 }
 
+// V output pixels of one row at once (V independent fma chains: the FMA latency is
+// hidden behind the others), 16 channels per lane.
+template <int V>
+inline void dw_block_pixels(const float* buf, int64_t wp, const float* w16, __m512 bias, int kh, int kw, int sw,
+                            int dh, int dw, int64_t row0, int64_t ox0, float lo, float hi, float* out) {
+  __m512 acc[V];
+  for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps();
+  for (int ky = 0; ky < kh; ++ky) {
+    const float* r = buf + (row0 + ky * dh) * wp * 16;
+    for (int kx = 0; kx < kw; ++kx) {
+      const __m512 wv = _mm512_loadu_ps(w16 + (ky * kw + kx) * 16);
+      const float* p = r + (ox0 * sw + kx * dw) * 16;
+      for (int v = 0; v < V; ++v) acc[v] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(p + v * sw * 16), acc[v]);
+    }
+  }
+  for (int v = 0; v < V; ++v) {
+    __m512 r = _mm512_add_ps(acc[v], bias);
+    if (lo != -__builtin_inff()) r = _mm512_max_ps(_mm512_set1_ps(lo), r);
+    if (hi != __builtin_inff()) r = _mm512_min_ps(_mm512_set1_ps(hi), r);
+    _mm512_storeu_ps(out + (ox0 + v) * 16, r);
+  }
+}
+
+void dw_block16(const float* buf, int64_t wp, const float* w16, const float* bias16, int kh, int kw, int sh, int sw,
+                int dh, int dw, int64_t oh, int64_t ow, float lo, float hi, float* out16) {
+  const __m512 bias = _mm512_loadu_ps(bias16);
+  for (int64_t oy = 0; oy < oh; ++oy) {
+    float* out = out16 + oy * ow * 16;
+    const int64_t row0 = oy * sh;
+    int64_t ox = 0;
+    for (; ox + 8 <= ow; ox += 8) dw_block_pixels<8>(buf, wp, w16, bias, kh, kw, sw, dh, dw, row0, ox, lo, hi, out);
+    switch (ow - ox) {
+      case 7: dw_block_pixels<7>(buf, wp, w16, bias, kh, kw, sw, dh, dw, row0, ox, lo, hi, out); break;
+      case 6: dw_block_pixels<6>(buf, wp, w16, bias, kh, kw, sw, dh, dw, row0, ox, lo, hi, out); break;
+      case 5: dw_block_pixels<5>(buf, wp, w16, bias, kh, kw, sw, dh, dw, row0, ox, lo, hi, out); break;
+      case 4: dw_block_pixels<4>(buf, wp, w16, bias, kh, kw, sw, dh, dw, row0, ox, lo, hi, out); break;
+      case 3: dw_block_pixels<3>(buf, wp, w16, bias, kh, kw, sw, dh, dw, row0, ox, lo, hi, out); break;
+      case 2: dw_block_pixels<2>(buf, wp, w16, bias, kh, kw, sw, dh, dw, row0, ox, lo, hi, out); break;
+      case 1: dw_block_pixels<1>(buf, wp, w16, bias, kh, kw, sw, dh, dw, row0, ox, lo, hi, out); break;
+      default: break;
+    }
+  }
+}
+
 }  // namespace
 
 extern const Kernels kKernelsAvx512Vnni = {
@@ -170,6 +214,7 @@ extern const Kernels kKernelsAvx512Vnni = {
       tile<7, true>, tile<8, true>}},
     dw_row,
     ymm::gemv,
+    dw_block16,
 };
 
 }  // namespace sgemm

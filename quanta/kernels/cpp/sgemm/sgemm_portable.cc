@@ -78,6 +78,7 @@ extern const Kernels kKernelsPortable = {
      {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, nullptr, nullptr, nullptr, nullptr}},
     dw_row,
     gemv,
+    nullptr,  // dw_block16: small planes take the row kernel
 };
 
 }  // namespace sgemm
