@@ -4,8 +4,9 @@
 // Loop nest, per chunk of work (a contiguous range of N panels, or of rows when there are
 // fewer panels than threads, or (row group, panel group) pairs when neither balances):
 //
+//   for nb in the task's panels, step NC  B block of NC panels (NC = all by default)
 //   for mc0 in rows, step MC            A block MC x Kp of x' stays in L2 across panels
-//     for panel p in the task's panels  B panel Kp x NR
+//     for panel p in the B block        B panel Kp x NR
 //       for chunk k0 in [0, Kp), step KC  B chunk KC x NR stays in L1 across the MC rows
 //         tiles(rows mc0 .. mc0+MC, panel p, chunk k0)   MR x NR register tiles; int32
 //                                          partial sums go through a small per-thread
@@ -14,6 +15,9 @@
 //
 // Before it, on the calling thread: x -> x' rows (when the kernel cannot read x in place)
 // and the row sums Σ_k x' (when some zw' != 0).
+//
+// MC, NC, KC and the prefetches are run-time parameters (qgemm.h Blocking): the caller's,
+// else the tuned table's entry for the shape, else the heuristics below.
 //
 // Threads: the task's units are cut into a few chunks per thread, claimed dynamically
 // from a small pool (thread_pool.h); each output element is computed by the same code

@@ -347,9 +347,10 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
 // stride NR, when accumulating; else the two colterm vectors, in every row) and end in
 // `out` (partial, or a local buffer that the C++ epilogue reads back: 24 stores and loads
 // per 12 x 32 x kc tile, against 3·kc cycles of vpdpbusd).
-// prefetcht0 of B 2 KiB (16 k-groups) ahead: the driver runs the row tiles outer and the
-// panels inner (qgemm.cc), so B streams from L2 and its next panel follows this one
-// (measured: +0.5 %, about the noise; a prefetch past the weights never faults).
+// prefetcht0 of B TileArgs::prefetch bytes ahead (default 2 KiB, 16 k-groups; 0: the loop
+// without prefetches; a run-time tunable, qgemm.h Blocking): the driver runs the row tiles
+// outer and the panels inner (qgemm.cc), so B streams from L2 and its next panel follows
+// this one (measured: +0.5 %, about the noise; a prefetch past the weights never faults).
 #define QG_BCAST(bc, addr, r, r2)                                \
   "vpbroadcastd " addr ", %%zmm" #bc "\n\t"                      \
   "vpdpbusd %%zmm24, %%zmm" #bc ", %%zmm" #r "\n\t"              \
