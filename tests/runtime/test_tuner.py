@@ -361,3 +361,15 @@ def test_quanta_bench_reports_the_tuner_choices(cache_dir: Path, tmp_path: Path)
     assert r.tuning is not None and len(r.tuning.choices) == 1
     assert text.splitlines()[-2].startswith("tuner: 1 GEMM shapes tuned")
     assert "160x130x259 (" in text.splitlines()[-1] and "x vs mc " in text.splitlines()[-1]
+
+
+def test_inspect_kernels_prints_the_dispatch_table(tmp_path: Path, capsys) -> None:
+    from quanta.cli.main import main
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_matmul_integer_model(8, 32, 16), str(path))
+    assert main(["inspect", "--kernels", str(path)]) == 0
+    out = capsys.readouterr().out
+    for row in _native.kernel_table():
+        assert f"{row['isa']:<11} {row['kernel']}" in out
+    assert "qgemm_u8s8_s32_4x16c4__portable [mc, nc, kc, prefetch_a]" in out

@@ -1,7 +1,8 @@
 // quanta kernel dispatch: the ONE place that asks the CPU what it supports (cpuid), the
 // one ISA-name parser, and the kernel dispatch table: (op, dtype, isa) -> kernel name and
-// its run-time tunables (docs/kernels.md "Dispatch table"), which the Python binders
-// (quanta/kernels/dispatch.py) and the autotuner (quanta/runtime/tuner.py) both read.
+// its run-time tunables (docs/kernels.md "Dispatch table"), which the kernel drivers
+// (qgemm.cc, conv.cc), the autotuner (quanta/runtime/tuner.py, through
+// _native.kernel_table()) and `quanta inspect --kernels` read.
 //
 // ISA names are a fixed set, as ruy's Path: portable, avx2, avx512vnni.
 #pragma once
