@@ -19,8 +19,11 @@ Steps (:func:`tune_session`, called by ``InferenceSession``):
    (ISA, M, N, K, threads);
 3. the shapes the cache does not know are measured, largest first, within the time
    budget: the candidates of one shape run round-robin on synthetic operands in C++
-   (``_native.qgemm_time_blockings``), best batch of each; a candidate replaces the
-   heuristic blocking only when it is :data:`MIN_GAIN` faster (else noise would pick);
+   (``_native.qgemm_time_blockings``), repeated; a candidate replaces the heuristic
+   blocking only when the median of its speed-ups over the heuristic one, each measured
+   in the same round-robin, is at least :data:`MIN_GAIN` (else noise would pick), and not
+   at all when the heuristic blocking's own times spread by more than :data:`MAX_SPREAD`
+   (a loaded machine: nothing is chosen or cached, the next session measures again);
 4. the choices go into the library's table and into the cache.
 
 The cache is one JSON file, ``tuner-v{FORMAT}.json`` in the user cache folder
@@ -40,6 +43,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import tempfile
 import time
 import warnings
@@ -74,7 +78,9 @@ DEFAULT_BUDGET_S = 3.0
 #: Shapes with fewer multiply-adds are not tuned.
 MIN_MACS = 1 << 21
 #: A candidate must run this much faster than the heuristic blocking to replace it.
-MIN_GAIN = 1.02
+MIN_GAIN = 1.03
+#: The baseline's median time over its best, above which a measurement is not trusted.
+MAX_SPREAD = 1.10
 #: Measuring time per shape, seconds: at least, and at most.
 SHAPE_MIN_S, SHAPE_MAX_S = 0.12, 0.6
 
@@ -121,7 +127,7 @@ class Choice:
     blocking: dict[str, int]  # the fields that differ from the heuristics ({}: heuristics)
     heuristic: dict[str, int]  # the heuristic blocking, resolved (qgemm_blocking)
     gain: float  # heuristic time / chosen time (1.0: the heuristics kept)
-    source: str  # "measured" or "cache"
+    source: str  # "measured", "cache", or "noisy" (measured on a loaded machine: heuristics kept, not cached)
     calls: int = 0  # calls per run of the model
 
 
@@ -333,6 +339,25 @@ def candidates(shape: GemmShape, heuristic: dict[str, int]) -> list[dict[str, in
     return out
 
 
+def _measure(
+    s: GemmShape, timed: list[dict[str, int]], seconds: float, clock: Callable[[], float]
+) -> tuple[list[float], bool]:
+    """Gain of each candidate over the first (the heuristic blocking): the median, over
+    repeated short round-robin measurements, of baseline time / candidate time in the same
+    measurement, so that a disturbance hits the compared pair alike and a lucky batch
+    cannot pick a winner. ``noisy``: the baseline's own times spread by more than
+    :data:`MAX_SPREAD` (a loaded machine), when no choice is trusted or cached."""
+    nat = _native()
+    samples: list[list[float]] = []
+    end = clock() + seconds
+    while len(samples) < 3 or clock() < end:
+        samples.append(list(nat.qgemm_time_blockings(s.isa, s.M, s.N, s.K, s.threads, timed, 0.0)))
+    gains = [statistics.median(t[0] / t[j] for t in samples) for j in range(len(timed))]
+    base = sorted(t[0] for t in samples)
+    noisy = base[len(base) // 2] / base[0] > MAX_SPREAD
+    return gains, noisy
+
+
 def _heuristic(s: GemmShape) -> dict[str, int]:
     """The heuristic blocking of ``s`` (its table entry, if any, is removed first: the
     caller installs the new choice)."""
@@ -382,14 +407,16 @@ def tune_shapes(
         cands = candidates(s, heuristic)
         base = {k: heuristic[k] for k in BLOCKING_FIELDS}
         timed = [dict(base)] + [{**base, **c} for c in cands[1:]]
-        times = nat.qgemm_time_blockings(s.isa, s.M, s.N, s.K, s.threads, timed, per_shape)
-        best = min(range(len(times)), key=lambda j: times[j])
-        gain = times[0] / times[best] if times[best] > 0 else 1.0
-        chosen = cands[best] if best and gain >= MIN_GAIN else {}
+        gains, noisy = _measure(s, timed, per_shape, clock)
+        best = max(range(len(gains)), key=lambda j: gains[j])
+        gain = gains[best]
+        chosen = cands[best] if best and gain >= MIN_GAIN and not noisy else {}
         if not chosen:
             gain = 1.0
         nat.qgemm_set_tuned(s.isa, s.M, s.N, s.K, s.threads, chosen or None)
-        report.choices.append(Choice(s, dict(chosen), heuristic, gain, "measured", shapes[s]))
+        report.choices.append(
+            Choice(s, dict(chosen), heuristic, gain, "noisy" if noisy else "measured", shapes[s])
+        )
     if use_cache:
         save_choices(report.choices)
     report.seconds = clock() - t0

@@ -49,8 +49,11 @@ def _clean_table():
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch) -> Path:
+    """Tuning on, a cache folder of the test's own, and every measurement trusted (the
+    shared machine's load would otherwise mark some "noisy"; that path has its own test)."""
     monkeypatch.setenv("QUANTA_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("QUANTA_TUNE", "1")
+    monkeypatch.setattr(tuner, "MAX_SPREAD", float("inf"))
     return tmp_path
 
 
@@ -280,6 +283,18 @@ def test_environment_switch_turns_tuning_off(cache_dir: Path, monkeypatch) -> No
     assert not tuner.tuning_enabled(True)
     monkeypatch.setenv("QUANTA_TUNE", "1")
     assert tuner.tuning_enabled(True) and not tuner.tuning_enabled(False)
+
+
+def test_noisy_measurements_keep_the_heuristics_and_are_not_cached(cache_dir: Path, monkeypatch) -> None:
+    monkeypatch.setattr(tuner, "MAX_SPREAD", 0.5)  # every baseline spreads more than this
+    sess = _session(_matmul_integer_model(160, 259, 130), True, budget=0.3)
+    assert sess.tuning is not None and [(c.source, c.blocking, c.gain) for c in sess.tuning.choices] == [
+        ("noisy", {}, 1.0)
+    ]
+    assert not _native.qgemm_blocking("avx512vnni" if "avx512vnni" in ISAS else ISAS[-1], 160, 130, 259, 1)[
+        "tuned"
+    ]
+    assert not list(cache_dir.iterdir())
 
 
 def test_small_shapes_keep_the_heuristics(cache_dir: Path) -> None:
