@@ -67,8 +67,19 @@ def _ort_matmul_integer(
 def _quanta_qgemm(w: np.ndarray, M: int, zx: int, threads: int) -> Callable[[np.ndarray], object]:
     packed = _native.pack_weights_s8(w, 0)
     ws = _native.QGemmWorkspace()
-    out = np.empty((M, w.shape[1]), np.int32)
+    out = _aligned_empty((M, w.shape[1]), np.int32)
     return lambda x: _native.qgemm(x, packed, zx, "int32", num_threads=threads, workspace=ws, out=out)
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """An array whose data starts on a 64-byte line, as the runtime's arena places every
+    value (quanta/runtime/memory.py) and ONNX Runtime's allocator its outputs: NumPy's
+    own start 16 bytes into a line, and every 64-byte store of the int32 output then
+    splits two lines (1024^3: 692 against 763 GOPS, one thread, same run)."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = np.empty(nbytes + 64, np.uint8)
+    start = (-buf.ctypes.data) % 64
+    return buf[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def _tune(M: int, N: int, K: int, threads: int) -> dict | None:
