@@ -14,6 +14,10 @@ GOPS counts 2·M·N·K operations (a multiply and an add per MAC). The peak is t
 chains, so neither latency nor memory limits it), measured before and after the GEMMs;
 the larger value is used.
 
+quanta runs with the autotuner's blocking for each shape (quanta/runtime/tuner.py: measured
+now, or from the user cache); the "heur." column is the built-in heuristic blocking, timed
+in the same alternation (``--no-tune``: heuristics only).
+
 Both sides compute the same thing: x uint8 [M, K] with a run-time zero point, constant
 int8 weights [K, N] (prepacked once by each library), int32 output.
 """
@@ -63,8 +67,28 @@ def _ort_matmul_integer(
 def _quanta_qgemm(w: np.ndarray, M: int, zx: int, threads: int) -> Callable[[np.ndarray], object]:
     packed = _native.pack_weights_s8(w, 0)
     ws = _native.QGemmWorkspace()
-    out = np.empty((M, w.shape[1]), np.int32)
+    out = _aligned_empty((M, w.shape[1]), np.int32)
     return lambda x: _native.qgemm(x, packed, zx, "int32", num_threads=threads, workspace=ws, out=out)
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """An array whose data starts on a 64-byte line, as the runtime's arena places every
+    value (quanta/runtime/memory.py) and ONNX Runtime's allocator its outputs: NumPy's
+    own start 16 bytes into a line, and every 64-byte store of the int32 output then
+    splits two lines (1024^3: 692 against 763 GOPS, one thread, same run)."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = np.empty(nbytes + 64, np.uint8)
+    start = (-buf.ctypes.data) % 64
+    return buf[start : start + nbytes].view(dtype).reshape(shape)
+
+
+def _tune(M: int, N: int, K: int, threads: int) -> dict | None:
+    """The autotuner's blocking for the shape (from the user cache, or measured now)."""
+    from quanta.runtime import tuner
+
+    shape = tuner.GemmShape(_native.active_isa(), M, N, K, threads)
+    report = tuner.tune_shapes({shape: 1}, budget_s=2.0)
+    return report.choices[0].blocking or None if report.choices else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--gemm-only", action="store_true", help="skip the convolution layers (benchmarks/conv.py's table)"
     )
+    ap.add_argument("--no-tune", action="store_true", help="the heuristic blockings only (no autotuner)")
     args = ap.parse_args(argv)
     budget = 0.5 if args.quick else 2.0
 
@@ -89,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     peak_before = _native.vnni_peak_probe(0.5) if has_vnni else None
     rng = np.random.default_rng(0)
     rows = []
+    tuned_rows: list[tuple[int, int, int, int, dict | None]] = []
     for M, N, K in SHAPES:
         w = rng.integers(-128, 128, (K, N), dtype=np.int8)
         x = rng.integers(0, 256, (M, K), dtype=np.uint8)
@@ -96,7 +122,14 @@ def main(argv: list[str] | None = None) -> int:
         for threads in args.threads:
             fns: dict[str, Callable[[], object]] = {}
             q = _quanta_qgemm(w, M, zx, threads)
-            fns["quanta"] = lambda q=q, x=x: q(x)
+            choice = None
+            if not args.no_tune:
+                choice = _tune(M, N, K, threads)
+                tuned_rows.append((M, N, K, threads, choice))
+            key = (_native.active_isa(), M, N, K, threads)
+            fns["quanta"] = lambda q=q, x=x, c=choice, k=key: (_native.qgemm_set_tuned(*k, c), q(x))
+            if choice:
+                fns["heur"] = lambda q=q, x=x, k=key: (_native.qgemm_set_tuned(*k, None), q(x))
             if ort_version:
                 o = _ort_matmul_integer(w, M, zx, threads, spinning=True)
                 fns["ort"] = lambda o=o, x=x: o(x)
@@ -117,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             f"# vpdpbusd peak (1 thread): {peak_before:.0f} GOPS before, {peak_after:.0f} after; using {peak:.0f}"
         )
     header = (
-        f"{'M x N x K':>18} {'thr':>3} {'quanta':>8} {'ORT':>8} {'q/ORT':>6} {'q/peak':>7} {'ORT/peak':>8}"
+        f"{'M x N x K':>18} {'thr':>3} {'quanta':>8} {'heur.':>8} {'ORT':>8} {'q/ORT':>6} {'q/peak':>7} {'ORT/peak':>8}"
     )
     print(header)
     print("-" * len(header))
@@ -129,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{shape:>18}",
             f"{r['threads']:>3}",
             f"{r['quanta']:8.0f}",
+            f"{r['heur']:8.0f}" if r.get("heur") else f"{'=':>8}",
             f"{ort_g:8.0f}" if ort_g else f"{'-':>8}",
             f"{r['quanta'] / ort_g:6.2f}" if ort_g else f"{'-':>6}",
             f"{r['quanta'] / thr_peak:7.1%}" if thr_peak else f"{'-':>7}",
@@ -136,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         print(" ".join(cells))
     print("# q/peak and ORT/peak use threads x the single-thread peak; GEMV (M = 1) is memory bound.")
+    for M, N, K, threads, choice in tuned_rows:
+        print(f"# tuner {M}x{N}x{K} thr {threads}: {choice or 'heuristic blocking kept'}")
     if conv_rows:
         print()
         print(f"# convolution layers (benchmarks/conv.py), active ISA {_native.active_isa()}")
@@ -143,7 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"kernel": kernel, "peak_gops": peak, "ort": ort_version, "rows": rows, "conv_rows": conv_rows},
+                {
+                    "kernel": kernel,
+                    "peak_gops": peak,
+                    "ort": ort_version,
+                    "rows": rows,
+                    "conv_rows": conv_rows,
+                    "tuned": tuned_rows,
+                },
                 f,
                 indent=2,
             )

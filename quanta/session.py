@@ -38,6 +38,7 @@ from quanta.runtime.compile import compile as compile_model
 from quanta.runtime.execute import Executor
 from quanta.runtime.plan import Plan
 from quanta.runtime.profile import Profiler, ProfileSummary
+from quanta.runtime.tuner import TuneReport, tune_session, tuning_enabled
 
 __all__ = [
     "GraphOptimizationLevel","InferenceSession", "InvalidArgument", "NodeArg", "SessionOptions"]
@@ -87,6 +88,11 @@ class SessionOptions:
     #: (producer "onnx.quantize"), else "onnx". docs/float-ops.md, "ONNX Runtime's
     #: functions".
     float_functions: str = "auto"
+
+    #: quanta's own: measure the int8 GEMM blockings of this model's shapes on this CPU
+    #: (cached per CPU model; quanta/runtime/tuner.py); QUANTA_TUNE=0 turns it off
+    enable_tuning: bool = True
+    tuning_budget_s: float = 3.0  # measuring time per model, seconds
 
 
 #: the producer_name ONNX Runtime's quantization tool writes into its files
@@ -166,6 +172,8 @@ class InferenceSession:
             self._profiler = Profiler(self._plan, start_ns=t0)
             self._profiler.record_session_event("session_initialization", t0, time.perf_counter_ns())
         self._exe = Executor(self._plan, profiler=self._profiler)
+        self._tuning: TuneReport | None = None
+        self._tune_pending = backend == "native" and tuning_enabled(self._options.enable_tuning)
         self._last_profiler: Profiler | None = self._profiler
         g = self._model.graph
         # As ONNX Runtime: an input that also has an initializer is an overridable
@@ -187,6 +195,10 @@ class InferenceSession:
             self._checks[name] = (_numpy_dtype(t), None if shape is None else len(shape), fixed)
         self._output_names = [o.name for o in self._outputs]
         self._required = [a.name for a in self._inputs if a.name not in self._defaults]
+        if self._tune_pending:
+            feeds = self._static_feeds()
+            if feeds is not None:  # else the first run's feeds give the shapes
+                self._tune(feeds)
 
     # -- ONNX Runtime API ---------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -261,7 +273,35 @@ class InferenceSession:
                 if n not in known:
                     raise InvalidArgument(f"unknown output '{n}'; the model's outputs are: {sorted(known)}")
         feeds = self._validate(input_feed)
+        if self._tune_pending:
+            self._tune(feeds)
         return self._exe.run(feeds, names)
+
+    # -- autotuning (quanta/runtime/tuner.py) -------------------------------------
+    @property
+    def tuning(self) -> TuneReport | None:
+        """What the autotuner chose for this model's GEMM shapes (None: not tuned yet,
+        or tuning is off)."""
+        return self._tuning
+
+    def _static_feeds(self) -> dict[str, np.ndarray] | None:
+        """Inputs of the model's static shapes (ones for integers: a valid token id or
+        length; zeros for floats), or None when some dimension is symbolic."""
+        feeds = {}
+        for a in self._inputs:
+            t = self._input_types[a.name]
+            dtype = _numpy_dtype(t) if t is not None else None
+            if dtype is None or a.shape is None or not all(isinstance(d, int) and d >= 0 for d in a.shape):
+                return None
+            shape = tuple(int(d) for d in a.shape)  # type: ignore[arg-type]
+            feeds[a.name] = np.ones(shape, dtype) if dtype.kind in "iu" else np.zeros(shape, dtype)
+        return feeds
+
+    def _tune(self, feeds: Mapping[str, np.ndarray]) -> None:
+        self._tune_pending = False
+        names = [o.name for o in self._outputs]
+        exe = Executor(self._plan)  # unprofiled: the tuning run is not the user's
+        self._tuning = tune_session(lambda: exe.run(feeds, names), self._options.tuning_budget_s)
 
     # -- validation ------------------------------------------------------------
     def _expected(self) -> str:

@@ -32,3 +32,11 @@ def _verify_after_every_pass():
     set_verify_default(True)
     yield
     set_verify_default(False)
+
+# The autotuner (quanta/runtime/tuner.py) measures GEMM blockings at session creation and
+# writes a user cache: off in the suite (every candidate gives the same bytes, which
+# tests/runtime/test_tuner.py checks, so tuning changes no result), whose sessions are
+# small and many; test_tuner.py turns it on with a cache folder of its own.
+import os  # noqa: E402
+
+os.environ.setdefault("QUANTA_TUNE", "0")

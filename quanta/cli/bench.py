@@ -12,7 +12,10 @@ both alike; the median and the 90th percentile of the wall time of ``sess.run``.
 ONNX Runtime gets ``intra_op_num_threads = N`` (the same count quanta uses),
 ``inter_op_num_threads = 1``, sequential execution and ``ORT_ENABLE_ALL``. Then
 ``min(R, 20)`` more quanta runs with the profiler on give the per-step profile (kept
-apart from the timed runs: timing each step costs ~0.2 us per step).
+apart from the timed runs: timing each step costs ~0.2 us per step). The report ends
+with the autotuner's choices (quanta/runtime/tuner.py): per GEMM shape, the blocking it
+runs with, whether measured now or taken from the cache, and its measured gain over the
+built-in heuristics.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ class BenchResult:
     #: (op type, node name, reason) of the fallback steps that run in every timed run
     #: (the fallbacks less the signature-static ones): NumPy twins on the timed path
     reference_steps: list[tuple[str, str, str]] = field(default_factory=list)
+    #: what the autotuner chose (quanta.runtime.tuner.TuneReport), None when it was off
+    tuning: object = None
 
 
 def bench_model(
@@ -150,6 +155,7 @@ def bench_model(
         fallbacks=sess.fallbacks,
         static_fallbacks=sum(1 for i in static if sess.plan.steps[i].kernel.fallback),
         reference_steps=reference_steps(sess.plan),
+        tuning=sess.tuning,
     )
     if ort_sess is not None:
         import onnxruntime
@@ -232,6 +238,8 @@ def format_result(r: BenchResult) -> str:
         for op, name, reason in r.reference_steps:
             lines.append(f"  reference:{op} {name}: {reason}")
     lines.append(str(r.profile))
+    if r.backend == "native":
+        lines.append(str(r.tuning) if r.tuning is not None else "tuner: off (SessionOptions.enable_tuning, QUANTA_TUNE=0)")
     return "\n".join(lines)
 
 

@@ -111,6 +111,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             print(
                 f"native kernels: ISAs {', '.join(_native.supported_isas())}; active {_native.active_isa()}"
             )
+            print("dispatch table (op, dtype, isa -> kernel [tunables]; * = runs on this CPU):")
+            for row in _native.kernel_table():
+                tun = f" [{', '.join(row['tunables'])}]" if row["tunables"] else ""
+                mark = "*" if row["supported"] else " "
+                print(f"  {mark} {row['op']:<26} {row['dtype']:<10} {row['isa']:<11} {row['kernel']}{tun}")
         else:
             print("native kernels: the extension is not built")
     if args.lowered or args.why_not or args.dump_after:

@@ -46,7 +46,8 @@ def test_bench_vs_ort_reports_both_engines_the_ratio_and_the_slowest_steps(model
     assert re.match(r"slowest \d+ of \d+ steps over 3 profiled runs: run ", out[8])
     assert out[9].split() == ["step", "node", "op", "kernel", "mean", "ms", "share"]
     n_steps = int(re.search(r"of (\d+) steps", out[8]).group(1))
-    assert len(out) == 10 + min(10, n_steps)
+    assert len(out) == 11 + min(10, n_steps)
+    assert out[-1] == "tuner: off (SessionOptions.enable_tuning, QUANTA_TUNE=0)"  # tests/conftest.py
 
 
 def with_static_fallback(m: onnx.ModelProto) -> onnx.ModelProto:

@@ -4,17 +4,6 @@
 #include "bindings.h"
 #include "dispatch.h"
 
-namespace quanta {
-namespace {
-Isa isa_from_name(const std::string& name) {
-  if (name == "portable") return Isa::kPortable;
-  if (name == "avx2") return Isa::kAvx2;
-  if (name == "avx512vnni") return Isa::kAvx512Vnni;
-  throw py::value_error("unknown ISA '" + name + "': expected one of portable, avx2, avx512vnni");
-}
-}  // namespace
-}  // namespace quanta
-
 PYBIND11_MODULE(_native, m) {
   using namespace quanta;
   m.doc() = "quanta native int8 kernels (see docs/kernels.md)";
@@ -24,7 +13,7 @@ PYBIND11_MODULE(_native, m) {
     return out;
   }, "ISAs this CPU can run, portable first.");
   m.def("active_isa", [] { return std::string(isa_name(active_isa())); });
-  m.def("set_isa", [](const std::string& name) { set_isa_override(isa_from_name(name)); },
+  m.def("set_isa", [](const std::string& name) { set_isa_override(parse_isa_name(name)); },
         "Force one ISA variant (tests compare every variant pairwise).");
   m.def("clear_isa", [] { clear_isa_override(); });
   m.def("avx512vbmi_supported", [] { return avx512vbmi_supported(); },
@@ -35,6 +24,7 @@ PYBIND11_MODULE(_native, m) {
   m.def("clear_avx512vbmi", [] { clear_avx512vbmi_override(); });
   register_quantize(m);
   register_qgemm(m);
+  register_tuner(m);
   register_gemm(m);
   register_elementwise(m);
   register_conv(m);

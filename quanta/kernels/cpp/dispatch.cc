@@ -62,6 +62,48 @@ const char* isa_name(Isa isa) {
   return "unknown";
 }
 
+Isa parse_isa_name(const std::string& name) {
+  if (name == "portable") return Isa::kPortable;
+  if (name == "avx2") return Isa::kAvx2;
+  if (name == "avx512vnni") return Isa::kAvx512Vnni;
+  throw std::invalid_argument("unknown ISA '" + name + "': expected one of portable, avx2, avx512vnni");
+}
+
+// The dispatch table. The int8 GEMM rows carry the Blocking fields of qgemm.h; the
+// convolution paths built on qgemm name their micro-kernel family after a '+'.
+const std::vector<KernelRow>& kernel_table() {
+  static const std::vector<KernelRow> rows = {
+      {"qgemm", "u8s8->s32", Isa::kPortable, "qgemm_u8s8_s32_4x16c4__portable", {"mc", "nc", "kc", "prefetch_a", nullptr}},
+      {"qgemm", "u8s8->s32", Isa::kAvx2, "qgemm_u8s8_s32_6x16c2__avx2", {"mc", "nc", "kc", "prefetch_a", nullptr}},
+      {"qgemm", "u8s7->s32", Isa::kAvx2, "qgemm_u8s7_s32_5x16c4__avx2", {"mc", "nc", "kc", "prefetch_a", nullptr}},
+      {"qgemm", "u8s8->s32", Isa::kAvx512Vnni, "qgemm_u8s8_s32_12x32c4__avx512vnni", {"mc", "nc", "kc", "prefetch", "prefetch_a"}},
+      {"qconv_direct", "u8s8->s32", Isa::kAvx512Vnni, "qconv_direct_u8s8_s32_8x16c4__avx512vnni", {}},
+      {"qconv_depthwise", "u8s8->s32", Isa::kPortable, "qconv_dw_u8s8_s32_1c1__portable", {}},
+      {"qconv_depthwise", "u8s8->s32", Isa::kAvx2, "qconv_dw_u8s8_s32_8c4__avx2", {}},
+      {"qconv_depthwise", "u8s8->s32", Isa::kAvx512Vnni, "qconv_dw_u8s8_s32_16c4__avx512vnni", {}},
+      {"qconv_depthwise_nhwc", "u8s8->s32", Isa::kPortable, "qconv_dwc_u8s8_s32_1c1__portable", {}},
+      {"qconv_depthwise_nhwc", "u8s8->s32", Isa::kAvx2, "qconv_dwc_u8s8_s32_16c2__avx2", {}},
+      {"qconv_depthwise_nhwc", "u8s8->s32", Isa::kAvx512Vnni, "qconv_dwc_u8s8_s32_64c4__avx512vnni", {}},
+      {"qconv_depthwise_nhwc_flat", "u8s8->s32", Isa::kAvx512Vnni, "qconv_dwc_flat_u8s8_s32_64c4__avx512vnni", {}},
+  };
+  return rows;
+}
+
+const KernelRow* select_kernel(const std::string& op, const std::string& dtype, Isa isa) {
+  const KernelRow* best = nullptr;
+  for (const KernelRow& r : kernel_table()) {
+    if (op != r.op || dtype != r.dtype || static_cast<int>(r.isa) > static_cast<int>(isa)) {
+      continue;
+    }
+    if (best == nullptr || static_cast<int>(r.isa) > static_cast<int>(best->isa)) best = &r;
+  }
+  return best;
+}
+
+const KernelRow* select_kernel(const std::string& op, const std::string& dtype) {
+  return select_kernel(op, dtype, active_isa());
+}
+
 const std::vector<Isa>& supported_isas() {
   static const std::vector<Isa> isas = [] {
     std::vector<Isa> v{Isa::kPortable};

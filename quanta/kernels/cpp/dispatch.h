@@ -1,5 +1,8 @@
-// quanta kernel dispatch: the ONE place that asks the CPU what it supports (cpuid)
-// and the one table that maps (op, isa) -> function.
+// quanta kernel dispatch: the ONE place that asks the CPU what it supports (cpuid), the
+// one ISA-name parser, and the kernel dispatch table: (op, dtype, isa) -> kernel name and
+// its run-time tunables (docs/kernels.md "Dispatch table"), which the kernel drivers
+// (qgemm.cc, conv.cc), the autotuner (quanta/runtime/tuner.py, through
+// _native.kernel_table()) and `quanta inspect --kernels` read.
 //
 // ISA names are a fixed set, as ruy's Path: portable, avx2, avx512vnni.
 #pragma once
@@ -12,6 +15,9 @@ namespace quanta {
 enum class Isa : int { kPortable = 0, kAvx2 = 1, kAvx512Vnni = 2 };
 
 const char* isa_name(Isa isa);
+// "portable" / "avx2" / "avx512vnni" -> Isa; throws std::invalid_argument (a Python
+// ValueError through pybind11) naming the accepted names otherwise.
+Isa parse_isa_name(const std::string& name);
 
 // ISAs this CPU (and OS, via XGETBV) can run, portable first.
 const std::vector<Isa>& supported_isas();
@@ -33,5 +39,23 @@ bool avx512vbmi_supported();
 bool avx512vbmi_active();
 void set_avx512vbmi_override(bool enabled);  // throws std::invalid_argument if unsupported
 void clear_avx512vbmi_override();
+
+// One row of the dispatch table. The fallback convention is the same for every op: a
+// kernel runs with the active ISA's row when the op has one, else with the row of the
+// best supported ISA below it (select_kernel); portable rows exist for every op.
+struct KernelRow {
+  const char* op;      // operation family: "qgemm", "qconv_implicit", "qconv_depthwise", ...
+  const char* dtype;   // operand types, "u8s8->s32" (x, w -> accumulator)
+  Isa isa;
+  const char* kernel;  // micro-kernel name in the docs/kernels.md grammar
+  // Run-time tunables (qgemm.h Blocking fields) the autotuner may set; none: nullptr.
+  const char* tunables[5];
+};
+
+const std::vector<KernelRow>& kernel_table();
+// The row for (op, dtype) on `isa` (default: the active one, which is supported), or
+// the best ISA below it that has a row; null when the op has no row at all.
+const KernelRow* select_kernel(const std::string& op, const std::string& dtype);
+const KernelRow* select_kernel(const std::string& op, const std::string& dtype, Isa isa);
 
 }  // namespace quanta

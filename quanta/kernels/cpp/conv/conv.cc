@@ -50,14 +50,8 @@ DepthwiseFn depthwise_for(Isa isa) {
   return depthwise_rows_portable;
 }
 
-const char* depthwise_name(Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512Vnni: return "qconv_dw_u8s8_s32_16c4__avx512vnni";
-    case Isa::kAvx2: return "qconv_dw_u8s8_s32_8c4__avx2";
-    case Isa::kPortable: break;
-  }
-  return "qconv_dw_u8s8_s32_1c1__portable";
-}
+// Names from the dispatch table (dispatch.h), whose rows match the ISA the kernel was built for.
+const char* depthwise_name(Isa isa) { return select_kernel("qconv_depthwise", "u8s8->s32", isa)->kernel; }
 
 // Flat rows (kernels.h) when C is not a multiple of 64 (else every lane of the 64c4
 // kernel is used already, and it measured faster: 960 at 7x7 1.01x ORT vs 0.93x flat, 128
@@ -71,13 +65,7 @@ bool use_flat_rows(Isa isa, int64_t C, int64_t sw) {
 }
 
 const char* depthwise_nhwc_name(Isa isa, bool flat) {
-  if (flat) return "qconv_dwc_flat_u8s8_s32_64c4__avx512vnni";
-  switch (isa) {
-    case Isa::kAvx512Vnni: return "qconv_dwc_u8s8_s32_64c4__avx512vnni";
-    case Isa::kAvx2: return "qconv_dwc_u8s8_s32_16c2__avx2";
-    case Isa::kPortable: break;
-  }
-  return "qconv_dwc_u8s8_s32_1c1__portable";
+  return select_kernel(flat ? "qconv_depthwise_nhwc_flat" : "qconv_depthwise_nhwc", "u8s8->s32", isa)->kernel;
 }
 
 // The weight zero point of output channel m.
@@ -317,7 +305,7 @@ std::shared_ptr<QConv> QConv::create(const void* w, bool w_unsigned, int64_t M, 
 
 std::string QConv::kernel_name(bool channels_last) const {
   if (depthwise_ && channels_last) return depthwise_nhwc_name(isa_, dw_.nhwc_flat);
-  if (direct_) return "qconv_direct_u8s8_s32_8x16c4__avx512vnni";  // NCHW: between two transposes
+  if (direct_) return select_kernel("qconv_direct", "u8s8->s32", isa_)->kernel;  // NCHW: between two transposes
   if (depthwise_) return depthwise_name(isa_);
   // (uint8 x; int8 x takes the implicit path, which this name does not tell)
   if (channels_last && pointwise_gemm()) return "qconv_gemm+" + qgemm::qgemm_kernel_name(isa_);

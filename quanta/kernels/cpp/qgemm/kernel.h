@@ -69,6 +69,8 @@ struct Epilogue {
   int64_t y_row_stride = 0;        // elements
 };
 
+constexpr int64_t kDefaultPrefetch = 2048;
+
 // One call: rows [m0, m0 + rows) of the A block x one NR panel x one K chunk.
 struct TileArgs {
   const void* a = nullptr;   // x' at (row m0, k = k0), ActivationStorage elements
@@ -84,6 +86,9 @@ struct TileArgs {
   const Epilogue* epi = nullptr;
   int64_t m0 = 0, n0 = 0;    // output origin
   int cols = 0;              // valid columns of the panel (<= NR)
+  // B prefetch distance in bytes (qgemm.h Blocking::prefetch; the avx512vnni 12-row tile
+  // reads it, 0: no prefetch). Any value gives the same bytes.
+  int64_t prefetch = kDefaultPrefetch;
   // Indirect rows and taps (the implicit convolution, conv_gemm.cc; only the families
   // whose x' is uint8: avx512vnni, portable). When a_rows is set, `a` and a_row_stride
   // are unused and the call runs n_taps chunks of kc each with the sums kept in

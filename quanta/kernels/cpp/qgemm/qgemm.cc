@@ -4,8 +4,9 @@
 // Loop nest, per chunk of work (a contiguous range of N panels, or of rows when there are
 // fewer panels than threads, or (row group, panel group) pairs when neither balances):
 //
+//   for nb in the task's panels, step NC  B block of NC panels (NC = all by default)
 //   for mc0 in rows, step MC            A block MC x Kp of x' stays in L2 across panels
-//     for panel p in the task's panels  B panel Kp x NR
+//     for panel p in the B block        B panel Kp x NR
 //       for chunk k0 in [0, Kp), step KC  B chunk KC x NR stays in L1 across the MC rows
 //         tiles(rows mc0 .. mc0+MC, panel p, chunk k0)   MR x NR register tiles; int32
 //                                          partial sums go through a small per-thread
@@ -15,12 +16,18 @@
 // Before it, on the calling thread: x -> x' rows (when the kernel cannot read x in place)
 // and the row sums Σ_k x' (when some zw' != 0).
 //
+// MC, NC, KC and the prefetches are run-time parameters (qgemm.h Blocking): the caller's,
+// else the tuned table's entry for the shape, else the heuristics below.
+//
 // Threads: the task's units are cut into a few chunks per thread, claimed dynamically
 // from a small pool (thread_pool.h); each output element is computed by the same code
 // whichever thread claims it, so the bytes do not depend on the thread count.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -71,12 +78,42 @@ int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 int64_t div_up(int64_t v, int64_t by) { return (v + by - 1) / by; }
 size_t align64(size_t v) { return (v + 63) / 64 * 64; }
 
+// The tuned table (qgemm.h set_tuned_blocking) and the shape recorder.
+// Two atomic flags keep the untuned hot path free of the lock.
+struct Tuned {
+  std::mutex mu;
+  std::map<ShapeKey, Blocking> table;
+  std::atomic<bool> has_entries{false};
+  std::atomic<bool> recording{false};
+  std::map<ShapeKey, int64_t> seen;
+};
+Tuned& tuned() {
+  static Tuned t;
+  return t;
+}
+
+// The blocking a call asks for: its own, else the table's entry for its shape.
+Blocking requested_blocking(const QGemmParams& p, Isa isa) {
+  if (!p.blocking.is_default()) return p.blocking;
+  Tuned& t = tuned();
+  if (!t.has_entries.load(std::memory_order_acquire)) return Blocking{};
+  const ShapeKey key{isa, p.M, p.w->N, p.w->K, std::max(1, p.num_threads)};
+  std::lock_guard<std::mutex> lock(t.mu);
+  const auto it = t.table.find(key);
+  return it == t.table.end() ? Blocking{} : it->second;
+}
+
 struct Plan {
   const KernelFamily* fam = nullptr;
   int64_t M = 0, N = 0, K = 0, Kp = 0, Np = 0, n_panels = 0;
   bool direct = false;   // the kernel reads x in place
   bool rowsums = false;
   int64_t kc = 0, n_chunks = 1, mc = 0;
+  int64_t nc = 0;         // panels per B block
+  int64_t prefetch = kDefaultPrefetch;
+  bool prefetch_a = false;
+  bool tuned = false;     // the blocking came from the table or the caller
+  int64_t partial_rows = 0;  // rows per thread of the partial-sum buffer
   int tasks = 1;          // threads used
   bool split_n = true;
   bool split_2d = false;  // units are (MR-row group, panel group) pairs, row-major
@@ -109,7 +146,6 @@ Plan make_plan(const QGemmParams& p) {
   const int64_t kc_max = std::max<int64_t>(f.kr, kKcBytes / (int64_t{f.nr} * f.w_bytes) / f.kr * f.kr);
   const int64_t chunks = std::max<int64_t>(1, div_up(pl.Kp, kc_max));
   pl.kc = round_up(div_up(pl.Kp, chunks), f.kr);
-  pl.n_chunks = pl.kc == 0 ? 1 : std::max<int64_t>(1, div_up(pl.Kp, pl.kc));
   const int threads = std::max(1, p.num_threads);
   const int64_t row_groups = div_up(pl.M, f.mr);
   // Split N unless there are too few panels for a few chunks per thread and more rows.
@@ -153,6 +189,31 @@ Plan make_plan(const QGemmParams& p) {
   }
   pl.mc = round_up(div_up(pl.M, std::max<int64_t>(1, div_up(pl.M, mc_max))), f.mr);  // balanced blocks
   pl.mc = std::max<int64_t>(f.mr, std::min(pl.mc, mc_max));
+  pl.nc = pl.n_panels;
+
+  // The partial-sum buffer is sized for the heuristic blocking and for any tuned one
+  // (mc <= kMaxTunedMc rows, kc >= kMinTunedKc), so that the workspace size does not
+  // depend on the blocking a tuner picks later.
+  const int64_t heuristic_chunks = pl.kc == 0 ? 1 : std::max<int64_t>(1, div_up(pl.Kp, pl.kc));
+  const int64_t partial_rows = std::max(pl.mc, std::min(round_up(pl.M, f.mr), round_up(kMaxTunedMc, f.mr)));
+  const bool partial_needed = heuristic_chunks > 1 || pl.Kp > kMinTunedKc;
+
+  const Blocking want = requested_blocking(p, f.isa);
+  if (!want.is_default()) {
+    pl.tuned = true;
+    if (want.mc > 0) pl.mc = std::max<int64_t>(f.mr, std::min(round_up(want.mc, f.mr), partial_rows));
+    if (want.nc > 0) pl.nc = want.nc;
+
+    if (want.kc > 0) pl.kc = std::max(round_up(std::max(want.kc, kMinTunedKc), f.kr), round_up(f.kr, f.kr));
+    if (want.prefetch >= 0) pl.prefetch = want.prefetch;
+    if (want.prefetch_a >= 0) pl.prefetch_a = want.prefetch_a > 0;
+  }
+  pl.nc = std::max<int64_t>(1, pl.nc);
+  pl.n_chunks = pl.kc == 0 ? 1 : std::max<int64_t>(1, div_up(pl.Kp, pl.kc));
+  if (pl.kc > 0 && pl.kc >= pl.Kp) {
+    pl.kc = pl.Kp;
+    pl.n_chunks = 1;
+  }
 
   size_t off = 0;
   auto take = [&off](size_t bytes) {
@@ -170,7 +231,9 @@ Plan make_plan(const QGemmParams& p) {
   const bool fixed = p.requant == Requant::kFixedPoint;
   pl.off_fmult = take(fixed ? static_cast<size_t>(pl.Np) * 4 : 0);
   pl.off_fshift = take(fixed ? static_cast<size_t>(pl.Np) * 4 : 0);
-  pl.off_partial = take(pl.n_chunks > 1 ? static_cast<size_t>(pl.tasks * pl.mc * f.nr) * 4 : 0);
+  // + MR: a last block of fewer than MR rows joins the one before it (run_block)
+  pl.partial_rows = partial_rows + f.mr;
+  pl.off_partial = take(partial_needed ? static_cast<size_t>(pl.tasks * pl.partial_rows * f.nr) * 4 : 0);
   pl.total = off;
   return pl;
 }
@@ -269,14 +332,15 @@ Epilogue make_epilogue(const QGemmParams& p, const Plan& pl, uint8_t* ws) {
 
 }  // namespace
 
-// The dispatch table: one row per micro-kernel family (docs/kernels.md "Adding an ISA").
+// The micro-kernel families, one per qgemm row of the dispatch table (dispatch.h), whose
+// name they take (docs/kernels.md "Adding an ISA").
 const KernelFamily& kernel_family(Isa isa) {
+  auto name = [](Isa i) { return select_kernel("qgemm", "u8s8->s32", i)->kernel; };
   static const KernelFamily kPortable =
-      family_of<PortableLayout>(Isa::kPortable, "qgemm_u8s8_s32_4x16c4__portable", qgemm_tiles_portable);
-  static const KernelFamily kAvx2 =
-      family_of<Avx2Layout>(Isa::kAvx2, "qgemm_u8s8_s32_6x16c2__avx2", qgemm_tiles_avx2);
+      family_of<PortableLayout>(Isa::kPortable, name(Isa::kPortable), qgemm_tiles_portable);
+  static const KernelFamily kAvx2 = family_of<Avx2Layout>(Isa::kAvx2, name(Isa::kAvx2), qgemm_tiles_avx2);
   static const KernelFamily kAvx512Vnni = family_of<Avx512VnniLayout>(
-      Isa::kAvx512Vnni, "qgemm_u8s8_s32_12x32c4__avx512vnni", qgemm_tiles_avx512vnni, true, 8);
+      Isa::kAvx512Vnni, name(Isa::kAvx512Vnni), qgemm_tiles_avx512vnni, true, 8);
   switch (isa) {
     case Isa::kAvx512Vnni: return kAvx512Vnni;
     case Isa::kAvx2: return kAvx2;
@@ -290,7 +354,8 @@ const KernelFamily& kernel_family(const PackedWeights& w) {
   // from L2 (1024^3, fastest calls, loaded machine: 1.29x -> 0.87-0.92x ONNX Runtime's AVX2
   // time); the 6-row int16 family measured no better that way (1.41x -> 1.27-1.48x).
   static const KernelFamily kAvx2Narrow =
-      family_of<Avx2NarrowLayout>(Isa::kAvx2, "qgemm_u8s7_s32_5x16c4__avx2", qgemm_tiles_avx2_narrow, true);
+      family_of<Avx2NarrowLayout>(Isa::kAvx2, select_kernel("qgemm", "u8s7->s32", Isa::kAvx2)->kernel,
+                                  qgemm_tiles_avx2_narrow, true);
   return w.narrow && w.isa == Isa::kAvx2 ? kAvx2Narrow : kernel_family(w.isa);
 }
 
@@ -299,6 +364,52 @@ std::string qgemm_kernel_name(const PackedWeights& w) { return kernel_family(w).
 
 size_t qgemm_workspace_bytes(const QGemmParams& p) { return make_plan(p).total; }
 
+ResolvedBlocking qgemm_resolved_blocking(const QGemmParams& p) {
+  const Plan pl = make_plan(p);
+  return ResolvedBlocking{pl.mc, pl.nc, pl.kc, pl.n_chunks, static_cast<int>(pl.prefetch), pl.prefetch_a ? 1 : 0,
+                          pl.tuned};
+}
+
+bool ShapeKey::operator<(const ShapeKey& o) const {
+  if (isa != o.isa) return isa < o.isa;
+  if (M != o.M) return M < o.M;
+  if (N != o.N) return N < o.N;
+  if (K != o.K) return K < o.K;
+  return threads < o.threads;
+}
+bool ShapeKey::operator==(const ShapeKey& o) const { return !(*this < o) && !(o < *this); }
+
+void set_tuned_blocking(const ShapeKey& key, const Blocking& b) {
+  Tuned& t = tuned();
+  std::lock_guard<std::mutex> lock(t.mu);
+  if (b.is_default()) {
+    t.table.erase(key);
+  } else {
+    t.table[key] = b;
+  }
+  t.has_entries.store(!t.table.empty(), std::memory_order_release);
+}
+
+void clear_tuned_blockings() {
+  Tuned& t = tuned();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.table.clear();
+  t.has_entries.store(false, std::memory_order_release);
+}
+
+void record_shapes(bool on) {
+  Tuned& t = tuned();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.recording = on;
+  if (on) t.seen.clear();
+}
+
+std::vector<std::pair<ShapeKey, int64_t>> recorded_shapes() {
+  Tuned& t = tuned();
+  std::lock_guard<std::mutex> lock(t.mu);
+  return {t.seen.begin(), t.seen.end()};
+}
+
 void qgemm(const QGemmParams& p, Workspace& workspace) {
   const Plan pl = make_plan(p);
   if (workspace.size() < pl.total) {
@@ -306,6 +417,11 @@ void qgemm(const QGemmParams& p, Workspace& workspace) {
                                 std::to_string(pl.total));
   }
   if (pl.M == 0 || pl.N == 0) return;
+  if (tuned().recording.load(std::memory_order_relaxed)) {
+    Tuned& t = tuned();
+    std::lock_guard<std::mutex> lock(t.mu);
+    ++t.seen[ShapeKey{pl.fam->isa, pl.M, pl.N, pl.K, std::max(1, p.num_threads)}];
+  }
   if (!isa_supported(pl.fam->isa)) {
     throw std::invalid_argument(std::string("qgemm: weights were packed for '") + isa_name(pl.fam->isa) +
                                 "', which this CPU does not support");
@@ -337,12 +453,26 @@ void qgemm(const QGemmParams& p, Workspace& workspace) {
   auto run_block = [&](int64_t mb, int64_t me, int64_t pb, int64_t pe, int thread) {
     TileArgs t;
     t.a_row_stride = a_stride;
-    t.partial = pl.n_chunks > 1 ? at<int32_t>(ws, pl.off_partial) + thread * pl.mc * f.nr : nullptr;
+    t.partial = pl.n_chunks > 1 ? at<int32_t>(ws, pl.off_partial) + thread * pl.partial_rows * f.nr : nullptr;
     t.epi = &epi;
-    for (int64_t mc0 = mb; mc0 < me; mc0 += pl.mc) {
+    t.prefetch = pl.prefetch;
+    const int64_t a_row_bytes = a_stride * f.a_bytes, a_bytes = pl.Kp * f.a_bytes;
+    for (int64_t nb = pb; nb < pe; nb += pl.nc)
+    for (int64_t mc0 = mb; mc0 < me; mc0 += t.rows) {
       t.rows = std::min(pl.mc, me - mc0);
+      // A last block of fewer than MR rows joins this one: with MC = MR (row tiles outer)
+      // it would run its short tile against every panel of B on its own (1024 rows =
+      // 85 x 12 + 4; the tile function runs 12 + 4 rows as 8 + 8).
+      if (me - mc0 - t.rows > 0 && me - mc0 - t.rows < f.mr) t.rows = me - mc0;
       t.m0 = mc0;
-      for (int64_t panel = pb; panel < pe; ++panel) {
+      if (pl.prefetch_a && mc0 + t.rows < me) {  // the next A block into L2 (prefetcht1)
+        const uint8_t* next = a_base + (mc0 + t.rows) * a_row_bytes;
+        const int64_t rows = std::min(pl.mc, me - mc0 - t.rows);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t k = 0; k < a_bytes; k += 64) __builtin_prefetch(next + r * a_row_bytes + k, 0, 2);
+        }
+      }
+      for (int64_t panel = nb; panel < std::min(pe, nb + pl.nc); ++panel) {
         t.n0 = panel * f.nr;
         t.cols = static_cast<int>(std::min<int64_t>(f.nr, pl.N - t.n0));
         const uint8_t* b_panel = w.data.data() + panel * panel_elems * f.w_bytes;

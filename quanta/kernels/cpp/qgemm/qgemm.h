@@ -86,6 +86,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dispatch.h"
 
@@ -156,6 +158,54 @@ class Workspace {
   AlignedBuffer buf_;
 };
 
+// Cache blocking of one call (docs/kernels.md "Blocking"): run-time parameters, every
+// value of which gives the same bytes (int32 sums wrap, so the order of the K chunks and
+// the grouping of rows into tiles do not change them; the output stage is per element).
+// 0 / -1 fields take the built-in heuristic (qgemm.cc make_plan). Values are clamped to
+// what the workspace of the call was sized for (qgemm_workspace_bytes does not depend on
+// the blocking, so a tuner may change it after the caller reserved its workspace).
+struct Blocking {
+  int64_t mc = 0;        // rows per A block (rounded to MR; MR = the row tiles outer)
+  int64_t nc = 0;        // N panels per B block (the B block stays in L2 across A blocks)
+  int64_t kc = 0;        // K chunk (rounded to KR; >= kMinTunedKc when set)
+  int prefetch = -1;     // B prefetch distance in bytes of the avx512vnni 12-row tile (0: none)
+  int prefetch_a = -1;   // 1: prefetch the next A block into L2 as a block starts; 0: not
+  bool is_default() const { return mc == 0 && nc == 0 && kc == 0 && prefetch < 0 && prefetch_a < 0; }
+  bool operator==(const Blocking& o) const {
+    return mc == o.mc && nc == o.nc && kc == o.kc && prefetch == o.prefetch && prefetch_a == o.prefetch_a;
+  }
+};
+constexpr int64_t kMaxTunedMc = 256;  // rows: bounds the workspace's partial-sum buffer
+constexpr int64_t kMinTunedKc = 256;  // K chunks shorter than this are never chosen
+
+// The key of a tuned choice: what the blocking of a call depends on.
+struct ShapeKey {
+  Isa isa = Isa::kPortable;
+  int64_t M = 0, N = 0, K = 0;
+  int threads = 1;
+  bool operator<(const ShapeKey& o) const;
+  bool operator==(const ShapeKey& o) const;
+};
+
+// The process-wide table of tuned blockings (the autotuner, quanta/runtime/tuner.py, fills
+// it from its measurements or its cache). A call with a default Blocking looks its shape
+// up here; without an entry the heuristics apply. Thread-safe (a mutex around the table,
+// taken once per call).
+void set_tuned_blocking(const ShapeKey& key, const Blocking& b);
+void clear_tuned_blockings();
+// Shapes of the qgemm calls made since record_shapes(true), with the call count each
+// (the tuner runs a model once with it on, to learn the GEMM shapes its kernels use).
+void record_shapes(bool on);
+std::vector<std::pair<ShapeKey, int64_t>> recorded_shapes();
+
+// The blocking make_plan resolves for a call (heuristic, table or explicit), e.g. to show
+// what the tuner changed.
+struct ResolvedBlocking {
+  int64_t mc, nc, kc, n_chunks;
+  int prefetch, prefetch_a;
+  bool tuned;  // from the table (or explicit), not the heuristics
+};
+
 struct QGemmParams {
   int64_t M = 0;
   const void* x = nullptr;   // [M, K] uint8 or int8
@@ -181,11 +231,13 @@ struct QGemmParams {
   void* y = nullptr;                    // [M, N] of out_type
   int64_t y_row_stride = 0;             // elements, >= N
   int num_threads = 1;
+  Blocking blocking;                    // default: the tuned table, else the heuristics
 };
 
 // Bytes of workspace qgemm(p) needs (depends on M, K, N, the packed layout, out_type,
 // x_signed and num_threads).
 size_t qgemm_workspace_bytes(const QGemmParams& p);
+ResolvedBlocking qgemm_resolved_blocking(const QGemmParams& p);
 
 // Runs the GEMM with the micro-kernel family p.w was packed for (p.w->isa).
 // Precondition: workspace.size() >= qgemm_workspace_bytes(p) (checked; throws
