@@ -67,7 +67,7 @@ def _torchvision():
     import torch.library
 
     real = torch.library.register_fake
-    torch.library.register_fake = lambda *a, **k: (lambda f: f)
+    torch.library.register_fake = lambda *a, **k: lambda f: f
     try:
         import torchvision
     finally:
@@ -104,8 +104,10 @@ def token_feeds(seed: int, n: int, seq: int = 24, vocab: int = 1000) -> list[Fee
 def audio_feeds(seed: int, n: int, samples: int = 16000) -> list[Feed]:
     """One second of the zoo's synthetic speech-like audio at 16 kHz."""
     rng = np.random.default_rng(seed)
-    return [{"x": zoodata.speech_like(rng, samples / 16000 + 0.1)[0][None, :samples].astype(np.float32)}
-            for _ in range(n)]
+    return [
+        {"x": zoodata.speech_like(rng, samples / 16000 + 0.1)[0][None, :samples].astype(np.float32)}
+        for _ in range(n)
+    ]
 
 
 def mel_feeds(seed: int, n: int) -> list[Feed]:
@@ -132,8 +134,9 @@ def vit_small():
     from torchvision.models.vision_transformer import VisionTransformer
 
     _torchvision()
-    return VisionTransformer(image_size=96, patch_size=16, num_layers=3, num_heads=4, hidden_dim=192,
-                             mlp_dim=384, num_classes=100).eval()
+    return VisionTransformer(
+        image_size=96, patch_size=16, num_layers=3, num_heads=4, hidden_dim=192, mlp_dim=384, num_classes=100
+    ).eval()
 
 
 def hf(cls_name: str, cfg_name: str, **cfg: Any) -> Callable[[], Any]:
@@ -164,24 +167,96 @@ MODELS: dict[str, tuple[Callable[[], Any], Callable[[int, int], list[Feed]], str
     "convnext_tiny": (tv("convnext_tiny"), images((128, 128)), "image"),
     "swin_t": (tv("swin_t"), images((224, 224)), "image"),
     "vit_small": (vit_small, images((96, 96)), "image"),
-    "lraspp": (tv("segmentation.lraspp_mobilenet_v3_large", weights_backbone=None, num_classes=21),
-               images((256, 256)), "segmentation"),
-    "deeplabv3_mbv3": (tv("segmentation.deeplabv3_mobilenet_v3_large", weights_backbone=None, num_classes=21),
-                       images((256, 256)), "segmentation"),
-    "bert": (hf("BertModel", "BertConfig", hidden_size=128, num_hidden_layers=2, intermediate_size=256,
-                **TINY_BERT), TOKENS, "tokens"),
-    "distilbert": (hf("DistilBertModel", "DistilBertConfig", vocab_size=1000, dim=128, n_layers=2, n_heads=4,
-                      hidden_dim=256), TOKENS, "tokens"),
-    "gpt2": (hf("GPT2Model", "GPT2Config", vocab_size=1000, n_embd=128, n_layer=2, n_head=4), TOKENS, "tokens"),
-    "t5_enc": (hf("T5EncoderModel", "T5Config", vocab_size=1000, d_model=128, d_kv=32, d_ff=256, num_layers=2,
-                  num_heads=4), TOKENS, "tokens"),
-    "wav2vec2": (hf("Wav2Vec2Model", "Wav2Vec2Config", hidden_size=96, num_hidden_layers=2,
-                    num_attention_heads=4, intermediate_size=192, conv_dim=(64,) * 7,
-                    num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4), AUDIO, "audio"),
-    "whisper_enc": (hf("WhisperModel", "WhisperConfig", d_model=96, encoder_layers=2, decoder_layers=1,
-                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=192,
-                       decoder_ffn_dim=192, vocab_size=1000, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                       decoder_start_token_id=1, max_source_positions=1500), MEL, "mel"),
+    "lraspp": (
+        tv("segmentation.lraspp_mobilenet_v3_large", weights_backbone=None, num_classes=21),
+        images((256, 256)),
+        "segmentation",
+    ),
+    "deeplabv3_mbv3": (
+        tv("segmentation.deeplabv3_mobilenet_v3_large", weights_backbone=None, num_classes=21),
+        images((256, 256)),
+        "segmentation",
+    ),
+    "bert": (
+        hf(
+            "BertModel",
+            "BertConfig",
+            hidden_size=128,
+            num_hidden_layers=2,
+            intermediate_size=256,
+            **TINY_BERT,
+        ),
+        TOKENS,
+        "tokens",
+    ),
+    "distilbert": (
+        hf(
+            "DistilBertModel",
+            "DistilBertConfig",
+            vocab_size=1000,
+            dim=128,
+            n_layers=2,
+            n_heads=4,
+            hidden_dim=256,
+        ),
+        TOKENS,
+        "tokens",
+    ),
+    "gpt2": (
+        hf("GPT2Model", "GPT2Config", vocab_size=1000, n_embd=128, n_layer=2, n_head=4),
+        TOKENS,
+        "tokens",
+    ),
+    "t5_enc": (
+        hf(
+            "T5EncoderModel",
+            "T5Config",
+            vocab_size=1000,
+            d_model=128,
+            d_kv=32,
+            d_ff=256,
+            num_layers=2,
+            num_heads=4,
+        ),
+        TOKENS,
+        "tokens",
+    ),
+    "wav2vec2": (
+        hf(
+            "Wav2Vec2Model",
+            "Wav2Vec2Config",
+            hidden_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=192,
+            conv_dim=(64,) * 7,
+            num_conv_pos_embeddings=16,
+            num_conv_pos_embedding_groups=4,
+        ),
+        AUDIO,
+        "audio",
+    ),
+    "whisper_enc": (
+        hf(
+            "WhisperModel",
+            "WhisperConfig",
+            d_model=96,
+            encoder_layers=2,
+            decoder_layers=1,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=192,
+            decoder_ffn_dim=192,
+            vocab_size=1000,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            decoder_start_token_id=1,
+            max_source_positions=1500,
+        ),
+        MEL,
+        "mel",
+    ),
 }
 
 
@@ -192,6 +267,7 @@ def wrapped(name: str, model: Any) -> tuple[Any, tuple[str, ...]]:
 
     kind = MODELS[name][2]
     if kind == "tokens":
+
         class Tokens(torch.nn.Module):
             def __init__(self, m):
                 super().__init__()
@@ -202,6 +278,7 @@ def wrapped(name: str, model: Any) -> tuple[Any, tuple[str, ...]]:
 
         return Tokens(model), ("ids", "mask")
     if kind in ("audio", "mel"):
+
         class Audio(torch.nn.Module):
             def __init__(self, m, key):
                 super().__init__()
@@ -210,8 +287,11 @@ def wrapped(name: str, model: Any) -> tuple[Any, tuple[str, ...]]:
             def forward(self, x):
                 return self.m(**{self.key: x}).last_hidden_state
 
-        return (Audio(model, "input_values") if kind == "audio" else Audio(model.encoder, "input_features")), ("x",)
+        return (
+            Audio(model, "input_values") if kind == "audio" else Audio(model.encoder, "input_features")
+        ), ("x",)
     if kind == "segmentation":
+
         class Segmenter(torch.nn.Module):
             def __init__(self, m):
                 super().__init__()
@@ -239,8 +319,15 @@ def export(name: str, dynamo: bool, out: Path) -> Path:
         if dynamo:
             torch.onnx.export(module, args, str(path), input_names=list(names), dynamo=True, optimize=True)
         else:
-            torch.onnx.export(module, args, str(path), input_names=list(names), opset_version=17, dynamo=False,
-                              dynamic_axes={k: {0: "batch"} for k in names})
+            torch.onnx.export(
+                module,
+                args,
+                str(path),
+                input_names=list(names),
+                opset_version=17,
+                dynamo=False,
+                dynamic_axes={k: {0: "batch"} for k in names},
+            )
     return path
 
 
@@ -320,11 +407,16 @@ def run_one(name: str, dynamo: bool, out: Path, with_latency: bool) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="all", help="comma-separated names (default: all): " + ", ".join(MODELS))
+    ap.add_argument(
+        "--models", default="all", help="comma-separated names (default: all): " + ", ".join(MODELS)
+    )
     ap.add_argument("--exporter", choices=("both", "torchscript", "dynamo"), default="both")
     ap.add_argument("--latency", action="store_true", help="also time quanta against ONNX Runtime (1 thread)")
-    ap.add_argument("--out", type=Path, default=Path(os.environ.get("QUANTA_SWEEP_CACHE",
-                                                                     Path.home() / ".cache" / "quanta-sweep")))
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=Path(os.environ.get("QUANTA_SWEEP_CACHE", Path.home() / ".cache" / "quanta-sweep")),
+    )
     ap.add_argument("--json", type=Path, help="append the rows here, one JSON object a line")
     ap.add_argument("--log", type=Path, help="tracebacks of every failure")
     args = ap.parse_args(argv)

@@ -106,12 +106,20 @@ def gemm_rows(threads: list[int], budget: float) -> list[dict]:
             for t in threads:
                 q = kernels._quanta_qgemm(w, M, 131, t)
                 o = kernels._ort_matmul_integer(w, M, 131, t, spinning=True)
-                med = alternate_medians({"quanta": lambda q=q, x=x: q(x), "ort": lambda o=o, x=x: o(x)}, budget)
+                med = alternate_medians(
+                    {"quanta": lambda q=q, x=x: q(x), "ort": lambda o=o, x=x: o(x)}, budget
+                )
                 ops = 2 * M * N * K
                 fam = _native.pack_weights_s8(w, 0).kernel
-                rows.append({"what": f"gemm {M}x{N}x{K}, {bits}-bit w ({fam})", "threads": t,
-                             **{k: v * 1e3 for k, v in med.items()},
-                             "gops_quanta": ops / med["quanta"] / 1e9, "gops_ort": ops / med["ort"] / 1e9})
+                rows.append(
+                    {
+                        "what": f"gemm {M}x{N}x{K}, {bits}-bit w ({fam})",
+                        "threads": t,
+                        **{k: v * 1e3 for k, v in med.items()},
+                        "gops_quanta": ops / med["quanta"] / 1e9,
+                        "gops_ort": ops / med["ort"] / 1e9,
+                    }
+                )
                 print(".", end="", flush=True)
     print()
     return rows
@@ -129,8 +137,14 @@ def conv_rows(threads: list[int], budget: float) -> list[dict]:
             q, kernel = conv._quanta(p, "QLinearConv", t)
             o = conv._ort_session(p, "QLinearConv", t)
             med = alternate_medians({"quanta": q, "ort": o}, budget)
-            rows.append({"what": f"conv {name}", "threads": t, "kernel": kernel,
-                         **{k: v * 1e3 for k, v in med.items()}})
+            rows.append(
+                {
+                    "what": f"conv {name}",
+                    "threads": t,
+                    "kernel": kernel,
+                    **{k: v * 1e3 for k, v in med.items()},
+                }
+            )
             print(".", end="", flush=True)
     print()
     return rows
@@ -157,8 +171,14 @@ def model_rows(names: list[str], threads: list[int], budget: float) -> list[dict
             for bits in (8, 7):
                 dst = tmp / f"{name}.quanta{bits}.onnx"
                 with contextlib.redirect_stdout(io.StringIO()):
-                    quanta.quantize_static(str(model.path), str(dst), model.calib, verbose=False, progress=False,
-                                           weight_bits=bits)
+                    quanta.quantize_static(
+                        str(model.path),
+                        str(dst),
+                        model.calib,
+                        verbose=False,
+                        progress=False,
+                        weight_bits=bits,
+                    )
                 files.append((f"quanta's file, weight_bits={bits}", dst))
             if (cache / "models" / f"{name}.ort_qdq.onnx").exists():
                 files.append(("ORT's file", cache / "models" / f"{name}.ort_qdq.onnx"))
@@ -169,9 +189,16 @@ def model_rows(names: list[str], threads: list[int], budget: float) -> list[dict
                 so.intra_op_num_threads = t
                 qs = quanta.InferenceSession(str(path), so)
                 os_ = ort.InferenceSession(str(path), _ort_options(t), providers=["CPUExecutionProvider"])
-                med = alternate_medians({"quanta": lambda s=qs, f=feed: s.run(None, f),
-                                         "ort": lambda s=os_, f=feed: s.run(None, f)}, budget)
-                rows.append({"what": f"{name} ({label})", "threads": t, **{k: v * 1e3 for k, v in med.items()}})
+                med = alternate_medians(
+                    {
+                        "quanta": lambda s=qs, f=feed: s.run(None, f),
+                        "ort": lambda s=os_, f=feed: s.run(None, f),
+                    },
+                    budget,
+                )
+                rows.append(
+                    {"what": f"{name} ({label})", "threads": t, **{k: v * 1e3 for k, v in med.items()}}
+                )
                 print(".", end="", flush=True)
     print()
     return rows
@@ -182,7 +209,9 @@ def print_rows(title: str, rows: list[dict]) -> None:
     print("| what | threads | quanta ms | ORT ms | quanta / ORT |")
     print("|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['what']} | {r['threads']} | {r['quanta']:.3f} | {r['ort']:.3f} | {r['quanta'] / r['ort']:.2f} |")
+        print(
+            f"| {r['what']} | {r['threads']} | {r['quanta']:.3f} | {r['ort']:.3f} | {r['quanta'] / r['ort']:.2f} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,11 +227,16 @@ def main(argv: list[str] | None = None) -> int:
 
     saturates, got, exact = ort_avx2.check(ort)
     if not saturates:
-        print("ORT's AVX2 kernel does not run (no saturation on the probe): refusing to compare", file=sys.stderr)
+        print(
+            "ORT's AVX2 kernel does not run (no saturation on the probe): refusing to compare",
+            file=sys.stderr,
+        )
         return 1
     _native.set_isa("avx2")
-    print(f"# quanta ISA {_native.active_isa()} ({_native.qgemm_kernel_name()}); ONNX Runtime {ort.__version__} "
-          f"with MLAS forced to AVX2 (saturating probe: {got}, exact {exact})")
+    print(
+        f"# quanta ISA {_native.active_isa()} ({_native.qgemm_kernel_name()}); ONNX Runtime {ort.__version__} "
+        f"with MLAS forced to AVX2 (saturating probe: {got}, exact {exact})"
+    )
     out: dict[str, list[dict]] = {}
     if "gemm" in parts:
         out["gemm"] = gemm_rows(args.threads, budget)

@@ -253,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         ort_version = None
 
-    rows = measure(args.threads, 0.5 if args.quick else 1.5, args.op, args.layout, args.only, ort_version is not None)
+    rows = measure(
+        args.threads, 0.5 if args.quick else 1.5, args.op, args.layout, args.only, ort_version is not None
+    )
     print(
         f"# {platform.processor() or platform.machine()}, active ISA {_native.active_isa()}, "
         f"onnxruntime {ort_version or 'absent'}"

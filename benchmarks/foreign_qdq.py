@@ -128,8 +128,13 @@ def quantize(layout: str, src: Path, dst: Path, calib: list[Feed]) -> None:
         from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
         quantize_static(
-            str(src), str(dst), _Reader(calib), quant_format=QuantFormat.QDQ, per_channel=True,
-            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+            str(src),
+            str(dst),
+            _Reader(calib),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
             extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
         )
     else:
@@ -168,9 +173,15 @@ def openvino_run(path: Path, threads: int, feed: Feed) -> Callable[[Feed], objec
     core = ov.Core()
     model = core.read_model(str(path))
     model.reshape({inp.get_any_name(): list(feed[inp.get_any_name()].shape) for inp in model.inputs})
-    compiled = core.compile_model(model, "CPU", {
-        "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
-    })
+    compiled = core.compile_model(
+        model,
+        "CPU",
+        {
+            "INFERENCE_NUM_THREADS": threads,
+            "NUM_STREAMS": 1,
+            "PERFORMANCE_HINT": "LATENCY",
+        },
+    )
     req = compiled.create_infer_request()
     return lambda f: req.infer(f)
 
@@ -194,7 +205,9 @@ def time_alternating(fns: dict[str, Callable[[], object]], blocks: int, runs: in
     return {k: statistics.median(v) * 1e3 for k, v in times.items()}
 
 
-def compare(path: Path, own: Path, threads: int, feed: Feed, blocks: int, runs: int) -> tuple[dict[str, float], Any]:
+def compare(
+    path: Path, own: Path, threads: int, feed: Feed, blocks: int, runs: int
+) -> tuple[dict[str, float], Any]:
     """Median ms of quanta on ``path`` (q), quanta on ``own`` (own), ONNX Runtime (ort)
     and OpenVINO (ov, left out when OpenVINO cannot compile the file) on ``path``,
     interleaved; and quanta's session on ``path``."""
@@ -202,7 +215,9 @@ def compare(path: Path, own: Path, threads: int, feed: Feed, blocks: int, runs: 
     q_own, _ = quanta_run(own, threads)
     ort = ort_run(path, threads)
     fns: dict[str, Callable[[], object]] = {
-        "q": lambda: q(feed), "own": lambda: q_own(feed), "ort": lambda: ort(feed),
+        "q": lambda: q(feed),
+        "own": lambda: q_own(feed),
+        "ort": lambda: ort(feed),
     }
     try:
         ov = openvino_run(path, threads, feed)
@@ -233,8 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.cache.mkdir(parents=True, exist_ok=True)
     print("# median ms; q = quanta on the file, own = quanta on quanta's own file, ORT / OV on the file")
-    print(f"{'model':<20} {'layout':<17} {'thr':>3} {'q':>8} {'own':>8} {'ORT':>8} {'OV':>8} "
-          f"{'q/own':>6} {'q/ORT':>6} {'q/OV':>6} {'own/OV':>6}  float compute in quanta", flush=True)
+    print(
+        f"{'model':<20} {'layout':<17} {'thr':>3} {'q':>8} {'own':>8} {'ORT':>8} {'OV':>8} "
+        f"{'q/own':>6} {'q/ORT':>6} {'q/OV':>6} {'own/OV':>6}  float compute in quanta",
+        flush=True,
+    )
     for name in args.models.split(","):
         src, calib, feed, kind = model_and_feeds(name)
         files: dict[str, Path] = {}
@@ -248,7 +266,10 @@ def main(argv: list[str] | None = None) -> int:
                     with contextlib.redirect_stdout(io.StringIO()):
                         quantize(layout, src, dst, calib)
                 except Exception as e:  # a quantizer failing is a table row
-                    print(f"{name:<20} {layout:<17} quantization failed: {str(e).splitlines()[0][:90]}", flush=True)
+                    print(
+                        f"{name:<20} {layout:<17} quantization failed: {str(e).splitlines()[0][:90]}",
+                        flush=True,
+                    )
                     continue
             files[layout] = dst
         for layout, path in files.items():
@@ -256,7 +277,10 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     med, qs = compare(path, files["quanta"], threads, feed, args.blocks, args.runs)
                 except Exception as e:  # an engine failing is a table row
-                    print(f"{name:<20} {layout:<17} {threads:>3} failed: {str(e).splitlines()[0][:90]}", flush=True)
+                    print(
+                        f"{name:<20} {layout:<17} {threads:>3} failed: {str(e).splitlines()[0][:90]}",
+                        flush=True,
+                    )
                     continue
                 ovm = med.get("ov", float("nan"))
                 print(

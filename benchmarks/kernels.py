@@ -149,9 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"# vpdpbusd peak (1 thread): {peak_before:.0f} GOPS before, {peak_after:.0f} after; using {peak:.0f}"
         )
-    header = (
-        f"{'M x N x K':>18} {'thr':>3} {'quanta':>8} {'heur.':>8} {'ORT':>8} {'q/ORT':>6} {'q/peak':>7} {'ORT/peak':>8}"
-    )
+    header = f"{'M x N x K':>18} {'thr':>3} {'quanta':>8} {'heur.':>8} {'ORT':>8} {'q/ORT':>6} {'q/peak':>7} {'ORT/peak':>8}"
     print(header)
     print("-" * len(header))
     for r in rows:

@@ -156,9 +156,15 @@ def openvino_section(blocks: int, runs: int) -> None:
         for name in foreign_qdq.REAL:
             if (foreign_qdq.BENCH_CACHE / f"{name}.prep.onnx").exists():
                 src, calib, feed, kind = foreign_qdq.model_and_feeds(name)
-                cases.append((name, src, calib, feed, ("nncf", "nncf_transformer") if kind == "text" else ("nncf",)))
-        print("\nquanta vs OpenVINO on quanta's file and on NNCF's (median ms; own = quanta on quanta's file)")
-        print(f"  {'model':<20} {'file':<17} {'thr':>3} {'quanta':>8} {'OV':>8} {'q/OV':>6} {'own/OV':>7} {'q/own':>6}")
+                cases.append(
+                    (name, src, calib, feed, ("nncf", "nncf_transformer") if kind == "text" else ("nncf",))
+                )
+        print(
+            "\nquanta vs OpenVINO on quanta's file and on NNCF's (median ms; own = quanta on quanta's file)"
+        )
+        print(
+            f"  {'model':<20} {'file':<17} {'thr':>3} {'quanta':>8} {'OV':>8} {'q/OV':>6} {'own/OV':>7} {'q/own':>6}"
+        )
         for name, src, calib, feed, layouts in cases:
             files = {}
             for layout in ("quanta", *layouts):
@@ -166,10 +172,15 @@ def openvino_section(blocks: int, runs: int) -> None:
                 foreign_qdq.quantize(layout, src, files[layout], calib)
             for layout, path in files.items():
                 for threads in (1, 2):
-                    med, _ = foreign_qdq.compare(path, files["quanta"], threads, feed, blocks, max(3, runs // 4))
+                    med, _ = foreign_qdq.compare(
+                        path, files["quanta"], threads, feed, blocks, max(3, runs // 4)
+                    )
                     ov = med.get("ov", float("nan"))
-                    print(f"  {name:<20} {layout:<17} {threads:>3} {med['q']:>8.2f} {ov:>8.2f} {med['q'] / ov:>6.2f} "
-                          f"{med['own'] / ov:>7.2f} {med['q'] / med['own']:>6.2f}", flush=True)
+                    print(
+                        f"  {name:<20} {layout:<17} {threads:>3} {med['q']:>8.2f} {ov:>8.2f} {med['q'] / ov:>6.2f} "
+                        f"{med['own'] / ov:>7.2f} {med['q'] / med['own']:>6.2f}",
+                        flush=True,
+                    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,7 +57,9 @@ def build(cache: Path | None = None) -> Path:
     """The folder holding the patched ``onnxruntime`` package (built on first use)."""
     stock = _stock_package()
     version = importlib.metadata.version("onnxruntime")
-    root = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "quanta-ort-avx2" / version
+    root = (
+        cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "quanta-ort-avx2" / version
+    )
     target = root / "onnxruntime"
     marker = root / "patched.ok"
     if marker.exists():
@@ -141,5 +143,7 @@ if __name__ == "__main__":
     ort = load()
     avx2, got, exact = check(ort)
     print(f"patched onnxruntime at {Path(ort.__file__).parent}")
-    print(f"MatMulInteger on saturating pairs: {got} (exact {exact}) -> MLAS AVX2 kernel {'runs' if avx2 else 'does NOT run'}")
+    print(
+        f"MatMulInteger on saturating pairs: {got} (exact {exact}) -> MLAS AVX2 kernel {'runs' if avx2 else 'does NOT run'}"
+    )
     sys.exit(0 if avx2 else 1)

@@ -82,15 +82,24 @@ def prepared(path: Path):
     model = load_for_quantization(str(path))
     prepare_float_graph(model)
     plan = plan_qdq(model.graph, recipe)
-    weights = consumer_channel_weights(model.graph, plan) if recipe.method is CalibrationMethod.WEIGHTED_MSE else {}
-    return model, plan.activations_to_calibrate(), make_observer_factory(recipe, weights), bias_correction_inputs(plan)
+    weights = (
+        consumer_channel_weights(model.graph, plan) if recipe.method is CalibrationMethod.WEIGHTED_MSE else {}
+    )
+    return (
+        model,
+        plan.activations_to_calibrate(),
+        make_observer_factory(recipe, weights),
+        bias_correction_inputs(plan),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=int, default=200)
     ap.add_argument("--reps", type=int, default=2, help="alternating in-process / Ray runs of each")
-    ap.add_argument("--sim-workers", default="8", help="comma-separated N (each costs one pass over the images)")
+    ap.add_argument(
+        "--sim-workers", default="8", help="comma-separated N (each costs one pass over the images)"
+    )
     ap.add_argument("--two-workers", action="store_true", help="also time 2 Ray workers on this machine")
     ap.add_argument("--files", action="store_true", help="also compare the quantized files (two more passes)")
     ap.add_argument("--bandwidth", type=float, default=1e9 / 8, help="bytes/s of the driver's link (1 Gb/s)")
@@ -114,20 +123,28 @@ def main(argv: list[str] | None = None) -> int:
         print(s, flush=True)
         lines.append(s)
 
-    say(f"EfficientNet-Lite0 ({prep.name}), {len(calib)} images 1x3x224x224, {len(tensors)} tensors observed, "
-        f"{len(means_for)} channel means; default recipe (weighted_mse)")
-    say(f"{platform.processor() or platform.machine()}, {platform.system()}, Python {platform.python_version()}, "
-        f"ray {ray.__version__}, numpy {np.__version__}")
+    say(
+        f"EfficientNet-Lite0 ({prep.name}), {len(calib)} images 1x3x224x224, {len(tensors)} tensors observed, "
+        f"{len(means_for)} channel means; default recipe (weighted_mse)"
+    )
+    say(
+        f"{platform.processor() or platform.machine()}, {platform.system()}, Python {platform.python_version()}, "
+        f"ray {ray.__version__}, numpy {np.__version__}"
+    )
     t0 = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    say(f"ray.init (local cluster, 2 CPUs): {time.perf_counter() - t0:.2f} s (once per session, not counted below)")
+    say(
+        f"ray.init (local cluster, 2 CPUs): {time.perf_counter() - t0:.2f} s (once per session, not counted below)"
+    )
 
     kw = dict(progress=False, channel_means=means_for)
     # a worker process is started and imports quanta once per cluster, not once per job:
     # one small job first, so the timed runs see a warm worker (as jobs after the first do)
     t = time.perf_counter()
     calibrate_sharded(model, tensors, calib[:1], make, engine=RayEngine(1), **kw)
-    say(f"warm-up job (1 image; starts a worker, imports quanta): {time.perf_counter() - t:.2f} s, not counted")
+    say(
+        f"warm-up job (1 image; starts a worker, imports quanta): {time.perf_counter() - t:.2f} s, not counted"
+    )
     t_in, t_ray1 = [], []
     results = {}
     for rep in range(args.reps):
@@ -163,23 +180,38 @@ def main(argv: list[str] | None = None) -> int:
     if t_ray2 is not None:
         say(f"| Ray, 2 workers (2 shared cores) | {t_ray2:.2f} | speed-up {m_in / t_ray2:.2f}x |")
     say()
-    say(f"observer states identical to in-process: 1 worker {same}"
+    say(
+        f"observer states identical to in-process: 1 worker {same}"
         + ("" if same2 is None else f", 2 workers {same2}")
-        + ("" if files_same is None else f"; quantized files (in-process vs Ray, 2 workers) byte-identical: {files_same}"))
+        + (
+            ""
+            if files_same is None
+            else f"; quantized files (in-process vs Ray, 2 workers) byte-identical: {files_same}"
+        )
+    )
 
     # ---- simulation
     task_cost = max(m_ray1 - m_in, 0.0)
     say()
-    say(f"Simulation (per-task fixed cost c = T_ray1 - T_in = {task_cost:.3f} s; link {args.bandwidth * 8 / 1e9:g} Gb/s, "
-        f"latency {args.latency * 1e3:g} ms):")
+    say(
+        f"Simulation (per-task fixed cost c = T_ray1 - T_in = {task_cost:.3f} s; link {args.bandwidth * 8 / 1e9:g} Gb/s, "
+        f"latency {args.latency * 1e3:g} ms):"
+    )
     say()
-    say("| workers | max shard t_i + c (s) | job to workers (s) | states back (s) | merge (s) | T_N (s) | efficiency |")
+    say(
+        "| workers | max shard t_i + c (s) | job to workers (s) | states back (s) | merge (s) | T_N (s) | efficiency |"
+    )
     say("|---:|---:|---:|---:|---:|---:|---:|")
     prototypes = {n: _for_shards(make(n)) for n in tensors}
     for n in [int(v) for v in args.sim_workers.split(",")]:
         runs = split(len(calib), n)
-        job = _Job(model=model, tensors=tuple(tensors), prototypes=prototypes, preprocess=None,
-                   channel_means=dict(means_for))
+        job = _Job(
+            model=model,
+            tensors=tuple(tensors),
+            prototypes=prototypes,
+            preprocess=None,
+            channel_means=dict(means_for),
+        )
         job_bytes = len(pickle.dumps(job, protocol=5))
         states, times, state_bytes, item_bytes = [], [], [], []
         for i, r in enumerate(runs):

@@ -182,7 +182,9 @@ def select(boxes: np.ndarray, cls_scores: np.ndarray, thresh: float) -> list[tup
 
 
 def xywh_to_xyxy(b: np.ndarray) -> np.ndarray:
-    return np.stack([b[:, 0] - b[:, 2] / 2, b[:, 1] - b[:, 3] / 2, b[:, 0] + b[:, 2] / 2, b[:, 1] + b[:, 3] / 2], 1)
+    return np.stack(
+        [b[:, 0] - b[:, 2] / 2, b[:, 1] - b[:, 3] / 2, b[:, 0] + b[:, 2] / 2, b[:, 1] + b[:, 3] / 2], 1
+    )
 
 
 def yolov8_boxes(outs: list[np.ndarray]) -> list[tuple[int, np.ndarray]]:
@@ -254,6 +256,7 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
         # ppocr_rec: softmax [1, T, C]; ddddocr: logits [T, 1, C] (its declared [1, T] is wrong)
         def dec(o):
             return ctc_collapse(o[0].argmax(-1))
+
         pairs = [(dec(a), dec(b)) for a, b in zip(ref, got, strict=True)]
         eq = 100 * float(np.mean([a == b for a, b in pairs]))
         cer = 100 * sum(edit_distance(a, b) for a, b in pairs) / max(1, sum(len(a) for a, _ in pairs))
@@ -274,16 +277,24 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
         r, g = np.concatenate([o[0] for o in ref]), np.concatenate([o[0] for o in got])
         agree = 100 * float(np.mean((r > 0.5) == (g > 0.5)))
         speech = 100 * float(np.mean(r > 0.5))
-        return {"score": agree, "frame_agree": agree, "speech_frames": speech,
-                "text": f"frames {agree:.1f}% ({speech:.0f}% speech)"}
+        return {
+            "score": agree,
+            "frame_agree": agree,
+            "speech_frames": speech,
+            "text": f"frames {agree:.1f}% ({speech:.0f}% speech)",
+        }
     if kind == "embedding":
         cos = []
         for (a,), (b,), mask in zip(ref, got, MASKS, strict=True):
             m = mask[..., None].astype(np.float64)
             ea, eb = (a * m).sum(1) / m.sum(1), (b * m).sum(1) / m.sum(1)
             cos += list((ea * eb).sum(1) / np.linalg.norm(ea, axis=1) / np.linalg.norm(eb, axis=1))
-        return {"score": 100 * float(np.mean(cos)), "cos_mean": float(np.mean(cos)), "cos_min": float(np.min(cos)),
-                "text": f"cos {np.mean(cos):.4f} (min {np.min(cos):.4f})"}
+        return {
+            "score": 100 * float(np.mean(cos)),
+            "cos_mean": float(np.mean(cos)),
+            "cos_min": float(np.min(cos)),
+            "text": f"cos {np.mean(cos):.4f} (min {np.min(cos):.4f})",
+        }
     raise KeyError(kind)
 
 
@@ -304,7 +315,9 @@ class Model:
         n_calib, n_eval = zoodata.SIZES[base]
         if self.kind == "vad":
             ref = ort_session(self.path)
-            self.calib = [f for clip in zoodata.clips("calib", n_calib) for f in zoodata.vad_stream(ref, clip)[0]]
+            self.calib = [
+                f for clip in zoodata.clips("calib", n_calib) for f in zoodata.vad_stream(ref, clip)[0]
+            ]
             self.clips = zoodata.clips("eval", n_eval)
             self.eval = zoodata.vad_stream(ref, self.clips[0])[0][:1]  # for shapes and latency
         elif self.kind == "embedding":
@@ -408,7 +421,12 @@ def lsb_distance(model: Model, path: Path, got_ort: list, got_q: list) -> dict[s
     as_written = run_all(ort_session(path, optimize=False), feeds)
 
     def dist(a: list, b: list) -> float:
-        return float(max(np.max(np.abs(x[0].astype(np.float64) - y[0])) / s for x, y, s in zip(a, b, steps, strict=True)))
+        return float(
+            max(
+                np.max(np.abs(x[0].astype(np.float64) - y[0])) / s
+                for x, y, s in zip(a, b, steps, strict=True)
+            )
+        )
 
     return {"q_vs_ort_lsb": dist(got_ort, got_q), "ort_vs_ort_lsb": dist(got_ort, as_written)}
 
@@ -439,8 +457,9 @@ def evaluate(model: Model, path: Path, ref: list | None, row: dict) -> None:
         row["quanta_runs"], row["quanta_error"] = False, first_line(e)
         log_failure(f"{model.name} {row['config']} quanta run")
     if got_ort is not None and got_q is not None:
-        row["max_abs_q_vs_ort"] = float(max(np.max(np.abs(a[0].astype(np.float64) - b[0])) for a, b in
-                                            zip(got_ort, got_q, strict=True)))
+        row["max_abs_q_vs_ort"] = float(
+            max(np.max(np.abs(a[0].astype(np.float64) - b[0])) for a, b in zip(got_ort, got_q, strict=True))
+        )
         if model.kind == "embedding":
             row["metric_q_vs_ort"] = metric(model.kind, got_ort, got_q)
         if row["config"] in ("ORT-made", "as shipped") and model.kind != "vad":
@@ -483,8 +502,11 @@ def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[d
         if entry.get("source"):
             src = Model({**entry, "name": entry["source"], "path": f"models/{entry['source']}.onnx"}, cache)
             ref = src.outputs(ort_session(src.path))
-        row = {"model": entry["name"], "config": "as shipped" if not entry.get("made_by") else "ORT-made",
-               "quantizes": "-"}
+        row = {
+            "model": entry["name"],
+            "config": "as shipped" if not entry.get("made_by") else "ORT-made",
+            "quantizes": "-",
+        }
         evaluate(model, model.path, ref, row)
         rows.append(row)
         if with_latency:
@@ -519,8 +541,11 @@ def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[d
             row["quantizes"] = "no: " + first_line(e)
             log_failure(f"{model.name} {config} quantize")
         rows.append(row)
-        print(f"  {model.name} {config}: {cell_metric(row, 'metric_ort')} / {cell_metric(row, 'metric_quanta')}",
-              file=sys.stderr, flush=True)
+        print(
+            f"  {model.name} {config}: {cell_metric(row, 'metric_ort')} / {cell_metric(row, 'metric_quanta')}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     ort_rows = [r for r in rows if r["config"].startswith("ort_") and "metric_ort" in r]
     if ort_rows:
@@ -572,7 +597,18 @@ def openvino_benchmark(entry: dict, cache: Path, out: Path) -> list[dict]:
 
 
 def openvino_table(rows: list[dict]) -> str:
-    head = ["model", "file", "q/OV 1t", "q/OV 2t", "q/own 1t", "q/own 2t", "q/ORT 1t", "q/ORT 2t", "q ms 1t", "OV ms 1t"]
+    head = [
+        "model",
+        "file",
+        "q/OV 1t",
+        "q/OV 2t",
+        "q/own 1t",
+        "q/own 2t",
+        "q/ORT 1t",
+        "q/ORT 2t",
+        "q ms 1t",
+        "OV ms 1t",
+    ]
     lines = [head]
     for r in rows:
         cells = [r["model"], r["file"]]
@@ -605,8 +641,16 @@ def cell_metric(row: dict, key: str) -> str:
 
 
 def table(rows: list[dict], with_latency: bool) -> str:
-    head = ["model", "file", "quantizes", "int MACs", "fidelity, ORT runs it", "fidelity, quanta runs it",
-            "max|q-ORT|", "in LSB (ORT vs ORT)"]
+    head = [
+        "model",
+        "file",
+        "quantizes",
+        "int MACs",
+        "fidelity, ORT runs it",
+        "fidelity, quanta runs it",
+        "max|q-ORT|",
+        "in LSB (ORT vs ORT)",
+    ]
     if with_latency:
         head += ["q/ORT 1t", "q/ORT 2t", "on NumPy"]
     lines = [head]
@@ -614,15 +658,27 @@ def table(rows: list[dict], with_latency: bool) -> str:
         config = r["config"] + (" (best ORT)" if r.get("ort_best") else "")
         if r["config"] == "ort_minmax":
             config += " = ort_default"
-        share = f"{100 * r['int_share']:.1f} %" if "int_share" in r else ("err" if "int_share_error" in r else "-")
+        share = (
+            f"{100 * r['int_share']:.1f} %"
+            if "int_share" in r
+            else ("err" if "int_share_error" in r else "-")
+        )
         if r.get("macs") == 0:
             share = "0 MACs"  # all compute sits inside If bodies, which coverage does not count
         diff = f"{r['max_abs_q_vs_ort']:.3g}" if "max_abs_q_vs_ort" in r else "-"
         if "metric_q_vs_ort" in r:
             diff += f" ({r['metric_q_vs_ort']['text']})"
         lsb = f"{r['q_vs_ort_lsb']:.3g} ({r['ort_vs_ort_lsb']:.3g})" if "q_vs_ort_lsb" in r else "-"
-        cells = [r["model"], config, r["quantizes"][:70], share, cell_metric(r, "metric_ort"),
-                 cell_metric(r, "metric_quanta"), diff, lsb]
+        cells = [
+            r["model"],
+            config,
+            r["quantizes"][:70],
+            share,
+            cell_metric(r, "metric_ort"),
+            cell_metric(r, "metric_quanta"),
+            diff,
+            lsb,
+        ]
         if with_latency:
             cells += [f"{r[k]:.2f}" if k in r else "-" for k in ("lat_ratio_1t", "lat_ratio_2t")]
             cells.append(str(r.get("reference_steps", "-")))
@@ -640,8 +696,12 @@ def tree_state() -> str:
 
     try:
         git = ["git", "-C", str(HERE.parent)]
-        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run([*git, "status", "--porcelain", "--", "quanta"], capture_output=True, text=True).stdout
+        head = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", "quanta"], capture_output=True, text=True
+        ).stdout
         return head + ("+dirty" if dirty.strip() else "")
     except OSError:
         return "unknown"
@@ -651,8 +711,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="comma-separated manifest names (default: all)")
     ap.add_argument("--latency", action="store_true", help="quanta / ORT median latency, 1 and 2 threads")
-    ap.add_argument("--openvino", action="store_true",
-                    help="also quanta / OpenVINO on quanta's and NNCF's files, 1 and 2 threads")
+    ap.add_argument(
+        "--openvino",
+        action="store_true",
+        help="also quanta / OpenVINO on quanta's and NNCF's files, 1 and 2 threads",
+    )
     ap.add_argument("--json", help="write the numbers to this file")
     ap.add_argument("--log", help="write every failure's traceback to this file")
     ap.add_argument("--cache", help="cache folder (default $QUANTA_ZOO_CACHE or ~/.cache/quanta-zoo)")
@@ -680,7 +743,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rows += benchmark(entry, cache, out, args.latency)
         except Exception as e:  # one model's failure stays local
-            rows.append({"model": entry["name"], "config": "-", "quantizes": "model failed: " + first_line(e)})
+            rows.append(
+                {"model": entry["name"], "config": "-", "quantizes": "model failed: " + first_line(e)}
+            )
             log_failure(f"{entry['name']}")
         if args.openvino:
             try:
@@ -692,12 +757,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"zoo, {stamp}, quanta at {state}, audio: {zoodata.audio_source()}, files in {out}")
     print(table(rows, args.latency))
     if ov_rows:
-        print("\nquanta vs OpenVINO (q = quanta on the file, own = quanta on quanta's file; median ms ratios)")
+        print(
+            "\nquanta vs OpenVINO (q = quanta on the file, own = quanta on quanta's file; median ms ratios)"
+        )
         print(openvino_table(ov_rows))
     if args.json:
-        Path(args.json).write_text(json.dumps({"stamp": stamp, "quanta": state, "audio": zoodata.audio_source(),
-                                               "rows": rows, "openvino_rows": ov_rows},
-                                              indent=1, default=str) + "\n")
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "stamp": stamp,
+                    "quanta": state,
+                    "audio": zoodata.audio_source(),
+                    "rows": rows,
+                    "openvino_rows": ov_rows,
+                },
+                indent=1,
+                default=str,
+            )
+            + "\n"
+        )
     if args.log:
         Path(args.log).write_text("\n".join(LOG) + "\n")
     elif LOG:

@@ -40,8 +40,7 @@ from quanta.runtime.plan import Plan
 from quanta.runtime.profile import Profiler, ProfileSummary
 from quanta.runtime.tuner import TuneReport, tune_session, tuning_enabled
 
-__all__ = [
-    "GraphOptimizationLevel","InferenceSession", "InvalidArgument", "NodeArg", "SessionOptions"]
+__all__ = ["GraphOptimizationLevel", "InferenceSession", "InvalidArgument", "NodeArg", "SessionOptions"]
 
 
 class InvalidArgument(ValueError):
@@ -104,7 +103,9 @@ def uses_ort_float_functions(model: Model, float_functions: str) -> bool:
     """Whether a session with ``float_functions`` runs ``model`` with ONNX Runtime's
     Sigmoid, Tanh and BatchNormalization (SessionOptions.float_functions)."""
     if float_functions not in FLOAT_FUNCTIONS:
-        raise ValueError(f"float_functions: expected one of {', '.join(FLOAT_FUNCTIONS)}, got {float_functions!r}")
+        raise ValueError(
+            f"float_functions: expected one of {', '.join(FLOAT_FUNCTIONS)}, got {float_functions!r}"
+        )
     if float_functions == "auto":
         return model.producer_name == ORT_QUANTIZER_PRODUCER
     return float_functions == "ort"
@@ -165,7 +166,10 @@ class InferenceSession:
             PassManager([OrtFloatFunctions()]).run(self._model)
         passes = None if self._options.graph_optimization_level > 0 else []
         self._plan: Plan = compile_model(
-            self._model, backend, num_threads=resolve_threads(self._options.intra_op_num_threads), passes=passes
+            self._model,
+            backend,
+            num_threads=resolve_threads(self._options.intra_op_num_threads),
+            passes=passes,
         )
         self._profiler: Profiler | None = None
         if self._options.enable_profiling:
@@ -178,7 +182,9 @@ class InferenceSession:
         g = self._model.graph
         # As ONNX Runtime: an input that also has an initializer is an overridable
         # initializer, not listed by get_inputs() and not required in the feeds.
-        self._inputs = [NodeArg(v.name, _ort_shape(v.type), _ort_type(v.type)) for v in g.inputs if v.const is None]
+        self._inputs = [
+            NodeArg(v.name, _ort_shape(v.type), _ort_type(v.type)) for v in g.inputs if v.const is None
+        ]
         self._outputs = [NodeArg(v.name, _ort_shape(v.type), _ort_type(v.type)) for v in g.outputs]
         self._input_types = {v.name: v.type for v in g.inputs}  # overridable initializers too
         # An input that also has an initializer is optional (the initializer is its default).
@@ -191,7 +197,11 @@ class InferenceSession:
                 self._checks[name] = (None, None, ())
                 continue
             shape = t.shape
-            fixed = () if shape is None else tuple((k, d) for k, d in enumerate(shape) if isinstance(d, int) and d >= 0)
+            fixed = (
+                ()
+                if shape is None
+                else tuple((k, d) for k, d in enumerate(shape) if isinstance(d, int) and d >= 0)
+            )
             self._checks[name] = (_numpy_dtype(t), None if shape is None else len(shape), fixed)
         self._output_names = [o.name for o in self._outputs]
         self._required = [a.name for a in self._inputs if a.name not in self._defaults]
@@ -309,7 +319,9 @@ class InferenceSession:
 
     def _validate(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if not isinstance(input_feed, Mapping):
-            raise InvalidArgument(f"feeds must be a dict of input name -> array; the model expects {self._expected()}")
+            raise InvalidArgument(
+                f"feeds must be a dict of input name -> array; the model expects {self._expected()}"
+            )
         feeds: dict[str, np.ndarray] = {}
         checks = self._checks
         for name, value in input_feed.items():

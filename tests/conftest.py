@@ -33,6 +33,7 @@ def _verify_after_every_pass():
     yield
     set_verify_default(False)
 
+
 # The autotuner (quanta/runtime/tuner.py) measures GEMM blockings at session creation and
 # writes a user cache: off in the suite (every candidate gives the same bytes, which
 # tests/runtime/test_tuner.py checks, so tuning changes no result), whose sessions are

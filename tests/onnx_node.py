@@ -56,7 +56,9 @@ def _run(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
 def run_case(case) -> None:
     """Run every data set of ``case`` and assert outputs match (exact for integers)."""
     model = case.model
-    input_names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    input_names = [
+        i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}
+    ]
     for inputs, expected in case.data_sets:
         feeds = {name: _array(x) for name, x in zip(input_names, inputs)}
         got = _run(model, feeds)
@@ -68,7 +70,9 @@ def run_case(case) -> None:
             assert g.dtype == e.dtype, f"{case.name} output {k}: dtype {g.dtype}, expected {e.dtype}"
             if e.dtype.itemsize == 1 and e.dtype.kind == "V":
                 # ml_dtypes 1-byte floats/ints: compare the bits (NaN == NaN bitwise)
-                np.testing.assert_array_equal(g.view(np.uint8), e.view(np.uint8), err_msg=f"{case.name} output {k}")
+                np.testing.assert_array_equal(
+                    g.view(np.uint8), e.view(np.uint8), err_msg=f"{case.name} output {k}"
+                )
             elif e.dtype.kind in "iub":
                 np.testing.assert_array_equal(g, e, err_msg=f"{case.name} output {k}")
             elif e.dtype.kind in "fc":

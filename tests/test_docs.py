@@ -103,7 +103,9 @@ def test_every_path_a_page_names_exists(page):
     assert not missing, f"{page} names paths that do not exist: {missing}"
 
 
-@pytest.mark.parametrize("page", ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))])
+@pytest.mark.parametrize(
+    "page", ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md"))]
+)
 def test_relative_links_stay_inside_the_repository(page):
     bad = []
     for target in re.findall(r"\]\(([^)\s]+)\)", _text(page)):
@@ -133,5 +135,7 @@ def test_no_code_or_doc_cites_a_file_outside_the_repository():
             for lineno, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
                 if _OUTSIDE.search(line) and path.name != "test_docs.py":
                     cited.append(f"{path.relative_to(REPO)}:{lineno}")
-    cited += [f"README.md:{n}" for n, line in enumerate(_text("README.md").splitlines(), 1) if _OUTSIDE.search(line)]
+    cited += [
+        f"README.md:{n}" for n, line in enumerate(_text("README.md").splitlines(), 1) if _OUTSIDE.search(line)
+    ]
     assert not cited, f"these lines cite a file outside the repository: {cited}"

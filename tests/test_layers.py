@@ -17,8 +17,30 @@ ROOT = Path(quanta.__file__).parent
 
 # layer -> layers it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
-    "api": {"cli", "debug", "quantize", "scale", "calibrate", "runtime", "passes", "targets", "kernels", "ir"},
-    "cli": {"api", "debug", "quantize", "scale", "calibrate", "runtime", "passes", "targets", "kernels", "ir"},
+    "api": {
+        "cli",
+        "debug",
+        "quantize",
+        "scale",
+        "calibrate",
+        "runtime",
+        "passes",
+        "targets",
+        "kernels",
+        "ir",
+    },
+    "cli": {
+        "api",
+        "debug",
+        "quantize",
+        "scale",
+        "calibrate",
+        "runtime",
+        "passes",
+        "targets",
+        "kernels",
+        "ir",
+    },
     "debug": {"runtime", "quantize", "scale", "calibrate", "passes", "targets", "kernels", "ir"},
     "quantize": {"scale", "calibrate", "runtime", "passes", "targets", "kernels", "ir"},
     "scale": {"calibrate", "runtime", "passes", "targets", "kernels", "ir"},
@@ -66,7 +88,9 @@ def test_layers_import_only_downwards():
             if dst in ("external", src):
                 continue
             if dst not in ALLOWED[src]:
-                violations.append(f"{path.relative_to(ROOT.parent)}:{line}: layer '{src}' imports '{target}' ({dst})")
+                violations.append(
+                    f"{path.relative_to(ROOT.parent)}:{line}: layer '{src}' imports '{target}' ({dst})"
+                )
     assert not violations, "imports pointing up the layer list:\n" + "\n".join(violations)
 
 

@@ -44,7 +44,9 @@ def test_session_matches_onnxruntime_on_a_float_cnn():
     proto = models.float_cnn()
     x = np.random.default_rng(1).standard_normal((3, 3, 8, 6)).astype(np.float32)
     ours = quanta.InferenceSession(proto, backend="reference").run(None, {"x": x})[0]
-    theirs = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    theirs = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
     # float32 conv/gemm summed in different orders: |err| <= K * eps * sum|terms| ~ 1e-5 here
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
 
@@ -77,7 +79,10 @@ def test_session_wrong_shape():
     sess = quanta.InferenceSession(models.float_cnn(), backend="reference")
     with pytest.raises(InvalidArgument) as e:
         sess.run(None, {"x": np.zeros((1, 3, 8, 7), np.float32)})
-    assert str(e.value) == "input 'x': dimension 3 is 7, expected 6 (shape [1, 3, 8, 7] vs expected ['N', 3, 8, 6])"
+    assert (
+        str(e.value)
+        == "input 'x': dimension 3 is 7, expected 6 (shape [1, 3, 8, 7] vs expected ['N', 3, 8, 6])"
+    )
     with pytest.raises(InvalidArgument, match=r"input 'x': rank 3 \(shape \[3, 8, 6\]\), expected rank 4"):
         sess.run(None, {"x": np.zeros((3, 8, 6), np.float32)})
 
@@ -102,7 +107,9 @@ def test_session_quantized_models_match_onnxruntime(build):
         for i in proto.graph.input
     }
     ours = quanta.InferenceSession(proto, backend="reference").run(None, feeds)[0]
-    theirs = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    theirs = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )[0]
     # Outputs are dequantized int8 values: quanta and ORT may differ by at most one
     # quantization step of the output (documented requantization rounding differences).
     step = 0.07 if build is models.qdq_conv else 0.05
@@ -120,5 +127,9 @@ def test_native_and_reference_are_bit_exact_on_quantize(backend):
     assert all(name != "q_x" for name, _, _ in nat_sess.fallbacks)  # QuantizeLinear ran natively
     # both backends ran the lowered graph: Q -> (NHWC) QLinearConv (NCHW) -> DQ
     assert [s.op_type for s in nat_sess.plan.steps] == [
-        "QuantizeLinear", "Transpose", "QLinearConv", "Transpose", "DequantizeLinear"
+        "QuantizeLinear",
+        "Transpose",
+        "QLinearConv",
+        "Transpose",
+        "DequantizeLinear",
     ]

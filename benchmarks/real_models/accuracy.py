@@ -118,7 +118,9 @@ def image_data(n_calib: int, n_eval: int, batch: int) -> tuple[list[Feed], list[
 
 
 def sentence_data(n_calib: int, batch: int) -> tuple[list[Feed], list[Feed]]:
-    lines = [s.strip() for s in (HERE / "sentences.txt").read_text(encoding="utf-8").splitlines() if s.strip()]
+    lines = [
+        s.strip() for s in (HERE / "sentences.txt").read_text(encoding="utf-8").splitlines() if s.strip()
+    ]
     order = np.random.default_rng(7).permutation(len(lines))
     lines = [lines[i] for i in order]
     tok = load_minilm_tokenizer()
@@ -126,7 +128,9 @@ def sentence_data(n_calib: int, batch: int) -> tuple[list[Feed], list[Feed]]:
     def encode(sents: Sequence[str]) -> list[Feed]:
         feeds = []
         for i in range(0, len(sents), batch):
-            enc = tok(list(sents[i : i + batch]), padding=True, truncation=True, max_length=128, return_tensors="np")
+            enc = tok(
+                list(sents[i : i + batch]), padding=True, truncation=True, max_length=128, return_tensors="np"
+            )
             feeds.append({k: enc[k].astype(np.int64) for k in MINILM_INPUTS})
         return feeds
 
@@ -212,7 +216,10 @@ CONFIGS: dict[str, Config] = {
         Config("quanta_mse", "quanta method=mse", quantize_quanta, {"method": "mse"}),
         # extras (--configs all, or by name)
         Config(
-            "ort_entropy", "ORT per_channel, Entropy", quantize_ort, {"per_channel": True, "calibrate_method": "Entropy"}
+            "ort_entropy",
+            "ORT per_channel, Entropy",
+            quantize_ort,
+            {"per_channel": True, "calibrate_method": "Entropy"},
         ),
         Config(
             "ort_percentile",
@@ -229,7 +236,11 @@ CONFIGS: dict[str, Config] = {
         ),
         Config("quanta_per_tensor", "quanta per_channel=False", quantize_quanta, {"per_channel": False}),
         Config(
-            "quanta_matmul_only", "quanta op_types=[MatMul]", quantize_quanta, {"op_types": ["MatMul"]}, (MINILM,)
+            "quanta_matmul_only",
+            "quanta op_types=[MatMul]",
+            quantize_quanta,
+            {"op_types": ["MatMul"]},
+            (MINILM,),
         ),
         Config(
             "quanta_float_residual_ffn",
@@ -247,6 +258,8 @@ CONFIGS: dict[str, Config] = {
         ),
     ]
 }
+
+
 def _target(metric: str, minimum: float) -> dict[str, Any]:
     import quanta
 
@@ -256,23 +269,46 @@ def _target(metric: str, minimum: float) -> dict[str, Any]:
 
 # accuracy-driven quantization (docs/debugger.md): the target is searched on a held-out part
 # of the calibration data, never on the evaluation data
-CONFIGS.update({
-    c.name: c
-    for c in [
-        Config("quanta_gptq", "quanta weight_rounding=gptq", quantize_quanta, {"weight_rounding": "gptq"}),
-        Config("quanta_target_agreement", "quanta, target top-1 agreement 0.98", quantize_quanta,
-               {"__target__": ("top1_agreement", 0.98)}, (EFFICIENTNET,)),
-        Config("quanta_target_cosine", "quanta, target mean cosine 0.998", quantize_quanta,
-               {"__target__": ("mean_cosine", 0.998)}, (MINILM,)),
-    ]
-})
-DEFAULT_CONFIGS = ["ort_default", "ort_per_channel", "quanta_default", "quanta_entropy", "quanta_percentile", "quanta_mse"]
+CONFIGS.update(
+    {
+        c.name: c
+        for c in [
+            Config(
+                "quanta_gptq", "quanta weight_rounding=gptq", quantize_quanta, {"weight_rounding": "gptq"}
+            ),
+            Config(
+                "quanta_target_agreement",
+                "quanta, target top-1 agreement 0.98",
+                quantize_quanta,
+                {"__target__": ("top1_agreement", 0.98)},
+                (EFFICIENTNET,),
+            ),
+            Config(
+                "quanta_target_cosine",
+                "quanta, target mean cosine 0.998",
+                quantize_quanta,
+                {"__target__": ("mean_cosine", 0.998)},
+                (MINILM,),
+            ),
+        ]
+    }
+)
+DEFAULT_CONFIGS = [
+    "ort_default",
+    "ort_per_channel",
+    "quanta_default",
+    "quanta_entropy",
+    "quanta_percentile",
+    "quanta_mse",
+]
 
 
 def _fix_ort_types(opts: dict[str, Any]) -> dict[str, Any]:
     from onnxruntime.quantization import QuantType
 
-    return {k: getattr(QuantType, v) if k.endswith("_type") and isinstance(v, str) else v for k, v in opts.items()}
+    return {
+        k: getattr(QuantType, v) if k.endswith("_type") and isinstance(v, str) else v for k, v in opts.items()
+    }
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -333,7 +369,16 @@ def benchmark_model(
         info["sequence_lengths"] = f"{min(lens)}-{max(lens)} tokens per batch"
     print(f"\n=== {model}: {n_calib} calibration / {n_eval} evaluation samples", flush=True)
     ref = run_ort(fp32, evals)
-    rows = [Row(model, "fp32", "FP32 (ONNX Runtime)", fp32.stat().st_size / 1e6, None, metrics_for(model, ref, ref))]
+    rows = [
+        Row(
+            model,
+            "fp32",
+            "FP32 (ONNX Runtime)",
+            fp32.stat().st_size / 1e6,
+            None,
+            metrics_for(model, ref, ref),
+        )
+    ]
     if model == EFFICIENTNET:
         info["fp32_top1_classes"] = len(np.unique(ref.argmax(1)))
     for name in configs:
@@ -371,7 +416,9 @@ def benchmark_model(
         for name in args.reference_configs.split(","):
             if name in configs and model in CONFIGS[name].models:
                 print(f"--- reference backend check on {name}", flush=True)
-                info[f"reference_vs_ort[{name}]"] = reference_check(out_dir / f"{model}.{name}.onnx", evals[0], log, model)
+                info[f"reference_vs_ort[{name}]"] = reference_check(
+                    out_dir / f"{model}.{name}.onnx", evals[0], log, model
+                )
     return rows, info
 
 
@@ -381,7 +428,9 @@ def _with_q_outputs(path: Path) -> tuple[bytes, list[str]]:
 
     proto = onnx.load(str(path))
     outs = {o.name for o in proto.graph.output}
-    names = [n.output[0] for n in proto.graph.node if n.op_type == "QuantizeLinear" and n.output[0] not in outs]
+    names = [
+        n.output[0] for n in proto.graph.node if n.op_type == "QuantizeLinear" and n.output[0] not in outs
+    ]
     # ONNX Runtime wants a type on graph outputs: take them from shape inference.
     inferred = onnx.shape_inference.infer_shapes(proto)
     types = {v.name: v.type for v in inferred.graph.value_info}
@@ -426,7 +475,9 @@ def reference_check(path: Path, feed: Feed, log: list[str], model: str) -> dict[
         written = quanta.InferenceSession(model_bytes, opts, backend="reference").run(None, feed)
         out["seconds_as_written"] = round(time.perf_counter() - t0, 1)
     except Exception as e:
-        log.append(f"## {model}: quanta reference backend FAILED on {path.name}\n\n```\n{traceback.format_exc()}```\n")
+        log.append(
+            f"## {model}: quanta reference backend FAILED on {path.name}\n\n```\n{traceback.format_exc()}```\n"
+        )
         print(f"    reference backend FAILED: {type(e).__name__}: {e}", flush=True)
         return {"error": f"{type(e).__name__}: {e}"}
     ort_lowered = ort_session(path).run(None, feed)[0]
@@ -448,7 +499,9 @@ def reference_check(path: Path, feed: Feed, log: list[str], model: str) -> dict[
     out["as_written"] = compare(written[0], ort_written[0])
     out["ort_lowered_vs_ort_as_written"] = compare(ort_lowered, ort_written[0])
     n_out = len(written) - len(q_names)
-    steps = [np.abs(a.astype(np.int64) - b.astype(np.int64)) for a, b in zip(written[n_out:], ort_written[n_out:])]
+    steps = [
+        np.abs(a.astype(np.int64) - b.astype(np.int64)) for a, b in zip(written[n_out:], ort_written[n_out:])
+    ]
     if steps:
         aw = out["as_written"]
         aw["quantized_tensors"] = len(steps)
@@ -504,9 +557,13 @@ def table(rows: list[Row]) -> str:
             m = r.metrics
             sq = "∞" if m["sqnr_db"] == float("inf") else f"{m['sqnr_db']:.1f}"
             if model == EFFICIENTNET:
-                out.append(f"| {r.label} | {100 * m['top1_agreement']:.1f} % | {sq} | {r.size_mb:.1f} | {t} |")
+                out.append(
+                    f"| {r.label} | {100 * m['top1_agreement']:.1f} % | {sq} | {r.size_mb:.1f} | {t} |"
+                )
             else:
-                out.append(f"| {r.label} | {m['mean_cosine']:.4f} | {m['min_cosine']:.4f} | {sq} | {r.size_mb:.1f} | {t} |")
+                out.append(
+                    f"| {r.label} | {m['mean_cosine']:.4f} | {m['min_cosine']:.4f} | {sq} | {r.size_mb:.1f} | {t} |"
+                )
         out.append("")
     return "\n".join(out)
 
@@ -573,7 +630,9 @@ def run_dir(cache: Path, out: Path | None) -> Path:
     d.mkdir(parents=True)
     link = cache / "quantized"
     if link.exists() and not link.is_symlink():
-        print(f"note: {link} is a folder (an older layout); left as it is, not pointed to this run", flush=True)
+        print(
+            f"note: {link} is a folder (an older layout); left as it is, not pointed to this run", flush=True
+        )
         return d
     tmp = cache / f".quantized-{os.getpid()}"
     with contextlib.suppress(OSError):
@@ -587,7 +646,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--models", default=f"{EFFICIENTNET},{MINILM}")
-    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help=f"'all', or from: {', '.join(CONFIGS)}")
+    ap.add_argument(
+        "--configs", default=",".join(DEFAULT_CONFIGS), help=f"'all', or from: {', '.join(CONFIGS)}"
+    )
     ap.add_argument("--calib-images", type=int, default=100)
     ap.add_argument("--eval-images", type=int, default=200)
     ap.add_argument("--calib-sentences", type=int, default=100)
@@ -598,11 +659,15 @@ def main(argv: list[str] | None = None) -> int:
         default="quanta_default,quanta_matmul_ffn_float",
         help="quanta files (those run) that the reference backend also runs, on one evaluation batch",
     )
-    ap.add_argument("--out", type=Path, help="write the quantized files here (default: a new <cache>/runs/ folder)")
+    ap.add_argument(
+        "--out", type=Path, help="write the quantized files here (default: a new <cache>/runs/ folder)"
+    )
     ap.add_argument("--json", type=Path, help="also write the results as JSON")
     ap.add_argument("--log", type=Path, help="write quanta summaries and tracebacks here")
     ap.add_argument("--write-doc", type=Path, help="replace the results block of this markdown file")
-    ap.add_argument("--render", type=Path, help="run nothing: print (and --write-doc) the results of a --json file")
+    ap.add_argument(
+        "--render", type=Path, help="run nothing: print (and --write-doc) the results of a --json file"
+    )
     args = ap.parse_args(argv)
     configs = list(CONFIGS) if args.configs == "all" else [c for c in args.configs.split(",") if c]
     for c in configs:
@@ -638,13 +703,20 @@ def main(argv: list[str] | None = None) -> int:
             "",
             "quanta's reference backend against ONNX Runtime on the same file (one evaluation batch):",
             "",
-            reference_table(infos) if any(k.startswith("reference_vs_ort") for i in infos.values() for k in i)
+            reference_table(infos)
+            if any(k.startswith("reference_vs_ort") for i in infos.values() for k in i)
             else "(not run)",
         ]
     )
     print("\n" + text)
     if args.json and not args.render:
-        saved = {"when": when, "machine": where, "versions": vers, "info": infos, "rows": [r.__dict__ for r in rows]}
+        saved = {
+            "when": when,
+            "machine": where,
+            "versions": vers,
+            "info": infos,
+            "rows": [r.__dict__ for r in rows],
+        }
         args.json.write_text(json.dumps(saved, indent=2))
     if args.write_doc:
         write_doc(args.write_doc, text)

@@ -95,8 +95,11 @@ def cmd_tensors(model: str, qfile: Path, fp32: Path, top: int) -> None:
     evals = evals[:6] if model == MINILM else evals[:3]
     q = onnx.load(str(qfile))
     init = _initializers(q)
-    qs = [(n.input[0], init[n.input[1]], init[n.input[2]]) for n in q.graph.node
-          if n.op_type == "QuantizeLinear" and n.input[0] not in init]
+    qs = [
+        (n.input[0], init[n.input[1]], init[n.input[2]])
+        for n in q.graph.node
+        if n.op_type == "QuantizeLinear" and n.input[0] not in init
+    ]
     acts = _float_activations(fp32, [t for t, _, _ in qs], evals)
     rows = []
     for k, (name, scale, zp) in enumerate(qs):
@@ -105,16 +108,22 @@ def cmd_tensors(model: str, qfile: Path, fp32: Path, top: int) -> None:
         z = int(zp)
         xq = (np.clip(np.rint(x / scale) + z, info.min, info.max) - z) * float(scale)
         lo, hi = (info.min - z) * float(scale), (info.max - z) * float(scale)
-        rows.append((A.sqnr_db(x, xq), name, float(scale), z, x.min(), x.max(), np.mean((x < lo) | (x > hi)), x.std()))
+        rows.append(
+            (A.sqnr_db(x, xq), name, float(scale), z, x.min(), x.max(), np.mean((x < lo) | (x > hi)), x.std())
+        )
     rows.sort()
     print(f"{len(rows)} quantized activations of {qfile.name}, each alone (lowest SQNR first):")
     for r in rows[:top]:
-        print(f"{r[0]:6.1f} dB  {r[1][:72]:72s} scale {r[2]:.4g} zp {r[3]:4d} "
-              f"data [{r[4]:.3g}, {r[5]:.3g}] std {r[7]:.3g} clipped {r[6]:.1e}")
+        print(
+            f"{r[0]:6.1f} dB  {r[1][:72]:72s} scale {r[2]:.4g} zp {r[3]:4d} "
+            f"data [{r[4]:.3g}, {r[5]:.3g}] std {r[7]:.3g} clipped {r[6]:.1e}"
+        )
     orig = _initializers(onnx.load(str(fp32)))
     weights = []
     for n in q.graph.node:
-        base = _float_name(n.input[0], orig) if n.op_type == "DequantizeLinear" and n.input[0] in init else None
+        base = (
+            _float_name(n.input[0], orig) if n.op_type == "DequantizeLinear" and n.input[0] in init else None
+        )
         if base is not None and init[n.input[0]].dtype != np.int32:  # int32: biases
             w = orig[base].astype(np.float64)
             weights.append((A.sqnr_db(w, _dequantized_weight(n, init)), base, w.shape))
@@ -124,7 +133,9 @@ def cmd_tensors(model: str, qfile: Path, fp32: Path, top: int) -> None:
         print(f"{sq:6.1f} dB  {name} {list(shape)}")
 
 
-def _edit(qfile: Path, fp32: Path, *, float_weights: bool, float_activations: bool, weight_dtype: Any = None) -> bytes:
+def _edit(
+    qfile: Path, fp32: Path, *, float_weights: bool, float_activations: bool, weight_dtype: Any = None
+) -> bytes:
     import onnx
     from onnx import numpy_helper
 
@@ -186,7 +197,9 @@ def cmd_split(model: str, qfile: Path, fp32: Path) -> None:
         "float weights (int8 only), quantized biases": _edit(
             qfile, fp32, float_weights=True, float_activations=False, weight_dtype=np.int8
         ),
-        "float activations (weights quantized)": _edit(qfile, fp32, float_weights=False, float_activations=True),
+        "float activations (weights quantized)": _edit(
+            qfile, fp32, float_weights=False, float_activations=True
+        ),
     }
     for name, b in variants.items():
         print(f"{name:45s} {_fmt(A.metrics_for(model, ref, _run_as_written(b, evals)))}", flush=True)
@@ -280,9 +293,11 @@ def cmd_entropy(model: str, fp32: Path, tensors: list[str]) -> None:
         a_nz[0] -= view.zeros
         kl_nz = kl_divergences(a_nz, levels)
         t_nz = (int(np.flatnonzero(kl_nz == kl_nz.min())[-1]) + levels) * view.width
-        print(f"{name}\n    data [{x.min():.4g}, {x.max():.4g}], exact zeros {view.zeros / x.size:.1%}; "
-              f"entropy range {obs.range()} clips {np.mean(np.abs(x) > t):.1e} of the values; "
-              f"KL threshold without the exact zeros: {t_nz:.4g}")
+        print(
+            f"{name}\n    data [{x.min():.4g}, {x.max():.4g}], exact zeros {view.zeros / x.size:.1%}; "
+            f"entropy range {obs.range()} clips {np.mean(np.abs(x) > t):.1e} of the values; "
+            f"KL threshold without the exact zeros: {t_nz:.4g}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

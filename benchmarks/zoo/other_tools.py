@@ -32,21 +32,35 @@ OTHER_TOOL: list[tuple[str, str, str, dict[str, Any]]] = [
     ("nudenet_320n.ort_qdq", "nudenet_320n", "onnxruntime.quantization.quantize_static (QDQ)", {}),
     ("ppocr_cls.ort_qdq", "ppocr_cls", "onnxruntime.quantization.quantize_static (QDQ)", {}),
     # QOperator format: QLinearConv, QLinearAdd, QLinearGlobalAveragePool ... (com.microsoft ones too)
-    ("ppocr_cls.ort_qop", "ppocr_cls", "onnxruntime.quantization.quantize_static (QOperator)",
-     {"quant_format": "QOperator"}),
+    (
+        "ppocr_cls.ort_qop",
+        "ppocr_cls",
+        "onnxruntime.quantization.quantize_static (QOperator)",
+        {"quant_format": "QOperator"},
+    ),
     # per-channel weights, symmetric activations (zero points 0)
-    ("nudenet_320n.ort_qdq_pc_sym", "nudenet_320n",
-     "onnxruntime.quantization.quantize_static (QDQ, per_channel, ActivationSymmetric)",
-     {"per_channel": True, "extra_options": {"ActivationSymmetric": True}}),
+    (
+        "nudenet_320n.ort_qdq_pc_sym",
+        "nudenet_320n",
+        "onnxruntime.quantization.quantize_static (QDQ, per_channel, ActivationSymmetric)",
+        {"per_channel": True, "extra_options": {"ActivationSymmetric": True}},
+    ),
     # 16-bit activations as com.microsoft Q/DQ (the tool's route below opset 21)
-    ("ppocr_cls.ort_qdq_u16", "ppocr_cls",
-     "onnxruntime.quantization.quantize_static (QDQ, QUInt16 activations, UseQDQContribOps)",
-     {"activation_type": "QUInt16", "extra_options": {"UseQDQContribOps": True}}),
+    (
+        "ppocr_cls.ort_qdq_u16",
+        "ppocr_cls",
+        "onnxruntime.quantization.quantize_static (QDQ, QUInt16 activations, UseQDQContribOps)",
+        {"activation_type": "QUInt16", "extra_options": {"UseQDQContribOps": True}},
+    ),
     # a transformer (SVTR blocks: MatMul, LayerNormalization, Softmax) quantized dynamically;
     # its weights sit in Constant nodes, which quantize_dynamic refuses ("Expected
     # conv2d_157.w_0 to be an initializer") until the tool's quant_pre_process folds them
-    ("ppocr_rec.ort_dynamic", "ppocr_rec", "onnxruntime.quantization.quant_pre_process + quantize_dynamic",
-     {"dynamic": True, "preprocess": True}),
+    (
+        "ppocr_rec.ort_dynamic",
+        "ppocr_rec",
+        "onnxruntime.quantization.quant_pre_process + quantize_dynamic",
+        {"dynamic": True, "preprocess": True},
+    ),
 ]
 
 
@@ -99,7 +113,9 @@ def make(source: str, src: Path, dst: Path, options: dict[str, Any]) -> None:
     quantize_static(str(src), str(dst), Reader(zoodata.image_feeds(source, "calib", n_calib)), **kw)
 
 
-def make_all(cache: Path, entries: list[dict], *, force: bool = False, only: set[str] | None = None) -> list[dict]:
+def make_all(
+    cache: Path, entries: list[dict], *, force: bool = False, only: set[str] | None = None
+) -> list[dict]:
     """The manifest ``entries`` with every OTHER_TOOL file made (missing ones, or all with
     ``force``) and listed once; a file the tool cannot make is reported and left out."""
     from fetch import signature  # the manifest's input signature, as for the source models
@@ -119,10 +135,19 @@ def make_all(cache: Path, entries: list[dict], *, force: bool = False, only: set
                 continue
             os.replace(tmp, dst)
         src_entry = by_name[source]
-        by_name[name] = {"name": name, "kind": src_entry["kind"], "package": src_entry["package"],
-                         "member": src_entry["member"], "path": str(dst.relative_to(cache)), "sha256": sha256(dst),
-                         "note": f"{source} quantized by {how}", "made_by": how, "options": options,
-                         "source": source, "inputs": signature(dst)}
+        by_name[name] = {
+            "name": name,
+            "kind": src_entry["kind"],
+            "package": src_entry["package"],
+            "member": src_entry["member"],
+            "path": str(dst.relative_to(cache)),
+            "sha256": sha256(dst),
+            "note": f"{source} quantized by {how}",
+            "made_by": how,
+            "options": options,
+            "source": source,
+            "inputs": signature(dst),
+        }
         print(f"{name:28s} {how}")
     return list(by_name.values())
 

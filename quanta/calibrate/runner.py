@@ -67,7 +67,9 @@ class ChannelMean:
         if self.total is None:
             self.total = fixed
         elif self.total.shape != fixed.shape:
-            raise ValueError(f"channel mean: {s.size} channels along axis {self.axis}, earlier {self.total.size}")
+            raise ValueError(
+                f"channel mean: {s.size} channels along axis {self.axis}, earlier {self.total.size}"
+            )
         else:
             self.total = self.total + fixed
         self.count += a.size // max(a.shape[0], 1)
@@ -95,7 +97,9 @@ class ChannelMean:
 
     def to_dict(self) -> dict:
         """JSON-able state (integers as decimal strings: they exceed 64 bits)."""
-        total = None if self.total is None else [str(t) if isinstance(t, int) else repr(t) for t in self.total]
+        total = (
+            None if self.total is None else [str(t) if isinstance(t, int) else repr(t) for t in self.total]
+        )
         return {"axis": self.axis, "count": self.count, "total": total}
 
     @classmethod

@@ -179,7 +179,11 @@ def reference_steps(plan) -> list[tuple[str, str, str]]:
     from quanta.runtime.static_steps import signature_static_steps
 
     static = signature_static_steps(plan)
-    return [(s.op_type, s.name, s.kernel.fallback) for s in plan.steps if s.kernel.fallback and s.index not in static]
+    return [
+        (s.op_type, s.name, s.kernel.fallback)
+        for s in plan.steps
+        if s.kernel.fallback and s.index not in static
+    ]
 
 
 def _ort_session(path: str, threads: int):
@@ -239,7 +243,11 @@ def format_result(r: BenchResult) -> str:
             lines.append(f"  reference:{op} {name}: {reason}")
     lines.append(str(r.profile))
     if r.backend == "native":
-        lines.append(str(r.tuning) if r.tuning is not None else "tuner: off (SessionOptions.enable_tuning, QUANTA_TUNE=0)")
+        lines.append(
+            str(r.tuning)
+            if r.tuning is not None
+            else "tuner: off (SessionOptions.enable_tuning, QUANTA_TUNE=0)"
+        )
     return "\n".join(lines)
 
 

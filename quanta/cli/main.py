@@ -62,9 +62,7 @@ def random_feeds(
     for arg in sess.get_inputs():
         t = sess.model.graph.value(arg.name).type
         shape = [
-            d
-            if isinstance(d, int) and d >= 0
-            else dims.get(str(d), batch if k == 0 else 1)
+            d if isinstance(d, int) and d >= 0 else dims.get(str(d), batch if k == 0 else 1)
             for k, d in enumerate(arg.shape or [])
         ]
         dtype = np.dtype(t.elem.numpy) if t is not None else np.dtype(np.float32)
@@ -217,9 +215,12 @@ def _run_on_ray(args: argparse.Namespace) -> int:
         else:
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
     try:
-        factory = functools.partial(quanta.InferenceSession, str(Path(args.model).resolve()), backend=args.backend)
-        done, skipped = run_folder(str(Path(args.inputs).resolve()), str(Path(args.output).resolve()), factory,
-                                   concurrency=workers)
+        factory = functools.partial(
+            quanta.InferenceSession, str(Path(args.model).resolve()), backend=args.backend
+        )
+        done, skipped = run_folder(
+            str(Path(args.inputs).resolve()), str(Path(args.output).resolve()), factory, concurrency=workers
+        )
     finally:
         if started:
             ray.shutdown()
@@ -272,8 +273,15 @@ def cmd_quantize(args: argparse.Namespace) -> int:
                 layout=args.image_layout,
             )
         accuracy = None
-        targets = [(m, v) for m, v in (("sqnr", args.target_sqnr), ("cosine", args.target_cosine),
-                                       ("top1_agreement", args.target_agreement)) if v is not None]
+        targets = [
+            (m, v)
+            for m, v in (
+                ("sqnr", args.target_sqnr),
+                ("cosine", args.target_cosine),
+                ("top1_agreement", args.target_agreement),
+            )
+            if v is not None
+        ]
         if len(targets) > 1:
             raise CliError("give one of --target-sqnr, --target-cosine, --target-agreement")
         if targets:
@@ -384,7 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model")
     s.add_argument("-o", "--output", required=True, help="path of the quantized model (never the input)")
     s.add_argument("--calib", help="calibration data: .npz file, folder of .npz files or of images")
-    s.add_argument("--method", choices=["weighted_mse", "minmax", "moving_average", "entropy", "percentile", "mse"])
+    s.add_argument(
+        "--method", choices=["weighted_mse", "minmax", "moving_average", "entropy", "percentile", "mse"]
+    )
     s.add_argument("--dynamic", action="store_true", help="dynamic quantization (no calibration data)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--per-channel", dest="per_channel", action="store_true", default=None)
@@ -421,11 +431,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--image-std", type=float, nargs="+", help="images: per-channel std")
     s.add_argument("--image-layout", choices=["NCHW", "NHWC"], default="NCHW")
-    s.add_argument("--target-sqnr", type=float, metavar="DB",
-                   help="accuracy target: output SQNR against FP32 on held-out calibration data")
-    s.add_argument("--target-cosine", type=float, metavar="C", help="accuracy target: worst output-row cosine")
+    s.add_argument(
+        "--target-sqnr",
+        type=float,
+        metavar="DB",
+        help="accuracy target: output SQNR against FP32 on held-out calibration data",
+    )
+    s.add_argument(
+        "--target-cosine", type=float, metavar="C", help="accuracy target: worst output-row cosine"
+    )
     s.add_argument("--target-agreement", type=float, metavar="A", help="accuracy target: top-1 agreement")
-    s.add_argument("--eval-data", help="measure the target on these feeds instead of held-out calibration data")
+    s.add_argument(
+        "--eval-data", help="measure the target on these feeds instead of held-out calibration data"
+    )
     s.add_argument(
         "--engine",
         choices=["inprocess", "local", "ray"],
@@ -469,12 +487,19 @@ def build_parser() -> argparse.ArgumentParser:
         "debug", help="which layers lose accuracy: local vs inherited error per quantized node, with fixes"
     )
     s.add_argument("model", help="the FP32 model")
-    s.add_argument("quantized", nargs="?", help="its QDQ model (default: quantize MODEL with the default recipe)")
+    s.add_argument(
+        "quantized", nargs="?", help="its QDQ model (default: quantize MODEL with the default recipe)"
+    )
     s.add_argument("--data", required=True, help="feeds: .npz file or folder of .npz files")
     s.add_argument("--samples", type=int, help="use at most this many feeds")
     s.add_argument("--recipe", help="recipe for quantizing MODEL when QUANTIZED is not given")
-    s.add_argument("--ablation", type=int, default=0, metavar="K",
-                   help="also measure the K worst layers one at a time in float (K extra passes)")
+    s.add_argument(
+        "--ablation",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also measure the K worst layers one at a time in float (K extra passes)",
+    )
     s.add_argument("--top", type=int, default=10, help="rows of the terminal table (default 10)")
     s.add_argument("--html", help="write the HTML report here")
     s.add_argument("--json", help="write every row as JSON here")

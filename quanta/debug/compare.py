@@ -268,11 +268,18 @@ class DebugResult:
                 )
         sat = [t for t in self.tensors if t.clipped > 1e-4]
         if sat:
-            lines.append(f"{len(sat)} tensor(s) clip more than 0.01 % of their values: "
-                         + ", ".join(f"{t.name} ({t.clipped * 100:.2f} %)" for t in sorted(sat, key=lambda t: -t.clipped)[:5]))
+            lines.append(
+                f"{len(sat)} tensor(s) clip more than 0.01 % of their values: "
+                + ", ".join(
+                    f"{t.name} ({t.clipped * 100:.2f} %)" for t in sorted(sat, key=lambda t: -t.clipped)[:5]
+                )
+            )
         if self.unmatched:
-            lines.append(f"{len(self.unmatched)} quantized tensor(s) have no FP32 tensor of the same name: "
-                         + ", ".join(self.unmatched[:8]) + (" ..." if len(self.unmatched) > 8 else ""))
+            lines.append(
+                f"{len(self.unmatched)} quantized tensor(s) have no FP32 tensor of the same name: "
+                + ", ".join(self.unmatched[:8])
+                + (" ..." if len(self.unmatched) > 8 else "")
+            )
         if self.ablation_passes:
             lines.append(f"ablation: {self.ablation_passes} extra pass(es) over the data")
         return "\n".join(lines)
@@ -307,7 +314,8 @@ class DebugResult:
                 "chosen_sqnr_db": _finite(t.chosen_sqnr_db),
                 "int16_sqnr_db": _finite(t.int16_sqnr_db),
                 "methods": [
-                    {"method": m.method, "range": [m.lo, m.hi], "sqnr_db": _finite(m.sqnr_db)} for m in t.methods
+                    {"method": m.method, "range": [m.lo, m.hi], "sqnr_db": _finite(m.sqnr_db)}
+                    for m in t.methods
                 ],
                 "recommendation": t.recommendation,
             }
@@ -321,8 +329,13 @@ class DebugResult:
             "nodes": [node(r) for r in self.nodes],
             "tensors": [tensor(t) for t in self.tensors],
             "weights": [
-                {"name": w.name, "consumer": w.consumer, "channels": w.channels, "scale_spread": w.scale_spread,
-                 "outlier_channels": w.outlier_channels}
+                {
+                    "name": w.name,
+                    "consumer": w.consumer,
+                    "channels": w.channels,
+                    "scale_spread": w.scale_spread,
+                    "outlier_channels": w.outlier_channels,
+                }
                 for w in self.weights
             ],
             "unmatched": self.unmatched,
@@ -392,7 +405,13 @@ def _pairs(model: Model) -> dict[str, _Pair]:
         zp_arr = np.zeros((), np.uint8) if zp_arr is None else zp_arr
         info = np.iinfo(zp_arr.dtype) if zp_arr.dtype.kind in "iu" else np.iinfo(np.int8)
         out[dq.outputs[0].name] = _Pair(
-            q.inputs[0].name, q, dq, float(s.reshape(-1)[0]), int(zp_arr.reshape(-1)[0]), int(info.min), int(info.max)
+            q.inputs[0].name,
+            q,
+            dq,
+            float(s.reshape(-1)[0]),
+            int(zp_arr.reshape(-1)[0]),
+            int(info.min),
+            int(info.max),
         )
     return out
 
@@ -414,8 +433,12 @@ def _targets(model: Model, pairs: dict[str, _Pair]) -> tuple[list[_Target], list
             elif v.name in pairs:
                 sources.append(("act", pairs[v.name]))
                 quantized = True
-            elif v.producer is not None and v.producer.op_type == "DequantizeLinear" and v.producer.inputs[0] is not None \
-                    and v.producer.inputs[0].is_const:
+            elif (
+                v.producer is not None
+                and v.producer.op_type == "DequantizeLinear"
+                and v.producer.inputs[0] is not None
+                and v.producer.inputs[0].is_const
+            ):
                 sources.append(("wdq", v.producer))
                 quantized = True
                 scale = _const(v.producer.input(1))
@@ -424,7 +447,9 @@ def _targets(model: Model, pairs: dict[str, _Pair]) -> tuple[list[_Target], list
                     med = float(np.median(sc)) if sc.size else 0.0
                     spread = float(sc.max() / med) if med > 0 else 1.0
                     outl = [int(i) for i in np.flatnonzero(sc > 4 * med)] if med > 0 else []
-                    weights.append(WeightRow(v.producer.inputs[0].name, n.name, int(sc.size), spread, outl[:32]))
+                    weights.append(
+                        WeightRow(v.producer.inputs[0].name, n.name, int(sc.size), spread, outl[:32])
+                    )
             elif v.is_const:
                 sources.append(("const", np.asarray(v.const)))
             else:
@@ -448,7 +473,9 @@ def _executor(model: Model):
     return Executor(compile_model(model, "reference", passes=[]))
 
 
-def _run(exe, model: Model, feed: Mapping[str, np.ndarray], wanted: set[str]) -> tuple[dict[str, np.ndarray], list]:
+def _run(
+    exe, model: Model, feed: Mapping[str, np.ndarray], wanted: set[str]
+) -> tuple[dict[str, np.ndarray], list]:
     got: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in feed.items() if k in wanted}
 
     def keep(name: str, arr: Any) -> None:
@@ -459,7 +486,9 @@ def _run(exe, model: Model, feed: Mapping[str, np.ndarray], wanted: set[str]) ->
     return got, outs
 
 
-def _local(target: _Target, fvals: Mapping[str, np.ndarray], evaluate: Callable, wcache: dict) -> np.ndarray | None:
+def _local(
+    target: _Target, fvals: Mapping[str, np.ndarray], evaluate: Callable, wcache: dict
+) -> np.ndarray | None:
     """Eq. (4)'s q for one node: its FP32 inputs through its own Q/DQ, the op, the output Q/DQ."""
     args: list[np.ndarray | None] = []
     for kind, src in target.sources:
@@ -474,7 +503,9 @@ def _local(target: _Target, fvals: Mapping[str, np.ndarray], evaluate: Callable,
         elif kind == "wdq":
             key = id(src)
             if key not in wcache:
-                wcache[key] = evaluate(src, [None if v is None else np.asarray(v.const) for v in src.inputs])[0]
+                wcache[key] = evaluate(src, [None if v is None else np.asarray(v.const) for v in src.inputs])[
+                    0
+                ]
             args.append(wcache[key])
         else:
             args.append(_qdq(src, fvals.get(src.x), evaluate))
@@ -605,11 +636,17 @@ def compare(
         f_wanted.update(t.float_inputs)
         missing = [n for n in [y, *t.float_inputs] if n not in fnames]
         unmatched.extend(m for m in missing if m not in unmatched)
-        rows.append(NodeRow(
-            t.node.name or f"{t.node.op_type}:{y}", t.node.op_type, y, t.float_inputs,
-            local=None if missing else ErrorStats(), inherited=None if y not in fnames else ErrorStats(),
-            scale=t.out_pair.scale if t.out_pair else None,
-        ))
+        rows.append(
+            NodeRow(
+                t.node.name or f"{t.node.op_type}:{y}",
+                t.node.op_type,
+                y,
+                t.float_inputs,
+                local=None if missing else ErrorStats(),
+                inherited=None if y not in fnames else ErrorStats(),
+                scale=t.out_pair.scale if t.out_pair else None,
+            )
+        )
     tensors: dict[str, TensorRow] = {}
     codes: dict[str, np.ndarray] = {}
     hists: dict[str, HistogramObserver] = {}
@@ -617,7 +654,9 @@ def compare(
         if p.x in tensors:
             continue
         prod = qmodel.graph.value(p.x).producer
-        tensors[p.x] = TensorRow(p.x, "" if prod is None else prod.name, p.scale, p.zero_point, p.qmin, p.qmax)
+        tensors[p.x] = TensorRow(
+            p.x, "" if prod is None else prod.name, p.scale, p.zero_point, p.qmin, p.qmax
+        )
         codes[p.x] = np.zeros(p.qmax - p.qmin + 1, bool)
         q_wanted.update({p.x, p.q.outputs[0].name})
         if p.x in fnames and histograms:
@@ -789,4 +828,3 @@ def ranking_overlap(result: DebugResult, k: int = 5) -> int:
     by_est = [r.name for r in sorted(abl, key=lambda r: -r.contribution)[:k]]
     by_abl = [r.name for r in sorted(abl, key=lambda r: -r.ablation_sqnr_db)[:k]]
     return len(set(by_est) & set(by_abl))
-

@@ -53,7 +53,7 @@ def _svg(fig) -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight")
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]  # drop the XML prolog and DOCTYPE: inline SVG
+    return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: inline SVG
 
 
 def _matplotlib():
@@ -148,13 +148,18 @@ def render_html(result: DebugResult, *, title: str = "model", worst: int = 10, h
     # worst layers
     ranked = result.worst(worst)
     out.append("<h2 id='worst'>The layers that break the model</h2>")
-    out.append("<p>Ranked by their estimated share of the output error (docs/debugger.md eq. (5)); "
-               "<em>local</em>: the error the node adds with exact inputs; <em>inherited</em>: its output "
-               "in the quantized model against FP32.</p>")
+    out.append(
+        "<p>Ranked by their estimated share of the output error (docs/debugger.md eq. (5)); "
+        "<em>local</em>: the error the node adds with exact inputs; <em>inherited</em>: its output "
+        "in the quantized model against FP32.</p>"
+    )
     abl = any(r.ablation_sqnr_db is not None for r in ranked)
-    out.append("<table class='worst'><tr><th>#</th><th>node</th><th>op</th><th>local dB</th><th>inherited dB</th>"
-               "<th>max err (LSB)</th><th>share</th>" + ("<th>output dB with it float</th>" if abl else "")
-               + "<th>suggested fix</th></tr>")
+    out.append(
+        "<table class='worst'><tr><th>#</th><th>node</th><th>op</th><th>local dB</th><th>inherited dB</th>"
+        "<th>max err (LSB)</th><th>share</th>"
+        + ("<th>output dB with it float</th>" if abl else "")
+        + "<th>suggested fix</th></tr>"
+    )
     for i, r in enumerate(ranked, 1):
         cls = " class='bad'" if r.local_db < 20 else ""
         out.append(
@@ -172,13 +177,17 @@ def render_html(result: DebugResult, *, title: str = "model", worst: int = 10, h
     out.append("<h2 id='layers'>Per-layer SQNR in graph order</h2>")
     if plt is not None and result.nodes:
         out.append(f"<div class='chart' id='chart-sqnr'>{_sqnr_chart(plt, result.nodes)}</div>")
-    out.append("<details><summary>every quantized node</summary><table><tr><th>node</th><th>op</th>"
-               "<th>output</th><th>local dB</th><th>inherited dB</th><th>cosine</th></tr>")
+    out.append(
+        "<details><summary>every quantized node</summary><table><tr><th>node</th><th>op</th>"
+        "<th>output</th><th>local dB</th><th>inherited dB</th><th>cosine</th></tr>"
+    )
     for r in result.nodes:
         cos = None if r.inherited is None else r.inherited.cosine
-        out.append(f"<tr><td>{_esc(r.name)}</td><td>{_esc(r.op)}</td><td>{_esc(r.output)}</td>"
-                   f"<td class='num'>{_fmt(r.local_db)}</td><td class='num'>{_fmt(r.inherited_db)}</td>"
-                   f"<td class='num'>{_fmt(cos, '.5f')}</td></tr>")
+        out.append(
+            f"<tr><td>{_esc(r.name)}</td><td>{_esc(r.op)}</td><td>{_esc(r.output)}</td>"
+            f"<td class='num'>{_fmt(r.local_db)}</td><td class='num'>{_fmt(r.inherited_db)}</td>"
+            f"<td class='num'>{_fmt(cos, '.5f')}</td></tr>"
+        )
     out.append("</table></details>")
 
     # histograms of the worst tensors
@@ -194,14 +203,18 @@ def render_html(result: DebugResult, *, title: str = "model", worst: int = 10, h
     worst_tensors = worst_tensors[:histograms]
     if plt is not None and worst_tensors:
         out.append("<h2 id='histograms'>Distributions of the worst tensors</h2>")
-        out.append("<p>FP32 values on the data (log scale); solid: the range the model uses; dashed: what "
-                   "other calibration methods choose, with the SQNR they give on this data (eq. (8)).</p>")
+        out.append(
+            "<p>FP32 values on the data (log scale); solid: the range the model uses; dashed: what "
+            "other calibration methods choose, with the SQNR they give on this data (eq. (8)).</p>"
+        )
         for k, t in enumerate(worst_tensors):
             out.append(f"<div class='chart' id='chart-hist-{k}'>{_histogram_chart(plt, t)}</div>")
 
     # saturation
-    out.append("<h2 id='saturation'>Saturation</h2><table><tr><th>tensor</th><th>range used</th>"
-               "<th>observed</th><th>clipped</th><th>levels used</th><th>outlier ratio</th></tr>")
+    out.append(
+        "<h2 id='saturation'>Saturation</h2><table><tr><th>tensor</th><th>range used</th>"
+        "<th>observed</th><th>clipped</th><th>levels used</th><th>outlier ratio</th></tr>"
+    )
     for t in sorted(result.tensors, key=lambda t: (-t.clipped, t.levels_used))[:40]:
         lo, hi = t.chosen
         out.append(
@@ -212,22 +225,30 @@ def render_html(result: DebugResult, *, title: str = "model", worst: int = 10, h
     out.append("</table>")
     spread = [w for w in result.weights if w.channels > 1 and w.scale_spread > 4]
     if spread:
-        out.append("<p>Weights whose per-channel scales spread more than 4x (eq. (10)):</p><table>"
-                   "<tr><th>weight</th><th>node</th><th>channels</th><th>max / median scale</th>"
-                   "<th>outlier channels</th></tr>")
+        out.append(
+            "<p>Weights whose per-channel scales spread more than 4x (eq. (10)):</p><table>"
+            "<tr><th>weight</th><th>node</th><th>channels</th><th>max / median scale</th>"
+            "<th>outlier channels</th></tr>"
+        )
         for w in sorted(spread, key=lambda w: -w.scale_spread)[:20]:
-            out.append(f"<tr><td>{_esc(w.name)}</td><td>{_esc(w.consumer)}</td><td class='num'>{w.channels}</td>"
-                       f"<td class='num'>{w.scale_spread:.1f}</td><td>{_esc(w.outlier_channels[:10])}</td></tr>")
+            out.append(
+                f"<tr><td>{_esc(w.name)}</td><td>{_esc(w.consumer)}</td><td class='num'>{w.channels}</td>"
+                f"<td class='num'>{w.scale_spread:.1f}</td><td>{_esc(w.outlier_channels[:10])}</td></tr>"
+            )
         out.append("</table>")
 
     # recommendations
     recs = [t for t in result.tensors if t.recommendation]
     out.append("<h2 id='recommendations'>Calibration recommendations</h2>")
     if recs:
-        out.append("<table><tr><th>tensor</th><th>now (dB)</th><th>recommendation (SQNR measured on this data)</th></tr>")
+        out.append(
+            "<table><tr><th>tensor</th><th>now (dB)</th><th>recommendation (SQNR measured on this data)</th></tr>"
+        )
         for t in sorted(recs, key=lambda t: t.chosen_sqnr_db):
-            out.append(f"<tr><td>{_esc(t.name)}</td><td class='num'>{_fmt(t.chosen_sqnr_db)}</td>"
-                       f"<td>{_esc(t.recommendation)}</td></tr>")
+            out.append(
+                f"<tr><td>{_esc(t.name)}</td><td class='num'>{_fmt(t.chosen_sqnr_db)}</td>"
+                f"<td>{_esc(t.recommendation)}</td></tr>"
+            )
         out.append("</table>")
     else:
         out.append("<p>Every tensor's range is within 1 dB of the best method on this data.</p>")
@@ -244,8 +265,11 @@ def render_html(result: DebugResult, *, title: str = "model", worst: int = 10, h
     else:
         out.append("<p>No compute node (Conv, MatMul, Gemm...) stayed float.</p>")
     if result.unmatched:
-        out.append("<p>Quantized tensors with no FP32 tensor of the same name (not compared): "
-                   + _esc(", ".join(result.unmatched[:30])) + "</p>")
+        out.append(
+            "<p>Quantized tensors with no FP32 tensor of the same name (not compared): "
+            + _esc(", ".join(result.unmatched[:30]))
+            + "</p>"
+        )
     out.append("</body></html>")
     return "\n".join(out)
 

@@ -128,5 +128,7 @@ def format_tensors(rows: list[TensorFidelity]) -> str:
     lines = [f"{'tensor':{width}s}  local dB  total dB  clipped   scale      zp"]
     for r in rows:
         total = "       -" if r.total_db is None else f"{r.total_db:8.1f}"
-        lines.append(f"{r.name:{width}s}  {r.local_db:8.1f}  {total}  {r.clipped:7.1e}  {r.scale:9.4g}  {r.zero_point:4d}")
+        lines.append(
+            f"{r.name:{width}s}  {r.local_db:8.1f}  {total}  {r.clipped:7.1e}  {r.scale:9.4g}  {r.zero_point:4d}"
+        )
     return "\n".join(lines)

@@ -168,7 +168,9 @@ class Graph:
             self.nodes.insert(self.nodes.index(before), node)
         return node
 
-    def set_outputs(self, outputs: Sequence[Value], signature: Sequence[TensorType | None] | None = None) -> None:
+    def set_outputs(
+        self, outputs: Sequence[Value], signature: Sequence[TensorType | None] | None = None
+    ) -> None:
         self.outputs = list(outputs)
         self.output_signature = list(signature) if signature is not None else [v.type for v in outputs]
 
@@ -201,7 +203,9 @@ class Graph:
     def values(self) -> Iterator[Value]:
         """Every value once: inputs, initializers, then node outputs in order."""
         seen: set[int] = set()
-        for v in itertools.chain(self.inputs, self.initializers.values(), (o for n in self.nodes for o in n.outputs)):
+        for v in itertools.chain(
+            self.inputs, self.initializers.values(), (o for n in self.nodes for o in n.outputs)
+        ):
             if id(v) not in seen:
                 seen.add(id(v))
                 yield v
@@ -235,7 +239,9 @@ class Graph:
 
     def toposort(self) -> None:
         """Reorder ``nodes`` topologically (stable); raise GraphError naming a cycle."""
-        self.nodes = toposort_nodes(self.nodes, {id(v) for v in self.inputs} | {id(v) for v in self.initializers.values()})
+        self.nodes = toposort_nodes(
+            self.nodes, {id(v) for v in self.inputs} | {id(v) for v in self.initializers.values()}
+        )
 
 
 def toposort_nodes(nodes: Iterable[Node], available: set[int]) -> list[Node]:
@@ -330,7 +336,9 @@ def result_type(
         shape = shape_from
     if isinstance(elem_from, Value):
         if elem_from.type is None:
-            raise GraphError(f"result_type: value '{elem_from.name}' has no type to take the element type from")
+            raise GraphError(
+                f"result_type: value '{elem_from.name}' has no type to take the element type from"
+            )
         elem = elem_from.type.elem
     elif isinstance(elem_from, TensorType):
         elem = elem_from.elem

@@ -482,7 +482,9 @@ def from_proto(proto: onnx.ModelProto, where: str = "model") -> Model:
     values: dict[str, Value] = {}
     for init in g.initializer:
         arr = numpy_helper.to_array(init)
-        v = graph.add_initializer(init.name, arr, TensorType(elem_from_onnx(init.data_type), tuple(arr.shape)))
+        v = graph.add_initializer(
+            init.name, arr, TensorType(elem_from_onnx(init.data_type), tuple(arr.shape))
+        )
         values[init.name] = v
     for sp in g.sparse_initializer:
         arr = _sparse_to_dense(sp)
@@ -534,7 +536,9 @@ def from_proto(proto: onnx.ModelProto, where: str = "model") -> Model:
     graph.set_outputs(outputs)
     model = Model(
         graph=graph,
-        opset_imports={("" if op.domain == "ai.onnx" else op.domain): int(op.version) for op in proto.opset_import},
+        opset_imports={
+            ("" if op.domain == "ai.onnx" else op.domain): int(op.version) for op in proto.opset_import
+        },
         ir_version=int(proto.ir_version),
         producer_name=proto.producer_name,
         producer_version=proto.producer_version,
@@ -595,7 +599,11 @@ def quant_operands(node: Node) -> list[tuple[tuple[str, int], int, int]]:
 
 
 def quant_type_from_params(
-    node: Node, storage_value: Value | None, scale: Value | None, zero_point: Value | None, axis_default: int = 1
+    node: Node,
+    storage_value: Value | None,
+    scale: Value | None,
+    zero_point: Value | None,
+    axis_default: int = 1,
 ) -> QuantType | None:
     """The QuantType described by constant ``scale``/``zero_point`` inputs of ``node``
     for an operand stored as ``storage_value``'s element type; None when the parameters
@@ -639,7 +647,13 @@ def quant_type_from_params(
     block = node.attrs.get("block_size")
     if block:
         return QuantType(
-            storage, expressed, s.reshape(-1), zp_vals.reshape(-1), axis=axis, block=int(block), scale_shape=s.shape
+            storage,
+            expressed,
+            s.reshape(-1),
+            zp_vals.reshape(-1),
+            axis=axis,
+            block=int(block),
+            scale_shape=s.shape,
         )
     if s.ndim != 1:
         return None
@@ -703,7 +717,9 @@ def annotate_quantized_types(graph: Graph) -> None:
         if v.producer is not None and isinstance(v.elem, QuantType):
             continue  # keeps its producer's type
         if all(q == qs[0] for q in qs):
-            v.type = TensorType(qs[0], v.shape if v.type is not None else (tuple(v.const.shape) if v.is_const else None))
+            v.type = TensorType(
+                qs[0], v.shape if v.type is not None else (tuple(v.const.shape) if v.is_const else None)
+            )
 
 
 # -- export --------------------------------------------------------------------
@@ -784,7 +800,8 @@ def to_proto(model: Model) -> onnx.ModelProto:
     # an output whose value lost its type (the Identity before it removed, its producer
     # unknown to inference) is written with the type it was loaded with
     outputs = [
-        _value_info(v, signature[k] if v.type is None and k < len(signature) else None) for k, v in enumerate(g.outputs)
+        _value_info(v, signature[k] if v.type is None and k < len(signature) else None)
+        for k, v in enumerate(g.outputs)
     ]
     io_names = {v.name for v in g.inputs} | {v.name for v in g.outputs} | set(g.initializers)
     value_info = [
@@ -793,7 +810,9 @@ def to_proto(model: Model) -> onnx.ModelProto:
         for v in n.outputs
         if v.name not in io_names and v.type is not None and v.doc != "omitted optional output"
     ]
-    graph = helper.make_graph(nodes, g.name, inputs, outputs, init_protos, doc_string=g.doc or None, value_info=value_info)
+    graph = helper.make_graph(
+        nodes, g.name, inputs, outputs, init_protos, doc_string=g.doc or None, value_info=value_info
+    )
     opsets = [helper.make_opsetid(d, v) for d, v in sorted(model.opset_imports.items())]
     proto = helper.make_model(
         graph,
@@ -918,8 +937,14 @@ def _infer_unknown_output_ranks(proto: onnx.ModelProto, signature: Sequence[Tens
             vi.type.tensor_type.shape.CopyFrom(tt.shape)
             continue
         loaded = signature[k] if k < len(signature) else None
-        if loaded is not None and loaded.shape is not None and _elem_code(loaded) == vi.type.tensor_type.elem_type:
-            vi.type.tensor_type.shape.CopyFrom(helper.make_tensor_type_proto(1, list(loaded.shape)).tensor_type.shape)
+        if (
+            loaded is not None
+            and loaded.shape is not None
+            and _elem_code(loaded) == vi.type.tensor_type.elem_type
+        ):
+            vi.type.tensor_type.shape.CopyFrom(
+                helper.make_tensor_type_proto(1, list(loaded.shape)).tensor_type.shape
+            )
 
 
 # Tensors of at least this many bytes go to the external data file when a model is
@@ -953,7 +978,10 @@ def _externalize(proto: onnx.ModelProto, location: str, data_file) -> None:
         if t.data_location == TensorProto.EXTERNAL:
             continue
         if not t.HasField("raw_data"):
-            if t.ByteSize() < EXTERNAL_DATA_THRESHOLD or t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+            if t.ByteSize() < EXTERNAL_DATA_THRESHOLD or t.data_type in (
+                TensorProto.STRING,
+                TensorProto.UNDEFINED,
+            ):
                 continue
             t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t), t.name))
         raw = t.raw_data
@@ -1013,15 +1041,21 @@ def save(
         guarded.append(Path(model.path))
     for p in guarded:
         if dest.exists() and p.exists() and os.path.samefile(dest, p):
-            raise FileExistsError(f"{dest}: refusing to overwrite the input model; choose another output path")
+            raise FileExistsError(
+                f"{dest}: refusing to overwrite the input model; choose another output path"
+            )
     if dest.is_dir():
-        raise IsADirectoryError(errno.EISDIR, "is a folder; expected the path of the .onnx file to write", str(dest))
+        raise IsADirectoryError(
+            errno.EISDIR, "is a folder; expected the path of the .onnx file to write", str(dest)
+        )
     folder = dest.parent if str(dest.parent) else Path(".")
     if not folder.is_dir():
         raise FileNotFoundError(f"{dest}: folder {folder} does not exist")
     dest = folder / dest.name
     if external_data is None:
-        external_data = any(source_uses_external_data(p) for p in guarded) or _tensor_bytes(proto.graph) >= PROTO_LIMIT
+        external_data = (
+            any(source_uses_external_data(p) for p in guarded) or _tensor_bytes(proto.graph) >= PROTO_LIMIT
+        )
     if check and proto.ByteSize() < PROTO_LIMIT:
         try:
             onnx.checker.check_model(proto)

@@ -21,7 +21,9 @@ def _clean_dims(tt: onnx.TypeProto.Tensor) -> None:
             d.ClearField("dim_value")
 
 
-def _merged_tensor_type(inferred: onnx.TypeProto.Tensor, declared: onnx.TypeProto.Tensor) -> onnx.TypeProto.Tensor:
+def _merged_tensor_type(
+    inferred: onnx.TypeProto.Tensor, declared: onnx.TypeProto.Tensor
+) -> onnx.TypeProto.Tensor:
     """The inferred type, with the declared dimension kept where inference left one
     unknown (a symbolic name such as ``batch`` is worth keeping). A declared shape of
     another rank, or a declared dimension that contradicts an inferred one, is dropped."""
@@ -67,7 +69,9 @@ def _rank_hints(graph: onnx.GraphProto, got: dict[str, onnx.TypeProto.Tensor]) -
         if n.domain not in ("", "ai.onnx") or not n.output or not n.output[0] or n.output[0] in known:
             continue
         if n.op_type in ("Reshape", "ConstantOfShape"):
-            shape_input = n.input[1] if n.op_type == "Reshape" and len(n.input) > 1 else n.input[0] if n.input else ""
+            shape_input = (
+                n.input[1] if n.op_type == "Reshape" and len(n.input) > 1 else n.input[0] if n.input else ""
+            )
             st = known.get(shape_input)
             if st is None or len(st.shape.dim) != 1 or not st.shape.dim[0].HasField("dim_value"):
                 continue
@@ -91,7 +95,10 @@ def _rank_hints(graph: onnx.GraphProto, got: dict[str, onnx.TypeProto.Tensor]) -
         if target is not None:
             values = numpy_helper.to_array(target).reshape(-1)
             allowzero = any(a.name == "allowzero" and a.i for a in n.attribute)
-            dims = [int(v) if v > 0 or (v == 0 and (allowzero or n.op_type == "ConstantOfShape")) else None for v in values]
+            dims = [
+                int(v) if v > 0 or (v == 0 and (allowzero or n.op_type == "ConstantOfShape")) else None
+                for v in values
+            ]
         hints.append(helper.make_tensor_value_info(n.output[0], elem, dims))
         known[n.output[0]] = hints[-1].type.tensor_type
     return hints
@@ -138,7 +145,11 @@ def reinfer_declared_shapes(proto: onnx.ModelProto) -> None:
             break
         # an element type without a shape (unknown rank) still types the value in the IR;
         # the writer leaves such values out of value_info
-        got = {name: tt for name, tt in tensor_types([*inferred.value_info, *inferred.output]).items() if tt.elem_type}
+        got = {
+            name: tt
+            for name, tt in tensor_types([*inferred.value_info, *inferred.output]).items()
+            if tt.elem_type
+        }
         hints = _rank_hints(inferred, {name: tt for name, tt in got.items() if tt.HasField("shape")})
         if not hints:
             break
@@ -153,7 +164,12 @@ def reinfer_declared_shapes(proto: onnx.ModelProto) -> None:
         if name in outputs:
             continue
         hint = declared_vi.get(name)
-        if not tt.HasField("shape") and hint is not None and hint.HasField("shape") and hint.elem_type == tt.elem_type:
+        if (
+            not tt.HasField("shape")
+            and hint is not None
+            and hint.HasField("shape")
+            and hint.elem_type == tt.elem_type
+        ):
             tt = hint  # inference knows only the element type: the declared shape is the hint
         elif tt.HasField("shape"):
             tt = _merged_tensor_type(tt, hint if hint is not None else tt)

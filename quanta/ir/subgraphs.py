@@ -49,7 +49,9 @@ def subgraph_outer_names(node: onnx.NodeProto | Node) -> list[str]:
     branches, Loop/Scan bodies) read, in first-use order."""
     if isinstance(node, Node):
         graphs = [v for v in node.attrs.values() if isinstance(v, onnx.GraphProto)]
-        graphs += [g for v in node.attrs.values() if isinstance(v, list) for g in v if isinstance(g, onnx.GraphProto)]
+        graphs += [
+            g for v in node.attrs.values() if isinstance(v, list) for g in v if isinstance(g, onnx.GraphProto)
+        ]
     else:
         graphs = _subgraphs(node)
     seen: dict[str, None] = {}

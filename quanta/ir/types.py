@@ -353,15 +353,23 @@ def _fmt(v: float | int) -> str:
     # Shortest decimal that reads back as the same float32 (scales are float32 values).
     f32 = np.float32(v)
     if float(f32) == float(v) and math.isfinite(v):
-        return np.format_float_positional(f32, unique=True, trim="-") if 1e-4 <= abs(v) < 1e6 or v == 0 else (
-            np.format_float_scientific(f32, unique=True, trim="-")
+        return (
+            np.format_float_positional(f32, unique=True, trim="-")
+            if 1e-4 <= abs(v) < 1e6 or v == 0
+            else (np.format_float_scientific(f32, unique=True, trim="-"))
         )
     return repr(float(v))
 
 
 F64, F32, F16, BF16 = FloatType("f64"), FloatType("f32"), FloatType("f16"), FloatType("bf16")
 F8E4M3FN, F8E5M2 = FloatType("f8e4m3fn"), FloatType("f8e5m2")
-I4, I8, I16, I32, I64 = IntType(4, True), IntType(8, True), IntType(16, True), IntType(32, True), IntType(64, True)
+I4, I8, I16, I32, I64 = (
+    IntType(4, True),
+    IntType(8, True),
+    IntType(16, True),
+    IntType(32, True),
+    IntType(64, True),
+)
 U4, U8, U16, U32, U64 = (
     IntType(4, False),
     IntType(8, False),

@@ -47,7 +47,9 @@ def check(graph: Graph, stage: Stage) -> list[str]:
                 where = "is used before it is produced" if v.producer is not None else "is not defined"
                 errors.append(f"{node.op_type} {node.label}: input {k} '{v.name}' {where}")
             if (node, k) not in [(n, i) for n, i in v.uses if n is node]:
-                errors.append(f"{node.op_type} {node.label}: input {k} '{v.name}' is missing from its uses list")
+                errors.append(
+                    f"{node.op_type} {node.label}: input {k} '{v.name}' is missing from its uses list"
+                )
         for v in node.outputs:
             if id(v) in produced:
                 errors.append(f"value '{v.name}' is produced twice ({produced[id(v)]} and {node.label})")

@@ -151,7 +151,9 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         RemoveNoops(),
         DropImpliedActivation(),
         EliminateCommon(),
-        LowerQdqToQLinear(opset, evaluator),  # opset: Softmax's axis (LowerSoftmax); evaluator: tables (LowerLookup)
+        LowerQdqToQLinear(
+            opset, evaluator
+        ),  # opset: Softmax's axis (LowerSoftmax); evaluator: tables (LowerLookup)
         QuantizePad(),  # DQ -> Pad -> Q of one type: the Pad runs on the integers
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
         FuseGeluPass(opset),  # five float ops of a float-island GELU -> one Gelu

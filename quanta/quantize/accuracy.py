@@ -47,6 +47,7 @@ def install(*, compare: Callable[..., Any], outputs: Callable[..., Any]) -> None
     _HOOKS["compare"] = compare
     _HOOKS["outputs"] = outputs
 
+
 METRICS = ("sqnr", "cosine", "mean_cosine", "top1_agreement")
 DEFAULT_MINIMUM = {"sqnr": 30.0, "cosine": 0.999, "mean_cosine": 0.999, "top1_agreement": 0.98}
 
@@ -72,7 +73,9 @@ class AccuracyTarget:
 
     def __post_init__(self) -> None:
         if isinstance(self.metric, str) and self.metric not in METRICS:
-            raise ValueError(f"accuracy metric: unknown {self.metric!r}; expected one of {METRICS} or a callable")
+            raise ValueError(
+                f"accuracy metric: unknown {self.metric!r}; expected one of {METRICS} or a callable"
+            )
         if self.minimum is None:
             if not isinstance(self.metric, str):
                 raise ValueError("accuracy: a callable metric needs a minimum")
@@ -248,20 +251,27 @@ def search(
                 confirmed = confirm(best_path, best_value)
                 if confirmed >= target.minimum:
                     break
-                reason = (f"met on the search data ({best_value:.4g}) but not on the held-out confirmation data "
-                          f"({confirmed:.4g}); more calibration data makes the two agree")
+                reason = (
+                    f"met on the search data ({best_value:.4g}) but not on the held-out confirmation data "
+                    f"({confirmed:.4g}); more calibration data makes the two agree"
+                )
             if steps >= target.max_steps:
-                reason = reason or (f"stopped after {steps} trial fix(es) (max_steps): the best, {best_value:.4g}, "
-                                    f"is below {target.minimum:g}")
+                reason = reason or (
+                    f"stopped after {steps} trial fix(es) (max_steps): the best, {best_value:.4g}, "
+                    f"is below {target.minimum:g}"
+                )
                 break
             if dbg is None or dbg_path != best_path:  # rank again only after a fix was kept
                 dbg = compare(src, best_path, calib[: target.debug_feeds], histograms=True)
                 dbg_path = best_path
-            candidates = [r for r in dbg.worst(len(dbg.nodes)) if r.name not in tried_nodes and r.contribution > 0]
+            candidates = [
+                r for r in dbg.worst(len(dbg.nodes)) if r.name not in tried_nodes and r.contribution > 0
+            ]
             if not candidates:
                 reason = reason or (
                     f"every quantized node with a measurable error was tried; the best, {best_value:.4g}, is below "
-                    f"{target.minimum:g} (the rest of the error comes from nodes no fix improved)")
+                    f"{target.minimum:g} (the rest of the error comes from nodes no fix improved)"
+                )
                 break
             node = candidates[0]
             tried_nodes.add(node.name)
@@ -269,16 +279,28 @@ def search(
             for tname in [node.output, *node.inputs]:
                 t = dbg.tensor(tname)
                 best = None if t is None else t.best_method()
-                if best is not None and best.sqnr_db > t.chosen_sqnr_db + 1.0 and tname not in best_recipe.overrides:
+                if (
+                    best is not None
+                    and best.sqnr_db > t.chosen_sqnr_db + 1.0
+                    and tname not in best_recipe.overrides
+                ):
                     ov = dict(best_recipe.overrides)
                     ov[tname] = TensorOverride(range=(float(best.lo), float(best.hi)))
-                    fixes.append((f"{tname}: range [{best.lo:.4g}, {best.hi:.4g}] from {best.method} calibration "
-                                  f"({t.chosen_sqnr_db:.1f} -> {best.sqnr_db:.1f} dB on the tensor)",
-                                  dataclasses.replace(best_recipe, overrides=ov)))
+                    fixes.append(
+                        (
+                            f"{tname}: range [{best.lo:.4g}, {best.hi:.4g}] from {best.method} calibration "
+                            f"({t.chosen_sqnr_db:.1f} -> {best.sqnr_db:.1f} dB on the tensor)",
+                            dataclasses.replace(best_recipe, overrides=ov),
+                        )
+                    )
             if not any(node.name == e for e in best_recipe.exclude):
-                fixes.append((f"{node.name} ({node.op}) kept float: local SQNR {node.local_db:.1f} dB, "
-                              f"{node.contribution * 100:.0f} % of the estimated output error",
-                              dataclasses.replace(best_recipe, exclude=(*best_recipe.exclude, node.name))))
+                fixes.append(
+                    (
+                        f"{node.name} ({node.op}) kept float: local SQNR {node.local_db:.1f} dB, "
+                        f"{node.contribution * 100:.0f} % of the estimated output error",
+                        dataclasses.replace(best_recipe, exclude=(*best_recipe.exclude, node.name)),
+                    )
+                )
             for text, rec in fixes:
                 steps += 1
                 value, path, summary = measure(rec)

@@ -68,14 +68,18 @@ def _graphs(node: Node) -> list[tuple[str, onnx.GraphProto]]:
     return sorted((k, v) for k, v in node.attrs.items() if isinstance(v, onnx.GraphProto))
 
 
-def _body_model(parent: Model, node: Node, graph: onnx.GraphProto) -> tuple[Model, frozenset[str], dict[str, Any]]:
+def _body_model(
+    parent: Model, node: Node, graph: onnx.GraphProto
+) -> tuple[Model, frozenset[str], dict[str, Any]]:
     """The body as a model, the names of its inputs that stand for outer values, and
     the outer constants it holds as initializers (name -> the outer array)."""
     n_outer = len(node.outer_names)
     outer = node.inputs[len(node.inputs) - n_outer :] if n_outer else []
     sub = subgraph_model(graph, outer, node.outer_names, parent)
     formal = {i.name for i in graph.input}
-    consts = {name: v.const for name, v in zip(node.outer_names, outer) if v is not None and v.const is not None}
+    consts = {
+        name: v.const for name, v in zip(node.outer_names, outer) if v is not None and v.const is not None
+    }
     return sub, frozenset(v.name for v in sub.graph.inputs if v.name not in formal), consts
 
 
@@ -108,7 +112,9 @@ def _same(a: Any, b: Any) -> bool:
 
 def _control_flow_nodes(model: Model) -> list[tuple[int, Node]]:
     return [
-        (k, n) for k, n in enumerate(model.graph.nodes) if n.op_type in CONTROL_FLOW_OPS and not n.domain and _graphs(n)
+        (k, n)
+        for k, n in enumerate(model.graph.nodes)
+        if n.op_type in CONTROL_FLOW_OPS and not n.domain and _graphs(n)
     ]
 
 
@@ -134,7 +140,9 @@ def plan_bodies(model: Model, recipe: Recipe, prefix: str = "") -> list[BodyScop
     for k, node in _control_flow_nodes(model):
         for attribute, graph in _graphs(node):
             sub, outer, consts = _body_model(model, node, graph)
-            scope = BodyScope(f"{prefix}{node_scope(node, k)}/{attribute}/", node, attribute, sub, outer, consts)
+            scope = BodyScope(
+                f"{prefix}{node_scope(node, k)}/{attribute}/", node, attribute, sub, outer, consts
+            )
             scope.plan = plan_qdq(sub.graph, recipe)
             scope.children = plan_bodies(sub, recipe, scope.prefix)
             scopes.append(scope)

@@ -120,8 +120,13 @@ def quantize_dynamic(
 
     proto = to_proto(model)
     for name in _restore_folded_constants(proto, model_input):
-        summary.float_tensors.append((name, "a large constant computed by a subgraph of the input: kept as that "
-                                            "subgraph (folded, it stayed float and only grew the file)"))
+        summary.float_tensors.append(
+            (
+                name,
+                "a large constant computed by a subgraph of the input: kept as that "
+                "subgraph (folded, it stayed float and only grew the file)",
+            )
+        )
     save(proto, model_output, protect=[model.path] if model.path else [])
     summary.seconds = time.perf_counter() - t0
     if model.path and os.path.exists(model.path):
@@ -193,7 +198,11 @@ def _restore_folded_constants(proto: onnx.ModelProto, model_input: Any) -> list[
                 inits.append(orig_inits[name])
                 continue
             n = producers.get(name)
-            if n is None or n.domain not in ("", "ai.onnx") or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+            if (
+                n is None
+                or n.domain not in ("", "ai.onnx")
+                or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute)
+            ):
                 ok = False
                 break
             if any(o and o != t.name and o in available for o in n.output):
@@ -244,7 +253,12 @@ def _dynamic_quantize(g: Graph, x: Value, before: Node, cache: dict) -> tuple[Va
     xq = Value(g.fresh_name(f"{x.name}_quantized"), TensorType(U8, x.shape))
     sx = Value(g.fresh_name(f"{x.name}_scale"), TensorType(F32, ()))
     zx = Value(g.fresh_name(f"{x.name}_zero_point"), TensorType(U8, ()))
-    g.add_node(Node("DynamicQuantizeLinear", [x], [xq, sx, zx], name=g.fresh_name(f"{x.name}_DynamicQuantizeLinear")), before=before)
+    g.add_node(
+        Node(
+            "DynamicQuantizeLinear", [x], [xq, sx, zx], name=g.fresh_name(f"{x.name}_DynamicQuantizeLinear")
+        ),
+        before=before,
+    )
     cache[id(x)] = (xq, sx, zx)
     return cache[id(x)]
 
@@ -274,7 +288,9 @@ class _WeightCache:
             expressed = w.type.elem if w.type is not None and isinstance(w.type.elem, FloatType) else F32
             qw = _weight_type(wdata, plan, expressed, recipe)
             wq_data = quantize_linear(wdata, qw.scale_array(), qw.zero_point_array(), axis=qw.axis)
-            wq = g.add_initializer(g.fresh_name(f"{w.name}_quantized"), wq_data, TensorType(qw, tuple(wq_data.shape)))
+            wq = g.add_initializer(
+                g.fresh_name(f"{w.name}_quantized"), wq_data, TensorType(qw, tuple(wq_data.shape))
+            )
             zw = _const(g, f"{w.name}_zero_point", np.asarray(qw.zero_point[0], dtype=storage.numpy))
             self.entries[key] = (qw, wq, zw)
         return self.entries[key]
@@ -313,12 +329,26 @@ def _rewrite(g: Graph, node: Node, recipe: Recipe, cache: dict, weights: _Weight
         keep = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
         attrs = {k: v for k, v in node.attrs.items() if k in keep}
         types = {k: node.attr_types[k] for k in attrs if k in node.attr_types}
-        integer = Node("ConvInteger", [xq, wq, zx, zw], [acc], attrs, name=g.fresh_name(f"{node.name or 'conv'}_ConvInteger"), attr_types=types)
+        integer = Node(
+            "ConvInteger",
+            [xq, wq, zx, zw],
+            [acc],
+            attrs,
+            name=g.fresh_name(f"{node.name or 'conv'}_ConvInteger"),
+            attr_types=types,
+        )
     else:
-        integer = Node("MatMulInteger", [xq, wq, zx, zw], [acc], name=g.fresh_name(f"{node.name or 'matmul'}_MatMulInteger"))
+        integer = Node(
+            "MatMulInteger",
+            [xq, wq, zx, zw],
+            [acc],
+            name=g.fresh_name(f"{node.name or 'matmul'}_MatMulInteger"),
+        )
     new_nodes = [integer]
     accf = Value(g.fresh_name(f"{y.name}_acc_float"), TensorType(F32, y.shape))
-    new_nodes.append(Node("Cast", [acc], [accf], {"to": TensorProto.FLOAT}, name=g.fresh_name(f"{y.name}_Cast")))
+    new_nodes.append(
+        Node("Cast", [acc], [accf], {"to": TensorProto.FLOAT}, name=g.fresh_name(f"{y.name}_Cast"))
+    )
     # sw (per output channel) * alpha, shaped to broadcast over the output (channel axis 1 for Conv)
     sw = qw.scale_array().astype(np.float32) * np.float32(alpha)
     rank = len(y.shape) if y.shape is not None else wdata.ndim

@@ -143,14 +143,23 @@ class QdqPlan:
         return [
             t.name
             for t in self.tensors.values()
-            if t.role == "activation" and t.inherit_from is None and t.fixed_range is None and t.float_reason is None
+            if t.role == "activation"
+            and t.inherit_from is None
+            and t.fixed_range is None
+            and t.float_reason is None
         ]
 
 
 def _is_float(v: Value | None) -> bool:
-    return v is not None and v.type is not None and isinstance(v.type.elem, FloatType) and v.type.elem.name in (
-        "f32",
-        "f16",
+    return (
+        v is not None
+        and v.type is not None
+        and isinstance(v.type.elem, FloatType)
+        and v.type.elem.name
+        in (
+            "f32",
+            "f16",
+        )
     )
 
 
@@ -231,12 +240,20 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
         if id(node) in inside and id(inside[id(node)]) in kept:
             mul = inside[id(node)]
             plan.decisions.append(
-                NodeDecision(node, False, f"inside the gated activation {mul.label}: one function of its input")
+                NodeDecision(
+                    node, False, f"inside the gated activation {mul.label}: one function of its input"
+                )
             )
             continue
         reason = node_ok(node)
         table = node.input(0)
-        if reason is None and node.op_type == "Gather" and table is not None and table.is_const and _is_float(table):
+        if (
+            reason is None
+            and node.op_type == "Gather"
+            and table is not None
+            and table.is_const
+            and _is_float(table)
+        ):
             # An embedding table: stored int8 per-tensor (weight-only: 4x smaller file),
             # gathered then dequantized; one scale keeps it a view on the integers.
             key = f"{table.name}@{node.name or id(node)}"
@@ -264,7 +281,9 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
                     d.inputs.append((0, want_activation(x)))
                 for o in node.outputs:
                     if _is_float(o):
-                        plan.tensors[o.name] = TensorPlan(o.name, "activation", act_storage, False, inherit_from=x.name)
+                        plan.tensors[o.name] = TensorPlan(
+                            o.name, "activation", act_storage, False, inherit_from=x.name
+                        )
                 d.output = out.name if out is not None and out.name in plan.tensors else None
             plan.decisions.append(d)
             continue
@@ -296,7 +315,9 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
             b = node.input(2)
             if b is not None and b.is_const and _is_float(b) and b.const.ndim == 1 and op != "MatMul":
                 key = f"{b.name}@{node.name or id(node)}"
-                plan.tensors[key] = TensorPlan(b.name, "bias", IntType(32, True), True, bias_of=(x.name, d.inputs[1][1]))
+                plan.tensors[key] = TensorPlan(
+                    b.name, "bias", IntType(32, True), True, bias_of=(x.name, d.inputs[1][1])
+                )
                 d.inputs.append((2, key))
         elif op in NARY_QUANT_OPS:
             for i, v in enumerate(node.inputs):
@@ -333,7 +354,12 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
             for _, key in d.inputs:
                 v = graph.value(key)
                 t = plan.tensors[key]
-                if len(v.uses) == 1 and id(v) not in output_ids and t.inherit_from is None and t.fixed_range is None:
+                if (
+                    len(v.uses) == 1
+                    and id(v) not in output_ids
+                    and t.inherit_from is None
+                    and t.fixed_range is None
+                ):
                     t.share_with = d.output
     return plan
 
@@ -521,7 +547,12 @@ def consumer_channel_weights(graph: Graph, plan: QdqPlan) -> dict[str, tuple[int
             roles = dict(d.inputs) if d is not None and d.quantize else {}
             w_key = roles.get(1)
             w_plan = plan.tensors.get(w_key) if w_key is not None else None
-            if idx != 0 or w_plan is None or w_plan.role != "weight" or node.op_type not in ("Conv", "Gemm", "MatMul"):
+            if (
+                idx != 0
+                or w_plan is None
+                or w_plan.role != "weight"
+                or node.op_type not in ("Conv", "Gemm", "MatMul")
+            ):
                 total = None
                 break
             w = node.input(1).const
@@ -575,9 +606,12 @@ def correct_biases(graph: Graph, plan: QdqPlan, means: dict[str, np.ndarray]) ->
         w = np.asarray(by_name[w_t.name].const, dtype=np.float32)
         wq = w_t.codes
         if wq is None:
-            wq = quantize_linear(w, q.scale_array(), q.zero_point_array(), axis=q.axis, block=q.block,
-                                 dtype=q.storage.numpy)
-        dw = dequantize_linear(wq, q.scale_array(), q.zero_point_array(), axis=q.axis, block=q.block).astype(np.float64)
+            wq = quantize_linear(
+                w, q.scale_array(), q.zero_point_array(), axis=q.axis, block=q.block, dtype=q.storage.numpy
+            )
+        dw = dequantize_linear(wq, q.scale_array(), q.zero_point_array(), axis=q.axis, block=q.block).astype(
+            np.float64
+        )
         dw -= w.astype(np.float64)
         node = d.node
         if node.op_type == "Conv":
@@ -620,8 +654,15 @@ def _block_axis(node_op: str, w: np.ndarray, trans_b: int) -> int | None:
     return None
 
 
-def _blocked_weight_type(w: np.ndarray, axis: int, block: int, storage: IntType, expressed: FloatType,
-                         symmetric: bool, reduce_range: bool) -> QuantType:
+def _blocked_weight_type(
+    w: np.ndarray,
+    axis: int,
+    block: int,
+    storage: IntType,
+    expressed: FloatType,
+    symmetric: bool,
+    reduce_range: bool,
+) -> QuantType:
     """Per-block parameters (sub-channel, as MatMulNBits / DequantizeLinear-21
     ``block_size``): one scale per ``block`` consecutive values along ``axis`` (the
     reduction axis), per output column. The last block may be short."""
@@ -635,11 +676,13 @@ def _blocked_weight_type(w: np.ndarray, axis: int, block: int, storage: IntType,
     blocks = padded.reshape(nb, block, *w64.shape[1:])
     lo = np.nanmin(blocks, axis=1)
     hi = np.nanmax(blocks, axis=1)
-    scale, zp = compute_scale_zero_point(lo, hi, storage, symmetric=symmetric, reduce_range=reduce_range,
-                                         expressed=expressed)
+    scale, zp = compute_scale_zero_point(
+        lo, hi, storage, symmetric=symmetric, reduce_range=reduce_range, expressed=expressed
+    )
     scale, zp = np.moveaxis(scale, 0, axis), np.moveaxis(zp, 0, axis)
-    return QuantType(storage, expressed, scale.reshape(-1), zp.reshape(-1), axis=axis, block=block,
-                     scale_shape=scale.shape)
+    return QuantType(
+        storage, expressed, scale.reshape(-1), zp.reshape(-1), axis=axis, block=block, scale_shape=scale.shape
+    )
 
 
 def _weight_type(w: np.ndarray, t: TensorPlan, expressed: FloatType, recipe: Recipe) -> QuantType:
@@ -722,7 +765,9 @@ def _insert_activation_qdq(graph: Graph, v: Value, q: QuantType) -> None:
     if v.is_const:
         # A constant operand is stored quantized: initializer + DequantizeLinear, no Q node.
         data = quantize_linear(np.asarray(v.const, dtype=np.float32), scale, zp, axis=q.axis)
-        wq = graph.add_initializer(graph.fresh_name(f"{v.name}_quantized"), data, TensorType(q, tuple(data.shape)))
+        wq = graph.add_initializer(
+            graph.fresh_name(f"{v.name}_quantized"), data, TensorType(q, tuple(data.shape))
+        )
         out = Value(graph.fresh_name(f"{v.name}_dequantized"), v.type)
         users = list(v.uses)
         dq = Node("DequantizeLinear", [wq, s, z], [out], name=graph.fresh_name(f"{v.name}_DequantizeLinear"))
@@ -776,7 +821,8 @@ def _insert_constant_dq(graph: Graph, node: Node, idx: int, w: Value, t: TensorP
     if q.block is not None:
         attrs["block_size"] = int(q.block)
     out = Value(graph.fresh_name(f"{w.name}_dequantized"), w.type)
-    dq = Node("DequantizeLinear", [wq, s, z], [out], attrs, name=graph.fresh_name(f"{w.name}_DequantizeLinear"))
+    dq = Node(
+        "DequantizeLinear", [wq, s, z], [out], attrs, name=graph.fresh_name(f"{w.name}_DequantizeLinear")
+    )
     graph.add_node(dq, before=node)
     node.replace_input(idx, out)
-

@@ -187,19 +187,25 @@ class Recipe:
                 self.method = CalibrationMethod(self.method.lower())
             except ValueError:
                 choices = ", ".join(m.value for m in CalibrationMethod)
-                raise RecipeError(f"method: unknown calibration method {self.method!r}; expected one of {choices}") from None
+                raise RecipeError(
+                    f"method: unknown calibration method {self.method!r}; expected one of {choices}"
+                ) from None
         if isinstance(self.recurrent, str):
             try:
                 self.recurrent = RecurrentMode(self.recurrent.lower())
             except ValueError:
                 choices = ", ".join(m.value for m in RecurrentMode)
-                raise RecipeError(f"recurrent: unknown mode {self.recurrent!r}; expected one of {choices}") from None
+                raise RecipeError(
+                    f"recurrent: unknown mode {self.recurrent!r}; expected one of {choices}"
+                ) from None
         if isinstance(self.subgraphs, str):
             try:
                 self.subgraphs = SubgraphMode(self.subgraphs.lower())
             except ValueError:
                 choices = ", ".join(m.value for m in SubgraphMode)
-                raise RecipeError(f"subgraphs: unknown mode {self.subgraphs!r}; expected one of {choices}") from None
+                raise RecipeError(
+                    f"subgraphs: unknown mode {self.subgraphs!r}; expected one of {choices}"
+                ) from None
         storage_from_name(self.activation_type, "activation_type")
         storage_from_name(self.weight_type, "weight_type")
         if self.activation_type.lower() in ("int4", "uint4"):
@@ -214,7 +220,8 @@ class Recipe:
             except re.error as e:
                 raise RecipeError(f"exclude: {pat!r} is not a valid regular expression ({e})") from None
         self.overrides = {
-            k: v if isinstance(v, TensorOverride) else _override_from(k, v) for k, v in dict(self.overrides).items()
+            k: v if isinstance(v, TensorOverride) else _override_from(k, v)
+            for k, v in dict(self.overrides).items()
         }
         if not 0.0 < self.percentile <= 100.0:
             raise RecipeError(f"percentile: expected a value in (0, 100], got {self.percentile}")
@@ -223,13 +230,17 @@ class Recipe:
         if self.weight_bits not in (7, 8):
             raise RecipeError(f"weight_bits: expected 7 or 8, got {self.weight_bits!r}")
         if self.weight_bits == 7 and self.weight_type.lower() not in ("int8", "uint8"):
-            raise RecipeError(f"weight_bits: 7 applies to int8/uint8 weights, got weight_type {self.weight_type!r}")
+            raise RecipeError(
+                f"weight_bits: 7 applies to int8/uint8 weights, got weight_type {self.weight_type!r}"
+            )
         if self.weight_rounding not in ("nearest", "gptq"):
             raise RecipeError(f"weight_rounding: expected 'nearest' or 'gptq', got {self.weight_rounding!r}")
         if self.smooth_quant is not None and not 0.0 < float(self.smooth_quant) < 1.0:
             raise RecipeError(f"smooth_quant: expected an alpha in (0, 1) or None, got {self.smooth_quant}")
         if self.weight_block_size <= 0:
-            raise RecipeError(f"weight_block_size: expected a positive block size, got {self.weight_block_size}")
+            raise RecipeError(
+                f"weight_block_size: expected a positive block size, got {self.weight_block_size}"
+            )
 
     @property
     def activation_storage(self) -> IntType:
@@ -251,7 +262,11 @@ class Recipe:
         d["op_types"] = sorted(self.op_types)
         d["exclude"] = list(self.exclude)
         d["overrides"] = {
-            k: {kk: (list(vv) if isinstance(vv, tuple) else vv) for kk, vv in asdict(v).items() if vv is not None}
+            k: {
+                kk: (list(vv) if isinstance(vv, tuple) else vv)
+                for kk, vv in asdict(v).items()
+                if vv is not None
+            }
             for k, v in sorted(self.overrides.items())
         }
         return d
@@ -287,7 +302,9 @@ class Recipe:
             try:
                 import yaml
             except ImportError:
-                raise RecipeError(f"{p}: YAML recipes need PyYAML (pip install pyyaml), or use JSON") from None
+                raise RecipeError(
+                    f"{p}: YAML recipes need PyYAML (pip install pyyaml), or use JSON"
+                ) from None
             try:
                 data = yaml.safe_load(text)
             except yaml.YAMLError as e:
@@ -307,7 +324,9 @@ def _override_from(name: str, v: Any) -> TensorOverride:
         raise RecipeError(f"overrides['{name}']: expected a mapping with range/dtype/symmetric")
     unknown = set(v) - {"range", "dtype", "symmetric"}
     if unknown:
-        raise RecipeError(f"overrides['{name}']: unknown key(s) {sorted(unknown)}; expected range, dtype, symmetric")
+        raise RecipeError(
+            f"overrides['{name}']: unknown key(s) {sorted(unknown)}; expected range, dtype, symmetric"
+        )
     rng = v.get("range")
     if rng is not None:
         if len(rng) != 2 or not float(rng[0]) <= float(rng[1]):

@@ -76,7 +76,9 @@ class LstmWeights:
             qw = _weight_type(rows, plan, F32, self.recipe)
             q = quantize_linear(rows, qw.scale_array(), qw.zero_point_array(), axis=0).reshape(d, n, k)
             shape = (d, n) if per_channel else (d,)
-            wq = g.add_initializer(g.fresh_name(f"{w.name}_quantized"), np.ascontiguousarray(q.transpose(0, 2, 1)))
+            wq = g.add_initializer(
+                g.fresh_name(f"{w.name}_quantized"), np.ascontiguousarray(q.transpose(0, 2, 1))
+            )
             scale = g.add_initializer(
                 g.fresh_name(f"{w.name}_scale"), qw.scale_array().astype(np.float32).reshape(shape)
             )
@@ -106,8 +108,13 @@ def rewrite_lstm(node: Node, weights: LstmWeights) -> Node:
         v.producer = None
     g.remove_node(node)
     new = Node(
-        "DynamicQuantizeLSTM", [x, wq, rq, *rest, ws, wz, rs, rz], outputs, attrs,
-        name=g.fresh_name(f"{node.name}_quant" if node.name else "lstm_quant"), domain=MS_DOMAIN, attr_types=types,
+        "DynamicQuantizeLSTM",
+        [x, wq, rq, *rest, ws, wz, rs, rz],
+        outputs,
+        attrs,
+        name=g.fresh_name(f"{node.name}_quant" if node.name else "lstm_quant"),
+        domain=MS_DOMAIN,
+        attr_types=types,
     )
     g.add_node(new, before=anchor)
     model.opset_imports.setdefault(MS_DOMAIN, 1)

@@ -131,7 +131,11 @@ class RoundedLayer:
                 return "auto_pad"
             return None
         if op == "Gemm":
-            return "transposed input" if node.attrs.get("transA", 0) else (None if w.ndim == 2 else "weight rank")
+            return (
+                "transposed input"
+                if node.attrs.get("transA", 0)
+                else (None if w.ndim == 2 else "weight rank")
+            )
         if op == "MatMul":
             return None if w.ndim == 2 else "weight rank"
         return "op"

@@ -65,8 +65,11 @@ def plan_smoothing(graph: Graph, op_types: frozenset[str]) -> list[SmoothSite]:
         x = mul.outputs[0]
         users = x.consumers()
         if not users or any(
-            u.op_type not in ("MatMul", "Gemm") or u.op_type not in op_types or u.inputs[0] is not x
-            or (u.op_type == "Gemm" and u.attrs.get("transA", 0)) or _weight_rows(u) is None
+            u.op_type not in ("MatMul", "Gemm")
+            or u.op_type not in op_types
+            or u.inputs[0] is not x
+            or (u.op_type == "Gemm" and u.attrs.get("transA", 0))
+            or _weight_rows(u) is None
             for u in users
         ):
             continue
@@ -96,7 +99,9 @@ def apply_smoothing(graph: Graph, sites: list[SmoothSite], alpha: float) -> list
         cv = site.mul.inputs[site.const_index]
         c = np.asarray(cv.const)
         new_c = (np.broadcast_to(c.reshape(-1), s.shape) / s).astype(c.dtype)
-        site.mul.replace_input(site.const_index, graph.add_initializer(graph.fresh_name(f"{cv.name}_smoothed"), new_c))
+        site.mul.replace_input(
+            site.const_index, graph.add_initializer(graph.fresh_name(f"{cv.name}_smoothed"), new_c)
+        )
         for u in site.consumers:
             wv = u.inputs[1]
             w = np.asarray(wv.const)

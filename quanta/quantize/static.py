@@ -122,7 +122,9 @@ class QuantizationSummary:
             lines.append("float by design: " + ", ".join(f"{op} {n}" for op, n in sorted(kept.items())))
         if inside:
             lines.append(
-                "float inside subgraphs (" + SUBGRAPH_STATIC_REASON + "): "
+                "float inside subgraphs ("
+                + SUBGRAPH_STATIC_REASON
+                + "): "
                 + ", ".join(f"{op} {n}" for op, n in sorted(inside.items()))
             )
         if interesting:
@@ -233,8 +235,9 @@ def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, 
             qmin, qmax = quant_range(storage, symmetric=symmetric, reduce_range=recipe.reduce_range)
             if method is CalibrationMethod.WEIGHTED_MSE:
                 axis, weights = (channel_weights or {})[name]
-                return WeightedMSEObserver(axis=axis, weights=weights, qmin=qmin, qmax=qmax, symmetric=symmetric,
-                                           **bins)
+                return WeightedMSEObserver(
+                    axis=axis, weights=weights, qmin=qmin, qmax=qmax, symmetric=symmetric, **bins
+                )
             return MSEObserver(qmin=qmin, qmax=qmax, symmetric=symmetric, **bins)
         raise AssertionError(method)
 
@@ -287,7 +290,9 @@ def quantize_static(
     t0 = time.perf_counter()
     recipe = _recipe_from(recipe, options)
     if accuracy is not None:
-        return _quantize_to_target(model_input, model_output, calibration_data, recipe, preprocess, verbose, accuracy)
+        return _quantize_to_target(
+            model_input, model_output, calibration_data, recipe, preprocess, verbose, accuracy
+        )
     model = load_for_quantization(model_input, min_opset=21 if recipe.weight_storage.bits == 4 else MIN_OPSET)
     prepare_float_graph(model)
     quantize_inside = recipe.subgraphs is not SubgraphMode.FLOAT
@@ -299,7 +304,9 @@ def quantize_static(
         smoothed = _smooth(model, calibration_data, recipe, preprocess)
         # the Mul that produces a balanced activation stays float: its own inputs keep the
         # outliers the balancing moved out of its output (no MACs: the share is unchanged)
-        plan_recipe = dataclasses.replace(recipe, exclude=(*recipe.exclude, *(re.escape(n) for n in smoothed)))
+        plan_recipe = dataclasses.replace(
+            recipe, exclude=(*recipe.exclude, *(re.escape(n) for n in smoothed))
+        )
     plan = plan_qdq(graph, plan_recipe)
     bodies = plan_bodies(model, body_recipe(recipe)) if quantize_inside else []
     ranges = {}
@@ -332,8 +339,10 @@ def quantize_static(
             if taps:
                 # GPTQ's statistics are streamed into callbacks of this process; they
                 # have no mergeable state a shard could return.
-                raise ValueError(f"weight_rounding='gptq' calibrates in one process; engine={engine!r} "
-                                 f"with workers={workers} cannot collect its statistics")
+                raise ValueError(
+                    f"weight_rounding='gptq' calibrates in one process; engine={engine!r} "
+                    f"with workers={workers} cannot collect its statistics"
+                )
             from quanta.scale import calibrate_sharded, make_engine
 
             run = functools.partial(calibrate_sharded, engine=make_engine(engine, workers, address))
@@ -401,13 +410,22 @@ def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> list[str]:
     sites = plan_smoothing(model.graph, recipe.op_types)
     if not sites:
         return []
-    calibrate(model, [], data, make_observer_factory(recipe), preprocess=preprocess, limit=recipe.calibration_samples,
-              progress=False, taps={s.x.name: [s.observe] for s in sites})
+    calibrate(
+        model,
+        [],
+        data,
+        make_observer_factory(recipe),
+        preprocess=preprocess,
+        limit=recipe.calibration_samples,
+        progress=False,
+        taps={s.x.name: [s.observe] for s in sites},
+    )
     return apply_smoothing(model.graph, sites, float(recipe.smooth_quant))
 
 
-def _quantize_to_target(model_input, model_output, calibration_data, recipe: Recipe, preprocess, verbose: bool,
-                        accuracy: Any) -> QuantizationSummary:
+def _quantize_to_target(
+    model_input, model_output, calibration_data, recipe: Recipe, preprocess, verbose: bool, accuracy: Any
+) -> QuantizationSummary:
     """quantize_static with an accuracy target: the feeds are read once (they are split
     into calibration / search / confirmation parts), then quanta.quantize.accuracy.search."""
     from quanta.calibrate.readers import iter_feeds
@@ -416,7 +434,9 @@ def _quantize_to_target(model_input, model_output, calibration_data, recipe: Rec
     if not isinstance(accuracy, AccuracyTarget):
         raise TypeError(f"accuracy: expected a quanta.AccuracyTarget, got {type(accuracy).__name__}")
     inputs = load_for_quantization(model_input).graph.inputs
-    feeds = list(iter_feeds(calibration_data, inputs, preprocess=preprocess, limit=recipe.calibration_samples))
+    feeds = list(
+        iter_feeds(calibration_data, inputs, preprocess=preprocess, limit=recipe.calibration_samples)
+    )
     if accuracy.eval_data is not None:
         accuracy = dataclasses.replace(accuracy, eval_data=list(iter_feeds(accuracy.eval_data, inputs)))
 
@@ -483,7 +503,8 @@ def body_recipe(recipe: Recipe) -> Recipe:
 
 def _has_subgraphs(node) -> bool:
     return any(
-        isinstance(v, onnx.GraphProto) or (isinstance(v, list) and any(isinstance(g, onnx.GraphProto) for g in v))
+        isinstance(v, onnx.GraphProto)
+        or (isinstance(v, list) and any(isinstance(g, onnx.GraphProto) for g in v))
         for v in node.attrs.values()
     )
 

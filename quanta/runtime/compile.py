@@ -129,7 +129,9 @@ def run_passes(model: Model, passes: Sequence[Pass]) -> PipelineResult | None:
     return PassManager(passes).run(model)
 
 
-def bind_kernels(model: Model, target: Target, num_threads: int = 1, *, as_written: bool = False) -> list[Kernel]:
+def bind_kernels(
+    model: Model, target: Target, num_threads: int = 1, *, as_written: bool = False
+) -> list[Kernel]:
     """One kernel per node, in graph order. If / Loop / Scan get the runtime's kernel
     over their bodies compiled for ``target`` (:mod:`quanta.runtime.control_flow`; with
     ``as_written`` no pass runs on the bodies)."""
@@ -140,7 +142,9 @@ def bind_kernels(model: Model, target: Target, num_threads: int = 1, *, as_writt
     for k, node in enumerate(model.graph.nodes):
         if node.op_type in CONTROL_FLOW_OPS and node.domain == "":
             kernels.append(
-                control_flow_kernel(model, node, target, num_threads, node_scope(node, k), as_written=as_written)
+                control_flow_kernel(
+                    model, node, target, num_threads, node_scope(node, k), as_written=as_written
+                )
             )
         else:
             kernels.append(target.select_kernel(model, node))

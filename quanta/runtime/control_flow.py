@@ -117,7 +117,11 @@ class Body:
     specialized: dict[tuple, Executor | bool] = field(default_factory=dict)  # False: did not compile
 
     def run(self, formal: Sequence[Any], outer: Sequence[Any]) -> list[Any]:
-        args = [*formal, *[outer[i] for i in self.outer_index]] if formal else [outer[i] for i in self.outer_index]
+        args = (
+            [*formal, *[outer[i] for i in self.outer_index]]
+            if formal
+            else [outer[i] for i in self.outer_index]
+        )
         on_value = _ON_VALUE.get()
         if on_value is None:
             signature = tuple([(a.shape, a.dtype) if isinstance(a, np.ndarray) else None for a in args])
@@ -364,7 +368,9 @@ def _scan_kernel(body: Body, n_own: int, attrs: dict[str, Any]) -> Callable[...,
         axes = [a + x.ndim if a < 0 else a for a, x in zip(in_axes, xs)]
         lengths = {x.shape[a] for a, x in zip(axes, xs)}
         if len(lengths) != 1:
-            raise ValueError(f"Scan: the scan inputs have different lengths along their scan axes: {sorted(lengths)}")
+            raise ValueError(
+                f"Scan: the scan inputs have different lengths along their scan axes: {sorted(lengths)}"
+            )
         steps = lengths.pop()
         outs: list[list[np.ndarray]] = [[] for _ in range(n_scan_out)]
         for t in range(steps):

@@ -47,7 +47,9 @@ def lowered_coverage(model: Model, shapes: Mapping[str, tuple[int, ...]] | None 
     return report
 
 
-def _add_bodies(report: CoverageReport, model: Model, shapes: Mapping[str, tuple[int, ...]], prefix: str = "") -> None:
+def _add_bodies(
+    report: CoverageReport, model: Model, shapes: Mapping[str, tuple[int, ...]], prefix: str = ""
+) -> None:
     """Add the compute nodes of ``model``'s If / Loop / Scan bodies to ``report``, named
     ``{node}/{attribute}/{name}``, each body lowered as a session compiles it.
 
@@ -77,7 +79,9 @@ def _add_bodies(report: CoverageReport, model: Model, shapes: Mapping[str, tuple
             sub = subgraph_model(graph, typed, node.outer_names, model, fresh_shapes=fresh)
             if fresh and node.op_type == "If":  # as a session runs a branch for known shapes
                 sub = fold_static_ifs(sub)
-            body_shapes = {name[len(body_prefix) :]: s for name, s in shapes.items() if name.startswith(body_prefix)}
+            body_shapes = {
+                name[len(body_prefix) :]: s for name, s in shapes.items() if name.startswith(body_prefix)
+            }
             part = lowered_coverage(sub, body_shapes)  # nested bodies included
             for c in part.nodes:
                 c.name = body_prefix + c.name
@@ -139,4 +143,3 @@ def _iterations(node, shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, str]:
             if axis < len(shape) and isinstance(shape[axis], int) and shape[axis] > 0:
                 return int(shape[axis]), "scan length"
     return 1, "scan length unknown: one iteration counted"
-

@@ -189,7 +189,10 @@ class Executor(Executable):
                 # fewest Python calls: a known signature that uses no arena
                 if signature is None or not self._call_in_order:
                     signature = tuple(
-                        [(a.shape, a.dtype) if isinstance(a, np.ndarray) else None for a in map(args.__getitem__, order)]
+                        [
+                            (a.shape, a.dtype) if isinstance(a, np.ndarray) else None
+                            for a in map(args.__getitem__, order)
+                        ]
                     )
                 bound = self._bound.get(signature)
                 if bound is not None and bound.arena is None and len(self._bound) == 1:
@@ -273,7 +276,9 @@ class Executor(Executable):
             else:
                 self._run_fast(vals, plain)
         else:
-            self._run_instrumented(vals, bound.steps if plain is None else plain, on_value, self.profiler, None, bound.specs)
+            self._run_instrumented(
+                vals, bound.steps if plain is None else plain, on_value, self.profiler, None, bound.specs
+            )
 
     def _run_fast(self, vals: list[Any], steps: list[_StepTuple]) -> None:
         # Unrolled for 1-3 inputs and no keyword arguments: a list comprehension and an
@@ -420,7 +425,11 @@ class Executor(Executable):
         return BoundRun(steps, specs, memory, arena, frozenset(resident))
 
     def _specialize(
-        self, steps: list[_StepTuple], specs: Specs, captured: dict[int, np.ndarray], views: dict[int, np.ndarray]
+        self,
+        steps: list[_StepTuple],
+        specs: Specs,
+        captured: dict[int, np.ndarray],
+        views: dict[int, np.ndarray],
     ) -> None:
         """Replaces in ``steps`` the call of every kernel that offers ``specialize`` by the
         callable it returns for this signature (its output view bound in; no keyword

@@ -59,7 +59,15 @@ SHAPE_ARGS: dict[str, tuple[int, ...]] = {
 
 #: Operators whose values are not a function of their inputs.
 NONDETERMINISTIC = frozenset(
-    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+        "Dropout",
+    }
 )
 
 _DOMAINS = ("", "ai.onnx", "com.microsoft")
@@ -92,7 +100,9 @@ def signature_static_steps(plan: Plan) -> frozenset[int]:
         if known and op in ("Shape", "Size") and ins and ins[0] in shape_stable:
             is_static = True
         else:
-            is_static = known and op not in NONDETERMINISTIC and bool(ins) and all(i in value_static for i in ins)
+            is_static = (
+                known and op not in NONDETERMINISTIC and bool(ins) and all(i in value_static for i in ins)
+            )
         if is_static:
             value_static.update(outs)
             shape_stable.update(outs)

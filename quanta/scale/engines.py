@@ -30,7 +30,11 @@ class Engine(Protocol):
     workers: int
 
     def map(
-        self, fn: Callable[[Any, Any], Any], shared: Any, items: Sequence[Any], progress: Progress | None = None
+        self,
+        fn: Callable[[Any, Any], Any],
+        shared: Any,
+        items: Sequence[Any],
+        progress: Progress | None = None,
     ) -> list[Any]: ...
 
 
@@ -158,5 +162,7 @@ class ShardProgress:
     def __call__(self, done: int, total: int) -> None:
         if self.enabled:
             end = "\n" if done == total else ""
-            sys.stderr.write(f"\r{self.what}: {done}/{total} shards, {time.perf_counter() - self.t0:.1f} s{end}")
+            sys.stderr.write(
+                f"\r{self.what}: {done}/{total} shards, {time.perf_counter() - self.t0:.1f} s{end}"
+            )
             sys.stderr.flush()

@@ -111,7 +111,12 @@ class _FileRunner:
 
 
 def run_folder(
-    inputs: str, out_dir: str, session_factory: Callable[[], Any], *, concurrency: int = 2, num_cpus: float = 1
+    inputs: str,
+    out_dir: str,
+    session_factory: Callable[[], Any],
+    *,
+    concurrency: int = 2,
+    num_cpus: float = 1,
 ) -> tuple[int, int]:
     """Run every ``inputs/*.npz`` feed, writing ``out_dir/<same name>.npz``; inputs whose
     output exists are skipped (resume). Returns (run now, skipped)."""

@@ -102,7 +102,9 @@ def reference_kernel(node: Node, *, fallback: str = "") -> Kernel:
     """The NumPy twin of ``node`` as a Kernel (``fallback``: why a native target used it)."""
     fn = get_op(node.op_type, node.domain)
     if fn is None:
-        raise TargetError(f"node {node.label}: operator {node.domain or 'ai.onnx'}::{node.op_type} has no reference implementation")
+        raise TargetError(
+            f"node {node.label}: operator {node.domain or 'ai.onnx'}::{node.op_type} has no reference implementation"
+        )
     return Kernel(fn, "reference", f"reference:{node.op_type}", fallback=fallback)
 
 
@@ -113,7 +115,9 @@ class ReferenceTarget(Target):
         if get_op(node.op_type, node.domain) is None:
             domain = node.domain or "ai.onnx"
             return f"operator {domain}::{node.op_type} has no reference implementation"
-        if node.domain not in model.opset_imports and not (node.domain == "" and "ai.onnx" in model.opset_imports):
+        if node.domain not in model.opset_imports and not (
+            node.domain == "" and "ai.onnx" in model.opset_imports
+        ):
             return f"model imports no opset for domain '{node.domain or 'ai.onnx'}'"
         return None
 

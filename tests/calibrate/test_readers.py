@@ -65,10 +65,22 @@ def test_iter_feeds_refuses_pickled_npz(tmp_path):
 @pytest.mark.parametrize(
     ("feed", "message"),
     [
-        ({"y": np.zeros((1, 3, 4, 5), np.float32)}, "calibration sample 0: unknown input 'y'; the model expects 'x' tensor<Nx3x4x5, f32>"),
-        ({"x": np.zeros((1, 3, 4, 5), np.float64)}, "calibration sample 0: input 'x' has dtype float64, the model expects float32"),
-        ({"x": np.zeros((3, 4, 5), np.float32)}, "calibration sample 0: input 'x' has shape [3, 4, 5] (rank 3), the model expects rank 4 ['N', 3, 4, 5]"),
-        ({"x": np.zeros((1, 3, 4, 6), np.float32)}, "calibration sample 0: input 'x' dimension 3 is 6, the model expects 5 (shape ['N', 3, 4, 5])"),
+        (
+            {"y": np.zeros((1, 3, 4, 5), np.float32)},
+            "calibration sample 0: unknown input 'y'; the model expects 'x' tensor<Nx3x4x5, f32>",
+        ),
+        (
+            {"x": np.zeros((1, 3, 4, 5), np.float64)},
+            "calibration sample 0: input 'x' has dtype float64, the model expects float32",
+        ),
+        (
+            {"x": np.zeros((3, 4, 5), np.float32)},
+            "calibration sample 0: input 'x' has shape [3, 4, 5] (rank 3), the model expects rank 4 ['N', 3, 4, 5]",
+        ),
+        (
+            {"x": np.zeros((1, 3, 4, 6), np.float32)},
+            "calibration sample 0: input 'x' dimension 3 is 6, the model expects 5 (shape ['N', 3, 4, 5])",
+        ),
         ({}, "calibration sample 0: missing input(s) ['x']; the model expects 'x' tensor<Nx3x4x5, f32>"),
         ([1, 2], "calibration sample 0: expected a dict of input name -> array, got list"),
     ],

@@ -66,8 +66,11 @@ def test_bench_counts_the_fallbacks_that_run_once_per_input_shape(tmp_path, caps
     dims = ["--dim", "B=2", "--dim", "S=5"]
     assert main(["bench", str(p), *dims, "--threads", "1", "--warmup", "1", "--runs", "2"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("fallbacks"))
-    m = re.fullmatch(r"fallbacks: (\d+) of \d+ steps ran on reference kernels \((\d+) of them once per input shape: "
-                     r"signature-static\)", line)
+    m = re.fullmatch(
+        r"fallbacks: (\d+) of \d+ steps ran on reference kernels \((\d+) of them once per input shape: "
+        r"signature-static\)",
+        line,
+    )
     assert m and 0 < int(m.group(2)) < int(m.group(1)), line  # the NonZero branch keeps running
 
 
@@ -140,7 +143,10 @@ def test_bench_dim_names_a_symbolic_dimension_and_integer_inputs_are_ones(tmp_pa
     feeds = random_feeds(sess, batch=2, dims={names[1]: 37})
     assert feeds["x"].shape[:2] == (2, 37)
     assert feeds["mask"].dtype.kind == "i" and (feeds["mask"] == 1).all()  # ones: a valid mask / token id
-    assert main(["bench", str(p), "--threads", "1", "--warmup", "0", "--runs", "1", "--dim", f"{names[1]}=37"]) == 0
+    assert (
+        main(["bench", str(p), "--threads", "1", "--warmup", "0", "--runs", "1", "--dim", f"{names[1]}=37"])
+        == 0
+    )
     assert "x[1, 37, " in capsys.readouterr().out
 
 

@@ -45,7 +45,9 @@ def test_run_with_random_inputs_and_npz_output(qdq_path, tmp_path, capsys):
 def test_run_with_inputs_file(qdq_path, tmp_path):
     x = np.random.default_rng(0).standard_normal((1, 3, 9, 5)).astype(np.float32)
     np.savez(tmp_path / "x.npz", x=x)
-    assert main(["run", str(qdq_path), "--inputs", str(tmp_path / "x.npz"), "-o", str(tmp_path / "y.npz")]) == 0
+    assert (
+        main(["run", str(qdq_path), "--inputs", str(tmp_path / "x.npz"), "-o", str(tmp_path / "y.npz")]) == 0
+    )
     import quanta
 
     want = quanta.InferenceSession(str(qdq_path), backend="reference").run(None, {"x": x})[0]
@@ -102,7 +104,10 @@ def test_quantize_command_static_and_dynamic(tmp_path, capsys):
     assert "percentile calibration on 3 feed(s) of the data" in text and f"wrote {out}" in text
     recipe = tmp_path / "r.json"
     recipe.write_text('{"per_channel": false, "exclude": ["fc"]}')
-    assert main(["quantize", str(src), "-o", str(tmp_path / "d.onnx"), "--dynamic", "--recipe", str(recipe)]) == 0
+    assert (
+        main(["quantize", str(src), "-o", str(tmp_path / "d.onnx"), "--dynamic", "--recipe", str(recipe)])
+        == 0
+    )
     assert "fc (Gemm): excluded by the recipe" in capsys.readouterr().out
 
 
@@ -111,7 +116,9 @@ def test_quantize_command_user_errors(tmp_path, capsys):
     onnx.save(models.float_cnn(), src)
     assert main(["quantize", str(src), "-o", str(tmp_path / "q.onnx")]) == 2
     assert "static quantization needs --calib DATA" in capsys.readouterr().err
-    assert main(["quantize", str(src), "-o", str(tmp_path / "q.onnx"), "--calib", str(tmp_path / "nope")]) == 2
+    assert (
+        main(["quantize", str(src), "-o", str(tmp_path / "q.onnx"), "--calib", str(tmp_path / "nope")]) == 2
+    )
     assert capsys.readouterr().err == f"quanta: error: {tmp_path / 'nope'}: no such file or folder\n"
     assert main(["quantize", str(src), "-o", str(src), "--dynamic"]) == 2
     assert "refusing to overwrite the input model" in capsys.readouterr().err
@@ -122,7 +129,10 @@ def test_inspect_lowered_prints_graph_and_fusion_coverage(qdq_path, capsys):
     out = capsys.readouterr().out
     assert "= com.microsoft::QLinearConv(%xq_nhwc, %xs, %xz, %wq, %ws, " in out
     assert "channels_last=1" in out
-    assert "fusion coverage: 1 of 1 compute nodes run as integer kernels; 100.0 % of 8,505 multiply-accumulates" in out
+    assert (
+        "fusion coverage: 1 of 1 compute nodes run as integer kernels; 100.0 % of 8,505 multiply-accumulates"
+        in out
+    )
     assert "channels-last: 1 operators exchange NHWC tensors; 2 Transposes at the regions' edges" in out
 
 
@@ -143,9 +153,15 @@ def test_quantize_output_errors_are_one_line_and_leave_nothing(tmp_path, capsys)
     src = tmp_path / "cnn.onnx"
     onnx.save(models.float_cnn(), src)
     assert main(["quantize", str(src), "-o", str(tmp_path / "no" / "q.onnx"), "--dynamic"]) == 2
-    assert capsys.readouterr().err == f"quanta: error: {tmp_path / 'no' / 'q.onnx'}: folder {tmp_path / 'no'} does not exist\n"
+    assert (
+        capsys.readouterr().err
+        == f"quanta: error: {tmp_path / 'no' / 'q.onnx'}: folder {tmp_path / 'no'} does not exist\n"
+    )
     (tmp_path / "d.onnx").mkdir()
     assert main(["quantize", str(src), "-o", str(tmp_path / "d.onnx"), "--dynamic"]) == 2
     err = capsys.readouterr().err
-    assert err == f"quanta: error: {tmp_path / 'd.onnx'}: is a folder; expected the path of the .onnx file to write\n"
+    assert (
+        err
+        == f"quanta: error: {tmp_path / 'd.onnx'}: is a folder; expected the path of the .onnx file to write\n"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cnn.onnx", "d.onnx"]  # no temporary left behind

@@ -26,7 +26,9 @@ def test_the_target_is_met_where_the_defaults_miss_it(tmp_path):
     plain = quanta.quantize_static(src, tmp_path / "plain.onnx", feeds, method="minmax", verbose=False)
     assert plain.accuracy is None
     target = AccuracyTarget(metric="sqnr", minimum=35.0)
-    s = quanta.quantize_static(src, tmp_path / "t.onnx", feeds, method="minmax", accuracy=target, verbose=False)
+    s = quanta.quantize_static(
+        src, tmp_path / "t.onnx", feeds, method="minmax", accuracy=target, verbose=False
+    )
     rep = s.accuracy
     assert rep.before < 35.0, "the defaults must miss the target for this test to mean something"
     assert rep.met and rep.after >= 35.0 and rep.confirmed >= 35.0
@@ -42,8 +44,12 @@ def test_the_search_is_deterministic(tmp_path):
     src = _src(tmp_path)
     feeds = chain_feeds(10, 1, batch=40)
     target = AccuracyTarget(metric="sqnr", minimum=35.0)
-    a = quanta.quantize_static(src, tmp_path / "a.onnx", feeds, method="minmax", accuracy=target, verbose=False)
-    b = quanta.quantize_static(src, tmp_path / "b.onnx", feeds, method="minmax", accuracy=target, verbose=False)
+    a = quanta.quantize_static(
+        src, tmp_path / "a.onnx", feeds, method="minmax", accuracy=target, verbose=False
+    )
+    b = quanta.quantize_static(
+        src, tmp_path / "b.onnx", feeds, method="minmax", accuracy=target, verbose=False
+    )
     assert a.accuracy.changes == b.accuracy.changes
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
 

@@ -39,7 +39,8 @@ def chain(outlier: float = 60.0, seed: int = 3) -> onnx.ModelProto:
     ]
     inits = [numpy_helper.from_array(a, n) for n, a in (("wa", wa), ("wb", wb), ("wc", wc), ("bias", bias))]
     g = helper.make_graph(
-        nodes, "chain",
+        nodes,
+        "chain",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 17])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 7])],
         inits,
@@ -168,7 +169,9 @@ def test_the_cli_prints_the_worst_layers_and_writes_json_and_html(tmp_path, caps
     data = tmp_path / "feeds.npz"
     np.savez(data, x=chain_feeds(1, 9, batch=20)[0]["x"])
     js, page = tmp_path / "rows.json", tmp_path / "r.html"
-    assert main(["debug", str(src), str(out), "--data", str(data), "--json", str(js), "--html", str(page)]) == 0
+    assert (
+        main(["debug", str(src), str(out), "--data", str(data), "--json", str(js), "--html", str(page)]) == 0
+    )
     text = capsys.readouterr().out
     assert "layers that add the most error" in text and "suggested fix" in text
     rows = json.loads(js.read_text())

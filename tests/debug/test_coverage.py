@@ -32,7 +32,10 @@ def test_coverage_names_the_reason_a_conv_stayed_float():
     assert node.integer_op is None and report.integer_share == 0.0
     assert node.reasons == ["LowerConv: weight 'w_in' (a graph input) is not a constant"]
     text = report.format()
-    assert "stayed float:\n  conv (Conv, 8,505 MACs)\n      LowerConv: weight 'w_in' (a graph input) is not a constant" in text
+    assert (
+        "stayed float:\n  conv (Conv, 8,505 MACs)\n      LowerConv: weight 'w_in' (a graph input) is not a constant"
+        in text
+    )
 
 
 def test_coverage_structural_reason_when_nothing_is_quantized():

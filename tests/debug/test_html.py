@@ -105,9 +105,20 @@ def test_the_report_loads_in_headless_chromium(result, tmp_path):
     write_html(result, path)
     shot = tmp_path / "shot.png"
     proc = subprocess.run(
-        [exe, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-         f"--screenshot={shot}", "--window-size=1200,2400", path.as_uri()],
-        capture_output=True, text=True, timeout=120,
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--screenshot={shot}",
+            "--window-size=1200,2400",
+            path.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert shot.exists() and shot.stat().st_size > 10_000

@@ -15,8 +15,9 @@ def test_rows_follow_the_graph_and_a_fixed_range_shows_as_clipping(tmp_path):
     onnx.save(wide_channel_then_depthwise(), src)
     out = tmp_path / "q.onnx"
     # y's range is cut to [0, 1]: most of it clips (local SQNR poor, clipped share high)
-    quanta.quantize_static(src, out, feeds(4, 1), method="minmax", overrides={"y": {"range": [0.0, 1.0]}},
-                           verbose=False)
+    quanta.quantize_static(
+        src, out, feeds(4, 1), method="minmax", overrides={"y": {"range": [0.0, 1.0]}}, verbose=False
+    )
     rows = compare_tensors(src, out, feeds(2, 5))
     assert [r.name for r in rows] == ["x", "y"]
     x, y = rows

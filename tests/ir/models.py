@@ -78,11 +78,19 @@ def qoperator(opset: int = 17) -> onnx.ModelProto:
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="q_x"),
         helper.make_node(
-            "QLinearConv", ["xq", "xs", "xz", "w", "ws", "wz", "cs", "cz"], ["c"], name="qconv", pads=[1, 1, 1, 1]
+            "QLinearConv",
+            ["xq", "xs", "xz", "w", "ws", "wz", "cs", "cz"],
+            ["c"],
+            name="qconv",
+            pads=[1, 1, 1, 1],
         ),
         helper.make_node("QuantizeLinear", ["r", "rs", "rz"], ["rq"], name="q_r"),
-        helper.make_node("QLinearAdd", ["c", "cs", "cz", "rq", "rs", "rz", "as", "az"], ["a"], name="qadd", domain=MS),
-        helper.make_node("QLinearGlobalAveragePool", ["a", "as", "az", "gs", "gz"], ["gp"], name="gap", domain=MS),
+        helper.make_node(
+            "QLinearAdd", ["c", "cs", "cz", "rq", "rs", "rz", "as", "az"], ["a"], name="qadd", domain=MS
+        ),
+        helper.make_node(
+            "QLinearGlobalAveragePool", ["a", "as", "az", "gs", "gz"], ["gp"], name="gap", domain=MS
+        ),
         helper.make_node("DequantizeLinear", ["gp", "gs", "gz"], ["y"], name="dq"),
     ]
     inits = [
@@ -128,14 +136,23 @@ def encoder_block(opset: int = 17, seed: int = 5, d: int = 24, heads: int = 3) -
         return (rng.standard_normal(shape) * s).astype(np.float32)
 
     inits = [
-        _init("wq", w(d, d)), _init("wk", w(d, d)), _init("wv", w(d, d)), _init("wo", w(d, d)),
-        _init("bq", w(d, s=0.05)), _init("bo", w(d, s=0.05)),
-        _init("w1", w(d, 2 * d)), _init("b1", w(2 * d, s=0.05)), _init("w2", w(2 * d, d)),
-        _init("ln1_g", 1 + w(d, s=0.1)), _init("ln1_b", w(d, s=0.1)),
-        _init("ln2_g", 1 + w(d, s=0.1)), _init("ln2_b", w(d, s=0.1)),
+        _init("wq", w(d, d)),
+        _init("wk", w(d, d)),
+        _init("wv", w(d, d)),
+        _init("wo", w(d, d)),
+        _init("bq", w(d, s=0.05)),
+        _init("bo", w(d, s=0.05)),
+        _init("w1", w(d, 2 * d)),
+        _init("b1", w(2 * d, s=0.05)),
+        _init("w2", w(2 * d, d)),
+        _init("ln1_g", 1 + w(d, s=0.1)),
+        _init("ln1_b", w(d, s=0.1)),
+        _init("ln2_g", 1 + w(d, s=0.1)),
+        _init("ln2_b", w(d, s=0.1)),
         _init("heads_shape", np.array([0, -1, heads, dh], np.int64)),
         _init("merge_shape", np.array([0, -1, d], np.int64)),
-        _init("one", np.float32(1.0)), _init("neg", np.float32(-3.4e38)),
+        _init("one", np.float32(1.0)),
+        _init("neg", np.float32(-3.4e38)),
         _init("inv_sqrt_dh", np.float32(1.0 / np.sqrt(dh))),
         _init("mask_axes", np.array([1, 2], np.int64)),
     ]

@@ -31,7 +31,9 @@ def feeds_for(proto: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
-@pytest.mark.parametrize("build", [models.float_cnn, models.qdq_conv, models.qoperator], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "build", [models.float_cnn, models.qdq_conv, models.qoperator], ids=lambda f: f.__name__
+)
 def test_round_trip_gives_ort_the_same_outputs(tmp_path, build):
     proto = build()
     src = tmp_path / "in.onnx"
@@ -173,7 +175,9 @@ def test_load_external_data_inside_the_folder(tmp_path):
     path = _external_model(tmp_path, "weights.bin")
     (path.parent / "weights.bin").write_bytes(np.arange(64, dtype=np.float32).tobytes())
     m = load(path)
-    np.testing.assert_array_equal(m.graph.initializers["w"].const, np.arange(64, dtype=np.float32).reshape(8, 8))
+    np.testing.assert_array_equal(
+        m.graph.initializers["w"].const, np.arange(64, dtype=np.float32).reshape(8, 8)
+    )
 
 
 @pytest.mark.parametrize("location", ["../secret.bin", "sub/../../secret.bin"])
@@ -230,7 +234,9 @@ def test_load_accepts_a_graph_output_of_unknown_rank():
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
-    sess = quanta.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), backend="reference")
+    sess = quanta.InferenceSession(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), backend="reference"
+    )
     np.testing.assert_array_equal(sess.run(None, {"x": np.array([1, -1], np.float32)})[0], [1, 0])
     assert sess.get_outputs()[0].shape == [2]  # shape inference fills it in
 
@@ -248,8 +254,11 @@ def test_node_proto_for_kernels_writes_omitted_outputs_as_empty_like_the_saver()
     r = numpy_helper.from_array(rng.normal(0, 0.4, (1, 12, 3)).astype(np.float32), "R")
     node = helper.make_node("LSTM", ["x", "W", "R"], ["", "", "yc"], name="lstm", hidden_size=3)
     g = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2, 5])],
-        [helper.make_tensor_value_info("yc", TensorProto.FLOAT, [1, 2, 3])], [w, r],
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 2, 5])],
+        [helper.make_tensor_value_info("yc", TensorProto.FLOAT, [1, 2, 3])],
+        [w, r],
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     (lstm,) = load(model).graph.nodes
@@ -259,6 +268,8 @@ def test_node_proto_for_kernels_writes_omitted_outputs_as_empty_like_the_saver()
     got = quanta.InferenceSession(model, backend="reference").run(None, {"x": x})[0]
     import onnxruntime as ort
 
-    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
     # 2 ulp-scale: onnx.reference's LSTM and ORT's both run float32 sigmoid/tanh, from different libm formulas
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

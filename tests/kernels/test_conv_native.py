@@ -300,7 +300,12 @@ def test_depthwise_path(x_shape, w_shape, attrs, why, path, monkeypatch):
 # (x shape, w shape, attrs, why): the transposed path's own edges
 DEPTHWISE_TRANSPOSED = [
     ((2, 67, 7, 7), (67, 1, 3, 3), {"pads": [1, 1, 1, 1]}, "67 channels: two channel blocks, 2 images"),
-    ((1, 130, 9, 13), (130, 1, 3, 3), {"pads": [1, 0, 1, 2]}, "117 pixels: two pixel blocks back, C % 64 = 2"),
+    (
+        (1, 130, 9, 13),
+        (130, 1, 3, 3),
+        {"pads": [1, 0, 1, 2]},
+        "117 pixels: two pixel blocks back, C % 64 = 2",
+    ),
     ((1, 9, 5, 5), (9, 1, 5, 5), {"pads": [2, 2, 2, 2]}, "5x5 on a 5x5 plane: most taps are padding"),
     ((2, 17, 23), (17, 1, 3), {"pads": [1, 1]}, "1-D"),
 ]
@@ -392,7 +397,12 @@ POINTWISE = [
 @pytest.mark.parametrize(("x_shape", "w_shape", "why"), POINTWISE, ids=[c[2] for c in POINTWISE])
 @pytest.mark.parametrize(
     ("x_dtype", "w_dtype", "per_channel"),
-    [(np.uint8, np.int8, True), (np.int8, np.int8, False), (np.uint8, np.uint8, True), (np.int8, np.uint8, False)],
+    [
+        (np.uint8, np.int8, True),
+        (np.int8, np.int8, False),
+        (np.uint8, np.uint8, True),
+        (np.int8, np.uint8, False),
+    ],
 )
 def test_pointwise_nchw_path(x_shape, w_shape, why, x_dtype, w_dtype, per_channel, path, monkeypatch):
     del why  # the test id
@@ -807,10 +817,25 @@ def test_gemm_paths_channels_last(x_shape, w_shape, attrs, why, x_dtype):
 # copy of their window (a strip per border output row, a patch per pixel whose window
 # leaves x sideways) with x's row pitch. (x shape NCHW, w shape, attrs, why)
 BORDER = [
-    ((1, 8, 9, 11), (5, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "3x3 pads 1: strips top and bottom, patches both sides"),
-    ((2, 16, 11, 13), (33, 16, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "stride 2: no bottom/right border"),
+    (
+        (1, 8, 9, 11),
+        (5, 8, 3, 3),
+        {"pads": [1, 1, 1, 1]},
+        "3x3 pads 1: strips top and bottom, patches both sides",
+    ),
+    (
+        (2, 16, 11, 13),
+        (33, 16, 3, 3),
+        {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+        "stride 2: no bottom/right border",
+    ),
     ((1, 8, 12, 10), (7, 8, 3, 3), {"pads": [0, 2, 2, 0]}, "asymmetric pads: left and bottom only"),
-    ((1, 4, 13, 14), (9, 4, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}, "dilation 2: 5-wide windows, taps of C"),
+    (
+        (1, 4, 13, 14),
+        (9, 4, 3, 3),
+        {"pads": [2, 2, 2, 2], "dilations": [2, 2]},
+        "dilation 2: 5-wide windows, taps of C",
+    ),
     ((1, 12, 7, 8), (17, 12, 5, 5), {"pads": [2, 2, 2, 2]}, "5x5 on 8 columns: one patch per band"),
     ((1, 8, 6, 3), (3, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "3 columns: every pixel a patch"),
     ((1, 8, 6, 2), (3, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "2 columns < the window: the padded copy"),
@@ -1040,7 +1065,12 @@ SATURATING = [
     ((1, 3, 33, 31), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}, "stem 3 -> 16, 3x3 s2"),
     ((1, 3, 20, 17), (17, 3, 3, 3), {"pads": [1, 0, 1, 2]}, "stem 3 -> 17, 3x3"),
     ((1, 7, 15, 29), (7, 1, 3, 3), {"pads": [1, 1, 1, 1], "group": 7}, "depthwise 3x3, 7 channels"),
-    ((1, 17, 14, 14), (17, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 17}, "depthwise s2, 17"),
+    (
+        (1, 17, 14, 14),
+        (17, 1, 3, 3),
+        {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 17},
+        "depthwise s2, 17",
+    ),
     ((1, 3, 12, 13), (3, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 3}, "depthwise 5x5, 3 channels"),
 ]
 
@@ -1064,8 +1094,9 @@ def test_avx2_saturating_pairs(x_shape, w_shape, attrs, why, weights, path, monk
     w = np.clip(w, lo, hi)
     w[::2] = lo
     zw = np.clip(case.zw.astype(np.int32), lo, hi)
-    case = derive_output(ConvCase(x, w.astype(np.int8), case.zx, zw.astype(np.int8), case.sw, attrs, case.bias),
-                         np.uint8)
+    case = derive_output(
+        ConvCase(x, w.astype(np.int8), case.zx, zw.astype(np.int8), case.sw, attrs, case.bias), np.uint8
+    )
     kernels = check(case)
     if "avx2" in ISAS:
         avx2 = kernels[ISAS.index("avx2")]

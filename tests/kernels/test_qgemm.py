@@ -270,7 +270,9 @@ def test_qgemm_k_chunks_row_blocks_and_row_split(isa: str) -> None:
         check_all_variants(case, isas=(isa,))
 
 
-@pytest.mark.parametrize(("M", "N", "K", "out"), [(49, 192, 1152, np.uint8), (17, 65, 259, np.int32), (23, 97, 4100, np.int8)])
+@pytest.mark.parametrize(
+    ("M", "N", "K", "out"), [(49, 192, 1152, np.uint8), (17, 65, 259, np.int32), (23, 97, 4100, np.int8)]
+)
 def test_qgemm_two_dimensional_split(M: int, N: int, K: int, out: type) -> None:
     """Few row groups and few panel groups (a 7x7 pointwise layer: 7 row groups of 8, 3
     panel groups): threads=2 splits rows and panels at once (qgemm.cc split_2d), with a
@@ -434,7 +436,9 @@ def test_qgemm_zero_dims(M: int, N: int, K: int) -> None:
 
 @pytest.mark.parametrize("out_dtype", [np.uint8, np.int8, np.float32, np.int32])
 @pytest.mark.parametrize(("M", "N", "K"), [(17, 33, 259), (64, 65, 7), (9, 1, 300)])
-def test_qgemm_transposed_output_stage_row_bias_and_row_multiplier(out_dtype: type, M: int, N: int, K: int) -> None:
+def test_qgemm_transposed_output_stage_row_bias_and_row_multiplier(
+    out_dtype: type, M: int, N: int, K: int
+) -> None:
     """The per-row output stage (a 1x1 NCHW convolution computed as w·x): row_bias[m] and
     row_multiplier[m] that differ per row, on every ISA and thread count."""
     rng = np.random.default_rng(M * 1000 + N)
@@ -456,7 +460,9 @@ def test_qgemm_transposed_output_stage_row_bias_and_row_multiplier(out_dtype: ty
     expected = run_twin(case)
     if out_dtype in (np.uint8, np.int8):  # both saturation ends occur
         info = np.iinfo(out_dtype)
-        assert (expected == info.min).any() or (expected == info.max).any(), "no saturation: widen the multipliers"
+        assert (expected == info.min).any() or (expected == info.max).any(), (
+            "no saturation: widen the multipliers"
+        )
     check_all_variants(case)
 
 

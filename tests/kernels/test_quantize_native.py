@@ -317,8 +317,10 @@ def test_ms_quantize_linear_16_bit_binder_matches_the_reference_op(dtype) -> Non
     ):
         node = Node(
             "QuantizeLinear",
-            [Value(n, type=TensorType(elem_from_numpy(a.dtype)), const=c) for n, a, c in
-             (("x", x, None), ("s", scale, scale), ("z", zp, zp))],
+            [
+                Value(n, type=TensorType(elem_from_numpy(a.dtype)), const=c)
+                for n, a, c in (("x", x, None), ("s", scale, scale), ("z", zp, zp))
+            ],
             [Value("y")],
             {"axis": 1},
         )

@@ -48,8 +48,10 @@ def assert_within_bound(y: np.ndarray, y64: np.ndarray, magnitude: np.ndarray, k
     bad = err > limit
     if bad.any():
         i = tuple(int(v) for v in np.argwhere(bad)[0])
-        raise AssertionError(f"{label}: {int(bad.sum())} elements outside (FG1); first at {i}: got {y[i]!r}, "
-                             f"float64 {y64[i]!r}, error {err[i]:.3g} > {limit[i]:.3g}")
+        raise AssertionError(
+            f"{label}: {int(bad.sum())} elements outside (FG1); first at {i}: got {y[i]!r}, "
+            f"float64 {y64[i]!r}, error {err[i]:.3g} > {limit[i]:.3g}"
+        )
 
 
 def normal(rng: np.random.Generator, *shape: int) -> np.ndarray:
@@ -79,8 +81,9 @@ def check_matmul(m: int, k: int, n: int, seed: int, alpha: float = 1.0, with_bia
         ys = {}
         for threads in (1, 2):
             ys["rowmajor", threads] = _native.matmul_f32(a, b, bias=bias, alpha=alpha, num_threads=threads)
-            ys["packed", threads] = _native.matmul_f32(a, None, packed, n, bias=bias, alpha=alpha,
-                                                       num_threads=threads)
+            ys["packed", threads] = _native.matmul_f32(
+                a, None, packed, n, bias=bias, alpha=alpha, num_threads=threads
+            )
         for (form, threads), y in ys.items():
             assert_within_bound(y, y64, mag, k, f"{isa} {form} {threads}t m={m} k={k} n={n}")
         for form in ("rowmajor", "packed"):
@@ -91,7 +94,16 @@ def check_matmul(m: int, k: int, n: int, seed: int, alpha: float = 1.0, with_bia
 
 @pytest.mark.parametrize(
     "m,k,n",
-    [(1, 1, 1), (7, 3, 17), (8, 16, 32), (9, 17, 33), (17, 257, 31), (3, 300, 65), (33, 520, 47), (64, 384, 96)],
+    [
+        (1, 1, 1),
+        (7, 3, 17),
+        (8, 16, 32),
+        (9, 17, 33),
+        (17, 257, 31),
+        (3, 300, 65),
+        (33, 520, 47),
+        (64, 384, 96),
+    ],
 )
 def test_matmul_tile_edges(m: int, k: int, n: int) -> None:
     check_matmul(m, k, n, seed=m * 1000 + k + n, alpha=1.0 if m % 2 else 0.75)
@@ -153,15 +165,22 @@ def test_matmul_refuses_bad_arguments() -> None:
 # --------------------------------------------------------------------------------------
 
 
-def check_conv(n, c, h, w, m, group, kh, kw, strides, dilations, pads, seed, with_bias=True, path=None) -> None:
+def check_conv(
+    n, c, h, w, m, group, kh, kw, strides, dilations, pads, seed, with_bias=True, path=None
+) -> None:
     rng = np.random.default_rng(seed)
     x, wt = normal(rng, n, c, h, w), normal(rng, m, c // group, kh, kw)
     bias = normal(rng, m) if with_bias else None
     attrs = dict(group=group, strides=list(strides), dilations=list(dilations), pads=list(pads))
     b64 = None if bias is None else bias.astype(np.float64)
     y64 = conv_twin(None, x.astype(np.float64), wt.astype(np.float64), b64, **attrs)
-    mag = conv_twin(None, np.abs(x).astype(np.float64), np.abs(wt).astype(np.float64),
-                    None if b64 is None else np.abs(b64), **attrs)
+    mag = conv_twin(
+        None,
+        np.abs(x).astype(np.float64),
+        np.abs(wt).astype(np.float64),
+        None if b64 is None else np.abs(b64),
+        **attrs,
+    )
     packed = _native.conv_pack_f32(wt, group)
     geometry = (m, kh, kw, list(strides), list(dilations), list(pads), group)
     if path is not None:
@@ -255,13 +274,26 @@ def test_conv_refuses_bad_arguments() -> None:
 
 
 @given(
-    st.integers(1, 2), st.sampled_from([1, 3, 7]), st.integers(1, 3), st.integers(1, 3), st.integers(1, 6),
-    st.integers(1, 7), st.integers(1, 3), st.integers(1, 3), st.integers(1, 2), st.integers(1, 2),
-    st.integers(-2, 3), st.integers(-2, 3), st.integers(-1, 3), st.integers(-1, 3), st.booleans(),
+    st.integers(1, 2),
+    st.sampled_from([1, 3, 7]),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(1, 6),
+    st.integers(1, 7),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(1, 2),
+    st.integers(1, 2),
+    st.integers(-2, 3),
+    st.integers(-2, 3),
+    st.integers(-1, 3),
+    st.integers(-1, 3),
+    st.booleans(),
     st.integers(0, 2**16),
 )
-def test_col2im_is_the_twin_scatter_bit_for_bit(n, m, kh, kw, h, w, sh, sw, dh, dw, bt, bl, eh, ew, with_bias,
-                                                 seed) -> None:
+def test_col2im_is_the_twin_scatter_bit_for_bit(
+    n, m, kh, kw, h, w, sh, sw, dh, dw, bt, bl, eh, ew, with_bias, seed
+) -> None:
     """Same columns in, same bytes out as nn_conv's scatter + crop + bias: a crop that
     starts before the canvas (negative begin) or runs past it (output_padding), strides
     below, at and above the kernel extent (overlapping and gapped windows)."""
@@ -272,13 +304,15 @@ def test_col2im_is_the_twin_scatter_bit_for_bit(n, m, kh, kw, h, w, sh, sw, dh, 
     bias = normal(rng, m) if with_bias else None
     full = ((h - 1) * sh + (kh - 1) * dh + 1, (w - 1) * sw + (kw - 1) * dw + 1)
     out_hw = (max(0, full[0] - bt + eh), max(0, full[1] - bl + ew))
-    want = _crop_spatial(_scatter_windows(cols.reshape(n, m, kh, kw, h, w), full, (sh, sw), (dh, dw)), (bt, bl),
-                         out_hw)
+    want = _crop_spatial(
+        _scatter_windows(cols.reshape(n, m, kh, kw, h, w), full, (sh, sw), (dh, dw)), (bt, bl), out_hw
+    )
     if bias is not None:
         want = want + bias.reshape(m, 1, 1)
     for threads in (1, 2):
-        got = _native.col2im_f32(cols, m, kh, kw, [sh, sw], [dh, dw], [bt, bl], list(out_hw), bias,
-                                 num_threads=threads)
+        got = _native.col2im_f32(
+            cols, m, kh, kw, [sh, sw], [dh, dw], [bt, bl], list(out_hw), bias, num_threads=threads
+        )
         assert got.shape == want.shape and got.tobytes() == np.ascontiguousarray(want, F32).tobytes()
 
 
@@ -287,9 +321,13 @@ def test_col2im_large_enough_for_threads_and_clamps() -> None:
     cols = normal(rng, 1, 17 * 4, 40, 52)
     bias = normal(rng, 17)
     y1 = _native.col2im_f32(cols, 17, 2, 2, [2, 2], [1, 1], [0, 0], [80, 104], bias, lo=-0.5, hi=1.0)
-    y2 = _native.col2im_f32(cols, 17, 2, 2, [2, 2], [1, 1], [0, 0], [80, 104], bias, lo=-0.5, hi=1.0, num_threads=2)
+    y2 = _native.col2im_f32(
+        cols, 17, 2, 2, [2, 2], [1, 1], [0, 0], [80, 104], bias, lo=-0.5, hi=1.0, num_threads=2
+    )
     assert y1.tobytes() == y2.tobytes()
-    want = cols.reshape(17, 2, 2, 40, 52).transpose(0, 3, 1, 4, 2).reshape(17, 80, 104) + bias.reshape(17, 1, 1)
+    want = cols.reshape(17, 2, 2, 40, 52).transpose(0, 3, 1, 4, 2).reshape(17, 80, 104) + bias.reshape(
+        17, 1, 1
+    )
     np.testing.assert_array_equal(y1[0], np.minimum(np.maximum(want, F32(-0.5)), F32(1.0)))
 
 
@@ -324,8 +362,21 @@ def test_depthwise_small_planes_give_the_row_kernels_bytes(c, h, w, k, stride, d
 
     def run(isa: str) -> None:
         for threads in (1, 2):
-            y = _native.conv_f32(x, packed, b, c, k, k, [stride, stride], [dil, dil], pads, c, lo=-0.5, hi=1.5,
-                                 num_threads=threads)
+            y = _native.conv_f32(
+                x,
+                packed,
+                b,
+                c,
+                k,
+                k,
+                [stride, stride],
+                [dil, dil],
+                pads,
+                c,
+                lo=-0.5,
+                hi=1.5,
+                num_threads=threads,
+            )
             outs.setdefault(isa, y)
             assert y.tobytes() == outs[isa].tobytes(), (isa, "1 vs 2 threads")
 
@@ -334,8 +385,14 @@ def test_depthwise_small_planes_give_the_row_kernels_bytes(c, h, w, k, stride, d
     for isa, y in outs.items():
         assert y.tobytes() == first.tobytes(), isa
     attrs = {"group": c, "pads": pads, "strides": [stride, stride], "dilations": [dil, dil]}
-    y64 = np.clip(conv_twin(None, x.astype(np.float64), wt.astype(np.float64), b.astype(np.float64), **attrs),
-                  -0.5, 1.5)
-    mag = conv_twin(None, np.abs(x).astype(np.float64), np.abs(wt).astype(np.float64), np.abs(b).astype(np.float64),
-                    **attrs)
+    y64 = np.clip(
+        conv_twin(None, x.astype(np.float64), wt.astype(np.float64), b.astype(np.float64), **attrs), -0.5, 1.5
+    )
+    mag = conv_twin(
+        None,
+        np.abs(x).astype(np.float64),
+        np.abs(wt).astype(np.float64),
+        np.abs(b).astype(np.float64),
+        **attrs,
+    )
     assert_within_bound(first, y64, mag, k * k, "depthwise small planes")

@@ -51,8 +51,6 @@ def run_ref_ir(model: Model, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray
     return exe.run(dict(feeds), [v.name for v in model.graph.outputs])
 
 
-
-
 def dot_tolerance(k: int, magnitude: np.ndarray | float) -> np.ndarray | float:
     """Bound on |folded - original| for results that are length-k float32 dot products
     (plus a few affine ops) of magnitude ``Σ|x_i·w_i|``: each side is within

@@ -204,12 +204,21 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
 
     passes = lower_qdq(opset=21)
     names = [p.name for p in passes]
-    assert names[-5:] == ["lower_qdq_to_qlinear", "quantize_pad", "fuse_gelu", "channels_last", "eliminate_dead"]
+    assert names[-5:] == [
+        "lower_qdq_to_qlinear",
+        "quantize_pad",
+        "fuse_gelu",
+        "channels_last",
+        "eliminate_dead",
+    ]
     assert "align_scales" not in names and "fuse_activation" not in names
     model = load(qdq_cnn())
     PassManager(passes, verify=True).run(model)
     counts = model.graph.op_counts()
-    assert counts.get("com.microsoft::QLinearConv", 0) >= 1 and counts.get("com.microsoft::QLinearConcat", 0) == 1
+    assert (
+        counts.get("com.microsoft::QLinearConv", 0) >= 1
+        and counts.get("com.microsoft::QLinearConcat", 0) == 1
+    )
     assert "QLinearConv" not in counts  # every convolution runs channels-last
     verify(model.graph, Stage.LOWERED)
 

@@ -33,11 +33,15 @@ def _conv_branch(name: str, second_weight: bool, act: str) -> onnx.GraphProto:
     inits = []
     out = f"{name}_a"
     if second_weight:
-        inits.append(numpy_helper.from_array((rng.standard_normal((3, 7, 1, 1)) * 0.4).astype(np.float32), "w2"))
+        inits.append(
+            numpy_helper.from_array((rng.standard_normal((3, 7, 1, 1)) * 0.4).astype(np.float32), "w2")
+        )
         nodes.append(helper.make_node("Conv", [out, "w2"], [f"{name}_c2"], name="conv2"))
         out = f"{name}_c2"
     channels = 3 if second_weight else 7
-    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, F, [1, channels, 5, 9])], inits)
+    return helper.make_graph(
+        nodes, name, [], [helper.make_tensor_value_info(out, F, [1, channels, 5, 9])], inits
+    )
 
 
 def if_conv_model() -> onnx.ModelProto:
@@ -57,7 +61,10 @@ def if_conv_model() -> onnx.ModelProto:
     g = helper.make_graph(
         [node],
         "if_conv",
-        [helper.make_tensor_value_info("x", F, [1, 3, 5, 9]), helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [
+            helper.make_tensor_value_info("x", F, [1, 3, 5, 9]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
         [helper.make_tensor_value_info("y", F, [1, "c", 5, 9])],
         inits,
     )
@@ -66,17 +73,25 @@ def if_conv_model() -> onnx.ModelProto:
 
 def _feeds(n: int, flag: bool, seed: int = 0) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
-    return [{"x": rng.standard_normal((1, 3, 5, 9)).astype(np.float32), "flag": np.array(flag)} for _ in range(n)]
+    return [
+        {"x": rng.standard_normal((1, 3, 5, 9)).astype(np.float32), "flag": np.array(flag)} for _ in range(n)
+    ]
 
 
 def test_calibration_observes_body_tensors_under_scoped_names():
     model = load(if_conv_model())
     feeds = _feeds(3, True)
     observers = calibrate(
-        model, ["branch/then_branch/then_c1", "branch/else_branch/else_c1"], feeds, lambda _: MinMaxObserver(), progress=False
+        model,
+        ["branch/then_branch/then_c1", "branch/else_branch/else_c1"],
+        feeds,
+        lambda _: MinMaxObserver(),
+        progress=False,
     )
     w1, b1 = (numpy_helper.to_array(t) for t in if_conv_model().graph.initializer)
-    ort_sess = ort.InferenceSession(_conv_only(w1, b1).SerializeToString(), providers=["CPUExecutionProvider"])
+    ort_sess = ort.InferenceSession(
+        _conv_only(w1, b1).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
     c1 = np.stack([ort_sess.run(None, {"x": f["x"]})[0] for f in feeds])
     ext = observers["branch/then_branch/then_c1"].extrema()
     lo, hi = ext.min, ext.max
@@ -101,7 +116,9 @@ def test_quantize_inside_the_branch_the_data_took(tmp_path):
     src, out = tmp_path / "if.onnx", tmp_path / "if.int8.onnx"
     onnx.save(if_conv_model(), src)
     summary = quanta.quantize_static(src, out, _feeds(8, True), verbose=False, subgraphs="quantize")
-    assert {("branch/then_branch/conv1", "Conv"), ("branch/then_branch/conv2", "Conv")} <= set(summary.quantized)
+    assert {("branch/then_branch/conv1", "Conv"), ("branch/then_branch/conv2", "Conv")} <= set(
+        summary.quantized
+    )
     (else_conv,) = [r for name, _, r in summary.float_nodes if name == "branch/else_branch/conv1"]
     assert "never ran branch/else_branch" in else_conv
     written = onnx.load(str(out))
@@ -133,8 +150,14 @@ def test_quantize_inside_the_branch_the_data_took(tmp_path):
         then_ops = [s.op_type for s in body.kernel.bodies["then_branch"].plan.steps]
         # lowered inside the body as in the main graph: the second Conv's output is the
         # branch's float output (LowerConvFloatOutput: ConvInteger and a float scaling)
-        assert "Conv" not in then_ops and then_ops.count("QLinearConv") == 1 and then_ops.count("ConvInteger") == 1
-    np.testing.assert_array_equal(ys["native"][0], ys["reference"][0])  # 0: native kernels are bit-exact twins
+        assert (
+            "Conv" not in then_ops
+            and then_ops.count("QLinearConv") == 1
+            and then_ops.count("ConvInteger") == 1
+        )
+    np.testing.assert_array_equal(
+        ys["native"][0], ys["reference"][0]
+    )  # 0: native kernels are bit-exact twins
 
 
 def lstm_if_model() -> onnx.ModelProto:
@@ -153,18 +176,28 @@ def lstm_if_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("h", F, [1, 1, hidden])],
         [
             numpy_helper.from_array(np.array([6, 1, feat], np.int64), "seq_shape"),
-            numpy_helper.from_array((rng.standard_normal((1, 4 * hidden, feat)) * 0.3).astype(np.float32), "W"),
-            numpy_helper.from_array((rng.standard_normal((1, 4 * hidden, hidden)) * 0.3).astype(np.float32), "R"),
+            numpy_helper.from_array(
+                (rng.standard_normal((1, 4 * hidden, feat)) * 0.3).astype(np.float32), "W"
+            ),
+            numpy_helper.from_array(
+                (rng.standard_normal((1, 4 * hidden, hidden)) * 0.3).astype(np.float32), "R"
+            ),
             numpy_helper.from_array((rng.standard_normal((1, 8 * hidden)) * 0.1).astype(np.float32), "B"),
         ],
     )
     else_g = helper.make_graph(
-        [helper.make_node("Identity", ["h0"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F, [1, 1, hidden])]
+        [helper.make_node("Identity", ["h0"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", F, [1, 1, hidden])],
     )
     g = helper.make_graph(
         [helper.make_node("If", ["flag"], ["y"], name="branch", then_branch=then_g, else_branch=else_g)],
         "lstm_if",
-        [helper.make_tensor_value_info("x", F, [6, 3, 1, 1]), helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [
+            helper.make_tensor_value_info("x", F, [6, 3, 1, 1]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
         [helper.make_tensor_value_info("y", F, [1, 1, hidden])],
         [
             numpy_helper.from_array((rng.standard_normal((feat, 3, 1, 1)) * 0.5).astype(np.float32), "w"),
@@ -178,7 +211,9 @@ def test_default_quantizes_an_lstm_inside_a_branch_dynamically(tmp_path):
     src, out = tmp_path / "lstm.onnx", tmp_path / "lstm.int8.onnx"
     onnx.save(lstm_if_model(), src)
     rng = np.random.default_rng(2)
-    feeds = [{"x": rng.standard_normal((6, 3, 1, 1)).astype(np.float32), "flag": np.array(True)} for _ in range(4)]
+    feeds = [
+        {"x": rng.standard_normal((6, 3, 1, 1)).astype(np.float32), "flag": np.array(True)} for _ in range(4)
+    ]
     summary = quanta.quantize_static(src, out, feeds, verbose=False)
     assert ("branch/then_branch/lstm", "LSTM") in summary.quantized
     (conv_reason,) = [r for name, _, r in summary.float_nodes if name == "branch/then_branch/conv"]
@@ -188,7 +223,9 @@ def test_default_quantizes_an_lstm_inside_a_branch_dynamically(tmp_path):
     then_g = next(a.g for a in written.graph.node[0].attribute if a.name == "then_branch")
     assert [n.op_type for n in then_g.node if n.domain == "com.microsoft"] == ["DynamicQuantizeLSTM"]
     assert any(o.domain == "com.microsoft" for o in written.opset_import)
-    lstm_macs = [c.macs for c in summary.coverage.nodes if c.name == "branch/then_branch/lstm_quant" and c.integer_op]
+    lstm_macs = [
+        c.macs for c in summary.coverage.nodes if c.name == "branch/then_branch/lstm_quant" and c.integer_op
+    ]
     assert lstm_macs == [6 * 4 * 5 * (7 + 5)]
     feed = feeds[0]
     (y_ort,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feed)
@@ -229,4 +266,6 @@ def test_coverage_infers_body_shapes_from_the_outer_values_seen():
     seen = lowered_coverage(model, {"x": (1, 3, 5, 9)})
     assert seen.total_macs == 7 * 27 * 45 + 3 * 7 * 45  # the then branch, the larger one
     assert {c.name: c.macs for c in blind.nodes}["branch/then_branch/conv1"] == 7 * 27  # H = W = 1
-    assert seen.notes == ["branch (If): MACs of then_branch, the branch with more MACs (calibration ran neither or both)"]
+    assert seen.notes == [
+        "branch (If): MACs of then_branch, the branch with more MACs (calibration ran neither or both)"
+    ]

@@ -23,7 +23,10 @@ def _conv_weights(rng, m, c, k=3):
 def transpose_input_proto():
     """x [N, H, W, C] (channels-last input) -> Transpose -> Conv -> Relu -> Conv."""
     rng = np.random.default_rng(1)
-    inits = [numpy_helper.from_array(_conv_weights(rng, 6, 3), "w0"), numpy_helper.from_array(_conv_weights(rng, 4, 6), "w1")]
+    inits = [
+        numpy_helper.from_array(_conv_weights(rng, 6, 3), "w0"),
+        numpy_helper.from_array(_conv_weights(rng, 4, 6), "w1"),
+    ]
     nodes = [
         helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2], name="to_nchw"),
         helper.make_node("Conv", ["t", "w0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], name="conv0"),
@@ -70,7 +73,9 @@ def pad_between_proto(*, value_input: bool = False, value: float = 0.0):
         helper.make_node("Clip", ["d", "lo", "hi"], ["a2"], name="relu6_2"),
         helper.make_node("Conv", ["a2", "w2"], ["y"], kernel_shape=[1, 1], name="project"),
     ]
-    g = helper.make_graph(nodes, "pad_between", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    g = helper.make_graph(
+        nodes, "pad_between", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -130,7 +135,10 @@ def test_pad_with_a_run_time_value_stays_float_with_its_reason(tmp_path):
     ]
     summary, _ = _quantize(tmp_path, pad_between_proto(value_input=True), feeds)
     reasons = {name: reason for name, _, reason in summary.float_nodes}
-    assert reasons["pad"] == "its pad value is computed at run time: the integer Pad needs Q(value) ahead of time"
+    assert (
+        reasons["pad"]
+        == "its pad value is computed at run time: the integer Pad needs Q(value) ahead of time"
+    )
     assert "dw" in {name for name, _ in summary.quantized}  # the Pad's output gets its own range
 
 

@@ -20,15 +20,36 @@ def test_recipe_defaults_are_the_documented_ones():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(method="kl"), "method: unknown calibration method 'kl'; expected one of minmax, moving_average, entropy, percentile, mse, weighted_mse"),
-        (dict(activation_type="int16"), "activation_type: unknown type 'int16'; expected one of int8, uint8, int4, uint4"),
-        (dict(activation_type="int4"), "activation_type: 4-bit activations are not supported; use int8 or uint8"),
-        (dict(exclude=["conv[1"]), "exclude: 'conv[1' is not a valid regular expression (unterminated character set at position 4)"),
+        (
+            dict(method="kl"),
+            "method: unknown calibration method 'kl'; expected one of minmax, moving_average, entropy, percentile, mse, weighted_mse",
+        ),
+        (
+            dict(activation_type="int16"),
+            "activation_type: unknown type 'int16'; expected one of int8, uint8, int4, uint4",
+        ),
+        (
+            dict(activation_type="int4"),
+            "activation_type: 4-bit activations are not supported; use int8 or uint8",
+        ),
+        (
+            dict(exclude=["conv[1"]),
+            "exclude: 'conv[1' is not a valid regular expression (unterminated character set at position 4)",
+        ),
         (dict(percentile=0.0), "percentile: expected a value in (0, 100], got 0.0"),
-        (dict(overrides={"x": {"range": [2, 1]}}), "overrides['x']: range must be [min, max] with min <= max, got [2, 1]"),
-        (dict(overrides={"x": {"scale": 1}}), "overrides['x']: unknown key(s) ['scale']; expected range, dtype, symmetric"),
+        (
+            dict(overrides={"x": {"range": [2, 1]}}),
+            "overrides['x']: range must be [min, max] with min <= max, got [2, 1]",
+        ),
+        (
+            dict(overrides={"x": {"scale": 1}}),
+            "overrides['x']: unknown key(s) ['scale']; expected range, dtype, symmetric",
+        ),
         (dict(weight_bits=6), "weight_bits: expected 7 or 8, got 6"),
-        (dict(weight_bits=7, weight_type="int4"), "weight_bits: 7 applies to int8/uint8 weights, got weight_type 'int4'"),
+        (
+            dict(weight_bits=7, weight_type="int4"),
+            "weight_bits: 7 applies to int8/uint8 weights, got weight_type 'int4'",
+        ),
     ],
 )
 def test_recipe_rejects_bad_options(kwargs, message):
@@ -82,7 +103,9 @@ def test_quantized_model_records_the_recipe_it_was_made_with(tmp_path):
     src = tmp_path / "cnn.onnx"
     onnx.save(models.float_cnn(), src)
     feeds = [{"x": np.random.default_rng(0).standard_normal((2, 3, 8, 6)).astype(np.float32)}]
-    quanta.quantize_static(src, tmp_path / "q.onnx", feeds, method="percentile", exclude=["fc"], verbose=False)
+    quanta.quantize_static(
+        src, tmp_path / "q.onnx", feeds, method="percentile", exclude=["fc"], verbose=False
+    )
     r = recipe_of(tmp_path / "q.onnx")
     assert r == Recipe(method="percentile", exclude=("fc",))
     with pytest.raises(ValueError, match="not quantized by quanta"):
@@ -122,7 +145,9 @@ def test_seven_bit_weights_run_the_exact_vpmaddubsw_family_on_avx2(tmp_path):
     finally:
         _native.clear_isa()
     ref = quanta.InferenceSession(str(dst), backend="reference")
-    packed = [p for s in sess.plan.steps for p in s.kernel.params.values() if isinstance(p, _native.PackedWeights)]
+    packed = [
+        p for s in sess.plan.steps for p in s.kernel.params.values() if isinstance(p, _native.PackedWeights)
+    ]
     assert packed and {p.kernel for p in packed} == {"qgemm_u8s7_s32_5x16c4__avx2"}
     for feed in feeds[:2]:
         got, want = sess.run(None, feed), ref.run(None, feed)

@@ -24,14 +24,18 @@ def cnn_lstm(seed: int = 0) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     feat = CHANNELS * ROWS
     inits = [
-        numpy_helper.from_array((rng.standard_normal((CHANNELS, 1, 3, 3)) * 0.5).astype(np.float32), "conv_w"),
+        numpy_helper.from_array(
+            (rng.standard_normal((CHANNELS, 1, 3, 3)) * 0.5).astype(np.float32), "conv_w"
+        ),
         numpy_helper.from_array((rng.standard_normal(CHANNELS) * 0.1).astype(np.float32), "conv_b"),
         numpy_helper.from_array(np.array([1, feat, WIDTH], np.int64), "seq_shape"),
         numpy_helper.from_array((rng.standard_normal((2, 4 * HIDDEN, feat)) * 0.3).astype(np.float32), "W"),
         numpy_helper.from_array((rng.standard_normal((2, 4 * HIDDEN, HIDDEN)) * 0.3).astype(np.float32), "R"),
         numpy_helper.from_array((rng.standard_normal((2, 8 * HIDDEN)) * 0.2).astype(np.float32), "B"),
         numpy_helper.from_array(np.array([WIDTH, 2 * HIDDEN], np.int64), "flat"),
-        numpy_helper.from_array((rng.standard_normal((2 * HIDDEN, CLASSES)) * 0.3).astype(np.float32), "fc_w"),
+        numpy_helper.from_array(
+            (rng.standard_normal((2 * HIDDEN, CLASSES)) * 0.3).astype(np.float32), "fc_w"
+        ),
         numpy_helper.from_array((rng.standard_normal(CLASSES) * 0.1).astype(np.float32), "fc_b"),
     ]
     nodes = [
@@ -39,16 +43,27 @@ def cnn_lstm(seed: int = 0) -> onnx.ModelProto:
         helper.make_node("Relu", ["c"], ["r"], name="relu"),
         helper.make_node("Reshape", ["r", "seq_shape"], ["s"], name="to_seq"),
         helper.make_node("Transpose", ["s"], ["t"], name="time_major", perm=[2, 0, 1]),
-        helper.make_node("LSTM", ["t", "W", "R", "B"], ["y", "y_h"], name="lstm", hidden_size=HIDDEN,
-                         direction="bidirectional"),
+        helper.make_node(
+            "LSTM",
+            ["t", "W", "R", "B"],
+            ["y", "y_h"],
+            name="lstm",
+            hidden_size=HIDDEN,
+            direction="bidirectional",
+        ),
         helper.make_node("Reshape", ["y", "flat"], ["yf"], name="flatten"),
         helper.make_node("MatMul", ["yf", "fc_w"], ["m"], name="fc"),
         helper.make_node("Add", ["m", "fc_b"], ["logits"], name="fc_bias"),
     ]
     graph = helper.make_graph(
-        nodes, "cnn_lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, ROWS, WIDTH])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [WIDTH, CLASSES]),
-         helper.make_tensor_value_info("y_h", TensorProto.FLOAT, [2, 1, HIDDEN])], inits,
+        nodes,
+        "cnn_lstm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, ROWS, WIDTH])],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [WIDTH, CLASSES]),
+            helper.make_tensor_value_info("y_h", TensorProto.FLOAT, [2, 1, HIDDEN]),
+        ],
+        inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -94,7 +109,11 @@ def test_quantize_static_writes_lstm_as_dynamic_quantize_lstm(static_file):
     assert list(lstm.output) == ["y", "y_h"]
     ops = {n.op_type for n in proto.graph.node}
     assert {"QuantizeLinear", "DequantizeLinear", "Conv", "MatMul"} <= ops
-    assert sorted(op for _, op in summary.quantized if op in ("Conv", "LSTM", "MatMul")) == ["Conv", "LSTM", "MatMul"]
+    assert sorted(op for _, op in summary.quantized if op in ("Conv", "LSTM", "MatMul")) == [
+        "Conv",
+        "LSTM",
+        "MatMul",
+    ]
     assert summary.integer_share == 1.0
     assert not [r for _, op, r in summary.float_nodes if op == "LSTM"]
 
@@ -144,7 +163,9 @@ def test_quantize_static_lstm_file_runs_in_ort_and_quanta_backends_agree(static_
 def test_recipe_recurrent_float_keeps_lstm_float_with_reason(tmp_path):
     src, out = tmp_path / "cnn_lstm.onnx", tmp_path / "float_lstm.onnx"
     onnx.save(cnn_lstm(), src)
-    summary = quanta.quantize_static(src, out, _feeds(4, seed=1), verbose=False, progress=False, recurrent="float")
+    summary = quanta.quantize_static(
+        src, out, _feeds(4, seed=1), verbose=False, progress=False, recurrent="float"
+    )
     proto = onnx.load(str(out))
     assert [n.op_type for n in proto.graph.node].count("LSTM") == 1
     assert "DynamicQuantizeLSTM" not in {n.op_type for n in proto.graph.node}

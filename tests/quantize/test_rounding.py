@@ -48,9 +48,13 @@ def test_a_conv_sees_its_inputs_as_im2col_rows_in_the_weight_order():
     node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 0, 1, 1], strides=[2, 1])
     from quanta.ir.onnx_io import from_proto
 
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          [numpy_helper.from_array(w, "w")])
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
     m = from_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
     n = m.graph.nodes[0]
     assert RoundedLayer.eligible(n, w) is None
@@ -62,15 +66,26 @@ def test_a_conv_sees_its_inputs_as_im2col_rows_in_the_weight_order():
     # rows @ W2dᵀ is the convolution itself (ONNX Runtime computes the reference)
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
-                                providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
+        providers=["CPUExecutionProvider"],
+    )
     y = sess.run(None, {"x": x})[0]  # [N, Cout, Ho, Wo]
     got = (r @ layer.rows_2d(w).T).reshape(2, y.shape[2], y.shape[3], 4).transpose(0, 3, 1, 2)
     np.testing.assert_allclose(got, y, rtol=1e-4, atol=1e-4)
     dw = helper.make_node("Conv", ["x", "w"], ["y"], group=3)
-    assert RoundedLayer.eligible(from_proto(helper.make_model(helper.make_graph(
-        [dw], "g", g.input, g.output, g.initializer), opset_imports=[helper.make_opsetid("", 17)])).graph.nodes[0],
-        w) == "grouped / depthwise convolution"
+    assert (
+        RoundedLayer.eligible(
+            from_proto(
+                helper.make_model(
+                    helper.make_graph([dw], "g", g.input, g.output, g.initializer),
+                    opset_imports=[helper.make_opsetid("", 17)],
+                )
+            ).graph.nodes[0],
+            w,
+        )
+        == "grouped / depthwise convolution"
+    )
 
 
 def _mlp(seed: int = 0) -> onnx.ModelProto:
@@ -83,9 +98,13 @@ def _mlp(seed: int = 0) -> onnx.ModelProto:
         helper.make_node("Relu", ["h"], ["r"], name="relu"),
         helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], name="g2"),
     ]
-    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 37])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 17])],
-                          [numpy_helper.from_array(a, n) for n, a in (("w1", w1), ("w2", w2), ("b2", b2))])
+    g = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 37])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 17])],
+        [numpy_helper.from_array(a, n) for n, a in (("w1", w1), ("w2", w2), ("b2", b2))],
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -99,8 +118,15 @@ def test_quantize_static_with_gptq_rounding(tmp_path):
     outs = {}
     for mode in ("nearest", "gptq"):
         out = tmp_path / f"{mode}.onnx"
-        quanta.quantize_static(src, out, _feeds(4, 10), weight_rounding=mode, weight_type="int8", verbose=False,
-                               per_channel=False)
+        quanta.quantize_static(
+            src,
+            out,
+            _feeds(4, 10),
+            weight_rounding=mode,
+            weight_type="int8",
+            verbose=False,
+            per_channel=False,
+        )
         outs[mode] = out
     ref = quanta.InferenceSession(str(src), backend="reference")
     x = _feeds(3, 50)

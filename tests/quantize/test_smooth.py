@@ -25,10 +25,18 @@ def ffn(seed: int = 0) -> onnx.ModelProto:
         helper.make_node("Mul", ["u", "half"], ["h"], name="mul"),
         helper.make_node("MatMul", ["h", "down"], ["y"], name="down"),
     ]
-    inits = [numpy_helper.from_array(up, "up"), numpy_helper.from_array(np.array(0.5, np.float32), "half"),
-             numpy_helper.from_array(down, "down")]
-    g = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 19])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 11])], inits)
+    inits = [
+        numpy_helper.from_array(up, "up"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+        numpy_helper.from_array(down, "down"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "ffn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 19])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 11])],
+        inits,
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -56,7 +64,9 @@ def test_smoothing_keeps_the_function_and_wins_back_the_outlier_channels(tmp_pat
     sites = plan_smoothing(model.graph, quanta.Recipe().op_types)
     assert [s.x.name for s in sites] == ["h"]
     feeds = _feeds(3, 1)
-    ref = [quanta.InferenceSession(ffn().SerializeToString(), backend="reference").run(None, f)[0] for f in feeds]
+    ref = [
+        quanta.InferenceSession(ffn().SerializeToString(), backend="reference").run(None, f)[0] for f in feeds
+    ]
     for f in feeds:
         sites[0].observe(np.asarray(f["x"] @ onnx.numpy_helper.to_array(ffn().graph.initializer[0]) * 0.5))
     before = sites[0].absmax.copy()

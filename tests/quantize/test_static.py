@@ -134,9 +134,11 @@ def test_quantize_static_variable_sequence_lengths_are_fine(tmp_path):
 @pytest.mark.parametrize("method", ["minmax", "moving_average", "entropy", "percentile", "mse"])
 def test_quantize_static_every_calibration_method(tmp_path, method):
     pytest.importorskip(
-        {"entropy": "quanta.calibrate.entropy", "percentile": "quanta.calibrate.percentile", "mse": "quanta.calibrate.mse"}.get(
-            method, "quanta.calibrate.minmax"
-        )
+        {
+            "entropy": "quanta.calibrate.entropy",
+            "percentile": "quanta.calibrate.percentile",
+            "mse": "quanta.calibrate.mse",
+        }.get(method, "quanta.calibrate.minmax")
     )
     src = tmp_path / "cnn.onnx"
     onnx.save(models.float_cnn(), src)
@@ -169,8 +171,14 @@ def test_quantize_static_exclude_by_regex_and_fixed_range_override(tmp_path):
     # the pool and Relu before the float Flatten feed only float ops now
     assert float_nodes["pool"].startswith("its output feeds only float ops")
     g = load(out).graph
-    f_q = next(n for n in g.nodes if n.op_type == "QuantizeLinear" and n.inputs[0].name == "f").outputs[0].type.elem
-    assert isinstance(f_q, QuantType) and f_q.scale == (float(np.float32(4.0 / 255)),) and f_q.zero_point == (0,)
+    f_q = (
+        next(n for n in g.nodes if n.op_type == "QuantizeLinear" and n.inputs[0].name == "f")
+        .outputs[0]
+        .type.elem
+    )
+    assert (
+        isinstance(f_q, QuantType) and f_q.scale == (float(np.float32(4.0 / 255)),) and f_q.zero_point == (0,)
+    )
 
 
 def test_quantize_static_int8_activations_per_tensor_weights(tmp_path):
@@ -225,7 +233,10 @@ def test_quantize_static_int4_weights_are_blocked_along_k(tmp_path):
     onnx.save(models.encoder_block(d=48, heads=3), src)
     out = tmp_path / "q4.onnx"
     rng = np.random.default_rng(0)
-    feeds = [{"x": rng.standard_normal((1, 7, 48)).astype(np.float32), "mask": np.ones((1, 7), np.int64)} for _ in range(3)]
+    feeds = [
+        {"x": rng.standard_normal((1, 7, 48)).astype(np.float32), "mask": np.ones((1, 7), np.int64)}
+        for _ in range(3)
+    ]
     quanta.quantize_static(src, out, feeds, weight_type="int4", weight_block_size=16, verbose=False)
     proto = onnx.load(str(out))
     assert proto.opset_import[0].version >= 21  # int4 / block_size need DequantizeLinear-21
@@ -266,7 +277,10 @@ def test_quantize_static_embedding_table_is_stored_int8(tmp_path):
     table = rng.standard_normal((1000, 16)).astype(np.float32)
     w = rng.standard_normal((16, 8)).astype(np.float32)
     g = helper.make_graph(
-        [helper.make_node("Gather", ["emb", "ids"], ["e"], name="gather"), helper.make_node("MatMul", ["e", "w"], ["y"], name="mm")],
+        [
+            helper.make_node("Gather", ["emb", "ids"], ["e"], name="gather"),
+            helper.make_node("MatMul", ["e", "w"], ["y"], name="mm"),
+        ],
         "g",
         [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 5])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5, 8])],
@@ -282,7 +296,10 @@ def test_quantize_static_embedding_table_is_stored_int8(tmp_path):
     assert plan.steps[0].op_type == "Gather"  # gathers int8 rows, no per-run table quantize
     from quanta.runtime.plan import SlotKind
 
-    assert not any(s.op_type == "QuantizeLinear" and plan.slots[s.inputs[0]].kind is SlotKind.CONSTANT for s in plan.steps)
+    assert not any(
+        s.op_type == "QuantizeLinear" and plan.slots[s.inputs[0]].kind is SlotKind.CONSTANT
+        for s in plan.steps
+    )
     t = {"ids": rng.integers(0, 1000, (3, 5))}
     a = ort.InferenceSession(str(src)).run(None, t)[0]
     b = ort.InferenceSession(str(out)).run(None, t)[0]

@@ -42,7 +42,11 @@ def wide_channel_then_depthwise(also_add: bool = False, seed: int = 0) -> onnx.M
         "wide",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 9, 11])],
         outputs,
-        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"), numpy_helper.from_array(b2, "b2")],
+        [
+            numpy_helper.from_array(w1, "w1"),
+            numpy_helper.from_array(w2, "w2"),
+            numpy_helper.from_array(b2, "b2"),
+        ],
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -53,7 +57,9 @@ def feeds(n: int, seed: int) -> list[dict[str, np.ndarray]]:
 
 
 def q_range(path, tensor: str) -> tuple[float, float]:
-    node = next(n for n in load(path).graph.nodes if n.op_type == "QuantizeLinear" and n.inputs[0].name == tensor)
+    node = next(
+        n for n in load(path).graph.nodes if n.op_type == "QuantizeLinear" and n.inputs[0].name == tensor
+    )
     q = node.outputs[0].type.elem
     s, z = q.scale[0], q.zero_point[0]
     return (q.storage.qmin - z) * s, (q.storage.qmax - z) * s
@@ -96,5 +102,7 @@ def test_weighted_mse_files_are_byte_identical(tmp_path):
     src = tmp_path / "m.onnx"
     onnx.save(wide_channel_then_depthwise(), src)
     for name in ("a", "b"):
-        quanta.quantize_static(src, tmp_path / f"{name}.onnx", feeds(4, 3), method="weighted_mse", verbose=False)
+        quanta.quantize_static(
+            src, tmp_path / f"{name}.onnx", feeds(4, 3), method="weighted_mse", verbose=False
+        )
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()

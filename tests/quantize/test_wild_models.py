@@ -30,7 +30,9 @@ def assert_valid_and_runs(path, feed) -> list[np.ndarray]:
 
 
 def _tensor_info_without_shape(name: str) -> onnx.ValueInfoProto:
-    return helper.make_value_info(name, onnx.TypeProto(tensor_type=onnx.TypeProto.Tensor(elem_type=TensorProto.FLOAT)))
+    return helper.make_value_info(
+        name, onnx.TypeProto(tensor_type=onnx.TypeProto.Tensor(elem_type=TensorProto.FLOAT))
+    )
 
 
 def mlp_declaring(output_shape, value_info=()) -> onnx.ModelProto:
@@ -63,8 +65,12 @@ BROKEN_DECLARATIONS = {
     "output_minus_one_dims": mlp_declaring([-1, 4]),
     "output_without_shape": mlp_declaring(None),
     # Failure signature: "Field 'shape' of 'type' is required but missing" on save
-    "value_info_without_shape": mlp_declaring([2, 4], [_tensor_info_without_shape("h"), _tensor_info_without_shape("r")]),
-    "value_info_wrong_rank": mlp_declaring([2, 4], [helper.make_tensor_value_info("h", TensorProto.FLOAT, [7])]),
+    "value_info_without_shape": mlp_declaring(
+        [2, 4], [_tensor_info_without_shape("h"), _tensor_info_without_shape("r")]
+    ),
+    "value_info_wrong_rank": mlp_declaring(
+        [2, 4], [helper.make_tensor_value_info("h", TensorProto.FLOAT, [7])]
+    ),
 }
 
 
@@ -116,7 +122,9 @@ def reshape_to_computed_shape() -> onnx.ModelProto:
     ]
 
     def const(name: str, values, dtype=np.int64) -> onnx.NodeProto:
-        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(values, dtype)))
+        return helper.make_node(
+            "Constant", [], [name], value=numpy_helper.from_array(np.array(values, dtype))
+        )
 
     nodes = [
         helper.make_node("Conv", ["x", "wc"], ["c"], name="conv", pads=[1, 1, 1, 1]),
@@ -140,7 +148,9 @@ def reshape_to_computed_shape() -> onnx.ModelProto:
     ]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, "?", "?"])
     y = helper.make_tensor_value_info("probs", TensorProto.FLOAT, [-1, 2])
-    return helper.make_model(helper.make_graph(nodes, "cls", [x], [y], inits), opset_imports=[helper.make_opsetid("", 11)])
+    return helper.make_model(
+        helper.make_graph(nodes, "cls", [x], [y], inits), opset_imports=[helper.make_opsetid("", 11)]
+    )
 
 
 def test_output_after_a_reshape_to_a_computed_shape_gets_its_rank(tmp_path):
@@ -170,7 +180,9 @@ def attention_with_where_bias(fill: float, *, scores_also_to_matmul: bool) -> on
     tensor is asked for by a quantized node."""
     d = 8
     rng = np.random.default_rng(7)
-    inits = [numpy_helper.from_array(rng.standard_normal((d, d)).astype(np.float32), n) for n in ("wq", "wk", "wv")]
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((d, d)).astype(np.float32), n) for n in ("wq", "wk", "wv")
+    ]
     inits += [
         numpy_helper.from_array(np.array(0, np.int64), "zero"),
         numpy_helper.from_array(np.array(fill, np.float32), "fill"),
@@ -268,7 +280,9 @@ def gemm_with(w_fill=None, b_fill=None) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("fill", [np.inf, np.nan], ids=["inf", "nan"])
-@pytest.mark.parametrize("options", [{}, {"per_channel": False}, {"weight_type": "int4"}], ids=["axis", "tensor", "int4"])
+@pytest.mark.parametrize(
+    "options", [{}, {"per_channel": False}, {"weight_type": "int4"}], ids=["axis", "tensor", "int4"]
+)
 def test_weight_with_non_finite_values_keeps_its_node_float(tmp_path, fill, options):
     # Failure signature: "ValueError: quantization parameters: range [-2.3, inf] is not finite"
     src, out = tmp_path / "g.onnx", tmp_path / "g.int8.onnx"
@@ -296,7 +310,10 @@ def test_bias_with_non_finite_values_stays_float_and_the_gemm_is_quantized(tmp_p
 
 @pytest.mark.parametrize(
     ("fill", "reason"),
-    [(0.0, "every observed value is 0 (zero range)"), (3.0, "constant: every observed value is 3 (zero range)")],
+    [
+        (0.0, "every observed value is 0 (zero range)"),
+        (3.0, "constant: every observed value is 3 (zero range)"),
+    ],
 )
 def test_constant_tensor_stays_float_with_a_reason(tmp_path, fill, reason):
     # x * 0 (+ fill) feeding a MatMul: a zero range has no scale (eq. (5) would divide by 0)
@@ -343,21 +360,35 @@ def old_opset_cnn(opset: int) -> onnx.ModelProto:
     inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in arrays.items()]
     inits.append(numpy_helper.from_array(np.array([1, -1], np.int64), "shape"))
     nodes = [
-        helper.make_node("Pad", ["x"], ["xp"], name="pad", pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant", value=0.0),
+        helper.make_node(
+            "Pad", ["x"], ["xp"], name="pad", pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant", value=0.0
+        ),
         helper.make_node("Conv", ["xp", "w", "b"], ["c"], name="conv"),
         helper.make_node(
-            "BatchNormalization", ["c", "g", "beta", "mean", "var"], ["bn"], name="bn", **({"spatial": 1} if opset < 9 else {})
+            "BatchNormalization",
+            ["c", "g", "beta", "mean", "var"],
+            ["bn"],
+            name="bn",
+            **({"spatial": 1} if opset < 9 else {}),
         ),
         helper.make_node("Relu", ["bn"], ["r"], name="relu"),
         helper.make_node("Dropout", ["r"], ["d"], name="drop", ratio=0.1),
     ]
     if opset < 9:
-        nodes.append(helper.make_node("Upsample", ["d"], ["u"], name="up", mode="nearest", scales=[1.0, 1.0, 2.0, 2.0]))
+        nodes.append(
+            helper.make_node("Upsample", ["d"], ["u"], name="up", mode="nearest", scales=[1.0, 1.0, 2.0, 2.0])
+        )
     else:
         inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"))
-        nodes.append(helper.make_node("Upsample" if opset == 9 else "Resize", ["d", "scales"], ["u"], name="up", mode="nearest"))
+        nodes.append(
+            helper.make_node(
+                "Upsample" if opset == 9 else "Resize", ["d", "scales"], ["u"], name="up", mode="nearest"
+            )
+        )
     if opset < 10:
-        nodes.append(helper.make_node("Slice", ["u"], ["s"], name="slice", axes=[2, 3], starts=[0, 0], ends=[8, 8]))
+        nodes.append(
+            helper.make_node("Slice", ["u"], ["s"], name="slice", axes=[2, 3], starts=[0, 0], ends=[8, 8])
+        )
     else:
         for name, v in (("starts", [0, 0]), ("ends", [8, 8]), ("axes", [2, 3])):
             inits.append(numpy_helper.from_array(np.array(v, np.int64), name))
@@ -508,8 +539,12 @@ def if_reading_a_quantized_value() -> onnx.ModelProto:
         helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
         helper.make_node("MatMul", ["h", "w2"], ["y2"], name="mm2"),
         helper.make_node(
-            "If", ["flag"], ["y"], name="branch",
-            then_branch=_branch("then", "Relu", "then_y"), else_branch=_branch("else", "Neg", "else_y"),
+            "If",
+            ["flag"],
+            ["y"],
+            name="branch",
+            then_branch=_branch("then", "Relu", "then_y"),
+            else_branch=_branch("else", "Neg", "else_y"),
         ),
     ]
     g = helper.make_graph(
@@ -541,7 +576,9 @@ def test_if_subgraphs_are_carried_through_and_read_the_dequantized_value(tmp_pat
     # the branches read the outer value under its new name (h's DequantizeLinear output)
     h_reads = {n.input[0] for a in if_node.attribute for n in a.g.node if n.op_type in ("Relu", "Neg")}
     (h_name,) = h_reads
-    assert h_name != "h" and any(n.op_type == "DequantizeLinear" and n.output[0] == h_name for n in written.node)
+    assert h_name != "h" and any(
+        n.op_type == "DequantizeLinear" and n.output[0] == h_name for n in written.node
+    )
     y, _ = assert_valid_and_runs(out, feeds[0])
     ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds[0])
     # loose: one 8-bit activation (h) and 8-bit weights on a K=8 MatMul
@@ -650,13 +687,22 @@ def test_value_of_unknown_rank_after_an_if_keeps_its_element_type(tmp_path):
     # 'propagate_views': GraphError: result_type: value '/model/decoder/Unsqueeze_output_0'
     # has no type to take the element type from" (the re-loaded graph had lost it)
     def branch(name: str, op: str) -> onnx.GraphProto:
-        out = helper.make_value_info(f"{name}_y", onnx.TypeProto(tensor_type=onnx.TypeProto.Tensor(elem_type=TensorProto.FLOAT)))
+        out = helper.make_value_info(
+            f"{name}_y", onnx.TypeProto(tensor_type=onnx.TypeProto.Tensor(elem_type=TensorProto.FLOAT))
+        )
         return helper.make_graph([helper.make_node(op, ["x"], [f"{name}_y"])], name, [], [out])
 
     rng = np.random.default_rng(19)
     g = helper.make_graph(
         [
-            helper.make_node("If", ["flag"], ["t"], name="branch", then_branch=branch("then", "Relu"), else_branch=branch("else", "Neg")),
+            helper.make_node(
+                "If",
+                ["flag"],
+                ["t"],
+                name="branch",
+                then_branch=branch("then", "Relu"),
+                else_branch=branch("else", "Neg"),
+            ),
             helper.make_node("Unsqueeze", ["t", "axes"], ["u"], name="unsqueeze"),
             helper.make_node("MatMul", ["u", "w"], ["y"], name="mm"),
         ],
@@ -731,8 +777,12 @@ def test_version_converter_failure_names_the_ops_that_changed(tmp_path):
     m.ir_version = 3
     src = tmp_path / "bn.onnx"
     onnx.save(m, src)
-    with pytest.raises(quanta.ir.onnx_io.ModelLoadError, match=r"opset 7 must be converted to 13 .*BatchNormalization"):
-        quanta.quantize_static(src, tmp_path / "bn.int8.onnx", [{"x": np.ones((1, 2, 2, 2), np.float32)}], verbose=False)
+    with pytest.raises(
+        quanta.ir.onnx_io.ModelLoadError, match=r"opset 7 must be converted to 13 .*BatchNormalization"
+    ):
+        quanta.quantize_static(
+            src, tmp_path / "bn.int8.onnx", [{"x": np.ones((1, 2, 2, 2), np.float32)}], verbose=False
+        )
     assert not (tmp_path / "bn.int8.onnx").exists()
 
 
@@ -740,7 +790,9 @@ def test_override_with_an_infinite_range_keeps_the_tensor_float(tmp_path):
     # a recipe's fixed range goes through the same check as a calibrated one
     src, out = tmp_path / "g.onnx", tmp_path / "g.int8.onnx"
     onnx.save(gemm_with(), src)
-    summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False, overrides={"x": {"range": [-np.inf, 2.0]}})
+    summary = quanta.quantize_static(
+        src, out, _mlp_feeds(), verbose=False, overrides={"x": {"range": [-np.inf, 2.0]}}
+    )
     assert summary.quantized == []
     assert "is not finite" in dict(summary.float_tensors)["x"]
     assert_valid_and_runs(out, _mlp_feeds(1)[0])
@@ -762,7 +814,9 @@ def test_output_behind_a_removed_identity_keeps_its_loaded_shape(tmp_path):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
         [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w")],
     )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
     src, out = tmp_path / "g.onnx", tmp_path / "g.int8.onnx"
     onnx.save(m, src)
     summary = quanta.quantize_static(src, out, _mlp_feeds(), verbose=False)
@@ -780,7 +834,10 @@ def test_model_over_the_protobuf_limit_is_checked_from_its_file(tmp_path, monkey
     rng = np.random.default_rng(24)
     w = numpy_helper.from_array(rng.standard_normal((8, 256)).astype(np.float32), "w")
     g = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"], name="relu")],
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+            helper.make_node("Relu", ["h"], ["y"], name="relu"),
+        ],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],  # rank-0: a broken hint
@@ -788,7 +845,10 @@ def test_model_over_the_protobuf_limit_is_checked_from_its_file(tmp_path, monkey
     )
     src = tmp_path / "big.onnx"
     onnx.save(
-        helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), src, save_as_external_data=True, size_threshold=0
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+        src,
+        save_as_external_data=True,
+        size_threshold=0,
     )
     monkeypatch.setattr(quanta.ir.onnx_io, "PROTO_LIMIT", 4096)
     calls = []
@@ -827,7 +887,9 @@ def test_scan_body_reading_an_outer_weight_is_carried_through(tmp_path):
     g = helper.make_graph(
         [
             helper.make_node("MatMul", ["x", "w_in"], ["xs"], name="head"),
-            helper.make_node("Scan", ["zeros", "xs"], ["total", "partial"], name="scan", body=body, num_scan_inputs=1),
+            helper.make_node(
+                "Scan", ["zeros", "xs"], ["total", "partial"], name="scan", body=body, num_scan_inputs=1
+            ),
         ],
         "scan_model",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],

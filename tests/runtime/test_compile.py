@@ -28,9 +28,11 @@ def test_plan_binds_every_node_and_records_native_fallbacks():
     # a float Conv whose weights are computed (DequantizeLinear of int8 weights) cannot be
     # prepacked: it falls back, with the reason, and is listed
     assert kernels["conv"].name == "reference:Conv"
-    assert ("conv", "Conv", "weights w are not a constant (the native kernel packs them at compile time)") in (
-        plan.fallbacks
-    )
+    assert (
+        "conv",
+        "Conv",
+        "weights w are not a constant (the native kernel packs them at compile time)",
+    ) in (plan.fallbacks)
     # every fallback is a step run by its reference twin, and only those
     assert [f[0] for f in plan.fallbacks] == [s.name for s in plan.steps if s.kernel.impl == "reference"]
     assert all(k.fallback for k in kernels.values() if k.impl == "reference")
@@ -78,7 +80,9 @@ def test_plan_prints_steps_kernels_slots_and_memory():
     assert lines[0] == "plan 'qdq_conv' on target native: 6 steps, 2 threads"
     assert lines[1].startswith("  slots: 7 constants, 1 input, 5 intermediates, 1 output; ")
     n_native = sum(1 for line in lines[4:] if " native:" in line)
-    assert lines[1].endswith(f"{n_native} steps on native kernels, {6 - n_native} fallback" + ("s" if 6 - n_native != 1 else ""))
+    assert lines[1].endswith(
+        f"{n_native} steps on native kernels, {6 - n_native} fallback" + ("s" if 6 - n_native != 1 else "")
+    )
     assert lines[2].startswith("  memory: arena ") and "liveness lower bound" in lines[2]
     assert lines[3].split() == ["step", "node", "op", "kernel", "outputs", "<-", "inputs", "memory"]
     assert lines[4].split()[:4] == ["0", "q_x", "QuantizeLinear", "native:quantize_linear_u8"]
@@ -156,7 +160,11 @@ def test_default_pipeline_is_the_same_for_every_target():
     assert [s.op_type for s in ref.steps] == [s.op_type for s in nat.steps]
     # the convolution runs channels-last, its Transposes at the graph's edges
     assert [s.op_type for s in ref.steps] == [
-        "QuantizeLinear", "Transpose", "QLinearConv", "Transpose", "DequantizeLinear"
+        "QuantizeLinear",
+        "Transpose",
+        "QLinearConv",
+        "Transpose",
+        "DequantizeLinear",
     ]
     # a float graph: constants and BatchNormalizations folded, nothing lowered
     assert [p.name for p in default_pipeline(get_target("reference"), load(models.float_cnn()))] == [

@@ -42,7 +42,9 @@ def _run(proto, feeds, backend):
 
 def _ort(proto, feeds):
     ort = pytest.importorskip("onnxruntime")
-    return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
 
 
 def if_model() -> onnx.ModelProto:
@@ -76,7 +78,12 @@ def if_model() -> onnx.ModelProto:
         helper.make_node("Greater", ["total", "zero"], ["cond"]),
         helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then_g, else_branch=else_g),
     ]
-    return _model(nodes, [helper.make_tensor_value_info("x", F, [3, 5])], [helper.make_tensor_value_info("y", F, [3, "k"])], inits)
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", F, [3, 5])],
+        [helper.make_tensor_value_info("y", F, [3, "k"])],
+        inits,
+    )
 
 
 @pytest.mark.parametrize("backend", ["reference", "native"])
@@ -108,15 +115,23 @@ def loop_model(nested_if: bool = True) -> onnx.ModelProto:
     acc (a nested If reading a body value and an outer-scope value)."""
     if nested_if:
         even = helper.make_graph(
-            [helper.make_node("Mul", ["acc_new", "k"], ["even_out"])], "even", [], [helper.make_tensor_value_info("even_out", F, None)]
+            [helper.make_node("Mul", ["acc_new", "k"], ["even_out"])],
+            "even",
+            [],
+            [helper.make_tensor_value_info("even_out", F, None)],
         )
         odd = helper.make_graph(
-            [helper.make_node("Neg", ["acc_new"], ["odd_out"])], "odd", [], [helper.make_tensor_value_info("odd_out", F, None)]
+            [helper.make_node("Neg", ["acc_new"], ["odd_out"])],
+            "odd",
+            [],
+            [helper.make_tensor_value_info("odd_out", F, None)],
         )
         pick = [
             helper.make_node("Mod", ["i", "two"], ["parity"]),
             helper.make_node("Equal", ["parity", "zero_i"], ["is_even"]),
-            helper.make_node("If", ["is_even"], ["scan_out"], name="inner_if", then_branch=even, else_branch=odd),
+            helper.make_node(
+                "If", ["is_even"], ["scan_out"], name="inner_if", then_branch=even, else_branch=odd
+            ),
         ]
     else:
         pick = [helper.make_node("Identity", ["acc_new"], ["scan_out"])]
@@ -157,7 +172,10 @@ def loop_model(nested_if: bool = True) -> onnx.ModelProto:
             helper.make_tensor_value_info("x", F, [2, 3]),
             helper.make_tensor_value_info("limit", F, []),
         ],
-        [helper.make_tensor_value_info("acc", F, [2, 3]), helper.make_tensor_value_info("scans", F, ["T", 2, 3])],
+        [
+            helper.make_tensor_value_info("acc", F, [2, 3]),
+            helper.make_tensor_value_info("scans", F, ["T", 2, 3]),
+        ],
         inits,
     )
 
@@ -175,7 +193,9 @@ def _loop_expected(m, cond, x, limit):
 
 
 @pytest.mark.parametrize("backend", ["reference", "native"])
-@pytest.mark.parametrize(("m", "cond", "limit"), [(5, True, 1e9), (7, True, 9.0), (3, False, 1e9), (0, True, 1e9)])
+@pytest.mark.parametrize(
+    ("m", "cond", "limit"), [(5, True, 1e9), (7, True, 9.0), (3, False, 1e9), (0, True, 1e9)]
+)
 def test_loop_carried_scan_outputs_and_nested_if(backend, m, cond, limit):
     proto = loop_model()
     x = (np.arange(6, dtype=np.float32).reshape(2, 3) - 1.5) * np.float32(0.75) + 1
@@ -234,14 +254,18 @@ def scan_model(reverse_in: int, reverse_out: int, in_axis: int, out_axis: int) -
     return _model(
         [node],
         [helper.make_tensor_value_info("s0", F, [4]), helper.make_tensor_value_info("xs", F, xs_shape)],
-        [helper.make_tensor_value_info("s_final", F, [4]), helper.make_tensor_value_info("ys", F, ["a", "b"])],
+        [
+            helper.make_tensor_value_info("s_final", F, [4]),
+            helper.make_tensor_value_info("ys", F, ["a", "b"]),
+        ],
         inits,
     )
 
 
 @pytest.mark.parametrize("backend", ["reference", "native"])
 @pytest.mark.parametrize(
-    ("reverse_in", "reverse_out", "in_axis", "out_axis"), [(0, 0, 0, 0), (1, 0, 0, 0), (0, 1, 0, 1), (1, 1, 1, 0)]
+    ("reverse_in", "reverse_out", "in_axis", "out_axis"),
+    [(0, 0, 0, 0), (1, 0, 0, 0), (0, 1, 0, 1), (1, 1, 1, 0)],
 )
 def test_scan_directions_and_axes(backend, reverse_in, reverse_out, in_axis, out_axis):
     proto = scan_model(reverse_in, reverse_out, in_axis, out_axis)
@@ -277,7 +301,10 @@ def test_body_op_without_kernel_falls_back_to_onnx_reference():
         [helper.make_tensor_value_info("t_out", F, [3, 4])],
     )
     else_g = helper.make_graph(
-        [helper.make_node("Neg", ["x"], ["e_out"])], "else", [], [helper.make_tensor_value_info("e_out", F, [3, 4])]
+        [helper.make_node("Neg", ["x"], ["e_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e_out", F, [3, 4])],
     )
     proto = _model(
         [helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_g, else_branch=else_g)],
@@ -333,10 +360,16 @@ def shape_guarded_model() -> onnx.ModelProto:
     """An exporter's ``x.squeeze(0)`` inside a branch: If(Shape(x)[0] == 1) {Squeeze}
     else {Identity}, then Relu; the outer If on the input ``c``. ``x`` is [N, 3]."""
     sq_then = helper.make_graph(
-        [helper.make_node("Squeeze", ["a", "zero_axis"], ["sq"])], "sq_then", [], [helper.make_tensor_value_info("sq", F, None)]
+        [helper.make_node("Squeeze", ["a", "zero_axis"], ["sq"])],
+        "sq_then",
+        [],
+        [helper.make_tensor_value_info("sq", F, None)],
     )
     sq_else = helper.make_graph(
-        [helper.make_node("Identity", ["a"], ["id"])], "sq_else", [], [helper.make_tensor_value_info("id", F, None)]
+        [helper.make_node("Identity", ["a"], ["id"])],
+        "sq_else",
+        [],
+        [helper.make_tensor_value_info("id", F, None)],
     )
     then_g = helper.make_graph(
         [
@@ -344,7 +377,9 @@ def shape_guarded_model() -> onnx.ModelProto:
             helper.make_node("Shape", ["a"], ["shp"]),
             helper.make_node("Gather", ["shp", "zero_i"], ["n"], axis=0),
             helper.make_node("Equal", ["n", "one_i"], ["is_one"]),
-            helper.make_node("If", ["is_one"], ["s"], name="squeeze_if", then_branch=sq_then, else_branch=sq_else),
+            helper.make_node(
+                "If", ["is_one"], ["s"], name="squeeze_if", then_branch=sq_then, else_branch=sq_else
+            ),
             helper.make_node("Relu", ["s"], ["t_out"]),
         ],
         "then",
@@ -352,7 +387,10 @@ def shape_guarded_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("t_out", F, None)],
     )
     else_g = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["e_out"])], "else", [], [helper.make_tensor_value_info("e_out", F, None)]
+        [helper.make_node("Identity", ["x"], ["e_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e_out", F, None)],
     )
     inits = [
         numpy_helper.from_array(np.array([0], np.int64), "zero_axis"),

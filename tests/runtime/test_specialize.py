@@ -254,8 +254,14 @@ def test_split_specialized_copies_its_parts_out_of_the_arena(sizes: list[int] | 
     n_out = 3
     nodes = [
         helper.make_node("Add", ["x", "x"], ["s"], name="add"),
-        helper.make_node("Split", ins, [f"p{k}" for k in range(n_out)], name="split", axis=axis,
-                         **({} if sizes is not None else {"num_outputs": n_out})),
+        helper.make_node(
+            "Split",
+            ins,
+            [f"p{k}" for k in range(n_out)],
+            name="split",
+            axis=axis,
+            **({} if sizes is not None else {"num_outputs": n_out}),
+        ),
         *[helper.make_node("Neg", [f"p{k}"], [f"n{k}"], name=f"neg{k}") for k in range(n_out)],
         helper.make_node("Concat", [f"n{k}" for k in range(n_out)], ["y"], name="cat", axis=axis),
     ]
@@ -293,7 +299,11 @@ def test_an_overridden_initializer_is_not_a_constant_of_the_signature() -> None:
             helper.make_tensor_value_info("idx", TensorProto.INT64, [3]),
         ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [_const("lo", np.float32(-1)), _const("hi", np.float32(1)), _const("idx", np.array([0, 4, 8], np.int64))],
+        [
+            _const("lo", np.float32(-1)),
+            _const("hi", np.float32(1)),
+            _const("idx", np.array([0, 4, 8], np.int64)),
+        ],
     )
     proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
     sess = quanta.InferenceSession(proto)

@@ -63,8 +63,13 @@ def test_sharded_file_is_byte_identical(model_path, tmp_path, method):
     data = feeds()
     want = quantize(model_path, tmp_path / "one.onnx", data, method=method)
     for workers, seed in ((2, 0), (3, 1), (5, 2), (11, 3), (16, 4)):
-        got = quantize(model_path, tmp_path / f"w{workers}.onnx", data, method=method,
-                       engine=ShuffledEngine(workers, seed))
+        got = quantize(
+            model_path,
+            tmp_path / f"w{workers}.onnx",
+            data,
+            method=method,
+            engine=ShuffledEngine(workers, seed),
+        )
         assert got == want, (method, workers)
 
 
@@ -76,8 +81,14 @@ def test_sharded_calibration_of_a_folder_and_a_sample_limit(model_path, tmp_path
         np.savez(folder / f"s{i:02d}.npz", **f)
     np.savez(folder / "s99.npz", *[feeds(3, seed=9)[k]["x"] for k in range(3)])  # one file, three samples
     want = quantize(model_path, tmp_path / "one.onnx", str(folder), calibration_samples=11)
-    got = quantize(model_path, tmp_path / "three.onnx", str(folder), calibration_samples=11,
-                   engine="inprocess", workers=3)
+    got = quantize(
+        model_path,
+        tmp_path / "three.onnx",
+        str(folder),
+        calibration_samples=11,
+        engine="inprocess",
+        workers=3,
+    )
     assert got == want
 
 
@@ -114,7 +125,9 @@ def test_cli_workers_give_the_same_file_and_bad_options_are_named(model_path, tm
     assert one.read_bytes() == three.read_bytes()
     capsys.readouterr()
     bad = tmp_path / "bad.onnx"
-    assert main(["quantize", str(model_path), "-o", str(bad), "--calib", str(calib), "--address", "auto"]) == 2
+    assert (
+        main(["quantize", str(model_path), "-o", str(bad), "--calib", str(calib), "--address", "auto"]) == 2
+    )
     assert "--address names a Ray cluster: use it with --engine ray" in capsys.readouterr().err
     assert main(["quantize", str(model_path), "-o", str(bad), "--calib", str(calib), "--workers", "0"]) == 2
     assert "--workers 0: expected an integer >= 1" in capsys.readouterr().err

@@ -52,8 +52,9 @@ def test_ray_file_is_byte_identical_for_several_worker_counts(cluster, model_pat
     quanta.quantize_static(str(model_path), str(one), data, method=method, verbose=False)
     for workers in (1, 3, 4):
         out = tmp_path / f"ray{workers}.onnx"
-        quanta.quantize_static(str(model_path), str(out), data, method=method, verbose=False,
-                               engine="ray", workers=workers)
+        quanta.quantize_static(
+            str(model_path), str(out), data, method=method, verbose=False, engine="ray", workers=workers
+        )
         assert out.read_bytes() == one.read_bytes(), workers
 
 

@@ -36,15 +36,24 @@ def test_delegated_op_node_tests(case):
 def test_control_flow_is_not_delegated_and_its_branches_see_the_outer_scope():
     assert get_op("If") is OPS[("", "If")]
     then = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["t"])], "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])]
+        [helper.make_node("Identity", ["x"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])],
     )
     other = helper.make_graph(
-        [helper.make_node("Neg", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])]
+        [helper.make_node("Neg", ["x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])],
     )
     g = helper.make_graph(
         [helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)],
         "g",
-        [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

@@ -299,9 +299,19 @@ def test_a_call_the_binding_refuses_runs_on_the_twin():
 def test_kernel_names_say_which_path_runs():
     isa = _native.active_isa()
     cases = [
-        ((1, 8, 6, 6), (8, 1, 3, 3), {"group": 8}, "native:qconv_dwc"),  # channels-last depthwise (flat rows or 64c)
+        (
+            (1, 8, 6, 6),
+            (8, 1, 3, 3),
+            {"group": 8},
+            "native:qconv_dwc",
+        ),  # channels-last depthwise (flat rows or 64c)
         # C = 3: the direct small-channel kernel (AVX-512 VNNI, channels-last), else im2col
-        ((1, 3, 6, 6), (4, 3, 3, 3), {}, "native:qconv_direct_" if isa == "avx512vnni" else "native:qconv_im2col+"),
+        (
+            (1, 3, 6, 6),
+            (4, 3, 3, 3),
+            {},
+            "native:qconv_direct_" if isa == "avx512vnni" else "native:qconv_im2col+",
+        ),
     ]
     if isa != "avx2":
         cases.append(((1, 8, 6, 6), (4, 8, 3, 3), {}, "native:qconv_implicit+"))

@@ -372,8 +372,12 @@ def test_native_binders_refuse_with_reasons() -> None:
     per_axis = Value("s", const=np.ones(3, F32))
     one = Value("one", const=np.array(F32(1)))
     z = Value("z", const=np.array(0, np.uint8))
-    assert binder_reason("MaxPool", "", [Value("h", const=np.zeros((1, 3, 4, 4), np.float16))],
-                         {"kernel_shape": [2, 2]}) == "native MaxPool takes uint8/int8/float32 x, got float16"
+    assert (
+        binder_reason(
+            "MaxPool", "", [Value("h", const=np.zeros((1, 3, 4, 4), np.float16))], {"kernel_shape": [2, 2]}
+        )
+        == "native MaxPool takes uint8/int8/float32 x, got float16"
+    )
     assert binder_reason("MaxPool", "", [f32], {"kernel_shape": [2, 2]}, n_outputs=2) == (
         "native MaxPool has no Indices output"
     )

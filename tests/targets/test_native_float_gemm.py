@@ -87,8 +87,13 @@ def test_conv_kernel(xshape, wshape, attrs) -> None:
     assert kernel is not None, reason
     assert kernel.name.startswith("native:conv_f32_")
     y64 = conv_twin(None, x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), **attrs)
-    mag = conv_twin(None, np.abs(x).astype(np.float64), np.abs(w).astype(np.float64), np.abs(b).astype(np.float64),
-                    **attrs)
+    mag = conv_twin(
+        None,
+        np.abs(x).astype(np.float64),
+        np.abs(w).astype(np.float64),
+        np.abs(b).astype(np.float64),
+        **attrs,
+    )
     k = w[0].size
     check_kernel("Conv", kernel, [x, w, b], attrs, y64, mag, k)
 
@@ -109,8 +114,13 @@ def test_conv_transpose_kernel(xshape, wshape, attrs) -> None:
     kernel, reason = bind("ConvTranspose", [value("x"), value("w", w), value("b", b)], attrs)
     assert kernel is not None, reason
     y64 = conv_transpose_twin(None, x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), **attrs)
-    mag = conv_transpose_twin(None, np.abs(x).astype(np.float64), np.abs(w).astype(np.float64),
-                              np.abs(b).astype(np.float64), **attrs)
+    mag = conv_transpose_twin(
+        None,
+        np.abs(x).astype(np.float64),
+        np.abs(w).astype(np.float64),
+        np.abs(b).astype(np.float64),
+        **attrs,
+    )
     # each output sums at most kh·kw columns of C/G products, then the bias
     k = (xshape[1] // group) + wshape[2] * wshape[3]
     check_kernel("ConvTranspose", kernel, [x, w, b], attrs, y64, mag, k)
@@ -165,7 +175,9 @@ def test_gemm_kernel(trans_a, trans_b, c_shape, const_b) -> None:
     if c is not None:
         y64 = y64 - 1.5 * c.astype(np.float64)
         mag = mag + 1.5 * np.abs(c.astype(np.float64))
-    check_kernel("Gemm", kernel, [a, b] + ([] if c is None else [c]), attrs, y64, np.broadcast_to(mag, y64.shape), k)
+    check_kernel(
+        "Gemm", kernel, [a, b] + ([] if c is None else [c]), attrs, y64, np.broadcast_to(mag, y64.shape), k
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -233,8 +245,15 @@ def float_model(seed: int = 0):
             helper.make_tensor_value_info("att", TensorProto.FLOAT, None),
         ],
         [
-            t("b0", 8), t("w1", 8, 1, 3, 3), t("w2", 17, 8, 1, 1), t("b2", 17), t("w3", 17, 7, 2, 2), t("b3", 7),
-            t("w4", 5, 7), t("b4", 5), numpy_helper.from_array(np.array([1, 17, 90], np.int64), "shape"),
+            t("b0", 8),
+            t("w1", 8, 1, 3, 3),
+            t("w2", 17, 8, 1, 1),
+            t("b2", 17),
+            t("w3", 17, 7, 2, 2),
+            t("b3", 7),
+            t("w4", 5, 7),
+            t("b4", 5),
+            numpy_helper.from_array(np.array([1, 17, 90], np.int64), "shape"),
         ],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -306,8 +325,11 @@ def test_float_graph_folds_batchnorm_and_constant_weights() -> None:
     "wshape,attrs,activation",
     [
         ((17, 7, 1, 1), {}, {"activation": "Relu"}),
-        ((7, 1, 3, 3), {"group": 7, "pads": [1, 1, 1, 1], "strides": [2, 2]}, {"activation": "Clip",
-                                                                               "activation_params": [-0.25, 0.5]}),
+        (
+            (7, 1, 3, 3),
+            {"group": 7, "pads": [1, 1, 1, 1], "strides": [2, 2]},
+            {"activation": "Clip", "activation_params": [-0.25, 0.5]},
+        ),
         ((5, 7, 3, 3), {"pads": [0, 1, 2, 1]}, {"activation": "Clip", "activation_params": [0.0, 6.0]}),
     ],
 )
@@ -317,15 +339,27 @@ def test_fused_conv_kernel_clamps_in_the_store(wshape, attrs, activation) -> Non
     rng = np.random.default_rng(sum(wshape))
     x = rng.standard_normal((1, 7, 9, 11)).astype(F32)
     w, b = rng.standard_normal(wshape).astype(F32), rng.standard_normal(wshape[0]).astype(F32)
-    node = Node("Conv", [value("x"), value("w", w), value("b", b)], [Value("y")], {**attrs, **activation},
-                domain="quanta")
+    node = Node(
+        "Conv",
+        [value("x"), value("w", w), value("b", b)],
+        [Value("y")],
+        {**attrs, **activation},
+        domain="quanta",
+    )
     kernel, reason = BINDERS[("quanta", "Conv")](None, node)
     assert kernel is not None, reason
     assert kernel.name.endswith("_clamp")
     lo, hi = activation.get("activation_params", [0.0, np.inf])
-    y64 = np.clip(conv_twin(None, x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), **attrs), lo, hi)
-    mag = conv_twin(None, np.abs(x).astype(np.float64), np.abs(w).astype(np.float64), np.abs(b).astype(np.float64),
-                    **attrs)
+    y64 = np.clip(
+        conv_twin(None, x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), **attrs), lo, hi
+    )
+    mag = conv_twin(
+        None,
+        np.abs(x).astype(np.float64),
+        np.abs(w).astype(np.float64),
+        np.abs(b).astype(np.float64),
+        **attrs,
+    )
     assert (y64 == lo).any() and (y64 > lo).any(), "the data must reach the clamp"
     check_kernel("quanta::Conv", kernel, [x, w, b], {**attrs, **activation}, y64, mag, w[0].size)
 
@@ -365,8 +399,13 @@ def test_float_graph_fuses_relu_and_clip_into_conv() -> None:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 11])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [
-            t("w0", 7, 3, 3, 3), t("b0", 7), t("w1", 7, 1, 3, 3), t("w2", 5, 7, 1, 1), t("w3", 3, 5, 1, 1),
-            numpy_helper.from_array(np.array(-0.1, F32), "lo"), numpy_helper.from_array(np.array(0.3, F32), "hi"),
+            t("w0", 7, 3, 3, 3),
+            t("b0", 7),
+            t("w1", 7, 1, 3, 3),
+            t("w2", 5, 7, 1, 1),
+            t("w3", 3, 5, 1, 1),
+            numpy_helper.from_array(np.array(-0.1, F32), "lo"),
+            numpy_helper.from_array(np.array(0.3, F32), "hi"),
         ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -378,7 +417,9 @@ def test_float_graph_fuses_relu_and_clip_into_conv() -> None:
         assert ops.count(("quanta", "Conv")) == 2 and ops.count(("", "Conv")) == 2, ops
         assert ops.count(("", "Relu")) == 1 and ops.count(("", "Clip")) == 1, ops
     assert [s.kernel.name for s in nat.plan.steps if s.node.domain == "quanta"] == [
-        "native:conv_f32_im2col_3x3_clamp", "native:conv_f32_dw_3x3_clamp"]
+        "native:conv_f32_im2col_3x3_clamp",
+        "native:conv_f32_dw_3x3_clamp",
+    ]
     opts = quanta.SessionOptions()
     opts.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
     as_written = quanta.InferenceSession(model, sess_options=opts, backend="reference").run(None, {"x": x})[0]

@@ -47,7 +47,9 @@ def test_split_of_the_perms_a_compiler_inserts():
 
 
 @given(
-    perm=st.sampled_from([[0, 2, 3, 1], [0, 3, 1, 2], [0, 2, 1, 3], [1, 0, 2, 3], [2, 3, 0, 1], [0, 1, 3, 2]]),
+    perm=st.sampled_from(
+        [[0, 2, 3, 1], [0, 3, 1, 2], [0, 2, 1, 3], [1, 0, 2, 3], [2, 3, 0, 1], [0, 1, 3, 2]]
+    ),
     shape=st.lists(st.sampled_from([1, 2, 3, 7, 16, 17, 33]), min_size=4, max_size=4),
     dtype=st.sampled_from(list(DTYPES)),
 )

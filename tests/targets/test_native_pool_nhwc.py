@@ -43,9 +43,17 @@ def test_native_matches_the_twin(hw, c, k, s, d, pad, ceil, signed):
     # a window no larger than the padded input, and a pad smaller than the window
     assume((k[0] - 1) * d[0] + 1 <= h + 2 * pad and (k[1] - 1) * d[1] + 1 <= w + 2 * pad and pad < min(k))
     dtype, elem = (np.int8, TensorProto.INT8) if signed else (np.uint8, TensorProto.UINT8)
-    x = np.random.default_rng(h * 100 + w).integers(-128 if signed else 0, 128 if signed else 256, (2, h, w, c))
+    x = np.random.default_rng(h * 100 + w).integers(
+        -128 if signed else 0, 128 if signed else 256, (2, h, w, c)
+    )
     x = x.astype(dtype)
-    attrs = {"kernel_shape": list(k), "strides": list(s), "dilations": list(d), "pads": [pad] * 4, "ceil_mode": int(ceil)}
+    attrs = {
+        "kernel_shape": list(k),
+        "strides": list(s),
+        "dilations": list(d),
+        "pads": [pad] * 4,
+        "ceil_mode": int(ceil),
+    }
     ref = nhwc_max_pool(OpContext(), x, **attrs)
     m = pool_model(elem, **attrs)
     for threads in (1, 2):
@@ -74,6 +82,8 @@ def test_binding_errors_name_the_argument():
     with pytest.raises(ValueError, match=r"expected rank 4 \[N, H, W, C\]"):
         _native.max_pool_2d_nhwc(x[0], [2, 2], [1, 1], [1, 1], [0, 0], [3, 3])
     with pytest.raises(ValueError, match="out: expected a writeable array of shape"):
-        _native.max_pool_2d_nhwc(x, [2, 2], [1, 1], [1, 1], [0, 0], [3, 3], 1, np.zeros((1, 3, 3, 4), np.uint8))
+        _native.max_pool_2d_nhwc(
+            x, [2, 2], [1, 1], [1, 1], [0, 0], [3, 3], 1, np.zeros((1, 3, 3, 4), np.uint8)
+        )
     with pytest.raises(ValueError, match="last window to start inside"):
         _native.max_pool_2d_nhwc(x, [2, 2], [1, 1], [1, 1], [0, 0], [9, 3])

@@ -41,8 +41,20 @@ ISAS: list[str] = list(_native.supported_isas())
 THREADS = (1, 2)
 F32 = np.float32
 OP = "DynamicQuantizeLSTM"
-INPUT_NAMES = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P",
-               "W_scale", "W_zero_point", "R_scale", "R_zero_point")
+INPUT_NAMES = (
+    "X",
+    "W",
+    "R",
+    "B",
+    "sequence_lens",
+    "initial_h",
+    "initial_c",
+    "P",
+    "W_scale",
+    "W_zero_point",
+    "R_scale",
+    "R_zero_point",
+)
 
 
 def _bind(inputs: list[np.ndarray | None], attrs: dict, const: frozenset = frozenset(range(1, 12))):
@@ -63,8 +75,15 @@ def _bind(inputs: list[np.ndarray | None], attrs: dict, const: frozenset = froze
 
 def _ctx(threads: int, want_y: bool) -> KernelContext:
     onnx_node = helper.make_node(OP, ["X"], ["Y" if want_y else "", "Y_h", "Y_c"], domain=MS_DOMAIN)
-    return KernelContext(opset=1, op_type=OP, domain=MS_DOMAIN, node_name="lstm", num_threads=threads,
-                         n_outputs=3, onnx_node=onnx_node)
+    return KernelContext(
+        opset=1,
+        op_type=OP,
+        domain=MS_DOMAIN,
+        node_name="lstm",
+        num_threads=threads,
+        n_outputs=3,
+        onnx_node=onnx_node,
+    )
 
 
 class TwinCalls:
@@ -89,12 +108,16 @@ class TwinCalls:
 def _assert_same(expected, got, label: str) -> None:
     assert len(expected) == len(got), f"{label}: {len(got)} outputs, expected {len(expected)}"
     for name, e, a in zip(("Y", "Y_h", "Y_c")[: len(expected)], expected, got, strict=True):
-        assert e.shape == a.shape and e.dtype == a.dtype, f"{label} {name}: {e.dtype}{e.shape} vs {a.dtype}{a.shape}"
+        assert e.shape == a.shape and e.dtype == a.dtype, (
+            f"{label} {name}: {e.dtype}{e.shape} vs {a.dtype}{a.shape}"
+        )
         bad = e.view(np.uint32) != a.view(np.uint32)
         if bad.any():
             first = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise AssertionError(f"{label} {name}: {int(bad.sum())} of {e.size} differ; first at {first}: "
-                                 f"expected {e[first]!r}, got {a[first]!r}")
+            raise AssertionError(
+                f"{label} {name}: {int(bad.sum())} of {e.size} differ; first at {first}: "
+                f"expected {e[first]!r}, got {a[first]!r}"
+            )
 
 
 def _check(inputs: list[np.ndarray | None], attrs: dict, want_y: bool = True) -> None:
@@ -116,7 +139,11 @@ def _check(inputs: list[np.ndarray | None], attrs: dict, want_y: bool = True) ->
                     shapes=tuple(None if a is None else a.shape for a in inputs),
                     dtypes=tuple(None if a is None else a.dtype for a in inputs),
                     consts=tuple(None if a is None or k in (0, 5, 6) else a for k, a in enumerate(inputs)),
-                    out_shape=None, out_dtype=None, out=None, num_threads=threads, ctx=ctx,
+                    out_shape=None,
+                    out_dtype=None,
+                    out=None,
+                    num_threads=threads,
+                    ctx=ctx,
                 )
                 fast = kernel.specialize(sig, **attrs, **kernel.params)
                 assert fast is not None
@@ -150,13 +177,18 @@ def _lstm_inputs(rng, *, T, B, n_in, H, D, weights, scales, bias, lens, h0, c0, 
         ws = (rng.random(D) * 0.02 + 0.002).astype(F32)
         rs = (rng.random(D) * 0.02 + 0.002).astype(F32)
     return [
-        x, w, r,
+        x,
+        w,
+        r,
         (rng.standard_normal((D, 8 * H)) * 0.5).astype(F32) if bias else None,
         None if lens is None else np.asarray(lens, np.int32),
         rng.standard_normal((D, B, H)).astype(F32) if h0 else None,
         rng.standard_normal((D, B, H)).astype(F32) if c0 else None,
         (rng.standard_normal((D, 3 * H)) * 0.5).astype(F32) if peephole else None,
-        ws, wz, rs, rz,
+        ws,
+        wz,
+        rs,
+        rz,
     ]
 
 
@@ -177,25 +209,55 @@ def _lstm_inputs(rng, *, T, B, n_in, H, D, weights, scales, bias, lens, h0, c0, 
     want_y=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_dynamic_quantize_lstm_native_equals_twin(H, n_in, T, B, direction, weights, scales, bias, lens_kind, h0, c0,
-                                                  peephole, want_y, seed):
+def test_dynamic_quantize_lstm_native_equals_twin(
+    H, n_in, T, B, direction, weights, scales, bias, lens_kind, h0, c0, peephole, want_y, seed
+):
     rng = np.random.default_rng(seed)
     D = 2 if direction == "bidirectional" else 1
     lens = {"none": None, "full": [T] * B, "ragged": rng.integers(0, T + 1, B).tolist()}[lens_kind]
-    inputs = _lstm_inputs(rng, T=T, B=B, n_in=n_in, H=H, D=D, weights=weights, scales=scales, bias=bias, lens=lens,
-                          h0=h0, c0=c0, peephole=peephole)
+    inputs = _lstm_inputs(
+        rng,
+        T=T,
+        B=B,
+        n_in=n_in,
+        H=H,
+        D=D,
+        weights=weights,
+        scales=scales,
+        bias=bias,
+        lens=lens,
+        h0=h0,
+        c0=c0,
+        peephole=peephole,
+    )
     _check(inputs, {"hidden_size": H, "direction": direction}, want_y)
 
 
-@pytest.mark.parametrize("attrs", [
-    {"clip": 0.75},                       # the clip binds on most gates
-    {"input_forget": 1},                  # f = 1 − i
-    {"clip": 2.5, "input_forget": 1, "activations": ["Sigmoid", "Tanh", "Tanh"]},
-])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"clip": 0.75},  # the clip binds on most gates
+        {"input_forget": 1},  # f = 1 − i
+        {"clip": 2.5, "input_forget": 1, "activations": ["Sigmoid", "Tanh", "Tanh"]},
+    ],
+)
 def test_dynamic_quantize_lstm_attributes(attrs):
     rng = np.random.default_rng(7)
-    inputs = _lstm_inputs(rng, T=5, B=3, n_in=5, H=13, D=1, weights="uint8", scales="column", bias=True,
-                          lens=[5, 3, 1], h0=True, c0=True, peephole=True)
+    inputs = _lstm_inputs(
+        rng,
+        T=5,
+        B=3,
+        n_in=5,
+        H=13,
+        D=1,
+        weights="uint8",
+        scales="column",
+        bias=True,
+        lens=[5, 3, 1],
+        h0=True,
+        c0=True,
+        peephole=True,
+    )
     _check(inputs, {"hidden_size": 13, "direction": "reverse", **attrs})
 
 
@@ -203,8 +265,21 @@ def test_dynamic_quantize_lstm_large_gates_saturate_the_mlas_clamps():
     """Scales large enough that gate arguments pass MLAS's ±18 / ±9 clamps (the logistic's
     exact 0 far left) and a long X block (T·B·I = 2400 values in one quantization)."""
     rng = np.random.default_rng(11)
-    inputs = _lstm_inputs(rng, T=40, B=2, n_in=30, H=17, D=2, weights="int8", scales="column", bias=True,
-                          lens=[40, 33], h0=True, c0=True, peephole=False)
+    inputs = _lstm_inputs(
+        rng,
+        T=40,
+        B=2,
+        n_in=30,
+        H=17,
+        D=2,
+        weights="int8",
+        scales="column",
+        bias=True,
+        lens=[40, 33],
+        h0=True,
+        c0=True,
+        peephole=False,
+    )
     inputs[8] = inputs[8] * F32(40)
     inputs[10] = inputs[10] * F32(40)
     y = dynamic_quantize_lstm(*inputs, hidden_size=17, direction="bidirectional")[0]
@@ -214,20 +289,49 @@ def test_dynamic_quantize_lstm_large_gates_saturate_the_mlas_clamps():
 
 def test_empty_batch_and_zero_lengths():
     rng = np.random.default_rng(3)
-    inputs = _lstm_inputs(rng, T=3, B=2, n_in=5, H=7, D=2, weights="int8", scales="direction", bias=True,
-                          lens=[0, 0], h0=True, c0=True, peephole=False)
+    inputs = _lstm_inputs(
+        rng,
+        T=3,
+        B=2,
+        n_in=5,
+        H=7,
+        D=2,
+        weights="int8",
+        scales="direction",
+        bias=True,
+        lens=[0, 0],
+        h0=True,
+        c0=True,
+        peephole=False,
+    )
     _check(inputs, {"hidden_size": 7, "direction": "bidirectional"})
 
 
-@pytest.mark.parametrize("attrs, constant, expected", [
-    ({"activations": ["Relu", "Tanh", "Tanh"]}, True, "default sigmoid, tanh, tanh only"),
-    ({"layout": 1}, True, "layout = 1"),
-    ({}, False, "must be constants"),
-])
+@pytest.mark.parametrize(
+    "attrs, constant, expected",
+    [
+        ({"activations": ["Relu", "Tanh", "Tanh"]}, True, "default sigmoid, tanh, tanh only"),
+        ({"layout": 1}, True, "layout = 1"),
+        ({}, False, "must be constants"),
+    ],
+)
 def test_binder_refuses_with_a_reason(attrs, constant, expected):
     rng = np.random.default_rng(1)
-    inputs = _lstm_inputs(rng, T=2, B=1, n_in=3, H=7, D=1, weights="int8", scales="direction", bias=False,
-                          lens=None, h0=False, c0=False, peephole=False)
+    inputs = _lstm_inputs(
+        rng,
+        T=2,
+        B=1,
+        n_in=3,
+        H=7,
+        D=1,
+        weights="int8",
+        scales="direction",
+        bias=False,
+        lens=None,
+        h0=False,
+        c0=False,
+        peephole=False,
+    )
     const = frozenset(range(1, 12)) if constant else frozenset(range(3, 12))
     kernel, reason = _bind(inputs, {"hidden_size": 7, **attrs}, const)
     assert kernel is None and expected in reason
@@ -235,8 +339,21 @@ def test_binder_refuses_with_a_reason(attrs, constant, expected):
 
 def test_binder_refuses_unequal_zero_points_as_the_twin_does():
     rng = np.random.default_rng(2)
-    inputs = _lstm_inputs(rng, T=2, B=1, n_in=3, H=7, D=1, weights="uint8_columns", scales="direction", bias=False,
-                          lens=None, h0=False, c0=False, peephole=False)
+    inputs = _lstm_inputs(
+        rng,
+        T=2,
+        B=1,
+        n_in=3,
+        H=7,
+        D=1,
+        weights="uint8_columns",
+        scales="direction",
+        bias=False,
+        lens=None,
+        h0=False,
+        c0=False,
+        peephole=False,
+    )
     inputs[9] = inputs[9].copy()
     inputs[9][0, 3] ^= 1
     kernel, reason = _bind(inputs, {"hidden_size": 7})
@@ -247,8 +364,21 @@ def test_binder_refuses_unequal_zero_points_as_the_twin_does():
 
 def test_bad_sequence_lens_raise_naming_the_op():
     rng = np.random.default_rng(4)
-    inputs = _lstm_inputs(rng, T=2, B=2, n_in=3, H=7, D=1, weights="int8", scales="direction", bias=False,
-                          lens=[1, 3], h0=False, c0=False, peephole=False)
+    inputs = _lstm_inputs(
+        rng,
+        T=2,
+        B=2,
+        n_in=3,
+        H=7,
+        D=1,
+        weights="int8",
+        scales="direction",
+        bias=False,
+        lens=[1, 3],
+        h0=False,
+        c0=False,
+        peephole=False,
+    )
     kernel, reason = _bind(inputs, {"hidden_size": 7})
     assert kernel is not None, reason
     with pytest.raises(OpError, match=r"sequence_lens.*\[0, 2\]"):
@@ -258,7 +388,9 @@ def test_bad_sequence_lens_raise_naming_the_op():
 ZOO = Path(os.path.expanduser("~/.cache/quanta-zoo/models"))
 
 
-@pytest.mark.skipif(not (ZOO / "ddddocr.ort_dynamic.onnx").exists(), reason="the model zoo is not on this machine")
+@pytest.mark.skipif(
+    not (ZOO / "ddddocr.ort_dynamic.onnx").exists(), reason="the model zoo is not on this machine"
+)
 def test_ddddocr_ort_file_native_equals_reference():
     """The captcha reader quantized by ONNX Runtime's quantize_dynamic (a bidirectional
     DynamicQuantizeLSTM, H = 512, uint8 weights per tensor): the whole model's outputs are
@@ -303,14 +435,18 @@ def _float_inputs(rng, op, *, T, B, n_in, H, D, bias, lens, h0, c0, peephole, la
     r = (rng.standard_normal((D, G * H, H)) / np.sqrt(H)).astype(F32)
     state = (D, B, H) if layout == 0 else (B, D, H)
     ins = [
-        x.transpose(1, 0, 2).copy() if layout else x, w, r,
+        x.transpose(1, 0, 2).copy() if layout else x,
+        w,
+        r,
         (rng.standard_normal((D, 2 * G * H)) * 0.5).astype(F32) if bias else None,
         None if lens is None else np.asarray(lens, np.int32),
         rng.standard_normal(state).astype(F32) if h0 else None,
     ]
     if op == "LSTM":
-        ins += [rng.standard_normal(state).astype(F32) if c0 else None,
-                (rng.standard_normal((D, 3 * H)) * 0.5).astype(F32) if peephole else None]
+        ins += [
+            rng.standard_normal(state).astype(F32) if c0 else None,
+            (rng.standard_normal((D, 3 * H)) * 0.5).astype(F32) if peephole else None,
+        ]
     return ins
 
 
@@ -326,6 +462,7 @@ class FloatTwinCalls:
             def counting(*args, **kwargs):
                 self.count += 1
                 return fn(*args, **kwargs)
+
             return counting
 
         rnn.lstm_op, rnn.gru_op = wrap(rnn.lstm_op), wrap(rnn.gru_op)
@@ -347,7 +484,9 @@ def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
             kernel, reason = _bind_float(op, inputs, attrs)
             assert kernel is not None and kernel.impl == "native", reason
             for threads in THREADS:
-                ctx = KernelContext(opset=21, op_type=op, node_name="rnn", n_outputs=n_out, num_threads=threads)
+                ctx = KernelContext(
+                    opset=21, op_type=op, node_name="rnn", n_outputs=n_out, num_threads=threads
+                )
                 with FloatTwinCalls() as twin:
                     got = kernel.fn(ctx, *inputs, **attrs, **kernel.params)
                 assert twin.count == 0, "the native kernel ran the twin"
@@ -374,13 +513,27 @@ def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
     layout=st.sampled_from([0, 1]),
     seed=st.integers(0, 2**16),
 )
-def test_float_rnn_native_equals_twin(op, H, n_in, T, B, direction, bias, lens_kind, h0, c0, peephole, variant, clip,
-                                      layout, seed):
+def test_float_rnn_native_equals_twin(
+    op, H, n_in, T, B, direction, bias, lens_kind, h0, c0, peephole, variant, clip, layout, seed
+):
     rng = np.random.default_rng(seed)
     D = 2 if direction == "bidirectional" else 1
     lens = {"none": None, "full": [T] * B, "ragged": rng.integers(0, T + 1, B).tolist()}[lens_kind]
-    inputs = _float_inputs(rng, op, T=T, B=B, n_in=n_in, H=H, D=D, bias=bias, lens=lens, h0=h0, c0=c0,
-                           peephole=peephole, layout=layout)
+    inputs = _float_inputs(
+        rng,
+        op,
+        T=T,
+        B=B,
+        n_in=n_in,
+        H=H,
+        D=D,
+        bias=bias,
+        lens=lens,
+        h0=h0,
+        c0=c0,
+        peephole=peephole,
+        layout=layout,
+    )
     attrs = {"hidden_size": H, "direction": direction, "layout": layout}
     if clip is not None:
         attrs["clip"] = clip
@@ -399,8 +552,12 @@ def _float64_lstm_forward(x, w, r, b):
     bb = b[0, : 4 * H] + b[0, 4 * H :]
     for t in range(T):
         a = x[t] @ w[0].T + h @ r[0].T + bb
-        i, o, f, g = (1 / (1 + np.exp(-a[:, :H])), 1 / (1 + np.exp(-a[:, H:2 * H])),
-                      1 / (1 + np.exp(-a[:, 2 * H:3 * H])), np.tanh(a[:, 3 * H:]))
+        i, o, f, g = (
+            1 / (1 + np.exp(-a[:, :H])),
+            1 / (1 + np.exp(-a[:, H : 2 * H])),
+            1 / (1 + np.exp(-a[:, 2 * H : 3 * H])),
+            np.tanh(a[:, 3 * H :]),
+        )
         c = f * c + i * g
         h = o * np.tanh(c)
         ys.append(h)
@@ -416,23 +573,29 @@ def test_float_lstm_twin_within_its_error_bound_of_float64():
     from quanta.kernels.reference.rnn import lstm
 
     rng = np.random.default_rng(5)
-    x, w, r, b = _float_inputs(rng, "LSTM", T=6, B=2, n_in=300, H=17, D=1, bias=True, lens=None, h0=False,
-                               c0=False, peephole=False)[:4]
+    x, w, r, b = _float_inputs(
+        rng, "LSTM", T=6, B=2, n_in=300, H=17, D=1, bias=True, lens=None, h0=False, c0=False, peephole=False
+    )[:4]
     got = lstm(x, w, r, b, hidden_size=17)[0][:, 0]
-    exact = _float64_lstm_forward(x.astype(np.float64), w.astype(np.float64), r.astype(np.float64),
-                                  b.astype(np.float64))
+    exact = _float64_lstm_forward(
+        x.astype(np.float64), w.astype(np.float64), r.astype(np.float64), b.astype(np.float64)
+    )
     err = float(np.abs(got - exact).max())
     assert 0 < err < 1e-4, err
 
 
-@pytest.mark.parametrize("op, attrs, expected", [
-    ("LSTM", {"activations": ["Sigmoid", "Relu", "Tanh"]}, "defaults only"),
-    ("GRU", {"activations": ["HardSigmoid", "Tanh"]}, "defaults only"),
-])
+@pytest.mark.parametrize(
+    "op, attrs, expected",
+    [
+        ("LSTM", {"activations": ["Sigmoid", "Relu", "Tanh"]}, "defaults only"),
+        ("GRU", {"activations": ["HardSigmoid", "Tanh"]}, "defaults only"),
+    ],
+)
 def test_float_binder_refuses_other_activations(op, attrs, expected):
     rng = np.random.default_rng(0)
-    inputs = _float_inputs(rng, op, T=2, B=1, n_in=3, H=7, D=1, bias=False, lens=None, h0=False, c0=False,
-                           peephole=False)
+    inputs = _float_inputs(
+        rng, op, T=2, B=1, n_in=3, H=7, D=1, bias=False, lens=None, h0=False, c0=False, peephole=False
+    )
     kernel, reason = _bind_float(op, inputs, {"hidden_size": 7, **attrs})
     assert kernel is None and expected in reason
 
@@ -463,14 +626,22 @@ def test_float_lstm_matches_onnxruntime_closely(tmp_path):
     import onnxruntime as ort
 
     rng = np.random.default_rng(9)
-    x, w, r, b, lens, h0, c0, p = _float_inputs(rng, "LSTM", T=6, B=3, n_in=11, H=13, D=2, bias=True,
-                                                lens=[6, 2, 0], h0=True, c0=True, peephole=True)
+    x, w, r, b, lens, h0, c0, p = _float_inputs(
+        rng, "LSTM", T=6, B=3, n_in=11, H=13, D=2, bias=True, lens=[6, 2, 0], h0=True, c0=True, peephole=True
+    )
     names = ["X", "W", "R", "B", "L", "H0", "C0", "P"]
     vals = dict(zip(names, (x, w, r, b, lens, h0, c0, p), strict=True))
     node = helper.make_node("LSTM", names, ["Y", "Yh", "Yc"], hidden_size=13, direction="bidirectional")
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info(n, onnx.TensorProto.INT32 if n == "L" else onnx.TensorProto.FLOAT,
-                                                    vals[n].shape) for n in names if n not in ("W", "R")],
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info(
+                n, onnx.TensorProto.INT32 if n == "L" else onnx.TensorProto.FLOAT, vals[n].shape
+            )
+            for n in names
+            if n not in ("W", "R")
+        ],
         [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in ("Y", "Yh", "Yc")],
         [onnx.numpy_helper.from_array(w, "W"), onnx.numpy_helper.from_array(r, "R")],
     )
@@ -482,7 +653,9 @@ def test_float_lstm_matches_onnxruntime_closely(tmp_path):
     ref = quanta.InferenceSession(model, backend="reference").run(None, feeds)
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    expected = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    expected = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
     for a, e, o in zip(got, ref, expected, strict=True):
         np.testing.assert_array_equal(a, e)
         np.testing.assert_allclose(a, o, atol=1e-5, rtol=0)

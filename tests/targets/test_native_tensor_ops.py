@@ -54,7 +54,12 @@ def bind(op_type: str, inputs: list, attrs: dict | None = None, n_outputs: int =
 
 def assert_bit_exact(expected, got, what: str = "") -> None:
     expected, got = np.asarray(expected), np.asarray(got)
-    assert expected.dtype == got.dtype and expected.shape == got.shape, (what, expected.shape, got.shape, got.dtype)
+    assert expected.dtype == got.dtype and expected.shape == got.shape, (
+        what,
+        expected.shape,
+        got.shape,
+        got.dtype,
+    )
     if expected.dtype.kind == "f":
         np.testing.assert_array_equal(got, expected, err_msg=what)  # NaN at the same places
         finite = ~np.isnan(expected)
@@ -95,7 +100,9 @@ SHAPES = [(), (17,), (3, 65), (2, 7, 33), (1, 3, 131, 97)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("bounds", [(0.0, 6.0), (-0.0, 0.0), (None, 1.5), (-2.0, None), (None, None), (3.0, -1.0)])
+@pytest.mark.parametrize(
+    "bounds", [(0.0, 6.0), (-0.0, 0.0), (None, 1.5), (-2.0, None), (None, None), (3.0, -1.0)]
+)
 def test_clip_float_matches_twin_zeros_nan_and_crossed_bounds(shape, bounds):
     # -0 against a +0 bound: np.maximum returns its second operand on a tie, so Clip(-0, 0)
     # is +0 (a kernel written x < lo ? lo : x gives -0); crossed bounds give hi everywhere
@@ -125,7 +132,15 @@ def test_unary_float_ops_match_twin(op_type, shape):
 
 @pytest.mark.parametrize(
     ("exponent", "exp_dtype"),
-    [(1.0, np.float32), (2.0, np.float32), (3.0, np.float32), (0.5, np.float32), (1, np.int64), (2, np.int64), (3, np.int64)],
+    [
+        (1.0, np.float32),
+        (2.0, np.float32),
+        (3.0, np.float32),
+        (0.5, np.float32),
+        (1, np.int64),
+        (2, np.int64),
+        (3, np.int64),
+    ],
 )
 def test_pow_exact_exponents(exponent, exp_dtype):
     x = floats(np.random.default_rng(11), (3, 7, 65))
@@ -214,7 +229,13 @@ def test_cast_to_float16_falls_back_with_reason():
 # integer arithmetic, comparisons, logic, Where, BatchNormalization
 # --------------------------------------------------------------------------------------
 
-BROADCASTS = [((3, 65), (3, 65)), ((1, 34, 9, 9), (1, 34, 1, 1)), ((), (2, 7)), ((2, 7), ()), ((3, 1), (1, 17))]
+BROADCASTS = [
+    ((3, 65), (3, 65)),
+    ((1, 34, 9, 9), (1, 34, 1, 1)),
+    ((), (2, 7)),
+    ((2, 7), ()),
+    ((3, 1), (1, 17)),
+]
 
 
 @pytest.mark.parametrize("op_type", ["Add", "Sub", "Mul"])
@@ -279,7 +300,14 @@ REDUCE = ["ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", 
 @pytest.mark.parametrize("op_type", REDUCE)
 @pytest.mark.parametrize(
     ("shape", "axes"),
-    [((3, 301), [1]), ((2, 17, 9, 7), [2, 3]), ((2, 17, 9, 7), [1]), ((5, 7, 3), [0, 2]), ((4, 33), None), ((65,), [0])],
+    [
+        ((3, 301), [1]),
+        ((2, 17, 9, 7), [2, 3]),
+        ((2, 17, 9, 7), [1]),
+        ((5, 7, 3), [0, 2]),
+        ((4, 33), None),
+        ((65,), [0]),
+    ],
 )
 @pytest.mark.parametrize("keepdims", [0, 1])
 def test_reductions_match_twin(op_type, shape, axes, keepdims):
@@ -337,7 +365,11 @@ NEAREST = ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
 )
 def test_resize_nearest_every_mode(coord, nearest, dtype, scales):
     rng = np.random.default_rng(43)
-    x = np.array(rng.integers(-100, 100, (1, 3, 7, 9)), dtype) if dtype is not np.float32 else floats(rng, (1, 3, 7, 9))
+    x = (
+        np.array(rng.integers(-100, 100, (1, 3, 7, 9)), dtype)
+        if dtype is not np.float32
+        else floats(rng, (1, 3, 7, 9))
+    )
     attrs = {"mode": "nearest", "coordinate_transformation_mode": coord, "nearest_mode": nearest}
     run_both("Resize", [x, None, np.array((1.0, 1.0, *scales), F32)], attrs, opset=19)
 
@@ -351,7 +383,11 @@ def test_resize_nearest_every_mode(coord, nearest, dtype, scales):
 )
 def test_resize_linear_and_cubic(coord, mode, dtype, sizes, antialias):
     rng = np.random.default_rng(47)
-    x = np.array(rng.integers(0, 256, (2, 3, 7, 9)), dtype) if dtype is np.uint8 else floats(rng, (2, 3, 7, 9), 1)
+    x = (
+        np.array(rng.integers(0, 256, (2, 3, 7, 9)), dtype)
+        if dtype is np.uint8
+        else floats(rng, (2, 3, 7, 9), 1)
+    )
     if dtype is np.float32:
         x[~np.isfinite(x)] = -0.0
     attrs = {"mode": mode, "coordinate_transformation_mode": coord, "antialias": antialias}
@@ -359,7 +395,9 @@ def test_resize_linear_and_cubic(coord, mode, dtype, sizes, antialias):
 
 
 def test_resize_tf_crop_and_resize_falls_back_with_reason():
-    kernel, reason = bind("Resize", [np.zeros((1, 1, 2, 2), F32)], {"coordinate_transformation_mode": "tf_crop_and_resize"})
+    kernel, reason = bind(
+        "Resize", [np.zeros((1, 1, 2, 2), F32)], {"coordinate_transformation_mode": "tf_crop_and_resize"}
+    )
     assert kernel is None and "extrapolate" in reason
 
 
@@ -431,7 +469,13 @@ def test_transpose_any_rank_and_perm(perm, shape, dtype):
     # the attention transpose of ppocr_rec is [2, 0, 3, 1, 4] on [N, T, 3, heads, d]
     x = np.array(np.random.default_rng(59).integers(-100, 100, shape), dtype)
     kernel, reason = BINDERS[("", "Transpose")](
-        None, Node("Transpose", [Value("x", type=TensorType(elem_from_numpy(x.dtype), tuple(shape)))], [Value("y")], {"perm": list(perm)})
+        None,
+        Node(
+            "Transpose",
+            [Value("x", type=TensorType(elem_from_numpy(x.dtype), tuple(shape)))],
+            [Value("y")],
+            {"perm": list(perm)},
+        ),
     )
     assert kernel is not None, reason
     want = get_op("Transpose")(KernelContext(), x, perm=list(perm))
@@ -525,7 +569,11 @@ def test_float_head_graph_runs_without_a_reference_kernel():
         helper.make_tensor("half", f, [], [0.3]),
     ]
     g = helper.make_graph(
-        nodes, "head", [helper.make_tensor_value_info("x", f, [1, 7, 5, 9])], [helper.make_tensor_value_info("y", f, None)], init
+        nodes,
+        "head",
+        [helper.make_tensor_value_info("x", f, [1, 7, 5, 9])],
+        [helper.make_tensor_value_info("y", f, None)],
+        init,
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     x = floats(np.random.default_rng(67), (1, 7, 5, 9))

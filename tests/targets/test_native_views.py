@@ -21,7 +21,10 @@ def test_shape_only_ops_are_not_fallbacks_and_stay_views():
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.array([7, 3], np.int64), "shape"), numpy_helper.from_array(np.array([0], np.int64), "axes")],
+        [
+            numpy_helper.from_array(np.array([7, 3], np.int64), "shape"),
+            numpy_helper.from_array(np.array([0], np.int64), "axes"),
+        ],
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     sess = quanta.InferenceSession(m, backend="native")

@@ -28,7 +28,9 @@ def accumulator_to_float(
 ) -> np.ndarray:
     del ctx  # unused
     if acc.dtype != np.int32 or (bias is not None and bias.dtype != np.int32):
-        raise OpError(f"AccumulatorToFloat: expected int32 acc and bias, got {acc.dtype} and {getattr(bias, 'dtype', None)}")
+        raise OpError(
+            f"AccumulatorToFloat: expected int32 acc and bias, got {acc.dtype} and {getattr(bias, 'dtype', None)}"
+        )
     if scale.dtype != np.float32 or (float_bias is not None and float_bias.dtype != np.float32):
         raise OpError("AccumulatorToFloat: expected float32 scale and float_bias")
     with np.errstate(all="ignore"):

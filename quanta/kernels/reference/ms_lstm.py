@@ -94,16 +94,43 @@ def fma_f32(a: np.ndarray, b: np.ndarray | np.float32, c: np.ndarray | np.float3
 
 
 # MlasLogisticConstants (logistic.cpp): clamp range, then p = x·P(x²), q = Q(x²).
-_LOGISTIC_P = tuple(F32(v) for v in (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05,
-                                     8.51377133304701e-03, 2.48287947061529e-01))
-_LOGISTIC_Q = tuple(F32(v) for v in (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06,
-                                     1.70198817374094e-03, 1.16817656904453e-01, 9.93151921023180e-01))
+_LOGISTIC_P = tuple(
+    F32(v)
+    for v in (
+        4.37031012579801e-11,
+        1.15627324459942e-07,
+        6.08574864600143e-05,
+        8.51377133304701e-03,
+        2.48287947061529e-01,
+    )
+)
+_LOGISTIC_Q = tuple(
+    F32(v)
+    for v in (
+        6.10247389755681e-13,
+        5.76102136993427e-09,
+        6.29106785017040e-06,
+        1.70198817374094e-03,
+        1.16817656904453e-01,
+        9.93151921023180e-01,
+    )
+)
 # MlasTanhConstants (tanh.cpp)
-_TANH_P = tuple(F32(v) for v in (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
-                                 5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
-                                 4.89352455891786e-03))
-_TANH_Q = tuple(F32(v) for v in (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
-                                 4.89352518554385e-03))
+_TANH_P = tuple(
+    F32(v)
+    for v in (
+        -2.76076847742355e-16,
+        2.00018790482477e-13,
+        -8.60467152213735e-11,
+        5.12229709037114e-08,
+        1.48572235717979e-05,
+        6.37261928875436e-04,
+        4.89352455891786e-03,
+    )
+)
+_TANH_Q = tuple(
+    F32(v) for v in (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+)
 
 
 def _rational(v: np.ndarray, p_coef: tuple, q_coef: tuple) -> np.ndarray:
@@ -147,10 +174,17 @@ def mlas_tanh(x: np.ndarray) -> np.ndarray:
 # ORT's activation table (rnn_helpers.cc NameToArgUsageMap / NameToArgDefaultsMap): which of
 # alpha, beta a function consumes, and their defaults.
 _ARG_USAGE = {
-    "affine": (True, True), "relu": (False, False), "leakyrelu": (True, False),
-    "thresholdedrelu": (True, False), "tanh": (False, False), "scaledtanh": (True, True),
-    "sigmoid": (False, False), "hardsigmoid": (True, True), "elu": (True, False),
-    "softsign": (False, False), "softplus": (False, False),
+    "affine": (True, True),
+    "relu": (False, False),
+    "leakyrelu": (True, False),
+    "thresholdedrelu": (True, False),
+    "tanh": (False, False),
+    "scaledtanh": (True, True),
+    "sigmoid": (False, False),
+    "hardsigmoid": (True, True),
+    "elu": (True, False),
+    "softsign": (False, False),
+    "softplus": (False, False),
 }
 _ARG_DEFAULTS = {"leakyrelu": (0.01, 0.0), "hardsigmoid": (0.2, 0.5), "elu": (1.0, 0.0)}
 
@@ -252,7 +286,9 @@ def _reverse_rows(x: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return out
 
 
-def _one_direction(x, w, r, bias, peep, h0, c0, lens, reverse, acts, clip, input_forget, want_y, rows_per_block):
+def _one_direction(
+    x, w, r, bias, peep, h0, c0, lens, reverse, acts, clip, input_forget, want_y, rows_per_block
+):
     T, B, _ = x.shape
     H = r.centered.shape[0]
     L = int(lens.max())
@@ -359,7 +395,9 @@ def dynamic_quantize_lstm(
     T, B, n_in = x.shape
     for name, t, k in (("W", w, n_in), ("R", r, H)):
         if t.ndim != 3 or t.shape != (D, k, 4 * H) or t.dtype not in (np.int8, np.uint8):
-            raise OpError(f"{name} must be int8/uint8 of shape [{D}, {k}, {4 * H}], got {t.dtype}{list(t.shape)}")
+            raise OpError(
+                f"{name} must be int8/uint8 of shape [{D}, {k}, {4 * H}], got {t.dtype}{list(t.shape)}"
+            )
     if w_scale is None or w_zero_point is None or r_scale is None or r_zero_point is None:
         raise OpError("W_scale, W_zero_point, R_scale and R_zero_point are required")
     if clip is None:
@@ -383,16 +421,36 @@ def dynamic_quantize_lstm(
     if B == 0 or int(lens.max()) == 0:
         return y, yh, yc
     for d in range(D):
-        wq = _QWeight(w[d], _direction_scale(w_scale, d, 4 * H, "W_scale"), _weight_zero_point(w_zero_point, d, "W_zero_point"))
-        rq = _QWeight(r[d], _direction_scale(r_scale, d, 4 * H, "R_scale"), _weight_zero_point(r_zero_point, d, "R_zero_point"))
+        wq = _QWeight(
+            w[d],
+            _direction_scale(w_scale, d, 4 * H, "W_scale"),
+            _weight_zero_point(w_zero_point, d, "W_zero_point"),
+        )
+        rq = _QWeight(
+            r[d],
+            _direction_scale(r_scale, d, 4 * H, "R_scale"),
+            _weight_zero_point(r_zero_point, d, "R_zero_point"),
+        )
         bias = None if b is None else np.asarray(b, F32)[d]
         peep = None if p is None else np.asarray(p, F32)[d]
         h0 = np.zeros((B, H), F32) if initial_h is None else np.asarray(initial_h, F32)[d].copy()
         c0 = np.zeros((B, H), F32) if initial_c is None else np.asarray(initial_c, F32)[d].copy()
         reverse = direction == "reverse" or d == 1
         y[:, d], yh[d], yc[d] = _one_direction(
-            x, wq, rq, bias, peep, h0, c0, lens, reverse, acts[3 * d : 3 * d + 3], clip,
-            input_forget, want_y, rows_per_block,
+            x,
+            wq,
+            rq,
+            bias,
+            peep,
+            h0,
+            c0,
+            lens,
+            reverse,
+            acts[3 * d : 3 * d + 3],
+            clip,
+            input_forget,
+            want_y,
+            rows_per_block,
         )
     return y, yh, yc
 
@@ -434,9 +492,25 @@ def dynamic_quantize_lstm_op(
     if layout != 0:
         raise OpError("layout = 1 (batch first) is not supported (ORT: neither)")
     outs = dynamic_quantize_lstm(
-        x, w, r, b, sequence_lens, initial_h, initial_c, p, w_scale, w_zero_point, r_scale, r_zero_point,
-        hidden_size=hidden_size, direction=direction, activations=activations,
-        activation_alpha=activation_alpha, activation_beta=activation_beta, clip=clip,
-        input_forget=input_forget, want_y=_y_requested(ctx),
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        initial_c,
+        p,
+        w_scale,
+        w_zero_point,
+        r_scale,
+        r_zero_point,
+        hidden_size=hidden_size,
+        direction=direction,
+        activations=activations,
+        activation_alpha=activation_alpha,
+        activation_beta=activation_beta,
+        clip=clip,
+        input_forget=input_forget,
+        want_y=_y_requested(ctx),
     )
     return outs[: max(1, ctx.n_outputs)]

@@ -43,7 +43,12 @@ def nhwc_max_pool(
     if x.ndim < 3:
         raise OpError(f"x: expected rank >= 3 ([N, *spatial, C]), got shape {x.shape}")
     attrs = {"auto_pad": auto_pad, "ceil_mode": ceil_mode}
-    for name, value in (("dilations", dilations), ("kernel_shape", kernel_shape), ("pads", pads), ("strides", strides)):
+    for name, value in (
+        ("dilations", dilations),
+        ("kernel_shape", kernel_shape),
+        ("pads", pads),
+        ("strides", strides),
+    ):
         if value is not None:
             attrs[name] = value
     y = max_pool(OpContext(opset=12, n_outputs=1), np.moveaxis(x, -1, 1), **attrs)

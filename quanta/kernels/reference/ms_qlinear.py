@@ -163,7 +163,9 @@ def qlinear_add(
     a = np.asarray(a)
     b = np.asarray(b)
     dtype = a.dtype
-    sa, za, sb, zb, sc, zc = _binary_params(a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point, dtype)
+    sa, za, sb, zb, sc, zc = _binary_params(
+        a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point, dtype
+    )
     ra = np.float32(sa / sc)
     rb = np.float32(sb / sc)
     k = np.float32(np.float32(zc) - _fma_f32(np.float32(za), ra, np.float32(rb * np.float32(zb))))
@@ -191,7 +193,9 @@ def qlinear_add_portable(
     a = np.asarray(a)
     b = np.asarray(b)
     dtype = a.dtype
-    sa, za, sb, zb, sc, zc = _binary_params(a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point, dtype)
+    sa, za, sb, zb, sc, zc = _binary_params(
+        a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point, dtype
+    )
     va = _dequantize_f32(a, sa, za)
     vb = _dequantize_f32(b, sb, zb)
     vc = np.divide(np.add(va, vb, dtype=np.float32), sc, dtype=np.float32)

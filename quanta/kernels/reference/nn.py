@@ -422,7 +422,9 @@ def pad(
     rank = x.ndim
     axis_list = list(range(rank)) if axes is None else [int(a) % rank for a in np.asarray(axes).reshape(-1)]
     if len(pads_list) != 2 * len(axis_list):
-        raise OpError(f"Pad: expected {2 * len(axis_list)} pads for {len(axis_list)} axes, got {len(pads_list)}")
+        raise OpError(
+            f"Pad: expected {2 * len(axis_list)} pads for {len(axis_list)} axes, got {len(pads_list)}"
+        )
     if mode not in ("constant", "reflect", "edge", "wrap"):
         raise OpError(f"Pad: mode expected constant, reflect, edge or wrap, got {mode!r}")
     begin = dict.fromkeys(range(rank), 0)

@@ -45,7 +45,8 @@ def _scatter_windows(
     canvas = np.zeros((*cols.shape[:2], *canvas_shape), dtype=cols.dtype)
     for offset in itertools.product(*(range(k) for k in kernel)):
         target = tuple(
-            slice(k * d, k * d + (p - 1) * s + 1, s) for k, d, p, s in zip(offset, dilations, positions, strides)
+            slice(k * d, k * d + (p - 1) * s + 1, s)
+            for k, d, p, s in zip(offset, dilations, positions, strides)
         )
         canvas[(slice(None), slice(None), *target)] += cols[(slice(None), slice(None), *offset)]
     return canvas
@@ -84,9 +85,16 @@ def conv(
     """x (N, C, *in), w (M, C/group, *kernel), b (M) -> y (N, M, *out)."""
     del ctx  # unused
     if x.ndim < 3 or w.ndim != x.ndim:
-        raise OpError(f"Conv: expected x (N, C, spatial...) and w of the same rank, got {x.shape} and {w.shape}")
+        raise OpError(
+            f"Conv: expected x (N, C, spatial...) and w of the same rank, got {x.shape} and {w.shape}"
+        )
     geom = conv_attrs(
-        x.shape, w.shape[2:], kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads,
+        x.shape,
+        w.shape[2:],
+        kernel_shape=kernel_shape,
+        strides=strides,
+        dilations=dilations,
+        pads=pads,
         auto_pad=auto_pad,
     )
     dtype = compute_dtype(x.dtype)
@@ -120,7 +128,9 @@ def fused_conv(
     return y
 
 
-def fused_clamp_bounds(activation: str, params: Sequence[float] | None, node: str = "") -> tuple[float, float]:
+def fused_clamp_bounds(
+    activation: str, params: Sequence[float] | None, node: str = ""
+) -> tuple[float, float]:
     """``(lo, hi)`` of a fused activation attribute pair; an unknown one is an error."""
     if activation == "Relu":
         return 0.0, math.inf
@@ -178,9 +188,14 @@ def conv_transpose_geometry(
         if auto_pad == "VALID":
             pads = [0] * (2 * n_spatial)
         begin = pads[:n_spatial]
-        out = [f + op - pb - pe for f, op, pb, pe in zip(full, output_padding, pads[:n_spatial], pads[n_spatial:])]
+        out = [
+            f + op - pb - pe
+            for f, op, pb, pe in zip(full, output_padding, pads[:n_spatial], pads[n_spatial:])
+        ]
     else:
-        raise OpError(f"ConvTranspose: auto_pad expected NOTSET, SAME_UPPER, SAME_LOWER or VALID, got {auto_pad!r}")
+        raise OpError(
+            f"ConvTranspose: auto_pad expected NOTSET, SAME_UPPER, SAME_LOWER or VALID, got {auto_pad!r}"
+        )
     if min(out) < 1:
         raise OpError(f"ConvTranspose: output spatial shape must be positive, got {out}")
 
@@ -222,8 +237,16 @@ def conv_transpose(
     in_shape = list(x.shape[2:])
     kernel = list(w.shape[2:])
     m, strides, dilations, full, begin, out = conv_transpose_geometry(
-        x.shape, w.shape, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
-        output_padding=output_padding, output_shape=output_shape, pads=pads, strides=strides,
+        x.shape,
+        w.shape,
+        auto_pad=auto_pad,
+        dilations=dilations,
+        group=group,
+        kernel_shape=kernel_shape,
+        output_padding=output_padding,
+        output_shape=output_shape,
+        pads=pads,
+        strides=strides,
     )
 
     # cols[n, g, (m, k), p] = sum_c w[g, c, m, k] * x[n, g, c, p]
@@ -256,7 +279,9 @@ def col2im(
     image = [int(v) for v in np.asarray(image_shape).reshape(-1)]
     block = [int(v) for v in np.asarray(block_shape).reshape(-1)]
     n_spatial = len(image)
-    geom = conv_attrs((1, 1, *image), None, kernel_shape=block, strides=strides, dilations=dilations, pads=pads)
+    geom = conv_attrs(
+        (1, 1, *image), None, kernel_shape=block, strides=strides, dilations=dilations, pads=pads
+    )
     begin, end, positions = geom.pads[:n_spatial], geom.pads[n_spatial:], geom.out_shape
     k = math.prod(block)
     if x.ndim != 3 or x.shape[1] % k or x.shape[2] != math.prod(positions):

@@ -148,7 +148,9 @@ def _layer_normalization_f32(
     (L1)-(L4) of docs/float-ops.md), bit-identical to the native kernel, then (L5)
     y = f32(f32(f32(d · inv_std) · scale) + bias) with numpy broadcasting of scale/bias."""
     lead = x.shape[:axis]
-    d, mean, inv_std = layer_norm_rows(x.reshape(math.prod(lead), math.prod(x.shape[axis:])), np.float32(epsilon))
+    d, mean, inv_std = layer_norm_rows(
+        x.reshape(math.prod(lead), math.prod(x.shape[axis:])), np.float32(epsilon)
+    )
     stat_shape = lead + (1,) * (x.ndim - axis)
     y = (d * inv_std[:, None]).reshape(x.shape) * scale.astype(np.float32, copy=False)  # (L5)
     if bias is not None:
@@ -180,7 +182,9 @@ def group_normalization(
         raise OpError(f"GroupNormalization: expected x (N, C, ...), got shape {x.shape}")
     n, c = x.shape[:2]
     if num_groups < 1 or c % num_groups:
-        raise OpError(f"GroupNormalization: channels {c} must be a positive multiple of num_groups {num_groups}")
+        raise OpError(
+            f"GroupNormalization: channels {c} must be a positive multiple of num_groups {num_groups}"
+        )
     per_channel = ctx.opset >= 21
     expected = c if per_channel else num_groups
     for name, v in (("scale", scale), ("bias", bias)):

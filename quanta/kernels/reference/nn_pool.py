@@ -32,8 +32,14 @@ def _geometry(op, x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode
     if kernel_shape is None:
         raise OpError(f"{op}: expected the kernel_shape attribute, got none")
     return conv_attrs(
-        x.shape, None, kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads,
-        auto_pad=auto_pad, ceil_mode=bool(ceil_mode),
+        x.shape,
+        None,
+        kernel_shape=kernel_shape,
+        strides=strides,
+        dilations=dilations,
+        pads=pads,
+        auto_pad=auto_pad,
+        ceil_mode=bool(ceil_mode),
     )
 
 

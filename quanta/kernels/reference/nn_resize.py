@@ -141,7 +141,13 @@ def weighted_taps(data: np.ndarray, axis: int, taps: np.ndarray, weights: np.nda
 
 
 def _resize_axis(
-    data: np.ndarray, axis: int, o: int, s: float, length_resized: float, roi: tuple[float, float], attrs: dict
+    data: np.ndarray,
+    axis: int,
+    o: int,
+    s: float,
+    length_resized: float,
+    roi: tuple[float, float],
+    attrs: dict,
 ) -> np.ndarray:
     n = data.shape[axis]
     x = _source_coordinates(attrs["coordinate_transformation_mode"], n, o, s, length_resized, roi)
@@ -194,7 +200,10 @@ def resize_plan(
     if mode not in ("nearest", "linear", "cubic"):
         raise OpError(f"Resize: mode expected 'nearest', 'linear' or 'cubic', got {mode!r}")
     if (scales is None) == (sizes is None):
-        raise OpError("Resize: expected exactly one of scales and sizes, got " + ("both" if scales is not None else "neither"))
+        raise OpError(
+            "Resize: expected exactly one of scales and sizes, got "
+            + ("both" if scales is not None else "neither")
+        )
     given = scales if scales is not None else sizes
     if given.size != len(axis_list):
         raise OpError(f"Resize: expected {len(axis_list)} scales or sizes (one per axis), got {given.size}")

@@ -83,7 +83,12 @@ def get_op(op_type: str, domain: str = ONNX_DOMAIN) -> OpFn | None:
     if domain == "ai.onnx":
         domain = ONNX_DOMAIN
     fn = OPS.get((domain, op_type))
-    if fn is None and domain == ONNX_DOMAIN and op_type not in _NOT_DELEGABLE and _onnx_reference_has(op_type):
+    if (
+        fn is None
+        and domain == ONNX_DOMAIN
+        and op_type not in _NOT_DELEGABLE
+        and _onnx_reference_has(op_type)
+    ):
         from quanta.kernels.reference.delegate import delegate_to_onnx_reference
 
         def fn(ctx: OpContext, *inputs: np.ndarray | None, **attrs: Any):

@@ -208,14 +208,29 @@ def _prepare(op: str, x, w, r, gates: int, hidden_size: int, direction: str, lay
 
 def _finish(layout: int, y: np.ndarray, *states: np.ndarray) -> tuple[np.ndarray, ...]:
     if layout == 1:
-        return (np.ascontiguousarray(y.transpose(2, 0, 1, 3)),
-                *(np.ascontiguousarray(s.transpose(1, 0, 2)) for s in states))
+        return (
+            np.ascontiguousarray(y.transpose(2, 0, 1, 3)),
+            *(np.ascontiguousarray(s.transpose(1, 0, 2)) for s in states),
+        )
     return (y, *states)
 
 
-def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, *, hidden_size: int,
-         direction: str = "forward", clip: float | None = None, input_forget: int = 0,
-         layout: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def lstm(
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    initial_c=None,
+    p=None,
+    *,
+    hidden_size: int,
+    direction: str = "forward",
+    clip: float | None = None,
+    input_forget: int = 0,
+    layout: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(Y, Y_h, Y_c) of an ONNX LSTM with the default activations, by (RNN1)-(RNN5)."""
     D, H, x, (h0, c0) = _prepare("LSTM", x, w, r, 4, hidden_size, direction, layout, [initial_h, initial_c])
     T, B, _ = x.shape
@@ -228,15 +243,35 @@ def lstm(x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=
         h = np.zeros((B, H), F32) if h0 is None else h0[d].copy()
         c = np.zeros((B, H), F32) if c0 is None else c0[d].copy()
         y[:, d], yh[d], yc[d] = _lstm_direction(
-            x, np.asarray(w[d], F32), np.asarray(r[d], F32), None if b is None else np.asarray(b, F32)[d],
-            None if p is None else np.asarray(p, F32)[d], h, c, lens, direction == "reverse" or d == 1, clip_v,
+            x,
+            np.asarray(w[d], F32),
+            np.asarray(r[d], F32),
+            None if b is None else np.asarray(b, F32)[d],
+            None if p is None else np.asarray(p, F32)[d],
+            h,
+            c,
+            lens,
+            direction == "reverse" or d == 1,
+            clip_v,
             input_forget,
         )
     return _finish(layout, y, yh, yc)
 
 
-def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, *, hidden_size: int, direction: str = "forward",
-        clip: float | None = None, linear_before_reset: int = 0, layout: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def gru(
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    *,
+    hidden_size: int,
+    direction: str = "forward",
+    clip: float | None = None,
+    linear_before_reset: int = 0,
+    layout: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
     """(Y, Y_h) of an ONNX GRU with the default activations, by (RNN1), (RNN2), (RNN6)-(RNN9)."""
     D, H, x, (h0,) = _prepare("GRU", x, w, r, 3, hidden_size, direction, layout, [initial_h])
     T, B, _ = x.shape
@@ -247,8 +282,15 @@ def gru(x, w, r, b=None, sequence_lens=None, initial_h=None, *, hidden_size: int
     for d in range(D):
         h = np.zeros((B, H), F32) if h0 is None else h0[d].copy()
         y[:, d], yh[d] = _gru_direction(
-            x, np.asarray(w[d], F32), np.asarray(r[d], F32), None if b is None else np.asarray(b, F32)[d], h, lens,
-            direction == "reverse" or d == 1, clip_v, linear_before_reset,
+            x,
+            np.asarray(w[d], F32),
+            np.asarray(r[d], F32),
+            None if b is None else np.asarray(b, F32)[d],
+            h,
+            lens,
+            direction == "reverse" or d == 1,
+            clip_v,
+            linear_before_reset,
         )
     return _finish(layout, y, yh)
 
@@ -263,37 +305,112 @@ def _float32(op: str, *arrays: np.ndarray | None) -> bool:
 
 
 @register("LSTM")
-def lstm_op(ctx: OpContext, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, *,
-            hidden_size: int, direction: str = "forward", activations: Sequence[str] | None = None,
-            activation_alpha: Sequence[float] = (), activation_beta: Sequence[float] = (),
-            clip: float | None = None, input_forget: int = 0, layout: int = 0) -> tuple[np.ndarray, ...]:
+def lstm_op(
+    ctx: OpContext,
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    initial_c=None,
+    p=None,
+    *,
+    hidden_size: int,
+    direction: str = "forward",
+    activations: Sequence[str] | None = None,
+    activation_alpha: Sequence[float] = (),
+    activation_beta: Sequence[float] = (),
+    clip: float | None = None,
+    input_forget: int = 0,
+    layout: int = 0,
+) -> tuple[np.ndarray, ...]:
     D = 2 if direction == "bidirectional" else 1
-    if not default_activations("LSTM", activations, D) or not _float32("LSTM", x, w, r, b, initial_h, initial_c, p):
-        attrs = {k: v for k, v in (("hidden_size", hidden_size), ("direction", direction),
-                                   ("activations", activations), ("activation_alpha", activation_alpha),
-                                   ("activation_beta", activation_beta), ("clip", clip),
-                                   ("input_forget", input_forget), ("layout", layout)) if v not in (None, (), [])}
+    if not default_activations("LSTM", activations, D) or not _float32(
+        "LSTM", x, w, r, b, initial_h, initial_c, p
+    ):
+        attrs = {
+            k: v
+            for k, v in (
+                ("hidden_size", hidden_size),
+                ("direction", direction),
+                ("activations", activations),
+                ("activation_alpha", activation_alpha),
+                ("activation_beta", activation_beta),
+                ("clip", clip),
+                ("input_forget", input_forget),
+                ("layout", layout),
+            )
+            if v not in (None, (), [])
+        }
         return delegate_to_onnx_reference(ctx, (x, w, r, b, sequence_lens, initial_h, initial_c, p), attrs)
     _check_clip("LSTM", clip)
-    outs = lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, hidden_size=hidden_size, direction=direction,
-                clip=clip, input_forget=input_forget, layout=layout)
+    outs = lstm(
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        initial_c,
+        p,
+        hidden_size=hidden_size,
+        direction=direction,
+        clip=clip,
+        input_forget=input_forget,
+        layout=layout,
+    )
     return outs[: max(1, ctx.n_outputs)]
 
 
 @register("GRU")
-def gru_op(ctx: OpContext, x, w, r, b=None, sequence_lens=None, initial_h=None, *, hidden_size: int,
-           direction: str = "forward", activations: Sequence[str] | None = None,
-           activation_alpha: Sequence[float] = (), activation_beta: Sequence[float] = (),
-           clip: float | None = None, linear_before_reset: int = 0, layout: int = 0) -> tuple[np.ndarray, ...]:
+def gru_op(
+    ctx: OpContext,
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    *,
+    hidden_size: int,
+    direction: str = "forward",
+    activations: Sequence[str] | None = None,
+    activation_alpha: Sequence[float] = (),
+    activation_beta: Sequence[float] = (),
+    clip: float | None = None,
+    linear_before_reset: int = 0,
+    layout: int = 0,
+) -> tuple[np.ndarray, ...]:
     D = 2 if direction == "bidirectional" else 1
     if not default_activations("GRU", activations, D) or not _float32("GRU", x, w, r, b, initial_h):
-        attrs = {k: v for k, v in (("hidden_size", hidden_size), ("direction", direction),
-                                   ("activations", activations), ("activation_alpha", activation_alpha),
-                                   ("activation_beta", activation_beta), ("clip", clip),
-                                   ("linear_before_reset", linear_before_reset), ("layout", layout))
-                 if v not in (None, (), [])}
+        attrs = {
+            k: v
+            for k, v in (
+                ("hidden_size", hidden_size),
+                ("direction", direction),
+                ("activations", activations),
+                ("activation_alpha", activation_alpha),
+                ("activation_beta", activation_beta),
+                ("clip", clip),
+                ("linear_before_reset", linear_before_reset),
+                ("layout", layout),
+            )
+            if v not in (None, (), [])
+        }
         return delegate_to_onnx_reference(ctx, (x, w, r, b, sequence_lens, initial_h), attrs)
     _check_clip("GRU", clip)
-    outs = gru(x, w, r, b, sequence_lens, initial_h, hidden_size=hidden_size, direction=direction, clip=clip,
-               linear_before_reset=linear_before_reset, layout=layout)
+    outs = gru(
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        hidden_size=hidden_size,
+        direction=direction,
+        clip=clip,
+        linear_before_reset=linear_before_reset,
+        layout=layout,
+    )
     return outs[: max(1, ctx.n_outputs)]

@@ -120,7 +120,9 @@ class ChannelsLast(Pass):
         graph.toposort()
         n_conv = sum(1 for n, _ in region.values() if n.op_type == "QLinearConv")
         n_transposes = sum(1 for n in graph.nodes if n.name.startswith("channels_last/"))
-        return PassResult(graph, True, {"nodes": len(region), "convolutions": n_conv, "transposes": n_transposes})
+        return PassResult(
+            graph, True, {"nodes": len(region), "convolutions": n_conv, "transposes": n_transposes}
+        )
 
     # -- which nodes -------------------------------------------------------------
     def _select(self, graph: Graph) -> dict[int, tuple[Node, int]]:
@@ -138,7 +140,9 @@ class ChannelsLast(Pass):
                     self.refused.append((node.label, f"input rank {rank}: channels-last takes rank 3 or 4"))
                     continue
                 if _per_axis(x) or _per_axis(node.outputs[0]):
-                    self.refused.append((node.label, "a per-axis quantized input or output (the axis would move)"))
+                    self.refused.append(
+                        (node.label, "a per-axis quantized input or output (the axis would move)")
+                    )
                     continue
             elif key in _AGNOSTIC_OPS:
                 if key == ("", "MaxPool"):
@@ -165,7 +169,9 @@ class ChannelsLast(Pass):
                         reason = f"input {i} '{v.name}' is computed channels-first and is not a constant"
                     elif np.ndim(v.const) > rank:
                         reason = f"constant input {i} '{v.name}' has a higher rank than the output"
-                if not reason and any(_per_axis(v) for v in (*(node.inputs[i] for i in idx), node.outputs[0])):
+                if not reason and any(
+                    _per_axis(v) for v in (*(node.inputs[i] for i in idx), node.outputs[0])
+                ):
                     reason = "a per-axis quantized input or output (the axis would move)"
                 if reason:
                     self.refused.append((node.label, reason))
@@ -251,7 +257,13 @@ class ChannelsLast(Pass):
         shape = None if v.shape is None else tuple(v.shape[p] for p in perm)
         t = Value(graph.fresh_name(f"{v.name}_{suffix}"), TensorType(v.elem, shape) if v.type else None)
         graph.add_node(
-            Node("Transpose", [v], [t], {"perm": list(perm)}, name=graph.fresh_name(f"channels_last/{v.name}_{suffix}")),
+            Node(
+                "Transpose",
+                [v],
+                [t],
+                {"perm": list(perm)},
+                name=graph.fresh_name(f"channels_last/{v.name}_{suffix}"),
+            ),
             before=before,
         )
         return t

@@ -71,8 +71,12 @@ class LowerConvFloatOutput(Rule):
         depthwise = int(m.node("c").attrs.get("group", 1)) == w.shape[0] and w.shape[1] == 1
         x_shape = m.value("x").shape
         x_per_channel = (
-            qx is not None and qx.axis is not None and depthwise and x_shape is not None
-            and qx.axis % len(x_shape) == 1 and len(qx.scale) == w.shape[0]
+            qx is not None
+            and qx.axis is not None
+            and depthwise
+            and x_shape is not None
+            and qx.axis % len(x_shape) == 1
+            and len(qx.scale) == w.shape[0]
         )
         for q, what, per_tensor in ((qx, "input x", not x_per_channel), (qw, "weight w", False)):
             bad = _check_8bit(q, what, per_tensor=per_tensor)

@@ -41,12 +41,17 @@ __all__ = ["FoldFloatWeight", "FoldFloatWeights", "GatherDequantizedRows"]
 
 
 def _reads_integers(op_type: str) -> bool:
-    return op_type == "QuantizeLinear" or op_type.startswith("QLinear") or op_type in (
-        "MatMulInteger",
-        "ConvInteger",
-        "MatMulIntegerToFloat",
-        "QGemm",
-        "DynamicQuantizeMatMul",
+    return (
+        op_type == "QuantizeLinear"
+        or op_type.startswith("QLinear")
+        or op_type
+        in (
+            "MatMulInteger",
+            "ConvInteger",
+            "MatMulIntegerToFloat",
+            "QGemm",
+            "DynamicQuantizeMatMul",
+        )
     )
 
 
@@ -111,7 +116,10 @@ class GatherDequantizedRows(Rule):
             return NoMatch(f"the table is {c.dtype} of rank {c.ndim}; expected an 8-bit matrix or more")
         if s.dtype != np.float32 or s.shape != (c.shape[0],):
             return NoMatch("the table is not quantized per row (one float32 scale per row, axis 0)")
-        if int(m.node("w").attrs.get("axis", 1)) % c.ndim != 0 or int(m.root.attrs.get("axis", 0)) % c.ndim != 0:
+        if (
+            int(m.node("w").attrs.get("axis", 1)) % c.ndim != 0
+            or int(m.root.attrs.get("axis", 0)) % c.ndim != 0
+        ):
             return NoMatch("the DequantizeLinear's axis or the Gather's axis is not 0")
         if m.node("w").attrs.get("block_size", 0):
             return NoMatch("block-quantized table")

@@ -111,11 +111,17 @@ class LowerLookup(Rule):
         if qx is None or qx.axis is not None or str(qx.storage) not in EIGHT_BIT:
             return NoMatch(f"input {describe(x)} is not a per-tensor u8/i8 quantized value ({qx})")
         if qx.storage != qy.storage:
-            return NoMatch(f"input is {qx.storage} and output {qy.storage}; the table maps one 8-bit type to itself")
+            return NoMatch(
+                f"input is {qx.storage} and output {qy.storage}; the table maps one 8-bit type to itself"
+            )
         rank = len(x.type.shape) if x.type is not None and x.type.shape is not None else 0
         for n in nodes:
             for v in n.inputs:
-                if v is not None and v.is_const and (np.asarray(v.const).size != 1 or np.ndim(v.const) > rank):
+                if (
+                    v is not None
+                    and v.is_const
+                    and (np.asarray(v.const).size != 1 or np.ndim(v.const) > rank)
+                ):
                     return NoMatch(f"{n.label}: constant {describe(v)} is not a scalar of rank <= {rank}")
         m.data.update(nodes=nodes, dq=dq, qx=qx, qy=qy)
         # the group's nodes go with the rewrite (last first: each then has no user left),
@@ -149,7 +155,9 @@ class LowerLookup(Rule):
                 return NoMatch(f"{p.label} has {len(p.outputs)} outputs")
             members[id(p)] = p
             if len(members) > MAX_GROUP:
-                return NoMatch(f"more than {MAX_GROUP} nodes between the DequantizeLinear and the QuantizeLinear")
+                return NoMatch(
+                    f"more than {MAX_GROUP} nodes between the DequantizeLinear and the QuantizeLinear"
+                )
             stack.extend(i for i in p.inputs if i is not None)
         if dq is None or not members:
             return NoMatch("no float op between a DequantizeLinear and the QuantizeLinear")
@@ -159,7 +167,9 @@ class LowerLookup(Rule):
                 return NoMatch(f"'{out.name}' (output of {n.label}) is a graph output")
             for c in out.consumers():
                 if id(c) not in members and c is not m.root:
-                    return NoMatch(f"'{out.name}' (output of {n.label}) is also used by {c.label} outside the group")
+                    return NoMatch(
+                        f"'{out.name}' (output of {n.label}) is also used by {c.label} outside the group"
+                    )
         order = {id(n): i for i, n in enumerate(graph.nodes)}
         return sorted(members.values(), key=lambda n: order[id(n)]), dq
 

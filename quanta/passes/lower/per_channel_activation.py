@@ -126,8 +126,11 @@ class LowerConvPerChannelDepthwise(Rule):
         qw = _qtype(m, "wf", "w", "sw", "zw")
         qy = _qtype(m, "y", "y", "sy", "zy")
         for q, what, per_tensor in (
-            (qx1, "input x", True), (qw1, "weight w1", False), (qv, "the activation between", False),
-            (qw, "depthwise weight w", False), (qy, "output y", True),
+            (qx1, "input x", True),
+            (qw1, "weight w1", False),
+            (qv, "the activation between", False),
+            (qw, "depthwise weight w", False),
+            (qy, "output y", True),
         ):
             bad = _check_8bit(q, what, per_tensor=per_tensor)
             if bad is not None:
@@ -165,10 +168,16 @@ class LowerConvPerChannelDepthwise(Rule):
         sw1 = np.broadcast_to(np.asarray(qw1.scale, np.float32), (channels,))
         m1 = np.divide(np.multiply(sx, sw1, dtype=np.float32), sv, dtype=np.float32)
         sw1_new = product_operand(sx, m1)
-        if not (np.all(np.isfinite(sw1_new)) and np.all(sw1_new > 0) and np.all(np.isfinite(sw_dw))
-                and np.all(sw_dw > 0)):
+        if not (
+            np.all(np.isfinite(sw1_new))
+            and np.all(sw1_new > 0)
+            and np.all(np.isfinite(sw_dw))
+            and np.all(sw_dw > 0)
+        ):
             return NoMatch("the folded weight scales are not positive finite float32 numbers")
-        m.data.update(qx1=qx1, qw1=qw1, qv=qv, qw=qw, qy=qy, zv=zv, b1=b1, bq=bq, sw_dw=sw_dw, sw1_new=sw1_new)
+        m.data.update(
+            qx1=qx1, qw1=qw1, qv=qv, qw=qw, qy=qy, zv=zv, b1=b1, bq=bq, sw_dw=sw_dw, sw1_new=sw1_new
+        )
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Value:
@@ -182,8 +191,13 @@ class LowerConvPerChannelDepthwise(Rule):
 
         def weight(name: str, q: QuantType, scales: np.ndarray) -> tuple[Value, Value]:
             wv = m.value(name)
-            wq = QuantType(q.storage, q.expressed, scales, np.broadcast_to(np.asarray(q.zero_point), scales.shape),
-                           axis=0)
+            wq = QuantType(
+                q.storage,
+                q.expressed,
+                scales,
+                np.broadcast_to(np.asarray(q.zero_point), scales.shape),
+                axis=0,
+            )
             return b.const(f"{name}_refolded", np.asarray(wv.const), TensorType(wq, wv.shape)), b.const(
                 f"{name}_scale", scales
             )
@@ -191,27 +205,40 @@ class LowerConvPerChannelDepthwise(Rule):
         w1, sw1 = weight("w1", d["qw1"], d["sw1_new"])
         w, sw = weight("w", d["qw"], d["sw_dw"])
         zx1 = _zero_point_or_default(b, m, "zx1", d["qx1"], "x_zero_point")
-        zw1 = _scalar_if_uniform(b, _zero_point_or_default(b, m, "zw1", d["qw1"], "w_zero_point"), "w_zero_point")
-        zw = _scalar_if_uniform(b, _zero_point_or_default(b, m, "zw", d["qw"], "w_zero_point"), "w_zero_point")
+        zw1 = _scalar_if_uniform(
+            b, _zero_point_or_default(b, m, "zw1", d["qw1"], "w_zero_point"), "w_zero_point"
+        )
+        zw = _scalar_if_uniform(
+            b, _zero_point_or_default(b, m, "zw", d["qw"], "w_zero_point"), "w_zero_point"
+        )
         zy = _zero_point_or_default(b, m, "zy", d["qy"], "y_zero_point")
         inputs1 = [m["x1"], m["sx1"], zx1, w1, sw1, zw1, one, zv]
         if d["b1"] is not None:
-            inputs1.append(b.const(f"{m['b1'].name}_quantized", d["b1"]) if isinstance(d["b1"], np.ndarray)
-                           else d["b1"])
+            inputs1.append(
+                b.const(f"{m['b1'].name}_quantized", d["b1"]) if isinstance(d["b1"], np.ndarray) else d["b1"]
+            )
         conv1 = m.node("c1")
         vq = QuantType(storage, qv.expressed, [1.0], [d["zv"]])
         v_new = b.op(
-            "QLinearConv", inputs1, {k: x for k, x in conv1.attrs.items() if k in _CONV_ATTRS},
-            types=result_type(shape_from=m["v"], elem_from=vq), attr_types=conv1.attr_types,
-            name=conv1.name or None, out_names=[m["v"].name],
+            "QLinearConv",
+            inputs1,
+            {k: x for k, x in conv1.attrs.items() if k in _CONV_ATTRS},
+            types=result_type(shape_from=m["v"], elem_from=vq),
+            attr_types=conv1.attr_types,
+            name=conv1.name or None,
+            out_names=[m["v"].name],
         )
         inputs = [v_new, one, zv, w, sw, zw, m["sy"], zy]
         if d["bq"] is not None:
-            inputs.append(b.const(f"{m['b'].name}_quantized", d["bq"]) if isinstance(d["bq"], np.ndarray)
-                          else d["bq"])
+            inputs.append(
+                b.const(f"{m['b'].name}_quantized", d["bq"]) if isinstance(d["bq"], np.ndarray) else d["bq"]
+            )
         dw = m.node("c")
         return b.op(
-            "QLinearConv", inputs, {k: x for k, x in dw.attrs.items() if k in _CONV_ATTRS},
-            types=result_type(shape_from=m["y"], elem_from=m["y"]), attr_types=dw.attr_types,
+            "QLinearConv",
+            inputs,
+            {k: x for k, x in dw.attrs.items() if k in _CONV_ATTRS},
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            attr_types=dw.attr_types,
             name=dw.name or None,
         )

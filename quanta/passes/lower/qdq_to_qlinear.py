@@ -600,12 +600,16 @@ class LowerSoftmax(Rule):
             axis = int(op.attrs.get("axis", -1 if opset >= 13 else 1))
         else:
             if "axis" not in op.attrs and rank != 2:
-                return NoMatch("Softmax without an axis attribute and the opset unknown: its default axis depends on it")
+                return NoMatch(
+                    "Softmax without an axis attribute and the opset unknown: its default axis depends on it"
+                )
             axis = int(op.attrs.get("axis", 1))
             if not -rank <= axis < rank:
                 return NoMatch(f"Softmax axis {axis} outside rank {rank}")
             if any(d != 1 for d in shape[axis % rank + 1 :]):
-                return NoMatch("Softmax over a non-last axis and the opset unknown (opset < 13 reads it as 2-D)")
+                return NoMatch(
+                    "Softmax over a non-last axis and the opset unknown (opset < 13 reads it as 2-D)"
+                )
             opset = 13
         if not -rank <= axis < rank:
             return NoMatch(f"Softmax axis {axis} outside rank {rank}")
@@ -714,7 +718,9 @@ class LowerMatMulIntegerScaled(Rule):
             if float_elem_name(v) != "f32" or size is None:
                 return NoMatch(f"scale '{v.name}' is not a float32 tensor of known shape")
             if len(v.shape) > 1 or size < 1:
-                return NoMatch(f"scale '{v.name}' of shape {list(v.shape)}: expected one value or one per column")
+                return NoMatch(
+                    f"scale '{v.name}' of shape {list(v.shape)}: expected one value or one per column"
+                )
             sizes.append(size)
         # the per-tensor one is a_scale; a [N] one must be b's, per column of a rank-2 b
         order = ("sa", "sb") if sizes[0] == 1 else ("sb", "sa")
@@ -780,8 +786,11 @@ class FuseMatMulFloatBias(Rule):
         if c.dtype != np.float32 or float_elem_name(mm) != "f32":
             return NoMatch("bias or product is not float32")
         sa = m.value("sa")
-        if sa.shape is None or len(sa.shape) > 1 or any(not isinstance(d, int) for d in sa.shape) or (
-            int(np.prod(sa.shape)) != 1
+        if (
+            sa.shape is None
+            or len(sa.shape) > 1
+            or any(not isinstance(d, int) for d in sa.shape)
+            or (int(np.prod(sa.shape)) != 1)
         ):
             return NoMatch("a_scale is not one value (the op applies a per-row scale after the bias)")
         if not m.is_const("sb") or np.asarray(m.const("sb")).ndim > 1:

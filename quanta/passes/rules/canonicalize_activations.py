@@ -242,7 +242,9 @@ class HardSwishFromGate(Rule):
 
     def check(self, m: Match) -> Match | NoMatch:
         if self.opset < HARDSWISH_OPSET:
-            return NoMatch(f"the model imports opset {self.opset}; HardSwish is an operator from {HARDSWISH_OPSET}")
+            return NoMatch(
+                f"the model imports opset {self.opset}; HardSwish is an operator from {HARDSWISH_OPSET}"
+            )
         y = m.value("y")
         if y.elem is None or str(y.elem) != "f32":
             return NoMatch("not a float32 Mul")

@@ -257,8 +257,10 @@ class FoldBatchNormIntoQuantizedConv(Rule):
             dq = bv.producer
             if bv.is_const and np.asarray(bv.const).dtype == np.float32:
                 bias = np.asarray(bv.const, np.float64)
-            elif dq is not None and dq.op_type == "DequantizeLinear" and all(
-                v is None or v.is_const for v in dq.inputs
+            elif (
+                dq is not None
+                and dq.op_type == "DequantizeLinear"
+                and all(v is None or v.is_const for v in dq.inputs)
             ):
                 qb = node_qtype(dq, dq.input(0), dq.input(1), dq.input(2))
                 if qb is None or str(qb.storage) != "i32" or any(qb.zero_point):
@@ -298,8 +300,11 @@ class FoldBatchNormIntoQuantizedConv(Rule):
         sw = b.const(f"{m['sw'].name}_bn", d["sw"])
         zw = b.const(f"{m['wq'].name}_bn_zero_point", d["zw"])
         wf = b.op(
-            "DequantizeLinear", [wq, sw, zw], {"axis": 0},
-            types=result_type(shape_from=m["wf"], elem_from=m["wf"]), name=m.node("wf").name or None,
+            "DequantizeLinear",
+            [wq, sw, zw],
+            {"axis": 0},
+            types=result_type(shape_from=m["wf"], elem_from=m["wf"]),
+            name=m.node("wf").name or None,
         )
         bias = b.const(f"{m.node('c').name or 'conv'}_bn_bias", d["b"])
         return _folded(b, m, "Conv", [m["x"], wf, bias], dict(m.node("c").attrs))

@@ -105,7 +105,9 @@ def _summed_pads(m: Match, op: str, rank: int | None) -> list[int] | NoMatch:
     if any(p < 0 for p in begin + end):
         return NoMatch(f"a negative pad (begin {begin}, end {end}) crops: no {op} padding expresses it")
     n = rank - 2
-    old = [0] * (2 * n) if auto_pad == "VALID" else [int(p) for p in consumer.attrs.get("pads", [0] * (2 * n))]
+    old = (
+        [0] * (2 * n) if auto_pad == "VALID" else [int(p) for p in consumer.attrs.get("pads", [0] * (2 * n))]
+    )
     if len(old) != 2 * n:
         return NoMatch(f"{op} has {len(old)} pads for {n} spatial axes")
     return [old[i] + begin[i + 2] for i in range(n)] + [old[n + i] + end[i + 2] for i in range(n)]

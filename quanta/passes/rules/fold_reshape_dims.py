@@ -88,7 +88,9 @@ class FoldCopiedDimsIntoReshape(Rule):
             if isinstance(k, str):
                 return NoMatch(k)
             if k != len(target):
-                return NoMatch(f"{describe(piece)} copies dimension {k} of the input to position {len(target)}")
+                return NoMatch(
+                    f"{describe(piece)} copies dimension {k} of the input to position {len(target)}"
+                )
             target.append(0)
             copies += 1
         if not copies:

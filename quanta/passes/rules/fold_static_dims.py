@@ -63,7 +63,11 @@ class FoldStaticShapeElement(Rule):
         except (ValueError, IndexError, TypeError) as e:
             return NoMatch(f"{node.op_type} cannot be evaluated on the shape's positions: {e}")
         dims = [x.shape[int(p)] for p in np.asarray(picked).reshape(-1)]
-        symbolic = [int(p) for p, d in zip(np.asarray(picked).reshape(-1), dims) if not (isinstance(d, int) and d >= 0)]
+        symbolic = [
+            int(p)
+            for p, d in zip(np.asarray(picked).reshape(-1), dims)
+            if not (isinstance(d, int) and d >= 0)
+        ]
         if symbolic:
             return NoMatch(f"{describe(x)} has symbolic dimension(s) at {symbolic} among those read")
         m.data["array"] = np.asarray(dims, np.int64).reshape(np.shape(picked))

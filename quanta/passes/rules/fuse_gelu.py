@@ -78,9 +78,13 @@ class FuseGelu(Rule):
         if y.elem is None or str(y.elem) != "f32":
             return NoMatch("not a float32 Mul")
         p, q = m.value("p"), m.value("q")
-        found = self._form_a(m, p, q) or self._form_a(m, q, p) or self._form_b(m, p, q) or self._form_b(m, q, p)
+        found = (
+            self._form_a(m, p, q) or self._form_a(m, q, p) or self._form_b(m, p, q) or self._form_b(m, q, p)
+        )
         if found is None:
-            return NoMatch("not a GELU: Mul(Mul(x, Add(Erf(Div(x, √2)), 1)), 0.5) or Mul(Mul(x, 0.5), Add(...))")
+            return NoMatch(
+                "not a GELU: Mul(Mul(x, Add(Erf(Div(x, √2)), 1)), 0.5) or Mul(Mul(x, 0.5), Add(...))"
+            )
         x, inner = found
         for node in inner:
             if not _single_use(node.outputs[0], m.graph):

@@ -42,14 +42,18 @@ class InlineConstantIf(Rule):
         if not cond.is_const:
             return NoMatch(f"condition {describe(cond)} is not a constant")
         if np.asarray(cond.const).size != 1:
-            return NoMatch(f"condition {describe(cond)} holds {np.asarray(cond.const).size} elements, not one")
+            return NoMatch(
+                f"condition {describe(cond)} holds {np.asarray(cond.const).size} elements, not one"
+            )
         branch = self._branch(m)
         if not isinstance(branch, onnx.GraphProto):
             return NoMatch("the If has no graph for the chosen branch")
         if branch.sparse_initializer:
             return NoMatch("the chosen branch has sparse initializers")
         if len(branch.output) != len(m.root.outputs):
-            return NoMatch(f"the chosen branch has {len(branch.output)} outputs, the If {len(m.root.outputs)}")
+            return NoMatch(
+                f"the chosen branch has {len(branch.output)} outputs, the If {len(m.root.outputs)}"
+            )
         return m
 
     @staticmethod

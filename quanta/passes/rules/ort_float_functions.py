@@ -46,8 +46,14 @@ from quanta.ir.types import F32
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
 
-__all__ = ["QUANTA_DOMAIN", "BatchNormToOrtAffine", "OrtFloatFunctions", "SigmoidToMlasLogistic", "TanhToMlasTanh",
-           "ort_batchnorm_affine"]
+__all__ = [
+    "QUANTA_DOMAIN",
+    "BatchNormToOrtAffine",
+    "OrtFloatFunctions",
+    "SigmoidToMlasLogistic",
+    "TanhToMlasTanh",
+    "ort_batchnorm_affine",
+]
 
 QUANTA_DOMAIN = "quanta"  # quanta.kernels.reference.ort_float (kernels sit below passes)
 

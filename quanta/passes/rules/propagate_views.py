@@ -166,14 +166,24 @@ class MoveDequantizeAfterSplit(Rule):
         outs = split.outputs
         # Split selects elements: its outputs keep q's quantized element type
         parts = b.op(
-            "Split", [q, *split.inputs[1:]], split.attrs,
-            types=[result_type(shape_from=o, elem_from=q) for o in outs], n_outputs=len(outs),
-            name=split.name or None, out_names=[f"{o.name}_q" for o in outs], attr_types=split.attr_types,
+            "Split",
+            [q, *split.inputs[1:]],
+            split.attrs,
+            types=[result_type(shape_from=o, elem_from=q) for o in outs],
+            n_outputs=len(outs),
+            name=split.name or None,
+            out_names=[f"{o.name}_q" for o in outs],
+            attr_types=split.attr_types,
         )
         parts = [parts] if len(outs) == 1 else list(parts)
         return [
-            b.op("DequantizeLinear", [p, m["s"], m["z"]], dq.attrs, types=result_type(shape_from=o, elem_from=o),
-                 attr_types=dq.attr_types)
+            b.op(
+                "DequantizeLinear",
+                [p, m["s"], m["z"]],
+                dq.attrs,
+                types=result_type(shape_from=o, elem_from=o),
+                attr_types=dq.attr_types,
+            )
             for p, o in zip(parts, outs, strict=True)
         ]
 
@@ -212,13 +222,20 @@ class MoveDequantizeAfterConcat(Rule):
         dqs = [v.producer for v in concat.inputs]
         first = dqs[0]
         joined = b.op(
-            "Concat", [dq.input(0) for dq in dqs], concat.attrs,
+            "Concat",
+            [dq.input(0) for dq in dqs],
+            concat.attrs,
             types=result_type(shape_from=m["y"], elem_from=m.data["qtype"]),  # a concatenation keeps the type
-            name=concat.name or None, out_names=[f"{m['y'].name}_q"], attr_types=concat.attr_types,
+            name=concat.name or None,
+            out_names=[f"{m['y'].name}_q"],
+            attr_types=concat.attr_types,
         )
         return b.op(
-            "DequantizeLinear", [joined, first.input(1), first.input(2)], first.attrs,
-            types=result_type(shape_from=m["y"], elem_from=m["y"]), attr_types=first.attr_types,
+            "DequantizeLinear",
+            [joined, first.input(1), first.input(2)],
+            first.attrs,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            attr_types=first.attr_types,
         )
 
 

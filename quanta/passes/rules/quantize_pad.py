@@ -43,7 +43,9 @@ class PadOnQuantizedValues(Rule):
     -> %y = Pad(%q, %pads, Q(%v), %axes?)"""
 
     pattern = "y = QuantizeLinear(p = Pad(f = DequantizeLinear(q, s, z?), pads, v?, axes?), s2, z2?)"
-    shared_ok: ClassVar[frozenset[str]] = frozenset({"f"})  # the DequantizeLinear stays for its other readers (a Shape)
+    shared_ok: ClassVar[frozenset[str]] = frozenset(
+        {"f"}
+    )  # the DequantizeLinear stays for its other readers (a Shape)
 
     def check(self, m: Match) -> Match | NoMatch:
         qin = node_qtype(m.node("f"), m["q"], m["s"], m["z"])
@@ -53,7 +55,9 @@ class PadOnQuantizedValues(Rule):
         if qin != qout:
             return NoMatch(f"the Pad is dequantized as {qin} and quantized as {qout}: a requantization")
         if qin.axis is not None:
-            return NoMatch(f"per-axis quantization (axis {qin.axis}): one pad value cannot serve every channel")
+            return NoMatch(
+                f"per-axis quantization (axis {qin.axis}): one pad value cannot serve every channel"
+            )
         reason = dq_q_is_identity(qin)
         if reason is not None:
             return NoMatch(f"Q(DQ(q)) = q is not guaranteed: {reason}")
@@ -72,7 +76,9 @@ class PadOnQuantizedValues(Rule):
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         pad, y, qt = m.node("p"), m.value("y"), m.data["qtype"]
-        qv = b.const(f"{pad.name or 'pad'}_value_quantized", np.asarray(m.data["qv"], qt.numpy), TensorType(qt, ()))
+        qv = b.const(
+            f"{pad.name or 'pad'}_value_quantized", np.asarray(m.data["qv"], qt.numpy), TensorType(qt, ())
+        )
         inputs = [m.value("q"), m.value("pads"), qv]
         if m["axes"] is not None:
             inputs.append(m["axes"])

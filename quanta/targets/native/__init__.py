@@ -82,7 +82,9 @@ class NativeTarget(ReferenceTarget):
 
             kernel.specialize = pad_specialized
         if node.op_type in BLAS_OPS and native_available():
-            kernel.fn = _resting(kernel.fn, 0 if node.op_type in ("Conv", "ConvTranspose") else REST_MIN_ELEMENTS)
+            kernel.fn = _resting(
+                kernel.fn, 0 if node.op_type in ("Conv", "ConvTranspose") else REST_MIN_ELEMENTS
+            )
         return kernel
 
 

@@ -49,7 +49,11 @@ def pad_specialized(
     padded = [a for a in range(rank) if widths[a] != (0, 0)]
     if mode == "constant":
         fill_c = sig.consts[2] if len(sig.consts) > 2 else None
-        fill = np.zeros((), dtype) if fill_c is None or np.size(fill_c) == 0 else np.asarray(fill_c).astype(dtype)
+        fill = (
+            np.zeros((), dtype)
+            if fill_c is None or np.size(fill_c) == 0
+            else np.asarray(fill_c).astype(dtype)
+        )
         fill = fill.reshape(())
         inner = tuple(slice(b, b + n) for n, (b, _) in zip(shape, widths))
 

@@ -236,10 +236,16 @@ def bind_qlinear_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, reason
     if _prepare_constants(conv, node):
         return Kernel(
-            _qlinear_conv_prepared, "native", f"native:{conv.kernel}", params={"conv": conv}, out=True,
+            _qlinear_conv_prepared,
+            "native",
+            f"native:{conv.kernel}",
+            params={"conv": conv},
+            out=True,
             specialize=_qlinear_conv_specialized,
         ), ""
-    return Kernel(_qlinear_conv_native, "native", f"native:{conv.kernel}", params={"conv": conv}, out=True), ""
+    return Kernel(
+        _qlinear_conv_native, "native", f"native:{conv.kernel}", params={"conv": conv}, out=True
+    ), ""
 
 
 @register_binder("QLinearConv", MS_DOMAIN)
@@ -261,7 +267,11 @@ def bind_ms_qlinear_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
     params = {"conv": conv, "nhwc": bool(channels_last), "domain": MS_DOMAIN}
     if _prepare_constants(conv, node):
         return Kernel(
-            _qlinear_conv_prepared, "native", f"native:{name}", params=params, out=True,
+            _qlinear_conv_prepared,
+            "native",
+            f"native:{name}",
+            params=params,
+            out=True,
             specialize=_qlinear_conv_specialized,
         ), ""
     return Kernel(_qlinear_conv_native, "native", f"native:{name}", params=params, out=True), ""

@@ -257,7 +257,9 @@ def _check_f32(op: str, *named: tuple[str, Value | None]) -> str:
 def _kernel(
     fn: Callable[..., Any], name: str, prepared: Any = None, specialize: Callable[..., Any] | None = None
 ) -> tuple[Kernel, str]:
-    return Kernel(fn, "native", f"native:{name}", params={"prepared": prepared}, out=True, specialize=specialize), ""
+    return Kernel(
+        fn, "native", f"native:{name}", params={"prepared": prepared}, out=True, specialize=specialize
+    ), ""
 
 
 def _name_suffix(*values: Value | None) -> str:
@@ -342,7 +344,9 @@ def _bind_dequantize(node: Node, op: str, *, onnx_domain: bool) -> tuple[Kernel 
             return None, "blocked DequantizeLinear has no native kernel yet"
         if node.attrs.get("output_dtype", 0) not in (0, _ONNX_FLOAT):
             return None, "native DequantizeLinear writes float32 only"
-    reason = _check_eight_bit(op, ("x", x), ("x_zero_point", zp), codes=_DQ_CODES) or _check_f32(op, ("x_scale", scale))
+    reason = _check_eight_bit(op, ("x", x), ("x_zero_point", zp), codes=_DQ_CODES) or _check_f32(
+        op, ("x_scale", scale)
+    )
     if reason:
         return None, reason
     if scale is not None and scale.shape is not None and len(scale.shape) > 1:
@@ -466,7 +470,10 @@ def _binary_specializer(native_name: str, fn: Callable[..., Any]) -> Callable[..
         scalars = prepared[1:]
         native, threads, out = getattr(_native(), native_name), step_threads(sig), sig.out
         return guarded(
-            lambda a, sa, za, b, *p: native(a, b, *scalars, threads, out), fn, {"prepared": prepared, **attrs}, out
+            lambda a, sa, za, b, *p: native(a, b, *scalars, threads, out),
+            fn,
+            {"prepared": prepared, **attrs},
+            out,
         )
 
     return specialize
@@ -487,7 +494,9 @@ def _bind_binary(node: Node, op: str, fn: Callable[..., Any], stem: str) -> tupl
     if sc is None:
         return None, f"{op} without C_scale (the twin raises)"
     specialize = _binary_specializer(stem, fn)
-    return _kernel(fn, f"{stem}_{_name_suffix(a, b)}", _constant_binary_params(op, sa, za, sb, zb, sc, zc), specialize)
+    return _kernel(
+        fn, f"{stem}_{_name_suffix(a, b)}", _constant_binary_params(op, sa, za, sb, zb, sc, zc), specialize
+    )
 
 
 def _constant_binary_params(op: str, *params: Value | None) -> tuple | None:
@@ -904,7 +913,10 @@ def _gap_specialized(
     gap, threads, out = _native().qlinear_global_average_pool, step_threads(sig, math.prod(shape)), sig.out
     generic_attrs = {"prepared": prepared, "channels_last": channels_last, **attrs}
     return guarded(
-        lambda x, *p: gap(x, m, zx, zy, cl, threads, out), _qlinear_global_average_pool_native, generic_attrs, out
+        lambda x, *p: gap(x, m, zx, zy, cl, threads, out),
+        _qlinear_global_average_pool_native,
+        generic_attrs,
+        out,
     )
 
 
@@ -1105,14 +1117,26 @@ def _max_pool_f32_native(
     geom = prepared.get(
         x.shape,
         lambda: conv_attrs(
-            x.shape, None, kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads,
-            auto_pad=auto_pad, ceil_mode=bool(ceil_mode),
+            x.shape,
+            None,
+            kernel_shape=kernel_shape,
+            strides=strides,
+            dilations=dilations,
+            pads=pads,
+            auto_pad=auto_pad,
+            ceil_mode=bool(ceil_mode),
         ),
     )
     n_sp = x.ndim - 2
     y = _native().max_pool_2d_f32(
-        _as_2d(x), _pair(geom.kernel_shape, 1), _pair(geom.strides, 1), _pair(geom.dilations, 1),
-        _pair(geom.pads[:n_sp], 0), _pair(geom.out_shape, 1), _threads(ctx), None if out is None else _as_2d(out),
+        _as_2d(x),
+        _pair(geom.kernel_shape, 1),
+        _pair(geom.strides, 1),
+        _pair(geom.dilations, 1),
+        _pair(geom.pads[:n_sp], 0),
+        _pair(geom.out_shape, 1),
+        _threads(ctx),
+        None if out is None else _as_2d(out),
     )
     return y.reshape(x.shape[:2] + tuple(geom.out_shape)) if out is None else out
 

@@ -58,7 +58,14 @@ try:
 except ImportError:  # the binders only run when the extension is built
     _native = None
 
-__all__ = ["RUNTIME_FALLBACKS", "bind_conv", "bind_conv_transpose", "bind_fused_conv", "bind_gemm", "bind_matmul"]
+__all__ = [
+    "RUNTIME_FALLBACKS",
+    "bind_conv",
+    "bind_conv_transpose",
+    "bind_fused_conv",
+    "bind_gemm",
+    "bind_matmul",
+]
 
 F32 = np.dtype(np.float32)
 QUANTA_DOMAIN = "quanta"
@@ -118,7 +125,12 @@ def _constant(v: Value | None) -> np.ndarray | None:
     if v.const is not None:
         return np.asarray(v.const)
     p = v.producer
-    if p is not None and p.op_type == "Constant" and p.domain == "" and isinstance(p.attrs.get("value"), np.ndarray):
+    if (
+        p is not None
+        and p.op_type == "Constant"
+        and p.domain == ""
+        and isinstance(p.attrs.get("value"), np.ndarray)
+    ):
         return p.attrs["value"]
     return None
 
@@ -185,7 +197,12 @@ def _conv_native(
         if x.ndim != len(wshape) or x.shape[1] != wshape[1] * group:
             raise _Unsupported
         g = conv_attrs(
-            x.shape, wshape[2:], kernel_shape=kernel_shape, strides=strides, dilations=dilations, pads=pads,
+            x.shape,
+            wshape[2:],
+            kernel_shape=kernel_shape,
+            strides=strides,
+            dilations=dilations,
+            pads=pads,
             auto_pad=auto_pad,
         )
         if x.ndim == 3:  # 1-D: run as H = 1
@@ -201,8 +218,16 @@ def _conv_native(
     if out is None:
         out = np.empty(y_shape, F32)
     _native.conv_f32(
-        x.reshape(x4_shape), packed, bias, wshape[0], *args, group, lo=clamp[0], hi=clamp[1],
-        num_threads=_threads(ctx), out=out.reshape(y4_shape),
+        x.reshape(x4_shape),
+        packed,
+        bias,
+        wshape[0],
+        *args,
+        group,
+        lo=clamp[0],
+        hi=clamp[1],
+        num_threads=_threads(ctx),
+        out=out.reshape(y4_shape),
     )
     return out
 
@@ -224,7 +249,9 @@ def bind_fused_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
     the GEMM / depthwise store (sgemm.h epilogue), no second pass over the output."""
     del model  # unused
     try:
-        clamp = fused_clamp_bounds(str(node.attrs.get("activation", "Relu")), node.attrs.get("activation_params"))
+        clamp = fused_clamp_bounds(
+            str(node.attrs.get("activation", "Relu")), node.attrs.get("activation_params")
+        )
     except OpError as e:
         return None, str(e)
     return _bind_conv(node, _conv_fused, (float(np.float32(clamp[0])), float(np.float32(clamp[1]))))
@@ -257,7 +284,9 @@ def _bind_conv(
     path = _conv_path(wc, group, node.attrs)
     k = "x".join(str(v) for v in wc.shape[2:])
     if clamp is None:
-        kernel, reason = _kernel(fn, f"conv_f32_{path}_{k}", packed=packed, wshape=tuple(wc.shape), geometry={})
+        kernel, reason = _kernel(
+            fn, f"conv_f32_{path}_{k}", packed=packed, wshape=tuple(wc.shape), geometry={}
+        )
     else:
         kernel, reason = _kernel(
             fn, f"conv_f32_{path}_{k}_clamp", packed=packed, wshape=tuple(wc.shape), geometry={}, clamp=clamp
@@ -267,8 +296,14 @@ def _bind_conv(
 
 
 def _conv_specialized(
-    sig: Specialization, *, packed: np.ndarray, wshape: tuple[int, ...], geometry: dict, group: int = 1,
-    clamp: tuple[float, float] = (-math.inf, math.inf), **attrs: Any
+    sig: Specialization,
+    *,
+    packed: np.ndarray,
+    wshape: tuple[int, ...],
+    geometry: dict,
+    group: int = 1,
+    clamp: tuple[float, float] = (-math.inf, math.inf),
+    **attrs: Any,
 ) -> Callable[..., Any] | None:
     """The float Conv of one x shape, with a constant bias: the geometry the measuring
     run found, the reshapes and the thread count decided once (a layer under
@@ -289,17 +324,41 @@ def _conv_specialized(
 
     def run(x: np.ndarray, *rest: Any) -> np.ndarray:
         if out4 is not None:
-            conv(x.reshape(x4_shape), packed, bias, m, *args, group, lo=lo, hi=hi, num_threads=threads, out=out4)
+            conv(
+                x.reshape(x4_shape),
+                packed,
+                bias,
+                m,
+                *args,
+                group,
+                lo=lo,
+                hi=hi,
+                num_threads=threads,
+                out=out4,
+            )
             return out
         y = np.empty(y_shape, F32)
         conv(
-            x.reshape(x4_shape), packed, bias, m, *args, group, lo=lo, hi=hi, num_threads=threads,
+            x.reshape(x4_shape),
+            packed,
+            bias,
+            m,
+            *args,
+            group,
+            lo=lo,
+            hi=hi,
+            num_threads=threads,
             out=y.reshape(y4_shape),
         )
         return y
 
     generic_attrs = {
-        "packed": packed, "wshape": wshape, "geometry": geometry, "group": group, "clamp": clamp, **attrs
+        "packed": packed,
+        "wshape": wshape,
+        "geometry": geometry,
+        "group": group,
+        "clamp": clamp,
+        **attrs,
     }
     return guarded(run, _conv_native, generic_attrs, out)
 
@@ -334,19 +393,39 @@ def _conv_transpose_native(
         raise _Unsupported
     bias = None if b is None else _f32(b)
     m, strides_, dilations_, full, begin, out_sp = conv_transpose_geometry(
-        x.shape, wshape, auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
-        output_padding=output_padding, output_shape=output_shape, pads=pads, strides=strides,
+        x.shape,
+        wshape,
+        auto_pad=auto_pad,
+        dilations=dilations,
+        group=group,
+        kernel_shape=kernel_shape,
+        output_padding=output_padding,
+        output_shape=output_shape,
+        pads=pads,
+        strides=strides,
     )
     kernel = list(wshape[2:])
     rows = m * math.prod(kernel)
     # cols[n, (m, ky, kx), i] = Σ_c w[g·C/G + c, m, ky, kx] · x[n, g·C/G + c, i]: a 1x1 conv
-    cols = _native.conv_f32(x, packed, None, rows, 1, 1, [1, 1], [1, 1], [0, 0, 0, 0], group,
-                            num_threads=_threads(ctx))
+    cols = _native.conv_f32(
+        x, packed, None, rows, 1, 1, [1, 1], [1, 1], [0, 0, 0, 0], group, num_threads=_threads(ctx)
+    )
     del full  # the gather reads zero past the canvas
     if bias is not None and bias.size != m:
         raise _Unsupported
-    return _native.col2im_f32(cols, m, kernel[0], kernel[1], list(strides_), list(dilations_), list(begin),
-                              list(out_sp), bias, num_threads=_threads(ctx), out=out)
+    return _native.col2im_f32(
+        cols,
+        m,
+        kernel[0],
+        kernel[1],
+        list(strides_),
+        list(dilations_),
+        list(begin),
+        list(out_sp),
+        bias,
+        num_threads=_threads(ctx),
+        out=out,
+    )
 
 
 @register_binder("ConvTranspose")
@@ -428,7 +507,9 @@ def bind_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return _kernel(_matmul_native, "matmul_f32")
 
 
-def _gemm_bias(c: np.ndarray | None, beta: float, m: int, n: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+def _gemm_bias(
+    c: np.ndarray | None, beta: float, m: int, n: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(column bias [N], full addend [M, N]) for β·C: one of them, or neither (no C, or
     β = 0). The column bias is f32(β·C) broadcast to N."""
     if c is None or beta == 0.0:
@@ -484,7 +565,9 @@ def _gemm_native(
             raise _Unsupported from None
     alpha32 = float(np.float32(alpha))
     if b_packed is not None:
-        y = _native.matmul_f32(a2, None, b_packed, n, bias=col, alpha=alpha32, num_threads=_threads(ctx), out=out)
+        y = _native.matmul_f32(
+            a2, None, b_packed, n, bias=col, alpha=alpha32, num_threads=_threads(ctx), out=out
+        )
     else:
         y = _native.matmul_f32(a2, b2, bias=col, alpha=alpha32, num_threads=_threads(ctx), out=out)
     if full is not None:

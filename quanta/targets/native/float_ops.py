@@ -264,7 +264,9 @@ def _int_binary_kernel(op_type: str) -> Callable[..., Any]:
             raise _Unsupported
         if a.dtype not in _INT_BINARY:
             raise _Unsupported
-        return _native().broadcast_op(op, np.asarray(a, order="C"), np.asarray(b, order="C"), _threads(ctx), out)
+        return _native().broadcast_op(
+            op, np.asarray(a, order="C"), np.asarray(b, order="C"), _threads(ctx), out
+        )
 
     run.__name__ = run.__qualname__ = f"_{op}_int_native"
     run.__doc__ = f"{op_type}, int32 / int64, numpy broadcasting, wrapping (math_ops.{op})."
@@ -334,7 +336,9 @@ def _unary_kernel(op_type: str, op: str, domain: str = "") -> Callable[..., Any]
     return run
 
 
-def _bind_unary(op_type: str, op: str, domain: str = "") -> Callable[[Model, Node], tuple[Kernel | None, str]]:
+def _bind_unary(
+    op_type: str, op: str, domain: str = ""
+) -> Callable[[Model, Node], tuple[Kernel | None, str]]:
     fn = _unary_kernel(op_type, op, domain)
     specialize = _unary_specializer(op, fn)
 

@@ -394,8 +394,15 @@ def _qlinear_matmul_native(
     if direct is not None and a.dtype == direct[0] and a.ndim >= 1 and a.flags.c_contiguous:
         try:
             return _native.qgemm(
-                a, packed, direct[1], direct[3], multiplier=multiplier, zy=direct[2], num_threads=_threads(ctx),
-                workspace=_workspace(), out=out,
+                a,
+                packed,
+                direct[1],
+                direct[3],
+                multiplier=multiplier,
+                zy=direct[2],
+                num_threads=_threads(ctx),
+                workspace=_workspace(),
+                out=out,
             )
         except ValueError:
             pass  # a shape the kernel refuses: the checked path below (or the twin) reports it
@@ -771,8 +778,15 @@ def _matmul_integer_to_float_native(
     if direct is not None and a.dtype == direct[0] and a.ndim >= 1 and a.flags.c_contiguous:
         try:
             return _native.qgemm(
-                a, packed, direct[1], "float32", multiplier=multiplier, float_bias=direct[2],
-                num_threads=_threads(ctx), workspace=_workspace(), out=out,
+                a,
+                packed,
+                direct[1],
+                "float32",
+                multiplier=multiplier,
+                float_bias=direct[2],
+                num_threads=_threads(ctx),
+                workspace=_workspace(),
+                out=out,
             )
         except ValueError:
             pass  # a shape the kernel refuses: the checked path below (or the twin) reports it

@@ -76,12 +76,19 @@ def _transpose_native(
     a, b, c = split
     batch, rows, cols, out_shape = plans.get(
         shape,
-        lambda: (math.prod(shape[:a]), math.prod(shape[a:b]), math.prod(shape[b:c]), tuple(shape[i] for i in p)),
+        lambda: (
+            math.prod(shape[:a]),
+            math.prod(shape[a:b]),
+            math.prod(shape[b:c]),
+            tuple(shape[i] for i in p),
+        ),
     )
     x = data if data.flags.c_contiguous else np.ascontiguousarray(data)
     if out is None:
         out = np.empty(out_shape, dtype=x.dtype)
-    _native.transpose_batched(x, batch, rows, cols, ctx.num_threads if hasattr(ctx, "num_threads") else 1, out)
+    _native.transpose_batched(
+        x, batch, rows, cols, ctx.num_threads if hasattr(ctx, "num_threads") else 1, out
+    )
     return out
 
 

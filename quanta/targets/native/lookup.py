@@ -62,7 +62,10 @@ def bind_qlinear_lookup(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, "native QLinearLookup takes a constant table (lowering computes one)"
     t = np.asarray(table.const)
     if t.dtype not in _EIGHT_BIT or t.shape != (256,):
-        return None, f"native QLinearLookup: the table is {t.dtype} of shape {t.shape}, expected 256 uint8/int8"
+        return (
+            None,
+            f"native QLinearLookup: the table is {t.dtype} of shape {t.shape}, expected 256 uint8/int8",
+        )
     dt = None
     if x is not None and x.type is not None:
         try:

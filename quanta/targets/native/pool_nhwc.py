@@ -78,4 +78,10 @@ def bind_nhwc_max_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
     ks = node.attrs.get("kernel_shape")
     if ks is None or len(ks) != 2:
         return None, "NhwcMaxPool without a 2-D kernel_shape (the twin handles or raises)"
-    return Kernel(_nhwc_max_pool_native, "native", "native:max_pool_2d_nhwc", params={"geometry": BoundedCache()}, out=True), ""
+    return Kernel(
+        _nhwc_max_pool_native,
+        "native",
+        "native:max_pool_2d_nhwc",
+        params={"geometry": BoundedCache()},
+        out=True,
+    ), ""

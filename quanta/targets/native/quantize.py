@@ -33,7 +33,12 @@ _PRECISIONS = (0, 1)
 
 
 #: storage dtype -> the binding's suffix
-_STORAGE = {np.dtype(np.uint8): "u8", np.dtype(np.int8): "s8", np.dtype(np.uint16): "u16", np.dtype(np.int16): "s16"}
+_STORAGE = {
+    np.dtype(np.uint8): "u8",
+    np.dtype(np.int8): "s8",
+    np.dtype(np.uint16): "u16",
+    np.dtype(np.int16): "s16",
+}
 _STORAGE_ELEMS = {"u8": "u8", "i8": "s8", "u16": "u16", "i16": "s16"}
 
 
@@ -43,7 +48,9 @@ def _prepare(y_scale: Any, zp: Any) -> tuple[np.ndarray, np.ndarray, str]:
     zero_point = np.ascontiguousarray(np.asarray(zp).astype(np.int32).reshape(-1))
     storage = _STORAGE.get(np.asarray(zp).dtype)
     if storage is None:
-        raise OpError(f"QuantizeLinear: y_zero_point: expected uint8, int8, uint16 or int16, got {np.asarray(zp).dtype}")
+        raise OpError(
+            f"QuantizeLinear: y_zero_point: expected uint8, int8, uint16 or int16, got {np.asarray(zp).dtype}"
+        )
     return scale, zero_point, storage
 
 
@@ -106,12 +113,21 @@ def _bind(node: Node, *, onnx_domain: bool) -> tuple[Kernel | None, str]:
         params["prepared"] = _prepare(scale_const, _zero_point(zp_const, out_dtype))
     name = f"native:quantize_linear_{storage}"
     return Kernel(
-        _quantize_linear_native, "native", name, params=params, out=True, specialize=_quantize_linear_specialized
+        _quantize_linear_native,
+        "native",
+        name,
+        params=params,
+        out=True,
+        specialize=_quantize_linear_specialized,
     ), ""
 
 
 def _quantize_linear_specialized(
-    sig: Specialization, *, axis: int = 1, prepared: tuple[np.ndarray, np.ndarray, str] | None = None, **attrs: Any
+    sig: Specialization,
+    *,
+    axis: int = 1,
+    prepared: tuple[np.ndarray, np.ndarray, str] | None = None,
+    **attrs: Any,
 ) -> Callable[..., Any] | None:
     """QuantizeLinear with constant parameters: the kernel and thread count chosen once."""
     from quanta.kernels import _native
@@ -122,7 +138,9 @@ def _quantize_linear_specialized(
     fn = getattr(_native, f"quantize_linear_{storage}")
     threads, out, ax = step_threads(sig), sig.out, int(axis)
     generic_attrs = {"axis": axis, "prepared": prepared, **attrs}
-    return guarded(lambda x, *p: fn(x, scale, zero_point, ax, threads, out), _quantize_linear_native, generic_attrs, out)
+    return guarded(
+        lambda x, *p: fn(x, scale, zero_point, ax, threads, out), _quantize_linear_native, generic_attrs, out
+    )
 
 
 @register_binder("QuantizeLinear")

@@ -77,7 +77,10 @@ def _dq_lstm_native(
     H = int(hidden_size)
     D = len(packed_w)
     ok = (
-        isinstance(x, np.ndarray) and x.dtype == F32 and x.ndim == 3 and x.shape[2] == packed_w[0].K
+        isinstance(x, np.ndarray)
+        and x.dtype == F32
+        and x.ndim == 3
+        and x.shape[2] == packed_w[0].K
         and (b is None or np.shape(b) == (D, 8 * H))
         and (sequence_lens is None or np.shape(sequence_lens) == (x.shape[1],))
     )
@@ -89,17 +92,44 @@ def _dq_lstm_native(
         lens = None if sequence_lens is None else np.ascontiguousarray(sequence_lens, dtype=np.int32)
         try:
             outs = _native.dq_lstm(
-                np.ascontiguousarray(x), packed_w, packed_r, w_mult, r_mult, bias, _f32_or_none(p),
-                _f32_or_none(initial_h), _f32_or_none(initial_c), lens, direction=direction,
-                clip=_FLT_MAX if clip is None else float(clip), input_forget=bool(input_forget),
-                want_y=_y_requested(ctx), num_threads=threads(ctx),
+                np.ascontiguousarray(x),
+                packed_w,
+                packed_r,
+                w_mult,
+                r_mult,
+                bias,
+                _f32_or_none(p),
+                _f32_or_none(initial_h),
+                _f32_or_none(initial_c),
+                lens,
+                direction=direction,
+                clip=_FLT_MAX if clip is None else float(clip),
+                input_forget=bool(input_forget),
+                want_y=_y_requested(ctx),
+                num_threads=threads(ctx),
             )
         except ValueError as e:
             raise OpError(f"DynamicQuantizeLSTM: {e}") from None
         return outs[: max(1, ctx.n_outputs)]
     return dynamic_quantize_lstm_op(
-        ctx, x, w, r, b, sequence_lens, initial_h, initial_c, p, w_scale, w_zero_point, r_scale, r_zero_point,
-        hidden_size=hidden_size, direction=direction, clip=clip, input_forget=input_forget, **attrs,
+        ctx,
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        initial_c,
+        p,
+        w_scale,
+        w_zero_point,
+        r_scale,
+        r_zero_point,
+        hidden_size=hidden_size,
+        direction=direction,
+        clip=clip,
+        input_forget=input_forget,
+        **attrs,
     )
 
 
@@ -190,7 +220,9 @@ def _dq_lstm_specialized(
     b = consts[3] if len(consts) > 3 else None
     lens_c = consts[4] if len(consts) > 4 else None
     p = consts[7] if len(consts) > 7 else None
-    if (b is not None and np.shape(b) != (D, 8 * H)) or (lens_c is not None and np.shape(lens_c) != (x_shape[1],)):
+    if (b is not None and np.shape(b) != (D, 8 * H)) or (
+        lens_c is not None and np.shape(lens_c) != (x_shape[1],)
+    ):
         return None
     bias = None
     if b is not None:
@@ -210,12 +242,30 @@ def _dq_lstm_specialized(
     }
     run = _native.dq_lstm
     generic_attrs = {
-        "packed_w": packed_w, "packed_r": packed_r, "w_mult": w_mult, "r_mult": r_mult, "hidden_size": hidden_size,
-        "direction": direction, "clip": clip, "input_forget": input_forget, **attrs,
+        "packed_w": packed_w,
+        "packed_r": packed_r,
+        "w_mult": w_mult,
+        "r_mult": r_mult,
+        "hidden_size": hidden_size,
+        "direction": direction,
+        "clip": clip,
+        "input_forget": input_forget,
+        **attrs,
     }
 
-    def call(x: np.ndarray, w: Any, r: Any, b: Any = None, sl: Any = None, h0: Any = None, c0: Any = None, *rest: Any):
-        outs = run(x, packed_w, packed_r, w_mult, r_mult, bias, peep, _f32_or_none(h0), _f32_or_none(c0), lens, **kw)
+    def call(
+        x: np.ndarray,
+        w: Any,
+        r: Any,
+        b: Any = None,
+        sl: Any = None,
+        h0: Any = None,
+        c0: Any = None,
+        *rest: Any,
+    ):
+        outs = run(
+            x, packed_w, packed_r, w_mult, r_mult, bias, peep, _f32_or_none(h0), _f32_or_none(c0), lens, **kw
+        )
         return outs[:n_out]
 
     def specialized(ctx: Any, *inputs: Any) -> Any:
@@ -241,17 +291,40 @@ def _panels(wt: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(k, p, _SEQ_PANEL).transpose(1, 0, 2))
 
 
-def _float_rnn_native(kind: str, ctx: Any, x: np.ndarray, w: np.ndarray, r: np.ndarray, b, sequence_lens,
-                      initial_h, initial_c, p, *, w_t: list[np.ndarray], r_t: list[np.ndarray],
-                      r_h: list[np.ndarray], n_in: int, hidden_size: int,
-                      direction: str, clip: float | None, input_forget: int, linear_before_reset: int, layout: int,
-                      twin: Any, twin_args: tuple, attrs: dict) -> tuple[np.ndarray, ...]:
+def _float_rnn_native(
+    kind: str,
+    ctx: Any,
+    x: np.ndarray,
+    w: np.ndarray,
+    r: np.ndarray,
+    b,
+    sequence_lens,
+    initial_h,
+    initial_c,
+    p,
+    *,
+    w_t: list[np.ndarray],
+    r_t: list[np.ndarray],
+    r_h: list[np.ndarray],
+    n_in: int,
+    hidden_size: int,
+    direction: str,
+    clip: float | None,
+    input_forget: int,
+    linear_before_reset: int,
+    layout: int,
+    twin: Any,
+    twin_args: tuple,
+    attrs: dict,
+) -> tuple[np.ndarray, ...]:
     from quanta.kernels import _native
 
     D, H = len(w_t), int(hidden_size)
     G = 3 if kind == "gru" else 4
     ok = isinstance(x, np.ndarray) and x.dtype == F32 and x.ndim == 3 and x.shape[2] == n_in
-    ok = ok and all(a is None or (isinstance(a, np.ndarray) and a.dtype == F32) for a in (b, initial_h, initial_c, p))
+    ok = ok and all(
+        a is None or (isinstance(a, np.ndarray) and a.dtype == F32) for a in (b, initial_h, initial_c, p)
+    )
     ok = ok and (b is None or b.shape == (D, 2 * G * H)) and (p is None or p.shape == (D, 3 * H))
     if not ok:
         return twin(ctx, x, w, r, *twin_args, **attrs)
@@ -259,47 +332,150 @@ def _float_rnn_native(kind: str, ctx: Any, x: np.ndarray, w: np.ndarray, r: np.n
         x = x.transpose(1, 0, 2)
         initial_h = None if initial_h is None else initial_h.transpose(1, 0, 2)
         initial_c = None if initial_c is None else initial_c.transpose(1, 0, 2)
-    lens = None if sequence_lens is None else np.ascontiguousarray(np.asarray(sequence_lens).reshape(-1), np.int32)
+    lens = (
+        None
+        if sequence_lens is None
+        else np.ascontiguousarray(np.asarray(sequence_lens).reshape(-1), np.int32)
+    )
     try:
         outs = _native.float_rnn(
-            kind, np.ascontiguousarray(x), w_t, r_t, r_h, b, p, _f32_or_none(initial_h), _f32_or_none(initial_c), lens,
-            direction=direction, clip=_FLT_MAX if clip is None else float(clip), input_forget=bool(input_forget),
-            linear_before_reset=bool(linear_before_reset), num_threads=threads(ctx),
+            kind,
+            np.ascontiguousarray(x),
+            w_t,
+            r_t,
+            r_h,
+            b,
+            p,
+            _f32_or_none(initial_h),
+            _f32_or_none(initial_c),
+            lens,
+            direction=direction,
+            clip=_FLT_MAX if clip is None else float(clip),
+            input_forget=bool(input_forget),
+            linear_before_reset=bool(linear_before_reset),
+            num_threads=threads(ctx),
         )
     except ValueError as e:
         raise OpError(f"{'GRU' if kind == 'gru' else 'LSTM'}: {e}") from None
     if layout == 1:
-        outs = (np.ascontiguousarray(outs[0].transpose(2, 0, 1, 3)),
-                *(np.ascontiguousarray(s.transpose(1, 0, 2)) for s in outs[1:]))
+        outs = (
+            np.ascontiguousarray(outs[0].transpose(2, 0, 1, 3)),
+            *(np.ascontiguousarray(s.transpose(1, 0, 2)) for s in outs[1:]),
+        )
     return tuple(outs[: max(1, ctx.n_outputs)])
 
 
-def _lstm_native(ctx: Any, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None, *,
-                 w_t, r_t, r_h, n_in, hidden_size, direction="forward", clip=None, input_forget=0, layout=0,
-                 **attrs):
+def _lstm_native(
+    ctx: Any,
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    initial_c=None,
+    p=None,
+    *,
+    w_t,
+    r_t,
+    r_h,
+    n_in,
+    hidden_size,
+    direction="forward",
+    clip=None,
+    input_forget=0,
+    layout=0,
+    **attrs,
+):
     from quanta.kernels.reference.rnn import lstm_op
 
     return _float_rnn_native(
-        "lstm", ctx, x, w, r, b, sequence_lens, initial_h, initial_c, p, w_t=w_t, r_t=r_t, r_h=r_h, n_in=n_in,
+        "lstm",
+        ctx,
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        initial_c,
+        p,
+        w_t=w_t,
+        r_t=r_t,
+        r_h=r_h,
+        n_in=n_in,
         hidden_size=hidden_size,
-        direction=direction, clip=clip, input_forget=input_forget, linear_before_reset=0, layout=layout,
-        twin=lstm_op, twin_args=(b, sequence_lens, initial_h, initial_c, p),
-        attrs={"hidden_size": hidden_size, "direction": direction, "clip": clip, "input_forget": input_forget,
-               "layout": layout, **attrs},
+        direction=direction,
+        clip=clip,
+        input_forget=input_forget,
+        linear_before_reset=0,
+        layout=layout,
+        twin=lstm_op,
+        twin_args=(b, sequence_lens, initial_h, initial_c, p),
+        attrs={
+            "hidden_size": hidden_size,
+            "direction": direction,
+            "clip": clip,
+            "input_forget": input_forget,
+            "layout": layout,
+            **attrs,
+        },
     )
 
 
-def _gru_native(ctx: Any, x, w, r, b=None, sequence_lens=None, initial_h=None, *, w_t, r_t, hidden_size,
-                r_h, n_in, direction="forward", clip=None, linear_before_reset=0, layout=0, **attrs):
+def _gru_native(
+    ctx: Any,
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    *,
+    w_t,
+    r_t,
+    hidden_size,
+    r_h,
+    n_in,
+    direction="forward",
+    clip=None,
+    linear_before_reset=0,
+    layout=0,
+    **attrs,
+):
     from quanta.kernels.reference.rnn import gru_op
 
     return _float_rnn_native(
-        "gru", ctx, x, w, r, b, sequence_lens, initial_h, None, None, w_t=w_t, r_t=r_t, r_h=r_h, n_in=n_in,
+        "gru",
+        ctx,
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        None,
+        None,
+        w_t=w_t,
+        r_t=r_t,
+        r_h=r_h,
+        n_in=n_in,
         hidden_size=hidden_size,
-        direction=direction, clip=clip, input_forget=0, linear_before_reset=linear_before_reset, layout=layout,
-        twin=gru_op, twin_args=(b, sequence_lens, initial_h),
-        attrs={"hidden_size": hidden_size, "direction": direction, "clip": clip,
-               "linear_before_reset": linear_before_reset, "layout": layout, **attrs},
+        direction=direction,
+        clip=clip,
+        input_forget=0,
+        linear_before_reset=linear_before_reset,
+        layout=layout,
+        twin=gru_op,
+        twin_args=(b, sequence_lens, initial_h),
+        attrs={
+            "hidden_size": hidden_size,
+            "direction": direction,
+            "clip": clip,
+            "linear_before_reset": linear_before_reset,
+            "layout": layout,
+            **attrs,
+        },
     )
 
 
@@ -328,7 +504,10 @@ def _bind_float_rnn(op: str, node: Node) -> tuple[Kernel | None, str]:
     if w.dtype != F32 or r.dtype != F32:
         return None, f"native {op} takes float32 weights, got {w.dtype} / {r.dtype}"
     if w.ndim != 3 or w.shape[:2] != (D, G * H) or r.shape != (D, G * H, H):
-        return None, f"W / R must be [{D}, {G * H}, I] / [{D}, {G * H}, {H}], got {list(w.shape)} / {list(r.shape)}"
+        return (
+            None,
+            f"W / R must be [{D}, {G * H}, I] / [{D}, {G * H}, {H}], got {list(w.shape)} / {list(r.shape)}",
+        )
     # each direction's W and R transposed to [K, G·H], in panels (float_rnn.h); a GRU's R
     # in two parts, its z, r columns and its h columns (the h product waits for r)
     w_t = [_panels(w[d].T) for d in range(D)]

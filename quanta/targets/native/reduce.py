@@ -152,7 +152,9 @@ def _bind_reduce(op_type: str) -> None:
         dt = _dtype(node.input(0))
         if dt is not None and dt != F32:
             return None, f"native {op_type} takes float32, got {dt}"
-        return Kernel(fn, "native", f"native:{REDUCE_OPS[op_type][0]}_rows_f32", out=True, specialize=specialize), ""
+        return Kernel(
+            fn, "native", f"native:{REDUCE_OPS[op_type][0]}_rows_f32", out=True, specialize=specialize
+        ), ""
 
     binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
     register_binder(op_type)(binder)

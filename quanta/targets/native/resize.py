@@ -49,7 +49,9 @@ def _tables(ctx: Any, shape: tuple[int, ...], roi: Any, scales: Any, sizes: Any,
     for step in steps:
         axis, o = step[0], step[1]
         idx, w = resize_axis_tables(cur[axis], step, attrs)
-        tables.append((axis, np.ascontiguousarray(idx, np.int64), None if w is None else np.ascontiguousarray(w, F64)))
+        tables.append(
+            (axis, np.ascontiguousarray(idx, np.int64), None if w is None else np.ascontiguousarray(w, F64))
+        )
         cur[axis] = o
     return attrs["mode"], tables, tuple(cur)
 
@@ -97,7 +99,7 @@ def _resize_native(
         outer = int(np.prod(shape[:axis], dtype=np.int64))
         inner = int(np.prod(shape[axis + 1 :], dtype=np.int64))
         y = n.resize_axis_f64(data.reshape(outer, shape[axis], inner), taps, w, t)
-        data = y.reshape((*shape[:axis], taps.shape[0], *shape[axis + 1:]))
+        data = y.reshape((*shape[:axis], taps.shape[0], *shape[axis + 1 :]))
     if x.dtype == np.float32:
         return n.cast(data, x.dtype, t, out)
     y = resize_output(data, x.dtype)

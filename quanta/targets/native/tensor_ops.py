@@ -76,7 +76,9 @@ __all__ = ["NATIVE_DTYPES"]
 F32 = np.dtype(np.float32)
 
 #: element types the tensor_ops kernels take (Cast between any two, comparisons of any)
-NATIVE_DTYPES = frozenset(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.uint8, np.int32, np.int64, np.bool_))
+NATIVE_DTYPES = frozenset(
+    np.dtype(t) for t in (np.float32, np.float64, np.int8, np.uint8, np.int32, np.int64, np.bool_)
+)
 _INT_CLIP = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.int64))
 
 
@@ -88,7 +90,12 @@ def _c(a: Any) -> np.ndarray:
 
 
 def _kernel(
-    fn: Callable[..., Any], name: str, *, out: bool = True, specialize: Callable[..., Any] | None = None, **params: Any
+    fn: Callable[..., Any],
+    name: str,
+    *,
+    out: bool = True,
+    specialize: Callable[..., Any] | None = None,
+    **params: Any,
 ) -> tuple[Kernel, str]:
     return Kernel(fn, "native", f"native:{name}", params=params, out=out, specialize=specialize), ""
 
@@ -116,7 +123,9 @@ def _bound(v: Any, dtype: np.dtype) -> Any:
 
 
 @_with_fallback("Clip")
-def _clip_native(ctx: Any, x: Any, lo: Any = None, hi: Any = None, *, out: Any, min: Any = None, max: Any = None):
+def _clip_native(
+    ctx: Any, x: Any, lo: Any = None, hi: Any = None, *, out: Any, min: Any = None, max: Any = None
+):
     """Clip: y = np.minimum(np.maximum(x, lo), hi), each bound only when given (nn.clip)."""
     if ctx.opset < 11:
         lo, hi = min, max
@@ -308,7 +317,12 @@ def _hard_sigmoid_native(ctx: Any, x: Any, *, out: Any, alpha: float = 0.2, beta
     """HardSigmoid, float32: min(max(f32(f32(alpha · x) + beta), 0), 1) (nn.hard_sigmoid;
     NumPy rounds the Python floats alpha and beta to float32 first, NEP 50)."""
     return _native().unary_f32_ex(
-        "hard_sigmoid", _f32(x), _threads(ctx), out, alpha=float(np.float32(alpha)), beta=float(np.float32(beta))
+        "hard_sigmoid",
+        _f32(x),
+        _threads(ctx),
+        out,
+        alpha=float(np.float32(alpha)),
+        beta=float(np.float32(beta)),
     )
 
 
@@ -329,7 +343,16 @@ def bind_hard_sigmoid(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 @_with_fallback("BatchNormalization")
 def _batch_norm_native(
-    ctx: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any, *, out: Any, epsilon: float = 1e-5, **attrs: Any
+    ctx: Any,
+    x: Any,
+    scale: Any,
+    bias: Any,
+    mean: Any,
+    var: Any,
+    *,
+    out: Any,
+    epsilon: float = 1e-5,
+    **attrs: Any,
 ) -> np.ndarray:
     """BatchNormalization, inference, float32: f32(f32(f32(f32(x − m) / d) · g) + b) per
     channel, d = f32(sqrt(f32(var + eps))): the float32 steps of
@@ -440,7 +463,9 @@ def _isnan_native(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
 @register_binder("IsNaN")
 def bind_isnan(model: Model, node: Node) -> tuple[Kernel | None, str]:
     del model  # unused
-    reason = _known_dtype_reason("IsNaN", node, 0, frozenset({F32, np.dtype(np.float64)}), "float32 or float64")
+    reason = _known_dtype_reason(
+        "IsNaN", node, 0, frozenset({F32, np.dtype(np.float64)}), "float32 or float64"
+    )
     if reason:
         return None, reason
     return _kernel(_isnan_native, "isnan")
@@ -505,7 +530,13 @@ def _gather_native(ctx: Any, data: Any, indices: Any, *, out: Any, axis: int = 0
     shape = data.shape[:axis] + idx.shape + data.shape[axis + 1 :]
     x = np.asarray(data, order="C")
     if out is not None:
-        _native().take_axis(x, axis, flat, _threads(ctx), out.reshape((*data.shape[:axis], flat.size, *data.shape[axis + 1:])))
+        _native().take_axis(
+            x,
+            axis,
+            flat,
+            _threads(ctx),
+            out.reshape((*data.shape[:axis], flat.size, *data.shape[axis + 1 :])),
+        )
         return out
     return _native().take_axis(x, axis, flat, _threads(ctx)).reshape(shape)
 
@@ -559,7 +590,15 @@ def _transpose_any(ctx: Any, data: Any, *, out: Any = None, perm: list | None = 
 
 @_with_fallback("Slice")
 def _slice_native(
-    ctx: Any, data: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None, *, out: Any, plans: BoundedCache
+    ctx: Any,
+    data: Any,
+    starts: Any,
+    ends: Any,
+    axes: Any = None,
+    steps: Any = None,
+    *,
+    out: Any,
+    plans: BoundedCache,
 ) -> np.ndarray:
     """Slice: the twin's view (tensor_ops.slice_, bounds per input shape cached) copied by
     copy_strided."""
@@ -705,8 +744,11 @@ def _split_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] 
     from quanta.kernels.reference.tensor_ops import split as split_twin
 
     shape = sig.shapes[0]
-    if shape is None or sig.dtypes[0].kind == "O" or (len(sig.shapes) > 1 and sig.shapes[1] is not None
-                                                       and sig.consts[1] is None):
+    if (
+        shape is None
+        or sig.dtypes[0].kind == "O"
+        or (len(sig.shapes) > 1 and sig.shapes[1] is not None and sig.consts[1] is None)
+    ):
         return None
     probe = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
     parts = split_twin(sig.ctx, probe, sig.consts[1] if len(sig.consts) > 1 else None, **attrs)
@@ -824,7 +866,9 @@ def _acc_to_float_specialized(sig: Specialization, **attrs: Any) -> Callable[...
     except _Unsupported:
         return None
     acc_to_float, threads, out = _native().acc_to_float, step_threads(sig), sig.out
-    return guarded(lambda acc, *p: acc_to_float(acc, b, sc, fb, threads, out), _acc_to_float_native, attrs, out)
+    return guarded(
+        lambda acc, *p: acc_to_float(acc, b, sc, fb, threads, out), _acc_to_float_native, attrs, out
+    )
 
 
 @register_binder("AccumulatorToFloat", "quanta")

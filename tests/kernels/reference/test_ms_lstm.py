@@ -38,8 +38,17 @@ F32 = np.float32
 SEQ, BATCH, INPUT, HIDDEN = 5, 3, 7, 17
 
 
-def _float_lstm(direction="forward", *, bias=True, initial=False, seq_lens=False, peephole=False,
-                outputs=("Y", "Y_h", "Y_c"), attrs=None, seed=0):
+def _float_lstm(
+    direction="forward",
+    *,
+    bias=True,
+    initial=False,
+    seq_lens=False,
+    peephole=False,
+    outputs=("Y", "Y_h", "Y_c"),
+    attrs=None,
+    seed=0,
+):
     nd = 2 if direction == "bidirectional" else 1
     rng = np.random.default_rng(seed)
     inits = [
@@ -55,15 +64,18 @@ def _float_lstm(direction="forward", *, bias=True, initial=False, seq_lens=False
         infos.append(helper.make_tensor_value_info("seq_lens", TensorProto.INT32, [BATCH]))
     ins.append("seq_lens" if seq_lens else "")
     if initial:
-        infos += [helper.make_tensor_value_info(n, TensorProto.FLOAT, [nd, BATCH, HIDDEN]) for n in ("h0", "c0")]
+        infos += [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, [nd, BATCH, HIDDEN]) for n in ("h0", "c0")
+        ]
     ins += ["h0", "c0"] if initial else ["", ""]
     if peephole:
         inits.append(numpy_helper.from_array((rng.standard_normal((nd, 3 * HIDDEN)) * 0.2).astype(F32), "P"))
         ins.append("P")
     while ins[-1] == "":
         ins.pop()
-    node = helper.make_node("LSTM", ins, list(outputs), name="lstm", hidden_size=HIDDEN, direction=direction,
-                            **(attrs or {}))
+    node = helper.make_node(
+        "LSTM", ins, list(outputs), name="lstm", hidden_size=HIDDEN, direction=direction, **(attrs or {})
+    )
     outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs if n]
     graph = helper.make_graph([node], "lstm", infos, outs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -122,8 +134,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("direction", "bias", "initial", "seq_lens", "peephole", "per_channel"), CASES)
-def test_ort_quantized_lstm_matches_onnxruntime_exactly(tmp_path, direction, bias, initial, seq_lens, peephole,
-                                                       per_channel):
+def test_ort_quantized_lstm_matches_onnxruntime_exactly(
+    tmp_path, direction, bias, initial, seq_lens, peephole, per_channel
+):
     model = _float_lstm(direction, bias=bias, initial=initial, seq_lens=seq_lens, peephole=peephole)
     path = _ort_quantized(tmp_path, model, per_channel)
     feeds = _feeds(model)
@@ -154,7 +167,9 @@ def test_y_not_requested_keeps_ended_rows_in_the_h_block(tmp_path):
     _assert_same(got, expected)
     with_y = _float_lstm("bidirectional", seq_lens=True, initial=True)
     other = _ort(str(_ort_quantized(tmp_path, with_y, per_channel=False)), feeds)[1:]
-    assert not all(np.array_equal(a, b) for a, b in zip(other, expected)), "the test no longer separates the paths"
+    assert not all(np.array_equal(a, b) for a, b in zip(other, expected)), (
+        "the test no longer separates the paths"
+    )
 
 
 @pytest.mark.parametrize(
@@ -163,7 +178,11 @@ def test_y_not_requested_keeps_ended_rows_in_the_h_block(tmp_path):
         {"clip": 0.7},
         {"input_forget": 1},
         {"activations": ["sigmoid", "relu", "tanh"]},
-        {"activations": ["hardsigmoid", "tanh", "relu"], "activation_alpha": [0.25], "activation_beta": [0.4]},
+        {
+            "activations": ["hardsigmoid", "tanh", "relu"],
+            "activation_alpha": [0.25],
+            "activation_beta": [0.4],
+        },
     ],
     ids=["clip", "input_forget", "relu_g", "hardsigmoid_f"],
 )
@@ -171,7 +190,9 @@ def test_attributes_match_onnxruntime_exactly(tmp_path, attrs):
     model = _float_lstm("forward", initial=True, seq_lens=True, attrs=attrs)
     path = _ort_quantized(tmp_path, model, per_channel=True)
     feeds = _feeds(model)
-    _assert_same(quanta.InferenceSession(str(path), backend="reference").run(None, feeds), _ort(str(path), feeds))
+    _assert_same(
+        quanta.InferenceSession(str(path), backend="reference").run(None, feeds), _ort(str(path), feeds)
+    )
 
 
 def _inputs_of(path, feeds):
@@ -198,8 +219,20 @@ def test_rows_per_block_is_multithreaded_onnxruntime(tmp_path):
 
 
 def _single_node(x, w, r, b, lens, h0, c0, w_scale, w_zp, r_scale, r_zp, attrs):
-    inputs = {"X": x, "W": w, "R": r, "B": b, "seq_lens": lens, "h0": h0, "c0": c0, "P": None,
-              "W_scale": w_scale, "W_zero_point": w_zp, "R_scale": r_scale, "R_zero_point": r_zp}
+    inputs = {
+        "X": x,
+        "W": w,
+        "R": r,
+        "B": b,
+        "seq_lens": lens,
+        "h0": h0,
+        "c0": c0,
+        "P": None,
+        "W_scale": w_scale,
+        "W_zero_point": w_zp,
+        "R_scale": r_scale,
+        "R_zero_point": r_zp,
+    }
     consts = {"W", "R", "B", "W_scale", "W_zero_point", "R_scale", "R_zero_point"}
     names, infos, inits, feeds = [], [], [], {}
     for name, v in inputs.items():
@@ -211,11 +244,15 @@ def _single_node(x, w, r, b, lens, h0, c0, w_scale, w_zp, r_scale, r_zp, attrs):
             inits.append(numpy_helper.from_array(np.asarray(v), name))
         else:
             feeds[name] = v
-            infos.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape))
+            infos.append(
+                helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            )
     node = helper.make_node("DynamicQuantizeLSTM", names, ["Y", "Y_h", "Y_c"], domain=MS_DOMAIN, **attrs)
     outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h", "Y_c")]
-    model = helper.make_model(helper.make_graph([node], "g", infos, outs, inits),
-                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS_DOMAIN, 1)])
+    model = helper.make_model(
+        helper.make_graph([node], "g", infos, outs, inits),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS_DOMAIN, 1)],
+    )
     return model.SerializeToString(), feeds
 
 
@@ -244,8 +281,9 @@ def test_random_single_node_models_match_onnxruntime_exactly(shape, direction, w
     lens = rng.integers(0, T, B, endpoint=True).astype(np.int32)
     h0 = (rng.standard_normal((nd, B, H)) * 0.5).astype(F32)
     c0 = rng.standard_normal((nd, B, H)).astype(F32)
-    model, feeds = _single_node(x, w, r, b, lens, h0, c0, w_scale, w_zp, r_scale, r_zp,
-                                {"hidden_size": H, "direction": direction})
+    model, feeds = _single_node(
+        x, w, r, b, lens, h0, c0, w_scale, w_zp, r_scale, r_zp, {"hidden_size": H, "direction": direction}
+    )
     expected = _ort(model, feeds)
     got = quanta.InferenceSession(model, backend="reference").run(None, feeds)
     _assert_same(got, expected)
@@ -254,7 +292,9 @@ def test_random_single_node_models_match_onnxruntime_exactly(shape, direction, w
 def _ort_unary(op, x):
     node = helper.make_node(op, ["x"], ["y"])
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [x.size]) for n in ("x", "y")]
-    model = helper.make_model(helper.make_graph([node], "g", io[:1], io[1:]), opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(
+        helper.make_graph([node], "g", io[:1], io[1:]), opset_imports=[helper.make_opsetid("", 17)]
+    )
     return _ort(model.SerializeToString(), {"x": x})[0]
 
 
@@ -262,10 +302,14 @@ def _ort_unary(op, x):
 def test_mlas_activations_are_onnxruntime_bit_for_bit(op, fn):
     """ORT's Sigmoid and Tanh ops call the same MLAS kernels as its LSTM gates."""
     rng = np.random.default_rng(1)
-    x = np.concatenate([
-        rng.standard_normal(1 << 20) * 4, rng.uniform(-25, 25, 1 << 18), rng.standard_normal(1 << 16) * 1e-3,
-        [0.0, -0.0, 9.0, -9.0, 18.0, -18.0, 1e30, -1e30],
-    ]).astype(F32)
+    x = np.concatenate(
+        [
+            rng.standard_normal(1 << 20) * 4,
+            rng.uniform(-25, 25, 1 << 18),
+            rng.standard_normal(1 << 16) * 1e-3,
+            [0.0, -0.0, 9.0, -9.0, 18.0, -18.0, 1e30, -1e30],
+        ]
+    ).astype(F32)
     expected = _ort_unary(op, x)
     np.testing.assert_array_equal(fn(x).view(np.uint32), expected.view(np.uint32))
 
@@ -298,10 +342,13 @@ def test_registered_and_errors_name_the_contract():
     with pytest.raises(OpError, match=r"R must be int8/uint8 of shape \[1, 2, 8\]"):
         dynamic_quantize_lstm(x, w, r[:, :1], None, None, None, None, None, s, z, s, z, hidden_size=2)
     with pytest.raises(OpError, match="expected 3 activations"):
-        dynamic_quantize_lstm(x, w, r, None, None, None, None, None, s, z, s, z, hidden_size=2,
-                              activations=["sigmoid", "tanh"])
+        dynamic_quantize_lstm(
+            x, w, r, None, None, None, None, None, s, z, s, z, hidden_size=2, activations=["sigmoid", "tanh"]
+        )
     with pytest.raises(OpError, match="int8 weight's zero point must be zero"):
-        dynamic_quantize_lstm(x, w, r, None, None, None, None, None, s, np.ones(1, np.int8), s, z, hidden_size=2)
+        dynamic_quantize_lstm(
+            x, w, r, None, None, None, None, None, s, np.ones(1, np.int8), s, z, hidden_size=2
+        )
 
 
 def test_doctests():

@@ -94,10 +94,17 @@ def test_conv_transpose_is_adjoint_of_conv(problem) -> None:
     v = np.random.default_rng(1).standard_normal(y.shape).astype(np.float32)
     extent = [(k - 1) * d + 1 for k, d in zip(w.shape[2:], dilations)]
     output_padding = [
-        x.shape[2 + i] - (strides[i] * (y.shape[2 + i] - 1) + extent[i] - pads[i] - pads[2 + i]) for i in range(2)
+        x.shape[2 + i] - (strides[i] * (y.shape[2 + i] - 1) + extent[i] - pads[i] - pads[2 + i])
+        for i in range(2)
     ]
     xt = run(
-        "ConvTranspose", v, w, strides=strides, dilations=dilations, pads=pads, group=group,
+        "ConvTranspose",
+        v,
+        w,
+        strides=strides,
+        dilations=dilations,
+        pads=pads,
+        group=group,
         output_padding=output_padding,
     )
     assert xt.shape == x.shape
@@ -167,7 +174,9 @@ def test_max_pool_ceil_mode_drops_a_window_starting_in_the_end_pad() -> None:
 def test_max_pool_indices_column_major_include_batch_and_channel_offsets() -> None:
     x = np.random.default_rng(3).standard_normal((2, 3, 4, 5)).astype(np.float32)
     for storage_order in (0, 1):
-        y, idx = run("MaxPool", x, n_outputs=2, kernel_shape=[2, 3], strides=[2, 2], storage_order=storage_order)
+        y, idx = run(
+            "MaxPool", x, n_outputs=2, kernel_shape=[2, 3], strides=[2, 2], storage_order=storage_order
+        )
         for n, c, i, j in np.ndindex(*y.shape):
             window = x[n, c, 2 * i : 2 * i + 2, 2 * j : 2 * j + 3]
             r, s = np.unravel_index(window.argmax(), window.shape)
@@ -190,7 +199,12 @@ def test_average_pool_ceil_overhang_never_counts(count_include_pad, first) -> No
     # the first window [-1, 0] counts its explicit pad only with count_include_pad=1.
     x = np.array([[[3, 1, 4, 1, 5, 9]]], dtype=np.float32)
     y = run(
-        "AveragePool", x, kernel_shape=[2], strides=[2], pads=[1, 0], ceil_mode=1,
+        "AveragePool",
+        x,
+        kernel_shape=[2],
+        strides=[2],
+        pads=[1, 0],
+        ceil_mode=1,
         count_include_pad=count_include_pad,
     )
     np.testing.assert_array_equal(y, [[[first, 2.5, 3.0, 9.0]]])
@@ -235,14 +249,19 @@ def test_group_normalization_opset18_scale_per_group_differs_from_opset21_per_ch
     gamma_channel = np.array([0.5, 1.5, -2.0, -1.0, 3.0, 0.25], dtype=np.float32)
     beta_channel = np.arange(6, dtype=np.float32) / 10
     y21 = run("GroupNormalization", x, gamma_channel, beta_channel, opset=21, num_groups=3, epsilon=1e-3)
-    np.testing.assert_allclose(y21, _group_norm_loop(x, 3, gamma_channel, beta_channel, 1e-3), rtol=0, atol=NORM_ATOL)
+    np.testing.assert_allclose(
+        y21, _group_norm_loop(x, 3, gamma_channel, beta_channel, 1e-3), rtol=0, atol=NORM_ATOL
+    )
 
 
 def test_group_normalization_scale_length_must_match_the_opset() -> None:
     x = np.zeros((1, 6, 2, 3), dtype=np.float32)
     with pytest.raises(OpError) as e18:
         run("GroupNormalization", x, np.ones(6, np.float32), np.ones(6, np.float32), opset=18, num_groups=3)
-    assert str(e18.value) == "GroupNormalization (opset 18): scale expected num_groups = 3 elements, got shape (6,)"
+    assert (
+        str(e18.value)
+        == "GroupNormalization (opset 18): scale expected num_groups = 3 elements, got shape (6,)"
+    )
     with pytest.raises(OpError) as e21:
         run("GroupNormalization", x, np.ones(3, np.float32), np.ones(3, np.float32), opset=21, num_groups=3)
     assert str(e21.value) == "GroupNormalization (opset 21): scale expected C = 6 elements, got shape (3,)"
@@ -272,7 +291,9 @@ def test_batch_normalization_training_mode_running_statistics() -> None:
     np.testing.assert_allclose(running_mean, 0.8 * mean + 0.2 * batch_mean, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(running_var, 0.8 * var + 0.2 * batch_var, rtol=1e-5)
     normalized = (x - batch_mean[:, None, None]) / np.sqrt(batch_var[:, None, None] + 1e-5)
-    np.testing.assert_allclose(y, normalized * scale[:, None, None] + bias[:, None, None], rtol=0, atol=NORM_ATOL)
+    np.testing.assert_allclose(
+        y, normalized * scale[:, None, None] + bias[:, None, None], rtol=0, atol=NORM_ATOL
+    )
 
 
 # ------------------------------------------------------------ opset-dependent semantics
@@ -324,7 +345,9 @@ def test_dropout_inference_is_identity_and_seeded_training_is_reproducible() -> 
     y1, m1 = run("Dropout", x, ratio, training, n_outputs=2, seed=4)
     y2, _ = run("Dropout", x, ratio, training, n_outputs=2, seed=4)
     np.testing.assert_array_equal(y1, y2)
-    np.testing.assert_array_equal(y1, np.where(m1, x * np.float32(1 / 0.75), 0))  # y = mask * x * (1 / (1 - r))
+    np.testing.assert_array_equal(
+        y1, np.where(m1, x * np.float32(1 / 0.75), 0)
+    )  # y = mask * x * (1 / (1 - r))
 
 
 def test_gelu_and_erf_against_math_erf() -> None:
@@ -427,12 +450,16 @@ def test_half_precision_in_half_precision_out_close_to_float32(op, extra, attrs,
         "scales": np.array([1, 1, 1.5, 0.8], np.float32),
         None: None,
     }
-    half = [x32.astype(dtype)] + [operands[e] if e in ("scales", None) else operands[e].astype(dtype) for e in extra]
+    half = [x32.astype(dtype)] + [
+        operands[e] if e in ("scales", None) else operands[e].astype(dtype) for e in extra
+    ]
     y = run(op, *half, **attrs)
     assert y.dtype == np.dtype(dtype)
     # Rounded-input float32 run: the only difference left is the final rounding to
     # half precision, half an ulp: 2^-11 (float16) or 2^-8 (bfloat16) relative.
-    full = [v if v is None or e in ("scales",) else v.astype(np.float32) for v, e in zip(half, (None, *extra))]
+    full = [
+        v if v is None or e in ("scales",) else v.astype(np.float32) for v, e in zip(half, (None, *extra))
+    ]
     y32 = run(op, *full, **attrs)
     rel = 2.0**-11 if dtype == np.float16 else 2.0**-8
     np.testing.assert_allclose(y.astype(np.float32), y32, rtol=rel, atol=rel * np.abs(y32).max())

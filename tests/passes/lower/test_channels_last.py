@@ -43,9 +43,13 @@ class Builder:
     def conv(self, x: str, cin: int, cout: int, k: int, *, stride: int = 1, group: int = 1, name: str) -> str:
         w = RNG.integers(-90, 90, (cout, cin // group, k, k)).astype(np.int8)
         self.inits.append(numpy_helper.from_array(w, f"{name}_w"))
-        self.inits.append(numpy_helper.from_array((RNG.random(cout) * 0.01 + 0.002).astype(np.float32), f"{name}_ws"))
+        self.inits.append(
+            numpy_helper.from_array((RNG.random(cout) * 0.01 + 0.002).astype(np.float32), f"{name}_ws")
+        )
         self.inits.append(numpy_helper.from_array(np.zeros(cout, np.int8), f"{name}_wz"))
-        self.inits.append(numpy_helper.from_array(RNG.integers(-500, 500, cout).astype(np.int32), f"{name}_b"))
+        self.inits.append(
+            numpy_helper.from_array(RNG.integers(-500, 500, cout).astype(np.int32), f"{name}_b")
+        )
         sy, zy = self.qparams(name)
         sx, zx = f"{x}_scale", f"{x}_zp"
         self.nodes.append(
@@ -115,7 +119,11 @@ def residual_cnn() -> onnx.ModelProto:
     sy, zy = b.qparams("gap")
     b.nodes.append(
         helper.make_node(
-            "QLinearGlobalAveragePool", [r2, f"{r2}_scale", f"{r2}_zp", sy, zy], ["gap"], name="gap", domain=MS
+            "QLinearGlobalAveragePool",
+            [r2, f"{r2}_scale", f"{r2}_zp", sy, zy],
+            ["gap"],
+            name="gap",
+            domain=MS,
         )
     )
     return b.model([x], ["gap", "sum"])
@@ -178,17 +186,31 @@ def maxpool_cnn(pool_input_float: bool = False) -> onnx.ModelProto:
     c1 = b.conv("x", 7, 17, 3, name="c1")
     pool_in = c1
     if pool_input_float:
-        b.nodes.append(helper.make_node("DequantizeLinear", [c1, f"{c1}_scale", f"{c1}_zp"], ["c1f"], name="dq"))
+        b.nodes.append(
+            helper.make_node("DequantizeLinear", [c1, f"{c1}_scale", f"{c1}_zp"], ["c1f"], name="dq")
+        )
         pool_in = "c1f"
     pool_out = "mpf" if pool_input_float else "mp"
     b.nodes.append(
-        helper.make_node("MaxPool", [pool_in], [pool_out], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], name="mp")
+        helper.make_node(
+            "MaxPool",
+            [pool_in],
+            [pool_out],
+            kernel_shape=[3, 3],
+            strides=[2, 2],
+            pads=[1, 1, 1, 1],
+            name="mp",
+        )
     )
     if pool_input_float:
         b.nodes.append(helper.make_node("QuantizeLinear", ["mpf", "c1_scale", "c1_zp"], ["mp"], name="q"))
     b.inits += [
-        numpy_helper.from_array(numpy_helper.to_array(next(t for t in b.inits if t.name == "c1_scale")), "mp_scale"),
-        numpy_helper.from_array(numpy_helper.to_array(next(t for t in b.inits if t.name == "c1_zp")), "mp_zp"),
+        numpy_helper.from_array(
+            numpy_helper.to_array(next(t for t in b.inits if t.name == "c1_scale")), "mp_scale"
+        ),
+        numpy_helper.from_array(
+            numpy_helper.to_array(next(t for t in b.inits if t.name == "c1_zp")), "mp_zp"
+        ),
     ]
     c2 = b.conv("mp", 17, 3, 3, name="c2")
     return b.model([x], [c2])
@@ -347,4 +369,6 @@ def check_in_ort(ort, model, proto, path) -> None:
     ours = run_ref(model, f)
     for a, b in zip(ours, theirs):
         assert a.shape == b.shape
-        assert np.max(np.abs(a.astype(np.int32) - b.astype(np.int32))) <= 1  # ORT's QLinearAdd rounds its own way
+        assert (
+            np.max(np.abs(a.astype(np.int32) - b.astype(np.int32))) <= 1
+        )  # ORT's QLinearAdd rounds its own way

@@ -127,7 +127,13 @@ def test_accumulator_to_float_is_the_four_node_chain_bit_for_bit(with_bias, with
     _load_families()
     from quanta.ir.graph import Node, Value
 
-    node = Node("AccumulatorToFloat", [Value("a"), Value("b"), Value("s"), Value("f")], [Value("y")], {}, domain="quanta")
+    node = Node(
+        "AccumulatorToFloat",
+        [Value("a"), Value("b"), Value("s"), Value("f")],
+        [Value("y")],
+        {},
+        domain="quanta",
+    )
     kernel, reason = BINDERS[("quanta", "AccumulatorToFloat")](None, node)
     assert kernel is not None, reason
     try:

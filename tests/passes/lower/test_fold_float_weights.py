@@ -45,7 +45,9 @@ def ln_proto(*, gamma_reader: str = "LayerNormalization", gamma_const: bool = Tr
         nodes.append(helper.make_node("QuantizeLinear", ["g", "g_s", "g_z"], ["gq2"], name="q_g"))
         nodes.append(helper.make_node("DequantizeLinear", ["gq2", "g_s", "g_z"], ["g2"], name="dq_g2"))
         nodes.append(helper.make_node("LayerNormalization", ["x", "g2", "b"], ["y"], axis=-1, name="ln"))
-    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5, D])], inits)
+    g = helper.make_graph(
+        nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5, D])], inits
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
 
 
@@ -71,7 +73,9 @@ def test_layernorm_parameters_fold_bit_exact():
 
 def test_the_pass_wrapper_runs_the_rule():
     model = load(ln_proto())
-    result = run_passes(model, [FoldFloatWeights(reference_evaluator(model.opset_imports))], stage=Stage.LOWERED)
+    result = run_passes(
+        model, [FoldFloatWeights(reference_evaluator(model.opset_imports))], stage=Stage.LOWERED
+    )
     assert result.fired("FoldFloatWeight") == 2
 
 
@@ -120,8 +124,11 @@ def embedding_proto(*, zero_points: bool, rows: int = 19, width: int = 7, s_shap
         helper.make_node("Gather", ["t", "ids"], ["y"], name="gather", axis=gather_axis),
     ]
     g = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
 
@@ -136,7 +143,12 @@ def test_gather_dequantized_rows_bit_exact(zero_points):
     assert result.fired("GatherDequantizedRows") == 1
     ops = model.graph.op_counts()
     assert "DequantizeLinear" not in ops
-    assert ops == {"Gather": 3 if zero_points else 2, "Cast": 1, "Mul": 1, **({"Sub": 1} if zero_points else {})}
+    assert ops == {
+        "Gather": 3 if zero_points else 2,
+        "Cast": 1,
+        "Mul": 1,
+        **({"Sub": 1} if zero_points else {}),
+    }
     ids = np.array([[0, 18, 3, 3, 7], [-1, 5, 11, 2, 17]], np.int64)  # a negative index counts from the end
     want = run_ref(proto, {"ids": ids})[0]
     got = run_ref(model, {"ids": ids})[0]

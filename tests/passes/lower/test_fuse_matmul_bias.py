@@ -36,7 +36,9 @@ def mm_bias_proto(*, bias_first=False, bias=None, a_scale=None, extra_use=False,
     if isinstance(bias, np.ndarray):
         inits.append(numpy_helper.from_array(bias, "bias"))
     nodes = [
-        helper.make_node("MatMulIntegerToFloat", ["a", "w", "sa", "sb", "za", "zb"], ["p"], name="mm", domain=MS),
+        helper.make_node(
+            "MatMulIntegerToFloat", ["a", "w", "sa", "sb", "za", "zb"], ["p"], name="mm", domain=MS
+        ),
         helper.make_node("Add", ["bias", "p"] if bias_first else ["p", "bias"], ["y"], name="add"),
     ]
     inputs = [helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 5, K])]
@@ -48,7 +50,9 @@ def mm_bias_proto(*, bias_first=False, bias=None, a_scale=None, extra_use=False,
     g = helper.make_graph(nodes, "g", inputs, outputs, inits)
     for name in ("p",):
         g.value_info.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 5, N]))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)], ir_version=10)
+    return helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)], ir_version=10
+    )
 
 
 def fuse(model):
@@ -84,8 +88,14 @@ def test_bias_add_becomes_the_ops_bias_bit_exact(bias_first):
     [
         ({"bias": "input"}, "bias 'bias' (a graph input) is not a constant"),
         ({"bias": np.ones((N,), np.float16)}, "bias or product is not float32"),
-        ({"bias": np.ones((2, 1, N), np.float32)}, "bias of shape [2, 1, 17] is not one value per output column (17)"),
-        ({"bias": np.ones((5, 1), np.float32)}, "bias of shape [5, 1] is not one value per output column (17)"),
+        (
+            {"bias": np.ones((2, 1, N), np.float32)},
+            "bias of shape [2, 1, 17] is not one value per output column (17)",
+        ),
+        (
+            {"bias": np.ones((5, 1), np.float32)},
+            "bias of shape [5, 1] is not one value per output column (17)",
+        ),
         ({"a_scale": np.full((2, 5, 1), 0.03, np.float32)}, "a_scale is not one value"),
     ],
 )
@@ -104,4 +114,6 @@ def test_product_with_another_user_is_left_alone():
     p, result = fuse(model)
     assert result.fired("FuseMatMulFloatBias") == 0
     assert [n.op_type for n in model.graph.nodes] == ["MatMulIntegerToFloat", "Add"]
-    assert any("'p'" in r.reason for r in p.why_not("FuseMatMulFloatBias"))  # the engine names the shared value
+    assert any(
+        "'p'" in r.reason for r in p.why_not("FuseMatMulFloatBias")
+    )  # the engine names the shared value

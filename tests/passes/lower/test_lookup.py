@@ -62,7 +62,18 @@ def activation(kind: str, x: str, y: str) -> tuple[list, list]:
     raise ValueError(kind)
 
 
-KINDS = ["hardswish", "hardswish_pair", "hardsigmoid", "silu", "mish", "tanh", "exp", "clip", "relu", "written"]
+KINDS = [
+    "hardswish",
+    "hardswish_pair",
+    "hardsigmoid",
+    "silu",
+    "mish",
+    "tanh",
+    "exp",
+    "clip",
+    "relu",
+    "written",
+]
 
 
 def qdq_proto(kind: str, dtype=np.uint8, *, sx=0.043, zx=131, sy=0.0271, zy=17, opset=17):
@@ -76,7 +87,10 @@ def qdq_proto(kind: str, dtype=np.uint8, *, sx=0.043, zx=131, sy=0.0271, zy=17, 
     ]
     act, consts = activation(kind, "x", "f")
     nodes += act
-    nodes += [mk("QuantizeLinear", ["f", "sy", "zy"], ["yq"]), mk("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
+    nodes += [
+        mk("QuantizeLinear", ["f", "sy", "zy"], ["yq"]),
+        mk("DequantizeLinear", ["yq", "sy", "zy"], ["y"]),
+    ]
     for i, n in enumerate(nodes):
         n.name = f"{n.op_type.lower()}{i}"
     inits = [c("sx", sx), c("zx", zx, dtype), c("sy", sy), c("zy", zy, dtype), *consts]
@@ -250,14 +264,18 @@ def test_quantized_activation_is_one_table(tmp_path, kind, opset):
     float_ops = {"Sigmoid", "Tanh", "Softplus", "HardSigmoid", "HardSwish", "Clip", "Div", "Mul"}
     ops = [s.op_type for s in nat.plan.steps]
     assert not float_ops & set(ops) and ops.count("AccumulatorToFloat") == 1, ops
-    assert [s.kernel.name for s in nat.plan.steps if s.op_type == "QLinearLookup"] == ["native:qlinear_lookup_u8"]
+    assert [s.kernel.name for s in nat.plan.steps if s.op_type == "QLinearLookup"] == [
+        "native:qlinear_lookup_u8"
+    ]
     # against ONNX Runtime running the QDQ file: a few output steps (the convolutions
     # round in different places, docs/passes.md), not a float island's drift
     y_scale = max(abs(float(np.max(np.abs(ort_y)))), 1e-6) / 127
     assert np.max(np.abs(ort_y - y_ref)) <= 4 * y_scale
 
 
-@pytest.mark.parametrize("kind,chain", [("silu", ["Sigmoid"]), ("mish", ["Tanh", "Softplus"]), ("hardswish_pair", ["HardSigmoid"])])
+@pytest.mark.parametrize(
+    "kind,chain", [("silu", ["Sigmoid"]), ("mish", ["Tanh", "Softplus"]), ("hardswish_pair", ["HardSigmoid"])]
+)
 def test_gated_activation_is_recognised(kind, chain):
     from quanta.quantize.qdq import gated_activation
 
@@ -296,7 +314,10 @@ def test_lookup_refuses_per_axis_input():
     p.produces_stage = Stage.LOWERED
     run_passes(model, [p])
     reasons = [r.reason for r in p.why_not("LowerLookup")]
-    assert any(r.startswith("input 'xq' (output of 'quantizelinear0' (QuantizeLinear)) is not a per-tensor u8/i8") for r in reasons), reasons
+    assert any(
+        r.startswith("input 'xq' (output of 'quantizelinear0' (QuantizeLinear)) is not a per-tensor u8/i8")
+        for r in reasons
+    ), reasons
 
 
 @pytest.mark.parametrize("kind", ["silu", "mish", "hardswish_pair"])
@@ -312,8 +333,12 @@ def test_gated_activation_plan_reads_only_x(kind):
     assert d.quantize, d.reason
     assert [(model.graph.value(k).name) for _, k in d.inputs] == ["a"]
     assert d.output == "b"
-    gate_decisions = [x for x in plan.decisions if x.node.op_type in ("Sigmoid", "Tanh", "Softplus", "HardSigmoid")]
-    assert gate_decisions and all(not x.quantize and x.reason.startswith("inside the gated activation") for x in gate_decisions)
+    gate_decisions = [
+        x for x in plan.decisions if x.node.op_type in ("Sigmoid", "Tanh", "Softplus", "HardSigmoid")
+    ]
+    assert gate_decisions and all(
+        not x.quantize and x.reason.startswith("inside the gated activation") for x in gate_decisions
+    )
 
 
 @pytest.mark.parametrize("opset", [13, 17])

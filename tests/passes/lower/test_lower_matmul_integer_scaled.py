@@ -65,7 +65,12 @@ def dynamic_proto(*, scale_first=False, sb_shape=(N,), cast_to=TensorProto.FLOAT
 
 def lower(model):
     p = RewritePass(
-        [LowerMatMulIntegerScaled(), LowerMatMulIntegerScaledFirst(), FuseMatMulFloatBias(), FuseMatMulFloatBiasFirst()]
+        [
+            LowerMatMulIntegerScaled(),
+            LowerMatMulIntegerScaledFirst(),
+            FuseMatMulFloatBias(),
+            FuseMatMulFloatBiasFirst(),
+        ]
     )
     p.produces_stage = Stage.LOWERED
     return p, run_passes(model, [p])

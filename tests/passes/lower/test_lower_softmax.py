@@ -64,7 +64,9 @@ def codes(shape, seed=0):
 
 
 def ort_run(proto, x):
-    return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
 
 
 def assert_matches_ort(got, expected):

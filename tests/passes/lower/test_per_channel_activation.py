@@ -75,8 +75,9 @@ def proto(*, zv=(5,) * C, storage=TensorProto.UINT8, group=C, bias="float", extr
     outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, H, W])]
     if extra_use:
         outs.append(helper.make_tensor_value_info("v", storage, [1, C, H, W]))
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C_IN, H, W])],
-                          outs, inits)
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C_IN, H, W])], outs, inits
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
 
 
@@ -163,7 +164,10 @@ def test_int8_activation_between():
 @pytest.mark.parametrize(
     ("kwargs", "reason"),
     [
-        (dict(zv=(5, 5, 5, 6, 5, 5, 5)), "the per-channel activation has zero points that differ between channels"),
+        (
+            dict(zv=(5, 5, 5, 6, 5, 5, 5)),
+            "the per-channel activation has zero points that differ between channels",
+        ),
         (dict(group=1), "the consumer is not a depthwise convolution over the 7 channels"),
     ],
 )
@@ -200,8 +204,13 @@ def dw_float_output_proto(zx=(4,) * C):
         helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=0),
         helper.make_node("Conv", ["xf", "wf", "b"], ["y"], name="dw", pads=[1, 1, 1, 1], group=C),
     ]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, H, W])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, H, W])], inits)
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, H, W])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, H, W])],
+        inits,
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
 
 
@@ -218,7 +227,9 @@ def test_depthwise_conv_with_a_per_channel_x_and_a_float_output():
     # the exact integer sum scaled once by f32(sx[c]·sw[c]): float32 rounding of a 9-term sum
     ini = {t.name: numpy_helper.to_array(t) for t in p.graph.initializer}
     xq = np.clip(np.rint(x / SV.reshape(1, -1, 1, 1)) + 4, 0, 255) - 4
-    mag = (np.abs(xq).max(axis=(2, 3)) * SV * np.abs(ini["w"]).sum(axis=(1, 2, 3)) * ini["sw"]).reshape(1, -1, 1, 1)
+    mag = (np.abs(xq).max(axis=(2, 3)) * SV * np.abs(ini["w"]).sum(axis=(1, 2, 3)) * ini["sw"]).reshape(
+        1, -1, 1, 1
+    )
     assert np.all(np.abs(got - want) <= dot_tolerance(9, mag + 0.4) * 2)
     import quanta
 

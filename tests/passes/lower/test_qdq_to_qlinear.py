@@ -258,9 +258,13 @@ def test_lower_conv_quantizes_a_float_constant_bias_as_onnxruntime_does():
     expected_bq = np.rint(numpy_helper.to_array(bf) / scale).astype(np.int32)
     np.testing.assert_array_equal(conv.inputs[8].const, expected_bq)
     x = np.random.default_rng(5).standard_normal((1, 3, 9, 5)).astype(np.float32) * 2
-    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
     for backend in ("reference", "native"):
-        np.testing.assert_array_equal(quanta.InferenceSession(proto, backend=backend).run(None, {"x": x})[0], want)
+        np.testing.assert_array_equal(
+            quanta.InferenceSession(proto, backend=backend).run(None, {"x": x})[0], want
+        )
 
 
 def test_lower_conv_requantizes_a_bias_with_another_scale():
@@ -279,7 +283,9 @@ def test_lower_conv_requantizes_a_bias_with_another_scale():
     expected = np.rint((np.arange(-3, 4, dtype=np.float32) * np.float32(0.5)).astype(np.float64) / sxsw)
     np.testing.assert_array_equal(conv.inputs[8].const, expected.astype(np.int32))
     x = np.random.default_rng(7).standard_normal((1, 3, 9, 5)).astype(np.float32) * 2
-    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
     for backend in ("reference", "native"):
         got = quanta.InferenceSession(proto, backend=backend).run(None, {"x": x})[0]
         assert_within_one_step(want, got, 0.07)
@@ -434,16 +440,22 @@ def qdq_gemm_float_bias_proto(*, quantized_output: bool, trans_b: int = 1):
         helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
         helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"], name="dqx"),
         helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], name="dqw", axis=0 if trans_b else 1),
-        helper.make_node("Gemm", ["xf", "wf", "bias"], ["g" if quantized_output else "y"], name="gemm",
-                         transB=trans_b),
+        helper.make_node(
+            "Gemm", ["xf", "wf", "bias"], ["g" if quantized_output else "y"], name="gemm", transB=trans_b
+        ),
     ]
     if quantized_output:
         nodes += [
             helper.make_node("QuantizeLinear", ["g", "sy", "zy"], ["gq"], name="qg"),
             helper.make_node("DequantizeLinear", ["gq", "sy", "zy"], ["y"], name="dqg"),
         ]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 13])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])], inits)
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 13])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])],
+        inits,
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
 
 

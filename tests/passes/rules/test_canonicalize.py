@@ -18,7 +18,10 @@ def sum_proto(n_inputs: int):
     names = [f"x{i}" for i in range(n_inputs)]
     shapes = [[2, 7, 3], [7, 1], [1, 3]][:n_inputs]
     g = helper.make_graph(
-        [helper.make_node("Sum", names, ["s"], name="sum"), helper.make_node("Relu", ["s"], ["y"], name="relu")],
+        [
+            helper.make_node("Sum", names, ["s"], name="sum"),
+            helper.make_node("Relu", ["s"], ["y"], name="relu"),
+        ],
         "g",
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in zip(names, shapes)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7, 3])],
@@ -85,20 +88,30 @@ def test_old_style_resnet_block_quantizes_completely(tmp_path):
                 value=numpy_helper.from_array(np.array([0.01 * (k + 1)], np.float32)),
             )
         )
-        for p, v in (("s", 1.0 + 0.1 * rng.random(c)), ("b", 0.1 * rng.random(c)), ("m", 0.1 * rng.random(c)), ("v", 1.0 + rng.random(c))):
+        for p, v in (
+            ("s", 1.0 + 0.1 * rng.random(c)),
+            ("b", 0.1 * rng.random(c)),
+            ("m", 0.1 * rng.random(c)),
+            ("v", 1.0 + rng.random(c)),
+        ):
             t = numpy_helper.from_array(v.astype(np.float32), f"bn{k}_{p}")
             inits.append(t)
             inputs.append(helper.make_tensor_value_info(t.name, TensorProto.FLOAT, [c]))  # IR 3 style
         nodes.append(helper.make_node("Conv", [x, f"w{k}"], [f"c{k}"], pads=[1, 1, 1, 1], name=f"conv{k}"))
         nodes.append(
             helper.make_node(
-                "BatchNormalization", [f"c{k}", f"bn{k}_s", f"bn{k}_b", f"bn{k}_m", f"bn{k}_v"], [f"n{k}"], name=f"bn{k}"
+                "BatchNormalization",
+                [f"c{k}", f"bn{k}_s", f"bn{k}_b", f"bn{k}_m", f"bn{k}_v"],
+                [f"n{k}"],
+                name=f"bn{k}",
             )
         )
         nodes.append(helper.make_node("Relu", [f"n{k}"], [f"r{k}"], name=f"relu{k}"))
         x = f"r{k}"
     nodes.append(helper.make_node("Sum", ["r1", "x"], ["y"], name="residual"))
-    g = helper.make_graph(nodes, "old", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, hw, hw])], inits)
+    g = helper.make_graph(
+        nodes, "old", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, hw, hw])], inits
+    )
     proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)], ir_version=4)
     src, out = tmp_path / "old.onnx", tmp_path / "old.int8.onnx"
     import onnx

@@ -196,7 +196,11 @@ def _refused(proto, rule: str, reason: str, opset: int = 17) -> None:
 
 
 def test_refuses_clip_not_from_zero():
-    _refused(hardswish_proto("div", lo=-1.0), "HardSwishFromClip", "'clip' (Clip) clips to [-1.0, 6.0], not [0, h] with h > 0")
+    _refused(
+        hardswish_proto("div", lo=-1.0),
+        "HardSwishFromClip",
+        "'clip' (Clip) clips to [-1.0, 6.0], not [0, h] with h > 0",
+    )
 
 
 def test_refuses_divisor_other_than_the_top():
@@ -216,12 +220,20 @@ def test_refuses_hardsigmoid_scale_other_than_one_over_top():
 
 
 def test_refuses_shared_clip():
-    _refused(hardswish_proto("div", shared_clip=True), "HardSwishFromClip", "an intermediate of 'clip' (Clip) has other users")
+    _refused(
+        hardswish_proto("div", shared_clip=True),
+        "HardSwishFromClip",
+        "an intermediate of 'clip' (Clip) has other users",
+    )
 
 
 def test_refuses_gate_of_other_slope():
     alpha = float(np.float32(0.2))
-    _refused(gate_proto(0.2), "HardSwishFromGate", f"'hsig' (HardSigmoid) has alpha {alpha}, beta 0.5; HardSwish's are 1/6 and 1/2")
+    _refused(
+        gate_proto(0.2),
+        "HardSwishFromGate",
+        f"'hsig' (HardSigmoid) has alpha {alpha}, beta 0.5; HardSwish's are 1/6 and 1/2",
+    )
 
 
 def test_refuses_log_of_exp_plus_two():

@@ -383,7 +383,9 @@ def test_fold_batchnorm_refuses_conv_transpose_group_mismatch():
 # -- FoldBatchNormIntoQuantizedConv ----------------------------------------------------
 
 
-def qconv_bn_model(bias: str, *, min_code_in_negative_channel: bool = False, seed: int = 3) -> onnx.ModelProto:
+def qconv_bn_model(
+    bias: str, *, min_code_in_negative_channel: bool = False, seed: int = 3
+) -> onnx.ModelProto:
     """x -Q-DQ-> Conv(DQ(w int8 per channel, zero points 0), bias) -> BN (some gammas
     negative) -> y: what NNCF writes for an export that kept its BatchNormalization.
     3 -> 7 channels, 3x3, distinct scales."""
@@ -394,8 +396,11 @@ def qconv_bn_model(bias: str, *, min_code_in_negative_channel: bool = False, see
         wq[int(np.flatnonzero(p["g"] < 0)[0]), 0, 0, 0] = -128
     sw = np.linspace(0.004, 0.013, 7).astype(np.float32)
     inits = [_init(k, v) for k, v in p.items()] + [
-        _init("sx", np.float32(0.021)), _init("zx", np.uint8(131)),
-        _init("wq", wq), _init("sw", sw), _init("zw", np.zeros(7, np.int8)),
+        _init("sx", np.float32(0.021)),
+        _init("zx", np.uint8(131)),
+        _init("wq", wq),
+        _init("sw", sw),
+        _init("zw", np.zeros(7, np.int8)),
     ]
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
@@ -407,13 +412,19 @@ def qconv_bn_model(bias: str, *, min_code_in_negative_channel: bool = False, see
         inits.append(_init("B", np.linspace(-0.4, 0.3, 7).astype(np.float32)))
         conv_in.append("B")
     elif bias == "int32":
-        inits += [_init("bq", np.arange(-3, 4, dtype=np.int32) * 37),
-                  _init("sb", np.multiply(np.float32(0.021), sw, dtype=np.float32))]
+        inits += [
+            _init("bq", np.arange(-3, 4, dtype=np.int32) * 37),
+            _init("sb", np.multiply(np.float32(0.021), sw, dtype=np.float32)),
+        ]
         nodes.append(helper.make_node("DequantizeLinear", ["bq", "sb"], ["B"], axis=0))
         conv_in.append("B")
     nodes += [helper.make_node("Conv", conv_in, ["c"], name="conv", pads=[1, 1, 1, 1]), bn_node()]
-    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 9, 5])],
-                      [out_info("y", 4)], inits)
+    return make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 9, 5])],
+        [out_info("y", 4)],
+        inits,
+    )
 
 
 @pytest.mark.parametrize("bias", ["none", "float", "int32"])

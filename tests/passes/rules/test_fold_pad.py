@@ -110,7 +110,9 @@ def test_fold_pad_into_conv_sums_the_pads_bit_exact(x_shape, pads, conv_pads, st
     assert result.fired("FoldPadIntoConv") == 1
     assert model.graph.op_counts() == {"Conv": 1}
     n, r = len(x_shape) - 2, len(x_shape)
-    want = [conv_pads[i] + pads[2 + i] for i in range(n)] + [conv_pads[n + i] + pads[r + 2 + i] for i in range(n)]
+    want = [conv_pads[i] + pads[2 + i] for i in range(n)] + [
+        conv_pads[n + i] + pads[r + 2 + i] for i in range(n)
+    ]
     assert conv_node(model).attrs["pads"] == want
     f = feeds_for(proto)
     # 0: the Conv reads the same zero-padded tensor either way (same values, same order)
@@ -262,7 +264,9 @@ def pad_pool_proto(*, pool_pads=(0, 0, 0, 0), count_include_pad=None, ceil_mode=
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(np.array([0, 0, 1, 0, 0, 0, 2, 1], np.int64), "pads")],
     )
-    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    )
 
 
 @pytest.mark.parametrize(
@@ -277,7 +281,11 @@ def test_fold_pad_into_average_pool_bit_exact(kw, want_pads):
     model, _, result = fold(proto)
     assert result.fired("FoldPadIntoAveragePool") == 1
     (pool,) = model.graph.nodes
-    assert pool.op_type == "AveragePool" and pool.attrs["pads"] == want_pads and pool.attrs["count_include_pad"] == 1
+    assert (
+        pool.op_type == "AveragePool"
+        and pool.attrs["pads"] == want_pads
+        and pool.attrs["count_include_pad"] == 1
+    )
     f = feeds_for(proto)
     # 0: the same windows of the same zero-padded tensor, divided by the kernel size
     np.testing.assert_array_equal(run_ref(proto, f)[0], run_ref(model, f)[0])

@@ -17,7 +17,9 @@ from quanta.passes.rules.fold_reshape_dims import FoldReshapeDims
 from tests.passes.helpers import rng_data, run_passes, run_ref
 
 
-def flatten_proto(*, index=0, tail=(-1,), allowzero=None, other_tensor=False, shape_start=None, index_input=False):
+def flatten_proto(
+    *, index=0, tail=(-1,), allowzero=None, other_tensor=False, shape_start=None, index_input=False
+):
     """x [batch, 4, 3, 5] -> Relu -> Reshape(r, Concat(Unsqueeze(Gather(Shape(src), index)), tail))."""
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 3, 5])]
     inits = [
@@ -38,7 +40,9 @@ def flatten_proto(*, index=0, tail=(-1,), allowzero=None, other_tensor=False, sh
         helper.make_node("Concat", ["u", "tail"], ["c"], axis=0, name="concat"),
         helper.make_node("Reshape", ["r", "c"], ["y"], name="flatten", **reshape_attrs),
     ]
-    g = helper.make_graph(nodes, "flatten", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    g = helper.make_graph(
+        nodes, "flatten", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -67,10 +71,22 @@ def test_fold_copied_dims_into_reshape(kw, target):
     ("kw", "reason"),
     [
         ({"allowzero": 1}, "allowzero=1: a 0 in the shape means an empty dimension, not a copy"),
-        ({"other_tensor": True}, "'u' (output of 'unsqueeze' (Unsqueeze)) reads the shape of another tensor than the Reshape's input"),
-        ({"index": 1, "tail": (-1,)}, "'u' (output of 'unsqueeze' (Unsqueeze)) copies dimension 1 of the input to position 0"),
-        ({"shape_start": 1}, "'u' (output of 'unsqueeze' (Unsqueeze)) copies dimension 1 of the input to position 0"),
-        ({"index_input": True}, "'u' (output of 'unsqueeze' (Unsqueeze)) gathers a non-constant or non-scalar index"),
+        (
+            {"other_tensor": True},
+            "'u' (output of 'unsqueeze' (Unsqueeze)) reads the shape of another tensor than the Reshape's input",
+        ),
+        (
+            {"index": 1, "tail": (-1,)},
+            "'u' (output of 'unsqueeze' (Unsqueeze)) copies dimension 1 of the input to position 0",
+        ),
+        (
+            {"shape_start": 1},
+            "'u' (output of 'unsqueeze' (Unsqueeze)) copies dimension 1 of the input to position 0",
+        ),
+        (
+            {"index_input": True},
+            "'u' (output of 'unsqueeze' (Unsqueeze)) gathers a non-constant or non-scalar index",
+        ),
     ],
 )
 def test_fold_copied_dims_into_reshape_refuses_with_its_reason(kw, reason):

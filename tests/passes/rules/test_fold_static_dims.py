@@ -21,8 +21,17 @@ from tests.passes.helpers import run_passes, run_ref
 X_SHAPE = ["batch", 3, 10, 7]
 
 
-def shape_read_proto(op: str, *, index=(2,), starts=(-2,), ends=(2**62,), steps=None, axis=0,
-                     shape_start=None, index_input=False):
+def shape_read_proto(
+    op: str,
+    *,
+    index=(2,),
+    starts=(-2,),
+    ends=(2**62,),
+    steps=None,
+    axis=0,
+    shape_start=None,
+    index_input=False,
+):
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, X_SHAPE)]
     inits = []
     shape_attrs = {} if shape_start is None else {"start": shape_start}
@@ -47,7 +56,10 @@ def shape_read_proto(op: str, *, index=(2,), starts=(-2,), ends=(2**62,), steps=
     # the batch is read too, so the Shape must stay
     nodes.append(helper.make_node("Gather", ["s", "zero"], ["b"], axis=0, name="batch"))
     inits.append(numpy_helper.from_array(np.array(0, np.int64), "zero"))
-    outputs = [helper.make_tensor_value_info("y", TensorProto.INT64, None), helper.make_tensor_value_info("b", TensorProto.INT64, None)]
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.INT64, None),
+        helper.make_tensor_value_info("b", TensorProto.INT64, None),
+    ]
     g = helper.make_graph(nodes, "dims", inputs, outputs, inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -97,7 +109,11 @@ def test_fold_static_dims_counts_positions_from_shape_start():
 @pytest.mark.parametrize(
     ("op", "kw", "reason"),
     [
-        ("Gather", {"index": (0, 2)}, "'x' (a graph input) has symbolic dimension(s) at [0] among those read"),
+        (
+            "Gather",
+            {"index": (0, 2)},
+            "'x' (a graph input) has symbolic dimension(s) at [0] among those read",
+        ),
         ("Gather", {"index_input": True}, "Gather input 'i' (a graph input) is not a constant"),
         ("Gather", {"index": (7,)}, "Gather cannot be evaluated on the shape's positions: "),
     ],
@@ -127,7 +143,9 @@ def test_fold_static_dims_refuses_an_unknown_rank():
     model = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
     p = FoldStaticDims()
     run_passes(model, [p])
-    assert [r.reason for r in p.why_not("FoldStaticShapeElement")] == ["'x' (a graph input) has an unknown rank"]
+    assert [r.reason for r in p.why_not("FoldStaticShapeElement")] == [
+        "'x' (a graph input) has an unknown rank"
+    ]
 
 
 def dynamic_same_pad_proto():
@@ -174,7 +192,10 @@ def dynamic_same_pad_proto():
         helper.make_node("Clip", ["d", "lo", "hi"], ["a2"], name="relu6_2"),
         helper.make_node("Conv", ["a2", "w2"], ["y"], kernel_shape=[1, 1], name="project"),
     ]
-    inits += [numpy_helper.from_array(np.array([0], np.int64), "zero1"), numpy_helper.from_array(np.array([2], np.int64), "two1")]
+    inits += [
+        numpy_helper.from_array(np.array([0], np.int64), "zero1"),
+        numpy_helper.from_array(np.array([2], np.int64), "two1"),
+    ]
     g = helper.make_graph(
         nodes,
         "dynamic_same_pad",

@@ -45,7 +45,9 @@ def gelu_proto(form: str = "A", *, opset: int = 17, divisor=SQRT2, extra_use: bo
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 257])]
     if extra_use:
         outputs.append(helper.make_tensor_value_info("e", TensorProto.FLOAT, [3, 257]))
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [3, 257])], outputs, inits)
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [3, 257])], outputs, inits
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
@@ -86,7 +88,9 @@ def test_refusals(kwargs, reason):
     p = RewritePass([FuseGelu(17)])
     result = run_passes(model, [p])
     assert result.fired("FuseGelu") == 0
-    assert any(r.reason.startswith(reason) for r in p.why_not("FuseGelu")), [r.reason for r in p.why_not("FuseGelu")]
+    assert any(r.reason.startswith(reason) for r in p.why_not("FuseGelu")), [
+        r.reason for r in p.why_not("FuseGelu")
+    ]
 
 
 def test_native_com_microsoft_gelu_matches_its_twin():

@@ -20,27 +20,44 @@ F = TensorProto.FLOAT
 def constant_if_model(cond: bool, cond_is_input: bool = False) -> onnx.ModelProto:
     """y = If(c) {then: Mul(Relu(x), w_then) then a nested If on flag; else: Neg(x)}."""
     inner_then = helper.make_graph(
-        [helper.make_node("Add", ["r", "x"], ["it_out"])], "inner_then", [], [helper.make_tensor_value_info("it_out", F, [3, 5])]
+        [helper.make_node("Add", ["r", "x"], ["it_out"])],
+        "inner_then",
+        [],
+        [helper.make_tensor_value_info("it_out", F, [3, 5])],
     )
     inner_else = helper.make_graph(
-        [helper.make_node("Sub", ["r", "x"], ["ie_out"])], "inner_else", [], [helper.make_tensor_value_info("ie_out", F, [3, 5])]
+        [helper.make_node("Sub", ["r", "x"], ["ie_out"])],
+        "inner_else",
+        [],
+        [helper.make_tensor_value_info("ie_out", F, [3, 5])],
     )
     then_g = helper.make_graph(
         [
             helper.make_node("Relu", ["x"], ["t0"], name="relu"),
             helper.make_node("Mul", ["t0", "w_then"], ["r"], name="mul"),
-            helper.make_node("If", ["flag"], ["t_out"], name="inner", then_branch=inner_then, else_branch=inner_else),
+            helper.make_node(
+                "If", ["flag"], ["t_out"], name="inner", then_branch=inner_then, else_branch=inner_else
+            ),
         ],
         "then",
         [],
         [helper.make_tensor_value_info("t_out", F, [3, 5])],
         [numpy_helper.from_array(np.linspace(-1, 2, 5, dtype=np.float32), "w_then")],
-        value_info=[helper.make_tensor_value_info("t0", F, [3, 5]), helper.make_tensor_value_info("r", F, [3, 5])],
+        value_info=[
+            helper.make_tensor_value_info("t0", F, [3, 5]),
+            helper.make_tensor_value_info("r", F, [3, 5]),
+        ],
     )
     else_g = helper.make_graph(
-        [helper.make_node("Neg", ["x"], ["e_out"])], "else", [], [helper.make_tensor_value_info("e_out", F, [3, 5])]
+        [helper.make_node("Neg", ["x"], ["e_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e_out", F, [3, 5])],
     )
-    inputs = [helper.make_tensor_value_info("x", F, [3, 5]), helper.make_tensor_value_info("flag", TensorProto.BOOL, [])]
+    inputs = [
+        helper.make_tensor_value_info("x", F, [3, 5]),
+        helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+    ]
     inits = []
     if cond_is_input:
         inputs.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
@@ -50,7 +67,9 @@ def constant_if_model(cond: bool, cond_is_input: bool = False) -> onnx.ModelProt
         helper.make_node("If", ["c"], ["y0"], name="outer", then_branch=then_g, else_branch=else_g),
         helper.make_node("Abs", ["y0"], ["y"], name="abs"),
     ]
-    g = helper.make_graph(nodes, "constant_if", inputs, [helper.make_tensor_value_info("y", F, [3, 5])], inits)
+    g = helper.make_graph(
+        nodes, "constant_if", inputs, [helper.make_tensor_value_info("y", F, [3, 5])], inits
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
     onnx.checker.check_model(m)
     return m

@@ -30,7 +30,10 @@ def gated_proto(elem: int = TensorProto.FLOAT, producer: str = ""):
         helper.make_node("Add", ["g", "t"], ["y"], name="add"),
     ]
     g = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", elem, SHAPE)], [helper.make_tensor_value_info("y", elem, SHAPE)]
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", elem, SHAPE)],
+        [helper.make_tensor_value_info("y", elem, SHAPE)],
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.producer_name = producer
@@ -47,7 +50,9 @@ def feeds(dtype=np.float32):
 def ort_run(proto, f):
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, f)
+    return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, f
+    )
 
 
 def test_sigmoid_and_tanh_become_ort_functions_bit_exact_with_onnxruntime():
@@ -123,8 +128,11 @@ def qdq_silu_proto(sx: float, zx: int, sy: float, zy: int):
         helper.make_node("DequantizeLinear", ["sq", "sy", "zy"], ["y"], name="dqs"),
     ]
     g = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], initializer=inits,
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)],
+        initializer=inits,
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.producer_name = "onnx.quantize"
@@ -181,8 +189,11 @@ def batchnorm_proto(params_as_constant_nodes: bool, producer: str = "onnx.quanti
     ]
     shape = [2, c, 9, 11]
     g = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializer=inits,
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        initializer=inits,
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
     m.producer_name = producer
@@ -204,7 +215,9 @@ def test_batchnorm_becomes_ort_affine_bit_exact_with_onnxruntime(constant_nodes)
     f = {"x": (rng.standard_normal([2, 7, 9, 11]) * 3).astype(np.float32)}
     expected = ort_run(proto, f)[0]
     np.testing.assert_array_equal(run_ref(model, f)[0], expected)
-    as_onnx = SessionOptions(graph_optimization_level=GraphOptimizationLevel.ORT_DISABLE_ALL, float_functions="onnx")
+    as_onnx = SessionOptions(
+        graph_optimization_level=GraphOptimizationLevel.ORT_DISABLE_ALL, float_functions="onnx"
+    )
     onnx_y = InferenceSession(proto, as_onnx, backend="reference").run(None, f)[0]
     assert np.any(onnx_y != expected)  # ONNX's formula as written differs
     for backend in ("native", "reference"):  # the session does it for ORT's files
@@ -220,4 +233,6 @@ def test_batchnorm_with_a_computed_parameter_is_left_with_its_reason():
     p = OrtFloatFunctions()
     result = run_passes(model, [p])
     assert not result.records[0].modified
-    assert [r.reason for r in p.why_not("BatchNormToOrtAffine")] == ["a BatchNormalization parameter is not a constant"]
+    assert [r.reason for r in p.why_not("BatchNormToOrtAffine")] == [
+        "a BatchNormalization parameter is not a constant"
+    ]

@@ -199,9 +199,12 @@ def split_concat_model(*, concat_scales=(0.031, 0.031), quantize_concat: bool = 
     DQ(Q(part)) inputs (one unified type, or not) -> Conv reading the float Concat."""
     rng = np.random.default_rng(4)
     inits = [
-        _init("s", np.float32(0.047)), _init("z", np.uint8(121)),
-        _init("sc0", np.float32(concat_scales[0])), _init("sc1", np.float32(concat_scales[1])),
-        _init("zc", np.uint8(7)), _init("split", np.array([3, 4], np.int64)),
+        _init("s", np.float32(0.047)),
+        _init("z", np.uint8(121)),
+        _init("sc0", np.float32(concat_scales[0])),
+        _init("sc1", np.float32(concat_scales[1])),
+        _init("zc", np.uint8(7)),
+        _init("split", np.array([3, 4], np.int64)),
         _init("w", rng.standard_normal((5, 7, 1, 1)).astype(np.float32)),
     ]
     nodes = [
@@ -217,13 +220,20 @@ def split_concat_model(*, concat_scales=(0.031, 0.031), quantize_concat: bool = 
     ]
     if quantize_concat:
         inits.append(_init("sy", np.float32(0.05)))
-        nodes += [helper.make_node("QuantizeLinear", ["cat", "sy", "zc"], ["catq"]),
-                  helper.make_node("DequantizeLinear", ["catq", "sy", "zc"], ["catf"]),
-                  helper.make_node("Conv", ["catf", "w"], ["y"])]
+        nodes += [
+            helper.make_node("QuantizeLinear", ["cat", "sy", "zc"], ["catq"]),
+            helper.make_node("DequantizeLinear", ["catq", "sy", "zc"], ["catf"]),
+            helper.make_node("Conv", ["catf", "w"], ["y"]),
+        ]
     else:
         nodes.append(helper.make_node("Conv", ["cat", "w"], ["y"]))
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, 3, 5])],
-                          [out_info("y", 4)], inits)
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, 3, 5])],
+        [out_info("y", 4)],
+        inits,
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
 
 
@@ -255,7 +265,10 @@ def test_concat_of_different_types_and_requantized_concat_stay():
     from quanta.passes.rules.propagate_views import MoveDequantizeAfterConcat
 
     for proto, reason in (
-        (split_concat_model(concat_scales=(0.031, 0.029)), ["the inputs are quantized with different parameters"]),
+        (
+            split_concat_model(concat_scales=(0.031, 0.029)),
+            ["the inputs are quantized with different parameters"],
+        ),
         (split_concat_model(quantize_concat=True), []),  # LowerConcat's: refused as a pattern
     ):
         model = load(proto)

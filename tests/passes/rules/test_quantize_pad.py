@@ -71,7 +71,9 @@ def qdq_pad_proto(
     g = helper.make_graph(
         nodes, "qdq_pad", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits
     )
-    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]))
+    return onnx.shape_inference.infer_shapes(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    )
 
 
 def feeds(proto):
