@@ -37,12 +37,12 @@ class ShuffledEngine(InProcessEngine):
         super().__init__(workers)
         self.seed = seed
 
-    def map(self, fn, shared, items, progress=None):
+    def map(self, fn, shared, items, progress=None, on_result=None):
         order = list(range(len(items)))
         random.Random(self.seed).shuffle(order)
         out = [None] * len(items)
         for i in order:
-            out[i] = fn(shared, items[i])
+            out[i] = fn(shared, items[i]) if on_result is None else on_result(i, fn(shared, items[i]))
         return out
 
 
