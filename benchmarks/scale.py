@@ -29,10 +29,18 @@ shard calibrated here (in-process engine, one after the other) gives its task ti
 deserialisation, state serialisation) is the measured T_ray1 - T_in; the job (model +
 empty observers, pickled) is sent from the driver to each of the N machines over one
 link of ``--bandwidth`` (serialised: N·|job| / bandwidth, conservative), each state back
-the same way, plus ``--latency`` per message; the merge of the N states is timed here::
+the same way, plus ``--latency`` per message; the driver's fold of each state (``ShardFold``,
+in shard order) is timed here, step by step (m_i). Two compositions are reported: the
+serial one, nothing overlapped (an upper bound)::
 
-    T_N = (N·|job| + Σ_i |shard_i|)/bw + max_i(t_i + c) + Σ_i |state_i|/bw + 2·latency + T_merge
-    efficiency(N) = T_in / (N · T_N)
+    T_N,serial = S + max_i(t_i + c) + Σ_i |state_i|/bw + 2·latency + Σ_i m_i,   S = (N·|job| + Σ_i |shard_i|)/bw
+
+and the one the engine runs, the driver folding each state as soon as it and the states
+before it are in (``on_result``): shard i is done at d_i = S + latency + t_i + c; the
+states cross the link one at a time in the order they are done, state i in at a_i; fold
+step i ends at f_i = max(f_{i-1}, a_i) + m_i::
+
+    T_N = f_N,   efficiency(N) = T_in / (N · T_N)
 
 It assumes N identical machines (each worker a core like this one) and that the data is
 readable where each worker runs (shards are references: paths, or feeds sent with the
@@ -72,7 +80,7 @@ from quanta.quantize.static import (  # noqa: E402
     make_observer_factory,
     prepare_float_graph,
 )
-from quanta.scale import RayEngine, calibrate_sharded, merge_states  # noqa: E402
+from quanta.scale import RayEngine, ShardFold, calibrate_sharded  # noqa: E402
 from quanta.scale.calibrate import _for_shards, _Job, run_shard, split  # noqa: E402
 
 
@@ -199,9 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     say()
     say(
-        "| workers | max shard t_i + c (s) | job to workers (s) | states back (s) | merge (s) | T_N (s) | efficiency |"
+        "| workers | max shard t_i + c (s) | job to workers (s) | states back | merge, all (s) | merge, last (s) "
+        "| T_N serial (eff.) | T_N, fold as states arrive (s) | efficiency |"
     )
-    say("|---:|---:|---:|---:|---:|---:|---:|")
+    say("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     prototypes = {n: _for_shards(make(n)) for n in tensors}
     for n in [int(v) for v in args.sim_workers.split(",")]:
         runs = split(len(calib), n)
@@ -222,15 +231,34 @@ def main(argv: list[str] | None = None) -> int:
             times.append(time.perf_counter() - t)
             states.append(s)
             state_bytes.append(len(pickle.dumps(s, protocol=5)))
-        t = time.perf_counter()
-        merge_states(states)
-        t_merge = time.perf_counter() - t
+        # the driver folds each state in shard order as soon as it and its predecessors are
+        # in (ShardFold); each fold step is timed here, in shard order
+        fold, steps = ShardFold(), []
+        for i, st in enumerate(states):
+            t = time.perf_counter()
+            fold(i, st)
+            steps.append(time.perf_counter() - t)
+        t_merge = sum(steps)
         send = (n * job_bytes + sum(item_bytes)) / args.bandwidth + args.latency
         back = sum(state_bytes) / args.bandwidth + args.latency
         slowest = max(times) + task_cost
-        t_n = send + slowest + back + t_merge
+        t_serial = send + slowest + back + t_merge
+        # events: shard i is done at send + t_i + c; states cross the driver's link one at a
+        # time (in the order they are done); fold step i starts when state i is in and step
+        # i - 1 is over
+        link = merged = 0.0
+        arrive = [0.0] * n
+        for i in sorted(range(n), key=lambda j: times[j]):
+            link = max(link, send + times[i] + task_cost) + state_bytes[i] / args.bandwidth + args.latency
+            arrive[i] = link
+        for i in range(n):
+            merged = max(merged, arrive[i]) + steps[i]
+        t_n = merged
         eff = m_in / (n * t_n)
-        say(f"| {n} | {slowest:.2f} | {send:.3f} | {back:.3f} | {t_merge:.3f} | {t_n:.2f} | {eff:.3f} |")
+        say(
+            f"| {n} | {slowest:.2f} | {send:.3f} | {sum(state_bytes) / 1e6:.1f} MB, {back:.3f} | {t_merge:.3f} "
+            f"| {steps[-1]:.3f} | {t_serial:.2f} ({m_in / (n * t_serial):.3f}) | {t_n:.2f} | {eff:.3f} |"
+        )
     if args.write:
         args.write.write_text("\n".join(lines) + "\n")
     return 0

@@ -13,7 +13,7 @@ need nothing beyond quanta.
 
 from __future__ import annotations
 
-from quanta.scale.calibrate import ShardState, calibrate_sharded, merge_states, split
+from quanta.scale.calibrate import ShardFold, ShardState, calibrate_sharded, merge_states, split
 from quanta.scale.engines import Engine, InProcessEngine, LocalEngine, RayEngine, make_engine
 from quanta.scale.inference import run_dataset, run_folder
 
@@ -22,6 +22,7 @@ __all__ = [
     "InProcessEngine",
     "LocalEngine",
     "RayEngine",
+    "ShardFold",
     "ShardState",
     "calibrate_sharded",
     "make_engine",

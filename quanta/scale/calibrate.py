@@ -11,7 +11,8 @@ Why the result is the single process's, bit for bit (docs/scale.md):
   in data order;
 - bias correction's channel means keep exact integer sums (runner.ChannelMean);
 - shards are contiguous runs of the samples in data order, and the merge folds them in
-  shard order, so even an order-dependent state sees the data in its order.
+  shard order (each as soon as its predecessors are in: :class:`ShardFold`), so even an
+  order-dependent state sees the data in its order.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from quanta.ir.graph import Model
 from quanta.ir.onnx_io import from_proto, to_proto
 from quanta.scale.engines import Engine, ShardProgress
 
-__all__ = ["ShardState", "calibrate_sharded", "merge_states", "split"]
+__all__ = ["ShardFold", "ShardState", "calibrate_sharded", "merge_states", "split"]
 
 
 @dataclass
@@ -112,34 +113,67 @@ def run_shard(job: _Job, shard: tuple[int, Sequence[SampleRef]]) -> ShardState:
     )
 
 
+class ShardFold:
+    """Merges shard states as they arrive, in shard-index order: a state is folded into
+    the accumulator as soon as every shard before it has been (the others wait here), so
+    the driver merges while slower shards still run, and the result is the in-order
+    fold whatever the arrival order (which the moving average's log needs; the other
+    states would allow any order). Use as ``engine.map(..., on_result=fold)``."""
+
+    def __init__(self) -> None:
+        self._acc: ShardState | None = None
+        self._next = 0
+        self._waiting: dict[int, ShardState] = {}
+        self._owned: set[str] = set()  # accumulator entries copied once, then merged into in place
+        self.merge_seconds = 0.0  # driver time spent merging
+
+    def __call__(self, index: int, state: ShardState) -> None:
+        self._waiting[index] = state
+        t0 = time.perf_counter()
+        while self._next in self._waiting:
+            self._absorb(self._waiting.pop(self._next))
+            self._next += 1
+        self.merge_seconds += time.perf_counter() - t0
+
+    def _absorb(self, s: ShardState) -> None:
+        if self._acc is None:
+            self._acc = ShardState(
+                index=s.index,
+                observers=dict(s.observers),
+                means=dict(s.means),
+                samples=s.samples,
+                value_shapes=s.value_shapes,  # shard 0 starts with the data's first sample
+                seconds=s.seconds,
+            )
+            return
+        acc = self._acc
+        for name, obs in s.observers.items():
+            if name not in acc.observers:
+                acc.observers[name] = obs
+            elif name in self._owned:
+                acc.observers[name] = acc.observers[name].merge_in_place(obs)
+            else:  # the first shard's observer may be shared with the caller: copy it once
+                acc.observers[name] = acc.observers[name].merge(obs)
+                self._owned.add(name)
+        for name, m in s.means.items():
+            acc.means[name] = acc.means[name].merge(m) if name in acc.means else m
+        acc.samples += s.samples
+        acc.seconds += s.seconds
+
+    def result(self) -> ShardState:
+        if self._acc is None:
+            raise ValueError("merge_states: no shard states")
+        if self._waiting:
+            raise ValueError(f"merge_states: shard {self._next} missing (have {sorted(self._waiting)})")
+        return self._acc
+
+
 def merge_states(states: Iterable[ShardState]) -> ShardState:
     """Fold shard states in shard-index order (whatever order they are given in)."""
-    ordered = sorted(states, key=lambda s: s.index)
-    if not ordered:
-        raise ValueError("merge_states: no shard states")
-    first = ordered[0]
-    observers = dict(first.observers)
-    means = dict(first.means)
-    owned: set[str] = set()  # accumulators copied once, then merged into in place
-    for s in ordered[1:]:
-        for name, obs in s.observers.items():
-            if name not in observers:
-                observers[name] = obs
-            elif name in owned:
-                observers[name] = observers[name].merge_in_place(obs)
-            else:
-                observers[name] = observers[name].merge(obs)
-                owned.add(name)
-        for name, m in s.means.items():
-            means[name] = means[name].merge(m) if name in means else m
-    return ShardState(
-        index=first.index,
-        observers=observers,
-        means=means,
-        samples=sum(s.samples for s in ordered),
-        value_shapes=first.value_shapes,  # shard 0 starts with the data's first sample
-        seconds=sum(s.seconds for s in ordered),
-    )
+    fold = ShardFold()
+    for position, s in enumerate(sorted(states, key=lambda s: s.index)):
+        fold(position, s)
+    return fold.result()
 
 
 def _for_shards(obs: ObserverBase) -> ObserverBase:
@@ -185,8 +219,9 @@ def calibrate_sharded(
     runs = split(len(refs), shards or engine.workers)
     items = [(i, [refs[k] for k in r]) for i, r in enumerate(runs)]
     t0 = time.perf_counter()
-    states = engine.map(run_shard, job, items, ShardProgress("calibrating", progress))
-    merged = merge_states(states)
+    fold = ShardFold()
+    engine.map(run_shard, job, items, ShardProgress("calibrating", progress), on_result=fold)
+    merged = fold.result()
     out = CalibrationResult({name: _from_shards(merged.observers[name]) for name in wanted})
     out.value_shapes = merged.value_shapes
     out.samples = merged.samples

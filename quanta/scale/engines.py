@@ -3,7 +3,9 @@
 ``engine.map(fn, shared, items)`` returns ``[fn(shared, item) for item in items]`` in
 the order of ``items``, whatever order the workers finish in. ``shared`` (the model, the
 empty observers) is sent once per worker, not once per item. ``fn`` must be a module-level
-function (it is pickled by reference).
+function (it is pickled by reference). With ``on_result``, each result is handed to
+``on_result(index, result)`` as soon as it arrives (the driver merges while the other
+workers still run) and the list holds what ``on_result`` returns instead.
 
 - :class:`InProcessEngine`: the loop above (what the tests compare against);
 - :class:`LocalEngine`: ``workers`` processes on this machine (``concurrent.futures``);
@@ -24,6 +26,7 @@ from typing import Any, Protocol
 __all__ = ["Engine", "InProcessEngine", "LocalEngine", "RayEngine", "make_engine"]
 
 Progress = Callable[[int, int], None]  # (items done, items)
+OnResult = Callable[[int, Any], Any]  # (item index, result) -> what map keeps
 
 
 class Engine(Protocol):
@@ -35,6 +38,7 @@ class Engine(Protocol):
         shared: Any,
         items: Sequence[Any],
         progress: Progress | None = None,
+        on_result: OnResult | None = None,
     ) -> list[Any]: ...
 
 
@@ -44,10 +48,10 @@ class InProcessEngine:
     def __init__(self, workers: int = 1) -> None:
         self.workers = _check_workers(workers)
 
-    def map(self, fn, shared, items, progress=None):
+    def map(self, fn, shared, items, progress=None, on_result=None):
         out = []
         for i, item in enumerate(items):
-            out.append(fn(shared, item))
+            out.append(_hand(on_result, i, fn(shared, item)))
             if progress:
                 progress(i + 1, len(items))
         return out
@@ -59,7 +63,7 @@ class LocalEngine:
     def __init__(self, workers: int = 2) -> None:
         self.workers = _check_workers(workers)
 
-    def map(self, fn, shared, items, progress=None):
+    def map(self, fn, shared, items, progress=None, on_result=None):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -68,7 +72,7 @@ class LocalEngine:
             futures = {pool.submit(fn, shared, item): i for i, item in enumerate(items)}
             out: list[Any] = [None] * len(items)
             for done, fut in enumerate(as_completed(futures), 1):
-                out[futures[fut]] = fut.result()
+                out[futures[fut]] = _hand(on_result, futures[fut], fut.result())
                 if progress:
                     progress(done, len(items))
         return out
@@ -88,7 +92,7 @@ class RayEngine:
         self.max_retries = int(max_retries)
         self.num_cpus = num_cpus
 
-    def map(self, fn, shared, items, progress=None):
+    def map(self, fn, shared, items, progress=None, on_result=None):
         ray = _import_ray()
         started = False
         if not ray.is_initialized():
@@ -107,7 +111,7 @@ class RayEngine:
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1)
                 for ref in ready:
-                    out[index[ref]] = ray.get(ref)
+                    out[index[ref]] = _hand(on_result, index[ref], ray.get(ref))
                     done += 1
                 if progress:
                     progress(done, len(items))
@@ -115,6 +119,10 @@ class RayEngine:
         finally:
             if started:
                 ray.shutdown()
+
+
+def _hand(on_result: OnResult | None, index: int, result: Any) -> Any:
+    return result if on_result is None else on_result(index, result)
 
 
 def _call(fn: Callable[[Any, Any], Any], shared: Any, item: Any) -> Any:

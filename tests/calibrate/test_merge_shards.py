@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import pickle
 
 import numpy as np
 from hypothesis import given
@@ -79,10 +80,14 @@ def shards_of(n: int, data: st.DataObject) -> list[range]:
 
 
 def merge_tree(items: list, data: st.DataObject):
-    """Merge a list (kept in its order) by a random binary tree."""
+    """Merge a list (kept in its order) by a random binary tree, each merge a copying
+    ``merge`` or an in-place ``merge_in_place`` (what the driver folds with)."""
     while len(items) > 1:
         i = data.draw(st.integers(0, len(items) - 2))
-        items = [*items[:i], items[i].merge(items[i + 1]), *items[i + 2 :]]
+        a, b = items[i], items[i + 1]
+        in_place = hasattr(a, "merge_in_place") and data.draw(st.booleans())
+        ab = a.merge_in_place(b) if in_place else a.merge(b)
+        items = [*items[:i], ab, *items[i + 2 :]]
     return items[0]
 
 
@@ -103,7 +108,7 @@ def test_commutative_states_merge_bitwise_over_any_sharding_and_tree(spec, data)
             o = observers()[k]
             for i in r:
                 o.observe(xs[i])
-            shard_obs.append(o)
+            shard_obs.append(pickle.loads(pickle.dumps(o)))  # as a worker sends it back
         merged = merge_tree([shard_obs[j] for j in order], data)
         assert state(merged) == state(single), type(single).__name__
         assert merged.range() == single.range()
@@ -160,3 +165,25 @@ def test_signed_zero_extrema_are_positive_zero():
     b.observe(np.array([0.0, -0.0], np.float32))
     assert state(a) == state(b) and a.to_dict()["state"]["min"] == [0.0]
     assert np.signbit(a.extrema().min) == np.signbit(b.extrema().min) == False  # noqa: E712
+
+
+def test_pickled_histogram_counts_are_exact_in_the_narrowest_type():
+    """A worker sends each channel's occupied bin range in the narrowest unsigned type that
+    holds its largest count; unpickled, the counts are the same int64 array."""
+    from quanta.calibrate.histogram import _pack_ranges, _unpack_ranges
+
+    rng = np.random.default_rng(7)
+    for top, dtype in [(200, np.uint8), (70_000, np.uint32), (2**40, np.int64)]:
+        counts = np.zeros((5, 17), np.int64)
+        counts[0, 3:9] = rng.integers(0, 3, 6)
+        counts[0, 3] = counts[0, 8] = 1  # range 3..8 with inner zeros
+        counts[2, 16] = top  # the last bin, alone
+        counts[4, 0] = 1  # the first bin; rows 1 and 3 empty
+        first, last, values = _pack_ranges(counts)
+        assert values.dtype == dtype and values.size == 6 + 1 + 1
+        assert first.tolist() == [3, 0, 16, 0, 0] and last.tolist() == [8, -1, 16, -1, 0]
+        back = _unpack_ranges(counts.shape, first, last, values)
+        assert back.dtype == np.int64 and np.array_equal(back, counts)
+    obs = WeightedMSEObserver(axis=1, weights=[0.5, 2.0, 0.0], bins=BINS)
+    obs.observe(sample(3, 30, 4, "spiky"))
+    assert state(pickle.loads(pickle.dumps(obs))) == state(obs)

@@ -37,12 +37,12 @@ class ShuffledEngine(InProcessEngine):
         super().__init__(workers)
         self.seed = seed
 
-    def map(self, fn, shared, items, progress=None):
+    def map(self, fn, shared, items, progress=None, on_result=None):
         order = list(range(len(items)))
         random.Random(self.seed).shuffle(order)
         out = [None] * len(items)
         for i in order:
-            out[i] = fn(shared, items[i])
+            out[i] = fn(shared, items[i]) if on_result is None else on_result(i, fn(shared, items[i]))
         return out
 
 
@@ -132,3 +132,26 @@ def test_cli_workers_give_the_same_file_and_bad_options_are_named(model_path, tm
     assert main(["quantize", str(model_path), "-o", str(bad), "--calib", str(calib), "--workers", "0"]) == 2
     assert "--workers 0: expected an integer >= 1" in capsys.readouterr().err
     assert not bad.exists()
+
+
+def test_fold_waits_for_earlier_shards_and_names_a_missing_one():
+    from quanta.calibrate import MovingAverageSteps
+    from quanta.scale import ShardFold, ShardState
+
+    def state(i: int) -> ShardState:
+        obs = MovingAverageSteps(momentum=0.5)
+        obs.observe(np.full(3, float(i + 1), np.float32))
+        return ShardState(index=i, observers={"t": obs}, means={}, samples=1)
+
+    fold = ShardFold()
+    fold(2, state(2))
+    fold(0, state(0))  # shard 1 missing: shard 2 waits
+    with pytest.raises(ValueError, match="shard 1 missing"):
+        fold.result()
+    fold(1, state(1))
+    merged = fold.result()
+    single = MovingAverageSteps(momentum=0.5)
+    for i in range(3):
+        single.observe(np.full(3, float(i + 1), np.float32))
+    assert merged.samples == 3
+    assert merged.observers["t"].to_dict() == single.to_dict()
