@@ -291,7 +291,8 @@ def _bind_conv(
         kernel, reason = _kernel(
             fn, f"conv_f32_{path}_{k}_clamp", packed=packed, wshape=tuple(wc.shape), geometry={}, clamp=clamp
         )
-    kernel.specialize = _conv_specialized
+    # a call the specialised path refuses goes to this binder's kernel (with its fallback)
+    kernel.specialize = functools.partial(_conv_specialized, generic=fn)
     return kernel, reason
 
 
@@ -303,6 +304,7 @@ def _conv_specialized(
     geometry: dict,
     group: int = 1,
     clamp: tuple[float, float] = (-math.inf, math.inf),
+    generic: Callable[..., Any] = _conv_plain,
     **attrs: Any,
 ) -> Callable[..., Any] | None:
     """The float Conv of one x shape, with a constant bias: the geometry the measuring
@@ -360,7 +362,7 @@ def _conv_specialized(
         "clamp": clamp,
         **attrs,
     }
-    return guarded(run, _conv_native, generic_attrs, out)
+    return guarded(run, generic, generic_attrs, out)
 
 
 # --------------------------------------------------------------------------------------
