@@ -1043,6 +1043,12 @@ def bind_qlinear_average_pool(model: Model, node: Node) -> tuple[Kernel | None, 
     return _kernel(_qlinear_average_pool_native, f"qlinear_average_pool_2d_{_name_suffix(x)}")
 
 
+def _float32(x: Any) -> np.ndarray:
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise _Unsupported
+    return np.ascontiguousarray(x)
+
+
 @_with_fallback("MaxPool")
 def _max_pool_native(
     ctx: Any,
@@ -1057,11 +1063,13 @@ def _max_pool_native(
     pads: list[int] | None = None,
     storage_order: int = 0,
     strides: list[int] | None = None,
+    float_input: bool = False,
 ) -> np.ndarray:
-    """nn_pool.max_pool on uint8/int8 (no Indices output), ONNX geometry (conv_attrs, cached
-    per input shape in ``prepared``: the node's attributes are fixed)."""
+    """nn_pool.max_pool on uint8/int8 (pool.h max_pool_2d) or, with ``float_input``, float32
+    (max_pool_2d_f32), no Indices output; ONNX geometry (conv_attrs, cached per input shape
+    in ``prepared``: the node's attributes are fixed)."""
     del storage_order  # unused: no Indices output
-    x = _eight_bit(x)
+    x = _float32(x) if float_input else _eight_bit(x)
     if ctx.n_outputs != 1 or kernel_shape is None or x.ndim not in (3, 4):
         raise _Unsupported
     geom = prepared.get(
@@ -1078,57 +1086,8 @@ def _max_pool_native(
         ),
     )
     n_sp = x.ndim - 2
-    y4_out = None if out is None else _as_2d(out)
-    y = _native().max_pool_2d(
-        _as_2d(x),
-        _pair(geom.kernel_shape, 1),
-        _pair(geom.strides, 1),
-        _pair(geom.dilations, 1),
-        _pair(geom.pads[:n_sp], 0),
-        _pair(geom.out_shape, 1),
-        _threads(ctx),
-        y4_out,
-    )
-    return y.reshape(x.shape[:2] + tuple(geom.out_shape)) if out is None else out
-
-
-@_with_fallback("MaxPool")
-def _max_pool_f32_native(
-    ctx: Any,
-    x: Any,
-    *,
-    prepared: _Tables,
-    out: Any,
-    auto_pad: str = "NOTSET",
-    ceil_mode: int = 0,
-    dilations: list[int] | None = None,
-    kernel_shape: list[int] | None = None,
-    pads: list[int] | None = None,
-    storage_order: int = 0,
-    strides: list[int] | None = None,
-) -> np.ndarray:
-    """nn_pool.max_pool on float32 (no Indices output): pool.h max_pool_2d_f32."""
-    del storage_order  # unused: no Indices output
-    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
-        raise _Unsupported
-    x = np.ascontiguousarray(x)
-    if ctx.n_outputs != 1 or kernel_shape is None or x.ndim not in (3, 4):
-        raise _Unsupported
-    geom = prepared.get(
-        x.shape,
-        lambda: conv_attrs(
-            x.shape,
-            None,
-            kernel_shape=kernel_shape,
-            strides=strides,
-            dilations=dilations,
-            pads=pads,
-            auto_pad=auto_pad,
-            ceil_mode=bool(ceil_mode),
-        ),
-    )
-    n_sp = x.ndim - 2
-    y = _native().max_pool_2d_f32(
+    pool = _native().max_pool_2d_f32 if float_input else _native().max_pool_2d
+    y = pool(
         _as_2d(x),
         _pair(geom.kernel_shape, 1),
         _pair(geom.strides, 1),
@@ -1145,16 +1104,8 @@ def _max_pool_f32_native(
 def bind_max_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """uint8/int8 and float32 MaxPool, 1-D or 2-D windows, without the Indices output."""
     del model  # unused: the choice depends on the node only
-    x = node.input(0)
-    dt = _dtype(x)
-    if dt == np.float32:
-        if len(node.outputs) > 1:
-            return None, "native MaxPool has no Indices output"
-        kernel_shape = node.attrs.get("kernel_shape")
-        if kernel_shape is None or len(kernel_shape) not in (1, 2):
-            return None, "native float MaxPool takes 1-D and 2-D windows (kernel_shape given)"
-        return _kernel(_max_pool_f32_native, "max_pool_2d_f32", _Tables())
-    if dt not in _EIGHT_BIT:
+    dt = _dtype(node.input(0))
+    if dt != np.float32 and dt not in _EIGHT_BIT:
         got = "unknown" if dt is None else dt
         return None, f"native MaxPool takes uint8/int8/float32 x, got {got}"
     if len(node.outputs) > 1:
@@ -1164,4 +1115,6 @@ def bind_max_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, "MaxPool without kernel_shape (the twin raises)"
     if len(kernel_shape) not in (1, 2):
         return None, f"native MaxPool takes 1-D and 2-D windows, got {len(kernel_shape)}-D"
+    if dt == np.float32:
+        return _kernel(functools.partial(_max_pool_native, float_input=True), "max_pool_2d_f32", _Tables())
     return _kernel(_max_pool_native, f"max_pool_2d_{_SHORT[dt]}", _Tables())

@@ -325,33 +325,9 @@ def _conv_specialized(
     out4 = None if out is None else out.reshape(y4_shape)
 
     def run(x: np.ndarray, *rest: Any) -> np.ndarray:
-        if out4 is not None:
-            conv(
-                x.reshape(x4_shape),
-                packed,
-                bias,
-                m,
-                *args,
-                group,
-                lo=lo,
-                hi=hi,
-                num_threads=threads,
-                out=out4,
-            )
-            return out
-        y = np.empty(y_shape, F32)
-        conv(
-            x.reshape(x4_shape),
-            packed,
-            bias,
-            m,
-            *args,
-            group,
-            lo=lo,
-            hi=hi,
-            num_threads=threads,
-            out=y.reshape(y4_shape),
-        )
+        y = out if out is not None else np.empty(y_shape, F32)
+        y4 = out4 if out4 is not None else y.reshape(y4_shape)
+        conv(x.reshape(x4_shape), packed, bias, m, *args, group, lo=lo, hi=hi, num_threads=threads, out=y4)
         return y
 
     generic_attrs = {
