@@ -13,8 +13,8 @@ need nothing beyond quanta.
 
 from __future__ import annotations
 
-from quanta.scale.calibrate import ShardFold, ShardState, calibrate_sharded, merge_states, split
-from quanta.scale.engines import Engine, InProcessEngine, LocalEngine, RayEngine, make_engine
+from quanta.scale.calibrate import ShardFold, ShardState, calibrate_sharded, merge_pair, merge_states, split
+from quanta.scale.engines import Engine, InProcessEngine, LocalEngine, RayEngine, make_engine, tree_reduce
 from quanta.scale.inference import run_dataset, run_folder
 
 __all__ = [
@@ -26,8 +26,10 @@ __all__ = [
     "ShardState",
     "calibrate_sharded",
     "make_engine",
+    "merge_pair",
     "merge_states",
     "run_dataset",
     "run_folder",
     "split",
+    "tree_reduce",
 ]

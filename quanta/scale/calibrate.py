@@ -33,7 +33,7 @@ from quanta.ir.graph import Model
 from quanta.ir.onnx_io import from_proto, to_proto
 from quanta.scale.engines import Engine, ShardProgress
 
-__all__ = ["ShardFold", "ShardState", "calibrate_sharded", "merge_states", "split"]
+__all__ = ["ShardFold", "ShardState", "calibrate_sharded", "merge_pair", "merge_states", "split"]
 
 
 @dataclass
@@ -168,6 +168,26 @@ class ShardFold:
         return self._acc
 
 
+def merge_pair(a: ShardState, b: ShardState) -> ShardState:
+    """``a`` then ``b`` (``a``'s shards come first) as one new state; neither is changed
+    (on a Ray worker both may be read-only views of the object store). A step of the
+    tree merge (docs/scale.md eq. (S2)); associative, like every observer's merge."""
+    observers = dict(a.observers)
+    for name, obs in b.observers.items():
+        observers[name] = observers[name].merge(obs) if name in observers else obs
+    means = dict(a.means)
+    for name, m in b.means.items():
+        means[name] = means[name].merge(m) if name in means else m
+    return ShardState(
+        index=min(a.index, b.index),
+        observers=observers,
+        means=means,
+        samples=a.samples + b.samples,
+        value_shapes=a.value_shapes,
+        seconds=a.seconds + b.seconds,
+    )
+
+
 def merge_states(states: Iterable[ShardState]) -> ShardState:
     """Fold shard states in shard-index order (whatever order they are given in)."""
     fold = ShardFold()
@@ -219,9 +239,14 @@ def calibrate_sharded(
     runs = split(len(refs), shards or engine.workers)
     items = [(i, [refs[k] for k in r]) for i, r in enumerate(runs)]
     t0 = time.perf_counter()
-    fold = ShardFold()
-    engine.map(run_shard, job, items, ShardProgress("calibrating", progress), on_result=fold)
-    merged = fold.result()
+    shown = ShardProgress("calibrating", progress)
+    reduce = getattr(engine, "reduce", None)
+    if reduce is not None:  # merged where the engine runs (Ray: a tree on the workers)
+        merged = reduce(run_shard, job, items, merge_pair, shown)
+    else:  # folded here as the states arrive
+        fold = ShardFold()
+        engine.map(run_shard, job, items, shown, on_result=fold)
+        merged = fold.result()
     out = CalibrationResult({name: _from_shards(merged.observers[name]) for name in wanted})
     out.value_shapes = merged.value_shapes
     out.samples = merged.samples

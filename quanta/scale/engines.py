@@ -14,6 +14,14 @@ workers still run) and the list holds what ``on_result`` returns instead.
   (``max_retries``); a shard's result is a pure function of its samples, so a re-run
   returns the same state and nothing is counted twice (only a finished task's result is
   ever merged).
+
+``engine.reduce(fn, shared, items, merge)`` is ``merge`` folded over the results in the
+order of ``items`` (``merge(a, b)``: ``a``'s items come before ``b``'s; it must be
+associative, which is what makes the shape of the fold free). The Ray engine merges on
+the workers in a tree of adjacent pairs (docs/scale.md eq. (S2)): a merge task runs as
+soon as its two inputs exist, the states go from worker to worker, and the driver
+receives one state instead of one per shard. An engine without ``reduce`` is folded on
+the driver by the caller (:class:`quanta.scale.ShardFold`).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-__all__ = ["Engine", "InProcessEngine", "LocalEngine", "RayEngine", "make_engine"]
+__all__ = ["Engine", "InProcessEngine", "LocalEngine", "RayEngine", "make_engine", "tree_reduce"]
 
 Progress = Callable[[int, int], None]  # (items done, items)
 OnResult = Callable[[int, Any], Any]  # (item index, result) -> what map keeps
@@ -40,6 +48,22 @@ class Engine(Protocol):
         progress: Progress | None = None,
         on_result: OnResult | None = None,
     ) -> list[Any]: ...
+
+
+def tree_reduce(values: Sequence[Any], combine: Callable[[Any, Any], Any]) -> Any:
+    """``combine`` over ``values`` in a tree of adjacent pairs, level by level from the
+    left (an odd last value goes up a level unmerged): 8 values take 3 levels, and the
+    order of the values is kept at every level, so an associative ``combine`` gives the
+    left fold's result. ``combine`` may return a future (the Ray engine's merge tasks)."""
+    if not values:
+        raise ValueError("reduce: no values")
+    level = list(values)
+    while len(level) > 1:
+        nxt = [combine(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
 
 
 class InProcessEngine:
@@ -116,6 +140,45 @@ class RayEngine:
                 if progress:
                     progress(done, len(items))
             return out
+        finally:
+            if started:
+                ray.shutdown()
+
+    def reduce(
+        self,
+        fn: Callable[[Any, Any], Any],
+        shared: Any,
+        items: Sequence[Any],
+        merge: Callable[[Any, Any], Any],
+        progress: Progress | None = None,
+    ) -> Any:
+        """``merge`` folded over ``fn(shared, item)`` in item order, merged on the workers
+        in the tree of :func:`tree_reduce`; only the root comes back to the driver."""
+        if not items:
+            raise ValueError("reduce: no items")
+        ray = _import_ray()
+        started = False
+        if not ray.is_initialized():
+            if self.address:
+                ray.init(address=self.address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
+            started = True
+        try:
+            options = dict(num_cpus=self.num_cpus, max_retries=self.max_retries)
+            task = ray.remote(**options)(_call)
+            shared_ref = ray.put(shared)
+            leaves = [task.remote(fn, shared_ref, item) for item in items]
+            # _call(merge, a, b) = merge(a, b): a task that waits for its two inputs only
+            # (object refs as arguments), which Ray moves from worker to worker
+            root = tree_reduce(leaves, lambda a, b: task.remote(merge, a, b))
+            pending, done = list(leaves), 0
+            while pending:  # progress over the shards, without fetching their states here
+                ready, pending = ray.wait(pending, num_returns=1, fetch_local=False)
+                done += len(ready)
+                if progress:
+                    progress(done, len(items))
+            return ray.get(root)
         finally:
             if started:
                 ray.shutdown()

@@ -14,7 +14,7 @@ import onnx
 import pytest
 
 import quanta
-from quanta.scale import InProcessEngine, LocalEngine, split
+from quanta.scale import InProcessEngine, LocalEngine, split, tree_reduce
 from tests.ir import models
 
 METHODS = ["weighted_mse", "minmax", "moving_average", "entropy", "percentile", "mse"]
@@ -46,6 +46,14 @@ class ShuffledEngine(InProcessEngine):
         return out
 
 
+class TreeEngine(ShuffledEngine):
+    """Merges the shard states in the Ray engine's tree (quanta.scale.tree_reduce), here:
+    the shape of the merge the workers do, without Ray."""
+
+    def reduce(self, fn, shared, items, merge, progress=None):
+        return tree_reduce(self.map(fn, shared, items), merge)
+
+
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory):
     p = tmp_path_factory.mktemp("scale") / "cnn.onnx"
@@ -71,6 +79,37 @@ def test_sharded_file_is_byte_identical(model_path, tmp_path, method):
             engine=ShuffledEngine(workers, seed),
         )
         assert got == want, (method, workers)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_states_merged_in_a_tree_give_the_same_file(model_path, tmp_path, method):
+    data = feeds()
+    want = quantize(model_path, tmp_path / "one.onnx", data, method=method)
+    for workers in (2, 3, 5, 8, 11):
+        got = quantize(
+            model_path,
+            tmp_path / f"t{workers}.onnx",
+            data,
+            method=method,
+            engine=TreeEngine(workers, workers),
+        )
+        assert got == want, (method, workers)
+
+
+def test_tree_reduce_keeps_the_order_and_takes_log2_levels():
+    calls = []
+
+    def cat(a: str, b: str) -> str:
+        calls.append((a, b))
+        return a + b
+
+    assert tree_reduce(list("abcdefgh"), cat) == "abcdefgh"
+    assert calls[:4] == [("a", "b"), ("c", "d"), ("e", "f"), ("g", "h")]  # the first level
+    assert len(calls) == 7
+    assert tree_reduce(list("abcde"), cat) == "abcde"
+    assert tree_reduce(["z"], cat) == "z"
+    with pytest.raises(ValueError, match="no values"):
+        tree_reduce([], cat)
 
 
 def test_sharded_calibration_of_a_folder_and_a_sample_limit(model_path, tmp_path):
