@@ -14,7 +14,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
-from fractions import Fraction
 
 import numpy as np
 
@@ -90,8 +89,10 @@ class ChannelMean:
         if self.total is None or self.count == 0:
             return None
         den = self.count << _FIXED
+        # int / int is correctly rounded in Python (as float(Fraction(t, den)), without
+        # the gcd a Fraction computes first)
         return np.array(
-            [float(Fraction(t, den)) if isinstance(t, int) else t / self.count for t in self.total],
+            [t / den if isinstance(t, int) else t / self.count for t in self.total],
             dtype=np.float64,
         )
 
@@ -215,7 +216,7 @@ def calibrate(
     observers.samples = n
     observers.seconds = time.perf_counter() - t0
     observers.mean_states = means
-    observers.means = {name: m.mean() for name, m in means.items() if m.mean() is not None}
+    observers.means = {name: mu for name, m in means.items() if (mu := m.mean()) is not None}
     return observers
 
 

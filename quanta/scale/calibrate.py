@@ -252,5 +252,5 @@ def calibrate_sharded(
     out.samples = merged.samples
     out.seconds = time.perf_counter() - t0
     out.mean_states = merged.means
-    out.means = {name: m.mean() for name, m in merged.means.items() if m.mean() is not None}
+    out.means = {name: mu for name, m in merged.means.items() if (mu := m.mean()) is not None}
     return out

@@ -15,7 +15,7 @@ import json
 import pickle
 
 import numpy as np
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quanta.calibrate import (
@@ -157,6 +157,23 @@ def test_channel_mean_is_the_correctly_rounded_mean_of_the_sample_sums():
     for x in xs:
         m.observe(x)
     assert m.mean().tolist() == [1.0 / 3.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(allow_nan=False, allow_infinity=False, width=64), min_size=1, max_size=40),
+    st.integers(1, 7),
+)
+def test_channel_mean_rounds_the_exact_sum_once(values, width):
+    """mean() divides the exact integer sum by count·2^1074 once, correctly rounded: the
+    same float64 as the rational mean of the float64 values (Fraction, no int division)."""
+    from fractions import Fraction
+
+    m = ChannelMean(axis=1)
+    for v in values:
+        m.observe(np.full((1, width), v))
+    want = float(sum(Fraction(v) for v in values) / len(values))
+    assert m.mean().tolist() == [want] * width
 
 
 def test_signed_zero_extrema_are_positive_zero():
