@@ -36,9 +36,11 @@ from quanta.ir.onnx_io import load
 from quanta.ir.types import CalibratedType, QuantType, TensorType
 from quanta.runtime.compile import compile as compile_model
 from quanta.runtime.execute import Executor
+from quanta.runtime.hetero import HeteroExecutor
 from quanta.runtime.plan import Plan
 from quanta.runtime.profile import Profiler, ProfileSummary
 from quanta.runtime.tuner import TuneReport, tune_session, tuning_enabled
+from quanta.targets import TargetError, target_info
 
 __all__ = ["GraphOptimizationLevel", "InferenceSession", "InvalidArgument", "NodeArg", "SessionOptions"]
 
@@ -93,6 +95,14 @@ class SessionOptions:
     enable_tuning: bool = True
     tuning_budget_s: float = 3.0  # measuring time per model, seconds
 
+    #: device targets (backend="npu-sim"): the device memory in bytes (None: the
+    #: target's default), how long a run waits for a device fence before it fails, and
+    #: whether nodes the device cannot run may form host partitions (False: such a node
+    #: is an error naming it and the rule it breaks)
+    device_memory_bytes: int | None = None
+    device_timeout_s: float = 60.0
+    allow_host_partitions: bool = True
+
 
 #: the producer_name ONNX Runtime's quantization tool writes into its files
 ORT_QUANTIZER_PRODUCER = "onnx.quantize"
@@ -134,8 +144,11 @@ def _ort_shape(t: TensorType | None) -> list[int | str | None] | None:
 class InferenceSession:
     """Load a model (path, bytes or ``onnx.ModelProto``) and run it on a target.
 
-    ``backend``: "native" (C++ kernels, reference fallback for nodes without one) or
-    "reference" (the bit-exact NumPy golden).
+    ``backend``: "native" (C++ kernels, reference fallback for nodes without one),
+    "reference" (the bit-exact NumPy golden) or a device target such as "npu-sim"
+    (``quanta.targets.registry``: device partitions on the target's HAL device, the rest
+    on its host target). ``device``: a HAL device to run on instead of a fresh one of
+    the target's kind (tests inject faults this way).
     """
 
     def __init__(
@@ -146,6 +159,7 @@ class InferenceSession:
         *,
         backend: str = "native",
         enable_profiling: bool | None = None,
+        device: Any = None,
     ):
         del providers  # accepted for ONNX Runtime compatibility; quanta picks by ``backend``
         t0 = time.perf_counter_ns()
@@ -175,7 +189,8 @@ class InferenceSession:
         if self._options.enable_profiling:
             self._profiler = Profiler(self._plan, start_ns=t0)
             self._profiler.record_session_event("session_initialization", t0, time.perf_counter_ns())
-        self._exe = Executor(self._plan, profiler=self._profiler)
+        self._device = None
+        self._exe: Executor | HeteroExecutor = self._executor(device)
         self._tuning: TuneReport | None = None
         self._tune_pending = backend == "native" and tuning_enabled(self._options.enable_tuning)
         self._last_profiler: Profiler | None = self._profiler
@@ -209,6 +224,35 @@ class InferenceSession:
             feeds = self._static_feeds()
             if feeds is not None:  # else the first run's feeds give the shapes
                 self._tune(feeds)
+
+    def _executor(self, device: Any) -> Executor | HeteroExecutor:
+        """The host executor, or for a plan with device partitions the heterogeneous one
+        on ``device`` (or a new device of the backend's kind)."""
+        parts = self._plan.partitions
+        if parts is not None and not self._options.allow_host_partitions:
+            for p in parts:
+                for k, why in p.reasons.items():
+                    raise TargetError(
+                        f"node {self._plan.steps[k].node.label} cannot run on {self._backend}: {why} "
+                        f"(allow_host_partitions is off)"
+                    )
+        if not parts or all(p.on_host for p in parts):
+            return Executor(self._plan, profiler=self._profiler)
+        if device is None:
+            make = target_info(self._backend).make_device
+            if make is None:
+                raise TargetError(f"backend '{self._backend}' declares no device")
+            opts = {}
+            if self._options.device_memory_bytes is not None:
+                opts["memory_bytes"] = self._options.device_memory_bytes
+            device = make(**opts)
+        self._device = device
+        return HeteroExecutor(self._plan, device, profiler=self._profiler, timeout=self._options.device_timeout_s)
+
+    @property
+    def device(self) -> Any:
+        """The HAL device the device partitions run on (None: everything on the host)."""
+        return self._device
 
     # -- ONNX Runtime API ---------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:

@@ -7,11 +7,16 @@ The stages, in order (each a function below)::
                        ``optimize_float``)
     2. bind_kernels    the target picks one kernel per node (native, or its reference
                        twin recorded as a fallback with the reason); If / Loop / Scan
-                       get their bodies compiled (quanta.runtime.control_flow)
+                       get their bodies compiled (quanta.runtime.control_flow). A
+                       device target (``Target.host`` set) takes the nodes its
+                       capabilities allow; its host target takes the others, each with
+                       the reason
     3. assign_slots    one slot per value; constants, inputs, outputs, intermediates
     4. plan_memory     liveness of intermediates -> offsets in one arena (static shapes;
                        symbolic shapes are planned by the executor at the first run of
                        each input-shape signature)
+    5. partition       device targets only: consecutive steps on one device form a
+                       partition, crossings are transfers (quanta.targets.partition)
 
 The result prints itself (``print(plan)``, see :mod:`quanta.runtime.plan`).
 """
@@ -27,11 +32,21 @@ from quanta.runtime.memory import MemoryPlan, liveness, plan_arena
 from quanta.runtime.plan import NONE_SLOT, Plan, PlanStep, Slot, SlotKind, static_nbytes
 from quanta.targets import get_target
 from quanta.targets.base import Kernel, Target, TargetError, check_supported, kernel_context
+from quanta.targets.partition import PartitionStep, partition_steps
+from quanta.targets.registry import target_info
 
 if TYPE_CHECKING:
     from quanta.passes.manager import Pass, PipelineResult
 
-__all__ = ["DEFAULT_PIPELINE", "compile", "default_pipeline", "plan_static_memory", "run_passes"]
+__all__ = [
+    "DEFAULT_PIPELINE",
+    "compile",
+    "default_pipeline",
+    "partition_plan",
+    "plan_static_memory",
+    "run_passes",
+    "target_pipeline",
+]
 
 #: A fixed pipeline for float graphs (a plain list of Pass instances), used instead of
 #: ``optimize_float`` when set; empty by default.
@@ -57,14 +72,49 @@ def compile(
         target = get_target(target)
     if num_threads < 1:
         raise ValueError(f"num_threads: expected >= 1, got {num_threads}")
-    pipeline_result = run_passes(model, default_pipeline(target, model) if passes is None else passes)
+    if passes is None:
+        passes = target_pipeline(target, model)
+        as_written = False
+    else:
+        as_written = not passes
+    pipeline_result = run_passes(model, passes)
     # an explicit empty pipeline (ORT_DISABLE_ALL, calibration) runs the bodies as written too
-    kernels = bind_kernels(model, target, num_threads, as_written=passes is not None and not passes)
+    reasons: dict[int, str] = {}
+    kernels = bind_kernels(model, target, num_threads, as_written=as_written, host_reasons=reasons)
     plan = assign_slots(model, target, kernels, num_threads)
     plan.passes = pipeline_result
     plan.memory = plan_static_memory(plan)
+    if target.host is not None:
+        plan.partitions = partition_plan(plan, reasons)
     plan.compile_seconds = time.perf_counter() - t0
     return plan
+
+
+def target_pipeline(target: Target, model: Model) -> list[Pass]:
+    """The passes ``target`` declares in the registry (``TargetInfo.pipeline``), or
+    :func:`default_pipeline`."""
+    try:
+        info = target_info(target.name)
+    except ValueError:  # an unregistered Target object
+        info = None
+    if info is not None and info.pipeline is not None:
+        return list(info.pipeline(model))
+    return default_pipeline(target, model)
+
+
+def partition_plan(plan: Plan, reasons: Mapping[int, str]) -> list:
+    """The partitions of ``plan``'s steps by device (quanta.targets.partition)."""
+    steps = [
+        PartitionStep(
+            s.index,
+            s.kernel.device,
+            tuple(s.inputs),
+            tuple(o for o in s.outputs if o is not None),
+            reasons.get(s.index, ""),
+        )
+        for s in plan.steps
+    ]
+    return partition_steps(steps, plan.constants.keys(), plan.outputs.values())
 
 
 def default_pipeline(target: Target, model: Model) -> list[Pass]:
@@ -130,13 +180,40 @@ def run_passes(model: Model, passes: Sequence[Pass]) -> PipelineResult | None:
 
 
 def bind_kernels(
-    model: Model, target: Target, num_threads: int = 1, *, as_written: bool = False
+    model: Model,
+    target: Target,
+    num_threads: int = 1,
+    *,
+    as_written: bool = False,
+    host_reasons: dict[int, str] | None = None,
 ) -> list[Kernel]:
     """One kernel per node, in graph order. If / Loop / Scan get the runtime's kernel
     over their bodies compiled for ``target`` (:mod:`quanta.runtime.control_flow`; with
-    ``as_written`` no pass runs on the bodies)."""
+    ``as_written`` no pass runs on the bodies). A device target (``target.host`` set)
+    hands each node it cannot run to its host target, and records why in
+    ``host_reasons`` (step index -> reason)."""
     from quanta.runtime.control_flow import CONTROL_FLOW_OPS, control_flow_kernel, node_scope
 
+    if target.host is not None:
+        host = get_target(target.host)
+        kernels = []
+        for k, node in enumerate(model.graph.nodes):
+            why = target.unsupported(model, node)
+            if why is None:
+                kernels.append(target.select_kernel(model, node))
+                continue
+            if host_reasons is not None:
+                host_reasons[k] = why
+            if node.op_type in CONTROL_FLOW_OPS and node.domain == "":
+                kernels.append(
+                    control_flow_kernel(model, node, host, num_threads, node_scope(node, k), as_written=as_written)
+                )
+                continue
+            host_why = host.unsupported(model, node)
+            if host_why is not None:
+                raise TargetError(f"node {node.label}: {host_why} (on {host.name}; not on {target.name}: {why})")
+            kernels.append(host.select_kernel(model, node))
+        return kernels
     check_supported(target, model)
     kernels = []
     for k, node in enumerate(model.graph.nodes):
