@@ -224,6 +224,12 @@ def host_subplan(plan: Plan, part: Partition) -> Plan:
     return sub
 
 
+def _contiguous(arr: Any) -> np.ndarray:
+    """``arr`` as a C-contiguous array of its own shape (0-d stays 0-d)."""
+    arr = np.asarray(arr)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
 def _freeze(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return ("ndarray", x.dtype.str, x.shape, x.tobytes())
@@ -323,7 +329,7 @@ class HeteroExecutor(Executable):
             return
         cb = dev.command_buffer()
         for k, off in m.constants.items():
-            arr = np.ascontiguousarray(self.plan.constants[k])
+            arr = _contiguous(self.plan.constants[k])
             cb.copy(
                 arr,
                 self._consts.binding(arr.shape, arr.dtype, off),
@@ -358,6 +364,10 @@ class HeteroExecutor(Executable):
             self.plan, self._capacity, self._alignment, symbols, streaming=self.memory.streaming
         )
         free = self._capacity - self.device.memory_used
+        while m.arena_bytes > free and self._arenas:  # other signatures' arenas make room
+            _, (_, old) = self._arenas.popitem(last=False)
+            self._release(old)
+            free = self._capacity - self.device.memory_used
         if m.arena_bytes > free:
             raise TargetError(
                 f"a run with {symbols} needs a {m.arena_bytes:,} B activation arena on {self.device.name}; "
@@ -509,8 +519,8 @@ class HeteroExecutor(Executable):
             if m.streaming:
                 for c in m.scratch[k]:
                     cb.copy(
-                        np.ascontiguousarray(plan.constants[c]),
-                        self._binding(c, k),
+                        _contiguous(plan.constants[c]),
+                        self._binding(m, arena, c, k),
                         label=f"stream {plan.slots[c].name}",
                     )
                     kinds.append(("stream", c))

@@ -142,18 +142,23 @@ class Plan:
 
     def format(self, *, max_steps: int | None = None) -> str:
         n_native = sum(1 for s in self.steps if s.kernel.impl == "native")
+        devices: dict[str, int] = {}
+        for s in self.steps:
+            if s.kernel.device:
+                devices[s.kernel.device] = devices.get(s.kernel.device, 0) + 1
+        on_devices = "".join(f", {_n(k, 'step')} on {d}" for d, k in devices.items())
         threads = f"{self.num_threads} thread{'s' if self.num_threads != 1 else ''}"
         name = self.model.graph.name
         lines = [
             f"plan '{name}' on target {self.target}: {len(self.steps)} steps, {threads}",
             f"  slots: {_n(self.count(SlotKind.CONSTANT), 'constant')}, {_n(self.count(SlotKind.INPUT), 'input')}, "
             f"{_n(self.count(SlotKind.INTERMEDIATE), 'intermediate')}, {_n(self.count(SlotKind.OUTPUT), 'output')}; "
-            f"{_n(n_native, 'step')} on native kernels, {_n(len(self.fallbacks), 'fallback')}",
+            f"{_n(n_native, 'step')} on native kernels{on_devices}, {_n(len(self.fallbacks), 'fallback')}",
         ]
         if self.passes is not None:
             lines.append(f"  passes: {', '.join(r.name for r in self.passes.records) or '(none)'}")
         if self.partitions is not None:
-            lines.extend(self._partition_lines())
+            lines.append(self.format_partitions())
         if self.memory is not None:
             lines.append(f"  memory: {self.memory.summary()}")
         else:
@@ -176,7 +181,8 @@ class Plan:
 
     __str__ = format
 
-    def _partition_lines(self) -> list[str]:
+    def format_partitions(self) -> str:
+        """The partitions, their transfers and why each host step is not on the device."""
         parts = self.partitions or []
         up, down = self.transfers
         n_dev = sum(1 for p in parts if not p.on_host)
@@ -198,9 +204,9 @@ class Plan:
             else:
                 lines.append(
                     f"    #{p.index} {p.device}: {span}; upload {ups}; download {downs}; "
-                    f"{_n(len(p.constants), 'resident constant')}"
+                    f"{_n(len(p.constants), 'constant')}"
                 )
-        return lines
+        return "\n".join(lines)
 
     def _slot_label(self, k: int) -> str:
         """``%k name``; constants only ``%k`` (their names make rows unreadably long)."""

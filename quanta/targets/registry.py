@@ -37,6 +37,9 @@ class TargetInfo:
     make_device: Callable[..., Device] | None = None
     pipeline: Callable[[Model], list[Any]] | None = None
     host: str | None = None
+    #: the numerics contract: targets with the same one give bit-identical outputs on
+    #: the same lowered graph ("host": the reference target's kernels define them)
+    numerics: str = "host"
 
 
 _TARGETS: dict[str, TargetInfo] = {}

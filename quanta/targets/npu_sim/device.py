@@ -94,6 +94,16 @@ class NpuSimDevice(Device):
         return int(self._memory.size)
 
     @property
+    def allocations(self) -> int:
+        """Allocations attempted so far."""
+        return self._allocations
+
+    @property
+    def commands_executed(self) -> int:
+        """Commands the worker started so far (Faults.lose_at_command counts these)."""
+        return self._commands
+
+    @property
     def memory_used(self) -> int:
         return sum(b.nbytes for b in self._live.values())
 
