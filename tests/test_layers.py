@@ -49,7 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     "calibrate": {"runtime", "passes", "targets", "hal", "kernels", "ir"},
     "runtime": {"targets", "hal", "passes", "kernels", "ir"},
     "passes": {"ir"},
-    "targets": {"hal", "kernels", "ir"},
+    "targets": {"passes", "hal", "kernels", "ir"},
     "hal": set(),
     "kernels": set(),
     "ir": set(),

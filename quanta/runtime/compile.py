@@ -33,6 +33,7 @@ from quanta.runtime.plan import NONE_SLOT, Plan, PlanStep, Slot, SlotKind, stati
 from quanta.targets import get_target
 from quanta.targets.base import Kernel, Target, TargetError, check_supported, kernel_context
 from quanta.targets.partition import PartitionStep, partition_steps
+from quanta.targets.reference import reference_evaluator
 from quanta.targets.registry import target_info
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ __all__ = [
     "default_pipeline",
     "partition_plan",
     "plan_static_memory",
+    "reference_evaluator",
     "run_passes",
     "target_pipeline",
 ]
@@ -86,6 +88,13 @@ def compile(
     plan.memory = plan_static_memory(plan)
     if target.host is not None:
         plan.partitions = partition_plan(plan, reasons)
+        for p in plan.partitions:
+            if p.on_host:
+                continue
+            problems = target.verify_partition([plan.steps[k].node for k in p.steps])
+            if problems:
+                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise TargetError(f"device partition #{p.index} on {target.name}: {problems[0]}{more}")
     plan.compile_seconds = time.perf_counter() - t0
     return plan
 
@@ -98,7 +107,9 @@ def target_pipeline(target: Target, model: Model) -> list[Pass]:
     except ValueError:  # an unregistered Target object
         info = None
     if info is not None and info.pipeline is not None:
-        return list(info.pipeline(model))
+        passes = info.pipeline(model)
+        if passes is not None:
+            return list(passes)
     return default_pipeline(target, model)
 
 
@@ -146,29 +157,6 @@ def default_pipeline(target: Target, model: Model) -> list[Pass]:
     )
 
 
-def reference_evaluator(opset_imports: Mapping[str, int]):
-    """Constant folding's evaluator: a node's reference kernel (passes may not import
-    kernels, so the runtime injects this). ``evaluate(node, inputs) -> outputs``; the
-    opset of each op's domain comes from ``opset_imports`` (a model's)."""
-    from quanta.kernels.reference.registry import OpContext, get_op
-
-    def evaluate(node, inputs):
-        fn = get_op(node.op_type, node.domain)
-        if fn is None:
-            raise LookupError(f"no reference kernel for {node.op_type}")
-        ctx = OpContext(
-            opset=opset_imports.get(node.domain, 1 if node.domain else 21),
-            n_outputs=len(node.outputs),
-            node_name=node.name,
-            op_type=node.op_type,
-            domain=node.domain,
-        )
-        out = fn(ctx, *inputs, **node.attrs)
-        return list(out) if isinstance(out, (tuple, list)) else [out]
-
-    return evaluate
-
-
 def run_passes(model: Model, passes: Sequence[Pass]) -> PipelineResult | None:
     """Hook for the compiler's pass pipeline: run ``passes`` on ``model`` in place
     (verifier per the pass manager's default). No passes: nothing runs, None."""
@@ -206,12 +194,16 @@ def bind_kernels(
                 host_reasons[k] = why
             if node.op_type in CONTROL_FLOW_OPS and node.domain == "":
                 kernels.append(
-                    control_flow_kernel(model, node, host, num_threads, node_scope(node, k), as_written=as_written)
+                    control_flow_kernel(
+                        model, node, host, num_threads, node_scope(node, k), as_written=as_written
+                    )
                 )
                 continue
             host_why = host.unsupported(model, node)
             if host_why is not None:
-                raise TargetError(f"node {node.label}: {host_why} (on {host.name}; not on {target.name}: {why})")
+                raise TargetError(
+                    f"node {node.label}: {host_why} (on {host.name}; not on {target.name}: {why})"
+                )
             kernels.append(host.select_kernel(model, node))
         return kernels
     check_supported(target, model)

@@ -147,6 +147,12 @@ class Target(ABC):
     def select_kernel(self, model: Model, node: Node) -> Kernel:
         """The kernel that runs ``node`` (only called when ``unsupported`` is None)."""
 
+    def verify_partition(self, nodes: list[Node]) -> list[str]:
+        """A device target's check of one device partition after partitioning (each
+        problem names the node and the rule; empty: the partition is valid)."""
+        del nodes
+        return []
+
     def prepare(self, model: Model) -> Executable:
         """The plain interpreter over this target's kernels (no memory plan, no
         profiling); raise TargetError for unsupported nodes. Sessions use

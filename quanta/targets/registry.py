@@ -35,11 +35,14 @@ class TargetInfo:
     capabilities: Capabilities
     description: str = ""
     make_device: Callable[..., Device] | None = None
-    pipeline: Callable[[Model], list[Any]] | None = None
+    pipeline: Callable[[Model], list[Any] | None] | None = None
     host: str | None = None
     #: the numerics contract: targets with the same one give bit-identical outputs on
     #: the same lowered graph ("host": the reference target's kernels define them)
     numerics: str = "host"
+    #: ``golden(model, feeds) -> outputs``: the definition of this target's numerics
+    #: when it is not the reference target's (None: "reference" is its golden)
+    golden: Callable[[Any, Any], list[Any]] | None = None
 
 
 _TARGETS: dict[str, TargetInfo] = {}
@@ -91,6 +94,18 @@ def _npu_sim_device(**options: Any) -> Device:
     return make_device(**options)
 
 
+def _npu_sim_pipeline(model: Model) -> list[Any] | None:
+    from quanta.targets.npu_sim import npu_sim_pipeline
+
+    return npu_sim_pipeline(model)
+
+
+def _npu_sim_golden(model: Any, feeds: Any) -> list[Any]:
+    from quanta.targets.npu_sim import golden
+
+    return golden(model, feeds)
+
+
 def _npu_sim_capabilities() -> Capabilities:
     from quanta.targets.npu_sim import NPU_SIM_CAPABILITIES
 
@@ -110,6 +125,9 @@ register_target(
         _npu_sim_capabilities(),
         "simulated integer-only accelerator: own memory, asynchronous queue, fences",
         make_device=_npu_sim_device,
+        pipeline=_npu_sim_pipeline,
         host="native",
+        numerics="npu-sim",
+        golden=_npu_sim_golden,
     )
 )

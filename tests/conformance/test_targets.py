@@ -1,9 +1,10 @@
 """Conformance: every registered target runs the same model tests, and device targets
 survive the same faults.
 
-- Outputs are bit-identical between targets that share a numerics contract
-  (``TargetInfo.numerics``); each target's outputs are compared with the first
-  registered target of its contract (for "host": reference).
+- Outputs are bit-identical with the target's golden: the reference session for the
+  targets sharing the host numerics (reference, native), the target's own golden
+  (``TargetInfo.golden``) otherwise — for npu-sim the NumPy golden of the integer-only
+  kernels run without the device machinery.
 - A device target shows its partitions and transfers in the plan and its device and
   transfer timelines in the profile.
 - Faults on a device target (allocation failure, a fence that never signals, a device
@@ -32,9 +33,13 @@ TARGETS = registered_targets()
 DEVICE_TARGETS = [t for t in TARGETS if target_info(t).make_device is not None]
 
 
-def golden_of(target: str) -> str:
-    numerics = target_info(target).numerics
-    return next(t for t in TARGETS if target_info(t).numerics == numerics)
+def golden_run(model, feeds, target):
+    """The outputs ``target`` must reproduce bit for bit: its own golden
+    (``TargetInfo.golden``) or the reference session."""
+    golden = target_info(target).golden
+    if golden is not None:
+        return golden(model, feeds)
+    return run(model, feeds, "reference")[1]
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +104,7 @@ def assert_conforms(model, feeds, target, *, float_graph=False):
     native kernels) within the float kernels' stated bound (docs/float-ops.md)."""
     before = {k: v.copy() for k, v in feeds.items()}
     sess, outs = run(model, feeds, target)
-    _, want = run(model, feeds, golden_of(target))
+    want = golden_run(model, feeds, target)
     assert len(outs) == len(want)
     for a, b in zip(outs, want):
         assert a.dtype == b.dtype and a.shape == b.shape
@@ -208,7 +213,7 @@ def test_allocation_failure_at_session_creation_releases_everything(target, demo
     assert dev.memory_used == 0
     # the device and the host are fine afterwards
     sess = quanta.InferenceSession(path, backend=target, device=dev)
-    _, want = run(path, {"input": x}, golden_of(target))
+    want = golden_run(path, {"input": x}, target)
     np.testing.assert_array_equal(sess.run(None, {"input": x})[0], want[0])
 
 
@@ -221,7 +226,7 @@ def test_allocation_failure_for_a_new_signature(target, demo):
     with pytest.raises(AllocationError):
         sess.run(None, {"input": x[:3]})  # batch 3: a new arena
     assert dev.memory_used == used
-    _, want = run(path, {"input": x[:3]}, golden_of(target))
+    want = golden_run(path, {"input": x[:3]}, target)
     np.testing.assert_array_equal(sess.run(None, {"input": x[:3]})[0], want[0])
 
 
@@ -256,9 +261,35 @@ def test_device_lost_mid_stream(target, demo, after):
         sess.run(None, feeds)
     np.testing.assert_array_equal(feeds["input"], x)
     # the host is intact: a new session on a new device runs
-    _, want = run(path, {"input": x}, golden_of(target))
+    want = golden_run(path, {"input": x}, target)
     _, got = run(path, {"input": x}, target)
     np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("target", DEVICE_TARGETS)
+def test_device_partitions_pass_the_stage_verifier(target, demo, encoder):
+    from quanta.ir.onnx_io import load
+    from quanta.runtime.compile import compile as compile_model
+
+    for path in (demo[0], encoder[0]):
+        sess = quanta.InferenceSession(path, backend=target)
+        tgt = quanta.targets.get_target(target)
+        for p in sess.plan.partitions:
+            if p.on_host:
+                continue
+            nodes = [sess.plan.steps[k].node for k in p.steps]
+            assert tgt.verify_partition(nodes) == []
+            for n in nodes:  # and, said plainly: no float tensor on the device
+                for v in (*n.inputs, *n.outputs):
+                    if v is not None and not v.is_const:
+                        assert np.dtype(v.type.elem.numpy).kind in "iu", (n.label, v.name)
+
+    class Careless(type(quanta.targets.get_target(target))):
+        def unsupported(self, model, node):  # claims every node
+            return None
+
+    with pytest.raises(TargetError, match=r"device partition #0 on .*: .*node"):
+        compile_model(load(demo[0]), Careless())
 
 
 @pytest.mark.parametrize("target", DEVICE_TARGETS)
@@ -292,7 +323,7 @@ def test_dimension_over_the_device_limit_goes_to_the_host_with_its_reason(target
 @pytest.mark.parametrize("target", DEVICE_TARGETS)
 def test_model_larger_than_device_memory_streams_or_is_refused_before_allocating(target, demo):
     path, x = demo
-    _, want = run(path, {"input": x}, golden_of(target))
+    want = golden_run(path, {"input": x}, target)
     full = quanta.InferenceSession(path, backend=target)
     m = full.plan.device_memory
     # fits the arena and the largest step's constants, not every constant: streamed

@@ -1,17 +1,19 @@
 """``npu-sim``: a simulated integer-only accelerator behind the HAL.
 
-The target places every node its device can run (:data:`NPU_SIM_CAPABILITIES`, checked
-by :meth:`quanta.hal.Capabilities.unsupported`) on the device, and the rest on its host
-target ("native") as host partitions with explicit transfers
-(``quanta/targets/partition.py``); nothing falls back per node. The device
-(:mod:`quanta.targets.npu_sim.device`) has its own memory and executes command streams
-on a worker thread.
-
-Device kernels: each device node runs the integer kernel :func:`device_kernel` picks —
-the integer-only kernels of :mod:`quanta.targets.npu_sim.kernels` when that module
-offers one for the node, else the node's reference twin from
-:mod:`quanta.kernels.reference` (the host numerics, so a device partition is then
-bit-identical with the reference target).
+- this module — the target: :data:`NPU_SIM_CAPABILITIES` (the HAL capabilities, derived
+  from the device's rules), :class:`NpuSimTarget` (device nodes on the device kernels,
+  the rest on its host target "native" as host partitions with explicit transfers,
+  ``quanta/targets/partition.py``; nothing falls back per node) and its lowering
+  pipeline (:func:`npu_sim_pipeline`);
+- :mod:`~quanta.targets.npu_sim.device` — the simulated device: its own memory, command
+  streams executed on a worker thread, fences;
+- :mod:`~quanta.targets.npu_sim.kernels` — the one entry point that executes an
+  integer-only node (``execute``) and says whether the device can (``supported``);
+- :mod:`~quanta.targets.npu_sim.rules` — the device's rules as data, the verifier of the
+  integer-only stage and the constraint profiles of real NPU families (Arm Ethos-U);
+- :mod:`~quanta.targets.npu_sim.pipeline` — the integer-only lowering and a direct
+  runner of the device numerics without the device machinery (the golden the
+  conformance suite compares with).
 """
 
 from __future__ import annotations
@@ -22,63 +24,49 @@ from typing import Any
 from quanta.hal.capabilities import Capabilities
 from quanta.ir.graph import Model, Node
 from quanta.targets.base import Kernel, Target
+from quanta.targets.npu_sim import rules
 
 __all__ = [
-    "DEFAULT_MEMORY_BYTES",
     "NPU_SIM_CAPABILITIES",
     "NPU_SIM_OPS",
     "NpuSimTarget",
     "device_kernel",
+    "golden",
     "make_device",
+    "npu_sim_pipeline",
 ]
 
-MS = "com.microsoft"
+_STORAGE = {"i8": "int8", "u8": "uint8", "i16": "int16", "i32": "int32"}
 
-#: (domain, op_type) the device runs: integer compute, pooling and data movement
+
+def _pair(key: str) -> tuple[str, str]:
+    domain, _, op = key.partition("::")
+    return domain, op
+
+
+#: (domain, op_type) the device runs: the integer-only stage's operators and integer
+#: data movement (rules.CAPABILITIES, the one table)
 NPU_SIM_OPS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("", "QLinearConv"),
-        (MS, "QLinearConv"),
-        ("", "QLinearMatMul"),
-        ("", "MatMulInteger"),
-        ("", "ConvInteger"),
-        (MS, "QGemm"),
-        (MS, "QLinearAdd"),
-        (MS, "QLinearMul"),
-        (MS, "QLinearConcat"),
-        (MS, "QLinearGlobalAveragePool"),
-        (MS, "QLinearAveragePool"),
-        (MS, "QLinearLeakyRelu"),
-        (MS, "QLinearSigmoid"),
-        (MS, "QLinearSoftmax"),
-        ("quanta", "QLinearLookup"),
-        ("", "MaxPool"),
-        (MS, "NhwcMaxPool"),
-        ("", "Reshape"),
-        ("", "Flatten"),
-        ("", "Transpose"),
-        ("", "Squeeze"),
-        ("", "Unsqueeze"),
-        ("", "Concat"),
-        ("", "Identity"),
-    }
+    _pair(k) for k in (*rules.CAPABILITIES.ops, *rules.CAPABILITIES.movement)
 )
-
-#: the default device memory: 8 MiB (an Ethos-U55-class system's SRAM + a slice of DRAM)
-DEFAULT_MEMORY_BYTES = 8 << 20
 
 NPU_SIM_CAPABILITIES = Capabilities(
     name="npu-sim",
     ops=NPU_SIM_OPS,
-    element_types=frozenset({"int8", "uint8", "int32"}),
-    requant_modes=("float-scale",),
+    # activations (rules.CAPABILITIES.activation_types) and the int32 of biases,
+    # accumulators and column sums
+    element_types=frozenset(
+        {_STORAGE[t] for t in (*rules.CAPABILITIES.activation_types, *rules.CAPABILITIES.bias_types)}
+    ),
+    requant_modes=tuple(f"fixed-point:{m}" for m in rules.CAPABILITIES.rounding_modes),
     weight_granularity=("per-tensor", "per-channel"),
-    symmetric_weights=False,
+    symmetric_weights=True,
     activation_granularity=("per-tensor",),
-    memory_bytes=DEFAULT_MEMORY_BYTES,
-    alignment=64,
+    memory_bytes=rules.CAPABILITIES.memory_bytes,
+    alignment=rules.CAPABILITIES.alignment,
     max_rank=6,
     max_dim=65536,
+    extra=dict(rules.CAPABILITIES.notes),
 )
 
 
@@ -97,35 +85,90 @@ def make_device(
     return NpuSimDevice(caps, faults=faults)
 
 
-def device_kernel(model: Model, node: Node) -> tuple[Callable[..., Any], str]:
-    """``(fn, name)``: the integer kernel a device node runs, with the calling
-    convention of :mod:`quanta.targets.base` (module docstring)."""
-    from quanta.targets.reference import reference_kernel
+def npu_sim_pipeline(model: Model) -> list[Any] | None:
+    """The passes compile() runs for npu-sim: a quantized graph is lowered to the
+    integer-only stage (``pipeline.npu_pipeline``: ``lower_qdq`` without the
+    channels-last layout, then IntegerOnly); a float graph gets the host targets'
+    pipeline (None: it runs on the host, nothing float runs on the device)."""
+    from quanta.ir.op_rules import QUANT_OPS
 
-    try:
-        from quanta.targets.npu_sim import kernels as integer_kernels  # integer-only numerics
-    except ImportError:
-        integer_kernels = None
-    pick = getattr(integer_kernels, "device_kernel", None) if integer_kernels is not None else None
-    if pick is not None:
-        fn = pick(model, node)
-        if fn is not None:
-            return fn, f"npu-sim:{node.op_type}"
-    return reference_kernel(node).fn, f"npu-sim:{node.op_type}"
+    if not any(n.op_type in QUANT_OPS for n in model.graph.nodes):
+        return None
+    from quanta.targets.npu_sim.pipeline import npu_pipeline
+
+    return npu_pipeline(model)
+
+
+def golden(model: Any, feeds: Any) -> list[Any]:
+    """npu-sim's golden on ``model`` (path, bytes, proto): lowered by
+    :func:`npu_sim_pipeline`, device nodes on the NumPy golden of the integer-only
+    kernels, host nodes on the reference kernels, no device machinery
+    (``pipeline.run_lowered``). The simulator's outputs are bit-identical with it."""
+    from quanta.ir.onnx_io import load
+    from quanta.passes.manager import PassManager
+    from quanta.passes.pipelines import optimize_float
+    from quanta.targets.npu_sim.pipeline import run_lowered
+    from quanta.targets.reference import reference_evaluator
+
+    m = load(model)
+    passes = npu_sim_pipeline(m)
+    if passes is None:  # a float graph: the host pipeline
+        passes = optimize_float(
+            opset=m.opset_imports.get("", 21), evaluator=reference_evaluator(m.opset_imports)
+        )
+    PassManager(passes).run(m)
+    return run_lowered(m, feeds, impl="reference")
+
+
+def device_kernel(node: Node, *, impl: str = "auto") -> Callable[..., Any]:
+    """The device's kernel for ``node`` with the calling convention of
+    :mod:`quanta.targets.base`: ``kernels.execute`` (C++ where it exists, else the
+    golden; ``impl="reference"``: the golden)."""
+    from quanta.targets.npu_sim.kernels import execute
+
+    def run(ctx: Any, *inputs: Any, **attrs: Any) -> list[Any]:
+        del ctx, attrs  # execute reads them from the node
+        return execute(node, list(inputs), impl=impl)
+
+    return run
 
 
 class NpuSimTarget(Target):
-    """Device nodes: :func:`device_kernel`; host nodes: the ``host`` target."""
+    """Device nodes: :func:`device_kernel`; host nodes: the ``host`` target. A node runs
+    on the device when the HAL capabilities (shapes fixed by the inputs, element types,
+    rank) and the device's rules (``kernels.supported``) both allow it.
+
+    ``impl="reference"``: the device kernels are the golden (the definition of the
+    device numerics), and so is the host target."""
 
     name = "npu-sim"
     host = "native"
 
-    def __init__(self, capabilities: Capabilities = NPU_SIM_CAPABILITIES):
+    def __init__(self, capabilities: Capabilities = NPU_SIM_CAPABILITIES, *, impl: str = "auto"):
         self.capabilities = capabilities
+        self.impl = impl
+        if impl == "reference":
+            self.host = "reference"
         self._symbols: tuple[int, frozenset[str]] | None = None
 
     def unsupported(self, model: Model, node: Node) -> str | None:
-        return self.capabilities.unsupported(node, self._input_symbols(model))
+        why = self.capabilities.unsupported(node, self._input_symbols(model))
+        if why is not None:
+            return why
+        from quanta.targets.npu_sim.kernels import supported
+
+        return supported(node)
+
+    def select_kernel(self, model: Model, node: Node) -> Kernel:
+        del model
+        return Kernel(
+            device_kernel(node, impl=self.impl), "npu-sim", f"npu-sim:{node.op_type}", device="npu-sim"
+        )
+
+    def verify_partition(self, nodes: list[Node]) -> list[str]:
+        """The integer-only stage's verifier over a device partition: empty proves no
+        float operation remains on the device (rules.verify_integer_stage)."""
+        return rules.verify_integer_stage(nodes, rules.CAPABILITIES)
 
     def _input_symbols(self, model: Model) -> frozenset[str]:
         """The symbolic dimensions of the graph's inputs (a feed fixes each)."""
@@ -139,7 +182,3 @@ class NpuSimTarget(Target):
             }
             self._symbols = (id(model), frozenset(found))
         return self._symbols[1]
-
-    def select_kernel(self, model: Model, node: Node) -> Kernel:
-        fn, name = device_kernel(model, node)
-        return Kernel(fn, "npu-sim", name, device="npu-sim")
