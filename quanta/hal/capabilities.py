@@ -28,7 +28,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALL_OPS", "Capabilities"]
+__all__ = ["ALL_OPS", "UNPLANNED_SHAPE", "Capabilities"]
+
+#: the words of the shape rule's reason (a runtime that can fix the input shapes and
+#: compile again per signature looks for them)
+UNPLANNED_SHAPE = "not fixed by the graph's input shapes"
 
 #: ``Capabilities.ops`` value meaning "every operator"
 ALL_OPS = None
@@ -103,8 +107,8 @@ class Capabilities:
         shape = None if t is None else t.shape
         if shape is None or not all((isinstance(d, int) and d >= 0) or d in symbols for d in shape):
             return (
-                f"{role} '{v.name}' has shape {'unknown' if shape is None else list(shape)}, not fixed by the "
-                f"graph's input shapes; {self.name} plans its memory before running"
+                f"{role} '{v.name}' has shape {'unknown' if shape is None else list(shape)}, {UNPLANNED_SHAPE}; "
+                f"{self.name} plans its memory before running"
             )
         if len(shape) > self.max_rank:
             return f"{role} '{v.name}' has rank {len(shape)} > {self.max_rank}"

@@ -40,7 +40,13 @@ from quanta.runtime.profile import Profiler
 from quanta.targets.base import Executable, TargetError
 from quanta.targets.partition import Partition
 
-__all__ = ["DeviceMemoryPlan", "HeteroExecutor", "host_subplan", "plan_device_memory"]
+__all__ = [
+    "DeviceMemoryPlan",
+    "HeteroExecutor",
+    "SignatureExecutor",
+    "host_subplan",
+    "plan_device_memory",
+]
 
 #: input-shape signatures whose device arena is kept allocated
 MAX_SIGNATURES = 4
@@ -58,7 +64,9 @@ class DeviceMemoryPlan:
     alignment: int
     constants: dict[int, int]  # constant slot -> offset in the constant block
     constant_bytes: int
-    arena: dict[int, int]  # value slot -> offset in the arena (the partitions share it)
+    #: partition -> value slot -> offset in the arena (the partitions share the arena, one
+    #: after the other: a value two partitions hold has an offset in each)
+    arena: dict[int, dict[int, int]]
     arena_bytes: int
     shapes: dict[int, tuple[int, ...]]  # value slot -> its shape in this signature
     streaming: bool = False
@@ -144,7 +152,7 @@ def plan_device_memory(
             if k not in constants:
                 constants[k] = const_bytes
                 const_bytes += align(nbytes(k), alignment)
-    arena: dict[int, int] = {}
+    arena: dict[int, dict[int, int]] = {}
     arena_bytes = 0
     scratch: dict[int, dict[int, int]] = {}
     scratch_bytes = 0
@@ -158,7 +166,7 @@ def plan_device_memory(
             steps.append(("device", [i for i in s.inputs if i != NONE_SLOT], outs))
         intervals, _ = liveness(steps, sizes, outputs=p.downloads)
         mem = plan_arena(intervals, alignment)
-        arena.update(mem.offsets)
+        arena[p.index] = dict(mem.offsets)
         arena_bytes = max(arena_bytes, mem.peak_bytes)
         for k in p.steps:
             offs: dict[int, int] = {}
@@ -393,7 +401,7 @@ class HeteroExecutor(Executable):
         exes = []
         for k in p.steps:
             s = self.plan.steps[k]
-            key = (s.kernel.name, _freeze(s.attrs), s.ctx.opset)
+            key = (s.kernel.name, _freeze(s.attrs), s.ctx.opset, id(s.node))
             exes.append(
                 self.device.executable(
                     key,
@@ -421,7 +429,9 @@ class HeteroExecutor(Executable):
             pass
 
     # -- bindings --------------------------------------------------------------------
-    def _binding(self, m: DeviceMemoryPlan, arena: Buffer, k: int, step: int | None = None) -> Binding | None:
+    def _binding(
+        self, m: DeviceMemoryPlan, arena: Buffer, part: int, k: int, step: int | None = None
+    ) -> Binding | None:
         if k == NONE_SLOT:
             return None
         plan = self.plan
@@ -431,7 +441,7 @@ class HeteroExecutor(Executable):
                 assert step is not None
                 return self._consts.binding(arr.shape, arr.dtype, m.scratch[step][k])
             return self._consts.binding(arr.shape, arr.dtype, self.memory.constants[k])
-        return arena.binding(m.shapes[k], np.dtype(plan.slots[k].type.elem.numpy), m.arena[k])
+        return arena.binding(m.shapes[k], np.dtype(plan.slots[k].type.elem.numpy), m.arena[part][k])
 
     # -- running ---------------------------------------------------------------------------
     def _submit_and_wait(self, cb: CommandBuffer, what: str) -> tuple[Any, int, int]:
@@ -504,7 +514,7 @@ class HeteroExecutor(Executable):
             tuple[str, int]
         ] = []  # per command: ("upload"|"download"|"stream", slot) or ("dispatch", step)
         for k in p.uploads:
-            b = self._binding(m, arena, k)
+            b = self._binding(m, arena, p.index, k)
             assert b is not None
             arr = vals[k]
             if arr.shape != b.shape or arr.dtype != b.dtype:
@@ -520,14 +530,14 @@ class HeteroExecutor(Executable):
                 for c in m.scratch[k]:
                     cb.copy(
                         _contiguous(plan.constants[c]),
-                        self._binding(m, arena, c, k),
+                        self._binding(m, arena, p.index, c, k),
                         label=f"stream {plan.slots[c].name}",
                     )
                     kinds.append(("stream", c))
             cb.dispatch(
                 exe,
-                [self._binding(m, arena, i, k) for i in s.inputs],
-                [self._binding(m, arena, o, k) for o in s.outputs if o is not None],
+                [self._binding(m, arena, p.index, i, k) for i in s.inputs],
+                [self._binding(m, arena, p.index, o, k) for o in s.outputs if o is not None],
                 label=f"node {s.node.label}",
             )
             kinds.append(("dispatch", k))
@@ -535,7 +545,7 @@ class HeteroExecutor(Executable):
             kinds.append(("barrier", k))
         host_outs: dict[int, np.ndarray] = {}
         for k in p.downloads:
-            b = self._binding(m, arena, k)
+            b = self._binding(m, arena, p.index, k)
             assert b is not None
             host_outs[k] = np.empty(b.shape, b.dtype)
             cb.copy(b, host_outs[k], label=f"download {plan.slots[k].name}")
@@ -576,3 +586,78 @@ class _RunTrace:
         for k, shape in m.shapes.items():
             self.specs[k] = (shape, np.dtype(plan.slots[k].type.elem.numpy))
         prof.record_run(t0, t1, self.starts, self.ends, self.specs, tids=self.tids)
+
+
+class SignatureExecutor(Executable):
+    """A device target's model compiled once per input-shape signature.
+
+    When shape inference leaves device values with dimensions the graph's inputs do not
+    bind (a Reshape to a computed shape: ``unk__0``), the device cannot plan them and
+    they would run on the host. This executor instead compiles the model again for each
+    signature with the graph inputs' shapes fixed (``build(shapes)``: every shape is
+    then static) and runs that signature's plan; at most ``max_signatures`` are kept
+    (the least recently used is closed, releasing its device memory). ``plan`` is the
+    plan of the last signature run."""
+
+    def __init__(
+        self,
+        build: Callable[[dict[str, tuple[int, ...]]], Executable],
+        plan: Plan,
+        *,
+        max_signatures: int = 2,
+        profiler: Profiler | None = None,
+    ):
+        self._build = build
+        self.plan = plan
+        self.fallbacks = plan.fallbacks
+        self.max_signatures = max_signatures
+        self._cache: OrderedDict[tuple, Executable] = OrderedDict()
+        self._profiler = profiler
+
+    @property
+    def profiler(self) -> Profiler | None:
+        return self._profiler
+
+    @profiler.setter
+    def profiler(self, profiler: Profiler | None) -> None:
+        self._profiler = profiler
+        for exe in self._cache.values():
+            exe.profiler = profiler  # type: ignore[attr-defined]
+
+    def executor_for(self, feeds: Mapping[str, np.ndarray]) -> Executable:
+        shapes = {n: tuple(int(d) for d in np.shape(a)) for n, a in feeds.items()}
+        key = tuple(sorted(shapes.items()))
+        exe = self._cache.get(key)
+        if exe is None:
+            while len(self._cache) >= self.max_signatures:
+                _, old = self._cache.popitem(last=False)
+                close = getattr(old, "close", None)
+                if close is not None:
+                    close()
+            exe = self._build(shapes)
+            exe.profiler = self._profiler  # type: ignore[attr-defined]
+            self._cache[key] = exe
+        else:
+            self._cache.move_to_end(key)
+        self.plan = exe.plan  # type: ignore[attr-defined]
+        self.fallbacks = self.plan.fallbacks
+        return exe
+
+    def run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        output_names: Sequence[str],
+        *,
+        on_value: Callable[[str, np.ndarray], None] | None = None,
+    ) -> list[np.ndarray]:
+        exe = self.executor_for(feeds)
+        if self._profiler is not None:
+            self._profiler.plan = exe.plan  # type: ignore[attr-defined]
+        return exe.run(feeds, output_names, on_value=on_value)
+
+    def close(self) -> None:
+        while self._cache:
+            _, old = self._cache.popitem()
+            close = getattr(old, "close", None)
+            if close is not None:
+                close()

@@ -94,6 +94,17 @@ def encoder(tmp_path_factory):
     return str(out), models.encoder_feeds(5, seed=11)[4]
 
 
+@pytest.fixture(scope="module")
+def encoder_npu(tmp_path_factory):
+    """The encoder quantized for npu-sim (symmetric weights, integer-only stage): its
+    device partitions alternate with host ones and hand values to each other."""
+    src = tmp_path_factory.mktemp("conf") / "enc_f.onnx"
+    onnx.save(models.encoder_block(), src)
+    out = src.with_name("enc_npu.onnx")
+    quanta.quantize_static(str(src), out, models.encoder_feeds(3), verbose=False, target="npu-sim")
+    return str(out), models.encoder_feeds(5, seed=11)
+
+
 def run(model, feeds, target, **kw):
     sess = quanta.InferenceSession(model, backend=target, **kw)
     return sess, sess.run(None, feeds)
@@ -159,6 +170,22 @@ def test_concat_of_branches(target, branches):
 def test_quantized_encoder_block(target, encoder):
     path, feeds = encoder
     assert_conforms(path, feeds, target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_encoder_quantized_for_the_device(target, encoder_npu):
+    path, feeds = encoder_npu
+    sess = assert_conforms(path, feeds[4], target)
+    assert_conforms(path, feeds[1], target)  # another sequence length
+    if target in DEVICE_TARGETS:
+        # compiled for the run's shapes: the attention runs on the device, in two
+        # partitions around the float mask and Softmax on the host
+        sess.run(None, feeds[4])
+        device_parts = [p for p in sess.plan.partitions if not p.on_host]
+        assert len(device_parts) >= 2
+        assert {"IntMatMul", "IntMul"} <= {sess.plan.steps[k].op_type for p in device_parts for k in p.steps}
+        later = set().union(*(p.uploads for p in device_parts[1:]))
+        assert later & set(device_parts[0].downloads)  # a value crosses partitions
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -99,15 +99,16 @@ def npu_sim_pipeline(model: Model) -> list[Any] | None:
     return npu_pipeline(model)
 
 
-def golden(model: Any, feeds: Any) -> list[Any]:
+def golden(model: Any, feeds: Any, *, host: str | None = None) -> list[Any]:
     """npu-sim's golden on ``model`` (path, bytes, proto): lowered by
-    :func:`npu_sim_pipeline`, device nodes on the NumPy golden of the integer-only
-    kernels, host nodes on the reference kernels, no device machinery
-    (``pipeline.run_lowered``). The simulator's outputs are bit-identical with it."""
+    :func:`npu_sim_pipeline`, every node the device takes on the NumPy golden of the
+    integer-only kernels, every other node on the ``host`` target's kernel (default:
+    the target's own host, so host partitions compare like for like), run by the plain
+    interpreter — no device machinery. The simulator's outputs are bit-identical with
+    it."""
     from quanta.ir.onnx_io import load
     from quanta.passes.manager import PassManager
     from quanta.passes.pipelines import optimize_float
-    from quanta.targets.npu_sim.pipeline import run_lowered
     from quanta.targets.reference import reference_evaluator
 
     m = load(model)
@@ -117,7 +118,30 @@ def golden(model: Any, feeds: Any) -> list[Any]:
             opset=m.opset_imports.get("", 21), evaluator=reference_evaluator(m.opset_imports)
         )
     PassManager(passes).run(m)
-    return run_lowered(m, feeds, impl="reference")
+    target = _GoldenTarget(host or NpuSimTarget.host)
+    return target.prepare(m).run(feeds, [v.name for v in m.graph.outputs])
+
+
+class _GoldenTarget(Target):
+    """Device nodes on the golden kernels, the others on ``host``'s (for :func:`golden`)."""
+
+    name = "npu-sim-golden"
+
+    def __init__(self, host: str):
+        from quanta.targets.registry import get_target
+
+        self.device = NpuSimTarget()
+        self.host_target = get_target(host)
+
+    def unsupported(self, model: Model, node: Node) -> str | None:
+        if self.device.unsupported(model, node) is None:
+            return None
+        return self.host_target.unsupported(model, node)
+
+    def select_kernel(self, model: Model, node: Node) -> Kernel:
+        if self.device.unsupported(model, node) is None:
+            return Kernel(device_kernel(node, impl="reference"), "npu-sim-golden", f"golden:{node.op_type}")
+        return self.host_target.select_kernel(model, node)
 
 
 def device_kernel(node: Node, *, impl: str = "auto") -> Callable[..., Any]:
