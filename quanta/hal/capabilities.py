@@ -7,11 +7,11 @@ here runs kernels: the same record describes a simulated device, a real one, or 
 Rules, in the order they are checked (the first failing one is the reason):
 
 1. ``ops``: the ``(domain, op_type)`` pairs the device runs (None: every operator);
-2. planned shapes: every value of the node has a shape whose dimensions are integers or
+2. ``element_types``: every non-constant input and output has one of these NumPy dtypes;
+3. planned shapes: every value of the node has a shape whose dimensions are integers or
    symbols the graph's inputs bind (``symbols``: a batch size ``N`` is fixed by the feeds
    before a run is planned; device memory is planned before anything runs), of rank <=
    ``max_rank`` and every integer dimension <= ``max_dim``;
-3. ``element_types``: every non-constant input and output has one of these NumPy dtypes;
 4. constants: integer constants of any width are parameters (shapes, axes, zero points,
    int32 bias); a float constant is accepted only as a requantization parameter, when
    ``"float-scale"`` is in ``requant_modes`` and the operator is a quantized one;
@@ -104,7 +104,15 @@ class Capabilities:
             ):
                 return None
             return f"{role} '{v.name}' is a {arr.dtype} constant; {self.name} takes float constants only as requantization scales"
-        shape = None if t is None else t.shape
+        if t is None:
+            return f"{role} '{v.name}' has no type; {self.name} plans types and shapes before running"
+        try:
+            dtype = np.dtype(t.elem.numpy)
+        except Exception:
+            return f"{role} '{v.name}' has element type {t.elem}, which {self.name} does not compute on"
+        if self.element_types and dtype.name not in self.element_types:
+            return f"{role} '{v.name}' is {dtype.name}; {self.name} computes on {', '.join(sorted(self.element_types))}"
+        shape = t.shape
         if shape is None or not all((isinstance(d, int) and d >= 0) or d in symbols for d in shape):
             return (
                 f"{role} '{v.name}' has shape {'unknown' if shape is None else list(shape)}, {UNPLANNED_SHAPE}; "
@@ -115,12 +123,6 @@ class Capabilities:
         big = [d for d in shape if isinstance(d, int) and d > self.max_dim]
         if big:
             return f"{role} '{v.name}' has dimension {big[0]} > {self.max_dim}"
-        try:
-            dtype = np.dtype(t.elem.numpy)
-        except Exception:
-            return f"{role} '{v.name}' has element type {t.elem}, which {self.name} does not compute on"
-        if self.element_types and dtype.name not in self.element_types:
-            return f"{role} '{v.name}' is {dtype.name}; {self.name} computes on {', '.join(sorted(self.element_types))}"
         return None
 
     def _weight_rule(self, node: Any) -> str | None:
