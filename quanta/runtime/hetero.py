@@ -22,6 +22,7 @@ nothing and leaves the session's host state as it was.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -315,6 +316,7 @@ class HeteroExecutor(Executable):
         self._arenas: OrderedDict[tuple, tuple[DeviceMemoryPlan, Buffer]] = OrderedDict()
         self._fence = device.semaphore(0, f"{device.name} fence")
         self._fence_value = 0
+        self._lock = threading.Lock()
         self._parts: list[_HostPart | _DevicePart] = []
         try:
             self._allocate_and_upload()
@@ -464,6 +466,15 @@ class HeteroExecutor(Executable):
         output_names: Sequence[str],
         *,
         on_value: Callable[[str, np.ndarray], None] | None = None,
+    ) -> list[np.ndarray]:
+        with self._lock:  # one run at a time owns the fence and the arena
+            return self._run(feeds, output_names, on_value)
+
+    def _run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        output_names: Sequence[str],
+        on_value: Callable[[str, np.ndarray], None] | None,
     ) -> list[np.ndarray]:
         plan = self.plan
         vals: dict[int, Any] = {}
