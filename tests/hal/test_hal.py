@@ -214,3 +214,15 @@ def test_closed_device_refuses_submissions_and_its_worker_ends():
     assert not worker.is_alive()
     with pytest.raises(HalError, match="closed"):
         dev.queue.submit([dev.command_buffer()])
+
+
+def test_host_only_plans_run_on_the_executor_directly():
+    """The native path has no HAL layer in its hot loop: a host-only plan's executable
+    is the executor the session calls (docs/runtime.md §7)."""
+    import quanta
+    from quanta.runtime.execute import Executor
+    from tests.ir import models
+
+    for backend in ("native", "npu-sim"):  # a float model has no device partition
+        sess = quanta.InferenceSession(models.float_cnn(), backend=backend)
+        assert type(sess.executor) is Executor and sess.device is None
