@@ -380,3 +380,25 @@ def test_batch_larger_than_device_memory_is_refused_per_run(target, demo):
     with pytest.raises(TargetError, match=r"does not fit the device: .* \(shapes with \{'N': 5\}\)"):
         sess.run(None, {"input": x})
     assert sess.run(None, {"input": x[:1]})[0].shape == (1, 10)
+
+
+@pytest.mark.parametrize("target", DEVICE_TARGETS)
+def test_kernel_result_of_an_unsupported_shape_fails_the_run_cleanly(target, demo):
+    from quanta.hal import DeviceExecutable, UnsupportedError
+    from quanta.runtime.hetero import HeteroExecutor
+
+    path, x = demo
+    sess, _ = device_session(target, path)
+    want = sess.run(None, {"input": x})[0]
+    exe = sess.executor
+    assert isinstance(exe, HeteroExecutor)
+    part = next(p for p in exe._parts if hasattr(p, "executables"))
+    good = part.executables[2]
+    # a kernel whose result does not have the planned shape (one row short)
+    part.executables[2] = DeviceExecutable("bad", good.name, lambda *a: good.fn(*a)[0][:-1])
+    with pytest.raises(
+        UnsupportedError, match=r"node .*: produced .* its output buffer holds .*unsupported shape"
+    ):
+        sess.run(None, {"input": x})
+    part.executables[2] = good
+    np.testing.assert_array_equal(sess.run(None, {"input": x})[0], want)
