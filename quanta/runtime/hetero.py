@@ -624,6 +624,7 @@ class SignatureExecutor(Executable):
         self.max_signatures = max_signatures
         self._cache: OrderedDict[tuple, Executable] = OrderedDict()
         self._profiler = profiler
+        self._lock = threading.Lock()
 
     @property
     def profiler(self) -> Profiler | None:
@@ -661,10 +662,11 @@ class SignatureExecutor(Executable):
         *,
         on_value: Callable[[str, np.ndarray], None] | None = None,
     ) -> list[np.ndarray]:
-        exe = self.executor_for(feeds)
-        if self._profiler is not None:
-            self._profiler.plan = exe.plan  # type: ignore[attr-defined]
-        return exe.run(feeds, output_names, on_value=on_value)
+        with self._lock:  # the cache, and the device arena of each signature's executor
+            exe = self.executor_for(feeds)
+            if self._profiler is not None:
+                self._profiler.plan = exe.plan  # type: ignore[attr-defined]
+            return exe.run(feeds, output_names, on_value=on_value)
 
     def close(self) -> None:
         while self._cache:
