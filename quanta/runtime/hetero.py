@@ -17,7 +17,9 @@ by a barrier, a copy per download (device -> host, into fresh host arrays). The
 submission signals the executor's timeline semaphore; the host waits on it with the
 session's timeout. The downloaded arrays are read only after the fence signalled; a
 failed or timed-out fence raises before any of them is used, so a failed run returns
-nothing and leaves the session's host state as it was.
+nothing and leaves the session's host state as it was. ``on_value`` sees every value
+that reaches the host (the host partitions' values and the downloads); values that stay
+in device memory are not observed.
 """
 
 from __future__ import annotations
