@@ -95,6 +95,7 @@ def compile(
             if problems:
                 more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
                 raise TargetError(f"device partition #{p.index} on {target.name}: {problems[0]}{more}")
+        plan.device_memory = estimate_device_memory(plan, target)
     plan.compile_seconds = time.perf_counter() - t0
     return plan
 
@@ -111,6 +112,29 @@ def target_pipeline(target: Target, model: Model) -> list[Pass]:
         if passes is not None:
             return list(passes)
     return default_pipeline(target, model)
+
+
+def estimate_device_memory(plan: Plan, target: Target):
+    """The device memory plan of ``plan``'s device partitions with every symbolic
+    dimension 1 (what ``print(plan)`` and ``quanta inspect --lowered --target`` show
+    before a session exists); None when there is no device partition or it does not
+    fit (the session then says why)."""
+    from quanta.runtime.hetero import plan_device_memory
+
+    caps = getattr(target, "capabilities", None)
+    if caps is None or not caps.memory_bytes or all(p.on_host for p in plan.partitions or []):
+        return None
+    symbols = {
+        d
+        for v in plan.model.graph.inputs
+        if v.type is not None and v.type.shape is not None
+        for d in v.type.shape
+        if isinstance(d, str)
+    }
+    try:
+        return plan_device_memory(plan, caps.memory_bytes, caps.alignment, dict.fromkeys(symbols, 1))
+    except TargetError:
+        return None
 
 
 def partition_plan(plan: Plan, reasons: Mapping[int, str]) -> list:
