@@ -241,20 +241,6 @@ def _contiguous(arr: Any) -> np.ndarray:
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
-def _freeze(x: Any) -> Any:
-    if isinstance(x, np.ndarray):
-        return ("ndarray", x.dtype.str, x.shape, x.tobytes())
-    if isinstance(x, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in x.items()))
-    if isinstance(x, (list, tuple)):
-        return tuple(_freeze(v) for v in x)
-    try:
-        hash(x)
-    except TypeError:
-        return ("id", id(x))
-    return x
-
-
 def _device_call(fn: Callable[..., Any], ctx: Any, attrs: Mapping[str, Any]) -> Callable[..., Any]:
     def call(*inputs: Any) -> Any:
         return fn(ctx, *inputs, **attrs)
@@ -405,7 +391,9 @@ class HeteroExecutor(Executable):
         exes = []
         for k in p.steps:
             s = self.plan.steps[k]
-            key = (s.kernel.name, _freeze(s.attrs), s.ctx.opset, id(s.node))
+            # a device kernel is bound to its node (its types and parameters): one
+            # executable per node; the cache holds the node, so its id stays unique
+            key = (s.kernel.name, id(s.node))
             exes.append(
                 self.device.executable(
                     key,
