@@ -31,14 +31,17 @@ from typing import Any
 import numpy as np
 import onnx
 
+from quanta.hal.capabilities import UNPLANNED_SHAPE
 from quanta.ir.graph import Model
 from quanta.ir.onnx_io import load
 from quanta.ir.types import CalibratedType, QuantType, TensorType
 from quanta.runtime.compile import compile as compile_model
 from quanta.runtime.execute import Executor
+from quanta.runtime.hetero import HeteroExecutor, SignatureExecutor
 from quanta.runtime.plan import Plan
 from quanta.runtime.profile import Profiler, ProfileSummary
 from quanta.runtime.tuner import TuneReport, tune_session, tuning_enabled
+from quanta.targets import TargetError, target_info
 
 __all__ = ["GraphOptimizationLevel", "InferenceSession", "InvalidArgument", "NodeArg", "SessionOptions"]
 
@@ -93,6 +96,14 @@ class SessionOptions:
     enable_tuning: bool = True
     tuning_budget_s: float = 3.0  # measuring time per model, seconds
 
+    #: device targets (backend="npu-sim"): the device memory in bytes (None: the
+    #: target's default), how long a run waits for a device fence before it fails, and
+    #: whether nodes the device cannot run may form host partitions (False: such a node
+    #: is an error naming it and the rule it breaks)
+    device_memory_bytes: int | None = None
+    device_timeout_s: float = 60.0
+    allow_host_partitions: bool = True
+
 
 #: the producer_name ONNX Runtime's quantization tool writes into its files
 ORT_QUANTIZER_PRODUCER = "onnx.quantize"
@@ -134,8 +145,11 @@ def _ort_shape(t: TensorType | None) -> list[int | str | None] | None:
 class InferenceSession:
     """Load a model (path, bytes or ``onnx.ModelProto``) and run it on a target.
 
-    ``backend``: "native" (C++ kernels, reference fallback for nodes without one) or
-    "reference" (the bit-exact NumPy golden).
+    ``backend``: "native" (C++ kernels, reference fallback for nodes without one),
+    "reference" (the bit-exact NumPy golden) or a device target such as "npu-sim"
+    (``quanta.targets.registry``: device partitions on the target's HAL device, the rest
+    on its host target). ``device``: a HAL device to run on instead of a fresh one of
+    the target's kind (tests inject faults this way).
     """
 
     def __init__(
@@ -146,6 +160,7 @@ class InferenceSession:
         *,
         backend: str = "native",
         enable_profiling: bool | None = None,
+        device: Any = None,
     ):
         del providers  # accepted for ONNX Runtime compatibility; quanta picks by ``backend``
         t0 = time.perf_counter_ns()
@@ -156,26 +171,16 @@ class InferenceSession:
             raise ValueError(
                 f"intra_op_num_threads: expected >= 0 (0: all cores), got {self._options.intra_op_num_threads}"
             )
+        self._source = model
         self._model: Model = load(model)
         self._backend = backend
-        if uses_ort_float_functions(self._model, self._options.float_functions):
-            # what the functions compute, not an optimization: on every level
-            from quanta.passes.manager import PassManager
-            from quanta.passes.rules.ort_float_functions import OrtFloatFunctions
-
-            PassManager([OrtFloatFunctions()]).run(self._model)
-        passes = None if self._options.graph_optimization_level > 0 else []
-        self._plan: Plan = compile_model(
-            self._model,
-            backend,
-            num_threads=resolve_threads(self._options.intra_op_num_threads),
-            passes=passes,
-        )
+        self._plan: Plan = self._compile(self._model)
         self._profiler: Profiler | None = None
         if self._options.enable_profiling:
             self._profiler = Profiler(self._plan, start_ns=t0)
             self._profiler.record_session_event("session_initialization", t0, time.perf_counter_ns())
-        self._exe = Executor(self._plan, profiler=self._profiler)
+        self._device = None
+        self._exe: Executor | HeteroExecutor | SignatureExecutor = self._executor(device)
         self._tuning: TuneReport | None = None
         self._tune_pending = backend == "native" and tuning_enabled(self._options.enable_tuning)
         self._last_profiler: Profiler | None = self._profiler
@@ -210,6 +215,77 @@ class InferenceSession:
             if feeds is not None:  # else the first run's feeds give the shapes
                 self._tune(feeds)
 
+    def _compile(self, model: Model) -> Plan:
+        if uses_ort_float_functions(model, self._options.float_functions):
+            # what the functions compute, not an optimization: on every level
+            from quanta.passes.manager import PassManager
+            from quanta.passes.rules.ort_float_functions import OrtFloatFunctions
+
+            PassManager([OrtFloatFunctions()]).run(model)
+        passes = None if self._options.graph_optimization_level > 0 else []
+        return compile_model(
+            model,
+            self._backend,
+            num_threads=resolve_threads(self._options.intra_op_num_threads),
+            passes=passes,
+        )
+
+    def _executor(self, device: Any) -> Executor | HeteroExecutor | SignatureExecutor:
+        """The host executor, or for a plan with device partitions the heterogeneous one
+        on ``device`` (or a new device of the backend's kind); compiled per input-shape
+        signature when the device cannot plan some shape of the symbolic plan."""
+        plan = self._plan
+        parts = plan.partitions
+        if parts is not None and any(UNPLANNED_SHAPE in why for p in parts for why in p.reasons.values()):
+            from quanta.ir.onnx_io import load_proto
+
+            self._proto, _ = load_proto(self._source)
+            self._device = device if device is not None else self._make_device()
+            return SignatureExecutor(self._build_for_shapes, plan, profiler=self._profiler)
+        return self._executor_of(plan, device)
+
+    def _build_for_shapes(self, shapes: dict[str, tuple[int, ...]]) -> Executor | HeteroExecutor:
+        """The executor of this model compiled with its graph inputs' shapes fixed."""
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self._proto)
+        for inp in proto.graph.input:
+            if inp.name in shapes and inp.type.HasField("tensor_type"):
+                dims = inp.type.tensor_type.shape.dim
+                del dims[:]
+                for d in shapes[inp.name]:
+                    dims.add().dim_value = d
+        return self._executor_of(self._compile(load(proto)), self._device)
+
+    def _make_device(self) -> Any:
+        make = target_info(self._backend).make_device
+        if make is None:
+            raise TargetError(f"backend '{self._backend}' declares no device")
+        opts = {}
+        if self._options.device_memory_bytes is not None:
+            opts["memory_bytes"] = self._options.device_memory_bytes
+        return make(**opts)
+
+    def _executor_of(self, plan: Plan, device: Any) -> Executor | HeteroExecutor:
+        parts = plan.partitions
+        if parts is not None and not self._options.allow_host_partitions:
+            for p in parts:
+                for k, why in p.reasons.items():
+                    raise TargetError(
+                        f"node {plan.steps[k].node.label} cannot run on {self._backend}: {why} "
+                        f"(allow_host_partitions is off)"
+                    )
+        if not parts or all(p.on_host for p in parts):
+            return Executor(plan, profiler=self._profiler)
+        if device is None:
+            device = self._device if self._device is not None else self._make_device()
+        self._device = device
+        return HeteroExecutor(plan, device, profiler=self._profiler, timeout=self._options.device_timeout_s)
+
+    @property
+    def device(self) -> Any:
+        """The HAL device the device partitions run on (None: everything on the host)."""
+        return self._device
+
     # -- ONNX Runtime API ---------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
         return list(self._inputs)
@@ -234,12 +310,13 @@ class InferenceSession:
     @property
     def fallbacks(self) -> list[tuple[str, str, str]]:
         """(node name, op type, reason) for every node not run by a native kernel."""
-        return self._plan.fallbacks
+        return self.plan.fallbacks
 
     @property
     def plan(self) -> Plan:
-        """The compiled plan (``print(sess.plan)``)."""
-        return self._plan
+        """The compiled plan (``print(sess.plan)``); on a device target compiled per
+        input-shape signature, the plan of the last signature run."""
+        return getattr(self._exe, "plan", self._plan)
 
     @property
     def executor(self) -> Executor:

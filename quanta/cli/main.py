@@ -146,6 +146,13 @@ def _inspect_lowered(args: argparse.Namespace, model) -> None:
         print(format_graph(model.graph, show_consts=False))
         print()
         print(coverage(before.graph, model.graph, result.no_matches).format())
+    if args.lowered and getattr(args, "target", None):
+        from quanta.runtime.compile import compile as compile_model
+
+        plan = compile_model(load(args.model), args.target)
+        print()
+        print(f"target {args.target}:")
+        print(plan.format_partitions() if plan.partitions is not None else "  every node on the host")
     if args.why_not:
         records = result.why_not(args.why_not)
         print()
@@ -153,6 +160,13 @@ def _inspect_lowered(args: argparse.Namespace, model) -> None:
             print(f"{args.why_not}: no refusals (it fired everywhere it applied, or the name is unknown)")
         for r in records:
             print(str(r))
+
+
+def _backends() -> list[str]:
+    """The registered targets (quanta.targets.registry), for --backend / --target."""
+    from quanta.targets import registered_targets
+
+    return registered_targets()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -370,13 +384,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--dump-after", metavar="PASS", action="append", help="print the IR after this pass ('*': every)"
     )
     s.add_argument("--kernels", action="store_true", help="list the native kernel ISAs of this machine")
+    s.add_argument(
+        "--target",
+        choices=_backends(),
+        help="with --lowered: compile for this target and show its partitions and transfers",
+    )
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("run", help="run a model on inputs from an .npz file (or random inputs)")
     s.add_argument("model")
     s.add_argument("--inputs", help=".npz with one array per model input")
     s.add_argument("-o", "--output", help="write the outputs to this .npz")
-    s.add_argument("--backend", choices=["native", "reference"], default="native")
+    s.add_argument("--backend", choices=_backends(), default="native")
     s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     s.add_argument(
         "--engine",
@@ -480,7 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--feeds", metavar="FILE.npz", help="time these inputs instead of generated ones")
     s.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     s.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")
-    s.add_argument("--backend", choices=["native", "reference"], default="native")
+    s.add_argument("--backend", choices=_backends(), default="native")
     s.set_defaults(func=cmd_bench)
 
     s = sub.add_parser(
@@ -506,7 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_debug)
 
     s = sub.add_parser("demo", help="quantize the built-in demo model and compare FP32 with int8")
-    s.add_argument("--backend", choices=["native", "reference"], default="native")
+    s.add_argument("--backend", choices=_backends(), default="native")
     s.set_defaults(func=cmd_demo)
     return p
 

@@ -77,6 +77,12 @@ MAC_OPS = derive("quanta.quantize.qdq.MAC_OPS", lambda t: t.ops_where(qdq=QdqRol
 
 #: gates g(x) whose product ``Mul(x, g(x))`` the plan treats as one function of x, each a
 #: chain of ops from the Mul's input outwards (SiLU, hardswish before opset 14, Mish)
+#: Ops an integer-only recipe (a device target) plans as unary on input 0: Softmax reads
+#: its input quantized (an integer softmax), LayerNormalization too (its scale and bias stay
+#: float constants, folded into integers by the lowering), a division by a constant is a
+#: table
+INTEGER_ONLY_UNARY = frozenset({"Softmax", "LayerNormalization", "Div"})
+
 GATES: tuple[tuple[str, ...], ...] = (("Sigmoid",), ("HardSigmoid",), ("Tanh", "Softplus"))
 
 
@@ -215,6 +221,10 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
             return "excluded by the recipe"
         if node.op_type == "Pad":
             return _pad_reason(node)
+        if node.op_type == "Div":
+            d = node.input(1)
+            if d is None or not d.is_const or np.asarray(d.const).size != 1:
+                return "the divisor is not a scalar constant (only x / c is a table)"
         return None
 
     # gated activations: the Mul is the group's unary op on x, its gate nodes are inside
@@ -329,7 +339,7 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
             if len(d.inputs) != sum(1 for v in node.inputs if v is not None):
                 plan.decisions.append(NodeDecision(node, False, "an input is not a float tensor"))
                 continue
-        elif op in UNARY_QUANT_OPS:
+        elif op in UNARY_QUANT_OPS or (recipe.integer_only and op in INTEGER_ONLY_UNARY):
             x = node.input(0)
             if not _is_float(x):
                 plan.decisions.append(NodeDecision(node, False, "input 0 is not a float tensor"))
@@ -381,6 +391,18 @@ def _profitable(
     output_ids = {id(v) for v in graph.outputs}
     kept: set[int] = set()
     wanted: set[int] = set()
+    if recipe.integer_only:
+        # a device without float units: every quantizable op is kept and reads its
+        # activations quantized (Softmax's input too); nothing is "unprofitable"
+        for node in graph.nodes:
+            if id(node) not in quantizable or not node.outputs:
+                continue
+            kept.add(id(node))
+            reads = [node.inputs[gated[id(node)][0]]] if id(node) in gated else node.inputs
+            if node.op_type in INTEGER_ONLY_UNARY:
+                reads = node.inputs[:1]
+            wanted.update(id(v) for v in reads if v is not None and not v.is_const)
+        return kept, wanted
     for node in reversed(graph.nodes):
         if id(node) not in quantizable or not node.outputs:
             continue
@@ -435,6 +457,13 @@ def resolve_params(
             t.float_reason = "no calibration range (never computed on the calibration data)"
             continue
         reason = is_degenerate(cal)
+        if reason is not None and recipe.integer_only and "zero range" in reason:
+            # integer-only: a constant tensor still has to reach the device as integers;
+            # a range around the constant represents it exactly (its own step)
+            c = float(np.asarray(cal.min, np.float64).reshape(-1)[0])
+            half = abs(c) if c != 0.0 else 1.0
+            cal = CalibratedType(cal.expressed, min(c, 0.0) - half, max(c, 0.0) + half)
+            reason = None
         if reason is not None:
             t.float_reason = reason
             continue
@@ -786,6 +815,13 @@ def _insert_activation_qdq(graph: Graph, v: Value, q: QuantType) -> None:
     graph.add_node(dqnode, before=anchor)
     for node, i in users:
         node.replace_input(i, dqv)
+    if any(o is v for o in graph.outputs):
+        # a quantized graph output (Recipe.quantize_outputs): the dequantized value is
+        # what the graph returns, under the output's name
+        name = v.name
+        v.name = graph.fresh_name(f"{name}_float")
+        dqv.name = name
+        graph.outputs = [dqv if o is v else o for o in graph.outputs]
 
 
 def _after(graph: Graph, v: Value) -> Node | None:

@@ -27,7 +27,7 @@ import enum
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,25 @@ DEFAULT_OP_TYPES: frozenset[str] = frozenset(
     }
 )
 
+#: Devices a recipe can be made for, and what each fixes (data the npu-sim rules restate:
+#: quanta.targets.npu_sim.rules.CAPABILITIES): int8 per-tensor activations, int8
+#: symmetric per-channel weights, quantized graph outputs (the last device op is integer),
+#: and the operators its integer kernels implement.
+TARGETS: dict[str, dict[str, Any]] = {
+    "npu-sim": {
+        "integer_only": True,
+        "recipe": {
+            "activation_type": "int8",
+            "weight_type": "int8",
+            "symmetric_weights": True,
+            "per_channel": True,
+            "weight_bits": 8,
+            "quantize_outputs": True,
+            "op_types": ("LayerNormalization", "Div", "Sub"),
+        },
+    },
+}
+
 _STORAGE = {"int8": I8, "uint8": U8, "int4": I4, "uint4": U4, "i8": I8, "u8": U8, "i4": I4, "u4": U4}
 
 
@@ -180,6 +199,9 @@ class Recipe:
     min_integer_share: float | None = None
     recurrent: RecurrentMode = RecurrentMode.DYNAMIC
     subgraphs: SubgraphMode = SubgraphMode.DYNAMIC
+    # the device the file is for: None (any CPU) or a key of TARGETS ("npu-sim": integer
+    # only, every op quantized, the device's granularity rules; see TARGETS)
+    target: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.method, str):
@@ -237,10 +259,27 @@ class Recipe:
             raise RecipeError(f"weight_rounding: expected 'nearest' or 'gptq', got {self.weight_rounding!r}")
         if self.smooth_quant is not None and not 0.0 < float(self.smooth_quant) < 1.0:
             raise RecipeError(f"smooth_quant: expected an alpha in (0, 1) or None, got {self.smooth_quant}")
+        if self.target is not None and self.target not in TARGETS:
+            raise RecipeError(f"target: unknown target {self.target!r}; expected None or one of {sorted(TARGETS)}")
         if self.weight_block_size <= 0:
             raise RecipeError(
                 f"weight_block_size: expected a positive block size, got {self.weight_block_size}"
             )
+
+    @property
+    def integer_only(self) -> bool:
+        """Every operator between the graph's inputs and outputs is quantized (a device
+        without float units): Softmax, LayerNormalization and divisions by constants read
+        quantized inputs, and nothing is skipped as unprofitable."""
+        return self.target is not None and bool(TARGETS[self.target].get("integer_only"))
+
+    def for_target(self) -> Recipe:
+        """This recipe with its target's fixed choices applied (TARGETS)."""
+        if self.target is None:
+            return self
+        fixed = dict(TARGETS[self.target]["recipe"])
+        fixed["op_types"] = frozenset(self.op_types) | frozenset(fixed.get("op_types", ()))
+        return replace(self, **fixed)
 
     @property
     def activation_storage(self) -> IntType:

@@ -288,13 +288,19 @@ def quantize_static(
     Returns (and, if ``verbose``, prints) the summary.
     """
     t0 = time.perf_counter()
-    recipe = _recipe_from(recipe, options)
+    recipe = _recipe_from(recipe, options).for_target()  # a device's fixed choices (Recipe.target)
     if accuracy is not None:
         return _quantize_to_target(
             model_input, model_output, calibration_data, recipe, preprocess, verbose, accuracy
         )
     model = load_for_quantization(model_input, min_opset=21 if recipe.weight_storage.bits == 4 else MIN_OPSET)
     prepare_float_graph(model)
+    if recipe.integer_only:
+        # one integer operator per GELU (a table), instead of five float ops on the device
+        from quanta.passes.manager import PassManager
+        from quanta.passes.rules.fuse_gelu import FuseGeluPass
+
+        PassManager([FuseGeluPass(model.opset())]).run(model)
     quantize_inside = recipe.subgraphs is not SubgraphMode.FLOAT
     if quantize_inside:
         prepare_bodies(model, prepare_float_graph)

@@ -7,11 +7,16 @@ The stages, in order (each a function below)::
                        ``optimize_float``)
     2. bind_kernels    the target picks one kernel per node (native, or its reference
                        twin recorded as a fallback with the reason); If / Loop / Scan
-                       get their bodies compiled (quanta.runtime.control_flow)
+                       get their bodies compiled (quanta.runtime.control_flow). A
+                       device target (``Target.host`` set) takes the nodes its
+                       capabilities allow; its host target takes the others, each with
+                       the reason
     3. assign_slots    one slot per value; constants, inputs, outputs, intermediates
     4. plan_memory     liveness of intermediates -> offsets in one arena (static shapes;
                        symbolic shapes are planned by the executor at the first run of
                        each input-shape signature)
+    5. partition       device targets only: consecutive steps on one device form a
+                       partition, crossings are transfers (quanta.targets.partition)
 
 The result prints itself (``print(plan)``, see :mod:`quanta.runtime.plan`).
 """
@@ -27,11 +32,23 @@ from quanta.runtime.memory import MemoryPlan, liveness, plan_arena
 from quanta.runtime.plan import NONE_SLOT, Plan, PlanStep, Slot, SlotKind, static_nbytes
 from quanta.targets import get_target
 from quanta.targets.base import Kernel, Target, TargetError, check_supported, kernel_context
+from quanta.targets.partition import PartitionStep, partition_steps
+from quanta.targets.reference import reference_evaluator
+from quanta.targets.registry import target_info
 
 if TYPE_CHECKING:
     from quanta.passes.manager import Pass, PipelineResult
 
-__all__ = ["DEFAULT_PIPELINE", "compile", "default_pipeline", "plan_static_memory", "run_passes"]
+__all__ = [
+    "DEFAULT_PIPELINE",
+    "compile",
+    "default_pipeline",
+    "partition_plan",
+    "plan_static_memory",
+    "reference_evaluator",
+    "run_passes",
+    "target_pipeline",
+]
 
 #: A fixed pipeline for float graphs (a plain list of Pass instances), used instead of
 #: ``optimize_float`` when set; empty by default.
@@ -57,14 +74,82 @@ def compile(
         target = get_target(target)
     if num_threads < 1:
         raise ValueError(f"num_threads: expected >= 1, got {num_threads}")
-    pipeline_result = run_passes(model, default_pipeline(target, model) if passes is None else passes)
+    if passes is None:
+        passes = target_pipeline(target, model)
+        as_written = False
+    else:
+        as_written = not passes
+    pipeline_result = run_passes(model, passes)
     # an explicit empty pipeline (ORT_DISABLE_ALL, calibration) runs the bodies as written too
-    kernels = bind_kernels(model, target, num_threads, as_written=passes is not None and not passes)
+    reasons: dict[int, str] = {}
+    kernels = bind_kernels(model, target, num_threads, as_written=as_written, host_reasons=reasons)
     plan = assign_slots(model, target, kernels, num_threads)
     plan.passes = pipeline_result
     plan.memory = plan_static_memory(plan)
+    if target.host is not None:
+        plan.partitions = partition_plan(plan, reasons)
+        for p in plan.partitions:
+            if p.on_host:
+                continue
+            problems = target.verify_partition([plan.steps[k].node for k in p.steps])
+            if problems:
+                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise TargetError(f"device partition #{p.index} on {target.name}: {problems[0]}{more}")
+        plan.device_memory = estimate_device_memory(plan, target)
     plan.compile_seconds = time.perf_counter() - t0
     return plan
+
+
+def target_pipeline(target: Target, model: Model) -> list[Pass]:
+    """The passes ``target`` declares in the registry (``TargetInfo.pipeline``), or
+    :func:`default_pipeline`."""
+    try:
+        info = target_info(target.name)
+    except ValueError:  # an unregistered Target object
+        info = None
+    if info is not None and info.pipeline is not None:
+        passes = info.pipeline(model)
+        if passes is not None:
+            return list(passes)
+    return default_pipeline(target, model)
+
+
+def estimate_device_memory(plan: Plan, target: Target):
+    """The device memory plan of ``plan``'s device partitions with every symbolic
+    dimension 1 (what ``print(plan)`` and ``quanta inspect --lowered --target`` show
+    before a session exists); None when there is no device partition or it does not
+    fit (the session then says why)."""
+    from quanta.runtime.hetero import plan_device_memory
+
+    caps = getattr(target, "capabilities", None)
+    if caps is None or not caps.memory_bytes or all(p.on_host for p in plan.partitions or []):
+        return None
+    symbols = {
+        d
+        for v in plan.model.graph.inputs
+        if v.type is not None and v.type.shape is not None
+        for d in v.type.shape
+        if isinstance(d, str)
+    }
+    try:
+        return plan_device_memory(plan, caps.memory_bytes, caps.alignment, dict.fromkeys(symbols, 1))
+    except TargetError:
+        return None
+
+
+def partition_plan(plan: Plan, reasons: Mapping[int, str]) -> list:
+    """The partitions of ``plan``'s steps by device (quanta.targets.partition)."""
+    steps = [
+        PartitionStep(
+            s.index,
+            s.kernel.device,
+            tuple(s.inputs),
+            tuple(o for o in s.outputs if o is not None),
+            reasons.get(s.index, ""),
+        )
+        for s in plan.steps
+    ]
+    return partition_steps(steps, plan.constants.keys(), plan.outputs.values())
 
 
 def default_pipeline(target: Target, model: Model) -> list[Pass]:
@@ -96,29 +181,6 @@ def default_pipeline(target: Target, model: Model) -> list[Pass]:
     )
 
 
-def reference_evaluator(opset_imports: Mapping[str, int]):
-    """Constant folding's evaluator: a node's reference kernel (passes may not import
-    kernels, so the runtime injects this). ``evaluate(node, inputs) -> outputs``; the
-    opset of each op's domain comes from ``opset_imports`` (a model's)."""
-    from quanta.kernels.reference.registry import OpContext, get_op
-
-    def evaluate(node, inputs):
-        fn = get_op(node.op_type, node.domain)
-        if fn is None:
-            raise LookupError(f"no reference kernel for {node.op_type}")
-        ctx = OpContext(
-            opset=opset_imports.get(node.domain, 1 if node.domain else 21),
-            n_outputs=len(node.outputs),
-            node_name=node.name,
-            op_type=node.op_type,
-            domain=node.domain,
-        )
-        out = fn(ctx, *inputs, **node.attrs)
-        return list(out) if isinstance(out, (tuple, list)) else [out]
-
-    return evaluate
-
-
 def run_passes(model: Model, passes: Sequence[Pass]) -> PipelineResult | None:
     """Hook for the compiler's pass pipeline: run ``passes`` on ``model`` in place
     (verifier per the pass manager's default). No passes: nothing runs, None."""
@@ -130,13 +192,44 @@ def run_passes(model: Model, passes: Sequence[Pass]) -> PipelineResult | None:
 
 
 def bind_kernels(
-    model: Model, target: Target, num_threads: int = 1, *, as_written: bool = False
+    model: Model,
+    target: Target,
+    num_threads: int = 1,
+    *,
+    as_written: bool = False,
+    host_reasons: dict[int, str] | None = None,
 ) -> list[Kernel]:
     """One kernel per node, in graph order. If / Loop / Scan get the runtime's kernel
     over their bodies compiled for ``target`` (:mod:`quanta.runtime.control_flow`; with
-    ``as_written`` no pass runs on the bodies)."""
+    ``as_written`` no pass runs on the bodies). A device target (``target.host`` set)
+    hands each node it cannot run to its host target, and records why in
+    ``host_reasons`` (step index -> reason)."""
     from quanta.runtime.control_flow import CONTROL_FLOW_OPS, control_flow_kernel, node_scope
 
+    if target.host is not None:
+        host = get_target(target.host)
+        kernels = []
+        for k, node in enumerate(model.graph.nodes):
+            why = target.unsupported(model, node)
+            if why is None:
+                kernels.append(target.select_kernel(model, node))
+                continue
+            if host_reasons is not None:
+                host_reasons[k] = why
+            if node.op_type in CONTROL_FLOW_OPS and node.domain == "":
+                kernels.append(
+                    control_flow_kernel(
+                        model, node, host, num_threads, node_scope(node, k), as_written=as_written
+                    )
+                )
+                continue
+            host_why = host.unsupported(model, node)
+            if host_why is not None:
+                raise TargetError(
+                    f"node {node.label}: {host_why} (on {host.name}; not on {target.name}: {why})"
+                )
+            kernels.append(host.select_kernel(model, node))
+        return kernels
     check_supported(target, model)
     kernels = []
     for k, node in enumerate(model.graph.nodes):

@@ -104,6 +104,20 @@ class Plan:
     passes: PipelineResult | None = None
     compile_seconds: float = 0.0
     slot_of: dict[str, int] = field(default_factory=dict)  # value name -> slot
+    #: device targets: the steps grouped by device, with their transfers
+    #: (quanta.targets.partition.Partition); None for host targets (one host partition)
+    partitions: list[Any] | None = None
+    #: the device's memory plan (quanta.runtime.hetero.DeviceMemoryPlan), once known
+    device_memory: Any = None
+
+    @property
+    def transfers(self) -> tuple[int, int]:
+        """(uploads, downloads) per run between host and device (0, 0 on a host target)."""
+        if not self.partitions:
+            return (0, 0)
+        from quanta.targets.partition import transfer_count
+
+        return transfer_count(self.partitions)
 
     @property
     def fallbacks(self) -> list[tuple[str, str, str]]:
@@ -128,16 +142,23 @@ class Plan:
 
     def format(self, *, max_steps: int | None = None) -> str:
         n_native = sum(1 for s in self.steps if s.kernel.impl == "native")
+        devices: dict[str, int] = {}
+        for s in self.steps:
+            if s.kernel.device:
+                devices[s.kernel.device] = devices.get(s.kernel.device, 0) + 1
+        on_devices = "".join(f", {_n(k, 'step')} on {d}" for d, k in devices.items())
         threads = f"{self.num_threads} thread{'s' if self.num_threads != 1 else ''}"
         name = self.model.graph.name
         lines = [
             f"plan '{name}' on target {self.target}: {len(self.steps)} steps, {threads}",
             f"  slots: {_n(self.count(SlotKind.CONSTANT), 'constant')}, {_n(self.count(SlotKind.INPUT), 'input')}, "
             f"{_n(self.count(SlotKind.INTERMEDIATE), 'intermediate')}, {_n(self.count(SlotKind.OUTPUT), 'output')}; "
-            f"{_n(n_native, 'step')} on native kernels, {_n(len(self.fallbacks), 'fallback')}",
+            f"{_n(n_native, 'step')} on native kernels{on_devices}, {_n(len(self.fallbacks), 'fallback')}",
         ]
         if self.passes is not None:
             lines.append(f"  passes: {', '.join(r.name for r in self.passes.records) or '(none)'}")
+        if self.partitions is not None:
+            lines.append(self.format_partitions())
         if self.memory is not None:
             lines.append(f"  memory: {self.memory.summary()}")
         else:
@@ -160,6 +181,33 @@ class Plan:
 
     __str__ = format
 
+    def format_partitions(self) -> str:
+        """The partitions, their transfers and why each host step is not on the device."""
+        parts = self.partitions or []
+        up, down = self.transfers
+        n_dev = sum(1 for p in parts if not p.on_host)
+        lines = [
+            f"  partitions: {_n(len(parts), 'partition')} ({n_dev} on device, {len(parts) - n_dev} on host); "
+            f"transfers per run: {_n(up, 'upload')}, {_n(down, 'download')}"
+        ]
+        if self.device_memory is not None:
+            lines.append(f"  device memory: {self.device_memory.summary()}")
+        for p in parts:
+            first, last = p.steps[0], p.steps[-1]
+            span = f"step {first}" if first == last else f"steps {first}-{last}"
+            ups = ", ".join(self._slot_label(v) for v in p.uploads) or "-"
+            downs = ", ".join(self._slot_label(v) for v in p.downloads) or "-"
+            if p.on_host:
+                lines.append(f"    #{p.index} host: {span}; reads {ups}; hands on {downs}")
+                for k, why in p.reasons.items():
+                    lines.append(f"       step {k} {self.steps[k].name}: {why}")
+            else:
+                lines.append(
+                    f"    #{p.index} {p.device}: {span}; upload {ups}; download {downs}; "
+                    f"{_n(len(p.constants), 'constant')}"
+                )
+        return "\n".join(lines)
+
     def _slot_label(self, k: int) -> str:
         """``%k name``; constants only ``%k`` (their names make rows unreadably long)."""
         if self.slots[k].kind is SlotKind.CONSTANT:
@@ -170,6 +218,8 @@ class Plan:
         o = step.outputs[0] if step.outputs else None
         if o is None:
             return ""
+        if step.kernel.device:  # placed by the device memory plan (plan.device_memory)
+            return f"{step.kernel.device} memory"
         if self.slots[o].kind is SlotKind.OUTPUT:
             return "output"
         if self.memory is None:

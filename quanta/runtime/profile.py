@@ -105,6 +105,8 @@ class _Run:
     ends: list[int]
     specs: Mapping[int, tuple[tuple[int, ...], np.dtype]]  # slot -> (shape, dtype) of this run's signature
     tid: int
+    #: steps that ran on another thread (a device's worker): step -> thread id
+    tids: Mapping[int, int] | None = None
 
 
 class Profiler:
@@ -116,6 +118,10 @@ class Profiler:
         self.start_time_ns = time.time_ns()  # wall clock at start (ORT: get_profiling_start_time_ns)
         self.runs: list[_Run] = []
         self.session_events: list[tuple[str, int, int]] = []  # (name, start_ns, end_ns)
+        #: device-side and transfer events: (cat, name, start_ns, end_ns, tid or 0 for
+        #: the run's thread, args, the run's thread)
+        self.events: list[tuple[str, str, int, int, int, dict[str, Any], int]] = []
+        self.thread_names: dict[int, str] = {}
         self.pid = os.getpid()
         self._lock = threading.Lock()
 
@@ -129,10 +135,30 @@ class Profiler:
         starts: list[int],
         ends: list[int],
         specs: Mapping[int, tuple[tuple[int, ...], np.dtype]] | None = None,
+        *,
+        tids: Mapping[int, int] | None = None,
     ) -> None:
-        """One run: its span, and step ``k`` from ``starts[k]`` to ``ends[k]`` (ns)."""
+        """One run: its span, and step ``k`` from ``starts[k]`` to ``ends[k]`` (ns);
+        ``tids``: the thread of each step that did not run on the calling thread."""
         with self._lock:
-            self.runs.append(_Run(start_ns, end_ns, starts, ends, specs or {}, threading.get_native_id()))
+            tid = threading.get_native_id()
+            self.runs.append(_Run(start_ns, end_ns, starts, ends, specs or {}, tid, tids or None))
+            if tids:
+                for t in set(tids.values()):
+                    self.thread_names.setdefault(t, "device")
+
+    def record_events(
+        self, events: Sequence[tuple[str, str, int, int, int, dict[str, Any]]], device: str = "device"
+    ) -> None:
+        """Events beside the steps: transfers (cat "Transfer") on the device's thread,
+        waits for a fence (cat "Wait") on the host thread (tid 0: the calling thread)."""
+        with self._lock:
+            host = threading.get_native_id()
+            self.thread_names.setdefault(host, "host")
+            for cat, name, t0, t1, tid, args in events:
+                if tid:
+                    self.thread_names[tid] = f"{device} device"
+                self.events.append((cat, name, t0, t1, tid, args, host))
 
     # -- summary ---------------------------------------------------------------
     def summary(self, top: int = 10) -> ProfileSummary:
@@ -188,6 +214,12 @@ class Profiler:
             for k, (t0, t1) in enumerate(zip(run.starts, run.ends)):
                 events.append(self._node_event(k, t0, t1, run))
             events.append(self._event("Session", "model_run", run.start_ns, run.end_ns, run.tid, {}))
+        for cat, name, t0, t1, tid, args, host in self.events:
+            events.append(self._event(cat, name, t0, t1, tid or host, args))
+        for tid, name in self.thread_names.items():  # Chrome's names for the timelines
+            events.append(
+                {"name": "thread_name", "ph": "M", "pid": self.pid, "tid": tid, "args": {"name": name}}
+            )
         return events
 
     def write(self, path: str | os.PathLike) -> str:
@@ -240,7 +272,12 @@ class Profiler:
         if outs is not None:
             args["output_type_shape"] = [t for t, _ in outs]
         name = step.node.name or step.op_type
-        return self._event("Node", f"{name}_kernel_time", t0, t1, run.tid, args)
+        tid = run.tid
+        if step.kernel.device:
+            args["device"] = step.kernel.device
+            if run.tids is not None:
+                tid = run.tids.get(k, tid)
+        return self._event("Node", f"{name}_kernel_time", t0, t1, tid, args)
 
 
 def _type_shapes(

@@ -1,20 +1,24 @@
-"""Back ends: one interface (:mod:`quanta.targets.base`), several implementations."""
+"""Back ends: one interface (:mod:`quanta.targets.base`), several implementations,
+registered by name with their capabilities (:mod:`quanta.targets.registry`)."""
 
 from __future__ import annotations
 
 from quanta.targets.base import Executable, Target, TargetError
+from quanta.targets.registry import (
+    TargetInfo,
+    get_target,
+    register_target,
+    registered_targets,
+    target_info,
+)
 
-__all__ = ["Executable", "Target", "TargetError", "get_target"]
-
-
-def get_target(name: str) -> Target:
-    """The target called ``name``: "reference" (bit-exact NumPy golden) or "native"."""
-    if name == "reference":
-        from quanta.targets.reference import ReferenceTarget
-
-        return ReferenceTarget()
-    if name == "native":
-        from quanta.targets.native import NativeTarget
-
-        return NativeTarget()
-    raise ValueError(f"unknown backend '{name}': expected 'native' or 'reference'")
+__all__ = [
+    "Executable",
+    "Target",
+    "TargetError",
+    "TargetInfo",
+    "get_target",
+    "register_target",
+    "registered_targets",
+    "target_info",
+]

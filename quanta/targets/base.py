@@ -77,6 +77,9 @@ class Kernel:
     #: optional: ``specialize(sig, **attributes_and_params)`` -> ``f(ctx, *inputs)`` for
     #: one input signature, or None (the runtime then calls ``fn``); see Specialization
     specialize: Callable[..., Callable[..., Any] | None] | None = None
+    #: the HAL device this kernel runs on ("": the host, called directly by the executor;
+    #: else the name of a registered target's device, run through command buffers)
+    device: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,10 @@ class Executable(ABC):
 
 class Target(ABC):
     name: str = ""
+    #: the target that runs the nodes this one cannot (``unsupported`` gives the reason),
+    #: as host partitions with explicit transfers (quanta/targets/partition.py); None: a
+    #: node this target cannot run is an error
+    host: str | None = None
 
     @abstractmethod
     def unsupported(self, model: Model, node: Node) -> str | None:
@@ -139,6 +146,12 @@ class Target(ABC):
     @abstractmethod
     def select_kernel(self, model: Model, node: Node) -> Kernel:
         """The kernel that runs ``node`` (only called when ``unsupported`` is None)."""
+
+    def verify_partition(self, nodes: list[Node]) -> list[str]:
+        """A device target's check of one device partition after partitioning (each
+        problem names the node and the rule; empty: the partition is valid)."""
+        del nodes
+        return []
 
     def prepare(self, model: Model) -> Executable:
         """The plain interpreter over this target's kernels (no memory plan, no

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from quanta.ir.graph import Model, Node
-from quanta.kernels.reference.registry import OpError, get_op
+from quanta.kernels.reference.registry import OpContext, OpError, get_op
 from quanta.targets.base import (
     Executable,
     Kernel,
@@ -32,7 +32,14 @@ from quanta.targets.base import (
     kernel_context,
 )
 
-__all__ = ["ReferenceExecutable", "ReferenceTarget", "Step", "bind_steps", "reference_kernel"]
+__all__ = [
+    "ReferenceExecutable",
+    "ReferenceTarget",
+    "Step",
+    "bind_steps",
+    "reference_evaluator",
+    "reference_kernel",
+]
 
 #: Exceptions a kernel raises for bad inputs; reported as TargetError naming the node.
 KERNEL_ERRORS = (OpError, ValueError, TypeError, IndexError, KeyError)
@@ -155,3 +162,25 @@ def bind_steps(target: Target, model: Model) -> list[Step]:
             )
         )
     return steps
+
+
+def reference_evaluator(opset_imports: Mapping[str, int]):
+    """Constant folding's evaluator: a node's reference kernel (passes may not import
+    kernels, so the runtime injects this). ``evaluate(node, inputs) -> outputs``; the
+    opset of each op's domain comes from ``opset_imports`` (a model's)."""
+
+    def evaluate(node, inputs):
+        fn = get_op(node.op_type, node.domain)
+        if fn is None:
+            raise LookupError(f"no reference kernel for {node.op_type}")
+        ctx = OpContext(
+            opset=opset_imports.get(node.domain, 1 if node.domain else 21),
+            n_outputs=len(node.outputs),
+            node_name=node.name,
+            op_type=node.op_type,
+            domain=node.domain,
+        )
+        out = fn(ctx, *inputs, **node.attrs)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    return evaluate
