@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from quanta.ir.graph import Node
-from quanta.ir.types import I4, I8, U4, U8, IntType
+from quanta.ir.types import I4, I8, I16, U4, U8, IntType
 
 __all__ = [
     "DEFAULT_OP_TYPES",
@@ -123,12 +123,29 @@ TARGETS: dict[str, dict[str, Any]] = {
             "per_channel": True,
             "weight_bits": 8,
             "quantize_outputs": True,
-            "op_types": ("LayerNormalization", "Div", "Sub"),
+            "op_types": ("LayerNormalization", "Div"),
         },
+        # int16 (symmetric) activations for the residual stream (the inputs of every
+        # LayerNormalization, back through the Adds that build them), GELU outputs and
+        # the graph outputs: 8 bits lose the outliers there (docs/accuracy.md, MiniLM)
+        # and tie close logits; the device's int16 profile option
+        # (quanta.targets.npu_sim.rules.CAPABILITIES)
+        "wide_activations": ("residual", "gelu", "outputs"),
     },
 }
 
-_STORAGE = {"int8": I8, "uint8": U8, "int4": I4, "uint4": U4, "i8": I8, "u8": U8, "i4": I4, "u4": U4}
+_STORAGE = {
+    "int16": I16,
+    "i16": I16,
+    "int8": I8,
+    "uint8": U8,
+    "int4": I4,
+    "uint4": U4,
+    "i8": I8,
+    "u8": U8,
+    "i4": I4,
+    "u4": U4,
+}
 
 
 def storage_from_name(name: str | IntType, what: str) -> IntType:
@@ -260,7 +277,9 @@ class Recipe:
         if self.smooth_quant is not None and not 0.0 < float(self.smooth_quant) < 1.0:
             raise RecipeError(f"smooth_quant: expected an alpha in (0, 1) or None, got {self.smooth_quant}")
         if self.target is not None and self.target not in TARGETS:
-            raise RecipeError(f"target: unknown target {self.target!r}; expected None or one of {sorted(TARGETS)}")
+            raise RecipeError(
+                f"target: unknown target {self.target!r}; expected None or one of {sorted(TARGETS)}"
+            )
         if self.weight_block_size <= 0:
             raise RecipeError(
                 f"weight_block_size: expected a positive block size, got {self.weight_block_size}"

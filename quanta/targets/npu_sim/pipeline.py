@@ -31,7 +31,9 @@ __all__ = ["NpuReport", "check", "lower_for_npu", "npu_pipeline", "partition", "
 
 
 def npu_pipeline(model: Model, rounding: str = "double") -> list[Pass]:
-    """``lower_qdq`` without ChannelsLast, then IntegerOnly and dead code."""
+    """``lower_qdq`` without ChannelsLast (the device's convolutions are NCHW) and
+    FoldFloatWeights (the weights of a group left for IntegerOnly stay integers), then
+    IntegerOnly and dead code."""
     from quanta.passes.pipelines import lower_qdq
     from quanta.passes.rules.eliminate_dead import EliminateDead
     from quanta.runtime.compile import reference_evaluator
@@ -39,7 +41,7 @@ def npu_pipeline(model: Model, rounding: str = "double") -> list[Pass]:
     passes = [
         p
         for p in lower_qdq(opset=model.opset(), evaluator=reference_evaluator(model.opset_imports))
-        if type(p).__name__ not in ("ChannelsLast", "EliminateDead")
+        if type(p).__name__ not in ("ChannelsLast", "EliminateDead", "FoldFloatWeights")
     ]
     return [*passes, IntegerOnly(rounding), EliminateDead()]
 
