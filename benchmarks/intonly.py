@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "real_models"))
 
 import quanta  # noqa: E402
 from quanta.ir.onnx_io import load  # noqa: E402
-from quanta.targets.npu_sim.pipeline import lower_for_npu, run_lowered  # noqa: E402
+from quanta.runtime.npu_sim import lower_for_npu, run_lowered  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "quanta-bench"
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from quanta.ir.graph import Node
-from quanta.ir.types import I4, I8, I16, U4, U8, IntType
+from quanta.ir.types import I4, I8, U4, U8, IntType
 
 __all__ = [
     "DEFAULT_OP_TYPES",
@@ -134,18 +134,7 @@ TARGETS: dict[str, dict[str, Any]] = {
     },
 }
 
-_STORAGE = {
-    "int16": I16,
-    "i16": I16,
-    "int8": I8,
-    "uint8": U8,
-    "int4": I4,
-    "uint4": U4,
-    "i8": I8,
-    "u8": U8,
-    "i4": I4,
-    "u4": U4,
-}
+_STORAGE = {"int8": I8, "uint8": U8, "int4": I4, "uint4": U4, "i8": I8, "u8": U8, "i4": I4, "u4": U4}
 
 
 def storage_from_name(name: str | IntType, what: str) -> IntType:
