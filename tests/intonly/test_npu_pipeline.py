@@ -166,3 +166,27 @@ def test_check_reports_host_nodes(cnn_files):
     rep = check(m)  # not lowered: QDQ operators are host nodes, nothing verifies wrongly
     assert rep.stage_problems == []
     assert "host nodes" in rep.summary()
+
+
+def test_cli_quantize_target_npu_sim(tmp_path, capsys):
+    from quanta.cli.main import main
+
+    src = tmp_path / "cnn.onnx"
+    onnx.save(models.float_cnn(), src)
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(0)
+    for k in range(2):
+        np.savez(calib / f"{k}.npz", x=rng.standard_normal((1, 3, 8, 6)).astype(np.float32))
+    out = tmp_path / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--target", "npu-sim"]) == 0
+    capsys.readouterr()
+    m = load(str(out))
+    rep = lower_for_npu(m)
+    assert rep.stage_problems == [] and {n.op_type for n, _ in rep.host} == {
+        "QuantizeLinear",
+        "DequantizeLinear",
+    }
+    with pytest.raises(SystemExit) as e:
+        main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--target", "gpu"])
+    assert e.value.code == 2 and "invalid choice: 'gpu'" in capsys.readouterr().err
