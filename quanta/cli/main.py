@@ -268,6 +268,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         options["min_integer_share"] = args.min_integer_share
     if args.recurrent:
         options["recurrent"] = args.recurrent
+    if getattr(args, "target", None):
+        options["target"] = args.target
     if args.subgraphs:
         options["subgraphs"] = args.subgraphs
     if args.dynamic:
@@ -427,6 +429,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--op-types", nargs="+", metavar="OP", help="only quantize these op types")
     s.add_argument("--samples", type=int, help="use at most this many calibration samples")
     s.add_argument("--recipe", help="YAML or JSON recipe file (options on the command line win)")
+    s.add_argument(
+        "--target",
+        choices=["npu-sim"],
+        help="the device the file is for: npu-sim = integer only (int8 per-tensor activations, "
+        "int8 symmetric per-channel weights, every operator quantized; Recipe.target)",
+    )
     s.add_argument(
         "--min-integer-share",
         type=float,

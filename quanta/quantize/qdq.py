@@ -358,6 +358,8 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
                 d.output = want_activation(out)
         plan.decisions.append(d)
 
+    if recipe.integer_only:
+        _widen(graph, plan, recipe)
     # Concat inputs used only by the Concat share its output's parameters.
     for d in plan.decisions:
         if d.quantize and d.node.op_type == "Concat" and d.output:
@@ -372,6 +374,47 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
                 ):
                     t.share_with = d.output
     return plan
+
+
+def _masked_sum_range(v: Value, ranges: dict[str, CalibratedType]) -> CalibratedType | None:
+    """The calibrated range of the finite operand of an ``Add`` producing ``v``."""
+    p = v.producer
+    if p is None or p.op_type != "Add" or p.domain:
+        return None
+    for x in p.inputs:
+        if x is not None and x.name in ranges and is_degenerate(ranges[x.name]) is None:
+            return ranges[x.name]
+    return None
+
+
+def _widen(graph: Graph, plan: QdqPlan, recipe: Recipe) -> None:
+    """Integer-only targets: the activations their ``wide_activations`` name become int16
+    symmetric (recipe.TARGETS). "residual": every LayerNormalization input and, back
+    through the Adds that compute it, their activation inputs; "gelu": every Gelu
+    output; "outputs": the graph outputs (a classifier's logits)."""
+    from quanta.quantize.recipe import TARGETS
+
+    kinds = TARGETS[recipe.target].get("wide_activations", ())
+    wide: set[str] = set()
+    if "residual" in kinds:
+        stack = [n.inputs[0] for n in graph.nodes if n.op_type == "LayerNormalization" and n.inputs]
+        while stack:
+            v = stack.pop()
+            if v is None or v.is_const or v.name in wide:
+                continue
+            wide.add(v.name)
+            p = v.producer
+            if p is not None and p.op_type == "Add" and not p.domain:
+                stack.extend(p.inputs)
+    if "gelu" in kinds:
+        wide.update(n.outputs[0].name for n in graph.nodes if n.op_type == "Gelu")
+    if "outputs" in kinds:  # logits: 8 bits would tie close classes
+        wide.update(v.name for v in graph.outputs)
+    for name in wide:
+        t = plan.tensors.get(name)
+        if t is not None and t.role == "activation" and t.inherit_from is None:
+            t.storage = IntType(16, True)
+            t.symmetric = True
 
 
 def _profitable(
@@ -453,6 +496,10 @@ def resolve_params(
             cal = CalibratedType(_expressed(by_name[t.name]), *t.fixed_range)
         elif t.name in ranges:
             cal = ranges[t.name]
+        elif recipe.integer_only and (masked := _masked_sum_range(by_name[t.name], ranges)) is not None:
+            # integer-only: an additive mask (-1e9/-3.4e38; calibration left it out) saturates
+            # to qmin; the range is that of the Add's finite operand (the attention scores)
+            cal = masked
         else:
             t.float_reason = "no calibration range (never computed on the calibration data)"
             continue

@@ -123,8 +123,14 @@ TARGETS: dict[str, dict[str, Any]] = {
             "per_channel": True,
             "weight_bits": 8,
             "quantize_outputs": True,
-            "op_types": ("LayerNormalization", "Div", "Sub"),
+            "op_types": ("LayerNormalization", "Div"),
         },
+        # int16 (symmetric) activations for the residual stream (the inputs of every
+        # LayerNormalization, back through the Adds that build them), GELU outputs and
+        # the graph outputs: 8 bits lose the outliers there (docs/accuracy.md, MiniLM)
+        # and tie close logits; the device's int16 profile option
+        # (quanta.targets.npu_sim.rules.CAPABILITIES)
+        "wide_activations": ("residual", "gelu", "outputs"),
     },
 }
 
@@ -260,7 +266,9 @@ class Recipe:
         if self.smooth_quant is not None and not 0.0 < float(self.smooth_quant) < 1.0:
             raise RecipeError(f"smooth_quant: expected an alpha in (0, 1) or None, got {self.smooth_quant}")
         if self.target is not None and self.target not in TARGETS:
-            raise RecipeError(f"target: unknown target {self.target!r}; expected None or one of {sorted(TARGETS)}")
+            raise RecipeError(
+                f"target: unknown target {self.target!r}; expected None or one of {sorted(TARGETS)}"
+            )
         if self.weight_block_size <= 0:
             raise RecipeError(
                 f"weight_block_size: expected a positive block size, got {self.weight_block_size}"

@@ -293,14 +293,17 @@ def quantize_static(
         return _quantize_to_target(
             model_input, model_output, calibration_data, recipe, preprocess, verbose, accuracy
         )
-    model = load_for_quantization(model_input, min_opset=21 if recipe.weight_storage.bits == 4 else MIN_OPSET)
+    # int4 weights and int16 activations (an integer-only target's wide tensors) need opset 21
+    wide = recipe.weight_storage.bits == 4 or recipe.integer_only
+    model = load_for_quantization(model_input, min_opset=21 if wide else MIN_OPSET)
     prepare_float_graph(model)
     if recipe.integer_only:
         # one integer operator per GELU (a table), instead of five float ops on the device
         from quanta.passes.manager import PassManager
+        from quanta.passes.rules.eliminate_dead import EliminateDead
         from quanta.passes.rules.fuse_gelu import FuseGeluPass
 
-        PassManager([FuseGeluPass(model.opset())]).run(model)
+        PassManager([FuseGeluPass(model.opset()), EliminateDead()]).run(model)
     quantize_inside = recipe.subgraphs is not SubgraphMode.FLOAT
     if quantize_inside:
         prepare_bodies(model, prepare_float_graph)
@@ -369,6 +372,8 @@ def quantize_static(
         shapes = observers.value_shapes
         for name, obs in observers.items():
             reason = obs.degenerate()
+            if reason is not None and recipe.integer_only and "reaches" in reason and name in plan.tensors:
+                continue  # an additive mask: resolve_params takes the scores' range
             if reason is not None:
                 if name in plan.tensors:
                     plan.tensors[name].float_reason = reason

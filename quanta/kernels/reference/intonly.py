@@ -20,8 +20,10 @@ rounding modes:
   ``(acc · multiplier + 2^(t-1)) >> t`` with ``t = 31 - shift``: one rounding, ties half up;
 - ``"tosa"`` — TOSA ``apply_scale_32`` with ``double_round = true``: as single, but when
   the total shift exceeds 31 the rounding constant moves by ``±2^30`` (sign of ``acc``):
-  ties of the result round away from zero like TFLite's double rounding, in one step (the
-  two differ where SRDHM's own rounding carries, tests/intonly/test_requant_modes.py).
+  TOSA's one-step form of TFLite's double rounding. For ``shift <= 0`` it gives exactly
+  the "double" results (nested floor divisions compose); for ``shift > 0`` it rounds
+  once, as "single" does, where "double" shifts the accumulator left in int32 first
+  (tests/intonly/test_requant_modes.py).
 
 Operators (domain ``quanta.int``), each ``fn(ctx, *inputs, **attributes)``:
 
@@ -423,8 +425,9 @@ def isqrt(v: np.ndarray) -> np.ndarray:
         raise OpError("isqrt: negative input")
     r = np.sqrt(v.astype(np.float64)).astype(np.int64)
     for _ in range(3):
-        r = np.where(r * r > v, r - 1, r)
-        r = np.where((r + 1) * (r + 1) <= v, r + 1, r)
+        # r² > v and (r+1)² <= v by division: the squares overflow int64 near 2^63
+        r = np.where((r > 0) & (r > v // np.maximum(r, 1)), r - 1, r)
+        r = np.where(r + 1 <= v // (r + 1), r + 1, r)
     return r
 
 

@@ -142,6 +142,18 @@ def layer_norm_params(
     return G.astype(np.int32), B.astype(np.int32), g, eps_int
 
 
+def _gelu(x: np.ndarray, attrs: dict) -> np.ndarray:
+    if attrs.get("approximate", "none") == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    from math import erf
+
+    return 0.5 * x * (1.0 + np.vectorize(erf)(x / math.sqrt(2.0)))
+
+
+#: elementwise functions IntegerOnly tabulates itself (float64, at compile time)
+TABLE_FUNCTIONS = {"Gelu": _gelu}
+
+
 # --------------------------------------------------------------------------------------
 
 
@@ -156,6 +168,16 @@ def _scalar(v: Value | None, default: float | int | None = None) -> float | int 
     if a.size != 1:
         return None
     return a.reshape(()).item()
+
+
+def _all_dequantized(node: Node) -> bool:
+    return all(
+        v is not None
+        and v.producer is not None
+        and v.producer.op_type == "DequantizeLinear"
+        and not v.producer.domain
+        for v in node.inputs
+    )
 
 
 def _qtype(v: Value | None) -> QuantType | None:
@@ -249,6 +271,14 @@ class IntegerOnly(Pass):
             else:
                 key = f"lowered {node.op_type}"
             stats[key] = stats.get(key, 0) + 1
+        # Shape(DQ(x)) reads only the shape: Shape(x) keeps the dequantization off the host
+        for node in graph.nodes:
+            x = node.input(0)
+            if node.op_type == "Shape" and not node.domain and x is not None and x.producer is not None:
+                dq = x.producer
+                if dq.op_type == "DequantizeLinear" and not dq.domain:
+                    node.replace_input(0, dq.inputs[0])
+                    stats["Shape reads the integers"] = stats.get("Shape reads the integers", 0) + 1
         graph.remove_unused_initializers()
         return PassResult(graph, any(k.startswith("lowered") for k in stats), stats)
 
@@ -608,10 +638,238 @@ class IntegerOnly(Pass):
         self._replace(graph, q, "IntLayerNorm", [xi, gv, bv], attrs)
         return None
 
+    def _group(self, graph: Graph, q: Node, op: Node) -> str | None:
+        """``Q(MatMul|Add|Mul(DQ(a), DQ(b)))`` the QOperator rules left (a 16-bit operand:
+        QLinearMatMul and QLinearAdd are 8-bit only): the same integer operators."""
+        out = op.outputs[0]
+        if len(out.uses) != 1 or any(o is out for o in graph.outputs):
+            return "the float result has other readers"
+        bias = None
+        if op.op_type == "Gemm":
+            if (
+                op.attrs.get("transA", 0)
+                or float(op.attrs.get("alpha", 1.0)) != 1.0
+                or float(op.attrs.get("beta", 1.0)) != 1.0
+            ):
+                return "Gemm with transA, alpha or beta != 1"
+            bv = op.input(2)
+            if bv is not None:
+                bp = bv.producer
+                bias = _const(bp.inputs[0]) if bp is not None and bp.op_type == "DequantizeLinear" else None
+                if bias is None or bias.dtype != np.int32 or bias.ndim != 1:
+                    return "the Gemm bias is not an int32 constant"
+        elif len(op.inputs) != 2:
+            return "not a binary operator"
+        dqs = []
+        for v in op.inputs[:2]:
+            p = v.producer if v is not None else None
+            if p is None and v is not None and v.const is not None:
+                return "an operand is a float constant"
+            if p is None or p.op_type != "DequantizeLinear" or p.domain:
+                return "an operand is not dequantized"
+            dqs.append(p)
+        a, b = dqs[0].inputs[0], dqs[1].inputs[0]
+        py = self._act(q.outputs[0], "y")
+        if isinstance(py, str):
+            return py
+        if op.op_type in ("MatMul", "Gemm"):
+            bc = _const(b)
+            pa = self._act(a, "a")
+            if isinstance(pa, str):
+                return pa
+            if op.op_type == "Gemm" and bc is None:
+                return "the Gemm's B is not a constant"
+            if bc is not None:
+                sb, zb = _const(dqs[1].inputs[1]), _const(dqs[1].input(2))
+                if sb is None:
+                    return "b's scale is not a constant"
+                if op.op_type == "Gemm" and op.attrs.get("transB", 0):
+                    bc = np.ascontiguousarray(bc.T)
+                    b = self._init(graph, f"{op.name or 'gemm'}_bT", bc)
+                attrs = self._matmul_const_attrs(pa, py, bc, sb, zb, bias, q.outputs[0])
+            else:
+                pb = self._act(b, "b")
+                if isinstance(pb, str):
+                    return pb
+                attrs = self._matmul_act_attrs(pa, pb, py, q.outputs[0])
+            if isinstance(attrs, str):
+                return attrs
+            attrs, c = attrs
+            ins = [a, b] if c is None else [a, b, self._init(graph, f"{op.name or 'matmul'}_c", c)]
+            new_op = "IntMatMul"
+        else:
+            pa, pb = self._act(a, "A"), self._act(b, "B")
+            if isinstance(pa, str) or isinstance(pb, str):
+                return pa if isinstance(pa, str) else pb
+            attrs = self._binary_attrs(op.op_type, pa, pb, py, [a, b, q.outputs[0]])
+            ins = [a, b]
+            new_op = "IntAdd" if op.op_type == "Add" else "IntMul"
+        q.replace_input(0, None)
+        graph.remove_node(op)
+        if bias is not None:
+            dqs.append(op.inputs[2].producer)
+        for d in dqs:
+            if (
+                d in graph.nodes
+                and not d.outputs[0].uses
+                and not any(o is d.outputs[0] for o in graph.outputs)
+            ):
+                graph.remove_node(d)
+        self._replace(graph, q, new_op, ins, attrs)
+        return None
+
+    def _matmul_const_attrs(self, pa, py, bc, sb, zb, bias, y: Value):
+        if bc.dtype != np.int8 or bc.ndim != 2:
+            return "B is not a 2-D constant int8 matrix"
+        if zb is not None and np.any(zb != 0):
+            return "B is not symmetric (zero point != 0)"
+        n = bc.shape[1]
+        mult, shift = fixed_points(
+            np.broadcast_to(real_multiplier(pa[0], np.asarray(sb).reshape(-1), den=py[0]), (n,))
+        )
+        c = -pa[1] * bc.astype(np.int64).sum(axis=0)  # (IO4), zb = 0
+        if bias is not None:
+            c = c + bias.astype(np.int64)
+        if np.abs(c).max(initial=0) >= 1 << 31:
+            return "bias - za·Σb does not fit int32"
+        attrs = {
+            "a_zero_point": pa[1],
+            "b_zero_point": 0,
+            "y_zero_point": py[1],
+            "multiplier": mult,
+            "shift": shift,
+            "rounding": self.rounding,
+            "out_type": _storage_name(y),
+        }
+        return attrs, c.astype(np.int32)
+
+    def _matmul_act_attrs(self, pa, pb, py, y: Value):
+        mult, shift = fixed_points(real_multiplier(pa[0], pb[0], den=py[0]))
+        attrs = {
+            "a_zero_point": pa[1],
+            "b_zero_point": pb[1],
+            "y_zero_point": py[1],
+            "multiplier": mult,
+            "shift": shift,
+            "rounding": self.rounding,
+            "out_type": _storage_name(y),
+        }
+        return attrs, None
+
+    def _binary_attrs(self, op: str, pa, pb, py, values: list[Value]) -> dict:
+        bits = max(v.type.elem.storage.bits for v in values)
+        if op == "Add":
+            attrs = add_params(pa[0], pb[0], py[0], bits)
+            attrs["multiplier"], attrs["shift"] = [attrs["multiplier"]], [attrs["shift"]]
+        else:
+            m, sh = fixed_point(float(real_multiplier(pa[0], pb[0], den=py[0])))  # (IO6)
+            attrs = {"multiplier": [m], "shift": [sh]}
+        attrs.update(
+            a_zero_point=pa[1],
+            b_zero_point=pb[1],
+            y_zero_point=py[1],
+            rounding=self.rounding,
+            out_type=_storage_name(values[-1]),
+        )
+        return attrs
+
+    def _table(self, graph: Graph, q: Node, fn: Node) -> str | None:
+        """``Q(f(DQ(x)))`` for an 8-bit ``x`` and an elementwise ``f`` the planner quantized
+        as one unary op (GELU of any domain; the output may be wider than 8 bits, which
+        LowerLookup's same-storage tables do not cover): ``table[bits(c)] =
+        Q(f(DQ(c)))`` computed in float64 (IO11)."""
+        x = fn.inputs[0]
+        dq = x.producer if x is not None else None
+        if dq is None or dq.op_type != "DequantizeLinear" or dq.domain or len(x.uses) != 1:
+            return "input is not a dequantized integer tensor read by the function alone"
+        if len(fn.outputs[0].uses) != 1 or any(o is fn.outputs[0] for o in graph.outputs):
+            return "the function's float output has other readers"
+        xi = dq.inputs[0]
+        px = self._act(xi, "x")
+        py = self._act(q.outputs[0], "y")
+        if isinstance(px, str) or isinstance(py, str):
+            return px if isinstance(px, str) else py
+        xdt = xi.type.elem.storage.numpy
+        if xdt.itemsize != 1:
+            return "input is wider than 8 bits (a table has 256 entries)"
+        codes = np.arange(256, dtype=np.uint8).view(xdt).astype(np.float64)
+        f = TABLE_FUNCTIONS[fn.op_type](((codes - px[1]) * px[0]), fn.attrs)
+        ydt = q.outputs[0].type.elem.storage.numpy
+        info = np.iinfo(ydt)
+        table = np.clip(np.rint(f / py[0]) + py[1], info.min, info.max).astype(ydt)
+        tv = self._init(graph, f"{fn.name or fn.op_type}_table", table)
+        q.replace_input(0, None)
+        graph.remove_node(fn)
+        graph.remove_node(dq)
+        self._replace(graph, q, "IntLookup", [xi, tv], {"function": fn.op_type})
+        return None
+
+    def _add_host_operand(self, graph: Graph, q: Node, add: Node) -> str | None:
+        """``Q(Add(DQ(a), f))`` with ``f`` a float value the host computes (an attention
+        mask from the graph's inputs): the host quantizes ``f`` with the output's
+        parameters and the device adds integers (IntAdd with ``b`` in the output's type).
+        Where ``f`` saturates (a -3.4e38 mask) the sum saturates to qmin as the QDQ
+        graph's QuantizeLinear does."""
+        s = add.outputs[0]
+        if len(s.uses) != 1 or any(o is s for o in graph.outputs):
+            return "the Add's float output has other readers"
+        k = next(
+            (
+                i
+                for i, v in enumerate(add.inputs)
+                if v is not None
+                and v.producer is not None
+                and v.producer.op_type == "DequantizeLinear"
+                and not v.producer.domain
+            ),
+            None,
+        )
+        if k is None:
+            return "no dequantized operand"
+        dq, f = add.inputs[k].producer, add.inputs[1 - k]
+        if f is None or f.is_const or f.type is None or _qtype(f) is not None:
+            return "the other operand is not a float activation"
+        pa = self._act(dq.inputs[0], "a")
+        py = self._act(q.outputs[0], "y")
+        if isinstance(pa, str) or isinstance(py, str):
+            return pa if isinstance(pa, str) else py
+        fq = Value(graph.fresh_name(f"{f.name}_quantized"), TensorType(q.outputs[0].type.elem, f.shape))
+        graph.add_node(
+            Node(
+                "QuantizeLinear",
+                [f, q.inputs[1], q.input(2)],
+                [fq],
+                name=graph.fresh_name(f"{f.name}_QuantizeLinear"),
+            ),
+            before=add,
+        )
+        attrs = add_params(pa[0], py[0], py[0], q.outputs[0].type.elem.storage.bits)
+        attrs.update(
+            a_zero_point=pa[1],
+            b_zero_point=py[1],
+            y_zero_point=py[1],
+            rounding=self.rounding,
+            out_type=_storage_name(q.outputs[0]),
+        )
+        attrs["multiplier"], attrs["shift"] = [attrs["multiplier"]], [attrs["shift"]]
+        a = dq.inputs[0]
+        q.replace_input(0, None)
+        graph.remove_node(add)
+        if not dq.outputs[0].uses and not any(o is dq.outputs[0] for o in graph.outputs):
+            graph.remove_node(dq)
+        self._replace(graph, q, "IntAdd", [a, fq], attrs)
+        return None
+
     def _requantize(self, graph: Graph, node: Node) -> str | None:
         """Q(DQ(x)) between two integer types (a requantization written in float)."""
         x = node.inputs[0]
         dq = x.producer if x is not None else None
+        if dq is not None and dq.op_type == "Add" and not dq.domain and not _all_dequantized(dq):
+            return self._add_host_operand(graph, node, dq)
+        if dq is not None and dq.op_type in TABLE_FUNCTIONS and dq.domain in ("", "com.microsoft"):
+            return self._table(graph, node, dq)
+        if dq is not None and dq.op_type in ("MatMul", "Add", "Mul", "Gemm") and not dq.domain:
+            return self._group(graph, node, dq)
         if dq is None or dq.op_type != "DequantizeLinear" or dq.domain:
             return None  # a graph-input quantization: the host's
         px = self._act(dq.inputs[0], "x")

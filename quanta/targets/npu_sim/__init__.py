@@ -11,9 +11,12 @@
   integer-only node (``execute``) and says whether the device can (``supported``);
 - :mod:`~quanta.targets.npu_sim.rules` — the device's rules as data, the verifier of the
   integer-only stage and the constraint profiles of real NPU families (Arm Ethos-U);
-- :mod:`~quanta.targets.npu_sim.pipeline` — the integer-only lowering and a direct
-  runner of the device numerics without the device machinery (the golden the
-  conformance suite compares with).
+- :mod:`~quanta.targets.npu_sim.pipeline` — the integer-only lowering the target
+  declares (``npu_pipeline``).
+
+The partition into device and host nodes for reports, the stage check and a
+node-by-node runner of the device numerics without the device machinery live one layer
+up, in :mod:`quanta.runtime.npu_sim`.
 """
 
 from __future__ import annotations

@@ -257,9 +257,12 @@ def _dims_in_range(node: Node, ctx: dict[str, Any]) -> str | None:
 
 
 def _shape_defined(node: Node, ctx: dict[str, Any]) -> str | None:
+    # a symbolic leading (batch) dimension is bound to 1 when the model is converted, as
+    # TFLite files for the NPU have it (ctx "symbolic_batch_ok"); any other must be static
+    skip = 1 if ctx.get("symbolic_batch_ok") else 0
     for v in [*node.inputs, *node.outputs]:
         s = _shape(v)
-        if v is not None and (s is None or any(not isinstance(d, int) for d in s)):
+        if v is not None and (s is None or any(not isinstance(d, int) for d in s[skip:])):
             return f"'{v.name}' has shape {s}"
     return None
 
@@ -310,7 +313,7 @@ def _dilated_kernel(node: Node, ctx: dict[str, Any]) -> str | None:
 def _weight_sum(node: Node, ctx: dict[str, Any]) -> str | None:
     w = node.inputs[1]
     if w is None or w.const is None:
-        return "weights are not constant"
+        return None  # two activations (BATCH_MATMUL): no weight tensor
     w = np.asarray(w.const).astype(np.int64)
     per_out = (
         np.abs(w.reshape(w.shape[0], -1)).sum(axis=1) if node.op_type == "IntConv" else np.abs(w).sum(axis=0)
@@ -459,6 +462,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "rules": ETHOS_U_RULES,
         "ctx": {
             "max_rank": 4,
+            "symbolic_batch_ok": True,
             "dim_range": (1, 65535),
             "conv_stride_max": 4,
             "dw_stride_max": 3,
