@@ -301,7 +301,7 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
             float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30)) for a, b in zip(r, g, strict=True)
         )
         return {"score": sq, "sqnr_db": sq, "cos_min": cos, "text": f"SQNR {sq:.1f} dB, cos min {cos:.4f}"}
-    if kind == "wakeword":  # detection score: same side of 0.5, and SQNR of the score
+    if kind in ("wakeword", "score"):  # a probability: same side of 0.5, and its SQNR
         r = np.concatenate([o[0].reshape(-1) for o in ref])
         g = np.concatenate([o[0].reshape(-1) for o in got])
         agree = 100 * float(np.mean((r > 0.5) == (g > 0.5)))

