@@ -349,7 +349,7 @@ class Model:
             self.calib = zoodata.token_feeds(vocab, "calib", n_calib)
             self.eval = zoodata.token_feeds(vocab, "eval", n_eval)
             MASKS[:] = [f["attention_mask"] for f in self.eval]
-        elif self.kind in ("features", "wakeword", "turn"):
+        elif base in zoodata.AUDIO_MODELS:
             self.calib = zoodata.audio_feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.audio_feeds(base, "eval", n_eval, cache)
         else:

@@ -629,6 +629,9 @@ def whisper_logmel(clip: np.ndarray, seconds: float = 8.0) -> np.ndarray:
     return ((logmel + 4) / 4).T.astype(np.float32)
 
 
+AUDIO_MODELS = ("oww_melspec", "oww_embedding", "oww_hey_jarvis", "smart_turn_int8")
+
+
 def audio_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
     """Feeds of the audio models from ``n`` clips: raw audio for the mel front end, mel
     windows (a batch per clip) for the embedding model, 16 consecutive embeddings for the

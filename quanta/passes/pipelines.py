@@ -63,7 +63,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     dimensions the inputs fix, with a symbolic batch too), no-ops removed, zero Pads
     folded into the Conv that reads them, activations written out as arithmetic made the
     one operator they compute (hardsigmoid, softplus), BatchNormalization folded into the weights (so the folded weights are what gets
-    quantized), a ConvTranspose whose stride is its kernel made a 1x1 Conv and a
+    quantized), a strided ConvTranspose made a Conv over its output phases and a
     DepthToSpace (an integer convolution then), GroupNorm recognised, duplicates merged.
 
     Constant folding here may produce large results (weights computed by a
@@ -81,7 +81,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         RemoveNoops(),
         FoldPad(),  # "same"-padding Pads (pads folded to constants above) into their Convs
         FoldBatchNorm(),
-        ConvTransposeAsConvs(),  # stride = kernel: a 1x1 Conv (quantizable) + DepthToSpace
+        ConvTransposeAsConvs(),  # strided: a Conv over the output phases (quantizable) + DepthToSpace
         *_fold_groupnorm(opset),
         EliminateCommon(),
         EliminateDead(),

@@ -1,27 +1,35 @@
-"""A ConvTranspose whose stride equals its kernel (the 2x2 / stride-2 upsampling of
-YOLOv8-seg's mask prototypes and of PaddleOCR's DB heads) is a 1x1 Conv followed by
-DepthToSpace; rewritten so before quantization, it quantizes and runs as an integer
-convolution (ConvTranspose has no integer kernel) with a view after it.
+"""A 2-D ConvTranspose with stride s (the 2x2 / stride-2 upsampling of YOLOv8-seg's mask
+prototypes and of PaddleOCR's DB heads, the 4x4 / stride-2 / pad-1 decoders of U-Nets and
+ViT dense heads) is one Conv computing its s² output phases as channels, followed by
+DepthToSpace (sub-pixel convolution); rewritten so before quantization, it quantizes
+and runs as an integer convolution (ConvTranspose has no integer kernel) and a view.
 
-ConvTransposeAsConv (kernel ``k_h x k_w`` = strides, weight ``w[C_i, C_o, k_h, k_w]``,
-bias ``b[C_o]``)::
+ConvTransposeAsConv, per spatial axis (kernel k, stride s, pads p_b / p_e, output
+padding o_p; weight ``w[C_i, C_o, k_h, k_w]``, bias ``b[C_o]``)::
 
-    %y = ConvTranspose(%x, %w, %b?) {strides=[k, k], pads=0, group=1, dilations=1}
-      -> %y = DepthToSpace(Conv(%x, %w', %b') {kernel 1x1}) {blocksize=k, mode=DCR}
+    %y = ConvTranspose(%x, %w, %b?) {strides=[s, s], group=1, dilations=1}
+      -> %y = DepthToSpace(Conv(%x, %w', %b') {kernel K, pads [P_b, P_e]}) {blocksize=s, mode=DCR}
 
-    w'[(i·k + j)·C_o + o, c, 0, 0] = w[c, o, i, j],     b'[(i·k + j)·C_o + o] = b[o]
+ConvTranspose writes ``y[Y] = Σ_c Σ_i x[c, h]·w[c, o, i]`` over ``Y = h·s + i − p_b``.
+For output phase ``a`` (``Y = s·q + a``) the taps are ``i = i0 + s·t`` with
+``i0 = (a + p_b) mod s``, reading ``h = q + d − t``, ``d = ⌊(a + p_b)/s⌋``: a correlation
+over input offsets ``d − t``. The union of the phases' offsets ``[lo, hi]`` is one Conv
+of kernel ``K = hi − lo + 1`` with begin pad ``P_b = −lo`` whose tap ``r`` reads offset
+``lo + r``; each phase's kernel holds ``w[.., i0 + s·(d − lo − r)]`` where that tap exists
+and 0 elsewhere. The output ``H·s + c``, ``c = k − s − p_b − p_e + o_p``, must be a
+multiple of s (``c mod s = 0``); then the Conv yields ``H + c/s`` positions with end pad
+``P_e = c/s − 1 + K − P_b`` (for every H, so symbolic sizes work). DepthToSpace in DCR
+mode (the default in every opset) moves channel ``(a·s + b')·C_o + o`` of ``(q_h, q_w)``
+to ``(o, s·q_h + a, s·q_w + b')``, and the bias repeats per phase. Stride = kernel, no
+pads: ``K = 1``. k=4, s=2, p=1: ``K = 3``, pads 1 (2.25x the MACs, in integers).
 
-Why it is the same function: with stride = kernel and no padding, each output pixel
-``(h·k + i, v·k + j)`` receives exactly one input pixel ``(h, v)``, through the kernel tap
-``(i, j)``: ``y[o, h·k + i, v·k + j] = b[o] + Σ_c x[c, h, v] · w[c, o, i, j]``, which is
-the 1x1 Conv's channel ``(i·k + j)·C_o + o`` at ``(h, v)``, and DepthToSpace in DCR mode
-(its default in every opset) moves channel ``(i·k + j)·C' + o`` of pixel ``(h, v)`` to
-``(o, h·k + i, v·k + j)``. Equal up to float rounding: the same ``C_i`` products, summed
-in the order each kernel chooses (tolerance γ_{C_i+1}·Σ|x·w| per side).
+Equal up to float rounding: every output sums the same ``C_i·T`` products (the zero taps
+add exact zeros) in the order each kernel chooses (tolerance γ_{C_i·K²+1}·Σ|x·w| per side).
 
-Refused: another stride, a non-square or non-matching kernel, pads, output_padding,
-output_shape, dilations, groups, auto_pad other than NOTSET / VALID, a non-constant
-weight or bias, a spatial rank other than 2.
+Refused: unequal strides or stride 1, output_shape, dilations, groups, auto_pad other
+than NOTSET / VALID, a non-constant weight or bias, a spatial rank other than 2, and
+pads / output padding for which the output is not a multiple of the stride or a Conv
+pad would be negative.
 """
 
 from __future__ import annotations
@@ -38,8 +46,30 @@ def _ints(v, n: int, default: int) -> list[int]:
     return [int(a) for a in v] if v is not None and len(v) else [default] * n
 
 
+def _phases(k: int, s: int, pb: int, pe: int, op: int) -> tuple[np.ndarray, int, int] | None:
+    """One spatial axis: the selection ``M[a, r, i]`` (1 where kernel tap ``i`` feeds
+    output phase ``a`` through Conv tap ``r``), the Conv's kernel size and its pads
+    (begin, end); None when the output length is not a multiple of the stride."""
+    c = k - s - pb - pe + op  # out = H·s + c
+    if c % s:
+        return None
+    i0 = [(a + pb) % s for a in range(s)]
+    d = [(a + pb) // s for a in range(s)]
+    taps = [len(range(i0[a], k, s)) for a in range(s)]
+    lo = min(d[a] - taps[a] + 1 for a in range(s))
+    hi = max(d)
+    size = hi - lo + 1
+    m = np.zeros((s, size, k), np.float64)
+    for a in range(s):
+        for t in range(taps[a]):
+            m[a, d[a] - t - lo, i0[a] + s * t] = 1.0
+    begin = -lo
+    end = c // s - 1 + size - begin
+    return (m, begin, end) if begin >= 0 and end >= 0 else None
+
+
 class ConvTransposeAsConv(Rule):
-    """%y = ConvTranspose(x, w, b?) {strides = kernel, no pads} -> DepthToSpace(Conv1x1(x, w', b'))"""
+    """%y = ConvTranspose(x, w, b?) {stride s} -> DepthToSpace(Conv(x, w', b'), s)"""
 
     pattern = "y = ConvTranspose(x, w, b?)"
 
@@ -54,10 +84,9 @@ class ConvTransposeAsConv(Rule):
         kh, kw = w.shape[2], w.shape[3]
         if _ints(a.get("kernel_shape"), 2, 0) not in ([kh, kw], [0, 0]):
             return NoMatch("kernel_shape disagrees with the weight")
-        if kh != kw or _ints(a.get("strides"), 2, 1) != [kh, kw] or kh < 2:
-            return NoMatch(f"strides {_ints(a.get('strides'), 2, 1)} are not the square kernel {[kh, kw]}")
-        if any(_ints(a.get("pads"), 4, 0)) or any(_ints(a.get("output_padding"), 2, 0)):
-            return NoMatch("pads or output_padding")
+        sh, sw = _ints(a.get("strides"), 2, 1)
+        if sh != sw or sh < 2:
+            return NoMatch(f"strides {[sh, sw]}: not one stride >= 2 on both axes")
         if a.get("output_shape") is not None and len(a.get("output_shape")):
             return NoMatch("output_shape given")
         if _ints(a.get("dilations"), 2, 1) != [1, 1] or int(a.get("group", 1)) != 1:
@@ -68,33 +97,49 @@ class ConvTransposeAsConv(Rule):
             return NoMatch(f"auto_pad={auto_pad}")
         if m["x"].shape is not None and len(m["x"].shape) != 4:
             return NoMatch("the input is not 4-D")
+        pads = _ints(a.get("pads"), 4, 0)
+        op = _ints(a.get("output_padding"), 2, 0)
+        axes = [_phases(k, sh, pads[d], pads[d + 2], op[d]) for d, k in enumerate((kh, kw))]
+        if any(ax is None for ax in axes):
+            return NoMatch(
+                "the output is not a stride multiple of phases one Conv computes (pads, output_padding)"
+            )
+        m.data["axes"] = axes
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         w = np.asarray(m.const("w"))
-        ci, co, k, _ = w.shape
-        # w'[(i*k + j)*co + o, c] = w[c, o, i, j]
-        w2 = np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(k * k * co, ci, 1, 1))
+        ci, co = w.shape[:2]
+        (mh, bh, eh), (mw, bw, ew) = m.data["axes"]
+        s = mh.shape[0]
+        # w'[(a·s + b)·C_o + o, c, r, q] = Σ_ij w[c, o, i, j]·Mh[a, r, i]·Mw[b, q, j]: a selection, exact
+        w2 = np.einsum("coij,ari,bqj->abocrq", w.astype(np.float64), mh, mw)
+        w2 = np.ascontiguousarray(w2.reshape(s * s * co, ci, mh.shape[1], mw.shape[1]).astype(np.float32))
         inputs = [m["x"], b.const(f"{m['w'].name}_as_conv", w2)]
         if m["b"] is not None:
             bias = np.asarray(m.const("b"), np.float32).reshape(co)
-            inputs.append(b.const(f"{m['b'].name}_as_conv", np.tile(bias, k * k)))
+            inputs.append(b.const(f"{m['b'].name}_as_conv", np.tile(bias, s * s)))
         y = m["y"]
         shape = None
-        if m["x"].shape is not None:
-            n, _, h, v = m["x"].shape
-            shape = (n, k * k * co, h, v)
+        if y.shape is not None and len(y.shape) == 4:
+            n, _, oh, ow = y.shape
+            shape = (
+                n,
+                s * s * co,
+                oh // s if isinstance(oh, int) else None,
+                ow // s if isinstance(ow, int) else None,
+            )
         conv = b.op(
             "Conv",
             inputs,
-            {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0]},
+            {"kernel_shape": [mh.shape[1], mw.shape[1]], "strides": [1, 1], "pads": [bh, bw, eh, ew]},
             types=result_type(shape_from=shape, elem_from=y),
-            name=f"{m.root.name}/conv1x1",
+            name=f"{m.root.name}/as_conv",
         )
         return b.op(
             "DepthToSpace",
             [conv],
-            {"blocksize": k},
+            {"blocksize": s},
             types=result_type(shape_from=y, elem_from=y),
             name=m.root.name,
         )
