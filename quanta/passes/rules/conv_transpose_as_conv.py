@@ -1,0 +1,152 @@
+"""A 2-D ConvTranspose with stride s (the 2x2 / stride-2 upsampling of YOLOv8-seg's mask
+prototypes and of PaddleOCR's DB heads, the 4x4 / stride-2 / pad-1 decoders of U-Nets and
+ViT dense heads) is one Conv computing its s² output phases as channels, followed by
+DepthToSpace (sub-pixel convolution); rewritten so before quantization, it quantizes
+and runs as an integer convolution (ConvTranspose has no integer kernel) and a view.
+
+ConvTransposeAsConv, per spatial axis (kernel k, stride s, pads p_b / p_e, output
+padding o_p; weight ``w[C_i, C_o, k_h, k_w]``, bias ``b[C_o]``)::
+
+    %y = ConvTranspose(%x, %w, %b?) {strides=[s, s], group=1, dilations=1}
+      -> %y = DepthToSpace(Conv(%x, %w', %b') {kernel K, pads [P_b, P_e]}) {blocksize=s, mode=DCR}
+
+ConvTranspose writes ``y[Y] = Σ_c Σ_i x[c, h]·w[c, o, i]`` over ``Y = h·s + i − p_b``.
+For output phase ``a`` (``Y = s·q + a``) the taps are ``i = i0 + s·t`` with
+``i0 = (a + p_b) mod s``, reading ``h = q + d − t``, ``d = ⌊(a + p_b)/s⌋``: a correlation
+over input offsets ``d − t``. The union of the phases' offsets ``[lo, hi]`` is one Conv
+of kernel ``K = hi − lo + 1`` with begin pad ``P_b = −lo`` whose tap ``r`` reads offset
+``lo + r``; each phase's kernel holds ``w[.., i0 + s·(d − lo − r)]`` where that tap exists
+and 0 elsewhere. The output ``H·s + c``, ``c = k − s − p_b − p_e + o_p``, must be a
+multiple of s (``c mod s = 0``); then the Conv yields ``H + c/s`` positions with end pad
+``P_e = c/s − 1 + K − P_b`` (for every H, so symbolic sizes work). DepthToSpace in DCR
+mode (the default in every opset) moves channel ``(a·s + b')·C_o + o`` of ``(q_h, q_w)``
+to ``(o, s·q_h + a, s·q_w + b')``, and the bias repeats per phase. Stride = kernel, no
+pads: ``K = 1``. k=4, s=2, p=1: ``K = 3``, pads 1 (2.25x the MACs, in integers).
+
+Equal up to float rounding: every output sums the same ``C_i·T`` products (the zero taps
+add exact zeros) in the order each kernel chooses (tolerance γ_{C_i·K²+1}·Σ|x·w| per side).
+
+Refused: unequal strides or stride 1, output_shape, dilations, groups, auto_pad other
+than NOTSET / VALID, a non-constant weight or bias, a spatial rank other than 2, and
+pads / output padding for which the output is not a multiple of the stride or a Conv
+pad would be negative.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from quanta.ir.graph import Value, result_type
+from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
+
+__all__ = ["ConvTransposeAsConv", "ConvTransposeAsConvs"]
+
+
+def _ints(v, n: int, default: int) -> list[int]:
+    return [int(a) for a in v] if v is not None and len(v) else [default] * n
+
+
+def _phases(k: int, s: int, pb: int, pe: int, op: int) -> tuple[np.ndarray, int, int] | None:
+    """One spatial axis: the selection ``M[a, r, i]`` (1 where kernel tap ``i`` feeds
+    output phase ``a`` through Conv tap ``r``), the Conv's kernel size and its pads
+    (begin, end); None when the output length is not a multiple of the stride."""
+    c = k - s - pb - pe + op  # out = H·s + c
+    if c % s:
+        return None
+    i0 = [(a + pb) % s for a in range(s)]
+    d = [(a + pb) // s for a in range(s)]
+    taps = [len(range(i0[a], k, s)) for a in range(s)]
+    lo = min(d[a] - taps[a] + 1 for a in range(s))
+    hi = max(d)
+    size = hi - lo + 1
+    m = np.zeros((s, size, k), np.float64)
+    for a in range(s):
+        for t in range(taps[a]):
+            m[a, d[a] - t - lo, i0[a] + s * t] = 1.0
+    begin = -lo
+    end = c // s - 1 + size - begin
+    return (m, begin, end) if begin >= 0 and end >= 0 else None
+
+
+class ConvTransposeAsConv(Rule):
+    """%y = ConvTranspose(x, w, b?) {stride s} -> DepthToSpace(Conv(x, w', b'), s)"""
+
+    pattern = "y = ConvTranspose(x, w, b?)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        w_v, b_v = m["w"], m["b"]
+        if not w_v.is_const or (b_v is not None and not b_v.is_const):
+            return NoMatch("the weight or the bias is not a constant")
+        w = np.asarray(w_v.const)
+        if w.ndim != 4 or w.dtype != np.float32:
+            return NoMatch(f"the weight is {w.dtype} of rank {w.ndim}; expected a float32 2-D kernel")
+        a = m.root.attrs
+        kh, kw = w.shape[2], w.shape[3]
+        if _ints(a.get("kernel_shape"), 2, 0) not in ([kh, kw], [0, 0]):
+            return NoMatch("kernel_shape disagrees with the weight")
+        sh, sw = _ints(a.get("strides"), 2, 1)
+        if sh != sw or sh < 2:
+            return NoMatch(f"strides {[sh, sw]}: not one stride >= 2 on both axes")
+        if a.get("output_shape") is not None and len(a.get("output_shape")):
+            return NoMatch("output_shape given")
+        if _ints(a.get("dilations"), 2, 1) != [1, 1] or int(a.get("group", 1)) != 1:
+            return NoMatch("dilations or groups")
+        auto_pad = a.get("auto_pad", "NOTSET")
+        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+        if auto_pad not in ("NOTSET", "VALID"):
+            return NoMatch(f"auto_pad={auto_pad}")
+        if m["x"].shape is not None and len(m["x"].shape) != 4:
+            return NoMatch("the input is not 4-D")
+        pads = _ints(a.get("pads"), 4, 0)
+        op = _ints(a.get("output_padding"), 2, 0)
+        axes = [_phases(k, sh, pads[d], pads[d + 2], op[d]) for d, k in enumerate((kh, kw))]
+        if any(ax is None for ax in axes):
+            return NoMatch(
+                "the output is not a stride multiple of phases one Conv computes (pads, output_padding)"
+            )
+        m.data["axes"] = axes
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        w = np.asarray(m.const("w"))
+        ci, co = w.shape[:2]
+        (mh, bh, eh), (mw, bw, ew) = m.data["axes"]
+        s = mh.shape[0]
+        # w'[(a·s + b)·C_o + o, c, r, q] = Σ_ij w[c, o, i, j]·Mh[a, r, i]·Mw[b, q, j]: a selection, exact
+        w2 = np.einsum("coij,ari,bqj->abocrq", w.astype(np.float64), mh, mw)
+        w2 = np.ascontiguousarray(w2.reshape(s * s * co, ci, mh.shape[1], mw.shape[1]).astype(np.float32))
+        inputs = [m["x"], b.const(f"{m['w'].name}_as_conv", w2)]
+        if m["b"] is not None:
+            bias = np.asarray(m.const("b"), np.float32).reshape(co)
+            inputs.append(b.const(f"{m['b'].name}_as_conv", np.tile(bias, s * s)))
+        y = m["y"]
+        shape = None
+        if y.shape is not None and len(y.shape) == 4:
+            n, _, oh, ow = y.shape
+            shape = (
+                n,
+                s * s * co,
+                oh // s if isinstance(oh, int) else None,
+                ow // s if isinstance(ow, int) else None,
+            )
+        conv = b.op(
+            "Conv",
+            inputs,
+            {"kernel_shape": [mh.shape[1], mw.shape[1]], "strides": [1, 1], "pads": [bh, bw, eh, ew]},
+            types=result_type(shape_from=shape, elem_from=y),
+            name=f"{m.root.name}/as_conv",
+        )
+        return b.op(
+            "DepthToSpace",
+            [conv],
+            {"blocksize": s},
+            types=result_type(shape_from=y, elem_from=y),
+            name=m.root.name,
+        )
+
+
+class ConvTransposeAsConvs(RewritePass):
+    name = "conv_transpose_as_conv"
+
+    def __init__(self) -> None:
+        super().__init__([ConvTransposeAsConv()])
