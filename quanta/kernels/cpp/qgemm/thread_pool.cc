@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -42,15 +43,16 @@ constexpr auto kWorkerSpin = std::chrono::microseconds(2000);
 // So the pool watches for it: when the caller waits longer than kLateWait (and longer
 // than two of its own chunks) for chunks the workers hold, or a spinning worker finds
 // it was descheduled for kPreempted, the next jobs run on the caller alone for a solo
-// period, kSoloBase doubling on each back-off that follows a short streak of clean
-// jobs (up to kSoloBase << kMaxLevel), and the level falls back after kCleanStreak
-// clean jobs in a row. On a quiet machine none of it triggers. Which thread runs a chunk
+// period: kSoloBase, doubled for each signal that comes within kLevelMemory of the
+// previous one (up to kSoloBase << kMaxLevel, 1.3 s), back to kSoloBase after a quiet
+// kLevelMemory. Contention that lasts keeps the pool solo with a probe every 1.3 s; a
+// lone signal on a quiet machine costs 20 ms of one thread. Which thread runs a chunk
 // never changes its arithmetic, so none of it changes a result.
 constexpr int64_t kLateWaitNs = 300'000;
 constexpr int64_t kPreemptedNs = 500'000;
 constexpr int64_t kSoloBaseNs = 20'000'000;
+constexpr int64_t kLevelMemoryNs = 2'000'000'000;
 constexpr int kMaxLevel = 6;
-constexpr int kCleanStreak = 32;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -136,35 +138,30 @@ class Pool {
       std::unique_lock<std::mutex> lk(mu_);
       done_cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire) == n_chunks; });
     }
-    // Called with run_mu_ held: the back-off state has one writer at a time.
     const int64_t waited = now_ns() - t1;
     const int64_t per_chunk = own > 0 ? (t1 - t0) / own : 0;
     if (waited > kLateWaitNs && waited > 2 * per_chunk) {
+      backoffs_.fetch_add(1, std::memory_order_relaxed);
       back_off(t1 + waited);
-    } else if (++clean_ >= kCleanStreak && level_ > 0) {
-      --level_;
-      clean_ = 0;
     }
   }
 
-  // The next jobs run on the caller alone until now + the solo period of the level.
+  // A sign of contention at time `now` (from the caller or a worker): the next jobs run
+  // on the caller alone for the solo period of the level. Two threads may signal at
+  // once; the mutex keeps the level's read-modify-write whole.
   void back_off(int64_t now) {
     if (!backoff_enabled_.load(std::memory_order_relaxed)) return;
-    backoffs_.fetch_add(1, std::memory_order_relaxed);
-    solo_until_.store(now + (kSoloBaseNs << level_), std::memory_order_relaxed);
-    if (clean_ < kCleanStreak && level_ < kMaxLevel) ++level_;
-    clean_ = 0;
+    std::lock_guard<std::mutex> lk(backoff_mu_);
+    level_ = now - last_signal_ < kLevelMemoryNs ? std::min(level_ + 1, kMaxLevel) : 0;
+    last_signal_ = now;
+    const int64_t until = now + (kSoloBaseNs << level_);
+    if (until > solo_until_.load(std::memory_order_relaxed)) solo_until_.store(until, std::memory_order_relaxed);
   }
 
-  // A worker found itself descheduled while it spun for the next job: the base solo
-  // period (the level belongs to the caller's measurements).
+  // A worker found itself descheduled while it spun for the next job.
   void note_preempted() {
-    if (!backoff_enabled_.load(std::memory_order_relaxed)) return;
     preemptions_.fetch_add(1, std::memory_order_relaxed);
-    const int64_t until = now_ns() + kSoloBaseNs;
-    int64_t cur = solo_until_.load(std::memory_order_relaxed);
-    while (cur < until && !solo_until_.compare_exchange_weak(cur, until, std::memory_order_relaxed)) {
-    }
+    back_off(now_ns());
   }
 
  private:
@@ -245,13 +242,14 @@ class Pool {
 
  public:
   std::atomic<uint32_t> rest_{0};  // bumped by pool_rest(): spinning workers go to sleep
-  // Contention back-off (see kLateWaitNs): solo until this steady_clock time (ns); the
-  // level and the clean streak are the caller's (run_mu_); counters for pool_stats().
+  // Contention back-off (see kLateWaitNs): solo until this steady_clock time (ns), the
+  // doubling level and the time of the last signal; counters for pool_stats().
   std::atomic<int64_t> solo_until_{0};
   std::atomic<bool> backoff_enabled_{true};
   std::atomic<int64_t> jobs_{0}, solo_jobs_{0}, backoffs_{0}, preemptions_{0};
+  std::mutex backoff_mu_;  // level_ and last_signal_
   int level_ = 0;
-  int clean_ = 0;
+  int64_t last_signal_ = -kLevelMemoryNs;
 
  private:
   ChunkFn fn_ = nullptr;
