@@ -541,6 +541,23 @@ void register_qgemm(py::module_& m) {
         "Let the kernel pool's spinning workers sleep now (before NumPy/BLAS work that runs its own "
         "threads); the next parallel kernel wakes them.");
   m.def(
+      "pool_stats",
+      [] {
+        const qgemm::PoolStats st = qgemm::pool_stats();
+        py::dict d;
+        d["jobs"] = st.jobs;
+        d["solo_jobs"] = st.solo_jobs;
+        d["backoffs"] = st.backoffs;
+        d["preemptions"] = st.preemptions;
+        return d;
+      },
+      "The pool's counters: parallel jobs, jobs run on the caller alone by the contention "
+      "back-off, back-offs from a late worker, workers descheduled while spinning.");
+  m.def("pool_set_backoff", &qgemm::pool_set_backoff, py::arg("enabled"),
+        "Turn the pool's contention back-off on or off (on unless QUANTA_POOL_BACKOFF=0).");
+  m.def("pool_solo_for", &qgemm::pool_solo_for, py::arg("microseconds"),
+        "Run every parallel job on the caller alone for the next `microseconds` (0: end it).");
+  m.def(
       "qgemm_kernel_name", [](const py::object& isa) { return qgemm::qgemm_kernel_name(parse_isa(isa)); },
       py::arg("isa") = py::none(), "Micro-kernel family name (docs/kernels.md grammar).");
   m.def(

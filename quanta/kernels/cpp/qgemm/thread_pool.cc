@@ -3,9 +3,11 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -32,24 +34,71 @@ constexpr int kMaxWorkers = 63;
 constexpr auto kCallerSpin = std::chrono::microseconds(100);
 constexpr auto kWorkerSpin = std::chrono::microseconds(2000);
 
-// Spins (pause) until pred() or the budget is spent; returns pred().
+// Contention back-off. On a machine whose cores other processes want, a worker that
+// claimed a chunk can be descheduled in the middle of it, and the caller then waits a
+// scheduler time slice (milliseconds) for it: 2 threads ran slower than 1. Under Linux's
+// group scheduling (autogroup, cgroups) a process that shares the cores with busy ones
+// gets its group's share whatever its thread count, so a second thread then buys
+// nothing but the waits, and a worker spinning between jobs takes time from the caller.
+// So the pool watches for it: when the caller waits longer than kLateWait (and longer
+// than two of its own chunks) for chunks the workers hold, or a spinning worker finds
+// it was descheduled for kPreempted, the next jobs run on the caller alone for a solo
+// period: kSoloBase, doubled for each signal that comes within kLevelMemory of the
+// previous one (up to kSoloBase << kMaxLevel, 1.3 s), back to kSoloBase after a quiet
+// kLevelMemory. Contention that lasts keeps the pool solo with a probe every 1.3 s; a
+// lone signal on a quiet machine costs 20 ms of one thread. Which thread runs a chunk
+// never changes its arithmetic, so none of it changes a result.
+constexpr int64_t kLateWaitNs = 300'000;
+constexpr int64_t kPreemptedNs = 500'000;
+constexpr int64_t kSoloBaseNs = 20'000'000;
+constexpr int64_t kLevelMemoryNs = 2'000'000'000;
+constexpr int kMaxLevel = 6;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Spins (pause) until pred() or the budget is spent; returns pred(). *preempted (when
+// given) tells whether the spin stopped because the thread was descheduled for
+// kPreemptedNs between two looks at the clock: the cores are contended, and spinning on
+// takes time the process's other thread needs.
 template <typename Pred>
-bool spin_until(Pred pred, std::chrono::microseconds budget) {
-  const auto end = std::chrono::steady_clock::now() + budget;
+bool spin_until(Pred pred, std::chrono::microseconds budget, bool* preempted = nullptr) {
+  int64_t last = now_ns();
+  const int64_t end = last + std::chrono::duration_cast<std::chrono::nanoseconds>(budget).count();
   for (;;) {
     for (int i = 0; i < 16; ++i) {
       if (pred()) return true;
       QUANTA_PAUSE();
     }
-    if (std::chrono::steady_clock::now() >= end) return pred();
+    const int64_t t = now_ns();
+    if (preempted != nullptr && t - last >= kPreemptedNs) {
+      *preempted = true;
+      return pred();
+    }
+    if (t >= end) return pred();
+    last = t;
   }
 }
 
 class Pool {
  public:
+  Pool() {
+    const char* env = std::getenv("QUANTA_POOL_BACKOFF");
+    if (env != nullptr && env[0] == '0' && env[1] == '\0') backoff_enabled_.store(false, std::memory_order_relaxed);
+  }
+
   void run(int threads, int64_t n_chunks, ChunkFn fn, void* ctx) {
     std::unique_lock<std::mutex> exclusive(run_mu_, std::try_to_lock);
     if (threads <= 1 || n_chunks <= 1 || !exclusive.owns_lock()) {
+      for (int64_t c = 0; c < n_chunks; ++c) fn(ctx, c, 0);
+      return;
+    }
+    jobs_.fetch_add(1, std::memory_order_relaxed);
+    if (backoff_enabled_.load(std::memory_order_relaxed) &&
+        now_ns() < solo_until_.load(std::memory_order_relaxed)) {
+      solo_jobs_.fetch_add(1, std::memory_order_relaxed);
       for (int64_t c = 0; c < n_chunks; ++c) fn(ctx, c, 0);
       return;
     }
@@ -82,17 +131,44 @@ class Pool {
     // wake-up of tens of us, which made every short parallel region pay for it).
     published_.store(gen, std::memory_order_release);
     cv_.notify_all();
-    work(gen, n_chunks, fn, ctx, 0);
+    const int64_t t0 = now_ns();
+    const int64_t own = work(gen, n_chunks, fn, ctx, 0);
+    const int64_t t1 = now_ns();
     if (!spin_until([&] { return done_.load(std::memory_order_acquire) == n_chunks; }, kCallerSpin)) {
       std::unique_lock<std::mutex> lk(mu_);
       done_cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire) == n_chunks; });
     }
+    const int64_t waited = now_ns() - t1;
+    const int64_t per_chunk = own > 0 ? (t1 - t0) / own : 0;
+    if (waited > kLateWaitNs && waited > 2 * per_chunk) {
+      backoffs_.fetch_add(1, std::memory_order_relaxed);
+      back_off(t1 + waited);
+    }
+  }
+
+  // A sign of contention at time `now` (from the caller or a worker): the next jobs run
+  // on the caller alone for the solo period of the level. Two threads may signal at
+  // once; the mutex keeps the level's read-modify-write whole.
+  void back_off(int64_t now) {
+    if (!backoff_enabled_.load(std::memory_order_relaxed)) return;
+    std::lock_guard<std::mutex> lk(backoff_mu_);
+    level_ = now - last_signal_ < kLevelMemoryNs ? std::min(level_ + 1, kMaxLevel) : 0;
+    last_signal_ = now;
+    const int64_t until = now + (kSoloBaseNs << level_);
+    if (until > solo_until_.load(std::memory_order_relaxed)) solo_until_.store(until, std::memory_order_relaxed);
+  }
+
+  // A worker found itself descheduled while it spun for the next job.
+  void note_preempted() {
+    preemptions_.fetch_add(1, std::memory_order_relaxed);
+    back_off(now_ns());
   }
 
  private:
   // Claims chunks of job `gen` (its own range first, then the others') until none is
-  // left or a newer job replaced it.
-  void work(uint32_t gen, int64_t n, ChunkFn fn, void* ctx, int thread) {
+  // left or a newer job replaced it; returns how many it ran.
+  int64_t work(uint32_t gen, int64_t n, ChunkFn fn, void* ctx, int thread) {
+    int64_t ran = 0;
     const int ranges = ranges_.load(std::memory_order_acquire);
     for (int k = 0; k < ranges; ++k) {
       Range& range = range_[(thread + k) % ranges];
@@ -100,7 +176,7 @@ class Pool {
         uint64_t t = range.next.load(std::memory_order_acquire);
         int64_t chunk = -1;
         for (;;) {
-          if (static_cast<uint32_t>(t >> 32) != gen) return;
+          if (static_cast<uint32_t>(t >> 32) != gen) return ran;
           const int64_t c = static_cast<int64_t>(t & 0xffffffffu);
           if (c >= range.end.load(std::memory_order_relaxed)) break;  // this range is done
           if (range.next.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) {
@@ -110,6 +186,7 @@ class Pool {
         }
         if (chunk < 0) break;
         fn(ctx, chunk, thread);
+        ++ran;
         // A claimed chunk keeps job `gen` alive until this increment, so `done_` always
         // counts the current job.
         if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
@@ -118,6 +195,7 @@ class Pool {
         }
       }
     }
+    return ran;
   }
 
   void worker_main(int index) {
@@ -127,11 +205,13 @@ class Pool {
       if (gen_ == seen) {
         lk.unlock();
         const uint32_t rest = rest_.load(std::memory_order_acquire);
+        bool preempted = false;
         spin_until(
             [&] {
               return published_.load(std::memory_order_acquire) != seen || rest_.load(std::memory_order_relaxed) != rest;
             },
-            kWorkerSpin);
+            kWorkerSpin, &preempted);
+        if (preempted) note_preempted();
         lk.lock();
       }
       cv_.wait(lk, [&] { return gen_ != seen; });
@@ -162,6 +242,14 @@ class Pool {
 
  public:
   std::atomic<uint32_t> rest_{0};  // bumped by pool_rest(): spinning workers go to sleep
+  // Contention back-off (see kLateWaitNs): solo until this steady_clock time (ns), the
+  // doubling level and the time of the last signal; counters for pool_stats().
+  std::atomic<int64_t> solo_until_{0};
+  std::atomic<bool> backoff_enabled_{true};
+  std::atomic<int64_t> jobs_{0}, solo_jobs_{0}, backoffs_{0}, preemptions_{0};
+  std::mutex backoff_mu_;  // level_ and last_signal_
+  int level_ = 0;
+  int64_t last_signal_ = -kLevelMemoryNs;
 
  private:
   ChunkFn fn_ = nullptr;
@@ -207,6 +295,22 @@ Pool& pool() {
 void pool_rest() {
   Pool* p = g_pool.load(std::memory_order_acquire);
   if (p != nullptr) p->rest_.fetch_add(1, std::memory_order_release);
+}
+
+PoolStats pool_stats() {
+  Pool& p = pool();
+  return PoolStats{p.jobs_.load(std::memory_order_relaxed), p.solo_jobs_.load(std::memory_order_relaxed),
+                   p.backoffs_.load(std::memory_order_relaxed), p.preemptions_.load(std::memory_order_relaxed)};
+}
+
+void pool_set_backoff(bool enabled) {
+  Pool& p = pool();
+  p.backoff_enabled_.store(enabled, std::memory_order_relaxed);
+  if (!enabled) p.solo_until_.store(0, std::memory_order_relaxed);
+}
+
+void pool_solo_for(int64_t microseconds) {
+  pool().solo_until_.store(microseconds > 0 ? now_ns() + microseconds * 1000 : 0, std::memory_order_relaxed);
 }
 
 void parallel_run(int threads, int64_t n_chunks, ChunkFn fn, void* ctx) {

@@ -35,6 +35,20 @@ void parallel_run(int threads, int64_t n_chunks, ChunkFn fn, void* ctx);
 // kernel), which a spinning worker would take a core from. The next run() wakes them.
 void pool_rest();
 
+// The contention back-off (thread_pool.cc, kLateWaitNs): parallel jobs run, jobs run on
+// the caller alone because of it, back-offs from a late worker, workers that found
+// themselves descheduled while they spun.
+struct PoolStats {
+  int64_t jobs, solo_jobs, backoffs, preemptions;
+};
+PoolStats pool_stats();
+// Turns the back-off on or off; it starts on unless the environment has
+// QUANTA_POOL_BACKOFF=0 when the pool starts.
+void pool_set_backoff(bool enabled);
+// Runs every parallel job on the caller alone for the next `microseconds` (0: from now
+// on, as measured); the tests' way to take the solo path without a loaded machine.
+void pool_solo_for(int64_t microseconds);
+
 template <typename F>
 void parallel_for(int threads, int64_t n_chunks, F& f) {
   parallel_run(
