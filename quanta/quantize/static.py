@@ -293,7 +293,7 @@ def quantize_static(
         return _quantize_to_target(
             model_input, model_output, calibration_data, recipe, preprocess, verbose, accuracy
         )
-    model = load_for_quantization(model_input, min_opset=21 if recipe.weight_storage.bits == 4 else MIN_OPSET)
+    model = load_for_quantization(model_input, min_opset=21 if recipe.needs_opset21 else MIN_OPSET)
     prepare_float_graph(model)
     quantize_inside = recipe.subgraphs is not SubgraphMode.FLOAT
     if quantize_inside:
