@@ -162,3 +162,23 @@ def test_eight_bit_groups_are_left_to_the_eight_bit_rules(tmp_path):
 def test_rules_are_named():
     assert {r.name for r in (LowerConv16(), LowerMatMul16(), LowerGemm16())} == {
         "LowerConv16", "LowerMatMul16", "LowerGemm16"}
+
+
+def test_contrib_domain_sixteen_bit_qdq_lower_like_the_onnx_ops():
+    """ONNX Runtime's quantizer writes 16-bit Q/DQ as com.microsoft ops (ppocr_cls.ort_qdq_u16):
+    MsQdqToOnnx makes them ai.onnx ops first, so the weight stays an integer constant and the
+    group lowers to QLinearConv16."""
+    model, shape, step = _qdq_model("conv")
+    for n in model.graph.node:
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.input[0] != "bq":
+            n.domain = "com.microsoft"
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    blob = model.SerializeToString()
+    sess = quanta.InferenceSession(blob)
+    names = [s.kernel.name for s in sess.plan.steps if s.node.op_type == "QLinearConv16"]
+    assert names == ["native:qlinear_conv16_u16i8"]
+    feed = _feed(shape)
+    y = sess.run(None, feed)[0]
+    ort = pytest.importorskip("onnxruntime")
+    o = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    assert np.max(np.abs(o - y)) <= step * 1.0001

@@ -22,10 +22,10 @@ import numpy as np
 
 from quanta.ir.graph import Value, result_type
 from quanta.ir.types import QuantType, TensorType
-from quanta.passes.pattern import Builder, Match, NoMatch, Rule
+from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
 
-__all__ = ["LowerConv16", "LowerGemm16", "LowerMatMul16", "wide_rules"]
+__all__ = ["LowerConv16", "LowerGemm16", "LowerMatMul16", "MsQdqToOnnx", "MsQdqToOnnxPass", "wide_rules"]
 
 QUANTA_DOMAIN = "quanta"
 WIDE_STORAGE = ("u8", "i8", "u16", "i16")
@@ -234,6 +234,52 @@ class LowerGemm16(Rule):
             types=result_type(shape_from=m["y"], elem_from=m["y"]),
             name=m.node("c").name or None,
         )
+
+
+class MsQdqToOnnx(Rule):
+    """``com.microsoft::QuantizeLinear|DequantizeLinear`` -> the ai.onnx op (integer storage).
+
+    ONNX Runtime's quantizer writes 16-bit Q/DQ in its contrib domain (``use_qdq_contrib_ops``,
+    which ai.onnx opsets before 21 required), the 8-bit weights of such a file too; the two
+    ops compute the same map (eq. (2)) with float32 scales, so the groups become visible to constant folding
+    (which keeps ai.onnx DequantizeLinear of a constant weight) and to the lowering rules."""
+
+    pattern = "y = com.microsoft::QuantizeLinear|com.microsoft::DequantizeLinear(x, s, z?)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        z = m["z"]
+        if z is None or z.type is None:
+            return NoMatch("no zero point: the storage type is not known")
+        elem = z.type.elem.storage if isinstance(z.type.elem, QuantType) else z.type.elem
+        if str(elem) not in ("u8", "i8", "u16", "i16"):
+            return NoMatch(f"the zero point is {elem}: only 8- and 16-bit integer storage is converted")
+        sv = m["s"]
+        if sv.type is None or str(sv.type.elem) != "f32":
+            # float16 scales: the contrib op rounds in its own precision (reference/ms_qops.py)
+            return NoMatch(f"scale {describe(sv)} is not float32")
+        # (QuantizeLinear's x has its scale's type: a float32 scale means a float32 x)
+        if set(m.root.attrs) - {"axis"}:
+            return NoMatch(f"attributes {sorted(set(m.root.attrs) - {'axis'})} have no ai.onnx equivalent here")
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        node = m.root
+        return b.op(
+            node.op_type,
+            [m["x"], m["s"], m["z"]],
+            dict(node.attrs),
+            # the same operator in another domain: its output keeps what the graph knew
+            types=m["y"].type,
+            attr_types=node.attr_types,
+            name=node.name or None,
+        )
+
+
+class MsQdqToOnnxPass(RewritePass):
+    """:class:`MsQdqToOnnx` as a pass (first in ``pipelines.lower_qdq``)."""
+
+    name = "ms_qdq_to_onnx"
+    rules = (MsQdqToOnnx(),)
 
 
 def wide_rules() -> list[Rule]:
