@@ -52,13 +52,23 @@ inline int64_t load_elem(const void* p, Elem e, int64_t i) {
 
 inline int64_t elem_offset(Elem e) { return e == Elem::kU16 ? 32768 : 0; }
 
+// Round to nearest, ties to even, for |v| ≤ 2^22 (the clamped values here stay within
+// ±65536): adding and subtracting 1.5·2^23 leaves the integer part in float32's last
+// place, rounded by the current (default: nearest-even) mode. nearbyint is a libm call
+// that saves the floating-point environment, which cost more than the GEMM itself.
+inline float round_even(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 · 2^23
+  const float t = v + kMagic;  // two IEEE roundings (no -ffast-math: not reassociated)
+  return t - kMagic;
+}
+
 // eq. (A4): saturate(rne(f32(acc) · m) + zy), clamped before rounding as requantize() does.
 template <typename T>
 inline void store(void* y, int64_t i, int64_t acc, float m, int64_t zy, int64_t qmin, int64_t qmax) {
   const float lo = static_cast<float>(qmin - zy), hi = static_cast<float>(qmax - zy);
   float v = static_cast<float>(acc) * m;
   v = std::isnan(v) ? lo : (v < lo ? lo : (v > hi ? hi : v));
-  int64_t q = static_cast<int64_t>(std::nearbyint(v)) + zy;
+  int64_t q = static_cast<int64_t>(round_even(v)) + zy;
   q = q < qmin ? qmin : (q > qmax ? qmax : q);
   static_cast<T*>(y)[i] = static_cast<T>(q);
 }
@@ -80,29 +90,44 @@ void gemm_rows(int64_t r_begin, int64_t r_end, const Packed& w, const Epilogue& 
   const int64_t k2 = (w.k + 1) / 2, lda = 2 * k2;
   const int64_t nb32 = (w.n + kNR - 1) / kNR;
   const int64_t plane_stride = nb32 * 2 * k2 * 32;
-  std::vector<int16_t> panel(static_cast<size_t>(kMR * lda));
-  int64_t rowsum[kMR];
+  // Rows are taken kRowPanels panels (64 rows) at a time, and each 32-column block of the
+  // weight (2·K int16 values per column pair: 64 KB at K = 1024) is used for all of them
+  // while it is in L2: streaming the whole packed weight once per 4 rows made the kernel
+  // memory-bound (a 2 MB weight at K = N = 1024).
+  constexpr int kRowPanels = 16;
+  std::vector<int16_t> panel(static_cast<size_t>(kRowPanels * kMR * lda));
+  int64_t rowsum[kRowPanels * kMR];
   int64_t tile[kMR * kNR], acc[kMR * kNR];
-  for (int64_t r0 = r_begin; r0 < r_end; r0 += kMR) {
-    const int mr = static_cast<int>(r_end - r0 < kMR ? r_end - r0 : kMR);
-    fill(r0, mr, panel.data(), lda, rowsum);
+  for (int64_t c0 = r_begin; c0 < r_end; c0 += kRowPanels * kMR) {
+    const int64_t c1 = c0 + kRowPanels * kMR < r_end ? c0 + kRowPanels * kMR : r_end;
+    int np = 0;
+    for (int64_t r0 = c0; r0 < c1; r0 += kMR, ++np) {
+      const int mr = static_cast<int>(c1 - r0 < kMR ? c1 - r0 : kMR);
+      fill(r0, mr, panel.data() + np * kMR * lda, lda, rowsum + np * kMR);
+    }
     for (int64_t nb = 0; nb < nb32; ++nb) {
-      for (int i = 0; i < kMR * kNR; ++i) acc[i] = 0;
-      for (int p = 0; p < w.planes; ++p) {
-        // plane 0 is the high byte of a split weight (eq. (A2)): scaled by 256
-        const int64_t scale = (w.planes == 2 && p == 0) ? 256 : 1;
-        uk(panel.data(), lda, mr, k2, w.data + p * plane_stride + nb * 2 * k2 * 32, tile);
-        for (int r = 0; r < mr; ++r)
-          for (int j = 0; j < kNR; ++j) acc[r * kNR + j] += scale * tile[r * kNR + j];
-      }
       const int64_t ncols = w.n - nb * kNR < kNR ? w.n - nb * kNR : kNR;
-      for (int r = 0; r < mr; ++r) {
-        for (int64_t j = 0; j < ncols; ++j) {
-          const int64_t n = nb * kNR + j, cn = col0 + n;
-          // eq. (A3): S + dw·RA + da·CW' + K·da·dw + bias
-          int64_t v = acc[r * kNR + j] + ep.dw[cn] * rowsum[r] + ep.da * ep.cw[cn] + w.k * ep.da * ep.dw[cn];
-          if (ep.bias) v += ep.bias[cn];
-          store_any(y, ep.out, out_index(r0 + r, n), v, ep.mult[cn], ep.zy);
+      for (int ip = 0; ip < np; ++ip) {
+        const int64_t r0 = c0 + ip * kMR;
+        const int mr = static_cast<int>(c1 - r0 < kMR ? c1 - r0 : kMR);
+        const int16_t* pa = panel.data() + ip * kMR * lda;
+        const int64_t* rs = rowsum + ip * kMR;
+        for (int i = 0; i < kMR * kNR; ++i) acc[i] = 0;
+        for (int p = 0; p < w.planes; ++p) {
+          // plane 0 is the high byte of a split weight (eq. (A2)): scaled by 256
+          const int64_t scale = (w.planes == 2 && p == 0) ? 256 : 1;
+          uk(pa, lda, mr, k2, w.data + p * plane_stride + nb * 2 * k2 * 32, tile);
+          for (int r = 0; r < mr; ++r)
+            for (int j = 0; j < kNR; ++j) acc[r * kNR + j] += scale * tile[r * kNR + j];
+        }
+        for (int r = 0; r < mr; ++r) {
+          for (int64_t j = 0; j < ncols; ++j) {
+            const int64_t n = nb * kNR + j, cn = col0 + n;
+            // eq. (A3): S + dw·RA + da·CW' + K·da·dw + bias
+            int64_t v = acc[r * kNR + j] + ep.dw[cn] * rs[r] + ep.da * ep.cw[cn] + w.k * ep.da * ep.dw[cn];
+            if (ep.bias) v += ep.bias[cn];
+            store_any(y, ep.out, out_index(r0 + r, n), v, ep.mult[cn], ep.zy);
+          }
         }
       }
     }

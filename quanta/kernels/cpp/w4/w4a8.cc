@@ -30,13 +30,20 @@ BlockDot select(Isa isa) {
   }
 }
 
+// Round to nearest even for |v| ≤ 2^22 (clamped to the 8-bit range here); see a16w8.cc.
+inline float round_even(float v) {
+  constexpr float kMagic = 12582912.0f;
+  const float t = v + kMagic;
+  return t - kMagic;
+}
+
 template <typename T>
 inline T quantize(float t, float sy, int32_t zy, int32_t qmin, int32_t qmax) {
   // QuantizeLinear: sat(rne(t / sy) + zy), clamped before the conversion
   float v = t / sy;
   const float lo = static_cast<float>(qmin - zy), hi = static_cast<float>(qmax - zy);
   v = std::isnan(v) ? lo : (v < lo ? lo : (v > hi ? hi : v));
-  int32_t q = static_cast<int32_t>(std::nearbyint(v)) + zy;
+  int32_t q = static_cast<int32_t>(round_even(v)) + zy;
   q = q < qmin ? qmin : (q > qmax ? qmax : q);
   return static_cast<T>(q);
 }
