@@ -580,6 +580,10 @@ QUANT_OPERANDS: dict[tuple[str, str], list[tuple[tuple[str, int], int, int]]] = 
     (MS_DOMAIN, "QLinearLeakyRelu"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
     (MS_DOMAIN, "QLinearSoftmax"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
     ("quanta", "QLinearLookup"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
+    ("quanta", "QLinearConv16"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
+    ("quanta", "QLinearMatMul16"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
+    # the 4-bit weight keeps the per-block type its DequantizeLinear gave it
+    ("quanta", "MatMulW4A8"): [(("in", 0), 1, 2), (("out", 0), 6, 7)],
 }
 
 
@@ -657,9 +661,9 @@ def quant_type_from_params(
         )
     if s.ndim != 1:
         return None
-    if node.op_type in ("QLinearConv",):
+    if node.op_type in ("QLinearConv", "QLinearConv16"):
         axis = 0
-    elif node.op_type == "QLinearMatMul":
+    elif node.op_type in ("QLinearMatMul", "QLinearMatMul16"):
         axis = -1
     return QuantType(storage, expressed, s, zp_vals, axis=axis)
 

@@ -146,10 +146,12 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
     from quanta.passes.lower.channels_last import ChannelsLast
     from quanta.passes.lower.fold_float_weights import FoldFloatWeights
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
+    from quanta.passes.lower.wide import MsQdqToOnnxPass
     from quanta.passes.rules.fuse_gelu import FuseGeluPass
     from quanta.passes.rules.quantize_pad import QuantizePad
 
     return [
+        MsQdqToOnnxPass(),  # ORT's 16-bit contrib Q/DQ -> ai.onnx (the QLinear*16 groups)
         FoldConstants(evaluator),
         InlineIf(),  # an If on a condition folded to a constant: its branch's nodes
         FoldConstants(evaluator),

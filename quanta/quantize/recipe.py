@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from quanta.ir.graph import Node
-from quanta.ir.types import I4, I8, U4, U8, IntType
+from quanta.ir.types import I4, I8, I16, U4, U8, U16, IntType
 
 __all__ = [
     "DEFAULT_OP_TYPES",
@@ -135,6 +135,10 @@ TARGETS: dict[str, dict[str, Any]] = {
 }
 
 _STORAGE = {"int8": I8, "uint8": U8, "int4": I4, "uint4": U4, "i8": I8, "u8": U8, "i4": I4, "u4": U4}
+# 16-bit activations (and weights): the A16W8 fallback of an accuracy search; the groups
+# lower to quanta::QLinearConv16 / QLinearMatMul16 (exact int64 accumulation) and ONNX
+# Runtime runs the same file as float DQ -> op -> Q (docs/quantization-math.md §A16W8)
+_STORAGE.update({"int16": I16, "uint16": U16, "i16": I16, "u16": U16})
 
 
 def storage_from_name(name: str | IntType, what: str) -> IntType:
@@ -142,7 +146,9 @@ def storage_from_name(name: str | IntType, what: str) -> IntType:
         return name
     key = str(name).lower().replace("qint", "int").replace("quint", "uint")
     if key not in _STORAGE:
-        raise RecipeError(f"{what}: unknown type {name!r}; expected one of int8, uint8, int4, uint4")
+        raise RecipeError(
+            f"{what}: unknown type {name!r}; expected one of int8, uint8, int16, uint16, int4, uint4"
+        )
     return _STORAGE[key]
 
 
@@ -296,6 +302,14 @@ class Recipe:
     @property
     def weight_storage(self) -> IntType:
         return storage_from_name(self.weight_type, "weight_type")
+
+    @property
+    def needs_opset21(self) -> bool:
+        """4-bit or 16-bit storage anywhere (the types, an override): ai.onnx Q/DQ take
+        them from opset 21 on, so quantize_static upgrades the model to it."""
+        types = [self.activation_storage, self.weight_storage]
+        types += [storage_from_name(o.dtype, k) for k, o in self.overrides.items() if o.dtype]
+        return any(t.bits in (4, 16) for t in types)
 
     def excludes(self, node: Node) -> bool:
         return any(node.name == pat or (node.name and re.fullmatch(pat, node.name)) for pat in self.exclude)

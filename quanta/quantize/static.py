@@ -293,8 +293,8 @@ def quantize_static(
         return _quantize_to_target(
             model_input, model_output, calibration_data, recipe, preprocess, verbose, accuracy
         )
-    # int4 weights and int16 activations (an integer-only target's wide tensors) need opset 21
-    wide = recipe.weight_storage.bits == 4 or recipe.integer_only
+    # int4 weights and int16 activations (also an integer-only target's wide tensors) need opset 21
+    wide = recipe.needs_opset21 or recipe.integer_only
     model = load_for_quantization(model_input, min_opset=21 if wide else MIN_OPSET)
     prepare_float_graph(model)
     if recipe.integer_only:

@@ -33,7 +33,7 @@ _QUANT = {
     "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
     "MatMulInteger", "ConvInteger", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
     "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "AccumulatorToFloat",
-    "QLinearLookup",
+    "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8",
 }  # fmt: skip
 #: the elementwise activations lowering turns into a 256-entry table (quanta QLinearLookup)
 _TABLED = (
@@ -76,7 +76,7 @@ PINNED = {
         "QLinearConv", "ConvInteger", "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat",
         "DynamicQuantizeMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearAveragePool",
         "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
-        "DynamicQuantizeLSTM", "QAttention", "QLinearLookup",
+        "DynamicQuantizeLSTM", "QAttention", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8",
     },
     "quanta.passes.coverage.MAC_KIND": {
         "Conv": MacKind.CONV, "QLinearConv": MacKind.CONV, "ConvInteger": MacKind.CONV,
@@ -86,8 +86,9 @@ PINNED = {
         "Gemm": MacKind.GEMM, "QGemm": MacKind.GEMM,
         "LSTM": MacKind.RECURRENT, "GRU": MacKind.RECURRENT, "RNN": MacKind.RECURRENT,
         "DynamicQuantizeLSTM": MacKind.RECURRENT,
+        "QLinearConv16": MacKind.CONV, "QLinearMatMul16": MacKind.MATMUL, "MatMulBf16": MacKind.MATMUL,
     },
-    "quanta.passes.coverage._CONV_WEIGHT": {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3},
+    "quanta.passes.coverage._CONV_WEIGHT": {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3, "QLinearConv16": 3},
     "quanta.passes.coverage.LOWER_RULE_OF": {
         "Conv": "LowerConv", "MatMul": "LowerMatMul", "Gemm": "LowerGemm", "Add": "LowerBinary",
         "Mul": "LowerBinary", "Concat": "LowerConcat", "AveragePool": "LowerPool",
@@ -137,6 +138,7 @@ PINNED = {
         "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu", "AccumulatorToFloat",
         "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "MlasLogistic", "MlasTanh",
+        "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "MatMulBf16",
     },
     "quanta.targets.native.BLAS_OPS": {
         "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "RNN", "Attention",

@@ -25,8 +25,8 @@ def test_recipe_defaults_are_the_documented_ones():
             "method: unknown calibration method 'kl'; expected one of minmax, moving_average, entropy, percentile, mse, weighted_mse",
         ),
         (
-            dict(activation_type="int16"),
-            "activation_type: unknown type 'int16'; expected one of int8, uint8, int4, uint4",
+            dict(activation_type="int32"),
+            "activation_type: unknown type 'int32'; expected one of int8, uint8, int16, uint16, int4, uint4",
         ),
         (
             dict(activation_type="int4"),

@@ -35,4 +35,7 @@ PYBIND11_MODULE(_native, m) {
   register_tensor_ops(m);
   register_sgemm(m);
   register_intonly(m);
+  register_a16w8(m);
+  register_w4(m);
+  register_bf16(m);
 }

@@ -11,6 +11,7 @@ struct CpuFeatures {
   bool avx2 = false;
   bool avx512vnni = false;
   bool avx512vbmi = false;
+  bool avx512bf16 = false;
 };
 
 unsigned long long xgetbv0() {
@@ -40,6 +41,7 @@ CpuFeatures detect() {
   f.avx2 = ymm_os && avx2 && fma;
   f.avx512vnni = f.avx2 && zmm_os && avx512f && avx512dq && avx512bw && avx512vl && avx512vnni;
   f.avx512vbmi = f.avx512vnni && avx512vbmi;
+  if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) f.avx512bf16 = f.avx512vnni && ((eax >> 5) & 1);
   return f;
 }
 
@@ -50,6 +52,7 @@ const CpuFeatures& features() {
 
 int g_override = -1;
 int g_vbmi_override = -1;  // -1: as the CPU says; 0: off; 1: on
+int g_bf16_override = -1;  // the same for AVX512_BF16
 
 }  // namespace
 
@@ -85,6 +88,12 @@ const std::vector<KernelRow>& kernel_table() {
       {"qconv_depthwise_nhwc", "u8s8->s32", Isa::kAvx2, "qconv_dwc_u8s8_s32_16c2__avx2", {}},
       {"qconv_depthwise_nhwc", "u8s8->s32", Isa::kAvx512Vnni, "qconv_dwc_u8s8_s32_64c4__avx512vnni", {}},
       {"qconv_depthwise_nhwc_flat", "u8s8->s32", Isa::kAvx512Vnni, "qconv_dwc_flat_u8s8_s32_64c4__avx512vnni", {}},
+      {"a16w8", "s16s16->s64", Isa::kPortable, "a16w8_s16s16_s64_4x32c2__portable", {}},
+      {"a16w8", "s16s16->s64", Isa::kAvx2, "a16w8_s16s16_s64_4x32c2__avx2", {}},
+      {"a16w8", "s16s16->s64", Isa::kAvx512Vnni, "a16w8_s16s16_s64_4x32c2__avx512vnni", {}},
+      {"w4a8", "u8s4->s32", Isa::kPortable, "w4a8_u8s4_s32_1x16c4__portable", {}},
+      {"w4a8", "u8s4->s32", Isa::kAvx2, "w4a8_u8s4_s32_1x16c4__avx2", {}},
+      {"w4a8", "u8s4->s32", Isa::kAvx512Vnni, "w4a8_u8s4_s32_1x16c4__avx512vnni", {}},
   };
   return rows;
 }
@@ -145,5 +154,18 @@ void set_avx512vbmi_override(bool enabled) {
 }
 
 void clear_avx512vbmi_override() { g_vbmi_override = -1; }
+
+bool avx512bf16_supported() { return features().avx512bf16; }
+
+bool avx512bf16_active() {
+  return features().avx512bf16 && g_bf16_override != 0 && active_isa() == Isa::kAvx512Vnni;
+}
+
+void set_avx512bf16_override(bool enabled) {
+  if (enabled && !features().avx512bf16) throw std::invalid_argument("AVX512_BF16 is not supported by this CPU");
+  g_bf16_override = enabled ? 1 : 0;
+}
+
+void clear_avx512bf16_override() { g_bf16_override = -1; }
 
 }  // namespace quanta

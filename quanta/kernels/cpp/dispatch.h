@@ -40,6 +40,13 @@ bool avx512vbmi_active();
 void set_avx512vbmi_override(bool enabled);  // throws std::invalid_argument if unsupported
 void clear_avx512vbmi_override();
 
+// AVX512_BF16 (vdpbf16ps), also an extension inside the avx512vnni path: the bf16 island
+// kernels (bf16/bf16.h) use it when the CPU has it; off, they widen bf16 to float32.
+bool avx512bf16_supported();
+bool avx512bf16_active();
+void set_avx512bf16_override(bool enabled);  // throws std::invalid_argument if unsupported
+void clear_avx512bf16_override();
+
 // One row of the dispatch table. The fallback convention is the same for every op: a
 // kernel runs with the active ISA's row when the op has one, else with the row of the
 // best supported ISA below it (select_kernel); portable rows exist for every op.

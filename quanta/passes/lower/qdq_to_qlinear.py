@@ -827,6 +827,8 @@ def lower_rules(opset: int | None = None, evaluator: Evaluator | None = None) ->
     LowerSoftmax read a Softmax over any axis; ``evaluator`` (the reference kernels) lets
     LowerLookup compute its tables. LowerLookup comes last: ORT's own operators first."""
     from quanta.passes.lower.per_channel_activation import LowerConvPerChannelDepthwise
+    from quanta.passes.lower.w4 import w4_rules
+    from quanta.passes.lower.wide import wide_rules
     from quanta.passes.rules.propagate_views import MoveDequantizeAfterConcat
 
     return [
@@ -836,6 +838,8 @@ def lower_rules(opset: int | None = None, evaluator: Evaluator | None = None) ->
         LowerMatMulFloatOutput(),
         LowerGemm(),
         LowerGemmFloatOutput(),
+        *wide_rules(),  # a 16-bit operand: quanta::QLinearConv16 / QLinearMatMul16 (wide.py)
+        *w4_rules(),  # 4-bit weights per block, 8-bit activations: quanta::MatMulW4A8 (w4.py)
         LowerConvFloatOutput(),
         LowerBinary(),
         LowerPool(),

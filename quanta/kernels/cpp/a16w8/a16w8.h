@@ -1,0 +1,82 @@
+// A16W8: 16-bit activations times 8-bit (or byte-split 16-bit) weights, accumulated
+// exactly, requantized in float32 (docs/quantization-math.md eqs. (A1)-(A4)).
+//
+// Operands as the kernels see them (eq. (A2)):
+//   A'[m, k] = a[m, k] − oa          int16; oa = 32768 for uint16 a, 0 otherwise
+//   W'[k, n] = Σ_p 256^p · Wp[k, n]  one plane (|W'| ≤ 255: 8-bit weights) or two byte
+//                                    planes hi (int8) / lo (0..255) of a 16-bit weight
+// The micro-kernel computes S_p = Σ_k A'·Wp for one plane with int16 pair products
+// (vpdpwssd / vpmaddwd) summed in int32 lanes. Bound: |A'| ≤ 2^15 and |Wp| ≤ 255, so one
+// product is at most 32768·255 = 8 355 840 < 2^23 and 256 of them stay below 2^31 − 1;
+// each int32 lane receives two products per pair step, so the lanes are added into int64
+// every KC_PAIRS = 128 pair steps (256 values of k). The result is exact for any K.
+//
+// Packed weight layout (one plane): blocks of 16 columns; within a block, for every pair
+// step p (k = 2p, 2p+1), 16 × 2 int16: [col0 k0, col0 k1, col1 k0, ...]; K is padded to
+// even and N to a multiple of 32 with zeros.
+#pragma once
+
+#include <cstdint>
+
+#include "dispatch.h"
+
+namespace quanta {
+namespace a16w8 {
+
+constexpr int kMR = 4;          // rows per micro-kernel call
+constexpr int kNR = 32;         // columns per micro-kernel call (two 16-column blocks)
+constexpr int kKcPairs = 128;   // pair steps between int32 -> int64 flushes (bound above)
+
+// c[r][j] = Σ_{p < k2} Σ_{t<2} a[r·lda + 2p + t] · b[(j/16)·k2·32 + p·32 + (j%16)·2 + t]
+// for r < mr (rows ≥ mr of c are left untouched), j < 32; exact (int64).
+using MicroKernel = void (*)(const int16_t* a, int64_t lda, int mr, int64_t k2, const int16_t* b,
+                             int64_t* c);
+
+void ukernel_portable(const int16_t* a, int64_t lda, int mr, int64_t k2, const int16_t* b, int64_t* c);
+void ukernel_avx2(const int16_t* a, int64_t lda, int mr, int64_t k2, const int16_t* b, int64_t* c);
+void ukernel_avx512vnni(const int16_t* a, int64_t lda, int mr, int64_t k2, const int16_t* b, int64_t* c);
+
+MicroKernel select_ukernel(Isa isa);
+
+enum class Elem : int { kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3 };
+
+// The per-column terms of eq. (A3) and the requantization of eq. (A4).
+struct Epilogue {
+  const int64_t* dw;    // [N] ow − zw[n]
+  const int64_t* cw;    // [N] Σ_k W'[k, n]
+  const int64_t* bias;  // [N] or null
+  const float* mult;    // [N] float32 multipliers
+  int64_t da;           // oa − za
+  int64_t zy;
+  Elem out;
+};
+
+// The packed weight of one GEMM: planes (1 or 2) of packed blocks.
+struct Packed {
+  const int16_t* data;  // [planes][nblocks32 · 2][k2][32]
+  int planes;
+  int64_t k;            // reduction length
+  int64_t n;            // output columns
+};
+
+// y[m·N + n] for a: [M, K] of elem `a_elem`.
+void matmul(const void* a, Elem a_elem, int64_t m, const Packed& w, const Epilogue& ep, void* y, int threads);
+
+struct ConvGeom {
+  int64_t batch, c, h, w;        // input
+  int64_t m, kh, kw, oh, ow;     // output channels, kernel, output size
+  int64_t sh, sw, dh, dw, pt, pl;
+  int64_t group;
+};
+
+// NCHW convolution; `w` holds one Packed per group (consecutive, each with n = m / group,
+// k = c / group · kh · kw); ep arrays cover all m output channels.
+void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Packed* w, const Epilogue& ep,
+            void* y, int threads);
+
+// Depthwise (c/group = m/group = 1): wd[m][kh·kw] = w − zw as int32; exact int64 sums.
+void conv2d_depthwise(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const int32_t* wd,
+                      const Epilogue& ep, void* y, int threads);
+
+}  // namespace a16w8
+}  // namespace quanta

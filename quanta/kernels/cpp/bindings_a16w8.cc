@@ -1,0 +1,237 @@
+// Bindings for the A16W8 kernels (a16w8/a16w8.h; docs/quantization-math.md eqs. (A1)-(A4)).
+//
+//   a16w8_matmul(a, packed, k, n, dw, cw, bias, mult, za, zy, out_dtype, num_threads=1, out=None)
+//     a: [..., K] uint8/int8/uint16/int16; packed: int16 [planes, blocks, k2, 32] (the layout
+//     of a16w8.h, built by quanta.targets.native.a16w8.pack_weight); dw, cw, bias: int64 [N]
+//     (bias may be None); mult: float32 [N]; out_dtype: "u8", "i8", "u16", "i16". -> [..., N]
+//   a16w8_conv2d(x, zx, packed, m, kernel, strides, dilations, pads, out_hw, group, dw, cw,
+//                bias, mult, zy, out_dtype, num_threads=1, out=None)
+//     x: [N, C, H, W]; packed: int16 [group, planes, blocks, k2, 32]. -> [N, M, OH, OW]
+//   a16w8_conv2d_depthwise(x, zx, wd, kernel, strides, dilations, pads, out_hw, bias, mult,
+//                          zy, out_dtype, num_threads=1, out=None)
+//     wd: int32 [C, kh·kw] = w − zw (group = C = M).
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include <pybind11/stl.h>
+
+#include "a16w8/a16w8.h"
+#include "bindings.h"
+
+namespace quanta {
+namespace {
+
+using a16w8::Elem;
+
+Elem elem_of(const py::array& a, const std::string& what) {
+  if (a.dtype().is(py::dtype::of<uint8_t>())) return Elem::kU8;
+  if (a.dtype().is(py::dtype::of<int8_t>())) return Elem::kI8;
+  if (a.dtype().is(py::dtype::of<uint16_t>())) return Elem::kU16;
+  if (a.dtype().is(py::dtype::of<int16_t>())) return Elem::kI16;
+  throw py::value_error(what + ": expected uint8, int8, uint16 or int16, got " +
+                        py::str(a.dtype()).cast<std::string>());
+}
+
+Elem parse_out(const std::string& op, const std::string& s) {
+  if (s == "u8") return Elem::kU8;
+  if (s == "i8") return Elem::kI8;
+  if (s == "u16") return Elem::kU16;
+  if (s == "i16") return Elem::kI16;
+  throw py::value_error(op + ": out_dtype: expected u8, i8, u16 or i16, got '" + s + "'");
+}
+
+py::dtype numpy_of(Elem e) {
+  switch (e) {
+    case Elem::kU8: return py::dtype::of<uint8_t>();
+    case Elem::kI8: return py::dtype::of<int8_t>();
+    case Elem::kU16: return py::dtype::of<uint16_t>();
+    default: return py::dtype::of<int16_t>();
+  }
+}
+
+py::array contiguous_int_input(const py::handle& obj, const std::string& what) {
+  if (!py::isinstance<py::array>(obj)) throw py::value_error(what + ": expected a numpy array");
+  auto a = py::reinterpret_borrow<py::array>(obj);
+  if (!(a.flags() & py::array::c_style)) throw py::value_error(what + ": expected a C-contiguous array");
+  return a;
+}
+
+struct EpArrays {
+  py::array_t<int64_t, py::array::c_style> dw, cw, bias;
+  py::array_t<float, py::array::c_style> mult;
+  bool has_bias = false;
+};
+
+EpArrays epilogue_arrays(const std::string& op, int64_t n, const py::object& dw, const py::object& cw,
+                         const py::object& bias, const py::object& mult, bool need_dw_cw) {
+  EpArrays e;
+  auto check_len = [&](const py::array& a, const char* what) {
+    if (a.size() != n) {
+      throw py::value_error(op + ": " + what + ": expected " + std::to_string(n) + " values (one per output column), got " +
+                            std::to_string(a.size()));
+    }
+  };
+  if (need_dw_cw) {
+    e.dw = require_array<int64_t>(dw, (op + ": dw").c_str());
+    e.cw = require_array<int64_t>(cw, (op + ": cw").c_str());
+    check_len(e.dw, "dw");
+    check_len(e.cw, "cw");
+  }
+  if (!bias.is_none()) {
+    e.bias = require_array<int64_t>(bias, (op + ": bias").c_str());
+    check_len(e.bias, "bias");
+    e.has_bias = true;
+  }
+  e.mult = require_array<float>(mult, (op + ": mult").c_str());
+  check_len(e.mult, "mult");
+  return e;
+}
+
+py::array output_array(const std::string& op, Elem out, const Shape& shape, const py::object& out_obj,
+                       const py::array& input) {
+  if (out_obj.is_none()) return py::array(numpy_of(out), shape);
+  if (!py::isinstance<py::array>(out_obj)) throw py::value_error(op + ": out: expected a numpy array");
+  auto y = py::reinterpret_borrow<py::array>(out_obj);
+  if (!y.dtype().is(numpy_of(out)) || !(y.flags() & py::array::c_style) || !y.writeable() ||
+      shape_of(y) != shape) {
+    throw py::value_error(op + ": out: expected a writeable C-contiguous array of shape " + shape_str(shape));
+  }
+  if (overlaps(y, input)) throw py::value_error(op + ": out overlaps the input");
+  return y;
+}
+
+a16w8::Packed packed_of(const std::string& op, const py::array_t<int16_t, py::array::c_style>& p, int64_t k,
+                        int64_t n, int lead) {
+  const int64_t k2 = (k + 1) / 2, blocks = 2 * ((n + a16w8::kNR - 1) / a16w8::kNR);
+  if (p.ndim() != lead + 4 || p.shape(lead + 1) != blocks || p.shape(lead + 2) != k2 || p.shape(lead + 3) != 32 ||
+      (p.shape(lead) != 1 && p.shape(lead) != 2)) {
+    throw py::value_error(op + ": packed: expected shape [..., planes (1|2), " + std::to_string(blocks) + ", " +
+                          std::to_string(k2) + ", 32] for K=" + std::to_string(k) + ", N=" + std::to_string(n) +
+                          ", got " + shape_str(shape_of(p)));
+  }
+  return a16w8::Packed{p.data(), static_cast<int>(p.shape(lead)), k, n};
+}
+
+py::array matmul_impl(const py::handle& a_obj, const py::handle& packed_obj, int64_t k, int64_t n,
+                      const py::object& dw, const py::object& cw, const py::object& bias, const py::object& mult,
+                      int64_t za, int64_t zy, const std::string& out_dtype, int num_threads,
+                      const py::object& out_obj) {
+  const std::string op = "a16w8_matmul";
+  check_threads(num_threads, op);
+  auto a = contiguous_int_input(a_obj, op + ": a");
+  const Elem ae = elem_of(a, op + ": a");
+  if (a.ndim() < 1 || a.shape(a.ndim() - 1) != k) {
+    throw py::value_error(op + ": a: expected shape [..., " + std::to_string(k) + "], got " + shape_str(shape_of(a)));
+  }
+  auto packed = require_array<int16_t>(packed_obj, (op + ": packed").c_str());
+  const a16w8::Packed w = packed_of(op, packed, k, n, 0);
+  EpArrays e = epilogue_arrays(op, n, dw, cw, bias, mult, true);
+  const Elem oe = parse_out(op, out_dtype);
+  Shape shape = shape_of(a);
+  shape.back() = n;
+  py::array y = output_array(op, oe, shape, out_obj, a);
+  const int64_t m = k == 0 ? 0 : static_cast<int64_t>(a.size()) / k;
+  const int64_t oa = ae == Elem::kU16 ? 32768 : 0;
+  a16w8::Epilogue ep{e.dw.data(), e.cw.data(), e.has_bias ? e.bias.data() : nullptr, e.mult.data(), oa - za, zy, oe};
+  {
+    py::gil_scoped_release release;
+    a16w8::matmul(a.data(), ae, m, w, ep, y.mutable_data(), num_threads);
+  }
+  return y;
+}
+
+a16w8::ConvGeom conv_geom(const std::string& op, const py::array& x, int64_t m, std::array<int64_t, 2> kernel,
+                          std::array<int64_t, 2> strides, std::array<int64_t, 2> dilations,
+                          std::array<int64_t, 2> pads, std::array<int64_t, 2> out_hw, int64_t group) {
+  if (x.ndim() != 4) throw py::value_error(op + ": x: expected [N, C, H, W], got " + shape_str(shape_of(x)));
+  a16w8::ConvGeom g{x.shape(0), x.shape(1), x.shape(2), x.shape(3), m, kernel[0], kernel[1], out_hw[0], out_hw[1],
+                    strides[0], strides[1], dilations[0], dilations[1], pads[0], pads[1], group};
+  if (group < 1 || g.c % group || m % group) {
+    throw py::value_error(op + ": group " + std::to_string(group) + " does not divide C=" + std::to_string(g.c) +
+                          " and M=" + std::to_string(m));
+  }
+  if (g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 || g.dw < 1 || g.oh < 0 || g.ow < 0) {
+    throw py::value_error(op + ": kernel, strides and dilations must be >= 1 and the output size >= 0");
+  }
+  return g;
+}
+
+py::array conv_impl(const py::handle& x_obj, int64_t zx, const py::handle& packed_obj, int64_t m,
+                    std::array<int64_t, 2> kernel, std::array<int64_t, 2> strides,
+                    std::array<int64_t, 2> dilations, std::array<int64_t, 2> pads, std::array<int64_t, 2> out_hw,
+                    int64_t group, const py::object& dw, const py::object& cw, const py::object& bias,
+                    const py::object& mult, int64_t zy, const std::string& out_dtype, int num_threads,
+                    const py::object& out_obj) {
+  const std::string op = "a16w8_conv2d";
+  check_threads(num_threads, op);
+  auto x = contiguous_int_input(x_obj, op + ": x");
+  const Elem xe = elem_of(x, op + ": x");
+  const a16w8::ConvGeom g = conv_geom(op, x, m, kernel, strides, dilations, pads, out_hw, group);
+  auto packed = require_array<int16_t>(packed_obj, (op + ": packed").c_str());
+  const int64_t k = g.c / group * g.kh * g.kw, mg = m / group;
+  if (packed.ndim() < 1 || packed.shape(0) != group) {
+    throw py::value_error(op + ": packed: expected one packed weight per group (" + std::to_string(group) + ")");
+  }
+  const a16w8::Packed w0 = packed_of(op, packed, k, mg, 1);
+  std::vector<a16w8::Packed> ws(static_cast<size_t>(group), w0);
+  const int64_t per_group = static_cast<int64_t>(packed.size()) / group;
+  for (int64_t i = 0; i < group; ++i) ws[i].data = packed.data() + i * per_group;
+  EpArrays e = epilogue_arrays(op, m, dw, cw, bias, mult, true);
+  const Elem oe = parse_out(op, out_dtype);
+  py::array y = output_array(op, oe, Shape{g.batch, m, g.oh, g.ow}, out_obj, x);
+  const int64_t oa = xe == Elem::kU16 ? 32768 : 0;
+  a16w8::Epilogue ep{e.dw.data(), e.cw.data(), e.has_bias ? e.bias.data() : nullptr, e.mult.data(), oa - zx, zy, oe};
+  {
+    py::gil_scoped_release release;
+    a16w8::conv2d(x.data(), xe, zx, g, ws.data(), ep, y.mutable_data(), num_threads);
+  }
+  return y;
+}
+
+py::array depthwise_impl(const py::handle& x_obj, int64_t zx, const py::handle& wd_obj,
+                         std::array<int64_t, 2> kernel, std::array<int64_t, 2> strides,
+                         std::array<int64_t, 2> dilations, std::array<int64_t, 2> pads,
+                         std::array<int64_t, 2> out_hw, const py::object& bias, const py::object& mult, int64_t zy,
+                         const std::string& out_dtype, int num_threads, const py::object& out_obj) {
+  const std::string op = "a16w8_conv2d_depthwise";
+  check_threads(num_threads, op);
+  auto x = contiguous_int_input(x_obj, op + ": x");
+  const Elem xe = elem_of(x, op + ": x");
+  const int64_t c = x.ndim() == 4 ? x.shape(1) : 0;
+  const a16w8::ConvGeom g = conv_geom(op, x, c, kernel, strides, dilations, pads, out_hw, c);
+  auto wd = require_array<int32_t>(wd_obj, (op + ": wd").c_str());
+  if (wd.ndim() != 2 || wd.shape(0) != c || wd.shape(1) != g.kh * g.kw) {
+    throw py::value_error(op + ": wd: expected [" + std::to_string(c) + ", " + std::to_string(g.kh * g.kw) +
+                          "], got " + shape_str(shape_of(wd)));
+  }
+  EpArrays e = epilogue_arrays(op, c, py::none(), py::none(), bias, mult, false);
+  const Elem oe = parse_out(op, out_dtype);
+  py::array y = output_array(op, oe, Shape{g.batch, c, g.oh, g.ow}, out_obj, x);
+  a16w8::Epilogue ep{nullptr, nullptr, e.has_bias ? e.bias.data() : nullptr, e.mult.data(), 0, zy, oe};
+  {
+    py::gil_scoped_release release;
+    a16w8::conv2d_depthwise(x.data(), xe, zx, g, wd.data(), ep, y.mutable_data(), num_threads);
+  }
+  return y;
+}
+
+}  // namespace
+
+void register_a16w8(py::module_& m) {
+  m.def("a16w8_matmul", &matmul_impl, py::arg("a"), py::arg("packed"), py::arg("k"), py::arg("n"), py::arg("dw"),
+        py::arg("cw"), py::arg("bias"), py::arg("mult"), py::arg("za"), py::arg("zy"), py::arg("out_dtype"),
+        py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        "16-bit (or 8-bit) a times packed 8-bit / byte-split 16-bit weights, exact, requantized (a16w8.h).");
+  m.def("a16w8_conv2d", &conv_impl, py::arg("x"), py::arg("zx"), py::arg("packed"), py::arg("m"),
+        py::arg("kernel"), py::arg("strides"), py::arg("dilations"), py::arg("pads"), py::arg("out_hw"),
+        py::arg("group"), py::arg("dw"), py::arg("cw"), py::arg("bias"), py::arg("mult"), py::arg("zy"),
+        py::arg("out_dtype"), py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        "NCHW A16W8 convolution on the a16w8 GEMM (pads: top, left).");
+  m.def("a16w8_conv2d_depthwise", &depthwise_impl, py::arg("x"), py::arg("zx"), py::arg("wd"), py::arg("kernel"),
+        py::arg("strides"), py::arg("dilations"), py::arg("pads"), py::arg("out_hw"), py::arg("bias"),
+        py::arg("mult"), py::arg("zy"), py::arg("out_dtype"), py::arg("num_threads") = 1,
+        py::arg("out") = py::none(), "NCHW depthwise A16W8 convolution, exact int64 sums.");
+}
+
+}  // namespace quanta

@@ -1,0 +1,94 @@
+// Bindings for the W4A8 kernel (w4/w4a8.h; docs/quantization-math.md eqs. (W3)-(W5)).
+//
+//   w4a8_matmul(a, packed, colsum, c, k, n, block, za, y_scale=None, zy=0, out_dtype="f32",
+//               num_threads=1, out=None) -> [..., N]
+//     a: [..., K] uint8 or int8 (za in a's type); packed: int8 [kb, ntiles, block/4, 64]
+//     (quanta.targets.native.w4a8.pack_blocks); colsum: int32 [kb, ntiles·16]; c: float32
+//     [kb, ntiles·16]; out_dtype "f32" (then no y_scale), "u8" or "i8" (y_scale a float).
+#include <cstdint>
+#include <string>
+
+#include "bindings.h"
+#include "w4/w4a8.h"
+
+namespace quanta {
+namespace {
+
+py::array w4a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const py::handle& colsum_obj,
+                    const py::handle& c_obj, int64_t k, int64_t n, int64_t block, int64_t za,
+                    const py::object& y_scale, int64_t zy, const std::string& out_dtype, int num_threads,
+                    const py::object& out_obj) {
+  const std::string op = "w4a8_matmul";
+  check_threads(num_threads, op);
+  if (!py::isinstance<py::array>(a_obj)) throw py::value_error(op + ": a: expected a numpy array");
+  auto a = py::reinterpret_borrow<py::array>(a_obj);
+  const bool a_signed = a.dtype().is(py::dtype::of<int8_t>());
+  if (!a_signed && !a.dtype().is(py::dtype::of<uint8_t>())) {
+    throw py::value_error(op + ": a: expected uint8 or int8, got " + py::str(a.dtype()).cast<std::string>());
+  }
+  if (!(a.flags() & py::array::c_style)) throw py::value_error(op + ": a: expected a C-contiguous array");
+  if (a.ndim() < 1 || a.shape(a.ndim() - 1) != k) {
+    throw py::value_error(op + ": a: expected shape [..., " + std::to_string(k) + "], got " + shape_str(shape_of(a)));
+  }
+  if (block < 4 || block % 4 || block > 4096) {
+    throw py::value_error(op + ": block: expected a multiple of 4 in [4, 4096], got " + std::to_string(block));
+  }
+  const int64_t kb = (k + block - 1) / block, ntiles = (n + 15) / 16;
+  auto packed = require_array<int8_t>(packed_obj, (op + ": packed").c_str());
+  if (packed.size() != kb * ntiles * block * 16) {
+    throw py::value_error(op + ": packed: expected " + std::to_string(kb * ntiles * block * 16) + " int8 values for K=" +
+                          std::to_string(k) + ", N=" + std::to_string(n) + ", block=" + std::to_string(block));
+  }
+  auto colsum = require_array<int32_t>(colsum_obj, (op + ": colsum").c_str());
+  auto c = require_array<float>(c_obj, (op + ": c").c_str());
+  if (colsum.size() != kb * ntiles * 16 || c.size() != kb * ntiles * 16) {
+    throw py::value_error(op + ": colsum, c: expected " + std::to_string(kb * ntiles * 16) + " values each");
+  }
+  int kind;
+  py::dtype odt;
+  if (out_dtype == "f32") {
+    kind = 0, odt = py::dtype::of<float>();
+  } else if (out_dtype == "u8") {
+    kind = 1, odt = py::dtype::of<uint8_t>();
+  } else if (out_dtype == "i8") {
+    kind = 2, odt = py::dtype::of<int8_t>();
+  } else {
+    throw py::value_error(op + ": out_dtype: expected f32, u8 or i8, got '" + out_dtype + "'");
+  }
+  float sy = 1.0f;
+  if (kind != 0) {
+    if (y_scale.is_none()) throw py::value_error(op + ": y_scale: required for a quantized output");
+    sy = y_scale.cast<float>();
+  }
+  Shape shape = shape_of(a);
+  shape.back() = n;
+  py::array y;
+  if (out_obj.is_none()) {
+    y = py::array(odt, shape);
+  } else {
+    y = py::reinterpret_borrow<py::array>(out_obj);
+    if (!y.dtype().is(odt) || shape_of(y) != shape || !(y.flags() & py::array::c_style) || !y.writeable()) {
+      throw py::value_error(op + ": out: expected a writeable C-contiguous array of shape " + shape_str(shape));
+    }
+  }
+  w4a8::Params p{static_cast<int64_t>(a.size()) / (k ? k : 1), k, n, block, packed.data(), colsum.data(), c.data(),
+                 static_cast<int32_t>(a_signed ? za + 128 : za), a_signed, kind ? &sy : nullptr,
+                 static_cast<int32_t>(zy), kind};
+  if (k == 0) p.m = 0;
+  {
+    py::gil_scoped_release release;
+    w4a8::matmul(a.data(), p, y.mutable_data(), num_threads);
+  }
+  return y;
+}
+
+}  // namespace
+
+void register_w4(py::module_& m) {
+  m.def("w4a8_matmul", &w4a8_impl, py::arg("a"), py::arg("packed"), py::arg("colsum"), py::arg("c"), py::arg("k"),
+        py::arg("n"), py::arg("block"), py::arg("za"), py::arg("y_scale") = py::none(), py::arg("zy") = 0,
+        py::arg("out_dtype") = "f32", py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        "8-bit a times 4-bit weights per block of K, exact block dots, float32 block sums in order (w4a8.h).");
+}
+
+}  // namespace quanta

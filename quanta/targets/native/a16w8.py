@@ -1,0 +1,230 @@
+"""Native quanta::QLinearMatMul16 / QLinearConv16 on the a16w8 kernels
+(quanta/kernels/cpp/a16w8; docs/quantization-math.md eqs. (A1)-(A4)).
+
+Compile time (the binders): the constant weight becomes ``W' = w − ow`` (``ow`` = 32768
+for uint16 weights, else 0), split into a high and a low byte plane when it does not fit
+in [−255, 255] (16-bit weights, eq. (A2)), and packed into the micro-kernel's layout
+(:func:`pack_weight`); the per-column terms ``dw = ow − zw`` and ``cw = Σ_k W'`` of
+eq. (A3), the int64 bias and the float32 multipliers ``f32(f32(sa·sb)/sy)`` are computed
+once. Run time: one kernel call per node; the reference twin (same numbers) takes inputs
+outside the fast path (another dtype than compiled for, a 3-D convolution).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node
+from quanta.kernels.reference.a16w8 import QUANTA_DOMAIN, WIDE_TYPES
+from quanta.kernels.reference.conv_geometry import conv_attrs
+from quanta.kernels.reference.registry import get_op
+from quanta.kernels.reference.requant import requant_multiplier
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+from quanta.targets.native._values import const_of as _const
+from quanta.targets.native._values import threads as _threads
+from quanta.targets.native._values import value_dtype as _dtype
+
+try:
+    from quanta.kernels import _native
+except ImportError:  # the binders only run when the extension is built
+    _native = None
+
+__all__ = ["bind_qlinear_conv16", "bind_qlinear_matmul16", "pack_weight", "weight_terms"]
+
+F32 = np.float32
+_SHORT = {np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8", np.dtype(np.uint16): "u16", np.dtype(np.int16): "i16"}
+KNR = 32  # columns per micro-kernel call (a16w8.h kNR)
+
+
+def _offset(dtype: np.dtype) -> int:
+    return 32768 if dtype == np.uint16 else 0
+
+
+def pack_weight(wk: np.ndarray) -> np.ndarray:
+    """``W' [K, N]`` (int64 values) -> int16 ``[planes, blocks, k2, 32]`` (a16w8.h layout):
+    one plane when ``|W'| ≤ 255``, else the planes ``hi = W' >> 8`` (scaled by 256 in the
+    kernel) and ``lo = W' & 255`` (eq. (A2))."""
+    wk = np.asarray(wk, np.int64)
+    k, n = wk.shape
+    planes = [wk] if wk.size == 0 or (wk.min() >= -255 and wk.max() <= 255) else [wk >> 8, wk & 255]
+    k2 = (k + 1) // 2
+    blocks = 2 * ((n + KNR - 1) // KNR)
+    out = np.zeros((len(planes), blocks, k2, 32), np.int16)
+    for i, p in enumerate(planes):
+        padded = np.zeros((2 * k2, blocks * 16), np.int64)
+        padded[:k, :n] = p
+        # [k2, 2, blocks, 16] -> [blocks, k2, 16, 2]: pairs of k interleaved per column
+        out[i] = padded.reshape(k2, 2, blocks, 16).transpose(2, 0, 3, 1).reshape(blocks, k2, 32)
+    return out
+
+
+def weight_terms(wk: np.ndarray, w_dtype: np.dtype, zw: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``dw[n] = ow − zw[n]`` and ``cw[n] = Σ_k W'[k, n]`` (eq. (A3)), int64 [N]."""
+    dw = np.ascontiguousarray(np.broadcast_to(_offset(w_dtype) - np.asarray(zw, np.int64).reshape(-1), (n,)))
+    cw = np.ascontiguousarray(np.asarray(wk, np.int64).sum(axis=0).reshape(n))
+    return dw.astype(np.int64), cw.astype(np.int64)
+
+
+def _per_column(v: np.ndarray | None, n: int) -> np.ndarray | None:
+    if v is None:
+        return None
+    v = np.asarray(v)
+    if v.size == 1:
+        return np.full(n, v.reshape(()), v.dtype)
+    if v.size == n:
+        return np.ascontiguousarray(v.reshape(n))
+    return None
+
+
+def _common(node: Node, n: int, op: str) -> tuple[dict[str, Any] | None, str]:
+    """The shared compile-time part: dtypes, constant scalar parameters, per-column weight
+    parameters, the multipliers and the bias."""
+    ins = [node.input(i) for i in range(9)]
+    x, sx, zx, w, sw, zw, sy, zy, bias = ins
+    for name, v in (("the activation", x), ("the weight", w), ("y_zero_point", zy)):
+        dt = _dtype(v)
+        if dt is None or dt not in WIDE_TYPES:
+            return None, f"native {op}: {name} is {dt}, expected uint8, int8, uint16 or int16"
+    consts = {name: _const(v) for name, v in (("sx", sx), ("zx", zx), ("sw", sw), ("zw", zw), ("sy", sy), ("zy", zy))}
+    missing = [k for k, v in consts.items() if v is None]
+    if missing:
+        return None, f"native {op} takes constant scales and zero points ({', '.join(missing)} not constant)"
+    for k in ("sx", "zx", "sy", "zy"):
+        if consts[k].size != 1:
+            return None, f"native {op}: {k} is not a scalar"
+    for k in ("sx", "sw", "sy"):
+        if consts[k].dtype != F32:
+            return None, f"native {op} takes float32 scales, {k} is {consts[k].dtype}"
+    s_w = _per_column(consts["sw"], n)
+    z_w = _per_column(consts["zw"], n)
+    if s_w is None or z_w is None:
+        return None, f"native {op}: the weight's scale / zero point is neither per tensor nor per output channel ({n})"
+    mult = np.ascontiguousarray(
+        requant_multiplier(consts["sx"].reshape(()), s_w.astype(F32), consts["sy"].reshape(())), F32
+    )
+    b64 = None
+    if bias is not None:
+        cb = _const(bias)
+        if cb is None or cb.dtype != np.int32 or cb.size != n:
+            return None, f"native {op}: the bias is not a constant int32 of {n} values"
+        b64 = np.ascontiguousarray(cb.reshape(n), np.int64)
+    params = {
+        "x_dtype": _dtype(x),
+        "zx": int(consts["zx"].reshape(())),
+        "zy": int(consts["zy"].reshape(())),
+        "out_dtype": _SHORT[np.dtype(consts["zy"].dtype)],
+        "mult": mult,
+        "bias64": b64,
+    }
+    return params, z_w
+
+
+def _reference(op_type: str, ctx: Any, inputs: tuple, attrs: dict, out: np.ndarray | None) -> np.ndarray:
+    y = get_op(op_type, QUANTA_DOMAIN)(ctx, *inputs, **attrs)
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+def _matmul16_native(ctx: Any, a: np.ndarray, *rest: np.ndarray, out: np.ndarray | None = None, **p: Any) -> np.ndarray:
+    if a.dtype == p["x_dtype"] and a.flags.c_contiguous and a.ndim >= 1:
+        return _native.a16w8_matmul(
+            a, p["packed"], p["k"], p["n"], p["dw"], p["cw"], p["bias64"], p["mult"], p["zx"], p["zy"],
+            p["out_dtype"], num_threads=_threads(ctx), out=out,
+        )
+    return _reference("QLinearMatMul16", ctx, (a, *rest), {}, out)
+
+
+@register_binder("QLinearMatMul16", QUANTA_DOMAIN)
+def bind_qlinear_matmul16(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """A constant rank-2 b (per tensor or per column), constant per-tensor a and y."""
+    del model  # unused: the choice depends on the node only
+    b = _const(node.input(3))
+    if b is None or b.ndim != 2:
+        return None, "native QLinearMatMul16 takes a constant rank-2 b"
+    k, n = b.shape
+    params, z_w = _common(node, n, "QLinearMatMul16")
+    if params is None:
+        return None, z_w
+    wk = b.astype(np.int64) - _offset(b.dtype)
+    params["dw"], params["cw"] = weight_terms(wk, b.dtype, z_w, n)
+    params.update(packed=pack_weight(wk), k=k, n=n)
+    name = f"native:qlinear_matmul16_{_SHORT[params['x_dtype']]}{_SHORT[b.dtype]}"
+    return Kernel(_matmul16_native, "native", name, params=params, out=True), ""
+
+
+def _conv16_native(
+    ctx: Any, x: np.ndarray, *rest: np.ndarray, out: np.ndarray | None = None, attrs: dict, **p: Any
+) -> np.ndarray:
+    if x.dtype == p["x_dtype"] and x.flags.c_contiguous and x.ndim in (3, 4):
+        g = conv_attrs(x.shape, p["kernel"], **attrs)
+        x4 = x if x.ndim == 4 else x.reshape(x.shape[0], x.shape[1], 1, x.shape[2])
+        if x.ndim == 4:
+            kernel, strides, dil = tuple(g.kernel_shape), tuple(g.strides), tuple(g.dilations)
+            pads, out_hw = (g.pads[0], g.pads[1]), tuple(g.out_shape)
+        else:
+            kernel, strides, dil = (1, g.kernel_shape[0]), (1, g.strides[0]), (1, g.dilations[0])
+            pads, out_hw = (0, g.pads[0]), (1, g.out_shape[0])
+        y4 = None if out is None else out.reshape(x.shape[0], p["m"], *out_hw)
+        if p["depthwise"]:
+            y = _native.a16w8_conv2d_depthwise(
+                x4, p["zx"], p["wd"], kernel, strides, dil, pads, out_hw, p["bias64"], p["mult"], p["zy"],
+                p["out_dtype"], num_threads=_threads(ctx), out=y4,
+            )
+        else:
+            y = _native.a16w8_conv2d(
+                x4, p["zx"], p["packed"], p["m"], kernel, strides, dil, pads, out_hw, p["group"], p["dw"],
+                p["cw"], p["bias64"], p["mult"], p["zy"], p["out_dtype"], num_threads=_threads(ctx), out=y4,
+            )
+        return y.reshape(x.shape[0], p["m"], *g.out_shape) if out is None else out
+    return _reference("QLinearConv16", ctx, (x, *rest), attrs, out)
+
+
+@register_binder("QLinearConv16", QUANTA_DOMAIN)
+def bind_qlinear_conv16(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """1-D and 2-D convolutions with a constant weight; depthwise (C/group = M/group = 1)
+    on the direct kernel, the rest on the a16w8 GEMM per group."""
+    del model  # unused
+    w = _const(node.input(3))
+    if w is None or w.ndim not in (3, 4):
+        return None, "native QLinearConv16 takes a constant 1-D or 2-D convolution weight"
+    m_out = w.shape[0]
+    group = int(node.attrs.get("group", 1))
+    if group < 1 or m_out % group:
+        return None, f"native QLinearConv16: group {group} does not divide M={m_out}"
+    params, z_w = _common(node, m_out, "QLinearConv16")
+    if params is None:
+        return None, z_w
+    attrs = {k: node.attrs[k] for k in ("auto_pad", "dilations", "kernel_shape", "pads", "strides") if k in node.attrs}
+    cg, mg = w.shape[1], m_out // group
+    kk = int(np.prod(w.shape[2:]))
+    zw_col = np.asarray(z_w, np.int64).reshape(m_out)
+    params.update(kernel=list(w.shape[2:]), m=m_out, group=group, attrs=attrs)
+    params["depthwise"] = group > 1 and cg == 1 and mg == 1
+    if params["depthwise"]:
+        params["wd"] = np.ascontiguousarray(w.reshape(m_out, kk).astype(np.int64) - zw_col[:, None]).astype(np.int32)
+        name = f"native:qlinear_conv16_dw_{_SHORT[params['x_dtype']]}{_SHORT[w.dtype]}"
+        return Kernel(_conv16_native, "native", name, params=params, out=True), ""
+    # W'[k, n] per group: k over (c, kh, kw) as the kernel's im2col rows, n the group's channels
+    wk = (w.astype(np.int64) - _offset(w.dtype)).reshape(group, mg, cg * kk).transpose(0, 2, 1)
+    packs = [pack_weight(wk[g]) for g in range(group)]
+    planes = max(p.shape[0] for p in packs)
+    if planes == 2:  # one plane count for every group: split them all
+        packs = [p if p.shape[0] == 2 else _split(wk[g]) for g, p in enumerate(packs)]
+    params["packed"] = np.ascontiguousarray(np.stack(packs))
+    params["dw"], params["cw"] = weight_terms(
+        wk.transpose(1, 0, 2).reshape(cg * kk, m_out), w.dtype, zw_col, m_out
+    )
+    name = f"native:qlinear_conv16_{_SHORT[params['x_dtype']]}{_SHORT[w.dtype]}"
+    return Kernel(_conv16_native, "native", name, params=params, out=True), ""
+
+
+def _split(wk: np.ndarray) -> np.ndarray:
+    """pack_weight with two byte planes even when one would do (groups share a count)."""
+    hi = pack_weight(np.asarray(wk, np.int64) >> 8)
+    lo = pack_weight(np.asarray(wk, np.int64) & 255)
+    return np.concatenate([hi, lo])

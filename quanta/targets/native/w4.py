@@ -1,0 +1,159 @@
+"""Native com.microsoft MatMulNBits (4-bit weights per block, float activations).
+
+The binder unpacks the nibbles and dequantizes the constant weight once at compile time
+by eq. (W1) (``reference/w4.py``, exact in float32: the same float32 values the twin
+computes), packs it for the float GEMM (``_native.sgemm_pack_b``) and runs eq. (W2) on
+``matmul_f32`` with the bias in its epilogue: the float GEMM family's numerics and bound
+(docs/float-ops.md eq. (FG1)), identical for any thread count. The weight then takes
+4 bytes per value in memory instead of half a byte: the trade of a CPU without a 4-bit
+float path (the speed is the float GEMM's).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node
+from quanta.kernels.reference.registry import MS_DOMAIN, OpError, get_op
+from quanta.kernels.reference.w4 import dequantize_nbits
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+from quanta.targets.native._values import const_of as _const
+from quanta.targets.native._values import threads as _threads
+from quanta.targets.native._values import value_dtype as _dtype
+
+try:
+    from quanta.kernels import _native
+except ImportError:  # the binders only run when the extension is built
+    _native = None
+
+__all__ = ["bind_matmul_nbits", "bind_matmul_w4a8", "pack_blocks"]
+
+
+def _matmul_nbits_native(
+    ctx: Any, a: np.ndarray, *rest: Any, out: np.ndarray | None = None, packed: Any, n: int, k: int,
+    bias: np.ndarray | None, **attrs: Any,
+) -> np.ndarray:
+    if a.dtype == np.float32 and a.ndim >= 1 and a.shape[-1] == k:
+        a2 = np.ascontiguousarray(a).reshape(-1, k)
+        o = None if out is None else out.reshape(a2.shape[0], n)
+        y = _native.matmul_f32(a2, None, packed, n, bias=bias, num_threads=_threads(ctx), out=o)
+        return y.reshape(*a.shape[:-1], n) if out is None else out
+    y = get_op("MatMulNBits", MS_DOMAIN)(ctx, a, *rest, **{k_: v for k_, v in attrs.items() if k_ in _ATTRS})
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+_ATTRS = ("K", "N", "bits", "block_size", "accuracy_level")
+
+
+@register_binder("MatMulNBits", MS_DOMAIN)
+def bind_matmul_nbits(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Constant B, scales, zero points and bias; float32 A."""
+    del model  # unused
+    if _native is None:
+        return None, "the native extension is not built"
+    if _dtype(node.input(0)) not in (None, np.dtype(np.float32)):
+        return None, f"native MatMulNBits takes float32 A, got {_dtype(node.input(0))}"
+    if node.input(4) is not None:
+        return None, "native MatMulNBits: g_idx (act-order) is not supported"
+    b, scales, zp, bias = (_const(node.input(i)) for i in (1, 2, 3, 5))
+    if b is None or scales is None or (node.input(3) is not None and zp is None):
+        return None, "native MatMulNBits takes constant B, scales and zero points"
+    if node.input(5) is not None and (bias is None or bias.dtype != np.float32):
+        return None, "native MatMulNBits takes a constant float32 bias"
+    k, n = int(node.attrs["K"]), int(node.attrs["N"])
+    try:
+        w = dequantize_nbits(
+            b, scales, zp, k=k, n=n, block_size=int(node.attrs["block_size"]), bits=int(node.attrs.get("bits", 4))
+        )
+    except OpError as e:
+        return None, f"native MatMulNBits refuses the node: {e}"
+    params = {
+        "packed": _native.sgemm_pack_b(np.ascontiguousarray(w, np.float32)),
+        "n": n,
+        "k": k,
+        "bias": None if bias is None else np.ascontiguousarray(bias.reshape(n), np.float32),
+    }
+    return Kernel(_matmul_nbits_native, "native", "native:matmul_nbits_w4_f32", params=params, out=True), ""
+
+
+# --------------------------------------------------------------------------------------
+# quanta::MatMulW4A8 on the w4a8 kernel (quanta/kernels/cpp/w4/w4a8.h)
+# --------------------------------------------------------------------------------------
+
+
+def pack_blocks(w: np.ndarray, zw: np.ndarray | None, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """``w [K, N]`` (4-bit values) and ``zw [kb, N]`` -> the kernel's int8 layout of
+    ``w' = w − zw`` ([kb, ntiles, block/4, 16·4]: per block and 16-column tile, groups of
+    4 k per column) and the block column sums ``Σ_k w'`` (int32 [kb, ntiles·16])."""
+    k, n = w.shape
+    kb, ntiles = -(-k // block), -(-n // 16)
+    wp = np.zeros((kb * block, ntiles * 16), np.int64)
+    wp[:k, :n] = np.asarray(w).astype(np.int64)
+    if zw is not None:
+        z = np.zeros((kb, ntiles * 16), np.int64)
+        z[:, :n] = np.asarray(zw).astype(np.int64)
+        wp[:k] -= np.repeat(z, block, axis=0)[:k]
+    colsum = wp.reshape(kb, block, ntiles * 16).sum(axis=1).astype(np.int32)
+    # [kb, block/4, 4, ntiles, 16] -> [kb, ntiles, block/4, 16, 4]
+    packed = wp.reshape(kb, block // 4, 4, ntiles, 16).transpose(0, 3, 1, 4, 2)
+    return np.ascontiguousarray(packed.reshape(kb, ntiles, block // 4, 64), np.int8), np.ascontiguousarray(colsum)
+
+
+def _w4a8_native(
+    ctx: Any, a: np.ndarray, *rest: Any, out: np.ndarray | None = None, a_dtype: np.dtype, packed: np.ndarray,
+    colsum: np.ndarray, c: np.ndarray, k: int, n: int, k_block: int, za: int, sy: float | None, zy: int,
+    out_dtype: str,
+) -> np.ndarray:
+    if a.dtype == a_dtype and a.ndim >= 1 and a.shape[-1] == k and a.flags.c_contiguous:
+        return _native.w4a8_matmul(
+            a, packed, colsum, c, k, n, k_block, za, y_scale=sy, zy=zy, out_dtype=out_dtype,
+            num_threads=_threads(ctx), out=out,
+        )
+    y = get_op("MatMulW4A8", "quanta")(ctx, a, *rest, k_block=k_block)
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+@register_binder("MatMulW4A8", "quanta")
+def bind_matmul_w4a8(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Constant weights, scales and zero points; uint8/int8 a and y per tensor."""
+    del model  # unused
+    if _native is None:
+        return None, "the native extension is not built"
+    a, sa, za, b, sb, zb, sy, zy = (node.input(i) for i in range(8))
+    a_dt = _dtype(a)
+    if a_dt not in (np.dtype(np.uint8), np.dtype(np.int8)):
+        return None, f"native MatMulW4A8 takes uint8/int8 a, got {a_dt}"
+    w, s_b, z_b, s_a, z_a = _const(b), _const(sb), _const(zb), _const(sa), _const(za)
+    if w is None or s_b is None or s_a is None or z_a is None or (zb is not None and z_b is None):
+        return None, "native MatMulW4A8 takes constant weights, scales and zero points"
+    if w.ndim != 2 or s_b.dtype != np.float32 or s_a.dtype != np.float32 or s_a.size != 1 or z_a.size != 1:
+        return None, "native MatMulW4A8 takes a rank-2 weight, float32 scales and a per-tensor a"
+    k, n = w.shape
+    block = int(node.attrs["k_block"])
+    kb = -(-k // block)
+    if s_b.shape != (kb, n) or block % 4 or block > 4096:
+        return None, f"native MatMulW4A8: b_scale {list(s_b.shape)} / block {block} do not fit the kernel"
+    packed, colsum = pack_blocks(w, z_b, block)
+    ntiles = -(-n // 16)
+    c = np.zeros((kb, ntiles * 16), np.float32)
+    c[:, :n] = np.multiply(np.float32(s_a.reshape(())), s_b, dtype=np.float32)
+    params: dict[str, Any] = {
+        "a_dtype": a_dt, "packed": packed, "colsum": colsum, "c": c, "k": k, "n": n, "k_block": block,
+        "za": int(z_a.reshape(())), "sy": None, "zy": 0, "out_dtype": "f32",
+    }
+    if sy is not None:
+        s_y, z_y = _const(sy), _const(zy)
+        if s_y is None or z_y is None or s_y.size != 1 or z_y.size != 1 or s_y.dtype != np.float32:
+            return None, "native MatMulW4A8 takes a constant per-tensor float32 y_scale and y_zero_point"
+        params.update(sy=float(s_y.reshape(())), zy=int(z_y.reshape(())), out_dtype="u8" if z_y.dtype == np.uint8 else "i8")
+    name = f"native:matmul_w4a8_{'u8' if a_dt == np.uint8 else 's8'}{w.dtype.name}"
+    return Kernel(_w4a8_native, "native", name, params=params, out=True), ""

@@ -1,0 +1,207 @@
+"""Native A16W8 kernels (quanta/kernels/cpp/a16w8) against their twins, bit-exact.
+
+Every ISA the CPU supports (``_native.set_isa``), 1 and 2 threads (identical bytes),
+through the binders of quanta/targets/native/a16w8.py (packing, eq. (A3) terms). Shapes:
+reductions across the int32 flush boundary (256 values of k, a16w8.h) and past it (258,
+300, 777), column counts around the 32-column tile (1, 17, 31, 33), rows around the
+4-row tile; zero points far from 0, per-channel weights with distinct scales.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quanta.kernels import _native
+from quanta.kernels.reference.a16w8 import qlinear_conv16, qlinear_matmul16
+from quanta.kernels.reference.requant import requant_multiplier
+from quanta.targets.native.a16w8 import _SHORT, _offset, pack_weight, weight_terms
+
+ISAS: list[str] = list(_native.supported_isas())
+F32 = np.float32
+ACT = [np.uint16, np.int16, np.uint8, np.int8]
+WGT = [np.int8, np.uint8, np.int16, np.uint16]
+OUT = [np.uint16, np.int16, np.uint8, np.int8]
+
+
+def every_isa(fn) -> None:
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            fn(isa)
+    finally:
+        _native.clear_isa()
+
+
+def _rand(rng, dt, shape):
+    i = np.iinfo(dt)
+    return rng.integers(i.min, i.max + 1, shape).astype(dt)
+
+
+def _case(rng, m, k, n, a_dt, w_dt, y_dt, per_channel=True, bias=True):
+    a = _rand(rng, a_dt, (m, k))
+    w = _rand(rng, w_dt, (k, n))
+    za = _rand(rng, a_dt, ())
+    zw = _rand(rng, w_dt, (n,)) if per_channel else np.full(n, _rand(rng, w_dt, ()), w_dt)
+    sw = rng.uniform(0.5, 2.0, n).astype(F32) if per_channel else np.full(n, F32(0.9), F32)
+    b = rng.integers(-(2**20), 2**20, n).astype(np.int32) if bias else None
+    # an output scale that spreads the accumulators over the output range
+    acc_span = np.sqrt(k) * (np.iinfo(a_dt).max - np.iinfo(a_dt).min) * (np.iinfo(w_dt).max - np.iinfo(w_dt).min) / 4
+    iy = np.iinfo(y_dt)
+    sa = F32(0.003)
+    sy = F32(float(sa) * acc_span / (iy.max - iy.min))
+    zy = y_dt((int(iy.min) + int(iy.max)) // 2 + 3)
+    return a, sa, za, w, sw, zw, sy, zy, b
+
+
+def _native_matmul(a, sa, za, w, sw, zw, sy, zy, b, threads):
+    k, n = w.shape
+    wk = w.astype(np.int64) - _offset(w.dtype)
+    dw, cw = weight_terms(wk, w.dtype, zw, n)
+    mult = np.ascontiguousarray(requant_multiplier(sa, sw, sy), F32)
+    return _native.a16w8_matmul(
+        a, pack_weight(wk), k, n, dw, cw, None if b is None else b.astype(np.int64), mult, int(za), int(zy),
+        _SHORT[np.dtype(zy.dtype)], num_threads=threads,
+    )
+
+
+@pytest.mark.parametrize("k", [1, 2, 255, 256, 257, 258, 300, 777])
+@pytest.mark.parametrize(("a_dt", "w_dt", "y_dt"), list(zip(ACT, WGT, OUT)))
+def test_matmul_matches_twin_every_isa(k, a_dt, w_dt, y_dt):
+    rng = np.random.default_rng(k)
+    case = _case(rng, 9, k, 33, a_dt, w_dt, y_dt)
+    want = qlinear_matmul16(*case)
+
+    def check(isa):
+        for threads in (1, 2):
+            got = _native_matmul(*case, threads)
+            np.testing.assert_array_equal(got, want, err_msg=f"{isa} threads={threads} k={k}")
+
+    every_isa(check)
+    assert len(np.unique(want)) > 5
+
+
+@given(
+    m=st.integers(1, 13),
+    k=st.integers(1, 600),
+    n=st.integers(1, 70),
+    types=st.sampled_from([(a, w, y) for a in ACT for w in WGT for y in OUT]),
+    per_channel=st.booleans(),
+    bias=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
+def test_matmul_hypothesis(m, k, n, types, per_channel, bias, seed):
+    rng = np.random.default_rng(seed)
+    case = _case(rng, m, k, n, *types, per_channel=per_channel, bias=bias)
+    want = qlinear_matmul16(*case)
+    every_isa(lambda isa: np.testing.assert_array_equal(_native_matmul(*case, 1), want, err_msg=isa))
+
+
+def test_extreme_operands_stay_exact():
+    """Every a at −32768 (after the uint16 offset: a = 0) against weights 255 and −128: the
+    largest products (eq. (A2) bound), K = 4099 (sixteen int32 flushes and a tail)."""
+    k, n = 4099, 32
+    a = np.zeros((5, k), np.uint16)
+    w = np.full((k, n), 255, np.uint8)
+    w[:, 1::2] = 0
+    case = (a, F32(1.0), np.uint16(65535), w, np.full(n, F32(1.0)), np.zeros(n, np.uint8), F32(2.0**28),
+            np.int16(0), None)
+    want = qlinear_matmul16(*case)
+    every_isa(lambda isa: np.testing.assert_array_equal(_native_matmul(*case, 2), want, err_msg=isa))
+    assert want[0, 0] == round(-65535 * 255 * k / 2**28)
+
+
+def _native_conv(x, sx, zx, w, sw, zw, sy, zy, b, threads, group=1, **attrs):
+    from quanta.kernels.reference.conv_geometry import conv_attrs
+    from quanta.targets.native import a16w8 as binder
+
+    m_out = w.shape[0]
+    cg, mg = w.shape[1], m_out // group
+    kk = int(np.prod(w.shape[2:]))
+    g = conv_attrs(x.shape, w.shape[2:], **attrs)
+    mult = np.ascontiguousarray(requant_multiplier(sx, sw, sy), F32)
+    b64 = None if b is None else b.astype(np.int64)
+    common = dict(num_threads=threads)
+    if group > 1 and cg == 1 and mg == 1:
+        wd = (w.reshape(m_out, kk).astype(np.int64) - zw.astype(np.int64)[:, None]).astype(np.int32)
+        return _native.a16w8_conv2d_depthwise(
+            x, int(zx), wd, g.kernel_shape, g.strides, g.dilations, (g.pads[0], g.pads[1]), g.out_shape, b64, mult,
+            int(zy), _SHORT[np.dtype(zy.dtype)], **common,
+        )
+    wk = (w.astype(np.int64) - _offset(w.dtype)).reshape(group, mg, cg * kk).transpose(0, 2, 1)
+    packs = [pack_weight(wk[i]) for i in range(group)]
+    if max(p.shape[0] for p in packs) == 2:
+        packs = [p if p.shape[0] == 2 else binder._split(wk[i]) for i, p in enumerate(packs)]
+    dw, cw = weight_terms(wk.transpose(1, 0, 2).reshape(cg * kk, m_out), w.dtype, zw, m_out)
+    return _native.a16w8_conv2d(
+        x, int(zx), np.stack(packs), m_out, g.kernel_shape, g.strides, g.dilations, (g.pads[0], g.pads[1]),
+        g.out_shape, group, dw, cw, b64, mult, int(zy), _SHORT[np.dtype(zy.dtype)], **common,
+    )
+
+
+@given(
+    n=st.integers(1, 2),
+    cg=st.sampled_from([1, 3, 7, 17]),
+    mg=st.sampled_from([1, 5, 33]),
+    group=st.sampled_from([1, 2, 3]),
+    hw=st.tuples(st.integers(1, 9), st.integers(1, 9)),
+    kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    stride=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    dil=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    pads=st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 2), st.integers(0, 2)),
+    types=st.sampled_from([(a, w, y) for a in ACT[:2] for w in WGT for y in OUT[:2]]),
+    seed=st.integers(0, 2**31),
+)
+def test_conv_hypothesis(n, cg, mg, group, hw, kernel, stride, dil, pads, types, seed):
+    a_dt, w_dt, y_dt = types
+    ext = [(kernel[i] - 1) * dil[i] + 1 for i in range(2)]
+    if hw[0] + pads[0] + pads[2] < ext[0] or hw[1] + pads[1] + pads[3] < ext[1]:
+        return  # no output
+    rng = np.random.default_rng(seed)
+    c, m_out = cg * group, mg * group
+    x = _rand(rng, a_dt, (n, c, *hw))
+    w = _rand(rng, w_dt, (m_out, cg, *kernel))
+    zx, zw = _rand(rng, a_dt, ()), _rand(rng, w_dt, (m_out,))
+    sw = rng.uniform(0.5, 2.0, m_out).astype(F32)
+    b = rng.integers(-(2**20), 2**20, m_out).astype(np.int32)
+    k = cg * kernel[0] * kernel[1]
+    span = np.sqrt(k) * 65536.0 * (np.iinfo(w_dt).max - np.iinfo(w_dt).min) / 4
+    sy = F32(0.003 * span / 65535)
+    zy = y_dt(7)
+    attrs = dict(strides=list(stride), dilations=list(dil), pads=list(pads))
+    args = (x, F32(0.003), zx, w, sw, zw, sy, zy, b)
+    want = qlinear_conv16(*args, group=group, **attrs)
+    every_isa(lambda isa: np.testing.assert_array_equal(_native_conv(*args, 1, group=group, **attrs), want, err_msg=isa))
+    np.testing.assert_array_equal(_native_conv(*args, 2, group=group, **attrs), want)
+
+
+def test_conv_long_reduction_and_threads():
+    """K = 64·3·3 = 576 > 258 (two int32 flushes), 17 output channels, uint16 in, uint8 out."""
+    rng = np.random.default_rng(11)
+    x = _rand(rng, np.uint16, (1, 64, 10, 9))
+    w = _rand(rng, np.int8, (17, 64, 3, 3))
+    sw = rng.uniform(0.5, 2.0, 17).astype(F32)
+    args = (x, F32(0.001), np.uint16(33000), w, sw, _rand(rng, np.int8, (17,)), F32(60.0), np.uint8(128), None)
+    want = qlinear_conv16(*args, pads=[1, 1, 1, 1])
+    assert len(np.unique(want)) > 20
+    every_isa(lambda isa: [np.testing.assert_array_equal(_native_conv(*args, t, pads=[1, 1, 1, 1]), want,
+                                                          err_msg=f"{isa} {t}") for t in (1, 2)])
+
+
+def test_binding_errors_name_the_argument():
+    wk = np.zeros((5, 3), np.int64)
+    packed = pack_weight(wk)
+    z = np.zeros(3, np.int64)
+    m = np.ones(3, F32)
+    with pytest.raises(ValueError, match=r"a16w8_matmul: a: expected shape \[\.\.\., 5\]"):
+        _native.a16w8_matmul(np.zeros((2, 4), np.uint16), packed, 5, 3, z, z, None, m, 0, 0, "u16")
+    with pytest.raises(ValueError, match="a16w8_matmul: a: expected uint8, int8, uint16 or int16, got int32"):
+        _native.a16w8_matmul(np.zeros((2, 5), np.int32), packed, 5, 3, z, z, None, m, 0, 0, "u16")
+    with pytest.raises(ValueError, match="mult: expected 3 values"):
+        _native.a16w8_matmul(np.zeros((2, 5), np.uint16), packed, 5, 3, z, z, None, m[:2], 0, 0, "u16")
+    with pytest.raises(ValueError, match="out_dtype: expected u8, i8, u16 or i16"):
+        _native.a16w8_matmul(np.zeros((2, 5), np.uint16), packed, 5, 3, z, z, None, m, 0, 0, "f32")
+    with pytest.raises(ValueError, match="packed: expected shape"):
+        _native.a16w8_matmul(np.zeros((2, 5), np.uint16), np.ascontiguousarray(packed[:, :, :1]), 5, 3, z, z, None, m, 0, 0, "u16")

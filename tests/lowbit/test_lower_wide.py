@@ -1,0 +1,184 @@
+"""16-bit QDQ groups lower to quanta::QLinearConv16 / QLinearMatMul16 (passes/lower/wide.py)
+and run on the native a16w8 kernels.
+
+Models are QDQ files written here with onnx.helper, as ONNX Runtime's quantizer writes
+them with ``activation_type=QUInt16`` / ``QInt16`` (16-bit Q/DQ around the activations,
+int8 or 16-bit weights, an int32 bias with scale ``sx·sw``). Checks: the rule fires and the
+plan runs the native kernel (no fallback); native == reference target bit for bit; and
+the lowered op against ONNX Runtime running the float QDQ group (ORT does not fuse
+16-bit groups): within one output step, because both round the same real value once,
+after a float32 convolution (ORT) or an exact integer sum (quanta), see
+tests/passes/lower/test_qdq_to_qlinear.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+from quanta.ir.onnx_io import load
+from quanta.passes.lower.wide import LowerConv16, LowerGemm16, LowerMatMul16
+from quanta.passes.pattern import Match, NoMatch
+
+F32 = np.float32
+
+
+def _qdq_model(kind: str, act=TensorProto.UINT16, wdt=np.int8, out=TensorProto.UINT16, per_channel=True):
+    rng = np.random.default_rng(5)
+    np_act = helper.tensor_dtype_to_np_dtype(act).type
+    np_out = helper.tensor_dtype_to_np_dtype(out).type
+    inits, nodes = [], []
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    if kind == "conv":
+        x_shape, w_shape, n_out = [1, 7, 9, 11], [17, 7, 3, 3], 17
+    elif kind == "matmul":
+        x_shape, w_shape, n_out = [2, 5, 300], [300, 17], 17
+    else:  # gemm, transB
+        x_shape, w_shape, n_out = [4, 300], [17, 300], 17
+    info_a, info_w = np.iinfo(np_act), np.iinfo(wdt)
+    sx = F32(6.0 / (info_a.max - info_a.min))
+    zx = np_act((int(info_a.min) + int(info_a.max)) // 2 + (int(info_a.max) - int(info_a.min)) // 64)
+    wq = rng.integers(info_w.min, info_w.max + 1, w_shape).astype(wdt)
+    axis = 0 if kind in ("conv", "gemm") else 1
+    # real weights of about ±0.3 whatever the storage type
+    sw_base = 0.6 / (int(info_w.max) - int(info_w.min))
+    sw = (rng.uniform(0.5, 1.5, n_out) * sw_base).astype(F32) if per_channel else F32(sw_base)
+    zw = rng.integers(info_w.min // 8, info_w.max // 8, n_out).astype(wdt) if per_channel else wdt(3)
+    nodes.append(helper.make_node("QuantizeLinear", ["x", const("sx", sx), const("zx", zx)], ["xq"]))
+    nodes.append(helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]))
+    nodes.append(helper.make_node("DequantizeLinear", [const("wq", wq), const("sw", sw), const("zw", zw)], ["wd"],
+                                  axis=axis))
+    bias = rng.integers(-5000, 5000, n_out).astype(np.int32)
+    nodes.append(
+        helper.make_node("DequantizeLinear", [const("bq", bias), const("sb", (sx * sw).astype(F32))], ["bd"], axis=0)
+    )
+    if kind == "conv":
+        nodes.append(helper.make_node("Conv", ["xd", "wd", "bd"], ["y"], pads=[1, 0, 1, 2], strides=[1, 2]))
+    elif kind == "matmul":
+        nodes.append(helper.make_node("MatMul", ["xd", "wd"], ["y0"]))
+        nodes.append(helper.make_node("Add", ["y0", "bd"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Gemm", ["xd", "wd", "bd"], ["y"], transB=1))
+    info_y = np.iinfo(np_out)
+    sy = F32(40.0 / (info_y.max - info_y.min))
+    zy = np_out((int(info_y.min) + int(info_y.max)) // 2)
+    nodes.append(helper.make_node("QuantizeLinear", ["y", const("sy", sy), const("zy", zy)], ["yq"]))
+    nodes.append(helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"]))
+    graph = helper.make_graph(
+        nodes, kind, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [f"d{i}" for i in range(len(x_shape))])], inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    return model, x_shape, float(sy)
+
+
+def _feed(shape, seed=1):
+    return {"x": np.random.default_rng(seed).uniform(-2.9, 2.9, shape).astype(F32)}
+
+
+CASES = [
+    ("conv", TensorProto.UINT16, np.int8, TensorProto.UINT16, True),
+    ("conv", TensorProto.INT16, np.uint8, TensorProto.INT8, False),
+    ("conv", TensorProto.UINT16, np.uint16, TensorProto.UINT16, True),
+    ("gemm", TensorProto.INT16, np.int8, TensorProto.INT16, True),
+    ("gemm", TensorProto.UINT16, np.int16, TensorProto.UINT8, False),
+]
+
+
+@pytest.mark.parametrize(("kind", "act", "wdt", "out", "per_channel"), CASES)
+def test_sixteen_bit_groups_run_native_and_match_reference_and_ort(kind, act, wdt, out, per_channel):
+    model, shape, step = _qdq_model(kind, act, wdt, out, per_channel)
+    blob = model.SerializeToString()
+    sess = quanta.InferenceSession(blob)
+    ops = {n.op_type for n in sess.model.graph.nodes}
+    want_op = "QLinearConv16" if kind == "conv" else "QLinearMatMul16"
+    assert want_op in ops and "Conv" not in ops and "Gemm" not in ops, ops
+    names = [s.kernel.name for s in sess.plan.steps if s.node.op_type == want_op]
+    assert names and all(n.startswith("native:qlinear_") for n in names), names
+    assert not [f for f in sess.fallbacks if want_op in str(f)]
+    feed = _feed(shape)
+    y = sess.run(None, feed)[0]
+    ref = quanta.InferenceSession(blob, backend="reference").run(None, feed)[0]
+    np.testing.assert_array_equal(y, ref)
+    ort = pytest.importorskip("onnxruntime")
+    o = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    assert np.max(np.abs(o - y)) <= step * 1.0001
+    assert len(np.unique(y)) > 50  # the output range is used
+
+
+def test_matmul_with_float_add_bias_lowers_the_matmul():
+    model, _shape, _step = _qdq_model("matmul")
+    # MatMul -> float Add(bias) -> Q: the MatMul's output is not quantized, so the rule
+    # must refuse (and say why) rather than drop the Add
+    sess = quanta.InferenceSession(model.SerializeToString())
+    assert "QLinearMatMul16" not in {n.op_type for n in sess.model.graph.nodes}
+
+
+def test_matmul16_rule_fires_on_a_quantized_product():
+    model, shape, _ = _qdq_model("matmul")
+    g = model.graph
+    # make the product itself quantized: MatMul -> Q -> DQ -> Add
+    add = next(n for n in g.node if n.op_type == "Add")
+    g.node.remove(add)
+    extra = [
+        helper.make_node("QuantizeLinear", ["y0", "sy", "zy"], ["y0q"]),
+        helper.make_node("DequantizeLinear", ["y0q", "sy", "zy"], ["y0d"]),
+        helper.make_node("Add", ["y0d", "bd"], ["y"]),
+    ]
+    pos = next(i for i, n in enumerate(g.node) if n.op_type == "MatMul") + 1
+    for i, n in enumerate(extra):
+        g.node.insert(pos + i, n)
+    blob = model.SerializeToString()
+    sess = quanta.InferenceSession(blob)
+    assert "QLinearMatMul16" in {n.op_type for n in sess.model.graph.nodes}
+    feed = _feed(shape)
+    np.testing.assert_array_equal(
+        sess.run(None, feed)[0], quanta.InferenceSession(blob, backend="reference").run(None, feed)[0]
+    )
+
+
+def test_eight_bit_groups_are_left_to_the_eight_bit_rules(tmp_path):
+    model, _, _ = _qdq_model("conv", TensorProto.UINT8, np.int8, TensorProto.UINT8)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    m = load(path)
+    q = next(n for n in m.graph.nodes if n.op_type == "QuantizeLinear" and n.input(0).name == "y")
+    rule = LowerConv16()
+    res = rule.match(m.graph, q)
+    assert isinstance(res, Match)
+    res = rule.check(res)
+    assert isinstance(res, NoMatch) and "no operand is stored in 16 bits" in res.reason
+
+
+def test_rules_are_named():
+    assert {r.name for r in (LowerConv16(), LowerMatMul16(), LowerGemm16())} == {
+        "LowerConv16", "LowerMatMul16", "LowerGemm16"}
+
+
+def test_contrib_domain_sixteen_bit_qdq_lower_like_the_onnx_ops():
+    """ONNX Runtime's quantizer writes 16-bit Q/DQ as com.microsoft ops (ppocr_cls.ort_qdq_u16):
+    MsQdqToOnnx makes them ai.onnx ops first, so the weight stays an integer constant and the
+    group lowers to QLinearConv16."""
+    model, shape, step = _qdq_model("conv")
+    for n in model.graph.node:
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.input[0] != "bq":
+            n.domain = "com.microsoft"
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    blob = model.SerializeToString()
+    sess = quanta.InferenceSession(blob)
+    names = [s.kernel.name for s in sess.plan.steps if s.node.op_type == "QLinearConv16"]
+    assert names == ["native:qlinear_conv16_u16i8"]
+    feed = _feed(shape)
+    y = sess.run(None, feed)[0]
+    ort = pytest.importorskip("onnxruntime")
+    o = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    assert np.max(np.abs(o - y)) <= step * 1.0001
