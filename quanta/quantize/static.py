@@ -407,7 +407,7 @@ def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> list[str]:
     the Mul nodes whose outputs were balanced."""
     from quanta.quantize.smooth import apply_smoothing, plan_smoothing
 
-    sites = plan_smoothing(model.graph, recipe.op_types)
+    sites = plan_smoothing(model.graph, recipe.op_types, insert=True)
     if not sites:
         return []
     calibrate(
