@@ -5,6 +5,9 @@ quantization time. The data and FP32 outputs are accuracy.py's (same seeds).
 
     python benchmarks/real_models/levers.py --model efficientnet_lite0 \
         --config default='{}' --config gptq='{"weight_rounding": "gptq"}'
+
+``--zoo a,b``: the public zoo models instead (benchmarks/zoo.py's feeds and task metric,
+ONNX Runtime running each file).
 """
 
 from __future__ import annotations
@@ -17,8 +20,6 @@ import json
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -33,12 +34,53 @@ def data(model: str):
     return A.sentence_data(100, 8)
 
 
+def zoo_main(names: list[str], configs: list[str], out: Path) -> int:
+    import quanta
+
+    sys.path.insert(0, str(HERE.parent))
+    import zoo as Z
+
+    cache = Z.zoodata.cache_dir()
+    manifest = json.loads((cache / "manifest.json").read_text())
+    entries = {e["name"]: e for e in (manifest["models"] if isinstance(manifest, dict) else manifest)}
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        model = Z.Model(entries[name], cache)
+        ref = model.outputs(Z.ort_session(model.path))
+        for spec in configs:
+            cname, _, opts = spec.partition("=")
+            kw = json.loads(opts or "{}")
+            dst = out / f"{name}.{cname}.onnx"
+            t0 = time.perf_counter()
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    summary = quanta.quantize_static(
+                        str(model.path), str(dst), model.calib, verbose=False, progress=False, **kw
+                    )
+                seconds = time.perf_counter() - t0
+                got = model.outputs(Z.ort_session(dst))
+                m = Z.metric(model.kind, ref, got)
+            except Exception as e:  # one failure is one line
+                print(f"{name} {cname}: FAILED {type(e).__name__}: {e}", flush=True)
+                continue
+            share = summary.integer_share
+            print(
+                f"{name} {cname}: {m}, integer MACs {share if share is None else round(100 * share, 2)} %, "
+                f"{seconds:.1f} s",
+                flush=True,
+            )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", default=EFFICIENTNET)
     ap.add_argument("--config", action="append", default=[], help="name=JSON options of quantize_static")
     ap.add_argument("--out", type=Path, default=Path("/tmp/quanta-levers"))
+    ap.add_argument("--zoo", help="comma-separated zoo model names (benchmarks/zoo.py's data and metric)")
     args = ap.parse_args(argv)
+    if args.zoo:
+        return zoo_main(args.zoo.split(","), args.config or ["default={}"], args.out)
     import quanta
 
     _, fp32 = model_paths(DEFAULT_CACHE, args.model)

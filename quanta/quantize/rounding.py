@@ -44,7 +44,6 @@ def gptq_round(
     that never vary get plain rounding)."""
     w = np.array(w, np.float64)
     s = np.asarray(scale, np.float64).reshape(-1, 1)
-    k = w.shape[1]
     h = np.array(h, np.float64)
     if ACT_ORDER:
         # the columns whose inputs carry the most energy first (GPTQ's "act-order"): their
@@ -57,7 +56,7 @@ def gptq_round(
     return gptq_round_ordered(w, s, h, qmin, qmax, damp)
 
 
-ACT_ORDER = True
+ACT_ORDER = False
 
 
 def gptq_round_ordered(
@@ -148,7 +147,9 @@ class RoundedLayer:
             cols = np.empty((c, kh * kw, ho, wo), np.float64)
             for i in range(kh):
                 for j in range(kw):
-                    cols[:, i * kw + j] = xp[:, i : i + sh * (ho - 1) + 1 : sh, j : j + sw * (wo - 1) + 1 : sw]
+                    cols[:, i * kw + j] = xp[
+                        :, i : i + sh * (ho - 1) + 1 : sh, j : j + sw * (wo - 1) + 1 : sw
+                    ]
             # rows of group g are its C/g channels × taps, in W.reshape(Cout, -1)'s order
             r = cols.reshape(g, k, ho * wo)
             h = np.matmul(r, r.transpose(0, 2, 1))
