@@ -141,6 +141,9 @@ def test_an_activation_other_nodes_read_gets_a_mul_of_its_own(tmp_path):
     quanta.quantize_static(src, plain, _feeds(4, 2), smooth_quant=None, verbose=False)
     summary = quanta.quantize_static(src, smooth, _feeds(4, 2), smooth_quant=0.8, verbose=False)
     assert summary.integer_share == 1.0
+    again = tmp_path / "again.onnx"
+    quanta.quantize_static(src, again, _feeds(4, 2), smooth_quant=0.8, verbose=False)
+    assert again.read_bytes() == smooth.read_bytes()  # deterministic
     held = _feeds(3, 9)
     assert _sqnr(src, smooth, held) > _sqnr(src, plain, held) + 3.0
 
