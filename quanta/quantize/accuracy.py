@@ -9,13 +9,16 @@ feeds (eqs. (1), (2), (11)); a callable metric gets the quantized file's path in
 The search (deterministic: same model, data and target, same choices):
 
 1. quantize with the recipe; measure the metric on the search part;
-2. while below the target and within ``max_steps`` fixes: rank the quantized nodes by
+2. while below the target: whole-model fixes that keep every MAC in integer, each kept
+   when it improves the metric: GPTQ weight rounding (eq. (12)) when the recipe rounds
+   to nearest, SmoothQuant (eq. (13)) when the recipe has it off;
+3. while below the target and within ``max_steps`` fixes: rank the quantized nodes by
    the debugger's eq. (5) on calibration feeds, and for the worst node not tried yet
    try, cheapest first, (a) for a tensor it reads or writes whose range another
    calibration method makes at least 1 dB better on the data (eq. (8)): that range,
    pinned in the recipe's ``overrides``; (b) keeping the node float (``exclude``).
    A fix is kept when the metric improves; every trial is one full evaluation;
-3. confirm on the confirm part; report what changed and why, the integer MAC share and
+4. confirm on the confirm part; report what changed and why, the integer MAC share and
    the evaluations used. The chosen overrides and exclusions are in the recipe the
    output records (metadata ``quanta.recipe``), so re-running with that recipe
    reproduces the file without a search.
@@ -62,7 +65,8 @@ class AccuracyTarget:
     reach (default per metric: 30 dB, 0.999, 0.98). ``eval_data``: feeds to measure on
     instead of a held-out part of the calibration data. ``holdout``: the share of the
     calibration feeds held out (half for the search, half to confirm). ``max_steps``:
-    the most fixes tried."""
+    the most fixes tried. ``min_integer_share``: a fix that leaves less of the MACs in
+    integer arithmetic is not kept."""
 
     metric: str | Callable[[str], float] = "top1_agreement"
     minimum: float | None = None
@@ -70,6 +74,8 @@ class AccuracyTarget:
     holdout: float = 0.3
     max_steps: int = 12
     debug_feeds: int = 4  # calibration feeds the debugger ranks layers on
+    # a fix that leaves a smaller share of the MACs in integer is not kept (None: any)
+    min_integer_share: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.metric, str) and self.metric not in METRICS:
@@ -168,6 +174,12 @@ def evaluate_metric(metric: str, ref: list[list[np.ndarray]], got: list[list[np.
 # ------------------------------------------------------------------------------ search
 
 
+_GLOBAL_FIXES = (
+    ("GPTQ weight rounding for every layer (docs/debugger.md eq. (12))", "weight_rounding", "gptq"),
+    ("SmoothQuant balancing, alpha 0.8 (eq. (13))", "smooth_quant", 0.8),
+)
+
+
 def split_feeds(feeds: list[dict[str, np.ndarray]], target: AccuracyTarget):
     """(calibration, search, confirm) parts of the calibration feeds, in order."""
     n = len(feeds)
@@ -244,6 +256,20 @@ def search(
                 return value
             return evaluate_metric(target.metric, ref_confirm, _outputs(path, confirm_feeds))
 
+        # whole-model fixes first, cheapest in MACs (none leaves integer arithmetic):
+        # rounding-aware weights (eq. (12)), then activation balancing (eq. (13))
+        for text, field_name, value in _GLOBAL_FIXES:
+            if best_value >= target.minimum or steps >= target.max_steps:
+                break
+            if getattr(best_recipe, field_name) == value:
+                continue
+            rec = dataclasses.replace(best_recipe, **{field_name: value})
+            steps += 1
+            v, path, summary = measure(rec)
+            tried.append(f"{text}: {best_value:.4g} -> {v:.4g}")
+            if v > best_value:
+                best_value, best_path, best_summary, best_recipe = v, path, summary, rec
+                changes.append(f"{text} ({tried[-1].rsplit(': ', 1)[1]})")
         dbg: Any = None
         dbg_path = None
         while True:
@@ -305,6 +331,14 @@ def search(
                 steps += 1
                 value, path, summary = measure(rec)
                 tried.append(f"{text}: {best_value:.4g} -> {value:.4g}")
+                share = summary.integer_share
+                if (
+                    target.min_integer_share is not None
+                    and share is not None
+                    and share < target.min_integer_share
+                ):
+                    tried[-1] += f" (not kept: integer MAC share {share * 100:.1f} %)"
+                    continue
                 if value > best_value:
                     best_value, best_path, best_summary, best_recipe = value, path, summary, rec
                     changes.append(f"{text} ({tried[-1].rsplit(': ', 1)[1]})")

@@ -199,9 +199,9 @@ class Recipe:
     # "nearest", or "gptq": second-order rounding of Conv (group 1) / Gemm / MatMul weights
     # on the calibration inputs (quanta.quantize.rounding)
     weight_rounding: str = "nearest"
-    # SmoothQuant's alpha: balance the activation channels of MatMul/Gemm inputs that a Mul
-    # with a constant produces (quanta.quantize.smooth); None: off
-    smooth_quant: float | None = None
+    # SmoothQuant's alpha: balance the activation channels of MatMul/Gemm inputs whose
+    # channel maxima spread (quanta.quantize.smooth, docs/debugger.md eq. (13)); None: off
+    smooth_quant: float | None = 0.8
     calibration_samples: int | None = None  # at most this many samples (None: all)
     percentile: float = 99.999
     num_bins: int | None = None  # histogram bins (None: the observer's default, 4096)

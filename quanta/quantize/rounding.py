@@ -44,8 +44,28 @@ def gptq_round(
     that never vary get plain rounding)."""
     w = np.array(w, np.float64)
     s = np.asarray(scale, np.float64).reshape(-1, 1)
-    k = w.shape[1]
     h = np.array(h, np.float64)
+    if ACT_ORDER:
+        # the columns whose inputs carry the most energy first (GPTQ's "act-order"): their
+        # errors get the most columns left to absorb them; stable, so deterministic
+        perm = np.argsort(-np.diag(h), kind="stable")
+        q = gptq_round_ordered(w[:, perm], s, h[np.ix_(perm, perm)], qmin, qmax, damp)
+        out = np.empty_like(q)
+        out[:, perm] = q
+        return out
+    return gptq_round_ordered(w, s, h, qmin, qmax, damp)
+
+
+ACT_ORDER = False
+
+
+def gptq_round_ordered(
+    w: np.ndarray, s: np.ndarray, h: np.ndarray, qmin: int, qmax: int, damp: float
+) -> np.ndarray:
+    """:func:`gptq_round` in the columns' given order (``w`` float64 [rows, K], ``s`` [rows, 1])."""
+    w = np.array(w, np.float64)
+    h = np.array(h, np.float64)
+    k = w.shape[1]
     dead = np.diag(h) == 0
     h[dead, dead] = 1.0
     lam = damp * float(np.mean(np.diag(h)))
@@ -70,8 +90,10 @@ def gptq_round(
 
 
 class RoundedLayer:
-    """One Conv (group 1) / Gemm / MatMul with a constant weight whose integers GPTQ
-    chooses: its input's rows as the layer sees them (im2col for a Conv), accumulated."""
+    """One Conv / Gemm / MatMul with a constant weight whose integers GPTQ chooses: its
+    input's rows as the layer sees them (im2col for a Conv), accumulated. A grouped or
+    depthwise Conv keeps one H per group (eq. (12) per group: the output channels of a
+    group read only that group's input channels), [groups, K_g, K_g]."""
 
     def __init__(self, node, x_name: str, w_key: str, w: np.ndarray) -> None:
         self.node = node
@@ -79,6 +101,7 @@ class RoundedLayer:
         self.w_key = w_key
         op = node.op_type
         self.kernel = tuple(int(k) for k in w.shape[2:4]) if op == "Conv" else (1, 1)
+        self.groups = int(node.attrs.get("group", 1)) if op == "Conv" else 1
         if op == "Conv":
             k = int(np.prod(w.shape[1:]))
         elif op == "Gemm" and node.attrs.get("transB", 0):
@@ -86,6 +109,8 @@ class RoundedLayer:
         else:  # MatMul / Gemm without transB: W [K, N]
             k = w.shape[0]
         self.acc = HessianAccumulator(k)
+        if self.groups > 1:
+            self.acc.h = np.zeros((self.groups, k, k), np.float64)
 
     def rows_2d(self, w: np.ndarray) -> np.ndarray:
         """W as [output channels, K] in the order of the input rows."""
@@ -110,21 +135,39 @@ class RoundedLayer:
         kh, kw = self.kernel
         sh, sw = [*node.attrs.get("strides", [1, 1]), 1, 1][:2]
         pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
+        g = self.groups
+        k = self.acc.h.shape[-1]
         for sample in x:  # one sample at a time: the im2col copy stays small
             xp = np.pad(sample, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-            win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(1, 2))[:, ::sh, ::sw]
-            # [C, Ho, Wo, kh, kw] -> rows [Ho·Wo, C·kh·kw], in W.reshape(Cout, -1)'s order
-            self.acc.add(np.ascontiguousarray(win.transpose(1, 2, 0, 3, 4)).reshape(-1, self.acc.h.shape[0]))
+            c = xp.shape[0]
+            ho = (xp.shape[1] - kh) // sh + 1
+            wo = (xp.shape[2] - kw) // sw + 1
+            # im2col as kh·kw strided slices (a copy each, not a gather of windows):
+            # cols[c, i·kw + j, p] = xp[c, i + sh·p_h, j + sw·p_w], float64
+            cols = np.empty((c, kh * kw, ho, wo), np.float64)
+            for i in range(kh):
+                for j in range(kw):
+                    cols[:, i * kw + j] = xp[
+                        :, i : i + sh * (ho - 1) + 1 : sh, j : j + sw * (wo - 1) + 1 : sw
+                    ]
+            # rows of group g are its C/g channels × taps, in W.reshape(Cout, -1)'s order
+            r = cols.reshape(g, k, ho * wo)
+            h = np.matmul(r, r.transpose(0, 2, 1))
+            if g == 1:
+                self.acc.h += h[0]
+            else:
+                self.acc.h += h
+            self.acc.rows += ho * wo
 
     @classmethod
     def eligible(cls, node, w: np.ndarray) -> str | None:
         """Why GPTQ does not apply to this node (None: it does)."""
         op = node.op_type
         if op == "Conv":
-            if int(node.attrs.get("group", 1)) != 1:
-                return "grouped / depthwise convolution"
             if w.ndim != 4:
                 return "not a 2-D convolution"
+            if w.shape[0] % int(node.attrs.get("group", 1)) != 0:
+                return "output channels not a multiple of the groups"
             if any(d != 1 for d in node.attrs.get("dilations", [1, 1])):
                 return "dilated convolution"
             if node.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
@@ -187,7 +230,16 @@ def apply_rounding(graph, plan, layers: list[RoundedLayer], *, reduce_range: boo
         elif scale.size != w2.shape[0]:
             continue  # per-axis along something other than the output channels
         qmin, qmax = quant_range(q.storage, symmetric=True, reduce_range=reduce_range)
-        codes = gptq_round(w2, scale, layer.acc.h, qmin, qmax)
+        if layer.groups == 1:
+            codes = gptq_round(w2, scale, layer.acc.h, qmin, qmax)
+        else:
+            per = w2.shape[0] // layer.groups
+            codes = np.concatenate(
+                [
+                    gptq_round(w2[i * per : (i + 1) * per], scale[i * per : (i + 1) * per], h, qmin, qmax)
+                    for i, h in enumerate(layer.acc.h)
+                ]
+            )
         t.codes = layer.from_2d(codes, w.shape).astype(q.storage.numpy)
         n += 1
     return n

@@ -6,14 +6,19 @@ transformer's FFN down-projection input (the GELU output) a few channels reach ~
 while the rest stay near 0.3, so those get a handful of levels. With a per-channel
 factor s_k the layer is unchanged, y = (x / s) · (diag(s) W), and::
 
-    s_k = max|x_k|^α / max_n |W[k, n]|^(1 − α)         (α = ``alpha``, 0.5 by default)
+    s_k = max|x_k|^α / max_n |W[k, n]|^(1 − α)         (α = ``alpha``, the recipe default 0.8)
 
 evens out the activation channels, moving the range into the weights, which are
 quantized per output channel and absorb it. The division is folded into the constant
 of the Mul that produces x (the last multiplication of an Erf-form GELU, x·0.5), so the
-graph gains no node; an x that other nodes also read, or whose producer has no such
-constant, is left alone. That Mul stays float in quantize_static (its inputs still
-carry the outliers; it has no MACs).
+graph gains no node. With ``insert`` every other x read by such layers (a LayerNorm
+output that the residual stream also reads, an attention context) gets a float
+``Mul(x, 1/s)`` of its own in front of those layers, as NNCF's SmoothQuant does; the
+other readers of x keep x. Either Mul stays float in quantize_static (its inputs still
+carry the outliers; it is elementwise: no MACs).
+
+The factors are clipped to [q₁₀(s), 100] (q₁₀ the 10th percentile over the channels),
+NNCF's rule: channels that never carry large values are not scaled up without limit.
 """
 
 from __future__ import annotations
@@ -21,15 +26,18 @@ from __future__ import annotations
 import numpy as np
 
 from quanta.ir.graph import Graph, Node, Value
+from quanta.ir.types import FloatType
 
 __all__ = ["SmoothSite", "apply_smoothing", "plan_smoothing"]
 
 
 class SmoothSite:
     """One activation x = Mul(a, c) read only by MatMul / Gemm layers with constant
-    weights; ``absmax`` collects max |x_k| per channel (last axis) during calibration."""
+    weights (``mul`` set), or any float x that such layers read (``mul`` None: a Mul is
+    inserted for them); ``absmax`` collects max |x_k| per channel (last axis) during
+    calibration."""
 
-    def __init__(self, x: Value, mul: Node, const_index: int, consumers: list[Node]) -> None:
+    def __init__(self, x: Value, mul: Node | None, const_index: int, consumers: list[Node]) -> None:
         self.x = x
         self.mul = mul
         self.const_index = const_index
@@ -50,8 +58,20 @@ def _weight_rows(node: Node) -> np.ndarray | None:
     return w.T if node.op_type == "Gemm" and node.attrs.get("transB", 0) else w
 
 
-def plan_smoothing(graph: Graph, op_types: frozenset[str]) -> list[SmoothSite]:
-    """The activations SmoothQuant can balance without adding a node (module docstring)."""
+def _smoothable(u: Node, x: Value, op_types: frozenset[str]) -> bool:
+    return (
+        u.op_type in ("MatMul", "Gemm")
+        and u.op_type in op_types
+        and u.inputs[0] is x
+        and not (u.op_type == "Gemm" and u.attrs.get("transA", 0))
+        and _weight_rows(u) is not None
+    )
+
+
+def plan_smoothing(graph: Graph, op_types: frozenset[str], *, insert: bool = False) -> list[SmoothSite]:
+    """The activations SmoothQuant balances: those it can balance without adding a node,
+    and with ``insert`` every other float input of MatMul / Gemm layers with constant
+    weights (module docstring)."""
     sites: list[SmoothSite] = []
     for mul in graph.nodes:
         if mul.op_type != "Mul" or len(mul.inputs) != 2 or mul.outputs[0] in graph.outputs:
@@ -77,13 +97,31 @@ def plan_smoothing(graph: Graph, op_types: frozenset[str]) -> list[SmoothSite]:
         if any(_weight_rows(u).shape[0] != k for u in users) or (c.size != 1 and c.size != k):
             continue
         sites.append(SmoothSite(x, mul, consts[0], users))
+    if not insert:
+        return sites
+    done = {id(site.x) for site in sites}
+    candidates = [*graph.inputs, *(v for n in graph.nodes for v in n.outputs)]
+    for x in candidates:
+        if id(x) in done or x.is_const or not isinstance(x.elem, FloatType) or x.elem.name != "f32":
+            continue
+        users = [u for u in x.consumers() if _smoothable(u, x, op_types)]
+        if not users:
+            continue
+        k = _weight_rows(users[0]).shape[0]
+        users = [u for u in users if _weight_rows(u).shape[0] == k]
+        sites.append(SmoothSite(x, None, -1, users))
     return sites
 
 
+# a site whose largest channel maximum is under this many times the median one is left
+# alone: its per-tensor grid already serves most channels (eq. (13b))
+MIN_SPREAD = 4.0
+
+
 def apply_smoothing(graph: Graph, sites: list[SmoothSite], alpha: float) -> list[str]:
-    """Fold the factors of eq. (13) into each site's Mul constant and its consumers'
-    weights (new initializers: constants shared with other nodes stay as they were).
-    Returns the names of the Mul nodes balanced."""
+    """Fold the factors of eq. (13) into each site's Mul constant (or a Mul inserted for
+    the site's layers) and its consumers' weights (new initializers: constants shared
+    with other nodes stay as they were). Returns the names of the Mul nodes balanced."""
     done: list[str] = []
     for site in sites:
         if site.absmax is None:
@@ -91,17 +129,25 @@ def apply_smoothing(graph: Graph, sites: list[SmoothSite], alpha: float) -> list
         wmax = np.max([np.abs(_weight_rows(u)).max(axis=1) for u in site.consumers], axis=0)
         amax = site.absmax
         ok = (amax > 0) & (wmax > 0)
+        if not ok.any() or amax.max() < MIN_SPREAD * np.median(amax[ok]):
+            continue
         s = np.ones_like(amax)
         s[ok] = amax[ok] ** alpha / wmax[ok] ** (1.0 - alpha)
-        s[ok] /= np.exp(np.mean(np.log(s[ok]))) if ok.any() else 1.0  # geometric mean 1: ranges stay near
+        if ok.any():
+            s[ok] = np.clip(s[ok], np.quantile(s[ok], 0.1), 100.0)
+            s[ok] /= np.exp(np.mean(np.log(s[ok])))  # geometric mean 1: ranges stay near
         if not np.all(np.isfinite(s)) or np.allclose(s, 1.0):
             continue
-        cv = site.mul.inputs[site.const_index]
-        c = np.asarray(cv.const)
-        new_c = (np.broadcast_to(c.reshape(-1), s.shape) / s).astype(c.dtype)
-        site.mul.replace_input(
-            site.const_index, graph.add_initializer(graph.fresh_name(f"{cv.name}_smoothed"), new_c)
-        )
+        if site.mul is None:
+            mul = _insert_mul(graph, site, s)
+        else:
+            mul = site.mul
+            cv = mul.inputs[site.const_index]
+            c = np.asarray(cv.const)
+            new_c = (np.broadcast_to(c.reshape(-1), s.shape) / s).astype(c.dtype)
+            mul.replace_input(
+                site.const_index, graph.add_initializer(graph.fresh_name(f"{cv.name}_smoothed"), new_c)
+            )
         for u in site.consumers:
             wv = u.inputs[1]
             w = np.asarray(wv.const)
@@ -110,6 +156,20 @@ def apply_smoothing(graph: Graph, sites: list[SmoothSite], alpha: float) -> list
             else:
                 w2 = (w * s[:, None]).astype(w.dtype)
             u.replace_input(1, graph.add_initializer(graph.fresh_name(f"{wv.name}_smoothed"), w2))
-        done.append(site.mul.name)
+        done.append(mul.name)
     graph.remove_unused_initializers()
     return done
+
+
+def _insert_mul(graph: Graph, site: SmoothSite, s: np.ndarray) -> Node:
+    """x_smooth = Mul(x, 1/s) in front of the first of the site's layers; the layers read
+    x_smooth, every other reader keeps x."""
+    x = site.x
+    inv = graph.add_initializer(graph.fresh_name(f"{x.name}_smooth_scale"), (1.0 / s).astype(np.float32))
+    out = Value(graph.fresh_name(f"{x.name}_smooth"), x.type)
+    name = graph.fresh_name(f"{x.name}_smooth_mul")
+    first = min(site.consumers, key=graph.nodes.index)
+    mul = graph.add_node(Node("Mul", [x, inv], [out], name=name), before=first)
+    for u in site.consumers:
+        u.replace_input(0, out)
+    return mul

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -310,7 +311,7 @@ def quantize_static(
     graph = model.graph
     plan_recipe = recipe
     if recipe.smooth_quant is not None:
-        smoothed = _smooth(model, calibration_data, recipe, preprocess)
+        smoothed, calibration_data = _smooth(model, calibration_data, recipe, preprocess)
         # the Mul that produces a balanced activation stays float: its own inputs keep the
         # outliers the balancing moved out of its output (no MACs: the share is unchanged)
         plan_recipe = dataclasses.replace(
@@ -412,15 +413,22 @@ def quantize_static(
     return summary
 
 
-def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> list[str]:
+def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> tuple[list[str], Any]:
     """SmoothQuant on the float graph (quanta.quantize.smooth): one pass over the data for
     the per-channel maxima, then the factors folded into constants. Returns the names of
-    the Mul nodes whose outputs were balanced."""
+    the Mul nodes whose outputs were balanced, and the data for the calibration pass (a
+    one-shot reader or iterator is read into a list here, as the calibration reads the
+    data a second time)."""
+    from quanta.calibrate.readers import iter_feeds
     from quanta.quantize.smooth import apply_smoothing, plan_smoothing
 
-    sites = plan_smoothing(model.graph, recipe.op_types)
+    sites = plan_smoothing(model.graph, recipe.op_types, insert=True)
     if not sites:
-        return []
+        return [], data
+    if not isinstance(data, (list, tuple, str, os.PathLike, Mapping)) and not hasattr(data, "rewind"):
+        data = list(
+            iter_feeds(data, model.graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples)
+        )
     calibrate(
         model,
         [],
@@ -431,7 +439,7 @@ def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> list[str]:
         progress=False,
         taps={s.x.name: [s.observe] for s in sites},
     )
-    return apply_smoothing(model.graph, sites, float(recipe.smooth_quant))
+    return apply_smoothing(model.graph, sites, float(recipe.smooth_quant)), data
 
 
 def _quantize_to_target(

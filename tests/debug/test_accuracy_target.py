@@ -23,11 +23,15 @@ def _src(tmp_path):
 def test_the_target_is_met_where_the_defaults_miss_it(tmp_path):
     src = _src(tmp_path)
     feeds = chain_feeds(10, 1, batch=40)
-    plain = quanta.quantize_static(src, tmp_path / "plain.onnx", feeds, method="minmax", verbose=False)
+    # without SmoothQuant, which the search then tries as a whole-model fix (the chain's
+    # outlier column is what it balances)
+    plain = quanta.quantize_static(
+        src, tmp_path / "plain.onnx", feeds, method="minmax", smooth_quant=None, verbose=False
+    )
     assert plain.accuracy is None
     target = AccuracyTarget(metric="sqnr", minimum=35.0)
     s = quanta.quantize_static(
-        src, tmp_path / "t.onnx", feeds, method="minmax", accuracy=target, verbose=False
+        src, tmp_path / "t.onnx", feeds, method="minmax", smooth_quant=None, accuracy=target, verbose=False
     )
     rep = s.accuracy
     assert rep.before < 35.0, "the defaults must miss the target for this test to mean something"
@@ -35,7 +39,7 @@ def test_the_target_is_met_where_the_defaults_miss_it(tmp_path):
     assert rep.changes and rep.evaluations <= 6
     # the choices are in the recorded recipe: quantizing with it reproduces the file
     recipe = quanta.quantize.static.recipe_of(tmp_path / "t.onnx")
-    assert recipe.exclude or recipe.overrides
+    assert recipe.exclude or recipe.overrides or recipe.smooth_quant is not None
     assert "accuracy target sqnr" in s.format()
     assert json.dumps(s.to_dict()["accuracy"])
 

@@ -57,6 +57,8 @@ def _quantized(tmp_path, proto, **options):
     src = tmp_path / "m.onnx"
     onnx.save(proto, src)
     out = tmp_path / "q.onnx"
+    # no SmoothQuant: it balances b's outlier column away, and this graph's point is to break
+    options.setdefault("smooth_quant", None)
     quanta.quantize_static(src, out, chain_feeds(6, 1), verbose=False, method="minmax", **options)
     return src, out
 

@@ -84,7 +84,8 @@ def test_smoothing_keeps_the_function_and_wins_back_the_outlier_channels(tmp_pat
     src = tmp_path / "ffn.onnx"
     onnx.save(ffn(), src)
     plain, smooth = tmp_path / "plain.onnx", tmp_path / "smooth.onnx"
-    quanta.quantize_static(src, plain, _feeds(4, 2), exclude=["mul"], verbose=False)  # the same float Mul
+    # the same float Mul, no balancing
+    quanta.quantize_static(src, plain, _feeds(4, 2), exclude=["mul"], smooth_quant=None, verbose=False)
     quanta.quantize_static(src, smooth, _feeds(4, 2), smooth_quant=0.5, verbose=False)
     held = _feeds(3, 9)
     assert _sqnr(src, smooth, held) > _sqnr(src, plain, held) + 3.0
@@ -100,3 +101,62 @@ def test_an_activation_other_nodes_read_is_left_alone():
     assert plan_smoothing(load(m).graph, quanta.Recipe().op_types) == []
     with pytest.raises(RecipeError, match="smooth_quant"):
         quanta.Recipe(smooth_quant=1.5)
+
+
+def test_an_activation_other_nodes_read_gets_a_mul_of_its_own(tmp_path):
+    """With insert, the MatMul reads Mul(h, 1/s); the Relu keeps h itself; the function is
+    unchanged; the inserted Mul stays float and the file still runs every MatMul in integer."""
+    from quanta.ir.onnx_io import load, to_proto
+    from quanta.quantize.smooth import apply_smoothing, plan_smoothing
+
+    m = ffn()
+    m.graph.node.append(helper.make_node("Relu", ["h"], ["r"], name="side"))
+    m.graph.output.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, ["N", 37]))
+    model = load(m)
+    sites = plan_smoothing(model.graph, quanta.Recipe().op_types, insert=True)
+    # u (the up-projection's output) feeds only the Mul; x feeds the up-projection
+    assert sorted(s.x.name for s in sites) == ["h", "x"]
+    site = next(s for s in sites if s.x.name == "h")
+    assert site.mul is None and [u.name for u in site.consumers] == ["down"]
+    feeds = _feeds(3, 1)
+    ref = [quanta.InferenceSession(m.SerializeToString(), backend="reference").run(None, f) for f in feeds]
+    up = onnx.numpy_helper.to_array(m.graph.initializer[0])
+    for f in feeds:
+        site.observe(np.asarray(f["x"] @ up * 0.5))
+    names = apply_smoothing(model.graph, [site], 0.5)
+    assert len(names) == 1
+    mul = next(n for n in model.graph.nodes if n.name == names[0])
+    assert mul.op_type == "Mul" and mul.inputs[0].name == "h"
+    side = next(n for n in model.graph.nodes if n.name == "side")
+    assert side.inputs[0].name == "h"
+    sess = quanta.InferenceSession(to_proto(model).SerializeToString(), backend="reference")
+    for f, r in zip(feeds, ref):
+        got = sess.run(None, f)
+        for a, b in zip(got, r):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+    src = tmp_path / "side.onnx"
+    onnx.save(m, src)
+    plain, smooth = tmp_path / "plain.onnx", tmp_path / "smooth.onnx"
+    quanta.quantize_static(src, plain, _feeds(4, 2), smooth_quant=None, verbose=False)
+    summary = quanta.quantize_static(src, smooth, _feeds(4, 2), smooth_quant=0.8, verbose=False)
+    assert summary.integer_share == 1.0
+    again = tmp_path / "again.onnx"
+    quanta.quantize_static(src, again, _feeds(4, 2), smooth_quant=0.8, verbose=False)
+    assert again.read_bytes() == smooth.read_bytes()  # deterministic
+    held = _feeds(3, 9)
+    assert _sqnr(src, smooth, held) > _sqnr(src, plain, held) + 3.0
+
+
+def test_even_channels_are_left_alone():
+    """Channel maxima within MIN_SPREAD of each other: nothing to balance, no Mul added."""
+    from quanta.ir.onnx_io import load
+    from quanta.quantize.smooth import apply_smoothing, plan_smoothing
+
+    model = load(ffn())
+    sites = plan_smoothing(model.graph, quanta.Recipe().op_types, insert=True)
+    x_site = next(s for s in sites if s.x.name == "x")
+    x_site.observe(np.random.default_rng(0).standard_normal((64, 19)))
+    n_nodes = len(model.graph.nodes)
+    assert apply_smoothing(model.graph, [x_site], 0.8) == []
+    assert len(model.graph.nodes) == n_nodes

@@ -1,0 +1,117 @@
+"""One accuracy lever at a time on EfficientNet-Lite0 / all-MiniLM-L6-v2: quantize with
+quanta's options, run the file with ONNX Runtime on the evaluation split (never used for
+calibration), print the metrics against FP32, the integer MAC share and the
+quantization time. The data and FP32 outputs are accuracy.py's (same seeds).
+
+    python benchmarks/real_models/levers.py --model efficientnet_lite0 \
+        --config default='{}' --config gptq='{"weight_rounding": "gptq"}'
+
+``--zoo a,b``: the public zoo models instead (benchmarks/zoo.py's feeds and task metric,
+ONNX Runtime running each file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import accuracy as A  # noqa: E402
+from export import DEFAULT_CACHE, EFFICIENTNET, model_paths  # noqa: E402
+
+
+def data(model: str):
+    if model == EFFICIENTNET:
+        return A.image_data(100, 200, 10)
+    return A.sentence_data(100, 8)
+
+
+def zoo_main(names: list[str], configs: list[str], out: Path) -> int:
+    import quanta
+
+    sys.path.insert(0, str(HERE.parent))
+    import zoo as Z
+
+    cache = Z.zoodata.cache_dir()
+    manifest = json.loads((cache / "manifest.json").read_text())
+    entries = {e["name"]: e for e in (manifest["models"] if isinstance(manifest, dict) else manifest)}
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        model = Z.Model(entries[name], cache)
+        ref = model.outputs(Z.ort_session(model.path))
+        for spec in configs:
+            cname, _, opts = spec.partition("=")
+            kw = json.loads(opts or "{}")
+            dst = out / f"{name}.{cname}.onnx"
+            t0 = time.perf_counter()
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    summary = quanta.quantize_static(
+                        str(model.path), str(dst), model.calib, verbose=False, progress=False, **kw
+                    )
+                seconds = time.perf_counter() - t0
+                got = model.outputs(Z.ort_session(dst))
+                m = Z.metric(model.kind, ref, got)
+            except Exception as e:  # one failure is one line
+                print(f"{name} {cname}: FAILED {type(e).__name__}: {e}", flush=True)
+                continue
+            share = summary.integer_share
+            print(
+                f"{name} {cname}: {m}, integer MACs {share if share is None else round(100 * share, 2)} %, "
+                f"{seconds:.1f} s",
+                flush=True,
+            )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", default=EFFICIENTNET)
+    ap.add_argument("--config", action="append", default=[], help="name=JSON options of quantize_static")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/quanta-levers"))
+    ap.add_argument("--zoo", help="comma-separated zoo model names (benchmarks/zoo.py's data and metric)")
+    args = ap.parse_args(argv)
+    if args.zoo:
+        return zoo_main(args.zoo.split(","), args.config or ["default={}"], args.out)
+    import quanta
+
+    _, fp32 = model_paths(DEFAULT_CACHE, args.model)
+    calib, evals = data(args.model)
+    ref = A.run_ort(fp32, evals)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for spec in args.config or ["default={}"]:
+        name, _, opts = spec.partition("=")
+        kw = json.loads(opts or "{}")
+        if "__target__" in kw:
+            t = kw.pop("__target__")
+            kw["accuracy"] = quanta.AccuracyTarget(**t)
+        dst = args.out / f"{args.model}.{name}.onnx"
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            summary = quanta.quantize_static(str(fp32), str(dst), calib, verbose=False, progress=False, **kw)
+        seconds = time.perf_counter() - t0
+        got = A.run_ort(dst, evals)
+        m = A.metrics_for(args.model, ref, got)
+        share = summary.integer_share
+        digest = hashlib.sha1(dst.read_bytes()).hexdigest()[:12]
+        print(
+            f"{args.model} {name}: "
+            + ", ".join(f"{k} {v:.4f}" for k, v in m.items())
+            + f", integer MACs {share if share is None else round(100 * share, 2)} %, {seconds:.1f} s, sha1 {digest}",
+            flush=True,
+        )
+        if getattr(summary, "accuracy", None) is not None:
+            print(summary.accuracy.format() if hasattr(summary.accuracy, "format") else summary.accuracy)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
