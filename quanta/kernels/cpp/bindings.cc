@@ -34,4 +34,5 @@ PYBIND11_MODULE(_native, m) {
   register_recurrent(m);
   register_tensor_ops(m);
   register_sgemm(m);
+  register_mx(m);
 }

@@ -28,6 +28,7 @@ void register_recurrent(py::module_& m);
 void register_tensor_ops(py::module_& m);
 void register_sgemm(py::module_& m);
 void register_tuner(py::module_& m);
+void register_mx(py::module_& m);
 
 // Shapes, thread counts and output aliasing, checked the same way (and named in the same
 // words) by every binding family.
