@@ -178,6 +178,11 @@ PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, i
   if (e == Elem::kInt8) {
     b.i8.assign(static_cast<size_t>(panels) * b.nb * b.kb * 32, 0);
     b.comp.assign(static_cast<size_t>(b.nb) * b.Np, 0);
+    b.sbp.assign(static_cast<size_t>(b.nb) * b.Np, 1.0f);
+    for (int64_t p = 0; p < panels; ++p)
+      for (int k = 0; k < b.nb; ++k)
+        for (int j = 0; j < 32; ++j)
+          b.sbp[(static_cast<size_t>(p) * b.nb + k) * 32 + j] = b.sb[static_cast<size_t>(k) * b.Np + p * 32 + j];
     for (int64_t p = 0; p < panels; ++p)
       for (int k = 0; k < b.nb; ++k)
         for (int i = 0; i < b.kb; ++i) {
@@ -188,7 +193,7 @@ PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, i
             if (n >= N) continue;
             const int8_t v = static_cast<int8_t>(bits[kk * N + n]);
             b.i8[(((p * b.nb + k) * (b.kb / 4) + i / 4) * 32 + j) * 4 + i % 4] = v;
-            b.comp[static_cast<size_t>(k) * b.Np + n] += 128 * v;
+            b.comp[(static_cast<size_t>(p) * b.nb + k) * 32 + j] += 128 * v;
           }
         }
   } else {
@@ -212,33 +217,47 @@ void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M,
   const int nb = b.nb, kb = b.kb, block = b.block;
   const int64_t K = b.K;
   const ElemInfo fa = elem_info(a_elem);
+  float pow2_of_code[256];
+  for (int c = 0; c < 256; ++c) pow2_of_code[c] = c == 255 ? std::nanf("") : pow2f(c - 127 - fa.frac_bits);
   std::vector<float> sa(static_cast<size_t>(M) * nb);
-  for (int64_t i = 0; i < M * nb; ++i) {
-    const int c = a_codes[i];
-    sa[i] = c == 255 ? std::nanf("") : pow2f(c - 127 - fa.frac_bits);
-  }
+  for (int64_t i = 0; i < M * nb; ++i) sa[i] = pow2_of_code[a_codes[i]];
   if (a_elem == Elem::kInt8 && b.elem == Elem::kInt8) {
     // A + 128 as u8, each block padded to kb (pad: 128, i.e. a zero element)
-    std::vector<uint8_t> au(static_cast<size_t>(M) * nb * kb, 128);
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t kk = 0; kk < K; ++kk)
-        au[(m * nb + kk / block) * kb + kk % block] = static_cast<uint8_t>(a_bits[m * K + kk] ^ 0x80);
+    std::vector<uint8_t> au(static_cast<size_t>(M) * nb * kb);
+    qgemm::parallel_ranges(num_threads, M, 64, [&](int64_t r0, int64_t r1) {
+      for (int64_t m = r0; m < r1; ++m)
+        for (int k = 0; k < nb; ++k) {
+          const uint8_t* src = a_bits + m * K + static_cast<int64_t>(k) * block;
+          uint8_t* dst = au.data() + (m * nb + k) * kb;
+          const int len = static_cast<int>(std::min<int64_t>(block, K - static_cast<int64_t>(k) * block));
+          for (int i = 0; i < len; ++i) dst[i] = static_cast<uint8_t>(src[i] ^ 0x80);
+          for (int i = len; i < kb; ++i) dst[i] = 128;
+        }
+    });
     const int64_t panels = b.Np / 32;
-    // chunks: column panels, split further by rows when there are few panels
-    const int64_t row_chunks = std::max<int64_t>(1, std::min<int64_t>((M + 47) / 48, 4 * num_threads / std::max<int64_t>(panels, 1) + 1));
-    const int64_t rows_per = (M + row_chunks - 1) / row_chunks;
-    const int64_t chunks = panels * row_chunks;
-    auto body = [&](int64_t c, int) {
-      const int64_t p = c % panels, rc = c / panels;
-      const int64_t m0 = rc * rows_per, m1 = std::min(M, m0 + rows_per);
-      if (m0 >= m1) return;
-      switch (b.isa) {
-        case Isa::kAvx512Vnni: gemm_i8_avx512vnni(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1); break;
-        case Isa::kAvx2: gemm_i8_avx2(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1); break;
-        default: gemm_i8_portable(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1); break;
-      }
-    };
-    if (M > 0 && panels > 0) qgemm::parallel_for(num_threads, chunks, body);
+    // chunks: row blocks of up to 96 rows (their A stays in L2 while every column panel
+    // passes), panel-minor so that one thread's consecutive chunks share the row block
+    const int64_t mc = std::max<int64_t>(6, std::min<int64_t>(96, (M + 5) / 6 * 6));
+    const int64_t row_blocks = (M + mc - 1) / mc;
+    const int64_t chunks = panels * row_blocks;
+    // K chunks of kc blocks, in order: one chunk's B (kc·block·N bytes) stays in L2 while
+    // every row block passes; the float accumulators wait in y between chunks
+    const int64_t chunk_bytes = static_cast<int64_t>(block) * b.Np;
+    const int kc = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nb, (512 << 10) / std::max<int64_t>(chunk_bytes, 1))));
+    for (int k0 = 0; k0 < nb || (nb == 0 && k0 == 0); k0 += kc) {
+      const int k1 = std::min(nb, k0 + kc);
+      auto body = [&](int64_t c, int) {
+        const int64_t p = c % panels, rb = c / panels;
+        const int64_t m0 = rb * mc, m1 = std::min(M, m0 + mc);
+        switch (b.isa) {
+          case Isa::kAvx512Vnni: gemm_i8_avx512vnni(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1); break;
+          case Isa::kAvx2: gemm_i8_avx2(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1); break;
+          default: gemm_i8_portable(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1); break;
+        }
+      };
+      if (M > 0 && panels > 0) qgemm::parallel_for(num_threads, chunks, body);
+      if (nb == 0) break;
+    }
     return;
   }
   // float elements: n as double, blocks padded to kb with zeros

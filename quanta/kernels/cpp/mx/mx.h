@@ -58,7 +58,7 @@ void quantize(const float* x, uint8_t* bits, uint8_t* codes, int64_t rows, int64
 
 // Weights B [K, N] packed once. INT8: panels of 32 columns, per block ceil(block/4) groups
 // of 4 k (zero padded), bytes [panel][block][group][32][4]; comp[k][n] = 128·Σ_block b
-// (vpdpbusd's u8 shift, eq. (8)). Other formats: n as double, [block][kb][Np].
+// (vpdpbusd's u8 shift, eq. (8)), [panel][block][32]. Other formats: n as double, [block][kb][Np].
 struct PackedMx {
   int64_t K = 0, N = 0, Np = 0;
   int block = 32, nb = 0, kb = 0;
@@ -68,6 +68,9 @@ struct PackedMx {
   std::vector<int32_t> comp;
   std::vector<double> f64;
   std::vector<float> sb;   // [nb][Np] fl32(2^(e − f_B)); NaN for code 255
+  // INT8: comp and the scales panel-major, [panel][block][32]: the tile reads them with
+  // a unit stride (a [block][Np] layout put every block's line in one L1 set at N = 1024)
+  std::vector<float> sbp;
   std::vector<uint8_t> bad;  // [nb][Np] a NaN/Inf element in the block
 };
 
@@ -81,13 +84,15 @@ void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M,
 float pow2f(int e);
 
 // ---- ISA entry points (one file each) --------------------------------------------------
-// INT8 x INT8 rows [m0, m1) x panels [p0, p1); au: A + 128 as u8 [M][nb·kb]; sa: [M][nb].
+// INT8 x INT8 rows [m0, m1) x panels [p0, p1) x blocks [k0, k1); au: A + 128 as u8
+// [M][nb·kb]; sa: [M][nb]. With k0 > 0 the float accumulators start from y (the chunk
+// before wrote them there); with k1 = nb the bias is added and y is final.
 void gemm_i8_portable(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y,
-                      int64_t M, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+                      int64_t M, int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
 void gemm_i8_avx2(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
-                  int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+                  int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
 void gemm_i8_avx512vnni(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y,
-                        int64_t M, int64_t m0, int64_t m1, int64_t p0, int64_t p1);
+                        int64_t M, int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
 // Float-element GEMM rows [m0, m1): ad: A's n as double [M][nb·kb]; abad [M][nb].
 void gemm_f64_portable(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b, const float* bias,
                        float* y, int64_t m0, int64_t m1);

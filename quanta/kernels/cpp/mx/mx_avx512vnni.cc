@@ -24,21 +24,36 @@ namespace quanta {
 namespace mx {
 namespace {
 
-#define QUANTA_MX_VPDPBUSD(acc, a, b) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
+#define QUANTA_MX_VPDPBUSD(acc, a, b) (acc) = _mm512_dpbusd_epi32((acc), (a), (b))
 
+// Blocks [k0, k1) of one 6 x 32 tile. The float accumulators live in registers within
+// the range and in y between ranges (the K chunks of the driver): the same values in the
+// same order, so the chain of eq. (MX6) is unchanged; the bias is added after the last.
 template <int MR>
 void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t m,
-          int64_t p) {
+          int64_t p, int k0, int k1) {
   const int nb = b.nb, kb = b.kb, G = kb / 4;
-  const int64_t lda = static_cast<int64_t>(nb) * kb, N = b.N, Np = b.Np, n0 = p * 32;
+  const int64_t lda = static_cast<int64_t>(nb) * kb, N = b.N, n0 = p * 32;
+  const int valid = static_cast<int>(std::min<int64_t>(32, N - n0));
+  const __mmask16 k0m = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1u);
+  const __mmask16 k1m = valid >= 32 ? 0xffff : (valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1u));
   __m512 acc[MR][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  #pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    if (k0 == 0) {
+      acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    } else {
+      acc[r][0] = _mm512_maskz_loadu_ps(k0m, y + (m + r) * N + n0);
+      acc[r][1] = _mm512_maskz_loadu_ps(k1m, y + (m + r) * N + n0 + 16);
+    }
+  }
   const __m512i zero = _mm512_setzero_si512();
-  for (int k = 0; k < nb; ++k) {
-    const __m512i c0 = _mm512_sub_epi32(zero, _mm512_loadu_si512(b.comp.data() + static_cast<size_t>(k) * Np + n0));
-    const __m512i c1 =
-        _mm512_sub_epi32(zero, _mm512_loadu_si512(b.comp.data() + static_cast<size_t>(k) * Np + n0 + 16));
+  for (int k = k0; k < k1; ++k) {
+    const int32_t* ck = b.comp.data() + (static_cast<size_t>(p) * nb + k) * 32;
+    const __m512i c0 = _mm512_sub_epi32(zero, _mm512_loadu_si512(ck));
+    const __m512i c1 = _mm512_sub_epi32(zero, _mm512_loadu_si512(ck + 16));
     __m512i d[MR][2];
+    #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       d[r][0] = c0;
       d[r][1] = c1;
@@ -49,11 +64,13 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
       // one or two rows: two accumulator sets (even / odd k-groups) hide vpdpbusd's
       // latency; their sum is exact (int32)
       __m512i e[MR][2];
+      #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) e[r][0] = e[r][1] = zero;
       int g = 0;
       for (; g + 2 <= G; g += 2) {
         const __m512i b0 = _mm512_loadu_si512(w + g * 128), b1 = _mm512_loadu_si512(w + g * 128 + 64);
         const __m512i b2 = _mm512_loadu_si512(w + g * 128 + 128), b3 = _mm512_loadu_si512(w + g * 128 + 192);
+        #pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
           int32_t a4, a5;
           __builtin_memcpy(&a4, ak + r * lda + 4 * g, 4);
@@ -67,6 +84,7 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
       }
       for (; g < G; ++g) {
         const __m512i b0 = _mm512_loadu_si512(w + g * 128), b1 = _mm512_loadu_si512(w + g * 128 + 64);
+        #pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
           int32_t a4;
           __builtin_memcpy(&a4, ak + r * lda + 4 * g, 4);
@@ -75,14 +93,17 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
           QUANTA_MX_VPDPBUSD(d[r][1], a, b1);
         }
       }
+      #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         d[r][0] = _mm512_add_epi32(d[r][0], e[r][0]);
         d[r][1] = _mm512_add_epi32(d[r][1], e[r][1]);
       }
     } else {
+      #pragma GCC unroll 2
       for (int g = 0; g < G; ++g) {
         const __m512i b0 = _mm512_loadu_si512(w + g * 128);
         const __m512i b1 = _mm512_loadu_si512(w + g * 128 + 64);
+        #pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
           int32_t a4;
           __builtin_memcpy(&a4, ak + r * lda + 4 * g, 4);
@@ -92,8 +113,10 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
         }
       }
     }
-    const __m512 sb0 = _mm512_loadu_ps(b.sb.data() + static_cast<size_t>(k) * Np + n0);
-    const __m512 sb1 = _mm512_loadu_ps(b.sb.data() + static_cast<size_t>(k) * Np + n0 + 16);
+    const float* sk = b.sbp.data() + (static_cast<size_t>(p) * nb + k) * 32;
+    const __m512 sb0 = _mm512_loadu_ps(sk);
+    const __m512 sb1 = _mm512_loadu_ps(sk + 16);
+    #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const __m512 s_a = _mm512_set1_ps(sa[(m + r) * nb + k]);
       const __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][0]), _mm512_mul_ps(s_a, sb0));
@@ -107,38 +130,37 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
       }
     }
   }
-  const int valid = static_cast<int>(std::min<int64_t>(32, N - n0));
-  const __mmask16 k0 = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1u);
-  const __mmask16 k1 = valid >= 32 ? 0xffff : (valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1u));
+  const bool last = k1 == nb;
   __m512 bv0 = _mm512_setzero_ps(), bv1 = _mm512_setzero_ps();
-  if (bias) {
-    bv0 = _mm512_maskz_loadu_ps(k0, bias + n0);
-    bv1 = _mm512_maskz_loadu_ps(k1, bias + n0 + 16);
+  if (bias && last) {
+    bv0 = _mm512_maskz_loadu_ps(k0m, bias + n0);
+    bv1 = _mm512_maskz_loadu_ps(k1m, bias + n0 + 16);
   }
+  #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     __m512 v0 = acc[r][0], v1 = acc[r][1];
-    if (bias) {
+    if (bias && last) {
       v0 = _mm512_add_ps(v0, bv0);
       v1 = _mm512_add_ps(v1, bv1);
     }
-    _mm512_mask_storeu_ps(y + (m + r) * N + n0, k0, v0);
-    _mm512_mask_storeu_ps(y + (m + r) * N + n0 + 16, k1, v1);
+    _mm512_mask_storeu_ps(y + (m + r) * N + n0, k0m, v0);
+    _mm512_mask_storeu_ps(y + (m + r) * N + n0 + 16, k1m, v1);
   }
 }
 
 }  // namespace
 
 void gemm_i8_avx512vnni(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t,
-                        int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+                        int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1) {
   for (int64_t p = p0; p < p1; ++p) {
     int64_t m = m0;
-    for (; m + 6 <= m1; m += 6) tile<6>(au, sa, b, bias, y, m, p);
+    for (; m + 6 <= m1; m += 6) tile<6>(au, sa, b, bias, y, m, p, k0, k1);
     switch (m1 - m) {
-      case 5: tile<5>(au, sa, b, bias, y, m, p); break;
-      case 4: tile<4>(au, sa, b, bias, y, m, p); break;
-      case 3: tile<3>(au, sa, b, bias, y, m, p); break;
-      case 2: tile<2>(au, sa, b, bias, y, m, p); break;
-      case 1: tile<1>(au, sa, b, bias, y, m, p); break;
+      case 5: tile<5>(au, sa, b, bias, y, m, p, k0, k1); break;
+      case 4: tile<4>(au, sa, b, bias, y, m, p, k0, k1); break;
+      case 3: tile<3>(au, sa, b, bias, y, m, p, k0, k1); break;
+      case 2: tile<2>(au, sa, b, bias, y, m, p, k0, k1); break;
+      case 1: tile<1>(au, sa, b, bias, y, m, p, k0, k1); break;
       default: break;
     }
   }

@@ -71,7 +71,7 @@ inline void quantize_i8_rows_generic(const float* x, uint8_t* bits, uint8_t* cod
 }
 
 inline void gemm_i8_generic(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y,
-                            int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+                            int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1) {
   const int nb = b.nb, kb = b.kb;
   const int64_t N = b.N;
   for (int64_t p = p0; p < p1; ++p) {
@@ -79,26 +79,27 @@ inline void gemm_i8_generic(const uint8_t* au, const float* sa, const PackedMx& 
     const int ncols = static_cast<int>(std::min<int64_t>(32, N - n0));
     for (int64_t m = m0; m < m1; ++m) {
       float acc[32];
-      for (int k = 0; k < nb; ++k) {
+      float* yr = y + m * N + n0;
+      for (int j = 0; j < 32; ++j) acc[j] = k0 > 0 && j < ncols ? yr[j] : 0.0f;
+      for (int k = k0; k < k1; ++k) {
         int32_t d[32];
-        for (int j = 0; j < 32; ++j) d[j] = -b.comp[static_cast<size_t>(k) * b.Np + n0 + j];
+        for (int j = 0; j < 32; ++j) d[j] = -b.comp[(static_cast<size_t>(p) * nb + k) * 32 + j];
         const uint8_t* ar = au + m * static_cast<int64_t>(nb) * kb + static_cast<int64_t>(k) * kb;
         const int8_t* w = b.i8.data() + ((p * nb + k) * static_cast<int64_t>(kb)) * 32;
         for (int g = 0; g < kb / 4; ++g)
           for (int j = 0; j < 32; ++j)
             for (int t = 0; t < 4; ++t) d[j] += static_cast<int32_t>(ar[4 * g + t]) * w[(g * 32 + j) * 4 + t];
         const float s_a = sa[m * nb + k];
-        const float* sbk = b.sb.data() + static_cast<size_t>(k) * b.Np + n0;
+        const float* sbk = b.sbp.data() + (static_cast<size_t>(p) * nb + k) * 32;
         for (int j = 0; j < 32; ++j) {
           const float s = s_a * sbk[j];                       // eq. (MX5b)
           const float pk = static_cast<float>(d[j]) * s;      // eq. (MX5c)
           acc[j] = k == 0 ? pk : acc[j] + pk;                 // eq. (MX6)
         }
       }
-      float* yr = y + m * N + n0;
       for (int j = 0; j < ncols; ++j) {
         float v = nb == 0 ? 0.0f : acc[j];
-        if (bias) v = v + bias[n0 + j];
+        if (bias && k1 == nb) v = v + bias[n0 + j];
         yr[j] = v;
       }
     }
