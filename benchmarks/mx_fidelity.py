@@ -11,9 +11,10 @@ in the ``e8m0`` form by quanta (MXFP4 weights); ``--check-quanta`` also runs the
 form with quanta's native backend on the first batches and prints the largest
 difference from ONNX Runtime's output. FP32 reference: ONNX Runtime on the FP32 file.
 
-Data: benchmarks/real_models/accuracy.py's image crops and sentences (EfficientNet,
-MiniLM; the FP32 files from benchmarks/real_models/export.py's cache), and
-benchmarks/zoo/zoodata.py's evaluation feeds (the zoo, ~/.cache/quanta-zoo).
+Data (benchmarks/zoo/zoodata.py, nothing downloaded): EfficientNet-Lite0: random 224x224
+crops of the bundled sample photos, ImageNet mean/std; MiniLM: 96 evaluation sentences
+(WordPiece, batches of 8 padded); the zoo models: their evaluation feeds. FP32 files:
+benchmarks/real_models/export.py's cache and ~/.cache/quanta-zoo.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import numpy as np
 import onnx
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "real_models"))
 sys.path.insert(0, str(HERE / "zoo"))
 sys.path.insert(0, str(HERE.parent))
 
@@ -105,16 +105,21 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.models.split(","):
         t0 = time.perf_counter()
         if name == "efficientnet_lite0":
-            from accuracy import image_data
+            import zoodata
 
             src_path = cache / "efficientnet_lite0.onnx"
-            _, feeds = image_data(1, args.n, 8)
+            rng = np.random.default_rng(20240602)
+            plist = zoodata.photos()
+            imgs = [zoodata.random_crop(rng, plist[rng.integers(len(plist))], (224, 224)) for _ in range(args.n)]
+            x = np.stack([zoodata.nchw(i, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))[0] for i in imgs])
+            feeds = [{"input": x[i : i + 8]} for i in range(0, len(x), 8)]
             kind = "top1"
         elif name == "all_minilm_l6_v2":
-            from accuracy import sentence_data
+            import zoodata
 
             src_path = cache / "all_minilm_l6_v2.onnx"
-            _, feeds = sentence_data(100, 8)
+            vocab = Path("~/.cache/quanta-zoo/models/minilm_vocab.txt").expanduser()
+            feeds = zoodata.token_feeds(vocab, "eval", 96, batch=8)
             kind = "cos"
         else:
             import zoodata
