@@ -131,6 +131,7 @@ def quantize_mx_model(
     proto = onnx.ModelProto()
     proto.CopyFrom(_with_opset(src, 24 if form == "e8m0" else 21))  # never the caller's
     g = proto.graph
+    _constants_to_initializers(g)
     inits = {t.name: t for t in g.initializer}
     summary = MXSummary(weight_type, activation_type, block_size, form)
     new_nodes: list[onnx.NodeProto] = []
@@ -188,6 +189,25 @@ def quantize_mx_model(
     ops = list(proto.opset_import)
     proto.ir_version = max(proto.ir_version, helper.find_min_ir_version_for(ops, ignore_unknown=True))
     return proto, summary
+
+
+def _constants_to_initializers(g: onnx.GraphProto) -> None:
+    """Constant nodes holding a tensor (``value``) become initializers: exporters write
+    weights either way (PaddlePaddle's as Constant nodes)."""
+    keep = []
+    for node in g.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1 and (
+            node.attribute[0].name == "value"
+        ):
+            t = onnx.TensorProto()
+            t.CopyFrom(node.attribute[0].t)
+            t.name = node.output[0]
+            g.initializer.append(t)
+        else:
+            keep.append(node)
+    if len(keep) != len(g.node):
+        del g.node[:]
+        g.node.extend(keep)
 
 
 def _with_opset(proto: onnx.ModelProto, version: int) -> onnx.ModelProto:

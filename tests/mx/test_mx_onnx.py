@@ -214,3 +214,24 @@ def test_verifier_names_a_bad_mx_dequantize():
     msg = str(e.value)
     assert "input 'w' has element type u8, expected an MX element type" in msg
     assert "scale 's' has shape (3, 3), expected (2, 3)" in msg
+
+
+def test_weights_held_by_constant_nodes_are_quantized():
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((40, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(w, "w")),
+         helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 40])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    src = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    src.ir_version = 10
+    out, summary = quantize_mx_model(src, "mxint8", "mxint8")
+    assert summary.quantized == ["mm"]
+    onnx.checker.check_model(out, full_check=True)
+    x = rng.standard_normal((2, 40)).astype(np.float32)
+    got = quanta.InferenceSession(out, backend="reference").run(None, {"x": x})[0]
+    wd = mx.dequantize_mx(*mx.quantize_mx(w, "i8", axis=0), axis=0).astype(np.float64)
+    xd = mx.dequantize_mx(*mx.quantize_mx(x, "i8", axis=-1), axis=-1).astype(np.float64)
+    assert np.allclose(got, xd @ wd, rtol=1e-5, atol=1e-5)
