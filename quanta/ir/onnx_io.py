@@ -58,9 +58,11 @@ from quanta.ir.op_facts import derive
 from quanta.ir.shape_hints import reinfer_declared_shapes, tensor_types
 from quanta.ir.subgraphs import renamed_graph, subgraph_outer_names, subgraph_outer_names_of_graph
 from quanta.ir.types import (
+    E8M0,
     CalibratedType,
     FloatType,
     IntType,
+    MXType,
     QuantType,
     TensorType,
     elem_from_numpy,
@@ -608,12 +610,15 @@ def quant_type_from_params(
     scale: Value | None,
     zero_point: Value | None,
     axis_default: int = 1,
-) -> QuantType | None:
+) -> QuantType | MXType | None:
     """The QuantType described by constant ``scale``/``zero_point`` inputs of ``node``
     for an operand stored as ``storage_value``'s element type; None when the parameters
-    are not constants or the storage is unknown."""
+    are not constants or the storage is unknown. A float8e8m0 scale with a block size
+    (DequantizeLinear, opset 24+) describes an :class:`MXType`."""
     if scale is None or not scale.is_const:
         return None
+    if np.asarray(scale.const).dtype == E8M0.numpy:
+        return _mx_type_from_params(node, storage_value, axis_default)
     if zero_point is not None and not zero_point.is_const:
         return None
     storage = None
@@ -668,6 +673,35 @@ def quant_type_from_params(
     return QuantType(storage, expressed, s, zp_vals, axis=axis)
 
 
+def _mx_type_from_params(node: Node, storage_value: Value | None, axis_default: int) -> MXType | None:
+    """The MX type of a DequantizeLinear with a float8e8m0 scale: the element type is the
+    input's, the block size and axis the node's; None when they do not make one (the
+    verifier names what is wrong)."""
+    if storage_value is None or storage_value.type is None:
+        return None
+    st = storage_value.type.elem
+    st = st.element if isinstance(st, MXType) else st
+    block = node.attrs.get("block_size") or 0
+    out = node.attrs.get("output_dtype") or 0
+    expressed = elem_from_onnx(out) if out else None
+    try:
+        return MXType(st, expressed if isinstance(expressed, FloatType) else FloatType("f32"),  # type: ignore[arg-type]
+                      int(node.attrs.get("axis", axis_default)), int(block))
+    except ValueError:
+        return None
+
+
+def mx_type_of_quantize_mx(node: Node) -> MXType | None:
+    """The element output's type of a quanta::QuantizeMX node (None when its attributes
+    name no MX type)."""
+    code = int(node.attrs.get("output_dtype", TensorProto.INT8))
+    try:
+        return MXType(elem_from_onnx(code), FloatType("f32"), int(node.attrs.get("axis", -1)),  # type: ignore[arg-type]
+                      int(node.attrs.get("block_size", 32)))
+    except ValueError:
+        return None
+
+
 #: Ops that only move or select elements: their outputs keep the input's element type
 #: (the verifier's view rule uses the same set, quanta.ir.op_rules.VIEW_OPS).
 VIEW_OPS_KEEPING_TYPE = derive("quanta.ir.onnx_io.VIEW_OPS_KEEPING_TYPE", lambda t: t.ops_where(view=True))
@@ -704,6 +738,10 @@ def annotate_quantized_types(graph: Graph) -> None:
     for node in graph.nodes:
         if node.op_type in VIEW_OPS_KEEPING_TYPE and not node.domain:
             _propagate_view_type(node)
+        if (node.domain, node.op_type) == ("quanta", "QuantizeMX") and node.outputs:
+            t = mx_type_of_quantize_mx(node)
+            if t is not None:
+                node.outputs[0].type = TensorType(t, node.outputs[0].shape)
         for (kind, i), si, zi in quant_operands(node):
             v = node.input(i) if kind == "in" else (node.outputs[i] if i < len(node.outputs) else None)
             if v is None:
@@ -733,7 +771,7 @@ def _elem_code(t: TensorType | None) -> int:
     if t is None:
         return 0
     e = t.elem
-    if isinstance(e, QuantType):
+    if isinstance(e, (QuantType, MXType)):
         return e.storage.onnx
     if isinstance(e, CalibratedType):
         return e.expressed.onnx

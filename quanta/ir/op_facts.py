@@ -484,6 +484,8 @@ FACTS = OpTable(
             macs=MacKind.MATMUL,
             integer_op=True,
         ),
+        # run-time MX quantization of an activation (quanta.kernels.reference.mx)
+        Op("QuantizeMX", QUANTA, quant=True, stages=QDQ_AND_LOWERED, island=False),
         Op("QLinearMul", MS, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
         Op("QLinearSigmoid", MS, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
         Op("QLinearSoftmax", MS, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),

@@ -22,9 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from quanta.ir.graph import Node, Value
-from quanta.ir.onnx_io import VIEW_OPS_KEEPING_TYPE, quant_operands, quant_type_from_params
+from quanta.ir.onnx_io import (
+    VIEW_OPS_KEEPING_TYPE,
+    mx_type_of_quantize_mx,
+    quant_operands,
+    quant_type_from_params,
+)
 from quanta.ir.op_facts import Stage, derive
-from quanta.ir.types import CalibratedType, FloatType, QuantType
+from quanta.ir.types import E8M0, MX_ELEMENTS, CalibratedType, FloatType, MXType, QuantType
 
 __all__ = ["OP_RULES", "QUANT_OPS", "VIEW_OPS", "Stage", "rules_for"]
 
@@ -71,12 +76,14 @@ def rule_quant_operands(node: Node, stage: Stage) -> list[str]:
         if want is None or got is None:
             continue
         role = "input" if kind == "in" else "output"
-        if not isinstance(got, QuantType):
+        if not isinstance(got, (QuantType, MXType)):
             errors.append(
                 f"{node.op_type} {node.label}: {role} '{v.name}' has type {got} "
                 f"but its scale/zero point inputs give {want}"
             )
-        elif got != want and not _same_up_to_axis_sign(got, want, v):
+        elif got != want and not (
+            isinstance(got, QuantType) and isinstance(want, QuantType) and _same_up_to_axis_sign(got, want, v)
+        ):
             errors.append(
                 f"{node.op_type} {node.label}: {role} '{v.name}' has type {got} "
                 f"but its scale/zero point inputs give {want}"
@@ -110,12 +117,80 @@ def rule_dequantize_output(node: Node, stage: Stage) -> list[str]:
         %y: f32 = DequantizeLinear(%q: Q(i8:f32, 0.08, 0), 0.08, 0)
     """
     errors = rule_quant_operands(node, stage)
+    errors += _rule_dequantize_mx(node)
     out = _elem(node.outputs[0])
     if out is not None and not isinstance(out, (FloatType, CalibratedType)):
         errors.append(
             f"DequantizeLinear {node.label}: output '{node.outputs[0].name}' has type {out}, expected a float type"
         )
     return errors
+
+
+def _rule_dequantize_mx(node: Node) -> list[str]:
+    """A DequantizeLinear with a float8e8m0 scale is an MX dequantization: a block size, an
+    MX element type, and a scale of the input's shape with ``ceil(dim / block)`` along the
+    axis.
+
+    Incorrect::
+
+        %y: f32 = DequantizeLinear(%w: u8 [64, 3], %s: e8m0 [2, 3]) {axis=0}
+
+    Correct::
+
+        %y: f32 = DequantizeLinear(%w: f8e4m3fn [64, 3], %s: e8m0 [2, 3]) {axis=0, block_size=32}
+    """
+    x, s = node.input(0), node.input(1)
+    se = _elem(s)
+    if se is None and s is not None and s.is_const and s.const.dtype == E8M0.numpy:
+        se = E8M0
+    if se != E8M0:
+        return []
+    errors = []
+    block = int(node.attrs.get("block_size") or 0)
+    if block <= 0:
+        errors.append(f"DequantizeLinear {node.label}: a float8e8m0 (MX) scale needs a positive block_size")
+    xe = _elem(x)
+    elem = xe.element if isinstance(xe, MXType) else xe
+    if elem is not None and str(elem) not in MX_ELEMENTS.values():
+        errors.append(
+            f"DequantizeLinear {node.label}: input '{x.name}' has element type {elem}, expected an MX element "
+            f"type ({', '.join(MX_ELEMENTS.values())}) under a float8e8m0 scale"
+        )
+    if block > 0 and x is not None and s is not None and x.shape is not None and s.shape is not None:
+        rank = len(x.shape)
+        ax = int(node.attrs.get("axis", 1))
+        if -rank <= ax < rank and len(s.shape) == rank and all(isinstance(d, int) for d in x.shape):
+            want = tuple(-(-d // block) if i == ax % rank else d for i, d in enumerate(x.shape))
+            if all(isinstance(d, int) for d in s.shape) and tuple(s.shape) != want:
+                errors.append(
+                    f"DequantizeLinear {node.label}: scale '{s.name}' has shape {tuple(s.shape)}, expected {want} "
+                    f"(input {tuple(x.shape)} in blocks of {block} along axis {ax})"
+                )
+    return errors
+
+
+def rule_quantize_mx(node: Node, stage: Stage) -> list[str]:
+    """quanta::QuantizeMX's element output has the MX type its attributes name.
+
+    Incorrect::
+
+        %y: MX(i8:f32, axis=1, block=32), %s = quanta::QuantizeMX(%x) {axis=1, block_size=16}
+
+    Correct::
+
+        %y: MX(i8:f32, axis=1, block=16), %s = quanta::QuantizeMX(%x) {axis=1, block_size=16}
+    """
+    del stage
+    want = mx_type_of_quantize_mx(node)
+    if want is None:
+        return [
+            f"QuantizeMX {node.label}: attributes output_dtype={node.attrs.get('output_dtype')}, "
+            f"block_size={node.attrs.get('block_size')} name no MX type (an MX element type and a positive block)"
+        ]
+    got = _elem(node.outputs[0]) if node.outputs else None
+    if got is not None and isinstance(got, (QuantType, MXType)) and got != want:
+        return [f"QuantizeMX {node.label}: output '{node.outputs[0].name}' has type {got}, its attributes give {want}"]
+    return []
 
 
 def rule_view(node: Node, stage: Stage) -> list[str]:
@@ -178,14 +253,14 @@ def rule_no_quantized_compute(node: Node, stage: Stage) -> list[str]:
     errors = []
     for k, v in enumerate(node.inputs):
         e = _elem(v)
-        if isinstance(e, QuantType):
+        if isinstance(e, (QuantType, MXType)):
             errors.append(
                 f"{node.op_type} {node.label}: input {k} '{v.name}' is quantized ({e}); in the {stage.value} "
                 "stage only DequantizeLinear and views consume quantized values"
             )
     for v in node.outputs:
         e = _elem(v)
-        if isinstance(e, QuantType):
+        if isinstance(e, (QuantType, MXType)):
             errors.append(
                 f"{node.op_type} {node.label}: output '{v.name}' is quantized ({e}); in the {stage.value} "
                 "stage only QuantizeLinear and views produce quantized values"
@@ -197,7 +272,8 @@ OP_RULES: dict[str, Rule] = {
     "QuantizeLinear": rule_quant_operands,
     "DequantizeLinear": rule_dequantize_output,
     **{op: rule_view for op in VIEW_OPS},
-    **{op: rule_quant_operands for op in QUANT_OPS - {"QuantizeLinear", "DequantizeLinear"}},
+    **{op: rule_quant_operands for op in QUANT_OPS - {"QuantizeLinear", "DequantizeLinear", "QuantizeMX"}},
+    "QuantizeMX": rule_quantize_mx,
 }
 
 

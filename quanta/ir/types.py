@@ -10,6 +10,11 @@ Element types
 - :class:`IntType`        plain integers i2..i64, u2..u64, and bool
 - :class:`QuantType`      ``Q(storage, expressed, scale, zero_point, axis, block)``: the
                           affine map ``real = (q - zero_point) * scale`` (docs eq. (1))
+- :class:`MXType`         ``MX(element:expressed, axis=k, block=B)``: an OCP Microscaling
+                          block type (docs/quantization-math.md eq. (MX1)-(MX3)): every B
+                          consecutive elements along axis k share one power-of-two E8M0
+                          scale; the scales are a tensor of their own (a DequantizeLinear
+                          input, or QuantizeMX's second output), not part of the type
 - :class:`CalibratedType` ``Cal(expressed, min, max)``: an observed real range, not yet
                           turned into quantization parameters
 - :class:`OtherType`      anything else ONNX can hold (string, complex): carried, never computed
@@ -21,12 +26,19 @@ Printed forms (also what :func:`parse_elem` reads back)::
     Q(u8:f32, axis=0, [0.5, 0.25], [3, 7]) per-axis
     Q(i4:f32, axis=1, block=32, ...)       per-block: scale/zero_point hold the full
                                            (flattened, row-major) scale tensor
+    MX(f8e4m3fn:f32, axis=1, block=32)     MXFP8 E4M3, shared E8M0 scale per 32 along axis 1
     Cal(f32, -1.5, 3.25)
 
 Incorrect / Correct (checked by :meth:`QuantType.__post_init__`)::
 
     Q(i8:f32, axis=0, [0.5, 0.25], [3])   # Incorrect: 2 scales but 1 zero point
     Q(i8:f32, axis=0, [0.5, 0.25], [3, 0])  # Correct
+
+Incorrect / Correct (checked by :meth:`MXType.__post_init__`)::
+
+    MX(u8:f32, axis=1, block=32)          # Incorrect: u8 is no MX element type
+    MX(f8e4m3fn:f16, axis=1, block=0)     # Incorrect: the block size must be positive
+    MX(f4e2m1fn:f32, axis=-1, block=32)   # Correct (MXFP4, along the last axis)
 """
 
 from __future__ import annotations
@@ -42,6 +54,10 @@ from onnx import TensorProto
 __all__ = [
     "BF16",
     "BOOL",
+    "E8M0",
+    "F4E2M1",
+    "F6E2M3",
+    "F6E3M2",
     "F8E4M3FN",
     "F8E5M2",
     "F16",
@@ -52,6 +68,7 @@ __all__ = [
     "I16",
     "I32",
     "I64",
+    "MX_ELEMENTS",
     "U4",
     "U8",
     "U16",
@@ -61,6 +78,7 @@ __all__ = [
     "ElemType",
     "FloatType",
     "IntType",
+    "MXType",
     "OtherType",
     "QuantType",
     "TensorType",
@@ -271,6 +289,80 @@ class QuantType:
         return f"{head}{extra}, {scales}, {zps})"
 
 
+#: The element types of the OCP MX v1.0 formats (Table 1 of the specification), by the
+#: names the quantizer options use: MXFP8 E4M3 / E5M2, MXFP6 E3M2 / E2M3, MXFP4, MXINT8.
+MX_ELEMENTS: dict[str, str] = {
+    "mxfp8_e4m3": "f8e4m3fn",
+    "mxfp8_e5m2": "f8e5m2",
+    "mxfp6_e3m2": "f6e3m2fn",
+    "mxfp6_e2m3": "f6e2m3fn",
+    "mxfp4": "f4e2m1fn",
+    "mxint8": "i8",
+}
+
+
+@dataclass(frozen=True)
+class MXType:
+    """``MX(element:expressed, axis=k, block=B)``: an OCP Microscaling block type.
+
+    ``real = 2^(e_b - 127) · decode(element)`` for element i of block b, where ``e_b`` is
+    the block's stored E8M0 scale (docs/quantization-math.md eq. (MX1)); MXINT8's decode
+    is ``q · 2^-6`` (eq. (MX2)). Blocks are ``B`` consecutive elements along ``axis`` (the
+    reduction axis of the consuming GEMM or convolution); the last block of a dimension
+    that ``B`` does not divide is short. The scale tensor has the value's shape with
+    dimension ``axis`` replaced by ``ceil(dim / B)``, element type E8M0 (:data:`E8M0`).
+
+    The scales are data (computed from each block's own maximum, at run time for
+    activations), so the type carries no scale values: two MX tensors of one format,
+    axis and block size have the same type.
+    """
+
+    element: FloatType | IntType
+    expressed: FloatType
+    axis: int = -1
+    block: int = 32
+
+    def __post_init__(self) -> None:
+        if str(self.element) not in MX_ELEMENTS.values():
+            raise ValueError(
+                f"MX type: element type {self.element} is not an MX element type "
+                f"(expected one of {', '.join(MX_ELEMENTS.values())})"
+            )
+        if not isinstance(self.expressed, FloatType) or self.expressed.name not in ("f32", "f16", "bf16"):
+            raise ValueError(f"MX type: expressed type {self.expressed} is not f32, f16 or bf16")
+        if not isinstance(self.block, int) or self.block <= 0:
+            raise ValueError(f"MX type: block size must be a positive integer, got {self.block}")
+
+    @property
+    def storage(self) -> FloatType | IntType:
+        return self.element
+
+    @property
+    def scale_type(self) -> FloatType:
+        return E8M0
+
+    @property
+    def format(self) -> str:
+        """The quantizer option name: mxfp8_e4m3, mxint8, ..."""
+        return {v: k for k, v in MX_ELEMENTS.items()}[str(self.element)]
+
+    @property
+    def numpy(self) -> np.dtype:
+        return self.element.numpy
+
+    @property
+    def onnx(self) -> int:
+        return self.element.onnx
+
+    def scale_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of the E8M0 scale tensor of a value of ``shape``."""
+        ax = self.axis % len(shape)
+        return tuple(-(-d // self.block) if i == ax else d for i, d in enumerate(shape))
+
+    def __str__(self) -> str:
+        return f"MX({self.element}:{self.expressed}, axis={self.axis}, block={self.block})"
+
+
 @dataclass(frozen=True)
 class CalibratedType:
     """``Cal(expressed, min, max)``: an observed range of real values (per-tensor), or
@@ -316,7 +408,7 @@ class CalibratedType:
         return f"Cal({self.expressed}, axis={self.axis}, {lo}, {hi})"
 
 
-ElemType = FloatType | IntType | QuantType | CalibratedType | OtherType
+ElemType = FloatType | IntType | QuantType | MXType | CalibratedType | OtherType
 
 Dim = int | str | None
 
@@ -363,6 +455,9 @@ def _fmt(v: float | int) -> str:
 
 F64, F32, F16, BF16 = FloatType("f64"), FloatType("f32"), FloatType("f16"), FloatType("bf16")
 F8E4M3FN, F8E5M2 = FloatType("f8e4m3fn"), FloatType("f8e5m2")
+F6E3M2, F6E2M3, F4E2M1 = FloatType("f6e3m2fn"), FloatType("f6e2m3fn"), FloatType("f4e2m1fn")
+#: The MX shared-scale type: 8 exponent bits, no sign, no mantissa, 0xFF = NaN.
+E8M0 = FloatType("e8m0")
 I4, I8, I16, I32, I64 = (
     IntType(4, True),
     IntType(8, True),
@@ -389,6 +484,9 @@ _FLOAT_NUMPY: dict[str, np.dtype] = {
     "f8e5m2": np.dtype(ml_dtypes.float8_e5m2),
     "f8e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),
     "f4e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
+    "f6e3m2fn": np.dtype(ml_dtypes.float6_e3m2fn),
+    "f6e2m3fn": np.dtype(ml_dtypes.float6_e2m3fn),
+    "e8m0": np.dtype(ml_dtypes.float8_e8m0fnu),
 }
 _FLOAT_ONNX: dict[str, int] = {
     "f64": TensorProto.DOUBLE,
@@ -400,6 +498,9 @@ _FLOAT_ONNX: dict[str, int] = {
     "f8e5m2": TensorProto.FLOAT8E5M2,
     "f8e5m2fnuz": TensorProto.FLOAT8E5M2FNUZ,
     "f4e2m1fn": TensorProto.FLOAT4E2M1,
+    "f6e3m2fn": TensorProto.FLOAT6E3M2,
+    "f6e2m3fn": TensorProto.FLOAT6E2M3,
+    "e8m0": TensorProto.FLOAT8E8M0,
 }
 _INT_NUMPY: dict[str, np.dtype] = {
     "bool": np.dtype(np.bool_),
@@ -498,6 +599,11 @@ def parse_elem(text: str) -> ElemType:
             zp = [v.strip() for v in lists[1].split(",")]
         zp_vals = [int(z) if isinstance(storage, IntType) else float(z) for z in zp]
         return QuantType(storage, expressed, tuple(scale), tuple(zp_vals), axis, block, scale_shape)
+    m = re.fullmatch(r"MX\((\w+):(\w+), axis=(-?\d+), block=(\d+)\)", text)
+    if m:
+        element, expressed = parse_elem(m.group(1)), parse_elem(m.group(2))
+        assert isinstance(element, (IntType, FloatType)) and isinstance(expressed, FloatType)
+        return MXType(element, expressed, int(m.group(3)), int(m.group(4)))
     m = re.fullmatch(r"Cal\((\w+),(.*)\)", text)
     if m:
         expressed = parse_elem(m.group(1))

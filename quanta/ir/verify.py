@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from quanta.ir.graph import Graph
 from quanta.ir.op_rules import QUANT_OPS, STAGE_QUANT_OPS, Stage, rules_for
-from quanta.ir.types import QuantType
+from quanta.ir.types import MXType, QuantType
 
 __all__ = ["Stage", "VerifyError", "check", "verify"]
 
@@ -80,7 +80,7 @@ def check(graph: Graph, stage: Stage) -> list[str]:
         errors.extend(rules_for(node)(node, stage))
     if stage is Stage.FLOAT:
         for v in graph.values():
-            if v.type is not None and isinstance(v.type.elem, QuantType):
+            if v.type is not None and isinstance(v.type.elem, (QuantType, MXType)):
                 errors.append(f"value '{v.name}' has quantized type {v.type.elem} in the float stage")
     return errors
 

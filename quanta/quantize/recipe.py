@@ -141,6 +141,12 @@ _STORAGE = {"int8": I8, "uint8": U8, "int4": I4, "uint4": U4, "i8": I8, "u8": U8
 _STORAGE.update({"int16": I16, "uint16": U16, "i16": I16, "u16": U16})
 
 
+def _is_mx(name: object) -> bool:
+    from quanta.ir.types import MX_ELEMENTS
+
+    return isinstance(name, str) and name.lower() in MX_ELEMENTS
+
+
 def storage_from_name(name: str | IntType, what: str) -> IntType:
     if isinstance(name, IntType):
         return name
@@ -240,8 +246,11 @@ class Recipe:
                 raise RecipeError(
                     f"subgraphs: unknown mode {self.subgraphs!r}; expected one of {choices}"
                 ) from None
-        storage_from_name(self.activation_type, "activation_type")
-        storage_from_name(self.weight_type, "weight_type")
+        # MX formats (mxint8, mxfp8_e4m3, ...) are direct casts: quanta.quantize.mx
+        if not _is_mx(self.activation_type):
+            storage_from_name(self.activation_type, "activation_type")
+        if not _is_mx(self.weight_type):
+            storage_from_name(self.weight_type, "weight_type")
         if self.activation_type.lower() in ("int4", "uint4"):
             raise RecipeError("activation_type: 4-bit activations are not supported; use int8 or uint8")
         self.op_types = frozenset(self.op_types)

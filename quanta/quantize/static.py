@@ -153,6 +153,35 @@ class QuantizationSummary:
         }
 
 
+def _mx_recipe(recipe: Recipe) -> bool:
+    from quanta.quantize.mx import is_mx_type
+
+    return is_mx_type(recipe.weight_type) or is_mx_type(recipe.activation_type)
+
+
+def _quantize_mx(model_input: Any, model_output: str | os.PathLike, recipe: Recipe, verbose: bool) -> Any:
+    """MX weight_type / activation_type: a direct cast, no calibration
+    (quanta.quantize.mx); a non-MX side of the pair stays float."""
+    from quanta.quantize.mx import is_mx_type, quantize_mx_model
+
+    proto, _ = load_proto(model_input)
+    out, summary = quantize_mx_model(
+        proto,
+        recipe.weight_type.lower() if is_mx_type(recipe.weight_type) else None,
+        recipe.activation_type.lower() if is_mx_type(recipe.activation_type) else None,
+        block_size=recipe.weight_block_size,
+        op_types=frozenset(recipe.op_types),
+        exclude=recipe.exclude,
+    )
+    onnx.checker.check_model(out)
+    tmp = Path(str(model_output) + ".tmp")
+    onnx.save(out, str(tmp))
+    os.replace(tmp, model_output)
+    if verbose:
+        print(summary)
+    return summary
+
+
 def load_for_quantization(
     model_input: str | os.PathLike | bytes | onnx.ModelProto, *, min_opset: int = MIN_OPSET
 ) -> Model:
@@ -290,6 +319,8 @@ def quantize_static(
     """
     t0 = time.perf_counter()
     recipe = _recipe_from(recipe, options).for_target()  # a device's fixed choices (Recipe.target)
+    if _mx_recipe(recipe):
+        return _quantize_mx(model_input, model_output, recipe, verbose)  # type: ignore[return-value]
     if accuracy is not None:
         return _quantize_to_target(
             model_input, model_output, calibration_data, recipe, preprocess, verbose, accuracy

@@ -33,7 +33,7 @@ _QUANT = {
     "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
     "MatMulInteger", "ConvInteger", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
     "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "AccumulatorToFloat",
-    "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8",
+    "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "QuantizeMX",
 }  # fmt: skip
 #: the elementwise activations lowering turns into a 256-entry table (quanta QLinearLookup)
 _TABLED = (
@@ -50,7 +50,7 @@ PINNED = {
     "quanta.ir.op_rules.QUANT_OPS": _QUANT,
     "quanta.ir.op_rules.STAGE_QUANT_OPS": {
         Stage.FLOAT: set(),
-        Stage.QDQ: {"QuantizeLinear", "DequantizeLinear"},
+        Stage.QDQ: {"QuantizeLinear", "DequantizeLinear", "QuantizeMX"},
         Stage.LOWERED: _QUANT,
     },
     "quanta.passes.coverage.COMPUTE_OPS": {
@@ -99,7 +99,7 @@ PINNED = {
     "quanta.passes.coverage._NOT_ISLANDS": {
         "QuantizeLinear", "DequantizeLinear", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
         "Slice", "Gather", "Split", "Concat", "MaxPool", "Identity", "Shape", "Constant", "Cast",
-        "DynamicQuantizeLinear", "AccumulatorToFloat",
+        "DynamicQuantizeLinear", "AccumulatorToFloat", "QuantizeMX",
     },
     "quanta.passes.rules.fuse_activation.FUSABLE_PRODUCERS": {
         "Conv": "integer conv kernels clamp while requantizing",

@@ -38,4 +38,5 @@ PYBIND11_MODULE(_native, m) {
   register_a16w8(m);
   register_w4(m);
   register_bf16(m);
+  register_mx(m);
 }

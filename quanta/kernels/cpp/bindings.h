@@ -32,6 +32,7 @@ void register_intonly(py::module_& m);
 void register_a16w8(py::module_& m);
 void register_w4(py::module_& m);
 void register_bf16(py::module_& m);
+void register_mx(py::module_& m);
 
 // Shapes, thread counts and output aliasing, checked the same way (and named in the same
 // words) by every binding family.

@@ -94,6 +94,17 @@ const std::vector<KernelRow>& kernel_table() {
       {"w4a8", "u8s4->s32", Isa::kPortable, "w4a8_u8s4_s32_1x16c4__portable", {}},
       {"w4a8", "u8s4->s32", Isa::kAvx2, "w4a8_u8s4_s32_1x16c4__avx2", {}},
       {"w4a8", "u8s4->s32", Isa::kAvx512Vnni, "w4a8_u8s4_s32_1x16c4__avx512vnni", {}},
+      // MX (mx/mx.h): INT8 block dots in int32, float elements in exact float64 dots.
+      {"mx_gemm", "mxint8->f32", Isa::kPortable, "mx_i8_1x32c4__portable", {}},
+      {"mx_gemm", "mxint8->f32", Isa::kAvx2, "mx_i8_1x32c4__avx2", {}},
+      {"mx_gemm", "mxint8->f32", Isa::kAvx512Vnni, "mx_i8_6x32c4__avx512vnni", {}},
+      {"mx_gemm", "mxfp->f32", Isa::kPortable, "mx_f64_1xN__portable", {}},
+      {"mx_gemm", "mxfp->f32", Isa::kAvx2, "mx_f64_1xN__avx2", {}},
+      {"mx_gemm", "mxfp->f32", Isa::kAvx512Vnni, "mx_f64_1xN__avx512vnni", {}},
+      {"mx_quantize", "f32->mxint8", Isa::kPortable, "mx_quantize_i8__portable", {}},
+      {"mx_quantize", "f32->mxint8", Isa::kAvx2, "mx_quantize_i8__avx2", {}},
+      {"mx_quantize", "f32->mxint8", Isa::kAvx512Vnni, "mx_quantize_i8_16__avx512vnni", {}},
+      {"mx_quantize", "f32->mxfp", Isa::kPortable, "mx_quantize_fp__portable", {}},
   };
   return rows;
 }

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from quanta.ir.graph import Node, Value, result_type
-from quanta.ir.types import IntType, QuantType, TensorType, elem_from_numpy
+from quanta.ir.types import IntType, MXType, QuantType, TensorType, elem_from_numpy
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import NONDETERMINISTIC_OPS, describe, node_qtype
 
@@ -320,7 +320,7 @@ class TypeQuantizedConstant(Rule):
         c = m.value("c")
         if not c.is_const:
             return NoMatch(f"{describe(c)} is not a constant", "pattern")
-        if isinstance(c.elem, QuantType):
+        if isinstance(c.elem, (QuantType, MXType)):
             return NoMatch(f"{describe(c)} already has the quantized type {c.elem}", "pattern")
         for n in ("s", "z"):
             v = m[n]
@@ -332,7 +332,7 @@ class TypeQuantizedConstant(Rule):
                 f"constant dtype {np.asarray(c.const).dtype} differs from the zero point's {np.asarray(z).dtype}"
             )
         qt = node_qtype(m.root, c, m["s"], m["z"])
-        if qt is None or not isinstance(qt.storage, IntType):
+        if not isinstance(qt, QuantType) or not isinstance(qt.storage, IntType):
             return NoMatch("the scale / zero point do not describe an integer quantized type")
         m.data["qtype"] = qt
         return m

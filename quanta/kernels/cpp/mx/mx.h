@@ -1,0 +1,111 @@
+// mx: OCP Microscaling kernels: run-time QuantizeMX and MX GEMM (MXINT8, MXFP8 E4M3,
+// MXFP6, MXFP4 operands).
+//
+// Contract: docs/quantization-math.md section 11; the NumPy twin is
+// quanta/kernels/reference/mx.py (quantize_mx, mx_gemm), bit-exact for every ISA.
+//
+//   quantize:  x [R, K] float32, blocks of `block` consecutive elements along K;
+//              e = clamp(floor(log2 amax) − emax, −127, 127)          eq. (MX3)
+//              P = sat(rne_elem(x / 2^e))                             eq. (MX4)
+//              all-zero block: code 0; a NaN/Inf in a block: code 255 and zero elements.
+//   gemm:      Y [M, N] = A [M, K] · B [K, N], A's blocks along K per row, B's along K
+//              per column; D_k exact (int32 for INT8 x INT8, float64 otherwise: every
+//              product and partial sum is an integer below 2^53), then
+//              s_k = fl32(fl32(2^(a−f_A)) · fl32(2^(b−f_B)))            eq. (MX5b)
+//              p_k = fl32(fl32(D_k) · s_k)                             eq. (MX5c)
+//              y = p_0, y = fl32(y + p_k) for k = 1.. in order, then fl32(y + bias)  eq. (MX6)
+//              never a fused multiply-add (the build passes -ffp-contract=off).
+//
+// Element formats (Elem): INT8 (q, value q·2^-6), FP8 E4M3, FP6 E3M2, FP6 E2M3, FP4 E2M1,
+// FP8 E5M2 (quantize only: E5M2 x E5M2 block dots exceed float64's exact range).
+// Elements cross the boundary as their bit patterns (uint8), scales as E8M0 codes (uint8).
+//
+// Layering: bindings_mx.cc (checks) -> mx.cc (packing, threads, dispatch) -> the ISA
+// files: mx_avx512vnni.cc (the INT8 vpdpbusd tile, the vectorized INT8 quantize),
+// mx_avx2.cc and mx_portable.cc (the generic code of mx_impl.h, compiled per ISA).
+// Threads: column panels (or rows) are split between threads; every output is computed
+// by the same instructions on any thread, so results do not depend on num_threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dispatch.h"
+
+namespace quanta {
+namespace mx {
+
+enum class Elem : int { kInt8 = 0, kE4M3 = 1, kE5M2 = 2, kE3M2 = 3, kE2M3 = 4, kE2M1 = 5 };
+
+struct ElemInfo {
+  int ebits, mbits, bias, emax, emin, frac_bits;
+  double max_norm;
+};
+ElemInfo elem_info(Elem e);
+Elem parse_elem(const std::string& name);  // f8e4m3fn, i8, mxfp8_e4m3, ...; throws invalid_argument
+const char* elem_name(Elem e);
+
+// decode(P) · 2^frac_bits (an integer, as a double); NaN/Inf patterns give 0.
+double element_integer(Elem e, uint8_t bits);
+bool element_is_special(Elem e, uint8_t bits);  // NaN or Inf
+// The element nearest to y (|y| < 2^(emax+1) or saturating), rne, as its bit pattern.
+uint8_t encode_element(Elem e, float y);
+
+// x [rows, K] -> bits [rows, K], codes [rows, nb].
+void quantize(const float* x, uint8_t* bits, uint8_t* codes, int64_t rows, int64_t K, int block, Elem e, Isa isa,
+              int num_threads);
+
+// Weights B [K, N] packed once. INT8: panels of 32 columns, per block ceil(block/4) groups
+// of 4 k (zero padded), bytes [panel][block][group][32][4]; comp[k][n] = 128·Σ_block b
+// (vpdpbusd's u8 shift, eq. (8)), [panel][block][32]. Other formats: n as double, [block][kb][Np].
+struct PackedMx {
+  int64_t K = 0, N = 0, Np = 0;
+  int block = 32, nb = 0, kb = 0;
+  Elem elem = Elem::kInt8;
+  Isa isa = Isa::kPortable;
+  std::vector<int8_t> i8;
+  std::vector<int32_t> comp;
+  std::vector<double> f64;
+  std::vector<float> sb;   // [nb][Np] fl32(2^(e − f_B)); NaN for code 255
+  // INT8: comp and the scales panel-major, [panel][block][32]: the tile reads them with
+  // a unit stride (a [block][Np] layout put every block's line in one L1 set at N = 1024)
+  std::vector<float> sbp;
+  std::vector<uint8_t> bad;  // [nb][Np] a NaN/Inf element in the block
+};
+
+PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, int block, Elem e, Isa isa);
+
+// y [M, N] = A · B (+ bias[N] when not null).
+void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M, const PackedMx& b,
+          const float* bias, float* y, int num_threads);
+
+// fl32(2^e) for an unbiased e (128: NaN).
+float pow2f(int e);
+
+// ---- ISA entry points (one file each) --------------------------------------------------
+// INT8 x INT8 rows [m0, m1) x panels [p0, p1) x blocks [k0, k1); au: A + 128 as u8
+// [M][nb·kb]; sa: [M][nb]. With k0 > 0 the float accumulators start from y (the chunk
+// before wrote them there); with k1 = nb the bias is added and y is final.
+void gemm_i8_portable(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y,
+                      int64_t M, int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
+void gemm_i8_avx2(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
+                  int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
+void gemm_i8_avx512vnni(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y,
+                        int64_t M, int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
+// Float-element GEMM rows [m0, m1): ad: A's n as double [M][nb·kb]; abad [M][nb].
+void gemm_f64_portable(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b, const float* bias,
+                       float* y, int64_t m0, int64_t m1);
+void gemm_f64_avx2(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b, const float* bias,
+                   float* y, int64_t m0, int64_t m1);
+void gemm_f64_avx512vnni(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b,
+                         const float* bias, float* y, int64_t m0, int64_t m1);
+// Quantize rows [r0, r1) of INT8 elements.
+void quantize_i8_portable(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K,
+                          int block);
+void quantize_i8_avx2(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K, int block);
+void quantize_i8_avx512vnni(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K,
+                            int block);
+
+}  // namespace mx
+}  // namespace quanta

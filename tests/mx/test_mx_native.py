@@ -1,0 +1,158 @@
+"""Native MX kernels (kernels/cpp/mx) against their twin quanta/kernels/reference/mx.py:
+bit-exact on every ISA the CPU has, any thread count (docs eqs. (MX3)-(MX6))."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quanta.kernels import _native
+from quanta.kernels.reference import mx
+from quanta.targets.native import mx as native_mx
+
+ISAS: list[str] = list(_native.supported_isas())
+FORMATS = list(mx.MX_FORMATS)
+
+
+def _bits(el: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(el).view(np.uint8)
+
+
+def _data(rng, shape, spread=6.0):
+    return (rng.standard_normal(shape) * np.exp(rng.uniform(-spread, spread, (*shape[:-1], 1)))).astype(np.float32)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("name", FORMATS)
+def test_quantize_matches_twin(isa, name):
+    rng = np.random.default_rng(11)
+    x = _data(rng, (13, 301))
+    x[0, :40] = 0.0  # an all-zero block
+    x[1, 5] = np.nan
+    x[2, 70] = -np.inf
+    x[3, :32] = np.float32(2.0**-140)  # subnormal block
+    x[4, 33] = np.finfo(np.float32).max
+    # every element pattern: a block of each decoded value under a fixed scale
+    f = mx.MX_FORMATS[name]
+    vals = np.unique(mx.dequantize_mx(*mx.quantize_mx(x, f, axis=1), axis=1))
+    del vals
+    el, codes = mx.quantize_mx(x, f, axis=1, block=32)
+    for threads in (1, 2):
+        bits, c = _native.mx_quantize(x, name, 32, num_threads=threads, isa=isa)
+        assert np.array_equal(c, codes.view(np.uint8)), isa
+        assert np.array_equal(bits, _bits(el)), isa
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("name", FORMATS)
+def test_quantize_every_element_pattern_and_tie(isa, name):
+    f = mx.MX_FORMATS[name]
+    n = {"f6e3m2fn": 64, "f6e2m3fn": 64, "f4e2m1fn": 16}.get(name, 256)
+    pats = np.arange(n, dtype=np.uint8)
+    v = (pats.view(np.int8).astype(np.float64) / 64 if f.is_int else pats.view(f.dtype).astype(np.float64))
+    v = np.unique(np.abs(v[np.isfinite(v)]))
+    mids = (v[:-1] + v[1:]) / 2
+    cand = np.concatenate([v, -v, mids, -mids, np.nextafter(mids, 0), np.nextafter(mids, 9e9)])
+    # blocks of 4: [2^emax, c1, c2, c3] pin the scale to 2^0
+    pad = (-len(cand)) % 3
+    cand = np.concatenate([cand, np.zeros(pad)]).reshape(-1, 3)
+    x = np.concatenate([np.full((len(cand), 1), 2.0**f.emax), cand], axis=1).astype(np.float32)
+    x = x * np.float32(2.0**-5)
+    el, codes = mx.quantize_mx(x, f, axis=1, block=4)
+    bits, c = _native.mx_quantize(x, name, 4, isa=isa)
+    assert np.array_equal(c, codes.view(np.uint8))
+    assert np.array_equal(bits, _bits(el))
+
+
+def _gemm_case(rng, M, K, N, fa, fb, block):
+    a_el, a_c = mx.quantize_mx(_data(rng, (M, K)), fa, axis=1, block=block)
+    b_el, b_c = mx.quantize_mx(_data(rng, (N, K)).T.copy(), fb, axis=0, block=block)
+    return a_el, a_c, b_el, b_c
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize(
+    "fa,fb", [("i8", "i8"), ("f8e4m3fn", "f8e4m3fn"), ("f8e4m3fn", "f4e2m1fn"), ("i8", "f4e2m1fn"),
+              ("f6e2m3fn", "f6e3m2fn")]
+)
+def test_gemm_matches_twin(isa, fa, fb):
+    rng = np.random.default_rng(5)
+    for (M, K, N, block) in ((7, 301, 45, 32), (1, 64, 33, 32), (13, 100, 17, 20), (6, 259, 64, 32)):
+        a_el, a_c, b_el, b_c = _gemm_case(rng, M, K, N, fa, fb, block)
+        bias = rng.standard_normal(N).astype(np.float32)
+        want = mx.mx_gemm(a_el, a_c, b_el, b_c, block, bias=bias)
+        packed = _native.mx_pack_weights(_bits(b_el), b_c.view(np.uint8), fb, block, isa=isa)
+        for threads in (1, 2):
+            got = _native.mx_gemm(_bits(a_el), a_c.view(np.uint8), fa, packed, bias, num_threads=threads)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (isa, M, K, N, block)
+        got = _native.mx_gemm(_bits(a_el), a_c.view(np.uint8), fa, packed)
+        assert np.array_equal(got, mx.mx_gemm(a_el, a_c, b_el, b_c, block))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_gemm_edge_scales_and_nan_blocks(isa):
+    rng = np.random.default_rng(9)
+    M, K, N = 5, 96, 40
+    a_el, a_c, b_el, b_c = _gemm_case(rng, M, K, N, "i8", "i8", 32)
+    a_c = a_c.view(np.uint8).copy()
+    b_c = b_c.view(np.uint8).copy()
+    a_c[0, 1] = 255  # NaN scale
+    a_c[1, :] = 0  # 2^-127: products underflow
+    b_c[:, 3] = 254  # 2^127: overflow to inf
+    a_c[2, 0] = 200
+    want = mx.mx_gemm(a_el, a_c.view(ml_dtypes.float8_e8m0fnu), b_el, b_c.view(ml_dtypes.float8_e8m0fnu), 32)
+    packed = _native.mx_pack_weights(_bits(b_el), b_c, "i8", 32, isa=isa)
+    got = _native.mx_gemm(_bits(a_el), a_c, "i8", packed)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.all(np.isnan(got[0]))
+
+
+@given(
+    M=st.integers(1, 14),
+    K=st.integers(1, 300),
+    N=st.integers(1, 70),
+    block=st.sampled_from([32, 16, 8, 7, 33]),
+    isa=st.sampled_from(ISAS),
+)
+def test_gemm_i8_any_shape(M, K, N, block, isa):
+    rng = np.random.default_rng(M * 1000 + K * 7 + N)
+    a_el, a_c, b_el, b_c = _gemm_case(rng, M, K, N, "i8", "i8", block)
+    packed = _native.mx_pack_weights(_bits(b_el), b_c.view(np.uint8), "i8", block, isa=isa)
+    got = _native.mx_gemm(_bits(a_el), a_c.view(np.uint8), "i8", packed)
+    assert np.array_equal(got.view(np.uint32), mx.mx_gemm(a_el, a_c, b_el, b_c, block).view(np.uint32))
+
+
+def test_conv_matches_twin():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 35, 7, 6)).astype(np.float32)
+    w = rng.standard_normal((17, 35, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(17).astype(np.float32)
+    for fx, fw in (("i8", "i8"), ("f8e4m3fn", "f8e4m3fn"), ("f8e4m3fn", "f4e2m1fn")):
+        xe, xs = mx.quantize_mx(x, fx, axis=1)
+        we, ws = mx.quantize_mx(w, fw, axis=1)
+        want = mx.mx_conv(xe, xs, we, ws, 32, bias=bias, pads=(1, 1, 1, 0), strides=(2, 1))
+        for isa in ISAS:
+            _native.set_isa(isa)
+            try:
+                got = native_mx.mx_conv(x, fx, we, ws, 32, bias=bias, pads=(1, 1, 1, 0), strides=(2, 1))
+            finally:
+                _native.clear_isa()
+            assert np.array_equal(got, want), (isa, fx, fw)
+
+
+def test_boundary_errors_name_the_argument():
+    packed = _native.mx_pack_weights(np.zeros((64, 3), np.uint8), np.zeros((2, 3), np.uint8), "i8", 32)
+    with pytest.raises(ValueError, match=r"mx_gemm: a_bits: expected \[M, 64\], got \(2, 63\)"):
+        _native.mx_gemm(np.zeros((2, 63), np.uint8), np.zeros((2, 2), np.uint8), "i8", packed)
+    with pytest.raises(ValueError, match=r"mx_gemm: a_codes: expected shape \(2, 2\)"):
+        _native.mx_gemm(np.zeros((2, 64), np.uint8), np.zeros((2, 3), np.uint8), "i8", packed)
+    with pytest.raises(ValueError, match="unknown MX element format 'fp7'"):
+        _native.mx_quantize(np.zeros((2, 64), np.float32), "fp7")
+    with pytest.raises(ValueError, match=r"mx_pack_weights: codes: expected shape \(2, 3\)"):
+        _native.mx_pack_weights(np.zeros((64, 3), np.uint8), np.zeros((3, 3), np.uint8), "i8", 32)
+    p5 = _native.mx_pack_weights(np.zeros((64, 3), np.uint8), np.zeros((2, 3), np.uint8), "f8e5m2", 32)
+    with pytest.raises(ValueError, match="exceed float64's exact range"):
+        _native.mx_gemm(np.zeros((2, 64), np.uint8), np.zeros((2, 2), np.uint8), "f8e5m2", p5)
