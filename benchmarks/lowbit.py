@@ -44,14 +44,27 @@ def _nbits_session(w_q: np.ndarray, scales: np.ndarray, m: int, level: int, thre
     n, k = w_q.shape
     kb = k // 32
     packed = (w_q[:, 0::2] | (w_q[:, 1::2] << 4)).astype(np.uint8).reshape(n, kb, 16)
-    node = helper.make_node("MatMulNBits", ["A", "B", "s"], ["Y"], domain="com.microsoft", K=k, N=n, bits=4,
-                            block_size=32, accuracy_level=level)
+    node = helper.make_node(
+        "MatMulNBits",
+        ["A", "B", "s"],
+        ["Y"],
+        domain="com.microsoft",
+        K=k,
+        N=n,
+        bits=4,
+        block_size=32,
+        accuracy_level=level,
+    )
     graph = helper.make_graph(
-        [node], "nbits", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [m, k])],
+        [node],
+        "nbits",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, [m, k])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])],
         [numpy_helper.from_array(packed, "B"), numpy_helper.from_array(scales.reshape(-1), "s")],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    )
     model.ir_version = 10
     blob = model.SerializeToString()
     if quanta_side:
@@ -96,7 +109,9 @@ def _shape_fns(m: int, k: int, n: int, threads: int, rng: np.random.Generator) -
     o48 = _nbits_session(wq, sc, m, 4, threads, False)
     return {
         "int8": lambda: _native.qgemm(x8, p8, 3, "int32", num_threads=threads, workspace=ws),
-        "A16W8": lambda: _native.a16w8_matmul(x16, p16, k, n, dw, cw, None, mult, 1000, 0, "u16", num_threads=threads),
+        "A16W8": lambda: _native.a16w8_matmul(
+            x16, p16, k, n, dw, cw, None, mult, 1000, 0, "u16", num_threads=threads
+        ),
         "W4A8": lambda: _native.w4a8_matmul(x8, pw4, cs4, c4, k, n, 32, 3, num_threads=threads),
         "bf16": lambda: _native.bf16_matmul(xf, pbf, n, num_threads=threads),
         "fp32": lambda: _native.matmul_f32(xf, None, pf, n, num_threads=threads),

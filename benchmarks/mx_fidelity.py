@@ -59,7 +59,9 @@ def _ort(model: onnx.ModelProto):
 
 
 def _run(sess, feeds) -> np.ndarray:
-    return np.concatenate([np.asarray(sess.run(None, f)[0]).reshape(len(next(iter(f.values()))), -1) for f in feeds])
+    return np.concatenate(
+        [np.asarray(sess.run(None, f)[0]).reshape(len(next(iter(f.values()))), -1) for f in feeds]
+    )
 
 
 def _metrics(kind: str, ref: np.ndarray, got: np.ndarray) -> str:
@@ -73,7 +75,9 @@ def _metrics(kind: str, ref: np.ndarray, got: np.ndarray) -> str:
     return f"cos mean {cos.mean():.5f} min {cos.min():.5f}  sqnr {sqnr:5.1f} dB"
 
 
-def _quantized_outputs(src: onnx.ModelProto, cfg: str, feeds, check_quanta: int) -> tuple[np.ndarray, str, str]:
+def _quantized_outputs(
+    src: onnx.ModelProto, cfg: str, feeds, check_quanta: int
+) -> tuple[np.ndarray, str, str]:
     wt, at = CONFIGS[cfg]
     ort_ok = all(t is None or MX_ELEMENTS[t] in ORT_ELEMS for t in (wt, at))
     note = ""
@@ -110,7 +114,9 @@ def main(argv: list[str] | None = None) -> None:
             src_path = cache / "efficientnet_lite0.onnx"
             rng = np.random.default_rng(20240602)
             plist = zoodata.photos()
-            imgs = [zoodata.random_crop(rng, plist[rng.integers(len(plist))], (224, 224)) for _ in range(args.n)]
+            imgs = [
+                zoodata.random_crop(rng, plist[rng.integers(len(plist))], (224, 224)) for _ in range(args.n)
+            ]
             x = np.stack([zoodata.nchw(i, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))[0] for i in imgs])
             feeds = [{"input": x[i : i + 8]} for i in range(0, len(x), 8)]
             kind = "top1"

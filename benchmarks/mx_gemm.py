@@ -29,7 +29,12 @@ from quanta.kernels.reference import mx
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import time_alternating
 
-SHAPES: tuple[tuple[int, int, int], ...] = ((1024, 1024, 1024), (128, 768, 768), (256, 3072, 768), (1, 4096, 4096))
+SHAPES: tuple[tuple[int, int, int], ...] = (
+    (1024, 1024, 1024),
+    (128, 768, 768),
+    (256, 3072, 768),
+    (1, 4096, 4096),
+)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -41,8 +46,10 @@ def main(argv: list[str] | None = None) -> None:
     budget = 0.6 if args.quick else 2.0
     rng = np.random.default_rng(0)
     print(f"isa {_native.active_isa()}, block 32")
-    print(f"{'M':>5} {'N':>5} {'K':>5} {'thr':>3} {'int8':>8} {'mxint8':>8} {'mxint8+q':>9} {'ratio':>6}"
-          + ("" if args.no_fp else f" {'mxfp8':>8} {'mxfp4w':>8}"))
+    print(
+        f"{'M':>5} {'N':>5} {'K':>5} {'thr':>3} {'int8':>8} {'mxint8':>8} {'mxint8+q':>9} {'ratio':>6}"
+        + ("" if args.no_fp else f" {'mxfp8':>8} {'mxfp4w':>8}")
+    )
     for M, N, K in SHAPES:
         w8 = rng.integers(-128, 128, (K, N), dtype=np.int8)
         x8 = rng.integers(0, 256, (M, K), dtype=np.uint8)
@@ -62,21 +69,28 @@ def main(argv: list[str] | None = None) -> None:
             ab8, ac8 = _native.mx_quantize(xf, "f8e4m3fn", 32)
         for t in args.threads:
             fns = {
-                "int8": lambda x8=x8, p8=packed8, ws=ws, t=t: _native.qgemm(x8, p8, 131, "int32", num_threads=t,
-                                                                         workspace=ws),
-                "mxint8": lambda a=a_bits, c=a_codes, pb=pb, t=t: _native.mx_gemm(a, c, "i8", pb, None, num_threads=t),
+                "int8": lambda x8=x8, p8=packed8, ws=ws, t=t: _native.qgemm(
+                    x8, p8, 131, "int32", num_threads=t, workspace=ws
+                ),
+                "mxint8": lambda a=a_bits, c=a_codes, pb=pb, t=t: _native.mx_gemm(
+                    a, c, "i8", pb, None, num_threads=t
+                ),
                 "mxint8+q": lambda xf=xf, pb=pb, t=t: _native.mx_gemm(
                     *_native.mx_quantize(xf, "i8", 32, num_threads=t), "i8", pb, None, num_threads=t
                 ),
             }
             if fp:
-                fns["mxfp8"] = lambda a=ab8, c=ac8, p=fp["e4"], t=t: _native.mx_gemm(a, c, "f8e4m3fn", p, None,
-                                                                                    num_threads=t)
-                fns["mxfp4w"] = lambda a=ab8, c=ac8, p=fp["f4"], t=t: _native.mx_gemm(a, c, "f8e4m3fn", p, None,
-                                                                                     num_threads=t)
+                fns["mxfp8"] = lambda a=ab8, c=ac8, p=fp["e4"], t=t: _native.mx_gemm(
+                    a, c, "f8e4m3fn", p, None, num_threads=t
+                )
+                fns["mxfp4w"] = lambda a=ab8, c=ac8, p=fp["f4"], t=t: _native.mx_gemm(
+                    a, c, "f8e4m3fn", p, None, num_threads=t
+                )
             g = time_alternating(fns, 2 * M * N * K, budget)
-            line = (f"{M:>5} {N:>5} {K:>5} {t:>3} {g['int8']:>8.1f} {g['mxint8']:>8.1f} {g['mxint8+q']:>9.1f} "
-                    f"{g['mxint8'] / g['int8']:>6.2f}")
+            line = (
+                f"{M:>5} {N:>5} {K:>5} {t:>3} {g['int8']:>8.1f} {g['mxint8']:>8.1f} {g['mxint8+q']:>9.1f} "
+                f"{g['mxint8'] / g['int8']:>6.2f}"
+            )
             if fp:
                 line += f" {g['mxfp8']:>8.1f} {g['mxfp4w']:>8.1f}"
             print(line, flush=True)

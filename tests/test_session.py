@@ -94,7 +94,9 @@ def test_session_missing_input():
 
 
 def test_session_unknown_backend():
-    with pytest.raises(ValueError, match="unknown backend 'gpu': expected one of 'reference', 'native', 'npu-sim'"):
+    with pytest.raises(
+        ValueError, match="unknown backend 'gpu': expected one of 'reference', 'native', 'npu-sim'"
+    ):
         quanta.InferenceSession(models.float_cnn(), backend="gpu")
 
 

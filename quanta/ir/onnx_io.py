@@ -685,8 +685,12 @@ def _mx_type_from_params(node: Node, storage_value: Value | None, axis_default: 
     out = node.attrs.get("output_dtype") or 0
     expressed = elem_from_onnx(out) if out else None
     try:
-        return MXType(st, expressed if isinstance(expressed, FloatType) else FloatType("f32"),  # type: ignore[arg-type]
-                      int(node.attrs.get("axis", axis_default)), int(block))
+        return MXType(
+            st,
+            expressed if isinstance(expressed, FloatType) else FloatType("f32"),  # type: ignore[arg-type]
+            int(node.attrs.get("axis", axis_default)),
+            int(block),
+        )
     except ValueError:
         return None
 
@@ -696,8 +700,12 @@ def mx_type_of_quantize_mx(node: Node) -> MXType | None:
     name no MX type)."""
     code = int(node.attrs.get("output_dtype", TensorProto.INT8))
     try:
-        return MXType(elem_from_onnx(code), FloatType("f32"), int(node.attrs.get("axis", -1)),  # type: ignore[arg-type]
-                      int(node.attrs.get("block_size", 32)))
+        return MXType(
+            elem_from_onnx(code),
+            FloatType("f32"),
+            int(node.attrs.get("axis", -1)),  # type: ignore[arg-type]
+            int(node.attrs.get("block_size", 32)),
+        )
     except ValueError:
         return None
 

@@ -189,7 +189,9 @@ def rule_quantize_mx(node: Node, stage: Stage) -> list[str]:
         ]
     got = _elem(node.outputs[0]) if node.outputs else None
     if got is not None and isinstance(got, (QuantType, MXType)) and got != want:
-        return [f"QuantizeMX {node.label}: output '{node.outputs[0].name}' has type {got}, its attributes give {want}"]
+        return [
+            f"QuantizeMX {node.label}: output '{node.outputs[0].name}' has type {got}, its attributes give {want}"
+        ]
     return []
 
 

@@ -116,7 +116,9 @@ def quantize_mx_model(
     if block_size <= 0:
         raise ValueError(f"quantize_mx_model: block_size must be positive, got {block_size}")
     if form == "float-scale" and mode != "ocp":
-        raise ValueError("quantize_mx_model: the float-scale form's activation subgraph rounds as the OCP rule only")
+        raise ValueError(
+            "quantize_mx_model: the float-scale form's activation subgraph rounds as the OCP rule only"
+        )
     we, ae = _elem(weight_type), _elem(activation_type)
     for what, e, t in (("weight_type", we, weight_type), ("activation_type", ae, activation_type)):
         if e is not None and e not in _DQ_ELEMS:
@@ -159,7 +161,9 @@ def quantize_mx_model(
         if we is not None:
             w = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)
             el, codes = mxref.quantize_mx(w, we, axis=w_axis, block=block_size, mode=mode)
-            new_nodes_w, inits_w, wname = _dq_weight(node.input[1], el, codes, we, w_axis, block_size, form, fresh)
+            new_nodes_w, inits_w, wname = _dq_weight(
+                node.input[1], el, codes, we, w_axis, block_size, form, fresh
+            )
             new_nodes.extend(new_nodes_w)
             new_inits.extend(inits_w)
             node.input[1] = wname
@@ -167,10 +171,14 @@ def quantize_mx_model(
             key = (node.input[0], x_axis)
             if key not in act_cache:
                 if form == "e8m0":
-                    nodes_a, inits_a, aname = _dq_activation(node.input[0], ae, x_axis, block_size, form, mode, fresh)
+                    nodes_a, inits_a, aname = _dq_activation(
+                        node.input[0], ae, x_axis, block_size, form, mode, fresh
+                    )
                 else:
                     perm = {("Conv", 1): [0, 2, 3, 1], ("Gemm", 0): [1, 0]}.get((node.op_type, x_axis))
-                    nodes_a, inits_a, aname = _activation_subgraph(node.input[0], ae, perm, K, block_size, fresh)
+                    nodes_a, inits_a, aname = _activation_subgraph(
+                        node.input[0], ae, perm, K, block_size, fresh
+                    )
                 new_nodes.extend(nodes_a)
                 new_inits.extend(inits_a)
                 act_cache[key] = aname
@@ -196,8 +204,11 @@ def _constants_to_initializers(g: onnx.GraphProto) -> None:
     weights either way (PaddlePaddle's as Constant nodes)."""
     keep = []
     for node in g.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1 and (
-            node.attribute[0].name == "value"
+        if (
+            node.op_type == "Constant"
+            and node.domain in ("", "ai.onnx")
+            and len(node.attribute) == 1
+            and (node.attribute[0].name == "value")
         ):
             t = onnx.TensorProto()
             t.CopyFrom(node.attribute[0].t)
@@ -223,7 +234,9 @@ def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
     return default
 
 
-def _eligible(node: onnx.NodeProto, inits: dict, op_types: frozenset[str], exclude: tuple[str, ...]) -> str | None:
+def _eligible(
+    node: onnx.NodeProto, inits: dict, op_types: frozenset[str], exclude: tuple[str, ...]
+) -> str | None:
     import re
 
     if node.op_type not in op_types or node.domain not in ("", "ai.onnx"):
@@ -272,13 +285,24 @@ def _dq_weight(name, el, codes, elem, axis, block, form, fresh):
     if form == "e8m0":
         s_t = numpy_helper.from_array(codes_dq.view(ml_dtypes.float8_e8m0fnu), sn)
         dq = helper.make_node(
-            "DequantizeLinear", [en, sn], [out], axis=axis, block_size=block, output_dtype=TensorProto.FLOAT,
+            "DequantizeLinear",
+            [en, sn],
+            [out],
+            axis=axis,
+            block_size=block,
+            output_dtype=TensorProto.FLOAT,
             name=fresh(f"{name}_DequantizeMX"),
         )
     else:
         s_t = numpy_helper.from_array(_codes_to_f32(codes_dq), sn)
-        dq = helper.make_node("DequantizeLinear", [en, sn], [out], axis=axis, block_size=block,
-                              name=fresh(f"{name}_DequantizeMX"))
+        dq = helper.make_node(
+            "DequantizeLinear",
+            [en, sn],
+            [out],
+            axis=axis,
+            block_size=block,
+            name=fresh(f"{name}_DequantizeMX"),
+        )
     return [dq], [el_t, s_t], out
 
 
@@ -298,11 +322,23 @@ def _dq_activation(x, elem, axis, block, form, mode, fresh):
     out = fresh(f"{x}_mx_dq")
     if form == "e8m0":
         q = helper.make_node(
-            "QuantizeMX", [x], [el, sc], domain=QUANTA_DOMAIN, axis=axis, block_size=block,
-            output_dtype=_ONNX_ELEM[elem], mode=mode, name=fresh(f"{x}_QuantizeMX"),
+            "QuantizeMX",
+            [x],
+            [el, sc],
+            domain=QUANTA_DOMAIN,
+            axis=axis,
+            block_size=block,
+            output_dtype=_ONNX_ELEM[elem],
+            mode=mode,
+            name=fresh(f"{x}_QuantizeMX"),
         )
         dq = helper.make_node(
-            "DequantizeLinear", [el, sc], [out], axis=axis, block_size=block, output_dtype=TensorProto.FLOAT,
+            "DequantizeLinear",
+            [el, sc],
+            [out],
+            axis=axis,
+            block_size=block,
+            output_dtype=TensorProto.FLOAT,
             name=fresh(f"{x}_DequantizeMX"),
         )
         return [q, dq], [], out
@@ -361,8 +397,9 @@ def _activation_subgraph(x, elem, perm, K, block, fresh):
         q = node("QuantizeLinear", [t2, scale], axis=1, block_size=block, output_dtype=TensorProto.INT8)
         q = node("Clip", [q, const(-127, np.int8), const(127, np.int8)])
     else:
-        q = node("QuantizeLinear", [t2, scale], axis=1, block_size=block, output_dtype=_ONNX_ELEM[elem],
-                 saturate=1)
+        q = node(
+            "QuantizeLinear", [t2, scale], axis=1, block_size=block, output_dtype=_ONNX_ELEM[elem], saturate=1
+        )
     dq = node("DequantizeLinear", [q, scale], axis=1, block_size=block)
     dq = node("Reshape", [dq, node("Shape", [t])])
     if perm is not None:

@@ -48,7 +48,9 @@ def _case(rng, m, k, n, a_dt, w_dt, y_dt, per_channel=True, bias=True):
     sw = rng.uniform(0.5, 2.0, n).astype(F32) if per_channel else np.full(n, F32(0.9), F32)
     b = rng.integers(-(2**20), 2**20, n).astype(np.int32) if bias else None
     # an output scale that spreads the accumulators over the output range
-    acc_span = np.sqrt(k) * (np.iinfo(a_dt).max - np.iinfo(a_dt).min) * (np.iinfo(w_dt).max - np.iinfo(w_dt).min) / 4
+    acc_span = (
+        np.sqrt(k) * (np.iinfo(a_dt).max - np.iinfo(a_dt).min) * (np.iinfo(w_dt).max - np.iinfo(w_dt).min) / 4
+    )
     iy = np.iinfo(y_dt)
     sa = F32(0.003)
     sy = F32(float(sa) * acc_span / (iy.max - iy.min))
@@ -62,8 +64,18 @@ def _native_matmul(a, sa, za, w, sw, zw, sy, zy, b, threads):
     dw, cw = weight_terms(wk, w.dtype, zw, n)
     mult = np.ascontiguousarray(requant_multiplier(sa, sw, sy), F32)
     return _native.a16w8_matmul(
-        a, pack_weight(wk), k, n, dw, cw, None if b is None else b.astype(np.int64), mult, int(za), int(zy),
-        _SHORT[np.dtype(zy.dtype)], num_threads=threads,
+        a,
+        pack_weight(wk),
+        k,
+        n,
+        dw,
+        cw,
+        None if b is None else b.astype(np.int64),
+        mult,
+        int(za),
+        int(zy),
+        _SHORT[np.dtype(zy.dtype)],
+        num_threads=threads,
     )
 
 
@@ -106,8 +118,17 @@ def test_extreme_operands_stay_exact():
     a = np.zeros((5, k), np.uint16)
     w = np.full((k, n), 255, np.uint8)
     w[:, 1::2] = 0
-    case = (a, F32(1.0), np.uint16(65535), w, np.full(n, F32(1.0)), np.zeros(n, np.uint8), F32(2.0**28),
-            np.int16(0), None)
+    case = (
+        a,
+        F32(1.0),
+        np.uint16(65535),
+        w,
+        np.full(n, F32(1.0)),
+        np.zeros(n, np.uint8),
+        F32(2.0**28),
+        np.int16(0),
+        None,
+    )
     want = qlinear_matmul16(*case)
     every_isa(lambda isa: np.testing.assert_array_equal(_native_matmul(*case, 2), want, err_msg=isa))
     assert want[0, 0] == round(-65535 * 255 * k / 2**28)
@@ -127,8 +148,19 @@ def _native_conv(x, sx, zx, w, sw, zw, sy, zy, b, threads, group=1, **attrs):
     if group > 1 and cg == 1 and mg == 1:
         wd = (w.reshape(m_out, kk).astype(np.int64) - zw.astype(np.int64)[:, None]).astype(np.int32)
         return _native.a16w8_conv2d_depthwise(
-            x, int(zx), wd, g.kernel_shape, g.strides, g.dilations, (g.pads[0], g.pads[1]), g.out_shape, b64, mult,
-            int(zy), _SHORT[np.dtype(zy.dtype)], **common,
+            x,
+            int(zx),
+            wd,
+            g.kernel_shape,
+            g.strides,
+            g.dilations,
+            (g.pads[0], g.pads[1]),
+            g.out_shape,
+            b64,
+            mult,
+            int(zy),
+            _SHORT[np.dtype(zy.dtype)],
+            **common,
         )
     wk = (w.astype(np.int64) - _offset(w.dtype)).reshape(group, mg, cg * kk).transpose(0, 2, 1)
     packs = [pack_weight(wk[i]) for i in range(group)]
@@ -136,8 +168,23 @@ def _native_conv(x, sx, zx, w, sw, zw, sy, zy, b, threads, group=1, **attrs):
         packs = [p if p.shape[0] == 2 else binder._split(wk[i]) for i, p in enumerate(packs)]
     dw, cw = weight_terms(wk.transpose(1, 0, 2).reshape(cg * kk, m_out), w.dtype, zw, m_out)
     return _native.a16w8_conv2d(
-        x, int(zx), np.stack(packs), m_out, g.kernel_shape, g.strides, g.dilations, (g.pads[0], g.pads[1]),
-        g.out_shape, group, dw, cw, b64, mult, int(zy), _SHORT[np.dtype(zy.dtype)], **common,
+        x,
+        int(zx),
+        np.stack(packs),
+        m_out,
+        g.kernel_shape,
+        g.strides,
+        g.dilations,
+        (g.pads[0], g.pads[1]),
+        g.out_shape,
+        group,
+        dw,
+        cw,
+        b64,
+        mult,
+        int(zy),
+        _SHORT[np.dtype(zy.dtype)],
+        **common,
     )
 
 
@@ -173,7 +220,11 @@ def test_conv_hypothesis(n, cg, mg, group, hw, kernel, stride, dil, pads, types,
     attrs = dict(strides=list(stride), dilations=list(dil), pads=list(pads))
     args = (x, F32(0.003), zx, w, sw, zw, sy, zy, b)
     want = qlinear_conv16(*args, group=group, **attrs)
-    every_isa(lambda isa: np.testing.assert_array_equal(_native_conv(*args, 1, group=group, **attrs), want, err_msg=isa))
+    every_isa(
+        lambda isa: np.testing.assert_array_equal(
+            _native_conv(*args, 1, group=group, **attrs), want, err_msg=isa
+        )
+    )
     np.testing.assert_array_equal(_native_conv(*args, 2, group=group, **attrs), want)
 
 
@@ -183,11 +234,27 @@ def test_conv_long_reduction_and_threads():
     x = _rand(rng, np.uint16, (1, 64, 10, 9))
     w = _rand(rng, np.int8, (17, 64, 3, 3))
     sw = rng.uniform(0.5, 2.0, 17).astype(F32)
-    args = (x, F32(0.001), np.uint16(33000), w, sw, _rand(rng, np.int8, (17,)), F32(60.0), np.uint8(128), None)
+    args = (
+        x,
+        F32(0.001),
+        np.uint16(33000),
+        w,
+        sw,
+        _rand(rng, np.int8, (17,)),
+        F32(60.0),
+        np.uint8(128),
+        None,
+    )
     want = qlinear_conv16(*args, pads=[1, 1, 1, 1])
     assert len(np.unique(want)) > 20
-    every_isa(lambda isa: [np.testing.assert_array_equal(_native_conv(*args, t, pads=[1, 1, 1, 1]), want,
-                                                          err_msg=f"{isa} {t}") for t in (1, 2)])
+    every_isa(
+        lambda isa: [
+            np.testing.assert_array_equal(
+                _native_conv(*args, t, pads=[1, 1, 1, 1]), want, err_msg=f"{isa} {t}"
+            )
+            for t in (1, 2)
+        ]
+    )
 
 
 def test_binding_errors_name_the_argument():
@@ -204,4 +271,16 @@ def test_binding_errors_name_the_argument():
     with pytest.raises(ValueError, match="out_dtype: expected u8, i8, u16 or i16"):
         _native.a16w8_matmul(np.zeros((2, 5), np.uint16), packed, 5, 3, z, z, None, m, 0, 0, "f32")
     with pytest.raises(ValueError, match="packed: expected shape"):
-        _native.a16w8_matmul(np.zeros((2, 5), np.uint16), np.ascontiguousarray(packed[:, :, :1]), 5, 3, z, z, None, m, 0, 0, "u16")
+        _native.a16w8_matmul(
+            np.zeros((2, 5), np.uint16),
+            np.ascontiguousarray(packed[:, :, :1]),
+            5,
+            3,
+            z,
+            z,
+            None,
+            m,
+            0,
+            0,
+            "u16",
+        )

@@ -29,8 +29,13 @@ def _loops_matmul(a, za, b, zb):
 
 @pytest.mark.parametrize(
     ("a_dt", "b_dt", "y_dt"),
-    [(np.uint16, np.int8, np.uint16), (np.int16, np.int8, np.int16), (np.uint16, np.uint16, np.uint8),
-     (np.int16, np.int16, np.int8), (np.uint8, np.int16, np.int16)],
+    [
+        (np.uint16, np.int8, np.uint16),
+        (np.int16, np.int8, np.int16),
+        (np.uint16, np.uint16, np.uint8),
+        (np.int16, np.int16, np.int8),
+        (np.uint8, np.int16, np.int16),
+    ],
 )
 def test_matmul16_is_exact_beyond_int32(a_dt, b_dt, y_dt):
     rng = np.random.default_rng(3)
@@ -60,11 +65,15 @@ def test_matmul16_bias_and_per_column_requant():
     a = np.array([[65535, 0, 40000]], np.uint16)
     b = np.array([[1, -2], [3, 4], [-5, 6]], np.int8)
     bias = np.array([100, -7], np.int32)
-    got = qlinear_matmul16(a, 1.0, 32768, b, np.array([1.0, 0.5], np.float32), np.array([0, 1], np.int8),
-                           8.0, np.int16(3), bias)
+    got = qlinear_matmul16(
+        a, 1.0, 32768, b, np.array([1.0, 0.5], np.float32), np.array([0, 1], np.int8), 8.0, np.int16(3), bias
+    )
     acc0 = (65535 - 32768) * 1 + (0 - 32768) * 3 + (40000 - 32768) * -5 + 100
     acc1 = (65535 - 32768) * -3 + (0 - 32768) * 3 + (40000 - 32768) * 5 - 7
-    want = [int(np.rint(np.float32(acc0) * np.float32(0.125))) + 3, int(np.rint(np.float32(acc1) * np.float32(0.0625))) + 3]
+    want = [
+        int(np.rint(np.float32(acc0) * np.float32(0.125))) + 3,
+        int(np.rint(np.float32(acc1) * np.float32(0.0625))) + 3,
+    ]
     assert got.tolist() == [want]
 
 
@@ -90,7 +99,11 @@ def test_conv16_matches_loops_with_padding_groups_and_per_channel_weights():
                         for ky in range(3):
                             for kx in range(3):
                                 iy, ix = oy * 2 - 1 + ky, ox - 0 + 2 * kx
-                                xv = int(x[n_, grp * 2 + c, iy, ix]) - 31000 if 0 <= iy < 5 and 0 <= ix < 7 else 0
+                                xv = (
+                                    int(x[n_, grp * 2 + c, iy, ix]) - 31000
+                                    if 0 <= iy < 5 and 0 <= ix < 7
+                                    else 0
+                                )
                                 t += xv * (int(w[mo, c, ky, kx]) - int(zw[mo]))
                     acc[n_, mo, oy, ox] = t
     m_ = requant_multiplier(np.float32(0.01), sw.reshape(9, 1, 1), np.float32(40.0))
@@ -101,8 +114,26 @@ def test_ops_refuse_bad_types_naming_the_input():
     op = get_op("QLinearMatMul16", "quanta")
     a = np.zeros((2, 3), np.uint16)
     with pytest.raises(OpError, match="b_zero_point: expected the type of b"):
-        op(None, a, np.float32(1), np.uint16(0), np.zeros((3, 2), np.int8), np.float32(1), np.uint8(0),
-           np.float32(1), np.uint16(0))
+        op(
+            None,
+            a,
+            np.float32(1),
+            np.uint16(0),
+            np.zeros((3, 2), np.int8),
+            np.float32(1),
+            np.uint8(0),
+            np.float32(1),
+            np.uint16(0),
+        )
     with pytest.raises(OpError, match="a: expected uint8, int8, uint16 or int16, got int32"):
-        op(None, a.astype(np.int32), np.float32(1), np.int32(0), np.zeros((3, 2), np.int8), np.float32(1),
-           np.int8(0), np.float32(1), np.uint16(0))
+        op(
+            None,
+            a.astype(np.int32),
+            np.float32(1),
+            np.int32(0),
+            np.zeros((3, 2), np.int8),
+            np.float32(1),
+            np.int8(0),
+            np.float32(1),
+            np.uint16(0),
+        )

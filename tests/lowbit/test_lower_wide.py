@@ -53,11 +53,16 @@ def _qdq_model(kind: str, act=TensorProto.UINT16, wdt=np.int8, out=TensorProto.U
     zw = rng.integers(info_w.min // 8, info_w.max // 8, n_out).astype(wdt) if per_channel else wdt(3)
     nodes.append(helper.make_node("QuantizeLinear", ["x", const("sx", sx), const("zx", zx)], ["xq"]))
     nodes.append(helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]))
-    nodes.append(helper.make_node("DequantizeLinear", [const("wq", wq), const("sw", sw), const("zw", zw)], ["wd"],
-                                  axis=axis))
+    nodes.append(
+        helper.make_node(
+            "DequantizeLinear", [const("wq", wq), const("sw", sw), const("zw", zw)], ["wd"], axis=axis
+        )
+    )
     bias = rng.integers(-5000, 5000, n_out).astype(np.int32)
     nodes.append(
-        helper.make_node("DequantizeLinear", [const("bq", bias), const("sb", (sx * sw).astype(F32))], ["bd"], axis=0)
+        helper.make_node(
+            "DequantizeLinear", [const("bq", bias), const("sb", (sx * sw).astype(F32))], ["bd"], axis=0
+        )
     )
     if kind == "conv":
         nodes.append(helper.make_node("Conv", ["xd", "wd", "bd"], ["y"], pads=[1, 0, 1, 2], strides=[1, 2]))
@@ -72,8 +77,11 @@ def _qdq_model(kind: str, act=TensorProto.UINT16, wdt=np.int8, out=TensorProto.U
     nodes.append(helper.make_node("QuantizeLinear", ["y", const("sy", sy), const("zy", zy)], ["yq"]))
     nodes.append(helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"]))
     graph = helper.make_graph(
-        nodes, kind, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [f"d{i}" for i in range(len(x_shape))])], inits,
+        nodes,
+        kind,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [f"d{i}" for i in range(len(x_shape))])],
+        inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
@@ -161,7 +169,10 @@ def test_eight_bit_groups_are_left_to_the_eight_bit_rules(tmp_path):
 
 def test_rules_are_named():
     assert {r.name for r in (LowerConv16(), LowerMatMul16(), LowerGemm16())} == {
-        "LowerConv16", "LowerMatMul16", "LowerGemm16"}
+        "LowerConv16",
+        "LowerMatMul16",
+        "LowerGemm16",
+    }
 
 
 def test_contrib_domain_sixteen_bit_qdq_lower_like_the_onnx_ops():

@@ -54,7 +54,9 @@ def test_sixteen_bit_activations_run_in_ort_and_lower_to_the_a16w8_kernels(tmp_p
     assert "QLinearConv16" in ops and "Conv" not in ops, ops
     assert not [f for f in sess.fallbacks if "16" in str(f)]
     y = sess.run(None, feed)[0]
-    np.testing.assert_array_equal(y, quanta.InferenceSession(str(out), backend="reference").run(None, feed)[0])
+    np.testing.assert_array_equal(
+        y, quanta.InferenceSession(str(out), backend="reference").run(None, feed)[0]
+    )
     f = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     # 16 bits: the error against the float model is far below 8-bit's
     err16 = float(np.max(np.abs(y - f)))
@@ -92,9 +94,13 @@ def _mlp(k=96, n=40, seed=0):
     w = rng.standard_normal((k, n)).astype(F32) * 0.1
     w2 = rng.standard_normal((n, 10)).astype(F32) * 0.1
     g = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-         helper.make_node("MatMul", ["r", "w2"], ["y"])],
-        "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, k])],
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"]),
+            helper.make_node("Relu", ["h"], ["r"]),
+            helper.make_node("MatMul", ["r", "w2"], ["y"]),
+        ],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, k])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 10])],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w2, "w2")],
     )
@@ -114,7 +120,9 @@ def test_int4_weights_lower_to_w4a8_and_run_in_ort(tmp_path):
     names = [s.kernel.name for s in sess.plan.steps if s.node.op_type == "MatMulW4A8"]
     assert len(names) == 2 and all(n.startswith("native:matmul_w4a8") for n in names), names
     y = sess.run(None, feed)[0]
-    np.testing.assert_array_equal(y, quanta.InferenceSession(str(out), backend="reference").run(None, feed)[0])
+    np.testing.assert_array_equal(
+        y, quanta.InferenceSession(str(out), backend="reference").run(None, feed)[0]
+    )
     ort = pytest.importorskip("onnxruntime")
     o = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     # one step of the hidden activation (uint8) through |w2| column sums, plus float rounding

@@ -51,12 +51,22 @@ def _nbits_model(k, n, block, *, zp_kind="uint8", bias=True, seed=0, accuracy_le
         inputs += ["", "bias"]
         inits.append(numpy_helper.from_array(rng.standard_normal(n).astype(F32), "bias"))
     node = helper.make_node(
-        "MatMulNBits", inputs, ["Y"], domain="com.microsoft", K=k, N=n, bits=4, block_size=block,
+        "MatMulNBits",
+        inputs,
+        ["Y"],
+        domain="com.microsoft",
+        K=k,
+        N=n,
+        bits=4,
+        block_size=block,
         accuracy_level=accuracy_level,
     )
     graph = helper.make_graph(
-        [node], "nbits", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [3, 5, k])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3, 5, n])], inits,
+        [node],
+        "nbits",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, [3, 5, k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3, 5, n])],
+        inits,
     )
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
@@ -70,7 +80,9 @@ def _float64_reference(model, a):
     node = model.graph.node[0]
     attrs = {x.name: helper.get_attribute_value(x) for x in node.attribute}
     zp = inits.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
-    w = dequantize_nbits(inits["B"], inits["scales"], zp, k=attrs["K"], n=attrs["N"], block_size=attrs["block_size"])
+    w = dequantize_nbits(
+        inits["B"], inits["scales"], zp, k=attrs["K"], n=attrs["N"], block_size=attrs["block_size"]
+    )
     y = a.astype(np.float64) @ w.astype(np.float64)
     mag = np.abs(a.astype(np.float64)) @ np.abs(w.astype(np.float64))
     if "bias" in inits:
@@ -87,8 +99,9 @@ def test_unpack_is_low_nibble_first_and_dequantize_follows_w1():
     assert w[:, 0].tolist() == [(i - 8) * 0.5 for i in range(16)]  # default zero point 8
 
 
-@pytest.mark.parametrize(("k", "block", "zp_kind"), [(64, 32, "uint8"), (300, 64, "float"), (129, 128, "none"),
-                                                      (777, 32, "uint8")])
+@pytest.mark.parametrize(
+    ("k", "block", "zp_kind"), [(64, 32, "uint8"), (300, 64, "float"), (129, 128, "none"), (777, 32, "uint8")]
+)
 def test_matmul_nbits_native_reference_and_ort_within_the_float_bound(k, block, zp_kind):
     n = 17
     model = _nbits_model(k, n, block, zp_kind=zp_kind, bias=zp_kind != "none", seed=k)
@@ -118,7 +131,9 @@ def test_matmul_nbits_threads_give_identical_results():
 
 def test_matmul_nbits_refuses_bad_files_with_the_attribute_named():
     with pytest.raises(OpError, match="bits: only 4 is supported, got 3"):
-        dequantize_nbits(np.zeros((1, 1, 12), np.uint8), np.ones(1, F32), None, k=32, n=1, block_size=32, bits=3)
+        dequantize_nbits(
+            np.zeros((1, 1, 12), np.uint8), np.ones(1, F32), None, k=32, n=1, block_size=32, bits=3
+        )
     with pytest.raises(OpError, match=r"B: expected uint8 \[2, 1, 16\]"):
         dequantize_nbits(np.zeros((1, 1, 16), np.uint8), np.ones(2, F32), None, k=32, n=2, block_size=32)
     with pytest.raises(OpError, match="block_size: expected a power of 2 >= 16, got 24"):

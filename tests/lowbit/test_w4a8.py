@@ -30,8 +30,10 @@ def _loops(a, sa, za, w, sw, zw, block):
         for j in range(n):
             acc_t = F32(0)
             for b in range(-(-k // block)):
-                acc = sum((int(a[i, kk]) - int(za)) * (int(w[kk, j]) - (int(zw[b, j]) if zw is not None else 0))
-                          for kk in range(b * block, min(k, (b + 1) * block)))
+                acc = sum(
+                    (int(a[i, kk]) - int(za)) * (int(w[kk, j]) - (int(zw[b, j]) if zw is not None else 0))
+                    for kk in range(b * block, min(k, (b + 1) * block))
+                )
                 acc_t = F32(acc_t + F32(F32(acc) * F32(F32(sa) * sw[b, j])))
             t[i, j] = acc_t
     return t
@@ -73,8 +75,20 @@ def _native_run(a, sa, za, w, sw, zw, block, sy, zy, threads):
     c = np.zeros((sw.shape[0], ntiles * 16), F32)
     c[:, :n] = np.multiply(sa, sw, dtype=F32)
     kind = "f32" if sy is None else ("u8" if zy.dtype == np.uint8 else "i8")
-    return _native.w4a8_matmul(a, packed, colsum, c, k, n, block, int(za), y_scale=None if sy is None else float(sy),
-                               zy=0 if zy is None else int(zy), out_dtype=kind, num_threads=threads)
+    return _native.w4a8_matmul(
+        a,
+        packed,
+        colsum,
+        c,
+        k,
+        n,
+        block,
+        int(za),
+        y_scale=None if sy is None else float(sy),
+        zy=0 if zy is None else int(zy),
+        out_dtype=kind,
+        num_threads=threads,
+    )
 
 
 @given(

@@ -22,7 +22,9 @@ def _bits(el: np.ndarray) -> np.ndarray:
 
 
 def _data(rng, shape, spread=6.0):
-    return (rng.standard_normal(shape) * np.exp(rng.uniform(-spread, spread, (*shape[:-1], 1)))).astype(np.float32)
+    return (rng.standard_normal(shape) * np.exp(rng.uniform(-spread, spread, (*shape[:-1], 1)))).astype(
+        np.float32
+    )
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -52,7 +54,7 @@ def test_quantize_every_element_pattern_and_tie(isa, name):
     f = mx.MX_FORMATS[name]
     n = {"f6e3m2fn": 64, "f6e2m3fn": 64, "f4e2m1fn": 16}.get(name, 256)
     pats = np.arange(n, dtype=np.uint8)
-    v = (pats.view(np.int8).astype(np.float64) / 64 if f.is_int else pats.view(f.dtype).astype(np.float64))
+    v = pats.view(np.int8).astype(np.float64) / 64 if f.is_int else pats.view(f.dtype).astype(np.float64)
     v = np.unique(np.abs(v[np.isfinite(v)]))
     mids = (v[:-1] + v[1:]) / 2
     cand = np.concatenate([v, -v, mids, -mids, np.nextafter(mids, 0), np.nextafter(mids, 9e9)])
@@ -75,12 +77,18 @@ def _gemm_case(rng, M, K, N, fa, fb, block):
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize(
-    "fa,fb", [("i8", "i8"), ("f8e4m3fn", "f8e4m3fn"), ("f8e4m3fn", "f4e2m1fn"), ("i8", "f4e2m1fn"),
-              ("f6e2m3fn", "f6e3m2fn")]
+    "fa,fb",
+    [
+        ("i8", "i8"),
+        ("f8e4m3fn", "f8e4m3fn"),
+        ("f8e4m3fn", "f4e2m1fn"),
+        ("i8", "f4e2m1fn"),
+        ("f6e2m3fn", "f6e3m2fn"),
+    ],
 )
 def test_gemm_matches_twin(isa, fa, fb):
     rng = np.random.default_rng(5)
-    for (M, K, N, block) in ((7, 301, 45, 32), (1, 64, 33, 32), (13, 100, 17, 20), (6, 259, 64, 32)):
+    for M, K, N, block in ((7, 301, 45, 32), (1, 64, 33, 32), (13, 100, 17, 20), (6, 259, 64, 32)):
         a_el, a_c, b_el, b_c = _gemm_case(rng, M, K, N, fa, fb, block)
         bias = rng.standard_normal(N).astype(np.float32)
         want = mx.mx_gemm(a_el, a_c, b_el, b_c, block, bias=bias)

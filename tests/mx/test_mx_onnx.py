@@ -36,19 +36,27 @@ def _model(rng) -> onnx.ModelProto:
         helper.make_node("MatMul", ["h", "m"], ["y"], name="mm"),
     ]
     graph = helper.make_graph(
-        nodes, "mxnet",
+        nodes,
+        "mxnet",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 6, 6])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 9])],
-        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(dw, "dw"), numpy_helper.from_array(g, "g"),
-         numpy_helper.from_array(rng.standard_normal(40).astype(np.float32), "gb"), numpy_helper.from_array(m, "m")],
+        [
+            numpy_helper.from_array(w1, "w1"),
+            numpy_helper.from_array(dw, "dw"),
+            numpy_helper.from_array(g, "g"),
+            numpy_helper.from_array(rng.standard_normal(40).astype(np.float32), "gb"),
+            numpy_helper.from_array(m, "m"),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
     return model
 
 
-@pytest.mark.parametrize("wt,at", [("mxint8", "mxint8"), ("mxfp8_e4m3", "mxfp8_e4m3"), ("mxfp4", "mxfp8_e4m3"),
-                                   ("mxfp8_e5m2", None)])
+@pytest.mark.parametrize(
+    "wt,at",
+    [("mxint8", "mxint8"), ("mxfp8_e4m3", "mxfp8_e4m3"), ("mxfp4", "mxfp8_e4m3"), ("mxfp8_e5m2", None)],
+)
 def test_e8m0_form_is_valid_onnx_and_round_trips(wt, at):
     rng = np.random.default_rng(1)
     src = _model(rng)
@@ -92,8 +100,10 @@ def _fake_quant(src: onnx.ModelProto, wt: str | None, at: str | None, x: np.ndar
         for gi in range(groups):
             for oy in range(H):
                 for ox in range(Wd):
-                    patch = xp[:, gi * cg:(gi + 1) * cg, oy:oy + 3, ox:ox + 3]
-                    y[:, gi * og:(gi + 1) * og, oy, ox] = np.einsum("nchw,ochw->no", patch, w[gi * og:(gi + 1) * og])
+                    patch = xp[:, gi * cg : (gi + 1) * cg, oy : oy + 3, ox : ox + 3]
+                    y[:, gi * og : (gi + 1) * og, oy, ox] = np.einsum(
+                        "nchw,ochw->no", patch, w[gi * og : (gi + 1) * og]
+                    )
         return y
 
     c1 = conv(qd(x, at, 1), qd(W["w1"], wt, 1)).astype(np.float32)
@@ -128,8 +138,13 @@ def test_float_scale_subgraph_is_bit_exact_in_onnxruntime_and_quanta(fmt, shape,
     else:
         node = helper.make_node("Conv", ["x", "w"], ["y"], name="op")
         w = numpy_helper.from_array(np.eye(K, dtype=np.float32).reshape(K, K, 1, 1), "w")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], [w])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
+        [w],
+    )
     src = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     src.ir_version = 10
     out, _ = quantize_mx_model(src, None, fmt, form="float-scale")
@@ -149,7 +164,9 @@ def test_float_scale_subgraph_is_bit_exact_in_onnxruntime_and_quanta(fmt, shape,
     x = np.ascontiguousarray(np.moveaxis(xm, -1, 1 if axis_op == "Conv" else -1))
     axis = 1 if axis_op == "Conv" else -1
     want = mx.dequantize_mx(*mx.quantize_mx(x, f, axis=axis), axis=axis)
-    theirs = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    theirs = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
     assert np.array_equal(theirs, want)
     ours = quanta.InferenceSession(out, backend="reference").run(None, {"x": x})[0]
     assert np.array_equal(ours, want)
@@ -166,7 +183,9 @@ def test_onnxruntime_runs_the_float_scale_form_of_a_network():
     # "MX in ONNX"); BASIC runs every node as written
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    theirs = ort.InferenceSession(out.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    theirs = ort.InferenceSession(out.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
     ours = quanta.InferenceSession(out, backend="native").run(None, {"x": x})[0]
     want = _fake_quant(src, "mxint8", "mxint8", x)
     scale = np.abs(want).max()
@@ -180,8 +199,9 @@ def test_quantize_static_takes_mx_types_without_calibration(tmp_path):
     path = tmp_path / "f.onnx"
     onnx.save(src, path)
     dst = tmp_path / "q.onnx"
-    summary = quanta.quantize_static(path, dst, None, weight_type="mxfp8_e4m3", activation_type="mxfp8_e4m3",
-                                     verbose=False)
+    summary = quanta.quantize_static(
+        path, dst, None, weight_type="mxfp8_e4m3", activation_type="mxfp8_e4m3", verbose=False
+    )
     assert summary.quantized == ["conv1", "gemm", "mm"]
     q = onnx.load(dst)
     ops = [(n.domain, n.op_type) for n in q.graph.node]
@@ -203,8 +223,14 @@ def test_verifier_names_a_bad_mx_dequantize():
     w = np.zeros((64, 3), np.uint8)
     s = np.zeros((3, 3), np.uint8).view(ml_dtypes.float8_e8m0fnu)
     graph = helper.make_graph(
-        [helper.make_node("DequantizeLinear", ["w", "s"], ["y"], axis=0, block_size=32, output_dtype=1, name="dq")],
-        "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 3])],
+        [
+            helper.make_node(
+                "DequantizeLinear", ["w", "s"], ["y"], axis=0, block_size=32, output_dtype=1, name="dq"
+            )
+        ],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 3])],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(s, "s")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
@@ -220,9 +246,12 @@ def test_weights_held_by_constant_nodes_are_quantized():
     rng = np.random.default_rng(6)
     w = rng.standard_normal((40, 3)).astype(np.float32)
     graph = helper.make_graph(
-        [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(w, "w")),
-         helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
-        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 40])],
+        [
+            helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(w, "w")),
+            helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 40])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
     )
     src = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])

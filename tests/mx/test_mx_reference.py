@@ -70,8 +70,13 @@ def test_ties_between_every_adjacent_pair(name, mode):
     n = len(mid)
     x = np.zeros((3 * n, 2), np.float64)
     x[:, 0] = 2.0**f.emax  # pins the scale to 2^0
-    x[:, 1] = np.concatenate([mid, np.nextafter(mid.astype(np.float32), np.float32(0)),
-                              np.nextafter(mid.astype(np.float32), np.float32(np.inf))])
+    x[:, 1] = np.concatenate(
+        [
+            mid,
+            np.nextafter(mid.astype(np.float32), np.float32(0)),
+            np.nextafter(mid.astype(np.float32), np.float32(np.inf)),
+        ]
+    )
     for sign in (1.0, -1.0):
         xs = (x * np.array([1.0, sign])).astype(np.float32)
         el, sc = mx.quantize_mx(xs, f, axis=1, block=2, mode=mode)
@@ -133,7 +138,10 @@ def test_edge_blocks(name):
     assert np.all(np.isnan(d[1:4]))
     assert codes[4] == 0
     assert codes[5] == 127 + 127 - f.emax
-    assert d[5, 0] == np.float32(f.max_norm * 2.0 ** (127 - f.emax)) or f.max_norm * 2.0 ** (127 - f.emax) > 3.4e38
+    assert (
+        d[5, 0] == np.float32(f.max_norm * 2.0 ** (127 - f.emax))
+        or f.max_norm * 2.0 ** (127 - f.emax) > 3.4e38
+    )
     # the microxcaling mode agrees on NaN/Inf; its zero block is clamp(-126 - emax, -127)
     _el2, sc2 = mx.quantize_mx(x, f, axis=1, block=4, mode="microxcaling")
     assert sc2.view(np.uint8)[0, 0] == max(-126 - f.emax, -127) + 127
@@ -182,7 +190,10 @@ def _loop_gemm(a, asc, b, bsc, block, fa, fb, bias=None):
             acc = None
             for k in range(-(-K // block)):
                 d = sum(int(na[m, i]) * int(nb_[i, n]) for i in range(k * block, min(K, (k + 1) * block)))
-                s = np.float32(np.float32(2.0 ** (ea[m, k] - fa.frac_bits)) * np.float32(2.0 ** (eb[k, n] - fb.frac_bits)))
+                s = np.float32(
+                    np.float32(2.0 ** (ea[m, k] - fa.frac_bits))
+                    * np.float32(2.0 ** (eb[k, n] - fb.frac_bits))
+                )
                 p = np.float32(np.float32(mx._round_int_to_f32(np.array([d], dtype=object))[0]) * s)
                 acc = p if acc is None else np.float32(acc + p)
             if bias is not None:
@@ -191,8 +202,16 @@ def _loop_gemm(a, asc, b, bsc, block, fa, fb, bias=None):
     return y
 
 
-@pytest.mark.parametrize("pair", [("i8", "i8"), ("f8e4m3fn", "f8e4m3fn"), ("f8e5m2", "f8e5m2"),
-                                  ("f8e4m3fn", "f4e2m1fn"), ("f6e3m2fn", "f6e2m3fn")])
+@pytest.mark.parametrize(
+    "pair",
+    [
+        ("i8", "i8"),
+        ("f8e4m3fn", "f8e4m3fn"),
+        ("f8e5m2", "f8e5m2"),
+        ("f8e4m3fn", "f4e2m1fn"),
+        ("f6e3m2fn", "f6e2m3fn"),
+    ],
+)
 def test_gemm_matches_loop_form_and_float64(pair):
     rng = np.random.default_rng(3)
     M, K, N, B = 3, 77, 5, 32
@@ -205,8 +224,13 @@ def test_gemm_matches_loop_form_and_float64(pair):
     y = mx.mx_gemm(a, asc, b, bsc, B, bias=bias)
     assert np.array_equal(y, _loop_gemm(a, asc, b, bsc, B, fa, fb, bias))
     # float64 of the dequantized operands: the chain rounds at most nb + 1 times
-    y64 = mx.dequantize_mx(a, asc, 1, B).astype(np.float64) @ mx.dequantize_mx(b, bsc, 0, B).astype(np.float64) + bias
-    mag = np.abs(mx.dequantize_mx(a, asc, 1, B)).astype(np.float64) @ np.abs(mx.dequantize_mx(b, bsc, 0, B)) + np.abs(bias)
+    y64 = (
+        mx.dequantize_mx(a, asc, 1, B).astype(np.float64) @ mx.dequantize_mx(b, bsc, 0, B).astype(np.float64)
+        + bias
+    )
+    mag = np.abs(mx.dequantize_mx(a, asc, 1, B)).astype(np.float64) @ np.abs(
+        mx.dequantize_mx(b, bsc, 0, B)
+    ) + np.abs(bias)
     assert np.all(np.abs(y - y64) <= 5 * 2.0**-24 * mag + 1e-30)
 
 

@@ -34,7 +34,9 @@ QUANTA_DOMAIN = "quanta"
 WIDE_TYPES = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
 
 
-def _check_types(op: str, pairs: tuple[tuple[str, np.ndarray, np.ndarray], ...], y_zero_point: np.ndarray) -> None:
+def _check_types(
+    op: str, pairs: tuple[tuple[str, np.ndarray, np.ndarray], ...], y_zero_point: np.ndarray
+) -> None:
     for name, v, zp in pairs:
         if v.dtype not in WIDE_TYPES:
             raise OpError(f"{op}: {name}: expected uint8, int8, uint16 or int16, got {v.dtype}")
@@ -43,7 +45,9 @@ def _check_types(op: str, pairs: tuple[tuple[str, np.ndarray, np.ndarray], ...],
     if np.asarray(y_zero_point).dtype not in WIDE_TYPES:
         raise OpError(f"{op}: y_zero_point: expected uint8, int8, uint16 or int16, got {y_zero_point.dtype}")
     if np.asarray(y_zero_point).size != 1:
-        raise OpError(f"{op}: y_zero_point: expected a scalar (per tensor), got shape {np.shape(y_zero_point)}")
+        raise OpError(
+            f"{op}: y_zero_point: expected a scalar (per tensor), got shape {np.shape(y_zero_point)}"
+        )
 
 
 def _bias64(bias: np.ndarray | None, n: int, op: str) -> np.ndarray | None:
@@ -88,7 +92,9 @@ def qlinear_matmul16(
     if b64 is not None:
         acc = acc + b64
     sb = b_param(np.asarray(b_scale, np.float32), b.shape, "b_scale")
-    m = requant_multiplier(np.asarray(a_scale, np.float32).reshape(()), sb, np.asarray(y_scale, np.float32).reshape(()))
+    m = requant_multiplier(
+        np.asarray(a_scale, np.float32).reshape(()), sb, np.asarray(y_scale, np.float32).reshape(())
+    )
     return requantize(acc, m, int(np.asarray(y_zero_point).reshape(())), dtype)
 
 
@@ -118,14 +124,18 @@ def qlinear_conv16(
     if dtype is None:
         dtype = np.asarray(y_zero_point).dtype
     if x.ndim < 3 or w.ndim != x.ndim:
-        raise OpError(f"QLinearConv16: expected x (N, C, ...) and w (M, C/group, ...) of equal rank >= 3, got {x.shape}, {w.shape}")
+        raise OpError(
+            f"QLinearConv16: expected x (N, C, ...) and w (M, C/group, ...) of equal rank >= 3, got {x.shape}, {w.shape}"
+        )
     m_out = w.shape[0]
     geom = conv_attrs(x.shape, w.shape[2:], **attrs)
     if np.asarray(x_zero_point).size != 1 or np.asarray(x_scale).size != 1:
         raise OpError("QLinearConv16: x_scale, x_zero_point: expected scalars (per tensor)")
     zw = np.asarray(w_zero_point, np.int64)
     if zw.size not in (1, m_out):
-        raise OpError(f"QLinearConv16: w_zero_point: expected a scalar or {m_out} values, got shape {zw.shape}")
+        raise OpError(
+            f"QLinearConv16: w_zero_point: expected a scalar or {m_out} values, got shape {zw.shape}"
+        )
     channel = (m_out,) + (1,) * (w.ndim - 1)
     zw = zw.reshape(()) if zw.size == 1 else zw.reshape(channel)
     x64 = x.astype(np.int64) - np.int64(np.asarray(x_zero_point).reshape(()))
@@ -138,7 +148,9 @@ def qlinear_conv16(
     if sw.size not in (1, m_out):
         raise OpError(f"QLinearConv16: w_scale: expected a scalar or {m_out} values, got shape {sw.shape}")
     sw = sw.reshape(()) if sw.size == 1 else sw.reshape(out_channel)
-    m = requant_multiplier(np.asarray(x_scale, np.float32).reshape(()), sw, np.asarray(y_scale, np.float32).reshape(()))
+    m = requant_multiplier(
+        np.asarray(x_scale, np.float32).reshape(()), sw, np.asarray(y_scale, np.float32).reshape(())
+    )
     return requantize(acc, m, int(np.asarray(y_zero_point).reshape(())), dtype)
 
 
@@ -185,6 +197,19 @@ def qlinear_conv16_op(
     del ctx  # unused
     _check_types("QLinearConv16", (("x", x, x_zero_point), ("w", w, w_zero_point)), y_zero_point)
     return qlinear_conv16(
-        x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
-        group=group, auto_pad=auto_pad, dilations=dilations, kernel_shape=kernel_shape, pads=pads, strides=strides,
+        x,
+        x_scale,
+        x_zero_point,
+        w,
+        w_scale,
+        w_zero_point,
+        y_scale,
+        y_zero_point,
+        B,
+        group=group,
+        auto_pad=auto_pad,
+        dilations=dilations,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
     )

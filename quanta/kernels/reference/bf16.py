@@ -43,13 +43,19 @@ def matmul_bf16(a: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) ->
 
 
 @register("MatMulBf16", QUANTA_DOMAIN)
-def matmul_bf16_op(ctx: OpContext, a: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+def matmul_bf16_op(
+    ctx: OpContext, a: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None
+) -> np.ndarray:
     """quanta::MatMulBf16 (module docstring)."""
     del ctx  # unused
     if a.dtype != np.float32:
         raise OpError(f"MatMulBf16: A: expected float32, got {a.dtype}")
     if w.dtype != BF16 or w.ndim != 2 or a.ndim < 1 or a.shape[-1] != w.shape[0]:
-        raise OpError(f"MatMulBf16: W: expected bfloat16 [{a.shape[-1] if a.ndim else '?'}, N], got {w.dtype} {list(w.shape)}")
+        raise OpError(
+            f"MatMulBf16: W: expected bfloat16 [{a.shape[-1] if a.ndim else '?'}, N], got {w.dtype} {list(w.shape)}"
+        )
     if bias is not None and (bias.dtype != np.float32 or bias.size != w.shape[1]):
-        raise OpError(f"MatMulBf16: bias: expected float32 [{w.shape[1]}], got {bias.dtype} {list(bias.shape)}")
+        raise OpError(
+            f"MatMulBf16: bias: expected float32 [{w.shape[1]}], got {bias.dtype} {list(bias.shape)}"
+        )
     return matmul_bf16(a, w, bias)

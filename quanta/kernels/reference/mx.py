@@ -129,8 +129,9 @@ def _floor_log2_f32(a: np.ndarray) -> np.ndarray:
         return np.floor(np.log2(a.astype(np.float32))).astype(np.int64)
 
 
-def scale_exponents(x: np.ndarray, fmt: MXFormat | str, axis: int = -1, block: int = 32,
-                    mode: str = "ocp") -> np.ndarray:
+def scale_exponents(
+    x: np.ndarray, fmt: MXFormat | str, axis: int = -1, block: int = 32, mode: str = "ocp"
+) -> np.ndarray:
     """Unbiased shared exponents (int64, the scale tensor's shape) of eq. (MX3); NaN blocks
     give 128 (the E8M0 NaN code 255 − 127)."""
     f = fmt if isinstance(fmt, MXFormat) else mx_format(fmt)
@@ -214,8 +215,13 @@ def _expand(scales: np.ndarray, axis: int, block: int, k: int) -> np.ndarray:
     return np.repeat(scales, block, axis=axis).take(np.arange(k), axis=axis)
 
 
-def dequantize_mx(elements: np.ndarray, scales: np.ndarray, axis: int = -1, block: int = 32,
-                  fmt: MXFormat | str | None = None) -> np.ndarray:
+def dequantize_mx(
+    elements: np.ndarray,
+    scales: np.ndarray,
+    axis: int = -1,
+    block: int = 32,
+    fmt: MXFormat | str | None = None,
+) -> np.ndarray:
     """``x = fl32(decode(P) · X)`` (eq. (MX1)); a NaN scale gives NaN for its whole block."""
     el = np.asarray(elements)
     if fmt is None:
@@ -315,7 +321,9 @@ def mx_gemm(
     ea = np.asarray(a_scales).view(np.uint8).astype(np.int64) - 127
     eb = np.asarray(b_scales).view(np.uint8).astype(np.int64) - 127
     if ea.shape != (M, nb) or eb.shape != (nb, N):
-        raise ValueError(f"mx_gemm: expected scales of shape {(M, nb)} and {(nb, N)}, got {ea.shape} and {eb.shape}")
+        raise ValueError(
+            f"mx_gemm: expected scales of shape {(M, nb)} and {(nb, N)}, got {ea.shape} and {eb.shape}"
+        )
     na = element_integers(a, fa)
     nbi = element_integers(b, fb)
     big = max(_bound(fa), 1) * max(_bound(fb), 1) * block >= 2**62
@@ -426,7 +434,9 @@ def mx_conv(
     x = np.asarray(x)
     w = np.asarray(w)
     if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1]:
-        raise ValueError(f"mx_conv: expected x [N, C, H, W] and w [O, C, kh, kw], got {x.shape} and {w.shape}")
+        raise ValueError(
+            f"mx_conv: expected x [N, C, H, W] and w [O, C, kh, kw], got {x.shape} and {w.shape}"
+        )
     fx = _fmt_of(x, x_format)
     fw = _fmt_of(w, w_format)
     a, a_s, (OH, OW) = im2col_mx(x, x_scales, w.shape[2:], pads, strides, dilations, block)

@@ -70,7 +70,9 @@ def dequantize_nbits(
         )
     s = np.asarray(scales)
     if s.dtype not in (np.float32, np.float16) or s.size != n * k_blocks:
-        raise OpError(f"MatMulNBits: scales: expected {n * k_blocks} float values, got {s.dtype} of shape {list(s.shape)}")
+        raise OpError(
+            f"MatMulNBits: scales: expected {n * k_blocks} float values, got {s.dtype} of shape {list(s.shape)}"
+        )
     s = s.astype(np.float32).reshape(n, k_blocks)
     q = unpack_nibbles(b.reshape(n, k_blocks * blob), k_blocks * block_size).astype(np.int32)
     if zero_points is None:
@@ -80,14 +82,20 @@ def dequantize_nbits(
         if z.dtype == np.uint8:
             per_row = -(-k_blocks // 2)
             if z.size != n * per_row:
-                raise OpError(f"MatMulNBits: zero_points: expected uint8 [{n}, {per_row}], got shape {list(z.shape)}")
+                raise OpError(
+                    f"MatMulNBits: zero_points: expected uint8 [{n}, {per_row}], got shape {list(z.shape)}"
+                )
             zp = unpack_nibbles(z.reshape(n, per_row), k_blocks).astype(np.float32)
         elif z.dtype == s.dtype or z.dtype in (np.float32, np.float16):
             if z.size != n * k_blocks:
-                raise OpError(f"MatMulNBits: zero_points: expected {n * k_blocks} values, got shape {list(z.shape)}")
+                raise OpError(
+                    f"MatMulNBits: zero_points: expected {n * k_blocks} values, got shape {list(z.shape)}"
+                )
             zp = z.astype(np.float32).reshape(n, k_blocks)
         else:
-            raise OpError(f"MatMulNBits: zero_points: expected uint8 or the scales' float type, got {z.dtype}")
+            raise OpError(
+                f"MatMulNBits: zero_points: expected uint8 or the scales' float type, got {z.dtype}"
+            )
     # eq. (W1): (q - zp) is exact in float32 (|q - zp| < 2^24), one rounding in the product
     w = (q.reshape(n, k_blocks, block_size).astype(np.float32) - zp[:, :, None]) * s[:, :, None]
     return np.ascontiguousarray(w.reshape(n, k_blocks * block_size)[:, :k].T)
@@ -168,7 +176,9 @@ def matmul_w4a8(
     kb = -(-k // block_size)
     sb = np.asarray(b_scale, np.float32)
     if sb.shape != (kb, n):
-        raise OpError(f"MatMulW4A8: b_scale: expected shape [{kb}, {n}] (block {block_size}), got {list(sb.shape)}")
+        raise OpError(
+            f"MatMulW4A8: b_scale: expected shape [{kb}, {n}] (block {block_size}), got {list(sb.shape)}"
+        )
     w = b.astype(np.int64)
     if b_zero_point is not None:
         zb = np.asarray(b_zero_point).astype(np.int64)
@@ -184,7 +194,9 @@ def matmul_w4a8(
         t = np.add(t, np.multiply(acc.astype(np.float32), c[i], dtype=np.float32), dtype=np.float32)
     if y_scale is None:
         return t
-    return quantize_linear(t, np.asarray(y_scale, np.float32).reshape(()), np.asarray(y_zero_point).reshape(()))
+    return quantize_linear(
+        t, np.asarray(y_scale, np.float32).reshape(()), np.asarray(y_zero_point).reshape(())
+    )
 
 
 @register("MatMulW4A8", QUANTA_DOMAIN)
@@ -204,7 +216,9 @@ def matmul_w4a8_op(
     """quanta::MatMulW4A8 (matmul_w4a8); ``k_block`` is the weight's block size along K."""
     del ctx  # unused
     if a.dtype not in (np.uint8, np.int8) or a_zero_point.dtype != a.dtype:
-        raise OpError(f"MatMulW4A8: a, a_zero_point: expected uint8 or int8 of one type, got {a.dtype}, {a_zero_point.dtype}")
+        raise OpError(
+            f"MatMulW4A8: a, a_zero_point: expected uint8 or int8 of one type, got {a.dtype}, {a_zero_point.dtype}"
+        )
     if b.dtype.name not in ("int4", "uint4"):
         raise OpError(f"MatMulW4A8: b: expected int4 or uint4, got {b.dtype}")
     if (y_scale is None) != (y_zero_point is None):

@@ -259,7 +259,9 @@ class MsQdqToOnnx(Rule):
             return NoMatch(f"scale {describe(sv)} is not float32")
         # (QuantizeLinear's x has its scale's type: a float32 scale means a float32 x)
         if set(m.root.attrs) - {"axis"}:
-            return NoMatch(f"attributes {sorted(set(m.root.attrs) - {'axis'})} have no ai.onnx equivalent here")
+            return NoMatch(
+                f"attributes {sorted(set(m.root.attrs) - {'axis'})} have no ai.onnx equivalent here"
+            )
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Value:

@@ -35,7 +35,12 @@ except ImportError:  # the binders only run when the extension is built
 __all__ = ["bind_qlinear_conv16", "bind_qlinear_matmul16", "pack_weight", "weight_terms"]
 
 F32 = np.float32
-_SHORT = {np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8", np.dtype(np.uint16): "u16", np.dtype(np.int16): "i16"}
+_SHORT = {
+    np.dtype(np.uint8): "u8",
+    np.dtype(np.int8): "i8",
+    np.dtype(np.uint16): "u16",
+    np.dtype(np.int16): "i16",
+}
 KNR = 32  # columns per micro-kernel call (a16w8.h kNR)
 
 
@@ -88,7 +93,10 @@ def _common(node: Node, n: int, op: str) -> tuple[dict[str, Any] | None, str]:
         dt = _dtype(v)
         if dt is None or dt not in WIDE_TYPES:
             return None, f"native {op}: {name} is {dt}, expected uint8, int8, uint16 or int16"
-    consts = {name: _const(v) for name, v in (("sx", sx), ("zx", zx), ("sw", sw), ("zw", zw), ("sy", sy), ("zy", zy))}
+    consts = {
+        name: _const(v)
+        for name, v in (("sx", sx), ("zx", zx), ("sw", sw), ("zw", zw), ("sy", sy), ("zy", zy))
+    }
     missing = [k for k, v in consts.items() if v is None]
     if missing:
         return None, f"native {op} takes constant scales and zero points ({', '.join(missing)} not constant)"
@@ -101,7 +109,10 @@ def _common(node: Node, n: int, op: str) -> tuple[dict[str, Any] | None, str]:
     s_w = _per_column(consts["sw"], n)
     z_w = _per_column(consts["zw"], n)
     if s_w is None or z_w is None:
-        return None, f"native {op}: the weight's scale / zero point is neither per tensor nor per output channel ({n})"
+        return (
+            None,
+            f"native {op}: the weight's scale / zero point is neither per tensor nor per output channel ({n})",
+        )
     mult = np.ascontiguousarray(
         requant_multiplier(consts["sx"].reshape(()), s_w.astype(F32), consts["sy"].reshape(())), F32
     )
@@ -130,11 +141,24 @@ def _reference(op_type: str, ctx: Any, inputs: tuple, attrs: dict, out: np.ndarr
     return out
 
 
-def _matmul16_native(ctx: Any, a: np.ndarray, *rest: np.ndarray, out: np.ndarray | None = None, **p: Any) -> np.ndarray:
+def _matmul16_native(
+    ctx: Any, a: np.ndarray, *rest: np.ndarray, out: np.ndarray | None = None, **p: Any
+) -> np.ndarray:
     if a.dtype == p["x_dtype"] and a.flags.c_contiguous and a.ndim >= 1:
         return _native.a16w8_matmul(
-            a, p["packed"], p["k"], p["n"], p["dw"], p["cw"], p["bias64"], p["mult"], p["zx"], p["zy"],
-            p["out_dtype"], num_threads=_threads(ctx), out=out,
+            a,
+            p["packed"],
+            p["k"],
+            p["n"],
+            p["dw"],
+            p["cw"],
+            p["bias64"],
+            p["mult"],
+            p["zx"],
+            p["zy"],
+            p["out_dtype"],
+            num_threads=_threads(ctx),
+            out=out,
         )
     return _reference("QLinearMatMul16", ctx, (a, *rest), {}, out)
 
@@ -172,13 +196,41 @@ def _conv16_native(
         y4 = None if out is None else out.reshape(x.shape[0], p["m"], *out_hw)
         if p["depthwise"]:
             y = _native.a16w8_conv2d_depthwise(
-                x4, p["zx"], p["wd"], kernel, strides, dil, pads, out_hw, p["bias64"], p["mult"], p["zy"],
-                p["out_dtype"], num_threads=_threads(ctx), out=y4,
+                x4,
+                p["zx"],
+                p["wd"],
+                kernel,
+                strides,
+                dil,
+                pads,
+                out_hw,
+                p["bias64"],
+                p["mult"],
+                p["zy"],
+                p["out_dtype"],
+                num_threads=_threads(ctx),
+                out=y4,
             )
         else:
             y = _native.a16w8_conv2d(
-                x4, p["zx"], p["packed"], p["m"], kernel, strides, dil, pads, out_hw, p["group"], p["dw"],
-                p["cw"], p["bias64"], p["mult"], p["zy"], p["out_dtype"], num_threads=_threads(ctx), out=y4,
+                x4,
+                p["zx"],
+                p["packed"],
+                p["m"],
+                kernel,
+                strides,
+                dil,
+                pads,
+                out_hw,
+                p["group"],
+                p["dw"],
+                p["cw"],
+                p["bias64"],
+                p["mult"],
+                p["zy"],
+                p["out_dtype"],
+                num_threads=_threads(ctx),
+                out=y4,
             )
         return y.reshape(x.shape[0], p["m"], *g.out_shape) if out is None else out
     return _reference("QLinearConv16", ctx, (x, *rest), attrs, out)
@@ -199,14 +251,20 @@ def bind_qlinear_conv16(model: Model, node: Node) -> tuple[Kernel | None, str]:
     params, z_w = _common(node, m_out, "QLinearConv16")
     if params is None:
         return None, z_w
-    attrs = {k: node.attrs[k] for k in ("auto_pad", "dilations", "kernel_shape", "pads", "strides") if k in node.attrs}
+    attrs = {
+        k: node.attrs[k]
+        for k in ("auto_pad", "dilations", "kernel_shape", "pads", "strides")
+        if k in node.attrs
+    }
     cg, mg = w.shape[1], m_out // group
     kk = int(np.prod(w.shape[2:]))
     zw_col = np.asarray(z_w, np.int64).reshape(m_out)
     params.update(kernel=list(w.shape[2:]), m=m_out, group=group, attrs=attrs)
     params["depthwise"] = group > 1 and cg == 1 and mg == 1
     if params["depthwise"]:
-        params["wd"] = np.ascontiguousarray(w.reshape(m_out, kk).astype(np.int64) - zw_col[:, None]).astype(np.int32)
+        params["wd"] = np.ascontiguousarray(w.reshape(m_out, kk).astype(np.int64) - zw_col[:, None]).astype(
+            np.int32
+        )
         name = f"native:qlinear_conv16_dw_{_SHORT[params['x_dtype']]}{_SHORT[w.dtype]}"
         return Kernel(_conv16_native, "native", name, params=params, out=True), ""
     # W'[k, n] per group: k over (c, kh, kw) as the kernel's im2col rows, n the group's channels

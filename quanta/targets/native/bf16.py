@@ -37,15 +37,25 @@ def pack_bf16(w: np.ndarray) -> np.ndarray:
     k2, blocks = (k + 1) // 2, 2 * ((n + 31) // 32)
     padded = np.zeros((2 * k2, blocks * 16), np.uint16)
     padded[:k, :n] = bits
-    return np.ascontiguousarray(padded.reshape(k2, 2, blocks, 16).transpose(2, 0, 3, 1).reshape(blocks, k2, 32))
+    return np.ascontiguousarray(
+        padded.reshape(k2, 2, blocks, 16).transpose(2, 0, 3, 1).reshape(blocks, k2, 32)
+    )
 
 
 def _bf16_native(
-    ctx: Any, a: np.ndarray, *rest: Any, out: np.ndarray | None = None, packed: np.ndarray, n: int, k: int,
+    ctx: Any,
+    a: np.ndarray,
+    *rest: Any,
+    out: np.ndarray | None = None,
+    packed: np.ndarray,
+    n: int,
+    k: int,
     bias: np.ndarray | None,
 ) -> np.ndarray:
     if a.dtype == np.float32 and a.ndim >= 1 and a.shape[-1] == k:
-        return _native.bf16_matmul(np.ascontiguousarray(a), packed, n, bias, num_threads=_threads(ctx), out=out)
+        return _native.bf16_matmul(
+            np.ascontiguousarray(a), packed, n, bias, num_threads=_threads(ctx), out=out
+        )
     y = get_op("MatMulBf16", QUANTA_DOMAIN)(ctx, a, *rest)
     if out is None:
         return y
@@ -67,6 +77,10 @@ def bind_matmul_bf16(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if _dtype(node.input(0)) not in (None, np.dtype(np.float32)):
         return None, f"native MatMulBf16 takes float32 A, got {_dtype(node.input(0))}"
     k, n = w.shape
-    params = {"packed": pack_bf16(w), "n": n, "k": k,
-              "bias": None if bias is None else np.ascontiguousarray(bias.reshape(n), np.float32)}
+    params = {
+        "packed": pack_bf16(w),
+        "n": n,
+        "k": k,
+        "bias": None if bias is None else np.ascontiguousarray(bias.reshape(n), np.float32),
+    }
     return Kernel(_bf16_native, "native", "native:matmul_bf16", params=params, out=True), ""

@@ -25,8 +25,9 @@ __all__ = ["bind_quantize_mx", "mx_conv", "mx_matmul", "pack_mx_weights", "quant
 QUANTA_DOMAIN = "quanta"
 
 
-def quantize_mx_native(x: np.ndarray, fmt: str, axis: int = -1, block: int = 32, num_threads: int = 1
-                       ) -> tuple[np.ndarray, np.ndarray]:
+def quantize_mx_native(
+    x: np.ndarray, fmt: str, axis: int = -1, block: int = 32, num_threads: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """``reference.mx.quantize_mx`` (OCP mode) through the native kernel: (elements in the
     format's dtype, OCP E8M0 codes as ml_dtypes float8_e8m0fnu)."""
     from quanta.kernels import _native
@@ -49,18 +50,23 @@ def pack_mx_weights(elements: np.ndarray, codes: np.ndarray, fmt: str, block: in
 
     f = mxref.mx_format(fmt)
     return _native.mx_pack_weights(
-        np.ascontiguousarray(elements).view(np.uint8), np.ascontiguousarray(codes).view(np.uint8), f.name, block
+        np.ascontiguousarray(elements).view(np.uint8),
+        np.ascontiguousarray(codes).view(np.uint8),
+        f.name,
+        block,
     )
 
 
-def mx_matmul(x: np.ndarray, x_fmt: str, packed: Any, bias: np.ndarray | None = None, num_threads: int = 1
-              ) -> np.ndarray:
+def mx_matmul(
+    x: np.ndarray, x_fmt: str, packed: Any, bias: np.ndarray | None = None, num_threads: int = 1
+) -> np.ndarray:
     """x [M, K] float32, MX-quantized along K at run time, times packed MX weights."""
     from quanta.kernels import _native
 
     f = mxref.mx_format(x_fmt)
-    bits, codes = _native.mx_quantize(np.ascontiguousarray(x, np.float32), f.name, packed.block,
-                                      num_threads=num_threads)
+    bits, codes = _native.mx_quantize(
+        np.ascontiguousarray(x, np.float32), f.name, packed.block, num_threads=num_threads
+    )
     b = None if bias is None else np.ascontiguousarray(bias, np.float32)
     return _native.mx_gemm(bits, codes, f.name, packed, b, num_threads=num_threads)
 
@@ -86,11 +92,18 @@ def mx_conv(
     a, a_s, (OH, OW) = mxref.im2col_mx(xe, xs, w_elements.shape[2:], pads, strides, dilations, block)
     bm, b_s = mxref.weights_to_gemm_mx(w_elements, w_codes, block)
     # im2col pads C to whole blocks per tap: the GEMM's blocks are those blocks
-    packed = _native.mx_pack_weights(np.ascontiguousarray(bm).view(np.uint8), np.ascontiguousarray(b_s).view(np.uint8),
-                                     w_fmt.name, block)
+    packed = _native.mx_pack_weights(
+        np.ascontiguousarray(bm).view(np.uint8), np.ascontiguousarray(b_s).view(np.uint8), w_fmt.name, block
+    )
     b = None if bias is None else np.ascontiguousarray(bias, np.float32)
-    y = _native.mx_gemm(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(a_s).view(np.uint8),
-                        mxref.mx_format(x_fmt).name, packed, b, num_threads=num_threads)
+    y = _native.mx_gemm(
+        np.ascontiguousarray(a).view(np.uint8),
+        np.ascontiguousarray(a_s).view(np.uint8),
+        mxref.mx_format(x_fmt).name,
+        packed,
+        b,
+        num_threads=num_threads,
+    )
     N = x.shape[0]
     return np.ascontiguousarray(y.reshape(N, OH, OW, -1).transpose(0, 3, 1, 2))
 
@@ -102,12 +115,15 @@ def _fmt_of(el: np.ndarray) -> mxref.MXFormat:
     raise ValueError(f"MX elements of dtype {np.asarray(el).dtype} are no MX element type")
 
 
-def _quantize_mx_kernel(ctx: Any, x: Any, *, axis: int = -1, block_size: int = 32,
-                        output_dtype: int = 3, mode: str = "ocp") -> tuple[np.ndarray, np.ndarray]:
+def _quantize_mx_kernel(
+    ctx: Any, x: Any, *, axis: int = -1, block_size: int = 32, output_dtype: int = 3, mode: str = "ocp"
+) -> tuple[np.ndarray, np.ndarray]:
     fmt = mxref._ONNX_FORMATS.get(output_dtype)
     x = np.asarray(x)
     if fmt is None or mode != "ocp" or x.dtype != np.float32 or x.ndim == 0 or not -x.ndim <= axis < x.ndim:
-        return mxref.quantize_mx_op(ctx, x, axis=axis, block_size=block_size, output_dtype=output_dtype, mode=mode)
+        return mxref.quantize_mx_op(
+            ctx, x, axis=axis, block_size=block_size, output_dtype=output_dtype, mode=mode
+        )
     if block_size <= 0:
         raise OpError(f"block_size: expected a positive block size, got {block_size}")
     el, codes = quantize_mx_native(x, fmt, axis, block_size, getattr(ctx, "num_threads", 1))

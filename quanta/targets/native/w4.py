@@ -33,8 +33,15 @@ __all__ = ["bind_matmul_nbits", "bind_matmul_w4a8", "pack_blocks"]
 
 
 def _matmul_nbits_native(
-    ctx: Any, a: np.ndarray, *rest: Any, out: np.ndarray | None = None, packed: Any, n: int, k: int,
-    bias: np.ndarray | None, **attrs: Any,
+    ctx: Any,
+    a: np.ndarray,
+    *rest: Any,
+    out: np.ndarray | None = None,
+    packed: Any,
+    n: int,
+    k: int,
+    bias: np.ndarray | None,
+    **attrs: Any,
 ) -> np.ndarray:
     if a.dtype == np.float32 and a.ndim >= 1 and a.shape[-1] == k:
         a2 = np.ascontiguousarray(a).reshape(-1, k)
@@ -69,7 +76,13 @@ def bind_matmul_nbits(model: Model, node: Node) -> tuple[Kernel | None, str]:
     k, n = int(node.attrs["K"]), int(node.attrs["N"])
     try:
         w = dequantize_nbits(
-            b, scales, zp, k=k, n=n, block_size=int(node.attrs["block_size"]), bits=int(node.attrs.get("bits", 4))
+            b,
+            scales,
+            zp,
+            k=k,
+            n=n,
+            block_size=int(node.attrs["block_size"]),
+            bits=int(node.attrs.get("bits", 4)),
         )
     except OpError as e:
         return None, f"native MatMulNBits refuses the node: {e}"
@@ -102,18 +115,43 @@ def pack_blocks(w: np.ndarray, zw: np.ndarray | None, block: int) -> tuple[np.nd
     colsum = wp.reshape(kb, block, ntiles * 16).sum(axis=1).astype(np.int32)
     # [kb, block/4, 4, ntiles, 16] -> [kb, ntiles, block/4, 16, 4]
     packed = wp.reshape(kb, block // 4, 4, ntiles, 16).transpose(0, 3, 1, 4, 2)
-    return np.ascontiguousarray(packed.reshape(kb, ntiles, block // 4, 64), np.int8), np.ascontiguousarray(colsum)
+    return np.ascontiguousarray(packed.reshape(kb, ntiles, block // 4, 64), np.int8), np.ascontiguousarray(
+        colsum
+    )
 
 
 def _w4a8_native(
-    ctx: Any, a: np.ndarray, *rest: Any, out: np.ndarray | None = None, a_dtype: np.dtype, packed: np.ndarray,
-    colsum: np.ndarray, c: np.ndarray, k: int, n: int, k_block: int, za: int, sy: float | None, zy: int,
+    ctx: Any,
+    a: np.ndarray,
+    *rest: Any,
+    out: np.ndarray | None = None,
+    a_dtype: np.dtype,
+    packed: np.ndarray,
+    colsum: np.ndarray,
+    c: np.ndarray,
+    k: int,
+    n: int,
+    k_block: int,
+    za: int,
+    sy: float | None,
+    zy: int,
     out_dtype: str,
 ) -> np.ndarray:
     if a.dtype == a_dtype and a.ndim >= 1 and a.shape[-1] == k and a.flags.c_contiguous:
         return _native.w4a8_matmul(
-            a, packed, colsum, c, k, n, k_block, za, y_scale=sy, zy=zy, out_dtype=out_dtype,
-            num_threads=_threads(ctx), out=out,
+            a,
+            packed,
+            colsum,
+            c,
+            k,
+            n,
+            k_block,
+            za,
+            y_scale=sy,
+            zy=zy,
+            out_dtype=out_dtype,
+            num_threads=_threads(ctx),
+            out=out,
         )
     y = get_op("MatMulW4A8", "quanta")(ctx, a, *rest, k_block=k_block)
     if out is None:
@@ -147,13 +185,26 @@ def bind_matmul_w4a8(model: Model, node: Node) -> tuple[Kernel | None, str]:
     c = np.zeros((kb, ntiles * 16), np.float32)
     c[:, :n] = np.multiply(np.float32(s_a.reshape(())), s_b, dtype=np.float32)
     params: dict[str, Any] = {
-        "a_dtype": a_dt, "packed": packed, "colsum": colsum, "c": c, "k": k, "n": n, "k_block": block,
-        "za": int(z_a.reshape(())), "sy": None, "zy": 0, "out_dtype": "f32",
+        "a_dtype": a_dt,
+        "packed": packed,
+        "colsum": colsum,
+        "c": c,
+        "k": k,
+        "n": n,
+        "k_block": block,
+        "za": int(z_a.reshape(())),
+        "sy": None,
+        "zy": 0,
+        "out_dtype": "f32",
     }
     if sy is not None:
         s_y, z_y = _const(sy), _const(zy)
         if s_y is None or z_y is None or s_y.size != 1 or z_y.size != 1 or s_y.dtype != np.float32:
             return None, "native MatMulW4A8 takes a constant per-tensor float32 y_scale and y_zero_point"
-        params.update(sy=float(s_y.reshape(())), zy=int(z_y.reshape(())), out_dtype="u8" if z_y.dtype == np.uint8 else "i8")
+        params.update(
+            sy=float(s_y.reshape(())),
+            zy=int(z_y.reshape(())),
+            out_dtype="u8" if z_y.dtype == np.uint8 else "i8",
+        )
     name = f"native:matmul_w4a8_{'u8' if a_dt == np.uint8 else 's8'}{w.dtype.name}"
     return Kernel(_w4a8_native, "native", name, params=params, out=True), ""
