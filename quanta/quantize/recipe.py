@@ -124,6 +124,10 @@ TARGETS: dict[str, dict[str, Any]] = {
             "weight_bits": 8,
             "quantize_outputs": True,
             "op_types": ("LayerNormalization", "Div"),
+            # SmoothQuant may insert a float Mul before a MatMul (where the activation
+            # has other readers), which the device cannot run; the int16 residual
+            # stream below is how this target keeps the outliers instead
+            "smooth_quant": None,
         },
         # int16 (symmetric) activations for the residual stream (the inputs of every
         # LayerNormalization, back through the Adds that build them), GELU outputs and

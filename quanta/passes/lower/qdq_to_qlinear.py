@@ -822,10 +822,14 @@ class FuseMatMulFloatBiasFirst(FuseMatMulFloatBias):
     pattern = "y = Add(bias, mm = com.microsoft::MatMulIntegerToFloat(a, b, sa, sb, za?, zb?))"
 
 
-def lower_rules(opset: int | None = None, evaluator: Evaluator | None = None) -> list[Rule]:
+def lower_rules(
+    opset: int | None = None, evaluator: Evaluator | None = None, *, wide: bool = True
+) -> list[Rule]:
     """The instruction-selection rules in the order they are tried; ``opset`` (ai.onnx) lets
     LowerSoftmax read a Softmax over any axis; ``evaluator`` (the reference kernels) lets
-    LowerLookup compute its tables. LowerLookup comes last: ORT's own operators first."""
+    LowerLookup compute its tables. LowerLookup comes last: ORT's own operators first.
+    ``wide=False`` leaves 16-bit and 4-bit groups as QDQ (an integer-only target lowers
+    them itself)."""
     from quanta.passes.lower.per_channel_activation import LowerConvPerChannelDepthwise
     from quanta.passes.lower.w4 import w4_rules
     from quanta.passes.lower.wide import wide_rules
@@ -838,8 +842,10 @@ def lower_rules(opset: int | None = None, evaluator: Evaluator | None = None) ->
         LowerMatMulFloatOutput(),
         LowerGemm(),
         LowerGemmFloatOutput(),
-        *wide_rules(),  # a 16-bit operand: quanta::QLinearConv16 / QLinearMatMul16 (wide.py)
-        *w4_rules(),  # 4-bit weights per block, 8-bit activations: quanta::MatMulW4A8 (w4.py)
+        # a 16-bit operand: quanta::QLinearConv16 / QLinearMatMul16 (wide.py)
+        *(wide_rules() if wide else []),
+        # 4-bit weights per block, 8-bit activations: quanta::MatMulW4A8 (w4.py)
+        *(w4_rules() if wide else []),
         LowerConvFloatOutput(),
         LowerBinary(),
         LowerPool(),
@@ -864,8 +870,10 @@ class LowerQdqToQLinear(RewritePass):
     name = "lower_qdq_to_qlinear"
     produces_stage = Stage.LOWERED
 
-    def __init__(self, opset: int | None = None, evaluator: Evaluator | None = None) -> None:
-        super().__init__(lower_rules(opset, evaluator))
+    def __init__(
+        self, opset: int | None = None, evaluator: Evaluator | None = None, *, wide: bool = True
+    ) -> None:
+        super().__init__(lower_rules(opset, evaluator, wide=wide))
 
 
 def is_integer_op(node: Node) -> bool:

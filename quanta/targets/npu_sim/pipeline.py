@@ -14,13 +14,17 @@ def npu_pipeline(model: Model, rounding: str = "double") -> list[Pass]:
     """``lower_qdq`` without ChannelsLast (the device's convolutions are NCHW) and
     FoldFloatWeights (the weights of a group left for IntegerOnly stay integers), then
     IntegerOnly and dead code."""
+    from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
     from quanta.passes.pipelines import lower_qdq
     from quanta.passes.rules.eliminate_dead import EliminateDead
     from quanta.targets.reference import reference_evaluator
 
+    evaluator = reference_evaluator(model.opset_imports)
     passes = [
-        p
-        for p in lower_qdq(opset=model.opset(), evaluator=reference_evaluator(model.opset_imports))
+        # the host's 16-bit / 4-bit kernels are not the device's: IntegerOnly lowers those
+        # groups itself
+        LowerQdqToQLinear(model.opset(), evaluator, wide=False) if isinstance(p, LowerQdqToQLinear) else p
+        for p in lower_qdq(opset=model.opset(), evaluator=evaluator)
         if type(p).__name__ not in ("ChannelsLast", "EliminateDead", "FoldFloatWeights")
     ]
     return [*passes, IntegerOnly(rounding), EliminateDead()]
