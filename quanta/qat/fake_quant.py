@@ -23,6 +23,7 @@ import torch
 __all__ = [
     "bias_codes",
     "dequantize",
+    "fake_quantize",
     "grad_scale",
     "quantize",
     "requant_multiplier",
@@ -56,6 +57,33 @@ def quantize(
 ) -> torch.Tensor:
     """Eq. (2) as float32 codes: ``sat(rne(x / s) + z)``."""
     return torch.clamp(round_ste(x / scale) + zero_point, qmin, qmax)
+
+
+class _FakeQuant(torch.autograd.Function):
+    """``dq(q(x))`` for a fixed per-tensor ``(s, z)`` in one pass of in-place steps: the
+    same float32 operations in the same order as :func:`quantize` then
+    :func:`dequantize` (so the same values), with a one-byte mask for the STE."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, s: torch.Tensor, z: torch.Tensor, qmin: int, qmax: int) -> torch.Tensor:  # type: ignore[override]
+        t = torch.div(x, s).round_().add_(z)
+        mask = (t >= qmin) & (t <= qmax)
+        ctx.save_for_backward(mask)
+        return t.clamp_(qmin, qmax).sub_(z).mul_(s)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):  # type: ignore[override]
+        (mask,) = ctx.saved_tensors
+        return g * mask, None, None, None, None
+
+
+def fake_quantize(
+    x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, qmin: int, qmax: int
+) -> torch.Tensor:
+    """``dequantize(quantize(x))`` with the STE; one fused pass when the scale is fixed."""
+    if scale.requires_grad or zero_point.requires_grad or not x.requires_grad:
+        return dequantize(quantize(x, scale, zero_point, qmin, qmax), scale, zero_point)
+    return _FakeQuant.apply(x, scale, zero_point, qmin, qmax)
 
 
 def dequantize(q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor) -> torch.Tensor:

@@ -194,6 +194,7 @@ class QatModel(torch.nn.Module):
         self.learn_scales = learn_scales
         self._scale_elems = {name: self._scale_fan(name) for name in learnable_scales if learn_scales}
         self._fused = self._plan_fusions(inits)
+        self._pairs, self._implied = self._plan_training_shortcuts(inits)
 
     # ------------------------------------------------------------------ graph helpers
 
@@ -257,6 +258,66 @@ class QatModel(torch.nn.Module):
                 break
         return fused
 
+    def _plan_training_shortcuts(self, inits: dict[str, np.ndarray]):
+        """For the training forward: QuantizeLinear -> DequantizeLinear pairs with the same
+        parameters (one fused fake-quantization), and the Relu/Clip whose only consumer
+        is a QuantizeLinear that saturates where they clamp (quanta's
+        DropActivationImpliedByQuantize condition ``Q(lo) = qmin``, ``Q(hi) = qmax``):
+        dropping them changes neither the value nor the STE gradient (the quantizer's
+        own mask is inside theirs). Decided once on the file's scales, so not with
+        learned scales."""
+        pairs: dict[str, onnx.NodeProto] = {}
+        implied: set[str] = set()
+        for n in self.nodes:
+            if n.op_type != "QuantizeLinear":
+                continue
+            uses = self._consumers.get(n.output[0], [])
+            if (
+                len(uses) == 1
+                and uses[0][0].op_type == "DequantizeLinear"
+                and list(uses[0][0].input[1:]) == list(n.input[1:])
+                and n.output[0] not in self.output_names
+                and n.input[1] in inits
+                and inits[n.input[1]].size == 1
+            ):
+                pairs[n.name or n.output[0]] = uses[0][0]
+            if self.learn_scales or n.input[1] not in inits or inits[n.input[1]].size != 1:
+                continue
+            act = self._producer.get(n.input[0])
+            if (
+                act is None
+                or act.op_type not in ("Relu", "Clip")
+                or len(self._consumers.get(act.output[0], [])) != 1
+            ):
+                continue
+            if act.output[0] in self.output_names:
+                continue
+            try:
+                lo, hi = self._act_bounds(act, inits)
+            except (KeyError, TypeError):
+                continue
+            s = np.float32(inits[n.input[1]].reshape(()))
+            z = int(inits[n.input[2]].reshape(())) if len(n.input) > 2 and n.input[2] else 0
+            qmin, qmax = self._storage_range(n, n.input[2] if len(n.input) > 2 else "")
+
+            def qv(v: float, s=s, z=z, qmin=qmin, qmax=qmax) -> float:
+                if math.isinf(v):
+                    return qmin if v < 0 else qmax
+                return float(np.clip(np.round(np.float32(v) / s) + z, qmin, qmax))
+
+            if qv(lo) == qmin and qv(hi) == qmax:
+                implied.add(act.name or act.output[0])
+        return pairs, implied
+
+    @staticmethod
+    def _act_bounds(act: onnx.NodeProto, inits: dict[str, np.ndarray]) -> tuple[float, float]:
+        if act.op_type == "Relu":
+            return 0.0, math.inf
+        a = _attrs(act)
+        lo = float(inits[act.input[1]]) if len(act.input) > 1 and act.input[1] else a.get("min", -math.inf)
+        hi = float(inits[act.input[2]]) if len(act.input) > 2 and act.input[2] else a.get("max", math.inf)
+        return lo, hi
+
     def _tensor(self, name: str) -> torch.Tensor:
         key = self._slots[name]
         return self._params[key] if key in self._params else getattr(self, key)
@@ -290,6 +351,15 @@ class QatModel(torch.nn.Module):
                 continue
             if self.exact and key in self._fused and self._exact_fused(n, env, codes, done):
                 continue
+            if not self.exact and self.trace is None:
+                if key in self._implied:
+                    env[n.output[0]] = self._get(env, n.input[0])
+                    continue
+                dq = self._pairs.get(key)
+                if dq is not None:
+                    env[dq.output[0]] = self._fake_quant_pair(n, env)
+                    done.add(dq.name or dq.output[0])
+                    continue
             if self.exact and n.op_type in _MAC_OPS:
                 y = self._exact_float_output(n, env, codes)
                 if y is not None:
@@ -326,6 +396,14 @@ class QatModel(torch.nn.Module):
         shape = [1] * ndim
         shape[axis % ndim] = t.numel()
         return t.reshape(shape)
+
+    def _fake_quant_pair(self, n: onnx.NodeProto, env) -> torch.Tensor:
+        x = self._get(env, n.input[0])
+        s = self._scale_value(n.input[1]).reshape(())
+        zname = n.input[2] if len(n.input) > 2 else ""
+        z = self._get(env, zname).float().reshape(()) if zname else torch.zeros(())
+        lo, hi = self._storage_range(n, zname)
+        return fq.fake_quantize(x, s, z, lo, hi)
 
     def _run(self, n: onnx.NodeProto, env, codes) -> list[torch.Tensor]:
         op = n.op_type
@@ -544,7 +622,7 @@ class QatModel(torch.nn.Module):
 
     def export_proto(self) -> onnx.ModelProto:
         """The template QDQ model with the current weights, biases and scales."""
-        from quanta.qat.export import export_proto
+        from quanta.qat.write import export_proto
 
         return export_proto(self)
 
