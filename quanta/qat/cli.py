@@ -21,7 +21,9 @@ def add_parser(sub) -> None:
     s.add_argument("-o", "--output", required=True, help="path of the QDQ model (never the input)")
     s.add_argument("--time-budget", type=float, help="seconds of training (default: --steps)")
     s.add_argument("--steps", type=int, help="training steps (default 100 without --time-budget)")
-    s.add_argument("--lr", type=float, default=5e-5, help="Adam learning rate of weights and biases")
+    s.add_argument(
+        "--lr", type=float, default=0.02, help="Adam step, in quantization steps of each parameter"
+    )
     s.add_argument("--batch-size", type=int, default=8)
     s.add_argument("--holdout", type=float, default=0.2, help="share of the data held out for early stopping")
     s.add_argument("--learn-scales", action="store_true", help="train the scales too (LSQ)")

@@ -333,6 +333,39 @@ class QatModel(torch.nn.Module):
                 out[kind].append(self._params[key])
         return out
 
+    def parameter_steps(self) -> list[tuple[str, torch.nn.Parameter, float]]:
+        """``(kind, parameter, step)`` for every trainable tensor: the size of one
+        quantization step it is measured in. A weight: the median of its scales; a bias:
+        the scale of the quantized output of its Conv/Gemm when there is one (else the
+        median weight scale); a scale: its own value. An optimizer that moves each
+        parameter by a fraction of its step treats a depthwise kernel with scale 1e-3
+        and a classifier with scale 1e-1 alike."""
+        out: list[tuple[str, torch.nn.Parameter, float]] = []
+        owner = {}
+        for node in self.nodes:
+            if node.op_type in ("Conv", "Gemm") and len(node.input) > 2:
+                owner[node.input[2]] = node
+        for dq_out, w in self._weights.items():
+            scale = self._tensor(self._producer[dq_out].input[1]).detach()
+            out.append(("weights", self._params[self._slots[w["codes"]]], float(scale.median())))
+        for dq_out, b in self._biases.items():
+            step = None
+            node = owner.get(dq_out)
+            if node is not None and (node.name or node.output[0]) in self._fused:
+                q = self._fused[node.name or node.output[0]][1]
+                step = float(self._tensor(q.input[1]).detach().reshape(-1)[0])
+            if step is None:
+                sw = b["sw"]
+                step = float(self._tensor(sw).detach().median()) if sw in self._slots else 1e-3
+            out.append(("biases", self._params[self._slots[b["codes"]]], step))
+        for name, key in self._slots.items():
+            if key in self._params and name not in {
+                d["codes"] for d in (*self._weights.values(), *self._biases.values())
+            }:
+                p = self._params[key]
+                out.append(("scales", p, float(p.detach().abs().median())))
+        return out
+
     # ------------------------------------------------------------------ forward
 
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor):  # type: ignore[override]

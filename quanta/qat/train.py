@@ -129,7 +129,7 @@ def distill(
     steps: int | None = None,
     time_budget: float | None = None,
     batch_size: int = 8,
-    lr: float = 1e-5,
+    lr: float = 0.02,
     scale_lr: float | None = None,
     holdout: float = 0.2,
     eval_every: int = 10,
@@ -144,8 +144,10 @@ def distill(
     a callable on tensors. ``data``: feed dicts, or anything ``quantize_static`` accepts as
     calibration data. Stops after ``steps`` or ``time_budget`` seconds (default 100
     steps when neither is given), or when the held-out loss has not improved for
-    ``patience`` evaluations; the best held-out state is kept. ``lr`` is Adam's step for
-    weights and biases; ``scale_lr`` for learned scales (LSQ), default ``lr / 10``.
+    ``patience`` evaluations; the best held-out state is kept. ``lr`` is Adam's step in
+    units of each parameter's quantization step (``QatModel.parameter_steps``: 0.02 moves
+    a weight by about a fiftieth of its LSB per step); ``scale_lr`` likewise for learned
+    scales (LSQ), default ``lr / 10``.
     """
     if steps is None and time_budget is None:
         steps = 100
@@ -164,14 +166,18 @@ def distill(
     perm = torch.randperm(n, generator=gen)
     n_hold = max(1, round(n * holdout)) if holdout > 0 else 0
     hold, train = perm[:n_hold], perm[n_hold:]
-    groups = prepared.parameters_by_kind()
-    opt_groups = [{"params": groups["weights"] + groups["biases"], "lr": lr}]
-    if groups["scales"]:
-        opt_groups.append({"params": groups["scales"], "lr": scale_lr if scale_lr is not None else lr / 10})
+    # Adam moves a parameter by about ``lr`` per step whatever its gradient's size, so
+    # each tensor gets ``lr`` times its quantization step: a fraction of an LSB per step
+    opt_groups = []
+    floors = []
+    for kind, p, step in prepared.parameter_steps():
+        rate = (scale_lr if scale_lr is not None else lr / 10) if kind == "scales" else lr
+        opt_groups.append({"params": [p], "lr": rate * step})
+        if kind == "scales":
+            # a scale must stay a positive normal float32: kept above a thousandth of
+            # its calibrated value
+            floors.append((p, p.detach().abs() * 1e-3))
     opt = torch.optim.Adam(opt_groups)
-    # a scale must stay a positive normal float32: LSQ steps are kept above a thousandth
-    # of the calibrated value
-    floors = [(p, p.detach().abs() * 1e-3) for p in groups["scales"]]
     exact = prepared.exact
     prepared.exact = False
     res = DistillResult()
