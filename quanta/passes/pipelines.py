@@ -27,6 +27,7 @@ from quanta.passes.rules.canonicalize_activations import CanonicalizeActivations
 from quanta.passes.rules.eliminate_common import EliminateCommon
 from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.passes.rules.fold_batchnorm import FoldBatchNorm
+from quanta.passes.rules.qat_exports import QatExports
 from quanta.passes.rules.fold_constants import Evaluator, FoldConstants
 from quanta.passes.rules.fold_groupnorm import FoldGroupNorm
 from quanta.passes.rules.fold_pad import FoldPad
@@ -145,6 +146,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         InlineIf(),  # an If on a condition folded to a constant: its branch's nodes
         FoldConstants(evaluator),
         RemoveNoops(),
+        QatExports(),  # one-element Q/DQ scales; ConvBn QAT's per-channel Div/Add -> BN
         FoldBatchNorm(),
         *_fold_groupnorm(opset),
         PropagateViews(),  # views onto quantized values: Q(Conv) groups become visible
