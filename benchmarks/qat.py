@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, help="keep the files in this folder")
     ap.add_argument(
-        "--ptq", type=Path, help="reuse this quanta default PTQ file (the same model, data and recipe give these bytes)"
+        "--ptq",
+        type=Path,
+        help="reuse this quanta default PTQ file (the same model, data and recipe give these bytes)",
     )
     ap.add_argument("--sim-images", type=int, default=50, help="images for the fake-quant vs deployed check")
     args = ap.parse_args(argv)

@@ -27,7 +27,6 @@ from quanta.passes.rules.canonicalize_activations import CanonicalizeActivations
 from quanta.passes.rules.eliminate_common import EliminateCommon
 from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.passes.rules.fold_batchnorm import FoldBatchNorm
-from quanta.passes.rules.qat_exports import QatExports
 from quanta.passes.rules.fold_constants import Evaluator, FoldConstants
 from quanta.passes.rules.fold_groupnorm import FoldGroupNorm
 from quanta.passes.rules.fold_pad import FoldPad
@@ -36,6 +35,7 @@ from quanta.passes.rules.fold_static_dims import FoldStaticDims
 from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation, FuseFloatActivation
 from quanta.passes.rules.inline_if import InlineIf
 from quanta.passes.rules.propagate_views import PropagateViews
+from quanta.passes.rules.qat_exports import QatExports
 from quanta.passes.rules.remove_noops import RemoveNoops
 
 __all__ = [
