@@ -9,7 +9,7 @@ calibration crops (no labels: the FP32 logits are the targets; 20 of the 100 are
 out for early stopping); the evaluation crops are used for nothing but the final
 measurement.
 
-    python benchmarks/qat.py [--budget 600] [--lr 0.05] [--batch 4] [--learn-scales]
+    python benchmarks/qat.py [--budget 600] [--lr 0.002] [--batch 4] [--learn-scales]
 
 Reported: agreement of PTQ and QAD (quanta native backend on the exported files, and
 ONNX Runtime on the same files), the integer MAC share of the exported file, and whether
@@ -41,7 +41,7 @@ def _logits(run, feeds) -> np.ndarray:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=600.0, help="wall-clock seconds for PTQ + QAD + export")
-    ap.add_argument("--lr", type=float, default=0.05, help="Adam step in LSBs of each parameter")
+    ap.add_argument("--lr", type=float, default=0.002, help="Adam step in LSBs of each parameter")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--learn-scales", action="store_true")
     ap.add_argument("--eval-images", type=int, default=200)

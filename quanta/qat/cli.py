@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
     s.add_argument("--time-budget", type=float, help="seconds of training (default: --steps)")
     s.add_argument("--steps", type=int, help="training steps (default 100 without --time-budget)")
     s.add_argument(
-        "--lr", type=float, default=0.02, help="Adam step, in quantization steps of each parameter"
+        "--lr", type=float, default=0.002, help="Adam step, in quantization steps of each parameter"
     )
     s.add_argument("--batch-size", type=int, default=8)
     s.add_argument("--holdout", type=float, default=0.2, help="share of the data held out for early stopping")

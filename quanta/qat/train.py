@@ -129,7 +129,7 @@ def distill(
     steps: int | None = None,
     time_budget: float | None = None,
     batch_size: int = 8,
-    lr: float = 0.02,
+    lr: float = 0.002,
     scale_lr: float | None = None,
     holdout: float = 0.2,
     eval_every: int = 10,
@@ -145,8 +145,9 @@ def distill(
     calibration data. Stops after ``steps`` or ``time_budget`` seconds (default 100
     steps when neither is given), or when the held-out loss has not improved for
     ``patience`` evaluations; the best held-out state is kept. ``lr`` is Adam's step in
-    units of each parameter's quantization step (``QatModel.parameter_steps``: 0.02 moves
-    a weight by about a fiftieth of its LSB per step); ``scale_lr`` likewise for learned
+    units of each parameter's quantization step (``QatModel.parameter_steps``: 0.002 moves
+    a weight by about 1/500 of its LSB per step; Adam moves all weights of a layer
+    coherently, so the layer output moves ~sqrt(K) times more); ``scale_lr`` likewise for learned
     scales (LSQ), default ``lr / 10``.
     """
     if steps is None and time_budget is None:
