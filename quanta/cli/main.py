@@ -10,6 +10,7 @@
                    [--engine inprocess|local|ray] [--workers N] [--address ADDR]
     quanta bench MODEL [--vs-ort] [--threads N] [--batch B] [--dim NAME=SIZE] [--feeds F.npz] [--warmup W] [--runs R]
                                           latency (median, p90), side by side with ONNX Runtime
+    quanta qat FP32 --data D -o OUT [--time-budget S]   quantize, then distill against FP32 (needs torch)
     quanta demo                           the built-in demo model, end to end
 
 Errors in user input (a missing or invalid file, feeds that do not match the model)
@@ -531,6 +532,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--html", help="write the HTML report here")
     s.add_argument("--json", help="write every row as JSON here")
     s.set_defaults(func=cmd_debug)
+
+    from quanta.qat.cli import add_parser as add_qat_parser  # imports torch only when run
+
+    add_qat_parser(sub)
 
     s = sub.add_parser("demo", help="quantize the built-in demo model and compare FP32 with int8")
     s.add_argument("--backend", choices=_backends(), default="native")

@@ -36,6 +36,7 @@ from quanta.passes.rules.fold_static_dims import FoldStaticDims
 from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation, FuseFloatActivation
 from quanta.passes.rules.inline_if import InlineIf
 from quanta.passes.rules.propagate_views import PropagateViews
+from quanta.passes.rules.qat_exports import QatExports
 from quanta.passes.rules.remove_noops import RemoveNoops
 
 __all__ = [
@@ -156,6 +157,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         InlineIf(),  # an If on a condition folded to a constant: its branch's nodes
         FoldConstants(evaluator),
         RemoveNoops(),
+        QatExports(),  # one-element Q/DQ scales; ConvBn QAT's per-channel Div/Add -> BN
         FoldBatchNorm(),
         *_fold_groupnorm(opset),
         PropagateViews(),  # views onto quantized values: Q(Conv) groups become visible

@@ -1,0 +1,182 @@
+"""Simulation = deployment: the fake-quantized PyTorch forward against quanta's reference
+and native backends running the exported QDQ file."""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import numpy as np
+import onnx
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import quanta  # noqa: E402
+from quanta.passes.coverage import CoverageReport  # noqa: E402
+from quanta.qat import QatModel, distill, export, prepare  # noqa: E402
+from quanta.runtime.coverage import lowered_coverage  # noqa: E402
+
+from .models import SmallCnn, TinyTransformerBlock  # noqa: E402
+
+
+@functools.cache
+def _cnn_prepared(learn_scales: bool):
+    torch.manual_seed(0)
+    fp = SmallCnn().eval()
+    g = torch.Generator().manual_seed(1)
+    # an offset input: the input's zero point is far from 128
+    calib = [torch.randn(2, 3, 11, 9, generator=g) * 1.3 + 0.7 for _ in range(4)]
+    return fp, calib, prepare(fp, calib[0], calibration_data=calib, learn_scales=learn_scales)
+
+
+def _cnn(learn_scales: bool = False):
+    """A fresh copy of the prepared CNN (quantize_static runs once per setting)."""
+    fp, calib, m = _cnn_prepared(learn_scales)
+    return fp, calib, copy.deepcopy(m)
+
+
+def _block(seed: int = 0):
+    torch.manual_seed(seed)
+    fp = TinyTransformerBlock().eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    calib = [torch.randn(2, 5, 17, generator=g) for _ in range(4)]
+    return fp, calib, prepare(fp, calib[0], calibration_data=calib)
+
+
+def _quantized_names(m: QatModel) -> list[str]:
+    return [n.output[0] for n in m.nodes if n.op_type == "QuantizeLinear"]
+
+
+def _check_deployment(m: QatModel, x: torch.Tensor, path) -> None:
+    export(m, path)
+    feed = {m.input_names[0]: x.numpy()}
+    with torch.no_grad():
+        m.exact = True
+        exact = m(x).numpy()
+        m.exact = False
+    for backend in ("reference", "native"):
+        got = quanta.InferenceSession(str(path), backend=backend).run(None, feed)[0]
+        np.testing.assert_array_equal(got, exact, err_msg=backend)
+
+
+def _lsb_differences(m: QatModel, x: torch.Tensor) -> tuple[int, int, int]:
+    """(max code difference, differing codes, codes) between the training forward and the
+    exact one over every quantized tensor."""
+    traces = []
+    with torch.no_grad():
+        for exact in (False, True):
+            m.exact, m.trace = exact, {}
+            m(x)
+            traces.append(m.trace)
+    m.exact, m.trace = False, None
+    worst = differ = total = 0
+    for name in _quantized_names(m):
+        if name not in traces[0] or name not in traces[1]:
+            continue
+        d = (traces[0][name] - traces[1][name]).abs()
+        worst = max(worst, int(d.max()))
+        differ += int((d > 0).sum())
+        total += d.numel()
+    return worst, differ, total
+
+
+def test_cnn_exact_forward_equals_reference_and_native(tmp_path):
+    _, calib, m = _cnn()
+    zps = [int(m._tensor(n.input[2])) for n in m.nodes if n.op_type == "QuantizeLinear"]
+    assert any(z not in (0, 128) for z in zps), zps  # non-trivial zero points are exercised
+    _check_deployment(m, calib[1], tmp_path / "cnn.onnx")
+
+
+def test_cnn_training_forward_within_one_lsb(tmp_path):
+    _, calib, m = _cnn()
+    worst, differ, total = _lsb_differences(m, calib[2])
+    assert total > 1000
+    assert worst <= 1 and differ <= 0.01 * total, (worst, differ, total)
+
+
+def test_transformer_block_exact_forward_equals_backends(tmp_path):
+    _, calib, m = _block()
+    assert sum(n.op_type == "MatMul" for n in m.nodes) >= 2
+    _check_deployment(m, calib[1], tmp_path / "block.onnx")
+    worst, differ, total = _lsb_differences(m, calib[2])
+    assert worst <= 1 and differ <= 0.01 * total, (worst, differ, total)
+
+
+def test_export_before_training_is_the_quantize_static_file(tmp_path):
+    _, _, m = _cnn()
+    proto = export(m, tmp_path / "same.onnx")
+    assert [t.SerializeToString() for t in proto.graph.initializer] == [
+        t.SerializeToString() for t in m.template.graph.initializer
+    ]
+
+
+def test_trained_model_exports_to_integer_kernels_and_runs_in_ort(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    fp, calib, m = _cnn(learn_scales=True)
+    feeds = [{"input0": c.numpy()} for c in calib]
+    distill(
+        m, fp, feeds, steps=4, eval_every=2, batch_size=2, lr=0.5, scale_lr=0.01, holdout=0, progress=False
+    )
+    path = tmp_path / "trained.onnx"
+    proto = export(m, path)
+    assert any(
+        a.SerializeToString() != b.SerializeToString()
+        for a, b in zip(proto.graph.initializer, m.template.graph.initializer)
+    )
+    from quanta.ir.onnx_io import from_proto
+
+    report: CoverageReport = lowered_coverage(from_proto(proto), {})
+    assert report.integer_share == 1.0
+    x = calib[3].numpy()
+    ours = quanta.InferenceSession(str(path)).run(None, {"input0": x})[0]
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"input0": x})[0]
+    assert np.abs(ours - theirs).max() <= 0.1 * np.abs(theirs).max()
+    _check_deployment(m, calib[3], tmp_path / "trained2.onnx")
+
+
+def test_gradients_flow_to_every_weight_bias_and_scale():
+    _, calib, m = _cnn(learn_scales=True)
+    out = m(calib[0])
+    out.square().sum().backward()
+    kinds = m.parameters_by_kind()
+    assert kinds["weights"] and kinds["biases"] and kinds["scales"]
+    for kind, params in kinds.items():
+        for p in params:
+            assert p.grad is not None and torch.isfinite(p.grad).all(), kind
+        assert any(float(p.grad.abs().sum()) > 0 for p in params), kind
+
+
+def test_straight_through_gradient_is_one_inside_the_range_and_zero_outside():
+    from quanta.qat import fake_quant as fq
+
+    x = torch.tensor([-3.0, -0.25, 0.25, 0.75, 1.25, 5.0], requires_grad=True)
+    s, z = torch.tensor(0.5), torch.tensor(3.0)
+    q = fq.quantize(x, s, z, 0, 12)
+    # x/s = -6, -0.5, 0.5, 1.5, 2.5, 10: ties to even (-0, 0, 2, 2), then + 3, saturated to [0, 12]
+    assert q.tolist() == [0.0, 3.0, 3.0, 5.0, 5.0, 12.0]
+    q.sum().backward()
+    assert x.grad.tolist() == [0.0, 2.0, 2.0, 2.0, 2.0, 0.0]  # d(x/s)/dx inside the range only
+
+
+def test_same_seed_same_weights():
+    states = []
+    for _ in range(2):
+        fp, calib, m = _cnn()
+        feeds = [{"input0": c.numpy()} for c in calib]
+        distill(m, fp, feeds, steps=3, eval_every=3, batch_size=2, lr=0.5, progress=False, seed=7)
+        states.append({k: v.clone() for k, v in m.state_dict().items()})
+    assert states[0].keys() == states[1].keys()
+    for k in states[0]:
+        assert torch.equal(states[0][k], states[1][k]), k
+
+
+def test_prepare_from_onnx_equals_prepare_from_module(tmp_path):
+    from quanta.qat import to_onnx
+
+    fp, calib, m = _cnn()
+    path = tmp_path / "fp.onnx"
+    onnx.save(to_onnx(fp, calib[0]), path)
+    m2 = prepare(path, calibration_data=[{"input0": c.numpy()} for c in calib])
+    with torch.no_grad():
+        assert torch.equal(m(calib[1]), m2(calib[1]))
