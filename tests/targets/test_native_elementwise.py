@@ -305,6 +305,19 @@ def test_native_float_max_pool_matches_reference(case, seed, specials) -> None:
     run_both("MaxPool", "", [x], attrs)
 
 
+@pytest.mark.parametrize("dtype", [F32, np.uint8])
+def test_max_pool_the_native_kernel_refuses_falls_back_to_the_twin(dtype) -> None:
+    """A call the native MaxPool refuses at run time (a 5-D input to a node bound for 2-D
+    windows) runs on the twin with the node's attributes only."""
+    kernel = bind("MaxPool", "", 1, {"kernel_shape": [2, 2]}, None, x_dtype=np.dtype(dtype))
+    x = (np.arange(2 * 3 * 4 * 5 * 2) % 251).astype(dtype).reshape(2, 3, 4, 5, 2)
+    attrs = {"kernel_shape": [2, 2, 1]}
+    before = RUNTIME_FALLBACKS[("", "MaxPool")]
+    got = kernel.fn(KernelContext(), x, **attrs, **kernel.params)
+    assert RUNTIME_FALLBACKS[("", "MaxPool")] == before + 1
+    np.testing.assert_array_equal(got, get_op("MaxPool", "")(KernelContext(), x, **attrs))
+
+
 def test_native_float_max_pool_large_plane_threads() -> None:
     """Enough planes for the pool to split them: 1 and 2 threads, stride 1 and 2."""
     x = np.random.default_rng(5).standard_normal((1, 64, 40, 52)).astype(F32)

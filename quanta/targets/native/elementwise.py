@@ -1049,8 +1049,7 @@ def _float32(x: Any) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
-@_with_fallback("MaxPool")
-def _max_pool_native(
+def _max_pool(
     ctx: Any,
     x: Any,
     *,
@@ -1100,6 +1099,18 @@ def _max_pool_native(
     return y.reshape(x.shape[:2] + tuple(geom.out_shape)) if out is None else out
 
 
+# one wrapped kernel per input kind: ``float_input`` is not an attribute the reference twin
+# takes when a call falls back to it
+@_with_fallback("MaxPool")
+def _max_pool_native(ctx: Any, x: Any, **kw: Any) -> np.ndarray:
+    return _max_pool(ctx, x, **kw)
+
+
+@_with_fallback("MaxPool")
+def _max_pool_native_f32(ctx: Any, x: Any, **kw: Any) -> np.ndarray:
+    return _max_pool(ctx, x, float_input=True, **kw)
+
+
 @register_binder("MaxPool")
 def bind_max_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """uint8/int8 and float32 MaxPool, 1-D or 2-D windows, without the Indices output."""
@@ -1116,5 +1127,5 @@ def bind_max_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if len(kernel_shape) not in (1, 2):
         return None, f"native MaxPool takes 1-D and 2-D windows, got {len(kernel_shape)}-D"
     if dt == np.float32:
-        return _kernel(functools.partial(_max_pool_native, float_input=True), "max_pool_2d_f32", _Tables())
+        return _kernel(_max_pool_native_f32, "max_pool_2d_f32", _Tables())
     return _kernel(_max_pool_native, f"max_pool_2d_{_SHORT[dt]}", _Tables())
