@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -42,6 +42,9 @@ from quanta.runtime.plan import Plan
 from quanta.runtime.profile import Profiler, ProfileSummary
 from quanta.runtime.tuner import TuneReport, tune_session, tuning_enabled
 from quanta.targets import TargetError, target_info
+
+if TYPE_CHECKING:
+    from quanta.passes.manager import Pass
 
 __all__ = ["GraphOptimizationLevel", "InferenceSession", "InvalidArgument", "NodeArg", "SessionOptions"]
 
@@ -222,7 +225,7 @@ class InferenceSession:
             from quanta.passes.rules.ort_float_functions import OrtFloatFunctions
 
             PassManager([OrtFloatFunctions()]).run(model)
-        passes = None if self._options.graph_optimization_level > 0 else []
+        passes: list[Pass] | None = None if self._options.graph_optimization_level > 0 else []
         return compile_model(
             model,
             self._backend,
@@ -319,7 +322,7 @@ class InferenceSession:
         return getattr(self._exe, "plan", self._plan)
 
     @property
-    def executor(self) -> Executor:
+    def executor(self) -> Executor | HeteroExecutor | SignatureExecutor:
         return self._exe
 
     # -- profiling (ONNX Runtime's API) -------------------------------------------
@@ -394,6 +397,14 @@ class InferenceSession:
     def _expected(self) -> str:
         return "; ".join(f"'{a.name}' {a.type} shape {a.shape}" for a in self._inputs)
 
+    def _declared_shape(self, name: str) -> list[Any]:
+        """The declared shape of input ``name``; only inputs with a known rank have
+        rank and dimension checks, so a missing shape here is a bug in ``_checks``."""
+        t = self._input_types[name]
+        if t is None or t.shape is None:
+            raise RuntimeError(f"input '{name}': checked against a rank, but its declared shape is unknown")
+        return list(t.shape)
+
     def _validate(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument(
@@ -416,17 +427,15 @@ class InferenceSession:
             if rank is not None:
                 shape = arr.shape
                 if len(shape) != rank:
-                    t = self._input_types[name]
                     raise InvalidArgument(
                         f"input '{name}': rank {arr.ndim} (shape {list(shape)}), expected rank "
-                        f"{rank} (shape {list(t.shape)})"
+                        f"{rank} (shape {self._declared_shape(name)})"
                     )
                 for k, exp in fixed:
                     if shape[k] != exp:
-                        t = self._input_types[name]
                         raise InvalidArgument(
                             f"input '{name}': dimension {k} is {shape[k]}, expected {exp} "
-                            f"(shape {list(shape)} vs expected {list(t.shape)})"
+                            f"(shape {list(shape)} vs expected {self._declared_shape(name)})"
                         )
             feeds[name] = arr
         missing = [n for n in self._required if n not in feeds]

@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from quanta.calibrate.histogram import DEFAULT_BINS, HistogramObserver, HistogramView
 
@@ -68,7 +69,7 @@ class QuantizationErrorModel:
         jj = np.clip(j, 0, self.n.size - 1)
         return self.l[jj], self.r[jj], self.n[jj], self.width[jj]
 
-    def error(self, a: np.ndarray, b: np.ndarray, s: np.ndarray) -> np.ndarray:
+    def error(self, a: npt.ArrayLike, b: npt.ArrayLike, s: npt.ArrayLike) -> np.ndarray:
         a, b, s = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in (a, b, s)))
         m = self.n.size
         # values above b: bins entirely at or above b, plus the bin that b cuts

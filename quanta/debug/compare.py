@@ -105,7 +105,7 @@ class ErrorStats:
         den = math.sqrt(self.signal * self.qsq)
         return 1.0 if den == 0.0 and self.noise == 0.0 else (self.dot / den if den > 0 else 0.0)
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, float | str]:
         return {
             "sqnr_db": _finite(self.sqnr_db),
             "cosine": self.cosine,
@@ -824,7 +824,7 @@ def _ablate(result: DebugResult, fmodel: Model, qmodel: Model, data: Any, limit:
 def ranking_overlap(result: DebugResult, k: int = 5) -> int:
     """How many of the ``k`` worst nodes by eq. (5) are among the ``k`` whose ablation
     (eq. (6)) gains the most, over the nodes ablated."""
-    abl = [r for r in result.nodes if r.ablation_sqnr_db is not None]
-    by_est = [r.name for r in sorted(abl, key=lambda r: -r.contribution)[:k]]
-    by_abl = [r.name for r in sorted(abl, key=lambda r: -r.ablation_sqnr_db)[:k]]
+    abl = [(r, r.ablation_sqnr_db) for r in result.nodes if r.ablation_sqnr_db is not None]
+    by_est = [r.name for r, _ in sorted(abl, key=lambda p: -p[0].contribution)[:k]]
+    by_abl = [r.name for r, _ in sorted(abl, key=lambda p: -p[1])[:k]]
     return len(set(by_est) & set(by_abl))

@@ -212,6 +212,10 @@ def search(
     from quanta.quantize.recipe import TensorOverride
 
     compare = _HOOKS["compare"]
+    metric = target.metric
+    minimum = target.minimum
+    if minimum is None:  # __post_init__ fills it in; only a later assignment leaves it None
+        raise ValueError("accuracy target: minimum is None; set AccuracyTarget(minimum=...)")
 
     calib, search_feeds, confirm_feeds = split_feeds(feeds, target)
     src = model_input
@@ -224,22 +228,27 @@ def search(
             proto, _ = load_proto(model_input)
             src = os.path.join(tmp, "fp32.onnx")
             onnx.save(proto, src)
-        callable_metric = not isinstance(target.metric, str)
-        ref_search = None if callable_metric else _outputs(str(src), search_feeds)
-        ref_confirm = None if callable_metric else _outputs(str(src), confirm_feeds)
+        callable_metric = not isinstance(metric, str)
+        # a callable metric reads the quantized file, not FP32 outputs: no references
+        ref_search = [] if callable_metric else _outputs(str(src), search_feeds)
+        ref_confirm = [] if callable_metric else _outputs(str(src), confirm_feeds)
         evaluations = 0
         trial = 0
 
-        def measure(rec, feeds_ref=None, feeds_in=None) -> tuple[float, str, Any]:
+        def measure(
+            rec,
+            feeds_ref: list[list[np.ndarray]] | None = None,
+            feeds_in: list[dict[str, np.ndarray]] | None = None,
+        ) -> tuple[float, str, Any]:
             nonlocal evaluations, trial
             trial += 1
             path = os.path.join(tmp, f"trial{trial}.onnx")
             summary = quantize(src, path, calib, rec)
             evaluations += 1
-            if callable_metric:
-                return float(target.metric(path)), path, summary
+            if not isinstance(metric, str):
+                return float(metric(path)), path, summary
             got = _outputs(path, feeds_in or search_feeds)
-            return evaluate_metric(target.metric, feeds_ref or ref_search, got), path, summary
+            return evaluate_metric(metric, feeds_ref or ref_search, got), path, summary
 
         best_value, best_path, best_summary = measure(recipe)
         before = best_value
@@ -252,14 +261,14 @@ def search(
         confirmed: float | None = None
 
         def confirm(path: str, value: float) -> float:
-            if callable_metric or confirm_feeds is search_feeds:
+            if not isinstance(metric, str) or confirm_feeds is search_feeds:
                 return value
-            return evaluate_metric(target.metric, ref_confirm, _outputs(path, confirm_feeds))
+            return evaluate_metric(metric, ref_confirm, _outputs(path, confirm_feeds))
 
         # whole-model fixes first, cheapest in MACs (none leaves integer arithmetic):
         # rounding-aware weights (eq. (12)), then activation balancing (eq. (13))
         for text, field_name, value in _GLOBAL_FIXES:
-            if best_value >= target.minimum or steps >= target.max_steps:
+            if best_value >= minimum or steps >= target.max_steps:
                 break
             if getattr(best_recipe, field_name) == value:
                 continue
@@ -273,9 +282,9 @@ def search(
         dbg: Any = None
         dbg_path = None
         while True:
-            if best_value >= target.minimum:
+            if best_value >= minimum:
                 confirmed = confirm(best_path, best_value)
-                if confirmed >= target.minimum:
+                if confirmed >= minimum:
                     break
                 reason = (
                     f"met on the search data ({best_value:.4g}) but not on the held-out confirmation data "
@@ -346,12 +355,12 @@ def search(
                     break
                 if steps >= target.max_steps:
                     break
-        met = best_value >= target.minimum and confirmed is not None and confirmed >= target.minimum
+        met = best_value >= minimum and confirmed is not None and confirmed >= minimum
         # the final file: the best recipe, quantized once more straight to the output path
         summary = quantize(src, model_output, calib, best_recipe)
     report = AccuracyReport(
         target=target.name,
-        minimum=float(target.minimum),
+        minimum=float(minimum),
         before=before,
         after=best_value,
         confirmed=confirmed,

@@ -65,16 +65,17 @@ def _why_not(node: Node, recipe: Recipe) -> str | None:
     x, w = node.input(0), node.input(1)
     if x is None or x.type is None or x.type.elem != F32:
         return "dynamic quantization needs a float32 activation input"
-    if w is None or not w.is_const or w.const.dtype != np.float32:
+    wc = None if w is None else w.const  # None unless w.is_const
+    if w is None or wc is None or wc.dtype != np.float32:
         return "weight input is not a float32 constant"
     reason = weight_float_reason(w)
     if reason is not None:
         return reason
     if node.op_type == "Gemm" and node.attrs.get("transA", 0):
         return "Gemm with transA=1 stays float"
-    if node.op_type == "MatMul" and w.const.ndim != 2:
-        return f"MatMul weight of rank {w.const.ndim} (only rank 2 is quantized)"
-    if node.op_type == "Conv" and w.const.ndim < 3:
+    if node.op_type == "MatMul" and wc.ndim != 2:
+        return f"MatMul weight of rank {wc.ndim} (only rank 2 is quantized)"
+    if node.op_type == "Conv" and wc.ndim < 3:
         return "Conv weight of rank < 3"
     return None
 

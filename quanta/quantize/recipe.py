@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -367,7 +368,7 @@ class Recipe:
             raise RecipeError(f"{where}: {e}") from None
 
     @classmethod
-    def from_file(cls, path: str | Path) -> Recipe:
+    def from_file(cls, path: str | os.PathLike) -> Recipe:
         p = Path(path)
         if not p.is_file():
             raise RecipeError(f"{p}: no such recipe file")

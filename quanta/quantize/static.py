@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import onnx
 
@@ -55,6 +55,9 @@ from quanta.quantize.qdq import (
 from quanta.quantize.recipe import CalibrationMethod, Recipe, SubgraphMode
 from quanta.quantize.recurrent import quantize_lstms
 from quanta.runtime.coverage import lowered_coverage
+
+if TYPE_CHECKING:
+    from quanta.quantize.mx import MXSummary
 
 __all__ = ["QuantizationSummary", "load_for_quantization", "make_observer_factory", "quantize_static"]
 
@@ -112,7 +115,7 @@ class QuantizationSummary:
             for f in self.float_nodes
             if "not in the quantized op types" not in f[2] and f[2] != SUBGRAPH_STATIC_REASON
         ]
-        kept = {}
+        kept: dict[str, int] = {}
         inside: dict[str, int] = {}
         for _, op, reason in self.float_nodes:
             if "not in the quantized op types" in reason:
@@ -159,7 +162,9 @@ def _mx_recipe(recipe: Recipe) -> bool:
     return is_mx_type(recipe.weight_type) or is_mx_type(recipe.activation_type)
 
 
-def _quantize_mx(model_input: Any, model_output: str | os.PathLike, recipe: Recipe, verbose: bool) -> Any:
+def _quantize_mx(
+    model_input: Any, model_output: str | os.PathLike, recipe: Recipe, verbose: bool
+) -> MXSummary:
     """MX weight_type / activation_type: a direct cast, no calibration
     (quanta.quantize.mx); a non-MX side of the pair stays float."""
     from quanta.quantize.mx import is_mx_type, quantize_mx_model
@@ -215,6 +220,12 @@ def load_for_quantization(
     return model
 
 
+class _Bins(TypedDict, total=False):
+    """The histogram observers' keyword: absent, each uses its own default."""
+
+    bins: int
+
+
 def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, Any]] | None = None):
     """tensor name -> a fresh observer for the recipe's calibration method.
 
@@ -226,7 +237,7 @@ def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, 
     from quanta.quantize.params import quant_range
 
     method = recipe.method
-    bins = {} if recipe.num_bins is None else {"bins": recipe.num_bins}
+    bins: _Bins = {} if recipe.num_bins is None else {"bins": recipe.num_bins}
 
     def make(name: str) -> ObserverBase:
         ov = recipe.overrides.get(name)
@@ -301,7 +312,7 @@ def quantize_static(
     workers: int | None = None,
     address: str | None = None,
     **options: Any,
-) -> QuantizationSummary:
+) -> QuantizationSummary | MXSummary:
     """Quantize ``model_input`` with ranges calibrated on ``calibration_data``.
 
     ``calibration_data``: a CalibrationDataReader, an iterable of feed dicts, an ``.npz``
@@ -315,12 +326,12 @@ def quantize_static(
     processes) or "ray" (``workers`` Ray tasks; ``address`` of a running cluster), or a
     :mod:`quanta.scale` engine. The file is byte-identical whatever the engine
     (docs/scale.md); the engine is not part of the recipe.
-    Returns (and, if ``verbose``, prints) the summary.
+    Returns (and, if ``verbose``, prints) the summary (an MXSummary for an MX type).
     """
     t0 = time.perf_counter()
     recipe = _recipe_from(recipe, options).for_target()  # a device's fixed choices (Recipe.target)
     if _mx_recipe(recipe):
-        return _quantize_mx(model_input, model_output, recipe, verbose)  # type: ignore[return-value]
+        return _quantize_mx(model_input, model_output, recipe, verbose)
     if accuracy is not None:
         return _quantize_to_target(
             model_input, model_output, calibration_data, recipe, preprocess, verbose, accuracy
@@ -453,6 +464,9 @@ def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> tuple[list[s
     from quanta.calibrate.readers import iter_feeds
     from quanta.quantize.smooth import apply_smoothing, plan_smoothing
 
+    alpha = recipe.smooth_quant
+    if alpha is None:
+        raise ValueError("SmoothQuant: the recipe has smooth_quant off (None); the caller checks it is set")
     sites = plan_smoothing(model.graph, recipe.op_types, insert=True)
     if not sites:
         return [], data
@@ -470,7 +484,7 @@ def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> tuple[list[s
         progress=False,
         taps={s.x.name: [s.observe] for s in sites},
     )
-    return apply_smoothing(model.graph, sites, float(recipe.smooth_quant)), data
+    return apply_smoothing(model.graph, sites, float(alpha)), data
 
 
 def _quantize_to_target(
