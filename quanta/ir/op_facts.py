@@ -33,6 +33,7 @@ __all__ = [
 
 MS = "com.microsoft"
 QUANTA = "quanta"
+INT_ONLY = "quanta.int"  # the integer-only stage's operators
 
 
 class Stage(enum.Enum):
@@ -486,6 +487,22 @@ FACTS = OpTable(
         ),
         # run-time MX quantization of an activation (quanta.kernels.reference.mx)
         Op("QuantizeMX", QUANTA, quant=True, stages=QDQ_AND_LOWERED, island=False),
+        # the integer-only stage (passes/lower/integer_only.py; npu-sim's device operators,
+        # targets/npu_sim/rules.OPS): integer compute wherever it appears
+        Op("IntConv", INT_ONLY, weights=(1,), macs=MacKind.CONV, integer_op=True),
+        Op("IntMatMul", INT_ONLY, macs=MacKind.MATMUL, integer_op=True),
+        *(
+            Op(op, INT_ONLY, integer_op=True)
+            for op in (
+                "IntRescale",
+                "IntAdd",
+                "IntMul",
+                "IntLookup",
+                "IntSoftmax",
+                "IntLayerNorm",
+                "IntGlobalAveragePool",
+            )
+        ),
         Op("QLinearMul", MS, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
         Op("QLinearSigmoid", MS, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
         Op("QLinearSoftmax", MS, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),

@@ -77,6 +77,8 @@ PINNED = {
         "DynamicQuantizeMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearAveragePool",
         "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
         "DynamicQuantizeLSTM", "QAttention", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8",
+        "IntConv", "IntMatMul", "IntRescale", "IntAdd", "IntMul", "IntLookup", "IntSoftmax", "IntLayerNorm",
+        "IntGlobalAveragePool",
     },
     "quanta.passes.coverage.MAC_KIND": {
         "Conv": MacKind.CONV, "QLinearConv": MacKind.CONV, "ConvInteger": MacKind.CONV,
@@ -87,8 +89,9 @@ PINNED = {
         "LSTM": MacKind.RECURRENT, "GRU": MacKind.RECURRENT, "RNN": MacKind.RECURRENT,
         "DynamicQuantizeLSTM": MacKind.RECURRENT,
         "QLinearConv16": MacKind.CONV, "QLinearMatMul16": MacKind.MATMUL, "MatMulBf16": MacKind.MATMUL,
+        "IntConv": MacKind.CONV, "IntMatMul": MacKind.MATMUL,
     },
-    "quanta.passes.coverage._CONV_WEIGHT": {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3, "QLinearConv16": 3},
+    "quanta.passes.coverage._CONV_WEIGHT": {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3, "QLinearConv16": 3, "IntConv": 1},
     "quanta.passes.coverage.LOWER_RULE_OF": {
         "Conv": "LowerConv", "MatMul": "LowerMatMul", "Gemm": "LowerGemm", "Add": "LowerBinary",
         "Mul": "LowerBinary", "Concat": "LowerConcat", "AveragePool": "LowerPool",
