@@ -21,7 +21,6 @@ import time
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import quanta
 from quanta.hal import AllocationError, DeviceLostError, FenceTimeout
@@ -52,33 +51,11 @@ def demo(tmp_path_factory):
     return str(path), data["test_x"][:5]
 
 
-def concat_branches() -> onnx.ModelProto:
-    rng = np.random.default_rng(4)
-    w1 = numpy_helper.from_array(rng.standard_normal((5, 3, 1, 1)).astype(np.float32), "w1")
-    w2 = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w2")
-    w3 = numpy_helper.from_array((rng.standard_normal((7, 9, 3, 3)) * 0.2).astype(np.float32), "w3")
-    nodes = [
-        helper.make_node("Conv", ["x", "w1"], ["a"], name="c1"),
-        helper.make_node("Conv", ["x", "w2"], ["b"], name="c2", pads=[1, 1, 1, 1]),
-        helper.make_node("Concat", ["a", "b"], ["cat"], axis=1, name="cat"),
-        helper.make_node("Conv", ["cat", "w3"], ["c"], name="c3", strides=[2, 2]),
-        helper.make_node("GlobalAveragePool", ["c"], ["y"], name="gap"),
-    ]
-    g = helper.make_graph(
-        nodes,
-        "branches",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 11, 9])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 7, 1, 1])],
-        [w1, w2, w3],
-    )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
 @pytest.fixture(scope="module")
 def branches(tmp_path_factory):
     rng = np.random.default_rng(9)
     src = tmp_path_factory.mktemp("conf") / "branches_f.onnx"
-    onnx.save(concat_branches(), src)
+    onnx.save(models.concat_branches(), src)
     out = src.with_name("branches_q.onnx")
     calib = [{"x": rng.standard_normal((2, 3, 11, 9)).astype(np.float32)} for _ in range(4)]
     quanta.quantize_static(str(src), out, calib, verbose=False)

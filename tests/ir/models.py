@@ -213,3 +213,28 @@ def encoder_feeds(n_samples: int = 6, seed: int = 7, d: int = 24) -> list[dict[s
         mask[1, s - 2 :] = 0
         out.append({"x": rng.standard_normal((2, s, d)).astype(np.float32), "mask": mask})
     return out
+
+
+def concat_branches() -> onnx.ModelProto:
+    """Two convolution branches (1x1 and padded 3x3, 5 and 4 channels) concatenated into
+    a strided 3x3 convolution over 9 channels and a global average pool: a Concat whose
+    inputs carry their own scales. Batch dimension symbolic."""
+    rng = np.random.default_rng(4)
+    w1 = numpy_helper.from_array(rng.standard_normal((5, 3, 1, 1)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w2")
+    w3 = numpy_helper.from_array((rng.standard_normal((7, 9, 3, 3)) * 0.2).astype(np.float32), "w3")
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="c1"),
+        helper.make_node("Conv", ["x", "w2"], ["b"], name="c2", pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["a", "b"], ["cat"], axis=1, name="cat"),
+        helper.make_node("Conv", ["cat", "w3"], ["c"], name="c3", strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["c"], ["y"], name="gap"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "branches",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 11, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 7, 1, 1])],
+        [w1, w2, w3],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import quanta
 from tests.ir import models
@@ -63,25 +62,8 @@ def test_demo_cnn_depthwise_residual_pool_fc(tmp_path):
 
 def test_concat_of_branches_with_their_own_scales(tmp_path):
     rng = np.random.default_rng(4)
-    w1 = numpy_helper.from_array(rng.standard_normal((5, 3, 1, 1)).astype(np.float32), "w1")
-    w2 = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w2")
-    w3 = numpy_helper.from_array((rng.standard_normal((7, 9, 3, 3)) * 0.2).astype(np.float32), "w3")
-    nodes = [
-        helper.make_node("Conv", ["x", "w1"], ["a"], name="c1"),
-        helper.make_node("Conv", ["x", "w2"], ["b"], name="c2", pads=[1, 1, 1, 1]),
-        helper.make_node("Concat", ["a", "b"], ["cat"], axis=1, name="cat"),
-        helper.make_node("Conv", ["cat", "w3"], ["c"], name="c3", strides=[2, 2]),
-        helper.make_node("GlobalAveragePool", ["c"], ["y"], name="gap"),
-    ]
-    g = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 11, 9])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 1, 1])],
-        [w1, w2, w3],
-    )
     src, out = tmp_path / "f.onnx", tmp_path / "q.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    onnx.save(models.concat_branches(), src)
     feeds = [{"x": rng.standard_normal((1, 3, 11, 9)).astype(np.float32)} for _ in range(4)]
     quanta.quantize_static(src, out, feeds, quantize_outputs=True, verbose=False)
     nat = assert_bit_exact_and_native(out, feeds[0])
