@@ -110,14 +110,19 @@ def quantize_mx_model(
     ``activation_type``: mxfp8_e4m3, mxfp8_e5m2, mxint8, mxfp4 (mxfp6_e3m2 / mxfp6_e2m3
     only for activations in the e8m0 form is not offered: ONNX has no float6
     DequantizeLinear), or None for float. ``mode``: the rounding of
-    :func:`quanta.kernels.reference.mx.quantize_mx` ("ocp" or "microxcaling")."""
+    :func:`quanta.kernels.reference.mx.quantize_mx`: "ocp" (eq. (MX3)), "ceil" (eq. (MX3c):
+    the shared exponent one step up where a block's maximum would saturate) or
+    "microxcaling"."""
     if form not in ("e8m0", "float-scale"):
         raise ValueError(f"quantize_mx_model: form must be 'e8m0' or 'float-scale', got {form!r}")
     if block_size <= 0:
         raise ValueError(f"quantize_mx_model: block_size must be positive, got {block_size}")
-    if form == "float-scale" and mode != "ocp":
+    if mode not in ("ocp", "ceil", "microxcaling"):
+        raise ValueError(f"quantize_mx_model: mode must be 'ocp', 'ceil' or 'microxcaling', got {mode!r}")
+    if form == "float-scale" and mode == "microxcaling":
         raise ValueError(
-            "quantize_mx_model: the float-scale form's activation subgraph rounds as the OCP rule only"
+            "quantize_mx_model: the float-scale form's activation subgraph rounds as the OCP rule "
+            "(mode 'ocp' or 'ceil'), not as microxcaling"
         )
     we, ae = _elem(weight_type), _elem(activation_type)
     for what, e, t in (("weight_type", we, weight_type), ("activation_type", ae, activation_type)):
@@ -177,7 +182,7 @@ def quantize_mx_model(
                 else:
                     perm = {("Conv", 1): [0, 2, 3, 1], ("Gemm", 0): [1, 0]}.get((node.op_type, x_axis))
                     nodes_a, inits_a, aname = _activation_subgraph(
-                        node.input[0], ae, perm, K, block_size, fresh
+                        node.input[0], ae, perm, K, block_size, fresh, ceil=mode == "ceil"
                     )
                 new_nodes.extend(nodes_a)
                 new_inits.extend(inits_a)
@@ -345,14 +350,15 @@ def _dq_activation(x, elem, axis, block, form, mode, fresh):
     raise AssertionError("the float-scale form builds its activations with _activation_subgraph")
 
 
-def _activation_subgraph(x, elem, perm, K, block, fresh):
+def _activation_subgraph(x, elem, perm, K, block, fresh, ceil=False):
     """QuantizeMX + DequantizeLinear in standard operators (opset 21), for ONNX Runtime.
 
     The block axis is brought last (``perm``, inverted at the end), padded to whole
     blocks and viewed as [R, nb, B]; amax = ReduceMax(Abs), raised to 2^-149 (an all-zero
     block then clamps to 2^-127 as eq. (MX3)); e = floor(log2 amax) from Log, corrected
     by one step each way against Pow(2, e) (exact for integer e); X = Pow(2, clamp(e −
-    emax, −127, 127)) (MXINT8: times 2^-6); QuantizeLinear(x, X, block_size) rounds half
+    emax, −127, 127)) (MXINT8: times 2^-6; with ``ceil``, e − emax one step up where
+    amax > max_elem · 2^(e − emax), eq. (MX3c)); QuantizeLinear(x, X, block_size) rounds half
     to even and saturates (float8: saturate=1; int8: then Clip to [−127, 127]).
     The one difference from eq. (MX3): a block with a NaN or an infinity gets no NaN
     scale (ONNX's QuantizeLinear saturates it).
@@ -389,7 +395,13 @@ def _activation_subgraph(x, elem, perm, K, block, fresh):
     p2 = node("Mul", [p, const(2.0)])
     too_small = node("Cast", [node("LessOrEqual", [p2, amax])], to=TensorProto.FLOAT)
     e = node("Add", [node("Sub", [e0, too_big]), too_small])
-    e = node("Clip", [node("Sub", [e, const(float(f.emax))]), const(-127.0), const(127.0)])
+    e = node("Sub", [e, const(float(f.emax))])
+    if ceil:
+        # eq. (MX3c): one step up where amax > max_elem · 2^e (exact: a power of two times
+        # max_elem; where 2^e underflows, e is far below the clamp)
+        lim = node("Mul", [node("Pow", [const(2.0), e]), const(np.float32(f.max_norm))])
+        e = node("Add", [e, node("Cast", [node("Greater", [amax, lim])], to=TensorProto.FLOAT)])
+    e = node("Clip", [e, const(-127.0), const(127.0)])
     if f.is_int:
         e = node("Sub", [e, const(6.0)])
     scale = node("Pow", [const(2.0), e])  # [R, nb]

@@ -125,9 +125,10 @@ def test_quanta_runs_the_e8m0_form(backend, wt, at):
     assert np.allclose(got, want, rtol=1e-4, atol=1e-3 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("mode", ["ocp", "ceil"])
 @pytest.mark.parametrize("fmt", ["mxint8", "mxfp8_e4m3", "mxfp8_e5m2"])
 @pytest.mark.parametrize("shape,axis_op", [((3, 77), "MatMul"), ((2, 35, 4, 3), "Conv")])
-def test_float_scale_subgraph_is_bit_exact_in_onnxruntime_and_quanta(fmt, shape, axis_op):
+def test_float_scale_subgraph_is_bit_exact_in_onnxruntime_and_quanta(fmt, shape, axis_op, mode):
     # a model whose output is the dequantized activation: ORT and quanta both give the
     # golden dequantize(quantize(x)) exactly, ties and extremes included
     rng = np.random.default_rng(3)
@@ -147,7 +148,7 @@ def test_float_scale_subgraph_is_bit_exact_in_onnxruntime_and_quanta(fmt, shape,
     )
     src = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     src.ir_version = 10
-    out, _ = quantize_mx_model(src, None, fmt, form="float-scale")
+    out, _ = quantize_mx_model(src, None, fmt, form="float-scale", mode=mode)
     onnx.checker.check_model(out, full_check=True)
     # expose the dequantized activation as the output
     act = next(n for n in out.graph.node if n.name == "op").input[0]
@@ -163,7 +164,13 @@ def test_float_scale_subgraph_is_bit_exact_in_onnxruntime_and_quanta(fmt, shape,
     rows[0, 32] = np.float32(2.0**f.emax)
     x = np.ascontiguousarray(np.moveaxis(xm, -1, 1 if axis_op == "Conv" else -1))
     axis = 1 if axis_op == "Conv" else -1
-    want = mx.dequantize_mx(*mx.quantize_mx(x, f, axis=axis), axis=axis)
+    if mode == "ceil":  # blocks whose maximum lies past max_elem · 2^(e − emax) (eq. (MX3c))
+        rows = np.moveaxis(x, axis, -1).reshape(-1, K)
+        lim = np.float32(f.max_norm * 2.0**3)
+        rows[1, :32] = lim * np.linspace(-1.0, 1.07, 32, dtype=np.float32)  # past the limit
+        rows[2, :32] = lim * np.linspace(-1.0, 0.5, 32, dtype=np.float32)  # at it: no step
+        x = np.ascontiguousarray(np.moveaxis(rows.reshape(np.moveaxis(x, axis, -1).shape), -1, axis))
+    want = mx.dequantize_mx(*mx.quantize_mx(x, f, axis=axis, mode=mode), axis=axis)
     theirs = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"x": x}
     )[0]

@@ -132,10 +132,12 @@ def _quantize_mx_kernel(
 
 @register_binder("QuantizeMX", QUANTA_DOMAIN)
 def bind_quantize_mx(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """float32 input, OCP rounding (the microxcaling mode runs on the reference twin)."""
+    """float32 input, OCP rounding (the ceil and microxcaling modes run on the reference twin)."""
     del model
     if node.attrs.get("mode", "ocp") != "ocp":
-        return None, "native QuantizeMX rounds as the OCP rule only (mode='microxcaling' is the twin's)"
+        return None, (
+            f"native QuantizeMX computes the OCP scale (MX3) only (mode={node.attrs.get('mode')!r} is the twin's)"
+        )
     if int(node.attrs.get("output_dtype", 3)) not in mxref._ONNX_FORMATS:
         return None, f"native QuantizeMX: output_dtype {node.attrs.get('output_dtype')} is no MX element type"
     return Kernel(_quantize_mx_kernel, "native", "native:mx_quantize"), ""
