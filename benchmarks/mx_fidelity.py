@@ -108,7 +108,12 @@ def _float_cast_weights(src: onnx.ModelProto, dtype, keep_float: tuple[str, ...]
 
 
 def _quantized_outputs(
-    src: onnx.ModelProto, cfg: str, feeds, check_quanta: int, keep_float: tuple[str, ...] = ()
+    src: onnx.ModelProto,
+    cfg: str,
+    feeds,
+    check_quanta: int,
+    keep_float: tuple[str, ...] = (),
+    overrides: dict | None = None,
 ) -> tuple[np.ndarray, str, str]:
     if cfg in FLOORS:
         return _run(_ort(_float_cast_weights(src, FLOORS[cfg], keep_float)), feeds), "ort", ""
@@ -116,16 +121,18 @@ def _quantized_outputs(
     ort_ok = all(t is None or MX_ELEMENTS[t] in ORT_ELEMS for t in (wt, at))
     note = ""
     if ort_ok:
-        q, _ = quantize_mx_model(src, wt, at, form="float-scale", mode=mode, exclude=keep_float)
+        q, _ = quantize_mx_model(
+            src, wt, at, form="float-scale", mode=mode, exclude=keep_float, overrides=overrides
+        )
         got = _run(_ort(q), feeds)
         runner = "ort"
         if check_quanta:
-            qe, _ = quantize_mx_model(src, wt, at, mode=mode, exclude=keep_float)
+            qe, _ = quantize_mx_model(src, wt, at, mode=mode, exclude=keep_float, overrides=overrides)
             s = quanta.InferenceSession(qe, backend="native")
             ours = _run(s, feeds[:check_quanta])
             note = f"  | quanta e8m0 vs ORT float-scale, {check_quanta} batches: max |diff| {np.abs(ours - got[: len(ours)]).max():.3g}"
     else:
-        qe, _ = quantize_mx_model(src, wt, at, mode=mode, exclude=keep_float)
+        qe, _ = quantize_mx_model(src, wt, at, mode=mode, exclude=keep_float, overrides=overrides)
         got = _run(quanta.InferenceSession(qe, backend="native"), feeds)
         runner = "quanta"
     return got, runner, note
@@ -139,6 +146,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--zoo-n", type=int, default=24)
     ap.add_argument("--check-quanta", type=int, default=2, help="batches also run by quanta (0: none)")
     ap.add_argument(
+        "--mxint8-at",
+        default="",
+        help="comma-separated node names (or regular expressions) cast to MXINT8 w + a whatever the format: "
+        "quantize_mx_model's overrides",
+    )
+    ap.add_argument(
         "--keep-float",
         default="",
         help="comma-separated node names (or regular expressions) left float32: quantize_mx_model's exclude",
@@ -146,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     cache = Path("~/.cache/quanta-bench").expanduser()
     keep_float = tuple(p for p in args.keep_float.split(",") if p)
+    overrides = {p: ("mxint8", "mxint8") for p in args.mxint8_at.split(",") if p}
     for name in args.models.split(","):
         t0 = time.perf_counter()
         if name == "efficientnet_lite0":
@@ -178,7 +192,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: {sum(len(next(iter(f.values()))) for f in feeds)} samples, FP32 by ORT", flush=True)
         for cfg in args.formats.split(","):
             try:
-                got, runner, note = _quantized_outputs(src, cfg, feeds, args.check_quanta, keep_float)
+                got, runner, note = _quantized_outputs(
+                    src, cfg, feeds, args.check_quanta, keep_float, overrides
+                )
                 print(f"  {cfg:<14} ({runner:>6}) {_metrics(kind, ref, got)}{note}", flush=True)
             except Exception as e:  # a model a format cannot express: say so, go on
                 print(f"  {cfg:<14} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
