@@ -47,9 +47,11 @@ __all__ = [
     "dequantize_mx",
     "dq_scale_codes",
     "element_integers",
+    "matmul_mx_op",
     "mx_conv",
     "mx_format",
     "mx_gemm",
+    "ocp_codes",
     "quantize_mx",
     "quantize_mx_op",
     "scale_exponents",
@@ -511,3 +513,54 @@ def quantize_mx_op(
     fmt = mx_format(_ONNX_FORMATS[output_dtype])
     el, codes = quantize_mx(x.astype(np.float32), fmt, axis=axis, block=block_size, mode=mode)
     return el, dq_scale_codes(codes, fmt)
+
+
+def ocp_codes(dq_codes: np.ndarray, fmt: MXFormat | str) -> np.ndarray:
+    """The inverse of :func:`dq_scale_codes`: a DequantizeLinear scale -> OCP E8M0 codes
+    (MXINT8: code + 6; an MXINT8 code 0 stands for OCP codes 0..6, read as 6)."""
+    f = fmt if isinstance(fmt, MXFormat) else mx_format(fmt)
+    c = np.asarray(dq_codes).view(np.uint8).astype(np.int64)
+    if not f.is_int:
+        return c.astype(np.uint8).view(E8M0)
+    return np.where(c == 255, 255, np.minimum(c + 6, 254)).astype(np.uint8).view(E8M0)
+
+
+@register("MatMulMX", "quanta")
+def matmul_mx_op(
+    ctx: OpContext,
+    x: np.ndarray,
+    w: np.ndarray,
+    w_scale: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    k_block: int = 32,
+    x_dtype: int = TensorProto.INT8,
+    mode: str = "ocp",
+) -> np.ndarray:
+    """quanta::MatMulMX: ``x [..., K]`` float32, MX-quantized at run time along K
+    (``x_dtype``, ``mode`` as quanta::QuantizeMX), times MX weights ``w [K, N]`` blocked
+    along K with DequantizeLinear scales ``w_scale [ceil(K / k_block), N]``
+    (:func:`dq_scale_codes`), plus ``bias [N]``: eqs. (MX5)-(MX6) through :func:`mx_gemm`.
+    What ``MatMul(DQ(QuantizeMX(x)), DQ(w))`` computes, with the block dot products exact
+    and summed in float32 in block order (the float MatMul sums the dequantized products
+    instead: the two differ by float32 rounding)."""
+    del ctx
+    if x_dtype not in _ONNX_FORMATS:
+        raise OpError(
+            f"x_dtype: expected an MX element type (ONNX codes {sorted(_ONNX_FORMATS)}), got {x_dtype}"
+        )
+    x = np.asarray(x, np.float32)
+    w = np.asarray(w)
+    if x.ndim < 1 or w.ndim != 2 or x.shape[-1] != w.shape[0]:
+        raise OpError(f"MatMulMX: expected x [..., K] and w [K, N], got {list(x.shape)} and {list(w.shape)}")
+    fx = mx_format(_ONNX_FORMATS[x_dtype])
+    fw = _fmt_of(w, None)
+    K, N = w.shape
+    nb = -(-K // k_block)
+    if np.shape(w_scale) != (nb, N):
+        raise OpError(
+            f"MatMulMX: w_scale: expected shape [{nb}, {N}] (k_block {k_block}), got {list(np.shape(w_scale))}"
+        )
+    xe, xs = quantize_mx(x.reshape(-1, K), fx, axis=-1, block=k_block, mode=mode)
+    y = mx_gemm(xe, xs, w, ocp_codes(w_scale, fw), k_block, fx, fw, bias)
+    return y.reshape((*x.shape[:-1], N))

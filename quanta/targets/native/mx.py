@@ -20,7 +20,14 @@ from quanta.kernels.reference.registry import OpError
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
 
-__all__ = ["bind_quantize_mx", "mx_conv", "mx_matmul", "pack_mx_weights", "quantize_mx_native"]
+__all__ = [
+    "bind_matmul_mx",
+    "bind_quantize_mx",
+    "mx_conv",
+    "mx_matmul",
+    "pack_mx_weights",
+    "quantize_mx_native",
+]
 
 QUANTA_DOMAIN = "quanta"
 
@@ -141,3 +148,68 @@ def bind_quantize_mx(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if int(node.attrs.get("output_dtype", 3)) not in mxref._ONNX_FORMATS:
         return None, f"native QuantizeMX: output_dtype {node.attrs.get('output_dtype')} is no MX element type"
     return Kernel(_quantize_mx_kernel, "native", "native:mx_quantize"), ""
+
+
+# --------------------------------------------------------------------------------------
+# quanta::MatMulMX (passes/lower/mx.py) on the MX GEMM kernel
+# --------------------------------------------------------------------------------------
+
+
+def _matmul_mx_native(
+    ctx: Any,
+    x: Any,
+    *rest: Any,
+    packed: Any,
+    x_fmt: str,
+    k: int,
+    n: int,
+    k_block: int = 32,
+    x_dtype: int = 3,
+    mode: str = "ocp",
+) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype != np.float32 or x.ndim < 1 or x.shape[-1] != k:
+        return mxref.matmul_mx_op(ctx, x, *rest, k_block=k_block, x_dtype=x_dtype, mode=mode)
+    from quanta.targets.native._values import threads
+
+    y = mx_matmul(x.reshape(-1, k), x_fmt, packed, None, num_threads=threads(ctx))
+    return y.reshape((*x.shape[:-1], n))
+
+
+@register_binder("MatMulMX", QUANTA_DOMAIN)
+def bind_matmul_mx(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Constant MX weights and scales, OCP mode, a format pair whose block dots stay exact
+    in the kernel (float64 below 2^53); packs the weights once."""
+    del model
+    from quanta.targets.native._values import const_of
+
+    w, s = const_of(node.input(1)), const_of(node.input(2))
+    if w is None or s is None or (len(node.inputs) > 3 and node.input(3) is not None):
+        return None, "native MatMulMX takes constant weights and scales and no bias"
+    mode = node.attrs.get("mode", "ocp")
+    if mode != "ocp":
+        return None, f"native MatMulMX quantizes x as the OCP rule (MX3) only (mode={mode!r} is the twin's)"
+    x_fmt = mxref._ONNX_FORMATS.get(int(node.attrs.get("x_dtype", 3)))
+    try:
+        fw = _fmt_of(w)
+    except ValueError as e:
+        return None, str(e)
+    if x_fmt is None or w.ndim != 2:
+        return None, "native MatMulMX takes an MX x_dtype and a rank-2 weight"
+    block = int(node.attrs.get("k_block", 32))
+    fx = mxref.mx_format(x_fmt)
+    if fw.is_int and not fx.is_int:
+        # the kernel packs MXINT8 weights for its int8 path only; its float path would
+        # read float weights that were never packed
+        return None, f"native MatMulMX: MXINT8 weights with {fx.name} activations have no native kernel"
+    if mxref._bound(fx) * mxref._bound(fw) * block >= 2**53:
+        return None, f"native MatMulMX: {fx.name} x {fw.name} block dots exceed the kernel's exact range"
+    k, n = w.shape
+    if s.shape != (-(-k // block), n):
+        return (
+            None,
+            f"native MatMulMX: w_scale {list(s.shape)} does not fit w {list(w.shape)} / block {block}",
+        )
+    packed = pack_mx_weights(w, mxref.ocp_codes(s, fw), fw.name, block)
+    params = {"packed": packed, "x_fmt": fx.name, "k": k, "n": n}
+    return Kernel(_matmul_mx_native, "native", f"native:mx_matmul_{fx.name}x{fw.name}", params=params), ""
