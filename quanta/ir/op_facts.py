@@ -489,6 +489,16 @@ FACTS = OpTable(
         Op("QuantizeMX", QUANTA, quant=True, stages=QDQ_AND_LOWERED, island=False),
         # MX activations times MX weights, float32 out (passes/lower/mx.py)
         Op(
+            "ConvMX",
+            QUANTA,
+            shape_only=True,
+            weights=(1,),
+            quant=True,
+            stages=LOWERED_ONLY,
+            macs=MacKind.CONV,
+            integer_op=True,
+        ),
+        Op(
             "MatMulMX",
             QUANTA,
             shape_only=True,

@@ -148,3 +148,76 @@ def test_the_rule_knows_every_mx_element_type():
     from quanta.passes.lower import mx as lower_mx
 
     assert {f.dtype for f in mx.MX_FORMATS.values()} == set(lower_mx._MX_ELEMENT_DTYPES)
+
+
+def _convnet(rng, C: int = 37, n_out: int = 11) -> onnx.ModelProto:
+    """x [2, C, 9, 8] -> Conv C->n_out 3x3 (stride 2, pads 1,0,2,1, bias) and Conv C->7 1x1
+    (dilation 1, no bias) on the same x, and a depthwise Conv that stays float."""
+    w1 = rng.standard_normal((n_out, C, 3, 3)).astype(np.float32)
+    w2 = (rng.standard_normal((7, C, 1, 1)) * np.exp(rng.uniform(-3, 3, (7, 1, 1, 1)))).astype(np.float32)
+    dw = rng.standard_normal((C, 1, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["y1"], strides=[2, 2], pads=[1, 0, 2, 1], name="c1"),
+        helper.make_node("Conv", ["x", "w2"], ["y2"], name="c2"),
+        helper.make_node("Conv", ["x", "dw"], ["y3"], group=C, pads=[1, 1, 1, 1], name="dw"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, C, 9, 8])],
+        [
+            helper.make_tensor_value_info("y1", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("y2", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("y3", TensorProto.FLOAT, None),
+        ],
+        [
+            numpy_helper.from_array(w1, "w1"),
+            numpy_helper.from_array(rng.standard_normal(n_out).astype(np.float32), "b1"),
+            numpy_helper.from_array(w2, "w2"),
+            numpy_helper.from_array(dw, "dw"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("wt,at", PAIRS[:3])
+def test_lowered_conv_is_the_golden_mx_conv_and_native_matches(wt, at):
+    rng = np.random.default_rng(26)
+    src = _convnet(rng)
+    q, summary = quantize_mx_model(src, wt, at)
+    assert summary.quantized == ["c1", "c2"]
+    model = from_proto(q)
+    PassManager(lower_qdq(opset=model.opset()), verify=True).run(model)
+    assert sorted(n.op_type for n in model.graph.nodes) == ["Conv", "ConvMX", "ConvMX"]
+    x = (rng.standard_normal((2, 37, 9, 8)) * np.exp(rng.uniform(-5, 5, (2, 1, 9, 8)))).astype(np.float32)
+    w = {t.name: numpy_helper.to_array(t) for t in src.graph.initializer}
+    xe, xs = mx.quantize_mx(x, at, axis=1)
+    we1, ws1 = mx.quantize_mx(w["w1"], wt, axis=1)
+    we2, ws2 = mx.quantize_mx(w["w2"], wt, axis=1)
+    want1 = mx.mx_conv(xe, xs, we1, ws1, bias=w["b1"], pads=(1, 0, 2, 1), strides=(2, 2))
+    want2 = mx.mx_conv(xe, xs, we2, ws2)
+    ref = quanta.InferenceSession(q, backend="reference").run(None, {"x": x})
+    assert np.array_equal(ref[0], want1) and np.array_equal(ref[1], want2)
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            so = SessionOptions()
+            so.intra_op_num_threads = 2
+            s = quanta.InferenceSession(q, so, backend="native")
+            assert not [f for f in s.fallbacks if f[1] == "ConvMX"], s.fallbacks
+            got = s.run(None, {"x": x})
+            assert np.array_equal(got[0], want1) and np.array_equal(got[1], want2), isa
+            assert np.array_equal(got[2], ref[2]) or np.allclose(got[2], ref[2], rtol=1e-5, atol=1e-4)
+    finally:
+        _native.clear_isa()
+
+
+def test_conv_mx_refuses_bad_shapes_clearly():
+    rng = np.random.default_rng(27)
+    we, ws = mx.quantize_mx(rng.standard_normal((4, 5, 3, 3)).astype(np.float32), "i8", axis=1)
+    with pytest.raises(Exception, match=r"expected x \[N, C, H, W\] and w \[O, C, kh, kw\]"):
+        mx.conv_mx_op(None, np.zeros((1, 6, 5, 5), np.float32), we, mx.dq_scale_codes(ws, "i8"))
+    with pytest.raises(Exception, match=r"w_scale: expected shape \[4, 1, 3, 3\]"):
+        mx.conv_mx_op(None, np.zeros((1, 5, 5, 5), np.float32), we, mx.dq_scale_codes(ws, "i8")[:, :, :1])

@@ -44,6 +44,7 @@ from quanta.kernels.reference.registry import OpContext, OpError, register
 __all__ = [
     "MX_FORMATS",
     "MXFormat",
+    "conv_mx_op",
     "dequantize_mx",
     "dq_scale_codes",
     "element_integers",
@@ -564,3 +565,60 @@ def matmul_mx_op(
     xe, xs = quantize_mx(x.reshape(-1, K), fx, axis=-1, block=k_block, mode=mode)
     y = mx_gemm(xe, xs, w, ocp_codes(w_scale, fw), k_block, fx, fw, bias)
     return y.reshape((*x.shape[:-1], N))
+
+
+@register("ConvMX", "quanta")
+def conv_mx_op(
+    ctx: OpContext,
+    x: np.ndarray,
+    w: np.ndarray,
+    w_scale: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    k_block: int = 32,
+    x_dtype: int = TensorProto.INT8,
+    mode: str = "ocp",
+    pads: tuple[int, ...] = (0, 0, 0, 0),
+    strides: tuple[int, ...] = (1, 1),
+    dilations: tuple[int, ...] = (1, 1),
+) -> np.ndarray:
+    """quanta::ConvMX: 2-D convolution (group 1) of ``x [N, C, H, W]`` float32, MX-quantized
+    at run time along C (``x_dtype``, ``mode`` as quanta::QuantizeMX), and MX weights
+    ``w [O, C, kh, kw]`` blocked along C with DequantizeLinear scales ``w_scale [O,
+    ceil(C / k_block), kh, kw]``, plus ``bias [O]``: eq. (MX7) through :func:`mx_conv`.
+    ``pads`` = (top, left, bottom, right) as ONNX."""
+    del ctx
+    if x_dtype not in _ONNX_FORMATS:
+        raise OpError(
+            f"x_dtype: expected an MX element type (ONNX codes {sorted(_ONNX_FORMATS)}), got {x_dtype}"
+        )
+    x = np.asarray(x, np.float32)
+    w = np.asarray(w)
+    if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1]:
+        raise OpError(
+            f"ConvMX: expected x [N, C, H, W] and w [O, C, kh, kw], got {list(x.shape)} and {list(w.shape)}"
+        )
+    n_out, C, kh, kw = w.shape
+    want = (n_out, -(-C // k_block), kh, kw)
+    if np.shape(w_scale) != want:
+        raise OpError(
+            f"ConvMX: w_scale: expected shape {list(want)} (k_block {k_block}), got {list(np.shape(w_scale))}"
+        )
+    if len(pads) != 4 or len(strides) != 2 or len(dilations) != 2:
+        raise OpError("ConvMX: expected 4 pads, 2 strides and 2 dilations (a 2-D convolution)")
+    fx = mx_format(_ONNX_FORMATS[x_dtype])
+    fw = _fmt_of(w, None)
+    xe, xs = quantize_mx(x, fx, axis=1, block=k_block, mode=mode)
+    return mx_conv(
+        xe,
+        xs,
+        w,
+        ocp_codes(w_scale, fw),
+        k_block,
+        bias,
+        tuple(int(p) for p in pads),  # type: ignore[arg-type]
+        tuple(int(s) for s in strides),  # type: ignore[arg-type]
+        tuple(int(d) for d in dilations),  # type: ignore[arg-type]
+        fx,
+        fw,
+    )
