@@ -487,6 +487,26 @@ FACTS = OpTable(
         ),
         # run-time MX quantization of an activation (quanta.kernels.reference.mx)
         Op("QuantizeMX", QUANTA, quant=True, stages=QDQ_AND_LOWERED, island=False),
+        # MX activations times MX weights, float32 out (passes/lower/mx.py)
+        Op(
+            "ConvMX",
+            QUANTA,
+            shape_only=True,
+            weights=(1,),
+            quant=True,
+            stages=LOWERED_ONLY,
+            macs=MacKind.CONV,
+            integer_op=True,
+        ),
+        Op(
+            "MatMulMX",
+            QUANTA,
+            shape_only=True,
+            quant=True,
+            stages=LOWERED_ONLY,
+            macs=MacKind.MATMUL,
+            integer_op=True,
+        ),
         # the integer-only stage (passes/lower/integer_only.py; npu-sim's device operators,
         # targets/npu_sim/rules.OPS): integer compute wherever it appears
         Op("IntConv", INT_ONLY, weights=(1,), macs=MacKind.CONV, integer_op=True),

@@ -105,22 +105,37 @@ def quantize_mx_model(
     mode: str = "ocp",
     op_types: frozenset[str] = frozenset({"MatMul", "Gemm", "Conv"}),
     exclude: tuple[str, ...] = (),
+    overrides: dict[str, tuple[str | None, str | None]] | None = None,
 ) -> tuple[onnx.ModelProto, MXSummary]:
     """Direct-cast MX quantization (module docstring). ``weight_type`` /
     ``activation_type``: mxfp8_e4m3, mxfp8_e5m2, mxint8, mxfp4 (mxfp6_e3m2 / mxfp6_e2m3
     only for activations in the e8m0 form is not offered: ONNX has no float6
     DequantizeLinear), or None for float. ``mode``: the rounding of
-    :func:`quanta.kernels.reference.mx.quantize_mx` ("ocp" or "microxcaling")."""
+    :func:`quanta.kernels.reference.mx.quantize_mx`: "ocp" (eq. (MX3)), "ceil" (eq. (MX3c):
+    the shared exponent one step up where a block's maximum would saturate) or
+    "microxcaling". ``overrides``: node name (or regular expression, the first that
+    matches) -> ``(weight_type, activation_type)`` for that node instead of the defaults,
+    e.g. MXINT8 islands in an MXFP8 model; ``exclude`` still wins (the node stays float)."""
     if form not in ("e8m0", "float-scale"):
         raise ValueError(f"quantize_mx_model: form must be 'e8m0' or 'float-scale', got {form!r}")
     if block_size <= 0:
         raise ValueError(f"quantize_mx_model: block_size must be positive, got {block_size}")
-    if form == "float-scale" and mode != "ocp":
+    if mode not in ("ocp", "ceil", "microxcaling"):
+        raise ValueError(f"quantize_mx_model: mode must be 'ocp', 'ceil' or 'microxcaling', got {mode!r}")
+    if form == "float-scale" and mode == "microxcaling":
         raise ValueError(
-            "quantize_mx_model: the float-scale form's activation subgraph rounds as the OCP rule only"
+            "quantize_mx_model: the float-scale form's activation subgraph rounds as the OCP rule "
+            "(mode 'ocp' or 'ceil'), not as microxcaling"
         )
     we, ae = _elem(weight_type), _elem(activation_type)
-    for what, e, t in (("weight_type", we, weight_type), ("activation_type", ae, activation_type)):
+    over = {p: (_elem(w), _elem(a)) for p, (w, a) in (overrides or {}).items()}
+    choices = [("weight_type", we, weight_type), ("activation_type", ae, activation_type)]
+    for p, (w, a) in (overrides or {}).items():
+        choices += [
+            (f"overrides[{p!r}] weight", over[p][0], w),
+            (f"overrides[{p!r}] activation", over[p][1], a),
+        ]
+    for what, e, t in choices:
         if e is not None and e not in _DQ_ELEMS:
             raise ValueError(f"{what}: {t} has no ONNX DequantizeLinear (ONNX has no float6 input type)")
         if e is not None and form == "float-scale" and e not in ORT_ELEMS:
@@ -136,9 +151,11 @@ def quantize_mx_model(
     _constants_to_initializers(g)
     inits = {t.name: t for t in g.initializer}
     summary = MXSummary(weight_type, activation_type, block_size, form)
+    we0, ae0 = we, ae
     new_nodes: list[onnx.NodeProto] = []
     new_inits: list[onnx.TensorProto] = []
-    act_cache: dict[tuple[str, int], str] = {}
+    act_cache: dict[tuple[str, int, str], str] = {}
+    any_act = False
     used = {n for node in g.node for n in (*node.input, *node.output)} | set(inits)
 
     def fresh(base: str) -> str:
@@ -156,6 +173,12 @@ def quantize_mx_model(
                 summary.skipped[node.name or node.output[0]] = reason
             new_nodes.append(node)
             continue
+        we, ae = _node_types(node, over, default=(we0, ae0))
+        if we is None and ae is None:
+            summary.skipped[node.name or node.output[0]] = "float by overrides"
+            new_nodes.append(node)
+            continue
+        any_act |= ae is not None
         w_axis, x_axis = _axes(node)
         K = _reduction_length(node, inits)
         if we is not None:
@@ -168,7 +191,7 @@ def quantize_mx_model(
             new_inits.extend(inits_w)
             node.input[1] = wname
         if ae is not None:
-            key = (node.input[0], x_axis)
+            key = (node.input[0], x_axis, ae)
             if key not in act_cache:
                 if form == "e8m0":
                     nodes_a, inits_a, aname = _dq_activation(
@@ -177,7 +200,7 @@ def quantize_mx_model(
                 else:
                     perm = {("Conv", 1): [0, 2, 3, 1], ("Gemm", 0): [1, 0]}.get((node.op_type, x_axis))
                     nodes_a, inits_a, aname = _activation_subgraph(
-                        node.input[0], ae, perm, K, block_size, fresh
+                        node.input[0], ae, perm, K, block_size, fresh, ceil=mode == "ceil"
                     )
                 new_nodes.extend(nodes_a)
                 new_inits.extend(inits_a)
@@ -192,11 +215,24 @@ def quantize_mx_model(
     keep = [t for t in g.initializer if t.name in live]
     del g.initializer[:]
     g.initializer.extend(keep)
-    if ae is not None and form == "e8m0" and not any(o.domain == QUANTA_DOMAIN for o in proto.opset_import):
+    if any_act and form == "e8m0" and not any(o.domain == QUANTA_DOMAIN for o in proto.opset_import):
         proto.opset_import.append(helper.make_opsetid(QUANTA_DOMAIN, 1))
     ops = list(proto.opset_import)
     proto.ir_version = max(proto.ir_version, helper.find_min_ir_version_for(ops, ignore_unknown=True))
     return proto, summary
+
+
+def _node_types(
+    node: onnx.NodeProto,
+    over: dict[str, tuple[str | None, str | None]],
+    default: tuple[str | None, str | None],
+) -> tuple[str | None, str | None]:
+    import re
+
+    for p, types in over.items():
+        if node.name == p or (node.name and re.fullmatch(p, node.name)):
+            return types
+    return default
 
 
 def _constants_to_initializers(g: onnx.GraphProto) -> None:
@@ -345,14 +381,15 @@ def _dq_activation(x, elem, axis, block, form, mode, fresh):
     raise AssertionError("the float-scale form builds its activations with _activation_subgraph")
 
 
-def _activation_subgraph(x, elem, perm, K, block, fresh):
+def _activation_subgraph(x, elem, perm, K, block, fresh, ceil=False):
     """QuantizeMX + DequantizeLinear in standard operators (opset 21), for ONNX Runtime.
 
     The block axis is brought last (``perm``, inverted at the end), padded to whole
     blocks and viewed as [R, nb, B]; amax = ReduceMax(Abs), raised to 2^-149 (an all-zero
     block then clamps to 2^-127 as eq. (MX3)); e = floor(log2 amax) from Log, corrected
     by one step each way against Pow(2, e) (exact for integer e); X = Pow(2, clamp(e −
-    emax, −127, 127)) (MXINT8: times 2^-6); QuantizeLinear(x, X, block_size) rounds half
+    emax, −127, 127)) (MXINT8: times 2^-6; with ``ceil``, e − emax one step up where
+    amax > max_elem · 2^(e − emax), eq. (MX3c)); QuantizeLinear(x, X, block_size) rounds half
     to even and saturates (float8: saturate=1; int8: then Clip to [−127, 127]).
     The one difference from eq. (MX3): a block with a NaN or an infinity gets no NaN
     scale (ONNX's QuantizeLinear saturates it).
@@ -389,7 +426,13 @@ def _activation_subgraph(x, elem, perm, K, block, fresh):
     p2 = node("Mul", [p, const(2.0)])
     too_small = node("Cast", [node("LessOrEqual", [p2, amax])], to=TensorProto.FLOAT)
     e = node("Add", [node("Sub", [e0, too_big]), too_small])
-    e = node("Clip", [node("Sub", [e, const(float(f.emax))]), const(-127.0), const(127.0)])
+    e = node("Sub", [e, const(float(f.emax))])
+    if ceil:
+        # eq. (MX3c): one step up where amax > max_elem · 2^e (exact: a power of two times
+        # max_elem; where 2^e underflows, e is far below the clamp)
+        lim = node("Mul", [node("Pow", [const(2.0), e]), const(np.float32(f.max_norm))])
+        e = node("Add", [e, node("Cast", [node("Greater", [amax, lim])], to=TensorProto.FLOAT)])
+    e = node("Clip", [e, const(-127.0), const(127.0)])
     if f.is_int:
         e = node("Sub", [e, const(6.0)])
     scale = node("Pow", [const(2.0), e])  # [R, nb]

@@ -33,7 +33,7 @@ _QUANT = {
     "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
     "MatMulInteger", "ConvInteger", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
     "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "AccumulatorToFloat",
-    "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "QuantizeMX",
+    "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "QuantizeMX", "MatMulMX", "ConvMX",
 }  # fmt: skip
 #: the elementwise activations lowering turns into a 256-entry table (quanta QLinearLookup)
 _TABLED = (
@@ -77,7 +77,7 @@ PINNED = {
         "DynamicQuantizeMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearAveragePool",
         "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
         "DynamicQuantizeLSTM", "QAttention", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8",
-        "IntConv", "IntMatMul", "IntRescale", "IntAdd", "IntMul", "IntLookup", "IntSoftmax", "IntLayerNorm",
+        "MatMulMX", "ConvMX", "IntConv", "IntMatMul", "IntRescale", "IntAdd", "IntMul", "IntLookup", "IntSoftmax", "IntLayerNorm",
         "IntGlobalAveragePool",
     },
     "quanta.passes.coverage.MAC_KIND": {
@@ -89,9 +89,10 @@ PINNED = {
         "LSTM": MacKind.RECURRENT, "GRU": MacKind.RECURRENT, "RNN": MacKind.RECURRENT,
         "DynamicQuantizeLSTM": MacKind.RECURRENT,
         "QLinearConv16": MacKind.CONV, "QLinearMatMul16": MacKind.MATMUL, "MatMulBf16": MacKind.MATMUL,
-        "IntConv": MacKind.CONV, "IntMatMul": MacKind.MATMUL,
+        "IntConv": MacKind.CONV, "IntMatMul": MacKind.MATMUL, "MatMulMX": MacKind.MATMUL,
+        "ConvMX": MacKind.CONV,
     },
-    "quanta.passes.coverage._CONV_WEIGHT": {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3, "QLinearConv16": 3, "IntConv": 1},
+    "quanta.passes.coverage._CONV_WEIGHT": {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3, "QLinearConv16": 3, "IntConv": 1, "ConvMX": 1},
     "quanta.passes.coverage.LOWER_RULE_OF": {
         "Conv": "LowerConv", "MatMul": "LowerMatMul", "Gemm": "LowerGemm", "Add": "LowerBinary",
         "Mul": "LowerBinary", "Concat": "LowerConcat", "AveragePool": "LowerPool",
@@ -141,7 +142,7 @@ PINNED = {
         "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu", "AccumulatorToFloat",
         "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "MlasLogistic", "MlasTanh",
-        "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "MatMulBf16",
+        "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "MatMulBf16", "MatMulMX", "ConvMX",
     },
     "quanta.targets.native.BLAS_OPS": {
         "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "RNN", "Attention",

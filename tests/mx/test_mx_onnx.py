@@ -125,9 +125,10 @@ def test_quanta_runs_the_e8m0_form(backend, wt, at):
     assert np.allclose(got, want, rtol=1e-4, atol=1e-3 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("mode", ["ocp", "ceil"])
 @pytest.mark.parametrize("fmt", ["mxint8", "mxfp8_e4m3", "mxfp8_e5m2"])
 @pytest.mark.parametrize("shape,axis_op", [((3, 77), "MatMul"), ((2, 35, 4, 3), "Conv")])
-def test_float_scale_subgraph_is_bit_exact_in_onnxruntime_and_quanta(fmt, shape, axis_op):
+def test_float_scale_subgraph_is_bit_exact_in_onnxruntime_and_quanta(fmt, shape, axis_op, mode):
     # a model whose output is the dequantized activation: ORT and quanta both give the
     # golden dequantize(quantize(x)) exactly, ties and extremes included
     rng = np.random.default_rng(3)
@@ -147,7 +148,7 @@ def test_float_scale_subgraph_is_bit_exact_in_onnxruntime_and_quanta(fmt, shape,
     )
     src = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     src.ir_version = 10
-    out, _ = quantize_mx_model(src, None, fmt, form="float-scale")
+    out, _ = quantize_mx_model(src, None, fmt, form="float-scale", mode=mode)
     onnx.checker.check_model(out, full_check=True)
     # expose the dequantized activation as the output
     act = next(n for n in out.graph.node if n.name == "op").input[0]
@@ -163,7 +164,13 @@ def test_float_scale_subgraph_is_bit_exact_in_onnxruntime_and_quanta(fmt, shape,
     rows[0, 32] = np.float32(2.0**f.emax)
     x = np.ascontiguousarray(np.moveaxis(xm, -1, 1 if axis_op == "Conv" else -1))
     axis = 1 if axis_op == "Conv" else -1
-    want = mx.dequantize_mx(*mx.quantize_mx(x, f, axis=axis), axis=axis)
+    if mode == "ceil":  # blocks whose maximum lies past max_elem · 2^(e − emax) (eq. (MX3c))
+        rows = np.moveaxis(x, axis, -1).reshape(-1, K)
+        lim = np.float32(f.max_norm * 2.0**3)
+        rows[1, :32] = lim * np.linspace(-1.0, 1.07, 32, dtype=np.float32)  # past the limit
+        rows[2, :32] = lim * np.linspace(-1.0, 0.5, 32, dtype=np.float32)  # at it: no step
+        x = np.ascontiguousarray(np.moveaxis(rows.reshape(np.moveaxis(x, axis, -1).shape), -1, axis))
+    want = mx.dequantize_mx(*mx.quantize_mx(x, f, axis=axis, mode=mode), axis=axis)
     theirs = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"x": x}
     )[0]
@@ -264,3 +271,33 @@ def test_weights_held_by_constant_nodes_are_quantized():
     wd = mx.dequantize_mx(*mx.quantize_mx(w, "i8", axis=0), axis=0).astype(np.float64)
     xd = mx.dequantize_mx(*mx.quantize_mx(x, "i8", axis=-1), axis=-1).astype(np.float64)
     assert np.allclose(got, xd @ wd, rtol=1e-5, atol=1e-5)
+
+
+def test_overrides_give_chosen_nodes_their_own_mx_types():
+    # MXINT8 islands in an MXFP8 model: conv1 MXINT8 w + a, mm float (None, None), the
+    # Gemm keeps the defaults; both forms carry the same types, and quanta (e8m0 form)
+    # and ONNX Runtime (float-scale form) compute the same values from them
+    rng = np.random.default_rng(8)
+    src = _model(rng)
+    over = {"conv.*": ("mxint8", "mxint8"), "mm": (None, None)}
+    outs = {}
+    for form in ("e8m0", "float-scale"):
+        out, summary = quantize_mx_model(src, "mxfp8_e4m3", "mxfp8_e4m3", form=form, overrides=over)
+        assert summary.quantized == ["conv1", "gemm"]
+        assert summary.skipped["mm"] == "float by overrides"
+        onnx.checker.check_model(out, full_check=True)
+        inits = {t.name: t for t in out.graph.initializer}
+        by_out = {o: n for n in out.graph.node for o in n.output}
+        nodes = {n.name: n for n in out.graph.node}
+        w_elem = {k: inits[by_out[nodes[k].input[1]].input[0]].data_type for k in ("conv1", "gemm")}
+        assert w_elem == {"conv1": TensorProto.INT8, "gemm": TensorProto.FLOAT8E4M3FN}
+        assert list(nodes["mm"].input) == ["h", "m"]
+        outs[form] = out
+    x = rng.standard_normal((2, 5, 6, 6)).astype(np.float32)
+    ours = quanta.InferenceSession(outs["e8m0"], backend="reference").run(None, {"x": x})[0]
+    theirs = ort.InferenceSession(
+        outs["float-scale"].SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, {"x": x})[0]
+    assert np.allclose(ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max())
+    with pytest.raises(ValueError, match="MX type: unknown 'int3'"):
+        quantize_mx_model(src, "mxint8", "mxint8", overrides={"mm": ("int3", None)})

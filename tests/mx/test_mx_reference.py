@@ -116,6 +116,31 @@ def test_saturation_and_shared_scale(name):
 
 
 @pytest.mark.parametrize("name", FORMATS)
+def test_ceil_mode_moves_the_scale_up_only_where_the_maximum_would_saturate(name):
+    # eq. (MX3c): amax just under 2^(k+1) (past max_elem · 2^(k − emax)) takes the scale
+    # 2^(k + 1 − emax) and keeps its value; amax exactly max_elem · 2^(k − emax) keeps the
+    # OCP scale; below that both modes agree bit for bit
+    f = mx.MX_FORMATS[name]
+    k = 3
+    over = np.float32(np.nextafter(np.float32(2.0 ** (k + 1)), np.float32(0)))
+    at = np.float32(f.max_norm * 2.0 ** (k - f.emax))
+    x = np.array(
+        [[over, -0.3, 2.0**k, 0.0], [at, -0.3, 0.7, 1e-3], [1.5 * 2.0**k, 0.1, -0.2, 0.0]], np.float32
+    )
+    el, sc = mx.quantize_mx(x, f, axis=1, block=4, mode="ceil")
+    codes = sc.view(np.uint8)[:, 0].astype(int)
+    assert list(codes) == [128 + k - f.emax, 127 + k - f.emax, 127 + k - f.emax]
+    d = mx.dequantize_mx(el, sc, axis=1, block=4)
+    assert d[0, 0] == 2.0 ** (k + 1) and d[1, 0] == at
+    ocp = mx.quantize_mx(x, f, axis=1, block=4)
+    assert np.array_equal(el[1:].view(np.uint8), ocp[0][1:].view(np.uint8))
+    assert np.array_equal(sc[1:].view(np.uint8), ocp[1][1:].view(np.uint8))
+    # the edge blocks as (MX3): zero block code 0, NaN/Inf blocks the NaN code
+    e = mx.scale_exponents(np.array([[0.0, 0.0], [np.nan, 1.0], [1e-45, 0.0]], np.float32), f, 1, 2, "ceil")
+    assert list(e[:, 0]) == [-127, 128, -127]
+
+
+@pytest.mark.parametrize("name", FORMATS)
 def test_edge_blocks(name):
     f = mx.MX_FORMATS[name]
     tiny = np.float32(2.0**-140)  # a float32 subnormal
@@ -276,7 +301,7 @@ def test_conv_equals_gemm_of_taps_and_float64():
 def test_bad_arguments_have_clear_errors():
     with pytest.raises(ValueError, match="unknown MX element format 'fp7'"):
         mx.mx_format("fp7")
-    with pytest.raises(ValueError, match="mode must be 'ocp' or 'microxcaling'"):
+    with pytest.raises(ValueError, match="mode must be 'ocp', 'ceil' or 'microxcaling'"):
         mx.quantize_mx(np.ones(4, np.float32), "i8", mode="torch")
     with pytest.raises(ValueError, match=r"expected A \[M, K\] and B \[K, N\]"):
         mx.mx_gemm(np.zeros((2, 3), np.int8), None, np.zeros((4, 2), np.int8), None)

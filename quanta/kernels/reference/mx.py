@@ -13,6 +13,11 @@ Math: docs/quantization-math.md section 11, eqs. (MX1)-(MX7).
   both exponents are ``floor(log2(.))`` evaluated in float32 (a value a few ulp below
   2^k then counts as 2^k: a coarser scale or quantum), and an all-zero block gets the
   exponent ``clamp(-126 - emax, -127)`` (from its ``log2(x + FP32_MIN_NORMAL)``).
+- ``mode="ceil"`` keeps the OCP rounding and takes the shared exponent one step above
+  (MX3) in a block whose maximum would saturate (eq. (MX3c)):
+  ``e = clamp(ceil(log2(amax / max_elem)), -127, 127)``, so no finite element clips (the
+  rule of NVIDIA's MXFP8 recipe). It matters for FP8 E4M3 (the top 1/8 of a binade
+  clips under (MX3): up to 12.5 % off a block's largest value), hardly for INT8.
 - :func:`dequantize_mx`: ``x = fl32(decode(P) · X)`` (eq. (MX1)), the ONNX
   DequantizeLinear of a float8e8m0 scale.
 - :func:`mx_gemm` / :func:`mx_conv`: exact integer block dot products, then the
@@ -39,12 +44,15 @@ from quanta.kernels.reference.registry import OpContext, OpError, register
 __all__ = [
     "MX_FORMATS",
     "MXFormat",
+    "conv_mx_op",
     "dequantize_mx",
     "dq_scale_codes",
     "element_integers",
+    "matmul_mx_op",
     "mx_conv",
     "mx_format",
     "mx_gemm",
+    "ocp_codes",
     "quantize_mx",
     "quantize_mx_op",
     "scale_exponents",
@@ -147,16 +155,22 @@ def _exponents(b: np.ndarray, f: MXFormat, mode: str) -> np.ndarray:
     if mode == "ocp":
         e = _floor_log2_exact(np.where(zero, 1.0, amax)) - f.emax
         e = np.where(zero, -127, e)
+    elif mode == "ceil":
+        # the smallest power of two under which the block's maximum does not saturate:
+        # one step above (MX3) when amax / 2^e lies past the largest element
+        e = _floor_log2_exact(np.where(zero, 1.0, amax)) - f.emax
+        e = e + (amax.astype(np.float64) > np.ldexp(f.max_norm, e.astype(np.int32)))
+        e = np.where(zero, -127, e)
     elif mode == "microxcaling":
         e = _floor_log2_f32(np.where(zero, np.float32(2.0**-126), amax)) - f.emax
     else:
-        raise ValueError(f"quantize_mx: mode must be 'ocp' or 'microxcaling', got {mode!r}")
+        raise ValueError(f"quantize_mx: mode must be 'ocp', 'ceil' or 'microxcaling', got {mode!r}")
     e = np.clip(e, -127, 127)
     return np.where(bad, 128, e)
 
 
 def _round(v: np.ndarray, mode: str) -> np.ndarray:
-    if mode == "ocp":
+    if mode != "microxcaling":
         return np.rint(v)  # half to even (float64, |v| < 2^52: exact)
     return np.sign(v) * np.floor(np.abs(v) + 0.5)  # microxcaling "nearest": half away from zero
 
@@ -168,7 +182,7 @@ def _round_elements(y: np.ndarray, f: MXFormat, mode: str) -> np.ndarray:
     else:
         ay = np.abs(y)
         nz = ay > 0
-        if mode == "ocp":
+        if mode != "microxcaling":
             e = np.where(nz, _floor_log2_exact(np.where(nz, ay, 1.0)), f.emin)
         else:
             e = np.where(nz, _floor_log2_f32(np.where(nz, ay, 1.0)), f.emin)
@@ -186,8 +200,9 @@ def quantize_mx(
     Returns ``(elements, scales)``: elements of ``x``'s shape in the format's dtype
     (ml_dtypes float8/6/4, or int8 for MXINT8 holding ``q`` with value ``q · 2^-6``),
     scales as ``ml_dtypes.float8_e8m0fnu`` with dimension ``axis`` of length
-    ``ceil(x.shape[axis] / block)``. ``mode``: ``"ocp"`` (the specification, default) or
-    ``"microxcaling"`` (see the module docstring).
+    ``ceil(x.shape[axis] / block)``. ``mode``: ``"ocp"`` (the specification, default),
+    ``"ceil"`` (no saturation of a block's maximum) or ``"microxcaling"`` (see the module
+    docstring).
     """
     f = fmt if isinstance(fmt, MXFormat) else mx_format(fmt)
     if block <= 0:
@@ -494,8 +509,116 @@ def quantize_mx_op(
     x = np.asarray(x)
     if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
         raise OpError(f"axis: {axis} is out of range for an input of rank {x.ndim}")
-    if mode not in ("ocp", "microxcaling"):
-        raise OpError(f"mode: expected 'ocp' or 'microxcaling', got {mode!r}")
+    if mode not in ("ocp", "ceil", "microxcaling"):
+        raise OpError(f"mode: expected 'ocp', 'ceil' or 'microxcaling', got {mode!r}")
     fmt = mx_format(_ONNX_FORMATS[output_dtype])
     el, codes = quantize_mx(x.astype(np.float32), fmt, axis=axis, block=block_size, mode=mode)
     return el, dq_scale_codes(codes, fmt)
+
+
+def ocp_codes(dq_codes: np.ndarray, fmt: MXFormat | str) -> np.ndarray:
+    """The inverse of :func:`dq_scale_codes`: a DequantizeLinear scale -> OCP E8M0 codes
+    (MXINT8: code + 6; an MXINT8 code 0 stands for OCP codes 0..6, read as 6)."""
+    f = fmt if isinstance(fmt, MXFormat) else mx_format(fmt)
+    c = np.asarray(dq_codes).view(np.uint8).astype(np.int64)
+    if not f.is_int:
+        return c.astype(np.uint8).view(E8M0)
+    return np.where(c == 255, 255, np.minimum(c + 6, 254)).astype(np.uint8).view(E8M0)
+
+
+@register("MatMulMX", "quanta")
+def matmul_mx_op(
+    ctx: OpContext,
+    x: np.ndarray,
+    w: np.ndarray,
+    w_scale: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    k_block: int = 32,
+    x_dtype: int = TensorProto.INT8,
+    mode: str = "ocp",
+) -> np.ndarray:
+    """quanta::MatMulMX: ``x [..., K]`` float32, MX-quantized at run time along K
+    (``x_dtype``, ``mode`` as quanta::QuantizeMX), times MX weights ``w [K, N]`` blocked
+    along K with DequantizeLinear scales ``w_scale [ceil(K / k_block), N]``
+    (:func:`dq_scale_codes`), plus ``bias [N]``: eqs. (MX5)-(MX6) through :func:`mx_gemm`.
+    What ``MatMul(DQ(QuantizeMX(x)), DQ(w))`` computes, with the block dot products exact
+    and summed in float32 in block order (the float MatMul sums the dequantized products
+    instead: the two differ by float32 rounding)."""
+    del ctx
+    if x_dtype not in _ONNX_FORMATS:
+        raise OpError(
+            f"x_dtype: expected an MX element type (ONNX codes {sorted(_ONNX_FORMATS)}), got {x_dtype}"
+        )
+    x = np.asarray(x, np.float32)
+    w = np.asarray(w)
+    if x.ndim < 1 or w.ndim != 2 or x.shape[-1] != w.shape[0]:
+        raise OpError(f"MatMulMX: expected x [..., K] and w [K, N], got {list(x.shape)} and {list(w.shape)}")
+    fx = mx_format(_ONNX_FORMATS[x_dtype])
+    fw = _fmt_of(w, None)
+    K, N = w.shape
+    nb = -(-K // k_block)
+    if np.shape(w_scale) != (nb, N):
+        raise OpError(
+            f"MatMulMX: w_scale: expected shape [{nb}, {N}] (k_block {k_block}), got {list(np.shape(w_scale))}"
+        )
+    xe, xs = quantize_mx(x.reshape(-1, K), fx, axis=-1, block=k_block, mode=mode)
+    y = mx_gemm(xe, xs, w, ocp_codes(w_scale, fw), k_block, fx, fw, bias)
+    return y.reshape((*x.shape[:-1], N))
+
+
+@register("ConvMX", "quanta")
+def conv_mx_op(
+    ctx: OpContext,
+    x: np.ndarray,
+    w: np.ndarray,
+    w_scale: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    k_block: int = 32,
+    x_dtype: int = TensorProto.INT8,
+    mode: str = "ocp",
+    pads: tuple[int, ...] = (0, 0, 0, 0),
+    strides: tuple[int, ...] = (1, 1),
+    dilations: tuple[int, ...] = (1, 1),
+) -> np.ndarray:
+    """quanta::ConvMX: 2-D convolution (group 1) of ``x [N, C, H, W]`` float32, MX-quantized
+    at run time along C (``x_dtype``, ``mode`` as quanta::QuantizeMX), and MX weights
+    ``w [O, C, kh, kw]`` blocked along C with DequantizeLinear scales ``w_scale [O,
+    ceil(C / k_block), kh, kw]``, plus ``bias [O]``: eq. (MX7) through :func:`mx_conv`.
+    ``pads`` = (top, left, bottom, right) as ONNX."""
+    del ctx
+    if x_dtype not in _ONNX_FORMATS:
+        raise OpError(
+            f"x_dtype: expected an MX element type (ONNX codes {sorted(_ONNX_FORMATS)}), got {x_dtype}"
+        )
+    x = np.asarray(x, np.float32)
+    w = np.asarray(w)
+    if x.ndim != 4 or w.ndim != 4 or x.shape[1] != w.shape[1]:
+        raise OpError(
+            f"ConvMX: expected x [N, C, H, W] and w [O, C, kh, kw], got {list(x.shape)} and {list(w.shape)}"
+        )
+    n_out, C, kh, kw = w.shape
+    want = (n_out, -(-C // k_block), kh, kw)
+    if np.shape(w_scale) != want:
+        raise OpError(
+            f"ConvMX: w_scale: expected shape {list(want)} (k_block {k_block}), got {list(np.shape(w_scale))}"
+        )
+    if len(pads) != 4 or len(strides) != 2 or len(dilations) != 2:
+        raise OpError("ConvMX: expected 4 pads, 2 strides and 2 dilations (a 2-D convolution)")
+    fx = mx_format(_ONNX_FORMATS[x_dtype])
+    fw = _fmt_of(w, None)
+    xe, xs = quantize_mx(x, fx, axis=1, block=k_block, mode=mode)
+    return mx_conv(
+        xe,
+        xs,
+        w,
+        ocp_codes(w_scale, fw),
+        k_block,
+        bias,
+        tuple(int(p) for p in pads),  # type: ignore[arg-type]
+        tuple(int(s) for s in strides),  # type: ignore[arg-type]
+        tuple(int(d) for d in dilations),  # type: ignore[arg-type]
+        fx,
+        fw,
+    )

@@ -830,6 +830,7 @@ def lower_rules(
     LowerLookup compute its tables. LowerLookup comes last: ORT's own operators first.
     ``wide=False`` leaves 16-bit and 4-bit groups as QDQ (an integer-only target lowers
     them itself)."""
+    from quanta.passes.lower.mx import mx_rules
     from quanta.passes.lower.per_channel_activation import LowerConvPerChannelDepthwise
     from quanta.passes.lower.w4 import w4_rules
     from quanta.passes.lower.wide import wide_rules
@@ -846,6 +847,8 @@ def lower_rules(
         *(wide_rules() if wide else []),
         # 4-bit weights per block, 8-bit activations: quanta::MatMulW4A8 (w4.py)
         *(w4_rules() if wide else []),
+        # MX activations (quanta::QuantizeMX) times MX weights: quanta::MatMulMX (mx.py)
+        *(mx_rules() if wide else []),
         LowerConvFloatOutput(),
         LowerBinary(),
         LowerPool(),
