@@ -106,6 +106,7 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     the golden of what the native target computes."""
     del opset  # the same steps for every opset
     from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls
+    from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
 
     return [
         DynamicWeightMatMuls(),  # first: int8 weights stored as Cast -> Mul stay integers
@@ -113,6 +114,7 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
         RemoveNoops(),
         FoldBatchNorm(),
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps
+        HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps
         EliminateDead(),
     ]
 
