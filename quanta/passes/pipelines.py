@@ -106,6 +106,7 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     the golden of what the native target computes."""
     del opset  # the same steps for every opset
     from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls
+    from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
 
     return [
@@ -115,6 +116,7 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
         FoldBatchNorm(),
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps
         HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps
+        FuseLSTMGates(),  # an exported LSTM cell's ten elementwise nodes: one quanta::LSTMGates
         EliminateDead(),
     ]
 

@@ -33,7 +33,7 @@ from quanta.targets.native._specialize import SMALL_MACS, step_threads
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import threads
 
-__all__ = ["bind_dynamic_quantize_lstm", "bind_gru", "bind_lstm"]
+__all__ = ["bind_dynamic_quantize_lstm", "bind_gru", "bind_lstm", "bind_lstm_gates"]
 
 F32 = np.float32
 _FLT_MAX = float(np.finfo(np.float32).max)
@@ -533,3 +533,61 @@ def bind_gru(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """float32 GRU with constant W and R and the default activations (layout 0 or 1)."""
     del model  # unused
     return _bind_float_rnn("GRU", node)
+
+
+# --------------------------------------------------------------------------------------
+# quanta::LSTMGates (float32): _native.lstm_gates_f32, twin reference/rnn.py lstm_gates
+# --------------------------------------------------------------------------------------
+
+
+def _lstm_gates_native(ctx: Any, gates: Any, c: Any, *, order: Any = (0, 1, 2, 3)) -> tuple[np.ndarray, ...]:
+    """The fused cell on ``_native.lstm_gates_f32``; inputs outside its form (another
+    dtype or rank, a c that does not match the gates' rows) go to the twin, which names
+    what is wrong."""
+    from quanta.kernels import _native
+    from quanta.kernels.reference.rnn import lstm_gates
+
+    if (
+        isinstance(gates, np.ndarray)
+        and isinstance(c, np.ndarray)
+        and gates.dtype == F32
+        and c.dtype == F32
+        and gates.ndim == 2
+        and gates.shape[1] % 4 == 0
+        and c.shape == (gates.shape[0], gates.shape[1] // 4)
+    ):
+        return _native.lstm_gates_f32(gates, c, [int(k) for k in order])
+    return lstm_gates(ctx, gates, c, order=order)
+
+
+def _lstm_gates_specialized(sig: Specialization, *, order: Any = (0, 1, 2, 3)) -> Callable[..., Any] | None:
+    """The call with the order list built once (the executor's fast loop)."""
+    from quanta.kernels import _native
+
+    g_shape, c_shape = sig.shapes[0], sig.shapes[1]
+    if sig.dtypes[0] != F32 or sig.dtypes[1] != F32 or g_shape is None or len(g_shape) != 2:
+        return None
+    if g_shape[1] % 4 or c_shape != (g_shape[0], g_shape[1] // 4):
+        return None
+    ordl = [int(k) for k in order]
+    run = _native.lstm_gates_f32
+
+    def specialized(ctx: Any, gates: Any, c: Any) -> Any:
+        try:
+            return run(gates, c, ordl)
+        except (ValueError, TypeError, RuntimeError):
+            return _lstm_gates_native(ctx, gates, c, order=order)
+
+    return specialized
+
+
+@register_binder("LSTMGates", "quanta")
+def bind_lstm_gates(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """The elementwise half of an exported LSTM cell (optimize_float's FuseLSTMGates)."""
+    del model  # unused: the kernel takes any float32 [B, 4H] gates
+    order = [int(k) for k in node.attrs.get("order", (0, 1, 2, 3))]
+    if sorted(order) != [0, 1, 2, 3]:
+        return None, f"order must be a permutation of 0..3, got {order}"
+    return Kernel(
+        _lstm_gates_native, "native", "native:lstm_gates_f32", specialize=_lstm_gates_specialized
+    ), ""
