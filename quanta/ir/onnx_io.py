@@ -935,7 +935,9 @@ def reinferred(model: Model) -> Model:
     proto = to_proto(model)
     del proto.graph.value_info[:]
     try:
-        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+        from quanta.ir.stand_ins import infer_through  # through com.microsoft recurrent ops
+
+        proto = infer_through(proto, strict_mode=False, data_prop=True)
     except Exception:  # shapes that cannot be inferred: the model as it is
         pass
     return from_proto(proto, where=model.graph.name)

@@ -231,6 +231,8 @@ FACTS = OpTable(
         # Conv with an output clamp (FuseActivationIntoProducer; optimize_float fuses the
         # Relu / Clip after a float Conv into it, the float GEMM family's epilogue clamps)
         Op("Conv", QUANTA, shape_only=True, compute=True, blas=True),
+        # the elementwise half of an exported LSTM cell (optimize_float's FuseLSTMGates)
+        Op("LSTMGates", QUANTA),
         Op(
             "ConvInteger",
             shape_only=True,

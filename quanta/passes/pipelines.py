@@ -65,11 +65,15 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     folded into the Conv that reads them, activations written out as arithmetic made the
     one operator they compute (hardsigmoid, softplus), BatchNormalization folded into the weights (so the folded weights are what gets
     quantized), a strided ConvTranspose made a Conv over its output phases and a
-    DepthToSpace (an integer convolution then), GroupNorm recognised, duplicates merged.
+    DepthToSpace (an integer convolution then), GroupNorm recognised, an unrolled RNN's
+    per-step input Gemms made one MatMul over the sequence (one weight to quantize and
+    one activation range, not one per step), duplicates merged.
 
     Constant folding here may produce large results (weights computed by a
     ConstantOfShape or a subgraph must become initializers to be quantized; the int8
     model stores them in a quarter of the bytes anyway), up to 2^24 elements."""
+    from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
+
     return [
         FoldConstants(evaluator, max_output_elements=1 << 24),
         FoldStaticDims(),  # Gather/Slice of a Shape whose read dimensions are static ...
@@ -84,6 +88,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         FoldBatchNorm(),
         ConvTransposeAsConvs(),  # strided: a Conv over the output phases (quantizable) + DepthToSpace
         *_fold_groupnorm(opset),
+        HoistGatheredGemm(),
         EliminateCommon(),
         EliminateDead(),
     ]
@@ -106,6 +111,8 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     the golden of what the native target computes."""
     del opset  # the same steps for every opset
     from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls
+    from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
+    from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
 
     return [
         DynamicWeightMatMuls(),  # first: int8 weights stored as Cast -> Mul stay integers
@@ -113,6 +120,8 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
         RemoveNoops(),
         FoldBatchNorm(),
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps
+        HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps
+        FuseLSTMGates(),  # an exported LSTM cell's ten elementwise nodes: one quanta::LSTMGates
         EliminateDead(),
     ]
 

@@ -238,6 +238,7 @@ def test_prepare_for_quantization_folds_float_weights_only():
         "fold_batchnorm",
         "conv_transpose_as_conv",
         "fold_groupnorm",
+        "hoist_gathered_gemm",
         "eliminate_common",
         "eliminate_dead",
     ]

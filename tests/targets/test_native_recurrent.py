@@ -491,6 +491,26 @@ def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
                     got = kernel.fn(ctx, *inputs, **attrs, **kernel.params)
                 assert twin.count == 0, "the native kernel ran the twin"
                 _assert_same(expected, got, f"{op} {isa}, {threads} threads")
+                # the call specialized for this X shape (B, sequence_lens, P constants;
+                # layout 1 keeps the generic call)
+                states = (0, 5, 6)
+                sig = Specialization(
+                    shapes=tuple(None if a is None else a.shape for a in inputs),
+                    dtypes=tuple(None if a is None else a.dtype for a in inputs),
+                    consts=tuple(None if a is None or k in states else a for k, a in enumerate(inputs)),
+                    out_shape=None,
+                    out_dtype=None,
+                    out=None,
+                    num_threads=threads,
+                    ctx=ctx,
+                )
+                fast = kernel.specialize(sig, **attrs, **kernel.params)
+                assert (fast is None) == bool(attrs.get("layout", 0))
+                if fast is not None:
+                    with FloatTwinCalls() as twin:
+                        got = fast(ctx, *inputs)
+                    assert twin.count == 0, "the specialized call ran the twin"
+                    _assert_same(expected, got, f"specialized {op} {isa}, {threads} threads")
     finally:
         _native.clear_isa()
 

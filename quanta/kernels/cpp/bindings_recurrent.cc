@@ -228,9 +228,35 @@ py::tuple float_rnn_impl(const std::string& kind, const py::handle& x_obj, const
   return py::make_tuple(y, yh, yc);
 }
 
+py::tuple lstm_gates_impl(const py::handle& gates_obj, const py::handle& c_obj, const std::vector<int>& order) {
+  auto gates = require_array<float>(gates_obj, "lstm_gates_f32: gates");
+  auto c = require_array<float>(c_obj, "lstm_gates_f32: c");
+  if (gates.ndim() != 2 || gates.shape(1) % 4 != 0) {
+    throw py::value_error("lstm_gates_f32: gates: expected [B, 4H], got shape " + shape_str(gates));
+  }
+  const int64_t B = gates.shape(0), H = gates.shape(1) / 4;
+  if (c.ndim() != 2 || c.shape(0) != B || c.shape(1) != H) {
+    throw py::value_error("lstm_gates_f32: c: expected shape " + dims_str({B, H}) + ", got " + shape_str(c));
+  }
+  bool perm = order.size() == 4;
+  int seen = 0;
+  for (size_t k = 0; perm && k < order.size(); ++k) {
+    perm = order[k] >= 0 && order[k] < 4 && !(seen & (1 << order[k]));
+    if (perm) seen |= 1 << order[k];
+  }
+  if (!perm) throw py::value_error("lstm_gates_f32: order: expected a permutation of 0, 1, 2, 3");
+  py::array_t<float> h_out(std::vector<py::ssize_t>{B, H}), c_out(std::vector<py::ssize_t>{B, H});
+  const int ord[4] = {order[0], order[1], order[2], order[3]};
+  recurrent::lstm_gates(gates.data(), c.data(), h_out.mutable_data(), c_out.mutable_data(), B, H, ord, active_isa());
+  return py::make_tuple(h_out, c_out);
+}
+
 }  // namespace
 
 void register_recurrent(py::module_& m) {
+  m.def("lstm_gates_f32", &lstm_gates_impl, py::arg("gates"), py::arg("c"), py::arg("order"),
+        "quanta::LSTMGates (h', c') by docs/float-ops.md (LG1)-(LG2), bit-exact with reference/rnn.py "
+        "lstm_gates; see quanta/kernels/cpp/recurrent/float_rnn.h.");
   m.def("dq_lstm", &dq_lstm_impl, py::arg("x"), py::arg("w"), py::arg("r"), py::arg("w_scale"), py::arg("r_scale"),
         py::arg("bias") = py::none(), py::arg("peephole") = py::none(), py::arg("initial_h") = py::none(),
         py::arg("initial_c") = py::none(), py::arg("sequence_lens") = py::none(),

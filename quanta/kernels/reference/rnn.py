@@ -48,7 +48,7 @@ from quanta.kernels.reference.delegate import delegate_to_onnx_reference
 from quanta.kernels.reference.float_ops import sigmoid_f32, tanh_f32
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
-__all__ = ["default_activations", "gru", "lstm", "seq_matmul"]
+__all__ = ["default_activations", "gru", "lstm", "lstm_gates", "seq_matmul"]
 
 F32 = np.float32
 _FLT_MAX = float(np.finfo(np.float32).max)
@@ -414,3 +414,35 @@ def gru_op(
         layout=layout,
     )
     return outs[: max(1, ctx.n_outputs)]
+
+
+@register("LSTMGates", "quanta")
+def lstm_gates(
+    ctx: OpContext, gates: np.ndarray, c: np.ndarray, *, order: Sequence[int] = (0, 1, 2, 3)
+) -> tuple[np.ndarray, np.ndarray]:
+    """The elementwise half of an LSTM cell that an exporter wrote as Split -> 3 Sigmoid,
+    Tanh -> Mul, Mul, Add, Tanh, Mul (torch's ``LSTMCell``; optimize_float fuses it,
+    passes/rules/fuse_lstm_gates.py). ``gates [B, 4H]`` holds the pre-activations in four
+    H-wide chunks; chunk ``order[0]`` is the input gate, ``order[1]`` the forget gate,
+    ``order[2]`` the cell candidate, ``order[3]`` the output gate (torch: 0, 1, 2, 3):
+
+    (LG1) ``i = σ(a_i)``, ``f = σ(a_f)``, ``g = tanh(a_g)``, ``o = σ(a_o)``
+    (LG2) ``c' = f32(f32(f · c) + f32(i · g))``, ``h' = f32(o · tanh(c'))``
+
+    σ and tanh are ``sigmoid_f32`` / ``tanh_f32``, the float Sigmoid and Tanh operators'
+    own, so the fused node gives the bytes of the nodes it replaces. Returns (h', c')."""
+    del ctx  # unused
+    if gates.dtype != F32 or c.dtype != F32:
+        raise OpError(f"LSTMGates: float32 gates and c expected, got {gates.dtype} / {c.dtype}")
+    if gates.ndim != 2 or gates.shape[1] % 4:
+        raise OpError(f"LSTMGates: gates must be [B, 4H], got shape {gates.shape}")
+    h = gates.shape[1] // 4
+    if c.shape != (gates.shape[0], h):
+        raise OpError(f"LSTMGates: c must be [{gates.shape[0]}, {h}] like the gates' rows, got {c.shape}")
+    if sorted(int(k) for k in order) != [0, 1, 2, 3]:
+        raise OpError(f"LSTMGates: order must be a permutation of 0..3, got {list(order)}")
+    chunk = [gates[:, int(k) * h : (int(k) + 1) * h] for k in order]
+    i, f, o = sigmoid_f32(chunk[0]), sigmoid_f32(chunk[1]), sigmoid_f32(chunk[3])
+    g = tanh_f32(chunk[2])
+    c_new = (f * c + i * g).astype(F32)  # (LG2): each product and the sum rounded to float32
+    return (o * tanh_f32(c_new)).astype(F32), c_new

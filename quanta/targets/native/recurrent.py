@@ -33,7 +33,7 @@ from quanta.targets.native._specialize import SMALL_MACS, step_threads
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import threads
 
-__all__ = ["bind_dynamic_quantize_lstm", "bind_gru", "bind_lstm"]
+__all__ = ["bind_dynamic_quantize_lstm", "bind_gru", "bind_lstm", "bind_lstm_gates"]
 
 F32 = np.float32
 _FLT_MAX = float(np.finfo(np.float32).max)
@@ -518,7 +518,97 @@ def _bind_float_rnn(op: str, node: Node) -> tuple[Kernel | None, str]:
         r_h = [_panels(r[d, 2 * H :].T) for d in range(D)]
     params = {"w_t": w_t, "r_t": r_t, "r_h": r_h, "n_in": int(w.shape[2])}
     fn = _lstm_native if op == "LSTM" else _gru_native
-    return Kernel(fn, "native", f"native:{op.lower()}_f32", params=params), ""
+    spec = _lstm_specialized if op == "LSTM" else _gru_specialized
+    return Kernel(fn, "native", f"native:{op.lower()}_f32", params=params, specialize=spec), ""
+
+
+def _float_rnn_specialized(
+    kind: str,
+    generic: Callable[..., Any],
+    sig: Specialization,
+    *,
+    w_t: list[np.ndarray],
+    r_t: list[np.ndarray],
+    r_h: list[np.ndarray],
+    n_in: int,
+    hidden_size: int,
+    direction: str = "forward",
+    clip: float | None = None,
+    input_forget: int = 0,
+    linear_before_reset: int = 0,
+    layout: int = 0,
+    **attrs: Any,
+) -> Callable[..., Any] | None:
+    """The node for one X shape, layout 0, with B, sequence_lens and P constant or omitted:
+    ``_native.float_rnn``'s arguments prepared once, the states the run's (a one-step
+    silero-vad LSTM spends longer in the generic wrapper than in the kernel)."""
+    from quanta.kernels import _native
+
+    shapes, dtypes, consts = sig.shapes, sig.dtypes, sig.consts
+    D, H = len(w_t), int(hidden_size)
+    G = 3 if kind == "gru" else 4
+    x_shape = shapes[0]
+    if layout != 0 or dtypes[0] != F32 or x_shape is None or len(x_shape) != 3 or x_shape[2] != n_in:
+        return None
+    const_at = (3, 4) if kind == "gru" else (3, 4, 7)  # B, sequence_lens (, P)
+    for k in const_at:
+        if k < len(shapes) and shapes[k] is not None and consts[k] is None:
+            return None
+    for k in (5, 6) if kind == "lstm" else (5,):  # initial states: float32 [D, B, H] or omitted
+        if (
+            k < len(shapes)
+            and shapes[k] is not None
+            and (dtypes[k] != F32 or shapes[k] != (D, x_shape[1], H))
+        ):
+            return None
+    b = consts[3] if len(consts) > 3 else None
+    lens_c = consts[4] if len(consts) > 4 else None
+    p = consts[7] if kind == "lstm" and len(consts) > 7 else None
+    if b is not None and (b.dtype != F32 or b.shape != (D, 2 * G * H)):
+        return None
+    if p is not None and (p.dtype != F32 or p.shape != (D, 3 * H)):
+        return None
+    bias, peep = _f32_or_none(b), _f32_or_none(p)
+    lens = None if lens_c is None else np.ascontiguousarray(np.asarray(lens_c).reshape(-1), np.int32)
+    n_out = max(1, sig.ctx.n_outputs)
+    clip_v = _FLT_MAX if clip is None else float(clip)
+    nt = step_threads(sig, x_shape[0] * x_shape[1] * D * G * H * (x_shape[2] + H), SMALL_MACS)
+    run = _native.float_rnn
+    generic_kw = {
+        "w_t": w_t,
+        "r_t": r_t,
+        "r_h": r_h,
+        "n_in": n_in,
+        "hidden_size": hidden_size,
+        "direction": direction,
+        "clip": clip,
+        "linear_before_reset": linear_before_reset,
+        "layout": layout,
+        **attrs,
+    }
+    if kind == "lstm":
+        del generic_kw["linear_before_reset"]
+        generic_kw["input_forget"] = input_forget
+    flags = (direction, clip_v, bool(input_forget), bool(linear_before_reset), nt)
+
+    def specialized(ctx: Any, x: Any, *rest: Any) -> Any:
+        h0 = rest[4] if len(rest) > 4 else None
+        c0 = rest[5] if len(rest) > 5 else None
+        try:
+            outs = run(kind, x, w_t, r_t, r_h, bias, peep, h0, c0, lens, *flags)
+        except (ValueError, TypeError, RuntimeError):
+            return generic(ctx, x, *rest, **generic_kw)
+        return outs[:n_out]
+
+    return specialized
+
+
+def _lstm_specialized(sig: Specialization, **kw: Any) -> Callable[..., Any] | None:
+    return _float_rnn_specialized("lstm", _lstm_native, sig, **kw)
+
+
+def _gru_specialized(sig: Specialization, **kw: Any) -> Callable[..., Any] | None:
+    return _float_rnn_specialized("gru", _gru_native, sig, **kw)
 
 
 @register_binder("LSTM")
@@ -533,3 +623,61 @@ def bind_gru(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """float32 GRU with constant W and R and the default activations (layout 0 or 1)."""
     del model  # unused
     return _bind_float_rnn("GRU", node)
+
+
+# --------------------------------------------------------------------------------------
+# quanta::LSTMGates (float32): _native.lstm_gates_f32, twin reference/rnn.py lstm_gates
+# --------------------------------------------------------------------------------------
+
+
+def _lstm_gates_native(ctx: Any, gates: Any, c: Any, *, order: Any = (0, 1, 2, 3)) -> tuple[np.ndarray, ...]:
+    """The fused cell on ``_native.lstm_gates_f32``; inputs outside its form (another
+    dtype or rank, a c that does not match the gates' rows) go to the twin, which names
+    what is wrong."""
+    from quanta.kernels import _native
+    from quanta.kernels.reference.rnn import lstm_gates
+
+    if (
+        isinstance(gates, np.ndarray)
+        and isinstance(c, np.ndarray)
+        and gates.dtype == F32
+        and c.dtype == F32
+        and gates.ndim == 2
+        and gates.shape[1] % 4 == 0
+        and c.shape == (gates.shape[0], gates.shape[1] // 4)
+    ):
+        return _native.lstm_gates_f32(gates, c, [int(k) for k in order])
+    return lstm_gates(ctx, gates, c, order=order)
+
+
+def _lstm_gates_specialized(sig: Specialization, *, order: Any = (0, 1, 2, 3)) -> Callable[..., Any] | None:
+    """The call with the order list built once (the executor's fast loop)."""
+    from quanta.kernels import _native
+
+    g_shape, c_shape = sig.shapes[0], sig.shapes[1]
+    if sig.dtypes[0] != F32 or sig.dtypes[1] != F32 or g_shape is None or len(g_shape) != 2:
+        return None
+    if g_shape[1] % 4 or c_shape != (g_shape[0], g_shape[1] // 4):
+        return None
+    ordl = [int(k) for k in order]
+    run = _native.lstm_gates_f32
+
+    def specialized(ctx: Any, gates: Any, c: Any) -> Any:
+        try:
+            return run(gates, c, ordl)
+        except (ValueError, TypeError, RuntimeError):
+            return _lstm_gates_native(ctx, gates, c, order=order)
+
+    return specialized
+
+
+@register_binder("LSTMGates", "quanta")
+def bind_lstm_gates(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """The elementwise half of an exported LSTM cell (optimize_float's FuseLSTMGates)."""
+    del model  # unused: the kernel takes any float32 [B, 4H] gates
+    order = [int(k) for k in node.attrs.get("order", (0, 1, 2, 3))]
+    if sorted(order) != [0, 1, 2, 3]:
+        return None, f"order must be a permutation of 0..3, got {order}"
+    return Kernel(
+        _lstm_gates_native, "native", "native:lstm_gates_f32", specialize=_lstm_gates_specialized
+    ), ""

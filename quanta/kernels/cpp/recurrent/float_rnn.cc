@@ -218,5 +218,31 @@ void float_rnn(const FloatRnnParams& p) {
   }
 }
 
+void lstm_gates(const float* gates, const float* c, float* h_out, float* c_out, int64_t B, int64_t H,
+                const int order[4], Isa isa) {
+  const float_ops::Kernels& fk = float_ops::kernels_for(isa);
+  const float_ops::UnaryRunFn sigmoid = fk.unary[static_cast<int>(float_ops::UnaryOp::kSigmoid)];
+  const float_ops::UnaryRunFn tanh = fk.unary[static_cast<int>(float_ops::UnaryOp::kTanh)];
+  std::vector<float> act(static_cast<size_t>(5 * H));
+  float* i = act.data();
+  float* f = i + H;
+  float* g = f + H;
+  float* o = g + H;
+  float* t = o + H;
+  for (int64_t b = 0; b < B; ++b) {
+    const float* row = gates + b * 4 * H;
+    sigmoid(row + order[0] * H, i, H);  // (LG1)
+    sigmoid(row + order[1] * H, f, H);
+    tanh(row + order[2] * H, g, H);
+    sigmoid(row + order[3] * H, o, H);
+    const float* cb = c + b * H;
+    float* cn = c_out + b * H;
+    for (int64_t j = 0; j < H; ++j) cn[j] = f[j] * cb[j] + i[j] * g[j];  // (LG2), no contraction
+    tanh(cn, t, H);
+    float* hn = h_out + b * H;
+    for (int64_t j = 0; j < H; ++j) hn[j] = o[j] * t[j];
+  }
+}
+
 }  // namespace recurrent
 }  // namespace quanta

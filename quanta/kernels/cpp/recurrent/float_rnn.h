@@ -69,5 +69,13 @@ struct FloatRnnParams {
 
 void float_rnn(const FloatRnnParams& p);
 
+// quanta::LSTMGates (reference/rnn.py lstm_gates, docs/float-ops.md (LG1)-(LG2)): the
+// elementwise half of an exported LSTM cell. gates [B, 4H] (row stride 4H), chunk order[k]
+// holding gate k of (i, f, g, o); c [B, H] -> h_out, c_out [B, H]:
+//   i = σ(a_i), f = σ(a_f), g = tanh(a_g), o = σ(a_o)   (sigmoid_f32, tanh_f32 of the ISA)
+//   c' = f32(f32(f · c) + f32(i · g)),  h' = f32(o · tanh(c'))
+void lstm_gates(const float* gates, const float* c, float* h_out, float* c_out, int64_t B, int64_t H,
+                const int order[4], Isa isa);
+
 }  // namespace recurrent
 }  // namespace quanta
