@@ -2,10 +2,13 @@
 // eq. (A3) zero-point terms and the eq. (A4) requantization; the portable micro-kernel.
 #include "a16w8/a16w8.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "a16w8/rows.h"
 #include "qgemm/thread_pool.h"
 
 namespace quanta {
@@ -31,6 +34,8 @@ void ukernel_portable(const int16_t* a, int64_t lda, int mr, int64_t k2, const i
   }
 }
 
+const RowKernels kRowsPortable = {mac_row_generic, requant_row_generic};
+
 MicroKernel select_ukernel(Isa isa) {
   switch (isa) {
     case Isa::kAvx512Vnni: return ukernel_avx512vnni;
@@ -51,36 +56,6 @@ inline int64_t load_elem(const void* p, Elem e, int64_t i) {
 }
 
 inline int64_t elem_offset(Elem e) { return e == Elem::kU16 ? 32768 : 0; }
-
-// Round to nearest, ties to even, for |v| ≤ 2^22 (the clamped values here stay within
-// ±65536): adding and subtracting 1.5·2^23 leaves the integer part in float32's last
-// place, rounded by the current (default: nearest-even) mode. nearbyint is a libm call
-// that saves the floating-point environment, which cost more than the GEMM itself.
-inline float round_even(float v) {
-  constexpr float kMagic = 12582912.0f;  // 1.5 · 2^23
-  const float t = v + kMagic;  // two IEEE roundings (no -ffast-math: not reassociated)
-  return t - kMagic;
-}
-
-// eq. (A4): saturate(rne(f32(acc) · m) + zy), clamped before rounding as requantize() does.
-template <typename T>
-inline void store(void* y, int64_t i, int64_t acc, float m, int64_t zy, int64_t qmin, int64_t qmax) {
-  const float lo = static_cast<float>(qmin - zy), hi = static_cast<float>(qmax - zy);
-  float v = static_cast<float>(acc) * m;
-  v = std::isnan(v) ? lo : (v < lo ? lo : (v > hi ? hi : v));
-  int64_t q = static_cast<int64_t>(round_even(v)) + zy;
-  q = q < qmin ? qmin : (q > qmax ? qmax : q);
-  static_cast<T*>(y)[i] = static_cast<T>(q);
-}
-
-inline void store_any(void* y, Elem out, int64_t i, int64_t acc, float m, int64_t zy) {
-  switch (out) {
-    case Elem::kU8: store<uint8_t>(y, i, acc, m, zy, 0, 255); break;
-    case Elem::kI8: store<int8_t>(y, i, acc, m, zy, -128, 127); break;
-    case Elem::kU16: store<uint16_t>(y, i, acc, m, zy, 0, 65535); break;
-    default: store<int16_t>(y, i, acc, m, zy, -32768, 32767); break;
-  }
-}
 
 // One GEMM over `rows` output rows: fill(r0, nrows, panel, lda, rowsum) writes the A'
 // panel (padded K with 0) and the row sums Σ_k A'; out(row, col) is the output index.
@@ -160,72 +135,166 @@ void matmul(const void* a, Elem a_elem, int64_t m, const Packed& w, const Epilog
   });
 }
 
+namespace {
+
+const RowKernels& row_kernels(Isa isa) {
+  return isa == Isa::kAvx512Vnni ? kRowsAvx512Vnni : isa == Isa::kAvx2 ? kRowsAvx2 : kRowsPortable;
+}
+
+// The im2col B panel of output pixels [p0, p0 + np) (np ≤ 32) of one image and group, in
+// the packed layout (a16w8.h), and rx[j] = Σ_k X'[k, p0 + j]; columns ≥ np and k ≥ K are 0.
+template <typename T>
+void fill_panel(const T* xg, int64_t oa, int16_t pad, const ConvGeom& g, int64_t cg, int64_t p0, int np,
+                int64_t k2, int16_t* panel, int64_t* rx) {
+  int64_t by[kNR], bx[kNR];
+  for (int j = 0; j < kNR; ++j) {
+    const int64_t pix = p0 + (j < np ? j : 0);
+    by[j] = (pix / g.ow) * g.sh - g.pt;
+    bx[j] = (pix % g.ow) * g.sw - g.pl;
+    rx[j] = 0;
+  }
+  const int64_t khw = g.kh * g.kw, hw = g.h * g.w;
+  const bool dense = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.ow == g.w;
+  int16_t col[kNR];
+  for (int64_t k = 0; k < 2 * k2; ++k) {
+    if (k >= cg * khw || np == 0) {
+      for (int j = 0; j < kNR; ++j) col[j] = 0;
+    } else if (dense) {  // 1×1, stride 1, no padding: the pixels are the input's, in order
+      const T* src = xg + k * hw + p0;
+      for (int j = 0; j < np; ++j) col[j] = static_cast<int16_t>(static_cast<int32_t>(src[j]) - oa);
+      for (int j = np; j < kNR; ++j) col[j] = 0;
+    } else {
+      const int64_t ch = k / khw, ky = (k % khw) / g.kw, kx = k % g.kw;
+      const T* src = xg + ch * hw;
+      for (int j = 0; j < kNR; ++j) {
+        const int64_t iy = by[j] + ky * g.dh, ix = bx[j] + kx * g.dw;
+        int16_t v = pad;
+        if (j >= np) {
+          v = 0;
+        } else if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) {
+          v = static_cast<int16_t>(static_cast<int32_t>(src[iy * g.w + ix]) - oa);
+        }
+        col[j] = v;
+      }
+    }
+    const int64_t p = k / 2, t = k % 2;
+    for (int j = 0; j < kNR; ++j) {
+      panel[(j / 16) * k2 * 32 + p * 32 + (j % 16) * 2 + t] = col[j];
+      rx[j] += col[j];
+    }
+  }
+}
+
+}  // namespace
+
 void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Packed* w, const Epilogue& ep,
             void* y, int threads) {
-  const MicroKernel uk = select_ukernel(select_kernel("a16w8", "s16s16->s64")->isa);
+  const Isa isa = select_kernel("a16w8", "s16s16->s64")->isa;
+  const MicroKernel uk = select_ukernel(isa);
+  const RowKernels& rk = row_kernels(isa);
   const int64_t oa = elem_offset(x_elem);
-  const int64_t cg = g.c / g.group, mg = g.m / g.group, P = g.oh * g.ow, khw = g.kh * g.kw;
+  const int64_t cg = g.c / g.group, mg = g.m / g.group, P = g.oh * g.ow;
   const int16_t pad = static_cast<int16_t>(zx - oa);  // the real value 0 (eq. (A2))
-  const int64_t row_blocks = (P + 8 * kMR - 1) / (8 * kMR);
-  const int64_t jobs = g.batch * g.group * row_blocks;
+  const int64_t k = w[0].k, k2 = (k + 1) / 2, lda = 2 * k2;
+  const int planes = w[0].planes;
+  const int64_t pixel_blocks = (P + kNR - 1) / kNR;
+  const int64_t jobs = g.batch * g.group * pixel_blocks;
+  if (jobs <= 0 || mg <= 0) return;
   auto body = [&](int64_t job, int) {
-    const int64_t img = job / (g.group * row_blocks), rest = job % (g.group * row_blocks);
-    const int64_t grp = rest / row_blocks, rb = rest % row_blocks;
+    const int64_t img = job / (g.group * pixel_blocks), rest = job % (g.group * pixel_blocks);
+    const int64_t grp = rest / pixel_blocks, p0 = (rest % pixel_blocks) * kNR;
+    const int np = static_cast<int>(P - p0 < kNR ? P - p0 : kNR);
     const int64_t x_base = (img * g.c + grp * cg) * g.h * g.w;
-    auto fill = [&](int64_t r0, int mr, int16_t* panel, int64_t lda, int64_t* rowsum) {
+    std::vector<int16_t> panel(static_cast<size_t>(2 * k2 * 32));
+    int64_t rx[kNR], tile[2][kMR * kNR];
+    switch (x_elem) {
+      case Elem::kU8:
+        fill_panel(static_cast<const uint8_t*>(x) + x_base, oa, pad, g, cg, p0, np, k2, panel.data(), rx);
+        break;
+      case Elem::kI8:
+        fill_panel(static_cast<const int8_t*>(x) + x_base, oa, pad, g, cg, p0, np, k2, panel.data(), rx);
+        break;
+      case Elem::kU16:
+        fill_panel(static_cast<const uint16_t*>(x) + x_base, oa, pad, g, cg, p0, np, k2, panel.data(), rx);
+        break;
+      default:
+        fill_panel(static_cast<const int16_t*>(x) + x_base, oa, pad, g, cg, p0, np, k2, panel.data(), rx);
+        break;
+    }
+    const Packed& wg = w[grp];
+    const int64_t y_base = (img * g.m + grp * mg) * P + p0;
+    for (int64_t r0 = 0; r0 < mg; r0 += kMR) {
+      const int mr = static_cast<int>(mg - r0 < kMR ? mg - r0 : kMR);
+      for (int p = 0; p < planes; ++p) uk(wg.data + (p * mg + r0) * lda, lda, mr, k2, panel.data(), tile[p]);
       for (int r = 0; r < mr; ++r) {
-        const int64_t pix = r0 + r, oy = pix / g.ow, ox = pix % g.ow;
-        int16_t* dst = panel + r * lda;
-        int64_t s = 0, i = 0;
-        for (int64_t ch = 0; ch < cg; ++ch) {
-          for (int64_t ky = 0; ky < g.kh; ++ky) {
-            const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
-            for (int64_t kx = 0; kx < g.kw; ++kx, ++i) {
-              const int64_t ix = ox * g.sw - g.pl + kx * g.dw;
-              int64_t v = pad;
-              if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
-                v = load_elem(x, x_elem, x_base + (ch * g.h + iy) * g.w + ix) - oa;
-              dst[i] = static_cast<int16_t>(v);
-              s += v;
-            }
-          }
-        }
-        for (i = cg * khw; i < lda; ++i) dst[i] = 0;
-        rowsum[r] = s;
+        const int64_t n = grp * mg + r0 + r;
+        // eq. (A3) with X' in the column role: S + dw·RX + da·CW' + K·da·dw + bias
+        int64_t c0 = ep.da * ep.cw[n] + k * ep.da * ep.dw[n];
+        if (ep.bias) c0 += ep.bias[n];
+        const int64_t* hi = planes == 2 ? tile[0] + r * kNR : nullptr;
+        const int64_t* lo = tile[planes - 1] + r * kNR;
+        rk.requant(hi, lo, rx, ep.dw[n], c0, ep.mult[n], ep.zy, ep.out, y, y_base + (r0 + r) * P, np);
       }
-    };
-    const int64_t y_base = (img * g.m + grp * mg) * P;
-    auto out_index = [y_base, P](int64_t row, int64_t col) { return y_base + col * P + row; };
-    const int64_t b = rb * 8 * kMR, e = b + 8 * kMR < P ? b + 8 * kMR : P;
-    gemm_rows(b, e, w[grp], ep, grp * mg, fill, out_index, y, uk);
+    }
   };
   qgemm::parallel_for(threads, jobs, body);
 }
 
+namespace {
+
+// One channel's input minus zx (0 in the padding) in `sw` column phases (a16w8.h).
+template <typename T>
+void fill_phases(const T* xc, int64_t zx, const ConvGeom& g, int64_t hp, int64_t wr, int64_t* ph) {
+  for (int64_t r = 0; r < g.sw; ++r) {
+    for (int64_t iy = 0; iy < hp; ++iy) {
+      const int64_t sy = iy - g.pt;
+      int64_t* dst = ph + (r * hp + iy) * wr;
+      if (sy < 0 || sy >= g.h) {
+        std::fill(dst, dst + wr, int64_t{0});
+        continue;
+      }
+      const T* src = xc + sy * g.w;
+      for (int64_t j = 0; j < wr; ++j) {
+        const int64_t sx = j * g.sw + r - g.pl;
+        dst[j] = (sx >= 0 && sx < g.w) ? static_cast<int64_t>(src[sx]) - zx : 0;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void conv2d_depthwise(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const int32_t* wd,
                       const Epilogue& ep, void* y, int threads) {
+  const RowKernels& rk = row_kernels(select_kernel("a16w8", "s16s16->s64")->isa);
   const int64_t P = g.oh * g.ow, khw = g.kh * g.kw;
+  if (P <= 0 || g.batch * g.m <= 0) return;
+  // the padded plane's extent that the output reads, and the width of one phase
+  const int64_t hp = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+  const int64_t wp = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+  const int64_t wr = (wp + g.sw - 1) / g.sw;
   auto body = [&](int64_t job, int) {
     const int64_t img = job / g.m, ch = job % g.m;
     const int64_t x_base = (img * g.c + ch) * g.h * g.w, y_base = (img * g.m + ch) * P;
     const int32_t* wc = wd + ch * khw;
-    std::vector<int64_t> xs(static_cast<size_t>(g.h * g.w));
-    for (int64_t i = 0; i < g.h * g.w; ++i) xs[i] = load_elem(x, x_elem, x_base + i) - zx;
+    std::vector<int64_t> ph(static_cast<size_t>(g.sw * hp * wr)), acc(static_cast<size_t>(g.ow));
+    switch (x_elem) {
+      case Elem::kU8: fill_phases(static_cast<const uint8_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
+      case Elem::kI8: fill_phases(static_cast<const int8_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
+      case Elem::kU16: fill_phases(static_cast<const uint16_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
+      default: fill_phases(static_cast<const int16_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
+    }
+    const int64_t bias = ep.bias ? ep.bias[ch] : 0;
     for (int64_t oy = 0; oy < g.oh; ++oy) {
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        int64_t acc = 0;
-        for (int64_t ky = 0; ky < g.kh; ++ky) {
-          const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
-          if (iy < 0 || iy >= g.h) continue;
-          for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const int64_t ix = ox * g.sw - g.pl + kx * g.dw;
-            if (ix < 0 || ix >= g.w) continue;
-            acc += xs[iy * g.w + ix] * wc[ky * g.kw + kx];
-          }
+      std::fill(acc.begin(), acc.end(), int64_t{0});
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = oy * g.sh + ky * g.dh;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t off = kx * g.dw, r = off % g.sw;
+          rk.mac(acc.data(), ph.data() + (r * hp + iy) * wr + off / g.sw, wc[ky * g.kw + kx], g.ow);
         }
-        if (ep.bias) acc += ep.bias[ch];
-        store_any(y, ep.out, y_base + oy * g.ow + ox, acc, ep.mult[ch], ep.zy);
       }
+      rk.requant(nullptr, acc.data(), nullptr, 0, bias, ep.mult[ch], ep.zy, ep.out, y, y_base + oy * g.ow, g.ow);
     }
   };
   qgemm::parallel_for(threads, g.batch * g.m, body);
