@@ -348,7 +348,7 @@ def test_conv_pixel_panels_dense_and_strided():
         want = qlinear_conv16(*args, **attrs)
         assert len(np.unique(want)) > 50
         every_isa(
-            lambda isa, args=args, attrs=attrs, want=want: [
+            lambda isa, args=args, attrs=attrs, want=want, w_dt=w_dt: [
                 np.testing.assert_array_equal(
                     _native_conv(*args, t, **attrs), want, err_msg=f"{isa} {w_dt} {t}"
                 )
