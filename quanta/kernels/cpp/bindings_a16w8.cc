@@ -204,6 +204,10 @@ py::array depthwise_impl(const py::handle& x_obj, int64_t zx, const py::handle& 
   const Elem xe = elem_of(x, op + ": x");
   const int64_t c = x.ndim() == 4 ? x.shape(1) : 0;
   const a16w8::ConvGeom g = conv_geom(op, x, c, kernel, strides, dilations, pads, out_hw, c);
+  if (g.kh * g.kw >= a16w8::kMaxDepthwiseTaps) {
+    throw py::value_error(op + ": kernel of " + std::to_string(g.kh * g.kw) + " taps: expected fewer than " +
+                          std::to_string(a16w8::kMaxDepthwiseTaps) + " (use a16w8_conv2d)");
+  }
   auto wd = require_array<int32_t>(wd_obj, (op + ": wd").c_str());
   if (wd.ndim() != 2 || wd.shape(0) != c || wd.shape(1) != g.kh * g.kw) {
     throw py::value_error(op + ": wd: expected [" + std::to_string(c) + ", " + std::to_string(g.kh * g.kw) +

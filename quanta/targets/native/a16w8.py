@@ -280,7 +280,8 @@ def bind_qlinear_conv16(model: Model, node: Node) -> tuple[Kernel | None, str]:
     kk = int(np.prod(w.shape[2:]))
     zw_col = np.asarray(z_w, np.int64).reshape(m_out)
     params.update(kernel=list(w.shape[2:]), m=m_out, group=group, attrs=attrs)
-    params["depthwise"] = group > 1 and cg == 1 and mg == 1
+    # the direct kernel's float64 sums are exact below 2^20 taps (a16w8.h kMaxDepthwiseTaps)
+    params["depthwise"] = group > 1 and cg == 1 and mg == 1 and kk < 2**20
     if params["depthwise"]:
         params["wd"] = np.ascontiguousarray(w.reshape(m_out, kk).astype(np.int64) - zw_col[:, None]).astype(
             np.int32

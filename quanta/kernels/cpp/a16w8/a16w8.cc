@@ -34,7 +34,7 @@ void ukernel_portable(const int16_t* a, int64_t lda, int mr, int64_t k2, const i
   }
 }
 
-const RowKernels kRowsPortable = {mac_row_generic, requant_row_generic};
+const RowKernels kRowsPortable = {dw_row_generic, requant_row_generic};
 
 MicroKernel select_ukernel(Isa isa) {
   switch (isa) {
@@ -141,47 +141,76 @@ const RowKernels& row_kernels(Isa isa) {
   return isa == Isa::kAvx512Vnni ? kRowsAvx512Vnni : isa == Isa::kAvx2 ? kRowsAvx2 : kRowsPortable;
 }
 
+// dst[t] = src[t·step] − off for t in [0, n) where 0 ≤ ix0 + t·step < w (ix0 the input
+// column of t = 0), `fill` elsewhere: three plain loops (the middle one vectorizes for
+// step 1) instead of a bounds test per element.
+template <typename T, typename D>
+inline void gather_row(const T* row, int64_t ix0, int64_t step, int64_t w, int64_t n, int64_t off, D fill,
+                       D* dst) {
+  int64_t t0 = ix0 >= 0 ? 0 : (-ix0 + step - 1) / step;  // first t with ix ≥ 0
+  int64_t t1 = ix0 >= w ? 0 : (w - ix0 + step - 1) / step;  // first t with ix ≥ w
+  t0 = t0 < n ? t0 : n;
+  t1 = t1 < n ? t1 : n;
+  t1 = t1 > t0 ? t1 : t0;
+  for (int64_t t = 0; t < t0; ++t) dst[t] = fill;
+  if (step == 1) {
+    const T* src = row + (ix0 + t0);  // in range: t0 is the first valid column
+    for (int64_t t = 0; t < t1 - t0; ++t) dst[t0 + t] = static_cast<D>(static_cast<int64_t>(src[t]) - off);
+  } else {
+    for (int64_t t = t0; t < t1; ++t) dst[t] = static_cast<D>(static_cast<int64_t>(row[ix0 + t * step]) - off);
+  }
+  for (int64_t t = t1; t < n; ++t) dst[t] = fill;
+}
+
 // The im2col B panel of output pixels [p0, p0 + np) (np ≤ 32) of one image and group, in
-// the packed layout (a16w8.h), and rx[j] = Σ_k X'[k, p0 + j]; columns ≥ np and k ≥ K are 0.
+// the packed layout (a16w8.h), and rx[j] = Σ_k X'[k, p0 + j]; columns ≥ np and k ≥ K are
+// 0. The pixels fall into runs along output rows; each (k, run) is one gather_row.
 template <typename T>
 void fill_panel(const T* xg, int64_t oa, int16_t pad, const ConvGeom& g, int64_t cg, int64_t p0, int np,
                 int64_t k2, int16_t* panel, int64_t* rx) {
-  int64_t by[kNR], bx[kNR];
-  for (int j = 0; j < kNR; ++j) {
-    const int64_t pix = p0 + (j < np ? j : 0);
-    by[j] = (pix / g.ow) * g.sh - g.pt;
-    bx[j] = (pix % g.ow) * g.sw - g.pl;
-    rx[j] = 0;
+  struct Run {
+    int j0, n;
+    int64_t iy0, ix0;
+  };
+  Run runs[kNR];
+  int nruns = 0;
+  for (int j = 0; j < np;) {
+    const int64_t pix = p0 + j, oy = pix / g.ow, ox = pix % g.ow;
+    const int n = static_cast<int>(g.ow - ox < np - j ? g.ow - ox : np - j);
+    runs[nruns++] = Run{j, n, oy * g.sh - g.pt, ox * g.sw - g.pl};
+    j += n;
   }
-  const int64_t khw = g.kh * g.kw, hw = g.h * g.w;
-  const bool dense = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.ow == g.w;
-  int16_t col[kNR];
-  for (int64_t k = 0; k < 2 * k2; ++k) {
-    if (k >= cg * khw || np == 0) {
-      for (int j = 0; j < kNR; ++j) col[j] = 0;
-    } else if (dense) {  // 1×1, stride 1, no padding: the pixels are the input's, in order
-      const T* src = xg + k * hw + p0;
-      for (int j = 0; j < np; ++j) col[j] = static_cast<int16_t>(static_cast<int32_t>(src[j]) - oa);
-      for (int j = np; j < kNR; ++j) col[j] = 0;
-    } else {
+  for (int j = 0; j < kNR; ++j) rx[j] = 0;
+  const int64_t khw = g.kh * g.kw, hw = g.h * g.w, kk = cg * khw;
+  int16_t col[2][kNR];
+  for (int64_t p = 0; p < k2; ++p) {
+    for (int t = 0; t < 2; ++t) {
+      const int64_t k = 2 * p + t;
+      int16_t* c = col[t];
+      for (int j = np; j < kNR; ++j) c[j] = 0;
+      if (k >= kk) {
+        for (int j = 0; j < np; ++j) c[j] = 0;
+        continue;
+      }
       const int64_t ch = k / khw, ky = (k % khw) / g.kw, kx = k % g.kw;
-      const T* src = xg + ch * hw;
-      for (int j = 0; j < kNR; ++j) {
-        const int64_t iy = by[j] + ky * g.dh, ix = bx[j] + kx * g.dw;
-        int16_t v = pad;
-        if (j >= np) {
-          v = 0;
-        } else if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) {
-          v = static_cast<int16_t>(static_cast<int32_t>(src[iy * g.w + ix]) - oa);
+      for (int r = 0; r < nruns; ++r) {
+        const Run& run = runs[r];
+        const int64_t iy = run.iy0 + ky * g.dh;
+        if (iy < 0 || iy >= g.h) {
+          for (int j = 0; j < run.n; ++j) c[run.j0 + j] = pad;
+        } else {
+          gather_row(xg + ch * hw + iy * g.w, run.ix0 + kx * g.dw, g.sw, g.w, run.n, oa, pad, c + run.j0);
         }
-        col[j] = v;
       }
     }
-    const int64_t p = k / 2, t = k % 2;
-    for (int j = 0; j < kNR; ++j) {
-      panel[(j / 16) * k2 * 32 + p * 32 + (j % 16) * 2 + t] = col[j];
-      rx[j] += col[j];
+    for (int blk = 0; blk < 2; ++blk) {
+      int16_t* dst = panel + blk * k2 * 32 + p * 32;
+      for (int j = 0; j < 16; ++j) {
+        dst[2 * j] = col[0][blk * 16 + j];
+        dst[2 * j + 1] = col[1][blk * 16 + j];
+      }
     }
+    for (int j = 0; j < kNR; ++j) rx[j] += col[0][j] + col[1][j];
   }
 }
 
@@ -244,19 +273,15 @@ namespace {
 
 // One channel's input minus zx (0 in the padding) in `sw` column phases (a16w8.h).
 template <typename T>
-void fill_phases(const T* xc, int64_t zx, const ConvGeom& g, int64_t hp, int64_t wr, int64_t* ph) {
+void fill_phases(const T* xc, int64_t zx, const ConvGeom& g, int64_t hp, int64_t wr, double* ph) {
   for (int64_t r = 0; r < g.sw; ++r) {
     for (int64_t iy = 0; iy < hp; ++iy) {
       const int64_t sy = iy - g.pt;
-      int64_t* dst = ph + (r * hp + iy) * wr;
+      double* dst = ph + (r * hp + iy) * wr;
       if (sy < 0 || sy >= g.h) {
-        std::fill(dst, dst + wr, int64_t{0});
-        continue;
-      }
-      const T* src = xc + sy * g.w;
-      for (int64_t j = 0; j < wr; ++j) {
-        const int64_t sx = j * g.sw + r - g.pl;
-        dst[j] = (sx >= 0 && sx < g.w) ? static_cast<int64_t>(src[sx]) - zx : 0;
+        std::fill(dst, dst + wr, 0.0);
+      } else {
+        gather_row(xc + sy * g.w, r - g.pl, g.sw, g.w, wr, zx, 0.0, dst);
       }
     }
   }
@@ -273,31 +298,37 @@ void conv2d_depthwise(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g,
   const int64_t hp = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
   const int64_t wp = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
   const int64_t wr = (wp + g.sw - 1) / g.sw;
-  auto body = [&](int64_t job, int) {
-    const int64_t img = job / g.m, ch = job % g.m;
-    const int64_t x_base = (img * g.c + ch) * g.h * g.w, y_base = (img * g.m + ch) * P;
-    const int32_t* wc = wd + ch * khw;
-    std::vector<int64_t> ph(static_cast<size_t>(g.sw * hp * wr)), acc(static_cast<size_t>(g.ow));
-    switch (x_elem) {
-      case Elem::kU8: fill_phases(static_cast<const uint8_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
-      case Elem::kI8: fill_phases(static_cast<const int8_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
-      case Elem::kU16: fill_phases(static_cast<const uint16_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
-      default: fill_phases(static_cast<const int16_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
-    }
-    const int64_t bias = ep.bias ? ep.bias[ch] : 0;
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      std::fill(acc.begin(), acc.end(), int64_t{0});
-      for (int64_t ky = 0; ky < g.kh; ++ky) {
-        const int64_t iy = oy * g.sh + ky * g.dh;
-        for (int64_t kx = 0; kx < g.kw; ++kx) {
-          const int64_t off = kx * g.dw, r = off % g.sw;
-          rk.mac(acc.data(), ph.data() + (r * hp + iy) * wr + off / g.sw, wc[ky * g.kw + kx], g.ow);
-        }
+  // channels in ranges of 8 (one set of buffers per range; each channel is computed alone,
+  // so the split does not change the bytes)
+  auto range = [&](int64_t job0, int64_t job1) {
+    std::vector<double> ph(static_cast<size_t>(g.sw * hp * wr)), wt(static_cast<size_t>(khw));
+    std::vector<const double*> src(static_cast<size_t>(khw));
+    std::vector<int64_t> acc(static_cast<size_t>(g.ow));
+    for (int64_t job = job0; job < job1; ++job) {
+      const int64_t img = job / g.m, ch = job % g.m;
+      const int64_t x_base = (img * g.c + ch) * g.h * g.w, y_base = (img * g.m + ch) * P;
+      switch (x_elem) {
+        case Elem::kU8: fill_phases(static_cast<const uint8_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
+        case Elem::kI8: fill_phases(static_cast<const int8_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
+        case Elem::kU16: fill_phases(static_cast<const uint16_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
+        default: fill_phases(static_cast<const int16_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
       }
-      rk.requant(nullptr, acc.data(), nullptr, 0, bias, ep.mult[ch], ep.zy, ep.out, y, y_base + oy * g.ow, g.ow);
+      for (int64_t t = 0; t < khw; ++t) wt[t] = wd[ch * khw + t];
+      const int64_t bias = ep.bias ? ep.bias[ch] : 0;
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        for (int64_t ky = 0; ky < g.kh; ++ky) {
+          const int64_t iy = oy * g.sh + ky * g.dh;
+          for (int64_t kx = 0; kx < g.kw; ++kx) {
+            const int64_t off = kx * g.dw;
+            src[ky * g.kw + kx] = ph.data() + ((off % g.sw) * hp + iy) * wr + off / g.sw;
+          }
+        }
+        rk.dw_row(src.data(), wt.data(), khw, g.ow, acc.data());
+        rk.requant(nullptr, acc.data(), nullptr, 0, bias, ep.mult[ch], ep.zy, ep.out, y, y_base + oy * g.ow, g.ow);
+      }
     }
   };
-  qgemm::parallel_for(threads, g.batch * g.m, body);
+  qgemm::parallel_ranges(threads, g.batch * g.m, 8, range);
 }
 
 }  // namespace a16w8

@@ -46,7 +46,7 @@ void ukernel_avx2(const int16_t* a, int64_t lda, int mr, int64_t k2, const int16
 
 namespace quanta {
 namespace a16w8 {
-// The generic row loops with AVX2 enabled (the compiler vectorizes the int64 products).
-const RowKernels kRowsAvx2 = {mac_row_generic, requant_row_generic};
+// The generic row loops with AVX2 enabled (the compiler vectorizes them).
+const RowKernels kRowsAvx2 = {dw_row_generic, requant_row_generic};
 }  // namespace a16w8
 }  // namespace quanta

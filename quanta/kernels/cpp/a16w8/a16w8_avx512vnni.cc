@@ -67,19 +67,30 @@ namespace quanta {
 namespace a16w8 {
 namespace {
 
-// acc[i] += src[i] · w: vpmuldq takes the low signed 32 bits of each int64 lane, which
-// hold src and w whole (|src|, |w| < 2^31), and returns the exact 64-bit product.
-void mac_row(int64_t* acc, const int64_t* src, int64_t w, int64_t n) {
-  const __m512i wv = _mm512_set1_epi64(w);
+// acc[i] = Σ_t src[t][i] · w[t] (exact in float64, a16w8.h): 32 outputs in four
+// independent FMA chains, then 8 at a time with a masked tail.
+void dw_row(const double* const* src, const double* w, int64_t taps, int64_t n, int64_t* acc) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m512i p = _mm512_mul_epi32(_mm512_loadu_si512(src + i), wv);
-    _mm512_storeu_si512(acc + i, _mm512_add_epi64(_mm512_loadu_si512(acc + i), p));
+  for (; i + 32 <= n; i += 32) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t t = 0; t < taps; ++t) {
+      const __m512d wv = _mm512_set1_pd(w[t]);
+      const double* s = src[t] + i;
+      a0 = _mm512_fmadd_pd(_mm512_loadu_pd(s), wv, a0);
+      a1 = _mm512_fmadd_pd(_mm512_loadu_pd(s + 8), wv, a1);
+      a2 = _mm512_fmadd_pd(_mm512_loadu_pd(s + 16), wv, a2);
+      a3 = _mm512_fmadd_pd(_mm512_loadu_pd(s + 24), wv, a3);
+    }
+    _mm512_storeu_si512(acc + i, _mm512_cvtpd_epi64(a0));
+    _mm512_storeu_si512(acc + i + 8, _mm512_cvtpd_epi64(a1));
+    _mm512_storeu_si512(acc + i + 16, _mm512_cvtpd_epi64(a2));
+    _mm512_storeu_si512(acc + i + 24, _mm512_cvtpd_epi64(a3));
   }
-  if (i < n) {
-    const __mmask8 k = static_cast<__mmask8>((1u << (n - i)) - 1u);
-    const __m512i p = _mm512_mul_epi32(_mm512_maskz_loadu_epi64(k, src + i), wv);
-    _mm512_mask_storeu_epi64(acc + i, k, _mm512_add_epi64(_mm512_maskz_loadu_epi64(k, acc + i), p));
+  for (; i < n; i += 8) {
+    const __mmask8 k = n - i >= 8 ? static_cast<__mmask8>(0xff) : static_cast<__mmask8>((1u << (n - i)) - 1u);
+    __m512d a0 = _mm512_setzero_pd();
+    for (int64_t t = 0; t < taps; ++t) a0 = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(k, src[t] + i), _mm512_set1_pd(w[t]), a0);
+    _mm512_mask_storeu_epi64(acc + i, k, _mm512_cvtpd_epi64(a0));
   }
 }
 
@@ -128,7 +139,7 @@ void requant_row_any(const int64_t* hi, const int64_t* lo, const int64_t* rx, in
 
 }  // namespace
 
-const RowKernels kRowsAvx512Vnni = {mac_row, requant_row_any};
+const RowKernels kRowsAvx512Vnni = {dw_row, requant_row_any};
 
 }  // namespace a16w8
 }  // namespace quanta

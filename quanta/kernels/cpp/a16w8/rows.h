@@ -45,8 +45,12 @@ inline void store_any(void* y, Elem out, int64_t i, int64_t acc, float m, int64_
   }
 }
 
-inline void mac_row_generic(int64_t* acc, const int64_t* src, int64_t w, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += src[i] * w;
+inline void dw_row_generic(const double* const* src, const double* w, int64_t taps, int64_t n, int64_t* acc) {
+  for (int64_t i = 0; i < n; ++i) {
+    double v = 0.0;
+    for (int64_t t = 0; t < taps; ++t) v += src[t][i] * w[t];  // exact (a16w8.h RowKernels)
+    acc[i] = static_cast<int64_t>(v);
+  }
 }
 
 inline void requant_row_generic(const int64_t* hi, const int64_t* lo, const int64_t* rx, int64_t c1, int64_t bias,
