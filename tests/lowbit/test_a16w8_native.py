@@ -163,14 +163,13 @@ def _native_conv(x, sx, zx, w, sw, zw, sy, zy, b, threads, group=1, **attrs):
             **common,
         )
     wk = (w.astype(np.int64) - _offset(w.dtype)).reshape(group, mg, cg * kk).transpose(0, 2, 1)
-    packs = [pack_weight(wk[i]) for i in range(group)]
-    if max(p.shape[0] for p in packs) == 2:
-        packs = [p if p.shape[0] == 2 else binder._split(wk[i]) for i, p in enumerate(packs)]
+    split = any(len(binder._planes(wk[i])) == 2 for i in range(group))
+    packed = np.stack([binder.pack_rows(wk[i], split) for i in range(group)])
     dw, cw = weight_terms(wk.transpose(1, 0, 2).reshape(cg * kk, m_out), w.dtype, zw, m_out)
     return _native.a16w8_conv2d(
         x,
         int(zx),
-        np.stack(packs),
+        packed,
         m_out,
         g.kernel_shape,
         g.strides,
@@ -283,4 +282,76 @@ def test_binding_errors_name_the_argument():
             0,
             0,
             "u16",
+        )
+
+
+@pytest.mark.parametrize(
+    ("x_dt", "w_dt", "y_dt"), [(np.uint16, np.uint16, np.uint16), (np.int16, np.int8, np.int8)]
+)
+def test_depthwise_wide_rows_strides_and_extremes(x_dt, w_dt, y_dt):
+    """17 channels, 5×5 kernel, stride 2 × 1, dilation 1 × 2, asymmetric pads, rows of 37
+    outputs (whole 8-lane vectors and a tail): the column-phase layout of the strided row
+    and the int64 lanes; x and w at the ends of their ranges with zero points at the other
+    end (products near 2^32); distinct per-channel multipliers and biases."""
+    rng = np.random.default_rng(5)
+    ix, iw = np.iinfo(x_dt), np.iinfo(w_dt)
+    x = _rand(rng, x_dt, (2, 17, 11, 41))
+    x[0, :, ::2] = ix.max
+    w = _rand(rng, w_dt, (17, 1, 5, 5))
+    w[::2] = iw.min
+    zx, zw = x_dt(ix.min + 7), np.full(17, iw.max, w_dt)
+    zw[3] = iw.min + 1
+    sw = rng.uniform(0.5, 2.0, 17).astype(F32)
+    b = rng.integers(-(2**30), 2**30, 17).astype(np.int32)
+    span = 25 * float(ix.max - ix.min) * float(iw.max - iw.min)
+    iy = np.iinfo(y_dt)
+    sy = F32(0.003 * span / (iy.max - iy.min) / 4)
+    args = (x, F32(0.003), zx, w, sw, zw, sy, y_dt(3), b)
+    attrs = dict(strides=[2, 1], dilations=[1, 2], pads=[2, 3, 1, 1])
+    want = qlinear_conv16(*args, group=17, **attrs)
+    assert want.shape[-1] == 37 and len(np.unique(want)) > 50
+    every_isa(
+        lambda isa: [
+            np.testing.assert_array_equal(
+                _native_conv(*args, t, group=17, **attrs), want, err_msg=f"{isa} {t}"
+            )
+            for t in (1, 2)
+        ]
+    )
+
+
+def test_conv_pixel_panels_dense_and_strided():
+    """The im2col panel of 32 output pixels: 1×1 stride-1 convolutions (the dense fill)
+    over 7×11 = 77 pixels (two whole panels and a tail of 13), a 3×3 stride-2 padded one
+    over the same input, 16-bit weights (two byte planes) and 8-bit ones; 7 input and 17
+    output channels, per-channel zero points, every ISA."""
+    rng = np.random.default_rng(9)
+    x = _rand(rng, np.uint16, (1, 7, 7, 11))
+    for w_dt, attrs, kernel in (
+        (np.uint16, {}, (1, 1)),
+        (np.int8, {}, (1, 1)),
+        (np.int16, dict(strides=[2, 2], pads=[1, 0, 1, 2]), (3, 3)),
+    ):
+        w = _rand(rng, w_dt, (17, 7, *kernel))
+        span = 7 * kernel[0] * kernel[1] * 65536.0 * (np.iinfo(w_dt).max - np.iinfo(w_dt).min) / 8
+        args = (
+            x,
+            F32(0.002),
+            np.uint16(40000),
+            w,
+            rng.uniform(0.5, 2.0, 17).astype(F32),
+            _rand(rng, w_dt, (17,)),
+            F32(0.002 * span / 65535),
+            np.uint16(30000),
+            rng.integers(-(2**20), 2**20, 17).astype(np.int32),
+        )
+        want = qlinear_conv16(*args, **attrs)
+        assert len(np.unique(want)) > 50
+        every_isa(
+            lambda isa, args=args, attrs=attrs, want=want, w_dt=w_dt: [
+                np.testing.assert_array_equal(
+                    _native_conv(*args, t, **attrs), want, err_msg=f"{isa} {w_dt} {t}"
+                )
+                for t in (1, 2)
+            ]
         )

@@ -6,7 +6,8 @@
 //     (bias may be None); mult: float32 [N]; out_dtype: "u8", "i8", "u16", "i16". -> [..., N]
 //   a16w8_conv2d(x, zx, packed, m, kernel, strides, dilations, pads, out_hw, group, dw, cw,
 //                bias, mult, zy, out_dtype, num_threads=1, out=None)
-//     x: [N, C, H, W]; packed: int16 [group, planes, blocks, k2, 32]. -> [N, M, OH, OW]
+//     x: [N, C, H, W]; packed: int16 [group, planes, M / group, 2·k2] weight rows (a16w8.h
+//     conv2d, built by quanta.targets.native.a16w8.pack_rows). -> [N, M, OH, OW]
 //   a16w8_conv2d_depthwise(x, zx, wd, kernel, strides, dilations, pads, out_hw, bias, mult,
 //                          zy, out_dtype, num_threads=1, out=None)
 //     wd: int32 [C, kh·kw] = w − zw (group = C = M).
@@ -170,13 +171,16 @@ py::array conv_impl(const py::handle& x_obj, int64_t zx, const py::handle& packe
   const a16w8::ConvGeom g = conv_geom(op, x, m, kernel, strides, dilations, pads, out_hw, group);
   auto packed = require_array<int16_t>(packed_obj, (op + ": packed").c_str());
   const int64_t k = g.c / group * g.kh * g.kw, mg = m / group;
-  if (packed.ndim() < 1 || packed.shape(0) != group) {
-    throw py::value_error(op + ": packed: expected one packed weight per group (" + std::to_string(group) + ")");
+  const int64_t lda = 2 * ((k + 1) / 2);
+  if (packed.ndim() != 4 || packed.shape(0) != group || (packed.shape(1) != 1 && packed.shape(1) != 2) ||
+      packed.shape(2) != mg || packed.shape(3) != lda) {
+    throw py::value_error(op + ": packed: expected shape [" + std::to_string(group) + " (group), planes (1|2), " +
+                          std::to_string(mg) + ", " + std::to_string(lda) + "] for K=" + std::to_string(k) +
+                          ", got " + shape_str(shape_of(packed)));
   }
-  const a16w8::Packed w0 = packed_of(op, packed, k, mg, 1);
-  std::vector<a16w8::Packed> ws(static_cast<size_t>(group), w0);
-  const int64_t per_group = static_cast<int64_t>(packed.size()) / group;
-  for (int64_t i = 0; i < group; ++i) ws[i].data = packed.data() + i * per_group;
+  const int planes = static_cast<int>(packed.shape(1));
+  std::vector<a16w8::Packed> ws(static_cast<size_t>(group));
+  for (int64_t i = 0; i < group; ++i) ws[i] = a16w8::Packed{packed.data() + i * planes * mg * lda, planes, k, mg};
   EpArrays e = epilogue_arrays(op, m, dw, cw, bias, mult, true);
   const Elem oe = parse_out(op, out_dtype);
   py::array y = output_array(op, oe, Shape{g.batch, m, g.oh, g.ow}, out_obj, x);
@@ -200,6 +204,10 @@ py::array depthwise_impl(const py::handle& x_obj, int64_t zx, const py::handle& 
   const Elem xe = elem_of(x, op + ": x");
   const int64_t c = x.ndim() == 4 ? x.shape(1) : 0;
   const a16w8::ConvGeom g = conv_geom(op, x, c, kernel, strides, dilations, pads, out_hw, c);
+  if (g.kh * g.kw >= a16w8::kMaxDepthwiseTaps) {
+    throw py::value_error(op + ": kernel of " + std::to_string(g.kh * g.kw) + " taps: expected fewer than " +
+                          std::to_string(a16w8::kMaxDepthwiseTaps) + " (use a16w8_conv2d)");
+  }
   auto wd = require_array<int32_t>(wd_obj, (op + ": wd").c_str());
   if (wd.ndim() != 2 || wd.shape(0) != c || wd.shape(1) != g.kh * g.kw) {
     throw py::value_error(op + ": wd: expected [" + std::to_string(c) + ", " + std::to_string(g.kh * g.kw) +

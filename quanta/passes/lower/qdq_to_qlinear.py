@@ -39,6 +39,8 @@ Every refusal names its reason (``quanta inspect --lowered`` lists them).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from quanta.ir.graph import Node, Value, result_type
@@ -193,6 +195,71 @@ def _rescaled_bias(codes: np.ndarray, scale: np.ndarray, want: np.ndarray) -> np
     return np.clip(q, info.min, info.max).astype(np.int32)
 
 
+StorageCheck = Callable[[tuple[tuple[QuantType | None, str, bool], ...]], NoMatch | None]
+
+
+def storage_8bit(items: tuple[tuple[QuantType | None, str, bool], ...]) -> NoMatch | None:
+    """Every (params, what, per_tensor) operand u8/i8 with constant parameters, per tensor
+    where the flag says so (the 8-bit rules; wide.py passes its 16-bit check)."""
+    for q, what, per_tensor in items:
+        bad = _check_8bit(q, what, per_tensor=per_tensor)
+        if bad is not None:
+            return bad
+    return None
+
+
+def conv_check(m: Match, storage: StorageCheck, op: str) -> Match | NoMatch:
+    """The check of ``Q(Conv(DQ(x), DQ(w), b?))`` for ``op`` (QLinearConv, QLinearConv16):
+    constant parameters and weight, ``storage`` on the three operands, per-output-channel
+    weight axis, the bias as an int32 of scale sx·sw."""
+    bad = _check_consts(m, "sx", "zx", "sw", "zw", "sy", "zy")
+    if bad is not None:
+        return bad
+    if not m.is_const("w"):
+        return NoMatch(f"weight {describe(m['w'])} is not a constant")
+    qx = _params(m, "xf", "x", "sx", "zx")
+    qw = _params(m, "wf", "w", "sw", "zw")
+    qy = _params(m, "y", "y", "sy", "zy")
+    bad = storage(((qx, "input x", True), (qw, "weight w", False), (qy, "output y", True)))
+    if bad is not None:
+        return bad
+    assert qx is not None and qw is not None
+    if qw.axis is not None and qw.axis % len(m.value("w").const.shape) != 0:
+        return NoMatch(f"weight w is quantized along axis {qw.axis}; {op} takes axis 0 (output channels)")
+    bq = _int32_bias(m, "b", qx, qw, quantize_float=True)
+    if isinstance(bq, NoMatch):
+        return bq
+    m.data.update(qx=qx, qw=qw, qy=qy, bq=bq)
+    return m
+
+
+def conv_rewrite(m: Match, b: Builder, op: str, domain: str = "", *, scalar_zw: bool = True) -> Value:
+    """``op(x, sx, zx, w, sw, zw, sy, zy, bq?)`` with the Conv's geometry attributes;
+    ``scalar_zw``: a per-channel zero point whose values are all equal becomes a scalar."""
+    conv = m.node("c")
+    attrs = {k: v for k, v in conv.attrs.items() if k in CONV_ATTRS}
+    zx = _zero_point_or_default(b, m, "zx", m.data["qx"], "x_zero_point")
+    zw = _zero_point_or_default(b, m, "zw", m.data["qw"], "w_zero_point")
+    if scalar_zw:
+        zw = _scalar_if_uniform(b, zw, "w_zero_point")
+    zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
+    inputs = [m["x"], m["sx"], zx, m["w"], m["sw"], zw, m["sy"], zy]
+    bq = m.data["bq"]
+    if isinstance(bq, np.ndarray):  # a float bias quantized, or an int32 one requantized
+        bq = b.const(f"{m['b'].name}_quantized", bq)
+    if bq is not None:
+        inputs.append(bq)
+    return b.op(
+        op,
+        inputs,
+        attrs,
+        domain=domain,
+        types=result_type(shape_from=m["y"], elem_from=m["y"]),
+        attr_types=conv.attr_types,
+        name=conv.name or None,
+    )
+
+
 class LowerConv(Rule):
     """``Q(Conv(DQ(x), DQ(w), b?)) -> QLinearConv(x, sx, zx, w, sw, zw, sy, zy, bq?)``."""
 
@@ -203,51 +270,44 @@ class LowerConv(Rule):
     shared_ok = frozenset({"xf", "wf"})
 
     def check(self, m: Match) -> Match | NoMatch:
-        bad = _check_consts(m, "sx", "zx", "sw", "zw", "sy", "zy")
-        if bad is not None:
-            return bad
-        if not m.is_const("w"):
-            return NoMatch(f"weight {describe(m['w'])} is not a constant")
-        qx = _params(m, "xf", "x", "sx", "zx")
-        qw = _params(m, "wf", "w", "sw", "zw")
-        qy = _params(m, "y", "y", "sy", "zy")
-        for q, what, per_tensor in ((qx, "input x", True), (qw, "weight w", False), (qy, "output y", True)):
-            bad = _check_8bit(q, what, per_tensor=per_tensor)
-            if bad is not None:
-                return bad
-        assert qx is not None and qw is not None
-        if qw.axis is not None and qw.axis % len(m.value("w").const.shape) != 0:
-            return NoMatch(
-                f"weight w is quantized along axis {qw.axis}; QLinearConv takes axis 0 (output channels)"
-            )
-        bq = _int32_bias(m, "b", qx, qw, quantize_float=True)
-        if isinstance(bq, NoMatch):
-            return bq
-        m.data.update(qx=qx, qw=qw, qy=qy, bq=bq)
-        return m
+        return conv_check(m, storage_8bit, "QLinearConv")
 
     def rewrite(self, m: Match, b: Builder) -> Value:
-        conv = m.node("c")
-        attrs = {k: v for k, v in conv.attrs.items() if k in CONV_ATTRS}
-        zx = _zero_point_or_default(b, m, "zx", m.data["qx"], "x_zero_point")
-        zw = _scalar_if_uniform(
-            b, _zero_point_or_default(b, m, "zw", m.data["qw"], "w_zero_point"), "w_zero_point"
-        )
-        zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
-        inputs = [m["x"], m["sx"], zx, m["w"], m["sw"], zw, m["sy"], zy]
-        bq = m.data["bq"]
-        if isinstance(bq, np.ndarray):  # a float bias quantized, or an int32 one requantized
-            bq = b.const(f"{m['b'].name}_quantized", bq)
-        if bq is not None:
-            inputs.append(bq)
-        return b.op(
-            "QLinearConv",
-            inputs,
-            attrs,
-            types=result_type(shape_from=m["y"], elem_from=m["y"]),
-            attr_types=conv.attr_types,
-            name=conv.name or None,
-        )
+        return conv_rewrite(m, b, "QLinearConv")
+
+
+def matmul_check(m: Match, storage: StorageCheck) -> Match | NoMatch:
+    """The check of ``Q(MatMul(DQ(a), DQ(b)))``: constant parameters, ``storage`` on the
+    three operands, b per tensor or per column of a rank-2 matrix."""
+    bad = _check_consts(m, "sa", "za", "sb", "zb", "sy", "zy")
+    if bad is not None:
+        return bad
+    qa = _params(m, "af", "a", "sa", "za")
+    qb = _params(m, "bf", "bq", "sb", "zb")
+    qy = _params(m, "y", "y", "sy", "zy")
+    bad = storage(((qa, "input a", True), (qb, "input b", False), (qy, "output y", True)))
+    if bad is not None:
+        return bad
+    assert qb is not None
+    bad = _check_per_column(m, qb)
+    if bad is not None:
+        return bad
+    m.data.update(qa=qa, qb=qb, qy=qy)
+    return m
+
+
+def matmul_rewrite(m: Match, b: Builder, op: str, domain: str = "") -> Value:
+    """``op(a, sa, za, b, sb, zb, sy, zy)``."""
+    za = _zero_point_or_default(b, m, "za", m.data["qa"], "a_zero_point")
+    zb = _zero_point_or_default(b, m, "zb", m.data["qb"], "b_zero_point")
+    zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
+    return b.op(
+        op,
+        [m["a"], m["sa"], za, m["bq"], m["sb"], zb, m["sy"], zy],
+        domain=domain,
+        types=result_type(shape_from=m["y"], elem_from=m["y"]),
+        name=m.node("c").name or None,
+    )
 
 
 class LowerMatMul(Rule):
@@ -261,33 +321,10 @@ class LowerMatMul(Rule):
     shared_ok = frozenset({"af", "bf"})
 
     def check(self, m: Match) -> Match | NoMatch:
-        bad = _check_consts(m, "sa", "za", "sb", "zb", "sy", "zy")
-        if bad is not None:
-            return bad
-        qa = _params(m, "af", "a", "sa", "za")
-        qb = _params(m, "bf", "bq", "sb", "zb")
-        qy = _params(m, "y", "y", "sy", "zy")
-        for q, what, per_tensor in ((qa, "input a", True), (qb, "input b", False), (qy, "output y", True)):
-            bad = _check_8bit(q, what, per_tensor=per_tensor)
-            if bad is not None:
-                return bad
-        assert qb is not None
-        bad = _check_per_column(m, qb)
-        if bad is not None:
-            return bad
-        m.data.update(qa=qa, qb=qb, qy=qy)
-        return m
+        return matmul_check(m, storage_8bit)
 
     def rewrite(self, m: Match, b: Builder) -> Value:
-        za = _zero_point_or_default(b, m, "za", m.data["qa"], "a_zero_point")
-        zb = _zero_point_or_default(b, m, "zb", m.data["qb"], "b_zero_point")
-        zy = _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point")
-        return b.op(
-            "QLinearMatMul",
-            [m["a"], m["sa"], za, m["bq"], m["sb"], zb, m["sy"], zy],
-            types=result_type(shape_from=m["y"], elem_from=m["y"]),
-            name=m.node("c").name or None,
-        )
+        return matmul_rewrite(m, b, "QLinearMatMul")
 
 
 class LowerMatMulFloatOutput(Rule):

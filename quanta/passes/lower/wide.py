@@ -60,61 +60,10 @@ class LowerConv16(Rule):
     shared_ok = frozenset({"xf", "wf"})
 
     def check(self, m: Match) -> Match | NoMatch:
-        bad = _check_consts(m, "sx", "zx", "sw", "zw", "sy", "zy")
-        if bad is not None:
-            return bad
-        if not m.is_const("w"):
-            return NoMatch(f"weight {describe(m['w'])} is not a constant")
-        qx = _params(m, "xf", "x", "sx", "zx")
-        qw = _params(m, "wf", "w", "sw", "zw")
-        qy = _params(m, "y", "y", "sy", "zy")
-        bad = _check_wide(((qx, "input x", True), (qw, "weight w", False), (qy, "output y", True)))
-        if bad is not None:
-            return bad
-        assert qx is not None and qw is not None
-        if qw.axis is not None and qw.axis % len(m.value("w").const.shape) != 0:
-            return NoMatch(f"weight w is quantized along axis {qw.axis}; QLinearConv16 takes axis 0")
-        bq = _int32_bias(m, "b", qx, qw, quantize_float=True)
-        if isinstance(bq, NoMatch):
-            return bq
-        m.data.update(qx=qx, qw=qw, qy=qy, bq=bq)
-        return m
+        return conv_check(m, _check_wide, "QLinearConv16")
 
     def rewrite(self, m: Match, b: Builder) -> Value:
-        conv = m.node("c")
-        attrs = {k: v for k, v in conv.attrs.items() if k in CONV_ATTRS}
-        inputs = [
-            m["x"],
-            m["sx"],
-            _zero_point_or_default(b, m, "zx", m.data["qx"], "x_zero_point"),
-            m["w"],
-            m["sw"],
-            _zero_point_or_default(b, m, "zw", m.data["qw"], "w_zero_point"),
-            m["sy"],
-            _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point"),
-        ]
-        bq = m.data["bq"]
-        if isinstance(bq, np.ndarray):
-            bq = b.const(f"{m['b'].name}_quantized", bq)
-        if bq is not None:
-            inputs.append(bq)
-        return b.op(
-            "QLinearConv16",
-            inputs,
-            attrs,
-            domain=QUANTA_DOMAIN,
-            types=result_type(shape_from=m["y"], elem_from=m["y"]),
-            attr_types=conv.attr_types,
-            name=conv.name or None,
-        )
-
-
-def _check_columns(qb: QuantType, shape: tuple | None, what: str) -> NoMatch | None:
-    if qb.axis is None:
-        return None
-    if shape is None or len(shape) != 2 or qb.axis % 2 != 1:
-        return NoMatch(f"{what} is quantized per axis other than the columns of a rank-2 matrix")
-    return None
+        return conv_rewrite(m, b, "QLinearConv16", QUANTA_DOMAIN, scalar_zw=False)
 
 
 class LowerMatMul16(Rule):
@@ -128,43 +77,16 @@ class LowerMatMul16(Rule):
     shared_ok = frozenset({"af", "bf"})
 
     def check(self, m: Match) -> Match | NoMatch:
-        bad = _check_consts(m, "sa", "za", "sb", "zb", "sy", "zy")
-        if bad is not None:
-            return bad
-        qa = _params(m, "af", "a", "sa", "za")
-        qb = _params(m, "bf", "bq", "sb", "zb")
-        qy = _params(m, "y", "y", "sy", "zy")
-        bad = _check_wide(((qa, "input a", True), (qb, "input b", False), (qy, "output y", True)))
-        if bad is not None:
-            return bad
-        assert qb is not None
+        got = matmul_check(m, _check_wide)
+        if isinstance(got, NoMatch):
+            return got
         bshape = m.value("bq").shape
-        bad = _check_columns(qb, bshape, "input b")
-        if bad is not None:
-            return bad
         if bshape is None or len(bshape) < 2:
             return NoMatch("input b is not known to be of rank >= 2")
-        m.data.update(qa=qa, qb=qb, qy=qy)
-        return m
+        return got
 
     def rewrite(self, m: Match, b: Builder) -> Value:
-        inputs = [
-            m["a"],
-            m["sa"],
-            _zero_point_or_default(b, m, "za", m.data["qa"], "a_zero_point"),
-            m["bq"],
-            m["sb"],
-            _zero_point_or_default(b, m, "zb", m.data["qb"], "b_zero_point"),
-            m["sy"],
-            _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point"),
-        ]
-        return b.op(
-            "QLinearMatMul16",
-            inputs,
-            domain=QUANTA_DOMAIN,
-            types=result_type(shape_from=m["y"], elem_from=m["y"]),
-            name=m.node("c").name or None,
-        )
+        return matmul_rewrite(m, b, "QLinearMatMul16", QUANTA_DOMAIN)
 
 
 class LowerGemm16(Rule):
@@ -292,9 +214,12 @@ def wide_rules() -> list[Rule]:
 # Imported last: qdq_to_qlinear builds its rule list (which includes this module's rules)
 # when it is first imported, so this module must define them before it imports from there.
 from quanta.passes.lower.qdq_to_qlinear import (  # noqa: E402
-    CONV_ATTRS,
     _check_consts,
     _int32_bias,
     _params,
     _zero_point_or_default,
+    conv_check,
+    conv_rewrite,
+    matmul_check,
+    matmul_rewrite,
 )

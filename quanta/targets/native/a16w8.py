@@ -4,7 +4,7 @@
 Compile time (the binders): the constant weight becomes ``W' = w − ow`` (``ow`` = 32768
 for uint16 weights, else 0), split into a high and a low byte plane when it does not fit
 in [−255, 255] (16-bit weights, eq. (A2)), and packed into the micro-kernel's layout
-(:func:`pack_weight`); the per-column terms ``dw = ow − zw`` and ``cw = Σ_k W'`` of
+(:func:`pack_weight`; a convolution's as rows, :func:`pack_rows`); the per-column terms ``dw = ow − zw`` and ``cw = Σ_k W'`` of
 eq. (A3), the int64 bias and the float32 multipliers ``f32(f32(sa·sb)/sy)`` are computed
 once. Run time: one kernel call per node; the reference twin (same numbers) takes inputs
 outside the fast path (another dtype than compiled for, a 3-D convolution).
@@ -32,7 +32,7 @@ try:
 except ImportError:  # the binders only run when the extension is built
     _native = None
 
-__all__ = ["bind_qlinear_conv16", "bind_qlinear_matmul16", "pack_weight", "weight_terms"]
+__all__ = ["bind_qlinear_conv16", "bind_qlinear_matmul16", "pack_rows", "pack_weight", "weight_terms"]
 
 F32 = np.float32
 _SHORT = {
@@ -48,13 +48,33 @@ def _offset(dtype: np.dtype) -> int:
     return 32768 if dtype == np.uint16 else 0
 
 
+def _planes(wk: np.ndarray, split: bool = False) -> list[np.ndarray]:
+    """``W'`` as one plane when ``|W'| ≤ 255`` (and not ``split``), else the planes
+    ``hi = W' >> 8`` (scaled by 256 in the kernel) and ``lo = W' & 255`` (eq. (A2))."""
+    if not split and (wk.size == 0 or (wk.min() >= -255 and wk.max() <= 255)):
+        return [wk]
+    return [wk >> 8, wk & 255]
+
+
+def pack_rows(wk: np.ndarray, split: bool = False) -> np.ndarray:
+    """``W' [K, N]`` (int64 values) -> int16 ``[planes, N, 2·k2]``: the convolution's weight
+    rows (a16w8.h ``conv2d``), K padded to even with zeros; planes as :func:`_planes`."""
+    wk = np.asarray(wk, np.int64)
+    k, n = wk.shape
+    planes = _planes(wk, split)
+    out = np.zeros((len(planes), n, 2 * ((k + 1) // 2)), np.int16)
+    for i, p in enumerate(planes):
+        out[i, :, :k] = p.T
+    return out
+
+
 def pack_weight(wk: np.ndarray) -> np.ndarray:
     """``W' [K, N]`` (int64 values) -> int16 ``[planes, blocks, k2, 32]`` (a16w8.h layout):
     one plane when ``|W'| ≤ 255``, else the planes ``hi = W' >> 8`` (scaled by 256 in the
     kernel) and ``lo = W' & 255`` (eq. (A2))."""
     wk = np.asarray(wk, np.int64)
     k, n = wk.shape
-    planes = [wk] if wk.size == 0 or (wk.min() >= -255 and wk.max() <= 255) else [wk >> 8, wk & 255]
+    planes = _planes(wk)
     k2 = (k + 1) // 2
     blocks = 2 * ((n + KNR - 1) // KNR)
     out = np.zeros((len(planes), blocks, k2, 32), np.int16)
@@ -260,7 +280,8 @@ def bind_qlinear_conv16(model: Model, node: Node) -> tuple[Kernel | None, str]:
     kk = int(np.prod(w.shape[2:]))
     zw_col = np.asarray(z_w, np.int64).reshape(m_out)
     params.update(kernel=list(w.shape[2:]), m=m_out, group=group, attrs=attrs)
-    params["depthwise"] = group > 1 and cg == 1 and mg == 1
+    # the direct kernel's float64 sums are exact below 2^20 taps (a16w8.h kMaxDepthwiseTaps)
+    params["depthwise"] = group > 1 and cg == 1 and mg == 1 and kk < 2**20
     if params["depthwise"]:
         params["wd"] = np.ascontiguousarray(w.reshape(m_out, kk).astype(np.int64) - zw_col[:, None]).astype(
             np.int32
@@ -269,20 +290,11 @@ def bind_qlinear_conv16(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return Kernel(_conv16_native, "native", name, params=params, out=True), ""
     # W'[k, n] per group: k over (c, kh, kw) as the kernel's im2col rows, n the group's channels
     wk = (w.astype(np.int64) - _offset(w.dtype)).reshape(group, mg, cg * kk).transpose(0, 2, 1)
-    packs = [pack_weight(wk[g]) for g in range(group)]
-    planes = max(p.shape[0] for p in packs)
-    if planes == 2:  # one plane count for every group: split them all
-        packs = [p if p.shape[0] == 2 else _split(wk[g]) for g, p in enumerate(packs)]
-    params["packed"] = np.ascontiguousarray(np.stack(packs))
+    # one plane count for every group: split them all when one needs two
+    split = any(len(_planes(wk[g])) == 2 for g in range(group))
+    params["packed"] = np.ascontiguousarray(np.stack([pack_rows(wk[g], split) for g in range(group)]))
     params["dw"], params["cw"] = weight_terms(
         wk.transpose(1, 0, 2).reshape(cg * kk, m_out), w.dtype, zw_col, m_out
     )
     name = f"native:qlinear_conv16_{_SHORT[params['x_dtype']]}{_SHORT[w.dtype]}"
     return Kernel(_conv16_native, "native", name, params=params, out=True), ""
-
-
-def _split(wk: np.ndarray) -> np.ndarray:
-    """pack_weight with two byte planes even when one would do (groups share a count)."""
-    hi = pack_weight(np.asarray(wk, np.int64) >> 8)
-    lo = pack_weight(np.asarray(wk, np.int64) & 255)
-    return np.concatenate([hi, lo])

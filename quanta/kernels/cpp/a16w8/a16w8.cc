@@ -2,10 +2,13 @@
 // eq. (A3) zero-point terms and the eq. (A4) requantization; the portable micro-kernel.
 #include "a16w8/a16w8.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "a16w8/rows.h"
 #include "qgemm/thread_pool.h"
 
 namespace quanta {
@@ -31,6 +34,8 @@ void ukernel_portable(const int16_t* a, int64_t lda, int mr, int64_t k2, const i
   }
 }
 
+const RowKernels kRowsPortable = {dw_row_generic, requant_row_generic};
+
 MicroKernel select_ukernel(Isa isa) {
   switch (isa) {
     case Isa::kAvx512Vnni: return ukernel_avx512vnni;
@@ -51,36 +56,6 @@ inline int64_t load_elem(const void* p, Elem e, int64_t i) {
 }
 
 inline int64_t elem_offset(Elem e) { return e == Elem::kU16 ? 32768 : 0; }
-
-// Round to nearest, ties to even, for |v| ≤ 2^22 (the clamped values here stay within
-// ±65536): adding and subtracting 1.5·2^23 leaves the integer part in float32's last
-// place, rounded by the current (default: nearest-even) mode. nearbyint is a libm call
-// that saves the floating-point environment, which cost more than the GEMM itself.
-inline float round_even(float v) {
-  constexpr float kMagic = 12582912.0f;  // 1.5 · 2^23
-  const float t = v + kMagic;  // two IEEE roundings (no -ffast-math: not reassociated)
-  return t - kMagic;
-}
-
-// eq. (A4): saturate(rne(f32(acc) · m) + zy), clamped before rounding as requantize() does.
-template <typename T>
-inline void store(void* y, int64_t i, int64_t acc, float m, int64_t zy, int64_t qmin, int64_t qmax) {
-  const float lo = static_cast<float>(qmin - zy), hi = static_cast<float>(qmax - zy);
-  float v = static_cast<float>(acc) * m;
-  v = std::isnan(v) ? lo : (v < lo ? lo : (v > hi ? hi : v));
-  int64_t q = static_cast<int64_t>(round_even(v)) + zy;
-  q = q < qmin ? qmin : (q > qmax ? qmax : q);
-  static_cast<T*>(y)[i] = static_cast<T>(q);
-}
-
-inline void store_any(void* y, Elem out, int64_t i, int64_t acc, float m, int64_t zy) {
-  switch (out) {
-    case Elem::kU8: store<uint8_t>(y, i, acc, m, zy, 0, 255); break;
-    case Elem::kI8: store<int8_t>(y, i, acc, m, zy, -128, 127); break;
-    case Elem::kU16: store<uint16_t>(y, i, acc, m, zy, 0, 65535); break;
-    default: store<int16_t>(y, i, acc, m, zy, -32768, 32767); break;
-  }
-}
 
 // One GEMM over `rows` output rows: fill(r0, nrows, panel, lda, rowsum) writes the A'
 // panel (padded K with 0) and the row sums Σ_k A'; out(row, col) is the output index.
@@ -160,75 +135,200 @@ void matmul(const void* a, Elem a_elem, int64_t m, const Packed& w, const Epilog
   });
 }
 
+namespace {
+
+const RowKernels& row_kernels(Isa isa) {
+  return isa == Isa::kAvx512Vnni ? kRowsAvx512Vnni : isa == Isa::kAvx2 ? kRowsAvx2 : kRowsPortable;
+}
+
+// dst[t] = src[t·step] − off for t in [0, n) where 0 ≤ ix0 + t·step < w (ix0 the input
+// column of t = 0), `fill` elsewhere: three plain loops (the middle one vectorizes for
+// step 1) instead of a bounds test per element.
+template <typename T, typename D>
+inline void gather_row(const T* row, int64_t ix0, int64_t step, int64_t w, int64_t n, int64_t off, D fill,
+                       D* dst) {
+  int64_t t0 = ix0 >= 0 ? 0 : (-ix0 + step - 1) / step;  // first t with ix ≥ 0
+  int64_t t1 = ix0 >= w ? 0 : (w - ix0 + step - 1) / step;  // first t with ix ≥ w
+  t0 = t0 < n ? t0 : n;
+  t1 = t1 < n ? t1 : n;
+  t1 = t1 > t0 ? t1 : t0;
+  for (int64_t t = 0; t < t0; ++t) dst[t] = fill;
+  if (step == 1) {
+    const T* src = row + (ix0 + t0);  // in range: t0 is the first valid column
+    for (int64_t t = 0; t < t1 - t0; ++t) dst[t0 + t] = static_cast<D>(static_cast<int64_t>(src[t]) - off);
+  } else {
+    for (int64_t t = t0; t < t1; ++t) dst[t] = static_cast<D>(static_cast<int64_t>(row[ix0 + t * step]) - off);
+  }
+  for (int64_t t = t1; t < n; ++t) dst[t] = fill;
+}
+
+// The im2col B panel of output pixels [p0, p0 + np) (np ≤ 32) of one image and group, in
+// the packed layout (a16w8.h), and rx[j] = Σ_k X'[k, p0 + j]; columns ≥ np and k ≥ K are
+// 0. The pixels fall into runs along output rows; each (k, run) is one gather_row.
+template <typename T>
+void fill_panel(const T* xg, int64_t oa, int16_t pad, const ConvGeom& g, int64_t cg, int64_t p0, int np,
+                int64_t k2, int16_t* panel, int64_t* rx) {
+  struct Run {
+    int j0, n;
+    int64_t iy0, ix0;
+  };
+  Run runs[kNR];
+  int nruns = 0;
+  for (int j = 0; j < np;) {
+    const int64_t pix = p0 + j, oy = pix / g.ow, ox = pix % g.ow;
+    const int n = static_cast<int>(g.ow - ox < np - j ? g.ow - ox : np - j);
+    runs[nruns++] = Run{j, n, oy * g.sh - g.pt, ox * g.sw - g.pl};
+    j += n;
+  }
+  for (int j = 0; j < kNR; ++j) rx[j] = 0;
+  const int64_t khw = g.kh * g.kw, hw = g.h * g.w, kk = cg * khw;
+  int16_t col[2][kNR];
+  for (int64_t p = 0; p < k2; ++p) {
+    for (int t = 0; t < 2; ++t) {
+      const int64_t k = 2 * p + t;
+      int16_t* c = col[t];
+      for (int j = np; j < kNR; ++j) c[j] = 0;
+      if (k >= kk) {
+        for (int j = 0; j < np; ++j) c[j] = 0;
+        continue;
+      }
+      const int64_t ch = k / khw, ky = (k % khw) / g.kw, kx = k % g.kw;
+      for (int r = 0; r < nruns; ++r) {
+        const Run& run = runs[r];
+        const int64_t iy = run.iy0 + ky * g.dh;
+        if (iy < 0 || iy >= g.h) {
+          for (int j = 0; j < run.n; ++j) c[run.j0 + j] = pad;
+        } else {
+          gather_row(xg + ch * hw + iy * g.w, run.ix0 + kx * g.dw, g.sw, g.w, run.n, oa, pad, c + run.j0);
+        }
+      }
+    }
+    for (int blk = 0; blk < 2; ++blk) {
+      int16_t* dst = panel + blk * k2 * 32 + p * 32;
+      for (int j = 0; j < 16; ++j) {
+        dst[2 * j] = col[0][blk * 16 + j];
+        dst[2 * j + 1] = col[1][blk * 16 + j];
+      }
+    }
+    for (int j = 0; j < kNR; ++j) rx[j] += col[0][j] + col[1][j];
+  }
+}
+
+}  // namespace
+
 void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Packed* w, const Epilogue& ep,
             void* y, int threads) {
-  const MicroKernel uk = select_ukernel(select_kernel("a16w8", "s16s16->s64")->isa);
+  const Isa isa = select_kernel("a16w8", "s16s16->s64")->isa;
+  const MicroKernel uk = select_ukernel(isa);
+  const RowKernels& rk = row_kernels(isa);
   const int64_t oa = elem_offset(x_elem);
-  const int64_t cg = g.c / g.group, mg = g.m / g.group, P = g.oh * g.ow, khw = g.kh * g.kw;
+  const int64_t cg = g.c / g.group, mg = g.m / g.group, P = g.oh * g.ow;
   const int16_t pad = static_cast<int16_t>(zx - oa);  // the real value 0 (eq. (A2))
-  const int64_t row_blocks = (P + 8 * kMR - 1) / (8 * kMR);
-  const int64_t jobs = g.batch * g.group * row_blocks;
+  const int64_t k = w[0].k, k2 = (k + 1) / 2, lda = 2 * k2;
+  const int planes = w[0].planes;
+  const int64_t pixel_blocks = (P + kNR - 1) / kNR;
+  const int64_t jobs = g.batch * g.group * pixel_blocks;
+  if (jobs <= 0 || mg <= 0) return;
   auto body = [&](int64_t job, int) {
-    const int64_t img = job / (g.group * row_blocks), rest = job % (g.group * row_blocks);
-    const int64_t grp = rest / row_blocks, rb = rest % row_blocks;
+    const int64_t img = job / (g.group * pixel_blocks), rest = job % (g.group * pixel_blocks);
+    const int64_t grp = rest / pixel_blocks, p0 = (rest % pixel_blocks) * kNR;
+    const int np = static_cast<int>(P - p0 < kNR ? P - p0 : kNR);
     const int64_t x_base = (img * g.c + grp * cg) * g.h * g.w;
-    auto fill = [&](int64_t r0, int mr, int16_t* panel, int64_t lda, int64_t* rowsum) {
+    std::vector<int16_t> panel(static_cast<size_t>(2 * k2 * 32));
+    int64_t rx[kNR], tile[2][kMR * kNR];
+    switch (x_elem) {
+      case Elem::kU8:
+        fill_panel(static_cast<const uint8_t*>(x) + x_base, oa, pad, g, cg, p0, np, k2, panel.data(), rx);
+        break;
+      case Elem::kI8:
+        fill_panel(static_cast<const int8_t*>(x) + x_base, oa, pad, g, cg, p0, np, k2, panel.data(), rx);
+        break;
+      case Elem::kU16:
+        fill_panel(static_cast<const uint16_t*>(x) + x_base, oa, pad, g, cg, p0, np, k2, panel.data(), rx);
+        break;
+      default:
+        fill_panel(static_cast<const int16_t*>(x) + x_base, oa, pad, g, cg, p0, np, k2, panel.data(), rx);
+        break;
+    }
+    const Packed& wg = w[grp];
+    const int64_t y_base = (img * g.m + grp * mg) * P + p0;
+    for (int64_t r0 = 0; r0 < mg; r0 += kMR) {
+      const int mr = static_cast<int>(mg - r0 < kMR ? mg - r0 : kMR);
+      for (int p = 0; p < planes; ++p) uk(wg.data + (p * mg + r0) * lda, lda, mr, k2, panel.data(), tile[p]);
       for (int r = 0; r < mr; ++r) {
-        const int64_t pix = r0 + r, oy = pix / g.ow, ox = pix % g.ow;
-        int16_t* dst = panel + r * lda;
-        int64_t s = 0, i = 0;
-        for (int64_t ch = 0; ch < cg; ++ch) {
-          for (int64_t ky = 0; ky < g.kh; ++ky) {
-            const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
-            for (int64_t kx = 0; kx < g.kw; ++kx, ++i) {
-              const int64_t ix = ox * g.sw - g.pl + kx * g.dw;
-              int64_t v = pad;
-              if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
-                v = load_elem(x, x_elem, x_base + (ch * g.h + iy) * g.w + ix) - oa;
-              dst[i] = static_cast<int16_t>(v);
-              s += v;
-            }
-          }
-        }
-        for (i = cg * khw; i < lda; ++i) dst[i] = 0;
-        rowsum[r] = s;
+        const int64_t n = grp * mg + r0 + r;
+        // eq. (A3) with X' in the column role: S + dw·RX + da·CW' + K·da·dw + bias
+        int64_t c0 = ep.da * ep.cw[n] + k * ep.da * ep.dw[n];
+        if (ep.bias) c0 += ep.bias[n];
+        const int64_t* hi = planes == 2 ? tile[0] + r * kNR : nullptr;
+        const int64_t* lo = tile[planes - 1] + r * kNR;
+        rk.requant(hi, lo, rx, ep.dw[n], c0, ep.mult[n], ep.zy, ep.out, y, y_base + (r0 + r) * P, np);
       }
-    };
-    const int64_t y_base = (img * g.m + grp * mg) * P;
-    auto out_index = [y_base, P](int64_t row, int64_t col) { return y_base + col * P + row; };
-    const int64_t b = rb * 8 * kMR, e = b + 8 * kMR < P ? b + 8 * kMR : P;
-    gemm_rows(b, e, w[grp], ep, grp * mg, fill, out_index, y, uk);
+    }
   };
   qgemm::parallel_for(threads, jobs, body);
 }
 
+namespace {
+
+// One channel's input minus zx (0 in the padding) in `sw` column phases (a16w8.h).
+template <typename T>
+void fill_phases(const T* xc, int64_t zx, const ConvGeom& g, int64_t hp, int64_t wr, double* ph) {
+  for (int64_t r = 0; r < g.sw; ++r) {
+    for (int64_t iy = 0; iy < hp; ++iy) {
+      const int64_t sy = iy - g.pt;
+      double* dst = ph + (r * hp + iy) * wr;
+      if (sy < 0 || sy >= g.h) {
+        std::fill(dst, dst + wr, 0.0);
+      } else {
+        gather_row(xc + sy * g.w, r - g.pl, g.sw, g.w, wr, zx, 0.0, dst);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void conv2d_depthwise(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const int32_t* wd,
                       const Epilogue& ep, void* y, int threads) {
+  const RowKernels& rk = row_kernels(select_kernel("a16w8", "s16s16->s64")->isa);
   const int64_t P = g.oh * g.ow, khw = g.kh * g.kw;
-  auto body = [&](int64_t job, int) {
-    const int64_t img = job / g.m, ch = job % g.m;
-    const int64_t x_base = (img * g.c + ch) * g.h * g.w, y_base = (img * g.m + ch) * P;
-    const int32_t* wc = wd + ch * khw;
-    std::vector<int64_t> xs(static_cast<size_t>(g.h * g.w));
-    for (int64_t i = 0; i < g.h * g.w; ++i) xs[i] = load_elem(x, x_elem, x_base + i) - zx;
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        int64_t acc = 0;
+  if (P <= 0 || g.batch * g.m <= 0) return;
+  // the padded plane's extent that the output reads, and the width of one phase
+  const int64_t hp = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+  const int64_t wp = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+  const int64_t wr = (wp + g.sw - 1) / g.sw;
+  // channels in ranges of 8 (one set of buffers per range; each channel is computed alone,
+  // so the split does not change the bytes)
+  auto range = [&](int64_t job0, int64_t job1) {
+    std::vector<double> ph(static_cast<size_t>(g.sw * hp * wr)), wt(static_cast<size_t>(khw));
+    std::vector<const double*> src(static_cast<size_t>(khw));
+    std::vector<int64_t> acc(static_cast<size_t>(g.ow));
+    for (int64_t job = job0; job < job1; ++job) {
+      const int64_t img = job / g.m, ch = job % g.m;
+      const int64_t x_base = (img * g.c + ch) * g.h * g.w, y_base = (img * g.m + ch) * P;
+      switch (x_elem) {
+        case Elem::kU8: fill_phases(static_cast<const uint8_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
+        case Elem::kI8: fill_phases(static_cast<const int8_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
+        case Elem::kU16: fill_phases(static_cast<const uint16_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
+        default: fill_phases(static_cast<const int16_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
+      }
+      for (int64_t t = 0; t < khw; ++t) wt[t] = wd[ch * khw + t];
+      const int64_t bias = ep.bias ? ep.bias[ch] : 0;
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
         for (int64_t ky = 0; ky < g.kh; ++ky) {
-          const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
-          if (iy < 0 || iy >= g.h) continue;
+          const int64_t iy = oy * g.sh + ky * g.dh;
           for (int64_t kx = 0; kx < g.kw; ++kx) {
-            const int64_t ix = ox * g.sw - g.pl + kx * g.dw;
-            if (ix < 0 || ix >= g.w) continue;
-            acc += xs[iy * g.w + ix] * wc[ky * g.kw + kx];
+            const int64_t off = kx * g.dw;
+            src[ky * g.kw + kx] = ph.data() + ((off % g.sw) * hp + iy) * wr + off / g.sw;
           }
         }
-        if (ep.bias) acc += ep.bias[ch];
-        store_any(y, ep.out, y_base + oy * g.ow + ox, acc, ep.mult[ch], ep.zy);
+        rk.dw_row(src.data(), wt.data(), khw, g.ow, acc.data());
+        rk.requant(nullptr, acc.data(), nullptr, 0, bias, ep.mult[ch], ep.zy, ep.out, y, y_base + oy * g.ow, g.ow);
       }
     }
   };
-  qgemm::parallel_for(threads, g.batch * g.m, body);
+  qgemm::parallel_ranges(threads, g.batch * g.m, 8, range);
 }
 
 }  // namespace a16w8

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "dispatch.h"
 
@@ -38,7 +39,30 @@ void ukernel_avx512vnni(const int16_t* a, int64_t lda, int mr, int64_t k2, const
 
 MicroKernel select_ukernel(Isa isa);
 
+// One int16 pair as the int32 a broadcast takes (memcpy: no aliasing of the int16 panel).
+inline int32_t pair(const int16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
 enum class Elem : int { kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3 };
+
+// The row steps of the convolutions, one set per ISA (rows.h has the generic loops):
+//   dw_row:  acc[i] = Σ_{t < taps} src[t][i] · w[t], i < n, in float64: every operand is an
+//            integer with |src|, |w| ≤ 65535, so each product is below 2^32 and the sum
+//            of taps < 2^21 of them below 2^53: every float64 step is exact (in any
+//            order, with or without fused multiply-add), and acc is the exact int64
+//   requant: y[y0 + i] = eq. (A4) of v[i] = 256·hi[i] + lo[i] + c1·rx[i] + bias, i < n,
+//            with multiplier m and zero point zy (hi, rx may be null: the term is 0);
+//            |v| < 2^63 (the exact sums of eq. (A3))
+struct RowKernels {
+  void (*dw_row)(const double* const* src, const double* w, int64_t taps, int64_t n, int64_t* acc);
+  void (*requant)(const int64_t* hi, const int64_t* lo, const int64_t* rx, int64_t c1, int64_t bias, float m,
+                  int64_t zy, Elem out, void* y, int64_t y0, int64_t n);
+};
+constexpr int64_t kMaxDepthwiseTaps = int64_t{1} << 20;  // kh · kw below this (dw_row's bound)
+extern const RowKernels kRowsPortable, kRowsAvx2, kRowsAvx512Vnni;
 
 // The per-column terms of eq. (A3) and the requantization of eq. (A4).
 struct Epilogue {
@@ -69,12 +93,22 @@ struct ConvGeom {
   int64_t group;
 };
 
-// NCHW convolution; `w` holds one Packed per group (consecutive, each with n = m / group,
-// k = c / group · kh · kw); ep arrays cover all m output channels.
+// NCHW convolution as Y[n, pix] = Σ_k W'[n, k] · X'[k, pix] per group: the weight rows are
+// the micro-kernel's A operand and the im2col panel of 32 output pixels (X' = x − oa,
+// padding zx − oa, in the packed layout above) its B operand, so that a 4 × 32 tile is
+// four runs of 32 consecutive outputs of one channel each (one multiplier per run).
+// `w` holds one weight per group (consecutive): `data` is [planes][n][2·k2] int16 rows of
+// W' (the plane split of eq. (A2)), n = m / group, k = c / group · kh · kw; ep arrays
+// cover all m output channels, with dw/cw as in matmul (eq. (A3) with the roles of the
+// row and column sums exchanged).
 void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Packed* w, const Epilogue& ep,
             void* y, int threads);
 
-// Depthwise (c/group = m/group = 1): wd[m][kh·kw] = w − zw as int32; exact int64 sums.
+// Depthwise (c/group = m/group = 1): wd[m][kh·kw] = w − zw as int32, kh·kw below
+// kMaxDepthwiseTaps; exact sums. Per channel, the input minus zx (0 in the padding) is
+// laid out as float64 in `sw` column phases (column c of the padded plane in phase
+// c mod sw at c / sw), so that every tap of an output row reads one contiguous run: one
+// RowKernels::dw_row per output row.
 void conv2d_depthwise(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const int32_t* wd,
                       const Epilogue& ep, void* y, int threads);
 

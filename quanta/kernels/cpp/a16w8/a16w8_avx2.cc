@@ -2,21 +2,11 @@
 // at a time (8 ymm accumulators), flushed to int64 every kKcPairs pair steps (a16w8.h).
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "a16w8/a16w8.h"
+#include "a16w8/rows.h"
 
 namespace quanta {
 namespace a16w8 {
-namespace {
-// One int16 pair as the int32 the broadcast takes (memcpy: no aliasing of the int16 panel).
-inline int32_t pair(const int16_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-}  // namespace
-
 void ukernel_avx2(const int16_t* a, int64_t lda, int mr, int64_t k2, const int16_t* b, int64_t* c) {
   for (int r = 0; r < mr; ++r) {
     for (int j = 0; j < kNR; ++j) c[r * kNR + j] = 0;
@@ -51,5 +41,12 @@ void ukernel_avx2(const int16_t* a, int64_t lda, int mr, int64_t k2, const int16
   }
 }
 
+}  // namespace a16w8
+}  // namespace quanta
+
+namespace quanta {
+namespace a16w8 {
+// The generic row loops with AVX2 enabled (the compiler vectorizes them).
+const RowKernels kRowsAvx2 = {dw_row_generic, requant_row_generic};
 }  // namespace a16w8
 }  // namespace quanta

@@ -2,21 +2,13 @@
 // columns = 8 zmm accumulators, flushed to int64 every kKcPairs pair steps (a16w8.h bound).
 #include <immintrin.h>
 
-#include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "a16w8/a16w8.h"
 
 namespace quanta {
 namespace a16w8 {
-namespace {
-// One int16 pair as the int32 the broadcast takes (memcpy: no aliasing of the int16 panel).
-inline int32_t pair(const int16_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-}  // namespace
-
 void ukernel_avx512vnni(const int16_t* a, int64_t lda, int mr, int64_t k2, const int16_t* b, int64_t* c) {
   for (int r = 0; r < mr; ++r) {
     for (int j = 0; j < kNR; ++j) c[r * kNR + j] = 0;
@@ -67,6 +59,87 @@ void ukernel_avx512vnni(const int16_t* a, int64_t lda, int mr, int64_t k2, const
     }
   }
 }
+
+}  // namespace a16w8
+}  // namespace quanta
+
+namespace quanta {
+namespace a16w8 {
+namespace {
+
+// acc[i] = Σ_t src[t][i] · w[t] (exact in float64, a16w8.h): 32 outputs in four
+// independent FMA chains, then 8 at a time with a masked tail.
+void dw_row(const double* const* src, const double* w, int64_t taps, int64_t n, int64_t* acc) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t t = 0; t < taps; ++t) {
+      const __m512d wv = _mm512_set1_pd(w[t]);
+      const double* s = src[t] + i;
+      a0 = _mm512_fmadd_pd(_mm512_loadu_pd(s), wv, a0);
+      a1 = _mm512_fmadd_pd(_mm512_loadu_pd(s + 8), wv, a1);
+      a2 = _mm512_fmadd_pd(_mm512_loadu_pd(s + 16), wv, a2);
+      a3 = _mm512_fmadd_pd(_mm512_loadu_pd(s + 24), wv, a3);
+    }
+    _mm512_storeu_si512(acc + i, _mm512_cvtpd_epi64(a0));
+    _mm512_storeu_si512(acc + i + 8, _mm512_cvtpd_epi64(a1));
+    _mm512_storeu_si512(acc + i + 16, _mm512_cvtpd_epi64(a2));
+    _mm512_storeu_si512(acc + i + 24, _mm512_cvtpd_epi64(a3));
+  }
+  for (; i < n; i += 8) {
+    const __mmask8 k = n - i >= 8 ? static_cast<__mmask8>(0xff) : static_cast<__mmask8>((1u << (n - i)) - 1u);
+    __m512d a0 = _mm512_setzero_pd();
+    for (int64_t t = 0; t < taps; ++t) a0 = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(k, src[t] + i), _mm512_set1_pd(w[t]), a0);
+    _mm512_mask_storeu_epi64(acc + i, k, _mm512_cvtpd_epi64(a0));
+  }
+}
+
+// eq. (A4) on 8 lanes of v = 256·hi + lo + c1·rx + bias (vpmullq: the exact product, as
+// |c1·rx| < 2^63): vcvtqq2ps rounds the int64 to nearest-even as the scalar cast does;
+// vmaxps returns its second operand for a NaN product, so NaN -> lo as in store(); the
+// clamped value rounds (vcvtps2dq, nearest-even) inside the storage range.
+template <typename T>
+void requant_row(const int64_t* hi, const int64_t* lo, const int64_t* rx, int64_t c1, int64_t bias, float m,
+                 int64_t zy, void* yv, int64_t y0, int64_t n) {
+  constexpr int64_t qmin = std::numeric_limits<T>::min(), qmax = std::numeric_limits<T>::max();
+  T* y = static_cast<T*>(yv) + y0;
+  const __m256 vm = _mm256_set1_ps(m), vlo = _mm256_set1_ps(static_cast<float>(qmin - zy)),
+               vhi = _mm256_set1_ps(static_cast<float>(qmax - zy));
+  const __m512i vb = _mm512_set1_epi64(bias), vc1 = _mm512_set1_epi64(c1);
+  const __m256i vz = _mm256_set1_epi32(static_cast<int32_t>(zy));
+  for (int64_t i = 0; i < n; i += 8) {
+    const __mmask8 k = n - i >= 8 ? static_cast<__mmask8>(0xff) : static_cast<__mmask8>((1u << (n - i)) - 1u);
+    __m512i a = _mm512_add_epi64(_mm512_maskz_loadu_epi64(k, lo + i), vb);
+    if (hi) a = _mm512_add_epi64(a, _mm512_slli_epi64(_mm512_maskz_loadu_epi64(k, hi + i), 8));
+    if (rx) a = _mm512_add_epi64(a, _mm512_mullo_epi64(_mm512_maskz_loadu_epi64(k, rx + i), vc1));
+    __m256 v = _mm256_mul_ps(_mm512_cvtepi64_ps(a), vm);
+    v = _mm256_min_ps(_mm256_max_ps(v, vlo), vhi);
+    const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), vz);
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      _mm_mask_storeu_epi8(y + i, k, _mm256_cvtusepi32_epi8(q));
+    } else if constexpr (std::is_same_v<T, int8_t>) {
+      _mm_mask_storeu_epi8(y + i, k, _mm256_cvtsepi32_epi8(q));
+    } else if constexpr (std::is_same_v<T, uint16_t>) {
+      _mm_mask_storeu_epi16(y + i, k, _mm256_cvtusepi32_epi16(q));
+    } else {
+      _mm_mask_storeu_epi16(y + i, k, _mm256_cvtsepi32_epi16(q));
+    }
+  }
+}
+
+void requant_row_any(const int64_t* hi, const int64_t* lo, const int64_t* rx, int64_t c1, int64_t bias, float m,
+                     int64_t zy, Elem out, void* y, int64_t y0, int64_t n) {
+  switch (out) {
+    case Elem::kU8: requant_row<uint8_t>(hi, lo, rx, c1, bias, m, zy, y, y0, n); break;
+    case Elem::kI8: requant_row<int8_t>(hi, lo, rx, c1, bias, m, zy, y, y0, n); break;
+    case Elem::kU16: requant_row<uint16_t>(hi, lo, rx, c1, bias, m, zy, y, y0, n); break;
+    default: requant_row<int16_t>(hi, lo, rx, c1, bias, m, zy, y, y0, n); break;
+  }
+}
+
+}  // namespace
+
+const RowKernels kRowsAvx512Vnni = {dw_row, requant_row_any};
 
 }  // namespace a16w8
 }  // namespace quanta

@@ -243,7 +243,10 @@ void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M,
     // K chunks of kc blocks, in order: one chunk's B (kc·block·N bytes) stays in L2 while
     // every row block passes; the float accumulators wait in y between chunks
     const int64_t chunk_bytes = static_cast<int64_t>(block) * b.Np;
-    const int kc = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(nb, (512 << 10) / std::max<int64_t>(chunk_bytes, 1))));
+    // (one row block reuses nothing: the whole K in one pass, no accumulators parked in y)
+    const int kc = row_blocks == 1 ? std::max(nb, 1)
+                                   : static_cast<int>(std::max<int64_t>(
+                                         1, std::min<int64_t>(nb, (512 << 10) / std::max<int64_t>(chunk_bytes, 1))));
     for (int k0 = 0; k0 < nb || (nb == 0 && k0 == 0); k0 += kc) {
       const int k1 = std::min(nb, k0 + kc);
       auto body = [&](int64_t c, int) {

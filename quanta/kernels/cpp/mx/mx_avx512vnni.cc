@@ -99,8 +99,8 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
         d[r][1] = _mm512_add_epi32(d[r][1], e[r][1]);
       }
     } else {
-      #pragma GCC unroll 2
-      for (int g = 0; g < G; ++g) {
+      // one group of 4 k: two 64-byte weight loads, one broadcast and two vpdpbusd per row
+      auto group = [&](int g) {
         const __m512i b0 = _mm512_loadu_si512(w + g * 128);
         const __m512i b1 = _mm512_loadu_si512(w + g * 128 + 64);
         #pragma GCC unroll 8
@@ -111,6 +111,15 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
           QUANTA_MX_VPDPBUSD(d[r][0], a, b0);
           QUANTA_MX_VPDPBUSD(d[r][1], a, b1);
         }
+      };
+      if (G == 8) {
+        // the default block of 32: a fixed trip count, unrolled whole, keeps the 2·MR
+        // accumulators in fixed registers (a partly unrolled loop of unknown count made
+        // the compiler rotate them through register copies every step)
+        #pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) group(g);
+      } else {
+        for (int g = 0; g < G; ++g) group(g);
       }
     }
     const float* sk = b.sbp.data() + (static_cast<size_t>(p) * nb + k) * 32;

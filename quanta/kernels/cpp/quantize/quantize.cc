@@ -29,11 +29,9 @@ RunFn<T> select_run(Isa isa) {
       default: return quantize_run_s8_portable;
     }
   } else if constexpr (std::is_same_v<T, uint16_t>) {
-    (void)isa;
-    return quantize_run_u16_portable;
+    return isa == Isa::kAvx512Vnni ? quantize_run_u16_avx512vnni : quantize_run_u16_portable;
   } else {
-    (void)isa;
-    return quantize_run_s16_portable;
+    return isa == Isa::kAvx512Vnni ? quantize_run_s16_avx512vnni : quantize_run_s16_portable;
   }
 }
 }  // namespace

@@ -1,4 +1,4 @@
-// QuantizeLinear, per-tensor and per-axis, float32 -> int8 / uint8.
+// QuantizeLinear, per-tensor and per-axis, float32 -> int8 / uint8 / int16 / uint16.
 //
 // Contract (ONNX QuantizeLinear, docs/quantization-math.md eq. (1)):
 //   y[i] = saturate(round_half_even(x[i] / scale[c]) + zero_point[c]),  c = channel of i
@@ -35,12 +35,14 @@ void quantize_linear(const float* x, T* y, const QuantizeParams& p, Isa isa, int
 // ISA variants (one file each); signature: contiguous run of n values with one scale/zp.
 void quantize_run_u8_portable(const float* x, uint8_t* y, int64_t n, float scale, int32_t zp);
 void quantize_run_s8_portable(const float* x, int8_t* y, int64_t n, float scale, int32_t zp);
-// 16-bit storage (ORT's QUInt16 / QInt16 activations): the portable loop on every ISA.
+// 16-bit storage (ORT's QUInt16 / QInt16 activations): AVX-512 or the portable loop.
 void quantize_run_u16_portable(const float* x, uint16_t* y, int64_t n, float scale, int32_t zp);
 void quantize_run_s16_portable(const float* x, int16_t* y, int64_t n, float scale, int32_t zp);
 void quantize_run_u8_avx2(const float* x, uint8_t* y, int64_t n, float scale, int32_t zp);
 void quantize_run_s8_avx2(const float* x, int8_t* y, int64_t n, float scale, int32_t zp);
 void quantize_run_u8_avx512vnni(const float* x, uint8_t* y, int64_t n, float scale, int32_t zp);
 void quantize_run_s8_avx512vnni(const float* x, int8_t* y, int64_t n, float scale, int32_t zp);
+void quantize_run_u16_avx512vnni(const float* x, uint16_t* y, int64_t n, float scale, int32_t zp);
+void quantize_run_s16_avx512vnni(const float* x, int16_t* y, int64_t n, float scale, int32_t zp);
 
 }  // namespace quanta

@@ -10,6 +10,9 @@
 //     |P − rne(P)| < 0.5 − 2^-11 takes rne(P) (no half-integer between P and Q);
 //   - for |q| > 600 both round beyond the clamp range [qmin − zp, qmax − zp] ⊂ [−255, 510]
 //     and clamp to the same end (P and Q have the same sign, and |P| > 600(1 − 3u) too);
+//   - 16-bit storage: the clamp range lies in [−65535, 65535]; for |q| <= 2^17 the distance
+//     is < 3·2^-7 < 2^-5, so the lane test uses the margin 0.5 − 2^-4, and beyond 2^17 both
+//     clamp to the same end as above;
 //   - NaN x: P is NaN, the lane is "safe" (the comparison is false) and maps to qmin.
 // Any other vector (a lane near a tie) is recomputed with the true division. R must be
 // normal and finite for the bound (scale in [2^-126, 2^126]); otherwise every vector
@@ -25,7 +28,9 @@
 namespace quanta {
 namespace {
 
-constexpr float kTieMargin = 0.5f - 0x1p-11f;  // |P − rne(P)| below this: rne(P) = rne(Q)
+// |P − rne(P)| below this: rne(P) = rne(Q) (8-bit and 16-bit storage, bounds above)
+template <typename T>
+constexpr float kTieMargin = sizeof(T) == 1 ? 0.5f - 0x1p-11f : 0.5f - 0x1p-4f;
 
 template <typename T>
 void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
@@ -34,7 +39,7 @@ void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
   const float inv = 1.0f / scale;
   const bool fast = scale >= 0x1p-126f && scale <= 0x1p126f;  // R = 1 / scale normal and finite
   const __m512 vs = _mm512_set1_ps(scale), vinv = _mm512_set1_ps(inv), vlo = _mm512_set1_ps(lo),
-               vhi = _mm512_set1_ps(hi), margin = _mm512_set1_ps(kTieMargin);
+               vhi = _mm512_set1_ps(hi), margin = _mm512_set1_ps(kTieMargin<T>);
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   const __m512i vzp = _mm512_set1_epi32(zp);
   for (int64_t i = 0; i < n; i += 16) {
@@ -51,12 +56,21 @@ void run(const float* x, T* y, int64_t n, float scale, int32_t zp) {
     q = _mm512_min_ps(_mm512_max_ps(q, vlo), vhi);
     const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(q), vzp);
     // register-form narrowing + a plain store for whole vectors (the masked memory form
-    // of vpmov[u]sdb is several times slower); the masked form for the tail only
-    const __m128i b = std::is_same_v<T, uint8_t> ? _mm512_cvtusepi32_epi8(v) : _mm512_cvtsepi32_epi8(v);
-    if (left >= 16) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), b);
+    // of vpmov[u]sd[bw] is several times slower); the masked form for the tail only
+    if constexpr (sizeof(T) == 1) {
+      const __m128i b = std::is_same_v<T, uint8_t> ? _mm512_cvtusepi32_epi8(v) : _mm512_cvtsepi32_epi8(v);
+      if (left >= 16) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), b);
+      } else {
+        _mm_mask_storeu_epi8(y + i, k, b);
+      }
     } else {
-      _mm_mask_storeu_epi8(y + i, k, b);
+      const __m256i w = std::is_same_v<T, uint16_t> ? _mm512_cvtusepi32_epi16(v) : _mm512_cvtsepi32_epi16(v);
+      if (left >= 16) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), w);
+      } else {
+        _mm256_mask_storeu_epi16(y + i, k, w);
+      }
     }
   }
 }
@@ -67,6 +81,12 @@ void quantize_run_u8_avx512vnni(const float* x, uint8_t* y, int64_t n, float sca
 }
 void quantize_run_s8_avx512vnni(const float* x, int8_t* y, int64_t n, float scale, int32_t zp) {
   run<int8_t>(x, y, n, scale, zp);
+}
+void quantize_run_u16_avx512vnni(const float* x, uint16_t* y, int64_t n, float scale, int32_t zp) {
+  run<uint16_t>(x, y, n, scale, zp);
+}
+void quantize_run_s16_avx512vnni(const float* x, int16_t* y, int64_t n, float scale, int32_t zp) {
+  run<int16_t>(x, y, n, scale, zp);
 }
 
 }  // namespace quanta
