@@ -500,6 +500,7 @@ FACTS = OpTable(
                 "IntLookup",
                 "IntSoftmax",
                 "IntLayerNorm",
+                "IntGelu",
                 "IntGlobalAveragePool",
             )
         ),
