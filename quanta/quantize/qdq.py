@@ -399,16 +399,23 @@ def _widen(graph: Graph, plan: QdqPlan, recipe: Recipe) -> None:
 
     kinds = TARGETS[recipe.target].get("wide_activations", ())
     wide: set[str] = set()
-    if "residual" in kinds:
-        stack = [n.inputs[0] for n in graph.nodes if n.op_type == "LayerNormalization" and n.inputs]
+
+    def back_through(starts: list, ops: tuple[str, ...]) -> None:
+        """``starts`` and, back through producers among ``ops``, their activation inputs."""
+        stack = list(starts)
         while stack:
             v = stack.pop()
             if v is None or v.is_const or v.name in wide:
                 continue
             wide.add(v.name)
             p = v.producer
-            if p is not None and p.op_type == "Add" and not p.domain:
+            if p is not None and p.op_type in ops and not p.domain:
                 stack.extend(p.inputs)
+
+    if "residual" in kinds:
+        back_through(
+            [n.inputs[0] for n in graph.nodes if n.op_type == "LayerNormalization" and n.inputs], ("Add",)
+        )
     if "gelu" in kinds:
         wide.update(n.outputs[0].name for n in graph.nodes if n.op_type == "Gelu")
     if "gelu_input" in kinds:  # the device's i-GELU polynomial takes 16-bit inputs
@@ -417,15 +424,10 @@ def _widen(graph: Graph, plan: QdqPlan, recipe: Recipe) -> None:
         # attention scores: the Softmax input and, back through the elementwise ops
         # that scale and mask it, the MatMul that computes them (the device's i-exp
         # polynomial takes 16-bit inputs; 8 bits step the exponent by sx·max ≈ 0.1)
-        stack = [n.inputs[0] for n in graph.nodes if n.op_type == "Softmax" and n.inputs]
-        while stack:
-            v = stack.pop()
-            if v is None or v.is_const or v.name in wide:
-                continue
-            wide.add(v.name)
-            p = v.producer
-            if p is not None and p.op_type in ("Add", "Sub", "Mul", "Div") and not p.domain:
-                stack.extend(p.inputs)
+        back_through(
+            [n.inputs[0] for n in graph.nodes if n.op_type == "Softmax" and n.inputs],
+            ("Add", "Sub", "Mul", "Div"),
+        )
     if "softmax_output" in kinds:  # attention weights below 2^-9 are not all zero
         wide.update(n.outputs[0].name for n in graph.nodes if n.op_type == "Softmax")
     if "outputs" in kinds:  # logits: 8 bits would tie close classes

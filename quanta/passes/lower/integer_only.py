@@ -549,17 +549,10 @@ class IntegerOnly(Pass):
     def _wide_softmax(self, graph: Graph, q: Node, sm: Node) -> str | None:
         """``Q(Softmax(DQ(x)))`` with a 16-bit ``x`` (no 256-entry table covers it): I-BERT's
         i-exp polynomial (eq. (IO12)) in IntSoftmax."""
-        x = sm.inputs[0]
-        dq = x.producer if x is not None else None
-        if dq is None or dq.op_type != "DequantizeLinear" or dq.domain or len(x.uses) != 1:
-            return "input is not a dequantized integer tensor read by the Softmax alone"
-        if len(sm.outputs[0].uses) != 1 or any(o is sm.outputs[0] for o in graph.outputs):
-            return "the Softmax's float output has other readers"
-        xi = dq.inputs[0]
-        px = self._act(xi, "x")
-        py = self._act(q.outputs[0], "y")
-        if isinstance(px, str) or isinstance(py, str):
-            return px if isinstance(px, str) else py
+        group = self._unary_group(graph, q, sm)
+        if isinstance(group, str):
+            return group
+        dq, xi, px, py = group
         if xi.type.elem.storage.bits != 16:
             return "input is not 16-bit (8-bit inputs lower through QLinearSoftmax's table)"
         axis = int(sm.attrs.get("axis", -1))
@@ -857,22 +850,31 @@ class IntegerOnly(Pass):
         )
         return attrs
 
-    def _table(self, graph: Graph, q: Node, fn: Node) -> str | None:
-        """``Q(f(DQ(x)))`` for an 8-bit ``x`` and an elementwise ``f`` the planner quantized
-        as one unary op (GELU of any domain; the output may be wider than 8 bits, which
-        LowerLookup's same-storage tables do not cover): ``table[bits(c)] =
-        Q(f(DQ(c)))`` computed in float64 (IO11)."""
+    def _unary_group(self, graph: Graph, q: Node, fn: Node) -> tuple | str:
+        """``Q(fn(DQ(x)))`` with nothing else reading the float values: ``(dq, x, (sx, zx),
+        (sy, zy))``, or why not."""
         x = fn.inputs[0]
         dq = x.producer if x is not None else None
         if dq is None or dq.op_type != "DequantizeLinear" or dq.domain or len(x.uses) != 1:
-            return "input is not a dequantized integer tensor read by the function alone"
+            return f"input is not a dequantized integer tensor read by the {fn.op_type} alone"
         if len(fn.outputs[0].uses) != 1 or any(o is fn.outputs[0] for o in graph.outputs):
-            return "the function's float output has other readers"
+            return f"the {fn.op_type}'s float output has other readers"
         xi = dq.inputs[0]
         px = self._act(xi, "x")
         py = self._act(q.outputs[0], "y")
         if isinstance(px, str) or isinstance(py, str):
             return px if isinstance(px, str) else py
+        return dq, xi, px, py
+
+    def _table(self, graph: Graph, q: Node, fn: Node) -> str | None:
+        """``Q(f(DQ(x)))`` for an 8-bit ``x`` and an elementwise ``f`` the planner quantized
+        as one unary op (GELU of any domain; the output may be wider than 8 bits, which
+        LowerLookup's same-storage tables do not cover): ``table[bits(c)] =
+        Q(f(DQ(c)))`` computed in float64 (IO11)."""
+        group = self._unary_group(graph, q, fn)
+        if isinstance(group, str):
+            return group
+        dq, xi, px, py = group
         xdt = xi.type.elem.storage.numpy
         if xdt.itemsize != 1:
             if fn.op_type != "Gelu" or xdt != np.dtype(np.int16):
