@@ -44,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import time_alternating  # the timing loop shared with the GEMM benchmark
 
 from quanta.kernels import _native
+from quanta.passes.lower.requant_params import float_multiplier
 
 # (name, N, C, H, W, M, k, stride, group)
 SHAPES: tuple[tuple[str, int, int, int, int, int, int, int, int], ...] = (
@@ -142,8 +143,9 @@ def _quanta(p: Problem, op: str, threads: int, nhwc: bool = False) -> tuple[Call
     y_shape = p.y_shape_nhwc if nhwc else p.y_shape
     if op == "QLinearConv":
         out = np.empty(y_shape, np.uint8)
+        m = float_multiplier(p.sx, p.sw, p.sy)
         fn = lambda: conv.qlinear(  # noqa: E731
-            x, p.sx, p.zx, p.sw, p.sy, p.zy, p.bias, num_threads=threads, out=out, channels_last=nhwc
+            x, p.zx, m, p.zy, p.bias, num_threads=threads, out=out, channels_last=nhwc
         )
     else:
         out32 = np.empty(y_shape, np.int32)

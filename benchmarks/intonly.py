@@ -126,9 +126,21 @@ def minilm(n_calib: int, n_eval: int, tmp: Path) -> list[str]:
     npu = tmp / "minilm.npu.onnx"
     quanta.quantize_static(str(src), str(npu), calib, target="npu-sim", verbose=False, progress=False)
     got = np.concatenate(npu_run(npu, evals, log))
-    r64, g64 = ref.astype(np.float64), got.astype(np.float64)
-    cos = (r64 * g64).sum(1) / (np.linalg.norm(r64, axis=1) * np.linalg.norm(g64, axis=1))
+    qdq = np.concatenate(ort_run(npu, evals))  # the same file, float requantization (ORT)
+
+    def cosines(a: np.ndarray) -> np.ndarray:
+        r64, g64 = ref.astype(np.float64), a.astype(np.float64)
+        return (r64 * g64).sum(1) / (np.linalg.norm(r64, axis=1) * np.linalg.norm(g64, axis=1))
+
+    cos, cos_ort = cosines(got), cosines(qdq)
     log.append(f"embedding cosine vs FP32: mean {cos.mean():.4f}, min {cos.min():.4f}")
+    log.append(
+        f"the same file on ORT (float requantization): mean {cos_ort.mean():.4f}, min {cos_ort.min():.4f}"
+    )
+    worst = np.argsort(cos)[:3]
+    log.append("worst sentences (index: integer-only / ORT): " + ", ".join(
+        f"{i}: {cos[i]:.4f} / {cos_ort[i]:.4f}" for i in worst
+    ))  # fmt: skip
     return log
 
 
@@ -137,7 +149,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="efficientnet_lite0,all_minilm_l6_v2")
     ap.add_argument("--calib", type=int, default=32)
     ap.add_argument("--eval", type=int, default=200)
+    ap.add_argument(
+        "--wide",
+        help="npu-sim's int16 activation kinds, comma-separated (default: the recipe's; "
+        "residual, gelu, gelu_input, softmax, outputs)",
+    )
     args = ap.parse_args(argv)
+    if args.wide is not None:
+        from quanta.quantize.recipe import TARGETS
+
+        TARGETS["npu-sim"]["wide_activations"] = tuple(k for k in args.wide.split(",") if k)
     with tempfile.TemporaryDirectory() as d:
         for name in args.models.split(","):
             fn = {"efficientnet_lite0": efficientnet, "all_minilm_l6_v2": minilm}[name]

@@ -96,7 +96,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     model = load(args.model)
     print(summarize(model).format(max_tensors=args.max_tensors))
-    print(lowered_coverage(model).format_share())
+    print(lowered_coverage(model, target=args.target).format_share())
     if args.ir:
         print()
         print(format_graph(model.graph, show_consts=False))
@@ -128,13 +128,14 @@ def _inspect_lowered(args: argparse.Namespace, model) -> None:
     from quanta.ir.onnx_io import load
     from quanta.ir.printer import format_graph
     from quanta.passes.manager import PassManager
-    from quanta.passes.pipelines import lower_qdq
-    from quanta.runtime.compile import reference_evaluator
+    from quanta.runtime.compile import target_pipeline
+    from quanta.runtime.coverage import file_target
+    from quanta.targets import get_target
 
     before = load(args.model)
-    passes = lower_qdq(
-        opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model.opset_imports)
-    )
+    # the pipeline of the target asked for, else of the one the file was quantized for
+    # (an npu-sim file lowers to the integer-only stage, not to the host's operators)
+    passes = target_pipeline(get_target(args.target or file_target(model)), model)
     known = {p.name for p in passes}
     unknown = [d for d in args.dump_after or [] if d != "*" and d not in known]
     if unknown:

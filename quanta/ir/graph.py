@@ -78,6 +78,7 @@ class Node:
         "outer_names",
         "outputs",
         "overload",
+        "requant",
     )
 
     def __init__(
@@ -107,6 +108,9 @@ class Node:
         # use lists, dead-code elimination and liveness see them; ONNX writes only the
         # inputs before them (quanta.ir.onnx_io).
         self.outer_names: tuple[str, ...] = ()
+        # The requantization parameters a lowering pass derived for the kernels
+        # (quanta.passes.lower.requant_params); in memory only, never written to ONNX.
+        self.requant: Any = None
 
     @property
     def label(self) -> str:

@@ -522,6 +522,7 @@ FACTS = OpTable(
                 "IntLookup",
                 "IntSoftmax",
                 "IntLayerNorm",
+                "IntGelu",
                 "IntGlobalAveragePool",
             )
         ),

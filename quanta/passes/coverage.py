@@ -236,6 +236,8 @@ def coverage(
                 integer = fused.op_type
         if integer is None:
             integer = _table_holding(node, after_by_name)
+        if integer is None:
+            integer = _int_stage_holding(node, after_by_name)
         mine: list[str] = []
         if integer is None:
             out = node.outputs[0] if node.outputs else None
@@ -266,6 +268,18 @@ def coverage(
 #: integer ops that hold a whole group of elementwise ops (quanta QLinearLookup, a
 #: 256-entry table: passes/lower/lookup.py); the table op takes the group's last op's name
 TABLE_OPS = frozenset({"QLinearLookup"})
+
+
+def _int_stage_holding(node: Node, after_by_name: Mapping[str, Node]) -> str | None:
+    """The ``quanta.int`` operator (the integer-only stage of npu-sim,
+    passes/lower/integer_only.py) that computes ``node``: it takes the name of the op or of
+    the QuantizeLinear that read the op's output. None when there is none."""
+    names = [node.name] + [c.name for o in node.outputs[:1] for c in o.consumers()]
+    for name in names:
+        new = after_by_name.get(name) if name else None
+        if new is not None and new.domain == "quanta.int":
+            return new.op_type
+    return None
 
 
 def _table_holding(node: Node, after_by_name: Mapping[str, Node]) -> str | None:

@@ -156,6 +156,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
     from quanta.passes.lower.channels_last import ChannelsLast
     from quanta.passes.lower.fold_float_weights import FoldFloatWeights
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
+    from quanta.passes.lower.requant_params import CarryRequantization
     from quanta.passes.lower.wide import MsQdqToOnnxPass
     from quanta.passes.rules.fuse_gelu import FuseGeluPass
     from quanta.passes.rules.quantize_pad import QuantizePad
@@ -181,6 +182,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         FuseGeluPass(opset),  # five float ops of a float-island GELU -> one Gelu
         ChannelsLast(),  # convolutions exchange NHWC; transposes only at region edges
         EliminateDead(),
+        CarryRequantization(),  # the requantization multipliers, once, on the nodes
     ]
 
 

@@ -391,23 +391,45 @@ def _widen(graph: Graph, plan: QdqPlan, recipe: Recipe) -> None:
     """Integer-only targets: the activations their ``wide_activations`` name become int16
     symmetric (recipe.TARGETS). "residual": every LayerNormalization input and, back
     through the Adds that compute it, their activation inputs; "gelu": every Gelu
-    output; "outputs": the graph outputs (a classifier's logits)."""
+    output; "gelu_input": every Gelu input; "softmax": every Softmax input and, back
+    through the Add/Sub/Mul/Div that compute it, their activation inputs (the attention
+    scores); "softmax_output": every Softmax output (the attention weights); "outputs":
+    the graph outputs (a classifier's logits)."""
     from quanta.quantize.recipe import TARGETS
 
     kinds = TARGETS[recipe.target].get("wide_activations", ())
     wide: set[str] = set()
-    if "residual" in kinds:
-        stack = [n.inputs[0] for n in graph.nodes if n.op_type == "LayerNormalization" and n.inputs]
+
+    def back_through(starts: list, ops: tuple[str, ...]) -> None:
+        """``starts`` and, back through producers among ``ops``, their activation inputs."""
+        stack = list(starts)
         while stack:
             v = stack.pop()
             if v is None or v.is_const or v.name in wide:
                 continue
             wide.add(v.name)
             p = v.producer
-            if p is not None and p.op_type == "Add" and not p.domain:
+            if p is not None and p.op_type in ops and not p.domain:
                 stack.extend(p.inputs)
+
+    if "residual" in kinds:
+        back_through(
+            [n.inputs[0] for n in graph.nodes if n.op_type == "LayerNormalization" and n.inputs], ("Add",)
+        )
     if "gelu" in kinds:
         wide.update(n.outputs[0].name for n in graph.nodes if n.op_type == "Gelu")
+    if "gelu_input" in kinds:  # the device's i-GELU polynomial takes 16-bit inputs
+        wide.update(n.inputs[0].name for n in graph.nodes if n.op_type == "Gelu" and n.inputs)
+    if "softmax" in kinds:
+        # attention scores: the Softmax input and, back through the elementwise ops
+        # that scale and mask it, the MatMul that computes them (the device's i-exp
+        # polynomial takes 16-bit inputs; 8 bits step the exponent by sx·max ≈ 0.1)
+        back_through(
+            [n.inputs[0] for n in graph.nodes if n.op_type == "Softmax" and n.inputs],
+            ("Add", "Sub", "Mul", "Div"),
+        )
+    if "softmax_output" in kinds:  # attention weights below 2^-9 are not all zero
+        wide.update(n.outputs[0].name for n in graph.nodes if n.op_type == "Softmax")
     if "outputs" in kinds:  # logits: 8 bits would tie close classes
         wide.update(v.name for v in graph.outputs)
     for name in wide:

@@ -131,11 +131,13 @@ TARGETS: dict[str, dict[str, Any]] = {
             "smooth_quant": None,
         },
         # int16 (symmetric) activations for the residual stream (the inputs of every
-        # LayerNormalization, back through the Adds that build them), GELU outputs and
-        # the graph outputs: 8 bits lose the outliers there (docs/accuracy.md, MiniLM)
-        # and tie close logits; the device's int16 profile option
-        # (quanta.targets.npu_sim.rules.CAPABILITIES)
-        "wide_activations": ("residual", "gelu", "outputs"),
+        # LayerNormalization, back through the Adds that build them), GELU inputs and
+        # outputs, the attention scores (Softmax inputs back through their scale and
+        # mask) and weights (Softmax outputs) and the graph outputs: 8 bits lose the
+        # outliers there (docs/accuracy.md, MiniLM) and tie close logits; the device's
+        # int16 profile option (quanta.targets.npu_sim.rules.CAPABILITIES), whose 16-bit
+        # Softmax and GELU are I-BERT's integer polynomials
+        "wide_activations": ("residual", "gelu", "gelu_input", "softmax", "softmax_output", "outputs"),
     },
 }
 

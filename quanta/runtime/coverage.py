@@ -1,7 +1,9 @@
 """What share of a model's compute runs in integer once a session has compiled it.
 
 ``lowered_coverage(model)`` lowers a copy of ``model`` with the pipeline a session runs
-(:func:`quanta.runtime.compile.default_pipeline`) and compares it with the model as
+for the file's target (:func:`quanta.runtime.compile.target_pipeline`: the target its
+``quanta.recipe`` metadata names, e.g. npu-sim's integer-only stage, else the host's
+:func:`~quanta.runtime.compile.default_pipeline`) and compares it with the model as
 given (:func:`quanta.passes.coverage.coverage`). ``quantize_static`` and
 ``quantize_dynamic`` report it for the file they write, ``quanta inspect`` for any file.
 """
@@ -15,17 +17,20 @@ from quanta.ir.onnx_io import from_proto, to_proto
 from quanta.passes.coverage import CoverageReport, coverage
 from quanta.passes.manager import PassManager
 
-__all__ = ["lowered_coverage"]
+__all__ = ["file_target", "lowered_coverage"]
 
 
-def lowered_coverage(model: Model, shapes: Mapping[str, tuple[int, ...]] | None = None) -> CoverageReport:
-    """Coverage of ``model`` (unchanged) after the session's lowering pipeline; a float
-    model (no quantization operator) is not lowered, so its compute counts as float.
+def lowered_coverage(
+    model: Model, shapes: Mapping[str, tuple[int, ...]] | None = None, target: str | None = None
+) -> CoverageReport:
+    """Coverage of ``model`` (unchanged) after the lowering pipeline of ``target`` (None:
+    :func:`file_target`); a float model (no quantization operator) is not lowered, so its
+    compute counts as float.
 
     ``shapes`` (value name -> shape seen in a calibration sample) stands in for shapes
     the file leaves symbolic or unknown when MACs are counted: a sequence length left
     symbolic would count as 1 and hide an LSTM's whole cost."""
-    from quanta.runtime.compile import default_pipeline
+    from quanta.runtime.compile import target_pipeline
     from quanta.targets import get_target
 
     proto = to_proto(model)
@@ -40,11 +45,26 @@ def lowered_coverage(model: Model, shapes: Mapping[str, tuple[int, ...]] | None 
             taken.add(name)
     before = from_proto(proto, where=model.path or "model")
     lowered = from_proto(proto, where=model.path or "model")
-    passes = default_pipeline(get_target("reference"), lowered)
+    passes = target_pipeline(get_target(target or file_target(model)), lowered)
     no_matches = PassManager(passes).run(lowered).no_matches if passes else []
     report = coverage(before.graph, lowered.graph, no_matches, shapes)
     _add_bodies(report, before, shapes or {})
     return report
+
+
+def file_target(model: Model) -> str:
+    """The target a file was quantized for: its ``quanta.recipe`` metadata's ``target``
+    (``quantize_static(..., target="npu-sim")``), else "reference" (the host numerics)."""
+    import json
+
+    try:
+        recipe = json.loads(model.metadata.get("quanta.recipe", "{}"))
+    except ValueError:
+        return "reference"
+    target = recipe.get("target") if isinstance(recipe, dict) else None
+    from quanta.targets import registered_targets
+
+    return target if isinstance(target, str) and target in registered_targets() else "reference"
 
 
 def _add_bodies(

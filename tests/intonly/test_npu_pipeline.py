@@ -190,3 +190,36 @@ def test_cli_quantize_target_npu_sim(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--target", "gpu"])
     assert e.value.code == 2 and "invalid choice: 'gpu'" in capsys.readouterr().err
+
+
+def test_wide_softmax_and_gelu_lower_to_the_ibert_polynomials(tmp_path, monkeypatch):
+    """int16 attention scores and GELU inputs (no 256-entry table covers them): IntSoftmax
+    with the i-exp constants and IntGelu, verified, bit-exact between the C++ kernels and
+    the golden, and close to the float model."""
+    from quanta.quantize.recipe import TARGETS
+
+    kinds = ("residual", "gelu", "gelu_input", "softmax", "outputs")
+    monkeypatch.setitem(TARGETS["npu-sim"], "wide_activations", kinds)
+    proto = models.encoder_block(opset=20)
+    for nd in proto.graph.node:
+        if nd.name == "ffn_act":
+            nd.op_type = "Gelu"
+    src, dst = tmp_path / "enc_gelu.onnx", tmp_path / "enc_gelu.npu.onnx"
+    onnx.save(proto, src)
+    feeds = models.encoder_feeds()
+    quanta.quantize_static(str(src), str(dst), feeds, target="npu-sim", verbose=False, progress=False)
+    m = load(str(dst))
+    rep = lower_for_npu(m)
+    assert rep.stage_problems == []
+    sm = [n for n in rep.device if n.op_type == "IntSoftmax"]
+    gelu = [n for n in rep.device if n.op_type == "IntGelu"]
+    assert len(sm) == 1 and len(gelu) == 1
+    assert len(sm[0].inputs) == 1 and str(sm[0].inputs[0].type.elem.storage) == "i16"
+    assert {"exp_x0", "exp_b", "exp_c", "exp_shift"} <= set(sm[0].attrs)
+    assert str(gelu[0].inputs[0].type.elem.storage) == "i16"
+    f = {"x": feeds[1]["x"], "mask": np.ones_like(feeds[1]["mask"])}
+    y = run_lowered(m, f)[0]
+    np.testing.assert_array_equal(run_lowered(m, f, impl="reference")[0], y)
+    want = quanta.InferenceSession(str(src), backend="reference").run(None, f)[0]
+    cos = float((y * want).sum() / np.linalg.norm(y) / np.linalg.norm(want))
+    assert cos > 0.995

@@ -77,8 +77,8 @@ PINNED = {
         "DynamicQuantizeMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearAveragePool",
         "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
         "DynamicQuantizeLSTM", "QAttention", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8",
-        "MatMulMX", "ConvMX", "IntConv", "IntMatMul", "IntRescale", "IntAdd", "IntMul", "IntLookup", "IntSoftmax", "IntLayerNorm",
-        "IntGlobalAveragePool",
+        "MatMulMX", "ConvMX", "IntConv", "IntMatMul", "IntRescale", "IntAdd", "IntMul", "IntLookup", "IntSoftmax",
+        "IntLayerNorm", "IntGelu", "IntGlobalAveragePool",
     },
     "quanta.passes.coverage.MAC_KIND": {
         "Conv": MacKind.CONV, "QLinearConv": MacKind.CONV, "ConvInteger": MacKind.CONV,

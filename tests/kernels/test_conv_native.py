@@ -37,6 +37,7 @@ from quanta.kernels.reference.integer_ops import conv_integer
 from quanta.kernels.reference.ms_qlinear_conv import ms_qlinear_conv_op
 from quanta.kernels.reference.qlinear_conv import qlinear_conv
 from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, get_op
+from quanta.passes.lower.requant_params import float_multiplier
 
 ISAS: list[str] = list(_native.supported_isas())  # portable first; always present
 THREADS = (1, 2)
@@ -56,6 +57,11 @@ class ConvCase:
     sx: float = 0.0173  # float32 when passed on (the twin and the binding both cast)
     sy: float = 1.0
     zy: np.ndarray = field(default_factory=lambda: np.array(0, np.uint8))
+
+    @property
+    def m(self) -> np.ndarray:
+        """The requantization multiplier as the lowering derives it (what the binding takes)."""
+        return float_multiplier(np.float32(self.sx), self.sw, np.float32(self.sy))
 
     def accumulator(self) -> np.ndarray:
         """acc of eq. (4) (the twin's int32, wrapped) plus the bias, in int64."""
@@ -107,8 +113,8 @@ def make_conv(case: ConvCase, isa: str):
 def run_qlinear(conv, case: ConvCase, threads: int) -> np.ndarray:
     """Per-call parameters, and the same through prepare() + qlinear_prepared() (what the
     binder does with constant parameters): the same bytes, on every case of this file."""
-    y = conv.qlinear(case.x, case.sx, case.zx, case.sw, case.sy, case.zy, case.bias, num_threads=threads)
-    conv.prepare(case.sx, case.zx, case.sw, case.sy, case.zy, case.bias)
+    y = conv.qlinear(case.x, case.zx, case.m, case.zy, case.bias, num_threads=threads)
+    conv.prepare(case.zx, case.m, case.zy, case.bias)
     assert conv.qlinear_prepared(case.x, num_threads=threads).tobytes() == y.tobytes(), "prepared"
     return y
 
@@ -541,47 +547,47 @@ def _simple(x_dtype=np.uint8):
     ("call", "message"),
     [
         (
-            lambda c, s: c.qlinear(s.x[:, :7].copy(), s.sx, s.zx, s.sw, s.sy, s.zy),
+            lambda c, s: c.qlinear(s.x[:, :7].copy(), s.zx, s.m, s.zy),
             r"QLinearConv: x: expected 8 channels \(w.shape\[1\] 8 \* group 1\), got 7",
         ),
         (
-            lambda c, s: c.qlinear(s.x[0], s.sx, s.zx, s.sw, s.sy, s.zy),
+            lambda c, s: c.qlinear(s.x[0], s.zx, s.m, s.zy),
             r"QLinearConv: x: expected rank 4 \(N, C, H, W\) like w, got shape \(8, 5, 5\)",
         ),
         (
-            lambda c, s: c.qlinear(s.x.astype(np.float32), s.sx, s.zx, s.sw, s.sy, s.zy),
+            lambda c, s: c.qlinear(s.x.astype(np.float32), s.zx, s.m, s.zy),
             "QLinearConv: x: expected int8 or uint8, got float32",
         ),
         (
-            lambda c, s: c.qlinear(s.x[:, :, ::2], s.sx, s.zx, s.sw, s.sy, s.zy),
+            lambda c, s: c.qlinear(s.x[:, :, ::2], s.zx, s.m, s.zy),
             "QLinearConv: x: expected a C-contiguous array",
         ),
         (
-            lambda c, s: c.qlinear(s.x, s.sx, np.array(3, np.int8), s.sw, s.sy, s.zy),
+            lambda c, s: c.qlinear(s.x, np.array(3, np.int8), s.m, s.zy),
             r"QLinearConv: x_zero_point: expected the type of its input \(uint8\), got int8",
         ),
         (
-            lambda c, s: c.qlinear(s.x, s.sx, s.zx, np.ones(5, np.float32), s.sy, s.zy),
-            r"QLinearConv: w_scale: expected a scalar or a 1-D tensor of 6 \(output channels\), got shape \(5,\)",
+            lambda c, s: c.qlinear(s.x, s.zx, np.ones(5, np.float32), s.zy),
+            r"QLinearConv: multiplier: expected a scalar or a 1-D tensor of 6 \(output channels\), got shape \(5,\)",
         ),
         (
-            lambda c, s: c.qlinear(s.x, s.sx, s.zx, s.sw, s.sy, np.array(3, np.int32)),
+            lambda c, s: c.qlinear(s.x, s.zx, s.m, np.array(3, np.int32)),
             "QLinearConv: y_zero_point: expected int8 or uint8, got int32",
         ),
         (
-            lambda c, s: c.qlinear(s.x, s.sx, s.zx, s.sw, s.sy, s.zy, np.zeros(6, np.int64)),
+            lambda c, s: c.qlinear(s.x, s.zx, s.m, s.zy, np.zeros(6, np.int64)),
             r"QLinearConv: B: expected int32 of shape \(6,\), got int64 of shape \(6,\)",
         ),
         (
-            lambda c, s: c.qlinear(s.x, s.sx, s.zx, s.sw, np.float32(0.0), s.zy),
-            "QLinearConv: x_scale \\* w_scale / y_scale: expected finite requantization multipliers, got inf",
+            lambda c, s: c.qlinear(s.x, s.zx, np.full(6, np.inf, np.float32), s.zy),
+            "QLinearConv: multiplier: expected finite requantization multipliers, got inf",
         ),
         (
-            lambda c, s: c.qlinear(s.x, s.sx, s.zx, s.sw, s.sy, s.zy, num_threads=0),
+            lambda c, s: c.qlinear(s.x, s.zx, s.m, s.zy, num_threads=0),
             "QLinearConv: num_threads: expected >= 1, got 0",
         ),
         (
-            lambda c, s: c.qlinear(s.x, s.sx, s.zx, s.sw, s.sy, s.zy, out=np.empty((1, 6, 5, 4), np.uint8)),
+            lambda c, s: c.qlinear(s.x, s.zx, s.m, s.zy, out=np.empty((1, 6, 5, 4), np.uint8)),
             r"QLinearConv: out: expected shape \(1, 6, 5, 5\), got shape \(1, 6, 5, 4\)",
         ),
         (
@@ -636,13 +642,13 @@ def test_out_buffer_is_written_and_must_not_overlap_x():
     conv = make_conv(s, ISAS[-1])
     out = np.empty((1, 6, 5, 5), np.uint8)
     assert run_qlinear(conv, s, 1) is not out
-    y = conv.qlinear(s.x, s.sx, s.zx, s.sw, s.sy, s.zy, s.bias, out=out)
+    y = conv.qlinear(s.x, s.zx, s.m, s.zy, s.bias, out=out)
     assert y is out and np.array_equal(out, twin_qlinear(s))
     buf = np.zeros(1 * 8 * 5 * 5 + 150, np.uint8)
     x_view = buf[: s.x.size].reshape(s.x.shape)
     x_view[...] = s.x
     with pytest.raises(ValueError, match="QLinearConv: out: expected a buffer that does not overlap x"):
-        conv.qlinear(x_view, s.sx, s.zx, s.sw, s.sy, s.zy, out=buf[50 : 50 + 150].reshape(1, 6, 5, 5))
+        conv.qlinear(x_view, s.zx, s.m, s.zy, out=buf[50 : 50 + 150].reshape(1, 6, 5, 5))
 
 
 def test_output_shape_and_properties():
@@ -711,10 +717,8 @@ def check_nhwc(case: ConvCase, isas=tuple(ISAS), ops=("qlinear", "integer")) -> 
                 if op == "qlinear":
                     got = conv.qlinear(
                         x,
-                        case.sx,
                         case.zx,
-                        case.sw,
-                        case.sy,
+                        case.m,
                         case.zy,
                         case.bias,
                         num_threads=threads,
@@ -907,17 +911,17 @@ def test_channels_last_boundary_errors():
     with pytest.raises(
         ValueError, match=r"QLinearConv: x: expected rank 4 \(N, H, W, C\) like w, got shape \(5, 5, 8\)"
     ):
-        conv.qlinear(x[0], s.sx, s.zx, s.sw, s.sy, s.zy, channels_last=True)
+        conv.qlinear(x[0], s.zx, s.m, s.zy, channels_last=True)
     with pytest.raises(
         ValueError, match=r"QLinearConv: x: expected 8 channels \(w.shape\[1\] 8 \* group 1\), got 5"
     ):
-        conv.qlinear(s.x, s.sx, s.zx, s.sw, s.sy, s.zy, channels_last=True)  # NCHW passed as NHWC
+        conv.qlinear(s.x, s.zx, s.m, s.zy, channels_last=True)  # NCHW passed as NHWC
     with pytest.raises(
         ValueError, match=r"ConvInteger: out: expected shape \(1, 5, 5, 6\), got shape \(1, 6, 5, 5\)"
     ):
         conv.integer(x, s.zx, out=np.empty((1, 6, 5, 5), np.int32), channels_last=True)
     with pytest.raises(ValueError, match="QLinearConv: x: expected a C-contiguous array"):
-        conv.qlinear(np.moveaxis(s.x, 1, -1), s.sx, s.zx, s.sw, s.sy, s.zy, channels_last=True)
+        conv.qlinear(np.moveaxis(s.x, 1, -1), s.zx, s.m, s.zy, channels_last=True)
     assert conv.output_shape((2, 9, 7, 8), channels_last=True) == (2, 9, 7, 6)
     assert conv.output_shape((2, 8, 9, 7)) == (2, 6, 9, 7)
 
@@ -1047,11 +1051,11 @@ def test_prepared_parameters_are_checked_once_and_x_must_match_them():
     conv = make_conv(case, ISAS[0])
     with pytest.raises(ValueError, match="call prepare"):
         conv.qlinear_prepared(case.x)
-    with pytest.raises(ValueError, match="w_scale"):
-        conv.prepare(case.sx, case.zx, np.ones(5, np.float32), case.sy, case.zy)  # 5 scales for M = 3
+    with pytest.raises(ValueError, match="multiplier: expected a scalar or a 1-D tensor of 3"):
+        conv.prepare(case.zx, np.ones(5, np.float32), case.zy)  # 5 multipliers for M = 3
     with pytest.raises(ValueError, match="expected finite requantization"):
-        conv.prepare(case.sx, case.zx, case.sw, np.float32(0.0), case.zy)
-    conv.prepare(case.sx, case.zx, case.sw, case.sy, case.zy, case.bias)
+        conv.prepare(case.zx, np.full(3, np.nan, np.float32), case.zy)
+    conv.prepare(case.zx, case.m, case.zy, case.bias)
     with pytest.raises(ValueError, match="x: expected uint8 like x_zero_point, got int8"):
         conv.qlinear_prepared(case.x.view(np.int8))
 

@@ -204,12 +204,13 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
 
     passes = lower_qdq(opset=21)
     names = [p.name for p in passes]
-    assert names[-5:] == [
+    assert names[-6:] == [
         "lower_qdq_to_qlinear",
         "quantize_pad",
         "fuse_gelu",
         "channels_last",
         "eliminate_dead",
+        "carry_requantization",
     ]
     assert "align_scales" not in names and "fuse_activation" not in names
     model = load(qdq_cnn())
@@ -221,6 +222,9 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
     )
     assert "QLinearConv" not in counts  # every convolution runs channels-last
     verify(model.graph, Stage.LOWERED)
+    # and carries its requantization multiplier (passes/lower/requant_params.py)
+    convs = [n for n in model.graph.nodes if n.op_type == "QLinearConv"]
+    assert convs and all(n.requant is not None for n in convs)
 
 
 def test_prepare_for_quantization_folds_float_weights_only():

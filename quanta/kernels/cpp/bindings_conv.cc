@@ -50,22 +50,8 @@ std::vector<int64_t> dims_of(const py::array& a) { return std::vector<int64_t>(a
 
 std::string dtype_name(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
 
-Isa parse_isa(const py::object& isa) {
-  if (isa.is_none()) return active_isa();
-  const std::string name = py::str(isa);
-  Isa out;
-  if (name == "portable") {
-    out = Isa::kPortable;
-  } else if (name == "avx2") {
-    out = Isa::kAvx2;
-  } else if (name == "avx512vnni") {
-    out = Isa::kAvx512Vnni;
-  } else {
-    throw py::value_error("isa: expected one of portable, avx2, avx512vnni, got '" + name + "'");
-  }
-  if (!isa_supported(out)) throw py::value_error("isa: '" + name + "' is not supported by this CPU");
-  return out;
-}
+// None: the active ISA; else the named one, which this CPU must run (dispatch.h).
+Isa parse_isa(const py::object& isa) { return isa.is_none() ? active_isa() : runnable_isa(py::str(isa)); }
 
 // numpy.asarray for anything that is not an ndarray yet (numpy scalars, Python numbers).
 py::array as_array(const py::handle& obj) {
@@ -258,19 +244,21 @@ struct PyConv {
   }
 
   // The requantization parameters of a QLinearConv call, validated and converted once:
-  // per call (qlinear) or at compile time for constant parameters (prepare + run).
+  // per call (qlinear) or at compile time for constant parameters (prepare + run). The
+  // multiplier arrives derived (passes/lower/requant_params.py: the lowering carries it
+  // on the node); this binding never computes one from scales.
   struct QParams {
     bool x_signed = false, y_signed = false;
     int32_t zx = 0, zy = 0;
-    std::vector<float> mult;     // m[c] = f32(f32(sx·sw[c]) / sy)
+    std::vector<float> mult;     // m[c] = f32(f32(sx·sw[c]) / sy), as given
     std::vector<int32_t> bias;   // empty: no bias
   };
   // swapped whole (std::atomic_load / atomic_store): a call holds its own reference, so a
   // prepare() from another thread never changes parameters under a running call
   std::shared_ptr<const QParams> prepared;
 
-  QParams make_qparams(const py::handle& sx_obj, const py::handle& zx_obj, bool x_signed, const py::handle& sw_obj,
-                       const py::handle& sy_obj, const py::handle& zy_obj, const py::object& bias_obj) const {
+  QParams make_qparams(const py::handle& zx_obj, bool x_signed, const py::handle& mult_obj, const py::handle& zy_obj,
+                       const py::object& bias_obj) const {
     const char* fn = "QLinearConv";
     const int64_t M = conv->M();
     QParams q;
@@ -285,18 +273,11 @@ struct PyConv {
     q.y_signed = ynum == kNpyInt8;
     q.zy = zero_points(zy, 1, q.y_signed ? -128 : 0, q.y_signed ? 127 : 255, std::string(fn) + ": y_zero_point", -1,
                        nullptr)[0];
-    const float sx = scales(sx_obj, 1, std::string(fn) + ": x_scale")[0];
-    const float sy = scales(sy_obj, 1, std::string(fn) + ": y_scale")[0];
-    const std::vector<float> sw = scales(sw_obj, M, std::string(fn) + ": w_scale");
-    // m[c] = f32(f32(sx·sw[c]) / sy): requant.py::requant_multiplier, one rounding per op
-    q.mult.resize(sw.size());
-    for (size_t i = 0; i < sw.size(); ++i) {
-      const float prod = sx * sw[i];
-      q.mult[i] = prod / sy;
+    q.mult = scales(mult_obj, M, std::string(fn) + ": multiplier");
+    for (size_t i = 0; i < q.mult.size(); ++i) {
       if (!std::isfinite(q.mult[i])) {
-        throw py::value_error(std::string(fn) + ": x_scale * w_scale / y_scale: expected finite requantization "
-                              "multipliers, got " + std::to_string(q.mult[i]) + " at output channel " +
-                              std::to_string(i));
+        throw py::value_error(std::string(fn) + ": multiplier: expected finite requantization multipliers, got " +
+                              std::to_string(q.mult[i]) + " at output channel " + std::to_string(i));
       }
     }
     if (!bias_obj.is_none()) {
@@ -339,22 +320,22 @@ struct PyConv {
     return y;
   }
 
-  py::array qlinear(const py::handle& x_obj, const py::handle& sx_obj, const py::handle& zx_obj,
-                    const py::handle& sw_obj, const py::handle& sy_obj, const py::handle& zy_obj,
-                    const py::object& bias_obj, int num_threads, const py::object& out_obj, bool channels_last) {
+  py::array qlinear(const py::handle& x_obj, const py::handle& zx_obj, const py::handle& mult_obj,
+                    const py::handle& zy_obj, const py::object& bias_obj, int num_threads, const py::object& out_obj,
+                    bool channels_last) {
     bool x_signed = false;
     py::array x = check_x(x_obj, "QLinearConv", channels_last, &x_signed);
-    const QParams q = make_qparams(sx_obj, zx_obj, x_signed, sw_obj, sy_obj, zy_obj, bias_obj);
+    const QParams q = make_qparams(zx_obj, x_signed, mult_obj, zy_obj, bias_obj);
     return run_qlinear(x, x_signed, q, num_threads, out_obj, channels_last);
   }
 
   // Constant requantization parameters, converted once (the binder's compile-time call):
   // x's type follows x_zero_point's.
-  void prepare(const py::handle& sx_obj, const py::handle& zx_obj, const py::handle& sw_obj, const py::handle& sy_obj,
-               const py::handle& zy_obj, const py::object& bias_obj) {
+  void prepare(const py::handle& zx_obj, const py::handle& mult_obj, const py::handle& zy_obj,
+               const py::object& bias_obj) {
     const bool x_signed = type_num(as_array(zx_obj)) == kNpyInt8;
     std::atomic_store(&prepared, std::shared_ptr<const QParams>(std::make_shared<QParams>(
-                                     make_qparams(sx_obj, zx_obj, x_signed, sw_obj, sy_obj, zy_obj, bias_obj))));
+                                     make_qparams(zx_obj, x_signed, mult_obj, zy_obj, bias_obj))));
   }
 
   py::array qlinear_prepared(const py::handle& x_obj, int num_threads, const py::object& out_obj,
@@ -488,12 +469,13 @@ void register_conv(py::module_& m) {
       .def(py::init(&make_conv), py::arg("w"), py::arg("w_zero_point") = 0, py::kw_only(), py::arg("group") = 1,
            py::arg("kernel_shape") = py::none(), py::arg("strides") = py::none(), py::arg("dilations") = py::none(),
            py::arg("pads") = py::none(), py::arg("auto_pad") = "NOTSET", py::arg("isa") = py::none())
-      .def("qlinear", &PyConv::qlinear, py::arg("x"), py::arg("x_scale"), py::arg("x_zero_point"),
-           py::arg("w_scale"), py::arg("y_scale"), py::arg("y_zero_point"), py::arg("bias") = py::none(),
-           py::kw_only(), py::arg("num_threads") = 1, py::arg("out") = py::none(), py::arg("channels_last") = false,
-           "QLinearConv: y = saturate(round_half_even(f32(acc)·m[c]) + zy), m = f32(f32(sx·sw[c])/sy).")
-      .def("prepare", &PyConv::prepare, py::arg("x_scale"), py::arg("x_zero_point"), py::arg("w_scale"),
-           py::arg("y_scale"), py::arg("y_zero_point"), py::arg("bias") = py::none(),
+      .def("qlinear", &PyConv::qlinear, py::arg("x"), py::arg("x_zero_point"), py::arg("multiplier"),
+           py::arg("y_zero_point"), py::arg("bias") = py::none(), py::kw_only(), py::arg("num_threads") = 1,
+           py::arg("out") = py::none(), py::arg("channels_last") = false,
+           "QLinearConv: y = saturate(round_half_even(f32(acc)·m[c]) + zy) with the multiplier m (scalar or one "
+           "per output channel) as the lowering derived it (requant_params.float_multiplier).")
+      .def("prepare", &PyConv::prepare, py::arg("x_zero_point"), py::arg("multiplier"), py::arg("y_zero_point"),
+           py::arg("bias") = py::none(),
            "Converts constant QLinearConv parameters once (checked as qlinear checks them); "
            "qlinear_prepared then takes x alone. x's type follows x_zero_point's.")
       .def("qlinear_prepared", &PyConv::qlinear_prepared, py::arg("x"), py::kw_only(), py::arg("num_threads") = 1,

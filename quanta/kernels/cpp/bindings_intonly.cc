@@ -13,6 +13,8 @@
 //   intonly_mul(a, b, za, zb, zy, m, s, lo, hi, rounding)
 //   intonly_softmax(x [R, n], exp_table [256], y_shift, zy, lo, hi)
 //   intonly_layer_norm(x [R, n], g [n], b [n], zx, zy, eps, gamma_shift, lo, hi)
+//   intonly_softmax_poly(x [R, n], x0, b, c, exp_shift, y_shift, zy, lo, hi)   (I-BERT i-exp)
+//   intonly_gelu(x, zx, erf_b, erf_c, pre_shift, m, s, zy, lo, hi, rounding)    (I-BERT i-GELU)
 //   intonly_isqrt(v int64[n]) -> int64[n]
 // rounding: 0 double (TFLite), 1 single, 2 TOSA apply_scale with double_round.
 #include <string>
@@ -166,6 +168,40 @@ void register_intonly(py::module_& m) {
     I32 y(shape_of(x));
     intonly::layer_norm(x.data(), x.shape(0), x.shape(1), g.data(), b.data(), zx, zy, eps, gamma_shift, lo, hi,
                         y.mutable_data());
+    return y;
+  });
+  m.def("intonly_softmax_poly", [](const py::handle& x_o, int64_t x0, int64_t b, int64_t c, int exp_shift, int y_shift,
+                                   int zy, int lo, int hi) {
+    auto x = require_array<int32_t>(x_o, "x");
+    if (x.ndim() != 2 || x.shape(1) < 1) throw py::value_error("intonly_softmax_poly: x: expected [rows, n >= 1]");
+    if (x0 >= 0) throw py::value_error("intonly_softmax_poly: exp_x0: expected a negative integer");
+    if (exp_shift < -62 || exp_shift > 30) throw py::value_error("intonly_softmax_poly: exp_shift: expected -62..30");
+    if (-x0 > b || c < 0 || b > (int64_t{1} << 30) || (b * b + c) >= ((int64_t{1} << 62) >> (exp_shift > 0 ? exp_shift : 0)))
+      throw py::value_error("intonly_softmax_poly: exp_x0, exp_b, exp_c: expected 0 < -x0 <= b, c >= 0, "
+                            "(b² + c)·2^exp_shift < 2^62");
+    if (y_shift < 0 || y_shift > 16) throw py::value_error("intonly_softmax_poly: y_shift: expected 0..16");
+    for (py::ssize_t i = 0; i < x.size(); ++i)
+      if (x.data()[i] < -32768 || x.data()[i] > 65535) throw py::value_error("intonly_softmax_poly: x: expected 16-bit values");
+    I32 y(shape_of(x));
+    const intonly::ExpPoly e{x0, b, c, exp_shift};
+    intonly::softmax_poly(x.data(), x.shape(0), x.shape(1), e, y_shift, zy, lo, hi, y.mutable_data());
+    return y;
+  });
+  m.def("intonly_gelu", [](const py::handle& x_o, int zx, int64_t b, int64_t c, int pre_shift, int mm, int s, int zy,
+                           int lo, int hi, int r) {
+    auto x = require_array<int32_t>(x_o, "x");
+    if (b < 1 || c < b * b || c > (int64_t{1} << 40)) throw py::value_error("intonly_gelu: erf_b, erf_c: expected b >= 1, b² <= c <= 2^40");
+    if (pre_shift < 0 || pre_shift > 62) throw py::value_error("intonly_gelu: pre_shift: expected 0..62");
+    if (s < -31 || s > 30 || mm < 0) throw py::value_error("intonly_gelu: multiplier/shift out of range");
+    const intonly::GeluPoly g{b, c, zx, pre_shift, mm, s, zy};
+    for (py::ssize_t i = 0; i < x.size(); ++i) {
+      const int64_t d = static_cast<int64_t>(x.data()[i]) - zx;
+      if (d < -65535 || d > 65535) throw py::value_error("intonly_gelu: x: expected 16-bit values");
+    }
+    I32 y(shape_of(x));
+    if (intonly::gelu(x.data(), x.size(), g, lo, hi, rounding_of(r), y.mutable_data()) >= 0)
+      throw py::value_error("intonly_gelu: pre_shift " + std::to_string(pre_shift) +
+                            " leaves a value outside int32 (x beyond the compile-time bound)");
     return y;
   });
   m.def("intonly_isqrt", [](const py::handle& v_o) {

@@ -56,22 +56,8 @@ struct BusyGuard {
   PyWorkspace& w_;
 };
 
-Isa parse_isa(const py::object& isa) {
-  if (isa.is_none()) return active_isa();
-  const std::string name = py::str(isa);
-  Isa out;
-  if (name == "portable") {
-    out = Isa::kPortable;
-  } else if (name == "avx2") {
-    out = Isa::kAvx2;
-  } else if (name == "avx512vnni") {
-    out = Isa::kAvx512Vnni;
-  } else {
-    throw py::value_error("isa: expected one of portable, avx2, avx512vnni, got '" + name + "'");
-  }
-  if (!isa_supported(out)) throw py::value_error("isa: '" + name + "' is not supported by this CPU");
-  return out;
-}
+// None: the active ISA; else the named one, which this CPU must run (dispatch.h).
+Isa parse_isa(const py::object& isa) { return isa.is_none() ? active_isa() : runnable_isa(py::str(isa)); }
 
 // Python's tuple spelling: (), (3,), (2, 3).
 std::string tuple_str(const py::ssize_t* dims, py::ssize_t n) {

@@ -72,6 +72,15 @@ Isa parse_isa_name(const std::string& name) {
   throw std::invalid_argument("unknown ISA '" + name + "': expected one of portable, avx2, avx512vnni");
 }
 
+Isa runnable_isa(const std::string& name) {
+  if (name != "portable" && name != "avx2" && name != "avx512vnni") {
+    throw std::invalid_argument("isa: expected one of portable, avx2, avx512vnni, got '" + name + "'");
+  }
+  const Isa out = parse_isa_name(name);
+  if (!isa_supported(out)) throw std::invalid_argument("isa: '" + name + "' is not supported by this CPU");
+  return out;
+}
+
 // The dispatch table. The int8 GEMM rows carry the Blocking fields of qgemm.h; the
 // convolution paths built on qgemm name their micro-kernel family after a '+'.
 const std::vector<KernelRow>& kernel_table() {

@@ -18,6 +18,9 @@ const char* isa_name(Isa isa);
 // "portable" / "avx2" / "avx512vnni" -> Isa; throws std::invalid_argument (a Python
 // ValueError through pybind11) naming the accepted names otherwise.
 Isa parse_isa_name(const std::string& name);
+// The bindings' `isa=` argument: the named ISA when this CPU runs it; otherwise throws
+// std::invalid_argument "isa: expected one of ..." / "isa: '...' is not supported by this CPU".
+Isa runnable_isa(const std::string& name);
 
 // ISAs this CPU (and OS, via XGETBV) can run, portable first.
 const std::vector<Isa>& supported_isas();

@@ -35,8 +35,10 @@ Operators (domain ``quanta.int``), each ``fn(ctx, *inputs, **attributes)``:
 ``IntAdd``/``Mul`` TFLite's integer Add (inputs left-shifted by 20, rescaled, summed,
                    rescaled) and Mul (``(a - za)(b - zb)`` rescaled)
 ``IntLookup``      ``y = table[bits(x)]`` (8-bit inputs; every unary non-linearity)
-``IntSoftmax``     ``e = E[max - x]`` (a 256-entry int32 exp table), ``y = round(e·2^k / Σe) + zy``
-``IntLayerNorm``   ``c = n·(x - zx) - Σ(x - zx)``, ``D = isqrt((Σc² + ε) // n)``,
+``IntSoftmax``     ``e = E[max - x]`` (a 256-entry int32 exp table; int16 ``x``: I-BERT's
+                   i-exp polynomial), ``y = round(e·2^k / Σe) + zy``
+``IntGelu``        I-BERT's i-GELU (second-order polynomial erf) for int16 ``x``
+``IntLayerNorm``   ``c = n·(x - zx) - Σ(x - zx)``, ``D = isqrt((Σc² + ε) // n)`` (Newton),
                    ``y = round((c·G + B·D) / (D·2^g)) + zy``
 ``IntGlobalAveragePool````y = sat(apply_scale(Σ(x - zx)) + zy)``
 =================  ============================================================
@@ -60,8 +62,11 @@ __all__ = [
     "INT_DOMAIN",
     "ROUNDING_MODES",
     "apply_scale",
+    "bit_length",
     "int_add",
     "int_conv",
+    "int_exp",
+    "int_gelu",
     "int_global_average_pool",
     "int_layer_norm",
     "int_lookup",
@@ -376,29 +381,75 @@ def round_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.where(num < 0, -mag, mag)
 
 
+def int_exp(d: np.ndarray, x0: int, b: int, c: int, exp_shift: int) -> np.ndarray:
+    """I-BERT's i-exp (eq. (IO12)) of ``-d`` for ``d >= 0`` in units of the input scale
+    ``sx``, as ``floor(p · 2^(exp_shift - z))``::
+
+        z = d // -x0,  r = -(d - z·(-x0)) ∈ (x0, 0]      (-x0 = floor(ln2 / sx): exp(-d·sx) = 2^-z · exp(r·sx))
+        p = (r + b)² + c                                 (b = floor(1.353/sx), c = floor(0.344/(0.3585·sx²)))
+
+    ``exp(r·sx) ≈ 0.3585 · sx² · p``; ``exp_shift`` (compile time) scales ``p(0) = b² + c``
+    to 30 bits, so every result is an integer in ``[0, 2^30]``. int64 throughout.
+
+    >>> int_exp(np.array([0, 693, 1386, 100000]), -693, 1352, 959553, 8).tolist()   # sx = 1e-3
+    [713588992, 356794496, 178397248, 0]
+    """
+    d = np.asarray(d, np.int64)
+    ln2 = -int(x0)
+    p0 = int(b) ** 2 + int(c)
+    if ln2 < 1 or ln2 > int(b) or int(c) < 0 or p0.bit_length() + max(int(exp_shift), 0) > 62:
+        raise OpError(
+            f"exp_x0 {x0}, exp_b {b}, exp_c {c}, exp_shift {exp_shift}: expected 0 < -x0 <= b, c >= 0 "
+            "and (b² + c)·2^exp_shift < 2^62"
+        )
+    z = d // ln2
+    r = -(d - z * ln2)
+    p = (r + int(b)) ** 2 + int(c)
+    sh = z - int(exp_shift)  # right shift of p; negative: a left shift
+    right = np.clip(sh, 0, 63)
+    left = np.clip(-sh, 0, 62)
+    return np.where(sh >= 63, 0, (p << left) >> right)
+
+
 def int_softmax(
     x: np.ndarray,
-    exp_table: np.ndarray,
+    exp_table: np.ndarray | None = None,
     *,
     axis: int = -1,
     y_zero_point: int = -128,
     y_shift: int = 8,
     out_type: str = "int8",
+    exp_x0: int | None = None,
+    exp_b: int | None = None,
+    exp_c: int | None = None,
+    exp_shift: int | None = None,
 ) -> np.ndarray:
-    """Integer softmax along ``axis`` (eq. (IO7)): ``d = max(x) - x ∈ [0, 255]``,
-    ``e = E[d]`` (int32, ``E[j] = round(2^20 · exp(-sx·j))`` made at compile time),
-    ``y = sat(round_half_up(e · 2^k / Σe) + zy)``: the output scale is ``2^-k``.
+    """Integer softmax along ``axis`` (eq. (IO7)): ``d = max(x) - x``, ``e = exp(-sx·d)``
+    in fixed point, ``y = sat(round_half_up(e · 2^k / Σe) + zy)``: the output scale is
+    ``2^-k``. An 8-bit ``x`` reads ``e = E[d]`` from ``exp_table`` (int32, ``E[j] =
+    round(2^20 · exp(-sx·j))`` made at compile time, ``d ∈ [0, 255]``); a wider ``x``
+    (int16) has no table and computes ``e = int_exp(d, exp_x0, exp_b, exp_c, exp_shift)``
+    (I-BERT's integer polynomial, eq. (IO12)).
 
     >>> e = np.array([1 << 20] + [0] * 255, np.int32)   # exp(-sx·j) = 0 for j >= 1
     >>> int_softmax(np.array([[3, 3, 1]], np.int8), e).tolist()   # two maxima share 256
     [[0, 0, -128]]
+    >>> int_softmax(np.array([[0, -693, -1386, 0]], np.int16), exp_x0=-693, exp_b=1352,
+    ...             exp_c=959553, exp_shift=8).tolist()   # sx = 1e-3: weights 1, 1/2, 1/4, 1
+    [[-35, -81, -105, -35]]
     """
     x = np.asarray(x)
-    e_tab = np.asarray(exp_table)
-    if x.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
-        raise OpError(f"x: expected int8 or uint8, got {x.dtype}")
-    if e_tab.shape != (256,) or e_tab.dtype != np.int32 or np.any(e_tab < 0):
-        raise OpError(f"exp_table: expected 256 non-negative int32, got {e_tab.dtype}{list(e_tab.shape)}")
+    if exp_table is None:
+        if x.dtype not in (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)):
+            raise OpError(f"x: expected int8, uint8 or int16, got {x.dtype}")
+        if None in (exp_x0, exp_b, exp_c, exp_shift):
+            raise OpError("exp_x0, exp_b, exp_c, exp_shift: expected all four without an exp_table")
+    else:
+        e_tab = np.asarray(exp_table)
+        if x.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
+            raise OpError(f"x: expected int8 or uint8 with an exp_table, got {x.dtype}")
+        if e_tab.shape != (256,) or e_tab.dtype != np.int32 or np.any(e_tab < 0):
+            raise OpError(f"exp_table: expected 256 non-negative int32, got {e_tab.dtype}{list(e_tab.shape)}")
     if x.ndim == 0:
         raise OpError("x: expected rank >= 1")
     if x.size == 0:
@@ -406,29 +457,50 @@ def int_softmax(
     ax = axis % x.ndim
     xi = x.astype(np.int64)
     d = xi.max(axis=ax, keepdims=True) - xi
-    e = e_tab.astype(np.int64)[d]
+    if exp_table is None:
+        e = int_exp(d, int(exp_x0), int(exp_b), int(exp_c), int(exp_shift))
+    else:
+        e = e_tab.astype(np.int64)[d]
     total = e.sum(axis=ax, keepdims=True)  # >= E[0] > 0: the maximum is in every row
     num = e << int(y_shift)
     q = (2 * num + total) // (2 * total)  # half up; num >= 0
     return _saturate(q + int(y_zero_point), storage_dtype(out_type), None, None)
 
 
-def isqrt(v: np.ndarray) -> np.ndarray:
-    """``floor(sqrt(v))`` of non-negative int64 values, exactly (a float estimate corrected
-    by integer comparisons; the value is defined by the integers alone).
+def bit_length(v: np.ndarray) -> np.ndarray:
+    """``int.bit_length`` of non-negative int64 values, by halving comparisons.
 
-    >>> isqrt(np.array([0, 1, 3, 4, 15, 16, 2**52 + 1])).tolist()
-    [0, 1, 1, 2, 3, 4, 67108864]
+    >>> bit_length(np.array([0, 1, 2, 255, 256, 2**62])).tolist()
+    [0, 1, 2, 8, 9, 63]
+    """
+    t = np.asarray(v, np.int64).copy()
+    n = np.zeros(t.shape, np.int64)
+    for step in (32, 16, 8, 4, 2, 1):
+        big = t >= (np.int64(1) << step)
+        n += np.where(big, step, 0)
+        t = np.where(big, t >> step, t)
+    return n + (t > 0)
+
+
+def isqrt(v: np.ndarray) -> np.ndarray:
+    """``floor(sqrt(v))`` of non-negative int64 values by Newton's iteration (I-BERT's
+    integer square root): ``r_0 = 2^ceil(bits(v)/2) >= sqrt(v)``, ``r_{i+1} = (r_i +
+    v // r_i) // 2`` while it decreases; the first ``r`` that does not is the floor
+    (eq. (IO9)). At most 7 steps for 63-bit values.
+
+    >>> isqrt(np.array([0, 1, 3, 4, 15, 16, 2**52 + 1, 2**63 - 1])).tolist()
+    [0, 1, 1, 2, 3, 4, 67108864, 3037000499]
     """
     v = np.asarray(v, np.int64)
     if np.any(v < 0):
         raise OpError("isqrt: negative input")
-    r = np.sqrt(v.astype(np.float64)).astype(np.int64)
-    for _ in range(3):
-        # r² > v and (r+1)² <= v by division: the squares overflow int64 near 2^63
-        r = np.where((r > 0) & (r > v // np.maximum(r, 1)), r - 1, r)
-        r = np.where(r + 1 <= v // (r + 1), r + 1, r)
-    return r
+    r = np.where(v == 0, 0, np.left_shift(np.int64(1), (bit_length(v) + 1) >> 1))
+    while True:
+        nxt = (r + v // np.maximum(r, 1)) >> 1
+        done = (nxt >= r) | (v == 0)
+        if done.all():
+            return r
+        r = np.where(done, r, nxt)
 
 
 def int_layer_norm(
@@ -467,6 +539,46 @@ def int_layer_norm(
     num = c * g.astype(np.int64) + bt.astype(np.int64) * den
     q = round_div(num, den << int(gamma_shift))
     return _saturate(q + int(y_zero_point), storage_dtype(out_type), None, None)
+
+
+def int_gelu(
+    x: np.ndarray,
+    *,
+    x_zero_point: int,
+    erf_b: int,
+    erf_c: int,
+    pre_shift: int,
+    multiplier: int,
+    shift: int,
+    y_zero_point: int,
+    rounding: str = "double",
+    out_type: str = "int16",
+) -> np.ndarray:
+    """I-BERT's i-GELU (eq. (IO13)) for inputs wider than a table: with ``d = x - zx``
+    and ``erf(t) ≈ sign(t)·(1 - 0.2888·(1.769 - min(|t|, 1.769))²)`` on ``t = d·sx/√2``::
+
+        u = min(|d|, b),  L = c - (b - u)²              (b = floor(1.769/se), c = floor(1/(0.2888·se²)), se = sx/√2)
+        q = d · (c + sign(d)·L)                          (= GELU(d·sx) / (sx·0.2888·se²/2))
+        y = sat(apply_scale(round_half_up(q / 2^t), M, s) + zy)
+
+    ``t = pre_shift`` brings ``q`` into int32 (compile time, from the bound of ``|d|``);
+    ``M, s`` is the fixed-point ``sx·0.2888·se²·2^t / (2·sy)``. int64 throughout.
+    """
+    x = np.asarray(x)
+    _check_int8_operand("x", x)
+    d = x.astype(np.int64) - int(x_zero_point)
+    b, c, t = int(erf_b), int(erf_c), int(pre_shift)
+    if b < 1 or c < b * b or not 0 <= t <= 62:
+        raise OpError(f"erf_b {b}, erf_c {c}, pre_shift {t}: expected b >= 1, c >= b², 0 <= pre_shift <= 62")
+    u = np.minimum(np.abs(d), b)
+    L = c - (b - u) ** 2
+    q = d * (c + np.sign(d) * L)
+    if t:
+        q = (q + (np.int64(1) << (t - 1))) >> t
+    if np.any(q > _I32_MAX) or np.any(q < _I32_MIN):
+        raise OpError(f"pre_shift {t} leaves a value outside int32 (x beyond the compile-time bound)")
+    v = apply_scale(q, multiplier, shift, rounding) + int(y_zero_point)
+    return _saturate(v, storage_dtype(out_type), None, None)
 
 
 def int_global_average_pool(
@@ -534,7 +646,7 @@ def _lookup_op(ctx: OpContext, x: np.ndarray, table: np.ndarray, *, function: st
 
 
 @register("IntSoftmax", INT_DOMAIN)
-def _softmax_op(ctx: OpContext, x: np.ndarray, exp_table: np.ndarray, **attrs) -> np.ndarray:
+def _softmax_op(ctx: OpContext, x: np.ndarray, exp_table: np.ndarray | None = None, **attrs) -> np.ndarray:
     del ctx
     return int_softmax(x, exp_table, **attrs)
 
@@ -543,6 +655,12 @@ def _softmax_op(ctx: OpContext, x: np.ndarray, exp_table: np.ndarray, **attrs) -
 def _layer_norm_op(ctx: OpContext, x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, **attrs) -> np.ndarray:
     del ctx
     return int_layer_norm(x, gamma, beta, **attrs)
+
+
+@register("IntGelu", INT_DOMAIN)
+def _gelu_op(ctx: OpContext, x: np.ndarray, **attrs) -> np.ndarray:
+    del ctx
+    return int_gelu(x, **attrs)
 
 
 @register("IntGlobalAveragePool", INT_DOMAIN)

@@ -11,6 +11,8 @@ carry their requantization explicitly.
     %y = quanta::QLinearLookup(%x, ..., %table)         -> quanta.int::IntLookup(%x, %table)
     %y = com.microsoft::QLinearSigmoid | QLinearLeakyRelu(...) -> quanta.int::IntLookup(%x, %table)
     %y = com.microsoft::QLinearSoftmax(%x, ...)         -> quanta.int::IntSoftmax(%x, %E) [-> IntRescale]
+    %y = QuantizeLinear(Softmax(DequantizeLinear(%x16)))  -> quanta.int::IntSoftmax(%x16) {exp_x0, exp_b, exp_c, exp_shift} [-> IntRescale]
+    %y = QuantizeLinear(Gelu(DequantizeLinear(%x16)))     -> quanta.int::IntGelu(%x16) {erf_b, erf_c, pre_shift, multiplier, shift}
     %y = com.microsoft::QLinearGlobalAveragePool(...)   -> quanta.int::IntGlobalAveragePool(%x)
     %y = com.microsoft::QLinearConcat(...)              -> Concat(IntRescale(%x_i)...)
     %y = QuantizeLinear(LayerNormalization(DequantizeLinear(%x), γ, β)) -> quanta.int::IntLayerNorm(%x, %G, %B)
@@ -35,7 +37,7 @@ import numpy as np
 
 from quanta.ir.graph import Graph, Node, Value
 from quanta.ir.op_facts import Stage
-from quanta.ir.types import I8, QuantType, TensorType
+from quanta.ir.types import I8, I16, QuantType, TensorType
 from quanta.passes.manager import Pass, PassResult
 
 __all__ = [
@@ -43,8 +45,10 @@ __all__ = [
     "INT_DOMAIN",
     "IntegerOnly",
     "add_params",
+    "exp_poly_params",
     "fixed_point",
     "fixed_points",
+    "gelu_poly_params",
     "layer_norm_params",
     "softmax_exp_table",
 ]
@@ -121,6 +125,53 @@ def softmax_exp_table(sx: float) -> np.ndarray:
     """(IO7) ``E[j] = round(2^20 · exp(-sx · j))`` for ``j = max - x ∈ [0, 255]`` (int32)."""
     j = np.arange(256, dtype=np.float64)
     return np.rint(np.exp(-float(np.float32(sx)) * j) * (1 << EXP_BITS)).astype(np.int32)
+
+
+#: I-BERT's second-order polynomials (Kim et al., "I-BERT: Integer-only BERT
+#: Quantization", ICML 2021, §3.4-3.5): exp(r) ≈ A·(r + B)² + C on (-ln2, 0], and
+#: erf(t) ≈ sign(t)·(1 - A'·(B' - min(|t|, B'))²)
+IEXP_A, IEXP_B, IEXP_C = 0.3585, 1.353, 0.344
+IERF_A, IERF_B = 0.2888, 1.769
+
+
+def exp_poly_params(sx: float) -> dict[str, int]:
+    """(IO12) I-BERT's i-exp constants for an input of scale ``sx``: ``exp_x0 =
+    -round(ln2/sx)``, ``exp_b = floor(B/sx)``, ``exp_c = floor(C/(A·sx²))`` and
+    ``exp_shift = 30 - bits(exp_b² + exp_c)`` (the polynomial's largest value, at 0,
+    becomes a 30-bit integer)."""
+    s = float(np.float32(sx))
+    ln2 = max(1, round(math.log(2.0) / s))
+    b = math.floor(IEXP_B / s)
+    c = math.floor(IEXP_C / (IEXP_A * s * s))
+    if b * b + c >= 1 << 62:
+        raise ValueError(f"Softmax input scale {s:.3g} is too fine for a 64-bit exp polynomial")
+    return {"exp_x0": -ln2, "exp_b": b, "exp_c": c, "exp_shift": 30 - (b * b + c).bit_length()}
+
+
+def gelu_poly_params(sx: float, zx: int, sy: float, zy: int, rounding: str, bits: int = 16) -> dict:
+    """(IO13) I-BERT's i-GELU constants for a ``bits``-bit input (scale ``sx``, zero point
+    ``zx``) and the output (``sy``, ``zy``): ``erf_b = floor(B'/se)``, ``erf_c =
+    floor(1/(A'·se²))`` with ``se = sx/√2``; ``pre_shift`` brings the largest ``|q| <=
+    max|x - zx| · 2·erf_c`` into 30 bits; the multiplier is ``sx·A'·se²·2^t / (2·sy)``."""
+    s = float(np.float32(sx))
+    se = s / math.sqrt(2.0)
+    b = max(1, math.floor(IERF_B / se))
+    c = max(b * b, math.floor(1.0 / (IERF_A * se * se)))
+    dmax = max(abs(-(1 << (bits - 1)) - zx), abs((1 << (bits - 1)) - 1 - zx))
+    t = max(0, (dmax * 2 * c).bit_length() - 30)
+    if t > 62:
+        raise ValueError(f"GELU input scale {s:.3g} is too fine for a 64-bit erf polynomial")
+    m, sh = fixed_point(s * IERF_A * se * se * 2.0**t / (2.0 * float(np.float32(sy))))
+    return {
+        "x_zero_point": int(zx),
+        "erf_b": b,
+        "erf_c": c,
+        "pre_shift": t,
+        "multiplier": m,
+        "shift": sh,
+        "y_zero_point": int(zy),
+        "rounding": rounding,
+    }
 
 
 def layer_norm_params(
@@ -491,27 +542,54 @@ class IntegerOnly(Pass):
         x = node.inputs[0]
         if x.type.elem.storage.bits != 8:
             return "input is not 8-bit"
-        out = node.outputs[0]
-        sy, zy = py
         table = self._init(graph, f"{node.name or 'softmax'}_exp", softmax_exp_table(px[0]))
-        attrs = {
-            "axis": int(node.attrs.get("axis", -1)),
-            "y_shift": 8,
-            "y_zero_point": -128,
-            "out_type": "int8",
-        }
-        if out.type.elem.storage.numpy == np.dtype(np.int8) and sy == 2.0**-8 and zy == -128:
-            self._replace(graph, node, "IntSoftmax", [x, table], attrs)
-            return None
-        # the integer softmax writes scale 2^-8, zero point -128; a Rescale gives the output type
+        self._emit_softmax(graph, node, [x, table], int(node.attrs.get("axis", -1)), {}, node.outputs[0], py)
+        return None
+
+    def _wide_softmax(self, graph: Graph, q: Node, sm: Node) -> str | None:
+        """``Q(Softmax(DQ(x)))`` with a 16-bit ``x`` (no 256-entry table covers it): I-BERT's
+        i-exp polynomial (eq. (IO12)) in IntSoftmax."""
+        group = self._unary_group(graph, q, sm)
+        if isinstance(group, str):
+            return group
+        dq, xi, px, py = group
+        if xi.type.elem.storage.bits != 16:
+            return "input is not 16-bit (8-bit inputs lower through QLinearSoftmax's table)"
+        axis = int(sm.attrs.get("axis", -1))
+        q.replace_input(0, None)
+        graph.remove_node(sm)
+        graph.remove_node(dq)
+        self._emit_softmax(graph, q, [xi], axis, exp_poly_params(px[0]), q.outputs[0], py)
+        return None
+
+    def _emit_softmax(
+        self,
+        graph: Graph,
+        node: Node,
+        inputs: list[Value | None],
+        axis: int,
+        poly: dict,
+        out: Value,
+        py: tuple[float, int],
+    ) -> None:
+        """IntSoftmax (scale 2^-8, zero point -128; a 16-bit ``out``: 2^-15, 0) in ``node``'s
+        place, followed by an IntRescale when ``out`` has other parameters."""
+        sy, zy = py
+        wide = out.type.elem.storage.bits == 16
+        k, z0, store, name = (15, 0, I16, "int16") if wide else (8, -128, I8, "int8")
+        attrs = {"axis": axis, "y_shift": k, "y_zero_point": z0, "out_type": name, **poly}
+        if out.type.elem.storage.numpy == store.numpy and sy == 2.0**-k and zy == z0:
+            self._replace(graph, node, "IntSoftmax", inputs, attrs)
+            return
+        # the integer softmax writes scale 2^-k, zero point z0; a Rescale gives the output type
         mid_type = TensorType(
-            QuantType(I8, out.type.elem.expressed, (2.0**-8,), (-128,)),
+            QuantType(store, out.type.elem.expressed, (2.0**-k,), (z0,)),
             out.type.shape,
         )
         mid = Value(graph.fresh_name(f"{out.name}_int"), mid_type)
         sm = Node(
             "IntSoftmax",
-            [x, table],
+            inputs,
             [mid],
             attrs,
             name=graph.fresh_name(f"{node.name}_int"),
@@ -519,9 +597,8 @@ class IntegerOnly(Pass):
         )
         graph.add_node(sm, before=node)
         self._replace(
-            graph, node, "IntRescale", [mid], self._rescale_attrs(2.0**-8, -128, sy, zy, _storage_name(out))
+            graph, node, "IntRescale", [mid], self._rescale_attrs(2.0**-k, z0, sy, zy, _storage_name(out))
         )
-        return None
 
     def _gap(self, graph: Graph, node: Node) -> str | None:
         if node.attrs.get("channels_last", 0):
@@ -773,25 +850,42 @@ class IntegerOnly(Pass):
         )
         return attrs
 
-    def _table(self, graph: Graph, q: Node, fn: Node) -> str | None:
-        """``Q(f(DQ(x)))`` for an 8-bit ``x`` and an elementwise ``f`` the planner quantized
-        as one unary op (GELU of any domain; the output may be wider than 8 bits, which
-        LowerLookup's same-storage tables do not cover): ``table[bits(c)] =
-        Q(f(DQ(c)))`` computed in float64 (IO11)."""
+    def _unary_group(self, graph: Graph, q: Node, fn: Node) -> tuple | str:
+        """``Q(fn(DQ(x)))`` with nothing else reading the float values: ``(dq, x, (sx, zx),
+        (sy, zy))``, or why not."""
         x = fn.inputs[0]
         dq = x.producer if x is not None else None
         if dq is None or dq.op_type != "DequantizeLinear" or dq.domain or len(x.uses) != 1:
-            return "input is not a dequantized integer tensor read by the function alone"
+            return f"input is not a dequantized integer tensor read by the {fn.op_type} alone"
         if len(fn.outputs[0].uses) != 1 or any(o is fn.outputs[0] for o in graph.outputs):
-            return "the function's float output has other readers"
+            return f"the {fn.op_type}'s float output has other readers"
         xi = dq.inputs[0]
         px = self._act(xi, "x")
         py = self._act(q.outputs[0], "y")
         if isinstance(px, str) or isinstance(py, str):
             return px if isinstance(px, str) else py
+        return dq, xi, px, py
+
+    def _table(self, graph: Graph, q: Node, fn: Node) -> str | None:
+        """``Q(f(DQ(x)))`` for an 8-bit ``x`` and an elementwise ``f`` the planner quantized
+        as one unary op (GELU of any domain; the output may be wider than 8 bits, which
+        LowerLookup's same-storage tables do not cover): ``table[bits(c)] =
+        Q(f(DQ(c)))`` computed in float64 (IO11)."""
+        group = self._unary_group(graph, q, fn)
+        if isinstance(group, str):
+            return group
+        dq, xi, px, py = group
         xdt = xi.type.elem.storage.numpy
         if xdt.itemsize != 1:
-            return "input is wider than 8 bits (a table has 256 entries)"
+            if fn.op_type != "Gelu" or xdt != np.dtype(np.int16):
+                return "input is wider than 8 bits (a table has 256 entries)"
+            attrs = gelu_poly_params(px[0], px[1], py[0], py[1], self.rounding)
+            attrs["out_type"] = _storage_name(q.outputs[0])
+            q.replace_input(0, None)
+            graph.remove_node(fn)
+            graph.remove_node(dq)
+            self._replace(graph, q, "IntGelu", [xi], attrs)  # (IO13): I-BERT's i-GELU
+            return None
         codes = np.arange(256, dtype=np.uint8).view(xdt).astype(np.float64)
         f = TABLE_FUNCTIONS[fn.op_type](((codes - px[1]) * px[0]), fn.attrs)
         ydt = q.outputs[0].type.elem.storage.numpy
@@ -868,6 +962,8 @@ class IntegerOnly(Pass):
             return self._add_host_operand(graph, node, dq)
         if dq is not None and dq.op_type in TABLE_FUNCTIONS and dq.domain in ("", "com.microsoft"):
             return self._table(graph, node, dq)
+        if dq is not None and dq.op_type == "Softmax" and not dq.domain:
+            return self._wide_softmax(graph, node, dq)
         if dq is not None and dq.op_type in ("MatMul", "Add", "Mul", "Gemm") and not dq.domain:
             return self._group(graph, node, dq)
         if dq is None or dq.op_type != "DequantizeLinear" or dq.domain:

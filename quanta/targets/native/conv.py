@@ -2,6 +2,7 @@
 
     acc[n, m, o] = Σ_{c, k} (x_pad[n, g·C/G + c, o·s + k·d] − zx) · (w[m, c, k] − zw[m]) + B[m]   eq. (4)
     QLinearConv  y = saturate(round_half_even(f32(acc) · m[m]) + zy),  m = f32(f32(sx·sw[m]) / sy)   eq. (6)
+                 (m: node.requant, derived by the lowering; the binding takes it as given)
     ConvInteger  y = acc (int32, no bias)
 
 bit-exact with reference/qlinear_conv.py and reference/integer_ops.py (tests/targets/
@@ -13,9 +14,11 @@ group == C == M), kept in the kernel's params, with the geometry attributes. The
 name says which path runs (``native:qconv_dw_...``, ``native:qconv_implicit+qgemm_...``,
 ``native:qconv_im2col+qgemm_...``).
 
-Run time: x, its zero point, the scales, y's zero point and the bias are read per call
-(the requantization multipliers are computed by the binding, in float32 as the
-reference). Layout: ai.onnx QLinearConv / ConvInteger are NCHW at this boundary (the gemm
+Run time: x alone when the scales, zero points and bias are constants (converted once by
+``conv.prepare`` with the multiplier the lowering carries on the node, ``node.requant``:
+quanta/passes/lower/requant_params.py); else x, its zero point, y's zero point, the bias
+and the multiplier ``float_multiplier`` derives from the run-time scales per call.
+Layout: ai.onnx QLinearConv / ConvInteger are NCHW at this boundary (the gemm
 paths transpose to NHWC and back inside the call; the depthwise path runs on NCHW).
 com.microsoft QLinearConv with ``channels_last=1`` (what an NHWC graph pass produces,
 as ONNX Runtime's NhwcTransformer) runs the kernel's channels_last mode: x
@@ -40,6 +43,7 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, get_op
+from quanta.passes.lower.requant_params import float_multiplier, requant_params
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._specialize import SMALL_MACS, guarded, step_threads
@@ -98,12 +102,13 @@ def _qlinear_conv_native(
     """QLinearConv through the prepacked ``conv`` (w and w_zero_point are in it); ``nhwc``:
     x and y channels_last (com.microsoft QLinearConv, ``domain`` for the twin)."""
     try:
+        # run-time scales (a node with constant ones takes _qlinear_conv_prepared): the
+        # lowering's derivation, per call
+        m = float_multiplier(x_scale, w_scale, y_scale)
         return conv.qlinear(
             _contiguous(x),
-            x_scale,
             x_zero_point,
-            w_scale,
-            y_scale,
+            m,
             y_zero_point,
             B,
             num_threads=_threads(ctx),
@@ -154,14 +159,20 @@ def _qlinear_conv_specialized(
 
 
 def _prepare_constants(conv: Any, node: Node) -> bool:
-    """``conv.prepare`` with the node's constant parameters; False when one is not a
+    """``conv.prepare`` with the node's constant parameters and the requantization
+    multiplier the lowering carries on it (``node.requant``); False when one is not a
     constant or the binding refuses them (the per-call path then reports it)."""
-    inputs = [node.input(i) for i in (1, 2, 4, 6, 7, 8)]
-    if any(v is not None and not v.is_const for v in inputs) or any(v is None for v in inputs[:5]):
+    inputs = [node.input(i) for i in (2, 7, 8)]
+    rq = requant_params(node)
+    if (
+        rq is None
+        or any(v is not None and not v.is_const for v in inputs)
+        or any(v is None for v in inputs[:2])
+    ):
         return False
-    sx, zx, sw, sy, zy, b = (None if v is None else np.asarray(v.const) for v in inputs)
+    zx, zy, b = (None if v is None else np.asarray(v.const) for v in inputs)
     try:
-        conv.prepare(sx, zx, sw, sy, zy, b)
+        conv.prepare(zx, rq.multiplier, zy, b)
     except (ValueError, TypeError):
         return False
     return True

@@ -7,10 +7,11 @@ Every operator here is one call of ``_native.qgemm`` (a prepacked b) or of
     acc[.., m, n] = Σ_k (a[.., m, k] − za[m]) · (b[.., k, n] − zb[n])  (+ bias[n])   eq. (4)
     y             = output_stage(acc)                     (qgemm.h; reference/qgemm.py)
 
-with the output stage and its multiplier computed in float32 exactly as the operator's
-NumPy twin does (bit-exact; tests/targets/test_native_gemm.py):
+with the output stage's multiplier the lowering derived and carries on the node
+(``node.requant``, quanta/passes/lower/requant_params.py; the same float32 operations as
+the operator's NumPy twin, so bit-exact: tests/targets/test_native_gemm.py):
 
-    QLinearMatMul         m[n] = f32(f32(sa · sb[n]) / sy)          requant.requant_multiplier
+    QLinearMatMul         m[n] = f32(f32(sa · sb[n]) / sy)          requant_params.float_multiplier
                           y    = requantize(acc, m, zy)            eq. (6), uint8/int8 out
     MatMulInteger         y    = acc                               int32 out
     QGemm, y_scale        m[n] = f32(f32(f32(alpha · sa) · sb[n]) / sy), requantized by eq. (6)
@@ -21,8 +22,9 @@ NumPy twin does (bit-exact; tests/targets/test_native_gemm.py):
 
 Compile time (the binders): a constant rank-2 ``b`` is packed once into the micro-kernel's
 layout (``_native.pack_weights_s8/u8``, active ISA) with its per-column zero point folded
-into the column sums; the multiplier and QGemm's int32 bias ``C`` are computed once when
-their inputs are constants. Kernel names say which: ``native:qlinear_matmul_u8s8`` (b
+into the column sums; the multiplier is read from the node and QGemm's int32 bias ``C``
+converted once when their inputs are constants (run-time scales: ``float_multiplier``
+per call). Kernel names say which: ``native:qlinear_matmul_u8s8`` (b
 prepacked) vs ``native:qlinear_matmul_u8s8_runtime_b``.
 
 Run time: a ``b`` that is an activation (attention scores Q·Kᵀ and context P·V) is packed
@@ -57,7 +59,7 @@ from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.integer_ops import a_param, b_param
 from quanta.kernels.reference.quantize import dynamic_quantize_linear
 from quanta.kernels.reference.registry import MS_DOMAIN, OpError, get_op
-from quanta.kernels.reference.requant import requant_multiplier
+from quanta.passes.lower.requant_params import float_multiplier, requant_params
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
 from quanta.targets.native._values import const_of as _const
@@ -424,9 +426,7 @@ def _qlinear_matmul_native(
             if b.ndim < 2:
                 raise _Unsupported
             sb = b_param(np.asarray(b_scale, F32), b.shape, "b_scale")
-            m = requant_multiplier(
-                np.asarray(a_scale, F32).reshape(()), sb, np.asarray(y_scale, F32).reshape(())
-            )
+            m = float_multiplier(a_scale, sb, y_scale)  # run-time scales: no node.requant
             if not _valid_multiplier(m):
                 raise _Unsupported
         zb = np.zeros((), np.int64) if packed is not None else b_param(b_zero_point, b.shape, "b_zero_point")
@@ -472,7 +472,7 @@ def bind_qlinear_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
         params["packed"] = packed
     scales = [_const(v) for v in (sa, sb, sy)]
     if all(s is not None for s in scales):
-        s_a, s_b, s_y = (s.astype(F32) for s in scales)
+        _, s_b, s_y = (s.astype(F32) for s in scales)  # the multiplier is the node's (below)
         if s_y.size != 1:
             return None, f"y_scale: expected a scalar (per tensor), got shape {list(s_y.shape)}"
         if packed is not None:
@@ -482,8 +482,12 @@ def bind_qlinear_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
                 return None, f"b_scale: expected a scalar or one scale per column ({n}), got shape {shape}"
         elif s_b.size == 1:
             s_b = s_b.reshape(())  # per column or per batch and column keep their shape
-        m = requant_multiplier(s_a.reshape(()), s_b, s_y.reshape(()))
-        if not _valid_multiplier(m):
+        # the multiplier the lowering carries on the node (passes/lower/requant_params.py)
+        rq = requant_params(node)
+        m = None if rq is None else rq.multiplier
+        if m is not None and packed is not None:
+            m = _columns(m, n, F32)
+        if m is None or not _valid_multiplier(m):
             return None, "requantization multiplier sa·sb/sy is not finite and > 0 for every column"
         params["multiplier"] = m
         c_za, c_zy = _const(za), _const(zy)
@@ -549,12 +553,10 @@ def bind_matmul_integer(model: Model, node: Node) -> tuple[Kernel | None, str]:
 # --------------------------------------------------------------------------------------
 
 
-def _qgemm_multiplier(alpha: float, sa: np.ndarray, sb: np.ndarray, sy: np.ndarray | None) -> np.ndarray:
-    """(1)/(2) of reference/ms_qgemm.py, the same float32 operations in the same order."""
-    m = np.multiply(np.multiply(F32(alpha), sa.reshape(()), dtype=F32), sb.reshape(-1), dtype=F32)
-    if sy is not None:
-        m = np.divide(m, sy.reshape(()), dtype=F32)
-    return m.reshape(()) if m.size == 1 else m
+def _qgemm_multiplier(m: np.ndarray) -> np.ndarray:
+    """A QGemm multiplier (:func:`float_multiplier`: (1)/(2) of reference/ms_qgemm.py) as
+    qgemm takes it: 0-d, or one per column."""
+    return m.reshape(()) if m.size == 1 else m.reshape(-1)
 
 
 def _qgemm_bias(c: np.ndarray, n: int) -> np.ndarray | None:
@@ -570,16 +572,7 @@ def _qgemm_bias(c: np.ndarray, n: int) -> np.ndarray | None:
 
 def _qgemm_ms_native(
     ctx: Any,
-    a: np.ndarray,
-    a_scale: np.ndarray,
-    a_zero_point: np.ndarray,
-    b: np.ndarray,
-    b_scale: np.ndarray,
-    b_zero_point: np.ndarray,
-    c: np.ndarray | None = None,
-    y_scale: np.ndarray | None = None,
-    y_zero_point: np.ndarray | None = None,
-    *,
+    *given: np.ndarray | None,
     alpha: float = 1.0,
     transA: int = 0,
     transB: int = 0,
@@ -588,8 +581,10 @@ def _qgemm_ms_native(
     bias_n: np.ndarray | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """com.microsoft QGemm on qgemm (module docstring)."""
-    inputs = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scale, y_zero_point)
+    """com.microsoft QGemm on qgemm (module docstring): the operator's nine inputs
+    (a, a_scale, a_zero_point, b, b_scale, b_zero_point, c?, y_scale?, y_zero_point?)."""
+    inputs = (*given, *([None] * (9 - len(given))))
+    a, a_scale, a_zero_point, b, b_scale, b_zero_point, c, y_scale, y_zero_point = inputs
     attrs = {"alpha": alpha, "transA": transA, "transB": transB}
 
     def fast() -> np.ndarray:
@@ -627,7 +622,7 @@ def _qgemm_ms_native(
                 raise _Unsupported  # a per-row C, or a wrong one: the twin adds or refuses it
         m = multiplier
         if m is None:
-            m = _qgemm_multiplier(alpha, a_scale, b_scale, y_scale)
+            m = _qgemm_multiplier(float_multiplier(a_scale, b_scale, y_scale, alpha))  # run-time scales
             if not _valid_multiplier(m):
                 raise _Unsupported
         pk = packed
@@ -689,8 +684,9 @@ def bind_qgemm(model: Model, node: Node) -> tuple[Kernel | None, str]:
         s_y = None if sy is None else _const(sy)
         if s_a is not None and s_b is not None and (sy is None or s_y is not None):
             if _is_scalar(s_a) and s_b.size in (1, n) and (s_y is None or _is_scalar(s_y)):
-                m = _qgemm_multiplier(float(node.attrs.get("alpha", 1.0)), s_a, s_b, s_y)
-                if not _valid_multiplier(m):
+                rq = requant_params(node)  # the multiplier the lowering carries on the node
+                m = None if rq is None else _qgemm_multiplier(rq.multiplier)
+                if m is None or not _valid_multiplier(m):
                     return None, "output multiplier alpha·sa·sb[/sy] is not finite and > 0 for every column"
                 params["multiplier"] = m
     name = _kernel_name("qgemm", _dtype(a), _dtype(b), packed is not None)

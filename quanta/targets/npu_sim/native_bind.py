@@ -108,17 +108,33 @@ def _binary(nat: Any, at: dict, ins: Sequence[np.ndarray | None], op: str) -> np
 
 
 def _softmax(nat: Any, at: dict, ins: Sequence[np.ndarray | None]) -> np.ndarray | None:
-    x, table = np.asarray(ins[0]), np.asarray(ins[1])
-    if x.ndim == 0 or x.size == 0 or x.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
+    x = np.asarray(ins[0])
+    table = ins[1] if len(ins) > 1 else None
+    wide = table is None  # I-BERT's i-exp (exp_x0, exp_b, exp_c, exp_shift)
+    kinds = (np.int8, np.uint8, np.int16) if wide else (np.int8, np.uint8)
+    if x.ndim == 0 or x.size == 0 or x.dtype not in tuple(np.dtype(k) for k in kinds):
         return None
     axis = int(at.get("axis", -1)) % x.ndim
     moved = np.moveaxis(x, axis, -1)
     dt, lo, hi = _range(at)
-    y = nat.intonly_softmax(
-        _i32(moved.reshape(-1, moved.shape[-1])), _i32(table), int(at.get("y_shift", 8)),
-        int(at.get("y_zero_point", -128)), lo, hi,
-    )  # fmt: skip
+    rows = _i32(moved.reshape(-1, moved.shape[-1]))
+    y_shift, zy = int(at.get("y_shift", 8)), int(at.get("y_zero_point", -128))
+    if wide:
+        poly = [int(at[k]) for k in ("exp_x0", "exp_b", "exp_c", "exp_shift")]
+        y = nat.intonly_softmax_poly(rows, *poly, y_shift, zy, lo, hi)
+    else:
+        y = nat.intonly_softmax(rows, _i32(np.asarray(table)), y_shift, zy, lo, hi)
     return np.moveaxis(y.reshape(moved.shape), -1, axis).astype(dt)
+
+
+def _gelu(nat: Any, at: dict, ins: Sequence[np.ndarray | None]) -> np.ndarray:
+    x = np.asarray(ins[0])
+    dt, lo, hi = _range(at)
+    y = nat.intonly_gelu(
+        _i32(x), int(at["x_zero_point"]), int(at["erf_b"]), int(at["erf_c"]), int(at["pre_shift"]),
+        int(at["multiplier"]), int(at["shift"]), int(at["y_zero_point"]), lo, hi, _mode(at),
+    )  # fmt: skip
+    return y.reshape(x.shape).astype(dt)
 
 
 def _layer_norm(nat: Any, at: dict, ins: Sequence[np.ndarray | None]) -> np.ndarray | None:
@@ -167,6 +183,7 @@ _BINDERS = {
     "IntAdd": lambda n, a, i: _binary(n, a, i, "add"),
     "IntMul": lambda n, a, i: _binary(n, a, i, "mul"),
     "IntSoftmax": _softmax,
+    "IntGelu": _gelu,
     "IntLayerNorm": _layer_norm,
     "IntRescale": _rescale,
     "IntGlobalAveragePool": _gap,

@@ -51,6 +51,7 @@ OPS = (
     "IntLookup",
     "IntSoftmax",
     "IntLayerNorm",
+    "IntGelu",
     "IntGlobalAveragePool",
 )
 
@@ -103,7 +104,8 @@ CAPABILITIES = Capabilities(
     notes={
         "weights": "int8, symmetric (zero point 0), per output channel or per tensor",
         "activations": "int8 per tensor (int16 with the int16 profile option)",
-        "non-linearities": "8-bit lookup tables; integer Softmax and LayerNormalization",
+        "non-linearities": "8-bit lookup tables; I-BERT integer polynomials for 16-bit Softmax and GELU "
+        "inputs (i-exp, i-GELU); integer Softmax and LayerNormalization (Newton integer square root)",
     },
 )
 
@@ -118,6 +120,16 @@ _REQUANT_ATTRS = {
     "IntSoftmax": ("y_shift", "y_zero_point"),
     "IntLayerNorm": ("eps", "gamma_shift", "x_zero_point", "y_zero_point"),
     "IntLookup": (),
+    "IntGelu": (
+        "erf_b",
+        "erf_c",
+        "pre_shift",
+        "multiplier",
+        "shift",
+        "rounding",
+        "x_zero_point",
+        "y_zero_point",
+    ),
 }
 
 

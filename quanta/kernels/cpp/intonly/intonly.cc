@@ -159,10 +159,57 @@ void softmax(const int32_t* x, int64_t rows, int64_t n, const int32_t* exp_table
 }
 
 int64_t isqrt(int64_t v) {
-  int64_t r = static_cast<int64_t>(std::sqrt(static_cast<double>(v)));
-  while (r > 0 && static_cast<__int128>(r) * r > v) --r;
-  while (static_cast<__int128>(r + 1) * (r + 1) <= v) ++r;
-  return r;
+  if (v <= 0) return 0;
+  int bits = 0;
+  for (uint64_t t = static_cast<uint64_t>(v); t; t >>= 1) ++bits;
+  int64_t r = int64_t{1} << ((bits + 1) >> 1);  // >= sqrt(v)
+  for (;;) {
+    const int64_t next = (r + v / r) >> 1;
+    if (next >= r) return r;
+    r = next;
+  }
+}
+
+int64_t int_exp(int64_t d, int64_t x0, int64_t b, int64_t c, int32_t exp_shift) {
+  const int64_t ln2 = -x0;
+  const int64_t z = d / ln2;
+  const int64_t r = -(d - z * ln2);
+  const int64_t p = (r + b) * (r + b) + c;
+  const int64_t sh = z - exp_shift;
+  if (sh >= 63) return 0;
+  return sh >= 0 ? p >> sh : p << (-sh);
+}
+
+void softmax_poly(const int32_t* x, int64_t rows, int64_t n, const ExpPoly& e, int32_t y_shift, int32_t zy,
+                  int32_t lo, int32_t hi, int32_t* y) {
+  std::vector<int64_t> ebuf(static_cast<size_t>(n));
+  for (int64_t row = 0; row < rows; ++row) {
+    const int32_t* xr = x + row * n;
+    int32_t mx = xr[0];
+    for (int64_t i = 1; i < n; ++i) mx = xr[i] > mx ? xr[i] : mx;
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ebuf[i] = int_exp(static_cast<int64_t>(mx) - xr[i], e.x0, e.b, e.c, e.shift);
+      total += ebuf[i];
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t num = ebuf[i] << y_shift;
+      y[row * n + i] = clamp((2 * num + total) / (2 * total) + zy, lo, hi);  // (IO7), half up
+    }
+  }
+}
+
+int64_t gelu(const int32_t* x, int64_t size, const GeluPoly& g, int32_t lo, int32_t hi, Rounding r, int32_t* y) {
+  for (int64_t i = 0; i < size; ++i) {
+    const int64_t d = static_cast<int64_t>(x[i]) - g.zx;
+    const int64_t u = d < 0 ? (-d < g.b ? -d : g.b) : (d < g.b ? d : g.b);
+    const int64_t L = g.c - (g.b - u) * (g.b - u);
+    int64_t q = d * (g.c + (d > 0 ? L : (d < 0 ? -L : 0)));  // (IO13)
+    if (g.pre_shift) q = (q + (int64_t{1} << (g.pre_shift - 1))) >> g.pre_shift;
+    if (q < INT32_MIN || q > INT32_MAX) return i;
+    y[i] = clamp(apply_scale(q, g.multiplier, g.shift, r) + g.zy, lo, hi);
+  }
+  return -1;
 }
 
 void layer_norm(const int32_t* x, int64_t rows, int64_t n, const int32_t* g, const int32_t* b, int32_t zx,

@@ -56,8 +56,28 @@ void softmax(const int32_t* x, int64_t rows, int64_t n, const int32_t* exp_table
 void layer_norm(const int32_t* x, int64_t rows, int64_t n, const int32_t* g, const int32_t* b, int32_t zx,
                 int32_t zy, int64_t eps, int32_t gamma_shift, int32_t lo, int32_t hi, int32_t* y);
 
-// floor(sqrt(v)), v >= 0.
+// floor(sqrt(v)), v >= 0, by Newton's iteration from 2^ceil(bits(v)/2) (I-BERT).
 int64_t isqrt(int64_t v);
+
+// I-BERT's i-exp (golden int_exp, eq. (IO12)) of -d, d >= 0: floor(p · 2^(exp_shift - z)),
+// z = d / -x0, r = -(d mod -x0), p = (r + b)² + c.
+int64_t int_exp(int64_t d, int64_t x0, int64_t b, int64_t c, int32_t exp_shift);
+
+// Softmax with the polynomial exp (wide inputs: no table), rows [R, n] along the last axis.
+struct ExpPoly {
+  int64_t x0, b, c;
+  int32_t shift;
+};
+void softmax_poly(const int32_t* x, int64_t rows, int64_t n, const ExpPoly& e, int32_t y_shift, int32_t zy,
+                  int32_t lo, int32_t hi, int32_t* y);
+
+// I-BERT's i-GELU (golden int_gelu, eq. (IO13)). Returns -1, or the index of the first
+// element whose pre-shifted value leaves int32 (y is then incomplete: the caller raises).
+struct GeluPoly {
+  int64_t b, c;
+  int32_t zx, pre_shift, multiplier, shift, zy;
+};
+int64_t gelu(const int32_t* x, int64_t size, const GeluPoly& g, int32_t lo, int32_t hi, Rounding r, int32_t* y);
 
 }  // namespace intonly
 }  // namespace quanta
