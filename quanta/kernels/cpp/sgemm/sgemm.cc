@@ -273,6 +273,9 @@ void im2col_block(const ConvGeom& g, const float* x /* group's first channel */,
             std::fill(d + ox0, d + a, 0.0f);
             if (g.sw == 1) {
               std::memcpy(d + a, src + a, static_cast<size_t>(b - a) * sizeof(float));
+            } else if (g.sw == 2) {
+              // a constant stride: the compiler turns this into whole-vector shuffles
+              for (int64_t ox = a; ox < b; ++ox) d[ox] = src[2 * ox];
             } else {
               for (int64_t ox = a; ox < b; ++ox) d[ox] = src[ox * g.sw];
             }
@@ -404,11 +407,19 @@ void conv_im2col(const ConvGeom& g, const float* x, const float* w, const float*
     rest %= tm * tn;
     const int64_t bi = rest / tn, bj = rest % tn;
     const int64_t p0 = bj * nc, p1 = std::min(positions, p0 + nc);
-    const int64_t ld = round_up(p1 - p0, 16);
-    float* cols = thread_scratch(kk * ld);
-    im2col_block(g, x + (img * g.c + grp * cg) * g.h * g.w, cg, p0, p1, cols, ld);
+    // The im2col rows go straight into packed B panels ([kk][32] per 32 positions, the
+    // pack_b layout): the tile reads them as it reads a packed B, with no second copy of
+    // every kc × 32 block (a row-major B is copied panel by panel before the tile walks
+    // down A). Columns past p1 in the last panel are never stored (the tile masks them).
+    const int64_t panels = ceil_div(p1 - p0, kPackNr);
+    float* cols = thread_scratch(panels * kk * kPackNr);
+    const float* xg = x + (img * g.c + grp * cg) * g.h * g.w;
+    for (int64_t q = 0; q < panels; ++q) {
+      const int64_t q0 = p0 + q * kPackNr;
+      im2col_block(g, xg, cg, q0, std::min(p1, q0 + kPackNr), cols + q * kk * kPackNr, kPackNr);
+    }
     MatA a{w + grp * packed, true, 0};
-    MatB b{cols, false, ld};
+    MatB b{cols, true, 0};
     Epilogue ep;
     ep.bias_row = bias ? bias + grp * mg : nullptr;
     ep.lo = lo;
