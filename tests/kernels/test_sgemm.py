@@ -254,6 +254,51 @@ def test_conv_large_enough_for_threads() -> None:
     check_conv(1, 16, 30, 33, 24, 1, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), seed=3)
 
 
+def im2col(x: np.ndarray, kh, kw, strides, dilations, pads) -> np.ndarray:
+    """[C·kh·kw, OH·OW] columns of one image, rows in (c, ky, kx) order, padding as 0."""
+    c, h, w = x.shape
+    xp = np.pad(x, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh = (h + pads[0] + pads[2] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (w + pads[1] + pads[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
+    rows = [
+        xp[ci, ky * dilations[0] :: strides[0], kx * dilations[1] :: strides[1]][:oh, :ow].reshape(-1)
+        for ci in range(c)
+        for ky in range(kh)
+        for kx in range(kw)
+    ]
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize(
+    "c,h,w,m,kh,kw,strides,dilations,pads",
+    [
+        (3, 33, 35, 16, 3, 3, (2, 2), (1, 1), (1, 1, 1, 1)),  # the stem
+        (7, 13, 11, 9, 3, 3, (1, 1), (2, 2), (1, 2, 0, 1)),  # dilated, uneven pads
+        (17, 9, 40, 20, 5, 3, (3, 2), (1, 2), (2, 0, 1, 2)),  # strides 3 x 2: six phase planes
+        (40, 6, 7, 20, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1)),  # K = 360: two K blocks
+        (7, 6, 6, 5, 1, 1, (2, 2), (1, 1), (0, 0, 0, 0)),  # strided 1x1
+    ],
+)
+def test_conv_implicit_gemm_is_the_im2col_gemm_bit_for_bit(
+    c, h, w, m, kh, kw, strides, dilations, pads
+) -> None:
+    """The implicit GEMM (phase-split input, sgemm.cc conv_phased) computes each element
+    as the GEMM of the weights with the im2col columns: the same chain over the same
+    values in the same k order, so the bytes of matmul_f32(W, im2col(x)) on every ISA."""
+    rng = np.random.default_rng(c * 100 + m)
+    x, wt = normal(rng, 1, c, h, w), normal(rng, m, c, kh, kw)
+    cols = im2col(x[0], kh, kw, strides, dilations, pads)
+    geometry = (m, kh, kw, list(strides), list(dilations), list(pads), 1)
+    packed = _native.conv_pack_f32(wt, 1)
+
+    def run(isa: str) -> None:
+        y = _native.conv_f32(x, packed, None, *geometry, num_threads=2)
+        ref = _native.matmul_f32(np.ascontiguousarray(wt.reshape(m, -1)), np.ascontiguousarray(cols))
+        assert y.reshape(m, -1).tobytes() == ref.tobytes(), isa
+
+    every_isa(run)
+
+
 def test_conv_refuses_bad_arguments() -> None:
     x = np.ones((1, 4, 5, 5), F32)
     w = _native.conv_pack_f32(np.ones((6, 4, 3, 3), F32), 1)

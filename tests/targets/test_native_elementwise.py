@@ -325,6 +325,18 @@ def test_native_float_max_pool_large_plane_threads() -> None:
     run_both("MaxPool", "", [x], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]})
 
 
+@pytest.mark.parametrize("k", [5, 9, 13])
+def test_native_float_max_pool_spp_windows_larger_than_the_plane(k) -> None:
+    """SPP pools (stride 1, pad k // 2) on a 13 x 11 plane run separably (row maxima,
+    then the maximum of k of them): the twin's values, NaN and the rows and columns
+    whose windows reach past every edge included; a dilated window too."""
+    x = np.random.default_rng(k).standard_normal((1, 17, 13, 11)).astype(F32)
+    x[0, 3, 6, 5] = np.nan
+    x[0, 4, 0, 10] = np.inf
+    run_both("MaxPool", "", [x], {"kernel_shape": [k, k], "pads": [k // 2] * 4})
+    run_both("MaxPool", "", [x], {"kernel_shape": [3, 5], "dilations": [2, 2], "pads": [2, 4, 1, 3]})
+
+
 @given(case=pool_inputs("QLinearAveragePool"))
 def test_native_qlinear_average_pool_matches_reference(case) -> None:
     inputs, attrs = case

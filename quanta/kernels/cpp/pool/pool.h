@@ -98,8 +98,11 @@ void max_pool_2d_nhwc(const T* x, T* y, const Geometry2d& g, int64_t channels, i
 // nn_pool.max_pool): y = the maximum over the window's positions inside the input
 // (dilated), −inf when there is none (the twin pads with −inf). Exact: max only selects.
 // A NaN in the window gives NaN (as the twin's np.max); the sign of a zero maximum among
-// +0 and −0 is not pinned. Per output row, one pass per valid (ky, kx) over the row's
-// columns (a strided max the compiler vectorises); threads take chunks of planes.
+// +0 and −0 is not pinned. Windows that overlap vertically (k_h > s_h, k_w > 1) run
+// separably: one pass per kx over every input row (its row maxima), then per output row
+// one pass per valid ky over those; otherwise per output row one pass per valid (ky, kx)
+// over the row's columns (a strided max the compiler vectorises). Threads take chunks of
+// planes.
 void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_threads);
 
 }  // namespace pool

