@@ -144,14 +144,16 @@ def _hflip(x: torch.Tensor) -> torch.Tensor:
 
 
 class _Bar:
-    def __init__(self, total: int | None, budget: float | None, enabled: bool) -> None:
-        self.total, self.budget, self.enabled = total, budget, enabled
-        self.t0 = time.perf_counter()
+    def __init__(
+        self, total: int | None, budget: float | None, enabled: bool, clock: Callable[[], float]
+    ) -> None:
+        self.total, self.budget, self.enabled, self.clock = total, budget, enabled, clock
+        self.t0 = clock()
 
     def update(self, step: int, loss: float, holdout: float) -> None:
         if not self.enabled:
             return
-        el = time.perf_counter() - self.t0
+        el = self.clock() - self.t0
         frac = step / self.total if self.total else 0.0
         if self.budget:
             frac = max(frac, el / self.budget)
@@ -276,7 +278,7 @@ def distill(
     best = holdout_loss()
     res.initial_holdout_loss = res.best_holdout_loss = best
     best_state = copy.deepcopy(prepared.state_dict())
-    bar = _Bar(steps, time_budget, progress)
+    bar = _Bar(steps, time_budget, progress, clock)
     since_best, step, pos, last_train = 0, 0, 0, math.nan
     res.stopped = "steps"
     while True:
