@@ -9,7 +9,16 @@ calibration crops (no labels: the FP32 logits are the targets; 20 of the 100 are
 out for early stopping); the evaluation crops are used for nothing but the final
 measurement.
 
-    python benchmarks/qat.py [--budget 600] [--lr 0.002] [--batch 4] [--learn-scales]
+    python benchmarks/qat.py [--start default|gptq] [--budget 600] [--clock wall|cpu]
+        [--lr 0.002] [--batch 8] [--learn-scales] [--schedule cosine --warmup 0.05]
+        [--temperature T] [--features auto --feature-weight W] [--augment hflip]
+
+``--start gptq`` quantizes with ``weight_rounding="gptq"`` (GPTQ-rounded weights) before
+the distillation. ``--clock cpu`` measures the budget in CPU seconds of this process
+divided by ``--threads`` (what the run would take on a quiet machine with that many
+cores, when PyTorch keeps them busy): the shared machine's wall clock runs 2-8 times
+slower than that under load. Every phase reports its wall and CPU time
+(``time.process_time``, all threads of the process).
 
 Reported: agreement of PTQ and QAD (quanta native backend on the exported files, and
 ONNX Runtime on the same files), the integer MAC share of the exported file, and whether
@@ -38,20 +47,59 @@ def _logits(run, feeds) -> np.ndarray:
     return np.concatenate([run(f) for f in feeds])
 
 
+# intermediate tensors of EfficientNet-Lite0 matched with ``--features auto``: the end of
+# the 28x28 and 14x14 stages and the last convolution (7x7x1280)
+AUTO_FEATURES = ("/_blocks.4/Add_output_0", "/_blocks.10/Add_output_0", "/_conv_head/Conv_output_0")
+
+
+class _Phases:
+    """Wall and CPU seconds of each phase."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, float, float]] = []
+        self._t = (time.perf_counter(), time.process_time())
+
+    def mark(self, name: str) -> None:
+        t = (time.perf_counter(), time.process_time())
+        self.rows.append((name, t[0] - self._t[0], t[1] - self._t[1]))
+        self._t = t
+
+    def format(self) -> str:
+        lines = [f"  {n:<28} wall {w:7.1f} s  cpu {c:7.1f} s" for n, w, c in self.rows]
+        w = sum(r[1] for r in self.rows)
+        c = sum(r[2] for r in self.rows)
+        lines.append(f"  {'total':<28} wall {w:7.1f} s  cpu {c:7.1f} s")
+        return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--budget", type=float, default=600.0, help="wall-clock seconds for PTQ + QAD + export")
+    ap.add_argument(
+        "--budget", type=float, default=600.0, help="seconds for PTQ + QAD + export (see --clock)"
+    )
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall")
+    ap.add_argument("--start", choices=["default", "gptq"], default="default", help="the PTQ to start from")
     ap.add_argument("--lr", type=float, default=0.002, help="Adam step in LSBs of each parameter")
-    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--learn-scales", action="store_true")
+    ap.add_argument("--schedule", choices=["constant", "cosine"], default="constant")
+    ap.add_argument("--warmup", type=float, default=0.0)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--features", default="", help="'auto' or comma-separated tensor names")
+    ap.add_argument("--feature-weight", type=float, default=1.0)
+    ap.add_argument("--augment", choices=["hflip"], default=None)
+    ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument("--patience", type=int, default=6)
     ap.add_argument("--eval-images", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, help="keep the files in this folder")
     ap.add_argument(
         "--ptq",
         type=Path,
-        help="reuse this quanta default PTQ file (the same model, data and recipe give these bytes)",
+        help="reuse this PTQ file (the same model, data and recipe give these bytes); its time is "
+        "then --ptq-cpu seconds of CPU",
     )
+    ap.add_argument("--ptq-cpu", type=float, default=0.0, help="CPU seconds the reused --ptq file took")
     ap.add_argument("--sim-images", type=int, default=50, help="images for the fake-quant vs deployed check")
     args = ap.parse_args(argv)
 
@@ -83,34 +131,57 @@ def main(argv: list[str] | None = None) -> int:
         theirs = _logits(lambda f: o.run(None, f)[0], evals)
         return float((ours.argmax(1) == top_ref).mean()), float((theirs.argmax(1) == top_ref).mean()), ours
 
-    t0 = time.perf_counter()
-    ptq = out / "ptq.onnx"
+    ph = _Phases()
+    ptq = out / f"ptq_{args.start}.onnx"
     if args.ptq:
         ptq = args.ptq
+        ph.rows.append(("PTQ (reused; CPU given)", args.ptq_cpu, args.ptq_cpu))
+        ph.mark("PTQ file read")
     else:
-        quanta.quantize_static(src, ptq, calib, verbose=False)
-    t_ptq = time.perf_counter() - t0
-    model = QatModel(
-        onnx.load(ptq), learn_scales=args.learn_scales
-    )  # = quanta.qat.prepare(src, calibration_data=calib)
-    t_prep = time.perf_counter() - t0
-    # the training loop gets what is left of the budget after PTQ, the teacher's logits
-    # (inside distill, before its clock starts: ~10 s) and the export (~5 s)
-    train_budget = max(30.0, args.budget - t_prep - 20.0)
+        kw = {"weight_rounding": "gptq"} if args.start == "gptq" else {}
+        quanta.quantize_static(src, ptq, calib, verbose=False, progress=False, **kw)
+        ph.mark(f"PTQ ({args.start})")
+    model = QatModel(onnx.load(ptq), learn_scales=args.learn_scales)  # = quanta.qat.prepare(src, calib)
+    ph.mark("QatModel")
+    if args.clock == "cpu":
+
+        def clock() -> float:
+            return time.process_time() / args.threads
+
+        # PTQ is charged its whole CPU time, as if it ran on one core (conservative)
+        spent = sum(c for _, _, c in ph.rows)
+    else:
+        clock = time.perf_counter
+        spent = sum(w for _, w, _ in ph.rows)
+    # the training loop gets what is left of the budget after PTQ, the teacher's outputs
+    # (inside distill, before its clock starts: ~10 s of CPU, twice with --augment) and
+    # the export (~5 s)
+    train_budget = max(30.0, args.budget - spent - 25.0)
+    features = AUTO_FEATURES if args.features == "auto" else tuple(f for f in args.features.split(",") if f)
     res = distill(
         model,
         src,
         calib,
         time_budget=train_budget,
+        clock=clock,
         lr=args.lr,
         batch_size=args.batch,
-        eval_every=5,
-        patience=6,
+        eval_every=args.eval_every,
+        patience=args.patience,
+        temperature=args.temperature,
+        features=features,
+        feature_weight=args.feature_weight,
+        augment=args.augment,
+        schedule=args.schedule,
+        warmup=args.warmup,
     )
+    ph.mark("teacher + distill")
     qad = out / "qad.onnx"
     export(model, qad)
-    t_total = time.perf_counter() - t0
+    ph.mark("export")
     print(res.format())
+    print(f"phases ({args.clock} budget {args.budget:.0f} s; training budget {train_budget:.0f} s):")
+    print(ph.format())
 
     a_ptq = agreement(ptq)
     a_qad = agreement(qad)
@@ -122,13 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     same = float((sim.argmax(1) == dep.argmax(1)).mean())
     maxdiff = float(np.abs(sim - dep).max())
     gap_closed = (a_qad[0] - a_ptq[0]) / max(1e-9, 1.0 - a_ptq[0])
-    print(
-        f"PTQ (quanta default): top-1 agreement {a_ptq[0]:.3f} (quanta native) / {a_ptq[1]:.3f} (ORT), {t_ptq:.0f} s"
-    )
+    print(f"PTQ ({args.start}): top-1 agreement {a_ptq[0]:.3f} (quanta native) / {a_ptq[1]:.3f} (ORT)")
     print(
         f"QAD: top-1 agreement {a_qad[0]:.3f} (quanta native) / {a_qad[1]:.3f} (ORT); gap to FP32 closed "
-        f"{gap_closed:.0%}; wall {t_total:.0f} s for PTQ + QAD + export ({res.steps} steps, "
-        f"batch {args.batch}, lr {args.lr}, learn_scales={args.learn_scales})"
+        f"{gap_closed:.0%} ({res.steps} steps, batch {args.batch}, lr {args.lr}, {args.schedule}, "
+        f"warmup {args.warmup}, T {args.temperature}, features {args.features or 'none'} x "
+        f"{args.feature_weight}, augment {args.augment}, learn_scales={args.learn_scales})"
     )
     print(
         f"exported: integer MAC share {share:.4f}; exact fake-quant forward vs quanta native: same top-1 {same:.3f} on {len(sim)} images, max |logit diff| {maxdiff:.3g}"

@@ -95,6 +95,10 @@ class QatModel(torch.nn.Module):
         self.exact = False
         #: when a dict, every forward stores each node output in it (by tensor name)
         self.trace: dict[str, torch.Tensor] | None = None
+        #: tensor names whose values every forward keeps in ``tapped`` (distillation's
+        #: intermediate features); unlike ``trace`` the training shortcuts stay on
+        self.taps: tuple[str, ...] = ()
+        self.tapped: dict[str, torch.Tensor] = {}
         g = qdq.graph
         inits: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
         self.nodes: list[onnx.NodeProto] = []
@@ -385,7 +389,7 @@ class QatModel(torch.nn.Module):
             if self.exact and key in self._fused and self._exact_fused(n, env, codes, done):
                 continue
             if not self.exact and self.trace is None:
-                if key in self._implied:
+                if key in self._implied and n.output[0] not in self.taps:
                     env[n.output[0]] = self._get(env, n.input[0])
                     continue
                 dq = self._pairs.get(key)
@@ -404,6 +408,8 @@ class QatModel(torch.nn.Module):
                     env[o] = v
         if self.trace is not None:
             self.trace.update(env)
+        if self.taps:
+            self.tapped = {name: env[name] for name in self.taps}
         res = tuple(env[o] for o in self.output_names)
         return res[0] if len(res) == 1 else res
 
@@ -710,7 +716,14 @@ def _conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, a: dict[str,
 
 
 def _op_conv(m, n, xs, a):
-    return [_conv(xs[0], xs[1], xs[2] if len(xs) > 2 else None, a)]
+    x, w = xs[0], xs[1]
+    if not m.exact and x.dim() == 4:
+        # oneDNN's NHWC kernels: a depthwise 5x5 backward is ~25x faster than in NCHW on
+        # this CPU, the whole EfficientNet-Lite0 training step ~2x (docs/qat.md); the sums
+        # run in another order, within the training forward's float32 tolerance
+        x = x.contiguous(memory_format=torch.channels_last)
+        w = w.contiguous(memory_format=torch.channels_last)
+    return [_conv(x, w, xs[2] if len(xs) > 2 else None, a)]
 
 
 def _op_gemm(m, n, xs, a):

@@ -1,10 +1,12 @@
 """Quantization-aware distillation (QAD) without labels.
 
-The float model is the teacher: its outputs on the calibration data are computed once;
-the fake-quantized student is trained to reproduce them (KL divergence of the softmax
-for classifier logits, a ``[N, C]`` output, else the mean squared error normalised by
-the teacher's variance). A held-out part of the data measures the same loss for early
-stopping; the best state seen on it is the one returned. CPU only.
+The float model is the teacher: its outputs on the calibration data (and, optionally,
+on horizontally flipped copies, and a few intermediate tensors) are computed once; the
+fake-quantized student is trained to reproduce them (KL divergence of the softmax at a
+temperature for classifier logits, a ``[N, C]`` output, else the mean squared error
+normalised by the teacher's variance; intermediate tensors by the normalised MSE). A
+held-out part of the data measures the output loss for early stopping; the best state
+seen on it is the one returned. CPU only.
 
 Determinism: ``seed`` seeds PyTorch and the shuffling; with the same data, seed and
 thread count the run gives the same weights bit for bit (PyTorch's CPU kernels split
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 import onnx
 import torch
+from onnx import helper
 
 from quanta.qat.module import QatModel
 
@@ -56,7 +59,14 @@ def stack_feeds(feeds: Sequence[dict[str, np.ndarray]], names: Sequence[str]) ->
     return [torch.from_numpy(np.concatenate([np.asarray(f[n]) for f in feeds], axis=0)) for n in names]
 
 
-def _teacher_fn(fp32_model: Any, names: Sequence[str]) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+def _teacher_fn(
+    fp32_model: Any, names: Sequence[str], features: Sequence[str] = ()
+) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    """The teacher as a function of input tensors: its outputs, then ``features`` (tensor
+    names of an ONNX teacher, made graph outputs)."""
+    onnx_like = isinstance(fp32_model, (str, os.PathLike, bytes, onnx.ModelProto))
+    if features and not onnx_like:
+        raise ValueError("distill: features= needs the FP32 model as an ONNX file or ModelProto")
     if isinstance(fp32_model, torch.nn.Module):
         m = fp32_model.eval()
 
@@ -71,6 +81,18 @@ def _teacher_fn(fp32_model: Any, names: Sequence[str]) -> Callable[[list[torch.T
     from quanta.session import InferenceSession
 
     src = fp32_model.SerializeToString() if isinstance(fp32_model, onnx.ModelProto) else fp32_model
+    if features:
+        from quanta.ir.onnx_io import load_proto
+
+        proto = onnx.ModelProto()
+        proto.CopyFrom(fp32_model if isinstance(fp32_model, onnx.ModelProto) else load_proto(fp32_model)[0])
+        known = {o for n in proto.graph.node for o in n.output}
+        missing = [f for f in features if f not in known]
+        if missing:
+            raise ValueError(f"distill: features {missing} are not tensors computed by the FP32 model")
+        for f in features:
+            proto.graph.output.append(helper.make_tensor_value_info(f, onnx.TensorProto.FLOAT, None))
+        src = proto.SerializeToString()
     sess = InferenceSession(src)
 
     def run_onnx(xs):
@@ -82,30 +104,56 @@ def _teacher_fn(fp32_model: Any, names: Sequence[str]) -> Callable[[list[torch.T
     return run_onnx
 
 
-def _loss(student: Sequence[torch.Tensor], teacher: Sequence[torch.Tensor], kind: str) -> torch.Tensor:
+def _loss(
+    student: Sequence[torch.Tensor], teacher: Sequence[torch.Tensor], kind: str, temperature: float = 1.0
+) -> torch.Tensor:
     total = torch.zeros(())
     for s, t in zip(student, teacher):
         s = s.float()
         t = t.float()
         if kind == "kl" or (kind == "auto" and s.dim() == 2 and s.shape[1] > 1):
-            p = torch.log_softmax(t, dim=1)
-            total = total + torch.nn.functional.kl_div(
-                torch.log_softmax(s, dim=1), p, log_target=True, reduction="batchmean"
+            # Hinton's distillation loss: KL of the softened distributions, times T^2 so
+            # that its gradient keeps the scale of T = 1
+            p = torch.log_softmax(t / temperature, dim=1)
+            total = total + temperature**2 * torch.nn.functional.kl_div(
+                torch.log_softmax(s / temperature, dim=1), p, log_target=True, reduction="batchmean"
             )
         else:
-            total = total + torch.mean((s - t) ** 2) / (torch.var(t) + 1e-12)
+            total = total + _nmse(s, t)
     return total
 
 
+def _nmse(s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Mean squared error normalised by the teacher's variance (1 = predicting its mean)."""
+    return torch.mean((s.float() - t.float()) ** 2) / (torch.var(t.float()) + 1e-12)
+
+
+def _rate(progress: float, schedule: str, warmup: float) -> float:
+    """The learning-rate multiplier at ``progress`` (0 -> 1 of the run): a linear warm-up
+    over the first ``warmup`` of it, then constant or a cosine decay to 0."""
+    if warmup > 0 and progress < warmup:
+        return (progress + 1e-3) / warmup
+    if schedule == "cosine":
+        rest = (progress - warmup) / max(1e-9, 1.0 - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, rest)))
+    return 1.0
+
+
+def _hflip(x: torch.Tensor) -> torch.Tensor:
+    return x.flip(-1) if x.dim() == 4 else x
+
+
 class _Bar:
-    def __init__(self, total: int | None, budget: float | None, enabled: bool) -> None:
-        self.total, self.budget, self.enabled = total, budget, enabled
-        self.t0 = time.perf_counter()
+    def __init__(
+        self, total: int | None, budget: float | None, enabled: bool, clock: Callable[[], float]
+    ) -> None:
+        self.total, self.budget, self.enabled, self.clock = total, budget, enabled, clock
+        self.t0 = clock()
 
     def update(self, step: int, loss: float, holdout: float) -> None:
         if not self.enabled:
             return
-        el = time.perf_counter() - self.t0
+        el = self.clock() - self.t0
         frac = step / self.total if self.total else 0.0
         if self.budget:
             frac = max(frac, el / self.budget)
@@ -135,6 +183,13 @@ def distill(
     eval_every: int = 10,
     patience: int = 5,
     loss: str = "auto",
+    temperature: float = 1.0,
+    features: Sequence[str] = (),
+    feature_weight: float = 1.0,
+    augment: str | None = None,
+    schedule: str = "constant",
+    warmup: float = 0.0,
+    clock: Callable[[], float] = time.perf_counter,
     seed: int = 0,
     progress: bool = True,
 ) -> DistillResult:
@@ -142,38 +197,62 @@ def distill(
 
     ``fp32_model``: the float ONNX file / ModelProto (run by quanta), an ``nn.Module``, or
     a callable on tensors. ``data``: feed dicts, or anything ``quantize_static`` accepts as
-    calibration data. Stops after ``steps`` or ``time_budget`` seconds (default 100
-    steps when neither is given), or when the held-out loss has not improved for
-    ``patience`` evaluations; the best held-out state is kept. ``lr`` is Adam's step in
-    units of each parameter's quantization step (``QatModel.parameter_steps``: 0.002 moves
-    a weight by about 1/500 of its LSB per step; Adam moves all weights of a layer
-    coherently, so the layer output moves ~sqrt(K) times more); ``scale_lr`` likewise for learned
-    scales (LSQ), default ``lr / 10``.
+    calibration data. Stops after ``steps`` or ``time_budget`` seconds of ``clock``
+    (default 100 steps when neither is given), or when the held-out loss has not
+    improved for ``patience`` evaluations; the best held-out state is kept. ``lr`` is
+    Adam's step in units of each parameter's quantization step
+    (``QatModel.parameter_steps``: 0.002 moves a weight by about 1/500 of its LSB per
+    step; Adam moves all weights of a layer coherently, so the layer output moves
+    ~sqrt(K) times more); ``scale_lr`` likewise for learned scales (LSQ), default
+    ``lr / 10``.
+
+    ``temperature``: of the KL loss on logits (times T^2). ``features``: names of
+    intermediate tensors of the FP32 ONNX model (Conv / Add outputs: the student's tensor
+    of the same name, before its quantization) matched by the normalised MSE, each
+    weighted ``feature_weight / len(features)``. ``augment="hflip"``: the training part
+    (not the held-out one) also enters mirrored (4-D inputs flipped on the last axis,
+    the teacher run on them once). ``schedule``: "constant" or "cosine" over the steps or
+    the budget, after a linear warm-up over the first ``warmup`` fraction of it.
     """
     if steps is None and time_budget is None:
         steps = 100
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"distill: schedule must be 'constant' or 'cosine', got {schedule!r}")
+    if augment not in (None, "hflip"):
+        raise ValueError(f"distill: augment must be None or 'hflip', got {augment!r}")
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     names = prepared.input_names
     feeds = _feeds(data, fp32_model, names)
     if len(feeds) < 2:
         raise ValueError(f"distill: needs at least 2 samples (one held out), got {len(feeds)}")
+    features = list(features)
+    computed = {o for node in prepared.nodes for o in node.output}
+    missing = [f for f in features if f not in computed]
+    if missing:
+        raise ValueError(f"distill: features {missing} are not tensors of the prepared model")
     xs = stack_feeds(feeds, names)
     n = xs[0].shape[0]
-    teacher = _teacher_fn(fp32_model, names)
-    t_out = [
-        torch.cat(parts) for parts in zip(*(teacher([x[i : i + 32] for x in xs]) for i in range(0, n, 32)))
-    ]
+    teacher = _teacher_fn(fp32_model, names, features)
     perm = torch.randperm(n, generator=gen)
     n_hold = max(1, round(n * holdout)) if holdout > 0 else 0
     hold, train = perm[:n_hold], perm[n_hold:]
+    if augment == "hflip":
+        xs = [torch.cat([x, _hflip(x[train])]) for x in xs]
+        train = torch.cat([train, torch.arange(n, n + len(train))])
+    t_all = [
+        torch.cat(parts)
+        for parts in zip(*(teacher([x[i : i + 32] for x in xs]) for i in range(0, xs[0].shape[0], 32)))
+    ]
+    n_out = len(t_all) - len(features)
+    t_out, t_feat = t_all[:n_out], t_all[n_out:]
     # Adam moves a parameter by about ``lr`` per step whatever its gradient's size, so
     # each tensor gets ``lr`` times its quantization step: a fraction of an LSB per step
     opt_groups = []
     floors = []
     for kind, p, step in prepared.parameter_steps():
         rate = (scale_lr if scale_lr is not None else lr / 10) if kind == "scales" else lr
-        opt_groups.append({"params": [p], "lr": rate * step})
+        opt_groups.append({"params": [p], "lr": rate * step, "base_lr": rate * step})
         if kind == "scales":
             # a scale must stay a positive normal float32: kept above a thousandth of
             # its calibrated value
@@ -192,30 +271,41 @@ def distill(
                 idx = hold[i : i + batch_size]
                 out = prepared(*(x[idx] for x in xs))
                 out = list(out) if isinstance(out, tuple) else [out]
-                tot += float(_loss(out, [t[idx] for t in t_out], loss)) * len(idx)
+                tot += float(_loss(out, [t[idx] for t in t_out], loss, temperature)) * len(idx)
         return tot / n_hold
 
-    t0 = time.perf_counter()
+    t0 = clock()
     best = holdout_loss()
     res.initial_holdout_loss = res.best_holdout_loss = best
     best_state = copy.deepcopy(prepared.state_dict())
-    bar = _Bar(steps, time_budget, progress)
+    bar = _Bar(steps, time_budget, progress, clock)
     since_best, step, pos, last_train = 0, 0, 0, math.nan
     res.stopped = "steps"
     while True:
+        elapsed = clock() - t0
         if steps is not None and step >= steps:
             break
-        if time_budget is not None and time.perf_counter() - t0 >= time_budget:
+        if time_budget is not None and elapsed >= time_budget:
             res.stopped = "time budget"
             break
+        done = max(step / steps if steps else 0.0, elapsed / time_budget if time_budget else 0.0)
+        mult = _rate(done, schedule, warmup)
+        for group in opt.param_groups:
+            group["lr"] = group["base_lr"] * mult
         if pos + batch_size > len(train):
             train = train[torch.randperm(len(train), generator=gen)]
             pos = 0
         idx = train[pos : pos + batch_size]
         pos += batch_size
+        prepared.taps = tuple(features)
         out = prepared(*(x[idx] for x in xs))
+        prepared.taps = ()
         out = list(out) if isinstance(out, tuple) else [out]
-        lv = _loss(out, [t[idx] for t in t_out], loss)
+        lv = _loss(out, [t[idx] for t in t_out], loss, temperature)
+        if features:
+            for f, t in zip(features, t_feat):
+                lv = lv + feature_weight / len(features) * _nmse(prepared.tapped[f], t[idx])
+            prepared.tapped = {}
         opt.zero_grad(set_to_none=True)
         lv.backward()
         opt.step()
@@ -242,7 +332,7 @@ def distill(
         prepared.load_state_dict(best_state)
     res.steps = step
     res.best_holdout_loss = best
-    res.seconds = time.perf_counter() - t0
+    res.seconds = clock() - t0
     prepared.exact = exact
     return res
 

@@ -180,3 +180,64 @@ def test_prepare_from_onnx_equals_prepare_from_module(tmp_path):
     m2 = prepare(path, calibration_data=[{"input0": c.numpy()} for c in calib])
     with torch.no_grad():
         assert torch.equal(m(calib[1]), m2(calib[1]))
+
+
+def test_distill_matches_intermediate_features_on_mirrored_data(tmp_path):
+    """features=: the loss gains the normalised MSE of the named tensors (the student's
+    Conv output before its quantization against the FP32 file's); augment="hflip" adds
+    mirrored training samples; a cosine schedule with warm-up and a temperature run."""
+    from quanta.qat import to_onnx
+
+    fp, calib, m = _cnn()
+    path = tmp_path / "fp.onnx"
+    proto = to_onnx(fp, calib[0])
+    onnx.save(proto, path)
+    feeds = [{"input0": c.numpy()} for c in calib]
+    add = next(n.output[0] for n in proto.graph.node if n.op_type == "Add")
+    conv = [n.output[0] for n in proto.graph.node if n.op_type == "Conv"][-1]
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    res = distill(
+        m,
+        str(path),
+        feeds,
+        steps=4,
+        eval_every=2,
+        batch_size=2,
+        lr=0.5,
+        features=[add, conv],
+        augment="hflip",
+        schedule="cosine",
+        warmup=0.25,
+        temperature=2.0,
+        holdout=0,
+        progress=False,
+    )
+    assert res.steps == 4 and len(res.history) == 2
+    assert m.taps == () and m.tapped == {}
+    assert any(not torch.equal(before[k], v) for k, v in m.state_dict().items())
+    _check_deployment(m, calib[1], tmp_path / "features.onnx")
+
+
+def test_distill_refuses_unknown_features_and_options():
+    fp, calib, m = _cnn()
+    feeds = [{"input0": c.numpy()} for c in calib]
+    with pytest.raises(ValueError, match="not tensors of the prepared model"):
+        distill(m, fp, feeds, steps=1, features=["no_such_tensor"], progress=False)
+    conv = next(n.output[0] for n in m.nodes if n.op_type == "Conv")
+    with pytest.raises(ValueError, match="needs the FP32 model as an ONNX file"):
+        distill(m, fp, feeds, steps=1, features=[conv], progress=False)
+    with pytest.raises(ValueError, match="schedule"):
+        distill(m, fp, feeds, steps=1, schedule="linear", progress=False)
+    with pytest.raises(ValueError, match="augment"):
+        distill(m, fp, feeds, steps=1, augment="rotate", progress=False)
+
+
+def test_learning_rate_schedule_warms_up_then_decays_to_zero():
+    from quanta.qat.train import _rate
+
+    assert _rate(0.0, "cosine", 0.1) < 0.02
+    assert _rate(0.05, "cosine", 0.1) == pytest.approx(0.51)
+    assert _rate(0.1, "cosine", 0.1) == pytest.approx(1.0)
+    assert _rate(0.55, "cosine", 0.1) == pytest.approx(0.5)
+    assert _rate(1.0, "cosine", 0.1) == pytest.approx(0.0, abs=1e-12)
+    assert _rate(0.7, "constant", 0.0) == 1.0
