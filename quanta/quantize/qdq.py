@@ -51,12 +51,10 @@ from quanta.quantize.params import adjust_weight_scale_for_bias, bias_params, pa
 from quanta.quantize.recipe import Recipe, storage_from_name
 
 __all__ = [
-    "AVERAGING_OPS",
     "GATES",
     "NodeDecision",
     "QdqPlan",
     "TensorPlan",
-    "averaged_activations",
     "consumer_channel_weights",
     "gated_activation",
     "insert_qdq",
@@ -652,36 +650,6 @@ def consumer_channel_weights(graph: Graph, plan: QdqPlan) -> dict[str, tuple[int
             axis, total = ax, g if total is None else total + g
         if total is not None and axis is not None:
             out[name] = (axis, total)
-    return out
-
-
-#: Operators that average their input over many elements (eq. (24) of docs/calibration.md):
-#: the rounding noise of the input averages out in them, a clipping error does not.
-AVERAGING_OPS = frozenset({"GlobalAveragePool", "AveragePool", "ReduceMean", "ReduceSum"})
-
-
-def averaged_activations(graph: Graph, plan: QdqPlan) -> set[str]:
-    """The calibrated activations that an averaging operator (:data:`AVERAGING_OPS`)
-    reads, directly or through views. Their range is MinMax under the weighted-MSE
-    method: eq. (21) counts one rounding error per element, but after a mean over N
-    elements the rounding noise is N times smaller while the bias of a clipped tail
-    stays whole, so a clipped range that eq. (21) prefers loses there."""
-    by_name = {v.name: v for v in graph.values()}
-    out: set[str] = set()
-    for name in plan.activations_to_calibrate():
-        todo, seen = [by_name.get(name)], set()
-        while todo:
-            v = todo.pop()
-            if v is None or id(v) in seen:
-                continue
-            seen.add(id(v))
-            for node, idx in v.uses:
-                if node.op_type in AVERAGING_OPS and idx == 0:
-                    out.add(name)
-                    todo.clear()
-                    break
-                if node.op_type in VIEW_OPS and idx == 0:
-                    todo.extend(node.outputs[:1])
     return out
 
 

@@ -7,12 +7,11 @@ model records the recipe it was made with in its metadata (``quanta.recipe``).
 Defaults are the general-purpose settings most users should run:
 
 - activations ``uint8`` asymmetric: the u8 x s8 form that VNNI runs natively, and what
-  ONNX Runtime's CPU kernels prefer. Ranges from ``weighted_mse`` calibration: tensors
-  read only by Conv/Gemm/MatMul with constant weights get the range that minimises the
-  error those layers see (calibrate/weighted_mse.py, docs/calibration.md eqs. (22)-(23));
-  tensors an averaging operator reads get MinMax (eq. (24)), every other one plain MSE
-  (eq. (21)): on the public zoo it is at least ONNX Runtime's best method and fixes
-  layout_cdla (MinMax lost half of the boxes) and the SVTR recognizers;
+  ONNX Runtime's CPU kernels prefer. Ranges from ``weighted_mse`` calibration: MinMax,
+  except for tensors read only by Conv/Gemm/MatMul with constant weights, whose range
+  minimises the error those layers see (calibrate/weighted_mse.py, docs/calibration.md
+  eqs. (22)-(23)): on the public zoo it is never worse than ONNX Runtime's best method
+  and fixes layout_cdla, where MinMax lost half of the boxes;
 - weights ``int8`` symmetric **per channel** (one scale per output channel): per-tensor
   weight scales lose most of the accuracy of depthwise convolutions;
 - bias ``int32`` with scale ``sx·sw`` (docs/quantization-math.md);
@@ -58,9 +57,8 @@ class CalibrationMethod(enum.Enum):
     ENTROPY = "entropy"
     PERCENTILE = "percentile"
     MSE = "mse"
-    # tensors read only by Conv/Gemm/MatMul with constant weights: the range that minimises
-    # the error those layers see (calibrate/weighted_mse.py, eq. (22)); tensors an averaging
-    # operator reads: MinMax (eq. (24)); the others: plain MSE (eq. (21))
+    # MinMax, except for tensors read only by Conv/Gemm/MatMul with constant weights:
+    # their range minimises the error those layers see (calibrate/weighted_mse.py, eq. (22))
     WEIGHTED_MSE = "weighted_mse"
 
 

@@ -45,7 +45,6 @@ from quanta.passes.coverage import CoverageReport
 from quanta.quantize.bodies import BodyScope, plan_bodies, prepare_bodies, quantize_bodies
 from quanta.quantize.qdq import (
     QdqPlan,
-    averaged_activations,
     bias_correction_inputs,
     consumer_channel_weights,
     correct_biases,
@@ -227,20 +226,14 @@ class _Bins(TypedDict, total=False):
     bins: int
 
 
-def make_observer_factory(
-    recipe: Recipe,
-    channel_weights: dict[str, tuple[int, Any]] | None = None,
-    unaveraged: set[str] | None = None,
-):
+def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, Any]] | None = None):
     """tensor name -> a fresh observer for the recipe's calibration method.
 
     Histogram observers use ``recipe.num_bins`` when set, else their own default; the
     MSE observers model the grid of the recipe's activation storage (qmin, qmax,
     symmetry), which only quantize/ knows (calibrate/ cannot import it).
     ``channel_weights`` (qdq.consumer_channel_weights): the tensors that the weighted
-    MSE method calibrates with their consumers' weights; the others get
-    :func:`_unweighted_method`'s choice (``unaveraged``: the main graph's calibrated
-    tensors that no averaging operator reads; None gives them all MinMax)."""
+    MSE method calibrates with their consumers' weights; it gives the others MinMax."""
     from quanta.quantize.params import quant_range
 
     method = recipe.method
@@ -267,12 +260,10 @@ def make_observer_factory(
             from quanta.calibrate.percentile import PercentileObserver
 
             return PercentileObserver(percentile=recipe.percentile, **bins)
-        weighted = name in (channel_weights or {})
-        if method is CalibrationMethod.WEIGHTED_MSE and not weighted:
-            if _unweighted_method(name, unaveraged) is CalibrationMethod.MINMAX:
-                from quanta.calibrate.minmax import MinMaxObserver
+        if method is CalibrationMethod.WEIGHTED_MSE and name not in (channel_weights or {}):
+            from quanta.calibrate.minmax import MinMaxObserver
 
-                return MinMaxObserver()
+            return MinMaxObserver()
         if method in (CalibrationMethod.MSE, CalibrationMethod.WEIGHTED_MSE):
             from quanta.calibrate.mse import MSEObserver
             from quanta.calibrate.weighted_mse import WeightedMSEObserver
@@ -283,7 +274,7 @@ def make_observer_factory(
 
                 storage = storage_from_name(ov.dtype, name)
             qmin, qmax = quant_range(storage, symmetric=symmetric, reduce_range=recipe.reduce_range)
-            if method is CalibrationMethod.WEIGHTED_MSE and weighted:
+            if method is CalibrationMethod.WEIGHTED_MSE:
                 axis, weights = (channel_weights or {})[name]
                 return WeightedMSEObserver(
                     axis=axis, weights=weights, qmin=qmin, qmax=qmax, symmetric=symmetric, **bins
@@ -292,19 +283,6 @@ def make_observer_factory(
         raise AssertionError(method)
 
     return make
-
-
-def _unweighted_method(name: str, unaveraged: set[str] | None) -> CalibrationMethod:
-    """The weighted-MSE method's range for a tensor that not only constant-weight layers
-    read (an Add, a Mul, an attention MatMul, a view, a float op): plain MSE (eq. (21)),
-    except MinMax where an averaging operator reads it (eq. (24)) and for tensors outside
-    ``unaveraged`` (If / Loop bodies; every tensor when it is None). MinMax everywhere there spends the 8-bit grid on
-    the few largest values of every residual and attention tensor; on a Paddle SVTR
-    recognizer that decodes 0 % of strings like FP32, against 59 % with MSE
-    (benchmarks/results/2026-12-02b-real.md)."""
-    return (
-        CalibrationMethod.MSE if unaveraged is not None and name in unaveraged else CalibrationMethod.MINMAX
-    )
 
 
 def prepare_float_graph(model: Model) -> None:
@@ -394,10 +372,8 @@ def quantize_static(
         to_calibrate += [scope.prefix + name for name in scope.plan.activations_to_calibrate()]
         if recipe.bias_correction:
             means_for.update({scope.prefix + k: a for k, a in bias_correction_inputs(scope.plan).items()})
-    weighted = recipe.method is CalibrationMethod.WEIGHTED_MSE
-    weights_for = consumer_channel_weights(graph, plan) if weighted else {}
-    unaveraged = (
-        set(plan.activations_to_calibrate()) - averaged_activations(graph, plan) if weighted else None
+    weights_for = (
+        consumer_channel_weights(graph, plan) if recipe.method is CalibrationMethod.WEIGHTED_MSE else {}
     )
     means: dict = {}
     rounded = []
@@ -428,7 +404,7 @@ def quantize_static(
             model,
             to_calibrate,
             calibration_data,
-            make_observer_factory(recipe, weights_for, unaveraged),
+            make_observer_factory(recipe, weights_for),
             preprocess=preprocess,
             limit=recipe.calibration_samples,
             progress=recipe.progress and verbose,
