@@ -336,7 +336,7 @@ class Model:
         self.entry, self.name, self.kind = entry, entry["name"], entry["kind"]
         self.path = cache / entry["path"]
         base = entry.get("source", self.name)
-        n_calib, n_eval = zoodata.SIZES[base]
+        n_calib, n_eval = zoodata.sizes(base, self.kind)
         if self.kind == "vad":
             ref = ort_session(self.path)
             self.calib = [
@@ -489,7 +489,7 @@ def evaluate(model: Model, path: Path, ref: list | None, row: dict) -> None:
         )
         if model.kind == "embedding":
             row["metric_q_vs_ort"] = metric(model.kind, got_ort, got_q)
-        if row["config"] in ("ORT-made", "as shipped") and model.kind != "vad":
+        if row["config"] in ("ORT-made", "tool-made", "as shipped") and model.kind != "vad":
             try:
                 row.update(lsb_distance(model, path, got_ort, got_q))
             except Exception as e:
@@ -535,7 +535,9 @@ def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[d
             ref = src.outputs(ort_session(src.path))
         row = {
             "model": entry["name"],
-            "config": "as shipped" if not entry.get("made_by") else "ORT-made",
+            "config": "as shipped"
+            if not entry.get("made_by")
+            else ("ORT-made" if entry["made_by"].startswith("onnxruntime") else "tool-made"),
             "quantizes": "-",
         }
         evaluate(model, model.path, ref, row)

@@ -61,6 +61,10 @@ OTHER_TOOL: list[tuple[str, str, str, dict[str, Any]]] = [
         "onnxruntime.quantization.quant_pre_process + quantize_dynamic",
         {"dynamic": True, "preprocess": True},
     ),
+    # NNCF's placement with its defaults (int8 symmetric per-channel weights, asymmetric or
+    # symmetric activations chosen by NNCF, Q/DQ pairs where NNCF puts them); needs the
+    # `bench` extra (nncf)
+    ("ppocr_cls.nncf", "ppocr_cls", "nncf.quantize (defaults)", {"nncf": True}),
 ]
 
 
@@ -91,6 +95,14 @@ def make(source: str, src: Path, dst: Path, options: dict[str, Any]) -> None:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     kw = dict(options)
+    n_calib = zoodata.sizes(source, zoodata.BY_NAME[source].kind)[0]
+    if kw.pop("nncf", False):
+        import nncf
+        import onnx
+
+        calib = zoodata.image_feeds(source, "calib", n_calib)
+        onnx.save(nncf.quantize(onnx.load(str(src)), nncf.Dataset(calib), subset_size=len(calib)), str(dst))
+        return
     if kw.pop("preprocess", False):
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -109,7 +121,6 @@ def make(source: str, src: Path, dst: Path, options: dict[str, Any]) -> None:
     for key in ("activation_type", "weight_type"):
         if key in kw:
             kw[key] = getattr(QuantType, kw[key])
-    n_calib = zoodata.SIZES[source][0]
     quantize_static(str(src), str(dst), Reader(zoodata.image_feeds(source, "calib", n_calib)), **kw)
 
 

