@@ -39,6 +39,7 @@ histogram can be evaluated by any of them (:meth:`HistogramObserver.convert`).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -158,34 +159,40 @@ def _untrim(entry: list[Any], bins: int) -> np.ndarray:
     return row
 
 
-def _range_mask(shape: tuple[int, int], first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    cols = np.arange(shape[1], dtype=np.int64)
-    return (cols >= first[:, None]) & (cols <= last[:, None])
+def _count_dtype(top: int) -> type[np.unsignedinteger] | type[np.int64]:
+    """The narrowest unsigned type that holds counts up to ``top`` (int64 beyond)."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(dtype).max:
+            return dtype
+    return np.int64
 
 
 def _pack_ranges(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(C, B) non-negative counts as per-row [first, last] occupied bins (last < first:
-    an empty row) and the row-major concatenation of the counts inside those ranges."""
+    an empty row) and the row-major concatenation of the counts inside those ranges, in
+    the narrowest unsigned type that holds the largest count."""
     occupied = counts != 0
     has = occupied.any(axis=1)
     b = counts.shape[1]
     first = np.where(has, occupied.argmax(axis=1), 0).astype(np.int64)
     last = np.where(has, b - 1 - occupied[:, ::-1].argmax(axis=1), -1).astype(np.int64)
-    values = counts[_range_mask(counts.shape, first, last)]
-    top = int(values.max()) if values.size else 0
-    for dtype in (np.uint8, np.uint16, np.uint32):
-        if top <= np.iinfo(dtype).max:
-            values = values.astype(dtype)
-            break
-    return first, last, values
+    narrow = counts.astype(_count_dtype(int(counts.max(initial=0))))
+    # one slice a row: several times faster than a (C, B) mask and a boolean gather
+    lo, hi = first.tolist(), (last + 1).tolist()
+    rows = [narrow[i, lo[i] : hi[i]] for i in range(len(lo))]
+    return first, last, np.concatenate(rows) if rows else narrow.reshape(-1)
 
 
 def _unpack_ranges(
     shape: tuple[int, int], first: np.ndarray, last: np.ndarray, values: np.ndarray
 ) -> np.ndarray:
-    counts = np.zeros(shape, np.int64)
-    counts[_range_mask(shape, first, last)] = values
-    return counts
+    narrow = np.zeros(shape, values.dtype)  # scattered narrow, widened once
+    offset = 0
+    for i, (lo, hi) in enumerate(zip(first.tolist(), (last + 1).tolist(), strict=True)):
+        if hi > lo:
+            narrow[i, lo:hi] = values[offset : offset + hi - lo]
+            offset += hi - lo
+    return narrow.astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -345,6 +352,18 @@ class HistogramObserver(ObserverBase):
             _, shape, first, last, values = counts
             state = {**state, "_counts": _unpack_ranges(shape, first, last, values)}
         self.__dict__.update(state)
+
+    def can_merge_in_place(self) -> bool:
+        counts = getattr(self, "_counts", None)
+        return not isinstance(counts, np.ndarray) or counts.flags.writeable
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> HistogramObserver:
+        # a copy in memory copies the arrays; going through __getstate__ would pack and
+        # unpack the counts (the transport form), several times the cost of a copy
+        out = type(self).__new__(type(self))
+        memo[id(self)] = out
+        out.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items()})
+        return out
 
     # --------------------------------------------------------------------- estimates
     def view(self, channel: int = 0) -> HistogramView:

@@ -313,6 +313,11 @@ class ObserverBase:
         out._absorb(other)
         return out
 
+    def can_merge_in_place(self) -> bool:
+        """Whether :meth:`merge_in_place` may write into this observer's arrays (it
+        otherwise only rebinds them; histograms add into their counts)."""
+        return True
+
     def merge_in_place(self, other: ObserverBase) -> ObserverBase:
         """``self.merge(other)`` without copying ``self`` (which it changes and returns):
         a driver folding many large shard states into one accumulator."""

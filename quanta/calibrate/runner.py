@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from quanta.calibrate.observer import ObserverBase
 from quanta.calibrate.readers import CalibrationDataError, ImagePreprocess, iter_feeds
@@ -203,13 +204,18 @@ def calibrate(
     t0 = time.perf_counter()
     n = 0
     observers.value_shapes = {}
-    for feed in iter_feeds(data, graph.inputs, preprocess=preprocess, limit=limit):
-        for name, arr in feed.items():
-            if name in input_names:
-                on_value(name, arr)
-        exe.run(_with_defaults(feed, graph), outputs, on_value=on_value)
-        n += 1
-        bar.update(n)
+    # One BLAS thread: the reference kernels' float products go through NumPy's BLAS,
+    # whose sums depend on how many threads split them, so the ranges (and the file)
+    # would depend on the core count of the machine, or differ between this process and
+    # a Ray worker (which runs with one thread)
+    with threadpool_limits(limits=1, user_api="blas"):
+        for feed in iter_feeds(data, graph.inputs, preprocess=preprocess, limit=limit):
+            for name, arr in feed.items():
+                if name in input_names:
+                    on_value(name, arr)
+            exe.run(_with_defaults(feed, graph), outputs, on_value=on_value)
+            n += 1
+            bar.update(n)
     bar.close(n)
     if n == 0:
         raise CalibrationDataError("calibration data is empty: no sample was read")

@@ -13,7 +13,15 @@ need nothing beyond quanta.
 
 from __future__ import annotations
 
-from quanta.scale.calibrate import ShardFold, ShardState, calibrate_sharded, merge_pair, merge_states, split
+from quanta.scale.calibrate import (
+    ShardFold,
+    ShardState,
+    calibrate_sharded,
+    merge_into,
+    merge_pair,
+    merge_states,
+    split,
+)
 from quanta.scale.engines import Engine, InProcessEngine, LocalEngine, RayEngine, make_engine, tree_reduce
 from quanta.scale.inference import run_dataset, run_folder
 
@@ -26,6 +34,7 @@ __all__ = [
     "ShardState",
     "calibrate_sharded",
     "make_engine",
+    "merge_into",
     "merge_pair",
     "merge_states",
     "run_dataset",

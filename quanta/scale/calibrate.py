@@ -33,7 +33,15 @@ from quanta.ir.graph import Model
 from quanta.ir.onnx_io import from_proto, to_proto
 from quanta.scale.engines import Engine, ShardProgress
 
-__all__ = ["ShardFold", "ShardState", "calibrate_sharded", "merge_pair", "merge_states", "split"]
+__all__ = [
+    "ShardFold",
+    "ShardState",
+    "calibrate_sharded",
+    "merge_into",
+    "merge_pair",
+    "merge_states",
+    "split",
+]
 
 
 @dataclass
@@ -188,6 +196,28 @@ def merge_pair(a: ShardState, b: ShardState) -> ShardState:
     )
 
 
+def merge_into(a: ShardState, b: ShardState) -> ShardState:
+    """``merge_pair(a, b)`` that reuses ``a``'s arrays where it may: ``a`` is changed and
+    returned. For a merge task whose inputs are its own deserialized copies (a Ray
+    worker's): the histogram counts that unpickling rebuilt are writable and take ``b``'s
+    counts in place; an observer whose counts are a read-only view (of an object store)
+    is merged by copy. The same states as :func:`merge_pair`, bit for bit."""
+    for name, obs in b.observers.items():
+        mine = a.observers.get(name)
+        if mine is None:
+            a.observers[name] = obs
+        elif mine.can_merge_in_place():
+            a.observers[name] = mine.merge_in_place(obs)
+        else:
+            a.observers[name] = mine.merge(obs)
+    for name, m in b.means.items():
+        a.means[name] = a.means[name].merge(m) if name in a.means else m
+    a.index = min(a.index, b.index)
+    a.samples += b.samples
+    a.seconds += b.seconds
+    return a
+
+
 def merge_states(states: Iterable[ShardState]) -> ShardState:
     """Fold shard states in shard-index order (whatever order they are given in)."""
     fold = ShardFold()
@@ -242,7 +272,7 @@ def calibrate_sharded(
     shown = ShardProgress("calibrating", progress)
     reduce = getattr(engine, "reduce", None)
     if reduce is not None:  # merged where the engine runs (Ray: a tree on the workers)
-        merged = reduce(run_shard, job, items, merge_pair, shown)
+        merged = reduce(run_shard, job, items, merge_into, shown)
     else:  # folded here as the states arrive
         fold = ShardFold()
         engine.map(run_shard, job, items, shown, on_result=fold)

@@ -204,3 +204,19 @@ def test_pickled_histogram_counts_are_exact_in_the_narrowest_type():
     obs = WeightedMSEObserver(axis=1, weights=[0.5, 2.0, 0.0], bins=BINS)
     obs.observe(sample(3, 30, 4, "spiky"))
     assert state(pickle.loads(pickle.dumps(obs))) == state(obs)
+
+
+def test_deepcopy_of_a_histogram_copies_its_arrays():
+    """A copy in memory (what merge makes of its left side) has the same state and owns
+    its arrays: merging into the copy leaves the original as it was."""
+    import copy
+
+    obs = WeightedMSEObserver(axis=1, weights=[0.5, 2.0, 0.0], bins=BINS)
+    obs.observe(sample(5, 30, 3, "normal"))
+    before = state(obs)
+    dup = copy.deepcopy(obs)
+    assert state(dup) == before and dup._counts is not obs._counts
+    other = WeightedMSEObserver(axis=1, weights=[0.5, 2.0, 0.0], bins=BINS)
+    other.observe(sample(6, 30, 6, "spiky"))
+    dup.merge_in_place(other)
+    assert state(obs) == before and state(dup) != before

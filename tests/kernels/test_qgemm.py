@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from quanta.kernels import _native
 from quanta.kernels.reference import qgemm as ref
 from quanta.kernels.reference import requant
+from tests.strategies import K_EDGES, M_EDGES, N_EDGES, zero_points
 
 ISAS: list[str] = list(_native.supported_isas())  # portable first; always present
 ALL_ISAS = ("portable", "avx2", "avx512vnni")
@@ -33,10 +34,7 @@ THREADS = (1, 2)
 # Tile edges of every family: MR 4 (portable) / 6 (avx2; 5 for its 7-bit family,
 # test_qgemm_avx2.py) / 12 (avx512vnni; 8 to 11 rows left: an 8-row tile and the rest),
 # NR 16 / 32.
-M_VALUES = (1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 15, 16, 17, 20, 23, 24, 25, 63, 64, 65)
-N_VALUES = (1, 3, 7, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65)
-# KR 2 / 4 edges, K = 1 (shallow), K > 258 (past the float32-exact accumulation limit).
-K_VALUES = (1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 63, 64, 65, 259, 1000)
+M_VALUES, N_VALUES, K_VALUES = M_EDGES, N_EDGES, K_EDGES
 
 
 def isa_param(isa: str):
@@ -146,13 +144,6 @@ def _range(dtype: type) -> tuple[int, int]:
 
 
 @st.composite
-def zero_point(draw, dtype: type) -> int:
-    lo, hi = _range(dtype)
-    z = draw(st.integers(lo, hi))
-    return z if z != 0 else 1  # non-zero unless a test asks for 0 by name
-
-
-@st.composite
 def gemm_cases(draw, m_values=M_VALUES, n_values=N_VALUES, k_values=K_VALUES) -> Case:
     M, N, K = (
         draw(st.sampled_from(m_values)),
@@ -170,12 +161,12 @@ def gemm_cases(draw, m_values=M_VALUES, n_values=N_VALUES, k_values=K_VALUES) ->
         zx: np.ndarray | int = rng.integers(xlo, xhi + 1, M).astype(np.int32)
         zx[zx == 0] = 1
     else:
-        zx = draw(zero_point(x_dtype))
+        zx = draw(zero_points(x_dtype))
     if draw(st.booleans()):
         zw: np.ndarray | int = rng.integers(wlo, whi + 1, N).astype(np.int32)
         zw[zw == 0] = 1
     else:
-        zw = draw(zero_point(w_dtype))
+        zw = draw(zero_points(w_dtype))
     bias = rng.integers(-(2**20), 2**20, N).astype(np.int32) if draw(st.booleans()) else None
     out_dtype = np.dtype(draw(st.sampled_from([np.uint8, np.int8, np.int32, np.float32])))
     case = Case(x, w, zx, zw, out_dtype, bias)

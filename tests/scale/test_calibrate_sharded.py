@@ -7,6 +7,8 @@ same ``run_shard``); tests/scale/test_ray.py repeats the file comparison on a Ra
 
 from __future__ import annotations
 
+import json
+import pickle
 import random
 
 import numpy as np
@@ -51,7 +53,11 @@ class TreeEngine(ShuffledEngine):
     the shape of the merge the workers do, without Ray."""
 
     def reduce(self, fn, shared, items, merge, progress=None):
-        return tree_reduce(self.map(fn, shared, items), merge)
+        # each merge gets its own deserialized copies of its inputs, as a Ray task does
+        def task(a, b):
+            return merge(pickle.loads(pickle.dumps(a)), pickle.loads(pickle.dumps(b)))
+
+        return tree_reduce(self.map(fn, shared, items), task)
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +200,40 @@ def test_fold_waits_for_earlier_shards_and_names_a_missing_one():
         single.observe(np.full(3, float(i + 1), np.float32))
     assert merged.samples == 3
     assert merged.observers["t"].to_dict() == single.to_dict()
+
+
+def test_merge_into_equals_merge_pair_and_copies_read_only_counts(model_path):
+    """merge_into (the Ray merge task's merge) gives merge_pair's states bit for bit,
+    reusing the left state's writable counts and copying read-only ones (object-store
+    views), and never changes the right state."""
+    from quanta.quantize.qdq import plan_qdq
+    from quanta.quantize.recipe import CalibrationMethod, Recipe
+    from quanta.quantize.static import load_for_quantization, make_observer_factory, prepare_float_graph
+    from quanta.scale.calibrate import _for_shards, _Job, merge_into, merge_pair, run_shard
+
+    model = load_for_quantization(str(model_path))
+    prepare_float_graph(model)
+    plan = plan_qdq(model.graph, Recipe())
+    tensors = tuple(plan.activations_to_calibrate())
+    make = make_observer_factory(Recipe(method=CalibrationMethod.ENTROPY), {})
+    job = _Job(model, tensors, {n: _for_shards(make(n)) for n in tensors}, None, {})
+    data = feeds()
+    a, b = (run_shard(job, (i, [("feed", f) for f in data[i * 3 : i * 3 + 3]])) for i in range(2))
+    want = merge_pair(a, b)
+    b_before = {n: json.dumps(o.to_dict(), sort_keys=True) for n, o in b.observers.items()}
+    for read_only in (False, True):
+        left = pickle.loads(pickle.dumps(a))
+        counts = {n: o._counts for n, o in left.observers.items() if hasattr(o, "_counts")}
+        assert counts, "the entropy observers keep histogram counts"
+        if read_only:
+            for c in counts.values():
+                c.flags.writeable = False
+        got = merge_into(left, b)
+        assert got is left and got.samples == want.samples
+        for n in tensors:
+            assert json.dumps(got.observers[n].to_dict(), sort_keys=True) == json.dumps(
+                want.observers[n].to_dict(), sort_keys=True
+            )
+        reused = [got.observers[n]._counts is c for n, c in counts.items()]
+        assert any(reused) != read_only
+    assert {n: json.dumps(o.to_dict(), sort_keys=True) for n, o in b.observers.items()} == b_before

@@ -500,8 +500,10 @@ def _ort_pool_geometry(
     out = []
     for i, (size, k, s) in enumerate(zip(in_spatial, kernel_shape, strides)):
         if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            # negative when the kernel is smaller than the stride: ORT keeps the negative
+            # pads (C++ division truncates toward zero), so a window starts -head into x
             need = (-(-size // s) - 1) * s + k - size
-            head = need // 2 if auto_pad == "SAME_UPPER" else (need + 1) // 2
+            head = int((need if auto_pad == "SAME_UPPER" else need + 1) / 2)
             pads[i], pads[i + n] = head, need - head
         elif auto_pad == "VALID":
             pads[i] = pads[i + n] = 0
@@ -565,7 +567,9 @@ def qlinear_average_pool(
         pad_width = [(0, 0), (0, 0)]
         for i in range(n_sp):
             reach = (out_shape[i] - 1) * strides[i] + kernel_shape[i]
-            pad_width.append((pads[i], max(0, reach - pads[i] - in_spatial[i])))
+            pad_width.append((max(0, pads[i]), max(0, reach - pads[i] - in_spatial[i])))
+            if pads[i] < 0:  # a negative head pad: the windows start inside x
+                xf = xf[(slice(None),) * (2 + i) + (slice(-pads[i], None),)]
         xp = np.pad(xf, pad_width)
         total = np.zeros(x.shape[:2] + tuple(out_shape), np.float32)
         for offs in itertools.product(*(range(k) for k in kernel_shape)):

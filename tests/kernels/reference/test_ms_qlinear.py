@@ -27,6 +27,7 @@ from quanta.kernels.reference.ms_qlinear import (
     qlinear_sigmoid,
 )
 from quanta.kernels.reference.registry import MS_DOMAIN
+from tests.strategies import qparams
 
 F32 = np.float32
 EIGHT_BIT = [np.uint8, np.int8]
@@ -62,13 +63,6 @@ def _ort_ms(op_type, inputs, out_dtype, attrs=None):
 def _rand(rng, dtype, shape):
     info = np.iinfo(dtype)
     return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
-
-
-@st.composite
-def qparams(draw, dtype, lo=0.005, hi=0.2):
-    """(scale, zero_point): scale drawn from [lo, hi], zero point anywhere in range."""
-    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
-    return F32(rng.uniform(lo, hi)), _rand(rng, dtype, ())
 
 
 BROADCAST_SHAPES = [

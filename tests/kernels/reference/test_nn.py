@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from quanta.kernels.reference.delegate import DELEGATED_OPS, delegate_to_onnx_reference
 from quanta.kernels.reference.registry import OpContext, OpError, get_op
+from tests.strategies import conv_geometry
 
 
 def run(op: str, *inputs, opset: int = 21, n_outputs: int = 1, **attrs):
@@ -53,22 +54,12 @@ def conv2d_loop(x, w, b, strides, dilations, pads, group):
 
 @st.composite
 def conv2d_problems(draw):
-    group = draw(st.sampled_from([1, 1, 2, 3]))
-    cg = draw(st.integers(1, 3))
-    mg = draw(st.integers(1, 3))
-    kernel = draw(st.tuples(st.integers(1, 3), st.integers(1, 3)))
-    strides = draw(st.tuples(st.integers(1, 3), st.integers(1, 2)))
-    dilations = draw(st.tuples(st.integers(1, 2), st.integers(1, 3)))
-    pads = draw(st.tuples(*[st.integers(0, 2)] * 4))
-    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    h = draw(st.integers(max(1, extent[0] - pads[0] - pads[2]), 7))
-    w = draw(st.integers(max(1, extent[1] - pads[1] - pads[3]), 7))
-    seed = draw(st.integers(0, 2**16))
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((draw(st.integers(1, 2)), cg * group, h, w)).astype(np.float32)
-    wt = rng.standard_normal((mg * group, cg, *kernel)).astype(np.float32)
-    b = rng.standard_normal(mg * group).astype(np.float32) if draw(st.booleans()) else None
-    return x, wt, b, list(strides), list(dilations), list(pads), group
+    g = draw(conv_geometry())
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    x = rng.standard_normal(g.x_shape).astype(np.float32)
+    wt = rng.standard_normal(g.w_shape).astype(np.float32)
+    b = rng.standard_normal(g.out_channels).astype(np.float32) if draw(st.booleans()) else None
+    return x, wt, b, list(g.strides), list(g.dilations), list(g.pads), g.group
 
 
 # Tolerances against the float64 loops: a float32 dot product of K <= 27 terms of
