@@ -12,6 +12,9 @@ The search (deterministic: same model, data and target, same choices):
 2. while below the target: whole-model fixes that keep every MAC in integer, each kept
    when it improves the metric: GPTQ weight rounding (eq. (12)) when the recipe rounds
    to nearest, SmoothQuant (eq. (13)) when the recipe has it off;
+2b. while below the target: 16-bit activations (A16W8, every MAC still integer) around
+   the fewest worst nodes by eq. (5) whose shares reach 50 %, 75 %, 90 % of the
+   estimated error, one evaluation per batch (WIDE_SHARES, :func:`widenable`);
 3. while below the target and within ``max_steps`` fixes: rank the quantized nodes by
    the debugger's eq. (5) on calibration feeds, and for the worst node not tried yet
    try, cheapest first, (a) for a tensor it reads or writes whose range another
