@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--real", action="store_true", help="also EfficientNet-Lite0 and MiniLM")
     ap.add_argument("--no-zoo", action="store_true")
     ap.add_argument("--samples", type=int, default=8, help="feeds the debugger runs on (default 8)")
+    ap.add_argument("--skip", default="", help="comma-separated zoo names to leave out")
     ap.add_argument("--out", type=Path, default=Path("/tmp/quanta-debug-zoo"))
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -116,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
             except StopIteration:
                 break
             name, fp32, quantized, feeds = case
+            if name in args.skip.split(","):
+                continue
+            # quanta quantizes with the feeds the debugger reads (a few: this checks that the
+            # debugger and its report work, the zoo benchmark measures fidelity)
+            feeds = feeds[: args.samples]
             try:
                 r = run_debug(name, fp32, quantized, feeds, args.out, args.samples)
                 print(

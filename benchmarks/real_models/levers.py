@@ -50,6 +50,8 @@ def zoo_main(names: list[str], configs: list[str], out: Path) -> int:
         for spec in configs:
             cname, _, opts = spec.partition("=")
             kw = json.loads(opts or "{}")
+            if "__target__" in kw:
+                kw["accuracy"] = quanta.AccuracyTarget(**kw.pop("__target__"))
             dst = out / f"{name}.{cname}.onnx"
             t0 = time.perf_counter()
             try:
@@ -69,6 +71,8 @@ def zoo_main(names: list[str], configs: list[str], out: Path) -> int:
                 f"{seconds:.1f} s",
                 flush=True,
             )
+            if getattr(summary, "accuracy", None) is not None:
+                print(summary.accuracy.format(), flush=True)
     return 0
 
 
