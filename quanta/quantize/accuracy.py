@@ -392,7 +392,8 @@ def search(
                     continue
                 if value > best_value:
                     best_value, best_path, best_summary, best_recipe = value, path, summary, rec
-                    changes.append(f"{text} ({tried[-1].rsplit(': ', 1)[1]}): {', '.join(names)}")
+                    more = f" and {len(names) - 8} more" if len(names) > 8 else ""
+                    changes.append(f"{text} ({tried[-1].rsplit(': ', 1)[1]}): {', '.join(names[:8])}{more}")
                 if best_value >= minimum:
                     break
         while True:
