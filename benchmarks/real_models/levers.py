@@ -28,9 +28,9 @@ import accuracy as A  # noqa: E402
 from export import DEFAULT_CACHE, EFFICIENTNET, model_paths  # noqa: E402
 
 
-def data(model: str):
+def data(model: str, n_calib: int = 100):
     if model == EFFICIENTNET:
-        return A.image_data(100, 200, 10)
+        return A.image_data(n_calib, 200, 10)
     return A.sentence_data(100, 8)
 
 
@@ -50,6 +50,8 @@ def zoo_main(names: list[str], configs: list[str], out: Path) -> int:
         for spec in configs:
             cname, _, opts = spec.partition("=")
             kw = json.loads(opts or "{}")
+            if "__target__" in kw:
+                kw["accuracy"] = quanta.AccuracyTarget(**kw.pop("__target__"))
             dst = out / f"{name}.{cname}.onnx"
             t0 = time.perf_counter()
             try:
@@ -69,6 +71,8 @@ def zoo_main(names: list[str], configs: list[str], out: Path) -> int:
                 f"{seconds:.1f} s",
                 flush=True,
             )
+            if getattr(summary, "accuracy", None) is not None:
+                print(summary.accuracy.format(), flush=True)
     return 0
 
 
@@ -77,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=EFFICIENTNET)
     ap.add_argument("--config", action="append", default=[], help="name=JSON options of quantize_static")
     ap.add_argument("--out", type=Path, default=Path("/tmp/quanta-levers"))
+    ap.add_argument(
+        "--calib",
+        type=int,
+        default=100,
+        help="EfficientNet calibration images (an accuracy target holds part out)",
+    )
     ap.add_argument("--zoo", help="comma-separated zoo model names (benchmarks/zoo.py's data and metric)")
     args = ap.parse_args(argv)
     if args.zoo:
@@ -84,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     import quanta
 
     _, fp32 = model_paths(DEFAULT_CACHE, args.model)
-    calib, evals = data(args.model)
+    calib, evals = data(args.model, args.calib)
     ref = A.run_ort(fp32, evals)
     args.out.mkdir(parents=True, exist_ok=True)
     for spec in args.config or ["default={}"]:

@@ -468,9 +468,22 @@ def _targets(model: Model, pairs: dict[str, _Pair]) -> tuple[list[_Target], list
 
 def _executor(model: Model):
     from quanta.runtime.compile import compile as compile_model
-    from quanta.runtime.execute import Executor
+    from quanta.runtime.execute import BoundRun, Executor
 
-    return Executor(compile_model(model, "reference", passes=[]))
+    class _Unplanned(Executor):
+        """The reference steps bound without an arena: none of them writes into one, and
+        planning it (quadratic in the live values of a graph as written, Q/DQ pairs
+        included) took longer than the runs it served (14 s per signature on a 700-node
+        graph)."""
+
+        def _bind(self, specs, captured=None):
+            if any(s.kernel.out for s in self.plan.steps):
+                return super()._bind(specs, captured)
+            steps = list(self._plain)
+            self._specialize(steps, specs, captured or {}, {})
+            return BoundRun(steps, specs, None)
+
+    return _Unplanned(compile_model(model, "reference", passes=[]))
 
 
 def _run(
@@ -529,6 +542,10 @@ def _qdq(p: _Pair, x: np.ndarray | None, evaluate: Callable) -> np.ndarray | Non
 # ------------------------------------------------------------------------------ calibration diagnostics
 
 
+#: eq. (8) SQNR above which a tensor's entropy range is not computed
+GOOD_DB = 40.0
+
+
 def _diagnose(t: TensorRow, hist) -> None:
     """Fill ``t``'s calibration diagnostics from a streaming histogram of the FP32 values
     (eqs. (8), (9)) and pick the recommendation."""
@@ -553,11 +570,16 @@ def _diagnose(t: TensorRow, hist) -> None:
 
     t.chosen_sqnr_db = db(signal, float(model.error(t.chosen[0], t.chosen[1], t.scale)))
     choices = {"minmax": (view.lo, view.hi)}
-    for name, cls, cfg in (
+    methods = [
         ("percentile", PercentileObserver, {"percentile": 99.99}),
         ("entropy", EntropyObserver, {}),
         ("mse", MSEObserver, {"qmin": t.qmin, "qmax": t.qmax, "symmetric": False}),
-    ):
+    ]
+    if t.chosen_sqnr_db >= GOOD_DB:
+        # the KL search costs ~0.1 s per tensor; a tensor this good is not what a
+        # better range would fix
+        methods = [m for m in methods if m[0] != "entropy"]
+    for name, cls, cfg in methods:
         try:
             r = hist.convert(cls, **cfg).range()
             choices[name] = (float(r.min), float(r.max))

@@ -104,8 +104,11 @@ def _histogram_chart(plt, t: TensorRow) -> str:
     assert t.histogram is not None
     edges, counts = t.histogram
     fig, ax = plt.subplots(figsize=(6, 2.6))
-    ax.stairs(counts, edges, fill=True, alpha=0.5, color="#2c7fb8")
+    # a log axis from a baseline of 0.5 counts: filled down to 0, the autoscale spans
+    # hundreds of decades and matplotlib spends seconds on their ticks
+    ax.stairs(counts, edges, fill=True, alpha=0.5, color="#2c7fb8", baseline=0.5)
     ax.set_yscale("log")
+    ax.set_ylim(0.5, max(2.0, 2.0 * max(counts, default=1.0)))
     lo, hi = t.chosen
     ax.axvline(lo, color="k", lw=1.5, label=f"range used [{lo:.3g}, {hi:.3g}]")
     ax.axvline(hi, color="k", lw=1.5)

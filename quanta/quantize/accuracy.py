@@ -12,6 +12,9 @@ The search (deterministic: same model, data and target, same choices):
 2. while below the target: whole-model fixes that keep every MAC in integer, each kept
    when it improves the metric: GPTQ weight rounding (eq. (12)) when the recipe rounds
    to nearest, SmoothQuant (eq. (13)) when the recipe has it off;
+2b. while below the target: 16-bit activations (A16W8, every MAC still integer) around
+   the fewest worst nodes by eq. (5) whose shares reach 50 %, 75 %, 90 % of the
+   estimated error, one evaluation per batch (WIDE_SHARES, :func:`widenable`);
 3. while below the target and within ``max_steps`` fixes: rank the quantized nodes by
    the debugger's eq. (5) on calibration feeds, and for the worst node not tried yet
    try, cheapest first, (a) for a tensor it reads or writes whose range another
@@ -36,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AccuracyReport", "AccuracyTarget", "evaluate_metric", "install"]
+__all__ = ["AccuracyReport", "AccuracyTarget", "evaluate_metric", "install", "int8_share", "widenable"]
 
 # The layer ranking (quanta.debug.compare) and the session that runs the trial files live
 # in layers above this one; the package's __init__ installs them (as the runtime injects
@@ -76,6 +79,10 @@ class AccuracyTarget:
     debug_feeds: int = 4  # calibration feeds the debugger ranks layers on
     # a fix that leaves a smaller share of the MACs in integer is not kept (None: any)
     min_integer_share: float | None = None
+    # the same for the share of MACs in 8-bit integer (16-bit activations lower it)
+    min_int8_share: float | None = None
+    # try 16-bit activations (A16W8) for the worst layers before keeping any float
+    wide_activations: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.metric, str) and self.metric not in METRICS:
@@ -107,6 +114,7 @@ class AccuracyReport:
     tried: list[str] = field(default_factory=list)
     reason: str = ""
     integer_share: float | None = None
+    int8_share: float | None = None  # of the MACs, in 8-bit integer (not 16-bit)
 
     def format(self) -> str:
         lines = [
@@ -117,7 +125,10 @@ class AccuracyReport:
             + f"; {self.evaluations} full evaluation(s))"
         ]
         if self.integer_share is not None:
-            lines.append(f"integer MAC share: {self.integer_share * 100:.1f} %")
+            lines.append(
+                f"integer MAC share: {self.integer_share * 100:.1f} %"
+                + ("" if self.int8_share is None else f" ({self.int8_share * 100:.1f} % in 8-bit)")
+            )
         for c in self.changes:
             lines.append(f"  changed: {c}")
         if self.reason:
@@ -172,6 +183,80 @@ def evaluate_metric(metric: str, ref: list[list[np.ndarray]], got: list[list[np.
 
 
 # ------------------------------------------------------------------------------ search
+
+#: the shares of the estimated output error (eq. (5)) whose layers get 16-bit
+#: activations, one evaluation each, smallest first
+WIDE_SHARES = (0.5, 0.75, 0.9)
+
+
+def int8_share(summary: Any) -> float | None:
+    """The share of the MACs that runs in 8-bit integer (16-bit operands excluded)."""
+    cov = getattr(summary, "coverage", None)
+    if cov is None or not cov.total_macs:
+        return None
+    wide = sum(n.macs for n in cov.nodes if n.integer_op and n.integer_op.endswith("16"))
+    return (cov.integer_macs - wide) / cov.total_macs
+
+
+def widenable(path: str | os.PathLike) -> set[str]:
+    """The activations of the QDQ file ``path`` that can be stored in 16 bits with every
+    reader still integer: each Conv / MatMul / Gemm that reads the tensor's
+    DequantizeLinear writes a QuantizeLinear (A16W8 ops have an integer output only;
+    docs/kernels.md "A16W8"). Elementwise readers have no MACs to lose."""
+    import onnx
+
+    g = onnx.load(str(path), load_external_data=False).graph
+    consumers: dict[str, list[Any]] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    out: set[str] = set()
+    for n in g.node:
+        if n.op_type != "QuantizeLinear" or n.domain not in ("", "ai.onnx"):
+            continue
+        ok = True
+        for dq in consumers.get(n.output[0], []):
+            for c in consumers.get(dq.output[0], []) if dq.op_type == "DequantizeLinear" else []:
+                if c.op_type in ("Conv", "MatMul", "Gemm"):
+                    readers = consumers.get(c.output[0], [])
+                    # a Relu / Clip between is absorbed into the output's range when lowered
+                    while len(readers) == 1 and readers[0].op_type in ("Relu", "Clip"):
+                        readers = consumers.get(readers[0].output[0], [])
+                    ok = ok and bool(readers) and all(r.op_type == "QuantizeLinear" for r in readers)
+        if ok:
+            out.add(n.input[0])
+    return out
+
+
+def _wide_batches(dbg: Any, recipe, target: AccuracyTarget, allowed: set[str]):
+    """(share, node names, recipe) per entry of WIDE_SHARES: the fewest worst nodes whose
+    eq. (5) contributions reach that share, with every activation they read or write
+    stored as int16 (``overrides``) where :func:`widenable` (``allowed``) says every reader
+    stays integer. Batches that add no tensor are skipped."""
+    from quanta.quantize.recipe import TensorOverride
+
+    ranked = [
+        r
+        for r in dbg.worst(len(dbg.nodes))
+        if r.contribution > 0 and any(t in allowed for t in [r.output, *r.inputs])
+    ]
+    done = 0
+    for share in WIDE_SHARES:
+        acc, k = 0.0, 0
+        while k < len(ranked) and acc < share:
+            acc += ranked[k].contribution
+            k += 1
+        if k <= done:
+            continue
+        done = k
+        ov = dict(recipe.overrides)
+        for r in ranked[:k]:
+            for t in [r.output, *r.inputs]:
+                if t not in allowed or dbg.tensor(t) is None:  # a weight, or a float reader
+                    continue
+                old = ov.get(t)
+                ov[t] = TensorOverride(range=None if old is None else old.range, dtype="int16")
+        yield acc, [r.name for r in ranked[:k]], dataclasses.replace(recipe, overrides=ov)
 
 
 _GLOBAL_FIXES = (
@@ -281,6 +366,36 @@ def search(
                 changes.append(f"{text} ({tried[-1].rsplit(': ', 1)[1]})")
         dbg: Any = None
         dbg_path = None
+        if best_value < minimum and steps < target.max_steps and target.wide_activations:
+            # 16-bit activations (A16W8: every MAC stays integer) for the layers eq. (5)
+            # ranks worst, in growing batches: one debugger pass ranks them, one evaluation
+            # per batch measures, so no per-layer evaluation is needed
+            dbg = compare(src, best_path, calib[: target.debug_feeds], histograms=False)
+            dbg_path = best_path
+            for share, names, rec in _wide_batches(dbg, best_recipe, target, widenable(best_path)):
+                if steps >= target.max_steps:
+                    break
+                steps += 1
+                value, path, summary = measure(rec)
+                text = (
+                    f"16-bit activations around the {len(names)} layer(s) eq. (5) ranks worst "
+                    f"({share * 100:.0f} % of the estimated error)"
+                )
+                tried.append(f"{text}: {best_value:.4g} -> {value:.4g}")
+                int8, share_all = int8_share(summary), summary.integer_share
+                if target.min_int8_share is not None and int8 is not None and int8 < target.min_int8_share:
+                    tried[-1] += f" (not kept: 8-bit integer MAC share {int8 * 100:.1f} %)"
+                    break  # the next batch is larger still
+                floor = target.min_integer_share
+                if floor is not None and share_all is not None and share_all < floor:
+                    tried[-1] += f" (not kept: integer MAC share {share_all * 100:.1f} %)"
+                    continue
+                if value > best_value:
+                    best_value, best_path, best_summary, best_recipe = value, path, summary, rec
+                    more = f" and {len(names) - 8} more" if len(names) > 8 else ""
+                    changes.append(f"{text} ({tried[-1].rsplit(': ', 1)[1]}): {', '.join(names[:8])}{more}")
+                if best_value >= minimum:
+                    break
         while True:
             if best_value >= minimum:
                 confirmed = confirm(best_path, best_value)
@@ -348,6 +463,10 @@ def search(
                 ):
                     tried[-1] += f" (not kept: integer MAC share {share * 100:.1f} %)"
                     continue
+                int8 = int8_share(summary)
+                if target.min_int8_share is not None and int8 is not None and int8 < target.min_int8_share:
+                    tried[-1] += f" (not kept: 8-bit integer MAC share {int8 * 100:.1f} %)"
+                    continue
                 if value > best_value:
                     best_value, best_path, best_summary, best_recipe = value, path, summary, rec
                     changes.append(f"{text} ({tried[-1].rsplit(': ', 1)[1]})")
@@ -370,6 +489,7 @@ def search(
         tried=tried,
         reason=reason,
         integer_share=summary.integer_share,
+        int8_share=int8_share(summary),
     )
     del best_summary
     return summary, report

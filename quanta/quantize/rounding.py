@@ -109,8 +109,21 @@ class RoundedLayer:
         else:  # MatMul / Gemm without transB: W [K, N]
             k = w.shape[0]
         self.acc = HessianAccumulator(k)
+        # the odd-numbered calls' share of acc: GPTQ fitted on the even calls is checked
+        # against nearest rounding on these rows (eq. (12c)), then refitted on all
+        self.half = HessianAccumulator(k)
         if self.groups > 1:
             self.acc.h = np.zeros((self.groups, k, k), np.float64)
+            self.half.h = np.zeros((self.groups, k, k), np.float64)
+        self.calls = 0
+
+    def _add(self, h: np.ndarray, rows: int) -> None:
+        self.acc.h += h
+        self.acc.rows += rows
+        if self.calls % 2:
+            self.half.h += h
+            self.half.rows += rows
+        self.calls += 1
 
     def rows_2d(self, w: np.ndarray) -> np.ndarray:
         """W as [output channels, K] in the order of the input rows."""
@@ -130,13 +143,16 @@ class RoundedLayer:
     def observe(self, x: np.ndarray) -> None:
         node = self.node
         if node.op_type != "Conv":
-            self.acc.add(x.reshape(-1, x.shape[-1]))
+            x2 = np.asarray(x, np.float64).reshape(-1, self.acc.h.shape[0])
+            self._add(x2.T @ x2, x2.shape[0])
             return
         kh, kw = self.kernel
         sh, sw = [*node.attrs.get("strides", [1, 1]), 1, 1][:2]
         pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
         g = self.groups
         k = self.acc.h.shape[-1]
+        total = np.zeros_like(self.acc.h)
+        rows = 0
         for sample in x:  # one sample at a time: the im2col copy stays small
             xp = np.pad(sample, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
             c = xp.shape[0]
@@ -153,11 +169,9 @@ class RoundedLayer:
             # rows of group g are its C/g channels × taps, in W.reshape(Cout, -1)'s order
             r = cols.reshape(g, k, ho * wo)
             h = np.matmul(r, r.transpose(0, 2, 1))
-            if g == 1:
-                self.acc.h += h[0]
-            else:
-                self.acc.h += h
-            self.acc.rows += ho * wo
+            total += h[0] if g == 1 else h
+            rows += ho * wo
+        self._add(total, rows)
 
     @classmethod
     def eligible(cls, node, w: np.ndarray) -> str | None:
@@ -230,16 +244,43 @@ def apply_rounding(graph, plan, layers: list[RoundedLayer], *, reduce_range: boo
         elif scale.size != w2.shape[0]:
             continue  # per-axis along something other than the output channels
         qmin, qmax = quant_range(q.storage, symmetric=True, reduce_range=reduce_range)
+        full, half = layer.acc.h, layer.half.h
+        checked = 0 < layer.half.rows < layer.acc.rows
         if layer.groups == 1:
-            codes = gptq_round(w2, scale, layer.acc.h, qmin, qmax)
-        else:
-            per = w2.shape[0] // layer.groups
-            codes = np.concatenate(
-                [
-                    gptq_round(w2[i * per : (i + 1) * per], scale[i * per : (i + 1) * per], h, qmin, qmax)
-                    for i, h in enumerate(layer.acc.h)
-                ]
-            )
+            full, half = full[None], half[None]
+        per = w2.shape[0] // len(full)
+        parts = []
+        for i in range(len(full)):
+            rows = slice(i * per, (i + 1) * per)
+            wg, sg = w2[rows], scale[rows]
+            codes = gptq_round(wg, sg, full[i], qmin, qmax)
+            if checked:
+                codes = _held_out(wg, sg, full[i] - half[i], half[i], codes, qmin, qmax)
+            parts.append(codes)
+        codes = np.concatenate(parts)
         t.codes = layer.from_2d(codes, w.shape).astype(q.storage.numpy)
         n += 1
     return n
+
+
+def _held_out(
+    w: np.ndarray,
+    s: np.ndarray,
+    h_fit: np.ndarray,
+    h_val: np.ndarray,
+    codes: np.ndarray,
+    qmin: int,
+    qmax: int,
+) -> np.ndarray:
+    """Eq. (12c): per output row, GPTQ's ``codes`` (fitted on every call) where GPTQ
+    fitted on the even calls alone beats nearest rounding on the odd calls' rows,
+    ‖(w − s·q) x‖² = d H_val dᵀ; nearest rounding elsewhere (where the calibration data
+    is too small for the rows' second-order statistics to carry over)."""
+    near = np.clip(np.rint(w / s[:, None]), qmin, qmax)
+
+    def loss(q: np.ndarray) -> np.ndarray:
+        d = w - s[:, None] * q
+        return np.einsum("rk,kl,rl->r", d, h_val, d)
+
+    fit = gptq_round(w, s, h_fit, qmin, qmax)
+    return np.where((loss(fit) < loss(near))[:, None], codes, near)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import quanta
-from quanta.quantize.accuracy import AccuracyTarget, evaluate_metric, split_feeds
+from quanta.quantize.accuracy import AccuracyTarget, evaluate_metric, split_feeds, widenable
 from tests.debug.test_compare import chain, chain_feeds
 
 
@@ -112,3 +114,56 @@ def test_the_cli_target_option(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "accuracy target sqnr >= 35: met" in text
     assert main([*args, "--target-sqnr", "35", "--target-cosine", "0.9"]) == 2
+
+
+def _spiky(tmp_path):
+    """x[N,17] -> MatMul up (17x13) -> Relu -> MatMul down (13x7) -> y, with feeds whose
+    values spike 60x at random places (1 %): no channel to balance, no range that keeps
+    both the spikes and the rest on an 8-bit grid; 16 bits keep both."""
+    rng = np.random.default_rng(5)
+    w1 = rng.standard_normal((17, 13)).astype(np.float32) * 0.3
+    w2 = rng.standard_normal((13, 7)).astype(np.float32) * 0.3
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"], name="up"),
+            helper.make_node("Relu", ["h"], ["r"], name="relu"),
+            helper.make_node("MatMul", ["r", "w2"], ["y"], name="down"),
+        ],
+        "spiky",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 7])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
+    )
+    src = tmp_path / "spiky.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    r = np.random.default_rng(1)
+    feeds = []
+    for _ in range(10):
+        x = r.standard_normal((40, 17)).astype(np.float32)
+        x[r.random(x.shape) < 0.01] *= 60.0
+        feeds.append({"x": x})
+    return src, feeds
+
+
+def test_sixteen_bit_activations_reach_a_target_with_every_mac_integer(tmp_path):
+    """No float allowed (min_integer_share 1.0): the search stores the activations of the
+    layer eq. (5) ranks worst as int16 (A16W8 keeps its MACs integer), reaches the target
+    in one batch, and reports the 8-bit share; an 8-bit floor it would break keeps the
+    batch out."""
+    src, feeds = _spiky(tmp_path)
+    target = AccuracyTarget(metric="sqnr", minimum=30.0, min_integer_share=1.0, max_steps=3)
+    s = quanta.quantize_static(src, tmp_path / "w.onnx", feeds, accuracy=target, verbose=False)
+    rep = s.accuracy
+    assert rep.before < 30.0 and rep.met, rep.format()
+    assert any("16-bit activations" in c and "up" in c for c in rep.changes), rep.tried
+    assert rep.integer_share == 1.0
+    assert rep.int8_share is not None and rep.int8_share < 1.0
+    assert "in 8-bit" in rep.format()
+    recipe = quanta.quantize.static.recipe_of(tmp_path / "w.onnx")
+    assert {k for k, o in recipe.overrides.items() if o.dtype == "int16"} == {"x"}
+    # the readers of an int16 tensor must stay integer: "r" feeds a float-output MatMul
+    assert "r" not in widenable(tmp_path / "w.onnx") and "x" in widenable(tmp_path / "w.onnx")
+    strict = AccuracyTarget(metric="sqnr", minimum=30.0, min_int8_share=1.0, max_steps=2)
+    s2 = quanta.quantize_static(src, tmp_path / "s.onnx", feeds, accuracy=strict, verbose=False)
+    assert not any("16-bit" in c for c in s2.accuracy.changes)
+    assert any("not kept: 8-bit" in t for t in s2.accuracy.tried), s2.accuracy.tried

@@ -58,9 +58,12 @@ PINNED = {
         "GlobalAveragePool", "Sigmoid", "LeakyRelu", "Softmax", "LSTM", "GRU", "RNN", *_TABLED,
     },
     "quanta.passes.coverage.INTEGER_OF": {
-        "Conv": ("QLinearConv", "ConvInteger"),
-        "MatMul": ("QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"),
-        "Gemm": ("QGemm",),
+        "Conv": ("QLinearConv", "ConvInteger", "QLinearConv16"),
+        "MatMul": (
+            "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QLinearMatMul16",
+            "MatMulW4A8",
+        ),
+        "Gemm": ("QGemm", "QLinearMatMul16"),
         "Add": ("QLinearAdd",),
         "Mul": ("QLinearMul",),
         "Concat": ("QLinearConcat",),

@@ -221,3 +221,28 @@ def test_quantize_static_with_gptq_rounding(tmp_path):
     assert [n.op_type for n in a.graph.node] == [n.op_type for n in b.graph.node]
     with pytest.raises(RecipeError, match="weight_rounding"):
         quanta.Recipe(weight_rounding="adaround")
+
+
+def test_the_held_out_check_keeps_gptq_where_it_carries_over_and_nearest_where_not():
+    """Eq. (12c): each row takes GPTQ's integers or nearest rounding's, never a mix; with
+    plentiful rows (10x K per half) GPTQ carries over and most rows keep it; with fewer
+    rows than K per half the fit does not carry over and rows fall back to nearest."""
+    from quanta.quantize.rounding import _held_out
+
+    rng = np.random.default_rng(4)
+    k, rows = 37, 29
+    w = rng.standard_normal((rows, k))
+    s = np.abs(w).max(1) / 127
+    near = np.clip(np.rint(w / s[:, None]), -127, 127)
+    kept = []
+    for n in (740, 12):
+        x_fit, x_val = _correlated(n, k, 5), _correlated(n, k, 6)
+        h_fit, h_val = x_fit.T @ x_fit, x_val.T @ x_val
+        codes = gptq_round(w, s, h_fit + h_val, -127, 127)
+        out = _held_out(w, s, h_fit, h_val, codes, -127, 127)
+        same_gptq = np.all(out == codes, axis=1)
+        same_near = np.all(out == near, axis=1)
+        assert np.all(same_gptq | same_near)
+        kept.append(float(np.mean(same_gptq & ~same_near)))
+    assert kept[0] > 0.9, kept
+    assert kept[1] < kept[0], kept
