@@ -162,5 +162,9 @@ def test_boundary_errors_name_the_argument():
     with pytest.raises(ValueError, match=r"mx_pack_weights: codes: expected shape \(2, 3\)"):
         _native.mx_pack_weights(np.zeros((64, 3), np.uint8), np.zeros((3, 3), np.uint8), "i8", 32)
     p5 = _native.mx_pack_weights(np.zeros((64, 3), np.uint8), np.zeros((2, 3), np.uint8), "f8e5m2", 32)
+    a_el, a_c, b_el, b_c = _gemm_case(np.random.default_rng(2), 2, 64, 3, "f8e4m3fn", "i8", 32)
+    packed_i8 = _native.mx_pack_weights(_bits(b_el), b_c.view(np.uint8), "i8", 32)
+    with pytest.raises(ValueError, match="activations with MXINT8 packed weights"):
+        _native.mx_gemm(_bits(a_el), a_c.view(np.uint8), "f8e4m3fn", packed_i8)
     with pytest.raises(ValueError, match="exceed float64's exact range"):
         _native.mx_gemm(np.zeros((2, 64), np.uint8), np.zeros((2, 2), np.uint8), "f8e5m2", p5)

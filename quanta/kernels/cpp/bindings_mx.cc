@@ -92,6 +92,12 @@ py::array_t<float> gemm_impl(const py::handle& a_obj, const py::handle& ac_obj, 
   if (ac.ndim() != 2 || ac.shape(0) != M || ac.shape(1) != b.nb) {
     throw py::value_error("mx_gemm: a_codes: expected shape " + shape_str({M, b.nb}) + ", got " + shape_str(shape_of(ac)));
   }
+  if (b.elem == mx::Elem::kInt8 && ea != mx::Elem::kInt8) {
+    // an INT8 pack holds only the integer panel; float activations need the float64 one
+    throw py::value_error(std::string("mx_gemm: ") + mx::elem_name(ea) +
+                          " activations with MXINT8 packed weights: this kernel pairs INT8 weights only "
+                          "with INT8 activations; use the reference mx_gemm");
+  }
   if (!(ea == mx::Elem::kInt8 && b.elem == mx::Elem::kInt8) &&
       elem_bound(ea) * elem_bound(b.elem) * b.block >= std::ldexp(1.0, 53)) {
     throw py::value_error(std::string("mx_gemm: ") + mx::elem_name(ea) + " x " + mx::elem_name(b.elem) +
