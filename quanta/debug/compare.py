@@ -570,7 +570,7 @@ def _diagnose(t: TensorRow, hist) -> None:
 
     t.chosen_sqnr_db = db(signal, float(model.error(t.chosen[0], t.chosen[1], t.scale)))
     choices = {"minmax": (view.lo, view.hi)}
-    methods = [
+    methods: list[tuple[str, type, dict[str, Any]]] = [
         ("percentile", PercentileObserver, {"percentile": 99.99}),
         ("entropy", EntropyObserver, {}),
         ("mse", MSEObserver, {"qmin": t.qmin, "qmax": t.qmax, "symmetric": False}),
