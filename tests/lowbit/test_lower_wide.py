@@ -193,3 +193,49 @@ def test_contrib_domain_sixteen_bit_qdq_lower_like_the_onnx_ops():
     ort = pytest.importorskip("onnxruntime")
     o = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, feed)[0]
     assert np.max(np.abs(o - y)) <= step * 1.0001
+
+
+@pytest.mark.parametrize(("kind", "act", "wdt", "out", "per_channel"), [CASES[0], CASES[3]])
+def test_sixteen_bit_binders_take_the_carried_multiplier(kind, act, wdt, out, per_channel):
+    """The lowering carries QLinearConv16 / QLinearMatMul16's multiplier on the node
+    (passes/lower/requant_params.py) and the native binder takes it as it is: with every
+    carried multiplier doubled, the native output is the reference's on the same graph
+    with that node's y_scale halved (exact: a power of two), and differs from the
+    unaltered run."""
+    import copy
+
+    from quanta.ir.onnx_io import load
+    from quanta.passes.lower.requant_params import FloatRequant, float_multiplier
+    from quanta.passes.manager import PassManager
+    from quanta.passes.pipelines import lower_qdq
+    from quanta.runtime.compile import compile as compile_plan
+    from quanta.runtime.compile import reference_evaluator
+    from quanta.runtime.execute import Executor
+
+    proto, x_shape, _ = _qdq_model(kind, act, wdt, out, per_channel)
+    model = load(proto)
+    PassManager(lower_qdq(opset=21, evaluator=reference_evaluator(model.opset_imports))).run(model)
+    (node,) = [n for n in model.graph.nodes if n.op_type in ("QLinearConv16", "QLinearMatMul16")]
+    sx, sw, sy = (np.asarray(node.input(i).const) for i in (1, 4, 6))
+    assert isinstance(node.requant, FloatRequant)
+    assert node.requant.multiplier.tobytes() == float_multiplier(sx, sw, sy).tobytes()
+    feed, names = _feed(x_shape), [v.name for v in model.graph.outputs]
+
+    def run(m, target):
+        plan = compile_plan(m, target, passes=[])
+        return Executor(plan).run(feed, names)[0], plan
+
+    plain, _ = run(copy.deepcopy(model), "native")
+    halved = copy.deepcopy(model)
+    (h,) = [n for n in halved.graph.nodes if n.op_type == node.op_type]
+    h.replace_input(
+        6, halved.graph.add_initializer("sy_half", np.asarray(sy / F32(2), F32).reshape(sy.shape))
+    )
+    h.requant = None
+    want, _ = run(halved, "reference")
+    node.requant = FloatRequant(node.requant.multiplier * F32(2))
+    got, plan = run(model, "native")
+    (step,) = [s for s in plan.steps if s.node.op_type == node.op_type]
+    assert step.kernel.impl == "native", step.kernel.name
+    assert got.tobytes() == want.tobytes()
+    assert not np.array_equal(got, plain)

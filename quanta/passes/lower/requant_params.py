@@ -1,7 +1,8 @@
 """The host stage's requantization parameters, derived once by the lowering and carried
 on the nodes the kernels read them from.
 
-A QLinearConv, QLinearMatMul or com.microsoft QGemm with constant float32 scales gets its
+A QLinearConv, QLinearMatMul, com.microsoft QGemm or quanta QLinearConv16 / QLinearMatMul16
+with constant float32 scales gets its
 float requantization multiplier (docs/quantization-math.md eq. (6), docs/passes.md
 "Requantization parameters")::
 
@@ -10,7 +11,7 @@ float requantization multiplier (docs/quantization-math.md eq. (6), docs/passes.
 
 here, in the pass :class:`CarryRequantization` at the end of the host pipeline, and
 stores it in ``node.requant`` (:class:`FloatRequant`; in memory, never written to ONNX).
-The native binders (``quanta/targets/native/conv.py``, ``gemm.py``) and the C++ kernels
+The native binders (``quanta/targets/native/conv.py``, ``gemm.py``, ``a16w8.py``) and the C++ kernels
 behind them take that multiplier as it is: none of them derives one from the scales. A
 node whose scales are run-time tensors has no ``node.requant``; its kernel calls
 :func:`float_multiplier` per call, the same function. The integer-only stage's fixed-point
@@ -32,6 +33,7 @@ from quanta.passes.manager import Pass, PassResult
 __all__ = ["REQUANT_OPS", "CarryRequantization", "FloatRequant", "float_multiplier", "requant_params"]
 
 MS_DOMAIN = "com.microsoft"
+QUANTA_DOMAIN = "quanta"
 F32 = np.float32
 
 #: (op_type, domain) -> input positions of (sa, sb, sy) (sy None: optional at that index)
@@ -40,6 +42,8 @@ REQUANT_OPS: dict[tuple[str, str], tuple[int, int, int]] = {
     ("QLinearConv", MS_DOMAIN): (1, 4, 6),
     ("QLinearMatMul", ""): (1, 4, 6),
     ("QGemm", MS_DOMAIN): (1, 4, 7),
+    ("QLinearConv16", QUANTA_DOMAIN): (1, 4, 6),  # 16-bit activations (passes/lower/wide.py)
+    ("QLinearMatMul16", QUANTA_DOMAIN): (1, 4, 6),
 }
 
 

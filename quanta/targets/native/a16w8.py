@@ -5,8 +5,9 @@ Compile time (the binders): the constant weight becomes ``W' = w − ow`` (``ow`
 for uint16 weights, else 0), split into a high and a low byte plane when it does not fit
 in [−255, 255] (16-bit weights, eq. (A2)), and packed into the micro-kernel's layout
 (:func:`pack_weight`; a convolution's as rows, :func:`pack_rows`); the per-column terms ``dw = ow − zw`` and ``cw = Σ_k W'`` of
-eq. (A3), the int64 bias and the float32 multipliers ``f32(f32(sa·sb)/sy)`` are computed
-once. Run time: one kernel call per node; the reference twin (same numbers) takes inputs
+eq. (A3) and the int64 bias are computed once; the float32 multipliers ``f32(f32(sa·sb)/sy)``
+are the ones the lowering carries on the node (``node.requant``, derived once by
+quanta/passes/lower/requant_params.py). Run time: one kernel call per node; the reference twin (same numbers) takes inputs
 outside the fast path (another dtype than compiled for, a 3-D convolution).
 """
 
@@ -20,7 +21,7 @@ from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.a16w8 import QUANTA_DOMAIN, WIDE_TYPES
 from quanta.kernels.reference.conv_geometry import conv_attrs
 from quanta.kernels.reference.registry import get_op
-from quanta.kernels.reference.requant import requant_multiplier
+from quanta.passes.lower.requant_params import requant_params
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
 from quanta.targets.native._values import const_of as _const
@@ -133,9 +134,14 @@ def _common(node: Node, n: int, op: str) -> tuple[dict[str, Any] | None, str]:
             None,
             f"native {op}: the weight's scale / zero point is neither per tensor nor per output channel ({n})",
         )
-    mult = np.ascontiguousarray(
-        requant_multiplier(consts["sx"].reshape(()), s_w.astype(F32), consts["sy"].reshape(())), F32
-    )
+    # the multiplier the lowering carries on the node (passes/lower/requant_params.py)
+    rq = requant_params(node)
+    if rq is None:
+        return None, f"native {op}: no requantization multiplier for its scales"
+    mult = _per_column(np.asarray(rq.multiplier, F32), n)
+    if mult is None:
+        return None, f"native {op}: the requantization multiplier is neither per tensor nor per column ({n})"
+    mult = np.ascontiguousarray(mult, F32)
     b64 = None
     if bias is not None:
         cb = _const(bias)
