@@ -7,20 +7,26 @@
 PYBIND11_MODULE(_native, m) {
   using namespace quanta;
   m.doc() = "quanta native int8 kernels (see docs/kernels.md)";
-  m.def("supported_isas", [] {
-    std::vector<std::string> out;
-    for (Isa i : supported_isas()) out.emplace_back(isa_name(i));
-    return out;
-  }, "ISAs this CPU can run, portable first.");
+  m.def(
+      "supported_isas",
+      [] {
+        std::vector<std::string> out;
+        for (Isa i : supported_isas()) out.emplace_back(isa_name(i));
+        return out;
+      },
+      "ISAs this CPU can run, portable first.");
   m.def("active_isa", [] { return std::string(isa_name(active_isa())); });
-  m.def("set_isa", [](const std::string& name) { set_isa_override(parse_isa_name(name)); },
-        "Force one ISA variant (tests compare every variant pairwise).");
+  m.def(
+      "set_isa", [](const std::string& name) { set_isa_override(parse_isa_name(name)); },
+      "Force one ISA variant (tests compare every variant pairwise).");
   m.def("clear_isa", [] { clear_isa_override(); });
-  m.def("avx512vbmi_supported", [] { return avx512vbmi_supported(); },
-        "Whether the CPU has AVX-512 VBMI (the avx512vnni path's byte lookup uses it).");
+  m.def(
+      "avx512vbmi_supported", [] { return avx512vbmi_supported(); },
+      "Whether the CPU has AVX-512 VBMI (the avx512vnni path's byte lookup uses it).");
   m.def("avx512vbmi_active", [] { return avx512vbmi_active(); });
-  m.def("set_avx512vbmi", [](bool enabled) { set_avx512vbmi_override(enabled); },
-        "Turn the VBMI byte lookup on or off inside the avx512vnni path (tests run both).");
+  m.def(
+      "set_avx512vbmi", [](bool enabled) { set_avx512vbmi_override(enabled); },
+      "Turn the VBMI byte lookup on or off inside the avx512vnni path (tests run both).");
   m.def("clear_avx512vbmi", [] { clear_avx512vbmi_override(); });
   register_quantize(m);
   register_qgemm(m);

@@ -69,8 +69,8 @@ EpArrays epilogue_arrays(const std::string& op, int64_t n, const py::object& dw,
   EpArrays e;
   auto check_len = [&](const py::array& a, const char* what) {
     if (a.size() != n) {
-      throw py::value_error(op + ": " + what + ": expected " + std::to_string(n) + " values (one per output column), got " +
-                            std::to_string(a.size()));
+      throw py::value_error(op + ": " + what + ": expected " + std::to_string(n) +
+                            " values (one per output column), got " + std::to_string(a.size()));
     }
   };
   if (need_dw_cw) {
@@ -94,16 +94,15 @@ py::array output_array(const std::string& op, Elem out, const Shape& shape, cons
   if (out_obj.is_none()) return py::array(numpy_of(out), shape);
   if (!py::isinstance<py::array>(out_obj)) throw py::value_error(op + ": out: expected a numpy array");
   auto y = py::reinterpret_borrow<py::array>(out_obj);
-  if (!y.dtype().is(numpy_of(out)) || !(y.flags() & py::array::c_style) || !y.writeable() ||
-      shape_of(y) != shape) {
+  if (!y.dtype().is(numpy_of(out)) || !(y.flags() & py::array::c_style) || !y.writeable() || shape_of(y) != shape) {
     throw py::value_error(op + ": out: expected a writeable C-contiguous array of shape " + shape_str(shape));
   }
   if (overlaps(y, input)) throw py::value_error(op + ": out overlaps the input");
   return y;
 }
 
-a16w8::Packed packed_of(const std::string& op, const py::array_t<int16_t, py::array::c_style>& p, int64_t k,
-                        int64_t n, int lead) {
+a16w8::Packed packed_of(const std::string& op, const py::array_t<int16_t, py::array::c_style>& p, int64_t k, int64_t n,
+                        int lead) {
   const int64_t k2 = (k + 1) / 2, blocks = 2 * ((n + a16w8::kNR - 1) / a16w8::kNR);
   if (p.ndim() != lead + 4 || p.shape(lead + 1) != blocks || p.shape(lead + 2) != k2 || p.shape(lead + 3) != 32 ||
       (p.shape(lead) != 1 && p.shape(lead) != 2)) {
@@ -114,10 +113,9 @@ a16w8::Packed packed_of(const std::string& op, const py::array_t<int16_t, py::ar
   return a16w8::Packed{p.data(), static_cast<int>(p.shape(lead)), k, n};
 }
 
-py::array matmul_impl(const py::handle& a_obj, const py::handle& packed_obj, int64_t k, int64_t n,
-                      const py::object& dw, const py::object& cw, const py::object& bias, const py::object& mult,
-                      int64_t za, int64_t zy, const std::string& out_dtype, int num_threads,
-                      const py::object& out_obj) {
+py::array matmul_impl(const py::handle& a_obj, const py::handle& packed_obj, int64_t k, int64_t n, const py::object& dw,
+                      const py::object& cw, const py::object& bias, const py::object& mult, int64_t za, int64_t zy,
+                      const std::string& out_dtype, int num_threads, const py::object& out_obj) {
   const std::string op = "a16w8_matmul";
   check_threads(num_threads, op);
   auto a = contiguous_int_input(a_obj, op + ": a");
@@ -143,11 +141,12 @@ py::array matmul_impl(const py::handle& a_obj, const py::handle& packed_obj, int
 }
 
 a16w8::ConvGeom conv_geom(const std::string& op, const py::array& x, int64_t m, std::array<int64_t, 2> kernel,
-                          std::array<int64_t, 2> strides, std::array<int64_t, 2> dilations,
-                          std::array<int64_t, 2> pads, std::array<int64_t, 2> out_hw, int64_t group) {
+                          std::array<int64_t, 2> strides, std::array<int64_t, 2> dilations, std::array<int64_t, 2> pads,
+                          std::array<int64_t, 2> out_hw, int64_t group) {
   if (x.ndim() != 4) throw py::value_error(op + ": x: expected [N, C, H, W], got " + shape_str(shape_of(x)));
-  a16w8::ConvGeom g{x.shape(0), x.shape(1), x.shape(2), x.shape(3), m, kernel[0], kernel[1], out_hw[0], out_hw[1],
-                    strides[0], strides[1], dilations[0], dilations[1], pads[0], pads[1], group};
+  a16w8::ConvGeom g{x.shape(0),   x.shape(1), x.shape(2), x.shape(3), m,          kernel[0],
+                    kernel[1],    out_hw[0],  out_hw[1],  strides[0], strides[1], dilations[0],
+                    dilations[1], pads[0],    pads[1],    group};
   if (group < 1 || g.c % group || m % group) {
     throw py::value_error(op + ": group " + std::to_string(group) + " does not divide C=" + std::to_string(g.c) +
                           " and M=" + std::to_string(m));
@@ -159,11 +158,10 @@ a16w8::ConvGeom conv_geom(const std::string& op, const py::array& x, int64_t m, 
 }
 
 py::array conv_impl(const py::handle& x_obj, int64_t zx, const py::handle& packed_obj, int64_t m,
-                    std::array<int64_t, 2> kernel, std::array<int64_t, 2> strides,
-                    std::array<int64_t, 2> dilations, std::array<int64_t, 2> pads, std::array<int64_t, 2> out_hw,
-                    int64_t group, const py::object& dw, const py::object& cw, const py::object& bias,
-                    const py::object& mult, int64_t zy, const std::string& out_dtype, int num_threads,
-                    const py::object& out_obj) {
+                    std::array<int64_t, 2> kernel, std::array<int64_t, 2> strides, std::array<int64_t, 2> dilations,
+                    std::array<int64_t, 2> pads, std::array<int64_t, 2> out_hw, int64_t group, const py::object& dw,
+                    const py::object& cw, const py::object& bias, const py::object& mult, int64_t zy,
+                    const std::string& out_dtype, int num_threads, const py::object& out_obj) {
   const std::string op = "a16w8_conv2d";
   check_threads(num_threads, op);
   auto x = contiguous_int_input(x_obj, op + ": x");
@@ -175,8 +173,8 @@ py::array conv_impl(const py::handle& x_obj, int64_t zx, const py::handle& packe
   if (packed.ndim() != 4 || packed.shape(0) != group || (packed.shape(1) != 1 && packed.shape(1) != 2) ||
       packed.shape(2) != mg || packed.shape(3) != lda) {
     throw py::value_error(op + ": packed: expected shape [" + std::to_string(group) + " (group), planes (1|2), " +
-                          std::to_string(mg) + ", " + std::to_string(lda) + "] for K=" + std::to_string(k) +
-                          ", got " + shape_str(shape_of(packed)));
+                          std::to_string(mg) + ", " + std::to_string(lda) + "] for K=" + std::to_string(k) + ", got " +
+                          shape_str(shape_of(packed)));
   }
   const int planes = static_cast<int>(packed.shape(1));
   std::vector<a16w8::Packed> ws(static_cast<size_t>(group));
@@ -193,9 +191,8 @@ py::array conv_impl(const py::handle& x_obj, int64_t zx, const py::handle& packe
   return y;
 }
 
-py::array depthwise_impl(const py::handle& x_obj, int64_t zx, const py::handle& wd_obj,
-                         std::array<int64_t, 2> kernel, std::array<int64_t, 2> strides,
-                         std::array<int64_t, 2> dilations, std::array<int64_t, 2> pads,
+py::array depthwise_impl(const py::handle& x_obj, int64_t zx, const py::handle& wd_obj, std::array<int64_t, 2> kernel,
+                         std::array<int64_t, 2> strides, std::array<int64_t, 2> dilations, std::array<int64_t, 2> pads,
                          std::array<int64_t, 2> out_hw, const py::object& bias, const py::object& mult, int64_t zy,
                          const std::string& out_dtype, int num_threads, const py::object& out_obj) {
   const std::string op = "a16w8_conv2d_depthwise";
@@ -210,8 +207,8 @@ py::array depthwise_impl(const py::handle& x_obj, int64_t zx, const py::handle& 
   }
   auto wd = require_array<int32_t>(wd_obj, (op + ": wd").c_str());
   if (wd.ndim() != 2 || wd.shape(0) != c || wd.shape(1) != g.kh * g.kw) {
-    throw py::value_error(op + ": wd: expected [" + std::to_string(c) + ", " + std::to_string(g.kh * g.kw) +
-                          "], got " + shape_str(shape_of(wd)));
+    throw py::value_error(op + ": wd: expected [" + std::to_string(c) + ", " + std::to_string(g.kh * g.kw) + "], got " +
+                          shape_str(shape_of(wd)));
   }
   EpArrays e = epilogue_arrays(op, c, py::none(), py::none(), bias, mult, false);
   const Elem oe = parse_out(op, out_dtype);
@@ -231,15 +228,15 @@ void register_a16w8(py::module_& m) {
         py::arg("cw"), py::arg("bias"), py::arg("mult"), py::arg("za"), py::arg("zy"), py::arg("out_dtype"),
         py::arg("num_threads") = 1, py::arg("out") = py::none(),
         "16-bit (or 8-bit) a times packed 8-bit / byte-split 16-bit weights, exact, requantized (a16w8.h).");
-  m.def("a16w8_conv2d", &conv_impl, py::arg("x"), py::arg("zx"), py::arg("packed"), py::arg("m"),
-        py::arg("kernel"), py::arg("strides"), py::arg("dilations"), py::arg("pads"), py::arg("out_hw"),
-        py::arg("group"), py::arg("dw"), py::arg("cw"), py::arg("bias"), py::arg("mult"), py::arg("zy"),
-        py::arg("out_dtype"), py::arg("num_threads") = 1, py::arg("out") = py::none(),
+  m.def("a16w8_conv2d", &conv_impl, py::arg("x"), py::arg("zx"), py::arg("packed"), py::arg("m"), py::arg("kernel"),
+        py::arg("strides"), py::arg("dilations"), py::arg("pads"), py::arg("out_hw"), py::arg("group"), py::arg("dw"),
+        py::arg("cw"), py::arg("bias"), py::arg("mult"), py::arg("zy"), py::arg("out_dtype"),
+        py::arg("num_threads") = 1, py::arg("out") = py::none(),
         "NCHW A16W8 convolution on the a16w8 GEMM (pads: top, left).");
   m.def("a16w8_conv2d_depthwise", &depthwise_impl, py::arg("x"), py::arg("zx"), py::arg("wd"), py::arg("kernel"),
-        py::arg("strides"), py::arg("dilations"), py::arg("pads"), py::arg("out_hw"), py::arg("bias"),
-        py::arg("mult"), py::arg("zy"), py::arg("out_dtype"), py::arg("num_threads") = 1,
-        py::arg("out") = py::none(), "NCHW depthwise A16W8 convolution, exact int64 sums.");
+        py::arg("strides"), py::arg("dilations"), py::arg("pads"), py::arg("out_hw"), py::arg("bias"), py::arg("mult"),
+        py::arg("zy"), py::arg("out_dtype"), py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        "NCHW depthwise A16W8 convolution, exact int64 sums.");
 }
 
 }  // namespace quanta

@@ -15,8 +15,8 @@
 namespace quanta {
 namespace {
 
-py::array bf16_matmul_impl(const py::handle& a_obj, const py::handle& packed_obj, int64_t n,
-                           const py::object& bias_obj, int num_threads, const py::object& out_obj) {
+py::array bf16_matmul_impl(const py::handle& a_obj, const py::handle& packed_obj, int64_t n, const py::object& bias_obj,
+                           int num_threads, const py::object& out_obj) {
   const std::string op = "bf16_matmul";
   check_threads(num_threads, op);
   auto a = require_array<float>(a_obj, (op + ": a").c_str());
@@ -58,14 +58,14 @@ py::array bf16_matmul_impl(const py::handle& a_obj, const py::handle& packed_obj
 }  // namespace
 
 void register_bf16(py::module_& m) {
-  m.def("bf16_matmul", &bf16_matmul_impl, py::arg("a"), py::arg("packed"), py::arg("n"),
-        py::arg("bias") = py::none(), py::arg("num_threads") = 1, py::arg("out") = py::none(),
+  m.def("bf16_matmul", &bf16_matmul_impl, py::arg("a"), py::arg("packed"), py::arg("n"), py::arg("bias") = py::none(),
+        py::arg("num_threads") = 1, py::arg("out") = py::none(),
         "bf16(a) @ packed bf16 weights, float32 sums (bf16/bf16.h).");
-  m.def("avx512bf16_supported", [] { return avx512bf16_supported(); },
-        "Whether the CPU has AVX512_BF16 (vdpbf16ps).");
+  m.def("avx512bf16_supported", [] { return avx512bf16_supported(); }, "Whether the CPU has AVX512_BF16 (vdpbf16ps).");
   m.def("avx512bf16_active", [] { return avx512bf16_active(); });
-  m.def("set_avx512bf16", [](bool enabled) { set_avx512bf16_override(enabled); },
-        "Turn vdpbf16ps on or off inside the avx512vnni path (tests run both).");
+  m.def(
+      "set_avx512bf16", [](bool enabled) { set_avx512bf16_override(enabled); },
+      "Turn vdpbf16ps on or off inside the avx512vnni path (tests run both).");
   m.def("clear_avx512bf16", [] { clear_avx512bf16_override(); });
   m.def("bf16_path", [] { return std::string(bf16::path_name()); });
 }

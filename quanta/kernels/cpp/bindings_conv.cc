@@ -100,10 +100,10 @@ std::vector<int32_t> zero_points(const py::handle& obj, int64_t n, int64_t lo, i
   }
   const int64_t size = a.size();
   if (!(size == 1 || (size == n && n > 1 && a.ndim() == 1))) {
-    throw py::value_error(what + ": expected a scalar" + (n > 1 ? " or a 1-D tensor of " + std::to_string(n) +
-                                                                       " (output channels)"
-                                                                 : std::string(" (per-tensor)")) +
-                          ", got shape " + tuple_str(dims_of(a)));
+    throw py::value_error(
+        what + ": expected a scalar" +
+        (n > 1 ? " or a 1-D tensor of " + std::to_string(n) + " (output channels)" : std::string(" (per-tensor)")) +
+        ", got shape " + tuple_str(dims_of(a)));
   }
   if (size == 1 && (num == kNpyUint8 || num == kNpyInt8)) {  // the common case: no conversion
     const int64_t v = num == kNpyUint8 ? *static_cast<const uint8_t*>(a.data()) : *static_cast<const int8_t*>(a.data());
@@ -167,7 +167,8 @@ struct PyConv {
     *x_signed = num == kNpyInt8;
     const int rank = conv->attributes().spatial_rank + 2;
     if (x.ndim() != rank) {
-      const std::string dims = channels_last ? (rank == 4 ? "N, H, W, C" : "N, W, C") : (rank == 4 ? "N, C, H, W" : "N, C, W");
+      const std::string dims =
+          channels_last ? (rank == 4 ? "N, H, W, C" : "N, W, C") : (rank == 4 ? "N, C, H, W" : "N, C, W");
       throw py::value_error(std::string(fn) + ": x: expected rank " + std::to_string(rank) + " (" + dims +
                             ") like w, got shape " + tuple_str(dims_of(x)));
     }
@@ -217,7 +218,8 @@ struct PyConv {
       throw py::value_error(std::string(fn) + ": out: expected shape " + tuple_str(shape) + ", got shape " +
                             tuple_str(dims_of(y)));
     }
-    if (!(y.flags() & py::array::c_style)) throw py::value_error(std::string(fn) + ": out: expected a C-contiguous array");
+    if (!(y.flags() & py::array::c_style))
+      throw py::value_error(std::string(fn) + ": out: expected a C-contiguous array");
     if (!y.writeable()) throw py::value_error(std::string(fn) + ": out: expected a writeable array");
     const auto px = reinterpret_cast<uintptr_t>(x.data()), py_ = reinterpret_cast<uintptr_t>(y.data());
     const auto nx = static_cast<uintptr_t>(x.nbytes()), ny = static_cast<uintptr_t>(y.nbytes());
@@ -250,8 +252,8 @@ struct PyConv {
   struct QParams {
     bool x_signed = false, y_signed = false;
     int32_t zx = 0, zy = 0;
-    std::vector<float> mult;     // m[c] = f32(f32(sx·sw[c]) / sy), as given
-    std::vector<int32_t> bias;   // empty: no bias
+    std::vector<float> mult;    // m[c] = f32(f32(sx·sw[c]) / sy), as given
+    std::vector<int32_t> bias;  // empty: no bias
   };
   // swapped whole (std::atomic_load / atomic_store): a call holds its own reference, so a
   // prepare() from another thread never changes parameters under a running call
@@ -292,8 +294,8 @@ struct PyConv {
     return q;
   }
 
-  py::array run_qlinear(const py::array& x, bool x_signed, const QParams& q, int num_threads,
-                        const py::object& out_obj, bool channels_last) {
+  py::array run_qlinear(const py::array& x, bool x_signed, const QParams& q, int num_threads, const py::object& out_obj,
+                        bool channels_last) {
     const char* fn = "QLinearConv";
     if (x_signed != q.x_signed) {
       throw py::value_error(std::string(fn) + ": x: expected " + (q.x_signed ? "int8" : "uint8") +
@@ -314,7 +316,8 @@ struct PyConv {
     args.num_threads = num_threads;
     args.channels_last = channels_last;
     const conv::Geometry geo = geometry(x, fn, channels_last);
-    py::array y = output(out_obj, out_shape(geo, channels_last), q.y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>(), x, fn);
+    py::array y = output(out_obj, out_shape(geo, channels_last),
+                         q.y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>(), x, fn);
     args.y = y.mutable_data();
     execute(args, geo);
     return y;
@@ -338,8 +341,7 @@ struct PyConv {
                                      make_qparams(zx_obj, x_signed, mult_obj, zy_obj, bias_obj))));
   }
 
-  py::array qlinear_prepared(const py::handle& x_obj, int num_threads, const py::object& out_obj,
-                             bool channels_last) {
+  py::array qlinear_prepared(const py::handle& x_obj, int num_threads, const py::object& out_obj, bool channels_last) {
     const std::shared_ptr<const QParams> q = std::atomic_load(&prepared);
     if (!q) throw py::value_error("QLinearConv: qlinear_prepared: call prepare(...) first");
     bool x_signed = false;
@@ -392,10 +394,11 @@ std::shared_ptr<PyConv> make_conv(const py::handle& w_obj, const py::handle& zw_
   const bool w_unsigned = wdt == "uint8";
   const std::vector<int64_t> wshape = dims_of(w_any);
   if (w_any.ndim() != 3 && w_any.ndim() != 4) {
-    throw py::value_error("w: expected rank 3 (1-D) or 4 (2-D) [M, C/group, *kernel], got shape " +
-                          tuple_str(wshape) + (w_any.ndim() == 5 ? " (3-D convolutions have no native kernel)" : ""));
+    throw py::value_error("w: expected rank 3 (1-D) or 4 (2-D) [M, C/group, *kernel], got shape " + tuple_str(wshape) +
+                          (w_any.ndim() == 5 ? " (3-D convolutions have no native kernel)" : ""));
   }
-  py::array w = w_unsigned ? py::array(require_array<uint8_t>(w_obj, "w")) : py::array(require_array<int8_t>(w_obj, "w"));
+  py::array w =
+      w_unsigned ? py::array(require_array<uint8_t>(w_obj, "w")) : py::array(require_array<int8_t>(w_obj, "w"));
   const int rank = static_cast<int>(w.ndim()) - 2;
   const int64_t M = wshape[0], Cg = wshape[1];
   if (M < 1 || Cg < 1) throw py::value_error("w: expected M >= 1 and C/group >= 1, got shape " + tuple_str(wshape));
@@ -456,16 +459,15 @@ std::shared_ptr<PyConv> make_conv(const py::handle& w_obj, const py::handle& zw_
 
 std::string repr(const PyConv& c) {
   const conv::QConv& q = *c.conv;
-  return "<QConv M=" + std::to_string(q.M()) + " C/group=" + std::to_string(q.Cg()) + " group=" +
-         std::to_string(q.group()) + " " + q.kernel_name() + ">";
+  return "<QConv M=" + std::to_string(q.M()) + " C/group=" + std::to_string(q.Cg()) +
+         " group=" + std::to_string(q.group()) + " " + q.kernel_name() + ">";
 }
 
 }  // namespace
 
 void register_conv(py::module_& m) {
   py::class_<PyConv, std::shared_ptr<PyConv>>(
-      m, "QConv",
-      "QLinearConv / ConvInteger with weights prepacked once (conv/conv.h); owns its workspace.")
+      m, "QConv", "QLinearConv / ConvInteger with weights prepacked once (conv/conv.h); owns its workspace.")
       .def(py::init(&make_conv), py::arg("w"), py::arg("w_zero_point") = 0, py::kw_only(), py::arg("group") = 1,
            py::arg("kernel_shape") = py::none(), py::arg("strides") = py::none(), py::arg("dilations") = py::none(),
            py::arg("pads") = py::none(), py::arg("auto_pad") = "NOTSET", py::arg("isa") = py::none())
@@ -497,18 +499,20 @@ void register_conv(py::module_& m) {
       .def_property_readonly("kernel", [](const PyConv& c) { return c.conv->kernel_name(); })
       .def_property_readonly("kernel_channels_last", [](const PyConv& c) { return c.conv->kernel_name(true); })
       .def_property_readonly("isa", [](const PyConv& c) { return std::string(isa_name(c.conv->isa())); })
-      .def_property_readonly("path", [](const PyConv& c) { return std::string(c.conv->depthwise() ? "depthwise" : "gemm"); })
+      .def_property_readonly("path",
+                             [](const PyConv& c) { return std::string(c.conv->depthwise() ? "depthwise" : "gemm"); })
       .def_property_readonly("M", [](const PyConv& c) { return c.conv->M(); })
       .def_property_readonly("group", [](const PyConv& c) { return c.conv->group(); })
       .def_property_readonly("weights_dtype",
                              [](const PyConv& c) { return std::string(c.conv->weights_unsigned() ? "uint8" : "int8"); })
       .def_property_readonly("nbytes", [](const PyConv& c) { return c.conv->packed_bytes(); })
-      .def_property_readonly("workspace_nbytes", [](const PyConv& c) {
-        size_t n = c.ws.main.size();
-        for (const auto& b : c.ws.thread_bufs) n += b.size();
-        for (const auto& g : c.ws.thread_gemm) n += g.size();
-        return n;
-      })
+      .def_property_readonly("workspace_nbytes",
+                             [](const PyConv& c) {
+                               size_t n = c.ws.main.size();
+                               for (const auto& b : c.ws.thread_bufs) n += b.size();
+                               for (const auto& g : c.ws.thread_gemm) n += g.size();
+                               return n;
+                             })
       .def("__repr__", &repr);
 }
 

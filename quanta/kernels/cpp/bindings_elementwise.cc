@@ -33,7 +33,6 @@ namespace {
 
 using broadcast::kMaxRank;
 
-
 bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
   const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
   return na && nb && pa < pb + nb && pb < pa + na;
@@ -91,8 +90,8 @@ int32_t check_zero_point(int64_t zp, const char* what) {
 // ---- DequantizeLinear -------------------------------------------------------------------
 
 template <typename T>
-py::array dequantize_impl(const py::handle& x_obj, const py::handle& scale_obj, const py::handle& zp_obj,
-                          int64_t axis, int num_threads, const py::object& out_obj) {
+py::array dequantize_impl(const py::handle& x_obj, const py::handle& scale_obj, const py::handle& zp_obj, int64_t axis,
+                          int num_threads, const py::object& out_obj) {
   auto x = require_array<T>(x_obj, "dequantize_linear: x");
   auto scale = require_array<float>(scale_obj, "dequantize_linear: scale");
   auto zp = require_array<int32_t>(zp_obj, "dequantize_linear: zero_point");
@@ -153,8 +152,8 @@ py::tuple dynamic_quantize_linear(const py::handle& x_obj, int num_threads) {
   py::array_t<uint8_t> zp(std::vector<py::ssize_t>{});
   {
     py::gil_scoped_release release;
-    elementwise::dynamic_quantize_linear(x.data(), y.mutable_data(), x.size(), scale.mutable_data(),
-                                         zp.mutable_data(), num_threads, active_isa());
+    elementwise::dynamic_quantize_linear(x.data(), y.mutable_data(), x.size(), scale.mutable_data(), zp.mutable_data(),
+                                         num_threads, active_isa());
   }
   return py::make_tuple(y, scale, zp);
 }
@@ -198,8 +197,8 @@ py::array add_impl(const py::handle& a_obj, const py::handle& b_obj, float sa, i
   auto b = require_array<T>(b_obj, "qlinear_add: b");
   check_threads(num_threads, "qlinear_add");
   const elementwise::AddParams p = elementwise::make_add_params(
-      sa, check_zero_point<T>(za, "qlinear_add: a_zero_point"), sb, check_zero_point<T>(zb, "qlinear_add: b_zero_point"),
-      sc, check_zero_point<T>(zc, "qlinear_add: c_zero_point"));
+      sa, check_zero_point<T>(za, "qlinear_add: a_zero_point"), sb,
+      check_zero_point<T>(zb, "qlinear_add: b_zero_point"), sc, check_zero_point<T>(zc, "qlinear_add: c_zero_point"));
   const Broadcast bc = broadcast_shapes(a, b, "qlinear_add");
   auto c = make_output<T>(out_obj, bc.out, "qlinear_add", {a, b});
   const elementwise::BroadcastShape s{bc.rank, bc.o.data(), bc.a.data(), bc.b.data()};
@@ -211,8 +210,8 @@ py::array add_impl(const py::handle& a_obj, const py::handle& b_obj, float sa, i
 }
 
 template <typename T>
-py::array mul_impl(const py::handle& a_obj, const py::handle& b_obj, float ratio, int64_t za, int64_t zb,
-                   int64_t zc, int num_threads, const py::object& out_obj) {
+py::array mul_impl(const py::handle& a_obj, const py::handle& b_obj, float ratio, int64_t za, int64_t zb, int64_t zc,
+                   int num_threads, const py::object& out_obj) {
   auto a = require_array<T>(a_obj, "qlinear_mul: a");
   auto b = require_array<T>(b_obj, "qlinear_mul: b");
   check_threads(num_threads, "qlinear_mul");
@@ -229,9 +228,7 @@ py::array mul_impl(const py::handle& a_obj, const py::handle& b_obj, float ratio
   return std::move(c);
 }
 
-bool is_u8(const py::handle& obj) {
-  return is_dtype(py::reinterpret_borrow<py::array>(obj), py::dtype::of<uint8_t>());
-}
+bool is_u8(const py::handle& obj) { return is_dtype(py::reinterpret_borrow<py::array>(obj), py::dtype::of<uint8_t>()); }
 
 py::array qlinear_add(const py::handle& a, const py::handle& b, float sa, int64_t za, float sb, int64_t zb, float sc,
                       int64_t zc, int num_threads, const py::object& out) {
@@ -462,9 +459,19 @@ pool::Geometry2d geometry_2d(const py::array& x, const Pair& kernel, const Pair&
                             std::to_string(2 + i));
     }
   }
-  return pool::Geometry2d{x.shape(0) * x.shape(1), x.shape(2),    x.shape(3),    out_hw[0],   out_hw[1],
-                          kernel[0],               kernel[1],     strides[0],    strides[1],  dilations[0],
-                          dilations[1],            pads_begin[0], pads_begin[1]};
+  return pool::Geometry2d{x.shape(0) * x.shape(1),
+                          x.shape(2),
+                          x.shape(3),
+                          out_hw[0],
+                          out_hw[1],
+                          kernel[0],
+                          kernel[1],
+                          strides[0],
+                          strides[1],
+                          dilations[0],
+                          dilations[1],
+                          pads_begin[0],
+                          pads_begin[1]};
 }
 
 template <typename T>
@@ -473,9 +480,9 @@ py::array max_pool_impl(const py::handle& x_obj, const Pair& kernel, const Pair&
   auto x = require_array<T>(x_obj, "max_pool_2d: x");
   check_threads(num_threads, "max_pool_2d");
   const pool::Geometry2d g = geometry_2d(x, kernel, strides, dilations, pads_begin, out_hw, "max_pool_2d");
-  auto y = make_output<T>(out_obj, {x.shape(0), x.shape(1), static_cast<py::ssize_t>(out_hw[0]),
-                                    static_cast<py::ssize_t>(out_hw[1])},
-                          "max_pool_2d", {x});
+  auto y = make_output<T>(
+      out_obj, {x.shape(0), x.shape(1), static_cast<py::ssize_t>(out_hw[0]), static_cast<py::ssize_t>(out_hw[1])},
+      "max_pool_2d", {x});
   {
     py::gil_scoped_release release;
     pool::max_pool_2d<T>(x.data(), y.mutable_data(), g, num_threads, active_isa());
@@ -496,13 +503,12 @@ py::array average_pool_impl(const py::handle& x_obj, const Pair& kernel, const P
                             int num_threads, const py::object& out_obj) {
   auto x = require_array<T>(x_obj, "qlinear_average_pool_2d: x");
   check_threads(num_threads, "qlinear_average_pool_2d");
-  const pool::Geometry2d g =
-      geometry_2d(x, kernel, strides, Pair{1, 1}, pads_begin, out_hw, "qlinear_average_pool_2d");
+  const pool::Geometry2d g = geometry_2d(x, kernel, strides, Pair{1, 1}, pads_begin, out_hw, "qlinear_average_pool_2d");
   const pool::AverageParams p{sx, sy, check_zero_point<T>(zx, "qlinear_average_pool_2d: x_zero_point"),
                               check_zero_point<T>(zy, "qlinear_average_pool_2d: y_zero_point"), count_include_pad};
-  auto y = make_output<T>(out_obj, {x.shape(0), x.shape(1), static_cast<py::ssize_t>(out_hw[0]),
-                                    static_cast<py::ssize_t>(out_hw[1])},
-                          "qlinear_average_pool_2d", {x});
+  auto y = make_output<T>(
+      out_obj, {x.shape(0), x.shape(1), static_cast<py::ssize_t>(out_hw[0]), static_cast<py::ssize_t>(out_hw[1])},
+      "qlinear_average_pool_2d", {x});
   {
     py::gil_scoped_release release;
     pool::qlinear_average_pool_2d<T>(x.data(), y.mutable_data(), g, p, num_threads, active_isa());
@@ -510,9 +516,9 @@ py::array average_pool_impl(const py::handle& x_obj, const Pair& kernel, const P
   return std::move(y);
 }
 
-py::array qlinear_average_pool_2d(const py::handle& x, const Pair& kernel, const Pair& strides,
-                                  const Pair& pads_begin, const Pair& out_hw, float sx, int64_t zx, float sy,
-                                  int64_t zy, bool count_include_pad, int num_threads, const py::object& out) {
+py::array qlinear_average_pool_2d(const py::handle& x, const Pair& kernel, const Pair& strides, const Pair& pads_begin,
+                                  const Pair& out_hw, float sx, int64_t zx, float sy, int64_t zy,
+                                  bool count_include_pad, int num_threads, const py::object& out) {
   require_eight_bit(x, "qlinear_average_pool_2d: x");
   if (is_u8(x)) {
     return average_pool_impl<uint8_t>(x, kernel, strides, pads_begin, out_hw, sx, zx, sy, zy, count_include_pad,
@@ -544,13 +550,13 @@ void register_elementwise(py::module_& m) {
         arg("num_threads") = 1, arg("out") = none, "com.microsoft QLinearSoftmax over the rows of x [rows, D].");
   m.def("qlinear_concat", &qlinear_concat, arg("inputs"), arg("tables"), arg("axis"), arg("out") = none,
         "Concatenate 8-bit tensors, each copied (table None) or mapped through its table.");
-  m.def("qlinear_global_average_pool", &qlinear_global_average_pool, arg("x"), arg("multiplier"),
-        arg("x_zero_point"), arg("y_zero_point"), arg("channels_last") = false, arg("num_threads") = 1,
-        arg("out") = none, "com.microsoft QLinearGlobalAveragePool (integer sum, eq. (6)).");
+  m.def("qlinear_global_average_pool", &qlinear_global_average_pool, arg("x"), arg("multiplier"), arg("x_zero_point"),
+        arg("y_zero_point"), arg("channels_last") = false, arg("num_threads") = 1, arg("out") = none,
+        "com.microsoft QLinearGlobalAveragePool (integer sum, eq. (6)).");
   m.def("max_pool_2d", &max_pool_2d, arg("x"), arg("kernel"), arg("strides"), arg("dilations"), arg("pads_begin"),
         arg("out_hw"), arg("num_threads") = 1, arg("out") = none, "MaxPool on uint8/int8 NCHW (no indices).");
-  m.def("qlinear_average_pool_2d", &qlinear_average_pool_2d, arg("x"), arg("kernel"), arg("strides"),
-        arg("pads_begin"), arg("out_hw"), arg("x_scale"), arg("x_zero_point"), arg("y_scale"), arg("y_zero_point"),
+  m.def("qlinear_average_pool_2d", &qlinear_average_pool_2d, arg("x"), arg("kernel"), arg("strides"), arg("pads_begin"),
+        arg("out_hw"), arg("x_scale"), arg("x_zero_point"), arg("y_scale"), arg("y_zero_point"),
         arg("count_include_pad") = false, arg("num_threads") = 1, arg("out") = none,
         "com.microsoft QLinearAveragePool, 2-D NCHW.");
 }

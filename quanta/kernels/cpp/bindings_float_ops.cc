@@ -33,7 +33,6 @@ bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
   return na && nb && pa < pb + nb && pb < pa + na;
 }
 
-
 // The output: a new array, or `out` checked for dtype, shape, contiguity, writeability and
 // overlap with the inputs.
 py::array_t<float> make_output(const py::object& out_obj, const Shape& shape, const char* op,
@@ -146,8 +145,7 @@ py::array binary_f32(const std::string& op_name, const py::handle& a_obj, const 
   check_threads(num_threads, "binary_f32");
   const int rank = static_cast<int>(std::max(a.ndim(), b.ndim()));
   if (rank > kMaxRank) {
-    throw py::value_error("binary_f32: expected rank <= " + std::to_string(kMaxRank) + ", got " +
-                          std::to_string(rank));
+    throw py::value_error("binary_f32: expected rank <= " + std::to_string(kMaxRank) + ", got " + std::to_string(rank));
   }
   std::array<int64_t, kMaxRank> os{}, as{}, bs{};
   Shape out_shape;
@@ -176,10 +174,14 @@ py::array binary_f32(const std::string& op_name, const py::handle& a_obj, const 
 
 py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num_threads, const py::object& out_obj) {
   static const std::pair<const char*, float_ops::UnaryOp> kOps[] = {
-      {"erf", float_ops::UnaryOp::kErf},   {"tanh", float_ops::UnaryOp::kTanh},
-      {"sigmoid", float_ops::UnaryOp::kSigmoid}, {"relu", float_ops::UnaryOp::kRelu},
-      {"gelu", float_ops::UnaryOp::kGelu}, {"gelu_tanh", float_ops::UnaryOp::kGeluTanh},
-      {"mlas_logistic", float_ops::UnaryOp::kMlasLogistic}, {"mlas_tanh", float_ops::UnaryOp::kMlasTanh},
+      {"erf", float_ops::UnaryOp::kErf},
+      {"tanh", float_ops::UnaryOp::kTanh},
+      {"sigmoid", float_ops::UnaryOp::kSigmoid},
+      {"relu", float_ops::UnaryOp::kRelu},
+      {"gelu", float_ops::UnaryOp::kGelu},
+      {"gelu_tanh", float_ops::UnaryOp::kGeluTanh},
+      {"mlas_logistic", float_ops::UnaryOp::kMlasLogistic},
+      {"mlas_tanh", float_ops::UnaryOp::kMlasTanh},
   };
   const std::pair<const char*, float_ops::UnaryOp>* found = nullptr;
   for (const auto& entry : kOps) {

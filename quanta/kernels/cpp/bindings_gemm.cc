@@ -91,7 +91,10 @@ void extent(const py::array& a, uintptr_t* lo, uintptr_t* hi) {
   }
   for (py::ssize_t d = 0; d < a.ndim(); ++d) {
     const intptr_t span = static_cast<intptr_t>(a.strides(d)) * (a.shape(d) - 1);
-    if (span < 0) first += span; else last += span;
+    if (span < 0)
+      first += span;
+    else
+      last += span;
   }
   *lo = static_cast<uintptr_t>(first);
   *hi = static_cast<uintptr_t>(last + a.itemsize());
@@ -141,7 +144,8 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
   p.w_n_stride = w.strides(2);
 
   const int64_t zx = int_arg(zx_obj, "zx");
-  in_range(zx, g.x_signed ? -128 : 0, g.x_signed ? 127 : 255, std::string("zx (x is ") + (g.x_signed ? "int8)" : "uint8)"));
+  in_range(zx, g.x_signed ? -128 : 0, g.x_signed ? 127 : 255,
+           std::string("zx (x is ") + (g.x_signed ? "int8)" : "uint8)"));
   g.zx = static_cast<int32_t>(zx);
 
   std::vector<int32_t> zw;
@@ -226,8 +230,8 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
     }
     for (size_t i = 0; i < mult.size(); ++i) {
       if (!(std::isfinite(mult[i]) && mult[i] > 0.0f)) {
-        throw py::value_error("qgemm_batched: multiplier[" + std::to_string(i) + "]: expected a finite value > 0, got " +
-                              std::to_string(mult[i]));
+        throw py::value_error("qgemm_batched: multiplier[" + std::to_string(i) +
+                              "]: expected a finite value > 0, got " + std::to_string(mult[i]));
       }
     }
     g.multiplier = mult.data();
@@ -254,7 +258,8 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
   if (out_obj.is_none()) {
     y = py::array(ydt, shape);
   } else {
-    if (!py::isinstance<py::array>(out_obj)) throw py::value_error("qgemm_batched: out: expected a numpy array or None");
+    if (!py::isinstance<py::array>(out_obj))
+      throw py::value_error("qgemm_batched: out: expected a numpy array or None");
     y = py::reinterpret_borrow<py::array>(out_obj);
     if (!y.dtype().is(ydt)) {
       throw py::value_error("qgemm_batched: out: expected dtype " + out_dtype + ", got " + dtype_str(y));
@@ -293,13 +298,14 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
 }  // namespace
 
 void register_gemm(py::module_& m) {
-  py::class_<PyBatchedScratch>(m, "BatchedQGemmScratch",
-                               "Packed panels and workspaces for qgemm_batched, grown on first use; one call at a time.")
+  py::class_<PyBatchedScratch>(
+      m, "BatchedQGemmScratch",
+      "Packed panels and workspaces for qgemm_batched, grown on first use; one call at a time.")
       .def(py::init<>());
   m.def("qgemm_batched", &qgemm_batched, py::arg("x"), py::arg("w"), py::arg("zx"), py::arg("zw"),
-        py::arg("out_dtype") = "int32", py::kw_only(), py::arg("bias") = py::none(),
-        py::arg("float_bias") = py::none(), py::arg("multiplier") = py::none(), py::arg("zy") = 0,
-        py::arg("num_threads") = 1, py::arg("scratch") = py::none(), py::arg("out") = py::none(),
+        py::arg("out_dtype") = "int32", py::kw_only(), py::arg("bias") = py::none(), py::arg("float_bias") = py::none(),
+        py::arg("multiplier") = py::none(), py::arg("zy") = 0, py::arg("num_threads") = 1,
+        py::arg("scratch") = py::none(), py::arg("out") = py::none(),
         "y[i] = output_stage(Σ_k (x[i] − zx)(w[i] − zw) + bias) for run-time w over strided views; "
         "see quanta/kernels/cpp/gemm/batched_qgemm.h.");
 }

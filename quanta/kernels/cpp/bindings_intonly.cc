@@ -32,7 +32,8 @@ using I32 = py::array_t<int32_t, py::array::c_style>;
 using I64 = py::array_t<int64_t, py::array::c_style>;
 
 intonly::Rounding rounding_of(int r) {
-  if (r < 0 || r > 2) throw py::value_error("rounding: expected 0 (double), 1 (single) or 2 (tosa), got " + std::to_string(r));
+  if (r < 0 || r > 2)
+    throw py::value_error("rounding: expected 0 (double), 1 (single) or 2 (tosa), got " + std::to_string(r));
   return static_cast<intonly::Rounding>(r);
 }
 
@@ -42,11 +43,11 @@ void check_params(const I32& mult, const I32& shift, int64_t channels, const std
                           std::to_string(mult.size()) + " and " + std::to_string(shift.size()));
   }
   for (py::ssize_t i = 0; i < shift.size(); ++i) {
-    if (shift.data()[i] < -31 || shift.data()[i] > 30) throw py::value_error(op + ": shift: expected values in [-31, 30]");
+    if (shift.data()[i] < -31 || shift.data()[i] > 30)
+      throw py::value_error(op + ": shift: expected values in [-31, 30]");
     if (mult.data()[i] < 0) throw py::value_error(op + ": multiplier: expected values >= 0");
   }
 }
-
 
 }  // namespace
 
@@ -82,9 +83,12 @@ void register_intonly(py::module_& m) {
     auto b = require_array<int32_t>(b_o, "b");
     auto mult = require_array<int32_t>(mult_o, "multiplier");
     auto shift = require_array<int32_t>(shift_o, "shift");
-    if (a.ndim() != 3 || b.ndim() != 3) throw py::value_error("intonly_matmul: a, b: expected [B, M, K] and [Bb, K, N]");
+    if (a.ndim() != 3 || b.ndim() != 3)
+      throw py::value_error("intonly_matmul: a, b: expected [B, M, K] and [Bb, K, N]");
     const int64_t batch = a.shape(0), mm = a.shape(1), k = a.shape(2), bb = b.shape(0), n = b.shape(2);
-    if (b.shape(1) != k) throw py::value_error("intonly_matmul: inner dimensions differ: " + shape_str(shape_of(a)) + " @ " + shape_str(shape_of(b)));
+    if (b.shape(1) != k)
+      throw py::value_error("intonly_matmul: inner dimensions differ: " + shape_str(shape_of(a)) + " @ " +
+                            shape_str(shape_of(b)));
     if (bb != 1 && bb != batch) throw py::value_error("intonly_matmul: b: batch must be 1 or a's");
     check_params(mult, shift, n, "intonly_matmul");
     const int32_t* c = nullptr;
@@ -95,35 +99,46 @@ void register_intonly(py::module_& m) {
       c = carr.data();
     }
     I32 y(Shape{batch, mm, n});
-    intonly::matmul(a.data(), b.data(), c, batch, bb, mm, k, n, za, zb, zy, mult.data(), shift.data(), mult.size(),
-                    lo, hi, rounding_of(r), y.mutable_data());
+    intonly::matmul(a.data(), b.data(), c, batch, bb, mm, k, n, za, zb, zy, mult.data(), shift.data(), mult.size(), lo,
+                    hi, rounding_of(r), y.mutable_data());
     return y;
   });
-  m.def("intonly_conv2d", [](const py::handle& x_o, const py::handle& w_o, const py::handle& c_o, int zx, int zy,
-                             const py::handle& mult_o, const py::handle& shift_o, int lo, int hi, int r,
-                             std::vector<int64_t> strides, std::vector<int64_t> dilations,
-                             std::vector<int64_t> pads, std::vector<int64_t> out_hw, int64_t group) {
-    auto x = require_array<int32_t>(x_o, "x");
-    auto w = require_array<int32_t>(w_o, "w");
-    auto c = require_array<int32_t>(c_o, "c");
-    auto mult = require_array<int32_t>(mult_o, "multiplier");
-    auto shift = require_array<int32_t>(shift_o, "shift");
-    if (x.ndim() != 4 || w.ndim() != 4) throw py::value_error("intonly_conv2d: x, w: expected rank 4");
-    if (strides.size() != 2 || dilations.size() != 2 || pads.size() != 2 || out_hw.size() != 2)
-      throw py::value_error("intonly_conv2d: strides, dilations, pads, out_hw: expected 2 values each");
-    intonly::Conv2d g{x.shape(0), x.shape(1), x.shape(2), x.shape(3), w.shape(0), w.shape(2), w.shape(3),
-                      out_hw[0], out_hw[1], group, {strides[0], strides[1]}, {dilations[0], dilations[1]},
-                      {pads[0], pads[1]}};
-    if (group < 1 || g.ci % group || g.co % group || w.shape(1) * group != g.ci)
-      throw py::value_error("intonly_conv2d: w: " + shape_str(shape_of(w)) + " does not match x channels " +
-                            std::to_string(g.ci) + " with group " + std::to_string(group));
-    if (c.size() != g.co) throw py::value_error("intonly_conv2d: c: expected " + std::to_string(g.co) + " values");
-    check_params(mult, shift, g.co, "intonly_conv2d");
-    I32 y(Shape{g.n, g.co, g.oh, g.ow});
-    intonly::conv2d(x.data(), w.data(), c.data(), g, zx, zy, mult.data(), shift.data(), mult.size(), lo, hi,
-                    rounding_of(r), y.mutable_data());
-    return y;
-  });
+  m.def("intonly_conv2d",
+        [](const py::handle& x_o, const py::handle& w_o, const py::handle& c_o, int zx, int zy,
+           const py::handle& mult_o, const py::handle& shift_o, int lo, int hi, int r, std::vector<int64_t> strides,
+           std::vector<int64_t> dilations, std::vector<int64_t> pads, std::vector<int64_t> out_hw, int64_t group) {
+          auto x = require_array<int32_t>(x_o, "x");
+          auto w = require_array<int32_t>(w_o, "w");
+          auto c = require_array<int32_t>(c_o, "c");
+          auto mult = require_array<int32_t>(mult_o, "multiplier");
+          auto shift = require_array<int32_t>(shift_o, "shift");
+          if (x.ndim() != 4 || w.ndim() != 4) throw py::value_error("intonly_conv2d: x, w: expected rank 4");
+          if (strides.size() != 2 || dilations.size() != 2 || pads.size() != 2 || out_hw.size() != 2)
+            throw py::value_error("intonly_conv2d: strides, dilations, pads, out_hw: expected 2 values each");
+          intonly::Conv2d g{x.shape(0),
+                            x.shape(1),
+                            x.shape(2),
+                            x.shape(3),
+                            w.shape(0),
+                            w.shape(2),
+                            w.shape(3),
+                            out_hw[0],
+                            out_hw[1],
+                            group,
+                            {strides[0], strides[1]},
+                            {dilations[0], dilations[1]},
+                            {pads[0], pads[1]}};
+          if (group < 1 || g.ci % group || g.co % group || w.shape(1) * group != g.ci)
+            throw py::value_error("intonly_conv2d: w: " + shape_str(shape_of(w)) + " does not match x channels " +
+                                  std::to_string(g.ci) + " with group " + std::to_string(group));
+          if (c.size() != g.co)
+            throw py::value_error("intonly_conv2d: c: expected " + std::to_string(g.co) + " values");
+          check_params(mult, shift, g.co, "intonly_conv2d");
+          I32 y(Shape{g.n, g.co, g.oh, g.ow});
+          intonly::conv2d(x.data(), w.data(), c.data(), g, zx, zy, mult.data(), shift.data(), mult.size(), lo, hi,
+                          rounding_of(r), y.mutable_data());
+          return y;
+        });
   m.def("intonly_add", [](const py::handle& a_o, const py::handle& b_o, std::vector<int32_t> p, int r) {
     auto a = require_array<int32_t>(a_o, "a");
     auto b = require_array<int32_t>(b_o, "b");
@@ -135,15 +150,16 @@ void register_intonly(py::module_& m) {
     intonly::add(a.data(), b.data(), a.size(), ap, rounding_of(r), y.mutable_data());
     return y;
   });
-  m.def("intonly_mul", [](const py::handle& a_o, const py::handle& b_o, int za, int zb, int zy, int mm, int s, int lo,
-                          int hi, int r) {
-    auto a = require_array<int32_t>(a_o, "a");
-    auto b = require_array<int32_t>(b_o, "b");
-    if (a.size() != b.size()) throw py::value_error("intonly_mul: a, b: expected the same size (broadcast first)");
-    I32 y(shape_of(a));
-    intonly::mul(a.data(), b.data(), a.size(), za, zb, zy, mm, s, lo, hi, rounding_of(r), y.mutable_data());
-    return y;
-  });
+  m.def("intonly_mul",
+        [](const py::handle& a_o, const py::handle& b_o, int za, int zb, int zy, int mm, int s, int lo, int hi, int r) {
+          auto a = require_array<int32_t>(a_o, "a");
+          auto b = require_array<int32_t>(b_o, "b");
+          if (a.size() != b.size())
+            throw py::value_error("intonly_mul: a, b: expected the same size (broadcast first)");
+          I32 y(shape_of(a));
+          intonly::mul(a.data(), b.data(), a.size(), za, zb, zy, mm, s, lo, hi, rounding_of(r), y.mutable_data());
+          return y;
+        });
   m.def("intonly_softmax", [](const py::handle& x_o, const py::handle& t_o, int y_shift, int zy, int lo, int hi) {
     auto x = require_array<int32_t>(x_o, "x");
     auto t = require_array<int32_t>(t_o, "exp_table");
@@ -176,12 +192,15 @@ void register_intonly(py::module_& m) {
     if (x.ndim() != 2 || x.shape(1) < 1) throw py::value_error("intonly_softmax_poly: x: expected [rows, n >= 1]");
     if (x0 >= 0) throw py::value_error("intonly_softmax_poly: exp_x0: expected a negative integer");
     if (exp_shift < -62 || exp_shift > 30) throw py::value_error("intonly_softmax_poly: exp_shift: expected -62..30");
-    if (-x0 > b || c < 0 || b > (int64_t{1} << 30) || (b * b + c) >= ((int64_t{1} << 62) >> (exp_shift > 0 ? exp_shift : 0)))
-      throw py::value_error("intonly_softmax_poly: exp_x0, exp_b, exp_c: expected 0 < -x0 <= b, c >= 0, "
-                            "(b² + c)·2^exp_shift < 2^62");
+    if (-x0 > b || c < 0 || b > (int64_t{1} << 30) ||
+        (b * b + c) >= ((int64_t{1} << 62) >> (exp_shift > 0 ? exp_shift : 0)))
+      throw py::value_error(
+          "intonly_softmax_poly: exp_x0, exp_b, exp_c: expected 0 < -x0 <= b, c >= 0, "
+          "(b² + c)·2^exp_shift < 2^62");
     if (y_shift < 0 || y_shift > 16) throw py::value_error("intonly_softmax_poly: y_shift: expected 0..16");
     for (py::ssize_t i = 0; i < x.size(); ++i)
-      if (x.data()[i] < -32768 || x.data()[i] > 65535) throw py::value_error("intonly_softmax_poly: x: expected 16-bit values");
+      if (x.data()[i] < -32768 || x.data()[i] > 65535)
+        throw py::value_error("intonly_softmax_poly: x: expected 16-bit values");
     I32 y(shape_of(x));
     const intonly::ExpPoly e{x0, b, c, exp_shift};
     intonly::softmax_poly(x.data(), x.shape(0), x.shape(1), e, y_shift, zy, lo, hi, y.mutable_data());
@@ -190,7 +209,8 @@ void register_intonly(py::module_& m) {
   m.def("intonly_gelu", [](const py::handle& x_o, int zx, int64_t b, int64_t c, int pre_shift, int mm, int s, int zy,
                            int lo, int hi, int r) {
     auto x = require_array<int32_t>(x_o, "x");
-    if (b < 1 || c < b * b || c > (int64_t{1} << 40)) throw py::value_error("intonly_gelu: erf_b, erf_c: expected b >= 1, b² <= c <= 2^40");
+    if (b < 1 || c < b * b || c > (int64_t{1} << 40))
+      throw py::value_error("intonly_gelu: erf_b, erf_c: expected b >= 1, b² <= c <= 2^40");
     if (pre_shift < 0 || pre_shift > 62) throw py::value_error("intonly_gelu: pre_shift: expected 0..62");
     if (s < -31 || s > 30 || mm < 0) throw py::value_error("intonly_gelu: multiplier/shift out of range");
     const intonly::GeluPoly g{b, c, zx, pre_shift, mm, s, zy};

@@ -41,7 +41,8 @@ py::tuple quantize_impl(const py::handle& x_obj, const std::string& fmt, int blo
                         const py::object& isa_obj) {
   const char* op = "mx_quantize";
   auto x = require_array<float>(x_obj, "mx_quantize: x");
-  if (x.ndim() != 2) throw py::value_error("mx_quantize: x: expected a 2-D array [rows, K], got rank " + std::to_string(x.ndim()));
+  if (x.ndim() != 2)
+    throw py::value_error("mx_quantize: x: expected a 2-D array [rows, K], got rank " + std::to_string(x.ndim()));
   check_block(block, op);
   check_threads(num_threads, op);
   const mx::Elem e = elem_arg(fmt, op);
@@ -67,7 +68,8 @@ mx::PackedMx pack_impl(const py::handle& bits_obj, const py::handle& codes_obj, 
   auto codes = require_array<uint8_t>(codes_obj, "mx_pack_weights: codes");
   check_block(block, op);
   const mx::Elem e = elem_arg(fmt, op);
-  if (bits.ndim() != 2) throw py::value_error("mx_pack_weights: bits: expected [K, N], got rank " + std::to_string(bits.ndim()));
+  if (bits.ndim() != 2)
+    throw py::value_error("mx_pack_weights: bits: expected [K, N], got rank " + std::to_string(bits.ndim()));
   const int64_t K = bits.shape(0), N = bits.shape(1), nb = (K + block - 1) / block;
   if (codes.ndim() != 2 || codes.shape(0) != nb || codes.shape(1) != N) {
     throw py::value_error("mx_pack_weights: codes: expected shape " + shape_str({nb, N}) + ", got " +
@@ -90,7 +92,8 @@ py::array_t<float> gemm_impl(const py::handle& a_obj, const py::handle& ac_obj, 
   }
   const int64_t M = a.shape(0);
   if (ac.ndim() != 2 || ac.shape(0) != M || ac.shape(1) != b.nb) {
-    throw py::value_error("mx_gemm: a_codes: expected shape " + shape_str({M, b.nb}) + ", got " + shape_str(shape_of(ac)));
+    throw py::value_error("mx_gemm: a_codes: expected shape " + shape_str({M, b.nb}) + ", got " +
+                          shape_str(shape_of(ac)));
   }
   if (b.elem == mx::Elem::kInt8 && ea != mx::Elem::kInt8) {
     // an INT8 pack holds only the integer panel; float activations need the float64 one
@@ -131,11 +134,11 @@ void register_mx(py::module_& m) {
       .def_property_readonly("format", [](const mx::PackedMx& b) { return std::string(mx::elem_name(b.elem)); })
       .def_property_readonly("isa", [](const mx::PackedMx& b) { return std::string(isa_name(b.isa)); })
       .def("__repr__", [](const mx::PackedMx& b) {
-        return "<MxPackedWeights K=" + std::to_string(b.K) + " N=" + std::to_string(b.N) + " " +
-               mx::elem_name(b.elem) + " block=" + std::to_string(b.block) + " " + isa_name(b.isa) + ">";
+        return "<MxPackedWeights K=" + std::to_string(b.K) + " N=" + std::to_string(b.N) + " " + mx::elem_name(b.elem) +
+               " block=" + std::to_string(b.block) + " " + isa_name(b.isa) + ">";
       });
-  m.def("mx_quantize", &quantize_impl, py::arg("x"), py::arg("fmt"), py::arg("block") = 32,
-        py::arg("num_threads") = 1, py::arg("isa") = py::none(),
+  m.def("mx_quantize", &quantize_impl, py::arg("x"), py::arg("fmt"), py::arg("block") = 32, py::arg("num_threads") = 1,
+        py::arg("isa") = py::none(),
         "QuantizeMX of x [rows, K] along K: (element bits, E8M0 codes); eqs. (MX3)-(MX4).");
   m.def("mx_pack_weights", &pack_impl, py::arg("bits"), py::arg("codes"), py::arg("fmt"), py::arg("block") = 32,
         py::arg("isa") = py::none(), "Pack MX weights B [K, N] blocked along K for mx_gemm.");

@@ -65,7 +65,7 @@ py::array max_pool_nhwc_impl(const py::handle& x_obj, const Pair& kernel, const 
       throw py::value_error(std::string(op) + ": out overlaps x");
     }
   }
-  const pool::Geometry2d g{n,         x.shape(1), x.shape(2), out_hw[0],    out_hw[1],    kernel[0],     kernel[1],
+  const pool::Geometry2d g{n,          x.shape(1), x.shape(2),   out_hw[0],    out_hw[1],     kernel[0],    kernel[1],
                            strides[0], strides[1], dilations[0], dilations[1], pads_begin[0], pads_begin[1]};
   {
     py::gil_scoped_release release;
@@ -112,9 +112,19 @@ py::array max_pool_2d_f32(const py::handle& x_obj, const Pair& kernel, const Pai
     }
     if (overlaps(x, y)) throw py::value_error(op + ": out overlaps x");
   }
-  const pool::Geometry2d g{x.shape(0) * x.shape(1), x.shape(2), x.shape(3), out_hw[0],    out_hw[1],
-                           kernel[0],               kernel[1],  strides[0], strides[1],   dilations[0],
-                           dilations[1],            pads_begin[0], pads_begin[1]};
+  const pool::Geometry2d g{x.shape(0) * x.shape(1),
+                           x.shape(2),
+                           x.shape(3),
+                           out_hw[0],
+                           out_hw[1],
+                           kernel[0],
+                           kernel[1],
+                           strides[0],
+                           strides[1],
+                           dilations[0],
+                           dilations[1],
+                           pads_begin[0],
+                           pads_begin[1]};
   if (y.size() == 0) return std::move(y);
   {
     py::gil_scoped_release release;
@@ -126,9 +136,9 @@ py::array max_pool_2d_f32(const py::handle& x_obj, const Pair& kernel, const Pai
 }  // namespace
 
 void register_pool(py::module_& m) {
-  m.def("max_pool_2d_f32", &max_pool_2d_f32, py::arg("x"), py::arg("kernel"), py::arg("strides"),
-        py::arg("dilations"), py::arg("pads_begin"), py::arg("out_hw"), py::arg("num_threads") = 1,
-        py::arg("out") = py::none(), "NCHW MaxPool on float32 (pool/pool.h max_pool_2d_f32).");
+  m.def("max_pool_2d_f32", &max_pool_2d_f32, py::arg("x"), py::arg("kernel"), py::arg("strides"), py::arg("dilations"),
+        py::arg("pads_begin"), py::arg("out_hw"), py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        "NCHW MaxPool on float32 (pool/pool.h max_pool_2d_f32).");
   m.def("max_pool_2d_nhwc", &max_pool_2d_nhwc, py::arg("x"), py::arg("kernel"), py::arg("strides"),
         py::arg("dilations"), py::arg("pads_begin"), py::arg("out_hw"), py::arg("num_threads") = 1,
         py::arg("out") = py::none(), "Channels-last MaxPool on uint8/int8 (pool/pool.h).");

@@ -284,16 +284,17 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
   if (!row_bias_obj.is_none()) {
     row_bias = require_array<int32_t>(row_bias_obj, "qgemm: row_bias");
     if (row_bias.ndim() != 1 || row_bias.shape(0) != p.M) {
-      throw py::value_error("qgemm: row_bias: expected shape (" + std::to_string(p.M) + ",) (one per row of x), got shape " +
-                            shape_str(row_bias));
+      throw py::value_error("qgemm: row_bias: expected shape (" + std::to_string(p.M) +
+                            ",) (one per row of x), got shape " + shape_str(row_bias));
     }
     p.row_bias = row_bias.data();
   }
   py::array_t<float> row_mult;
   if (!row_multiplier_obj.is_none()) {
     if (!multiplier_obj.is_none() || !fixed_multiplier_obj.is_none() || !fixed_shift_obj.is_none()) {
-      throw py::value_error("qgemm: row_multiplier: expected None for multiplier / fixed_multiplier / fixed_shift "
-                            "when given (one float32 multiplier per row replaces them)");
+      throw py::value_error(
+          "qgemm: row_multiplier: expected None for multiplier / fixed_multiplier / fixed_shift "
+          "when given (one float32 multiplier per row replaces them)");
     }
     row_mult = require_array<float>(row_multiplier_obj, "qgemm: row_multiplier");
     if (row_mult.ndim() != 1 || row_mult.shape(0) != p.M) {
@@ -323,8 +324,10 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
     }
     if (has_fixed) throw py::value_error("qgemm: fixed_multiplier: expected None for out_dtype float32");
   } else if (has_mult == has_fixed) {
-    throw py::value_error("qgemm: expected exactly one of multiplier (float requantization) or fixed_multiplier + "
-                          "fixed_shift (fixed-point) for out_dtype " + on);
+    throw py::value_error(
+        "qgemm: expected exactly one of multiplier (float requantization) or fixed_multiplier + "
+        "fixed_shift (fixed-point) for out_dtype " +
+        on);
   }
   if (has_row_mult) {
     if (p.out_type == OutType::kS32) throw py::value_error("qgemm: row_multiplier: expected None for out_dtype int32");
@@ -486,9 +489,8 @@ void register_qgemm(py::module_& m) {
       .def_property_readonly("kernel", [](const PackedWeights& w) { return qgemm::qgemm_kernel_name(w); })
       .def_property_readonly("weights_dtype",
                              [](const PackedWeights& w) { return std::string(w.weights_unsigned ? "uint8" : "int8"); })
-      .def_property_readonly("nbytes", [](const PackedWeights& w) {
-        return w.data.size() + w.column_sums.size() + w.zero_point.size();
-      })
+      .def_property_readonly(
+          "nbytes", [](const PackedWeights& w) { return w.data.size() + w.column_sums.size() + w.zero_point.size(); })
       .def_property_readonly("column_sums", &column_sums, "cs[n] = Σ_k (w[k,n] − zw[n]) (int32, wrapping).")
       .def_property_readonly("zero_point", &zero_points, "zw[n] in the weights' own dtype range.")
       .def("__repr__", [](const PackedWeights& w) {
@@ -496,8 +498,7 @@ void register_qgemm(py::module_& m) {
                qgemm::qgemm_kernel_name(w) + ">";
       });
 
-  py::class_<PyWorkspace>(m, "QGemmWorkspace",
-                          "Scratch for qgemm, grown on first use and reused; one call at a time.")
+  py::class_<PyWorkspace>(m, "QGemmWorkspace", "Scratch for qgemm, grown on first use and reused; one call at a time.")
       .def(py::init<>())
       .def_property_readonly("nbytes", [](const PyWorkspace& w) { return w.ws.size(); });
 

@@ -18,16 +18,16 @@ namespace {
 
 template <typename T>
 py::array_t<T, py::array::c_style> quantize_impl(const py::handle& x_obj, const py::handle& scale_obj,
-                             const py::handle& zp_obj, int64_t axis, int num_threads,
-                             const py::object& out_obj) {
+                                                 const py::handle& zp_obj, int64_t axis, int num_threads,
+                                                 const py::object& out_obj) {
   auto x = require_array<float>(x_obj, "quantize_linear: x");
   auto scale = require_array<float>(scale_obj, "quantize_linear: scale");
   auto zp = require_array<int32_t>(zp_obj, "quantize_linear: zero_point");
   const int64_t ndim = x.ndim();
   const int64_t channels = scale.size();
   if (zp.size() != channels) {
-    throw py::value_error("quantize_linear: zero_point has " + std::to_string(zp.size()) +
-                          " elements but scale has " + std::to_string(channels));
+    throw py::value_error("quantize_linear: zero_point has " + std::to_string(zp.size()) + " elements but scale has " +
+                          std::to_string(channels));
   }
   int64_t outer = 1, inner = 1;
   if (channels == 1 && scale.ndim() <= 1) {
@@ -39,9 +39,8 @@ py::array_t<T, py::array::c_style> quantize_impl(const py::handle& x_obj, const 
                             std::to_string(ndim));
     }
     if (x.shape(axis) != channels) {
-      throw py::value_error("quantize_linear: scale has " + std::to_string(channels) +
-                            " elements but x has " + std::to_string(x.shape(axis)) + " along axis " +
-                            std::to_string(axis));
+      throw py::value_error("quantize_linear: scale has " + std::to_string(channels) + " elements but x has " +
+                            std::to_string(x.shape(axis)) + " along axis " + std::to_string(axis));
     }
     for (int64_t d = 0; d < axis; ++d) outer *= x.shape(d);
     for (int64_t d = axis + 1; d < ndim; ++d) inner *= x.shape(d);

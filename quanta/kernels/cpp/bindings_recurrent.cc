@@ -86,13 +86,13 @@ py::tuple dq_lstm_impl(const py::handle& x_obj, const std::vector<std::shared_pt
     if (!w[d] || !r[d]) throw py::value_error("dq_lstm: w, r: expected PackedWeights, got None");
     if (w[d]->K != p.I || w[d]->N != N) {
       throw py::value_error("dq_lstm: w[" + std::to_string(d) + "]: expected packed [" + std::to_string(p.I) + ", " +
-                            std::to_string(N) + "], got [" + std::to_string(w[d]->K) + ", " +
-                            std::to_string(w[d]->N) + "]");
+                            std::to_string(N) + "], got [" + std::to_string(w[d]->K) + ", " + std::to_string(w[d]->N) +
+                            "]");
     }
     if (r[d]->K != p.H || r[d]->N != N) {
       throw py::value_error("dq_lstm: r[" + std::to_string(d) + "]: expected packed [" + std::to_string(p.H) + ", " +
-                            std::to_string(N) + "], got [" + std::to_string(r[d]->K) + ", " +
-                            std::to_string(r[d]->N) + "]");
+                            std::to_string(N) + "], got [" + std::to_string(r[d]->K) + ", " + std::to_string(r[d]->N) +
+                            "]");
     }
     if (w[d]->isa != w[0]->isa || r[d]->isa != w[0]->isa) {
       throw py::value_error("dq_lstm: w, r: expected weights packed for one ISA, got several");
@@ -144,12 +144,12 @@ py::tuple dq_lstm_impl(const py::handle& x_obj, const std::vector<std::shared_pt
 
 py::tuple float_rnn_impl(const std::string& kind, const py::handle& x_obj, const std::vector<py::object>& w,
                          const std::vector<py::object>& r, const std::vector<py::object>& r_h,
-                         const py::object& bias_obj, const py::object& peep_obj,
-                         const py::object& h0_obj, const py::object& c0_obj, const py::object& lens_obj,
-                         const std::string& direction, double clip, bool input_forget, bool linear_before_reset,
-                         int num_threads) {
+                         const py::object& bias_obj, const py::object& peep_obj, const py::object& h0_obj,
+                         const py::object& c0_obj, const py::object& lens_obj, const std::string& direction,
+                         double clip, bool input_forget, bool linear_before_reset, int num_threads) {
   recurrent::FloatRnnParams p;
-  if (kind != "lstm" && kind != "gru") throw py::value_error("float_rnn: kind: expected lstm or gru, got '" + kind + "'");
+  if (kind != "lstm" && kind != "gru")
+    throw py::value_error("float_rnn: kind: expected lstm or gru, got '" + kind + "'");
   p.gru = kind == "gru";
   if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
     throw py::value_error("float_rnn: direction: expected forward, reverse or bidirectional, got '" + direction + "'");
@@ -169,7 +169,8 @@ py::tuple float_rnn_impl(const std::string& kind, const py::handle& x_obj, const
   std::vector<py::array> keep;
   {
     auto r0 = require_array<float>(r[0], "float_rnn: r[0]");
-    if (r0.ndim() != 3) throw py::value_error("float_rnn: r[0]: expected rank 3 [P, H, 128], got shape " + shape_str(r0));
+    if (r0.ndim() != 3)
+      throw py::value_error("float_rnn: r[0]: expected rank 3 [P, H, 128], got shape " + shape_str(r0));
     p.H = r0.shape(1);
   }
   const int64_t D = p.D, B = p.B, H = p.H, N = G * H;
@@ -259,9 +260,9 @@ void register_recurrent(py::module_& m) {
         "lstm_gates; see quanta/kernels/cpp/recurrent/float_rnn.h.");
   m.def("dq_lstm", &dq_lstm_impl, py::arg("x"), py::arg("w"), py::arg("r"), py::arg("w_scale"), py::arg("r_scale"),
         py::arg("bias") = py::none(), py::arg("peephole") = py::none(), py::arg("initial_h") = py::none(),
-        py::arg("initial_c") = py::none(), py::arg("sequence_lens") = py::none(),
-        py::arg("direction") = "forward", py::arg("clip") = 3.4028234663852886e38, py::arg("input_forget") = false,
-        py::arg("want_y") = true, py::arg("num_threads") = 1,
+        py::arg("initial_c") = py::none(), py::arg("sequence_lens") = py::none(), py::arg("direction") = "forward",
+        py::arg("clip") = 3.4028234663852886e38, py::arg("input_forget") = false, py::arg("want_y") = true,
+        py::arg("num_threads") = 1,
         "com.microsoft DynamicQuantizeLSTM, bit-exact with reference/ms_lstm.py; see "
         "quanta/kernels/cpp/recurrent/recurrent.h.");
   m.def("float_rnn", &float_rnn_impl, py::arg("kind"), py::arg("x"), py::arg("w"), py::arg("r"), py::arg("r_h"),

@@ -29,7 +29,6 @@ namespace {
 
 using Arr = py::array_t<float, py::array::c_style>;
 
-
 Arr make_output(const py::object& out_obj, const Shape& shape, const std::string& op) {
   if (out_obj.is_none()) return Arr(shape);
   auto y = require_array<float>(out_obj, (op + ": out").c_str());
@@ -39,7 +38,6 @@ Arr make_output(const py::object& out_obj, const Shape& shape, const std::string
   if (!y.writeable()) throw py::value_error(op + ": out: expected a writeable array");
   return y;
 }
-
 
 Arr pack_b(const py::handle& b_obj, bool trans) {
   auto b = require_array<float>(b_obj, "sgemm_pack_b: b");
@@ -94,8 +92,8 @@ py::array matmul_f32(const py::handle& a_obj, const py::object& b_obj, const py:
     for (py::ssize_t d = 0; d + 1 < a.ndim(); ++d) rows *= a.shape(d);
     {
       py::gil_scoped_release release;
-      sgemm::gemm_batched(1, rows, n, k, sgemm::MatA{a.data(), false, k}, nullptr,
-                          sgemm::MatB{bp.data(), true, 0}, nullptr, y.mutable_data(), ep, num_threads, active_isa());
+      sgemm::gemm_batched(1, rows, n, k, sgemm::MatA{a.data(), false, k}, nullptr, sgemm::MatB{bp.data(), true, 0},
+                          nullptr, y.mutable_data(), ep, num_threads, active_isa());
     }
     return std::move(y);
   }
@@ -181,7 +179,8 @@ Arr conv_pack(const py::handle& w_obj, int64_t group) {
   }
   const int64_t mg = m / group, per = sgemm::packed_a_size(mg, kk);
   Arr out(Shape{static_cast<py::ssize_t>(per * group)});
-  for (int64_t g = 0; g < group; ++g) sgemm::pack_a(w.data() + g * mg * kk, kk, 1, mg, kk, out.mutable_data() + g * per);
+  for (int64_t g = 0; g < group; ++g)
+    sgemm::pack_a(w.data() + g * mg * kk, kk, 1, mg, kk, out.mutable_data() + g * per);
   return out;
 }
 
@@ -211,8 +210,8 @@ sgemm::ConvGeom geometry(const py::array& x, int64_t m, int64_t kh, int64_t kw, 
     throw py::value_error(op + ": group " + std::to_string(group) + " must divide C = " + std::to_string(g.c) +
                           " and M = " + std::to_string(m));
   }
-  if (kh < 1 || kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 || g.dw < 1 || pads[0] < 0 || pads[1] < 0 ||
-      pads[2] < 0 || pads[3] < 0) {
+  if (kh < 1 || kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 || g.dw < 1 || pads[0] < 0 || pads[1] < 0 || pads[2] < 0 ||
+      pads[3] < 0) {
     throw py::value_error(op + ": expected kernel, strides, dilations >= 1 and pads >= 0");
   }
   const int64_t eh = g.dh * (kh - 1) + 1, ew = g.dw * (kw - 1) + 1;
@@ -237,12 +236,12 @@ py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::o
   const sgemm::ConvGeom g = geometry(x, m, kh, kw, strides, dilations, pads, group);
   const sgemm::ConvPath path = sgemm::conv_path(g);
   const int64_t cg = g.c / group, mg = m / group;
-  const int64_t expect = path == sgemm::ConvPath::kDepthwise ? m * kh * kw
-                                                             : group * sgemm::packed_a_size(mg, cg * kh * kw);
+  const int64_t expect =
+      path == sgemm::ConvPath::kDepthwise ? m * kh * kw : group * sgemm::packed_a_size(mg, cg * kh * kw);
   if (w.size() != expect) {
-    throw py::value_error(op + ": w_packed: expected " + std::to_string(expect) + " floats for M = " +
-                          std::to_string(m) + ", C/G = " + std::to_string(cg) + ", kernel " + std::to_string(kh) +
-                          "x" + std::to_string(kw) + ", got " + std::to_string(w.size()));
+    throw py::value_error(op + ": w_packed: expected " + std::to_string(expect) +
+                          " floats for M = " + std::to_string(m) + ", C/G = " + std::to_string(cg) + ", kernel " +
+                          std::to_string(kh) + "x" + std::to_string(kw) + ", got " + std::to_string(w.size()));
   }
   const float* bias_ptr = nullptr;
   Arr bias;
@@ -262,12 +261,13 @@ py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::o
 
 py::array col2im_f32(const py::handle& cols_obj, int64_t m, int64_t kh, int64_t kw, const std::vector<int64_t>& strides,
                      const std::vector<int64_t>& dilations, const std::vector<int64_t>& begin,
-                     const std::vector<int64_t>& out_hw, const py::object& bias_obj, float lo, float hi, int num_threads,
-                     const py::object& out_obj) {
+                     const std::vector<int64_t>& out_hw, const py::object& bias_obj, float lo, float hi,
+                     int num_threads, const py::object& out_obj) {
   const std::string op = "col2im_f32";
   check_threads(num_threads, op);
   auto cols = require_array<float>(cols_obj, "col2im_f32: cols");
-  if (cols.ndim() != 4) throw py::value_error(op + ": cols: expected [N, M*kh*kw, H, W], got " + shape_str(shape_of(cols)));
+  if (cols.ndim() != 4)
+    throw py::value_error(op + ": cols: expected [N, M*kh*kw, H, W], got " + shape_str(shape_of(cols)));
   if (strides.size() != 2 || dilations.size() != 2 || begin.size() != 2 || out_hw.size() != 2) {
     throw py::value_error(op + ": expected 2 strides, 2 dilations, 2 crop begins and 2 output sizes");
   }
@@ -317,8 +317,8 @@ void register_sgemm(py::module_& m) {
         py::arg("lo") = -inf, py::arg("hi") = inf, py::arg("num_threads") = 1, py::arg("out") = py::none(),
         "Float32 NCHW convolution (docs/float-ops.md (FG1)-(FG2)).");
   m.def("col2im_f32", &col2im_f32, py::arg("cols"), py::arg("m"), py::arg("kh"), py::arg("kw"), py::arg("strides"),
-        py::arg("dilations"), py::arg("begin"), py::arg("out_hw"), py::arg("bias") = py::none(),
-        py::arg("lo") = -inf, py::arg("hi") = inf, py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        py::arg("dilations"), py::arg("begin"), py::arg("out_hw"), py::arg("bias") = py::none(), py::arg("lo") = -inf,
+        py::arg("hi") = inf, py::arg("num_threads") = 1, py::arg("out") = py::none(),
         "ConvTranspose's col2im (sgemm.h col2im): the NumPy twin's scatter order, then bias and clamp.");
   m.def(
       "conv_path_f32",

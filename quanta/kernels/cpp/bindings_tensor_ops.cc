@@ -33,14 +33,22 @@ using tensor_ops::DType;
 bool dtype_of(const py::dtype& d, DType* t) {
   const char kind = d.kind();
   const auto size = d.itemsize();
-  if (kind == 'f' && size == 4) *t = DType::kF32;
-  else if (kind == 'f' && size == 8) *t = DType::kF64;
-  else if (kind == 'i' && size == 1) *t = DType::kI8;
-  else if (kind == 'u' && size == 1) *t = DType::kU8;
-  else if (kind == 'i' && size == 4) *t = DType::kI32;
-  else if (kind == 'i' && size == 8) *t = DType::kI64;
-  else if (kind == 'b' && size == 1) *t = DType::kBool;
-  else return false;
+  if (kind == 'f' && size == 4)
+    *t = DType::kF32;
+  else if (kind == 'f' && size == 8)
+    *t = DType::kF64;
+  else if (kind == 'i' && size == 1)
+    *t = DType::kI8;
+  else if (kind == 'u' && size == 1)
+    *t = DType::kU8;
+  else if (kind == 'i' && size == 4)
+    *t = DType::kI32;
+  else if (kind == 'i' && size == 8)
+    *t = DType::kI64;
+  else if (kind == 'b' && size == 1)
+    *t = DType::kBool;
+  else
+    return false;
   return true;
 }
 
@@ -64,7 +72,6 @@ DType element_type(const py::array& a, const std::string& what) {
   return t;
 }
 
-
 // A new C-contiguous array, or `out` checked for dtype, shape, contiguity, writeability
 // and overlap with the inputs.
 py::array make_output(const py::object& out_obj, const py::dtype& dtype, const Shape& shape, const std::string& op,
@@ -86,9 +93,8 @@ py::array make_output(const py::object& out_obj, const py::dtype& dtype, const S
   return y;
 }
 
-py::array unary_f32_ex(const std::string& op_name, const py::handle& x_obj, int num_threads,
-                       const py::object& out_obj, const py::object& lo, const py::object& hi, float alpha,
-                       float beta) {
+py::array unary_f32_ex(const std::string& op_name, const py::handle& x_obj, int num_threads, const py::object& out_obj,
+                       const py::object& lo, const py::object& hi, float alpha, float beta) {
   static const std::array<const char*, tensor_ops::kNumUnaryF32> names = {
       "clip", "sqrt", "neg", "abs", "reciprocal", "square", "cube", "hard_sigmoid", "hard_swish"};
   int op = -1;
@@ -152,8 +158,8 @@ py::array cast(const py::handle& x_obj, const py::object& dtype_obj, int num_thr
   return y;
 }
 
-py::array broadcast_op(const std::string& op_name, const py::handle& a_obj, const py::handle& b_obj,
-                       int num_threads, const py::object& out_obj) {
+py::array broadcast_op(const std::string& op_name, const py::handle& a_obj, const py::handle& b_obj, int num_threads,
+                       const py::object& out_obj) {
   static const char* binary[] = {"add", "sub", "mul"};
   static const char* compare[] = {"equal", "less", "less_equal", "greater", "greater_equal"};
   static const char* logic[] = {"and", "or", "xor"};
@@ -169,16 +175,18 @@ py::array broadcast_op(const std::string& op_name, const py::handle& a_obj, cons
   auto a = contiguous(a_obj, "broadcast_op: a");
   auto b = contiguous(b_obj, "broadcast_op: b");
   if (!a.dtype().is(b.dtype())) {
-    throw py::value_error("broadcast_op: b: expected a's dtype " + py::str(a.dtype()).cast<std::string>() +
-                          ", got " + py::str(b.dtype()).cast<std::string>());
+    throw py::value_error("broadcast_op: b: expected a's dtype " + py::str(a.dtype()).cast<std::string>() + ", got " +
+                          py::str(b.dtype()).cast<std::string>());
   }
   const DType t = element_type(a, "broadcast_op: a");
   if ((kind == 0 && t != DType::kI32 && t != DType::kI64) || (kind == 2 && t != DType::kBool)) {
-    throw py::value_error("broadcast_op: " + op_name + ": no kernel for dtype " + py::str(a.dtype()).cast<std::string>());
+    throw py::value_error("broadcast_op: " + op_name + ": no kernel for dtype " +
+                          py::str(a.dtype()).cast<std::string>());
   }
   check_threads(num_threads, "broadcast_op");
   const int rank = static_cast<int>(std::max(a.ndim(), b.ndim()));
-  if (rank > broadcast::kMaxRank) throw py::value_error("broadcast_op: expected rank <= 16, got " + std::to_string(rank));
+  if (rank > broadcast::kMaxRank)
+    throw py::value_error("broadcast_op: expected rank <= 16, got " + std::to_string(rank));
   std::array<int64_t, broadcast::kMaxRank> os{}, as{}, bs{};
   Shape out_shape;
   for (int d = 0; d < rank; ++d) {
@@ -225,12 +233,13 @@ py::array reduce_rows_f32(const std::string& op_name, const py::handle& x_obj, i
   return y;
 }
 
-py::array resize_axis_f64(const py::handle& x_obj, const py::handle& taps_obj, const py::handle& w_obj,
-                          int num_threads, const py::object& out_obj) {
+py::array resize_axis_f64(const py::handle& x_obj, const py::handle& taps_obj, const py::handle& w_obj, int num_threads,
+                          const py::object& out_obj) {
   auto x = require_array<double>(x_obj, "resize_axis_f64: x");
   auto taps = require_array<int64_t>(taps_obj, "resize_axis_f64: taps");
   auto w = require_array<double>(w_obj, "resize_axis_f64: w");
-  if (x.ndim() != 3) throw py::value_error("resize_axis_f64: x: expected [outer, n, inner], got " + shape_str(shape_of(x)));
+  if (x.ndim() != 3)
+    throw py::value_error("resize_axis_f64: x: expected [outer, n, inner], got " + shape_str(shape_of(x)));
   if (taps.ndim() != 2 || shape_of(w) != shape_of(taps) || taps.shape(1) < 1) {
     throw py::value_error("resize_axis_f64: taps, w: expected the same shape [o, t], t >= 1, got " +
                           shape_str(shape_of(taps)) + " and " + shape_str(shape_of(w)));
@@ -238,7 +247,8 @@ py::array resize_axis_f64(const py::handle& x_obj, const py::handle& taps_obj, c
   const int64_t n = x.shape(1);
   const int64_t* tp = taps.data();
   for (py::ssize_t i = 0; i < taps.size(); ++i) {
-    if (tp[i] < 0 || tp[i] >= n) throw py::value_error("resize_axis_f64: taps: expected indices in [0, " + std::to_string(n) + ")");
+    if (tp[i] < 0 || tp[i] >= n)
+      throw py::value_error("resize_axis_f64: taps: expected indices in [0, " + std::to_string(n) + ")");
   }
   check_threads(num_threads, "resize_axis_f64");
   auto y = make_output(out_obj, x.dtype(), Shape{x.shape(0), taps.shape(0), x.shape(2)}, "resize_axis_f64", {x});
@@ -318,13 +328,16 @@ py::array take_axis(const py::handle& x_obj, int64_t axis, const py::handle& idx
   auto x = contiguous(x_obj, "take_axis: x");
   auto idx = require_array<int64_t>(idx_obj, "take_axis: idx");
   const int64_t rank = x.ndim();
-  if (axis < 0 || axis >= rank) throw py::value_error("take_axis: axis: expected in [0, " + std::to_string(rank) + "), got " + std::to_string(axis));
+  if (axis < 0 || axis >= rank)
+    throw py::value_error("take_axis: axis: expected in [0, " + std::to_string(rank) + "), got " +
+                          std::to_string(axis));
   check_threads(num_threads, "take_axis");
   const int64_t n = x.shape(axis);
   const int64_t* ip = idx.data();
   for (py::ssize_t i = 0; i < idx.size(); ++i) {
     if (ip[i] < 0 || ip[i] >= n) {
-      throw py::value_error("take_axis: idx: expected indices in [0, " + std::to_string(n) + "), got " + std::to_string(ip[i]));
+      throw py::value_error("take_axis: idx: expected indices in [0, " + std::to_string(n) + "), got " +
+                            std::to_string(ip[i]));
     }
   }
   int64_t outer = 1, inner = x.itemsize();
@@ -373,8 +386,8 @@ py::array copy_strided(const py::handle& x_obj, int num_threads, const py::objec
 void register_tensor_ops(py::module_& m) {
   using py::arg;
   const py::object none = py::none();
-  m.def("unary_f32_ex", &unary_f32_ex, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
-        arg("lo") = none, arg("hi") = none, arg("alpha") = 0.0f, arg("beta") = 0.0f,
+  m.def("unary_f32_ex", &unary_f32_ex, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none, arg("lo") = none,
+        arg("hi") = none, arg("alpha") = 0.0f, arg("beta") = 0.0f,
         "float32 clip, sqrt, neg, abs, reciprocal, square, cube, hard_sigmoid, hard_swish (tensor_ops.h).");
   m.def("clip_int", &clip_int, arg("x"), arg("lo"), arg("hi"), arg("num_threads") = 1, arg("out") = none,
         "Integer clip (numpy np.maximum then np.minimum).");
@@ -384,13 +397,13 @@ void register_tensor_ops(py::module_& m) {
         "Integer add/sub/mul, comparisons and bool logic with numpy broadcasting.");
   m.def("reduce_rows_f32", &reduce_rows_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
         "Row sum / sum of squares (R1)-(R3), max / min (M1)-(M3) of x [R, D] float32.");
-  m.def("resize_axis_f64", &resize_axis_f64, arg("x"), arg("taps"), arg("w"), arg("num_threads") = 1,
-        arg("out") = none, "One axis of a separable Resize in float64 (nn_resize.py (3)).");
+  m.def("resize_axis_f64", &resize_axis_f64, arg("x"), arg("taps"), arg("w"), arg("num_threads") = 1, arg("out") = none,
+        "One axis of a separable Resize in float64 (nn_resize.py (3)).");
   m.def("batch_norm_f32", &batch_norm_f32, arg("x"), arg("mean"), arg("denom"), arg("scale"), arg("bias"),
         arg("num_threads") = 1, arg("out") = none,
         "y = f32(f32(f32(f32(x - m_c) / d_c) * g_c) + b_c) over channel axis 1 of float32 x.");
-  m.def("acc_to_float", &acc_to_float, arg("acc"), arg("bias"), arg("scale"), arg("float_bias"),
-        arg("num_threads") = 1, arg("out") = none,
+  m.def("acc_to_float", &acc_to_float, arg("acc"), arg("bias"), arg("scale"), arg("float_bias"), arg("num_threads") = 1,
+        arg("out") = none,
         "y = f32(f32(int32(acc + bias_c)) * scale_c) (+ float_bias_c) over channel axis 1 of int32 acc.");
   m.def("take_axis", &take_axis, arg("x"), arg("axis"), arg("idx"), arg("num_threads") = 1, arg("out") = none,
         "y[a, q, :] = x[a, idx[q], :] along axis, any dtype.");

@@ -15,9 +15,8 @@ namespace quanta {
 namespace {
 
 py::array w4a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const py::handle& colsum_obj,
-                    const py::handle& c_obj, int64_t k, int64_t n, int64_t block, int64_t za,
-                    const py::object& y_scale, int64_t zy, const std::string& out_dtype, int num_threads,
-                    const py::object& out_obj) {
+                    const py::handle& c_obj, int64_t k, int64_t n, int64_t block, int64_t za, const py::object& y_scale,
+                    int64_t zy, const std::string& out_dtype, int num_threads, const py::object& out_obj) {
   const std::string op = "w4a8_matmul";
   check_threads(num_threads, op);
   if (!py::isinstance<py::array>(a_obj)) throw py::value_error(op + ": a: expected a numpy array");
@@ -36,8 +35,9 @@ py::array w4a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const
   const int64_t kb = (k + block - 1) / block, ntiles = (n + 15) / 16;
   auto packed = require_array<int8_t>(packed_obj, (op + ": packed").c_str());
   if (packed.size() != kb * ntiles * block * 16) {
-    throw py::value_error(op + ": packed: expected " + std::to_string(kb * ntiles * block * 16) + " int8 values for K=" +
-                          std::to_string(k) + ", N=" + std::to_string(n) + ", block=" + std::to_string(block));
+    throw py::value_error(op + ": packed: expected " + std::to_string(kb * ntiles * block * 16) +
+                          " int8 values for K=" + std::to_string(k) + ", N=" + std::to_string(n) +
+                          ", block=" + std::to_string(block));
   }
   auto colsum = require_array<int32_t>(colsum_obj, (op + ": colsum").c_str());
   auto c = require_array<float>(c_obj, (op + ": c").c_str());
@@ -71,9 +71,18 @@ py::array w4a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const
       throw py::value_error(op + ": out: expected a writeable C-contiguous array of shape " + shape_str(shape));
     }
   }
-  w4a8::Params p{static_cast<int64_t>(a.size()) / (k ? k : 1), k, n, block, packed.data(), colsum.data(), c.data(),
-                 static_cast<int32_t>(a_signed ? za + 128 : za), a_signed, kind ? &sy : nullptr,
-                 static_cast<int32_t>(zy), kind};
+  w4a8::Params p{static_cast<int64_t>(a.size()) / (k ? k : 1),
+                 k,
+                 n,
+                 block,
+                 packed.data(),
+                 colsum.data(),
+                 c.data(),
+                 static_cast<int32_t>(a_signed ? za + 128 : za),
+                 a_signed,
+                 kind ? &sy : nullptr,
+                 static_cast<int32_t>(zy),
+                 kind};
   if (k == 0) p.m = 0;
   {
     py::gil_scoped_release release;

@@ -85,10 +85,18 @@ Isa runnable_isa(const std::string& name) {
 // convolution paths built on qgemm name their micro-kernel family after a '+'.
 const std::vector<KernelRow>& kernel_table() {
   static const std::vector<KernelRow> rows = {
-      {"qgemm", "u8s8->s32", Isa::kPortable, "qgemm_u8s8_s32_4x16c4__portable", {"mc", "nc", "kc", "prefetch_a", nullptr}},
+      {"qgemm",
+       "u8s8->s32",
+       Isa::kPortable,
+       "qgemm_u8s8_s32_4x16c4__portable",
+       {"mc", "nc", "kc", "prefetch_a", nullptr}},
       {"qgemm", "u8s8->s32", Isa::kAvx2, "qgemm_u8s8_s32_6x16c2__avx2", {"mc", "nc", "kc", "prefetch_a", nullptr}},
       {"qgemm", "u8s7->s32", Isa::kAvx2, "qgemm_u8s7_s32_5x16c4__avx2", {"mc", "nc", "kc", "prefetch_a", nullptr}},
-      {"qgemm", "u8s8->s32", Isa::kAvx512Vnni, "qgemm_u8s8_s32_12x32c4__avx512vnni", {"mc", "nc", "kc", "prefetch", "prefetch_a"}},
+      {"qgemm",
+       "u8s8->s32",
+       Isa::kAvx512Vnni,
+       "qgemm_u8s8_s32_12x32c4__avx512vnni",
+       {"mc", "nc", "kc", "prefetch", "prefetch_a"}},
       {"qconv_direct", "u8s8->s32", Isa::kAvx512Vnni, "qconv_direct_u8s8_s32_8x16c4__avx512vnni", {}},
       {"qconv_depthwise", "u8s8->s32", Isa::kPortable, "qconv_dw_u8s8_s32_1c1__portable", {}},
       {"qconv_depthwise", "u8s8->s32", Isa::kAvx2, "qconv_dw_u8s8_s32_8c4__avx2", {}},
@@ -164,9 +172,7 @@ void clear_isa_override() { g_override = -1; }
 
 bool avx512vbmi_supported() { return features().avx512vbmi; }
 
-bool avx512vbmi_active() {
-  return features().avx512vbmi && g_vbmi_override != 0 && active_isa() == Isa::kAvx512Vnni;
-}
+bool avx512vbmi_active() { return features().avx512vbmi && g_vbmi_override != 0 && active_isa() == Isa::kAvx512Vnni; }
 
 void set_avx512vbmi_override(bool enabled) {
   if (enabled && !features().avx512vbmi) throw std::invalid_argument("AVX-512 VBMI is not supported by this CPU");
@@ -177,9 +183,7 @@ void clear_avx512vbmi_override() { g_vbmi_override = -1; }
 
 bool avx512bf16_supported() { return features().avx512bf16; }
 
-bool avx512bf16_active() {
-  return features().avx512bf16 && g_bf16_override != 0 && active_isa() == Isa::kAvx512Vnni;
-}
+bool avx512bf16_active() { return features().avx512bf16 && g_bf16_override != 0 && active_isa() == Isa::kAvx512Vnni; }
 
 void set_avx512bf16_override(bool enabled) {
   if (enabled && !features().avx512bf16) throw std::invalid_argument("AVX512_BF16 is not supported by this CPU");

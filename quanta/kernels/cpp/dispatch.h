@@ -28,7 +28,7 @@ const std::vector<Isa>& supported_isas();
 // The best supported ISA, or the one forced by set_isa_override (tests use it to
 // compare every variant pairwise).
 Isa active_isa();
-void set_isa_override(Isa isa);   // throws std::invalid_argument if unsupported
+void set_isa_override(Isa isa);  // throws std::invalid_argument if unsupported
 void clear_isa_override();
 
 bool isa_supported(Isa isa);
@@ -54,8 +54,8 @@ void clear_avx512bf16_override();
 // kernel runs with the active ISA's row when the op has one, else with the row of the
 // best supported ISA below it (select_kernel); portable rows exist for every op.
 struct KernelRow {
-  const char* op;      // operation family: "qgemm", "qconv_implicit", "qconv_depthwise", ...
-  const char* dtype;   // operand types, "u8s8->s32" (x, w -> accumulator)
+  const char* op;     // operation family: "qgemm", "qconv_implicit", "qconv_depthwise", ...
+  const char* dtype;  // operand types, "u8s8->s32" (x, w -> accumulator)
   Isa isa;
   const char* kernel;  // micro-kernel name in the docs/kernels.md grammar
   // Run-time tunables (qgemm.h Blocking fields) the autotuner may set; none: nullptr.

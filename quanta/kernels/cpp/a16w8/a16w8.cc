@@ -130,9 +130,8 @@ void matmul(const void* a, Elem a_elem, int64_t m, const Packed& w, const Epilog
   };
   auto out_index = [n](int64_t row, int64_t col) { return row * n + col; };
   const int64_t grain = 8 * kMR;
-  qgemm::parallel_ranges(threads, m, grain, [&](int64_t b, int64_t e) {
-    gemm_rows(b, e, w, ep, 0, fill, out_index, y, uk);
-  });
+  qgemm::parallel_ranges(threads, m, grain,
+                         [&](int64_t b, int64_t e) { gemm_rows(b, e, w, ep, 0, fill, out_index, y, uk); });
 }
 
 namespace {
@@ -145,9 +144,8 @@ const RowKernels& row_kernels(Isa isa) {
 // column of t = 0), `fill` elsewhere: three plain loops (the middle one vectorizes for
 // step 1) instead of a bounds test per element.
 template <typename T, typename D>
-inline void gather_row(const T* row, int64_t ix0, int64_t step, int64_t w, int64_t n, int64_t off, D fill,
-                       D* dst) {
-  int64_t t0 = ix0 >= 0 ? 0 : (-ix0 + step - 1) / step;  // first t with ix ≥ 0
+inline void gather_row(const T* row, int64_t ix0, int64_t step, int64_t w, int64_t n, int64_t off, D fill, D* dst) {
+  int64_t t0 = ix0 >= 0 ? 0 : (-ix0 + step - 1) / step;     // first t with ix ≥ 0
   int64_t t1 = ix0 >= w ? 0 : (w - ix0 + step - 1) / step;  // first t with ix ≥ w
   t0 = t0 < n ? t0 : n;
   t1 = t1 < n ? t1 : n;
@@ -166,8 +164,8 @@ inline void gather_row(const T* row, int64_t ix0, int64_t step, int64_t w, int64
 // the packed layout (a16w8.h), and rx[j] = Σ_k X'[k, p0 + j]; columns ≥ np and k ≥ K are
 // 0. The pixels fall into runs along output rows; each (k, run) is one gather_row.
 template <typename T>
-void fill_panel(const T* xg, int64_t oa, int16_t pad, const ConvGeom& g, int64_t cg, int64_t p0, int np,
-                int64_t k2, int16_t* panel, int64_t* rx) {
+void fill_panel(const T* xg, int64_t oa, int16_t pad, const ConvGeom& g, int64_t cg, int64_t p0, int np, int64_t k2,
+                int16_t* panel, int64_t* rx) {
   struct Run {
     int j0, n;
     int64_t iy0, ix0;
@@ -216,8 +214,8 @@ void fill_panel(const T* xg, int64_t oa, int16_t pad, const ConvGeom& g, int64_t
 
 }  // namespace
 
-void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Packed* w, const Epilogue& ep,
-            void* y, int threads) {
+void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Packed* w, const Epilogue& ep, void* y,
+            int threads) {
   const Isa isa = select_kernel("a16w8", "s16s16->s64")->isa;
   const MicroKernel uk = select_ukernel(isa);
   const RowKernels& rk = row_kernels(isa);
@@ -246,9 +244,7 @@ void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Pac
       case Elem::kU16:
         fill_panel(static_cast<const uint16_t*>(x) + x_base, oa, pad, g, cg, p0, np, k2, panel.data(), rx);
         break;
-      default:
-        fill_panel(static_cast<const int16_t*>(x) + x_base, oa, pad, g, cg, p0, np, k2, panel.data(), rx);
-        break;
+      default: fill_panel(static_cast<const int16_t*>(x) + x_base, oa, pad, g, cg, p0, np, k2, panel.data(), rx); break;
     }
     const Packed& wg = w[grp];
     const int64_t y_base = (img * g.m + grp * mg) * P + p0;
@@ -289,8 +285,8 @@ void fill_phases(const T* xc, int64_t zx, const ConvGeom& g, int64_t hp, int64_t
 
 }  // namespace
 
-void conv2d_depthwise(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const int32_t* wd,
-                      const Epilogue& ep, void* y, int threads) {
+void conv2d_depthwise(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const int32_t* wd, const Epilogue& ep,
+                      void* y, int threads) {
   const RowKernels& rk = row_kernels(select_kernel("a16w8", "s16s16->s64")->isa);
   const int64_t P = g.oh * g.ow, khw = g.kh * g.kw;
   if (P <= 0 || g.batch * g.m <= 0) return;

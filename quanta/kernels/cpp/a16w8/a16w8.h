@@ -24,14 +24,13 @@
 namespace quanta {
 namespace a16w8 {
 
-constexpr int kMR = 4;          // rows per micro-kernel call
-constexpr int kNR = 32;         // columns per micro-kernel call (two 16-column blocks)
-constexpr int kKcPairs = 128;   // pair steps between int32 -> int64 flushes (bound above)
+constexpr int kMR = 4;         // rows per micro-kernel call
+constexpr int kNR = 32;        // columns per micro-kernel call (two 16-column blocks)
+constexpr int kKcPairs = 128;  // pair steps between int32 -> int64 flushes (bound above)
 
 // c[r][j] = Σ_{p < k2} Σ_{t<2} a[r·lda + 2p + t] · b[(j/16)·k2·32 + p·32 + (j%16)·2 + t]
 // for r < mr (rows ≥ mr of c are left untouched), j < 32; exact (int64).
-using MicroKernel = void (*)(const int16_t* a, int64_t lda, int mr, int64_t k2, const int16_t* b,
-                             int64_t* c);
+using MicroKernel = void (*)(const int16_t* a, int64_t lda, int mr, int64_t k2, const int16_t* b, int64_t* c);
 
 void ukernel_portable(const int16_t* a, int64_t lda, int mr, int64_t k2, const int16_t* b, int64_t* c);
 void ukernel_avx2(const int16_t* a, int64_t lda, int mr, int64_t k2, const int16_t* b, int64_t* c);
@@ -79,16 +78,16 @@ struct Epilogue {
 struct Packed {
   const int16_t* data;  // [planes][nblocks32 · 2][k2][32]
   int planes;
-  int64_t k;            // reduction length
-  int64_t n;            // output columns
+  int64_t k;  // reduction length
+  int64_t n;  // output columns
 };
 
 // y[m·N + n] for a: [M, K] of elem `a_elem`.
 void matmul(const void* a, Elem a_elem, int64_t m, const Packed& w, const Epilogue& ep, void* y, int threads);
 
 struct ConvGeom {
-  int64_t batch, c, h, w;        // input
-  int64_t m, kh, kw, oh, ow;     // output channels, kernel, output size
+  int64_t batch, c, h, w;     // input
+  int64_t m, kh, kw, oh, ow;  // output channels, kernel, output size
   int64_t sh, sw, dh, dw, pt, pl;
   int64_t group;
 };
@@ -101,16 +100,16 @@ struct ConvGeom {
 // W' (the plane split of eq. (A2)), n = m / group, k = c / group · kh · kw; ep arrays
 // cover all m output channels, with dw/cw as in matmul (eq. (A3) with the roles of the
 // row and column sums exchanged).
-void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Packed* w, const Epilogue& ep,
-            void* y, int threads);
+void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Packed* w, const Epilogue& ep, void* y,
+            int threads);
 
 // Depthwise (c/group = m/group = 1): wd[m][kh·kw] = w − zw as int32, kh·kw below
 // kMaxDepthwiseTaps; exact sums. Per channel, the input minus zx (0 in the padding) is
 // laid out as float64 in `sw` column phases (column c of the padded plane in phase
 // c mod sw at c / sw), so that every tap of an output row reads one contiguous run: one
 // RowKernels::dw_row per output row.
-void conv2d_depthwise(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const int32_t* wd,
-                      const Epilogue& ep, void* y, int threads);
+void conv2d_depthwise(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const int32_t* wd, const Epilogue& ep,
+                      void* y, int threads);
 
 }  // namespace a16w8
 }  // namespace quanta

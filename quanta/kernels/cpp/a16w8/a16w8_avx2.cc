@@ -33,8 +33,7 @@ void ukernel_avx2(const int16_t* a, int64_t lda, int mr, int64_t k2, const int16
           const __m256i hi = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(acc[r][h], 1));
           const __m256i* src = reinterpret_cast<const __m256i*>(cp);
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(cp), _mm256_add_epi64(_mm256_loadu_si256(src), lo));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(cp + 4),
-                              _mm256_add_epi64(_mm256_loadu_si256(src + 1), hi));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(cp + 4), _mm256_add_epi64(_mm256_loadu_si256(src + 1), hi));
         }
       }
     }

@@ -89,7 +89,8 @@ void dw_row(const double* const* src, const double* w, int64_t taps, int64_t n, 
   for (; i < n; i += 8) {
     const __mmask8 k = n - i >= 8 ? static_cast<__mmask8>(0xff) : static_cast<__mmask8>((1u << (n - i)) - 1u);
     __m512d a0 = _mm512_setzero_pd();
-    for (int64_t t = 0; t < taps; ++t) a0 = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(k, src[t] + i), _mm512_set1_pd(w[t]), a0);
+    for (int64_t t = 0; t < taps; ++t)
+      a0 = _mm512_fmadd_pd(_mm512_maskz_loadu_pd(k, src[t] + i), _mm512_set1_pd(w[t]), a0);
     _mm512_mask_storeu_epi64(acc + i, k, _mm512_cvtpd_epi64(a0));
   }
 }
@@ -99,8 +100,8 @@ void dw_row(const double* const* src, const double* w, int64_t taps, int64_t n, 
 // vmaxps returns its second operand for a NaN product, so NaN -> lo as in store(); the
 // clamped value rounds (vcvtps2dq, nearest-even) inside the storage range.
 template <typename T>
-void requant_row(const int64_t* hi, const int64_t* lo, const int64_t* rx, int64_t c1, int64_t bias, float m,
-                 int64_t zy, void* yv, int64_t y0, int64_t n) {
+void requant_row(const int64_t* hi, const int64_t* lo, const int64_t* rx, int64_t c1, int64_t bias, float m, int64_t zy,
+                 void* yv, int64_t y0, int64_t n) {
   constexpr int64_t qmin = std::numeric_limits<T>::min(), qmax = std::numeric_limits<T>::max();
   T* y = static_cast<T*>(yv) + y0;
   const __m256 vm = _mm256_set1_ps(m), vlo = _mm256_set1_ps(static_cast<float>(qmin - zy)),

@@ -21,7 +21,7 @@ namespace {
 // that saves the floating-point environment, which cost more than the GEMM itself.
 inline float round_even(float v) {
   constexpr float kMagic = 12582912.0f;  // 1.5 · 2^23
-  const float t = v + kMagic;  // two IEEE roundings (no -ffast-math: not reassociated)
+  const float t = v + kMagic;            // two IEEE roundings (no -ffast-math: not reassociated)
   return t - kMagic;
 }
 

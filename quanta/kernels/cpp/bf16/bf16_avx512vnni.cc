@@ -18,8 +18,9 @@ inline int32_t pair(const uint16_t* p) {
 }
 }  // namespace
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-void ukernel_avx512bf16(const uint16_t* a, int64_t lda, int mr, int64_t k2, const uint16_t* b, float* c) {
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void ukernel_avx512bf16(const uint16_t* a, int64_t lda,
+                                                                                        int mr, int64_t k2,
+                                                                                        const uint16_t* b, float* c) {
   __m512 acc[4][2];
   for (int r = 0; r < 4; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   const uint16_t* b0 = b;

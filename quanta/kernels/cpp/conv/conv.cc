@@ -326,8 +326,8 @@ size_t QConv::packed_bytes() const {
 // ---------------------------------------------------------------------------------------
 
 Geometry QConv::resolve(int64_t N, int64_t C, int64_t H, int64_t W) const {
-  require(C == Cg_ * group_, "x: expected " + str(Cg_ * group_) + " channels (w.shape[1] " + str(Cg_) +
-                                 " * group " + str(group_) + "), got " + str(C));
+  require(C == Cg_ * group_, "x: expected " + str(Cg_ * group_) + " channels (w.shape[1] " + str(Cg_) + " * group " +
+                                 str(group_) + "), got " + str(C));
   Geometry g;
   g.N = N;
   g.C = C;
@@ -423,8 +423,7 @@ void QConv::plan_depthwise(const Geometry& geo, Plan& pl) const {
   // costs as much as the taps, elsewhere the masked loads cost more than the copy
   // (measured, time: 3x3 at 7x7 -9 %, at 28x28 stride 2 -20 %, at 112x112 +28 %;
   // 5x5 at 14x14 +27 %).
-  pl.dw_direct = isa_ == Isa::kAvx512Vnni && dw_gather_fits(geo.sw, geo.dw, geo.kw) && dw_.groups4 == 1 &&
-                 geo.OW <= 16;
+  pl.dw_direct = isa_ == Isa::kAvx512Vnni && dw_gather_fits(geo.sw, geo.dw, geo.kw) && dw_.groups4 == 1 && geo.OW <= 16;
   pl.dw_stride = depthwise_row_stride(geo.OW, geo.sw, geo.dw, dw_.groups4);
   pl.dw_in_rows = (pl.dw_rows_per_unit - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1;
   pl.thread_bytes = pl.dw_direct ? 0 : align64(static_cast<size_t>(pl.dw_in_rows * pl.dw_stride));

@@ -136,11 +136,11 @@ enum class AutoPad : int { kNotSet = 0, kValid = 1, kSameUpper = 2, kSameLower =
 // ONNX attributes of a 1-D or 2-D convolution. For spatial_rank 1 only index 0 of
 // kernel/strides/dilations and pads {begin, end} are used.
 struct Attributes {
-  int spatial_rank = 2;                // 1 or 2
-  int64_t kernel[2] = {1, 1};          // (kh, kw) or (kw)
+  int spatial_rank = 2;        // 1 or 2
+  int64_t kernel[2] = {1, 1};  // (kh, kw) or (kw)
   int64_t strides[2] = {1, 1};
   int64_t dilations[2] = {1, 1};
-  int64_t pads[4] = {0, 0, 0, 0};      // ONNX order: begins, then ends
+  int64_t pads[4] = {0, 0, 0, 0};  // ONNX order: begins, then ends
   AutoPad auto_pad = AutoPad::kNotSet;
 };
 
@@ -153,16 +153,16 @@ struct Geometry {
 };
 
 struct ConvArgs {
-  const void* x = nullptr;     // [N, C, H, W], or [N, H, W, C] with channels_last
+  const void* x = nullptr;  // [N, C, H, W], or [N, H, W, C] with channels_last
   bool x_signed = false;
-  bool channels_last = false;  // x and y NHWC (com.microsoft QLinearConv channels_last=1)
-  int32_t zx = 0;              // in x's range
-  OutType out_type = OutType::kS32;  // kS32, kU8 or kS8
-  const float* multiplier = nullptr; // kU8/kS8: 1 or M values (finite)
+  bool channels_last = false;         // x and y NHWC (com.microsoft QLinearConv channels_last=1)
+  int32_t zx = 0;                     // in x's range
+  OutType out_type = OutType::kS32;   // kS32, kU8 or kS8
+  const float* multiplier = nullptr;  // kU8/kS8: 1 or M values (finite)
   bool multiplier_per_channel = false;
-  const int32_t* bias = nullptr;     // [M] or null
-  int32_t zy = 0;                    // kU8/kS8, in the output's range
-  void* y = nullptr;                 // [N, M, OH, OW] (or [N, OH, OW, M]) of out_type
+  const int32_t* bias = nullptr;  // [M] or null
+  int32_t zy = 0;                 // kU8/kS8, in the output's range
+  void* y = nullptr;              // [N, M, OH, OW] (or [N, OH, OW, M]) of out_type
   int num_threads = 1;
 };
 
@@ -177,11 +177,11 @@ class ConvWorkspace {
 
 // Weights of one depthwise convolution, prepacked (kernels.h describes the layout).
 struct DepthwiseWeights {
-  int64_t C = 0, kh = 0, kw = 0, groups4 = 0;   // groups4 = ceil(kw / 4) tap groups per row
-  std::vector<int32_t> taps4;   // [C][kh][groups4]: 4 int8 taps w_eff per int32, 0 past kw
-  std::vector<int8_t> taps;     // [C][kh][kw]: w_eff (the portable kernel)
-  std::vector<int32_t> zero_point;   // [C]: zw_eff (0 when w − zw fits int8: no Σx' term)
-  std::vector<int32_t> column_sums;  // [C]: cs[c] = Σ_taps (w − zw)
+  int64_t C = 0, kh = 0, kw = 0, groups4 = 0;  // groups4 = ceil(kw / 4) tap groups per row
+  std::vector<int32_t> taps4;                  // [C][kh][groups4]: 4 int8 taps w_eff per int32, 0 past kw
+  std::vector<int8_t> taps;                    // [C][kh][kw]: w_eff (the portable kernel)
+  std::vector<int32_t> zero_point;             // [C]: zw_eff (0 when w − zw fits int8: no Σx' term)
+  std::vector<int32_t> column_sums;            // [C]: cs[c] = Σ_taps (w − zw)
   // The SIMD kernels' one-load gather (kernels.h): 16 vpermd dword indices, then the
   // vpshufb bytes of a full and of the row's last tap group (64 each).
   int32_t gather_perm[16] = {}, gather_perm2[16] = {};
@@ -190,7 +190,7 @@ struct DepthwiseWeights {
   // layout, and zw_eff in its channel order (empty when every zw_eff is 0).
   std::vector<uint8_t> nhwc_taps;
   std::vector<int32_t> nhwc_zero_point;
-  int64_t nhwc_cpad = 0;        // entries of the per-channel arrays (channels rounded up to the ISA's block)
+  int64_t nhwc_cpad = 0;  // entries of the per-channel arrays (channels rounded up to the ISA's block)
   // avx512vnni with horizontal stride 1: the flat-row layout (kernels.h "Depthwise,
   // channels_last, flat rows"), entry e for channel e mod C, nhwc_cpad = lcm(C, 64)
   bool nhwc_flat = false;
@@ -203,8 +203,8 @@ class QConv {
   // w: [M, Cg, kh, kw] (kh = 1 for 1-D), w_unsigned selects uint8; zero_point: M values
   // or 1. Throws std::invalid_argument on inconsistent arguments.
   static std::shared_ptr<QConv> create(const void* w, bool w_unsigned, int64_t M, int64_t Cg, int64_t group,
-                                       const int32_t* zero_point, bool zero_point_per_channel,
-                                       const Attributes& attrs, Isa isa);
+                                       const int32_t* zero_point, bool zero_point_per_channel, const Attributes& attrs,
+                                       Isa isa);
 
   // The geometry for an input [N, C, H, W] (H = 1 for 1-D); throws std::invalid_argument
   // with the reference's wording when the input does not fit.
@@ -230,17 +230,17 @@ class QConv {
  private:
   struct Plan;  // conv/kernels.h
   Plan make_plan(const ConvArgs& a, const Geometry& geo) const;
-  void plan_depthwise(const Geometry& geo, Plan& pl) const;                        // conv.cc
-  void plan_im2col(const ConvArgs& a, const Geometry& geo, Plan& pl) const;        // conv_gemm.cc
-  void plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) const;      // conv_gemm.cc
-  void plan_depthwise_nhwc(const Geometry& geo, Plan& pl) const;                   // conv.cc
+  void plan_depthwise(const Geometry& geo, Plan& pl) const;                    // conv.cc
+  void plan_im2col(const ConvArgs& a, const Geometry& geo, Plan& pl) const;    // conv_gemm.cc
+  void plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) const;  // conv_gemm.cc
+  void plan_depthwise_nhwc(const Geometry& geo, Plan& pl) const;               // conv.cc
   void run_depthwise(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
   void run_depthwise_nhwc(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
   void run_transposed(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
   void add_transposed_buffers(const ConvArgs& a, const Geometry& geo, Plan& pl) const;
   bool depthwise_via_nhwc(const Geometry& geo, int threads) const;  // NCHW depthwise through the channels_last kernel
   void run_depthwise_flat(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws,
-                          const DepthwiseNhwc& base) const;  // conv.cc
+                          const DepthwiseNhwc& base) const;                  // conv.cc
   void plan_direct(const ConvArgs& a, const Geometry& geo, Plan& pl) const;  // conv_gemm.cc
   void run_direct(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
   void run_im2col(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws) const;
@@ -251,7 +251,9 @@ class QConv {
   qgemm::QGemmParams pointwise_gemm_params(const ConvArgs& a) const;
 
   // K of one tap chunk of the implicit path: kw·Cg (dw = 1, one group) or Cg.
-  int64_t implicit_chunk_k() const { return attrs_.dilations[attrs_.spatial_rank - 1] == 1 && group_ == 1 ? kw_ * Cg_ : Cg_; }
+  int64_t implicit_chunk_k() const {
+    return attrs_.dilations[attrs_.spatial_rank - 1] == 1 && group_ == 1 ? kw_ * Cg_ : Cg_;
+  }
   // A 1x1, stride-1, unpadded, one-group convolution with whole k-groups of channels: on
   // uint8 NHWC data a plain GEMM over the pixels (the im2col path reading x in place).
   bool pointwise_gemm() const {
@@ -264,7 +266,7 @@ class QConv {
 
   Isa isa_ = Isa::kPortable;
   int64_t M_ = 0, Cg_ = 0, group_ = 1, kh_ = 1, kw_ = 1;
-  int64_t K_ = 0, Kp_ = 0;             // reduction length Cg·kh·kw and its multiple of 4
+  int64_t K_ = 0, Kp_ = 0;  // reduction length Cg·kh·kw and its multiple of 4
   bool w_unsigned_ = false;
   bool depthwise_ = false;
   Attributes attrs_;
@@ -277,7 +279,7 @@ class QConv {
   std::vector<int32_t> direct_cs_;  // Σ (w − zw) per output channel
   // pointwise NCHW path (1x1, one group): w [M, Cg] as qgemm's x operand, and zw
   std::vector<uint8_t> pw_w_;
-  std::vector<int32_t> pw_zw_;  // M values, or 1
+  std::vector<int32_t> pw_zw_;      // M values, or 1
   std::vector<int32_t> pw_rowsum_;  // Σ_c w'[m, c], w' = w + 128 for int8 w (qgemm's x')
 };
 

@@ -99,8 +99,8 @@ void QConv::plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) cons
   // (TileArgs::a_rows), so tiles cross output rows and no pad column is computed.
   pl.run_len = geo.OH * geo.OW;
   const int64_t runs = geo.N * group_;
-  const int64_t mr = fam.mr_indirect;  // rows per tile of the indirect form
-  const int64_t tiles = div_up(pl.run_len, mr);  // per run
+  const int64_t mr = fam.mr_indirect;                      // rows per tile of the indirect form
+  const int64_t tiles = div_up(pl.run_len, mr);            // per run
   int64_t per = std::max<int64_t>(1, kImplicitRows / mr);  // tiles per block
   const int64_t want_units = int64_t{pl.threads} * kUnitsPerThread;
   if (runs * div_up(tiles, per) < want_units) per = std::max<int64_t>(1, div_up(runs * tiles, want_units));
@@ -128,8 +128,8 @@ void QConv::plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) cons
   // channels_last, uint8 x, pads, one group, no Σx' term: border mode (kernels.h Plan)
   pl.band_rows = (kh_ - 1) * geo.dh + 1;
   pl.span_w = (kw_ - 1) * geo.dw + 1;
-  pl.border = a.channels_last && !a.x_signed && !pl.x_in_place && group_ == 1 && !pl.rowsums &&
-              pl.span_w <= geo.W && std::getenv("QUANTA_CONV_NO_BORDER") == nullptr;
+  pl.border = a.channels_last && !a.x_signed && !pl.x_in_place && group_ == 1 && !pl.rowsums && pl.span_w <= geo.W &&
+              std::getenv("QUANTA_CONV_NO_BORDER") == nullptr;
   size_t border_bytes = 0;
   if (pl.border) {
     auto row_border = [&](int64_t oy) {
@@ -321,11 +321,9 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
     for (int64_t n = 0; n < np; ++n) {
       const int64_t m = g * Mg + n;
       const uint32_t b = n < Mg && a.bias ? static_cast<uint32_t>(a.bias[m]) : 0u;
-      colterm[g * np + n] = n < Mg ? static_cast<int32_t>(b - static_cast<uint32_t>(zx_shifted) *
-                                                                  static_cast<uint32_t>(cs[n]))
-                                   : 0;
-      mult[g * np + n] =
-          n < Mg && a.out_type != OutType::kS32 ? a.multiplier[a.multiplier_per_channel ? m : 0] : 0.0f;
+      colterm[g * np + n] =
+          n < Mg ? static_cast<int32_t>(b - static_cast<uint32_t>(zx_shifted) * static_cast<uint32_t>(cs[n])) : 0;
+      mult[g * np + n] = n < Mg && a.out_type != OutType::kS32 ? a.multiplier[a.multiplier_per_channel ? m : 0] : 0.0f;
     }
   }
   qgemm::Epilogue base;
@@ -479,8 +477,8 @@ void QConv::run_implicit(const ConvArgs& a, const Geometry& geo, const Plan& pl,
 // ---------------------------------------------------------------------------------------
 
 bool QConv::pointwise_nchw(const Geometry& geo) const {
-  if (pw_w_.empty() || kh_ != 1 || kw_ != 1 || geo.sh != 1 || geo.sw != 1 || geo.pad_top != 0 ||
-      geo.pad_left != 0 || geo.pad_bottom != 0 || geo.pad_right != 0) {
+  if (pw_w_.empty() || kh_ != 1 || kw_ != 1 || geo.sh != 1 || geo.sw != 1 || geo.pad_top != 0 || geo.pad_left != 0 ||
+      geo.pad_bottom != 0 || geo.pad_right != 0) {
     return false;
   }
   if (const char* e = std::getenv("QUANTA_CONV_PW_PATH")) {  // the tests run both paths
@@ -491,7 +489,6 @@ bool QConv::pointwise_nchw(const Geometry& geo) const {
   // panels, and the transposes are short; the implicit path's rows waste less there.
   return geo.H * geo.W >= kPointwisePixels;
 }
-
 
 void QConv::plan_pointwise_nchw(const ConvArgs& a, const Geometry& geo, Plan& pl) const {
   const qgemm::KernelFamily& fam = qgemm::kernel_family(isa_);
@@ -554,8 +551,8 @@ void QConv::run_pointwise_nchw(const ConvArgs& a, const Geometry& geo, const Pla
     const int64_t cols = std::min(pl.pw_cols, hw - p0);
     qgemm::PackedWeights& xb = ws.thread_packed[thread];
     // B[c, j] = x[n, c, p0 + j] (uint8 or int8), zero point zx; reserved: no allocation
-    gemm::pack_weights_strided(static_cast<const uint8_t*>(a.x) + n * geo.C * hw + p0, !a.x_signed, geo.C, cols,
-                               hw, 1, &a.zx, false, isa_, xb);
+    gemm::pack_weights_strided(static_cast<const uint8_t*>(a.x) + n * geo.C * hw + p0, !a.x_signed, geo.C, cols, hw, 1,
+                               &a.zx, false, isa_, xb);
     xb.has_zero_point = false;  // its term is in rowterm
     qgemm::QGemmParams p = pointwise_gemm_params(a);
     p.w = &xb;
@@ -724,9 +721,8 @@ void QConv::run_direct(const ConvArgs& a, const Geometry& geo, const Plan& pl, C
   const int64_t cols = div_up(M_, 16) * 16;
   for (int64_t m = 0; m < cols; ++m) {  // colterm = bias − zx'·Σ w_eff (wrapping)
     const uint32_t b = m < M_ && a.bias ? static_cast<uint32_t>(a.bias[m]) : 0u;
-    colterm[m] = m < M_ ? static_cast<int32_t>(b - static_cast<uint32_t>(zx_shifted) *
-                                                       static_cast<uint32_t>(direct_cs_[m]))
-                        : 0;
+    colterm[m] =
+        m < M_ ? static_cast<int32_t>(b - static_cast<uint32_t>(zx_shifted) * static_cast<uint32_t>(direct_cs_[m])) : 0;
     mult[m] = m < M_ && a.out_type != OutType::kS32 ? a.multiplier[a.multiplier_per_channel ? m : 0] : 0.0f;
   }
   std::memset(xpad + geo.N * Hp * Wp * C, pad, 64);
@@ -739,8 +735,8 @@ void QConv::run_direct(const ConvArgs& a, const Geometry& geo, const Plan& pl, C
       return;
     }
     std::memset(dst, pad, static_cast<size_t>(geo.pad_left * C));
-    copy_flipped(static_cast<const uint8_t*>(a.x) + ((n * geo.H + iy) * geo.W) * C, dst + geo.pad_left * C,
-                 geo.W * C, flip);
+    copy_flipped(static_cast<const uint8_t*>(a.x) + ((n * geo.H + iy) * geo.W) * C, dst + geo.pad_left * C, geo.W * C,
+                 flip);
     std::memset(dst + (geo.pad_left + geo.W) * C, pad, static_cast<size_t>(geo.pad_right * C));
   };
   run_with_affinity(pl.threads, geo.N * Hp, pad_row);

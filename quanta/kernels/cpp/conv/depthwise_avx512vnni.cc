@@ -58,9 +58,7 @@ Gather make_gather(const DepthwiseRows& a) {
 inline __mmask64 first_bytes(int64_t n) { return n >= 64 ? ~0ull : n <= 0 ? 0ull : (1ull << n) - 1; }
 
 // Bytes j of the 64-byte window at column c0 with 0 <= c0 + j < w.
-inline __mmask64 column_mask(int64_t c0, int64_t w) {
-  return first_bytes(w - c0) & ~first_bytes(-c0);
-}
+inline __mmask64 column_mask(int64_t c0, int64_t w) { return first_bytes(w - c0) & ~first_bytes(-c0); }
 
 // The 64 raw bytes at `src` (padded mode) or at plane row `row` / column c0 (direct mode;
 // row == nullptr: above or below x).
@@ -116,9 +114,9 @@ inline void blocks(const DepthwiseRows& a, const Gather& g, const Block* blk) {
   const int64_t kh = O::KH ? O::KH : a.kh;
   const int64_t groups = O::G ? O::G : a.groups4;
   const int64_t last_taps = a.kw - 4 * (groups - 1);
-  const uint8_t* base[NB];   // padded mode: the block's first row at tap 0
-  int64_t iy[NB];            // direct mode: the plane row of tap row 0
-  __mmask64 cmask[NB];       // direct mode: columns inside x
+  const uint8_t* base[NB];  // padded mode: the block's first row at tap 0
+  int64_t iy[NB];           // direct mode: the plane row of tap row 0
+  __mmask64 cmask[NB];      // direct mode: columns inside x
   __m512i acc[NB], xs[NB];
 #pragma GCC unroll 4
   for (int b = 0; b < NB; ++b) {

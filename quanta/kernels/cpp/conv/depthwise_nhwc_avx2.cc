@@ -60,9 +60,10 @@ inline void block16(const DepthwiseNhwc& a, const uint8_t* const* p, int64_t x_o
   acc0 = _mm256_add_epi32(acc0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.colterm + c0)));
   acc1 = _mm256_add_epi32(acc1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.colterm + c0 + 8)));
   if (kZw) {
-    acc0 = _mm256_sub_epi32(acc0, _mm256_mullo_epi32(xs0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.zw + c0))));
-    acc1 = _mm256_sub_epi32(acc1,
-                            _mm256_mullo_epi32(xs1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.zw + c0 + 8))));
+    acc0 = _mm256_sub_epi32(acc0,
+                            _mm256_mullo_epi32(xs0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.zw + c0))));
+    acc1 = _mm256_sub_epi32(
+        acc1, _mm256_mullo_epi32(xs1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.zw + c0 + 8))));
   }
   if (a.out_type == OutType::kS32) {
     alignas(32) int32_t tmp[16];

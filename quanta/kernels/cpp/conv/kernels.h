@@ -83,33 +83,33 @@ struct QConv::Plan {
   Path path = Path::kIm2col;
   int threads = 1;
   size_t main_bytes = 0, thread_bytes = 0, gemm_bytes = 0;
-  int n_thread_ws = 0;        // per-thread buffers (and qgemm workspaces) in use
-  int64_t units = 0;          // work items claimed by the threads
+  int n_thread_ws = 0;  // per-thread buffers (and qgemm workspaces) in use
+  int64_t units = 0;    // work items claimed by the threads
   // im2col path
-  bool direct = false;        // 1x1, stride 1, no pads, one group: xt rows are the GEMM rows
-  int64_t xt_stride = 0;      // bytes per pixel in xt
+  bool direct = false;    // 1x1, stride 1, no pads, one group: xt rows are the GEMM rows
+  int64_t xt_stride = 0;  // bytes per pixel in xt
   int64_t rows = 0, chunk_rows = 0, n_chunks = 0;
-  bool parallel_units = true; // else qgemm gets the threads
-  size_t off_ybuf = 0;        // in a thread buffer, after the im2col rows
+  bool parallel_units = true;  // else qgemm gets the threads
+  size_t off_ybuf = 0;         // in a thread buffer, after the im2col rows
   // implicit path (conv_gemm.cc)
-  int64_t Hp = 0, Wp = 0;     // padded image
-  bool fused_transpose = false;  // 1x1 / stride 1 / no pads: units transpose their own rows
+  int64_t Hp = 0, Wp = 0;                           // padded image
+  bool fused_transpose = false;                     // 1x1 / stride 1 / no pads: units transpose their own rows
   int64_t run_len = 0, blocks_per_run = 0, mc = 0;  // a run: the OH·OW output pixels of (image, group)
-  int64_t chunk_k = 0, n_taps = 0;  // K per tap chunk, and the number of tap chunks
-  int64_t taps_per_call = 1;  // tap chunks per tile call (sums in registers across them)
-  bool rowsums = false;       // some group has a weight zero point: Σx' per row needed
+  int64_t chunk_k = 0, n_taps = 0;                  // K per tap chunk, and the number of tap chunks
+  int64_t taps_per_call = 1;                        // tap chunks per tile call (sums in registers across them)
+  bool rowsums = false;                             // some group has a weight zero point: Σx' per row needed
   size_t off_xpad = 0, off_pixsum = 0, off_colterm = 0, off_mult = 0;  // main buffer (also depthwise)
-  size_t off_partial = 0, off_rowsum = 0;                               // thread buffer
+  size_t off_partial = 0, off_rowsum = 0;                              // thread buffer
   // depthwise path
-  bool dw_direct = false;     // the kernel reads the NCHW planes in place
+  bool dw_direct = false;  // the kernel reads the NCHW planes in place
   int64_t dw_stride = 0, dw_rows_per_unit = 0, dw_row_blocks = 0, dw_in_rows = 0;
-  size_t off_ready = 0;       // main buffer (colterm at off_colterm)
+  size_t off_ready = 0;  // main buffer (colterm at off_colterm)
   // channels_last (ConvArgs::channels_last)
-  bool x_in_place = false;    // gemm paths: the A rows are read from x itself (uint8, no pads)
+  bool x_in_place = false;                // gemm paths: the A rows are read from x itself (uint8, no pads)
   size_t off_padrow = 0, off_tapoff = 0;  // depthwise: main buffer (and colterm, mult); implicit: tap offsets
-  size_t off_ptrs = 0, off_scratch = 0;  // depthwise: thread buffer; implicit: the unit's row pointers
-  size_t off_flat = 0;                   // depthwise flat rows: main buffer
-  size_t off_xt = 0, off_yt = 0;         // *Transposed paths: NHWC x and y, main buffer
+  size_t off_ptrs = 0, off_scratch = 0;   // depthwise: thread buffer; implicit: the unit's row pointers
+  size_t off_flat = 0;                    // depthwise flat rows: main buffer
+  size_t off_xt = 0, off_yt = 0;          // *Transposed paths: NHWC x and y, main buffer
   // implicit path, channels_last uint8 x with pads (conv_gemm.cc "border mode"): interior
   // output pixels read x in place (tap offsets with x's own row pitch W); those whose
   // window leaves x read a padded copy of only their window, with the same pitch: a strip
@@ -154,14 +154,14 @@ struct QConv::Plan {
 // geometries gather with scalar loads into the same vectors.
 // ---------------------------------------------------------------------------------------
 struct DepthwiseRows {
-  const uint8_t* in = nullptr;     // the padded rows, or null for the direct mode below
+  const uint8_t* in = nullptr;  // the padded rows, or null for the direct mode below
   int64_t in_stride = 0;
   // Direct mode (avx512vnni, one-load gathers, groups4 = 1, OW <= 16): no padded copy; the kernel
   // reads the NCHW plane with masked loads whose masked-off bytes merge in zx':
   // xpad'[r, col] = x[src_row0 + r, src_col0 + col] ^ flip inside x, zx' outside.
   const uint8_t* plane = nullptr;
   int64_t src_h = 0, src_w = 0, src_row0 = 0, src_col0 = 0;
-  uint8_t pad = 0, flip = 0;       // zx', and 0x80 for int8 x
+  uint8_t pad = 0, flip = 0;  // zx', and 0x80 for int8 x
   const int32_t* gather_perm2 = nullptr;
   int64_t rows = 0, ow = 0;
   int64_t sh = 1, sw = 1, dh = 1, dw = 1, kh = 1, kw = 1, groups4 = 1;
@@ -176,8 +176,8 @@ struct DepthwiseRows {
   float multiplier = 0.f;
   int32_t zy = 0;
   float lo_minus_zy = 0.f, hi_minus_zy = 0.f;  // qmin − zy, qmax − zy (kU8/kS8)
-  void* y = nullptr;               // output row 0 of the call (elements of out_type)
-  int64_t y_stride = 0;            // elements between output rows (OW)
+  void* y = nullptr;                           // output row 0 of the call (elements of out_type)
+  int64_t y_stride = 0;                        // elements between output rows (OW)
 };
 
 // byte 4o + t of a 16-byte lane: tap t of the lane's pixel o, at o·sw + t·dw; 0x80 (a
@@ -262,16 +262,16 @@ struct DepthwiseNhwc {
   const uint8_t* const* ptrs = nullptr;  // [ow][taps]
   int64_t ow = 0, taps = 0, C = 0, cpad = 0;
   uint8_t flip = 0;
-  const uint8_t* weights = nullptr;      // DepthwiseWeights::nhwc_taps
-  const int32_t* colterm = nullptr;      // [cpad], the ISA's order
-  const float* multiplier = nullptr;     // [cpad], the ISA's order (kU8/kS8)
-  const int32_t* zw = nullptr;           // [cpad], the ISA's order, or null (every zw_eff 0)
+  const uint8_t* weights = nullptr;   // DepthwiseWeights::nhwc_taps
+  const int32_t* colterm = nullptr;   // [cpad], the ISA's order
+  const float* multiplier = nullptr;  // [cpad], the ISA's order (kU8/kS8)
+  const int32_t* zw = nullptr;        // [cpad], the ISA's order, or null (every zw_eff 0)
   OutType out_type = OutType::kS32;
   int32_t zy = 0;
   float lo_minus_zy = 0.f, hi_minus_zy = 0.f;
-  void* y = nullptr;                     // output pixel 0 of the row (elements of out_type)
-  int64_t y_pixel_stride = 0;            // elements between output pixels (C)
-  uint8_t* scratch = nullptr;            // dw_nhwc_scratch_bytes() of per-thread scratch
+  void* y = nullptr;           // output pixel 0 of the row (elements of out_type)
+  int64_t y_pixel_stride = 0;  // elements between output pixels (C)
+  uint8_t* scratch = nullptr;  // dw_nhwc_scratch_bytes() of per-thread scratch
 };
 
 inline int64_t dw_nhwc_block(Isa isa) { return isa == Isa::kAvx512Vnni ? 64 : isa == Isa::kAvx2 ? 16 : 1; }
@@ -312,21 +312,21 @@ void depthwise_nhwc_avx512vnni(const DepthwiseNhwc& a);
 // (nhwc_cpad = blocks·64 entries). For C a multiple of 64 this is the 64c4 layout itself.
 // ---------------------------------------------------------------------------------------
 struct DepthwiseNhwcFlat {
-  int64_t n = 0, taps = 0, blocks = 1;   // n = OW·C elements of the row
-  const uint8_t* const* row = nullptr;   // [taps]: x row of tap t, or null (outside x: every read is zx)
-  const int64_t* shift = nullptr;        // [taps]
-  const int64_t* lo = nullptr;           // [taps]
-  const int64_t* hi = nullptr;           // [taps]
-  int64_t v_lo = 0, v_hi = 0;            // vectors whose in-x taps read 64 bytes of x each
-  uint8_t zx = 0, flip = 0;              // pad value (x's own domain), and 0x80 for int8 x
-  const uint8_t* weights = nullptr;      // DepthwiseWeights::nhwc_taps
-  const int32_t* colterm = nullptr;      // [blocks·64]
-  const float* multiplier = nullptr;     // [blocks·64] (kU8/kS8)
-  const int32_t* zw = nullptr;           // [blocks·64], or null
+  int64_t n = 0, taps = 0, blocks = 1;  // n = OW·C elements of the row
+  const uint8_t* const* row = nullptr;  // [taps]: x row of tap t, or null (outside x: every read is zx)
+  const int64_t* shift = nullptr;       // [taps]
+  const int64_t* lo = nullptr;          // [taps]
+  const int64_t* hi = nullptr;          // [taps]
+  int64_t v_lo = 0, v_hi = 0;           // vectors whose in-x taps read 64 bytes of x each
+  uint8_t zx = 0, flip = 0;             // pad value (x's own domain), and 0x80 for int8 x
+  const uint8_t* weights = nullptr;     // DepthwiseWeights::nhwc_taps
+  const int32_t* colterm = nullptr;     // [blocks·64]
+  const float* multiplier = nullptr;    // [blocks·64] (kU8/kS8)
+  const int32_t* zw = nullptr;          // [blocks·64], or null
   OutType out_type = OutType::kS32;
   int32_t zy = 0;
   float lo_minus_zy = 0.f, hi_minus_zy = 0.f;
-  void* y = nullptr;                     // element 0 of the output row
+  void* y = nullptr;  // element 0 of the output row
 };
 
 // Weight blocks of the flat layout for C channels: lcm(C, 64) / 64.
@@ -354,11 +354,11 @@ void depthwise_nhwc_flat_avx512vnni(const DepthwiseNhwcFlat& a);
 // ---------------------------------------------------------------------------------------
 struct DirectRow {
   const uint8_t* in = nullptr;
-  int64_t row_step = 0, pixel_step = 0;   // bytes: dh·Wp·C, sw·C
+  int64_t row_step = 0, pixel_step = 0;  // bytes: dh·Wp·C, sw·C
   int64_t kh = 1, groups = 1, ow = 0, M = 0;
   const int8_t* weights = nullptr;
-  const int32_t* colterm = nullptr;       // [ceil(M/16)·16]
-  const float* multiplier = nullptr;      // [ceil(M/16)·16] (kU8/kS8)
+  const int32_t* colterm = nullptr;   // [ceil(M/16)·16]
+  const float* multiplier = nullptr;  // [ceil(M/16)·16] (kU8/kS8)
   OutType out_type = OutType::kS32;
   int32_t zy = 0;
   float lo_minus_zy = 0.f, hi_minus_zy = 0.f;
@@ -368,11 +368,10 @@ struct DirectRow {
 void direct_row_avx512vnni(const DirectRow& a);
 
 // Tile transposes: layout/tiles.h.
-using layout::TransposeS32Fn;
-using layout::TransposeU8Fn;
 using layout::transpose_s32_for;
 using layout::transpose_u8_for;
-
+using layout::TransposeS32Fn;
+using layout::TransposeU8Fn;
 
 // ---------------------------------------------------------------------------------------
 // im2col (im2col.cc portable and AVX2, im2col_avx512vnni.cc), NHWC: rows [r0, r1) of the flattened (n, oy, ox) output pixels, for

@@ -81,8 +81,8 @@ void dequantize_linear(const T* x, float* y, const float* scale, const int32_t* 
 
 template void dequantize_linear<uint8_t>(const uint8_t*, float*, const float*, const int32_t*, int64_t, int64_t,
                                          int64_t, int, Isa);
-template void dequantize_linear<int8_t>(const int8_t*, float*, const float*, const int32_t*, int64_t, int64_t,
-                                        int64_t, int, Isa);
+template void dequantize_linear<int8_t>(const int8_t*, float*, const float*, const int32_t*, int64_t, int64_t, int64_t,
+                                        int, Isa);
 template void dequantize_linear<uint16_t>(const uint16_t*, float*, const float*, const int32_t*, int64_t, int64_t,
                                           int64_t, int, Isa);
 template void dequantize_linear<int16_t>(const int16_t*, float*, const float*, const int32_t*, int64_t, int64_t,
@@ -126,7 +126,7 @@ void dynamic_quantize_linear(const float* x, uint8_t* y, int64_t n, float* scale
   const float scale = width / 255.0f;
   const float initial = 0.0f - lo / scale;
   float clamped = initial > 0.0f ? initial : 0.0f;  // Python max(qmin, initial): NaN -> qmin
-  clamped = clamped < 255.0f ? clamped : 255.0f;     // Python min(qmax, .)
+  clamped = clamped < 255.0f ? clamped : 255.0f;    // Python min(qmax, .)
   const float zp = std::nearbyint(clamped);
   *scale_out = scale;
   *zero_point_out = static_cast<uint8_t>(static_cast<int32_t>(zp));
@@ -134,9 +134,8 @@ void dynamic_quantize_linear(const float* x, uint8_t* y, int64_t n, float* scale
   void (*quantize)(const float*, uint8_t*, int64_t, float, int32_t) = quantize_run_u8_portable;
   if (isa == Isa::kAvx512Vnni) quantize = quantize_run_u8_avx512vnni;
   if (isa == Isa::kAvx2) quantize = quantize_run_u8_avx2;
-  for_ranges(num_threads, n, kGrain, [&](int64_t begin, int64_t end) {
-    quantize(x + begin, y + begin, end - begin, scale, zp_i);
-  });
+  for_ranges(num_threads, n, kGrain,
+             [&](int64_t begin, int64_t end) { quantize(x + begin, y + begin, end - begin, scale, zp_i); });
 }
 
 // ---- QLinearAdd / QLinearMul: broadcast iteration ------------------------------------------
@@ -156,29 +155,29 @@ void broadcast_binary(const T* a, const T* b, T* c, const BroadcastShape& s, int
 }  // namespace
 
 template <typename T>
-void qlinear_add(const T* a, const T* b, T* c, const BroadcastShape& s, const AddParams& p, int num_threads,
-                 Isa isa) {
+void qlinear_add(const T* a, const T* b, T* c, const BroadcastShape& s, const AddParams& p, int num_threads, Isa isa) {
   AddRunFn<T> fn;
   if constexpr (std::is_same_v<T, uint8_t>) {
     fn = kernels_for(isa).add_u8;
   } else {
     fn = kernels_for(isa).add_s8;
   }
-  broadcast_binary(a, b, c, s, num_threads,
-            [&](const T* ra, int64_t sa, const T* rb, int64_t sb, T* rc, int64_t n) { fn(ra, sa, rb, sb, rc, n, p); });
+  broadcast_binary(a, b, c, s, num_threads, [&](const T* ra, int64_t sa, const T* rb, int64_t sb, T* rc, int64_t n) {
+    fn(ra, sa, rb, sb, rc, n, p);
+  });
 }
 
 template <typename T>
-void qlinear_mul(const T* a, const T* b, T* c, const BroadcastShape& s, const MulParams& p, int num_threads,
-                 Isa isa) {
+void qlinear_mul(const T* a, const T* b, T* c, const BroadcastShape& s, const MulParams& p, int num_threads, Isa isa) {
   MulRunFn<T> fn;
   if constexpr (std::is_same_v<T, uint8_t>) {
     fn = kernels_for(isa).mul_u8;
   } else {
     fn = kernels_for(isa).mul_s8;
   }
-  broadcast_binary(a, b, c, s, num_threads,
-            [&](const T* ra, int64_t sa, const T* rb, int64_t sb, T* rc, int64_t n) { fn(ra, sa, rb, sb, rc, n, p); });
+  broadcast_binary(a, b, c, s, num_threads, [&](const T* ra, int64_t sa, const T* rb, int64_t sb, T* rc, int64_t n) {
+    fn(ra, sa, rb, sb, rc, n, p);
+  });
 }
 
 template void qlinear_add<uint8_t>(const uint8_t*, const uint8_t*, uint8_t*, const BroadcastShape&, const AddParams&,
@@ -194,7 +193,8 @@ template void qlinear_mul<int8_t>(const int8_t*, const int8_t*, int8_t*, const B
 
 void lut_u8(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table, int num_threads, Isa isa) {
   const LutFn lut = isa == Isa::kAvx512Vnni && avx512vbmi_active() ? lut_avx512vbmi : kernels_for(isa).lut;
-  for_ranges(num_threads, n, kGrain, [&](int64_t begin, int64_t end) { lut(x + begin, y + begin, end - begin, table); });
+  for_ranges(num_threads, n, kGrain,
+             [&](int64_t begin, int64_t end) { lut(x + begin, y + begin, end - begin, table); });
 }
 
 // ---- QLinearSoftmax -----------------------------------------------------------------------
@@ -210,15 +210,14 @@ void qlinear_softmax_rows(const T* x, T* y, int64_t rows, int64_t d, const float
     fn = kernels_for(isa).softmax_s8;
   }
   const int64_t grain = std::max<int64_t>(4, (kGrain / d) & ~int64_t{3});
-  for_ranges(num_threads, rows, grain, [&](int64_t begin, int64_t end) {
-    fn(x + begin * d, y + begin * d, end - begin, d, table, ys, zy);
-  });
+  for_ranges(num_threads, rows, grain,
+             [&](int64_t begin, int64_t end) { fn(x + begin * d, y + begin * d, end - begin, d, table, ys, zy); });
 }
 
 template void qlinear_softmax_rows<uint8_t>(const uint8_t*, uint8_t*, int64_t, int64_t, const float*, float, int32_t,
                                             int, Isa);
-template void qlinear_softmax_rows<int8_t>(const int8_t*, int8_t*, int64_t, int64_t, const float*, float, int32_t,
-                                           int, Isa);
+template void qlinear_softmax_rows<int8_t>(const int8_t*, int8_t*, int64_t, int64_t, const float*, float, int32_t, int,
+                                           Isa);
 
 }  // namespace elementwise
 }  // namespace quanta

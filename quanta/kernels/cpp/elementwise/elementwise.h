@@ -74,11 +74,9 @@ struct MulParams {
 
 // Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
 template <typename T>
-using AddRunFn = void (*)(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n,
-                          const AddParams& p);
+using AddRunFn = void (*)(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const AddParams& p);
 template <typename T>
-using MulRunFn = void (*)(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n,
-                          const MulParams& p);
+using MulRunFn = void (*)(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const MulParams& p);
 template <typename T>
 using DequantizeRunFn = void (*)(const T* x, float* y, int64_t n, float scale, int32_t zp);
 
@@ -121,19 +119,17 @@ void dequantize_linear(const T* x, float* y, const float* scale, const int32_t* 
                        int64_t channels, int64_t inner, int num_threads, Isa isa);
 
 // Returns scale and zero point; writes y (n elements).
-void dynamic_quantize_linear(const float* x, uint8_t* y, int64_t n, float* scale, uint8_t* zero_point,
-                             int num_threads, Isa isa);
+void dynamic_quantize_linear(const float* x, uint8_t* y, int64_t n, float* scale, uint8_t* zero_point, int num_threads,
+                             Isa isa);
 
 // A broadcast binary operation, dimensions already aligned to the output's rank
 // (broadcast.h, shared with the other binary family).
 using BroadcastShape = broadcast::Shape;
 
 template <typename T>
-void qlinear_add(const T* a, const T* b, T* c, const BroadcastShape& s, const AddParams& p, int num_threads,
-                 Isa isa);
+void qlinear_add(const T* a, const T* b, T* c, const BroadcastShape& s, const AddParams& p, int num_threads, Isa isa);
 template <typename T>
-void qlinear_mul(const T* a, const T* b, T* c, const BroadcastShape& s, const MulParams& p, int num_threads,
-                 Isa isa);
+void qlinear_mul(const T* a, const T* b, T* c, const BroadcastShape& s, const MulParams& p, int num_threads, Isa isa);
 
 // y[i] = table[x[i]] over n bytes (int8 data is passed as its uint8 bits).
 void lut_u8(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table, int num_threads, Isa isa);

@@ -160,8 +160,8 @@ void lut(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table) {
 }  // namespace
 
 const Kernels kKernelsAvx2 = {
-    add_run<uint8_t>,        add_run<int8_t>,        mul_run<uint8_t>,          mul_run<int8_t>,
-    dequantize_run<uint8_t>, dequantize_run<int8_t>, minmax,                    lut,
+    add_run<uint8_t>,        add_run<int8_t>,        mul_run<uint8_t>, mul_run<int8_t>,
+    dequantize_run<uint8_t>, dequantize_run<int8_t>, minmax,           lut,
     softmax_rows<uint8_t>,   softmax_rows<int8_t>,
 };
 

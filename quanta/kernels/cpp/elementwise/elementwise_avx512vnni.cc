@@ -209,8 +209,8 @@ void lut(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table) {
 // 128-byte table held in two registers, once in the table's first half (entries 0..127)
 // and once in its second (128..255); the index's top bit picks between the two. The tail
 // is a masked load and store of the same steps.
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void lut_avx512vbmi(const uint8_t* x, uint8_t* y,
-                                                                           int64_t n, const uint8_t* table) {
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void lut_avx512vbmi(const uint8_t* x, uint8_t* y, int64_t n,
+                                                                           const uint8_t* table) {
   const __m512i t0 = _mm512_loadu_si512(table);
   const __m512i t1 = _mm512_loadu_si512(table + 64);
   const __m512i t2 = _mm512_loadu_si512(table + 128);
@@ -232,8 +232,8 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void lut_avx512vbmi(const
 }
 
 const Kernels kKernelsAvx512Vnni = {
-    add_run<uint8_t>,        add_run<int8_t>,        mul_run<uint8_t>,          mul_run<int8_t>,
-    dequantize_run<uint8_t>, dequantize_run<int8_t>, minmax,                    lut,
+    add_run<uint8_t>,        add_run<int8_t>,        mul_run<uint8_t>, mul_run<int8_t>,
+    dequantize_run<uint8_t>, dequantize_run<int8_t>, minmax,           lut,
     softmax_rows<uint8_t>,   softmax_rows<int8_t>,
 };
 

@@ -42,9 +42,8 @@ void minmax(const float* x, int64_t n, float* lo, float* hi, bool* has_nan) {
 }  // namespace
 
 const Kernels kKernelsPortable = {
-    add_run<uint8_t>,        add_run<int8_t>,        mul_run<uint8_t>,          mul_run<int8_t>,
-    dequantize_run<uint8_t>, dequantize_run<int8_t>, minmax,                    lut_scalar,
-    softmax_rows<uint8_t>,   softmax_rows<int8_t>,
+    add_run<uint8_t>,       add_run<int8_t>, mul_run<uint8_t>, mul_run<int8_t>,       dequantize_run<uint8_t>,
+    dequantize_run<int8_t>, minmax,          lut_scalar,       softmax_rows<uint8_t>, softmax_rows<int8_t>,
 };
 
 }  // namespace elementwise

@@ -50,8 +50,7 @@ inline T mul_one(T a, T b, const MulParams& p) {
 // ---- row kernels compiled once per ISA (the loops vectorise under the ISA's flags) ----------
 
 // y[i] = table[x[i]] (bytes).
-inline void lut_scalar(const uint8_t* __restrict x, uint8_t* __restrict y, int64_t n,
-                       const uint8_t* __restrict table) {
+inline void lut_scalar(const uint8_t* __restrict x, uint8_t* __restrict y, int64_t n, const uint8_t* __restrict table) {
   for (int64_t i = 0; i < n; ++i) y[i] = table[x[i]];
 }
 
@@ -66,8 +65,7 @@ inline int32_t row_max(const T* __restrict x, int64_t d) {
 // sum stays one float32 chain in index order, the four chains only hide each other's add
 // latency.
 template <typename T>
-void softmax_rows(const T* x, T* y, int64_t rows, int64_t d, const float* __restrict table, float ys,
-                  int32_t zy) {
+void softmax_rows(const T* x, T* y, int64_t rows, int64_t d, const float* __restrict table, float ys, int32_t zy) {
   const float zyf = static_cast<float>(zy);
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {

@@ -64,8 +64,8 @@ void softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads,
              [&](int64_t begin, int64_t end) { fn(x + begin * d, y + begin * d, end - begin, d); });
 }
 
-void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
-                float epsilon, float* mean, float* inv_std, int num_threads, Isa isa) {
+void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias, float epsilon,
+                float* mean, float* inv_std, int num_threads, Isa isa) {
   if (d <= 0) return;
   const LayerNormRowsFn fn = kernels_for(isa).layer_norm;
   for_ranges(num_threads, rows, row_grain(d), [&](int64_t begin, int64_t end) {
@@ -76,8 +76,7 @@ void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* 
 
 // ---- binary ops: NumPy broadcasting (broadcast.h) --------------------------------------------
 
-void binary(BinaryOp op, const float* a, const float* b, float* c, const BroadcastShape& s, int num_threads,
-            Isa isa) {
+void binary(BinaryOp op, const float* a, const float* b, float* c, const BroadcastShape& s, int num_threads, Isa isa) {
   if (broadcast::empty(s)) return;
   const BinaryRunFn run = kernels_for(isa).binary[static_cast<int>(op)];
   const broadcast::Plan p = broadcast::make_plan(s);

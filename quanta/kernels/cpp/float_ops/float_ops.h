@@ -115,8 +115,8 @@ void unary(UnaryOp op, const float* x, float* y, int64_t n, int num_threads, Isa
 
 void softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa);
 
-void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
-                float epsilon, float* mean, float* inv_std, int num_threads, Isa isa);
+void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias, float epsilon,
+                float* mean, float* inv_std, int num_threads, Isa isa);
 
 // A broadcast binary operation, dimensions already aligned to the output's rank
 // (broadcast.h, shared with the other binary family).
@@ -124,8 +124,7 @@ using BroadcastShape = broadcast::Shape;
 
 using broadcast::kMaxRank;
 
-void binary(BinaryOp op, const float* a, const float* b, float* c, const BroadcastShape& s, int num_threads,
-            Isa isa);
+void binary(BinaryOp op, const float* a, const float* b, float* c, const BroadcastShape& s, int num_threads, Isa isa);
 
 }  // namespace float_ops
 }  // namespace quanta

@@ -36,7 +36,7 @@ inline __m256 exp8_clamped(__m256 t) {
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // (E2)
   const __m256 r = _mm256_sub_ps(_mm256_sub_ps(t, _mm256_mul_ps(n, _mm256_set1_ps(kC1))),
                                  _mm256_mul_ps(n, _mm256_set1_ps(kC2)));  // (E3)
-  __m256 h = _mm256_set1_ps(kP0);  // (E4)
+  __m256 h = _mm256_set1_ps(kP0);                                         // (E4)
   h = _mm256_add_ps(_mm256_mul_ps(h, r), _mm256_set1_ps(kP1));
   h = _mm256_add_ps(_mm256_mul_ps(h, r), _mm256_set1_ps(kP2));
   h = _mm256_add_ps(_mm256_mul_ps(h, r), _mm256_set1_ps(kP3));
@@ -44,7 +44,7 @@ inline __m256 exp8_clamped(__m256 t) {
   h = _mm256_add_ps(_mm256_mul_ps(h, r), _mm256_set1_ps(kP5));
   const __m256 p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(h, _mm256_mul_ps(r, r)), r),
                                  _mm256_set1_ps(1.0f));  // (E5)
-  const __m256i ni = _mm256_cvtps_epi32(n);  // n is integral (NaN: p is NaN anyway)
+  const __m256i ni = _mm256_cvtps_epi32(n);              // n is integral (NaN: p is NaN anyway)
   const __m256i n1 = _mm256_srai_epi32(ni, 1);
   const __m256i n2 = _mm256_sub_epi32(ni, n1);
   return _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(pow2_bits(n1))),
@@ -70,8 +70,8 @@ inline __m256 copysign8(__m256 r, __m256 x) {
 
 inline __m256 erf8(__m256 x) {
   const __m256 t = _mm256_min_ps(_mm256_set1_ps(kErfTMax), abs8(x));  // (F1); NaN: the second operand
-  const __m256 s = _mm256_mul_ps(t, t);                                // (F2)
-  __m256 p = _mm256_set1_ps(kErfA[0]);                                 // (F3)
+  const __m256 s = _mm256_mul_ps(t, t);                               // (F2)
+  __m256 p = _mm256_set1_ps(kErfA[0]);                                // (F3)
   for (int k = 1; k < 6; ++k) p = _mm256_add_ps(_mm256_mul_ps(p, s), _mm256_set1_ps(kErfA[k]));
   const __m256 small = _mm256_add_ps(_mm256_mul_ps(p, t), t);
   __m256 q = _mm256_set1_ps(kErfB[0]);  // (F4)
@@ -116,8 +116,7 @@ inline __m256 gelu8(__m256 x) {  // (G1)
 
 inline __m256 gelu_tanh8(__m256 x) {  // (G2)
   const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-  const __m256 a =
-      _mm256_mul_ps(_mm256_set1_ps(kGeluK), _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(kGeluC), x3)));
+  const __m256 a = _mm256_mul_ps(_mm256_set1_ps(kGeluK), _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(kGeluC), x3)));
   return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), tanh8(a)));
 }
 
@@ -209,16 +208,16 @@ void softmax_row(const float* x, float* y, int64_t d) {
   }
   if (i < d) {  // the last, partial 16-block: masked lanes add +0
     const __m256i k0 = tail_mask8(d - i), k1 = tail_mask8(d - i - 8);
-    const __m256 e0 = _mm256_and_ps(exp8_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + i, k0), m)),
-                                    _mm256_castsi256_ps(k0));
-    const __m256 e1 = _mm256_and_ps(exp8_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + i + 8, k1), m)),
-                                    _mm256_castsi256_ps(k1));
+    const __m256 e0 =
+        _mm256_and_ps(exp8_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + i, k0), m)), _mm256_castsi256_ps(k0));
+    const __m256 e1 =
+        _mm256_and_ps(exp8_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + i + 8, k1), m)), _mm256_castsi256_ps(k1));
     _mm256_maskstore_ps(y + i, k0, e0);
     _mm256_maskstore_ps(y + i + 8, k1, e1);
     lo = _mm256_add_ps(lo, e0);
     hi = _mm256_add_ps(hi, e1);
   }
-  const __m256 r = _mm256_set1_ps(1.0f / tree16(lo, hi));  // (S4)
+  const __m256 r = _mm256_set1_ps(1.0f / tree16(lo, hi));                                             // (S4)
   for (i = 0; i + 8 <= d; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), r));  // (S5)
   if (i < d) {
     const __m256i k = tail_mask8(d - i);
@@ -251,11 +250,12 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
     float* yr = y + row * d;
     const float mean = sum16(d, [&](int64_t i, __m256i k) { return _mm256_maskload_ps(xr + i, k); }) / count;  // (L1)
     const __m256 vmean = _mm256_set1_ps(mean);
-    const float var = sum16(d, [&](int64_t i, __m256i k) {
-                        const __m256 di = _mm256_sub_ps(_mm256_maskload_ps(xr + i, k), vmean);  // (L2)
-                        return _mm256_mul_ps(di, di);
-                      }) /
-                      count;                                    // (L3)
+    const float var = sum16(d,
+                            [&](int64_t i, __m256i k) {
+                              const __m256 di = _mm256_sub_ps(_mm256_maskload_ps(xr + i, k), vmean);  // (L2)
+                              return _mm256_mul_ps(di, di);
+                            }) /
+                      count;                                // (L3)
     const float inv_std = 1.0f / std::sqrt(var + epsilon);  // (L4)
     const __m256 vinv = _mm256_set1_ps(inv_std);
     for (int64_t i = 0; i < d; i += 8) {
@@ -274,13 +274,12 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
 
 const Kernels kKernelsAvx2 = {
     "avx2",
-    {binary_run<BinaryOp::kAdd>, binary_run<BinaryOp::kSub>, binary_run<BinaryOp::kMul>,
-     binary_run<BinaryOp::kDiv>},
+    {binary_run<BinaryOp::kAdd>, binary_run<BinaryOp::kSub>, binary_run<BinaryOp::kMul>, binary_run<BinaryOp::kDiv>},
     exp_run,
     softmax_rows,
     layer_norm_rows,
-    {unary_run<erf8>, unary_run<tanh8>, unary_run<sigmoid8>, unary_run<relu8>, unary_run<gelu8>,
-     unary_run<gelu_tanh8>, unary_run<recurrent::logistic8>, unary_run<recurrent::tanh8>},  // by UnaryOp
+    {unary_run<erf8>, unary_run<tanh8>, unary_run<sigmoid8>, unary_run<relu8>, unary_run<gelu8>, unary_run<gelu_tanh8>,
+     unary_run<recurrent::logistic8>, unary_run<recurrent::tanh8>},  // by UnaryOp
 };
 
 }  // namespace float_ops

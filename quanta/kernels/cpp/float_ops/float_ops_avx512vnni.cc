@@ -35,7 +35,7 @@ inline __m512 exp16_clamped(__m512 t) {
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // (E2)
   const __m512 r = _mm512_sub_ps(_mm512_sub_ps(t, _mm512_mul_ps(n, _mm512_set1_ps(kC1))),
                                  _mm512_mul_ps(n, _mm512_set1_ps(kC2)));  // (E3)
-  __m512 h = _mm512_set1_ps(kP0);  // (E4)
+  __m512 h = _mm512_set1_ps(kP0);                                         // (E4)
   h = _mm512_add_ps(_mm512_mul_ps(h, r), _mm512_set1_ps(kP1));
   h = _mm512_add_ps(_mm512_mul_ps(h, r), _mm512_set1_ps(kP2));
   h = _mm512_add_ps(_mm512_mul_ps(h, r), _mm512_set1_ps(kP3));
@@ -43,7 +43,7 @@ inline __m512 exp16_clamped(__m512 t) {
   h = _mm512_add_ps(_mm512_mul_ps(h, r), _mm512_set1_ps(kP5));
   const __m512 p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(h, _mm512_mul_ps(r, r)), r),
                                  _mm512_set1_ps(1.0f));  // (E5)
-  return _mm512_scalef_ps(p, n);  // (E6)
+  return _mm512_scalef_ps(p, n);                         // (E6)
 }
 
 inline __m512 exp16(__m512 x) {
@@ -65,8 +65,8 @@ inline __m512 copysign16(__m512 r, __m512 x) {
 
 inline __m512 erf16(__m512 x) {
   const __m512 t = _mm512_min_ps(_mm512_set1_ps(kErfTMax), abs16(x));  // (F1); NaN: the second operand
-  const __m512 s = _mm512_mul_ps(t, t);                                  // (F2)
-  __m512 p = _mm512_set1_ps(kErfA[0]);                                   // (F3)
+  const __m512 s = _mm512_mul_ps(t, t);                                // (F2)
+  __m512 p = _mm512_set1_ps(kErfA[0]);                                 // (F3)
   for (int k = 1; k < 6; ++k) p = _mm512_add_ps(_mm512_mul_ps(p, s), _mm512_set1_ps(kErfA[k]));
   const __m512 small = _mm512_add_ps(_mm512_mul_ps(p, t), t);
   __m512 q = _mm512_set1_ps(kErfB[0]);  // (F4)
@@ -111,8 +111,7 @@ inline __m512 gelu16(__m512 x) {  // (G1)
 
 inline __m512 gelu_tanh16(__m512 x) {  // (G2)
   const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-  const __m512 a =
-      _mm512_mul_ps(_mm512_set1_ps(kGeluK), _mm512_add_ps(x, _mm512_mul_ps(_mm512_set1_ps(kGeluC), x3)));
+  const __m512 a = _mm512_mul_ps(_mm512_set1_ps(kGeluK), _mm512_add_ps(x, _mm512_mul_ps(_mm512_set1_ps(kGeluC), x3)));
   return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(_mm512_set1_ps(1.0f), tanh16(a)));
 }
 
@@ -259,7 +258,7 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
       const __m512 di = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, xr + i), vmean);  // (L2)
       acc = _mm512_mask_add_ps(acc, k, acc, _mm512_mul_ps(di, di));
     }
-    const float var = tree16(acc) / count;                 // (L3)
+    const float var = tree16(acc) / count;                  // (L3)
     const float inv_std = 1.0f / std::sqrt(var + epsilon);  // (L4)
     const __m512 vinv = _mm512_set1_ps(inv_std);
     for (int64_t i = 0; i < d; i += 16) {
@@ -278,8 +277,7 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
 
 const Kernels kKernelsAvx512Vnni = {
     "avx512vnni",
-    {binary_run<BinaryOp::kAdd>, binary_run<BinaryOp::kSub>, binary_run<BinaryOp::kMul>,
-     binary_run<BinaryOp::kDiv>},
+    {binary_run<BinaryOp::kAdd>, binary_run<BinaryOp::kSub>, binary_run<BinaryOp::kMul>, binary_run<BinaryOp::kDiv>},
     exp_run,
     softmax_rows,
     layer_norm_rows,

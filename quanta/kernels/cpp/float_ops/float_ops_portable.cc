@@ -40,8 +40,8 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
     float m = -std::numeric_limits<float>::infinity();  // (S1), NaN elements skipped
     for (int64_t i = 0; i < d; ++i) m = xr[i] > m ? xr[i] : m;
     for (int64_t i = 0; i < d; ++i) yr[i] = exp_one(xr[i] - m);  // (S2)
-    const float r = 1.0f / sum16(yr, d);                          // (S3), (S4)
-    for (int64_t i = 0; i < d; ++i) yr[i] = yr[i] * r;             // (S5)
+    const float r = 1.0f / sum16(yr, d);                         // (S3), (S4)
+    for (int64_t i = 0; i < d; ++i) yr[i] = yr[i] * r;           // (S5)
   }
 }
 
@@ -57,8 +57,8 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
       const float di = xr[i] - mean;  // (L2)
       acc[i % kLanes] = acc[i % kLanes] + di * di;
     }
-    const float var = tree16(acc) / count;                    // (L3)
-    const float inv_std = 1.0f / std::sqrt(var + epsilon);     // (L4)
+    const float var = tree16(acc) / count;                  // (L3)
+    const float inv_std = 1.0f / std::sqrt(var + epsilon);  // (L4)
     for (int64_t i = 0; i < d; ++i) {
       const float v = ((xr[i] - mean) * inv_std) * scale[i];  // (L5)
       yr[i] = bias ? v + bias[i] : v;
@@ -72,8 +72,7 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
 
 const Kernels kKernelsPortable = {
     "portable",
-    {binary_run<BinaryOp::kAdd>, binary_run<BinaryOp::kSub>, binary_run<BinaryOp::kMul>,
-     binary_run<BinaryOp::kDiv>},
+    {binary_run<BinaryOp::kAdd>, binary_run<BinaryOp::kSub>, binary_run<BinaryOp::kMul>, binary_run<BinaryOp::kDiv>},
     exp_run,
     softmax_rows,
     layer_norm_rows,

@@ -21,17 +21,17 @@ namespace float_ops {
 namespace {  // NOLINT: see the header comment
 
 // exp constants (reference/float_ops.py spells the same bits).
-constexpr float kExpLo = -104.0f;              // (E1): below, e^x < 2^-150 rounds to 0
-constexpr float kExpHi = 89.0f;                // (E1): above, e^x > FLT_MAX
-constexpr float kL2E = 0x1.715476p+0f;         // 0x3FB8AA3B, f32(log2 e)
-constexpr float kC1 = 0x1.63p-1f;              // 0x3F318000, 0.693359375 (n·C1 exact)
-constexpr float kC2 = -0x1.bd0106p-13f;        // 0xB95E8083, ln 2 − C1
-constexpr float kP0 = 0x1.a0d2cep-13f;         // 0x39506967, 1.9875691500e-4
-constexpr float kP1 = 0x1.6e879cp-10f;         // 0x3AB743CE, 1.3981999507e-3
-constexpr float kP2 = 0x1.11121p-7f;           // 0x3C088908, 8.3334519073e-3
-constexpr float kP3 = 0x1.555382p-5f;          // 0x3D2AA9C1, 4.1665795894e-2
-constexpr float kP4 = 0x1.555554p-3f;          // 0x3E2AAAAA, 1.6666665459e-1
-constexpr float kP5 = 0x1p-1f;                 // 0x3F000000, 5.0000001201e-1 in float32
+constexpr float kExpLo = -104.0f;        // (E1): below, e^x < 2^-150 rounds to 0
+constexpr float kExpHi = 89.0f;          // (E1): above, e^x > FLT_MAX
+constexpr float kL2E = 0x1.715476p+0f;   // 0x3FB8AA3B, f32(log2 e)
+constexpr float kC1 = 0x1.63p-1f;        // 0x3F318000, 0.693359375 (n·C1 exact)
+constexpr float kC2 = -0x1.bd0106p-13f;  // 0xB95E8083, ln 2 − C1
+constexpr float kP0 = 0x1.a0d2cep-13f;   // 0x39506967, 1.9875691500e-4
+constexpr float kP1 = 0x1.6e879cp-10f;   // 0x3AB743CE, 1.3981999507e-3
+constexpr float kP2 = 0x1.11121p-7f;     // 0x3C088908, 8.3334519073e-3
+constexpr float kP3 = 0x1.555382p-5f;    // 0x3D2AA9C1, 4.1665795894e-2
+constexpr float kP4 = 0x1.555554p-3f;    // 0x3E2AAAAA, 1.6666665459e-1
+constexpr float kP5 = 0x1p-1f;           // 0x3F000000, 5.0000001201e-1 in float32
 constexpr int kLanes = 16;
 
 // 2^k from its exponent bits, k in [−126, 127].
@@ -45,23 +45,23 @@ inline float pow2(int32_t k) {
 inline float exp_one(float x) {
   float t = x < kExpLo ? kExpLo : x;  // (E1); NaN compares false and stays NaN
   t = t > kExpHi ? kExpHi : t;
-  const float n = std::nearbyint(t * kL2E);      // (E2), current rounding mode: to nearest even
-  const float r = (t - n * kC1) - n * kC2;       // (E3)
-  float h = kP0;                                 // (E4)
+  const float n = std::nearbyint(t * kL2E);  // (E2), current rounding mode: to nearest even
+  const float r = (t - n * kC1) - n * kC2;   // (E3)
+  float h = kP0;                             // (E4)
   h = h * r + kP1;
   h = h * r + kP2;
   h = h * r + kP3;
   h = h * r + kP4;
   h = h * r + kP5;
-  const float p = ((h * (r * r)) + r) + 1.0f;    // (E5)
+  const float p = ((h * (r * r)) + r) + 1.0f;               // (E5)
   const int32_t ni = n == n ? static_cast<int32_t>(n) : 0;  // NaN: p is NaN anyway
-  const int32_t n1 = ni >> 1;                    // floor(n / 2) (arithmetic shift)
-  return (p * pow2(n1)) * pow2(ni - n1);         // (E6)
+  const int32_t n1 = ni >> 1;                               // floor(n / 2) (arithmetic shift)
+  return (p * pow2(n1)) * pow2(ni - n1);                    // (E6)
 }
 
 // erf constants (F1)-(F5); reference/float_ops.py spells the same bits.
-constexpr float kErfTMax = 0x1.f66666p+1f;     // 0x407B3333, 3.925: erf rounds to 1 in float32 from 3.9192
-constexpr float kErfSplit = 0x1.d8p-1f;        // 0x3F6C0000, 0.921875
+constexpr float kErfTMax = 0x1.f66666p+1f;  // 0x407B3333, 3.925: erf rounds to 1 in float32 from 3.9192
+constexpr float kErfSplit = 0x1.d8p-1f;     // 0x3F6C0000, 0.921875
 constexpr float kErfA[6] = {
     -0x1.3a1a82p-11f,  // 0xBA1D0D41
     0x1.473f48p-8f,    // 0x3BA39FA4
@@ -80,19 +80,19 @@ constexpr float kErfB[7] = {
     0x1.079d0cp-3f,    // 0x3E03CE86
 };
 // tanh constants (T1)-(T4).
-constexpr float kTanhSplit = 0.75f;            // 0x3F400000
+constexpr float kTanhSplit = 0.75f;  // 0x3F400000
 constexpr float kTanhT[6] = {
-    -0x1.55554ap-2f,   // 0xBEAAAAA5, ≈ −1/3
-    0x1.110db8p-3f,    // 0x3E0886DC
-    -0x1.b97d3cp-5f,   // 0xBD5CBE9E
-    0x1.5f7854p-6f,    // 0x3CAFBC2A
-    -0x1.f5d344p-8f,   // 0xBBFAE9A2
-    0x1.c75364p-10f,   // 0x3AE3A9B2
+    -0x1.55554ap-2f,  // 0xBEAAAAA5, ≈ −1/3
+    0x1.110db8p-3f,   // 0x3E0886DC
+    -0x1.b97d3cp-5f,  // 0xBD5CBE9E
+    0x1.5f7854p-6f,   // 0x3CAFBC2A
+    -0x1.f5d344p-8f,  // 0xBBFAE9A2
+    0x1.c75364p-10f,  // 0x3AE3A9B2
 };
 // Gelu constants (G1)-(G2).
-constexpr float kGeluSqrt2 = 0x1.6a09e6p+0f;   // 0x3FB504F3, f32(√2)
-constexpr float kGeluK = 0x1.988454p-1f;       // 0x3F4C422A, f32(√(2/π))
-constexpr float kGeluC = 0x1.6e4e26p-5f;       // 0x3D372713, f32(0.044715)
+constexpr float kGeluSqrt2 = 0x1.6a09e6p+0f;  // 0x3FB504F3, f32(√2)
+constexpr float kGeluK = 0x1.988454p-1f;      // 0x3F4C422A, f32(√(2/π))
+constexpr float kGeluC = 0x1.6e4e26p-5f;      // 0x3D372713, f32(0.044715)
 
 inline float erf_one(float x) {
   const float a = std::fabs(x);
@@ -101,7 +101,7 @@ inline float erf_one(float x) {
   float p = kErfA[0];                           // (F3)
   for (int k = 1; k < 6; ++k) p = p * s + kErfA[k];
   const float small = p * t + t;
-  float q = kErfB[0];                           // (F4)
+  float q = kErfB[0];  // (F4)
   for (int k = 1; k < 7; ++k) q = q * t + kErfB[k];
   q = q * t + t;
   const float big = 1.0f - exp_one(-q);
@@ -111,7 +111,7 @@ inline float erf_one(float x) {
 inline float tanh_one(float x) {
   const float t = std::fabs(x);  // (T1)
   const float s = t * t;
-  float p = kTanhT[5];           // (T2)
+  float p = kTanhT[5];  // (T2)
   for (int k = 4; k >= 0; --k) p = p * s + kTanhT[k];
   const float small = t + t * (s * p);
   const float e = exp_one(t + t);  // (T3)
@@ -122,7 +122,7 @@ inline float tanh_one(float x) {
 inline float sigmoid_one(float x) {
   const float e = exp_one(-std::fabs(x));  // (Σ1)
   const float d = 1.0f + e;
-  return x >= 0.0f ? 1.0f / d : e / d;     // (Σ2); NaN: e / d is NaN
+  return x >= 0.0f ? 1.0f / d : e / d;  // (Σ2); NaN: e / d is NaN
 }
 
 // np.maximum(x, 0): +0 for ±0 (np.maximum returns its second operand on equal zeros)

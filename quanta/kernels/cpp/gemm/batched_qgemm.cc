@@ -83,9 +83,8 @@ void pack_strided_portable(const StridedSource& s, void* dst, int32_t* cs, int32
   }
 }
 
-void pack_weights_strided(const void* w_base, bool w_unsigned, int64_t K, int64_t N, int64_t k_stride,
-                          int64_t n_stride, const int32_t* zero_point, bool zero_point_per_channel, Isa isa,
-                          PackedWeights& pw) {
+void pack_weights_strided(const void* w_base, bool w_unsigned, int64_t K, int64_t N, int64_t k_stride, int64_t n_stride,
+                          const int32_t* zero_point, bool zero_point_per_channel, Isa isa, PackedWeights& pw) {
   if (K < 0 || N < 0) throw std::invalid_argument("pack_weights_strided: bad dimensions");
   prepare_layout(pw, isa, K, N, w_unsigned, any_shifted_zero_point(zero_point, zero_point_per_channel, N, w_unsigned));
   // Each entry point is the template instance of its family's fixed layout; a family whose
@@ -105,7 +104,8 @@ void pack_weights_strided(const void* w_base, bool w_unsigned, int64_t K, int64_
     if (e.isa == isa) entry = &e;
   }
   if (entry == nullptr || entry->nr != pw.nr || entry->kr != pw.kr || entry->w_bytes != pw.storage_bytes) {
-    throw std::logic_error("pack_weights_strided: no strided packer for the layout of ISA " + std::string(isa_name(isa)));
+    throw std::logic_error("pack_weights_strided: no strided packer for the layout of ISA " +
+                           std::string(isa_name(isa)));
   }
   StridedSource src;
   src.w = w_base;
@@ -149,8 +149,8 @@ void batched_qgemm(const BatchedParams& p, BatchedScratch& scratch) {
   const int y_bytes = p.gemm.out_type == qgemm::OutType::kU8 || p.gemm.out_type == qgemm::OutType::kS8 ? 1 : 4;
   auto run_one = [&](int64_t i, int slot_index) {
     BatchedScratch::Slot& sl = scratch.slot(slot_index);
-    pack_weights_strided(static_cast<const uint8_t*>(p.w) + i * p.w_batch_stride, p.w_unsigned, p.K, p.N,
-                         p.w_k_stride, p.w_n_stride, p.zw, p.zw_per_channel, p.isa, sl.packed);
+    pack_weights_strided(static_cast<const uint8_t*>(p.w) + i * p.w_batch_stride, p.w_unsigned, p.K, p.N, p.w_k_stride,
+                         p.w_n_stride, p.zw, p.zw_per_channel, p.isa, sl.packed);
     qgemm::QGemmParams q = p.gemm;
     q.w = &sl.packed;
     q.zx_per_row = nullptr;

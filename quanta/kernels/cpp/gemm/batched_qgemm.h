@@ -39,9 +39,8 @@ namespace gemm {
 // Packs w[k,n] = w_base[k·k_stride + n·n_stride] (int8, or uint8 when w_unsigned) for
 // `isa` into pw, reusing pw's buffers when they are large enough. zero_point: N values, or
 // 1 when zero_point_per_channel is false (ranges checked by the caller).
-void pack_weights_strided(const void* w_base, bool w_unsigned, int64_t K, int64_t N, int64_t k_stride,
-                          int64_t n_stride, const int32_t* zero_point, bool zero_point_per_channel, Isa isa,
-                          qgemm::PackedWeights& pw);
+void pack_weights_strided(const void* w_base, bool w_unsigned, int64_t K, int64_t N, int64_t k_stride, int64_t n_stride,
+                          const int32_t* zero_point, bool zero_point_per_channel, Isa isa, qgemm::PackedWeights& pw);
 
 // The layout fields pack_weights_strided gives a PackedWeights for these arguments, with
 // no buffers: what qgemm_workspace_bytes reads of it.

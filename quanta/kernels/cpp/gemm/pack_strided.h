@@ -17,7 +17,7 @@ namespace quanta {
 namespace gemm {
 
 struct StridedSource {
-  const void* w = nullptr;    // w[k,n] = w[k·k_stride + n·n_stride]
+  const void* w = nullptr;  // w[k,n] = w[k·k_stride + n·n_stride]
   bool w_unsigned = false;
   int64_t K = 0, N = 0, k_stride = 0, n_stride = 0;
   int64_t Kp = 0, n_panels = 0;
@@ -47,7 +47,8 @@ inline void pack_group_k_contiguous(const Src* col0, int64_t ns, Storage* dg) {
     }
   } else {
     for (int j = 0; j < NR; ++j) {
-      for (int t = 0; t < KR; ++t) dg[j * KR + t] = static_cast<Storage>(static_cast<int32_t>(col0[j * ns + t]) - kShift);
+      for (int t = 0; t < KR; ++t)
+        dg[j * KR + t] = static_cast<Storage>(static_cast<int32_t>(col0[j * ns + t]) - kShift);
     }
   }
 }
@@ -157,8 +158,8 @@ inline void pack_panel_pair_row_major(const Src* col0, int64_t ks, int64_t group
     const __m512i o2 = _mm512_unpacklo_epi16(t01hi, t23hi), o3 = _mm512_unpackhi_epi16(t01hi, t23hi);
     const __m512i u0 = _mm512_shuffle_i64x2(o0, o1, 0x44), u1 = _mm512_shuffle_i64x2(o2, o3, 0x44);  // lanes 0, 1
     const __m512i u2 = _mm512_shuffle_i64x2(o0, o1, 0xee), u3 = _mm512_shuffle_i64x2(o2, o3, 0xee);  // lanes 2, 3
-    const __m512i v[4] = {_mm512_shuffle_i64x2(u0, u1, 0x88), _mm512_shuffle_i64x2(u0, u1, 0xdd),  // columns 0 .. 31
-                          _mm512_shuffle_i64x2(u2, u3, 0x88), _mm512_shuffle_i64x2(u2, u3, 0xdd)};  // 32 .. 63
+    const __m512i v[4] = {_mm512_shuffle_i64x2(u0, u1, 0x88), _mm512_shuffle_i64x2(u0, u1, 0xdd),    // columns 0 .. 31
+                          _mm512_shuffle_i64x2(u2, u3, 0x88), _mm512_shuffle_i64x2(u2, u3, 0xdd)};   // 32 .. 63
     _mm512_storeu_si512(d0 + g * 128, v[0]);
     _mm512_storeu_si512(d0 + g * 128 + 64, v[1]);
     _mm512_storeu_si512(d1 + g * 128, v[2]);

@@ -45,8 +45,7 @@ int64_t apply_scale(int64_t acc, int32_t multiplier, int32_t shift, Rounding r) 
 }
 
 void requantize(const int32_t* acc, int64_t outer, int64_t channels, int64_t inner, const int32_t* mult,
-                const int32_t* shift, int64_t n_params, int32_t zy, int32_t lo, int32_t hi, Rounding r,
-                int32_t* y) {
+                const int32_t* shift, int64_t n_params, int32_t zy, int32_t lo, int32_t hi, Rounding r, int32_t* y) {
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t c = 0; c < channels; ++c) {
       const int32_t m = param(mult, n_params, c), s = param(shift, n_params, c);
@@ -56,9 +55,9 @@ void requantize(const int32_t* acc, int64_t outer, int64_t channels, int64_t inn
   }
 }
 
-void matmul(const int32_t* a, const int32_t* b, const int32_t* c, int64_t batch, int64_t batch_b, int64_t m,
-            int64_t k, int64_t n, int32_t za, int32_t zb, int32_t zy, const int32_t* mult, const int32_t* shift,
-            int64_t n_params, int32_t lo, int32_t hi, Rounding r, int32_t* y) {
+void matmul(const int32_t* a, const int32_t* b, const int32_t* c, int64_t batch, int64_t batch_b, int64_t m, int64_t k,
+            int64_t n, int32_t za, int32_t zb, int32_t zy, const int32_t* mult, const int32_t* shift, int64_t n_params,
+            int32_t lo, int32_t hi, Rounding r, int32_t* y) {
   std::vector<int32_t> bt(static_cast<size_t>(k * n));
   std::vector<int64_t> colsum(static_cast<size_t>(n));
   for (int64_t bi = 0; bi < batch; ++bi) {
@@ -135,8 +134,8 @@ void add(const int32_t* a, const int32_t* b, int64_t size, const AddParams& p, R
   }
 }
 
-void mul(const int32_t* a, const int32_t* b, int64_t size, int32_t za, int32_t zb, int32_t zy, int32_t m,
-         int32_t s, int32_t lo, int32_t hi, Rounding r, int32_t* y) {
+void mul(const int32_t* a, const int32_t* b, int64_t size, int32_t za, int32_t zb, int32_t zy, int32_t m, int32_t s,
+         int32_t lo, int32_t hi, Rounding r, int32_t* y) {
   for (int64_t i = 0; i < size; ++i) {
     const int64_t prod = (static_cast<int64_t>(a[i]) - za) * (static_cast<int64_t>(b[i]) - zb);
     y[i] = clamp(apply_scale(wrap32(prod), m, s, r) + zy, lo, hi);  // (IO6)
@@ -180,8 +179,8 @@ int64_t int_exp(int64_t d, int64_t x0, int64_t b, int64_t c, int32_t exp_shift) 
   return sh >= 0 ? p >> sh : p << (-sh);
 }
 
-void softmax_poly(const int32_t* x, int64_t rows, int64_t n, const ExpPoly& e, int32_t y_shift, int32_t zy,
-                  int32_t lo, int32_t hi, int32_t* y) {
+void softmax_poly(const int32_t* x, int64_t rows, int64_t n, const ExpPoly& e, int32_t y_shift, int32_t zy, int32_t lo,
+                  int32_t hi, int32_t* y) {
   std::vector<int64_t> ebuf(static_cast<size_t>(n));
   for (int64_t row = 0; row < rows; ++row) {
     const int32_t* xr = x + row * n;
@@ -212,8 +211,8 @@ int64_t gelu(const int32_t* x, int64_t size, const GeluPoly& g, int32_t lo, int3
   return -1;
 }
 
-void layer_norm(const int32_t* x, int64_t rows, int64_t n, const int32_t* g, const int32_t* b, int32_t zx,
-                int32_t zy, int64_t eps, int32_t gamma_shift, int32_t lo, int32_t hi, int32_t* y) {
+void layer_norm(const int32_t* x, int64_t rows, int64_t n, const int32_t* g, const int32_t* b, int32_t zx, int32_t zy,
+                int64_t eps, int32_t gamma_shift, int32_t lo, int32_t hi, int32_t* y) {
   std::vector<int64_t> cbuf(static_cast<size_t>(n));
   for (int64_t row = 0; row < rows; ++row) {
     const int32_t* xr = x + row * n;

@@ -24,14 +24,13 @@ inline int32_t clamp(int64_t v, int32_t lo, int32_t hi) {
 // y[o, c, i] = clamp(apply_scale(acc[o, c, i], m[c], s[c]) + zy): `channels` = 1 for one
 // multiplier. acc int32.
 void requantize(const int32_t* acc, int64_t outer, int64_t channels, int64_t inner, const int32_t* mult,
-                const int32_t* shift, int64_t n_params, int32_t zy, int32_t lo, int32_t hi, Rounding r,
-                int32_t* y);
+                const int32_t* shift, int64_t n_params, int32_t zy, int32_t lo, int32_t hi, Rounding r, int32_t* y);
 
 // a [batch, M, K], b [batch_b, K, N] (batch_b = 1: shared), c [N] or null:
 // acc = Σ a·b − zb·Σ_k a + c  (c given), else Σ (a − za)(b − zb); per column or tensor.
-void matmul(const int32_t* a, const int32_t* b, const int32_t* c, int64_t batch, int64_t batch_b, int64_t m,
-            int64_t k, int64_t n, int32_t za, int32_t zb, int32_t zy, const int32_t* mult, const int32_t* shift,
-            int64_t n_params, int32_t lo, int32_t hi, Rounding r, int32_t* y);
+void matmul(const int32_t* a, const int32_t* b, const int32_t* c, int64_t batch, int64_t batch_b, int64_t m, int64_t k,
+            int64_t n, int32_t za, int32_t zb, int32_t zy, const int32_t* mult, const int32_t* shift, int64_t n_params,
+            int32_t lo, int32_t hi, Rounding r, int32_t* y);
 
 // x [N, C, H, W], w [M, C/group, KH, KW], c [M]; padding holds zx.
 struct Conv2d {
@@ -47,14 +46,14 @@ struct AddParams {
   int32_t za, zb, zy, am, as, bm, bs, m, s, left, lo, hi;
 };
 void add(const int32_t* a, const int32_t* b, int64_t size, const AddParams& p, Rounding r, int32_t* y);
-void mul(const int32_t* a, const int32_t* b, int64_t size, int32_t za, int32_t zb, int32_t zy, int32_t m,
-         int32_t s, int32_t lo, int32_t hi, Rounding r, int32_t* y);
+void mul(const int32_t* a, const int32_t* b, int64_t size, int32_t za, int32_t zb, int32_t zy, int32_t m, int32_t s,
+         int32_t lo, int32_t hi, Rounding r, int32_t* y);
 
 // rows [R, n] along the last axis.
 void softmax(const int32_t* x, int64_t rows, int64_t n, const int32_t* exp_table, int32_t y_shift, int32_t zy,
              int32_t lo, int32_t hi, int32_t* y);
-void layer_norm(const int32_t* x, int64_t rows, int64_t n, const int32_t* g, const int32_t* b, int32_t zx,
-                int32_t zy, int64_t eps, int32_t gamma_shift, int32_t lo, int32_t hi, int32_t* y);
+void layer_norm(const int32_t* x, int64_t rows, int64_t n, const int32_t* g, const int32_t* b, int32_t zx, int32_t zy,
+                int64_t eps, int32_t gamma_shift, int32_t lo, int32_t hi, int32_t* y);
 
 // floor(sqrt(v)), v >= 0, by Newton's iteration from 2^ceil(bits(v)/2) (I-BERT).
 int64_t isqrt(int64_t v);
@@ -68,8 +67,8 @@ struct ExpPoly {
   int64_t x0, b, c;
   int32_t shift;
 };
-void softmax_poly(const int32_t* x, int64_t rows, int64_t n, const ExpPoly& e, int32_t y_shift, int32_t zy,
-                  int32_t lo, int32_t hi, int32_t* y);
+void softmax_poly(const int32_t* x, int64_t rows, int64_t n, const ExpPoly& e, int32_t y_shift, int32_t zy, int32_t lo,
+                  int32_t hi, int32_t* y);
 
 // I-BERT's i-GELU (golden int_gelu, eq. (IO13)). Returns -1, or the index of the first
 // element whose pre-shifted value leaves int32 (y is then incomplete: the caller raises).

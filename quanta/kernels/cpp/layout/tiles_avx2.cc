@@ -87,7 +87,8 @@ inline void tile_s32_8x8(const int32_t* src, int64_t src_stride, int32_t* dst, i
   }
 #pragma GCC unroll 4
   for (int c = 0; c < 4; ++c) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c * dst_stride), _mm256_permute2x128_si256(u[c], u[4 + c], 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c * dst_stride),
+                        _mm256_permute2x128_si256(u[c], u[4 + c], 0x20));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (c + 4) * dst_stride),
                         _mm256_permute2x128_si256(u[c], u[4 + c], 0x31));
   }
@@ -125,7 +126,8 @@ void transpose_u8_avx2(const uint8_t* src, int64_t src_stride, int64_t rows, int
         for (int64_t i = 0; i < ni; ++i) std::memcpy(tin[i], src + (i0 + i) * src_stride + j0, static_cast<size_t>(nj));
         for (int i = 0; i < 16; ++i) ptrs[i] = tin[i];
         tile_u8_16x32(ptrs, &tout[0][0], 16, vflip);
-        for (int64_t j = 0; j < nj; ++j) std::memcpy(dst + (j0 + j) * dst_stride + i0, tout[j], static_cast<size_t>(ni));
+        for (int64_t j = 0; j < nj; ++j)
+          std::memcpy(dst + (j0 + j) * dst_stride + i0, tout[j], static_cast<size_t>(ni));
       }
     }
   }

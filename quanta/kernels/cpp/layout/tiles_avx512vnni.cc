@@ -22,7 +22,6 @@ namespace quanta {
 namespace layout {
 namespace {
 
-
 constexpr int64_t kTransposeChunkBytes = 32 * 1024;
 
 inline __mmask64 first_bytes(int64_t n) { return n >= 64 ? ~0ull : (1ull << n) - 1; }

@@ -13,7 +13,7 @@ namespace layout {
 namespace {
 
 constexpr int64_t kTile = 16;
-constexpr int64_t kFewRowsChunk = 4096;  // columns per unit of the few-rows path
+constexpr int64_t kFewRowsChunk = 4096;        // columns per unit of the few-rows path
 constexpr int64_t kSimdBlockBytes = 64 << 10;  // bytes per unit of the SIMD paths (whole columns)
 
 template <int R>
@@ -41,8 +41,7 @@ void rows_typed(const T* x, T* y, int64_t rows, int64_t cols, int64_t r_begin, i
   }
 }
 
-void rows_bytes(const uint8_t* x, uint8_t* y, int64_t rows, int64_t cols, int64_t e, int64_t r_begin,
-                int64_t r_end) {
+void rows_bytes(const uint8_t* x, uint8_t* y, int64_t rows, int64_t cols, int64_t e, int64_t r_begin, int64_t r_end) {
   for (int64_t r = r_begin; r < r_end; ++r) {
     for (int64_t c = 0; c < cols; ++c) std::memcpy(y + (c * rows + r) * e, x + (r * cols + c) * e, e);
   }

@@ -123,8 +123,10 @@ void quantize_rows_any(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0
       bool bad = false;
       for (int64_t i = i0; i < i1; ++i) {
         const float a = std::fabs(x[r * K + i]);
-        if (!std::isfinite(a)) bad = true;
-        else amax = std::max(amax, a);
+        if (!std::isfinite(a))
+          bad = true;
+        else
+          amax = std::max(amax, a);
       }
       if (bad) {
         codes[r * nb + k] = 255;
@@ -212,8 +214,8 @@ PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, i
   return b;
 }
 
-void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M, const PackedMx& b,
-          const float* bias, float* y, int num_threads) {
+void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M, const PackedMx& b, const float* bias,
+          float* y, int num_threads) {
   const int nb = b.nb, kb = b.kb, block = b.block;
   const int64_t K = b.K;
   const ElemInfo fa = elem_info(a_elem);
@@ -253,7 +255,9 @@ void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M,
         const int64_t p = c % panels, rb = c / panels;
         const int64_t m0 = rb * mc, m1 = std::min(M, m0 + mc);
         switch (b.isa) {
-          case Isa::kAvx512Vnni: gemm_i8_avx512vnni(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1); break;
+          case Isa::kAvx512Vnni:
+            gemm_i8_avx512vnni(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1);
+            break;
           case Isa::kAvx2: gemm_i8_avx2(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1); break;
           default: gemm_i8_portable(au.data(), sa.data(), b, bias, y, M, m0, m1, p, p + 1, k0, k1); break;
         }

@@ -67,7 +67,7 @@ struct PackedMx {
   std::vector<int8_t> i8;
   std::vector<int32_t> comp;
   std::vector<double> f64;
-  std::vector<float> sb;   // [nb][Np] fl32(2^(e − f_B)); NaN for code 255
+  std::vector<float> sb;  // [nb][Np] fl32(2^(e − f_B)); NaN for code 255
   // INT8: comp and the scales panel-major, [panel][block][32]: the tile reads them with
   // a unit stride (a [block][Np] layout put every block's line in one L1 set at N = 1024)
   std::vector<float> sbp;
@@ -77,8 +77,8 @@ struct PackedMx {
 PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, int block, Elem e, Isa isa);
 
 // y [M, N] = A · B (+ bias[N] when not null).
-void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M, const PackedMx& b,
-          const float* bias, float* y, int num_threads);
+void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M, const PackedMx& b, const float* bias,
+          float* y, int num_threads);
 
 // fl32(2^e) for an unbiased e (128: NaN).
 float pow2f(int e);
@@ -87,22 +87,21 @@ float pow2f(int e);
 // INT8 x INT8 rows [m0, m1) x panels [p0, p1) x blocks [k0, k1); au: A + 128 as u8
 // [M][nb·kb]; sa: [M][nb]. With k0 > 0 the float accumulators start from y (the chunk
 // before wrote them there); with k1 = nb the bias is added and y is final.
-void gemm_i8_portable(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y,
-                      int64_t M, int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
+void gemm_i8_portable(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
+                      int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
 void gemm_i8_avx2(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
                   int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
-void gemm_i8_avx512vnni(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y,
-                        int64_t M, int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
+void gemm_i8_avx512vnni(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
+                        int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
 // Float-element GEMM rows [m0, m1): ad: A's n as double [M][nb·kb]; abad [M][nb].
 void gemm_f64_portable(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b, const float* bias,
                        float* y, int64_t m0, int64_t m1);
 void gemm_f64_avx2(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b, const float* bias,
                    float* y, int64_t m0, int64_t m1);
-void gemm_f64_avx512vnni(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b,
-                         const float* bias, float* y, int64_t m0, int64_t m1);
+void gemm_f64_avx512vnni(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b, const float* bias,
+                         float* y, int64_t m0, int64_t m1);
 // Quantize rows [r0, r1) of INT8 elements.
-void quantize_i8_portable(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K,
-                          int block);
+void quantize_i8_portable(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K, int block);
 void quantize_i8_avx2(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K, int block);
 void quantize_i8_avx512vnni(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K,
                             int block);

@@ -30,15 +30,15 @@ namespace {
 // the range and in y between ranges (the K chunks of the driver): the same values in the
 // same order, so the chain of eq. (MX6) is unchanged; the bias is added after the last.
 template <int MR>
-void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t m,
-          int64_t p, int k0, int k1) {
+void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t m, int64_t p,
+          int k0, int k1) {
   const int nb = b.nb, kb = b.kb, G = kb / 4;
   const int64_t lda = static_cast<int64_t>(nb) * kb, N = b.N, n0 = p * 32;
   const int valid = static_cast<int>(std::min<int64_t>(32, N - n0));
   const __mmask16 k0m = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1u);
   const __mmask16 k1m = valid >= 32 ? 0xffff : (valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1u));
   __m512 acc[MR][2];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     if (k0 == 0) {
       acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -53,7 +53,7 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
     const __m512i c0 = _mm512_sub_epi32(zero, _mm512_loadu_si512(ck));
     const __m512i c1 = _mm512_sub_epi32(zero, _mm512_loadu_si512(ck + 16));
     __m512i d[MR][2];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       d[r][0] = c0;
       d[r][1] = c1;
@@ -64,13 +64,13 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
       // one or two rows: two accumulator sets (even / odd k-groups) hide vpdpbusd's
       // latency; their sum is exact (int32)
       __m512i e[MR][2];
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) e[r][0] = e[r][1] = zero;
       int g = 0;
       for (; g + 2 <= G; g += 2) {
         const __m512i b0 = _mm512_loadu_si512(w + g * 128), b1 = _mm512_loadu_si512(w + g * 128 + 64);
         const __m512i b2 = _mm512_loadu_si512(w + g * 128 + 128), b3 = _mm512_loadu_si512(w + g * 128 + 192);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
           int32_t a4, a5;
           __builtin_memcpy(&a4, ak + r * lda + 4 * g, 4);
@@ -84,7 +84,7 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
       }
       for (; g < G; ++g) {
         const __m512i b0 = _mm512_loadu_si512(w + g * 128), b1 = _mm512_loadu_si512(w + g * 128 + 64);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
           int32_t a4;
           __builtin_memcpy(&a4, ak + r * lda + 4 * g, 4);
@@ -93,7 +93,7 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
           QUANTA_MX_VPDPBUSD(d[r][1], a, b1);
         }
       }
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         d[r][0] = _mm512_add_epi32(d[r][0], e[r][0]);
         d[r][1] = _mm512_add_epi32(d[r][1], e[r][1]);
@@ -103,7 +103,7 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
       auto group = [&](int g) {
         const __m512i b0 = _mm512_loadu_si512(w + g * 128);
         const __m512i b1 = _mm512_loadu_si512(w + g * 128 + 64);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
           int32_t a4;
           __builtin_memcpy(&a4, ak + r * lda + 4 * g, 4);
@@ -113,10 +113,10 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
         }
       };
       if (G == 8) {
-        // the default block of 32: a fixed trip count, unrolled whole, keeps the 2·MR
-        // accumulators in fixed registers (a partly unrolled loop of unknown count made
-        // the compiler rotate them through register copies every step)
-        #pragma GCC unroll 8
+// the default block of 32: a fixed trip count, unrolled whole, keeps the 2·MR
+// accumulators in fixed registers (a partly unrolled loop of unknown count made
+// the compiler rotate them through register copies every step)
+#pragma GCC unroll 8
         for (int g = 0; g < 8; ++g) group(g);
       } else {
         for (int g = 0; g < G; ++g) group(g);
@@ -125,7 +125,7 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
     const float* sk = b.sbp.data() + (static_cast<size_t>(p) * nb + k) * 32;
     const __m512 sb0 = _mm512_loadu_ps(sk);
     const __m512 sb1 = _mm512_loadu_ps(sk + 16);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const __m512 s_a = _mm512_set1_ps(sa[(m + r) * nb + k]);
       const __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][0]), _mm512_mul_ps(s_a, sb0));
@@ -145,7 +145,7 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
     bv0 = _mm512_maskz_loadu_ps(k0m, bias + n0);
     bv1 = _mm512_maskz_loadu_ps(k1m, bias + n0 + 16);
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     __m512 v0 = acc[r][0], v1 = acc[r][1];
     if (bias && last) {
@@ -175,8 +175,8 @@ void gemm_i8_avx512vnni(const uint8_t* au, const float* sa, const PackedMx& b, c
   }
 }
 
-void gemm_f64_avx512vnni(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b,
-                         const float* bias, float* y, int64_t m0, int64_t m1) {
+void gemm_f64_avx512vnni(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b, const float* bias,
+                         float* y, int64_t m0, int64_t m1) {
   gemm_f64_generic(ad, abad, sa, b, bias, y, m0, m1);
 }
 

@@ -41,8 +41,8 @@ inline float scale_down(float v, int e) {
   return (v * pow2f(h)) * pow2f(-e - h);
 }
 
-inline void quantize_i8_rows_generic(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1,
-                                     int64_t K, int block) {
+inline void quantize_i8_rows_generic(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K,
+                                     int block) {
   const int64_t nb = (K + block - 1) / block;
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * K;
@@ -94,9 +94,9 @@ inline void gemm_i8_generic(const uint8_t* au, const float* sa, const PackedMx& 
         const float s_a = sa[m * nb + k];
         const float* sbk = b.sbp.data() + (static_cast<size_t>(p) * nb + k) * 32;
         for (int j = 0; j < 32; ++j) {
-          const float s = s_a * sbk[j];                       // eq. (MX5b)
-          const float pk = static_cast<float>(d[j]) * s;      // eq. (MX5c)
-          acc[j] = k == 0 ? pk : acc[j] + pk;                 // eq. (MX6)
+          const float s = s_a * sbk[j];                   // eq. (MX5b)
+          const float pk = static_cast<float>(d[j]) * s;  // eq. (MX5c)
+          acc[j] = k == 0 ? pk : acc[j] + pk;             // eq. (MX6)
         }
       }
       for (int j = 0; j < ncols; ++j) {
@@ -150,20 +150,20 @@ inline void gemm_f64_generic(const double* ad, const uint8_t* abad, const float*
 
 // The three entry points of one ISA file on the generic loops (mx_portable.cc, mx_avx2.cc:
 // the same code compiled with that file's flags).
-#define QUANTA_MX_GENERIC_ENTRY_POINTS(SUFFIX)                                                                  \
-  namespace quanta {                                                                                           \
-  namespace mx {                                                                                               \
-  void gemm_i8_##SUFFIX(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y,    \
-                        int64_t, int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1) {            \
-    gemm_i8_generic(au, sa, b, bias, y, m0, m1, p0, p1, k0, k1);                                              \
-  }                                                                                                            \
-  void gemm_f64_##SUFFIX(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b,            \
-                         const float* bias, float* y, int64_t m0, int64_t m1) {                               \
-    gemm_f64_generic(ad, abad, sa, b, bias, y, m0, m1);                                                       \
-  }                                                                                                            \
-  void quantize_i8_##SUFFIX(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K, \
-                            int block) {                                                                       \
-    quantize_i8_rows_generic(x, bits, codes, r0, r1, K, block);                                               \
-  }                                                                                                            \
-  }                                                                                                            \
+#define QUANTA_MX_GENERIC_ENTRY_POINTS(SUFFIX)                                                                         \
+  namespace quanta {                                                                                                   \
+  namespace mx {                                                                                                       \
+  void gemm_i8_##SUFFIX(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t,   \
+                        int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1) {                              \
+    gemm_i8_generic(au, sa, b, bias, y, m0, m1, p0, p1, k0, k1);                                                       \
+  }                                                                                                                    \
+  void gemm_f64_##SUFFIX(const double* ad, const uint8_t* abad, const float* sa, const PackedMx& b, const float* bias, \
+                         float* y, int64_t m0, int64_t m1) {                                                           \
+    gemm_f64_generic(ad, abad, sa, b, bias, y, m0, m1);                                                                \
+  }                                                                                                                    \
+  void quantize_i8_##SUFFIX(const float* x, uint8_t* bits, uint8_t* codes, int64_t r0, int64_t r1, int64_t K,          \
+                            int block) {                                                                               \
+    quantize_i8_rows_generic(x, bits, codes, r0, r1, K, block);                                                        \
+  }                                                                                                                    \
+  }                                                                                                                    \
   }

@@ -216,11 +216,11 @@ void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_thre
   });
 }
 
-#define QUANTA_POOL_INSTANTIATE(T)                                                                             \
-  template void qlinear_global_average_pool<T>(const T*, T*, int64_t, int64_t, int64_t, bool, float, int32_t, \
-                                               int32_t, int, Isa);                                           \
-  template void max_pool_2d<T>(const T*, T*, const Geometry2d&, int, Isa);                                  \
-  template void qlinear_average_pool_2d<T>(const T*, T*, const Geometry2d&, const AverageParams&, int, Isa); \
+#define QUANTA_POOL_INSTANTIATE(T)                                                                                     \
+  template void qlinear_global_average_pool<T>(const T*, T*, int64_t, int64_t, int64_t, bool, float, int32_t, int32_t, \
+                                               int, Isa);                                                              \
+  template void max_pool_2d<T>(const T*, T*, const Geometry2d&, int, Isa);                                             \
+  template void qlinear_average_pool_2d<T>(const T*, T*, const Geometry2d&, const AverageParams&, int, Isa);           \
   template void max_pool_2d_nhwc<T>(const T*, T*, const Geometry2d&, int64_t, int);
 QUANTA_POOL_INSTANTIATE(uint8_t)
 QUANTA_POOL_INSTANTIATE(int8_t)

@@ -42,13 +42,13 @@ namespace quanta {
 namespace pool {
 
 struct Geometry2d {
-  int64_t planes;         // N·C
-  int64_t h, w;           // input spatial size
+  int64_t planes;  // N·C
+  int64_t h, w;    // input spatial size
   int64_t out_h, out_w;
   int64_t k_h, k_w;
-  int64_t s_h, s_w;       // strides
-  int64_t d_h, d_w;       // dilations (MaxPool; 1 for the average)
-  int64_t pad_t, pad_l;   // begin pads (end pads are implied by out_h / out_w)
+  int64_t s_h, s_w;      // strides
+  int64_t d_h, d_w;      // dilations (MaxPool; 1 for the average)
+  int64_t pad_t, pad_l;  // begin pads (end pads are implied by out_h / out_w)
 };
 
 struct AverageParams {

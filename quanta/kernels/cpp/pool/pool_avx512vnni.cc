@@ -17,7 +17,9 @@ namespace {
 
 inline __mmask64 mask64(int64_t n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1; }
 inline __mmask32 mask32(int64_t n) { return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1; }
-inline __mmask16 mask16(int64_t n) { return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1); }
+inline __mmask16 mask16(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+}
 
 template <typename T>
 inline __m512i max_epi8(__m512i a, __m512i b) {
@@ -266,8 +268,8 @@ struct Avx512Planes {
         }
         __m512 count = window;
         if (!p.count_include_pad) {
-          const __m512i c = _mm512_mullo_epi32(_mm512_set1_epi32(static_cast<int32_t>(rows_in)),
-                                               _mm512_load_si512(cols_in + ob));
+          const __m512i c =
+              _mm512_mullo_epi32(_mm512_set1_epi32(static_cast<int32_t>(rows_in)), _mm512_load_si512(cols_in + ob));
           count = _mm512_cvtepi32_ps(c);
         }
         const __mmask16 k = static_cast<__mmask16>(lane_bits(0, std::min(V, g.out_w - ob)));

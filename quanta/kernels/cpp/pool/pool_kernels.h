@@ -42,8 +42,7 @@ struct GenericRows {
 
   // t[i] += dq(x[i·s]) = f32(sx · float32(x − zx)): one float32 add per tap
   template <typename T>
-  static void add_dequantized(float* __restrict t, const T* __restrict x, int64_t n, int64_t s, float sx,
-                              int32_t zx) {
+  static void add_dequantized(float* __restrict t, const T* __restrict x, int64_t n, int64_t s, float sx, int32_t zx) {
     for (int64_t i = 0; i < n; ++i) t[i] += sx * static_cast<float>(static_cast<int32_t>(x[i * s]) - zx);
   }
 
@@ -75,8 +74,7 @@ void sum_channels(const T* __restrict x, int64_t rows, int64_t stride, int64_t w
 
 // First and one-past-last output index o in [0, out) whose input position
 // o·s − pad + off lies in [0, size).
-inline void valid_outputs(int64_t out, int64_t s, int64_t pad, int64_t off, int64_t size, int64_t* lo,
-                          int64_t* hi) {
+inline void valid_outputs(int64_t out, int64_t s, int64_t pad, int64_t off, int64_t size, int64_t* lo, int64_t* hi) {
   // o·s >= pad − off  and  o·s <= size − 1 + pad − off
   const int64_t a = pad - off;
   const int64_t b = size - 1 + pad - off;
@@ -98,7 +96,8 @@ struct ColumnRanges {
   int64_t lo[kMaxTaps], hi[kMaxTaps];
   bool ok;
   ColumnRanges(const Geometry2d& g, int64_t d_w) : ok(g.k_w <= kMaxTaps) {
-    for (int64_t kw = 0; ok && kw < g.k_w; ++kw) valid_outputs(g.out_w, g.s_w, g.pad_l, kw * d_w, g.w, &lo[kw], &hi[kw]);
+    for (int64_t kw = 0; ok && kw < g.k_w; ++kw)
+      valid_outputs(g.out_w, g.s_w, g.pad_l, kw * d_w, g.w, &lo[kw], &hi[kw]);
   }
   void get(const Geometry2d& g, int64_t d_w, int64_t kw, int64_t* l, int64_t* h) const {
     if (ok) {
@@ -192,8 +191,8 @@ struct GenericPlanes {
 template <class R, class P = GenericPlanes<R>>
 constexpr Kernels make_kernels() {
   return Kernels{
-      sum_plane<R, uint8_t>,       sum_plane<R, int8_t>,       sum_channels<uint8_t>,           sum_channels<int8_t>,
-      P::template max<uint8_t>,    P::template max<int8_t>,    P::template average<uint8_t>,    P::template average<int8_t>,
+      sum_plane<R, uint8_t>,    sum_plane<R, int8_t>,    sum_channels<uint8_t>,        sum_channels<int8_t>,
+      P::template max<uint8_t>, P::template max<int8_t>, P::template average<uint8_t>, P::template average<int8_t>,
   };
 }
 

@@ -47,45 +47,45 @@ enum class EpiKind : int { kS32, kF32, kQ8Float, kQ8Fixed };
 // n_panels·NR entries (zeros), so whole-vector loads never leave them.
 struct Epilogue {
   EpiKind kind = EpiKind::kS32;
-  bool y_signed = false;           // kQ8*: int8 (true) or uint8 output
-  const int32_t* colterm = nullptr;  // bias[n] − zx'·cs[n] (wrapping); bias[n] when zx_row
-  const int32_t* zw = nullptr;       // zw'[n], or null when every zw' is 0
-  const int32_t* rowsum = nullptr;   // Σ_k x'[m,k] (when zw)
-  const int32_t* zx_row = nullptr;   // per-row zx'[m], or null for a scalar zx
-  const int32_t* cs = nullptr;       // cs[n] (when zx_row)
-  const float* multiplier = nullptr; // kF32, kQ8Float: per column n
+  bool y_signed = false;              // kQ8*: int8 (true) or uint8 output
+  const int32_t* colterm = nullptr;   // bias[n] − zx'·cs[n] (wrapping); bias[n] when zx_row
+  const int32_t* zw = nullptr;        // zw'[n], or null when every zw' is 0
+  const int32_t* rowsum = nullptr;    // Σ_k x'[m,k] (when zw)
+  const int32_t* zx_row = nullptr;    // per-row zx'[m], or null for a scalar zx
+  const int32_t* cs = nullptr;        // cs[n] (when zx_row)
+  const float* multiplier = nullptr;  // kF32, kQ8Float: per column n
   // The transposed output stage (qgemm.h row_bias / multiplier_per_row): rowterm[m] is
   // added to row m's sums, and mult_row[m] replaces multiplier[n] (kF32, kQ8Float).
   const int32_t* rowterm = nullptr;
   const float* mult_row = nullptr;
-  const float* float_bias = nullptr; // kF32, or null
+  const float* float_bias = nullptr;          // kF32, or null
   const int32_t* fixed_multiplier = nullptr;  // kQ8Fixed
   const int32_t* fixed_shift = nullptr;       // kQ8Fixed
   int32_t zy = 0;
-  int32_t lo = 0, hi = 0;          // kS32: clamp; kQ8*: L, H of the contract (quantized)
+  int32_t lo = 0, hi = 0;                      // kS32: clamp; kQ8*: L, H of the contract (quantized)
   float lo_minus_zy = 0.f, hi_minus_zy = 0.f;  // kQ8Float: L − zy, H − zy
-  float flo = 0.f, fhi = 0.f;      // kF32 clamp
+  float flo = 0.f, fhi = 0.f;                  // kF32 clamp
   void* y = nullptr;
-  int64_t y_row_stride = 0;        // elements
+  int64_t y_row_stride = 0;  // elements
 };
 
 constexpr int64_t kDefaultPrefetch = 2048;
 
 // One call: rows [m0, m0 + rows) of the A block x one NR panel x one K chunk.
 struct TileArgs {
-  const void* a = nullptr;   // x' at (row m0, k = k0), ActivationStorage elements
-  int64_t a_row_stride = 0;  // elements
-  int64_t rows = 0;          // processed in MR-row tiles; the last may be shorter
-  int64_t kc = 0;            // chunk length, a multiple of KR (may be 0)
-  const void* b = nullptr;   // packed panel at group k0 / KR
+  const void* a = nullptr;     // x' at (row m0, k = k0), ActivationStorage elements
+  int64_t a_row_stride = 0;    // elements
+  int64_t rows = 0;            // processed in MR-row tiles; the last may be shorter
+  int64_t kc = 0;              // chunk length, a multiple of KR (may be 0)
+  const void* b = nullptr;     // packed panel at group k0 / KR
   int32_t* partial = nullptr;  // rows x NR int32 (row stride NR): sums of earlier chunks
-  bool accumulate = false;   // start from `partial` instead of 0
-  bool finish = false;       // last chunk: run the epilogue; else store sums to `partial`
+  bool accumulate = false;     // start from `partial` instead of 0
+  bool finish = false;         // last chunk: run the epilogue; else store sums to `partial`
   // Required on every call, not only with finish: a family may fold epi->colterm into the
   // first chunk's sums (the AVX-512 one does), so `partial` is private to the family.
   const Epilogue* epi = nullptr;
-  int64_t m0 = 0, n0 = 0;    // output origin
-  int cols = 0;              // valid columns of the panel (<= NR)
+  int64_t m0 = 0, n0 = 0;  // output origin
+  int cols = 0;            // valid columns of the panel (<= NR)
   // B prefetch distance in bytes (qgemm.h Blocking::prefetch; the avx512vnni 12-row tile
   // reads it, 0: no prefetch). Any value gives the same bytes.
   int64_t prefetch = kDefaultPrefetch;
@@ -105,10 +105,10 @@ using TileFn = void (*)(const TileArgs&);
 // One row of the dispatch table (qgemm.cc): a micro-kernel family and its layout.
 struct KernelFamily {
   Isa isa;
-  const char* name;   // docs/kernels.md grammar
+  const char* name;  // docs/kernels.md grammar
   int mr, nr, kr;
-  int w_bytes;        // weight storage bytes (1: int8, 2: int16)
-  int a_bytes;        // x' storage bytes (1: uint8, 2: int16)
+  int w_bytes;  // weight storage bytes (1: int8, 2: int16)
+  int a_bytes;  // x' storage bytes (1: uint8, 2: int16)
   TileFn tiles;
   // The tile streams B from L2 at full speed with its MR x KC x' bytes in L1: when the
   // task's B fits in L2, the driver runs the row tiles outer and the panels inner (qgemm.cc
@@ -128,13 +128,13 @@ bool weights_fit_7_bits(const void* w, bool w_unsigned, int64_t K, int64_t N, in
 
 // Activation packing (pack.cc): rows [m_begin, m_end) of x -> x' rows of Kp elements
 // (x' = x for uint8, x ^ 0x80 = x + 128 for int8; zeros in [K, Kp)).
-void pack_activations_u8(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp,
-                         int64_t m_begin, int64_t m_end, uint8_t* dst);
-void pack_activations_s16(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp,
-                          int64_t m_begin, int64_t m_end, int16_t* dst);
+void pack_activations_u8(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp, int64_t m_begin,
+                         int64_t m_end, uint8_t* dst);
+void pack_activations_s16(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp, int64_t m_begin,
+                          int64_t m_end, int16_t* dst);
 // rowsum[m] = Σ_k x'[m,k] for m in [m_begin, m_end).
-void activation_row_sums(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t m_begin,
-                         int64_t m_end, int32_t* rowsum);
+void activation_row_sums(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t m_begin, int64_t m_end,
+                         int32_t* rowsum);
 
 void qgemm_tiles_portable(const TileArgs& t);
 void qgemm_tiles_avx2(const TileArgs& t);

@@ -60,9 +60,8 @@ void pack_panels(const void* w, bool w_unsigned, int64_t K, int64_t N, int64_t s
 
 }  // namespace
 
-std::shared_ptr<PackedWeights> pack_weights(const void* w, bool w_unsigned, int64_t K, int64_t N,
-                                            int64_t w_row_stride, const int32_t* zero_point,
-                                            bool zero_point_per_channel, Isa isa) {
+std::shared_ptr<PackedWeights> pack_weights(const void* w, bool w_unsigned, int64_t K, int64_t N, int64_t w_row_stride,
+                                            const int32_t* zero_point, bool zero_point_per_channel, Isa isa) {
   if (K < 0 || N < 0 || w_row_stride < N) throw std::invalid_argument("pack_weights: bad dimensions");
   auto pw = std::make_shared<PackedWeights>();
   pw->isa = isa;
@@ -115,8 +114,8 @@ bool weights_fit_7_bits(const void* w, bool w_unsigned, int64_t K, int64_t N, in
   return true;
 }
 
-void pack_activations_u8(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp,
-                         int64_t m_begin, int64_t m_end, uint8_t* dst) {
+void pack_activations_u8(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp, int64_t m_begin,
+                         int64_t m_end, uint8_t* dst) {
   const uint8_t flip = x_signed ? 0x80 : 0x00;  // int8 -> x + 128 as uint8
   const uint8_t* src = static_cast<const uint8_t*>(x);
   for (int64_t m = m_begin; m < m_end; ++m) {
@@ -127,8 +126,8 @@ void pack_activations_u8(const void* x, int64_t x_row_stride, bool x_signed, int
   }
 }
 
-void pack_activations_s16(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp,
-                          int64_t m_begin, int64_t m_end, int16_t* dst) {
+void pack_activations_s16(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t Kp, int64_t m_begin,
+                          int64_t m_end, int16_t* dst) {
   const uint8_t flip = x_signed ? 0x80 : 0x00;
   const uint8_t* src = static_cast<const uint8_t*>(x);
   for (int64_t m = m_begin; m < m_end; ++m) {
@@ -139,8 +138,8 @@ void pack_activations_s16(const void* x, int64_t x_row_stride, bool x_signed, in
   }
 }
 
-void activation_row_sums(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t m_begin,
-                         int64_t m_end, int32_t* rowsum) {
+void activation_row_sums(const void* x, int64_t x_row_stride, bool x_signed, int64_t K, int64_t m_begin, int64_t m_end,
+                         int32_t* rowsum) {
   const uint8_t flip = x_signed ? 0x80 : 0x00;
   const uint8_t* src = static_cast<const uint8_t*>(x);
   for (int64_t m = m_begin; m < m_end; ++m) {

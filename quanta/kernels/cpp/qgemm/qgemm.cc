@@ -34,7 +34,6 @@
 #include "qgemm/kernel.h"
 #include "qgemm/thread_pool.h"
 
-
 namespace quanta {
 namespace qgemm {
 namespace {
@@ -106,21 +105,21 @@ Blocking requested_blocking(const QGemmParams& p, Isa isa) {
 struct Plan {
   const KernelFamily* fam = nullptr;
   int64_t M = 0, N = 0, K = 0, Kp = 0, Np = 0, n_panels = 0;
-  bool direct = false;   // the kernel reads x in place
+  bool direct = false;  // the kernel reads x in place
   bool rowsums = false;
   int64_t kc = 0, n_chunks = 1, mc = 0;
-  int64_t nc = 0;         // panels per B block
+  int64_t nc = 0;  // panels per B block
   int64_t prefetch = kDefaultPrefetch;
   bool prefetch_a = false;
-  bool tuned = false;     // the blocking came from the table or the caller
+  bool tuned = false;        // the blocking came from the table or the caller
   int64_t partial_rows = 0;  // rows per thread of the partial-sum buffer
-  int tasks = 1;          // threads used
+  int tasks = 1;             // threads used
   bool split_n = true;
   bool split_2d = false;  // units are (MR-row group, panel group) pairs, row-major
   int64_t units = 0;      // groups of panels_per_unit panels (split_n) or MR-row groups
   int64_t n_units = 1;    // split_2d: panel groups per row group
   int64_t panels_per_unit = 1;
-  int64_t n_work = 1;     // work chunks (ranges of units) claimed by the threads
+  int64_t n_work = 1;  // work chunks (ranges of units) claimed by the threads
   size_t off_a = 0, off_rowsum = 0, off_zx_row = 0, off_colterm = 0, off_mult = 0, off_fbias = 0, off_fmult = 0,
          off_fshift = 0, off_partial = 0, total = 0;
 };
@@ -339,8 +338,8 @@ const KernelFamily& kernel_family(Isa isa) {
   static const KernelFamily kPortable =
       family_of<PortableLayout>(Isa::kPortable, name(Isa::kPortable), qgemm_tiles_portable);
   static const KernelFamily kAvx2 = family_of<Avx2Layout>(Isa::kAvx2, name(Isa::kAvx2), qgemm_tiles_avx2);
-  static const KernelFamily kAvx512Vnni = family_of<Avx512VnniLayout>(
-      Isa::kAvx512Vnni, name(Isa::kAvx512Vnni), qgemm_tiles_avx512vnni, true, 8);
+  static const KernelFamily kAvx512Vnni =
+      family_of<Avx512VnniLayout>(Isa::kAvx512Vnni, name(Isa::kAvx512Vnni), qgemm_tiles_avx512vnni, true, 8);
   switch (isa) {
     case Isa::kAvx512Vnni: return kAvx512Vnni;
     case Isa::kAvx2: return kAvx2;
@@ -353,9 +352,8 @@ const KernelFamily& kernel_family(const PackedWeights& w) {
   // Row tiles outer: the 5 x K uint8 x' rows of a tile stay in L1 while the panels stream
   // from L2 (1024^3, fastest calls, loaded machine: 1.29x -> 0.87-0.92x ONNX Runtime's AVX2
   // time); the 6-row int16 family measured no better that way (1.41x -> 1.27-1.48x).
-  static const KernelFamily kAvx2Narrow =
-      family_of<Avx2NarrowLayout>(Isa::kAvx2, select_kernel("qgemm", "u8s7->s32", Isa::kAvx2)->kernel,
-                                  qgemm_tiles_avx2_narrow, true);
+  static const KernelFamily kAvx2Narrow = family_of<Avx2NarrowLayout>(
+      Isa::kAvx2, select_kernel("qgemm", "u8s7->s32", Isa::kAvx2)->kernel, qgemm_tiles_avx2_narrow, true);
   return w.narrow && w.isa == Isa::kAvx2 ? kAvx2Narrow : kernel_family(w.isa);
 }
 
@@ -366,7 +364,7 @@ size_t qgemm_workspace_bytes(const QGemmParams& p) { return make_plan(p).total; 
 
 ResolvedBlocking qgemm_resolved_blocking(const QGemmParams& p) {
   const Plan pl = make_plan(p);
-  return ResolvedBlocking{pl.mc, pl.nc, pl.kc, pl.n_chunks, static_cast<int>(pl.prefetch), pl.prefetch_a ? 1 : 0,
+  return ResolvedBlocking{pl.mc,   pl.nc, pl.kc, pl.n_chunks, static_cast<int>(pl.prefetch), pl.prefetch_a ? 1 : 0,
                           pl.tuned};
 }
 
@@ -458,35 +456,35 @@ void qgemm(const QGemmParams& p, Workspace& workspace) {
     t.prefetch = pl.prefetch;
     const int64_t a_row_bytes = a_stride * f.a_bytes, a_bytes = pl.Kp * f.a_bytes;
     for (int64_t nb = pb; nb < pe; nb += pl.nc)
-    for (int64_t mc0 = mb; mc0 < me; mc0 += t.rows) {
-      t.rows = std::min(pl.mc, me - mc0);
-      // A last block of fewer than MR rows joins this one: with MC = MR (row tiles outer)
-      // it would run its short tile against every panel of B on its own (1024 rows =
-      // 85 x 12 + 4; the tile function runs 12 + 4 rows as 8 + 8).
-      if (me - mc0 - t.rows > 0 && me - mc0 - t.rows < f.mr) t.rows = me - mc0;
-      t.m0 = mc0;
-      if (pl.prefetch_a && mc0 + t.rows < me) {  // the next A block into L2 (prefetcht1)
-        const uint8_t* next = a_base + (mc0 + t.rows) * a_row_bytes;
-        const int64_t rows = std::min(pl.mc, me - mc0 - t.rows);
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t k = 0; k < a_bytes; k += 64) __builtin_prefetch(next + r * a_row_bytes + k, 0, 2);
+      for (int64_t mc0 = mb; mc0 < me; mc0 += t.rows) {
+        t.rows = std::min(pl.mc, me - mc0);
+        // A last block of fewer than MR rows joins this one: with MC = MR (row tiles outer)
+        // it would run its short tile against every panel of B on its own (1024 rows =
+        // 85 x 12 + 4; the tile function runs 12 + 4 rows as 8 + 8).
+        if (me - mc0 - t.rows > 0 && me - mc0 - t.rows < f.mr) t.rows = me - mc0;
+        t.m0 = mc0;
+        if (pl.prefetch_a && mc0 + t.rows < me) {  // the next A block into L2 (prefetcht1)
+          const uint8_t* next = a_base + (mc0 + t.rows) * a_row_bytes;
+          const int64_t rows = std::min(pl.mc, me - mc0 - t.rows);
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t k = 0; k < a_bytes; k += 64) __builtin_prefetch(next + r * a_row_bytes + k, 0, 2);
+          }
+        }
+        for (int64_t panel = nb; panel < std::min(pe, nb + pl.nc); ++panel) {
+          t.n0 = panel * f.nr;
+          t.cols = static_cast<int>(std::min<int64_t>(f.nr, pl.N - t.n0));
+          const uint8_t* b_panel = w.data.data() + panel * panel_elems * f.w_bytes;
+          for (int64_t c = 0; c < pl.n_chunks; ++c) {
+            const int64_t k0 = c * pl.kc;
+            t.kc = std::min(pl.kc, pl.Kp - k0);
+            t.a = a_base + (mc0 * a_stride + k0) * f.a_bytes;
+            t.b = b_panel + k0 * f.nr * f.w_bytes;
+            t.accumulate = c > 0;
+            t.finish = c == pl.n_chunks - 1;
+            f.tiles(t);
+          }
         }
       }
-      for (int64_t panel = nb; panel < std::min(pe, nb + pl.nc); ++panel) {
-        t.n0 = panel * f.nr;
-        t.cols = static_cast<int>(std::min<int64_t>(f.nr, pl.N - t.n0));
-        const uint8_t* b_panel = w.data.data() + panel * panel_elems * f.w_bytes;
-        for (int64_t c = 0; c < pl.n_chunks; ++c) {
-          const int64_t k0 = c * pl.kc;
-          t.kc = std::min(pl.kc, pl.Kp - k0);
-          t.a = a_base + (mc0 * a_stride + k0) * f.a_bytes;
-          t.b = b_panel + k0 * f.nr * f.w_bytes;
-          t.accumulate = c > 0;
-          t.finish = c == pl.n_chunks - 1;
-          f.tiles(t);
-        }
-      }
-    }
   };
   auto compute = [&](int64_t chunk, int thread) {
     const int64_t ub = pl.units * chunk / pl.n_work, ue = pl.units * (chunk + 1) / pl.n_work;

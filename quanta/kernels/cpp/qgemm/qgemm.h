@@ -127,14 +127,14 @@ struct PackedWeights {
   int kr = 0;             // k values per group (4: vpdpbusd, 2: vpmaddwd)
   int storage_bytes = 1;  // 1 (int8) or 2 (int16)
   int64_t K = 0, N = 0, Kp = 0, n_panels = 0;
-  bool weights_unsigned = false;   // packed from uint8 weights (w' = w − 128)
-  bool has_zero_point = false;     // some zw'[n] != 0: the row-sum term is needed
+  bool weights_unsigned = false;  // packed from uint8 weights (w' = w − 128)
+  bool has_zero_point = false;    // some zw'[n] != 0: the row-sum term is needed
   // avx2 only: every w' in [-64, 64] (7-bit weights), packed for the vpmaddubsw family
   // (kernel.h Avx2NarrowLayout) instead of the int16-product one
   bool narrow = false;
   AlignedBuffer data;
-  AlignedBuffer column_sums;       // int32 [n_panels·nr]: cs[n] = Σ_k (w[k,n] − zw[n])
-  AlignedBuffer zero_point;        // int32 [n_panels·nr]: zw'[n] (weights' domain shifted to s8)
+  AlignedBuffer column_sums;  // int32 [n_panels·nr]: cs[n] = Σ_k (w[k,n] − zw[n])
+  AlignedBuffer zero_point;   // int32 [n_panels·nr]: zw'[n] (weights' domain shifted to s8)
 
   int64_t padded_n() const { return n_panels * nr; }
   const int32_t* column_sums_ptr() const { return reinterpret_cast<const int32_t*>(column_sums.data()); }
@@ -144,9 +144,8 @@ struct PackedWeights {
 // Packs w [K, N] (row stride w_row_stride elements) for `isa`. zero_point has N entries,
 // or 1 when zero_point_per_channel is false. Weights int8 (w_unsigned = false, zw in
 // [-128, 127]) or uint8 (zw in [0, 255]); the caller checks the ranges.
-std::shared_ptr<PackedWeights> pack_weights(const void* w, bool w_unsigned, int64_t K, int64_t N,
-                                            int64_t w_row_stride, const int32_t* zero_point,
-                                            bool zero_point_per_channel, Isa isa);
+std::shared_ptr<PackedWeights> pack_weights(const void* w, bool w_unsigned, int64_t K, int64_t N, int64_t w_row_stride,
+                                            const int32_t* zero_point, bool zero_point_per_channel, Isa isa);
 
 // Scratch owned by the caller (one call at a time).
 class Workspace {
@@ -165,11 +164,11 @@ class Workspace {
 // what the workspace of the call was sized for (qgemm_workspace_bytes does not depend on
 // the blocking, so a tuner may change it after the caller reserved its workspace).
 struct Blocking {
-  int64_t mc = 0;        // rows per A block (rounded to MR; MR = the row tiles outer)
-  int64_t nc = 0;        // N panels per B block (the B block stays in L2 across A blocks)
-  int64_t kc = 0;        // K chunk (rounded to KR; >= kMinTunedKc when set)
-  int prefetch = -1;     // B prefetch distance in bytes of the avx512vnni 12-row tile (0: none)
-  int prefetch_a = -1;   // 1: prefetch the next A block into L2 as a block starts; 0: not
+  int64_t mc = 0;       // rows per A block (rounded to MR; MR = the row tiles outer)
+  int64_t nc = 0;       // N panels per B block (the B block stays in L2 across A blocks)
+  int64_t kc = 0;       // K chunk (rounded to KR; >= kMinTunedKc when set)
+  int prefetch = -1;    // B prefetch distance in bytes of the avx512vnni 12-row tile (0: none)
+  int prefetch_a = -1;  // 1: prefetch the next A block into L2 as a block starts; 0: not
   bool is_default() const { return mc == 0 && nc == 0 && kc == 0 && prefetch < 0 && prefetch_a < 0; }
   bool operator==(const Blocking& o) const {
     return mc == o.mc && nc == o.nc && kc == o.kc && prefetch == o.prefetch && prefetch_a == o.prefetch_a;
@@ -211,27 +210,27 @@ struct QGemmParams {
   const void* x = nullptr;   // [M, K] uint8 or int8
   int64_t x_row_stride = 0;  // elements, >= K
   bool x_signed = false;
-  int32_t zx = 0;            // in x's dtype range (when zx_per_row is null)
+  int32_t zx = 0;                       // in x's dtype range (when zx_per_row is null)
   const int32_t* zx_per_row = nullptr;  // [M] per-row zero points (MatMulInteger), or null
   const PackedWeights* w = nullptr;
-  const int32_t* bias = nullptr;        // [N] int32, or null
+  const int32_t* bias = nullptr;  // [N] int32, or null
   OutType out_type = OutType::kS32;
-  Requant requant = Requant::kNone;     // kFloat or kFixedPoint for kU8/kS8, kNone otherwise
-  const float* multiplier = nullptr;    // kF32 and Requant::kFloat; finite and > 0
+  Requant requant = Requant::kNone;   // kFloat or kFixedPoint for kU8/kS8, kNone otherwise
+  const float* multiplier = nullptr;  // kF32 and Requant::kFloat; finite and > 0
   bool multiplier_per_channel = false;
-  bool multiplier_per_row = false;      // M multipliers (the transposed form above)
-  const int32_t* row_bias = nullptr;    // [M] int32 added per row, or null
-  const float* float_bias = nullptr;    // [N], kF32 only, or null
+  bool multiplier_per_row = false;            // M multipliers (the transposed form above)
+  const int32_t* row_bias = nullptr;          // [M] int32 added per row, or null
+  const float* float_bias = nullptr;          // [N], kF32 only, or null
   const int32_t* fixed_multiplier = nullptr;  // Requant::kFixedPoint: in [0, 2^31)
   const int32_t* fixed_shift = nullptr;       // Requant::kFixedPoint: in [-31, 30]
   bool fixed_per_channel = false;
-  int32_t zy = 0;                       // kU8/kS8, in the output's range
+  int32_t zy = 0;  // kU8/kS8, in the output's range
   bool has_clamp = false;
   double clamp_lo = 0.0, clamp_hi = 0.0;  // in the output's domain; lo <= hi
-  void* y = nullptr;                    // [M, N] of out_type
-  int64_t y_row_stride = 0;             // elements, >= N
+  void* y = nullptr;                      // [M, N] of out_type
+  int64_t y_row_stride = 0;               // elements, >= N
   int num_threads = 1;
-  Blocking blocking;                    // default: the tuned table, else the heuristics
+  Blocking blocking;  // default: the tuned table, else the heuristics
 };
 
 // Bytes of workspace qgemm(p) needs (depends on M, K, N, the packed layout, out_type,

@@ -106,8 +106,7 @@ __attribute__((always_inline)) inline void k_loop_wide(const TileArgs& t, int64_
 // Narrow (Avx2NarrowLayout, every w' in [-64, 64]): 4 k of uint8 x' per broadcast,
 // vpmaddubsw (exact: pair sums <= 2·255·64 < 2^15), vpmaddwd by 1 to int32 per column.
 template <int MR>
-__attribute__((always_inline)) inline void k_loop_narrow(const TileArgs& t, int64_t r0, __m256i* c0,
-                                                          __m256i* c1) {
+__attribute__((always_inline)) inline void k_loop_narrow(const TileArgs& t, int64_t r0, __m256i* c0, __m256i* c1) {
   constexpr int kKR4 = Avx2NarrowLayout::kKR;
   const uint8_t* a = static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride;
   const int64_t s = t.a_row_stride;
@@ -133,8 +132,8 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
   __m256i c0[MR], c1[MR];
 #pragma GCC unroll 6
   for (int r = 0; r < MR; ++r) {
-    c0[r] = t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR))
-                         : _mm256_setzero_si256();
+    c0[r] =
+        t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR)) : _mm256_setzero_si256();
     c1[r] = t.accumulate ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(partial + r * kNR + 8))
                          : _mm256_setzero_si256();
   }
@@ -200,8 +199,12 @@ __attribute__((noinline)) void run_rows(const TileArgs& t) {
     case 1: tile<1, kNarrow>(t, r0); break;
     case 2: tile<2, kNarrow>(t, r0); break;
     case 3: tile<3, kNarrow>(t, r0); break;
-    case 4: if constexpr (MR > 4) tile<4, kNarrow>(t, r0); break;
-    case 5: if constexpr (MR > 5) tile<5, kNarrow>(t, r0); break;
+    case 4:
+      if constexpr (MR > 4) tile<4, kNarrow>(t, r0);
+      break;
+    case 5:
+      if constexpr (MR > 5) tile<5, kNarrow>(t, r0);
+      break;
     default: break;
   }
 }

@@ -84,7 +84,9 @@ struct Stage<EpiKind::kF32> {
   __m512 mult[2], fbias[2], flo, fhi;
   bool has_fbias;
   Stage(const Epilogue& e, int64_t n0)
-      : flo(_mm512_set1_ps(e.flo)), fhi(_mm512_set1_ps(e.fhi)), has_fbias(e.float_bias != nullptr),
+      : flo(_mm512_set1_ps(e.flo)),
+        fhi(_mm512_set1_ps(e.fhi)),
+        has_fbias(e.float_bias != nullptr),
         mult_row(e.mult_row) {
     for (int h = 0; h < 2; ++h) {
       mult[h] = mult_row ? _mm512_setzero_ps() : _mm512_loadu_ps(e.multiplier + n0 + 16 * h);
@@ -351,6 +353,7 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
 // without prefetches; a run-time tunable, qgemm.h Blocking): the driver runs the row tiles
 // outer and the panels inner (qgemm.cc), so B streams from L2 and its next panel follows
 // this one (measured: +0.5 %, about the noise; a prefetch past the weights never faults).
+// clang-format off: the asm text is laid out one instruction a line
 #define QG_BCAST(bc, addr, r, r2)                                \
   "vpbroadcastd " addr ", %%zmm" #bc "\n\t"                      \
   "vpdpbusd %%zmm24, %%zmm" #bc ", %%zmm" #r "\n\t"              \
@@ -435,6 +438,7 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
         "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", \
         "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
 
+// clang-format on
 __attribute__((always_inline)) inline void tile12(const TileArgs& t, int64_t r0) {
   constexpr int MR = 12;
   const uint8_t* a0 = static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride;
@@ -584,6 +588,7 @@ double vnni_peak_probe_avx512vnni(double seconds) {
   do {
     const auto b0 = clock::now();
     long n = kBatch;
+    // clang-format off
     __asm__ volatile(
         "vpxord %%zmm30, %%zmm30, %%zmm30\n\t"
         "vpxord %%zmm31, %%zmm31, %%zmm31\n\t"
@@ -597,6 +602,7 @@ double vnni_peak_probe_avx512vnni(double seconds) {
         :
         : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
           "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm30", "xmm31");
+    // clang-format on
     const double dt = std::chrono::duration<double>(clock::now() - b0).count();
     best = std::max(best, kBatch * 20.0 * 64.0 * 2.0 / dt / 1e9);
   } while (std::chrono::duration<double>(clock::now() - t0).count() < seconds);

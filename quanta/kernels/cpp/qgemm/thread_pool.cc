@@ -96,8 +96,7 @@ class Pool {
       return;
     }
     jobs_.fetch_add(1, std::memory_order_relaxed);
-    if (backoff_enabled_.load(std::memory_order_relaxed) &&
-        now_ns() < solo_until_.load(std::memory_order_relaxed)) {
+    if (backoff_enabled_.load(std::memory_order_relaxed) && now_ns() < solo_until_.load(std::memory_order_relaxed)) {
       solo_jobs_.fetch_add(1, std::memory_order_relaxed);
       for (int64_t c = 0; c < n_chunks; ++c) fn(ctx, c, 0);
       return;
@@ -208,7 +207,8 @@ class Pool {
         bool preempted = false;
         spin_until(
             [&] {
-              return published_.load(std::memory_order_acquire) != seen || rest_.load(std::memory_order_relaxed) != rest;
+              return published_.load(std::memory_order_acquire) != seen ||
+                     rest_.load(std::memory_order_relaxed) != rest;
             },
             kWorkerSpin, &preempted);
         if (preempted) note_preempted();

@@ -51,8 +51,7 @@ void pool_solo_for(int64_t microseconds);
 
 template <typename F>
 void parallel_for(int threads, int64_t n_chunks, F& f) {
-  parallel_run(
-      threads, n_chunks, [](void* c, int64_t chunk, int thread) { (*static_cast<F*>(c))(chunk, thread); }, &f);
+  parallel_run(threads, n_chunks, [](void* c, int64_t chunk, int thread) { (*static_cast<F*>(c))(chunk, thread); }, &f);
 }
 
 // f(begin, end) over [0, n) in chunks of `grain` items (the last one shorter), claimed by

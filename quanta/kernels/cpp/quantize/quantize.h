@@ -22,8 +22,8 @@
 namespace quanta {
 
 struct QuantizeParams {
-  const float* scale;          // [channels]
-  const int32_t* zero_point;   // [channels]
+  const float* scale;         // [channels]
+  const int32_t* zero_point;  // [channels]
   int64_t outer;
   int64_t channels;
   int64_t inner;

@@ -47,22 +47,22 @@ struct FloatRnnParams {
   int64_t T = 0, B = 0, I = 0, H = 0;
   int D = 1;
   bool reverse = false;
-  const float* x = nullptr;          // [T, B, I]
+  const float* x = nullptr;  // [T, B, I]
   // Weight panels (kSeqPanel) of the ONNX W, R of each direction transposed, gates in ONNX order:
   const float* w[2] = {nullptr, nullptr};    // [I, G·H] (G = 4 LSTM, 3 GRU)
   const float* r[2] = {nullptr, nullptr};    // LSTM [H, 4H]; GRU the z, r columns [H, 2H]
   const float* r_h[2] = {nullptr, nullptr};  // GRU the h columns [H, H]
-  const float* bias = nullptr;       // [D, 2·G·H] (Wb then Rb), or null
-  const float* peephole = nullptr;   // LSTM [D, 3H], or null
-  const float* initial_h = nullptr;  // [D, B, H], or null
-  const float* initial_c = nullptr;  // LSTM [D, B, H], or null
-  const int32_t* lens = nullptr;     // [B] in [0, T], or null
-  float clip = 0.0f;                 // > 0; FLT_MAX: none
-  bool input_forget = false;         // LSTM
-  bool linear_before_reset = false;  // GRU
-  float* y = nullptr;                // [T, D, B, H]
-  float* y_h = nullptr;              // [D, B, H]
-  float* y_c = nullptr;              // LSTM [D, B, H], or null
+  const float* bias = nullptr;               // [D, 2·G·H] (Wb then Rb), or null
+  const float* peephole = nullptr;           // LSTM [D, 3H], or null
+  const float* initial_h = nullptr;          // [D, B, H], or null
+  const float* initial_c = nullptr;          // LSTM [D, B, H], or null
+  const int32_t* lens = nullptr;             // [B] in [0, T], or null
+  float clip = 0.0f;                         // > 0; FLT_MAX: none
+  bool input_forget = false;                 // LSTM
+  bool linear_before_reset = false;          // GRU
+  float* y = nullptr;                        // [T, D, B, H]
+  float* y_h = nullptr;                      // [D, B, H]
+  float* y_c = nullptr;                      // LSTM [D, B, H], or null
   int num_threads = 1;
   Isa isa = Isa::kPortable;
 };

@@ -65,19 +65,19 @@ const Kernels& kernels_for(Isa isa);
 
 struct DqLstmParams {
   int64_t T = 0, B = 0, I = 0, H = 0;
-  int D = 1;                    // 1 or 2 (bidirectional)
-  bool reverse = false;         // direction "reverse" (D == 1)
-  const float* x = nullptr;     // [T, B, I]
+  int D = 1;                                              // 1 or 2 (bidirectional)
+  bool reverse = false;                                   // direction "reverse" (D == 1)
+  const float* x = nullptr;                               // [T, B, I]
   const qgemm::PackedWeights* w[2] = {nullptr, nullptr};  // per direction: [I, 4H]
   const qgemm::PackedWeights* r[2] = {nullptr, nullptr};  // per direction: [H, 4H]
-  const float* w_scale = nullptr;  // [D, 4H] (a per-direction scale broadcast by the caller)
-  const float* r_scale = nullptr;  // [D, 4H]
-  const float* bias = nullptr;     // [D, 4H] f32(Wb + Rb), or null
-  const float* peephole = nullptr; // [D, 3H], or null
-  const float* initial_h = nullptr;  // [D, B, H], or null (zeros)
-  const float* initial_c = nullptr;  // [D, B, H], or null (zeros)
-  const int32_t* lens = nullptr;     // [B] in [0, T], or null (all T)
-  float clip = 0.0f;                 // > 0 (FLT_MAX: none)
+  const float* w_scale = nullptr;                         // [D, 4H] (a per-direction scale broadcast by the caller)
+  const float* r_scale = nullptr;                         // [D, 4H]
+  const float* bias = nullptr;                            // [D, 4H] f32(Wb + Rb), or null
+  const float* peephole = nullptr;                        // [D, 3H], or null
+  const float* initial_h = nullptr;                       // [D, B, H], or null (zeros)
+  const float* initial_c = nullptr;                       // [D, B, H], or null (zeros)
+  const int32_t* lens = nullptr;                          // [B] in [0, T], or null (all T)
+  float clip = 0.0f;                                      // > 0 (FLT_MAX: none)
   bool input_forget = false;
   bool want_y = true;
   float* y = nullptr;    // [T, D, B, H], written whole (zeros when !want_y, as the twin)

@@ -54,8 +54,8 @@ void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* q) {
   for (; i < n; ++i) q[i] = quantize_one(x[i], scale, zp);
 }
 
-void lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
-              bool input_forget, int64_t H, float* c, float* h) {
+void lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip, bool input_forget,
+              int64_t H, float* c, float* h) {
   int64_t j = 0;
   for (; j + 8 <= H; j += 8) {
     const __m256 cp = _mm256_loadu_ps(c + j);

@@ -53,8 +53,8 @@ void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* q) {
   }
 }
 
-void lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
-              bool input_forget, int64_t H, float* c, float* h) {
+void lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip, bool input_forget,
+              int64_t H, float* c, float* h) {
   for (int64_t j = 0; j < H; j += 16) {
     const __mmask16 m = tail_mask(H - j);
     auto ld = [m](const float* a) { return _mm512_maskz_loadu_ps(m, a); };

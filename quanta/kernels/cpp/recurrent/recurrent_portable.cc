@@ -13,8 +13,8 @@ void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* q) {
   for (int64_t i = 0; i < n; ++i) q[i] = quantize_one(x[i], scale, zp);
 }
 
-void lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
-              bool input_forget, int64_t H, float* c, float* h) {
+void lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip, bool input_forget,
+              int64_t H, float* c, float* h) {
   for (int64_t j = 0; j < H; ++j) lstm_lane(p, xg, bias, peephole, clip, input_forget, H, j, c, h);
 }
 

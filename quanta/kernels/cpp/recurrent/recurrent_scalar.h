@@ -25,7 +25,7 @@ constexpr float kLogisticQ[6] = {static_cast<float>(6.10247389755681e-13), stati
                                  static_cast<float>(1.16817656904453e-01), static_cast<float>(9.93151921023180e-01)};
 constexpr float kTanhP[7] = {static_cast<float>(-2.76076847742355e-16), static_cast<float>(2.00018790482477e-13),
                              static_cast<float>(-8.60467152213735e-11), static_cast<float>(5.12229709037114e-08),
-                             static_cast<float>(1.48572235717979e-05), static_cast<float>(6.37261928875436e-04),
+                             static_cast<float>(1.48572235717979e-05),  static_cast<float>(6.37261928875436e-04),
                              static_cast<float>(4.89352455891786e-03)};
 constexpr float kTanhQ[4] = {static_cast<float>(1.19825839466702e-06), static_cast<float>(1.18534705686654e-04),
                              static_cast<float>(2.26843463243900e-03), static_cast<float>(4.89352518554385e-03)};

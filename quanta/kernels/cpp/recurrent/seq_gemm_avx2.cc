@@ -42,8 +42,7 @@ void block(const float* a, int64_t lda, const float* w, int64_t ldw, float* y, i
     for (int v = 0; v < NV; ++v) _mm256_maskstore_ps(y + r * ldy + n0 + 8 * v, m[v], acc[r][v]);
 }
 
-void seq_gemm(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
-              int64_t M) {
+void seq_gemm(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy, int64_t M) {
   // Panel by panel (kSeqPanel columns, [K][kSeqPanel] contiguous): a panel stays in the
   // cache while every row block passes over it, and each k step reads contiguous bytes.
   for (int64_t p0 = 0; p0 < N; p0 += kSeqPanel) {
@@ -53,7 +52,8 @@ void seq_gemm(const float* a, int64_t lda, const float* w, int64_t K, int64_t N,
     // block ran 5-10x slower inside the module build (measured, H = 512), one row at a
     // time streams at the cache's speed.
     for (int64_t m0 = 0; m0 < M; ++m0)
-      for (int64_t n0 = 0; n0 < np; n0 += 32) block<1, 4>(a + m0 * lda, lda, wp, kSeqPanel, y + m0 * ldy + p0, ldy, K, np, n0);
+      for (int64_t n0 = 0; n0 < np; n0 += 32)
+        block<1, 4>(a + m0 * lda, lda, wp, kSeqPanel, y + m0 * ldy + p0, ldy, K, np, n0);
   }
 }
 

@@ -8,8 +8,7 @@ namespace quanta {
 namespace recurrent {
 namespace {
 
-void seq_gemm(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
-              int64_t M) {
+void seq_gemm(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy, int64_t M) {
   for (int64_t p0 = 0; p0 < N; p0 += kSeqPanel) {
     const float* wp = w + p0 * K;
     const int64_t np = N - p0 < kSeqPanel ? N - p0 : kSeqPanel;

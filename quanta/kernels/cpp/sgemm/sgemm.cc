@@ -143,8 +143,8 @@ void pack_b(const float* b, int64_t rs, int64_t cs, int64_t k, int64_t n, float*
   }
 }
 
-void gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k, const MatA& a, const int64_t* a_off,
-                  const MatB& b, const int64_t* b_off, float* c, const Epilogue& ep, int num_threads, Isa isa) {
+void gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k, const MatA& a, const int64_t* a_off, const MatB& b,
+                  const int64_t* b_off, float* c, const Epilogue& ep, int num_threads, Isa isa) {
   if (batch <= 0 || m <= 0 || n <= 0) return;
   const Kernels& kr = kernels_for(isa);
   if (k == 0) {
@@ -175,8 +175,8 @@ void gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k, const MatA& a,
     MatB bt = b;
     if (!a.packed && a_off) at.p = a.p + a_off[t];
     if (!b.packed && b_off) bt.p = b.p + b_off[t];
-    run_block(kr, bi * mc, std::min(m, (bi + 1) * mc), bj * nc, std::min(n, (bj + 1) * nc), k, at, bt, c + t * m * n,
-              n, ep);
+    run_block(kr, bi * mc, std::min(m, (bi + 1) * mc), bj * nc, std::min(n, (bj + 1) * nc), k, at, bt, c + t * m * n, n,
+              ep);
   };
   const int64_t tasks = batch * tm * tn;
   if (threads <= 1 || tasks == 1) {
@@ -333,8 +333,8 @@ void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const flo
         const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
         rp[ky] = iy >= 0 && iy < g.h ? buf + iy * wp : zero;
       }
-      kr.dw_row(rp, wc, static_cast<int>(g.kh), static_cast<int>(g.kw), static_cast<int>(g.sw),
-                static_cast<int>(g.dw), b, lo, hi, out + oy * g.ow, g.ow);
+      kr.dw_row(rp, wc, static_cast<int>(g.kh), static_cast<int>(g.kw), static_cast<int>(g.sw), static_cast<int>(g.dw),
+                b, lo, hi, out + oy * g.ow, g.ow);
     }
   };
   if (threads <= 1 || planes == 1) {

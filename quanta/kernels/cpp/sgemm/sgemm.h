@@ -74,8 +74,8 @@ using TileFn = void (*)(const Tile& t);
 // One depthwise output row: y[x] = Σ_{ky, kx} w[ky·kw + kx] · rows[ky][x·sw + kx·dw]
 // (fma from +0, taps in (ky, kx) order), then + bias, clamped; for x in [0, ow). The
 // rows are readable up to round_up(ow, 16)·sw + (kw − 1)·dw + 32 floats (whole vectors).
-using DwRowFn = void (*)(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias,
-                         float lo, float hi, float* y, int64_t ow);
+using DwRowFn = void (*)(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo,
+                         float hi, float* y, int64_t ow);
 
 // y[i·ldy] for the rows of `panels` packed A panels (rows ≥ rows_left are not written):
 // Σ_k a(i, k) · x[k·ldx], the tile's fma chain, then the epilogue (row0: the absolute
@@ -93,9 +93,9 @@ using DwBlockFn = void (*)(const float* buf, int64_t wp, const float* w16, const
 
 struct Kernels {
   const char* isa;
-  int mr, nr;            // the micro-kernel's tile
-  TileFn tile[2][9];     // tile[packed A][r] computes r rows (1 ≤ r ≤ mr); A row-major
-                         // (a[i·a_rs + k]) or packed (a[i + kPackMr·k])
+  int mr, nr;         // the micro-kernel's tile
+  TileFn tile[2][9];  // tile[packed A][r] computes r rows (1 ≤ r ≤ mr); A row-major
+                      // (a[i·a_rs + k]) or packed (a[i + kPackMr·k])
   DwRowFn dw_row;
   GemvFn gemv;
   DwBlockFn dw_block16;
@@ -134,16 +134,16 @@ void gemm(int64_t m, int64_t n, int64_t k, const MatA& a, const MatB& b, float* 
 // `batch` products C_t = A_t · B_t: A_t at a.p + a_off[t] (strided, never packed) or the
 // one packed A when a.packed; B_t at b.p + b_off[t] (or the one packed B); C_t at
 // c + t·m·n (row-major, ldc = n). Tiles of every product share one pool run.
-void gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k, const MatA& a, const int64_t* a_off,
-                  const MatB& b, const int64_t* b_off, float* c, const Epilogue& ep, int num_threads, Isa isa);
+void gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k, const MatA& a, const int64_t* a_off, const MatB& b,
+                  const int64_t* b_off, float* c, const Epilogue& ep, int num_threads, Isa isa);
 
 // ---- convolution, NCHW (1-D runs as H = 1) -------------------------------------------------
 
 struct ConvGeom {
-  int64_t n, c, h, w;        // input
-  int64_t m, g;              // output channels, groups
+  int64_t n, c, h, w;  // input
+  int64_t m, g;        // output channels, groups
   int64_t kh, kw, sh, sw, dh, dw;
-  int64_t pt, pl;            // top / left pads (bottom / right follow from oh / ow)
+  int64_t pt, pl;  // top / left pads (bottom / right follow from oh / ow)
   int64_t oh, ow;
 };
 

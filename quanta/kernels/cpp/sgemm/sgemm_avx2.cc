@@ -37,10 +37,10 @@ void tile(const Tile& t) {
   QUANTA_SGEMM_ROWS(DECL)
 #undef DECL
   if (t.load_c) {
-#define LOADC(r)                                                                       \
-  if (R > r) {                                                                         \
-    c0_##r = _mm256_maskload_ps(t.c + r * t.ldc, m0);                                  \
-    if (two) c1_##r = _mm256_maskload_ps(t.c + r * t.ldc + 8, m1);                     \
+#define LOADC(r)                                                   \
+  if (R > r) {                                                     \
+    c0_##r = _mm256_maskload_ps(t.c + r * t.ldc, m0);              \
+    if (two) c1_##r = _mm256_maskload_ps(t.c + r * t.ldc + 8, m1); \
   }
     QUANTA_SGEMM_ROWS(LOADC)
 #undef LOADC
@@ -51,11 +51,11 @@ void tile(const Tile& t) {
   for (int64_t k = 0; k < t.k; ++k) {
     const __m256 b0 = _mm256_maskload_ps(b, m0);
     const __m256 b1 = _mm256_maskload_ps(b + 8, m1);
-#define STEP(r)                                                                        \
-  if (R > r) {                                                                         \
-    const __m256 av = _mm256_broadcast_ss(a + r * rs);                                 \
-    c0_##r = _mm256_fmadd_ps(av, b0, c0_##r);                                          \
-    c1_##r = _mm256_fmadd_ps(av, b1, c1_##r);                                          \
+#define STEP(r)                                        \
+  if (R > r) {                                         \
+    const __m256 av = _mm256_broadcast_ss(a + r * rs); \
+    c0_##r = _mm256_fmadd_ps(av, b0, c0_##r);          \
+    c1_##r = _mm256_fmadd_ps(av, b1, c1_##r);          \
   }
     QUANTA_SGEMM_ROWS(STEP)
 #undef STEP
@@ -64,17 +64,17 @@ void tile(const Tile& t) {
   }
   const Epilogue* ep = t.ep;
   const float* cb = ep && ep->bias_col ? ep->bias_col + t.col0 : nullptr;
-#define STORE(r)                                                                       \
-  if (R > r) {                                                                         \
-    float* c = t.c + r * t.ldc;                                                        \
-    __m256 v0 = c0_##r, v1 = c1_##r;                                                   \
-    if (ep) {                                                                          \
-      const float rb = ep->bias_row ? ep->bias_row[t.row0 + r] : 0.0f;                 \
-      v0 = finish(v0, *ep, rb, cb, m0);                                                \
-      v1 = two ? finish(v1, *ep, rb, cb ? cb + 8 : nullptr, m1) : v1;                  \
-    }                                                                                  \
-    _mm256_maskstore_ps(c, m0, v0);                                                    \
-    if (two) _mm256_maskstore_ps(c + 8, m1, v1);                                       \
+#define STORE(r)                                                       \
+  if (R > r) {                                                         \
+    float* c = t.c + r * t.ldc;                                        \
+    __m256 v0 = c0_##r, v1 = c1_##r;                                   \
+    if (ep) {                                                          \
+      const float rb = ep->bias_row ? ep->bias_row[t.row0 + r] : 0.0f; \
+      v0 = finish(v0, *ep, rb, cb, m0);                                \
+      v1 = two ? finish(v1, *ep, rb, cb ? cb + 8 : nullptr, m1) : v1;  \
+    }                                                                  \
+    _mm256_maskstore_ps(c, m0, v0);                                    \
+    if (two) _mm256_maskstore_ps(c + 8, m1, v1);                       \
   }
   QUANTA_SGEMM_ROWS(STORE)
 #undef STORE

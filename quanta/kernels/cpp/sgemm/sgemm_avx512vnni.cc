@@ -40,10 +40,10 @@ void tile_impl(const Tile& t) {
   QUANTA_SGEMM_ROWS(DECL)
 #undef DECL
   if (t.load_c) {
-#define LOADC(r)                                                                       \
-  if (R > r) {                                                                         \
-    c0_##r = _mm512_maskz_loadu_ps(m0, t.c + r * t.ldc);                               \
-    if (kTwo) c1_##r = _mm512_maskz_loadu_ps(m1, t.c + r * t.ldc + 16);                \
+#define LOADC(r)                                                        \
+  if (R > r) {                                                          \
+    c0_##r = _mm512_maskz_loadu_ps(m0, t.c + r * t.ldc);                \
+    if (kTwo) c1_##r = _mm512_maskz_loadu_ps(m1, t.c + r * t.ldc + 16); \
   }
     QUANTA_SGEMM_ROWS(LOADC)
 #undef LOADC
@@ -55,11 +55,11 @@ void tile_impl(const Tile& t) {
   for (int64_t k = 0; k < t.k; ++k) {
     const __m512 b0 = _mm512_maskz_loadu_ps(m0, b);
     const __m512 b1 = kTwo ? _mm512_maskz_loadu_ps(m1, b + 16) : b0;
-#define STEP(r)                                                                        \
-  if (R > r) {                                                                         \
-    const __m512 av = _mm512_set1_ps(kPacked ? a[r] : a[r * rs]);                      \
-    c0_##r = _mm512_fmadd_ps(av, b0, c0_##r);                                          \
-    if (kTwo) c1_##r = _mm512_fmadd_ps(av, b1, c1_##r);                                \
+#define STEP(r)                                                   \
+  if (R > r) {                                                    \
+    const __m512 av = _mm512_set1_ps(kPacked ? a[r] : a[r * rs]); \
+    c0_##r = _mm512_fmadd_ps(av, b0, c0_##r);                     \
+    if (kTwo) c1_##r = _mm512_fmadd_ps(av, b1, c1_##r);           \
   }
     QUANTA_SGEMM_ROWS(STEP)
 #undef STEP
@@ -68,17 +68,17 @@ void tile_impl(const Tile& t) {
   }
   const Epilogue* ep = t.ep;
   const float* cb = ep && ep->bias_col ? ep->bias_col + t.col0 : nullptr;
-#define STORE(r)                                                                       \
-  if (R > r) {                                                                         \
-    float* c = t.c + r * t.ldc;                                                        \
-    __m512 v0 = c0_##r, v1 = c1_##r;                                                   \
-    if (ep) {                                                                          \
-      const float rb = ep->bias_row ? ep->bias_row[t.row0 + r] : 0.0f;                 \
-      v0 = finish(v0, *ep, rb, cb, m0);                                                \
-      if (kTwo) v1 = finish(v1, *ep, rb, cb ? cb + 16 : nullptr, m1);                  \
-    }                                                                                  \
-    _mm512_mask_storeu_ps(c, m0, v0);                                                  \
-    if (kTwo) _mm512_mask_storeu_ps(c + 16, m1, v1);                                   \
+#define STORE(r)                                                       \
+  if (R > r) {                                                         \
+    float* c = t.c + r * t.ldc;                                        \
+    __m512 v0 = c0_##r, v1 = c1_##r;                                   \
+    if (ep) {                                                          \
+      const float rb = ep->bias_row ? ep->bias_row[t.row0 + r] : 0.0f; \
+      v0 = finish(v0, *ep, rb, cb, m0);                                \
+      if (kTwo) v1 = finish(v1, *ep, rb, cb ? cb + 16 : nullptr, m1);  \
+    }                                                                  \
+    _mm512_mask_storeu_ps(c, m0, v0);                                  \
+    if (kTwo) _mm512_mask_storeu_ps(c + 16, m1, v1);                   \
   }
   QUANTA_SGEMM_ROWS(STORE)
 #undef STORE
@@ -161,8 +161,8 @@ void dw_row(const float* const* rows, const float* w, int kh, int kw, int sw, in
 // V output pixels of one row at once (V independent fma chains: the FMA latency is
 // hidden behind the others), 16 channels per lane.
 template <int V>
-inline void dw_block_pixels(const float* buf, int64_t wp, const float* w16, __m512 bias, int kh, int kw, int sw,
-                            int dh, int dw, int64_t row0, int64_t ox0, float lo, float hi, float* out) {
+inline void dw_block_pixels(const float* buf, int64_t wp, const float* w16, __m512 bias, int kh, int kw, int sw, int dh,
+                            int dw, int64_t row0, int64_t ox0, float lo, float hi, float* out) {
   __m512 acc[V];
   for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps();
   for (int ky = 0; ky < kh; ++ky) {
@@ -210,8 +210,8 @@ extern const Kernels kKernelsAvx512Vnni = {
     32,
     {{nullptr, tile<1, false>, tile<2, false>, tile<3, false>, tile<4, false>, tile<5, false>, tile<6, false>,
       tile<7, false>, tile<8, false>},
-     {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, tile<5, true>, tile<6, true>,
-      tile<7, true>, tile<8, true>}},
+     {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, tile<5, true>, tile<6, true>, tile<7, true>,
+      tile<8, true>}},
     dw_row,
     ymm::gemv,
     dw_block16,

@@ -22,8 +22,10 @@ const Kernels& kernels_for(Isa isa) {
 
 int64_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: case DType::kI32: return 4;
-    case DType::kF64: case DType::kI64: return 8;
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kF64:
+    case DType::kI64: return 8;
     default: return 1;
   }
 }
@@ -54,8 +56,9 @@ void clip_int(DType t, const void* x, void* y, int64_t n, int64_t lo, int64_t hi
   const int64_t size = dtype_size(t);
   const auto* xb = static_cast<const uint8_t*>(x);
   auto* yb = static_cast<uint8_t*>(y);
-  qgemm::parallel_ranges(num_threads, n, kGrain,
-                         [&](int64_t b, int64_t e) { run(xb + b * size, yb + b * size, e - b, lo, hi, has_lo, has_hi); });
+  qgemm::parallel_ranges(num_threads, n, kGrain, [&](int64_t b, int64_t e) {
+    run(xb + b * size, yb + b * size, e - b, lo, hi, has_lo, has_hi);
+  });
 }
 
 void cast(DType from, DType to, const void* x, void* y, int64_t n, int num_threads, Isa isa) {
@@ -133,8 +136,8 @@ void resize_axis(const double* x, int64_t outer, int64_t n, int64_t inner, const
   });
 }
 
-void batch_norm(const float* x, float* y, int64_t rows, int64_t inner, int64_t channels, const float* m,
-                const float* d, const float* g, const float* b, int num_threads, Isa isa) {
+void batch_norm(const float* x, float* y, int64_t rows, int64_t inner, int64_t channels, const float* m, const float* d,
+                const float* g, const float* b, int num_threads, Isa isa) {
   const BatchNormFn run = kernels_for(isa).batch_norm;
   qgemm::parallel_ranges(num_threads, rows, rows_per_chunk(inner, kGrain), [&](int64_t lo, int64_t hi) {
     run(x + lo * inner, y + lo * inner, hi - lo, inner, channels, m, d, g, b, lo);
@@ -154,8 +157,7 @@ namespace {
 // take_axis rows of one element of a fixed size: a typed load / store instead of a
 // memcpy call per element (nearest Resize along the last axis).
 template <typename T>
-void take_elements(const uint8_t* x, int64_t n, const int64_t* idx, int64_t m, uint8_t* y, int64_t begin,
-                   int64_t end) {
+void take_elements(const uint8_t* x, int64_t n, const int64_t* idx, int64_t m, uint8_t* y, int64_t begin, int64_t end) {
   const T* xs = reinterpret_cast<const T*>(x);
   T* ys = reinterpret_cast<T*>(y);
   for (int64_t r = begin; r < end; ++r) {

@@ -52,15 +52,22 @@ enum class DType : int { kF32 = 0, kF64 = 1, kI8 = 2, kU8 = 3, kI32 = 4, kI64 = 
 constexpr int kNumDTypes = 7;
 
 enum class UnaryF32 : int {
-  kClip = 0, kSqrt = 1, kNeg = 2, kAbs = 3, kReciprocal = 4, kSquare = 5, kCube = 6, kHardSigmoid = 7,
+  kClip = 0,
+  kSqrt = 1,
+  kNeg = 2,
+  kAbs = 3,
+  kReciprocal = 4,
+  kSquare = 5,
+  kCube = 6,
+  kHardSigmoid = 7,
   kHardSwish = 8
 };
 constexpr int kNumUnaryF32 = 9;
 
 struct UnaryParams {
-  float lo = 0, hi = 0;          // clip bounds
+  float lo = 0, hi = 0;  // clip bounds
   bool has_lo = false, has_hi = false;
-  float alpha = 0, beta = 0;     // hard_sigmoid
+  float alpha = 0, beta = 0;  // hard_sigmoid
 };
 
 enum class BinaryInt : int { kAdd = 0, kSub = 1, kMul = 2 };
@@ -77,8 +84,8 @@ using CastFn = void (*)(const void* x, void* y, int64_t n);
 using RunFn = void (*)(const void* a, int64_t a_step, const void* b, int64_t b_step, void* c, int64_t n);
 using ReduceFn = void (*)(const float* x, int64_t rows, int64_t d, float* y);
 // rows of `inner` elements; row r has channel r mod channels; p = {m, d, g, b}, [channels] each
-using BatchNormFn = void (*)(const float* x, float* y, int64_t rows, int64_t inner, int64_t channels,
-                             const float* m, const float* d, const float* g, const float* b, int64_t row0);
+using BatchNormFn = void (*)(const float* x, float* y, int64_t rows, int64_t inner, int64_t channels, const float* m,
+                             const float* d, const float* g, const float* b, int64_t row0);
 // rows of `inner` int32 accumulators, channel r mod channels; bias / fbias may be null
 using AccToFloatFn = void (*)(const int32_t* acc, float* y, int64_t rows, int64_t inner, int64_t channels,
                               const int32_t* bias, const float* scale, const float* fbias, int64_t row0);
@@ -89,11 +96,11 @@ using ResizeAxisFn = void (*)(const double* x, int64_t outer, int64_t n, int64_t
 struct Kernels {
   const char* isa;
   UnaryF32Fn unary_f32[kNumUnaryF32];
-  ClipIntFn clip_int[kNumDTypes];               // kI8, kU8, kI32, kI64
-  CastFn cast[kNumDTypes][kNumDTypes];          // [from][to]
-  RunFn binary_int[kNumDTypes][3];              // kI32, kI64
-  RunFn compare[kNumDTypes][5];                 // every type
-  RunFn logic[3];                               // bool
+  ClipIntFn clip_int[kNumDTypes];       // kI8, kU8, kI32, kI64
+  CastFn cast[kNumDTypes][kNumDTypes];  // [from][to]
+  RunFn binary_int[kNumDTypes][3];      // kI32, kI64
+  RunFn compare[kNumDTypes][5];         // every type
+  RunFn logic[3];                       // bool
   ReduceFn reduce[kNumReduce];
   ResizeAxisFn resize_axis;
   BatchNormFn batch_norm;
@@ -114,21 +121,21 @@ void clip_int(DType t, const void* x, void* y, int64_t n, int64_t lo, int64_t hi
               int num_threads, Isa isa);
 void cast(DType from, DType to, const void* x, void* y, int64_t n, int num_threads, Isa isa);
 // kind 0: binary_int (op BinaryInt), 1: compare (op Compare), 2: logic (op Logic)
-void broadcast_op(int kind, int op, DType t, const void* a, const void* b, void* c,
-                  const broadcast::Shape& s, int num_threads, Isa isa);
+void broadcast_op(int kind, int op, DType t, const void* a, const void* b, void* c, const broadcast::Shape& s,
+                  int num_threads, Isa isa);
 void reduce_rows(Reduce op, const float* x, int64_t rows, int64_t d, float* y, int num_threads, Isa isa);
 void resize_axis(const double* x, int64_t outer, int64_t n, int64_t inner, const int64_t* taps, const double* w,
                  int64_t o, int64_t t, double* y, int num_threads, Isa isa);
-void batch_norm(const float* x, float* y, int64_t rows, int64_t inner, int64_t channels, const float* m,
-                const float* d, const float* g, const float* b, int num_threads, Isa isa);
+void batch_norm(const float* x, float* y, int64_t rows, int64_t inner, int64_t channels, const float* m, const float* d,
+                const float* g, const float* b, int num_threads, Isa isa);
 void acc_to_float(const int32_t* acc, float* y, int64_t rows, int64_t inner, int64_t channels, const int32_t* bias,
                   const float* scale, const float* fbias, int num_threads, Isa isa);
 // y[a, q, :] = x[a, idx[q], :]; idx already in [0, n)
 void take_axis(const uint8_t* x, int64_t outer, int64_t n, int64_t inner_bytes, const int64_t* idx, int64_t m,
                uint8_t* y, int num_threads);
 // y (contiguous, shape[rank]) = the strided view x (byte strides, may be 0 or negative)
-void copy_strided(const uint8_t* x, int rank, const int64_t* shape, const int64_t* strides, int64_t elem,
-                  uint8_t* y, int num_threads);
+void copy_strided(const uint8_t* x, int rank, const int64_t* shape, const int64_t* strides, int64_t elem, uint8_t* y,
+                  int num_threads);
 
 }  // namespace tensor_ops
 }  // namespace quanta

@@ -192,8 +192,8 @@ void reduce_run(const float* x, int64_t rows, int64_t d, float* y) {
   }
 }
 
-void resize_axis_run(const double* x, int64_t outer, int64_t n, int64_t inner, const int64_t* taps,
-                     const double* w, int64_t o, int64_t t, double* y) {
+void resize_axis_run(const double* x, int64_t outer, int64_t n, int64_t inner, const int64_t* taps, const double* w,
+                     int64_t o, int64_t t, double* y) {
   for (int64_t a = 0; a < outer; ++a) {
     const double* xa = x + a * n * inner;
     double* ya = y + a * o * inner;
@@ -227,8 +227,8 @@ void batch_norm_run(const float* x, float* y, int64_t rows, int64_t inner, int64
   }
 }
 
-void acc_to_float_run(const int32_t* acc, float* y, int64_t rows, int64_t inner, int64_t channels,
-                      const int32_t* bias, const float* scale, const float* fbias, int64_t row0) {
+void acc_to_float_run(const int32_t* acc, float* y, int64_t rows, int64_t inner, int64_t channels, const int32_t* bias,
+                      const float* scale, const float* fbias, int64_t row0) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t c = (row0 + r) % channels;
     // wrapping int32 sum (numpy's int32 Add), through uint32 to stay defined

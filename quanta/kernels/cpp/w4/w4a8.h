@@ -29,15 +29,15 @@ void block_dot_avx512vnni(const uint8_t* a, const int8_t* w, int64_t b4, int32_t
 
 struct Params {
   int64_t m, k, n, block;
-  const int8_t* packed;    // [kb][ntiles][block/4][16][4]
-  const int32_t* colsum;   // [kb][ntiles·16]  Σ_k w' per block and column
-  const float* c;          // [kb][ntiles·16]  f32(sa · sw[b, n])
-  int32_t za;              // activation zero point (after the int8 -> uint8 shift)
-  bool a_signed;           // int8 a: shifted by +128 on load
+  const int8_t* packed;   // [kb][ntiles][block/4][16][4]
+  const int32_t* colsum;  // [kb][ntiles·16]  Σ_k w' per block and column
+  const float* c;         // [kb][ntiles·16]  f32(sa · sw[b, n])
+  int32_t za;             // activation zero point (after the int8 -> uint8 shift)
+  bool a_signed;          // int8 a: shifted by +128 on load
   // output: float t (y_scale == nullptr), or quantized sat(rne(t / sy) + zy)
   const float* y_scale;
   int32_t zy;
-  int out_kind;            // 0 float32, 1 uint8, 2 int8
+  int out_kind;  // 0 float32, 1 uint8, 2 int8
 };
 
 void matmul(const void* a, const Params& p, void* y, int threads);
