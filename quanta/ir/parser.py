@@ -27,6 +27,7 @@ Grammar (one statement a line; blank lines and lines starting with ``#`` are ski
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from collections.abc import Mapping
 
@@ -42,30 +43,8 @@ class IRParseError(GraphError):
     """Text that is not the printer's form; names the line and what was expected."""
 
 
-def _split_top(text: str, sep: str = ",") -> list[str]:
-    """Split at ``sep`` outside brackets and quotes."""
-    out, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == quote and text[i - 1] != "\\":
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{<":
-            depth += 1
-        elif ch in ")]}>":
-            depth -= 1
-        elif ch == sep and depth == 0:
-            out.append(text[start:i])
-            start = i + 1
-    tail = text[start:]
-    if tail.strip() or out:
-        out.append(tail)
-    return [p.strip() for p in out]
-
-
-def _find_top(text: str, target: str) -> int:
-    """Index of the first ``target`` outside brackets and quotes, or -1."""
+def _top_level(text: str):
+    """(index, character) of the characters of ``text`` outside brackets and quotes."""
     depth, quote = 0, ""
     for i, ch in enumerate(text):
         if quote:
@@ -77,9 +56,22 @@ def _find_top(text: str, target: str) -> int:
             depth += 1
         elif ch in ")]}>":
             depth -= 1
-        elif depth == 0 and text.startswith(target, i):
-            return i
-    return -1
+        elif depth == 0:
+            yield i, ch
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside brackets and quotes."""
+    cuts = [i for i, ch in _top_level(text) if ch == sep]
+    if not cuts and not text.strip():
+        return []
+    bounds = [-1, *cuts, len(text)]
+    return [text[a + 1 : b].strip() for a, b in itertools.pairwise(bounds)]
+
+
+def _find_top(text: str, target: str) -> int:
+    """Index of the first ``target`` outside brackets and quotes, or -1."""
+    return next((i for i, _ in _top_level(text) if text.startswith(target, i)), -1)
 
 
 def parse_type(text: str) -> TensorType:
