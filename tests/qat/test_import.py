@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx.utils
 import pytest
 
 pytest.importorskip("torch")
@@ -70,6 +71,82 @@ def _check(name: str, tmp_path) -> None:
     # the float output (measured: up to 1 % of the output's range on modelopt_cnn).
     tol = 1e-5 if name.startswith("ao_") else 2e-2
     assert np.abs(native - want).max() <= tol * np.abs(want).max(), np.abs(native - want).max()
+
+
+def _ort(model: onnx.ModelProto, feeds: dict, names: list[str]) -> list[np.ndarray]:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        names, feeds
+    )
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_each_quantized_tensor_is_within_one_lsb_of_the_fake_quantization(name, tmp_path):
+    """The layer's own error: every activation QuantizeLinear output, computed by quanta
+    from the quantized tensors ONNX Runtime computed upstream of it, equals ONNX Runtime's
+    float32 evaluation of the fake quantization or is one LSB away (a real value within
+    float32 rounding of a rounding boundary: ORT rounds every float addition of the
+    convolution and the folded BatchNormalization, quanta accumulates exactly). Measured
+    on 10 inputs: at most 1 LSB on every tensor of the corpus; the single steps then
+    propagate (up to 3 LSB at the last tensor of ao_fx_qat_per_tensor_depthwise)."""
+    from quanta.passes.manager import set_verify_default
+
+    set_verify_default(False)  # PyTorch's Constant/Identity parameters: see above
+    try:
+        _check_own_error(name, tmp_path)
+    finally:
+        set_verify_default(True)
+
+
+def _check_own_error(name: str, tmp_path) -> None:
+    proto = onnx.shape_inference.infer_shapes(CORPUS[name]())
+    g = proto.graph
+    producer = {o: n for n in g.node for o in n.output}
+    consts = {t.name for t in g.initializer}
+
+    def constant(t: str) -> bool:
+        if t in consts or t == "":
+            return True
+        n = producer.get(t)
+        return n is not None and all(constant(i) for i in n.input)
+
+    acts = [n.output[0] for n in g.node if n.op_type == "QuantizeLinear" and not constant(n.input[0])]
+    assert len(acts) >= 2
+    x_name = g.input[0].name
+    typed = {v.name: v for v in list(g.value_info) + list(g.output)}
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(proto)
+    outputs = {o.name for o in exposed.graph.output}
+    exposed.graph.output.extend(typed[q] for q in acts if q not in outputs)
+    shape = [d.dim_value or 2 for d in g.input[0].type.tensor_type.shape.dim]
+    moved = 0
+    for seed in range(3):
+        x = (np.random.default_rng(seed).standard_normal(shape) * 1.7 + 0.4).astype(np.float32)
+        values = dict(zip(acts, _ort(exposed, {x_name: x}, acts)))
+        values[x_name] = x
+        for q in acts:
+            # the layer's inputs: the nearest quantized tensors (or the graph input) upstream
+            cut, stack, seen = set(), [producer[q].input[0]], set()
+            while stack:
+                t = stack.pop()
+                if t in seen or constant(t):
+                    continue
+                seen.add(t)
+                if t in values:
+                    cut.add(t)
+                else:
+                    stack.extend(producer[t].input)
+            layer = onnx.utils.Extractor(proto).extract_model(sorted(cut), [q])
+            path = tmp_path / "layer.onnx"
+            onnx.save(layer, path)
+            feeds = {t: values[t] for t in cut}
+            got = quanta.InferenceSession(str(path)).run([q], feeds)[0].astype(np.int64)
+            want = _ort(layer, feeds, [q])[0].astype(np.int64)
+            assert np.abs(got - want).max() <= 1, (q, np.abs(got - want).max())
+            moved += int((got != want).sum())
+    # one-LSB steps are rare: a handful of elements, never a shifted tensor
+    assert moved <= 0.01 * sum(values[q].size for q in acts) * 3
 
 
 def test_lowering_keeps_the_tools_weight_integers(tmp_path):
