@@ -139,3 +139,22 @@ def test_no_code_or_doc_cites_a_file_outside_the_repository():
         f"README.md:{n}" for n, line in enumerate(_text("README.md").splitlines(), 1) if _OUTSIDE.search(line)
     ]
     assert not cited, f"these lines cite a file outside the repository: {cited}"
+
+
+def test_calibration_method_table_is_the_registry():
+    """docs/calibration.md §2 lists exactly the rows of quantize/methods.py METHODS."""
+    from quanta.quantize.methods import METHODS
+    from quanta.quantize.recipe import Recipe
+
+    text = _text("docs/calibration.md")
+    section = text[text.index("| method | range | Recipe options |") :].split("\n\n")[0]
+    rows = {}
+    for line in section.splitlines()[2:]:
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        options = tuple(re.findall(r"`(\w+)`", cells[2]))
+        rows[cells[0].strip("`")] = (cells[1], options)
+    assert rows == {m.value: (spec.summary, spec.options) for m, spec in METHODS.items()}
+    fields = set(Recipe.__dataclass_fields__)
+    assert all(set(spec.options) <= fields for spec in METHODS.values())
+    readme = re.search(r'method="\w+",\s*#\s*([\w| ]+)', _text("README.md"))
+    assert readme and {s.strip() for s in readme.group(1).split("|")} == {m.value for m in METHODS}

@@ -371,6 +371,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from quanta.quantize.recipe import CalibrationMethod
+
     p = argparse.ArgumentParser(prog="quanta", description="Quantization backend for ONNX models.")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -415,9 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model")
     s.add_argument("-o", "--output", required=True, help="path of the quantized model (never the input)")
     s.add_argument("--calib", help="calibration data: .npz file, folder of .npz files or of images")
-    s.add_argument(
-        "--method", choices=["weighted_mse", "minmax", "moving_average", "entropy", "percentile", "mse"]
-    )
+    s.add_argument("--method", choices=[m.value for m in CalibrationMethod], help="docs/calibration.md §2")
     s.add_argument("--dynamic", action="store_true", help="dynamic quantization (no calibration data)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--per-channel", dest="per_channel", action="store_true", default=None)

@@ -52,6 +52,9 @@ class RecipeError(ValueError):
 
 
 class CalibrationMethod(enum.Enum):
+    """The calibration methods by name; each has its row (observer factory, the Recipe
+    fields it reads) in quantize/methods.py ``METHODS``."""
+
     MINMAX = "minmax"
     MOVING_AVERAGE = "moving_average"
     ENTROPY = "entropy"

@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
@@ -220,67 +220,36 @@ def load_for_quantization(
     return model
 
 
-class _Bins(TypedDict, total=False):
-    """The histogram observers' keyword: absent, each uses its own default."""
-
-    bins: int
-
-
 def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, Any]] | None = None):
-    """tensor name -> a fresh observer for the recipe's calibration method.
+    """tensor name -> a fresh observer for the recipe's calibration method (its row in
+    quantize/methods.py ``METHODS``).
 
     Histogram observers use ``recipe.num_bins`` when set, else their own default; the
     MSE observers model the grid of the recipe's activation storage (qmin, qmax,
     symmetry), which only quantize/ knows (calibrate/ cannot import it).
     ``channel_weights`` (qdq.consumer_channel_weights): the tensors that the weighted
     MSE method calibrates with their consumers' weights; it gives the others MinMax."""
+    from quanta.quantize.methods import METHODS, Bins, ObserverRequest
     from quanta.quantize.params import quant_range
 
-    method = recipe.method
-    bins: _Bins = {} if recipe.num_bins is None else {"bins": recipe.num_bins}
+    method = METHODS[recipe.method]
+    bins: Bins = {} if recipe.num_bins is None else {"bins": recipe.num_bins}
 
     def make(name: str) -> ObserverBase:
         ov = recipe.overrides.get(name)
         symmetric = (
             ov.symmetric if ov is not None and ov.symmetric is not None else recipe.symmetric_activations
         )
-        if method is CalibrationMethod.MINMAX:
-            from quanta.calibrate.minmax import MinMaxObserver
 
-            return MinMaxObserver()
-        if method is CalibrationMethod.MOVING_AVERAGE:
-            from quanta.calibrate.moving_average import MovingAverageMinMaxObserver
-
-            return MovingAverageMinMaxObserver(momentum=recipe.momentum)
-        if method is CalibrationMethod.ENTROPY:
-            from quanta.calibrate.entropy import EntropyObserver
-
-            return EntropyObserver(**bins)
-        if method is CalibrationMethod.PERCENTILE:
-            from quanta.calibrate.percentile import PercentileObserver
-
-            return PercentileObserver(percentile=recipe.percentile, **bins)
-        if method is CalibrationMethod.WEIGHTED_MSE and name not in (channel_weights or {}):
-            from quanta.calibrate.minmax import MinMaxObserver
-
-            return MinMaxObserver()
-        if method in (CalibrationMethod.MSE, CalibrationMethod.WEIGHTED_MSE):
-            from quanta.calibrate.mse import MSEObserver
-            from quanta.calibrate.weighted_mse import WeightedMSEObserver
-
+        def grid() -> tuple[int, int]:
             storage = recipe.activation_storage
             if ov is not None and ov.dtype:
                 from quanta.quantize.recipe import storage_from_name
 
                 storage = storage_from_name(ov.dtype, name)
-            qmin, qmax = quant_range(storage, symmetric=symmetric, reduce_range=recipe.reduce_range)
-            if method is CalibrationMethod.WEIGHTED_MSE:
-                axis, weights = (channel_weights or {})[name]
-                return WeightedMSEObserver(
-                    axis=axis, weights=weights, qmin=qmin, qmax=qmax, symmetric=symmetric, **bins
-                )
-            return MSEObserver(qmin=qmin, qmax=qmax, symmetric=symmetric, **bins)
-        raise AssertionError(method)
+            return quant_range(storage, symmetric=symmetric, reduce_range=recipe.reduce_range)
+
+        return method.make(ObserverRequest(recipe, name, symmetric, bins, grid, channel_weights or {}))
 
     return make
 

@@ -12,6 +12,7 @@ import quanta
 from quanta.calibrate.readers import CalibrationDataError
 from quanta.ir.onnx_io import load
 from quanta.ir.types import QuantType
+from quanta.quantize.recipe import CalibrationMethod
 from tests.ir import models
 
 ort = pytest.importorskip("onnxruntime")
@@ -131,15 +132,8 @@ def test_quantize_static_variable_sequence_lengths_are_fine(tmp_path):
     assert summary.samples == 4
 
 
-@pytest.mark.parametrize("method", ["minmax", "moving_average", "entropy", "percentile", "mse"])
+@pytest.mark.parametrize("method", [m.value for m in CalibrationMethod])
 def test_quantize_static_every_calibration_method(tmp_path, method):
-    pytest.importorskip(
-        {
-            "entropy": "quanta.calibrate.entropy",
-            "percentile": "quanta.calibrate.percentile",
-            "mse": "quanta.calibrate.mse",
-        }.get(method, "quanta.calibrate.minmax")
-    )
     src = tmp_path / "cnn.onnx"
     onnx.save(models.float_cnn(), src)
     out = tmp_path / "q.onnx"

@@ -16,10 +16,11 @@ import onnx
 import pytest
 
 import quanta
+from quanta.quantize.recipe import CalibrationMethod
 from quanta.scale import InProcessEngine, LocalEngine, split, tree_reduce
 from tests.ir import models
 
-METHODS = ["weighted_mse", "minmax", "moving_average", "entropy", "percentile", "mse"]
+METHODS = [m.value for m in CalibrationMethod]
 
 
 def feeds(n: int = 11, seed: int = 3) -> list[dict[str, np.ndarray]]:

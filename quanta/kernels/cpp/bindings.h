@@ -6,11 +6,16 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
+#include <array>
 #include <sstream>
 #include <stdexcept>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
+
+#include "broadcast.h"
 
 namespace quanta {
 namespace py = pybind11;
@@ -79,5 +84,102 @@ py::array_t<T, py::array::c_style> require_array(const py::handle& obj, const ch
   }
   return py::reinterpret_borrow<py::array_t<T, py::array::c_style>>(arr);
 }
+
+// The output of a kernel: a new array, or `out` checked for dtype, shape, contiguity,
+// writeability and overlap with the inputs.
+template <typename T>
+py::array_t<T, py::array::c_style> make_output(const py::object& out_obj, const Shape& shape, const char* op,
+                                               std::initializer_list<py::array> inputs) {
+  if (out_obj.is_none()) return py::array_t<T, py::array::c_style>(shape);
+  const std::string what = std::string(op) + ": out";
+  auto y = require_array<T>(out_obj, what.c_str());
+  if (shape_of(y) != shape) {
+    throw py::value_error(what + ": expected shape " + shape_str(shape) + ", got shape " + shape_str(shape_of(y)));
+  }
+  if (!y.writeable()) throw py::value_error(what + ": expected a writeable array");
+  for (const py::array& in : inputs) {
+    if (overlaps(y, in)) throw py::value_error(what + ": expected a buffer that does not overlap the inputs");
+  }
+  return y;
+}
+
+// The (outer, inner) runs around a per-axis parameter of `channels` values (Quantize /
+// DequantizeLinear): one run of x.size() when the parameter is a scalar (channels 1 and
+// scale rank <= 1), else the products of x's dimensions before and after `axis`
+// (negative: from the end), which must hold `channels`.
+struct AxisRuns {
+  int64_t outer = 1, inner = 1;
+};
+inline AxisRuns axis_runs(const py::array& x, int64_t channels, py::ssize_t scale_ndim, int64_t axis,
+                          const std::string& op) {
+  AxisRuns r;
+  const int64_t ndim = x.ndim();
+  if (channels == 1 && scale_ndim <= 1) {
+    r.inner = x.size();
+    return r;
+  }
+  if (axis < 0) axis += ndim;
+  if (axis < 0 || axis >= ndim) {
+    throw py::value_error(op + ": axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(ndim));
+  }
+  if (x.shape(axis) != channels) {
+    throw py::value_error(op + ": scale has " + std::to_string(channels) + " elements but x has " +
+                          std::to_string(x.shape(axis)) + " along axis " + std::to_string(axis));
+  }
+  for (int64_t d = 0; d < axis; ++d) r.outer *= x.shape(d);
+  for (int64_t d = axis + 1; d < ndim; ++d) r.inner *= x.shape(d);
+  return r;
+}
+
+// NumPy broadcasting of a and b (broadcast.h): the output shape, and the three shapes
+// aligned to its rank for broadcast::Shape.
+struct Broadcast {
+  Shape out;
+  std::array<int64_t, broadcast::kMaxRank> o{}, a{}, b{};
+  int rank = 0;
+  broadcast::Shape shape() const { return {rank, o.data(), a.data(), b.data()}; }
+};
+inline Broadcast broadcast_shapes(const py::array& a, const py::array& b, const std::string& op) {
+  Broadcast r;
+  r.rank = static_cast<int>(std::max(a.ndim(), b.ndim()));
+  if (r.rank > broadcast::kMaxRank) {
+    throw py::value_error(op + ": expected rank <= " + std::to_string(broadcast::kMaxRank) + ", got " +
+                          std::to_string(r.rank));
+  }
+  for (int d = 0; d < r.rank; ++d) {
+    const int da = d - (r.rank - static_cast<int>(a.ndim()));
+    const int db = d - (r.rank - static_cast<int>(b.ndim()));
+    const int64_t sa = da >= 0 ? a.shape(da) : 1;
+    const int64_t sb = db >= 0 ? b.shape(db) : 1;
+    if (sa != sb && sa != 1 && sb != 1) {
+      throw py::value_error(op + ": expected broadcastable shapes, got " + shape_str(shape_of(a)) + " and " +
+                            shape_str(shape_of(b)));
+    }
+    r.a[d] = sa;
+    r.b[d] = sb;
+    r.o[d] = sa == 1 ? sb : sa;
+    r.out.push_back(static_cast<py::ssize_t>(r.o[d]));
+  }
+  return r;
+}
+
+// Holds a caller-owned scratch object (a struct with `std::atomic<bool> busy`) for one
+// call: a second call that shares it meanwhile raises instead of racing on it.
+template <class S>
+class BusyGuard {
+ public:
+  BusyGuard(S& s, const std::string& what) : s_(s) {
+    bool expected = false;
+    if (!s_.busy.compare_exchange_strong(expected, true)) {
+      throw py::value_error(what + ": expected one not in use by another call, got a busy one");
+    }
+  }
+  ~BusyGuard() { s_.busy.store(false); }
+  BusyGuard(const BusyGuard&) = delete;
+  BusyGuard& operator=(const BusyGuard&) = delete;
+
+ private:
+  S& s_;
+};
 
 }  // namespace quanta

@@ -25,45 +25,12 @@
 #include <vector>
 
 #include "bindings.h"
+#include "bindings_pool.h"
 #include "elementwise/elementwise.h"
 #include "pool/pool.h"
 
 namespace quanta {
 namespace {
-
-using broadcast::kMaxRank;
-
-bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
-  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return na && nb && pa < pb + nb && pb < pa + na;
-}
-
-int check_threads(int num_threads, const char* op) {
-  if (num_threads < 1) {
-    throw py::value_error(std::string(op) + ": num_threads: expected >= 1, got " + std::to_string(num_threads));
-  }
-  return num_threads;
-}
-
-// The output: a new array, or `out` checked for dtype, shape, contiguity, writeability and
-// overlap with the inputs.
-template <typename T>
-py::array_t<T> make_output(const py::object& out_obj, const std::vector<py::ssize_t>& shape, const char* op,
-                           std::initializer_list<py::array> inputs) {
-  if (out_obj.is_none()) return py::array_t<T>(shape);
-  const std::string what = std::string(op) + ": out";
-  auto y = require_array<T>(out_obj, what.c_str());
-  if (shape_of(y) != shape) {
-    throw py::value_error(what + ": expected shape " + shape_str(shape) + ", got shape " + shape_str(shape_of(y)));
-  }
-  if (!y.writeable()) throw py::value_error(what + ": expected a writeable array");
-  for (const py::array& in : inputs) {
-    if (overlaps(y.data(), static_cast<size_t>(y.nbytes()), in.data(), static_cast<size_t>(in.nbytes()))) {
-      throw py::value_error(what + ": expected a buffer that does not overlap the inputs");
-    }
-  }
-  return y;
-}
 
 bool is_dtype(const py::array& a, const py::dtype& dt) { return a.dtype().is(dt); }
 
@@ -96,28 +63,12 @@ py::array dequantize_impl(const py::handle& x_obj, const py::handle& scale_obj, 
   auto scale = require_array<float>(scale_obj, "dequantize_linear: scale");
   auto zp = require_array<int32_t>(zp_obj, "dequantize_linear: zero_point");
   check_threads(num_threads, "dequantize_linear");
-  const int64_t ndim = x.ndim();
   const int64_t channels = scale.size();
   if (zp.size() != channels) {
     throw py::value_error("dequantize_linear: zero_point has " + std::to_string(zp.size()) +
                           " elements but scale has " + std::to_string(channels));
   }
-  int64_t outer = 1, inner = 1;
-  if (channels == 1 && scale.ndim() <= 1) {
-    inner = x.size();
-  } else {
-    if (axis < 0) axis += ndim;
-    if (axis < 0 || axis >= ndim) {
-      throw py::value_error("dequantize_linear: axis " + std::to_string(axis) + " is out of range for rank " +
-                            std::to_string(ndim));
-    }
-    if (x.shape(axis) != channels) {
-      throw py::value_error("dequantize_linear: scale has " + std::to_string(channels) + " elements but x has " +
-                            std::to_string(x.shape(axis)) + " along axis " + std::to_string(axis));
-    }
-    for (int64_t d = 0; d < axis; ++d) outer *= x.shape(d);
-    for (int64_t d = axis + 1; d < ndim; ++d) inner *= x.shape(d);
-  }
+  const auto [outer, inner] = axis_runs(x, channels, scale.ndim(), axis, "dequantize_linear");
   for (int64_t c = 0; c < channels; ++c) check_zero_point<T>(zp.data()[c], "dequantize_linear: zero_point");
   auto y = make_output<float>(out_obj, shape_of(x), "dequantize_linear", {x});
   {
@@ -160,36 +111,6 @@ py::tuple dynamic_quantize_linear(const py::handle& x_obj, int num_threads) {
 
 // ---- QLinearAdd / QLinearMul --------------------------------------------------------------
 
-struct Broadcast {
-  std::vector<py::ssize_t> out;
-  std::array<int64_t, kMaxRank> o{}, a{}, b{};
-  int rank = 0;
-};
-
-Broadcast broadcast_shapes(const py::array& a, const py::array& b, const char* op) {
-  Broadcast r;
-  r.rank = static_cast<int>(std::max(a.ndim(), b.ndim()));
-  if (r.rank > kMaxRank) {
-    throw py::value_error(std::string(op) + ": expected rank <= " + std::to_string(kMaxRank) + ", got " +
-                          std::to_string(r.rank));
-  }
-  for (int d = 0; d < r.rank; ++d) {
-    const int da = d - (r.rank - static_cast<int>(a.ndim()));
-    const int db = d - (r.rank - static_cast<int>(b.ndim()));
-    const int64_t sa = da >= 0 ? a.shape(da) : 1;
-    const int64_t sb = db >= 0 ? b.shape(db) : 1;
-    if (sa != sb && sa != 1 && sb != 1) {
-      throw py::value_error(std::string(op) + ": expected broadcastable shapes, got " + shape_str(shape_of(a)) +
-                            " and " + shape_str(shape_of(b)));
-    }
-    r.a[d] = sa;
-    r.b[d] = sb;
-    r.o[d] = sa == 1 ? sb : sa;
-    r.out.push_back(static_cast<py::ssize_t>(r.o[d]));
-  }
-  return r;
-}
-
 template <typename T>
 py::array add_impl(const py::handle& a_obj, const py::handle& b_obj, float sa, int64_t za, float sb, int64_t zb,
                    float sc, int64_t zc, int num_threads, const py::object& out_obj) {
@@ -201,7 +122,7 @@ py::array add_impl(const py::handle& a_obj, const py::handle& b_obj, float sa, i
       check_zero_point<T>(zb, "qlinear_add: b_zero_point"), sc, check_zero_point<T>(zc, "qlinear_add: c_zero_point"));
   const Broadcast bc = broadcast_shapes(a, b, "qlinear_add");
   auto c = make_output<T>(out_obj, bc.out, "qlinear_add", {a, b});
-  const elementwise::BroadcastShape s{bc.rank, bc.o.data(), bc.a.data(), bc.b.data()};
+  const elementwise::BroadcastShape s = bc.shape();
   {
     py::gil_scoped_release release;
     elementwise::qlinear_add<T>(a.data(), b.data(), c.mutable_data(), s, p, num_threads, active_isa());
@@ -220,7 +141,7 @@ py::array mul_impl(const py::handle& a_obj, const py::handle& b_obj, float ratio
                                  check_zero_point<T>(zc, "qlinear_mul: c_zero_point")};
   const Broadcast bc = broadcast_shapes(a, b, "qlinear_mul");
   auto c = make_output<T>(out_obj, bc.out, "qlinear_mul", {a, b});
-  const elementwise::BroadcastShape s{bc.rank, bc.o.data(), bc.a.data(), bc.b.data()};
+  const elementwise::BroadcastShape s = bc.shape();
   {
     py::gil_scoped_release release;
     elementwise::qlinear_mul<T>(a.data(), b.data(), c.mutable_data(), s, p, num_threads, active_isa());
@@ -365,7 +286,7 @@ py::array qlinear_concat(const py::list& inputs, const py::list& tables, int64_t
                             shape_str(out_shape) + " and dtype " + py::str(dt).cast<std::string>());
     }
     for (const auto& a : xs) {
-      if (overlaps(y.data(), static_cast<size_t>(y.nbytes()), a.data(), static_cast<size_t>(a.nbytes()))) {
+      if (overlaps(y, a)) {
         throw py::value_error("qlinear_concat: out: expected a buffer that does not overlap the inputs");
       }
     }
@@ -437,49 +358,14 @@ py::array qlinear_global_average_pool(const py::handle& x, float m, int64_t zx, 
   return gap_impl<int8_t>(x, m, zx, zy, channels_last, num_threads, out);
 }
 
-using Pair = std::array<int64_t, 2>;
-
-pool::Geometry2d geometry_2d(const py::array& x, const Pair& kernel, const Pair& strides, const Pair& dilations,
-                             const Pair& pads_begin, const Pair& out_hw, const char* op) {
-  if (x.ndim() != 4) {
-    throw py::value_error(std::string(op) + ": x: expected rank 4 [N, C, H, W], got shape " + shape_str(shape_of(x)));
-  }
-  for (int i = 0; i < 2; ++i) {
-    if (kernel[i] < 1 || strides[i] < 1 || dilations[i] < 1) {
-      throw py::value_error(std::string(op) + ": expected kernel, strides and dilations >= 1");
-    }
-    if (pads_begin[i] < 0 || out_hw[i] < 0) {
-      throw py::value_error(std::string(op) + ": expected pads and output sizes >= 0");
-    }
-    // Every window must start inside the input or its begin padding (the ceil_mode rule),
-    // so that no index computed from the geometry is far outside the plane.
-    const int64_t size = x.shape(2 + i);
-    if (out_hw[i] > 0 && (out_hw[i] - 1) * strides[i] - pads_begin[i] >= size) {
-      throw py::value_error(std::string(op) + ": expected the last window to start inside the input on axis " +
-                            std::to_string(2 + i));
-    }
-  }
-  return pool::Geometry2d{x.shape(0) * x.shape(1),
-                          x.shape(2),
-                          x.shape(3),
-                          out_hw[0],
-                          out_hw[1],
-                          kernel[0],
-                          kernel[1],
-                          strides[0],
-                          strides[1],
-                          dilations[0],
-                          dilations[1],
-                          pads_begin[0],
-                          pads_begin[1]};
-}
+using Pair = PoolPair;
 
 template <typename T>
 py::array max_pool_impl(const py::handle& x_obj, const Pair& kernel, const Pair& strides, const Pair& dilations,
                         const Pair& pads_begin, const Pair& out_hw, int num_threads, const py::object& out_obj) {
   auto x = require_array<T>(x_obj, "max_pool_2d: x");
   check_threads(num_threads, "max_pool_2d");
-  const pool::Geometry2d g = geometry_2d(x, kernel, strides, dilations, pads_begin, out_hw, "max_pool_2d");
+  const pool::Geometry2d g = pool_geometry_2d(x, false, kernel, strides, dilations, pads_begin, out_hw, "max_pool_2d");
   auto y = make_output<T>(
       out_obj, {x.shape(0), x.shape(1), static_cast<py::ssize_t>(out_hw[0]), static_cast<py::ssize_t>(out_hw[1])},
       "max_pool_2d", {x});
@@ -503,7 +389,8 @@ py::array average_pool_impl(const py::handle& x_obj, const Pair& kernel, const P
                             int num_threads, const py::object& out_obj) {
   auto x = require_array<T>(x_obj, "qlinear_average_pool_2d: x");
   check_threads(num_threads, "qlinear_average_pool_2d");
-  const pool::Geometry2d g = geometry_2d(x, kernel, strides, Pair{1, 1}, pads_begin, out_hw, "qlinear_average_pool_2d");
+  const pool::Geometry2d g =
+      pool_geometry_2d(x, false, kernel, strides, Pair{1, 1}, pads_begin, out_hw, "qlinear_average_pool_2d");
   const pool::AverageParams p{sx, sy, check_zero_point<T>(zx, "qlinear_average_pool_2d: x_zero_point"),
                               check_zero_point<T>(zy, "qlinear_average_pool_2d: y_zero_point"), count_include_pad};
   auto y = make_output<T>(

@@ -26,36 +26,10 @@
 namespace quanta {
 namespace {
 
-using float_ops::kMaxRank;
-
-bool overlaps(const void* a, size_t na, const void* b, size_t nb) {
-  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return na && nb && pa < pb + nb && pb < pa + na;
-}
-
-// The output: a new array, or `out` checked for dtype, shape, contiguity, writeability and
-// overlap with the inputs.
-py::array_t<float> make_output(const py::object& out_obj, const Shape& shape, const char* op,
-                               std::initializer_list<py::array> inputs) {
-  if (out_obj.is_none()) return py::array_t<float>(shape);
-  const std::string what = std::string(op) + ": out";
-  auto y = require_array<float>(out_obj, what.c_str());
-  if (shape_of(y) != shape) {
-    throw py::value_error(what + ": expected shape " + shape_str(shape) + ", got shape " + shape_str(shape_of(y)));
-  }
-  if (!y.writeable()) throw py::value_error(what + ": expected a writeable array");
-  for (const py::array& in : inputs) {
-    if (overlaps(y.data(), static_cast<size_t>(y.nbytes()), in.data(), static_cast<size_t>(in.nbytes()))) {
-      throw py::value_error(what + ": expected a buffer that does not overlap the inputs");
-    }
-  }
-  return y;
-}
-
 py::array exp_f32(const py::handle& x_obj, int num_threads, const py::object& out_obj) {
   auto x = require_array<float>(x_obj, "exp_f32: x");
   check_threads(num_threads, "exp_f32");
-  auto y = make_output(out_obj, shape_of(x), "exp_f32", {x});
+  auto y = make_output<float>(out_obj, shape_of(x), "exp_f32", {x});
   {
     py::gil_scoped_release release;
     float_ops::exp_f32(x.data(), y.mutable_data(), x.size(), num_threads, active_isa());
@@ -67,7 +41,7 @@ py::array softmax_f32(const py::handle& x_obj, int num_threads, const py::object
   auto x = require_array<float>(x_obj, "softmax_f32: x");
   check_threads(num_threads, "softmax_f32");
   if (x.ndim() < 1) throw py::value_error("softmax_f32: x: expected rank >= 1, got a scalar");
-  auto y = make_output(out_obj, shape_of(x), "softmax_f32", {x});
+  auto y = make_output<float>(out_obj, shape_of(x), "softmax_f32", {x});
   const int64_t d = x.shape(x.ndim() - 1);
   const int64_t rows = d == 0 ? 0 : x.size() / d;
   {
@@ -105,7 +79,7 @@ py::object layer_norm_f32(const py::handle& x_obj, const py::handle& scale_obj, 
     }
     bias_ptr = bias.data();
   }
-  auto y = make_output(out_obj, shape_of(x), "layer_norm_f32", {x, scale});
+  auto y = make_output<float>(out_obj, shape_of(x), "layer_norm_f32", {x, scale});
   Shape stat_shape(x.shape(), x.shape() + axis);
   stat_shape.resize(static_cast<size_t>(rank), 1);
   py::array_t<float> mean, inv_std;
@@ -143,28 +117,9 @@ py::array binary_f32(const std::string& op_name, const py::handle& a_obj, const 
   auto a = require_array<float>(a_obj, "binary_f32: a");
   auto b = require_array<float>(b_obj, "binary_f32: b");
   check_threads(num_threads, "binary_f32");
-  const int rank = static_cast<int>(std::max(a.ndim(), b.ndim()));
-  if (rank > kMaxRank) {
-    throw py::value_error("binary_f32: expected rank <= " + std::to_string(kMaxRank) + ", got " + std::to_string(rank));
-  }
-  std::array<int64_t, kMaxRank> os{}, as{}, bs{};
-  Shape out_shape;
-  for (int d = 0; d < rank; ++d) {
-    const int da = d - (rank - static_cast<int>(a.ndim()));
-    const int db = d - (rank - static_cast<int>(b.ndim()));
-    const int64_t sa = da >= 0 ? a.shape(da) : 1;
-    const int64_t sb = db >= 0 ? b.shape(db) : 1;
-    if (sa != sb && sa != 1 && sb != 1) {
-      throw py::value_error("binary_f32: expected broadcastable shapes, got " + shape_str(shape_of(a)) + " and " +
-                            shape_str(shape_of(b)));
-    }
-    as[d] = sa;
-    bs[d] = sb;
-    os[d] = sa == 1 ? sb : sa;
-    out_shape.push_back(static_cast<py::ssize_t>(os[d]));
-  }
-  auto c = make_output(out_obj, out_shape, "binary_f32", {a, b});
-  const float_ops::BroadcastShape s{rank, os.data(), as.data(), bs.data()};
+  const Broadcast bc = broadcast_shapes(a, b, "binary_f32");
+  auto c = make_output<float>(out_obj, bc.out, "binary_f32", {a, b});
+  const float_ops::BroadcastShape s = bc.shape();
   {
     py::gil_scoped_release release;
     float_ops::binary(op, a.data(), b.data(), c.mutable_data(), s, num_threads, active_isa());
@@ -194,7 +149,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
   }
   auto x = require_array<float>(x_obj, "unary_f32: x");
   check_threads(num_threads, "unary_f32");
-  auto y = make_output(out_obj, shape_of(x), "unary_f32", {x});
+  auto y = make_output<float>(out_obj, shape_of(x), "unary_f32", {x});
   {
     py::gil_scoped_release release;
     float_ops::unary(found->second, x.data(), y.mutable_data(), x.size(), num_threads, active_isa());

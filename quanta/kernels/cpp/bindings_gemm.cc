@@ -31,21 +31,6 @@ struct PyBatchedScratch {
   std::atomic<bool> busy{false};
 };
 
-struct ScratchGuard {
-  explicit ScratchGuard(PyBatchedScratch& s) : s_(s) {
-    bool expected = false;
-    if (!s_.busy.compare_exchange_strong(expected, true)) {
-      throw py::value_error("qgemm_batched: scratch: expected a scratch not in use by another call, got a busy one");
-    }
-  }
-  ~ScratchGuard() { s_.busy.store(false); }
-  ScratchGuard(const ScratchGuard&) = delete;
-  ScratchGuard& operator=(const ScratchGuard&) = delete;
-
- private:
-  PyBatchedScratch& s_;
-};
-
 std::string shape_text(const py::array& a) {
   std::string s = "(";
   for (py::ssize_t d = 0; d < a.ndim(); ++d) s += (d ? ", " : "") + std::to_string(a.shape(d));
@@ -287,7 +272,7 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
       throw py::value_error("qgemm_batched: scratch: expected a BatchedQGemmScratch or None");
     }
   }
-  ScratchGuard guard(*sp);
+  BusyGuard<PyBatchedScratch> guard(*sp, "qgemm_batched: scratch");
   {
     py::gil_scoped_release release;
     gemm::batched_qgemm(p, sp->scratch);

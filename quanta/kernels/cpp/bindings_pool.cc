@@ -10,63 +10,25 @@
 #include <string>
 
 #include "bindings.h"
+#include "bindings_pool.h"
 #include "dispatch.h"
 #include "pool/pool.h"
 
 namespace quanta {
 namespace {
 
-using Pair = std::array<int64_t, 2>;
-
-std::string shape_text(const py::array& a) {
-  std::string s = "(";
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
-  return s + ")";
-}
+using Pair = PoolPair;
 
 template <typename T>
 py::array max_pool_nhwc_impl(const py::handle& x_obj, const Pair& kernel, const Pair& strides, const Pair& dilations,
                              const Pair& pads_begin, const Pair& out_hw, int num_threads, const py::object& out_obj) {
   const char* op = "max_pool_2d_nhwc";
   auto x = require_array<T>(x_obj, "max_pool_2d_nhwc: x");
-  if (x.ndim() != 4) {
-    throw py::value_error(std::string(op) + ": x: expected rank 4 [N, H, W, C], got shape " + shape_text(x));
-  }
-  if (num_threads < 1) throw py::value_error(std::string(op) + ": num_threads: expected >= 1");
-  for (int i = 0; i < 2; ++i) {
-    if (kernel[i] < 1 || strides[i] < 1 || dilations[i] < 1) {
-      throw py::value_error(std::string(op) + ": expected kernel, strides and dilations >= 1");
-    }
-    if (pads_begin[i] < 0 || out_hw[i] < 0) throw py::value_error(std::string(op) + ": expected pads and sizes >= 0");
-    const int64_t size = x.shape(1 + i);
-    if (out_hw[i] > 0 && (out_hw[i] - 1) * strides[i] - pads_begin[i] >= size) {
-      throw py::value_error(std::string(op) + ": expected the last window to start inside the input on axis " +
-                            std::to_string(1 + i));
-    }
-  }
-  const py::ssize_t n = x.shape(0), c = x.shape(3);
-  const std::array<py::ssize_t, 4> shape{n, static_cast<py::ssize_t>(out_hw[0]), static_cast<py::ssize_t>(out_hw[1]),
-                                         c};
-  py::array_t<T, py::array::c_style> y;
-  if (out_obj.is_none()) {
-    y = py::array_t<T, py::array::c_style>(std::vector<py::ssize_t>(shape.begin(), shape.end()));
-  } else {
-    y = require_array<T>(out_obj, "max_pool_2d_nhwc: out");
-    bool same = y.ndim() == 4 && y.writeable();
-    for (int i = 0; same && i < 4; ++i) same = y.shape(i) == shape[i];
-    if (!same) {
-      throw py::value_error(std::string(op) + ": out: expected a writeable array of shape (" + std::to_string(n) +
-                            ", " + std::to_string(out_hw[0]) + ", " + std::to_string(out_hw[1]) + ", " +
-                            std::to_string(c) + "), got " + shape_text(y));
-    }
-    const auto* xs = reinterpret_cast<const uint8_t*>(x.data());
-    const auto* ys = reinterpret_cast<const uint8_t*>(y.data());
-    if (x.nbytes() && y.nbytes() && xs < ys + y.nbytes() && ys < xs + x.nbytes()) {
-      throw py::value_error(std::string(op) + ": out overlaps x");
-    }
-  }
-  const pool::Geometry2d g{n,          x.shape(1), x.shape(2),   out_hw[0],    out_hw[1],     kernel[0],    kernel[1],
-                           strides[0], strides[1], dilations[0], dilations[1], pads_begin[0], pads_begin[1]};
+  check_threads(num_threads, op);
+  const pool::Geometry2d g = pool_geometry_2d(x, true, kernel, strides, dilations, pads_begin, out_hw, op);
+  const py::ssize_t c = x.shape(3);
+  auto y = make_output<T>(
+      out_obj, {x.shape(0), static_cast<py::ssize_t>(out_hw[0]), static_cast<py::ssize_t>(out_hw[1]), c}, op, {x});
   {
     py::gil_scoped_release release;
     pool::max_pool_2d_nhwc<T>(x.data(), y.mutable_data(), g, c, num_threads);
@@ -90,41 +52,13 @@ py::array max_pool_2d_nhwc(const py::handle& x, const Pair& kernel, const Pair& 
 // NCHW float32 MaxPool (pool.h max_pool_2d_f32): x [N, C, H, W] -> y [N, C, OH, OW].
 py::array max_pool_2d_f32(const py::handle& x_obj, const Pair& kernel, const Pair& strides, const Pair& dilations,
                           const Pair& pads_begin, const Pair& out_hw, int num_threads, const py::object& out_obj) {
-  const std::string op = "max_pool_2d_f32";
+  const char* op = "max_pool_2d_f32";
   auto x = require_array<float>(x_obj, "max_pool_2d_f32: x");
-  if (x.ndim() != 4) throw py::value_error(op + ": x: expected rank 4 [N, C, H, W], got shape " + shape_text(x));
   check_threads(num_threads, op);
-  for (int i = 0; i < 2; ++i) {
-    if (kernel[i] < 1 || strides[i] < 1 || dilations[i] < 1) {
-      throw py::value_error(op + ": expected kernel, strides and dilations >= 1");
-    }
-    if (pads_begin[i] < 0 || out_hw[i] < 0) throw py::value_error(op + ": expected pads and sizes >= 0");
-  }
-  const Shape shape{x.shape(0), x.shape(1), static_cast<py::ssize_t>(out_hw[0]), static_cast<py::ssize_t>(out_hw[1])};
-  py::array_t<float, py::array::c_style> y;
-  if (out_obj.is_none()) {
-    y = py::array_t<float, py::array::c_style>(shape);
-  } else {
-    y = require_array<float>(out_obj, "max_pool_2d_f32: out");
-    if (shape_of(y) != shape || !y.writeable()) {
-      throw py::value_error(op + ": out: expected a writeable array of shape " + shape_str(shape) + ", got " +
-                            shape_text(y));
-    }
-    if (overlaps(x, y)) throw py::value_error(op + ": out overlaps x");
-  }
-  const pool::Geometry2d g{x.shape(0) * x.shape(1),
-                           x.shape(2),
-                           x.shape(3),
-                           out_hw[0],
-                           out_hw[1],
-                           kernel[0],
-                           kernel[1],
-                           strides[0],
-                           strides[1],
-                           dilations[0],
-                           dilations[1],
-                           pads_begin[0],
-                           pads_begin[1]};
+  const pool::Geometry2d g = pool_geometry_2d(x, false, kernel, strides, dilations, pads_begin, out_hw, op);
+  auto y = make_output<float>(
+      out_obj, {x.shape(0), x.shape(1), static_cast<py::ssize_t>(out_hw[0]), static_cast<py::ssize_t>(out_hw[1])}, op,
+      {x});
   if (y.size() == 0) return std::move(y);
   {
     py::gil_scoped_release release;

@@ -41,21 +41,6 @@ struct PyWorkspace {
   std::atomic<bool> busy{false};
 };
 
-struct BusyGuard {
-  explicit BusyGuard(PyWorkspace& w) : w_(w) {
-    bool expected = false;
-    if (!w_.busy.compare_exchange_strong(expected, true)) {
-      throw py::value_error("qgemm: workspace: expected a workspace not in use by another call, got a busy one");
-    }
-  }
-  ~BusyGuard() { w_.busy.store(false); }
-  BusyGuard(const BusyGuard&) = delete;
-  BusyGuard& operator=(const BusyGuard&) = delete;
-
- private:
-  PyWorkspace& w_;
-};
-
 // None: the active ISA; else the named one, which this CPU must run (dispatch.h).
 Isa parse_isa(const py::object& isa) { return isa.is_none() ? active_isa() : runnable_isa(py::str(isa)); }
 
@@ -456,7 +441,7 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
       throw py::value_error("qgemm: workspace: expected a QGemmWorkspace or None");
     }
   }
-  BusyGuard guard(*wsp);
+  BusyGuard<PyWorkspace> guard(*wsp, "qgemm: workspace");
   const size_t need = qgemm::qgemm_workspace_bytes(p);
   wsp->ws.reserve(need);  // allocates only when this call needs more than any before
   {

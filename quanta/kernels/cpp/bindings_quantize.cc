@@ -29,22 +29,7 @@ py::array_t<T, py::array::c_style> quantize_impl(const py::handle& x_obj, const 
     throw py::value_error("quantize_linear: zero_point has " + std::to_string(zp.size()) + " elements but scale has " +
                           std::to_string(channels));
   }
-  int64_t outer = 1, inner = 1;
-  if (channels == 1 && scale.ndim() <= 1) {
-    inner = x.size();
-  } else {
-    if (axis < 0) axis += ndim;
-    if (axis < 0 || axis >= ndim) {
-      throw py::value_error("quantize_linear: axis " + std::to_string(axis) + " is out of range for rank " +
-                            std::to_string(ndim));
-    }
-    if (x.shape(axis) != channels) {
-      throw py::value_error("quantize_linear: scale has " + std::to_string(channels) + " elements but x has " +
-                            std::to_string(x.shape(axis)) + " along axis " + std::to_string(axis));
-    }
-    for (int64_t d = 0; d < axis; ++d) outer *= x.shape(d);
-    for (int64_t d = axis + 1; d < ndim; ++d) inner *= x.shape(d);
-  }
+  const auto [outer, inner] = axis_runs(x, channels, scale.ndim(), axis, "quantize_linear");
   const float* s = scale.data();
   for (int64_t c = 0; c < channels; ++c) {
     if (!(s[c] > 0.0f)) throw py::value_error("quantize_linear: scale must be positive and finite");

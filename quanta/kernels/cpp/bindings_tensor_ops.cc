@@ -184,28 +184,10 @@ py::array broadcast_op(const std::string& op_name, const py::handle& a_obj, cons
                           py::str(a.dtype()).cast<std::string>());
   }
   check_threads(num_threads, "broadcast_op");
-  const int rank = static_cast<int>(std::max(a.ndim(), b.ndim()));
-  if (rank > broadcast::kMaxRank)
-    throw py::value_error("broadcast_op: expected rank <= 16, got " + std::to_string(rank));
-  std::array<int64_t, broadcast::kMaxRank> os{}, as{}, bs{};
-  Shape out_shape;
-  for (int d = 0; d < rank; ++d) {
-    const int da = d - (rank - static_cast<int>(a.ndim()));
-    const int db = d - (rank - static_cast<int>(b.ndim()));
-    const int64_t sa = da >= 0 ? a.shape(da) : 1;
-    const int64_t sb = db >= 0 ? b.shape(db) : 1;
-    if (sa != sb && sa != 1 && sb != 1) {
-      throw py::value_error("broadcast_op: expected broadcastable shapes, got " + shape_str(shape_of(a)) + " and " +
-                            shape_str(shape_of(b)));
-    }
-    as[d] = sa;
-    bs[d] = sb;
-    os[d] = sa == 1 ? sb : sa;
-    out_shape.push_back(static_cast<py::ssize_t>(os[d]));
-  }
+  const Broadcast bc = broadcast_shapes(a, b, "broadcast_op");
   const py::dtype out_dtype = kind == 0 ? a.dtype() : py::dtype("bool");
-  auto c = make_output(out_obj, out_dtype, out_shape, "broadcast_op", {a, b});
-  const broadcast::Shape s{rank, os.data(), as.data(), bs.data()};
+  auto c = make_output(out_obj, out_dtype, bc.out, "broadcast_op", {a, b});
+  const broadcast::Shape s = bc.shape();
   {
     py::gil_scoped_release release;
     tensor_ops::broadcast_op(kind, op, t, a.data(), b.data(), c.mutable_data(), s, num_threads, active_isa());

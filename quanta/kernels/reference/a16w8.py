@@ -21,6 +21,9 @@ rounds the int64 to nearest, ties to even (numpy's and C's int64 -> float conver
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from quanta.kernels.reference.conv_geometry import conv_attrs, conv_nd
@@ -154,62 +157,31 @@ def qlinear_conv16(
     return requantize(acc, m, int(np.asarray(y_zero_point).reshape(())), dtype)
 
 
-@register("QLinearMatMul16", QUANTA_DOMAIN)
-def qlinear_matmul16_op(
-    ctx: OpContext,
-    a: np.ndarray,
-    a_scale: np.ndarray,
-    a_zero_point: np.ndarray,
-    b: np.ndarray,
-    b_scale: np.ndarray,
-    b_zero_point: np.ndarray,
-    y_scale: np.ndarray,
-    y_zero_point: np.ndarray,
-    B: np.ndarray | None = None,
-) -> np.ndarray:
-    """quanta::QLinearMatMul16 (module docstring)."""
-    del ctx  # unused
-    _check_types("QLinearMatMul16", (("a", a, a_zero_point), ("b", b, b_zero_point)), y_zero_point)
-    return qlinear_matmul16(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, B)
+def _op(op: str, names: tuple[str, str], fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """quanta::``op`` (module docstring) on ``fn``: the operands' types checked, then ``fn``
+    (``attrs``: Conv's for QLinearConv16, none for QLinearMatMul16)."""
+
+    def op_fn(
+        ctx: OpContext,
+        x: np.ndarray,
+        x_scale: np.ndarray,
+        x_zero_point: np.ndarray,
+        w: np.ndarray,
+        w_scale: np.ndarray,
+        w_zero_point: np.ndarray,
+        y_scale: np.ndarray,
+        y_zero_point: np.ndarray,
+        B: np.ndarray | None = None,
+        **attrs: Any,
+    ) -> np.ndarray:
+        del ctx  # unused
+        _check_types(op, ((names[0], x, x_zero_point), (names[1], w, w_zero_point)), y_zero_point)
+        return fn(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B, **attrs)
+
+    op_fn.__name__ = op_fn.__qualname__ = f"{fn.__name__}_op"
+    op_fn.__doc__ = f"quanta::{op} (module docstring)."
+    return register(op, QUANTA_DOMAIN)(op_fn)
 
 
-@register("QLinearConv16", QUANTA_DOMAIN)
-def qlinear_conv16_op(
-    ctx: OpContext,
-    x: np.ndarray,
-    x_scale: np.ndarray,
-    x_zero_point: np.ndarray,
-    w: np.ndarray,
-    w_scale: np.ndarray,
-    w_zero_point: np.ndarray,
-    y_scale: np.ndarray,
-    y_zero_point: np.ndarray,
-    B: np.ndarray | None = None,
-    *,
-    auto_pad: str = "NOTSET",
-    dilations: list[int] | None = None,
-    group: int = 1,
-    kernel_shape: list[int] | None = None,
-    pads: list[int] | None = None,
-    strides: list[int] | None = None,
-) -> np.ndarray:
-    """quanta::QLinearConv16 (module docstring)."""
-    del ctx  # unused
-    _check_types("QLinearConv16", (("x", x, x_zero_point), ("w", w, w_zero_point)), y_zero_point)
-    return qlinear_conv16(
-        x,
-        x_scale,
-        x_zero_point,
-        w,
-        w_scale,
-        w_zero_point,
-        y_scale,
-        y_zero_point,
-        B,
-        group=group,
-        auto_pad=auto_pad,
-        dilations=dilations,
-        kernel_shape=kernel_shape,
-        pads=pads,
-        strides=strides,
-    )
+qlinear_matmul16_op = _op("QLinearMatMul16", ("a", "b"), qlinear_matmul16)
+qlinear_conv16_op = _op("QLinearConv16", ("x", "w"), qlinear_conv16)

@@ -60,12 +60,20 @@ reference reads zeros there.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, register
 
-__all__ = ["dynamic_quantize_lstm", "dynamic_quantize_lstm_op", "fma_f32", "mlas_logistic", "mlas_tanh"]
+__all__ = [
+    "DqLstmInputs",
+    "dynamic_quantize_lstm",
+    "dynamic_quantize_lstm_op",
+    "fma_f32",
+    "mlas_logistic",
+    "mlas_tanh",
+]
 
 F32 = np.float32
 _F64 = np.float64
@@ -464,53 +472,29 @@ def _y_requested(ctx: OpContext) -> bool:
     return len(outs) > 0 and outs[0] != ""
 
 
+class DqLstmInputs(NamedTuple):
+    """The node's inputs by ONNX position (an omitted optional input is None)."""
+
+    x: np.ndarray
+    w: np.ndarray
+    r: np.ndarray
+    b: np.ndarray | None = None
+    sequence_lens: np.ndarray | None = None
+    initial_h: np.ndarray | None = None
+    initial_c: np.ndarray | None = None
+    p: np.ndarray | None = None
+    w_scale: np.ndarray | None = None
+    w_zero_point: np.ndarray | None = None
+    r_scale: np.ndarray | None = None
+    r_zero_point: np.ndarray | None = None
+
+
 @register("DynamicQuantizeLSTM", MS_DOMAIN)
 def dynamic_quantize_lstm_op(
-    ctx: OpContext,
-    x: np.ndarray,
-    w: np.ndarray,
-    r: np.ndarray,
-    b: np.ndarray | None = None,
-    sequence_lens: np.ndarray | None = None,
-    initial_h: np.ndarray | None = None,
-    initial_c: np.ndarray | None = None,
-    p: np.ndarray | None = None,
-    w_scale: np.ndarray | None = None,
-    w_zero_point: np.ndarray | None = None,
-    r_scale: np.ndarray | None = None,
-    r_zero_point: np.ndarray | None = None,
-    *,
-    hidden_size: int,
-    direction: str = "forward",
-    activations: Sequence[str] | None = None,
-    activation_alpha: Sequence[float] = (),
-    activation_beta: Sequence[float] = (),
-    clip: float | None = None,
-    input_forget: int = 0,
-    layout: int = 0,
+    ctx: OpContext, *inputs: np.ndarray | None, layout: int = 0, **attrs: Any
 ) -> tuple[np.ndarray, ...]:
+    """The inputs of :class:`DqLstmInputs`; ``attrs`` the keywords of dynamic_quantize_lstm."""
     if layout != 0:
         raise OpError("layout = 1 (batch first) is not supported (ORT: neither)")
-    outs = dynamic_quantize_lstm(
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        initial_c,
-        p,
-        w_scale,
-        w_zero_point,
-        r_scale,
-        r_zero_point,
-        hidden_size=hidden_size,
-        direction=direction,
-        activations=activations,
-        activation_alpha=activation_alpha,
-        activation_beta=activation_beta,
-        clip=clip,
-        input_forget=input_forget,
-        want_y=_y_requested(ctx),
-    )
+    outs = dynamic_quantize_lstm(*DqLstmInputs(*inputs), want_y=_y_requested(ctx), **attrs)
     return outs[: max(1, ctx.n_outputs)]

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -245,44 +246,33 @@ def _binary_checks(op: str, a: np.ndarray, b: np.ndarray, types: tuple[np.dtype,
         raise OpError(f"{op}: expected broadcastable shapes, got {a.shape} and {b.shape}") from e
 
 
-@register("QLinearAdd", MS_DOMAIN)
-def qlinear_add_op(
-    ctx: OpContext,
-    a: np.ndarray,
-    a_scale: np.ndarray,
-    a_zero_point: np.ndarray | None,
-    b: np.ndarray,
-    b_scale: np.ndarray,
-    b_zero_point: np.ndarray | None = None,
-    c_scale: np.ndarray | None = None,
-    c_zero_point: np.ndarray | None = None,
-) -> np.ndarray:
-    """com.microsoft QLinearAdd-1 (uint8, int8)."""
-    del ctx  # unused
-    _binary_checks("QLinearAdd", a, b, _EIGHT_BIT)
-    if c_scale is None:
-        raise OpError("C_scale: expected an input, got none")
-    return qlinear_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point)
+def _binary_op(op: str, fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """The com.microsoft ``op`` (QLinearAdd, QLinearMul: the same inputs and checks) on ``fn``."""
+
+    def op_fn(
+        ctx: OpContext,
+        a: np.ndarray,
+        a_scale: np.ndarray,
+        a_zero_point: np.ndarray | None,
+        b: np.ndarray,
+        b_scale: np.ndarray,
+        b_zero_point: np.ndarray | None = None,
+        c_scale: np.ndarray | None = None,
+        c_zero_point: np.ndarray | None = None,
+    ) -> np.ndarray:
+        del ctx  # unused
+        _binary_checks(op, a, b, _EIGHT_BIT)
+        if c_scale is None:
+            raise OpError("C_scale: expected an input, got none")
+        return fn(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point)
+
+    op_fn.__name__ = f"{fn.__name__}_op"
+    op_fn.__doc__ = f"com.microsoft {op}-1 (uint8, int8)."
+    return register(op, MS_DOMAIN)(op_fn)
 
 
-@register("QLinearMul", MS_DOMAIN)
-def qlinear_mul_op(
-    ctx: OpContext,
-    a: np.ndarray,
-    a_scale: np.ndarray,
-    a_zero_point: np.ndarray | None,
-    b: np.ndarray,
-    b_scale: np.ndarray,
-    b_zero_point: np.ndarray | None = None,
-    c_scale: np.ndarray | None = None,
-    c_zero_point: np.ndarray | None = None,
-) -> np.ndarray:
-    """com.microsoft QLinearMul-1 (uint8, int8)."""
-    del ctx  # unused
-    _binary_checks("QLinearMul", a, b, _EIGHT_BIT)
-    if c_scale is None:
-        raise OpError("C_scale: expected an input, got none")
-    return qlinear_mul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point)
+qlinear_add_op = _binary_op("QLinearAdd", qlinear_add)
+qlinear_mul_op = _binary_op("QLinearMul", qlinear_mul)
 
 
 # --------------------------------------------------------------------------------------

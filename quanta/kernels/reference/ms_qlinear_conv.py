@@ -21,6 +21,8 @@ Incorrect / correct (the rank check):
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from quanta.kernels.reference.qlinear_conv import qlinear_conv_op
@@ -42,15 +44,10 @@ def ms_qlinear_conv_op(
     y_zero_point: np.ndarray,
     B: np.ndarray | None = None,
     *,
-    auto_pad: str = "NOTSET",
     channels_last: int = 0,
-    dilations: list[int] | None = None,
-    group: int = 1,
-    kernel_shape: list[int] | None = None,
-    pads: list[int] | None = None,
-    strides: list[int] | None = None,
+    **attrs: Any,
 ) -> np.ndarray:
-    """com.microsoft QLinearConv (ONNX Runtime contrib op, opset 1).
+    """com.microsoft QLinearConv (ONNX Runtime contrib op, opset 1); ``attrs`` are Conv's.
 
     >>> x = np.array([[[1], [2], [3], [4]]], np.uint8)  # [N, W, C], C = 1
     >>> w = np.array([[[1, 1]]], np.uint8)
@@ -70,22 +67,9 @@ def ms_qlinear_conv_op(
     if w.ndim != x.ndim:
         layout = "[N, *spatial, C]" if channels_last else "[N, C, *spatial]"
         raise OpError(f"x: expected rank {w.ndim} like w {layout}, got shape {x.shape}")
-    attrs = {"auto_pad": auto_pad, "group": group}
-    for name, value in (
-        ("dilations", dilations),
-        ("kernel_shape", kernel_shape),
-        ("pads", pads),
-        ("strides", strides),
-    ):
-        if value is not None:
-            attrs[name] = value
-    if not channels_last:
-        return qlinear_conv_op(
-            ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B, **attrs
-        )
     y = qlinear_conv_op(
         ctx,
-        np.moveaxis(x, -1, 1),
+        np.moveaxis(x, -1, 1) if channels_last else x,
         x_scale,
         x_zero_point,
         w,
@@ -96,4 +80,4 @@ def ms_qlinear_conv_op(
         B,
         **attrs,
     )
-    return np.ascontiguousarray(np.moveaxis(y, 1, -1))
+    return np.ascontiguousarray(np.moveaxis(y, 1, -1)) if channels_last else y

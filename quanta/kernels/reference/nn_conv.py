@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -75,28 +76,17 @@ def conv(
     w: np.ndarray,
     b: np.ndarray | None = None,
     *,
-    auto_pad: str = "NOTSET",
-    dilations: list[int] | None = None,
     group: int = 1,
-    kernel_shape: list[int] | None = None,
-    pads: list[int] | None = None,
-    strides: list[int] | None = None,
+    **attrs: Any,
 ) -> np.ndarray:
-    """x (N, C, *in), w (M, C/group, *kernel), b (M) -> y (N, M, *out)."""
+    """x (N, C, *in), w (M, C/group, *kernel), b (M) -> y (N, M, *out); ``attrs`` are the
+    geometry attributes of conv_attrs (auto_pad, dilations, kernel_shape, pads, strides)."""
     del ctx  # unused
     if x.ndim < 3 or w.ndim != x.ndim:
         raise OpError(
             f"Conv: expected x (N, C, spatial...) and w of the same rank, got {x.shape} and {w.shape}"
         )
-    geom = conv_attrs(
-        x.shape,
-        w.shape[2:],
-        kernel_shape=kernel_shape,
-        strides=strides,
-        dilations=dilations,
-        pads=pads,
-        auto_pad=auto_pad,
-    )
+    geom = conv_attrs(x.shape, w.shape[2:], **attrs)
     dtype = compute_dtype(x.dtype)
     y = conv_nd(to_compute(x), w.astype(dtype, copy=False), geom, group)
     if b is not None:
@@ -209,16 +199,12 @@ def conv_transpose(
     w: np.ndarray,
     b: np.ndarray | None = None,
     *,
-    auto_pad: str = "NOTSET",
-    dilations: list[int] | None = None,
     group: int = 1,
-    kernel_shape: list[int] | None = None,
-    output_padding: list[int] | None = None,
-    output_shape: list[int] | None = None,
-    pads: list[int] | None = None,
-    strides: list[int] | None = None,
+    **attrs: Any,
 ) -> np.ndarray:
-    """x (N, C, *in), w (C, M/group, *kernel), b (M) -> y (N, M, *out).
+    """x (N, C, *in), w (C, M/group, *kernel), b (M) -> y (N, M, *out); ``attrs`` are the
+    keywords of conv_transpose_geometry (auto_pad, dilations, kernel_shape, output_padding,
+    output_shape, pads, strides).
 
     Per axis the un-cropped result has ``full = s * (n - 1) + dk`` positions, and
 
@@ -236,18 +222,7 @@ def conv_transpose(
     n, c = x.shape[:2]
     in_shape = list(x.shape[2:])
     kernel = list(w.shape[2:])
-    m, strides, dilations, full, begin, out = conv_transpose_geometry(
-        x.shape,
-        w.shape,
-        auto_pad=auto_pad,
-        dilations=dilations,
-        group=group,
-        kernel_shape=kernel_shape,
-        output_padding=output_padding,
-        output_shape=output_shape,
-        pads=pads,
-        strides=strides,
-    )
+    m, strides, dilations, full, begin, out = conv_transpose_geometry(x.shape, w.shape, group=group, **attrs)
 
     # cols[n, g, (m, k), p] = sum_c w[g, c, m, k] * x[n, g, c, p]
     dtype = compute_dtype(x.dtype)

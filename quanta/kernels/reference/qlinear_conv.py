@@ -17,6 +17,8 @@ docs/quantization-math.md for where the ONNX reference implementation differs).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from quanta.kernels.reference.conv_geometry import conv_attrs
@@ -97,15 +99,9 @@ def qlinear_conv_op(
     y_scale: np.ndarray,
     y_zero_point: np.ndarray,
     B: np.ndarray | None = None,
-    *,
-    auto_pad: str = "NOTSET",
-    dilations: list[int] | None = None,
-    group: int = 1,
-    kernel_shape: list[int] | None = None,
-    pads: list[int] | None = None,
-    strides: list[int] | None = None,
+    **attrs: Any,
 ) -> np.ndarray:
-    """ONNX QLinearConv-10."""
+    """ONNX QLinearConv-10; ``attrs`` are Conv's (group and the geometry of conv_attrs)."""
     del ctx  # unused
     for name, v in (("x", x), ("w", w), ("y_zero_point", y_zero_point)):
         if v.dtype not in _EIGHT_BIT:
@@ -123,10 +119,5 @@ def qlinear_conv_op(
         y_scale,
         y_zero_point,
         B,
-        group=group,
-        auto_pad=auto_pad,
-        dilations=dilations,
-        kernel_shape=kernel_shape,
-        pads=pads,
-        strides=strides,
+        **attrs,
     )

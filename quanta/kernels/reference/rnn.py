@@ -39,7 +39,7 @@ computed by ``onnx.reference`` (delegate.py), whose order is its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -304,116 +304,39 @@ def _float32(op: str, *arrays: np.ndarray | None) -> bool:
     return all(a is None or np.asarray(a).dtype == F32 for a in arrays)
 
 
-@register("LSTM")
-def lstm_op(
-    ctx: OpContext,
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    initial_c=None,
-    p=None,
-    *,
-    hidden_size: int,
-    direction: str = "forward",
-    activations: Sequence[str] | None = None,
-    activation_alpha: Sequence[float] = (),
-    activation_beta: Sequence[float] = (),
-    clip: float | None = None,
-    input_forget: int = 0,
-    layout: int = 0,
-) -> tuple[np.ndarray, ...]:
-    D = 2 if direction == "bidirectional" else 1
-    if not default_activations("LSTM", activations, D) or not _float32(
-        "LSTM", x, w, r, b, initial_h, initial_c, p
-    ):
-        attrs = {
-            k: v
-            for k, v in (
-                ("hidden_size", hidden_size),
-                ("direction", direction),
-                ("activations", activations),
-                ("activation_alpha", activation_alpha),
-                ("activation_beta", activation_beta),
-                ("clip", clip),
-                ("input_forget", input_forget),
-                ("layout", layout),
-            )
-            if v not in (None, (), [])
-        }
-        return delegate_to_onnx_reference(ctx, (x, w, r, b, sequence_lens, initial_h, initial_c, p), attrs)
-    _check_clip("LSTM", clip)
-    outs = lstm(
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        initial_c,
-        p,
-        hidden_size=hidden_size,
-        direction=direction,
-        clip=clip,
-        input_forget=input_forget,
-        layout=layout,
-    )
-    return outs[: max(1, ctx.n_outputs)]
+def _rnn_op(op: str, fn: Callable[..., tuple[np.ndarray, ...]]) -> Callable[..., tuple[np.ndarray, ...]]:
+    """The ai.onnx ``op`` (LSTM, GRU) on ``fn`` (lstm, gru: ``attrs`` are its keywords):
+    float32 with the default activations runs ``fn``; anything else is delegated to
+    onnx.reference."""
+
+    def op_fn(
+        ctx: OpContext,
+        *inputs: np.ndarray | None,
+        activations: Sequence[str] | None = None,
+        activation_alpha: Sequence[float] = (),
+        activation_beta: Sequence[float] = (),
+        **attrs: Any,
+    ) -> tuple[np.ndarray, ...]:
+        D = 2 if attrs.get("direction", "forward") == "bidirectional" else 1
+        # every input but sequence_lens (input 4, int32) is float
+        floats = [v for k, v in enumerate(inputs) if k != 4]
+        if not default_activations(op, activations, D) or not _float32(op, *floats):
+            acts = {
+                "activations": activations,
+                "activation_alpha": activation_alpha,
+                "activation_beta": activation_beta,
+            }
+            given = {k: v for k, v in {**attrs, **acts}.items() if v not in (None, (), [])}
+            return delegate_to_onnx_reference(ctx, inputs, given)
+        _check_clip(op, attrs.get("clip"))
+        return fn(*inputs, **attrs)[: max(1, ctx.n_outputs)]
+
+    op_fn.__name__ = op_fn.__qualname__ = f"{fn.__name__}_op"
+    return register(op)(op_fn)
 
 
-@register("GRU")
-def gru_op(
-    ctx: OpContext,
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    *,
-    hidden_size: int,
-    direction: str = "forward",
-    activations: Sequence[str] | None = None,
-    activation_alpha: Sequence[float] = (),
-    activation_beta: Sequence[float] = (),
-    clip: float | None = None,
-    linear_before_reset: int = 0,
-    layout: int = 0,
-) -> tuple[np.ndarray, ...]:
-    D = 2 if direction == "bidirectional" else 1
-    if not default_activations("GRU", activations, D) or not _float32("GRU", x, w, r, b, initial_h):
-        attrs = {
-            k: v
-            for k, v in (
-                ("hidden_size", hidden_size),
-                ("direction", direction),
-                ("activations", activations),
-                ("activation_alpha", activation_alpha),
-                ("activation_beta", activation_beta),
-                ("clip", clip),
-                ("linear_before_reset", linear_before_reset),
-                ("layout", layout),
-            )
-            if v not in (None, (), [])
-        }
-        return delegate_to_onnx_reference(ctx, (x, w, r, b, sequence_lens, initial_h), attrs)
-    _check_clip("GRU", clip)
-    outs = gru(
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        hidden_size=hidden_size,
-        direction=direction,
-        clip=clip,
-        linear_before_reset=linear_before_reset,
-        layout=layout,
-    )
-    return outs[: max(1, ctx.n_outputs)]
+lstm_op = _rnn_op("LSTM", lstm)
+gru_op = _rnn_op("GRU", gru)
 
 
 @register("LSTMGates", "quanta")

@@ -29,6 +29,8 @@ The rule refuses when an input's representable range does not fit in the output'
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from quanta.ir.graph import Node, Value, result_type
 from quanta.ir.types import IntType, QuantType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
@@ -105,72 +107,70 @@ def _rebuild(b: Builder, m: Match, op: Node, inputs: list[Value | None], mid: Va
     )
 
 
-class AlignConcatInputs(Rule):
+class _AlignInputs(Rule):
+    """The inputs of the pattern's node ``node`` (an ``op``) whose type is not the output's
+    are requantized to it; ``_refuse`` names an input type the rule leaves alone."""
+
+    node: ClassVar[str]
+    op: ClassVar[str]
+    aligned: ClassVar[str]  # the reason when every input already has the output type
+
+    def _refuse(self, k: int, t: QuantType, qt: QuantType) -> NoMatch | None:
+        return None
+
+    def check(self, m: Match) -> Match | NoMatch:
+        qt = _output_type(m)
+        if isinstance(qt, NoMatch):
+            return qt
+        types = []
+        for k, v in enumerate(m.node(self.node).inputs):
+            t = _input_type(v, k, self.op)
+            if isinstance(t, NoMatch):
+                return t
+            refused = self._refuse(k, t, qt)
+            if refused is not None:
+                return refused
+            types.append(t)
+        misaligned = [k for k, t in enumerate(types) if t != qt]
+        if not misaligned:
+            return NoMatch(self.aligned.format(qt=qt), "pattern")
+        m.data.update(qt=qt, misaligned=misaligned)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        op, qt = m.node(self.node), m.data["qt"]
+        inputs = [
+            _requantize(b, m, v, qt) if k in m.data["misaligned"] else v for k, v in enumerate(op.inputs)
+        ]
+        return _rebuild(b, m, op, inputs, m.value(self.node))
+
+
+class AlignConcatInputs(_AlignInputs):
     """%y = QuantizeLinear(%c = Concat(DQ(...), ...), %s, %z) -> every Concat input requantized to (s, z)"""
 
     pattern = "y = QuantizeLinear(c = Concat(...), s, z?)"
-
-    def check(self, m: Match) -> Match | NoMatch:
-        qt = _output_type(m)
-        if isinstance(qt, NoMatch):
-            return qt
-        concat = m.node("c")
-        types = []
-        for k, v in enumerate(concat.inputs):
-            t = _input_type(v, k, "Concat")
-            if isinstance(t, NoMatch):
-                return t
-            types.append(t)
-        misaligned = [k for k, t in enumerate(types) if t != qt]
-        if not misaligned:
-            return NoMatch(f"every Concat input already has the output type {qt}", "pattern")
-        m.data.update(qt=qt, misaligned=misaligned)
-        return m
-
-    def rewrite(self, m: Match, b: Builder) -> Value:
-        concat, qt = m.node("c"), m.data["qt"]
-        inputs = [
-            _requantize(b, m, v, qt) if k in m.data["misaligned"] else v for k, v in enumerate(concat.inputs)
-        ]
-        return _rebuild(b, m, concat, inputs, m.value("c"))
+    node, op = "c", "Concat"
+    aligned = "every Concat input already has the output type {qt}"
 
 
-class AlignAddInputs(Rule):
+class AlignAddInputs(_AlignInputs):
     """%y = QuantizeLinear(%a = Add(DQ(...), DQ(...)), %s, %z) -> both inputs requantized to (s, z); |Δq| <= 1"""
 
     pattern = "y = QuantizeLinear(a = Add(f1, f2), s, z?)"
+    node, op = "a", "Add"
+    aligned = "both Add inputs already have the output type {qt}"
 
-    def check(self, m: Match) -> Match | NoMatch:
-        qt = _output_type(m)
-        if isinstance(qt, NoMatch):
-            return qt
+    def _refuse(self, k: int, t: QuantType, qt: QuantType) -> NoMatch | None:
+        if t.axis is not None:
+            return NoMatch(f"input {k} of Add has per-axis quantization (axis {t.axis})")
         lo, hi = real_range(qt)
-        types = []
-        for k, name in enumerate(("f1", "f2")):
-            t = _input_type(m[name], k, "Add")
-            if isinstance(t, NoMatch):
-                return t
-            if t.axis is not None:
-                return NoMatch(f"input {k} of Add has per-axis quantization (axis {t.axis})")
-            tlo, thi = real_range(t)
-            if tlo < lo or thi > hi:
-                return NoMatch(
-                    f"input {k} of Add spans [{tlo:g}, {thi:g}], outside the output's representable range "
-                    f"[{lo:g}, {hi:g}]: requantizing it would saturate"
-                )
-            types.append(t)
-        misaligned = [k for k, t in enumerate(types) if t != qt]
-        if not misaligned:
-            return NoMatch(f"both Add inputs already have the output type {qt}", "pattern")
-        m.data.update(qt=qt, misaligned=misaligned)
-        return m
-
-    def rewrite(self, m: Match, b: Builder) -> Value:
-        add, qt = m.node("a"), m.data["qt"]
-        inputs = [
-            _requantize(b, m, v, qt) if k in m.data["misaligned"] else v for k, v in enumerate(add.inputs)
-        ]
-        return _rebuild(b, m, add, inputs, m.value("a"))
+        tlo, thi = real_range(t)
+        if tlo < lo or thi > hi:
+            return NoMatch(
+                f"input {k} of Add spans [{tlo:g}, {thi:g}], outside the output's representable range "
+                f"[{lo:g}, {hi:g}]: requantizing it would saturate"
+            )
+        return None
 
 
 class AlignScales(RewritePass):

@@ -402,61 +402,52 @@ def _binary_operands(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-@_with_fallback("QLinearAdd", MS_DOMAIN)
-def _qlinear_add_native(
-    ctx: Any,
-    a: Any,
-    a_scale: Any,
-    a_zero_point: Any,
-    b: Any,
-    b_scale: Any,
-    b_zero_point: Any = None,
-    c_scale: Any = None,
-    c_zero_point: Any = None,
-    *,
-    prepared: Any,
-    out: Any,
-) -> np.ndarray:
-    """``c = sat(rne(fma(a, ra, fma(b, rb, k))))``: ORT's x86 kernel (ms_qlinear.qlinear_add;
-    the C++ kernel computes ``ra``, ``rb``, ``k`` in the twin's order). ``prepared``: the
-    scalars, converted at compile time when every parameter is a constant, else None."""
-    a, b = _binary_operands(a, b)
-    if prepared is not None and prepared[0] == a.dtype:
-        _, sa, za, sb, zb, sc, zc = prepared
-        return _native().qlinear_add(a, b, sa, za, sb, zb, sc, zc, _threads(ctx), out)
-    dt = a.dtype
-    sa, sb, sc = _f32_scalar(a_scale), _f32_scalar(b_scale), _f32_scalar(c_scale)
-    za, zb, zc = _zp_scalar(a_zero_point, dt), _zp_scalar(b_zero_point, dt), _zp_scalar(c_zero_point, dt)
-    return _native().qlinear_add(a, b, float(sa), za, float(sb), zb, float(sc), zc, _threads(ctx), out)
+def _binary_scalars(op: str, dt: np.dtype, sa: Any, za: Any, sb: Any, zb: Any, sc: Any, zc: Any) -> tuple:
+    """The scalars the C++ call takes after (a, b), converted as the twins read them:
+    QLinearAdd (sa, za, sb, zb, sc, zc) (ms_qlinear.qlinear_add; the kernel computes
+    ``ra``, ``rb``, ``k`` in the twin's order); QLinearMul (r, za, zb, zc) with
+    ``r = f32(f32(sa · sb) / sc)``, the twin's expression in float32 scalars
+    (ms_qlinear.qlinear_mul). A parameter of another form raises _Unsupported."""
+    fa, fb, fc = _f32_scalar(sa), _f32_scalar(sb), _f32_scalar(sc)
+    ia, ib, ic = _zp_scalar(za, dt), _zp_scalar(zb, dt), _zp_scalar(zc, dt)
+    if op == "QLinearAdd":
+        return (float(fa), ia, float(fb), ib, float(fc), ic)
+    return (float(F32(F32(fa * fb) / fc)), ia, ib, ic)
 
 
-@_with_fallback("QLinearMul", MS_DOMAIN)
-def _qlinear_mul_native(
-    ctx: Any,
-    a: Any,
-    a_scale: Any,
-    a_zero_point: Any,
-    b: Any,
-    b_scale: Any,
-    b_zero_point: Any = None,
-    c_scale: Any = None,
-    c_zero_point: Any = None,
-    *,
-    prepared: Any,
-    out: Any,
-) -> np.ndarray:
-    """``c = sat(rne(f32(f32(acc · r) + zc)))``, ``r = f32(f32(sa · sb) / sc)``
-    (ms_qlinear.qlinear_mul). ``prepared``: (dtype, ratio, za, zb, zc) from constant
-    parameters at compile time, or None."""
-    a, b = _binary_operands(a, b)
-    if prepared is not None and prepared[0] == a.dtype:
-        _, ratio, za, zb, zc = prepared
-        return _native().qlinear_mul(a, b, ratio, za, zb, zc, _threads(ctx), out)
-    dt = a.dtype
-    sa, sb, sc = _f32_scalar(a_scale), _f32_scalar(b_scale), _f32_scalar(c_scale)
-    ratio = F32(F32(sa * sb) / sc)  # the twin's expression, float32 scalars
-    za, zb, zc = _zp_scalar(a_zero_point, dt), _zp_scalar(b_zero_point, dt), _zp_scalar(c_zero_point, dt)
-    return _native().qlinear_mul(a, b, float(ratio), za, zb, zc, _threads(ctx), out)
+def _binary_native(op: str, native_name: str) -> Callable[..., Any]:
+    """QLinearAdd / QLinearMul on ``_native.<native_name>``. ``prepared``: (dtype, *the
+    scalars) converted at compile time when every parameter is a constant, else None."""
+
+    def kernel(
+        ctx: Any,
+        a: Any,
+        a_scale: Any,
+        a_zero_point: Any,
+        b: Any,
+        b_scale: Any,
+        b_zero_point: Any = None,
+        c_scale: Any = None,
+        c_zero_point: Any = None,
+        *,
+        prepared: Any,
+        out: Any,
+    ) -> np.ndarray:
+        a, b = _binary_operands(a, b)
+        if prepared is not None and prepared[0] == a.dtype:
+            scalars = prepared[1:]
+        else:
+            scalars = _binary_scalars(
+                op, a.dtype, a_scale, a_zero_point, b_scale, b_zero_point, c_scale, c_zero_point
+            )
+        return getattr(_native(), native_name)(a, b, *scalars, _threads(ctx), out)
+
+    kernel.__name__ = kernel.__qualname__ = f"_{native_name}_native"
+    return _with_fallback(op, MS_DOMAIN)(kernel)
+
+
+_qlinear_add_native = _binary_native("QLinearAdd", "qlinear_add")
+_qlinear_mul_native = _binary_native("QLinearMul", "qlinear_mul")
 
 
 def _binary_specializer(native_name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -503,21 +494,16 @@ def _constant_binary_params(op: str, *params: Value | None) -> tuple | None:
     """The per-call scalars of QLinearAdd / QLinearMul, converted once, when every
     scale and zero point is a constant of the twins' accepted form (else None: the
     kernel reads them per call and the twin's checks apply)."""
-    sa, za, sb, zb, sc, zc = params
     if any(v is not None and not v.is_const for v in params):
         return None
-    dts = {np.asarray(z.const).dtype for z in (za, zb, zc) if z is not None}
+    dts = {np.asarray(z.const).dtype for z in params[1::2] if z is not None}  # the zero points
     if len(dts) != 1:
         return None
     dt = dts.pop()
     try:
-        fa, fb, fc = (_f32_scalar(v.const) for v in (sa, sb, sc))
-        ia, ib, ic = (_zp_scalar(None if v is None else v.const, dt) for v in (za, zb, zc))
+        return (dt, *_binary_scalars(op, dt, *(None if v is None else v.const for v in params)))
     except _Unsupported:
         return None
-    if op == "QLinearAdd":
-        return (dt, float(fa), ia, float(fb), ib, float(fc), ic)
-    return (dt, float(F32(F32(fa * fb) / fc)), ia, ib, ic)
 
 
 @register_binder("QLinearAdd", MS_DOMAIN)
@@ -920,17 +906,24 @@ def _gap_specialized(
     )
 
 
+def _check_pool_params(op: str, node: Node) -> str:
+    """Why the inputs (X, x_scale, x_zero_point, y_scale, y_zero_point) of a quantized
+    average pool cannot run natively ("" when they can): uint8/int8, float32 per-tensor scales."""
+    x, sx, zx, sy, zy = (node.input(i) for i in range(5))
+    return (
+        _check_eight_bit(op, ("X", x), ("x_zero_point", zx), ("y_zero_point", zy))
+        or _check_f32(op, ("x_scale", sx), ("y_scale", sy))
+        or _check_per_tensor(op, ("x_scale", sx), ("y_scale", sy), ("x_zero_point", zx), ("y_zero_point", zy))
+    )
+
+
 @register_binder("QLinearGlobalAveragePool", MS_DOMAIN)
 def bind_qlinear_global_average_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """uint8/int8, per-tensor parameters, NCHW or channels_last, any number of spatial axes."""
     del model  # unused: the choice depends on the node only
     op = "QLinearGlobalAveragePool"
-    x, sx, zx, sy, zy = (node.input(i) for i in range(5))
-    reason = (
-        _check_eight_bit(op, ("X", x), ("x_zero_point", zx), ("y_zero_point", zy))
-        or _check_f32(op, ("x_scale", sx), ("y_scale", sy))
-        or _check_per_tensor(op, ("x_scale", sx), ("y_scale", sy), ("x_zero_point", zx), ("y_zero_point", zy))
-    )
+    x = node.input(0)
+    reason = _check_pool_params(op, node)
     if reason:
         return None, reason
     if x is not None and x.shape is not None and len(x.shape) < 3:
@@ -1027,12 +1020,8 @@ def bind_qlinear_average_pool(model: Model, node: Node) -> tuple[Kernel | None, 
     """uint8/int8, per-tensor parameters, 1-D or 2-D windows (NCHW or channels_last)."""
     del model  # unused: the choice depends on the node only
     op = "QLinearAveragePool"
-    x, sx, zx, sy, zy = (node.input(i) for i in range(5))
-    reason = (
-        _check_eight_bit(op, ("X", x), ("x_zero_point", zx), ("y_zero_point", zy))
-        or _check_f32(op, ("x_scale", sx), ("y_scale", sy))
-        or _check_per_tensor(op, ("x_scale", sx), ("y_scale", sy), ("x_zero_point", zx), ("y_zero_point", zy))
-    )
+    x = node.input(0)
+    reason = _check_pool_params(op, node)
     if reason:
         return None, reason
     kernel_shape = node.attrs.get("kernel_shape")

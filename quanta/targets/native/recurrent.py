@@ -21,6 +21,7 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.ms_lstm import (
+    DqLstmInputs,
     _direction_scale,
     _weight_zero_point,
     _y_requested,
@@ -47,19 +48,7 @@ def _f32_or_none(a: np.ndarray | None) -> np.ndarray | None:
 
 def _dq_lstm_native(
     ctx: Any,
-    x: np.ndarray,
-    w: np.ndarray,
-    r: np.ndarray,
-    b: np.ndarray | None = None,
-    sequence_lens: np.ndarray | None = None,
-    initial_h: np.ndarray | None = None,
-    initial_c: np.ndarray | None = None,
-    p: np.ndarray | None = None,
-    w_scale: np.ndarray | None = None,
-    w_zero_point: np.ndarray | None = None,
-    r_scale: np.ndarray | None = None,
-    r_zero_point: np.ndarray | None = None,
-    *,
+    *inputs: np.ndarray | None,
     packed_w: list[Any],
     packed_r: list[Any],
     w_mult: np.ndarray,
@@ -74,6 +63,7 @@ def _dq_lstm_native(
     run-time tensor, a non-float32 X) go to the twin, which names what is wrong."""
     from quanta.kernels import _native
 
+    x, _, _, b, sequence_lens, initial_h, initial_c, p, *_ = DqLstmInputs(*inputs)
     H = int(hidden_size)
     D = len(packed_w)
     ok = (
@@ -113,18 +103,7 @@ def _dq_lstm_native(
         return outs[: max(1, ctx.n_outputs)]
     return dynamic_quantize_lstm_op(
         ctx,
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        initial_c,
-        p,
-        w_scale,
-        w_zero_point,
-        r_scale,
-        r_zero_point,
+        *inputs,
         hidden_size=hidden_size,
         direction=direction,
         clip=clip,

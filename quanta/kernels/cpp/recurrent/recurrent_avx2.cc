@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "recurrent/recurrent.h"
-#include "recurrent/mlas_simd.h"
+#include "recurrent/lstm_simd.h"
 #include "recurrent/recurrent_scalar.h"
 
 namespace quanta {
@@ -56,31 +56,13 @@ void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* q) {
 
 void lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip, bool input_forget,
               int64_t H, float* c, float* h) {
+  using T = simd::F32x8;
   int64_t j = 0;
   for (; j + 8 <= H; j += 8) {
-    const __m256 cp = _mm256_loadu_ps(c + j);
-    __m256 gi = _mm256_add_ps(_mm256_loadu_ps(p + j), _mm256_loadu_ps(xg + j));
-    if (peephole) gi = _mm256_add_ps(gi, _mm256_mul_ps(cp, _mm256_loadu_ps(peephole + j)));
-    if (bias) gi = _mm256_add_ps(gi, _mm256_loadu_ps(bias + j));
-    const __m256 i = logistic8(clamp8(gi, -clip, clip));
-    __m256 f;
-    if (input_forget) {
-      f = _mm256_sub_ps(_mm256_set1_ps(1.0f), i);
-    } else {
-      __m256 gf = _mm256_add_ps(_mm256_loadu_ps(p + 2 * H + j), _mm256_loadu_ps(xg + 2 * H + j));
-      if (peephole) gf = _mm256_add_ps(gf, _mm256_mul_ps(cp, _mm256_loadu_ps(peephole + 2 * H + j)));
-      if (bias) gf = _mm256_add_ps(gf, _mm256_loadu_ps(bias + 2 * H + j));
-      f = logistic8(clamp8(gf, -clip, clip));
-    }
-    __m256 gc = _mm256_add_ps(_mm256_loadu_ps(p + 3 * H + j), _mm256_loadu_ps(xg + 3 * H + j));
-    if (bias) gc = _mm256_add_ps(gc, _mm256_loadu_ps(bias + 3 * H + j));
-    const __m256 g = tanh8(clamp8(gc, -clip, clip));
-    const __m256 cn = _mm256_add_ps(_mm256_mul_ps(cp, f), _mm256_mul_ps(i, g));
-    __m256 go = _mm256_add_ps(_mm256_loadu_ps(p + H + j), _mm256_loadu_ps(xg + H + j));
-    if (peephole) go = _mm256_add_ps(go, _mm256_mul_ps(cn, _mm256_loadu_ps(peephole + H + j)));
-    if (bias) go = _mm256_add_ps(go, _mm256_loadu_ps(bias + H + j));
-    const __m256 o = logistic8(clamp8(go, -clip, clip));
-    _mm256_storeu_ps(h + j, _mm256_mul_ps(tanh8(cn), o));
+    __m256 cn, hn;
+    lstm_lanes<T>([](const float* a) { return _mm256_loadu_ps(a); }, p, xg, bias, peephole, clip, input_forget, H, j, c,
+                  &cn, &hn);
+    _mm256_storeu_ps(h + j, hn);
     _mm256_storeu_ps(c + j, cn);
   }
   for (; j < H; ++j) lstm_lane(p, xg, bias, peephole, clip, input_forget, H, j, c, h);

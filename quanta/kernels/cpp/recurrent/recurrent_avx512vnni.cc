@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "recurrent/recurrent.h"
-#include "recurrent/mlas_simd.h"
+#include "recurrent/lstm_simd.h"
 #include "recurrent/recurrent_scalar.h"
 
 namespace quanta {
@@ -55,32 +55,13 @@ void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* q) {
 
 void lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip, bool input_forget,
               int64_t H, float* c, float* h) {
+  using T = simd::F32x16;
   for (int64_t j = 0; j < H; j += 16) {
     const __mmask16 m = tail_mask(H - j);
-    auto ld = [m](const float* a) { return _mm512_maskz_loadu_ps(m, a); };
-    const __m512 cp = ld(c + j);
-    __m512 gi = _mm512_add_ps(ld(p + j), ld(xg + j));
-    if (peephole) gi = _mm512_add_ps(gi, _mm512_mul_ps(cp, ld(peephole + j)));
-    if (bias) gi = _mm512_add_ps(gi, ld(bias + j));
-    const __m512 i = logistic16(clamp16(gi, -clip, clip));
-    __m512 f;
-    if (input_forget) {
-      f = _mm512_sub_ps(_mm512_set1_ps(1.0f), i);
-    } else {
-      __m512 gf = _mm512_add_ps(ld(p + 2 * H + j), ld(xg + 2 * H + j));
-      if (peephole) gf = _mm512_add_ps(gf, _mm512_mul_ps(cp, ld(peephole + 2 * H + j)));
-      if (bias) gf = _mm512_add_ps(gf, ld(bias + 2 * H + j));
-      f = logistic16(clamp16(gf, -clip, clip));
-    }
-    __m512 gc = _mm512_add_ps(ld(p + 3 * H + j), ld(xg + 3 * H + j));
-    if (bias) gc = _mm512_add_ps(gc, ld(bias + 3 * H + j));
-    const __m512 g = tanh16(clamp16(gc, -clip, clip));
-    const __m512 cn = _mm512_add_ps(_mm512_mul_ps(cp, f), _mm512_mul_ps(i, g));
-    __m512 go = _mm512_add_ps(ld(p + H + j), ld(xg + H + j));
-    if (peephole) go = _mm512_add_ps(go, _mm512_mul_ps(cn, ld(peephole + H + j)));
-    if (bias) go = _mm512_add_ps(go, ld(bias + H + j));
-    const __m512 o = logistic16(clamp16(go, -clip, clip));
-    _mm512_mask_storeu_ps(h + j, m, _mm512_mul_ps(tanh16(cn), o));
+    __m512 cn, hn;
+    lstm_lanes<T>([m](const float* a) { return _mm512_maskz_loadu_ps(m, a); }, p, xg, bias, peephole, clip,
+                  input_forget, H, j, c, &cn, &hn);
+    _mm512_mask_storeu_ps(h + j, m, hn);
     _mm512_mask_storeu_ps(c + j, m, cn);
   }
 }

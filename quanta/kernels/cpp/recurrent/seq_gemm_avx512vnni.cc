@@ -1,65 +1,12 @@
-// AVX-512 seq_gemm (float_rnn.h (RNN1)): 16 columns per vector, one row x 8 vectors per
-// block (8 accumulators, 128 columns: a panel); masked column tails. Each
-// accumulator lane adds its products in increasing k, as the twin: separate vmulps and
-// vaddps (no FMA).
-#include <immintrin.h>
-
-#include <cstdint>
-
-#include "recurrent/float_rnn.h"
+// AVX-512 seq_gemm (float_rnn.h (RNN1); the template: seq_gemm_simd.h): 16 columns per
+// vector, one row x 8 vectors per block (8 accumulators, 128 columns: a panel); masked
+// column tails.
+#include "recurrent/seq_gemm_simd.h"
 
 namespace quanta {
 namespace recurrent {
-namespace {
 
-inline __mmask16 tail_mask(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xffff) : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1u);
-}
-
-template <int RB, int NV>
-void block(const float* a, int64_t lda, const float* w, int64_t ldw, float* y, int64_t ldy, int64_t K, int64_t N,
-           int64_t n0) {
-  __mmask16 m[NV];
-#pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) m[v] = tail_mask(N - n0 - 16 * v);
-  __m512 acc[RB][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < RB; ++r)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
-    __m512 wv[NV];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) wv[v] = _mm512_maskz_loadu_ps(m[v], w + k * ldw + n0 + 16 * v);
-#pragma GCC unroll 8
-    for (int r = 0; r < RB; ++r) {
-      const __m512 av = _mm512_set1_ps(a[r * lda + k]);
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_mul_ps(av, wv[v]));
-    }
-  }
-  for (int r = 0; r < RB; ++r)
-    for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(y + r * ldy + n0 + 16 * v, m[v], acc[r][v]);
-}
-
-void seq_gemm(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy, int64_t M) {
-  // Panel by panel (kSeqPanel columns, [K][kSeqPanel] contiguous): a panel stays in the
-  // cache while every row block passes over it, and each k step reads contiguous bytes.
-  for (int64_t p0 = 0; p0 < N; p0 += kSeqPanel) {
-    const float* wp = w + p0 * K;
-    const int64_t np = N - p0 < kSeqPanel ? N - p0 : kSeqPanel;
-    // One row at a time over the panel (in L2 after the first row): a 4-row register
-    // block ran 5-10x slower inside the module build (measured, H = 512), one row at a
-    // time streams at the cache's speed.
-    for (int64_t m0 = 0; m0 < M; ++m0)
-      for (int64_t n0 = 0; n0 < np; n0 += 128)
-        block<1, 8>(a + m0 * lda, lda, wp, kSeqPanel, y + m0 * ldy + p0, ldy, K, np, n0);
-  }
-}
-
-}  // namespace
-
-extern const SeqGemmFn kSeqGemmAvx512Vnni = seq_gemm;
+extern const SeqGemmFn kSeqGemmAvx512Vnni = seq_gemm_simd<simd::F32x16, 8>;
 
 }  // namespace recurrent
 }  // namespace quanta

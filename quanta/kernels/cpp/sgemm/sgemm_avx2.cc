@@ -3,6 +3,7 @@
 // the depthwise rows, 8 output pixels per ymm, up to 4 ymm per step.
 #include <immintrin.h>
 
+#include "sgemm/dw_row.h"
 #include "sgemm/gemv_ymm.h"
 #include "sgemm/sgemm.h"
 
@@ -82,68 +83,6 @@ void tile(const Tile& t) {
 
 #undef QUANTA_SGEMM_ROWS
 
-template <int S>
-inline __m256 load_pixels(const float* p, int sw) {
-  if (S == 1) return _mm256_loadu_ps(p);
-  if (S == 2) {
-    // a0 a2 b0 b2 | a4 a6 b4 b6 -> a0 a2 a4 a6 b0 b2 b4 b6
-    const __m256 e = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8), 0x88);
-    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8));
-  }
-  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(sw));
-  return _mm256_i32gather_ps(p, idx, 4);
-}
-
-template <int V, int S>
-void dw_step(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo, float hi,
-             float* y, int64_t x0, int64_t n) {
-  __m256 acc[V];
-  for (int v = 0; v < V; ++v) acc[v] = _mm256_setzero_ps();
-  for (int ky = 0; ky < kh; ++ky) {
-    const float* row = rows[ky] + x0 * sw;
-    for (int kx = 0; kx < kw; ++kx) {
-      const __m256 wv = _mm256_set1_ps(w[ky * kw + kx]);
-      const float* p = row + kx * dw;
-      for (int v = 0; v < V; ++v) acc[v] = _mm256_fmadd_ps(wv, load_pixels<S>(p + v * 8 * sw, sw), acc[v]);
-    }
-  }
-  const __m256 bv = _mm256_set1_ps(bias);
-  for (int v = 0; v < V; ++v) {
-    __m256 r = _mm256_add_ps(acc[v], bv);
-    if (lo != -__builtin_inff()) r = _mm256_max_ps(_mm256_set1_ps(lo), r);
-    if (hi != __builtin_inff()) r = _mm256_min_ps(_mm256_set1_ps(hi), r);
-    _mm256_maskstore_ps(y + x0 + v * 8, lane_mask(static_cast<int>(n - v * 8)), r);
-  }
-}
-
-template <int S>
-void dw_row_s(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo, float hi,
-              float* y, int64_t ow) {
-  int64_t x = 0;
-  for (; x + 32 <= ow; x += 32) dw_step<4, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, 32);
-  const int64_t rest = ow - x;
-  if (rest > 24) {
-    dw_step<4, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
-  } else if (rest > 16) {
-    dw_step<3, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
-  } else if (rest > 8) {
-    dw_step<2, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
-  } else if (rest > 0) {
-    dw_step<1, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
-  }
-}
-
-void dw_row(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo, float hi,
-            float* y, int64_t ow) {
-  if (sw == 1) {
-    dw_row_s<1>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, ow);
-  } else if (sw == 2) {
-    dw_row_s<2>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, ow);
-  } else {
-    dw_row_s<0>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, ow);
-  }
-}
-
 }  // namespace
 
 extern const Kernels kKernelsAvx2 = {
@@ -152,7 +91,7 @@ extern const Kernels kKernelsAvx2 = {
     16,
     {{nullptr, tile<1, false>, tile<2, false>, tile<3, false>, tile<4, false>, nullptr, nullptr, nullptr, nullptr},
      {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, nullptr, nullptr, nullptr, nullptr}},
-    dw_row,
+    dw::row<simd::F32x8>,
     ymm::gemv,
     nullptr,  // dw_block16: small planes take the row kernel
 };

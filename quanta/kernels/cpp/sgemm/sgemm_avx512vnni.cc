@@ -3,6 +3,7 @@
 // and the depthwise rows, 16 output pixels per zmm, up to 4 zmm per step.
 #include <immintrin.h>
 
+#include "sgemm/dw_row.h"
 #include "sgemm/gemv_ymm.h"
 #include "sgemm/sgemm.h"
 
@@ -95,69 +96,6 @@ void tile(const Tile& t) {
   }
 }
 
-// 16 pixels x[i·S] (S = 1, 2) or x[i·sw] (S = 0) from p.
-template <int S>
-inline __m512 load_pixels(const float* p, int sw) {
-  if (S == 1) return _mm512_loadu_ps(p);
-  if (S == 2) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    return _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_loadu_ps(p + 16));
-  }
-  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                         _mm512_set1_epi32(sw));
-  return _mm512_i32gather_ps(idx, p, 4);
-}
-
-template <int V, int S>
-void dw_step(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo, float hi,
-             float* y, int64_t x0, int64_t n) {
-  __m512 acc[V];
-  for (int v = 0; v < V; ++v) acc[v] = _mm512_setzero_ps();
-  for (int ky = 0; ky < kh; ++ky) {
-    const float* row = rows[ky] + x0 * sw;
-    for (int kx = 0; kx < kw; ++kx) {
-      const __m512 wv = _mm512_set1_ps(w[ky * kw + kx]);
-      const float* p = row + kx * dw;
-      for (int v = 0; v < V; ++v) acc[v] = _mm512_fmadd_ps(wv, load_pixels<S>(p + v * 16 * sw, sw), acc[v]);
-    }
-  }
-  const __m512 bv = _mm512_set1_ps(bias);
-  for (int v = 0; v < V; ++v) {
-    __m512 r = _mm512_add_ps(acc[v], bv);
-    if (lo != -__builtin_inff()) r = _mm512_max_ps(_mm512_set1_ps(lo), r);
-    if (hi != __builtin_inff()) r = _mm512_min_ps(_mm512_set1_ps(hi), r);
-    _mm512_mask_storeu_ps(y + x0 + v * 16, lane_mask(static_cast<int>(n - v * 16)), r);
-  }
-}
-
-template <int S>
-void dw_row_s(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo, float hi,
-              float* y, int64_t ow) {
-  int64_t x = 0;
-  for (; x + 64 <= ow; x += 64) dw_step<4, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, 64);
-  const int64_t rest = ow - x;
-  if (rest > 48) {
-    dw_step<4, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
-  } else if (rest > 32) {
-    dw_step<3, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
-  } else if (rest > 16) {
-    dw_step<2, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
-  } else if (rest > 0) {
-    dw_step<1, S>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, x, rest);
-  }
-}
-
-void dw_row(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo, float hi,
-            float* y, int64_t ow) {
-  if (sw == 1) {
-    dw_row_s<1>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, ow);
-  } else if (sw == 2) {
-    dw_row_s<2>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, ow);
-  } else {
-    dw_row_s<0>(rows, w, kh, kw, sw, dw, bias, lo, hi, y, ow);
-  }
-}
-
 // V output pixels of one row at once (V independent fma chains: the FMA latency is
 // hidden behind the others), 16 channels per lane.
 template <int V>
@@ -212,7 +150,7 @@ extern const Kernels kKernelsAvx512Vnni = {
       tile<7, false>, tile<8, false>},
      {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, tile<5, true>, tile<6, true>, tile<7, true>,
       tile<8, true>}},
-    dw_row,
+    dw::row<simd::F32x16>,
     ymm::gemv,
     dw_block16,
 };

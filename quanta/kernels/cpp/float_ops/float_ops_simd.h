@@ -1,0 +1,199 @@
+// The lane functions of float_ops (exp, erf, tanh, sigmoid, relu, gelu: float_ops_scalar.h's
+// operations in their order, equation numbers of docs/float-ops.md) over the vector traits
+// of simd.h, shared by float_ops_avx2.cc (F32x8) and float_ops_avx512vnni.cc (F32x16).
+//
+// Operand order matters for NaN: vmaxps / vminps return their SECOND operand when either
+// is NaN, so (E1) is max(lo, t) then min(hi, t) (a NaN t stays NaN).
+#pragma once
+
+#include <cstdint>
+
+#include "float_ops/float_ops.h"
+#include "float_ops/float_ops_scalar.h"
+#include "recurrent/mlas_simd.h"
+#include "simd.h"
+
+namespace quanta {
+namespace float_ops {
+namespace {
+
+// (E2)-(E6) from the clamped argument t of (E1).
+template <class T>
+inline typename T::V exp_clamped_v(typename T::V t) {
+  using V = typename T::V;
+  const V n = T::round(T::mul(t, T::set1(kL2E)));                                   // (E2)
+  const V r = T::sub(T::sub(t, T::mul(n, T::set1(kC1))), T::mul(n, T::set1(kC2)));  // (E3)
+  V h = T::set1(kP0);                                                               // (E4)
+  h = T::add(T::mul(h, r), T::set1(kP1));
+  h = T::add(T::mul(h, r), T::set1(kP2));
+  h = T::add(T::mul(h, r), T::set1(kP3));
+  h = T::add(T::mul(h, r), T::set1(kP4));
+  h = T::add(T::mul(h, r), T::set1(kP5));
+  const V p = T::add(T::add(T::mul(h, T::mul(r, r)), r), T::set1(1.0f));  // (E5)
+  return T::scale_pow2(p, n);                                             // (E6)
+}
+
+template <class T>
+inline typename T::V exp_v(typename T::V x) {
+  const typename T::V t = T::max(T::set1(kExpLo), x);  // (E1)
+  return exp_clamped_v<T>(T::min(T::set1(kExpHi), t));
+}
+
+// exp of an argument that is <= 0 or NaN (Softmax's x_i − m): the upper clamp of (E1)
+// is then the identity (vminps(89, t) returns t for t <= 89 and for NaN t) and is skipped.
+template <class T>
+inline typename T::V exp_nonpositive_v(typename T::V x) {
+  return exp_clamped_v<T>(T::max(T::set1(kExpLo), x));
+}
+
+template <class T>
+inline typename T::V abs_v(typename T::V x) {
+  return T::andnot(T::set1(-0.0f), x);
+}
+
+// |r| with the sign bit of x (std::copysign; r is never negative here).
+template <class T>
+inline typename T::V copysign_v(typename T::V r, typename T::V x) {
+  const typename T::V sign = T::set1(-0.0f);
+  return T::or_(T::andnot(sign, r), T::and_(sign, x));
+}
+
+template <class T>
+inline typename T::V erf_v(typename T::V x) {
+  using V = typename T::V;
+  const V t = T::min(T::set1(kErfTMax), abs_v<T>(x));  // (F1); NaN: the second operand
+  const V s = T::mul(t, t);                            // (F2)
+  V p = T::set1(kErfA[0]);                             // (F3)
+  for (int k = 1; k < 6; ++k) p = T::add(T::mul(p, s), T::set1(kErfA[k]));
+  const V small = T::add(T::mul(p, t), t);
+  V q = T::set1(kErfB[0]);  // (F4)
+  for (int k = 1; k < 7; ++k) q = T::add(T::mul(q, t), T::set1(kErfB[k]));
+  q = T::add(T::mul(q, t), t);
+  const V big = T::sub(T::set1(1.0f), exp_v<T>(T::xor_(q, T::set1(-0.0f))));
+  return copysign_v<T>(T::select(T::template cmp<_CMP_GT_OQ>(t, T::set1(kErfSplit)), small, big), x);  // (F5)
+}
+
+template <class T>
+inline typename T::V tanh_v(typename T::V x) {
+  using V = typename T::V;
+  const V t = abs_v<T>(x);  // (T1)
+  const V s = T::mul(t, t);
+  V p = T::set1(kTanhT[5]);  // (T2)
+  for (int k = 4; k >= 0; --k) p = T::add(T::mul(p, s), T::set1(kTanhT[k]));
+  const V small = T::add(t, T::mul(t, T::mul(s, p)));
+  const V one = T::set1(1.0f);
+  const V e = exp_v<T>(T::add(t, t));  // (T3)
+  const V big = T::sub(one, T::div(T::set1(2.0f), T::add(e, one)));
+  return copysign_v<T>(T::select(T::template cmp<_CMP_LT_OQ>(t, T::set1(kTanhSplit)), big, small), x);  // (T4)
+}
+
+template <class T>
+inline typename T::V sigmoid_v(typename T::V x) {
+  using V = typename T::V;
+  const V e = exp_v<T>(T::or_(abs_v<T>(x), T::set1(-0.0f)));  // (Σ1)
+  const V d = T::add(T::set1(1.0f), e);
+  const auto non_negative = T::template cmp<_CMP_GE_OQ>(x, T::zero());
+  return T::select(non_negative, T::div(e, d), T::div(T::set1(1.0f), d));  // (Σ2)
+}
+
+template <class T>
+inline typename T::V relu_v(typename T::V x) {
+  // vmaxps returns its second operand on equal zeros (+0, as np.maximum) and on NaN
+  // (then x is put back).
+  const typename T::V y = T::max(x, T::zero());
+  return T::select(T::template cmp<_CMP_UNORD_Q>(x, x), y, x);
+}
+
+template <class T>
+inline typename T::V gelu_v(typename T::V x) {  // (G1)
+  const typename T::V e = erf_v<T>(T::div(x, T::set1(kGeluSqrt2)));
+  return T::mul(T::mul(T::set1(0.5f), x), T::add(T::set1(1.0f), e));
+}
+
+template <class T>
+inline typename T::V gelu_tanh_v(typename T::V x) {  // (G2)
+  using V = typename T::V;
+  const V x3 = T::mul(T::mul(x, x), x);
+  const V a = T::mul(T::set1(kGeluK), T::add(x, T::mul(T::set1(kGeluC), x3)));
+  return T::mul(T::mul(T::set1(0.5f), x), T::add(T::set1(1.0f), tanh_v<T>(a)));
+}
+
+// y[i] = f(x[i]) for i < n, kLanes at a time, the tail masked.
+template <class T, typename T::V (*f)(typename T::V)>
+void unary_run_v(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += T::kLanes) {
+    const typename T::M k = T::tail(n - i);
+    T::store(y + i, k, f(T::load(k, x + i)));
+  }
+}
+
+// (L5) over one row: y = (x − mean) · inv_std · scale (+ bias).
+template <class T>
+inline void layer_norm_scale_v(const float* xr, float* yr, int64_t d, float mean, float inv_std, const float* scale,
+                               const float* bias) {
+  const typename T::V vmean = T::set1(mean), vinv = T::set1(inv_std);
+  for (int64_t i = 0; i < d; i += T::kLanes) {
+    const typename T::M k = T::tail(d - i);
+    const typename T::V di = T::sub(T::load(k, xr + i), vmean);
+    typename T::V v = T::mul(T::mul(di, vinv), T::load(k, scale + i));  // (L5)
+    if (bias) v = T::add(v, T::load(k, bias + i));
+    T::store(yr + i, k, v);
+  }
+}
+
+template <class T, BinaryOp op>
+inline typename T::V binary_v(typename T::V a, typename T::V b) {
+  if constexpr (op == BinaryOp::kAdd) return T::add(a, b);
+  if constexpr (op == BinaryOp::kSub) return T::sub(a, b);
+  if constexpr (op == BinaryOp::kMul) return T::mul(a, b);
+  return T::div(a, b);
+}
+
+// c[i] = a[i·AS] op b[i·BS] for i < n (AS, BS: 1 steps, 0 repeats element 0), one IEEE
+// operation per lane; the tail masked.
+template <class T, BinaryOp op, int AS, int BS>
+void binary_run_t(const float* a, const float* b, float* c, int64_t n) {
+  using V = typename T::V;
+  const V fa = T::set1(a[0]), fb = T::set1(b[0]);
+  int64_t i = 0;
+  for (; i + T::kLanes <= n; i += T::kLanes) {
+    const V va = AS ? T::loadu(a + i) : fa;
+    const V vb = BS ? T::loadu(b + i) : fb;
+    T::storeu(c + i, binary_v<T, op>(va, vb));
+  }
+  if (i < n) {
+    const typename T::M k = T::tail(n - i);
+    const V va = AS ? T::load(k, a + i) : fa;
+    const V vb = BS ? T::load(k, b + i) : fb;
+    T::store(c + i, k, binary_v<T, op>(va, vb));
+  }
+}
+
+// float_ops.h BinaryRunFn.
+template <class T, BinaryOp op>
+void binary_run_v(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n) {
+  if (n <= 0) return;
+  if (a_step && b_step) return binary_run_t<T, op, 1, 1>(a, b, c, n);
+  if (a_step) return binary_run_t<T, op, 1, 0>(a, b, c, n);
+  if (b_step) return binary_run_t<T, op, 0, 1>(a, b, c, n);
+  return binary_run_t<T, op, 0, 0>(a, b, c, n);
+}
+
+// The kernel table of an ISA (float_ops.h Kernels): its own Softmax and LayerNorm row
+// kernels, everything else from the templates above.
+template <class T>
+constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNormRowsFn layer_norm) {
+  return Kernels{isa,
+                 {binary_run_v<T, BinaryOp::kAdd>, binary_run_v<T, BinaryOp::kSub>, binary_run_v<T, BinaryOp::kMul>,
+                  binary_run_v<T, BinaryOp::kDiv>},
+                 unary_run_v<T, exp_v<T>>,
+                 softmax,
+                 layer_norm,
+                 {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_v<T>>, unary_run_v<T, sigmoid_v<T>>,
+                  unary_run_v<T, relu_v<T>>, unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>,
+                  unary_run_v<T, recurrent::logistic_v<T>>, unary_run_v<T, recurrent::tanh_v<T>>}};  // by UnaryOp
+}
+
+}  // namespace
+}  // namespace float_ops
+}  // namespace quanta

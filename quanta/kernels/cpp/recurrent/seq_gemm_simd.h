@@ -1,0 +1,63 @@
+// seq_gemm (float_rnn.h (RNN1)) over the vector traits of simd.h, shared by
+// seq_gemm_avx2.cc and seq_gemm_avx512vnni.cc: one row × NV vectors per block (NV·kLanes
+// columns), masked column tails. Each accumulator lane adds its products in increasing
+// k, as the twin: separate multiply and add (no FMA).
+#pragma once
+
+#include <cstdint>
+
+#include "recurrent/float_rnn.h"
+#include "simd.h"
+
+namespace quanta {
+namespace recurrent {
+namespace {
+
+template <class T, int RB, int NV>
+void seq_block(const float* a, int64_t lda, const float* w, int64_t ldw, float* y, int64_t ldy, int64_t K, int64_t N,
+               int64_t n0) {
+  constexpr int L = T::kLanes;
+  typename T::M m[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) m[v] = T::tail(N - n0 - L * v);
+  typename T::V acc[RB][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[r][v] = T::zero();
+  for (int64_t k = 0; k < K; ++k) {
+    typename T::V wv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) wv[v] = T::load(m[v], w + k * ldw + n0 + L * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; ++r) {
+      const typename T::V av = T::set1(a[r * lda + k]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] = T::add(acc[r][v], T::mul(av, wv[v]));
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int v = 0; v < NV; ++v) T::store(y + r * ldy + n0 + L * v, m[v], acc[r][v]);
+}
+
+template <class T, int NV>
+void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
+                   int64_t M) {
+  constexpr int64_t kCols = NV * T::kLanes;
+  // Panel by panel (kSeqPanel columns, [K][kSeqPanel] contiguous): a panel stays in the
+  // cache while every row block passes over it, and each k step reads contiguous bytes.
+  for (int64_t p0 = 0; p0 < N; p0 += kSeqPanel) {
+    const float* wp = w + p0 * K;
+    const int64_t np = N - p0 < kSeqPanel ? N - p0 : kSeqPanel;
+    // One row at a time over the panel (in L2 after the first row): a 4-row register
+    // block ran 5-10x slower inside the module build (measured, H = 512), one row at a
+    // time streams at the cache's speed.
+    for (int64_t m0 = 0; m0 < M; ++m0)
+      for (int64_t n0 = 0; n0 < np; n0 += kCols)
+        seq_block<T, 1, NV>(a + m0 * lda, lda, wp, kSeqPanel, y + m0 * ldy + p0, ldy, K, np, n0);
+  }
+}
+
+}  // namespace
+}  // namespace recurrent
+}  // namespace quanta
