@@ -109,7 +109,7 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     for bit the two nodes); a constant per-channel Mul / Add after a float Conv folds
     into its weights (as ONNX Runtime's ConvMulFusion / ConvAddFusion), and a SiLU,
     HardSwish, HardSigmoid or Paddle's written-out hardswish after it becomes the
-    ``quanta::Conv`` gate, applied to each finished tile (exact: the chain of the nodes
+    ``quanta::Conv`` gate, applied to each finished block (exact: the chain of the nodes
     it replaces). A MatMul whose weight a file stores as 8-bit integers times
     a per-column scale (``Cast`` -> ``Mul``) runs as ``DynamicQuantizeMatMul``
     (:mod:`.lower.weight_only_matmul`: the activation quantized per run, as ONNX
@@ -129,7 +129,7 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
         FoldBatchNorm(),
         FoldConvAffine(),  # a constant per-channel Mul / Add after a float Conv: into its weights
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps
-        FuseFloatGate(),  # SiLU / hardswish / HardSigmoid after a float Conv: applied per finished tile
+        FuseFloatGate(),  # SiLU / hardswish / HardSigmoid after a float Conv: applied per finished block
         HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps
         FuseLSTMGates(),  # an exported LSTM cell's ten elementwise nodes: one quanta::LSTMGates
         EliminateDead(),

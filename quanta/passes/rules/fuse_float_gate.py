@@ -14,8 +14,8 @@ output read by the activation's nodes only)::
 Why: YOLO-style detectors write SiLU as ``Mul(x, Sigmoid(x))`` after nearly every
 convolution, Paddle's OCR and layout models hardswish as ``x · Clip(x + 3, 0, 6) / 6``
 (or ``HardSwish``), and each of those nodes is one more pass over a convolution's output.
-Fused, the float GEMM family applies the activation to each finished tile while it is
-still in L1 (sgemm.h ``PostOp``).
+Fused, the float GEMM family applies the activation to each thread task's finished block
+while it is still in L2 (sgemm.h ``PostOp``).
 
 Numerics: exact. The fused activation is, by definition, the chain of the float32 nodes
 it replaces (the same operations in the same order: ``nn_conv.fused_conv`` calls the

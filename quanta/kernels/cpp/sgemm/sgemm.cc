@@ -91,9 +91,6 @@ void run_block(const Kernels& kr, int64_t m0, int64_t m1, int64_t n0, int64_t n1
         t.c = c + i * ldc + j;
         t.row0 = i;
         kr.tile[a.packed ? 1 : 0][r](t);
-        if (last && ep.post) {
-          for (int rr = 0; rr < r; ++rr) apply_post(*ep.post, t.c + rr * ldc, t.nr);
-        }
       }
     }
   }
@@ -127,12 +124,20 @@ void run_block_indirect(const Kernels& kr, int64_t m0, int64_t m1, int64_t n, in
         t.c = c + i * ldc + j;
         t.row0 = i;
         kr.tile_indirect[r](t);
-        if (last && ep.post) {
-          for (int rr = 0; rr < r; ++rr) apply_post(*ep.post, t.c + rr * ldc, t.nr);
-        }
       }
     }
   }
+}
+
+// The fused activation over rows [m0, m1) × columns [n0, n1) of C, once a task has
+// finished them (still in L2; per 32-column tile the calls cost more than they save).
+void post_block(const Epilogue& ep, float* c, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  if (!ep.post) return;
+  if (ldc == n1 - n0 && n0 == 0) {
+    apply_post(*ep.post, c + m0 * ldc, (m1 - m0) * ldc);
+    return;
+  }
+  for (int64_t i = m0; i < m1; ++i) apply_post(*ep.post, c + i * ldc + n0, n1 - n0);
 }
 
 // Row and column block sizes of the thread tasks of an m × n product.
@@ -215,8 +220,9 @@ void gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k, const MatA& a,
     MatB bt = b;
     if (!a.packed && a_off) at.p = a.p + a_off[t];
     if (!b.packed && b_off) bt.p = b.p + b_off[t];
-    run_block(kr, bi * mc, std::min(m, (bi + 1) * mc), bj * nc, std::min(n, (bj + 1) * nc), k, at, bt, c + t * m * n, n,
-              ep);
+    const int64_t m0 = bi * mc, m1 = std::min(m, (bi + 1) * mc), n0 = bj * nc, n1 = std::min(n, (bj + 1) * nc);
+    run_block(kr, m0, m1, n0, n1, k, at, bt, c + t * m * n, n, ep);
+    post_block(ep, c + t * m * n, n, m0, m1, n0, n1);
   };
   const int64_t tasks = batch * tm * tn;
   if (threads <= 1 || tasks == 1) {
@@ -273,7 +279,9 @@ void gemm(int64_t m, int64_t n, int64_t k, const MatA& a, const MatB& b, float* 
   const int64_t tm = ceil_div(m, mc), tn = ceil_div(n, nc);
   auto body = [&](int64_t task, int) {
     const int64_t bi = task / tn, bj = task % tn;
-    run_block(kr, bi * mc, std::min(m, (bi + 1) * mc), bj * nc, std::min(n, (bj + 1) * nc), k, a, b, c, ldc, ep);
+    const int64_t m0 = bi * mc, m1 = std::min(m, (bi + 1) * mc), n0 = bj * nc, n1 = std::min(n, (bj + 1) * nc);
+    run_block(kr, m0, m1, n0, n1, k, a, b, c, ldc, ep);
+    post_block(ep, c, ldc, m0, m1, n0, n1);
   };
   if (threads <= 1 || tm * tn == 1) {
     for (int64_t task = 0; task < tm * tn; ++task) body(task, 0);
@@ -508,13 +516,14 @@ void conv_phased(const ConvGeom& g, const float* x, const float* w, const float*
     ep.bias_row = bias ? bias + grp * mg : nullptr;
     ep.lo = lo;
     ep.hi = hi;
-    ep.post = post;
     // run_block addresses C by absolute row: rows [m0, m1) land at cbuf.
     if (indirect) {
       run_block_indirect(kr, m0, m1, p1 - p0, kk, a.p, base, off.data(), cbuf - m0 * ldc, ldc, ep);
     } else {
       run_block(kr, m0, m1, 0, p1 - p0, kk, a, b, cbuf - m0 * ldc, ldc, ep);
     }
+    // the grid's columns past p1 - p0 are transformed too and dropped with the others
+    if (post) apply_post(*post, cbuf, (m1 - m0) * ldc);
     for (int64_t i = m0; i < m1; ++i) {
       const float* crow = cbuf + (i - m0) * ldc;
       float* yrow = y + (img * g.m + grp * mg + i) * positions;

@@ -45,9 +45,9 @@ namespace sgemm {
 constexpr int kPackMr = 8;   // rows of a packed A panel (a multiple of every ISA's MR)
 constexpr int kPackNr = 32;  // columns of a packed B panel (a multiple of every ISA's NR)
 
-// An activation after the epilogue's clamp, applied in place to each finished tile (rows
-// of at most NR columns, still in L1) by the drivers: the graph's Conv -> activation
-// pair in one pass over the output. Each kind is the chain of the separate float32
+// An activation after the epilogue's clamp, applied in place by the drivers to each
+// thread task's finished block of C (still in L2): the graph's Conv -> activation pair
+// in one pass over the output. Each kind is the chain of the separate float32
 // kernels it replaces, called on the tile's elements (float_ops / tensor_ops run
 // functions of the same ISA), so the bytes are those of the unfused steps:
 //   kSilu         y = f32(x · sigmoid(x))                     Sigmoid (Σ1)-(Σ2), Mul
@@ -71,7 +71,7 @@ struct Epilogue {
   const float* bias_col = nullptr;  // indexed by the column of C (absolute)
   float lo = -__builtin_inff();
   float hi = __builtin_inff();
-  const PostOp* post = nullptr;  // applied by the drivers after the tile's store (null: none)
+  const PostOp* post = nullptr;  // applied by the GEMM drivers to each finished task block (null: none)
 };
 
 // One r × nr tile over one K-block (MR' is the template row count of the function
