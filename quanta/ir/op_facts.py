@@ -237,6 +237,7 @@ FACTS = OpTable(
         ),
         # Conv with an output clamp (FuseActivationIntoProducer; optimize_float fuses the
         # Relu / Clip after a float Conv into it, the float GEMM family's epilogue clamps)
+        # or a gated activation (FuseFloatGate: SiLU, hardswish, HardSigmoid per tile)
         Op("Conv", QUANTA, shape_only=True, compute=True, blas=True),
         # the elementwise half of an exported LSTM cell (optimize_float's FuseLSTMGates)
         Op("LSTMGates", QUANTA),

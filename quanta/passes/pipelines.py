@@ -106,13 +106,19 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     folds them in float32), and a Relu / Clip after a float Conv becomes the
     ``quanta::Conv`` output clamp (the float GEMM family clamps in its store instead of
     a second pass over the output; the reference twin is the Conv, then the clamp, bit
-    for bit the two nodes). A MatMul whose weight a file stores as 8-bit integers times
+    for bit the two nodes); a constant per-channel Mul / Add after a float Conv folds
+    into its weights (as ONNX Runtime's ConvMulFusion / ConvAddFusion), and a SiLU,
+    HardSwish, HardSigmoid or Paddle's written-out hardswish after it becomes the
+    ``quanta::Conv`` gate, applied to each finished block (exact: the chain of the nodes
+    it replaces). A MatMul whose weight a file stores as 8-bit integers times
     a per-column scale (``Cast`` -> ``Mul``) runs as ``DynamicQuantizeMatMul``
     (:mod:`.lower.weight_only_matmul`: the activation quantized per run, as ONNX
     Runtime's ``quantize_dynamic`` writes it). Every target runs the folded graph, so the reference stays
     the golden of what the native target computes."""
     del opset  # the same steps for every opset
     from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls
+    from quanta.passes.rules.fold_conv_affine import FoldConvAffine
+    from quanta.passes.rules.fuse_float_gate import FuseFloatGate
     from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
 
@@ -121,7 +127,9 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
         FoldConstants(evaluator),
         RemoveNoops(),
         FoldBatchNorm(),
+        FoldConvAffine(),  # a constant per-channel Mul / Add after a float Conv: into its weights
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps
+        FuseFloatGate(),  # SiLU / hardswish / HardSigmoid after a float Conv: applied per finished block
         HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps
         FuseLSTMGates(),  # an exported LSTM cell's ten elementwise nodes: one quanta::LSTMGates
         EliminateDead(),

@@ -228,8 +228,16 @@ sgemm::ConvGeom geometry(const py::array& x, int64_t m, int64_t kh, int64_t kw, 
 py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::object& bias_obj, int64_t m, int64_t kh,
                    int64_t kw, const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                    const std::vector<int64_t>& pads, int64_t group, float lo, float hi, int num_threads,
-                   const py::object& out_obj) {
+                   const py::object& out_obj, int post_kind, const std::vector<float>& post_params) {
   const std::string op = "conv_f32";
+  if (post_kind < 0 || post_kind >= sgemm::kNumPostKinds) {
+    throw py::value_error(op + ": post: expected a kind in [0, " + std::to_string(sgemm::kNumPostKinds) + "), got " +
+                          std::to_string(post_kind));
+  }
+  if (post_params.size() > 4) throw py::value_error(op + ": post_params: at most 4 values");
+  sgemm::PostOp post;
+  post.kind = static_cast<sgemm::PostKind>(post_kind);
+  for (size_t i = 0; i < post_params.size(); ++i) post.p[i] = post_params[i];
   check_threads(num_threads, op);
   auto x = require_array<float>(x_obj, "conv_f32: x");
   auto w = require_array<float>(w_obj, "conv_f32: w_packed");
@@ -254,7 +262,9 @@ py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::o
   if (y.size() == 0) return std::move(y);
   {
     py::gil_scoped_release release;
-    sgemm::conv(g, path, x.data(), w.data(), bias_ptr, lo, hi, y.mutable_data(), num_threads, active_isa());
+    post.isa = active_isa();
+    sgemm::conv(g, path, x.data(), w.data(), bias_ptr, lo, hi, y.mutable_data(), num_threads, active_isa(),
+                post_kind ? &post : nullptr);
   }
   return std::move(y);
 }
@@ -315,7 +325,10 @@ void register_sgemm(py::module_& m) {
   m.def("conv_f32", &conv_f32, py::arg("x"), py::arg("w_packed"), py::arg("bias"), py::arg("m"), py::arg("kh"),
         py::arg("kw"), py::arg("strides"), py::arg("dilations"), py::arg("pads"), py::arg("group") = 1,
         py::arg("lo") = -inf, py::arg("hi") = inf, py::arg("num_threads") = 1, py::arg("out") = py::none(),
-        "Float32 NCHW convolution (docs/float-ops.md (FG1)-(FG2)).");
+        py::arg("post") = 0, py::arg("post_params") = std::vector<float>{},
+        "Float32 NCHW convolution (docs/float-ops.md (FG1)-(FG2)); post: a fused activation after the clamp "
+        "(sgemm.h PostOp: 0 none, 1 SiLU, 2 HardSwish, 3 HardSigmoid [alpha, beta], 4 Paddle's hardswish "
+        "[b, lo, hi, d]), the bytes of the separate float32 kernels.");
   m.def("col2im_f32", &col2im_f32, py::arg("cols"), py::arg("m"), py::arg("kh"), py::arg("kw"), py::arg("strides"),
         py::arg("dilations"), py::arg("begin"), py::arg("out_hw"), py::arg("bias") = py::none(), py::arg("lo") = -inf,
         py::arg("hi") = inf, py::arg("num_threads") = 1, py::arg("out") = py::none(),

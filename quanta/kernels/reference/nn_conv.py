@@ -105,11 +105,16 @@ def fused_conv(
     activation_params: Sequence[float] | None = None,
     **attrs: object,
 ) -> np.ndarray:
-    """quanta::Conv: ai.onnx Conv, then the output clamp of FuseActivationIntoProducer
-    (``activation="Relu"``: max(y, 0); ``"Clip"`` with ``activation_params=[lo, hi]``:
-    min(max(y, lo), hi)), in the output type: what the Conv and the Relu / Clip it
-    replaces compute, bit for bit. NaN stays NaN."""
+    """quanta::Conv: ai.onnx Conv, then the fused activation, in the output type: what
+    the Conv and the nodes it replaces compute, bit for bit (each is those nodes'
+    reference arithmetic). ``"Relu"``: max(y, 0); ``"Clip"`` with ``activation_params=[lo,
+    hi]``: min(max(y, lo), hi) (FuseActivationIntoProducer); ``"SiLU"``: Mul(y,
+    Sigmoid(y)); ``"HardSwish"``; ``"HardSigmoid"`` with ``[alpha, beta]``;
+    ``"ClipMulDiv"`` with ``[b, lo, hi, d]``: Div(Mul(y, Clip(Add(y, b), lo, hi)), d)
+    (passes/rules/fuse_float_gate.py). NaN stays NaN."""
     y = conv(ctx, x, w, b, **attrs)  # type: ignore[arg-type]
+    if activation in FUSED_GATES:
+        return fused_gate(y, activation, activation_params, ctx.node_name)
     lo, hi = fused_clamp_bounds(activation, activation_params, ctx.node_name)
     if lo > -math.inf:
         y = np.maximum(y, y.dtype.type(lo))
@@ -118,10 +123,39 @@ def fused_conv(
     return y
 
 
+#: fused activations other than a clamp, with their parameter count
+FUSED_GATES = {"SiLU": 0, "HardSwish": 0, "HardSigmoid": 2, "ClipMulDiv": 4}
+
+
+def fused_gate(y: np.ndarray, activation: str, params: Sequence[float] | None, node: str = "") -> np.ndarray:
+    """The gated activations of quanta::Conv on the Conv's output ``y``: the reference
+    functions of the nodes they replace, in the same order (fuse_float_gate.py)."""
+    from quanta.kernels.reference import nn
+
+    p = [float(v) for v in (params or [])]
+    if len(p) != FUSED_GATES[activation]:
+        raise OpError(
+            f"{node or 'fused op'}: activation {activation} takes {FUSED_GATES[activation]} activation_params, got {p}"
+        )
+    t = y.dtype.type
+    if activation == "SiLU":
+        return y * nn.sigmoid(None, y)  # type: ignore[arg-type]
+    if activation == "HardSwish":
+        return nn.hard_swish(None, y)  # type: ignore[arg-type]
+    if activation == "HardSigmoid":
+        return nn.hard_sigmoid(None, y, alpha=p[0], beta=p[1])  # type: ignore[arg-type]
+    g = y + t(p[0])  # ClipMulDiv: Add, Clip, Mul, Div
+    if p[1] > -math.inf:
+        g = np.maximum(g, t(p[1]))
+    if p[2] < math.inf:
+        g = np.minimum(g, t(p[2]))
+    return (y * g) / t(p[3])
+
+
 def fused_clamp_bounds(
     activation: str, params: Sequence[float] | None, node: str = ""
 ) -> tuple[float, float]:
-    """``(lo, hi)`` of a fused activation attribute pair; an unknown one is an error."""
+    """``(lo, hi)`` of a fused clamp attribute pair; an unknown one is an error."""
     if activation == "Relu":
         return 0.0, math.inf
     if activation == "Clip":
@@ -129,7 +163,9 @@ def fused_clamp_bounds(
         if len(p) != 2:
             raise OpError(f"{node or 'fused op'}: activation Clip takes activation_params [lo, hi], got {p}")
         return float(p[0]), float(p[1])
-    raise OpError(f"{node or 'fused op'}: activation {activation!r} is not one of Relu, Clip")
+    raise OpError(
+        f"{node or 'fused op'}: activation {activation!r} is not one of Relu, Clip, {', '.join(FUSED_GATES)}"
+    )
 
 
 def conv_transpose_geometry(

@@ -45,7 +45,7 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.conv_geometry import conv_attrs
-from quanta.kernels.reference.nn_conv import conv_transpose_geometry, fused_clamp_bounds
+from quanta.kernels.reference.nn_conv import FUSED_GATES, conv_transpose_geometry, fused_clamp_bounds
 from quanta.kernels.reference.registry import OpContext, OpError, get_op
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
@@ -187,10 +187,11 @@ def _conv_native(
     pads: list[int] | None = None,
     strides: list[int] | None = None,
     clamp: tuple[float, float] = (-math.inf, math.inf),
+    post: tuple[int, list[float]] = (0, []),
     activation: str = "",
     activation_params: list[float] | None = None,
 ) -> np.ndarray:
-    del w, activation, activation_params  # packed at compile time; the clamp holds the activation
+    del w, activation, activation_params  # packed at compile time; clamp / post hold the activation
     x = _f32(x)
     call = geometry.get(x.shape)
     if call is None:
@@ -228,6 +229,8 @@ def _conv_native(
         hi=clamp[1],
         num_threads=_threads(ctx),
         out=out.reshape(y4_shape),
+        post=post[0],
+        post_params=post[1],
     )
     return out
 
@@ -245,20 +248,34 @@ def bind_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 @register_binder("Conv", QUANTA_DOMAIN)
 def bind_fused_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """quanta::Conv (a float Conv with the Relu / Clip after it fused): the clamp runs in
-    the GEMM / depthwise store (sgemm.h epilogue), no second pass over the output."""
+    """quanta::Conv (a float Conv with the activation after it fused): a Relu / Clip
+    clamps in the GEMM / depthwise store (sgemm.h epilogue), a gated activation (SiLU,
+    HardSwish, HardSigmoid, Paddle's hardswish) runs on each finished task block (sgemm.h
+    PostOp): no second pass over the output."""
     del model  # unused
+    activation = str(node.attrs.get("activation", "Relu"))
+    params = node.attrs.get("activation_params")
+    if activation in FUSED_GATES:
+        p = [float(v) for v in (params or [])]
+        if len(p) != FUSED_GATES[activation]:
+            return None, f"activation {activation} takes {FUSED_GATES[activation]} activation_params, got {p}"
+        return _bind_conv(node, _conv_fused, (-math.inf, math.inf), (POST_KINDS[activation], p))
     try:
-        clamp = fused_clamp_bounds(
-            str(node.attrs.get("activation", "Relu")), node.attrs.get("activation_params")
-        )
+        clamp = fused_clamp_bounds(activation, params)
     except OpError as e:
         return None, str(e)
     return _bind_conv(node, _conv_fused, (float(np.float32(clamp[0])), float(np.float32(clamp[1]))))
 
 
+#: sgemm.h PostKind of each gated activation of quanta::Conv
+POST_KINDS = {"SiLU": 1, "HardSwish": 2, "HardSigmoid": 3, "ClipMulDiv": 4}
+
+
 def _bind_conv(
-    node: Node, fn: Callable[..., Any], clamp: tuple[float, float] | None
+    node: Node,
+    fn: Callable[..., Any],
+    clamp: tuple[float, float] | None,
+    post: tuple[int, list[float]] = (0, []),
 ) -> tuple[Kernel | None, str]:
     if _native is None:
         return None, "the native extension is not built"
@@ -283,7 +300,18 @@ def _bind_conv(
         return None, f"the native kernel refuses the weights: {e}"
     path = _conv_path(wc, group, node.attrs)
     k = "x".join(str(v) for v in wc.shape[2:])
-    if clamp is None:
+    if post[0]:
+        act = str(node.attrs.get("activation")).lower()
+        kernel, reason = _kernel(
+            fn,
+            f"conv_f32_{path}_{k}_{act}",
+            packed=packed,
+            wshape=tuple(wc.shape),
+            geometry={},
+            clamp=clamp,
+            post=post,
+        )
+    elif clamp is None:
         kernel, reason = _kernel(
             fn, f"conv_f32_{path}_{k}", packed=packed, wshape=tuple(wc.shape), geometry={}
         )
@@ -304,6 +332,7 @@ def _conv_specialized(
     geometry: dict,
     group: int = 1,
     clamp: tuple[float, float] = (-math.inf, math.inf),
+    post: tuple[int, list[float]] = (0, []),
     generic: Callable[..., Any] = _conv_plain,
     **attrs: Any,
 ) -> Callable[..., Any] | None:
@@ -322,12 +351,26 @@ def _conv_specialized(
     threads = step_threads(sig, math.prod(y_shape) * math.prod(wshape[1:]), SMALL_MACS)
     conv, m, out = _native.conv_f32, wshape[0], sig.out
     lo, hi = clamp
+    pk, pp = post
     out4 = None if out is None else out.reshape(y4_shape)
 
     def run(x: np.ndarray, *rest: Any) -> np.ndarray:
         y = out if out is not None else np.empty(y_shape, F32)
         y4 = out4 if out4 is not None else y.reshape(y4_shape)
-        conv(x.reshape(x4_shape), packed, bias, m, *args, group, lo=lo, hi=hi, num_threads=threads, out=y4)
+        conv(
+            x.reshape(x4_shape),
+            packed,
+            bias,
+            m,
+            *args,
+            group,
+            lo=lo,
+            hi=hi,
+            num_threads=threads,
+            out=y4,
+            post=pk,
+            post_params=pp,
+        )
         return y
 
     generic_attrs = {
@@ -336,6 +379,7 @@ def _conv_specialized(
         "geometry": geometry,
         "group": group,
         "clamp": clamp,
+        "post": post,
         **attrs,
     }
     return guarded(run, generic, generic_attrs, out)

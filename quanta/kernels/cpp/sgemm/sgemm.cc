@@ -96,6 +96,50 @@ void run_block(const Kernels& kr, int64_t m0, int64_t m1, int64_t n0, int64_t n1
   }
 }
 
+// Rows [m0, m1) × columns [0, n) of C = A·B for the implicit GEMM without packing: A
+// packed, B row kk the run b + off[kk] (kr.tile_indirect). K blocks of 128: a block's
+// 32-column B runs are 128 scattered, unaligned 128-byte rows (up to 3 cache lines each),
+// which must stay in L1 while the tile walks down A.
+void run_block_indirect(const Kernels& kr, int64_t m0, int64_t m1, int64_t n, int64_t k, const float* a_packed,
+                        const float* b, const int64_t* off, float* c, int64_t ldc, const Epilogue& ep) {
+  constexpr int64_t kKci = 128;
+  for (int64_t k0 = 0; k0 < k; k0 += kKci) {
+    const int64_t kc = std::min(kKci, k - k0);
+    const bool last = k0 + kc >= k;
+    for (int64_t j = 0; j < n; j += kr.nr) {
+      Tile t;
+      t.k = kc;
+      t.nr = static_cast<int>(std::min<int64_t>(kr.nr, n - j));
+      t.b = b + j;
+      t.boff = off + k0;
+      t.ldb = 0;
+      t.ldc = ldc;
+      t.load_c = k0 > 0;
+      t.ep = last ? &ep : nullptr;
+      t.col0 = j;
+      t.a_rs = 1;
+      for (int64_t i = m0; i < m1; i += kr.mr) {
+        const int r = static_cast<int>(std::min<int64_t>(kr.mr, m1 - i));
+        t.a = a_packed + (i / kPackMr) * k * kPackMr + k0 * kPackMr + i % kPackMr;
+        t.c = c + i * ldc + j;
+        t.row0 = i;
+        kr.tile_indirect[r](t);
+      }
+    }
+  }
+}
+
+// The fused activation over rows [m0, m1) × columns [n0, n1) of C, once a task has
+// finished them (still in L2; per 32-column tile the calls cost more than they save).
+void post_block(const Epilogue& ep, float* c, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  if (!ep.post) return;
+  if (ldc == n1 - n0 && n0 == 0) {
+    apply_post(*ep.post, c + m0 * ldc, (m1 - m0) * ldc);
+    return;
+  }
+  for (int64_t i = m0; i < m1; ++i) apply_post(*ep.post, c + i * ldc + n0, n1 - n0);
+}
+
 // Row and column block sizes of the thread tasks of an m × n product.
 void task_blocks(int64_t m, int64_t n, int64_t k, int64_t copies, int threads, int64_t* mc, int64_t* nc) {
   // Columns: up to 256 per task (fewer when K is long, so a task's B block stays in L2).
@@ -162,6 +206,7 @@ void gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k, const MatA& a,
         }
       }
     }
+    if (ep.post) apply_post(*ep.post, c, batch * m * n);
     return;
   }
   const int threads = batch * m * n * k < kMinParallelMacs ? 1 : num_threads;
@@ -175,8 +220,9 @@ void gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k, const MatA& a,
     MatB bt = b;
     if (!a.packed && a_off) at.p = a.p + a_off[t];
     if (!b.packed && b_off) bt.p = b.p + b_off[t];
-    run_block(kr, bi * mc, std::min(m, (bi + 1) * mc), bj * nc, std::min(n, (bj + 1) * nc), k, at, bt, c + t * m * n, n,
-              ep);
+    const int64_t m0 = bi * mc, m1 = std::min(m, (bi + 1) * mc), n0 = bj * nc, n1 = std::min(n, (bj + 1) * nc);
+    run_block(kr, m0, m1, n0, n1, k, at, bt, c + t * m * n, n, ep);
+    post_block(ep, c + t * m * n, n, m0, m1, n0, n1);
   };
   const int64_t tasks = batch * tm * tn;
   if (threads <= 1 || tasks == 1) {
@@ -200,6 +246,15 @@ void gemm(int64_t m, int64_t n, int64_t k, const MatA& a, const MatB& b, float* 
       const int64_t p0 = task * per, p1 = std::min(panels, p0 + per);
       kr.gemv(a.p + p0 * k * kPackMr, p1 - p0, k, b.p, b.ld, c + p0 * kPackMr * ldc, ldc, m - p0 * kPackMr,
               p0 * kPackMr, ep);
+      if (ep.post) {
+        const int64_t rows = std::min(m, p1 * kPackMr) - p0 * kPackMr;
+        float* col = c + p0 * kPackMr * ldc;
+        if (ldc == 1) {
+          apply_post(*ep.post, col, rows);
+        } else {
+          for (int64_t i = 0; i < rows; ++i) apply_post(*ep.post, col + i * ldc, 1);
+        }
+      }
     };
     const int64_t tasks = (panels + per - 1) / per;
     if (threads <= 1 || tasks == 1) {
@@ -224,7 +279,9 @@ void gemm(int64_t m, int64_t n, int64_t k, const MatA& a, const MatB& b, float* 
   const int64_t tm = ceil_div(m, mc), tn = ceil_div(n, nc);
   auto body = [&](int64_t task, int) {
     const int64_t bi = task / tn, bj = task % tn;
-    run_block(kr, bi * mc, std::min(m, (bi + 1) * mc), bj * nc, std::min(n, (bj + 1) * nc), k, a, b, c, ldc, ep);
+    const int64_t m0 = bi * mc, m1 = std::min(m, (bi + 1) * mc), n0 = bj * nc, n1 = std::min(n, (bj + 1) * nc);
+    run_block(kr, m0, m1, n0, n1, k, a, b, c, ldc, ep);
+    post_block(ep, c, ldc, m0, m1, n0, n1);
   };
   if (threads <= 1 || tm * tn == 1) {
     for (int64_t task = 0; task < tm * tn; ++task) body(task, 0);
@@ -250,7 +307,7 @@ namespace {
 // unchanged, so the bytes are those of the row path. (Measured on Zen 5, 512 channels of
 // 7x7 with 5x5 taps: 0.185 ms -> 0.063 ms; at 28 columns the row kernel is as fast.)
 void conv_depthwise_blocked(const ConvGeom& g, const float* x, const float* w, const float* bias, float lo, float hi,
-                            float* y, int num_threads, const Kernels& kr) {
+                            float* y, int num_threads, const Kernels& kr, const PostOp* post) {
   const int64_t taps = g.kh * g.kw;
   const int64_t hp = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;  // padded rows / columns the windows read
   const int64_t wp = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
@@ -279,6 +336,8 @@ void conv_depthwise_blocked(const ConvGeom& g, const float* x, const float* w, c
     kr.dw_block16(buf, wp, w16, b16, static_cast<int>(g.kh), static_cast<int>(g.kw), static_cast<int>(g.sh),
                   static_cast<int>(g.sw), static_cast<int>(g.dh), static_cast<int>(g.dw), g.oh, g.ow, lo, hi, out16);
     const int64_t positions = g.oh * g.ow;
+    // lanes past cb hold the chains of zero weights: harmless to transform
+    if (post) apply_post(*post, out16, positions * 16);
     for (int64_t l = 0; l < cb; ++l) {
       float* dst = y + (img * g.c + c0 + l) * positions;
       for (int64_t p = 0; p < positions; ++p) dst[p] = out16[p * 16 + l];
@@ -292,9 +351,9 @@ void conv_depthwise_blocked(const ConvGeom& g, const float* x, const float* w, c
 }
 
 void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const float* bias, float lo, float hi, float* y,
-                    int num_threads, const Kernels& kr) {
+                    int num_threads, const Kernels& kr, const PostOp* post) {
   if (kr.dw_block16 && g.ow <= 16) {
-    conv_depthwise_blocked(g, x, w, bias, lo, hi, y, num_threads, kr);
+    conv_depthwise_blocked(g, x, w, bias, lo, hi, y, num_threads, kr, post);
     return;
   }
   const int64_t taps = g.kh * g.kw;
@@ -335,6 +394,7 @@ void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const flo
       }
       kr.dw_row(rp, wc, static_cast<int>(g.kh), static_cast<int>(g.kw), static_cast<int>(g.sw), static_cast<int>(g.dw),
                 b, lo, hi, out + oy * g.ow, g.ow);
+      if (post) apply_post(*post, out + oy * g.ow, g.ow);
     }
   };
   if (threads <= 1 || planes == 1) {
@@ -364,7 +424,7 @@ float* phase_scratch(int64_t floats) {
 // epilogue, and the columns ox < ow are copied out. Each element's chain sees the im2col
 // path's values (the input or a padding 0) in the same k order: the same bytes.
 void conv_phased(const ConvGeom& g, const float* x, const float* w, const float* bias, float lo, float hi, float* y,
-                 int num_threads, const Kernels& kr) {
+                 int num_threads, const Kernels& kr, const PostOp* post) {
   const int64_t cg = g.c / g.g, mg = g.m / g.g;
   const int64_t kk = cg * g.kh * g.kw;
   const int64_t positions = g.oh * g.ow;
@@ -438,10 +498,12 @@ void conv_phased(const ConvGeom& g, const float* x, const float* w, const float*
     const int64_t panels = ceil_div(p1 - p0, kPackNr);
     const int64_t ldc = panels * kPackNr;
     const int64_t m0 = bi * mc, m1 = std::min(mg, (bi + 1) * mc);
-    float* cols = thread_scratch(panels * kk * kPackNr + (m1 - m0) * ldc);
-    float* cbuf = cols + panels * kk * kPackNr;
+    const bool indirect = kr.tile_indirect[1] != nullptr;
+    const int64_t packed_floats = indirect ? 0 : panels * kk * kPackNr;
+    float* cols = thread_scratch(packed_floats + (m1 - m0) * ldc);
+    float* cbuf = cols + packed_floats;
     const float* base = phases + (img * g.c + grp * cg) * chan + p0;
-    for (int64_t q = 0; q < panels; ++q) {
+    for (int64_t q = 0; q < panels && !indirect; ++q) {
       float* dst = cols + q * kk * kPackNr;
       const float* src = base + q * kPackNr;
       for (int64_t k = 0; k < kk; ++k) {
@@ -455,7 +517,13 @@ void conv_phased(const ConvGeom& g, const float* x, const float* w, const float*
     ep.lo = lo;
     ep.hi = hi;
     // run_block addresses C by absolute row: rows [m0, m1) land at cbuf.
-    run_block(kr, m0, m1, 0, p1 - p0, kk, a, b, cbuf - m0 * ldc, ldc, ep);
+    if (indirect) {
+      run_block_indirect(kr, m0, m1, p1 - p0, kk, a.p, base, off.data(), cbuf - m0 * ldc, ldc, ep);
+    } else {
+      run_block(kr, m0, m1, 0, p1 - p0, kk, a, b, cbuf - m0 * ldc, ldc, ep);
+    }
+    // the grid's columns past p1 - p0 are transformed too and dropped with the others
+    if (post) apply_post(*post, cbuf, (m1 - m0) * ldc);
     for (int64_t i = m0; i < m1; ++i) {
       const float* crow = cbuf + (i - m0) * ldc;
       float* yrow = y + (img * g.m + grp * mg + i) * positions;
@@ -481,14 +549,15 @@ void conv_phased(const ConvGeom& g, const float* x, const float* w, const float*
 }  // namespace
 
 void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, const float* bias, float lo, float hi,
-          float* y, int num_threads, Isa isa) {
+          float* y, int num_threads, Isa isa, const PostOp* post) {
   const Kernels& kr = kernels_for(isa);
+  if (post && post->kind == PostKind::kNone) post = nullptr;
   if (path == ConvPath::kDepthwise) {
-    conv_depthwise(g, x, w, bias, lo, hi, y, num_threads, kr);
+    conv_depthwise(g, x, w, bias, lo, hi, y, num_threads, kr, post);
     return;
   }
   if (path == ConvPath::kIm2col) {
-    conv_phased(g, x, w, bias, lo, hi, y, num_threads, kr);
+    conv_phased(g, x, w, bias, lo, hi, y, num_threads, kr, post);
     return;
   }
   // Pointwise: y[n, group] (Mg × HW) = W_group (Mg × Cg) · x[n, group] (Cg × HW).
@@ -500,6 +569,7 @@ void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, cons
       ep.bias_row = bias ? bias + grp * mg : nullptr;
       ep.lo = lo;
       ep.hi = hi;
+      ep.post = post;
       gemm(mg, hw, cg, MatA{w + grp * packed, true, 0}, MatB{x + (img * g.c + grp * cg) * hw, false, hw},
            y + (img * g.m + grp * mg) * hw, hw, ep, num_threads, isa);
     }

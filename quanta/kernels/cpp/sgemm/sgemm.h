@@ -45,12 +45,33 @@ namespace sgemm {
 constexpr int kPackMr = 8;   // rows of a packed A panel (a multiple of every ISA's MR)
 constexpr int kPackNr = 32;  // columns of a packed B panel (a multiple of every ISA's NR)
 
+// An activation after the epilogue's clamp, applied in place by the drivers to each
+// thread task's finished block of C (still in L2): the graph's Conv -> activation pair
+// in one pass over the output. Each kind is the chain of the separate float32
+// kernels it replaces, called on the tile's elements (float_ops / tensor_ops run
+// functions of the same ISA), so the bytes are those of the unfused steps:
+//   kSilu         y = f32(x · sigmoid(x))                     Sigmoid (Σ1)-(Σ2), Mul
+//   kHardSwish    y = f32(x · min(max(f32(f32(x / 6) + 0.5), 0), 1))        HardSwish
+//   kHardSigmoid  y = min(max(f32(f32(p0 · x) + p1), 0), 1)                 HardSigmoid
+//   kClipGateDiv  y = f32(f32(x · min(max(f32(x + p0), p1), p2)) / p3)
+//                 (Paddle's written-out hardswish: Add, Clip, Mul, Div)
+enum class PostKind : int { kNone = 0, kSilu = 1, kHardSwish = 2, kHardSigmoid = 3, kClipGateDiv = 4 };
+constexpr int kNumPostKinds = 5;
+struct PostOp {
+  PostKind kind = PostKind::kNone;
+  float p[4] = {0, 0, 0, 0};
+  Isa isa = Isa::kPortable;
+};
+// y[i] = post(y[i]) for i < n (post_op.cc; a thread-local scratch row, no allocation once warm).
+void apply_post(const PostOp& op, float* y, int64_t n);
+
 struct Epilogue {
   float alpha = 1.0f;
   const float* bias_row = nullptr;  // indexed by the row of C (absolute)
   const float* bias_col = nullptr;  // indexed by the column of C (absolute)
   float lo = -__builtin_inff();
   float hi = __builtin_inff();
+  const PostOp* post = nullptr;  // applied by the GEMM drivers to each finished task block (null: none)
 };
 
 // One r × nr tile over one K-block (MR' is the template row count of the function
@@ -68,6 +89,9 @@ struct Tile {
   bool load_c;
   const Epilogue* ep;  // null: not the last K-block, store the raw accumulators
   int64_t row0, col0;  // absolute indices of the tile's first element (bias lookups)
+  // tile_indirect only: B row kk of this K-block is the run b + boff[kk] (the implicit
+  // GEMM's tap offsets into its phase-split input; ldb unused)
+  const int64_t* boff = nullptr;
 };
 using TileFn = void (*)(const Tile& t);
 
@@ -93,9 +117,11 @@ using DwBlockFn = void (*)(const float* buf, int64_t wp, const float* w16, const
 
 struct Kernels {
   const char* isa;
-  int mr, nr;         // the micro-kernel's tile
-  TileFn tile[2][9];  // tile[packed A][r] computes r rows (1 ≤ r ≤ mr); A row-major
-                      // (a[i·a_rs + k]) or packed (a[i + kPackMr·k])
+  int mr, nr;               // the micro-kernel's tile
+  TileFn tile[2][9];        // tile[packed A][r] computes r rows (1 ≤ r ≤ mr); A row-major
+                            // (a[i·a_rs + k]) or packed (a[i + kPackMr·k])
+  TileFn tile_indirect[9];  // packed A, B rows through Tile::boff (null: the ISA has none;
+                            // the driver packs B panels instead); the same fma chains
   DwRowFn dw_row;
   GemvFn gemv;
   DwBlockFn dw_block16;
@@ -151,8 +177,9 @@ struct ConvGeom {
 // for depthwise (G = C = M) the raw [C][kh·kw] weights.
 enum class ConvPath : int { kPointwise = 0, kIm2col = 1, kDepthwise = 2 };
 ConvPath conv_path(const ConvGeom& g);
+// post: an activation after the clamp (null: none), PostOp above.
 void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, const float* bias, float lo, float hi,
-          float* y, int num_threads, Isa isa);
+          float* y, int num_threads, Isa isa, const PostOp* post = nullptr);
 
 // ConvTranspose's col2im, as a gather: cols [n·m][kh][kw][h][w] (the GEMM's columns:
 // channel, kernel offset, input position) into y [n·m][oh][ow], the crop

@@ -91,6 +91,7 @@ extern const Kernels kKernelsAvx2 = {
     16,
     {{nullptr, tile<1, false>, tile<2, false>, tile<3, false>, tile<4, false>, nullptr, nullptr, nullptr, nullptr},
      {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, nullptr, nullptr, nullptr, nullptr}},
+    {},  // tile_indirect: the implicit GEMM packs B panels
     dw::row<simd::F32x8>,
     ymm::gemv,
     nullptr,  // dw_block16: small planes take the row kernel

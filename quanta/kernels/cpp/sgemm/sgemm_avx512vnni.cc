@@ -34,7 +34,7 @@ inline __m512 finish(__m512 v, const Epilogue& ep, float row_bias, const float* 
 // the FMA rate. `if (R > r)` is resolved at compile time.
 #define QUANTA_SGEMM_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
-template <int R, bool kPacked, bool kTwo>
+template <int R, bool kPacked, bool kTwo, bool kIndirect = false>
 void tile_impl(const Tile& t) {
   const __mmask16 m0 = lane_mask(t.nr), m1 = lane_mask(t.nr - 16);
 #define DECL(r) __m512 c0_##r = _mm512_setzero_ps(), c1_##r = _mm512_setzero_ps();
@@ -53,9 +53,11 @@ void tile_impl(const Tile& t) {
   const int64_t ldb = t.ldb;
   const float* a = t.a;
   const int64_t rs = kPacked ? 1 : t.a_rs;
+  const int64_t* boff = t.boff;
   for (int64_t k = 0; k < t.k; ++k) {
-    const __m512 b0 = _mm512_maskz_loadu_ps(m0, b);
-    const __m512 b1 = kTwo ? _mm512_maskz_loadu_ps(m1, b + 16) : b0;
+    const float* bk = kIndirect ? t.b + boff[k] : b;
+    const __m512 b0 = _mm512_maskz_loadu_ps(m0, bk);
+    const __m512 b1 = kTwo ? _mm512_maskz_loadu_ps(m1, bk + 16) : b0;
 #define STEP(r)                                                   \
   if (R > r) {                                                    \
     const __m512 av = _mm512_set1_ps(kPacked ? a[r] : a[r * rs]); \
@@ -93,6 +95,15 @@ void tile(const Tile& t) {
     tile_impl<R, kPacked, true>(t);
   } else {
     tile_impl<R, kPacked, false>(t);
+  }
+}
+
+template <int R>
+void tile_indirect(const Tile& t) {
+  if (t.nr > 16) {
+    tile_impl<R, true, true, true>(t);
+  } else {
+    tile_impl<R, true, false, true>(t);
   }
 }
 
@@ -150,6 +161,8 @@ extern const Kernels kKernelsAvx512Vnni = {
       tile<7, false>, tile<8, false>},
      {nullptr, tile<1, true>, tile<2, true>, tile<3, true>, tile<4, true>, tile<5, true>, tile<6, true>, tile<7, true>,
       tile<8, true>}},
+    {nullptr, tile_indirect<1>, tile_indirect<2>, tile_indirect<3>, tile_indirect<4>, tile_indirect<5>,
+     tile_indirect<6>, tile_indirect<7>, tile_indirect<8>},
     dw::row<simd::F32x16>,
     ymm::gemv,
     dw_block16,

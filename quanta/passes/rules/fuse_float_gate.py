@@ -1,0 +1,191 @@
+"""Gated activations after a float Conv become the Conv's fused activation.
+
+Rules (``optimize_float``; the Conv an ai.onnx Conv with float32 constant weights, its
+output read by the activation's nodes only)::
+
+    %y = Mul(%p = Conv(...), Sigmoid(%p))   (either order)      -> quanta::Conv {activation="SiLU"}
+    %y = HardSwish(%p = Conv(...))                              -> quanta::Conv {activation="HardSwish"}
+    %y = HardSigmoid(%p = Conv(...)) {alpha, beta}              -> quanta::Conv {activation="HardSigmoid",
+                                                                    activation_params=[alpha, beta]}
+    %y = Div(Mul(%p, Clip(Add(%p, b), lo, hi)), d)  (Mul, Add in either order)
+                                                                -> quanta::Conv {activation="ClipMulDiv",
+                                                                    activation_params=[b, lo, hi, d]}
+
+Why: YOLO-style detectors write SiLU as ``Mul(x, Sigmoid(x))`` after nearly every
+convolution, Paddle's OCR and layout models hardswish as ``x · Clip(x + 3, 0, 6) / 6``
+(or ``HardSwish``), and each of those nodes is one more pass over a convolution's output.
+Fused, the float GEMM family applies the activation to each thread task's finished block
+while it is still in L2 (sgemm.h ``PostOp``).
+
+Numerics: exact. The fused activation is, by definition, the chain of the float32 nodes
+it replaces (the same operations in the same order: ``nn_conv.fused_conv`` calls the
+nodes' own reference functions, and the native post-op calls the native kernels of
+those nodes, which are bit-exact with them). Nothing is canonicalized: Paddle's
+written-out hardswish stays ``Div(Mul(x, Clip(Add(x, b))), d)`` in float32, not
+``HardSwish`` (which rounds differently, passes/rules/canonicalize_activations.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from quanta.ir.graph import Node, Value, result_type
+from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
+from quanta.passes.rules._util import describe
+from quanta.passes.rules.fuse_activation import QUANTA_DOMAIN, clamp_bounds
+
+__all__ = [
+    "ClipMulDivAfterConv",
+    "FuseFloatGate",
+    "HardSigmoidAfterConv",
+    "HardSwishAfterConv",
+    "SiluAfterConv",
+]
+
+
+def _f32_scalar(v: Value | None) -> float | None:
+    """The value of a one-element float32 constant, else None."""
+    if v is None or not v.is_const:
+        return None
+    a = np.asarray(v.const)
+    if a.size != 1 or a.dtype != np.float32:
+        return None
+    return float(a.reshape(()))
+
+
+class _AfterFloatConv(Rule):
+    """Shared check: ``p`` is an ai.onnx Conv's output with float32 constant weights."""
+
+    def check_conv(self, m: Match) -> Match | NoMatch:
+        conv = m.node("p")
+        w = conv.input(1)
+        if w is None or w.const is None or np.asarray(w.const).dtype != np.float32:
+            return NoMatch(f"Conv weights {describe(w)} are not a float32 constant")
+        return m
+
+    def check(self, m: Match) -> Match | NoMatch:
+        return self.check_conv(m)
+
+    def activation(self, m: Match) -> tuple[str, list[float] | None]:
+        raise NotImplementedError
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        conv: Node = m.node("p")
+        y = m.value("y")
+        attrs = dict(conv.attrs)
+        act, params = self.activation(m)
+        attrs["activation"] = act
+        if params is not None:
+            attrs["activation_params"] = params
+        return b.op(
+            "Conv",
+            conv.inputs,
+            attrs,
+            types=result_type(shape_from=y, elem_from=y),  # the replaced activation output's contract
+            domain=QUANTA_DOMAIN,
+            name=conv.name or None,
+            attr_types=conv.attr_types,
+        )
+
+
+class SiluAfterConv(_AfterFloatConv):
+    """%y = Mul(%p = Conv(...), Sigmoid(%p)) -> quanta::Conv {activation="SiLU"}"""
+
+    pattern = "y = Mul(p = Conv(...), s = Sigmoid(p))"
+
+    def activation(self, m: Match) -> tuple[str, list[float] | None]:
+        return "SiLU", None
+
+
+class SiluAfterConvSwapped(SiluAfterConv):
+    """%y = Mul(Sigmoid(%p), %p = Conv(...)) -> quanta::Conv {activation="SiLU"}"""
+
+    pattern = "y = Mul(s = Sigmoid(p = Conv(...)), p)"
+
+
+class HardSwishAfterConv(_AfterFloatConv):
+    """%y = HardSwish(%p = Conv(...)) -> quanta::Conv {activation="HardSwish"}"""
+
+    pattern = "y = HardSwish(p = Conv(...))"
+
+    def activation(self, m: Match) -> tuple[str, list[float] | None]:
+        return "HardSwish", None
+
+
+class HardSigmoidAfterConv(_AfterFloatConv):
+    """%y = HardSigmoid(%p = Conv(...)) -> quanta::Conv {activation="HardSigmoid", [alpha, beta]}"""
+
+    pattern = "y = HardSigmoid(p = Conv(...))"
+
+    def activation(self, m: Match) -> tuple[str, list[float] | None]:
+        a = m.root.attrs
+        # float32 parameters, as the HardSigmoid kernels compute with them
+        return "HardSigmoid", [
+            float(np.float32(a.get("alpha", 0.2))),
+            float(np.float32(a.get("beta", 0.5))),
+        ]
+
+
+class ClipMulDivAfterConv(_AfterFloatConv):
+    """%y = Div(Mul(%p = Conv(...), Clip(Add(%p, b), lo, hi)), d) -> quanta::Conv
+    {activation="ClipMulDiv", activation_params=[b, lo, hi, d]}"""
+
+    pattern = "y = Div(g = Mul(p = Conv(...), c = Clip(a = Add(...), ...)), d)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        base = self.check_conv(m)
+        if not base:
+            return base
+        p = m.value("p")
+        add = m.node("a")
+        if len(add.inputs) != 2:
+            return NoMatch(f"{add.label} does not have two inputs")
+        if add.inputs[0] is p:
+            other = add.inputs[1]
+        elif add.inputs[1] is p:
+            other = add.inputs[0]
+        else:
+            return NoMatch(f"{add.label} does not add to the Conv's output")
+        bias = _f32_scalar(other)
+        if bias is None:
+            return NoMatch(f"{add.label}: {describe(other)} is not a float32 scalar constant")
+        d = _f32_scalar(m["d"])
+        if d is None:
+            return NoMatch(f"divisor {describe(m['d'])} is not a float32 scalar constant")
+        bounds = clamp_bounds(m.node("c"))
+        if isinstance(bounds, NoMatch):
+            return bounds
+        lo, hi = bounds
+        for v in (lo, hi):
+            if math.isfinite(v) and float(np.float32(v)) != v:
+                return NoMatch(f"Clip bound {v} is not a float32 value")
+        # the Conv's output is read by the Add and the Mul only (the engine checked the
+        # Mul, Clip and Add intermediates; p is captured inside the Mul)
+        outside = [n for n in p.consumers() if n is not m.node("g") and n is not add]
+        if outside or m.has_outside_uses("p"):
+            return NoMatch("the Conv's output has other users")
+        m.data["params"] = [bias, lo, hi, d]
+        return m
+
+    def activation(self, m: Match) -> tuple[str, list[float] | None]:
+        return "ClipMulDiv", [float(v) for v in m.data["params"]]
+
+
+class ClipMulDivAfterConvSwapped(ClipMulDivAfterConv):
+    """The same with the Mul's operands swapped: Div(Mul(Clip(Add(%p, b)), %p), d)."""
+
+    pattern = "y = Div(g = Mul(c = Clip(a = Add(...), ...), p = Conv(...)), d)"
+
+
+class FuseFloatGate(RewritePass):
+    name = "fuse_float_gate"
+    rules = (
+        SiluAfterConv(),
+        SiluAfterConvSwapped(),
+        HardSwishAfterConv(),
+        HardSigmoidAfterConv(),
+        ClipMulDivAfterConv(),
+        ClipMulDivAfterConvSwapped(),
+    )

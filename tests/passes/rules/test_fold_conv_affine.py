@@ -1,0 +1,66 @@
+"""FoldConvAffine (passes/rules/fold_conv_affine.py): a constant scale / shift per output
+channel (or one value) after a float Conv folds into its weights and bias; anything that
+is not one value per output channel, or a Conv output with another reader, stays."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+
+F32 = np.float32
+
+
+def model_with(nodes, consts, out_channels=7):
+    rng = np.random.default_rng(5)
+    inits = [
+        numpy_helper.from_array(rng.uniform(-0.5, 0.5, (out_channels, 3, 3, 3)).astype(F32), "w"),
+        numpy_helper.from_array(rng.uniform(-0.5, 0.5, out_channels).astype(F32), "b"),
+    ] + [numpy_helper.from_array(np.asarray(v, F32), k) for k, v in consts.items()]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), *nodes],
+        "affine",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def ops_and_check(model) -> list[str]:
+    """The plan's op types; the folded graph within float32 noise of the graph as written."""
+    x = np.random.default_rng(2).standard_normal((1, 3, 9, 7)).astype(F32)
+    off = quanta.SessionOptions()
+    off.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = quanta.InferenceSession(model, backend="reference")
+    want = quanta.InferenceSession(model, sess_options=off, backend="reference").run(None, {"x": x})[0]
+    got = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+    return [s.op_type for s in sess.plan.steps]
+
+
+def test_scalar_scale_then_shift_fold_in_either_operand_order() -> None:
+    nodes = [helper.make_node("Mul", ["s", "c"], ["m"]), helper.make_node("Add", ["m", "t"], ["y"])]
+    assert ops_and_check(model_with(nodes, {"s": [1.7], "t": [-0.3]})) == ["Conv"]
+    nodes = [helper.make_node("Mul", ["c", "s"], ["m"]), helper.make_node("Add", ["t", "m"], ["y"])]
+    assert ops_and_check(model_with(nodes, {"s": -2.5, "t": 0.25})) == ["Conv"]
+
+
+def test_per_channel_constants_fold() -> None:
+    rng = np.random.default_rng(3)
+    for shape in ((7, 1, 1), (1, 7, 1, 1)):
+        consts = {"s": rng.uniform(0.5, 2, shape), "t": rng.uniform(-1, 1, shape)}
+        nodes = [helper.make_node("Mul", ["c", "s"], ["m"]), helper.make_node("Add", ["m", "t"], ["y"])]
+        assert ops_and_check(model_with(nodes, consts)) == ["Conv"], shape
+
+
+def test_what_is_not_per_channel_or_is_shared_stays() -> None:
+    # [7] broadcasts along the last (width) axis, [1, 7, 9, 7] per element
+    nodes = [helper.make_node("Mul", ["c", "s"], ["y"])]
+    assert ops_and_check(model_with(nodes, {"s": np.linspace(0.5, 2, 7)})) == ["Conv", "Mul"]
+    full = np.random.default_rng(4).uniform(0.5, 2, (1, 7, 9, 7))
+    assert ops_and_check(model_with(nodes, {"s": full})) == ["Conv", "Mul"]
+    # the Conv's output read twice (a residual): the scale cannot go into the weights
+    nodes = [helper.make_node("Mul", ["c", "s"], ["m"]), helper.make_node("Add", ["m", "c"], ["y"])]
+    assert ops_and_check(model_with(nodes, {"s": [1.5]})) == ["Conv", "Mul", "Add"]
