@@ -14,7 +14,8 @@
 //              s_k = fl32(fl32(2^(a−f_A)) · fl32(2^(b−f_B)))            eq. (MX5b)
 //              p_k = fl32(fl32(D_k) · s_k)                             eq. (MX5c)
 //              y = p_0, y = fl32(y + p_k) for k = 1.. in order, then fl32(y + bias)  eq. (MX6)
-//              never a fused multiply-add (the build passes -ffp-contract=off).
+//              (-ffp-contract=off: the compiler fuses nothing; the avx512vnni tile uses an
+//              explicit fma only where fl32(D_k) · s_k is exact, which equals eq. (MX6)).
 //
 // Element formats (Elem): INT8 (q, value q·2^-6), FP8 E4M3, FP6 E3M2, FP6 E2M3, FP4 E2M1,
 // FP8 E5M2 (quantize only: E5M2 x E5M2 block dots exceed float64's exact range).
