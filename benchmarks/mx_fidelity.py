@@ -80,8 +80,8 @@ def _run(sess, feeds) -> np.ndarray:
 IMAGE_SETS = {
     "skimage-crops": "random crops (10-100 % of the area) of scikit-image's bundled photos",
     "sklearn-crops": "accuracy.py's evaluation crops (5-100 % of the area) of scikit-learn's two photos",
-    "framed": "ImageNet-evaluation framing: crops of 50-100 % of the area of scikit-image's photos "
-    "(and scikit-learn's where installed)",
+    "framed": "ImageNet-evaluation framing: crops of 50-100 % of the area of scikit-image's and "
+    "scikit-learn's photos",
 }
 NORMS = {"imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)), "tf": (0.5, 0.5)}
 
@@ -100,12 +100,9 @@ def _efficientnet_images(which: str, n: int, norm: str) -> np.ndarray:
         rng = np.random.default_rng(20240602)
         plist = zoodata.photos()
         if which == "framed":
-            try:  # scikit-learn's two photos too, where it is installed
-                from sklearn.datasets import load_sample_images
+            from sklearn.datasets import load_sample_images
 
-                plist = plist + list(load_sample_images().images)
-            except ImportError:
-                pass
+            plist = plist + list(load_sample_images().images)
         lo = 0.5 if which == "framed" else 0.1
         imgs = [
             zoodata.random_crop(rng, plist[rng.integers(len(plist))], (224, 224), min_area=lo)
