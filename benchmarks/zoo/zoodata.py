@@ -340,13 +340,15 @@ def photos() -> list[np.ndarray]:
     return [np.asarray(Image.open(folder / n).convert("RGB")) for n in PHOTOS]
 
 
-def random_crop(rng: np.random.Generator, img: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray:
-    """A crop of 10-100 % of the area, aspect 3/4-4/3, maybe flipped, resized to out_hw."""
+def random_crop(
+    rng: np.random.Generator, img: np.ndarray, out_hw: tuple[int, int], min_area: float = 0.1
+) -> np.ndarray:
+    """A crop of min_area-100 % of the area, aspect 3/4-4/3, maybe flipped, resized to out_hw."""
     from PIL import Image
 
     h, w = img.shape[:2]
     for _ in range(20):
-        area = rng.uniform(0.1, 1.0) * h * w
+        area = rng.uniform(min_area, 1.0) * h * w
         aspect = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
         ch, cw = round(np.sqrt(area / aspect)), round(np.sqrt(area * aspect))
         if ch <= h and cw <= w:

@@ -168,3 +168,64 @@ def test_boundary_errors_name_the_argument():
         _native.mx_gemm(_bits(a_el), a_c.view(np.uint8), "f8e4m3fn", packed_i8)
     with pytest.raises(ValueError, match="exceed float64's exact range"):
         _native.mx_gemm(np.zeros((2, 64), np.uint8), np.zeros((2, 2), np.uint8), "f8e5m2", p5)
+
+
+def _with_codes(a_el, a_c, b_el, b_c):
+    e8 = ml_dtypes.float8_e8m0fnu
+    return a_el, np.ascontiguousarray(a_c).view(e8), b_el, np.ascontiguousarray(b_c).view(e8)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("ca,cb", [(70, 70), (69, 70), (181, 181), (181, 182), (3, 250), (254, 120)])
+def test_gemm_i8_scale_products_at_the_normal_range_edges(isa, ca, cb):
+    # the avx512vnni tile forms fl32(s_a · s_b) from the codes where every product of the
+    # tile is normal and |fl32(D) · s| < 2^128 (code sums 140..362): sums 139 / 140 and
+    # 362 / 363 sit on both sides of that test, and must all match the twin
+    rng = np.random.default_rng(ca * 256 + cb)
+    M, K, N = 13, 96, 37
+    a_el, a_c, b_el, b_c = _gemm_case(rng, M, K, N, "i8", "i8", 32)
+    a_c = np.full(a_c.shape, ca, np.uint8)
+    b_c = np.full(b_c.shape, cb, np.uint8)
+    a_c[1, 1] = ca + 1  # one block off the tile's minimum
+    want = mx.mx_gemm(*_with_codes(a_el, a_c, b_el, b_c), 32)
+    packed = _native.mx_pack_weights(_bits(b_el), b_c, "i8", 32, isa=isa)
+    got = _native.mx_gemm(_bits(a_el), a_c, "i8", packed)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_gemm_i8_zero_blocks_and_negative_zero(isa):
+    # all-zero blocks carry code 0 (2^-133 scale): their products are +0 whatever the
+    # scale, so they must not push a tile off the fast path, nor change a -0 sum
+    rng = np.random.default_rng(17)
+    M, K, N = 14, 160, 45
+    x = _data(rng, (M, K), spread=2.0)
+    x[3, 32:64] = 0.0
+    x[5] = 0.0
+    x[7, :32] = -0.0
+    w = _data(rng, (N, K), spread=2.0).T.copy()
+    w[64:96, 4] = 0.0
+    w[:, 9] = 0.0
+    a_el, a_c = mx.quantize_mx(x, "i8", axis=1, block=32)
+    b_el, b_c = mx.quantize_mx(w, "i8", axis=0, block=32)
+    bias = rng.standard_normal(N).astype(np.float32)
+    bias[9] = -0.0
+    want = mx.mx_gemm(a_el, a_c, b_el, b_c, 32, bias=bias)
+    packed = _native.mx_pack_weights(_bits(b_el), b_c.view(np.uint8), "i8", 32, isa=isa)
+    got = _native.mx_gemm(_bits(a_el), a_c.view(np.uint8), "i8", packed, bias)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_gemm_i8_row_blocks_and_k_chunks(isa):
+    # more than one row block (8 tiles of 12 rows) and B wider than one K chunk keeps in
+    # L2: the float accumulators wait in y between chunks, same values in the same order
+    rng = np.random.default_rng(23)
+    M, K, N = 101, 700, 1030
+    a_el, a_c, b_el, b_c = _gemm_case(rng, M, K, N, "i8", "i8", 32)
+    bias = rng.standard_normal(N).astype(np.float32)
+    want = mx.mx_gemm(a_el, a_c, b_el, b_c, 32, bias=bias)
+    packed = _native.mx_pack_weights(_bits(b_el), b_c.view(np.uint8), "i8", 32, isa=isa)
+    for threads in (1, 2):
+        got = _native.mx_gemm(_bits(a_el), a_c.view(np.uint8), "i8", packed, bias, num_threads=threads)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), threads

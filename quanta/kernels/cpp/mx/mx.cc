@@ -198,6 +198,38 @@ PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, i
             b.comp[(static_cast<size_t>(p) * b.nb + k) * 32 + j] += 128 * v;
           }
         }
+    b.nsum.assign(static_cast<size_t>(b.nb) * b.Np, 0);
+    b.cbp.assign(static_cast<size_t>(b.nb) * b.Np, 127);
+    std::vector<uint8_t> zero_col(static_cast<size_t>(b.nb) * b.Np, 1);
+    b.cb_lo.assign(panels, 255);
+    b.cb_hi.assign(panels, 0);
+    for (int64_t p = 0; p < panels; ++p)
+      for (int k = 0; k < b.nb; ++k)
+        for (int j = 0; j < 32; ++j) {
+          const int64_t n = p * 32 + j;
+          if (n >= N) continue;
+          const size_t at = (static_cast<size_t>(p) * b.nb + k) * 32 + j;
+          b.nsum[at] = static_cast<int16_t>(-(b.comp[at] / 128));
+          bool zero = true;
+          for (int64_t kk = static_cast<int64_t>(k) * block; kk < std::min<int64_t>(K, (k + 1) * int64_t{block}); ++kk)
+            zero = zero && bits[kk * N + n] == 0;
+          const int c = codes[k * N + n];
+          if (zero && c != 255) {
+            b.cbp[at] = 0;  // set below
+            continue;
+          }
+          b.cbp[at] = static_cast<uint8_t>(c);
+          zero_col[at] = 0;
+          b.cb_lo[p] = std::min(b.cb_lo[p], c);
+          b.cb_hi[p] = std::max(b.cb_hi[p], c);
+        }
+    // an all-zero block column (and a pad column) takes the panel's smallest code: its
+    // products are +0 under any positive scale, and the tile's range test covers it
+    for (int64_t p = 0; p < panels; ++p) {
+      if (b.cb_lo[p] > b.cb_hi[p]) b.cb_lo[p] = b.cb_hi[p] = 127;
+      for (size_t at = static_cast<size_t>(p) * b.nb * 32; at < static_cast<size_t>(p + 1) * b.nb * 32; ++at)
+        if (zero_col[at]) b.cbp[at] = static_cast<uint8_t>(b.cb_lo[p]);
+    }
   } else {
     b.f64.assign(static_cast<size_t>(b.nb) * b.kb * b.Np, 0.0);
     for (int k = 0; k < b.nb; ++k)
@@ -213,6 +245,58 @@ PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, i
   }
   return b;
 }
+
+namespace {
+
+// The avx512vnni INT8 x INT8 driver: A tiled (PackedMxA), then chunks of (row block,
+// panel) per K chunk as in gemm() below.
+void gemm_i8_tiled(const uint8_t* a_bits, const uint8_t* a_codes, int64_t M, const PackedMx& b, const float* sa,
+                   const float* bias, float* y, int num_threads) {
+  constexpr int T = kMxTileRows;
+  const int nb = b.nb, kb = b.kb, block = b.block;
+  const int64_t K = b.K;
+  PackedMxA a;
+  a.M = M;
+  a.nb = nb;
+  a.kb = kb;
+  a.tiles = (M + T - 1) / T;
+  a.sa = sa;
+  a.a.assign(static_cast<size_t>(a.tiles) * nb * kb * T, 128);
+  a.e23.assign(static_cast<size_t>(a.tiles) * nb * T, 0);
+  a.lo.assign(a.tiles, 255);
+  a.hi.assign(a.tiles, 0);
+  qgemm::parallel_ranges(num_threads, a.tiles, 8,
+                         [&](int64_t t0, int64_t t1) { pack_a_i8_avx512vnni(a_bits, a_codes, K, block, a, t0, t1); });
+  const int64_t panels = b.Np / 32;
+  // One pass (short K, few rows, or wide N): row blocks of 2 tiles (24 rows: their A
+  // stays in L1 while every column panel passes, B streams from L2 / L3). Else chunks of
+  // 8 blocks in order, row blocks of 8 tiles: a chunk's B (256 k x N) stays in L2 while
+  // every row block passes, a row block's A chunk (96 x 256) in L1 while every panel
+  // passes; the float accumulators wait in a tile-contiguous scratch between chunks (one
+  // row block's share, 96·N floats, kept within L2: wider N measured slower chunked).
+  const bool chunked = nb > 16 && a.tiles >= 4 && b.Np <= 1408;
+  const int kc = chunked ? 8 : std::max(nb, 1);
+  const int64_t mt = std::min<int64_t>(kc == nb ? 2 : 8, a.tiles);
+  const int64_t row_blocks = (a.tiles + mt - 1) / mt;
+  const int64_t chunks = panels * row_blocks;
+  std::vector<float> scratch;
+  float* part = nullptr;
+  if (kc < nb) {
+    scratch.resize(static_cast<size_t>(a.tiles) * panels * T * 32 + 16);
+    part = scratch.data() + (16 - (reinterpret_cast<uintptr_t>(scratch.data()) / 4) % 16) % 16;
+  }
+  for (int k0 = 0; k0 < nb || (nb == 0 && k0 == 0); k0 += kc) {
+    const int k1 = std::min(nb, k0 + kc);
+    auto body = [&](int64_t c, int) {
+      const int64_t p = c % panels, rb = c / panels;
+      gemm_i8_tiles_avx512vnni(a, b, bias, y, rb * mt, std::min(a.tiles, (rb + 1) * mt), p, k0, k1, part);
+    };
+    if (M > 0 && panels > 0) qgemm::parallel_for(num_threads, chunks, body);
+    if (nb == 0) break;
+  }
+}
+
+}  // namespace
 
 void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M, const PackedMx& b, const float* bias,
           float* y, int num_threads) {
@@ -237,6 +321,10 @@ void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M,
         }
     });
     const int64_t panels = b.Np / 32;
+    if (b.isa == Isa::kAvx512Vnni) {
+      gemm_i8_tiled(a_bits, a_codes, M, b, sa.data(), bias, y, num_threads);
+      return;
+    }
     // chunks: row blocks of up to 96 rows (their A stays in L2 while every column panel
     // passes), panel-minor so that one thread's consecutive chunks share the row block
     const int64_t mc = std::max<int64_t>(6, std::min<int64_t>(96, (M + 5) / 6 * 6));

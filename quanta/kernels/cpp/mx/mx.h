@@ -14,7 +14,8 @@
 //              s_k = fl32(fl32(2^(a−f_A)) · fl32(2^(b−f_B)))            eq. (MX5b)
 //              p_k = fl32(fl32(D_k) · s_k)                             eq. (MX5c)
 //              y = p_0, y = fl32(y + p_k) for k = 1.. in order, then fl32(y + bias)  eq. (MX6)
-//              never a fused multiply-add (the build passes -ffp-contract=off).
+//              (-ffp-contract=off: the compiler fuses nothing; the avx512vnni tile uses an
+//              explicit fma only where fl32(D_k) · s_k is exact, which equals eq. (MX6)).
 //
 // Element formats (Elem): INT8 (q, value q·2^-6), FP8 E4M3, FP6 E3M2, FP6 E2M3, FP4 E2M1,
 // FP8 E5M2 (quantize only: E5M2 x E5M2 block dots exceed float64's exact range).
@@ -72,6 +73,31 @@ struct PackedMx {
   // a unit stride (a [block][Np] layout put every block's line in one L1 set at N = 1024)
   std::vector<float> sbp;
   std::vector<uint8_t> bad;  // [nb][Np] a NaN/Inf element in the block
+  // INT8, for the avx512vnni tile (mx_avx512vnni.cc): −Σ_block b as int16 (the tile
+  // shifts it by 7: −comp), the E8M0 codes, [panel][block][32]; per panel the smallest
+  // and largest code of the blocks that are not all zero (255 with a NaN scale; 127 when
+  // every block is zero). An all-zero block column carries the panel's smallest code: its
+  // products are +0 under any positive scale.
+  std::vector<int16_t> nsum;
+  std::vector<uint8_t> cbp;
+  std::vector<int> cb_lo, cb_hi;
+};
+
+// A [M, K] INT8 for the avx512vnni tile: rows in tiles of kMxTileRows, per tile and block
+// the kb/4 groups of 4 k of every row interleaved, x + 128 as u8 ([tile][block][group]
+// [row][4], pad rows and pad k: 128, a zero element); per tile and block and row
+// (code − 139)·2^23 as int32 (the tile adds the B code·2^23 to get the float bits of
+// 2^(a + b − 266) = fl32(s_a · s_b), eq. (MX5b), where that is a normal number); per tile
+// the smallest / largest code of its blocks that are not all zero (all-zero blocks and
+// pad rows carry the smallest).
+constexpr int kMxTileRows = 12;
+struct PackedMxA {
+  int64_t M = 0, tiles = 0;
+  int nb = 0, kb = 0;
+  std::vector<uint8_t> a;
+  std::vector<int32_t> e23;
+  std::vector<int> lo, hi;
+  const float* sa = nullptr;  // [M][nb] fl32(2^(code − 133)), NaN for 255 (the exact path)
 };
 
 PackedMx pack(const uint8_t* bits, const uint8_t* codes, int64_t K, int64_t N, int block, Elem e, Isa isa);
@@ -91,6 +117,16 @@ void gemm_i8_portable(const uint8_t* au, const float* sa, const PackedMx& b, con
                       int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
 void gemm_i8_avx2(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
                   int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
+// Tiles [t0, t1) of a (sized by the caller: a, e23 zeroed or not, lo / hi) from A's bits
+// [M, K] and codes [M, nb].
+void pack_a_i8_avx512vnni(const uint8_t* a_bits, const uint8_t* a_codes, int64_t K, int block, PackedMxA& a, int64_t t0,
+                          int64_t t1);
+// Row tiles [t0, t1) x panel p x blocks [k0, k1) on the tiled A. part: null (one pass,
+// k0 = 0, k1 = nb) or float scratch [tiles][panels][12][32], 64-byte aligned, where the
+// float accumulators wait between K chunks (same values, same order); with k1 = nb the
+// bias is added and y written.
+void gemm_i8_tiles_avx512vnni(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, int64_t t0,
+                              int64_t t1, int64_t p, int k0, int k1, float* part);
 void gemm_i8_avx512vnni(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
                         int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
 // Float-element GEMM rows [m0, m1): ad: A's n as double [M][nb·kb]; abad [M][nb].

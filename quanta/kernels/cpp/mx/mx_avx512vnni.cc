@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "mx/mx_impl.h"
 
@@ -157,7 +158,323 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
   }
 }
 
+// The 12-row block of the fast path as one asm block (as qgemm's tile12: GCC spills or
+// shuffles 24 accumulators written with intrinsics): int32 sums in zmm0-23 (row r: columns
+// 0-15 in zmm r, 16-31 in zmm 12+r), B in zmm24-25, broadcasts in zmm26-31; then per row
+// the scale bits (B codes·2^23 + A's (code − 139)·2^23, eq. (MX5b)), fl32(D) and
+// acc = fl32(D)·s (first block) or fma(fl32(D), s, acc) (exact product: one rounding, as
+// eq. (MX6)'s separate add). A: [group][12 rows][4] at ak; B: [group][32][4] at w.
+// clang-format off
+#define MXQ_BCAST(bc, d, r, r2)                                  \
+  "vpbroadcastd " #d "(%[a]), %%zmm" #bc "\n\t"                  \
+  "vpdpbusd %%zmm24, %%zmm" #bc ", %%zmm" #r "\n\t"              \
+  "vpdpbusd %%zmm25, %%zmm" #bc ", %%zmm" #r2 "\n\t"
+#define MXQ_GROUP(g)                                             \
+  "vmovdqu64 " #g "*128(%[w]), %%zmm24\n\t"                      \
+  "vmovdqu64 " #g "*128+64(%[w]), %%zmm25\n\t"                   \
+  MXQ_BCAST(26, g*48+0, 0, 12) MXQ_BCAST(27, g*48+4, 1, 13)      \
+  MXQ_BCAST(28, g*48+8, 2, 14) MXQ_BCAST(29, g*48+12, 3, 15)     \
+  MXQ_BCAST(30, g*48+16, 4, 16) MXQ_BCAST(31, g*48+20, 5, 17)    \
+  MXQ_BCAST(26, g*48+24, 6, 18) MXQ_BCAST(27, g*48+28, 7, 19)    \
+  MXQ_BCAST(28, g*48+32, 8, 20) MXQ_BCAST(29, g*48+36, 9, 21)    \
+  MXQ_BCAST(30, g*48+40, 10, 22) MXQ_BCAST(31, g*48+44, 11, 23)
+#define MXQ_COPY(r, r2)                                          \
+  "vmovdqa64 %%zmm0, %%zmm" #r "\n\t"                            \
+  "vmovdqa64 %%zmm12, %%zmm" #r2 "\n\t"
+#define MXQ_SCALE(r, r2, OP)                                     \
+  "vpaddd " #r "*4(%[ea])%{1to16%}, %%zmm28, %%zmm26\n\t"         \
+  "vpaddd " #r "*4(%[ea])%{1to16%}, %%zmm29, %%zmm27\n\t"         \
+  "vcvtdq2ps %%zmm" #r ", %%zmm" #r "\n\t"                        \
+  "vcvtdq2ps %%zmm" #r2 ", %%zmm" #r2 "\n\t"                      \
+  OP(r, r2)                                                      \
+  "vmovaps %%zmm" #r ", " #r "*128(%[acc])\n\t"                   \
+  "vmovaps %%zmm" #r2 ", " #r "*128+64(%[acc])\n\t"
+#define MXQ_MUL(r, r2)                                           \
+  "vmulps %%zmm26, %%zmm" #r ", %%zmm" #r "\n\t"                   \
+  "vmulps %%zmm27, %%zmm" #r2 ", %%zmm" #r2 "\n\t"
+#define MXQ_FMA(r, r2)                                           \
+  "vfmadd213ps " #r "*128(%[acc]), %%zmm26, %%zmm" #r "\n\t"       \
+  "vfmadd213ps " #r "*128+64(%[acc]), %%zmm27, %%zmm" #r2 "\n\t"
+#define MXQ_BLOCK12_ASM(OP)                                      \
+  __asm__ volatile(                                              \
+      "vpmovsxwd (%[ns]), %%zmm0\n\t"                            \
+      "vpmovsxwd 32(%[ns]), %%zmm12\n\t"                         \
+      "vpslld $7, %%zmm0, %%zmm0\n\t"                            \
+      "vpslld $7, %%zmm12, %%zmm12\n\t"                          \
+      MXQ_COPY(1, 13) MXQ_COPY(2, 14) MXQ_COPY(3, 15) MXQ_COPY(4, 16) \
+      MXQ_COPY(5, 17) MXQ_COPY(6, 18) MXQ_COPY(7, 19) MXQ_COPY(8, 20) \
+      MXQ_COPY(9, 21) MXQ_COPY(10, 22) MXQ_COPY(11, 23)          \
+      MXQ_GROUP(0) MXQ_GROUP(1) MXQ_GROUP(2) MXQ_GROUP(3)        \
+      MXQ_GROUP(4) MXQ_GROUP(5) MXQ_GROUP(6) MXQ_GROUP(7)        \
+      "vpmovzxbd (%[cb]), %%zmm28\n\t"                           \
+      "vpmovzxbd 16(%[cb]), %%zmm29\n\t"                         \
+      "vpslld $23, %%zmm28, %%zmm28\n\t"                         \
+      "vpslld $23, %%zmm29, %%zmm29\n\t"                         \
+      MXQ_SCALE(0, 12, OP) MXQ_SCALE(1, 13, OP) MXQ_SCALE(2, 14, OP) \
+      MXQ_SCALE(3, 15, OP) MXQ_SCALE(4, 16, OP) MXQ_SCALE(5, 17, OP) \
+      MXQ_SCALE(6, 18, OP) MXQ_SCALE(7, 19, OP) MXQ_SCALE(8, 20, OP) \
+      MXQ_SCALE(9, 21, OP) MXQ_SCALE(10, 22, OP) MXQ_SCALE(11, 23, OP) \
+      :                                                          \
+      : [a] "r"(ak), [w] "r"(w), [ns] "r"(ns), [cb] "r"(cb), [ea] "r"(ea), [acc] "r"(acc) \
+      : "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
+        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", \
+        "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31")
+// clang-format on
+
+// Blocks [k0, k1) of a full 12-row tile, block of 32 (kb = 32), fast path; acc as tile_t.
+void tile12_fast(const PackedMxA& a, const PackedMx& b, int64_t t, int64_t p, int k0, int k1, float* acc) {
+  constexpr int T = kMxTileRows;
+  const int nb = b.nb;
+  for (int k = k0; k < k1; ++k) {
+    const size_t pk = static_cast<size_t>(p) * nb + k;
+    const int16_t* ns = b.nsum.data() + pk * 32;
+    const uint8_t* cb = b.cbp.data() + pk * 32;
+    const int8_t* w = b.i8.data() + pk * 32 * 32;
+    const uint8_t* ak = a.a.data() + (static_cast<size_t>(t) * nb + k) * 32 * T;
+    const int32_t* ea = a.e23.data() + (static_cast<size_t>(t) * nb + k) * T;
+    if (k == 0) {
+      MXQ_BLOCK12_ASM(MXQ_MUL);
+    } else {
+      MXQ_BLOCK12_ASM(MXQ_FMA);
+    }
+  }
+}
+
+// One tile of MR <= kMxTileRows rows (the tiled A of PackedMxA) x 32 columns, blocks
+// [k0, k1). Per block: the 2·MR int32 accumulators start at −128·Σ_block w (eq. (8)); per
+// group of 4 k two 64-byte weight loads, one 4-byte broadcast per row, 2·MR vpdpbusd give
+// the exact block dots D_k. The float accumulators of eq. (MX6) live in `acc` (L1): 2·MR
+// int32 and 2·MR float registers do not fit in 32.
+// `fast`: every scale product of the tile is a normal float32 and every |D_k · s_k| <
+// 2^128 (the driver checks the code ranges): then s_k = 2^(a + b − 266) exactly, its
+// float bits are an integer add of the codes, fl32(D_k) · s_k is exact, and the fused
+// acc + fl32(D_k) · s_k rounds once, as the separate multiply and add of eq. (MX6) do.
+// Else the scales are read as floats and multiplied and added separately.
+template <int MR>
+void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, int64_t t, int64_t p, int k0, int k1,
+            bool fast, float* part) {
+  constexpr int T = kMxTileRows;
+  const int nb = b.nb, kb = b.kb, G = kb / 4;
+  const int64_t N = b.N, n0 = p * 32, m = t * T;
+  const int valid = static_cast<int>(std::min<int64_t>(32, N - n0));
+  const __mmask16 k0m = valid >= 16 ? 0xffff : static_cast<__mmask16>((1u << valid) - 1u);
+  const __mmask16 k1m = valid >= 32 ? 0xffff : (valid <= 16 ? 0 : static_cast<__mmask16>((1u << (valid - 16)) - 1u));
+  // the float accumulators: the caller's tile-contiguous scratch across K chunks (k0 > 0:
+  // the chunk before left them there), else a local buffer
+  alignas(64) float local[MR][32];
+  float (*acc)[32] = part ? reinterpret_cast<float (*)[32]>(part) : local;
+  if (k1 == k0 && k0 == 0) {
+    for (int r = 0; r < MR; ++r) {
+      _mm512_store_ps(acc[r], _mm512_setzero_ps());
+      _mm512_store_ps(acc[r] + 16, _mm512_setzero_ps());
+    }
+  }
+  if constexpr (MR == kMxTileRows) {
+    if (fast && kb == 32) {
+      tile12_fast(a, b, t, p, k0, k1, &acc[0][0]);
+      k0 = k1;
+    }
+  }
+  for (int k = k0; k < k1; ++k) {
+    const size_t pk = static_cast<size_t>(p) * nb + k;
+    const int16_t* ns = b.nsum.data() + pk * 32;
+    const __m512i c0 =
+        _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ns))), 7);
+    const __m512i c1 =
+        _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ns + 16))), 7);
+    __m512i d[MR][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; ++r) {
+      d[r][0] = c0;
+      d[r][1] = c1;
+    }
+    const int8_t* w = b.i8.data() + pk * kb * 32;
+    const uint8_t* ak = a.a.data() + (static_cast<size_t>(t) * nb + k) * kb * T;
+    if constexpr (MR <= 3) {
+      // few rows: a second accumulator set (odd groups) hides vpdpbusd's latency; the
+      // int32 sum of the two is exact
+      __m512i e[MR][2];
+#pragma GCC unroll 12
+      for (int r = 0; r < MR; ++r) e[r][0] = e[r][1] = _mm512_setzero_si512();
+      int g = 0;
+      for (; g + 2 <= G; g += 2) {
+        const __m512i b0 = _mm512_loadu_si512(w + g * 128), b1 = _mm512_loadu_si512(w + g * 128 + 64);
+        const __m512i b2 = _mm512_loadu_si512(w + g * 128 + 128), b3 = _mm512_loadu_si512(w + g * 128 + 192);
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; ++r) {
+          int32_t a4, a5;
+          __builtin_memcpy(&a4, ak + (g * T + r) * 4, 4);
+          __builtin_memcpy(&a5, ak + ((g + 1) * T + r) * 4, 4);
+          const __m512i av = _mm512_set1_epi32(a4), av1 = _mm512_set1_epi32(a5);
+          QUANTA_MX_VPDPBUSD(d[r][0], av, b0);
+          QUANTA_MX_VPDPBUSD(d[r][1], av, b1);
+          QUANTA_MX_VPDPBUSD(e[r][0], av1, b2);
+          QUANTA_MX_VPDPBUSD(e[r][1], av1, b3);
+        }
+      }
+      for (; g < G; ++g) {
+        const __m512i b0 = _mm512_loadu_si512(w + g * 128), b1 = _mm512_loadu_si512(w + g * 128 + 64);
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; ++r) {
+          int32_t a4;
+          __builtin_memcpy(&a4, ak + (g * T + r) * 4, 4);
+          const __m512i av = _mm512_set1_epi32(a4);
+          QUANTA_MX_VPDPBUSD(d[r][0], av, b0);
+          QUANTA_MX_VPDPBUSD(d[r][1], av, b1);
+        }
+      }
+#pragma GCC unroll 12
+      for (int r = 0; r < MR; ++r) {
+        d[r][0] = _mm512_add_epi32(d[r][0], e[r][0]);
+        d[r][1] = _mm512_add_epi32(d[r][1], e[r][1]);
+      }
+    } else {
+      auto group = [&](int g) {
+        const __m512i b0 = _mm512_loadu_si512(w + g * 128);
+        const __m512i b1 = _mm512_loadu_si512(w + g * 128 + 64);
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; ++r) {
+          int32_t a4;
+          __builtin_memcpy(&a4, ak + (g * T + r) * 4, 4);
+          const __m512i av = _mm512_set1_epi32(a4);
+          QUANTA_MX_VPDPBUSD(d[r][0], av, b0);
+          QUANTA_MX_VPDPBUSD(d[r][1], av, b1);
+        }
+      };
+      if (G == 8) {
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) group(g);
+      } else {
+        for (int g = 0; g < G; ++g) group(g);
+      }
+    }
+    if (fast) {
+      const uint8_t* cb = b.cbp.data() + pk * 32;
+      const __m512i e0 =
+          _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cb))), 23);
+      const __m512i e1 =
+          _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cb + 16))), 23);
+      const int32_t* ea = a.e23.data() + (static_cast<size_t>(t) * nb + k) * T;
+#pragma GCC unroll 12
+      for (int r = 0; r < MR; ++r) {
+        const __m512i er = _mm512_set1_epi32(ea[r]);
+        const __m512 s0 = _mm512_castsi512_ps(_mm512_add_epi32(e0, er));
+        const __m512 s1 = _mm512_castsi512_ps(_mm512_add_epi32(e1, er));
+        const __m512 f0 = _mm512_cvtepi32_ps(d[r][0]), f1 = _mm512_cvtepi32_ps(d[r][1]);
+        if (k == 0) {
+          _mm512_store_ps(acc[r], _mm512_mul_ps(f0, s0));
+          _mm512_store_ps(acc[r] + 16, _mm512_mul_ps(f1, s1));
+        } else {
+          _mm512_store_ps(acc[r], _mm512_fmadd_ps(f0, s0, _mm512_load_ps(acc[r])));
+          _mm512_store_ps(acc[r] + 16, _mm512_fmadd_ps(f1, s1, _mm512_load_ps(acc[r] + 16)));
+        }
+      }
+    } else {
+      const float* sk = b.sbp.data() + pk * 32;
+      const __m512 sb0 = _mm512_loadu_ps(sk), sb1 = _mm512_loadu_ps(sk + 16);
+      for (int r = 0; r < MR; ++r) {
+        const __m512 s_a = _mm512_set1_ps(a.sa[(m + r) * nb + k]);
+        const __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][0]), _mm512_mul_ps(s_a, sb0));
+        const __m512 p1 = _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][1]), _mm512_mul_ps(s_a, sb1));
+        _mm512_store_ps(acc[r], k == 0 ? p0 : _mm512_add_ps(_mm512_load_ps(acc[r]), p0));
+        _mm512_store_ps(acc[r] + 16, k == 0 ? p1 : _mm512_add_ps(_mm512_load_ps(acc[r] + 16), p1));
+      }
+    }
+  }
+  if (k1 != nb) return;  // the sums wait in part
+  __m512 bv0 = _mm512_setzero_ps(), bv1 = _mm512_setzero_ps();
+  if (bias) {
+    bv0 = _mm512_maskz_loadu_ps(k0m, bias + n0);
+    bv1 = _mm512_maskz_loadu_ps(k1m, bias + n0 + 16);
+  }
+  for (int r = 0; r < MR; ++r) {
+    __m512 v0 = _mm512_load_ps(acc[r]), v1 = _mm512_load_ps(acc[r] + 16);
+    if (bias) {
+      v0 = _mm512_add_ps(v0, bv0);
+      v1 = _mm512_add_ps(v1, bv1);
+    }
+    _mm512_mask_storeu_ps(y + (m + r) * N + n0, k0m, v0);
+    _mm512_mask_storeu_ps(y + (m + r) * N + n0 + 16, k1m, v1);
+  }
+}
+
 }  // namespace
+
+void gemm_i8_tiles_avx512vnni(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, int64_t t0,
+                              int64_t t1, int64_t p, int k0, int k1, float* part) {
+  constexpr int T = kMxTileRows;
+  const int64_t panels = b.Np / 32;
+  // eq. (MX5b) by code arithmetic needs 2^(ca + cb − 266) normal (ca + cb >= 140) and
+  // |fl32(D_k)| · s_k < 2^128 with |D_k| < 2^31 (ca + cb <= 362); no NaN scale (255)
+  const int blo = b.cb_lo[p], bhi = b.cb_hi[p];
+  for (int64_t t = t0; t < t1; ++t) {
+    const bool fast = a.hi[t] <= 254 && bhi <= 254 && a.lo[t] + blo >= 140 && a.hi[t] + bhi <= 362;
+    const int64_t rows = std::min<int64_t>(kMxTileRows, a.M - t * kMxTileRows);
+    switch (rows) {
+      case 12: tile_t<12>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
+      case 11: tile_t<11>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
+      case 10: tile_t<10>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
+      case 9: tile_t<9>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
+      case 8: tile_t<8>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
+      case 7: tile_t<7>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
+      case 6: tile_t<6>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
+      case 5: tile_t<5>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
+      case 4: tile_t<4>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
+      case 3: tile_t<3>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
+      case 2: tile_t<2>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
+      case 1: tile_t<1>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
+      default: break;
+    }
+  }
+}
+
+void pack_a_i8_avx512vnni(const uint8_t* a_bits, const uint8_t* a_codes, int64_t K, int block, PackedMxA& a, int64_t t0,
+                          int64_t t1) {
+  constexpr int T = kMxTileRows;
+  const int nb = a.nb, kb = a.kb;
+  const int64_t M = a.M;
+  std::vector<uint8_t> zero(static_cast<size_t>(nb) * T);
+  // row r's 4 k of group g go to dword g·T + r of the block
+  const __m256i idx = _mm256_setr_epi32(0, T, 2 * T, 3 * T, 4 * T, 5 * T, 6 * T, 7 * T);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t t = t0; t < t1; ++t) {
+    std::fill(zero.begin(), zero.end(), 1);
+    int lo = 255, hi = 0;
+    uint8_t* tile = a.a.data() + static_cast<size_t>(t) * nb * kb * T;
+    for (int64_t m = t * T; m < std::min(M, (t + 1) * T); ++m) {
+      const int r = static_cast<int>(m - t * T);
+      for (int k = 0; k < nb; ++k) {
+        const uint8_t* src = a_bits + m * K + static_cast<int64_t>(k) * block;
+        uint8_t* dst = tile + static_cast<size_t>(k) * kb * T;
+        const int len = static_cast<int>(std::min<int64_t>(block, K - static_cast<int64_t>(k) * block));
+        bool any;
+        if (len == 32 && kb == 32) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+          any = !_mm256_testz_si256(v, v);
+          _mm256_i32scatter_epi32(reinterpret_cast<int*>(dst) + r, idx, _mm256_xor_si256(v, flip), 4);
+        } else {
+          any = false;
+          for (int i = 0; i < len; ++i) {
+            dst[((i / 4) * T + r) * 4 + i % 4] = static_cast<uint8_t>(src[i] ^ 0x80);
+            any = any || src[i] != 0;
+          }
+        }
+        const int c = a_codes[m * nb + k];
+        if (!any && c != 255) continue;  // all zero: products +0 under any positive scale
+        a.e23[(static_cast<size_t>(t) * nb + k) * T + r] = (c - 139) * (1 << 23);
+        zero[static_cast<size_t>(k) * T + r] = 0;
+        lo = std::min(lo, c);
+        hi = std::max(hi, c);
+      }
+    }
+    // all-zero blocks and pad rows take the tile's smallest code (as B's zero columns)
+    if (lo > hi) lo = hi = 127;
+    a.lo[t] = lo;
+    a.hi[t] = hi;
+    for (size_t i = 0; i < zero.size(); ++i)
+      if (zero[i]) a.e23[static_cast<size_t>(t) * nb * T + i] = (lo - 139) * (1 << 23);
+  }
+}
 
 void gemm_i8_avx512vnni(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t,
                         int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1) {
