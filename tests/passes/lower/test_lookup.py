@@ -462,3 +462,83 @@ def test_written_out_hardswish_stays_as_written(tmp_path, opset):
     assert summary.integer_share == 1.0
     nat = InferenceSession(str(out))
     assert "QLinearLookup" not in [s.op_type for s in nat.plan.steps]
+
+
+def conv_bn_conv_proto(dtype=np.uint8):
+    """ORT's layout: Conv -> Q -> DQ -> BatchNormalization (scale dequantized from int8, as
+    ORT's quantizer writes it) -> Q -> DQ -> Conv, all 8-bit; 7 channels between."""
+    rng = np.random.default_rng(21)
+    mk = helper.make_node
+    zx, z1, z2, z3 = (131, 120, 17, 140) if dtype == np.uint8 else (3, -8, -111, 12)
+
+    def qdq(src, dst, s, z):
+        return [
+            mk("QuantizeLinear", [src, s, z], [dst + "_q"]),
+            mk("DequantizeLinear", [dst + "_q", s, z], [dst]),
+        ]
+
+    nodes = [
+        *qdq("x_in", "x", "sx", "zx"),
+        mk("DequantizeLinear", ["w1q", "sw1", "zw1"], ["w1"]),
+        mk("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        *qdq("c1", "a", "s1", "z1"),
+        mk("DequantizeLinear", ["gq", "sg", "zg"], ["g"]),
+        mk("BatchNormalization", ["a", "g", "b", "mean", "var"], ["bn"]),
+        *qdq("bn", "h", "s2", "z2"),
+        mk("DequantizeLinear", ["w2q", "sw2", "zw2"], ["w2"]),
+        mk("Conv", ["h", "w2"], ["c2"]),
+        *qdq("c2", "y", "s3", "z3"),
+    ]
+    inits = [
+        c("sx", 0.031),
+        c("zx", zx, dtype),
+        c("w1q", rng.integers(-127, 128, (7, 3, 3, 3)), np.int8),
+        c("sw1", 0.011),
+        c("zw1", 0, np.int8),
+        c("s1", 0.09),
+        c("z1", z1, dtype),
+        c("gq", rng.integers(-127, 128, 7), np.int8),
+        c("sg", 0.017),
+        c("zg", 0, np.int8),
+        c("b", rng.uniform(-1, 1, 7)),
+        c("mean", rng.uniform(-0.5, 0.5, 7)),
+        c("var", rng.uniform(0.2, 3, 7)),
+        c("s2", 0.043),
+        c("z2", z2, dtype),
+        c("w2q", rng.integers(-127, 128, (5, 7, 1, 1)), np.int8),
+        c("sw2", 0.013),
+        c("zw2", 0, np.int8),
+        c("s3", 0.05),
+        c("z3", z3, dtype),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [1, 3, 11, 13])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 11, 13])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_per_channel_table_between_convs_channels_last(dtype):
+    """Failure signature: the table's axis left at 1 when ChannelsLast moves the tensor to
+    NHWC (channels innermost: every element read through the wrong channel's row), or the
+    dequantized BN scale taken for a second activation. The session (native: NHWC, the
+    gather path; reference) gives the bytes of the unlowered QDQ graph."""
+    proto = conv_bn_conv_proto(dtype)
+    rng = np.random.default_rng(6)
+    f = {"x_in": rng.uniform(-4, 4, (1, 3, 11, 13)).astype(np.float32)}
+    expected = run_ref(proto, f)[0]
+    for backend in ("reference", "native"):
+        for threads in (1, 2):
+            so = quanta.SessionOptions()
+            so.intra_op_num_threads = threads
+            sess = InferenceSession(proto.SerializeToString(), so, backend=backend)
+            np.testing.assert_array_equal(expected, sess.run(None, f)[0], err_msg=f"{backend} t{threads}")
+            steps = [s for s in sess.plan.steps if s.op_type == "QLinearLookup"]
+            assert len(steps) == 1 and "BatchNormalization" not in [s.op_type for s in sess.plan.steps]
+            if backend == "native":
+                channels_last = any(s.node.attrs.get("channels_last") for s in sess.plan.steps)
+                assert steps[0].node.attrs["axis"] == (3 if channels_last else 1)
