@@ -457,6 +457,48 @@ def test_lut8_native_every_variant_every_length(isa, vbmi, dtype) -> None:
         _native.clear_avx512vbmi()
 
 
+@pytest.mark.parametrize("isa,vbmi", lut_variants())
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_lut8_channels_every_variant(isa, vbmi, dtype) -> None:
+    """Failure signature: a run read through the table of the wrong channel (the channel
+    index taken from the wrong axis or stride, or the gather's offset pattern out of step
+    after a wrap or at a thread's first row) or a run's tail lost; each channel's table is
+    its own permutation, runs of length 1, 7, 63, 65 and 1000+ on the last axis and on
+    middle ones, a chunk boundary inside the outer axis (two threads)."""
+    from quanta.kernels.reference.lookup import qlinear_lookup
+
+    rng = np.random.default_rng(23)
+    try:
+        _native.set_isa(isa)
+        _native.set_avx512vbmi(vbmi)
+        for shape, axis in [
+            ((3, 7, 65), 1),
+            ((1, 17, 1), 1),
+            # channels innermost (channels last, the gather path): 17 channels against 16
+            # lanes, a row split between threads; 7-element runs; one channel
+            ((2, 40, 17), 2),
+            ((1100, 24), 1),
+            ((3, 5, 7), 1),
+            ((9, 1), 1),
+            ((5, 3), 1),
+            ((2, 9, 31, 37), 1),
+            ((4, 6, 63), 0),
+        ]:
+            x = rng.integers(0, 256, shape).astype(np.uint8).view(dtype)
+            tables = np.stack([rng.permutation(256) for _ in range(shape[axis])]).astype(np.uint8).view(dtype)
+            expected = qlinear_lookup(x, tables, axis)
+            for threads in (1, 2):
+                got = _native.lut8_channels(x, tables, axis, threads)
+                assert_same(
+                    expected, got, f"lut8_channels {isa} vbmi={vbmi} t{threads}", shape=shape, axis=axis
+                )
+        with pytest.raises(ValueError, match=r"lut8_channels: tables: expected shape \(7, 256\)"):
+            _native.lut8_channels(np.zeros((2, 7, 3), dtype), np.zeros((6, 256), dtype), 1)
+    finally:
+        _native.clear_isa()
+        _native.clear_avx512vbmi()
+
+
 def test_lut8_native_vbmi_needs_avx512vnni_path() -> None:
     """VBMI is an extension of the avx512vnni path: forcing another ISA turns it off."""
     try:

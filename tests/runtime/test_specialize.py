@@ -313,3 +313,69 @@ def test_an_overridden_initializer_is_not_a_constant_of_the_signature() -> None:
     fed = {"x": x, "hi": np.float32(3), "idx": np.array([8, 1, 2], np.int64)}
     for _ in range(2):
         np.testing.assert_array_equal(sess.run(None, fed)[0], np.clip(x, -1, 3)[:, [8, 1, 2]])
+
+
+def qgemm_model(m: int, k: int, n: int, *, float_out: bool, trans_b: int):
+    """x [m, k] uint8 -> com.microsoft QGemm (prepacked int8 B, per-column scales, an int32
+    C, non-zero zero points) -> QLinearMatMul (prepacked, per-column) when the QGemm output
+    is 8-bit."""
+    rng = np.random.default_rng(m * 1000 + n)
+    b = rng.integers(-128, 128, (n, k) if trans_b else (k, n)).astype(np.int8)
+    w2 = rng.integers(-128, 128, (n, 7)).astype(np.int8)
+    ms = "com.microsoft"
+    qgemm_in = ["x", "sa", "za", "b", "sb", "zb", "c"] + ([] if float_out else ["sy", "zy"])
+    nodes = [helper.make_node("QGemm", qgemm_in, ["y"], name="qgemm", domain=ms, transB=trans_b, alpha=0.75)]
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT if float_out else TensorProto.UINT8, None)
+    ]
+    inits = [
+        _const("sa", np.float32(0.021)),
+        _const("za", np.uint8(131)),
+        _const("b", b),
+        _const("sb", rng.uniform(0.002, 0.01, n).astype(np.float32)),
+        _const("zb", np.zeros(n, np.int8)),
+        _const("c", rng.integers(-3000, 3000, n).astype(np.int32)),
+        _const("sy", np.float32(0.37)),
+        _const("zy", np.uint8(17)),
+        _const("w2", w2),
+        _const("s2", rng.uniform(0.002, 0.01, 7).astype(np.float32)),
+        _const("z2", np.zeros(7, np.int8)),
+        _const("so", np.float32(0.11)),
+        _const("zo", np.uint8(121)),
+    ]
+    if not float_out:
+        nodes.append(
+            helper.make_node(
+                "QLinearMatMul", ["y", "sy", "zy", "w2", "s2", "z2", "so", "zo"], ["o"], name="qmm"
+            )
+        )
+        outputs = [helper.make_tensor_value_info("o", TensorProto.UINT8, None)]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [m, k])], outputs, inits
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "m,k,n,float_out,trans_b", [(1, 259, 17, False, 1), (3, 1536, 128, True, 0), (70, 300, 130, False, 0)]
+)
+def test_qgemm_and_qlinear_matmul_specialized(m, k, n, float_out, trans_b, threads) -> None:
+    """Failure signature: the specialized call dropping C, alpha, the output zero point or
+    the float output (a QGemm without y_scale), or a small product sent to the pool with
+    different bytes. The steps must have taken the specialization (not the generic path)."""
+    proto = qgemm_model(m, k, n, float_out=float_out, trans_b=trans_b)
+    rng = np.random.default_rng(threads)
+    so = quanta.SessionOptions()
+    so.intra_op_num_threads = threads
+    ref = quanta.InferenceSession(proto.SerializeToString(), backend="reference")
+    sess = quanta.InferenceSession(proto.SerializeToString(), so)
+    for _ in range(3):
+        feeds = {"x": rng.integers(0, 256, (m, k)).astype(np.uint8)}
+        (want,), (got,) = ref.run(None, feeds), sess.run(None, feeds)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    (bound,) = sess.executor.bound_runs().values()
+    plain = {t[0]: t[1] for t in sess.executor._plain}
+    specialized = {sess.plan.steps[t[0]].node.name for t in bound.steps if t[1] is not plain[t[0]]}
+    assert specialized == {s.node.name for s in sess.plan.steps}

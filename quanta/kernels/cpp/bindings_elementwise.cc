@@ -8,6 +8,8 @@
 //   qlinear_add(a, b, sa, za, sb, zb, sc, zc, num_threads=1, out=None)      numpy broadcasting
 //   qlinear_mul(a, b, ratio, za, zb, zc, num_threads=1, out=None)           numpy broadcasting
 //   lut8(x: u8|i8, table: [256] of x's dtype, num_threads=1, out=None)      y = table[bits of x]
+//   lut8_channels(x, tables: [C, 256] of x's dtype, axis, num_threads=1, out=None)
+//                                                   y = tables[channel of the element along axis][bits of x]
 //   qlinear_softmax_rows(x: [rows, D] u8|i8, table: f32[256], ys, zy, num_threads=1, out=None)
 //   qlinear_concat(inputs: [u8|i8 arrays], tables: [None | table], axis, out=None)
 //   qlinear_global_average_pool(x, m, zx, zy, channels_last, num_threads=1, out=None)
@@ -192,6 +194,44 @@ py::array lut8(const py::handle& x, const py::handle& table, int num_threads, co
   require_eight_bit(x, "lut8: x");
   if (is_u8(x)) return lut_impl<uint8_t>(x, table, num_threads, out);
   return lut_impl<int8_t>(x, table, num_threads, out);
+}
+
+template <typename T>
+py::array lut_channels_impl(const py::handle& x_obj, const py::handle& tables_obj, int64_t axis, int num_threads,
+                            const py::object& out_obj) {
+  auto x = require_array<T>(x_obj, "lut8_channels: x");
+  auto tables = require_array<T>(tables_obj, "lut8_channels: tables");
+  check_threads(num_threads, "lut8_channels");
+  const auto shape = shape_of(x);
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  if (axis < 0 || axis >= rank) {
+    throw py::value_error("lut8_channels: axis " + std::to_string(axis) + " is not an axis of x of shape " +
+                          shape_str(shape));
+  }
+  const int64_t channels = shape[axis];
+  if (tables.ndim() != 2 || tables.shape(0) != channels || tables.shape(1) != 256) {
+    throw py::value_error("lut8_channels: tables: expected shape (" + std::to_string(channels) +
+                          ", 256), got shape " + shape_str(shape_of(tables)));
+  }
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
+  auto y = make_output<T>(out_obj, shape, "lut8_channels", {x});
+  const auto* xb = reinterpret_cast<const uint8_t*>(x.data());
+  const auto* tb = reinterpret_cast<const uint8_t*>(tables.data());
+  auto* yb = reinterpret_cast<uint8_t*>(y.mutable_data());
+  {
+    py::gil_scoped_release release;
+    elementwise::lut_u8_channels(xb, yb, outer, channels, inner, tb, num_threads, active_isa());
+  }
+  return std::move(y);
+}
+
+py::array lut8_channels(const py::handle& x, const py::handle& tables, int64_t axis, int num_threads,
+                        const py::object& out) {
+  require_eight_bit(x, "lut8_channels: x");
+  if (is_u8(x)) return lut_channels_impl<uint8_t>(x, tables, axis, num_threads, out);
+  return lut_channels_impl<int8_t>(x, tables, axis, num_threads, out);
 }
 
 template <typename T>
@@ -433,6 +473,8 @@ void register_elementwise(py::module_& m) {
         "com.microsoft QLinearMul, ratio = f32(f32(sa * sb) / sc), numpy broadcasting.");
   m.def("lut8", &lut8, arg("x"), arg("table"), arg("num_threads") = 1, arg("out") = none,
         "y = table[uint8 bits of x] (256-entry lookup table).");
+  m.def("lut8_channels", &lut8_channels, arg("x"), arg("tables"), arg("axis"), arg("num_threads") = 1,
+        arg("out") = none, "y = tables[channel along axis][uint8 bits of x] (a 256-entry table per channel).");
   m.def("qlinear_softmax_rows", &qlinear_softmax_rows, arg("x"), arg("table"), arg("ys"), arg("y_zero_point"),
         arg("num_threads") = 1, arg("out") = none, "com.microsoft QLinearSoftmax over the rows of x [rows, D].");
   m.def("qlinear_concat", &qlinear_concat, arg("inputs"), arg("tables"), arg("axis"), arg("out") = none,

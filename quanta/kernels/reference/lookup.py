@@ -1,15 +1,18 @@
 """quanta QLinearLookup: an 8-bit elementwise function as a 256-entry table (normative).
 
 ``y = table[bits(x)]``, ``bits(x)`` the byte of the code (uint8: ``x``; int8: ``x mod 256``,
-so -128..-1 index 128..255). The table is built at compile time by lowering
+so -128..-1 index 128..255). With attribute ``axis`` the table is ``[C, 256]``, a table per
+index along that axis: ``y[..., c, ...] = table[c, bits(x[..., c, ...])]`` (a group whose
+constants vary along the channel axis, e.g. a BatchNormalization). The table is built at compile time by lowering
 (quanta/passes/lower/lookup.py) from the float group it replaces, run on the 256 codes by
 the reference kernels: ``table[bits(c)] = q(f(dq(c)))``. The scale and zero-point
 inputs describe the quantized types of ``x`` and ``y`` (as QLinearSigmoid's do); the
 table alone defines the values.
 
 Inputs: ``x`` (uint8 or int8), ``x_scale``, ``x_zero_point``, ``y_scale``,
-``y_zero_point``, ``table`` ([256], of x's type). Attribute ``function``: the ops the
-table holds, for reading (``"Mul/Sigmoid"``).
+``y_zero_point``, ``table`` ([256], or [C, 256] with ``axis``, of x's type). Attributes:
+``function``, the ops the table holds, for reading (``"Mul/Sigmoid"``); ``axis`` (optional),
+the axis the tables are indexed by.
 """
 
 from __future__ import annotations
@@ -23,19 +26,36 @@ __all__ = ["QUANTA_DOMAIN", "qlinear_lookup"]
 QUANTA_DOMAIN = "quanta"
 
 
-def qlinear_lookup(x: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """``y = table[bits(x)]``.
+def qlinear_lookup(x: np.ndarray, table: np.ndarray, axis: int | None = None) -> np.ndarray:
+    """``y = table[bits(x)]``; with ``axis``, ``y[..., c, ...] = table[c, bits(x[..., c, ...])]``.
 
     >>> qlinear_lookup(np.array([-128, -1, 0, 5], np.int8), np.arange(256, dtype=np.uint8).view(np.int8))
     array([-128,   -1,    0,    5], dtype=int8)
+    >>> qlinear_lookup(np.array([[1, 2], [1, 2]], np.uint8), np.arange(512).reshape(2, 256).astype(np.uint8), 0)
+    array([[1, 2],
+           [1, 2]], dtype=uint8)
     """
     x = np.asarray(x)
     table = np.asarray(table)
     if x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
         raise OpError(f"X: expected int8 or uint8, got {x.dtype}")
-    if table.dtype != x.dtype or table.shape != (256,):
-        raise OpError(f"table: expected shape (256,) of {x.dtype}, got shape {table.shape} of {table.dtype}")
-    return table[x.view(np.uint8)]
+    if axis is None:
+        if table.dtype != x.dtype or table.shape != (256,):
+            raise OpError(
+                f"table: expected shape (256,) of {x.dtype}, got shape {table.shape} of {table.dtype}"
+            )
+        return table[x.view(np.uint8)]
+    if not -x.ndim <= axis < x.ndim:
+        raise OpError(f"axis {axis} is not an axis of X of shape {x.shape}")
+    axis %= x.ndim
+    channels = x.shape[axis]
+    if table.dtype != x.dtype or table.shape != (channels, 256):
+        raise OpError(
+            f"table: expected shape ({channels}, 256) of {x.dtype} (a table per index of axis {axis}), "
+            f"got shape {table.shape} of {table.dtype}"
+        )
+    index = np.arange(channels).reshape((channels,) + (1,) * (x.ndim - 1 - axis))
+    return table[index, x.view(np.uint8)]
 
 
 @register("QLinearLookup", QUANTA_DOMAIN)
@@ -49,7 +69,8 @@ def qlinear_lookup_op(
     table: np.ndarray,
     *,
     function: str = "",
+    axis: int | None = None,
 ) -> np.ndarray:
     """quanta QLinearLookup-1 (module docstring)."""
     del ctx, x_scale, x_zero_point, y_scale, y_zero_point, function  # the table holds them
-    return qlinear_lookup(x, table)
+    return qlinear_lookup(x, table, axis)

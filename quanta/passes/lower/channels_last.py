@@ -247,7 +247,8 @@ class ChannelsLast(Pass):
             node.attrs["channels_last"] = 1
         elif node.op_type in ("QLinearGlobalAveragePool", "QLinearAveragePool"):
             node.attrs["channels_last"] = 1
-        elif node.op_type == "QLinearConcat":
+        elif node.op_type == "QLinearConcat" or (node.op_type == "QLinearLookup" and "axis" in node.attrs):
+            # the concat axis, a per-channel table's axis: where that axis went
             axis = int(node.attrs.get("axis", 1))
             axis = axis + rank if axis < 0 else axis
             node.attrs["axis"] = to_channels_last(rank).index(axis)

@@ -510,6 +510,8 @@ class IntegerOnly(Pass):
         table = node.inputs[5]
         if _const(table) is None:
             return "table is not a constant"
+        if node.attrs.get("axis") is not None:
+            return "a table per channel (IntLookup holds one table)"
         self._replace(
             graph, node, "IntLookup", [node.inputs[0], table], {"function": node.attrs.get("function", "")}
         )

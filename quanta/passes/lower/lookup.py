@@ -8,8 +8,16 @@
     table[bits(c)] = QuantizeLinear(f(DequantizeLinear(c, sx, zx)), sy, zy)   for each of the
                                                                               256 codes c
 
+    table[c, bits(code)] = QuantizeLinear(f(DequantizeLinear(code, sx, zx)), sy, zy)    (T3)
+                           for each code and each index c along the one axis the group's
+                           constants vary along (a per-channel table, attribute ``axis``)
+
 ``f`` is any group of float elementwise nodes (``TABLE_OPS``) whose only non-constant
-leaf is the one dequantized ``x`` and whose constants are scalars: one activation
+leaf is the one dequantized ``x`` and whose constants are scalars (or all vary along one
+and the same axis of x, with an inference BatchNormalization counted as varying along
+axis 1: then ``f`` is a function of the element and its channel, and the table has a row
+per channel, eq. (T3); ONNX Runtime's quantizer leaves ``DQ -> BatchNormalization -> Q``
+after a Conv whose output it quantized first, 35 times in the PP-OCR classifier): one activation
 (HardSwish, HardSigmoid, Tanh, Exp, Gelu, a Clip or Relu the output quantization does not
 imply), a gated pair (SiLU ``Mul(x, Sigmoid(x))``, Mish ``Mul(x, Tanh(Softplus(x)))``,
 hardswish before opset 14 ``Mul(x, HardSigmoid(x))``), or arithmetic written out
@@ -27,12 +35,15 @@ activation tables the same way).
 Where ONNX Runtime has an operator for the group (QLinearSigmoid, QLinearLeakyRelu:
 LowerUnary), that rule runs first; this rule takes the rest. Refused (each with its
 reason): no evaluator; an 8-bit type missing or per-axis on either side; input and output
-of different storage (the table kernel maps u8 -> u8 and s8 -> s8); a non-scalar constant
-(it would broadcast, and an element would no longer depend on itself alone); a group
+of different storage (the table kernel maps u8 -> u8 and s8 -> s8); a constant that
+varies along more than one axis of x, or constants along different axes (an element
+would no longer depend on itself and its channel alone); a group
 value used outside the group; more than ``MAX_GROUP`` nodes.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -61,6 +72,10 @@ TABLE_OPS = frozenset(
     }
 )  # fmt: skip
 
+#: ops that are a function of each element and its index along the channel axis (axis 1):
+#: in a group they make a table per channel (docs/passes.md (T3))
+CHANNEL_OPS = frozenset({"BatchNormalization"})
+
 #: quanta-domain elementwise float32 functions: ONNX Runtime's Sigmoid and Tanh
 #: (passes/rules/ort_float_functions.py puts them in place of Sigmoid and Tanh)
 QUANTA_TABLE_OPS = frozenset({"MlasLogistic", "MlasTanh"})
@@ -70,6 +85,58 @@ EIGHT_BIT = ("u8", "i8")
 
 #: the largest group turned into one table (GELU written out is five nodes)
 MAX_GROUP = 16
+
+
+def _channel_axis(const_shape: tuple[int, ...], x_shape: tuple | None) -> int | None:
+    """The one axis of x along which a constant of ``const_shape`` varies (numpy
+    broadcasting, x of rank >= 2 with that dimension known and equal), else None."""
+    if x_shape is None or len(x_shape) < 2 or len(const_shape) > len(x_shape):
+        return None
+    padded = (1,) * (len(x_shape) - len(const_shape)) + tuple(const_shape)
+    varying = [i for i, d in enumerate(padded) if d != 1]
+    if (
+        len(varying) != 1
+        or not isinstance(x_shape[varying[0]], int)
+        or x_shape[varying[0]] != padded[varying[0]]
+    ):
+        return None
+    return varying[0]
+
+
+def _dequantized_constant(v: Value) -> bool:
+    """``v`` is a DequantizeLinear of constants (a quantized weight), so a constant too."""
+    p = v.producer
+    return (
+        p is not None
+        and p.op_type == "DequantizeLinear"
+        and not p.domain
+        and all(i is None or i.is_const for i in p.inputs)
+    )
+
+
+def _constant_shape(v: Value | None) -> tuple[int, ...] | None:
+    """The shape of a constant or a dequantized one; None for a computed value."""
+    if v is None:
+        return None
+    if v.is_const:
+        return tuple(np.shape(v.const))
+    if _dequantized_constant(v):
+        return tuple(np.shape(v.producer.inputs[0].const))
+    return None
+
+
+def _batchnorm_refusal(n: Node, x_shape: tuple | None) -> str:
+    """Why an inference BatchNormalization cannot sit in a per-channel table ("" if it can)."""
+    if int(n.attrs.get("training_mode", 0)) or not int(n.attrs.get("spatial", 1)):
+        return f"{n.label} is not an inference BatchNormalization over the channel axis"
+    if any(o.uses for o in n.outputs[1:]):
+        return f"{n.label}: a running-statistics output is used"
+    if x_shape is None or len(x_shape) < 2 or not isinstance(x_shape[1], int):
+        return f"{n.label}: its input's channel count is not known"
+    for v in n.inputs[1:]:
+        if _constant_shape(v) != (x_shape[1],):
+            return f"{n.label}: parameter {describe(v) if v is not None else '(none)'} is not a constant [{x_shape[1]}]"
+    return ""
 
 
 def lookup_codes(storage: np.dtype) -> np.ndarray:
@@ -87,8 +154,9 @@ class LowerLookup(Rule):
 
     pattern = "y = QuantizeLinear(f, sy, zy?)"
 
-    def __init__(self, evaluator: Evaluator | None = None) -> None:
+    def __init__(self, evaluator: Evaluator | None = None, *, per_channel: bool = True) -> None:
         self.evaluator = evaluator
+        self.per_channel = per_channel  # False: scalar constants only (one table, IntLookup's form)
 
     def check(self, m: Match) -> Match | NoMatch:
         if self.evaluator is None:
@@ -114,16 +182,32 @@ class LowerLookup(Rule):
             return NoMatch(
                 f"input is {qx.storage} and output {qy.storage}; the table maps one 8-bit type to itself"
             )
-        rank = len(x.type.shape) if x.type is not None and x.type.shape is not None else 0
+        shape = x.type.shape if x.type is not None and x.type.shape is not None else None
+        rank = len(shape) if shape is not None else 0
+        axes: set[int] = set()
         for n in nodes:
+            if n.op_type == "BatchNormalization":
+                why = _batchnorm_refusal(n, shape)
+                if why:
+                    return NoMatch(why)
+                axes.add(1)
+                continue
             for v in n.inputs:
-                if (
-                    v is not None
-                    and v.is_const
-                    and (np.asarray(v.const).size != 1 or np.ndim(v.const) > rank)
-                ):
-                    return NoMatch(f"{n.label}: constant {describe(v)} is not a scalar of rank <= {rank}")
-        m.data.update(nodes=nodes, dq=dq, qx=qx, qy=qy)
+                cshape = _constant_shape(v)
+                if cshape is None or (math.prod(cshape) == 1 and len(cshape) <= rank):
+                    continue
+                axis = _channel_axis(cshape, shape)
+                if axis is None:
+                    return NoMatch(
+                        f"{n.label}: constant {describe(v)} is not a scalar of rank <= {rank} "
+                        f"nor a vector along one axis of x {describe(x)}"
+                    )
+                axes.add(axis)
+        if axes and not self.per_channel:
+            return NoMatch("the group varies along an axis of x and this target takes one table per tensor")
+        if len(axes) > 1:
+            return NoMatch(f"the group's constants vary along different axes of x ({sorted(axes)})")
+        m.data.update(nodes=nodes, dq=dq, qx=qx, qy=qy, axis=axes.pop() if axes else None)
         # the group's nodes go with the rewrite (last first: each then has no user left),
         # so the table op can take the name of the group's last op
         m.matched.extend(reversed(nodes))
@@ -144,12 +228,16 @@ class LowerLookup(Rule):
             p = v.producer
             if p is None:
                 return NoMatch(f"{describe(v)} is not computed from a DequantizeLinear")
+            if _dequantized_constant(v):
+                continue  # a weight's DequantizeLinear (ORT quantizes a BN scale): a constant
             if p.op_type == "DequantizeLinear" and not p.domain:
                 if dq is not None and dq is not p:
                     return NoMatch(f"the group reads two dequantized tensors ({dq.label}, {p.label})")
                 dq = p
                 continue
-            if p.op_type not in {"": TABLE_OPS, QUANTA_DOMAIN: QUANTA_TABLE_OPS}.get(p.domain, ()):
+            if p.op_type not in {"": TABLE_OPS | CHANNEL_OPS, QUANTA_DOMAIN: QUANTA_TABLE_OPS}.get(
+                p.domain, ()
+            ):
                 return NoMatch(f"{p.label} is not an elementwise op a table can hold")
             if len(p.outputs) != 1:
                 return NoMatch(f"{p.label} has {len(p.outputs)} outputs")
@@ -182,14 +270,36 @@ class LowerLookup(Rule):
         def arg(v: Value | None) -> np.ndarray | None:
             if v is None:
                 return None
-            return values[id(v)] if id(v) in values else np.asarray(v.const)
+            if id(v) in values:
+                return values[id(v)]
+            if not v.is_const:  # a dequantized weight: its DequantizeLinear on its constants
+                p = v.producer
+                assert p is not None and _dequantized_constant(v)
+                values[id(v)] = np.asarray(self.evaluator(p, [arg(i) for i in p.inputs])[0])
+                return values[id(v)]
+            return np.asarray(v.const)
 
         codes = lookup_codes(_elem_dtype(m.data["qx"]))
+        axis = m.data["axis"]
+        if axis is not None:
+            # the 256 codes along another axis of a [1, .., C, .., 256, .., 1] tensor, so
+            # the per-channel constants broadcast as they do on x: row c of the result is
+            # the group on every code of channel c (docs/passes.md (T3))
+            shape = [1] * len(dq.inputs[0].type.shape)
+            other = len(shape) - 1 if axis != len(shape) - 1 else len(shape) - 2
+            shape[axis], shape[other] = int(dq.inputs[0].type.shape[axis]), 256
+            codes = np.ascontiguousarray(
+                np.broadcast_to(codes.reshape([256 if i == other else 1 for i in range(len(shape))]), shape)
+            )
         values[id(dq.inputs[0])] = codes
         for node in [dq, *m.data["nodes"], m.root]:
             outs = self.evaluator(node, [arg(v) for v in node.inputs])
             values[id(node.outputs[0])] = np.asarray(outs[0])
-        table = values[id(m.root.outputs[0])].reshape(256)
+        out = values[id(m.root.outputs[0])]
+        if axis is None:
+            table = out.reshape(256)
+        else:
+            table = np.ascontiguousarray(np.moveaxis(out, (axis, other), (0, 1)).reshape(shape[axis], 256))
         if table.dtype != _elem_dtype(m.data["qy"]):
             raise AssertionError(f"table of {m.root.label}: {table.dtype}")
         return table
@@ -209,10 +319,13 @@ class LowerLookup(Rule):
         if zy is None:
             zy = b.const("y_zero_point", np.zeros((), _elem_dtype(m.data["qy"])))
         t = b.const(f"{m.root.name or 'lookup'}_table", table)
+        attrs: dict[str, object] = {"function": "/".join(ops)}
+        if m.data["axis"] is not None:
+            attrs["axis"] = int(m.data["axis"])
         return b.op(
             "QLinearLookup",
             [dq.inputs[0], sx, zx, m["sy"], zy, t],
-            {"function": "/".join(ops)},
+            attrs,
             domain=QUANTA_DOMAIN,
             types=result_type(shape_from=m["y"], elem_from=m["y"]),
             # the group's last op names the table (coverage pairs a node with what it became)

@@ -897,7 +897,7 @@ def lower_rules(
         LowerMatMulIntegerScaledFirst(),
         FuseMatMulFloatBias(),
         FuseMatMulFloatBiasFirst(),
-        LowerLookup(evaluator),
+        LowerLookup(evaluator, per_channel=wide),
     ]
 
 

@@ -60,8 +60,9 @@ from quanta.kernels.reference.integer_ops import a_param, b_param
 from quanta.kernels.reference.quantize import dynamic_quantize_linear
 from quanta.kernels.reference.registry import MS_DOMAIN, OpError, get_op
 from quanta.passes.lower.requant_params import float_multiplier, requant_params
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._specialize import SMALL_MACS, guarded, step_threads
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
@@ -494,7 +495,55 @@ def bind_qlinear_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
         if packed is not None and c_za is not None and c_zy is not None and c_za.size == 1 and c_zy.size == 1:
             params["direct"] = (c_za.dtype, int(c_za.reshape(())), int(c_zy.reshape(())), _NAME[c_zy.dtype])
     name = _kernel_name("qlinear_matmul", _dtype(a), _dtype(b), packed is not None)
-    return Kernel(_qlinear_matmul_native, "native", name, params=params, out=True), ""
+    return Kernel(
+        _qlinear_matmul_native,
+        "native",
+        name,
+        params=params,
+        out=True,
+        specialize=_qlinear_matmul_specialized,
+    ), ""
+
+
+def _qlinear_matmul_specialized(
+    sig: Specialization,
+    *,
+    packed: Any = None,
+    multiplier: np.ndarray | None = None,
+    direct: tuple | None = None,
+) -> Any:
+    """QLinearMatMul on a prepacked b with constant parameters (``direct``): the kernel
+    call alone, on one thread when the product is small (SMALL_MACS)."""
+    if (
+        direct is None
+        or packed is None
+        or not sig.shapes
+        or sig.shapes[0] is None
+        or sig.dtypes[0] != direct[0]
+    ):
+        return None
+    shape = sig.shapes[0]
+    if len(shape) < 1 or not sig.out_shape:
+        return None
+    macs = math.prod(shape) * sig.out_shape[-1]
+    threads, out = step_threads(sig, macs, SMALL_MACS), sig.out
+    zx, zy, out_dtype = direct[1], direct[2], direct[3]
+    attrs = {"packed": packed, "multiplier": multiplier, "direct": direct}
+
+    def call(a: np.ndarray, *rest: Any) -> np.ndarray:
+        return _native.qgemm(
+            a,
+            packed,
+            zx,
+            out_dtype,
+            multiplier=multiplier,
+            zy=zy,
+            num_threads=threads,
+            workspace=_workspace(),
+            out=out,
+        )
+
+    return guarded(call, _qlinear_matmul_native, attrs, out)
 
 
 # --------------------------------------------------------------------------------------
@@ -690,7 +739,71 @@ def bind_qgemm(model: Model, node: Node) -> tuple[Kernel | None, str]:
                     return None, "output multiplier alpha·sa·sb[/sy] is not finite and > 0 for every column"
                 params["multiplier"] = m
     name = _kernel_name("qgemm", _dtype(a), _dtype(b), packed is not None)
-    return Kernel(_qgemm_ms_native, "native", name, params=params, out=True), ""
+    return Kernel(
+        _qgemm_ms_native, "native", name, params=params, out=True, specialize=_qgemm_specialized
+    ), ""
+
+
+def _qgemm_specialized(
+    sig: Specialization,
+    *,
+    alpha: float = 1.0,
+    transA: int = 0,
+    transB: int = 0,
+    packed: Any = None,
+    multiplier: np.ndarray | None = None,
+    bias_n: np.ndarray | None = None,
+) -> Any:
+    """QGemm with B prepacked and every scale and zero point constant: the checks of
+    ``fast()`` made once per signature, a run is the qgemm call alone (a wake-word head's
+    three GEMVs spent more time in those checks than in the kernel)."""
+    attrs = {"alpha": alpha, "transA": transA, "transB": transB, "packed": packed}
+    attrs.update(multiplier=multiplier, bias_n=bias_n)
+    if packed is None or multiplier is None or transA or not sig.shapes or sig.shapes[0] is None:
+        return None
+    inputs = (*sig.consts, *([None] * (9 - len(sig.consts))))
+    shapes = (*sig.shapes, *([None] * (9 - len(sig.shapes))))
+    a_dt, za, zy_c = sig.dtypes[0], inputs[2], inputs[8]
+    if (
+        a_dt not in _EIGHT_BIT
+        or len(sig.shapes[0]) != 2
+        or za is None
+        or za.dtype != a_dt
+        or not _is_scalar(za)
+    ):
+        return None
+    if shapes[6] is not None and bias_n is None:
+        return None  # a run-time C: the generic kernel reads it per call
+    if shapes[7] is None:
+        if shapes[8] is not None:
+            return None
+        out_dtype, zy = "float32", 0
+    else:
+        if inputs[7] is None or (shapes[8] is not None and zy_c is None):
+            return None
+        zy_arr = np.zeros((), a_dt) if shapes[8] is None else zy_c
+        if zy_arr.dtype != a_dt or not _is_scalar(zy_arr):
+            return None
+        out_dtype, zy = _NAME[a_dt], int(zy_arr.reshape(()))
+    m_rows, k = sig.shapes[0]
+    n = sig.out_shape[-1] if sig.out_shape else 1
+    threads, out, zx = step_threads(sig, m_rows * k * n, SMALL_MACS), sig.out, int(za.reshape(()))
+
+    def call(a: np.ndarray, *rest: Any) -> np.ndarray:
+        return _native.qgemm(
+            a,
+            packed,
+            zx,
+            out_dtype,
+            multiplier=multiplier,
+            bias=bias_n,
+            zy=zy,
+            num_threads=threads,
+            workspace=_workspace(),
+            out=out,
+        )
+
+    return guarded(call, _qgemm_ms_native, attrs, out)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Native quanta QLinearLookup: ``y = table[bits(x)]`` on the ``lut8`` kernel.
+"""Native quanta QLinearLookup: ``y = table[bits(x)]`` on the ``lut8`` kernel (a table per
+channel: ``lut8_channels``, the same gathers run by run).
 
 The table is the node's constant input, computed by lowering from the float group it
 replaces (quanta/passes/lower/lookup.py); the kernel gathers from it
@@ -37,34 +38,44 @@ def _qlinear_lookup_native(
     *,
     out: np.ndarray | None = None,
     function: str = "",
+    axis: int | None = None,
 ) -> np.ndarray:
-    """``y = table[bits(x)]`` (the scales describe the types; the table holds the values)."""
+    """``y = table[bits(x)]``, or with ``axis`` ``table[c, bits(x)]`` for the elements of
+    index c along it (the scales describe the types; the table holds the values)."""
     del x_scale, x_zero_point, y_scale, y_zero_point, function  # the table holds them
     from quanta.kernels import _native
 
     x = np.asarray(x)
-    if x.dtype not in _EIGHT_BIT or np.asarray(table).dtype != x.dtype or np.shape(table) != (256,):
-        y = qlinear_lookup(x, table)  # raises the op's error for a bad table or x
+    table = np.asarray(table)
+    if axis is not None and -x.ndim <= axis < x.ndim:
+        axis %= x.ndim
+    want = (256,) if axis is None else (x.shape[axis] if 0 <= axis < x.ndim else -1, 256)
+    if x.dtype not in _EIGHT_BIT or table.dtype != x.dtype or table.shape != want:
+        y = qlinear_lookup(x, table, axis)  # raises the op's error for a bad table or x
         if out is None:
             return y
         np.copyto(out, y)
         return out
     threads = max(1, int(getattr(ctx, "num_threads", 1)))
-    return _native.lut8(np.ascontiguousarray(x), np.ascontiguousarray(table), threads, out)
+    if axis is None:
+        return _native.lut8(np.ascontiguousarray(x), np.ascontiguousarray(table), threads, out)
+    return _native.lut8_channels(np.ascontiguousarray(x), np.ascontiguousarray(table), axis, threads, out)
 
 
 @register_binder("QLinearLookup", QUANTA_DOMAIN)
 def bind_qlinear_lookup(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """uint8/int8 with a constant 256-entry table of the same type."""
+    """uint8/int8 with a constant 256-entry table of the same type (a [C, 256] one with ``axis``)."""
     del model  # unused: the choice depends on the node only
     x, table = node.input(0), node.input(5)
     if table is None or table.const is None:
         return None, "native QLinearLookup takes a constant table (lowering computes one)"
     t = np.asarray(table.const)
-    if t.dtype not in _EIGHT_BIT or t.shape != (256,):
+    per_axis = node.attrs.get("axis") is not None
+    if t.dtype not in _EIGHT_BIT or (t.shape[-1:] != (256,) or t.ndim != (2 if per_axis else 1)):
+        want = "[C, 256]" if per_axis else "256"
         return (
             None,
-            f"native QLinearLookup: the table is {t.dtype} of shape {t.shape}, expected 256 uint8/int8",
+            f"native QLinearLookup: the table is {t.dtype} of shape {t.shape}, expected {want} uint8/int8",
         )
     dt = None
     if x is not None and x.type is not None:
@@ -74,4 +85,5 @@ def bind_qlinear_lookup(model: Model, node: Node) -> tuple[Kernel | None, str]:
             dt = None
     if dt is not None and dt != t.dtype:
         return None, f"native QLinearLookup: x is {dt} and the table {t.dtype}"
-    return Kernel(_qlinear_lookup_native, "native", f"native:qlinear_lookup_{_SHORT[t.dtype]}", out=True), ""
+    name = f"native:qlinear_lookup_{'channels_' if per_axis else ''}{_SHORT[t.dtype]}"
+    return Kernel(_qlinear_lookup_native, "native", name, out=True), ""

@@ -185,14 +185,117 @@ def test_lookup_refuses_mixed_storage():
     _refusal(proto, "input is u8 and output i8; the table maps one 8-bit type to itself")
 
 
-def test_lookup_refuses_a_broadcasting_constant():
+def test_lookup_refuses_a_constant_along_two_axes():
     proto = qdq_proto("clip")
     mk = helper.make_node
-    # f = Clip(x) + per-channel bias: an element no longer depends on itself alone
+    # f = Clip(x) + a bias per (channel, row): an element no longer depends on itself and
+    # its channel alone
     proto.graph.node[2].output[0] = "f0"
     proto.graph.node.insert(3, mk("Add", ["f0", "chan"], ["f"], name="chan_add"))
+    proto.graph.initializer.append(c("chan", np.arange(21, dtype=np.float32).reshape(3, 7, 1)))
+    _refusal(
+        proto,
+        "'chan_add' (Add): constant 'chan' (a constant) is not a scalar of rank <= 4 "
+        "nor a vector along one axis of x 'xq' (output of 'quantizelinear0' (QuantizeLinear))",
+    )
+
+
+def test_lookup_refuses_constants_along_different_axes():
+    proto = qdq_proto("clip")
+    mk = helper.make_node
+    proto.graph.node[2].output[0] = "f0"
+    proto.graph.node.insert(3, mk("Add", ["f0", "chan"], ["f1"], name="chan_add"))
+    proto.graph.node.insert(4, mk("Mul", ["f1", "cols"], ["f"], name="col_mul"))
     proto.graph.initializer.append(c("chan", np.arange(3, dtype=np.float32).reshape(3, 1, 1)))
-    _refusal(proto, "'chan_add' (Add): constant 'chan' (a constant) is not a scalar of rank <= 4")
+    proto.graph.initializer.append(c("cols", np.linspace(0.5, 1.5, 9, dtype=np.float32)))
+    _refusal(proto, "the group's constants vary along different axes of x ([1, 3])")
+
+
+def channel_proto(kind: str, dtype=np.uint8, shape=(2, 7, 5, 33), axis: int = 1):
+    """x_in -> Q -> DQ -> f -> Q -> DQ with f varying along ``axis``: a BatchNormalization
+    ("bn", axis 1), ORT's affine form of one (Mul, Add by [C, 1, 1] constants), or a
+    per-channel Add then HardSigmoid."""
+    rng = np.random.default_rng(11)
+    ch = shape[axis]
+    zx, zy = (131, 17) if dtype == np.uint8 else (3, -111)
+    mk = helper.make_node
+    nodes = [
+        mk("QuantizeLinear", ["x_in", "sx", "zx"], ["xq"]),
+        mk("DequantizeLinear", ["xq", "sx", "zx"], ["x"]),
+    ]
+    trailing = (1,) * (len(shape) - 1 - axis)
+    if kind == "bn":
+        nodes.append(mk("BatchNormalization", ["x", "g", "b", "mean", "var"], ["f"], epsilon=1e-3))
+        consts = [
+            c("g", rng.uniform(0.3, 2.5, ch)),
+            c("b", rng.uniform(-1, 1, ch)),
+            c("mean", rng.uniform(-0.5, 0.5, ch)),
+            c("var", rng.uniform(0.2, 3, ch)),
+        ]
+    elif kind == "affine":
+        nodes += [mk("Mul", ["x", "a"], ["m"]), mk("Add", ["m", "k"], ["f"])]
+        consts = [c("a", rng.uniform(0.3, 2.5, (ch, *trailing))), c("k", rng.uniform(-1, 1, (ch, *trailing)))]
+    else:
+        nodes += [mk("Add", ["x", "k"], ["m"]), mk("HardSigmoid", ["m"], ["f"], alpha=0.2, beta=0.5)]
+        consts = [c("k", rng.uniform(-2, 2, (ch, *trailing)))]
+    nodes += [
+        mk("QuantizeLinear", ["f", "sy", "zy"], ["yq"]),
+        mk("DequantizeLinear", ["yq", "sy", "zy"], ["y"]),
+    ]
+    for i, n in enumerate(nodes):
+        n.name = f"{n.op_type.lower()}{i}"
+    inits = [c("sx", 0.043), c("zx", zx, dtype), c("sy", 0.0271), c("zy", zy, dtype), *consts]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x_in", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize(
+    "kind,shape,axis",
+    [("bn", (2, 7, 5, 33), 1), ("bn", (1, 17, 259), 1), ("affine", (2, 7, 5, 33), 1), ("add", (3, 4, 17), 2)],
+)
+def test_lookup_per_channel_is_bit_exact_with_the_group(kind, shape, axis, dtype):
+    """Failure signature: a row of the table computed for the wrong channel (the codes laid
+    along the wrong axis of the evaluation tensor), or the kernel indexing channels by the
+    wrong stride; every channel's parameters differ, so either shows."""
+    proto = channel_proto(kind, dtype, shape, axis)
+    model = load(proto)
+    assert lower(model).fired("LowerLookup") == 1
+    node = next(n for n in model.graph.nodes if n.op_type == "QLinearLookup")
+    assert node.attrs["axis"] == axis and np.shape(node.inputs[5].const) == (shape[axis], 256)
+    verify(model.graph, Stage.LOWERED)
+    rng = np.random.default_rng(5)
+    f = {"x_in": rng.uniform(-140 * 0.043, 140 * 0.043, size=shape).astype(np.float32)}
+    expected = run_ref(proto, f)[0]
+    np.testing.assert_array_equal(expected, run_ref(model, f)[0])
+    for backend in ("reference", "native"):
+        for threads in (1, 2):
+            so = quanta.SessionOptions()
+            so.intra_op_num_threads = threads
+            sess = InferenceSession(proto.SerializeToString(), so, backend=backend)
+            got = sess.run(None, f)[0]
+            np.testing.assert_array_equal(expected, got, err_msg=f"{backend} t{threads}")
+            if backend == "native":
+                names = [s.kernel.name for s in sess.plan.steps if s.op_type == "QLinearLookup"]
+                assert names == [f"native:qlinear_lookup_channels_{'u8' if dtype == np.uint8 else 's8'}"]
+
+
+def test_lookup_per_channel_off_for_one_table_targets():
+    proto = channel_proto("bn")
+    model = load(proto)
+    p = RewritePass([LowerLookup(reference_evaluator(model.opset_imports), per_channel=False)])
+    p.produces_stage = Stage.LOWERED
+    run_passes(model, [p])
+    assert "quanta::QLinearLookup" not in model.graph.op_counts()
+    assert "the group varies along an axis of x and this target takes one table per tensor" in [
+        r.reason for r in p.why_not("LowerLookup")
+    ]
 
 
 def test_lookup_refuses_a_value_used_outside():
@@ -359,3 +462,83 @@ def test_written_out_hardswish_stays_as_written(tmp_path, opset):
     assert summary.integer_share == 1.0
     nat = InferenceSession(str(out))
     assert "QLinearLookup" not in [s.op_type for s in nat.plan.steps]
+
+
+def conv_bn_conv_proto(dtype=np.uint8):
+    """ORT's layout: Conv -> Q -> DQ -> BatchNormalization (scale dequantized from int8, as
+    ORT's quantizer writes it) -> Q -> DQ -> Conv, all 8-bit; 7 channels between."""
+    rng = np.random.default_rng(21)
+    mk = helper.make_node
+    zx, z1, z2, z3 = (131, 120, 17, 140) if dtype == np.uint8 else (3, -8, -111, 12)
+
+    def qdq(src, dst, s, z):
+        return [
+            mk("QuantizeLinear", [src, s, z], [dst + "_q"]),
+            mk("DequantizeLinear", [dst + "_q", s, z], [dst]),
+        ]
+
+    nodes = [
+        *qdq("x_in", "x", "sx", "zx"),
+        mk("DequantizeLinear", ["w1q", "sw1", "zw1"], ["w1"]),
+        mk("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        *qdq("c1", "a", "s1", "z1"),
+        mk("DequantizeLinear", ["gq", "sg", "zg"], ["g"]),
+        mk("BatchNormalization", ["a", "g", "b", "mean", "var"], ["bn"]),
+        *qdq("bn", "h", "s2", "z2"),
+        mk("DequantizeLinear", ["w2q", "sw2", "zw2"], ["w2"]),
+        mk("Conv", ["h", "w2"], ["c2"]),
+        *qdq("c2", "y", "s3", "z3"),
+    ]
+    inits = [
+        c("sx", 0.031),
+        c("zx", zx, dtype),
+        c("w1q", rng.integers(-127, 128, (7, 3, 3, 3)), np.int8),
+        c("sw1", 0.011),
+        c("zw1", 0, np.int8),
+        c("s1", 0.09),
+        c("z1", z1, dtype),
+        c("gq", rng.integers(-127, 128, 7), np.int8),
+        c("sg", 0.017),
+        c("zg", 0, np.int8),
+        c("b", rng.uniform(-1, 1, 7)),
+        c("mean", rng.uniform(-0.5, 0.5, 7)),
+        c("var", rng.uniform(0.2, 3, 7)),
+        c("s2", 0.043),
+        c("z2", z2, dtype),
+        c("w2q", rng.integers(-127, 128, (5, 7, 1, 1)), np.int8),
+        c("sw2", 0.013),
+        c("zw2", 0, np.int8),
+        c("s3", 0.05),
+        c("z3", z3, dtype),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [1, 3, 11, 13])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 11, 13])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_per_channel_table_between_convs_channels_last(dtype):
+    """Failure signature: the table's axis left at 1 when ChannelsLast moves the tensor to
+    NHWC (channels innermost: every element read through the wrong channel's row), or the
+    dequantized BN scale taken for a second activation. The session (native: NHWC, the
+    gather path; reference) gives the bytes of the unlowered QDQ graph."""
+    proto = conv_bn_conv_proto(dtype)
+    rng = np.random.default_rng(6)
+    f = {"x_in": rng.uniform(-4, 4, (1, 3, 11, 13)).astype(np.float32)}
+    expected = run_ref(proto, f)[0]
+    for backend in ("reference", "native"):
+        for threads in (1, 2):
+            so = quanta.SessionOptions()
+            so.intra_op_num_threads = threads
+            sess = InferenceSession(proto.SerializeToString(), so, backend=backend)
+            np.testing.assert_array_equal(expected, sess.run(None, f)[0], err_msg=f"{backend} t{threads}")
+            steps = [s for s in sess.plan.steps if s.op_type == "QLinearLookup"]
+            assert len(steps) == 1 and "BatchNormalization" not in [s.op_type for s in sess.plan.steps]
+            if backend == "native":
+                channels_last = any(s.node.attrs.get("channels_last") for s in sess.plan.steps)
+                assert steps[0].node.attrs["axis"] == (3 if channels_last else 1)

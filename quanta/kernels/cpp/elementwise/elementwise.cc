@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <numeric>
 #include <type_traits>
+#include <vector>
 
 #include "elementwise/elementwise_scalar.h"
 #include "qgemm/thread_pool.h"
@@ -195,6 +198,50 @@ void lut_u8(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table, int n
   const LutFn lut = isa == Isa::kAvx512Vnni && avx512vbmi_active() ? lut_avx512vbmi : kernels_for(isa).lut;
   for_ranges(num_threads, n, kGrain,
              [&](int64_t begin, int64_t end) { lut(x + begin, y + begin, end - begin, table); });
+}
+
+void lut_u8_channels(const uint8_t* x, uint8_t* y, int64_t outer, int64_t channels, int64_t inner,
+                     const uint8_t* tables, int num_threads, Isa isa) {
+  const LutFn lut = isa == Isa::kAvx512Vnni && avx512vbmi_active() ? lut_avx512vbmi : kernels_for(isa).lut;
+  if (inner < 16) {
+    // channels innermost (a channels-last tensor: inner = 1) or nearly: runs too short for
+    // the run kernel. Rows of channels · inner elements; AVX-512 gathers 16 at a time with
+    // a per-element table offset, the other ISAs look each element up.
+    const int64_t row = channels * inner;
+    const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(row, 1));
+    if (isa == Isa::kAvx512Vnni) {
+      const int64_t period = std::lcm(row, int64_t{16});
+      std::vector<int32_t> offsets(period + 16);
+      for (int64_t j = 0; j < period + 16; ++j) offsets[j] = static_cast<int32_t>((j % row) / inner * 256);
+      std::vector<uint8_t> padded(channels * 256 + 4, 0);
+      std::memcpy(padded.data(), tables, channels * 256);
+      for_ranges(num_threads, outer, grain, [&](int64_t begin, int64_t end) {
+        // row r starts at element r·row, so at offset index (r·row) mod period
+        lut_channels_last_avx512(x + begin * row, y + begin * row, (end - begin) * row, (begin * row) % period,
+                                 offsets.data(), period, padded.data());
+      });
+      return;
+    }
+    for_ranges(num_threads, outer, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        for (int64_t c = 0; c < channels; ++c) {
+          const uint8_t* t = tables + c * 256;
+          const int64_t base = (r * channels + c) * inner;
+          for (int64_t i = 0; i < inner; ++i) y[base + i] = t[x[base + i]];
+        }
+      }
+    });
+    return;
+  }
+  // a chunk is whole runs of `inner` elements (one channel of one outer index each), about
+  // kGrain elements of them: a run's table is fixed, so the gather loads it once per run
+  const int64_t runs = outer * channels;
+  const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(inner, 1));
+  for_ranges(num_threads, runs, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      lut(x + r * inner, y + r * inner, inner, tables + (r % channels) * 256);
+    }
+  });
 }
 
 // ---- QLinearSoftmax -----------------------------------------------------------------------

@@ -106,6 +106,11 @@ struct Kernels {
 // run only when avx512vbmi_active().
 void lut_avx512vbmi(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table);
 
+// y[i] = tables[(j0 + i) mod C][x[i]], channels innermost (elementwise_avx512vnni.cc;
+// lut_u8_channels prepares `offsets` and `padded`).
+void lut_channels_last_avx512(const uint8_t* x, uint8_t* y, int64_t n, int64_t j0, const int32_t* offsets,
+                              int64_t period, const uint8_t* padded);
+
 extern const Kernels kKernelsPortable;
 extern const Kernels kKernelsAvx2;
 extern const Kernels kKernelsAvx512Vnni;
@@ -133,6 +138,12 @@ void qlinear_mul(const T* a, const T* b, T* c, const BroadcastShape& s, const Mu
 
 // y[i] = table[x[i]] over n bytes (int8 data is passed as its uint8 bits).
 void lut_u8(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table, int num_threads, Isa isa);
+
+// y[o, c, i] = tables[c][bits of x[o, c, i]]: a table per channel, x read as [outer, channels,
+// inner] (a QLinearLookup whose group varies along one axis: a BatchNormalization between
+// a DequantizeLinear and a QuantizeLinear).
+void lut_u8_channels(const uint8_t* x, uint8_t* y, int64_t outer, int64_t channels, int64_t inner,
+                     const uint8_t* tables, int num_threads, Isa isa);
 
 // QLinearSoftmax over `rows` contiguous rows of length d; table: 256 float32 (ms_qops.py
 // (2)); ys = f32(floor(f32(1 / sy))).

@@ -231,6 +231,25 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void lut_avx512vbmi(const
   }
 }
 
+// y[i] = tables[(c0 + i) mod C][x[i]] for i < n: a table per channel with the channels
+// innermost (channels last). Sixteen bytes per step: index = offsets[j] + x (offsets[j] =
+// (j mod C)·256, j running modulo `period`, a multiple of 16 and of C, over an array of
+// period + 16 entries), one vpgatherdd of 4 bytes at each index from `padded` (the tables
+// followed by 4 bytes, so the last entry's read stays in the buffer), the low byte kept.
+void lut_channels_last_avx512(const uint8_t* x, uint8_t* y, int64_t n, int64_t j0, const int32_t* offsets,
+                              int64_t period, const uint8_t* padded) {
+  int64_t j = j0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512i xv = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, x + i));
+    const __m512i idx = _mm512_add_epi32(xv, _mm512_loadu_si512(offsets + j));
+    const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, idx, padded, 1);
+    _mm_mask_storeu_epi8(y + i, k, _mm512_cvtepi32_epi8(g));
+    j += 16;
+    if (j >= period) j -= period;
+  }
+}
+
 const Kernels kKernelsAvx512Vnni = {
     add_run<uint8_t>,        add_run<int8_t>,        mul_run<uint8_t>, mul_run<int8_t>,
     dequantize_run<uint8_t>, dequantize_run<int8_t>, minmax,           lut,
