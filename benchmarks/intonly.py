@@ -133,10 +133,12 @@ def minilm(n_calib: int, n_eval: int, tmp: Path) -> list[str]:
         return (r64 * g64).sum(1) / (np.linalg.norm(r64, axis=1) * np.linalg.norm(g64, axis=1))
 
     cos, cos_ort = cosines(got), cosines(qdq)
-    log.append(f"embedding cosine vs FP32: mean {cos.mean():.4f}, min {cos.min():.4f}")
-    log.append(
-        f"the same file on ORT (float requantization): mean {cos_ort.mean():.4f}, min {cos_ort.min():.4f}"
-    )
+    def stats(c: np.ndarray) -> str:
+        p1, p5, p50 = np.percentile(c, [1, 5, 50])
+        return f"mean {c.mean():.4f}, min {c.min():.4f}, p1 {p1:.4f}, p5 {p5:.4f}, median {p50:.4f}"
+
+    log.append(f"embedding cosine vs FP32: {stats(cos)}")
+    log.append(f"the same file on ORT (float requantization): {stats(cos_ort)}")
     worst = np.argsort(cos)[:3]
     log.append("worst sentences (index: integer-only / ORT): " + ", ".join(
         f"{i}: {cos[i]:.4f} / {cos_ort[i]:.4f}" for i in worst

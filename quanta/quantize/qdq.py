@@ -418,8 +418,10 @@ def _widen(graph: Graph, plan: QdqPlan, recipe: Recipe) -> None:
         )
     if "gelu" in kinds:
         wide.update(n.outputs[0].name for n in graph.nodes if n.op_type == "Gelu")
-    if "gelu_input" in kinds:  # the device's i-GELU polynomial takes 16-bit inputs
-        wide.update(n.inputs[0].name for n in graph.nodes if n.op_type == "Gelu" and n.inputs)
+    if "gelu_input" in kinds:
+        # the GELU input and, back through the bias Add, the MatMul that computes it: an
+        # 8-bit product ahead of a 16-bit sum would keep the 8-bit step
+        back_through([n.inputs[0] for n in graph.nodes if n.op_type == "Gelu" and n.inputs], ("Add",))
     if "softmax" in kinds:
         # attention scores: the Softmax input and, back through the elementwise ops
         # that scale and mask it, the MatMul that computes them (the device's i-exp

@@ -192,10 +192,11 @@ def test_cli_quantize_target_npu_sim(tmp_path, capsys):
     assert e.value.code == 2 and "invalid choice: 'gpu'" in capsys.readouterr().err
 
 
-def test_wide_softmax_and_gelu_lower_to_the_ibert_polynomials(tmp_path, monkeypatch):
+def test_wide_softmax_and_gelu_lower_to_polynomial_and_interpolated_table(tmp_path, monkeypatch):
     """int16 attention scores and GELU inputs (no 256-entry table covers them): IntSoftmax
-    with the i-exp constants and IntGelu, verified, bit-exact between the C++ kernels and
-    the golden, and close to the float model."""
+    with the i-exp constants and IntLookup with a 513-entry int16 table (IO14), verified,
+    bit-exact between the C++ kernels and the golden, and close to the float model. The
+    GELU input is 16 bits back through the bias Add to the MatMul that computes it."""
     from quanta.quantize.recipe import TARGETS
 
     kinds = ("residual", "gelu", "gelu_input", "softmax", "outputs")
@@ -212,11 +213,16 @@ def test_wide_softmax_and_gelu_lower_to_the_ibert_polynomials(tmp_path, monkeypa
     rep = lower_for_npu(m)
     assert rep.stage_problems == []
     sm = [n for n in rep.device if n.op_type == "IntSoftmax"]
-    gelu = [n for n in rep.device if n.op_type == "IntGelu"]
+    gelu = [n for n in rep.device if n.op_type == "IntLookup" and n.attrs.get("function") == "Gelu"]
     assert len(sm) == 1 and len(gelu) == 1
     assert len(sm[0].inputs) == 1 and str(sm[0].inputs[0].type.elem.storage) == "i16"
     assert {"exp_x0", "exp_b", "exp_c", "exp_shift"} <= set(sm[0].attrs)
     assert str(gelu[0].inputs[0].type.elem.storage) == "i16"
+    assert np.asarray(gelu[0].inputs[1].const).shape == (513,)
+    qdq = onnx.load(str(dst))  # MatMul -> f0 -> bias Add -> Gelu: f0 is quantized to int16
+    zps = {i.name: i.data_type for i in qdq.graph.initializer}
+    (q_f0,) = [nd for nd in qdq.graph.node if nd.op_type == "QuantizeLinear" and nd.input[0] == "f0"]
+    assert zps[q_f0.input[2]] == onnx.TensorProto.INT16
     f = {"x": feeds[1]["x"], "mask": np.ones_like(feeds[1]["mask"])}
     y = run_lowered(m, f)[0]
     np.testing.assert_array_equal(run_lowered(m, f, impl="reference")[0], y)

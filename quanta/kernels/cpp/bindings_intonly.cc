@@ -15,6 +15,7 @@
 //   intonly_layer_norm(x [R, n], g [n], b [n], zx, zy, eps, gamma_shift, lo, hi)
 //   intonly_softmax_poly(x [R, n], x0, b, c, exp_shift, y_shift, zy, lo, hi)   (I-BERT i-exp)
 //   intonly_gelu(x, zx, erf_b, erf_c, pre_shift, m, s, zy, lo, hi, rounding)    (I-BERT i-GELU)
+//   intonly_lookup16(x int16 codes, table [513]) -> int16 codes          (TFLite int16 table)
 //   intonly_isqrt(v int64[n]) -> int64[n]
 // rounding: 0 double (TFLite), 1 single, 2 TOSA apply_scale with double_round.
 #include <string>
@@ -222,6 +223,23 @@ void register_intonly(py::module_& m) {
     if (intonly::gelu(x.data(), x.size(), g, lo, hi, rounding_of(r), y.mutable_data()) >= 0)
       throw py::value_error("intonly_gelu: pre_shift " + std::to_string(pre_shift) +
                             " leaves a value outside int32 (x beyond the compile-time bound)");
+    return y;
+  });
+  m.def("intonly_lookup16", [](const py::handle& x_o, const py::handle& t_o) {
+    auto x = require_array<int32_t>(x_o, "x");
+    auto t = require_array<int32_t>(t_o, "table");
+    if (t.ndim() != 1 || t.size() != 513) throw py::value_error("intonly_lookup16: table: expected 513 values");
+    for (py::ssize_t i = 0; i < t.size(); ++i)
+      if (t.data()[i] < -32768 || t.data()[i] > 32767)
+        throw py::value_error("intonly_lookup16: table: expected int16 values");
+    for (py::ssize_t i = 0; i < x.size(); ++i)
+      if (x.data()[i] < -32768 || x.data()[i] > 32767)
+        throw py::value_error("intonly_lookup16: x: expected int16 values");
+    I32 y(shape_of(x));
+    {
+      py::gil_scoped_release release;
+      intonly::lookup16(x.data(), x.size(), t.data(), y.mutable_data());
+    }
     return y;
   });
   m.def("intonly_isqrt", [](const py::handle& v_o) {

@@ -34,7 +34,8 @@ Operators (domain ``quanta.int``), each ``fn(ctx, *inputs, **attributes)``:
                    the four terms at run time when ``c`` is absent
 ``IntAdd``/``Mul`` TFLite's integer Add (inputs left-shifted by 20, rescaled, summed,
                    rescaled) and Mul (``(a - za)(b - zb)`` rescaled)
-``IntLookup``      ``y = table[bits(x)]`` (8-bit inputs; every unary non-linearity)
+``IntLookup``      ``y = table[bits(x)]`` (8-bit inputs; every unary non-linearity), or
+                   for int16 inputs a 513-entry table with linear interpolation (TFLite)
 ``IntSoftmax``     ``e = E[max - x]`` (a 256-entry int32 exp table; int16 ``x``: I-BERT's
                    i-exp polynomial), ``y = round(e·2^k / Σe) + zy``
 ``IntGelu``        I-BERT's i-GELU (second-order polynomial erf) for int16 ``x``
@@ -355,15 +356,34 @@ def int_mul(
 
 
 def int_lookup(x: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """``y = table[bits(x)]`` (int8 -128..-1 index 128..255); the table's dtype is the output's.
+    """``y = table[bits(x)]`` for an 8-bit ``x`` (int8 -128..-1 index 128..255; the
+    table's dtype is the output's); for an int16 ``x`` and a 513-entry int16 table,
+    TFLite's int16 lookup with linear interpolation (eq. (IO14))::
+
+        j = (x + 32768) >> 7,  o = (x + 32768) & 127
+        y = T[j] + ((T[j + 1] - T[j])·o + 64) >> 7      (int32; the result lies between T[j] and T[j + 1])
 
     >>> int_lookup(np.array([-128, -1, 0, 5], np.int8), np.arange(256, dtype=np.int16))
     array([128, 255,   0,   5], dtype=int16)
+    >>> t = (np.arange(513) * 8 - 2048).astype(np.int16)   # y ≈ x / 16, sampled every 128 codes
+    >>> int_lookup(np.array([-32768, -32705, 0, 100, 32767], np.int16), t).tolist()
+    [-2048, -2044, 0, 6, 2048]
     """
     x = np.asarray(x)
     table = np.asarray(table)
+    if x.dtype == np.dtype(np.int16):
+        if table.shape != (513,) or table.dtype != np.dtype(np.int16):
+            raise OpError(
+                f"table: expected 513 int16 entries for an int16 input (512 steps of 128 codes and "
+                f"the end point), got {table.dtype}{list(table.shape)}"
+            )
+        u = x.astype(np.int32) + 32768
+        j, o = u >> 7, u & 127
+        base = table.astype(np.int32)[j]
+        slope = table.astype(np.int32)[j + 1] - base
+        return (base + ((slope * o + 64) >> 7)).astype(np.int16)
     if x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
-        raise OpError(f"x: expected int8 or uint8 (a table has 256 entries), got {x.dtype}")
+        raise OpError(f"x: expected int8 or uint8 (a table has 256 entries) or int16, got {x.dtype}")
     if table.shape != (256,) or table.dtype.kind not in "iu":
         raise OpError(f"table: expected 256 integers, got {table.dtype}{list(table.shape)}")
     return table[x.view(np.uint8)]

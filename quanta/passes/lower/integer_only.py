@@ -12,14 +12,15 @@ carry their requantization explicitly.
     %y = com.microsoft::QLinearSigmoid | QLinearLeakyRelu(...) -> quanta.int::IntLookup(%x, %table)
     %y = com.microsoft::QLinearSoftmax(%x, ...)         -> quanta.int::IntSoftmax(%x, %E) [-> IntRescale]
     %y = QuantizeLinear(Softmax(DequantizeLinear(%x16)))  -> quanta.int::IntSoftmax(%x16) {exp_x0, exp_b, exp_c, exp_shift} [-> IntRescale]
-    %y = QuantizeLinear(Gelu(DequantizeLinear(%x16)))     -> quanta.int::IntGelu(%x16) {erf_b, erf_c, pre_shift, multiplier, shift}
+    %y16 = QuantizeLinear(Gelu(DequantizeLinear(%x16)))   -> quanta.int::IntLookup(%x16, %T513)  (interpolated int16 table)
+    %y8 = QuantizeLinear(Gelu(DequantizeLinear(%x16)))    -> quanta.int::IntGelu(%x16) {erf_b, erf_c, pre_shift, multiplier, shift}
     %y = com.microsoft::QLinearGlobalAveragePool(...)   -> quanta.int::IntGlobalAveragePool(%x)
     %y = com.microsoft::QLinearConcat(...)              -> Concat(IntRescale(%x_i)...)
     %y = QuantizeLinear(LayerNormalization(DequantizeLinear(%x), γ, β)) -> quanta.int::IntLayerNorm(%x, %G, %B)
     %y = QuantizeLinear(DequantizeLinear(%x))           -> quanta.int::IntRescale(%x)
 
 Every real-valued quantity is derived here, once, from the float32 scales of the
-quantized types (docs/passes.md "Integer-only stage", equations (IO1)-(IO10)); the kernels
+quantized types (docs/passes.md "Integer-only stage", equations (IO1)-(IO14)); the kernels
 (the golden :mod:`quanta.kernels.reference.intonly` and the npu-sim C++ kernels) only
 consume the integers. A node that cannot be lowered keeps its form and the reason is
 recorded in ``IntegerOnly.refused`` (the npu-sim verifier then names it).
@@ -30,6 +31,7 @@ plain NumPy on the scales.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import ClassVar
 
@@ -50,6 +52,7 @@ __all__ = [
     "fixed_points",
     "gelu_poly_params",
     "layer_norm_params",
+    "lut16_table",
     "softmax_exp_table",
 ]
 
@@ -172,6 +175,24 @@ def gelu_poly_params(sx: float, zx: int, sy: float, zy: int, rounding: str, bits
         "y_zero_point": int(zy),
         "rounding": rounding,
     }
+
+
+def lut16_table(f, sx: float, zx: int, sy: float, zy: int) -> np.ndarray:
+    """(IO14) TFLite's int16 lookup table of ``f`` for an int16 input (``sx``, ``zx``) and
+    an int16 output (``sy``, ``zy``): 513 samples ``f(DQ(-32768 + 128·i))``, ``i ∈ [0,
+    512]`` (the last one past the range, for the slope), in output codes, each moved by
+    half the interpolation error at the midpoint of its step (TFLite's ``LUTPopulate``):
+    the kernel's linear interpolation then errs on both sides of ``f`` instead of one."""
+    s, o = float(np.float32(sx)), float(np.float32(sy))
+    codes = -32768.0 + 128.0 * np.arange(513, dtype=np.float64)
+    val = f((codes - zx) * s) / o
+    mid = f((codes[:-1] + 64.0 - zx) * s) / o
+    sample = np.rint(val)
+    interp = np.rint((val[1:] + sample[:-1]) / 2.0)
+    bias = np.rint((interp - np.rint(mid)) / 2.0)
+    table = sample.copy()
+    table[:-1] -= bias
+    return np.clip(table + zy, -32768, 32767).astype(np.int16)
 
 
 def layer_norm_params(
@@ -872,12 +893,27 @@ class IntegerOnly(Pass):
         """``Q(f(DQ(x)))`` for an 8-bit ``x`` and an elementwise ``f`` the planner quantized
         as one unary op (GELU of any domain; the output may be wider than 8 bits, which
         LowerLookup's same-storage tables do not cover): ``table[bits(c)] =
-        Q(f(DQ(c)))`` computed in float64 (IO11)."""
+        Q(f(DQ(c)))`` computed in float64 (IO11). An int16 ``x`` with an int16 output
+        gets TFLite's 513-entry interpolated table (IO14); an int16 GELU input with
+        another output type, I-BERT's i-GELU polynomial (IO13)."""
         group = self._unary_group(graph, q, fn)
         if isinstance(group, str):
             return group
         dq, xi, px, py = group
         xdt = xi.type.elem.storage.numpy
+        ydt = q.outputs[0].type.elem.storage.numpy
+        if xdt == np.dtype(np.int16) and ydt == np.dtype(np.int16):
+            # (IO14): 513 samples and linear interpolation (TFLite's int16 tables): the
+            # error is the interpolation's, below one output step for GELU, where I-BERT's
+            # erf polynomial is off by up to 0.018
+            f16 = functools.partial(TABLE_FUNCTIONS[fn.op_type], attrs=fn.attrs)
+            table = lut16_table(f16, px[0], px[1], py[0], py[1])
+            tv = self._init(graph, f"{fn.name or fn.op_type}_table", table)
+            q.replace_input(0, None)
+            graph.remove_node(fn)
+            graph.remove_node(dq)
+            self._replace(graph, q, "IntLookup", [xi, tv], {"function": fn.op_type})
+            return None
         if xdt.itemsize != 1:
             if fn.op_type != "Gelu" or xdt != np.dtype(np.int16):
                 return "input is wider than 8 bits (a table has 256 entries)"
@@ -890,7 +926,6 @@ class IntegerOnly(Pass):
             return None
         codes = np.arange(256, dtype=np.uint8).view(xdt).astype(np.float64)
         f = TABLE_FUNCTIONS[fn.op_type](((codes - px[1]) * px[0]), fn.attrs)
-        ydt = q.outputs[0].type.elem.storage.numpy
         info = np.iinfo(ydt)
         table = np.clip(np.rint(f / py[0]) + py[1], info.min, info.max).astype(ydt)
         tv = self._init(graph, f"{fn.name or fn.op_type}_table", table)

@@ -173,8 +173,11 @@ def _gap(nat: Any, at: dict, ins: Sequence[np.ndarray | None]) -> np.ndarray | N
 
 
 def _lookup(nat: Any, at: dict, ins: Sequence[np.ndarray | None]) -> np.ndarray | None:
-    del nat, at, ins
-    return None  # a gather from 256 entries: the golden's table[bits(x)] is the kernel
+    del at
+    x, table = np.asarray(ins[0]), np.asarray(ins[1])
+    if x.dtype != np.int16 or table.shape != (513,) or table.dtype != np.int16:
+        return None  # a gather from 256 entries: the golden's table[bits(x)] is the kernel
+    return nat.intonly_lookup16(_i32(x), _i32(table)).reshape(x.shape).astype(np.int16)
 
 
 _BINDERS = {

@@ -104,8 +104,9 @@ CAPABILITIES = Capabilities(
     notes={
         "weights": "int8, symmetric (zero point 0), per output channel or per tensor",
         "activations": "int8 per tensor (int16 with the int16 profile option)",
-        "non-linearities": "8-bit lookup tables; I-BERT integer polynomials for 16-bit Softmax and GELU "
-        "inputs (i-exp, i-GELU); integer Softmax and LayerNormalization (Newton integer square root)",
+        "non-linearities": "8-bit lookup tables; 513-entry interpolated int16 tables (TFLite) for 16-bit "
+        "GELU; I-BERT integer polynomials for 16-bit Softmax (i-exp) and GELU to 8 bits (i-GELU); integer "
+        "Softmax and LayerNormalization (Newton integer square root)",
     },
 )
 

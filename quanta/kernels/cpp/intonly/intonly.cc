@@ -234,5 +234,14 @@ void layer_norm(const int32_t* x, int64_t rows, int64_t n, const int32_t* g, con
   }
 }
 
+void lookup16(const int32_t* x, int64_t size, const int32_t* table, int32_t* y) {
+  for (int64_t i = 0; i < size; ++i) {
+    const int32_t u = x[i] + 32768;  // [0, 65535]
+    const int32_t base = table[u >> 7];
+    const int32_t slope = table[(u >> 7) + 1] - base;
+    y[i] = base + ((slope * (u & 127) + 64) >> 7);  // (IO14); |slope·o| < 2^23
+  }
+}
+
 }  // namespace intonly
 }  // namespace quanta

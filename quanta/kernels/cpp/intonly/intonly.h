@@ -78,5 +78,10 @@ struct GeluPoly {
 };
 int64_t gelu(const int32_t* x, int64_t size, const GeluPoly& g, int32_t lo, int32_t hi, Rounding r, int32_t* y);
 
+// TFLite's int16 table lookup with linear interpolation (golden int_lookup, eq. (IO14)):
+// x int16 codes, table [513] int16 (512 steps of 128 codes and the end point); y int16.
+// j = (x + 32768) >> 7, o = (x + 32768) & 127, y = T[j] + ((T[j + 1] - T[j])·o + 64) >> 7.
+void lookup16(const int32_t* x, int64_t size, const int32_t* table, int32_t* y);
+
 }  // namespace intonly
 }  // namespace quanta
