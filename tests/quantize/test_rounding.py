@@ -313,3 +313,41 @@ def test_statistics_merged_from_shards_equal_one_stream():
         np.testing.assert_array_equal(got[0], full)
         np.testing.assert_array_equal(got[1], odd)
         assert (acc.rows, acc.odd_rows) == (one.rows, one.odd_rows)
+
+
+def test_layers_past_the_statistics_budget_keep_nearest_rounding(tmp_path, monkeypatch):
+    """The statistics of every GPTQ layer are held during the pass: past the budget (in
+    graph order) a layer keeps nearest rounding, and the file is still written."""
+    from quanta.ir.onnx_io import from_proto
+    from quanta.quantize import rounding
+    from quanta.quantize.qdq import plan_qdq
+
+    model = from_proto(onnx.shape_inference.infer_shapes(_mlp()))
+    plan = plan_qdq(model.graph, quanta.Recipe())
+    first = 2 * 37 * 37 * 8  # m1: K = 37, two int64 halves
+    assert [layer.name for layer in rounding.plan_rounding(model.graph, plan)] == ["m1", "g2"]
+    assert [layer.name for layer in rounding.plan_rounding(model.graph, plan, budget=first)] == ["m1"]
+    # m1 past it, g2 (K = 29) still within
+    assert [layer.name for layer in rounding.plan_rounding(model.graph, plan, budget=first - 1)] == ["g2"]
+    src = tmp_path / "m.onnx"
+    onnx.save(_mlp(), src)
+    outs = {}
+    for budget in (first, 1 << 30):
+        monkeypatch.setattr(rounding, "STATS_BUDGET", budget)
+        outs[budget] = tmp_path / f"b{budget}.onnx"
+        quanta.quantize_static(src, outs[budget], _feeds(4, 10), weight_type="int8", verbose=False)
+    near = tmp_path / "near.onnx"
+    quanta.quantize_static(
+        src, near, _feeds(4, 10), weight_type="int8", weight_rounding="nearest", verbose=False
+    )
+
+    def weights(path):
+        m = onnx.load(path)
+        return {
+            i.name: numpy_helper.to_array(i) for i in m.graph.initializer if i.data_type == TensorProto.INT8
+        }
+
+    small, full, nearest = weights(outs[first]), weights(outs[1 << 30]), weights(near)
+    g2 = [k for k in small if k.startswith("w2")]
+    assert g2 and all(np.array_equal(small[k], nearest[k]) for k in g2)  # past the budget: nearest
+    assert any(not np.array_equal(full[k], nearest[k]) for k in g2)  # within it: GPTQ's
