@@ -439,7 +439,8 @@ def quantize_static(
                 stats=rounded,
             )
             rounded = stats.stats
-            apply_rounding(graph, plan, rounded, reduce_range=recipe.reduce_range)
+            # weight_bits = 7: the weights' 7-bit grid (as resolve_params sets their scales)
+            apply_rounding(graph, plan, rounded, reduce_range=recipe.reduce_range or recipe.weight_bits == 7)
     if recipe.bias_correction:
         correct_biases(graph, plan, means)
     quantize_bodies(bodies, model, ranges, body_float, means, recipe)
