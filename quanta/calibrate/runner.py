@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -38,6 +39,7 @@ class CalibrationResult(dict):
     seconds: float = 0.0
     means: dict
     mean_states: dict  # name -> ChannelMean (mergeable)
+    stats: list  # the ``stats`` objects after the pass (mergeable: their ``merge``)
 
 
 # Every finite float64 is an integer multiple of 2^-1074; sums are kept as such integers.
@@ -164,17 +166,23 @@ def calibrate(
     progress: bool = True,
     channel_means: dict[str, int] | None = None,
     taps: Mapping[str, list[Callable[[np.ndarray], None]]] | None = None,
+    stats: Sequence[Any] = (),
 ) -> CalibrationResult:
     """Observe ``tensors`` (value names of ``model``) over ``data``; return their observers.
 
     ``data`` is anything :func:`quanta.calibrate.readers.iter_feeds` accepts.
     ``make_observer(name)`` builds the observer of one tensor. ``taps``: more consumers
     of named float values, called with each value as it is produced (the statistics that
-    rounding-aware weight quantization accumulates).
+    ``stats``: objects with an ``x_name`` and ``observe(value)`` fed like observers
+    (rounding-aware weight quantization's statistics, which count the samples they see),
+    returned as ``result.stats``.
     """
     wanted = list(dict.fromkeys(tensors))
     observers = CalibrationResult({name: make_observer(name) for name in wanted})
     means = {name: ChannelMean(axis) for name, axis in (channel_means or {}).items()}
+    taps = {name: list(fns) for name, fns in (taps or {}).items()}
+    for st in stats:
+        taps.setdefault(st.x_name, []).append(st.observe)
     # the model as given, on the reference target: If / Loop / Scan bodies run as
     # compiled plans too and report their values under scoped names
     # (quanta.runtime.control_flow.scoped_name), so tensors inside bodies are observed
@@ -198,7 +206,7 @@ def calibrate(
         mean = means.get(name)
         if mean is not None:
             mean.observe(arr)
-        for tap in (taps or {}).get(name, ()):
+        for tap in taps.get(name, ()):
             tap(arr)
 
     t0 = time.perf_counter()
@@ -222,6 +230,7 @@ def calibrate(
     observers.samples = n
     observers.seconds = time.perf_counter() - t0
     observers.mean_states = means
+    observers.stats = list(stats)
     observers.means = {name: mu for name, m in means.items() if (mu := m.mean()) is not None}
     return observers
 

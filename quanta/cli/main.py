@@ -274,6 +274,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         options["target"] = args.target
     if args.subgraphs:
         options["subgraphs"] = args.subgraphs
+    if getattr(args, "weight_rounding", None):
+        options["weight_rounding"] = args.weight_rounding
     if args.dynamic:
         quantize_dynamic(args.model, args.output, args.recipe, **options)
     else:
@@ -452,6 +454,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--subgraphs",
         choices=["quantize", "float"],
         help="If / Loop / Scan bodies: quantized inside by the same rules (default) or kept float",
+    )
+    s.add_argument(
+        "--weight-rounding",
+        choices=["gptq", "nearest"],
+        help="weights: GPTQ second-order rounding on the calibration data (default) or each to nearest",
     )
     s.add_argument("--image-size", type=int, help="images: center crop to SIZE x SIZE")
     s.add_argument("--image-resize", type=int, help="images: resize the shorter side to this first")

@@ -354,13 +354,19 @@ class DebugResult:
 class _Pair:
     """An activation QuantizeLinear -> DequantizeLinear pair."""
 
-    x: str  # float input of Q
+    x: str  # float input of Q (scoped: ``prefix`` + its name in its body)
     q: Node
     dq: Node
     scale: float
     zero_point: int
     qmin: int
     qmax: int
+    prefix: str = ""  # the body it sits in ("" for the main graph)
+    producer: str = ""  # the node that writes x
+
+    def name(self, v) -> str:
+        """The scoped name of one of its nodes' values (what the runs report)."""
+        return self.prefix + v.name
 
 
 @dataclass
@@ -372,6 +378,16 @@ class _Target:
     sources: list[tuple[str, Any]]
     out_pair: _Pair | None
     float_inputs: list[str]
+    prefix: str = ""
+
+    @property
+    def output(self) -> str:
+        return self.prefix + self.node.outputs[0].name
+
+    @property
+    def q_output(self) -> str:
+        """The value of the quantized model that stands for the output."""
+        return self.out_pair.name(self.out_pair.dq.outputs[0]) if self.out_pair else self.output
 
 
 def _load(m: str | os.PathLike | onnx.ModelProto | Model, what: str) -> Model:
@@ -389,8 +405,27 @@ def _const(v) -> np.ndarray | None:
     return None if v is None or v.const is None else np.asarray(v.const)
 
 
-def _pairs(model: Model) -> dict[str, _Pair]:
-    """DQ output name -> its activation pair (a Q of a non-constant, then a DQ)."""
+def _scopes(model: Model, prefix: str = "") -> list[tuple[str, Model]]:
+    """The main graph ("") and every If / Loop / Scan body as a model of its own, with the
+    scope prefix the runs report its values under (``{node}/{attribute}/``, nested
+    scopes chained: quanta.runtime.control_flow.scoped_name)."""
+    from quanta.quantize.bodies import _body_model, _control_flow_nodes, _graphs
+    from quanta.runtime.control_flow import node_scope
+
+    out = [(prefix, model)]
+    for k, node in _control_flow_nodes(model):
+        for attribute, graph in _graphs(node):
+            try:
+                sub = _body_model(model, node, graph)[0]
+            except Exception:  # a body that cannot stand alone: its values are not compared
+                continue
+            out += _scopes(sub, f"{prefix}{node_scope(node, k)}/{attribute}/")
+    return out
+
+
+def _pairs(model: Model, prefix: str = "") -> dict[str, _Pair]:
+    """DQ output name -> its activation pair (a Q of a non-constant, then a DQ); names
+    scoped by ``prefix``."""
     out: dict[str, _Pair] = {}
     for dq in model.graph.nodes:
         if dq.op_type != "DequantizeLinear" or dq.inputs[0] is None:
@@ -404,19 +439,24 @@ def _pairs(model: Model) -> dict[str, _Pair]:
         zp_arr = _const(q.input(2))
         zp_arr = np.zeros((), np.uint8) if zp_arr is None else zp_arr
         info = np.iinfo(zp_arr.dtype) if zp_arr.dtype.kind in "iu" else np.iinfo(np.int8)
-        out[dq.outputs[0].name] = _Pair(
-            q.inputs[0].name,
+        prod = q.inputs[0].producer
+        out[prefix + dq.outputs[0].name] = _Pair(
+            prefix + q.inputs[0].name,
             q,
             dq,
             float(s.reshape(-1)[0]),
             int(zp_arr.reshape(-1)[0]),
             int(info.min),
             int(info.max),
+            prefix,
+            "" if prod is None else prefix + prod.name,
         )
     return out
 
 
-def _targets(model: Model, pairs: dict[str, _Pair]) -> tuple[list[_Target], list[WeightRow]]:
+def _targets(
+    model: Model, pairs: dict[str, _Pair], prefix: str = ""
+) -> tuple[list[_Target], list[WeightRow]]:
     targets: list[_Target] = []
     weights: list[WeightRow] = []
     by_q_input: dict[str, _Pair] = {}
@@ -430,8 +470,8 @@ def _targets(model: Model, pairs: dict[str, _Pair]) -> tuple[list[_Target], list
         for v in n.inputs:
             if v is None:
                 sources.append(("none", None))
-            elif v.name in pairs:
-                sources.append(("act", pairs[v.name]))
+            elif prefix + v.name in pairs:
+                sources.append(("act", pairs[prefix + v.name]))
                 quantized = True
             elif (
                 v.producer is not None
@@ -448,19 +488,112 @@ def _targets(model: Model, pairs: dict[str, _Pair]) -> tuple[list[_Target], list
                     spread = float(sc.max() / med) if med > 0 else 1.0
                     outl = [int(i) for i in np.flatnonzero(sc > 4 * med)] if med > 0 else []
                     weights.append(
-                        WeightRow(v.producer.inputs[0].name, n.name, int(sc.size), spread, outl[:32])
+                        WeightRow(
+                            prefix + v.producer.inputs[0].name,
+                            prefix + n.name,
+                            int(sc.size),
+                            spread,
+                            outl[:32],
+                        )
                     )
             elif v.is_const:
                 sources.append(("const", np.asarray(v.const)))
             else:
-                sources.append(("float", v.name))
+                sources.append(("float", prefix + v.name))
         if not quantized or not n.outputs:
             continue
         y = n.outputs[0]
-        out_pair = by_q_input.get(y.name)
+        out_pair = by_q_input.get(prefix + y.name)
         float_inputs = [s[1].x if s[0] == "act" else s[1] for s in sources if s[0] in ("act", "float")]
-        targets.append(_Target(n, sources, out_pair, float_inputs))
+        targets.append(_Target(n, sources, out_pair, float_inputs, prefix))
     return targets, weights
+
+
+#: Operators of files quantized in ONNX Runtime's QOperator format: where their output's
+#: scale and zero point are among their inputs (positions), to read the output as reals
+QLINEAR_OUT: dict[str, tuple[int, int]] = {
+    "QLinearConv": (6, 7),
+    "QLinearMatMul": (6, 7),
+    "QLinearAdd": (6, 7),
+    "QLinearMul": (6, 7),
+    "QGemm": (7, 8),
+    "QLinearSigmoid": (3, 4),
+    "QLinearLeakyRelu": (3, 4),
+    "QLinearSoftmax": (3, 4),
+    "QLinearAveragePool": (3, 4),
+    "QLinearGlobalAveragePool": (3, 4),
+    "QLinearReduceMean": (3, 4),
+    "QLinearConcat": (0, 1),
+    "QuantizeLinear": (1, 2),
+}
+
+#: Integer operators of dynamically quantized files: their float result is a few float
+#: ops further (Cast, Mul by the scales, Add of the bias) under the original name
+INTEGER_FLOAT_OPS = frozenset({"MatMulInteger", "ConvInteger"})
+_DYNAMIC_TAIL = frozenset({"Cast", "Mul", "Add"})
+#: ... and those that write the float result themselves, under the original name
+DYNAMIC_FLOAT_OPS = frozenset({"DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"})
+
+#: Suffixes ONNX Runtime's quantizer gives the quantized copies of float tensors
+_ORT_SUFFIXES = ("_output_quantized", "_quantized", "_QuantizeLinear_Output")
+
+
+@dataclass
+class _Foreign:
+    """A node of a file in another quantized format (QOperator, dynamic): its output read
+    as reals and compared with the FP32 tensor it stands for (inherited error only)."""
+
+    node: Node
+    value: str  # scoped name of the value read from the quantized run
+    fp32: str  # scoped name of the FP32 tensor it stands for
+    scale: np.ndarray | None = None  # None: the value is already float
+    zero_point: np.ndarray | None = None
+
+
+def _foreign(
+    model: Model, prefix: str, fnames: set[str], taken: set[int], fused: Mapping[str, str]
+) -> list[_Foreign]:
+    """The QOperator / dynamic-quantization nodes of ``model`` whose output can be matched
+    with an FP32 tensor (by name, or by name without ONNX Runtime's suffixes). ``fused``:
+    FP32 tensor -> the output of the Relu / Clip that alone reads it, where the quantized
+    model has no such output (ONNX Runtime folds the activation into the layer's output
+    range: the layer's output stands for the activation's)."""
+
+    def match(name: str) -> str | None:
+        for cand in [name] + [name[: -len(x)] for x in _ORT_SUFFIXES if name.endswith(x)]:
+            if prefix + cand in fnames:
+                return prefix + cand
+        return None
+
+    out: list[_Foreign] = []
+    for n in model.graph.nodes:
+        if id(n) in taken or not n.outputs or n.outputs[0] is None:
+            continue
+        y = n.outputs[0]
+        if n.op_type in QLINEAR_OUT and n.op_type != "QuantizeLinear":
+            si, zi = QLINEAR_OUT[n.op_type]
+            scale, zp = _const(n.input(si)), _const(n.input(zi))
+            ref = match(y.name)
+            ref = fused.get(ref, ref) if ref is not None else None
+            if scale is not None and ref is not None:
+                zp = np.zeros((), np.float64) if zp is None else zp
+                out.append(_Foreign(n, prefix + y.name, ref, scale.astype(np.float64), zp.astype(np.float64)))
+        elif n.op_type in DYNAMIC_FLOAT_OPS:
+            # the first output the FP32 model has (an LSTM's Y may be unused, Y_h read)
+            found = [(o, r) for o in n.outputs if o is not None and (r := match(o.name)) is not None]
+            if found:
+                out.append(_Foreign(n, prefix + found[0][0].name, found[0][1]))
+        elif n.op_type in INTEGER_FLOAT_OPS:
+            v, hops = y, 0
+            while v is not None and hops < 4:  # follow Cast / Mul / Add to the float result
+                ref = match(v.name)
+                if ref is not None and hops > 0:
+                    out.append(_Foreign(n, prefix + v.name, ref))
+                    break
+                users = [u for u in v.consumers() if u.op_type in _DYNAMIC_TAIL]
+                v = users[0].outputs[0] if len(users) == 1 and users[0].outputs else None
+                hops += 1
+    return out
 
 
 # ------------------------------------------------------------------------------ runs
@@ -484,6 +617,14 @@ def _executor(model: Model):
             return BoundRun(steps, specs, None)
 
     return _Unplanned(compile_model(model, "reference", passes=[]))
+
+
+def _along(param: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """A per-tensor or per-channel (axis 1, as QLinearConv's channels) parameter shaped to
+    broadcast against ``x``."""
+    if param.size <= 1 or x.ndim < 2:
+        return param.reshape(()) if param.size == 1 else param
+    return param.reshape((1, -1) + (1,) * (x.ndim - 2))
 
 
 def _run(
@@ -640,9 +781,30 @@ def compare(
 
     fmodel = _load(fp32, "fp32")
     qmodel = _load(quantized, "quantized")
-    pairs = _pairs(qmodel)
-    targets, weights = _targets(qmodel, pairs)
-    fnames = {v.name for v in fmodel.graph.values()}
+    pairs: dict[str, _Pair] = {}
+    targets: list[_Target] = []
+    weights: list[WeightRow] = []
+    # the bodies of If / Loop / Scan nodes too: the runs report their values scoped
+    fnames = {prefix + v.name for prefix, m in _scopes(fmodel) for v in m.graph.values()}
+    qscopes = _scopes(qmodel)
+    qnames = {prefix + v.name for prefix, m in qscopes for v in m.graph.values()}
+    fused = {
+        prefix + v.name: prefix + v.consumers()[0].outputs[0].name
+        for prefix, m in _scopes(fmodel)
+        for v in m.graph.values()
+        if len(v.consumers()) == 1
+        and v.consumers()[0].op_type in ("Relu", "Clip")
+        and prefix + v.consumers()[0].outputs[0].name not in qnames
+    }
+    foreign: list[_Foreign] = []
+    for prefix, m in qscopes:
+        scope_pairs = _pairs(m, prefix)
+        pairs.update(scope_pairs)
+        t, w = _targets(m, scope_pairs, prefix)
+        targets += t
+        weights += w
+        taken = {id(x.node) for x in t} | {id(n) for p in scope_pairs.values() for n in (p.q, p.dq)}
+        foreign += _foreign(m, prefix, fnames, taken, fused)
     evaluate = reference_evaluator(qmodel.opset_imports)
     wcache: dict = {}
 
@@ -652,15 +814,15 @@ def compare(
     unmatched: list[str] = []
     rows: list[NodeRow] = []
     for t in targets:
-        y = t.node.outputs[0].name
-        q_wanted.add(t.out_pair.dq.outputs[0].name if t.out_pair else y)
+        y = t.output
+        q_wanted.add(t.q_output)
         f_wanted.add(y)
         f_wanted.update(t.float_inputs)
         missing = [n for n in [y, *t.float_inputs] if n not in fnames]
         unmatched.extend(m for m in missing if m not in unmatched)
         rows.append(
             NodeRow(
-                t.node.name or f"{t.node.op_type}:{y}",
+                t.prefix + t.node.name if t.node.name else f"{t.node.op_type}:{y}",
                 t.node.op_type,
                 y,
                 t.float_inputs,
@@ -669,18 +831,21 @@ def compare(
                 scale=t.out_pair.scale if t.out_pair else None,
             )
         )
+    foreign_rows: list[NodeRow] = []
+    for fo in foreign:
+        q_wanted.add(fo.value)
+        f_wanted.add(fo.fp32)
+        name = fo.node.name or f"{fo.node.op_type}:{fo.value}"
+        foreign_rows.append(NodeRow(name, fo.node.op_type, fo.fp32, [], inherited=ErrorStats()))
     tensors: dict[str, TensorRow] = {}
     codes: dict[str, np.ndarray] = {}
     hists: dict[str, HistogramObserver] = {}
     for p in pairs.values():
         if p.x in tensors:
             continue
-        prod = qmodel.graph.value(p.x).producer
-        tensors[p.x] = TensorRow(
-            p.x, "" if prod is None else prod.name, p.scale, p.zero_point, p.qmin, p.qmax
-        )
+        tensors[p.x] = TensorRow(p.x, p.producer, p.scale, p.zero_point, p.qmin, p.qmax)
         codes[p.x] = np.zeros(p.qmax - p.qmin + 1, bool)
-        q_wanted.update({p.x, p.q.outputs[0].name})
+        q_wanted.update({p.x, p.name(p.q.outputs[0])})
         if p.x in fnames and histograms:
             hists[p.x] = HistogramObserver()
             f_wanted.add(p.x)
@@ -707,13 +872,22 @@ def compare(
         for t, row in zip(targets, rows):
             y = row.output
             if row.inherited is not None:
-                qy = qvals.get(t.out_pair.dq.outputs[0].name if t.out_pair else y)
+                qy = qvals.get(t.q_output)
                 if qy is not None and y in fvals:
                     row.inherited.add(fvals[y], qy)
             if row.local is not None and y in fvals:
                 loc = _local(t, fvals, evaluate, wcache)
                 if loc is not None:
                     row.local.add(fvals[y], loc)
+        for fo, row in zip(foreign, foreign_rows):
+            qv, fv = qvals.get(fo.value), fvals.get(fo.fp32)
+            if qv is None or fv is None or row.inherited is None:
+                continue
+            qv = np.asarray(qv, np.float64)
+            if fo.scale is not None:
+                qv = (qv - _along(fo.zero_point, qv)) * _along(fo.scale, qv)
+            if qv.shape == np.shape(fv):
+                row.inherited.add(fv, qv)
         for name, p in pair_of.items():
             x = qvals.get(name)
             if x is not None:
@@ -721,7 +895,7 @@ def compare(
                 lo, hi = (p.qmin - p.zero_point - 0.5) * p.scale, (p.qmax - p.zero_point + 0.5) * p.scale
                 clip_counts[name][0] += int(np.sum((x < lo) | (x > hi)))
                 clip_counts[name][1] += int(x.size)
-            c = qvals.get(p.q.outputs[0].name)
+            c = qvals.get(p.name(p.q.outputs[0]))
             if c is not None:
                 codes[name][np.unique(np.asarray(c).astype(np.int64)) - p.qmin] = True
             if name in hists and name in fvals:
@@ -737,7 +911,7 @@ def compare(
         _diagnose(trow, hists.get(name))
     _attribute(rows)
     result = DebugResult(
-        nodes=rows,
+        nodes=rows + [r for r in foreign_rows if r.inherited is not None and r.inherited.count],
         tensors=list(tensors.values()),
         weights=weights,
         outputs=outputs,

@@ -212,9 +212,10 @@ class Recipe:
     overrides: dict[str, TensorOverride] = field(default_factory=dict)
     quantize_outputs: bool = False  # Q/DQ on the graph outputs too
     bias_correction: bool = True  # Conv/Gemm biases absorb the mean weight-rounding error
-    # "nearest", or "gptq": second-order rounding of Conv (group 1) / Gemm / MatMul weights
-    # on the calibration inputs (quanta.quantize.rounding)
-    weight_rounding: str = "nearest"
+    # "gptq": second-order rounding of Conv / Gemm / MatMul weights on the calibration
+    # inputs, kept per output row only where it beats nearest rounding on held-out
+    # samples (quanta.quantize.rounding); "nearest": round each weight on its own
+    weight_rounding: str = "gptq"
     # SmoothQuant's alpha: balance the activation channels of MatMul/Gemm inputs whose
     # channel maxima spread (quanta.quantize.smooth, docs/debugger.md eq. (13)); None: off
     smooth_quant: float | None = 0.8

@@ -11,15 +11,28 @@ W x closest to its float value::
     e_k     = (w_k − s·q_k) / U_kk                               U = chol(H⁻¹)ᵀ (upper)
     w_j    ← w_j − e_k · U_kj            for j > k
 
-The scales s (one per row) are fixed beforehand (the recipe's weight parameters); only
-the integers change, so the quantized model's format is unchanged.
+in blocks of columns (GPTQ's "lazy batch" updates: inside a block only the block's
+columns are updated, the rest of W once per block by one matrix product; the same
+integers, fewer passes over W). The scales s (one per row) are fixed beforehand (the
+recipe's weight parameters); only the integers change, so the quantized model's format
+is unchanged.
+
+H is taken over the inputs *as the quantized model sees them*: x quantized with its own
+activation parameters, in integers (eq. (12d)), x_int = clamp(round(x/s_x) + z_x) − z_x.
+The integer Gram matrices are exact (float64 products of integers below 2^53 are exact,
+whatever the BLAS summation order), and summed over samples as int64, so the statistics
+after any split of the samples into shards, merged in any order, are the same integers
+(sharded calibration writes the same file: docs/scale.md).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["HessianAccumulator", "gptq_round"]
+__all__ = ["HessianAccumulator", "RoundedLayer", "apply_rounding", "gptq_round", "plan_rounding"]
+
+# columns per lazy-batch block (GPTQ uses 128)
+BLOCK = 128
 
 
 class HessianAccumulator:
@@ -42,64 +55,86 @@ def gptq_round(
     ‖(W − s·Q) x‖² on the inputs summarised by ``h`` [K, K] (GPTQ, module docstring).
     ``damp``: the share of the mean diagonal added to H (keeps it invertible; inputs
     that never vary get plain rounding)."""
-    w = np.array(w, np.float64)
-    s = np.asarray(scale, np.float64).reshape(-1, 1)
-    h = np.array(h, np.float64)
-    if ACT_ORDER:
-        # the columns whose inputs carry the most energy first (GPTQ's "act-order"): their
-        # errors get the most columns left to absorb them; stable, so deterministic
-        perm = np.argsort(-np.diag(h), kind="stable")
-        q = gptq_round_ordered(w[:, perm], s, h[np.ix_(perm, perm)], qmin, qmax, damp)
-        out = np.empty_like(q)
-        out[:, perm] = q
-        return out
-    return gptq_round_ordered(w, s, h, qmin, qmax, damp)
+    w = np.asarray(w, np.float64)
+    s = np.asarray(scale, np.float64).reshape(-1)
+    return gptq_round_groups(w[None], s[None], np.asarray(h, np.float64)[None], qmin, qmax, damp=damp)[0]
 
 
-ACT_ORDER = False
-
-
-def gptq_round_ordered(
-    w: np.ndarray, s: np.ndarray, h: np.ndarray, qmin: int, qmax: int, damp: float
+def gptq_round_groups(
+    w: np.ndarray, s: np.ndarray, h: np.ndarray, qmin: int, qmax: int, *, damp: float = 0.01
 ) -> np.ndarray:
-    """:func:`gptq_round` in the columns' given order (``w`` float64 [rows, K], ``s`` [rows, 1])."""
+    """:func:`gptq_round` for G independent groups at once (a grouped or depthwise Conv:
+    ``w`` [G, rows, K], ``s`` [G, rows], ``h`` [G, K, K]); the column loop runs once for
+    all groups. A group whose damped H is not positive definite gets nearest rounding."""
     w = np.array(w, np.float64)
-    h = np.array(h, np.float64)
-    k = w.shape[1]
-    dead = np.diag(h) == 0
-    h[dead, dead] = 1.0
-    lam = damp * float(np.mean(np.diag(h)))
-    h[np.diag_indices(k)] += lam
-    try:
-        hinv = np.linalg.inv(h)
-        u = np.linalg.cholesky(hinv).T  # upper triangular, H⁻¹ = Uᵀ U
-    except np.linalg.LinAlgError:  # not positive definite even damped: nearest rounding
-        return np.clip(np.rint(w / s), qmin, qmax)
+    s = np.asarray(s, np.float64)
+    u = _upper_factors(np.array(h, np.float64), damp)
+    k = w.shape[2]
     q = np.empty_like(w)
-    for j in range(k):
-        col = w[:, j]
-        qj = np.clip(np.rint(col / s[:, 0]), qmin, qmax)
-        q[:, j] = qj
-        err = (col - s[:, 0] * qj) / u[j, j]
-        if j + 1 < k:
-            w[:, j + 1 :] -= np.outer(err, u[j, j + 1 :])
+    for b0 in range(0, k, BLOCK):
+        b1 = min(b0 + BLOCK, k)
+        wb = w[:, :, b0:b1].copy()
+        ub = u[:, b0:b1, b0:b1]
+        err = np.empty_like(wb)
+        for j in range(b1 - b0):
+            col = wb[:, :, j]
+            qj = np.clip(np.rint(col / s), qmin, qmax)
+            q[:, :, b0 + j] = qj
+            e = (col - s * qj) / ub[:, j, j][:, None]
+            err[:, :, j] = e
+            if j + 1 < b1 - b0:
+                wb[:, :, j + 1 :] -= e[:, :, None] * ub[:, j, None, j + 1 :]
+        if b1 < k:
+            w[:, :, b1:] -= np.matmul(err, u[:, b0:b1, b1:])
     return q
+
+
+def _upper_factors(h: np.ndarray, damp: float) -> np.ndarray:
+    """U with H⁻¹ = Uᵀ U (upper triangular) for each damped [K, K] in ``h`` [G, K, K];
+    the identity (no error propagated: nearest rounding) where that fails."""
+    k = h.shape[-1]
+    diag = np.diagonal(h, axis1=1, axis2=2).copy()
+    dead = diag == 0
+    diag[dead] = 1.0
+    lam = damp * diag.mean(axis=1, keepdims=True)
+    idx = np.arange(k)
+    h[:, idx, idx] = diag + lam
+    try:
+        return np.linalg.cholesky(np.linalg.inv(h)).transpose(0, 2, 1)
+    except np.linalg.LinAlgError:
+        pass
+    out = np.empty_like(h)
+    for i in range(len(h)):  # find the groups that fail
+        try:
+            out[i] = np.linalg.cholesky(np.linalg.inv(h[i])).T
+        except np.linalg.LinAlgError:  # not positive definite even damped
+            out[i] = np.eye(k)
+    return out
 
 
 # ------------------------------------------------------------------------------ in quantize_static
 
 
 class RoundedLayer:
-    """One Conv / Gemm / MatMul with a constant weight whose integers GPTQ chooses: its
-    input's rows as the layer sees them (im2col for a Conv), accumulated. A grouped or
-    depthwise Conv keeps one H per group (eq. (12) per group: the output channels of a
-    group read only that group's input channels), [groups, K_g, K_g]."""
+    """One Conv / Gemm / MatMul with a constant weight whose integers GPTQ chooses: the
+    integer Gram matrix of its quantized input's rows as the layer sees them (im2col for a
+    Conv; eq. (12d)), summed separately over the even- and odd-numbered samples (the
+    held-out check of eq. (12c) fits on one and checks on the other). A grouped or
+    depthwise Conv keeps one per group (the output channels of a group read only that
+    group's input channels), [groups, K_g, K_g].
 
-    def __init__(self, node, x_name: str, w_key: str, w: np.ndarray) -> None:
-        self.node = node
+    The state is exactly mergeable (:meth:`merge`): integer sums. ``calls`` is the index
+    of the next sample in the data (a shard sets it to its first sample's)."""
+
+    def __init__(self, node, x_name: str, w_key: str, w: np.ndarray, x_key: str | None = None) -> None:
+        # the node's op and attributes, not the node: the state travels to shard workers
+        self.op = node.op_type
+        self.name = node.name
+        self.attrs = dict(node.attrs)
         self.x_name = x_name
+        self.x_key = x_key if x_key is not None else x_name
         self.w_key = w_key
-        op = node.op_type
+        op = self.op
         self.kernel = tuple(int(k) for k in w.shape[2:4]) if op == "Conv" else (1, 1)
         self.groups = int(node.attrs.get("group", 1)) if op == "Conv" else 1
         if op == "Conv":
@@ -108,58 +143,76 @@ class RoundedLayer:
             k = w.shape[1]
         else:  # MatMul / Gemm without transB: W [K, N]
             k = w.shape[0]
-        self.acc = HessianAccumulator(k)
-        # the odd-numbered calls' share of acc: GPTQ fitted on the even calls is checked
-        # against nearest rounding on these rows (eq. (12c)), then refitted on all
-        self.half = HessianAccumulator(k)
-        if self.groups > 1:
-            self.acc.h = np.zeros((self.groups, k, k), np.float64)
-            self.half.h = np.zeros((self.groups, k, k), np.float64)
+        self.k = k
+        self.even = np.zeros((self.groups, k, k), np.int64)
+        self.odd = np.zeros((self.groups, k, k), np.int64)
+        self.rows = 0
+        self.odd_rows = 0
         self.calls = 0
+        self.bound = 0  # an upper bound of |every sum|: int64 until it passes 2^62
+        # the input's quantization (set from the plan once the ranges are known)
+        self.x_scale = 1.0
+        self.x_zero = 0
+        self.x_range = (-(2**15), 2**15 - 1)
 
-    def _add(self, h: np.ndarray, rows: int) -> None:
-        self.acc.h += h
-        self.acc.rows += rows
+    def set_input(self, scale: float, zero_point: int, qmin: int, qmax: int) -> None:
+        self.x_scale, self.x_zero, self.x_range = float(scale), int(zero_point), (int(qmin), int(qmax))
+
+    def _integers(self, x: np.ndarray) -> np.ndarray:
+        """Eq. (12d): x as the quantized model's integers, zero point removed (float64)."""
+        qmin, qmax = self.x_range
+        q = np.rint(np.asarray(x, np.float64) / np.float64(np.float32(self.x_scale))) + self.x_zero
+        return np.clip(q, qmin, qmax) - self.x_zero
+
+    def _add(self, h: np.ndarray, rows: int, bound: int) -> None:
+        self.bound += bound
+        if self.bound >= 2**62 and self.even.dtype != object:  # Python integers from here on
+            self.even, self.odd = self.even.astype(object), self.odd.astype(object)
+        h = h.astype(np.int64)
         if self.calls % 2:
-            self.half.h += h
-            self.half.rows += rows
+            self.odd += h
+            self.odd_rows += rows
+        else:
+            self.even += h
+
+        self.rows += rows
         self.calls += 1
 
-    def rows_2d(self, w: np.ndarray) -> np.ndarray:
-        """W as [output channels, K] in the order of the input rows."""
-        if self.node.op_type == "Conv":
-            return w.reshape(w.shape[0], -1)
-        if self.node.op_type == "Gemm" and self.node.attrs.get("transB", 0):
-            return w
-        return w.T
-
-    def from_2d(self, q: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-        if self.node.op_type == "Conv":
-            return q.reshape(shape)
-        if self.node.op_type == "Gemm" and self.node.attrs.get("transB", 0):
-            return q
-        return q.T
+    def _gram(self, r: np.ndarray) -> tuple[np.ndarray, int]:
+        """Σ r rᵀ over the last axis of integer-valued ``r`` [G, K, P], exact: in chunks of
+        positions whose sums stay below 2^53."""
+        m = max(abs(self.x_range[0] - self.x_zero), abs(self.x_range[1] - self.x_zero), 1)
+        step = max(1, (2**53 - 1) // (m * m))
+        p = r.shape[-1]
+        if p <= step:
+            return np.matmul(r, r.transpose(0, 2, 1)), p * m * m
+        out = np.zeros((r.shape[0], r.shape[1], r.shape[1]), np.int64)
+        for a in range(0, p, step):
+            c = r[:, :, a : a + step]
+            out += np.matmul(c, c.transpose(0, 2, 1)).astype(np.int64)
+        return out, p * m * m
 
     def observe(self, x: np.ndarray) -> None:
-        node = self.node
-        if node.op_type != "Conv":
-            x2 = np.asarray(x, np.float64).reshape(-1, self.acc.h.shape[0])
-            self._add(x2.T @ x2, x2.shape[0])
+        xi = self._integers(x)
+        if self.op != "Conv":
+            x2 = xi.reshape(-1, self.k)
+            h, bound = self._gram(x2.T[None])
+            self._add(h, x2.shape[0], bound)
             return
         kh, kw = self.kernel
-        sh, sw = [*node.attrs.get("strides", [1, 1]), 1, 1][:2]
-        pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
-        g = self.groups
-        k = self.acc.h.shape[-1]
-        total = np.zeros_like(self.acc.h)
-        rows = 0
-        for sample in x:  # one sample at a time: the im2col copy stays small
+        sh, sw = [*self.attrs.get("strides", [1, 1]), 1, 1][:2]
+        pads = list(self.attrs.get("pads", [0, 0, 0, 0]))
+        g, k = self.groups, self.k
+        total = np.zeros((g, k, k), np.int64)
+        rows = bound = 0
+        for sample in xi:  # one sample at a time: the im2col copy stays small
+            # zero padding: the integer of a real 0 is the zero point, 0 once it is removed
             xp = np.pad(sample, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
             c = xp.shape[0]
             ho = (xp.shape[1] - kh) // sh + 1
             wo = (xp.shape[2] - kw) // sw + 1
             # im2col as kh·kw strided slices (a copy each, not a gather of windows):
-            # cols[c, i·kw + j, p] = xp[c, i + sh·p_h, j + sw·p_w], float64
+            # cols[c, i·kw + j, p] = xp[c, i + sh·p_h, j + sw·p_w]
             cols = np.empty((c, kh * kw, ho, wo), np.float64)
             for i in range(kh):
                 for j in range(kw):
@@ -167,11 +220,44 @@ class RoundedLayer:
                         :, i : i + sh * (ho - 1) + 1 : sh, j : j + sw * (wo - 1) + 1 : sw
                     ]
             # rows of group g are its C/g channels × taps, in W.reshape(Cout, -1)'s order
-            r = cols.reshape(g, k, ho * wo)
-            h = np.matmul(r, r.transpose(0, 2, 1))
-            total += h[0] if g == 1 else h
+            h, b = self._gram(cols.reshape(g, k, ho * wo))
+            total += h.astype(np.int64)
             rows += ho * wo
-        self._add(total, rows)
+            bound += b
+        self._add(total, rows, bound)
+
+    def merge(self, other: RoundedLayer) -> RoundedLayer:
+        """Add ``other``'s statistics (other samples of the same data) into this one."""
+        self.bound += other.bound
+        if self.bound >= 2**62 or other.even.dtype == object:
+            self.even, self.odd = self.even.astype(object), self.odd.astype(object)
+        self.even += other.even
+        self.odd += other.odd
+        self.rows += other.rows
+        self.odd_rows += other.odd_rows
+        self.calls = max(self.calls, other.calls)
+        return self
+
+    def hessians(self) -> tuple[np.ndarray, np.ndarray]:
+        """(H over every sample, H over the odd-numbered ones), float64 [G, K, K], in
+        units of s_x² (GPTQ and the check of eq. (12c) do not depend on H's scale)."""
+        full = (self.even + self.odd).astype(np.float64)
+        return full, self.odd.astype(np.float64)
+
+    def rows_2d(self, w: np.ndarray) -> np.ndarray:
+        """W as [output channels, K] in the order of the input rows."""
+        if self.op == "Conv":
+            return w.reshape(w.shape[0], -1)
+        if self.op == "Gemm" and self.attrs.get("transB", 0):
+            return w
+        return w.T
+
+    def from_2d(self, q: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        if self.op == "Conv":
+            return q.reshape(shape)
+        if self.op == "Gemm" and self.attrs.get("transB", 0):
+            return q
+        return q.T
 
     @classmethod
     def eligible(cls, node, w: np.ndarray) -> str | None:
@@ -198,11 +284,20 @@ class RoundedLayer:
         return "op"
 
 
-def plan_rounding(graph, plan) -> list[RoundedLayer]:
+#: Memory the statistics of all layers may take together (two int64 [G, K, K] halves per
+#: layer, held during the whole pass): layers past it, in graph order, keep nearest
+#: rounding (a VGG-16's 3x3x512 convolutions take 340 MB each)
+STATS_BUDGET = 1 << 30
+
+
+def plan_rounding(graph, plan, budget: int | None = None) -> list[RoundedLayer]:
     """The quantized layers GPTQ applies to (int8 weights without a block size, zero
-    point 0 is checked when the integers are chosen)."""
+    point 0 is checked when the integers are chosen), in graph order while their
+    statistics fit ``budget`` bytes (default :data:`STATS_BUDGET`)."""
+    budget = STATS_BUDGET if budget is None else budget
     by_name = {v.name: v for v in graph.values()}
     out: list[RoundedLayer] = []
+    used = 0
     for d in plan.decisions:
         roles = dict(d.inputs)
         if not d.quantize or 0 not in roles or 1 not in roles:
@@ -216,22 +311,45 @@ def plan_rounding(graph, plan) -> list[RoundedLayer]:
         x = d.node.inputs[0]
         if x is None or x.is_const:
             continue
-        out.append(RoundedLayer(d.node, x.name, roles[1], np.asarray(w)))
+        layer = RoundedLayer(d.node, x.name, roles[1], np.asarray(w), x_key=roles[0])
+        size = layer.even.nbytes + layer.odd.nbytes
+        if used + size > budget:
+            continue
+        used += size
+        out.append(layer)
+    return out
+
+
+def quantized_inputs(plan, layers: list[RoundedLayer]) -> list[RoundedLayer]:
+    """The layers whose input is quantized with one scale (after resolve_params), each
+    told its input's parameters; the others keep nearest rounding."""
+    out = []
+    for layer in layers:
+        t = plan.tensors.get(layer.x_key)
+        q = None if t is None else t.qtype
+        if q is None or len(q.scale) != 1 or not hasattr(q.storage, "qmin"):
+            continue
+        layer.set_input(q.scale[0], int(q.zero_point[0]), q.storage.qmin, q.storage.qmax)
+        out.append(layer)
     return out
 
 
 def apply_rounding(graph, plan, layers: list[RoundedLayer], *, reduce_range: bool = False) -> int:
-    """Choose the integers of every layer's weight with :func:`gptq_round` (after
-    resolve_params: the scales are final); they go into ``TensorPlan.codes``. Returns
-    the number of weights rounded."""
+    """Choose the integers of every layer's weight with GPTQ (after resolve_params: the
+    scales are final); they go into ``TensorPlan.codes``. Returns the number of weights
+    rounded."""
     from quanta.quantize.params import quant_range
 
     by_name = {v.name: v for v in graph.values()}
     n = 0
+    shared: dict[str, list[RoundedLayer]] = {}  # a weight several layers read (a siamese net)
     for layer in layers:
+        shared.setdefault(layer.w_key, []).append(layer)
+    for readers in shared.values():
+        layer = readers[0]
         t = plan.tensors[layer.w_key]
         q = t.qtype
-        if q is None or layer.acc.rows == 0 or q.block is not None:
+        if q is None or q.block is not None or any(r.rows == 0 for r in readers):
             continue
         zp = np.asarray(q.zero_point_array())
         if np.any(zp != 0):
@@ -244,21 +362,20 @@ def apply_rounding(graph, plan, layers: list[RoundedLayer], *, reduce_range: boo
         elif scale.size != w2.shape[0]:
             continue  # per-axis along something other than the output channels
         qmin, qmax = quant_range(q.storage, symmetric=True, reduce_range=reduce_range)
-        full, half = layer.acc.h, layer.half.h
-        checked = 0 < layer.half.rows < layer.acc.rows
-        if layer.groups == 1:
-            full, half = full[None], half[None]
-        per = w2.shape[0] // len(full)
-        parts = []
-        for i in range(len(full)):
-            rows = slice(i * per, (i + 1) * per)
-            wg, sg = w2[rows], scale[rows]
-            codes = gptq_round(wg, sg, full[i], qmin, qmax)
-            if checked:
-                codes = _held_out(wg, sg, full[i] - half[i], half[i], codes, qmin, qmax)
-            parts.append(codes)
-        codes = np.concatenate(parts)
-        t.codes = layer.from_2d(codes, w.shape).astype(q.storage.numpy)
+        full, half = layer.hessians()
+        odd_rows, rows = layer.odd_rows, layer.rows
+        for other in readers[1:]:  # its inputs in real units: H·s_x² summed over the readers
+            f, h = other.hessians()
+            r = (other.x_scale / layer.x_scale) ** 2
+            full, half = full + r * f, half + r * h
+            odd_rows, rows = odd_rows + other.odd_rows, rows + other.rows
+        g = len(full)
+        wg = w2.reshape(g, w2.shape[0] // g, w2.shape[1])
+        sg = scale.reshape(g, -1)
+        codes = gptq_round_groups(wg, sg, full, qmin, qmax)
+        if 0 < odd_rows < rows:
+            codes = _held_out(wg, sg, full - half, half, codes, qmin, qmax)
+        t.codes = layer.from_2d(codes.reshape(w2.shape), w.shape).astype(q.storage.numpy)
         n += 1
     return n
 
@@ -272,15 +389,21 @@ def _held_out(
     qmin: int,
     qmax: int,
 ) -> np.ndarray:
-    """Eq. (12c): per output row, GPTQ's ``codes`` (fitted on every call) where GPTQ
-    fitted on the even calls alone beats nearest rounding on the odd calls' rows,
+    """Eq. (12c): per output row, GPTQ's ``codes`` (fitted on every sample) where GPTQ
+    fitted on the even samples alone beats nearest rounding on the odd samples' rows,
     ‖(w − s·q) x‖² = d H_val dᵀ; nearest rounding elsewhere (where the calibration data
-    is too small for the rows' second-order statistics to carry over)."""
-    near = np.clip(np.rint(w / s[:, None]), qmin, qmax)
+    is too small for the rows' second-order statistics to carry over). Arrays as in
+    :func:`gptq_round_groups` ([G, rows, K], [G, rows], [G, K, K]); a single group may
+    drop the leading axis."""
+    single = w.ndim == 2
+    if single:
+        w, s, h_fit, h_val, codes = w[None], s[None], h_fit[None], h_val[None], codes[None]
+    near = np.clip(np.rint(w / s[..., None]), qmin, qmax)
 
     def loss(q: np.ndarray) -> np.ndarray:
-        d = w - s[:, None] * q
-        return np.einsum("rk,kl,rl->r", d, h_val, d)
+        d = w - s[..., None] * q
+        return np.einsum("grk,gkl,grl->gr", d, h_val, d)
 
-    fit = gptq_round(w, s, h_fit, qmin, qmax)
-    return np.where((loss(fit) < loss(near))[:, None], codes, near)
+    fit = gptq_round_groups(w, s, h_fit, qmin, qmax)
+    out = np.where((loss(fit) < loss(near))[..., None], codes, near)
+    return out[0] if single else out

@@ -346,29 +346,24 @@ def quantize_static(
     )
     means: dict = {}
     rounded = []
-    taps: dict = {}
     if recipe.weight_rounding == "gptq":
         from quanta.quantize.rounding import plan_rounding
 
         rounded = plan_rounding(graph, plan)
-        for layer in rounded:
-            taps.setdefault(layer.x_name, []).append(layer.observe)
+        if rounded:
+            calibration_data = _rereadable(calibration_data, graph, recipe, preprocess)
     # with bodies, the calibration run also tells which If branches the data takes and
     # the shapes inside the bodies (coverage counts their MACs with them)
-    if to_calibrate or means_for or bodies or taps:
+    run = None
+    if to_calibrate or means_for or bodies or rounded:
         if engine != "inprocess" or workers not in (None, 1):
-            if taps:
-                # GPTQ's statistics are streamed into callbacks of this process; they
-                # have no mergeable state a shard could return.
-                raise ValueError(
-                    f"weight_rounding='gptq' calibrates in one process; engine={engine!r} "
-                    f"with workers={workers} cannot collect its statistics"
-                )
             from quanta.scale import calibrate_sharded, make_engine
 
             run = functools.partial(calibrate_sharded, engine=make_engine(engine, workers, address))
         else:
-            run = functools.partial(calibrate, taps=taps)
+            run = calibrate
+    if to_calibrate or means_for or bodies:
+        assert run is not None
         observers = run(
             model,
             to_calibrate,
@@ -395,9 +390,26 @@ def quantize_static(
                 ranges[name] = obs.range()
     resolve_params(graph, plan, ranges, recipe)
     if rounded:
-        from quanta.quantize.rounding import apply_rounding
+        from quanta.quantize.rounding import apply_rounding, quantized_inputs
 
-        apply_rounding(graph, plan, rounded, reduce_range=recipe.reduce_range)
+        # a second pass once the activations' parameters are known: GPTQ's statistics are
+        # taken over the inputs quantized as the model will see them (rounding.py eq. (12d))
+        rounded = quantized_inputs(plan, rounded)
+        if rounded:
+            assert run is not None
+            stats = run(
+                model,
+                [],
+                calibration_data,
+                make_observer_factory(recipe),
+                preprocess=preprocess,
+                limit=recipe.calibration_samples,
+                progress=recipe.progress and verbose,
+                stats=rounded,
+            )
+            rounded = stats.stats
+            # weight_bits = 7: the weights' 7-bit grid (as resolve_params sets their scales)
+            apply_rounding(graph, plan, rounded, reduce_range=recipe.reduce_range or recipe.weight_bits == 7)
     if recipe.bias_correction:
         correct_biases(graph, plan, means)
     quantize_bodies(bodies, model, ranges, body_float, means, recipe)
@@ -430,7 +442,6 @@ def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> tuple[list[s
     the Mul nodes whose outputs were balanced, and the data for the calibration pass (a
     one-shot reader or iterator is read into a list here, as the calibration reads the
     data a second time)."""
-    from quanta.calibrate.readers import iter_feeds
     from quanta.quantize.smooth import apply_smoothing, plan_smoothing
 
     alpha = recipe.smooth_quant
@@ -439,10 +450,7 @@ def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> tuple[list[s
     sites = plan_smoothing(model.graph, recipe.op_types, insert=True)
     if not sites:
         return [], data
-    if not isinstance(data, (list, tuple, str, os.PathLike, Mapping)) and not hasattr(data, "rewind"):
-        data = list(
-            iter_feeds(data, model.graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples)
-        )
+    data = _rereadable(data, model.graph, recipe, preprocess)
     calibrate(
         model,
         [],
@@ -454,6 +462,16 @@ def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> tuple[list[s
         taps={s.x.name: [s.observe] for s in sites},
     )
     return apply_smoothing(model.graph, sites, float(alpha)), data
+
+
+def _rereadable(data: Any, graph, recipe: Recipe, preprocess) -> Any:
+    """``data`` in a form that can be read twice (a one-shot reader or iterator is read
+    into a list; paths, lists and rewindable readers are returned as they are)."""
+    from quanta.calibrate.readers import iter_feeds
+
+    if not isinstance(data, (list, tuple, str, os.PathLike, Mapping)) and not hasattr(data, "rewind"):
+        data = list(iter_feeds(data, graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples))
+    return data
 
 
 def _quantize_to_target(

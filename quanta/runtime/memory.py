@@ -16,7 +16,7 @@ Algorithm (:func:`plan_arena`): greedy by size with best fit, as TFLite's
    gap does;
 4. repeat with two other visiting orders (TFLite's tie-break, earlier first use; and
    size x lifetime) and keep the smallest arena (:data:`ORDERS`). Each pass costs
-   O(Σ lifetime x live buffers) with a per-step index of placed buffers.
+   O(n²) interval tests, vectorised (n buffers), whatever their lifetimes.
 
 Invariants (tests/runtime/test_memory.py checks them over random liveness patterns):
 
@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from quanta.ir.op_facts import derive
 
@@ -166,10 +168,20 @@ def _place(
     intervals: Sequence[Interval], order: Sequence[int], alignment: int
 ) -> tuple[dict[Hashable, int], dict[Hashable, int], int]:
     """Place buffers in ``order``: each in the smallest gap between the already placed
-    buffers live at the same time that holds it, else above the highest of them."""
+    buffers live at the same time that holds it, else above the highest of them.
+
+    The placed buffers are kept in arrays, and the ones a buffer meets are found with one
+    vectorised interval test: O(n) per buffer whatever the lifetimes (a QDQ graph as
+    written dequantizes every weight at the top, so its lifetimes are as long as the
+    graph and a per-step index costs O(n²) per buffer)."""
+    n = len(intervals)
+    firsts = np.empty(n, np.int64)
+    lasts = np.empty(n, np.int64)
+    offs = np.empty(n, np.int64)
+    szs = np.empty(n, np.int64)
+    m = 0  # buffers placed (with a non-zero size)
     offsets: dict[Hashable, int] = {}
     sizes: dict[Hashable, int] = {}
-    live_at: dict[int, list[tuple[int, int, int]]] = {}  # step -> [(offset, size, index)] placed
     peak = 0
     for i in order:
         b = intervals[i]
@@ -178,21 +190,21 @@ def _place(
         if size == 0:
             offsets[b.key] = 0
             continue
-        seen: dict[int, tuple[int, int]] = {}
-        for t in range(b.first, b.last + 1):
-            for off, sz, j in live_at.get(t, ()):
-                seen[j] = (off, sz)
-        best_offset, best_gap = None, None
-        end = 0  # first free byte after the neighbours seen so far
-        for off, sz in sorted(seen.values()):
-            gap = off - end
-            if gap >= size and (best_gap is None or gap < best_gap):
-                best_offset, best_gap = end, gap
-            end = max(end, off + sz)
-        offset = end if best_offset is None else best_offset
+        meet = np.flatnonzero((firsts[:m] <= b.last) & (lasts[:m] >= b.first))
+        offset = 0
+        if meet.size:
+            o, z = offs[meet], szs[meet]
+            by = np.lexsort((z, o))  # by offset, then size
+            o, z = o[by], z[by]
+            ends = np.maximum.accumulate(o + z)
+            before = np.concatenate(([0], ends[:-1]))  # first free byte before each neighbour
+            gaps = o - before
+            fits = np.flatnonzero(gaps >= size)
+            # best fit: the smallest gap that holds it, the lowest such on ties
+            offset = int(ends[-1]) if fits.size == 0 else int(before[fits[np.argmin(gaps[fits])]])
         offsets[b.key] = offset
-        for t in range(b.first, b.last + 1):
-            live_at.setdefault(t, []).append((offset, size, i))
+        firsts[m], lasts[m], offs[m], szs[m] = b.first, b.last, offset, size
+        m += 1
         peak = max(peak, offset + size)
     return offsets, sizes, peak
 

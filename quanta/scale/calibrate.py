@@ -55,6 +55,7 @@ class ShardState:
     samples: int
     value_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     seconds: float = 0.0
+    stats: list = field(default_factory=list)  # calibrate's ``stats`` (exactly mergeable)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ class _Job:
     prototypes: dict[str, ObserverBase]
     preprocess: ImagePreprocess | None
     channel_means: dict[str, int]
+    stats: tuple = ()  # prototypes of calibrate's ``stats``
+    starts: tuple[int, ...] = ()  # the data index of each shard's first sample
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -102,6 +105,9 @@ def run_shard(job: _Job, shard: tuple[int, Sequence[SampleRef]]) -> ShardState:
         for ref in refs:
             yield load_sample(ref, names, job.preprocess)
 
+    stats = copy.deepcopy(list(job.stats))
+    for st in stats:  # statistics that tell samples apart by their index in the data
+        st.calls = job.starts[index] if job.starts else 0
     t0 = time.perf_counter()
     result = calibrate(
         job.model,
@@ -110,6 +116,7 @@ def run_shard(job: _Job, shard: tuple[int, Sequence[SampleRef]]) -> ShardState:
         lambda name: copy.deepcopy(job.prototypes[name]),
         progress=False,
         channel_means=job.channel_means,
+        stats=stats,
     )
     return ShardState(
         index=index,
@@ -118,6 +125,7 @@ def run_shard(job: _Job, shard: tuple[int, Sequence[SampleRef]]) -> ShardState:
         samples=result.samples,
         value_shapes=result.value_shapes,
         seconds=time.perf_counter() - t0,
+        stats=result.stats,
     )
 
 
@@ -152,6 +160,7 @@ class ShardFold:
                 samples=s.samples,
                 value_shapes=s.value_shapes,  # shard 0 starts with the data's first sample
                 seconds=s.seconds,
+                stats=copy.deepcopy(s.stats),  # merged into in place below
             )
             return
         acc = self._acc
@@ -165,6 +174,8 @@ class ShardFold:
                 self._owned.add(name)
         for name, m in s.means.items():
             acc.means[name] = acc.means[name].merge(m) if name in acc.means else m
+        for mine, theirs in zip(acc.stats, s.stats):
+            mine.merge(theirs)
         acc.samples += s.samples
         acc.seconds += s.seconds
 
@@ -186,6 +197,9 @@ def merge_pair(a: ShardState, b: ShardState) -> ShardState:
     means = dict(a.means)
     for name, m in b.means.items():
         means[name] = means[name].merge(m) if name in means else m
+    stats = copy.deepcopy(a.stats)
+    for mine, theirs in zip(stats, b.stats):
+        mine.merge(theirs)
     return ShardState(
         index=min(a.index, b.index),
         observers=observers,
@@ -193,6 +207,7 @@ def merge_pair(a: ShardState, b: ShardState) -> ShardState:
         samples=a.samples + b.samples,
         value_shapes=a.value_shapes,
         seconds=a.seconds + b.seconds,
+        stats=stats,
     )
 
 
@@ -212,6 +227,7 @@ def merge_into(a: ShardState, b: ShardState) -> ShardState:
             a.observers[name] = mine.merge(obs)
     for name, m in b.means.items():
         a.means[name] = a.means[name].merge(m) if name in a.means else m
+    a.stats = [copy.deepcopy(mine).merge(theirs) for mine, theirs in zip(a.stats, b.stats)]
     a.index = min(a.index, b.index)
     a.samples += b.samples
     a.seconds += b.seconds
@@ -250,9 +266,12 @@ def calibrate_sharded(
     limit: int | None = None,
     progress: bool = True,
     channel_means: dict[str, int] | None = None,
+    stats: Sequence[Any] = (),
 ) -> CalibrationResult:
     """:func:`quanta.calibrate.runner.calibrate`, sharded over ``engine``: the same
-    result, bit for bit. ``shards`` defaults to the engine's worker count."""
+    result, bit for bit. ``shards`` defaults to the engine's worker count. ``stats``:
+    as calibrate's, with a ``merge`` that adds another shard's (exact) and a ``calls``
+    counter each shard starts at its first sample's index."""
     from quanta.calibrate.readers import CalibrationDataError
 
     wanted = tuple(dict.fromkeys(tensors))
@@ -265,6 +284,8 @@ def calibrate_sharded(
         prototypes={name: _for_shards(make_observer(name)) for name in wanted},
         preprocess=preprocess,
         channel_means=dict(channel_means or {}),
+        stats=tuple(stats),
+        starts=tuple(r.start for r in split(len(refs), shards or engine.workers)),
     )
     runs = split(len(refs), shards or engine.workers)
     items = [(i, [refs[k] for k in r]) for i, r in enumerate(runs)]
@@ -282,5 +303,6 @@ def calibrate_sharded(
     out.samples = merged.samples
     out.seconds = time.perf_counter() - t0
     out.mean_states = merged.means
+    out.stats = merged.stats
     out.means = {name: mu for name, m in merged.means.items() if (mu := m.mean()) is not None}
     return out

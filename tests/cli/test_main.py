@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -102,6 +104,15 @@ def test_quantize_command_static_and_dynamic(tmp_path, capsys):
     assert main(["quantize", str(src), "-o", str(out), "--calib", str(calib), "--method", "percentile"]) == 0
     text = capsys.readouterr().out
     assert "percentile calibration on 3 feed(s) of the data" in text and f"wrote {out}" in text
+    # GPTQ is the default; --weight-rounding nearest rounds each weight on its own
+    near = tmp_path / "near.onnx"
+    assert (
+        main(["quantize", str(src), "-o", str(near), "--calib", str(calib), "--weight-rounding", "nearest"])
+        == 0
+    )
+    recipes = [json.loads(onnx.load(p).metadata_props[0].value)["weight_rounding"] for p in (out, near)]
+    assert recipes == ["gptq", "nearest"]
+    capsys.readouterr()
     recipe = tmp_path / "r.json"
     recipe.write_text('{"per_channel": false, "exclude": ["fc"]}')
     assert (

@@ -182,3 +182,84 @@ def test_the_cli_prints_the_worst_layers_and_writes_json_and_html(tmp_path, caps
     # without the quantized file, the FP32 model is quantized with the default recipe first
     assert main(["debug", str(src), "--data", str(data)]) == 0
     assert "layers that add the most error" in capsys.readouterr().out
+
+
+def test_nodes_inside_if_branches_get_rows_under_their_scoped_names(tmp_path):
+    """A model whose quantized layers sit in an If's branches: the debugger enters the
+    bodies (the runs report body values as ``{node}/{attribute}/{value}``), so the
+    branch the data took has local and inherited rows; the other branch's nodes have no
+    values and no error."""
+    from tests.quantize.test_bodies import _feeds, if_conv_model
+
+    src, out = tmp_path / "if.onnx", tmp_path / "if.q.onnx"
+    onnx.save(if_conv_model(), src)
+    quanta.quantize_static(src, out, _feeds(5, True), verbose=False, method="minmax", subgraphs="quantize")
+    res = compare(src, out, _feeds(3, True, seed=9))
+    by_name = {r.name: r for r in res.nodes}
+    assert {"branch/then_branch/conv1", "branch/then_branch/conv2"} <= set(by_name), sorted(by_name)
+    for name in ("branch/then_branch/conv1", "branch/then_branch/conv2"):
+        r = by_name[name]
+        assert r.local is not None and r.local.count > 0, name
+        assert r.inherited is not None and r.inherited.count > 0, name
+        assert 10.0 < r.local_db < 80.0 and 10.0 < r.inherited_db < 80.0, (name, r.local_db, r.inherited_db)
+    assert sum(r.contribution for r in res.nodes) > 0.99
+    # conv2's inherited error includes conv1's: it is not smaller than its own local error
+    c2 = by_name["branch/then_branch/conv2"]
+    assert c2.inherited.noise >= 0.5 * c2.local.noise
+    assert any(t.name.startswith("branch/then_branch/") and t.levels_used > 1 for t in res.tensors)
+
+
+def test_qoperator_and_dynamic_files_get_inherited_rows(tmp_path):
+    """Files ONNX Runtime quantized in its QOperator format (QLinearMatMul, no Q/DQ pairs)
+    and dynamically (MatMulInteger, then Cast / Mul back to float): each integer layer's
+    output, read as reals (its own output scale and zero point) or at the float tensor
+    its Mul writes, is compared with the FP32 tensor it stands for."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_dynamic
+    from onnxruntime.quantization import quantize_static as ort_static
+
+    src = tmp_path / "chain.onnx"
+    onnx.save(chain(outlier=1.0), src)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(chain_feeds(6, 1))
+
+        def get_next(self):
+            return next(self.it, None)
+
+    qop, dyn = tmp_path / "qop.onnx", tmp_path / "dyn.onnx"
+    ort_static(str(src), str(qop), Reader(), quant_format=QuantFormat.QOperator)
+    quantize_dynamic(str(src), str(dyn))
+    # the QOperator file folds the Relu into a's output range: a's output stands for ra
+    for path, ops, outs in (
+        (qop, {"QLinearMatMul"}, {"ra", "yb", "yc"}),
+        (dyn, {"MatMulInteger"}, {"ya", "yb", "yc"}),
+    ):
+        res = compare(src, path, chain_feeds(3, 8))
+        rows = {r.output: r for r in res.nodes if r.op in ops}
+        assert set(rows) == outs, (path.name, sorted(rows))
+        for r in rows.values():
+            assert r.inherited.count > 0 and 15.0 < r.inherited_db < 70.0, (
+                path.name,
+                r.output,
+                r.inherited_db,
+            )
+        assert 15.0 < res.output_sqnr_db < 70.0
+
+
+def test_a_dynamic_lstm_inside_a_branch_gets_a_row(tmp_path):
+    """The default writes an LSTM inside an If branch as DynamicQuantizeLSTM (silero-vad's
+    shape): its output, under the LSTM's name in the branch's scope, is compared."""
+    from tests.quantize.test_bodies import lstm_if_model
+
+    src, out = tmp_path / "lstm.onnx", tmp_path / "lstm.q.onnx"
+    onnx.save(lstm_if_model(), src)
+    rng = np.random.default_rng(2)
+    feeds = [
+        {"x": rng.standard_normal((6, 3, 1, 1)).astype(np.float32), "flag": np.array(True)} for _ in range(4)
+    ]
+    quanta.quantize_static(src, out, feeds, verbose=False)
+    res = compare(src, out, feeds[:2])
+    (row,) = [r for r in res.nodes if r.op == "DynamicQuantizeLSTM"]
+    assert row.output == "branch/then_branch/h" and row.inherited.count == 2 * 5
+    assert 20.0 < row.inherited_db < 80.0
