@@ -149,11 +149,22 @@ class RayEngine:
         fn: Callable[[Any, Any], Any],
         shared: Any,
         items: Sequence[Any],
-        merge: Callable[[Any, Any], Any],
+        merge: Callable[..., Any],
         progress: Progress | None = None,
+        *,
+        split: Callable[[Any, int], Sequence[Any]] | None = None,
+        join: Callable[[Sequence[Any]], Any] | None = None,
     ) -> Any:
-        """``merge`` folded over ``fn(shared, item)`` in item order, merged on the workers
-        in the tree of :func:`tree_reduce`; only the root comes back to the driver."""
+        """``merge`` folded over ``fn(shared, item)`` in item order, merged on the workers;
+        only merged results come back to the driver.
+
+        With ``split``/``join`` (a result cut into parts that merge independently, and
+        put together again): reduce-scatter, docs/scale.md eq. (S3). Each task returns
+        its result in ``P = min(workers, items)`` parts (Ray object refs of their own);
+        one merge task per part folds that part of every result, in item order
+        (``merge(*parts)``); the driver joins the P merged parts. A result is read once
+        by a merge and every merge task handles 1/P of the state. Without them: a tree
+        of pairs (:func:`tree_reduce`, ``merge(a, b)``, eq. (S2))."""
         if not items:
             raise ValueError("reduce: no items")
         ray = _import_ray()
@@ -168,17 +179,30 @@ class RayEngine:
             options = dict(num_cpus=self.num_cpus, max_retries=self.max_retries)
             task = ray.remote(**options)(_call)
             shared_ref = ray.put(shared)
-            leaves = [task.remote(fn, shared_ref, item) for item in items]
-            # _call(merge, a, b) = merge(a, b): a task that waits for its two inputs only
-            # (object refs as arguments), which Ray moves from worker to worker
-            root = tree_reduce(leaves, lambda a, b: task.remote(merge, a, b))
-            pending, done = list(leaves), 0
+            if split is not None and join is not None:
+                parts = max(1, min(self.workers, len(items)))
+                leaf = ray.remote(num_returns=parts, **options)(_call_split)
+                outs = [leaf.remote(fn, split, parts, shared_ref, item) for item in items]
+                columns = [[o] for o in outs] if parts == 1 else outs
+                fold = ray.remote(**options)(_fold)
+                # a merge task waits for its inputs only (object refs as arguments): part p
+                # of every leaf goes to the task of part p, wherever Ray places it
+                roots = [fold.remote(merge, *[c[p] for c in columns]) for p in range(parts)]
+                watched = [c[0] for c in columns]
+            else:
+                leaves = [task.remote(fn, shared_ref, item) for item in items]
+                # _call(merge, a, b) = merge(a, b): a task that waits for its two inputs only
+                roots = [tree_reduce(leaves, lambda a, b: task.remote(merge, a, b))]
+                watched = list(leaves)
+            pending, done = watched, 0
             while pending:  # progress over the shards, without fetching their states here
                 ready, pending = ray.wait(pending, num_returns=1, fetch_local=False)
                 done += len(ready)
                 if progress:
                     progress(done, len(items))
-            return ray.get(root)
+            if split is not None and join is not None:
+                return join(ray.get(roots))
+            return ray.get(roots[0])
         finally:
             if started:
                 ray.shutdown()
@@ -190,6 +214,21 @@ def _hand(on_result: OnResult | None, index: int, result: Any) -> Any:
 
 def _call(fn: Callable[[Any, Any], Any], shared: Any, item: Any) -> Any:
     return fn(shared, item)
+
+
+def _call_split(
+    fn: Callable[[Any, Any], Any],
+    split: Callable[[Any, int], Sequence[Any]],
+    parts: int,
+    shared: Any,
+    item: Any,
+) -> Any:
+    result = fn(shared, item)
+    return result if parts == 1 else tuple(split(result, parts))
+
+
+def _fold(merge: Callable[..., Any], *values: Any) -> Any:
+    return merge(*values)
 
 
 def _import_ray():
