@@ -230,13 +230,16 @@ def _pack_ranges(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def _unpack_ranges(
     shape: tuple[int, int], first: np.ndarray, last: np.ndarray, values: np.ndarray
 ) -> np.ndarray:
-    narrow = np.zeros(shape, values.dtype)  # scattered narrow, widened once
-    offset = 0
-    for i, (lo, hi) in enumerate(zip(first.tolist(), (last + 1).tolist(), strict=True)):
-        if hi > lo:
-            narrow[i, lo:hi] = values[offset : offset + hi - lo]
-            offset += hi - lo
-    return narrow.astype(np.int64)
+    # widened as each run is written: np.zeros of this size maps zero pages that are only
+    # touched where a run lands (a narrow array widened afterwards writes every bin)
+    out = np.zeros(shape, np.int64)
+    lengths = np.maximum(last - first + 1, 0)
+    # the flat index of every stored count: row start + first bin, then consecutive
+    run_start = np.arange(shape[0], dtype=np.int64) * shape[1] + first
+    offsets = np.cumsum(lengths) - lengths
+    index = np.repeat(run_start - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    out.reshape(-1)[index] = values
+    return out
 
 
 @dataclass(frozen=True)
