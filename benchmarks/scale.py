@@ -26,8 +26,11 @@ Simulated N workers (``--sim-workers``), composed only of measured times plus an
 explicit network model: the images split into N shards as quanta splits them; each
 shard calibrated here (in-process engine, one after the other) gives its task time t_i
 (compile + reading its samples + calibration, as a worker runs it); the per-task fixed
-cost c (dispatch, job deserialisation, state serialisation) is the measured
-T_ray1 - T_in; each message costs ``--latency``, and a link carries ``--gbps``
+cost c is composed: the CPU time of a worker reading the job (unpickling the model and
+the empty observers) plus Ray's round trip of a task that does nothing (wall time, the
+median of 20: on a loaded machine an overestimate); pickling each shard's state is timed
+with the shard (wall T_ray1 - T_in would put the machine's other load into c); each
+message costs ``--latency``, and a link carries ``--gbps``
 (each speed given is composed from the same measured times).
 
 The calibration images are written once as ``.npz`` files (one per image, as a user's
@@ -53,13 +56,32 @@ Shard i is done at d_i = S + latency + t_i + c. Two merges are composed:
   links other than the driver's); the root's state then crosses the driver's link and
   is read there: T_N = d_root + |root|/bw + latency + load_root.
 
-The compute terms (T_in, t_i, m_i, m_lr) are CPU seconds of this process
+- **reduce-scatter** (the Ray engine, docs/scale.md eq. (S3)): shard i's state is cut
+  into P = N parts by tensor and each part pickled (timed: the shard is done at
+  d_i = t_i + split_i + c after the job); each part is merged by pair merges of
+  adjacent runs of shards as they finish (``AdjacentMerges``, what the engine
+  submits): a pair merge starts when both runs exist, on the worker of the later one,
+  the earlier one crossing a link (|part|/bw + latency), and takes m (timed here on
+  the real parts: read both, ``merge_into``, write the result); the P merged parts
+  cross the driver's link one at a time and are read there (timed):
+  T_N = job + the last of those. Concurrent merges are not charged for sharing a CPU
+  or a link (they run on workers whose shards are done, on 1/P of the state).
+
+The network, stated: N worker machines and the driver, each with one full-duplex link
+of ``--gbps`` to a non-blocking switch (any two machines talk at that speed, a link
+carries one message at a time in each direction), each message paying ``--latency``;
+no compression, no overlap of a transfer with the compute of its own machine beyond the
+order above. The calibration samples are read where each worker runs (a folder on
+storage every worker mounts, as a user's calibration set is) and their reading is part
+of t_i, not of the network; the job (the model, 18.7 MB here) is sent over the links.
+
+The compute terms (T_in, t_i, m_i, m_lr, split_i, m_p) are CPU seconds of this process
 (``time.process_time``: one core's quiet-machine time, which other jobs sharing the
 machine do not inflate as they inflate wall time; the calibration is single-threaded);
 c is wall time (Ray's own work is spread over several processes).
 
 efficiency(N) = T_in / (N · T_N). It assumes N identical machines (each worker a core
-like this one) and that the data is readable where each worker runs.
+like this one).
 """
 
 from __future__ import annotations
@@ -76,6 +98,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 os.environ.setdefault("RAY_worker_niceness", "0")
 
 import argparse  # noqa: E402
+import heapq  # noqa: E402
 import math  # noqa: E402
 import pickle  # noqa: E402
 import platform  # noqa: E402
@@ -102,7 +125,8 @@ from quanta.quantize.static import (  # noqa: E402
     prepare_float_graph,
 )
 from quanta.scale import RayEngine, ShardFold, calibrate_sharded, merge_into, tree_reduce  # noqa: E402
-from quanta.scale.calibrate import _for_shards, _Job, run_shard, split  # noqa: E402
+from quanta.scale.calibrate import _for_shards, _Job, merge_run, run_shard, split, split_state  # noqa: E402
+from quanta.scale.engines import AdjacentMerges  # noqa: E402
 
 
 def prepared(path: Path):
@@ -120,6 +144,10 @@ def prepared(path: Path):
         make_observer_factory(recipe, weights),
         bias_correction_inputs(plan),
     )
+
+
+def _noop() -> None:
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{platform.processor() or platform.machine()}, {platform.system()}, Python {platform.python_version()}, "
         f"ray {ray.__version__}, numpy {np.__version__}"
     )
+    say(
+        f"load average at the start (1, 5, 15 min): {', '.join(f'{v:.1f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs"
+    )
     t0 = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     say(
@@ -207,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         say(
             f"  rep {rep}: in-process {t_in[-1]:.2f} s ({cpu_in[-1]:.2f} s CPU), Ray 1 worker {t_ray1[-1]:.2f} s"
         )
-    same = all(results["in"][n].to_dict() == results["ray1"][n].to_dict() for n in tensors)
-    m_in, m_ray1 = statistics.median(t_in), statistics.median(t_ray1)
+    same = bool(results) and all(results["in"][n].to_dict() == results["ray1"][n].to_dict() for n in tensors)
+    m_in, m_ray1 = (statistics.median(t_in), statistics.median(t_ray1)) if t_in else (math.nan, math.nan)
     overhead = m_ray1 / m_in - 1
     t_ray2, same2, files_same = None, None, None
     if args.two_workers:
@@ -222,6 +253,16 @@ def main(argv: list[str] | None = None) -> int:
             quanta.quantize_static(str(prep), str(a), calib, verbose=False)
             quanta.quantize_static(str(prep), str(b), calib, verbose=False, engine="ray", workers=2)
             files_same = a.read_bytes() == b.read_bytes()
+    # Ray's own cost per task, as a round trip of a task that does nothing (wall time, the
+    # median of 20 after a warm one: on a loaded machine an overestimate)
+    noop = ray.remote(num_cpus=1)(_noop)
+    ray.get(noop.remote())
+    trips = []
+    for _ in range(20):
+        t = time.perf_counter()
+        ray.get(noop.remote())
+        trips.append(time.perf_counter() - t)
+    ray_trip = statistics.median(trips)
     ray.shutdown()
 
     say()
@@ -243,22 +284,35 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     # ---- simulation
-    task_cost = max(m_ray1 - m_in, 0.0)
-    c_best = min(cpu_in)
+    # the per-task fixed cost c, composed: a worker reads the job (unpickles the model and
+    # the empty observers; CPU time, least of 3) and Ray dispatches the task and returns
+    # its result (the no-op round trip). The state's pickling is timed with each shard
+    # below. (Wall times T_ray1 - T_in would put the machine's other load into c.)
+    prototypes = {n: _for_shards(make(n)) for n in tensors}
+    job_blob = pickle.dumps(
+        _Job(
+            model=model,
+            tensors=tuple(tensors),
+            prototypes=prototypes,
+            preprocess=None,
+            channel_means=dict(means_for),
+        ),
+        protocol=5,
+    )
+    job_load = math.inf
+    for _ in range(3):
+        t = time.process_time()
+        pickle.loads(job_blob)
+        job_load = min(job_load, time.process_time() - t)
+    task_cost = job_load + ray_trip
     gbps = [float(v) for v in args.gbps.split(",")]
     say()
     say(
-        f"Simulation (per-task fixed cost c = T_ray1 - T_in = {task_cost:.3f} s; latency {args.latency * 1e3:g} ms; "
-        f"T_in = {c_best:.2f} s CPU, the least of {len(cpu_in)} runs; each shard's t_i the least of "
-        f"{args.shard_reps} runs):"
+        f"Simulation (per-task fixed cost c = job read {job_load:.3f} s CPU + Ray task round trip "
+        f"{ray_trip * 1e3:.1f} ms = {task_cost:.3f} s; latency {args.latency * 1e3:g} ms; "
+        f"T_in and each shard's t_i: CPU seconds, the least over {args.shard_reps} rounds of the whole "
+        f"in-process calibration followed by every shard):"
     )
-    say()
-    say(
-        "| workers | link | max shard t_i + c (s) | job to workers, serial / doubling (s) | driver fold: states "
-        "back, T_N (s), efficiency | tree: merge levels (s), T_N (s), efficiency serial job / doubling job |"
-    )
-    say("|---:|---|---:|---:|---:|---:|")
-    prototypes = {n: _for_shards(make(n)) for n in tensors}
     lat = args.latency
     for n in [int(v) for v in args.sim_workers.split(",")]:
         runs = split(len(refs), n)
@@ -270,21 +324,41 @@ def main(argv: list[str] | None = None) -> int:
             channel_means=dict(means_for),
         )
         job_bytes = len(pickle.dumps(job, protocol=5))
-        states, times, blobs, item_bytes = [], [], [], []
-        for i, r in enumerate(runs):
-            item = (i, [refs[k] for k in r])
-            item_bytes.append(len(pickle.dumps(item, protocol=5)))
-            best = math.inf
-            for _ in range(args.shard_reps):
+        items = [(i, [refs[k] for k in r]) for i, r in enumerate(runs)]
+        item_bytes = [len(pickle.dumps(item, protocol=5)) for item in items]
+        times = [math.inf] * len(items)
+        states: list = [None] * len(items)
+        # rounds: (the whole in-process calibration, then every shard) x shard_reps; the
+        # machine's load moves CPU times too (caches, SMT), so T_in and the t_i are taken
+        # from the same rounds, each the least over them
+        for rnd in range(args.shard_reps):
+            c = time.process_time()
+            calibrate(model, tensors, calib, make, **kw)
+            cpu_in.append(time.process_time() - c)
+            for i, item in enumerate(items):
                 t = time.process_time()
-                st = run_shard(job, item)
-                best = min(best, time.process_time() - t)
-            times.append(best)
-            states.append(st)
+                states[i] = run_shard(job, item)
+                times[i] = min(times[i], time.process_time() - t)
+            say(
+                f"  round {rnd}: in-process {cpu_in[-1]:.2f} s CPU, shards "
+                f"{sum(times):.2f} s CPU in all so far (least per shard), load "
+                f"{os.getloadavg()[0]:.1f}"
+            )
+        c_best = min(cpu_in[-args.shard_reps :])
+        blobs, pack_cost = [], []
+        for st in states:
+            t = time.process_time()
             blobs.append(pickle.dumps(st, protocol=5))
+            pack_cost.append(time.process_time() - t)
+        say()
+        say(
+            "| workers | link | max shard t_i + pickling + c (s) | job to workers, serial / doubling (s) | driver fold: "
+            "states back, T_N (s), efficiency | tree: merge levels (s), T_N (s), efficiency serial job / doubling job |"
+        )
+        say("|---:|---|---:|---:|---:|---:|")
         state_bytes = [len(b) for b in blobs]
         shard_bytes = sum(item_bytes)
-        slowest = max(times) + task_cost
+        slowest = max(t + p for t, p in zip(times, pack_cost)) + task_cost
 
         # driver fold: each state read (unpickled) and folded in shard order (ShardFold),
         # each step timed here
@@ -293,6 +367,18 @@ def main(argv: list[str] | None = None) -> int:
             t = time.process_time()
             fold(i, pickle.loads(blob))
             steps.append(time.process_time() - t)
+
+        # reduce-scatter (S3), the Ray engine's merge: each shard's state cut into P = N
+        # parts and each part pickled (what the shard task returns: its cost is added to
+        # the shard's time); each part merged by adjacent runs as the shards finish
+        # (AdjacentMerges), every pair merge timed on the real parts below
+        parts = n
+        part_blobs, split_cost = [], []
+        for st in states:
+            t = time.process_time()
+            part_blobs.append([pickle.dumps(x, protocol=5) for x in split_state(st, parts)])
+            split_cost.append(time.process_time() - t)
+        part_bytes = [[len(b) for b in row] for row in part_blobs]
 
         # tree (S2): a merge task, as on a Ray worker, reads both inputs from the object
         # store (unpickles them), merges with merge_into (the Ray engine's merge) and
@@ -312,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         assert pickle.loads(root_blob).samples == len(refs)
         load_root = time.process_time() - t
 
+        scatter_rows: list[str] = []
+        scatter_notes: list[str] = []
         for g in gbps:
             bw = g * 1e9 / 8
             send_serial = (n * job_bytes + shard_bytes) / bw + lat
@@ -319,7 +407,9 @@ def main(argv: list[str] | None = None) -> int:
             link = merged = 0.0
             arrive = [0.0] * n
             for i in sorted(range(n), key=lambda j: times[j]):
-                link = max(link, send_serial + times[i] + task_cost) + state_bytes[i] / bw + lat
+                link = (
+                    max(link, send_serial + times[i] + pack_cost[i] + task_cost) + state_bytes[i] / bw + lat
+                )
                 arrive[i] = link
             for i in range(n):
                 merged = max(merged, arrive[i]) + steps[i]
@@ -330,14 +420,63 @@ def main(argv: list[str] | None = None) -> int:
                 m, size = next(replay)  # nodes: (done time after the job arrived, bytes)
                 return (max(a[0], b[0]) + b[1] / bw + lat + m, size)
 
-            root = tree_reduce([(times[i] + task_cost, state_bytes[i]) for i in range(n)], compose)
+            root = tree_reduce(
+                [(times[i] + pack_cost[i] + task_cost, state_bytes[i]) for i in range(n)], compose
+            )
             tree_rest = root[0] + root[1] / bw + lat + load_root
             t_tree_serial, t_tree_double = send_serial + tree_rest, send_double + tree_rest
+
+            # reduce-scatter: shard i (on worker i) is done at done[i] (after the job);
+            # for each part, a pair merge of two adjacent runs starts when both exist, on
+            # the worker of the later one, the earlier one crossing a link (|part|/bw +
+            # latency); it reads both, merges and writes its result (timed here, CPU); the
+            # P merged parts cross the driver's link one at a time, each read there
+            done = [times[i] + split_cost[i] + task_cost for i in range(n)]
+            finals, pair_cpu = [], []
+            for q in range(parts):
+                heap = [(done[i], i, i, part_blobs[i][q]) for i in range(n)]
+                heapq.heapify(heap)
+                runs = AdjacentMerges()
+                while heap:
+                    at, lo, hi, blob = heapq.heappop(heap)
+                    if (lo, hi) == (0, n - 1):
+                        finals.append((at, blob))
+                        break
+                    pair = runs.add(lo, hi, (at, blob))
+                    if pair is None:
+                        continue
+                    (first, _, (ta, ba)), (_, last, (tb, bb)) = pair
+                    moved = ba if ta <= tb else bb
+                    start = max(ta, tb) + len(moved) / bw + lat
+                    t = time.process_time()
+                    out = pickle.dumps(merge_run(pickle.loads(ba), pickle.loads(bb)), protocol=5)
+                    pair_cpu.append(time.process_time() - t)
+                    heapq.heappush(heap, (start + pair_cpu[-1], first, last, out))
+            drv, read_cpu = 0.0, 0.0
+            for at, blob in sorted(finals, key=lambda f: f[0]):
+                t = time.process_time()
+                pickle.loads(blob)
+                read = time.process_time() - t
+                read_cpu += read
+                drv = max(drv, at + len(blob) / bw + lat) + read
+            after_last = max(at for at, _ in finals) - max(done)
+            t_sc_serial, t_sc_double = send_serial + drv, send_double + drv
+            merged_total = sum(len(blob) for _, blob in finals)
+            scatter_rows.append(
+                f"| {n} | {g:g} Gb/s | {send_serial:.3f} / {send_double:.3f} | {max(done):.2f} "
+                f"| {after_last:.3f} | {drv - max(at for at, _ in finals):.3f} "
+                f"| {t_sc_serial:.2f} / {t_sc_double:.2f} "
+                f"| **{c_best / (n * t_sc_serial):.3f}** / **{c_best / (n * t_sc_double):.3f}** |"
+            )
             say(
                 f"| {n} | {g:g} Gb/s | {slowest:.2f} | {send_serial:.3f} / {send_double:.3f} "
                 f"| {sum(state_bytes) / 1e6:.1f} MB, {t_fold:.2f}, {c_best / (n * t_fold):.3f} "
                 f"| {sum(m for m, _ in merges):.3f} ({len(merges)} merges), {t_tree_serial:.2f} / "
                 f"{t_tree_double:.2f}, **{c_best / (n * t_tree_serial):.3f}** / **{c_best / (n * t_tree_double):.3f}** |"
+            )
+            scatter_notes.append(
+                f"{g:g} Gb/s: {len(pair_cpu)} pair merges {min(pair_cpu):.3f}-{max(pair_cpu):.3f} s CPU, "
+                f"merged parts {merged_total / 1e6:.1f} MB read by the driver in {read_cpu:.3f} s"
             )
         say(
             f"  {args.data} ({shard_bytes / 1e6:.2f} MB of shard lists); shard times t_i: min {min(times):.2f} s, "
@@ -346,6 +485,28 @@ def main(argv: list[str] | None = None) -> int:
             f"merge tasks (read 2, merge, write 1) {min(m for m, _ in merges):.3f}-{max(m for m, _ in merges):.3f} s, "
             f"driver fold steps {min(steps[1:] or steps):.3f}-{max(steps):.3f} s"
         )
+        say()
+        say(
+            "Reduce-scatter (S3, the Ray engine): job to workers serial / doubling; last shard done "
+            "(t_i + cutting and pickling its P parts + c, after the job); merging left after the last "
+            "shard (the latest part's last pair merges, transfers included); driver link + reading the P "
+            "merged parts after the last of them is merged; T_N serial / doubling job; efficiency."
+        )
+        say()
+        say(
+            "| workers | link | job (s) | last shard done (s) | merging after the last shard (s) "
+            "| to the driver (s) | T_N (s) | efficiency |"
+        )
+        say("|---:|---|---:|---:|---:|---:|---:|---:|")
+        for row in scatter_rows:
+            say(row)
+        say(
+            f"  parts per shard {parts}: {statistics.median([b for r in part_bytes for b in r]) / 1e6:.2f} MB "
+            f"(median), largest {max(b for r in part_bytes for b in r) / 1e6:.2f} MB; cutting + pickling a "
+            f"shard's parts {min(split_cost):.3f}-{max(split_cost):.3f} s; per link speed: "
+            + "; ".join(scatter_notes)
+        )
+    say(f"load average at the end (1, 5, 15 min): {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
     if args.write:
         args.write.write_text("\n".join(lines) + "\n")
     folder.cleanup()

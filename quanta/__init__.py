@@ -37,9 +37,23 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def _session_outputs(path, feeds):
-    """Per feed, the outputs of ``path`` run by an InferenceSession (the accuracy search's trials)."""
-    sess = InferenceSession(path)
+def _session_outputs(path, feeds, engine=None):
+    """Per feed, the outputs of ``path`` run by an InferenceSession (the accuracy search's
+    trials); with a quanta.scale ``engine``, contiguous shards of the feeds run where it
+    runs them (the model sent as bytes) and the outputs come back in feed order."""
+    if engine is None:
+        return _session_outputs_shard(path, feeds)
+    from pathlib import Path
+
+    from quanta.scale import split
+
+    model = Path(path).read_bytes()
+    shards = [list(feeds[r.start : r.stop]) for r in split(len(feeds), engine.workers)] if feeds else []
+    return [out for part in engine.map(_session_outputs_shard, model, shards) for out in part]
+
+
+def _session_outputs_shard(model, feeds):
+    sess = InferenceSession(model)
     names = {i.name for i in sess.get_inputs()}
     return [sess.run(None, {k: v for k, v in f.items() if k in names}) for f in feeds]
 

@@ -105,13 +105,57 @@ def _regrid_rows(
     d = np.minimum(k_new - k, _MAX_SHIFT)
     if (d < 0).any():
         raise AssertionError("regrid: the grid can only get coarser")
-    sub = counts[rows]
+    sub = counts if rows.size == counts.shape[0] else counts[rows]  # rows: ascending
+    if rows.size > 1 and all((v == v[0]).all() for v in (d, start, start_new)):
+        # every row moves alike (a grid shared by the channels, e.g. the weighted MSE
+        # observer's tensor grid): whole-array slicing and sums, no per-bin scatter
+        return _regrid_uniform(sub, int(d[0]), int(start[0]), int(start_new[0]))
     r, cols = np.nonzero(sub)  # only occupied bins move (most are empty)
     local = ((start[r] + cols) >> d[r]) - start_new[r]
     if (local < 0).any() or (local >= b).any():
         raise AssertionError("regrid: data outside the new window (grid invariant broken)")
     out = np.bincount(r * b + local, weights=sub[r, cols].astype(np.float64), minlength=rows.size * b)
     return out.reshape(rows.size, b).astype(np.int64)  # sums of integers < 2^53: exact
+
+
+def _regrid_uniform(sub: np.ndarray, d: int, start: int, start_new: int) -> np.ndarray:
+    """(R, B) counts whose rows share one move: window start ``start`` at exponent k to
+    ``start_new`` at k + ``d``. Local bin j holds grid bin start + j, which lies in bin
+    ``(start + j) >> d`` of the coarser grid: the bins of each group of 2^d (aligned on
+    the coarse grid) are summed, the groups placed at their new local index. Integer sums
+    of the same bins as :func:`_regrid_rows`' scatter: the same counts."""
+    r, b = sub.shape
+    out = np.zeros_like(sub)
+    if d == 0:
+        shift = start - start_new
+        lo, hi = max(0, -shift), min(b, b - shift)  # local bins that land in the new window
+        if lo >= hi or sub[:, :lo].any() or sub[:, hi:].any():
+            if sub.any():
+                raise AssertionError("regrid: data outside the new window (grid invariant broken)")
+            return out
+        out[:, lo + shift : hi + shift] = sub[:, lo:hi]
+        return out
+    first = start >> d  # coarse bin of local bin 0
+    if (1 << d) <= b:
+        # pad on the left to the start of bin `first`, on the right to a whole group
+        size = 1 << d
+        pad = start - (first << d)
+        groups = -(-(pad + b) // size)
+        padded = np.zeros((r, groups * size), sub.dtype)
+        padded[:, pad : pad + b] = sub
+        summed = padded.reshape(r, groups, size).sum(axis=2)
+    else:  # 2^d > B: the window spans at most two coarse bins
+        coarse = (start + np.arange(b, dtype=np.int64)) >> d
+        cuts = np.flatnonzero(np.diff(coarse)) + 1
+        summed = np.add.reduceat(sub, np.concatenate(([0], cuts)), axis=1)
+    at = first - start_new  # new local index of the first group
+    lo, hi = max(0, -at), min(summed.shape[1], b - at)
+    if lo >= hi or summed[:, :lo].any() or summed[:, hi:].any():
+        if sub.any():
+            raise AssertionError("regrid: data outside the new window (grid invariant broken)")
+        return out
+    out[:, lo + at : hi + at] = summed[:, lo:hi]
+    return out
 
 
 def regrid(
@@ -186,13 +230,16 @@ def _pack_ranges(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def _unpack_ranges(
     shape: tuple[int, int], first: np.ndarray, last: np.ndarray, values: np.ndarray
 ) -> np.ndarray:
-    narrow = np.zeros(shape, values.dtype)  # scattered narrow, widened once
-    offset = 0
-    for i, (lo, hi) in enumerate(zip(first.tolist(), (last + 1).tolist(), strict=True)):
-        if hi > lo:
-            narrow[i, lo:hi] = values[offset : offset + hi - lo]
-            offset += hi - lo
-    return narrow.astype(np.int64)
+    # widened as each run is written: np.zeros of this size maps zero pages that are only
+    # touched where a run lands (a narrow array widened afterwards writes every bin)
+    out = np.zeros(shape, np.int64)
+    lengths = np.maximum(last - first + 1, 0)
+    # the flat index of every stored count: row start + first bin, then consecutive
+    run_start = np.arange(shape[0], dtype=np.int64) * shape[1] + first
+    offsets = np.cumsum(lengths) - lengths
+    index = np.repeat(run_start - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    out.reshape(-1)[index] = values
+    return out
 
 
 @dataclass(frozen=True)
@@ -269,13 +316,19 @@ class HistogramObserver(ObserverBase):
         self._hi = np.full(channels, -np.inf)
         self._zeros = np.zeros(channels, np.int64)
 
+    def _grid(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each channel's grid (k, start) for the finite extrema (lo, hi): eqs. (12)-(13)."""
+        k = grid_exponent(lo, hi, self.bins)
+        return k, _window_start(lo, hi, k)
+
     def _move_to(self, lo: np.ndarray, hi: np.ndarray) -> None:
         """Re-grid the stored counts for the finite extrema (lo, hi)."""
-        k = grid_exponent(lo, hi, self.bins)
-        start = _window_start(lo, hi, k)
+        k, start = self._grid(lo, hi)
         if not (np.array_equal(k, self._k) and np.array_equal(start, self._start)):
             rows = _moved_rows(self._k, self._start, k, start)
-            if rows.size and self._counts[rows].any():  # in place: only moved channels
+            if rows.size == self._counts.shape[0]:  # every channel (a shared grid): a new array
+                self._counts = _regrid_rows(self._counts, self._k, self._start, k, start, rows)
+            elif rows.size and self._counts[rows].any():  # in place: only moved channels
                 self._counts[rows] = _regrid_rows(self._counts, self._k, self._start, k, start, rows)
             self._k, self._start = k, start
         self._lo, self._hi = lo, hi

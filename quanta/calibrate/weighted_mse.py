@@ -94,6 +94,19 @@ class WeightedMSEObserver(MSEObserver):
             )
         super().observe(a)
 
+    def _grid(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every channel on the tensor's grid: eqs. (12)-(13) for the finite extrema of
+        the whole tensor so far. The range is per tensor and :meth:`weighted_view` sums
+        the channels on the tensor's final grid, which is this grid or a coarser one, so
+        a channel's own finer grid resolves nothing that is read; on a shared grid a
+        re-grid moves all rows alike (whole-array sums, histogram.py) and a narrow
+        channel occupies few bins (its transport form is small)."""
+        t_lo, t_hi = np.array([lo.min(initial=np.inf)]), np.array([hi.max(initial=-np.inf)])
+        k = grid_exponent(t_lo, t_hi, self.bins)
+        start = _window_start(t_lo, t_hi, k)
+        c = lo.size
+        return np.repeat(k, c), np.repeat(start, c)
+
     def weighted_view(self) -> HistogramView:
         """All channels on the tensor's grid (eqs. (12)-(13) for the tensor's extrema),
         each count multiplied by its channel's weight."""

@@ -346,7 +346,16 @@ def cmd_debug(args: argparse.Namespace) -> int:
 
             quantized = os.path.join(tmp, "quantized.onnx")
             quantize_static(args.model, quantized, args.data, args.recipe, verbose=False, progress=False)
-        result = compare(args.model, quantized, args.data, limit=args.samples, ablation=args.ablation)
+        result = compare(
+            args.model,
+            quantized,
+            args.data,
+            limit=args.samples,
+            ablation=args.ablation,
+            engine=None if args.engine == "inprocess" else args.engine,
+            workers=args.workers,
+            address=args.address,
+        )
     print(result.format(k=args.top))
     if args.json:
         with open(args.json, "w") as f:
@@ -537,6 +546,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="also measure the K worst layers one at a time in float (K extra passes)",
     )
     s.add_argument("--top", type=int, default=10, help="rows of the terminal table (default 10)")
+    s.add_argument(
+        "--engine",
+        choices=["inprocess", "local", "ray"],
+        default="inprocess",
+        help="where the feeds are compared: this process, --workers local processes or a Ray cluster "
+        "(shards merged exactly: the same report)",
+    )
+    s.add_argument("--workers", type=int, help="--engine local|ray: number of workers (default 2)")
+    s.add_argument("--address", help="--engine ray: address of a running Ray cluster (default: start one)")
     s.add_argument("--html", help="write the HTML report here")
     s.add_argument("--json", help="write every row as JSON here")
     s.set_defaults(func=cmd_debug)

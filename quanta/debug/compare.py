@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from quanta.calibrate.runner import _FIXED
 from quanta.ir.graph import Model, Node
 
 __all__ = [
@@ -58,19 +59,25 @@ QUANT_OPS = ("QuantizeLinear", "DequantizeLinear")
 # ------------------------------------------------------------------------------ statistics
 
 
-@dataclass
 class ErrorStats:
-    """Streaming sums of a reference r and an approximation q (float64):
-    eqs. (1)-(3) of docs/debugger.md."""
+    """Streaming sums of a reference r and an approximation q: eqs. (1)-(3) of
+    docs/debugger.md.
 
-    signal: float = 0.0  # Σ r²
-    noise: float = 0.0  # Σ (r − q)²
-    dot: float = 0.0  # Σ r·q
-    qsq: float = 0.0  # Σ q²
-    max_abs: float = 0.0  # max |r − q|
-    count: int = 0
+    Each sample's sums are taken in float64 (a function of that sample alone); the sums
+    across samples are exact (Python integers in units of 2^-1074, as the calibration's
+    channel means), so the state after any split of the samples into shards, merged in
+    any order, is the same, and each sum is read as one correctly rounded float64."""
+
+    __slots__ = ("_totals", "count", "max_abs")
+
+    def __init__(self) -> None:
+        self._totals: list[Any] = [0, 0, 0, 0]  # Σ r², Σ (r − q)², Σ r·q, Σ q²
+        self.max_abs = 0.0  # max |r − q|
+        self.count = 0
 
     def add(self, r: np.ndarray, q: np.ndarray) -> None:
+        from quanta.calibrate.runner import _to_fixed
+
         r = np.asarray(r, np.float64)
         q = np.asarray(q, np.float64)
         if r.shape != q.shape:
@@ -79,13 +86,44 @@ class ErrorStats:
         finite = np.isfinite(d)
         if not finite.all():
             r, q, d = r[finite], q[finite], d[finite]
-        self.signal += float(np.sum(r * r))
-        self.noise += float(np.sum(d * d))
-        self.dot += float(np.sum(r * q))
-        self.qsq += float(np.sum(q * q))
+        sums = np.array([np.sum(r * r), np.sum(d * d), np.sum(r * q), np.sum(q * q)], np.float64)
+        self._totals = [a + b for a, b in zip(self._totals, _to_fixed(sums).tolist())]
         if d.size:
             self.max_abs = max(self.max_abs, float(np.max(np.abs(d))))
         self.count += int(d.size)
+
+    def merge_in_place(self, other: ErrorStats) -> ErrorStats:
+        """Add ``other``'s samples (exact: integer sums, a maximum, a count)."""
+        self._totals = [a + b for a, b in zip(self._totals, other._totals)]
+        self.max_abs = max(self.max_abs, other.max_abs)
+        self.count += other.count
+        return self
+
+    def __getstate__(self) -> tuple[list[Any], float, int]:
+        return self._totals, self.max_abs, self.count
+
+    def __setstate__(self, state: tuple[list[Any], float, int]) -> None:
+        self._totals, self.max_abs, self.count = list(state[0]), state[1], state[2]
+
+    def _read(self, i: int) -> float:
+        t = self._totals[i]
+        return t / (1 << _FIXED) if isinstance(t, int) else float(t)  # int / int: correctly rounded
+
+    @property
+    def signal(self) -> float:
+        return self._read(0)
+
+    @property
+    def noise(self) -> float:
+        return self._read(1)
+
+    @property
+    def dot(self) -> float:
+        return self._read(2)
+
+    @property
+    def qsq(self) -> float:
+        return self._read(3)
 
     @property
     def sqnr_db(self) -> float:
@@ -223,11 +261,11 @@ class DebugResult:
 
     @property
     def output_sqnr_db(self) -> float:
-        total = ErrorStats()
+        signal = noise = 0.0
         for s in self.outputs.values():
-            total.signal += s.signal
-            total.noise += s.noise
-        return total.sqnr_db
+            signal += s.signal
+            noise += s.noise
+        return db(signal, noise)
 
     @property
     def output_cosine(self) -> float:
@@ -770,160 +808,298 @@ def compare(
     limit: int | None = None,
     ablation: int = 0,
     histograms: bool = True,
+    engine: Any = None,
+    workers: int | None = None,
+    address: str | None = None,
 ) -> DebugResult:
     """Layer-wise error of ``quantized`` (a QDQ model) against ``fp32`` on ``data`` (any
     form calibration accepts). ``ablation``: also measure, for the ``ablation`` nodes of
     largest estimated contribution, the output SQNR with that node alone float (one
-    extra pass over the data per node, eq. (6))."""
-    from quanta.calibrate.histogram import HistogramObserver
-    from quanta.calibrate.readers import iter_feeds
-    from quanta.runtime.compile import reference_evaluator
+    extra pass over the data per node, eq. (6)).
 
+    ``engine`` ("local", "ray", an engine of :mod:`quanta.scale`; ``workers``,
+    ``address`` as for calibration): the samples are split into contiguous shards, each
+    shard's statistics gathered where the engine runs it and merged here in shard order
+    (:class:`_Stats`: exact sums, counts, maxima, histograms), so the result is the
+    single process's, bit for bit. The ablation passes run here."""
     fmodel = _load(fp32, "fp32")
     qmodel = _load(quantized, "quantized")
-    pairs: dict[str, _Pair] = {}
-    targets: list[_Target] = []
-    weights: list[WeightRow] = []
-    # the bodies of If / Loop / Scan nodes too: the runs report their values scoped
-    fnames = {prefix + v.name for prefix, m in _scopes(fmodel) for v in m.graph.values()}
-    qscopes = _scopes(qmodel)
-    qnames = {prefix + v.name for prefix, m in qscopes for v in m.graph.values()}
-    fused = {
-        prefix + v.name: prefix + v.consumers()[0].outputs[0].name
-        for prefix, m in _scopes(fmodel)
-        for v in m.graph.values()
-        if len(v.consumers()) == 1
-        and v.consumers()[0].op_type in ("Relu", "Clip")
-        and prefix + v.consumers()[0].outputs[0].name not in qnames
-    }
-    foreign: list[_Foreign] = []
-    for prefix, m in qscopes:
-        scope_pairs = _pairs(m, prefix)
-        pairs.update(scope_pairs)
-        t, w = _targets(m, scope_pairs, prefix)
-        targets += t
-        weights += w
-        taken = {id(x.node) for x in t} | {id(n) for p in scope_pairs.values() for n in (p.q, p.dq)}
-        foreign += _foreign(m, prefix, fnames, taken, fused)
-    evaluate = reference_evaluator(qmodel.opset_imports)
-    wcache: dict = {}
+    plan = _Plan(fmodel, qmodel, histograms)
+    if engine is None or engine == "inprocess":
+        from quanta.calibrate.readers import iter_feeds
 
-    # what each run must hand back, per feed
-    q_wanted: set[str] = set()
-    f_wanted: set[str] = set()
-    unmatched: list[str] = []
-    rows: list[NodeRow] = []
-    for t in targets:
-        y = t.output
-        q_wanted.add(t.q_output)
-        f_wanted.add(y)
-        f_wanted.update(t.float_inputs)
-        missing = [n for n in [y, *t.float_inputs] if n not in fnames]
-        unmatched.extend(m for m in missing if m not in unmatched)
-        rows.append(
-            NodeRow(
-                t.prefix + t.node.name if t.node.name else f"{t.node.op_type}:{y}",
-                t.node.op_type,
-                y,
-                t.float_inputs,
-                local=None if missing else ErrorStats(),
-                inherited=None if y not in fnames else ErrorStats(),
-                scale=t.out_pair.scale if t.out_pair else None,
+        stats = plan.stats()
+        for feed in iter_feeds(data, fmodel.graph.inputs, limit=limit):
+            plan.observe(stats, feed)
+    else:
+        from quanta.calibrate.readers import sample_refs
+        from quanta.scale.calibrate import split
+        from quanta.scale.engines import make_engine
+
+        eng = make_engine(engine, workers, address)
+        refs = sample_refs(data, fmodel.graph.inputs, limit=limit)
+        items = [(i, [refs[k] for k in r]) for i, r in enumerate(split(len(refs), eng.workers))]
+        shards = eng.map(_stats_of_shard, _CompareJob(fmodel, qmodel, histograms), items)
+        stats = shards[0] if shards else plan.stats()
+        for other in shards[1:]:
+            stats.merge_in_place(other)
+    if stats.samples == 0:
+        from quanta.calibrate.readers import CalibrationDataError
+
+        raise CalibrationDataError("debug data is empty: no sample was read")
+    result = plan.finish(stats)
+    if ablation > 0:
+        _ablate(result, fmodel, qmodel, data, limit, ablation)
+    return result
+
+
+@dataclass
+class _Stats:
+    """Everything :func:`compare` gathers over the samples, mergeable exactly: per node
+    its local / inherited :class:`ErrorStats`, per output its ErrorStats, the top-1
+    agreement counts, per activation pair its clipped / total counts, the codes it used
+    and a histogram of its FP32 values, the sample count. ``a.merge_in_place(b)`` is the
+    state of a's samples then b's (sums, counts, maxima, unions, histogram merges: none
+    depends on the order)."""
+
+    local: list[ErrorStats | None]
+    inherited: list[ErrorStats | None]
+    foreign: list[ErrorStats]
+    outputs: dict[str, ErrorStats]
+    agree: list[int]
+    clipped: dict[str, list[int]]
+    codes: dict[str, np.ndarray]
+    hists: dict[str, Any]
+    samples: int = 0
+
+    def merge_in_place(self, other: _Stats) -> _Stats:
+        for mine, theirs in ((self.local, other.local), (self.inherited, other.inherited)):
+            for a, b in zip(mine, theirs, strict=True):
+                if a is not None and b is not None:
+                    a.merge_in_place(b)
+        for a, b in zip(self.foreign, other.foreign, strict=True):
+            a.merge_in_place(b)
+        for name, st in other.outputs.items():
+            self.outputs[name].merge_in_place(st)
+        self.agree = [a + b for a, b in zip(self.agree, other.agree)]
+        for name, (c, t) in other.clipped.items():
+            self.clipped[name] = [self.clipped[name][0] + c, self.clipped[name][1] + t]
+        for name, used in other.codes.items():
+            self.codes[name] = self.codes[name] | used
+        for name, h in other.hists.items():
+            mine = self.hists[name]
+            self.hists[name] = mine.merge_in_place(h) if mine.can_merge_in_place() else mine.merge(h)
+        self.samples += other.samples
+        return self
+
+
+class _Plan:
+    """What :func:`compare` measures, built from the two models alone (so every shard
+    builds the same one): the quantized nodes and activation pairs, the tensors each
+    run must hand back, the executors."""
+
+    def __init__(self, fmodel: Model, qmodel: Model, histograms: bool) -> None:
+        from quanta.runtime.compile import reference_evaluator
+
+        self.fmodel, self.qmodel, self.histograms = fmodel, qmodel, histograms
+        pairs: dict[str, _Pair] = {}
+        self.targets: list[_Target] = []
+        self.weights: list[WeightRow] = []
+        # the bodies of If / Loop / Scan nodes too: the runs report their values scoped
+        fnames = {prefix + v.name for prefix, m in _scopes(fmodel) for v in m.graph.values()}
+        qscopes = _scopes(qmodel)
+        qnames = {prefix + v.name for prefix, m in qscopes for v in m.graph.values()}
+        fused = {
+            prefix + v.name: prefix + v.consumers()[0].outputs[0].name
+            for prefix, m in _scopes(fmodel)
+            for v in m.graph.values()
+            if len(v.consumers()) == 1
+            and v.consumers()[0].op_type in ("Relu", "Clip")
+            and prefix + v.consumers()[0].outputs[0].name not in qnames
+        }
+        self.foreign: list[_Foreign] = []
+        for prefix, m in qscopes:
+            scope_pairs = _pairs(m, prefix)
+            pairs.update(scope_pairs)
+            t, w = _targets(m, scope_pairs, prefix)
+            self.targets += t
+            self.weights += w
+            taken = {id(x.node) for x in t} | {id(n) for p in scope_pairs.values() for n in (p.q, p.dq)}
+            self.foreign += _foreign(m, prefix, fnames, taken, fused)
+        self.fnames = fnames
+        self.evaluate = reference_evaluator(qmodel.opset_imports)
+        self.wcache: dict = {}
+        # what each run must hand back, per feed
+        self.q_wanted: set[str] = set()
+        self.f_wanted: set[str] = set()
+        self.unmatched: list[str] = []
+        self.rows: list[NodeRow] = []
+        for t in self.targets:
+            y = t.output
+            self.q_wanted.add(t.q_output)
+            self.f_wanted.add(y)
+            self.f_wanted.update(t.float_inputs)
+            missing = [n for n in [y, *t.float_inputs] if n not in fnames]
+            self.unmatched.extend(m for m in missing if m not in self.unmatched)
+            self.rows.append(
+                NodeRow(
+                    t.prefix + t.node.name if t.node.name else f"{t.node.op_type}:{y}",
+                    t.node.op_type,
+                    y,
+                    t.float_inputs,
+                    local=None if missing else ErrorStats(),
+                    inherited=None if y not in fnames else ErrorStats(),
+                    scale=t.out_pair.scale if t.out_pair else None,
+                )
             )
+        self.foreign_rows: list[NodeRow] = []
+        for fo in self.foreign:
+            self.q_wanted.add(fo.value)
+            self.f_wanted.add(fo.fp32)
+            name = fo.node.name or f"{fo.node.op_type}:{fo.value}"
+            self.foreign_rows.append(NodeRow(name, fo.node.op_type, fo.fp32, [], inherited=ErrorStats()))
+        self.tensors: dict[str, TensorRow] = {}
+        self.hist_names: list[str] = []
+        for p in pairs.values():
+            if p.x in self.tensors:
+                continue
+            self.tensors[p.x] = TensorRow(p.x, p.producer, p.scale, p.zero_point, p.qmin, p.qmax)
+            self.q_wanted.update({p.x, p.name(p.q.outputs[0])})
+            if p.x in fnames and histograms:
+                self.hist_names.append(p.x)
+                self.f_wanted.add(p.x)
+        self.pair_of: dict[str, _Pair] = {}
+        for p in pairs.values():
+            self.pair_of.setdefault(p.x, p)
+        self.output_names = [v.name for v in qmodel.graph.outputs if v.name in fnames]
+        self.fexe, self.qexe = _executor(fmodel), _executor(qmodel)
+
+    def stats(self) -> _Stats:
+        """An empty state."""
+        from quanta.calibrate.histogram import HistogramObserver
+
+        return _Stats(
+            local=[None if r.local is None else ErrorStats() for r in self.rows],
+            inherited=[None if r.inherited is None else ErrorStats() for r in self.rows],
+            foreign=[ErrorStats() for _ in self.foreign_rows],
+            outputs={name: ErrorStats() for name in self.output_names},
+            agree=[0, 0],
+            clipped={k: [0, 0] for k in self.tensors},
+            codes={p.x: np.zeros(p.qmax - p.qmin + 1, bool) for p in self.pair_of.values()},
+            hists={name: HistogramObserver() for name in self.hist_names},
         )
-    foreign_rows: list[NodeRow] = []
-    for fo in foreign:
-        q_wanted.add(fo.value)
-        f_wanted.add(fo.fp32)
-        name = fo.node.name or f"{fo.node.op_type}:{fo.value}"
-        foreign_rows.append(NodeRow(name, fo.node.op_type, fo.fp32, [], inherited=ErrorStats()))
-    tensors: dict[str, TensorRow] = {}
-    codes: dict[str, np.ndarray] = {}
-    hists: dict[str, HistogramObserver] = {}
-    for p in pairs.values():
-        if p.x in tensors:
-            continue
-        tensors[p.x] = TensorRow(p.x, p.producer, p.scale, p.zero_point, p.qmin, p.qmax)
-        codes[p.x] = np.zeros(p.qmax - p.qmin + 1, bool)
-        q_wanted.update({p.x, p.name(p.q.outputs[0])})
-        if p.x in fnames and histograms:
-            hists[p.x] = HistogramObserver()
-            f_wanted.add(p.x)
-    clip_counts = {k: [0, 0] for k in tensors}
-    pair_of: dict[str, _Pair] = {}
-    for p in pairs.values():
-        pair_of.setdefault(p.x, p)
-    outputs = {v.name: ErrorStats() for v in qmodel.graph.outputs if v.name in fnames}
-    agree = [0, 0]
-    fexe, qexe = _executor(fmodel), _executor(qmodel)
-    n = 0
-    for feed in iter_feeds(data, fmodel.graph.inputs, limit=limit):
-        fvals, fouts = _run(fexe, fmodel, feed, f_wanted)
-        qvals, qouts = _run(qexe, qmodel, feed, q_wanted)
+
+    def observe(self, st: _Stats, feed: Mapping[str, np.ndarray]) -> None:
+        """Both models on one feed, its statistics added to ``st``."""
+        fmodel, qmodel = self.fmodel, self.qmodel
+        fvals, fouts = _run(self.fexe, fmodel, feed, self.f_wanted)
+        qvals, qouts = _run(self.qexe, qmodel, feed, self.q_wanted)
         fout = dict(zip([v.name for v in fmodel.graph.outputs], fouts))
         qout = dict(zip([v.name for v in qmodel.graph.outputs], qouts))
-        for name, st in outputs.items():
+        for name, es in st.outputs.items():
             r, q = np.asarray(fout[name]), np.asarray(qout[name])
-            st.add(r, q)
-            if r.ndim >= 2 and r.shape[-1] > 1 and r.dtype.kind == "f" and name == next(iter(outputs)):
+            es.add(r, q)
+            if r.ndim >= 2 and r.shape[-1] > 1 and r.dtype.kind == "f" and name == next(iter(st.outputs)):
                 a, b = r.reshape(-1, r.shape[-1]).argmax(-1), q.reshape(-1, q.shape[-1]).argmax(-1)
-                agree[0] += int(np.sum(a == b))
-                agree[1] += int(a.size)
-        for t, row in zip(targets, rows):
+                st.agree[0] += int(np.sum(a == b))
+                st.agree[1] += int(a.size)
+        for t, row, loc_st, inh_st in zip(self.targets, self.rows, st.local, st.inherited):
             y = row.output
-            if row.inherited is not None:
+            if inh_st is not None:
                 qy = qvals.get(t.q_output)
                 if qy is not None and y in fvals:
-                    row.inherited.add(fvals[y], qy)
-            if row.local is not None and y in fvals:
-                loc = _local(t, fvals, evaluate, wcache)
+                    inh_st.add(fvals[y], qy)
+            if loc_st is not None and y in fvals:
+                loc = _local(t, fvals, self.evaluate, self.wcache)
                 if loc is not None:
-                    row.local.add(fvals[y], loc)
-        for fo, row in zip(foreign, foreign_rows):
+                    loc_st.add(fvals[y], loc)
+        for fo, fst in zip(self.foreign, st.foreign):
             qv, fv = qvals.get(fo.value), fvals.get(fo.fp32)
-            if qv is None or fv is None or row.inherited is None:
+            if qv is None or fv is None:
                 continue
             qv = np.asarray(qv, np.float64)
             if fo.scale is not None:
                 qv = (qv - _along(fo.zero_point, qv)) * _along(fo.scale, qv)
             if qv.shape == np.shape(fv):
-                row.inherited.add(fv, qv)
-        for name, p in pair_of.items():
+                fst.add(fv, qv)
+        for name, p in self.pair_of.items():
             x = qvals.get(name)
             if x is not None:
                 x = np.asarray(x, np.float64)
                 lo, hi = (p.qmin - p.zero_point - 0.5) * p.scale, (p.qmax - p.zero_point + 0.5) * p.scale
-                clip_counts[name][0] += int(np.sum((x < lo) | (x > hi)))
-                clip_counts[name][1] += int(x.size)
+                st.clipped[name][0] += int(np.sum((x < lo) | (x > hi)))
+                st.clipped[name][1] += int(x.size)
             c = qvals.get(p.name(p.q.outputs[0]))
             if c is not None:
-                codes[name][np.unique(np.asarray(c).astype(np.int64)) - p.qmin] = True
-            if name in hists and name in fvals:
-                hists[name].observe(np.asarray(fvals[name], np.float32))
-        n += 1
-    if n == 0:
-        from quanta.calibrate.readers import CalibrationDataError
+                st.codes[name][np.unique(np.asarray(c).astype(np.int64)) - p.qmin] = True
+            if name in st.hists and name in fvals:
+                st.hists[name].observe(np.asarray(fvals[name], np.float32))
+        st.samples += 1
 
-        raise CalibrationDataError("debug data is empty: no sample was read")
-    for name, trow in tensors.items():
-        trow.clipped = clip_counts[name][0] / max(clip_counts[name][1], 1)
-        trow.levels_used = int(codes[name].sum())
-        _diagnose(trow, hists.get(name))
-    _attribute(rows)
-    result = DebugResult(
-        nodes=rows + [r for r in foreign_rows if r.inherited is not None and r.inherited.count],
-        tensors=list(tensors.values()),
-        weights=weights,
-        outputs=outputs,
-        top1_agreement=agree[0] / agree[1] if agree[1] else None,
-        samples=n,
-        unmatched=unmatched,
-    )
-    _recommend(result, qmodel)
-    _coverage(result, qmodel)
-    if ablation > 0:
-        _ablate(result, fmodel, qmodel, data, limit, ablation)
-    return result
+    def finish(self, st: _Stats) -> DebugResult:
+        """The result from the statistics of all samples."""
+        for row, loc, inh in zip(self.rows, st.local, st.inherited):
+            row.local, row.inherited = loc, inh
+        for row, inh in zip(self.foreign_rows, st.foreign):
+            row.inherited = inh
+        for name, trow in self.tensors.items():
+            trow.clipped = st.clipped[name][0] / max(st.clipped[name][1], 1)
+            trow.levels_used = int(st.codes[name].sum())
+            _diagnose(trow, st.hists.get(name))
+        _attribute(self.rows)
+        result = DebugResult(
+            nodes=self.rows + [r for r in self.foreign_rows if r.inherited is not None and r.inherited.count],
+            tensors=list(self.tensors.values()),
+            weights=self.weights,
+            outputs=st.outputs,
+            top1_agreement=st.agree[0] / st.agree[1] if st.agree[1] else None,
+            samples=st.samples,
+            unmatched=self.unmatched,
+        )
+        _recommend(result, self.qmodel)
+        _coverage(result, self.qmodel)
+        return result
+
+
+@dataclass(frozen=True)
+class _CompareJob:
+    """What every debugger shard shares: the two models, sent as ONNX bytes (the IR's
+    linked Values and Nodes pickle recursively)."""
+
+    fmodel: Model
+    qmodel: Model
+    histograms: bool
+
+    def __getstate__(self) -> dict[str, Any]:
+        from quanta.ir.onnx_io import to_proto
+
+        return {
+            "fmodel": to_proto(self.fmodel).SerializeToString(),
+            "qmodel": to_proto(self.qmodel).SerializeToString(),
+            "histograms": self.histograms,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        from quanta.ir.onnx_io import from_proto
+
+        for key in ("fmodel", "qmodel"):
+            proto = onnx.ModelProto()
+            proto.ParseFromString(state[key])
+            object.__setattr__(self, key, from_proto(proto, f"debug job ({key})"))
+        object.__setattr__(self, "histograms", state["histograms"])
+
+
+def _stats_of_shard(job: _CompareJob, shard: tuple[int, list]) -> _Stats:
+    """One shard's statistics (what a worker of :func:`compare` runs)."""
+    from quanta.calibrate.readers import load_sample
+
+    _, refs = shard
+    plan = _Plan(job.fmodel, job.qmodel, job.histograms)
+    names = [v.name for v in job.fmodel.graph.inputs]
+    st = plan.stats()
+    for ref in refs:
+        plan.observe(st, load_sample(ref, names, None))
+    return st
 
 
 def _attribute(rows: list[NodeRow]) -> None:

@@ -48,8 +48,9 @@ _HOOKS: dict[str, Callable[..., Any]] = {}
 
 
 def install(*, compare: Callable[..., Any], outputs: Callable[..., Any]) -> None:
-    """``compare(fp32, quantized, feeds, histograms=True)`` -> a DebugResult;
-    ``outputs(path, feeds)`` -> per feed, the model's outputs."""
+    """``compare(fp32, quantized, feeds, histograms=True, engine=None)`` -> a DebugResult;
+    ``outputs(path, feeds, engine=None)`` -> per feed, the model's outputs (``engine``: a
+    quanta.scale engine the feeds are sharded over, or None for this process)."""
     _HOOKS["compare"] = compare
     _HOOKS["outputs"] = outputs
 
@@ -142,8 +143,8 @@ class AccuracyReport:
 # ------------------------------------------------------------------------------ metrics
 
 
-def _outputs(path: Any, feeds: Sequence[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
-    return _HOOKS["outputs"](path, feeds)
+def _outputs(path: Any, feeds: Sequence[dict[str, np.ndarray]], engine: Any = None) -> list[list[np.ndarray]]:
+    return _HOOKS["outputs"](path, feeds, engine=engine)
 
 
 def evaluate_metric(metric: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> float:
@@ -291,9 +292,14 @@ def search(
     recipe,
     target: AccuracyTarget,
     quantize: Callable[..., Any],
+    *,
+    engine: Any = None,
 ):
     """Run the search (module docstring); ``quantize(src, dst, calib, recipe)`` is
-    quantize_static without a target. Returns (summary of the written file, report)."""
+    quantize_static without a target. Returns (summary of the written file, report).
+    ``engine`` (a quanta.scale engine): the evaluations and the debugger passes shard
+    their feeds over it (their results are the single process's: outputs are per feed,
+    the debugger's statistics merge exactly), so the search takes the same steps."""
     from quanta.quantize.recipe import TensorOverride
 
     compare = _HOOKS["compare"]
@@ -315,8 +321,8 @@ def search(
             onnx.save(proto, src)
         callable_metric = not isinstance(metric, str)
         # a callable metric reads the quantized file, not FP32 outputs: no references
-        ref_search = [] if callable_metric else _outputs(str(src), search_feeds)
-        ref_confirm = [] if callable_metric else _outputs(str(src), confirm_feeds)
+        ref_search = [] if callable_metric else _outputs(str(src), search_feeds, engine)
+        ref_confirm = [] if callable_metric else _outputs(str(src), confirm_feeds, engine)
         evaluations = 0
         trial = 0
 
@@ -332,7 +338,7 @@ def search(
             evaluations += 1
             if not isinstance(metric, str):
                 return float(metric(path)), path, summary
-            got = _outputs(path, feeds_in or search_feeds)
+            got = _outputs(path, feeds_in or search_feeds, engine)
             return evaluate_metric(metric, feeds_ref or ref_search, got), path, summary
 
         best_value, best_path, best_summary = measure(recipe)
@@ -348,7 +354,7 @@ def search(
         def confirm(path: str, value: float) -> float:
             if not isinstance(metric, str) or confirm_feeds is search_feeds:
                 return value
-            return evaluate_metric(metric, ref_confirm, _outputs(path, confirm_feeds))
+            return evaluate_metric(metric, ref_confirm, _outputs(path, confirm_feeds, engine))
 
         # whole-model fixes first, cheapest in MACs (none leaves integer arithmetic):
         # rounding-aware weights (eq. (12)), then activation balancing (eq. (13))
@@ -370,7 +376,7 @@ def search(
             # 16-bit activations (A16W8: every MAC stays integer) for the layers eq. (5)
             # ranks worst, in growing batches: one debugger pass ranks them, one evaluation
             # per batch measures, so no per-layer evaluation is needed
-            dbg = compare(src, best_path, calib[: target.debug_feeds], histograms=False)
+            dbg = compare(src, best_path, calib[: target.debug_feeds], histograms=False, engine=engine)
             dbg_path = best_path
             for share, names, rec in _wide_batches(dbg, best_recipe, target, widenable(best_path)):
                 if steps >= target.max_steps:
@@ -412,7 +418,7 @@ def search(
                 )
                 break
             if dbg is None or dbg_path != best_path:  # rank again only after a fix was kept
-                dbg = compare(src, best_path, calib[: target.debug_feeds], histograms=True)
+                dbg = compare(src, best_path, calib[: target.debug_feeds], histograms=True, engine=engine)
                 dbg_path = best_path
             candidates = [
                 r for r in dbg.worst(len(dbg.nodes)) if r.name not in tried_nodes and r.contribution > 0

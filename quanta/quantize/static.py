@@ -303,7 +303,14 @@ def quantize_static(
         return _quantize_mx(model_input, model_output, recipe, verbose)
     if accuracy is not None:
         return _quantize_to_target(
-            model_input, model_output, calibration_data, recipe, preprocess, verbose, accuracy
+            model_input,
+            model_output,
+            calibration_data,
+            recipe,
+            preprocess,
+            verbose,
+            accuracy,
+            engine=(engine, workers, address),
         )
     # int4 weights and int16 activations (also an integer-only target's wide tensors) need opset 21
     wide = recipe.needs_opset21 or recipe.integer_only
@@ -475,10 +482,19 @@ def _rereadable(data: Any, graph, recipe: Recipe, preprocess) -> Any:
 
 
 def _quantize_to_target(
-    model_input, model_output, calibration_data, recipe: Recipe, preprocess, verbose: bool, accuracy: Any
+    model_input,
+    model_output,
+    calibration_data,
+    recipe: Recipe,
+    preprocess,
+    verbose: bool,
+    accuracy: Any,
+    engine: tuple[Any, int | None, str | None] = ("inprocess", None, None),
 ) -> QuantizationSummary:
     """quantize_static with an accuracy target: the feeds are read once (they are split
-    into calibration / search / confirmation parts), then quanta.quantize.accuracy.search."""
+    into calibration / search / confirmation parts), then quanta.quantize.accuracy.search.
+    ``engine`` (name or engine, workers, address): where each trial's calibration, the
+    evaluations and the debugger passes run (the same results on any engine)."""
     from quanta.calibrate.readers import iter_feeds
     from quanta.quantize.accuracy import AccuracyTarget, search
 
@@ -491,10 +507,20 @@ def _quantize_to_target(
     if accuracy.eval_data is not None:
         accuracy = dataclasses.replace(accuracy, eval_data=list(iter_feeds(accuracy.eval_data, inputs)))
 
-    def run(src, dst, calib, rec):
-        return quantize_static(src, dst, calib, rec, verbose=False)
+    name, workers, address = engine
+    eng = None
+    if name != "inprocess" or workers not in (None, 1):
+        from quanta.scale import make_engine
 
-    summary, report = search(model_input, model_output, feeds, recipe, accuracy, run)
+        eng = make_engine(name, workers, address)
+
+    def run(src, dst, calib, rec):
+        # GPTQ's statistics stream into this process (they have no mergeable state)
+        if eng is None or rec.weight_rounding == "gptq":
+            return quantize_static(src, dst, calib, rec, verbose=False)
+        return quantize_static(src, dst, calib, rec, verbose=False, engine=eng)
+
+    summary, report = search(model_input, model_output, feeds, recipe, accuracy, run, engine=eng)
     summary.accuracy = report
     if verbose:
         print(summary.format())

@@ -37,10 +37,13 @@ __all__ = [
     "ShardFold",
     "ShardState",
     "calibrate_sharded",
+    "join_states",
     "merge_into",
     "merge_pair",
+    "merge_run",
     "merge_states",
     "split",
+    "split_state",
 ]
 
 
@@ -234,6 +237,75 @@ def merge_into(a: ShardState, b: ShardState) -> ShardState:
     return a
 
 
+def _cost(obs: ObserverBase) -> int:
+    """A state's size in numbers, the same in every shard of a job: channels (fixed by the
+    model) times bins (fixed by the recipe); never the sample count."""
+    return (obs.channels or 1) * int(getattr(obs, "bins", 1))
+
+
+def split_state(state: ShardState, parts: int) -> list[ShardState]:
+    """``state`` cut into ``parts`` states over disjoint sets of tensors (observers and
+    channel means), balanced by :func:`_cost` (largest first, each to the least loaded
+    part, ties by name): a function of the names, channel counts and bins alone, so every
+    shard of a job cuts alike and part p of every shard holds the same tensors. Each part
+    keeps the shard's index and sample count; the first also the value shapes and time.
+    The reduce-scatter merge (docs/scale.md eq. (S3)) merges part p of all shards in one
+    task; :func:`join_states` puts the merged parts together again."""
+    parts = max(1, int(parts))
+    keys = [(-_cost(obs), name, "o") for name, obs in state.observers.items()]
+    keys += [(-1, name, "m") for name in state.means]
+    load, where = [0] * parts, {}
+    for neg_cost, name, kind in sorted(keys):
+        p = min(range(parts), key=lambda i: (load[i], i))
+        load[p] -= neg_cost
+        where[kind, name] = p
+    return [
+        ShardState(
+            index=state.index,
+            observers={n: o for n, o in state.observers.items() if where["o", n] == p},
+            means={n: m for n, m in state.means.items() if where["m", n] == p},
+            samples=state.samples,
+            value_shapes=state.value_shapes if p == 0 else {},
+            seconds=state.seconds if p == 0 else 0.0,
+        )
+        for p in range(parts)
+    ]
+
+
+def join_states(parts: Sequence[ShardState]) -> ShardState:
+    """The merged parts of :func:`split_state` as one state (they hold disjoint tensors
+    and the same samples)."""
+    if not parts:
+        raise ValueError("join_states: no parts")
+    head = parts[0]
+    if any(p.samples != head.samples for p in parts):
+        raise ValueError(f"join_states: parts of different samples {[p.samples for p in parts]}")
+    out = ShardState(
+        index=head.index,
+        observers={},
+        means={},
+        samples=head.samples,
+        value_shapes=head.value_shapes,
+        seconds=head.seconds,
+    )
+    for p in parts:
+        out.observers.update(p.observers)
+        out.means.update(p.means)
+    return out
+
+
+def merge_run(*states: ShardState) -> ShardState:
+    """``states`` (adjacent shards, in shard order) folded left with :func:`merge_into`
+    into the first: what one reduce-scatter merge task runs on its own deserialized
+    copies. One task per part instead of a tree of pairs: each input is read once."""
+    if not states:
+        raise ValueError("merge_run: no states")
+    acc = states[0]
+    for s in states[1:]:
+        acc = merge_into(acc, s)
+    return acc
+
+
 def merge_states(states: Iterable[ShardState]) -> ShardState:
     """Fold shard states in shard-index order (whatever order they are given in)."""
     fold = ShardFold()
@@ -292,8 +364,8 @@ def calibrate_sharded(
     t0 = time.perf_counter()
     shown = ShardProgress("calibrating", progress)
     reduce = getattr(engine, "reduce", None)
-    if reduce is not None:  # merged where the engine runs (Ray: a tree on the workers)
-        merged = reduce(run_shard, job, items, merge_into, shown)
+    if reduce is not None:  # merged where the engine runs (Ray: reduce-scatter on the workers)
+        merged = reduce(run_shard, job, items, merge_run, shown, split=split_state, join=join_states)
     else:  # folded here as the states arrive
         fold = ShardFold()
         engine.map(run_shard, job, items, shown, on_result=fold)

@@ -31,7 +31,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-__all__ = ["Engine", "InProcessEngine", "LocalEngine", "RayEngine", "make_engine", "tree_reduce"]
+__all__ = [
+    "AdjacentMerges",
+    "Engine",
+    "InProcessEngine",
+    "LocalEngine",
+    "RayEngine",
+    "make_engine",
+    "tree_reduce",
+]
 
 Progress = Callable[[int, int], None]  # (items done, items)
 OnResult = Callable[[int, Any], Any]  # (item index, result) -> what map keeps
@@ -149,11 +157,23 @@ class RayEngine:
         fn: Callable[[Any, Any], Any],
         shared: Any,
         items: Sequence[Any],
-        merge: Callable[[Any, Any], Any],
+        merge: Callable[..., Any],
         progress: Progress | None = None,
+        *,
+        split: Callable[[Any, int], Sequence[Any]] | None = None,
+        join: Callable[[Sequence[Any]], Any] | None = None,
     ) -> Any:
-        """``merge`` folded over ``fn(shared, item)`` in item order, merged on the workers
-        in the tree of :func:`tree_reduce`; only the root comes back to the driver."""
+        """``merge`` folded over ``fn(shared, item)`` in item order, merged on the workers;
+        only merged results come back to the driver.
+
+        With ``split``/``join`` (a result cut into parts that merge independently, and
+        put together again): reduce-scatter, docs/scale.md eq. (S3). Each task returns
+        its result in ``P = min(workers, items)`` parts (Ray object refs of their own);
+        each part is merged over the items by ``merge(a, b)`` tasks of adjacent runs,
+        submitted as the items finish (:class:`AdjacentMerges`), so merging overlaps
+        with the items still running and every merge handles 1/P of the state; the
+        driver joins the P merged parts. Without them: a tree of pairs fixed in advance
+        (:func:`tree_reduce`, ``merge(a, b)``, eq. (S2))."""
         if not items:
             raise ValueError("reduce: no items")
         ray = _import_ray()
@@ -168,6 +188,10 @@ class RayEngine:
             options = dict(num_cpus=self.num_cpus, max_retries=self.max_retries)
             task = ray.remote(**options)(_call)
             shared_ref = ray.put(shared)
+            if split is not None and join is not None:
+                return self._reduce_scatter(
+                    ray, task, options, fn, shared_ref, items, merge, progress, split, join
+                )
             leaves = [task.remote(fn, shared_ref, item) for item in items]
             # _call(merge, a, b) = merge(a, b): a task that waits for its two inputs only
             # (object refs as arguments), which Ray moves from worker to worker
@@ -183,6 +207,76 @@ class RayEngine:
             if started:
                 ray.shutdown()
 
+    def _reduce_scatter(self, ray, task, options, fn, shared_ref, items, merge, progress, split, join):
+        """Eq. (S3) of docs/scale.md: every item's result in P parts, each part merged
+        over the items by adjacent pairs as they finish (:class:`AdjacentMerges`), the P
+        merged parts joined here."""
+        n = len(items)
+        parts = max(1, min(self.workers, n))
+        leaf = ray.remote(num_returns=parts, **options)(_call_split)
+        outs = [leaf.remote(fn, split, parts, shared_ref, item) for item in items]
+        columns = [[o] for o in outs] if parts == 1 else outs
+        tags = {c[p]: (p, i, i) for i, c in enumerate(columns) for p in range(parts)}
+        merges = [AdjacentMerges() for _ in range(parts)]
+        roots: list[Any] = [None] * parts
+        pending, done = list(tags), 0
+        while pending:  # nothing is fetched here until the P roots exist
+            ready, pending = ray.wait(pending, num_returns=1, fetch_local=False)
+            for ref in ready:
+                p, lo, hi = tags.pop(ref)
+                if p == 0 and lo == hi:
+                    done += 1
+                    if progress:
+                        progress(done, n)
+                if lo == 0 and hi == n - 1:
+                    roots[p] = ref
+                    continue
+                pair = merges[p].add(lo, hi, ref)
+                if pair is not None:
+                    (first, _, a), (_, last, b) = pair
+                    # a task that waits for its two inputs only: Ray moves one of them
+                    merged = task.remote(merge, a, b)
+                    tags[merged] = (p, first, last)
+                    pending.append(merged)
+        return join(ray.get(roots))
+
+
+class AdjacentMerges:
+    """Which results to merge as they arrive, when ``merge`` is associative but not
+    commutative (the moving average's log): a result covers a run of adjacent items
+    [lo, hi]; it is merged at once with a waiting neighbour (the run ending at lo - 1,
+    else the one starting at hi + 1), or waits for one. Every merge joins adjacent runs
+    in item order, so the result is the in-order fold; the merges overlap with the items
+    still running, and after the last item finishes at most two merges remain.
+
+    >>> m = AdjacentMerges()
+    >>> m.add(2, 2, "c") is None and m.add(0, 0, "a") is None
+    True
+    >>> m.add(1, 1, "b")   # joins the run on its left first
+    ((0, 0, 'a'), (1, 1, 'b'))
+    >>> m.add(0, 1, "ab")  # the merged run, back: now "c" waits on its right
+    ((0, 1, 'ab'), (2, 2, 'c'))
+    """
+
+    def __init__(self) -> None:
+        self._by_lo: dict[int, tuple[int, Any]] = {}  # lo -> (hi, value)
+        self._by_hi: dict[int, int] = {}  # hi -> lo
+
+    def add(self, lo: int, hi: int, value: Any) -> tuple[tuple[int, int, Any], tuple[int, int, Any]] | None:
+        """The pair to merge now (left run, right run), or None: ``value`` waits."""
+        left = self._by_hi.pop(lo - 1, None)
+        if left is not None:
+            _, lv = self._by_lo.pop(left)
+            return (left, lo - 1, lv), (lo, hi, value)
+        right = self._by_lo.pop(hi + 1, None)
+        if right is not None:
+            r_hi, rv = right
+            del self._by_hi[r_hi]
+            return (lo, hi, value), (hi + 1, r_hi, rv)
+        self._by_lo[lo] = (hi, value)
+        self._by_hi[hi] = lo
+        return None
+
 
 def _hand(on_result: OnResult | None, index: int, result: Any) -> Any:
     return result if on_result is None else on_result(index, result)
@@ -190,6 +284,17 @@ def _hand(on_result: OnResult | None, index: int, result: Any) -> Any:
 
 def _call(fn: Callable[[Any, Any], Any], shared: Any, item: Any) -> Any:
     return fn(shared, item)
+
+
+def _call_split(
+    fn: Callable[[Any, Any], Any],
+    split: Callable[[Any, int], Sequence[Any]],
+    parts: int,
+    shared: Any,
+    item: Any,
+) -> Any:
+    result = fn(shared, item)
+    return result if parts == 1 else tuple(split(result, parts))
 
 
 def _import_ray():

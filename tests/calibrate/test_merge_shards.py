@@ -220,3 +220,56 @@ def test_deepcopy_of_a_histogram_copies_its_arrays():
     other.observe(sample(6, 30, 6, "spiky"))
     dup.merge_in_place(other)
     assert state(obs) == before and state(dup) != before
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([16, 37, 128]),
+    st.integers(0, 70),
+    st.integers(-300, 300),
+)
+def test_uniform_regrid_sums_the_same_bins_as_the_scatter(seed, bins, d, start):
+    """Rows that share one move (a shared grid) are re-gridded by whole-array slicing and
+    sums (histogram._regrid_uniform); row by row the general scatter gives the same counts,
+    for shifts at one exponent (d = 0), small and huge exponent steps and negative starts."""
+    from quanta.calibrate.histogram import _regrid_rows
+
+    rng = np.random.default_rng(seed)
+    rows = 7
+    # a window of occupied bins that lands inside the new one: choose the new start so
+    # that the coarse bins of the data start at its local 0..bins/4
+    counts = np.zeros((rows, bins), np.int64)
+    lo, hi = sorted(rng.integers(0, bins, 2).tolist())
+    counts[:, lo : hi + 1] = rng.integers(0, 1000, (rows, hi - lo + 1))
+    counts[rng.integers(0, rows)] = 0  # an empty row
+    first = (start + lo) >> min(d, 62)
+    start_new = first - int(rng.integers(0, bins // 4 + 1))
+    last = (start + hi) >> min(d, 62)
+    if last - start_new >= bins:  # the data must fit the new window (the grid invariant)
+        start_new = last - bins + 1
+    k = np.zeros(rows, np.int64)
+    s0 = np.full(rows, start, np.int64)
+    k1, s1 = k + d, np.full(rows, start_new, np.int64)
+    fast = _regrid_rows(counts, k, s0, k1, s1, np.arange(rows))
+    slow = np.concatenate([_regrid_rows(counts, k, s0, k1, s1, np.array([r])) for r in range(rows)])
+    assert fast.dtype == np.int64 and np.array_equal(fast, slow)
+    assert np.array_equal(fast.sum(axis=1), counts.sum(axis=1))
+
+
+def test_weighted_mse_keeps_its_channels_on_the_tensor_grid():
+    """The weighted MSE observer reads its channels only summed on the tensor's grid, so
+    it keeps them there (one exponent and window start for all): a narrow channel's
+    counts sit in a few bins, and its range is the one computed from per-channel grids."""
+    from quanta.calibrate.histogram import regrid
+
+    obs = WeightedMSEObserver(axis=1, weights=[0.5, 2.0, 0.0], bins=BINS)
+    ref = MSEObserver(axis=1, bins=BINS)  # per-channel grids, the same counts
+    for seed in range(4):
+        x = sample(seed, 50, seed, "spiky")
+        x[:, 1] *= 1e-3  # a narrow channel
+        obs.observe(x)
+        ref.observe(x)
+    assert len(set(obs._k.tolist())) == 1 and len(set(obs._start.tolist())) == 1
+    assert np.count_nonzero(obs._counts[1]) < np.count_nonzero(ref._counts[1])
+    assert np.array_equal(regrid(ref._counts, ref._k, ref._start, obs._k, obs._start), obs._counts)

@@ -167,3 +167,22 @@ def test_sixteen_bit_activations_reach_a_target_with_every_mac_integer(tmp_path)
     s2 = quanta.quantize_static(src, tmp_path / "s.onnx", feeds, accuracy=strict, verbose=False)
     assert not any("16-bit" in c for c in s2.accuracy.changes)
     assert any("not kept: 8-bit" in t for t in s2.accuracy.tried), s2.accuracy.tried
+
+
+def test_the_search_on_an_engine_takes_the_same_steps(tmp_path):
+    """An engine shards each trial's calibration, the evaluations and the debugger
+    passes: every result is the single process's, so the search makes the same choices
+    and writes the same file."""
+    from tests.scale.test_calibrate_sharded import ShuffledEngine
+
+    src = _src(tmp_path)
+    feeds = chain_feeds(10, 1, batch=40)
+    # a target past the whole-model fixes: the debugger ranks layers twice
+    target = AccuracyTarget(metric="sqnr", minimum=45.0, max_steps=4)
+    kw = dict(method="minmax", smooth_quant=None, accuracy=target, verbose=False)
+    a = quanta.quantize_static(src, tmp_path / "a.onnx", feeds, **kw)
+    b = quanta.quantize_static(src, tmp_path / "b.onnx", feeds, engine=ShuffledEngine(3, 5), **kw)
+    assert any("eq. (5) ranks worst" in c for c in a.accuracy.changes)
+    assert a.accuracy.changes == b.accuracy.changes
+    assert a.accuracy.tried == b.accuracy.tried
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()

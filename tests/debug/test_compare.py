@@ -263,3 +263,57 @@ def test_a_dynamic_lstm_inside_a_branch_gets_a_row(tmp_path):
     (row,) = [r for r in res.nodes if r.op == "DynamicQuantizeLSTM"]
     assert row.output == "branch/then_branch/h" and row.inherited.count == 2 * 5
     assert 20.0 < row.inherited_db < 80.0
+
+
+def test_sharded_debugger_gives_the_single_process_result(tmp_path):
+    """compare(..., engine=...) splits the samples into shards, gathers each shard's
+    statistics apart and merges them: the report is the single process's, bit for bit
+    (exact sums, counts, maxima, code sets, histograms), for any worker count and any
+    order in which the shards finish; a shard's state survives pickling (it travels)."""
+    import pickle
+
+    from quanta.debug.compare import _CompareJob, _Plan, _stats_of_shard
+    from quanta.ir.onnx_io import load
+    from tests.scale.test_calibrate_sharded import ShuffledEngine
+
+    src, q = _quantized(tmp_path, chain())
+    data = chain_feeds(11, 4, batch=3)
+    want = compare(src, q, data).to_json()
+    for workers, seed in ((2, 0), (3, 1), (4, 2), (11, 3)):
+        got = compare(src, q, data, engine=ShuffledEngine(workers, seed))
+        assert got.to_json() == want, workers
+    # the merged state, not just the report: every sum the same integers
+    plan = _Plan(load(str(src)), load(str(q)), True)
+    whole = plan.stats()
+    for f in data:
+        plan.observe(whole, f)
+    job = _CompareJob(plan.fmodel, plan.qmodel, True)
+    parts = [
+        _stats_of_shard(job, (i, [("feed", f) for f in chunk]))
+        for i, chunk in enumerate((data[:4], data[4:]))
+    ]
+    merged = pickle.loads(pickle.dumps(parts[0])).merge_in_place(pickle.loads(pickle.dumps(parts[1])))
+    assert merged.samples == whole.samples == 11
+    for a, b in zip(merged.local + merged.inherited, whole.local + whole.inherited, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a._totals == b._totals and a.max_abs == b.max_abs and a.count == b.count
+    assert {k: h.to_dict() for k, h in merged.hists.items()} == {
+        k: h.to_dict() for k, h in whole.hists.items()
+    }
+
+
+def test_cli_debug_on_local_processes_writes_the_same_json(tmp_path, capsys):
+    from quanta.cli.main import main
+
+    src, out = _quantized(tmp_path, chain())
+    folder = tmp_path / "feeds"
+    folder.mkdir()
+    for i, f in enumerate(chain_feeds(5, 9, batch=4)):
+        np.savez(folder / f"f{i}.npz", **f)
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    assert main(["debug", str(src), str(out), "--data", str(folder), "--json", str(one)]) == 0
+    args = ["debug", str(src), str(out), "--data", str(folder), "--json", str(two)]
+    assert main([*args, "--engine", "local", "--workers", "2"]) == 0
+    assert two.read_text() == one.read_text()
+    capsys.readouterr()

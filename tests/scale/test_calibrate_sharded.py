@@ -18,6 +18,7 @@ import pytest
 import quanta
 from quanta.quantize.recipe import CalibrationMethod
 from quanta.scale import InProcessEngine, LocalEngine, split, tree_reduce
+from quanta.scale.engines import AdjacentMerges
 from tests.ir import models
 
 METHODS = [m.value for m in CalibrationMethod]
@@ -53,12 +54,69 @@ class TreeEngine(ShuffledEngine):
     """Merges the shard states in the Ray engine's tree (quanta.scale.tree_reduce), here:
     the shape of the merge the workers do, without Ray."""
 
-    def reduce(self, fn, shared, items, merge, progress=None):
+    def reduce(self, fn, shared, items, merge, progress=None, **_):
         # each merge gets its own deserialized copies of its inputs, as a Ray task does
         def task(a, b):
             return merge(pickle.loads(pickle.dumps(a)), pickle.loads(pickle.dumps(b)))
 
         return tree_reduce(self.map(fn, shared, items), task)
+
+
+class ScatterEngine(ShuffledEngine):
+    """The Ray engine's reduce-scatter (docs/scale.md eq. (S3)) without Ray: every shard
+    state cut into ``parts`` parts, the shards arriving in a random order, each part
+    merged by adjacent runs as they arrive (AdjacentMerges; a merge's result arrives
+    after the results already queued), each merge on its own deserialized copies."""
+
+    def __init__(self, workers: int, seed: int, parts: int) -> None:
+        super().__init__(workers, seed)
+        self.parts = parts
+
+    def reduce(self, fn, shared, items, merge, progress=None, *, split, join):
+        def copy(x):
+            return pickle.loads(pickle.dumps(x))
+
+        n = len(items)
+        order = list(range(n))
+        random.Random(self.seed).shuffle(order)
+        queue = [
+            (p, i, i, split(fn(shared, items[i]), self.parts)[p]) for i in order for p in range(self.parts)
+        ]
+        merges = [AdjacentMerges() for _ in range(self.parts)]
+        roots = [None] * self.parts
+        while queue:
+            p, lo, hi, value = queue.pop(0)
+            if (lo, hi) == (0, n - 1):
+                roots[p] = value
+                continue
+            pair = merges[p].add(lo, hi, value)
+            if pair is not None:
+                (first, _, a), (_, last, b) = pair
+                queue.append((p, first, last, merge(copy(a), copy(b))))
+        return join([copy(r) for r in roots])
+
+
+def test_adjacent_merges_give_the_in_order_fold_for_any_arrival_order():
+    """Merging only adjacent runs, as they arrive, is the in-order fold of an associative,
+    non-commutative merge (string concatenation) whatever the order: n - 1 merges."""
+    for n in (1, 2, 3, 8, 13):
+        for seed in range(20):
+            order = list(range(n))
+            random.Random(seed).shuffle(order)
+            queue = [(i, i, chr(97 + i)) for i in order]
+            m, merged, root = AdjacentMerges(), 0, None
+            pick = random.Random(seed)  # odd seeds: merges and arrivals interleave at random
+            while queue:
+                lo, hi, v = queue.pop(pick.randrange(len(queue)) if seed % 2 else 0)
+                if (lo, hi) == (0, n - 1):
+                    root = v
+                    continue
+                pair = m.add(lo, hi, v)
+                if pair is not None:
+                    (first, _, a), (_, last, b) = pair
+                    merged += 1
+                    queue.append((first, last, a + b))
+            assert root == "".join(chr(97 + i) for i in range(n)) and merged == n - 1
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +159,59 @@ def test_states_merged_in_a_tree_give_the_same_file(model_path, tmp_path, method
             engine=TreeEngine(workers, workers),
         )
         assert got == want, (method, workers)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_states_merged_by_reduce_scatter_give_the_same_file(model_path, tmp_path, method):
+    data = feeds()
+    want = quantize(model_path, tmp_path / "one.onnx", data, method=method)
+    # more parts than tensors leaves some parts empty; one part is a flat fold
+    for workers, parts in ((2, 2), (3, 1), (5, 3), (8, 8), (11, 40)):
+        got = quantize(
+            model_path,
+            tmp_path / f"s{workers}.onnx",
+            data,
+            method=method,
+            engine=ScatterEngine(workers, workers, parts),
+        )
+        assert got == want, (method, workers, parts)
+
+
+def test_split_state_cuts_every_shard_alike_and_join_restores_it(model_path):
+    """Part p of every shard holds the same tensors (the cut depends on names, channels
+    and bins, not on the samples a shard saw), parts are disjoint and balanced, and the
+    joined parts are the state."""
+    from quanta.ir.onnx_io import load
+    from quanta.quantize.recipe import CalibrationMethod, Recipe
+    from quanta.quantize.static import make_observer_factory
+    from quanta.scale.calibrate import _cost, _for_shards, _Job, join_states, run_shard, split_state
+
+    model = load(str(model_path))
+    tensors = ("x", "c", "r", "y")
+    make = make_observer_factory(Recipe(method=CalibrationMethod.ENTROPY), {})
+    job = _Job(model, tensors, {n: _for_shards(make(n)) for n in tensors}, None, {"c": 1})
+    data = feeds(7)
+    a = run_shard(job, (0, [("feed", f) for f in data[:2]]))
+    b = run_shard(job, (1, [("feed", f) for f in data[2:]]))  # another sample count
+    for parts in (1, 2, 3, 6):
+        pa, pb = split_state(a, parts), split_state(b, parts)
+        assert len(pa) == parts
+        assert [set(p.observers) for p in pa] == [set(p.observers) for p in pb]
+        assert [set(p.means) for p in pa] == [set(p.means) for p in pb]
+        names = [n for p in pa for n in p.observers]
+        assert sorted(names) == sorted(tensors)  # disjoint, complete
+        back = join_states(pa)
+        assert back.samples == a.samples and back.value_shapes == a.value_shapes
+        assert {n: o.to_dict() for n, o in back.observers.items()} == {
+            n: o.to_dict() for n, o in a.observers.items()
+        }
+        assert set(back.means) == set(a.means) == {"c"}
+    # balanced: with as many parts as tensors, one tensor each; the largest part is never
+    # more than the largest tensor above the mean
+    loads = [sum(_cost(o) for o in p.observers.values()) for p in split_state(a, 2)]
+    assert max(loads) - min(loads) <= max(_cost(o) for o in a.observers.values())
+    with pytest.raises(ValueError, match="different samples"):
+        join_states([split_state(a, 2)[0], split_state(b, 2)[1]])
 
 
 def test_tree_reduce_keeps_the_order_and_takes_log2_levels():

@@ -104,6 +104,18 @@ def test_a_worker_killed_mid_shard_is_rerun_and_changes_nothing(cluster, model_p
         assert got[name].range() == single[name].range()
 
 
+def test_debugger_on_ray_gives_the_single_process_report(cluster, tmp_path):
+    """quanta.debug.compare(..., engine="ray"): shards on Ray workers, statistics merged
+    exactly, the same report as one process."""
+    from quanta.debug.compare import compare
+    from tests.debug.test_compare import _quantized, chain, chain_feeds
+
+    src, q = _quantized(tmp_path, chain())
+    data = chain_feeds(7, 4, batch=3)
+    want = compare(src, q, data).to_json()
+    assert compare(src, q, data, engine="ray", workers=3).to_json() == want
+
+
 def test_batch_inference_over_ray_data_equals_a_session_loop(cluster, model_path, tmp_path):
     int8 = tmp_path / "cnn.int8.onnx"
     quanta.quantize_static(str(model_path), str(int8), feeds(6), verbose=False)
