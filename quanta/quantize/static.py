@@ -27,6 +27,7 @@ import functools
 import json
 import os
 import re
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,15 +36,18 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import onnx
 
-from quanta.calibrate.observer import ObserverBase
-from quanta.calibrate.readers import ImagePreprocess
+from quanta.calibrate.mse import MSEObserver
+from quanta.calibrate.observer import WIDE, ObserverBase
+from quanta.calibrate.readers import ImagePreprocess, iter_feeds
 from quanta.calibrate.runner import calibrate
 from quanta.ir.graph import Model
-from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save, upgrade_opset
+from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save, to_proto, upgrade_opset
 from quanta.ir.verify import Stage, verify
 from quanta.passes.coverage import CoverageReport
 from quanta.quantize.bodies import BodyScope, plan_bodies, prepare_bodies, quantize_bodies
 from quanta.quantize.qdq import (
+    MAC_OPS,
+    VIEW_OPS,
     QdqPlan,
     bias_correction_inputs,
     consumer_channel_weights,
@@ -52,6 +56,7 @@ from quanta.quantize.qdq import (
     plan_qdq,
     resolve_params,
 )
+from quanta.quantize.range_choice import reiterable
 from quanta.quantize.recipe import CalibrationMethod, Recipe, SubgraphMode
 from quanta.quantize.recurrent import quantize_lstms
 from quanta.runtime.coverage import lowered_coverage
@@ -82,6 +87,8 @@ class QuantizationSummary:
     coverage: CoverageReport | None = None
     # what an accuracy-driven run changed and measured (quanta.quantize.accuracy)
     accuracy: Any = None
+    # eq. (24): the range set of the tensors outside eq. (22) (quanta.quantize.range_choice)
+    range_choice: Any = None
 
     @property
     def integer_share(self) -> float | None:
@@ -101,6 +108,8 @@ class QuantizationSummary:
             lines.extend(self.coverage.format_share().splitlines())
         if self.accuracy is not None:
             lines.extend(self.accuracy.format().splitlines())
+        if self.range_choice is not None:
+            lines.append(self.range_choice.format())
         by_op: dict[str, int] = {}
         for _, op in self.quantized:
             by_op[op] = by_op.get(op, 0) + 1
@@ -233,7 +242,8 @@ def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, 
     MSE observers model the grid of the recipe's activation storage (qmin, qmax,
     symmetry), which only quantize/ knows (calibrate/ cannot import it).
     ``channel_weights`` (qdq.consumer_channel_weights): the tensors that the weighted
-    MSE method calibrates with their consumers' weights; it gives the others MinMax."""
+    MSE method calibrates with their consumers' weights; the others get MinMax when
+    ``recipe.other_ranges`` is "minmax", else an MSE observer (its extrema are MinMax)."""
     from quanta.quantize.params import quant_range
 
     method = recipe.method
@@ -260,7 +270,8 @@ def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, 
             from quanta.calibrate.percentile import PercentileObserver
 
             return PercentileObserver(percentile=recipe.percentile, **bins)
-        if method is CalibrationMethod.WEIGHTED_MSE and name not in (channel_weights or {}):
+        weighted = method is CalibrationMethod.WEIGHTED_MSE and name in (channel_weights or {})
+        if method is CalibrationMethod.WEIGHTED_MSE and not weighted and recipe.other_ranges == "minmax":
             from quanta.calibrate.minmax import MinMaxObserver
 
             return MinMaxObserver()
@@ -274,7 +285,7 @@ def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, 
 
                 storage = storage_from_name(ov.dtype, name)
             qmin, qmax = quant_range(storage, symmetric=symmetric, reduce_range=recipe.reduce_range)
-            if method is CalibrationMethod.WEIGHTED_MSE:
+            if weighted:  # the others: plain MSE, whose histogram keeps MinMax too (extrema)
                 axis, weights = (channel_weights or {})[name]
                 return WeightedMSEObserver(
                     axis=axis, weights=weights, qmin=qmin, qmax=qmax, symmetric=symmetric, **bins
@@ -338,8 +349,11 @@ def quantize_static(
         )
     # int4 weights and int16 activations (also an integer-only target's wide tensors) need opset 21
     wide = recipe.needs_opset21 or recipe.integer_only
+    source_data, source_preprocess = calibration_data, preprocess  # as given (eq. (25) re-reads them)
+    wide_tensors: list[str] = []  # eq. (25): non-negative data reaching 1e9
     model = load_for_quantization(model_input, min_opset=21 if wide else MIN_OPSET)
     prepare_float_graph(model)
+    source_path = model.path  # eq. (24) may keep a copy of the model, which has no path
     if recipe.integer_only:
         # one integer operator per GELU (a table), instead of five float ops on the device
         from quanta.passes.manager import PassManager
@@ -362,6 +376,7 @@ def quantize_static(
     plan = plan_qdq(graph, plan_recipe)
     bodies = plan_bodies(model, body_recipe(recipe)) if quantize_inside else []
     ranges = {}
+    minmax: dict = {}  # eq. (24)'s other candidate: MinMax of the tensors outside eq. (22)
     body_float: dict[str, str] = {}
     samples = 0
     shapes: dict = {}
@@ -386,8 +401,21 @@ def quantize_static(
             taps.setdefault(layer.x_name, []).append(layer.observe)
     # with bodies, the calibration run also tells which If branches the data takes and
     # the shapes inside the bodies (coverage counts their MACs with them)
+    # eq. (24): both range sets of the tensors outside eq. (22) are measured at the
+    # outputs on the first calibration feeds (kept while calibrating a one-shot iterator)
+    choose_ranges = recipe.method is CalibrationMethod.WEIGHTED_MSE and recipe.other_ranges == "auto"
+    choice_feeds: list[dict] = []
     if to_calibrate or means_for or bodies or taps:
-        if engine != "inprocess" or workers not in (None, 1):
+        in_process = engine == "inprocess" and workers in (None, 1)
+        if choose_ranges and in_process and not reiterable(calibration_data):
+            calibration_data = _keep_first(
+                iter_feeds(
+                    calibration_data, graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples
+                ),
+                choice_feeds,
+            )
+            preprocess = None
+        if not in_process:
             if taps:
                 # GPTQ's statistics are streamed into callbacks of this process; they
                 # have no mergeable state a shard could return.
@@ -414,7 +442,10 @@ def quantize_static(
         means = observers.means
         shapes = observers.value_shapes
         for name, obs in observers.items():
-            reason = obs.degenerate()
+            bits = plan.tensors[name].storage.bits if name in plan.tensors else 8
+            reason = obs.degenerate(bits)
+            if reason is not None and reason.startswith(WIDE) and name in plan.tensors:
+                wide_tensors.append(name)
             if reason is not None and recipe.integer_only and "reaches" in reason and name in plan.tensors:
                 continue  # an additive mask: resolve_params takes the scores' range
             if reason is not None:
@@ -424,17 +455,95 @@ def quantize_static(
                     body_float[name] = reason
             else:
                 ranges[name] = obs.range()
-    resolve_params(graph, plan, ranges, recipe)
-    if rounded:
-        from quanta.quantize.rounding import apply_rounding
+                if choose_ranges and name not in weights_for and isinstance(obs, MSEObserver):
+                    minmax[name] = obs.extrema()
 
-        apply_rounding(graph, plan, rounded, reduce_range=recipe.reduce_range)
-    if recipe.bias_correction:
-        correct_biases(graph, plan, means)
-    quantize_bodies(bodies, model, ranges, body_float, means, recipe)
-    insert_qdq(graph, plan)
-    lstms = quantize_lstms(model, recipe)
-    verify(graph, Stage.QDQ)
+    if wide_tensors and recipe.activation_storage.bits == 8 and reiterable(source_data):
+        # eq. (25): data of wide dynamic range (a power spectrum reaching 1e12) has no
+        # useful 8-bit grid; with 16-bit storage it is one more integer group (A16W8)
+        # instead of a float one. The storage decides the opset the model is loaded at,
+        # so the run starts again with those tensors widened.
+        from quanta.quantize.recipe import TensorOverride
+
+        # with the outputs of the Conv / Gemm / MatMul reading them (A16W8 needs its output
+        # quantized; the output of a layer over such data is as wide)
+        names = list(wide_tensors)
+        for n in wide_tensors:
+            readers = list(graph.value(n).consumers())
+            while readers:
+                c = readers.pop()
+                if c.op_type in VIEW_OPS and c.outputs:  # a view keeps its input's type
+                    readers += c.outputs[0].consumers()
+                elif c.op_type in MAC_OPS and c.outputs and all(c.outputs[0] is not g for g in graph.outputs):
+                    names.append(c.outputs[0].name)
+        widened = {
+            n: TensorOverride(dtype="int16") for n in dict.fromkeys(names) if n not in recipe.overrides
+        }
+        if widened:
+            return quantize_static(
+                model_input,
+                model_output,
+                source_data,
+                dataclasses.replace(recipe, overrides={**recipe.overrides, **widened}),
+                preprocess=source_preprocess,
+                verbose=verbose,
+                engine=engine,
+                workers=workers,
+                address=address,
+            )
+
+    def finish(model: Model, plan, bodies, rounded, ranges: dict) -> list:
+        """The calibrated float model -> the QDQ model (in place); returns the LSTMs."""
+        graph = model.graph
+        resolve_params(graph, plan, ranges, recipe)
+        if rounded:
+            from quanta.quantize.rounding import apply_rounding
+
+            apply_rounding(graph, plan, rounded, reduce_range=recipe.reduce_range)
+        if recipe.bias_correction:
+            correct_biases(graph, plan, means)
+        quantize_bodies(bodies, model, ranges, dict(body_float), means, recipe)
+        insert_qdq(graph, plan)
+        lstms = quantize_lstms(model, recipe)
+        verify(graph, Stage.QDQ)
+        return lstms
+
+    range_choice = None
+    if any(ranges[k] != v for k, v in minmax.items()) and not rounded:
+        from quanta.quantize import accuracy
+        from quanta.quantize.range_choice import FEEDS, choose
+
+        if not choice_feeds:
+            choice_feeds = list(
+                iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=FEEDS)
+            )
+        with tempfile.TemporaryDirectory(prefix="quanta-ranges-") as tmp:
+            reference = os.path.join(tmp, "float.onnx")
+            save(model, reference, check=False)
+            # the MinMax candidate: the same float graph, planned again (the graph is
+            # linked both ways: a copy through the ONNX form, not a deep copy)
+            alt = from_proto(to_proto(model))
+            alt_plan = plan_qdq(alt.graph, plan_recipe)
+            for name, t in plan.tensors.items():
+                if t.float_reason is not None and name in alt_plan.tensors:
+                    alt_plan.tensors[name].float_reason = t.float_reason
+            alt_bodies = plan_bodies(alt, body_recipe(recipe)) if quantize_inside else []
+            alt_lstms = finish(alt, alt_plan, alt_bodies, [], {**ranges, **minmax})
+            lstms = finish(model, plan, bodies, rounded, ranges)
+            range_choice = choose(
+                reference,
+                {"minmax": alt, "mse": model},
+                choice_feeds[:FEEDS],
+                lambda m, path: save(m, path, check=False),
+                accuracy._outputs,
+            )
+        if range_choice.choice == "minmax":
+            model, plan, bodies, lstms = alt, alt_plan, alt_bodies, alt_lstms
+            graph = model.graph
+        del alt
+        recipe = dataclasses.replace(recipe, other_ranges=range_choice.choice)
+    else:
+        lstms = finish(model, plan, bodies, rounded, ranges)
     model.metadata["quanta.recipe"] = recipe.to_json()
     model.producer_name = "quanta"
     report = lowered_coverage(model, shapes)
@@ -444,15 +553,27 @@ def quantize_static(
             if c.name.startswith(prefixes) and not c.integer_op and c.op in recipe.op_types:
                 c.reasons = [SUBGRAPH_STATIC_REASON]
     check_integer_share(report, recipe.min_integer_share, model_output)
-    protect = [model.path] if model.path else []
+    protect = [source_path] if source_path else []
     save(model, model_output, protect=protect)
     summary = _summarize(model, plan, lstms, model_output, recipe, samples, time.perf_counter() - t0)
     for scope in (s for top in bodies for s in top.walk()):
         _summarize_body(summary, scope, recipe)
     summary.coverage = report
+    summary.range_choice = range_choice
     if verbose:
         print(summary.format())
     return summary
+
+
+def _keep_first(feeds, kept: list, n: int | None = None):
+    """``feeds`` passed through; the first ``n`` (eq. (24)'s FEEDS) also appended to ``kept``."""
+    from quanta.quantize.range_choice import FEEDS
+
+    limit = FEEDS if n is None else n
+    for feed in feeds:
+        if len(kept) < limit:
+            kept.append(feed)
+        yield feed
 
 
 def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> tuple[list[str], Any]:
