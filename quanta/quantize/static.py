@@ -471,11 +471,14 @@ def quantize_static(
         for n in wide_tensors:
             readers = list(graph.value(n).consumers())
             while readers:
-                c = readers.pop()
-                if c.op_type in VIEW_OPS and c.outputs:  # a view keeps its input's type
-                    readers += c.outputs[0].consumers()
-                elif c.op_type in MAC_OPS and c.outputs and all(c.outputs[0] is not g for g in graph.outputs):
-                    names.append(c.outputs[0].name)
+                reader = readers.pop()
+                out = reader.outputs[0] if reader.outputs else None
+                if out is not None and reader.op_type in VIEW_OPS:  # a view keeps its input's type
+                    readers += out.consumers()
+                elif (
+                    out is not None and reader.op_type in MAC_OPS and all(out is not g for g in graph.outputs)
+                ):
+                    names.append(out.name)
         widened = {
             n: TensorOverride(dtype="int16") for n in dict.fromkeys(names) if n not in recipe.overrides
         }
@@ -492,7 +495,7 @@ def quantize_static(
                 address=address,
             )
 
-    def finish(model: Model, plan, bodies, rounded, ranges: dict) -> list:
+    def finish(model: Model, plan, bodies, rounded, ranges: dict, recipe: Recipe) -> dict[int, str | None]:
         """The calibrated float model -> the QDQ model (in place); returns the LSTMs."""
         graph = model.graph
         resolve_params(graph, plan, ranges, recipe)
@@ -510,7 +513,7 @@ def quantize_static(
 
     range_choice = None
     if any(ranges[k] != v for k, v in minmax.items()) and not rounded:
-        from quanta.quantize import accuracy
+        from quanta.quantize.accuracy import _outputs as run_file
         from quanta.quantize.range_choice import FEEDS, choose
 
         if not choice_feeds:
@@ -528,14 +531,14 @@ def quantize_static(
                 if t.float_reason is not None and name in alt_plan.tensors:
                     alt_plan.tensors[name].float_reason = t.float_reason
             alt_bodies = plan_bodies(alt, body_recipe(recipe)) if quantize_inside else []
-            alt_lstms = finish(alt, alt_plan, alt_bodies, [], {**ranges, **minmax})
-            lstms = finish(model, plan, bodies, rounded, ranges)
+            alt_lstms = finish(alt, alt_plan, alt_bodies, [], {**ranges, **minmax}, recipe)
+            lstms = finish(model, plan, bodies, rounded, ranges, recipe)
             range_choice = choose(
                 reference,
                 {"minmax": alt, "mse": model},
                 choice_feeds[:FEEDS],
                 lambda m, path: save(m, path, check=False),
-                accuracy._outputs,
+                run_file,
             )
         if range_choice.choice == "minmax":
             model, plan, bodies, lstms = alt, alt_plan, alt_bodies, alt_lstms
@@ -543,7 +546,7 @@ def quantize_static(
         del alt
         recipe = dataclasses.replace(recipe, other_ranges=range_choice.choice)
     else:
-        lstms = finish(model, plan, bodies, rounded, ranges)
+        lstms = finish(model, plan, bodies, rounded, ranges, recipe)
     model.metadata["quanta.recipe"] = recipe.to_json()
     model.producer_name = "quanta"
     report = lowered_coverage(model, shapes)
