@@ -56,7 +56,7 @@ from quanta.quantize.qdq import (
     plan_qdq,
     resolve_params,
 )
-from quanta.quantize.range_choice import reiterable
+from quanta.quantize.range_choice import FEEDS, choose, half_ranges, reiterable, split_observers, unsplit
 from quanta.quantize.recipe import CalibrationMethod, Recipe, SubgraphMode
 from quanta.quantize.recurrent import quantize_lstms
 from quanta.runtime.coverage import lowered_coverage
@@ -413,6 +413,7 @@ def quantize_static(
                     calibration_data, graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples
                 ),
                 choice_feeds,
+                2 * FEEDS,
             )
             preprocess = None
         if not in_process:
@@ -428,16 +429,20 @@ def quantize_static(
             run = functools.partial(calibrate_sharded, engine=make_engine(engine, workers, address))
         else:
             run = functools.partial(calibrate, taps=taps)
+        make = make_observer_factory(recipe, weights_for)
+        if choose_ranges and in_process:
+            make = split_observers(make)  # eq. (24) measures ranges of the even feeds on the odd ones
         observers = run(
             model,
             to_calibrate,
             calibration_data,
-            make_observer_factory(recipe, weights_for),
+            make,
             preprocess=preprocess,
             limit=recipe.calibration_samples,
             progress=recipe.progress and verbose,
             channel_means=means_for,
         )
+        halves = unsplit(observers)
         samples = observers.samples
         means = observers.means
         shapes = observers.value_shapes
@@ -514,39 +519,45 @@ def quantize_static(
     range_choice = None
     if any(ranges[k] != v for k, v in minmax.items()) and not rounded:
         from quanta.quantize.accuracy import _outputs as run_file
-        from quanta.quantize.range_choice import FEEDS, choose
 
         if not choice_feeds:
             choice_feeds = list(
-                iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=FEEDS)
+                iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=2 * FEEDS)
             )
-        with tempfile.TemporaryDirectory(prefix="quanta-ranges-") as tmp:
-            reference = os.path.join(tmp, "float.onnx")
-            save(model, reference, check=False)
-            # the MinMax candidate: the same float graph, planned again (the graph is
-            # linked both ways: a copy through the ONNX form, not a deep copy)
+        # the candidates take the ranges of the even feeds and run on the odd ones: ranges
+        # measured on the feeds that made them favour the set that fits those feeds
+        # (MSE's clipping is tuned to their tails), not the one that generalises
+        held_out = choice_feeds[1::2] if halves else choice_feeds
+        even = half_ranges(halves, ranges, minmax) if halves else (ranges, minmax)
+
+        rec: Recipe = recipe
+
+        def candidate(rng: dict) -> Model:
+            # the same float graph planned again (the graph is linked both ways: a copy
+            # through the ONNX form, not a deep copy)
             alt = from_proto(to_proto(model))
             alt_plan = plan_qdq(alt.graph, plan_recipe)
             for name, t in plan.tensors.items():
                 if t.float_reason is not None and name in alt_plan.tensors:
                     alt_plan.tensors[name].float_reason = t.float_reason
-            alt_bodies = plan_bodies(alt, body_recipe(recipe)) if quantize_inside else []
-            alt_lstms = finish(alt, alt_plan, alt_bodies, [], {**ranges, **minmax}, recipe)
-            lstms = finish(model, plan, bodies, rounded, ranges, recipe)
+            alt_bodies = plan_bodies(alt, body_recipe(rec)) if quantize_inside else []
+            finish(alt, alt_plan, alt_bodies, [], rng, rec)
+            return alt
+
+        with tempfile.TemporaryDirectory(prefix="quanta-ranges-") as tmp:
+            reference = os.path.join(tmp, "float.onnx")
+            save(model, reference, check=False)
             range_choice = choose(
                 reference,
-                {"minmax": alt, "mse": model},
-                choice_feeds[:FEEDS],
+                {"minmax": candidate({**even[0], **even[1]}), "mse": candidate(even[0])},
+                held_out[:FEEDS],
                 lambda m, path: save(m, path, check=False),
                 run_file,
             )
-        if range_choice.choice == "minmax":
-            model, plan, bodies, lstms = alt, alt_plan, alt_bodies, alt_lstms
-            graph = model.graph
-        del alt
         recipe = dataclasses.replace(recipe, other_ranges=range_choice.choice)
-    else:
-        lstms = finish(model, plan, bodies, rounded, ranges, recipe)
+        if range_choice.choice == "minmax":
+            ranges = {**ranges, **minmax}
+    lstms = finish(model, plan, bodies, rounded, ranges, recipe)
     model.metadata["quanta.recipe"] = recipe.to_json()
     model.producer_name = "quanta"
     report = lowered_coverage(model, shapes)
@@ -568,13 +579,10 @@ def quantize_static(
     return summary
 
 
-def _keep_first(feeds, kept: list, n: int | None = None):
-    """``feeds`` passed through; the first ``n`` (eq. (24)'s FEEDS) also appended to ``kept``."""
-    from quanta.quantize.range_choice import FEEDS
-
-    limit = FEEDS if n is None else n
+def _keep_first(feeds, kept: list, n: int):
+    """``feeds`` passed through; the first ``n`` also appended to ``kept``."""
     for feed in feeds:
-        if len(kept) < limit:
+        if len(kept) < n:
             kept.append(feed)
         yield feed
 

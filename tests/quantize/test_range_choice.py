@@ -11,8 +11,19 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import quanta
+from quanta.calibrate.minmax import MinMaxObserver
 from quanta.ir.onnx_io import load
-from quanta.quantize.range_choice import CAP_DB, choose, mean_sqnr_db, reiterable
+from quanta.ir.types import F32, CalibratedType
+from quanta.quantize.range_choice import (
+    CAP_DB,
+    SplitObserver,
+    choose,
+    half_ranges,
+    mean_sqnr_db,
+    reiterable,
+    split_observers,
+    unsplit,
+)
 from quanta.quantize.recipe import Recipe, RecipeError
 
 ort = pytest.importorskip("onnxruntime")
@@ -63,8 +74,8 @@ def output_sqnr(src, out, data) -> float:
     return score
 
 
-@pytest.mark.parametrize(("square", "expected"), [(False, "mse"), (True, "minmax")])
-def test_auto_keeps_the_range_set_whose_outputs_are_closer(tmp_path, square, expected):
+@pytest.mark.parametrize("square", [False, True])
+def test_auto_keeps_the_range_set_whose_outputs_are_closer(tmp_path, square):
     src = tmp_path / "m.onnx"
     onnx.save(residual(square), src)
     calib = feeds(6, 1)
@@ -72,15 +83,21 @@ def test_auto_keeps_the_range_set_whose_outputs_are_closer(tmp_path, square, exp
     s = quanta.quantize_static(src, paths["auto"], calib, verbose=False)
     for k in ("minmax", "mse"):
         quanta.quantize_static(src, paths[k], calib, other_ranges=k, verbose=False)
-    assert s.range_choice is not None and s.range_choice.choice == expected
-    assert set(s.range_choice.scores) == {"minmax", "mse"} and s.range_choice.feeds == 6
+    assert s.range_choice is not None
+    # the candidates take the ranges of feeds 0, 2, 4 and run on feeds 1, 3, 5
+    assert set(s.range_choice.scores) == {"minmax", "mse"} and s.range_choice.feeds == 3
+    scores = s.range_choice.scores
+    expected = "mse" if scores["mse"] > scores["minmax"] else "minmax"
+    if square:  # the square is made of the tails: MinMax by ~0.5 dB
+        assert expected == "minmax" and scores["minmax"] > scores["mse"] + 0.2
     other = "minmax" if expected == "mse" else "mse"
-    assert s.range_choice.scores[expected] > s.range_choice.scores[other]
-    # the file is the chosen candidate's, and its recipe says which
+    assert s.range_choice.choice == expected
+    # the file is the chosen set's, built from all the feeds, and its recipe says which
+    assert paths["auto"].read_bytes() == paths[expected].read_bytes()
     assert paths["auto"].read_bytes() != paths[other].read_bytes()
     assert recorded(paths["auto"])["other_ranges"] == expected
     assert recorded(paths[expected]) == recorded(paths["auto"])
-    if square:  # a margin of ~0.6 dB: on held-out data the choice is the better one too
+    if square:  # on data none of the feeds had, the choice is the better one too
         held = feeds(4, 9)
         assert output_sqnr(src, paths[expected], held) > output_sqnr(src, paths[other], held)
     assert "ranges outside eq. (22): " + expected in s.format()
@@ -104,7 +121,7 @@ def test_a_one_shot_iterator_is_measured_on_its_first_feeds(tmp_path):
     assert not reiterable(iter(calib)) and reiterable(calib)
     a = quanta.quantize_static(src, tmp_path / "a.onnx", iter(calib), verbose=False)
     b = quanta.quantize_static(src, tmp_path / "b.onnx", calib, verbose=False)
-    assert a.range_choice.feeds == b.range_choice.feeds == 8
+    assert a.range_choice.feeds == b.range_choice.feeds == 5  # the odd ones of 11
     assert a.range_choice.scores == b.range_choice.scores
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
 
@@ -173,7 +190,31 @@ def test_a_candidate_that_fails_to_run_keeps_the_first(tmp_path):
         and r.scores == {}
         and "mse did not run: RuntimeError: kernel missing" in r.reason
     )
+    r = choose(ref, {"minmax": "ok", "mse": "float"}, [{}], save, outputs)
+    assert r.choice == "mse" and r.scores == {"minmax": pytest.approx(10 * np.log10(5 / 0.25)), "mse": CAP_DB}
     r = choose(ref, {"minmax": "ok", "mse": "ok"}, [{}], save, outputs)
     assert r.choice == "minmax" and r.scores["minmax"] == r.scores["mse"]  # a tie keeps the first
     r = choose(ref, {"minmax": "ok"}, [], save, outputs)
     assert r.choice == "minmax" and "no calibration feed" in r.reason
+
+
+def test_the_half_observer_sees_the_even_feeds_only():
+    make = split_observers(lambda name: MinMaxObserver())
+    obs = make("t")
+    for k, v in enumerate([1.0, 50.0, 2.0, 60.0, -3.0]):
+        obs.observe(np.array([v, k], np.float32))
+    assert (obs.range().min, obs.range().max) == (-3.0, 60.0)  # the wrapper is the full observer
+    assert (obs.half.range().min, obs.half.range().max) == (-3.0, 4.0)  # feeds 0, 2, 4
+    result = {"t": obs, "u": MinMaxObserver()}
+    halves = unsplit(result)
+    assert isinstance(result["t"], MinMaxObserver) and not isinstance(result["t"], SplitObserver)
+    assert set(halves) == {"t"}
+
+
+def test_a_tensor_the_even_feeds_leave_degenerate_keeps_its_full_range():
+    seen, never = MinMaxObserver(), MinMaxObserver()
+    seen.observe(np.array([-1.0, 2.0], np.float32))
+    full = {"a": CalibratedType(F32, -1.0, 5.0), "b": CalibratedType(F32, 0.0, 7.0)}
+    even, even_mm = half_ranges({"a": seen, "b": never}, full, {"b": CalibratedType(F32, -0.5, 7.0)})
+    assert (even["a"].min, even["a"].max) == (-1.0, 2.0)
+    assert even["b"] == full["b"] and (even_mm["b"].min, even_mm["b"].max) == (-0.5, 7.0)
