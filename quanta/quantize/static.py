@@ -443,6 +443,22 @@ def quantize_static(
             channel_means=means_for,
         )
         halves = unsplit(observers)
+        if choose_ranges and not in_process and reiterable(calibration_data):
+            # the same even feeds as the in-process split (the file does not depend on the engine)
+            even_feeds = list(
+                iter_feeds(
+                    calibration_data, graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples
+                )
+            )[0::2]
+            halves = dict(
+                run(
+                    model,
+                    to_calibrate,
+                    even_feeds,
+                    make_observer_factory(recipe, weights_for),
+                    progress=False,
+                )
+            )
         samples = observers.samples
         means = observers.means
         shapes = observers.value_shapes
