@@ -379,10 +379,16 @@ class Reader:
         self.i = 0
 
 
+#: recipe options for quanta's row (``--set KEY=VALUE``): defaults unless given
+QUANTA_OPTIONS: dict[str, Any] = {}
+#: the configurations run per model (``--configs``): quanta and ORT's three methods
+CONFIGS: list[str] = ["quanta"] + [f"ort_{m.lower()}" for m in ORT_METHODS]
+
+
 def quantize_quanta(src: Path, dst: Path, calib: list[Feed]) -> None:
     import quanta
 
-    quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False)
+    quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False, **QUANTA_OPTIONS)
 
 
 def quantize_ort(src: Path, dst: Path, calib: list[Feed], method: str) -> None:
@@ -557,6 +563,7 @@ def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[d
 
     files: dict[str, Path] = {}
     configs = [("quanta", None)] + [(f"ort_{m.lower()}", m) for m in ORT_METHODS]
+    configs = [c for c in configs if c[0] in CONFIGS]
     for config, method in configs:
         dst = out / f"{model.name}.{config}.onnx"
         row = {"model": model.name, "config": config}
@@ -753,7 +760,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log", help="write every failure's traceback to this file")
     ap.add_argument("--cache", help="cache folder (default $QUANTA_ZOO_CACHE or ~/.cache/quanta-zoo)")
     ap.add_argument("--out", help="folder for the quantized files (default <cache>/runs/<UTC time>-<pid>)")
+    ap.add_argument(
+        "--configs",
+        help="comma-separated configurations to quantize (default: quanta,ort_minmax,ort_entropy,ort_percentile)",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a recipe option for quanta's row (JSON value, else a string), e.g. --set other_ranges=minmax",
+    )
     args = ap.parse_args(argv)
+    if args.configs:
+        CONFIGS[:] = args.configs.split(",")
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            QUANTA_OPTIONS[key] = json.loads(value)
+        except json.JSONDecodeError:
+            QUANTA_OPTIONS[key] = value
     cache = zoodata.cache_dir(args.cache)
     manifest = json.loads((cache / "manifest.json").read_text())["models"]
     entries = [e for e in manifest if e["kind"] != "vocab"]

@@ -40,6 +40,7 @@ from quanta.ir.types import BF16, F16, F32, F64, CalibratedType, FloatType
 
 __all__ = [
     "EXTREME",
+    "WIDE",
     "Observer",
     "ObserverBase",
     "dumps_table",
@@ -57,6 +58,8 @@ FORMAT_VERSION = 1
 # -1e38, finfo(float32).min = -3.4e38 or -inf; real activations of a model that also runs
 # in float16 stay below 65504.
 EXTREME = 1e9
+#: how the reason of a non-negative tensor reaching EXTREME starts (16-bit accepts it)
+WIDE = "wide dynamic range"
 
 
 @runtime_checkable
@@ -276,9 +279,9 @@ class ObserverBase:
             return CalibratedType(self.expressed, float(lo[0]), float(hi[0]))
         return CalibratedType(self.expressed, tuple(lo.tolist()), tuple(hi.tolist()), self.axis)
 
-    def degenerate(self) -> str | None:
+    def degenerate(self, bits: int = 8) -> str | None:
         """Why this tensor should stay float, or None: nothing observed, NaN observed, or
-        the *exact extrema* are degenerate (:func:`is_degenerate`). The extrema, not the
+        the *exact extrema* are degenerate (:func:`is_degenerate`, for ``bits``-bit storage). The extrema, not the
         estimate, decide: a clipping observer may cut a -1e9 mask down to an ordinary
         looking range, but the tensor still carries the mask."""
         if self._count is None or not self._count.any():
@@ -288,7 +291,7 @@ class ObserverBase:
         assert self._nan is not None
         if self._nan.any():
             return f"{int(self._nan.sum())} NaN values observed"
-        return is_degenerate(self.extrema())
+        return is_degenerate(self.extrema(), bits=bits)
 
     # ------------------------------------------------------------------------- merge
     def merge(self, other: ObserverBase) -> ObserverBase:
@@ -419,19 +422,26 @@ def load_table(path: str | Path) -> dict[str, ObserverBase]:
     return loads_table(Path(path).read_text(encoding="utf-8"))
 
 
-def is_degenerate(cal: CalibratedType, *, extreme: float = EXTREME) -> str | None:
+def is_degenerate(cal: CalibratedType, *, extreme: float = EXTREME, bits: int = 8) -> str | None:
     """Why a calibrated range should not be quantized, or None if it can be.
 
     Reasons, in order: NaN bound; non-finite bound (-inf masks); a bound of magnitude
-    >= ``extreme`` (masks filled with -1e9/-1e38); zero range (all-zero or constant
-    tensor; per-channel only when *every* channel is constant — one dead channel of a
-    weight is fine, it gets scale 1 and zero point 0).
+    >= ``extreme``: below -``extreme``, a mask filled with -1e9/-1e38; otherwise
+    non-negative data of wide dynamic range (a power spectrum of int16-scale audio
+    reaches 1e12), whose reason starts with :data:`WIDE` and which ``bits`` >= 16 (a
+    16-bit activation) accepts; zero range (all-zero or constant tensor; per-channel
+    only when *every* channel is constant — one dead channel of a weight is fine, it
+    gets scale 1 and zero point 0).
 
     >>> from quanta.ir.types import F32
     >>> is_degenerate(CalibratedType(F32, -1.0, 3.0)) is None
     True
     >>> is_degenerate(CalibratedType(F32, -3.4e38, 8.0)).split(":")[0]
     'range [-3.4e+38, 8] reaches 3.4e+38 (>= 1e+09; a mask filled with -1e9/-1e38?)'
+    >>> is_degenerate(CalibratedType(F32, 1.2, 1.4e12)).split(":")[0]
+    'wide dynamic range [1.2, 1.4e+12]'
+    >>> is_degenerate(CalibratedType(F32, 1.2, 1.4e12), bits=16) is None
+    True
     """
     lo = np.asarray(cal.min, dtype=np.float64).reshape(-1)
     hi = np.asarray(cal.max, dtype=np.float64).reshape(-1)
@@ -442,10 +452,18 @@ def is_degenerate(cal: CalibratedType, *, extreme: float = EXTREME) -> str | Non
         return f"range {rng} is not finite (-inf/+inf in the data, e.g. an attention mask): keep float"
     mag = float(max(np.abs(lo).max(), np.abs(hi).max()))
     if mag >= extreme:
-        step = (max(float(hi.max()), 0.0) - min(float(lo.min()), 0.0)) / 255
+        span = max(float(hi.max()), 0.0) - min(float(lo.min()), 0.0)
+        if float(lo.min()) >= 0.0:
+            # no mask fills with large positives over non-negative data; energies do
+            if bits >= 16:
+                return None
+            return (
+                f"{WIDE} {rng}: an 8-bit step would be {span / 255:.3g}, larger than most values "
+                f"(16-bit activations: step {span / 65535:.3g}; else keep float)"
+            )
         return (
             f"range {rng} reaches {mag:.3g} (>= {extreme:g}; a mask filled with -1e9/-1e38?): "
-            f"an 8-bit step would be {step:.3g}, keep float"
+            f"an 8-bit step would be {span / 255:.3g}, keep float"
         )
     if (lo == hi).all():
         if cal.axis is not None and lo.size > 1:

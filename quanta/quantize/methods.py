@@ -81,7 +81,9 @@ def _mse(r: ObserverRequest) -> ObserverBase:
 
 def _weighted_mse(r: ObserverRequest) -> ObserverBase:
     if r.name not in r.channel_weights:
-        return _minmax(r)
+        # outside eq. (22): MinMax when the recipe says so, else plain MSE, whose histogram
+        # keeps the extrema too, so that eq. (24) can measure both range sets
+        return _minmax(r) if r.recipe.other_ranges == "minmax" else _mse(r)
     from quanta.calibrate.weighted_mse import WeightedMSEObserver
 
     axis, weights = r.channel_weights[r.name]

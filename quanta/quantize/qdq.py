@@ -192,6 +192,13 @@ def _key(v: Value, role: str, suffix: str = "") -> str:
     return v.name if role == "activation" else f"{v.name}{suffix}"
 
 
+def _typed_by_override(v: Value, recipe: Recipe) -> bool:
+    """The recipe gives ``v`` a storage type: quantized even when only float ops read it
+    (a 16-bit MatMul's output: the A16W8 group is integer only with its output quantized)."""
+    ov = recipe.overrides.get(v.name)
+    return ov is not None and ov.dtype is not None
+
+
 def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
     """Decide per node and per tensor (module docstring). No graph changes."""
     plan = QdqPlan()
@@ -350,6 +357,8 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
         if out is not None and _is_float(out):
             if id(out) in output_ids and not recipe.quantize_outputs:
                 pass  # graph outputs stay float (the last op dequantizes)
+            elif _typed_by_override(out, recipe) and op in MAC_OPS:
+                d.output = want_activation(out)
             elif id(out) not in wanted and id(out) not in output_ids:
                 pass  # no quantized consumer: the op produces float (its consumers are float)
             elif op not in ABSORBING_ACTIVATIONS and absorbed(out):
@@ -527,7 +536,7 @@ def resolve_params(
         else:
             t.float_reason = "no calibration range (never computed on the calibration data)"
             continue
-        reason = is_degenerate(cal)
+        reason = is_degenerate(cal, bits=t.storage.bits)
         if reason is not None and recipe.integer_only and "zero range" in reason:
             # integer-only: a constant tensor still has to reach the device as integers;
             # a range around the constant represents it exactly (its own step)

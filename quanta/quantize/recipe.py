@@ -7,11 +7,13 @@ model records the recipe it was made with in its metadata (``quanta.recipe``).
 Defaults are the general-purpose settings most users should run:
 
 - activations ``uint8`` asymmetric: the u8 x s8 form that VNNI runs natively, and what
-  ONNX Runtime's CPU kernels prefer. Ranges from ``weighted_mse`` calibration: MinMax,
-  except for tensors read only by Conv/Gemm/MatMul with constant weights, whose range
-  minimises the error those layers see (calibrate/weighted_mse.py, docs/calibration.md
-  eqs. (22)-(23)): on the public zoo it is never worse than ONNX Runtime's best method
-  and fixes layout_cdla, where MinMax lost half of the boxes;
+  ONNX Runtime's CPU kernels prefer. Ranges from ``weighted_mse`` calibration: tensors
+  read only by Conv/Gemm/MatMul with constant weights get the range that minimises the
+  error those layers see (calibrate/weighted_mse.py, docs/calibration.md eqs.
+  (22)-(23)); every other tensor MinMax or its MSE range, whichever set brings the
+  quantized model's outputs closer to FP32 on the first calibration feeds (eq. (24),
+  ``other_ranges``): MinMax loses a deep residual stack (an SVTR recognizer), MSE a
+  Siamese network whose two branches meet in a Sub;
 - weights ``int8`` symmetric **per channel** (one scale per output channel): per-tensor
   weight scales lose most of the accuracy of depthwise convolutions;
 - bias ``int32`` with scale ``sx·sw`` (docs/quantization-math.md);
@@ -60,9 +62,14 @@ class CalibrationMethod(enum.Enum):
     ENTROPY = "entropy"
     PERCENTILE = "percentile"
     MSE = "mse"
-    # MinMax, except for tensors read only by Conv/Gemm/MatMul with constant weights:
-    # their range minimises the error those layers see (calibrate/weighted_mse.py, eq. (22))
+    # tensors read only by Conv/Gemm/MatMul with constant weights: the range that
+    # minimises the error those layers see (calibrate/weighted_mse.py, eq. (22)); every
+    # other tensor as Recipe.other_ranges says
     WEIGHTED_MSE = "weighted_mse"
+
+
+#: Recipe.other_ranges: how the tensors outside eq. (22) get their range
+OTHER_RANGES = ("auto", "minmax", "mse")
 
 
 class RecurrentMode(enum.Enum):
@@ -231,6 +238,12 @@ class Recipe:
     # the device the file is for: None (any CPU) or a key of TARGETS ("npu-sim": integer
     # only, every op quantized, the device's granularity rules; see TARGETS)
     target: str | None = None
+    # with method "weighted_mse", the range of every tensor eq. (22) does not cover (read
+    # by an Add, a Mul, a view, a graph output...): "minmax", "mse" (eq. (21)), or "auto":
+    # both, and the one whose quantized model is closer to FP32 at the outputs on the
+    # first calibration feeds (docs/calibration.md eq. (24)); the file's recipe records
+    # the choice, so re-running it reproduces the file without measuring again
+    other_ranges: str = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.method, str):
@@ -294,6 +307,10 @@ class Recipe:
         if self.target is not None and self.target not in TARGETS:
             raise RecipeError(
                 f"target: unknown target {self.target!r}; expected None or one of {sorted(TARGETS)}"
+            )
+        if self.other_ranges not in OTHER_RANGES:
+            raise RecipeError(
+                f"other_ranges: expected one of {', '.join(OTHER_RANGES)}, got {self.other_ranges!r}"
             )
         if self.weight_block_size <= 0:
             raise RecipeError(

@@ -27,6 +27,7 @@ import functools
 import json
 import os
 import re
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,15 +36,18 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from quanta.calibrate.observer import ObserverBase
-from quanta.calibrate.readers import ImagePreprocess
+from quanta.calibrate.mse import MSEObserver
+from quanta.calibrate.observer import WIDE, ObserverBase
+from quanta.calibrate.readers import ImagePreprocess, iter_feeds
 from quanta.calibrate.runner import calibrate
 from quanta.ir.graph import Model
-from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save, upgrade_opset
+from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save, to_proto, upgrade_opset
 from quanta.ir.verify import Stage, verify
 from quanta.passes.coverage import CoverageReport
 from quanta.quantize.bodies import BodyScope, plan_bodies, prepare_bodies, quantize_bodies
 from quanta.quantize.qdq import (
+    MAC_OPS,
+    VIEW_OPS,
     QdqPlan,
     bias_correction_inputs,
     consumer_channel_weights,
@@ -52,6 +56,7 @@ from quanta.quantize.qdq import (
     plan_qdq,
     resolve_params,
 )
+from quanta.quantize.range_choice import FEEDS, choose, half_ranges, reiterable, split_observers, unsplit
 from quanta.quantize.recipe import CalibrationMethod, Recipe, SubgraphMode
 from quanta.quantize.recurrent import quantize_lstms
 from quanta.runtime.coverage import lowered_coverage
@@ -82,6 +87,8 @@ class QuantizationSummary:
     coverage: CoverageReport | None = None
     # what an accuracy-driven run changed and measured (quanta.quantize.accuracy)
     accuracy: Any = None
+    # eq. (24): the range set of the tensors outside eq. (22) (quanta.quantize.range_choice)
+    range_choice: Any = None
 
     @property
     def integer_share(self) -> float | None:
@@ -101,6 +108,8 @@ class QuantizationSummary:
             lines.extend(self.coverage.format_share().splitlines())
         if self.accuracy is not None:
             lines.extend(self.accuracy.format().splitlines())
+        if self.range_choice is not None:
+            lines.append(self.range_choice.format())
         by_op: dict[str, int] = {}
         for _, op in self.quantized:
             by_op[op] = by_op.get(op, 0) + 1
@@ -228,7 +237,8 @@ def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, 
     MSE observers model the grid of the recipe's activation storage (qmin, qmax,
     symmetry), which only quantize/ knows (calibrate/ cannot import it).
     ``channel_weights`` (qdq.consumer_channel_weights): the tensors that the weighted
-    MSE method calibrates with their consumers' weights; it gives the others MinMax."""
+    MSE method calibrates with their consumers' weights; the others get MinMax when
+    ``recipe.other_ranges`` is "minmax", else an MSE observer (its extrema are MinMax)."""
     from quanta.quantize.methods import METHODS, Bins, ObserverRequest
     from quanta.quantize.params import quant_range
 
@@ -314,8 +324,11 @@ def quantize_static(
         )
     # int4 weights and int16 activations (also an integer-only target's wide tensors) need opset 21
     wide = recipe.needs_opset21 or recipe.integer_only
+    source_data, source_preprocess = calibration_data, preprocess  # as given (eq. (25) re-reads them)
+    wide_tensors: list[str] = []  # eq. (25): non-negative data reaching 1e9
     model = load_for_quantization(model_input, min_opset=21 if wide else MIN_OPSET)
     prepare_float_graph(model)
+    source_path = model.path  # eq. (24) may keep a copy of the model, which has no path
     if recipe.integer_only:
         # one integer operator per GELU (a table), instead of five float ops on the device
         from quanta.passes.manager import PassManager
@@ -338,6 +351,7 @@ def quantize_static(
     plan = plan_qdq(graph, plan_recipe)
     bodies = plan_bodies(model, body_recipe(recipe)) if quantize_inside else []
     ranges = {}
+    minmax: dict = {}  # eq. (24)'s other candidate: MinMax of the tensors outside eq. (22)
     body_float: dict[str, str] = {}
     samples = 0
     shapes: dict = {}
@@ -361,9 +375,15 @@ def quantize_static(
             calibration_data = _rereadable(calibration_data, graph, recipe, preprocess)
     # with bodies, the calibration run also tells which If branches the data takes and
     # the shapes inside the bodies (coverage counts their MACs with them)
+    # eq. (24): both range sets of the tensors outside eq. (22) are measured at the
+    # outputs on the first calibration feeds (kept while calibrating a one-shot iterator)
+    choose_ranges = recipe.method is CalibrationMethod.WEIGHTED_MSE and recipe.other_ranges == "auto"
+    choice_feeds: list[dict] = []
+    halves: dict = {}
     run = None
+    in_process = engine == "inprocess" and workers in (None, 1)
     if to_calibrate or means_for or bodies or rounded:
-        if engine != "inprocess" or workers not in (None, 1):
+        if not in_process:
             from quanta.scale import calibrate_sharded, make_engine
 
             run = functools.partial(calibrate_sharded, engine=make_engine(engine, workers, address))
@@ -371,21 +391,53 @@ def quantize_static(
             run = calibrate
     if to_calibrate or means_for or bodies:
         assert run is not None
+        if choose_ranges and in_process and not reiterable(calibration_data):
+            calibration_data = _keep_first(
+                iter_feeds(
+                    calibration_data, graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples
+                ),
+                choice_feeds,
+                2 * FEEDS,
+            )
+            preprocess = None
+        make = make_observer_factory(recipe, weights_for)
+        if choose_ranges and in_process:
+            make = split_observers(make)  # eq. (24) measures ranges of the even feeds on the odd ones
         observers = run(
             model,
             to_calibrate,
             calibration_data,
-            make_observer_factory(recipe, weights_for),
+            make,
             preprocess=preprocess,
             limit=recipe.calibration_samples,
             progress=recipe.progress and verbose,
             channel_means=means_for,
         )
+        halves = unsplit(observers)
+        if choose_ranges and not in_process and reiterable(calibration_data):
+            # the same even feeds as the in-process split (the file does not depend on the engine)
+            even_feeds = list(
+                iter_feeds(
+                    calibration_data, graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples
+                )
+            )[0::2]
+            halves = dict(
+                run(
+                    model,
+                    to_calibrate,
+                    even_feeds,
+                    make_observer_factory(recipe, weights_for),
+                    progress=False,
+                )
+            )
         samples = observers.samples
         means = observers.means
         shapes = observers.value_shapes
         for name, obs in observers.items():
-            reason = obs.degenerate()
+            bits = plan.tensors[name].storage.bits if name in plan.tensors else 8
+            reason = obs.degenerate(bits)
+            if reason is not None and reason.startswith(WIDE) and name in plan.tensors:
+                wide_tensors.append(name)
             if reason is not None and recipe.integer_only and "reaches" in reason and name in plan.tensors:
                 continue  # an additive mask: resolve_params takes the scores' range
             if reason is not None:
@@ -395,34 +447,128 @@ def quantize_static(
                     body_float[name] = reason
             else:
                 ranges[name] = obs.range()
-    resolve_params(graph, plan, ranges, recipe)
-    if rounded:
+                if choose_ranges and name not in weights_for and isinstance(obs, MSEObserver):
+                    minmax[name] = obs.extrema()
+
+    if wide_tensors and recipe.activation_storage.bits == 8 and reiterable(source_data):
+        # eq. (25): data of wide dynamic range (a power spectrum reaching 1e12) has no
+        # useful 8-bit grid; with 16-bit storage it is one more integer group (A16W8)
+        # instead of a float one. The storage decides the opset the model is loaded at,
+        # so the run starts again with those tensors widened.
+        from quanta.quantize.recipe import TensorOverride
+
+        # with the outputs of the Conv / Gemm / MatMul reading them (A16W8 needs its output
+        # quantized; the output of a layer over such data is as wide)
+        names = list(wide_tensors)
+        for n in wide_tensors:
+            readers = list(graph.value(n).consumers())
+            while readers:
+                reader = readers.pop()
+                out = reader.outputs[0] if reader.outputs else None
+                if out is not None and reader.op_type in VIEW_OPS:  # a view keeps its input's type
+                    readers += out.consumers()
+                elif (
+                    out is not None and reader.op_type in MAC_OPS and all(out is not g for g in graph.outputs)
+                ):
+                    names.append(out.name)
+        widened = {
+            n: TensorOverride(dtype="int16") for n in dict.fromkeys(names) if n not in recipe.overrides
+        }
+        if widened:
+            return quantize_static(
+                model_input,
+                model_output,
+                source_data,
+                dataclasses.replace(recipe, overrides={**recipe.overrides, **widened}),
+                preprocess=source_preprocess,
+                verbose=verbose,
+                engine=engine,
+                workers=workers,
+                address=address,
+            )
+
+    def finish(
+        model: Model, plan, bodies, ranges: dict, recipe: Recipe, round_weights: Any = None
+    ) -> dict[int, str | None]:
+        """The calibrated float model -> the QDQ model (in place); returns the LSTMs."""
+        graph = model.graph
+        resolve_params(graph, plan, ranges, recipe)
+        if round_weights is not None:
+            round_weights(graph, plan)
+        if recipe.bias_correction:
+            correct_biases(graph, plan, means)
+        quantize_bodies(bodies, model, ranges, dict(body_float), means, recipe)
+        insert_qdq(graph, plan)
+        lstms = quantize_lstms(model, recipe)
+        verify(graph, Stage.QDQ)
+        return lstms
+
+    def gptq(graph, plan) -> None:
+        """GPTQ's second pass once the activations' parameters are known: its statistics
+        are taken over the inputs quantized as the model will see them (rounding.py eq.
+        (12d)), then the weights are rounded."""
         from quanta.quantize.rounding import apply_rounding, quantized_inputs
 
-        # a second pass once the activations' parameters are known: GPTQ's statistics are
-        # taken over the inputs quantized as the model will see them (rounding.py eq. (12d))
-        rounded = quantized_inputs(plan, rounded)
-        if rounded:
-            assert run is not None
-            stats = run(
-                model,
-                [],
-                calibration_data,
-                make_observer_factory(recipe),
-                preprocess=preprocess,
-                limit=recipe.calibration_samples,
-                progress=recipe.progress and verbose,
-                stats=rounded,
+        layers = quantized_inputs(plan, rounded)
+        if not layers:
+            return
+        assert run is not None
+        stats = run(
+            model,
+            [],
+            calibration_data,
+            make_observer_factory(recipe),
+            preprocess=preprocess,
+            limit=recipe.calibration_samples,
+            progress=recipe.progress and verbose,
+            stats=layers,
+        )
+        # weight_bits = 7: the weights' 7-bit grid (as resolve_params sets their scales)
+        apply_rounding(graph, plan, stats.stats, reduce_range=recipe.reduce_range or recipe.weight_bits == 7)
+
+    range_choice = None
+    if any(ranges[k] != v for k, v in minmax.items()):
+        from quanta.quantize.accuracy import _outputs as run_file
+
+        if not choice_feeds:
+            choice_feeds = list(
+                iter_feeds(calibration_data, graph.inputs, preprocess=preprocess, limit=2 * FEEDS)
             )
-            rounded = stats.stats
-            # weight_bits = 7: the weights' 7-bit grid (as resolve_params sets their scales)
-            apply_rounding(graph, plan, rounded, reduce_range=recipe.reduce_range or recipe.weight_bits == 7)
-    if recipe.bias_correction:
-        correct_biases(graph, plan, means)
-    quantize_bodies(bodies, model, ranges, body_float, means, recipe)
-    insert_qdq(graph, plan)
-    lstms = quantize_lstms(model, recipe)
-    verify(graph, Stage.QDQ)
+        # the candidates take the ranges of the even feeds and run on the odd ones: ranges
+        # measured on the feeds that made them favour the set that fits those feeds
+        # (MSE's clipping is tuned to their tails), not the one that generalises. The
+        # candidates round weights to nearest: the choice is between activation ranges.
+        held_out = choice_feeds[1::2] if halves else choice_feeds
+        even = half_ranges(halves, ranges, minmax) if halves else (ranges, minmax)
+
+        rec: Recipe = recipe
+
+        def candidate(rng: dict) -> Model:
+            # the same float graph planned again (the graph is linked both ways: a copy
+            # through the ONNX form, not a deep copy)
+            alt = from_proto(to_proto(model))
+            alt_plan = plan_qdq(alt.graph, plan_recipe)
+            for name, t in plan.tensors.items():
+                if t.float_reason is not None and name in alt_plan.tensors:
+                    alt_plan.tensors[name].float_reason = t.float_reason
+            alt_bodies = plan_bodies(alt, body_recipe(rec)) if quantize_inside else []
+            finish(alt, alt_plan, alt_bodies, rng, rec)
+            return alt
+
+        with tempfile.TemporaryDirectory(prefix="quanta-ranges-") as tmp:
+            reference = os.path.join(tmp, "float.onnx")
+            save(model, reference, check=False)
+            range_choice = choose(
+                reference,
+                {"minmax": candidate({**even[0], **even[1]}), "mse": candidate(even[0])},
+                held_out[:FEEDS],
+                lambda m, path: save(m, path, check=False),
+                run_file,
+            )
+        recipe = dataclasses.replace(recipe, other_ranges=range_choice.choice)
+        if range_choice.choice == "minmax":
+            ranges = {**ranges, **minmax}
+    lstms = finish(model, plan, bodies, ranges, recipe, gptq if rounded else None)
     model.metadata["quanta.recipe"] = recipe.to_json()
     model.producer_name = "quanta"
     report = lowered_coverage(model, shapes)
@@ -432,15 +578,24 @@ def quantize_static(
             if c.name.startswith(prefixes) and not c.integer_op and c.op in recipe.op_types:
                 c.reasons = [SUBGRAPH_STATIC_REASON]
     check_integer_share(report, recipe.min_integer_share, model_output)
-    protect = [model.path] if model.path else []
+    protect = [source_path] if source_path else []
     save(model, model_output, protect=protect)
     summary = _summarize(model, plan, lstms, model_output, recipe, samples, time.perf_counter() - t0)
     for scope in (s for top in bodies for s in top.walk()):
         _summarize_body(summary, scope, recipe)
     summary.coverage = report
+    summary.range_choice = range_choice
     if verbose:
         print(summary.format())
     return summary
+
+
+def _keep_first(feeds, kept: list, n: int):
+    """``feeds`` passed through; the first ``n`` also appended to ``kept``."""
+    for feed in feeds:
+        if len(kept) < n:
+            kept.append(feed)
+        yield feed
 
 
 def _smooth(model: Model, data: Any, recipe: Recipe, preprocess) -> tuple[list[str], Any]:

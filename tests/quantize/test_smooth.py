@@ -160,3 +160,57 @@ def test_even_channels_are_left_alone():
     n_nodes = len(model.graph.nodes)
     assert apply_smoothing(model.graph, [x_site], 0.8) == []
     assert len(model.graph.nodes) == n_nodes
+
+
+def _observed_site(feeds: list[np.ndarray]):
+    from quanta.ir.onnx_io import load
+    from quanta.quantize.smooth import plan_smoothing
+
+    model = load(ffn())
+    site = next(
+        s for s in plan_smoothing(model.graph, quanta.Recipe().op_types, insert=True) if s.x.name == "x"
+    )
+    for f in feeds:
+        site.observe(f)
+    return model, site
+
+
+def test_maxima_that_do_not_reproduce_are_left_alone():
+    """Eq. (13c): sparse features (each feed lights a few channels, some never) spread as
+    much as outlier channels do, but their even-feed and odd-feed maxima disagree: the
+    factors would be fitted to samples, so the site is not balanced."""
+    from quanta.quantize.smooth import MAX_UNSTABLE, apply_smoothing
+
+    rng = np.random.default_rng(3)
+    mags = np.geomspace(0.2, 20.0, 17)
+    sparse = []
+    for _ in range(8):
+        x = np.zeros((32, 19))
+        on = rng.choice(17, size=4, replace=False)  # channels 17 and 18 never light
+        x[:, on] = np.abs(rng.standard_normal((32, 4))) * mags[on]
+        sparse.append(x)
+    model, site = _observed_site(sparse)
+    assert site.absmax.max() >= 4.0 * np.median(site.absmax[site.absmax > 0])  # passes eq. (13b)
+    assert site.unstable_share() > MAX_UNSTABLE
+    n_nodes = len(model.graph.nodes)
+    assert apply_smoothing(model.graph, [site], 0.8) == []
+    assert len(model.graph.nodes) == n_nodes
+
+    # outlier channels that every feed shows (a transformer's): reproducible, balanced
+    dense = []
+    for _ in range(7):
+        x = rng.standard_normal((32, 19))
+        x[:, [2, 11]] *= 30.0
+        dense.append(x)
+    model, site = _observed_site(dense)
+    assert site.unstable_share() <= MAX_UNSTABLE
+    assert len(apply_smoothing(model.graph, [site], 0.8)) == 1
+
+
+def test_reproducibility_needs_two_feeds():
+    x = np.random.default_rng(0).standard_normal((32, 19))
+    x[:, 5] *= 50.0
+    _, site = _observed_site([x])
+    assert site.unstable_share() == 0.0  # one feed: nothing to compare, eq. (13b) decides
+    _, site = _observed_site([x, np.where(np.arange(19) == 5, 0.0, x)])  # channel 5 dark in feed 2
+    assert site.unstable_share() == pytest.approx(1 / 19)

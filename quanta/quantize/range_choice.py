@@ -1,0 +1,204 @@
+"""Which range set the tensors outside eq. (22) get: MinMax or MSE, measured (eq. (24)).
+
+The weighted-MSE default gives a tensor read only by constant-weight layers the range
+that minimises the error those layers see (calibrate/weighted_mse.py). Every other
+tensor (residual Adds, the Muls of a written-out HardSwish or a gate, views, inputs of
+Sub / Concat / pooling...) has no such model of where its error goes, and neither
+per-tensor rule is right everywhere:
+
+- MinMax keeps every tail, so a deep residual stack (an SVTR recognizer: ~200 tensors
+  whose extremes are 1.3-2x their MSE range) pays a 1.5-2x coarser step on every one;
+- MSE (eq. (21)) clips, and a clipping error is coherent: in a Siamese network whose two
+  embeddings meet in a Sub, or a detector's score map, the clipped tails are the signal.
+
+Both range sets come from one calibration pass (an MSE observer's extrema are MinMax),
+so the choice is measured where it matters, at the model's outputs. Ranges measured on
+the feeds that made them favour the set fitted to those feeds (MSE's clipping is tuned
+to their tails: on ppocr_cls, MSE 42 dB against MinMax 16 dB in-sample, 22.3 against
+25.4 dB on held-out images), so the candidates take their ranges from the even
+calibration feeds and run on ``FEEDS`` odd ones::
+
+    (24) choice = argmax_{R in {MinMax, MSE}} (1/|O|) Σ_o min(SQNR_o(R), CAP_DB),
+         SQNR_o(R) = 10 log10(Σ r_o² / Σ (r_o - q_o(R))²)
+
+with r_o the float model's output o and q_o(R) the output of the model quantized with
+range set R, run by quanta's session (o over the float outputs; each output counts
+alike, so a detector's box coordinates do not drown its scores). MinMax wins ties. The
+written recipe records the choice (``Recipe.other_ranges``), so re-running it
+reproduces the file without measuring.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "CAP_DB",
+    "FEEDS",
+    "RangeChoice",
+    "SplitObserver",
+    "choose",
+    "half_ranges",
+    "mean_sqnr_db",
+    "reiterable",
+    "split_observers",
+    "unsplit",
+]
+
+#: held-out (odd) calibration feeds the candidates run on (a bound on the cost)
+FEEDS = 8
+#: SQNR of one output is capped here, so an exact output does not outvote the others
+CAP_DB = 100.0
+
+
+@dataclass
+class RangeChoice:
+    """What eq. (24) chose and measured (dB per candidate), or why it did not measure."""
+
+    choice: str
+    scores: dict[str, float]
+    feeds: int
+    reason: str = ""
+
+    def format(self) -> str:
+        if not self.scores:
+            return f"ranges outside eq. (22): {self.choice} ({self.reason})"
+        measured = ", ".join(f"{k} {v:.1f} dB" for k, v in self.scores.items())
+        return f"ranges outside eq. (22): {self.choice} (output SQNR on {self.feeds} calibration feed(s): {measured})"
+
+
+class SplitObserver:
+    """One tensor's observer (``full``) and a second one (``half``) that sees only every
+    other observation: eq. (24)'s candidates take their ranges from the even feeds and
+    are measured on the odd ones. Calibration talks to ``full`` through this wrapper."""
+
+    def __init__(self, full: Any, half: Any) -> None:
+        self.full, self.half, self.seen = full, half, 0
+
+    def observe(self, x: np.ndarray) -> None:
+        self.full.observe(x)
+        if self.seen % 2 == 0:
+            self.half.observe(x)
+        self.seen += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.full, name)
+
+
+def split_observers(make: Callable[[str], Any]) -> Callable[[str], SplitObserver]:
+    """An observer factory whose observers also keep the even observations apart."""
+    return lambda name: SplitObserver(make(name), make(name))
+
+
+def unsplit(observers: Any) -> dict[str, Any]:
+    """Replace each SplitObserver of the calibration result by its ``full`` observer, in
+    place; returns the ``half`` observers by name (empty when there were none)."""
+    halves = {}
+    for name in list(observers):
+        obs = observers[name]
+        if isinstance(obs, SplitObserver):
+            observers[name], halves[name] = obs.full, obs.half
+    return halves
+
+
+def half_ranges(
+    halves: Mapping[str, Any], ranges: Mapping[str, Any], minmax: Mapping[str, Any]
+) -> tuple[dict, dict]:
+    """The ranges of the even feeds for every calibrated tensor (``ranges``) and the MinMax
+    of those in ``minmax``; a tensor the even feeds leave degenerate (or never reach)
+    keeps its range from all feeds."""
+    even, even_minmax = {}, {}
+    for name, full in ranges.items():
+        h = halves.get(name)
+        ok = h is not None and h.degenerate() is None
+        even[name] = h.range() if ok else full
+        if name in minmax:
+            even_minmax[name] = h.extrema() if ok else minmax[name]
+    return even, even_minmax
+
+
+def reiterable(data: Any) -> bool:
+    """Calibration data that :func:`quanta.calibrate.readers.iter_feeds` can read again
+    from its start (a one-shot iterator cannot: its feeds are kept while calibrating)."""
+    if isinstance(data, (list, tuple, str, os.PathLike, Mapping)):
+        return True
+    return hasattr(data, "get_next") and hasattr(data, "rewind")
+
+
+def mean_sqnr_db(ref: Sequence[Sequence[np.ndarray]], got: Sequence[Sequence[np.ndarray]]) -> float | None:
+    """Eq. (24)'s score: per float output, SQNR over all feeds (capped at CAP_DB), then the
+    mean over outputs; None when no output is float.
+
+    >>> r = [[np.array([1.0, 2.0]), np.array([10.0, 0.0])]]
+    >>> round(mean_sqnr_db(r, [[np.array([1.0, 2.1]), np.array([10.0, 0.0])]]), 2)  # (26.99 + 100) / 2
+    63.49
+    """
+    n_out = min((len(r) for r in ref), default=0)
+    scores = []
+    for o in range(n_out):
+        sig = noise = 0.0
+        is_float = False
+        for r_outs, g_outs in zip(ref, got):
+            r = np.asarray(r_outs[o])
+            if r.dtype.kind != "f" or r.size == 0:
+                continue
+            is_float = True
+            r64, g64 = r.astype(np.float64), np.asarray(g_outs[o], np.float64).reshape(r.shape)
+            finite = np.isfinite(r64)
+            sig += float(np.sum(r64[finite] ** 2))
+            diff = r64[finite] - g64[finite]
+            noise += float(np.sum(np.where(np.isfinite(diff), diff, np.inf) ** 2))
+        if not is_float:
+            continue
+        if noise == 0.0:
+            scores.append(CAP_DB)
+        elif sig == 0.0 or not math.isfinite(noise):
+            scores.append(-CAP_DB)
+        else:
+            scores.append(min(10.0 * math.log10(sig / noise), CAP_DB))
+    return float(np.mean(scores)) if scores else None
+
+
+def choose(
+    reference: str,
+    candidates: Mapping[str, Any],
+    feeds: Sequence[dict[str, np.ndarray]],
+    save: Callable[[Any, str], None],
+    outputs: Callable[[str, Sequence[dict[str, np.ndarray]]], list[list[np.ndarray]]],
+) -> RangeChoice:
+    """Eq. (24) over ``candidates`` (name -> quantized model; the first wins ties) against
+    the float model in the file ``reference``.
+
+    ``save(model, path)`` writes a model, ``outputs(path, feeds)`` runs a file (quanta's
+    session). A candidate that fails to run keeps the first candidate, so a measurement
+    never makes quantization fail."""
+    names = list(candidates)
+    if not feeds:
+        return RangeChoice(names[0], {}, 0, "no calibration feed could be read again to measure")
+    ref = outputs(reference, feeds)
+    scores: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="quanta-ranges-") as tmp:
+        for name in names:
+            path = os.path.join(tmp, f"{name}.onnx")
+            try:
+                save(candidates[name], path)
+                s = mean_sqnr_db(ref, outputs(path, feeds))
+            except Exception as e:
+                return RangeChoice(
+                    names[0], {}, len(feeds), f"{name} did not run: {type(e).__name__}: {e}"[:200]
+                )
+            if s is None:
+                return RangeChoice(names[0], {}, len(feeds), "the model has no float output to measure")
+            scores[name] = s
+    best = names[0]
+    for name in names[1:]:
+        if scores[name] > scores[best]:
+            best = name
+    return RangeChoice(best, scores, len(feeds))
