@@ -178,7 +178,8 @@ class ShardFold:
         for name, m in s.means.items():
             acc.means[name] = acc.means[name].merge(m) if name in acc.means else m
         for mine, theirs in zip(acc.stats, s.stats):
-            mine.merge(theirs)
+            if mine is not None:  # None: a part of split_state that holds another part's statistics
+                mine.merge(theirs)
         acc.samples += s.samples
         acc.seconds += s.seconds
 
@@ -202,7 +203,8 @@ def merge_pair(a: ShardState, b: ShardState) -> ShardState:
         means[name] = means[name].merge(m) if name in means else m
     stats = copy.deepcopy(a.stats)
     for mine, theirs in zip(stats, b.stats):
-        mine.merge(theirs)
+        if mine is not None:
+            mine.merge(theirs)
     return ShardState(
         index=min(a.index, b.index),
         observers=observers,
@@ -230,7 +232,9 @@ def merge_into(a: ShardState, b: ShardState) -> ShardState:
             a.observers[name] = mine.merge(obs)
     for name, m in b.means.items():
         a.means[name] = a.means[name].merge(m) if name in a.means else m
-    a.stats = [copy.deepcopy(mine).merge(theirs) for mine, theirs in zip(a.stats, b.stats)]
+    a.stats = [
+        None if mine is None else copy.deepcopy(mine).merge(theirs) for mine, theirs in zip(a.stats, b.stats)
+    ]
     a.index = min(a.index, b.index)
     a.samples += b.samples
     a.seconds += b.seconds
@@ -249,6 +253,8 @@ def split_state(state: ShardState, parts: int) -> list[ShardState]:
     part, ties by name): a function of the names, channel counts and bins alone, so every
     shard of a job cuts alike and part p of every shard holds the same tensors. Each part
     keeps the shard's index and sample count; the first also the value shapes and time.
+    Statistics (``stats``, GPTQ's) keep their positions: statistic i is held by part
+    i mod ``parts``, the others hold None there.
     The reduce-scatter merge (docs/scale.md eq. (S3)) merges part p of all shards in one
     task; :func:`join_states` puts the merged parts together again."""
     parts = max(1, int(parts))
@@ -267,6 +273,7 @@ def split_state(state: ShardState, parts: int) -> list[ShardState]:
             samples=state.samples,
             value_shapes=state.value_shapes if p == 0 else {},
             seconds=state.seconds if p == 0 else 0.0,
+            stats=[st if i % parts == p else None for i, st in enumerate(state.stats)],
         )
         for p in range(parts)
     ]
@@ -291,6 +298,9 @@ def join_states(parts: Sequence[ShardState]) -> ShardState:
     for p in parts:
         out.observers.update(p.observers)
         out.means.update(p.means)
+    out.stats = [
+        next((p.stats[i] for p in parts if p.stats[i] is not None), None) for i in range(len(head.stats))
+    ]
     return out
 
 
