@@ -35,35 +35,13 @@ inline __m256 dequantize8(const T* p, __m256i zp, __m256 scale) {
   return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(simd::I32x8::widen<T>(p), zp)));
 }
 
-// AS / BS: 1 when the operand steps through memory, 0 when it is one repeated element.
-template <typename T, int AS, int BS>
-void add_run_t(const T* a, const T* b, T* c, int64_t n, const AddParams& p) {
-  const AddLanes<simd::I32x8, T, AS, BS> lanes(a, b, p);
+// The loop of binary_run_t (elementwise_simd.h).
+template <template <class, typename, int, int> class Lanes, typename T, int AS, int BS, typename P>
+void binary_run_t(const T* a, const T* b, T* c, int64_t n, const P& p) {
+  const Lanes<simd::I32x8, T, AS, BS> lanes(a, b, p);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) round_sat_store8(lanes(a + i * AS, b + i * BS), c + i);
-  for (; i < n; ++i) c[i] = add_one(a[i * AS], b[i * BS], p);
-}
-
-template <typename T>
-void add_run(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const AddParams& p) {
-  if (n <= 0) return;
-  by_steps(a_step, b_step,
-           [&](auto as, auto bs) { add_run_t<T, decltype(as)::value, decltype(bs)::value>(a, b, c, n, p); });
-}
-
-template <typename T, int AS, int BS>
-void mul_run_t(const T* a, const T* b, T* c, int64_t n, const MulParams& p) {
-  const MulLanes<simd::I32x8, T, AS, BS> lanes(a, b, p);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) round_sat_store8(lanes(a + i * AS, b + i * BS), c + i);
-  for (; i < n; ++i) c[i] = mul_one(a[i * AS], b[i * BS], p);
-}
-
-template <typename T>
-void mul_run(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const MulParams& p) {
-  if (n <= 0) return;
-  by_steps(a_step, b_step,
-           [&](auto as, auto bs) { mul_run_t<T, decltype(as)::value, decltype(bs)::value>(a, b, c, n, p); });
+  for (; i < n; ++i) c[i] = lanes.one(a[i * AS], b[i * BS], p);
 }
 
 template <typename T>

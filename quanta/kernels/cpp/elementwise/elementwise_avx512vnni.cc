@@ -67,10 +67,10 @@ inline void round64_store(const __m512* v, T* p) {
   _mm512_storeu_si512(p, _mm512_permutexvar_epi32(order, b8));
 }
 
-// AS / BS: 1 when the operand steps through memory, 0 when it is one repeated element.
-template <typename T, int AS, int BS>
-void add_run_t(const T* a, const T* b, T* c, int64_t n, const AddParams& p) {
-  const AddLanes<simd::I32x16, T, AS, BS> lanes(a, b, p);
+// The loop of binary_run_t (elementwise_simd.h).
+template <template <class, typename, int, int> class Lanes, typename T, int AS, int BS, typename P>
+void binary_run_t(const T* a, const T* b, T* c, int64_t n, const P& p) {
+  const Lanes<simd::I32x16, T, AS, BS> lanes(a, b, p);
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
     __m512 v[4];
@@ -81,35 +81,6 @@ void add_run_t(const T* a, const T* b, T* c, int64_t n, const AddParams& p) {
     const __mmask16 k = tail_mask(n - i);
     round_sat_store(lanes(a + i * AS, b + i * BS, k), c + i, k);
   }
-}
-
-template <typename T>
-void add_run(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const AddParams& p) {
-  if (n <= 0) return;
-  by_steps(a_step, b_step,
-           [&](auto as, auto bs) { add_run_t<T, decltype(as)::value, decltype(bs)::value>(a, b, c, n, p); });
-}
-
-template <typename T, int AS, int BS>
-void mul_run_t(const T* a, const T* b, T* c, int64_t n, const MulParams& p) {
-  const MulLanes<simd::I32x16, T, AS, BS> lanes(a, b, p);
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    __m512 v[4];
-    for (int j = 0; j < 4; ++j) v[j] = lanes(a + (i + 16 * j) * AS, b + (i + 16 * j) * BS);
-    round64_store(v, c + i);
-  }
-  for (; i < n; i += 16) {
-    const __mmask16 k = tail_mask(n - i);
-    round_sat_store(lanes(a + i * AS, b + i * BS, k), c + i, k);
-  }
-}
-
-template <typename T>
-void mul_run(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const MulParams& p) {
-  if (n <= 0) return;
-  by_steps(a_step, b_step,
-           [&](auto as, auto bs) { mul_run_t<T, decltype(as)::value, decltype(bs)::value>(a, b, c, n, p); });
 }
 
 template <typename T>

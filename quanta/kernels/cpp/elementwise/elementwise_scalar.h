@@ -10,26 +10,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <type_traits>
 
 #include "elementwise/elementwise.h"
 
 namespace quanta {
 namespace elementwise {
 namespace {  // NOLINT: see the header comment
-
-// Calls run(AS, BS) with std::integral_constant<int, 1> for an operand that steps
-// through memory and <int, 0> for one repeated element: the SIMD runs of QLinearAdd /
-// QLinearMul are instantiated once per case, so a broadcast operand is one register.
-template <typename Run>
-inline void by_steps(int64_t a_step, int64_t b_step, Run&& run) {
-  using One = std::integral_constant<int, 1>;
-  using Zero = std::integral_constant<int, 0>;
-  if (a_step && b_step) return run(One{}, One{});
-  if (a_step) return run(One{}, Zero{});
-  if (b_step) return run(Zero{}, One{});
-  return run(Zero{}, Zero{});
-}
 
 // sat(rne(v)), NaN -> qmin (the reference's _round_sat_f32: NaN replaced, rint, clip).
 template <typename T>
