@@ -134,7 +134,7 @@ struct F32x16 {
 
 // Integer lanes, for the int8 kernels written once over them: I32x8 / I32x16 (int32
 // lanes: widening byte loads, the zero-point arithmetic) and I8x32 / I8x64 (byte lanes:
-// the unpack network of the byte transposes). F is the float traits of the same width.
+// the unpack network of the byte transposes, max pooling). F is the float traits of the same width.
 #if defined(__AVX2__) && defined(__FMA__)
 struct I32x8 {
   using V = __m256i;
@@ -150,7 +150,11 @@ struct I32x8 {
   // kLanes bytes from p, zero- (uint8_t) or sign-extended (int8_t).
   template <typename T>
   static V widen(const T* p) {
-    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return widen_bytes<T>(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  // The low kLanes bytes, widened.
+  template <typename T>
+  static V widen_bytes(__m128i bytes) {
     if constexpr (std::is_same_v<T, uint8_t>) {
       return _mm256_cvtepu8_epi32(bytes);
     } else {
@@ -159,8 +163,23 @@ struct I32x8 {
   }
 };
 
+struct I8x16 {
+  using V = __m128i;
+  template <typename T>
+  static V max(V a, V b) {
+    if constexpr (std::is_same_v<T, uint8_t>) return _mm_max_epu8(a, b);
+    return _mm_max_epi8(a, b);
+  }
+};
+
 struct I8x32 {
   using V = __m256i;
+  // The lane-wise maximum of uint8_t or int8_t lanes.
+  template <typename T>
+  static V max(V a, V b) {
+    if constexpr (std::is_same_v<T, uint8_t>) return _mm256_max_epu8(a, b);
+    return _mm256_max_epi8(a, b);
+  }
   static V unpacklo8(V a, V b) { return _mm256_unpacklo_epi8(a, b); }
   static V unpackhi8(V a, V b) { return _mm256_unpackhi_epi8(a, b); }
   static V unpacklo16(V a, V b) { return _mm256_unpacklo_epi16(a, b); }
@@ -206,6 +225,12 @@ struct I32x16 {
 
 struct I8x64 {
   using V = __m512i;
+  // The lane-wise maximum of uint8_t or int8_t lanes.
+  template <typename T>
+  static V max(V a, V b) {
+    if constexpr (std::is_same_v<T, uint8_t>) return _mm512_max_epu8(a, b);
+    return _mm512_max_epi8(a, b);
+  }
   static V unpacklo8(V a, V b) { return _mm512_unpacklo_epi8(a, b); }
   static V unpackhi8(V a, V b) { return _mm512_unpackhi_epi8(a, b); }
   static V unpacklo16(V a, V b) { return _mm512_unpacklo_epi16(a, b); }
