@@ -15,6 +15,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace quanta {
 namespace simd {
@@ -128,6 +129,116 @@ struct F32x16 {
                                            _mm512_set1_epi32(sw));
     return _mm512_i32gather_ps(idx, p, 4);
   }
+};
+#endif
+
+// Integer lanes, for the int8 kernels written once over them: I32x8 / I32x16 (int32
+// lanes: widening byte loads, the zero-point arithmetic) and I8x32 / I8x64 (byte lanes:
+// the unpack network of the byte transposes, max pooling). F is the float traits of the same width.
+#if defined(__AVX2__) && defined(__FMA__)
+struct I32x8 {
+  using V = __m256i;
+  using F = F32x8;
+  static constexpr int kLanes = 8;
+  static V zero() { return _mm256_setzero_si256(); }
+  static V set1(int32_t v) { return _mm256_set1_epi32(v); }
+  static V loadu(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static V add(V a, V b) { return _mm256_add_epi32(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_epi32(a, b); }
+  static V mullo(V a, V b) { return _mm256_mullo_epi32(a, b); }
+  static F::V to_f32(V v) { return _mm256_cvtepi32_ps(v); }
+  // kLanes bytes from p, zero- (uint8_t) or sign-extended (int8_t).
+  template <typename T>
+  static V widen(const T* p) {
+    return widen_bytes<T>(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  // The low kLanes bytes, widened.
+  template <typename T>
+  static V widen_bytes(__m128i bytes) {
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      return _mm256_cvtepu8_epi32(bytes);
+    } else {
+      return _mm256_cvtepi8_epi32(bytes);
+    }
+  }
+};
+
+struct I8x16 {
+  using V = __m128i;
+  template <typename T>
+  static V max(V a, V b) {
+    if constexpr (std::is_same_v<T, uint8_t>) return _mm_max_epu8(a, b);
+    return _mm_max_epi8(a, b);
+  }
+};
+
+struct I8x32 {
+  using V = __m256i;
+  // The lane-wise maximum of uint8_t or int8_t lanes.
+  template <typename T>
+  static V max(V a, V b) {
+    if constexpr (std::is_same_v<T, uint8_t>) return _mm256_max_epu8(a, b);
+    return _mm256_max_epi8(a, b);
+  }
+  static V unpacklo8(V a, V b) { return _mm256_unpacklo_epi8(a, b); }
+  static V unpackhi8(V a, V b) { return _mm256_unpackhi_epi8(a, b); }
+  static V unpacklo16(V a, V b) { return _mm256_unpacklo_epi16(a, b); }
+  static V unpackhi16(V a, V b) { return _mm256_unpackhi_epi16(a, b); }
+  static V unpacklo32(V a, V b) { return _mm256_unpacklo_epi32(a, b); }
+  static V unpackhi32(V a, V b) { return _mm256_unpackhi_epi32(a, b); }
+  static V unpacklo64(V a, V b) { return _mm256_unpacklo_epi64(a, b); }
+  static V unpackhi64(V a, V b) { return _mm256_unpackhi_epi64(a, b); }
+};
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+struct I32x16 {
+  using V = __m512i;
+  using F = F32x16;
+  using M = __mmask16;
+  static constexpr int kLanes = 16;
+  static V zero() { return _mm512_setzero_si512(); }
+  static V set1(int32_t v) { return _mm512_set1_epi32(v); }
+  static V loadu(const int32_t* p) { return _mm512_loadu_si512(p); }
+  static V add(V a, V b) { return _mm512_add_epi32(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_epi32(a, b); }
+  static V mullo(V a, V b) { return _mm512_mullo_epi32(a, b); }
+  static F::V to_f32(V v) { return _mm512_cvtepi32_ps(v); }
+  template <typename T>
+  static V widen(const T* p) {
+    return widen_bytes<T>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  // The lanes of k only (the others 0), nothing read outside them.
+  template <typename T>
+  static V widen(const T* p, M k) {
+    return widen_bytes<T>(_mm_maskz_loadu_epi8(k, p));
+  }
+  template <typename T>
+  static V widen_bytes(__m128i bytes) {
+    if constexpr (std::is_same_v<T, uint8_t>) {
+      return _mm512_cvtepu8_epi32(bytes);
+    } else {
+      return _mm512_cvtepi8_epi32(bytes);
+    }
+  }
+};
+
+struct I8x64 {
+  using V = __m512i;
+  // The lane-wise maximum of uint8_t or int8_t lanes.
+  template <typename T>
+  static V max(V a, V b) {
+    if constexpr (std::is_same_v<T, uint8_t>) return _mm512_max_epu8(a, b);
+    return _mm512_max_epi8(a, b);
+  }
+  static V unpacklo8(V a, V b) { return _mm512_unpacklo_epi8(a, b); }
+  static V unpackhi8(V a, V b) { return _mm512_unpackhi_epi8(a, b); }
+  static V unpacklo16(V a, V b) { return _mm512_unpacklo_epi16(a, b); }
+  static V unpackhi16(V a, V b) { return _mm512_unpackhi_epi16(a, b); }
+  static V unpacklo32(V a, V b) { return _mm512_unpacklo_epi32(a, b); }
+  static V unpackhi32(V a, V b) { return _mm512_unpackhi_epi32(a, b); }
+  static V unpacklo64(V a, V b) { return _mm512_unpacklo_epi64(a, b); }
+  static V unpackhi64(V a, V b) { return _mm512_unpackhi_epi64(a, b); }
 };
 #endif
 

@@ -11,20 +11,11 @@
 
 #include "elementwise/elementwise.h"
 #include "elementwise/elementwise_scalar.h"
+#include "elementwise/elementwise_simd.h"
 
 namespace quanta {
 namespace elementwise {
 namespace {
-
-template <typename T>
-inline __m256i load8_epi32(const T* p) {
-  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  if constexpr (std::is_same_v<T, uint8_t>) {
-    return _mm256_cvtepu8_epi32(bytes);
-  } else {
-    return _mm256_cvtepi8_epi32(bytes);
-  }
-}
 
 template <typename T>
 inline void round_sat_store8(__m256 v, T* p) {
@@ -41,56 +32,16 @@ inline void round_sat_store8(__m256 v, T* p) {
 
 template <typename T>
 inline __m256 dequantize8(const T* p, __m256i zp, __m256 scale) {
-  return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(load8_epi32(p), zp)));
+  return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(simd::I32x8::widen<T>(p), zp)));
 }
 
-// AS / BS: 1 when the operand steps through memory, 0 when it is one repeated element.
-template <typename T, int AS, int BS>
-void add_run_t(const T* a, const T* b, T* c, int64_t n, const AddParams& p) {
-  const __m256 vra = _mm256_set1_ps(p.ra), vrb = _mm256_set1_ps(p.rb), vk = _mm256_set1_ps(p.k);
-  const __m256 fa = _mm256_set1_ps(static_cast<float>(a[0]));
-  const __m256 fb = _mm256_set1_ps(static_cast<float>(b[0]));
+// The loop of binary_run_t (elementwise_simd.h).
+template <template <class, typename, int, int> class Lanes, typename T, int AS, int BS, typename P>
+void binary_run_t(const T* a, const T* b, T* c, int64_t n, const P& p) {
+  const Lanes<simd::I32x8, T, AS, BS> lanes(a, b, p);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 va = AS ? _mm256_cvtepi32_ps(load8_epi32(a + i)) : fa;
-    const __m256 vb = BS ? _mm256_cvtepi32_ps(load8_epi32(b + i)) : fb;
-    round_sat_store8(_mm256_fmadd_ps(va, vra, _mm256_fmadd_ps(vb, vrb, vk)), c + i);
-  }
-  for (; i < n; ++i) c[i] = add_one(a[i * AS], b[i * BS], p);
-}
-
-template <typename T>
-void add_run(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const AddParams& p) {
-  if (n <= 0) return;
-  if (a_step && b_step) return add_run_t<T, 1, 1>(a, b, c, n, p);
-  if (a_step) return add_run_t<T, 1, 0>(a, b, c, n, p);
-  if (b_step) return add_run_t<T, 0, 1>(a, b, c, n, p);
-  return add_run_t<T, 0, 0>(a, b, c, n, p);
-}
-
-template <typename T, int AS, int BS>
-void mul_run_t(const T* a, const T* b, T* c, int64_t n, const MulParams& p) {
-  const __m256 vr = _mm256_set1_ps(p.ratio), vzc = _mm256_set1_ps(static_cast<float>(p.zc));
-  const __m256i vza = _mm256_set1_epi32(p.za), vzb = _mm256_set1_epi32(p.zb);
-  const __m256i ia = _mm256_set1_epi32(static_cast<int32_t>(a[0]) - p.za);
-  const __m256i ib = _mm256_set1_epi32(static_cast<int32_t>(b[0]) - p.zb);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i da = AS ? _mm256_sub_epi32(load8_epi32(a + i), vza) : ia;
-    const __m256i db = BS ? _mm256_sub_epi32(load8_epi32(b + i), vzb) : ib;
-    const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_mullo_epi32(da, db)), vr);
-    round_sat_store8(_mm256_add_ps(v, vzc), c + i);
-  }
-  for (; i < n; ++i) c[i] = mul_one(a[i * AS], b[i * BS], p);
-}
-
-template <typename T>
-void mul_run(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const MulParams& p) {
-  if (n <= 0) return;
-  if (a_step && b_step) return mul_run_t<T, 1, 1>(a, b, c, n, p);
-  if (a_step) return mul_run_t<T, 1, 0>(a, b, c, n, p);
-  if (b_step) return mul_run_t<T, 0, 1>(a, b, c, n, p);
-  return mul_run_t<T, 0, 0>(a, b, c, n, p);
+  for (; i + 8 <= n; i += 8) round_sat_store8(lanes(a + i * AS, b + i * BS), c + i);
+  for (; i < n; ++i) c[i] = lanes.one(a[i * AS], b[i * BS], p);
 }
 
 template <typename T>

@@ -18,6 +18,7 @@
 
 #include "elementwise/elementwise.h"
 #include "elementwise/elementwise_scalar.h"
+#include "elementwise/elementwise_simd.h"
 
 namespace quanta {
 namespace elementwise {
@@ -25,16 +26,6 @@ namespace {
 
 inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
-}
-
-template <typename T>
-inline __m512i load_epi32(const T* p, __mmask16 k) {
-  const __m128i bytes = _mm_maskz_loadu_epi8(k, p);
-  if constexpr (std::is_same_v<T, uint8_t>) {
-    return _mm512_cvtepu8_epi32(bytes);
-  } else {
-    return _mm512_cvtepi8_epi32(bytes);
-  }
 }
 
 // v already includes the zero point: rne, NaN -> qmin, clamp, narrow, store k lanes.
@@ -55,17 +46,7 @@ inline void round_sat_store(__m512 v, T* p, __mmask16 k) {
 
 template <typename T>
 inline __m512 dequantize16(const T* p, __mmask16 k, __m512i zp, __m512 scale) {
-  return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_sub_epi32(load_epi32(p, k), zp)));
-}
-
-template <typename T>
-inline __m512i load16_epi32(const T* p) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  if constexpr (std::is_same_v<T, uint8_t>) {
-    return _mm512_cvtepu8_epi32(bytes);
-  } else {
-    return _mm512_cvtepi8_epi32(bytes);
-  }
+  return _mm512_mul_ps(scale, _mm512_cvtepi32_ps(_mm512_sub_epi32(simd::I32x16::widen<T>(p, k), zp)));
 }
 
 // v[j] (16 lanes each, zc included) for elements 16j .. 16j + 15: NaN -> qmin, clamp,
@@ -86,73 +67,20 @@ inline void round64_store(const __m512* v, T* p) {
   _mm512_storeu_si512(p, _mm512_permutexvar_epi32(order, b8));
 }
 
-// AS / BS: 1 when the operand steps through memory, 0 when it is one repeated element.
-template <typename T, int AS, int BS>
-void add_run_t(const T* a, const T* b, T* c, int64_t n, const AddParams& p) {
-  const __m512 vra = _mm512_set1_ps(p.ra), vrb = _mm512_set1_ps(p.rb), vk = _mm512_set1_ps(p.k);
-  const __m512 fa = _mm512_set1_ps(static_cast<float>(a[0]));
-  const __m512 fb = _mm512_set1_ps(static_cast<float>(b[0]));
+// The loop of binary_run_t (elementwise_simd.h).
+template <template <class, typename, int, int> class Lanes, typename T, int AS, int BS, typename P>
+void binary_run_t(const T* a, const T* b, T* c, int64_t n, const P& p) {
+  const Lanes<simd::I32x16, T, AS, BS> lanes(a, b, p);
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
     __m512 v[4];
-    for (int j = 0; j < 4; ++j) {
-      const int64_t at = i + 16 * j;
-      const __m512 va = AS ? _mm512_cvtepi32_ps(load16_epi32(a + at)) : fa;
-      const __m512 vb = BS ? _mm512_cvtepi32_ps(load16_epi32(b + at)) : fb;
-      v[j] = _mm512_fmadd_ps(va, vra, _mm512_fmadd_ps(vb, vrb, vk));
-    }
+    for (int j = 0; j < 4; ++j) v[j] = lanes(a + (i + 16 * j) * AS, b + (i + 16 * j) * BS);
     round64_store(v, c + i);
   }
   for (; i < n; i += 16) {
     const __mmask16 k = tail_mask(n - i);
-    const __m512 va = AS ? _mm512_cvtepi32_ps(load_epi32(a + i, k)) : fa;
-    const __m512 vb = BS ? _mm512_cvtepi32_ps(load_epi32(b + i, k)) : fb;
-    round_sat_store(_mm512_fmadd_ps(va, vra, _mm512_fmadd_ps(vb, vrb, vk)), c + i, k);
+    round_sat_store(lanes(a + i * AS, b + i * BS, k), c + i, k);
   }
-}
-
-template <typename T>
-void add_run(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const AddParams& p) {
-  if (n <= 0) return;
-  if (a_step && b_step) return add_run_t<T, 1, 1>(a, b, c, n, p);
-  if (a_step) return add_run_t<T, 1, 0>(a, b, c, n, p);
-  if (b_step) return add_run_t<T, 0, 1>(a, b, c, n, p);
-  return add_run_t<T, 0, 0>(a, b, c, n, p);
-}
-
-template <typename T, int AS, int BS>
-void mul_run_t(const T* a, const T* b, T* c, int64_t n, const MulParams& p) {
-  const __m512 vr = _mm512_set1_ps(p.ratio), vzc = _mm512_set1_ps(static_cast<float>(p.zc));
-  const __m512i vza = _mm512_set1_epi32(p.za), vzb = _mm512_set1_epi32(p.zb);
-  const __m512i ia = _mm512_set1_epi32(static_cast<int32_t>(a[0]) - p.za);
-  const __m512i ib = _mm512_set1_epi32(static_cast<int32_t>(b[0]) - p.zb);
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    __m512 v[4];
-    for (int j = 0; j < 4; ++j) {
-      const int64_t at = i + 16 * j;
-      const __m512i da = AS ? _mm512_sub_epi32(load16_epi32(a + at), vza) : ia;
-      const __m512i db = BS ? _mm512_sub_epi32(load16_epi32(b + at), vzb) : ib;
-      v[j] = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(da, db)), vr), vzc);
-    }
-    round64_store(v, c + i);
-  }
-  for (; i < n; i += 16) {
-    const __mmask16 k = tail_mask(n - i);
-    const __m512i da = AS ? _mm512_sub_epi32(load_epi32(a + i, k), vza) : ia;
-    const __m512i db = BS ? _mm512_sub_epi32(load_epi32(b + i, k), vzb) : ib;
-    const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(da, db)), vr);
-    round_sat_store(_mm512_add_ps(v, vzc), c + i, k);
-  }
-}
-
-template <typename T>
-void mul_run(const T* a, int64_t a_step, const T* b, int64_t b_step, T* c, int64_t n, const MulParams& p) {
-  if (n <= 0) return;
-  if (a_step && b_step) return mul_run_t<T, 1, 1>(a, b, c, n, p);
-  if (a_step) return mul_run_t<T, 1, 0>(a, b, c, n, p);
-  if (b_step) return mul_run_t<T, 0, 1>(a, b, c, n, p);
-  return mul_run_t<T, 0, 0>(a, b, c, n, p);
 }
 
 template <typename T>

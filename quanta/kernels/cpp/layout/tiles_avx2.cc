@@ -3,9 +3,8 @@
 // make the gemm path faster.
 //
 // Bytes: 16 x 32 tiles. Row i of the tile (32 bytes, i.e. source columns j0 .. j0+31)
-// sits in one ymm; four rounds of in-lane unpacks (epi8, epi16, epi32, epi64) leave in
-// register e(h, h2, h3, h4) the 16 bytes of column j = 8h + 4h2 + 2h3 + h4 (low lane)
-// and of column 16 + j (high lane). 64 unpacks per 512 bytes.
+// sits in one ymm; the unpack network of tiles_network.h leaves in one register the 16
+// bytes of column j (low lane) and of column 16 + j (high lane). 64 unpacks per 512 bytes.
 // int32: 8 x 8 tiles, unpack epi32 / epi64 then vperm2i128.
 // Tiles that cross an edge go through a zeroed stack tile (copy in, transpose, copy out).
 #include <immintrin.h>
@@ -14,6 +13,8 @@
 #include <cstring>
 
 #include "layout/tiles.h"
+#include "layout/tiles_network.h"
+#include "simd.h"
 
 namespace quanta {
 namespace layout {
@@ -24,48 +25,18 @@ constexpr int64_t kTransposeChunkBytes = 32 * 1024;
 // dst row j (16 bytes at dst + j·dst_stride) = column j of the 16 x 32 tile whose row i
 // starts at rows[i].
 inline void tile_u8_16x32(const uint8_t* const* rows, uint8_t* dst, int64_t dst_stride, __m256i flip) {
-  __m256i a[16], b[16];
+  __m256i a[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) {
     a[i] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i])), flip);
   }
-  // round 1: b[2k + h] holds (row 2k, row 2k+1) byte pairs of columns 8h .. 8h+7
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    b[2 * k] = _mm256_unpacklo_epi8(a[2 * k], a[2 * k + 1]);
-    b[2 * k + 1] = _mm256_unpackhi_epi8(a[2 * k], a[2 * k + 1]);
-  }
-  // round 2: a[(m·2 + h)·2 + h2] holds rows 4m .. 4m+3 of columns 8h + 4h2 .. +3
-#pragma GCC unroll 4
-  for (int m = 0; m < 4; ++m) {
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      a[(m * 2 + h) * 2] = _mm256_unpacklo_epi16(b[2 * (2 * m) + h], b[2 * (2 * m + 1) + h]);
-      a[(m * 2 + h) * 2 + 1] = _mm256_unpackhi_epi16(b[2 * (2 * m) + h], b[2 * (2 * m + 1) + h]);
-    }
-  }
-  // round 3: b[((q·2 + h)·2 + h2)·2 + h3] holds rows 8q .. 8q+7 of columns 8h + 4h2 + 2h3 .. +1
-#pragma GCC unroll 2
-  for (int q = 0; q < 2; ++q) {
-#pragma GCC unroll 4
-    for (int hh = 0; hh < 4; ++hh) {  // hh = h·2 + h2
-      const __m256i lo = a[((2 * q) * 2) * 2 + hh];
-      const __m256i hi = a[((2 * q + 1) * 2) * 2 + hh];
-      b[(q * 4 + hh) * 2] = _mm256_unpacklo_epi32(lo, hi);
-      b[(q * 4 + hh) * 2 + 1] = _mm256_unpackhi_epi32(lo, hi);
-    }
-  }
-  // round 4: column j = 8h + 4h2 + 2h3 + h4, rows 0 .. 15
-#pragma GCC unroll 8
-  for (int hhh = 0; hhh < 8; ++hhh) {  // hhh = (h·2 + h2)·2 + h3
-    const __m256i e0 = _mm256_unpacklo_epi64(b[hhh], b[8 + hhh]);
-    const __m256i e1 = _mm256_unpackhi_epi64(b[hhh], b[8 + hhh]);
+  transpose_16_rows<simd::I8x32>(a, [&](int hhh, __m256i e0, __m256i e1) __attribute__((always_inline)) {
     const int j = 2 * hhh;
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + j * dst_stride), _mm256_castsi256_si128(e0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (16 + j) * dst_stride), _mm256_extracti128_si256(e0, 1));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (j + 1) * dst_stride), _mm256_castsi256_si128(e1));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (17 + j) * dst_stride), _mm256_extracti128_si256(e1, 1));
-  }
+  });
 }
 
 inline void tile_s32_8x8(const int32_t* src, int64_t src_stride, int32_t* dst, int64_t dst_stride) {

@@ -1,6 +1,6 @@
 // Tile transposes, AVX-512 (contracts in tiles.h), for the avx512vnni ISA.
 //
-// Bytes: 16 x 64 tiles, the AVX2 unpack network (tiles_avx2.cc) on zmm registers: after
+// Bytes: 16 x 64 tiles, the unpack network of tiles_network.h on zmm registers: after
 // the four rounds, 128-bit lane L of register e(j) holds column 16·L + j. Twice the bytes
 // per shuffle of the AVX2 tile; the lanes leave through vextracti32x4 stores (no shuffle
 // port). int32 transposes (ConvInteger outputs) use the AVX2 tile.
@@ -17,6 +17,8 @@
 #include <cstring>
 
 #include "layout/tiles.h"
+#include "layout/tiles_network.h"
+#include "simd.h"
 
 namespace quanta {
 namespace layout {
@@ -32,7 +34,7 @@ inline __mmask64 first_bytes(int64_t n) { return n >= 64 ? ~0ull : (1ull << n) -
 template <bool kPartial>
 inline void tile_u8_16x64(const uint8_t* src, int64_t src_stride, int ni, int nj, uint8_t* dst, int64_t dst_stride,
                           __m512i flip) {
-  __m512i a[16], b[16];
+  __m512i a[16];
   const __mmask64 load_mask = first_bytes(nj);
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) {
@@ -43,35 +45,9 @@ inline void tile_u8_16x64(const uint8_t* src, int64_t src_stride, int ni, int nj
                     : _mm512_setzero_si512();
     }
   }
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    b[2 * k] = _mm512_unpacklo_epi8(a[2 * k], a[2 * k + 1]);
-    b[2 * k + 1] = _mm512_unpackhi_epi8(a[2 * k], a[2 * k + 1]);
-  }
-#pragma GCC unroll 4
-  for (int m = 0; m < 4; ++m) {
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      a[(m * 2 + h) * 2] = _mm512_unpacklo_epi16(b[2 * (2 * m) + h], b[2 * (2 * m + 1) + h]);
-      a[(m * 2 + h) * 2 + 1] = _mm512_unpackhi_epi16(b[2 * (2 * m) + h], b[2 * (2 * m + 1) + h]);
-    }
-  }
-#pragma GCC unroll 2
-  for (int q = 0; q < 2; ++q) {
-#pragma GCC unroll 4
-    for (int hh = 0; hh < 4; ++hh) {
-      const __m512i lo = a[((2 * q) * 2) * 2 + hh];
-      const __m512i hi = a[((2 * q + 1) * 2) * 2 + hh];
-      b[(q * 4 + hh) * 2] = _mm512_unpacklo_epi32(lo, hi);
-      b[(q * 4 + hh) * 2 + 1] = _mm512_unpackhi_epi32(lo, hi);
-    }
-  }
   const __mmask16 store_mask = ni >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << ni) - 1u);
-#pragma GCC unroll 8
-  for (int hhh = 0; hhh < 8; ++hhh) {
+  transpose_16_rows<simd::I8x64>(a, [&](int hhh, __m512i e0, __m512i e1) __attribute__((always_inline)) {
     __m128i lanes[8];
-    const __m512i e0 = _mm512_unpacklo_epi64(b[hhh], b[8 + hhh]);
-    const __m512i e1 = _mm512_unpackhi_epi64(b[hhh], b[8 + hhh]);
     lanes[0] = _mm512_castsi512_si128(e0);
     lanes[1] = _mm512_extracti32x4_epi32(e0, 1);
     lanes[2] = _mm512_extracti32x4_epi32(e0, 2);
@@ -89,7 +65,7 @@ inline void tile_u8_16x64(const uint8_t* src, int64_t src_stride, int ni, int nj
         _mm_mask_storeu_epi8(dst + j * dst_stride, store_mask, lanes[l]);
       }
     }
-  }
+  });
 }
 
 }  // namespace

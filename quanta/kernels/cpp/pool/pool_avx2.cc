@@ -8,26 +8,11 @@
 #include <type_traits>
 
 #include "pool/pool_kernels.h"
+#include "simd.h"
 
 namespace quanta {
 namespace pool {
 namespace {
-
-template <typename T>
-inline __m256i max_epi8(__m256i a, __m256i b) {
-  if constexpr (std::is_same_v<T, uint8_t>) return _mm256_max_epu8(a, b);
-  return _mm256_max_epi8(a, b);
-}
-template <typename T>
-inline __m128i max_epi8(__m128i a, __m128i b) {
-  if constexpr (std::is_same_v<T, uint8_t>) return _mm_max_epu8(a, b);
-  return _mm_max_epi8(a, b);
-}
-template <typename T>
-inline __m256i widen_epi32(__m128i bytes) {
-  if constexpr (std::is_same_v<T, uint8_t>) return _mm256_cvtepu8_epi32(bytes);
-  return _mm256_cvtepi8_epi32(bytes);
-}
 
 // The even bytes of 16 (or 32) loaded bytes: the low byte of each 16-bit word.
 inline __m128i even_bytes(__m128i v) {
@@ -66,7 +51,7 @@ struct Avx2Rows : GenericRows {
       for (; i + 32 <= n; i += 32) {
         auto* py = reinterpret_cast<__m256i*>(y + i);
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
-        _mm256_storeu_si256(py, max_epi8<T>(_mm256_loadu_si256(py), v));
+        _mm256_storeu_si256(py, simd::I8x32::max<T>(_mm256_loadu_si256(py), v));
       }
     } else if (s == 2) {
       // 16 outputs from 32 loaded bytes; the last byte loaded must be one that exists:
@@ -74,7 +59,7 @@ struct Avx2Rows : GenericRows {
       for (; i + 17 <= n; i += 16) {
         auto* py = reinterpret_cast<__m128i*>(y + i);
         const __m128i v = even_bytes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 2 * i)));
-        _mm_storeu_si128(py, max_epi8<T>(_mm_loadu_si128(py), v));
+        _mm_storeu_si128(py, simd::I8x16::max<T>(_mm_loadu_si128(py), v));
       }
     }
     GenericRows::max(y + i, x + i * s, n - i, s);
@@ -88,13 +73,15 @@ struct Avx2Rows : GenericRows {
     if (s == 1) {
       for (; i + 8 <= n; i += 8) {
         const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + i));
-        const __m256 d = _mm256_mul_ps(vsx, _mm256_cvtepi32_ps(_mm256_sub_epi32(widen_epi32<T>(bytes), vzx)));
+        const __m256 d =
+            _mm256_mul_ps(vsx, _mm256_cvtepi32_ps(_mm256_sub_epi32(simd::I32x8::widen_bytes<T>(bytes), vzx)));
         _mm256_storeu_ps(t + i, _mm256_add_ps(_mm256_loadu_ps(t + i), d));
       }
     } else if (s == 2) {
       for (; i + 9 <= n; i += 8) {  // 16 bytes loaded: 2i + 15 <= 2(n − 1)
         const __m128i bytes = even_bytes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 2 * i)));
-        const __m256 d = _mm256_mul_ps(vsx, _mm256_cvtepi32_ps(_mm256_sub_epi32(widen_epi32<T>(bytes), vzx)));
+        const __m256 d =
+            _mm256_mul_ps(vsx, _mm256_cvtepi32_ps(_mm256_sub_epi32(simd::I32x8::widen_bytes<T>(bytes), vzx)));
         _mm256_storeu_ps(t + i, _mm256_add_ps(_mm256_loadu_ps(t + i), d));
       }
     }

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "pool/pool_kernels.h"
+#include "simd.h"
 
 namespace quanta {
 namespace pool {
@@ -19,22 +20,6 @@ inline __mmask64 mask64(int64_t n) { return n >= 64 ? ~__mmask64{0} : (__mmask64
 inline __mmask32 mask32(int64_t n) { return n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1; }
 inline __mmask16 mask16(int64_t n) {
   return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
-}
-
-template <typename T>
-inline __m512i max_epi8(__m512i a, __m512i b) {
-  if constexpr (std::is_same_v<T, uint8_t>) return _mm512_max_epu8(a, b);
-  return _mm512_max_epi8(a, b);
-}
-template <typename T>
-inline __m256i max_epi8(__m256i a, __m256i b) {
-  if constexpr (std::is_same_v<T, uint8_t>) return _mm256_max_epu8(a, b);
-  return _mm256_max_epi8(a, b);
-}
-template <typename T>
-inline __m512i widen_epi32(__m128i bytes) {
-  if constexpr (std::is_same_v<T, uint8_t>) return _mm512_cvtepu8_epi32(bytes);
-  return _mm512_cvtepi8_epi32(bytes);
 }
 
 struct Avx512Rows : GenericRows {
@@ -62,11 +47,11 @@ struct Avx512Rows : GenericRows {
       int64_t i = 0;
       for (; i + 64 <= n; i += 64) {
         auto* py = reinterpret_cast<__m512i*>(y + i);
-        _mm512_storeu_si512(py, max_epi8<T>(_mm512_loadu_si512(py), _mm512_loadu_si512(x + i)));
+        _mm512_storeu_si512(py, simd::I8x64::max<T>(_mm512_loadu_si512(py), _mm512_loadu_si512(x + i)));
       }
       if (i < n) {
         const __mmask64 k = mask64(n - i);
-        const __m512i v = max_epi8<T>(_mm512_maskz_loadu_epi8(k, y + i), _mm512_maskz_loadu_epi8(k, x + i));
+        const __m512i v = simd::I8x64::max<T>(_mm512_maskz_loadu_epi8(k, y + i), _mm512_maskz_loadu_epi8(k, x + i));
         _mm512_mask_storeu_epi8(y + i, k, v);
       }
     } else if (s == 2) {
@@ -75,13 +60,13 @@ struct Avx512Rows : GenericRows {
       for (; i + 33 <= n; i += 32) {  // 64 bytes loaded: 2i + 63 <= 2(n − 1)
         auto* py = reinterpret_cast<__m256i*>(y + i);
         const __m256i v = _mm512_cvtepi16_epi8(_mm512_loadu_si512(x + 2 * i));
-        _mm256_storeu_si256(py, max_epi8<T>(_mm256_loadu_si256(py), v));
+        _mm256_storeu_si256(py, simd::I8x32::max<T>(_mm256_loadu_si256(py), v));
       }
       if (i < n) {
         const int64_t left = n - i;
         const __m512i in = _mm512_maskz_loadu_epi8(mask64(2 * left - 1), x + 2 * i);
         const __mmask32 k = mask32(left);
-        const __m256i v = max_epi8<T>(_mm256_maskz_loadu_epi8(k, y + i), _mm512_cvtepi16_epi8(in));
+        const __m256i v = simd::I8x32::max<T>(_mm256_maskz_loadu_epi8(k, y + i), _mm512_cvtepi16_epi8(in));
         _mm256_mask_storeu_epi8(y + i, k, v);
       }
     } else {
@@ -103,7 +88,8 @@ struct Avx512Rows : GenericRows {
       } else {
         bytes = _mm256_cvtepi16_epi8(_mm256_maskz_loadu_epi8(mask32(2 * left - 1), x + 2 * i));
       }
-      const __m512 d = _mm512_mul_ps(vsx, _mm512_cvtepi32_ps(_mm512_sub_epi32(widen_epi32<T>(bytes), vzx)));
+      const __m512 d =
+          _mm512_mul_ps(vsx, _mm512_cvtepi32_ps(_mm512_sub_epi32(simd::I32x16::widen_bytes<T>(bytes), vzx)));
       if (left >= 16) {  // plain store: it forwards to the next tap's load (a masked one does not)
         _mm512_storeu_ps(t + i, _mm512_add_ps(_mm512_loadu_ps(t + i), d));
       } else {
@@ -205,12 +191,12 @@ struct Avx512Planes {
             const T* p = reinterpret_cast<const T*>(row + kw * g.d_w);
             const __mmask64 kb = _cvtu64_mask64(masks.bytes[b][kw]);
             if (g.s_w == 1) {
-              acc = _mm512_mask_mov_epi8(acc, kb, max_epi8<T>(acc, _mm512_maskz_loadu_epi8(kb, p)));
+              acc = _mm512_mask_mov_epi8(acc, kb, simd::I8x64::max<T>(acc, _mm512_maskz_loadu_epi8(kb, p)));
             } else {
               const __m256i v = _mm512_cvtepi16_epi8(_mm512_maskz_loadu_epi8(kb, p));
               const __m256i a = _mm512_castsi512_si256(acc);
               const __mmask32 kl = _cvtu32_mask32(static_cast<uint32_t>(masks.lanes[b][kw]));
-              acc = _mm512_castsi256_si512(_mm256_mask_mov_epi8(a, kl, max_epi8<T>(a, v)));
+              acc = _mm512_castsi256_si512(_mm256_mask_mov_epi8(a, kl, simd::I8x32::max<T>(a, v)));
             }
           }
         }
@@ -262,7 +248,8 @@ struct Avx512Planes {
               bytes = _mm256_cvtepi16_epi8(
                   _mm256_maskz_loadu_epi8(_cvtu32_mask32(static_cast<uint32_t>(masks.bytes[b][kw])), src));
             }
-            const __m512 d = _mm512_mul_ps(vsx, _mm512_cvtepi32_ps(_mm512_sub_epi32(widen_epi32<T>(bytes), vzx)));
+            const __m512 d =
+                _mm512_mul_ps(vsx, _mm512_cvtepi32_ps(_mm512_sub_epi32(simd::I32x16::widen_bytes<T>(bytes), vzx)));
             acc = _mm512_mask_add_ps(acc, kl, acc, d);  // other lanes: no tap
           }
         }

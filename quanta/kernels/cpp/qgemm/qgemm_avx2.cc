@@ -25,7 +25,9 @@
 
 #include <immintrin.h>
 
+#include "qgemm/fold.h"
 #include "qgemm/kernel.h"
+#include "simd.h"
 
 namespace quanta {
 namespace qgemm {
@@ -157,35 +159,13 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
   const int64_t m0 = t.m0 + r0;
   const __m256i ct0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.colterm + n0));
   const __m256i ct1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.colterm + n0 + 8));
-  __m256i zw0 = _mm256_setzero_si256(), zw1 = _mm256_setzero_si256();
-  if (e.zw) {
-    zw0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.zw + n0));
-    zw1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.zw + n0 + 8));
-  }
-  __m256i cs0 = _mm256_setzero_si256(), cs1 = _mm256_setzero_si256();
-  if (e.zx_row) {
-    cs0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.cs + n0));
-    cs1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.cs + n0 + 8));
-  }
+  __m256i zw[2], cs[2];
+  fold_columns<simd::I32x8>(e, n0, zw, cs);
 #pragma GCC unroll 6
   for (int r = 0; r < MR; ++r) {
     __m256i v0 = _mm256_add_epi32(c0[r], ct0);
     __m256i v1 = _mm256_add_epi32(c1[r], ct1);
-    if (e.zw) {
-      const __m256i rs = _mm256_set1_epi32(e.rowsum[m0 + r]);
-      v0 = _mm256_sub_epi32(v0, _mm256_mullo_epi32(zw0, rs));
-      v1 = _mm256_sub_epi32(v1, _mm256_mullo_epi32(zw1, rs));
-    }
-    if (e.zx_row) {
-      const __m256i zr = _mm256_set1_epi32(e.zx_row[m0 + r]);
-      v0 = _mm256_sub_epi32(v0, _mm256_mullo_epi32(cs0, zr));
-      v1 = _mm256_sub_epi32(v1, _mm256_mullo_epi32(cs1, zr));
-    }
-    if (e.rowterm) {
-      const __m256i rt = _mm256_set1_epi32(e.rowterm[m0 + r]);
-      v0 = _mm256_add_epi32(v0, rt);
-      v1 = _mm256_add_epi32(v1, rt);
-    }
+    fold_row<simd::I32x8>(v0, v1, e, m0 + r, zw, cs);
     finish_vector(v0, e, m0 + r, n0, t.cols);
     if (t.cols > 8) finish_vector(v1, e, m0 + r, n0 + 8, t.cols - 8);
   }

@@ -39,7 +39,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "qgemm/fold.h"
 #include "qgemm/kernel.h"
+#include "simd.h"
 
 namespace quanta {
 namespace qgemm {
@@ -178,38 +180,15 @@ __attribute__((always_inline)) inline void finish_tile(__m512i (&c0)[MR], __m512
   const __mmask16 mask0 = lane_mask(cols);
   const __mmask16 mask1 = cols > 16 ? lane_mask(cols - 16) : static_cast<__mmask16>(0);
   const bool two = cols > 16;
-  __m512i zw0 = _mm512_setzero_si512(), zw1 = _mm512_setzero_si512();
-  if (e.zw) {
-    zw0 = _mm512_loadu_si512(e.zw + n0);
-    zw1 = _mm512_loadu_si512(e.zw + n0 + 16);
-  }
-  __m512i cs0 = _mm512_setzero_si512(), cs1 = _mm512_setzero_si512();
-  if (e.zx_row) {
-    cs0 = _mm512_loadu_si512(e.cs + n0);
-    cs1 = _mm512_loadu_si512(e.cs + n0 + 16);
-  }
+  __m512i zw[2], cs[2];
+  fold_columns<simd::I32x16>(e, n0, zw, cs);
   Stage<KIND> stage(e, n0);
   constexpr int kBytes = Stage<KIND>::kBytes;
   uint8_t* y = static_cast<uint8_t*>(e.y) + (m0 * e.y_row_stride + n0) * kBytes;
   const int64_t y_stride = e.y_row_stride * kBytes;
   // colterm is already in (the first chunk started from it)
-  auto fold = [&](__m512i& v0, __m512i& v1, int r) __attribute__((always_inline)) {
-    if (e.zw) {
-      const __m512i rs = _mm512_set1_epi32(e.rowsum[m0 + r]);
-      v0 = _mm512_sub_epi32(v0, _mm512_mullo_epi32(zw0, rs));
-      v1 = _mm512_sub_epi32(v1, _mm512_mullo_epi32(zw1, rs));
-    }
-    if (e.zx_row) {
-      const __m512i zr = _mm512_set1_epi32(e.zx_row[m0 + r]);
-      v0 = _mm512_sub_epi32(v0, _mm512_mullo_epi32(cs0, zr));
-      v1 = _mm512_sub_epi32(v1, _mm512_mullo_epi32(cs1, zr));
-    }
-    if (e.rowterm) {
-      const __m512i rt = _mm512_set1_epi32(e.rowterm[m0 + r]);
-      v0 = _mm512_add_epi32(v0, rt);
-      v1 = _mm512_add_epi32(v1, rt);
-    }
-  };
+  auto fold = [&](__m512i& v0, __m512i& v1, int r)
+                  __attribute__((always_inline)) { fold_row<simd::I32x16>(v0, v1, e, m0 + r, zw, cs); };
   if constexpr (KIND == EpiKind::kQ8Float) {
     const __mmask32 mask = cols >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << cols) - 1u);
 #pragma GCC unroll 6
