@@ -133,6 +133,7 @@ def minilm(n_calib: int, n_eval: int, tmp: Path) -> list[str]:
         return (r64 * g64).sum(1) / (np.linalg.norm(r64, axis=1) * np.linalg.norm(g64, axis=1))
 
     cos, cos_ort = cosines(got), cosines(qdq)
+
     def stats(c: np.ndarray) -> str:
         p1, p5, p50 = np.percentile(c, [1, 5, 50])
         return f"mean {c.mean():.4f}, min {c.min():.4f}, p1 {p1:.4f}, p5 {p5:.4f}, median {p50:.4f}"
