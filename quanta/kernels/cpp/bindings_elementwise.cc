@@ -210,8 +210,8 @@ py::array lut_channels_impl(const py::handle& x_obj, const py::handle& tables_ob
   }
   const int64_t channels = shape[axis];
   if (tables.ndim() != 2 || tables.shape(0) != channels || tables.shape(1) != 256) {
-    throw py::value_error("lut8_channels: tables: expected shape (" + std::to_string(channels) +
-                          ", 256), got shape " + shape_str(shape_of(tables)));
+    throw py::value_error("lut8_channels: tables: expected shape (" + std::to_string(channels) + ", 256), got shape " +
+                          shape_str(shape_of(tables)));
   }
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
