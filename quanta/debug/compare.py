@@ -41,7 +41,7 @@ import numpy as np
 import onnx
 
 from quanta.calibrate.runner import _FIXED
-from quanta.ir.graph import Model, Node
+from quanta.ir.graph import Model, Node, Value
 
 __all__ = [
     "DebugResult",
@@ -622,7 +622,8 @@ def _foreign(
             if found:
                 out.append(_Foreign(n, prefix + found[0][0].name, found[0][1]))
         elif n.op_type in INTEGER_FLOAT_OPS:
-            v, hops = y, 0
+            v: Value | None = y
+            hops = 0
             while v is not None and hops < 4:  # follow Cast / Mul / Add to the float result
                 ref = match(v.name)
                 if ref is not None and hops > 0:
@@ -921,10 +922,12 @@ class _Plan:
         for prefix, m in qscopes:
             scope_pairs = _pairs(m, prefix)
             pairs.update(scope_pairs)
-            t, w = _targets(m, scope_pairs, prefix)
-            self.targets += t
-            self.weights += w
-            taken = {id(x.node) for x in t} | {id(n) for p in scope_pairs.values() for n in (p.q, p.dq)}
+            scope_targets, scope_weights = _targets(m, scope_pairs, prefix)
+            self.targets += scope_targets
+            self.weights += scope_weights
+            taken = {id(x.node) for x in scope_targets} | {
+                id(n) for p in scope_pairs.values() for n in (p.q, p.dq)
+            }
             self.foreign += _foreign(m, prefix, fnames, taken, fused)
         self.fnames = fnames
         self.evaluate = reference_evaluator(qmodel.opset_imports)
@@ -1019,7 +1022,8 @@ class _Plan:
                 continue
             qv = np.asarray(qv, np.float64)
             if fo.scale is not None:
-                qv = (qv - _along(fo.zero_point, qv)) * _along(fo.scale, qv)
+                zp = np.zeros((), np.float64) if fo.zero_point is None else fo.zero_point
+                qv = (qv - _along(zp, qv)) * _along(fo.scale, qv)
             if qv.shape == np.shape(fv):
                 fst.add(fv, qv)
         for name, p in self.pair_of.items():

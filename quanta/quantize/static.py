@@ -29,7 +29,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -380,7 +380,7 @@ def quantize_static(
     choose_ranges = recipe.method is CalibrationMethod.WEIGHTED_MSE and recipe.other_ranges == "auto"
     choice_feeds: list[dict] = []
     halves: dict = {}
-    run = None
+    run: Callable[..., Any] | None = None
     in_process = engine == "inprocess" and workers in (None, 1)
     if to_calibrate or means_for or bodies or rounded:
         if not in_process:
@@ -503,6 +503,8 @@ def quantize_static(
         verify(graph, Stage.QDQ)
         return lstms
 
+    gptq_recipe: Recipe = recipe
+
     def gptq(graph, plan) -> None:
         """GPTQ's second pass once the activations' parameters are known: its statistics
         are taken over the inputs quantized as the model will see them (rounding.py eq.
@@ -517,14 +519,16 @@ def quantize_static(
             model,
             [],
             calibration_data,
-            make_observer_factory(recipe),
+            make_observer_factory(gptq_recipe),
             preprocess=preprocess,
-            limit=recipe.calibration_samples,
-            progress=recipe.progress and verbose,
+            limit=gptq_recipe.calibration_samples,
+            progress=gptq_recipe.progress and verbose,
             stats=layers,
         )
         # weight_bits = 7: the weights' 7-bit grid (as resolve_params sets their scales)
-        apply_rounding(graph, plan, stats.stats, reduce_range=recipe.reduce_range or recipe.weight_bits == 7)
+        apply_rounding(
+            graph, plan, stats.stats, reduce_range=gptq_recipe.reduce_range or gptq_recipe.weight_bits == 7
+        )
 
     range_choice = None
     if any(ranges[k] != v for k, v in minmax.items()):
