@@ -51,6 +51,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -530,6 +531,21 @@ def _qlinear_matmul_specialized(
     zx, zy, out_dtype = direct[1], direct[2], direct[3]
     attrs = {"packed": packed, "multiplier": multiplier, "direct": direct}
 
+    return guarded(
+        _prepared_qgemm(packed, zx, out_dtype, multiplier, None, zy, threads, out),
+        _qlinear_matmul_native,
+        attrs,
+        out,
+    )
+
+
+def _prepared_qgemm(
+    packed: Any, zx: Any, out_dtype: Any, multiplier: Any, bias: Any, zy: Any, threads: int, out: Any
+) -> Callable[..., np.ndarray]:
+    """The call of a QLinearMatMul / QGemm whose shapes, packed B and parameters are fixed
+    at compile time: input A goes straight to the kernel, no per-call checks."""
+    kw = {} if bias is None else {"bias": bias}
+
     def call(a: np.ndarray, *rest: Any) -> np.ndarray:
         return _native.qgemm(
             a,
@@ -541,9 +557,10 @@ def _qlinear_matmul_specialized(
             num_threads=threads,
             workspace=_workspace(),
             out=out,
+            **kw,
         )
 
-    return guarded(call, _qlinear_matmul_native, attrs, out)
+    return call
 
 
 # --------------------------------------------------------------------------------------
@@ -789,21 +806,12 @@ def _qgemm_specialized(
     n = sig.out_shape[-1] if sig.out_shape else 1
     threads, out, zx = step_threads(sig, m_rows * k * n, SMALL_MACS), sig.out, int(za.reshape(()))
 
-    def call(a: np.ndarray, *rest: Any) -> np.ndarray:
-        return _native.qgemm(
-            a,
-            packed,
-            zx,
-            out_dtype,
-            multiplier=multiplier,
-            bias=bias_n,
-            zy=zy,
-            num_threads=threads,
-            workspace=_workspace(),
-            out=out,
-        )
-
-    return guarded(call, _qgemm_ms_native, attrs, out)
+    return guarded(
+        _prepared_qgemm(packed, zx, out_dtype, multiplier, bias_n, zy, threads, out),
+        _qgemm_ms_native,
+        attrs,
+        out,
+    )
 
 
 # --------------------------------------------------------------------------------------
