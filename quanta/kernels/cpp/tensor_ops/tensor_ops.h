@@ -107,9 +107,13 @@ struct Kernels {
   AccToFloatFn acc_to_float;
 };
 
-extern const Kernels kKernelsPortable;
-extern const Kernels kKernelsAvx2;
-extern const Kernels kKernelsAvx512Vnni;
+// Each ISA's table is built on first use, inside its own file's function: a namespace-scope
+// table would be filled by a static initializer compiled with that file's -m flags, which
+// runs when the library loads and faults on a CPU without the ISA (seen with AVX-512 code
+// on an AVX2-only core).
+const Kernels& kernels_portable();
+const Kernels& kernels_avx2();
+const Kernels& kernels_avx512vnni();
 const Kernels& kernels_for(Isa isa);
 
 int64_t dtype_size(DType t);

@@ -13,7 +13,10 @@ namespace {
 #include "tensor_ops/tensor_ops_impl.h"
 }  // namespace
 
-const Kernels kKernelsAvx2 = make_kernels("avx2");
+const Kernels& kernels_avx2() {
+  static const Kernels k = make_kernels("avx2");
+  return k;
+}
 
 }  // namespace tensor_ops
 }  // namespace quanta

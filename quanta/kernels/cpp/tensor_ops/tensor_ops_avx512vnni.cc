@@ -13,7 +13,10 @@ namespace {
 #include "tensor_ops/tensor_ops_impl.h"
 }  // namespace
 
-const Kernels kKernelsAvx512Vnni = make_kernels("avx512vnni");
+const Kernels& kernels_avx512vnni() {
+  static const Kernels k = make_kernels("avx512vnni");
+  return k;
+}
 
 }  // namespace tensor_ops
 }  // namespace quanta

@@ -13,7 +13,10 @@ namespace {
 #include "tensor_ops/tensor_ops_impl.h"
 }  // namespace
 
-const Kernels kKernelsPortable = make_kernels("portable");
+const Kernels& kernels_portable() {
+  static const Kernels k = make_kernels("portable");
+  return k;
+}
 
 }  // namespace tensor_ops
 }  // namespace quanta
