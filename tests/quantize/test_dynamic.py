@@ -10,6 +10,7 @@ import pytest
 import quanta
 from quanta.ir.onnx_io import load
 from tests.ir import models
+from tests.ort_int8 import REDUCE_RANGE  # 7-bit weights where ORT saturates full-range ones
 from tests.quantize.test_recurrent import CHANNELS, HIDDEN, ROWS, WIDTH, cnn_lstm
 
 ort = pytest.importorskip("onnxruntime")
@@ -25,7 +26,7 @@ def test_quantize_dynamic_encoder_matmuls(tmp_path):
     src = tmp_path / "enc.onnx"
     onnx.save(models.encoder_block(), src)
     out = tmp_path / "enc.dyn.onnx"
-    summary = quanta.quantize_dynamic(src, out, verbose=False)
+    summary = quanta.quantize_dynamic(src, out, verbose=False, reduce_range=REDUCE_RANGE)
     quantized = {name for name, _ in summary.quantized}
     assert {"q_proj", "k_proj", "v_proj", "o_proj", "ffn1", "ffn2"} <= quantized
     assert "scores" not in quantized  # both operands are activations: no constant weight
@@ -48,7 +49,7 @@ def test_quantize_dynamic_conv_and_gemm_with_bias(tmp_path):
     src = tmp_path / "cnn.onnx"
     onnx.save(models.float_cnn(), src)
     out = tmp_path / "cnn.dyn.onnx"
-    summary = quanta.quantize_dynamic(src, out, verbose=False)
+    summary = quanta.quantize_dynamic(src, out, verbose=False, reduce_range=REDUCE_RANGE)
     assert sorted(op for _, op in summary.quantized) == ["Conv", "Gemm"]
     counts = load(out).graph.op_counts()
     assert counts["ConvInteger"] == 1 and counts["MatMulInteger"] == 1
@@ -62,8 +63,8 @@ def test_quantize_dynamic_conv_and_gemm_with_bias(tmp_path):
 def test_quantize_dynamic_is_deterministic_and_per_channel_by_default(tmp_path):
     src = tmp_path / "cnn.onnx"
     onnx.save(models.float_cnn(), src)
-    quanta.quantize_dynamic(src, tmp_path / "a.onnx", verbose=False)
-    quanta.quantize_dynamic(src, tmp_path / "b.onnx", verbose=False)
+    quanta.quantize_dynamic(src, tmp_path / "a.onnx", verbose=False, reduce_range=REDUCE_RANGE)
+    quanta.quantize_dynamic(src, tmp_path / "b.onnx", verbose=False, reduce_range=REDUCE_RANGE)
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
     g = load(tmp_path / "a.onnx").graph
     # ConvInteger carries no scale; the per-channel weight scales sit in the float Mul
@@ -87,7 +88,7 @@ def test_quantize_dynamic_lstm_becomes_ort_dynamic_quantize_lstm(tmp_path):
         tmp_path / "ort.dyn.onnx",
     )
     onnx.save(cnn_lstm(), src)
-    summary = quanta.quantize_dynamic(src, out, verbose=False)
+    summary = quanta.quantize_dynamic(src, out, verbose=False, reduce_range=REDUCE_RANGE)
     assert sorted(op for _, op in summary.quantized) == ["Conv", "LSTM", "MatMul"]
     proto = onnx.load(str(out))
     onnx.checker.check_model(proto, full_check=True)
@@ -104,7 +105,7 @@ def test_quantize_dynamic_lstm_becomes_ort_dynamic_quantize_lstm(tmp_path):
     assert inits[lstm.input[8]].shape == (2, gates) and not {"W", "R"} & set(inits)  # no float copies
     logging.disable(logging.WARNING)
     try:
-        ort_quantize_dynamic(str(src), str(theirs_path), per_channel=True)
+        ort_quantize_dynamic(str(src), str(theirs_path), per_channel=True, reduce_range=REDUCE_RANGE)
     finally:
         logging.disable(logging.NOTSET)
     theirs = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(theirs_path)).graph.initializer}
@@ -153,7 +154,7 @@ def test_quantize_dynamic_file_is_a_quarter_of_fp32_with_shared_weights(tmp_path
     same); quantized once per use it was 0.75x."""
     src, out = tmp_path / "stack.onnx", tmp_path / "stack.dyn.onnx"
     onnx.save(_matmul_stack(4, [0, 1, 2, 3] * 3), src)
-    quanta.quantize_dynamic(src, out, verbose=False)
+    quanta.quantize_dynamic(src, out, verbose=False, reduce_range=REDUCE_RANGE)
     ratio = out.stat().st_size / src.stat().st_size
     assert 0.24 <= ratio <= 0.30, ratio
     proto = onnx.load(str(out))
@@ -182,7 +183,7 @@ def test_quantize_dynamic_degenerate_weight_stays_float_with_reason(tmp_path, fi
     model.graph.initializer[1].CopyFrom(onnx.numpy_helper.from_array(bad, "w1"))
     src, out = tmp_path / "bad.onnx", tmp_path / "bad.dyn.onnx"
     onnx.save(model, src)
-    summary = quanta.quantize_dynamic(src, out, verbose=False)
+    summary = quanta.quantize_dynamic(src, out, verbose=False, reduce_range=REDUCE_RANGE)
     assert [name for name, _ in summary.quantized] == ["mm0"]
     (why,) = [r for name, _, r in summary.float_nodes if name == "mm1"]
     assert "w1" in why and reason in why, why
@@ -231,7 +232,7 @@ def test_quantize_dynamic_keeps_a_computed_mask_as_its_subgraph(tmp_path):
         ),
         src,
     )
-    summary = quanta.quantize_dynamic(src, out, verbose=False)
+    summary = quanta.quantize_dynamic(src, out, verbose=False, reduce_range=REDUCE_RANGE)
     assert [name for name, _ in summary.float_tensors if name == "mask"] == ["mask"]
     assert out.stat().st_size / src.stat().st_size < 0.35
     proto = onnx.load(str(out))

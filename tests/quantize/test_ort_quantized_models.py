@@ -42,6 +42,7 @@ from onnxruntime.quantization import (
 
 import quanta
 from tests.ir import models
+from tests.ort_int8 import REDUCE_RANGE
 
 ASSETS = Path(__file__).resolve().parents[2] / "quanta" / "cli" / "assets"
 EIGHT_BIT = (onnx.TensorProto.UINT8, onnx.TensorProto.INT8)
@@ -97,9 +98,10 @@ def quantized(tmp_path_factory) -> dict[str, tuple[Path, list[dict[str, np.ndarr
                 activation_type=act,
                 weight_type=QuantType.QInt8,
                 per_channel=per_channel,
+                reduce_range=REDUCE_RANGE,  # tests/ort_int8.py
             )
             out[name] = (tmp / f"{name}.onnx", test)
-        quantize_dynamic(path, tmp / f"{src}-dynamic.onnx")
+        quantize_dynamic(path, tmp / f"{src}-dynamic.onnx", reduce_range=REDUCE_RANGE)
         out[f"{src}-dynamic"] = (tmp / f"{src}-dynamic.onnx", test)
     for name in [
         n for n in out if n.endswith(("dynamic", "QOperator-QUInt8-per_channel", "QDQ-QInt8-per_tensor"))

@@ -14,6 +14,7 @@ from quanta.ir.onnx_io import load
 from quanta.ir.types import QuantType
 from quanta.quantize.recipe import CalibrationMethod
 from tests.ir import models
+from tests.ort_int8 import ort_session_options  # saturating fused int8 off where ORT has it
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -38,7 +39,9 @@ def assert_reference_matches_ort_on_quantized_tensors(path, feeds):
     m = with_quantized_outputs(path)
     names = [o.name for o in m.graph.output]
     ours = quanta.InferenceSession(m, backend="reference").run(None, feeds)
-    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    theirs = ort.InferenceSession(
+        m.SerializeToString(), ort_session_options(), providers=["CPUExecutionProvider"]
+    ).run(None, feeds)
     n_q = 0
     for name, a, b in zip(names, ours, theirs):
         if a.dtype.kind in "iu":
@@ -77,7 +80,7 @@ def test_quantize_static_output_is_close_to_fp32(tmp_path):
     quanta.quantize_static(src, out, cnn_feeds(20), verbose=False)
     feed = cnn_feeds(1, seed=3)[0]
     ref = ort.InferenceSession(str(src)).run(None, feed)[0]
-    q = ort.InferenceSession(str(out)).run(None, feed)[0]
+    q = ort.InferenceSession(str(out), ort_session_options()).run(None, feed)[0]
     sqnr = 10 * np.log10(np.sum(ref**2) / np.sum((ref - q) ** 2))
     assert sqnr > 25.0  # 8-bit activations and weights through 2 layers: ~30 dB expected
 
@@ -117,7 +120,7 @@ def test_quantize_static_encoder_keeps_the_mask_float_and_quantizes_attention(tm
     assert ln.op_type == "LayerNormalization"
     feeds = models.encoder_feeds(2, seed=11)
     ref = ort.InferenceSession(str(src)).run(None, feeds[1])[0]
-    q = ort.InferenceSession(str(out)).run(None, feeds[1])[0]
+    q = ort.InferenceSession(str(out), ort_session_options()).run(None, feeds[1])[0]
     cos = np.sum(ref * q, -1) / (np.linalg.norm(ref, axis=-1) * np.linalg.norm(q, axis=-1))
     assert cos.min() > 0.98
     assert_reference_matches_ort_on_quantized_tensors(out, feeds[0])
@@ -141,7 +144,7 @@ def test_quantize_static_every_calibration_method(tmp_path, method):
     assert summary.method == method
     feed = cnn_feeds(1, seed=3)[0]
     ref = ort.InferenceSession(str(src)).run(None, feed)[0]
-    q = ort.InferenceSession(str(out)).run(None, feed)[0]
+    q = ort.InferenceSession(str(out), ort_session_options()).run(None, feed)[0]
     # Clipping methods (entropy, percentile) trade outlier error for resolution; on this
     # random 2-layer net with 8 samples that costs up to ~10 dB against MinMax's ~30 dB.
     assert 10 * np.log10(np.sum(ref**2) / np.sum((ref - q) ** 2)) > 15.0
@@ -239,7 +242,7 @@ def test_quantize_static_int4_weights_are_blocked_along_k(tmp_path):
     dq = next(n for n in proto.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == "w1_quantized")
     assert {a.name: a.i for a in dq.attribute} == {"axis": 0, "block_size": 16}
     feed = {"x": rng.standard_normal((1, 5, 48)).astype(np.float32), "mask": np.ones((1, 5), np.int64)}
-    theirs = ort.InferenceSession(str(out)).run(None, feed)[0]
+    theirs = ort.InferenceSession(str(out), ort_session_options()).run(None, feed)[0]
     ours = quanta.InferenceSession(str(out), backend="reference").run(None, feed)[0]
     # float outputs after LayerNorm; quanta lowers the int8 parts, ORT fuses its own:
     # each side within one int8 step of the other upstream, ~1e-2 after LayerNorm here
@@ -259,7 +262,7 @@ def test_quantize_static_bias_correction_removes_the_mean_output_error(tmp_path)
     for on in (False, True):
         out = tmp_path / f"q{on}.onnx"
         quanta.quantize_static(src, out, feeds, per_channel=False, bias_correction=on, verbose=False)
-        q = ort.InferenceSession(str(out)).run(None, test)[0]
+        q = ort.InferenceSession(str(out), ort_session_options()).run(None, test)[0]
         errors[on] = np.abs((q - ref).mean(axis=0)).mean()  # mean error per output, then averaged
     assert errors[True] < 0.7 * errors[False]
 
@@ -296,7 +299,7 @@ def test_quantize_static_embedding_table_is_stored_int8(tmp_path):
     )
     t = {"ids": rng.integers(0, 1000, (3, 5))}
     a = ort.InferenceSession(str(src)).run(None, t)[0]
-    b = ort.InferenceSession(str(out)).run(None, t)[0]
+    b = ort.InferenceSession(str(out), ort_session_options()).run(None, t)[0]
     assert 10 * np.log10((a**2).sum() / ((a - b) ** 2).sum()) > 30.0  # int8 table + int8 activations
 
 

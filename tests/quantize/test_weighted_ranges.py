@@ -14,6 +14,7 @@ from quanta.ir.onnx_io import load
 from quanta.quantize.qdq import consumer_channel_weights, plan_qdq
 from quanta.quantize.recipe import Recipe
 from quanta.quantize.static import load_for_quantization
+from tests.ort_int8 import ort_session_options
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -68,7 +69,7 @@ def q_range(path, tensor: str) -> tuple[float, float]:
 
 def sqnr(src, out, feed) -> float:
     ref = ort.InferenceSession(str(src)).run(None, feed)[0].astype(np.float64)
-    got = ort.InferenceSession(str(out)).run(None, feed)[0]
+    got = ort.InferenceSession(str(out), ort_session_options()).run(None, feed)[0]  # tests/ort_int8.py
     return float(10 * np.log10(np.sum(ref**2) / np.sum((ref - got) ** 2)))
 
 

@@ -39,6 +39,7 @@ from quanta.kernels.reference.ms_qops import (
     qlinear_where,
 )
 from quanta.kernels.reference.registry import MS_DOMAIN, OpError
+from tests.ort_int8 import s8_weights
 
 F32 = np.float32
 EIGHT_BIT = [np.uint8, np.int8]
@@ -49,6 +50,14 @@ AB_TYPES = [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.int8)]
 def _rand(rng, dtype, shape):
     info = np.iinfo(dtype)
     return rng.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+
+
+def _operand(rng, dtype, shape):
+    """A GEMM operand: int8 over the range ORT's u8 x s8 kernels compute exactly on this
+    CPU (tests/ort_int8.py), any other type over its whole range."""
+    if np.dtype(dtype) == np.int8:
+        return s8_weights(rng, shape)
+    return _rand(rng, dtype, shape)
 
 
 def _model(op_type, inputs, out_dtype, out_shape, attrs, consts):
@@ -129,13 +138,13 @@ def qgemm_case(draw):
         st.sampled_from([(1, 1, 1), (3, 7, 17), (7, 17, 3), (15, 259, 9), (2, 300, 33), (17, 64, 1)])
     )
     trans_a, trans_b = draw(st.booleans()), draw(st.booleans())
-    a = _rand(rng, adt, (k, m) if trans_a else (m, k))
-    b = _rand(rng, bdt, (n, k) if trans_b else (k, n))
-    sa, za = F32(rng.uniform(0.01, 0.05)), _rand(rng, adt, ())
+    a = _operand(rng, adt, (k, m) if trans_a else (m, k))
+    b = _operand(rng, bdt, (n, k) if trans_b else (k, n))
+    sa, za = F32(rng.uniform(0.01, 0.05)), _operand(rng, adt, ())
     if draw(st.booleans()):  # per column, each scale its own
-        sb, zb = rng.uniform(0.002, 0.02, n).astype(F32), _rand(rng, bdt, (n,))
+        sb, zb = rng.uniform(0.002, 0.02, n).astype(F32), _operand(rng, bdt, (n,))
     else:
-        sb, zb = F32(rng.uniform(0.002, 0.02)), _rand(rng, bdt, ())
+        sb, zb = F32(rng.uniform(0.002, 0.02)), _operand(rng, bdt, ())
     c_shape = draw(st.sampled_from([None, (), (1,), (n,), (1, n), (m, 1), (m, n)]))
     c = None if c_shape is None else rng.integers(-3000, 3000, c_shape).astype(np.int32)
     alpha = draw(st.sampled_from([1.0, 0.75, 1.3]))
@@ -143,7 +152,7 @@ def qgemm_case(draw):
         # Output scale from the accumulator's actual range (XNNPACK), so y covers the storage range.
         acc = qgemm_ms(a, sa, za, b, sb, zb, c, alpha=alpha, trans_a=trans_a, trans_b=trans_b)
         span = float(acc.max() - acc.min()) or 1.0
-        sy, zy = F32(span / 250), _rand(rng, adt, ())
+        sy, zy = F32(span / 250), _operand(rng, adt, ())
         inputs, out_dtype = [a, sa, za, b, sb, zb, c, sy, zy], adt
     else:
         inputs, out_dtype = [a, sa, za, b, sb, zb, c], np.float32
@@ -198,7 +207,7 @@ def matmul_to_float_case(draw):
     adt, bdt = draw(st.sampled_from(AB_TYPES))
     a_shape, b_shape = draw(st.sampled_from(MATMUL_SHAPES))
     n = b_shape[-1]
-    a, b = _rand(rng, adt, a_shape), _rand(rng, bdt, b_shape)
+    a, b = _operand(rng, adt, a_shape), _operand(rng, bdt, b_shape)
     fdt = draw(st.sampled_from([np.float32, np.float16]))
     sa = np.asarray(rng.uniform(0.01, 0.05), fdt)
     per_column_shape = (n,) if len(b_shape) == 2 else (*b_shape[:-2], 1, n)
@@ -208,8 +217,8 @@ def matmul_to_float_case(draw):
         if b_layout == "column"
         else np.asarray(rng.uniform(0.002, 0.02))
     ).astype(fdt)
-    za = _rand(rng, adt, ()) if draw(st.booleans()) else None
-    zb = _rand(rng, bdt, sb.shape) if draw(st.booleans()) else None
+    za = _operand(rng, adt, ()) if draw(st.booleans()) else None
+    zb = _operand(rng, bdt, sb.shape) if draw(st.booleans()) else None
     bias = rng.standard_normal(n).astype(fdt) if draw(st.booleans()) else None
     inputs = [a, b, sa, sb, za, zb, bias]
     while inputs[-1] is None:
@@ -227,7 +236,7 @@ def test_matmul_integer_to_float_per_row_a_scale_applied_after_bias():
     """Failure signature: off by float32 ulps. A per-row a_scale [M, 1] enters ORT's GEMM as
     1.0 and multiplies the output after the bias: y = f32(f32(f32(acc·sb) + bias)·sa)."""
     rng = np.random.default_rng(5)
-    a, b = _rand(rng, np.uint8, (7, 33)), _rand(rng, np.int8, (33, 5))
+    a, b = _operand(rng, np.uint8, (7, 33)), _operand(rng, np.int8, (33, 5))
     sa = rng.uniform(0.01, 0.05, (7, 1)).astype(F32)
     inputs = [a, b, sa, F32(0.0137), np.uint8(129), None, rng.standard_normal(5).astype(F32)]
     _assert_same(*_run_both("MatMulIntegerToFloat", inputs, np.float32))
@@ -237,7 +246,7 @@ def test_matmul_integer_to_float_swapped_scales_are_fixed_up():
     """ORT's FixupScaleTensor: a per-column scale passed as a_scale (and the scalar as
     b_scale) is swapped back before use."""
     rng = np.random.default_rng(6)
-    a, b = _rand(rng, np.uint8, (3, 17)), _rand(rng, np.int8, (17, 7))
+    a, b = _operand(rng, np.uint8, (3, 17)), _operand(rng, np.int8, (17, 7))
     sb = rng.uniform(0.002, 0.02, 7).astype(F32)
     swapped = matmul_integer_to_float(a, b, sb, F32(0.031), np.uint8(7))
     np.testing.assert_array_equal(swapped, matmul_integer_to_float(a, b, F32(0.031), sb, np.uint8(7)))
@@ -254,13 +263,13 @@ def dynamic_matmul_case(draw):
     n = b_shape[-1]
     # An offset and a scale per example: the dynamic range need not be centred on 0.
     a = (rng.standard_normal(a_shape) * rng.uniform(0.1, 5) + rng.uniform(-2, 2)).astype(F32)
-    b = _rand(rng, bdt, b_shape)
+    b = _operand(rng, bdt, b_shape)
     per_column_shape = (n,) if len(b_shape) == 2 else (*b_shape[:-2], 1, n)
     column = draw(st.booleans())
     sb = (
         rng.uniform(0.002, 0.02, per_column_shape) if column else np.asarray(rng.uniform(0.002, 0.02))
     ).astype(F32)
-    zb = _rand(rng, bdt, sb.shape) if draw(st.booleans()) else None
+    zb = _operand(rng, bdt, sb.shape) if draw(st.booleans()) else None
     bias = rng.standard_normal(n).astype(F32) if draw(st.booleans()) else None
     inputs = [a, b, sb, zb, bias]
     while inputs[-1] is None:

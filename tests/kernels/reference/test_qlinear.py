@@ -31,6 +31,7 @@ from quanta.kernels.reference.integer_ops import (
 from quanta.kernels.reference.qlinear_conv import qlinear_conv
 from quanta.kernels.reference.qlinear_matmul import qlinear_matmul
 from quanta.kernels.reference.requant import requant_multiplier, requantize
+from tests.ort_int8 import fit_s8
 
 F32 = np.float32
 EIGHT_BIT = [np.uint8, np.int8]
@@ -158,6 +159,7 @@ def test_matmul_integer_matches_onnxruntime_exactly(case):
     if (a.dtype, b.dtype) not in [(np.dtype(p), np.dtype(q)) for p, q in ORT_PAIRS]:
         a = a.view(np.uint8) if a.dtype == np.int8 else a
         za = za.view(np.uint8) if za.dtype == np.int8 else za
+    a, b, za, zb = (fit_s8(v) for v in (a, b, za, zb))  # tests/ort_int8.py
     expected, _, _ = _ort_node("MatMulInteger", [a, b, za, zb], np.int32, opset=10)
     np.testing.assert_array_equal(matmul_integer(a, b, za, zb), expected)
 
@@ -285,6 +287,8 @@ def qlinear_matmul_case(draw):
 @given(qlinear_matmul_case())
 def test_qlinear_matmul_matches_onnxruntime_exactly(case):
     """0 tolerance: int32 accumulation and float32 eq. (6), as MlasRequantizeOutput."""
+    a, sa, za, b, sb, zb, sy, zy = case
+    case = (fit_s8(a), sa, fit_s8(za), fit_s8(b), sb, fit_s8(zb), sy, zy)  # tests/ort_int8.py
     got = qlinear_matmul(*case)
     expected, _, _ = _ort_node("QLinearMatMul", list(case), case[-1].dtype)
     np.testing.assert_array_equal(got, expected)

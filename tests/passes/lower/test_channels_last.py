@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from quanta.ir.onnx_io import load
 from quanta.ir.verify import Stage
 from quanta.passes.lower.channels_last import ChannelsLast, to_channels_first, to_channels_last
+from tests.ort_int8 import fit_s8
 from tests.passes.helpers import run_passes, run_ref
 
 MS = "com.microsoft"
@@ -41,7 +42,7 @@ class Builder:
         return s, z
 
     def conv(self, x: str, cin: int, cout: int, k: int, *, stride: int = 1, group: int = 1, name: str) -> str:
-        w = RNG.integers(-90, 90, (cout, cin // group, k, k)).astype(np.int8)
+        w = fit_s8(RNG.integers(-90, 90, (cout, cin // group, k, k)).astype(np.int8))  # tests/ort_int8.py
         self.inits.append(numpy_helper.from_array(w, f"{name}_w"))
         self.inits.append(
             numpy_helper.from_array((RNG.random(cout) * 0.01 + 0.002).astype(np.float32), f"{name}_ws")
