@@ -129,6 +129,9 @@ class TensorPlan:
     block: int | None = None  # per-block weights: block size along ``axis``
     values: np.ndarray | None = None  # replaces the constant's values (a corrected bias)
     codes: np.ndarray | None = None  # a weight's integers chosen beforehand (quanta.quantize.rounding)
+    # a depthwise Conv's weight: ONNX Runtime's and quanta's AVX2 depthwise kernels widen its
+    # taps to int16 (vpmaddwd, exact at 8 bits), so weight_bits = 7 leaves it on 8 bits
+    depthwise: bool = False
 
 
 @dataclass
@@ -321,7 +324,13 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
                         axis, block = block_axis, recipe.weight_block_size
                 key = f"{w.name}@{node.name or id(node)}"
                 plan.tensors[key] = TensorPlan(
-                    w.name, "weight", w_storage, recipe.symmetric_weights, axis=axis, block=block
+                    w.name,
+                    "weight",
+                    w_storage,
+                    recipe.symmetric_weights,
+                    axis=axis,
+                    block=block,
+                    depthwise=_is_depthwise(node, w),
                 )
                 d.inputs.append((1, key))
             elif op in ("MatMul", "Gemm") and _is_float(w):
@@ -794,9 +803,25 @@ def _blocked_weight_type(
     )
 
 
+def _is_depthwise(node: Node, w: Value) -> bool:
+    """One input and one output channel per group (ORT's depthwise kernel condition)."""
+    group = int(node.attrs.get("group", 1))
+    shape = np.shape(w.const)
+    return node.op_type == "Conv" and group > 1 and len(shape) >= 3 and shape[1] == 1 and shape[0] == group
+
+
+def seven_bit(t: TensorPlan, recipe: Recipe) -> bool:
+    """Whether ``t``'s weights use the 7-bit table of quant_range (recipe.py weight_bits):
+    ``reduce_range`` everywhere; ``weight_bits = 7`` on 8-bit weights that meet a u8 x s8
+    GEMM, whose AVX2 form sums product pairs in int16 (docs/kernels.md "AVX2"), i.e. all
+    but a depthwise Conv's."""
+    if recipe.reduce_range:
+        return True
+    return recipe.weight_bits == 7 and t.storage.bits == 8 and not t.depthwise
+
+
 def _weight_type(w: np.ndarray, t: TensorPlan, expressed: FloatType, recipe: Recipe) -> QuantType:
-    # weight_bits = 7: the 7-bit table of quant_range for weights only (recipe.py)
-    reduce = recipe.reduce_range or (recipe.weight_bits == 7 and t.storage.bits == 8)
+    reduce = seven_bit(t, recipe)
     if t.block is not None and t.axis is not None:
         return _blocked_weight_type(w, t.axis, t.block, t.storage, expressed, t.symmetric, reduce)
     w64 = np.asarray(w, dtype=np.float64)

@@ -211,7 +211,8 @@ class Recipe:
     reduce_range: bool = False
     # 7: int8/uint8 weights on ORT's 7-bit grid (int8 [-64, 64], the reduce_range table,
     # activations untouched), for CPUs without VNNI: every u8·s8 pair sum fits int16, so the
-    # avx2 kernels use vpmaddubsw exactly (docs/kernels.md "AVX2"). 8: the full range.
+    # avx2 kernels use vpmaddubsw exactly, and so does ONNX Runtime there (docs/kernels.md
+    # "AVX2"); a depthwise Conv's weights stay on 8 bits (qdq.seven_bit). 8: the full range.
     weight_bits: int = 8
     weight_block_size: int = 32  # used when weight_type is int4/uint4 (per-block along K)
     op_types: frozenset[str] = DEFAULT_OP_TYPES

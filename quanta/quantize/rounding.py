@@ -27,7 +27,12 @@ after any split of the samples into shards, merged in any order, are the same in
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from quanta.quantize.recipe import Recipe
 
 __all__ = ["HessianAccumulator", "RoundedLayer", "apply_rounding", "gptq_round", "plan_rounding"]
 
@@ -334,11 +339,12 @@ def quantized_inputs(plan, layers: list[RoundedLayer]) -> list[RoundedLayer]:
     return out
 
 
-def apply_rounding(graph, plan, layers: list[RoundedLayer], *, reduce_range: bool = False) -> int:
+def apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> int:
     """Choose the integers of every layer's weight with GPTQ (after resolve_params: the
     scales are final); they go into ``TensorPlan.codes``. Returns the number of weights
     rounded."""
     from quanta.quantize.params import quant_range
+    from quanta.quantize.qdq import seven_bit
 
     by_name = {v.name: v for v in graph.values()}
     n = 0
@@ -361,7 +367,8 @@ def apply_rounding(graph, plan, layers: list[RoundedLayer], *, reduce_range: boo
             scale = np.full(w2.shape[0], scale[0])
         elif scale.size != w2.shape[0]:
             continue  # per-axis along something other than the output channels
-        qmin, qmax = quant_range(q.storage, symmetric=True, reduce_range=reduce_range)
+        # the grid resolve_params chose the scale on (qdq.seven_bit)
+        qmin, qmax = quant_range(q.storage, symmetric=True, reduce_range=seven_bit(t, recipe))
         full, half = layer.hessians()
         odd_rows, rows = layer.odd_rows, layer.rows
         for other in readers[1:]:  # its inputs in real units: H·s_x² summed over the readers

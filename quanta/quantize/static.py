@@ -45,6 +45,7 @@ from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save, to_p
 from quanta.ir.verify import Stage, verify
 from quanta.passes.coverage import CoverageReport
 from quanta.quantize.bodies import BodyScope, plan_bodies, prepare_bodies, quantize_bodies
+from quanta.quantize.ort_saturation import saturation_note
 from quanta.quantize.qdq import (
     MAC_OPS,
     VIEW_OPS,
@@ -89,6 +90,8 @@ class QuantizationSummary:
     accuracy: Any = None
     # eq. (24): the range set of the tensors outside eq. (22) (quanta.quantize.range_choice)
     range_choice: Any = None
+    # advice that depends on the host, not the file (quanta.quantize.ort_saturation)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def integer_share(self) -> float | None:
@@ -146,6 +149,7 @@ class QuantizationSummary:
                 lines.append(f"  {name or '<unnamed>'} ({op}): {reason}")
             if len(interesting) > max_rows:
                 lines.append(f"  ... and {len(interesting) - max_rows} more")
+        lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -162,6 +166,7 @@ class QuantizationSummary:
             "largest_float": []
             if self.coverage is None
             else [[c.name, c.op, c.macs, "; ".join(c.reasons)] for c in self.coverage.largest_float(10)],
+            "notes": list(self.notes),
         }
 
 
@@ -525,10 +530,7 @@ def quantize_static(
             progress=gptq_recipe.progress and verbose,
             stats=layers,
         )
-        # weight_bits = 7: the weights' 7-bit grid (as resolve_params sets their scales)
-        apply_rounding(
-            graph, plan, stats.stats, reduce_range=gptq_recipe.reduce_range or gptq_recipe.weight_bits == 7
-        )
+        apply_rounding(graph, plan, stats.stats, gptq_recipe)
 
     range_choice = None
     if any(ranges[k] != v for k, v in minmax.items()):
@@ -589,6 +591,9 @@ def quantize_static(
         _summarize_body(summary, scope, recipe)
     summary.coverage = report
     summary.range_choice = range_choice
+    note = saturation_note(recipe, [op for _, op in summary.quantized])
+    if note:
+        summary.notes.append(note)
     if verbose:
         print(summary.format())
     return summary

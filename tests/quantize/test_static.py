@@ -35,12 +35,14 @@ def with_quantized_outputs(path) -> onnx.ModelProto:
     return m
 
 
-def assert_reference_matches_ort_on_quantized_tensors(path, feeds):
+def assert_reference_matches_ort_on_quantized_tensors(path, feeds, *, fused_int8: bool | None = None):
+    """``fused_int8``: ORT's fused integer kernels on (True), off (False), or on only where
+    they are exact for full-range int8 weights (None, tests/ort_int8.py)."""
     m = with_quantized_outputs(path)
     names = [o.name for o in m.graph.output]
     ours = quanta.InferenceSession(m, backend="reference").run(None, feeds)
     theirs = ort.InferenceSession(
-        m.SerializeToString(), ort_session_options(), providers=["CPUExecutionProvider"]
+        m.SerializeToString(), ort_session_options(fused_int8=fused_int8), providers=["CPUExecutionProvider"]
     ).run(None, feeds)
     n_q = 0
     for name, a, b in zip(names, ours, theirs):

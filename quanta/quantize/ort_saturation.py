@@ -1,0 +1,81 @@
+"""Whether ONNX Runtime computes this file's int8 products exactly on the host CPU.
+
+ONNX Runtime's MLAS multiplies uint8 activations by int8 weights on x86 cores without
+VNNI (AVX2, AVX-512BW) with VPMADDUBSW, which adds the products of two adjacent reduction
+steps into a *saturated* int16: |x0*w0 + x1*w1| reaches 2 * 255 * 128 = 65280 with
+full-range weights and is clipped to 32767 (docs/kernels.md "AVX2"). Its fused
+QLinearConv / QLinearMatMul / MatMulInteger / QGemm / DynamicQuantizeLSTM are then not the
+file's arithmetic; measured on EfficientNet-Lite0 on such a core, quanta's default file
+gives top-1 agreement 0.945 in quanta and in ONNX Runtime unfused, 0.695 in ONNX Runtime
+as users run it (benchmarks/results/2026-12-02d-ort-avx2.md). Weights on the 7-bit grid
+(``weight_bits=7``, ORT's ``reduce_range``) keep every pair sum within
+2 * 255 * 64 = 32640, exact there; quanta's own kernels are exact either way.
+
+The quantizers call :func:`saturation_note` and put its text in the summary: the written
+file is the same on every machine, only the advice depends on the host.
+"""
+
+from __future__ import annotations
+
+import platform
+
+from quanta.quantize.recipe import Recipe
+
+__all__ = ["onnxruntime_int8_saturates", "saturation_note"]
+
+_X86 = ("x86_64", "amd64", "i386", "i686", "x86")
+# Ops whose integer form in ONNX Runtime multiplies activations by int8 weights.
+_GEMM_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "Attention"})
+
+
+def _cpu_flags() -> set[str] | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        return None
+    return None
+
+
+def onnxruntime_int8_saturates(flags: set[str] | None = None, machine: str | None = None) -> bool:
+    """True when ONNX Runtime's uint8 x int8 GEMM on this CPU is the saturating
+    VPMADDUBSW form: x86 with AVX2 and neither AVX-512 VNNI nor AVX-VNNI. False where the
+    CPU's flags cannot be read (no /proc/cpuinfo): no advice rather than a wrong one.
+
+    >>> onnxruntime_int8_saturates({"avx2", "fma"}, "x86_64")
+    True
+    >>> onnxruntime_int8_saturates({"avx2", "avx512f", "avx512_vnni"}, "x86_64")
+    False
+    >>> onnxruntime_int8_saturates({"asimd"}, "aarch64")
+    False
+    """
+    machine = (machine or platform.machine()).lower()
+    if machine not in _X86:
+        return False
+    if flags is None:
+        flags = _cpu_flags()
+        if flags is None:
+            return False
+    return "avx2" in flags and not ({"avx512_vnni", "avx_vnni"} & flags)
+
+
+def saturation_note(recipe: Recipe, quantized_ops: list[str], *, saturates: bool | None = None) -> str | None:
+    """The advice for a file with these quantized op types under ``recipe``, or None when
+    ONNX Runtime runs it exactly on this host (VNNI, uint8 weights, 7-bit weights, no
+    GEMM-like op quantized)."""
+    if saturates is None:
+        saturates = onnxruntime_int8_saturates()
+    if not saturates or recipe.weight_type != "int8" or recipe.reduce_range or recipe.weight_bits != 8:
+        return None
+    n = sum(op in _GEMM_OPS for op in quantized_ops)
+    if n == 0:
+        return None
+    return (
+        f"this CPU has no VNNI: ONNX Runtime here adds pairs of uint8 x int8 products in "
+        f"saturating int16 (MLAS vpmaddubsw), which the full-range int8 weights of {n} "
+        "quantized node(s) can overflow, so ONNX Runtime's results on this file can be far "
+        "from quanta's (quanta's kernels are exact). To run the file in ONNX Runtime on CPUs "
+        "without VNNI, quantize with weight_bits=7 (--weight-bits 7: ORT's reduce_range grid)"
+    )
