@@ -22,7 +22,7 @@ import platform
 
 from quanta.quantize.recipe import Recipe
 
-__all__ = ["onnxruntime_int8_saturates", "saturation_note"]
+__all__ = ["onnxruntime_int8_saturates", "saturating_weights", "saturation_note"]
 
 _X86 = ("x86_64", "amd64", "i386", "i686", "x86")
 # Ops whose integer form in ONNX Runtime multiplies activations by int8 weights.
@@ -82,3 +82,72 @@ def saturation_note(recipe: Recipe, quantized_ops: list[str], *, saturates: bool
         "(--weight-bits 7, ORT's reduce_range grid) makes ONNX Runtime exact here at the cost "
         "of one weight bit: compare both on your data"
     )
+
+
+# (op type, input index of the int8 weight) of ONNX Runtime's integer ops whose CPU kernel
+# is the u8 x s8 GEMM (QLinearConv: unless depthwise, checked below)
+_INTEGER_WEIGHT_INPUTS = {
+    "QLinearConv": (3,),
+    "QLinearMatMul": (3,),
+    "QGemm": (3,),
+    "MatMulInteger": (1,),
+    "MatMulIntegerToFloat": (1,),
+    "DynamicQuantizeMatMul": (1,),
+    "DynamicQuantizeLSTM": (1, 2),
+}
+# float ops that ORT's QDQ fusion turns into those kernels when their weight is a DQ output
+_QDQ_GEMM_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+
+
+def _depthwise(node, w_shape: tuple[int, ...]) -> bool:
+    group = next((a.i for a in node.attribute if a.name == "group"), 1)
+    return group > 1 and len(w_shape) >= 3 and w_shape[1] == 1 and w_shape[0] == group
+
+
+def saturating_weights(model) -> list[str]:
+    """Names of the constant int8 weights of ``model`` (an onnx.ModelProto, main graph)
+    that ONNX Runtime's u8 x s8 GEMM can saturate on a CPU without VNNI: some |w| > 64,
+    read by an integer GEMM op or by a DequantizeLinear whose output is a Conv / MatMul /
+    Gemm weight (which ORT fuses). Depthwise Conv weights are left out: ORT's depthwise
+    kernels widen them to int16."""
+    import numpy as np
+    from onnx import TensorProto, numpy_helper
+
+    g = model.graph
+    consts = {t.name: t for t in g.initializer if t.data_type == TensorProto.INT8}
+    for n in g.node:  # weights in Constant nodes too
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            t = n.attribute[0].t
+            if t.data_type == TensorProto.INT8:
+                consts[n.output[0]] = t
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i, name in enumerate(n.input):
+            consumers.setdefault(name, []).append((n, i))
+
+    def wide(name: str) -> tuple[bool, tuple[int, ...]]:
+        t = consts[name]
+        if t.data_location == TensorProto.EXTERNAL:
+            return False, tuple(t.dims)  # not loaded: no claim
+        a = numpy_helper.to_array(t)
+        return bool(a.size) and int(np.abs(a.astype(np.int32)).max()) > 64, tuple(a.shape)
+
+    found: list[str] = []
+    for name in consts:
+        hit = False
+        for node, i in consumers.get(name, []):
+            if i in _INTEGER_WEIGHT_INPUTS.get(node.op_type, ()):
+                big, shape = wide(name)
+                hit = big and not (node.op_type == "QLinearConv" and _depthwise(node, shape))
+            elif node.op_type == "DequantizeLinear" and i == 0:
+                for op, j in consumers.get(node.output[0], []):
+                    if op.op_type in _QDQ_GEMM_OPS and j == 1:
+                        big, shape = wide(name)
+                        hit = big and not (op.op_type == "Conv" and _depthwise(op, shape))
+                        if hit:
+                            break
+            if hit:
+                break
+        if hit:
+            found.append(name)
+    return found

@@ -129,3 +129,78 @@ def test_seven_bits_leave_a_depthwise_conv_on_eight(tmp_path, rounding):
         )
     assert codes == {"pw": 64, "dw": 127}
     assert_reference_matches_ort_on_quantized_tensors(out, feeds(1, 3)[0], fused_int8=True)
+
+
+def _qdq_conv(w: np.ndarray, group: int = 1) -> onnx.ModelProto:
+    """x -Q-DQ-> Conv(DQ(w: int8 per channel), group) -Q-DQ-> y."""
+    from onnx import TensorProto, helper
+
+    cout, cin_g = w.shape[:2]
+    cin = cin_g * group
+    inits = [
+        numpy_helper.from_array(np.float32(0.02), "sx"),
+        numpy_helper.from_array(np.uint8(3), "zx"),
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(np.linspace(0.004, 0.013, cout).astype(np.float32), "sw"),
+        numpy_helper.from_array(np.zeros(cout, np.int8), "zw"),
+        numpy_helper.from_array(np.float32(0.5), "sy"),
+        numpy_helper.from_array(np.uint8(128), "zy"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=0),
+        helper.make_node("Conv", ["xd", "wd"], ["c"], group=group, pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["cq"]),
+        helper.make_node("DequantizeLinear", ["cq", "sy", "zy"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, 9, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_saturating_weights_finds_the_wide_gemm_weights_only():
+    from quanta.quantize.ort_saturation import saturating_weights
+
+    rng = np.random.default_rng(7)
+    wide = rng.integers(-127, 128, (17, 3, 3, 3)).astype(np.int8)
+    wide[4, 0, 0, 0] = -128
+    assert saturating_weights(_qdq_conv(wide)) == ["w"]
+    narrow = np.clip(wide, -64, 64).astype(np.int8)  # ORT's reduce_range grid
+    assert saturating_weights(_qdq_conv(narrow)) == []
+    depthwise = rng.integers(-127, 128, (7, 1, 3, 3)).astype(np.int8)  # exact in ORT
+    assert saturating_weights(_qdq_conv(depthwise, group=7)) == []
+    # a QOperator file: QLinearConv's weight input
+    qop = models.qoperator()
+    names = {t.name for t in qop.graph.initializer if t.data_type == onnx.TensorProto.INT8}
+    wide_ones = {
+        n
+        for n in names
+        if int(
+            np.abs(
+                numpy_helper.to_array(next(t for t in qop.graph.initializer if t.name == n)).astype(np.int32)
+            ).max()
+        )
+        > 64
+    }
+    assert set(saturating_weights(qop)) <= wide_ones
+
+
+def test_bench_says_when_the_agreement_includes_onnxruntimes_saturation(tmp_path, monkeypatch):
+    from quanta.cli.bench import bench_model, format_result
+
+    monkeypatch.setattr(ort_saturation, "onnxruntime_int8_saturates", lambda: True)
+    rng = np.random.default_rng(8)
+    path = tmp_path / "conv.onnx"
+    onnx.save(_qdq_conv(rng.integers(-127, 128, (17, 3, 3, 3)).astype(np.int8)), path)
+    r = bench_model(path, threads=1, warmup=0, runs=1, vs_ort=True)
+    assert r.ort_saturated == ["w"]
+    assert "this CPU has no VNNI: ONNX Runtime's int8 GEMM saturates" in format_result(r)
+    monkeypatch.setattr(ort_saturation, "onnxruntime_int8_saturates", lambda: False)
+    r = bench_model(path, threads=1, warmup=0, runs=1, vs_ort=True)
+    assert r.ort_saturated == [] and "no VNNI" not in format_result(r)
