@@ -50,9 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         name, _, opts = spec.partition("=")
         dst = args.out / f"{args.model}.{name}.onnx"
         t0 = time.perf_counter()
-        quanta.quantize_static(
-            str(fp32), str(dst), calib, verbose=False, progress=False, **json.loads(opts or "{}")
-        )
+        kw = json.loads(opts or "{}")
+        if "__target__" in kw:  # {"__target__": {AccuracyTarget's fields}}, as levers.py
+            kw["accuracy"] = quanta.AccuracyTarget(**kw.pop("__target__"))
+        summary = quanta.quantize_static(str(fp32), str(dst), calib, verbose=False, progress=False, **kw)
+        share = summary.integer_share
         seconds = time.perf_counter() - t0
         sessions = {
             "ONNX Runtime fused": A.ort_session(dst),
@@ -65,9 +67,12 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{args.model} {name} [{what}]: "
                 + ", ".join(f"{k} {v:.4f}" for k, v in m.items())
+                + f", integer MACs {share if share is None else round(100 * share, 2)} %"
                 + f" (quantized in {seconds:.0f} s)",
                 flush=True,
             )
+        if summary.accuracy is not None:
+            print(summary.accuracy.format(), flush=True)
     return 0
 
 
