@@ -129,9 +129,45 @@ def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx
     if not proto.HasField("graph"):
         raise ModelLoadError(f"{where}: not an ONNX model (no graph)")
     _check_structure(proto.graph, where)
+    _type_bare_declarations(proto, where)
     _check(proto, where)
     reinfer_declared_shapes(proto)
     return proto, path
+
+
+def _type_bare_declarations(proto: onnx.ModelProto, where: str) -> None:
+    """Declarations without a type (``ValueInfoProto`` holding a name only): a
+    ``value_info`` entry is a hint and is dropped; a graph output gets the type shape
+    inference gives it, as ONNX Runtime runs such files (onnx.checker refuses them). An
+    output whose type cannot be inferred is an error naming it."""
+    g = proto.graph
+    bare_vi = [vi for vi in g.value_info if not vi.type.WhichOneof("value")]
+    for vi in bare_vi:
+        g.value_info.remove(vi)
+    bare_out = [vi for vi in g.output if not vi.type.WhichOneof("value")]
+    if not bare_out:
+        return
+    probe = onnx.ModelProto()
+    probe.CopyFrom(proto)
+    del probe.graph.output[:]
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=False).graph
+        types = {vi.name: vi.type for vi in [*inferred.value_info, *inferred.input]}
+    except Exception:  # inference failing as a whole: every bare output is untyped
+        types = {}
+    types.update({t.name: onnx.helper.make_tensor_type_proto(t.data_type, None) for t in g.initializer})
+    for vi in bare_out:
+        t = types.get(vi.name)
+        if (
+            t is None
+            or not t.WhichOneof("value")
+            or (t.HasField("tensor_type") and not t.tensor_type.elem_type)
+        ):
+            raise ModelLoadError(
+                f"{where}: graph output '{vi.name}' declares no type and shape inference gives it "
+                "none; declare its element type"
+            )
+        vi.type.CopyFrom(t)
 
 
 def _external_bytes(proto: onnx.ModelProto, base_dir: str) -> int:

@@ -10,6 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import quanta
 from quanta.ir.onnx_io import ModelLoadError, load, save, to_proto
 from quanta.ir.types import F32, I8, U8, QuantType
 from tests.ir import models
@@ -273,3 +274,49 @@ def test_node_proto_for_kernels_writes_omitted_outputs_as_empty_like_the_saver()
     )[0]
     # 2 ulp-scale: onnx.reference's LSTM and ORT's both run float32 sigmoid/tanh, from different libm formulas
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def _bare_output_model(custom: bool = False) -> onnx.ModelProto:
+    """Conv -> Relu (or a custom-domain op) -> z, z declared as a name only (no type), and
+    a value_info entry without a type: onnx.checker refuses both, ONNX Runtime runs it."""
+    w = np.random.default_rng(0).standard_normal((5, 3, 3, 3)).astype(np.float32)
+    last = (
+        helper.make_node("Mystery", ["y"], ["z"], domain="example.custom")
+        if custom
+        else helper.make_node("Relu", ["y"], ["z"])
+    )
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]), last],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 7])],
+        [onnx.ValueInfoProto(name="z")],
+        [numpy_helper.from_array(w, "w")],
+    )
+    g.value_info.append(onnx.ValueInfoProto(name="y"))
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid("example.custom", 1)] if custom else [])
+    return helper.make_model(g, opset_imports=opsets)
+
+
+def test_a_graph_output_without_a_type_gets_the_inferred_one(tmp_path):
+    from quanta.ir.onnx_io import load_proto
+
+    proto, _ = load_proto(_bare_output_model())
+    (z,) = proto.graph.output
+    assert z.type.tensor_type.elem_type == TensorProto.FLOAT
+    assert [d.dim_value for d in z.type.tensor_type.shape.dim] == [1, 5, 8, 7]
+    assert all(vi.type.WhichOneof("value") for vi in proto.graph.value_info)
+    path = tmp_path / "bare.onnx"
+    onnx.save(_bare_output_model(), path)
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 7)).astype(np.float32)
+    ours = quanta.InferenceSession(str(path), backend="reference").run(None, {"x": x})[0]
+    theirs = ort_run(str(path), {"x": x})[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)  # float conv, 27 terms
+
+
+def test_a_graph_output_without_a_type_that_inference_cannot_type_is_named():
+    from quanta.ir.onnx_io import ModelLoadError, load_proto
+
+    with pytest.raises(
+        ModelLoadError, match="graph output 'z' declares no type and shape inference gives it none"
+    ):
+        load_proto(_bare_output_model(custom=True))
