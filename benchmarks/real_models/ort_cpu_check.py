@@ -36,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=EFFICIENTNET)
     ap.add_argument("--config", action="append", default=[], help="name=JSON options of quantize_static")
     ap.add_argument("--out", type=Path, default=Path("/tmp/quanta-ort-cpu-check"))
+    ap.add_argument(
+        "--calib",
+        type=int,
+        default=100,
+        help="EfficientNet calibration images (an accuracy target holds part out)",
+    )
     args = ap.parse_args(argv)
     print(
         f"{platform.processor() or platform.machine()}: ONNX Runtime's int8 GEMM saturates here: "
@@ -43,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     _, fp32 = model_paths(DEFAULT_CACHE, args.model)
-    calib, evals = A.image_data(100, 200, 10) if args.model == EFFICIENTNET else A.sentence_data(100, 8)
+    calib, evals = (
+        A.image_data(args.calib, 200, 10) if args.model == EFFICIENTNET else A.sentence_data(100, 8)
+    )
     ref = A.run_ort(fp32, evals)
     args.out.mkdir(parents=True, exist_ok=True)
     for spec in args.config or ["default={}"]:
