@@ -70,9 +70,9 @@ class BenchResult:
     #: (op type, node name, reason) of the fallback steps that run in every timed run
     #: (the fallbacks less the signature-static ones): NumPy twins on the timed path
     reference_steps: list[tuple[str, str, str]] = field(default_factory=list)
-    #: int8 weights of the file that ONNX Runtime's int8 GEMM saturates on this CPU (x86
-    #: without VNNI; quanta.quantize.ort_saturation): the agreement then measures ORT's error
-    ort_saturated: list[str] = field(default_factory=list)
+    #: quanta.quantize.ort_saturation's advice when ONNX Runtime's int8 GEMM saturates some
+    #: of the file's weights on this CPU (x86 without VNNI): the agreement includes ORT's error
+    ort_note: str | None = None
     #: what the autotuner chose (quanta.runtime.tuner.TuneReport), None when it was off
     tuning: object = None
 
@@ -164,12 +164,9 @@ def bench_model(
         import onnxruntime
 
         result.ort = Latency(f"onnxruntime {onnxruntime.__version__}", o_times)
-        from quanta.quantize.ort_saturation import onnxruntime_int8_saturates, saturating_weights
+        from quanta.quantize.ort_saturation import file_note
 
-        if onnxruntime_int8_saturates():
-            import onnx
-
-            result.ort_saturated = saturating_weights(onnx.load(str(model), load_external_data=False))
+        result.ort_note = file_note(model)
         names = [o.name for o in sess.get_outputs()]
         for name, a, b in zip(names, q_out, o_out):
             a, b = np.asarray(a), np.asarray(b)
@@ -243,13 +240,8 @@ def format_result(r: BenchResult) -> str:
         for name, d in r.agreement.items():
             parts.append(f"{name} {d:.3g}")
         lines.append("outputs: max |quanta - onnxruntime| " + ", ".join(parts))
-        if r.ort_saturated:
-            lines.append(
-                f"  this CPU has no VNNI: ONNX Runtime's int8 GEMM saturates pairs of products of "
-                f"{len(r.ort_saturated)} weight tensor(s) of this file (MLAS vpmaddubsw), quanta "
-                "computes them exactly; the difference above includes ONNX Runtime's error "
-                "(docs/calibration.md, weight_bits=7)"
-            )
+        if r.ort_note:
+            lines.append(f"  note: {r.ort_note}")
     if r.backend == "native":
         line = f"fallbacks: {len(r.fallbacks)} of {r.n_steps} steps ran on reference kernels"
         if r.static_fallbacks:

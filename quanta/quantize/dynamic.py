@@ -36,7 +36,7 @@ from quanta.ir.graph import Graph, Node, Value
 from quanta.ir.types import F32, I32, U8, FloatType, TensorType
 from quanta.ir.verify import Stage, verify
 from quanta.kernels.reference.quantize import quantize_linear
-from quanta.quantize.ort_saturation import saturation_note
+from quanta.quantize.ort_saturation import file_note
 from quanta.quantize.qdq import TensorPlan, _weight_type, weight_float_reason
 from quanta.quantize.recipe import Recipe
 from quanta.quantize.recurrent import LstmWeights, lstm_float_reason, rewrite_lstm
@@ -134,7 +134,7 @@ def quantize_dynamic(
     if model.path and os.path.exists(model.path):
         summary.input_bytes = os.path.getsize(model.path)
     summary.output_bytes = os.path.getsize(model_output)
-    note = saturation_note(recipe, [op for _, op in summary.quantized])
+    note = file_note(model_output)
     if note:
         summary.notes.append(note)
     if verbose:

@@ -12,21 +12,26 @@ in ONNX Runtime as users run it, all-MiniLM-L6-v2's 22.5 dB and 20.3 dB. Weights
 2 * 255 * 64 = 32640, exact there (0.93 / 24.2 dB and 19.05 dB, the same in both
 runtimes): which is better depends on the model. quanta's kernels are exact either way.
 
-The quantizers call :func:`saturation_note` and put its text in the summary: the written
-file is the same on every machine, only the advice depends on the host.
+One mechanism serves every caller: :func:`saturating_weights` reads a written file and
+names the int8 weights ORT's saturating kernels would meet. The quantizers put
+:func:`file_note` in their summary (the written file is the same on every machine, only
+the advice depends on the host); ``quanta bench --vs-ort`` says the same of any file.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 
-from quanta.quantize.recipe import Recipe
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
 
-__all__ = ["onnxruntime_int8_saturates", "saturating_weights", "saturation_note"]
+from quanta.kernels.reference.conv_geometry import is_depthwise
+
+__all__ = ["file_note", "onnxruntime_int8_saturates", "saturating_weights", "saturation_note"]
 
 _X86 = ("x86_64", "amd64", "i386", "i686", "x86")
-# Ops whose integer form in ONNX Runtime multiplies activations by int8 weights.
-_GEMM_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "Attention"})
 
 
 def _cpu_flags() -> set[str] | None:
@@ -62,26 +67,27 @@ def onnxruntime_int8_saturates(flags: set[str] | None = None, machine: str | Non
     return "avx2" in flags and not ({"avx512_vnni", "avx_vnni"} & flags)
 
 
-def saturation_note(recipe: Recipe, quantized_ops: list[str], *, saturates: bool | None = None) -> str | None:
-    """The advice for a file with these quantized op types under ``recipe``, or None when
-    ONNX Runtime runs it exactly on this host (VNNI, uint8 weights, 7-bit weights, no
-    GEMM-like op quantized)."""
-    if saturates is None:
-        saturates = onnxruntime_int8_saturates()
-    if not saturates or recipe.weight_type != "int8" or recipe.reduce_range or recipe.weight_bits != 8:
-        return None
-    n = sum(op in _GEMM_OPS for op in quantized_ops)
-    if n == 0:
-        return None
+def saturation_note(n_weights: int) -> str:
+    """The advice for a file with ``n_weights`` weight tensors that ONNX Runtime's int8
+    kernels saturate on this host (:func:`saturating_weights`)."""
     return (
         f"this CPU has no VNNI: ONNX Runtime here adds pairs of uint8 x int8 products in "
-        f"saturating int16 (MLAS vpmaddubsw), which the full-range int8 weights of {n} "
-        "quantized node(s) can overflow, so ONNX Runtime's results on this file can be worse "
+        f"saturating int16 (MLAS vpmaddubsw), which {n_weights} full-range int8 weight "
+        "tensor(s) of this file can overflow, so ONNX Runtime's results on it can be worse "
         "than quanta's, whose kernels are exact (EfficientNet-Lite0: top-1 agreement 0.70 "
         "instead of 0.945; all-MiniLM-L6-v2: 20.3 dB instead of 22.5). weight_bits=7 "
         "(--weight-bits 7, ORT's reduce_range grid) makes ONNX Runtime exact here at the cost "
         "of one weight bit: compare both on your data"
     )
+
+
+def file_note(path: str | os.PathLike) -> str | None:
+    """:func:`saturation_note` for the file at ``path`` when this host's ONNX Runtime
+    saturates some of its weights, else None. The file is read only on such hosts."""
+    if not onnxruntime_int8_saturates():
+        return None
+    names = saturating_weights(onnx.load(os.fspath(path), load_external_data=False))
+    return saturation_note(len(names)) if names else None
 
 
 # (op type, input index of the int8 weight) of ONNX Runtime's integer ops whose CPU kernel
@@ -97,22 +103,21 @@ _INTEGER_WEIGHT_INPUTS = {
 }
 # float ops that ORT's QDQ fusion turns into those kernels when their weight is a DQ output
 _QDQ_GEMM_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+# the readers whose depthwise form ORT runs on its exact int16 depthwise kernels
+_CONV_OPS = frozenset({"Conv", "QLinearConv"})
 
 
-def _depthwise(node, w_shape: tuple[int, ...]) -> bool:
-    group = next((a.i for a in node.attribute if a.name == "group"), 1)
-    return group > 1 and len(w_shape) >= 3 and w_shape[1] == 1 and w_shape[0] == group
+def _group(node: onnx.NodeProto) -> int:
+    return next((a.i for a in node.attribute if a.name == "group"), 1)
 
 
-def saturating_weights(model) -> list[str]:
+def saturating_weights(model: onnx.ModelProto) -> list[str]:
     """Names of the constant int8 weights of ``model`` (an onnx.ModelProto, main graph)
     that ONNX Runtime's u8 x s8 GEMM can saturate on a CPU without VNNI: some |w| > 64,
     read by an integer GEMM op or by a DequantizeLinear whose output is a Conv / MatMul /
     Gemm weight (which ORT fuses). Depthwise Conv weights are left out: ORT's depthwise
-    kernels widen them to int16."""
-    import numpy as np
-    from onnx import TensorProto, numpy_helper
-
+    kernels widen them to int16. Weights in external data not loaded are left out (no
+    claim without the values)."""
     g = model.graph
     consts = {t.name: t for t in g.initializer if t.data_type == TensorProto.INT8}
     for n in g.node:  # weights in Constant nodes too
@@ -125,29 +130,23 @@ def saturating_weights(model) -> list[str]:
         for i, name in enumerate(n.input):
             consumers.setdefault(name, []).append((n, i))
 
-    def wide(name: str) -> tuple[bool, tuple[int, ...]]:
-        t = consts[name]
-        if t.data_location == TensorProto.EXTERNAL:
-            return False, tuple(t.dims)  # not loaded: no claim
-        a = numpy_helper.to_array(t)
-        return bool(a.size) and int(np.abs(a.astype(np.int32)).max()) > 64, tuple(a.shape)
-
     found: list[str] = []
-    for name in consts:
-        hit = False
+    for name, t in consts.items():
+        readers = []  # the GEMM-like ops the weight reaches: directly, or through one DQ
         for node, i in consumers.get(name, []):
             if i in _INTEGER_WEIGHT_INPUTS.get(node.op_type, ()):
-                big, shape = wide(name)
-                hit = big and not (node.op_type == "QLinearConv" and _depthwise(node, shape))
+                readers.append(node)
             elif node.op_type == "DequantizeLinear" and i == 0:
-                for op, j in consumers.get(node.output[0], []):
-                    if op.op_type in _QDQ_GEMM_OPS and j == 1:
-                        big, shape = wide(name)
-                        hit = big and not (op.op_type == "Conv" and _depthwise(op, shape))
-                        if hit:
-                            break
-            if hit:
-                break
-        if hit:
+                readers += [
+                    op
+                    for op, j in consumers.get(node.output[0], [])
+                    if j == 1 and op.op_type in _QDQ_GEMM_OPS
+                ]
+        if not readers or t.data_location == TensorProto.EXTERNAL:
+            continue
+        w = numpy_helper.to_array(t)
+        if not w.size or int(np.abs(w.astype(np.int32)).max()) <= 64:
+            continue
+        if any(not (op.op_type in _CONV_OPS and is_depthwise(_group(op), w.shape)) for op in readers):
             found.append(name)
     return found

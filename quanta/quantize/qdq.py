@@ -46,6 +46,7 @@ from quanta.calibrate.observer import is_degenerate
 from quanta.ir.graph import Graph, Node, Value
 from quanta.ir.op_facts import QdqRole, derive
 from quanta.ir.types import F32, CalibratedType, FloatType, IntType, QuantType, TensorType
+from quanta.kernels.reference.conv_geometry import is_depthwise
 from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.params import adjust_weight_scale_for_bias, bias_params, params_from_range, quantize_bias
 from quanta.quantize.recipe import Recipe, storage_from_name
@@ -330,7 +331,8 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
                     recipe.symmetric_weights,
                     axis=axis,
                     block=block,
-                    depthwise=_is_depthwise(node, w),
+                    depthwise=op == "Conv"
+                    and is_depthwise(int(node.attrs.get("group", 1)), np.shape(w.const)),
                 )
                 d.inputs.append((1, key))
             elif op in ("MatMul", "Gemm") and _is_float(w):
@@ -801,13 +803,6 @@ def _blocked_weight_type(
     return QuantType(
         storage, expressed, scale.reshape(-1), zp.reshape(-1), axis=axis, block=block, scale_shape=scale.shape
     )
-
-
-def _is_depthwise(node: Node, w: Value) -> bool:
-    """One input and one output channel per group (ORT's depthwise kernel condition)."""
-    group = int(node.attrs.get("group", 1))
-    shape = np.shape(w.const)
-    return node.op_type == "Conv" and group > 1 and len(shape) >= 3 and shape[1] == 1 and shape[0] == group
 
 
 def seven_bit(t: TensorPlan, recipe: Recipe) -> bool:

@@ -45,7 +45,7 @@ from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save, to_p
 from quanta.ir.verify import Stage, verify
 from quanta.passes.coverage import CoverageReport
 from quanta.quantize.bodies import BodyScope, plan_bodies, prepare_bodies, quantize_bodies
-from quanta.quantize.ort_saturation import saturation_note
+from quanta.quantize.ort_saturation import file_note
 from quanta.quantize.qdq import (
     MAC_OPS,
     VIEW_OPS,
@@ -591,7 +591,7 @@ def quantize_static(
         _summarize_body(summary, scope, recipe)
     summary.coverage = report
     summary.range_choice = range_choice
-    note = saturation_note(recipe, [op for _, op in summary.quantized])
+    note = file_note(model_output)
     if note:
         summary.notes.append(note)
     if verbose:

@@ -15,7 +15,6 @@ import quanta
 from quanta.cli.main import main
 from quanta.quantize import ort_saturation
 from quanta.quantize.ort_saturation import saturation_note
-from quanta.quantize.recipe import Recipe
 from tests.ir import models
 from tests.quantize.test_static import assert_reference_matches_ort_on_quantized_tensors, cnn_feeds
 
@@ -27,21 +26,25 @@ def test_docstring_examples():
 
 
 @pytest.mark.parametrize(
-    ("recipe", "ops", "saturates", "advised"),
+    ("options", "saturates", "advised"),
     [
-        (Recipe(), ["Conv", "Relu"], True, True),
-        (Recipe(), ["LSTM"], True, True),
-        (Recipe(), ["Conv"], False, False),  # VNNI, or not x86
-        (Recipe(weight_bits=7), ["Conv"], True, False),
-        (Recipe(reduce_range=True), ["MatMul"], True, False),
-        (Recipe(weight_type="uint8"), ["Conv"], True, False),  # u8 x u8 widens: exact
-        (Recipe(), ["Add", "Relu"], True, False),  # no product with a weight
+        ({}, True, True),
+        ({}, False, False),  # VNNI, or not x86
+        ({"weight_bits": 7}, True, False),
+        ({"reduce_range": True}, True, False),
+        ({"weight_type": "uint8"}, True, False),  # u8 x u8 widens: exact
+        ({"op_types": ["Relu"]}, True, False),  # no product with a weight
     ],
 )
-def test_note_only_where_onnxruntime_would_saturate(recipe, ops, saturates, advised):
-    note = saturation_note(recipe, ops, saturates=saturates)
-    assert (note is not None) == advised
+def test_the_note_follows_the_written_weights(tmp_path, monkeypatch, options, saturates, advised):
+    """The summary's note is read from the written file (saturating_weights), the same
+    mechanism quanta bench uses: it names how many weight tensors ORT would saturate."""
+    summary, out = _quantize(tmp_path, "q", monkeypatch, saturates, **options)
+    assert bool(summary.notes) == advised
     if advised:
+        (note,) = summary.notes
+        wide = ort_saturation.saturating_weights(onnx.load(str(out)))
+        assert wide and note == saturation_note(len(wide))
         assert "--weight-bits 7" in note and "no VNNI" in note
 
 
@@ -175,20 +178,12 @@ def test_saturating_weights_finds_the_wide_gemm_weights_only():
     assert saturating_weights(_qdq_conv(narrow)) == []
     depthwise = rng.integers(-127, 128, (7, 1, 3, 3)).astype(np.int8)  # exact in ORT
     assert saturating_weights(_qdq_conv(depthwise, group=7)) == []
-    # a QOperator file: QLinearConv's weight input
+    # a QOperator file: QLinearConv's weight input (|w| up to 99), and the same halved
     qop = models.qoperator()
-    names = {t.name for t in qop.graph.initializer if t.data_type == onnx.TensorProto.INT8}
-    wide_ones = {
-        n
-        for n in names
-        if int(
-            np.abs(
-                numpy_helper.to_array(next(t for t in qop.graph.initializer if t.name == n)).astype(np.int32)
-            ).max()
-        )
-        > 64
-    }
-    assert set(saturating_weights(qop)) <= wide_ones
+    assert saturating_weights(qop) == ["w"]
+    (w,) = [t for t in qop.graph.initializer if t.name == "w"]
+    w.CopyFrom(numpy_helper.from_array((numpy_helper.to_array(w) >> 1).astype(np.int8), "w"))
+    assert saturating_weights(qop) == []
 
 
 def test_bench_says_when_the_agreement_includes_onnxruntimes_saturation(tmp_path, monkeypatch):
@@ -199,8 +194,8 @@ def test_bench_says_when_the_agreement_includes_onnxruntimes_saturation(tmp_path
     path = tmp_path / "conv.onnx"
     onnx.save(_qdq_conv(rng.integers(-127, 128, (17, 3, 3, 3)).astype(np.int8)), path)
     r = bench_model(path, threads=1, warmup=0, runs=1, vs_ort=True)
-    assert r.ort_saturated == ["w"]
-    assert "this CPU has no VNNI: ONNX Runtime's int8 GEMM saturates" in format_result(r)
+    assert r.ort_note == saturation_note(1)
+    assert f"  note: {saturation_note(1)}" in format_result(r).splitlines()
     monkeypatch.setattr(ort_saturation, "onnxruntime_int8_saturates", lambda: False)
     r = bench_model(path, threads=1, warmup=0, runs=1, vs_ort=True)
-    assert r.ort_saturated == [] and "no VNNI" not in format_result(r)
+    assert r.ort_note is None and "no VNNI" not in format_result(r)

@@ -22,7 +22,8 @@ API (float Conv in ``nn.py`` and the pools can reuse it):
 - :func:`output_spatial` — output sizes;
 - :func:`im2col` — patches ``(N, C, *kernel, *out)`` of an already zero-point-shifted or
   float input, padding with ``pad_value``;
-- :func:`conv_nd` — grouped N-d convolution of any numeric dtype via im2col + matmul.
+- :func:`conv_nd` — grouped N-d convolution of any numeric dtype via im2col + matmul;
+- :func:`is_depthwise` — one input and one output channel per group.
 """
 
 from __future__ import annotations
@@ -35,9 +36,28 @@ import numpy as np
 
 from quanta.kernels.reference.registry import OpError
 
-__all__ = ["ConvGeometry", "conv_attrs", "conv_nd", "im2col", "output_spatial", "resolve_pads"]
+__all__ = [
+    "ConvGeometry",
+    "conv_attrs",
+    "conv_nd",
+    "im2col",
+    "is_depthwise",
+    "output_spatial",
+    "resolve_pads",
+]
 
 AUTO_PAD_MODES = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
+
+
+def is_depthwise(group: int, w_shape: Sequence[int]) -> bool:
+    """A Conv with weight ``[M, C/group, *kernel]`` whose every group has one input and one
+    output channel (M == group, C/group == 1): the depthwise kernels' condition, quanta's
+    and ONNX Runtime's alike (a channel multiplier above 1 takes the GEMM path).
+
+    >>> is_depthwise(32, (32, 1, 3, 3)), is_depthwise(16, (32, 1, 3, 3)), is_depthwise(1, (1, 1, 3))
+    (True, False, False)
+    """
+    return group > 1 and len(w_shape) >= 3 and w_shape[1] == 1 and w_shape[0] == group
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node, Value
-from quanta.kernels.reference.conv_geometry import conv_attrs
+from quanta.kernels.reference.conv_geometry import conv_attrs, is_depthwise
 from quanta.kernels.reference.nn_conv import FUSED_GATES, conv_transpose_geometry, fused_clamp_bounds
 from quanta.kernels.reference.registry import OpContext, OpError, get_op
 from quanta.targets.base import Kernel, Specialization
@@ -157,7 +157,7 @@ def _kernel(fn: Callable[..., Any], name: str, **params: Any) -> tuple[Kernel, s
 def _conv_path(w: np.ndarray, group: int, attrs: dict[str, Any]) -> str:
     """The path conv_f32 takes for these weights (sgemm.h conv_path), for the kernel name."""
     spatial = w.ndim - 2
-    if group > 1 and w.shape[1] == 1 and w.shape[0] == group:
+    if is_depthwise(group, w.shape):
         return "dw"
     ones = [1] * spatial
     if (
