@@ -9,56 +9,23 @@ quantizer offers ``reduce_range`` (7-bit weights, [-64, 64]) for such CPUs. On c
 VNNI (VPDPBUSD sums four products into int32) and on uint8 x uint8 the kernels are exact.
 
 quanta's kernels are exact on every core. A test that compares quanta with ORT bit for bit
-draws its int8 weights from ``S8_WEIGHTS`` (the full range where ORT is exact, 7 bits where
-it saturates), asks ORT's quantizer for ``REDUCE_RANGE``, or, for a file whose weights it
+passes its int8 operands through ``fit_s8`` (the full range where ORT is exact, halved to
+7 bits where it saturates), asks ORT's quantizer for ``REDUCE_RANGE``, or, for a file whose weights it
 does not choose, runs ORT with its int8 fusions off (``ort_session_options``), so the
 comparison stays exact on every machine instead of being skipped.
 """
 
 from __future__ import annotations
 
-import platform
-from pathlib import Path
-
 import numpy as np
 
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-def _ort_int8_is_exact() -> bool:
-    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
-        return True
-    flags = _cpu_flags()
-    if "avx512_vnni" in flags or "avx_vnni" in flags:
-        return True
-    # Without AVX2 MLAS takes its SSE path, which widens to int16 before multiplying.
-    return "avx2" not in flags
-
+from quanta.quantize.ort_saturation import onnxruntime_int8_saturates
 
 #: True where ORT's uint8 x int8 kernels compute the exact int32 sums.
-ORT_INT8_EXACT: bool = _ort_int8_is_exact()
-
-#: The int8 weight range for which ORT's kernels are exact on this CPU (inclusive bounds):
-#: 2 * 255 * 64 = 32640 fits int16.
-S8_WEIGHTS: tuple[int, int] = (-128, 127) if ORT_INT8_EXACT else (-64, 63)
+ORT_INT8_EXACT: bool = not onnxruntime_int8_saturates()
 
 #: What to pass as ORT's quantizer ``reduce_range`` so its files run exactly in ORT here.
 REDUCE_RANGE: bool = not ORT_INT8_EXACT
-
-
-def s8_weights(rng: np.random.Generator, shape: tuple[int, ...] | int) -> np.ndarray:
-    """Random int8 weights over the range ORT computes exactly on this CPU."""
-    lo, hi = S8_WEIGHTS
-    return rng.integers(lo, hi, shape, endpoint=True).astype(np.int8)
 
 
 def ort_session_options(*, fused_int8: bool | None = None):
@@ -80,7 +47,8 @@ def ort_session_options(*, fused_int8: bool | None = None):
 
 def fit_s8(a: np.ndarray) -> np.ndarray:
     """``a`` where ORT is exact, else an int8 ``a`` halved (arithmetic shift: [-128, 127]
-    -> [-64, 63], the distribution's shape kept) so ORT's kernels compute it exactly."""
+    -> [-64, 63], the distribution's shape kept) so ORT's kernels compute it exactly:
+    2 * 255 * 64 = 32640 fits int16."""
     a = np.asarray(a)
     if ORT_INT8_EXACT or a.dtype != np.int8:
         return a

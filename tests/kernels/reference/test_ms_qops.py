@@ -39,7 +39,7 @@ from quanta.kernels.reference.ms_qops import (
     qlinear_where,
 )
 from quanta.kernels.reference.registry import MS_DOMAIN, OpError
-from tests.ort_int8 import s8_weights
+from tests.ort_int8 import fit_s8
 
 F32 = np.float32
 EIGHT_BIT = [np.uint8, np.int8]
@@ -55,9 +55,7 @@ def _rand(rng, dtype, shape):
 def _operand(rng, dtype, shape):
     """A GEMM operand: int8 over the range ORT's u8 x s8 kernels compute exactly on this
     CPU (tests/ort_int8.py), any other type over its whole range."""
-    if np.dtype(dtype) == np.int8:
-        return s8_weights(rng, shape)
-    return _rand(rng, dtype, shape)
+    return fit_s8(_rand(rng, dtype, shape))
 
 
 def _model(op_type, inputs, out_dtype, out_shape, attrs, consts):
