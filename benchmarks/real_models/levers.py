@@ -8,6 +8,17 @@ quantization time. The data and FP32 outputs are accuracy.py's (same seeds).
 
 ``--zoo a,b``: the public zoo models instead (benchmarks/zoo.py's feeds and task metric,
 ONNX Runtime running each file).
+
+``--runtime`` (repeatable): who runs each quantized file, one line of metrics each:
+``ort`` (ONNX Runtime as users run it, QDQ fused into its integer kernels; the default),
+``ort-unfused`` (graph optimisations off: every DQ / op / Q as written, the file's own
+arithmetic) and ``quanta``. On x86 CPUs without VNNI ORT's fused int8 kernels saturate
+full-range int8 weights (quanta/quantize/ort_saturation.py), so there ``ort`` measures
+ORT's error as well as the file's; the first line printed says whether that is the case.
+
+    python benchmarks/real_models/levers.py --model efficientnet_lite0 \
+        --config default='{}' --config w7='{"weight_bits": 7}' \
+        --runtime ort --runtime ort-unfused --runtime quanta
 """
 
 from __future__ import annotations
@@ -21,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -32,6 +45,29 @@ def data(model: str, n_calib: int = 100):
     if model == EFFICIENTNET:
         return A.image_data(n_calib, 200, 10)
     return A.sentence_data(100, 8)
+
+
+RUNTIMES = ("ort", "ort-unfused", "quanta")
+
+
+def options(spec: str) -> tuple[str, dict]:
+    """``name=JSON`` of ``--config`` -> (name, quantize_static options); the key
+    ``__target__`` holds AccuracyTarget's fields."""
+    import quanta
+
+    name, _, opts = spec.partition("=")
+    kw = json.loads(opts or "{}")
+    if "__target__" in kw:
+        kw["accuracy"] = quanta.AccuracyTarget(**kw.pop("__target__"))
+    return name, kw
+
+
+def session(runtime: str, path: Path):
+    import quanta
+
+    if runtime == "quanta":
+        return quanta.InferenceSession(str(path))
+    return A.ort_session(path, optimize=runtime == "ort")
 
 
 def zoo_main(names: list[str], configs: list[str], out: Path) -> int:
@@ -48,10 +84,7 @@ def zoo_main(names: list[str], configs: list[str], out: Path) -> int:
         model = Z.Model(entries[name], cache)
         ref = model.outputs(Z.ort_session(model.path))
         for spec in configs:
-            cname, _, opts = spec.partition("=")
-            kw = json.loads(opts or "{}")
-            if "__target__" in kw:
-                kw["accuracy"] = quanta.AccuracyTarget(**kw.pop("__target__"))
+            cname, kw = options(spec)
             dst = out / f"{name}.{cname}.onnx"
             t0, c0 = time.perf_counter(), time.process_time()
             try:
@@ -88,37 +121,44 @@ def main(argv: list[str] | None = None) -> int:
         help="EfficientNet calibration images (an accuracy target holds part out)",
     )
     ap.add_argument("--zoo", help="comma-separated zoo model names (benchmarks/zoo.py's data and metric)")
+    ap.add_argument("--runtime", action="append", choices=RUNTIMES, help="who runs each file (default: ort)")
     args = ap.parse_args(argv)
     if args.zoo:
         return zoo_main(args.zoo.split(","), args.config or ["default={}"], args.out)
     import quanta
+    from quanta.quantize.ort_saturation import onnxruntime_int8_saturates
 
+    runtimes = args.runtime or ["ort"]
+    if any(r.startswith("ort") for r in runtimes):
+        print(
+            f"ONNX Runtime's int8 GEMM saturates full-range int8 weights here: {onnxruntime_int8_saturates()}"
+        )
     _, fp32 = model_paths(DEFAULT_CACHE, args.model)
     calib, evals = data(args.model, args.calib)
     ref = A.run_ort(fp32, evals)
     args.out.mkdir(parents=True, exist_ok=True)
     for spec in args.config or ["default={}"]:
-        name, _, opts = spec.partition("=")
-        kw = json.loads(opts or "{}")
-        if "__target__" in kw:
-            t = kw.pop("__target__")
-            kw["accuracy"] = quanta.AccuracyTarget(**t)
+        name, kw = options(spec)
         dst = args.out / f"{args.model}.{name}.onnx"
         t0, c0 = time.perf_counter(), time.process_time()
         with contextlib.redirect_stdout(io.StringIO()):
             summary = quanta.quantize_static(str(fp32), str(dst), calib, verbose=False, progress=False, **kw)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-        got = A.run_ort(dst, evals)
-        m = A.metrics_for(args.model, ref, got)
         share = summary.integer_share
         digest = hashlib.sha1(dst.read_bytes()).hexdigest()[:12]
-        print(
-            f"{args.model} {name}: "
-            + ", ".join(f"{k} {v:.4f}" for k, v in m.items())
-            + f", integer MACs {share if share is None else round(100 * share, 2)} %, {seconds:.1f} s "
-            f"({cpu:.1f} s CPU), sha1 {digest}",
-            flush=True,
-        )
+        for runtime in runtimes:
+            sess = session(runtime, dst)
+            got = np.concatenate([sess.run(None, f)[0] for f in evals])
+            m = A.metrics_for(args.model, ref, got)
+            print(
+                f"{args.model} {name}"
+                + (f" [{runtime}]" if args.runtime else "")
+                + ": "
+                + ", ".join(f"{k} {v:.4f}" for k, v in m.items())
+                + f", integer MACs {share if share is None else round(100 * share, 2)} %, {seconds:.1f} s "
+                f"({cpu:.1f} s CPU), sha1 {digest}",
+                flush=True,
+            )
         if getattr(summary, "accuracy", None) is not None:
             print(summary.accuracy.format() if hasattr(summary.accuracy, "format") else summary.accuracy)
     return 0
