@@ -400,6 +400,30 @@ def test_depthwise_small_planes_give_the_row_kernels_bytes(c, h, w, k, stride, d
     """Output rows of at most 16 pixels take the 16-channels-per-vector kernel where the ISA
     has one (AVX-512): each channel's chain is the row kernel's, so every ISA gives the
     same bytes, for 1 and 2 threads, with a clamp, and within (FG1)."""
+    check_depthwise_same_bytes_every_isa(c, h, w, k, stride, dil, pads)
+
+
+@pytest.mark.parametrize(
+    "c,h,w,k,stride,dil,pads",
+    [
+        (3, 9, 57, 3, 1, 1, [1, 1, 1, 1]),  # odd row count: a pair of rows, then one
+        (7, 12, 40, 3, 2, 1, [1, 1, 0, 0]),  # stride 2: two loads and a permute per vector
+        (5, 11, 35, 5, 1, 1, [2, 2, 2, 2]),  # 5x5: 25 weight vectors held in registers
+        (3, 14, 70, 5, 2, 1, [2, 1, 2, 1]),  # 5x5 stride 2, asymmetric pads
+        (4, 8, 33, 3, 1, 2, [2, 2, 2, 2]),  # dilated taps through the paired-row kernel
+        (3, 10, 26, 7, 1, 1, [3, 3, 3, 3]),  # 7x7: no paired-row kernel, the row kernel
+        (2, 6, 18, 3, 3, 1, [1, 1, 1, 1]),  # stride 3: the gathered row kernel
+    ],
+)
+def test_depthwise_paired_rows_give_the_row_kernels_bytes(c, h, w, k, stride, dil, pads) -> None:
+    """Rows wider than 16 pixels go two output rows at a time through the paired-row kernel
+    for 3x3 and 5x5 taps at strides 1 and 2 (AVX-512, AVX2): each output keeps the row
+    kernel's chain, so every ISA (the portable one has no paired kernel) gives the same
+    bytes, for 1 and 2 threads, with a clamp, and within (FG1)."""
+    check_depthwise_same_bytes_every_isa(c, h, w, k, stride, dil, pads)
+
+
+def check_depthwise_same_bytes_every_isa(c, h, w, k, stride, dil, pads) -> None:
     rng = np.random.default_rng(c * h + w)
     x, wt, b = normal(rng, 2, c, h, w), normal(rng, c, 1, k, k), normal(rng, c)
     packed = _native.conv_pack_f32(wt, c)

@@ -67,6 +67,78 @@ void row(const float* const* rows, const float* w, int kh, int kw, int sw, int d
   }
 }
 
+// Two output rows at once with the taps known at compile time: 2·U independent fma chains
+// whose accumulators and the KH·KW weight broadcasts stay in registers. One row's U
+// chains (4 at most) are as many as the fma latency needs, so the generic row kernel
+// waits on each chain and spills its accumulators at every ky; two rows double the
+// chains. Every output keeps its own chain (fma from +0, taps in (ky, kx) order, + bias,
+// clamp): the bytes of row(). step2 is inlined so that the weight vectors of rows2_s stay
+// in registers (a call would reload one per fma: two loads for every fma).
+template <class T, int KH, int KW, int S, int U>
+__attribute__((always_inline)) inline void step2(const float* const* r0, const float* const* r1,
+                                                 const typename T::V* wv, int sw, int dw, float bias, float lo,
+                                                 float hi, float* y0, float* y1, int64_t x0, int64_t n) {
+  typename T::V a0[U], a1[U];
+  for (int u = 0; u < U; ++u) a0[u] = a1[u] = T::zero();
+  for (int ky = 0; ky < KH; ++ky) {
+    const float* p0 = r0[ky] + x0 * S;
+    const float* p1 = r1[ky] + x0 * S;
+    for (int kx = 0; kx < KW; ++kx) {
+      for (int u = 0; u < U; ++u) {
+        a0[u] = T::fmadd(wv[ky * KW + kx], T::template strided<S>(p0 + kx * dw + u * T::kLanes * S, sw), a0[u]);
+        a1[u] = T::fmadd(wv[ky * KW + kx], T::template strided<S>(p1 + kx * dw + u * T::kLanes * S, sw), a1[u]);
+      }
+    }
+  }
+  const typename T::V bv = T::set1(bias);
+  for (int u = 0; u < U; ++u) {
+    typename T::V v0 = T::add(a0[u], bv), v1 = T::add(a1[u], bv);
+    if (lo != -__builtin_inff()) v0 = T::max(T::set1(lo), v0), v1 = T::max(T::set1(lo), v1);
+    if (hi != __builtin_inff()) v0 = T::min(T::set1(hi), v0), v1 = T::min(T::set1(hi), v1);
+    T::store(y0 + x0 + u * T::kLanes, T::tail(n - u * T::kLanes), v0);
+    T::store(y1 + x0 + u * T::kLanes, T::tail(n - u * T::kLanes), v1);
+  }
+}
+
+template <class T, int KH, int KW, int S>
+void rows2_s(const float* const* r0, const float* const* r1, const float* w, int sw, int dw, float bias, float lo,
+             float hi, float* y0, float* y1, int64_t ow) {
+  constexpr int L = T::kLanes;
+  typename T::V wv[KH * KW];
+  for (int t = 0; t < KH * KW; ++t) wv[t] = T::set1(w[t]);
+  int64_t x = 0;
+  for (; x + 2 * L <= ow; x += 2 * L) step2<T, KH, KW, S, 2>(r0, r1, wv, sw, dw, bias, lo, hi, y0, y1, x, 2 * L);
+  const int64_t rest = ow - x;
+  if (rest > L) {
+    step2<T, KH, KW, S, 2>(r0, r1, wv, sw, dw, bias, lo, hi, y0, y1, x, rest);
+  } else if (rest > 0) {
+    step2<T, KH, KW, S, 1>(r0, r1, wv, sw, dw, bias, lo, hi, y0, y1, x, rest);
+  }
+}
+
+template <class T, int KH, int KW>
+bool rows2_k(const float* const* r0, const float* const* r1, const float* w, int sw, int dw, float bias, float lo,
+             float hi, float* y0, float* y1, int64_t ow) {
+  if (sw == 1) {
+    rows2_s<T, KH, KW, 1>(r0, r1, w, sw, dw, bias, lo, hi, y0, y1, ow);
+  } else if (sw == 2) {
+    rows2_s<T, KH, KW, 2>(r0, r1, w, sw, dw, bias, lo, hi, y0, y1, ow);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// DwRows2Fn: the 3x3 and 5x5 taps at strides 1 and 2 (every depthwise layer of the zoo's
+// MobileNet / PP-LCNet / EfficientNet blocks); false leaves the rows to row().
+template <class T>
+bool rows2(const float* const* r0, const float* const* r1, const float* w, int kh, int kw, int sw, int dw, float bias,
+           float lo, float hi, float* y0, float* y1, int64_t ow) {
+  if (kh == 3 && kw == 3) return rows2_k<T, 3, 3>(r0, r1, w, sw, dw, bias, lo, hi, y0, y1, ow);
+  if (kh == 5 && kw == 5) return rows2_k<T, 5, 5>(r0, r1, w, sw, dw, bias, lo, hi, y0, y1, ow);
+  return false;
+}
+
 }  // namespace
 }  // namespace dw
 }  // namespace sgemm

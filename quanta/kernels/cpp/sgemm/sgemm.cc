@@ -350,6 +350,20 @@ void conv_depthwise_blocked(const ConvGeom& g, const float* x, const float* w, c
   }
 }
 
+// The padded planes of conv_depthwise: h rows of wp floats, the input at columns [pl, pl + w),
+// then one zero row. Only those columns change from plane to plane, so the buffer is zeroed
+// once per geometry and thread: it is this function's own (thread_scratch is shared with the
+// GEMM packing, which would overwrite the padding).
+float* padded_plane_scratch(int64_t h, int64_t w, int64_t pl, int64_t wp) {
+  thread_local std::vector<float> buf;
+  thread_local int64_t shape[4] = {-1, -1, -1, -1};
+  if (shape[0] != h || shape[1] != w || shape[2] != pl || shape[3] != wp) {
+    buf.assign(static_cast<size_t>((h + 1) * wp + 64), 0.0f);
+    shape[0] = h, shape[1] = w, shape[2] = pl, shape[3] = wp;
+  }
+  return buf.data();
+}
+
 void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const float* bias, float lo, float hi, float* y,
                     int num_threads, const Kernels& kr, const PostOp* post) {
   if (kr.dw_block16 && g.ow <= 16) {
@@ -367,15 +381,11 @@ void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const flo
   const int threads = g.n * g.m * g.oh * g.ow * taps < kMinParallelMacs ? 1 : num_threads;
   auto body = [&](int64_t plane_index, int) {
     const int64_t ch = plane_index % g.c;
-    float* buf = thread_scratch((g.h + 1) * wp + g.kh);
+    float* buf = padded_plane_scratch(g.h, g.w, g.pl, wp);
     float* zero = buf + g.h * wp;
-    std::fill(zero, zero + wp, 0.0f);
     const float* src = x + plane_index * g.h * g.w;
     for (int64_t iy = 0; iy < g.h; ++iy) {
-      float* row = buf + iy * wp;
-      std::fill(row, row + g.pl, 0.0f);
-      std::memcpy(row + g.pl, src + iy * g.w, static_cast<size_t>(g.w) * sizeof(float));
-      std::fill(row + g.pl + g.w, row + wp, 0.0f);
+      std::memcpy(buf + iy * wp + g.pl, src + iy * g.w, static_cast<size_t>(g.w) * sizeof(float));
     }
     const float* rows[32];
     std::vector<const float*> many;
@@ -387,13 +397,28 @@ void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const flo
     const float* wc = w + ch * taps;
     const float b = bias ? bias[ch] : 0.0f;
     float* out = y + plane_index * g.oh * g.ow;
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
+    const auto input_rows = [&](int64_t oy, const float** r) {
       for (int64_t ky = 0; ky < g.kh; ++ky) {
         const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
-        rp[ky] = iy >= 0 && iy < g.h ? buf + iy * wp : zero;
+        r[ky] = iy >= 0 && iy < g.h ? buf + iy * wp : zero;
       }
-      kr.dw_row(rp, wc, static_cast<int>(g.kh), static_cast<int>(g.kw), static_cast<int>(g.sw), static_cast<int>(g.dw),
-                b, lo, hi, out + oy * g.ow, g.ow);
+    };
+    const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw), sw = static_cast<int>(g.sw),
+              dw = static_cast<int>(g.dw);
+    int64_t oy = 0;
+    if (kr.dw_rows2 && g.kh <= 16) {
+      const float* r1[16];
+      for (; oy + 2 <= g.oh; oy += 2) {
+        input_rows(oy, rp);
+        input_rows(oy + 1, r1);
+        float* y0 = out + oy * g.ow;
+        if (!kr.dw_rows2(rp, r1, wc, kh, kw, sw, dw, b, lo, hi, y0, y0 + g.ow, g.ow)) break;
+        if (post) apply_post(*post, y0, 2 * g.ow);
+      }
+    }
+    for (; oy < g.oh; ++oy) {
+      input_rows(oy, rp);
+      kr.dw_row(rp, wc, kh, kw, sw, dw, b, lo, hi, out + oy * g.ow, g.ow);
       if (post) apply_post(*post, out + oy * g.ow, g.ow);
     }
   };

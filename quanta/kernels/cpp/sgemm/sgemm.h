@@ -101,6 +101,12 @@ using TileFn = void (*)(const Tile& t);
 using DwRowFn = void (*)(const float* const* rows, const float* w, int kh, int kw, int sw, int dw, float bias, float lo,
                          float hi, float* y, int64_t ow);
 
+// Two depthwise output rows, r0 and r1 each kh row pointers as for DwRowFn, into y0 and y1,
+// every output the chain of DwRowFn; false: this (kh, kw, sw) is not specialized, nothing
+// was written. Null where the ISA has none.
+using DwRows2Fn = bool (*)(const float* const* r0, const float* const* r1, const float* w, int kh, int kw, int sw,
+                           int dw, float bias, float lo, float hi, float* y0, float* y1, int64_t ow);
+
 // y[i·ldy] for the rows of `panels` packed A panels (rows ≥ rows_left are not written):
 // Σ_k a(i, k) · x[k·ldx], the tile's fma chain, then the epilogue (row0: the absolute
 // index of the first row, for the bias; the column is 0).
@@ -125,6 +131,7 @@ struct Kernels {
   DwRowFn dw_row;
   GemvFn gemv;
   DwBlockFn dw_block16;
+  DwRows2Fn dw_rows2;
 };
 
 extern const Kernels kKernelsPortable;

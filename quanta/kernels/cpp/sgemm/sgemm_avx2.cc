@@ -95,6 +95,7 @@ extern const Kernels kKernelsAvx2 = {
     dw::row<simd::F32x8>,
     ymm::gemv,
     nullptr,  // dw_block16: small planes take the row kernel
+    dw::rows2<simd::F32x8>,
 };
 
 }  // namespace sgemm

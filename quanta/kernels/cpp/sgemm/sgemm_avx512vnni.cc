@@ -166,6 +166,7 @@ extern const Kernels kKernelsAvx512Vnni = {
     dw::row<simd::F32x16>,
     ymm::gemv,
     dw_block16,
+    dw::rows2<simd::F32x16>,
 };
 
 }  // namespace sgemm

@@ -80,6 +80,7 @@ extern const Kernels kKernelsPortable = {
     dw_row,
     gemv,
     nullptr,  // dw_block16: small planes take the row kernel
+    nullptr,  // dw_rows2: one row at a time
 };
 
 }  // namespace sgemm
