@@ -408,8 +408,11 @@ def _held_out(
     near = np.clip(np.rint(w / s[..., None]), qmin, qmax)
 
     def loss(q: np.ndarray) -> np.ndarray:
+        # d H dᵀ per row as a batched matmul, then the row dot: a three-operand einsum
+        # runs as one scalar loop over g, r, k, l (0.3 s per 1x1 convolution of K = 1152,
+        # a quarter of EfficientNet-Lite0's quantization)
         d = w - s[..., None] * q
-        return np.einsum("grk,gkl,grl->gr", d, h_val, d)
+        return np.einsum("grk,grk->gr", np.matmul(d, h_val), d)
 
     fit = gptq_round_groups(w, s, h_fit, qmin, qmax)
     out = np.where((loss(fit) < loss(near))[..., None], codes, near)
