@@ -205,3 +205,38 @@ def test_gates_after_float_convs_fuse_and_keep_the_bytes() -> None:
 def test_fused_gate_names_a_bad_parameter_count() -> None:
     with pytest.raises(Exception, match="HardSigmoid takes 2"):
         fused_gate(np.zeros(3, F32), "HardSigmoid", [0.2], "node7")
+
+
+def test_unpickled_feeds_take_the_native_kernels_and_a_refused_call_the_fused_twin() -> None:
+    """An array that crossed a process boundary (a process pool's, a Ray worker's) has a
+    float32 dtype object of its own: the bindings compare dtypes by equivalence, not
+    identity, so it runs the native kernels (no fallback counted) with the same bytes.
+    A call the native kernel refuses (float64 here) goes to the fused node's reference
+    twin, which applies the gate from the node's attributes (the binder's packed weights
+    and post-op code are not passed on)."""
+    import pickle
+
+    from quanta.targets.native.float_gemm import RUNTIME_FALLBACKS
+
+    model, x = gated_model(np.random.default_rng(12))
+    sess = quanta.InferenceSession(model, backend="native")
+    want = sess.run(None, {"x": x})[0]
+    moved = pickle.loads(pickle.dumps(x))
+    assert moved.dtype is not np.dtype(F32)  # what makes identity checks refuse it
+    before = sum(RUNTIME_FALLBACKS.values())
+    got = sess.run(None, {"x": moved})[0]
+    assert sum(RUNTIME_FALLBACKS.values()) == before, dict(RUNTIME_FALLBACKS)
+    assert got.tobytes() == want.tobytes()
+    step = next(s for s in sess.plan.steps if s.node.domain == "quanta" and s.op_type == "Conv")
+    assert step.node.attrs.get("activation") == "SiLU" and step.kernel.params.get("post")
+    consts = [v.const for v in step.node.inputs[1:]]
+
+    def call(feed: np.ndarray) -> np.ndarray:
+        kw = {**step.kernel.params, **step.node.attrs}
+        return np.asarray(step.kernel.fn(step.ctx, feed, *consts, out=None, **kw), np.float64)
+
+    native = call(x)
+    refused = call(x.astype(np.float64))  # the reference twin: conv, then SiLU
+    assert sum(RUNTIME_FALLBACKS.values()) == before + 1
+    assert (native < -0.1).any() and (native > 1).any()  # both sides of the gate
+    np.testing.assert_allclose(refused, native, rtol=1e-4, atol=1e-5)

@@ -61,6 +61,13 @@ inline void check_threads(int num_threads, const std::string& op) {
   }
 }
 
+// Whether two dtypes describe the same elements. Not `is`: NumPy hands out the builtin
+// descriptor for most arrays, but an unpickled array (a process pool's, a Ray worker's)
+// carries an equal descriptor object of its own, which identity would refuse.
+inline bool dtype_equiv(const py::dtype& a, const py::dtype& b) {
+  return a.is(b) || py::detail::npy_api::get().PyArray_EquivTypes_(a.ptr(), b.ptr());
+}
+
 inline bool overlaps(const py::array& a, const py::array& b) {
   const auto pa = reinterpret_cast<uintptr_t>(a.data()), pb = reinterpret_cast<uintptr_t>(b.data());
   const auto na = static_cast<uintptr_t>(a.nbytes()), nb = static_cast<uintptr_t>(b.nbytes());
@@ -73,7 +80,7 @@ py::array_t<T, py::array::c_style> require_array(const py::handle& obj, const ch
     throw py::value_error(std::string(what) + ": expected a numpy array");
   }
   auto arr = py::reinterpret_borrow<py::array>(obj);
-  if (!arr.dtype().is(py::dtype::of<T>())) {
+  if (!dtype_equiv(arr.dtype(), py::dtype::of<T>())) {
     std::ostringstream os;
     os << what << ": expected dtype " << py::str(py::dtype::of<T>()).cast<std::string>() << ", got "
        << py::str(arr.dtype()).cast<std::string>();

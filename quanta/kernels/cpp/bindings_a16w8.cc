@@ -26,10 +26,10 @@ namespace {
 using a16w8::Elem;
 
 Elem elem_of(const py::array& a, const std::string& what) {
-  if (a.dtype().is(py::dtype::of<uint8_t>())) return Elem::kU8;
-  if (a.dtype().is(py::dtype::of<int8_t>())) return Elem::kI8;
-  if (a.dtype().is(py::dtype::of<uint16_t>())) return Elem::kU16;
-  if (a.dtype().is(py::dtype::of<int16_t>())) return Elem::kI16;
+  if (dtype_equiv(a.dtype(), py::dtype::of<uint8_t>())) return Elem::kU8;
+  if (dtype_equiv(a.dtype(), py::dtype::of<int8_t>())) return Elem::kI8;
+  if (dtype_equiv(a.dtype(), py::dtype::of<uint16_t>())) return Elem::kU16;
+  if (dtype_equiv(a.dtype(), py::dtype::of<int16_t>())) return Elem::kI16;
   throw py::value_error(what + ": expected uint8, int8, uint16 or int16, got " +
                         py::str(a.dtype()).cast<std::string>());
 }
@@ -94,7 +94,8 @@ py::array output_array(const std::string& op, Elem out, const Shape& shape, cons
   if (out_obj.is_none()) return py::array(numpy_of(out), shape);
   if (!py::isinstance<py::array>(out_obj)) throw py::value_error(op + ": out: expected a numpy array");
   auto y = py::reinterpret_borrow<py::array>(out_obj);
-  if (!y.dtype().is(numpy_of(out)) || !(y.flags() & py::array::c_style) || !y.writeable() || shape_of(y) != shape) {
+  if (!dtype_equiv(y.dtype(), numpy_of(out)) || !(y.flags() & py::array::c_style) || !y.writeable() ||
+      shape_of(y) != shape) {
     throw py::value_error(op + ": out: expected a writeable C-contiguous array of shape " + shape_str(shape));
   }
   if (overlaps(y, input)) throw py::value_error(op + ": out overlaps the input");

@@ -34,7 +34,7 @@
 namespace quanta {
 namespace {
 
-bool is_dtype(const py::array& a, const py::dtype& dt) { return a.dtype().is(dt); }
+bool is_dtype(const py::array& a, const py::dtype& dt) { return dtype_equiv(a.dtype(), dt); }
 
 void require_eight_bit(const py::handle& obj, const char* what) {
   if (!py::isinstance<py::array>(obj)) throw py::value_error(std::string(what) + ": expected a numpy array");
@@ -281,7 +281,7 @@ py::array qlinear_concat(const py::list& inputs, const py::list& tables, int64_t
     const std::string what = "qlinear_concat: inputs[" + std::to_string(i) + "]";
     if (!py::isinstance<py::array>(inputs[i])) throw py::value_error(what + ": expected a numpy array");
     auto a = py::reinterpret_borrow<py::array>(inputs[i]);
-    if (!a.dtype().is(dt)) {
+    if (!dtype_equiv(a.dtype(), dt)) {
       throw py::value_error(what + ": expected dtype " + py::str(dt).cast<std::string>() + ", got " +
                             py::str(a.dtype()).cast<std::string>());
     }
@@ -291,7 +291,7 @@ py::array qlinear_concat(const py::list& inputs, const py::list& tables, int64_t
       const std::string tw = "qlinear_concat: tables[" + std::to_string(i) + "]";
       if (!py::isinstance<py::array>(tables[i])) throw py::value_error(tw + ": expected a numpy array or None");
       auto t = py::reinterpret_borrow<py::array>(tables[i]);
-      if (!t.dtype().is(dt) || t.ndim() != 1 || t.size() != 256 || !(t.flags() & py::array::c_style)) {
+      if (!dtype_equiv(t.dtype(), dt) || t.ndim() != 1 || t.size() != 256 || !(t.flags() & py::array::c_style)) {
         throw py::value_error(tw + ": expected a contiguous (256,) array of the inputs' dtype");
       }
       tbl[i] = reinterpret_cast<const uint8_t*>(t.data());
@@ -321,7 +321,8 @@ py::array qlinear_concat(const py::list& inputs, const py::list& tables, int64_t
   } else {
     if (!py::isinstance<py::array>(out_obj)) throw py::value_error("qlinear_concat: out: expected a numpy array");
     y = py::reinterpret_borrow<py::array>(out_obj);
-    if (!y.dtype().is(dt) || shape_of(y) != out_shape || !(y.flags() & py::array::c_style) || !y.writeable()) {
+    if (!dtype_equiv(y.dtype(), dt) || shape_of(y) != out_shape || !(y.flags() & py::array::c_style) ||
+        !y.writeable()) {
       throw py::value_error("qlinear_concat: out: expected a writeable C-contiguous array of shape " +
                             shape_str(out_shape) + " and dtype " + py::str(dt).cast<std::string>());
     }

@@ -41,8 +41,8 @@ std::string dtype_str(const py::array& a) { return py::str(a.dtype()).cast<std::
 
 // An 8-bit array of rank 3 (any strides); returns whether it is int8.
 bool eight_bit_rank3(const py::array& a, const char* what) {
-  const bool s8 = a.dtype().is(py::dtype::of<int8_t>());
-  if (!s8 && !a.dtype().is(py::dtype::of<uint8_t>())) {
+  const bool s8 = dtype_equiv(a.dtype(), py::dtype::of<int8_t>());
+  if (!s8 && !dtype_equiv(a.dtype(), py::dtype::of<uint8_t>())) {
     throw py::value_error(std::string("qgemm_batched: ") + what + ": expected dtype uint8 or int8, got " +
                           dtype_str(a));
   }
@@ -246,7 +246,7 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
     if (!py::isinstance<py::array>(out_obj))
       throw py::value_error("qgemm_batched: out: expected a numpy array or None");
     y = py::reinterpret_borrow<py::array>(out_obj);
-    if (!y.dtype().is(ydt)) {
+    if (!dtype_equiv(y.dtype(), ydt)) {
       throw py::value_error("qgemm_batched: out: expected dtype " + out_dtype + ", got " + dtype_str(y));
     }
     if (y.ndim() != 3 || y.shape(0) != B || y.shape(1) != M || y.shape(2) != N) {

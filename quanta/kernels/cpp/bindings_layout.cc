@@ -35,7 +35,8 @@ py::array transpose_impl(const py::handle& x_obj, int64_t batch, int64_t rows, i
   } else {
     if (!py::isinstance<py::array>(out_obj)) throw py::value_error("transpose_batched: out: expected a numpy array");
     y = py::reinterpret_borrow<py::array>(out_obj);
-    if (!y.dtype().is(x.dtype()) || y.nbytes() != x.nbytes() || !(y.flags() & py::array::c_style) || !y.writeable()) {
+    if (!dtype_equiv(y.dtype(), x.dtype()) || y.nbytes() != x.nbytes() || !(y.flags() & py::array::c_style) ||
+        !y.writeable()) {
       throw py::value_error("transpose_batched: out: expected a writeable C-contiguous array of x's dtype and size");
     }
     const auto* xs = static_cast<const uint8_t*>(x.data());

@@ -202,9 +202,9 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
   if (!py::isinstance<py::array>(x_obj)) throw py::value_error("qgemm: x: expected a numpy array");
   auto x_any = py::reinterpret_borrow<py::array>(x_obj);
   py::array x;
-  if (x_any.dtype().is(py::dtype::of<uint8_t>())) {
+  if (dtype_equiv(x_any.dtype(), py::dtype::of<uint8_t>())) {
     x = require_array<uint8_t>(x_obj, "qgemm: x");
-  } else if (x_any.dtype().is(py::dtype::of<int8_t>())) {
+  } else if (dtype_equiv(x_any.dtype(), py::dtype::of<int8_t>())) {
     x = require_array<int8_t>(x_obj, "qgemm: x");
     p.x_signed = true;
   } else {
@@ -413,7 +413,7 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
   } else {
     if (!py::isinstance<py::array>(out_obj)) throw py::value_error("qgemm: out: expected a numpy array or None");
     y = py::reinterpret_borrow<py::array>(out_obj);
-    if (!y.dtype().is(ydt)) {
+    if (!dtype_equiv(y.dtype(), ydt)) {
       throw py::value_error("qgemm: out: expected dtype " + on + ", got " + py::str(y.dtype()).cast<std::string>());
     }
     bool same = y.ndim() == static_cast<py::ssize_t>(shape.size());

@@ -79,7 +79,7 @@ py::array make_output(const py::object& out_obj, const py::dtype& dtype, const S
   if (out_obj.is_none()) return py::array(dtype, shape);
   const std::string what = op + ": out";
   auto y = contiguous(out_obj, what);
-  if (!y.dtype().is(dtype)) {
+  if (!dtype_equiv(y.dtype(), dtype)) {
     throw py::value_error(what + ": expected dtype " + py::str(dtype).cast<std::string>() + ", got " +
                           py::str(y.dtype()).cast<std::string>());
   }
@@ -174,7 +174,7 @@ py::array broadcast_op(const std::string& op_name, const py::handle& a_obj, cons
   if (kind < 0) throw py::value_error("broadcast_op: op: unknown operation '" + op_name + "'");
   auto a = contiguous(a_obj, "broadcast_op: a");
   auto b = contiguous(b_obj, "broadcast_op: b");
-  if (!a.dtype().is(b.dtype())) {
+  if (!dtype_equiv(a.dtype(), b.dtype())) {
     throw py::value_error("broadcast_op: b: expected a's dtype " + py::str(a.dtype()).cast<std::string>() + ", got " +
                           py::str(b.dtype()).cast<std::string>());
   }

@@ -21,8 +21,8 @@ py::array w4a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const
   check_threads(num_threads, op);
   if (!py::isinstance<py::array>(a_obj)) throw py::value_error(op + ": a: expected a numpy array");
   auto a = py::reinterpret_borrow<py::array>(a_obj);
-  const bool a_signed = a.dtype().is(py::dtype::of<int8_t>());
-  if (!a_signed && !a.dtype().is(py::dtype::of<uint8_t>())) {
+  const bool a_signed = dtype_equiv(a.dtype(), py::dtype::of<int8_t>());
+  if (!a_signed && !dtype_equiv(a.dtype(), py::dtype::of<uint8_t>())) {
     throw py::value_error(op + ": a: expected uint8 or int8, got " + py::str(a.dtype()).cast<std::string>());
   }
   if (!(a.flags() & py::array::c_style)) throw py::value_error(op + ": a: expected a C-contiguous array");
@@ -67,7 +67,7 @@ py::array w4a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const
     y = py::array(odt, shape);
   } else {
     y = py::reinterpret_borrow<py::array>(out_obj);
-    if (!y.dtype().is(odt) || shape_of(y) != shape || !(y.flags() & py::array::c_style) || !y.writeable()) {
+    if (!dtype_equiv(y.dtype(), odt) || shape_of(y) != shape || !(y.flags() & py::array::c_style) || !y.writeable()) {
       throw py::value_error(op + ": out: expected a writeable C-contiguous array of shape " + shape_str(shape));
     }
   }

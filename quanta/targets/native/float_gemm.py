@@ -85,7 +85,7 @@ def _f32(a: Any) -> np.ndarray:
 
 
 #: The keyword arguments a binder adds to the node's attributes (Kernel.params).
-_PARAMS = frozenset({"packed", "wshape", "geometry", "b_packed", "n", "const_bias", "clamp"})
+_PARAMS = frozenset({"packed", "wshape", "geometry", "b_packed", "n", "const_bias", "clamp", "post"})
 
 
 def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
