@@ -2,8 +2,10 @@
 tensor that will be quantized.
 
 Activations are handed to their observer the moment a node produces them (the
-executor's ``on_value`` hook, on the reference target; values inside If / Loop / Scan
-bodies under their scoped names ``{node}/{attribute}/{value}``) and are freed after their last use as usual,
+executor's ``on_value`` hook, on the native target: the float convolutions and GEMMs on
+their NumPy twins made calibration three times as long; values inside If / Loop / Scan
+bodies under their scoped names ``{node}/{attribute}/{value}``) and are freed after
+their last use as usual,
 so memory is one sample's live activations plus the observers' fixed-size state —
 never the whole dataset (ORT's Entropy/Percentile calibrators keep every activation of
 every sample). Samples may differ in shape (variable sequence length).
@@ -183,10 +185,11 @@ def calibrate(
     taps = {name: list(fns) for name, fns in (taps or {}).items()}
     for st in stats:
         taps.setdefault(st.x_name, []).append(st.observe)
-    # the model as given, on the reference target: If / Loop / Scan bodies run as
+    # the model as given, on the native target (one thread: the float kernels' bytes do
+    # not depend on the thread count anyway): If / Loop / Scan bodies run as
     # compiled plans too and report their values under scoped names
     # (quanta.runtime.control_flow.scoped_name), so tensors inside bodies are observed
-    exe = Executor(compile_model(model, "reference", passes=[]))
+    exe = Executor(compile_model(model, "native", passes=[]))
     graph = model.graph
     input_names = {v.name for v in graph.inputs}
     outputs = [v.name for v in graph.outputs]
@@ -212,7 +215,8 @@ def calibrate(
     t0 = time.perf_counter()
     n = 0
     observers.value_shapes = {}
-    # One BLAS thread: the reference kernels' float products go through NumPy's BLAS,
+    # One BLAS thread: the reference twins' float products (operators without a native
+    # kernel) go through NumPy's BLAS,
     # whose sums depend on how many threads split them, so the ranges (and the file)
     # would depend on the core count of the machine, or differ between this process and
     # a Ray worker (which runs with one thread)
