@@ -333,6 +333,35 @@ def test_global_pools_are_the_reductions_over_space(op_type, shape):
     assert_bit_exact(get_op(red)(KernelContext(opset=18), x, axes, keepdims=1), got)
 
 
+@pytest.mark.parametrize("op_type", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_global_pools_specialized_in_a_session_keep_the_bytes(op_type, threads):
+    """A session binds the global pools once per shape (rows, divisor and output found
+    then, the rows reduced into the planned output): the reference target's bytes, for
+    a squeeze-excitation block's 7x7, rows longer than 258 and a 3-D input, the pooled
+    value read by a next node (so the output is an arena buffer, not a graph output)."""
+    from onnx import TensorProto, helper
+
+    for shape in [(1, 17, 7, 7), (2, 3, 19, 17), (1, 7, 301)]:
+        graph = helper.make_graph(
+            [helper.make_node(op_type, ["x"], ["p"]), helper.make_node("Neg", ["p"], ["y"])],
+            "pool",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        options = quanta.SessionOptions()
+        options.intra_op_num_threads = threads
+        native = quanta.InferenceSession(model, sess_options=options)
+        reference = quanta.InferenceSession(model, backend="reference")
+        before = RUNTIME_FALLBACKS[op_type]
+        for seed in (1, 2):  # the first run binds, the second takes the specialized call
+            x = np.array(np.random.default_rng(seed).standard_normal(shape) * 3 + 1, F32)
+            want = reference.run(None, {"x": x})[0]
+            assert_bit_exact(want, native.run(None, {"x": x})[0], f"{op_type} {shape} {threads}t")
+        assert RUNTIME_FALLBACKS[op_type] == before
+
+
 def test_reduce_max_nan_and_signed_zero_ties():
     x = np.array([[0.0, -0.0] * 20, [-0.0, 0.0] * 20, [1.0, np.nan] * 20], F32)
     for op_type in ("ReduceMax", "ReduceMin"):

@@ -187,17 +187,44 @@ def _global_pool_kernel(op_type: str, row_op: str):
     return run
 
 
+def _global_pool_specializer(row_op: str, fn: Any) -> Any:
+    """The global pool of one x shape: rows, output shape and divisor found once, the
+    rows reduced straight into the planned output (the generic call's reshapes, product
+    and copy cost twice the kernel on a squeeze-excitation block's [1, 256, 7, 7])."""
+
+    def specialize(sig: Specialization) -> Any:
+        shape = sig.shapes[0]
+        if shape is None or sig.dtypes[0] != F32 or len(shape) < 3 or math.prod(shape) == 0:
+            return None
+        r, d = shape[0] * shape[1], math.prod(shape[2:])
+        out_shape = tuple(shape[:2]) + (1,) * (len(shape) - 2)
+        reduce_rows, threads, out = _native().reduce_rows_f32, step_threads(sig, r * d), sig.out
+        target = None if out is None else out.reshape(r)
+        divisor = F32.type(d)
+
+        def call(x: np.ndarray) -> np.ndarray:
+            y = reduce_rows(row_op, x.reshape(r, d), threads, target)
+            if row_op == "sum":
+                np.divide(y, divisor, out=y)  # f32(s / f32(D)), as the generic call
+            return out if out is not None else y.reshape(out_shape)
+
+        return guarded(call, fn, {}, out)
+
+    return specialize
+
+
 def _bind_global_pool(op_type: str, row_op: str) -> None:
     """GlobalAveragePool / GlobalMaxPool of float32 NC...: ReduceMean / ReduceMax over
     the spatial axes (reference/nn_pool.py), the rows being the input itself."""
     fn = _global_pool_kernel(op_type, row_op)
+    specialize = _global_pool_specializer(row_op, fn)
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused
         dt = _dtype(node.input(0))
         if dt is not None and dt != F32:
             return None, f"native {op_type} takes float32, got {dt}"
-        return Kernel(fn, "native", f"native:{row_op}_rows_f32", out=True), ""
+        return Kernel(fn, "native", f"native:{row_op}_rows_f32", out=True, specialize=specialize), ""
 
     binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
     register_binder(op_type)(binder)
