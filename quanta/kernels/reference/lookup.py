@@ -10,7 +10,8 @@ inputs describe the quantized types of ``x`` and ``y`` (as QLinearSigmoid's do);
 table alone defines the values.
 
 Inputs: ``x`` (uint8 or int8), ``x_scale``, ``x_zero_point``, ``y_scale``,
-``y_zero_point``, ``table`` ([256], or [C, 256] with ``axis``, of x's type). Attributes:
+``y_zero_point``, ``table`` ([256], or [C, 256] with ``axis``, of y's type: uint8 or int8
+whatever x's is). Attributes:
 ``function``, the ops the table holds, for reading (``"Mul/Sigmoid"``); ``axis`` (optional),
 the axis the tables are indexed by.
 """
@@ -37,21 +38,22 @@ def qlinear_lookup(x: np.ndarray, table: np.ndarray, axis: int | None = None) ->
     """
     x = np.asarray(x)
     table = np.asarray(table)
-    if x.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+    eight = (np.dtype(np.uint8), np.dtype(np.int8))
+    if x.dtype not in eight:
         raise OpError(f"X: expected int8 or uint8, got {x.dtype}")
     if axis is None:
-        if table.dtype != x.dtype or table.shape != (256,):
+        if table.dtype not in eight or table.shape != (256,):
             raise OpError(
-                f"table: expected shape (256,) of {x.dtype}, got shape {table.shape} of {table.dtype}"
+                f"table: expected shape (256,) of uint8 or int8, got shape {table.shape} of {table.dtype}"
             )
         return table[x.view(np.uint8)]
     if not -x.ndim <= axis < x.ndim:
         raise OpError(f"axis {axis} is not an axis of X of shape {x.shape}")
     axis %= x.ndim
     channels = x.shape[axis]
-    if table.dtype != x.dtype or table.shape != (channels, 256):
+    if table.dtype not in eight or table.shape != (channels, 256):
         raise OpError(
-            f"table: expected shape ({channels}, 256) of {x.dtype} (a table per index of axis {axis}), "
+            f"table: expected shape ({channels}, 256) of uint8 or int8 (a table per index of axis {axis}), "
             f"got shape {table.shape} of {table.dtype}"
         )
     index = np.arange(channels).reshape((channels,) + (1,) * (x.ndim - 1 - axis))

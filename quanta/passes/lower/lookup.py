@@ -22,7 +22,9 @@ after a Conv whose output it quantized first, 35 times in the PP-OCR classifier)
 imply), a gated pair (SiLU ``Mul(x, Sigmoid(x))``, Mish ``Mul(x, Tanh(Softplus(x)))``,
 hardswish before opset 14 ``Mul(x, HardSigmoid(x))``), or arithmetic written out
 (``x · Clip(x + 3, 0, 6) / 6``). ``bits(c)`` is the code's byte (int8 -128..-1 sit at
-128..255), which is what the table kernel indexes with.
+128..255), which is what the table kernel indexes with; the table holds the output's
+codes, so input and output may differ in storage (NNCF quantizes a depthwise Conv's
+output to int8 and the ReLU after its BatchNormalization to uint8).
 
 Numerics: the table is computed at compile time by running the group's own nodes on the
 256 codes with the reference kernels the unlowered graph runs (the evaluator the runtime
@@ -34,8 +36,7 @@ activation tables the same way).
 
 Where ONNX Runtime has an operator for the group (QLinearSigmoid, QLinearLeakyRelu:
 LowerUnary), that rule runs first; this rule takes the rest. Refused (each with its
-reason): no evaluator; an 8-bit type missing or per-axis on either side; input and output
-of different storage (the table kernel maps u8 -> u8 and s8 -> s8); a constant that
+reason): no evaluator; an 8-bit type missing or per-axis on either side; a constant that
 varies along more than one axis of x, or constants along different axes (an element
 would no longer depend on itself and its channel alone); a group
 value used outside the group; more than ``MAX_GROUP`` nodes.
@@ -178,10 +179,6 @@ class LowerLookup(Rule):
         qx = node_qtype(dq, x, dq.input(1), dq.input(2))
         if qx is None or qx.axis is not None or str(qx.storage) not in EIGHT_BIT:
             return NoMatch(f"input {describe(x)} is not a per-tensor u8/i8 quantized value ({qx})")
-        if qx.storage != qy.storage:
-            return NoMatch(
-                f"input is {qx.storage} and output {qy.storage}; the table maps one 8-bit type to itself"
-            )
         shape = x.type.shape if x.type is not None and x.type.shape is not None else None
         rank = len(shape) if shape is not None else 0
         axes: set[int] = set()

@@ -6,8 +6,9 @@ replaces (quanta/passes/lower/lookup.py); the kernel gathers from it
 (quanta/kernels/cpp/elementwise: AVX-512 VBMI ``vpermi2b`` over four 64-byte quarters of
 the table, AVX-512 / AVX2 ``vpgatherdd``, a portable loop), bit-exact with the twin
 ``reference.lookup.qlinear_lookup`` by construction: every variant returns the table's
-entry. A table that is not a constant of 256 entries of x's type runs on the twin, which
-raises the op's own error.
+entry. x and the table (the output's type) may differ in storage: the kernel indexes by
+the input's byte. A table that is not a constant of 256 uint8/int8 entries runs on the
+twin, which raises the op's own error.
 """
 
 from __future__ import annotations
@@ -50,12 +51,14 @@ def _qlinear_lookup_native(
     if axis is not None and -x.ndim <= axis < x.ndim:
         axis %= x.ndim
     want = (256,) if axis is None else (x.shape[axis] if 0 <= axis < x.ndim else -1, 256)
-    if x.dtype not in _EIGHT_BIT or table.dtype != x.dtype or table.shape != want:
+    if x.dtype not in _EIGHT_BIT or table.dtype not in _EIGHT_BIT or table.shape != want:
         y = qlinear_lookup(x, table, axis)  # raises the op's error for a bad table or x
         if out is None:
             return y
         np.copyto(out, y)
         return out
+    if x.dtype != table.dtype:
+        x = x.view(table.dtype)  # the kernel gathers by byte: the same bytes, the output's type
     threads = max(1, int(getattr(ctx, "num_threads", 1)))
     if axis is None:
         return _native.lut8(np.ascontiguousarray(x), np.ascontiguousarray(table), threads, out)
@@ -64,9 +67,9 @@ def _qlinear_lookup_native(
 
 @register_binder("QLinearLookup", QUANTA_DOMAIN)
 def bind_qlinear_lookup(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """uint8/int8 with a constant 256-entry table of the same type (a [C, 256] one with ``axis``)."""
+    """uint8/int8 x with a constant 256-entry uint8/int8 table (a [C, 256] one with ``axis``)."""
     del model  # unused: the choice depends on the node only
-    x, table = node.input(0), node.input(5)
+    table = node.input(5)
     if table is None or table.const is None:
         return None, "native QLinearLookup takes a constant table (lowering computes one)"
     t = np.asarray(table.const)
@@ -77,13 +80,6 @@ def bind_qlinear_lookup(model: Model, node: Node) -> tuple[Kernel | None, str]:
             None,
             f"native QLinearLookup: the table is {t.dtype} of shape {t.shape}, expected {want} uint8/int8",
         )
-    dt = None
-    if x is not None and x.type is not None:
-        try:
-            dt = np.dtype(x.type.elem.numpy)
-        except (AttributeError, TypeError, KeyError):
-            dt = None
-    if dt is not None and dt != t.dtype:
-        return None, f"native QLinearLookup: x is {dt} and the table {t.dtype}"
+    # any 8-bit x: the kernel gathers by byte, the table holds the output's codes
     name = f"native:qlinear_lookup_{'channels_' if per_axis else ''}{_SHORT[t.dtype]}"
     return Kernel(_qlinear_lookup_native, "native", name, out=True), ""

@@ -178,12 +178,39 @@ def _refusal(proto, reason: str) -> None:
     assert reason in reasons, reasons
 
 
-def test_lookup_refuses_mixed_storage():
-    proto = qdq_proto("tanh")
+@pytest.mark.parametrize("x_type,y_type", [(np.uint8, np.int8), (np.int8, np.uint8)])
+@pytest.mark.parametrize("kind", ["tanh", "bn"])
+def test_lookup_between_storages_is_bit_exact(kind, x_type, y_type):
+    """Input and output of different 8-bit storage (NNCF: a depthwise Conv's int8 output,
+    then BatchNormalization and ReLU quantized to uint8): the table holds the output's
+    codes, indexed by the input's byte; the reference and native sessions give the
+    group's bytes, 1 and 2 threads."""
+    if kind == "tanh":
+        proto, shape = qdq_proto("tanh", x_type), SHAPE
+    else:
+        shape = (2, 7, 5, 33)
+        proto = channel_proto("bn", x_type, shape, 1)
+    zy = {np.dtype(np.uint8): 131, np.dtype(np.int8): -111}[np.dtype(y_type)]
     for t in proto.graph.initializer:
         if t.name == "zy":
-            t.CopyFrom(c("zy", -111, np.int8))
-    _refusal(proto, "input is u8 and output i8; the table maps one 8-bit type to itself")
+            t.CopyFrom(c("zy", zy, y_type))
+    model = load(proto)
+    assert lower(model).fired("LowerLookup") == 1
+    node = next(n for n in model.graph.nodes if n.op_type == "QLinearLookup")
+    assert np.asarray(node.inputs[5].const).dtype == np.dtype(y_type)
+    verify(model.graph, Stage.LOWERED)
+    rng = np.random.default_rng(6)
+    f = {"x_in": rng.uniform(-140 * 0.043, 140 * 0.043, size=shape).astype(np.float32)}
+    expected = run_ref(proto, f)[0]
+    np.testing.assert_array_equal(expected, run_ref(model, f)[0])
+    for backend in ("reference", "native"):
+        for threads in (1, 2):
+            so = quanta.SessionOptions()
+            so.intra_op_num_threads = threads
+            sess = InferenceSession(proto.SerializeToString(), so, backend=backend)
+            np.testing.assert_array_equal(expected, sess.run(None, f)[0], err_msg=f"{backend} t{threads}")
+            if backend == "native":
+                assert any(s.kernel.name.startswith("native:qlinear_lookup") for s in sess.plan.steps)
 
 
 def test_lookup_refuses_a_constant_along_two_axes():
