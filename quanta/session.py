@@ -94,6 +94,14 @@ class SessionOptions:
     #: functions".
     float_functions: str = "auto"
 
+    #: quanta's own: run a MatMul whose weight the file stores as 8-bit integers times a
+    #: scale (``Cast`` -> ``Mul``, "weight only") as ``DynamicQuantizeMatMul``, its float
+    #: activation quantized on every run (ONNX Runtime's ``quantize_dynamic`` form:
+    #: integer multiply-adds, the activation's rounding in the result). False: the file's
+    #: own float semantics, as ONNX Runtime and OpenVINO run such files (the weight
+    #: dequantized once, a float GEMM). passes/lower/weight_only_matmul.py.
+    dynamic_weight_only: bool = False
+
     #: quanta's own: measure the int8 GEMM blockings of this model's shapes on this CPU
     #: (cached per CPU model; quanta/runtime/tuner.py); QUANTA_TUNE=0 turns it off
     enable_tuning: bool = True
@@ -225,6 +233,12 @@ class InferenceSession:
             from quanta.passes.rules.ort_float_functions import OrtFloatFunctions
 
             PassManager([OrtFloatFunctions()]).run(model)
+        if self._options.dynamic_weight_only:
+            # what the graph computes, not an optimization: on every level and target
+            from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls
+            from quanta.passes.manager import PassManager
+
+            PassManager([DynamicWeightMatMuls()]).run(model)
         passes: list[Pass] | None = None if self._options.graph_optimization_level > 0 else []
         return compile_model(
             model,

@@ -111,19 +111,18 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     HardSwish, HardSigmoid or Paddle's written-out hardswish after it becomes the
     ``quanta::Conv`` gate, applied to each finished block (exact: the chain of the nodes
     it replaces). A MatMul whose weight a file stores as 8-bit integers times
-    a per-column scale (``Cast`` -> ``Mul``) runs as ``DynamicQuantizeMatMul``
-    (:mod:`.lower.weight_only_matmul`: the activation quantized per run, as ONNX
-    Runtime's ``quantize_dynamic`` writes it). Every target runs the folded graph, so the reference stays
-    the golden of what the native target computes."""
+    a per-column scale (``Cast`` -> ``Mul``) gets the dequantized weight as a constant
+    (the file's float semantics, as ONNX Runtime runs it); ``SessionOptions.
+    dynamic_weight_only`` runs it as ``DynamicQuantizeMatMul`` instead
+    (:mod:`.lower.weight_only_matmul`). Every target runs the folded graph, so the
+    reference stays the golden of what the native target computes."""
     del opset  # the same steps for every opset
-    from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls
     from quanta.passes.rules.fold_conv_affine import FoldConvAffine
     from quanta.passes.rules.fuse_float_gate import FuseFloatGate
     from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
 
     return [
-        DynamicWeightMatMuls(),  # first: int8 weights stored as Cast -> Mul stay integers
         FoldConstants(evaluator),
         RemoveNoops(),
         FoldBatchNorm(),

@@ -18,6 +18,10 @@ rounding; the multiply-accumulates run in integers (the reason to rewrite). Fusi
 bias is exact: DynamicQuantizeMatMul adds it as the float Add after it does
 (reference/ms_qgemm.py, eq. (3)).
 
+Opt-in: ``SessionOptions.dynamic_weight_only`` runs this rewrite before the session's
+pipeline; without it a session keeps the file's float semantics (the weight folds into a
+float constant), as ONNX Runtime and OpenVINO run weight-only files.
+
 Refused: a weight that is not a 2-D 8-bit constant, a scale that is not per column or
 scalar, a non-float32 activation, and a ``Mul`` or ``Cast`` read by other nodes too (the
 float weight is then needed anyway).

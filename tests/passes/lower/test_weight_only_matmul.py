@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from quanta.ir.onnx_io import load
 from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls
 from quanta.passes.rules.eliminate_dead import EliminateDead
-from quanta.session import InferenceSession
+from quanta.session import InferenceSession, SessionOptions
 from tests.passes.helpers import run_passes, run_ref
 
 K, N = 19, 7
@@ -107,12 +107,36 @@ def test_weight_only_matmul_becomes_dynamic_quantize_matmul(mul_order, add_order
     assert np.all(np.abs(got - ref) <= bound)
 
 
+def _session(p, backend: str = "native", dynamic: bool = False) -> InferenceSession:
+    so = SessionOptions()
+    so.dynamic_weight_only = dynamic
+    return InferenceSession(p.SerializeToString(), sess_options=so, backend=backend)
+
+
 def test_native_runs_the_rewritten_matmul_like_the_reference():
+    """SessionOptions.dynamic_weight_only: the rewrite on both targets, the same bytes."""
     p = proto()
-    native = InferenceSession(p.SerializeToString()).run(None, feeds())[0]
-    reference = InferenceSession(p.SerializeToString(), backend="reference").run(None, feeds())[0]
-    np.testing.assert_array_equal(native, reference)
-    np.testing.assert_array_equal(native, run_ref(dqmm_proto(p, True), feeds())[0])
+    native = _session(p, dynamic=True)
+    assert "DynamicQuantizeMatMul" in {s.op_type for s in native.plan.steps}
+    got = native.run(None, feeds())[0]
+    reference = _session(p, "reference", dynamic=True).run(None, feeds())[0]
+    np.testing.assert_array_equal(got, reference)
+    np.testing.assert_array_equal(got, run_ref(dqmm_proto(p, True), feeds())[0])
+
+
+def test_by_default_a_session_keeps_the_files_float_semantics():
+    """Without the option the weight is dequantized once and the MatMul stays float (as
+    ONNX Runtime and OpenVINO run weight-only files): the file's own float result, far
+    closer than the activation's rounding."""
+    p = proto()
+    sess = _session(p)
+    assert "DynamicQuantizeMatMul" not in {s.op_type for s in sess.plan.steps}
+    got = sess.run(None, feeds())[0].astype(np.float64)
+    want = run_ref(p, feeds())[0].astype(np.float64)
+    dynamic = _session(p, dynamic=True).run(None, feeds())[0].astype(np.float64)
+    float_err, dynamic_err = np.abs(got - want).max(), np.abs(dynamic - want).max()
+    assert float_err <= 1e-5 * (1 + np.abs(want).max())
+    assert dynamic_err > 100 * max(float_err, 1e-7), (float_err, dynamic_err)
 
 
 def test_without_bias_only_the_matmul_is_rewritten():
