@@ -942,3 +942,75 @@ def test_loop_body_quantized_inside_with_ranges_over_every_iteration(tmp_path):
     ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     # three chained 8-bit MatMuls (K = 8) and the head: within 5 % of the output range
     assert np.abs(y - ref).max() <= 0.05 * np.abs(ref).max()
+
+
+# -- half precision (a Keras mixed-precision export) --------------------------------
+
+
+def keras_mixed_precision_conv1d(opset: int = 17) -> onnx.ModelProto:
+    """slovorez's pattern (tf2onnx of a Keras model under the mixed_float16 policy):
+    int32 ids -> float32 embedding Gather -> Cast to float16 -> conv1d as Unsqueeze +
+    Conv (float16 weights) + Squeeze + float16 bias Add + Relu -> a 1x1 Conv ->
+    Softmax, all float16, at an opset whose Q/DQ take float32 scales only."""
+    rng = np.random.default_rng(5)
+    f16 = np.float16
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((20, 16)).astype(np.float32), "emb"),
+        numpy_helper.from_array((rng.standard_normal((24, 16, 1, 3)) * 0.3).astype(f16), "w1"),
+        numpy_helper.from_array((rng.standard_normal((1, 24, 1)) * 0.1).astype(f16), "b1"),
+        numpy_helper.from_array((rng.standard_normal((5, 24, 1, 1)) * 0.3).astype(f16), "w2"),
+        numpy_helper.from_array(np.array([2], np.int64), "ax"),
+    ]
+    nodes = [
+        helper.make_node("Gather", ["emb", "ids"], ["e"], name="gather"),
+        helper.make_node("Cast", ["e"], ["e16"], name="cast", to=TensorProto.FLOAT16),
+        helper.make_node("Transpose", ["e16"], ["t"], name="nct", perm=[0, 2, 1]),
+        helper.make_node("Unsqueeze", ["t", "ax"], ["u"], name="unsq"),
+        helper.make_node("Conv", ["u", "w1"], ["c1"], name="conv1", pads=[0, 1, 0, 1]),
+        helper.make_node("Squeeze", ["c1", "ax"], ["s1"], name="sq1"),
+        helper.make_node("Add", ["s1", "b1"], ["a1"], name="bias1"),
+        helper.make_node("Relu", ["a1"], ["r1"], name="relu1"),
+        helper.make_node("Unsqueeze", ["r1", "ax"], ["u2"], name="unsq2"),
+        helper.make_node("Conv", ["u2", "w2"], ["c2"], name="conv2"),
+        helper.make_node("Squeeze", ["c2", "ax"], ["s2"], name="sq2"),
+        helper.make_node("Softmax", ["s2"], ["y"], name="softmax", axis=1),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "keras_f16",
+        [helper.make_tensor_value_info("ids", TensorProto.INT32, ["n", "t"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["n", 5, "t"])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _ids_feeds(n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"ids": rng.integers(0, 20, size=(2, 9)).astype(np.int32)} for _ in range(n)]
+
+
+def test_half_precision_model_is_written_at_an_opset_with_half_scales(tmp_path):
+    """Failure signature (slovorez 0.1.0): ONNX Runtime refused the written file, "Type
+    'tensor(float16)' of input parameter (..._scale) of operator (DequantizeLinear) ...
+    is invalid": the scales have the tensors' type (float16), which Q/DQ accept from
+    opset 19 only; the model is now loaded at opset 19 and its Conv groups are integer."""
+    src, dst = tmp_path / "f16.onnx", tmp_path / "q.onnx"
+    onnx.save(keras_mixed_precision_conv1d(), str(src))
+    summary = quanta.quantize_static(str(src), str(dst), _ids_feeds(6, 1), verbose=False, progress=False)
+    written = onnx.load(str(dst))
+    assert next(o.version for o in written.opset_import if o.domain in ("", "ai.onnx")) >= 19
+    assert any(n.op_type == "DequantizeLinear" for n in written.graph.node)
+    assert summary.integer_share is not None and summary.integer_share > 0.9
+    feed = _ids_feeds(1, 2)[0]
+    ours = assert_valid_and_runs(dst, feed)
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    assert ours[0].dtype == np.float16
+    assert (ours[0].argmax(1) == ref.argmax(1)).mean() > 0.8
+
+
+def test_float32_model_keeps_its_opset():
+    from quanta.quantize.static import computes_in_half
+
+    assert computes_in_half(keras_mixed_precision_conv1d())
+    assert not computes_in_half(mlp_declaring([2, 4]))
