@@ -409,7 +409,9 @@ def _held_out(
 
     def loss(q: np.ndarray) -> np.ndarray:
         d = w - s[..., None] * q
-        return np.einsum("grk,gkl,grl->gr", d, h_val, d)
+        # (d H) · d through a BLAS product: numpy's three-operand einsum loops in C without
+        # it, 20x slower (VGG16's 512x4608 rows: 4 s per call, most of quantize_static)
+        return (np.matmul(d, h_val) * d).sum(-1)
 
     fit = gptq_round_groups(w, s, h_fit, qmin, qmax)
     out = np.where((loss(fit) < loss(near))[..., None], codes, near)
