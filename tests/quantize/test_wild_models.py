@@ -1014,3 +1014,57 @@ def test_float32_model_keeps_its_opset():
 
     assert computes_in_half(keras_mixed_precision_conv1d())
     assert not computes_in_half(mlp_declaring([2, 4]))
+
+
+def qdq_unary_half(op: str = "Softmax") -> onnx.ModelProto:
+    """Q/DQ with float16 scales around ``op`` (valid from opset 19): what ONNX Runtime's
+    quantizer writes for a float16 model at that opset."""
+    f16 = np.float16
+    inits = [
+        numpy_helper.from_array(np.array(0.05, f16), "s"),
+        numpy_helper.from_array(np.array(0, np.int8), "z"),
+        numpy_helper.from_array(np.array(1 / 256, f16), "so"),
+        numpy_helper.from_array(np.array(-128, np.int8), "zo"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq"),
+        helper.make_node(op, ["xd"], ["p"], name="op", **({"axis": -1} if op == "Softmax" else {})),
+        helper.make_node("QuantizeLinear", ["p", "so", "zo"], ["pq"], name="q_out"),
+        helper.make_node("DequantizeLinear", ["pq", "so", "zo"], ["y"], name="dq_out"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "qdq_softmax_f16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 8])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("op", ["Softmax", "Sigmoid"])
+def test_half_scales_reach_the_fused_ops_as_float32(tmp_path, op):
+    """Failure signature (ONNX Runtime's own quantization of slovorez, and any QDQ file
+    with float16 scales): "node 'softmax' (QLinearSoftmax): X_scale: expected float32, got
+    float16" when quanta ran it (QLinearSigmoid: "expected float32, got float16"): the
+    fused kernels take the float16 scale converted to float32, exactly. ONNX Runtime keeps
+    such a group float (its QLinear ops take float32 scales) and computes the Sigmoid in
+    float16: the codes are within one step of its."""
+    path = tmp_path / "unary16.onnx"
+    onnx.save(qdq_unary_half(op), str(path))
+    x = {"x": np.random.default_rng(0).standard_normal((2, 8)).astype(np.float16) * 4}
+    ours = assert_valid_and_runs(path, x)[0]
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    assert ours.dtype == np.float16
+    np.testing.assert_allclose(ours.astype(np.float32), theirs.astype(np.float32), rtol=0, atol=1 / 256)
+
+
+def test_quantized_half_model_runs_in_quanta_as_in_onnx_runtime(tmp_path):
+    src, dst = tmp_path / "f16.onnx", tmp_path / "q.onnx"
+    onnx.save(keras_mixed_precision_conv1d(), str(src))
+    quanta.quantize_static(str(src), str(dst), _ids_feeds(6, 1), verbose=False, progress=False)
+    feed = _ids_feeds(1, 3)[0]
+    ours = quanta.InferenceSession(str(dst)).run(None, feed)[0]
+    theirs = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(ours.astype(np.float32), theirs.astype(np.float32), atol=0.02)
