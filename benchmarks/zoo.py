@@ -257,6 +257,12 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
         top1 = 100 * float(np.mean(r.argmax(1) == g.argmax(1)))
         sq = sqnr_db(r, g)
         return {"score": top1, "top1": top1, "sqnr_db": sq, "text": f"top1 {top1:.0f}% SQNR {sq:.1f} dB"}
+    if kind == "tagger":  # a label per character: argmax agreement over all positions
+        r = np.concatenate([o[0].reshape(-1, o[0].shape[-1]) for o in ref]).astype(np.float64)
+        g = np.concatenate([o[0].reshape(-1, o[0].shape[-1]) for o in got]).astype(np.float64)
+        agree = 100 * float(np.mean(r.argmax(1) == g.argmax(1)))
+        sq = sqnr_db(r, g)
+        return {"score": agree, "tags": agree, "sqnr_db": sq, "text": f"tags {agree:.1f}% SQNR {sq:.1f} dB"}
     if kind in ("ctc_ocr", "ctc_ids"):
         # ppocr_rec: softmax [1, T, C]; ddddocr: logits [T, 1, C] (its declared [1, T] is wrong)
         def dec(o):
@@ -349,6 +355,9 @@ class Model:
             self.calib = zoodata.token_feeds(vocab, "calib", n_calib)
             self.eval = zoodata.token_feeds(vocab, "eval", n_eval)
             MASKS[:] = [f["attention_mask"] for f in self.eval]
+        elif base in zoodata.TEXT_MODELS:
+            self.calib = zoodata.text_feeds(base, "calib", n_calib, cache)
+            self.eval = zoodata.text_feeds(base, "eval", n_eval, cache)
         elif base in zoodata.AUDIO_MODELS:
             self.calib = zoodata.audio_feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.audio_feeds(base, "eval", n_eval, cache)
