@@ -1068,3 +1068,52 @@ def test_quantized_half_model_runs_in_quanta_as_in_onnx_runtime(tmp_path):
     ours = quanta.InferenceSession(str(dst)).run(None, feed)[0]
     theirs = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     np.testing.assert_allclose(ours.astype(np.float32), theirs.astype(np.float32), atol=0.02)
+
+
+def half_gemm() -> onnx.ModelProto:
+    """A float16 Gemm (transB, bias, beta) then a float16 MatMul reading a float16 input."""
+    rng = np.random.default_rng(9)
+    f16 = np.float16
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((12, 16)) * 0.3).astype(f16), "wg"),
+        numpy_helper.from_array((rng.standard_normal(12) * 0.1).astype(f16), "bg"),
+        numpy_helper.from_array((rng.standard_normal((12, 6)) * 0.3).astype(f16), "wm"),
+    ]
+    nodes = [
+        helper.make_node("Gemm", ["x", "wg", "bg"], ["h"], name="gemm", transB=1, beta=0.5),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "wm"], ["y"], name="matmul"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "half_gemm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [3, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [3, 6])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("build", [keras_mixed_precision_conv1d, half_gemm])
+def test_quantize_dynamic_of_a_half_model_casts_around_the_integer_product(tmp_path, build):
+    """slovorez under quantize_dynamic kept every Conv float ("dynamic quantization needs
+    a float32 activation input"; ONNX Runtime's quantize_dynamic writes DynamicQuantizeLinear
+    on float16, an invalid file): the float16 activation is cast to float32 for
+    DynamicQuantizeLinear, the product scaled in float32 and cast back to float16."""
+    src, dst = tmp_path / "f16.onnx", tmp_path / "d.onnx"
+    model = build()
+    onnx.save(model, str(src))
+    summary = quanta.quantize_dynamic(str(src), str(dst), verbose=False)
+    assert summary.integer_share == 1.0
+    rng = np.random.default_rng(4)
+    feed = (
+        _ids_feeds(1, 2)[0]
+        if build is keras_mixed_precision_conv1d
+        else {"x": rng.standard_normal((3, 16)).astype(np.float16)}
+    )
+    ours = assert_valid_and_runs(dst, feed)[0]
+    theirs = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    assert ours.dtype == np.float16
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_allclose(ours.astype(np.float32), ref.astype(np.float32), atol=0.05 * np.abs(ref).max())
