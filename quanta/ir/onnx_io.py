@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -1085,11 +1086,25 @@ def _externalize(proto: onnx.ModelProto, location: str, data_file) -> None:
         offset += len(raw)
 
 
+def _new_file_mode(dest: Path) -> int:
+    """The permissions ``open(dest, "w")`` would leave: the existing file's when it is
+    there, else 0666 less the process umask (a file quanta writes is as readable as
+    one any other tool writes, not mkstemp's owner-only 0600)."""
+    try:
+        return stat.S_IMODE(os.stat(dest).st_mode)
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
 def _write_atomically(dest: Path, write) -> str:
     """``write(file)`` into a temporary file next to ``dest``; returns its path (the
     caller renames it)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:
+        if hasattr(os, "fchmod"):  # mkstemp makes it 0600: give the mode open() would
+            os.fchmod(fd, _new_file_mode(dest))
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

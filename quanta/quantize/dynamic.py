@@ -33,7 +33,7 @@ import onnx
 from onnx import TensorProto
 
 from quanta.ir.graph import Graph, Node, Value
-from quanta.ir.types import F32, I32, U8, FloatType, TensorType
+from quanta.ir.types import F16, F32, I32, U8, FloatType, TensorType
 from quanta.ir.verify import Stage, verify
 from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.ort_saturation import file_note
@@ -64,11 +64,11 @@ def _why_not(node: Node, recipe: Recipe) -> str | None:
     if recipe.excludes(node):
         return "excluded by the recipe"
     x, w = node.input(0), node.input(1)
-    if x is None or x.type is None or x.type.elem != F32:
-        return "dynamic quantization needs a float32 activation input"
+    if x is None or x.type is None or x.type.elem not in (F32, F16):
+        return "dynamic quantization needs a float32 or float16 activation input"
     wc = None if w is None else w.const  # None unless w.is_const
-    if w is None or wc is None or wc.dtype != np.float32:
-        return "weight input is not a float32 constant"
+    if w is None or wc is None or wc.dtype not in (np.float32, np.float16):
+        return "weight input is not a float32 or float16 constant"
     reason = weight_float_reason(w)
     if reason is not None:
         return reason
@@ -255,6 +255,13 @@ def _dynamic_quantize(g: Graph, x: Value, before: Node, cache: dict) -> tuple[Va
     """One DynamicQuantizeLinear per activation, shared by all its consumers."""
     if id(x) in cache:
         return cache[id(x)]
+    source = x
+    if x.type is not None and x.type.elem == F16:  # DynamicQuantizeLinear takes float32 only
+        x = Value(g.fresh_name(f"{x.name}_float32"), TensorType(F32, x.shape))
+        g.add_node(
+            Node("Cast", [source], [x], {"to": TensorProto.FLOAT}, name=g.fresh_name(f"{source.name}_Cast")),
+            before=before,
+        )
     xq = Value(g.fresh_name(f"{x.name}_quantized"), TensorType(U8, x.shape))
     sx = Value(g.fresh_name(f"{x.name}_scale"), TensorType(F32, ()))
     zx = Value(g.fresh_name(f"{x.name}_zero_point"), TensorType(U8, ()))
@@ -264,8 +271,8 @@ def _dynamic_quantize(g: Graph, x: Value, before: Node, cache: dict) -> tuple[Va
         ),
         before=before,
     )
-    cache[id(x)] = (xq, sx, zx)
-    return cache[id(x)]
+    cache[id(source)] = (xq, sx, zx)
+    return cache[id(source)]
 
 
 class _WeightCache:
@@ -291,6 +298,7 @@ class _WeightCache:
             g = self.g
             plan = TensorPlan(w.name, "weight", storage, True, axis=axis)
             expressed = w.type.elem if w.type is not None and isinstance(w.type.elem, FloatType) else F32
+            expressed = F32 if expressed == F16 else expressed  # the scale multiplies in float32
             qw = _weight_type(wdata, plan, expressed, recipe)
             wq_data = quantize_linear(wdata, qw.scale_array(), qw.zero_point_array(), axis=qw.axis)
             wq = g.add_initializer(
@@ -312,6 +320,9 @@ def _rewrite(g: Graph, node: Node, recipe: Recipe, cache: dict, weights: _Weight
     x, w = node.inputs[0], node.inputs[1]
     assert x is not None and w is not None
     y = node.outputs[0]
+    # a float16 layer (a Keras mixed-precision export): integer product, float32 scaling,
+    # the result cast back to float16 (DynamicQuantizeLinear and its scale are float32)
+    half = y.type is not None and y.type.elem == F16
     op = node.op_type
     wdata = np.asarray(w.const, np.float32)
     alpha, beta = 1.0, 1.0
@@ -362,20 +373,30 @@ def _rewrite(g: Graph, node: Node, recipe: Recipe, cache: dict, weights: _Weight
     sw_v = weights.scale(w, sw)
     scale = Value(g.fresh_name(f"{y.name}_scale"), TensorType(F32, None))
     new_nodes.append(Node("Mul", [sx, sw_v], [scale], name=g.fresh_name(f"{y.name}_scale_Mul")))
-    out = y if bias is None else Value(g.fresh_name(f"{y.name}_unbiased"), TensorType(F32, y.shape))
+    y32 = Value(g.fresh_name(f"{y.name}_float32"), TensorType(F32, y.shape)) if half else y
+    out = y32 if bias is None else Value(g.fresh_name(f"{y.name}_unbiased"), TensorType(F32, y.shape))
     new_nodes.append(Node("Mul", [accf, scale], [out], name=g.fresh_name(f"{y.name}_Mul")))
     if bias is not None:
         b = bias
-        if bias.is_const and (op == "Conv" or beta != 1.0):
+        if half and not bias.is_const:
+            b = Value(g.fresh_name(f"{bias.name}_float32"), TensorType(F32, bias.shape))
+            new_nodes.append(
+                Node("Cast", [bias], [b], {"to": TensorProto.FLOAT}, name=g.fresh_name(f"{bias.name}_Cast"))
+            )
+        if bias.is_const and (op == "Conv" or beta != 1.0 or half):
             bdata = np.asarray(bias.const, np.float32) * np.float32(beta)
             if op == "Conv":
                 bdata = bdata.reshape((1, -1) + (1,) * (rank - 2))
             b = _const(g, f"{bias.name}_scaled", bdata)
         elif beta != 1.0:
-            bscaled = Value(g.fresh_name(f"{bias.name}_scaled"), bias.type)
+            bscaled = Value(g.fresh_name(f"{bias.name}_scaled"), b.type)
             beta_v = _const(g, f"{y.name}_beta", np.float32(beta))
-            new_nodes.append(Node("Mul", [bias, beta_v], [bscaled], name=g.fresh_name(f"{y.name}_beta_Mul")))
+            new_nodes.append(Node("Mul", [b, beta_v], [bscaled], name=g.fresh_name(f"{y.name}_beta_Mul")))
             b = bscaled
-        new_nodes.append(Node("Add", [out, b], [y], name=g.fresh_name(f"{y.name}_bias_Add")))
+        new_nodes.append(Node("Add", [out, b], [y32], name=g.fresh_name(f"{y.name}_bias_Add")))
+    if half:
+        new_nodes.append(
+            Node("Cast", [y32], [y], {"to": TensorProto.FLOAT16}, name=g.fresh_name(f"{y.name}_Cast_half"))
+        )
     for n in new_nodes:
         g.add_node(n, before=anchor)

@@ -68,6 +68,29 @@ if TYPE_CHECKING:
 __all__ = ["QuantizationSummary", "load_for_quantization", "make_observer_factory", "quantize_static"]
 
 MIN_OPSET = 13
+#: QuantizeLinear / DequantizeLinear take a float16 or bfloat16 input and scale from opset
+#: 19 on (before it only float32): a model computing in half precision is loaded there.
+HALF_OPSET = 19
+_HALF = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+
+
+def computes_in_half(proto: onnx.ModelProto) -> bool:
+    """Whether the main graph has float16 / bfloat16 values (weights, inputs, outputs,
+    a Cast to half, a half Constant): a Keras mixed-precision export (tf2onnx), or a
+    model converted to float16. Its Q/DQ scales are half too (params: the scale has the
+    tensor's type, as ONNX Runtime writes them), valid only from opset 19."""
+    g = proto.graph
+    if any(t.data_type in _HALF for t in g.initializer):
+        return True
+    if any(v.type.tensor_type.elem_type in _HALF for v in (*g.input, *g.output, *g.value_info)):
+        return True
+    for n in g.node:
+        for a in n.attribute:
+            if n.op_type == "Cast" and a.name == "to" and a.i in _HALF:
+                return True
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in _HALF:
+                return True
+    return False
 
 
 @dataclass
@@ -205,8 +228,10 @@ def load_for_quantization(
     model_input: str | os.PathLike | bytes | onnx.ModelProto, *, min_opset: int = MIN_OPSET
 ) -> Model:
     """Load, converting opsets below ``min_opset`` up to it (per-axis Q/DQ needs 13;
-    4-bit and per-block Q/DQ need 21)."""
+    4-bit and per-block Q/DQ need 21; Q/DQ of half-precision tensors need 19)."""
     proto, path = load_proto(model_input)
+    if computes_in_half(proto):
+        min_opset = max(min_opset, HALF_OPSET)
     proto = upgrade_opset(proto, min_opset, path or "model")
     try:
         proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)

@@ -942,3 +942,178 @@ def test_loop_body_quantized_inside_with_ranges_over_every_iteration(tmp_path):
     ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     # three chained 8-bit MatMuls (K = 8) and the head: within 5 % of the output range
     assert np.abs(y - ref).max() <= 0.05 * np.abs(ref).max()
+
+
+# -- half precision (a Keras mixed-precision export) --------------------------------
+
+
+def keras_mixed_precision_conv1d(opset: int = 17) -> onnx.ModelProto:
+    """slovorez's pattern (tf2onnx of a Keras model under the mixed_float16 policy):
+    int32 ids -> float32 embedding Gather -> Cast to float16 -> conv1d as Unsqueeze +
+    Conv (float16 weights) + Squeeze + float16 bias Add + Relu -> a 1x1 Conv ->
+    Softmax, all float16, at an opset whose Q/DQ take float32 scales only."""
+    rng = np.random.default_rng(5)
+    f16 = np.float16
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((20, 16)).astype(np.float32), "emb"),
+        numpy_helper.from_array((rng.standard_normal((24, 16, 1, 3)) * 0.3).astype(f16), "w1"),
+        numpy_helper.from_array((rng.standard_normal((1, 24, 1)) * 0.1).astype(f16), "b1"),
+        numpy_helper.from_array((rng.standard_normal((5, 24, 1, 1)) * 0.3).astype(f16), "w2"),
+        numpy_helper.from_array(np.array([2], np.int64), "ax"),
+    ]
+    nodes = [
+        helper.make_node("Gather", ["emb", "ids"], ["e"], name="gather"),
+        helper.make_node("Cast", ["e"], ["e16"], name="cast", to=TensorProto.FLOAT16),
+        helper.make_node("Transpose", ["e16"], ["t"], name="nct", perm=[0, 2, 1]),
+        helper.make_node("Unsqueeze", ["t", "ax"], ["u"], name="unsq"),
+        helper.make_node("Conv", ["u", "w1"], ["c1"], name="conv1", pads=[0, 1, 0, 1]),
+        helper.make_node("Squeeze", ["c1", "ax"], ["s1"], name="sq1"),
+        helper.make_node("Add", ["s1", "b1"], ["a1"], name="bias1"),
+        helper.make_node("Relu", ["a1"], ["r1"], name="relu1"),
+        helper.make_node("Unsqueeze", ["r1", "ax"], ["u2"], name="unsq2"),
+        helper.make_node("Conv", ["u2", "w2"], ["c2"], name="conv2"),
+        helper.make_node("Squeeze", ["c2", "ax"], ["s2"], name="sq2"),
+        helper.make_node("Softmax", ["s2"], ["y"], name="softmax", axis=1),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "keras_f16",
+        [helper.make_tensor_value_info("ids", TensorProto.INT32, ["n", "t"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["n", 5, "t"])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _ids_feeds(n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"ids": rng.integers(0, 20, size=(2, 9)).astype(np.int32)} for _ in range(n)]
+
+
+def test_half_precision_model_is_written_at_an_opset_with_half_scales(tmp_path):
+    """Failure signature (slovorez 0.1.0): ONNX Runtime refused the written file, "Type
+    'tensor(float16)' of input parameter (..._scale) of operator (DequantizeLinear) ...
+    is invalid": the scales have the tensors' type (float16), which Q/DQ accept from
+    opset 19 only; the model is now loaded at opset 19 and its Conv groups are integer."""
+    src, dst = tmp_path / "f16.onnx", tmp_path / "q.onnx"
+    onnx.save(keras_mixed_precision_conv1d(), str(src))
+    summary = quanta.quantize_static(str(src), str(dst), _ids_feeds(6, 1), verbose=False, progress=False)
+    written = onnx.load(str(dst))
+    assert next(o.version for o in written.opset_import if o.domain in ("", "ai.onnx")) >= 19
+    assert any(n.op_type == "DequantizeLinear" for n in written.graph.node)
+    assert summary.integer_share is not None and summary.integer_share > 0.9
+    feed = _ids_feeds(1, 2)[0]
+    ours = assert_valid_and_runs(dst, feed)
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    assert ours[0].dtype == np.float16
+    assert (ours[0].argmax(1) == ref.argmax(1)).mean() > 0.8
+
+
+def test_float32_model_keeps_its_opset():
+    from quanta.quantize.static import computes_in_half
+
+    assert computes_in_half(keras_mixed_precision_conv1d())
+    assert not computes_in_half(mlp_declaring([2, 4]))
+
+
+def qdq_unary_half(op: str = "Softmax") -> onnx.ModelProto:
+    """Q/DQ with float16 scales around ``op`` (valid from opset 19): what ONNX Runtime's
+    quantizer writes for a float16 model at that opset."""
+    f16 = np.float16
+    inits = [
+        numpy_helper.from_array(np.array(0.05, f16), "s"),
+        numpy_helper.from_array(np.array(0, np.int8), "z"),
+        numpy_helper.from_array(np.array(1 / 256, f16), "so"),
+        numpy_helper.from_array(np.array(-128, np.int8), "zo"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq"),
+        helper.make_node(op, ["xd"], ["p"], name="op", **({"axis": -1} if op == "Softmax" else {})),
+        helper.make_node("QuantizeLinear", ["p", "so", "zo"], ["pq"], name="q_out"),
+        helper.make_node("DequantizeLinear", ["pq", "so", "zo"], ["y"], name="dq_out"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "qdq_softmax_f16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 8])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("op", ["Softmax", "Sigmoid"])
+def test_half_scales_reach_the_fused_ops_as_float32(tmp_path, op):
+    """Failure signature (ONNX Runtime's own quantization of slovorez, and any QDQ file
+    with float16 scales): "node 'softmax' (QLinearSoftmax): X_scale: expected float32, got
+    float16" when quanta ran it (QLinearSigmoid: "expected float32, got float16"): the
+    fused kernels take the float16 scale converted to float32, exactly. ONNX Runtime keeps
+    such a group float (its QLinear ops take float32 scales) and computes the Sigmoid in
+    float16: the codes are within one step of its."""
+    path = tmp_path / "unary16.onnx"
+    onnx.save(qdq_unary_half(op), str(path))
+    x = {"x": np.random.default_rng(0).standard_normal((2, 8)).astype(np.float16) * 4}
+    ours = assert_valid_and_runs(path, x)[0]
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    assert ours.dtype == np.float16
+    np.testing.assert_allclose(ours.astype(np.float32), theirs.astype(np.float32), rtol=0, atol=1 / 256)
+
+
+def test_quantized_half_model_runs_in_quanta_as_in_onnx_runtime(tmp_path):
+    src, dst = tmp_path / "f16.onnx", tmp_path / "q.onnx"
+    onnx.save(keras_mixed_precision_conv1d(), str(src))
+    quanta.quantize_static(str(src), str(dst), _ids_feeds(6, 1), verbose=False, progress=False)
+    feed = _ids_feeds(1, 3)[0]
+    ours = quanta.InferenceSession(str(dst)).run(None, feed)[0]
+    theirs = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(ours.astype(np.float32), theirs.astype(np.float32), atol=0.02)
+
+
+def half_gemm() -> onnx.ModelProto:
+    """A float16 Gemm (transB, bias, beta) then a float16 MatMul reading a float16 input."""
+    rng = np.random.default_rng(9)
+    f16 = np.float16
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((12, 16)) * 0.3).astype(f16), "wg"),
+        numpy_helper.from_array((rng.standard_normal(12) * 0.1).astype(f16), "bg"),
+        numpy_helper.from_array((rng.standard_normal((12, 6)) * 0.3).astype(f16), "wm"),
+    ]
+    nodes = [
+        helper.make_node("Gemm", ["x", "wg", "bg"], ["h"], name="gemm", transB=1, beta=0.5),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "wm"], ["y"], name="matmul"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "half_gemm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [3, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [3, 6])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("build", [keras_mixed_precision_conv1d, half_gemm])
+def test_quantize_dynamic_of_a_half_model_casts_around_the_integer_product(tmp_path, build):
+    """slovorez under quantize_dynamic kept every Conv float ("dynamic quantization needs
+    a float32 activation input"; ONNX Runtime's quantize_dynamic writes DynamicQuantizeLinear
+    on float16, an invalid file): the float16 activation is cast to float32 for
+    DynamicQuantizeLinear, the product scaled in float32 and cast back to float16."""
+    src, dst = tmp_path / "f16.onnx", tmp_path / "d.onnx"
+    model = build()
+    onnx.save(model, str(src))
+    summary = quanta.quantize_dynamic(str(src), str(dst), verbose=False)
+    assert summary.integer_share == 1.0
+    rng = np.random.default_rng(4)
+    feed = (
+        _ids_feeds(1, 2)[0]
+        if build is keras_mixed_precision_conv1d
+        else {"x": rng.standard_normal((3, 16)).astype(np.float16)}
+    )
+    ours = assert_valid_and_runs(dst, feed)[0]
+    theirs = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    assert ours.dtype == np.float16
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_allclose(ours.astype(np.float32), ref.astype(np.float32), atol=0.05 * np.abs(ref).max())

@@ -69,6 +69,9 @@ F32 = np.float32
 _U8, _I8 = np.dtype(np.uint8), np.dtype(np.int8)
 _EIGHT_BIT = (_U8, _I8)
 _F32_DT = np.dtype(np.float32)
+#: scale types a Q/DQ of a half-precision model has (opset 19 on): the fused ops take them
+#: converted to float32, exactly
+HALF_SCALE_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _FLT_MAX = F32(np.finfo(np.float32).max)
 
 
@@ -79,6 +82,10 @@ def _per_tensor(v: np.ndarray | float | int, what: str, dtype: np.dtype | None =
         raise OpError(
             f"{what}: expected a scalar or a 1-D tensor of size 1 (per tensor), got shape {v.shape}"
         )
+    if dtype == _F32_DT and v.dtype in HALF_SCALE_DTYPES:
+        # a Q/DQ scale of a half-precision model (float16 / bfloat16 from opset 19) reaches
+        # the fused op as it is: exact in float32, the type the kernel computes in
+        v = v.astype(F32)
     if dtype is not None and v.dtype != dtype:
         raise OpError(f"{what}: expected {dtype}, got {v.dtype}")
     return v.reshape(())
