@@ -54,6 +54,7 @@ __all__ = [
     "install",
     "int8_share",
     "margin_noise",
+    "noise_for_agreement",
     "widenable",
 ]
 
@@ -282,6 +283,26 @@ def expected_agreement(margin_rows: list[list[np.ndarray]], sigma: float) -> flo
     return float(np.mean(np.concatenate(probs))) if probs else 1.0
 
 
+def noise_for_agreement(margin_rows: list[list[np.ndarray]], minimum: float, rows: int) -> float | None:
+    """The largest margin noise σ whose eq. (11b) estimate (σ measured on ``rows`` rows,
+    so scaled by 1 + 1/√(2·rows)) still reaches ``minimum``; None when no σ does (a
+    minimum above 1). Bisection: (11b) falls as σ grows."""
+    widen = 1 + 1 / math.sqrt(2 * max(rows, 1))
+    if expected_agreement(margin_rows, 0.0) < minimum:
+        return None
+    hi = 1.0
+    while expected_agreement(margin_rows, hi * widen) >= minimum and hi < 1e12:
+        hi *= 2
+    lo = 0.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if expected_agreement(margin_rows, mid * widen) >= minimum:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def estimate_metric(
     metric: str,
     ref: list[list[np.ndarray]],
@@ -473,6 +494,7 @@ def search(
                 margin_rows += ref_confirm
         evaluations = 0
         measured: dict[str, float] = {}  # trial path -> the plain metric on the search feeds
+        noise: dict[str, tuple[float, int]] = {}  # trial path -> eq. (11b)'s (σ, rows)
 
         def score(ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> float:
             assert isinstance(metric, str)
@@ -496,6 +518,8 @@ def search(
                 return float(metric(path)), path, summary
             got = _outputs(path, feeds_in or search_feeds, engine)
             measured[path] = evaluate_metric(metric, feeds_ref or ref_search, got)
+            if metric == "top1_agreement":
+                noise[path] = margin_noise(feeds_ref or ref_search, got)
             return score(feeds_ref or ref_search, got), path, summary
 
         best_value, best_path, best_summary = measure(recipe)
@@ -644,6 +668,16 @@ def search(
                 if steps >= target.max_steps:
                     break
         met = best_value >= minimum and confirmed is not None and confirmed >= minimum
+        if not met and margin_rows is not None and best_path in noise:
+            # how far the search was: the margin noise eq. (11b) allows against the best's
+            sigma, n = noise[best_path]
+            allowed = noise_for_agreement(margin_rows, minimum, n)
+            if allowed is not None and sigma > 0:
+                gap = 20 * math.log10(sigma / allowed) if allowed > 0 else math.inf
+                reason += (
+                    f"; by eq. (11b) {minimum:g} needs the margin noise σ <= {allowed:.3g}, the best "
+                    f"trial's is {sigma:.3g} ({gap:.1f} dB too much)"
+                )
         # the final file: the best recipe, quantized once more straight to the output path
         summary = quantize(src, model_output, calib, best_recipe)
     report = AccuracyReport(

@@ -279,3 +279,28 @@ def test_a_top1_target_searches_on_past_a_saturated_count(tmp_path):
     assert stop < 0.99
     assert est.after_measured == 1.0 and est.confirmed_measured == 1.0
     assert "measured top1_agreement: 1 on the search data" in est.format()
+
+
+def test_the_noise_a_top1_target_allows(tmp_path):
+    """noise_for_agreement inverts eq. (11b): at the σ it returns the estimate is the
+    minimum, a little less noise passes and a little more fails; the report of an
+    unreachable top-1 target says how much noise the best trial has over it."""
+    from quanta.quantize.accuracy import expected_agreement, noise_for_agreement
+
+    rng = np.random.default_rng(4)
+    rows = [[rng.standard_normal((50, 10)) * 2.0]]
+    sigma = noise_for_agreement(rows, 0.9, 8)
+    widen = 1 + 1 / np.sqrt(16)
+    assert abs(expected_agreement(rows, sigma * widen) - 0.9) < 1e-9
+    assert (
+        expected_agreement(rows, 0.99 * sigma * widen) > 0.9 > expected_agreement(rows, 1.01 * sigma * widen)
+    )
+    assert noise_for_agreement(rows, 1.5, 8) is None
+
+    src, feeds = _spiky(tmp_path)
+    target = AccuracyTarget(metric="top1_agreement", minimum=0.9999, max_steps=1, wide_activations=False)
+    rep = quanta.quantize_static(src, tmp_path / "u.onnx", feeds, accuracy=target, verbose=False).accuracy
+    assert not rep.met
+    assert "by eq. (11b) 0.9999 needs the margin noise" in rep.reason and "dB too much" in rep.reason, (
+        rep.reason
+    )
