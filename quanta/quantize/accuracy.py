@@ -9,7 +9,7 @@ The search compares trials, and checks the target, by an estimate of the metric 
 it has not seen (``AccuracyTarget.estimate``): for top-1 agreement the expected
 agreement of eq. (11b) (the FP32 margins of every feed against the logit noise measured
 on the search part), for the mean cosine the mean less one standard error (eq. (2b)). A
-count of agreeing rows on a few held-out feeds saturates (15 of 15 agree) and then
+count of agreeing rows on a few held-out feeds saturates (every row agrees) and then
 neither ranks trials nor predicts the next images; the estimates are continuous.
 
 The search (deterministic: same model, data and target, same choices):
