@@ -5,6 +5,12 @@ that calibrates, a *search* part the metric is measured on while fixes are chose
 *confirm* part the result is finally checked on (docs/debugger.md, "Accuracy target").
 The metric compares the quantized model's outputs with the FP32 model's on the same
 feeds (eqs. (1), (2), (11)); a callable metric gets the quantized file's path instead.
+The search compares trials, and checks the target, by an estimate of the metric on data
+it has not seen (``AccuracyTarget.estimate``): for top-1 agreement the expected
+agreement of eq. (11b) (the FP32 margins of every feed against the logit noise measured
+on the search part), for the mean cosine the mean less one standard error (eq. (2b)). A
+count of agreeing rows on a few held-out feeds saturates (every row agrees) and then
+neither ranks trials nor predicts the next images; the estimates are continuous.
 
 The search (deterministic: same model, data and target, same choices):
 
@@ -39,7 +45,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AccuracyReport", "AccuracyTarget", "evaluate_metric", "install", "int8_share", "widenable"]
+__all__ = [
+    "AccuracyReport",
+    "AccuracyTarget",
+    "estimate_metric",
+    "evaluate_metric",
+    "expected_agreement",
+    "install",
+    "int8_share",
+    "margin_noise",
+    "noise_for_agreement",
+    "widenable",
+]
 
 # The layer ranking (quanta.debug.compare) and the session that runs the trial files live
 # in layers above this one; the package's __init__ installs them (as the runtime injects
@@ -84,6 +101,9 @@ class AccuracyTarget:
     min_int8_share: float | None = None
     # try 16-bit activations (A16W8) for the worst layers before keeping any float
     wide_activations: bool = True
+    # compare trials and check the target by the estimates of eqs. (11b) / (2b) (what the
+    # metric is expected to be on unseen data), not by the plain metric on the held-out feeds
+    estimate: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.metric, str) and self.metric not in METRICS:
@@ -116,6 +136,10 @@ class AccuracyReport:
     reason: str = ""
     integer_share: float | None = None
     int8_share: float | None = None  # of the MACs, in 8-bit integer (not 16-bit)
+    # the plain metric (eqs. (1), (2), (11)) of the result on the search / confirmation
+    # feeds, where ``after`` / ``confirmed`` are the estimates of eqs. (11b) / (2b)
+    after_measured: float | None = None
+    confirmed_measured: float | None = None
 
     def format(self) -> str:
         lines = [
@@ -125,6 +149,16 @@ class AccuracyReport:
             + ("" if self.confirmed is None else f", {self.confirmed:.4g} on the confirmation data")
             + f"; {self.evaluations} full evaluation(s))"
         ]
+        if self.after_measured is not None:
+            lines.append(
+                f"measured {self.target}: {self.after_measured:.4g} on the search data"
+                + (
+                    ""
+                    if self.confirmed_measured is None
+                    else f", {self.confirmed_measured:.4g} on the confirmation data"
+                )
+                + " (the values above are the estimates the search uses, eqs. (11b) / (2b))"
+            )
         if self.integer_share is not None:
             lines.append(
                 f"integer MAC share: {self.integer_share * 100:.1f} %"
@@ -181,6 +215,134 @@ def evaluate_metric(metric: str, ref: list[list[np.ndarray]], got: list[list[np.
     if metric == "mean_cosine":
         return cos_sum / cos_n if cos_n else 1.0
     return agree / total if total else 1.0
+
+
+#: FP32 runner-ups per row in eq. (11b): a flip goes to one of the classes closest to the top
+AGREEMENT_COMPETITORS = 5
+
+
+def _rows(outs: list[list[np.ndarray]]) -> list[np.ndarray]:
+    """Per feed, its first output as float64 rows [samples, classes] (eq. (11)'s rows)."""
+    rows = []
+    for o in outs:
+        if not o:
+            continue
+        r = np.asarray(o[0], np.float64)
+        if r.size == 0 or np.asarray(o[0]).dtype.kind != "f":
+            continue
+        rows.append(r.reshape(-1, r.shape[-1]) if r.ndim > 1 else r.reshape(1, -1))
+    return rows
+
+
+def _competitors(r: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(top class [n], the k next classes by FP32 value [n, k]) of rows ``r``."""
+    order = np.argsort(-r, axis=1, kind="stable")
+    return order[:, 0], order[:, 1 : 1 + k]
+
+
+def margin_noise(ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> tuple[float, int]:
+    """(σ, rows) of eq. (11b): the root mean square over rows i and their FP32 runner-ups
+    j of δ_ij = (g_ij − r_ij) − (g_i,top − r_i,top), how much quantization moves a
+    runner-up's logit towards the top's."""
+    ss, n_val, n_rows = 0.0, 0, 0
+    for r, g in zip(_rows(ref), _rows(got)):
+        if r.shape[1] < 2:
+            continue
+        k = min(AGREEMENT_COMPETITORS, r.shape[1] - 1)
+        top, comp = _competitors(r, k)
+        e = g.reshape(r.shape) - r
+        idx = np.arange(r.shape[0])[:, None]
+        d = e[idx, comp] - e[idx, top[:, None]]
+        ss += float(np.sum(d * d))
+        n_val += d.size
+        n_rows += r.shape[0]
+    return (math.sqrt(ss / n_val) if n_val else 0.0), n_rows
+
+
+def _phi(x: np.ndarray) -> np.ndarray:
+    """The standard normal distribution function, elementwise."""
+    return 0.5 * np.vectorize(math.erfc, otypes=[np.float64])(-np.asarray(x, np.float64) / math.sqrt(2.0))
+
+
+def expected_agreement(margin_rows: list[list[np.ndarray]], sigma: float) -> float:
+    """Eq. (11b): mean over the FP32 rows of ``margin_rows`` of Π_j Φ(m_ij / σ), the
+    probability that none of the row's runner-ups j overtakes its top class when the
+    margins m_ij = r_i,top − r_ij move by Gaussian noise of the eq. (11b) σ."""
+    probs = []
+    for r in _rows(margin_rows):
+        if r.shape[1] < 2:
+            continue
+        k = min(AGREEMENT_COMPETITORS, r.shape[1] - 1)
+        top, comp = _competitors(r, k)
+        idx = np.arange(r.shape[0])[:, None]
+        m = r[idx, top[:, None]] - r[idx, comp]
+        if sigma <= 0:
+            probs.append(np.ones(r.shape[0]))
+        else:
+            probs.append(np.prod(_phi(m / sigma), axis=1))
+    return float(np.mean(np.concatenate(probs))) if probs else 1.0
+
+
+def noise_for_agreement(margin_rows: list[list[np.ndarray]], minimum: float, rows: int) -> float | None:
+    """The largest margin noise σ whose eq. (11b) estimate (σ measured on ``rows`` rows,
+    so scaled by 1 + 1/√(2·rows)) still reaches ``minimum``; None when no σ does (a
+    minimum above 1). Bisection: (11b) falls as σ grows."""
+    widen = 1 + 1 / math.sqrt(2 * max(rows, 1))
+    if expected_agreement(margin_rows, 0.0) < minimum:
+        return None
+    hi = 1.0
+    while expected_agreement(margin_rows, hi * widen) >= minimum and hi < 1e12:
+        hi *= 2
+    lo = 0.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if expected_agreement(margin_rows, mid * widen) >= minimum:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def estimate_metric(
+    metric: str,
+    ref: list[list[np.ndarray]],
+    got: list[list[np.ndarray]],
+    margin_rows: list[list[np.ndarray]] | None = None,
+) -> float:
+    """What ``metric`` is expected to be on data not seen, from ``got`` against ``ref`` on
+    held-out feeds, one standard error on the unfavourable side:
+
+    - "top1_agreement", eq. (11b): :func:`expected_agreement` over the FP32 rows of
+      ``margin_rows`` (every feed with an FP32 output; ``ref`` when None) with the
+      :func:`margin_noise` σ of ``got`` scaled by 1 + 1/√(2n) (n rows: the standard
+      error of a root mean square of n samples);
+    - "mean_cosine", eq. (2b): the mean of the rows' cosines less their standard error
+      s/√n (s their standard deviation, n ≥ 2);
+    - otherwise the metric itself (the smallest cosine and the SQNR over every output
+      are not averages of the rows)."""
+    if metric == "top1_agreement":
+        sigma, n = margin_noise(ref, got)
+        if n == 0:
+            return evaluate_metric(metric, ref, got)
+        return expected_agreement(
+            margin_rows if margin_rows is not None else ref, sigma * (1 + 1 / math.sqrt(2 * n))
+        )
+    if metric == "mean_cosine":
+        cos = []
+        for r_outs, g_outs in zip(ref, got):
+            if not r_outs or np.asarray(r_outs[0]).dtype.kind != "f" or np.asarray(r_outs[0]).size == 0:
+                continue
+            # eq. (2)'s rows: a sample's whole first output, as evaluate_metric
+            r = np.asarray(r_outs[0], np.float64)
+            r = r.reshape(r.shape[0], -1) if r.ndim > 1 else r.reshape(1, -1)
+            g = np.asarray(g_outs[0], np.float64).reshape(r.shape)
+            den = np.linalg.norm(r, axis=1) * np.linalg.norm(g, axis=1)
+            cos.append(np.where(den > 0, np.sum(r * g, 1) / np.where(den > 0, den, 1.0), 1.0))
+        c = np.concatenate(cos) if cos else np.ones(1)
+        if c.size < 2:
+            return float(c.mean())
+        return float(c.mean() - c.std(ddof=1) / math.sqrt(c.size))
+    return evaluate_metric(metric, ref, got)
 
 
 # ------------------------------------------------------------------------------ search
@@ -323,7 +485,23 @@ def search(
         # a callable metric reads the quantized file, not FP32 outputs: no references
         ref_search = [] if callable_metric else _outputs(str(src), search_feeds, engine)
         ref_confirm = [] if callable_metric else _outputs(str(src), confirm_feeds, engine)
+        # eq. (11b) weighs the noise against the FP32 margins of every feed: the FP32
+        # outputs depend on no trial, so the calibration part's count as unseen rows too
+        margin_rows: list[list[np.ndarray]] | None = None
+        if metric == "top1_agreement" and target.estimate:
+            margin_rows = _outputs(str(src), calib, engine) + ref_search
+            if confirm_feeds is not search_feeds:
+                margin_rows += ref_confirm
         evaluations = 0
+        measured: dict[str, float] = {}  # trial path -> the plain metric on the search feeds
+        noise: dict[str, tuple[float, int]] = {}  # trial path -> eq. (11b)'s (σ, rows)
+
+        def score(ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> float:
+            assert isinstance(metric, str)
+            if not target.estimate:
+                return evaluate_metric(metric, ref, got)
+            return estimate_metric(metric, ref, got, margin_rows)
+
         trial = 0
 
         def measure(
@@ -339,7 +517,10 @@ def search(
             if not isinstance(metric, str):
                 return float(metric(path)), path, summary
             got = _outputs(path, feeds_in or search_feeds, engine)
-            return evaluate_metric(metric, feeds_ref or ref_search, got), path, summary
+            measured[path] = evaluate_metric(metric, feeds_ref or ref_search, got)
+            if metric == "top1_agreement":
+                noise[path] = margin_noise(feeds_ref or ref_search, got)
+            return score(feeds_ref or ref_search, got), path, summary
 
         best_value, best_path, best_summary = measure(recipe)
         before = best_value
@@ -351,10 +532,16 @@ def search(
         steps = 0
         confirmed: float | None = None
 
+        confirmed_measured: float | None = None
+
         def confirm(path: str, value: float) -> float:
+            nonlocal confirmed_measured
             if not isinstance(metric, str) or confirm_feeds is search_feeds:
+                confirmed_measured = measured.get(path)
                 return value
-            return evaluate_metric(metric, ref_confirm, _outputs(path, confirm_feeds, engine))
+            got = _outputs(path, confirm_feeds, engine)
+            confirmed_measured = evaluate_metric(metric, ref_confirm, got)
+            return score(ref_confirm, got)
 
         # whole-model fixes first, cheapest in MACs (none leaves integer arithmetic):
         # rounding-aware weights (eq. (12)), then activation balancing (eq. (13))
@@ -481,6 +668,16 @@ def search(
                 if steps >= target.max_steps:
                     break
         met = best_value >= minimum and confirmed is not None and confirmed >= minimum
+        if not met and margin_rows is not None and best_path in noise:
+            # how far the search was: the margin noise eq. (11b) allows against the best's
+            sigma, n = noise[best_path]
+            allowed = noise_for_agreement(margin_rows, minimum, n)
+            if allowed is not None and sigma > 0:
+                gap = 20 * math.log10(sigma / allowed) if allowed > 0 else math.inf
+                reason += (
+                    f"; by eq. (11b) {minimum:g} needs the margin noise σ <= {allowed:.3g}, the best "
+                    f"trial's is {sigma:.3g} ({gap:.1f} dB too much)"
+                )
         # the final file: the best recipe, quantized once more straight to the output path
         summary = quantize(src, model_output, calib, best_recipe)
     report = AccuracyReport(
@@ -496,6 +693,8 @@ def search(
         reason=reason,
         integer_share=summary.integer_share,
         int8_share=int8_share(summary),
+        after_measured=measured.get(best_path) if target.estimate else None,
+        confirmed_measured=confirmed_measured if target.estimate else None,
     )
     del best_summary
     return summary, report

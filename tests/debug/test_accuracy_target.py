@@ -186,3 +186,121 @@ def test_the_search_on_an_engine_takes_the_same_steps(tmp_path):
     assert a.accuracy.changes == b.accuracy.changes
     assert a.accuracy.tried == b.accuracy.tried
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+
+
+def test_expected_agreement_follows_eq_11b():
+    """Eq. (11b) by hand: δ_ij = (g_ij − r_ij) − (g_i,top − r_i,top) over each row's FP32
+    runner-ups, σ their root mean square, and per FP32 row Π_j Φ(m_ij / σ)."""
+    from math import erf, sqrt
+
+    from quanta.quantize.accuracy import estimate_metric, expected_agreement, margin_noise
+
+    def phi(x):
+        return 0.5 * (1 + erf(x / sqrt(2)))
+
+    ref = [[np.array([[3.0, 1.0, 0.0], [0.0, 2.0, 1.5]])]]
+    got = [[np.array([[2.5, 1.25, 0.0], [0.25, 2.0, 2.0]])]]
+    # row 0: top 0, runner-ups 1, 2: δ = 0.25 + 0.5, 0 + 0.5; row 1: top 1, runner-ups 2, 0
+    deltas = [0.75, 0.5, 0.5, 0.25]
+    sigma, rows = margin_noise(ref, got)
+    assert rows == 2 and abs(sigma - sqrt(np.mean(np.square(deltas)))) < 1e-12
+    s = 0.4
+    want = (phi(2.0 / s) * phi(3.0 / s) + phi(0.5 / s) * phi(2.0 / s)) / 2
+    assert abs(expected_agreement(ref, s) - want) < 1e-12
+    assert expected_agreement(ref, 0.0) == 1.0
+    # the estimate: σ one standard error larger (n = 2 rows), margins of the rows given
+    margins = [[np.array([[1.0, 0.0, 0.2]])], *ref]
+    wide = sigma * (1 + 1 / sqrt(4))
+    assert (
+        abs(estimate_metric("top1_agreement", ref, got, margins) - expected_agreement(margins, wide)) < 1e-12
+    )
+    assert estimate_metric("top1_agreement", ref, got) == expected_agreement(ref, wide)
+    # eq. (2b): the mean cosine less its standard error; the other metrics are themselves
+    r0, r1 = ref[0][0]
+    g0, g1 = got[0][0]
+    cos = np.array([r @ g / (np.linalg.norm(r) * np.linalg.norm(g)) for r, g in ((r0, g0), (r1, g1))])
+    want_c = cos.mean() - cos.std(ddof=1) / sqrt(2)
+    assert abs(estimate_metric("mean_cosine", ref, got) - want_c) < 1e-12
+    assert estimate_metric("sqnr", ref, got) == evaluate_metric("sqnr", ref, got)
+    assert estimate_metric("cosine", ref, got) == evaluate_metric("cosine", ref, got)
+
+
+def test_the_estimate_predicts_unseen_rows_where_the_count_saturates():
+    """1000 classes, Gaussian logit noise at two levels: on 15 held-out rows every top-1
+    agrees at both (the count says 1.0 twice), while eq. (11b) from the same 15 rows and
+    the FP32 margins of 200 other rows ranks the two and lands near the agreement
+    measured on 20000 rows never seen (one standard error conservative)."""
+    from quanta.quantize.accuracy import estimate_metric
+
+    rng = np.random.default_rng(1)
+
+    def logits(n):
+        z = rng.standard_normal((n, 1000)) * 0.5
+        z[np.arange(n), rng.integers(0, 1000, n)] += rng.exponential(1.0, n) + 1.8
+        return z
+
+    held = logits(15)
+    margins = [[logits(200)]]
+    unseen = logits(20000)
+    e_held = rng.standard_normal(held.shape)
+    e_unseen = rng.standard_normal(unseen.shape)
+    values = []
+    for sigma in (0.02, 0.1):
+        ref, got = [[held]], [[held + e_held * sigma]]
+        assert evaluate_metric("top1_agreement", ref, got) == 1.0
+        est = estimate_metric("top1_agreement", ref, got, margins)
+        truth = float(np.mean((unseen + e_unseen * sigma).argmax(1) == unseen.argmax(1)))
+        assert truth - 0.02 <= est <= truth + 0.005, (sigma, est, truth)
+        values.append(est)
+    assert values[0] > values[1] + 0.03
+
+
+def test_a_top1_target_searches_on_past_a_saturated_count(tmp_path):
+    """Top-1 agreement with the plain count stops at the first trial whose held-out rows
+    all agree; the eq. (11b) estimate still sees the noise that will flip unseen rows
+    and takes one more fix, then reports the plain count beside the estimate."""
+    src, feeds = _spiky(tmp_path)
+    kw = dict(metric="top1_agreement", minimum=0.99, max_steps=4)
+    plain = quanta.quantize_static(
+        src, tmp_path / "p.onnx", feeds, accuracy=AccuracyTarget(**kw, estimate=False), verbose=False
+    ).accuracy
+    est = quanta.quantize_static(
+        src, tmp_path / "e.onnx", feeds, accuracy=AccuracyTarget(**kw), verbose=False
+    ).accuracy
+    assert plain.met and plain.after == 1.0 and plain.after_measured is None
+    assert est.met and est.after >= 0.99 and est.confirmed >= 0.99
+    # the same fixes in the same order, and one more: "up" kept float as well
+    assert [c.split(" (")[0] for c in est.changes[:-1]] == [c.split(" (")[0] for c in plain.changes]
+    assert len(est.changes) == len(plain.changes) + 1, est.tried
+    assert not any(c.startswith("up (MatMul)") for c in plain.changes)
+    assert est.changes[-1].startswith("up (MatMul) kept float")
+    # the trial the count stopped at is below the target by eq. (11b)
+    stop = float(est.tried[len(plain.changes) - 1].rsplit("-> ", 1)[1])
+    assert stop < 0.99
+    assert est.after_measured == 1.0 and est.confirmed_measured == 1.0
+    assert "measured top1_agreement: 1 on the search data" in est.format()
+
+
+def test_the_noise_a_top1_target_allows(tmp_path):
+    """noise_for_agreement inverts eq. (11b): at the σ it returns the estimate is the
+    minimum, a little less noise passes and a little more fails; the report of an
+    unreachable top-1 target says how much noise the best trial has over it."""
+    from quanta.quantize.accuracy import expected_agreement, noise_for_agreement
+
+    rng = np.random.default_rng(4)
+    rows = [[rng.standard_normal((50, 10)) * 2.0]]
+    sigma = noise_for_agreement(rows, 0.9, 8)
+    widen = 1 + 1 / np.sqrt(16)
+    assert abs(expected_agreement(rows, sigma * widen) - 0.9) < 1e-9
+    assert (
+        expected_agreement(rows, 0.99 * sigma * widen) > 0.9 > expected_agreement(rows, 1.01 * sigma * widen)
+    )
+    assert noise_for_agreement(rows, 1.5, 8) is None
+
+    src, feeds = _spiky(tmp_path)
+    target = AccuracyTarget(metric="top1_agreement", minimum=0.9999, max_steps=1, wide_activations=False)
+    rep = quanta.quantize_static(src, tmp_path / "u.onnx", feeds, accuracy=target, verbose=False).accuracy
+    assert not rep.met
+    assert "by eq. (11b) 0.9999 needs the margin noise" in rep.reason and "dB too much" in rep.reason, (
+        rep.reason
+    )
