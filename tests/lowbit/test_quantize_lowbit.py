@@ -54,9 +54,17 @@ def test_sixteen_bit_activations_run_in_ort_and_lower_to_the_a16w8_kernels(tmp_p
     assert "QLinearConv16" in ops and "Conv" not in ops, ops
     assert not [f for f in sess.fallbacks if "16" in str(f)]
     y = sess.run(None, feed)[0]
-    # the integer steps are the twins' bytes; the float Gemm at the end keeps the GEMM
-    # family's error bound (docs/float-ops.md (FG1)), its twin being NumPy's BLAS, whose
-    # summation order is the CPU's (an ulp apart on AVX-512 OpenBLAS kernels)
+    # the integer steps are the twins' bytes: the 16-bit codes the Gemm reads, exposed as a
+    # second output, are equal; the float Gemm at the end keeps the GEMM family's error
+    # bound (docs/float-ops.md (FG1)), its twin being NumPy's BLAS, whose summation order
+    # is the CPU's (an ulp apart on AVX-512 OpenBLAS kernels)
+    probe = onnx.load(out)
+    codes = [n.output[0] for n in probe.graph.node if n.op_type == "QuantizeLinear"][-1]
+    probe.graph.output.append(onnx.ValueInfoProto(name=codes))
+    native_codes = quanta.InferenceSession(probe.SerializeToString()).run([codes], feed)[0]
+    ref_codes = quanta.InferenceSession(probe.SerializeToString(), backend="reference").run([codes], feed)[0]
+    assert native_codes.dtype == np.dtype(act) and np.unique(native_codes).size > 16  # codes, not a constant
+    np.testing.assert_array_equal(native_codes, ref_codes)
     ref = quanta.InferenceSession(str(out), backend="reference").run(None, feed)[0]
     np.testing.assert_allclose(y, ref, rtol=4e-6, atol=1e-6)
     f = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
@@ -122,11 +130,9 @@ def test_int4_weights_lower_to_w4a8_and_run_in_ort(tmp_path):
     names = [s.kernel.name for s in sess.plan.steps if s.node.op_type == "MatMulW4A8"]
     assert len(names) == 2 and all(n.startswith("native:matmul_w4a8") for n in names), names
     y = sess.run(None, feed)[0]
-    # the integer steps are the twins' bytes; the float Gemm at the end keeps the GEMM
-    # family's error bound (docs/float-ops.md (FG1)), its twin being NumPy's BLAS, whose
-    # summation order is the CPU's (an ulp apart on AVX-512 OpenBLAS kernels)
-    ref = quanta.InferenceSession(str(out), backend="reference").run(None, feed)[0]
-    np.testing.assert_allclose(y, ref, rtol=4e-6, atol=1e-6)
+    np.testing.assert_array_equal(
+        y, quanta.InferenceSession(str(out), backend="reference").run(None, feed)[0]
+    )
     ort = pytest.importorskip("onnxruntime")
     o = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     # one step of the hidden activation (uint8) through |w2| column sums, plus float rounding
