@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -1086,25 +1086,36 @@ def _externalize(proto: onnx.ModelProto, location: str, data_file) -> None:
         offset += len(raw)
 
 
-def _new_file_mode(dest: Path) -> int:
-    """The permissions ``open(dest, "w")`` would leave: the existing file's when it is
-    there, else 0666 less the process umask (a file quanta writes is as readable as
-    one any other tool writes, not mkstemp's owner-only 0600)."""
+def _temporary_next_to(dest: Path) -> tuple[int, str]:
+    """A new file next to ``dest`` opened for writing, created with the mode ``open(dest,
+    "w")`` would give: 0666 less the umask, which the kernel applies (mkstemp's 0600 made
+    quanta's files unreadable to other users, where any other tool's are not; reading
+    the umask in Python means setting it, a race with other threads), or the replaced
+    file's mode when ``dest`` exists."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = str(dest.parent / f".{dest.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o666)
+        except FileExistsError:
+            continue
+        break
+    else:
+        raise FileExistsError(errno.EEXIST, "no free temporary name", str(dest.parent))
     try:
-        return stat.S_IMODE(os.stat(dest).st_mode)
+        mode = stat.S_IMODE(os.stat(dest).st_mode)
     except OSError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
+        return fd, tmp
+    if hasattr(os, "fchmod"):
+        os.fchmod(fd, mode)
+    return fd, tmp
 
 
 def _write_atomically(dest: Path, write) -> str:
     """``write(file)`` into a temporary file next to ``dest``; returns its path (the
     caller renames it)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    fd, tmp = _temporary_next_to(dest)
     try:
-        if hasattr(os, "fchmod"):  # mkstemp makes it 0600: give the mode open() would
-            os.fchmod(fd, _new_file_mode(dest))
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

@@ -87,13 +87,14 @@ def test_save_writes_files_readable_as_open_would_make_them(tmp_path):
     """quanta's files were 0600 (mkstemp's mode, kept by the atomic rename) where ONNX
     Runtime's quantizer writes 0644: another user, a server account or a container could
     not read them. A new file gets 0666 less the umask (its external data too); an
-    existing one keeps its mode."""
-    mask = os.umask(0o022)
+    existing one keeps its mode. A umask other than the usual 022 and an existing mode
+    other than both, so a hard-coded 0644 or a umask applied twice shows."""
+    mask = os.umask(0o027)
     try:
         save(load(models.qdq_conv()), tmp_path / "new.onnx")
         save(load(models.qdq_conv()), tmp_path / "ext.onnx", external_data=True)
         (tmp_path / "old.onnx").write_bytes(b"")
-        os.chmod(tmp_path / "old.onnx", 0o640)
+        os.chmod(tmp_path / "old.onnx", 0o604)
         save(load(models.qdq_conv()), tmp_path / "old.onnx")
     finally:
         os.umask(mask)
@@ -101,11 +102,11 @@ def test_save_writes_files_readable_as_open_would_make_them(tmp_path):
     def mode(name: str) -> int:
         return os.stat(tmp_path / name).st_mode & 0o777
 
-    assert mode("new.onnx") == 0o644
-    assert mode("ext.onnx") == 0o644
+    assert mode("new.onnx") == 0o640
+    assert mode("ext.onnx") == 0o640
     if (tmp_path / "ext.onnx.data").exists():
-        assert mode("ext.onnx.data") == 0o644
-    assert mode("old.onnx") == 0o640
+        assert mode("ext.onnx.data") == 0o640
+    assert mode("old.onnx") == 0o604
 
 
 def test_save_leaves_no_partial_file_when_the_model_is_invalid(tmp_path):
