@@ -98,9 +98,40 @@ def _reduce_kernel(op_type: str):
     return run
 
 
+def _trailing_rows_call(
+    row_op: str, post: str | None, sig: Specialization, red: tuple[int, ...], keepdims: int
+) -> Any:
+    """One x shape reduced over ``red`` when those are its trailing axes (the rows are x
+    itself: the global average of NCHW) with no pre-step: rows, output shape and divisor
+    found once, the rows reduced straight into the planned output, the post-step in place.
+    None when the reduced axes are not the trailing ones (the rows need a transposed copy:
+    the generic call)."""
+    shape = sig.shapes[0]
+    assert shape is not None
+    kept = [a for a in range(len(shape)) if a not in red]
+    if list(red) != list(range(len(kept), len(shape))):
+        return None
+    kept_shape = tuple(shape[a] for a in kept)
+    r, d = math.prod(kept_shape), math.prod(shape[a] for a in red)
+    out_shape = tuple(1 if a in red else n for a, n in enumerate(shape)) if keepdims else kept_shape
+    reduce_rows, threads, out = _native().reduce_rows_f32, step_threads(sig, r * d), sig.out
+    target = None if out is None else out.reshape(r)
+    divisor = F32.type(d)
+
+    def call(x: np.ndarray, *rest: Any) -> np.ndarray:
+        y = reduce_rows(row_op, x.reshape(r, d), threads, target)
+        if post == "mean":
+            np.divide(y, divisor, out=y)  # f32(s / f32(D)), one IEEE division per row
+        elif post == "sqrt":
+            np.sqrt(y, out=y)
+        return out if out is not None else y.reshape(out_shape)
+
+    return call
+
+
 def _reduce_specializer(op_type: str, fn: Any) -> Any:
-    """The reduction of one x shape whose reduced axes are the trailing ones (rows are x
-    itself) and need no pre-step: the axes, row shape and output shape found once."""
+    """The reduction of one x shape whose reduced axes are the trailing ones and need no
+    pre-step (:func:`_trailing_rows_call`), the axes found once."""
     row_op, pre, post = REDUCE_OPS[op_type]
 
     def specialize(
@@ -115,30 +146,11 @@ def _reduce_specializer(op_type: str, fn: Any) -> Any:
         red = _reduce_axes(op_type, sig.ctx, np.empty(shape, F32), axes_input, axes, noop_with_empty_axes)
         if red is None:
             return None
-        kept = [a for a in range(len(shape)) if a not in red]
-        if list(red) != list(range(len(kept), len(shape))):
-            return None  # the rows need a transposed copy: the generic call
-        kept_shape = tuple(shape[a] for a in kept)
-        r, d = math.prod(kept_shape), math.prod(shape[a] for a in red)
-        out_shape = tuple(1 if a in red else n for a, n in enumerate(shape)) if keepdims else kept_shape
-        reduce_rows, threads, out = _native().reduce_rows_f32, step_threads(sig, r * d), sig.out
-        target = None if out is None or post is not None else out.reshape(-1)
-        divisor = F32.type(d)
+        call = _trailing_rows_call(row_op, post, sig, tuple(red), keepdims)
+        if call is None:
+            return None
         attrs = {"axes": axes, "keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes}
-
-        def call(x: np.ndarray, *rest: Any) -> np.ndarray:
-            y = reduce_rows(row_op, x.reshape(r, d), threads, target)
-            if post == "mean":
-                np.divide(y, divisor, out=y)
-            elif post == "sqrt":
-                np.sqrt(y, out=y)
-            if out is not None:
-                if target is None:
-                    np.copyto(out, y.reshape(out_shape))
-                return out
-            return y.reshape(out_shape)
-
-        return guarded(call, fn, attrs, out)
+        return guarded(call, fn, attrs, sig.out)
 
     return specialize
 
@@ -188,27 +200,17 @@ def _global_pool_kernel(op_type: str, row_op: str):
 
 
 def _global_pool_specializer(row_op: str, fn: Any) -> Any:
-    """The global pool of one x shape: rows, output shape and divisor found once, the
-    rows reduced straight into the planned output (the generic call's reshapes, product
-    and copy cost twice the kernel on a squeeze-excitation block's [1, 256, 7, 7])."""
+    """The global pool of one x shape: ReduceMean / ReduceMax over the spatial axes, the
+    trailing ones (:func:`_trailing_rows_call`; the generic call's reshapes, product and
+    copy cost twice the kernel on a squeeze-excitation block's [1, 256, 7, 7])."""
 
     def specialize(sig: Specialization) -> Any:
         shape = sig.shapes[0]
         if shape is None or sig.dtypes[0] != F32 or len(shape) < 3 or math.prod(shape) == 0:
             return None
-        r, d = shape[0] * shape[1], math.prod(shape[2:])
-        out_shape = tuple(shape[:2]) + (1,) * (len(shape) - 2)
-        reduce_rows, threads, out = _native().reduce_rows_f32, step_threads(sig, r * d), sig.out
-        target = None if out is None else out.reshape(r)
-        divisor = F32.type(d)
-
-        def call(x: np.ndarray) -> np.ndarray:
-            y = reduce_rows(row_op, x.reshape(r, d), threads, target)
-            if row_op == "sum":
-                np.divide(y, divisor, out=y)  # f32(s / f32(D)), as the generic call
-            return out if out is not None else y.reshape(out_shape)
-
-        return guarded(call, fn, {}, out)
+        post = "mean" if row_op == "sum" else None
+        call = _trailing_rows_call(row_op, post, sig, tuple(range(2, len(shape))), keepdims=1)
+        return guarded(call, fn, {}, sig.out)
 
     return specialize
 
