@@ -54,7 +54,7 @@ from __future__ import annotations
 import numpy as np
 
 from quanta.kernels.reference.integer_ops import matmul_integer
-from quanta.kernels.reference.ms_qops import HALF_SCALE_DTYPES
+from quanta.kernels.reference.ms_qops import widen_half_scale
 from quanta.kernels.reference.qgemm import accumulate, output_stage
 from quanta.kernels.reference.quantize import dynamic_quantize_linear
 from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, register
@@ -90,8 +90,7 @@ def _check_operand_types(a: np.ndarray, b: np.ndarray) -> None:
 
 def _f32_scale(v: np.ndarray, what: str) -> np.ndarray:
     v = np.asarray(v)
-    if v.dtype in HALF_SCALE_DTYPES:  # a half-precision model's Q/DQ scale: exact in float32
-        v = v.astype(np.float32)
+    v = widen_half_scale(v)
     if v.dtype != np.float32:
         raise OpError(f"{what}: expected float32, got {v.dtype}")
     return v

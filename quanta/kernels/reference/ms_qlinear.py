@@ -60,7 +60,7 @@ from collections.abc import Callable
 import numpy as np
 
 from quanta.kernels.reference.ms_lstm import mlas_logistic
-from quanta.kernels.reference.ms_qops import HALF_SCALE_DTYPES
+from quanta.kernels.reference.ms_qops import widen_half_scale
 from quanta.kernels.reference.quantize import quantize_linear
 from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, register
 from quanta.kernels.reference.requant import requantize, storage_range
@@ -83,8 +83,7 @@ def _f32_scalar(v: np.ndarray | float, what: str) -> np.float32:
     v = np.asarray(v)
     if v.size != 1:
         raise OpError(f"{what}: expected a scalar or a 1-element tensor (per-tensor), got shape {v.shape}")
-    if v.dtype in HALF_SCALE_DTYPES:  # a half-precision model's Q/DQ scale: exact in float32
-        v = v.astype(np.float32)
+    v = widen_half_scale(v)
     if v.dtype != np.float32:
         raise OpError(f"{what}: expected float32, got {v.dtype}")
     return np.float32(v.reshape(()))

@@ -72,6 +72,14 @@ _F32_DT = np.dtype(np.float32)
 #: scale types a Q/DQ of a half-precision model has (opset 19 on): the fused ops take them
 #: converted to float32, exactly
 HALF_SCALE_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def widen_half_scale(v: np.ndarray) -> np.ndarray:
+    """A float16 / bfloat16 scale (a half-precision model's Q/DQ, opset 19 on) as the
+    float32 the fused ops compute in, exactly; any other array unchanged."""
+    return v.astype(np.float32) if v.dtype in HALF_SCALE_DTYPES else v
+
+
 _FLT_MAX = F32(np.finfo(np.float32).max)
 
 
@@ -82,10 +90,8 @@ def _per_tensor(v: np.ndarray | float | int, what: str, dtype: np.dtype | None =
         raise OpError(
             f"{what}: expected a scalar or a 1-D tensor of size 1 (per tensor), got shape {v.shape}"
         )
-    if dtype == _F32_DT and v.dtype in HALF_SCALE_DTYPES:
-        # a Q/DQ scale of a half-precision model (float16 / bfloat16 from opset 19) reaches
-        # the fused op as it is: exact in float32, the type the kernel computes in
-        v = v.astype(F32)
+    if dtype == _F32_DT:
+        v = widen_half_scale(v)
     if dtype is not None and v.dtype != dtype:
         raise OpError(f"{what}: expected {dtype}, got {v.dtype}")
     return v.reshape(())
