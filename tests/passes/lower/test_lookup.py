@@ -199,18 +199,9 @@ def test_lookup_between_storages_is_bit_exact(kind, x_type, y_type):
     node = next(n for n in model.graph.nodes if n.op_type == "QLinearLookup")
     assert np.asarray(node.inputs[5].const).dtype == np.dtype(y_type)
     verify(model.graph, Stage.LOWERED)
-    rng = np.random.default_rng(6)
-    f = {"x_in": rng.uniform(-140 * 0.043, 140 * 0.043, size=shape).astype(np.float32)}
-    expected = run_ref(proto, f)[0]
-    np.testing.assert_array_equal(expected, run_ref(model, f)[0])
-    for backend in ("reference", "native"):
-        for threads in (1, 2):
-            so = quanta.SessionOptions()
-            so.intra_op_num_threads = threads
-            sess = InferenceSession(proto.SerializeToString(), so, backend=backend)
-            np.testing.assert_array_equal(expected, sess.run(None, f)[0], err_msg=f"{backend} t{threads}")
-            if backend == "native":
-                assert any(s.kernel.name.startswith("native:qlinear_lookup") for s in sess.plan.steps)
+    kernels = sessions_give_the_groups_bytes(proto, model, shape, seed=6)
+    table = f"{'channels_' if kind == 'bn' else ''}{'u8' if y_type == np.uint8 else 's8'}"
+    assert kernels == [f"native:qlinear_lookup_{table}"]  # named by the output's storage
 
 
 def test_lookup_refuses_a_constant_along_two_axes():
@@ -298,20 +289,28 @@ def test_lookup_per_channel_is_bit_exact_with_the_group(kind, shape, axis, dtype
     node = next(n for n in model.graph.nodes if n.op_type == "QLinearLookup")
     assert node.attrs["axis"] == axis and np.shape(node.inputs[5].const) == (shape[axis], 256)
     verify(model.graph, Stage.LOWERED)
-    rng = np.random.default_rng(5)
+    kernels = sessions_give_the_groups_bytes(proto, model, shape, seed=5)
+    assert kernels == [f"native:qlinear_lookup_channels_{'u8' if dtype == np.uint8 else 's8'}"]
+
+
+def sessions_give_the_groups_bytes(proto, model, shape, *, seed: int) -> list[str]:
+    """The lowered ``model`` and sessions of ``proto`` (reference and native, 1 and 2
+    threads) give the float group's bytes on inputs beyond both saturation ends; returns
+    the native session's QLinearLookup kernel names."""
+    rng = np.random.default_rng(seed)
     f = {"x_in": rng.uniform(-140 * 0.043, 140 * 0.043, size=shape).astype(np.float32)}
     expected = run_ref(proto, f)[0]
     np.testing.assert_array_equal(expected, run_ref(model, f)[0])
+    names: list[str] = []
     for backend in ("reference", "native"):
         for threads in (1, 2):
             so = quanta.SessionOptions()
             so.intra_op_num_threads = threads
             sess = InferenceSession(proto.SerializeToString(), so, backend=backend)
-            got = sess.run(None, f)[0]
-            np.testing.assert_array_equal(expected, got, err_msg=f"{backend} t{threads}")
+            np.testing.assert_array_equal(expected, sess.run(None, f)[0], err_msg=f"{backend} t{threads}")
             if backend == "native":
                 names = [s.kernel.name for s in sess.plan.steps if s.op_type == "QLinearLookup"]
-                assert names == [f"native:qlinear_lookup_channels_{'u8' if dtype == np.uint8 else 's8'}"]
+    return names
 
 
 def test_lookup_per_channel_off_for_one_table_targets():
