@@ -181,6 +181,15 @@ def _outputs(path: Any, feeds: Sequence[dict[str, np.ndarray]], engine: Any = No
     return _HOOKS["outputs"](path, feeds, engine=engine)
 
 
+def _row_cosines(r: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """Eq. (2)'s rows: per sample of a first output (its whole row), the cosine of ``g``
+    against ``r`` (1 where either is all zeros), float64."""
+    rr = r.reshape(r.shape[0], -1) if r.ndim > 1 else r.reshape(1, -1)
+    gg = np.asarray(g, np.float64).reshape(rr.shape)
+    den = np.linalg.norm(rr, axis=1) * np.linalg.norm(gg, axis=1)
+    return np.where(den > 0, np.sum(rr * gg, 1) / np.where(den > 0, den, 1.0), 1.0)
+
+
 def evaluate_metric(metric: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> float:
     """``metric`` of ``got`` against ``ref`` (per feed, per output): eqs. (1), (2), (11)."""
     sig = noise = 0.0
@@ -196,10 +205,7 @@ def evaluate_metric(metric: str, ref: list[list[np.ndarray]], got: list[list[np.
             sig += float(np.sum(r * r))
             noise += float(np.sum((r - g) ** 2))
             if k == 0:
-                rr = r.reshape(r.shape[0], -1) if r.ndim > 1 else r.reshape(1, -1)
-                gg = g.reshape(rr.shape)
-                den = np.linalg.norm(rr, axis=1) * np.linalg.norm(gg, axis=1)
-                cos = np.where(den > 0, np.sum(rr * gg, 1) / np.where(den > 0, den, 1.0), 1.0)
+                cos = _row_cosines(r, g)
                 cos_min = min(cos_min, float(cos.min()))
                 cos_sum += float(cos.sum())
                 cos_n += int(cos.size)
@@ -332,12 +338,7 @@ def estimate_metric(
         for r_outs, g_outs in zip(ref, got):
             if not r_outs or np.asarray(r_outs[0]).dtype.kind != "f" or np.asarray(r_outs[0]).size == 0:
                 continue
-            # eq. (2)'s rows: a sample's whole first output, as evaluate_metric
-            r = np.asarray(r_outs[0], np.float64)
-            r = r.reshape(r.shape[0], -1) if r.ndim > 1 else r.reshape(1, -1)
-            g = np.asarray(g_outs[0], np.float64).reshape(r.shape)
-            den = np.linalg.norm(r, axis=1) * np.linalg.norm(g, axis=1)
-            cos.append(np.where(den > 0, np.sum(r * g, 1) / np.where(den > 0, den, 1.0), 1.0))
+            cos.append(_row_cosines(np.asarray(r_outs[0], np.float64), g_outs[0]))
         c = np.concatenate(cos) if cos else np.ones(1)
         if c.size < 2:
             return float(c.mean())
