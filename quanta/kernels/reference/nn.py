@@ -139,9 +139,10 @@ def hard_sigmoid(ctx: OpContext, x: np.ndarray, *, alpha: float = 0.2, beta: flo
 
 @register("HardSwish")
 def hard_swish(ctx: OpContext, x: np.ndarray) -> np.ndarray:
-    """y = x * max(0, min(1, x / 6 + 0.5))."""
+    """y = x * max(0, min(1, alpha * x + 0.5)), alpha = 1/6 in x's type and multiplied:
+    ONNX's definition and ONNX Runtime's bytes (a division by 6 rounds differently)."""
     del ctx  # unused
-    return _unary(x, lambda v: v * np.clip(v / 6 + 0.5, 0, 1))
+    return _unary(x, lambda v: v * np.clip(v * v.dtype.type(1 / 6) + v.dtype.type(0.5), 0, 1))
 
 
 def _softplus(v: np.ndarray) -> np.ndarray:

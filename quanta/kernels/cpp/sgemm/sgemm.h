@@ -51,8 +51,9 @@ constexpr int kPackNr = 32;  // columns of a packed B panel (a multiple of every
 // kernels it replaces, called on the tile's elements (float_ops / tensor_ops run
 // functions of the same ISA), so the bytes are those of the unfused steps:
 //   kSilu         y = f32(x · sigmoid(x))                     Sigmoid (Σ1)-(Σ2), Mul
-//   kHardSwish    y = f32(x · min(max(f32(f32(x / 6) + 0.5), 0), 1))        HardSwish
-//   kHardSigmoid  y = min(max(f32(f32(p0 · x) + p1), 0), 1)                 HardSigmoid
+//   kHardSwish    y = f32(x · clip01(f32(f32(x · f32(1/6)) + 0.5)))        HardSwish
+//   kHardSigmoid  y = clip01(f32(f32(p0 · x) + p1))                          HardSigmoid
+//   (clip01: np.clip(t, 0, 1), docs/float-ops.md "Elementwise")
 //   kClipGateDiv  y = f32(f32(x · min(max(f32(x + p0), p1), p2)) / p3)
 //                 (Paddle's written-out hardswish: Add, Clip, Mul, Div)
 enum class PostKind : int { kNone = 0, kSilu = 1, kHardSwish = 2, kHardSigmoid = 3, kClipGateDiv = 4 };

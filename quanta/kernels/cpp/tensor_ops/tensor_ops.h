@@ -15,8 +15,9 @@
 //               (±0) the SECOND operand; min alike with <
 //   clip        y = min(max(x, lo), hi), each bound only when given (nn.clip)
 //   sqrt, neg, abs, reciprocal (f32(1 / x)), square f32(x · x), cube f32(f32(x · x) · x)
-//   hard_sigmoid  y = min(max(f32(f32(alpha · x) + beta), 0), 1)   alpha, beta float32
-//   hard_swish  y = f32(x · min(max(f32(f32(x / 6) + 0.5), 0), 1))
+//   hard_sigmoid  y = clip01(f32(f32(alpha · x) + beta))   alpha, beta float32, clip01 as
+//               np.clip(t, 0, 1): t itself on NaN and on ties (clip01(−0) = −0)
+//   hard_swish  y = f32(x · clip01(f32(f32(x · f32(1/6)) + 0.5)))
 //   cast        C conversions as numpy's astype: float -> integer truncates toward zero
 //               (out of range: undefined in ONNX, not pinned), integer -> narrower
 //               integer keeps the low bits, -> bool is x != 0 (NaN -> true)

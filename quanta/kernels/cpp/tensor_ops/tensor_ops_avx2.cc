@@ -5,6 +5,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "simd.h"
 #include "tensor_ops/tensor_ops.h"
 
 namespace quanta {
