@@ -177,7 +177,9 @@ def test_hard_swish_gives_onnx_runtime_and_onnx_reference_bytes():
     import onnxruntime as ort
     from onnx.reference import ReferenceEvaluator
 
-    x = np.concatenate([floats(np.random.default_rng(5), (20011,), scale=4), np.arange(-7, 7.01, 0.125, dtype=F32)])
+    x = np.concatenate(
+        [floats(np.random.default_rng(5), (20011,), scale=4), np.arange(-7, 7.01, 0.125, dtype=F32)]
+    )
     graph = helper.make_graph(
         [helper.make_node("HardSwish", ["x"], ["y"])],
         "hs",
@@ -185,16 +187,22 @@ def test_hard_swish_gives_onnx_runtime_and_onnx_reference_bytes():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])],
     )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
     assert_bit_exact(want, ReferenceEvaluator(proto).run(None, {"x": x})[0], "onnx.reference")
     assert_bit_exact(want, get_op("HardSwish")(KernelContext(), x), "twin")
     with np.errstate(invalid="ignore"):  # inf · 0 in the specials
         divided = x * np.clip(x / F32(6) + F32(0.5), 0, 1)
     assert np.count_nonzero(want != divided) > 100  # the sample tells them apart
-    assert_bit_exact(want, quanta.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0], "session")
+    assert_bit_exact(
+        want, quanta.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0], "session"
+    )
 
 
-@pytest.mark.parametrize(("alpha", "beta"), [(0.2, 0.5), (1 / 6, 0.5), (0.3, -0.1), (0.25, 0.0), (0.25, -0.0)])
+@pytest.mark.parametrize(
+    ("alpha", "beta"), [(0.2, 0.5), (1 / 6, 0.5), (0.3, -0.1), (0.25, 0.0), (0.25, -0.0)]
+)
 def test_hard_sigmoid_matches_twin(alpha, beta):
     x = floats(np.random.default_rng(13), (2, 17, 33), scale=5)
     run_both("HardSigmoid", [x], {"alpha": alpha, "beta": beta})
