@@ -394,6 +394,8 @@ def test_col2im_refuses_bad_arguments() -> None:
         (16, 14, 14, 3, 2, 1, [1, 0, 2, 1]),
         (7, 9, 11, 3, 1, 2, [2, 2, 2, 2]),
         (33, 5, 3, 3, 3, 1, [0, 0, 0, 0]),
+        (23, 6, 31, 3, 2, 1, [1, 1, 1, 1]),  # rows of 31 inputs: two 16 x 16 transposes per row
+        (19, 4, 50, 3, 3, 1, [0, 0, 0, 0]),  # the last 2 input columns are never read: not copied
     ],
 )
 def test_depthwise_small_planes_give_the_row_kernels_bytes(c, h, w, k, stride, dil, pads) -> None:

@@ -321,13 +321,10 @@ void conv_depthwise_blocked(const ConvGeom& g, const float* x, const float* w, c
     float* b16 = w16 + taps * 16;
     float* out16 = b16 + 16;
     std::fill(buf, buf + hp * wp * 16, 0.0f);
-    for (int64_t l = 0; l < cb; ++l) {
-      const float* plane = x + (img * g.c + c0 + l) * g.h * g.w;
-      for (int64_t iy = 0; iy < g.h && iy + g.pt < hp; ++iy) {
-        float* dst = buf + (iy + g.pt) * wp * 16 + l;
-        const int64_t cols = std::min(g.w, wp - g.pl);
-        for (int64_t ix = 0; ix < cols; ++ix) dst[(ix + g.pl) * 16] = plane[iy * g.w + ix];
-      }
+    const float* planes = x + (img * g.c + c0) * g.h * g.w;
+    const int64_t cols = std::min(g.w, wp - g.pl);
+    for (int64_t iy = 0; iy < g.h && iy + g.pt < hp; ++iy) {
+      kr.interleave16(planes + iy * g.w, g.h * g.w, static_cast<int>(cb), cols, buf + ((iy + g.pt) * wp + g.pl) * 16);
     }
     for (int64_t t = 0; t < taps; ++t) {
       for (int64_t l = 0; l < 16; ++l) w16[t * 16 + l] = l < cb ? w[(c0 + l) * taps + t] : 0.0f;
@@ -338,10 +335,7 @@ void conv_depthwise_blocked(const ConvGeom& g, const float* x, const float* w, c
     const int64_t positions = g.oh * g.ow;
     // lanes past cb hold the chains of zero weights: harmless to transform
     if (post) apply_post(*post, out16, positions * 16);
-    for (int64_t l = 0; l < cb; ++l) {
-      float* dst = y + (img * g.c + c0 + l) * positions;
-      for (int64_t p = 0; p < positions; ++p) dst[p] = out16[p * 16 + l];
-    }
+    kr.deinterleave16(out16, positions, static_cast<int>(cb), y + (img * g.c + c0) * positions, positions);
   };
   if (threads <= 1 || tasks == 1) {
     for (int64_t t = 0; t < tasks; ++t) body(t, 0);
@@ -366,7 +360,7 @@ float* padded_plane_scratch(int64_t h, int64_t w, int64_t pl, int64_t wp) {
 
 void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const float* bias, float lo, float hi, float* y,
                     int num_threads, const Kernels& kr, const PostOp* post) {
-  if (kr.dw_block16 && g.ow <= 16) {
+  if (kr.dw_block16 && kr.interleave16 && kr.deinterleave16 && g.ow <= 16) {
     conv_depthwise_blocked(g, x, w, bias, lo, hi, y, num_threads, kr, post);
     return;
   }

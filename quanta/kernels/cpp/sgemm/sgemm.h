@@ -122,6 +122,13 @@ using GemvFn = void (*)(const float* a_panels, int64_t panels, int64_t k, const 
 using DwBlockFn = void (*)(const float* buf, int64_t wp, const float* w16, const float* bias16, int kh, int kw, int sh,
                            int sw, int dh, int dw, int64_t oh, int64_t ow, float lo, float hi, float* out16);
 
+// The lane moves around DwBlockFn (null where dw_block16 is): interleave16 writes
+// dst[i·16 + l] = src[l·ld + i] for l < cb and 0 for cb ≤ l < 16, i < n;
+// deinterleave16 writes dst[l·ld + i] = src[i·16 + l] for l < cb, i < n. Bytes moved,
+// never computed: 16 x 16 in-register transposes instead of one scalar per element.
+using Interleave16Fn = void (*)(const float* src, int64_t ld, int cb, int64_t n, float* dst);
+using Deinterleave16Fn = void (*)(const float* src, int64_t n, int cb, float* dst, int64_t ld);
+
 struct Kernels {
   const char* isa;
   int mr, nr;               // the micro-kernel's tile
@@ -133,6 +140,8 @@ struct Kernels {
   GemvFn gemv;
   DwBlockFn dw_block16;
   DwRows2Fn dw_rows2;
+  Interleave16Fn interleave16;
+  Deinterleave16Fn deinterleave16;
 };
 
 extern const Kernels kKernelsPortable;

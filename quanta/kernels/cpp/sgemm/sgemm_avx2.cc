@@ -96,6 +96,8 @@ extern const Kernels kKernelsAvx2 = {
     ymm::gemv,
     nullptr,  // dw_block16: small planes take the row kernel
     dw::rows2<simd::F32x8>,
+    nullptr,  // interleave16: no dw_block16
+    nullptr,
 };
 
 }  // namespace sgemm

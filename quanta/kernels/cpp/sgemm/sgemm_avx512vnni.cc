@@ -3,6 +3,8 @@
 // and the depthwise rows, 16 output pixels per zmm, up to 4 zmm per step.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "sgemm/dw_row.h"
 #include "sgemm/gemv_ymm.h"
 #include "sgemm/sgemm.h"
@@ -151,6 +153,54 @@ void dw_block16(const float* buf, int64_t wp, const float* w16, const float* bia
   }
 }
 
+// r[i] (16 rows of 16 floats) becomes its transpose: r[c] holds column c. Unpack pairs of
+// rows, then pairs of pairs (each 128-bit lane L of b[4j + k] holds column 4L + k of rows
+// 4j .. 4j + 3), then a 4 x 4 transpose of the 128-bit lanes per k.
+inline void transpose16(__m512 r[16]) {
+  __m512 a[16], b[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    b[4 * j + 0] = _mm512_shuffle_ps(a[4 * j + 0], a[4 * j + 2], 0x44);
+    b[4 * j + 1] = _mm512_shuffle_ps(a[4 * j + 0], a[4 * j + 2], 0xEE);
+    b[4 * j + 2] = _mm512_shuffle_ps(a[4 * j + 1], a[4 * j + 3], 0x44);
+    b[4 * j + 3] = _mm512_shuffle_ps(a[4 * j + 1], a[4 * j + 3], 0xEE);
+  }
+  for (int k = 0; k < 4; ++k) {
+    const __m512 c0 = _mm512_shuffle_f32x4(b[k], b[4 + k], 0x88), c1 = _mm512_shuffle_f32x4(b[k], b[4 + k], 0xDD);
+    const __m512 c2 = _mm512_shuffle_f32x4(b[8 + k], b[12 + k], 0x88);
+    const __m512 c3 = _mm512_shuffle_f32x4(b[8 + k], b[12 + k], 0xDD);
+    r[k] = _mm512_shuffle_f32x4(c0, c2, 0x88);
+    r[8 + k] = _mm512_shuffle_f32x4(c0, c2, 0xDD);
+    r[4 + k] = _mm512_shuffle_f32x4(c1, c3, 0x88);
+    r[12 + k] = _mm512_shuffle_f32x4(c1, c3, 0xDD);
+  }
+}
+
+void interleave16(const float* src, int64_t ld, int cb, int64_t n, float* dst) {
+  for (int64_t i0 = 0; i0 < n; i0 += 16) {
+    const int m = static_cast<int>(std::min<int64_t>(16, n - i0));
+    const __mmask16 k = static_cast<__mmask16>((1u << m) - 1u);
+    __m512 r[16];
+    for (int l = 0; l < 16; ++l) r[l] = l < cb ? _mm512_maskz_loadu_ps(k, src + l * ld + i0) : _mm512_setzero_ps();
+    transpose16(r);
+    for (int p = 0; p < m; ++p) _mm512_storeu_ps(dst + (i0 + p) * 16, r[p]);
+  }
+}
+
+void deinterleave16(const float* src, int64_t n, int cb, float* dst, int64_t ld) {
+  for (int64_t i0 = 0; i0 < n; i0 += 16) {
+    const int m = static_cast<int>(std::min<int64_t>(16, n - i0));
+    const __mmask16 k = static_cast<__mmask16>((1u << m) - 1u);
+    __m512 r[16];
+    for (int p = 0; p < 16; ++p) r[p] = p < m ? _mm512_loadu_ps(src + (i0 + p) * 16) : _mm512_setzero_ps();
+    transpose16(r);
+    for (int l = 0; l < cb; ++l) _mm512_mask_storeu_ps(dst + l * ld + i0, k, r[l]);
+  }
+}
+
 }  // namespace
 
 extern const Kernels kKernelsAvx512Vnni = {
@@ -167,6 +217,8 @@ extern const Kernels kKernelsAvx512Vnni = {
     ymm::gemv,
     dw_block16,
     dw::rows2<simd::F32x16>,
+    interleave16,
+    deinterleave16,
 };
 
 }  // namespace sgemm

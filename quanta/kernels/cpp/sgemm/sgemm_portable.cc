@@ -81,6 +81,8 @@ extern const Kernels kKernelsPortable = {
     gemv,
     nullptr,  // dw_block16: small planes take the row kernel
     nullptr,  // dw_rows2: one row at a time
+    nullptr,  // interleave16: no dw_block16
+    nullptr,
 };
 
 }  // namespace sgemm
