@@ -57,6 +57,8 @@ def feed_for(name: str) -> dict[str, np.ndarray]:
         return feeds[10]
     if name in zoodata.AUDIO_MODELS:
         return zoodata.audio_feeds(name, "eval", 1, cache)[0]
+    if name in zoodata.TEXT_MODELS:
+        return zoodata.text_feeds(name, "eval", 1, cache)[0]
     return zoodata.image_feeds(name, "eval", 1)[0]
 
 
@@ -65,7 +67,11 @@ def _ort_session(path: str) -> ort.InferenceSession:
 
 
 def model_path(name: str) -> str:
-    return str(zoodata.cache_dir(None) / "models" / f"{name}.onnx")
+    models = zoodata.cache_dir(None) / "models"
+    # a model shipped with files of its own (slovorez's config) has a folder: fetch.py
+    # keeps the wheel's file name there
+    spec = next((s for s in zoodata.SPECS if s.name == name and s.data), None)
+    return str(models / spec.name / Path(spec.member).name if spec else models / f"{name}.onnx")
 
 
 def sessions(path: str, threads: int, profile: bool = False) -> dict[str, object]:

@@ -100,7 +100,9 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     """What the runtime compiles a float graph (no quantization operator) with: ONNX
     Runtime's basic level for a CNN. Constant nodes and constant subgraphs become
     constants (Paddle exports hold every weight in a Constant node, which the native
-    float kernels pack at compile time), no-ops go, and an inference BatchNormalization
+    float kernels pack at compile time), no-ops go, float16 islands compute in float32
+    between Casts (the native float kernels are float32; ONNX Runtime's CPU provider
+    does the same; docs/float-ops.md "float16 models"), and an inference BatchNormalization
     folds into the Conv / ConvTranspose / Gemm before it (one pass over the output
     instead of two; the folded weights are computed in float64 and rounded once, as ORT
     folds them in float32), and a Relu / Clip after a float Conv becomes the
@@ -121,10 +123,12 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     from quanta.passes.rules.fuse_float_gate import FuseFloatGate
     from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
+    from quanta.passes.rules.widen_half_islands import WidenHalfIslands
 
     return [
         FoldConstants(evaluator),
         RemoveNoops(),
+        WidenHalfIslands(),  # float16 islands in float32 between Casts: the rules below see float32
         FoldBatchNorm(),
         FoldConvAffine(),  # a constant per-channel Mul / Add after a float Conv: into its weights
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps

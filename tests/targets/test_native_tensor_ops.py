@@ -252,9 +252,22 @@ def test_cast_nan_to_bool_is_true():
     assert run_both("Cast", [x], {"to": TensorProto.BOOL}).tolist() == [True, False, False, True]
 
 
-def test_cast_to_float16_falls_back_with_reason():
-    kernel, reason = bind("Cast", [np.zeros(2, F32)], {"to": TensorProto.FLOAT16})
-    assert kernel is None and "float16" in reason
+def test_cast_between_float32_and_float16_is_numpys_conversion():
+    # float32 -> float16 rounds to nearest even: 1 + 2^-11 is a tie (-> 1), 65520 rounds
+    # up to inf, 2^-25 ties to 0 and 3·2^-26 rounds to the smallest subnormal; NaN, ±inf,
+    # ±0 and subnormals pass; float16 -> float32 is exact
+    x = floats(np.random.default_rng(23), (3, 67), scale=2.0**-14)
+    x.reshape(-1)[:8] = [1 + 2.0**-11, 65519.0, 65520.0, -1e9, 2.0**-25, 3 * 2.0**-26, 2.0**-24, -0.0]
+    y = run_both("Cast", [x], {"to": TensorProto.FLOAT16})
+    assert y.dtype == np.float16 and y.reshape(-1)[:8].tolist()[:4] == [1.0, 65504.0, np.inf, -np.inf]
+    assert y.reshape(-1)[4] == 0 and y.reshape(-1)[5] == y.reshape(-1)[6] == np.float16(2.0**-24)
+    run_both("Cast", [y], {"to": TensorProto.FLOAT})
+
+
+def test_cast_to_float16_from_another_type_falls_back_with_reason():
+    # float64 -> float16 must round once (float64 -> float32 -> float16 may round twice)
+    kernel, reason = bind("Cast", [np.zeros(2, np.float64)], {"to": TensorProto.FLOAT16})
+    assert kernel is None and "float16 from float32 only" in reason
 
 
 # --------------------------------------------------------------------------------------

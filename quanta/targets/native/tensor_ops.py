@@ -9,6 +9,7 @@ operator               native call                                    twin (bit-
 Clip                   ``unary_f32_ex("clip")``, ``clip_int``         nn.clip (np.maximum, then
                                                                       np.minimum)
 Cast                   ``cast`` (float32/64, (u)int8, int32/64, bool)  math_ops.cast_to (astype)
+                       float32 <-> float16: NumPy's astype itself
 Sqrt Neg Abs           ``unary_f32_ex``                               math_ops (one IEEE op)
 Reciprocal
 Exp                    ``exp_f32``                                    math_ops.exp: (E1)-(E6)
@@ -74,6 +75,7 @@ from quanta.targets.reference import reference_kernel
 __all__ = ["NATIVE_DTYPES"]
 
 F32 = np.dtype(np.float32)
+F16 = np.dtype(np.float16)
 
 #: element types the tensor_ops kernels take (Cast between any two, comparisons of any)
 NATIVE_DTYPES = frozenset(
@@ -192,16 +194,42 @@ def _cast_native(ctx: Any, x: Any, *, out: Any, to: int, saturate: int = 1, roun
     return _native().cast(x, dtype, _threads(ctx), out)
 
 
+#: float32 <-> float16: the Casts at the edges of a float16 island computed in float32
+#: (passes/rules/widen_half_islands.py)
+_HALF_CASTS = frozenset({(F32, F16), (F16, F32)})
+
+
+@_with_fallback("Cast")
+def _cast_half(ctx: Any, x: Any, *, out: Any, to: int, saturate: int = 1, round_mode: str = "up"):
+    """Cast float32 -> float16 (round to nearest even, overflow to ±inf) or float16 ->
+    float32 (exact): NumPy's own conversion loop, the one the twin's astype runs, bound
+    directly as Concat binds np.concatenate (a C++ copy of it would compute the same
+    bits; F16C / AVX-512 conversions would be faster, docs/float-ops.md)."""
+    del ctx, saturate, round_mode  # one thread; saturate / round_mode apply to float8 / e8m0 only
+    dtype = onnx_dtype(to)
+    if not isinstance(x, np.ndarray) or (x.dtype, dtype) not in _HALF_CASTS:
+        raise _Unsupported
+    with np.errstate(all="ignore"):  # overflow to ±inf is the conversion's result, as in the twin
+        if out is None:
+            return x.astype(dtype)
+        np.copyto(out, x, casting="unsafe")
+    return out
+
+
 @register_binder("Cast")
 def bind_cast(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """Cast between float32/64, (u)int8, int32/64 and bool."""
+    """Cast between float32/64, (u)int8, int32/64 and bool, and float32 <-> float16."""
     del model  # unused
     try:
         dtype = onnx_dtype(node.attrs.get("to", -1))
     except Exception:
         return None, f"Cast to {node.attrs.get('to')!r} has no native kernel"
+    if (_dtype(node.input(0)), dtype) in _HALF_CASTS:
+        return _kernel(_cast_half, f"cast_{dtype}")
     if dtype not in NATIVE_DTYPES:
-        return None, f"native Cast writes float32/64, (u)int8, int32/64 or bool, not {dtype}"
+        return None, (
+            f"native Cast writes float32/64, (u)int8, int32/64 or bool (float16 from float32 only), not {dtype}"
+        )
     reason = _known_dtype_reason("Cast", node, 0, NATIVE_DTYPES, "float32/64, (u)int8, int32/64 or bool")
     if reason:
         return None, reason
