@@ -421,6 +421,7 @@ UNARY = {
     "gelu_tanh": twin.gelu_tanh_f32,
     "mlas_logistic": mlas_logistic,  # ONNX Runtime's Sigmoid and Tanh (reference/ort_float.py)
     "mlas_tanh": mlas_tanh,
+    "silu": lambda v: v * twin.sigmoid_f32(v),  # a SiLU gate's Sigmoid then Mul (nn_conv's fused gate)
 }
 #: lengths with reasons: 1, 15/16/17 (one zmm ± 1, AVX2 two ymm ± 1), 63/65 (tails of 15
 #: and 1 after 4 blocks), 300, 1000 (odd tails, 8-lane tails of 4 and 0)
@@ -605,7 +606,7 @@ def test_boundary_errors_name_the_argument() -> None:
         (lambda: _native.exp_f32(x, num_threads=0), "exp_f32: num_threads: expected >= 1, got 0"),
         (
             lambda: _native.unary_f32("gelu_erf", x),
-            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, got 'gelu_erf'",
+            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, got 'gelu_erf'",
         ),
         (
             lambda: _native.unary_f32("erf", x.astype(np.float16)),

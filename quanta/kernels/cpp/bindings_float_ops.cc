@@ -137,6 +137,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
       {"gelu_tanh", float_ops::UnaryOp::kGeluTanh},
       {"mlas_logistic", float_ops::UnaryOp::kMlasLogistic},
       {"mlas_tanh", float_ops::UnaryOp::kMlasTanh},
+      {"silu", float_ops::UnaryOp::kSilu},
   };
   const std::pair<const char*, float_ops::UnaryOp>* found = nullptr;
   for (const auto& entry : kOps) {
@@ -144,7 +145,8 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
   }
   if (found == nullptr) {
     throw py::value_error(
-        "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, got '" +
+        "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, got "
+        "'" +
         op_name + "'");
   }
   auto x = require_array<float>(x_obj, "unary_f32: x");

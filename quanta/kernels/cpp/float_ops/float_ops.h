@@ -38,6 +38,8 @@
 //             (T3) e = exp(f32(t + t));  yb = f32(1 − f32(2 / f32(e + 1)))
 //             (T4) y = copysign(t < 0.75 ? ys : yb, x)
 //   sigmoid   (Σ1) e = exp(−|x|)  (Σ2) y = x >= 0 ? f32(1 / f32(1 + e)) : f32(e / f32(1 + e))
+//             (one division of the selected numerator)
+//   silu      y = f32(x · sigmoid(x)): the Sigmoid and Mul of a SiLU gate in one pass
 //   relu      y = np.maximum(x, 0): +0 for ±0, NaN stays NaN
 //   gelu      (G1) y = f32(f32(0.5 · x) · f32(1 + erf(f32(x / f32(√2)))))
 //             (G2) a = f32(K · f32(x + f32(C · f32(f32(x · x) · x))));
@@ -76,9 +78,10 @@ enum class UnaryOp : int {
   kGelu = 4,
   kGeluTanh = 5,
   kMlasLogistic = 6,
-  kMlasTanh = 7
+  kMlasTanh = 7,
+  kSilu = 8
 };
-constexpr int kNumUnaryOps = 8;
+constexpr int kNumUnaryOps = 9;
 
 // Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
 using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n);

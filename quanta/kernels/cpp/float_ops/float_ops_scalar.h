@@ -125,6 +125,8 @@ inline float sigmoid_one(float x) {
   return x >= 0.0f ? 1.0f / d : e / d;  // (Σ2); NaN: e / d is NaN
 }
 
+inline float silu_one(float x) { return x * sigmoid_one(x); }
+
 // np.maximum(x, 0): +0 for ±0 (np.maximum returns its second operand on equal zeros)
 // and x itself for NaN.
 inline float relu_one(float x) { return x > 0.0f || x != x ? x : 0.0f; }

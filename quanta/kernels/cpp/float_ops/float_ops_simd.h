@@ -93,7 +93,12 @@ inline typename T::V sigmoid_v(typename T::V x) {
   const V e = exp_v<T>(T::or_(abs_v<T>(x), T::set1(-0.0f)));  // (Σ1)
   const V d = T::add(T::set1(1.0f), e);
   const auto non_negative = T::template cmp<_CMP_GE_OQ>(x, T::zero());
-  return T::select(non_negative, T::div(e, d), T::div(T::set1(1.0f), d));  // (Σ2)
+  return T::div(T::select(non_negative, e, T::set1(1.0f)), d);  // (Σ2): one division, its numerator selected
+}
+
+template <class T>
+inline typename T::V silu_v(typename T::V x) {
+  return T::mul(x, sigmoid_v<T>(x));
 }
 
 template <class T>
@@ -183,15 +188,16 @@ void binary_run_v(const float* a, int64_t a_step, const float* b, int64_t b_step
 // kernels, everything else from the templates above.
 template <class T>
 constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNormRowsFn layer_norm) {
-  return Kernels{isa,
-                 {binary_run_v<T, BinaryOp::kAdd>, binary_run_v<T, BinaryOp::kSub>, binary_run_v<T, BinaryOp::kMul>,
-                  binary_run_v<T, BinaryOp::kDiv>},
-                 unary_run_v<T, exp_v<T>>,
-                 softmax,
-                 layer_norm,
-                 {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_v<T>>, unary_run_v<T, sigmoid_v<T>>,
-                  unary_run_v<T, relu_v<T>>, unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>,
-                  unary_run_v<T, recurrent::logistic_v<T>>, unary_run_v<T, recurrent::tanh_v<T>>}};  // by UnaryOp
+  return Kernels{
+      isa,
+      {binary_run_v<T, BinaryOp::kAdd>, binary_run_v<T, BinaryOp::kSub>, binary_run_v<T, BinaryOp::kMul>,
+       binary_run_v<T, BinaryOp::kDiv>},
+      unary_run_v<T, exp_v<T>>,
+      softmax,
+      layer_norm,
+      {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_v<T>>, unary_run_v<T, sigmoid_v<T>>, unary_run_v<T, relu_v<T>>,
+       unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>, unary_run_v<T, recurrent::logistic_v<T>>,
+       unary_run_v<T, recurrent::tanh_v<T>>, unary_run_v<T, silu_v<T>>}};  // by UnaryOp
 }
 
 }  // namespace

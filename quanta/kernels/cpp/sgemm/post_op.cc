@@ -26,12 +26,10 @@ void apply_post(const PostOp& op, float* y, int64_t n) {
   const tensor_ops::Kernels& to = tensor_ops::kernels_for(op.isa);
   tensor_ops::UnaryParams up;
   switch (op.kind) {
-    case PostKind::kSilu: {
-      float* s = post_scratch(n);
-      fo.unary[static_cast<int>(float_ops::UnaryOp::kSigmoid)](y, s, n);
-      fo.binary[static_cast<int>(float_ops::BinaryOp::kMul)](y, 1, s, 1, y, n);
+    case PostKind::kSilu:
+      // y · Sigmoid(y) in one pass: the Sigmoid and Mul steps' operations on each element
+      fo.unary[static_cast<int>(float_ops::UnaryOp::kSilu)](y, y, n);
       return;
-    }
     case PostKind::kHardSwish: to.unary_f32[static_cast<int>(tensor_ops::UnaryF32::kHardSwish)](y, y, n, up); return;
     case PostKind::kHardSigmoid:
       up.alpha = op.p[0];
