@@ -29,6 +29,10 @@ POST = {
     "HardSwish": (2, []),
     "HardSigmoid": (3, [0.2, 0.45]),
     "ClipMulDiv": (4, [3.0, 0.0, 6.0, 6.0]),
+    # bounds the vector loop leaves to the scalar one (-0, NaN) and crossed ones
+    "ClipMulDiv-0": (4, [-0.0, -0.0, 6.0, 6.0]),
+    "ClipMulDiv-nan": (4, [3.0, float("nan"), 6.0, 7.0]),
+    "ClipMulDiv-crossed": (4, [0.5, 2.0, -1.0, 3.0]),
 }
 
 # (x shape, w shape, group, strides, pads): the paths of sgemm.h conv_path
@@ -71,6 +75,7 @@ def test_post_op_is_the_replaced_nodes_on_the_conv_output(shape, activation) -> 
     w = (2 * rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]))).astype(F32)
     b = rng.standard_normal(ws[0]).astype(F32)
     kind, params = POST[activation]
+    activation = activation.split("-")[0]
     try:
         for isa in ISAS:
             _native.set_isa(isa)

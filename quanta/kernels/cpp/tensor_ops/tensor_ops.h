@@ -94,6 +94,11 @@ using ResizeAxisFn = void (*)(const double* x, int64_t outer, int64_t n, int64_t
                               const double* w, int64_t o, int64_t t, double* y);
 
 // One table per ISA (tensor_ops_<isa>.cc); a null entry is a combination without a kernel.
+// Paddle's written-out hardswish on y in place, p = {b, lo, hi, d}, the four steps of the
+// graph in their order: t = f32(y + b); t = min(max(t, lo), hi) (clip; a NaN or infinite
+// bound is none); t = f32(y · t); y = f32(t / d) (sgemm.h PostKind::kClipGateDiv).
+using ClipGateDivFn = void (*)(float* y, int64_t n, const float* p);
+
 struct Kernels {
   const char* isa;
   UnaryF32Fn unary_f32[kNumUnaryF32];
@@ -106,6 +111,7 @@ struct Kernels {
   ResizeAxisFn resize_axis;
   BatchNormFn batch_norm;
   AccToFloatFn acc_to_float;
+  ClipGateDivFn clip_gate_div;
 };
 
 // Each ISA's table is built on first use, inside its own file's function: a namespace-scope

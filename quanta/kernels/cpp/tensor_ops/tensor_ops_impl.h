@@ -317,6 +317,39 @@ void fill_compare(Kernels& k) {
   k.compare[dtype_index<T>()][4] = &compare_run<T, 4>;
 }
 
+// tensor_ops.h ClipGateDivFn. A bound that is NaN or infinite is no bound, as in the twin
+// (nn_conv.fused_gate applies max only for lo > −inf, min only for hi < inf); it becomes
+// ∓inf, which max / min return the other operand against. The vector loop takes
+// vmaxps(lo, t) / vminps(hi, m) for the clip, which differ from np_max(t, lo) /
+// np_min(m, hi) only on ties of signed zeros: t = f32(y + b) is −0 only when b is −0 (an
+// exact cancellation rounds to +0), and m = max(t, lo) is then −0 only when lo is; so
+// b = −0 or a −0 bound takes the scalar loop.
+void clip_gate_div_run(float* y, int64_t n, const float* p) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const float b = p[0], lo = p[1] > -kInf ? p[1] : -kInf, hi = p[2] < kInf ? p[2] : kInf, d = p[3];
+  int64_t i = 0;
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__AVX512F__)
+  using V = ::quanta::simd::F32x16;
+#else
+  using V = ::quanta::simd::F32x8;
+#endif
+  const auto negative_zero = [](float v) { return v == 0.0f && std::signbit(v); };
+  if (!negative_zero(b) && !negative_zero(lo) && !negative_zero(hi)) {
+    const typename V::V vb = V::set1(b), vlo = V::set1(lo), vhi = V::set1(hi), vd = V::set1(d);
+    for (; i + V::kLanes <= n; i += V::kLanes) {
+      const typename V::V v = V::loadu(y + i);
+      const typename V::V t = V::min(vhi, V::max(vlo, V::add(v, vb)));
+      V::storeu(y + i, V::div(V::mul(v, t), vd));
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    const float t = np_min(np_max(y[i] + b, lo), hi);
+    y[i] = (y[i] * t) / d;
+  }
+}
+
 Kernels make_kernels(const char* isa) {
   Kernels k{};
   k.isa = isa;
@@ -363,5 +396,6 @@ Kernels make_kernels(const char* isa) {
   k.resize_axis = &resize_axis_run;
   k.batch_norm = &batch_norm_run;
   k.acc_to_float = &acc_to_float_run;
+  k.clip_gate_div = &clip_gate_div_run;
   return k;
 }
