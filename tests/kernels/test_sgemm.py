@@ -396,6 +396,8 @@ def test_col2im_refuses_bad_arguments() -> None:
         (33, 5, 3, 3, 3, 1, [0, 0, 0, 0]),
         (23, 6, 31, 3, 2, 1, [1, 1, 1, 1]),  # rows of 31 inputs: two 16 x 16 transposes per row
         (19, 4, 50, 3, 3, 1, [0, 0, 0, 0]),  # the last 2 input columns are never read: not copied
+        (9, 6, 30, 5, 1, 1, [2, 2, 2, 2]),  # 5x5 on rows of 30: blocked too
+        (18, 5, 99, 5, 2, 1, [2, 1, 2, 2]),  # 5x5 at stride 2 on rows of 50: blocked too
     ],
 )
 def test_depthwise_small_planes_give_the_row_kernels_bytes(c, h, w, k, stride, dil, pads) -> None:
