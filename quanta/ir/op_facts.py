@@ -321,6 +321,8 @@ FACTS = OpTable(
         Op("IsInf", shape_only=True),
         Op("IsNaN", shape_only=True),
         Op("LayerNormalization", shape_only=True),
+        # a written-out LayerNorm that divides by the standard deviation (FuseLayerNorm)
+        Op("LayerNormDiv", QUANTA, shape_only=True),
         _unary("LeakyRelu", "QLinearLeakyRelu", "LowerUnary"),
         Op("Less", shape_only=True),
         Op("LessOrEqual", shape_only=True),

@@ -112,7 +112,9 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     into its weights (as ONNX Runtime's ConvMulFusion / ConvAddFusion), and a SiLU,
     HardSwish, HardSigmoid or Paddle's written-out hardswish after it becomes the
     ``quanta::Conv`` gate, applied to each finished block (exact: the chain of the nodes
-    it replaces). A MatMul whose weight a file stores as 8-bit integers times
+    it replaces); a LayerNorm written out as ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt,
+    Div (and its Mul / Add by constants) becomes one ``quanta::LayerNormDiv`` (exact: the
+    same float32 operations in the same order). A MatMul whose weight a file stores as 8-bit integers times
     a per-column scale (``Cast`` -> ``Mul``) gets the dequantized weight as a constant
     (the file's float semantics, as ONNX Runtime runs it); ``SessionOptions.
     dynamic_weight_only`` runs it as ``DynamicQuantizeMatMul`` instead
@@ -121,6 +123,7 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     del opset  # the same steps for every opset
     from quanta.passes.rules.fold_conv_affine import FoldConvAffine
     from quanta.passes.rules.fuse_float_gate import FuseFloatGate
+    from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
     from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
     from quanta.passes.rules.widen_half_islands import WidenHalfIslands
@@ -135,6 +138,7 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
         FuseFloatGate(),  # SiLU / hardswish / HardSigmoid after a float Conv: applied per finished block
         HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps
         FuseLSTMGates(),  # an exported LSTM cell's ten elementwise nodes: one quanta::LSTMGates
+        FuseLayerNormPass(),  # a written-out LayerNorm's seven to nine nodes: one quanta::LayerNormDiv
         EliminateDead(),
     ]
 
@@ -172,6 +176,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
     from quanta.passes.lower.requant_params import CarryRequantization
     from quanta.passes.lower.wide import MsQdqToOnnxPass
     from quanta.passes.rules.fuse_gelu import FuseGeluPass
+    from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
     from quanta.passes.rules.quantize_pad import QuantizePad
 
     return [
@@ -193,6 +198,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         QuantizePad(),  # DQ -> Pad -> Q of one type: the Pad runs on the integers
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
         FuseGeluPass(opset),  # five float ops of a float-island GELU -> one Gelu
+        FuseLayerNormPass(),  # a written-out LayerNorm's float island -> one quanta::LayerNormDiv
         ChannelsLast(),  # convolutions exchange NHWC; transposes only at region edges
         EliminateDead(),
         CarryRequantization(),  # the requantization multipliers, once, on the nodes
@@ -204,8 +210,18 @@ def simplify_control_flow(*, evaluator: Evaluator | None = None) -> list[Pass]:
     If branch, Loop or Scan body) with: constants folded (Constant nodes, the shapes a
     static graph fixes), an If whose condition became a constant inlined, and what
     that leaves folded (the Identity branches of an exporter's optional Squeeze) and
-    dead code removed. Every step is exact."""
-    return [FoldConstants(evaluator), InlineIf(), FoldConstants(evaluator), RemoveNoops(), EliminateDead()]
+    dead code removed; a written-out LayerNorm becomes one ``quanta::LayerNormDiv``. Every
+    step is exact."""
+    from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
+
+    return [
+        FoldConstants(evaluator),
+        InlineIf(),
+        FoldConstants(evaluator),
+        RemoveNoops(),
+        FuseLayerNormPass(),
+        EliminateDead(),
+    ]
 
 
 def prepare_for_lowering(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:

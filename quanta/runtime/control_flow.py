@@ -115,6 +115,9 @@ class Body:
     #: the generic plan always), and the plans made so far by input signature
     specialize: Callable[[Sequence[Any]], Executor] | None = None
     specialized: dict[tuple, Executor | bool] = field(default_factory=dict)  # False: did not compile
+    #: for a body that only passes values through (an If's ``else`` returning an outer
+    #: value by Identity): the argument each output is; None for any other body
+    passthrough: tuple[int, ...] | None = None
 
     def run(self, formal: Sequence[Any], outer: Sequence[Any]) -> list[Any]:
         args = (
@@ -124,6 +127,8 @@ class Body:
         )
         on_value = _ON_VALUE.get()
         if on_value is None:
+            if self.passthrough is not None:  # no plan to run: the Identity steps' values
+                return [args[k] for k in self.passthrough]
             signature = tuple([(a.shape, a.dtype) if isinstance(a, np.ndarray) else None for a in args])
             if self.specialize is not None:
                 exe = self.specialized.get(signature)
@@ -214,7 +219,26 @@ def compile_body(
         tuple(o.type for o in proto.output),
         f"{scope}/{attribute}/",
         specialize,
+        passthrough=_passthrough(plan, names, output_names),
     )
+
+
+def _passthrough(
+    plan: Plan, input_names: Sequence[str], output_names: Sequence[str]
+) -> tuple[int, ...] | None:
+    """For a plan whose steps are all Identity (or that has none): the position in
+    ``input_names`` of the value each output is; None when a step computes something.
+    Such a body costs an executor call (its slot list, signature and loop, ~3 us) to
+    return one of its arguments."""
+    source = {plan.inputs[n]: k for k, n in enumerate(input_names) if n in plan.inputs}
+    for s in plan.steps:
+        if s.op_type != "Identity" or s.node.domain or len(s.inputs) != 1 or s.inputs[0] not in source:
+            return None
+        source[s.outputs[0]] = source[s.inputs[0]]
+    found = [source.get(plan.outputs.get(n, -1)) for n in output_names]
+    if any(k is None for k in found):
+        return None
+    return tuple(k for k in found if k is not None)
 
 
 #: Rounds of folding, inlining and shape inference for a branch compiled for one

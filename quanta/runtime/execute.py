@@ -76,12 +76,37 @@ class BoundRun:
     #: (slot, value) pairs those steps produced in the measuring run
     fast_steps: list[_StepTuple] | None = None
     static_values: tuple[tuple[int, np.ndarray], ...] = ()
+    #: the fast loop's steps: ``fast_steps`` (or ``steps``) with every specialized call
+    #: made direct (see :func:`_direct`), and step index -> the guarded call a direct
+    #: one hands a ValueError to
+    #: (None: not made yet; made on first use, so a BoundRun built by a subclass's
+    #: ``_bind`` gets them too)
+    direct_steps: list[_StepTuple] | None = None
+    guards: dict[int, Callable[..., Any]] = field(default_factory=dict)
 
     def fast(self, vals: list[Any]) -> list[_StepTuple]:
         """Puts the recorded signature-static values into ``vals``; the steps left to run."""
         for k, v in self.static_values:
             vals[k] = v
-        return self.steps if self.fast_steps is None else self.fast_steps
+        steps = self.direct_steps
+        if steps is None:
+            steps = self.make_direct()
+        return steps
+
+    def make_direct(self) -> list[_StepTuple]:
+        """Makes ``direct_steps`` and ``guards`` from the steps the fast loop runs (the
+        guards first: a concurrent run that sees the steps sees their guards)."""
+        steps = self.steps if self.fast_steps is None else self.fast_steps
+        direct: list[_StepTuple] = []
+        guards: dict[int, Callable[..., Any]] = {}
+        for t in steps:
+            d = _direct(t)
+            if d is not t:
+                guards[t[0]] = t[1]
+            direct.append(d)
+        self.guards = guards
+        self.direct_steps = direct
+        return direct
 
 
 class Executor(Executable):
@@ -196,7 +221,7 @@ class Executor(Executable):
                     )
                 bound = self._bound.get(signature)
                 if bound is not None and bound.arena is None and len(self._bound) == 1:
-                    self._run_fast(vals, bound.fast(vals))
+                    self._run_fast(vals, bound.fast(vals), bound.guards)
                     return _outputs(vals, self._call_outputs)
             return self._run_slots(vals, self._call_outputs, None)
         token = set_observer(on_value)
@@ -272,7 +297,7 @@ class Executor(Executable):
         the signature-static steps, the instrumented one runs every step."""
         if self.profiler is None and on_value is None:
             if plain is None:
-                self._run_fast(vals, bound.fast(vals))
+                self._run_fast(vals, bound.fast(vals), bound.guards)
             else:
                 self._run_fast(vals, plain)
         else:
@@ -280,31 +305,69 @@ class Executor(Executable):
                 vals, bound.steps if plain is None else plain, on_value, self.profiler, None, bound.specs
             )
 
-    def _run_fast(self, vals: list[Any], steps: list[_StepTuple]) -> None:
+    def _run_fast(
+        self, vals: list[Any], steps: list[_StepTuple], guards: dict[int, Callable[..., Any]] | None = None
+    ) -> None:
         # Unrolled for 1-3 inputs and no keyword arguments: a list comprehension and an
         # empty **kw cost ~0.4 us per step, the whole step ~0.15 us (docs/runtime.md).
-        k = -1
-        try:
-            for k, fn, ctx, ins, n_in, out1, outs, frees, kw in steps:  # noqa: B007 - k names a failing step
-                if kw is None:
-                    if n_in == 1:
-                        res = fn(ctx, vals[ins[0]])
-                    elif n_in == 2:
-                        res = fn(ctx, vals[ins[0]], vals[ins[1]])
-                    elif n_in == 3:
-                        res = fn(ctx, vals[ins[0]], vals[ins[1]], vals[ins[2]])
+        # A negative input count is a direct specialized call (_direct): the inputs it
+        # reads, no ctx; a ValueError from it goes to its guarded call (``guards``),
+        # which runs the generic kernel, and the loop resumes after that step.
+        todo = steps
+        while True:
+            k = -1
+            try:
+                for k, fn, ctx, ins, n_in, out1, outs, frees, kw in todo:  # noqa: B007 - k names a failing step
+                    if n_in < 0:
+                        if n_in == -1:
+                            res = fn(vals[ins[0]])
+                        elif n_in == -2:
+                            res = fn(vals[ins[0]], vals[ins[1]])
+                        else:
+                            res = fn(*[vals[i] for i in ins])
+                    elif kw is None:
+                        if n_in == 1:
+                            res = fn(ctx, vals[ins[0]])
+                        elif n_in == 2:
+                            res = fn(ctx, vals[ins[0]], vals[ins[1]])
+                        elif n_in == 3:
+                            res = fn(ctx, vals[ins[0]], vals[ins[1]], vals[ins[2]])
+                        else:
+                            res = fn(ctx, *[vals[i] for i in ins])
                     else:
-                        res = fn(ctx, *[vals[i] for i in ins])
-                else:
-                    res = fn(ctx, *[vals[i] for i in ins], **kw)
-                if out1 >= 0 and not isinstance(res, (tuple, list)):
-                    vals[out1] = res
-                else:
-                    _store_many(vals, outs, res)
-                for f in frees:
-                    vals[f] = None
+                        res = fn(ctx, *[vals[i] for i in ins], **kw)
+                    if out1 >= 0 and not isinstance(res, (tuple, list)):
+                        vals[out1] = res
+                    else:
+                        _store_many(vals, outs, res)
+                    for f in frees:
+                        vals[f] = None
+                return
+            except KERNEL_ERRORS as e:
+                guard = guards.get(k) if guards and isinstance(e, ValueError) else None
+                if guard is None:
+                    raise self._error(k, vals, e) from e
+                todo = self._guarded_step(vals, todo, k, guard)
+
+    def _guarded_step(
+        self, vals: list[Any], todo: list[_StepTuple], k: int, guard: Callable[..., Any]
+    ) -> list[_StepTuple]:
+        """Runs step ``k``, whose direct call refused its arguments, by its guarded call
+        (the generic kernel); the steps of ``todo`` after it."""
+        step = self.plan.steps[k]
+        try:
+            res = guard(step.ctx, *[vals[i] for i in step.inputs])
         except KERNEL_ERRORS as e:
             raise self._error(k, vals, e) from e
+        pos = next(i for i, t in enumerate(todo) if t[0] == k)
+        _, _, _, _, _, out1, outs, frees, _ = todo[pos]
+        if out1 >= 0 and not isinstance(res, (tuple, list)):
+            vals[out1] = res
+        else:
+            _store_many(vals, outs, res)
+        for f in frees:
+            vals[f] = None
+        return todo[pos + 1 :]
 
     def _run_instrumented(
         self,
@@ -487,6 +550,7 @@ class Executor(Executable):
         produced = {o for s in self.plan.steps if s.index in skip for o in s.outputs if o is not None}
         bound.static_values = tuple((k, captured[k]) for k in sorted(produced))
         bound.fast_steps = [t for t in bound.steps if t[0] not in skip]
+        bound.direct_steps = None  # made again from the fast steps
 
 
 #: Largest output of a signature-static step that the executor records (a shape
@@ -523,6 +587,21 @@ def _store_many(vals: list[Any], outs: tuple[int | None, ...], res: Any) -> None
     for o, arr in zip(outs, res):
         if o is not None:
             vals[o] = arr
+
+
+def _direct(step: _StepTuple) -> _StepTuple:
+    """``step`` calling its specialized call directly when it has one (``fn.direct``, set
+    by quanta.targets.native._specialize.guarded): the inputs it reads (``fn.reads``)
+    and no ctx, flagged by a negative input count; else ``step`` itself."""
+    k, fn, ctx, ins, _, out1, outs, frees, kw = step
+    call = getattr(fn, "direct", None)
+    if call is None or kw is not None:
+        return step
+    reads = getattr(fn, "reads", None)
+    used = ins if reads is None else ins[:reads]
+    if not used:
+        return step
+    return (k, call, ctx, used, -len(used), out1, outs, frees, None)
 
 
 def _copy_out_of(arena: np.ndarray, fn: Callable[..., Any]) -> Callable[..., Any]:

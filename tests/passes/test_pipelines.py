@@ -204,10 +204,11 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
 
     passes = lower_qdq(opset=21)
     names = [p.name for p in passes]
-    assert names[-6:] == [
+    assert names[-7:] == [
         "lower_qdq_to_qlinear",
         "quantize_pad",
         "fuse_gelu",
+        "fuse_layer_norm",
         "channels_last",
         "eliminate_dead",
         "carry_requantization",

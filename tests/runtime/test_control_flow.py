@@ -436,3 +436,51 @@ def test_plan_counts_and_names_the_steps_of_bodies():
     assert sess.plan.total_steps == 3 + 2 + 3  # main graph, then branch, else branch
     (step,) = [s for s in sess.plan.steps if s.op_type == "If"]
     assert step.kernel.bodies["then_branch"].plan.total_steps == 2
+
+
+def passthrough_if_model() -> onnx.ModelProto:
+    """y = If(sum(x) > 0) {Neg(x)} else {Identity(x)}: the else branch only passes an
+    outer value through (a classifier's "verify only above the threshold" head)."""
+    then_g = helper.make_graph(
+        [helper.make_node("Neg", ["r"], ["t_out"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t_out", F, [3, 5])],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Identity", ["r"], ["e_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e_out", F, [3, 5])],
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+        helper.make_node("Greater", ["total", "zero"], ["cond"]),
+        helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then_g, else_branch=else_g),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", F, [3, 5])],
+        [helper.make_tensor_value_info("y", F, [3, 5])],
+        [numpy_helper.from_array(np.float32(0.0), "zero")],
+    )
+
+
+@pytest.mark.parametrize("backend", ["reference", "native"])
+def test_a_passthrough_branch_returns_its_argument_without_a_plan_run(backend):
+    proto = passthrough_if_model()
+    sess = InferenceSession(proto.SerializeToString(), backend=backend)
+    bodies = sess.plan.steps[-1].kernel.bodies
+    assert bodies["else_branch"].passthrough == (0,)
+    assert bodies["then_branch"].passthrough is None
+    x = np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)
+    for sign in (1, -1, 1):  # the measuring run, then bound runs; both branches
+        feed = {"x": np.abs(x) * sign}
+        (y,) = sess.run(None, feed)
+        want = -np.maximum(feed["x"], 0) if sign > 0 else np.maximum(feed["x"], 0)
+        np.testing.assert_array_equal(y, want)
+    seen: dict[str, np.ndarray] = {}
+    (y,) = sess.executor.run({"x": -np.abs(x)}, ["y"], on_value=lambda n, a: seen.setdefault(n, a.copy()))
+    assert "branch/else_branch/e_out" in seen  # an observed run still runs the body's plan
+    np.testing.assert_array_equal(y, np.zeros_like(x))

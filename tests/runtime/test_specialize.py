@@ -379,3 +379,27 @@ def test_qgemm_and_qlinear_matmul_specialized(m, k, n, float_out, trans_b, threa
     plain = {t[0]: t[1] for t in sess.executor._plain}
     specialized = {sess.plan.steps[t[0]].node.name for t in bound.steps if t[1] is not plain[t[0]]}
     assert specialized == {s.node.name for s in sess.plan.steps}
+
+
+def test_the_fast_loop_calls_specialized_kernels_directly() -> None:
+    """Every guarded specialization runs as a direct call in the fast loop (no ctx, the
+    inputs it reads), with its guarded call kept for a refused argument."""
+    from quanta.runtime.execute import _direct
+
+    sess = _session("native", 1)
+    feeds = _feeds(np.random.default_rng(3))
+    for _ in range(2):  # the measuring run binds, the next one makes the direct steps
+        sess.run(None, feeds)
+    (bound,) = sess.executor.bound_runs().values()
+    assert bound.direct_steps is not None
+    direct = {t[0]: t for t in bound.direct_steps}
+    for t in bound.steps:
+        if getattr(t[1], "direct", None) is None or t[0] not in direct:
+            continue
+        d = direct[t[0]]
+        assert d == _direct(t) and d[4] < 0 and d[1] is t[1].direct
+        assert bound.guards[t[0]] is t[1]
+        assert len(d[3]) == (len(t[3]) if t[1].reads is None else t[1].reads)
+    quant = next(s.index for s in sess.plan.steps if s.op_type == "QuantizeLinear")
+    assert direct[quant][4] == -1  # scale and zero point are bound in: x alone
+    assert len(bound.guards) >= 10

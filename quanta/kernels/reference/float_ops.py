@@ -54,6 +54,7 @@ __all__ = [
     "exp_f32",
     "gelu_f32",
     "gelu_tanh_f32",
+    "layer_norm_div_rows",
     "layer_norm_rows",
     "row_max",
     "sigmoid_f32",
@@ -157,14 +158,37 @@ def layer_norm_rows(v: np.ndarray, epsilon: np.float32) -> tuple[np.ndarray, np.
 
     Returns (d [R, D], mean [R], inv_std [R]); the caller finishes with (L5)
     y_i = f32(f32(f32(d_i · inv_std) · scale_i) + bias_i)."""
+    d, mean, var = _layer_norm_var(v)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        inv_std = F32(1) / np.sqrt(var + F32(epsilon))  # (L4)
+    return d, mean, inv_std
+
+
+def layer_norm_div_rows(v: np.ndarray, epsilon: np.float32) -> np.ndarray:
+    """Every row of ``v`` [R, D] (float32) normalized by dividing by its standard deviation,
+    as written-out exports compute it (``quanta::LayerNormDiv``): (L1)-(L3), then::
+
+        (L4') s   = f32(sqrt(f32(var + epsilon)))
+        (L5') y_i = f32(d_i / s)
+
+    (the caller multiplies by scale and adds bias, one IEEE operation each). These are
+    the operations of ReduceMean, Sub, Pow(·, 2), ReduceMean, Add, Sqrt, Div in that
+    order: (L1) and (L3) are ReduceMean's f32(sum16 / D) (reduce_ops), Pow's exponent 2
+    is f32(d · d) (math_ops.POW_EXACT_FORMS)."""
+    d, _, var = _layer_norm_var(v)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return d / np.sqrt(var + F32(epsilon))[:, None]  # (L4'), (L5')
+
+
+def _layer_norm_var(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(L1)-(L3) of every row of ``v`` [R, D]: (d [R, D], mean [R], var [R])."""
     v = np.asarray(v, F32)
     count = F32(v.shape[1])
     with np.errstate(invalid="ignore", divide="ignore"):  # D = 0: 0 / 0 is NaN, as np.mean
         mean = sum16(v) / count  # (L1)
         d = v - mean[:, None]  # (L2)
         var = sum16(d * d) / count  # (L3)
-        inv_std = F32(1) / np.sqrt(var + F32(epsilon))  # (L4)
-    return d, mean, inv_std
+    return d, mean, var
 
 
 def _f32_bits(*bits: int) -> tuple[np.float32, ...]:

@@ -1,5 +1,5 @@
 """Float normalizations (ai.onnx BatchNormalization, LayerNormalization,
-GroupNormalization, InstanceNormalization, LRN).
+GroupNormalization, InstanceNormalization, LRN; quanta::LayerNormDiv).
 
 All of them are ``y = (x - mean) / sqrt(var + epsilon) * scale + bias`` over different
 axes, with the population variance (divide by the element count, not count - 1):
@@ -10,6 +10,9 @@ axes, with the population variance (divide by the element count, not count - 1):
     GroupNormalization     over (channels of one group, spatial) per (n, group); scale/bias
                            are per group in opset 18 and per channel from opset 21
     InstanceNormalization  over spatial per (n, channel); scale/bias per channel
+    quanta::LayerNormDiv   LayerNormalization as exports write it out (ReduceMean, Sub,
+                           Pow, ReduceMean, Add, Sqrt, Div[, Mul][, Add]): divides by the
+                           standard deviation instead of multiplying by its reciprocal
 
 Statistics are computed in float32 for narrower float inputs (LayerNormalization and
 GroupNormalization: in ``stash_type``), in float64 for float64 inputs.
@@ -21,7 +24,7 @@ import math
 
 import numpy as np
 
-from quanta.kernels.reference.float_ops import layer_norm_rows
+from quanta.kernels.reference.float_ops import layer_norm_div_rows, layer_norm_rows
 from quanta.kernels.reference.nn import compute_dtype, from_compute, to_compute
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
@@ -158,6 +161,35 @@ def _layer_normalization_f32(
     if ctx.n_outputs == 1:
         return y
     return (y, mean.reshape(stat_shape), inv_std.reshape(stat_shape))[: ctx.n_outputs]
+
+
+@register("LayerNormDiv", "quanta")
+def layer_norm_div(
+    ctx: OpContext,
+    x: np.ndarray,
+    scale: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    *,
+    axis: int = -1,
+    epsilon: float = 1e-5,
+) -> np.ndarray:
+    """float32 x normalized over axes [axis, rank) by eqs. (L1)-(L3), (L4'), (L5') of
+    docs/float-ops.md, y = f32(d / f32(sqrt(f32(var + epsilon)))), then
+    f32(y · scale) and f32(· + bias) with numpy broadcasting (each optional): bit for bit
+    the written-out chain FuseLayerNorm replaces (passes/rules/fuse_layer_norm.py)."""
+    del ctx  # unused: one output, no opset differences
+    if x.dtype != np.float32:
+        raise OpError(f"LayerNormDiv: float32 x expected, got {x.dtype}")
+    if not -x.ndim <= axis < x.ndim:
+        raise OpError(f"LayerNormDiv: axis expected in [{-x.ndim}, {x.ndim - 1}], got {axis}")
+    axis %= x.ndim
+    rows = x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+    y = layer_norm_div_rows(rows, np.float32(epsilon)).reshape(x.shape)
+    if scale is not None:
+        y = y * scale.astype(np.float32, copy=False)
+    if bias is not None:
+        y = y + bias.astype(np.float32, copy=False)
+    return y
 
 
 # ------------------------------------------------------------------ GroupNormalization

@@ -42,11 +42,21 @@ def step_threads(sig: Specialization, work: int | None = None, small: int = SMAL
 
 
 def guarded(
-    call: Callable[..., Any], generic: Callable[..., Any], attrs: dict[str, Any], out: Any
+    call: Callable[..., Any],
+    generic: Callable[..., Any],
+    attrs: dict[str, Any],
+    out: Any,
+    *,
+    reads: int | None = None,
 ) -> Callable[..., Any]:
     """``call(*inputs)``, or ``generic(ctx, *inputs, out=out, **attrs)`` when the binding
     refuses the arguments (ValueError: a non-contiguous view, a value outside the fast
-    path), which then computes the result or raises the operator's own error."""
+    path), which then computes the result or raises the operator's own error.
+
+    The runtime's fast loop calls ``run.direct`` (``call``) itself, with the first
+    ``run.reads`` inputs only (None: all of them; ``call`` ignores the others, which its
+    specialization bound in), and hands a ValueError to ``run``: one Python frame and
+    one argument tuple less per step (quanta.runtime.execute)."""
 
     def run(ctx: Any, *inputs: Any) -> Any:
         try:
@@ -55,4 +65,6 @@ def guarded(
             return generic(ctx, *inputs, out=out, **attrs)
 
     run.__wrapped__ = generic  # type: ignore[attr-defined]
+    run.direct = call  # type: ignore[attr-defined]
+    run.reads = reads  # type: ignore[attr-defined]
     return run

@@ -155,6 +155,7 @@ def _qlinear_conv_specialized(
         _qlinear_conv_prepared,
         generic_attrs,
         out,
+        reads=1,
     )
 
 

@@ -7,6 +7,9 @@ Softmax                ``softmax_f32`` along the last axis; other  nn.softmax ->
                        axes through a transposed copy              rows, eqs. (S1)-(S5)
 LayerNormalization     ``layer_norm_f32`` (Mean / InvStdDev        nn_norm.layer_normalization ->
                        outputs too), stash_type 1                 float_ops.layer_norm_rows, (L1)-(L5)
+quanta LayerNormDiv    ``layer_norm_f32(divide=True)``             nn_norm.layer_norm_div ->
+                                                                  float_ops.layer_norm_div_rows,
+                                                                  (L1)-(L3), (L4'), (L5')
 Add, Sub, Mul, Div     ``binary_f32``, numpy broadcasting          math_ops (np.add, ...): one IEEE
                                                                   operation per element
 quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.mlas_logistic_op /
@@ -51,6 +54,7 @@ __all__ = [
     "bind_div",
     "bind_erf",
     "bind_gelu",
+    "bind_layer_norm_div",
     "bind_layer_normalization",
     "bind_mlas_logistic",
     "bind_mlas_tanh",
@@ -233,6 +237,83 @@ def bind_layer_normalization(model: Model, node: Node) -> tuple[Kernel | None, s
     if reason:
         return None, reason
     return _kernel(_layer_normalization_native, "layer_norm_f32", node)
+
+
+# --------------------------------------------------------------------------------------
+# quanta::LayerNormDiv
+# --------------------------------------------------------------------------------------
+
+
+def _norm_params(x_shape: tuple[int, ...], axis: int, scale: Any, bias: Any) -> tuple[np.ndarray, Any]:
+    """LayerNormDiv's scale (ones when absent: f32(y · 1) is y) and bias as contiguous
+    float32 vectors over the normalized elements, or _Unsupported when one is not float32
+    or would change the output's shape (the twin broadcasts it against x)."""
+    norm_shape = x_shape[axis:]
+
+    def per_element(v: Any) -> np.ndarray:
+        v = _f32(v)
+        lead = v.shape[: max(0, v.ndim - len(norm_shape))]
+        if any(n != 1 for n in lead) or v.ndim > len(x_shape):
+            raise _Unsupported
+        v = v.reshape(v.shape[len(lead) :])
+        try:
+            if np.broadcast_shapes(v.shape, norm_shape) != norm_shape:
+                raise _Unsupported
+        except ValueError:  # shapes that do not broadcast
+            raise _Unsupported from None
+        return np.ascontiguousarray(np.broadcast_to(v, norm_shape)).reshape(-1)
+
+    s = np.ones(math.prod(norm_shape), F32) if scale is None else per_element(scale)
+    return s, None if bias is None else per_element(bias)
+
+
+@_with_fallback("LayerNormDiv", QUANTA_DOMAIN)
+def _layer_norm_div_native(
+    ctx: Any, x: Any, scale: Any = None, bias: Any = None, *, out: Any, axis: int = -1, epsilon: float = 1e-5
+) -> np.ndarray:
+    """quanta::LayerNormDiv, float32 (nn_norm.layer_norm_div)."""
+    x = _f32(x)
+    if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+        raise _Unsupported
+    axis %= x.ndim
+    s, b = _norm_params(x.shape, axis, scale, bias)
+    return _native().layer_norm_f32(
+        x, s, b, axis, float(np.float32(epsilon)), _threads(ctx), out, False, True
+    )
+
+
+def _layer_norm_div_specialized(sig: Specialization, *, axis: int = -1, epsilon: float = 1e-5) -> Any:
+    """One x shape with constant scale and bias: the vectors, axis and thread count found
+    once, the binding called positionally into the planned output."""
+    shape = sig.shapes[0]
+    if shape is None or sig.dtypes[0] != F32 or not shape or not -len(shape) <= axis < len(shape):
+        return None
+    consts = list(sig.consts[1:]) + [None] * (3 - len(sig.consts))
+    for k in (1, 2):
+        if k < len(sig.shapes) and sig.shapes[k] is not None and consts[k - 1] is None:
+            return None  # scale or bias computed at run time
+    axis %= len(shape)
+    try:
+        s, b = _norm_params(shape, axis, consts[0], consts[1])
+    except _Unsupported:
+        return None
+    eps, threads, out = float(np.float32(epsilon)), step_threads(sig), sig.out
+    layer_norm = _native().layer_norm_f32
+
+    def call(x: np.ndarray, *rest: Any) -> np.ndarray:
+        return layer_norm(x, s, b, axis, eps, threads, out, False, True)
+
+    return guarded(call, _layer_norm_div_native, {"axis": axis, "epsilon": epsilon}, out, reads=1)
+
+
+@register_binder("LayerNormDiv", QUANTA_DOMAIN)
+def bind_layer_norm_div(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 quanta::LayerNormDiv (FuseLayerNorm's written-out LayerNorm)."""
+    del model  # unused: the choice depends on the node's types only
+    reason = _check_f32("LayerNormDiv", ("X", node.input(0)), ("Scale", node.input(1)), ("B", node.input(2)))
+    if reason:
+        return None, reason
+    return _kernel(_layer_norm_div_native, "layer_norm_div_f32", node, _layer_norm_div_specialized)
 
 
 # --------------------------------------------------------------------------------------

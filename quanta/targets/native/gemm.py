@@ -535,6 +535,7 @@ def _qlinear_matmul_specialized(
         _qlinear_matmul_native,
         attrs,
         out,
+        reads=1,
     )
 
 
@@ -810,6 +811,7 @@ def _qgemm_specialized(
         _qgemm_ms_native,
         attrs,
         out,
+        reads=1,
     )
 
 

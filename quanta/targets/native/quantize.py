@@ -139,7 +139,11 @@ def _quantize_linear_specialized(
     threads, out, ax = step_threads(sig), sig.out, int(axis)
     generic_attrs = {"axis": axis, "prepared": prepared, **attrs}
     return guarded(
-        lambda x, *p: fn(x, scale, zero_point, ax, threads, out), _quantize_linear_native, generic_attrs, out
+        lambda x, *p: fn(x, scale, zero_point, ax, threads, out),
+        _quantize_linear_native,
+        generic_attrs,
+        out,
+        reads=1,
     )
 
 

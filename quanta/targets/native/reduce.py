@@ -150,7 +150,7 @@ def _reduce_specializer(op_type: str, fn: Any) -> Any:
         if call is None:
             return None
         attrs = {"axes": axes, "keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes}
-        return guarded(call, fn, attrs, sig.out)
+        return guarded(call, fn, attrs, sig.out, reads=1)
 
     return specialize
 
@@ -210,7 +210,7 @@ def _global_pool_specializer(row_op: str, fn: Any) -> Any:
             return None
         post = "mean" if row_op == "sum" else None
         call = _trailing_rows_call(row_op, post, sig, tuple(range(2, len(shape))), keepdims=1)
-        return guarded(call, fn, {}, sig.out)
+        return guarded(call, fn, {}, sig.out, reads=1)
 
     return specialize
 

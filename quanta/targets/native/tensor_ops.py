@@ -161,10 +161,12 @@ def _clip_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] |
     threads, out = step_threads(sig), sig.out
     if dtype == F32:
         unary = _native().unary_f32_ex
-        return guarded(lambda x, *b: unary("clip", x, threads, out, lo_v, hi_v), _clip_native, attrs, out)
+        return guarded(
+            lambda x, *b: unary("clip", x, threads, out, lo_v, hi_v), _clip_native, attrs, out, reads=1
+        )
     if dtype in _INT_CLIP:
         clip_int = _native().clip_int
-        return guarded(lambda x, *b: clip_int(x, lo_v, hi_v, threads, out), _clip_native, attrs, out)
+        return guarded(lambda x, *b: clip_int(x, lo_v, hi_v, threads, out), _clip_native, attrs, out, reads=1)
     return None
 
 
@@ -320,7 +322,7 @@ def _pow_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | 
     if e is None or e == 1.0:
         return None
     unary, form, threads, out = _native().unary_f32_ex, _POW_OPS[e], step_threads(sig), sig.out
-    return guarded(lambda x, *p: unary(form, x, threads, out), _pow_native, attrs, out)
+    return guarded(lambda x, *p: unary(form, x, threads, out), _pow_native, attrs, out, reads=1)
 
 
 @register_binder("Pow")
@@ -439,6 +441,19 @@ def _bind_compare(op_type: str, op: str) -> None:
 
     run.__name__ = run.__qualname__ = f"_{op}_native"
 
+    def specialize(sig: Specialization) -> Callable[..., Any] | None:
+        """Both operands of one dtype the binding takes: the op, thread count and output
+        bound once (a model's threshold test on one probability cost 2 us generic)."""
+        a, b = sig.dtypes[0], sig.dtypes[1]
+        if a is None or a != b or a not in NATIVE_DTYPES or (logic and a != _BOOL):
+            return None
+        consts = [None if c is None else np.ascontiguousarray(c) for c in sig.consts[:2]]
+        bop, threads, out = _native().broadcast_op, step_threads(sig), sig.out
+        if consts[1] is not None:
+            cb = consts[1]
+            return guarded(lambda x, *rest: bop(op, x, cb, threads, out), run, {}, out, reads=1)
+        return guarded(lambda x, y, *rest: bop(op, x, y, threads, out), run, {}, out)
+
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused
         allowed = frozenset({_BOOL}) if logic else NATIVE_DTYPES
@@ -446,7 +461,7 @@ def _bind_compare(op_type: str, op: str) -> None:
             reason = _known_dtype_reason(op_type, node, i, allowed, "bool" if logic else "a numeric type")
             if reason:
                 return None, reason
-        return _kernel(run, op)
+        return _kernel(run, op, specialize=specialize)
 
     binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
     register_binder(op_type)(binder)
@@ -703,7 +718,7 @@ def _slice_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] 
             return None
     index = _slice_index(shape, *bounds)
     copy, threads, out = _native().copy_strided, step_threads(sig), sig.out
-    return guarded(lambda data, *b: copy(data[index], threads, out), _slice_native, attrs, out)
+    return guarded(lambda data, *b: copy(data[index], threads, out), _slice_native, attrs, out, reads=1)
 
 
 @register_binder("Slice")
@@ -895,7 +910,7 @@ def _acc_to_float_specialized(sig: Specialization, **attrs: Any) -> Callable[...
         return None
     acc_to_float, threads, out = _native().acc_to_float, step_threads(sig), sig.out
     return guarded(
-        lambda acc, *p: acc_to_float(acc, b, sc, fb, threads, out), _acc_to_float_native, attrs, out
+        lambda acc, *p: acc_to_float(acc, b, sc, fb, threads, out), _acc_to_float_native, attrs, out, reads=1
     )
 
 

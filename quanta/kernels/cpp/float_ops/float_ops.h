@@ -27,6 +27,8 @@
 //             (L3) var = f32(sum16(f32(d_i · d_i)) / D)
 //             (L4) inv_std = f32(1 / f32(sqrt(f32(var + eps))))
 //             (L5) y_i = f32(f32(f32(d_i · inv_std) · scale_i) + bias_i)   (no bias: no add)
+//             divide (quanta::LayerNormDiv, the written-out form of exports):
+//             (L4') s = f32(sqrt(f32(var + eps)))  (L5') y_i = f32(f32(f32(d_i / s) · scale_i) + bias_i)
 //   binary    c = f32(a op b), op in + − · /, numpy broadcasting
 //   erf       (F1) t = min(|x|, 3.925)  (F2) s = f32(t · t)
 //             (F3) p = A0; p = f32(f32(p · s) + Ak), k = 1..5;  ys = f32(f32(p · t) + t)
@@ -91,9 +93,10 @@ using ExpRunFn = void (*)(const float* x, float* y, int64_t n);
 using UnaryRunFn = void (*)(const float* x, float* y, int64_t n);
 // `rows` contiguous rows of length d (d >= 1).
 using SoftmaxRowsFn = void (*)(const float* x, float* y, int64_t rows, int64_t d);
-// bias may be null (no add); mean / inv_std may be null (not written), else [rows].
+// bias may be null (no add); mean / inv_std may be null (not written), else [rows];
+// divide: (L4'), (L5') instead of (L5) (inv_std is still written as (L4)).
 using LayerNormRowsFn = void (*)(const float* x, float* y, int64_t rows, int64_t d, const float* scale,
-                                 const float* bias, float epsilon, float* mean, float* inv_std);
+                                 const float* bias, float epsilon, float* mean, float* inv_std, bool divide);
 
 // One table per ISA (filled by float_ops_<isa>.cc).
 struct Kernels {
@@ -119,7 +122,7 @@ void unary(UnaryOp op, const float* x, float* y, int64_t n, int num_threads, Isa
 void softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa);
 
 void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias, float epsilon,
-                float* mean, float* inv_std, int num_threads, Isa isa);
+                float* mean, float* inv_std, int num_threads, Isa isa, bool divide = false);
 
 // A broadcast binary operation, dimensions already aligned to the output's rank
 // (broadcast.h, shared with the other binary family).

@@ -112,7 +112,7 @@ inline float sum16(int64_t d, F&& f) {
 }
 
 void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
-                     float epsilon, float* mean_out, float* inv_std_out) {
+                     float epsilon, float* mean_out, float* inv_std_out, bool divide) {
   const float count = static_cast<float>(d);
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * d;
@@ -124,9 +124,10 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
                               const __m256 di = _mm256_sub_ps(_mm256_maskload_ps(xr + i, k), vmean);  // (L2)
                               return _mm256_mul_ps(di, di);
                             }) /
-                      count;                                           // (L3)
-    const float inv_std = 1.0f / std::sqrt(var + epsilon);             // (L4)
-    layer_norm_scale_v<F32x8>(xr, yr, d, mean, inv_std, scale, bias);  // (L5)
+                      count;                                                                      // (L3)
+    const float std_dev = std::sqrt(var + epsilon);                                               // (L4), (L4')
+    const float inv_std = 1.0f / std_dev;                                                         // (L4)
+    layer_norm_scale_v<F32x8>(xr, yr, d, mean, divide ? std_dev : inv_std, scale, bias, divide);  // (L5), (L5')
     if (mean_out) mean_out[row] = mean;
     if (inv_std_out) inv_std_out[row] = inv_std;
   }

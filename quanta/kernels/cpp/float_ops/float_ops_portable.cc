@@ -46,7 +46,7 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
 }
 
 void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
-                     float epsilon, float* mean_out, float* inv_std_out) {
+                     float epsilon, float* mean_out, float* inv_std_out, bool divide) {
   const float count = static_cast<float>(d);
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * d;
@@ -57,10 +57,12 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
       const float di = xr[i] - mean;  // (L2)
       acc[i % kLanes] = acc[i % kLanes] + di * di;
     }
-    const float var = tree16(acc) / count;                  // (L3)
-    const float inv_std = 1.0f / std::sqrt(var + epsilon);  // (L4)
+    const float var = tree16(acc) / count;           // (L3)
+    const float std_dev = std::sqrt(var + epsilon);  // (L4), (L4')
+    const float inv_std = 1.0f / std_dev;            // (L4)
     for (int64_t i = 0; i < d; ++i) {
-      const float v = ((xr[i] - mean) * inv_std) * scale[i];  // (L5)
+      const float di = xr[i] - mean;
+      const float v = (divide ? di / std_dev : di * inv_std) * scale[i];  // (L5), (L5')
       yr[i] = bias ? v + bias[i] : v;
     }
     if (mean_out) mean_out[row] = mean;

@@ -132,15 +132,17 @@ void unary_run_v(const float* x, float* y, int64_t n) {
   }
 }
 
-// (L5) over one row: y = (x − mean) · inv_std · scale (+ bias).
+// (L5) over one row: y = (x − mean) · inv_std · scale (+ bias); with `divide`, `s` is the
+// standard deviation and (L5') y = (x − mean) / s · scale (+ bias), as written-out exports
+// compute it (quanta::LayerNormDiv).
 template <class T>
-inline void layer_norm_scale_v(const float* xr, float* yr, int64_t d, float mean, float inv_std, const float* scale,
-                               const float* bias) {
-  const typename T::V vmean = T::set1(mean), vinv = T::set1(inv_std);
+inline void layer_norm_scale_v(const float* xr, float* yr, int64_t d, float mean, float s, const float* scale,
+                               const float* bias, bool divide) {
+  const typename T::V vmean = T::set1(mean), vs = T::set1(s);
   for (int64_t i = 0; i < d; i += T::kLanes) {
     const typename T::M k = T::tail(d - i);
     const typename T::V di = T::sub(T::load(k, xr + i), vmean);
-    typename T::V v = T::mul(T::mul(di, vinv), T::load(k, scale + i));  // (L5)
+    typename T::V v = T::mul(divide ? T::div(di, vs) : T::mul(di, vs), T::load(k, scale + i));  // (L5), (L5')
     if (bias) v = T::add(v, T::load(k, bias + i));
     T::store(yr + i, k, v);
   }
