@@ -118,6 +118,12 @@ struct F32x16 {
   // second rounds once, so both give rne(p · 2^n), for subnormal and overflowing results
   // too (FTZ/DAZ off, as everywhere here). NaN n or p: NaN.
   static V scale_pow2(V p, V n) { return _mm512_scalef_ps(p, n); }
+  // Lanes [K, K + 16) of the 32 lanes lo ‖ hi (one valignd): the vector an unaligned load
+  // at lo's address + K floats would read, from two aligned loads.
+  template <int K>
+  static V shift_concat(V lo, V hi) {
+    return _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(hi), _mm512_castps_si512(lo), K));
+  }
   template <int S>
   static V strided(const float* p, int sw) {
     if (S == 1) return _mm512_loadu_ps(p);

@@ -352,10 +352,13 @@ float* padded_plane_scratch(int64_t h, int64_t w, int64_t pl, int64_t wp) {
   thread_local std::vector<float> buf;
   thread_local int64_t shape[4] = {-1, -1, -1, -1};
   if (shape[0] != h || shape[1] != w || shape[2] != pl || shape[3] != wp) {
-    buf.assign(static_cast<size_t>((h + 1) * wp + 64), 0.0f);
+    buf.assign(static_cast<size_t>((h + 1) * wp + 64 + 16), 0.0f);
     shape[0] = h, shape[1] = w, shape[2] = pl, shape[3] = wp;
   }
-  return buf.data();
+  // 64-byte aligned, so that with wp a multiple of 16 every row is (the aligned 3x3 / 5x5
+  // row pairs of dw_row.h)
+  const uintptr_t at = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - at % 64) % 64) / sizeof(float);
 }
 
 // Where the 16-channels-per-vector path beats the row kernels (measured on Zen 4, the
@@ -363,7 +366,8 @@ float* padded_plane_scratch(int64_t h, int64_t w, int64_t pl, int64_t wp) {
 // fraction of its lanes; and 5x5 taps on rows of up to 32 pixels (64 at stride 2, where
 // the row kernel loads two vectors and permutes per vector), where the blocked kernel's
 // aligned loads and 8 pixel chains per tap row beat the row kernel's unaligned ones:
-// 0.65-0.83x the time. 3x3 taps on wider rows stay on the row kernels (0.9-1.5x there).
+// 0.65-0.83x the time. 3x3 taps on wider rows stay on the row kernels (0.9-1.5x there; at
+// stride 1 their rows are 64-byte aligned, dw_row.h step2_aligned).
 bool blocked_depthwise_pays(const ConvGeom& g) {
   if (g.ow <= 16) return true;
   return g.kh * g.kw >= 25 && g.ow <= (g.sw >= 2 ? 64 : 32);
@@ -381,7 +385,7 @@ void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const flo
   // The row kernels read whole vectors: up to round_up(ow, 16) outputs, the last S = 2
   // step 32 floats from its start.
   const int64_t need = round_up(g.ow, 16) * g.sw + (g.kw - 1) * g.dw + 32;
-  const int64_t wp = std::max<int64_t>(need, g.pl + g.w);
+  const int64_t wp = round_up(std::max<int64_t>(need, g.pl + g.w), 16);
   const int64_t planes = g.n * g.c;
   const int threads = g.n * g.m * g.oh * g.ow * taps < kMinParallelMacs ? 1 : num_threads;
   auto body = [&](int64_t plane_index, int) {
