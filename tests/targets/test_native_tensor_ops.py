@@ -200,6 +200,30 @@ def test_hard_swish_gives_onnx_runtime_and_onnx_reference_bytes():
     )
 
 
+@pytest.mark.parametrize("op_type", ["Max", "Min"])
+@pytest.mark.parametrize(
+    ("sa", "sb"), [((3, 17, 7), (3, 17, 7)), ((2, 7, 17), (17,)), ((1,), (5, 259)), ((3, 1, 7), (1, 17, 1))]
+)
+def test_max_min_match_twin(op_type, sa, sb):
+    # specials in both operands, ±0 ties in both orders (np.maximum returns the second)
+    rng = np.random.default_rng(len(sa) * 7 + len(sb))
+    a, b = floats(rng, sa), floats(rng, sb)
+    a.reshape(-1)[:2] = [0.0, -0.0][: a.size]
+    b.reshape(-1)[:2] = [-0.0, 0.0][: b.size]
+    run_both(op_type, [a, b])
+
+
+def test_max_of_three_inputs_falls_back_with_reason():
+    values = [Value(f"in{i}", type=TensorType(elem_from_numpy(np.dtype(F32)))) for i in range(3)]
+    kernel, reason = BINDERS[("", "Max")](None, Node("Max", values, [Value("y")], {}))
+    assert kernel is None and "two inputs" in reason
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.2, 1 / 3, -0.5])
+def test_leaky_relu_matches_twin(alpha):
+    run_both("LeakyRelu", [floats(np.random.default_rng(29), (3, 17, 7), scale=4)], {"alpha": alpha})
+
+
 @pytest.mark.parametrize(
     ("alpha", "beta"), [(0.2, 0.5), (1 / 6, 0.5), (0.3, -0.1), (0.25, 0.0), (0.25, -0.0)]
 )

@@ -8,7 +8,7 @@
 //                  out=None, stats=False, divide=False) -> y | (y, mean, inv_std)
 //                                                                    over axes [axis, rank), (L1)-(L5);
 //                                                                    divide: (L4'), (L5') instead
-//   binary_f32(op: "add" | "sub" | "mul" | "div", a: f32, b: f32, num_threads=1, out=None)
+//   binary_f32(op: "add" | "sub" | "mul" | "div" | "max" | "min", a: f32, b: f32, num_threads=1, out=None)
 //                                                                    numpy broadcasting
 //   unary_f32(op: "erf" | "tanh" | "sigmoid" | "relu" | "gelu" | "gelu_tanh" | "mlas_logistic"
 //             | "mlas_tanh", x: f32, num_threads=1, out=None)         (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
@@ -114,8 +114,12 @@ py::array binary_f32(const std::string& op_name, const py::handle& a_obj, const 
     op = float_ops::BinaryOp::kMul;
   } else if (op_name == "div") {
     op = float_ops::BinaryOp::kDiv;
+  } else if (op_name == "max") {
+    op = float_ops::BinaryOp::kMax;
+  } else if (op_name == "min") {
+    op = float_ops::BinaryOp::kMin;
   } else {
-    throw py::value_error("binary_f32: op: expected one of add, sub, mul, div, got '" + op_name + "'");
+    throw py::value_error("binary_f32: op: expected one of add, sub, mul, div, max, min, got '" + op_name + "'");
   }
   auto a = require_array<float>(a_obj, "binary_f32: a");
   auto b = require_array<float>(b_obj, "binary_f32: b");

@@ -2,7 +2,7 @@
 // dtypes, contiguity, shapes and `out` here and raises ValueError naming the argument.
 //
 //   unary_f32_ex(op, x, num_threads=1, out=None, lo=None, hi=None, alpha=0, beta=0) -> y
-//     op: clip, sqrt, neg, abs, reciprocal, square, cube, hard_sigmoid, hard_swish (float32)
+//     op: clip, sqrt, neg, abs, reciprocal, square, cube, hard_sigmoid, hard_swish, leaky_relu (float32)
 //   clip_int(x, lo, hi, num_threads=1, out=None) -> y        int8 / uint8 / int32 / int64
 //   cast(x, dtype, num_threads=1, out=None) -> y             float32/64, (u)int8, int32/64, bool
 //   broadcast_op(op, a, b, num_threads=1, out=None) -> c     add, sub, mul (int32, int64);
@@ -96,7 +96,7 @@ py::array make_output(const py::object& out_obj, const py::dtype& dtype, const S
 py::array unary_f32_ex(const std::string& op_name, const py::handle& x_obj, int num_threads, const py::object& out_obj,
                        const py::object& lo, const py::object& hi, float alpha, float beta) {
   static const std::array<const char*, tensor_ops::kNumUnaryF32> names = {
-      "clip", "sqrt", "neg", "abs", "reciprocal", "square", "cube", "hard_sigmoid", "hard_swish"};
+      "clip", "sqrt", "neg", "abs", "reciprocal", "square", "cube", "hard_sigmoid", "hard_swish", "leaky_relu"};
   int op = -1;
   for (int i = 0; i < tensor_ops::kNumUnaryF32; ++i) {
     if (op_name == names[i]) op = i;
@@ -370,7 +370,7 @@ void register_tensor_ops(py::module_& m) {
   const py::object none = py::none();
   m.def("unary_f32_ex", &unary_f32_ex, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none, arg("lo") = none,
         arg("hi") = none, arg("alpha") = 0.0f, arg("beta") = 0.0f,
-        "float32 clip, sqrt, neg, abs, reciprocal, square, cube, hard_sigmoid, hard_swish (tensor_ops.h).");
+        "float32 clip, sqrt, neg, abs, reciprocal, square, cube, hard_sigmoid, hard_swish, leaky_relu (tensor_ops.h).");
   m.def("clip_int", &clip_int, arg("x"), arg("lo"), arg("hi"), arg("num_threads") = 1, arg("out") = none,
         "Integer clip (numpy np.maximum then np.minimum).");
   m.def("cast", &cast, arg("x"), arg("dtype"), arg("num_threads") = 1, arg("out") = none,

@@ -12,6 +12,7 @@ quanta LayerNormDiv    ``layer_norm_f32(divide=True)``             nn_norm.layer
                                                                   (L1)-(L3), (L4'), (L5')
 Add, Sub, Mul, Div     ``binary_f32``, numpy broadcasting          math_ops (np.add, ...): one IEEE
                                                                   operation per element
+Max, Min (2 inputs)    ``binary_f32("max" | "min")``              math_ops (np.maximum / minimum)
 quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.mlas_logistic_op /
 MlasTanh                                                          mlas_tanh_op (ORT's MLAS functions)
 Add, Sub, Mul int32 /  ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
@@ -400,6 +401,31 @@ bind_add = _bind_binary("Add")
 bind_sub = _bind_binary("Sub")
 bind_mul = _bind_binary("Mul")
 bind_div = _bind_binary("Div")
+
+
+def _bind_max_min(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, str]]:
+    """Max / Min of two float32 inputs (math_ops: np.maximum / np.minimum, NaN propagates):
+    TensorFlow converters write LeakyReLU variants as Max(x, alpha·x)."""
+    fn = _binary_kernel(op_type)
+    specialize = _binary_specializer(op_type.lower(), fn)
+    name = f"{op_type.lower()}_f32"
+
+    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
+        del model  # unused: the choice depends on the node's types only
+        if len(node.inputs) != 2 or node.input(0) is None or node.input(1) is None:
+            return None, f"native {op_type} takes two inputs, got {len(node.inputs)}"
+        reason = _check_f32(op_type, ("A", node.input(0)), ("B", node.input(1)))
+        if reason:
+            return None, reason
+        return _kernel(fn, name, node, specialize)
+
+    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
+    binder.__doc__ = f"float32 {op_type} of two inputs with numpy broadcasting; other forms fall back."
+    return register_binder(op_type)(binder)
+
+
+bind_max = _bind_max_min("Max")
+bind_min = _bind_max_min("Min")
 
 
 # --------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ Exp                    ``exp_f32``                                    math_ops.e
 Pow (exponent 1, 2,    ``unary_f32_ex`` square / cube / sqrt, a copy  math_ops.POW_EXACT_FORMS
 3, 0.5)
 HardSigmoid            ``unary_f32_ex("hard_sigmoid")``               nn.hard_sigmoid
+LeakyRelu              ``unary_f32_ex("leaky_relu")``                 nn.leaky_relu
 HardSwish              ``unary_f32_ex("hard_swish")``                 nn.hard_swish
 BatchNormalization     ``batch_norm_f32`` (per-channel m, d, g, b)    nn_norm.batch_normalization
                                                                       (float32 steps)
@@ -364,6 +365,23 @@ def bind_hard_sigmoid(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if reason:
         return None, reason
     return _kernel(_hard_sigmoid_native, "hard_sigmoid_f32")
+
+
+@_with_fallback("LeakyRelu")
+def _leaky_relu_native(ctx: Any, x: Any, *, out: Any, alpha: float = 0.01) -> np.ndarray:
+    """LeakyRelu, float32: x < 0 ? f32(x · alpha) : x (nn.leaky_relu, alpha rounded to
+    float32 as the twin's ``v.dtype.type(alpha)``)."""
+    return _native().unary_f32_ex("leaky_relu", _f32(x), _threads(ctx), out, alpha=float(np.float32(alpha)))
+
+
+@register_binder("LeakyRelu")
+def bind_leaky_relu(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 LeakyRelu (TensorFlow converters write Keras' LeakyReLU as this op)."""
+    del model  # unused
+    reason = _known_dtype_reason("LeakyRelu", node, 0, frozenset({F32}), "float32")
+    if reason:
+        return None, reason
+    return _kernel(_leaky_relu_native, "leaky_relu_f32")
 
 
 # --------------------------------------------------------------------------------------

@@ -29,7 +29,9 @@
 //             (L5) y_i = f32(f32(f32(d_i · inv_std) · scale_i) + bias_i)   (no bias: no add)
 //             divide (quanta::LayerNormDiv, the written-out form of exports):
 //             (L4') s = f32(sqrt(f32(var + eps)))  (L5') y_i = f32(f32(f32(d_i / s) · scale_i) + bias_i)
-//   binary    c = f32(a op b), op in + − · /, numpy broadcasting
+//   binary    c = f32(a op b), op in + − · /, numpy broadcasting; max / min as np.maximum /
+//             np.minimum: a if a is NaN, else (a > b ? a : b) (min: <), so a NaN b propagates
+//             and a tie of ±0 gives b
 //   erf       (F1) t = min(|x|, 3.925)  (F2) s = f32(t · t)
 //             (F3) p = A0; p = f32(f32(p · s) + Ak), k = 1..5;  ys = f32(f32(p · t) + t)
 //             (F4) q = B0; q = f32(f32(q · t) + Bk), k = 1..6;  q = f32(f32(q · t) + t)
@@ -71,7 +73,7 @@
 namespace quanta {
 namespace float_ops {
 
-enum class BinaryOp : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3 };
+enum class BinaryOp : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3, kMax = 4, kMin = 5 };
 enum class UnaryOp : int {
   kErf = 0,
   kTanh = 1,
@@ -101,7 +103,7 @@ using LayerNormRowsFn = void (*)(const float* x, float* y, int64_t rows, int64_t
 // One table per ISA (filled by float_ops_<isa>.cc).
 struct Kernels {
   const char* isa;
-  BinaryRunFn binary[4];  // indexed by BinaryOp
+  BinaryRunFn binary[6];  // indexed by BinaryOp
   ExpRunFn exp;
   SoftmaxRowsFn softmax;
   LayerNormRowsFn layer_norm;

@@ -151,6 +151,8 @@ inline float binary_one(float a, float b) {
   if constexpr (op == BinaryOp::kAdd) return a + b;
   if constexpr (op == BinaryOp::kSub) return a - b;
   if constexpr (op == BinaryOp::kMul) return a * b;
+  if constexpr (op == BinaryOp::kMax) return a != a ? a : (a > b ? a : b);
+  if constexpr (op == BinaryOp::kMin) return a != a ? a : (a < b ? a : b);
   return a / b;
 }
 

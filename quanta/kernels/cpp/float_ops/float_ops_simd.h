@@ -153,6 +153,11 @@ inline typename T::V binary_v(typename T::V a, typename T::V b) {
   if constexpr (op == BinaryOp::kAdd) return T::add(a, b);
   if constexpr (op == BinaryOp::kSub) return T::sub(a, b);
   if constexpr (op == BinaryOp::kMul) return T::mul(a, b);
+  if constexpr (op == BinaryOp::kMax || op == BinaryOp::kMin) {
+    // vmaxps(a, b) = a > b ? a : b (vminps: <), b on NaN: a NaN a is put back
+    const typename T::V r = op == BinaryOp::kMax ? T::max(a, b) : T::min(a, b);
+    return T::select(T::template cmp<_CMP_UNORD_Q>(a, a), r, a);
+  }
   return T::div(a, b);
 }
 
@@ -193,7 +198,7 @@ constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNorm
   return Kernels{
       isa,
       {binary_run_v<T, BinaryOp::kAdd>, binary_run_v<T, BinaryOp::kSub>, binary_run_v<T, BinaryOp::kMul>,
-       binary_run_v<T, BinaryOp::kDiv>},
+       binary_run_v<T, BinaryOp::kDiv>, binary_run_v<T, BinaryOp::kMax>, binary_run_v<T, BinaryOp::kMin>},
       unary_run_v<T, exp_v<T>>,
       softmax,
       layer_norm,

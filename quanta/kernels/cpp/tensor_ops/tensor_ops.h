@@ -18,6 +18,7 @@
 //   hard_sigmoid  y = clip01(f32(f32(alpha · x) + beta))   alpha, beta float32, clip01 as
 //               np.clip(t, 0, 1): t itself on NaN and on ties (clip01(−0) = −0)
 //   hard_swish  y = f32(x · clip01(f32(f32(x · f32(1/6)) + 0.5)))
+//   leaky_relu  y = x < 0 ? f32(x · alpha) : x   (NaN and ±0 pass through; nn.leaky_relu)
 //   cast        C conversions as numpy's astype: float -> integer truncates toward zero
 //               (out of range: undefined in ONNX, not pinned), integer -> narrower
 //               integer keeps the low bits, -> bool is x != 0 (NaN -> true)
@@ -61,14 +62,15 @@ enum class UnaryF32 : int {
   kSquare = 5,
   kCube = 6,
   kHardSigmoid = 7,
-  kHardSwish = 8
+  kHardSwish = 8,
+  kLeakyRelu = 9
 };
-constexpr int kNumUnaryF32 = 9;
+constexpr int kNumUnaryF32 = 10;
 
 struct UnaryParams {
   float lo = 0, hi = 0;  // clip bounds
   bool has_lo = false, has_hi = false;
-  float alpha = 0, beta = 0;  // hard_sigmoid
+  float alpha = 0, beta = 0;  // hard_sigmoid; leaky_relu's alpha
 };
 
 enum class BinaryInt : int { kAdd = 0, kSub = 1, kMul = 2 };

@@ -91,6 +91,9 @@ void unary_f32_run(const float* x, float* y, int64_t n, const UnaryParams& p) {
       const float a = alpha * x[i];
       y[i] = clip01(a + beta);
     }
+  } else if constexpr (kOp == static_cast<int>(UnaryF32::kLeakyRelu)) {
+    const float alpha = p.alpha;
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? x[i] * alpha : x[i];
   } else {  // kHardSwish
     // alpha = f32(1/6) multiplied, as ONNX's definition (HardSigmoid's alpha · x + beta)
     // and ONNX Runtime compute it; a division by 6 rounds differently for ~10 % of x
@@ -362,6 +365,7 @@ Kernels make_kernels(const char* isa) {
   k.unary_f32[6] = &unary_f32_run<6>;
   k.unary_f32[7] = &unary_f32_run<7>;
   k.unary_f32[8] = &unary_f32_run<8>;
+  k.unary_f32[9] = &unary_f32_run<9>;
   k.clip_int[2] = &clip_int_run<int8_t>;
   k.clip_int[3] = &clip_int_run<uint8_t>;
   k.clip_int[4] = &clip_int_run<int32_t>;
