@@ -357,7 +357,6 @@ def median_sqnr(ref: list[np.ndarray], sess: Any, feeds: list[Feed]) -> float:
 
 
 def run_one(name: str, dynamo: bool, out: Path, with_latency: bool) -> dict[str, Any]:
-    import onnx
 
     row: dict[str, Any] = {"model": name, "exporter": "dynamo" if dynamo else "torchscript"}
     t0 = time.time()
@@ -367,7 +366,24 @@ def run_one(name: str, dynamo: bool, out: Path, with_latency: bool) -> dict[str,
         row["export"] = Z.first_line(e)
         return row
     calib, evals = MODELS[name][1](1, 8), MODELS[name][1](2, 4)
-    ref = [Z.ort_session(src).run(None, f)[0] for f in evals]
+    measure(row, name, src, calib, evals, with_latency)
+    row["secs"] = round(time.time() - t0, 1)
+    return row
+
+
+def measure(
+    row: dict[str, Any], name: str, src: Path, calib: list[Feed], evals: list[Feed], with_latency: bool
+) -> None:
+    """The row's quantize / check / run / SQNR / integer-share columns for one exported
+    file (shared with ``tf_sweep.py``); failures are recorded, never raised."""
+    import onnx
+
+    try:
+        ref = [Z.ort_session(src).run(None, f)[0] for f in evals]
+    except Exception as e:  # an exported file ONNX Runtime rejects is the exporter's
+        row["fp32_ortrun"] = Z.first_line(e)
+        Z.log_failure(f"{name} fp32 ORT run")
+        return
     try:
         row["fp32_sqnr"] = median_sqnr(ref, Z.quanta_session(src), evals)
         if with_latency:
@@ -401,8 +417,6 @@ def run_one(name: str, dynamo: bool, out: Path, with_latency: bool) -> dict[str,
         except Exception as e:
             row[f"{tool}_run"] = Z.first_line(e)
             Z.log_failure(f"{name} {tool} quanta run")
-    row["secs"] = round(time.time() - t0, 1)
-    return row
 
 
 def main(argv: list[str] | None = None) -> int:

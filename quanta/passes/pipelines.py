@@ -65,7 +65,9 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     dimensions the inputs fix, with a symbolic batch too), no-ops removed, zero Pads
     folded into the Conv that reads them, activations written out as arithmetic made the
     one operator they compute (hardsigmoid, softplus), BatchNormalization folded into the weights (so the folded weights are what gets
-    quantized), a strided ConvTranspose made a Conv over its output phases and a
+    quantized), and so a constant per-channel Mul / Add after a Conv (tf2onnx writes the
+    BatchNormalization after a depthwise Conv as Mul + Add: left as written, the Conv's
+    output is quantized before the per-channel factors, at the widest channel's step), a strided ConvTranspose made a Conv over its output phases and a
     DepthToSpace (an integer convolution then), GroupNorm recognised, an unrolled RNN's
     per-step input Gemms made one MatMul over the sequence (one weight to quantize and
     one activation range, not one per step), duplicates merged.
@@ -73,6 +75,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     Constant folding here may produce large results (weights computed by a
     ConstantOfShape or a subgraph must become initializers to be quantized; the int8
     model stores them in a quarter of the bytes anyway), up to 2^24 elements."""
+    from quanta.passes.rules.fold_conv_affine import FoldConvAffine
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
 
     return [
@@ -87,6 +90,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         RemoveNoops(),
         FoldPad(),  # "same"-padding Pads (pads folded to constants above) into their Convs
         FoldBatchNorm(),
+        FoldConvAffine(),  # tf2onnx's BatchNorm after a depthwise Conv: Mul + Add, into its weights
         FoldZeroProduct(),  # an unrolled RNN's zero initial state times W_hh: only the bias is left
         ConvTransposeAsConvs(),  # strided: a Conv over the output phases (quantizable) + DepthToSpace
         *_fold_groupnorm(opset),

@@ -241,6 +241,7 @@ def test_prepare_for_quantization_folds_float_weights_only():
         "remove_noops",
         "fold_pad",
         "fold_batchnorm",
+        "fold_conv_affine",
         "fold_zero_product",
         "conv_transpose_as_conv",
         "fold_groupnorm",

@@ -1,0 +1,83 @@
+"""Graph forms of files converted from TensorFlow by tf2onnx (benchmarks/tf_sweep.py),
+built here with onnx.helper so the tests need no TensorFlow: each is quantized with the
+defaults, checked by ``onnx.checker`` (full check) and run by ONNX Runtime and quanta."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+
+ort = pytest.importorskip("onnxruntime")
+F32 = np.float32
+
+
+def _sqnr(ref: np.ndarray, got: np.ndarray) -> float:
+    return float(10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / np.sum((ref - got) ** 2.0)))
+
+
+def _quantize_check_run(tmp_path, model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]):
+    """The quantized file's ops, its integer MAC share, and the SQNR of quanta's and ONNX
+    Runtime's runs of it against the float model on the last feed."""
+    src, dst = tmp_path / "m.onnx", tmp_path / "m.q.onnx"
+    onnx.save(model, str(src))
+    summary = quanta.quantize_static(str(src), str(dst), feeds[:-1], verbose=False, progress=False)
+    q = onnx.load(str(dst))
+    onnx.checker.check_model(q, full_check=True)
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds[-1])[0]
+    theirs = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feeds[-1])[0]
+    ours = quanta.InferenceSession(str(dst)).run(None, feeds[-1])[0]
+    ops = [n.op_type for n in q.graph.node if n.op_type not in ("QuantizeLinear", "DequantizeLinear")]
+    return ops, summary.integer_share, _sqnr(ref, ours), _sqnr(ref, theirs)
+
+
+def depthwise_then_batchnorm_as_mul_add(channels: int = 17) -> onnx.ModelProto:
+    """NHWC input -> Transpose -> depthwise Conv -> Mul(γ/σ) -> Add(β - μγ/σ) -> Relu6 ->
+    1x1 Conv: tf2onnx folds a BatchNormalization into a regular Conv's weights but writes
+    the one after a depthwise Conv as Mul + Add of [C] constants (broadcast along the
+    NHWC-transposed graph's channel axis as [C, 1, 1]). The per-channel factors spread
+    over three decades, as a depthwise layer's BatchNorm does."""
+    rng = np.random.default_rng(11)
+    c = channels
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((c, 1, 3, 3)).astype(F32), "dw"),
+        numpy_helper.from_array((10.0 ** rng.uniform(-2, 1, (c, 1, 1))).astype(F32), "bn_scale"),
+        numpy_helper.from_array(rng.uniform(-0.5, 0.5, (c, 1, 1)).astype(F32), "bn_shift"),
+        numpy_helper.from_array(np.float32(0.0), "zero"),
+        numpy_helper.from_array(np.float32(6.0), "six"),
+        numpy_helper.from_array((rng.standard_normal((7, c, 1, 1)) / np.sqrt(c)).astype(F32), "pw"),
+        numpy_helper.from_array(rng.uniform(-0.1, 0.1, 7).astype(F32), "pb"),
+    ]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+        helper.make_node("Conv", ["xt", "dw"], ["d"], group=c, pads=[1, 1, 1, 1]),
+        helper.make_node("Mul", ["d", "bn_scale"], ["m"]),
+        helper.make_node("Add", ["m", "bn_shift"], ["a"]),
+        helper.make_node("Clip", ["a", "zero", "six"], ["r"]),
+        helper.make_node("Conv", ["r", "pw", "pb"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tf_depthwise_bn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["unk__1", 11, 13, c])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["unk__2", 7, 11, 13])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("channels", [3, 7, 17])
+def test_batchnorm_after_a_depthwise_conv_folds_before_quantization(tmp_path, channels):
+    rng = np.random.default_rng(channels)
+    feeds = [{"x": rng.standard_normal((1, 11, 13, channels)).astype(F32)} for _ in range(5)]
+    ops, share, ours, theirs = _quantize_check_run(
+        tmp_path, depthwise_then_batchnorm_as_mul_add(channels), feeds
+    )
+    # the Mul / Add are in the depthwise weights and bias: its output is quantized once,
+    # after the per-channel factors, instead of before them at the widest channel's scale
+    assert "Mul" not in ops and "Add" not in ops, ops
+    assert share == 1.0
+    assert ours > 30.0 and abs(ours - theirs) < 0.5, (ours, theirs)
