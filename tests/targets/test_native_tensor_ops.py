@@ -200,6 +200,27 @@ def test_hard_swish_gives_onnx_runtime_and_onnx_reference_bytes():
     )
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int8, np.int64])
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+@pytest.mark.parametrize(
+    ("op_type", "shape", "b"),
+    [
+        ("DepthToSpace", (2, 12, 3, 5), 2),
+        ("DepthToSpace", (1, 27, 7, 3), 3),
+        ("SpaceToDepth", (2, 7, 6, 10), 2),
+    ],
+)
+def test_depth_space_match_twin(op_type, shape, b, mode, dtype):
+    x = np.random.default_rng(sum(shape)).integers(-100, 100, size=shape).astype(dtype)
+    run_both(op_type, [x], {"blocksize": b, "mode": mode})
+
+
+def test_depth_to_space_bad_channels_raise_the_twins_error():
+    kernel, _ = bind("DepthToSpace", [np.zeros((1, 6, 2, 2), F32)], {"blocksize": 2})
+    with pytest.raises(Exception, match="multiple of blocksize"):
+        kernel.fn(KernelContext(), np.zeros((1, 6, 2, 2), F32), blocksize=2, **kernel.params)
+
+
 @pytest.mark.parametrize("op_type", ["Max", "Min"])
 @pytest.mark.parametrize(
     ("sa", "sb"), [((3, 17, 7), (3, 17, 7)), ((2, 7, 17), (17,)), ((1,), (5, 259)), ((3, 1, 7), (1, 17, 1))]

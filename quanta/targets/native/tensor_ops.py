@@ -29,6 +29,8 @@ Gather                 ``take_axis``                                  tensor_ops
 GatherND               ``take_axis`` of the rows the index tuples     tensor_ops.gather_nd
                        name (data seen as [rows, slice])
 Transpose (any perm)   ``copy_strided`` of the transposed view        tensor_ops.transpose
+DepthToSpace,          ``copy_strided`` of the twin's reshaped,       nn.depth_to_space /
+SpaceToDepth           transposed view                                space_to_depth
 Slice, Expand          ``copy_strided`` of the sliced / broadcast     tensor_ops.slice_ / expand
                        view
 =====================  =============================================  ==========================
@@ -647,6 +649,66 @@ def _transpose_any(ctx: Any, data: Any, *, out: Any = None, perm: list | None = 
     if sorted(p) != list(range(data.ndim)):
         raise _Unsupported
     return _copy_view(ctx, np.transpose(data, p), out)
+
+
+def _depth_space_view(x: np.ndarray, b: int, mode: str, to_space: bool) -> tuple[np.ndarray, tuple[int, ...]]:
+    """The twin's reshape and transpose (nn.depth_to_space / nn.space_to_depth) as a view,
+    and the output shape; _Unsupported where the twin raises its error."""
+    if x.ndim != 4 or x.dtype.kind == "O" or b < 1 or mode not in ("DCR", "CRD"):
+        raise _Unsupported
+    n, c, h, w = x.shape
+    if to_space:
+        if c % (b * b):
+            raise _Unsupported
+        cq = c // (b * b)
+        if mode == "DCR":
+            view = x.reshape(n, b, b, cq, h, w).transpose(0, 3, 4, 1, 5, 2)
+        else:
+            view = x.reshape(n, cq, b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+        return view, (n, cq, h * b, w * b)
+    if h % b or w % b:
+        raise _Unsupported
+    t = x.reshape(n, c, h // b, b, w // b, b)
+    view = t.transpose(0, 3, 5, 1, 2, 4) if mode == "DCR" else t.transpose(0, 1, 3, 5, 2, 4)
+    return view, (n, c * b * b, h // b, w // b)
+
+
+def _depth_space_kernel(op_type: str, to_space: bool) -> Callable[..., Any]:
+    @_with_fallback(op_type)
+    def run(ctx: Any, x: Any, *, out: Any, blocksize: int, mode: str = "DCR") -> np.ndarray:
+        if not isinstance(x, np.ndarray):
+            raise _Unsupported
+        view, shape = _depth_space_view(np.asarray(x, order="C"), int(blocksize), mode, to_space)
+        if out is not None:
+            if not out.flags.c_contiguous:  # a reshape would copy: the bytes must land in out
+                raise _Unsupported
+            _copy_view(ctx, view, out.reshape(view.shape))
+            return out
+        return _copy_view(ctx, view, None).reshape(shape)
+
+    run.__name__ = run.__qualname__ = f"_{op_type.lower()}_native"
+    run.__doc__ = (
+        f"{op_type}: the twin's transposed view copied by copy_strided (bytes moved, none computed)."
+    )
+    return run
+
+
+_depth_to_space_native = _depth_space_kernel("DepthToSpace", True)
+_space_to_depth_native = _depth_space_kernel("SpaceToDepth", False)
+
+
+@register_binder("DepthToSpace")
+def bind_depth_to_space(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """DepthToSpace of any element type (PP-OCR's and SegFormer-style detectors' upsampling heads)."""
+    del model, node  # unused: every input the twin takes
+    return _kernel(_depth_to_space_native, "depth_to_space")
+
+
+@register_binder("SpaceToDepth")
+def bind_space_to_depth(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """SpaceToDepth of any element type."""
+    del model, node  # unused: every input the twin takes
+    return _kernel(_space_to_depth_native, "space_to_depth")
 
 
 @_with_fallback("Slice")
