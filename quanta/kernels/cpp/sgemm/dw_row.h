@@ -154,7 +154,7 @@ __attribute__((always_inline)) inline void step2_aligned(const float* const* r0,
   }
 }
 
-template <class T, int KH>
+template <int KH>
 bool rows_aligned(const float* const* r0, const float* const* r1) {
   for (int ky = 0; ky < KH; ++ky) {
     if ((reinterpret_cast<uintptr_t>(r0[ky]) | reinterpret_cast<uintptr_t>(r1[ky])) % 64 != 0) return false;
@@ -170,7 +170,7 @@ void rows2_s(const float* const* r0, const float* const* r1, const float* w, int
   for (int t = 0; t < KH * KW; ++t) wv[t] = T::set1(w[t]);
   int64_t x = 0;
   if constexpr (S == 1 && L == 16) {
-    if (dw == 1 && rows_aligned<T, KH>(r0, r1)) {
+    if (dw == 1 && rows_aligned<KH>(r0, r1)) {
       for (; x + 2 * L <= ow; x += 2 * L) step2_aligned<T, KH, KW, 2>(r0, r1, wv, bias, lo, hi, y0, y1, x, 2 * L);
       const int64_t rest = ow - x;
       if (rest > L) {

@@ -28,6 +28,18 @@ inline float clip01(float t) {
   return 1.0f < m ? 1.0f : m;
 }
 
+// The widest float32 vector traits this file's ISA flags enable (simd.h), for the loops
+// whose NaN-aware scalar form the compiler vectorizes poorly; none on the portable build.
+#if defined(__AVX512F__)
+#define QUANTA_TENSOR_OPS_VECTORS 1
+using VecF32 = ::quanta::simd::F32x16;
+#elif defined(__AVX2__) && defined(__FMA__)
+#define QUANTA_TENSOR_OPS_VECTORS 1
+using VecF32 = ::quanta::simd::F32x8;
+#else
+#define QUANTA_TENSOR_OPS_VECTORS 0
+#endif
+
 // The gates clip01(f32(f32(alpha · x) + beta)) of HardSigmoid and, times x, HardSwish, in
 // whole vectors: returns how many leading elements it wrote (0 on the portable build),
 // the scalar loop does the rest. vmaxps(0, t) = (0 > t ? 0 : t) and vminps(1, m) =
@@ -36,12 +48,8 @@ inline float clip01(float t) {
 // and mask blends at a third of this speed.
 template <bool kTimesX>
 int64_t gate_vectors(const float* x, float* y, int64_t n, float alpha, float beta) {
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#if defined(__AVX512F__)
-  using V = ::quanta::simd::F32x16;
-#else
-  using V = ::quanta::simd::F32x8;
-#endif
+#if QUANTA_TENSOR_OPS_VECTORS
+  using V = VecF32;
   const typename V::V va = V::set1(alpha), vb = V::set1(beta), zero = V::zero(), one = V::set1(1.0f);
   int64_t i = 0;
   for (; i + V::kLanes <= n; i += V::kLanes) {
@@ -331,12 +339,8 @@ void clip_gate_div_run(float* y, int64_t n, const float* p) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const float b = p[0], lo = p[1] > -kInf ? p[1] : -kInf, hi = p[2] < kInf ? p[2] : kInf, d = p[3];
   int64_t i = 0;
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#if defined(__AVX512F__)
-  using V = ::quanta::simd::F32x16;
-#else
-  using V = ::quanta::simd::F32x8;
-#endif
+#if QUANTA_TENSOR_OPS_VECTORS
+  using V = VecF32;
   const auto negative_zero = [](float v) { return v == 0.0f && std::signbit(v); };
   if (!negative_zero(b) && !negative_zero(lo) && !negative_zero(hi)) {
     const typename V::V vb = V::set1(b), vlo = V::set1(lo), vhi = V::set1(hi), vd = V::set1(d);
