@@ -360,11 +360,8 @@ class Executor(Executable):
         except KERNEL_ERRORS as e:
             raise self._error(k, vals, e) from e
         pos = next(i for i, t in enumerate(todo) if t[0] == k)
-        _, _, _, _, _, out1, outs, frees, _ = todo[pos]
-        if out1 >= 0 and not isinstance(res, (tuple, list)):
-            vals[out1] = res
-        else:
-            _store_many(vals, outs, res)
+        _, _, _, _, _, _, outs, frees, _ = todo[pos]
+        _store_many(vals, outs, res)  # a single result too: off the hot loop, no fast path
         for f in frees:
             vals[f] = None
         return todo[pos + 1 :]
