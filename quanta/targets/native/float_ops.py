@@ -375,14 +375,21 @@ def _unary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return specialize
 
 
+#: the binary ops broadcast_op (tensor_ops) also runs on int32 / int64 lanes
+_INT_BINARY_OPS = frozenset({"Add", "Sub", "Mul"})
+
+
 def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, str]]:
     fn = _binary_kernel(op_type)
     specialize = _binary_specializer(op_type.lower(), fn)
-    int_fn = _int_binary_kernel(op_type) if op_type != "Div" else None
+    int_fn = _int_binary_kernel(op_type) if op_type in _INT_BINARY_OPS else None
     name = f"{op_type.lower()}_f32"
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused: the choice depends on the node's types only
+        if len(node.inputs) != 2 or node.input(0) is None or node.input(1) is None:
+            # Max / Min are variadic: one input or three and more stay on the twin
+            return None, f"native {op_type} takes two inputs, got {len(node.inputs)}"
         types = (_dtype(node.input(0)), _dtype(node.input(1)))
         if int_fn is not None and types[0] in _INT_BINARY and types[1] == types[0]:
             # the int32 bias Add of LowerConvFloatOutput, int64 shape arithmetic
@@ -393,7 +400,7 @@ def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, s
         return _kernel(fn, name, node, specialize)
 
     binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
-    binder.__doc__ = f"float32 {op_type} with numpy broadcasting; other element types fall back."
+    binder.__doc__ = f"float32 {op_type} of two inputs with numpy broadcasting; other forms fall back."
     return register_binder(op_type)(binder)
 
 
@@ -401,31 +408,10 @@ bind_add = _bind_binary("Add")
 bind_sub = _bind_binary("Sub")
 bind_mul = _bind_binary("Mul")
 bind_div = _bind_binary("Div")
-
-
-def _bind_max_min(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, str]]:
-    """Max / Min of two float32 inputs (math_ops: np.maximum / np.minimum, NaN propagates):
-    TensorFlow converters write LeakyReLU variants as Max(x, alpha·x)."""
-    fn = _binary_kernel(op_type)
-    specialize = _binary_specializer(op_type.lower(), fn)
-    name = f"{op_type.lower()}_f32"
-
-    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
-        del model  # unused: the choice depends on the node's types only
-        if len(node.inputs) != 2 or node.input(0) is None or node.input(1) is None:
-            return None, f"native {op_type} takes two inputs, got {len(node.inputs)}"
-        reason = _check_f32(op_type, ("A", node.input(0)), ("B", node.input(1)))
-        if reason:
-            return None, reason
-        return _kernel(fn, name, node, specialize)
-
-    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
-    binder.__doc__ = f"float32 {op_type} of two inputs with numpy broadcasting; other forms fall back."
-    return register_binder(op_type)(binder)
-
-
-bind_max = _bind_max_min("Max")
-bind_min = _bind_max_min("Min")
+# Max / Min (np.maximum / np.minimum, NaN propagates): TensorFlow converters write
+# LeakyReLU variants as Max(x, alpha·x)
+bind_max = _bind_binary("Max")
+bind_min = _bind_binary("Min")
 
 
 # --------------------------------------------------------------------------------------
