@@ -42,7 +42,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -419,38 +419,56 @@ def measure(
             Z.log_failure(f"{name} {tool} quanta run")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+#: where the sweeps write the exported and quantized files
+SWEEP_CACHE = Path(os.environ.get("QUANTA_SWEEP_CACHE", Path.home() / ".cache" / "quanta-sweep"))
+
+
+def sweep_main(
+    ap: argparse.ArgumentParser,
+    models: Mapping[str, Any],
+    argv: list[str] | None,
+    out: Path,
+    rows: Callable[[argparse.Namespace, list[str]], Iterable[dict[str, Any]]],
+) -> int:
+    """The sweeps' command line (this file's and tf_sweep.py's): ``--models`` (checked
+    against ``models``), ``--out`` (default ``out``), ``--json``, ``--log`` on top of the
+    sweep's own options in ``ap``; each row of ``rows(args, names)`` is printed as one JSON
+    line and appended to ``--json``."""
     ap.add_argument(
-        "--models", default="all", help="comma-separated names (default: all): " + ", ".join(MODELS)
+        "--models", default="all", help="comma-separated names (default: all): " + ", ".join(models)
     )
-    ap.add_argument("--exporter", choices=("both", "torchscript", "dynamo"), default="both")
-    ap.add_argument("--latency", action="store_true", help="also time quanta against ONNX Runtime (1 thread)")
-    ap.add_argument(
-        "--out",
-        type=Path,
-        default=Path(os.environ.get("QUANTA_SWEEP_CACHE", Path.home() / ".cache" / "quanta-sweep")),
-    )
+    ap.add_argument("--out", type=Path, default=out)
     ap.add_argument("--json", type=Path, help="append the rows here, one JSON object a line")
     ap.add_argument("--log", type=Path, help="tracebacks of every failure")
     args = ap.parse_args(argv)
-    names = list(MODELS) if args.models == "all" else args.models.split(",")
-    unknown = [n for n in names if n not in MODELS]
+    names = list(models) if args.models == "all" else args.models.split(",")
+    unknown = [n for n in names if n not in models]
     if unknown:
-        ap.error(f"unknown model(s) {unknown}; expected some of {list(MODELS)}")
-    exporters = {"both": (False, True), "torchscript": (False,), "dynamo": (True,)}[args.exporter]
+        ap.error(f"unknown model(s) {unknown}; expected some of {list(models)}")
     args.out.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        for dynamo in exporters:
-            row = run_one(name, dynamo, args.out, args.latency)
-            line = json.dumps(row, default=str)
-            print(line, flush=True)
-            if args.json:
-                with args.json.open("a") as f:
-                    f.write(line + "\n")
+    for row in rows(args, names):
+        line = json.dumps(row, default=str)
+        print(line, flush=True)
+        if args.json:
+            with args.json.open("a") as f:
+                f.write(line + "\n")
     if args.log:
         args.log.write_text("\n".join(Z.LOG))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--exporter", choices=("both", "torchscript", "dynamo"), default="both")
+    ap.add_argument("--latency", action="store_true", help="also time quanta against ONNX Runtime (1 thread)")
+
+    def rows(args: argparse.Namespace, names: list[str]) -> Iterable[dict[str, Any]]:
+        exporters = {"both": (False, True), "torchscript": (False,), "dynamo": (True,)}[args.exporter]
+        for name in names:
+            for dynamo in exporters:
+                yield run_one(name, dynamo, args.out, args.latency)
+
+    return sweep_main(ap, MODELS, argv, SWEEP_CACHE, rows)
 
 
 if __name__ == "__main__":

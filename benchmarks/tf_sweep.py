@@ -29,12 +29,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -276,34 +275,14 @@ def run_one(name: str, opset: int, out: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--models", default="all", help="comma-separated names (default: all): " + ", ".join(MODELS)
-    )
     ap.add_argument("--opsets", default="13,17", help="tf2onnx target opsets, comma-separated")
-    ap.add_argument(
-        "--out",
-        type=Path,
-        default=Path(os.environ.get("QUANTA_SWEEP_CACHE", Path.home() / ".cache" / "quanta-sweep")) / "tf",
-    )
-    ap.add_argument("--json", type=Path, help="append the rows here, one JSON object a line")
-    ap.add_argument("--log", type=Path, help="tracebacks of every failure")
-    args = ap.parse_args(argv)
-    names = list(MODELS) if args.models == "all" else args.models.split(",")
-    unknown = [n for n in names if n not in MODELS]
-    if unknown:
-        ap.error(f"unknown model(s) {unknown}; expected some of {list(MODELS)}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        for opset in (int(o) for o in args.opsets.split(",")):
-            row = run_one(name, opset, args.out)
-            line = json.dumps(row, default=str)
-            print(line, flush=True)
-            if args.json:
-                with args.json.open("a") as f:
-                    f.write(line + "\n")
-    if args.log:
-        args.log.write_text("\n".join(Z.LOG))
-    return 0
+
+    def rows(args: argparse.Namespace, names: list[str]) -> Iterable[dict[str, Any]]:
+        for name in names:
+            for opset in (int(o) for o in args.opsets.split(",")):
+                yield run_one(name, opset, args.out)
+
+    return A.sweep_main(ap, MODELS, argv, A.SWEEP_CACHE / "tf", rows)
 
 
 if __name__ == "__main__":
