@@ -215,6 +215,12 @@ def check_conv(
         (1, 7, 9, 70, 7, 7, 5, 5, (1, 1), (1, 1), (2, 2, 2, 2), "depthwise"),  # 70: 4 zmm + a tail
         (1, 7, 13, 131, 7, 7, 5, 5, (2, 1), (1, 1), (2, 2, 2, 2), "depthwise"),
         (1, 3, 11, 12, 3, 3, 3, 3, (3, 3), (2, 2), (0, 1, 2, 0), "depthwise"),  # gathered stride
+        # stride 2 on split rows: odd and even left pads, an odd row count, 5x5 past 64 columns
+        (1, 17, 9, 75, 17, 17, 3, 3, (2, 2), (1, 1), (1, 1, 1, 1), "depthwise"),
+        (1, 7, 10, 80, 7, 7, 3, 3, (2, 2), (1, 1), (0, 0, 1, 1), "depthwise"),
+        (2, 3, 7, 161, 3, 3, 5, 5, (2, 2), (1, 1), (2, 2, 2, 2), "depthwise"),
+        (1, 3, 6, 150, 3, 3, 5, 5, (2, 2), (1, 1), (1, 1, 2, 2), "depthwise"),
+        (1, 17, 9, 80, 17, 17, 5, 5, (2, 2), (1, 1), (2, 2, 2, 2), "depthwise"),  # 5x5, 40 columns
         (1, 3, 33, 35, 16, 1, 3, 3, (2, 2), (1, 1), (1, 1, 1, 1), "im2col"),  # the stem
         (1, 6, 13, 11, 9, 3, 3, 3, (2, 2), (2, 2), (1, 2, 0, 1), "im2col"),  # grouped, dilated
         (1, 40, 6, 7, 20, 1, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), "im2col"),  # K = 360
@@ -397,7 +403,8 @@ def test_col2im_refuses_bad_arguments() -> None:
         (23, 6, 31, 3, 2, 1, [1, 1, 1, 1]),  # rows of 31 inputs: two 16 x 16 transposes per row
         (19, 4, 50, 3, 3, 1, [0, 0, 0, 0]),  # the last 2 input columns are never read: not copied
         (9, 6, 30, 5, 1, 1, [2, 2, 2, 2]),  # 5x5 on rows of 30: blocked too
-        (18, 5, 99, 5, 2, 1, [2, 1, 2, 2]),  # 5x5 at stride 2 on rows of 50: blocked too
+        (18, 5, 99, 5, 2, 1, [2, 1, 2, 2]),  # 5x5 at stride 2 on rows of 50: split rows
+        (17, 6, 60, 5, 2, 1, [2, 2, 2, 2]),  # 5x5 at stride 2 on rows of 30: blocked
     ],
 )
 def test_depthwise_small_planes_give_the_row_kernels_bytes(c, h, w, k, stride, dil, pads) -> None:
@@ -411,9 +418,10 @@ def test_depthwise_small_planes_give_the_row_kernels_bytes(c, h, w, k, stride, d
     "c,h,w,k,stride,dil,pads",
     [
         (3, 9, 57, 3, 1, 1, [1, 1, 1, 1]),  # odd row count: a pair of rows, then one
-        (7, 12, 40, 3, 2, 1, [1, 1, 0, 0]),  # stride 2: two loads and a permute per vector
+        (7, 12, 40, 3, 2, 1, [1, 1, 0, 0]),  # stride 2: split rows (odd left pad)
+        (5, 15, 64, 3, 2, 1, [0, 0, 1, 1]),  # split rows, even left pad, odd row count
         (5, 11, 35, 5, 1, 1, [2, 2, 2, 2]),  # 5x5: 25 weight vectors held in registers
-        (3, 14, 70, 5, 2, 1, [2, 1, 2, 1]),  # 5x5 stride 2, asymmetric pads
+        (3, 14, 70, 5, 2, 1, [2, 1, 2, 1]),  # 5x5 stride 2 (split), asymmetric pads
         (4, 8, 33, 3, 1, 2, [2, 2, 2, 2]),  # dilated taps through the paired-row kernel
         (3, 10, 26, 7, 1, 1, [3, 3, 3, 3]),  # 7x7: no paired-row kernel, the row kernel
         (2, 6, 18, 3, 3, 1, [1, 1, 1, 1]),  # stride 3: the gathered row kernel

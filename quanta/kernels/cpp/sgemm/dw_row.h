@@ -203,6 +203,96 @@ bool rows2_k(const float* const* r0, const float* const* r1, const float* w, int
   return true;
 }
 
+// Stride 2, dilation 1, on split rows: every padded input row stored as its even columns
+// E (from the row pointer) and its odd columns O (from + half), both 64-byte aligned, so
+// that tap kx of output x reads E[x + kx/2] (kx even) or O[x + (kx − 1)/2] (kx odd). Per
+// tap row the U + 1 aligned vectors of each half are loaded once and the KW tap vectors
+// built by valignd, where step2 at S = 2 loads two vectors and permutes them for every tap
+// (two loads and a vpermt2ps per fma: the loads bound it). The same values reach the same
+// fma chains in the same order: the bytes of step2 at S = 2.
+template <class T, int U, int KX>
+__attribute__((always_inline)) inline void tap_split(typename T::V w, const typename T::V* e0, const typename T::V* o0,
+                                                     const typename T::V* e1, const typename T::V* o1,
+                                                     typename T::V* a0, typename T::V* a1) {
+  constexpr int J = KX / 2;
+  const typename T::V* s0 = KX % 2 == 0 ? e0 : o0;
+  const typename T::V* s1 = KX % 2 == 0 ? e1 : o1;
+  for (int u = 0; u < U; ++u) {
+    if constexpr (J == 0) {
+      a0[u] = T::fmadd(w, s0[u], a0[u]);
+      a1[u] = T::fmadd(w, s1[u], a1[u]);
+    } else {
+      a0[u] = T::fmadd(w, T::template shift_concat<J>(s0[u], s0[u + 1]), a0[u]);
+      a1[u] = T::fmadd(w, T::template shift_concat<J>(s1[u], s1[u + 1]), a1[u]);
+    }
+  }
+}
+
+template <class T, int U, int... KX>
+__attribute__((always_inline)) inline void tap_row_split(std::integer_sequence<int, KX...>, const typename T::V* w,
+                                                         const typename T::V* e0, const typename T::V* o0,
+                                                         const typename T::V* e1, const typename T::V* o1,
+                                                         typename T::V* a0, typename T::V* a1) {
+  (tap_split<T, U, KX>(w[KX], e0, o0, e1, o1, a0, a1), ...);
+}
+
+template <class T, int KH, int KW, int U>
+__attribute__((always_inline)) inline void step2_split(const float* const* r0, const float* const* r1, int64_t half,
+                                                       const typename T::V* wv, float bias, float lo, float hi,
+                                                       float* y0, float* y1, int64_t x0, int64_t n) {
+  constexpr int L = T::kLanes;
+  typename T::V a0[U], a1[U];
+  for (int u = 0; u < U; ++u) a0[u] = a1[u] = T::zero();
+  for (int ky = 0; ky < KH; ++ky) {
+    typename T::V e0[U + 1], o0[U + 1], e1[U + 1], o1[U + 1];
+    for (int u = 0; u <= U; ++u) {
+      e0[u] = T::loadu(r0[ky] + x0 + u * L);  // aligned addresses: no line split
+      o0[u] = T::loadu(r0[ky] + half + x0 + u * L);
+      e1[u] = T::loadu(r1[ky] + x0 + u * L);
+      o1[u] = T::loadu(r1[ky] + half + x0 + u * L);
+    }
+    tap_row_split<T, U>(std::make_integer_sequence<int, KW>{}, wv + ky * KW, e0, o0, e1, o1, a0, a1);
+  }
+  const typename T::V bv = T::set1(bias);
+  for (int u = 0; u < U; ++u) {
+    typename T::V v0 = T::add(a0[u], bv), v1 = T::add(a1[u], bv);
+    if (lo != -__builtin_inff()) v0 = T::max(T::set1(lo), v0), v1 = T::max(T::set1(lo), v1);
+    if (hi != __builtin_inff()) v0 = T::min(T::set1(hi), v0), v1 = T::min(T::set1(hi), v1);
+    T::store(y0 + x0 + u * L, T::tail(n - u * L), v0);
+    T::store(y1 + x0 + u * L, T::tail(n - u * L), v1);
+  }
+}
+
+template <class T, int KH, int KW>
+void rows2_split_k(const float* const* r0, const float* const* r1, int64_t half, const float* w, float bias, float lo,
+                   float hi, float* y0, float* y1, int64_t ow) {
+  constexpr int L = T::kLanes;
+  typename T::V wv[KH * KW];
+  for (int t = 0; t < KH * KW; ++t) wv[t] = T::set1(w[t]);
+  int64_t x = 0;
+  for (; x + 2 * L <= ow; x += 2 * L) step2_split<T, KH, KW, 2>(r0, r1, half, wv, bias, lo, hi, y0, y1, x, 2 * L);
+  const int64_t rest = ow - x;
+  if (rest > L) {
+    step2_split<T, KH, KW, 2>(r0, r1, half, wv, bias, lo, hi, y0, y1, x, rest);
+  } else if (rest > 0) {
+    step2_split<T, KH, KW, 1>(r0, r1, half, wv, bias, lo, hi, y0, y1, x, rest);
+  }
+}
+
+// DwRows2SplitFn: 3x3 and 5x5 taps on split rows.
+template <class T>
+bool rows2_split(const float* const* r0, const float* const* r1, int64_t half, const float* w, int kh, int kw,
+                 float bias, float lo, float hi, float* y0, float* y1, int64_t ow) {
+  if (kh == 3 && kw == 3) {
+    rows2_split_k<T, 3, 3>(r0, r1, half, w, bias, lo, hi, y0, y1, ow);
+  } else if (kh == 5 && kw == 5) {
+    rows2_split_k<T, 5, 5>(r0, r1, half, w, bias, lo, hi, y0, y1, ow);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // DwRows2Fn: the 3x3 and 5x5 taps at strides 1 and 2 (every depthwise layer of the zoo's
 // MobileNet / PP-LCNet / EfficientNet blocks); false leaves the rows to row().
 template <class T>

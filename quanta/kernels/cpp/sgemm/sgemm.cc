@@ -348,12 +348,14 @@ void conv_depthwise_blocked(const ConvGeom& g, const float* x, const float* w, c
 // then one zero row. Only those columns change from plane to plane, so the buffer is zeroed
 // once per geometry and thread: it is this function's own (thread_scratch is shared with the
 // GEMM packing, which would overwrite the padding).
-float* padded_plane_scratch(int64_t h, int64_t w, int64_t pl, int64_t wp) {
+// `split`: the rows hold the split layout of DwRows2SplitFn, whose padding columns are
+// others than the plain layout's with the same wp.
+float* padded_plane_scratch(int64_t h, int64_t w, int64_t pl, int64_t wp, bool split) {
   thread_local std::vector<float> buf;
-  thread_local int64_t shape[4] = {-1, -1, -1, -1};
-  if (shape[0] != h || shape[1] != w || shape[2] != pl || shape[3] != wp) {
+  thread_local int64_t shape[5] = {-1, -1, -1, -1, -1};
+  if (shape[0] != h || shape[1] != w || shape[2] != pl || shape[3] != wp || shape[4] != split) {
     buf.assign(static_cast<size_t>((h + 1) * wp + 64 + 16), 0.0f);
-    shape[0] = h, shape[1] = w, shape[2] = pl, shape[3] = wp;
+    shape[0] = h, shape[1] = w, shape[2] = pl, shape[3] = wp, shape[4] = split;
   }
   // 64-byte aligned, so that with wp a multiple of 16 every row is (the aligned 3x3 / 5x5
   // row pairs of dw_row.h)
@@ -363,14 +365,15 @@ float* padded_plane_scratch(int64_t h, int64_t w, int64_t pl, int64_t wp) {
 
 // Where the 16-channels-per-vector path beats the row kernels (measured on Zen 4, the
 // two paths alternating in one process): rows of at most 16 pixels, where a row fills a
-// fraction of its lanes; and 5x5 taps on rows of up to 32 pixels (64 at stride 2, where
-// the row kernel loads two vectors and permutes per vector), where the blocked kernel's
-// aligned loads and 8 pixel chains per tap row beat the row kernel's unaligned ones:
-// 0.65-0.83x the time. 3x3 taps on wider rows stay on the row kernels (0.9-1.5x there; at
-// stride 1 their rows are 64-byte aligned, dw_row.h step2_aligned).
+// fraction of its lanes; and 5x5 taps on rows of up to 32 pixels, where the blocked
+// kernel's aligned loads and 8 pixel chains per tap row beat the row kernel's unaligned
+// ones (0.65-0.83x the time at stride 1; at stride 2, on split rows, ow 20-28: blocked
+// 0.7-0.85x, ow 40-56: the rows 0.8-0.9x). 3x3 taps on wider rows stay on the row kernels
+// (0.9-1.5x there; at stride 1 their rows are 64-byte aligned, dw_row.h step2_aligned, at
+// stride 2 split, step2_split).
 bool blocked_depthwise_pays(const ConvGeom& g) {
   if (g.ow <= 16) return true;
-  return g.kh * g.kw >= 25 && g.ow <= (g.sw >= 2 ? 64 : 32);
+  return g.kh * g.kw >= 25 && g.ow <= 32;
 }
 
 void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const float* bias, float lo, float hi, float* y,
@@ -384,17 +387,29 @@ void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const flo
   // the rows above and below the input.
   // The row kernels read whole vectors: up to round_up(ow, 16) outputs, the last S = 2
   // step 32 floats from its start.
+  // At stride 2 (3x3, 5x5, dilation 1) the rows are split instead (DwRows2SplitFn): the
+  // padded row's even columns in [0, half), its odd ones in [half, 2·half), each aligned.
+  const bool split = kr.dw_rows2_split != nullptr && kr.split2 != nullptr && g.sw == 2 && g.dw == 1 && g.kh == g.kw &&
+                     (g.kh == 3 || g.kh == 5);
+  const int64_t half = round_up(std::max<int64_t>(round_up(g.ow, 16) + 16, (g.pl + g.w + 1) / 2), 16);
   const int64_t need = round_up(g.ow, 16) * g.sw + (g.kw - 1) * g.dw + 32;
-  const int64_t wp = round_up(std::max<int64_t>(need, g.pl + g.w), 16);
+  const int64_t wp = split ? 2 * half : round_up(std::max<int64_t>(need, g.pl + g.w), 16);
   const int64_t planes = g.n * g.c;
   const int threads = g.n * g.m * g.oh * g.ow * taps < kMinParallelMacs ? 1 : num_threads;
   auto body = [&](int64_t plane_index, int) {
     const int64_t ch = plane_index % g.c;
-    float* buf = padded_plane_scratch(g.h, g.w, g.pl, wp);
+    float* buf = padded_plane_scratch(g.h, g.w, g.pl, wp, split);
     float* zero = buf + g.h * wp;
     const float* src = x + plane_index * g.h * g.w;
     for (int64_t iy = 0; iy < g.h; ++iy) {
-      std::memcpy(buf + iy * wp + g.pl, src + iy * g.w, static_cast<size_t>(g.w) * sizeof(float));
+      float* row = buf + iy * wp;
+      if (!split) {
+        std::memcpy(row + g.pl, src + iy * g.w, static_cast<size_t>(g.w) * sizeof(float));
+      } else if (g.pl % 2 == 0) {  // input column 2i at padded column pl + 2i: even
+        kr.split2(src + iy * g.w, g.w, row + g.pl / 2, row + half + g.pl / 2);
+      } else {  // pl odd: input column 2i lands on an odd padded column, 2i + 1 on an even one
+        kr.split2(src + iy * g.w, g.w, row + half + g.pl / 2, row + g.pl / 2 + 1);
+      }
     }
     const float* rows[32];
     std::vector<const float*> many;
@@ -415,6 +430,25 @@ void conv_depthwise(const ConvGeom& g, const float* x, const float* w, const flo
     const int kh = static_cast<int>(g.kh), kw = static_cast<int>(g.kw), sw = static_cast<int>(g.sw),
               dw = static_cast<int>(g.dw);
     int64_t oy = 0;
+    if (split) {
+      const float* r1[5];
+      for (; oy + 2 <= g.oh; oy += 2) {
+        input_rows(oy, rp);
+        input_rows(oy + 1, r1);
+        float* y0 = out + oy * g.ow;
+        kr.dw_rows2_split(rp, r1, half, wc, kh, kw, b, lo, hi, y0, y0 + g.ow, g.ow);
+        if (post) apply_post(*post, y0, 2 * g.ow);
+      }
+      if (oy < g.oh) {  // the last row of an odd count: its pair's second row is discarded
+        thread_local std::vector<float> spare;
+        spare.resize(static_cast<size_t>(g.ow));
+        input_rows(oy, rp);
+        float* y0 = out + oy * g.ow;
+        kr.dw_rows2_split(rp, rp, half, wc, kh, kw, b, lo, hi, y0, spare.data(), g.ow);
+        if (post) apply_post(*post, y0, g.ow);
+      }
+      return;
+    }
     if (kr.dw_rows2 && g.kh <= 16) {
       const float* r1[16];
       for (; oy + 2 <= g.oh; oy += 2) {

@@ -108,6 +108,18 @@ using DwRowFn = void (*)(const float* const* rows, const float* w, int kh, int k
 using DwRows2Fn = bool (*)(const float* const* r0, const float* const* r1, const float* w, int kh, int kw, int sw,
                            int dw, float bias, float lo, float hi, float* y0, float* y1, int64_t ow);
 
+// Two depthwise output rows at stride 2 and dilation 1 from split rows: r0[ky] and r1[ky]
+// point at a row's even columns (64-byte aligned), its odd columns at + half (also
+// aligned), each readable for round_up(ow, 16) + 16 floats; the columns are those of the
+// padded row DwRowFn reads (padded column 2i at [i], 2i + 1 at [half + i]). Every output
+// the chain of DwRowFn; false: this (kh, kw) is not specialized, nothing was written.
+// Null where the ISA has none.
+using DwRows2SplitFn = bool (*)(const float* const* r0, const float* const* r1, int64_t half, const float* w, int kh,
+                                int kw, float bias, float lo, float hi, float* y0, float* y1, int64_t ow);
+// even[i] = src[2i] for i < ceil(n / 2), odd[i] = src[2i + 1] for i < floor(n / 2): the
+// split rows of DwRows2SplitFn. Null with dw_rows2_split.
+using Split2Fn = void (*)(const float* src, int64_t n, float* even, float* odd);
+
 // y[i·ldy] for the rows of `panels` packed A panels (rows ≥ rows_left are not written):
 // Σ_k a(i, k) · x[k·ldx], the tile's fma chain, then the epilogue (row0: the absolute
 // index of the first row, for the bias; the column is 0).
@@ -142,6 +154,8 @@ struct Kernels {
   DwRows2Fn dw_rows2;
   Interleave16Fn interleave16;
   Deinterleave16Fn deinterleave16;
+  DwRows2SplitFn dw_rows2_split;
+  Split2Fn split2;
 };
 
 extern const Kernels kKernelsPortable;

@@ -98,6 +98,8 @@ extern const Kernels kKernelsAvx2 = {
     dw::rows2<simd::F32x8>,
     nullptr,  // interleave16: no dw_block16
     nullptr,
+    nullptr,  // dw_rows2_split: stride 2 takes dw_rows2 / dw_row
+    nullptr,
 };
 
 }  // namespace sgemm

@@ -201,6 +201,18 @@ void deinterleave16(const float* src, int64_t n, int cb, float* dst, int64_t ld)
   }
 }
 
+void split2(const float* src, int64_t n, float* even, float* odd) {
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t i = 0; i < n; i += 32) {
+    const int64_t m = std::min<int64_t>(32, n - i);
+    const __m512 lo = _mm512_maskz_loadu_ps(simd::F32x16::tail(m), src + i);
+    const __m512 hi = _mm512_maskz_loadu_ps(simd::F32x16::tail(m - 16), src + i + 16);
+    _mm512_mask_storeu_ps(even + i / 2, simd::F32x16::tail((m + 1) / 2), _mm512_permutex2var_ps(lo, ev, hi));
+    _mm512_mask_storeu_ps(odd + i / 2, simd::F32x16::tail(m / 2), _mm512_permutex2var_ps(lo, od, hi));
+  }
+}
+
 }  // namespace
 
 extern const Kernels kKernelsAvx512Vnni = {
@@ -219,6 +231,8 @@ extern const Kernels kKernelsAvx512Vnni = {
     dw::rows2<simd::F32x16>,
     interleave16,
     deinterleave16,
+    dw::rows2_split<simd::F32x16>,
+    split2,
 };
 
 }  // namespace sgemm

@@ -83,6 +83,8 @@ extern const Kernels kKernelsPortable = {
     nullptr,  // dw_rows2: one row at a time
     nullptr,  // interleave16: no dw_block16
     nullptr,
+    nullptr,  // dw_rows2_split: stride 2 takes dw_rows2 / dw_row
+    nullptr,
 };
 
 }  // namespace sgemm
