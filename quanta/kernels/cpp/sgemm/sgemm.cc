@@ -508,10 +508,39 @@ void conv_phased(const ConvGeom& g, const float* x, const float* w, const float*
   float* phases = phase_scratch(total);
   std::fill(phases + total - slack, phases + total, 0.0f);
   const int threads = g.n * g.m * positions * kk < kMinParallelMacs ? 1 : num_threads;
+  // Stride 2 across (and the ISA's split2): both column phases of an input row in one
+  // vector pass, its even columns to one phase and its odd ones to the other.
+  const bool split_rows = g.sw == 2 && kr.split2 != nullptr;
   auto split = [&](int64_t nc_index, int) {
     const float* src = x + nc_index * g.h * g.w;
     float* dst = phases + nc_index * chan;
-    for (int64_t py = 0; py < g.sh; ++py) {
+    for (int64_t py = 0; split_rows && py < g.sh; ++py) {
+      // columns q of phase px whose input column q·2 + px − pl lies in [0, w)
+      int64_t first[2], end[2];
+      for (int64_t px = 0; px < 2; ++px) {
+        first[px] = std::max<int64_t>(0, ceil_div(g.pl - px, 2));
+        end[px] = std::max(first[px], std::min(wq, ceil_div(g.w + g.pl - px, 2)));
+      }
+      // the input columns that land in a phase column < wq; the one of them at padded
+      // column pl (input column 0) goes to phase pl % 2
+      const int64_t used = std::clamp<int64_t>(2 * wq - g.pl, 0, g.w);
+      const int64_t p0 = g.pl % 2;
+      for (int64_t r = 0; r < hq; ++r) {
+        float* d[2] = {dst + py * 2 * plane + r * wq, dst + (py * 2 + 1) * plane + r * wq};
+        const int64_t iy = r * g.sh + py - g.pt;
+        if (iy < 0 || iy >= g.h || r * g.sh + py >= hp || used == 0) {
+          std::fill(d[0], d[0] + wq, 0.0f);
+          std::fill(d[1], d[1] + wq, 0.0f);
+          continue;
+        }
+        kr.split2(src + iy * g.w, used, d[p0] + first[p0], d[1 - p0] + first[1 - p0]);
+        for (int64_t px = 0; px < 2; ++px) {
+          std::fill(d[px], d[px] + first[px], 0.0f);
+          std::fill(d[px] + end[px], d[px] + wq, 0.0f);
+        }
+      }
+    }
+    for (int64_t py = 0; !split_rows && py < g.sh; ++py) {
       for (int64_t px = 0; px < g.sw; ++px) {
         // columns q whose input column q·sw + px − pl lies in [0, w)
         const int64_t first = std::max<int64_t>(0, ceil_div(g.pl - px, g.sw));
