@@ -80,7 +80,7 @@ def groups(name: str, path: Path, n_feeds: int, optimize: bool, tmp: Path) -> di
         stack, seen = [q.input[0]], set()
         while stack:
             v = stack.pop()
-            if v in seen or v in inits:
+            if not v or v in seen or v in inits:  # "": an omitted optional input
                 continue
             seen.add(v)
             n = prod.get(v)
