@@ -25,7 +25,7 @@ __all__ = [
 #: the convolution (FoldBatchNormIntoQuantizedConv): the file adds it in float after the
 #: float convolution, so the lowering adds it after the scaling instead of rounding it
 #: to the int32 accumulator grid as it does a bias the file gives the Conv itself
-#: (qdq_to_qlinear._int32_bias, conv_float_output.LowerConvFloatOutput).
+#: (qdq_to_qlinear.conv_check, conv_float_output.LowerConvFloatOutput).
 FOLDED_OFFSET = "float offset folded from a per-channel affine after the convolution"
 
 #: ops whose results differ between runs: never folded, never merged
