@@ -83,6 +83,8 @@ def test_folded_batchnorm_offset_is_added_in_float_as_onnx_runtime_does():
     got_y = sess.run(None, {"x": x})[0]
     ops = [s.node.op_type for s in sess.plan.steps]
     assert "AccumulatorToFloat" in ops and "QLinearConv" not in ops, ops
+    ref_y = InferenceSession(proto.SerializeToString(), backend="reference").run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got_y, ref_y)  # native is its reference twin, bit for bit
     d = np.abs(_codes(got_y) - _codes(want_y))
     assert int(d.max()) <= 1
     assert int(np.count_nonzero(d)) <= 2, int(np.count_nonzero(d))
