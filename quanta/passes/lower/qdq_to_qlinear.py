@@ -229,9 +229,11 @@ def conv_check(m: Match, storage: StorageCheck, op: str) -> Match | NoMatch:
     if qw.axis is not None and qw.axis % len(m.value("w").const.shape) != 0:
         return NoMatch(f"weight w is quantized along axis {qw.axis}; {op} takes axis 0 (output channels)")
     bv = m["b"]
-    if op == "QLinearConv" and bv is not None and bv.is_const and bv.doc == FOLDED_OFFSET:
-        # 8-bit operands: LowerConvFloatOutput takes the group (the wide and per-channel
-        # forms have no float-output stage, so they round the offset to the int32 grid)
+    folded = bv is not None and bv.is_const and bv.doc == FOLDED_OFFSET
+    if op == "QLinearConv" and folded and float_elem_name(m["c"]) == "f32":
+        # 8-bit operands and a float32 result: LowerConvFloatOutput takes the group (the
+        # wide and per-channel forms have no float-output stage, and neither takes
+        # another result type, so they round the offset to the int32 grid)
         return NoMatch(
             f"bias {describe(bv)} is an offset folded from a per-channel affine after the "
             "convolution: added in float after the scaling (LowerConvFloatOutput)"
