@@ -455,13 +455,74 @@ def output_step(path: Path) -> float | str | None:
     return None
 
 
-def lsb_distance(model: Model, path: Path, got_ort: list, got_q: list) -> dict[str, float]:
+def last_quantized(path: Path) -> str | None:
+    """The QuantizeLinear output that the first graph output is a float function of, when
+    the output has no step of its own (benchmarks/zoo/README.md, "1 LSB"): followed back
+    from the output through nodes with one data input (the others constants, values
+    computed from constants, or shape arithmetic), such as a Sigmoid, a Softmax, a float
+    classifier ``MatMul(x, DQ(w)) + b``, to the first DequantizeLinear of data. None when
+    a node on the way reads two data tensors (a residual Add, dynamic quantization's
+    scale)."""
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    fixed = {i.name for i in m.graph.initializer} | {""}  # constants and shape arithmetic
+    for n in m.graph.node:
+        if n.op_type in ("Constant", "Shape", "Size") or all(i in fixed for i in n.input):
+            fixed.update(n.output)
+    prod = {o: n for n in m.graph.node for o in n.output}
+    v, seen = m.graph.output[0].name, set()
+    while v in prod and v not in seen:
+        seen.add(v)
+        n = prod[v]
+        if n.op_type == "DequantizeLinear":
+            q = prod.get(n.input[0])
+            return n.input[0] if q is not None and q.op_type == "QuantizeLinear" else None
+        live = [i for i in n.input if i not in fixed]
+        if len(live) != 1:
+            return None
+        v = live[0]
+    return None
+
+
+def codes_distance(model: Model, path: Path, name: str) -> dict[str, float | str]:
+    """max |quanta - ORT| of the codes of tensor ``name`` (a QuantizeLinear output) over
+    the evaluation feeds, and ORT's own spread (optimized against as written)."""
+    import tempfile
+
+    import onnx
+    from onnx import helper
+
+    m = onnx.load(str(path))
+    m.graph.output.append(onnx.ValueInfoProto(name=name))
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / "codes.onnx"
+        onnx.save(m, str(file))
+        arr = ort_session(file).run([name], model.eval[0])[0]  # a contrib Q output has no inferred type
+        m.graph.output[-1].CopyFrom(
+            helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype), None)
+        )
+        onnx.save(m, str(file))
+        sessions = (ort_session(file), ort_session(file, optimize=False), quanta_session(file))
+        got = [[np.asarray(s.run([name], f)[0], np.int64) for f in model.eval] for s in sessions]
+    ort_opt, ort_plain, q = got
+    return {
+        "q_vs_ort_lsb": float(max(np.max(np.abs(a - b)) for a, b in zip(q, ort_opt, strict=True))),
+        "ort_vs_ort_lsb": float(max(np.max(np.abs(a - b)) for a, b in zip(ort_opt, ort_plain, strict=True))),
+        "lsb_at": name,
+    }
+
+
+def lsb_distance(model: Model, path: Path, got_ort: list, got_q: list) -> dict[str, float | str]:
     """max |quanta - ORT| of the first output in units of its LSB (:func:`output_step`),
     and ORT's own spread in the same unit: ORT with its graph optimizations (QDQ groups
-    fused into QLinear operators) against ORT running the graph as written."""
+    fused into QLinear operators) against ORT running the graph as written. An output
+    without a step of its own is measured at the last quantized tensor before it
+    (:func:`last_quantized`, ``lsb_at`` names it)."""
     step = output_step(path)
     if step is None:
-        return {}
+        name = last_quantized(path)
+        return {} if name is None else codes_distance(model, path, name)
     feeds = model.eval
     if isinstance(step, str):
         import onnx
@@ -733,6 +794,8 @@ def table(rows: list[dict], with_latency: bool) -> str:
         if "metric_q_vs_ort" in r:
             diff += f" ({r['metric_q_vs_ort']['text']})"
         lsb = f"{r['q_vs_ort_lsb']:.3g} ({r['ort_vs_ort_lsb']:.3g})" if "q_vs_ort_lsb" in r else "-"
+        if "lsb_at" in r:
+            lsb += f" at `{r['lsb_at'][:32]}`"
         cells = [
             r["model"],
             config,

@@ -10,6 +10,13 @@ convolution with a float32 result (LowerConvFloatOutput)::
     as the float group adds it: %c = AccumulatorToFloat(%acc, , sx·sw, %b[1, M, 1, ...])
       = Add(Mul(Cast<float>(%acc), sx·sw), %b)
 
+A convolution whose float bias is an offset folded from a BatchNormalization after it
+(``_util.FOLDED_OFFSET``: NNCF and QAT exports keep the BatchNormalization, and ONNX
+Runtime runs such a group in float) takes this form even when its output is quantized:
+``AccumulatorToFloat`` adds the offset after the scaling as the float group does, and
+the QuantizeLinear after it rounds once, where a QLinearConv would round the offset to
+the accumulator grid first (``0.5·sx·sw/sy`` of an output step per channel).
+
 The last convolution before a float consumer (a detector's head, a convolution whose
 output is a graph output or feeds a float LSTM) keeps its multiply-accumulates in
 integer this way instead of running in float on dequantized weights: the result is
@@ -52,9 +59,10 @@ class LowerConvFloatOutput(Rule):
             _params,
             float_elem_name,
         )
-        from quanta.passes.rules._util import describe
+        from quanta.passes.rules._util import FOLDED_OFFSET, describe
 
-        if any(u.op_type == "QuantizeLinear" for u in m.value("c").consumers()):
+        folded = m["b"] is not None and m["b"].is_const and m["b"].doc == FOLDED_OFFSET
+        if not folded and any(u.op_type == "QuantizeLinear" for u in m.value("c").consumers()):
             return NoMatch("the output is quantized (LowerConv handles it)")
         bad = _check_consts(m, "sx", "zx", "sw", "zw")
         if bad is not None:

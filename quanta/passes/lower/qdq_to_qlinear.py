@@ -30,7 +30,9 @@ Bias: an int32 bias given as ``DequantizeLinear(%bq, sx·sw, 0)`` (what quanta's
 Runtime's quantizers write) is used as is; an int32 bias with another scale is
 requantized to ``sx·sw`` (``_rescaled_bias``); a float constant bias of a Conv is
 quantized to int32 with scale ``sx·sw`` as ONNX Runtime's BiasQuantization does (it then
-fuses the group too); other float biases are refused.
+fuses the group too), except an offset a pass folded from a BatchNormalization after the
+Conv (``_util.FOLDED_OFFSET``), which LowerConvFloatOutput adds in float after the
+scaling, as the file's float group adds it; other float biases are refused.
 
 The DequantizeLinear nodes of the inputs may feed other consumers: they stay for those
 (``shared_ok``) and dead-code elimination removes them when nothing uses them anymore.
@@ -49,7 +51,7 @@ from quanta.ir.types import IntType, QuantType
 from quanta.passes.lower.conv_float_output import LowerConvFloatOutput
 from quanta.passes.lower.lookup import LowerLookup
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
-from quanta.passes.rules._util import describe, node_qtype
+from quanta.passes.rules._util import FOLDED_OFFSET, describe, node_qtype
 from quanta.passes.rules.fold_constants import Evaluator
 
 __all__ = [
@@ -226,6 +228,16 @@ def conv_check(m: Match, storage: StorageCheck, op: str) -> Match | NoMatch:
     assert qx is not None and qw is not None
     if qw.axis is not None and qw.axis % len(m.value("w").const.shape) != 0:
         return NoMatch(f"weight w is quantized along axis {qw.axis}; {op} takes axis 0 (output channels)")
+    bv = m["b"]
+    folded = bv is not None and bv.is_const and bv.doc == FOLDED_OFFSET
+    if op == "QLinearConv" and folded and float_elem_name(m["c"]) == "f32":
+        # 8-bit operands and a float32 result: LowerConvFloatOutput takes the group (the
+        # wide and per-channel forms have no float-output stage, and neither takes
+        # another result type, so they round the offset to the int32 grid)
+        return NoMatch(
+            f"bias {describe(bv)} is an offset folded from a per-channel affine after the "
+            "convolution: added in float after the scaling (LowerConvFloatOutput)"
+        )
     bq = _int32_bias(m, "b", qx, qw, quantize_float=True)
     if isinstance(bq, NoMatch):
         return bq

@@ -11,6 +11,7 @@ from quanta.ir.types import FloatType, QuantType
 from quanta.passes.pattern import Match
 
 __all__ = [
+    "FOLDED_OFFSET",
     "NONDETERMINISTIC_OPS",
     "describe",
     "first_nonconst",
@@ -19,6 +20,13 @@ __all__ = [
     "quant_elem",
     "scalar",
 ]
+
+#: ``Value.doc`` of a Conv's float bias that a pass folded from a per-channel affine after
+#: the convolution (FoldBatchNormIntoQuantizedConv): the file adds it in float after the
+#: float convolution, so the lowering adds it after the scaling instead of rounding it
+#: to the int32 accumulator grid as it does a bias the file gives the Conv itself
+#: (qdq_to_qlinear.conv_check, conv_float_output.LowerConvFloatOutput).
+FOLDED_OFFSET = "float offset folded from a per-channel affine after the convolution"
 
 #: ops whose results differ between runs: never folded, never merged
 NONDETERMINISTIC_OPS = frozenset(

@@ -11,7 +11,9 @@ Two steps, in one pass:
 
 1. equal constants are merged: same dtype, shape, bytes *and type* (the element type
    includes the quantization parameters, so an int8 tensor typed ``Q(i8:f32, 0.02, 0)``
-   never merges with the same bytes typed ``Q(i8:f32, 0.08, 0)``);
+   never merges with the same bytes typed ``Q(i8:f32, 0.08, 0)``) and the same ``doc``
+   (a folded BatchNormalization offset, ``_util.FOLDED_OFFSET``, is lowered differently
+   from a file's bias of the same values);
 2. nodes are merged, in topological order, when they have the same domain, op,
    attributes and (after step 1) the same input values, and their outputs have the same
    element types. Quantization parameters are inputs (scale / zero-point constants) or
@@ -75,7 +77,7 @@ class EliminateCommon(Pass):
             if id(v) in outputs or id(v) in inputs:
                 continue
             arr = np.ascontiguousarray(v.const)
-            key = (arr.dtype.str, arr.shape, v.type, hashlib.sha1(arr.tobytes()).hexdigest())
+            key = (arr.dtype.str, arr.shape, v.type, v.doc, hashlib.sha1(arr.tobytes()).hexdigest())
             first = seen.get(key)
             if first is None:
                 seen[key] = v

@@ -46,7 +46,7 @@ import numpy as np
 
 from quanta.ir.graph import Value, result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
-from quanta.passes.rules._util import describe, first_nonconst
+from quanta.passes.rules._util import FOLDED_OFFSET, describe, first_nonconst
 
 __all__ = [
     "FoldBatchNorm",
@@ -225,6 +225,15 @@ class FoldBatchNormIntoQuantizedConv(Rule):
     no negation). ``B' = B·a + t`` as in FoldBatchNormIntoConv (float32; an int32
     ``DequantizeLinear`` bias is read as the float it stands for). Exact in real
     arithmetic; the float32 rounding of ``sw'`` and ``B'`` is FoldBatchNormIntoConv's.
+
+    ``B'`` is marked ``FOLDED_OFFSET`` (its ``doc``): the file computes the convolution in
+    float and adds the affine's offset to the float result (ONNX Runtime runs such a
+    group as written: its Conv + BatchNormalization fusion needs float weights), so the
+    lowering adds ``B'`` in float32 after scaling the exact integer accumulator
+    (``quanta::AccumulatorToFloat``, then the float consumers and QuantizeLinear) instead
+    of rounding it to the int32 grid of ``sx·sw'``, which moves every output of a channel
+    by up to ``0.5·sx·sw'/sy`` of a step and flips the rounding of the outputs that lie
+    that close to a rounding boundary.
     """
 
     pattern = (
@@ -307,6 +316,7 @@ class FoldBatchNormIntoQuantizedConv(Rule):
             name=m.node("wf").name or None,
         )
         bias = b.const(f"{m.node('c').name or 'conv'}_bn_bias", d["b"])
+        bias.doc = FOLDED_OFFSET  # the lowering adds it after the scaling (module docstring)
         return _folded(b, m, "Conv", [m["x"], wf, bias], dict(m.node("c").attrs))
 
 

@@ -17,6 +17,7 @@ from quanta.ir.onnx_io import load
 from quanta.ir.printer import format_graph
 from quanta.ir.types import F32, I32, TensorType
 from quanta.ir.verify import Stage, verify
+from quanta.passes.rules._util import FOLDED_OFFSET
 from quanta.passes.rules.fold_batchnorm import FoldBatchNorm
 from tests.passes.helpers import assert_close, dot_tolerance, out_info, rng_data, run_passes, run_ref
 
@@ -447,6 +448,19 @@ def test_fold_batchnorm_into_quantized_conv(bias):
     xq = (np.clip(np.rint(x / np.float32(0.021)) + 131, 0, 255) - 131) * 0.021
     mag = np.max(np.abs(xq)) * np.abs(w).sum(axis=(1, 2, 3)) * np.abs(a) + np.abs(p["beta"]) + 2
     assert np.all(np.abs(got - want) <= dot_tolerance(27, mag).reshape(1, -1, 1, 1) * 4)
+
+
+@pytest.mark.parametrize("bias", ["none", "float", "int32"])
+def test_fold_batchnorm_into_quantized_conv_marks_its_bias_as_a_float_offset(bias):
+    # the file adds the offset in float after a float Conv: the lowering keeps it float
+    # (FOLDED_OFFSET), a bias the file gives the Conv itself is not marked
+    model = load(qconv_bn_model(bias))
+    run_passes(model, [FoldBatchNorm()])
+    conv = model.graph.find_nodes("Conv")[0]
+    assert conv.input(2) is not None and conv.input(2).doc == FOLDED_OFFSET
+    plain = load(qconv_bn_model(bias))
+    plain_conv = plain.graph.find_nodes("Conv")[0]
+    assert plain_conv.input(2) is None or plain_conv.input(2).doc != FOLDED_OFFSET
 
 
 def test_fold_batchnorm_into_quantized_conv_refuses_min_code_in_a_negated_channel():
