@@ -555,13 +555,38 @@ def _where_native(ctx: Any, cond: Any, x: Any, y: Any, *, out: Any) -> np.ndarra
     return out
 
 
+def _where_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """Known shapes: the broadcast shape and the thread count found once, the two moves
+    of ``_where_native`` per call (an attention mask's Where spent most of its time in
+    the checks)."""
+    del attrs  # Where has none
+    if len(sig.shapes) != 3 or any(sh is None for sh in sig.shapes):
+        return None
+    if sig.dtypes[0] != _BOOL or sig.dtypes[1] not in NATIVE_DTYPES or sig.dtypes[1] != sig.dtypes[2]:
+        return None
+    try:
+        shape = np.broadcast_shapes(*sig.shapes)  # type: ignore[arg-type]
+    except ValueError:
+        return None
+    out, threads, dtype = sig.out, step_threads(sig), sig.dtypes[1]
+    copy = _native().copy_strided
+
+    def call(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        o = np.empty(shape, dtype) if out is None else out
+        copy(np.broadcast_to(y, shape), threads, o)
+        np.copyto(o, x, where=cond)
+        return o
+
+    return guarded(call, _where_native, {}, out)
+
+
 @register_binder("Where")
 def bind_where(model: Model, node: Node) -> tuple[Kernel | None, str]:
     del model  # unused
     reason = _known_dtype_reason("Where", node, 0, frozenset({_BOOL}), "a bool condition")
     if reason:
         return None, reason
-    return _kernel(_where_native, "where")
+    return _kernel(_where_native, "where", specialize=_where_specialized)
 
 
 # --------------------------------------------------------------------------------------

@@ -81,10 +81,13 @@ void gemm_w8(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
   auto body = [&](int64_t task, int) {
     alignas(64) float buf[kKc * kPackNr];
     const int64_t p0 = task * per, p1 = std::min(panels, p0 + per);
-    for (int64_t k0 = 0; k0 < k; k0 += kKc) {
-      const int64_t kc = std::min(kKc, k - k0);
-      const bool last = k0 + kc >= k;
-      for (int64_t p = p0; p < p1; ++p) {
+    // Panel by panel, its K blocks in order: the int8 weight is read front to back in one
+    // sequential stream (what the hardware prefetcher follows best), and the C tile a
+    // K block leaves for the next is still in L1.
+    for (int64_t p = p0; p < p1; ++p) {
+      for (int64_t k0 = 0; k0 < k; k0 += kKc) {
+        const int64_t kc = std::min(kKc, k - k0);
+        const bool last = k0 + kc >= k;
         dequant(q + p * k * kPackNr + k0 * kPackNr, zp + p * kPackNr, scale + p * kPackNr, kc, buf);
         const int64_t pend = std::min(n, (p + 1) * kPackNr);
         for (int64_t j = p * kPackNr; j < pend; j += kr.nr) {
