@@ -198,6 +198,12 @@ def test_a_float_session_runs_matmul_w8_natively_as_the_float_gemm_of_the_weight
     steps = {s.op_type: s.kernel.name for s in sess.plan.steps}
     assert steps.get("MatMulW8") == "native:matmul_w8_f32", steps
     got = sess.run(None, feeds())[0]
+    # the bound runs call the specialized kernel (no checks, no keywords); a
+    # non-contiguous activation goes to the generic one: the same bytes
+    np.testing.assert_array_equal(sess.run(None, feeds())[0], got)
+    wide = np.repeat(feeds()["x"], 2, axis=-1)[..., ::2]
+    assert not wide.flags.c_contiguous
+    np.testing.assert_array_equal(sess.run(None, {"x": wide})[0], got)
     so = SessionOptions()
     so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL  # Cast, Mul, MatMul as written
     plain = InferenceSession(p.SerializeToString(), sess_options=so)
