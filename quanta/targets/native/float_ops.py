@@ -170,6 +170,26 @@ def _softmax_native(ctx: Any, x: Any, *, out: Any, axis: int | None = None) -> n
     return out
 
 
+def _softmax_specialized(sig: Specialization, *, axis: int | None = None) -> Any:
+    """Rows along the last axis (opset >= 13) of one non-empty x shape: the kernel called
+    positionally into the planned output (an encoder's attention Softmax spent about
+    half of its step in the checks)."""
+    shape = sig.shapes[0]
+    opset = getattr(sig.ctx, "opset", None)
+    if shape is None or sig.dtypes[0] != F32 or not shape or 0 in shape or opset is None or opset < 13:
+        return None
+    ax = -1 if axis is None else axis
+    if not -len(shape) <= ax < len(shape) or ax % len(shape) != len(shape) - 1:
+        return None
+    threads, out = step_threads(sig), sig.out
+    softmax = _native().softmax_f32
+
+    def call(x: np.ndarray, *rest: Any) -> np.ndarray:
+        return softmax(x, threads, out)
+
+    return guarded(call, _softmax_native, {"axis": axis}, out, reads=1)
+
+
 @register_binder("Softmax")
 def bind_softmax(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """float32 Softmax along any axis (the last one without a copy)."""
@@ -177,7 +197,7 @@ def bind_softmax(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _check_f32("Softmax", ("input", node.input(0)))
     if reason:
         return None, reason
-    return _kernel(_softmax_native, "softmax_f32", node)
+    return _kernel(_softmax_native, "softmax_f32", node, _softmax_specialized)
 
 
 # --------------------------------------------------------------------------------------

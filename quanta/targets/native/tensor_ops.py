@@ -805,11 +805,49 @@ def _gather_nd_native(ctx: Any, data: Any, indices: Any, *, out: Any, batch_dims
     return _native().take_axis(flat, 0, rows, _threads(ctx)).reshape(shape)
 
 
+def _gather_nd_specialized(sig: Specialization, *, batch_dims: int = 0) -> Callable[..., Any] | None:
+    """Indices the same on every run (a mask's coordinates computed from shapes): the row
+    numbers of ``_gather_nd_native`` found once, a run is the one take_axis copy."""
+    shape, idx_c = sig.shapes[0], sig.consts[1] if len(sig.consts) > 1 else None
+    if shape is None or idx_c is None or sig.dtypes[0] is None or sig.dtypes[0].kind == "O":
+        return None
+    b = int(batch_dims)
+    if idx_c.ndim < 1 or b < 0 or b >= idx_c.ndim:
+        return None
+    m = idx_c.shape[-1]
+    if tuple(shape[:b]) != idx_c.shape[:b] or b + m > len(shape):
+        return None
+    batch = math.prod(shape[:b])
+    idx = np.asarray(idx_c, np.int64).reshape(batch, -1, m)
+    rows = np.arange(batch, dtype=np.int64)[:, None]
+    try:
+        for k in range(m):
+            rows = rows * shape[b + k] + _indices(idx[..., k], shape[b + k], "GatherND")
+    except Exception:
+        return None  # the generic kernel raises the operator's error on every run
+    rows = np.ascontiguousarray(rows.reshape(-1))
+    inner = tuple(shape[b + m :])
+    flat_shape = (batch * math.prod(shape[b : b + m]), *inner)
+    y_shape = idx_c.shape[:-1] + inner
+    out, threads = sig.out, step_threads(sig)
+    out_rows = None if out is None else out.reshape(rows.size, *inner)
+    take = _native().take_axis
+
+    def call(data: np.ndarray, *rest: Any) -> np.ndarray:
+        flat = data.reshape(flat_shape)
+        if out_rows is not None:
+            take(flat, 0, rows, threads, out_rows)
+            return out
+        return take(flat, 0, rows, threads).reshape(y_shape)
+
+    return guarded(call, _gather_nd_native, {"batch_dims": batch_dims}, out, reads=1)
+
+
 @register_binder("GatherND")
 def bind_gather_nd(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """GatherND of any fixed-size dtype, any batch_dims."""
     del model  # unused
-    return _kernel(_gather_nd_native, "gather_nd")
+    return _kernel(_gather_nd_native, "gather_nd", specialize=_gather_nd_specialized)
 
 
 def _slice_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
