@@ -119,12 +119,14 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     it replaces); a LayerNorm written out as ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt,
     Div (and its Mul / Add by constants) becomes one ``quanta::LayerNormDiv`` (exact: the
     same float32 operations in the same order). A MatMul whose weight a file stores as 8-bit integers times
-    a per-column scale (``Cast`` -> ``Mul``) gets the dequantized weight as a constant
-    (the file's float semantics, as ONNX Runtime runs it); ``SessionOptions.
-    dynamic_weight_only`` runs it as ``DynamicQuantizeMatMul`` instead
+    a per-column scale (``Cast`` -> ``Mul``) becomes ``quanta::MatMulW8`` before the
+    constants fold: the file's float semantics (the weight is the same float32 values, as
+    ONNX Runtime runs it), with the weight kept 8-bit for the kernel to stream;
+    ``SessionOptions.dynamic_weight_only`` runs it as ``DynamicQuantizeMatMul`` instead
     (:mod:`.lower.weight_only_matmul`). Every target runs the folded graph, so the
     reference stays the golden of what the native target computes."""
     del opset  # the same steps for every opset
+    from quanta.passes.lower.weight_only_matmul import WeightOnlyMatMuls
     from quanta.passes.rules.fold_conv_affine import FoldConvAffine
     from quanta.passes.rules.fuse_float_gate import FuseFloatGate
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
@@ -133,6 +135,7 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     from quanta.passes.rules.widen_half_islands import WidenHalfIslands
 
     return [
+        WeightOnlyMatMuls(),  # before the fold: an 8-bit weight stays 8-bit (quanta::MatMulW8)
         FoldConstants(evaluator),
         RemoveNoops(),
         WidenHalfIslands(),  # float16 islands in float32 between Casts: the rules below see float32

@@ -92,6 +92,7 @@ PINNED = {
         "LSTM": MacKind.RECURRENT, "GRU": MacKind.RECURRENT, "RNN": MacKind.RECURRENT,
         "DynamicQuantizeLSTM": MacKind.RECURRENT,
         "QLinearConv16": MacKind.CONV, "QLinearMatMul16": MacKind.MATMUL, "MatMulBf16": MacKind.MATMUL,
+        "MatMulW8": MacKind.MATMUL,
         "IntConv": MacKind.CONV, "IntMatMul": MacKind.MATMUL, "MatMulMX": MacKind.MATMUL,
         "ConvMX": MacKind.CONV,
     },
@@ -145,7 +146,7 @@ PINNED = {
         "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu", "AccumulatorToFloat",
         "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "MlasLogistic", "MlasTanh", "LayerNormDiv",
-        "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "MatMulBf16", "MatMulMX", "ConvMX",
+        "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "MatMulBf16", "MatMulMX", "ConvMX", "MatMulW8",
     },
     "quanta.targets.native.BLAS_OPS": {
         "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "RNN", "Attention",

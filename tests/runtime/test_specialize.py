@@ -403,3 +403,83 @@ def test_the_fast_loop_calls_specialized_kernels_directly() -> None:
     quant = next(s.index for s in sess.plan.steps if s.op_type == "QuantizeLinear")
     assert direct[quant][4] == -1  # scale and zero point are bound in: x alone
     assert len(bound.guards) >= 10
+
+
+def _norm_where_model():
+    """x [3, 7, 17]: LayerNormalization with constant scale [17] and bias [1] (broadcast
+    to the normalized shape), then Where(x > 0.5, ln, fill [7, 1]): a run-time
+    condition and a broadcast y; a Softmax along the last axis."""
+    rng = np.random.default_rng(11)
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g", "b"], ["ln"], name="ln", axis=-1, epsilon=1e-3),
+        helper.make_node("Greater", ["x", "half"], ["cond"], name="gt"),
+        helper.make_node("Where", ["cond", "ln", "fill"], ["w"], name="where"),
+        helper.make_node("Softmax", ["w"], ["y"], name="softmax", axis=-1),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "norm_where",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            _const("g", rng.normal(1, 0.3, 17).astype(np.float32)),
+            _const("b", rng.normal(0, 0.3, (1,)).astype(np.float32)),
+            _const("half", np.float32(0.5)),
+            _const("fill", rng.normal(0, 1, (7, 1)).astype(np.float32)),
+        ],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_layer_normalization_where_softmax_specialized_are_the_generic_kernels(threads: int) -> None:
+    """The specialized LayerNormalization (scale and bias broadcast once), Where (the
+    broadcast shape found once) and Softmax give the reference's bytes, and a
+    non-contiguous x goes to the generic kernels with the same result."""
+    p = _norm_where_model().SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(p, opts)
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(5)
+    for _ in range(3):  # the measuring run, then the bound (specialized) runs
+        feeds = {"x": rng.normal(0, 2, (3, 7, 17)).astype(np.float32)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    (bound,) = sess.executor.bound_runs().values()
+    plain = {t[0]: t[1] for t in sess.executor._plain}
+    specialized = {sess.plan.steps[t[0]].node.name for t in bound.steps if t[1] is not plain[t[0]]}
+    assert {"ln", "where", "softmax"} <= specialized
+    wide = rng.normal(0, 2, (3, 7, 34)).astype(np.float32)
+    strided = {"x": wide[:, :, ::2]}
+    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
+
+
+@pytest.mark.parametrize(
+    ("indices", "batch_dims"),
+    [
+        (np.array([[0, 6], [2, -1], [-3, 0]], np.int64), 0),  # rows of x [3, 7, 17], negative too
+        (np.array([[[1], [5]], [[0], [0]], [[6], [-7]]], np.int64), 1),  # per batch
+        (np.array([[1, 2, 16], [0, 0, -17]], np.int64), 0),  # single elements
+    ],
+)
+def test_gather_nd_specialized_with_constant_indices_is_the_generic_kernel(indices, batch_dims) -> None:
+    g = helper.make_graph(
+        [helper.make_node("GatherND", ["x", "idx"], ["y"], name="gnd", batch_dims=batch_dims)],
+        "gnd",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_const("idx", indices)],
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    sess = quanta.InferenceSession(p)
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        feeds = {"x": rng.normal(0, 2, (3, 7, 17)).astype(np.float32)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    (bound,) = sess.executor.bound_runs().values()
+    plain = {t[0]: t[1] for t in sess.executor._plain}
+    assert all(t[1] is not plain[t[0]] for t in bound.steps)
+    wide = rng.normal(0, 2, (3, 7, 34)).astype(np.float32)
+    strided = {"x": wide[:, :, ::2]}
+    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])

@@ -509,6 +509,22 @@ void register_qgemm(py::module_& m) {
         py::arg("row_bias") = py::none(), py::arg("row_multiplier") = py::none(),
         "y = output_stage(Σ_k (x − zx)(w − zw) + bias [+ row_bias[m]]), multiplier per column or "
         "row_multiplier per row; see quanta/kernels/cpp/qgemm/qgemm.h.");
+  // The same call with its common arguments by position: pybind11 looks every keyword
+  // parameter of a call that passes keywords up by name (a string made, hashed and
+  // compared per parameter), about as long as a one-row product itself.
+  m.def(
+      "qgemm_call",
+      [](const py::handle& x, const std::shared_ptr<PackedWeights>& packed, const py::handle& zx,
+         const py::handle& out_dtype, const py::object& bias, const py::object& multiplier, const py::handle& zy,
+         int num_threads, const py::object& workspace, const py::object& out) {
+        const py::none none;
+        return qgemm_impl(x, packed, zx, out_dtype, bias, none, multiplier, none, none, zy, none, num_threads,
+                          workspace, out, none, none);
+      },
+      py::arg("x"), py::arg("packed"), py::arg("zx"), py::arg("out_dtype"), py::arg("bias"), py::arg("multiplier"),
+      py::arg("zy"), py::arg("num_threads"), py::arg("workspace"), py::arg("out"),
+      "qgemm(x, packed, zx, out_dtype, bias=bias, multiplier=multiplier, zy=zy, num_threads=num_threads, "
+      "workspace=workspace, out=out), every argument by position.");
   m.def("pool_rest", &qgemm::pool_rest,
         "Let the kernel pool's spinning workers sleep now (before NumPy/BLAS work that runs its own "
         "threads); the next parallel kernel wakes them.");

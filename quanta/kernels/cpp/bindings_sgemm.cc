@@ -8,6 +8,11 @@
 //              bias=None (f32 [N]), alpha=1.0, lo=-inf, hi=inf, num_threads=1, out=None)
 //       b given: numpy.matmul batch broadcasting (rank >= 2 each);
 //       b_packed given (K × n, from sgemm_pack_b): one GEMM over every row of a.
+//   sgemm_pack_w8(q: int8 [K, N], zero_point: f32 [N], scale: f32 [N])
+//       -> (q_packed int8, zero_point f32, scale f32), each padded to ⌈N/32⌉·32 columns (w8.h)
+//   matmul_w8_f32(a: f32 [..., K], q_packed, zero_point, scale, n, bias=None (f32 [N]),
+//                 num_threads=1, out=None) -> y [..., n]: a · (W8)(q) (w8.h), the bytes of
+//       matmul_f32 with b_packed = sgemm_pack_b of the dequantized weight.
 //   conv_pack_f32(w: f32 [M, C/G, kh(, kw)], group) -> packed   (raw [C, taps] if depthwise)
 //   conv_f32(x: f32 [N, C, H, W], w_packed, bias | None, m, kh, kw, strides, dilations,
 //            pads (t, l, b, r), group, lo=-inf, hi=inf, num_threads=1, out=None) -> y
@@ -23,6 +28,7 @@
 
 #include "bindings.h"
 #include "sgemm/sgemm.h"
+#include "sgemm/w8.h"
 
 namespace quanta {
 namespace {
@@ -153,6 +159,68 @@ py::array matmul_f32(const py::handle& a_obj, const py::object& b_obj, const py:
     py::gil_scoped_release release;
     sgemm::gemm_batched(nb, m, n, k, sgemm::MatA{a.data(), false, k}, aoff.data(), sgemm::MatB{b.data(), false, n},
                         boff.data(), y.mutable_data(), ep, num_threads, active_isa());
+  }
+  return std::move(y);
+}
+
+py::tuple pack_w8(const py::handle& q_obj, const py::handle& zp_obj, const py::handle& scale_obj) {
+  const std::string op = "sgemm_pack_w8";
+  auto q = require_array<int8_t>(q_obj, "sgemm_pack_w8: q");
+  if (q.ndim() != 2) throw py::value_error(op + ": q: expected a 2-D array, got " + shape_str(shape_of(q)));
+  const int64_t k = q.shape(0), n = q.shape(1);
+  auto zp = require_array<float>(zp_obj, "sgemm_pack_w8: zero_point");
+  auto scale = require_array<float>(scale_obj, "sgemm_pack_w8: scale");
+  if (zp.size() != n || scale.size() != n) {
+    throw py::value_error(op + ": expected " + std::to_string(n) + " zero points and scales (one per column), got " +
+                          std::to_string(zp.size()) + " and " + std::to_string(scale.size()));
+  }
+  const int64_t np = sgemm::packed_b_size(1, n);
+  py::array_t<int8_t, py::array::c_style> qp(Shape{static_cast<py::ssize_t>(sgemm::packed_w8_size(k, n))});
+  Arr zpp(Shape{static_cast<py::ssize_t>(np)}), sp(Shape{static_cast<py::ssize_t>(np)});
+  sgemm::pack_b_w8(q.data(), n, 1, k, n, qp.mutable_data());
+  for (int64_t j = 0; j < np; ++j) {
+    zpp.mutable_data()[j] = j < n ? zp.data()[j] : 0.0f;
+    sp.mutable_data()[j] = j < n ? scale.data()[j] : 0.0f;
+  }
+  return py::make_tuple(qp, zpp, sp);
+}
+
+py::array matmul_w8(const py::handle& a_obj, const py::handle& q_obj, const py::handle& zp_obj,
+                    const py::handle& scale_obj, int64_t n, const py::object& bias_obj, int num_threads,
+                    const py::object& out_obj) {
+  const std::string op = "matmul_w8_f32";
+  check_threads(num_threads, op);
+  auto a = require_array<float>(a_obj, "matmul_w8_f32: a");
+  if (a.ndim() < 1) throw py::value_error(op + ": a: expected rank >= 1, got a scalar");
+  const int64_t k = a.shape(a.ndim() - 1);
+  auto q = require_array<int8_t>(q_obj, "matmul_w8_f32: q_packed");
+  if (n < 0 || q.size() != sgemm::packed_w8_size(k, n)) {
+    throw py::value_error(op + ": q_packed: expected " + std::to_string(sgemm::packed_w8_size(k, n)) + " bytes (K = " +
+                          std::to_string(k) + ", N = " + std::to_string(n) + "), got " + std::to_string(q.size()));
+  }
+  auto zp = require_array<float>(zp_obj, "matmul_w8_f32: zero_point");
+  auto scale = require_array<float>(scale_obj, "matmul_w8_f32: scale");
+  const int64_t np = sgemm::packed_b_size(1, n);
+  if (zp.size() != np || scale.size() != np) {
+    throw py::value_error(op + ": zero_point and scale: expected " + std::to_string(np) +
+                          " floats each (sgemm_pack_w8's padding)");
+  }
+  sgemm::Epilogue ep;
+  Arr bias;
+  if (!bias_obj.is_none()) {
+    bias = require_array<float>(bias_obj, "matmul_w8_f32: bias");
+    if (bias.size() != n) throw py::value_error(op + ": bias: expected " + std::to_string(n) + " floats");
+    ep.bias_col = bias.data();
+  }
+  Shape ys = shape_of(a);
+  ys.back() = n;
+  auto y = make_output(out_obj, ys, op);
+  int64_t rows = 1;
+  for (py::ssize_t d = 0; d + 1 < a.ndim(); ++d) rows *= a.shape(d);
+  {
+    py::gil_scoped_release release;
+    sgemm::gemm_w8(rows, n, k, a.data(), k, q.data(), zp.data(), scale.data(), y.mutable_data(), ep, num_threads,
+                   active_isa());
   }
   return std::move(y);
 }
@@ -320,6 +388,12 @@ void register_sgemm(py::module_& m) {
         py::arg("n") = 0, py::arg("bias") = py::none(), py::arg("alpha") = 1.0f, py::arg("lo") = -inf,
         py::arg("hi") = inf, py::arg("num_threads") = 1, py::arg("out") = py::none(),
         "Float32 matmul (docs/float-ops.md (FG1)): numpy.matmul batching, or one GEMM with a packed B.");
+  m.def("sgemm_pack_w8", &pack_w8, py::arg("q"), py::arg("zero_point"), py::arg("scale"),
+        "Pack a constant int8 weight (K x N) with its per-column zero points and scales for matmul_w8_f32.");
+  m.def("matmul_w8_f32", &matmul_w8, py::arg("a"), py::arg("q_packed"), py::arg("zero_point"), py::arg("scale"),
+        py::arg("n"), py::arg("bias") = py::none(), py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        "Float32 a times an int8 weight dequantized per column (w8.h (W8)): matmul_f32's bytes on the dequantized "
+        "weight, a quarter of its weight bytes.");
   m.def("conv_pack_f32", &conv_pack, py::arg("w"), py::arg("group") = 1,
         "Pack float Conv weights for conv_f32 (raw for depthwise).");
   m.def("conv_f32", &conv_f32, py::arg("x"), py::arg("w_packed"), py::arg("bias"), py::arg("m"), py::arg("kh"),

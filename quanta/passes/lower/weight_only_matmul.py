@@ -35,7 +35,14 @@ from quanta.ir.graph import Value, result_type
 from quanta.ir.types import F32
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
-__all__ = ["DynamicWeightMatMul", "DynamicWeightMatMuls", "FuseDynamicBias", "FuseDynamicBiasFirst"]
+__all__ = [
+    "DynamicWeightMatMul",
+    "DynamicWeightMatMuls",
+    "FuseDynamicBias",
+    "FuseDynamicBiasFirst",
+    "WeightOnlyMatMul",
+    "WeightOnlyMatMuls",
+]
 
 MS = "com.microsoft"
 
@@ -130,3 +137,34 @@ class DynamicWeightMatMuls(RewritePass):
 
     def __init__(self) -> None:
         super().__init__([DynamicWeightMatMul(), FuseDynamicBias(), FuseDynamicBiasFirst()])
+
+
+class WeightOnlyMatMul(DynamicWeightMatMul):
+    """%y = MatMul(a, Mul(Cast(q: const 8-bit), s: const)) -> quanta::MatMulW8(a, q, s')
+
+    The file's float semantics kept: MatMulW8's weight is eq. (W8) of reference/w8.py,
+    ``f32(f32(q − 0) · s)``, the bytes of ``Mul(Cast(q), s)`` (a product of float32 values is
+    commutative, and ``q − 0`` is ``q``); its product is the float GEMM's. What changes is
+    what the native kernel streams per run: the 8-bit weight instead of its float32 copy
+    (docs/float-ops.md "Weight-only 8-bit MatMul"). Runs before the constants fold (they
+    would turn the Cast and Mul into that float32 copy)."""
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        q_v: Value = m.data["q"]
+        n = np.asarray(q_v.const).shape[1]
+        s = np.ascontiguousarray(np.broadcast_to(np.asarray(m.data["s"], np.float32).reshape(-1), (n,)))
+        scale = b.const(f"{q_v.name}_scale", s)
+        return b.op(
+            "MatMulW8",
+            [m["a"], q_v, scale],
+            domain="quanta",
+            name=m.root.name,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+        )
+
+
+class WeightOnlyMatMuls(RewritePass):
+    name = "weight_only_matmul"
+
+    def __init__(self) -> None:
+        super().__init__([WeightOnlyMatMul()])

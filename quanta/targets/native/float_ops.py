@@ -170,6 +170,26 @@ def _softmax_native(ctx: Any, x: Any, *, out: Any, axis: int | None = None) -> n
     return out
 
 
+def _softmax_specialized(sig: Specialization, *, axis: int | None = None) -> Any:
+    """Rows along the last axis (opset >= 13) of one non-empty x shape: the kernel called
+    positionally into the planned output (an encoder's attention Softmax spent about
+    half of its step in the checks)."""
+    shape = sig.shapes[0]
+    opset = getattr(sig.ctx, "opset", None)
+    if shape is None or sig.dtypes[0] != F32 or not shape or 0 in shape or opset is None or opset < 13:
+        return None
+    ax = -1 if axis is None else axis
+    if not -len(shape) <= ax < len(shape) or ax % len(shape) != len(shape) - 1:
+        return None
+    threads, out = step_threads(sig), sig.out
+    softmax = _native().softmax_f32
+
+    def call(x: np.ndarray, *rest: Any) -> np.ndarray:
+        return softmax(x, threads, out)
+
+    return guarded(call, _softmax_native, {"axis": axis}, out, reads=1)
+
+
 @register_binder("Softmax")
 def bind_softmax(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """float32 Softmax along any axis (the last one without a copy)."""
@@ -177,7 +197,7 @@ def bind_softmax(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _check_f32("Softmax", ("input", node.input(0)))
     if reason:
         return None, reason
-    return _kernel(_softmax_native, "softmax_f32", node)
+    return _kernel(_softmax_native, "softmax_f32", node, _softmax_specialized)
 
 
 # --------------------------------------------------------------------------------------
@@ -226,6 +246,51 @@ def _layer_normalization_native(
     return tuple(result)[: ctx.n_outputs]
 
 
+def _layer_normalization_specialized(
+    sig: Specialization, *, axis: int = -1, epsilon: float = 1e-5, stash_type: int = 1
+) -> Any:
+    """One x shape with constant scale and bias and one output (Y): the vectors the
+    generic kernel broadcasts on every call (a transformer's 13 LayerNorms spent more time
+    there than in the kernel) found once, the binding called positionally into the
+    planned output."""
+    shape = sig.shapes[0]
+    if (
+        stash_type != 1
+        or shape is None
+        or sig.dtypes[0] != F32
+        or not shape
+        or not -len(shape) <= axis < len(shape)
+    ):
+        return None
+    if getattr(sig.ctx, "n_outputs", 1) != 1:
+        return None  # Mean / InvStdDev asked for: the generic kernel returns them
+    consts = list(sig.consts[1:]) + [None] * (3 - len(sig.consts))
+    if consts[0] is None or (len(sig.shapes) > 2 and sig.shapes[2] is not None and consts[1] is None):
+        return None  # scale or bias computed at run time
+    axis %= len(shape)
+    norm_shape = tuple(shape[axis:])
+
+    def per_element(v: Any) -> np.ndarray:  # as _layer_normalization_native's
+        v = _f32(v)
+        if v.ndim > len(norm_shape) or np.broadcast_shapes(v.shape, norm_shape) != norm_shape:
+            raise _Unsupported
+        return np.ascontiguousarray(np.broadcast_to(v, norm_shape)).reshape(-1)
+
+    try:
+        s = per_element(consts[0])
+        b = None if consts[1] is None else per_element(consts[1])
+    except (ValueError, _Unsupported):
+        return None
+    eps, threads, out = float(np.float32(epsilon)), step_threads(sig), sig.out
+    layer_norm = _native().layer_norm_f32
+
+    def call(x: np.ndarray, *rest: Any) -> np.ndarray:
+        return layer_norm(x, s, b, axis, eps, threads, out, False)
+
+    attrs = {"axis": axis, "epsilon": epsilon, "stash_type": stash_type}
+    return guarded(call, _layer_normalization_native, attrs, out, reads=1)
+
+
 @register_binder("LayerNormalization")
 def bind_layer_normalization(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """float32 LayerNormalization with stash_type 1 (Y, and Mean / InvStdDev when asked)."""
@@ -237,7 +302,7 @@ def bind_layer_normalization(model: Model, node: Node) -> tuple[Kernel | None, s
     )
     if reason:
         return None, reason
-    return _kernel(_layer_normalization_native, "layer_norm_f32", node)
+    return _kernel(_layer_normalization_native, "layer_norm_f32", node, _layer_normalization_specialized)
 
 
 # --------------------------------------------------------------------------------------

@@ -543,22 +543,12 @@ def _prepared_qgemm(
     packed: Any, zx: Any, out_dtype: Any, multiplier: Any, bias: Any, zy: Any, threads: int, out: Any
 ) -> Callable[..., np.ndarray]:
     """The call of a QLinearMatMul / QGemm whose shapes, packed B and parameters are fixed
-    at compile time: input A goes straight to the kernel, no per-call checks."""
-    kw = {} if bias is None else {"bias": bias}
+    at compile time: input A goes straight to the kernel, no per-call checks, every
+    argument by position (``qgemm_call``: keywords cost a name lookup per parameter)."""
+    qgemm_call = _native.qgemm_call
 
     def call(a: np.ndarray, *rest: Any) -> np.ndarray:
-        return _native.qgemm(
-            a,
-            packed,
-            zx,
-            out_dtype,
-            multiplier=multiplier,
-            zy=zy,
-            num_threads=threads,
-            workspace=_workspace(),
-            out=out,
-            **kw,
-        )
+        return qgemm_call(a, packed, zx, out_dtype, bias, multiplier, zy, threads, _workspace(), out)
 
     return call
 

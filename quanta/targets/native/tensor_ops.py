@@ -555,13 +555,38 @@ def _where_native(ctx: Any, cond: Any, x: Any, y: Any, *, out: Any) -> np.ndarra
     return out
 
 
+def _where_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """Known shapes: the broadcast shape and the thread count found once, the two moves
+    of ``_where_native`` per call (an attention mask's Where spent most of its time in
+    the checks)."""
+    del attrs  # Where has none
+    if len(sig.shapes) != 3 or any(sh is None for sh in sig.shapes):
+        return None
+    if sig.dtypes[0] != _BOOL or sig.dtypes[1] not in NATIVE_DTYPES or sig.dtypes[1] != sig.dtypes[2]:
+        return None
+    try:
+        shape = np.broadcast_shapes(*sig.shapes)  # type: ignore[arg-type]
+    except ValueError:
+        return None
+    out, threads, dtype = sig.out, step_threads(sig), sig.dtypes[1]
+    copy = _native().copy_strided
+
+    def call(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        o = np.empty(shape, dtype) if out is None else out
+        copy(np.broadcast_to(y, shape), threads, o)
+        np.copyto(o, x, where=cond)
+        return o
+
+    return guarded(call, _where_native, {}, out)
+
+
 @register_binder("Where")
 def bind_where(model: Model, node: Node) -> tuple[Kernel | None, str]:
     del model  # unused
     reason = _known_dtype_reason("Where", node, 0, frozenset({_BOOL}), "a bool condition")
     if reason:
         return None, reason
-    return _kernel(_where_native, "where")
+    return _kernel(_where_native, "where", specialize=_where_specialized)
 
 
 # --------------------------------------------------------------------------------------
@@ -780,11 +805,49 @@ def _gather_nd_native(ctx: Any, data: Any, indices: Any, *, out: Any, batch_dims
     return _native().take_axis(flat, 0, rows, _threads(ctx)).reshape(shape)
 
 
+def _gather_nd_specialized(sig: Specialization, *, batch_dims: int = 0) -> Callable[..., Any] | None:
+    """Indices the same on every run (a mask's coordinates computed from shapes): the row
+    numbers of ``_gather_nd_native`` found once, a run is the one take_axis copy."""
+    shape, idx_c = sig.shapes[0], sig.consts[1] if len(sig.consts) > 1 else None
+    if shape is None or idx_c is None or sig.dtypes[0] is None or sig.dtypes[0].kind == "O":
+        return None
+    b = int(batch_dims)
+    if idx_c.ndim < 1 or b < 0 or b >= idx_c.ndim:
+        return None
+    m = idx_c.shape[-1]
+    if tuple(shape[:b]) != idx_c.shape[:b] or b + m > len(shape):
+        return None
+    batch = math.prod(shape[:b])
+    idx = np.asarray(idx_c, np.int64).reshape(batch, -1, m)
+    rows = np.arange(batch, dtype=np.int64)[:, None]
+    try:
+        for k in range(m):
+            rows = rows * shape[b + k] + _indices(idx[..., k], shape[b + k], "GatherND")
+    except Exception:
+        return None  # the generic kernel raises the operator's error on every run
+    rows = np.ascontiguousarray(rows.reshape(-1))
+    inner = tuple(shape[b + m :])
+    flat_shape = (batch * math.prod(shape[b : b + m]), *inner)
+    y_shape = idx_c.shape[:-1] + inner
+    out, threads = sig.out, step_threads(sig)
+    out_rows = None if out is None else out.reshape(rows.size, *inner)
+    take = _native().take_axis
+
+    def call(data: np.ndarray, *rest: Any) -> np.ndarray:
+        flat = data.reshape(flat_shape)
+        if out_rows is not None:
+            take(flat, 0, rows, threads, out_rows)
+            return out
+        return take(flat, 0, rows, threads).reshape(y_shape)
+
+    return guarded(call, _gather_nd_native, {"batch_dims": batch_dims}, out, reads=1)
+
+
 @register_binder("GatherND")
 def bind_gather_nd(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """GatherND of any fixed-size dtype, any batch_dims."""
     del model  # unused
-    return _kernel(_gather_nd_native, "gather_nd")
+    return _kernel(_gather_nd_native, "gather_nd", specialize=_gather_nd_specialized)
 
 
 def _slice_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:

@@ -11,9 +11,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from quanta.ir.onnx_io import load
-from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls
+from quanta.passes.lower.weight_only_matmul import DynamicWeightMatMuls, WeightOnlyMatMuls
 from quanta.passes.rules.eliminate_dead import EliminateDead
-from quanta.session import InferenceSession, SessionOptions
+from quanta.session import GraphOptimizationLevel, InferenceSession, SessionOptions
 from tests.passes.helpers import run_passes, run_ref
 
 K, N = 19, 7
@@ -165,3 +165,62 @@ def test_refusals_name_the_reason_and_leave_the_graph(kw, reason):
     assert result.fired("DynamicWeightMatMul") == 0
     assert model.graph.op_counts() == before
     assert any(reason in r.reason for r in rw.no_matches())
+
+
+# --------------------------------------------------------------------------------------
+# WeightOnlyMatMuls (optimize_float): quanta::MatMulW8, the file's float semantics
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mul_order", ["cast_first", "scale_first"])
+@pytest.mark.parametrize("q_dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("scale_shape", [(1, N), (N,), ()])
+def test_weight_only_matmul_becomes_matmul_w8_with_the_same_weight(mul_order, q_dtype, scale_shape):
+    """The rewrite changes no byte on the reference target: MatMulW8's weight (W8) is
+    Mul(Cast(q), s)'s, and its product the same np.matmul."""
+    p = proto(scale_shape=scale_shape, q_dtype=q_dtype, mul_order=mul_order)
+    model = load(p)
+    result = run_passes(model, [WeightOnlyMatMuls(), EliminateDead()])
+    assert result.fired("WeightOnlyMatMul") == 1
+    assert model.graph.op_counts() == {"quanta::MatMulW8": 1, "Add": 1}
+    mm = next(n for n in model.graph.nodes if n.op_type == "MatMulW8")
+    assert mm.name == "mm" and np.asarray(mm.input(1).const).dtype == q_dtype
+    np.testing.assert_array_equal(run_ref(model, feeds())[0], run_ref(p, feeds())[0])
+
+
+def test_a_float_session_runs_matmul_w8_natively_as_the_float_gemm_of_the_weight():
+    """optimize_float rewrites before the constants fold; the native kernel gives the bytes
+    of the native float MatMul of the dequantized weight (the session with every pass
+    off folds nothing and multiplies by the Cast -> Mul result), and the reference the
+    file's float result within the float GEMM bound."""
+    p = proto(q_dtype=np.uint8)
+    sess = _session(p)
+    steps = {s.op_type: s.kernel.name for s in sess.plan.steps}
+    assert steps.get("MatMulW8") == "native:matmul_w8_f32", steps
+    got = sess.run(None, feeds())[0]
+    # the bound runs call the specialized kernel (no checks, no keywords); a
+    # non-contiguous activation goes to the generic one: the same bytes
+    np.testing.assert_array_equal(sess.run(None, feeds())[0], got)
+    wide = np.repeat(feeds()["x"], 2, axis=-1)[..., ::2]
+    assert not wide.flags.c_contiguous
+    np.testing.assert_array_equal(sess.run(None, {"x": wide})[0], got)
+    so = SessionOptions()
+    so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL  # Cast, Mul, MatMul as written
+    plain = InferenceSession(p.SerializeToString(), sess_options=so)
+    assert "MatMulW8" not in {s.op_type for s in plain.plan.steps}
+    np.testing.assert_array_equal(got, plain.run(None, feeds())[0])
+    want = _session(p, "reference").run(None, feeds())[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_w8_refusals_leave_the_float_graph():
+    for kw, reason in (
+        ({"scale_shape": (K, 1)}, "is not per column"),
+        ({"cast_shared": True}, "is read by other nodes too"),
+    ):
+        model = load(proto(**kw))
+        before = model.graph.op_counts()
+        rw = WeightOnlyMatMuls()
+        assert run_passes(model, [rw]).fired("WeightOnlyMatMul") == 0
+        assert model.graph.op_counts() == before
+        assert any(reason in r.reason for r in rw.no_matches())
