@@ -220,7 +220,8 @@ class Pool {
         spin_until(
             [&] {
               return published_.load(std::memory_order_acquire) != seen ||
-                     rest_.load(std::memory_order_relaxed) != rest || (nudge_ && sched_getcpu() == caller_cpu);
+                     rest_.load(std::memory_order_relaxed) != rest ||
+                     (nudge_ && caller_cpu >= 0 && sched_getcpu() == caller_cpu);
             },
             kWorkerSpin, &preempted);
         if (preempted) note_preempted();
