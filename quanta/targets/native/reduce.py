@@ -10,6 +10,11 @@ over [2, 3]), else the transposed view copied by ``copy_strided``; then one
 (f32(sqrt(s))) and the |x| of L1 are single IEEE operations per element, computed
 with NumPy on the R results (or the |x| pass with the native ``abs``).
 
+float32 AveragePool is a row reduction too (nn_pool.average_pool, (AP1)-(AP3)): the
+window view of x (zero-padded where pads or the ceil_mode overhang need it) copied by
+``copy_strided`` into rows [N·C·out, K], one ``reduce_rows_f32("sum")``, and one
+``binary_f32("div")`` by the per-position count (cached per input shape).
+
 Integer and float64 reductions, and ReduceProd / ReduceLogSum / ReduceLogSumExp, run on
 the twin (the binder says so).
 """
@@ -22,9 +27,12 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node
+from quanta.kernels.reference.conv_geometry import ConvGeometry, conv_attrs
+from quanta.kernels.reference.nn_pool import average_pool_count
 from quanta.kernels.reference.reduce_ops import _reduce_axes
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._cache import BoundedCache
 from quanta.targets.native._specialize import guarded, step_threads
 from quanta.targets.native.float_ops import _dtype, _f32, _native, _threads, _Unsupported, _with_fallback
 
@@ -234,3 +242,94 @@ def _bind_global_pool(op_type: str, row_op: str) -> None:
 
 _bind_global_pool("GlobalAveragePool", "sum")
 _bind_global_pool("GlobalMaxPool", "max")
+
+
+class _AveragePlan:
+    """One AveragePool input shape: the geometry (the twin's conv_attrs), the padding the
+    windows need (nn_pool's im2col pads the same way) and the count of (AP3) as float32."""
+
+    def __init__(self, shape: tuple[int, ...], geom: ConvGeometry, count_include_pad: int) -> None:
+        n = len(geom.kernel_shape)
+        self.pad_width: list[tuple[int, int]] = [(0, 0), (0, 0)]
+        for i in range(n):
+            need = (
+                (geom.out_shape[i] - 1) * geom.strides[i] + geom.dilations[i] * (geom.kernel_shape[i] - 1) + 1
+            )
+            have = shape[2 + i] + geom.pads[i] + geom.pads[i + n]
+            self.pad_width.append((geom.pads[i], geom.pads[i + n] + max(0, need - have)))
+        self.padded = tuple(d + a + b for d, (a, b) in zip(shape, self.pad_width))
+        self.inner = tuple(slice(a, a + d) for d, (a, _) in zip(shape, self.pad_width))
+        self.geom = geom
+        self.k = math.prod(geom.kernel_shape)
+        self.out_shape = tuple(shape[:2]) + tuple(geom.out_shape)
+        self.count = np.ascontiguousarray(average_pool_count(shape, geom, count_include_pad), F32)
+
+    def windows(self, x: np.ndarray) -> np.ndarray:
+        """(N, C, *out, *kernel): a strided view of x, or of its zero-padded copy."""
+        if any(w != (0, 0) for w in self.pad_width):
+            xp = np.zeros(self.padded, F32)
+            np.copyto(xp[self.inner], x)
+            x = xp
+        g, st = self.geom, x.strides[2:]
+        shape = self.out_shape + tuple(g.kernel_shape)
+        strides = (
+            x.strides[:2]
+            + tuple(s * t for s, t in zip(st, g.strides))
+            + tuple(s * d for s, d in zip(st, g.dilations))
+        )
+        return np.lib.stride_tricks.as_strided(x, shape, strides, writeable=False)
+
+
+@_with_fallback("AveragePool")
+def _average_pool_native(
+    ctx: Any,
+    x: Any,
+    *,
+    out: Any,
+    plans: BoundedCache,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    count_include_pad: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """AveragePool, float32 (nn_pool.average_pool, (AP1)-(AP3)): the windows as rows, their
+    sum16, one division by the count."""
+    x = _f32(x)
+    if x.ndim < 3 or x.size == 0 or kernel_shape is None:
+        raise _Unsupported  # the twin's NumPy path or error
+
+    def build() -> _AveragePlan:
+        geom = conv_attrs(
+            x.shape,
+            None,
+            kernel_shape=kernel_shape,
+            strides=strides,
+            dilations=dilations,
+            pads=pads,
+            auto_pad=auto_pad,
+            ceil_mode=bool(ceil_mode),
+        )
+        return _AveragePlan(x.shape, geom, count_include_pad)
+
+    plan = plans.get(x.shape, build)
+    n, t = _native(), _threads(ctx)
+    rows = n.copy_strided(plan.windows(x), t).reshape(-1, plan.k)
+    s = n.reduce_rows_f32("sum", rows, t).reshape(plan.out_shape)  # (AP1), (AP2)
+    return n.binary_f32("div", s, plan.count, t, out)  # (AP3)
+
+
+@register_binder("AveragePool")
+def bind_average_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 AveragePool, any number of spatial axes (the PP-OCR recognizers' [3, 2] pool)."""
+    del model  # unused
+    dt = _dtype(node.input(0))
+    if dt is not None and dt != F32:
+        return None, f"native AveragePool takes float32, got {dt}"
+    if node.attrs.get("kernel_shape") is None:
+        return None, "AveragePool without kernel_shape (the twin raises)"
+    return Kernel(
+        _average_pool_native, "native", "native:average_pool_f32", params={"plans": BoundedCache()}, out=True
+    ), ""

@@ -33,6 +33,8 @@ DepthToSpace,          ``copy_strided`` of the twin's reshaped,       nn.depth_t
 SpaceToDepth           transposed view                                space_to_depth
 Slice, Expand          ``copy_strided`` of the sliced / broadcast     tensor_ops.slice_ / expand
                        view
+Pad                    ``take_axis`` per padded axis (reflect, edge,  nn.pad
+                       wrap); constant: a fill and a copy
 =====================  =============================================  ==========================
 
 Pure data movement where C++ buys nothing, stated as such: Concat is one
@@ -788,10 +790,14 @@ def bind_gather_nd(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 
 def _slice_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
-    """Slice with constant bounds: the index tuple built once."""
+    """Slice with constant bounds (inputs, or Slice-1's attributes): the index tuple built once."""
     shape = sig.shapes[0]
     if shape is None or sig.dtypes[0].kind == "O":
         return None
+    if "starts" in attrs:
+        index = _slice_index(shape, attrs["starts"], attrs.get("ends"), attrs.get("axes"), None)
+        copy, threads, out = _native().copy_strided, step_threads(sig), sig.out
+        return guarded(lambda data: copy(data[index], threads, out), _slice_native, attrs, out)
     bounds = list(sig.consts[1:]) + [None] * (5 - len(sig.consts))
     for k in range(1, 5):
         if k < len(sig.shapes) and sig.shapes[k] is not None and bounds[k - 1] is None:
@@ -803,10 +809,11 @@ def _slice_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] 
 
 @register_binder("Slice")
 def bind_slice(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """Slice (opset >= 10, bounds as inputs) of any dtype."""
+    """Slice of any dtype, its bounds as inputs (opset >= 10) or attributes (Slice-1, which
+    the kernel takes as keyword arguments of the same names)."""
     del model  # unused
-    if "starts" in node.attrs:
-        return None, "Slice-1 (bounds as attributes) runs on the twin"
+    if "starts" in node.attrs and "ends" not in node.attrs:
+        return None, "Slice-1 without ends (the twin raises)"
     return _kernel(_slice_native, "slice", plans=BoundedCache(), specialize=_slice_specialized)
 
 
@@ -826,6 +833,131 @@ def _expand_native(ctx: Any, x: Any, shape: Any, *, out: Any) -> np.ndarray:
 def bind_expand(model: Model, node: Node) -> tuple[Kernel | None, str]:
     del model  # unused
     return _kernel(_expand_native, "expand")
+
+
+class _PadPlan:
+    """One Pad call's copy pattern for an input shape (nn.pad): ``index`` is the crop of
+    x (negative pads) as a view; constant mode fills ``shape`` and copies that view into
+    ``inner``; reflect, edge and wrap gather along each padded or cropped axis by the index
+    vector ``np.pad(np.arange(n), widths, mode)`` shifted by the crop (the twin's own
+    np.pad applied to positions; np.pad pads axis by axis, each axis an index map of the
+    one before, so the gathers compose)."""
+
+    def __init__(self, shape: tuple[int, ...], pads: list[int], axes: list[int] | None, mode: str) -> None:
+        rank = len(shape)
+        axis_list = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
+        if len(pads) != 2 * len(axis_list) or len(set(axis_list)) != len(axis_list):
+            raise _Unsupported  # the twin raises the operator's error
+        begin, end = [0] * rank, [0] * rank
+        for i, a in enumerate(axis_list):
+            begin[a], end[a] = pads[i], pads[len(axis_list) + i]
+        lo = [max(-b, 0) for b in begin]
+        hi = [n - max(-e, 0) for n, e in zip(shape, end)]
+        if any(h < lo_ for lo_, h in zip(lo, hi)):
+            raise _Unsupported  # cropped below zero: the twin's error
+        widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+        self.index = tuple(slice(a, b) for a, b in zip(lo, hi))
+        self.shape = tuple(h - a + w0 + w1 for a, h, (w0, w1) in zip(lo, hi, widths))
+        self.inner = tuple(slice(w0, w0 + h - a) for a, h, (w0, _) in zip(lo, hi, widths))
+        self.constant = mode == "constant"
+        self.gathers: list[tuple[int, np.ndarray]] = []
+        if not self.constant:
+            cropped = [h - a for a, h in zip(lo, hi)]
+            if any(n == 0 for n in cropped) and any(w != (0, 0) for w in widths):
+                raise _Unsupported  # the twin's error: nothing to reflect
+            for a in range(rank):
+                if widths[a] != (0, 0) or cropped[a] != shape[a]:
+                    idx = np.pad(np.arange(cropped[a], dtype=np.int64), widths[a], mode=mode) + lo[a]
+                    self.gathers.append((a, idx))
+
+    def run(self, ctx: Any, x: np.ndarray, fill: Any, out: np.ndarray | None) -> np.ndarray:
+        if self.constant:
+            y = np.empty(self.shape, x.dtype) if out is None else out
+            if y.shape != x[self.index].shape:
+                y.fill(fill)
+            np.copyto(y[self.inner], x[self.index])
+            return y
+        if not self.gathers:
+            return _copy_view(ctx, x, out)
+        take, t = _native().take_axis, _threads(ctx)
+        y = np.asarray(x, order="C")
+        for k, (axis, idx) in enumerate(self.gathers):
+            y = take(y, axis, idx, t, out if k == len(self.gathers) - 1 else None)
+        return y
+
+
+_PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+@_with_fallback("Pad")
+def _pad_native(
+    ctx: Any,
+    x: Any,
+    pads_in: Any = None,
+    constant_value: Any = None,
+    axes_in: Any = None,
+    *,
+    out: Any,
+    plans: BoundedCache,
+    mode: str = "constant",
+    pads: list[int] | None = None,
+    paddings: list[int] | None = None,
+    value: float = 0.0,
+) -> np.ndarray:
+    """Pad (nn.pad): constant mode one fill and one copy of the cropped x (NumPy's own C
+    loops, module docstring); reflect, edge and wrap one take_axis per padded axis. Pads
+    as inputs (opset >= 11) or attributes, negative pads (crops), any axes."""
+    if not isinstance(x, np.ndarray) or x.dtype.kind == "O" or x.ndim == 0 or mode not in _PAD_MODES:
+        raise _Unsupported
+    if ctx.opset < 11:
+        pad_list, fill, axes = list(pads if pads is not None else paddings or []), value, None
+    else:
+        if pads_in is None:
+            raise _Unsupported  # the twin's error
+        pad_list = [int(p) for p in np.asarray(pads_in).reshape(-1)]
+        fill = 0 if constant_value is None or np.size(constant_value) == 0 else constant_value
+        axes = None if axes_in is None else [int(a) for a in np.asarray(axes_in).reshape(-1)]
+    key = (x.shape, tuple(pad_list), None if axes is None else tuple(axes), mode)
+    plan = plans.get(key, lambda: _PadPlan(x.shape, pad_list, axes, mode))
+    fill_value = np.asarray(fill).astype(x.dtype).reshape(()) if mode == "constant" else None
+    return plan.run(ctx, x, fill_value, out)
+
+
+def _pad_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """Pad with constant pads, fill and axes (opset >= 11): the plan and the fill value
+    built once."""
+    shape, dtype, mode = sig.shapes[0], sig.dtypes[0], attrs.get("mode", "constant")
+    if sig.ctx is None or sig.ctx.opset < 11 or shape is None or dtype is None or dtype.kind == "O":
+        return None
+    if not shape or mode not in _PAD_MODES or len(sig.consts) < 2 or sig.consts[1] is None:
+        return None
+    for k in (2, 3):  # constant_value and axes: constants or omitted
+        if k < len(sig.shapes) and sig.shapes[k] is not None and sig.consts[k] is None:
+            return None
+    fill_c = sig.consts[2] if len(sig.consts) > 2 else None
+    axes_c = sig.consts[3] if len(sig.consts) > 3 else None
+    try:
+        plan = _PadPlan(
+            shape,
+            [int(p) for p in np.asarray(sig.consts[1]).reshape(-1)],
+            None if axes_c is None else [int(a) for a in np.asarray(axes_c).reshape(-1)],
+            mode,
+        )
+    except _Unsupported:
+        return None  # the generic kernel hands the call to the twin, which raises
+    if sig.out_shape is not None and tuple(sig.out_shape) != plan.shape:
+        return None
+    fill = np.asarray(0 if fill_c is None or np.size(fill_c) == 0 else fill_c).astype(dtype).reshape(())
+    ctx, out = sig.ctx, sig.out
+    return guarded(lambda x, *rest: plan.run(ctx, x, fill, out), _pad_native, attrs, out, reads=1)
+
+
+@register_binder("Pad")
+def bind_pad(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Pad of any fixed-size dtype, every mode (silero-vad's reflect padding, the zero
+    padding TensorFlow and PyTorch exports write before a convolution that does not absorb it)."""
+    del model, node  # unused: every input the twin takes
+    return _kernel(_pad_native, "pad", plans=BoundedCache(), specialize=_pad_specialized)
 
 
 @_with_fallback("Concat")

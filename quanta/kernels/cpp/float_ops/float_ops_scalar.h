@@ -1,4 +1,4 @@
-// The scalar steps of the float_ops contract (float_ops.h): exp (E1)-(E6), erf (F1)-(F5),
+// The scalar steps of the float_ops contract (float_ops.h): exp (E1)-(E6), log (LN1)-(LN6), erf (F1)-(F5),
 // tanh (T1)-(T4), sigmoid (Σ1)-(Σ2), relu, Gelu (G1)-(G2), the lane tree (R2) and one
 // element of each binary op.
 // The portable table is built from these; the SIMD variants perform the same float32
@@ -93,6 +93,47 @@ constexpr float kTanhT[6] = {
 constexpr float kGeluSqrt2 = 0x1.6a09e6p+0f;  // 0x3FB504F3, f32(√2)
 constexpr float kGeluK = 0x1.988454p-1f;      // 0x3F4C422A, f32(√(2/π))
 constexpr float kGeluC = 0x1.6e4e26p-5f;      // 0x3D372713, f32(0.044715)
+
+// log constants (LN1)-(LN6); reference/float_ops.py spells the same bits.
+constexpr float kLogSqrtHalf = 0x1.6a09e6p-1f;  // 0x3F3504F3, f32(√½)
+constexpr float kLogQ[9] = {
+    0x1.204376p-4f,   // 0x3D9021BB
+    -0x1.d7a37p-4f,   // 0xBDEBD1B8
+    0x1.de4a34p-4f,   // 0x3DEF251A
+    -0x1.fcba9ep-4f,  // 0xBDFE5D4F
+    0x1.23d37ep-3f,   // 0x3E11E9BF
+    -0x1.555ca0p-3f,  // 0xBE2AAE50
+    0x1.999d58p-3f,   // 0x3E4CCEAC
+    -0x1.fffff8p-3f,  // 0xBE7FFFFC
+    0x1.555554p-2f,   // 0x3EAAAAAA
+};
+constexpr float kLogFlt2 = 0x1p23f;  // (LN2): a subnormal times 2^23 is normal, exactly
+
+inline float log_one(float x) {
+  if (!(x > 0.0f) || x == std::numeric_limits<float>::infinity()) {  // (LN1)
+    if (x == 0.0f) return -std::numeric_limits<float>::infinity();
+    return x > 0.0f ? x : std::numeric_limits<float>::quiet_NaN();  // +inf; negative and NaN
+  }
+  const bool tiny = x < std::numeric_limits<float>::min();  // (LN2)
+  int e = 0;
+  float m = std::frexp(tiny ? x * kLogFlt2 : x, &e);  // (LN3): m in [0.5, 1), exact
+  if (tiny) e -= 23;
+  float f;
+  if (m < kLogSqrtHalf) {  // (LN4)
+    e -= 1;
+    f = (m + m) - 1.0f;
+  } else {
+    f = m - 1.0f;
+  }
+  const float fe = static_cast<float>(e);
+  const float z = f * f;  // (LN5)
+  float p = kLogQ[0];
+  for (int k = 1; k < 9; ++k) p = p * f + kLogQ[k];
+  float y = (p * f) * z;
+  y = y + fe * kC2;  // (LN6)
+  y = y - 0.5f * z;
+  return (f + y) + fe * kC1;
+}
 
 inline float erf_one(float x) {
   const float a = std::fabs(x);

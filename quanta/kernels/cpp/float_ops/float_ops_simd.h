@@ -1,4 +1,4 @@
-// The lane functions of float_ops (exp, erf, tanh, sigmoid, relu, gelu: float_ops_scalar.h's
+// The lane functions of float_ops (exp, log, erf, tanh, sigmoid, relu, gelu: float_ops_scalar.h's
 // operations in their order, equation numbers of docs/float-ops.md) over the vector traits
 // of simd.h, shared by float_ops_avx2.cc (F32x8) and float_ops_avx512vnni.cc (F32x16).
 //
@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "float_ops/float_ops.h"
 #include "float_ops/float_ops_scalar.h"
@@ -56,6 +57,54 @@ template <class T>
 inline typename T::V copysign_v(typename T::V r, typename T::V x) {
   const typename T::V sign = T::set1(-0.0f);
   return T::or_(T::andnot(sign, r), T::and_(sign, x));
+}
+
+// (LN2)-(LN3) for x > 0 finite: x' = x · 2^23 below FLT_MIN (exact), then x' = m · 2^e'
+// read from the bits, m in [0.5, 1); e = e' − 23 for those lanes (small integers: exact
+// in float32). Lanes of other x (handled by log_v's selects) get finite garbage.
+#if defined(__AVX2__) && defined(__FMA__)
+inline void log_frexp(__m256 x, __m256& m, __m256& e) {
+  const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(std::numeric_limits<float>::min()), _CMP_LT_OQ);
+  const __m256 xs = _mm256_blendv_ps(x, _mm256_mul_ps(x, _mm256_set1_ps(kLogFlt2)), tiny);
+  const __m256i bits = _mm256_castps_si256(xs);
+  const __m256i ei = _mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(126));
+  m = _mm256_castsi256_ps(
+      _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi32(0x007FFFFF)), _mm256_set1_epi32(0x3F000000)));
+  e = _mm256_sub_ps(_mm256_cvtepi32_ps(ei), _mm256_and_ps(tiny, _mm256_set1_ps(23.0f)));
+}
+#endif
+#if defined(__AVX512F__)
+inline void log_frexp(__m512 x, __m512& m, __m512& e) {
+  const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(std::numeric_limits<float>::min()), _CMP_LT_OQ);
+  const __m512 xs = _mm512_mask_mul_ps(x, tiny, x, _mm512_set1_ps(kLogFlt2));
+  const __m512i bits = _mm512_castps_si512(xs);
+  const __m512i ei = _mm512_sub_epi32(_mm512_srli_epi32(bits, 23), _mm512_set1_epi32(126));
+  m = _mm512_castsi512_ps(
+      _mm512_or_si512(_mm512_and_si512(bits, _mm512_set1_epi32(0x007FFFFF)), _mm512_set1_epi32(0x3F000000)));
+  e = _mm512_mask_sub_ps(_mm512_cvtepi32_ps(ei), tiny, _mm512_cvtepi32_ps(ei), _mm512_set1_ps(23.0f));
+}
+#endif
+
+template <class T>
+inline typename T::V log_v(typename T::V x) {
+  using V = typename T::V;
+  V m, e;
+  log_frexp(x, m, e);
+  const auto lo = T::template cmp<_CMP_LT_OQ>(m, T::set1(kLogSqrtHalf));  // (LN4)
+  const V one = T::set1(1.0f);
+  e = T::select(lo, e, T::sub(e, one));
+  const V f = T::select(lo, T::sub(m, one), T::sub(T::add(m, m), one));
+  const V z = T::mul(f, f);  // (LN5)
+  V p = T::set1(kLogQ[0]);
+  for (int k = 1; k < 9; ++k) p = T::add(T::mul(p, f), T::set1(kLogQ[k]));
+  V y = T::mul(T::mul(p, f), z);
+  y = T::add(y, T::mul(e, T::set1(kC2)));  // (LN6)
+  y = T::sub(y, T::mul(T::set1(0.5f), z));
+  V r = T::add(T::add(f, y), T::mul(e, T::set1(kC1)));
+  const V inf = T::set1(std::numeric_limits<float>::infinity());  // (LN1)
+  r = T::select(T::template cmp<_CMP_EQ_OQ>(x, T::zero()), r, T::xor_(inf, T::set1(-0.0f)));
+  r = T::select(T::template cmp<_CMP_EQ_OQ>(x, inf), r, inf);
+  return T::select(T::template cmp<_CMP_NGE_UQ>(x, T::zero()), r, T::set1(std::numeric_limits<float>::quiet_NaN()));
 }
 
 template <class T>
@@ -204,7 +253,7 @@ constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNorm
       layer_norm,
       {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_v<T>>, unary_run_v<T, sigmoid_v<T>>, unary_run_v<T, relu_v<T>>,
        unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>, unary_run_v<T, recurrent::logistic_v<T>>,
-       unary_run_v<T, recurrent::tanh_v<T>>, unary_run_v<T, silu_v<T>>}};  // by UnaryOp
+       unary_run_v<T, recurrent::tanh_v<T>>, unary_run_v<T, silu_v<T>>, unary_run_v<T, log_v<T>>}};  // by UnaryOp
 }
 
 }  // namespace
