@@ -10,10 +10,12 @@ over [2, 3]), else the transposed view copied by ``copy_strided``; then one
 (f32(sqrt(s))) and the |x| of L1 are single IEEE operations per element, computed
 with NumPy on the R results (or the |x| pass with the native ``abs``).
 
-float32 AveragePool is a row reduction too (nn_pool.average_pool, (AP1)-(AP3)): the
-window view of x (zero-padded where pads or the ceil_mode overhang need it) copied by
-``copy_strided`` into rows [N·C·out, K], one ``reduce_rows_f32("sum")``, and one
-``binary_f32("div")`` by the per-position count (cached per input shape).
+float32 AveragePool is a row reduction too (nn_pool.average_pool, (AP1)-(AP3)): 1-D and
+2-D windows run on ``average_pool_2d_f32`` (pool.h: the sum16 lanes as arrays over an
+output row); 3-D ones copy the window view of x (zero-padded where pads or the
+ceil_mode overhang need it) into rows [N·C·out, K] by ``copy_strided``, then one
+``reduce_rows_f32("sum")`` and one ``binary_f32("div")`` by the per-position count.
+Geometry and count are cached per input shape.
 
 Integer and float64 reductions, and ReduceProd / ReduceLogSum / ReduceLogSumExp, run on
 the twin (the binder says so).
@@ -244,6 +246,10 @@ _bind_global_pool("GlobalAveragePool", "sum")
 _bind_global_pool("GlobalMaxPool", "max")
 
 
+def _hw(values: tuple[int, ...], one_d_fill: int) -> tuple[int, int]:
+    return (one_d_fill, int(values[0])) if len(values) == 1 else (int(values[0]), int(values[1]))
+
+
 class _AveragePlan:
     """One AveragePool input shape: the geometry (the twin's conv_attrs), the padding the
     windows need (nn_pool's im2col pads the same way) and the count of (AP3) as float32."""
@@ -263,6 +269,41 @@ class _AveragePlan:
         self.k = math.prod(geom.kernel_shape)
         self.out_shape = tuple(shape[:2]) + tuple(geom.out_shape)
         self.count = np.ascontiguousarray(average_pool_count(shape, geom, count_include_pad), F32)
+        self.count_include_pad = bool(count_include_pad)
+        # 1-D and 2-D windows: average_pool_2d_f32's (h, w) pairs, a 1-D pool being one row
+        self.pairs: tuple[tuple[int, int], ...] | None = None
+        if n <= 2:
+            g = geom
+            self.pairs = tuple(
+                _hw(v, fill)
+                for v, fill in (
+                    (g.kernel_shape, 1),
+                    (g.strides, 1),
+                    (g.dilations, 1),
+                    (g.pads[:n], 0),
+                    (g.pads[n:], 0),
+                    (g.out_shape, 1),
+                )
+            )
+
+    def run_2d(self, x: np.ndarray, threads: int, out: np.ndarray | None) -> np.ndarray:
+        """1-D and 2-D windows: one average_pool_2d_f32 call (a 1-D pool over one row)."""
+        assert self.pairs is not None
+        kernel, strides, dilations, begin, end, out_hw = self.pairs
+        x4 = x.reshape(x.shape[0], x.shape[1], 1, x.shape[2]) if x.ndim == 3 else x
+        y = _native().average_pool_2d_f32(
+            x4,
+            kernel,
+            strides,
+            dilations,
+            begin,
+            end,
+            out_hw,
+            self.count_include_pad,
+            threads,
+            None if out is None else out.reshape(x.shape[:2] + out_hw),
+        )
+        return out if out is not None else y.reshape(self.out_shape)
 
     def windows(self, x: np.ndarray) -> np.ndarray:
         """(N, C, *out, *kernel): a strided view of x, or of its zero-padded copy."""
@@ -316,6 +357,8 @@ def _average_pool_native(
 
     plan = plans.get(x.shape, build)
     n, t = _native(), _threads(ctx)
+    if plan.pairs is not None:
+        return plan.run_2d(np.ascontiguousarray(x), t, out)
     rows = n.copy_strided(plan.windows(x), t).reshape(-1, plan.k)
     s = n.reduce_rows_f32("sum", rows, t).reshape(plan.out_shape)  # (AP1), (AP2)
     return n.binary_f32("div", s, plan.count, t, out)  # (AP3)

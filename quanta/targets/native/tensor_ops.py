@@ -34,7 +34,7 @@ SpaceToDepth           transposed view                                space_to_d
 Slice, Expand          ``copy_strided`` of the sliced / broadcast     tensor_ops.slice_ / expand
                        view
 Pad                    ``take_axis`` per padded axis (reflect, edge,  nn.pad
-                       wrap); constant: a fill and a copy
+                       wrap); constant: border fill, one copy
 =====================  =============================================  ==========================
 
 Pure data movement where C++ buys nothing, stated as such: Concat is one
@@ -860,6 +860,14 @@ class _PadPlan:
         self.shape = tuple(h - a + w0 + w1 for a, h, (w0, w1) in zip(lo, hi, widths))
         self.inner = tuple(slice(w0, w0 + h - a) for a, h, (w0, _) in zip(lo, hi, widths))
         self.constant = mode == "constant"
+        self.crops = any(a > 0 or h < n for a, h, n in zip(lo, hi, shape))
+        # constant mode fills the border only: two slabs per padded axis (corners twice)
+        self.border = [
+            tuple(slice(None) if b != a else part for b in range(rank))
+            for a, (w0, w1) in enumerate(widths)
+            for part in (slice(0, w0), slice(self.shape[a] - w1, self.shape[a]))
+            if part.stop > part.start
+        ]
         self.gathers: list[tuple[int, np.ndarray]] = []
         if not self.constant:
             cropped = [h - a for a, h in zip(lo, hi)]
@@ -873,9 +881,9 @@ class _PadPlan:
     def run(self, ctx: Any, x: np.ndarray, fill: Any, out: np.ndarray | None) -> np.ndarray:
         if self.constant:
             y = np.empty(self.shape, x.dtype) if out is None else out
-            if y.shape != x[self.index].shape:
-                y.fill(fill)
-            np.copyto(y[self.inner], x[self.index])
+            for slab in self.border:
+                y[slab] = fill
+            np.copyto(y[self.inner] if self.border else y, x[self.index] if self.crops else x)
             return y
         if not self.gathers:
             return _copy_view(ctx, x, out)
