@@ -213,7 +213,9 @@ def test_unary_kernels_match_reference(op_type, attrs, shape) -> None:
 def test_binders_refuse_other_types_with_reasons() -> None:
     assert bind("Softmax", 1, dtype=np.float16) == (None, "native Softmax takes float32 input, got float16")
     assert bind("Add", 2, dtype=np.int16) == (None, "native Add takes float32 A, got int16")
-    assert bind("Div", 2, dtype=np.int32) == (None, "native Div takes float32 A, got int32")
+    assert bind("Div", 2, dtype=np.int16) == (None, "native Div takes float32 A, got int16")
+    assert bind("Div", 2, dtype=np.int32)[0].name == "native:div_int32"  # tensor_ops' broadcast_op
+    assert bind("Max", 2, dtype=np.int64)[0].name == "native:max_int64"
     assert bind("Add", 2, dtype=np.int64)[0].name == "native:add_int64"  # tensor_ops' broadcast_op
     assert bind("LayerNormalization", 3, {"stash_type": 11}) == (
         None,

@@ -329,7 +329,7 @@ BROADCASTS = [
 ]
 
 
-@pytest.mark.parametrize("op_type", ["Add", "Sub", "Mul"])
+@pytest.mark.parametrize("op_type", ["Add", "Sub", "Mul", "Div", "Max", "Min"])
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 @pytest.mark.parametrize(("a_shape", "b_shape"), BROADCASTS)
 def test_integer_binary_wraps_and_broadcasts(op_type, dtype, a_shape, b_shape):
@@ -340,6 +340,20 @@ def test_integer_binary_wraps_and_broadcasts(op_type, dtype, a_shape, b_shape):
     a = np.array(rng.integers(info.min, info.max, a_shape, endpoint=True), dtype)
     b = np.array(rng.integers(info.min, info.max, b_shape, endpoint=True), dtype)
     run_both(op_type, [a, b])
+
+
+@pytest.mark.parametrize("op_type", ["Div", "Max", "Min"])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_div_truncates_and_its_edges_follow_the_twin(op_type, dtype):
+    """Signs of every combination, remainders and none, x / 0 = 0 and MIN / −1 = MIN (the
+    twin's int_div_trunc; C's division traps on both), shape arithmetic's scalars."""
+    info = np.iinfo(dtype)
+    a = np.array([-7, 7, -7, 7, 6, -6, 0, 5, -5, info.min, info.min, info.max, info.min, 3], dtype)
+    b = np.array([2, -2, -2, 2, 3, 3, 7, 0, 0, -1, 1, -1, info.min, info.max], dtype)
+    with np.errstate(all="ignore"):
+        run_both(op_type, [a, b])
+        run_both(op_type, [a, np.array(2, dtype)])  # a dimension halved
+        run_both(op_type, [np.array(577, dtype), np.array(-3, dtype)])
 
 
 @pytest.mark.parametrize("op_type", ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"])

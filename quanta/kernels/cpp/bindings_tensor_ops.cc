@@ -5,7 +5,7 @@
 //     op: clip, sqrt, neg, abs, reciprocal, square, cube, hard_sigmoid, hard_swish, leaky_relu (float32)
 //   clip_int(x, lo, hi, num_threads=1, out=None) -> y        int8 / uint8 / int32 / int64
 //   cast(x, dtype, num_threads=1, out=None) -> y             float32/64, (u)int8, int32/64, bool
-//   broadcast_op(op, a, b, num_threads=1, out=None) -> c     add, sub, mul (int32, int64);
+//   broadcast_op(op, a, b, num_threads=1, out=None) -> c     add, sub, mul, div, max, min (int32, int64);
 //     equal, less, less_equal, greater, greater_equal (any, bool out); and, or, xor (bool)
 //   reduce_rows_f32(op, x, num_threads=1, out=None) -> y     x [R, D]; sum, sum_square, max, min
 //   resize_axis_f64(x, taps, w, num_threads=1, out=None) -> y   x [outer, n, inner] float64,
@@ -160,12 +160,14 @@ py::array cast(const py::handle& x_obj, const py::object& dtype_obj, int num_thr
 
 py::array broadcast_op(const std::string& op_name, const py::handle& a_obj, const py::handle& b_obj, int num_threads,
                        const py::object& out_obj) {
-  static const char* binary[] = {"add", "sub", "mul"};
+  static const char* binary[] = {"add", "sub", "mul", "div", "max", "min"};
   static const char* compare[] = {"equal", "less", "less_equal", "greater", "greater_equal"};
   static const char* logic[] = {"and", "or", "xor"};
   int kind = -1, op = -1;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 6; ++i) {
     if (op_name == binary[i]) kind = 0, op = i;
+  }
+  for (int i = 0; i < 3; ++i) {
     if (op_name == logic[i]) kind = 2, op = i;
   }
   for (int i = 0; i < 5; ++i) {
@@ -376,7 +378,7 @@ void register_tensor_ops(py::module_& m) {
   m.def("cast", &cast, arg("x"), arg("dtype"), arg("num_threads") = 1, arg("out") = none,
         "numpy astype between float32/64, (u)int8, int32/64 and bool (tensor_ops.h).");
   m.def("broadcast_op", &broadcast_op, arg("op"), arg("a"), arg("b"), arg("num_threads") = 1, arg("out") = none,
-        "Integer add/sub/mul, comparisons and bool logic with numpy broadcasting.");
+        "Integer add/sub/mul/div/max/min, comparisons and bool logic with numpy broadcasting.");
   m.def("reduce_rows_f32", &reduce_rows_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
         "Row sum / sum of squares (R1)-(R3), max / min (M1)-(M3) of x [R, D] float32.");
   m.def("resize_axis_f64", &resize_axis_f64, arg("x"), arg("taps"), arg("w"), arg("num_threads") = 1, arg("out") = none,

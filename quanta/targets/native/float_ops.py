@@ -20,8 +20,9 @@ Add, Sub, Mul, Div     ``binary_f32``, numpy broadcasting          math_ops (np.
 Max, Min (2 inputs)    ``binary_f32("max" | "min")``              math_ops (np.maximum / minimum)
 quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.mlas_logistic_op /
 MlasTanh                                                          mlas_tanh_op (ORT's MLAS functions)
-Add, Sub, Mul int32 /  ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
-int64                                                             arithmetic
+Add, Sub, Mul, Div,    ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
+Max, Min int32 /                                                  arithmetic, int_div_trunc
+int64                                                             (x / 0 = 0), np.maximum / minimum
 =====================  =========================================  ===============================
 
 The equations are in docs/float-ops.md. Only float32 runs natively: a binder refuses a node
@@ -404,7 +405,10 @@ def _int_binary_kernel(op_type: str) -> Callable[..., Any]:
         )
 
     run.__name__ = run.__qualname__ = f"_{op}_int_native"
-    run.__doc__ = f"{op_type}, int32 / int64, numpy broadcasting, wrapping (math_ops.{op})."
+    run.__doc__ = (
+        f"{op_type}, int32 / int64, numpy broadcasting (math_ops.{op}: add / sub / mul wrap, div "
+        "truncates with x / 0 = 0)."
+    )
     return run
 
 
@@ -429,7 +433,7 @@ def _unary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 #: the binary ops broadcast_op (tensor_ops) also runs on int32 / int64 lanes
-_INT_BINARY_OPS = frozenset({"Add", "Sub", "Mul"})
+_INT_BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})
 
 
 def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, str]]:
@@ -445,7 +449,8 @@ def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, s
             return None, f"native {op_type} takes two inputs, got {len(node.inputs)}"
         types = (_dtype(node.input(0)), _dtype(node.input(1)))
         if int_fn is not None and types[0] in _INT_BINARY and types[1] == types[0]:
-            # the int32 bias Add of LowerConvFloatOutput, int64 shape arithmetic
+            # the int32 bias Add of LowerConvFloatOutput, int64 shape arithmetic (a
+            # Div by 2 of a dimension, Max of two lengths)
             return _kernel(int_fn, f"{op_type.lower()}_{types[0]}", node)
         reason = _check_f32(op_type, ("A", node.input(0)), ("B", node.input(1)))
         if reason:
