@@ -887,11 +887,14 @@ def test_slice_1_attributes_match_twin(attrs):
     run_both("Slice", [x], attrs, opset=7)
 
 
-NODE_CASES = [pytest.param(c, id=c.name) for c in cases_for(frozenset({"Pad", "AveragePool", "Slice"}))]
+NODE_CASES = [
+    pytest.param(c, id=c.name)
+    for c in cases_for(frozenset({"Pad", "AveragePool", "Slice", "ScatterElements", "Div", "Max", "Min"}))
+]
 
 
 @pytest.mark.parametrize("case", NODE_CASES)
-def test_onnx_node_cases_pad_average_pool_slice_native(case) -> None:
+def test_onnx_node_cases_native(case) -> None:
     """The ONNX backend node tests through the native backend, at each case's tolerance
     (the reference runs them in tests/kernels/reference)."""
     model = case.model
@@ -905,3 +908,48 @@ def test_onnx_node_cases_pad_average_pool_slice_native(case) -> None:
                 np.testing.assert_allclose(g, e, rtol=case.rtol, atol=case.atol)
             else:
                 np.testing.assert_array_equal(g, e)
+
+
+@pytest.mark.parametrize("reduction", ["add", "mul"])
+@pytest.mark.parametrize(
+    ("data_shape", "idx_shape", "axis"),
+    [((17, 7), (300, 7), 0), ((3, 17, 5), (3, 40, 5), 1), ((7, 3), (7, 2), -1), ((17,), (259,), 0)],
+)
+def test_scatter_elements_add_mul_match_twin(data_shape, idx_shape, axis, reduction):
+    """Many updates per position (a GNN's edges into nodes), negative indices."""
+    rng = np.random.default_rng(sum(idx_shape))
+    n = data_shape[axis]
+    data = floats(rng, data_shape)
+    indices = rng.integers(-n, n, idx_shape).astype(np.int64)
+    scale = 0.5 if reduction == "mul" else 3.0
+    updates = floats(rng, idx_shape, scale) + (F32(1) if reduction == "mul" else F32(0))
+    run_both("ScatterElements", [data, indices, updates], {"axis": axis, "reduction": reduction}, opset=18)
+
+
+def test_scatter_elements_twin_combines_in_the_indices_order():
+    """(SC1): one position's updates summed one after the other in the indices' C order."""
+    data = np.zeros((2,), F32)
+    updates = np.array([1e8, 1.0, -1e8, 1.0, 3.0], F32)
+    indices = np.array([0, 0, 0, 0, 1])
+    y = get_op("ScatterElements")(KernelContext(opset=18), data, indices, updates, reduction="add")
+    expected = F32(0)
+    for u in updates[:4]:
+        expected = F32(expected + u)
+    assert y[0] == expected == F32(1.0) and y[1] == F32(3.0)  # (((0 + 1e8) + 1) − 1e8) + 1
+
+
+def test_scatter_elements_binder_refuses_none_and_out_of_range_raises_the_twins_error():
+    inputs = [np.zeros((3,), F32), np.array([0]), np.ones((1,), F32)]
+    assert bind("ScatterElements", inputs, {"reduction": "max"}) == (
+        None,
+        "native ScatterElements takes reduction add or mul, got 'max'",
+    )
+    kernel, _ = bind("ScatterElements", inputs, {"reduction": "add"})
+    with pytest.raises(Exception, match="ScatterElements"):
+        kernel.fn(
+            KernelContext(opset=18, op_type="ScatterElements"),
+            np.zeros((3,), F32),
+            np.array([5]),
+            np.ones((1,), F32),
+            reduction="add",
+        )

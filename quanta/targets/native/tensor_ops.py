@@ -33,6 +33,8 @@ DepthToSpace,          ``copy_strided`` of the twin's reshaped,       nn.depth_t
 SpaceToDepth           transposed view                                space_to_depth
 Slice, Expand          ``copy_strided`` of the sliced / broadcast     tensor_ops.slice_ / expand
                        view
+ScatterElements        ``scatter_f32`` in the updates' order          tensor_ops.scatter_elements
+(add, mul; float32)                                                   (scatter_in_order), (SC1)
 Pad                    ``take_axis`` per padded axis (reflect, edge,  nn.pad
                        wrap); constant: border fill, one copy
 =====================  =============================================  ==========================
@@ -966,6 +968,49 @@ def bind_pad(model: Model, node: Node) -> tuple[Kernel | None, str]:
     padding TensorFlow and PyTorch exports write before a convolution that does not absorb it)."""
     del model, node  # unused: every input the twin takes
     return _kernel(_pad_native, "pad", plans=BoundedCache(), specialize=_pad_specialized)
+
+
+@_with_fallback("ScatterElements")
+def _scatter_elements_native(
+    ctx: Any, data: Any, indices: Any, updates: Any, *, out: Any, axis: int = 0, reduction: str = "none"
+) -> np.ndarray:
+    """ScatterElements, float32, reduction add / mul (tensor_ops.scatter_elements, (SC1)):
+    the target positions by the twin's scatter_positions (index arithmetic, checked), then
+    one in-order scatter_f32 into a copy of data."""
+    from quanta.kernels.reference.tensor_ops import scatter_positions
+
+    if (
+        reduction not in ("add", "mul")
+        or not isinstance(data, np.ndarray)
+        or not isinstance(updates, np.ndarray)
+    ):
+        raise _Unsupported
+    if data.dtype != F32 or updates.dtype != F32 or not isinstance(indices, np.ndarray):
+        raise _Unsupported
+    if data.ndim == 0 or not -data.ndim <= axis < data.ndim or indices.shape != updates.shape:
+        raise _Unsupported  # the twin raises the operator's error
+    positions = scatter_positions(data.shape, indices, axis % data.ndim, ctx.op_type or "ScatterElements")
+    y = np.array(data, order="C") if out is None or not out.flags.c_contiguous else out
+    if y is out:
+        np.copyto(out, data)
+    _native().scatter_f32(reduction, y, positions, np.ascontiguousarray(updates).reshape(-1))
+    if out is not None and y is not out:
+        np.copyto(out, y)
+        return out
+    return y
+
+
+@register_binder("ScatterElements")
+def bind_scatter_elements(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 ScatterElements with reduction add or mul (a GNN's edge-to-node sums)."""
+    del model  # unused
+    reduction = node.attrs.get("reduction", "none")
+    if reduction not in ("add", "mul"):
+        return None, f"native ScatterElements takes reduction add or mul, got {reduction!r}"
+    reason = _known_dtype_reason("ScatterElements", node, 0, frozenset({F32}), "float32 data")
+    if reason:
+        return None, reason
+    return _kernel(_scatter_elements_native, "scatter_f32")
 
 
 @_with_fallback("Concat")
