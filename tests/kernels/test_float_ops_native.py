@@ -423,6 +423,7 @@ UNARY = {
     "mlas_tanh": mlas_tanh,
     "silu": lambda v: v * twin.sigmoid_f32(v),  # a SiLU gate's Sigmoid then Mul (nn_conv's fused gate)
     "log": twin.log_f32,
+    "cos": twin.cos_f32,
 }
 #: lengths with reasons: 1, 15/16/17 (one zmm ± 1, AVX2 two ymm ± 1), 63/65 (tails of 15
 #: and 1 after 4 blocks), 300, 1000 (odd tails, 8-lane tails of 4 and 0)
@@ -523,6 +524,28 @@ def test_log_twin_within_stated_ulps_of_exact() -> None:
     assert err.max() <= 0.83, (err.max(), x[np.argmax(err)])
 
 
+def test_cos_twin_within_stated_ulps_of_exact() -> None:
+    """docs/float-ops.md "cos": |ŷ − cos x| <= 1.55 ulp of the result or 1e-7 absolute
+    (near the zeros of cos, where the result is tiny and the reduction's error in z
+    dominates), for |x| <= 8192."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate(
+        [rng.uniform(-8192, 8192, 1 << 20), rng.uniform(-4, 4, 1 << 18), np.pi / 2 * np.arange(-100, 101)]
+    ).astype(F32)
+    exact = np.cos(x.astype(np.float64))
+    err = np.abs(twin.cos_f32(x).astype(np.float64) - exact)
+    allowed = np.maximum(1.55 * np.spacing(np.abs(exact).astype(F32)).astype(np.float64), 1e-7)
+    assert (err <= allowed).all(), (err / allowed).max()
+
+
+def test_cos_twin_edges() -> None:
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, 3e38], F32)
+    y = twin.cos_f32(x)
+    assert y[0] == y[1] == y[5] == 1 and np.isnan(y[2:5]).all() and abs(y[6]) <= 1
+    v = np.linspace(-50, 50, 1001, dtype=F32)
+    assert np.array_equal(twin.cos_f32(v), twin.cos_f32(-v))  # even, bit for bit
+
+
 def test_log_twin_edges_are_exact() -> None:
     x = np.array([0.0, -0.0, np.inf, -np.inf, -1.0, -1e-45, np.nan, 1.0, 2.0, 0.5], F32)
     y = twin.log_f32(x)
@@ -545,10 +568,10 @@ def test_log_softmax_twin_accuracy_against_float64() -> None:
             v64 = v.astype(np.float64)
             t = v64 - v64.max(axis=1, keepdims=True)
             p = np.exp(t)
-            l = np.log(p.sum(axis=1, keepdims=True))
+            logsum = np.log(p.sum(axis=1, keepdims=True))
             tau = (p / p.sum(axis=1, keepdims=True) * np.abs(t)).sum(axis=1, keepdims=True)
-            bound = u * (3 * np.abs(t) + 3 * l + tau + -(-d // 16) + 6)
-            excess = np.abs(y - (t - l)) / bound
+            bound = u * (3 * np.abs(t) + 3 * logsum + tau + -(-d // 16) + 6)
+            excess = np.abs(y - (t - logsum)) / bound
             assert excess.max() <= 1.0, (sigma, d, excess.max())
 
 
@@ -648,7 +671,7 @@ def test_boundary_errors_name_the_argument() -> None:
         (lambda: _native.exp_f32(x, num_threads=0), "exp_f32: num_threads: expected >= 1, got 0"),
         (
             lambda: _native.unary_f32("gelu_erf", x),
-            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, log, got 'gelu_erf'",
+            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, log, cos, got 'gelu_erf'",
         ),
         (
             lambda: _native.unary_f32("erf", x.astype(np.float16)),

@@ -194,6 +194,7 @@ UNARY_NODES = [
     ("Gelu", {"approximate": "none"}),
     ("Gelu", {"approximate": "tanh"}),
     ("Log", {}),
+    ("Cos", {}),
 ]
 
 
@@ -297,6 +298,7 @@ NODE_OPS = frozenset(
         "Sigmoid",
         "Relu",
         "Log",
+        "Cos",
     }
 )
 NODE_CASES = [pytest.param(c, id=c.name) for c in cases_for(NODE_OPS)]

@@ -53,6 +53,7 @@ import numpy as np
 
 __all__ = [
     "LANES",
+    "cos_f32",
     "erf_f32",
     "exp_f32",
     "gelu_f32",
@@ -161,6 +162,44 @@ def log_f32(x: np.ndarray) -> np.ndarray:
     y = np.where(x == 0, F32(-np.inf), y)  # (LN1)
     y = np.where(x == np.inf, F32(np.inf), y)
     return np.asarray(np.where(x >= 0, y, F32(np.nan)), F32)
+
+
+#: (CS1)-(CS6): Cephes cosf's constants: f32(4/π), π/4 in three parts, the cos and sin
+#: polynomials' coefficients
+COS_T_MAX = F32(2.0**24)
+COS_FOPI, COS_DP1, COS_DP2, COS_DP3 = (
+    np.uint32(b).view(F32) for b in (0x3FA2F983, 0x3F490000, 0x397DA000, 0x33222169)
+)
+COS_C = tuple(np.uint32(b).view(F32) for b in (0x37CCF5CE, 0xBAB6061A, 0x3D2AAAA5))
+COS_S = tuple(np.uint32(b).view(F32) for b in (0xB94CA1F9, 0x3C08839E, 0xBE2AAAA3))
+
+
+def cos_f32(x: np.ndarray) -> np.ndarray:
+    """cos(x) for float32 ``x`` by eqs. (CS1)-(CS6) (bit-identical to the C++ kernels)::
+
+    (CS1) NaN, ±inf → NaN;  t = min(|x|, 2^24)
+    (CS2) j = trunc(f32(t · f32(4/π)));  q = 2 · ceil(f32(j · 0.5))        exact
+    (CS3) o = q − 8 · floor(f32(q · 0.125))                                q mod 8
+    (CS4) z = f32(f32(f32(t − f32(q · DP1)) − f32(q · DP2)) − f32(q · DP3))
+    (CS5) s = f32(z · z)
+          yc = f32(f32(f32(f32(f32(f32(f32(C0 · s) + C1) · s) + C2) · s) · s) − f32(0.5 · s)) + 1)
+          ys = f32(f32(f32(f32(f32(f32(f32(S0 · s) + S1) · s) + S2) · s) · z) + z)
+    (CS6) y = o in {2, 6} ? ys : yc, negated for o in {2, 4}"""
+    x = np.asarray(x, F32)
+    with np.errstate(all="ignore"):
+        a = np.abs(x)
+        t = np.minimum(a, COS_T_MAX)  # (CS1)
+        j = np.trunc(t * COS_FOPI)  # (CS2)
+        q = F32(2) * np.ceil(j * F32(0.5))
+        o = q - F32(8) * np.floor(q * F32(0.125))  # (CS3)
+        z = ((t - q * COS_DP1) - q * COS_DP2) - q * COS_DP3  # (CS4)
+        s = z * z  # (CS5)
+        yc = ((COS_C[0] * s + COS_C[1]) * s + COS_C[2]) * s * s
+        yc = (yc - F32(0.5) * s) + F32(1)
+        ys = ((COS_S[0] * s + COS_S[1]) * s + COS_S[2]) * s * z + z
+        y = np.where((o == 2) | (o == 6), ys, yc)  # (CS6)
+        y = np.where((o == 2) | (o == 4), -y, y)
+    return np.asarray(np.where(a < np.inf, y, F32(np.nan)), F32)
 
 
 def sum16(v: np.ndarray) -> np.ndarray:

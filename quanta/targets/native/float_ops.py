@@ -10,6 +10,8 @@ LogSoftmax             ``reduce_rows_f32`` max, ``binary_f32``     nn.log_softma
                        ``unary_f32("log")``, ``binary_f32`` sub
 Log                    ``unary_f32("log")``                        math_ops.log -> float_ops.log_f32,
                                                                   eqs. (LN1)-(LN6)
+Cos                    ``unary_f32("cos")``                        math_ops.cos -> float_ops.cos_f32,
+                                                                  eqs. (CS1)-(CS6)
 LayerNormalization     ``layer_norm_f32`` (Mean / InvStdDev        nn_norm.layer_normalization ->
                        outputs too), stash_type 1                 float_ops.layer_norm_rows, (L1)-(L5)
 quanta LayerNormDiv    ``layer_norm_f32(divide=True)``             nn_norm.layer_norm_div ->
@@ -58,6 +60,7 @@ from quanta.targets.native._values import value_dtype as _dtype
 __all__ = [
     "RUNTIME_FALLBACKS",
     "bind_add",
+    "bind_cos",
     "bind_div",
     "bind_erf",
     "bind_gelu",
@@ -510,6 +513,7 @@ bind_tanh = _bind_unary("Tanh", "tanh")
 bind_sigmoid = _bind_unary("Sigmoid", "sigmoid")
 bind_relu = _bind_unary("Relu", "relu")
 bind_log = _bind_unary("Log", "log")
+bind_cos = _bind_unary("Cos", "cos")
 # ONNX Runtime's Sigmoid and Tanh (MLAS's rational approximations), which the session's
 # ``float_functions="ort"`` puts in place of Sigmoid and Tanh (reference/ort_float.py)
 bind_mlas_logistic = _bind_unary("MlasLogistic", "mlas_logistic", QUANTA_DOMAIN)

@@ -135,6 +135,36 @@ inline float log_one(float x) {
   return (f + y) + fe * kC1;
 }
 
+// cos constants (CS1)-(CS6), Cephes cosf; reference/float_ops.py spells the same bits.
+constexpr float kCosTMax = 0x1p24f;             // (CS1): past 2^24 the float32 grid is coarser than 1
+constexpr float kCosFopi = 0x1.45f306p+0f;      // 0x3FA2F983, f32(4/π)
+constexpr float kCosDp[3] = {0x1.92p-1f,        // 0x3F490000, 0.78515625
+                             0x1.fb4p-13f,      // 0x397DA000
+                             0x1.4442d2p-25f};  // 0x33222169: DP1 + DP2 + DP3 ≈ π/4
+constexpr float kCosC[3] = {0x1.99eb9cp-16f,    // 0x37CCF5CE
+                            -0x1.6c0c34p-10f,   // 0xBAB6061A
+                            0x1.55554ap-5f};    // 0x3D2AAAA5
+constexpr float kCosS[3] = {-0x1.9943f2p-13f,   // 0xB94CA1F9
+                            0x1.11073cp-7f,     // 0x3C08839E
+                            -0x1.555546p-3f};   // 0xBE2AAAA3
+
+inline float cos_one(float x) {
+  const float a = std::fabs(x);
+  if (!(a < std::numeric_limits<float>::infinity())) return std::numeric_limits<float>::quiet_NaN();  // (CS1)
+  const float t = a > kCosTMax ? kCosTMax : a;
+  const float j = std::trunc(t * kCosFopi);  // (CS2)
+  const float q = 2.0f * std::ceil(j * 0.5f);
+  const float o = q - 8.0f * std::floor(q * 0.125f);                      // (CS3)
+  const float z = ((t - q * kCosDp[0]) - q * kCosDp[1]) - q * kCosDp[2];  // (CS4)
+  const float s = z * z;                                                  // (CS5)
+  float yc = ((kCosC[0] * s + kCosC[1]) * s + kCosC[2]) * s * s;
+  yc = yc - 0.5f * s;
+  yc = yc + 1.0f;
+  const float ys = ((kCosS[0] * s + kCosS[1]) * s + kCosS[2]) * s * z + z;
+  const float y = (o == 2.0f || o == 6.0f) ? ys : yc;  // (CS6)
+  return (o == 2.0f || o == 4.0f) ? -y : y;
+}
+
 inline float erf_one(float x) {
   const float a = std::fabs(x);
   const float t = a > kErfTMax ? kErfTMax : a;  // (F1); NaN compares false and stays NaN
