@@ -952,4 +952,5 @@ def test_scatter_elements_binder_refuses_none_and_out_of_range_raises_the_twins_
             np.array([5]),
             np.ones((1,), F32),
             reduction="add",
+            **kernel.params,
         )

@@ -293,12 +293,17 @@ def scatter_in_order(out: np.ndarray, positions: np.ndarray, updates: np.ndarray
     round r taking every position's r-th update: no position twice in a round, so each
     round is one fancy-indexed ufunc call, and np.add.at's order (unstated) is not used."""
     flat = out.reshape(-1)
+    if positions.size == 0:
+        return
     order = np.argsort(positions, kind="stable")  # by position, then by i
     sorted_pos = positions[order]
-    first = np.flatnonzero(np.r_[True, sorted_pos[1:] != sorted_pos[:-1]]) if sorted_pos.size else sorted_pos
-    rank = np.arange(sorted_pos.size) - np.repeat(first, np.diff(np.r_[first, sorted_pos.size]))
-    for r in range(int(rank.max(initial=-1)) + 1):
-        sel = order[rank == r]
+    first = np.flatnonzero(np.r_[True, sorted_pos[1:] != sorted_pos[:-1]])  # each position's run
+    count = np.diff(np.r_[first, sorted_pos.size])
+    by_count = np.argsort(-count, kind="stable")  # the positions with the most updates first
+    first, count = first[by_count], count[by_count]
+    for r in range(int(count[0])):
+        k = int(np.searchsorted(-count, -r, side="left"))  # the positions with more than r updates
+        sel = order[first[:k] + r]
         flat[positions[sel]] = ufunc(flat[positions[sel]], updates[sel])
 
 

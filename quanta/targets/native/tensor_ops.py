@@ -970,26 +970,58 @@ def bind_pad(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return _kernel(_pad_native, "pad", plans=BoundedCache(), specialize=_pad_specialized)
 
 
+def _scatter_base(data_shape: tuple[int, ...], shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """The flat position in data of every update's own coordinates with the one along
+    ``axis`` set to 0 (int64, C order): (SC1)'s p_i is this plus index_i · stride(axis)."""
+    where = list(np.indices(shape, sparse=True))
+    where[axis] = np.zeros((1,) * len(shape), np.int64)
+    grids = tuple(np.broadcast_to(w, shape) for w in where)
+    return np.ravel_multi_index(grids, data_shape).astype(np.int64).reshape(-1)
+
+
 @_with_fallback("ScatterElements")
 def _scatter_elements_native(
-    ctx: Any, data: Any, indices: Any, updates: Any, *, out: Any, axis: int = 0, reduction: str = "none"
+    ctx: Any,
+    data: Any,
+    indices: Any,
+    updates: Any,
+    *,
+    out: Any,
+    plans: BoundedCache,
+    axis: int = 0,
+    reduction: str = "none",
 ) -> np.ndarray:
     """ScatterElements, float32, reduction add / mul (tensor_ops.scatter_elements, (SC1)):
-    the target positions by the twin's scatter_positions (index arithmetic, checked), then
-    one in-order scatter_f32 into a copy of data."""
-    from quanta.kernels.reference.tensor_ops import scatter_positions
-
-    if (
-        reduction not in ("add", "mul")
-        or not isinstance(data, np.ndarray)
-        or not isinstance(updates, np.ndarray)
+    the twin's target positions (scatter_positions) as a base per shape, cached, plus
+    index · stride, then one in-order scatter_f32 into a copy of data."""
+    del ctx  # unused: one thread (scatter.h says why)
+    if reduction not in ("add", "mul") or not all(
+        isinstance(v, np.ndarray) for v in (data, indices, updates)
     ):
         raise _Unsupported
-    if data.dtype != F32 or updates.dtype != F32 or not isinstance(indices, np.ndarray):
+    if data.dtype != F32 or updates.dtype != F32 or indices.dtype.kind not in "iu" or indices.size == 0:
         raise _Unsupported
-    if data.ndim == 0 or not -data.ndim <= axis < data.ndim or indices.shape != updates.shape:
+    if data.ndim == 0 or indices.ndim != data.ndim or indices.shape != updates.shape:
         raise _Unsupported  # the twin raises the operator's error
-    positions = scatter_positions(data.shape, indices, axis % data.ndim, ctx.op_type or "ScatterElements")
+    if not -data.ndim <= axis < data.ndim:
+        raise _Unsupported
+    axis %= data.ndim
+    n = data.shape[axis]
+    lo, hi = int(indices.min()), int(indices.max())
+    if (
+        lo < -n
+        or hi >= n
+        or any(s > d for a, (s, d) in enumerate(zip(indices.shape, data.shape)) if a != axis)
+    ):
+        raise _Unsupported  # an index or a coordinate outside data: the twin's error
+    idx = indices.astype(np.int64, copy=False).reshape(-1)
+    if lo < 0:
+        idx = np.where(idx < 0, idx + n, idx)
+    base = plans.get(
+        (data.shape, indices.shape, axis), lambda: _scatter_base(data.shape, indices.shape, axis)
+    )
+    positions = idx * math.prod(data.shape[axis + 1 :])
+    positions += base
     y = np.array(data, order="C") if out is None or not out.flags.c_contiguous else out
     if y is out:
         np.copyto(out, data)
@@ -1010,7 +1042,7 @@ def bind_scatter_elements(model: Model, node: Node) -> tuple[Kernel | None, str]
     reason = _known_dtype_reason("ScatterElements", node, 0, frozenset({F32}), "float32 data")
     if reason:
         return None, reason
-    return _kernel(_scatter_elements_native, "scatter_f32")
+    return _kernel(_scatter_elements_native, "scatter_f32", plans=BoundedCache())
 
 
 @_with_fallback("Concat")
