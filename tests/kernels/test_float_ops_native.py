@@ -422,6 +422,8 @@ UNARY = {
     "mlas_logistic": mlas_logistic,  # ONNX Runtime's Sigmoid and Tanh (reference/ort_float.py)
     "mlas_tanh": mlas_tanh,
     "silu": lambda v: v * twin.sigmoid_f32(v),  # a SiLU gate's Sigmoid then Mul (nn_conv's fused gate)
+    "log": twin.log_f32,
+    "cos": twin.cos_f32,
 }
 #: lengths with reasons: 1, 15/16/17 (one zmm ± 1, AVX2 two ymm ± 1), 63/65 (tails of 15
 #: and 1 after 4 blocks), 300, 1000 (odd tails, 8-lane tails of 4 and 0)
@@ -429,12 +431,12 @@ UNARY_LENGTHS = [1, 15, 16, 17, 63, 65, 300, 1000]
 
 
 def unary_specials() -> np.ndarray:
-    """The splits and clamps of (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2) and of the MLAS functions
-    (9, 18), their float32 neighbours,
+    """The splits and clamps of (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2), (LN2), (LN4) and of the MLAS
+    functions (9, 18), their float32 neighbours,
     and IEEE specials (NaN, ±inf, ±0, subnormals, huge)."""
     edges = np.array(
         [0.921875, 3.925, 3.919206, 3.9, 4.0, 0.75, 9.011, 44.36, 0.5, 1.0, 2.0, 87.34, 88.73, 104.0, 1e-20,
-         1.2e-38, 1e-40, 1e-45, 1e30, 3.4e38, np.inf, 9.0, 18.0],
+         1.2e-38, 1e-40, 1e-45, 1e30, 3.4e38, np.inf, 9.0, 18.0, 0.70710677, 1.1754944e-38],
         F32,
     )  # fmt: skip
     around = np.concatenate([edges, np.nextafter(edges, F32(0)), np.nextafter(edges, F32(np.inf))])
@@ -508,6 +510,69 @@ def test_erf_twin_within_stated_ulps_of_exact() -> None:
     assert err.max() <= 1.26, (err.max(), x[np.argmax(err)])
     y = twin.erf_f32(-x)
     assert np.array_equal(y, -twin.erf_f32(x))  # odd: copysign (F5)
+
+
+def test_log_twin_within_stated_ulps_of_exact() -> None:
+    """Bound 0.83 ulp (docs/float-ops.md "log": measured on every positive finite float32,
+    maximum 0.8291 at x = 0.6999768): a sample of every binade, the neighbourhood of 1
+    (results near 0) and of the split √½, and subnormals."""
+    rng = np.random.default_rng(7)
+    bits = rng.integers(1, 0x7F800000, 1 << 20, dtype=np.uint32)
+    near = np.concatenate([np.linspace(0.69, 0.72, 1 << 14), np.linspace(0.999, 1.001, 1 << 14)])
+    x = np.concatenate([bits.view(F32), near.astype(F32), np.array([0.6999768, 1e-45, 1e-40], F32)])
+    err = ulp_error(twin.log_f32(x), np.log(x.astype(np.float64)))
+    assert err.max() <= 0.83, (err.max(), x[np.argmax(err)])
+
+
+def test_cos_twin_within_stated_ulps_of_exact() -> None:
+    """docs/float-ops.md "cos": |ŷ − cos x| <= 1.55 ulp of the result or 1e-7 absolute
+    (near the zeros of cos, where the result is tiny and the reduction's error in z
+    dominates), for |x| <= 8192."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate(
+        [rng.uniform(-8192, 8192, 1 << 20), rng.uniform(-4, 4, 1 << 18), np.pi / 2 * np.arange(-100, 101)]
+    ).astype(F32)
+    exact = np.cos(x.astype(np.float64))
+    err = np.abs(twin.cos_f32(x).astype(np.float64) - exact)
+    allowed = np.maximum(1.55 * np.spacing(np.abs(exact).astype(F32)).astype(np.float64), 1e-7)
+    assert (err <= allowed).all(), (err / allowed).max()
+
+
+def test_cos_twin_edges() -> None:
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, 3e38], F32)
+    y = twin.cos_f32(x)
+    assert y[0] == y[1] == y[5] == 1 and np.isnan(y[2:5]).all() and abs(y[6]) <= 1
+    v = np.linspace(-50, 50, 1001, dtype=F32)
+    assert np.array_equal(twin.cos_f32(v), twin.cos_f32(-v))  # even, bit for bit
+
+
+def test_log_twin_edges_are_exact() -> None:
+    x = np.array([0.0, -0.0, np.inf, -np.inf, -1.0, -1e-45, np.nan, 1.0, 2.0, 0.5], F32)
+    y = twin.log_f32(x)
+    assert np.array_equal(y[:3], [-np.inf, -np.inf, np.inf]) and np.isnan(y[3:7]).all()
+    assert y[7] == 0 and not np.signbit(y[7])  # log(1) = +0
+    assert y[8] == np.float32(np.log(2.0)) and y[9] == -y[8]
+
+
+def test_log_softmax_twin_accuracy_against_float64() -> None:
+    """(LS1)-(LS5) against float64 log-softmax of the same float32 rows, first order in u:
+    |ŷ − y| <= u·(3|t_i| + 3l + τ̄ + B + 6), t the float64 x − max, l = log Σ e^t,
+    τ̄ = Σ_j p_j |t_j|, B = ⌈D/16⌉ (docs/float-ops.md "LogSoftmax"); and the native rows
+    are the twin's on every ISA."""
+    u = 2.0**-24
+    rng = np.random.default_rng(11)
+    for sigma in (1, 3, 8, 30):
+        for d in (1, 16, 17, 128, 1000):
+            v = (rng.standard_normal((64, d)) * sigma).astype(F32)
+            y = twin.log_softmax_rows(v).astype(np.float64)
+            v64 = v.astype(np.float64)
+            t = v64 - v64.max(axis=1, keepdims=True)
+            p = np.exp(t)
+            logsum = np.log(p.sum(axis=1, keepdims=True))
+            tau = (p / p.sum(axis=1, keepdims=True) * np.abs(t)).sum(axis=1, keepdims=True)
+            bound = u * (3 * np.abs(t) + 3 * logsum + tau + -(-d // 16) + 6)
+            excess = np.abs(y - (t - logsum)) / bound
+            assert excess.max() <= 1.0, (sigma, d, excess.max())
 
 
 def test_erf_twin_edges_are_exact() -> None:
@@ -606,7 +671,7 @@ def test_boundary_errors_name_the_argument() -> None:
         (lambda: _native.exp_f32(x, num_threads=0), "exp_f32: num_threads: expected >= 1, got 0"),
         (
             lambda: _native.unary_f32("gelu_erf", x),
-            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, got 'gelu_erf'",
+            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, log, cos, got 'gelu_erf'",
         ),
         (
             lambda: _native.unary_f32("erf", x.astype(np.float16)),

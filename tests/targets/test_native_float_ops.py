@@ -103,6 +103,34 @@ def test_softmax_kernel_matches_reference(shape, axis_pick, opset, masked, seed)
 
 
 @given(
+    shape=st.sampled_from([*SHAPES, (3, 7, 17), (2, 1000)]),
+    axis_pick=st.integers(0, 7),
+    opset=st.sampled_from([11, 13, 21]),
+    specials=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_log_softmax_kernel_matches_reference(shape, axis_pick, opset, specials, seed) -> None:
+    """Every axis (a transposed copy off the last one), both opset conventions; rows with
+    −inf (masked), +inf and NaN (all NaN) and ±0 ties (the maximum's sign is not pinned)."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 5).astype(F32)
+    if specials:
+        flat = x.reshape(-1)
+        k = rng.integers(0, flat.size, size=max(1, flat.size // 5))
+        flat[k] = rng.choice(np.array([-np.inf, np.inf, np.nan, 0.0, -0.0, 80.0, -80.0], F32), size=k.size)
+    axis = axis_pick % (2 * len(shape)) - len(shape)
+    run_both("LogSoftmax", [x], {"axis": axis}, opset=opset)
+    if axis_pick == 0 and (opset >= 13 or len(shape) >= 2):
+        run_both("LogSoftmax", [x], {}, opset=opset)
+
+
+def test_log_softmax_of_signed_zero_ties_and_one_element_rows() -> None:
+    x = np.array([[0.0, -0.0, -0.0], [-0.0, 0.0, -1e-45], [-0.0, -200.0, -300.0]], F32)
+    run_both("LogSoftmax", [x], {"axis": -1})
+    run_both("LogSoftmax", [x.reshape(9, 1)], {"axis": -1})  # l = log(1) = +0: y = t
+
+
+@given(
     shape=st.sampled_from(SHAPES),
     axis_pick=st.integers(0, 7),
     n_outputs=st.integers(1, 3),
@@ -165,6 +193,8 @@ UNARY_NODES = [
     ("Gelu", {}),
     ("Gelu", {"approximate": "none"}),
     ("Gelu", {"approximate": "tanh"}),
+    ("Log", {}),
+    ("Cos", {}),
 ]
 
 
@@ -184,7 +214,9 @@ def test_unary_kernels_match_reference(op_type, attrs, shape) -> None:
 def test_binders_refuse_other_types_with_reasons() -> None:
     assert bind("Softmax", 1, dtype=np.float16) == (None, "native Softmax takes float32 input, got float16")
     assert bind("Add", 2, dtype=np.int16) == (None, "native Add takes float32 A, got int16")
-    assert bind("Div", 2, dtype=np.int32) == (None, "native Div takes float32 A, got int32")
+    assert bind("Div", 2, dtype=np.int16) == (None, "native Div takes float32 A, got int16")
+    assert bind("Div", 2, dtype=np.int32)[0].name == "native:div_int32"  # tensor_ops' broadcast_op
+    assert bind("Max", 2, dtype=np.int64)[0].name == "native:max_int64"
     assert bind("Add", 2, dtype=np.int64)[0].name == "native:add_int64"  # tensor_ops' broadcast_op
     assert bind("LayerNormalization", 3, {"stash_type": 11}) == (
         None,
@@ -206,6 +238,12 @@ def test_unary_binders_refuse_other_types_and_unknown_gelu_modes() -> None:
     assert bind("Gelu", 1, {"approximate": "tanh"})[0].name == "native:gelu_tanh_f32"
     kernel, _ = bind("Erf", 1)
     assert kernel.name == "native:erf_f32" and kernel.out
+    assert bind("Log", 1, dtype=np.float64) == (None, "native Log takes float32 input, got float64")
+    assert bind("LogSoftmax", 1, dtype=np.float16) == (
+        None,
+        "native LogSoftmax takes float32 input, got float16",
+    )
+    assert bind("LogSoftmax", 1)[0].name == "native:log_softmax_f32"
 
 
 def test_run_time_erf_of_integers_and_float64_goes_to_the_twin() -> None:
@@ -246,7 +284,22 @@ def test_run_time_scale_that_widens_the_output_goes_to_the_twin() -> None:
 # --------------------------------------------------------------------------------------
 
 NODE_OPS = frozenset(
-    {"Softmax", "LayerNormalization", "Add", "Sub", "Mul", "Div", "Erf", "Gelu", "Tanh", "Sigmoid", "Relu"}
+    {
+        "Softmax",
+        "LogSoftmax",
+        "LayerNormalization",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Erf",
+        "Gelu",
+        "Tanh",
+        "Sigmoid",
+        "Relu",
+        "Log",
+        "Cos",
+    }
 )
 NODE_CASES = [pytest.param(c, id=c.name) for c in cases_for(NODE_OPS)]
 

@@ -25,6 +25,7 @@ from quanta.kernels.reference.registry import get_op
 from quanta.targets.base import KernelContext
 from quanta.targets.native import BINDERS, _load_families
 from quanta.targets.native.float_ops import RUNTIME_FALLBACKS
+from tests.onnx_node import cases_for
 
 F32 = np.float32
 ISAS = list(_native.supported_isas())
@@ -328,7 +329,7 @@ BROADCASTS = [
 ]
 
 
-@pytest.mark.parametrize("op_type", ["Add", "Sub", "Mul"])
+@pytest.mark.parametrize("op_type", ["Add", "Sub", "Mul", "Div", "Max", "Min"])
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 @pytest.mark.parametrize(("a_shape", "b_shape"), BROADCASTS)
 def test_integer_binary_wraps_and_broadcasts(op_type, dtype, a_shape, b_shape):
@@ -339,6 +340,20 @@ def test_integer_binary_wraps_and_broadcasts(op_type, dtype, a_shape, b_shape):
     a = np.array(rng.integers(info.min, info.max, a_shape, endpoint=True), dtype)
     b = np.array(rng.integers(info.min, info.max, b_shape, endpoint=True), dtype)
     run_both(op_type, [a, b])
+
+
+@pytest.mark.parametrize("op_type", ["Div", "Max", "Min"])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_div_truncates_and_its_edges_follow_the_twin(op_type, dtype):
+    """Signs of every combination, remainders and none, x / 0 = 0 and MIN / −1 = MIN (the
+    twin's int_div_trunc; C's division traps on both), shape arithmetic's scalars."""
+    info = np.iinfo(dtype)
+    a = np.array([-7, 7, -7, 7, 6, -6, 0, 5, -5, info.min, info.min, info.max, info.min, 3], dtype)
+    b = np.array([2, -2, -2, 2, 3, 3, 7, 0, 0, -1, 1, -1, info.min, info.max], dtype)
+    with np.errstate(all="ignore"):
+        run_both(op_type, [a, b])
+        run_both(op_type, [a, np.array(2, dtype)])  # a dimension halved
+        run_both(op_type, [np.array(577, dtype), np.array(-3, dtype)])
 
 
 @pytest.mark.parametrize("op_type", ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"])
@@ -700,3 +715,242 @@ def test_float_head_graph_runs_without_a_reference_kernel():
     sess = quanta.InferenceSession(m, backend="native")
     assert sess.fallbacks == []
     assert_bit_exact(ref, sess.run(None, {"x": x})[0])
+
+
+# --------------------------------------------------------------------------------------
+# Pad, AveragePool, Slice-1
+# --------------------------------------------------------------------------------------
+
+PAD_CASES = [
+    # (shape, pads, axes): all axes, some axes (negative ones too), crops and pads mixed
+    ((3, 7, 17), [0, 1, 2, 0, 3, 1], None),
+    ((1, 3, 576), [0, 0, 64, 0, 0, 64], None),  # silero-vad's reflect padding
+    ((2, 17, 9, 7), [1, 1, 2, 2], [2, -1]),
+    ((2, 7, 5, 3), [-1, 2, 0, 1, -2, 0], [1, 2, 3]),
+    ((3, 17), [0, -2, 0, -3], None),  # crops only
+    ((7,), [0, 0], None),  # nothing to do
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.int64])
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+@pytest.mark.parametrize(("shape", "pads", "axes"), PAD_CASES)
+def test_pad_matches_twin(shape, pads, axes, mode, dtype):
+    rng = np.random.default_rng(len(shape) + sum(map(abs, pads)))
+    x = floats(rng, shape) if dtype == np.float32 else rng.integers(0, 100, size=shape).astype(dtype)
+    inputs = [x, np.array(pads, np.int64), np.array(7, dtype) if mode == "constant" else None]
+    if axes is not None:
+        inputs.append(np.array(axes, np.int64))
+    run_both("Pad", inputs, {"mode": mode})
+    if mode == "constant" and dtype == np.float32:
+        run_both("Pad", [x, inputs[1], None, *inputs[3:]], {"mode": mode})  # no constant: zeros
+        run_both("Pad", [x, inputs[1], np.array(-0.0, F32), *inputs[3:]], {"mode": mode})  # −0 fill
+
+
+def test_pad_attributes_of_opset_2():
+    x = floats(np.random.default_rng(2), (3, 7, 5))
+    run_both("Pad", [x], {"mode": "constant", "pads": [0, 1, 2, 0, 2, 1], "value": 1.5}, opset=2)
+    run_both("Pad", [x], {"mode": "edge", "pads": [0, 1, 2, 0, 2, 1]}, opset=2)
+
+
+@given(
+    shape=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    pads=st.lists(st.integers(-2, 5), min_size=8, max_size=8),
+    mode=st.sampled_from(["constant", "reflect", "edge", "wrap"]),
+)
+def test_pad_any_pads_match_twin(shape, pads, mode):
+    rank = len(shape)
+    pads = pads[:rank] + pads[4 : 4 + rank]
+    if any(n + min(b, 0) + min(e, 0) < 1 for n, b, e in zip(shape, pads[:rank], pads[rank:])):
+        pads = [max(p, 0) for p in pads]  # the twin's own result on over-cropping is NumPy's slicing
+    x = np.arange(np.prod(shape), dtype=F32).reshape(shape)
+    run_both("Pad", [x, np.array(pads, np.int64)], {"mode": mode})
+
+
+def test_pad_reflect_of_an_empty_axis_raises_the_twins_error():
+    kernel, _ = bind("Pad", [np.zeros((0, 3), F32), np.array([1, 0, 1, 0])], {"mode": "reflect"})
+    with pytest.raises(Exception, match="non-empty input"):
+        kernel.fn(
+            KernelContext(opset=21),
+            np.zeros((0, 3), F32),
+            np.array([1, 0, 1, 0]),
+            mode="reflect",
+            **kernel.params,
+        )
+
+
+def pad_session(pads: list[int], mode: str, shape: tuple) -> quanta.InferenceSession:
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode), helper.make_node("Relu", ["y"], ["z"])],
+        "pad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [helper.make_tensor("pads", TensorProto.INT64, [len(pads)], pads)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    return quanta.InferenceSession(model.SerializeToString(), backend="native")
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad_in_a_session_is_native_and_specialized_like_the_twin(mode):
+    """Constant pads: the specialized call (plan built once, written into the arena)."""
+    shape, pads = (1, 3, 17), [0, 0, 3, 0, 0, 2]
+    sess = pad_session(pads, mode, shape)
+    assert not sess.fallbacks
+    x = floats(np.random.default_rng(5), shape)
+    expected = np.maximum(get_op("Pad")(KernelContext(opset=21), x, np.array(pads), mode=mode), F32(0))
+    for _ in range(3):
+        assert_bit_exact(expected, sess.run(None, {"x": x})[0], mode)
+
+
+AVG_CASES = [
+    # (x shape, attributes)
+    ((1, 17, 3, 40), {"kernel_shape": [3, 2], "strides": [3, 2]}),  # the PP-OCR recognizers'
+    ((2, 7, 9, 11), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ((2, 7, 9, 11), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ((1, 3, 10, 11), {"kernel_shape": [3, 2], "strides": [2, 3], "ceil_mode": 1, "pads": [0, 1, 1, 0]}),
+    ((1, 3, 10, 11), {"kernel_shape": [3, 2], "strides": [2, 3], "ceil_mode": 1, "count_include_pad": 1}),
+    ((1, 3, 12, 9), {"kernel_shape": [2, 3], "dilations": [2, 2], "pads": [1, 2, 0, 1]}),
+    ((1, 3, 7, 8), {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 3, 7, 8), {"kernel_shape": [2, 3], "auto_pad": "SAME_LOWER", "count_include_pad": 1}),
+    ((2, 7, 33), {"kernel_shape": [5], "strides": [3], "pads": [2, 2]}),  # 1-D
+    ((1, 3, 4, 5, 6), {"kernel_shape": [2, 3, 2], "pads": [0, 1, 1, 1, 0, 1]}),  # 3-D
+    ((1, 3, 19, 19), {"kernel_shape": [17, 17]}),  # 289 > 258 elements per window: many blocks of 16
+    ((1, 3, 19, 19), {"kernel_shape": [17, 17], "pads": [3, 3, 3, 3], "strides": [5, 5]}),
+]
+
+
+@pytest.mark.parametrize(("shape", "attrs"), AVG_CASES, ids=[str(i) for i in range(len(AVG_CASES))])
+def test_average_pool_matches_twin(shape, attrs):
+    x = floats(np.random.default_rng(len(shape) + len(attrs)), shape)
+    run_both("AveragePool", [x], attrs)
+
+
+@given(
+    spatial=st.lists(st.integers(1, 9), min_size=1, max_size=3),
+    kernel=st.lists(st.integers(1, 4), min_size=3, max_size=3),
+    strides=st.lists(st.integers(1, 3), min_size=3, max_size=3),
+    pads=st.lists(st.integers(0, 3), min_size=6, max_size=6),
+    dilation=st.integers(1, 2),
+    ceil_mode=st.integers(0, 1),
+    count_include_pad=st.integers(0, 1),
+    channels=st.sampled_from([1, 3, 7, 17]),
+)
+def test_average_pool_any_geometry_matches_twin(
+    spatial, kernel, strides, pads, dilation, ceil_mode, count_include_pad, channels
+):
+    n = len(spatial)
+    kernel = [min(k, s) for k, s in zip(kernel[:n], spatial)]
+    pads = [min(p, k - 1) for p, k in zip(pads[:n] + pads[3 : 3 + n], kernel + kernel)]  # a pad < the window
+    attrs = {
+        "kernel_shape": kernel,
+        "strides": strides[:n],
+        "pads": pads,
+        "ceil_mode": ceil_mode,
+        "count_include_pad": count_include_pad,
+    }
+    if dilation > 1:
+        attrs["dilations"] = [dilation] * n
+    shape = (2, channels, *[s + (dilation - 1) * (k - 1) for s, k in zip(spatial, kernel)])
+    x = floats(np.random.default_rng(sum(shape)), shape)
+    run_both("AveragePool", [x], attrs, opset=19)
+
+
+def test_average_pool_sums_by_sum16_not_in_window_order():
+    """(AP2): a window whose sequential and lane-order sums differ (the large terms cancel
+    in lanes 0 and 1 first under sum16)."""
+    row = np.zeros(17, F32)
+    row[0], row[1], row[16] = F32(1e8), F32(1.0), F32(-1e8)
+    x = row.reshape(1, 1, 1, 17)
+    y = get_op("AveragePool")(KernelContext(opset=21), x, kernel_shape=[1, 17])
+    assert y.reshape(()) == F32(1.0) / F32(17)  # sequential: (1e8 + 1) − 1e8 = 0
+    run_both("AveragePool", [x], {"kernel_shape": [1, 17]})
+
+
+def test_average_pool_binder_refuses_other_types():
+    assert bind("AveragePool", [np.zeros((1, 1, 2, 2), np.float16)], {"kernel_shape": [2, 2]}) == (
+        None,
+        "native AveragePool takes float32, got float16",
+    )
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"starts": [1], "ends": [-1]},
+        {"starts": [0, 5], "ends": [2, 1000], "axes": [0, -1]},
+        {"starts": [3], "ends": [4], "axes": [0]},
+    ],
+)
+def test_slice_1_attributes_match_twin(attrs):
+    x = floats(np.random.default_rng(3), (3, 7, 17))
+    run_both("Slice", [x], attrs, opset=7)
+
+
+NODE_CASES = [
+    pytest.param(c, id=c.name)
+    for c in cases_for(frozenset({"Pad", "AveragePool", "Slice", "ScatterElements", "Div", "Max", "Min"}))
+]
+
+
+@pytest.mark.parametrize("case", NODE_CASES)
+def test_onnx_node_cases_native(case) -> None:
+    """The ONNX backend node tests through the native backend, at each case's tolerance
+    (the reference runs them in tests/kernels/reference)."""
+    model = case.model
+    names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    sess = quanta.InferenceSession(model.SerializeToString(), backend="native")
+    for inputs, expected in case.data_sets:
+        for g, e in zip(sess.run(None, dict(zip(names, inputs, strict=True))), expected, strict=True):
+            e = np.asarray(e)
+            assert g.shape == e.shape and g.dtype == e.dtype
+            if e.dtype.kind == "f":
+                np.testing.assert_allclose(g, e, rtol=case.rtol, atol=case.atol)
+            else:
+                np.testing.assert_array_equal(g, e)
+
+
+@pytest.mark.parametrize("reduction", ["add", "mul"])
+@pytest.mark.parametrize(
+    ("data_shape", "idx_shape", "axis"),
+    [((17, 7), (300, 7), 0), ((3, 17, 5), (3, 40, 5), 1), ((7, 3), (7, 2), -1), ((17,), (259,), 0)],
+)
+def test_scatter_elements_add_mul_match_twin(data_shape, idx_shape, axis, reduction):
+    """Many updates per position (a GNN's edges into nodes), negative indices."""
+    rng = np.random.default_rng(sum(idx_shape))
+    n = data_shape[axis]
+    data = floats(rng, data_shape)
+    indices = rng.integers(-n, n, idx_shape).astype(np.int64)
+    scale = 0.5 if reduction == "mul" else 3.0
+    updates = floats(rng, idx_shape, scale) + (F32(1) if reduction == "mul" else F32(0))
+    run_both("ScatterElements", [data, indices, updates], {"axis": axis, "reduction": reduction}, opset=18)
+
+
+def test_scatter_elements_twin_combines_in_the_indices_order():
+    """(SC1): one position's updates summed one after the other in the indices' C order."""
+    data = np.zeros((2,), F32)
+    updates = np.array([1e8, 1.0, -1e8, 1.0, 3.0], F32)
+    indices = np.array([0, 0, 0, 0, 1])
+    y = get_op("ScatterElements")(KernelContext(opset=18), data, indices, updates, reduction="add")
+    expected = F32(0)
+    for u in updates[:4]:
+        expected = F32(expected + u)
+    assert y[0] == expected == F32(1.0) and y[1] == F32(3.0)  # (((0 + 1e8) + 1) − 1e8) + 1
+
+
+def test_scatter_elements_binder_refuses_none_and_out_of_range_raises_the_twins_error():
+    inputs = [np.zeros((3,), F32), np.array([0]), np.ones((1,), F32)]
+    assert bind("ScatterElements", inputs, {"reduction": "max"}) == (
+        None,
+        "native ScatterElements takes reduction add or mul, got 'max'",
+    )
+    kernel, _ = bind("ScatterElements", inputs, {"reduction": "add"})
+    with pytest.raises(Exception, match="ScatterElements"):
+        kernel.fn(
+            KernelContext(opset=18, op_type="ScatterElements"),
+            np.zeros((3,), F32),
+            np.array([5]),
+            np.ones((1,), F32),
+            reduction="add",
+            **kernel.params,
+        )

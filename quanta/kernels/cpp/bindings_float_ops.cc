@@ -11,9 +11,11 @@
 //   binary_f32(op: "add" | "sub" | "mul" | "div" | "max" | "min", a: f32, b: f32, num_threads=1, out=None)
 //                                                                    numpy broadcasting
 //   unary_f32(op: "erf" | "tanh" | "sigmoid" | "relu" | "gelu" | "gelu_tanh" | "mlas_logistic"
-//             | "mlas_tanh", x: f32, num_threads=1, out=None)         (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
-//                                                                    np.maximum(x, 0), (G1), (G2),
-//                                                                    ORT's MLAS logistic and tanh
+//             | "mlas_tanh" | "silu" | "log", x: f32, num_threads=1,     (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
+//             out=None)                                              np.maximum(x, 0), (G1), (G2),
+//                                                                    ORT's MLAS logistic and tanh,
+//                                                                    x · sigmoid(x), (LN1)-(LN6),
+//                                                                    (CS1)-(CS6) ("cos")
 #include <pybind11/stl.h>
 
 #include <array>
@@ -145,6 +147,8 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
       {"mlas_logistic", float_ops::UnaryOp::kMlasLogistic},
       {"mlas_tanh", float_ops::UnaryOp::kMlasTanh},
       {"silu", float_ops::UnaryOp::kSilu},
+      {"log", float_ops::UnaryOp::kLog},
+      {"cos", float_ops::UnaryOp::kCos},
   };
   const std::pair<const char*, float_ops::UnaryOp>* found = nullptr;
   for (const auto& entry : kOps) {
@@ -152,7 +156,9 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
   }
   if (found == nullptr) {
     throw py::value_error(
-        "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, got "
+        "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, "
+        "log, cos, "
+        "got "
         "'" +
         op_name + "'");
   }
@@ -184,7 +190,9 @@ void register_float_ops(py::module_& m) {
         "c = a op b in float32 (op: add, sub, mul, div), numpy broadcasting.");
   m.def("unary_f32", &unary_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
         "y = op(x) elementwise in float32, op one of erf (F1)-(F5), tanh (T1)-(T4), sigmoid (Σ1)-(Σ2), "
-        "relu (np.maximum(x, 0)), gelu (G1), gelu_tanh (G2) of docs/float-ops.md (twins: reference/float_ops.py).");
+        "relu (np.maximum(x, 0)), gelu (G1), gelu_tanh (G2), log (LN1)-(LN6), cos (CS1)-(CS6) of docs/float-ops.md "
+        "(twins: "
+        "reference/float_ops.py).");
 }
 
 }  // namespace quanta

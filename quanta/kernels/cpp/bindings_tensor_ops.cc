@@ -5,9 +5,10 @@
 //     op: clip, sqrt, neg, abs, reciprocal, square, cube, hard_sigmoid, hard_swish, leaky_relu (float32)
 //   clip_int(x, lo, hi, num_threads=1, out=None) -> y        int8 / uint8 / int32 / int64
 //   cast(x, dtype, num_threads=1, out=None) -> y             float32/64, (u)int8, int32/64, bool
-//   broadcast_op(op, a, b, num_threads=1, out=None) -> c     add, sub, mul (int32, int64);
+//   broadcast_op(op, a, b, num_threads=1, out=None) -> c     add, sub, mul, div, max, min (int32, int64);
 //     equal, less, less_equal, greater, greater_equal (any, bool out); and, or, xor (bool)
 //   reduce_rows_f32(op, x, num_threads=1, out=None) -> y     x [R, D]; sum, sum_square, max, min
+//   scatter_f32(op, y, positions, updates) -> None           y[p_i] op= u_i in order (add, mul), float32
 //   resize_axis_f64(x, taps, w, num_threads=1, out=None) -> y   x [outer, n, inner] float64,
 //     taps [o, t] int64 in [0, n), w [o, t] float64 -> y [outer, o, inner]
 //   batch_norm_f32(x, mean, denom, scale, bias, num_threads=1, out=None) -> y   x [N, C, ...]
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "tensor_ops/scatter.h"
 #include "tensor_ops/tensor_ops.h"
 
 namespace quanta {
@@ -160,12 +162,14 @@ py::array cast(const py::handle& x_obj, const py::object& dtype_obj, int num_thr
 
 py::array broadcast_op(const std::string& op_name, const py::handle& a_obj, const py::handle& b_obj, int num_threads,
                        const py::object& out_obj) {
-  static const char* binary[] = {"add", "sub", "mul"};
+  static const char* binary[] = {"add", "sub", "mul", "div", "max", "min"};
   static const char* compare[] = {"equal", "less", "less_equal", "greater", "greater_equal"};
   static const char* logic[] = {"and", "or", "xor"};
   int kind = -1, op = -1;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 6; ++i) {
     if (op_name == binary[i]) kind = 0, op = i;
+  }
+  for (int i = 0; i < 3; ++i) {
     if (op_name == logic[i]) kind = 2, op = i;
   }
   for (int i = 0; i < 5; ++i) {
@@ -363,6 +367,35 @@ py::array copy_strided(const py::handle& x_obj, int num_threads, const py::objec
   return y;
 }
 
+// y (float32, C-contiguous, written in place) combined with updates at flat positions.
+void scatter_f32(const std::string& op_name, const py::handle& y_obj, const py::handle& pos_obj,
+                 const py::handle& upd_obj) {
+  if (op_name != "add" && op_name != "mul") {
+    throw py::value_error("scatter_f32: op: expected add or mul, got '" + op_name + "'");
+  }
+  if (!py::isinstance<py::array_t<float>>(y_obj)) throw py::value_error("scatter_f32: y: expected a float32 array");
+  auto y = py::reinterpret_borrow<py::array_t<float>>(y_obj);
+  if (!(y.flags() & py::array::c_style) || !y.writeable()) {
+    throw py::value_error("scatter_f32: y: expected a writeable C-contiguous array");
+  }
+  auto pos = require_array<int64_t>(pos_obj, "scatter_f32: positions");
+  auto upd = require_array<float>(upd_obj, "scatter_f32: updates");
+  if (pos.ndim() != 1 || upd.ndim() != 1 || pos.size() != upd.size()) {
+    throw py::value_error("scatter_f32: expected 1-D positions and updates of one length, got " +
+                          shape_str(shape_of(pos)) + " and " + shape_str(shape_of(upd)));
+  }
+  const int64_t n = pos.size(), size = y.size();
+  const int64_t* p = pos.data();
+  for (int64_t i = 0; i < n; ++i) {
+    if (p[i] < 0 || p[i] >= size) {
+      throw py::value_error("scatter_f32: positions: expected values in [0, " + std::to_string(size) + "), got " +
+                            std::to_string(p[i]));
+    }
+  }
+  py::gil_scoped_release release;
+  tensor_ops::scatter_f32(y.mutable_data(), p, upd.data(), n, op_name == "mul");
+}
+
 }  // namespace
 
 void register_tensor_ops(py::module_& m) {
@@ -376,7 +409,9 @@ void register_tensor_ops(py::module_& m) {
   m.def("cast", &cast, arg("x"), arg("dtype"), arg("num_threads") = 1, arg("out") = none,
         "numpy astype between float32/64, (u)int8, int32/64 and bool (tensor_ops.h).");
   m.def("broadcast_op", &broadcast_op, arg("op"), arg("a"), arg("b"), arg("num_threads") = 1, arg("out") = none,
-        "Integer add/sub/mul, comparisons and bool logic with numpy broadcasting.");
+        "Integer add/sub/mul/div/max/min, comparisons and bool logic with numpy broadcasting.");
+  m.def("scatter_f32", &scatter_f32, arg("op"), arg("y"), arg("positions"), arg("updates"),
+        "y[p_i] = y[p_i] op u_i in order, op add or mul, float32, in place (tensor_ops/scatter.h).");
   m.def("reduce_rows_f32", &reduce_rows_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
         "Row sum / sum of squares (R1)-(R3), max / min (M1)-(M3) of x [R, D] float32.");
   m.def("resize_axis_f64", &resize_axis_f64, arg("x"), arg("taps"), arg("w"), arg("num_threads") = 1, arg("out") = none,

@@ -38,6 +38,9 @@ every row at once), so the order is sequential by construction and does not depe
 how NumPy reduces. A row max needs no order: max only selects (NaN elements are skipped;
 the sign of a zero maximum does not change any result, see (S2)).
 
+log (LN1)-(LN6), the Cephes ``logf`` scheme, and LogSoftmax (LS1)-(LS5) on exp, sum16 and
+log (docs/float-ops.md, sections "log", "LogSoftmax").
+
 Elementwise functions built on exp (docs/float-ops.md, sections "erf", "tanh, sigmoid,
 Gelu"): erf (F1)-(F5), tanh (T1)-(T4), sigmoid (Σ1)-(Σ2), Gelu (G1)-(G2). Each is a
 fixed sequence of float32 operations with both branches of a split evaluated for every
@@ -50,12 +53,15 @@ import numpy as np
 
 __all__ = [
     "LANES",
+    "cos_f32",
     "erf_f32",
     "exp_f32",
     "gelu_f32",
     "gelu_tanh_f32",
     "layer_norm_div_rows",
     "layer_norm_rows",
+    "log_f32",
+    "log_softmax_rows",
     "row_max",
     "sigmoid_f32",
     "softmax_rows",
@@ -105,6 +111,97 @@ def exp_f32(x: np.ndarray) -> np.ndarray:
         return (p * _pow2(n1)) * _pow2(ni - n1)  # (E6)
 
 
+#: (LN4) the split of the reduced mantissa, f32(√½)
+LOG_SQRT_HALF = np.uint32(0x3F3504F3).view(F32)
+#: (LN5) Cephes logf: log(1 + f) ≈ f − f²/2 + f³·Q(f), Q0 .. Q8
+LOG_POLY = tuple(
+    np.uint32(b).view(F32)
+    for b in (
+        0x3D9021BB,
+        0xBDEBD1B8,
+        0x3DEF251A,
+        0xBDFE5D4F,
+        0x3E11E9BF,
+        0xBE2AAE50,
+        0x3E4CCEAC,
+        0xBE7FFFFC,
+        0x3EAAAAAA,
+    )
+)
+
+
+def log_f32(x: np.ndarray) -> np.ndarray:
+    """ln(x) for float32 ``x`` by eqs. (LN1)-(LN6) (bit-identical to the C++ kernels)::
+
+        (LN1) ±0 → −inf, +inf → +inf, x < 0 or NaN → NaN; otherwise
+        (LN2) x < FLT_MIN: x' = f32(x · 2^23), e0 = −23; else x' = x, e0 = 0
+        (LN3) x' = m · 2^e (frexp: m in [0.5, 1), exact); e = e + e0
+        (LN4) m < f32(√½): e = e − 1, f = f32(f32(m + m) − 1); else f = f32(m − 1)
+        (LN5) z = f32(f · f); p = Q0; p = f32(f32(p · f) + Qk), k = 1..8;
+              y = f32(f32(p · f) · z)
+        (LN6) y = f32(y + f32(e · C2)); y = f32(y − f32(0.5 · z));
+              y = f32(f32(f + y) + f32(e · C1))                    C1, C2 of (E3)
+
+    (LN4)'s subtractions are exact (Sterbenz) and e is a small integer, exact in float32."""
+    x = np.asarray(x, F32)
+    with np.errstate(all="ignore"):  # the special values' lanes compute garbage, replaced below
+        tiny = x < np.finfo(F32).tiny  # (LN2)
+        m, e = np.frexp(np.where(tiny, x * F32(2.0**23), x))  # (LN3)
+        e = e - np.where(tiny, 23, 0)
+        lo = m < LOG_SQRT_HALF  # (LN4)
+        e = np.where(lo, e - 1, e).astype(F32)
+        f = np.where(lo, (m + m) - F32(1), m - F32(1))
+        z = f * f  # (LN5)
+        p = np.full_like(f, LOG_POLY[0])
+        for c in LOG_POLY[1:]:
+            p = p * f + c
+        y = (p * f) * z
+        y = y + e * _C2  # (LN6)
+        y = y - F32(0.5) * z
+        y = (f + y) + e * _C1
+    y = np.where(x == 0, F32(-np.inf), y)  # (LN1)
+    y = np.where(x == np.inf, F32(np.inf), y)
+    return np.asarray(np.where(x >= 0, y, F32(np.nan)), F32)
+
+
+#: (CS1)-(CS6): Cephes cosf's constants: f32(4/π), π/4 in three parts, the cos and sin
+#: polynomials' coefficients
+COS_T_MAX = F32(2.0**24)
+COS_FOPI, COS_DP1, COS_DP2, COS_DP3 = (
+    np.uint32(b).view(F32) for b in (0x3FA2F983, 0x3F490000, 0x397DA000, 0x33222169)
+)
+COS_C = tuple(np.uint32(b).view(F32) for b in (0x37CCF5CE, 0xBAB6061A, 0x3D2AAAA5))
+COS_S = tuple(np.uint32(b).view(F32) for b in (0xB94CA1F9, 0x3C08839E, 0xBE2AAAA3))
+
+
+def cos_f32(x: np.ndarray) -> np.ndarray:
+    """cos(x) for float32 ``x`` by eqs. (CS1)-(CS6) (bit-identical to the C++ kernels)::
+
+    (CS1) NaN, ±inf → NaN;  t = min(|x|, 2^24)
+    (CS2) j = trunc(f32(t · f32(4/π)));  q = 2 · ceil(f32(j · 0.5))        exact
+    (CS3) o = q − 8 · floor(f32(q · 0.125))                                q mod 8
+    (CS4) z = f32(f32(f32(t − f32(q · DP1)) − f32(q · DP2)) − f32(q · DP3))
+    (CS5) s = f32(z · z)
+          yc = f32(f32(f32(f32(f32(f32(f32(C0 · s) + C1) · s) + C2) · s) · s) − f32(0.5 · s)) + 1)
+          ys = f32(f32(f32(f32(f32(f32(f32(S0 · s) + S1) · s) + S2) · s) · z) + z)
+    (CS6) y = o in {2, 6} ? ys : yc, negated for o in {2, 4}"""
+    x = np.asarray(x, F32)
+    with np.errstate(all="ignore"):
+        a = np.abs(x)
+        t = np.minimum(a, COS_T_MAX)  # (CS1)
+        j = np.trunc(t * COS_FOPI)  # (CS2)
+        q = F32(2) * np.ceil(j * F32(0.5))
+        o = q - F32(8) * np.floor(q * F32(0.125))  # (CS3)
+        z = ((t - q * COS_DP1) - q * COS_DP2) - q * COS_DP3  # (CS4)
+        s = z * z  # (CS5)
+        yc = ((COS_C[0] * s + COS_C[1]) * s + COS_C[2]) * s * s
+        yc = (yc - F32(0.5) * s) + F32(1)
+        ys = ((COS_S[0] * s + COS_S[1]) * s + COS_S[2]) * s * z + z
+        y = np.where((o == 2) | (o == 6), ys, yc)  # (CS6)
+        y = np.where((o == 2) | (o == 4), -y, y)
+    return np.asarray(np.where(a < np.inf, y, F32(np.nan)), F32)
+
+
 def sum16(v: np.ndarray) -> np.ndarray:
     """Sum of every row of ``v`` [R, D] (float32) by eqs. (R1)-(R3); shape [R]."""
     v = np.asarray(v, F32)
@@ -126,6 +223,25 @@ def sum16(v: np.ndarray) -> np.ndarray:
 def row_max(v: np.ndarray) -> np.ndarray:
     """The largest non-NaN element of every row of ``v`` [R, D] (−inf if none); shape [R]."""
     return np.fmax.reduce(np.asarray(v, F32), axis=1, initial=-np.inf).astype(F32)
+
+
+def log_softmax_rows(v: np.ndarray) -> np.ndarray:
+    """LogSoftmax of every row of ``v`` [R, D] (float32), eqs. (LS1)-(LS5)::
+
+        (LS1) m   = row_max(x)                       the largest non-NaN element
+        (LS2) t_i = f32(x_i − m)
+        (LS3) s   = sum16(exp_f32(t))                (E1)-(E6), (R1)-(R3)
+        (LS4) l   = log_f32(s)                       (LN1)-(LN6)
+        (LS5) y_i = f32(t_i − l)
+
+    Which maximum (±0, or NaN where a row has one) changes no result: a NaN or ±inf
+    element makes s, hence every y of its row, NaN, and l > 0 whenever two elements
+    tie at ±0."""
+    v = np.asarray(v, F32)
+    with np.errstate(invalid="ignore"):  # a row of −inf: −inf − −inf is NaN, as ONNX Runtime's
+        t = v - row_max(v)[:, None]  # (LS1), (LS2)
+        s = sum16(exp_f32(t))  # (LS3)
+        return t - log_f32(s)[:, None]  # (LS4), (LS5)
 
 
 def softmax_rows(v: np.ndarray) -> np.ndarray:

@@ -28,7 +28,7 @@ import functools
 import ml_dtypes
 import numpy as np
 
-from quanta.kernels.reference.float_ops import exp_f32
+from quanta.kernels.reference.float_ops import cos_f32, exp_f32, log_f32
 from quanta.kernels.reference.registry import OpError, register
 
 __all__ = ["ONNX_DTYPES", "STRING", "cast_to", "onnx_dtype"]
@@ -107,13 +107,11 @@ for _name, _fn in {
     "Abs": np.absolute,
     "Sqrt": np.sqrt,
     "Reciprocal": np.reciprocal,
-    "Log": np.log,
     "Floor": np.floor,
     "Ceil": np.ceil,
     "Round": np.rint,  # half to even
     "Sign": np.sign,
     "Sin": np.sin,
-    "Cos": np.cos,
     "Tan": np.tan,
     "Asin": np.arcsin,
     "Acos": np.arccos,
@@ -139,6 +137,28 @@ def exp(ctx, x: np.ndarray) -> np.ndarray:
         return exp_f32(x)
     with np.errstate(all="ignore"):
         return np.asarray(np.exp(x))
+
+
+@register("Log")
+def log(ctx, x: np.ndarray) -> np.ndarray:
+    """float32: quanta's log, eqs. (LN1)-(LN6) of docs/float-ops.md (np.log's float32 SIMD
+    code differs between builds and CPUs); other types: np.log."""
+    del ctx  # unused
+    if x.dtype == np.float32:
+        return log_f32(x)
+    with np.errstate(all="ignore"):
+        return np.asarray(np.log(x))
+
+
+@register("Cos")
+def cos(ctx, x: np.ndarray) -> np.ndarray:
+    """float32: quanta's cos, eqs. (CS1)-(CS6) of docs/float-ops.md (np.cos's float32 SIMD
+    code is not correctly rounded and differs between builds); other types: np.cos."""
+    del ctx  # unused
+    if x.dtype == np.float32:
+        return cos_f32(x)
+    with np.errstate(all="ignore"):
+        return np.asarray(np.cos(x))
 
 
 @register("IsInf")

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from quanta.kernels.reference.float_ops import softmax_rows
+from quanta.kernels.reference.float_ops import log_softmax_rows, softmax_rows
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
 __all__ = ["compute_dtype", "erf", "from_compute", "to_compute"]
@@ -337,7 +337,15 @@ def softmax(ctx: OpContext, x: np.ndarray, *, axis: int | None = None) -> np.nda
 
 @register("LogSoftmax")
 def log_softmax(ctx: OpContext, x: np.ndarray, *, axis: int | None = None) -> np.ndarray:
+    """float32: quanta's algorithm (float_ops.log_softmax_rows, docs/float-ops.md
+    (LS1)-(LS5)), bit-identical to the native kernel; other dtypes: max, np.exp, sum,
+    np.log."""
     axis = (-1 if ctx.opset >= 13 else 1) if axis is None else axis
+    if x.dtype == np.float32 and x.size and x.ndim:
+        v, ax = _as_2d_axis(x, axis, ctx.opset)
+        rows = np.moveaxis(v, ax, -1)
+        y = log_softmax_rows(rows.reshape(-1, rows.shape[-1]))
+        return np.moveaxis(y.reshape(rows.shape), -1, ax).reshape(x.shape)
     v, ax = _as_2d_axis(to_compute(x), axis, ctx.opset)
     shifted = v - v.max(axis=ax, keepdims=True)
     y = shifted - np.log(np.exp(shifted).sum(axis=ax, keepdims=True))

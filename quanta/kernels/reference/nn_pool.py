@@ -7,7 +7,9 @@ past the end padding; those positions are outside the tensor and never count:
     MaxPool      y = max over the window's positions inside the input
     AveragePool  y = sum(x over the window) / count, where count is the number of window
                  positions inside the input (count_include_pad=0) or inside the input and
-                 its explicit pads (count_include_pad=1)
+                 its explicit pads (count_include_pad=1); float32 sums the window's K
+                 positions (pads and overhang +0) in row-major window order by sum16,
+                 (R1)-(R3), and divides once: docs/float-ops.md (AP1)-(AP3)
     LpPool       y = (sum |x|^p over the window) ^ (1/p), padding contributes 0
 
 MaxPool's optional second output (Indices) is the flat index of the maximum in the input
@@ -24,6 +26,7 @@ import math
 import numpy as np
 
 from quanta.kernels.reference.conv_geometry import ConvGeometry, conv_attrs, im2col
+from quanta.kernels.reference.float_ops import sum16
 from quanta.kernels.reference.nn import from_compute, to_compute
 from quanta.kernels.reference.registry import OpContext, OpError, get_op, register
 
@@ -102,18 +105,31 @@ def average_pool(
 ) -> np.ndarray:
     del ctx  # unused
     geom = _geometry("AveragePool", x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
+    count = average_pool_count(x.shape, geom, count_include_pad)
+    if x.dtype == np.float32 and x.size:
+        # (AP1)-(AP3): NumPy's sum over the window axis has no stated order
+        windows = np.moveaxis(_windows(x, geom, 0), 2, -1)
+        with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN windows: IEEE results
+            total = sum16(windows.reshape(-1, windows.shape[-1])).reshape(windows.shape[:-1])
+            return total / count.astype(np.float32)
     total = _windows(to_compute(x), geom, 0).sum(axis=2)
-    # Which positions count: a (1, 1, *spatial) mask of ones windowed like x, where the
-    # pads read 0 (count_include_pad=0), or a mask already covering the pads, windowed
-    # without padding so that only the ceil_mode overhang reads 0 (count_include_pad=1).
+    return from_compute(total / count, x.dtype)
+
+
+def average_pool_count(x_shape: tuple[int, ...], geom: ConvGeometry, count_include_pad: int) -> np.ndarray:
+    """AveragePool's divisor per output position, float64 (1, 1, *out): the window positions
+    inside the input (count_include_pad=0) or inside the input and its explicit pads (1)."""
+    # A (1, 1, *spatial) mask of ones windowed like x, where the pads read 0
+    # (count_include_pad=0), or a mask already covering the pads, windowed without padding
+    # so that only the ceil_mode overhang reads 0 (count_include_pad=1).
     n_spatial = len(geom.out_shape)
     if count_include_pad:
-        padded = [n + geom.pads[i] + geom.pads[n_spatial + i] for i, n in enumerate(x.shape[2:])]
+        padded = [n + geom.pads[i] + geom.pads[n_spatial + i] for i, n in enumerate(x_shape[2:])]
         count = _windows(np.ones([1, 1, *padded]), dataclasses.replace(geom, pads=(0,) * (2 * n_spatial)), 0)
     else:
-        count = _windows(np.ones([1, 1, *x.shape[2:]]), geom, 0)
+        count = _windows(np.ones([1, 1, *x_shape[2:]]), geom, 0)
     # count >= 1: the ceil_mode rule keeps every window starting inside the input or its begin pad.
-    return from_compute(total / count.sum(axis=2), x.dtype)
+    return count.sum(axis=2)
 
 
 @register("LpPool")

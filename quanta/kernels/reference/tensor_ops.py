@@ -278,15 +278,51 @@ def _scatter(out: np.ndarray, where: tuple, updates: np.ndarray, reduction: str,
     return out
 
 
+def scatter_positions(data_shape: tuple[int, ...], indices: np.ndarray, axis: int, op: str) -> np.ndarray:
+    """ScatterElements' target of every update as a flat position in data (int64, the
+    indices' C order): the update's own coordinates with the one along ``axis`` replaced
+    by its index (negative ones counted from the end; out of range raises)."""
+    where = list(np.indices(indices.shape, sparse=True))
+    where[axis] = _indices(indices, data_shape[axis], op)
+    return np.ravel_multi_index(tuple(np.broadcast_arrays(*where)), data_shape).astype(_INT64).reshape(-1)
+
+
+def scatter_in_order(out: np.ndarray, positions: np.ndarray, updates: np.ndarray, ufunc: np.ufunc) -> None:
+    """out.flat[p_i] = ufunc(out.flat[p_i], u_i) for i = 0, 1, … in order (float32: a sum
+    into one position is sequential in the updates' C order, (SC1)). Applied in rounds,
+    round r taking every position's r-th update: no position twice in a round, so each
+    round is one fancy-indexed ufunc call, and np.add.at's order (unstated) is not used."""
+    flat = out.reshape(-1)
+    if positions.size == 0:
+        return
+    order = np.argsort(positions, kind="stable")  # by position, then by i
+    sorted_pos = positions[order]
+    first = np.flatnonzero(np.r_[True, sorted_pos[1:] != sorted_pos[:-1]])  # each position's run
+    count = np.diff(np.r_[first, sorted_pos.size])
+    by_count = np.argsort(-count, kind="stable")  # the positions with the most updates first
+    first, count = first[by_count], count[by_count]
+    for r in range(int(count[0])):
+        k = int(np.searchsorted(-count, -r, side="left"))  # the positions with more than r updates
+        sel = order[first[:k] + r]
+        flat[positions[sel]] = ufunc(flat[positions[sel]], updates[sel])
+
+
 @register("ScatterElements")
 @register("Scatter")  # deprecated since opset 11; the same as ScatterElements
 def scatter_elements(
     ctx, data: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int = 0, reduction: str = "none"
 ) -> np.ndarray:
+    """float32 with reduction add / mul: the updates combine into their positions in the
+    indices' C order, one float32 operation each (docs/float-ops.md (SC1))."""
     op = ctx.op_type or "ScatterElements"
     axis = _axis(axis, data.ndim, op)
     if indices.shape != updates.shape:
         raise OpError(f"{op}: expected updates of the indices' shape {indices.shape}, got {updates.shape}")
+    if data.dtype == np.float32 and updates.dtype == np.float32 and reduction in ("add", "mul"):
+        out = np.array(data, order="C")
+        positions = scatter_positions(data.shape, indices, axis, op)
+        scatter_in_order(out, positions, updates.reshape(-1), _REDUCTIONS[reduction])
+        return out
     where = list(np.indices(indices.shape, sparse=True))
     where[axis] = _indices(indices, data.shape[axis], op)
     return _scatter(data.copy(), tuple(where), updates, reduction, op)

@@ -5,6 +5,13 @@ operator               native call                                twin (bit-iden
 =====================  =========================================  ===============================
 Softmax                ``softmax_f32`` along the last axis; other  nn.softmax -> float_ops.softmax_
                        axes through a transposed copy              rows, eqs. (S1)-(S5)
+LogSoftmax             ``reduce_rows_f32`` max, ``binary_f32``     nn.log_softmax -> float_ops.log_
+                       sub, ``exp_f32``, ``reduce_rows_f32`` sum,  softmax_rows, eqs. (LS1)-(LS5)
+                       ``unary_f32("log")``, ``binary_f32`` sub
+Log                    ``unary_f32("log")``                        math_ops.log -> float_ops.log_f32,
+                                                                  eqs. (LN1)-(LN6)
+Cos                    ``unary_f32("cos")``                        math_ops.cos -> float_ops.cos_f32,
+                                                                  eqs. (CS1)-(CS6)
 LayerNormalization     ``layer_norm_f32`` (Mean / InvStdDev        nn_norm.layer_normalization ->
                        outputs too), stash_type 1                 float_ops.layer_norm_rows, (L1)-(L5)
 quanta LayerNormDiv    ``layer_norm_f32(divide=True)``             nn_norm.layer_norm_div ->
@@ -15,8 +22,9 @@ Add, Sub, Mul, Div     ``binary_f32``, numpy broadcasting          math_ops (np.
 Max, Min (2 inputs)    ``binary_f32("max" | "min")``              math_ops (np.maximum / minimum)
 quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.mlas_logistic_op /
 MlasTanh                                                          mlas_tanh_op (ORT's MLAS functions)
-Add, Sub, Mul int32 /  ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
-int64                                                             arithmetic
+Add, Sub, Mul, Div,    ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
+Max, Min int32 /                                                  arithmetic, int_div_trunc
+int64                                                             (x / 0 = 0), np.maximum / minimum
 =====================  =========================================  ===============================
 
 The equations are in docs/float-ops.md. Only float32 runs natively: a binder refuses a node
@@ -52,11 +60,14 @@ from quanta.targets.native._values import value_dtype as _dtype
 __all__ = [
     "RUNTIME_FALLBACKS",
     "bind_add",
+    "bind_cos",
     "bind_div",
     "bind_erf",
     "bind_gelu",
     "bind_layer_norm_div",
     "bind_layer_normalization",
+    "bind_log",
+    "bind_log_softmax",
     "bind_mlas_logistic",
     "bind_mlas_tanh",
     "bind_mul",
@@ -101,7 +112,8 @@ def _f32(a: Any) -> np.ndarray:
 
 def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Wrap ``fast(ctx, *inputs, out=..., **attrs)``: when it raises _Unsupported (or the
-    binding refuses the arguments with ValueError) the reference twin runs the call."""
+    binding refuses the arguments with ValueError) the reference twin runs the call (with
+    the node's attributes: a ``plans`` cache among the kernel's parameters is dropped)."""
 
     def deco(fast: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fast)
@@ -111,6 +123,7 @@ def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., An
             except (_Unsupported, ValueError):
                 pass
             RUNTIME_FALLBACKS[op_type] += 1
+            attrs.pop("plans", None)  # a kernel's own cache (BoundedCache), not an attribute
             y = get_op(op_type, domain)(ctx, *inputs, **attrs)
             if out is None or isinstance(y, tuple):
                 return y
@@ -198,6 +211,50 @@ def bind_softmax(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if reason:
         return None, reason
     return _kernel(_softmax_native, "softmax_f32", node, _softmax_specialized)
+
+
+@_with_fallback("LogSoftmax")
+def _log_softmax_native(ctx: Any, x: Any, *, out: Any, axis: int | None = None) -> np.ndarray:
+    """LogSoftmax, float32 (nn.log_softmax): (LS1)-(LS5) as six native row / elementwise
+    calls on the rows of the axis (opset >= 13) or of the 2-D coercion (opset < 13). The
+    row maximum is ReduceMax's (M1)-(M3), where the twin's skips NaN: float_ops.
+    log_softmax_rows says why no result depends on that."""
+    x = _f32(x)
+    if x.ndim == 0 or x.size == 0:
+        raise _Unsupported  # the twin's scalar / empty path
+    axis = (-1 if ctx.opset >= 13 else 1) if axis is None else axis
+    if not -x.ndim <= axis < x.ndim:
+        raise _Unsupported  # the twin raises the operator's error
+    axis %= x.ndim
+    n, t = _native(), _threads(ctx)
+    if ctx.opset < 13 or axis == x.ndim - 1:
+        d = math.prod(x.shape[axis:]) if ctx.opset < 13 else x.shape[-1]
+        rows, moved = x.reshape(-1, d), None
+    else:
+        moved = n.copy_strided(np.moveaxis(x, axis, -1), t)  # rows of the axis, contiguous
+        rows = moved.reshape(-1, x.shape[axis])
+    shifted = n.binary_f32("sub", rows, n.reduce_rows_f32("max", rows, t)[:, None], t)  # (LS1), (LS2)
+    s = n.reduce_rows_f32("sum", n.exp_f32(shifted, t), t)  # (LS3)
+    logs = n.unary_f32("log", s, t)[:, None]  # (LS4)
+    if moved is None:
+        target = None if out is None else out.reshape(rows.shape)
+        y = n.binary_f32("sub", shifted, logs, t, target)  # (LS5)
+        return out if out is not None else y.reshape(x.shape)
+    y = np.moveaxis(n.binary_f32("sub", shifted, logs, t).reshape(moved.shape), -1, axis)
+    if out is None:
+        return n.copy_strided(y, t)
+    n.copy_strided(y, t, out)
+    return out
+
+
+@register_binder("LogSoftmax")
+def bind_log_softmax(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 LogSoftmax along any axis (the last one without a copy)."""
+    del model  # unused: the choice depends on the node's types only
+    reason = _check_f32("LogSoftmax", ("input", node.input(0)))
+    if reason:
+        return None, reason
+    return _kernel(_log_softmax_native, "log_softmax_f32", node)
 
 
 # --------------------------------------------------------------------------------------
@@ -416,7 +473,10 @@ def _int_binary_kernel(op_type: str) -> Callable[..., Any]:
         )
 
     run.__name__ = run.__qualname__ = f"_{op}_int_native"
-    run.__doc__ = f"{op_type}, int32 / int64, numpy broadcasting, wrapping (math_ops.{op})."
+    run.__doc__ = (
+        f"{op_type}, int32 / int64, numpy broadcasting (math_ops.{op}: add / sub / mul wrap, div "
+        "truncates with x / 0 = 0)."
+    )
     return run
 
 
@@ -441,7 +501,7 @@ def _unary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 #: the binary ops broadcast_op (tensor_ops) also runs on int32 / int64 lanes
-_INT_BINARY_OPS = frozenset({"Add", "Sub", "Mul"})
+_INT_BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})
 
 
 def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, str]]:
@@ -457,7 +517,8 @@ def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, s
             return None, f"native {op_type} takes two inputs, got {len(node.inputs)}"
         types = (_dtype(node.input(0)), _dtype(node.input(1)))
         if int_fn is not None and types[0] in _INT_BINARY and types[1] == types[0]:
-            # the int32 bias Add of LowerConvFloatOutput, int64 shape arithmetic
+            # the int32 bias Add of LowerConvFloatOutput, int64 shape arithmetic (a
+            # Div by 2 of a dimension, Max of two lengths)
             return _kernel(int_fn, f"{op_type.lower()}_{types[0]}", node)
         reason = _check_f32(op_type, ("A", node.input(0)), ("B", node.input(1)))
         if reason:
@@ -516,6 +577,8 @@ bind_erf = _bind_unary("Erf", "erf")
 bind_tanh = _bind_unary("Tanh", "tanh")
 bind_sigmoid = _bind_unary("Sigmoid", "sigmoid")
 bind_relu = _bind_unary("Relu", "relu")
+bind_log = _bind_unary("Log", "log")
+bind_cos = _bind_unary("Cos", "cos")
 # ONNX Runtime's Sigmoid and Tanh (MLAS's rational approximations), which the session's
 # ``float_functions="ort"`` puts in place of Sigmoid and Tanh (reference/ort_float.py)
 bind_mlas_logistic = _bind_unary("MlasLogistic", "mlas_logistic", QUANTA_DOMAIN)

@@ -10,6 +10,13 @@ over [2, 3]), else the transposed view copied by ``copy_strided``; then one
 (f32(sqrt(s))) and the |x| of L1 are single IEEE operations per element, computed
 with NumPy on the R results (or the |x| pass with the native ``abs``).
 
+float32 AveragePool is a row reduction too (nn_pool.average_pool, (AP1)-(AP3)): 1-D and
+2-D windows run on ``average_pool_2d_f32`` (pool.h: the sum16 lanes as arrays over an
+output row); 3-D ones copy the window view of x (zero-padded where pads or the
+ceil_mode overhang need it) into rows [N·C·out, K] by ``copy_strided``, then one
+``reduce_rows_f32("sum")`` and one ``binary_f32("div")`` by the per-position count.
+Geometry and count are cached per input shape.
+
 Integer and float64 reductions, and ReduceProd / ReduceLogSum / ReduceLogSumExp, run on
 the twin (the binder says so).
 """
@@ -22,9 +29,12 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node
+from quanta.kernels.reference.conv_geometry import ConvGeometry, conv_attrs
+from quanta.kernels.reference.nn_pool import average_pool_count
 from quanta.kernels.reference.reduce_ops import _reduce_axes
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._cache import BoundedCache
 from quanta.targets.native._specialize import guarded, step_threads
 from quanta.targets.native.float_ops import _dtype, _f32, _native, _threads, _Unsupported, _with_fallback
 
@@ -234,3 +244,135 @@ def _bind_global_pool(op_type: str, row_op: str) -> None:
 
 _bind_global_pool("GlobalAveragePool", "sum")
 _bind_global_pool("GlobalMaxPool", "max")
+
+
+def _hw(values: tuple[int, ...], one_d_fill: int) -> tuple[int, int]:
+    return (one_d_fill, int(values[0])) if len(values) == 1 else (int(values[0]), int(values[1]))
+
+
+class _AveragePlan:
+    """One AveragePool input shape: the geometry (the twin's conv_attrs), the padding the
+    windows need (nn_pool's im2col pads the same way) and the count of (AP3) as float32."""
+
+    def __init__(self, shape: tuple[int, ...], geom: ConvGeometry, count_include_pad: int) -> None:
+        n = len(geom.kernel_shape)
+        self.pad_width: list[tuple[int, int]] = [(0, 0), (0, 0)]
+        for i in range(n):
+            need = (
+                (geom.out_shape[i] - 1) * geom.strides[i] + geom.dilations[i] * (geom.kernel_shape[i] - 1) + 1
+            )
+            have = shape[2 + i] + geom.pads[i] + geom.pads[i + n]
+            self.pad_width.append((geom.pads[i], geom.pads[i + n] + max(0, need - have)))
+        self.padded = tuple(d + a + b for d, (a, b) in zip(shape, self.pad_width))
+        self.inner = tuple(slice(a, a + d) for d, (a, _) in zip(shape, self.pad_width))
+        self.geom = geom
+        self.k = math.prod(geom.kernel_shape)
+        self.out_shape = tuple(shape[:2]) + tuple(geom.out_shape)
+        self.count = np.ascontiguousarray(average_pool_count(shape, geom, count_include_pad), F32)
+        self.count_include_pad = bool(count_include_pad)
+        # 1-D and 2-D windows: average_pool_2d_f32's (h, w) pairs, a 1-D pool being one row
+        self.pairs: tuple[tuple[int, int], ...] | None = None
+        if n <= 2:
+            g = geom
+            self.pairs = tuple(
+                _hw(v, fill)
+                for v, fill in (
+                    (g.kernel_shape, 1),
+                    (g.strides, 1),
+                    (g.dilations, 1),
+                    (g.pads[:n], 0),
+                    (g.pads[n:], 0),
+                    (g.out_shape, 1),
+                )
+            )
+
+    def run_2d(self, x: np.ndarray, threads: int, out: np.ndarray | None) -> np.ndarray:
+        """1-D and 2-D windows: one average_pool_2d_f32 call (a 1-D pool over one row)."""
+        assert self.pairs is not None
+        kernel, strides, dilations, begin, end, out_hw = self.pairs
+        x4 = x.reshape(x.shape[0], x.shape[1], 1, x.shape[2]) if x.ndim == 3 else x
+        y = _native().average_pool_2d_f32(
+            x4,
+            kernel,
+            strides,
+            dilations,
+            begin,
+            end,
+            out_hw,
+            self.count_include_pad,
+            threads,
+            None if out is None else out.reshape(x.shape[:2] + out_hw),
+        )
+        return out if out is not None else y.reshape(self.out_shape)
+
+    def windows(self, x: np.ndarray) -> np.ndarray:
+        """(N, C, *out, *kernel): a strided view of x, or of its zero-padded copy."""
+        if any(w != (0, 0) for w in self.pad_width):
+            xp = np.zeros(self.padded, F32)
+            np.copyto(xp[self.inner], x)
+            x = xp
+        g, st = self.geom, x.strides[2:]
+        shape = self.out_shape + tuple(g.kernel_shape)
+        strides = (
+            x.strides[:2]
+            + tuple(s * t for s, t in zip(st, g.strides))
+            + tuple(s * d for s, d in zip(st, g.dilations))
+        )
+        return np.lib.stride_tricks.as_strided(x, shape, strides, writeable=False)
+
+
+@_with_fallback("AveragePool")
+def _average_pool_native(
+    ctx: Any,
+    x: Any,
+    *,
+    out: Any,
+    plans: BoundedCache,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    count_include_pad: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    """AveragePool, float32 (nn_pool.average_pool, (AP1)-(AP3)): the windows as rows, their
+    sum16, one division by the count."""
+    x = _f32(x)
+    if x.ndim < 3 or x.size == 0 or kernel_shape is None:
+        raise _Unsupported  # the twin's NumPy path or error
+
+    def build() -> _AveragePlan:
+        geom = conv_attrs(
+            x.shape,
+            None,
+            kernel_shape=kernel_shape,
+            strides=strides,
+            dilations=dilations,
+            pads=pads,
+            auto_pad=auto_pad,
+            ceil_mode=bool(ceil_mode),
+        )
+        return _AveragePlan(x.shape, geom, count_include_pad)
+
+    plan = plans.get(x.shape, build)
+    n, t = _native(), _threads(ctx)
+    if plan.pairs is not None:
+        return plan.run_2d(np.ascontiguousarray(x), t, out)
+    rows = n.copy_strided(plan.windows(x), t).reshape(-1, plan.k)
+    s = n.reduce_rows_f32("sum", rows, t).reshape(plan.out_shape)  # (AP1), (AP2)
+    return n.binary_f32("div", s, plan.count, t, out)  # (AP3)
+
+
+@register_binder("AveragePool")
+def bind_average_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 AveragePool, any number of spatial axes (the PP-OCR recognizers' [3, 2] pool)."""
+    del model  # unused
+    dt = _dtype(node.input(0))
+    if dt is not None and dt != F32:
+        return None, f"native AveragePool takes float32, got {dt}"
+    if node.attrs.get("kernel_shape") is None:
+        return None, "AveragePool without kernel_shape (the twin raises)"
+    return Kernel(
+        _average_pool_native, "native", "native:average_pool_f32", params={"plans": BoundedCache()}, out=True
+    ), ""

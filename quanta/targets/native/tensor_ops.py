@@ -33,6 +33,10 @@ DepthToSpace,          ``copy_strided`` of the twin's reshaped,       nn.depth_t
 SpaceToDepth           transposed view                                space_to_depth
 Slice, Expand          ``copy_strided`` of the sliced / broadcast     tensor_ops.slice_ / expand
                        view
+ScatterElements        ``scatter_f32`` in the updates' order          tensor_ops.scatter_elements
+(add, mul; float32)                                                   (scatter_in_order), (SC1)
+Pad                    ``take_axis`` per padded axis (reflect, edge,  nn.pad
+                       wrap); constant: border fill, one copy
 =====================  =============================================  ==========================
 
 Pure data movement where C++ buys nothing, stated as such: Concat is one
@@ -851,10 +855,14 @@ def bind_gather_nd(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 
 def _slice_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
-    """Slice with constant bounds: the index tuple built once."""
+    """Slice with constant bounds (inputs, or Slice-1's attributes): the index tuple built once."""
     shape = sig.shapes[0]
     if shape is None or sig.dtypes[0].kind == "O":
         return None
+    if "starts" in attrs:
+        index = _slice_index(shape, attrs["starts"], attrs.get("ends"), attrs.get("axes"), None)
+        copy, threads, out = _native().copy_strided, step_threads(sig), sig.out
+        return guarded(lambda data: copy(data[index], threads, out), _slice_native, attrs, out)
     bounds = list(sig.consts[1:]) + [None] * (5 - len(sig.consts))
     for k in range(1, 5):
         if k < len(sig.shapes) and sig.shapes[k] is not None and bounds[k - 1] is None:
@@ -866,10 +874,11 @@ def _slice_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] 
 
 @register_binder("Slice")
 def bind_slice(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """Slice (opset >= 10, bounds as inputs) of any dtype."""
+    """Slice of any dtype, its bounds as inputs (opset >= 10) or attributes (Slice-1, which
+    the kernel takes as keyword arguments of the same names)."""
     del model  # unused
-    if "starts" in node.attrs:
-        return None, "Slice-1 (bounds as attributes) runs on the twin"
+    if "starts" in node.attrs and "ends" not in node.attrs:
+        return None, "Slice-1 without ends (the twin raises)"
     return _kernel(_slice_native, "slice", plans=BoundedCache(), specialize=_slice_specialized)
 
 
@@ -889,6 +898,214 @@ def _expand_native(ctx: Any, x: Any, shape: Any, *, out: Any) -> np.ndarray:
 def bind_expand(model: Model, node: Node) -> tuple[Kernel | None, str]:
     del model  # unused
     return _kernel(_expand_native, "expand")
+
+
+class _PadPlan:
+    """One Pad call's copy pattern for an input shape (nn.pad): ``index`` is the crop of
+    x (negative pads) as a view; constant mode fills ``shape`` and copies that view into
+    ``inner``; reflect, edge and wrap gather along each padded or cropped axis by the index
+    vector ``np.pad(np.arange(n), widths, mode)`` shifted by the crop (the twin's own
+    np.pad applied to positions; np.pad pads axis by axis, each axis an index map of the
+    one before, so the gathers compose)."""
+
+    def __init__(self, shape: tuple[int, ...], pads: list[int], axes: list[int] | None, mode: str) -> None:
+        rank = len(shape)
+        axis_list = list(range(rank)) if axes is None else [int(a) % rank for a in axes]
+        if len(pads) != 2 * len(axis_list) or len(set(axis_list)) != len(axis_list):
+            raise _Unsupported  # the twin raises the operator's error
+        begin, end = [0] * rank, [0] * rank
+        for i, a in enumerate(axis_list):
+            begin[a], end[a] = pads[i], pads[len(axis_list) + i]
+        lo = [max(-b, 0) for b in begin]
+        hi = [n - max(-e, 0) for n, e in zip(shape, end)]
+        if any(h < lo_ for lo_, h in zip(lo, hi)):
+            raise _Unsupported  # cropped below zero: the twin's error
+        widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+        self.index = tuple(slice(a, b) for a, b in zip(lo, hi))
+        self.shape = tuple(h - a + w0 + w1 for a, h, (w0, w1) in zip(lo, hi, widths))
+        self.inner = tuple(slice(w0, w0 + h - a) for a, h, (w0, _) in zip(lo, hi, widths))
+        self.constant = mode == "constant"
+        self.crops = any(a > 0 or h < n for a, h, n in zip(lo, hi, shape))
+        # constant mode fills the border only: two slabs per padded axis (corners twice)
+        self.border = [
+            tuple(slice(None) if b != a else part for b in range(rank))
+            for a, (w0, w1) in enumerate(widths)
+            for part in (slice(0, w0), slice(self.shape[a] - w1, self.shape[a]))
+            if part.stop > part.start
+        ]
+        self.gathers: list[tuple[int, np.ndarray]] = []
+        if not self.constant:
+            cropped = [h - a for a, h in zip(lo, hi)]
+            if any(n == 0 for n in cropped) and any(w != (0, 0) for w in widths):
+                raise _Unsupported  # the twin's error: nothing to reflect
+            for a in range(rank):
+                if widths[a] != (0, 0) or cropped[a] != shape[a]:
+                    idx = np.pad(np.arange(cropped[a], dtype=np.int64), widths[a], mode=mode) + lo[a]
+                    self.gathers.append((a, idx))
+
+    def run(self, ctx: Any, x: np.ndarray, fill: Any, out: np.ndarray | None) -> np.ndarray:
+        if self.constant:
+            y = np.empty(self.shape, x.dtype) if out is None else out
+            for slab in self.border:
+                y[slab] = fill
+            np.copyto(y[self.inner] if self.border else y, x[self.index] if self.crops else x)
+            return y
+        if not self.gathers:
+            return _copy_view(ctx, x, out)
+        take, t = _native().take_axis, _threads(ctx)
+        y = np.asarray(x, order="C")
+        for k, (axis, idx) in enumerate(self.gathers):
+            y = take(y, axis, idx, t, out if k == len(self.gathers) - 1 else None)
+        return y
+
+
+_PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+@_with_fallback("Pad")
+def _pad_native(
+    ctx: Any,
+    x: Any,
+    pads_in: Any = None,
+    constant_value: Any = None,
+    axes_in: Any = None,
+    *,
+    out: Any,
+    plans: BoundedCache,
+    mode: str = "constant",
+    pads: list[int] | None = None,
+    paddings: list[int] | None = None,
+    value: float = 0.0,
+) -> np.ndarray:
+    """Pad (nn.pad): constant mode one fill and one copy of the cropped x (NumPy's own C
+    loops, module docstring); reflect, edge and wrap one take_axis per padded axis. Pads
+    as inputs (opset >= 11) or attributes, negative pads (crops), any axes."""
+    if not isinstance(x, np.ndarray) or x.dtype.kind == "O" or x.ndim == 0 or mode not in _PAD_MODES:
+        raise _Unsupported
+    if ctx.opset < 11:
+        pad_list, fill, axes = list(pads if pads is not None else paddings or []), value, None
+    else:
+        if pads_in is None:
+            raise _Unsupported  # the twin's error
+        pad_list = [int(p) for p in np.asarray(pads_in).reshape(-1)]
+        fill = 0 if constant_value is None or np.size(constant_value) == 0 else constant_value
+        axes = None if axes_in is None else [int(a) for a in np.asarray(axes_in).reshape(-1)]
+    key = (x.shape, tuple(pad_list), None if axes is None else tuple(axes), mode)
+    plan = plans.get(key, lambda: _PadPlan(x.shape, pad_list, axes, mode))
+    fill_value = np.asarray(fill).astype(x.dtype).reshape(()) if mode == "constant" else None
+    return plan.run(ctx, x, fill_value, out)
+
+
+def _pad_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """Pad with constant pads, fill and axes (opset >= 11): the plan and the fill value
+    built once."""
+    shape, dtype, mode = sig.shapes[0], sig.dtypes[0], attrs.get("mode", "constant")
+    if sig.ctx is None or sig.ctx.opset < 11 or shape is None or dtype is None or dtype.kind == "O":
+        return None
+    if not shape or mode not in _PAD_MODES or len(sig.consts) < 2 or sig.consts[1] is None:
+        return None
+    for k in (2, 3):  # constant_value and axes: constants or omitted
+        if k < len(sig.shapes) and sig.shapes[k] is not None and sig.consts[k] is None:
+            return None
+    fill_c = sig.consts[2] if len(sig.consts) > 2 else None
+    axes_c = sig.consts[3] if len(sig.consts) > 3 else None
+    try:
+        plan = _PadPlan(
+            shape,
+            [int(p) for p in np.asarray(sig.consts[1]).reshape(-1)],
+            None if axes_c is None else [int(a) for a in np.asarray(axes_c).reshape(-1)],
+            mode,
+        )
+    except _Unsupported:
+        return None  # the generic kernel hands the call to the twin, which raises
+    if sig.out_shape is not None and tuple(sig.out_shape) != plan.shape:
+        return None
+    fill = np.asarray(0 if fill_c is None or np.size(fill_c) == 0 else fill_c).astype(dtype).reshape(())
+    ctx, out = sig.ctx, sig.out
+    return guarded(lambda x, *rest: plan.run(ctx, x, fill, out), _pad_native, attrs, out, reads=1)
+
+
+@register_binder("Pad")
+def bind_pad(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Pad of any fixed-size dtype, every mode (silero-vad's reflect padding, the zero
+    padding TensorFlow and PyTorch exports write before a convolution that does not absorb it)."""
+    del model, node  # unused: every input the twin takes
+    return _kernel(_pad_native, "pad", plans=BoundedCache(), specialize=_pad_specialized)
+
+
+def _scatter_base(data_shape: tuple[int, ...], shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """The flat position in data of every update's own coordinates with the one along
+    ``axis`` set to 0 (int64, C order): (SC1)'s p_i is this plus index_i · stride(axis)."""
+    where = list(np.indices(shape, sparse=True))
+    where[axis] = np.zeros((1,) * len(shape), np.int64)
+    grids = tuple(np.broadcast_to(w, shape) for w in where)
+    return np.ravel_multi_index(grids, data_shape).astype(np.int64).reshape(-1)
+
+
+@_with_fallback("ScatterElements")
+def _scatter_elements_native(
+    ctx: Any,
+    data: Any,
+    indices: Any,
+    updates: Any,
+    *,
+    out: Any,
+    plans: BoundedCache,
+    axis: int = 0,
+    reduction: str = "none",
+) -> np.ndarray:
+    """ScatterElements, float32, reduction add / mul (tensor_ops.scatter_elements, (SC1)):
+    the twin's target positions (scatter_positions) as a base per shape, cached, plus
+    index · stride, then one in-order scatter_f32 into a copy of data."""
+    del ctx  # unused: one thread (scatter.h says why)
+    if reduction not in ("add", "mul") or not all(
+        isinstance(v, np.ndarray) for v in (data, indices, updates)
+    ):
+        raise _Unsupported
+    if data.dtype != F32 or updates.dtype != F32 or indices.dtype.kind not in "iu" or indices.size == 0:
+        raise _Unsupported
+    if data.ndim == 0 or indices.ndim != data.ndim or indices.shape != updates.shape:
+        raise _Unsupported  # the twin raises the operator's error
+    if not -data.ndim <= axis < data.ndim:
+        raise _Unsupported
+    axis %= data.ndim
+    n = data.shape[axis]
+    lo, hi = int(indices.min()), int(indices.max())
+    if (
+        lo < -n
+        or hi >= n
+        or any(s > d for a, (s, d) in enumerate(zip(indices.shape, data.shape)) if a != axis)
+    ):
+        raise _Unsupported  # an index or a coordinate outside data: the twin's error
+    idx = indices.astype(np.int64, copy=False).reshape(-1)
+    if lo < 0:
+        idx = np.where(idx < 0, idx + n, idx)
+    base = plans.get(
+        (data.shape, indices.shape, axis), lambda: _scatter_base(data.shape, indices.shape, axis)
+    )
+    positions = idx * math.prod(data.shape[axis + 1 :])
+    positions += base
+    y = np.array(data, order="C") if out is None or not out.flags.c_contiguous else out
+    if y is out:
+        np.copyto(out, data)
+    _native().scatter_f32(reduction, y, positions, np.ascontiguousarray(updates).reshape(-1))
+    if out is not None and y is not out:
+        np.copyto(out, y)
+        return out
+    return y
+
+
+@register_binder("ScatterElements")
+def bind_scatter_elements(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 ScatterElements with reduction add or mul (a GNN's edge-to-node sums)."""
+    del model  # unused
+    reduction = node.attrs.get("reduction", "none")
+    if reduction not in ("add", "mul"):
+        return None, f"native ScatterElements takes reduction add or mul, got {reduction!r}"
+    reason = _known_dtype_reason("ScatterElements", node, 0, frozenset({F32}), "float32 data")
+    if reason:
+        return None, reason
+    return _kernel(_scatter_elements_native, "scatter_f32", plans=BoundedCache())
 
 
 @_with_fallback("Concat")

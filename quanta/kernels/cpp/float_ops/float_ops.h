@@ -45,6 +45,22 @@
 //             (one division of the selected numerator)
 //   silu      y = f32(x · sigmoid(x)): the Sigmoid and Mul of a SiLU gate in one pass
 //   relu      y = np.maximum(x, 0): +0 for ±0, NaN stays NaN
+//   log       (LN1) ±0 -> −inf, +inf -> +inf, x < 0 or NaN -> NaN; else
+//             (LN2) x < FLT_MIN: x' = f32(x · 2^23), e0 = −23 (else x' = x, e0 = 0)
+//             (LN3) x' = m · 2^e (frexp, m in [0.5, 1)), e = e + e0
+//             (LN4) m < f32(√½): e = e − 1, f = f32(f32(m + m) − 1); else f = f32(m − 1)
+//             (LN5) z = f32(f · f); p = Q0; p = f32(f32(p · f) + Qk), k = 1..8;
+//                   y = f32(f32(p · f) · z)
+//             (LN6) y = f32(y + f32(e · C2)); y = f32(y − f32(0.5 · z));
+//                   y = f32(f32(f + y) + f32(e · C1))            (C1, C2 of (E3); Cephes logf)
+//   cos       (CS1) NaN, ±inf -> NaN; t = min(|x|, 2^24)
+//             (CS2) j = trunc(f32(t · f32(4/π))); q = 2 · ceil(f32(j · 0.5))   (exact)
+//             (CS3) o = q − 8 · floor(f32(q · 0.125))   (q mod 8, exact)
+//             (CS4) z = f32(f32(f32(t − f32(q · DP1)) − f32(q · DP2)) − f32(q · DP3))
+//             (CS5) s = f32(z · z);
+//                   yc = f32(f32(f32(f32(f32(f32(f32(C0 · s) + C1) · s) + C2) · s) · s) − f32(0.5 · s)) + 1)
+//                   ys = f32(f32(f32(f32(f32(f32(f32(S0 · s) + S1) · s) + S2) · s) · z) + z)
+//             (CS6) y = o in {2, 6} ? ys : yc, negated for o in {2, 4}        (Cephes cosf)
 //   gelu      (G1) y = f32(f32(0.5 · x) · f32(1 + erf(f32(x / f32(√2)))))
 //             (G2) a = f32(K · f32(x + f32(C · f32(f32(x · x) · x))));
 //                  y = f32(f32(0.5 · x) · f32(1 + tanh(a)))        (approximate = "tanh")
@@ -83,9 +99,11 @@ enum class UnaryOp : int {
   kGeluTanh = 5,
   kMlasLogistic = 6,
   kMlasTanh = 7,
-  kSilu = 8
+  kSilu = 8,
+  kLog = 9,
+  kCos = 10
 };
-constexpr int kNumUnaryOps = 9;
+constexpr int kNumUnaryOps = 11;
 
 // Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
 using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n);

@@ -1,4 +1,4 @@
-// The scalar steps of the float_ops contract (float_ops.h): exp (E1)-(E6), erf (F1)-(F5),
+// The scalar steps of the float_ops contract (float_ops.h): exp (E1)-(E6), log (LN1)-(LN6), erf (F1)-(F5),
 // tanh (T1)-(T4), sigmoid (Σ1)-(Σ2), relu, Gelu (G1)-(G2), the lane tree (R2) and one
 // element of each binary op.
 // The portable table is built from these; the SIMD variants perform the same float32
@@ -93,6 +93,77 @@ constexpr float kTanhT[6] = {
 constexpr float kGeluSqrt2 = 0x1.6a09e6p+0f;  // 0x3FB504F3, f32(√2)
 constexpr float kGeluK = 0x1.988454p-1f;      // 0x3F4C422A, f32(√(2/π))
 constexpr float kGeluC = 0x1.6e4e26p-5f;      // 0x3D372713, f32(0.044715)
+
+// log constants (LN1)-(LN6); reference/float_ops.py spells the same bits.
+constexpr float kLogSqrtHalf = 0x1.6a09e6p-1f;  // 0x3F3504F3, f32(√½)
+constexpr float kLogQ[9] = {
+    0x1.204376p-4f,   // 0x3D9021BB
+    -0x1.d7a37p-4f,   // 0xBDEBD1B8
+    0x1.de4a34p-4f,   // 0x3DEF251A
+    -0x1.fcba9ep-4f,  // 0xBDFE5D4F
+    0x1.23d37ep-3f,   // 0x3E11E9BF
+    -0x1.555ca0p-3f,  // 0xBE2AAE50
+    0x1.999d58p-3f,   // 0x3E4CCEAC
+    -0x1.fffff8p-3f,  // 0xBE7FFFFC
+    0x1.555554p-2f,   // 0x3EAAAAAA
+};
+constexpr float kLogFlt2 = 0x1p23f;  // (LN2): a subnormal times 2^23 is normal, exactly
+
+inline float log_one(float x) {
+  if (!(x > 0.0f) || x == std::numeric_limits<float>::infinity()) {  // (LN1)
+    if (x == 0.0f) return -std::numeric_limits<float>::infinity();
+    return x > 0.0f ? x : std::numeric_limits<float>::quiet_NaN();  // +inf; negative and NaN
+  }
+  const bool tiny = x < std::numeric_limits<float>::min();  // (LN2)
+  int e = 0;
+  float m = std::frexp(tiny ? x * kLogFlt2 : x, &e);  // (LN3): m in [0.5, 1), exact
+  if (tiny) e -= 23;
+  float f;
+  if (m < kLogSqrtHalf) {  // (LN4)
+    e -= 1;
+    f = (m + m) - 1.0f;
+  } else {
+    f = m - 1.0f;
+  }
+  const float fe = static_cast<float>(e);
+  const float z = f * f;  // (LN5)
+  float p = kLogQ[0];
+  for (int k = 1; k < 9; ++k) p = p * f + kLogQ[k];
+  float y = (p * f) * z;
+  y = y + fe * kC2;  // (LN6)
+  y = y - 0.5f * z;
+  return (f + y) + fe * kC1;
+}
+
+// cos constants (CS1)-(CS6), Cephes cosf; reference/float_ops.py spells the same bits.
+constexpr float kCosTMax = 0x1p24f;             // (CS1): past 2^24 the float32 grid is coarser than 1
+constexpr float kCosFopi = 0x1.45f306p+0f;      // 0x3FA2F983, f32(4/π)
+constexpr float kCosDp[3] = {0x1.92p-1f,        // 0x3F490000, 0.78515625
+                             0x1.fb4p-13f,      // 0x397DA000
+                             0x1.4442d2p-25f};  // 0x33222169: DP1 + DP2 + DP3 ≈ π/4
+constexpr float kCosC[3] = {0x1.99eb9cp-16f,    // 0x37CCF5CE
+                            -0x1.6c0c34p-10f,   // 0xBAB6061A
+                            0x1.55554ap-5f};    // 0x3D2AAAA5
+constexpr float kCosS[3] = {-0x1.9943f2p-13f,   // 0xB94CA1F9
+                            0x1.11073cp-7f,     // 0x3C08839E
+                            -0x1.555546p-3f};   // 0xBE2AAAA3
+
+inline float cos_one(float x) {
+  const float a = std::fabs(x);
+  if (!(a < std::numeric_limits<float>::infinity())) return std::numeric_limits<float>::quiet_NaN();  // (CS1)
+  const float t = a > kCosTMax ? kCosTMax : a;
+  const float j = std::trunc(t * kCosFopi);  // (CS2)
+  const float q = 2.0f * std::ceil(j * 0.5f);
+  const float o = q - 8.0f * std::floor(q * 0.125f);                      // (CS3)
+  const float z = ((t - q * kCosDp[0]) - q * kCosDp[1]) - q * kCosDp[2];  // (CS4)
+  const float s = z * z;                                                  // (CS5)
+  float yc = ((kCosC[0] * s + kCosC[1]) * s + kCosC[2]) * s * s;
+  yc = yc - 0.5f * s;
+  yc = yc + 1.0f;
+  const float ys = ((kCosS[0] * s + kCosS[1]) * s + kCosS[2]) * s * z + z;
+  const float y = (o == 2.0f || o == 6.0f) ? ys : yc;  // (CS6)
+  return (o == 2.0f || o == 4.0f) ? -y : y;
+}
 
 inline float erf_one(float x) {
   const float a = std::fabs(x);

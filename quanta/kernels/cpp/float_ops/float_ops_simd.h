@@ -1,4 +1,4 @@
-// The lane functions of float_ops (exp, erf, tanh, sigmoid, relu, gelu: float_ops_scalar.h's
+// The lane functions of float_ops (exp, log, erf, tanh, sigmoid, relu, gelu: float_ops_scalar.h's
 // operations in their order, equation numbers of docs/float-ops.md) over the vector traits
 // of simd.h, shared by float_ops_avx2.cc (F32x8) and float_ops_avx512vnni.cc (F32x16).
 //
@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "float_ops/float_ops.h"
 #include "float_ops/float_ops_scalar.h"
@@ -56,6 +57,94 @@ template <class T>
 inline typename T::V copysign_v(typename T::V r, typename T::V x) {
   const typename T::V sign = T::set1(-0.0f);
   return T::or_(T::andnot(sign, r), T::and_(sign, x));
+}
+
+// (LN2)-(LN3) for x > 0 finite: x' = x · 2^23 below FLT_MIN (exact), then x' = m · 2^e'
+// read from the bits, m in [0.5, 1); e = e' − 23 for those lanes (small integers: exact
+// in float32). Lanes of other x (handled by log_v's selects) get finite garbage.
+#if defined(__AVX2__) && defined(__FMA__)
+inline void log_frexp(__m256 x, __m256& m, __m256& e) {
+  const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(std::numeric_limits<float>::min()), _CMP_LT_OQ);
+  const __m256 xs = _mm256_blendv_ps(x, _mm256_mul_ps(x, _mm256_set1_ps(kLogFlt2)), tiny);
+  const __m256i bits = _mm256_castps_si256(xs);
+  const __m256i ei = _mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(126));
+  m = _mm256_castsi256_ps(
+      _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi32(0x007FFFFF)), _mm256_set1_epi32(0x3F000000)));
+  e = _mm256_sub_ps(_mm256_cvtepi32_ps(ei), _mm256_and_ps(tiny, _mm256_set1_ps(23.0f)));
+}
+#endif
+#if defined(__AVX512F__)
+inline void log_frexp(__m512 x, __m512& m, __m512& e) {
+  const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(std::numeric_limits<float>::min()), _CMP_LT_OQ);
+  const __m512 xs = _mm512_mask_mul_ps(x, tiny, x, _mm512_set1_ps(kLogFlt2));
+  const __m512i bits = _mm512_castps_si512(xs);
+  const __m512i ei = _mm512_sub_epi32(_mm512_srli_epi32(bits, 23), _mm512_set1_epi32(126));
+  m = _mm512_castsi512_ps(
+      _mm512_or_si512(_mm512_and_si512(bits, _mm512_set1_epi32(0x007FFFFF)), _mm512_set1_epi32(0x3F000000)));
+  e = _mm512_mask_sub_ps(_mm512_cvtepi32_ps(ei), tiny, _mm512_cvtepi32_ps(ei), _mm512_set1_ps(23.0f));
+}
+#endif
+
+// Rounding to an integer in a given direction (_MM_FROUND_TO_ZERO, _TO_NEG_INF,
+// _TO_POS_INF): exact.
+#if defined(__AVX2__) && defined(__FMA__)
+template <int kMode>
+inline __m256 round_dir(__m256 v) {
+  return _mm256_round_ps(v, kMode | _MM_FROUND_NO_EXC);
+}
+#endif
+#if defined(__AVX512F__)
+template <int kMode>
+inline __m512 round_dir(__m512 v) {
+  return _mm512_roundscale_ps(v, kMode | _MM_FROUND_NO_EXC);
+}
+#endif
+
+template <class T>
+inline typename T::V cos_v(typename T::V x) {
+  using V = typename T::V;
+  const V a = abs_v<T>(x);
+  const V t = T::min(T::set1(kCosTMax), a);  // (CS1); NaN and inf are replaced at the end
+  const V j = round_dir<_MM_FROUND_TO_ZERO>(T::mul(t, T::set1(kCosFopi)));  // (CS2)
+  const V q = T::mul(T::set1(2.0f), round_dir<_MM_FROUND_TO_POS_INF>(T::mul(j, T::set1(0.5f))));
+  const V o = T::sub(q, T::mul(T::set1(8.0f), round_dir<_MM_FROUND_TO_NEG_INF>(T::mul(q, T::set1(0.125f)))));  // (CS3)
+  const V z = T::sub(T::sub(T::sub(t, T::mul(q, T::set1(kCosDp[0]))), T::mul(q, T::set1(kCosDp[1]))),
+                     T::mul(q, T::set1(kCosDp[2])));  // (CS4)
+  const V s = T::mul(z, z);                           // (CS5)
+  V yc = T::add(T::mul(T::add(T::mul(T::set1(kCosC[0]), s), T::set1(kCosC[1])), s), T::set1(kCosC[2]));
+  yc = T::mul(T::mul(yc, s), s);
+  yc = T::add(T::sub(yc, T::mul(T::set1(0.5f), s)), T::set1(1.0f));
+  V ys = T::add(T::mul(T::add(T::mul(T::set1(kCosS[0]), s), T::set1(kCosS[1])), s), T::set1(kCosS[2]));
+  ys = T::add(T::mul(T::mul(ys, s), z), z);
+  // (CS6): o in {2, 6} is o mod 4 = 2, o in {2, 4} is |o − 3| = 1 (exact small integers)
+  const V o4 = T::sub(o, T::mul(T::set1(4.0f), round_dir<_MM_FROUND_TO_NEG_INF>(T::mul(o, T::set1(0.25f)))));
+  V y = T::select(T::template cmp<_CMP_EQ_OQ>(o4, T::set1(2.0f)), yc, ys);
+  y = T::select(T::template cmp<_CMP_EQ_OQ>(abs_v<T>(T::sub(o, T::set1(3.0f))), T::set1(1.0f)), y,
+                T::xor_(y, T::set1(-0.0f)));
+  const V inf = T::set1(std::numeric_limits<float>::infinity());
+  return T::select(T::template cmp<_CMP_NLT_UQ>(a, inf), y, T::set1(std::numeric_limits<float>::quiet_NaN()));
+}
+
+template <class T>
+inline typename T::V log_v(typename T::V x) {
+  using V = typename T::V;
+  V m, e;
+  log_frexp(x, m, e);
+  const auto lo = T::template cmp<_CMP_LT_OQ>(m, T::set1(kLogSqrtHalf));  // (LN4)
+  const V one = T::set1(1.0f);
+  e = T::select(lo, e, T::sub(e, one));
+  const V f = T::select(lo, T::sub(m, one), T::sub(T::add(m, m), one));
+  const V z = T::mul(f, f);  // (LN5)
+  V p = T::set1(kLogQ[0]);
+  for (int k = 1; k < 9; ++k) p = T::add(T::mul(p, f), T::set1(kLogQ[k]));
+  V y = T::mul(T::mul(p, f), z);
+  y = T::add(y, T::mul(e, T::set1(kC2)));  // (LN6)
+  y = T::sub(y, T::mul(T::set1(0.5f), z));
+  V r = T::add(T::add(f, y), T::mul(e, T::set1(kC1)));
+  const V inf = T::set1(std::numeric_limits<float>::infinity());  // (LN1)
+  r = T::select(T::template cmp<_CMP_EQ_OQ>(x, T::zero()), r, T::xor_(inf, T::set1(-0.0f)));
+  r = T::select(T::template cmp<_CMP_EQ_OQ>(x, inf), r, inf);
+  return T::select(T::template cmp<_CMP_NGE_UQ>(x, T::zero()), r, T::set1(std::numeric_limits<float>::quiet_NaN()));
 }
 
 template <class T>
@@ -195,16 +284,16 @@ void binary_run_v(const float* a, int64_t a_step, const float* b, int64_t b_step
 // kernels, everything else from the templates above.
 template <class T>
 constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNormRowsFn layer_norm) {
-  return Kernels{
-      isa,
-      {binary_run_v<T, BinaryOp::kAdd>, binary_run_v<T, BinaryOp::kSub>, binary_run_v<T, BinaryOp::kMul>,
-       binary_run_v<T, BinaryOp::kDiv>, binary_run_v<T, BinaryOp::kMax>, binary_run_v<T, BinaryOp::kMin>},
-      unary_run_v<T, exp_v<T>>,
-      softmax,
-      layer_norm,
-      {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_v<T>>, unary_run_v<T, sigmoid_v<T>>, unary_run_v<T, relu_v<T>>,
-       unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>, unary_run_v<T, recurrent::logistic_v<T>>,
-       unary_run_v<T, recurrent::tanh_v<T>>, unary_run_v<T, silu_v<T>>}};  // by UnaryOp
+  return Kernels{isa,
+                 {binary_run_v<T, BinaryOp::kAdd>, binary_run_v<T, BinaryOp::kSub>, binary_run_v<T, BinaryOp::kMul>,
+                  binary_run_v<T, BinaryOp::kDiv>, binary_run_v<T, BinaryOp::kMax>, binary_run_v<T, BinaryOp::kMin>},
+                 unary_run_v<T, exp_v<T>>,
+                 softmax,
+                 layer_norm,
+                 {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_v<T>>, unary_run_v<T, sigmoid_v<T>>,
+                  unary_run_v<T, relu_v<T>>, unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>,
+                  unary_run_v<T, recurrent::logistic_v<T>>, unary_run_v<T, recurrent::tanh_v<T>>,
+                  unary_run_v<T, silu_v<T>>, unary_run_v<T, log_v<T>>, unary_run_v<T, cos_v<T>>}};  // by UnaryOp
 }
 
 }  // namespace

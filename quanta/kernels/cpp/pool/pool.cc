@@ -216,6 +216,77 @@ void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_thre
   });
 }
 
+void average_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int64_t pad_b, int64_t pad_r,
+                         bool count_include_pad, int num_threads) {
+  constexpr int kLanes = 16;
+  const int64_t in = g.h * g.w, out = g.out_h * g.out_w;
+  // Per kernel column kx, the output columns whose tap lies in [0, w) (as max_pool_2d_f32).
+  std::vector<int64_t> lo(static_cast<size_t>(g.k_w)), hi(static_cast<size_t>(g.k_w));
+  for (int64_t kx = 0; kx < g.k_w; ++kx) {
+    const int64_t off = kx * g.d_w - g.pad_l;
+    int64_t a = off >= 0 ? 0 : (-off + g.s_w - 1) / g.s_w;
+    int64_t b = g.w - 1 - off < 0 ? 0 : (g.w - 1 - off) / g.s_w + 1;
+    a = std::min(a, g.out_w);
+    lo[static_cast<size_t>(kx)] = a;
+    hi[static_cast<size_t>(kx)] = std::max(a, std::min(b, g.out_w));
+  }
+  // (AP3)'s count per axis: the taps inside [first, last).
+  auto taps = [](int64_t start, int64_t k, int64_t d, int64_t first, int64_t last) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < k; ++i) n += (start + i * d >= first && start + i * d < last) ? 1 : 0;
+    return n;
+  };
+  std::vector<float> count_w(static_cast<size_t>(g.out_w));
+  for (int64_t ox = 0; ox < g.out_w; ++ox) {
+    const int64_t first = count_include_pad ? -g.pad_l : 0, last = count_include_pad ? g.w + pad_r : g.w;
+    count_w[static_cast<size_t>(ox)] = static_cast<float>(taps(ox * g.s_w - g.pad_l, g.k_w, g.d_w, first, last));
+  }
+  const int64_t k_total = g.k_h * g.k_w;
+  const int used = static_cast<int>(std::min<int64_t>(k_total, kLanes));
+  for_items(num_threads, g.planes, 4 * out * (k_total + kLanes), [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> lanes;
+    const size_t row = static_cast<size_t>(g.out_w);
+    if (lanes.size() < kLanes * row) lanes.resize(kLanes * row);
+    for (int64_t p = begin; p < end; ++p) {
+      const float* plane = x + p * in;
+      for (int64_t oy = 0; oy < g.out_h; ++oy) {
+        std::fill(lanes.begin(), lanes.begin() + static_cast<int64_t>(kLanes * row), 0.0f);  // (R1): +0
+        int64_t k = 0;
+        for (int64_t ky = 0; ky < g.k_h; ++ky) {
+          const int64_t iy = oy * g.s_h - g.pad_t + ky * g.d_h;
+          if (iy < 0 || iy >= g.h) {
+            k += g.k_w;  // a pad row: +0 into every lane, no change
+            continue;
+          }
+          for (int64_t kx = 0; kx < g.k_w; ++kx, ++k) {
+            float* __restrict acc = lanes.data() + static_cast<size_t>(k % kLanes) * row;
+            const float* __restrict src = plane + iy * g.w + kx * g.d_w - g.pad_l;  // src[ox·s_w]
+            const int64_t a = lo[static_cast<size_t>(kx)], b = hi[static_cast<size_t>(kx)];
+            if (g.s_w == 1) {
+              for (int64_t ox = a; ox < b; ++ox) acc[ox] = acc[ox] + src[ox];
+            } else {
+              for (int64_t ox = a; ox < b; ++ox) acc[ox] = acc[ox] + src[ox * g.s_w];
+            }
+          }
+        }
+        // (R2): lanes at or past `used` hold +0 and add nothing, so only the others' pairs run
+        for (int h = kLanes / 2; h >= 1; h /= 2) {
+          for (int j = 0; j < h && j + h < used; ++j) {
+            float* __restrict aj = lanes.data() + static_cast<size_t>(j) * row;
+            const float* __restrict ah = lanes.data() + static_cast<size_t>(j + h) * row;
+            for (size_t ox = 0; ox < row; ++ox) aj[ox] = aj[ox] + ah[ox];
+          }
+        }
+        const int64_t first = count_include_pad ? -g.pad_t : 0, last = count_include_pad ? g.h + pad_b : g.h;
+        const float count_h = static_cast<float>(taps(oy * g.s_h - g.pad_t, g.k_h, g.d_h, first, last));
+        float* __restrict yr = y + p * out + oy * g.out_w;
+        const float* __restrict s = lanes.data();
+        for (size_t ox = 0; ox < row; ++ox) yr[ox] = s[ox] / (count_h * count_w[ox]);  // (AP3), exact product
+      }
+    }
+  });
+}
+
 #define QUANTA_POOL_INSTANTIATE(T)                                                                                     \
   template void qlinear_global_average_pool<T>(const T*, T*, int64_t, int64_t, int64_t, bool, float, int32_t, int32_t, \
                                                int, Isa);                                                              \

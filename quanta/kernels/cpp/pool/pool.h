@@ -105,5 +105,17 @@ void max_pool_2d_nhwc(const T* x, T* y, const Geometry2d& g, int64_t channels, i
 // planes.
 void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_threads);
 
+// Float AveragePool (ONNX AveragePool on float32, NCHW, 2-D; twin nn_pool.average_pool,
+// docs/float-ops.md (AP1)-(AP3)): the window's K = k_h·k_w positions in row-major order
+// are the elements of a sum16 row, (R1)-(R3): position k adds into lane k mod 16 (a pad
+// or overhang position adds +0, which changes no lane: a lane starts at +0 and is never
+// −0, so it is skipped), then the fixed tree; y = f32(s / f32(count)), count the window
+// positions inside [−lo_pad, size + hi_pad) per axis, where the pads are the explicit
+// ones with count_include_pad and 0 without. The 16 lanes are arrays over the output
+// row, so each vector operation advances 8 or 16 outputs by one step of their own
+// sums. pad_b, pad_r: the end pads (the count's extent). Threads take chunks of planes.
+void average_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int64_t pad_b, int64_t pad_r,
+                         bool count_include_pad, int num_threads);
+
 }  // namespace pool
 }  // namespace quanta

@@ -75,7 +75,7 @@ void broadcast_op(int kind, int op, DType t, const void* a, const void* b, void*
   const Kernels& k = kernels_for(isa);
   RunFn run = nullptr;
   const int ti = static_cast<int>(t);
-  if (kind == 0 && op >= 0 && op < 3) run = k.binary_int[ti][op];
+  if (kind == 0 && op >= 0 && op < kNumBinaryInt) run = k.binary_int[ti][op];
   if (kind == 1 && op >= 0 && op < 5) run = k.compare[ti][op];
   if (kind == 2 && op >= 0 && op < 3 && t == DType::kBool) run = k.logic[op];
   if (run == nullptr) throw std::invalid_argument("broadcast op: no kernel for this operation and element type");

@@ -22,7 +22,9 @@
 //   cast        C conversions as numpy's astype: float -> integer truncates toward zero
 //               (out of range: undefined in ONNX, not pinned), integer -> narrower
 //               integer keeps the low bits, -> bool is x != 0 (NaN -> true)
-//   binary int  c = a op b in the type, wrapping (two's complement), numpy broadcasting
+//   binary int  c = a op b in the type, numpy broadcasting: add / sub / mul wrap (two's
+//               complement); div truncates toward zero with x / 0 = 0 and MIN / −1 = MIN
+//               (math_ops.int_div_trunc); max / min
 //   compare     c = a op b as bool (uint8 0/1); logic and / or / xor on bool
 //   reduce      rows [R, D] float32: sum16 (R1)–(R3), of x (sum) or f32(x · x) (sumsq);
 //               max / min in 16 lanes from −inf / +inf, acc_j = max(acc_j, x_i) for
@@ -73,7 +75,8 @@ struct UnaryParams {
   float alpha = 0, beta = 0;  // hard_sigmoid; leaky_relu's alpha
 };
 
-enum class BinaryInt : int { kAdd = 0, kSub = 1, kMul = 2 };
+enum class BinaryInt : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3, kMax = 4, kMin = 5 };
+constexpr int kNumBinaryInt = 6;
 enum class Compare : int { kEqual = 0, kLess = 1, kLessOrEqual = 2, kGreater = 3, kGreaterOrEqual = 4 };
 enum class Logic : int { kAnd = 0, kOr = 1, kXor = 2 };
 enum class Reduce : int { kSum = 0, kSumSquare = 1, kMax = 2, kMin = 3 };
@@ -104,11 +107,11 @@ using ClipGateDivFn = void (*)(float* y, int64_t n, const float* p);
 struct Kernels {
   const char* isa;
   UnaryF32Fn unary_f32[kNumUnaryF32];
-  ClipIntFn clip_int[kNumDTypes];       // kI8, kU8, kI32, kI64
-  CastFn cast[kNumDTypes][kNumDTypes];  // [from][to]
-  RunFn binary_int[kNumDTypes][3];      // kI32, kI64
-  RunFn compare[kNumDTypes][5];         // every type
-  RunFn logic[3];                       // bool
+  ClipIntFn clip_int[kNumDTypes];               // kI8, kU8, kI32, kI64
+  CastFn cast[kNumDTypes][kNumDTypes];          // [from][to]
+  RunFn binary_int[kNumDTypes][kNumBinaryInt];  // kI32, kI64
+  RunFn compare[kNumDTypes][5];                 // every type
+  RunFn logic[3];                               // bool
   ReduceFn reduce[kNumReduce];
   ResizeAxisFn resize_axis;
   BatchNormFn batch_norm;

@@ -151,7 +151,16 @@ void binary_int_run(const void* av, int64_t as, const void* bv, int64_t bs, void
   auto op = [](T x, T y) -> T {
     if constexpr (kOp == 0) return static_cast<T>(static_cast<U>(x) + static_cast<U>(y));
     if constexpr (kOp == 1) return static_cast<T>(static_cast<U>(x) - static_cast<U>(y));
-    return static_cast<T>(static_cast<U>(x) * static_cast<U>(y));
+    if constexpr (kOp == 2) return static_cast<T>(static_cast<U>(x) * static_cast<U>(y));
+    if constexpr (kOp == 3) {
+      // truncating division (math_ops.int_div_trunc): x / 0 is 0 and MIN / −1 wraps to
+      // MIN, the twin's results, where C's division would trap
+      if (y == 0) return T(0);
+      if (y == T(-1)) return static_cast<T>(U(0) - static_cast<U>(x));
+      return static_cast<T>(x / y);
+    }
+    if constexpr (kOp == 4) return x > y ? x : y;
+    return x < y ? x : y;
   };
   if (as == 1 && bs == 1) {
     for (int64_t i = 0; i < n; ++i) c[i] = op(a[i], b[i]);
@@ -384,9 +393,15 @@ Kernels make_kernels(const char* isa) {
   k.binary_int[4][0] = &binary_int_run<int32_t, 0>;
   k.binary_int[4][1] = &binary_int_run<int32_t, 1>;
   k.binary_int[4][2] = &binary_int_run<int32_t, 2>;
+  k.binary_int[4][3] = &binary_int_run<int32_t, 3>;
+  k.binary_int[4][4] = &binary_int_run<int32_t, 4>;
+  k.binary_int[4][5] = &binary_int_run<int32_t, 5>;
   k.binary_int[5][0] = &binary_int_run<int64_t, 0>;
   k.binary_int[5][1] = &binary_int_run<int64_t, 1>;
   k.binary_int[5][2] = &binary_int_run<int64_t, 2>;
+  k.binary_int[5][3] = &binary_int_run<int64_t, 3>;
+  k.binary_int[5][4] = &binary_int_run<int64_t, 4>;
+  k.binary_int[5][5] = &binary_int_run<int64_t, 5>;
   fill_compare<float>(k);
   fill_compare<double>(k);
   fill_compare<int8_t>(k);
