@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "simd.h"
@@ -68,6 +69,37 @@ void row(const float* const* rows, const float* w, int kh, int kw, int sw, int d
   }
 }
 
+// The end of every output chain of a row pair: + bias, the clamp, the masked stores of
+// outputs [x0, x0 + n) of both rows.
+template <class T, int U>
+__attribute__((always_inline)) inline void finish_pair(const typename T::V* a0, const typename T::V* a1, float bias,
+                                                       float lo, float hi, float* y0, float* y1, int64_t x0,
+                                                       int64_t n) {
+  constexpr int L = T::kLanes;
+  const typename T::V bv = T::set1(bias);
+  for (int u = 0; u < U; ++u) {
+    typename T::V v0 = T::add(a0[u], bv), v1 = T::add(a1[u], bv);
+    if (lo != -__builtin_inff()) v0 = T::max(T::set1(lo), v0), v1 = T::max(T::set1(lo), v1);
+    if (hi != __builtin_inff()) v0 = T::min(T::set1(hi), v0), v1 = T::min(T::set1(hi), v1);
+    T::store(y0 + x0 + u * L, T::tail(n - u * L), v0);
+    T::store(y1 + x0 + u * L, T::tail(n - u * L), v1);
+  }
+}
+
+// A row of ow outputs as steps of two vectors and a last step of one or two:
+// step(std::integral_constant<int, U>, x0, n) computes outputs [x0, x0 + n), n <= U·L.
+template <int L, class Step>
+__attribute__((always_inline)) inline void walk_pairs(int64_t ow, Step&& step) {
+  int64_t x = 0;
+  for (; x + 2 * L <= ow; x += 2 * L) step(std::integral_constant<int, 2>{}, x, int64_t{2 * L});
+  const int64_t rest = ow - x;
+  if (rest > L) {
+    step(std::integral_constant<int, 2>{}, x, rest);
+  } else if (rest > 0) {
+    step(std::integral_constant<int, 1>{}, x, rest);
+  }
+}
+
 // Two output rows at once with the taps known at compile time: 2·U independent fma chains
 // whose accumulators and the KH·KW weight broadcasts stay in registers. One row's U
 // chains (4 at most) are as many as the fma latency needs, so the generic row kernel
@@ -91,14 +123,7 @@ __attribute__((always_inline)) inline void step2(const float* const* r0, const f
       }
     }
   }
-  const typename T::V bv = T::set1(bias);
-  for (int u = 0; u < U; ++u) {
-    typename T::V v0 = T::add(a0[u], bv), v1 = T::add(a1[u], bv);
-    if (lo != -__builtin_inff()) v0 = T::max(T::set1(lo), v0), v1 = T::max(T::set1(lo), v1);
-    if (hi != __builtin_inff()) v0 = T::min(T::set1(hi), v0), v1 = T::min(T::set1(hi), v1);
-    T::store(y0 + x0 + u * T::kLanes, T::tail(n - u * T::kLanes), v0);
-    T::store(y1 + x0 + u * T::kLanes, T::tail(n - u * T::kLanes), v1);
-  }
+  finish_pair<T, U>(a0, a1, bias, lo, hi, y0, y1, x0, n);
 }
 
 // step2 at stride 1 and dilation 1 with every row pointer 64-byte aligned and x0 a
@@ -144,14 +169,7 @@ __attribute__((always_inline)) inline void step2_aligned(const float* const* r0,
     }
     tap_row_aligned<T, U>(std::make_integer_sequence<int, KW>{}, wv + ky * KW, l0, l1, a0, a1);
   }
-  const typename T::V bv = T::set1(bias);
-  for (int u = 0; u < U; ++u) {
-    typename T::V v0 = T::add(a0[u], bv), v1 = T::add(a1[u], bv);
-    if (lo != -__builtin_inff()) v0 = T::max(T::set1(lo), v0), v1 = T::max(T::set1(lo), v1);
-    if (hi != __builtin_inff()) v0 = T::min(T::set1(hi), v0), v1 = T::min(T::set1(hi), v1);
-    T::store(y0 + x0 + u * L, T::tail(n - u * L), v0);
-    T::store(y1 + x0 + u * L, T::tail(n - u * L), v1);
-  }
+  finish_pair<T, U>(a0, a1, bias, lo, hi, y0, y1, x0, n);
 }
 
 template <int KH>
@@ -168,26 +186,17 @@ void rows2_s(const float* const* r0, const float* const* r1, const float* w, int
   constexpr int L = T::kLanes;
   typename T::V wv[KH * KW];
   for (int t = 0; t < KH * KW; ++t) wv[t] = T::set1(w[t]);
-  int64_t x = 0;
   if constexpr (S == 1 && L == 16) {
     if (dw == 1 && rows_aligned<KH>(r0, r1)) {
-      for (; x + 2 * L <= ow; x += 2 * L) step2_aligned<T, KH, KW, 2>(r0, r1, wv, bias, lo, hi, y0, y1, x, 2 * L);
-      const int64_t rest = ow - x;
-      if (rest > L) {
-        step2_aligned<T, KH, KW, 2>(r0, r1, wv, bias, lo, hi, y0, y1, x, rest);
-      } else if (rest > 0) {
-        step2_aligned<T, KH, KW, 1>(r0, r1, wv, bias, lo, hi, y0, y1, x, rest);
-      }
+      walk_pairs<L>(ow, [&](auto u, int64_t x, int64_t n) {
+        step2_aligned<T, KH, KW, decltype(u)::value>(r0, r1, wv, bias, lo, hi, y0, y1, x, n);
+      });
       return;
     }
   }
-  for (; x + 2 * L <= ow; x += 2 * L) step2<T, KH, KW, S, 2>(r0, r1, wv, sw, dw, bias, lo, hi, y0, y1, x, 2 * L);
-  const int64_t rest = ow - x;
-  if (rest > L) {
-    step2<T, KH, KW, S, 2>(r0, r1, wv, sw, dw, bias, lo, hi, y0, y1, x, rest);
-  } else if (rest > 0) {
-    step2<T, KH, KW, S, 1>(r0, r1, wv, sw, dw, bias, lo, hi, y0, y1, x, rest);
-  }
+  walk_pairs<L>(ow, [&](auto u, int64_t x, int64_t n) {
+    step2<T, KH, KW, S, decltype(u)::value>(r0, r1, wv, sw, dw, bias, lo, hi, y0, y1, x, n);
+  });
 }
 
 template <class T, int KH, int KW>
@@ -253,14 +262,7 @@ __attribute__((always_inline)) inline void step2_split(const float* const* r0, c
     }
     tap_row_split<T, U>(std::make_integer_sequence<int, KW>{}, wv + ky * KW, e0, o0, e1, o1, a0, a1);
   }
-  const typename T::V bv = T::set1(bias);
-  for (int u = 0; u < U; ++u) {
-    typename T::V v0 = T::add(a0[u], bv), v1 = T::add(a1[u], bv);
-    if (lo != -__builtin_inff()) v0 = T::max(T::set1(lo), v0), v1 = T::max(T::set1(lo), v1);
-    if (hi != __builtin_inff()) v0 = T::min(T::set1(hi), v0), v1 = T::min(T::set1(hi), v1);
-    T::store(y0 + x0 + u * L, T::tail(n - u * L), v0);
-    T::store(y1 + x0 + u * L, T::tail(n - u * L), v1);
-  }
+  finish_pair<T, U>(a0, a1, bias, lo, hi, y0, y1, x0, n);
 }
 
 template <class T, int KH, int KW>
@@ -269,14 +271,9 @@ void rows2_split_k(const float* const* r0, const float* const* r1, int64_t half,
   constexpr int L = T::kLanes;
   typename T::V wv[KH * KW];
   for (int t = 0; t < KH * KW; ++t) wv[t] = T::set1(w[t]);
-  int64_t x = 0;
-  for (; x + 2 * L <= ow; x += 2 * L) step2_split<T, KH, KW, 2>(r0, r1, half, wv, bias, lo, hi, y0, y1, x, 2 * L);
-  const int64_t rest = ow - x;
-  if (rest > L) {
-    step2_split<T, KH, KW, 2>(r0, r1, half, wv, bias, lo, hi, y0, y1, x, rest);
-  } else if (rest > 0) {
-    step2_split<T, KH, KW, 1>(r0, r1, half, wv, bias, lo, hi, y0, y1, x, rest);
-  }
+  walk_pairs<L>(ow, [&](auto u, int64_t x, int64_t n) {
+    step2_split<T, KH, KW, decltype(u)::value>(r0, r1, half, wv, bias, lo, hi, y0, y1, x, n);
+  });
 }
 
 // DwRows2SplitFn: 3x3 and 5x5 taps on split rows.
