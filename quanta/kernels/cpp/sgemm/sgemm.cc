@@ -187,26 +187,29 @@ void pack_b(const float* b, int64_t rs, int64_t cs, int64_t k, int64_t n, float*
   }
 }
 
+void empty_product(int64_t batch, int64_t m, int64_t n, const Epilogue& ep, float* c) {
+  for (int64_t t = 0; t < batch; ++t) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        float v = 0.0f;
+        if (ep.alpha != 1.0f) v = v * ep.alpha;
+        if (ep.bias_row) v = v + ep.bias_row[i];
+        if (ep.bias_col) v = v + ep.bias_col[j];
+        v = v < ep.lo ? ep.lo : v;
+        v = v > ep.hi ? ep.hi : v;
+        c[(t * m + i) * n + j] = v;
+      }
+    }
+  }
+  if (ep.post) apply_post(*ep.post, c, batch * m * n);
+}
+
 void gemm_batched(int64_t batch, int64_t m, int64_t n, int64_t k, const MatA& a, const int64_t* a_off, const MatB& b,
                   const int64_t* b_off, float* c, const Epilogue& ep, int num_threads, Isa isa) {
   if (batch <= 0 || m <= 0 || n <= 0) return;
   const Kernels& kr = kernels_for(isa);
   if (k == 0) {
-    // An empty reduction: every element is the epilogue of +0 (as the micro-kernel's).
-    for (int64_t t = 0; t < batch; ++t) {
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          float v = 0.0f;
-          if (ep.alpha != 1.0f) v = v * ep.alpha;
-          if (ep.bias_row) v = v + ep.bias_row[i];
-          if (ep.bias_col) v = v + ep.bias_col[j];
-          v = v < ep.lo ? ep.lo : v;
-          v = v > ep.hi ? ep.hi : v;
-          c[(t * m + i) * n + j] = v;
-        }
-      }
-    }
-    if (ep.post) apply_post(*ep.post, c, batch * m * n);
+    empty_product(batch, m, n, ep, c);
     return;
   }
   const int threads = batch * m * n * k < kMinParallelMacs ? 1 : num_threads;
@@ -508,60 +511,44 @@ void conv_phased(const ConvGeom& g, const float* x, const float* w, const float*
   float* phases = phase_scratch(total);
   std::fill(phases + total - slack, phases + total, 0.0f);
   const int threads = g.n * g.m * positions * kk < kMinParallelMacs ? 1 : num_threads;
+  // Columns q of phase px whose input column q·sw + px − pl lies in [0, w): [first, end).
+  std::vector<int64_t> first(static_cast<size_t>(g.sw)), end(static_cast<size_t>(g.sw));
+  for (int64_t px = 0; px < g.sw; ++px) {
+    first[px] = std::max<int64_t>(0, ceil_div(g.pl - px, g.sw));
+    end[px] = std::max(first[px], std::min(wq, ceil_div(g.w + g.pl - px, g.sw)));
+  }
   // Stride 2 across (and the ISA's split2): both column phases of an input row in one
-  // vector pass, its even columns to one phase and its odd ones to the other.
+  // vector pass, its even columns to one phase and its odd ones to the other: the input
+  // columns that land in a phase column < wq, input column 0 (padded column pl) going to
+  // phase pl % 2.
   const bool split_rows = g.sw == 2 && kr.split2 != nullptr;
+  const int64_t used = std::clamp<int64_t>(2 * wq - g.pl, 0, g.w);
+  const int64_t p0 = g.pl % 2;
   auto split = [&](int64_t nc_index, int) {
     const float* src = x + nc_index * g.h * g.w;
     float* dst = phases + nc_index * chan;
-    for (int64_t py = 0; split_rows && py < g.sh; ++py) {
-      // columns q of phase px whose input column q·2 + px − pl lies in [0, w)
-      int64_t first[2], end[2];
-      for (int64_t px = 0; px < 2; ++px) {
-        first[px] = std::max<int64_t>(0, ceil_div(g.pl - px, 2));
-        end[px] = std::max(first[px], std::min(wq, ceil_div(g.w + g.pl - px, 2)));
-      }
-      // the input columns that land in a phase column < wq; the one of them at padded
-      // column pl (input column 0) goes to phase pl % 2
-      const int64_t used = std::clamp<int64_t>(2 * wq - g.pl, 0, g.w);
-      const int64_t p0 = g.pl % 2;
+    for (int64_t py = 0; py < g.sh; ++py) {
       for (int64_t r = 0; r < hq; ++r) {
-        float* d[2] = {dst + py * 2 * plane + r * wq, dst + (py * 2 + 1) * plane + r * wq};
+        float* row = dst + py * g.sw * plane + r * wq;  // phase px: row + px·plane
         const int64_t iy = r * g.sh + py - g.pt;
-        if (iy < 0 || iy >= g.h || r * g.sh + py >= hp || used == 0) {
-          std::fill(d[0], d[0] + wq, 0.0f);
-          std::fill(d[1], d[1] + wq, 0.0f);
+        if (iy < 0 || iy >= g.h || r * g.sh + py >= hp) {
+          for (int64_t px = 0; px < g.sw; ++px) std::fill(row + px * plane, row + px * plane + wq, 0.0f);
           continue;
         }
-        kr.split2(src + iy * g.w, used, d[p0] + first[p0], d[1 - p0] + first[1 - p0]);
-        for (int64_t px = 0; px < 2; ++px) {
-          std::fill(d[px], d[px] + first[px], 0.0f);
-          std::fill(d[px] + end[px], d[px] + wq, 0.0f);
+        const float* s = src + iy * g.w;
+        if (split_rows) {
+          kr.split2(s, used, row + p0 * plane + first[p0], row + (1 - p0) * plane + first[1 - p0]);
         }
-      }
-    }
-    for (int64_t py = 0; !split_rows && py < g.sh; ++py) {
-      for (int64_t px = 0; px < g.sw; ++px) {
-        // columns q whose input column q·sw + px − pl lies in [0, w)
-        const int64_t first = std::max<int64_t>(0, ceil_div(g.pl - px, g.sw));
-        const int64_t end = std::max(first, std::min(wq, ceil_div(g.w + g.pl - px, g.sw)));
-        for (int64_t r = 0; r < hq; ++r) {
-          float* d = dst + (py * g.sw + px) * plane + r * wq;
-          const int64_t iy = r * g.sh + py - g.pt;
-          if (iy < 0 || iy >= g.h || r * g.sh + py >= hp) {
-            std::fill(d, d + wq, 0.0f);
-            continue;
-          }
-          const float* s = src + iy * g.w + px - g.pl;  // s[q·sw]
-          std::fill(d, d + first, 0.0f);
+        for (int64_t px = 0; px < g.sw; ++px) {
+          float* d = row + px * plane;
+          const float* sp = s + px - g.pl;  // sp[q·sw]
           if (g.sw == 1) {
-            std::memcpy(d + first, s + first, static_cast<size_t>(end - first) * sizeof(float));
-          } else if (g.sw == 2) {
-            for (int64_t q = first; q < end; ++q) d[q] = s[2 * q];
-          } else {
-            for (int64_t q = first; q < end; ++q) d[q] = s[q * g.sw];
+            std::memcpy(d + first[px], sp + first[px], static_cast<size_t>(end[px] - first[px]) * sizeof(float));
+          } else if (!split_rows) {
+            for (int64_t q = first[px]; q < end[px]; ++q) d[q] = sp[q * g.sw];
           }
-          std::fill(d + end, d + wq, 0.0f);
+          std::fill(d, d + first[px], 0.0f);
+          std::fill(d + end[px], d + wq, 0.0f);
         }
       }
     }

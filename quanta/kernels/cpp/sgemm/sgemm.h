@@ -188,6 +188,10 @@ struct MatB {
 void gemm(int64_t m, int64_t n, int64_t k, const MatA& a, const MatB& b, float* c, int64_t ldc, const Epilogue& ep,
           int num_threads, Isa isa);
 
+// batch × (m × n) products of an empty reduction (K = 0), C row-major: every element the
+// epilogue of +0, as the micro-kernel would finish it, then the post-op.
+void empty_product(int64_t batch, int64_t m, int64_t n, const Epilogue& ep, float* c);
+
 // `batch` products C_t = A_t · B_t: A_t at a.p + a_off[t] (strided, never packed) or the
 // one packed A when a.packed; B_t at b.p + b_off[t] (or the one packed B); C_t at
 // c + t·m·n (row-major, ldc = n). Tiles of every product share one pool run.

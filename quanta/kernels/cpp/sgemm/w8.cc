@@ -57,18 +57,7 @@ void gemm_w8(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
   const Kernels& kr = kernels_for(isa);
   const DequantPanelFn dequant = dequant_for(isa);
   if (k == 0) {
-    // An empty reduction: the epilogue of +0 (as the micro-kernel's).
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        float v = 0.0f;
-        if (ep.alpha != 1.0f) v = v * ep.alpha;
-        if (ep.bias_row) v = v + ep.bias_row[i];
-        if (ep.bias_col) v = v + ep.bias_col[j];
-        v = v < ep.lo ? ep.lo : v;
-        v = v > ep.hi ? ep.hi : v;
-        c[i * n + j] = v;
-      }
-    }
+    empty_product(1, m, n, ep, c);
     return;
   }
   const int64_t panels = ceil_div(n, kPackNr);
@@ -112,11 +101,7 @@ void gemm_w8(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
       }
     }
   };
-  if (threads <= 1 || tasks == 1) {
-    for (int64_t task = 0; task < tasks; ++task) body(task, 0);
-  } else {
-    qgemm::parallel_for(threads, tasks, body);
-  }
+  qgemm::parallel_for(threads, tasks, body);  // inline on one thread or one task
 }
 
 }  // namespace sgemm
