@@ -63,6 +63,27 @@ Arr pack_a(const py::handle& a_obj, bool trans) {
   return out;
 }
 
+// The optional per-column bias of a product with n columns: checked, kept alive in *hold,
+// its data (null without one).
+const float* column_bias(const py::object& bias_obj, int64_t n, const std::string& op, Arr* hold) {
+  if (bias_obj.is_none()) return nullptr;
+  *hold = require_array<float>(bias_obj, (op + ": bias").c_str());
+  if (hold->size() != n) throw py::value_error(op + ": bias: expected " + std::to_string(n) + " floats");
+  return hold->data();
+}
+
+// The rows of a [..., K] operand taken as one matrix, and the output shape [..., n].
+int64_t leading_rows(const py::array& a) {
+  int64_t rows = 1;
+  for (py::ssize_t d = 0; d + 1 < a.ndim(); ++d) rows *= a.shape(d);
+  return rows;
+}
+Shape with_last(const py::array& a, int64_t n) {
+  Shape s = shape_of(a);
+  s.back() = n;
+  return s;
+}
+
 py::array matmul_f32(const py::handle& a_obj, const py::object& b_obj, const py::object& b_packed_obj, int64_t n_packed,
                      const py::object& bias_obj, float alpha, float lo, float hi, int num_threads,
                      const py::object& out_obj) {
@@ -86,16 +107,9 @@ py::array matmul_f32(const py::handle& a_obj, const py::object& b_obj, const py:
                             " floats (K = " + std::to_string(k) + ", N = " + std::to_string(n) + "), got " +
                             std::to_string(bp.size()));
     }
-    if (!bias_obj.is_none()) {
-      bias = require_array<float>(bias_obj, "matmul_f32: bias");
-      if (bias.size() != n) throw py::value_error("matmul_f32: bias: expected " + std::to_string(n) + " floats");
-      ep.bias_col = bias.data();
-    }
-    Shape ys = shape_of(a);
-    ys.back() = n;
-    auto y = make_output(out_obj, ys, op);
-    int64_t rows = 1;
-    for (py::ssize_t d = 0; d + 1 < a.ndim(); ++d) rows *= a.shape(d);
+    ep.bias_col = column_bias(bias_obj, n, op, &bias);
+    auto y = make_output(out_obj, with_last(a, n), op);
+    const int64_t rows = leading_rows(a);
     {
       py::gil_scoped_release release;
       sgemm::gemm_batched(1, rows, n, k, sgemm::MatA{a.data(), false, k}, nullptr, sgemm::MatB{bp.data(), true, 0},
@@ -110,11 +124,7 @@ py::array matmul_f32(const py::handle& a_obj, const py::object& b_obj, const py:
                           shape_str(shape_of(b)));
   }
   n = b.shape(b.ndim() - 1);
-  if (!bias_obj.is_none()) {
-    bias = require_array<float>(bias_obj, "matmul_f32: bias");
-    if (bias.size() != n) throw py::value_error("matmul_f32: bias: expected " + std::to_string(n) + " floats");
-    ep.bias_col = bias.data();
-  }
+  ep.bias_col = column_bias(bias_obj, n, op, &bias);
   // Batch broadcasting over the leading dimensions (numpy.matmul).
   const int ra = static_cast<int>(a.ndim()) - 2, rb = static_cast<int>(b.ndim()) - 2;
   const int rank = std::max(ra, rb);
@@ -207,16 +217,9 @@ py::array matmul_w8(const py::handle& a_obj, const py::handle& q_obj, const py::
   }
   sgemm::Epilogue ep;
   Arr bias;
-  if (!bias_obj.is_none()) {
-    bias = require_array<float>(bias_obj, "matmul_w8_f32: bias");
-    if (bias.size() != n) throw py::value_error(op + ": bias: expected " + std::to_string(n) + " floats");
-    ep.bias_col = bias.data();
-  }
-  Shape ys = shape_of(a);
-  ys.back() = n;
-  auto y = make_output(out_obj, ys, op);
-  int64_t rows = 1;
-  for (py::ssize_t d = 0; d + 1 < a.ndim(); ++d) rows *= a.shape(d);
+  ep.bias_col = column_bias(bias_obj, n, op, &bias);
+  auto y = make_output(out_obj, with_last(a, n), op);
+  const int64_t rows = leading_rows(a);
   {
     py::gil_scoped_release release;
     sgemm::gemm_w8(rows, n, k, a.data(), k, q.data(), zp.data(), scale.data(), y.mutable_data(), ep, num_threads,
