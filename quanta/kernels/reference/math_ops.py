@@ -24,6 +24,7 @@ narrower integer keeps the low bits. bfloat16, float8, float4, int4 and int2 go 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
@@ -128,37 +129,36 @@ for _name, _fn in {
     _unary(_name, _fn)
 
 
-@register("Exp")
-def exp(ctx, x: np.ndarray) -> np.ndarray:
-    """float32: quanta's exp, eqs. (E1)-(E6) of docs/float-ops.md (np.exp's float32 SIMD
-    code differs between builds and CPUs); other types: np.exp."""
-    del ctx  # unused
-    if x.dtype == np.float32:
-        return exp_f32(x)
-    with np.errstate(all="ignore"):
-        return np.asarray(np.exp(x))
+def _float32_defined(
+    op_type: str, f32_fn: Callable[[np.ndarray], np.ndarray], np_fn: np.ufunc, why: str
+) -> None:
+    """float32: quanta's own definition of the function (docs/float-ops.md), whose bytes do
+    not depend on the NumPy build or the CPU; other types: the NumPy function."""
+
+    def op(ctx, x: np.ndarray) -> np.ndarray:
+        del ctx  # unused
+        if x.dtype == np.float32:
+            return f32_fn(x)
+        with np.errstate(all="ignore"):
+            return np.asarray(np_fn(x))
+
+    op.__name__ = op.__qualname__ = op_type.lower()
+    op.__doc__ = f"float32: quanta's {op_type.lower()}, {why}; other types: np.{np_fn.__name__}."
+    register(op_type)(op)
 
 
-@register("Log")
-def log(ctx, x: np.ndarray) -> np.ndarray:
-    """float32: quanta's log, eqs. (LN1)-(LN6) of docs/float-ops.md (np.log's float32 SIMD
-    code differs between builds and CPUs); other types: np.log."""
-    del ctx  # unused
-    if x.dtype == np.float32:
-        return log_f32(x)
-    with np.errstate(all="ignore"):
-        return np.asarray(np.log(x))
-
-
-@register("Cos")
-def cos(ctx, x: np.ndarray) -> np.ndarray:
-    """float32: quanta's cos, eqs. (CS1)-(CS6) of docs/float-ops.md (np.cos's float32 SIMD
-    code is not correctly rounded and differs between builds); other types: np.cos."""
-    del ctx  # unused
-    if x.dtype == np.float32:
-        return cos_f32(x)
-    with np.errstate(all="ignore"):
-        return np.asarray(np.cos(x))
+_float32_defined(
+    "Exp", exp_f32, np.exp, "eqs. (E1)-(E6) (np.exp's float32 SIMD code differs between builds and CPUs)"
+)
+_float32_defined(
+    "Log", log_f32, np.log, "eqs. (LN1)-(LN6) (np.log's float32 SIMD code differs between builds and CPUs)"
+)
+_float32_defined(
+    "Cos",
+    cos_f32,
+    np.cos,
+    "eqs. (CS1)-(CS6) (np.cos's float32 SIMD code is not correctly rounded and differs between builds)",
+)
 
 
 @register("IsInf")
