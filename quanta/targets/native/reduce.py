@@ -36,6 +36,7 @@ from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
 from quanta.targets.native._specialize import guarded, step_threads
+from quanta.targets.native.elementwise import _as_2d, _pair
 from quanta.targets.native.float_ops import _dtype, _f32, _native, _threads, _Unsupported, _with_fallback
 
 __all__ = ["REDUCE_OPS"]
@@ -246,10 +247,6 @@ _bind_global_pool("GlobalAveragePool", "sum")
 _bind_global_pool("GlobalMaxPool", "max")
 
 
-def _hw(values: tuple[int, ...], one_d_fill: int) -> tuple[int, int]:
-    return (one_d_fill, int(values[0])) if len(values) == 1 else (int(values[0]), int(values[1]))
-
-
 class _AveragePlan:
     """One AveragePool input shape: the geometry (the twin's conv_attrs), the padding the
     windows need (nn_pool's im2col pads the same way) and the count of (AP3) as float32."""
@@ -275,7 +272,7 @@ class _AveragePlan:
         if n <= 2:
             g = geom
             self.pairs = tuple(
-                _hw(v, fill)
+                _pair(v, fill)
                 for v, fill in (
                     (g.kernel_shape, 1),
                     (g.strides, 1),
@@ -290,9 +287,8 @@ class _AveragePlan:
         """1-D and 2-D windows: one average_pool_2d_f32 call (a 1-D pool over one row)."""
         assert self.pairs is not None
         kernel, strides, dilations, begin, end, out_hw = self.pairs
-        x4 = x.reshape(x.shape[0], x.shape[1], 1, x.shape[2]) if x.ndim == 3 else x
         y = _native().average_pool_2d_f32(
-            x4,
+            _as_2d(x),
             kernel,
             strides,
             dilations,
