@@ -157,17 +157,24 @@ def _kernel(
 # --------------------------------------------------------------------------------------
 
 
-@_with_fallback("Softmax")
-def _softmax_native(ctx: Any, x: Any, *, out: Any, axis: int | None = None) -> np.ndarray:
-    """Softmax, float32 (nn.softmax): rows along the axis (opset >= 13) or along the second
-    dimension of the 2-D coercion (opset < 13)."""
-    x = _f32(x)
+def _row_axis(ctx: Any, x: np.ndarray, axis: int | None) -> int:
+    """Softmax / LogSoftmax's axis in [0, x.ndim): -1 from opset 13, 1 (the 2-D coercion)
+    before; _Unsupported for what the twin handles or refuses (a scalar or empty x, an
+    axis out of range)."""
     if x.ndim == 0 or x.size == 0:
         raise _Unsupported  # the twin's scalar / empty path
     axis = (-1 if ctx.opset >= 13 else 1) if axis is None else axis
     if not -x.ndim <= axis < x.ndim:
         raise _Unsupported  # the twin raises the operator's error
-    axis %= x.ndim
+    return axis % x.ndim
+
+
+@_with_fallback("Softmax")
+def _softmax_native(ctx: Any, x: Any, *, out: Any, axis: int | None = None) -> np.ndarray:
+    """Softmax, float32 (nn.softmax): rows along the axis (opset >= 13) or along the second
+    dimension of the 2-D coercion (opset < 13)."""
+    x = _f32(x)
+    axis = _row_axis(ctx, x, axis)
     threads = _threads(ctx)
     if ctx.opset < 13:
         rows = x.reshape(math.prod(x.shape[:axis]), -1)
@@ -220,12 +227,7 @@ def _log_softmax_native(ctx: Any, x: Any, *, out: Any, axis: int | None = None) 
     row maximum is ReduceMax's (M1)-(M3), where the twin's skips NaN: float_ops.
     log_softmax_rows says why no result depends on that."""
     x = _f32(x)
-    if x.ndim == 0 or x.size == 0:
-        raise _Unsupported  # the twin's scalar / empty path
-    axis = (-1 if ctx.opset >= 13 else 1) if axis is None else axis
-    if not -x.ndim <= axis < x.ndim:
-        raise _Unsupported  # the twin raises the operator's error
-    axis %= x.ndim
+    axis = _row_axis(ctx, x, axis)
     n, t = _native(), _threads(ctx)
     if ctx.opset < 13 or axis == x.ndim - 1:
         d = math.prod(x.shape[axis:]) if ctx.opset < 13 else x.shape[-1]
