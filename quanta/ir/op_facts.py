@@ -268,6 +268,8 @@ FACTS = OpTable(
         Op("DequantizeLinear", shape_only=True, quant=True, stages=QDQ_AND_LOWERED, island=False),
         # the float output stage of LowerConvFloatOutput's ConvInteger (reference/accumulator.py)
         Op("AccumulatorToFloat", QUANTA, shape_only=True, quant=True, stages=LOWERED_ONLY, island=False),
+        # the same stage, a float gate and QuantizeLinear as one node (lower/accumulator_to_quant.py)
+        Op("AccumulatorToQuant", QUANTA, shape_only=True, quant=True, stages=LOWERED_ONLY, island=False),
         Op("Div", shape_only=True),
         Op("DynamicQuantizeLinear", shape_only=True, quant=True, stages=LOWERED_ONLY, island=False),
         Op("DynamicQuantizeLSTM", MS, macs=MacKind.RECURRENT, integer_op=True),

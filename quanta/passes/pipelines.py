@@ -177,6 +177,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
     AlignScales is left out: the integer Concat takes inputs of different scales, while
     an aligned graph would keep its DQ -> Q requantizations as float nodes.
     FuseActivation is left out: instruction selection matches the plain ops."""
+    from quanta.passes.lower.accumulator_to_quant import FuseAccumulatorToQuant
     from quanta.passes.lower.channels_last import ChannelsLast
     from quanta.passes.lower.fold_float_weights import FoldFloatWeights
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
@@ -206,6 +207,8 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
         FuseGeluPass(opset),  # five float ops of a float-island GELU -> one Gelu
         FuseLayerNormPass(),  # a written-out LayerNorm's float island -> one quanta::LayerNormDiv
+        # ConvInteger's float output stage, a float gate and QuantizeLinear -> one node
+        FuseAccumulatorToQuant(),
         ChannelsLast(),  # convolutions exchange NHWC; transposes only at region edges
         EliminateDead(),
         CarryRequantization(),  # the requantization multipliers, once, on the nodes

@@ -14,16 +14,23 @@
 //   batch_norm_f32(x, mean, denom, scale, bias, num_threads=1, out=None) -> y   x [N, C, ...]
 //   acc_to_float(acc, bias, scale, float_bias, num_threads=1, out=None) -> y   acc [N, M, ...]
 //     int32, bias int32 [M] or None, scale float32 [M], float_bias float32 [M] or None
+//   acc_to_quant(acc, bias, scale, float_bias, post_kind, post_params, y_scale, y_zero_point,
+//                y_signed, num_threads=1, out=None) -> y uint8 / int8   the same acc and
+//     parameters; post_kind a sgemm.h PostOp kind (0: none); y_scale > 0 and finite
 //   take_axis(x, axis, idx, num_threads=1, out=None) -> y     any dtype; idx int64 in [0, n)
 //   copy_strided(x, num_threads=1, out=None) -> y            any dtype, any strides -> C order
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include <pybind11/stl.h>
+
 #include "bindings.h"
+#include "sgemm/sgemm.h"
 #include "tensor_ops/scatter.h"
 #include "tensor_ops/tensor_ops.h"
 
@@ -309,6 +316,72 @@ py::array acc_to_float(const py::handle& acc_obj, const py::object& bias_obj, co
   return y;
 }
 
+py::array acc_to_quant(const py::handle& acc_obj, const py::object& bias_obj, const py::handle& scale_obj,
+                       const py::object& fbias_obj, int post_kind, const std::vector<float>& post_params, float y_scale,
+                       int32_t y_zero_point, bool y_signed, int num_threads, const py::object& out_obj) {
+  const std::string op = "acc_to_quant";
+  auto acc = require_array<int32_t>(acc_obj, "acc_to_quant: acc");
+  if (acc.ndim() < 2) throw py::value_error(op + ": acc: expected [N, M, ...], got " + shape_str(shape_of(acc)));
+  const int64_t channels = acc.shape(1);
+  auto check_len = [&](const py::array& v, const char* what) {
+    if (v.size() != channels) {
+      throw py::value_error(op + ": " + what + ": expected " + std::to_string(channels) +
+                            " values (one per channel), got " + std::to_string(v.size()));
+    }
+  };
+  auto scale = require_array<float>(scale_obj, "acc_to_quant: scale");
+  check_len(scale, "scale");
+  py::array_t<int32_t, py::array::c_style> bias;
+  py::array_t<float, py::array::c_style> fbias;
+  if (!bias_obj.is_none()) {
+    bias = require_array<int32_t>(bias_obj, "acc_to_quant: bias");
+    check_len(bias, "bias");
+  }
+  if (!fbias_obj.is_none()) {
+    fbias = require_array<float>(fbias_obj, "acc_to_quant: float_bias");
+    check_len(fbias, "float_bias");
+  }
+  if (post_kind < 0 || post_kind >= sgemm::kNumPostKinds) {
+    throw py::value_error(op + ": post_kind: expected a kind in [0, " + std::to_string(sgemm::kNumPostKinds) +
+                          "), got " + std::to_string(post_kind));
+  }
+  if (post_params.size() > 4) throw py::value_error(op + ": post_params: at most 4 values");
+  // QuantizeLinear's run divides by y_scale: a zero, negative or non-finite scale is the
+  // twin's business (it raises or defines the result), not this kernel's
+  if (!(y_scale > 0.0f) || !std::isfinite(y_scale)) {
+    throw py::value_error(op + ": y_scale: expected a positive finite value, got " + std::to_string(y_scale));
+  }
+  const int32_t qmin = y_signed ? -128 : 0, qmax = y_signed ? 127 : 255;
+  if (y_zero_point < qmin || y_zero_point > qmax) {
+    throw py::value_error(op + ": y_zero_point: expected in [" + std::to_string(qmin) + ", " + std::to_string(qmax) +
+                          "], got " + std::to_string(y_zero_point));
+  }
+  check_threads(num_threads, op);
+  sgemm::PostOp post;
+  post.kind = static_cast<sgemm::PostKind>(post_kind);
+  for (size_t i = 0; i < post_params.size(); ++i) post.p[i] = post_params[i];
+  post.isa = active_isa();
+  const py::dtype dt = y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>();
+  auto y = make_output(out_obj, dt, shape_of(acc), op, {acc});
+  int64_t inner = 1;
+  for (py::ssize_t d = 2; d < acc.ndim(); ++d) inner *= acc.shape(d);
+  const int32_t* bp = bias_obj.is_none() ? nullptr : bias.data();
+  const float* fp = fbias_obj.is_none() ? nullptr : fbias.data();
+  const sgemm::PostOp* pp = post_kind ? &post : nullptr;
+  {
+    py::gil_scoped_release release;
+    const int64_t rows = acc.shape(0) * channels;
+    if (y_signed) {
+      tensor_ops::acc_to_quant(acc.data(), static_cast<int8_t*>(y.mutable_data()), rows, inner, channels, bp,
+                               scale.data(), fp, pp, y_scale, y_zero_point, num_threads, active_isa());
+    } else {
+      tensor_ops::acc_to_quant(acc.data(), static_cast<uint8_t*>(y.mutable_data()), rows, inner, channels, bp,
+                               scale.data(), fp, pp, y_scale, y_zero_point, num_threads, active_isa());
+    }
+  }
+  return y;
+}
+
 py::array take_axis(const py::handle& x_obj, int64_t axis, const py::handle& idx_obj, int num_threads,
                     const py::object& out_obj) {
   auto x = contiguous(x_obj, "take_axis: x");
@@ -422,6 +495,11 @@ void register_tensor_ops(py::module_& m) {
   m.def("acc_to_float", &acc_to_float, arg("acc"), arg("bias"), arg("scale"), arg("float_bias"), arg("num_threads") = 1,
         arg("out") = none,
         "y = f32(f32(int32(acc + bias_c)) * scale_c) (+ float_bias_c) over channel axis 1 of int32 acc.");
+  m.def("acc_to_quant", &acc_to_quant, arg("acc"), arg("bias"), arg("scale"), arg("float_bias"), arg("post_kind"),
+        arg("post_params"), arg("y_scale"), arg("y_zero_point"), arg("y_signed"), arg("num_threads") = 1,
+        arg("out") = none,
+        "y = QuantizeLinear(post(acc_to_float(acc, bias, scale, float_bias)), y_scale, y_zero_point), uint8 or "
+        "int8, over channel axis 1 of int32 acc (post: sgemm.h PostOp kinds, as conv_f32).");
   m.def("take_axis", &take_axis, arg("x"), arg("axis"), arg("idx"), arg("num_threads") = 1, arg("out") = none,
         "y[a, q, :] = x[a, idx[q], :] along axis, any dtype.");
   m.def("copy_strided", &copy_strided, arg("x"), arg("num_threads") = 1, arg("out") = none,

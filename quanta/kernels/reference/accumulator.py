@@ -9,6 +9,15 @@ float_bias float32; all broadcast numpy-style ([1, M, 1, ...] per output channel
 step is the ai.onnx operator's twin in this order, so the value is bit for bit the
 four-node chain it replaces: one float32 rounding of the exact integer sum (the Cast),
 then one per float operation.
+
+    y = AccumulatorToQuant(acc, bias?, scale, float_bias?, y_scale, y_zero_point)
+          {activation, activation_params}
+      = QuantizeLinear(act(AccumulatorToFloat(acc, bias, scale, float_bias)), y_scale, y_zero_point)
+
+the same stage followed by the float gate a float ``quanta::Conv`` fuses (``activation``:
+none, SiLU, HardSwish, HardSigmoid, ClipMulDiv; nn_conv.fused_gate, the replaced nodes'
+own functions in order) and a per-tensor QuantizeLinear (its twin): the chain that
+passes/lower/accumulator_to_quant.py folds into one node, bit for bit.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ import numpy as np
 
 from quanta.kernels.reference.registry import OpError, register
 
-__all__ = ["QUANTA_DOMAIN", "accumulator_to_float"]
+__all__ = ["QUANTA_DOMAIN", "accumulator_to_float", "accumulator_to_quant"]
 
 QUANTA_DOMAIN = "quanta"
 
@@ -39,3 +48,26 @@ def accumulator_to_float(
         if float_bias is not None:
             y = np.add(y, float_bias)
     return np.asarray(y, np.float32)
+
+
+@register("AccumulatorToQuant", QUANTA_DOMAIN)
+def accumulator_to_quant(
+    ctx,
+    acc: np.ndarray,
+    bias: np.ndarray | None,
+    scale: np.ndarray,
+    float_bias: np.ndarray | None,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray,
+    *,
+    activation: str = "",
+    activation_params: list[float] | None = None,
+) -> np.ndarray:
+    from quanta.kernels.reference.nn_conv import fused_gate
+    from quanta.kernels.reference.quantize import quantize_linear_op
+
+    y = np.asarray(accumulator_to_float(ctx, acc, bias, scale, float_bias))
+    if activation:
+        with np.errstate(all="ignore"):
+            y = np.asarray(fused_gate(y, activation, activation_params, getattr(ctx, "node_name", "")))
+    return np.asarray(quantize_linear_op(ctx, y, y_scale, y_zero_point))

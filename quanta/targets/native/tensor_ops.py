@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node
-from quanta.kernels.reference.accumulator import accumulator_to_float
+from quanta.kernels.reference.accumulator import accumulator_to_float, accumulator_to_quant
 from quanta.kernels.reference.math_ops import POW_EXACT_FORMS, onnx_dtype, pow_exponent
 from quanta.kernels.reference.registry import OpContext
 from quanta.kernels.reference.tensor_ops import _indices, slice_bounds
@@ -1279,3 +1279,112 @@ def bind_accumulator_to_float(model: Model, node: Node) -> tuple[Kernel | None, 
     """quanta::AccumulatorToFloat with per-channel (or one) bias, scale and float bias."""
     del model  # unused
     return _kernel(_acc_to_float_native, "acc_to_float", specialize=_acc_to_float_specialized)
+
+
+# quanta::AccumulatorToQuant (lower/accumulator_to_quant.py): the same stage, a float gate
+# and a per-tensor QuantizeLinear in one pass (tensor_ops.h acc_to_quant)
+
+#: sgemm.h PostOp kinds of the gates (float_gemm.POST_KINDS; 0: none)
+_ACC_POST_KINDS = {"": 0, "SiLU": 1, "HardSwish": 2, "HardSigmoid": 3, "ClipMulDiv": 4}
+
+
+def _acc_quant_params(
+    acc_shape: tuple, bias: Any, scale: Any, float_bias: Any, y_scale: Any, y_zero_point: Any
+) -> tuple:
+    """The kernel's per-channel arrays and output parameters, or _Unsupported."""
+    m, rank = acc_shape[1], len(acc_shape)
+    b = _per_channel(bias, m, rank, np.dtype(np.int32))
+    s = _per_channel(scale, m, rank, F32)
+    fb = _per_channel(float_bias, m, rank, F32)
+    ys, yz = np.asarray(y_scale), np.asarray(y_zero_point)
+    if ys.size != 1 or ys.dtype != F32 or yz.size != 1 or yz.dtype not in (np.uint8, np.int8):
+        raise _Unsupported
+    sy = float(ys.reshape(()))
+    if not (math.isfinite(sy) and sy > 0.0):
+        raise _Unsupported
+    return b, s, fb, sy, int(yz.reshape(())), yz.dtype == np.int8
+
+
+def _acc_to_quant_native(
+    ctx: Any,
+    acc: Any,
+    bias: Any,
+    scale: Any,
+    float_bias: Any,
+    y_scale: Any,
+    y_zero_point: Any,
+    *,
+    out: Any = None,
+    activation: str = "",
+    activation_params: Any = None,
+) -> np.ndarray:
+    """AccumulatorToQuant (reference/accumulator.py) through the native pass; other
+    shapes and parameters go to the twin."""
+    try:
+        if not isinstance(acc, np.ndarray) or acc.dtype != np.int32 or acc.ndim < 2:
+            raise _Unsupported
+        kind = _ACC_POST_KINDS.get(activation)
+        if kind is None:
+            raise _Unsupported
+        b, s, fb, sy, zy, signed = _acc_quant_params(
+            acc.shape, bias, scale, float_bias, y_scale, y_zero_point
+        )
+        params = [float(p) for p in (activation_params or [])]
+        return _native().acc_to_quant(
+            np.asarray(acc, order="C"), b, s, fb, kind, params, sy, zy, signed, _threads(ctx), out
+        )
+    except (_Unsupported, ValueError):
+        pass
+    RUNTIME_FALLBACKS["AccumulatorToQuant"] += 1
+    y = accumulator_to_quant(
+        ctx,
+        acc,
+        bias,
+        scale,
+        float_bias,
+        y_scale,
+        y_zero_point,
+        activation=activation,
+        activation_params=activation_params,
+    )
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+def _acc_to_quant_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """AccumulatorToQuant with constant parameters: converted once."""
+    shape = sig.shapes[0]
+    if shape is None or sig.dtypes[0] != np.int32 or len(shape) < 2:
+        return None
+    consts = list(sig.consts[1:]) + [None] * (6 - len(sig.consts))
+    for k in range(1, 6):
+        if k < len(sig.shapes) and sig.shapes[k] is not None and consts[k - 1] is None:
+            return None
+    kind = _ACC_POST_KINDS.get(attrs.get("activation", ""))
+    if kind is None:
+        return None
+    try:
+        b, sc, fb, sy, zy, signed = _acc_quant_params(shape, *consts[:5])
+    except _Unsupported:
+        return None
+    params = [float(p) for p in (attrs.get("activation_params") or [])]
+    run, threads, out = _native().acc_to_quant, step_threads(sig), sig.out
+    return guarded(
+        lambda acc, *p: run(acc, b, sc, fb, kind, params, sy, zy, signed, threads, out),
+        _acc_to_quant_native,
+        attrs,
+        out,
+        reads=1,
+    )
+
+
+@register_binder("AccumulatorToQuant", "quanta")
+def bind_accumulator_to_quant(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """quanta::AccumulatorToQuant with per-channel (or one) bias, scale and float bias,
+    a per-tensor 8-bit output and one of the float gates the native post-op runs."""
+    del model  # unused
+    if node.attrs.get("activation", "") not in _ACC_POST_KINDS:
+        return None, f"activation {node.attrs.get('activation')!r} has no native post-op"
+    return _kernel(_acc_to_quant_native, "acc_to_quant", specialize=_acc_to_quant_specialized)

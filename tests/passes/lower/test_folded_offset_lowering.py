@@ -82,7 +82,8 @@ def test_folded_batchnorm_offset_is_added_in_float_as_onnx_runtime_does():
     sess = InferenceSession(proto.SerializeToString())
     got_y = sess.run(None, {"x": x})[0]
     ops = [s.node.op_type for s in sess.plan.steps]
-    assert "AccumulatorToFloat" in ops and "QLinearConv" not in ops, ops
+    # ConvInteger, then the float stage and the QuantizeLinear as one node (accumulator_to_quant.py)
+    assert "AccumulatorToQuant" in ops and "QLinearConv" not in ops, ops
     ref_y = InferenceSession(proto.SerializeToString(), backend="reference").run(None, {"x": x})[0]
     np.testing.assert_array_equal(got_y, ref_y)  # native is its reference twin, bit for bit
     d = np.abs(_codes(got_y) - _codes(want_y))

@@ -37,6 +37,11 @@
 //   acc_to_float  y = f32(f32(int32(acc + bias_c)) · scale_c) (+ fbias_c): the float output
 //               stage of an integer convolution (quanta::AccumulatorToFloat); the int32 sum
 //               wraps, the conversion rounds to nearest even, each float op rounds once
+//   acc_to_quant  y = QuantizeLinear(post(acc_to_float(acc)), y_scale, zy), uint8 or int8:
+//               quanta::AccumulatorToQuant, the composition of acc_to_float, the float
+//               convolutions' post-op (sgemm::apply_post, the activation's nodes in order)
+//               and QuantizeLinear's per-tensor run (true float32 division, round half to
+//               even, saturation), piece by piece of each row (acc_to_quant.cc)
 //   take_axis   y[a, q, :] = x[a, idx[q], :], rows of `inner` bytes (memcpy)
 //
 // Threads: outputs are split into chunks of whole runs; a chunk is computed by the same
@@ -47,6 +52,12 @@
 
 #include "broadcast.h"
 #include "dispatch.h"
+
+namespace quanta {
+namespace sgemm {
+struct PostOp;
+}  // namespace sgemm
+}  // namespace quanta
 
 namespace quanta {
 namespace tensor_ops {
@@ -146,6 +157,10 @@ void batch_norm(const float* x, float* y, int64_t rows, int64_t inner, int64_t c
                 const float* g, const float* b, int num_threads, Isa isa);
 void acc_to_float(const int32_t* acc, float* y, int64_t rows, int64_t inner, int64_t channels, const int32_t* bias,
                   const float* scale, const float* fbias, int num_threads, Isa isa);
+template <typename T>  // uint8_t or int8_t
+void acc_to_quant(const int32_t* acc, T* y, int64_t rows, int64_t inner, int64_t channels, const int32_t* bias,
+                  const float* scale, const float* fbias, const sgemm::PostOp* post, float y_scale, int32_t zy,
+                  int num_threads, Isa isa);
 // y[a, q, :] = x[a, idx[q], :]; idx already in [0, n)
 void take_axis(const uint8_t* x, int64_t outer, int64_t n, int64_t inner_bytes, const int64_t* idx, int64_t m,
                uint8_t* y, int num_threads);
