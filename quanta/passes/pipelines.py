@@ -70,13 +70,16 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     output is quantized before the per-channel factors, at the widest channel's step), a strided ConvTranspose made a Conv over its output phases and a
     DepthToSpace (an integer convolution then), GroupNorm recognised, an unrolled RNN's
     per-step input Gemms made one MatMul over the sequence (one weight to quantize and
-    one activation range, not one per step), duplicates merged.
+    one activation range, not one per step), duplicates merged. Transposes of a TF
+    export sink through the elementwise operators after each Conv and cancel first, so
+    that its BatchNormalization folds and its Pads meet their Convs.
 
     Constant folding here may produce large results (weights computed by a
     ConstantOfShape or a subgraph must become initializers to be quantized; the int8
     model stores them in a quarter of the bytes anyway), up to 2^24 elements."""
     from quanta.passes.rules.fold_conv_affine import FoldConvAffine
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
+    from quanta.passes.rules.sink_transposes import SinkTransposes
 
     return [
         FoldConstants(evaluator, max_output_elements=1 << 24),
@@ -88,6 +91,10 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         # stays as written: quantizing its input cost Paddle's OCR models accuracy
         CanonicalizeActivations(opset, hardswish=False),
         RemoveNoops(),
+        # a TF export's NHWC epilogues between Transposes: the pairs cancel, the Conv's
+        # BatchNormalization (Sub, Mul, Add) and Pad land next to it for the folds below
+        SinkTransposes(),
+        EliminateDead(),
         FoldPad(),  # "same"-padding Pads (pads folded to constants above) into their Convs
         FoldBatchNorm(),
         FoldConvAffine(),  # tf2onnx's BatchNorm after a depthwise Conv: Mul + Add, into its weights
@@ -106,7 +113,9 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     constants (Paddle exports hold every weight in a Constant node, which the native
     float kernels pack at compile time), no-ops go, float16 islands compute in float32
     between Casts (the native float kernels are float32; ONNX Runtime's CPU provider
-    does the same; docs/float-ops.md "float16 models"), and an inference BatchNormalization
+    does the same; docs/float-ops.md "float16 models"), the Transposes a TF export writes
+    around every Conv sink through the elementwise operators between them and cancel
+    (exact; its Pads then fold into the Convs), and an inference BatchNormalization
     folds into the Conv / ConvTranspose / Gemm before it (one pass over the output
     instead of two; the folded weights are computed in float64 and rounded once, as ORT
     folds them in float32), and a Relu / Clip after a float Conv becomes the
@@ -132,6 +141,7 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
     from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
+    from quanta.passes.rules.sink_transposes import SinkTransposes
     from quanta.passes.rules.widen_half_islands import WidenHalfIslands
 
     return [
@@ -139,6 +149,11 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
         FoldConstants(evaluator),
         RemoveNoops(),
         WidenHalfIslands(),  # float16 islands in float32 between Casts: the rules below see float32
+        # a TF export's NHWC epilogues between Transposes: the pairs cancel, the affine
+        # epilogue and activation land right after each Conv for the folds below
+        SinkTransposes(),
+        EliminateDead(),
+        FoldPad(),  # a "same" padding Pad (now right before its Conv) into the Conv's pads
         FoldBatchNorm(),
         FoldConvAffine(),  # a constant per-channel Mul / Add after a float Conv: into its weights
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps

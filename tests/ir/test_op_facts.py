@@ -33,7 +33,7 @@ _QUANT = {
     "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
     "MatMulInteger", "ConvInteger", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
     "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "AccumulatorToFloat",
-    "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "QuantizeMX", "MatMulMX", "ConvMX",
+    "AccumulatorToQuant", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "QuantizeMX", "MatMulMX", "ConvMX",
 }  # fmt: skip
 #: the elementwise activations lowering turns into a 256-entry table (quanta QLinearLookup)
 _TABLED = (
@@ -107,7 +107,7 @@ PINNED = {
     "quanta.passes.coverage._NOT_ISLANDS": {
         "QuantizeLinear", "DequantizeLinear", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
         "Slice", "Gather", "Split", "Concat", "MaxPool", "Identity", "Shape", "Constant", "Cast",
-        "DynamicQuantizeLinear", "AccumulatorToFloat", "QuantizeMX",
+        "DynamicQuantizeLinear", "AccumulatorToFloat", "AccumulatorToQuant", "QuantizeMX",
     },
     "quanta.passes.rules.fuse_activation.FUSABLE_PRODUCERS": {
         "Conv": "integer conv kernels clamp while requantizing",
@@ -144,7 +144,7 @@ PINNED = {
         "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearLookup",
         "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm",
         "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu", "AccumulatorToFloat",
-        "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+        "AccumulatorToQuant", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "MlasLogistic", "MlasTanh", "LayerNormDiv",
         "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "MatMulBf16", "MatMulMX", "ConvMX", "MatMulW8",
     },

@@ -226,6 +226,11 @@ def check_conv(
         (1, 40, 6, 7, 20, 1, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), "im2col"),  # K = 360
         (1, 8, 5, 40, 12, 1, 1, 3, (1, 1), (1, 1), (0, 1, 0, 1), "im2col"),  # 1x3 (ppocr_rec)
         (1, 7, 6, 6, 5, 1, 1, 1, (2, 2), (1, 1), (0, 0, 0, 0), "im2col"),  # strided 1x1
+        # strided 1x1: the pointwise product on the subsampled plane (K > 258, two images,
+        # groups, unequal strides, a bottom / right pad no window reads)
+        (2, 300, 9, 7, 17, 1, 1, 1, (2, 2), (1, 1), (0, 0, 0, 0), "im2col"),
+        (1, 6, 11, 13, 9, 3, 1, 1, (3, 2), (1, 1), (0, 0, 0, 0), "im2col"),
+        (1, 7, 7, 9, 5, 1, 1, 1, (2, 2), (1, 1), (0, 0, 1, 1), "im2col"),
     ],
 )
 def test_conv_paths(n, c, h, w, m, group, kh, kw, strides, dilations, pads, path) -> None:

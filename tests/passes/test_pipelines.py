@@ -240,6 +240,8 @@ def test_prepare_for_quantization_folds_float_weights_only():
         "canonicalize",
         "canonicalize_activations",
         "remove_noops",
+        "sink_transposes",
+        "eliminate_dead",
         "fold_pad",
         "fold_batchnorm",
         "fold_conv_affine",

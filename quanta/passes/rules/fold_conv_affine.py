@@ -6,6 +6,8 @@ Rules (``optimize_float`` only: float graphs)::
          W'[m] = W[m] · s[m]      B' = B · s
     %y = Add(%c = Conv(%x, %W, %B?), %t)   (either order)  -> %y = Conv(%x, %W, %B')
          B' = B + t
+    %y = Sub(%c = Conv(%x, %W, %B?), %t)                   -> %y = Conv(%x, %W, %B')
+         B' = B - t    (a BatchNormalization written out as Sub, Mul, Add: TF exports)
 
 ``s`` and ``t`` are float32 constants that are one value or one value per output channel
 (shape ``[M, 1, 1]``, ``[1, M, 1, 1]``: every axis 1 but the Conv output's channel axis).
@@ -31,7 +33,7 @@ from quanta.ir.graph import Value, result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
 
-__all__ = ["AddIntoConv", "FoldConvAffine", "MulIntoConv"]
+__all__ = ["AddIntoConv", "FoldConvAffine", "MulIntoConv", "SubIntoConv"]
 
 
 def _per_channel(v: Value | None, w: np.ndarray) -> np.ndarray | NoMatch:
@@ -117,6 +119,15 @@ class AddIntoConvSwapped(AddIntoConv):
     pattern = "y = Add(k, c = Conv(x, W, B?))"
 
 
+class SubIntoConv(_AffineIntoConv):
+    """%y = Sub(%c = Conv(%x, %W, %B?), %k) -> %y = Conv(%x, %W, %B - k)"""
+
+    pattern = "y = Sub(c = Conv(x, W, B?), k)"
+
+    def folded(self, m: Match, w: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return w, (bias - m.data["f"]).astype(np.float32)
+
+
 class FoldConvAffine(RewritePass):
     name = "fold_conv_affine"
-    rules = (MulIntoConv(), MulIntoConvSwapped(), AddIntoConv(), AddIntoConvSwapped())
+    rules = (MulIntoConv(), MulIntoConvSwapped(), AddIntoConv(), AddIntoConvSwapped(), SubIntoConv())

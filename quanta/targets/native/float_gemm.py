@@ -162,11 +162,11 @@ def _conv_path(w: np.ndarray, group: int, attrs: dict[str, Any]) -> str:
     ones = [1] * spatial
     if (
         list(w.shape[2:]) == ones
-        and list(attrs.get("strides") or ones) == ones
         and not any(attrs.get("pads") or [0])
         and attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
     ):
-        return "pointwise"
+        # strided: the pointwise product on the subsampled plane (sgemm.cc conv)
+        return "pointwise" if list(attrs.get("strides") or ones) == ones else "pointwise_strided"
     return "im2col"
 
 

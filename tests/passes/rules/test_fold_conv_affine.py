@@ -64,3 +64,18 @@ def test_what_is_not_per_channel_or_is_shared_stays() -> None:
     # the Conv's output read twice (a residual): the scale cannot go into the weights
     nodes = [helper.make_node("Mul", ["c", "s"], ["m"]), helper.make_node("Add", ["m", "c"], ["y"])]
     assert ops_and_check(model_with(nodes, {"s": [1.5]})) == ["Conv", "Mul", "Add"]
+
+
+def test_batchnorm_written_as_sub_mul_add_folds() -> None:
+    # TF exports write an inference BatchNormalization as (x - mean) * g + beta
+    rng = np.random.default_rng(6)
+    consts = {k: rng.uniform(0.5, 1.5, (1, 7, 1, 1)) for k in ("mean", "g", "beta")}
+    nodes = [
+        helper.make_node("Sub", ["c", "mean"], ["d"]),
+        helper.make_node("Mul", ["d", "g"], ["m"]),
+        helper.make_node("Add", ["m", "beta"], ["y"]),
+    ]
+    assert ops_and_check(model_with(nodes, consts)) == ["Conv"]
+    # the Conv on the right of the Sub is a negated product: not this rule's, it stays
+    nodes = [helper.make_node("Sub", ["mean", "c"], ["y"])]
+    assert ops_and_check(model_with(nodes, consts)) == ["Conv", "Sub"]

@@ -640,21 +640,43 @@ void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, cons
     conv_depthwise(g, x, w, bias, lo, hi, y, num_threads, kr, post);
     return;
   }
-  if (path == ConvPath::kIm2col) {
+  // A strided 1x1 without pads (ResNet's downsampling shortcuts and stride-2 bottleneck
+  // entries): the pointwise product on the subsampled plane, gathered once per image into
+  // this thread's own buffer (the phase split would build sh·sw phase planes to use one).
+  const bool strided_pointwise = path == ConvPath::kIm2col && g.kh == 1 && g.kw == 1 && g.pt == 0 && g.pl == 0 &&
+                                 g.oh == (g.h - 1) / g.sh + 1 && g.ow == (g.w - 1) / g.sw + 1;
+  if (path == ConvPath::kIm2col && !strided_pointwise) {
     conv_phased(g, x, w, bias, lo, hi, y, num_threads, kr, post);
     return;
   }
   // Pointwise: y[n, group] (Mg × HW) = W_group (Mg × Cg) · x[n, group] (Cg × HW).
-  const int64_t cg = g.c / g.g, mg = g.m / g.g, hw = g.h * g.w;
+  const int64_t cg = g.c / g.g, mg = g.m / g.g, hw = g.oh * g.ow;
+  float* sub = nullptr;
+  if (strided_pointwise) {
+    thread_local std::vector<float> subsampled;  // not thread_scratch: the GEMM packs into that
+    if (static_cast<int64_t>(subsampled.size()) < g.c * hw) subsampled.resize(static_cast<size_t>(g.c * hw));
+    sub = subsampled.data();
+  }
   const int64_t packed = packed_a_size(mg, cg);
   for (int64_t img = 0; img < g.n; ++img) {
+    const float* xi = x + img * g.c * g.h * g.w;
+    if (sub != nullptr) {
+      for (int64_t c = 0; c < g.c; ++c) {
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          const float* src = xi + (c * g.h + oy * g.sh) * g.w;
+          float* dst = sub + c * hw + oy * g.ow;
+          for (int64_t ox = 0; ox < g.ow; ++ox) dst[ox] = src[ox * g.sw];
+        }
+      }
+      xi = sub;
+    }
     for (int64_t grp = 0; grp < g.g; ++grp) {
       Epilogue ep;
       ep.bias_row = bias ? bias + grp * mg : nullptr;
       ep.lo = lo;
       ep.hi = hi;
       ep.post = post;
-      gemm(mg, hw, cg, MatA{w + grp * packed, true, 0}, MatB{x + (img * g.c + grp * cg) * hw, false, hw},
+      gemm(mg, hw, cg, MatA{w + grp * packed, true, 0}, MatB{xi + grp * cg * hw, false, hw},
            y + (img * g.m + grp * mg) * hw, hw, ep, num_threads, isa);
     }
   }

@@ -1,0 +1,286 @@
+"""Transposes move down through elementwise operators until they meet their inverse
+(SinkTransposes), as ONNX Runtime's transpose optimizer does for a graph converted from
+TensorFlow::
+
+    %a = Transpose(%c) {perm=[0, 2, 3, 1]}         the NCHW Conv's output, to NHWC
+    %b = Add(Mul(Sub(%a, m), g), b)                  per-channel constants [C] on the last axis
+    %r = Relu(%b)
+    %x = Transpose(%r) {perm=[0, 3, 1, 2]}         back to NCHW for the next Conv
+      -> %r' = Relu(Add(Mul(Sub(%c, m'), g'), b'))   m', g', b': [1, C, 1, 1]
+         %x  = %r'
+
+tf2onnx and TF-to-torch re-exports (open_nsfw: 110 Transposes, one pair around every
+Conv) write every convolution between two Transposes and the BatchNormalization,
+bias and activation between them in NHWC. Sunk and cancelled, the Conv's affine
+epilogue and activation sit right after the Conv, where FoldConvAffine and the fused
+activation take them, and no Transpose is left but at the graph's edges.
+
+Rules, applied in graph order until nothing changes (each exact: a Transpose only moves
+bytes, and an elementwise operator computes each element from the same elements)::
+
+    U(Transpose(x, p))                      -> Transpose(U(x), p)        U unary elementwise
+    B(Transpose(x, p), Transpose(y, p), c)  -> Transpose(B(x, y, c'), p) B elementwise (n-ary)
+    Transpose(Pad(x, pads), p)              -> Pad(Transpose(x, p), pads')   constant pads
+    Transpose(Transpose(x, p), q)           -> Transpose(x, p∘q), or x when p∘q is the identity
+    Shape(Transpose(x, p))                  -> Gather(Shape(x), p)   (the Transpose read by Shapes only)
+
+with ``y.shape[i] = x.shape[p[i]]`` for ``y = Transpose(x, p)``. A constant operand of
+rank <= R is given its leading 1s and permuted by the inverse perm (c'); an operand whose
+every dimension is 1 broadcasts alike in both layouts and stays. A move happens only
+when the Transposes it reads are read by nothing else (their count never grows), and
+every computed operand is such a Transpose with the same perm or an all-ones operand.
+A Pad moves the other way (its Transpose goes above it, when the Pad is read by that
+Transpose alone), so that a TF "same" padding written as a Pad in NHWC ends up right
+before its Conv or pool in NCHW, where FoldPad takes it into the node's pads; the two
+directions never meet (no sinking through a Pad), so the rules terminate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from quanta.ir.graph import Graph, Node, Value
+from quanta.ir.types import TensorType
+from quanta.passes.manager import Pass, PassResult
+
+__all__ = ["SinkTransposes"]
+
+#: elementwise operators of one data input (the others, if any, are scalars: Clip's bounds)
+UNARY = frozenset(
+    {
+        "Abs", "Cast", "Ceil", "Celu", "Clip", "Cos", "Elu", "Erf", "Exp", "Floor", "Gelu",
+        "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN", "LeakyRelu", "Log", "Mish",
+        "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Sigmoid", "Sign", "Sin",
+        "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu",
+    }
+)  # fmt: skip
+#: elementwise operators over all their inputs (numpy broadcasting)
+NARY = frozenset(
+    {
+        "Add", "And", "BitShift", "Div", "Equal", "Greater", "GreaterOrEqual", "Less",
+        "LessOrEqual", "Max", "Mean", "Min", "Mod", "Mul", "Or", "Pow", "PRelu", "Sub", "Sum",
+        "Where", "Xor",
+    }
+)  # fmt: skip
+
+
+def _perm(node: Node) -> list[int] | None:
+    """The explicit perm of a Transpose (None: reversed axes of an unknown rank)."""
+    p = node.attrs.get("perm")
+    if p is None:
+        x = node.input(0)
+        if x is None or x.shape is None:
+            return None
+        return list(range(len(x.shape)))[::-1]
+    return [int(i) for i in p]
+
+
+def _inverse(p: list[int]) -> list[int]:
+    inv = [0] * len(p)
+    for i, j in enumerate(p):
+        inv[j] = i
+    return inv
+
+
+def _transposed(v: Value | None) -> tuple[Node, list[int]] | None:
+    """``(node, perm)`` when ``v`` is the output of a plain ai.onnx Transpose."""
+    if v is None or v.producer is None:
+        return None
+    n = v.producer
+    if n.op_type != "Transpose" or n.domain not in ("", "ai.onnx"):
+        return None
+    p = _perm(n)
+    return None if p is None else (n, p)
+
+
+def _all_ones(v: Value, rank: int) -> bool:
+    return v.shape is not None and len(v.shape) <= rank and all(d == 1 for d in v.shape)
+
+
+class SinkTransposes(Pass):
+    """The rules of the module docstring, to a fixed point."""
+
+    name = "sink_transposes"
+
+    def call(self, graph: Graph) -> PassResult:
+        moved = cancelled = 0
+        changed = True
+        while changed:
+            changed = False
+            for node in list(graph.nodes):
+                if node not in graph.nodes:
+                    continue
+                if node.op_type == "Transpose" and not node.domain and self._compose(graph, node):
+                    cancelled += 1
+                    changed = True
+                elif node.op_type == "Transpose" and not node.domain and self._hoist_over_pad(graph, node):
+                    moved += 1
+                    changed = True
+                elif node.domain in ("", "ai.onnx") and self._sink(graph, node):
+                    moved += 1
+                    changed = True
+        if moved or cancelled:
+            self._remove_dead_transposes(graph)
+            graph.toposort()
+        return PassResult(graph, bool(moved or cancelled), {"moved": moved, "cancelled": cancelled})
+
+    # -- Transpose(Transpose(x, p), q) ------------------------------------------------
+    def _compose(self, graph: Graph, node: Node) -> bool:
+        inner = _transposed(node.input(0))
+        q = _perm(node)
+        if inner is None or q is None:
+            return False
+        first, p = inner
+        if len(p) != len(q):
+            return False
+        r = [p[i] for i in q]
+        x = first.inputs[0]
+        y = node.outputs[0]
+        if r == list(range(len(r))) and not any(o is y for o in graph.outputs):
+            graph.replace_all_uses(y, x)
+            graph.remove_node(node)
+        else:
+            node.replace_input(0, x)
+            node.attrs["perm"] = r
+        return True
+
+    # -- an operator that reads Transposes -------------------------------------------
+    def _sink(self, graph: Graph, node: Node) -> bool:
+        op = node.op_type
+        if len(node.outputs) != 1 or node.outputs[0] is None:
+            return False
+        if op == "Shape":
+            return self._shape(graph, node)
+        if op in UNARY:
+            data = [0]
+            for v in node.inputs[1:]:
+                if (
+                    v is not None
+                    and not _all_ones(v, 0)
+                    and not (v.is_const and np.asarray(v.const).size == 1)
+                ):
+                    return False
+        elif op in NARY:
+            data = [i for i, v in enumerate(node.inputs) if v is not None]
+        else:
+            return False
+        found = [_transposed(node.inputs[i]) for i in data]
+        perms = {tuple(f[1]) for f in found if f is not None}
+        if len(perms) != 1:
+            return False
+        p = list(perms.pop())
+        rank = len(p)
+        out = node.outputs[0]
+        if out.shape is not None and len(out.shape) != rank:
+            return False
+        # the Transposes read here must be read by nothing else (their count never grows)
+        producers = {id(f[0]): f[0] for f in found if f is not None}
+        for t in producers.values():
+            if any(c is not node for c in t.outputs[0].consumers()) or any(
+                o is t.outputs[0] for o in graph.outputs
+            ):
+                return False
+        inv = _inverse(p)
+        new_inputs: dict[int, Value] = {}
+        for i, f in zip(data, found, strict=True):
+            v = node.inputs[i]
+            if f is not None:
+                new_inputs[i] = f[0].inputs[0]
+            elif v.is_const:
+                a = np.asarray(v.const)
+                if a.ndim > rank:
+                    return False
+                a = np.ascontiguousarray(np.transpose(a.reshape((1,) * (rank - a.ndim) + a.shape), inv))
+                elem = v.elem if v.type is not None else None
+                c = graph.add_initializer(graph.fresh_name(f"{v.name}_t"), a)
+                if elem is not None:
+                    c.type = TensorType(elem, tuple(a.shape))
+                new_inputs[i] = c
+            elif not _all_ones(v, rank):
+                return False
+        for i, v in new_inputs.items():
+            node.replace_input(i, v)
+        # the node now computes in x's layout; a Transpose after it takes over its value
+        shape = None if out.shape is None else tuple(out.shape[inv[j]] for j in range(rank))
+        t = Value(graph.fresh_name(f"{out.name}_t"), TensorType(out.elem, shape) if out.type else None)
+        out.producer = None
+        node.outputs[0] = t
+        t.producer = node
+        graph.add_node(
+            Node("Transpose", [t], [out], {"perm": p}, name=graph.fresh_name(f"sink_transposes/{out.name}")),
+        )
+        return True
+
+    def _hoist_over_pad(self, graph: Graph, node: Node) -> bool:
+        """Transpose(Pad(x, pads), p) -> Pad(Transpose(x, p), pads'), the Pad read by the
+        Transpose alone."""
+        pad = node.input(0).producer if node.input(0) is not None else None
+        p = _perm(node)
+        if pad is None or pad.op_type != "Pad" or pad.domain or p is None:
+            return False
+        pv, mid = pad.outputs[0], pad.inputs[0]
+        if any(c is not node for c in pv.consumers()) or any(o is pv for o in graph.outputs):
+            return False
+        if len(pad.inputs) > 3 and pad.inputs[3] is not None:
+            return False  # an axes input
+        pads_v = pad.input(1)
+        if pads_v is None or not pads_v.is_const or "pads" in pad.attrs or mid is None:
+            return False
+        pads = np.asarray(pads_v.const, np.int64).reshape(-1)
+        r = len(p)
+        if pads.size != 2 * r:
+            return False
+        new = np.zeros(2 * r, np.int64)
+        for i, j in enumerate(p):  # axis i of the Transpose's output is axis p[i] of x
+            new[i], new[r + i] = pads[j], pads[r + j]
+        y = node.outputs[0]
+        shape = None if mid.shape is None else tuple(mid.shape[j] for j in p)
+        t = Value(graph.fresh_name(f"{mid.name}_t"), TensorType(mid.elem, shape) if mid.type else None)
+        # the Transpose now reads x and writes t; the Pad reads t and writes y
+        node.replace_input(0, mid)
+        y.producer = None
+        node.outputs[0] = t
+        t.producer = node
+        pad.replace_input(0, t)
+        pad.replace_input(1, graph.add_initializer(graph.fresh_name(f"{pad.name or 'pad'}_pads_t"), new))
+        pv.producer = None
+        pad.outputs[0] = y
+        y.producer = pad
+        graph.nodes.remove(pad)
+        graph.nodes.insert(graph.nodes.index(node) + 1, pad)
+        return True
+
+    @staticmethod
+    def _shape(graph: Graph, node: Node) -> bool:
+        f = _transposed(node.input(0))
+        if f is None or "start" in node.attrs or "end" in node.attrs:
+            return False
+        t, p = f
+        if any(c.op_type != "Shape" for c in t.outputs[0].consumers()):
+            return False  # the Transpose stays for its other readers: a Gather more, none less
+        x = t.inputs[0]
+        out = node.outputs[0]
+        s = Value(graph.fresh_name(f"{out.name}_pre"), TensorType(out.elem, (len(p),)) if out.type else None)
+        graph.add_node(
+            Node("Shape", [x], [s], {}, name=graph.fresh_name(f"{node.name or 'shape'}_pre")), before=node
+        )
+        idx = graph.add_initializer(graph.fresh_name(f"{node.name or 'shape'}_perm"), np.asarray(p, np.int64))
+        node.op_type = "Gather"
+        node.replace_input(0, s)
+        node.inputs.append(None)
+        node.replace_input(1, idx)
+        node.attrs = {"axis": 0}
+        node.attr_types = {}
+        return True
+
+    @staticmethod
+    def _remove_dead_transposes(graph: Graph) -> None:
+        for node in reversed(list(graph.nodes)):
+            out = node.outputs[0] if node.outputs else None
+            if (
+                node.op_type == "Transpose"
+                and out is not None
+                and not out.uses
+                and not any(o is out for o in graph.outputs)
+            ):
+                graph.remove_node(node)

@@ -1,0 +1,157 @@
+"""SinkTransposes (passes/rules/sink_transposes.py): the Transposes a TF export writes
+around every convolution sink through the elementwise operators between them and cancel;
+the four parts of docs/passes.md (fired, structure, numerics bit for bit on the
+reference target, verify) and the cases that must stay."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+from quanta.ir.onnx_io import load
+from quanta.ir.verify import Stage, verify
+from quanta.passes.rules.eliminate_dead import EliminateDead
+from quanta.passes.rules.fold_pad import FoldPad
+from quanta.passes.rules.sink_transposes import SinkTransposes
+from tests.passes.helpers import run_passes, run_ref
+
+F32 = np.float32
+C, H, W = 7, 5, 9
+NCHW, NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+
+
+def _init(name: str, a) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(a), name)
+
+
+def tf_block(*, residual: bool = False, extra_reader: bool = False, pad: bool = False) -> onnx.ModelProto:
+    """x [1, H, W, 3] NHWC -> (Pad) -> T -> Conv -> T -> Sub / Mul / Add per channel -> Relu
+    -> Clip -> T -> Conv -> T -> (+ the first block's NHWC output) -> y NHWC."""
+    rng = np.random.default_rng(12)
+    inits = [
+        _init("w1", rng.uniform(-0.5, 0.5, (C, 3, 3, 3)).astype(F32)),
+        _init("w2", rng.uniform(-0.5, 0.5, (C, C, 3, 3)).astype(F32)),
+        _init("mean", rng.uniform(-0.2, 0.2, C).astype(F32)),
+        _init("g", rng.uniform(0.5, 1.5, C).astype(F32)),
+        _init("beta", rng.uniform(-0.3, 0.3, (1, 1, C)).astype(F32)),
+        _init("lo", F32(0.0)),
+        _init("hi", F32(6.0)),
+        _init("pads", np.array([0, 1, 1, 0, 0, 1, 1, 0], np.int64)),
+    ]
+    conv1_pads = [0, 0, 0, 0] if pad else [1, 1, 1, 1]
+    nodes = []
+    src = "x"
+    if pad:
+        nodes.append(helper.make_node("Pad", ["x", "pads"], ["xp"], mode="constant"))
+        src = "xp"
+    nodes += [
+        helper.make_node("Transpose", [src], ["x_t"], perm=NCHW),
+        helper.make_node("Conv", ["x_t", "w1"], ["c1"], pads=conv1_pads),
+        helper.make_node("Transpose", ["c1"], ["c1_t"], perm=NHWC),
+        helper.make_node("Sub", ["c1_t", "mean"], ["s"]),
+        helper.make_node("Mul", ["s", "g"], ["m"]),
+        helper.make_node("Add", ["beta", "m"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Clip", ["r", "lo", "hi"], ["k"]),
+        helper.make_node("Transpose", ["k"], ["k_t"], perm=NCHW),
+        helper.make_node("Conv", ["k_t", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Transpose", ["c2"], ["c2_t"], perm=NHWC),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, H, W, C])]
+    if residual:
+        nodes.append(helper.make_node("Add", ["c2_t", "k"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["c2_t"], ["y"]))
+    if extra_reader:  # the first Transpose's output is also a graph output
+        outputs.append(helper.make_tensor_value_info("c1_t", TensorProto.FLOAT, [1, H, W, C]))
+    graph = helper.make_graph(
+        nodes,
+        "tf_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, H, W, 3])],
+        outputs,
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds():
+    return {"x": np.random.default_rng(3).normal(0.0, 1.5, (1, H, W, 3)).astype(F32)}
+
+
+def _run(proto, passes):
+    model = load(proto)
+    result = run_passes(model, passes)
+    return model, result
+
+
+def test_transposes_around_convolutions_cancel_and_the_outputs_are_the_same_bytes():
+    for residual in (False, True):
+        proto = tf_block(residual=residual)
+        model, result = _run(proto, [SinkTransposes(), EliminateDead()])
+        assert result.fired("moved") >= 6 and result.fired("cancelled") >= 1, result.records[0].stats
+        counts = model.graph.op_counts()
+        # the input's and the output's Transposes stay at the graph's edges
+        assert counts["Transpose"] == 2, counts
+        convs = model.graph.find_nodes("Conv")
+        assert convs[0].outputs[0].consumers()[0].op_type == "Sub"  # the epilogue follows the Conv now
+        verify(model.graph, Stage.FLOAT)
+        want, got = run_ref(proto, _feeds()), run_ref(model, _feeds())
+        assert [a.tobytes() for a in got] == [a.tobytes() for a in want]
+
+
+def test_epilogue_then_folds_and_the_session_has_no_inner_transpose():
+    proto = tf_block(residual=True)
+    sess = quanta.InferenceSession(proto.SerializeToString())
+    ops = [s.op_type for s in sess.plan.steps]
+    assert ops.count("Transpose") == 2 and "Sub" not in ops and "Mul" not in ops, ops
+    ref = quanta.InferenceSession(proto.SerializeToString(), backend="reference")
+    off = quanta.SessionOptions()
+    off.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    written = quanta.InferenceSession(proto.SerializeToString(), sess_options=off, backend="reference")
+    x = _feeds()
+    np.testing.assert_array_equal(sess.run(None, x)[0], ref.run(None, x)[0])
+    # the folded BatchNormalization rounds once (fold_conv_affine.py), not bit for bit
+    np.testing.assert_allclose(sess.run(None, x)[0], written.run(None, x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_pad_before_the_transpose_moves_after_it_and_folds_into_the_conv():
+    proto = tf_block(pad=True)
+    model, _ = _run(proto, [SinkTransposes(), EliminateDead(), FoldPad()])
+    assert "Pad" not in model.graph.op_counts()
+    assert model.graph.find_nodes("Conv")[0].attrs["pads"] == [1, 1, 1, 1]
+    want, got = run_ref(proto, _feeds()), run_ref(model, _feeds())
+    assert [a.tobytes() for a in got] == [a.tobytes() for a in want]
+
+
+def test_a_transpose_read_elsewhere_stays_where_it_is():
+    proto = tf_block(extra_reader=True)
+    model, _ = _run(proto, [SinkTransposes(), EliminateDead()])
+    c1_t = next(v for v in model.graph.outputs if v.name == "c1_t")
+    assert c1_t.producer.op_type == "Transpose"
+    assert c1_t.consumers()[0].op_type == "Sub"  # not moved: its reader outside would need it too
+    want, got = run_ref(proto, _feeds()), run_ref(model, _feeds())
+    assert [a.tobytes() for a in got] == [a.tobytes() for a in want]
+
+
+def test_mixed_perms_and_computed_operands_stay():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4, 5, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    for second in ("other_perm", "computed"):
+        nodes = [helper.make_node("Transpose", ["x"], ["a"], perm=NHWC)]
+        if second == "other_perm":
+            nodes.append(helper.make_node("Transpose", ["x"], ["b"], perm=[0, 2, 1, 3]))
+            nodes.append(helper.make_node("Relu", ["b"], ["b2"]))
+            nodes.append(helper.make_node("Reshape", ["b2", "shp"], ["b3"]))
+            inits = [_init("shp", np.array([2, 4, 5, 3], np.int64))]
+            nodes.append(helper.make_node("Add", ["a", "b3"], ["y"]))
+        else:
+            inits = []
+            nodes.append(helper.make_node("Add", ["a", "z"], ["y"]))
+        graph = helper.make_graph(nodes, "g", [x, z], [y], inits)
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model, _ = _run(proto, [SinkTransposes(), EliminateDead()])
+        add = model.graph.find_nodes("Add")[0]
+        assert add.inputs[0].producer.op_type == "Transpose", second  # the Add still reads it
