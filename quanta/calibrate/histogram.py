@@ -326,6 +326,10 @@ class HistogramObserver(ObserverBase):
         k, start = self._grid(lo, hi)
         if not (np.array_equal(k, self._k) and np.array_equal(start, self._start)):
             rows = _moved_rows(self._k, self._start, k, start)
+            # a channel without a finite value yet holds no counts: nothing of it moves (at
+            # the first sample none does, and the (C, B) zeros are not rewritten: a fixed
+            # cost of every shard of quanta.scale)
+            rows = rows[self._lo[rows] <= self._hi[rows]]
             if rows.size == self._counts.shape[0]:  # every channel (a shared grid): a new array
                 self._counts = _regrid_rows(self._counts, self._k, self._start, k, start, rows)
             elif rows.size and self._counts[rows].any():  # in place: only moved channels

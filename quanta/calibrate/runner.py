@@ -39,9 +39,21 @@ class CalibrationResult(dict):
     value_shapes: dict[str, tuple[int, ...]]
     samples: int = 0
     seconds: float = 0.0
-    means: dict
     mean_states: dict  # name -> ChannelMean (mergeable)
     stats: list  # the ``stats`` objects after the pass (mergeable: their ``merge``)
+    shard_cpu_seconds: float = 0.0  # quanta.scale: the shards' CPU seconds (each its thread's), summed
+
+    @property
+    def means(self) -> dict[str, np.ndarray]:
+        """name -> per-channel mean (float64) of the channel means asked for, divided on
+        first use: a shard of quanta.scale never divides its partial sums, the driver
+        divides the merged ones once."""
+        cached = self.__dict__.get("_means")
+        if cached is None:
+            states = getattr(self, "mean_states", None) or {}
+            cached = {name: mu for name, m in states.items() if (mu := m.mean()) is not None}
+            self.__dict__["_means"] = cached
+        return cached
 
 
 # Every finite float64 is an integer multiple of 2^-1074; sums are kept as such integers.
@@ -235,7 +247,6 @@ def calibrate(
     observers.seconds = time.perf_counter() - t0
     observers.mean_states = means
     observers.stats = list(stats)
-    observers.means = {name: mu for name, m in means.items() if (mu := m.mean()) is not None}
     return observers
 
 

@@ -50,7 +50,9 @@ __all__ = [
 @dataclass
 class ShardState:
     """What one shard sends back: observer and channel-mean states (mergeable), the
-    number of samples, the value shapes of its first sample, the time it took."""
+    number of samples, the value shapes of its first sample, the time it took (wall
+    seconds, and CPU seconds of the thread that ran it: what a benchmark compares with
+    the in-process run on a machine whose other load inflates wall time)."""
 
     index: int
     observers: dict[str, ObserverBase]
@@ -59,6 +61,7 @@ class ShardState:
     value_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     seconds: float = 0.0
     stats: list = field(default_factory=list)  # calibrate's ``stats`` (exactly mergeable)
+    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ def run_shard(job: _Job, shard: tuple[int, Sequence[SampleRef]]) -> ShardState:
     stats = copy.deepcopy(list(job.stats))
     for st in stats:  # statistics that tell samples apart by their index in the data
         st.calls = job.starts[index] if job.starts else 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     result = calibrate(
         job.model,
         job.tensors,
@@ -129,6 +132,7 @@ def run_shard(job: _Job, shard: tuple[int, Sequence[SampleRef]]) -> ShardState:
         value_shapes=result.value_shapes,
         seconds=time.perf_counter() - t0,
         stats=result.stats,
+        cpu_seconds=time.thread_time() - c0,
     )
 
 
@@ -164,6 +168,7 @@ class ShardFold:
                 value_shapes=s.value_shapes,  # shard 0 starts with the data's first sample
                 seconds=s.seconds,
                 stats=copy.deepcopy(s.stats),  # merged into in place below
+                cpu_seconds=s.cpu_seconds,
             )
             return
         acc = self._acc
@@ -182,6 +187,7 @@ class ShardFold:
                 mine.merge(theirs)
         acc.samples += s.samples
         acc.seconds += s.seconds
+        acc.cpu_seconds += s.cpu_seconds
 
     def result(self) -> ShardState:
         if self._acc is None:
@@ -213,6 +219,7 @@ def merge_pair(a: ShardState, b: ShardState) -> ShardState:
         value_shapes=a.value_shapes,
         seconds=a.seconds + b.seconds,
         stats=stats,
+        cpu_seconds=a.cpu_seconds + b.cpu_seconds,
     )
 
 
@@ -238,6 +245,7 @@ def merge_into(a: ShardState, b: ShardState) -> ShardState:
     a.index = min(a.index, b.index)
     a.samples += b.samples
     a.seconds += b.seconds
+    a.cpu_seconds += b.cpu_seconds
     return a
 
 
@@ -273,6 +281,7 @@ def split_state(state: ShardState, parts: int) -> list[ShardState]:
             samples=state.samples,
             value_shapes=state.value_shapes if p == 0 else {},
             seconds=state.seconds if p == 0 else 0.0,
+            cpu_seconds=state.cpu_seconds if p == 0 else 0.0,
             stats=[st if i % parts == p else None for i, st in enumerate(state.stats)],
         )
         for p in range(parts)
@@ -294,6 +303,7 @@ def join_states(parts: Sequence[ShardState]) -> ShardState:
         samples=head.samples,
         value_shapes=head.value_shapes,
         seconds=head.seconds,
+        cpu_seconds=head.cpu_seconds,
     )
     for p in parts:
         out.observers.update(p.observers)
@@ -384,7 +394,7 @@ def calibrate_sharded(
     out.value_shapes = merged.value_shapes
     out.samples = merged.samples
     out.seconds = time.perf_counter() - t0
+    out.shard_cpu_seconds = merged.cpu_seconds
     out.mean_states = merged.means
     out.stats = merged.stats
-    out.means = {name: mu for name, m in merged.means.items() if (mu := m.mean()) is not None}
     return out
