@@ -30,8 +30,11 @@ FoldPadIntoAveragePool, the same sum of pads, with ``count_include_pad=1``::
 
 Exact when the divisor was already the kernel size over the padded tensor: ``ceil_mode=0``
 (no window reaches past the padding) and either ``count_include_pad=1`` or no pads of
-its own. ``MaxPool`` is not folded: it pads with -inf, an explicit zero Pad is a
-different function unless the input is non-negative.
+its own.
+
+FoldPadIntoMaxPool: a MaxPool pads with -inf; an edge Pad before an undilated MaxPool
+(TF's "same" MaxPool) or a zero Pad of a non-negative input (after a Relu) give the same
+maxima, when no window lies in the padding alone (its docstring).
 
 The Pad's output used by another node refuses the match (engine), so the Pad is never
 duplicated.
@@ -45,7 +48,7 @@ from quanta.ir.graph import Value, result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
 
-__all__ = ["FoldPad", "FoldPadIntoAveragePool", "FoldPadIntoConv"]
+__all__ = ["FoldPad", "FoldPadIntoAveragePool", "FoldPadIntoConv", "FoldPadIntoMaxPool"]
 
 
 def _mode(node) -> str:
@@ -180,6 +183,102 @@ class FoldPadIntoAveragePool(Rule):
         return _refolded(m, b, [m.value("x")], pads=m.data["pads"], count_include_pad=1)
 
 
+def _non_negative(v: Value) -> bool:
+    """``v`` is never negative: a Relu's output, or a Clip's with a lower bound >= 0."""
+    n = v.producer
+    if n is None or n.domain:
+        return False
+    if n.op_type == "Relu":
+        return True
+    if n.op_type == "Clip":
+        if "min" in n.attrs:
+            return float(n.attrs["min"]) >= 0.0
+        lo = n.input(1)
+        return (
+            lo is not None
+            and lo.is_const
+            and np.asarray(lo.const).size == 1
+            and float(np.asarray(lo.const)) >= 0.0
+        )
+    return False
+
+
+class FoldPadIntoMaxPool(Rule):
+    """%y = MaxPool(%p = Pad(%x, %pads, %v?, %axes?)) -> %y = MaxPool(%x) {pads += spatial pads}
+
+    A MaxPool pads with -inf. The folded pool has the same maxima when every window keeps
+    one input cell (``ceil_mode=0``, each summed pad smaller than the window) and
+
+    - the Pad is ``mode=edge`` and the pool undilated: a padded cell repeats the border
+      cell next to it, which every window reaching that pad also covers (TF's "same"
+      MaxPool as tf2onnx writes it: open_nsfw), for any input;
+    - or the Pad is constant +0.0 and ``x`` is never negative (a Relu's output, or a
+      Clip's with a lower bound >= 0): the window's maximum is >= 0 either way.
+    """
+
+    pattern = "y = MaxPool(p = Pad(x, pads, v?, axes?))"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        pool, pad = m.root, m.node("p")
+        if len(pool.outputs) > 1 and pool.outputs[1].uses:
+            return NoMatch("MaxPool's Indices output is read")
+        if int(pool.attrs.get("ceil_mode", 0)):
+            return NoMatch("MaxPool has ceil_mode=1: a window may lie in the padding alone")
+        ks = [int(k) for k in pool.attrs.get("kernel_shape", [])]
+        n = len(ks)
+        dil = [int(d) for d in pool.attrs.get("dilations", [1] * n)]
+        x = m.value("x")
+        if n == 0 or x.shape is None or len(x.shape) != n + 2:
+            return NoMatch("MaxPool's kernel_shape does not match the input's rank")
+        if _mode(pad) == "edge":
+            if any(d != 1 for d in dil):
+                return NoMatch("an edge Pad before a dilated MaxPool: a window may skip the border cell")
+            auto_pad = pool.attrs.get("auto_pad", "NOTSET")
+            auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+            if auto_pad not in ("NOTSET", "VALID"):
+                return NoMatch(f"MaxPool auto_pad is {auto_pad}: its pads depend on the input size")
+            got = _begin_end(m, n + 2)
+            if isinstance(got, NoMatch):
+                return got
+            begin, end = got
+            if begin[:2] != [0, 0] or end[:2] != [0, 0] or any(q < 0 for q in begin + end):
+                return NoMatch(f"Pad pads the batch or channel axis or crops (begin {begin}, end {end})")
+            old = (
+                [0] * (2 * n)
+                if auto_pad == "VALID"
+                else [int(q) for q in pool.attrs.get("pads", [0] * (2 * n))]
+            )
+            if any(old):
+                return NoMatch("the MaxPool pads with -inf of its own next to the edge Pad's copies")
+            pads = [begin[i + 2] for i in range(n)] + [end[i + 2] for i in range(n)]
+        else:
+            if not _non_negative(x):
+                return NoMatch(f"{describe(m['x'])} may be negative: a zero pad is not a -inf pad for it")
+            pads = _summed_pads(m, "MaxPool", n + 2)
+            if isinstance(pads, NoMatch):
+                return pads
+        if any(
+            pads[i] >= (ks[i] - 1) * dil[i] + 1 or pads[n + i] >= (ks[i] - 1) * dil[i] + 1 for i in range(n)
+        ):
+            return NoMatch(f"summed pads {pads} reach a whole window of {ks}")
+        m.data["pads"] = pads
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        pool = m.root
+        y = m.value("y")
+        attrs = {k: v for k, v in pool.attrs.items() if k != "auto_pad"}
+        attrs["pads"] = m.data["pads"]
+        return b.op(
+            "MaxPool",
+            [m.value("x")],
+            attrs,
+            types=result_type(shape_from=y, elem_from=y),
+            name=pool.name or None,
+            attr_types={k: t for k, t in pool.attr_types.items() if k not in ("auto_pad", "pads")},
+        )
+
+
 class FoldPad(RewritePass):
     name = "fold_pad"
-    rules = (FoldPadIntoConv(), FoldPadIntoAveragePool())
+    rules = (FoldPadIntoConv(), FoldPadIntoAveragePool(), FoldPadIntoMaxPool())

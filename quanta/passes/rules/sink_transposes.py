@@ -20,6 +20,9 @@ bytes, and an elementwise operator computes each element from the same elements)
 
     U(Transpose(x, p))                      -> Transpose(U(x), p)        U unary elementwise
     B(Transpose(x, p), Transpose(y, p), c)  -> Transpose(B(x, y, c'), p) B elementwise (n-ary)
+    Reduce(Transpose(x, p), axes)           -> Transpose(Reduce(x, p[axes]), p)        keepdims=1
+                                            -> Reduce(x, p[axes])   keepdims=0, the kept
+                                               axes in x's order (NHWC's mean over H, W)
     Transpose(Pad(x, pads), p)              -> Pad(Transpose(x, p), pads')   constant pads
     Transpose(Transpose(x, p), q)           -> Transpose(x, p∘q), or x when p∘q is the identity
     Shape(Transpose(x, p))                  -> Gather(Shape(x), p)   (the Transpose read by Shapes only)
@@ -52,6 +55,13 @@ UNARY = frozenset(
         "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN", "LeakyRelu", "Log", "Mish",
         "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Sigmoid", "Sign", "Sin",
         "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu",
+    }
+)  # fmt: skip
+#: reductions over ``axes`` (an attribute, or input 1 from the opsets that made it one)
+REDUCE = frozenset(
+    {
+        "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
+        "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare",
     }
 )  # fmt: skip
 #: elementwise operators over all their inputs (numpy broadcasting)
@@ -151,6 +161,8 @@ class SinkTransposes(Pass):
             return False
         if op == "Shape":
             return self._shape(graph, node)
+        if op in REDUCE:
+            return self._reduce(graph, node)
         if op in UNARY:
             data = [0]
             for v in node.inputs[1:]:
@@ -248,6 +260,52 @@ class SinkTransposes(Pass):
         y.producer = pad
         graph.nodes.remove(pad)
         graph.nodes.insert(graph.nodes.index(node) + 1, pad)
+        return True
+
+    @staticmethod
+    def _reduce(graph: Graph, node: Node) -> bool:
+        f = _transposed(node.input(0))
+        if f is None:
+            return False
+        t, p = f
+        r = len(p)
+        tv = t.outputs[0]
+        if any(c is not node for c in tv.consumers()) or any(o is tv for o in graph.outputs):
+            return False
+        if "axes" in node.attrs:
+            axes_v, raw = None, node.attrs["axes"]
+        else:
+            axes_v = node.input(1)
+            if axes_v is None or not axes_v.is_const:
+                return False  # no axes: every axis (or none), a case left as written
+            raw = np.asarray(axes_v.const).reshape(-1).tolist()
+        axes = sorted({int(a) % r for a in raw})
+        if not axes or int(node.attrs.get("noop_with_empty_axes", 0)):
+            return False
+        new_axes = sorted(p[a] for a in axes)
+        keep = int(node.attrs.get("keepdims", 1))
+        kept = [p[i] for i in range(r) if i not in axes]
+        if not keep and kept != sorted(kept):
+            return False  # the kept axes would come out in another order
+        x = t.inputs[0]
+        node.replace_input(0, x)
+        if axes_v is None:
+            node.attrs["axes"] = new_axes
+        else:
+            c = graph.add_initializer(graph.fresh_name(f"{axes_v.name}_t"), np.asarray(new_axes, np.int64))
+            node.replace_input(1, c)
+        if not keep:
+            return True  # the same shape and element order: nothing after it
+        out = node.outputs[0]
+        inv = _inverse(p)
+        shape = None if out.shape is None else tuple(out.shape[inv[j]] for j in range(r))
+        t2 = Value(graph.fresh_name(f"{out.name}_t"), TensorType(out.elem, shape) if out.type else None)
+        out.producer = None
+        node.outputs[0] = t2
+        t2.producer = node
+        graph.add_node(
+            Node("Transpose", [t2], [out], {"perm": p}, name=graph.fresh_name(f"sink_transposes/{out.name}")),
+        )
         return True
 
     @staticmethod

@@ -309,3 +309,60 @@ def test_fold_pad_into_average_pool_refuses_with_its_reason(kw, reason):
     run_passes(model, [p])
     assert [r.reason for r in p.why_not("FoldPadIntoAveragePool")] == [reason]
     assert format_graph(model.graph) == before
+
+
+def pad_maxpool_proto(*, mode="edge", relu=False, value=0.0, dilations=(1, 1), pads=(0, 0, 0, 1, 0, 0, 1, 1)):
+    """x [1, 7, 9, 11] -> (Relu) -> Pad -> MaxPool 3x3 stride 2: TF's "same" MaxPool."""
+    inits = [numpy_helper.from_array(np.asarray(pads, np.int64), "pads")]
+    pad_inputs = ["r" if relu else "x", "pads"]
+    if mode == "constant":
+        inits.append(numpy_helper.from_array(np.asarray(value, np.float32), "v"))
+        pad_inputs.append("v")
+    nodes = [helper.make_node("Relu", ["x"], ["r"])] if relu else []
+    nodes += [
+        helper.make_node("Pad", pad_inputs, ["p"], mode=mode),
+        helper.make_node(
+            "MaxPool", ["p"], ["y"], kernel_shape=[3, 3], strides=[2, 2], dilations=list(dilations)
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pad_maxpool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 7, 9, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(("mode", "relu"), [("edge", False), ("edge", True), ("constant", True)])
+def test_pad_folds_into_maxpool_when_the_maxima_are_the_same(mode, relu):
+    proto = pad_maxpool_proto(mode=mode, relu=relu)
+    model = load(proto)
+    result = run_passes(model, [FoldPad()])
+    assert result.fired("FoldPadIntoMaxPool") == 1
+    assert "Pad" not in model.graph.op_counts()
+    assert model.graph.find_nodes("MaxPool")[0].attrs["pads"] == [0, 1, 1, 1]
+    # negative inputs included: an edge pad repeats a cell of the window, a zero pad
+    # follows a Relu
+    x = {"x": np.random.default_rng(4).normal(-0.5, 1.0, (1, 7, 9, 11)).astype(np.float32)}
+    assert run_ref(model, x)[0].tobytes() == run_ref(proto, x)[0].tobytes()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "reason"),
+    [
+        (dict(mode="constant"), "may be negative: a zero pad is not a -inf pad for it"),
+        (dict(dilations=(2, 1)), "an edge Pad before a dilated MaxPool: a window may skip the border cell"),
+        (dict(mode="constant", relu=True, value=-1.0), "the pad value is [-1.0] (not +0.0)"),
+    ],
+)
+def test_maxpool_fold_refusals_leave_the_graph_unchanged(kwargs, reason):
+    model = load(pad_maxpool_proto(**kwargs))
+    before = model.graph.op_counts()
+    result = run_passes(model, [FoldPad()])
+    assert result.fired("FoldPadIntoMaxPool") == 0
+    assert any(reason in r.reason for r in result.why_not("FoldPadIntoMaxPool")), result.why_not(
+        "FoldPadIntoMaxPool"
+    )
+    assert model.graph.op_counts() == before

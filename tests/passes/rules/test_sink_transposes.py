@@ -155,3 +155,30 @@ def test_mixed_perms_and_computed_operands_stay():
         model, _ = _run(proto, [SinkTransposes(), EliminateDead()])
         add = model.graph.find_nodes("Add")[0]
         assert add.inputs[0].producer.op_type == "Transpose", second  # the Add still reads it
+
+
+def test_a_mean_over_nhwc_spatial_axes_reads_the_nchw_tensor():
+    # ReduceMean(Transpose(c, NHWC), axes=[1, 2]): over x's [2, 3] directly; keepdims=0
+    # needs no Transpose after it, keepdims=1 one on the [N, C, 1, 1] result
+    for keepdims, opset in ((0, 17), (1, 17), (0, 18)):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, C, H, W])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+        inits = []
+        if opset >= 18:
+            inits = [_init("axes", np.array([1, 2], np.int64))]
+            mean = helper.make_node("ReduceMean", ["t", "axes"], ["y"], keepdims=keepdims)
+        else:
+            mean = helper.make_node("ReduceMean", ["t"], ["y"], axes=[1, 2], keepdims=keepdims)
+        nodes = [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Transpose", ["r"], ["t"], perm=NHWC),
+            mean,
+        ]
+        proto = helper.make_model(
+            helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", opset)]
+        )
+        model, result = _run(proto, [SinkTransposes(), EliminateDead()])
+        assert result.fired("moved") == 1
+        assert model.graph.op_counts().get("Transpose", 0) == keepdims, (keepdims, opset)
+        feeds = {"x": np.random.default_rng(5).normal(0, 1, (2, C, H, W)).astype(F32)}
+        assert run_ref(model, feeds)[0].tobytes() == run_ref(proto, feeds)[0].tobytes(), (keepdims, opset)
