@@ -76,8 +76,9 @@ TABLE_OPS = frozenset(
         "LeakyRelu", "Log", "Mish", "Neg", "Reciprocal", "Relu", "Round", "Selu", "Shrink",
         "Sigmoid", "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh",
         "ThresholdedRelu",
-        # binary arithmetic (with scalar constants or group values)
-        "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min",
+        # binary arithmetic (with scalar constants or group values); PRelu's slope is a
+        # constant per channel in the Keras and Caffe nets that use it (a table per channel)
+        "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu",
     }
 )  # fmt: skip
 
