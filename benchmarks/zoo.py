@@ -612,7 +612,13 @@ def latency(model: Model, path: Path, threads: int, rounds: int = 5, per_round: 
 
 
 # files shipped already quantized by another tool (no FP32 source in the wheel)
-SHIPPED_QUANTIZED = ("minilm_int8", "smart_turn_int8", "tashkeel_int8", "voicefilter_embedder_int8")
+SHIPPED_QUANTIZED = (
+    "minilm_int8",
+    "smart_turn_int8",
+    "tashkeel_int8",
+    "voicefilter_embedder_int8",
+    "t5_enc_int8",
+)
 
 
 def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[dict]:

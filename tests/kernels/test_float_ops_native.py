@@ -649,7 +649,7 @@ def test_boundary_errors_name_the_argument() -> None:
         (lambda: _native.softmax_f32(np.zeros((), F32)), "softmax_f32: x: expected rank >= 1"),
         (
             lambda: _native.binary_f32("pow", x, x),
-            "binary_f32: op: expected one of add, sub, mul, div, max, min, got 'pow'",
+            "binary_f32: op: expected one of add, sub, mul, div, max, min, prelu, got 'pow'",
         ),
         (
             lambda: _native.binary_f32("add", x, np.zeros(4, F32)),

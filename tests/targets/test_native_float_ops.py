@@ -172,6 +172,36 @@ def test_binary_kernels_match_reference(op_type, a_shape, b_shape) -> None:
     run_both(op_type, [a, b], {})
 
 
+@pytest.mark.parametrize(
+    ("x_shape", "slope_shape"),
+    [
+        ((2, 7, 5, 3), (7, 1, 1)),  # a slope per channel, NCHW (Caffe, torch)
+        ((1, 17, 9, 13), (1, 17, 1, 1)),  # keras2onnx's [1, C, 1, 1]
+        ((2, 5, 3, 17), (17,)),  # NHWC (tf2onnx), and a Dense layer's [N, 17]
+        ((3, 65), ()),  # one slope
+        ((1, 3, 7, 7), (1, 3, 7, 7)),  # a slope per element
+    ],
+)
+def test_prelu_kernel_matches_reference(x_shape, slope_shape) -> None:
+    """Slopes of both signs and zero; x with the IEEE specials (a NaN stays NaN, -0 keeps
+    its sign: -0 < 0 is false)."""
+    rng = np.random.default_rng(len(x_shape) * 10 + len(slope_shape))
+    x = unary_operand(rng, x_shape)
+    slope = np.array(rng.standard_normal(slope_shape) * 0.3, F32)
+    slope.reshape(-1)[:1] = 0.0
+    run_both("PRelu", [x, slope], {}, opset=16)
+
+
+def test_prelu_slope_wider_than_x_goes_to_the_twin_and_its_error() -> None:
+    kernel, reason = bind("PRelu", 2)
+    assert kernel is not None and kernel.name == "native:prelu_f32", reason
+    before = RUNTIME_FALLBACKS["PRelu"]
+    with pytest.raises(OpError, match="slope must broadcast to x"):
+        kernel.fn(KernelContext(opset=16), np.ones((1, 3), F32), np.ones((2, 3), F32), **kernel.params)
+    assert RUNTIME_FALLBACKS["PRelu"] == before + 1
+    assert bind("PRelu", 2, dtype=np.float16) == (None, "native PRelu takes float32 X, got float16")
+
+
 def unary_operand(rng: np.random.Generator, shape: tuple) -> np.ndarray:
     """Normal values around the splits of erf / tanh with IEEE specials sprinkled in."""
     x = np.array(rng.standard_normal(shape) * 2.5, F32)

@@ -120,8 +120,10 @@ py::array binary_f32(const std::string& op_name, const py::handle& a_obj, const 
     op = float_ops::BinaryOp::kMax;
   } else if (op_name == "min") {
     op = float_ops::BinaryOp::kMin;
+  } else if (op_name == "prelu") {
+    op = float_ops::BinaryOp::kPRelu;
   } else {
-    throw py::value_error("binary_f32: op: expected one of add, sub, mul, div, max, min, got '" + op_name + "'");
+    throw py::value_error("binary_f32: op: expected one of add, sub, mul, div, max, min, prelu, got '" + op_name + "'");
   }
   auto a = require_array<float>(a_obj, "binary_f32: a");
   auto b = require_array<float>(b_obj, "binary_f32: b");

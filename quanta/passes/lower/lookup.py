@@ -54,7 +54,15 @@ from quanta.passes.pattern import Builder, Match, NoMatch, Rule
 from quanta.passes.rules._util import describe, node_qtype
 from quanta.passes.rules.fold_constants import Evaluator
 
-__all__ = ["MAX_GROUP", "QUANTA_DOMAIN", "QUANTA_TABLE_OPS", "TABLE_OPS", "LowerLookup", "lookup_codes"]
+__all__ = [
+    "MAX_GROUP",
+    "QUANTA_DOMAIN",
+    "QUANTA_TABLE_OPS",
+    "TABLE_OPS",
+    "LowerLookup",
+    "constant_codes",
+    "lookup_codes",
+]
 
 QUANTA_DOMAIN = "quanta"
 
@@ -68,8 +76,9 @@ TABLE_OPS = frozenset(
         "LeakyRelu", "Log", "Mish", "Neg", "Reciprocal", "Relu", "Round", "Selu", "Shrink",
         "Sigmoid", "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh",
         "ThresholdedRelu",
-        # binary arithmetic (with scalar constants or group values)
-        "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min",
+        # binary arithmetic (with scalar constants or group values); PRelu's slope is a
+        # constant per channel in the Keras and Caffe nets that use it (a table per channel)
+        "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu",
     }
 )  # fmt: skip
 
@@ -104,14 +113,33 @@ def _channel_axis(const_shape: tuple[int, ...], x_shape: tuple | None) -> int | 
     return varying[0]
 
 
+def constant_codes(v: Value | None) -> bool:
+    """``v`` is a constant or a QuantizeLinear of constants (ONNX Runtime's quantizer writes
+    a Constant node's value as ``QuantizeLinear(Constant)``, which stays a node until
+    constant folding runs), so the same codes on every run."""
+    if v is None:
+        return False
+    if v.is_const:
+        return True
+    p = v.producer
+    return (
+        p is not None
+        and p.op_type == "QuantizeLinear"
+        and not p.domain
+        and all(i is None or i.is_const for i in p.inputs)
+    )
+
+
 def _dequantized_constant(v: Value) -> bool:
-    """``v`` is a DequantizeLinear of constants (a quantized weight), so a constant too."""
+    """``v`` is a DequantizeLinear of constant codes (a quantized weight), so a constant too."""
     p = v.producer
     return (
         p is not None
         and p.op_type == "DequantizeLinear"
         and not p.domain
-        and all(i is None or i.is_const for i in p.inputs)
+        and bool(p.inputs)
+        and constant_codes(p.inputs[0])
+        and all(i is None or i.is_const for i in p.inputs[1:])
     )
 
 
@@ -121,8 +149,12 @@ def _constant_shape(v: Value | None) -> tuple[int, ...] | None:
         return None
     if v.is_const:
         return tuple(np.shape(v.const))
-    if _dequantized_constant(v):
-        return tuple(np.shape(v.producer.inputs[0].const))
+    p = v.producer
+    if p is not None and _dequantized_constant(v):
+        codes = p.inputs[0]
+        if codes is not None and not codes.is_const and codes.producer is not None:
+            codes = codes.producer.inputs[0]  # QuantizeLinear(constant): the constant's shape
+        return tuple(np.shape(codes.const)) if codes is not None else None
     return None
 
 
@@ -269,9 +301,9 @@ class LowerLookup(Rule):
                 return None
             if id(v) in values:
                 return values[id(v)]
-            if not v.is_const:  # a dequantized weight: its DequantizeLinear on its constants
+            if not v.is_const:  # a dequantized weight: its DequantizeLinear (and QuantizeLinear)
                 p = v.producer
-                assert p is not None and _dequantized_constant(v)
+                assert p is not None and (_dequantized_constant(v) or constant_codes(v))
                 values[id(v)] = np.asarray(self.evaluator(p, [arg(i) for i in p.inputs])[0])
                 return values[id(v)]
             return np.asarray(v.const)

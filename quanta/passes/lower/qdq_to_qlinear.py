@@ -49,7 +49,7 @@ from quanta.ir.graph import Node, Value, result_type
 from quanta.ir.op_rules import Stage
 from quanta.ir.types import IntType, QuantType
 from quanta.passes.lower.conv_float_output import LowerConvFloatOutput
-from quanta.passes.lower.lookup import LowerLookup
+from quanta.passes.lower.lookup import LowerLookup, constant_codes
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import FOLDED_OFFSET, describe, node_qtype
 from quanta.passes.rules.fold_constants import Evaluator
@@ -495,7 +495,16 @@ class LowerGemmFloatOutput(Rule):
 
 
 class LowerBinary(Rule):
-    """``Q(Add|Mul(DQ(a), DQ(b))) -> com.microsoft::QLinearAdd|QLinearMul(a, sa, za, b, sb, zb, sy, zy)``."""
+    """``Q(Add|Mul(DQ(a), DQ(b))) -> com.microsoft::QLinearAdd|QLinearMul(a, sa, za, b, sb, zb, sy, zy)``.
+
+    Refused for int8 with one constant operand (``x + 1`` and ``x * 0.5`` of a GELU
+    written out, a normalization's constants): ONNX Runtime runs that group in float
+    on x86, and QLinearAdd's single rounding of ``a·ra + b·rb + zy`` parts from the
+    float group's on the many exact ties such constants make (40 % of the codes of
+    ``erf + 1`` in a GELU: 2/255-scaled codes plus one, requantized at 2/255).
+    The group is then a function of one 8-bit tensor, and LowerLookup's table computes
+    it as the file does.
+    """
 
     pattern = (
         "y = QuantizeLinear(c = Add|Mul(af = DequantizeLinear(a, sa, za?), "
@@ -518,6 +527,13 @@ class LowerBinary(Rule):
         if not (qa.storage == qb.storage == qy.storage):
             return NoMatch(
                 f"operands are stored as {qa.storage}, {qb.storage} -> {qy.storage}; the op takes one type"
+            )
+        if str(qy.storage) == "i8" and (constant_codes(m["a"]) or constant_codes(m["bb"])):
+            return NoMatch(
+                "int8 with a constant operand: ONNX Runtime computes this group in float "
+                "(on x86 it moves each int8 Q -> DQ pair to uint8 but not a constant's "
+                "DequantizeLinear, so the types differ and it fuses no QLinearAdd / "
+                "QLinearMul); LowerLookup's table is that float group bit for bit"
             )
         m.data.update(qa=qa, qb=qb, qy=qy)
         return m

@@ -20,6 +20,7 @@ quanta LayerNormDiv    ``layer_norm_f32(divide=True)``             nn_norm.layer
 Add, Sub, Mul, Div     ``binary_f32``, numpy broadcasting          math_ops (np.add, ...): one IEEE
                                                                   operation per element
 Max, Min (2 inputs)    ``binary_f32("max" | "min")``              math_ops (np.maximum / minimum)
+PRelu                  ``binary_f32("prelu")``, slope to x's shape nn.prelu (x < 0 ? x·slope : x)
 quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.mlas_logistic_op /
 MlasTanh                                                          mlas_tanh_op (ORT's MLAS functions)
 Add, Sub, Mul, Div,    ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
@@ -71,6 +72,7 @@ __all__ = [
     "bind_mlas_logistic",
     "bind_mlas_tanh",
     "bind_mul",
+    "bind_prelu",
     "bind_relu",
     "bind_sigmoid",
     "bind_softmax",
@@ -540,6 +542,36 @@ bind_div = _bind_binary("Div")
 # LeakyReLU variants as Max(x, alpha·x)
 bind_max = _bind_binary("Max")
 bind_min = _bind_binary("Min")
+
+
+@_with_fallback("PRelu")
+def _prelu_native(ctx: Any, x: Any, slope: Any, *, out: Any) -> np.ndarray:
+    """PRelu, float32: ``x < 0 ? x · slope : x``, one IEEE product where x < 0 (nn.prelu).
+    A slope that does not broadcast to x's shape (ONNX's broadcast is one-way) goes to the
+    twin, which names the shapes."""
+    x, slope = _f32(x), _f32(slope)
+    if np.broadcast_shapes(x.shape, slope.shape) != x.shape:
+        raise _Unsupported
+    return _native().binary_f32("prelu", x, slope, _threads(ctx), out)
+
+
+def _prelu_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    if sig.dtypes != (F32, F32) or len(sig.shapes) != 2 or sig.shapes[0] is None or sig.shapes[1] is None:
+        return None
+    if np.broadcast_shapes(sig.shapes[0], sig.shapes[1]) != sig.shapes[0]:
+        return None
+    binary, threads, out = _native().binary_f32, step_threads(sig), sig.out
+    return guarded(lambda x, s: binary("prelu", x, s, threads, out), _prelu_native, attrs, out)
+
+
+@register_binder("PRelu")
+def bind_prelu(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 PRelu (Keras and Caffe face detectors: a slope per channel)."""
+    del model  # unused: the choice depends on the node's types only
+    reason = _check_f32("PRelu", ("X", node.input(0)), ("slope", node.input(1)))
+    if reason:
+        return None, reason
+    return _kernel(_prelu_native, "prelu_f32", node, _prelu_specialized)
 
 
 # --------------------------------------------------------------------------------------

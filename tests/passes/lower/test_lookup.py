@@ -232,8 +232,8 @@ def test_lookup_refuses_constants_along_different_axes():
 
 def channel_proto(kind: str, dtype=np.uint8, shape=(2, 7, 5, 33), axis: int = 1):
     """x_in -> Q -> DQ -> f -> Q -> DQ with f varying along ``axis``: a BatchNormalization
-    ("bn", axis 1), ORT's affine form of one (Mul, Add by [C, 1, 1] constants), or a
-    per-channel Add then HardSigmoid."""
+    ("bn", axis 1), ORT's affine form of one (Mul, Add by [C, 1, 1] constants), a PRelu
+    with a slope per channel, or a per-channel Add then HardSigmoid."""
     rng = np.random.default_rng(11)
     ch = shape[axis]
     zx, zy = (131, 17) if dtype == np.uint8 else (3, -111)
@@ -251,6 +251,9 @@ def channel_proto(kind: str, dtype=np.uint8, shape=(2, 7, 5, 33), axis: int = 1)
             c("mean", rng.uniform(-0.5, 0.5, ch)),
             c("var", rng.uniform(0.2, 3, ch)),
         ]
+    elif kind == "prelu":  # Keras / Caffe face detectors: a slope per channel, both signs
+        nodes.append(mk("PRelu", ["x", "slope"], ["f"]))
+        consts = [c("slope", rng.uniform(-0.5, 0.8, (ch, *trailing)))]
     elif kind == "affine":
         nodes += [mk("Mul", ["x", "a"], ["m"]), mk("Add", ["m", "k"], ["f"])]
         consts = [c("a", rng.uniform(0.3, 2.5, (ch, *trailing))), c("k", rng.uniform(-1, 1, (ch, *trailing)))]
@@ -277,7 +280,14 @@ def channel_proto(kind: str, dtype=np.uint8, shape=(2, 7, 5, 33), axis: int = 1)
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize(
     "kind,shape,axis",
-    [("bn", (2, 7, 5, 33), 1), ("bn", (1, 17, 259), 1), ("affine", (2, 7, 5, 33), 1), ("add", (3, 4, 17), 2)],
+    [
+        ("bn", (2, 7, 5, 33), 1),
+        ("bn", (1, 17, 259), 1),
+        ("affine", (2, 7, 5, 33), 1),
+        ("add", (3, 4, 17), 2),
+        ("prelu", (2, 7, 5, 33), 1),
+        ("prelu", (3, 4, 17), 2),
+    ],
 )
 def test_lookup_per_channel_is_bit_exact_with_the_group(kind, shape, axis, dtype):
     """Failure signature: a row of the table computed for the wrong channel (the codes laid

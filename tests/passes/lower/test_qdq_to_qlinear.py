@@ -33,6 +33,7 @@ from quanta.passes.lower.qdq_to_qlinear import (
 from quanta.passes.pattern import RewritePass
 from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.passes.rules.fuse_activation import DropImpliedActivation
+from quanta.runtime.compile import compile as compile_plan
 from tests.ir import models
 from tests.ort_int8 import fit_s8  # weights ORT computes exactly on this CPU
 from tests.passes.helpers import run_passes, run_ref
@@ -357,6 +358,85 @@ def test_lower_binary_refuses_mixed_storage():
     assert [r.reason for r in result.why_not("LowerBinary")] == [
         "operands are stored as u8, i8 -> u8; the op takes one type"
     ]
+
+
+def constant_operand_proto(op: str, storage: int, c: float, sc: float, zc: int, sy: float, zy: int):
+    """``Q(op(DQ(Q(Erf(DQ(x)))), DQ(QuantizeLinear(Constant c))))`` as ONNX Runtime's quantizer
+    writes a GELU's ``+ 1`` / ``* 0.5``: the activation reaches the op through a Q -> DQ
+    pair of the graph, the constant through ``QuantizeLinear`` of a Constant node."""
+    np_t = helper.tensor_dtype_to_np_dtype(storage)
+    off = 0 if storage == TensorProto.INT8 else 128
+    inits = [
+        numpy_helper.from_array(np.float32(0.021), "sx"),
+        numpy_helper.from_array(np.array(3 + off, np_t), "zx"),
+        numpy_helper.from_array(np.float32(2 / 255), "sa"),  # erf in [-1, 1]
+        numpy_helper.from_array(np.array(off, np_t), "za"),
+        numpy_helper.from_array(np.float32(sc), "sc"),
+        numpy_helper.from_array(np.array(zc + off, np_t), "zc"),
+        numpy_helper.from_array(np.float32(sy), "sy"),
+        numpy_helper.from_array(np.array(zy + off, np_t), "zy"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "sx", "zx"], ["xf"], name="dqx"),
+        helper.make_node("Erf", ["xf"], ["e"], name="erf"),
+        helper.make_node("QuantizeLinear", ["e", "sa", "za"], ["eq"], name="qe"),
+        helper.make_node("DequantizeLinear", ["eq", "sa", "za"], ["ef"], name="dqe"),
+        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.float32(c)), name="cst"),
+        helper.make_node("QuantizeLinear", ["c", "sc", "zc"], ["cq"], name="qcst"),
+        helper.make_node("DequantizeLinear", ["cq", "sc", "zc"], ["cf"], name="dqcst"),
+        helper.make_node(op, ["ef", "cf"], ["s"], name="op"),
+        helper.make_node("QuantizeLinear", ["s", "sy", "zy"], ["y"], name="qy"),
+    ]
+    shape = [2, 7, 3, 17]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", storage, shape)],
+        [helper.make_tensor_value_info("y", storage, shape)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+CONSTANT_OPERANDS = {
+    # a GELU's "+ 1" at ORT's scales: (2/255-scaled codes + 1) requantized at 2/255 is an
+    # exact tie on every code; float rounding breaks each tie its own way
+    "gelu_add_one": ("Add", 1.0, 1 / 255, -128, 2 / 255, -128),
+    "gelu_mul_half": ("Mul", 0.5, 1 / 510, -128, 1 / 255, 0),
+    "distinct_scales": ("Add", 0.37, 0.0031, 5, 0.017, -3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONSTANT_OPERANDS))
+def test_int8_binary_with_a_constant_runs_as_onnx_runtime_runs_it(case):
+    ort = pytest.importorskip("onnxruntime")
+    op, c, sc, zc, sy, zy = CONSTANT_OPERANDS[case]
+    proto = constant_operand_proto(op, TensorProto.INT8, c, sc, zc, sy, zy)
+    onnx.checker.check_model(proto, full_check=True)
+    model = load(proto)
+    result = compile_plan(model, "reference").passes  # the session's pipeline: the Constant folded first
+    assert [r.reason.split(":")[0] for r in result.why_not("LowerBinary")] == ["int8 with a constant operand"]
+    counts = model.graph.op_counts()
+    assert counts.get(f"com.microsoft::QLinear{op}", 0) == 0
+    assert counts["quanta::QLinearLookup"] == 2  # DQ -> Erf -> Q, and the constant's group
+    x = np.arange(-128, 128, dtype=np.int8)
+    x = np.resize(np.random.default_rng(7).permutation(x), (2, 7, 3, 17)).astype(np.int8)
+    want = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
+    got = quanta.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_uint8_binary_with_a_constant_stays_qlinear_as_onnx_runtime_fuses_it():
+    ort = pytest.importorskip("onnxruntime")
+    op, c, sc, zc, sy, zy = CONSTANT_OPERANDS["gelu_add_one"]
+    proto = constant_operand_proto(op, TensorProto.UINT8, c, sc, zc, sy, zy)
+    model = load(proto)
+    assert compile_plan(model, "reference").passes.fired("LowerBinary") == 1
+    assert model.graph.op_counts()["com.microsoft::QLinearAdd"] == 1
+    x = np.resize(np.random.default_rng(7).permutation(256).astype(np.uint8), (2, 7, 3, 17))
+    want = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
+    got = quanta.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
 
 
 def test_lower_concat_pool_and_unary(tmp_path):

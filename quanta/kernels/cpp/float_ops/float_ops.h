@@ -89,7 +89,8 @@
 namespace quanta {
 namespace float_ops {
 
-enum class BinaryOp : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3, kMax = 4, kMin = 5 };
+// kPRelu: a < 0 ? a * b : a (ONNX PRelu, b the slope), NaN a stays NaN
+enum class BinaryOp : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3, kMax = 4, kMin = 5, kPRelu = 6 };
 enum class UnaryOp : int {
   kErf = 0,
   kTanh = 1,
@@ -121,7 +122,7 @@ using LayerNormRowsFn = void (*)(const float* x, float* y, int64_t rows, int64_t
 // One table per ISA (filled by float_ops_<isa>.cc).
 struct Kernels {
   const char* isa;
-  BinaryRunFn binary[6];  // indexed by BinaryOp
+  BinaryRunFn binary[7];  // indexed by BinaryOp
   ExpRunFn exp;
   SoftmaxRowsFn softmax;
   LayerNormRowsFn layer_norm;

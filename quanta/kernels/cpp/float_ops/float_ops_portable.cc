@@ -75,7 +75,7 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
 const Kernels kKernelsPortable = {
     "portable",
     {binary_run<BinaryOp::kAdd>, binary_run<BinaryOp::kSub>, binary_run<BinaryOp::kMul>, binary_run<BinaryOp::kDiv>,
-     binary_run<BinaryOp::kMax>, binary_run<BinaryOp::kMin>},
+     binary_run<BinaryOp::kMax>, binary_run<BinaryOp::kMin>, binary_run<BinaryOp::kPRelu>},
     exp_run,
     softmax_rows,
     layer_norm_rows,

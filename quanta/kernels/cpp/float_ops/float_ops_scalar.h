@@ -224,6 +224,7 @@ inline float binary_one(float a, float b) {
   if constexpr (op == BinaryOp::kMul) return a * b;
   if constexpr (op == BinaryOp::kMax) return a != a ? a : (a > b ? a : b);
   if constexpr (op == BinaryOp::kMin) return a != a ? a : (a < b ? a : b);
+  if constexpr (op == BinaryOp::kPRelu) return a < 0.0f ? a * b : a;
   return a / b;
 }
 

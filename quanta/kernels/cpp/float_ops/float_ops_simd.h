@@ -247,6 +247,10 @@ inline typename T::V binary_v(typename T::V a, typename T::V b) {
     const typename T::V r = op == BinaryOp::kMax ? T::max(a, b) : T::min(a, b);
     return T::select(T::template cmp<_CMP_UNORD_Q>(a, a), r, a);
   }
+  if constexpr (op == BinaryOp::kPRelu) {
+    // the product where a < 0 (ordered: a NaN a stays), a elsewhere
+    return T::select(T::template cmp<_CMP_LT_OQ>(a, T::zero()), a, T::mul(a, b));
+  }
   return T::div(a, b);
 }
 
@@ -286,7 +290,8 @@ template <class T>
 constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNormRowsFn layer_norm) {
   return Kernels{isa,
                  {binary_run_v<T, BinaryOp::kAdd>, binary_run_v<T, BinaryOp::kSub>, binary_run_v<T, BinaryOp::kMul>,
-                  binary_run_v<T, BinaryOp::kDiv>, binary_run_v<T, BinaryOp::kMax>, binary_run_v<T, BinaryOp::kMin>},
+                  binary_run_v<T, BinaryOp::kDiv>, binary_run_v<T, BinaryOp::kMax>, binary_run_v<T, BinaryOp::kMin>,
+                  binary_run_v<T, BinaryOp::kPRelu>},
                  unary_run_v<T, exp_v<T>>,
                  softmax,
                  layer_norm,
