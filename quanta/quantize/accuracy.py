@@ -104,6 +104,11 @@ class AccuracyTarget:
     # compare trials and check the target by the estimates of eqs. (11b) / (2b) (what the
     # metric is expected to be on unseen data), not by the plain metric on the held-out feeds
     estimate: bool = True
+    # the final file's calibration data: "calibration" (the part the trials calibrated on,
+    # the file the confirmation measured) or "all" (every feed given, held-out parts too:
+    # the chosen recipe with more data for its ranges and GPTQ statistics, the file that
+    # quantize_static with the recorded recipe on the same data writes)
+    final_data: str = "calibration"
 
     def __post_init__(self) -> None:
         if isinstance(self.metric, str) and self.metric not in METRICS:
@@ -116,6 +121,8 @@ class AccuracyTarget:
             self.minimum = DEFAULT_MINIMUM[self.metric]
         if not 0.0 < self.holdout < 1.0:
             raise ValueError(f"accuracy holdout: expected a share in (0, 1), got {self.holdout}")
+        if self.final_data not in ("calibration", "all"):
+            raise ValueError(f"accuracy final_data: expected 'calibration' or 'all', got {self.final_data!r}")
 
     @property
     def name(self) -> str:
@@ -786,7 +793,7 @@ def search(
                     f"trial's is {sigma:.3g} ({gap:.1f} dB too much)"
                 )
         # the final file: the best recipe, quantized once more straight to the output path
-        summary = quantize(src, model_output, calib, best_recipe)
+        summary = quantize(src, model_output, feeds if target.final_data == "all" else calib, best_recipe)
     report = AccuracyReport(
         target=target.name,
         minimum=float(minimum),

@@ -60,6 +60,26 @@ def test_the_search_is_deterministic(tmp_path):
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
 
 
+def test_the_final_file_on_every_feed_is_the_recorded_recipe_on_the_same_data(tmp_path):
+    """final_data="all": the recipe the search chose, calibrated on every feed given (the
+    held-out parts too): quantize_static with the recorded recipe on the same feeds
+    writes the same bytes; the default calibrates on the calibration part only."""
+    src = _src(tmp_path)
+    feeds = chain_feeds(10, 1, batch=40)
+    opts = {"method": "minmax", "smooth_quant": None, "verbose": False}
+    target = AccuracyTarget(metric="sqnr", minimum=35.0, final_data="all")
+    s = quanta.quantize_static(src, tmp_path / "all.onnx", feeds, accuracy=target, **opts)
+    assert s.accuracy.changes
+    recipe = quanta.quantize.static.recipe_of(tmp_path / "all.onnx")
+    quanta.quantize_static(src, tmp_path / "again.onnx", feeds, recipe, verbose=False)
+    assert (tmp_path / "all.onnx").read_bytes() == (tmp_path / "again.onnx").read_bytes()
+    part = AccuracyTarget(metric="sqnr", minimum=35.0)
+    quanta.quantize_static(src, tmp_path / "part.onnx", feeds, accuracy=part, **opts)
+    assert (tmp_path / "part.onnx").read_bytes() != (tmp_path / "all.onnx").read_bytes()
+    with pytest.raises(ValueError, match="final_data: expected 'calibration' or 'all'"):
+        AccuracyTarget(final_data="everything")
+
+
 def test_an_unreachable_target_stops_with_the_best_and_says_why(tmp_path):
     src = _src(tmp_path)
     target = AccuracyTarget(metric="sqnr", minimum=500.0, max_steps=3)
