@@ -434,9 +434,9 @@ def wide_macs(path: str | os.PathLike, macs: dict[str, int]) -> dict[str, set[st
     """Per activation of the QDQ file ``path``: the Conv / MatMul / Gemm nodes that run
     A16W8 when it is stored in 16 bits, those that read its DequantizeLinear and the one
     that writes it (through a Relu / Clip absorbed into its output range), among the
-    nodes of ``macs`` (node name -> MACs, the coverage of the same file). Counting the
-    writer too over-estimates where an integer output alone keeps 8-bit operands: the
-    budget of :func:`_budget_batch` errs on the side of the floor."""
+    nodes of ``macs`` (node name -> MACs, the coverage of the same file). The writer
+    counts: a group with a 16-bit output lowers to QLinearConv16 / QLinearMatMul16 as one
+    with a 16-bit input does (passes/lower/wide.py checks x, w and y)."""
     import onnx
 
     g = onnx.load(str(path), load_external_data=False).graph
