@@ -1199,8 +1199,17 @@ def _ablate(result: DebugResult, fmodel: Model, qmodel: Model, data: Any, limit:
 
 def ranking_overlap(result: DebugResult, k: int = 5) -> int:
     """How many of the ``k`` worst nodes by eq. (5) are among the ``k`` whose ablation
-    (eq. (6)) gains the most, over the nodes ablated."""
+    (eq. (6)) gains the most, over the nodes ablated.
+
+    The ablated nodes are the ones eq. (5) ranks worst (``compare(..., ablation=K)``), so
+    with K <= k both lists are every ablated node and the overlap is k by construction:
+    the check needs more nodes ablated than ``k`` (every node, for the strict test)."""
     abl = [(r, r.ablation_sqnr_db) for r in result.nodes if r.ablation_sqnr_db is not None]
+    if len(abl) <= k:
+        raise ValueError(
+            f"ranking_overlap: {len(abl)} node(s) ablated, top-{k} overlap needs more than {k} "
+            "(compare(..., ablation=K) with K > k)"
+        )
     by_est = [r.name for r, _ in sorted(abl, key=lambda p: -p[0].contribution)[:k]]
     by_abl = [r.name for r, _ in sorted(abl, key=lambda p: -p[1])[:k]]
     return len(set(by_est) & set(by_abl))

@@ -104,6 +104,11 @@ class AccuracyTarget:
     # compare trials and check the target by the estimates of eqs. (11b) / (2b) (what the
     # metric is expected to be on unseen data), not by the plain metric on the held-out feeds
     estimate: bool = True
+    # the final file's calibration data: "calibration" (the part the trials calibrated on,
+    # the file the confirmation measured) or "all" (every feed given, held-out parts too:
+    # the chosen recipe with more data for its ranges and GPTQ statistics, the file that
+    # quantize_static with the recorded recipe on the same data writes)
+    final_data: str = "calibration"
 
     def __post_init__(self) -> None:
         if isinstance(self.metric, str) and self.metric not in METRICS:
@@ -116,6 +121,8 @@ class AccuracyTarget:
             self.minimum = DEFAULT_MINIMUM[self.metric]
         if not 0.0 < self.holdout < 1.0:
             raise ValueError(f"accuracy holdout: expected a share in (0, 1), got {self.holdout}")
+        if self.final_data not in ("calibration", "all"):
+            raise ValueError(f"accuracy final_data: expected 'calibration' or 'all', got {self.final_data!r}")
 
     @property
     def name(self) -> str:
@@ -423,6 +430,84 @@ def _wide_batches(dbg: Any, recipe, target: AccuracyTarget, allowed: set[str]):
         yield acc, [r.name for r in ranked[:k]], dataclasses.replace(recipe, overrides=ov)
 
 
+def wide_macs(path: str | os.PathLike, macs: dict[str, int]) -> dict[str, set[str]]:
+    """Per activation of the QDQ file ``path``: the Conv / MatMul / Gemm nodes that run
+    A16W8 when it is stored in 16 bits, those that read its DequantizeLinear and the one
+    that writes it (through a Relu / Clip absorbed into its output range), among the
+    nodes of ``macs`` (node name -> MACs, the coverage of the same file). The writer
+    counts: a group with a 16-bit output lowers to QLinearConv16 / QLinearMatMul16 as one
+    with a 16-bit input does (passes/lower/wide.py checks x, w and y)."""
+    import onnx
+
+    g = onnx.load(str(path), load_external_data=False).graph
+    consumers: dict[str, list[Any]] = {}
+    producer: dict[str, Any] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+        for o in n.output:
+            producer[o] = n
+    out: dict[str, set[str]] = {}
+    for n in g.node:
+        if n.op_type != "QuantizeLinear" or n.domain not in ("", "ai.onnx"):
+            continue
+        t = n.input[0]
+        hit: set[str] = set()
+        for dq in consumers.get(n.output[0], []):
+            for c in consumers.get(dq.output[0], []) if dq.op_type == "DequantizeLinear" else []:
+                if c.name in macs:
+                    hit.add(c.name)
+        w = producer.get(t)
+        while w is not None and w.op_type in ("Relu", "Clip") and w.name not in macs:
+            w = producer.get(w.input[0])
+        if w is not None and w.name in macs:
+            hit.add(w.name)
+        out[t] = hit
+    return out
+
+
+def _budget_batch(dbg: Any, recipe, allowed: set[str], path: str, summary: Any, floor: float):
+    """The worst nodes by eq. (5), in rank order, whose activations fit in 16 bits while
+    the 8-bit integer MAC share stays at least ``floor``: a node whose widening would
+    pass the budget is skipped and the next tried (a cheap node further down still
+    fits). Returns (share of eq. (5), node names, recipe), or None when none fits."""
+    from quanta.quantize.recipe import TensorOverride
+
+    cov = getattr(summary, "coverage", None)
+    if cov is None or not cov.total_macs:
+        return None
+    macs = {n.name: n.macs for n in cov.nodes if n.macs and n.integer_op}
+    wide_now = {n.name for n in cov.nodes if n.integer_op and n.integer_op.endswith("16")}
+    int8_now = sum(m for k, m in macs.items() if k not in wide_now)
+    budget = int8_now - floor * cov.total_macs
+    if budget <= 0:
+        return None
+    readers = wide_macs(path, macs)
+    ov = dict(recipe.overrides)
+    spent: set[str] = set(wide_now)
+    used, share, names = 0, 0.0, []
+    for r in dbg.worst(len(dbg.nodes)):
+        if r.contribution <= 0:
+            continue
+        ts = [t for t in [r.output, *r.inputs] if t in allowed and dbg.tensor(t) is not None]
+        if not ts:
+            continue
+        more = set().union(*(readers.get(t, set()) for t in ts)) - spent
+        cost = sum(macs[k] for k in more)
+        if used + cost > budget:
+            continue
+        used += cost
+        spent |= more
+        share += r.contribution
+        names.append(r.name)
+        for t in ts:
+            old = ov.get(t)
+            ov[t] = TensorOverride(range=None if old is None else old.range, dtype="int16")
+    if not names:
+        return None
+    return share, names, dataclasses.replace(recipe, overrides=ov)
+
+
 _GLOBAL_FIXES = (
     ("GPTQ weight rounding for every layer (docs/debugger.md eq. (12))", "weight_rounding", "gptq"),
     ("SmoothQuant balancing, alpha 0.8 (eq. (13))", "smooth_quant", 0.8),
@@ -566,6 +651,7 @@ def search(
             # per batch measures, so no per-layer evaluation is needed
             dbg = compare(src, best_path, calib[: target.debug_feeds], histograms=False, engine=engine)
             dbg_path = best_path
+            over_floor = False
             for share, names, rec in _wide_batches(dbg, best_recipe, target, widenable(best_path)):
                 if steps >= target.max_steps:
                     break
@@ -579,6 +665,7 @@ def search(
                 int8, share_all = int8_share(summary), summary.integer_share
                 if target.min_int8_share is not None and int8 is not None and int8 < target.min_int8_share:
                     tried[-1] += f" (not kept: 8-bit integer MAC share {int8 * 100:.1f} %)"
+                    over_floor = True
                     break  # the next batch is larger still
                 floor = target.min_integer_share
                 if floor is not None and share_all is not None and share_all < floor:
@@ -590,6 +677,32 @@ def search(
                     changes.append(f"{text} ({tried[-1].rsplit(': ', 1)[1]}): {', '.join(names[:8])}{more}")
                 if best_value >= minimum:
                     break
+            floor8 = target.min_int8_share
+            budgeted = None
+            if over_floor and floor8 is not None and best_value < minimum and steps < target.max_steps:
+                budgeted = _budget_batch(
+                    dbg, best_recipe, widenable(best_path), best_path, best_summary, floor8
+                )
+            if budgeted is not None and floor8 is not None:
+                # the share batches pass the 8-bit floor: the worst nodes that fit under it
+                share, names, rec = budgeted
+                steps += 1
+                value, path, summary = measure(rec)
+                text = (
+                    f"16-bit activations around the {len(names)} worst layer(s) by eq. (5) that fit the "
+                    f"8-bit MAC floor ({share * 100:.0f} % of the estimated error)"
+                )
+                tried.append(f"{text}: {best_value:.4g} -> {value:.4g}")
+                int8, share_all = int8_share(summary), summary.integer_share
+                floor = target.min_integer_share
+                if int8 is not None and int8 < floor8:
+                    tried[-1] += f" (not kept: 8-bit integer MAC share {int8 * 100:.1f} %)"
+                elif floor is not None and share_all is not None and share_all < floor:
+                    tried[-1] += f" (not kept: integer MAC share {share_all * 100:.1f} %)"
+                elif value > best_value:
+                    best_value, best_path, best_summary, best_recipe = value, path, summary, rec
+                    more = f" and {len(names) - 8} more" if len(names) > 8 else ""
+                    changes.append(f"{text} ({tried[-1].rsplit(': ', 1)[1]}): {', '.join(names[:8])}{more}")
         while True:
             if best_value >= minimum:
                 confirmed = confirm(best_path, best_value)
@@ -680,7 +793,7 @@ def search(
                     f"trial's is {sigma:.3g} ({gap:.1f} dB too much)"
                 )
         # the final file: the best recipe, quantized once more straight to the output path
-        summary = quantize(src, model_output, calib, best_recipe)
+        summary = quantize(src, model_output, feeds if target.final_data == "all" else calib, best_recipe)
     report = AccuracyReport(
         target=target.name,
         minimum=float(minimum),

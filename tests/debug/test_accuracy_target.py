@@ -60,6 +60,26 @@ def test_the_search_is_deterministic(tmp_path):
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
 
 
+def test_the_final_file_on_every_feed_is_the_recorded_recipe_on_the_same_data(tmp_path):
+    """final_data="all": the recipe the search chose, calibrated on every feed given (the
+    held-out parts too): quantize_static with the recorded recipe on the same feeds
+    writes the same bytes; the default calibrates on the calibration part only."""
+    src = _src(tmp_path)
+    feeds = chain_feeds(10, 1, batch=40)
+    opts = {"method": "minmax", "smooth_quant": None, "verbose": False}
+    target = AccuracyTarget(metric="sqnr", minimum=35.0, final_data="all")
+    s = quanta.quantize_static(src, tmp_path / "all.onnx", feeds, accuracy=target, **opts)
+    assert s.accuracy.changes
+    recipe = quanta.quantize.static.recipe_of(tmp_path / "all.onnx")
+    quanta.quantize_static(src, tmp_path / "again.onnx", feeds, recipe, verbose=False)
+    assert (tmp_path / "all.onnx").read_bytes() == (tmp_path / "again.onnx").read_bytes()
+    part = AccuracyTarget(metric="sqnr", minimum=35.0)
+    quanta.quantize_static(src, tmp_path / "part.onnx", feeds, accuracy=part, **opts)
+    assert (tmp_path / "part.onnx").read_bytes() != (tmp_path / "all.onnx").read_bytes()
+    with pytest.raises(ValueError, match="final_data: expected 'calibration' or 'all'"):
+        AccuracyTarget(final_data="everything")
+
+
 def test_an_unreachable_target_stops_with_the_best_and_says_why(tmp_path):
     src = _src(tmp_path)
     target = AccuracyTarget(metric="sqnr", minimum=500.0, max_steps=3)
@@ -167,6 +187,69 @@ def test_sixteen_bit_activations_reach_a_target_with_every_mac_integer(tmp_path)
     s2 = quanta.quantize_static(src, tmp_path / "s.onnx", feeds, accuracy=strict, verbose=False)
     assert not any("16-bit" in c for c in s2.accuracy.changes)
     assert any("not kept: 8-bit" in t for t in s2.accuracy.tried), s2.accuracy.tried
+
+
+def _two_branches(tmp_path):
+    """Two spiky inputs, two _spiky chains: x[N,17] -> MatMul big (17x64) -> Relu ->
+    MatMul tail_b (64x3) -> yb and z[N,9] -> MatMul small (9x4) -> Relu -> MatMul tail_s
+    (4x3) -> ys. big holds 82 % of the MACs and (its spikes 200x) the most error."""
+    rng = np.random.default_rng(8)
+    w = {
+        "wb": rng.standard_normal((17, 64)).astype(np.float32) * 0.3,
+        "tb": rng.standard_normal((64, 3)).astype(np.float32) * 0.3,
+        "ws": rng.standard_normal((9, 4)).astype(np.float32) * 0.3,
+        "ts": rng.standard_normal((4, 3)).astype(np.float32) * 0.3,
+    }
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "wb"], ["hb"], name="big"),
+            helper.make_node("Relu", ["hb"], ["rb"], name="relu_b"),
+            helper.make_node("MatMul", ["rb", "tb"], ["yb"], name="tail_b"),
+            helper.make_node("MatMul", ["z", "ws"], ["hs"], name="small"),
+            helper.make_node("Relu", ["hs"], ["rs"], name="relu_s"),
+            helper.make_node("MatMul", ["rs", "ts"], ["ys"], name="tail_s"),
+        ],
+        "two",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 17]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 9]),
+        ],
+        [
+            helper.make_tensor_value_info("yb", TensorProto.FLOAT, ["N", 3]),
+            helper.make_tensor_value_info("ys", TensorProto.FLOAT, ["N", 3]),
+        ],
+        [numpy_helper.from_array(v, k) for k, v in w.items()],
+    )
+    src = tmp_path / "two.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    r = np.random.default_rng(3)
+    feeds = []
+    for _ in range(10):
+        x = r.standard_normal((40, 17)).astype(np.float32)
+        x[r.random(x.shape) < 0.01] *= 200.0
+        z = r.standard_normal((40, 9)).astype(np.float32)
+        z[r.random(z.shape) < 0.01] *= 20.0
+        feeds.append({"x": x, "z": z})
+    return src, feeds
+
+
+def test_sixteen_bit_activations_within_the_8bit_floor(tmp_path):
+    """The 50 % batch (big) passes the 8-bit MAC floor; the search then widens the worst
+    nodes that fit under it (small, 3 % of the MACs) instead of stopping, and the file
+    keeps the floor."""
+    src, feeds = _two_branches(tmp_path)
+    target = AccuracyTarget(metric="sqnr", minimum=80.0, min_int8_share=0.9, max_steps=4)
+    s = quanta.quantize_static(src, tmp_path / "b.onnx", feeds, accuracy=target, verbose=False)
+    rep = s.accuracy
+    tried = "\n".join(rep.tried)
+    assert "not kept: 8-bit integer MAC share" in tried, tried
+    budget = [t for t in rep.tried if "fit the 8-bit MAC floor" in t]
+    assert len(budget) == 1 and "not kept" not in budget[0], tried
+    assert "16-bit activations around the 1 worst layer(s)" in budget[0]
+    assert rep.int8_share is not None and rep.int8_share >= 0.9
+    recipe = quanta.quantize.static.recipe_of(tmp_path / "b.onnx")
+    wide = {k for k, o in recipe.overrides.items() if o.dtype == "int16"}
+    assert wide <= {"z", "ys"} and "x" not in wide, (wide, rep.changes)
 
 
 def test_the_search_on_an_engine_takes_the_same_steps(tmp_path):

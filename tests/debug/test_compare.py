@@ -9,6 +9,7 @@ import tracemalloc
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import quanta
@@ -114,6 +115,15 @@ def test_ablation_agrees_with_the_two_pass_estimate(tmp_path):
     assert ranking_overlap(res, 2) == 2
     worst = res.worst(1)[0]
     assert worst.ablation_sqnr_db is not None and worst.ablation_sqnr_db > res.output_sqnr_db
+
+
+def test_ranking_overlap_refuses_a_count_that_holds_by_construction(tmp_path):
+    """With only the k worst nodes by eq. (5) ablated, both top-k lists are those k nodes."""
+    src, out = _quantized(tmp_path, chain())
+    res = compare(src, out, chain_feeds(2, 9), ablation=2)
+    assert res.ablation_passes == 2
+    with pytest.raises(ValueError, match=r"2 node\(s\) ablated, top-2 overlap needs more than 2"):
+        ranking_overlap(res, 2)
 
 
 def test_rare_spikes_show_as_outliers(tmp_path):

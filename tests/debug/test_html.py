@@ -3,8 +3,6 @@ parsed as HTML (and loaded by headless Chromium when it is installed)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from html.parser import HTMLParser
 
 import pytest
@@ -97,29 +95,72 @@ def test_without_matplotlib_the_tables_remain(result, monkeypatch):
     assert "suggested fix" in text
 
 
+# per chart: its box on the page, whether it holds a rendered SVG, and how many of its
+# drawn elements (paths, lines, rectangles, text) have a non-empty box
+_CHART_PROBE = """
+Array.from(document.querySelectorAll('div.chart')).map(div => {
+  const svg = div.querySelector('svg');
+  const r = div.getBoundingClientRect();
+  const drawn = svg ? Array.from(svg.querySelectorAll('path, line, rect, polyline, text')).filter(e => {
+    const b = e.getBBox(); return b.width > 0 || b.height > 0; }).length : 0;
+  return {id: div.id, svg: svg instanceof SVGSVGElement, drawn: drawn,
+          x: r.left + window.scrollX, y: r.top + window.scrollY, w: r.width, h: r.height};
+})
+"""
+
+
 def test_the_report_loads_in_headless_chromium(result, tmp_path):
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.skip("chromium is not installed")
+    """The report in a real browser: no console error, no exception, nothing fetched from
+    the network, every chart laid out with drawn elements and visible in the screenshot
+    (its box holds pixels of more than the background's one colour)."""
+    from PIL import Image
+
+    from tests.debug.chromium import chromium_path, load_page
+
+    if chromium_path() is None:
+        pytest.skip(
+            "chromium is not installed (Debian: apt-get install chromium); the browser check needs it"
+        )
     path = tmp_path / "r.html"
-    write_html(result, path)
+    write_html(result, path, title="chain")
+    page = load_page(path, _CHART_PROBE)
+    assert not page.errors, page.errors
+    assert not page.requests, f"the report fetches {page.requests}"
+    charts = page.value
+    ids = {c["id"] for c in charts}
+    assert {"chart-sqnr", "chart-contribution", "chart-hist-0"} <= ids
+    assert len(charts) == render_html(result).count("<div class='chart'")
     shot = tmp_path / "shot.png"
-    proc = subprocess.run(
-        [
-            exe,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--enable-logging=stderr",
-            "--v=0",
-            f"--screenshot={shot}",
-            "--window-size=1200,2400",
-            path.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    shot.write_bytes(page.screenshot)
+    img = Image.open(shot).convert("RGB")
+    assert img.width >= 1000 and img.height >= max(c["y"] + c["h"] for c in charts) - 1
+    for c in charts:
+        assert c["svg"] and c["drawn"] >= 5, c
+        assert c["w"] > 200 and c["h"] > 100, c
+        box = img.crop((int(c["x"]), int(c["y"]), int(c["x"] + c["w"]), int(c["y"] + c["h"])))
+        colours = box.getcolors(maxcolors=1 << 16)
+        assert colours is None or len(colours) > 8, f"{c['id']}: the chart's box is blank in the screenshot"
+        dark = sum(n for n, rgb in (colours or []) if sum(rgb) < 600)
+        assert colours is None or dark > 100, f"{c['id']}: nothing drawn in the chart's box"
+
+
+def test_the_browser_check_catches_a_broken_page(tmp_path):
+    """The browser check is not vacuous: a page that throws, logs an error and fetches
+    from the network is reported."""
+    from tests.debug.chromium import chromium_path, load_page
+
+    if chromium_path() is None:
+        pytest.skip(
+            "chromium is not installed (Debian: apt-get install chromium); the browser check needs it"
+        )
+    path = tmp_path / "bad.html"
+    path.write_text(
+        "<!DOCTYPE html><html><body><div class='chart' id='c'></div>"
+        "<img src='http://127.0.0.1:9/x.png'>"
+        "<script>console.error('broken chart'); null.x;</script></body></html>"
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert shot.exists() and shot.stat().st_size > 10_000
-    assert "Uncaught" not in proc.stderr and "CONSOLE" not in proc.stderr.upper().replace("CONSOLE_", "")
+    page = load_page(path, _CHART_PROBE)
+    text = " ".join(page.errors)
+    assert "broken chart" in text and "TypeError" in text
+    assert page.requests == ["http://127.0.0.1:9/x.png"]
+    assert [(c["id"], c["svg"], c["drawn"]) for c in page.value] == [("c", False, 0)]
