@@ -651,58 +651,55 @@ def search(
             # per batch measures, so no per-layer evaluation is needed
             dbg = compare(src, best_path, calib[: target.debug_feeds], histograms=False, engine=engine)
             dbg_path = best_path
-            over_floor = False
-            for share, names, rec in _wide_batches(dbg, best_recipe, target, widenable(best_path)):
-                if steps >= target.max_steps:
-                    break
+            floor8 = target.min_int8_share
+
+            def try_wide(text: str, names: list[str], rec: Any) -> str:
+                """Measures one 16-bit batch and keeps it when it measures better within
+                the MAC floors; returns the floor it breaks ("int8", "integer") or ""."""
+                nonlocal steps, best_value, best_path, best_summary, best_recipe
                 steps += 1
                 value, path, summary = measure(rec)
-                text = (
-                    f"16-bit activations around the {len(names)} layer(s) eq. (5) ranks worst "
-                    f"({share * 100:.0f} % of the estimated error)"
-                )
                 tried.append(f"{text}: {best_value:.4g} -> {value:.4g}")
                 int8, share_all = int8_share(summary), summary.integer_share
-                if target.min_int8_share is not None and int8 is not None and int8 < target.min_int8_share:
+                if floor8 is not None and int8 is not None and int8 < floor8:
                     tried[-1] += f" (not kept: 8-bit integer MAC share {int8 * 100:.1f} %)"
-                    over_floor = True
-                    break  # the next batch is larger still
+                    return "int8"
                 floor = target.min_integer_share
                 if floor is not None and share_all is not None and share_all < floor:
                     tried[-1] += f" (not kept: integer MAC share {share_all * 100:.1f} %)"
-                    continue
+                    return "integer"
                 if value > best_value:
                     best_value, best_path, best_summary, best_recipe = value, path, summary, rec
                     more = f" and {len(names) - 8} more" if len(names) > 8 else ""
                     changes.append(f"{text} ({tried[-1].rsplit(': ', 1)[1]}): {', '.join(names[:8])}{more}")
+                return ""
+
+            over_floor = False
+            for share, names, rec in _wide_batches(dbg, best_recipe, target, widenable(best_path)):
+                if steps >= target.max_steps:
+                    break
+                text = (
+                    f"16-bit activations around the {len(names)} layer(s) eq. (5) ranks worst "
+                    f"({share * 100:.0f} % of the estimated error)"
+                )
+                if try_wide(text, names, rec) == "int8":
+                    over_floor = True
+                    break  # the next batch is larger still
                 if best_value >= minimum:
                     break
-            floor8 = target.min_int8_share
             budgeted = None
             if over_floor and floor8 is not None and best_value < minimum and steps < target.max_steps:
                 budgeted = _budget_batch(
                     dbg, best_recipe, widenable(best_path), best_path, best_summary, floor8
                 )
-            if budgeted is not None and floor8 is not None:
+            if budgeted is not None:
                 # the share batches pass the 8-bit floor: the worst nodes that fit under it
                 share, names, rec = budgeted
-                steps += 1
-                value, path, summary = measure(rec)
                 text = (
                     f"16-bit activations around the {len(names)} worst layer(s) by eq. (5) that fit the "
                     f"8-bit MAC floor ({share * 100:.0f} % of the estimated error)"
                 )
-                tried.append(f"{text}: {best_value:.4g} -> {value:.4g}")
-                int8, share_all = int8_share(summary), summary.integer_share
-                floor = target.min_integer_share
-                if int8 is not None and int8 < floor8:
-                    tried[-1] += f" (not kept: 8-bit integer MAC share {int8 * 100:.1f} %)"
-                elif floor is not None and share_all is not None and share_all < floor:
-                    tried[-1] += f" (not kept: integer MAC share {share_all * 100:.1f} %)"
-                elif value > best_value:
-                    best_value, best_path, best_summary, best_recipe = value, path, summary, rec
-                    more = f" and {len(names) - 8} more" if len(names) > 8 else ""
-                    changes.append(f"{text} ({tried[-1].rsplit(': ', 1)[1]}): {', '.join(names[:8])}{more}")
+                try_wide(text, names, rec)
         while True:
             if best_value >= minimum:
                 confirmed = confirm(best_path, best_value)
