@@ -37,7 +37,7 @@ import numpy as np
 from quanta.ir.graph import Node, Value, result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
-from quanta.passes.rules.fuse_activation import clamp_bounds
+from quanta.passes.rules.fuse_float_gate import clip_mul_div_params
 
 QUANTA_DOMAIN = "quanta"  # quanta.kernels.reference.accumulator (kernels sit below passes)
 
@@ -45,16 +45,6 @@ __all__ = ["FuseAccumulatorToQuant"]
 
 _A2F = "quanta::AccumulatorToFloat"
 _EIGHT_BIT = (np.uint8, np.int8)
-
-
-def _f32_scalar(v: Value | None) -> float | None:
-    """The value of a one-element float32 constant, else None."""
-    if v is None or not v.is_const:
-        return None
-    a = np.asarray(v.const)
-    if a.size != 1 or a.dtype != np.float32:
-        return None
-    return float(a.reshape(()))
 
 
 class _ToQuant(Rule):
@@ -67,8 +57,12 @@ class _ToQuant(Rule):
 
     def check(self, m: Match) -> Match | NoMatch:
         q = m.root
-        if q.attrs.get("output_dtype") not in (None, 0):
-            return NoMatch(f"{q.label} sets output_dtype")
+        for attr in (
+            "output_dtype",
+            "precision",
+        ):  # the kernel's type and division: the zero point's, float32
+            if q.attrs.get(attr) not in (None, 0):
+                return NoMatch(f"{q.label} sets {attr}")
         if not m.is_const("ys") or (m["yz"] is not None and not m.is_const("yz")):
             return NoMatch("the QuantizeLinear's scale or zero point is not a constant")
         ys = np.asarray(m.const("ys"))
@@ -163,25 +157,10 @@ class AccumulatorToQuantClipMulDiv(_ToQuant):
     )
 
     def activation(self, m: Match) -> tuple[str, list[float]] | NoMatch:
-        f = m.value("f")
-        add = m.node("a")
-        if len(add.inputs) != 2 or (add.inputs[0] is not f and add.inputs[1] is not f):
-            return NoMatch(f"{add.label} does not add to the accumulator stage's output")
-        other = add.inputs[1] if add.inputs[0] is f else add.inputs[0]
-        bias = _f32_scalar(other)
-        if bias is None:
-            return NoMatch(f"{add.label}: {describe(other)} is not a float32 scalar constant")
-        d = _f32_scalar(m["d"])
-        if d is None:
-            return NoMatch(f"divisor {describe(m['d'])} is not a float32 scalar constant")
-        bounds = clamp_bounds(m.node("c"))
-        if isinstance(bounds, NoMatch):
-            return bounds
-        lo, hi = bounds
-        for v in (lo, hi):
-            if math.isfinite(v) and float(np.float32(v)) != v:
-                return NoMatch(f"Clip bound {v} is not a float32 value")
-        return "ClipMulDiv", [bias, lo, hi, d]
+        params = clip_mul_div_params(m.value("f"), m.node("a"), m.node("c"), m["d"])
+        if isinstance(params, NoMatch):
+            return params
+        return "ClipMulDiv", params
 
 
 class AccumulatorToQuantClipMulDivSwapped(AccumulatorToQuantClipMulDiv):

@@ -42,10 +42,12 @@ __all__ = [
     "HardSigmoidAfterConv",
     "HardSwishAfterConv",
     "SiluAfterConv",
+    "clip_mul_div_params",
+    "f32_scalar",
 ]
 
 
-def _f32_scalar(v: Value | None) -> float | None:
+def f32_scalar(v: Value | None) -> float | None:
     """The value of a one-element float32 constant, else None."""
     if v is None or not v.is_const:
         return None
@@ -53,6 +55,29 @@ def _f32_scalar(v: Value | None) -> float | None:
     if a.size != 1 or a.dtype != np.float32:
         return None
     return float(a.reshape(()))
+
+
+def clip_mul_div_params(x: Value, add: Node, clip: Node, d: Value | None) -> list[float] | NoMatch:
+    """``[b, lo, hi, d]`` of Paddle's written-out hardswish ``Div(Mul(x, Clip(Add(x, b),
+    lo, hi)), d)`` around ``x`` (the Add adds ``x`` and a float32 scalar constant, the
+    bounds and the divisor are float32 values), or why not."""
+    if len(add.inputs) != 2 or (add.inputs[0] is not x and add.inputs[1] is not x):
+        return NoMatch(f"{add.label} does not add to {describe(x)}")
+    other = add.inputs[1] if add.inputs[0] is x else add.inputs[0]
+    bias = f32_scalar(other)
+    if bias is None:
+        return NoMatch(f"{add.label}: {describe(other)} is not a float32 scalar constant")
+    div = f32_scalar(d)
+    if div is None:
+        return NoMatch(f"divisor {describe(d)} is not a float32 scalar constant")
+    bounds = clamp_bounds(clip)
+    if isinstance(bounds, NoMatch):
+        return bounds
+    lo, hi = bounds
+    for v in (lo, hi):
+        if math.isfinite(v) and float(np.float32(v)) != v:
+            return NoMatch(f"Clip bound {v} is not a float32 value")
+    return [bias, lo, hi, div]
 
 
 class _AfterFloatConv(Rule):
@@ -140,33 +165,15 @@ class ClipMulDivAfterConv(_AfterFloatConv):
             return base
         p = m.value("p")
         add = m.node("a")
-        if len(add.inputs) != 2:
-            return NoMatch(f"{add.label} does not have two inputs")
-        if add.inputs[0] is p:
-            other = add.inputs[1]
-        elif add.inputs[1] is p:
-            other = add.inputs[0]
-        else:
-            return NoMatch(f"{add.label} does not add to the Conv's output")
-        bias = _f32_scalar(other)
-        if bias is None:
-            return NoMatch(f"{add.label}: {describe(other)} is not a float32 scalar constant")
-        d = _f32_scalar(m["d"])
-        if d is None:
-            return NoMatch(f"divisor {describe(m['d'])} is not a float32 scalar constant")
-        bounds = clamp_bounds(m.node("c"))
-        if isinstance(bounds, NoMatch):
-            return bounds
-        lo, hi = bounds
-        for v in (lo, hi):
-            if math.isfinite(v) and float(np.float32(v)) != v:
-                return NoMatch(f"Clip bound {v} is not a float32 value")
+        params = clip_mul_div_params(p, add, m.node("c"), m["d"])
+        if isinstance(params, NoMatch):
+            return params
         # the Conv's output is read by the Add and the Mul only (the engine checked the
         # Mul, Clip and Add intermediates; p is captured inside the Mul)
         outside = [n for n in p.consumers() if n is not m.node("g") and n is not add]
         if outside or m.has_outside_uses("p"):
             return NoMatch("the Conv's output has other users")
-        m.data["params"] = [bias, lo, hi, d]
+        m.data["params"] = params
         return m
 
     def activation(self, m: Match) -> tuple[str, list[float] | None]:

@@ -180,6 +180,19 @@ def test_no_match_reasons_leave_the_graph_unchanged(kwargs, rule, reason):
     assert fused.graph.op_counts() == unfused.graph.op_counts()
 
 
+def test_quantize_with_a_division_precision_is_not_fused():
+    # QuantizeLinear's precision (opset 28) sets the type the division runs in; the
+    # kernel divides in float32
+    proto = gated_conv("HardSwish")
+    proto.opset_import[0].version = 28
+    q = next(n for n in proto.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "g")
+    q.attribute.append(helper.make_attribute("precision", TensorProto.DOUBLE))
+    unfused, fused, result = _unfused_and_fused(proto)
+    assert result.fired("AccumulatorToQuantHardSwish") == 0
+    assert any("sets precision" in r.reason for r in result.why_not("AccumulatorToQuantHardSwish"))
+    assert fused.graph.op_counts() == unfused.graph.op_counts()
+
+
 def test_stage_read_elsewhere_is_not_fused():
     # the float stage's output is also a graph output: it must stay
     proto = gated_conv("HardSwish")
