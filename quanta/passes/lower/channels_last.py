@@ -46,6 +46,7 @@ import numpy as np
 from quanta.ir.graph import Graph, Node, Value
 from quanta.ir.types import QuantType, TensorType
 from quanta.passes.manager import Pass, PassResult
+from quanta.passes.rules.sink_transposes import permuted_const
 
 __all__ = ["ChannelsLast", "to_channels_first", "to_channels_last"]
 
@@ -192,7 +193,7 @@ class ChannelsLast(Pass):
                 v = node.inputs[i]
                 if id(v) not in twin:
                     if v.is_const:
-                        twin[id(v)] = self._permuted_const(graph, v, rank)
+                        twin[id(v)] = permuted_const(graph, v, to_channels_last(rank), "nhwc")
                     else:  # a channels-first value entering the region
                         twin[id(v)] = self._transpose(graph, v, fwd, before=node, suffix="nhwc")
                 node.replace_input(i, twin[id(v)])
@@ -268,15 +269,3 @@ class ChannelsLast(Pass):
             before=before,
         )
         return t
-
-    @staticmethod
-    def _permuted_const(graph: Graph, v: Value, rank: int) -> Value:
-        a = np.asarray(v.const)
-        if a.ndim < rank:  # numpy broadcasting aligns trailing axes: make them explicit
-            a = a.reshape((1,) * (rank - a.ndim) + a.shape)
-        a = np.ascontiguousarray(np.transpose(a, to_channels_last(rank)))
-        elem = v.elem if v.type is not None else None
-        c = graph.add_initializer(graph.fresh_name(f"{v.name}_nhwc"), a)
-        if elem is not None:
-            c.type = TensorType(elem, tuple(a.shape))
-        return c

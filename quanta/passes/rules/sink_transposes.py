@@ -46,7 +46,7 @@ from quanta.ir.graph import Graph, Node, Value
 from quanta.ir.types import TensorType
 from quanta.passes.manager import Pass, PassResult
 
-__all__ = ["SinkTransposes"]
+__all__ = ["SinkTransposes", "permuted_const"]
 
 #: elementwise operators of one data input (the others, if any, are scalars: Clip's bounds)
 UNARY = frozenset(
@@ -107,6 +107,34 @@ def _all_ones(v: Value, rank: int) -> bool:
     return v.shape is not None and len(v.shape) <= rank and all(d == 1 for d in v.shape)
 
 
+def permuted_const(graph: Graph, v: Value, perm: list[int], suffix: str) -> Value:
+    """A new initializer: the constant ``v`` with its leading 1s made explicit (numpy
+    broadcasting aligns trailing axes) and transposed by ``perm``; its element type kept."""
+    rank = len(perm)
+    a = np.asarray(v.const)
+    a = np.ascontiguousarray(np.transpose(a.reshape((1,) * (rank - a.ndim) + a.shape), perm))
+    c = graph.add_initializer(graph.fresh_name(f"{v.name}_{suffix}"), a)
+    elem = v.elem if v.type is not None else None
+    if elem is not None:
+        c.type = TensorType(elem, tuple(a.shape))
+    return c
+
+
+def _transpose_after(graph: Graph, node: Node, p: list[int]) -> None:
+    """``node`` now computes in the layout before Transpose(p): its output becomes a new
+    value, and a Transpose(p) after it takes over the old one (and its name, its readers)."""
+    out = node.outputs[0]
+    inv = _inverse(p)
+    shape = None if out.shape is None else tuple(out.shape[inv[j]] for j in range(len(p)))
+    t = Value(graph.fresh_name(f"{out.name}_t"), TensorType(out.elem, shape) if out.type else None)
+    out.producer = None
+    node.outputs[0] = t
+    t.producer = node
+    graph.add_node(
+        Node("Transpose", [t], [out], {"perm": p}, name=graph.fresh_name(f"sink_transposes/{out.name}")),
+    )
+
+
 class SinkTransposes(Pass):
     """The rules of the module docstring, to a fixed point."""
 
@@ -117,9 +145,8 @@ class SinkTransposes(Pass):
         changed = True
         while changed:
             changed = False
+            # a rule removes or moves only the node it is called on: the snapshot stays valid
             for node in list(graph.nodes):
-                if node not in graph.nodes:
-                    continue
                 if node.op_type == "Transpose" and not node.domain and self._compose(graph, node):
                     cancelled += 1
                     changed = True
@@ -199,28 +226,14 @@ class SinkTransposes(Pass):
             if f is not None:
                 new_inputs[i] = f[0].inputs[0]
             elif v.is_const:
-                a = np.asarray(v.const)
-                if a.ndim > rank:
+                if np.ndim(v.const) > rank:
                     return False
-                a = np.ascontiguousarray(np.transpose(a.reshape((1,) * (rank - a.ndim) + a.shape), inv))
-                elem = v.elem if v.type is not None else None
-                c = graph.add_initializer(graph.fresh_name(f"{v.name}_t"), a)
-                if elem is not None:
-                    c.type = TensorType(elem, tuple(a.shape))
-                new_inputs[i] = c
+                new_inputs[i] = permuted_const(graph, v, inv, "t")
             elif not _all_ones(v, rank):
                 return False
         for i, v in new_inputs.items():
             node.replace_input(i, v)
-        # the node now computes in x's layout; a Transpose after it takes over its value
-        shape = None if out.shape is None else tuple(out.shape[inv[j]] for j in range(rank))
-        t = Value(graph.fresh_name(f"{out.name}_t"), TensorType(out.elem, shape) if out.type else None)
-        out.producer = None
-        node.outputs[0] = t
-        t.producer = node
-        graph.add_node(
-            Node("Transpose", [t], [out], {"perm": p}, name=graph.fresh_name(f"sink_transposes/{out.name}")),
-        )
+        _transpose_after(graph, node, p)
         return True
 
     def _hoist_over_pad(self, graph: Graph, node: Node) -> bool:
@@ -294,18 +307,9 @@ class SinkTransposes(Pass):
         else:
             c = graph.add_initializer(graph.fresh_name(f"{axes_v.name}_t"), np.asarray(new_axes, np.int64))
             node.replace_input(1, c)
-        if not keep:
-            return True  # the same shape and element order: nothing after it
-        out = node.outputs[0]
-        inv = _inverse(p)
-        shape = None if out.shape is None else tuple(out.shape[inv[j]] for j in range(r))
-        t2 = Value(graph.fresh_name(f"{out.name}_t"), TensorType(out.elem, shape) if out.type else None)
-        out.producer = None
-        node.outputs[0] = t2
-        t2.producer = node
-        graph.add_node(
-            Node("Transpose", [t2], [out], {"perm": p}, name=graph.fresh_name(f"sink_transposes/{out.name}")),
-        )
+        if keep:
+            _transpose_after(graph, node, p)
+        # keepdims=0: the same shape and element order, nothing after it
         return True
 
     @staticmethod
