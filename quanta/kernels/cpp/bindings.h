@@ -189,4 +189,12 @@ class BusyGuard {
   S& s_;
 };
 
+namespace sgemm {
+struct PostOp;
+}  // namespace sgemm
+
+// A float post-op from its binding arguments (sgemm.h PostKind as an int, at most 4
+// parameters), for the active ISA; a ValueError naming `op` otherwise (bindings_sgemm.cc).
+sgemm::PostOp post_op_arg(int kind, const std::vector<float>& params, const std::string& op);
+
 }  // namespace quanta

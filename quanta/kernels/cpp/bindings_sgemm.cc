@@ -296,19 +296,29 @@ sgemm::ConvGeom geometry(const py::array& x, int64_t m, int64_t kh, int64_t kw, 
   return g;
 }
 
+}  // namespace
+
+sgemm::PostOp post_op_arg(int kind, const std::vector<float>& params, const std::string& op) {
+  if (kind < 0 || kind >= sgemm::kNumPostKinds) {
+    throw py::value_error(op + ": post: expected a kind in [0, " + std::to_string(sgemm::kNumPostKinds) + "), got " +
+                          std::to_string(kind));
+  }
+  if (params.size() > 4) throw py::value_error(op + ": post_params: at most 4 values");
+  sgemm::PostOp post;
+  post.kind = static_cast<sgemm::PostKind>(kind);
+  for (size_t i = 0; i < params.size(); ++i) post.p[i] = params[i];
+  post.isa = active_isa();
+  return post;
+}
+
+namespace {
+
 py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::object& bias_obj, int64_t m, int64_t kh,
                    int64_t kw, const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                    const std::vector<int64_t>& pads, int64_t group, float lo, float hi, int num_threads,
                    const py::object& out_obj, int post_kind, const std::vector<float>& post_params) {
   const std::string op = "conv_f32";
-  if (post_kind < 0 || post_kind >= sgemm::kNumPostKinds) {
-    throw py::value_error(op + ": post: expected a kind in [0, " + std::to_string(sgemm::kNumPostKinds) + "), got " +
-                          std::to_string(post_kind));
-  }
-  if (post_params.size() > 4) throw py::value_error(op + ": post_params: at most 4 values");
-  sgemm::PostOp post;
-  post.kind = static_cast<sgemm::PostKind>(post_kind);
-  for (size_t i = 0; i < post_params.size(); ++i) post.p[i] = post_params[i];
+  const sgemm::PostOp post = post_op_arg(post_kind, post_params, op);
   check_threads(num_threads, op);
   auto x = require_array<float>(x_obj, "conv_f32: x");
   auto w = require_array<float>(w_obj, "conv_f32: w_packed");
@@ -333,7 +343,6 @@ py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::o
   if (y.size() == 0) return std::move(y);
   {
     py::gil_scoped_release release;
-    post.isa = active_isa();
     sgemm::conv(g, path, x.data(), w.data(), bias_ptr, lo, hi, y.mutable_data(), num_threads, active_isa(),
                 post_kind ? &post : nullptr);
   }

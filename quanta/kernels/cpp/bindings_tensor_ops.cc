@@ -279,39 +279,54 @@ py::array batch_norm_f32(const py::handle& x_obj, const py::handle& m_obj, const
   return y;
 }
 
-py::array acc_to_float(const py::handle& acc_obj, const py::object& bias_obj, const py::handle& scale_obj,
-                       const py::object& fbias_obj, int num_threads, const py::object& out_obj) {
-  auto acc = require_array<int32_t>(acc_obj, "acc_to_float: acc");
-  if (acc.ndim() < 2) throw py::value_error("acc_to_float: acc: expected [N, M, ...], got " + shape_str(shape_of(acc)));
-  const int64_t channels = acc.shape(1);
+// acc_to_float / acc_to_quant's operands: acc int32 [N, M, ...]; bias int32 and
+// float_bias float32 (or None) and scale float32, one value per channel M.
+struct AccOperands {
+  py::array_t<int32_t, py::array::c_style> acc, bias;
+  py::array_t<float, py::array::c_style> scale, fbias;
+  bool has_bias = false, has_fbias = false;  // a default array_t is an empty array, not None
+  int64_t channels = 0, inner = 1;
+  const int32_t* bias_ptr() const { return has_bias ? bias.data() : nullptr; }
+  const float* fbias_ptr() const { return has_fbias ? fbias.data() : nullptr; }
+};
+
+AccOperands acc_operands(const py::handle& acc_obj, const py::object& bias_obj, const py::handle& scale_obj,
+                         const py::object& fbias_obj, const std::string& op) {
+  AccOperands a;
+  a.acc = require_array<int32_t>(acc_obj, (op + ": acc").c_str());
+  if (a.acc.ndim() < 2) throw py::value_error(op + ": acc: expected [N, M, ...], got " + shape_str(shape_of(a.acc)));
+  a.channels = a.acc.shape(1);
+  for (py::ssize_t d = 2; d < a.acc.ndim(); ++d) a.inner *= a.acc.shape(d);
   auto check_len = [&](const py::array& v, const char* what) {
-    if (v.size() != channels) {
-      throw py::value_error(std::string("acc_to_float: ") + what + ": expected " + std::to_string(channels) +
+    if (v.size() != a.channels) {
+      throw py::value_error(op + ": " + what + ": expected " + std::to_string(a.channels) +
                             " values (one per channel), got " + std::to_string(v.size()));
     }
   };
-  auto scale = require_array<float>(scale_obj, "acc_to_float: scale");
-  check_len(scale, "scale");
-  py::array_t<int32_t, py::array::c_style> bias;
-  py::array_t<float, py::array::c_style> fbias;
+  a.scale = require_array<float>(scale_obj, (op + ": scale").c_str());
+  check_len(a.scale, "scale");
   if (!bias_obj.is_none()) {
-    bias = require_array<int32_t>(bias_obj, "acc_to_float: bias");
-    check_len(bias, "bias");
+    a.bias = require_array<int32_t>(bias_obj, (op + ": bias").c_str());
+    check_len(a.bias, "bias");
+    a.has_bias = true;
   }
   if (!fbias_obj.is_none()) {
-    fbias = require_array<float>(fbias_obj, "acc_to_float: float_bias");
-    check_len(fbias, "float_bias");
+    a.fbias = require_array<float>(fbias_obj, (op + ": float_bias").c_str());
+    check_len(a.fbias, "float_bias");
+    a.has_fbias = true;
   }
+  return a;
+}
+
+py::array acc_to_float(const py::handle& acc_obj, const py::object& bias_obj, const py::handle& scale_obj,
+                       const py::object& fbias_obj, int num_threads, const py::object& out_obj) {
+  const AccOperands a = acc_operands(acc_obj, bias_obj, scale_obj, fbias_obj, "acc_to_float");
   check_threads(num_threads, "acc_to_float");
-  auto y = make_output(out_obj, py::dtype::of<float>(), shape_of(acc), "acc_to_float", {acc});
-  int64_t inner = 1;
-  for (py::ssize_t d = 2; d < acc.ndim(); ++d) inner *= acc.shape(d);
-  const int32_t* bp = bias_obj.is_none() ? nullptr : bias.data();
-  const float* fp = fbias_obj.is_none() ? nullptr : fbias.data();
+  auto y = make_output(out_obj, py::dtype::of<float>(), shape_of(a.acc), "acc_to_float", {a.acc});
   {
     py::gil_scoped_release release;
-    tensor_ops::acc_to_float(acc.data(), static_cast<float*>(y.mutable_data()), acc.shape(0) * channels, inner,
-                             channels, bp, scale.data(), fp, num_threads, active_isa());
+    tensor_ops::acc_to_float(a.acc.data(), static_cast<float*>(y.mutable_data()), a.acc.shape(0) * a.channels, a.inner,
+                             a.channels, a.bias_ptr(), a.scale.data(), a.fbias_ptr(), num_threads, active_isa());
   }
   return y;
 }
@@ -320,32 +335,8 @@ py::array acc_to_quant(const py::handle& acc_obj, const py::object& bias_obj, co
                        const py::object& fbias_obj, int post_kind, const std::vector<float>& post_params, float y_scale,
                        int32_t y_zero_point, bool y_signed, int num_threads, const py::object& out_obj) {
   const std::string op = "acc_to_quant";
-  auto acc = require_array<int32_t>(acc_obj, "acc_to_quant: acc");
-  if (acc.ndim() < 2) throw py::value_error(op + ": acc: expected [N, M, ...], got " + shape_str(shape_of(acc)));
-  const int64_t channels = acc.shape(1);
-  auto check_len = [&](const py::array& v, const char* what) {
-    if (v.size() != channels) {
-      throw py::value_error(op + ": " + what + ": expected " + std::to_string(channels) +
-                            " values (one per channel), got " + std::to_string(v.size()));
-    }
-  };
-  auto scale = require_array<float>(scale_obj, "acc_to_quant: scale");
-  check_len(scale, "scale");
-  py::array_t<int32_t, py::array::c_style> bias;
-  py::array_t<float, py::array::c_style> fbias;
-  if (!bias_obj.is_none()) {
-    bias = require_array<int32_t>(bias_obj, "acc_to_quant: bias");
-    check_len(bias, "bias");
-  }
-  if (!fbias_obj.is_none()) {
-    fbias = require_array<float>(fbias_obj, "acc_to_quant: float_bias");
-    check_len(fbias, "float_bias");
-  }
-  if (post_kind < 0 || post_kind >= sgemm::kNumPostKinds) {
-    throw py::value_error(op + ": post_kind: expected a kind in [0, " + std::to_string(sgemm::kNumPostKinds) +
-                          "), got " + std::to_string(post_kind));
-  }
-  if (post_params.size() > 4) throw py::value_error(op + ": post_params: at most 4 values");
+  const AccOperands a = acc_operands(acc_obj, bias_obj, scale_obj, fbias_obj, op);
+  const sgemm::PostOp post = post_op_arg(post_kind, post_params, op);
   // QuantizeLinear's run divides by y_scale: a zero, negative or non-finite scale is the
   // twin's business (it raises or defines the result), not this kernel's
   if (!(y_scale > 0.0f) || !std::isfinite(y_scale)) {
@@ -357,26 +348,20 @@ py::array acc_to_quant(const py::handle& acc_obj, const py::object& bias_obj, co
                           "], got " + std::to_string(y_zero_point));
   }
   check_threads(num_threads, op);
-  sgemm::PostOp post;
-  post.kind = static_cast<sgemm::PostKind>(post_kind);
-  for (size_t i = 0; i < post_params.size(); ++i) post.p[i] = post_params[i];
-  post.isa = active_isa();
   const py::dtype dt = y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>();
-  auto y = make_output(out_obj, dt, shape_of(acc), op, {acc});
-  int64_t inner = 1;
-  for (py::ssize_t d = 2; d < acc.ndim(); ++d) inner *= acc.shape(d);
-  const int32_t* bp = bias_obj.is_none() ? nullptr : bias.data();
-  const float* fp = fbias_obj.is_none() ? nullptr : fbias.data();
+  auto y = make_output(out_obj, dt, shape_of(a.acc), op, {a.acc});
   const sgemm::PostOp* pp = post_kind ? &post : nullptr;
   {
     py::gil_scoped_release release;
-    const int64_t rows = acc.shape(0) * channels;
+    const int64_t rows = a.acc.shape(0) * a.channels;
     if (y_signed) {
-      tensor_ops::acc_to_quant(acc.data(), static_cast<int8_t*>(y.mutable_data()), rows, inner, channels, bp,
-                               scale.data(), fp, pp, y_scale, y_zero_point, num_threads, active_isa());
+      tensor_ops::acc_to_quant(a.acc.data(), static_cast<int8_t*>(y.mutable_data()), rows, a.inner, a.channels,
+                               a.bias_ptr(), a.scale.data(), a.fbias_ptr(), pp, y_scale, y_zero_point, num_threads,
+                               active_isa());
     } else {
-      tensor_ops::acc_to_quant(acc.data(), static_cast<uint8_t*>(y.mutable_data()), rows, inner, channels, bp,
-                               scale.data(), fp, pp, y_scale, y_zero_point, num_threads, active_isa());
+      tensor_ops::acc_to_quant(a.acc.data(), static_cast<uint8_t*>(y.mutable_data()), rows, a.inner, a.channels,
+                               a.bias_ptr(), a.scale.data(), a.fbias_ptr(), pp, y_scale, y_zero_point, num_threads,
+                               active_isa());
     }
   }
   return y;
