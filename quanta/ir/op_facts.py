@@ -82,6 +82,10 @@ class Op:
     view: bool = False
     #: its output is its first input's memory reshaped: no buffer of its own (memory planner)
     alias: bool = False
+    #: its outputs are parts of its first input's memory (Split: views where a part is
+    #: contiguous, copies elsewhere): no buffers of their own, and the input's buffer
+    #: lives while any part is read (memory planner)
+    alias_parts: bool = False
     #: output shape follows from the input shapes and attributes alone (static_steps)
     shape_only: bool = False
     #: how the QDQ quantizer plans it; None: the quantizer leaves it float
@@ -487,7 +491,7 @@ FACTS = OpTable(
         _lookup("Softplus"),
         _lookup("Softsign"),
         Op("SpaceToDepth", view=True, shape_only=True),
-        Op("Split", view=True, qdq=QdqRole.VIEW, activations=(0,), island=False),
+        Op("Split", view=True, alias_parts=True, qdq=QdqRole.VIEW, activations=(0,), island=False),
         Op("Sqrt", shape_only=True),
         Op("Squeeze", view=True, alias=True, qdq=QdqRole.VIEW, activations=(0,), island=False),
         Op("Sub", shape_only=True),

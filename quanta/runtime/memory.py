@@ -27,9 +27,9 @@ Invariants (tests/runtime/test_memory.py checks them over random liveness patter
   placement of these buffers can use less.
 
 Aliases (:func:`liveness`): a view step (Reshape, Flatten, Squeeze, Unsqueeze,
-Identity) returns its input's memory with another shape, so its output gets no buffer
-of its own; it joins its input's alias class, and the class's interval covers every
-member's.
+Identity) returns its input's memory with another shape, and Split returns parts of
+it, so their outputs get no buffers of their own; they join the input's alias class,
+and the class's interval covers every member's.
 """
 
 from __future__ import annotations
@@ -56,9 +56,11 @@ __all__ = [
 
 ALIGNMENT = 64
 
-#: Ops whose output is their first input's memory reshaped (NumPy returns a view of a
-#: contiguous input): the output shares its input's buffer.
-VIEW_OPS = derive("quanta.runtime.memory.VIEW_OPS", lambda t: t.ops_where(alias=True))
+#: Ops whose outputs are their first input's memory (reshaped, as NumPy views a
+#: contiguous input, or its parts: Split): the outputs share the input's buffer.
+VIEW_OPS = derive(
+    "quanta.runtime.memory.VIEW_OPS", lambda t: t.ops_where(alias=True) | t.ops_where(alias_parts=True)
+)
 
 
 def align(nbytes: int, alignment: int = ALIGNMENT) -> int:
@@ -260,10 +262,10 @@ def liveness(
                 r = root[key]
                 last[r] = max(last[r], t)
         src = inputs[0] if inputs else None
-        for j, key in enumerate(step_outputs):
+        for key in step_outputs:
             if key is None:
                 continue
-            if j == 0 and op_type in VIEW_OPS and src is not None:
+            if op_type in VIEW_OPS and src is not None:
                 if src in root:  # a view of a planned buffer shares it
                     r = root[src]
                     root[key] = r

@@ -125,7 +125,7 @@ PINNED = {
     },
     "quanta.quantize.qdq.NARY_QUANT_OPS": {"Add", "Mul", "Concat"},
     "quanta.quantize.qdq.MAC_OPS": {"Conv", "ConvTranspose", "Gemm", "MatMul"},
-    "quanta.runtime.memory.VIEW_OPS": _ALIAS,
+    "quanta.runtime.memory.VIEW_OPS": _ALIAS | {"Split"},
     "quanta.runtime.static_steps.SHAPE_ONLY_OPS": {
         "Abs", "Acos", "Add", "And", "Asin", "Atan", "BatchNormalization", "BitShift", "Cast", "CastLike",
         "Ceil", "Celu", "Clip", "Cos", "Cosh", "Div", "Elu", "Equal", "Erf", "Exp", "Floor", "Gelu",

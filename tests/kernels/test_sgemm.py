@@ -310,6 +310,54 @@ def test_conv_implicit_gemm_is_the_im2col_gemm_bit_for_bit(
     every_isa(run)
 
 
+@pytest.mark.parametrize(
+    "n,c,h,w,m,strides,post",
+    [
+        (1, 300, 7, 7, 48, (1, 1), (0, [])),  # K > 258: two K blocks, 49 pixels: 6 panels + 1 row
+        (2, 7, 3, 11, 64, (1, 1), (2, [])),  # two images, K = 7, HardSwish
+        (1, 17, 13, 13, 80, (2, 2), (1, [])),  # stride 2 sampled while packing, SiLU
+        (1, 3, 5, 13, 112, (1, 2), (3, [0.2, 0.5])),  # unequal strides, HardSigmoid
+        (1, 33, 6, 6, 48, (1, 1), (4, [3.0, 0.0, 6.0, 6.0])),  # Paddle's hardswish
+    ],
+)
+def test_conv_pixel_rows_give_the_nchw_bytes(n, c, h, w, m, strides, post) -> None:
+    """The pixels-as-rows 1x1 path (sgemm.h kPointwiseRows: Cᵀ = Xᵀ · Wᵀ, transposed) is
+    the NCHW path's bytes: the same products in the same k order, the bias as a column
+    bias, the same clamp and fused activation; on every ISA, 1 and 2 threads."""
+    rng = np.random.default_rng(c * m + h)
+    x, wt, bias = normal(rng, n, c, h, w), normal(rng, m, c, 1, 1), normal(rng, m)
+    geometry = (m, 1, 1, list(strides), [1, 1], [0, 0, 0, 0], 1)
+    assert _native.conv_path_f32(x, *geometry, rows=True) == "pointwise_rows"
+    packed = _native.conv_pack_f32(wt, 1)
+    rows = _native.conv_pack_f32(wt, 1, rows=True)
+    kw = dict(lo=-2.5, hi=3.0, post=post[0], post_params=post[1])
+
+    def run(isa: str) -> None:
+        ref = _native.conv_f32(x, packed, bias, *geometry, num_threads=1, **kw)
+        for threads in (1, 2):
+            y = _native.conv_f32(x, rows, bias, *geometry, num_threads=threads, rows=True, **kw)
+            assert y.tobytes() == ref.tobytes(), f"{isa} {threads}t x{x.shape} m{m} s{strides} post{post}"
+
+    every_isa(run)
+
+
+def test_conv_pixel_rows_only_where_it_pays_and_refused_elsewhere() -> None:
+    """Wide planes keep the NCHW GEMM (their pixels fill the columns); rows-packed weights
+    on a geometry that does not take the rows path, or a grouped / non-1x1 rows pack, are
+    errors naming the argument."""
+    wt = np.ones((48, 16, 1, 1), F32)
+    geometry = (48, 1, 1, [1, 1], [1, 1], [0, 0, 0, 0], 1)
+    wide = np.ones((1, 16, 28, 28), F32)
+    assert _native.conv_path_f32(wide, *geometry, rows=True) == "pointwise"
+    assert _native.conv_path_f32(np.ones((1, 16, 7, 7), F32), *geometry) == "pointwise"
+    with pytest.raises(ValueError, match="rows: weights packed for the pixels-as-rows path"):
+        _native.conv_f32(wide, _native.conv_pack_f32(wt, 1, rows=True), None, *geometry, rows=True)
+    with pytest.raises(ValueError, match="rows: expected 1x1 weights of group 1"):
+        _native.conv_pack_f32(np.ones((48, 8, 1, 1), F32), 2, rows=True)
+    with pytest.raises(ValueError, match="rows: expected 1x1 weights of group 1"):
+        _native.conv_pack_f32(np.ones((48, 16, 3, 3), F32), 1, rows=True)
+
+
 def test_conv_refuses_bad_arguments() -> None:
     x = np.ones((1, 4, 5, 5), F32)
     w = _native.conv_pack_f32(np.ones((6, 4, 3, 3), F32), 1)

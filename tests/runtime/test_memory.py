@@ -181,3 +181,18 @@ def test_static_plan_matches_the_first_run_plan_when_shapes_are_static():
         measured.peak_bytes,
         measured.lower_bound,
     )
+
+
+def test_liveness_split_parts_share_the_input_buffer_until_the_last_part_is_read():
+    # Failure signature: a Split part (a view of its input) read after the input's
+    # buffer went to another value.
+    steps = [
+        ("Relu", ["x"], ["a"]),  # 0
+        ("Split", ["a", "sizes"], ["p0", "p1"]),  # 1: both parts alias a
+        ("Relu", ["p0"], ["b"]),  # 2
+        ("Relu", ["b"], ["c"]),  # 3
+        ("Add", ["c", "p1"], ["y"]),  # 4: a lives until here through p1
+    ]
+    intervals, aliases = liveness(steps, {"a": 400, "p0": 200, "p1": 200, "b": 200, "c": 200})
+    assert aliases == {"p0": "a", "p1": "a"}
+    assert {b.key: (b.first, b.last) for b in intervals} == {"a": (0, 4), "b": (2, 3), "c": (3, 4)}

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 import quanta
 from quanta.ir.graph import Node, Value
 from quanta.ir.types import TensorType, elem_from_numpy
+from quanta.kernels import _native
 from quanta.kernels.reference.nn_conv import conv as conv_twin
 from quanta.kernels.reference.nn_conv import conv_transpose as conv_transpose_twin
 from quanta.targets.base import KernelContext
@@ -426,3 +427,46 @@ def test_float_graph_fuses_relu_and_clip_into_conv() -> None:
     want = ref.run(None, {"x": x})[0]
     assert want.tobytes() == as_written.tobytes()
     np.testing.assert_allclose(nat.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_session_runs_small_plane_pointwise_as_pixel_rows(monkeypatch) -> None:
+    """A 1x1 Conv + HardSwish on a 7x7 plane (a MobileNet tail) is specialized to the
+    pixels-as-rows GEMM (sgemm.h kPointwiseRows) and gives conv_f32's NCHW bytes, at 1
+    and 2 threads; a 28x28 plane keeps the NCHW GEMM."""
+    rng = np.random.default_rng(7)
+    wt, b = rng.standard_normal((80, 17, 1, 1)).astype(F32), rng.standard_normal(80).astype(F32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[1, 1]),
+            helper.make_node("HardSwish", ["c"], ["y"]),
+        ],
+        "pw",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 17, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(wt, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    packed = _native.conv_pack_f32(wt, 1)
+    conv_f32, calls = _native.conv_f32, []
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs.get("rows", False))
+        return conv_f32(*args, **kwargs)
+
+    monkeypatch.setattr(_native, "conv_f32", recording)
+    for hw in (7, 28):
+        x = rng.standard_normal((1, 17, hw, hw)).astype(F32)
+        geometry = (80, 1, 1, [1, 1], [1, 1], [0, 0, 0, 0], 1)
+        assert _native.conv_path_f32(x, *geometry, rows=True) == (
+            "pointwise_rows" if hw == 7 else "pointwise"
+        )
+        want = conv_f32(x, packed, b, *geometry, post=2)
+        for threads in (1, 2):
+            opts = quanta.SessionOptions()
+            opts.intra_op_num_threads = threads
+            sess = quanta.InferenceSession(model, sess_options=opts, backend="native")
+            for _ in range(2):  # the first run measures, later ones take the specialized step
+                calls.clear()
+                (got,) = sess.run(None, {"x": x})
+                assert got.tobytes() == want.tobytes(), (hw, threads)
+            assert calls == [hw == 7], (hw, threads, calls)

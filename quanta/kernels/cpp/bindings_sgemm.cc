@@ -13,10 +13,13 @@
 //   matmul_w8_f32(a: f32 [..., K], q_packed, zero_point, scale, n, bias=None (f32 [N]),
 //                 num_threads=1, out=None) -> y [..., n]: a · (W8)(q) (w8.h), the bytes of
 //       matmul_f32 with b_packed = sgemm_pack_b of the dequantized weight.
-//   conv_pack_f32(w: f32 [M, C/G, kh(, kw)], group) -> packed   (raw [C, taps] if depthwise)
+//   conv_pack_f32(w: f32 [M, C/G, kh(, kw)], group, rows=False) -> packed   (raw [C, taps] if
+//       depthwise; rows: 1x1 weights of group 1 packed for the pixels-as-rows path, sgemm.h
+//       kPointwiseRows)
 //   conv_f32(x: f32 [N, C, H, W], w_packed, bias | None, m, kh, kw, strides, dilations,
-//            pads (t, l, b, r), group, lo=-inf, hi=inf, num_threads=1, out=None) -> y
-//   conv_path_f32(...same geometry...) -> "pointwise" | "im2col" | "depthwise"
+//            pads (t, l, b, r), group, lo=-inf, hi=inf, num_threads=1, out=None, rows=False) -> y
+//       rows: w_packed is the rows packing; the geometry must take kPointwiseRows
+//   conv_path_f32(...same geometry..., rows=False) -> "pointwise" | "pointwise_rows" | "im2col" | "depthwise"
 //   col2im_f32(cols: f32 [N, M·kh·kw, H, W], m, kh, kw, strides, dilations, begin (t, l),
 //              out_hw, bias=None, lo=-inf, hi=inf, num_threads=1, out=None) -> y [N, M, oh, ow]
 #include <pybind11/stl.h>
@@ -232,12 +235,22 @@ bool is_depthwise_weight(const py::array& w, int64_t group) {
   return group > 1 && w.shape(1) == 1 && w.shape(0) == group;
 }
 
-Arr conv_pack(const py::handle& w_obj, int64_t group) {
+Arr conv_pack(const py::handle& w_obj, int64_t group, bool rows) {
   auto w = require_array<float>(w_obj, "conv_pack_f32: w");
   if (w.ndim() < 3 || w.ndim() > 4) {
     throw py::value_error("conv_pack_f32: w: expected [M, C/G, kh, kw] or [M, C/G, kw], got " + shape_str(shape_of(w)));
   }
   const int64_t m = w.shape(0);
+  if (rows) {
+    const int64_t c = w.shape(1);
+    if (group != 1 || w.size() != m * c) {
+      throw py::value_error("conv_pack_f32: rows: expected 1x1 weights of group 1, got " + shape_str(shape_of(w)) +
+                            " with group " + std::to_string(group));
+    }
+    Arr out(Shape{static_cast<py::ssize_t>(sgemm::packed_b_size(c, m))});
+    sgemm::pack_b(w.data(), 1, c, c, m, out.mutable_data());  // B = Wᵀ: (k, j) at w[j·C + k]
+    return out;
+  }
   if (group < 1 || m % group) {
     throw py::value_error("conv_pack_f32: group: expected a divisor of M = " + std::to_string(m) + ", got " +
                           std::to_string(group));
@@ -316,17 +329,21 @@ namespace {
 py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::object& bias_obj, int64_t m, int64_t kh,
                    int64_t kw, const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                    const std::vector<int64_t>& pads, int64_t group, float lo, float hi, int num_threads,
-                   const py::object& out_obj, int post_kind, const std::vector<float>& post_params) {
+                   const py::object& out_obj, int post_kind, const std::vector<float>& post_params, bool rows) {
   const std::string op = "conv_f32";
   const sgemm::PostOp post = post_op_arg(post_kind, post_params, op);
   check_threads(num_threads, op);
   auto x = require_array<float>(x_obj, "conv_f32: x");
   auto w = require_array<float>(w_obj, "conv_f32: w_packed");
   const sgemm::ConvGeom g = geometry(x, m, kh, kw, strides, dilations, pads, group);
-  const sgemm::ConvPath path = sgemm::conv_path(g);
+  const sgemm::ConvPath path = sgemm::conv_path(g, rows);
+  if (rows && path != sgemm::ConvPath::kPointwiseRows) {
+    throw py::value_error(op + ": rows: weights packed for the pixels-as-rows path, but this geometry takes another");
+  }
   const int64_t cg = g.c / group, mg = m / group;
-  const int64_t expect =
-      path == sgemm::ConvPath::kDepthwise ? m * kh * kw : group * sgemm::packed_a_size(mg, cg * kh * kw);
+  const int64_t expect = path == sgemm::ConvPath::kDepthwise       ? m * kh * kw
+                         : path == sgemm::ConvPath::kPointwiseRows ? sgemm::packed_b_size(cg, m)
+                                                                   : group * sgemm::packed_a_size(mg, cg * kh * kw);
   if (w.size() != expect) {
     throw py::value_error(op + ": w_packed: expected " + std::to_string(expect) +
                           " floats for M = " + std::to_string(m) + ", C/G = " + std::to_string(cg) + ", kernel " +
@@ -406,12 +423,12 @@ void register_sgemm(py::module_& m) {
         py::arg("n"), py::arg("bias") = py::none(), py::arg("num_threads") = 1, py::arg("out") = py::none(),
         "Float32 a times an int8 weight dequantized per column (w8.h (W8)): matmul_f32's bytes on the dequantized "
         "weight, a quarter of its weight bytes.");
-  m.def("conv_pack_f32", &conv_pack, py::arg("w"), py::arg("group") = 1,
-        "Pack float Conv weights for conv_f32 (raw for depthwise).");
+  m.def("conv_pack_f32", &conv_pack, py::arg("w"), py::arg("group") = 1, py::arg("rows") = false,
+        "Pack float Conv weights for conv_f32 (raw for depthwise; rows: for the pixels-as-rows 1x1 path).");
   m.def("conv_f32", &conv_f32, py::arg("x"), py::arg("w_packed"), py::arg("bias"), py::arg("m"), py::arg("kh"),
         py::arg("kw"), py::arg("strides"), py::arg("dilations"), py::arg("pads"), py::arg("group") = 1,
         py::arg("lo") = -inf, py::arg("hi") = inf, py::arg("num_threads") = 1, py::arg("out") = py::none(),
-        py::arg("post") = 0, py::arg("post_params") = std::vector<float>{},
+        py::arg("post") = 0, py::arg("post_params") = std::vector<float>{}, py::arg("rows") = false,
         "Float32 NCHW convolution (docs/float-ops.md (FG1)-(FG2)); post: a fused activation after the clamp "
         "(sgemm.h PostOp: 0 none, 1 SiLU, 2 HardSwish, 3 HardSigmoid [alpha, beta], 4 Paddle's hardswish "
         "[b, lo, hi, d]), the bytes of the separate float32 kernels.");
@@ -422,16 +439,17 @@ void register_sgemm(py::module_& m) {
   m.def(
       "conv_path_f32",
       [](const py::handle& x_obj, int64_t m, int64_t kh, int64_t kw, const std::vector<int64_t>& strides,
-         const std::vector<int64_t>& dilations, const std::vector<int64_t>& pads, int64_t group) {
+         const std::vector<int64_t>& dilations, const std::vector<int64_t>& pads, int64_t group, bool rows) {
         auto x = require_array<float>(x_obj, "conv_path_f32: x");
-        switch (sgemm::conv_path(geometry(x, m, kh, kw, strides, dilations, pads, group))) {
+        switch (sgemm::conv_path(geometry(x, m, kh, kw, strides, dilations, pads, group), rows)) {
           case sgemm::ConvPath::kPointwise: return std::string("pointwise");
+          case sgemm::ConvPath::kPointwiseRows: return std::string("pointwise_rows");
           case sgemm::ConvPath::kDepthwise: return std::string("depthwise");
           default: return std::string("im2col");
         }
       },
       py::arg("x"), py::arg("m"), py::arg("kh"), py::arg("kw"), py::arg("strides"), py::arg("dilations"),
-      py::arg("pads"), py::arg("group") = 1);
+      py::arg("pads"), py::arg("group") = 1, py::arg("rows") = false);
 }
 
 }  // namespace quanta

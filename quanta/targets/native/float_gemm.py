@@ -353,13 +353,25 @@ def _conv_specialized(
     lo, hi = clamp
     pk, pp = post
     out4 = None if out is None else out.reshape(y4_shape)
+    # A 1x1 convolution on a small plane runs with its pixels as the GEMM's rows when that
+    # fills more lanes (sgemm.h kPointwiseRows; the same bytes): its weights packed once
+    # more, for this shape.
+    w_const = sig.consts[1] if len(sig.consts) > 1 else None
+    rows = (
+        w_const is not None
+        and group == 1
+        and _native.conv_path_f32(np.empty(x4_shape, F32), m, *args, group, rows=True) == "pointwise_rows"
+    )
+    w_run = (
+        _native.conv_pack_f32(_f32(w_const).reshape(wshape[0], -1, 1, 1), 1, rows=True) if rows else packed
+    )
 
     def run(x: np.ndarray, *rest: Any) -> np.ndarray:
         y = out if out is not None else np.empty(y_shape, F32)
         y4 = out4 if out4 is not None else y.reshape(y4_shape)
         conv(
             x.reshape(x4_shape),
-            packed,
+            w_run,
             bias,
             m,
             *args,
@@ -370,6 +382,7 @@ def _conv_specialized(
             out=y4,
             post=pk,
             post_params=pp,
+            rows=rows,
         )
         return y
 

@@ -1142,8 +1142,10 @@ def _bind_twin_as_native(op_type: str, name: str, why: str) -> None:
 
 def _split_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
     """Split of one x shape with constant sizes: the parts' index tuples found once (by
-    the twin on a probe), each part copied out (``fresh``: the executor need not check
-    whether it shares the arena, which cost more than the copies)."""
+    the twin on a probe); a part that is contiguous in x (x's axes before ``axis`` all 1,
+    as a batch-1 channel split) is a view of x, no bytes moved (the memory planner keeps
+    x's buffer while any part is read: op facts ``alias_parts``), the others are copied
+    into arrays of their own, so a consumer's fast path sees contiguous operands."""
     from quanta.kernels.reference.tensor_ops import split as split_twin
 
     shape = sig.shapes[0]
@@ -1156,21 +1158,27 @@ def _split_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] 
     probe = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
     parts = split_twin(sig.ctx, probe, sig.consts[1] if len(sig.consts) > 1 else None, **attrs)
     axis = attrs.get("axis", 0) % len(shape)
+    whole = math.prod(shape[:axis]) <= 1
     index = []
     for part in parts:
         start = int(part.reshape(-1)[0] // math.prod(shape[axis + 1 :]) % shape[axis]) if part.size else 0
-        index.append((slice(None),) * axis + (slice(start, start + part.shape[axis]),))
+        index.append(
+            (
+                (slice(None),) * axis + (slice(start, start + part.shape[axis]),),
+                not whole and part.shape[axis] != shape[axis],
+            )
+        )
 
     def split(ctx: Any, x: np.ndarray, *rest: Any) -> tuple[np.ndarray, ...]:
-        return tuple([x[i].copy() for i in index])
+        return tuple([x[i].copy() if copy else x[i] for i, copy in index])
 
-    split.fresh = True  # type: ignore[attr-defined]
     return split
 
 
 def _bind_split(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """Split: views of the input (np.split); the executor copies a view only where it
-    must (specialized: the parts copied out, index tuples found once)."""
+    """Split: views of the input (np.split; op facts ``alias_parts``: the planner keeps
+    the input's buffer while a part is read); specialized: index tuples found once, the
+    parts that are not contiguous copied."""
     del model  # unused
     k = reference_kernel(node)
     return Kernel(k.fn, "native", "native:split", specialize=_split_specialized), ""

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "layout/transpose.h"
 #include "qgemm/thread_pool.h"
 
 namespace quanta {
@@ -295,8 +296,31 @@ void gemm(int64_t m, int64_t n, int64_t k, const MatA& a, const MatB& b, float* 
 
 // ---- convolution -----------------------------------------------------------------------------
 
-ConvPath conv_path(const ConvGeom& g) {
+namespace {
+
+// A 1x1 convolution without pads whose output position (oy, ox) reads input (oy·sh, ox·sw).
+bool unpadded_1x1(const ConvGeom& g) {
+  return g.kh == 1 && g.kw == 1 && g.pt == 0 && g.pl == 0 && g.oh == (g.h - 1) / g.sh + 1 &&
+         g.ow == (g.w - 1) / g.sw + 1;
+}
+
+// Whether the pixels-as-rows form does less vector work: the NCHW form runs rows of 8
+// output channels over the plane in 16-lane columns, the rows form rows of 8 pixels over
+// the channels; the rows form also packs Xᵀ and transposes Cᵀ (a few percent, the
+// margin). One column (a 1x1 plane) is the GEMV path's; planes past 1024 pixels fill
+// their columns anyway.
+bool rows_pay(int64_t hw, int64_t m) {
+  if (hw <= 1 || hw > 1024 || m < 16) return false;
+  const int64_t cols_work = (m + 7) / 8 * 8 * ((hw + 15) / 16 * 16);
+  const int64_t rows_work = (hw + 7) / 8 * 8 * ((m + 15) / 16 * 16);
+  return rows_work * 20 < cols_work * 19;
+}
+
+}  // namespace
+
+ConvPath conv_path(const ConvGeom& g, bool rows_allowed) {
   if (g.g == g.c && g.m == g.c && g.g > 1) return ConvPath::kDepthwise;
+  if (rows_allowed && g.g == 1 && unpadded_1x1(g) && rows_pay(g.oh * g.ow, g.m)) return ConvPath::kPointwiseRows;
   if (g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.oh == g.h && g.ow == g.w)
     return ConvPath::kPointwise;
   return ConvPath::kIm2col;
@@ -630,6 +654,51 @@ void conv_phased(const ConvGeom& g, const float* x, const float* w, const float*
   }
 }
 
+// kPointwiseRows (sgemm.h): per image, Xᵀ packed as A panels (the pixels' values of 8
+// consecutive pixels are one contiguous run per channel), the GEMM into this thread's
+// Cᵀ buffer with the bias per column and the post-op per task block, then Cᵀ transposed
+// into y. A stride samples the plane while packing.
+void conv_pointwise_rows(const ConvGeom& g, const float* x, const float* wb, const float* bias, float lo, float hi,
+                         float* y, int num_threads, Isa isa, const PostOp* post) {
+  const int64_t hw = g.oh * g.ow, c = g.c, m = g.m;
+  const int64_t panels = ceil_div(hw, kPackMr);
+  // own buffers: the GEMM's tasks use thread_scratch
+  thread_local std::vector<float> at_buf, ct_buf;
+  if (static_cast<int64_t>(at_buf.size()) < panels * kPackMr * c)
+    at_buf.resize(static_cast<size_t>(panels * kPackMr * c));
+  if (static_cast<int64_t>(ct_buf.size()) < hw * m) ct_buf.resize(static_cast<size_t>(hw * m));
+  float* at = at_buf.data();
+  float* ct = ct_buf.data();
+  const bool dense = g.sh == 1 && g.sw == 1;
+  for (int64_t img = 0; img < g.n; ++img) {
+    const float* xi = x + img * c * g.h * g.w;
+    for (int64_t p = 0; p < panels; ++p) {
+      float* dst = at + p * c * kPackMr;
+      const int64_t i0 = p * kPackMr, rows = std::min<int64_t>(kPackMr, hw - i0);
+      if (dense && rows == kPackMr) {
+        for (int64_t k = 0; k < c; ++k) std::memcpy(dst + k * kPackMr, xi + k * hw + i0, kPackMr * sizeof(float));
+        continue;
+      }
+      int64_t src[kPackMr];  // offsets of the panel's pixels in a channel plane
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t oy = (i0 + r) / g.ow, ox = (i0 + r) % g.ow;
+        src[r] = oy * g.sh * g.w + ox * g.sw;
+      }
+      for (int64_t k = 0; k < c; ++k) {
+        const float* plane = xi + k * g.h * g.w;
+        for (int64_t r = 0; r < kPackMr; ++r) dst[k * kPackMr + r] = r < rows ? plane[src[r]] : 0.0f;
+      }
+    }
+    Epilogue ep;
+    ep.bias_col = bias;
+    ep.lo = lo;
+    ep.hi = hi;
+    ep.post = post;
+    gemm(hw, m, c, MatA{at, true, 0}, MatB{wb, true, 0}, ct, m, ep, num_threads, isa);
+    layout::transpose_batched(ct, y + img * m * hw, 1, hw, m, sizeof(float), num_threads);
+  }
+}
+
 }  // namespace
 
 void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, const float* bias, float lo, float hi,
@@ -640,11 +709,14 @@ void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, cons
     conv_depthwise(g, x, w, bias, lo, hi, y, num_threads, kr, post);
     return;
   }
+  if (path == ConvPath::kPointwiseRows) {
+    conv_pointwise_rows(g, x, w, bias, lo, hi, y, num_threads, isa, post);
+    return;
+  }
   // A strided 1x1 without pads (ResNet's downsampling shortcuts and stride-2 bottleneck
   // entries): the pointwise product on the subsampled plane, gathered once per image into
   // this thread's own buffer (the phase split would build sh·sw phase planes to use one).
-  const bool strided_pointwise = path == ConvPath::kIm2col && g.kh == 1 && g.kw == 1 && g.pt == 0 && g.pl == 0 &&
-                                 g.oh == (g.h - 1) / g.sh + 1 && g.ow == (g.w - 1) / g.sw + 1;
+  const bool strided_pointwise = path == ConvPath::kIm2col && unpadded_1x1(g);
   if (path == ConvPath::kIm2col && !strided_pointwise) {
     conv_phased(g, x, w, bias, lo, hi, y, num_threads, kr, post);
     return;

@@ -209,9 +209,19 @@ struct ConvGeom {
 };
 
 // w: for the GEMM paths the G packed A matrices (Mg × Cg·kh·kw each, packed_a_size apart);
-// for depthwise (G = C = M) the raw [C][kh·kw] weights.
-enum class ConvPath : int { kPointwise = 0, kIm2col = 1, kDepthwise = 2 };
-ConvPath conv_path(const ConvGeom& g);
+// for depthwise (G = C = M) the raw [C][kh·kw] weights; for kPointwiseRows the packed B
+// of Wᵀ (pack_b of the [M][C] weights read transposed, packed_b_size(C, M)).
+//
+// kPointwiseRows: a 1x1 convolution without pads or groups on a small output plane runs
+// with the output pixels as the GEMM's rows, Cᵀ (OH·OW × M) = Xᵀ · Wᵀ, then transposed
+// into NCHW. The plane's pixels fill few of a tile's 16-lane columns (7x7: 49 of 64)
+// while the channels fill them all. Every element is the same fma chain (a product
+// commutes; k increasing) with the same epilogue (the channel's bias as a column bias):
+// the bytes of kPointwise. A stride (no pads) samples the plane first, as kIm2col's
+// strided 1x1 does.
+enum class ConvPath : int { kPointwise = 0, kIm2col = 1, kDepthwise = 2, kPointwiseRows = 3 };
+// `rows_allowed`: whether kPointwiseRows may be chosen (the weights were packed for it).
+ConvPath conv_path(const ConvGeom& g, bool rows_allowed = false);
 // post: an activation after the clamp (null: none), PostOp above.
 void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, const float* bias, float lo, float hi,
           float* y, int num_threads, Isa isa, const PostOp* post = nullptr);
