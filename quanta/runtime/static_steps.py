@@ -21,13 +21,21 @@ analysis is conservative, a missed skip only costs time.
 
 from __future__ import annotations
 
-from quanta.ir.op_facts import derive
+from quanta.ir.op_facts import QUANTA, derive
 from quanta.runtime.plan import NONE_SLOT, Plan, SlotKind
 
-__all__ = ["SHAPE_ARGS", "SHAPE_ONLY_OPS", "signature_static_steps"]
+__all__ = ["QUANTA_SHAPE_ONLY_OPS", "SHAPE_ARGS", "SHAPE_ONLY_OPS", "signature_static_steps"]
 
 #: Output shapes determined by the input shapes and the attributes alone.
 SHAPE_ONLY_OPS = derive("quanta.runtime.static_steps.SHAPE_ONLY_OPS", lambda t: t.ops_where(shape_only=True))
+
+#: The quanta-domain operators of SHAPE_ONLY_OPS (fused Conv, AccumulatorToQuant, ...):
+#: they keep a value shape-stable (a YOLO head's anchor grid is computed from the shape
+#: of a fused Conv's output); their values are never recorded.
+QUANTA_SHAPE_ONLY_OPS = derive(
+    "quanta.runtime.static_steps.QUANTA_SHAPE_ONLY_OPS",
+    lambda t: frozenset(r.op_type for r in t.where(shape_only=True, domain=QUANTA)),
+)
 
 #: Output shapes that also follow from these inputs' values (index in the node's inputs).
 SHAPE_ARGS: dict[str, tuple[int, ...]] = {
@@ -97,6 +105,10 @@ def signature_static_steps(plan: Plan) -> frozenset[int]:
         known = node.domain in _DOMAINS and op not in _CONTROL_FLOW
         ins = step.inputs
         outs = [o for o in step.outputs if o is not None]
+        if node.domain == QUANTA:
+            if op in QUANTA_SHAPE_ONLY_OPS and all(i in shape_stable for i in ins):
+                shape_stable.update(outs)
+            continue
         if known and op in ("Shape", "Size") and ins and ins[0] in shape_stable:
             is_static = True
         else:

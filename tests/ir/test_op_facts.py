@@ -126,6 +126,10 @@ PINNED = {
     "quanta.quantize.qdq.NARY_QUANT_OPS": {"Add", "Mul", "Concat"},
     "quanta.quantize.qdq.MAC_OPS": {"Conv", "ConvTranspose", "Gemm", "MatMul"},
     "quanta.runtime.memory.VIEW_OPS": _ALIAS | {"Split"},
+    "quanta.runtime.static_steps.QUANTA_SHAPE_ONLY_OPS": {
+        "AccumulatorToFloat", "AccumulatorToQuant", "Conv", "ConvMX", "LayerNormDiv", "MatMulBf16", "MatMulMX",
+        "MatMulW4A8", "MatMulW8", "MlasLogistic", "MlasTanh", "QLinearConv16", "QLinearLookup", "QLinearMatMul16",
+    },
     "quanta.runtime.static_steps.SHAPE_ONLY_OPS": {
         "Abs", "Acos", "Add", "And", "Asin", "Atan", "BatchNormalization", "BitShift", "Cast", "CastLike",
         "Ceil", "Celu", "Clip", "Cos", "Cosh", "Div", "Elu", "Equal", "Erf", "Exp", "Floor", "Gelu",
@@ -256,6 +260,7 @@ def extended():
         island=False,
     )
     rows = [Op(f"NewOp{role.name.title()}", qdq=role, **common) for role in QdqRole]
+    rows.append(Op("NewOpQuanta", op_facts.QUANTA, **common))  # a quanta-domain operator
     return FACTS.with_rows(*rows, Op("QLinearNewOp", MS, integer_op=True)), {r.op_type for r in rows}
 
 

@@ -113,3 +113,46 @@ def test_profiling_and_callbacks_still_see_every_step(backend):
     seen = []
     ex.run({"x": x}, ["y"], on_value=lambda name, arr: seen.append(name))
     assert "target" in seen and "sh" in seen  # the static values are reported too
+
+
+def test_shape_of_a_fused_conv_output_is_static() -> None:
+    """A YOLO head computes its anchor grid from the shape of a Conv output; optimize_float
+    fuses that Conv with its activation into quanta::Conv, which keeps its output
+    shape-stable (the grid's Shape / Range / Expand are recorded once per signature),
+    while the Conv itself, whose value follows the data, keeps running."""
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["sh"], name="shape"),
+        helper.make_node("Gather", ["sh", "i3"], ["wd"], name="width", axis=0),
+        helper.make_node("Cast", ["wd"], ["wf"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Range", ["zero", "wf", "one"], ["grid"], name="range"),
+        helper.make_node("Add", ["r", "grid"], ["y"], name="add"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "H", "W"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(rng.standard_normal((7, 3, 3, 3)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal(7).astype(np.float32), "b"),
+            numpy_helper.from_array(np.array(3, np.int64), "i3"),
+            numpy_helper.from_array(np.array(0, np.float32), "zero"),
+            numpy_helper.from_array(np.array(1, np.float32), "one"),
+        ],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = quanta.InferenceSession(model, backend="native")
+    ref = quanta.InferenceSession(model, backend="reference")
+    ex = _executor(sess)
+    assert any(s.node.domain == "quanta" and s.op_type == "Conv" for s in ex.plan.steps)
+    static = {ex.plan.steps[i].name for i in ex._static}
+    assert {"shape", "width", "cast", "range"} <= static
+    assert not static & {"add"}
+    for hw in ((5, 9), (5, 9), (6, 4)):
+        x = rng.standard_normal((1, 3, *hw)).astype(np.float32)
+        np.testing.assert_allclose(
+            sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5
+        )
