@@ -562,6 +562,37 @@ def test_float_rnn_native_equals_twin(
     _check_float(op, inputs, attrs)
 
 
+@pytest.mark.parametrize(
+    ("op", "H", "direction", "variant"),
+    [("LSTM", 67, "bidirectional", False), ("GRU", 131, "forward", False), ("GRU", 131, "reverse", True)],
+)
+def test_float_rnn_batch_one_streams_panel_pairs_with_the_twin_bytes(op, H, direction, variant):
+    """Batch 1 with 4H (LSTM) or 2H (GRU's z, r columns) past two 128-column panels: the
+    recurrence's GEMV streams two weight panels at once (seq_gemm_simd.h seq_row2), the
+    twin's chains; a tail panel (4·67 = 268, 2·131 = 262) stays on the one-panel path."""
+    rng = np.random.default_rng(H)
+    D = 2 if direction == "bidirectional" else 1
+    inputs = _float_inputs(
+        rng,
+        op,
+        T=5,
+        B=1,
+        n_in=300,
+        H=H,
+        D=D,
+        bias=True,
+        lens=None,
+        h0=True,
+        c0=True,
+        peephole=False,
+        layout=0,
+    )
+    attrs = {"hidden_size": H, "direction": direction, "layout": 0}
+    if variant:
+        attrs["input_forget" if op == "LSTM" else "linear_before_reset"] = 1
+    _check_float(op, inputs, attrs)
+
+
 def _float64_lstm_forward(x, w, r, b):
     """An LSTM (forward, default activations) in float64: the exact-math yardstick."""
     T, B, _ = x.shape
