@@ -14,12 +14,13 @@
 //                 num_threads=1, out=None) -> y [..., n]: a · (W8)(q) (w8.h), the bytes of
 //       matmul_f32 with b_packed = sgemm_pack_b of the dequantized weight.
 //   conv_pack_f32(w: f32 [M, C/G, kh(, kw)], group, rows=False) -> packed   (raw [C, taps] if
-//       depthwise; rows: 1x1 weights of group 1 packed for the pixels-as-rows path, sgemm.h
-//       kPointwiseRows)
+//       depthwise; rows: weights of group 1 packed for the pixels-as-rows paths, sgemm.h
+//       kPointwiseRows / kIm2colRows)
 //   conv_f32(x: f32 [N, C, H, W], w_packed, bias | None, m, kh, kw, strides, dilations,
 //            pads (t, l, b, r), group, lo=-inf, hi=inf, num_threads=1, out=None, rows=False) -> y
-//       rows: w_packed is the rows packing; the geometry must take kPointwiseRows
-//   conv_path_f32(...same geometry..., rows=False) -> "pointwise" | "pointwise_rows" | "im2col" | "depthwise"
+//       rows: w_packed is the rows packing; the geometry must take a rows path
+//   conv_path_f32(...same geometry..., rows=False) -> "pointwise" | "pointwise_rows" | "im2col" |
+//       "im2col_rows" | "depthwise"
 //   col2im_f32(cols: f32 [N, M·kh·kw, H, W], m, kh, kw, strides, dilations, begin (t, l),
 //              out_hw, bias=None, lo=-inf, hi=inf, num_threads=1, out=None) -> y [N, M, oh, ow]
 #include <pybind11/stl.h>
@@ -242,13 +243,13 @@ Arr conv_pack(const py::handle& w_obj, int64_t group, bool rows) {
   }
   const int64_t m = w.shape(0);
   if (rows) {
-    const int64_t c = w.shape(1);
-    if (group != 1 || w.size() != m * c) {
-      throw py::value_error("conv_pack_f32: rows: expected 1x1 weights of group 1, got " + shape_str(shape_of(w)) +
+    if (group != 1 || m < 1) {
+      throw py::value_error("conv_pack_f32: rows: expected weights of group 1, got " + shape_str(shape_of(w)) +
                             " with group " + std::to_string(group));
     }
-    Arr out(Shape{static_cast<py::ssize_t>(sgemm::packed_b_size(c, m))});
-    sgemm::pack_b(w.data(), 1, c, c, m, out.mutable_data());  // B = Wᵀ: (k, j) at w[j·C + k]
+    const int64_t kk = w.size() / m;  // C·kh·kw, in (c, ky, kx) order
+    Arr out(Shape{static_cast<py::ssize_t>(sgemm::packed_b_size(kk, m))});
+    sgemm::pack_b(w.data(), 1, kk, kk, m, out.mutable_data());  // B = Wᵀ: (k, j) at w[j·kk + k]
     return out;
   }
   if (group < 1 || m % group) {
@@ -337,13 +338,14 @@ py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::o
   auto w = require_array<float>(w_obj, "conv_f32: w_packed");
   const sgemm::ConvGeom g = geometry(x, m, kh, kw, strides, dilations, pads, group);
   const sgemm::ConvPath path = sgemm::conv_path(g, rows);
-  if (rows && path != sgemm::ConvPath::kPointwiseRows) {
+  const bool rows_path = path == sgemm::ConvPath::kPointwiseRows || path == sgemm::ConvPath::kIm2colRows;
+  if (rows && !rows_path) {
     throw py::value_error(op + ": rows: weights packed for the pixels-as-rows path, but this geometry takes another");
   }
   const int64_t cg = g.c / group, mg = m / group;
-  const int64_t expect = path == sgemm::ConvPath::kDepthwise       ? m * kh * kw
-                         : path == sgemm::ConvPath::kPointwiseRows ? sgemm::packed_b_size(cg, m)
-                                                                   : group * sgemm::packed_a_size(mg, cg * kh * kw);
+  const int64_t expect = path == sgemm::ConvPath::kDepthwise ? m * kh * kw
+                         : rows_path                         ? sgemm::packed_b_size(cg * kh * kw, m)
+                                                             : group * sgemm::packed_a_size(mg, cg * kh * kw);
   if (w.size() != expect) {
     throw py::value_error(op + ": w_packed: expected " + std::to_string(expect) +
                           " floats for M = " + std::to_string(m) + ", C/G = " + std::to_string(cg) + ", kernel " +
@@ -444,6 +446,7 @@ void register_sgemm(py::module_& m) {
         switch (sgemm::conv_path(geometry(x, m, kh, kw, strides, dilations, pads, group), rows)) {
           case sgemm::ConvPath::kPointwise: return std::string("pointwise");
           case sgemm::ConvPath::kPointwiseRows: return std::string("pointwise_rows");
+          case sgemm::ConvPath::kIm2colRows: return std::string("im2col_rows");
           case sgemm::ConvPath::kDepthwise: return std::string("depthwise");
           default: return std::string("im2col");
         }

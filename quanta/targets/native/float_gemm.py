@@ -353,14 +353,15 @@ def _conv_specialized(
     lo, hi = clamp
     pk, pp = post
     out4 = None if out is None else out.reshape(y4_shape)
-    # A 1x1 convolution on a small plane runs with its pixels as the GEMM's rows when that
-    # fills more lanes (sgemm.h kPointwiseRows; the same bytes): its weights packed once
-    # more, for this shape.
+    # A convolution on a small plane runs with its pixels as the GEMM's rows when that
+    # fills more lanes (sgemm.h kPointwiseRows, kIm2colRows; the same bytes): its weights
+    # packed once more, for this shape.
     w_const = sig.consts[1] if len(sig.consts) > 1 else None
     rows = (
         w_const is not None
         and group == 1
-        and _native.conv_path_f32(np.empty(x4_shape, F32), m, *args, group, rows=True) == "pointwise_rows"
+        and _native.conv_path_f32(np.empty(x4_shape, F32), m, *args, group, rows=True)
+        in ("pointwise_rows", "im2col_rows")
     )
     w_run = (
         _native.conv_pack_f32(_f32(w_const).reshape(wshape[0], -1, 1, 1), 1, rows=True) if rows else packed

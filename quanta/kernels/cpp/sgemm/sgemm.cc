@@ -316,6 +316,19 @@ bool rows_pay(int64_t hw, int64_t m) {
   return rows_work * 20 < cols_work * 19;
 }
 
+// The same comparison for the implicit GEMM, whose columns are the OH × wq grid of its
+// phase planes (wq ≥ OW: the padded width over the stride), against gathered pixel rows;
+// the gather moves C·kh·kw values per pixel, which 32 output channels pay for.
+bool im2col_rows_pay(const ConvGeom& g) {
+  const int64_t hw = g.oh * g.ow;
+  if (hw <= 1 || hw > 1024 || g.m < 32) return false;
+  const int64_t wp = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+  const int64_t grid = g.oh * ((wp + g.sw - 1) / g.sw);
+  const int64_t cols_work = (g.m + 7) / 8 * 8 * ((grid + 15) / 16 * 16);
+  const int64_t rows_work = (hw + 7) / 8 * 8 * ((g.m + 15) / 16 * 16);
+  return rows_work * 20 < cols_work * 19;
+}
+
 }  // namespace
 
 ConvPath conv_path(const ConvGeom& g, bool rows_allowed) {
@@ -323,6 +336,7 @@ ConvPath conv_path(const ConvGeom& g, bool rows_allowed) {
   if (rows_allowed && g.g == 1 && unpadded_1x1(g) && rows_pay(g.oh * g.ow, g.m)) return ConvPath::kPointwiseRows;
   if (g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.oh == g.h && g.ow == g.w)
     return ConvPath::kPointwise;
+  if (rows_allowed && g.g == 1 && !unpadded_1x1(g) && im2col_rows_pay(g)) return ConvPath::kIm2colRows;
   return ConvPath::kIm2col;
 }
 
@@ -699,6 +713,68 @@ void conv_pointwise_rows(const ConvGeom& g, const float* x, const float* wb, con
   }
 }
 
+// kIm2colRows (sgemm.h): per image the input zero-padded once (hp × wp per channel: the
+// rows and columns the windows read), then per panel of 8 output pixels their im2col rows
+// gathered into an A panel (pack_gather8: window origins + tap offsets; a last partial
+// panel element by element, its missing pixels 0), the GEMM into Cᵀ, Cᵀ transposed into y.
+static_assert(kPackMr == 8, "pack_gather8 fills 8-row A panels");
+
+void conv_im2col_rows(const ConvGeom& g, const float* x, const float* wb, const float* bias, float lo, float hi,
+                      float* y, int num_threads, Isa isa, const Kernels& kr, const PostOp* post) {
+  const int64_t hw = g.oh * g.ow, m = g.m, kk = g.c * g.kh * g.kw;
+  const int64_t hp = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1, wp = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+  const int64_t plane = hp * wp;
+  const int64_t panels = ceil_div(hw, kPackMr);
+  thread_local std::vector<float> xp_buf, at_buf, ct_buf;
+  thread_local std::vector<int64_t> taps;
+  thread_local std::vector<int32_t> base;
+  xp_buf.assign(static_cast<size_t>(g.c * plane), 0.0f);
+  if (static_cast<int64_t>(at_buf.size()) < panels * kPackMr * kk)
+    at_buf.resize(static_cast<size_t>(panels * kPackMr * kk));
+  if (static_cast<int64_t>(ct_buf.size()) < hw * m) ct_buf.resize(static_cast<size_t>(hw * m));
+  taps.resize(static_cast<size_t>(kk));
+  base.resize(static_cast<size_t>(panels * kPackMr));
+  for (int64_t c = 0, k = 0; c < g.c; ++c)
+    for (int64_t ky = 0; ky < g.kh; ++ky)
+      for (int64_t kx = 0; kx < g.kw; ++kx, ++k) taps[static_cast<size_t>(k)] = c * plane + ky * g.dh * wp + kx * g.dw;
+  for (int64_t i = 0; i < panels * kPackMr; ++i) {
+    base[static_cast<size_t>(i)] = i < hw ? static_cast<int32_t>((i / g.ow) * g.sh * wp + (i % g.ow) * g.sw) : 0;
+  }
+  float* xp = xp_buf.data();
+  float* at = at_buf.data();
+  float* ct = ct_buf.data();
+  const int64_t rows_in = std::min(g.h, hp - g.pt), cols_in = std::min(g.w, wp - g.pl);
+  for (int64_t img = 0; img < g.n; ++img) {
+    const float* xi = x + img * g.c * g.h * g.w;
+    for (int64_t c = 0; c < g.c && cols_in > 0; ++c) {
+      for (int64_t iy = 0; iy < rows_in; ++iy) {
+        std::memcpy(xp + c * plane + (iy + g.pt) * wp + g.pl, xi + (c * g.h + iy) * g.w,
+                    static_cast<size_t>(cols_in) * sizeof(float));
+      }
+    }
+    for (int64_t p = 0; p < panels; ++p) {
+      float* dst = at + p * kk * kPackMr;
+      if ((p + 1) * kPackMr <= hw) {
+        kr.pack_gather8(xp, base.data() + p * kPackMr, taps.data(), kk, dst);
+        continue;
+      }
+      for (int64_t k = 0; k < kk; ++k) {
+        for (int64_t r = 0; r < kPackMr; ++r) {
+          const int64_t i = p * kPackMr + r;
+          dst[k * kPackMr + r] = i < hw ? xp[taps[static_cast<size_t>(k)] + base[static_cast<size_t>(i)]] : 0.0f;
+        }
+      }
+    }
+    Epilogue ep;
+    ep.bias_col = bias;
+    ep.lo = lo;
+    ep.hi = hi;
+    ep.post = post;
+    gemm(hw, m, kk, MatA{at, true, 0}, MatB{wb, true, 0}, ct, m, ep, num_threads, isa);
+    layout::transpose_batched(ct, y + img * m * hw, 1, hw, m, sizeof(float), num_threads);
+  }
+}
+
 }  // namespace
 
 void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, const float* bias, float lo, float hi,
@@ -711,6 +787,10 @@ void conv(const ConvGeom& g, ConvPath path, const float* x, const float* w, cons
   }
   if (path == ConvPath::kPointwiseRows) {
     conv_pointwise_rows(g, x, w, bias, lo, hi, y, num_threads, isa, post);
+    return;
+  }
+  if (path == ConvPath::kIm2colRows) {
+    conv_im2col_rows(g, x, w, bias, lo, hi, y, num_threads, isa, kr, post);
     return;
   }
   // A strided 1x1 without pads (ResNet's downsampling shortcuts and stride-2 bottleneck

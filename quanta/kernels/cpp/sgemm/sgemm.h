@@ -141,6 +141,11 @@ using DwBlockFn = void (*)(const float* buf, int64_t wp, const float* w16, const
 using Interleave16Fn = void (*)(const float* src, int64_t ld, int cb, int64_t n, float* dst);
 using Deinterleave16Fn = void (*)(const float* src, int64_t n, int cb, float* dst, int64_t ld);
 
+// dst[kk·8 + r] = src[tap[kk] + base[r]] for kk < k, r < 8: an A panel of 8 output
+// pixels (their window origins base[r] in a zero-padded input) over the taps tap[kk]
+// (the pixels-as-rows im2col, ConvPath::kIm2colRows). Bytes moved, never computed.
+using PackGather8Fn = void (*)(const float* src, const int32_t* base, const int64_t* tap, int64_t k, float* dst);
+
 struct Kernels {
   const char* isa;
   int mr, nr;               // the micro-kernel's tile
@@ -156,6 +161,7 @@ struct Kernels {
   Deinterleave16Fn deinterleave16;
   DwRows2SplitFn dw_rows2_split;
   Split2Fn split2;
+  PackGather8Fn pack_gather8;
 };
 
 extern const Kernels kKernelsPortable;
@@ -209,8 +215,8 @@ struct ConvGeom {
 };
 
 // w: for the GEMM paths the G packed A matrices (Mg × Cg·kh·kw each, packed_a_size apart);
-// for depthwise (G = C = M) the raw [C][kh·kw] weights; for kPointwiseRows the packed B
-// of Wᵀ (pack_b of the [M][C] weights read transposed, packed_b_size(C, M)).
+// for depthwise (G = C = M) the raw [C][kh·kw] weights; for the rows paths the packed B
+// of Wᵀ (pack_b of the [M][C·kh·kw] weights read transposed, packed_b_size(C·kh·kw, M)).
 //
 // kPointwiseRows: a 1x1 convolution without pads or groups on a small output plane runs
 // with the output pixels as the GEMM's rows, Cᵀ (OH·OW × M) = Xᵀ · Wᵀ, then transposed
@@ -219,7 +225,15 @@ struct ConvGeom {
 // commutes; k increasing) with the same epilogue (the channel's bias as a column bias):
 // the bytes of kPointwise. A stride (no pads) samples the plane first, as kIm2col's
 // strided 1x1 does.
-enum class ConvPath : int { kPointwise = 0, kIm2col = 1, kDepthwise = 2, kPointwiseRows = 3 };
+//
+// kIm2colRows: any other convolution of group 1 on a small output plane, the same way:
+// Cᵀ = im2col(x)ᵀ · Wᵀ with the im2col rows (one per output pixel, taps in (c, ky, kx)
+// order) gathered from a zero-padded copy of the input straight into A panels
+// (Kernels::pack_gather8); the weights packed as for kPointwiseRows (pack_b of the
+// [M][C·kh·kw] weights read transposed). kIm2col's chains (the im2col values in the same
+// k order): its bytes. kIm2col computes a grid of OH × (padded width) positions and drops
+// the extra columns (2 of 9 at 7x7 with 3x3 taps), and its pixels fill few lanes.
+enum class ConvPath : int { kPointwise = 0, kIm2col = 1, kDepthwise = 2, kPointwiseRows = 3, kIm2colRows = 4 };
 // `rows_allowed`: whether kPointwiseRows may be chosen (the weights were packed for it).
 ConvPath conv_path(const ConvGeom& g, bool rows_allowed = false);
 // post: an activation after the clamp (null: none), PostOp above.

@@ -83,6 +83,11 @@ void tile(const Tile& t) {
 
 #undef QUANTA_SGEMM_ROWS
 
+void pack_gather8(const float* src, const int32_t* base, const int64_t* tap, int64_t k, float* dst) {
+  const __m256i idx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base));
+  for (int64_t kk = 0; kk < k; ++kk) _mm256_storeu_ps(dst + kk * 8, _mm256_i32gather_ps(src + tap[kk], idx, 4));
+}
+
 }  // namespace
 
 extern const Kernels kKernelsAvx2 = {
@@ -100,6 +105,7 @@ extern const Kernels kKernelsAvx2 = {
     nullptr,
     nullptr,  // dw_rows2_split: stride 2 takes dw_rows2 / dw_row
     nullptr,
+    pack_gather8,
 };
 
 }  // namespace sgemm

@@ -213,6 +213,11 @@ void split2(const float* src, int64_t n, float* even, float* odd) {
   }
 }
 
+void pack_gather8(const float* src, const int32_t* base, const int64_t* tap, int64_t k, float* dst) {
+  const __m256i idx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base));
+  for (int64_t kk = 0; kk < k; ++kk) _mm256_storeu_ps(dst + kk * 8, _mm256_i32gather_ps(src + tap[kk], idx, 4));
+}
+
 }  // namespace
 
 extern const Kernels kKernelsAvx512Vnni = {
@@ -233,6 +238,7 @@ extern const Kernels kKernelsAvx512Vnni = {
     deinterleave16,
     dw::rows2_split<simd::F32x16>,
     split2,
+    pack_gather8,
 };
 
 }  // namespace sgemm

@@ -68,6 +68,11 @@ void gemv(const float* a, int64_t panels, int64_t k, const float* x, int64_t ldx
   }
 }
 
+void pack_gather8(const float* src, const int32_t* base, const int64_t* tap, int64_t k, float* dst) {
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int r = 0; r < 8; ++r) dst[kk * 8 + r] = src[tap[kk] + base[r]];
+}
+
 }  // namespace
 
 extern const Kernels kKernelsPortable = {
@@ -85,6 +90,7 @@ extern const Kernels kKernelsPortable = {
     nullptr,
     nullptr,  // dw_rows2_split: stride 2 takes dw_rows2 / dw_row
     nullptr,
+    pack_gather8,
 };
 
 }  // namespace sgemm
