@@ -326,17 +326,27 @@ def test_conv_pixel_rows_give_the_nchw_bytes(n, c, h, w, m, strides, post) -> No
     bias, the same clamp and fused activation; on every ISA, 1 and 2 threads."""
     rng = np.random.default_rng(c * m + h)
     x, wt, bias = normal(rng, n, c, h, w), normal(rng, m, c, 1, 1), normal(rng, m)
-    geometry = (m, 1, 1, list(strides), [1, 1], [0, 0, 0, 0], 1)
-    assert _native.conv_path_f32(x, *geometry, rows=True) == "pointwise_rows"
+    check_rows_path(x, wt, bias, strides, [1, 1], [0, 0, 0, 0], post, "pointwise_rows")
+
+
+def check_rows_path(x, wt, bias, strides, dilations, pads, post, rows_path: str) -> None:
+    """The rows path (``rows_path``) this geometry takes gives the bytes of the NCHW path
+    it takes without the rows packing, with a clamp and the fused activation ``post``, on
+    every ISA, 1 and 2 threads."""
+    m, kh, kw = wt.shape[0], wt.shape[2], wt.shape[3]
+    geometry = (m, kh, kw, list(strides), list(dilations), list(pads), 1)
+    assert _native.conv_path_f32(x, *geometry, rows=True) == rows_path
+    assert _native.conv_path_f32(x, *geometry) in ("pointwise", "im2col")
     packed = _native.conv_pack_f32(wt, 1)
     rows = _native.conv_pack_f32(wt, 1, rows=True)
-    kw = dict(lo=-2.5, hi=3.0, post=post[0], post_params=post[1])
+    extra = dict(lo=-2.5, hi=3.0, post=post[0], post_params=post[1])
 
     def run(isa: str) -> None:
-        ref = _native.conv_f32(x, packed, bias, *geometry, num_threads=1, **kw)
+        ref = _native.conv_f32(x, packed, bias, *geometry, num_threads=1, **extra)
         for threads in (1, 2):
-            y = _native.conv_f32(x, rows, bias, *geometry, num_threads=threads, rows=True, **kw)
-            assert y.tobytes() == ref.tobytes(), f"{isa} {threads}t x{x.shape} m{m} s{strides} post{post}"
+            y = _native.conv_f32(x, rows, bias, *geometry, num_threads=threads, rows=True, **extra)
+            label = f"{isa} {threads}t x{x.shape} w{wt.shape} s{strides} d{dilations} p{pads} post{post}"
+            assert y.tobytes() == ref.tobytes(), label
 
     every_isa(run)
 
@@ -359,43 +369,36 @@ def test_conv_pixel_rows_only_where_it_pays_and_refused_elsewhere() -> None:
     assert _native.conv_path_f32(np.ones((1, 16, 40, 40), F32), *g3, rows=True) == "im2col"
     with pytest.raises(ValueError, match="rows: weights packed for the pixels-as-rows path"):
         _native.conv_f32(
-            np.ones((1, 16, 40, 40), F32), _native.conv_pack_f32(np.ones((48, 16, 3, 3), F32), 1, rows=True), None,
-            *g3, rows=True,
+            np.ones((1, 16, 40, 40), F32),
+            _native.conv_pack_f32(np.ones((48, 16, 3, 3), F32), 1, rows=True),
+            None,
+            *g3,
+            rows=True,
         )
 
 
-@pytest.mark.parametrize(
-    "n,c,h,w,m,kh,kw,strides,dilations,pads,post",
-    [
-        (1, 17, 7, 7, 48, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), (0, [])),  # 49 pixels: 6 panels + 1 gathered alone
-        (2, 7, 13, 13, 64, 3, 3, (2, 2), (1, 1), (1, 1, 1, 1), (1, [])),  # stride 2, two images, SiLU
-        (1, 17, 9, 11, 40, 5, 5, (1, 1), (1, 1), (2, 2, 2, 2), (2, [])),  # K = 425 > 258, HardSwish
-        (1, 3, 10, 12, 33, 3, 3, (1, 1), (2, 2), (1, 2, 0, 1), (0, [])),  # dilated, uneven pads
-        (1, 8, 5, 21, 96, 1, 3, (1, 1), (1, 1), (0, 1, 0, 1), (3, [0.2, 0.5])),  # 1x3 (ppocr_rec)
-        (1, 5, 14, 14, 64, 2, 2, (2, 2), (1, 1), (0, 0, 1, 1), (0, [])),  # a bottom / right pad no window reads
-    ],
-)
-def test_conv_im2col_pixel_rows_give_the_implicit_gemm_bytes(n, c, h, w, m, kh, kw, strides, dilations, pads, post):
+# 49 pixels (6 panels + 1 element by element); stride 2 with two images; K = 425 > 258;
+# dilated with uneven pads; 1x3 (ppocr_rec); a bottom / right pad no window reads
+IM2COL_ROWS_CASES = [
+    (1, 17, 7, 7, 48, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), (0, [])),
+    (2, 7, 13, 13, 64, 3, 3, (2, 2), (1, 1), (1, 1, 1, 1), (1, [])),
+    (1, 17, 9, 11, 40, 5, 5, (1, 1), (1, 1), (2, 2, 2, 2), (2, [])),
+    (1, 3, 10, 12, 33, 3, 3, (1, 1), (2, 2), (1, 2, 0, 1), (0, [])),
+    (1, 8, 5, 21, 96, 1, 3, (1, 1), (1, 1), (0, 1, 0, 1), (3, [0.2, 0.5])),
+    (1, 5, 14, 14, 64, 2, 2, (2, 2), (1, 1), (0, 0, 1, 1), (0, [])),
+]
+
+
+@pytest.mark.parametrize("n,c,h,w,m,kh,kw,strides,dilations,pads,post", IM2COL_ROWS_CASES)
+def test_conv_im2col_pixel_rows_give_the_implicit_gemm_bytes(
+    n, c, h, w, m, kh, kw, strides, dilations, pads, post
+):
     """The pixels-as-rows im2col path (sgemm.h kIm2colRows: the im2col rows gathered from
     a zero-padded copy into A panels, Cᵀ = im2col(x)ᵀ · Wᵀ, transposed) gives the implicit
-    GEMM's bytes (the same values in the same k order), with clamps and fused
-    activations, on every ISA, 1 and 2 threads."""
+    GEMM's bytes (the same values in the same k order)."""
     rng = np.random.default_rng(c * m + h * w)
     x, wt, bias = normal(rng, n, c, h, w), normal(rng, m, c, kh, kw), normal(rng, m)
-    geometry = (m, kh, kw, list(strides), list(dilations), list(pads), 1)
-    assert _native.conv_path_f32(x, *geometry, rows=True) == "im2col_rows"
-    assert _native.conv_path_f32(x, *geometry) == "im2col"
-    packed = _native.conv_pack_f32(wt, 1)
-    rows = _native.conv_pack_f32(wt, 1, rows=True)
-    kw_ = dict(lo=-2.5, hi=3.0, post=post[0], post_params=post[1])
-
-    def run(isa: str) -> None:
-        ref = _native.conv_f32(x, packed, bias, *geometry, num_threads=1, **kw_)
-        for threads in (1, 2):
-            y = _native.conv_f32(x, rows, bias, *geometry, num_threads=threads, rows=True, **kw_)
-            assert y.tobytes() == ref.tobytes(), f"{isa} {threads}t x{x.shape} w{wt.shape} s{strides} d{dilations}"
-
-    every_isa(run)
+    check_rows_path(x, wt, bias, strides, dilations, pads, post, "im2col_rows")
 
 
 def test_conv_refuses_bad_arguments() -> None:

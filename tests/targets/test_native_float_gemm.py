@@ -429,15 +429,17 @@ def test_float_graph_fuses_relu_and_clip_into_conv() -> None:
     np.testing.assert_allclose(nat.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
 
 
-def test_session_runs_small_plane_pointwise_as_pixel_rows(monkeypatch) -> None:
-    """A 1x1 Conv + HardSwish on a 7x7 plane (a MobileNet tail) is specialized to the
-    pixels-as-rows GEMM (sgemm.h kPointwiseRows) and gives conv_f32's NCHW bytes, at 1
-    and 2 threads; a 28x28 plane keeps the NCHW GEMM."""
+@pytest.mark.parametrize(("k", "rows_path"), [(1, "pointwise_rows"), (3, "im2col_rows")])
+def test_session_runs_small_plane_convolutions_as_pixel_rows(monkeypatch, k, rows_path) -> None:
+    """A 1x1 or 3x3 Conv + HardSwish on a 7x7 plane (a MobileNet / ResNet tail) is
+    specialized to the pixels-as-rows GEMM (sgemm.h kPointwiseRows, kIm2colRows) and gives
+    conv_f32's NCHW bytes, at 1 and 2 threads; a 40x40 plane keeps the NCHW GEMM."""
     rng = np.random.default_rng(7)
-    wt, b = rng.standard_normal((80, 17, 1, 1)).astype(F32), rng.standard_normal(80).astype(F32)
+    wt, b = rng.standard_normal((80, 17, k, k)).astype(F32), rng.standard_normal(80).astype(F32)
+    pads = [k // 2] * 4
     graph = helper.make_graph(
         [
-            helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[1, 1]),
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], pads=pads),
             helper.make_node("HardSwish", ["c"], ["y"]),
         ],
         "pw",
@@ -454,12 +456,10 @@ def test_session_runs_small_plane_pointwise_as_pixel_rows(monkeypatch) -> None:
         return conv_f32(*args, **kwargs)
 
     monkeypatch.setattr(_native, "conv_f32", recording)
-    for hw in (7, 28):
+    for hw in (7, 40):
         x = rng.standard_normal((1, 17, hw, hw)).astype(F32)
-        geometry = (80, 1, 1, [1, 1], [1, 1], [0, 0, 0, 0], 1)
-        assert _native.conv_path_f32(x, *geometry, rows=True) == (
-            "pointwise_rows" if hw == 7 else "pointwise"
-        )
+        geometry = (80, k, k, [1, 1], [1, 1], pads, 1)
+        assert _native.conv_path_f32(x, *geometry, rows=True) == (rows_path if hw == 7 else rows_path[:-5])
         want = conv_f32(x, packed, b, *geometry, post=2)
         for threads in (1, 2):
             opts = quanta.SessionOptions()

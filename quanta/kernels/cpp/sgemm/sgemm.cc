@@ -668,6 +668,20 @@ void conv_phased(const ConvGeom& g, const float* x, const float* w, const float*
   }
 }
 
+// The product of the rows paths for one image: Cᵀ (hw × m, into ct) = A · B with A the
+// packed pixel rows (k columns), B the packed Wᵀ, the channel bias per column and the
+// fused activation per task block; then Cᵀ transposed into y's [m][hw] planes.
+void rows_product(int64_t hw, int64_t m, int64_t k, const float* at, const float* wb, const float* bias, float lo,
+                  float hi, const PostOp* post, float* ct, float* y, int num_threads, Isa isa) {
+  Epilogue ep;
+  ep.bias_col = bias;
+  ep.lo = lo;
+  ep.hi = hi;
+  ep.post = post;
+  gemm(hw, m, k, MatA{at, true, 0}, MatB{wb, true, 0}, ct, m, ep, num_threads, isa);
+  layout::transpose_batched(ct, y, 1, hw, m, sizeof(float), num_threads);
+}
+
 // kPointwiseRows (sgemm.h): per image, Xᵀ packed as A panels (the pixels' values of 8
 // consecutive pixels are one contiguous run per channel), the GEMM into this thread's
 // Cᵀ buffer with the bias per column and the post-op per task block, then Cᵀ transposed
@@ -703,13 +717,7 @@ void conv_pointwise_rows(const ConvGeom& g, const float* x, const float* wb, con
         for (int64_t r = 0; r < kPackMr; ++r) dst[k * kPackMr + r] = r < rows ? plane[src[r]] : 0.0f;
       }
     }
-    Epilogue ep;
-    ep.bias_col = bias;
-    ep.lo = lo;
-    ep.hi = hi;
-    ep.post = post;
-    gemm(hw, m, c, MatA{at, true, 0}, MatB{wb, true, 0}, ct, m, ep, num_threads, isa);
-    layout::transpose_batched(ct, y + img * m * hw, 1, hw, m, sizeof(float), num_threads);
+    rows_product(hw, m, c, at, wb, bias, lo, hi, post, ct, y + img * m * hw, num_threads, isa);
   }
 }
 
@@ -765,13 +773,7 @@ void conv_im2col_rows(const ConvGeom& g, const float* x, const float* wb, const 
         }
       }
     }
-    Epilogue ep;
-    ep.bias_col = bias;
-    ep.lo = lo;
-    ep.hi = hi;
-    ep.post = post;
-    gemm(hw, m, kk, MatA{at, true, 0}, MatB{wb, true, 0}, ct, m, ep, num_threads, isa);
-    layout::transpose_batched(ct, y + img * m * hw, 1, hw, m, sizeof(float), num_threads);
+    rows_product(hw, m, kk, at, wb, bias, lo, hi, post, ct, y + img * m * hw, num_threads, isa);
   }
 }
 
