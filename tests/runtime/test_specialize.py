@@ -493,3 +493,55 @@ def test_gather_nd_specialized_with_constant_indices_is_the_generic_kernel(indic
     wide = rng.normal(0, 2, (3, 7, 34)).astype(np.float32)
     strided = {"x": wide[:, :, ::2]}
     np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "scales", "sizes"),
+    [
+        (np.float32, [1.0, 1.0, 2.0, 2.0], None),  # a YOLO / FPN 2x upsample
+        (np.uint8, [1.0, 1.5, 2.0, 0.5], None),  # three axes, one shrinking
+        (np.float32, None, [2, 5, 9, 4]),  # sizes
+    ],
+)
+def test_nearest_resize_specialized_gives_the_twin_bytes(dtype, scales, sizes) -> None:
+    """Nearest Resize with constant scales / sizes: the specialized call (the gathers found
+    once, the least-growing axis first) gives the reference's bytes on later runs."""
+    rng = np.random.default_rng(5)
+    inits = []
+    ins = ["x", "", "scales"] if scales is not None else ["x", "", "", "sizes"]
+    if scales is not None:
+        inits.append(_const("scales", np.array(scales, np.float32)))
+    else:
+        inits.append(_const("sizes", np.array(sizes, np.int64)))
+    elem = TensorProto.FLOAT if dtype is np.float32 else TensorProto.UINT8
+    g = helper.make_graph(
+        [
+            helper.make_node(
+                "Resize",
+                ins,
+                ["y"],
+                mode="nearest",
+                coordinate_transformation_mode="asymmetric",
+                nearest_mode="floor",
+                name="resize",
+            )
+        ],
+        "resize",
+        [helper.make_tensor_value_info("x", elem, [2, 4, 7, 9])],
+        [helper.make_tensor_value_info("y", elem, None)],
+        inits,
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
+    ref = quanta.InferenceSession(proto, backend="reference")
+    sess = quanta.InferenceSession(proto)
+    for _ in range(3):
+        x = (
+            rng.integers(0, 255, (2, 4, 7, 9)).astype(dtype)
+            if dtype is np.uint8
+            else rng.normal(0, 3, (2, 4, 7, 9))
+        )
+        x = x.astype(dtype)
+        assert sess.run(None, {"x": x})[0].tobytes() == ref.run(None, {"x": x})[0].tobytes()
+    (bound,) = sess.executor.bound_runs().values()
+    plain = {t[0]: t[1] for t in sess.executor._plain}
+    assert all(t[1] is not plain[t[0]] for t in bound.steps)

@@ -24,9 +24,10 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.nn_resize import resize_axis_tables, resize_output, resize_plan
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
+from quanta.targets.native._specialize import guarded, step_threads
 from quanta.targets.native.float_ops import _dtype, _native, _threads, _Unsupported, _with_fallback
 
 __all__ = ["RESIZE_DTYPES"]
@@ -54,6 +55,14 @@ def _tables(ctx: Any, shape: tuple[int, ...], roi: Any, scales: Any, sizes: Any,
         )
         cur[axis] = o
     return attrs["mode"], tables, tuple(cur)
+
+
+def _nearest_order(tables: list, shape: tuple[int, ...]) -> list:
+    """The nearest gathers in the order that moves the fewest bytes: each axis's gather is
+    exact and independent of the others, so any order gives the same values. The axis
+    that grows least goes first; on a tie (a 2x upsample) the inner one, whose gather
+    moves elements one by one, while an outer axis copies whole (already widened) rows."""
+    return sorted(tables, key=lambda t: (len(t[1]) / max(shape[t[0]], 1), -t[0]))
 
 
 def _attr_key(attributes: dict) -> tuple:
@@ -89,7 +98,7 @@ def _resize_native(
         return out
     if mode == "nearest":
         data = np.asarray(x, order="C")
-        for i, (axis, idx, _) in enumerate(tables):
+        for i, (axis, idx, _) in enumerate(_nearest_order(tables, x.shape)):
             last = i == len(tables) - 1
             data = n.take_axis(data, axis, idx, t, out if last else None)
         return data
@@ -109,6 +118,32 @@ def _resize_native(
     return out
 
 
+def _resize_specialized(sig: Specialization, *, plans: BoundedCache, **attributes: Any) -> Any:
+    """Nearest Resize of one x shape with constant roi / scales / sizes: the gathers found
+    once (the twin's tables, in :func:`_nearest_order`), a run is the take_axis calls alone
+    (the generic call hashes its arguments for the table cache on every run)."""
+    shape = sig.shapes[0]
+    if shape is None or sig.dtypes[0] not in RESIZE_DTYPES or not shape:
+        return None
+    if any(sig.shapes[k] is not None and sig.consts[k] is None for k in range(1, len(sig.shapes))):
+        return None  # a scale or size computed at run time
+    consts = [*sig.consts[1:], None, None, None][:3]
+    plan = _tables(sig.ctx, shape, *consts, attributes)
+    if plan is None or plan[0] != "nearest" or not plan[1]:
+        return None
+    order = [(axis, idx) for axis, idx, _ in _nearest_order(plan[1], shape)]
+    take, threads, out = _native().take_axis, step_threads(sig), sig.out
+    *first, (last_axis, last_idx) = order
+
+    def run(x: np.ndarray, *rest: Any) -> np.ndarray:
+        for axis, idx in first:
+            x = take(x, axis, idx, threads)
+        return take(x, last_axis, last_idx, threads, out)
+
+    generic = {"plans": plans, **attributes}
+    return guarded(run, _resize_native, generic, out, reads=1)
+
+
 @register_binder("Resize")
 def bind_resize(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """Resize, nearest / linear / cubic, every coordinate mode but tf_crop_and_resize."""
@@ -118,4 +153,14 @@ def bind_resize(model: Model, node: Node) -> tuple[Kernel | None, str]:
     dt = _dtype(node.input(0))
     if dt is not None and dt not in RESIZE_DTYPES:
         return None, f"native Resize takes float32 or an integer type of up to 32 bits, got {dt}"
-    return Kernel(_resize_native, "native", "native:resize", params={"plans": BoundedCache()}, out=True), ""
+    return (
+        Kernel(
+            _resize_native,
+            "native",
+            "native:resize",
+            params={"plans": BoundedCache()},
+            out=True,
+            specialize=_resize_specialized,
+        ),
+        "",
+    )
