@@ -364,9 +364,11 @@ def test_conv_pixel_rows_only_where_it_pays_and_refused_elsewhere() -> None:
         _native.conv_f32(wide, _native.conv_pack_f32(wt, 1, rows=True), None, *geometry, rows=True)
     with pytest.raises(ValueError, match="rows: expected weights of group 1"):
         _native.conv_pack_f32(np.ones((48, 8, 1, 1), F32), 2, rows=True)
-    # a 3x3 on a wide plane: the implicit GEMM's columns are full, no rows path
+    # a 3x3 on a wide plane: the implicit GEMM's columns are full, no rows path; on a
+    # small one with few output channels the gather costs more than the lanes it fills
     g3 = (48, 3, 3, [1, 1], [1, 1], [1, 1, 1, 1], 1)
     assert _native.conv_path_f32(np.ones((1, 16, 40, 40), F32), *g3, rows=True) == "im2col"
+    assert _native.conv_path_f32(np.ones((1, 16, 7, 7), F32), *g3, rows=True) == "im2col"
     with pytest.raises(ValueError, match="rows: weights packed for the pixels-as-rows path"):
         _native.conv_f32(
             np.ones((1, 16, 40, 40), F32),
@@ -380,12 +382,12 @@ def test_conv_pixel_rows_only_where_it_pays_and_refused_elsewhere() -> None:
 # 49 pixels (6 panels + 1 element by element); stride 2 with two images; K = 425 > 258;
 # dilated with uneven pads; 1x3 (ppocr_rec); a bottom / right pad no window reads
 IM2COL_ROWS_CASES = [
-    (1, 17, 7, 7, 48, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), (0, [])),
-    (2, 7, 13, 13, 64, 3, 3, (2, 2), (1, 1), (1, 1, 1, 1), (1, [])),
-    (1, 17, 9, 11, 40, 5, 5, (1, 1), (1, 1), (2, 2, 2, 2), (2, [])),
-    (1, 3, 10, 12, 33, 3, 3, (1, 1), (2, 2), (1, 2, 0, 1), (0, [])),
-    (1, 8, 5, 21, 96, 1, 3, (1, 1), (1, 1), (0, 1, 0, 1), (3, [0.2, 0.5])),
-    (1, 5, 14, 14, 64, 2, 2, (2, 2), (1, 1), (0, 0, 1, 1), (0, [])),
+    (1, 17, 7, 7, 256, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), (0, [])),
+    (2, 7, 13, 13, 256, 3, 3, (2, 2), (1, 1), (1, 1, 1, 1), (1, [])),
+    (1, 17, 9, 11, 160, 5, 5, (1, 1), (1, 1), (2, 2, 2, 2), (2, [])),
+    (1, 3, 10, 12, 160, 3, 3, (1, 1), (2, 2), (1, 2, 0, 1), (0, [])),
+    (1, 8, 5, 21, 160, 1, 3, (1, 1), (1, 1), (0, 1, 0, 1), (3, [0.2, 0.5])),
+    (1, 5, 14, 14, 256, 2, 2, (2, 2), (1, 1), (0, 0, 1, 1), (0, [])),
 ]
 
 

@@ -435,7 +435,7 @@ def test_session_runs_small_plane_convolutions_as_pixel_rows(monkeypatch, k, row
     specialized to the pixels-as-rows GEMM (sgemm.h kPointwiseRows, kIm2colRows) and gives
     conv_f32's NCHW bytes, at 1 and 2 threads; a 40x40 plane keeps the NCHW GEMM."""
     rng = np.random.default_rng(7)
-    wt, b = rng.standard_normal((80, 17, k, k)).astype(F32), rng.standard_normal(80).astype(F32)
+    wt, b = rng.standard_normal((256, 17, k, k)).astype(F32), rng.standard_normal(256).astype(F32)
     pads = [k // 2] * 4
     graph = helper.make_graph(
         [
@@ -458,7 +458,7 @@ def test_session_runs_small_plane_convolutions_as_pixel_rows(monkeypatch, k, row
     monkeypatch.setattr(_native, "conv_f32", recording)
     for hw in (7, 40):
         x = rng.standard_normal((1, 17, hw, hw)).astype(F32)
-        geometry = (80, k, k, [1, 1], [1, 1], pads, 1)
+        geometry = (256, k, k, [1, 1], [1, 1], pads, 1)
         assert _native.conv_path_f32(x, *geometry, rows=True) == (rows_path if hw == 7 else rows_path[:-5])
         want = conv_f32(x, packed, b, *geometry, post=2)
         for threads in (1, 2):
