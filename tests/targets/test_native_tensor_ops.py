@@ -954,3 +954,27 @@ def test_scatter_elements_binder_refuses_none_and_out_of_range_raises_the_twins_
             reduction="add",
             **kernel.params,
         )
+
+
+@given(
+    dtype=st.sampled_from([np.uint8, np.int16, np.float32, np.int64, np.dtype("V3")]),
+    step=st.sampled_from([2, 3, -1, -2]),
+    shape=st.sampled_from([(3, 7, 17), (1, 3, 16, 33), (2, 1, 5)]),
+    outer=st.booleans(),
+)
+def test_copy_strided_innermost_step_is_numpy_bytes(dtype, step, shape, outer):
+    """A view with a step in its innermost axis (YOLOv5's Focus slices every other
+    column) copies each row by a typed strided loop (1, 2, 4, 8-byte elements; others
+    element by element), the bytes of np.ascontiguousarray, at 1 and 2 threads."""
+    rng = np.random.default_rng(67)
+    raw = rng.integers(0, 256, (*shape, np.dtype(dtype).itemsize), dtype=np.uint8)
+    x = raw.view(dtype).reshape(shape)
+    view = x[..., ::step]
+    if outer:
+        view = view[::2]  # and a step in an outer axis
+    want = np.ascontiguousarray(view).tobytes()
+    for threads in (1, 2):
+        assert _native.copy_strided(view, threads).tobytes() == want
+    # a broadcast (stride 0) innermost axis stays an element-by-element copy
+    b = np.broadcast_to(x[..., :1], shape)
+    assert _native.copy_strided(b, 1).tobytes() == np.ascontiguousarray(b).tobytes()

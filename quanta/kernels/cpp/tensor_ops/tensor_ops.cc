@@ -196,6 +196,18 @@ void take_axis(const uint8_t* x, int64_t outer, int64_t n, int64_t inner_bytes, 
   });
 }
 
+namespace {
+
+// dst[i] = src[i·step] for i < n, elements of type T (bytes moved, never computed).
+template <typename T>
+void strided_run(const uint8_t* src, int64_t step, int64_t n, uint8_t* dst) {
+  const T* s = reinterpret_cast<const T*>(src);
+  T* d = reinterpret_cast<T*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i] = s[i * step];
+}
+
+}  // namespace
+
 void copy_strided(const uint8_t* x, int rank, const int64_t* shape_in, const int64_t* strides_in, int64_t elem,
                   uint8_t* y, int num_threads) {
   // Drop size-1 dimensions and merge a dimension into the next inner one when the view
@@ -217,13 +229,32 @@ void copy_strided(const uint8_t* x, int rank, const int64_t* shape_in, const int
   }
   int64_t run_elems = 1, run_bytes = elem;
   int outer_rank = r;
+  // An innermost dimension with a step (a Slice with steps: YOLOv5's Focus takes every
+  // other column) is one row too, copied by a typed strided loop: a memcpy call per
+  // element cost ~2 ns each.
+  int64_t run_step = 0;  // elements between a strided run's values; 0: a contiguous run
   if (r > 0 && stride[r - 1] == elem) {
     run_elems = shape[r - 1];
     run_bytes = run_elems * elem;
     outer_rank = r - 1;
+  } else if (r > 0 && stride[r - 1] != 0 && stride[r - 1] % elem == 0 &&
+             (elem == 1 || elem == 2 || elem == 4 || elem == 8)) {
+    run_elems = shape[r - 1];
+    run_bytes = run_elems * elem;
+    run_step = stride[r - 1] / elem;
+    outer_rank = r - 1;
   }
   int64_t outer = 1;
   for (int d = 0; d < outer_rank; ++d) outer *= shape[d];
+  const auto copy_run = [&](const uint8_t* src, uint8_t* dst) {
+    switch (run_step == 0 ? 0 : elem) {
+      case 1: strided_run<uint8_t>(src, run_step, run_elems, dst); break;
+      case 2: strided_run<uint16_t>(src, run_step, run_elems, dst); break;
+      case 4: strided_run<uint32_t>(src, run_step, run_elems, dst); break;
+      case 8: strided_run<uint64_t>(src, run_step, run_elems, dst); break;
+      default: std::memcpy(dst, src, static_cast<size_t>(run_bytes));
+    }
+  };
   qgemm::parallel_ranges(num_threads, outer, rows_per_chunk(run_bytes, kByteGrain), [&](int64_t b, int64_t e) {
     int64_t idx[broadcast::kMaxRank];
     int64_t off = 0, o = b;
@@ -233,7 +264,7 @@ void copy_strided(const uint8_t* x, int rank, const int64_t* shape_in, const int
       off += idx[d] * stride[d];
     }
     for (int64_t p = b; p < e; ++p) {
-      std::memcpy(y + p * run_bytes, x + off, static_cast<size_t>(run_bytes));
+      copy_run(x + off, y + p * run_bytes);
       for (int d = outer_rank - 1; d >= 0; --d) {
         ++idx[d];
         off += stride[d];
