@@ -143,6 +143,10 @@ def _plan_of(m: Match) -> _Plan | str:
     return plan.refusal or plan
 
 
+def _dim_rank(d: Dim) -> int:
+    return 3 if isinstance(d, int) and d != 1 else 2 if isinstance(d, str) else 1 if d is None else 0
+
+
 class _Plan:
     """The label groups of a two-operand equation, the sizes of its merged groups and the
     Reshape targets (None: the layout needs no Reshape); ``refusal`` when a merged size
@@ -156,12 +160,13 @@ class _Plan:
         self.free_a = [c for c in out if c in sa and c not in sb]
         self.free_b = [c for c in out if c in sb and c not in sa]
         self.contract = [c for c in sa if c in sb and c not in out]
+        # a label's size: a static size other than 1 over a symbolic one, over an unknown
+        # one, over a 1 that may be a broadcast batch dimension
         self.dim: dict[str, Dim] = {}
         for sub, shape in ((sa, shape_a), (sb, shape_b)):
             for c, d in zip(sub, shape):
-                if isinstance(self.dim.get(c), int) and self.dim[c] != 1:
-                    continue  # a static size wins over a symbolic one (and over a broadcast 1)
-                self.dim[c] = d
+                if c not in self.dim or _dim_rank(d) > _dim_rank(self.dim[c]):
+                    self.dim[c] = d
         self.refusal = ""
         nb = len(self.batch)
         self.a_target = self._target(nb, [self.free_a, self.contract], "merging a's groups")

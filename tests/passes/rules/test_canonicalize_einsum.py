@@ -126,6 +126,21 @@ def test_symbolic_batch_is_copied_by_the_reshapes():
         assert_within_dot_bound(equation, a, b, y)
 
 
+def test_a_batch_dimension_of_one_broadcasts_as_in_np_einsum():
+    """a's batch is 1, b's is 3 (np.einsum broadcasts it): MatMul broadcasts it too, and
+    the result's type takes the 3, not the 1."""
+    equation = "bcd,bdn->bcn"
+    model, result, _ = run_rule(einsum_proto(equation, [1, 17, 9], [3, 9, 5]))
+    assert result.fired("EinsumToMatMul") == 1
+    (mm,) = [n for n in model.graph.nodes if n.op_type == "MatMul"]
+    assert mm.outputs[0].shape == (3, 17, 5)
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal([1, 17, 9]).astype(np.float32)
+    b = rng.standard_normal([3, 9, 5]).astype(np.float32)
+    (y,) = run_ref(model, {"a": a, "b": b})
+    assert_within_dot_bound(equation, a, b, y)
+
+
 def test_one_unknown_group_size_is_minus_one():
     model, result, _ = run_rule(einsum_proto("bcd,bdhw->bchw", ["N", 17, 9], ["N", 9, "H", 7]))
     assert result.fired("EinsumToMatMul") == 1
