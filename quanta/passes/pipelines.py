@@ -24,6 +24,7 @@ from quanta.passes.manager import Pass
 from quanta.passes.rules.align_scales import AlignScales
 from quanta.passes.rules.canonicalize import Canonicalize
 from quanta.passes.rules.canonicalize_activations import CanonicalizeActivations
+from quanta.passes.rules.canonicalize_einsum import CanonicalizeEinsum
 from quanta.passes.rules.conv_transpose_as_conv import ConvTransposeAsConvs
 from quanta.passes.rules.eliminate_common import EliminateCommon
 from quanta.passes.rules.eliminate_dead import EliminateDead
@@ -127,7 +128,9 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     ``quanta::Conv`` gate, applied to each finished block (exact: the chain of the nodes
     it replaces); a LayerNorm written out as ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt,
     Div (and its Mul / Add by constants) becomes one ``quanta::LayerNormDiv`` (exact: the
-    same float32 operations in the same order). A MatMul whose weight a file stores as 8-bit integers times
+    same float32 operations in the same order); a two-operand Einsum becomes the MatMul it
+    computes between Transposes / Reshapes (the float GEMM family's bound instead of
+    np.einsum's unstated order). A MatMul whose weight a file stores as 8-bit integers times
     a per-column scale (``Cast`` -> ``Mul``) becomes ``quanta::MatMulW8`` before the
     constants fold: the file's float semantics (the weight is the same float32 values, as
     ONNX Runtime runs it), with the weight kept 8-bit for the kernel to stream;
@@ -161,6 +164,7 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
         HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps
         FuseLSTMGates(),  # an exported LSTM cell's ten elementwise nodes: one quanta::LSTMGates
         FuseLayerNormPass(),  # a written-out LayerNorm's seven to nine nodes: one quanta::LayerNormDiv
+        CanonicalizeEinsum(),  # a two-operand Einsum: the MatMul it computes (native float GEMM)
         EliminateDead(),
     ]
 
@@ -222,6 +226,9 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
         FuseGeluPass(opset),  # five float ops of a float-island GELU -> one Gelu
         FuseLayerNormPass(),  # a written-out LayerNorm's float island -> one quanta::LayerNormDiv
+        # a float Einsum left by the lowering -> MatMul (after it: an Einsum between Q / DQ
+        # stays the float product the file asks for, not an integer MatMul)
+        CanonicalizeEinsum(),
         # ConvInteger's float output stage, a float gate and QuantizeLinear -> one node
         FuseAccumulatorToQuant(),
         ChannelsLast(),  # convolutions exchange NHWC; transposes only at region edges

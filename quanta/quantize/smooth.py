@@ -11,7 +11,7 @@ factor s_k the layer is unchanged, y = (x / s) · (diag(s) W), and::
 evens out the activation channels, moving the range into the weights, which are
 quantized per output channel and absorb it. The division is folded into the constant
 of the Mul that produces x (the last multiplication of an Erf-form GELU, x·0.5), so the
-graph gains no node. With ``insert`` every other x read by such layers (a LayerNorm
+graph gains no node; its output is renamed ``x_smooth`` (it holds x / s, not x). With ``insert`` every other x read by such layers (a LayerNorm
 output that the residual stream also reads, an attention context) gets a float
 ``Mul(x, 1/s)`` of its own in front of those layers, as NNCF's SmoothQuant does; the
 other readers of x keep x. Either Mul stays float in quantize_static (its inputs still
@@ -174,6 +174,10 @@ def apply_smoothing(graph: Graph, sites: list[SmoothSite], alpha: float) -> list
             mul.replace_input(
                 site.const_index, graph.add_initializer(graph.fresh_name(f"{cv.name}_smoothed"), new_c)
             )
+            # x / s is another tensor than the float model's x: a new name, as the inserted
+            # Mul's output has, so that nothing matching tensors by name (quanta debug,
+            # docs/debugger.md) compares x / s with x
+            site.x.name = graph.fresh_name(f"{site.x.name}_smooth")
         for u in site.consumers:
             wv = u.inputs[1]
             w = np.asarray(wv.const)

@@ -64,10 +64,12 @@ def test_bench_vs_ort_reports_both_engines_the_ratio_and_the_slowest_steps(model
 
 
 def with_static_fallback(m: onnx.ModelProto) -> onnx.ModelProto:
-    """``m`` plus ReduceProd(Shape(x)) as an output: shape math on the twin (int64
-    ReduceProd has no native kernel) whose value the input shapes fix."""
-    m.graph.node.append(onnx.helper.make_node("ReduceProd", ["sh"], ["numel"], name="numel", keepdims=0))
-    m.graph.output.append(onnx.helper.make_tensor_value_info("numel", onnx.TensorProto.INT64, None))
+    """``m`` plus ReduceMean(Shape(x)) as an output: shape math on the twin (int64
+    ReduceMean has no native kernel) whose value the input shapes fix."""
+    m.graph.node.append(
+        onnx.helper.make_node("ReduceMean", ["sh"], ["mean_dim"], name="mean_dim", keepdims=0)
+    )
+    m.graph.output.append(onnx.helper.make_tensor_value_info("mean_dim", onnx.TensorProto.INT64, None))
     return m
 
 

@@ -424,6 +424,7 @@ UNARY = {
     "silu": lambda v: v * twin.sigmoid_f32(v),  # a SiLU gate's Sigmoid then Mul (nn_conv's fused gate)
     "log": twin.log_f32,
     "cos": twin.cos_f32,
+    "sin": twin.sin_f32,
 }
 #: lengths with reasons: 1, 15/16/17 (one zmm ± 1, AVX2 two ymm ± 1), 63/65 (tails of 15
 #: and 1 after 4 blocks), 300, 1000 (odd tails, 8-lane tails of 4 and 0)
@@ -544,6 +545,46 @@ def test_cos_twin_edges() -> None:
     assert y[0] == y[1] == y[5] == 1 and np.isnan(y[2:5]).all() and abs(y[6]) <= 1
     v = np.linspace(-50, 50, 1001, dtype=F32)
     assert np.array_equal(twin.cos_f32(v), twin.cos_f32(-v))  # even, bit for bit
+
+
+#: docs/float-ops.md "sin", measured on every float32 in (0, 8192] (native kernel, equal
+#: to the twin; sin is odd bit for bit): 1.5621 ulp at most where |sin x| > 1e-3
+#: (x = 2265.6082), 7.78e-8 absolute at most (x = 1204.019), 0.805 ulp for |x| < π/4
+SIN_ULPS = 1.57
+SIN_ABS = 1e-7
+
+
+def test_sin_twin_within_stated_ulps_of_exact() -> None:
+    """docs/float-ops.md "sin": |ŷ − sin x| <= SIN_ULPS ulp of the result or SIN_ABS
+    absolute (near the zeros of sin, x ≈ kπ with k ≠ 0, where the result is tiny and the
+    reduction's error in z dominates), for |x| <= 8192; small |x| and subnormals are
+    within the ulp bound (the reduction is exact there)."""
+    rng = np.random.default_rng(4)
+    x = np.concatenate(
+        [
+            rng.uniform(-8192, 8192, 1 << 20),
+            rng.uniform(-4, 4, 1 << 18),
+            np.pi * np.arange(-100, 101),
+            np.pi / 2 * np.arange(-100, 101),
+            np.exp(rng.uniform(np.log(1e-44), np.log(0.8), 1 << 16)),
+        ]
+    ).astype(F32)
+    exact = np.sin(x.astype(np.float64))
+    err = np.abs(twin.sin_f32(x).astype(np.float64) - exact)
+    allowed = np.maximum(SIN_ULPS * np.spacing(np.abs(exact).astype(F32)).astype(np.float64), SIN_ABS)
+    assert (err <= allowed).all(), (err / allowed).max()
+    small = np.abs(x) < 0.78
+    ulps = err[small] / np.spacing(np.abs(exact[small]).astype(F32)).astype(np.float64)
+    assert ulps.max() <= 0.81
+
+
+def test_sin_twin_edges() -> None:
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-45, 3e38], F32)
+    y = twin.sin_f32(x)
+    assert y[0] == 0 and not np.signbit(y[0]) and y[1] == 0 and np.signbit(y[1])  # sin(±0) = ±0
+    assert np.isnan(y[2:5]).all() and y[5] == x[5] and y[6] == x[6] and abs(y[7]) <= 1
+    v = np.linspace(-50, 50, 1001, dtype=F32)
+    assert np.array_equal(twin.sin_f32(-v), -twin.sin_f32(v))  # odd, bit for bit
 
 
 def test_log_twin_edges_are_exact() -> None:
@@ -671,7 +712,7 @@ def test_boundary_errors_name_the_argument() -> None:
         (lambda: _native.exp_f32(x, num_threads=0), "exp_f32: num_threads: expected >= 1, got 0"),
         (
             lambda: _native.unary_f32("gelu_erf", x),
-            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, log, cos, got 'gelu_erf'",
+            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, log, cos, sin, got 'gelu_erf'",
         ),
         (
             lambda: _native.unary_f32("erf", x.astype(np.float16)),

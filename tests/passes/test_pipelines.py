@@ -204,11 +204,12 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
 
     passes = lower_qdq(opset=21)
     names = [p.name for p in passes]
-    assert names[-8:] == [
+    assert names[-9:] == [
         "lower_qdq_to_qlinear",
         "quantize_pad",
         "fuse_gelu",
         "fuse_layer_norm",
+        "canonicalize_einsum",
         "fuse_accumulator_to_quant",
         "channels_last",
         "eliminate_dead",

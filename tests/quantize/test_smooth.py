@@ -214,3 +214,24 @@ def test_reproducibility_needs_two_feeds():
     assert site.unstable_share() == 0.0  # one feed: nothing to compare, eq. (13b) decides
     _, site = _observed_site([x, np.where(np.arange(19) == 5, 0.0, x)])  # channel 5 dark in feed 2
     assert site.unstable_share() == pytest.approx(1 / 19)
+
+
+def test_a_folded_site_renames_its_tensor_so_the_debugger_does_not_compare_x_with_x_over_s(tmp_path):
+    """The folded factor makes the Mul's output x / s: it is renamed ``h_smooth`` (as an
+    inserted Mul's output is), so quanta debug, which matches tensors by name, lists it
+    as unmatched instead of reporting x / s against the float x as quantization error
+    (TesseraNet's GELU outputs: local SQNR below 0 dB at their MatMuls and a "calibrate
+    with mse" suggestion, both comparisons of differently scaled tensors)."""
+    from quanta.debug.compare import compare
+
+    src = tmp_path / "ffn.onnx"
+    onnx.save(ffn(), src)
+    dst = tmp_path / "smooth.onnx"
+    quanta.quantize_static(src, dst, _feeds(4, 2), smooth_quant=0.5, verbose=False)
+    names = {o for n in onnx.load(dst).graph.node for o in n.output}
+    assert "h_smooth" in names and "h" not in names
+    res = compare(src, dst, _feeds(3, 9))
+    assert "h_smooth" in res.unmatched
+    (down,) = [r for r in res.nodes if r.name == "down"]
+    # no local error made up from x against x / s (before the rename: far below 0 dB)
+    assert down.local_db > 20 and down.inherited_db > 20

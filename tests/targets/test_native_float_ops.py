@@ -225,6 +225,7 @@ UNARY_NODES = [
     ("Gelu", {"approximate": "tanh"}),
     ("Log", {}),
     ("Cos", {}),
+    ("Sin", {}),
 ]
 
 
@@ -329,6 +330,7 @@ NODE_OPS = frozenset(
         "Relu",
         "Log",
         "Cos",
+        "Sin",
     }
 )
 NODE_CASES = [pytest.param(c, id=c.name) for c in cases_for(NODE_OPS)]

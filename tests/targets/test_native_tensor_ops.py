@@ -125,6 +125,21 @@ def test_clip_integers(dtype):
     run_both("Clip", [x, None, np.array(9, dtype)])
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("op_type", ["Neg", "Abs"])
+@pytest.mark.parametrize("shape", [(), (17,), (3, 65)])
+def test_integer_neg_and_abs_wrap_as_numpy(op_type, dtype, shape):
+    """int32 / int64 Neg and Abs (T5's and SVTRv2's shape arithmetic): NumPy's wrapping
+    results, −MIN = MIN and |MIN| = MIN included."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(len(shape))
+    x = np.array(rng.integers(-1000, 1000, shape), dtype)
+    flat = x.reshape(-1)
+    flat[: min(flat.size, 4)] = np.array([info.min, info.max, 0, -1], dtype)[: min(flat.size, 4)]
+    with np.errstate(over="ignore"):
+        run_both(op_type, [x])
+
+
 @pytest.mark.parametrize("op_type", ["Sqrt", "Neg", "Abs", "Reciprocal", "Exp"])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_unary_float_ops_match_twin(op_type, shape):
@@ -399,7 +414,19 @@ def test_batch_normalization_inference_matches_twin(shape):
 # reductions
 # --------------------------------------------------------------------------------------
 
-REDUCE = ["ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceMax", "ReduceMin"]
+REDUCE = [
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceSumSquare",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+]
+INT_REDUCE = ["ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceProd", "ReduceMax", "ReduceMin"]
 
 
 @pytest.mark.parametrize("op_type", REDUCE)
@@ -465,6 +492,124 @@ def test_global_pools_specialized_in_a_session_keep_the_bytes(op_type, threads):
             want = reference.run(None, {"x": x})[0]
             assert_bit_exact(want, native.run(None, {"x": x})[0], f"{op_type} {shape} {threads}t")
         assert RUNTIME_FALLBACKS[op_type] == before
+
+
+@st.composite
+def reduce_cases(draw):
+    """A shape of rank 1-4 (sizes 1, 2, 3, 7, 17), a non-empty set of axes written with
+    negative and positive indices, keepdims 0 / 1."""
+    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 7, 17]), min_size=1, max_size=4)))
+    rank = len(shape)
+    axes = draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True))
+    written = [a - rank if draw(st.booleans()) else a for a in axes]
+    return shape, written, draw(st.sampled_from([0, 1]))
+
+
+@given(case=reduce_cases(), op_type=st.sampled_from(["ReduceLogSumExp", "ReduceProd", "ReduceLogSum"]))
+def test_new_float_reductions_match_twin_any_axes(case, op_type):
+    shape, axes, keepdims = case
+    rng = np.random.default_rng(len(shape) * 7 + len(axes))
+    x = np.array(
+        rng.standard_normal(shape) * (0.05 if op_type == "ReduceProd" else 4.0)
+        + (1 if op_type != "ReduceLogSumExp" else 0),
+        F32,
+    )
+    run_both(op_type, [x, np.array(axes, np.int64)], {"keepdims": keepdims}, opset=18)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("op_type", INT_REDUCE)
+@given(case=reduce_cases())
+def test_integer_reductions_match_twin_and_wrap(dtype, op_type, case):
+    """int32 / int64 rows as NumPy reduces them in the type: sums and products wrap (the
+    values include the type's extremes, so they do), |MIN| = MIN."""
+    shape, axes, keepdims = case
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(len(shape) * 5 + len(axes))
+    x = rng.integers(-50, 50, shape).astype(dtype)
+    flat = x.reshape(-1)
+    k = rng.integers(0, flat.size, size=max(1, flat.size // 4))
+    flat[k] = rng.choice(np.array([info.min, info.max, info.max // 3, -7, 0], dtype), size=k.size)
+    with np.errstate(over="ignore"):
+        run_both(op_type, [x, np.array(axes, np.int64)], {"keepdims": keepdims}, opset=18)
+
+
+def test_integer_reduce_sum_of_a_mask_as_tesseranet_counts():
+    """TesseraNet's Cast(Greater(...), int64) -> ReduceSum(axes=[-1], keepdims=1)."""
+    x = (np.random.default_rng(5).standard_normal((2, 17, 16)) > 0).astype(np.int64)
+    got = run_both("ReduceSum", [x, np.array([-1], np.int64)], {"keepdims": 1}, opset=18)
+    assert got.tolist() == x.sum(axis=-1, keepdims=True).tolist()
+
+
+def test_reduce_log_sum_exp_specials_rows():
+    """(LSE2): a row of −inf gives −inf (shift 0), a row with +inf +inf, a row with NaN
+    NaN, huge values do not overflow (the shift), a single element is itself."""
+    x = np.array(
+        [
+            [-np.inf] * 19,
+            [1.0] * 18 + [np.inf],
+            [1.0] * 18 + [np.nan],
+            [3e38] * 19,
+            [-3e38] * 18 + [7.0],
+        ],
+        F32,
+    )
+    got = run_both("ReduceLogSumExp", [x, np.array([-1], np.int64)], {"keepdims": 0}, opset=18)
+    assert got[0] == -np.inf and got[1] == np.inf and np.isnan(got[2])
+    assert np.isfinite(got[3]) and got[4] == F32(7.0)
+
+
+@pytest.mark.parametrize(
+    ("op_type", "dtype"),
+    [(op, np.float32) for op in ("ReduceLogSumExp", "ReduceSum", "ReduceProd", "ReduceMax")]
+    + [(op, np.int64) for op in ("ReduceSum", "ReduceProd", "ReduceMax")],
+)
+def test_empty_reductions_are_the_identities_from_the_twin(op_type, dtype):
+    """A reduction over zero elements gives its identity (−inf for LogSumExp and Max,
+    0 for Sum, 1 for Prod); the native kernel hands such a call to the twin."""
+    kernel, reason = bind(op_type, [np.zeros((3, 0), dtype), np.array([1], np.int64)], {"keepdims": 0})
+    assert kernel is not None, reason
+    x = np.zeros((3, 0), dtype)
+    got = kernel.fn(KernelContext(opset=18), x, np.array([1], np.int64), keepdims=0, **kernel.params)
+    want = get_op(op_type)(KernelContext(opset=18), x, np.array([1], np.int64), keepdims=0)
+    assert_bit_exact(want, got)
+    ident = {"ReduceLogSumExp": -np.inf, "ReduceSum": 0, "ReduceProd": 1, "ReduceMax": None}[op_type]
+    if ident is not None:
+        assert (got == ident).all()
+
+
+def test_reduce_log_sum_exp_twin_accuracy_against_float64():
+    """(LSE1)-(LSE4) against float64 log Σ e^x of the same float32 rows, first order in u:
+    |ŷ − y| <= u·(τ̄ + B + 8 + 2|l| + |y|), t = x − c, l = log Σ e^t, τ̄ = Σ_j p_j |t_j|,
+    B = ⌈D/16⌉ (docs/float-ops.md "ReduceLogSumExp")."""
+    from quanta.kernels.reference.reduce_ops import log_sum_exp_rows
+
+    u = 2.0**-24
+    rng = np.random.default_rng(11)
+    for sigma in (1.0, 3.0, 8.0, 30.0):
+        for d in (1, 16, 17, 128, 1000):
+            x = np.array(rng.standard_normal((64, d)) * sigma + rng.standard_normal((64, 1)) * 50, F32)
+            got = log_sum_exp_rows(x).astype(np.float64)
+            x64 = x.astype(np.float64)
+            c = x64.max(axis=1, keepdims=True)
+            t = x64 - c
+            e = np.exp(t)
+            s = e.sum(axis=1)
+            log_s = np.log(s)
+            y = log_s + c[:, 0]
+            tau = (e / s[:, None] * np.abs(t)).sum(axis=1)
+            bound = u * (tau + -(-d // 16) + 8 + 2 * np.abs(log_s) + np.abs(y))
+            assert (np.abs(got - y) <= bound).all(), (sigma, d, (np.abs(got - y) / bound).max())
+
+
+def test_reduce_binders_name_the_types_they_take():
+    for op_type, dtype, reason in [
+        ("ReduceMean", np.int64, "native ReduceMean takes float32, got int64"),
+        ("ReduceSum", np.float64, "native ReduceSum takes float32 or int32 or int64, got float64"),
+        ("ReduceLogSumExp", np.int32, "native ReduceLogSumExp takes float32, got int32"),
+    ]:
+        kernel, why = bind(op_type, [np.zeros((2, 3), dtype)])
+        assert kernel is None and why == reason
 
 
 def test_reduce_max_nan_and_signed_zero_ties():

@@ -15,7 +15,7 @@
 //             out=None)                                              np.maximum(x, 0), (G1), (G2),
 //                                                                    ORT's MLAS logistic and tanh,
 //                                                                    x · sigmoid(x), (LN1)-(LN6),
-//                                                                    (CS1)-(CS6) ("cos")
+//                                                                    (CS1)-(CS6) ("cos"), (SN1) ("sin")
 #include <pybind11/stl.h>
 
 #include <array>
@@ -151,6 +151,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
       {"silu", float_ops::UnaryOp::kSilu},
       {"log", float_ops::UnaryOp::kLog},
       {"cos", float_ops::UnaryOp::kCos},
+      {"sin", float_ops::UnaryOp::kSin},
   };
   const std::pair<const char*, float_ops::UnaryOp>* found = nullptr;
   for (const auto& entry : kOps) {
@@ -159,7 +160,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
   if (found == nullptr) {
     throw py::value_error(
         "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, "
-        "log, cos, "
+        "log, cos, sin, "
         "got "
         "'" +
         op_name + "'");
@@ -192,7 +193,8 @@ void register_float_ops(py::module_& m) {
         "c = a op b in float32 (op: add, sub, mul, div), numpy broadcasting.");
   m.def("unary_f32", &unary_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
         "y = op(x) elementwise in float32, op one of erf (F1)-(F5), tanh (T1)-(T4), sigmoid (Σ1)-(Σ2), "
-        "relu (np.maximum(x, 0)), gelu (G1), gelu_tanh (G2), log (LN1)-(LN6), cos (CS1)-(CS6) of docs/float-ops.md "
+        "relu (np.maximum(x, 0)), gelu (G1), gelu_tanh (G2), log (LN1)-(LN6), cos (CS1)-(CS6), sin (SN1) of "
+        "docs/float-ops.md "
         "(twins: "
         "reference/float_ops.py).");
 }

@@ -7,7 +7,9 @@
 //   cast(x, dtype, num_threads=1, out=None) -> y             float32/64, (u)int8, int32/64, bool
 //   broadcast_op(op, a, b, num_threads=1, out=None) -> c     add, sub, mul, div, max, min (int32, int64);
 //     equal, less, less_equal, greater, greater_equal (any, bool out); and, or, xor (bool)
-//   reduce_rows_f32(op, x, num_threads=1, out=None) -> y     x [R, D]; sum, sum_square, max, min
+//   reduce_rows_f32(op, x, num_threads=1, out=None) -> y     x [R, D]; sum, sum_square, max, min, prod
+//   reduce_rows_int(op, x, num_threads=1, out=None) -> y     x [R, D] int32 / int64; sum, sum_square,
+//     sum_abs, prod (wrapping), max, min
 //   scatter_f32(op, y, positions, updates) -> None           y[p_i] op= u_i in order (add, mul), float32
 //   resize_axis_f64(x, taps, w, num_threads=1, out=None) -> y   x [outer, n, inner] float64,
 //     taps [o, t] int64 in [0, n), w [o, t] float64 -> y [outer, o, inner]
@@ -208,7 +210,7 @@ py::array broadcast_op(const std::string& op_name, const py::handle& a_obj, cons
 
 py::array reduce_rows_f32(const std::string& op_name, const py::handle& x_obj, int num_threads,
                           const py::object& out_obj) {
-  static const char* names[] = {"sum", "sum_square", "max", "min"};
+  static const char* names[] = {"sum", "sum_square", "max", "min", "prod"};
   int op = -1;
   for (int i = 0; i < tensor_ops::kNumReduce; ++i) {
     if (op_name == names[i]) op = i;
@@ -222,6 +224,30 @@ py::array reduce_rows_f32(const std::string& op_name, const py::handle& x_obj, i
     py::gil_scoped_release release;
     tensor_ops::reduce_rows(static_cast<tensor_ops::Reduce>(op), x.data(), x.shape(0), x.shape(1),
                             static_cast<float*>(y.mutable_data()), num_threads, active_isa());
+  }
+  return y;
+}
+
+py::array reduce_rows_int(const std::string& op_name, const py::handle& x_obj, int num_threads,
+                          const py::object& out_obj) {
+  static const char* names[] = {"sum", "sum_square", "sum_abs", "prod", "max", "min"};
+  int op = -1;
+  for (int i = 0; i < tensor_ops::kNumReduceInt; ++i) {
+    if (op_name == names[i]) op = i;
+  }
+  if (op < 0) throw py::value_error("reduce_rows_int: op: unknown operation '" + op_name + "'");
+  auto x = contiguous(x_obj, "reduce_rows_int: x");
+  const DType t = element_type(x, "reduce_rows_int: x");
+  if (t != DType::kI32 && t != DType::kI64) {
+    throw py::value_error("reduce_rows_int: x: expected int32 or int64, got " + py::str(x.dtype()).cast<std::string>());
+  }
+  if (x.ndim() != 2) throw py::value_error("reduce_rows_int: x: expected [rows, d], got " + shape_str(shape_of(x)));
+  check_threads(num_threads, "reduce_rows_int");
+  auto y = make_output(out_obj, x.dtype(), Shape{x.shape(0)}, "reduce_rows_int", {x});
+  {
+    py::gil_scoped_release release;
+    tensor_ops::reduce_rows_int(static_cast<tensor_ops::ReduceInt>(op), t, x.data(), x.shape(0), x.shape(1),
+                                y.mutable_data(), num_threads, active_isa());
   }
   return y;
 }
@@ -471,7 +497,9 @@ void register_tensor_ops(py::module_& m) {
   m.def("scatter_f32", &scatter_f32, arg("op"), arg("y"), arg("positions"), arg("updates"),
         "y[p_i] = y[p_i] op u_i in order, op add or mul, float32, in place (tensor_ops/scatter.h).");
   m.def("reduce_rows_f32", &reduce_rows_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
-        "Row sum / sum of squares (R1)-(R3), max / min (M1)-(M3) of x [R, D] float32.");
+        "Row sum / sum of squares (R1)-(R3), max / min (M1)-(M3), product (P16) of x [R, D] float32.");
+  m.def("reduce_rows_int", &reduce_rows_int, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
+        "Row sum / sum of squares / sum of |x| / product (wrapping), max / min of x [R, D] int32 or int64.");
   m.def("resize_axis_f64", &resize_axis_f64, arg("x"), arg("taps"), arg("w"), arg("num_threads") = 1, arg("out") = none,
         "One axis of a separable Resize in float64 (nn_resize.py (3)).");
   m.def("batch_norm_f32", &batch_norm_f32, arg("x"), arg("mean"), arg("denom"), arg("scale"), arg("bias"),

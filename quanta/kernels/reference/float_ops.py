@@ -38,6 +38,9 @@ every row at once), so the order is sequential by construction and does not depe
 how NumPy reduces. A row max needs no order: max only selects (NaN elements are skipped;
 the sign of a zero maximum does not change any result, see (S2)).
 
+cos (CS1)-(CS6) and sin (SN1), the Cephes ``cosf`` / ``sinf`` schemes (docs/float-ops.md,
+section "cos and sin").
+
 log (LN1)-(LN6), the Cephes ``logf`` scheme, and LogSoftmax (LS1)-(LS5) on exp, sum16 and
 log (docs/float-ops.md, sections "log", "LogSoftmax").
 
@@ -64,6 +67,7 @@ __all__ = [
     "log_softmax_rows",
     "row_max",
     "sigmoid_f32",
+    "sin_f32",
     "softmax_rows",
     "sum16",
     "tanh_f32",
@@ -174,6 +178,21 @@ COS_C = tuple(np.uint32(b).view(F32) for b in (0x37CCF5CE, 0xBAB6061A, 0x3D2AAAA
 COS_S = tuple(np.uint32(b).view(F32) for b in (0xB94CA1F9, 0x3C08839E, 0xBE2AAAA3))
 
 
+def _trig_parts(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(CS1)-(CS5) for a = |x| (float32): the octant o = q mod 8 and the cos and sin
+    polynomials yc, ys (garbage for a NaN or infinite a, which the callers replace)."""
+    t = np.minimum(a, COS_T_MAX)  # (CS1)
+    j = np.trunc(t * COS_FOPI)  # (CS2)
+    q = F32(2) * np.ceil(j * F32(0.5))
+    o = q - F32(8) * np.floor(q * F32(0.125))  # (CS3)
+    z = ((t - q * COS_DP1) - q * COS_DP2) - q * COS_DP3  # (CS4)
+    s = z * z  # (CS5)
+    yc = ((COS_C[0] * s + COS_C[1]) * s + COS_C[2]) * s * s
+    yc = (yc - F32(0.5) * s) + F32(1)
+    ys = ((COS_S[0] * s + COS_S[1]) * s + COS_S[2]) * s * z + z
+    return o, yc, ys
+
+
 def cos_f32(x: np.ndarray) -> np.ndarray:
     """cos(x) for float32 ``x`` by eqs. (CS1)-(CS6) (bit-identical to the C++ kernels)::
 
@@ -188,17 +207,24 @@ def cos_f32(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, F32)
     with np.errstate(all="ignore"):
         a = np.abs(x)
-        t = np.minimum(a, COS_T_MAX)  # (CS1)
-        j = np.trunc(t * COS_FOPI)  # (CS2)
-        q = F32(2) * np.ceil(j * F32(0.5))
-        o = q - F32(8) * np.floor(q * F32(0.125))  # (CS3)
-        z = ((t - q * COS_DP1) - q * COS_DP2) - q * COS_DP3  # (CS4)
-        s = z * z  # (CS5)
-        yc = ((COS_C[0] * s + COS_C[1]) * s + COS_C[2]) * s * s
-        yc = (yc - F32(0.5) * s) + F32(1)
-        ys = ((COS_S[0] * s + COS_S[1]) * s + COS_S[2]) * s * z + z
+        o, yc, ys = _trig_parts(a)
         y = np.where((o == 2) | (o == 6), ys, yc)  # (CS6)
         y = np.where((o == 2) | (o == 4), -y, y)
+    return np.asarray(np.where(a < np.inf, y, F32(np.nan)), F32)
+
+
+def sin_f32(x: np.ndarray) -> np.ndarray:
+    """sin(x) for float32 ``x``: (CS1)-(CS5) of |x|, then (bit-identical to the C++ kernels)::
+
+    (SN1) y = o in {2, 6} ? yc : ys, negated for o in {4, 6}, negated again when the
+          sign bit of x is set (Cephes sinf; sin is odd bit for bit, sin(−0) = −0)"""
+    x = np.asarray(x, F32)
+    with np.errstate(all="ignore"):
+        a = np.abs(x)
+        o, yc, ys = _trig_parts(a)
+        y = np.where((o == 2) | (o == 6), yc, ys)  # (SN1)
+        y = np.where(o >= 4, -y, y)
+        y = np.where(np.signbit(x), -y, y)
     return np.asarray(np.where(a < np.inf, y, F32(np.nan)), F32)
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
-from quanta.kernels.reference.float_ops import cos_f32, exp_f32, log_f32
+from quanta.kernels.reference.float_ops import cos_f32, exp_f32, log_f32, sin_f32
 from quanta.kernels.reference.registry import OpError, register
 
 __all__ = ["ONNX_DTYPES", "STRING", "cast_to", "onnx_dtype"]
@@ -112,7 +112,6 @@ for _name, _fn in {
     "Ceil": np.ceil,
     "Round": np.rint,  # half to even
     "Sign": np.sign,
-    "Sin": np.sin,
     "Tan": np.tan,
     "Asin": np.arcsin,
     "Acos": np.arccos,
@@ -159,6 +158,17 @@ _float32_defined(
     np.cos,
     "eqs. (CS1)-(CS6) (np.cos's float32 SIMD code is not correctly rounded and differs between builds)",
 )
+
+
+@register("Sin")
+def sin(ctx, x: np.ndarray) -> np.ndarray:
+    """float32: quanta's sin, eqs. (CS1)-(CS5), (SN1) of docs/float-ops.md (np.sin's float32
+    SIMD code is not correctly rounded and differs between builds); other types: np.sin."""
+    del ctx  # unused
+    if x.dtype == np.float32:
+        return sin_f32(x)
+    with np.errstate(all="ignore"):
+        return np.asarray(np.sin(x))
 
 
 @register("IsInf")

@@ -26,6 +26,14 @@ summed by (R1)-(R3) (``float_ops.sum16``) or maximised / minimised by (M1)-(M3)
 
     Sum: s                Mean: f32(s / f32(D))           SumSquare: sum16(f32(x · x))
     L1: sum16(|x|)        L2: f32(sqrt(sum16(f32(x · x))))
+    LogSum: log_f32(s)    (LN1)-(LN6)
+    Prod: prod16(x)       (P16): (R1)-(R3) with products, the lanes starting at +1
+    LogSumExp (LSE1)-(LSE4): m = max (M1)-(M3); c = m if finite else +0;
+                          y = f32(log_f32(sum16(exp_f32(f32(x − c)))) + c)
+
+int32 / int64 Sum, SumSquare, L1, Prod, Max and Min are NumPy's reductions in the
+element type: sums and products wrap (two's complement), so every order gives the same
+bits, which the native kernels rely on.
 
 (NumPy's pairwise ``np.sum`` / ``np.mean`` has an order that depends on the memory
 layout and the build; it is not reproducible in C++.)
@@ -35,7 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quanta.kernels.reference.float_ops import LANES, sum16
+from quanta.kernels.reference.float_ops import LANES, exp_f32, log_f32, sum16
 from quanta.kernels.reference.registry import OpError, register
 
 F32 = np.dtype(np.float32)
@@ -70,6 +78,43 @@ def extreme16(v: np.ndarray, kind: str) -> np.ndarray:
     return acc[:, 0]  # (M3)
 
 
+def prod16(v: np.ndarray) -> np.ndarray:
+    """Product of every row of ``v`` [R, D] (float32) by eq. (P16): the 16 lanes of (R1)
+    start at +1 and take acc_j = f32(acc_j · v_i) for i = j (mod 16) in increasing i, then
+    the tree of (R2) with products (a missing element multiplies by 1, which is exact)."""
+    v = np.asarray(v, F32)
+    rows, d = v.shape
+    blocks = -(-d // LANES)
+    padded = np.ones((rows, blocks * LANES), F32)
+    padded[:, :d] = v
+    lanes = padded.reshape(rows, blocks, LANES)
+    acc = np.ones((rows, LANES), F32)
+    for b in range(blocks):
+        np.multiply(acc, lanes[:, b, :], out=acc)
+    h = LANES // 2
+    while h >= 1:
+        acc = acc[:, :h] * acc[:, h : 2 * h]
+        h //= 2
+    return acc[:, 0]
+
+
+def log_sum_exp_rows(v: np.ndarray) -> np.ndarray:
+    """log Σ e^x of every row of ``v`` [R, D] (float32) by eqs. (LSE1)-(LSE4)::
+
+        (LSE1) m = extreme16(x, "max")               (M1)-(M3); NaN if the row has one
+        (LSE2) c = m if m is finite, else +0          (a row of −inf, +inf or NaN)
+        (LSE3) s = sum16(exp_f32(f32(x_i − c)))       (E1)-(E6), (R1)-(R3)
+        (LSE4) y = f32(log_f32(s) + c)                (LN1)-(LN6)
+
+    An empty row gives −inf (s = 0), a row with +inf gives +inf, one with NaN NaN."""
+    v = np.asarray(v, F32)
+    m = extreme16(v, "max")  # (LSE1)
+    c = np.where(np.isfinite(m), m, F32.type(0)).astype(F32)  # (LSE2)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = sum16(exp_f32(v - c[:, None]))  # (LSE3)
+    return np.asarray(log_f32(s) + c, F32)  # (LSE4)
+
+
 def rows_of(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
     """``x`` with the reduced ``axes`` moved to the end as rows [R, D] (a contiguous
     copy unless they already are the last axes), and the shape of the kept axes."""
@@ -97,6 +142,12 @@ def _f32_rows(kind: str):
             r = sum16(np.abs(rows))
         elif kind == "l2":
             r = np.sqrt(sum16(rows * rows))
+        elif kind == "prod":
+            r = prod16(rows)
+        elif kind == "log_sum":
+            r = log_f32(sum16(rows))
+        elif kind == "log_sum_exp":
+            r = log_sum_exp_rows(rows)
         else:
             r = extreme16(rows, kind)
         r = np.asarray(r, F32).reshape(kept_shape)
@@ -116,6 +167,9 @@ _F32_KIND = {
     "ReduceL2": "l2",
     "ReduceMax": "max",
     "ReduceMin": "min",
+    "ReduceProd": "prod",
+    "ReduceLogSum": "log_sum",
+    "ReduceLogSumExp": "log_sum_exp",
 }
 
 

@@ -12,6 +12,8 @@ Log                    ``unary_f32("log")``                        math_ops.log 
                                                                   eqs. (LN1)-(LN6)
 Cos                    ``unary_f32("cos")``                        math_ops.cos -> float_ops.cos_f32,
                                                                   eqs. (CS1)-(CS6)
+Sin                    ``unary_f32("sin")``                        math_ops.sin -> float_ops.sin_f32,
+                                                                  eqs. (CS1)-(CS5), (SN1)
 LayerNormalization     ``layer_norm_f32`` (Mean / InvStdDev        nn_norm.layer_normalization ->
                        outputs too), stash_type 1                 float_ops.layer_norm_rows, (L1)-(L5)
 quanta LayerNormDiv    ``layer_norm_f32(divide=True)``             nn_norm.layer_norm_div ->
@@ -75,6 +77,7 @@ __all__ = [
     "bind_prelu",
     "bind_relu",
     "bind_sigmoid",
+    "bind_sin",
     "bind_softmax",
     "bind_sub",
     "bind_tanh",
@@ -613,6 +616,7 @@ bind_sigmoid = _bind_unary("Sigmoid", "sigmoid")
 bind_relu = _bind_unary("Relu", "relu")
 bind_log = _bind_unary("Log", "log")
 bind_cos = _bind_unary("Cos", "cos")
+bind_sin = _bind_unary("Sin", "sin")
 # ONNX Runtime's Sigmoid and Tanh (MLAS's rational approximations), which the session's
 # ``float_functions="ort"`` puts in place of Sigmoid and Tanh (reference/ort_float.py)
 bind_mlas_logistic = _bind_unary("MlasLogistic", "mlas_logistic", QUANTA_DOMAIN)

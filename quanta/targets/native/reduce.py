@@ -1,5 +1,7 @@
-"""Native float32 reductions: ReduceSum, ReduceMean, ReduceSumSquare, ReduceL1, ReduceL2,
-ReduceMax, ReduceMin (kernels/cpp/tensor_ops ``reduce_rows_f32``).
+"""Native reductions: float32 ReduceSum, ReduceMean, ReduceSumSquare, ReduceL1, ReduceL2,
+ReduceMax, ReduceMin, ReduceProd, ReduceLogSum, ReduceLogSumExp (kernels/cpp/tensor_ops
+``reduce_rows_f32``), and int32 / int64 ReduceSum, ReduceSumSquare, ReduceL1, ReduceProd,
+ReduceMax, ReduceMin (``reduce_rows_int``).
 
 The twin (reference/reduce_ops.py) fixes the order: the reduced axes moved to the end as
 rows [R, D], each row summed by (R1)-(R3) or maximised / minimised by (M1)-(M3)
@@ -8,7 +10,13 @@ itself when the reduced axes are already the last ones (the global average of NC
 over [2, 3]), else the transposed view copied by ``copy_strided``; then one
 ``reduce_rows_f32`` call. The per-row finishing step of Mean (f32(s / f32(D))), L2
 (f32(sqrt(s))) and the |x| of L1 are single IEEE operations per element, computed
-with NumPy on the R results (or the |x| pass with the native ``abs``).
+with NumPy on the R results (or the |x| pass with the native ``abs``); LogSum's is the
+native ``unary_f32("log")`` (LN1)-(LN6). LogSumExp is (LSE1)-(LSE4) as native calls on
+the rows: ``reduce_rows_f32("max")``, the shift c (NumPy's ``where`` on the R maxima:
+it selects, no arithmetic), ``binary_f32("sub")``, ``exp_f32``, ``reduce_rows_f32("sum")``,
+``unary_f32("log")`` and one NumPy add per row — the twin's operations, so its bytes.
+Integer sums and products wrap in the element type, as NumPy's do, so the C++ loop's
+order gives the twin's bits.
 
 float32 AveragePool is a row reduction too (nn_pool.average_pool, (AP1)-(AP3)): 1-D and
 2-D windows run on ``average_pool_2d_f32`` (pool.h: the sum16 lanes as arrays over an
@@ -17,8 +25,9 @@ ceil_mode overhang need it) into rows [N·C·out, K] by ``copy_strided``, then o
 ``reduce_rows_f32("sum")`` and one ``binary_f32("div")`` by the per-position count.
 Geometry and count are cached per input shape.
 
-Integer and float64 reductions, and ReduceProd / ReduceLogSum / ReduceLogSumExp, run on
-the twin (the binder says so).
+float64, other integer types, integer ReduceMean / ReduceL2 / ReduceLogSum(Exp) (a
+float division or function of an integer sum, whose float64 twin sums pairwise), empty
+inputs (the identities) and ``noop_with_empty_axes`` run on the twin.
 """
 
 from __future__ import annotations
@@ -43,7 +52,10 @@ __all__ = ["REDUCE_OPS"]
 
 F32 = np.dtype(np.float32)
 
-#: op -> (row kernel, pre-step, post-step)
+INT_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+#: float32: op -> (row kernel, pre-step, post-step); LogSumExp's row kernel names the
+#: composition (:func:`_log_sum_exp`)
 REDUCE_OPS = {
     "ReduceSum": ("sum", None, None),
     "ReduceMean": ("sum", None, "mean"),
@@ -52,7 +64,47 @@ REDUCE_OPS = {
     "ReduceL2": ("sum_square", None, "sqrt"),
     "ReduceMax": ("max", None, None),
     "ReduceMin": ("min", None, None),
+    "ReduceProd": ("prod", None, None),
+    "ReduceLogSum": ("sum", None, "log"),
+    "ReduceLogSumExp": ("log_sum_exp", None, None),
 }
+
+#: int32 / int64: op -> ``reduce_rows_int`` operation
+INT_REDUCE_OPS = {
+    "ReduceSum": "sum",
+    "ReduceSumSquare": "sum_square",
+    "ReduceL1": "sum_abs",
+    "ReduceProd": "prod",
+    "ReduceMax": "max",
+    "ReduceMin": "min",
+}
+
+
+def _log_sum_exp(rows: np.ndarray, threads: int, out: np.ndarray | None) -> np.ndarray:
+    """(LSE1)-(LSE4) of every row of float32 ``rows`` [R, D] with D > 0 (reduce_ops.log_sum_exp_rows)."""
+    n = _native()
+    m = n.reduce_rows_f32("max", rows, threads)  # (LSE1)
+    c = np.where(np.isfinite(m), m, F32.type(0)).astype(F32)  # (LSE2)
+    e = n.exp_f32(n.binary_f32("sub", rows, c[:, None], threads), threads)  # (LSE3)
+    s = n.reduce_rows_f32("sum", e, threads)
+    return np.add(n.unary_f32("log", s, threads), c, out=out)  # (LSE4)
+
+
+def _reduce_rows(
+    row_op: str, post: str | None, rows: np.ndarray, t: int, target: np.ndarray | None
+) -> np.ndarray:
+    """The float32 row reduction ``row_op`` and its per-row ``post`` step ([R] results,
+    into ``target`` when given)."""
+    if row_op == "log_sum_exp":
+        return _log_sum_exp(rows, t, target)
+    if post == "log":  # the kernels take no out= that overlaps their input
+        return _native().unary_f32("log", _native().reduce_rows_f32(row_op, rows, t), t, target)
+    y = _native().reduce_rows_f32(row_op, rows, t, target)
+    if post == "mean":
+        np.divide(y, F32.type(rows.shape[1]), out=y)  # f32(s / f32(D)), one IEEE division per row
+    elif post == "sqrt":
+        np.sqrt(y, out=y)
+    return y
 
 
 def _rows(ctx: Any, x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -68,7 +120,8 @@ def _rows(ctx: Any, x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, t
 
 
 def _reduce_kernel(op_type: str):
-    row_op, pre, post = REDUCE_OPS[op_type]
+    row_op, pre, post = REDUCE_OPS.get(op_type, ("", None, None))
+    int_op = INT_REDUCE_OPS.get(op_type)
 
     @_with_fallback(op_type)
     def run(
@@ -81,7 +134,12 @@ def _reduce_kernel(op_type: str):
         keepdims: int = 1,
         noop_with_empty_axes: int = 0,
     ) -> np.ndarray:
-        x = _f32(x)
+        if not isinstance(x, np.ndarray):
+            raise _Unsupported
+        is_int = x.dtype in INT_TYPES
+        if (is_int and int_op is None) or (not is_int and (x.dtype != F32 or not row_op)):
+            raise _Unsupported  # another element type: the twin
+        x = np.asarray(x, order="C")
         if x.size == 0:
             raise _Unsupported  # identities and Mean's 0 / 0: the twin's
         red = _reduce_axes(op_type, ctx, x, axes_input, axes, noop_with_empty_axes)
@@ -89,34 +147,33 @@ def _reduce_kernel(op_type: str):
             raise _Unsupported  # noop_with_empty_axes: the twin's pre-steps
         t = _threads(ctx)
         rows, kept_shape = _rows(ctx, x, red)
-        if pre == "abs":
-            rows = _native().unary_f32_ex("abs", rows, t)
-        d = rows.shape[1]
         out_shape = tuple(1 if a in red else n for a, n in enumerate(x.shape)) if keepdims else kept_shape
-        target = None if out is None or post is not None else out.reshape(-1)
-        y = _native().reduce_rows_f32(row_op, rows, t, target)
-        if post == "mean":
-            np.divide(y, F32.type(d), out=y)
-        elif post == "sqrt":
-            np.sqrt(y, out=y)
-        if out is not None:
-            if target is None:
-                np.copyto(out, y.reshape(out_shape))
-            return out
-        return y.reshape(out_shape)
+        target = None if out is None else out.reshape(-1)
+        if is_int:
+            y = _native().reduce_rows_int(int_op, rows, t, target)
+        else:
+            if pre == "abs":
+                rows = _native().unary_f32_ex("abs", rows, t)
+            y = _reduce_rows(row_op, post, rows, t, target)
+        return out if out is not None else y.reshape(out_shape)
 
     run.__name__ = run.__qualname__ = f"_{op_type.lower()}_native"
     return run
 
 
 def _trailing_rows_call(
-    row_op: str, post: str | None, sig: Specialization, red: tuple[int, ...], keepdims: int
+    row_op: str,
+    post: str | None,
+    sig: Specialization,
+    red: tuple[int, ...],
+    keepdims: int,
+    int_op: str | None = None,
 ) -> Any:
     """One x shape reduced over ``red`` when those are its trailing axes (the rows are x
     itself: the global average of NCHW) with no pre-step: rows, output shape and divisor
-    found once, the rows reduced straight into the planned output, the post-step in place.
-    None when the reduced axes are not the trailing ones (the rows need a transposed copy:
-    the generic call)."""
+    found once, the rows reduced straight into the planned output, the post-step in place
+    (``int_op``: an integer reduction). None when the reduced axes are not the trailing
+    ones (the rows need a transposed copy: the generic call)."""
     shape = sig.shapes[0]
     assert shape is not None
     kept = [a for a in range(len(shape)) if a not in red]
@@ -125,16 +182,20 @@ def _trailing_rows_call(
     kept_shape = tuple(shape[a] for a in kept)
     r, d = math.prod(kept_shape), math.prod(shape[a] for a in red)
     out_shape = tuple(1 if a in red else n for a, n in enumerate(shape)) if keepdims else kept_shape
-    reduce_rows, threads, out = _native().reduce_rows_f32, step_threads(sig, r * d), sig.out
+    threads, out = step_threads(sig, r * d), sig.out
     target = None if out is None else out.reshape(r)
-    divisor = F32.type(d)
+
+    if int_op is not None:
+        reduce_int = _native().reduce_rows_int
+
+        def call_int(x: np.ndarray, *rest: Any) -> np.ndarray:
+            y = reduce_int(int_op, x.reshape(r, d), threads, target)
+            return out if out is not None else y.reshape(out_shape)
+
+        return call_int
 
     def call(x: np.ndarray, *rest: Any) -> np.ndarray:
-        y = reduce_rows(row_op, x.reshape(r, d), threads, target)
-        if post == "mean":
-            np.divide(y, divisor, out=y)  # f32(s / f32(D)), one IEEE division per row
-        elif post == "sqrt":
-            np.sqrt(y, out=y)
+        y = _reduce_rows(row_op, post, x.reshape(r, d), threads, target)
         return out if out is not None else y.reshape(out_shape)
 
     return call
@@ -143,21 +204,27 @@ def _trailing_rows_call(
 def _reduce_specializer(op_type: str, fn: Any) -> Any:
     """The reduction of one x shape whose reduced axes are the trailing ones and need no
     pre-step (:func:`_trailing_rows_call`), the axes found once."""
-    row_op, pre, post = REDUCE_OPS[op_type]
+    row_op, pre, post = REDUCE_OPS.get(op_type, ("", None, None))
+    int_op = INT_REDUCE_OPS.get(op_type)
 
     def specialize(
         sig: Specialization, *, axes: list | None = None, keepdims: int = 1, noop_with_empty_axes: int = 0
     ) -> Any:
-        shape = sig.shapes[0]
-        if pre is not None or shape is None or sig.dtypes[0] != F32 or math.prod(shape) == 0:
+        shape, dt = sig.shapes[0], sig.dtypes[0]
+        if shape is None or math.prod(shape) == 0:
+            return None
+        if dt == F32:
+            if pre is not None or not row_op:
+                return None
+        elif dt not in INT_TYPES or int_op is None:
             return None
         if len(sig.shapes) > 1 and sig.shapes[1] is not None and sig.consts[1] is None:
             return None  # axes computed at run time
         axes_input = sig.consts[1] if len(sig.consts) > 1 else None
-        red = _reduce_axes(op_type, sig.ctx, np.empty(shape, F32), axes_input, axes, noop_with_empty_axes)
+        red = _reduce_axes(op_type, sig.ctx, np.empty(shape, dt), axes_input, axes, noop_with_empty_axes)
         if red is None:
             return None
-        call = _trailing_rows_call(row_op, post, sig, tuple(red), keepdims)
+        call = _trailing_rows_call(row_op, post, sig, tuple(red), keepdims, int_op if dt != F32 else None)
         if call is None:
             return None
         attrs = {"axes": axes, "keepdims": keepdims, "noop_with_empty_axes": noop_with_empty_axes}
@@ -169,21 +236,29 @@ def _reduce_specializer(op_type: str, fn: Any) -> Any:
 def _bind_reduce(op_type: str) -> None:
     fn = _reduce_kernel(op_type)
     specialize = _reduce_specializer(op_type, fn)
+    row_op = REDUCE_OPS.get(op_type, ("",))[0]
+    int_op = INT_REDUCE_OPS.get(op_type)
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused
         dt = _dtype(node.input(0))
-        if dt is not None and dt != F32:
-            return None, f"native {op_type} takes float32, got {dt}"
-        return Kernel(
-            fn, "native", f"native:{REDUCE_OPS[op_type][0]}_rows_f32", out=True, specialize=specialize
-        ), ""
+        if dt is None:
+            name = f"{op_type.lower()}_rows"  # the element type is read at run time
+        elif dt == F32 and row_op:
+            name = f"{row_op}_rows_f32"
+        elif dt in INT_TYPES and int_op is not None:
+            name = f"{int_op}_rows_int"
+        else:
+            takes = ["float32"] if row_op else []
+            takes += ["int32", "int64"] if int_op is not None else []
+            return None, f"native {op_type} takes {' or '.join(takes)}, got {dt}"
+        return Kernel(fn, "native", f"native:{name}", out=True, specialize=specialize), ""
 
     binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
     register_binder(op_type)(binder)
 
 
-for _op in REDUCE_OPS:
+for _op in {**REDUCE_OPS, **INT_REDUCE_OPS}:
     _bind_reduce(_op)
 
 

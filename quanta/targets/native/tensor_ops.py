@@ -246,13 +246,29 @@ def bind_cast(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 
 # --------------------------------------------------------------------------------------
-# unary float32: Sqrt, Neg, Abs, Reciprocal, Exp, Pow, HardSigmoid
+# unary float32: Sqrt, Neg, Abs, Reciprocal, Exp, Pow, HardSigmoid; Neg and Abs of int32 / int64
 # --------------------------------------------------------------------------------------
+
+_INT_UNARY = frozenset({np.dtype(np.int32), np.dtype(np.int64)})
+
+
+def _int_neg_abs(op: str, x: np.ndarray, threads: int, out: np.ndarray | None) -> np.ndarray:
+    """np.negative / np.absolute of an int32 / int64 array: 0 − x (wrapping, so −MIN =
+    MIN) and max(x, 0 − x) (|MIN| = MIN, as NumPy's), on broadcast_op."""
+    n = _native()
+    zero = np.zeros((), x.dtype)
+    if op == "neg":
+        return n.broadcast_op("sub", zero, x, threads, out)
+    return n.broadcast_op("max", x, n.broadcast_op("sub", zero, x, threads), threads, out)
 
 
 def _bind_unary(op_type: str, op: str) -> None:
+    takes_int = op in ("neg", "abs")
+
     @_with_fallback(op_type)
     def run(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+        if takes_int and isinstance(x, np.ndarray) and x.dtype in _INT_UNARY:
+            return _int_neg_abs(op, np.asarray(x, order="C"), _threads(ctx), out)
         return _native().unary_f32_ex(op, _f32(x), _threads(ctx), out)
 
     run.__name__ = run.__qualname__ = f"_{op}_native"
@@ -265,7 +281,10 @@ def _bind_unary(op_type: str, op: str) -> None:
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused
-        reason = _known_dtype_reason(op_type, node, 0, frozenset({F32}), "float32")
+        if takes_int and _dtype(node.input(0)) in _INT_UNARY:
+            return _kernel(run, f"{op}_int")
+        what = "float32, int32 or int64" if takes_int else "float32"
+        reason = _known_dtype_reason(op_type, node, 0, frozenset({F32}), what)
         if reason:
             return None, reason
         return _kernel(run, f"{op}_f32", specialize=specialize)

@@ -61,6 +61,9 @@
 //                   yc = f32(f32(f32(f32(f32(f32(f32(C0 · s) + C1) · s) + C2) · s) · s) − f32(0.5 · s)) + 1)
 //                   ys = f32(f32(f32(f32(f32(f32(f32(S0 · s) + S1) · s) + S2) · s) · z) + z)
 //             (CS6) y = o in {2, 6} ? ys : yc, negated for o in {2, 4}        (Cephes cosf)
+//   sin       (CS1)-(CS5) of |x|, then
+//             (SN1) y = o in {2, 6} ? yc : ys, negated for o in {4, 6}, negated again for a
+//                   negative sign bit of x                                 (Cephes sinf)
 //   gelu      (G1) y = f32(f32(0.5 · x) · f32(1 + erf(f32(x / f32(√2)))))
 //             (G2) a = f32(K · f32(x + f32(C · f32(f32(x · x) · x))));
 //                  y = f32(f32(0.5 · x) · f32(1 + tanh(a)))        (approximate = "tanh")
@@ -102,9 +105,10 @@ enum class UnaryOp : int {
   kMlasTanh = 7,
   kSilu = 8,
   kLog = 9,
-  kCos = 10
+  kCos = 10,
+  kSin = 11
 };
-constexpr int kNumUnaryOps = 11;
+constexpr int kNumUnaryOps = 12;
 
 // Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
 using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n);

@@ -148,21 +148,38 @@ constexpr float kCosS[3] = {-0x1.9943f2p-13f,   // 0xB94CA1F9
                             0x1.11073cp-7f,     // 0x3C08839E
                             -0x1.555546p-3f};   // 0xBE2AAAA3
 
-inline float cos_one(float x) {
-  const float a = std::fabs(x);
-  if (!(a < std::numeric_limits<float>::infinity())) return std::numeric_limits<float>::quiet_NaN();  // (CS1)
+// (CS2)-(CS5) for a = |x| finite: the octant o (q mod 8) and both polynomials.
+inline void trig_parts(float a, float& o, float& yc, float& ys) {
   const float t = a > kCosTMax ? kCosTMax : a;
   const float j = std::trunc(t * kCosFopi);  // (CS2)
   const float q = 2.0f * std::ceil(j * 0.5f);
-  const float o = q - 8.0f * std::floor(q * 0.125f);                      // (CS3)
+  o = q - 8.0f * std::floor(q * 0.125f);                                  // (CS3)
   const float z = ((t - q * kCosDp[0]) - q * kCosDp[1]) - q * kCosDp[2];  // (CS4)
   const float s = z * z;                                                  // (CS5)
-  float yc = ((kCosC[0] * s + kCosC[1]) * s + kCosC[2]) * s * s;
+  yc = ((kCosC[0] * s + kCosC[1]) * s + kCosC[2]) * s * s;
   yc = yc - 0.5f * s;
   yc = yc + 1.0f;
-  const float ys = ((kCosS[0] * s + kCosS[1]) * s + kCosS[2]) * s * z + z;
+  ys = ((kCosS[0] * s + kCosS[1]) * s + kCosS[2]) * s * z + z;
+}
+
+inline float cos_one(float x) {
+  const float a = std::fabs(x);
+  if (!(a < std::numeric_limits<float>::infinity())) return std::numeric_limits<float>::quiet_NaN();  // (CS1)
+  float o, yc, ys;
+  trig_parts(a, o, yc, ys);
   const float y = (o == 2.0f || o == 6.0f) ? ys : yc;  // (CS6)
   return (o == 2.0f || o == 4.0f) ? -y : y;
+}
+
+// sin reads |x| only and takes the sign of x at the end: odd bit for bit, sin(−0) = −0.
+inline float sin_one(float x) {
+  const float a = std::fabs(x);
+  if (!(a < std::numeric_limits<float>::infinity())) return std::numeric_limits<float>::quiet_NaN();  // (CS1)
+  float o, yc, ys;
+  trig_parts(a, o, yc, ys);
+  float y = (o == 2.0f || o == 6.0f) ? yc : ys;  // (SN1)
+  if (o >= 4.0f) y = -y;
+  return std::signbit(x) ? -y : y;
 }
 
 inline float erf_one(float x) {

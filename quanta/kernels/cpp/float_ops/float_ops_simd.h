@@ -100,27 +100,56 @@ inline __m512 round_dir(__m512 v) {
 }
 #endif
 
+// (CS2)-(CS5) for t = min(|x|, 2^24): the octant o (q mod 8) and both polynomials.
+template <class T>
+inline void trig_parts_v(typename T::V t, typename T::V& o, typename T::V& yc, typename T::V& ys) {
+  using V = typename T::V;
+  const V j = round_dir<_MM_FROUND_TO_ZERO>(T::mul(t, T::set1(kCosFopi)));  // (CS2)
+  const V q = T::mul(T::set1(2.0f), round_dir<_MM_FROUND_TO_POS_INF>(T::mul(j, T::set1(0.5f))));
+  o = T::sub(q, T::mul(T::set1(8.0f), round_dir<_MM_FROUND_TO_NEG_INF>(T::mul(q, T::set1(0.125f)))));  // (CS3)
+  const V z = T::sub(T::sub(T::sub(t, T::mul(q, T::set1(kCosDp[0]))), T::mul(q, T::set1(kCosDp[1]))),
+                     T::mul(q, T::set1(kCosDp[2])));  // (CS4)
+  const V s = T::mul(z, z);                           // (CS5)
+  yc = T::add(T::mul(T::add(T::mul(T::set1(kCosC[0]), s), T::set1(kCosC[1])), s), T::set1(kCosC[2]));
+  yc = T::mul(T::mul(yc, s), s);
+  yc = T::add(T::sub(yc, T::mul(T::set1(0.5f), s)), T::set1(1.0f));
+  ys = T::add(T::mul(T::add(T::mul(T::set1(kCosS[0]), s), T::set1(kCosS[1])), s), T::set1(kCosS[2]));
+  ys = T::add(T::mul(T::mul(ys, s), z), z);
+}
+
+// o mod 4 = 2, i.e. o in {2, 6} (exact small integers)
+template <class T>
+inline typename T::C odd_quadrant_v(typename T::V o) {
+  const typename T::V o4 =
+      T::sub(o, T::mul(T::set1(4.0f), round_dir<_MM_FROUND_TO_NEG_INF>(T::mul(o, T::set1(0.25f)))));
+  return T::template cmp<_CMP_EQ_OQ>(o4, T::set1(2.0f));
+}
+
 template <class T>
 inline typename T::V cos_v(typename T::V x) {
   using V = typename T::V;
   const V a = abs_v<T>(x);
-  const V t = T::min(T::set1(kCosTMax), a);  // (CS1); NaN and inf are replaced at the end
-  const V j = round_dir<_MM_FROUND_TO_ZERO>(T::mul(t, T::set1(kCosFopi)));  // (CS2)
-  const V q = T::mul(T::set1(2.0f), round_dir<_MM_FROUND_TO_POS_INF>(T::mul(j, T::set1(0.5f))));
-  const V o = T::sub(q, T::mul(T::set1(8.0f), round_dir<_MM_FROUND_TO_NEG_INF>(T::mul(q, T::set1(0.125f)))));  // (CS3)
-  const V z = T::sub(T::sub(T::sub(t, T::mul(q, T::set1(kCosDp[0]))), T::mul(q, T::set1(kCosDp[1]))),
-                     T::mul(q, T::set1(kCosDp[2])));  // (CS4)
-  const V s = T::mul(z, z);                           // (CS5)
-  V yc = T::add(T::mul(T::add(T::mul(T::set1(kCosC[0]), s), T::set1(kCosC[1])), s), T::set1(kCosC[2]));
-  yc = T::mul(T::mul(yc, s), s);
-  yc = T::add(T::sub(yc, T::mul(T::set1(0.5f), s)), T::set1(1.0f));
-  V ys = T::add(T::mul(T::add(T::mul(T::set1(kCosS[0]), s), T::set1(kCosS[1])), s), T::set1(kCosS[2]));
-  ys = T::add(T::mul(T::mul(ys, s), z), z);
-  // (CS6): o in {2, 6} is o mod 4 = 2, o in {2, 4} is |o − 3| = 1 (exact small integers)
-  const V o4 = T::sub(o, T::mul(T::set1(4.0f), round_dir<_MM_FROUND_TO_NEG_INF>(T::mul(o, T::set1(0.25f)))));
-  V y = T::select(T::template cmp<_CMP_EQ_OQ>(o4, T::set1(2.0f)), yc, ys);
+  V o, yc, ys;
+  trig_parts_v<T>(T::min(T::set1(kCosTMax), a), o, yc, ys);  // (CS1); NaN and inf are replaced at the end
+  // (CS6): o in {2, 6} takes ys; o in {2, 4} is |o − 3| = 1 and negates
+  V y = T::select(odd_quadrant_v<T>(o), yc, ys);
   y = T::select(T::template cmp<_CMP_EQ_OQ>(abs_v<T>(T::sub(o, T::set1(3.0f))), T::set1(1.0f)), y,
                 T::xor_(y, T::set1(-0.0f)));
+  const V inf = T::set1(std::numeric_limits<float>::infinity());
+  return T::select(T::template cmp<_CMP_NLT_UQ>(a, inf), y, T::set1(std::numeric_limits<float>::quiet_NaN()));
+}
+
+template <class T>
+inline typename T::V sin_v(typename T::V x) {
+  using V = typename T::V;
+  const V sign = T::set1(-0.0f);
+  const V a = abs_v<T>(x);
+  V o, yc, ys;
+  trig_parts_v<T>(T::min(T::set1(kCosTMax), a), o, yc, ys);  // (CS1); NaN and inf are replaced at the end
+  // (SN1): o in {2, 6} takes yc; o in {4, 6} negates; then the sign bit of x
+  V y = T::select(odd_quadrant_v<T>(o), ys, yc);
+  y = T::select(T::template cmp<_CMP_GE_OQ>(o, T::set1(4.0f)), y, T::xor_(y, sign));
+  y = T::xor_(y, T::and_(sign, x));
   const V inf = T::set1(std::numeric_limits<float>::infinity());
   return T::select(T::template cmp<_CMP_NLT_UQ>(a, inf), y, T::set1(std::numeric_limits<float>::quiet_NaN()));
 }
@@ -288,17 +317,18 @@ void binary_run_v(const float* a, int64_t a_step, const float* b, int64_t b_step
 // kernels, everything else from the templates above.
 template <class T>
 constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNormRowsFn layer_norm) {
-  return Kernels{isa,
-                 {binary_run_v<T, BinaryOp::kAdd>, binary_run_v<T, BinaryOp::kSub>, binary_run_v<T, BinaryOp::kMul>,
-                  binary_run_v<T, BinaryOp::kDiv>, binary_run_v<T, BinaryOp::kMax>, binary_run_v<T, BinaryOp::kMin>,
-                  binary_run_v<T, BinaryOp::kPRelu>},
-                 unary_run_v<T, exp_v<T>>,
-                 softmax,
-                 layer_norm,
-                 {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_v<T>>, unary_run_v<T, sigmoid_v<T>>,
-                  unary_run_v<T, relu_v<T>>, unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>,
-                  unary_run_v<T, recurrent::logistic_v<T>>, unary_run_v<T, recurrent::tanh_v<T>>,
-                  unary_run_v<T, silu_v<T>>, unary_run_v<T, log_v<T>>, unary_run_v<T, cos_v<T>>}};  // by UnaryOp
+  return Kernels{
+      isa,
+      {binary_run_v<T, BinaryOp::kAdd>, binary_run_v<T, BinaryOp::kSub>, binary_run_v<T, BinaryOp::kMul>,
+       binary_run_v<T, BinaryOp::kDiv>, binary_run_v<T, BinaryOp::kMax>, binary_run_v<T, BinaryOp::kMin>,
+       binary_run_v<T, BinaryOp::kPRelu>},
+      unary_run_v<T, exp_v<T>>,
+      softmax,
+      layer_norm,
+      {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_v<T>>, unary_run_v<T, sigmoid_v<T>>, unary_run_v<T, relu_v<T>>,
+       unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>, unary_run_v<T, recurrent::logistic_v<T>>,
+       unary_run_v<T, recurrent::tanh_v<T>>, unary_run_v<T, silu_v<T>>, unary_run_v<T, log_v<T>>,
+       unary_run_v<T, cos_v<T>>, unary_run_v<T, sin_v<T>>}};  // by UnaryOp
 }
 
 }  // namespace

@@ -128,6 +128,16 @@ void reduce_rows(Reduce op, const float* x, int64_t rows, int64_t d, float* y, i
                          [&](int64_t b, int64_t e) { run(x + b * d, e - b, d, y + b); });
 }
 
+void reduce_rows_int(ReduceInt op, DType t, const void* x, int64_t rows, int64_t d, void* y, int num_threads, Isa isa) {
+  const ReduceIntFn run = kernels_for(isa).reduce_int[static_cast<int>(t)][static_cast<int>(op)];
+  if (run == nullptr) throw std::invalid_argument("reduce_rows_int: no kernel for this element type");
+  const int64_t size = dtype_size(t);
+  const auto* xb = static_cast<const uint8_t*>(x);
+  auto* yb = static_cast<uint8_t*>(y);
+  qgemm::parallel_ranges(num_threads, rows, rows_per_chunk(d, kGrain),
+                         [&](int64_t b, int64_t e) { run(xb + b * d * size, e - b, d, yb + b * size); });
+}
+
 void resize_axis(const double* x, int64_t outer, int64_t n, int64_t inner, const int64_t* taps, const double* w,
                  int64_t o, int64_t t, double* y, int num_threads, Isa isa) {
   const ResizeAxisFn run = kernels_for(isa).resize_axis;

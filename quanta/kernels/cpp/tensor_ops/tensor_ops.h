@@ -29,7 +29,11 @@
 //   reduce      rows [R, D] float32: sum16 (R1)–(R3), of x (sum) or f32(x · x) (sumsq);
 //               max / min in 16 lanes from −inf / +inf, acc_j = max(acc_j, x_i) for
 //               i ≡ j (mod 16) in increasing i, then acc_j = max(acc_j, acc_{j+h}),
-//               h = 8, 4, 2, 1 (docs/float-ops.md (M1)–(M3))
+//               h = 8, 4, 2, 1 (docs/float-ops.md (M1)–(M3)); prod: the lanes of (R1) from
+//               +1 with f32(acc_j · x_i), the tree of (R2) with products (P16)
+//   reduce int  rows [R, D] int32 / int64: sum, sum of squares, sum of |x|, product (all
+//               wrapping, two's complement, so any order gives the same bits; |MIN| = MIN),
+//               max, min (numpy's np.sum / np.prod / np.maximum.reduce in the type)
 //   resize_axis in double, y[a, q, c] = Σ_t x[a, taps[q, t], c] · w[q, t], t = 0 … T−1 in
 //               order, the first product being the start of the sum (nn_resize (3))
 //   batch_norm  y = f32(f32(f32(f32(x − m_c) / d_c) · g_c) + b_c) for the channel c of
@@ -90,8 +94,10 @@ enum class BinaryInt : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3, kMax = 4, k
 constexpr int kNumBinaryInt = 6;
 enum class Compare : int { kEqual = 0, kLess = 1, kLessOrEqual = 2, kGreater = 3, kGreaterOrEqual = 4 };
 enum class Logic : int { kAnd = 0, kOr = 1, kXor = 2 };
-enum class Reduce : int { kSum = 0, kSumSquare = 1, kMax = 2, kMin = 3 };
-constexpr int kNumReduce = 4;
+enum class Reduce : int { kSum = 0, kSumSquare = 1, kMax = 2, kMin = 3, kProd = 4 };
+constexpr int kNumReduce = 5;
+enum class ReduceInt : int { kSum = 0, kSumSquare = 1, kSumAbs = 2, kProd = 3, kMax = 4, kMin = 5 };
+constexpr int kNumReduceInt = 6;
 
 using UnaryF32Fn = void (*)(const float* x, float* y, int64_t n, const UnaryParams& p);
 // integer clip: bounds already in the type's range
@@ -100,6 +106,8 @@ using CastFn = void (*)(const void* x, void* y, int64_t n);
 // broadcast runs (broadcast.h): a_step / b_step are 1 or 0; pointers in elements of the type
 using RunFn = void (*)(const void* a, int64_t a_step, const void* b, int64_t b_step, void* c, int64_t n);
 using ReduceFn = void (*)(const float* x, int64_t rows, int64_t d, float* y);
+// rows [rows, d] of the type -> y [rows] of the type; pointers in elements of the type
+using ReduceIntFn = void (*)(const void* x, int64_t rows, int64_t d, void* y);
 // rows of `inner` elements; row r has channel r mod channels; p = {m, d, g, b}, [channels] each
 using BatchNormFn = void (*)(const float* x, float* y, int64_t rows, int64_t inner, int64_t channels, const float* m,
                              const float* d, const float* g, const float* b, int64_t row0);
@@ -124,6 +132,7 @@ struct Kernels {
   RunFn compare[kNumDTypes][5];                 // every type
   RunFn logic[3];                               // bool
   ReduceFn reduce[kNumReduce];
+  ReduceIntFn reduce_int[kNumDTypes][kNumReduceInt];  // kI32, kI64
   ResizeAxisFn resize_axis;
   BatchNormFn batch_norm;
   AccToFloatFn acc_to_float;
@@ -151,6 +160,8 @@ void cast(DType from, DType to, const void* x, void* y, int64_t n, int num_threa
 void broadcast_op(int kind, int op, DType t, const void* a, const void* b, void* c, const broadcast::Shape& s,
                   int num_threads, Isa isa);
 void reduce_rows(Reduce op, const float* x, int64_t rows, int64_t d, float* y, int num_threads, Isa isa);
+// t: kI32 or kI64
+void reduce_rows_int(ReduceInt op, DType t, const void* x, int64_t rows, int64_t d, void* y, int num_threads, Isa isa);
 void resize_axis(const double* x, int64_t outer, int64_t n, int64_t inner, const int64_t* taps, const double* w,
                  int64_t o, int64_t t, double* y, int num_threads, Isa isa);
 void batch_norm(const float* x, float* y, int64_t rows, int64_t inner, int64_t channels, const float* m, const float* d,

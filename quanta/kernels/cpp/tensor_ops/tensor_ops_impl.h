@@ -215,11 +215,11 @@ void logic_run(const void* av, int64_t as, const void* bv, int64_t bs, void* cv,
   }
 }
 
-// (R1)–(R3) and (M1)–(M3): 16 lanes in index order, then the fixed tree.
+// (R1)–(R3), (M1)–(M3) and (P16): 16 lanes in index order, then the fixed tree.
 template <int kOp>
 void reduce_run(const float* x, int64_t rows, int64_t d, float* y) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  const float init = kOp == 2 ? -kInf : kOp == 3 ? kInf : 0.0f;
+  const float init = kOp == 2 ? -kInf : kOp == 3 ? kInf : kOp == 4 ? 1.0f : 0.0f;
   for (int64_t r = 0; r < rows; ++r) {
     const float* v = x + r * d;
     float acc[16];
@@ -232,6 +232,7 @@ void reduce_run(const float* x, int64_t rows, int64_t d, float* y) {
         if constexpr (kOp == 1) acc[j] = acc[j] + e * e;
         if constexpr (kOp == 2) acc[j] = np_max(acc[j], e);
         if constexpr (kOp == 3) acc[j] = np_min(acc[j], e);
+        if constexpr (kOp == 4) acc[j] = acc[j] * e;
       }
     }
     for (int j = 0; i + j < d; ++j) {
@@ -240,16 +241,58 @@ void reduce_run(const float* x, int64_t rows, int64_t d, float* y) {
       if constexpr (kOp == 1) acc[j] = acc[j] + e * e;
       if constexpr (kOp == 2) acc[j] = np_max(acc[j], e);
       if constexpr (kOp == 3) acc[j] = np_min(acc[j], e);
+      if constexpr (kOp == 4) acc[j] = acc[j] * e;
     }
     for (int h = 8; h >= 1; h /= 2) {
       for (int j = 0; j < h; ++j) {
         if constexpr (kOp <= 1) acc[j] = acc[j] + acc[j + h];
         if constexpr (kOp == 2) acc[j] = np_max(acc[j], acc[j + h]);
         if constexpr (kOp == 3) acc[j] = np_min(acc[j], acc[j + h]);
+        if constexpr (kOp == 4) acc[j] = acc[j] * acc[j + h];
       }
     }
     y[r] = acc[0];
   }
+}
+
+// Integer rows: sums and products in the unsigned type (wrapping, so the order does not
+// matter and there is no signed overflow), max / min in the type.
+template <typename T, int kOp>
+void reduce_int_run(const void* xv, int64_t rows, int64_t d, void* yv) {
+  using U = std::make_unsigned_t<T>;
+  const T* x = static_cast<const T*>(xv);
+  T* y = static_cast<T*>(yv);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* v = x + r * d;
+    if constexpr (kOp == 4 || kOp == 5) {
+      T acc = kOp == 4 ? std::numeric_limits<T>::min() : std::numeric_limits<T>::max();
+      for (int64_t i = 0; i < d; ++i) {
+        if constexpr (kOp == 4) acc = v[i] > acc ? v[i] : acc;
+        if constexpr (kOp == 5) acc = v[i] < acc ? v[i] : acc;
+      }
+      y[r] = acc;
+    } else {
+      U acc = kOp == 3 ? U{1} : U{0};
+      for (int64_t i = 0; i < d; ++i) {
+        const U e = static_cast<U>(v[i]);
+        if constexpr (kOp == 0) acc = static_cast<U>(acc + e);
+        if constexpr (kOp == 1) acc = static_cast<U>(acc + static_cast<U>(e * e));
+        if constexpr (kOp == 2) acc = static_cast<U>(acc + (v[i] < 0 ? static_cast<U>(U{0} - e) : e));
+        if constexpr (kOp == 3) acc = static_cast<U>(acc * e);
+      }
+      y[r] = static_cast<T>(acc);
+    }
+  }
+}
+
+template <typename T>
+void fill_reduce_int(Kernels& k, DType t) {
+  k.reduce_int[static_cast<int>(t)][0] = &reduce_int_run<T, 0>;
+  k.reduce_int[static_cast<int>(t)][1] = &reduce_int_run<T, 1>;
+  k.reduce_int[static_cast<int>(t)][2] = &reduce_int_run<T, 2>;
+  k.reduce_int[static_cast<int>(t)][3] = &reduce_int_run<T, 3>;
+  k.reduce_int[static_cast<int>(t)][4] = &reduce_int_run<T, 4>;
+  k.reduce_int[static_cast<int>(t)][5] = &reduce_int_run<T, 5>;
 }
 
 void resize_axis_run(const double* x, int64_t outer, int64_t n, int64_t inner, const int64_t* taps, const double* w,
@@ -416,6 +459,9 @@ Kernels make_kernels(const char* isa) {
   k.reduce[1] = &reduce_run<1>;
   k.reduce[2] = &reduce_run<2>;
   k.reduce[3] = &reduce_run<3>;
+  k.reduce[4] = &reduce_run<4>;
+  fill_reduce_int<int32_t>(k, DType::kI32);
+  fill_reduce_int<int64_t>(k, DType::kI64);
   k.resize_axis = &resize_axis_run;
   k.batch_norm = &batch_norm_run;
   k.acc_to_float = &acc_to_float_run;
