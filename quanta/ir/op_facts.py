@@ -368,6 +368,8 @@ FACTS = OpTable(
         # ONNX Runtime's Sigmoid and Tanh (passes/rules/ort_float_functions.py, reference/ort_float.py)
         Op("MlasLogistic", QUANTA, shape_only=True),
         Op("MlasTanh", QUANTA, shape_only=True),
+        # ONNX Runtime's float LSTM (the same rule file; reference/ort_float.py)
+        Op("OrtLSTM", QUANTA, compute=True, macs=MacKind.RECURRENT),
         Op("Mod", shape_only=True),
         Op(
             "Mul",

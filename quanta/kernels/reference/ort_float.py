@@ -1,4 +1,5 @@
-"""quanta MlasLogistic and MlasTanh: ONNX Runtime's float32 Sigmoid and Tanh (normative).
+"""quanta MlasLogistic, MlasTanh and OrtLSTM: ONNX Runtime's float32 Sigmoid, Tanh and
+LSTM (normative).
 
 ONNX defines Sigmoid and Tanh as the exact functions; quanta's Sigmoid and Tanh compute
 them within 2.4 and 2 ulp (docs/float-ops.md (Σ1)-(Σ2), (T1)-(T4)). ONNX Runtime's CPU
@@ -14,16 +15,27 @@ activation), so a session that must agree with ORT runs these in their place
 
 (:mod:`quanta.kernels.reference.ms_lstm`, which DynamicQuantizeLSTM's gates use too).
 float32 only: other element types are an error naming the op.
+
+``OrtLSTM`` is the ai.onnx LSTM (same inputs, outputs and attributes) as ORT's CPU kernel
+computes it in float32: the products by MLAS's float GEMM (fused multiply-add chains in
+blocks of 256 k, :func:`quanta.kernels.reference.rnn.mlas_sgemm_blocks`), the gates in
+ORT's order with MLAS's logistic and tanh (docs/float-ops.md (RNN-ORT)). A file ORT's
+quantizer wrote keeps an LSTM float between a DequantizeLinear and a QuantizeLinear; its Y
+is quantized again, so the last bits of these products decide codes.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from quanta.kernels.reference.ms_lstm import mlas_logistic, mlas_tanh
 from quanta.kernels.reference.registry import OpContext, OpError, register
+from quanta.kernels.reference.rnn import default_activations, lstm
 
-__all__ = ["QUANTA_DOMAIN", "mlas_logistic_op", "mlas_tanh_op"]
+__all__ = ["QUANTA_DOMAIN", "mlas_logistic_op", "mlas_tanh_op", "ort_lstm_op"]
 
 QUANTA_DOMAIN = "quanta"
 
@@ -45,3 +57,26 @@ def mlas_logistic_op(ctx: OpContext, x: np.ndarray) -> np.ndarray:
 def mlas_tanh_op(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     """quanta MlasTanh-1: ORT's Tanh (module docstring)."""
     return mlas_tanh(_f32(ctx, x))
+
+
+@register("OrtLSTM", QUANTA_DOMAIN)
+def ort_lstm_op(
+    ctx: OpContext,
+    *inputs: np.ndarray | None,
+    activations: Sequence[str] | None = None,
+    activation_alpha: Sequence[float] = (),
+    activation_beta: Sequence[float] = (),
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
+    """quanta OrtLSTM-1: ORT's float32 LSTM (module docstring); the default activations
+    only (the rule that writes this op keeps any other LSTM as it is)."""
+    directions = 2 if attrs.get("direction", "forward") == "bidirectional" else 1
+    if not default_activations("LSTM", activations, directions):
+        raise OpError(f"OrtLSTM: only the default activations, got {list(activations or [])}")
+    for k, v in enumerate(inputs):
+        if k != 4 and v is not None and np.asarray(v).dtype != np.float32:
+            raise OpError(f"OrtLSTM: input {k} must be float32, got {np.asarray(v).dtype}")
+    clip = attrs.get("clip")
+    if clip is not None and not float(clip) > 0:
+        raise OpError(f"OrtLSTM: clip must be > 0, got {clip}")
+    return lstm(*inputs, **attrs, functions="ort")[: max(1, ctx.n_outputs)]

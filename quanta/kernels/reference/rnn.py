@@ -48,7 +48,15 @@ from quanta.kernels.reference.delegate import delegate_to_onnx_reference
 from quanta.kernels.reference.float_ops import sigmoid_f32, tanh_f32
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
-__all__ = ["default_activations", "gru", "lstm", "lstm_gates", "seq_matmul"]
+__all__ = [
+    "MLAS_SGEMM_STRIDEK",
+    "default_activations",
+    "gru",
+    "lstm",
+    "lstm_gates",
+    "mlas_sgemm_blocks",
+    "seq_matmul",
+]
 
 F32 = np.float32
 _FLT_MAX = float(np.finfo(np.float32).max)
@@ -66,6 +74,31 @@ def seq_matmul(a: np.ndarray, w: np.ndarray) -> np.ndarray:
         for k in range(a.shape[1]):
             acc = acc + a[:, k : k + 1] * w[k]
     return acc
+
+
+#: K columns per block of MLAS's float GEMM on packed weights (ONNX Runtime's float LSTM
+#: prepacks W and R; measured bit for bit against ORT 1.32 on x86-64 with FMA).
+MLAS_SGEMM_STRIDEK = 256
+
+
+def mlas_sgemm_blocks(a: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
+    """``a [M, K] · w [K, N]`` as ONNX Runtime's MLAS float GEMM forms it (x86-64, FMA
+    kernels): per block of :data:`MLAS_SGEMM_STRIDEK` k, one fused multiply-add chain from
+    +0 in increasing k (``acc = fma(a[m, k], w[k, n], acc)``); the partial sums, in order,
+    are what the kernel adds to its output one float32 addition each (docs/float-ops.md
+    (RNN-ORT))."""
+    from quanta.kernels.reference.ms_lstm import fma_f32
+
+    a = np.asarray(a, F32)
+    w = np.asarray(w, F32)
+    parts = []
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k0 in range(0, max(1, a.shape[1]), MLAS_SGEMM_STRIDEK):
+            acc = np.zeros((a.shape[0], w.shape[1]), F32)
+            for k in range(k0, min(a.shape[1], k0 + MLAS_SGEMM_STRIDEK)):
+                acc = fma_f32(a[:, k : k + 1], w[k][None, :], acc)
+            parts.append(acc)
+    return parts
 
 
 def default_activations(op: str, activations: Sequence[Any] | None, directions: int) -> bool:
@@ -100,7 +133,19 @@ def _step_rows(lens: np.ndarray, s: int, reverse: bool) -> tuple[np.ndarray, np.
     return rows, ts
 
 
-def _lstm_direction(x, w, r, bias, peep, h, c, lens, reverse, clip, input_forget):
+def _one_block(a: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
+    """(RNN1) as the single partial sum :func:`_lstm_direction` adds."""
+    return [seq_matmul(a, w)]
+
+
+def _lstm_direction(
+    x, w, r, bias, peep, h, c, lens, reverse, clip, input_forget, blocks=_one_block, sig=None, th=None
+):
+    """One direction of an LSTM. ``blocks(a, w)`` gives the product ``a · w`` as partial
+    sums that are added in order (to zero for X·W, to the step's X·W row for H·R);
+    ``sig`` / ``th`` are the gate functions (default ``sigmoid_f32`` / ``tanh_f32``)."""
+    sig = sigmoid_f32 if sig is None else sig
+    th = tanh_f32 if th is None else th
     T, B, _ = x.shape
     H = r.shape[1]
     L = int(lens.max()) if B else 0
@@ -109,14 +154,20 @@ def _lstm_direction(x, w, r, bias, peep, h, c, lens, reverse, clip, input_forget
     yc = np.zeros((B, H), F32)
     if L == 0:
         return y, yh, yc
-    xw = seq_matmul(x[:L].reshape(L * B, -1), np.ascontiguousarray(w.T)).reshape(L, B, 4 * H)
+    parts = blocks(x[:L].reshape(L * B, -1), np.ascontiguousarray(w.T))
+    xw = parts[0]
+    for part in parts[1:]:
+        xw = xw + part
+    xw = xw.reshape(L, B, 4 * H)
     rt = np.ascontiguousarray(r.T)
     b = None if bias is None else (bias[: 4 * H] + bias[4 * H :]).astype(F32)
     with np.errstate(over="ignore", invalid="ignore"):
         for s in range(L):
-            hr = seq_matmul(h, rt)
+            hr = blocks(h, rt)
             rows, ts = _step_rows(lens, s, reverse)
-            a = xw[ts, rows] + hr[rows]  # (RNN2)
+            a = xw[ts, rows]
+            for part in hr:
+                a = a + part[rows]  # (RNN2)
             cp = c[rows]
             ai, ao, af, ac = a[:, :H], a[:, H : 2 * H], a[:, 2 * H : 3 * H], a[:, 3 * H :]
             if peep is not None:
@@ -124,16 +175,16 @@ def _lstm_direction(x, w, r, bias, peep, h, c, lens, reverse, clip, input_forget
                 af = af + peep[2 * H :] * cp
             if b is not None:
                 ai, af, ac = ai + b[:H], af + b[2 * H : 3 * H], ac + b[3 * H :]
-            i = sigmoid_f32(_clip(ai, clip))  # (RNN3)
-            f = F32(1) - i if input_forget else sigmoid_f32(_clip(af, clip))
-            g = tanh_f32(_clip(ac, clip))
+            i = sig(_clip(ai, clip))  # (RNN3)
+            f = F32(1) - i if input_forget else sig(_clip(af, clip))
+            g = th(_clip(ac, clip))
             cn = f * cp + i * g  # (RNN4)
             if peep is not None:
                 ao = ao + peep[H : 2 * H] * cn
             if b is not None:
                 ao = ao + b[H : 2 * H]
-            o = sigmoid_f32(_clip(ao, clip))  # (RNN5)
-            hn = o * tanh_f32(cn)
+            o = sig(_clip(ao, clip))  # (RNN5)
+            hn = o * th(cn)
             c[rows] = cn
             h[rows] = hn
             y[ts, rows] = hn
@@ -230,8 +281,18 @@ def lstm(
     clip: float | None = None,
     input_forget: int = 0,
     layout: int = 0,
+    functions: str = "onnx",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(Y, Y_h, Y_c) of an ONNX LSTM with the default activations, by (RNN1)-(RNN5)."""
+    """(Y, Y_h, Y_c) of an ONNX LSTM with the default activations, by (RNN1)-(RNN5);
+    ``functions="ort"``: ONNX Runtime's float LSTM instead (:func:`mlas_sgemm_blocks` for
+    the products, MLAS's logistic and tanh for the gates; docs/float-ops.md (RNN-ORT))."""
+    if functions not in ("onnx", "ort"):
+        raise OpError(f"LSTM: functions must be 'onnx' or 'ort', got {functions!r}")
+    extra: dict[str, Any] = {}
+    if functions == "ort":
+        from quanta.kernels.reference.ms_lstm import mlas_logistic, mlas_tanh
+
+        extra = {"blocks": mlas_sgemm_blocks, "sig": mlas_logistic, "th": mlas_tanh}
     D, H, x, (h0, c0) = _prepare("LSTM", x, w, r, 4, hidden_size, direction, layout, [initial_h, initial_c])
     T, B, _ = x.shape
     lens = _lens(sequence_lens, T, B, "LSTM")
@@ -254,6 +315,7 @@ def lstm(
             direction == "reverse" or d == 1,
             clip_v,
             input_forget,
+            **extra,
         )
     return _finish(layout, y, yh, yc)
 

@@ -4,6 +4,7 @@ Rules (each replaces the ONNX function by ORT's computation of it)::
 
     %y = Sigmoid(%x: f32) -> %y = quanta::MlasLogistic(%x)      SigmoidToMlasLogistic
     %y = Tanh(%x: f32)    -> %y = quanta::MlasTanh(%x)          TanhToMlasTanh
+    %y.. = LSTM(%x: f32, ...) -> %y.. = quanta::OrtLSTM(...)    LstmToOrtLstm
     %y = BatchNormalization(%x: f32, s, b, mean, var)             BatchNormToOrtAffine
                           -> %y = Add(Mul(%x, a), c)   a = f32(f32(1 / f32(sqrt(f32(var + eps)))) · s)
                                                        c = f32(b − f32(mean · a))   ([C, 1, ...])
@@ -22,6 +23,16 @@ operation), not against ONNX: the session runs this pass only when asked
 (``SessionOptions.float_functions = "ort"``, or ``"auto"`` on a file ORT's quantizer
 wrote), never inside quantization.
 
+LSTM: ONNX Runtime's float LSTM forms its products with MLAS's float GEMM (fused
+multiply-add chains, blocks of 256 k) and its gates with MLAS's logistic and tanh, where
+quanta's LSTM sums without FMA and uses ONNX's functions (docs/float-ops.md (RNN1) and
+(RNN-ORT)). ORT's ``quantize_static`` keeps an LSTM float between a DequantizeLinear and a
+QuantizeLinear, so the last bits of Y choose codes: madmom's beat tracker quantized by
+ORT (6 LSTMs) ran 1 code from ORT at every LSTM output and 3 output steps after the final
+Sigmoid with quanta's LSTM, 0 with ORT's. Only an LSTM with the default activations is
+rewritten (the others are not ORT's MLAS path either); the result is ORT's bit for bit on
+x86-64 with FMA (``quanta::OrtLSTM``, :mod:`quanta.kernels.reference.ort_float`).
+
 Refused: an input whose element type is known and not float32 (MLAS computes float32
 only; ORT's double Sigmoid is Eigen's, which this does not model).
 
@@ -39,6 +50,8 @@ operations on every target, so the result is ORT's bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from quanta.ir.graph import Value, result_type
@@ -49,6 +62,7 @@ from quanta.passes.rules._util import describe
 __all__ = [
     "QUANTA_DOMAIN",
     "BatchNormToOrtAffine",
+    "LstmToOrtLstm",
     "OrtFloatFunctions",
     "SigmoidToMlasLogistic",
     "TanhToMlasTanh",
@@ -162,6 +176,43 @@ class BatchNormToOrtAffine(Rule):
         )
 
 
+class LstmToOrtLstm(Rule):
+    """%y.. = LSTM(%x: f32, w, r, ...) -> %y.. = quanta::OrtLSTM(%x, w, r, ...)
+    (module docstring: ONNX Runtime's float LSTM)"""
+
+    pattern = "y = LSTM(x, w, r, ...)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        node = m.root
+        directions = 2 if node.attrs.get("direction", "forward") == "bidirectional" else 1
+        acts = node.attrs.get("activations")
+        names = [a.decode() if isinstance(a, bytes) else str(a) for a in acts or ()]
+        if names and [n.lower() for n in names] != ["sigmoid", "tanh", "tanh"] * directions:
+            return NoMatch(f"LSTM has activations {names}, not ORT's MLAS defaults")
+        floats = [v for k, v in enumerate(node.inputs) if k != 4 and v is not None]
+        for v in floats:
+            if v.type is not None and v.type.elem is not None and v.type.elem != F32:
+                return NoMatch(f"input {describe(v)} is {v.type.elem}, not f32 (MLAS computes float32 only)")
+        if any(o is None or not o.name for o in node.outputs):
+            return NoMatch("LSTM leaves an output between two others unnamed")
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Sequence[Value] | Value:
+        node = m.root
+        outs = b.op(
+            "OrtLSTM",
+            list(node.inputs),
+            dict(node.attrs),
+            types=[result_type(shape_from=o, elem_from=o) for o in node.outputs],
+            domain=QUANTA_DOMAIN,
+            name=node.name or None,
+            out_names=[o.name for o in node.outputs],
+            n_outputs=len(node.outputs),
+            attr_types=getattr(node, "attr_types", None),
+        )
+        return outs
+
+
 class OrtFloatFunctions(RewritePass):
     name = "ort_float_functions"
-    rules = (SigmoidToMlasLogistic(), TanhToMlasTanh(), BatchNormToOrtAffine())
+    rules = (SigmoidToMlasLogistic(), TanhToMlasTanh(), BatchNormToOrtAffine(), LstmToOrtLstm())

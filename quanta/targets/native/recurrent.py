@@ -270,6 +270,9 @@ def _panels(wt: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(k, p, _SEQ_PANEL).transpose(1, 0, 2))
 
 
+_OP_NAMES = {"lstm": "LSTM", "gru": "GRU", "ort_lstm": "OrtLSTM"}  # float_rnn's kinds
+
+
 def _float_rnn_native(
     kind: str,
     ctx: Any,
@@ -335,7 +338,7 @@ def _float_rnn_native(
             num_threads=threads(ctx),
         )
     except ValueError as e:
-        raise OpError(f"{'GRU' if kind == 'gru' else 'LSTM'}: {e}") from None
+        raise OpError(f"{_OP_NAMES[kind]}: {e}") from None
     if layout == 1:
         outs = (
             np.ascontiguousarray(outs[0].transpose(2, 0, 1, 3)),
@@ -390,6 +393,64 @@ def _lstm_native(
         linear_before_reset=0,
         layout=layout,
         twin=lstm_op,
+        twin_args=(b, sequence_lens, initial_h, initial_c, p),
+        attrs={
+            "hidden_size": hidden_size,
+            "direction": direction,
+            "clip": clip,
+            "input_forget": input_forget,
+            "layout": layout,
+            **attrs,
+        },
+    )
+
+
+def _ort_lstm_native(
+    ctx: Any,
+    x,
+    w,
+    r,
+    b=None,
+    sequence_lens=None,
+    initial_h=None,
+    initial_c=None,
+    p=None,
+    *,
+    w_t,
+    r_t,
+    r_h,
+    n_in,
+    hidden_size,
+    direction="forward",
+    clip=None,
+    input_forget=0,
+    layout=0,
+    **attrs,
+):
+    from quanta.kernels.reference.ort_float import ort_lstm_op
+
+    return _float_rnn_native(
+        "ort_lstm",
+        ctx,
+        x,
+        w,
+        r,
+        b,
+        sequence_lens,
+        initial_h,
+        initial_c,
+        p,
+        w_t=w_t,
+        r_t=r_t,
+        r_h=r_h,
+        n_in=n_in,
+        hidden_size=hidden_size,
+        direction=direction,
+        clip=clip,
+        input_forget=input_forget,
+        linear_before_reset=0,
+        layout=layout,
+        twin=ort_lstm_op,
         twin_args=(b, sequence_lens, initial_h, initial_c, p),
         attrs={
             "hidden_size": hidden_size,
@@ -458,7 +519,7 @@ def _gru_native(
     )
 
 
-def _bind_float_rnn(op: str, node: Node) -> tuple[Kernel | None, str]:
+def _bind_float_rnn(op: str, node: Node, ort: bool = False) -> tuple[Kernel | None, str]:
     from quanta.kernels.reference.rnn import default_activations
 
     a = node.attrs
@@ -496,6 +557,10 @@ def _bind_float_rnn(op: str, node: Node) -> tuple[Kernel | None, str]:
         r_t = [_panels(r[d, : 2 * H].T) for d in range(D)]
         r_h = [_panels(r[d, 2 * H :].T) for d in range(D)]
     params = {"w_t": w_t, "r_t": r_t, "r_h": r_h, "n_in": int(w.shape[2])}
+    if ort:
+        return Kernel(
+            _ort_lstm_native, "native", "native:ort_lstm_f32", params=params, specialize=_ort_lstm_specialized
+        ), ""
     fn = _lstm_native if op == "LSTM" else _gru_native
     spec = _lstm_specialized if op == "LSTM" else _gru_specialized
     return Kernel(fn, "native", f"native:{op.lower()}_f32", params=params, specialize=spec), ""
@@ -533,7 +598,7 @@ def _float_rnn_specialized(
     for k in const_at:
         if k < len(shapes) and shapes[k] is not None and consts[k] is None:
             return None
-    for k in (5, 6) if kind == "lstm" else (5,):  # initial states: float32 [D, B, H] or omitted
+    for k in (5, 6) if kind != "gru" else (5,):  # initial states: float32 [D, B, H] or omitted
         if (
             k < len(shapes)
             and shapes[k] is not None
@@ -542,7 +607,7 @@ def _float_rnn_specialized(
             return None
     b = consts[3] if len(consts) > 3 else None
     lens_c = consts[4] if len(consts) > 4 else None
-    p = consts[7] if kind == "lstm" and len(consts) > 7 else None
+    p = consts[7] if kind != "gru" and len(consts) > 7 else None
     if b is not None and (b.dtype != F32 or b.shape != (D, 2 * G * H)):
         return None
     if p is not None and (p.dtype != F32 or p.shape != (D, 3 * H)):
@@ -565,7 +630,7 @@ def _float_rnn_specialized(
         "layout": layout,
         **attrs,
     }
-    if kind == "lstm":
+    if kind != "gru":
         del generic_kw["linear_before_reset"]
         generic_kw["input_forget"] = input_forget
     flags = (direction, clip_v, bool(input_forget), bool(linear_before_reset), nt)
@@ -586,6 +651,10 @@ def _lstm_specialized(sig: Specialization, **kw: Any) -> Callable[..., Any] | No
     return _float_rnn_specialized("lstm", _lstm_native, sig, **kw)
 
 
+def _ort_lstm_specialized(sig: Specialization, **kw: Any) -> Callable[..., Any] | None:
+    return _float_rnn_specialized("ort_lstm", _ort_lstm_native, sig, **kw)
+
+
 def _gru_specialized(sig: Specialization, **kw: Any) -> Callable[..., Any] | None:
     return _float_rnn_specialized("gru", _gru_native, sig, **kw)
 
@@ -595,6 +664,14 @@ def bind_lstm(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """float32 LSTM with constant W and R and the default activations (layout 0 or 1)."""
     del model  # unused
     return _bind_float_rnn("LSTM", node)
+
+
+@register_binder("OrtLSTM", "quanta")
+def bind_ort_lstm(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """quanta::OrtLSTM (ONNX Runtime's float32 LSTM, twin reference/ort_float.py): the
+    native float LSTM with MLAS's products and gate functions; as LSTM otherwise."""
+    del model  # unused
+    return _bind_float_rnn("LSTM", node, ort=True)
 
 
 @register_binder("GRU")

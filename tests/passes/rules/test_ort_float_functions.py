@@ -236,3 +236,118 @@ def test_batchnorm_with_a_computed_parameter_is_left_with_its_reason():
     assert [r.reason for r in p.why_not("BatchNormToOrtAffine")] == [
         "a BatchNormalization parameter is not a constant"
     ]
+
+
+# --- LSTM: ONNX Runtime's float LSTM (LstmToOrtLstm, quanta::OrtLSTM) ---------------------
+
+
+def lstm_proto(n_in: int, H: int, direction: str, producer: str = "onnx.quantize", activations=None):
+    """One LSTM with every optional input: bias, sequence_lens (a row of length 0, a short
+    one, a full one), initial states, peepholes; Y, Y_h and Y_c all graph outputs. n_in = 300
+    makes X·Wᵀ two blocks of MLAS's 256 k; H = 260 makes H·Rᵀ two blocks too."""
+    rng = np.random.default_rng(n_in + H)
+    D = 2 if direction == "bidirectional" else 1
+    T, B = 5, 3
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((D, 4 * H, n_in)) * 0.3).astype(np.float32), "W"),
+        numpy_helper.from_array((rng.standard_normal((D, 4 * H, H)) * 0.3).astype(np.float32), "R"),
+        numpy_helper.from_array((rng.standard_normal((D, 8 * H)) * 0.5).astype(np.float32), "Bias"),
+        numpy_helper.from_array(np.array([0, 3, T], np.int32), "lens"),
+        numpy_helper.from_array((rng.standard_normal((D, 3 * H)) * 0.5).astype(np.float32), "P"),
+    ]
+    attrs = {"hidden_size": H, "direction": direction}
+    if activations:
+        attrs["activations"] = activations
+    node = helper.make_node(
+        "LSTM", ["x", "W", "R", "Bias", "lens", "h0", "c0", "P"], ["y", "yh", "yc"], name="lstm", **attrs
+    )
+    g = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, B, n_in]),
+            helper.make_tensor_value_info("h0", TensorProto.FLOAT, [D, B, H]),
+            helper.make_tensor_value_info("c0", TensorProto.FLOAT, [D, B, H]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [T, D, B, H]),
+            helper.make_tensor_value_info("yh", TensorProto.FLOAT, [D, B, H]),
+            helper.make_tensor_value_info("yc", TensorProto.FLOAT, [D, B, H]),
+        ],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.producer_name = producer
+    return m
+
+
+def lstm_feeds(proto):
+    rng = np.random.default_rng(5)
+    out = {}
+    for v in proto.graph.input:
+        shape = [d.dim_value for d in v.type.tensor_type.shape.dim]
+        out[v.name] = (rng.standard_normal(shape) * 2.0).astype(np.float32)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+@pytest.mark.parametrize(
+    ("n_in", "H", "direction"),
+    [(7, 17, "forward"), (300, 3, "reverse"), (17, 260, "bidirectional"), (300, 17, "bidirectional")],
+)
+def test_lstm_becomes_ort_lstm_bit_exact_with_onnxruntime(backend, n_in, H, direction):
+    proto = lstm_proto(n_in, H, direction)
+    f = lstm_feeds(proto)
+    want = ort_run(proto, f)
+    sess = InferenceSession(proto, backend=backend)  # float_functions "auto": ORT's quantizer wrote it
+    assert [n.op_type for n in sess.model.graph.nodes] == ["OrtLSTM"]
+    assert sess.fallbacks == [] or backend == "reference"
+    got = sess.run(None, f)
+    for w, g in zip(want, got, strict=True):
+        assert np.array_equal(w, g)
+    # the row of length 0 keeps zeros and its initial state is not its Y_h
+    assert not got[0][:, :, 0].any() and not got[1][:, 0].any()
+    # quanta's own LSTM (ONNX's functions, no FMA) is not ORT's computation in the last bits
+    plain = InferenceSession(proto, SessionOptions(float_functions="onnx"), backend=backend).run(None, f)
+    assert any(not np.array_equal(w, g) for w, g in zip(want, plain, strict=True))
+    assert max(float(np.abs(w - g).max()) for w, g in zip(want, plain, strict=True)) < 1e-4
+
+
+def test_lstm_with_other_activations_is_left_with_its_reason():
+    proto = lstm_proto(7, 5, "forward", activations=["Sigmoid", "Tanh", "Relu"])
+    model = load(proto)
+    p = OrtFloatFunctions()
+    result = run_passes(model, [p])
+    assert not result.records[0].modified
+    assert [r.reason for r in p.why_not("LstmToOrtLstm")] == [
+        "LSTM has activations ['Sigmoid', 'Tanh', 'Relu'], not ORT's MLAS defaults"
+    ]
+
+
+def test_ort_lstm_native_kernel_matches_its_twin_at_every_thread_count():
+    from quanta.kernels.reference.ort_float import ort_lstm_op
+    from quanta.kernels.reference.registry import OpContext
+
+    proto = lstm_proto(300, 17, "bidirectional")
+    f = lstm_feeds(proto)
+    inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    ctx = OpContext(op_type="OrtLSTM", n_outputs=3)
+    want = ort_lstm_op(
+        ctx,
+        f["x"],
+        inits["W"],
+        inits["R"],
+        inits["Bias"],
+        inits["lens"],
+        f["h0"],
+        f["c0"],
+        inits["P"],
+        hidden_size=17,
+        direction="bidirectional",
+    )
+    for threads in (1, 2):
+        so = SessionOptions()
+        so.intra_op_num_threads = threads
+        got = InferenceSession(proto, so).run(None, f)
+        for w, g in zip(want, got, strict=True):
+            assert np.array_equal(w, g)

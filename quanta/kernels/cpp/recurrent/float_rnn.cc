@@ -20,6 +20,19 @@ extern const SeqGemmFn kSeqGemmPortable;
 extern const SeqGemmFn kSeqGemmAvx2;
 extern const SeqGemmFn kSeqGemmAvx512Vnni;
 
+extern const SeqGemmMlasFn kSeqGemmMlasPortable;
+extern const SeqGemmMlasFn kSeqGemmMlasAvx2;
+extern const SeqGemmMlasFn kSeqGemmMlasAvx512Vnni;
+
+SeqGemmMlasFn seq_gemm_mlas_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni: return kSeqGemmMlasAvx512Vnni;
+    case Isa::kAvx2: return kSeqGemmMlasAvx2;
+    case Isa::kPortable: break;
+  }
+  return kSeqGemmMlasPortable;
+}
+
 SeqGemmFn seq_gemm_for(Isa isa) {
   switch (isa) {
     case Isa::kAvx512Vnni: return kSeqGemmAvx512Vnni;
@@ -87,9 +100,12 @@ void lstm_row(const Activations& act, float* a, float* act_buf, const float* bia
 
 void run_direction(const FloatRnnParams& p, int d) {
   const SeqGemmFn gemm = seq_gemm_for(p.isa);
+  const SeqGemmMlasFn gemm_mlas = seq_gemm_mlas_for(p.isa);
   const float_ops::Kernels& fk = float_ops::kernels_for(p.isa);
-  const Activations act{fk.unary[static_cast<int>(float_ops::UnaryOp::kSigmoid)],
-                        fk.unary[static_cast<int>(float_ops::UnaryOp::kTanh)]};
+  const Activations act = p.ort ? Activations{fk.unary[static_cast<int>(float_ops::UnaryOp::kMlasLogistic)],
+                                              fk.unary[static_cast<int>(float_ops::UnaryOp::kMlasTanh)]}
+                                : Activations{fk.unary[static_cast<int>(float_ops::UnaryOp::kSigmoid)],
+                                              fk.unary[static_cast<int>(float_ops::UnaryOp::kTanh)]};
   const int64_t T = p.T, B = p.B, I = p.I, H = p.H, D = p.D;
   const int64_t G = p.gru ? 3 : 4, N = G * H;
   const bool reverse = p.reverse || d == 1;
@@ -101,7 +117,11 @@ void run_direction(const FloatRnnParams& p, int d) {
   }
   if (L == 0) return;
   std::vector<float> xw(static_cast<size_t>(L * B * N));
-  gemm(p.x, I, p.w[d], I, N, xw.data(), N, L * B);  // (RNN1): X[:L] · Wᵀ
+  if (p.ort) {
+    gemm_mlas(p.x, I, p.w[d], I, N, xw.data(), N, L * B, false);  // (RNN-ORT): X[:L] · Wᵀ
+  } else {
+    gemm(p.x, I, p.w[d], I, N, xw.data(), N, L * B);  // (RNN1): X[:L] · Wᵀ
+  }
 
   // bias: f32(Wb + Rb) per gate column ((RNN2)); the GRU's h gate keeps Wb and Rb apart
   // with linear_before_reset.
@@ -129,7 +149,15 @@ void run_direction(const FloatRnnParams& p, int d) {
 
   for (int64_t s = 0; s < L; ++s) {
     // (RNN1): H·Rᵀ, all gates (LSTM, GRU with linear_before_reset) or z, r only
-    if (!p.gru) {
+    if (p.ort) {
+      // (RNN-ORT): each active row's X·Wᵀ row, then H·Rᵀ added onto it block by block
+      for (int64_t b = 0; b < B; ++b) {
+        if (s >= len[b]) continue;
+        const int64_t ts = reverse ? len[b] - 1 - s : s;
+        std::memcpy(hr.data() + b * N, xw.data() + (ts * B + b) * N, sizeof(float) * N);
+      }
+      gemm_mlas(h.data(), H, R, H, N, hr.data(), N, B, true);
+    } else if (!p.gru) {
       gemm(h.data(), H, R, H, N, hr.data(), N, B);
     } else {
       gemm(h.data(), H, R, H, 2 * H, hr.data(), N, B);
@@ -141,7 +169,11 @@ void run_direction(const FloatRnnParams& p, int d) {
         const int64_t ts = reverse ? len[b] - 1 - s : s;
         const float* xg = xw.data() + (ts * B + b) * N;
         const float* hg = hr.data() + b * N;
-        for (int64_t n = 0; n < N; ++n) a[n] = xg[n] + hg[n];  // (RNN2)
+        if (p.ort) {
+          std::memcpy(a.data(), hg, sizeof(float) * N);
+        } else {
+          for (int64_t n = 0; n < N; ++n) a[n] = xg[n] + hg[n];  // (RNN2)
+        }
         float* hb = h.data() + b * H;
         float* cb = c.data() + b * H;
         lstm_row(act, a.data(), buf.data(), bp, peep, p.clip, p.input_forget, H, cb, hb);
@@ -206,6 +238,7 @@ void run_direction(const FloatRnnParams& p, int d) {
 
 void float_rnn(const FloatRnnParams& p) {
   if (p.D != 1 && p.D != 2) throw std::invalid_argument("float_rnn: D must be 1 or 2");
+  if (p.ort && p.gru) throw std::invalid_argument("float_rnn: ort is an LSTM option");
   std::fill(p.y, p.y + p.T * p.D * p.B * p.H, 0.0f);
   std::fill(p.y_h, p.y_h + p.D * p.B * p.H, 0.0f);
   if (p.y_c) std::fill(p.y_c, p.y_c + p.D * p.B * p.H, 0.0f);

@@ -42,6 +42,15 @@ using SeqGemmFn = void (*)(const float* a, int64_t lda, const float* w, int64_t 
                            int64_t M);
 SeqGemmFn seq_gemm_for(Isa isa);
 
+// OrtLSTM's products (docs/float-ops.md (RNN-ORT)), as ONNX Runtime's MLAS float GEMM
+// forms them on prepacked weights: per block of kMlasStrideK k, one fused multiply-add
+// chain from +0 in increasing k, added to y (accumulate, or from the second block on) or
+// stored (the first block otherwise) with one float32 addition. Same panels as seq_gemm.
+constexpr int64_t kMlasStrideK = 256;
+using SeqGemmMlasFn = void (*)(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
+                               int64_t M, bool accumulate);
+SeqGemmMlasFn seq_gemm_mlas_for(Isa isa);
+
 struct FloatRnnParams {
   bool gru = false;
   int64_t T = 0, B = 0, I = 0, H = 0;
@@ -60,9 +69,12 @@ struct FloatRnnParams {
   float clip = 0.0f;                         // > 0; FLT_MAX: none
   bool input_forget = false;                 // LSTM
   bool linear_before_reset = false;          // GRU
-  float* y = nullptr;                        // [T, D, B, H]
-  float* y_h = nullptr;                      // [D, B, H]
-  float* y_c = nullptr;                      // LSTM [D, B, H], or null
+  // LSTM only: ONNX Runtime's float LSTM (quanta::OrtLSTM, (RNN-ORT)): products by
+  // seq_gemm_mlas (H·Rᵀ added onto the step's X·Wᵀ row), gates by mlas_logistic / mlas_tanh.
+  bool ort = false;
+  float* y = nullptr;    // [T, D, B, H]
+  float* y_h = nullptr;  // [D, B, H]
+  float* y_c = nullptr;  // LSTM [D, B, H], or null
   int num_threads = 1;
   Isa isa = Isa::kPortable;
 };

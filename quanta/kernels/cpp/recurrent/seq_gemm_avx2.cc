@@ -6,6 +6,7 @@ namespace quanta {
 namespace recurrent {
 
 extern const SeqGemmFn kSeqGemmAvx2 = seq_gemm_simd<simd::F32x8, 4>;
+extern const SeqGemmMlasFn kSeqGemmMlasAvx2 = seq_gemm_mlas_simd<simd::F32x8, 4>;
 
 }  // namespace recurrent
 }  // namespace quanta

@@ -89,6 +89,48 @@ void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64
   }
 }
 
+// seq_gemm_mlas (float_rnn.h): the same blocking over n; over k, FMA chains of
+// kMlasStrideK steps from zero, each added to y with one addition (or stored: the first
+// block without accumulate).
+template <class T, int NV>
+void seq_block_mlas(const float* a, const float* w, int64_t ldw, float* y, int64_t K, int64_t N, int64_t n0,
+                    bool accumulate) {
+  constexpr int L = T::kLanes;
+  typename T::M m[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) m[v] = T::tail(N - n0 - L * v);
+  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kMlasStrideK) {
+    typename T::V acc[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[v] = T::zero();
+    const int64_t k1 = K < k0 + kMlasStrideK ? K : k0 + kMlasStrideK;
+    for (int64_t k = k0; k < k1; ++k) {
+      const typename T::V av = T::set1(a[k]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[v] = T::fmadd(av, T::load(m[v], w + k * ldw + n0 + L * v), acc[v]);
+    }
+    const bool add = accumulate || k0 > 0;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      float* yv = y + n0 + L * v;
+      T::store(yv, m[v], add ? T::add(acc[v], T::load(m[v], yv)) : acc[v]);
+    }
+  }
+}
+
+template <class T, int NV>
+void seq_gemm_mlas_simd(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
+                        int64_t M, bool accumulate) {
+  constexpr int64_t kCols = NV * T::kLanes;
+  for (int64_t p0 = 0; p0 < N; p0 += kSeqPanel) {
+    const float* wp = w + p0 * K;
+    const int64_t np = N - p0 < kSeqPanel ? N - p0 : kSeqPanel;
+    for (int64_t m0 = 0; m0 < M; ++m0)
+      for (int64_t n0 = 0; n0 < np; n0 += kCols)
+        seq_block_mlas<T, NV>(a + m0 * lda, wp, kSeqPanel, y + m0 * ldy + p0, K, np, n0, accumulate);
+  }
+}
+
 }  // namespace
 }  // namespace recurrent
 }  // namespace quanta
