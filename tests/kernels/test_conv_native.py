@@ -845,6 +845,12 @@ BORDER = [
     ((1, 8, 6, 2), (3, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "2 columns < the window: the padded copy"),
     ((2, 20, 29), (9, 20, 3), {"pads": [1, 2], "strides": [2]}, "1-D"),
     ((1, 300, 5, 6), (17, 300, 3, 3), {"pads": [1, 1, 1, 1]}, "K = 2700: tap chunks over the B budget"),
+    (
+        (1, 8, 40, 1),
+        (7, 8, 5, 1),
+        {"pads": [128, 0, 128, 0], "dilations": [64, 1]},
+        "a TCN's dilation 64: strips of 257 rows would exceed the padded copy, which is built instead",
+    ),
 ]
 
 

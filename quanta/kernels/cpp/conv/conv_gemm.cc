@@ -147,6 +147,12 @@ void QConv::plan_implicit(const ConvArgs& a, const Geometry& geo, Plan& pl) cons
     pl.per_band = geo.W / pl.span_w;
     pl.n_bands = div_up(geo.OH * pl.n_colborder, pl.per_band);
     border_bytes = static_cast<size_t>(geo.N * (pl.n_strips + pl.n_bands) * pl.band_rows * geo.W * geo.C);
+    // A widely dilated kernel (a TCN's dilation 1024: a band of 4097 rows for every
+    // output row) would copy far more than the padded image: build that instead.
+    if (border_bytes > static_cast<size_t>(pixels * geo.C)) {
+      pl.border = false;
+      border_bytes = 0;
+    }
   }
   size_t off = 0;
   pl.off_xpad = off;
