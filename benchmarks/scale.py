@@ -477,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs_cpu[i].append(time.thread_time() - t)
             say(
                 f"  round {rnd}: in-process {in_rounds[-1]:.2f} s CPU, shards "
-                f"{sum(r[-1] for r in runs_cpu):.2f} s CPU (this round), load {os.getloadavg()[0]:.1f}"
+                f"{sum(r[-1] for r in runs_cpu):.2f} s CPU (this round: "
+                f"{' '.join(f'{r[-1]:.2f}' for r in runs_cpu)}), load {os.getloadavg()[0]:.1f}"
             )
         times = [estimate(r) for r in runs_cpu]
         c_best = estimate(in_rounds)
@@ -616,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
                     (r[2] for r in joined), key=lambda r: -r[0]
                 )  # (at, worker, blob), latest first
                 options = []
-                for here, _, _ in inputs:  # on the worker of one of its runs, the others moved there
+                for _, here, _ in inputs:  # on the worker of one of its runs, the others moved there
                     ready = [
                         a if v == here else transfer(v, here, a, len(b), reserve=False) for a, v, b in inputs
                     ]
