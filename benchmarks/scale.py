@@ -7,8 +7,10 @@ Run (Ray and the model's export dependencies installed, see benchmarks/real_mode
     python benchmarks/real_models/export.py --models efficientnet_lite0
     python benchmarks/scale.py [--images 200] [--reps 2] [--sim-workers 8] [--write benchmarks/results/...md]
 
-Measured, on a local Ray cluster of 2 CPUs started here (``ray.init`` before timing: the
-cluster's start-up is reported apart, it is paid once per session, not per job):
+Measured, on a local Ray cluster started here with as many CPUs as the largest Ray run
+(1; 2 with ``--two-workers`` or ``--files``: an idle worker process costs CPU too) and
+``ray.init`` before timing (the cluster's start-up is reported apart, it is paid once per
+session, not per job):
 
 Both sides run with one BLAS/OpenMP thread (a Ray task of ``num_cpus=1`` gets
 ``OMP_NUM_THREADS=1``; this script sets the same for itself before importing NumPy).
@@ -305,9 +307,14 @@ def main(argv: list[str] | None = None) -> int:
         f"load average at the start (1, 5, 15 min): {', '.join(f'{v:.1f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs"
     )
     t0 = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # as many CPUs as the largest Ray run here: Ray keeps a worker process per CPU, and an
+    # idle one burns ~10 ms/s of CPU (measured), which a 1-worker job on a 2-CPU cluster
+    # would be charged with among its worker processes
+    cpus = 2 if args.two_workers or args.files else 1
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
     say(
-        f"ray.init (local cluster, 2 CPUs): {time.perf_counter() - t0:.2f} s (once per session, not counted below)"
+        f"ray.init (local cluster, {cpus} CPU{'s' if cpus > 1 else ''}): {time.perf_counter() - t0:.2f} s "
+        "(once per session, not counted below)"
     )
 
     kw = dict(progress=False, channel_means=means_for)
