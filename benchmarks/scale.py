@@ -7,8 +7,10 @@ Run (Ray and the model's export dependencies installed, see benchmarks/real_mode
     python benchmarks/real_models/export.py --models efficientnet_lite0
     python benchmarks/scale.py [--images 200] [--reps 2] [--sim-workers 8] [--write benchmarks/results/...md]
 
-Measured, on a local Ray cluster of 2 CPUs started here (``ray.init`` before timing: the
-cluster's start-up is reported apart, it is paid once per session, not per job):
+Measured, on a local Ray cluster started here with as many CPUs as the largest Ray run
+(1; 2 with ``--two-workers`` or ``--files``: an idle worker process costs CPU too) and
+``ray.init`` before timing (the cluster's start-up is reported apart, it is paid once per
+session, not per job):
 
 Both sides run with one BLAS/OpenMP thread (a Ray task of ``num_cpus=1`` gets
 ``OMP_NUM_THREADS=1``; this script sets the same for itself before importing NumPy).
@@ -63,14 +65,16 @@ Shard i is done at d_i = S + latency + t_i + c. Two merges are composed:
 
 - **reduce-scatter** (the Ray engine, docs/scale.md eq. (S3)): shard i's state is cut
   into P = N parts by tensor and each part pickled (timed: the shard is done at
-  d_i = t_i + split_i + c after the job); each part is merged by pair merges of
-  adjacent runs of shards as they finish (``AdjacentMerges``, what the engine
-  submits): a pair merge starts when both runs exist, on the worker of the later one,
-  the earlier one crossing a link (|part|/bw + latency), and takes m (timed here on
-  the real parts: read both, ``merge_into``, write the result); the P merged parts
-  cross the driver's link one at a time and are read there (timed):
-  T_N = job + the last of those. Concurrent merges are not charged for sharing a CPU
-  or a link (they run on workers whose shards are done, on 1/P of the state).
+  d_i = t_i + split_i + c after the job, its P parts on worker i); each part is merged
+  by merges of adjacent runs of shards as they appear (``AdjacentMerges``, what the
+  engine submits: two runs, or three when both neighbours of a new run wait). The parts
+  share the machines: a worker runs one task at a time (a shard or a merge) and a link
+  carries one message at a time in each direction. A merge runs on the worker of one of
+  its runs, the one where it would end first (ties: the latest run's); the other runs
+  cross from their workers' links to that worker's (|part|/bw + latency each, the links
+  reserved), and the merge takes m (timed here on the real parts: read them,
+  ``merge_run``, write the result). The P merged parts cross the workers' links and
+  the driver's one at a time and are read there (timed): T_N = job + the last of those.
 
 The network, stated: N worker machines and the driver, each with one full-duplex link
 of ``--gbps`` to a non-blocking switch (any two machines talk at that speed, a link
@@ -303,9 +307,14 @@ def main(argv: list[str] | None = None) -> int:
         f"load average at the start (1, 5, 15 min): {', '.join(f'{v:.1f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs"
     )
     t0 = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # as many CPUs as the largest Ray run here: Ray keeps a worker process per CPU, and an
+    # idle one burns ~10 ms/s of CPU (measured), which a 1-worker job on a 2-CPU cluster
+    # would be charged with among its worker processes
+    cpus = 2 if args.two_workers or args.files else 1
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
     say(
-        f"ray.init (local cluster, 2 CPUs): {time.perf_counter() - t0:.2f} s (once per session, not counted below)"
+        f"ray.init (local cluster, {cpus} CPU{'s' if cpus > 1 else ''}): {time.perf_counter() - t0:.2f} s "
+        "(once per session, not counted below)"
     )
 
     kw = dict(progress=False, channel_means=means_for)
@@ -355,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     overhead = m_ray1 / m_in - 1
     cpu_ratio = statistics.median(r / c for r, c in zip(cpu_ray1, cpu_in)) if cpu_in else math.nan
     shard_ratio = statistics.median(s / c for s, c in zip(shard_cpu, cpu_in)) if cpu_in else math.nan
-    fixed = _fixed_costs(model, tensors, make, means_for, results.get("in"))
+    fixed = _fixed_costs(model, tensors, make, means_for, results["in"]) if "in" in results else {}
     t_ray2, same2, files_same = None, None, None
     if args.two_workers:
         t = time.perf_counter()
@@ -394,12 +403,13 @@ def main(argv: list[str] | None = None) -> int:
         say(f"| Ray, 2 workers (2 shared cores) | {t_ray2:.2f} | speed-up {m_in / t_ray2:.2f}x |")
     say()
     say()
-    say(
-        "Engine costs of one worker that the in-process run does not pay, each timed alone (CPU, least of 5): "
-        + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in fixed.items())
-        + f"; together {sum(fixed.values()):.3f} s = {sum(fixed.values()) / statistics.median(cpu_in) * 100:.1f} % "
-        "of the in-process CPU time (median)"
-    )
+    if fixed:  # --reps 0: the simulation alone
+        say(
+            "Engine costs of one worker that the in-process run does not pay, each timed alone (CPU, least of 5): "
+            + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in fixed.items())
+            + f"; together {sum(fixed.values()):.3f} s = {sum(fixed.values()) / statistics.median(cpu_in) * 100:.1f} % "
+            "of the in-process CPU time (median)"
+        )
     say(
         f"observer states identical to in-process: 1 worker {same}"
         + ("" if same2 is None else f", 2 workers {same2}")
@@ -474,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs_cpu[i].append(time.thread_time() - t)
             say(
                 f"  round {rnd}: in-process {in_rounds[-1]:.2f} s CPU, shards "
-                f"{sum(r[-1] for r in runs_cpu):.2f} s CPU (this round), load {os.getloadavg()[0]:.1f}"
+                f"{sum(r[-1] for r in runs_cpu):.2f} s CPU (this round: "
+                f"{' '.join(f'{r[-1]:.2f}' for r in runs_cpu)}), load {os.getloadavg()[0]:.1f}"
             )
         times = [estimate(r) for r in runs_cpu]
         c_best = estimate(in_rounds)
@@ -512,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         # reduce-scatter (S3), the Ray engine's merge: each shard's state cut into P = N
         # parts and each part pickled (what the shard task returns: its cost is added to
         # the shard's time); each part merged by adjacent runs as the shards finish
-        # (AdjacentMerges), every pair merge timed on the real parts below
+        # (AdjacentMerges), every merge timed on the real parts below
         parts = n
         part_blobs, split_cost = [], []
         for st in states:
@@ -567,39 +578,72 @@ def main(argv: list[str] | None = None) -> int:
             tree_rest = root[0] + root[1] / bw + lat + load_root
             t_tree_serial, t_tree_double = send_serial + tree_rest, send_double + tree_rest
 
-            # reduce-scatter: shard i (on worker i) is done at done[i] (after the job);
-            # for each part, a pair merge of two adjacent runs starts when both exist, on
-            # the worker of the later one, the earlier one crossing a link (|part|/bw +
-            # latency); it reads both, merges and writes its result (timed here, CPU); the
-            # P merged parts cross the driver's link one at a time, each read there
+            # reduce-scatter: shard i (on worker i) is done at done[i] (after the job), its
+            # P parts there. Every part is merged by adjacent runs as they appear
+            # (AdjacentMerges: two or three runs a merge); the parts share the machines:
+            # each worker runs one task at a time and each link carries one message at a
+            # time in each direction. A merge runs on the worker of one of its runs, the
+            # one where it ends first (ties: the latest run's), the other runs crossing
+            # from their workers' links to that worker's (|part|/bw + latency); it reads
+            # its inputs, merges and writes its result (timed here, CPU). The P merged parts then cross to the driver one at
+            # a time, each read there (timed).
             done = [times[i] + split_cost[i] + task_cost for i in range(n)]
+            cpu_free = list(done)
+            links: dict[tuple[str, int], float] = {}  # ("out" | "in", worker; -1: the driver) -> free at
+
+            def transfer(
+                src: int, dst: int, ready: float, size: int, reserve: bool, bw=bw, links=links
+            ) -> float:
+                """Arrival at ``dst`` (-1: the driver) of ``size`` bytes ready on ``src`` at
+                ``ready``, after the messages already on both links (reserved for this one
+                with ``reserve``); none when the bytes are already there."""
+                if src == dst:
+                    return ready
+                start = max(ready, links.get(("out", src), 0.0), links.get(("in", dst), 0.0))
+                if reserve:
+                    links["out", src] = links["in", dst] = start + size / bw
+                return start + size / bw + lat
+
             finals, pair_cpu = [], []
-            for q in range(parts):
-                heap = [(done[i], i, i, part_blobs[i][q]) for i in range(n)]
-                heapq.heapify(heap)
-                runs = AdjacentMerges()
-                while heap:
-                    at, lo, hi, blob = heapq.heappop(heap)
-                    if (lo, hi) == (0, n - 1):
-                        finals.append((at, blob))
-                        break
-                    pair = runs.add(lo, hi, (at, blob))
-                    if pair is None:
-                        continue
-                    (first, _, (ta, ba)), (_, last, (tb, bb)) = pair
-                    moved = ba if ta <= tb else bb
-                    start = max(ta, tb) + len(moved) / bw + lat
-                    t = time.thread_time()
-                    out = pickle.dumps(merge_run(pickle.loads(ba), pickle.loads(bb)), protocol=5)
-                    pair_cpu.append(time.thread_time() - t)
-                    heapq.heappush(heap, (start + pair_cpu[-1], first, last, out))
+            runs = [AdjacentMerges() for _ in range(parts)]
+            heap = [(done[i], q, i, i, i, part_blobs[i][q]) for i in range(n) for q in range(parts)]
+            heapq.heapify(heap)
+            while heap:  # runs in the order they appear, over all parts
+                at, q, lo, hi, w, blob = heapq.heappop(heap)
+                if (lo, hi) == (0, n - 1):
+                    finals.append((at, w, blob))
+                    continue
+                joined = runs[q].add(lo, hi, (at, w, blob))
+                if joined is None:
+                    continue
+                first, last = joined[0][0], joined[-1][1]
+                t = time.thread_time()
+                out = pickle.dumps(merge_run(*(pickle.loads(b) for _, _, (_, _, b) in joined)), protocol=5)
+                pair_cpu.append(time.thread_time() - t)
+                inputs = sorted(
+                    (r[2] for r in joined), key=lambda r: -r[0]
+                )  # (at, worker, blob), latest first
+                options = []
+                for _, here, _ in inputs:  # on the worker of one of its runs, the others moved there
+                    ready = [
+                        a if v == here else transfer(v, here, a, len(b), reserve=False) for a, v, b in inputs
+                    ]
+                    options.append((max(*ready, cpu_free[here]) + pair_cpu[-1], here))
+                _, here = min(options, key=lambda o: o[0])
+                start = cpu_free[here]
+                for a, v, b in sorted(inputs):  # one at a time over its inbound link, earliest first
+                    start = max(start, a if v == here else transfer(v, here, a, len(b), reserve=True))
+                end = start + pair_cpu[-1]
+                cpu_free[here] = end
+                heapq.heappush(heap, (end, q, first, last, here, out))
             drv, read_cpu = 0.0, 0.0
-            for at, blob in sorted(finals, key=lambda f: f[0]):
+            for at, w, blob in sorted(finals, key=lambda f: f[0]):
                 t = time.thread_time()
                 pickle.loads(blob)
                 read = time.thread_time() - t
                 read_cpu += read
-                drv = max(drv, at + len(blob) / bw + lat) + read
+                drv = max(drv, transfer(w, -1, at, len(blob), reserve=True)) + read
+            finals = [(at, blob) for at, _, blob in finals]
             after_last = max(at for at, _ in finals) - max(done)
             t_sc_serial, t_sc_double = send_serial + drv, send_double + drv
             merged_total = sum(len(blob) for _, blob in finals)
@@ -616,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{t_tree_double:.2f}, **{c_best / (n * t_tree_serial):.3f}** / **{c_best / (n * t_tree_double):.3f}** |"
             )
             scatter_notes.append(
-                f"{g:g} Gb/s: {len(pair_cpu)} pair merges {min(pair_cpu):.3f}-{max(pair_cpu):.3f} s CPU, "
+                f"{g:g} Gb/s: {len(pair_cpu)} merges {min(pair_cpu):.3f}-{max(pair_cpu):.3f} s CPU, "
                 f"merged parts {merged_total / 1e6:.1f} MB read by the driver in {read_cpu:.3f} s"
             )
         say(
@@ -630,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
         say(
             "Reduce-scatter (S3, the Ray engine): job to workers serial / doubling; last shard done "
             "(t_i + cutting and pickling its P parts + c, after the job); merging left after the last "
-            "shard (the latest part's last pair merges, transfers included); driver link + reading the P "
+            "shard (the latest part's last merges, transfers included); driver link + reading the P "
             "merged parts after the last of them is merged; T_N serial / doubling job; efficiency."
         )
         say()

@@ -18,9 +18,10 @@ workers still run) and the list holds what ``on_result`` returns instead.
 ``engine.reduce(fn, shared, items, merge)`` is ``merge`` folded over the results in the
 order of ``items`` (``merge(a, b)``: ``a``'s items come before ``b``'s; it must be
 associative, which is what makes the shape of the fold free). The Ray engine merges on
-the workers in a tree of adjacent pairs (docs/scale.md eq. (S2)): a merge task runs as
-soon as its two inputs exist, the states go from worker to worker, and the driver
-receives one state instead of one per shard. An engine without ``reduce`` is folded on
+the workers, in a tree of adjacent pairs (docs/scale.md eq. (S2)) or, with ``split`` /
+``join``, by reduce-scatter (eq. (S3): ``merge`` then also takes three adjacent runs,
+``merge(a, b, c)``): a merge task runs as soon as its inputs exist, the states go from
+worker to worker, and the driver receives merged states instead of one per shard. An engine without ``reduce`` is folded on
 the driver by the caller (:class:`quanta.scale.ShardFold`).
 """
 
@@ -169,8 +170,8 @@ class RayEngine:
         With ``split``/``join`` (a result cut into parts that merge independently, and
         put together again): reduce-scatter, docs/scale.md eq. (S3). Each task returns
         its result in ``P = min(workers, items)`` parts (Ray object refs of their own);
-        each part is merged over the items by ``merge(a, b)`` tasks of adjacent runs,
-        submitted as the items finish (:class:`AdjacentMerges`), so merging overlaps
+        each part is merged over the items by ``merge(a, b)`` or ``merge(a, b, c)`` tasks
+        of adjacent runs (in item order), submitted as the items finish (:class:`AdjacentMerges`), so merging overlaps
         with the items still running and every merge handles 1/P of the state; the
         driver joins the P merged parts. Without them: a tree of pairs fixed in advance
         (:func:`tree_reduce`, ``merge(a, b)``, eq. (S2))."""
@@ -189,9 +190,7 @@ class RayEngine:
             task = ray.remote(**options)(_call)
             shared_ref = ray.put(shared)
             if split is not None and join is not None:
-                return self._reduce_scatter(
-                    ray, task, options, fn, shared_ref, items, merge, progress, split, join
-                )
+                return self._reduce_scatter(ray, options, fn, shared_ref, items, merge, progress, split, join)
             leaves = [task.remote(fn, shared_ref, item) for item in items]
             # _call(merge, a, b) = merge(a, b): a task that waits for its two inputs only
             # (object refs as arguments), which Ray moves from worker to worker
@@ -207,13 +206,14 @@ class RayEngine:
             if started:
                 ray.shutdown()
 
-    def _reduce_scatter(self, ray, task, options, fn, shared_ref, items, merge, progress, split, join):
+    def _reduce_scatter(self, ray, options, fn, shared_ref, items, merge, progress, split, join):
         """Eq. (S3) of docs/scale.md: every item's result in P parts, each part merged
-        over the items by adjacent pairs as they finish (:class:`AdjacentMerges`), the P
+        over the items by adjacent runs as they finish (:class:`AdjacentMerges`), the P
         merged parts joined here."""
         n = len(items)
         parts = max(1, min(self.workers, n))
         leaf = ray.remote(num_returns=parts, **options)(_call_split)
+        task_all = ray.remote(**options)(_call_all)
         outs = [leaf.remote(fn, split, parts, shared_ref, item) for item in items]
         columns = [[o] for o in outs] if parts == 1 else outs
         tags = {c[p]: (p, i, i) for i, c in enumerate(columns) for p in range(parts)}
@@ -231,12 +231,11 @@ class RayEngine:
                 if lo == 0 and hi == n - 1:
                     roots[p] = ref
                     continue
-                pair = merges[p].add(lo, hi, ref)
-                if pair is not None:
-                    (first, _, a), (_, last, b) = pair
-                    # a task that waits for its two inputs only: Ray moves one of them
-                    merged = task.remote(merge, a, b)
-                    tags[merged] = (p, first, last)
+                runs = merges[p].add(lo, hi, ref)
+                if runs is not None:
+                    # a task that waits for its inputs only: Ray moves them to its worker
+                    merged = task_all.remote(merge, *(r for _, _, r in runs))
+                    tags[merged] = (p, runs[0][0], runs[-1][1])
                     pending.append(merged)
         return join(ray.get(roots))
 
@@ -244,35 +243,45 @@ class RayEngine:
 class AdjacentMerges:
     """Which results to merge as they arrive, when ``merge`` is associative but not
     commutative (the moving average's log): a result covers a run of adjacent items
-    [lo, hi]; it is merged at once with a waiting neighbour (the run ending at lo - 1,
-    else the one starting at hi + 1), or waits for one. Every merge joins adjacent runs
-    in item order, so the result is the in-order fold; the merges overlap with the items
-    still running, and after the last item finishes at most two merges remain.
+    [lo, hi]; it is merged at once with the waiting neighbours it has (the run ending at
+    lo - 1 and the one starting at hi + 1: both in one merge of three runs when both
+    wait), or waits for one. Every merge joins adjacent runs in item order, so the
+    result is the in-order fold; the merges overlap with the items still running, and
+    after the last item finishes one merge remains in the common case (its neighbours
+    already merged and waiting on both sides), two at most (a neighbour's own merge
+    still running). A merge of three runs reads each input once and writes one result,
+    where two pair merges in a row would write and read the middle result once more.
 
     >>> m = AdjacentMerges()
     >>> m.add(2, 2, "c") is None and m.add(0, 0, "a") is None
     True
-    >>> m.add(1, 1, "b")   # joins the run on its left first
-    ((0, 0, 'a'), (1, 1, 'b'))
-    >>> m.add(0, 1, "ab")  # the merged run, back: now "c" waits on its right
-    ((0, 1, 'ab'), (2, 2, 'c'))
+    >>> m.add(1, 1, "b")   # both neighbours wait: one merge of the three
+    ((0, 0, 'a'), (1, 1, 'b'), (2, 2, 'c'))
+    >>> m.add(4, 4, "e") is None
+    True
+    >>> m.add(3, 3, "d")   # only the run on its right waits
+    ((3, 3, 'd'), (4, 4, 'e'))
     """
 
     def __init__(self) -> None:
         self._by_lo: dict[int, tuple[int, Any]] = {}  # lo -> (hi, value)
         self._by_hi: dict[int, int] = {}  # hi -> lo
 
-    def add(self, lo: int, hi: int, value: Any) -> tuple[tuple[int, int, Any], tuple[int, int, Any]] | None:
-        """The pair to merge now (left run, right run), or None: ``value`` waits."""
+    def add(self, lo: int, hi: int, value: Any) -> tuple[tuple[int, int, Any], ...] | None:
+        """The runs to merge now, in item order (two or three, ``value``'s among them),
+        or None: ``value`` waits."""
+        runs = [(lo, hi, value)]
         left = self._by_hi.pop(lo - 1, None)
         if left is not None:
             _, lv = self._by_lo.pop(left)
-            return (left, lo - 1, lv), (lo, hi, value)
+            runs.insert(0, (left, lo - 1, lv))
         right = self._by_lo.pop(hi + 1, None)
         if right is not None:
             r_hi, rv = right
             del self._by_hi[r_hi]
-            return (lo, hi, value), (hi + 1, r_hi, rv)
+            runs.append((hi + 1, r_hi, rv))
+        if len(runs) > 1:
+            return tuple(runs)
         self._by_lo[lo] = (hi, value)
         self._by_hi[hi] = lo
         return None
@@ -284,6 +293,10 @@ def _hand(on_result: OnResult | None, index: int, result: Any) -> Any:
 
 def _call(fn: Callable[[Any, Any], Any], shared: Any, item: Any) -> Any:
     return fn(shared, item)
+
+
+def _call_all(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
 
 
 def _call_split(
