@@ -105,15 +105,41 @@ def _upper_factors(h: np.ndarray, damp: float) -> np.ndarray:
     idx = np.arange(k)
     h[:, idx, idx] = diag + lam
     try:
-        return np.linalg.cholesky(np.linalg.inv(h)).transpose(0, 2, 1)
+        return _inverse_upper_factor(h)
     except np.linalg.LinAlgError:
         pass
     out = np.empty_like(h)
     for i in range(len(h)):  # find the groups that fail
         try:
-            out[i] = np.linalg.cholesky(np.linalg.inv(h[i])).T
+            out[i] = _inverse_upper_factor(h[i : i + 1])[0]
         except np.linalg.LinAlgError:  # not positive definite even damped
             out[i] = np.eye(k)
+    return out
+
+
+def _inverse_upper_factor(h: np.ndarray) -> np.ndarray:
+    """The upper Cholesky factor U of H⁻¹ (H⁻¹ = Uᵀ U, positive diagonal) for each [K, K]
+    in ``h``, without forming H⁻¹: with J the reversal of the K indices and L the lower
+    Cholesky factor of J H J, U = J L⁻¹ J (Uᵀ U = J L⁻ᵀ L⁻¹ J = J (J H J)⁻¹ J = H⁻¹, and
+    the factor with a positive diagonal is unique). One Cholesky and one triangular
+    inverse, ~2/3 K³ operations, where inverting H and factoring the inverse took ~7/3 K³
+    (a 4608-wide 3x3 layer's H: the largest share of quantize_static on a ResNet)."""
+    lower = np.linalg.cholesky(h[:, ::-1, ::-1])
+    return np.ascontiguousarray(_lower_inverse(lower)[:, ::-1, ::-1])
+
+
+def _lower_inverse(low: np.ndarray) -> np.ndarray:
+    """The inverse of each lower-triangular [K, K] in ``low`` (blocked: the diagonal blocks'
+    inverses, then the off-diagonal block −C⁻¹ B A⁻¹ by two matrix products)."""
+    k = low.shape[-1]
+    if k <= 64:
+        return np.tril(np.linalg.solve(low, np.broadcast_to(np.eye(k), low.shape)))
+    m = k // 2
+    a_inv, c_inv = _lower_inverse(low[..., :m, :m]), _lower_inverse(low[..., m:, m:])
+    out = np.zeros_like(low)
+    out[..., :m, :m] = a_inv
+    out[..., m:, m:] = c_inv
+    out[..., m:, :m] = -(c_inv @ (low[..., m:, :m] @ a_inv))
     return out
 
 

@@ -376,3 +376,20 @@ def test_layers_past_the_statistics_budget_keep_nearest_rounding(tmp_path, monke
     g2 = [k for k in small if k.startswith("w2")]
     assert g2 and all(np.array_equal(small[k], nearest[k]) for k in g2)  # past the budget: nearest
     assert any(not np.array_equal(full[k], nearest[k]) for k in g2)  # within it: GPTQ's
+
+
+@pytest.mark.parametrize("k", [3, 64, 65, 200])
+def test_upper_factor_of_the_inverse_without_inverting(k):
+    """U with H⁻¹ = Uᵀ U, upper triangular with a positive diagonal, from one Cholesky of
+    the reversed H and a blocked triangular inverse: the factor of the explicit inverse to
+    rounding (K across the 64-wide base blocks, odd splits), for several groups at once."""
+    from quanta.quantize.rounding import _inverse_upper_factor
+
+    rng = np.random.default_rng(k)
+    x = rng.standard_normal((3, 4 * k + 5, k)) @ rng.standard_normal((k, k)) + 0.2
+    h = np.matmul(x.transpose(0, 2, 1), x) + np.eye(k) * 1e-3
+    u = _inverse_upper_factor(h)
+    assert u.shape == h.shape and np.all(np.tril(u, -1) == 0) and np.all(np.diagonal(u, axis1=1, axis2=2) > 0)
+    want = np.linalg.cholesky(np.linalg.inv(h)).transpose(0, 2, 1)
+    np.testing.assert_allclose(u, want, rtol=1e-7, atol=1e-9 * np.abs(want).max())
+    np.testing.assert_allclose(np.matmul(u.transpose(0, 2, 1), u), np.linalg.inv(h), rtol=1e-6, atol=1e-9)
