@@ -347,120 +347,82 @@ def _float_rnn_native(
     return tuple(outs[: max(1, ctx.n_outputs)])
 
 
-def _lstm_native(
-    ctx: Any,
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    initial_c=None,
-    p=None,
-    *,
-    w_t,
-    r_t,
-    r_h,
-    n_in,
-    hidden_size,
-    direction="forward",
-    clip=None,
-    input_forget=0,
-    layout=0,
-    **attrs,
-):
+def _lstm_kernel(kind: str, twin: Callable[[], Callable[..., Any]]) -> Callable[..., Any]:
+    """The float LSTM kernel of one float_rnn kind ("lstm": ONNX's functions, "ort_lstm":
+    ONNX Runtime's), ``twin()`` its NumPy twin (imported on first use)."""
+
+    def run(
+        ctx: Any,
+        x,
+        w,
+        r,
+        b=None,
+        sequence_lens=None,
+        initial_h=None,
+        initial_c=None,
+        p=None,
+        *,
+        w_t,
+        r_t,
+        r_h,
+        n_in,
+        hidden_size,
+        direction="forward",
+        clip=None,
+        input_forget=0,
+        layout=0,
+        **attrs,
+    ):
+        return _float_rnn_native(
+            kind,
+            ctx,
+            x,
+            w,
+            r,
+            b,
+            sequence_lens,
+            initial_h,
+            initial_c,
+            p,
+            w_t=w_t,
+            r_t=r_t,
+            r_h=r_h,
+            n_in=n_in,
+            hidden_size=hidden_size,
+            direction=direction,
+            clip=clip,
+            input_forget=input_forget,
+            linear_before_reset=0,
+            layout=layout,
+            twin=twin(),
+            twin_args=(b, sequence_lens, initial_h, initial_c, p),
+            attrs={
+                "hidden_size": hidden_size,
+                "direction": direction,
+                "clip": clip,
+                "input_forget": input_forget,
+                "layout": layout,
+                **attrs,
+            },
+        )
+
+    return run
+
+
+def _lstm_twin() -> Callable[..., Any]:
     from quanta.kernels.reference.rnn import lstm_op
 
-    return _float_rnn_native(
-        "lstm",
-        ctx,
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        initial_c,
-        p,
-        w_t=w_t,
-        r_t=r_t,
-        r_h=r_h,
-        n_in=n_in,
-        hidden_size=hidden_size,
-        direction=direction,
-        clip=clip,
-        input_forget=input_forget,
-        linear_before_reset=0,
-        layout=layout,
-        twin=lstm_op,
-        twin_args=(b, sequence_lens, initial_h, initial_c, p),
-        attrs={
-            "hidden_size": hidden_size,
-            "direction": direction,
-            "clip": clip,
-            "input_forget": input_forget,
-            "layout": layout,
-            **attrs,
-        },
-    )
+    return lstm_op
 
 
-def _ort_lstm_native(
-    ctx: Any,
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    initial_c=None,
-    p=None,
-    *,
-    w_t,
-    r_t,
-    r_h,
-    n_in,
-    hidden_size,
-    direction="forward",
-    clip=None,
-    input_forget=0,
-    layout=0,
-    **attrs,
-):
+def _ort_lstm_twin() -> Callable[..., Any]:
     from quanta.kernels.reference.ort_float import ort_lstm_op
 
-    return _float_rnn_native(
-        "ort_lstm",
-        ctx,
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        initial_c,
-        p,
-        w_t=w_t,
-        r_t=r_t,
-        r_h=r_h,
-        n_in=n_in,
-        hidden_size=hidden_size,
-        direction=direction,
-        clip=clip,
-        input_forget=input_forget,
-        linear_before_reset=0,
-        layout=layout,
-        twin=ort_lstm_op,
-        twin_args=(b, sequence_lens, initial_h, initial_c, p),
-        attrs={
-            "hidden_size": hidden_size,
-            "direction": direction,
-            "clip": clip,
-            "input_forget": input_forget,
-            "layout": layout,
-            **attrs,
-        },
-    )
+    return ort_lstm_op
+
+
+_lstm_native = _lstm_kernel("lstm", _lstm_twin)
+_ort_lstm_native = _lstm_kernel("ort_lstm", _ort_lstm_twin)
 
 
 def _gru_native(
