@@ -230,18 +230,26 @@ def sin_f32(x: np.ndarray) -> np.ndarray:
 
 def sum16(v: np.ndarray) -> np.ndarray:
     """Sum of every row of ``v`` [R, D] (float32) by eqs. (R1)-(R3); shape [R]."""
+    return lanes16(v, np.add, 0.0)
+
+
+def lanes16(v: np.ndarray, op: np.ufunc, identity: float) -> np.ndarray:
+    """Every row of ``v`` [R, D] (float32) folded by ``op`` in the order of eqs. (R1)-(R3):
+    lane j starts at ``identity`` and takes acc_j = f32(op(acc_j, v_i)) for i = j (mod 16)
+    in increasing i (a missing element is the identity: exact), then the tree (R2); shape
+    [R]. np.add is sum16, np.multiply the product of eq. (P16)."""
     v = np.asarray(v, F32)
     rows, d = v.shape
     blocks = -(-d // LANES)
-    padded = np.zeros((rows, blocks * LANES), F32)
+    padded = np.full((rows, blocks * LANES), identity, F32)
     padded[:, :d] = v
     lanes = padded.reshape(rows, blocks, LANES)
-    acc = np.zeros((rows, LANES), F32)
+    acc = np.full((rows, LANES), identity, F32)
     for b in range(blocks):  # (R1): one block at a time, in index order
-        np.add(acc, lanes[:, b, :], out=acc)
+        op(acc, lanes[:, b, :], out=acc)
     h = LANES // 2
     while h >= 1:  # (R2)
-        acc = acc[:, :h] + acc[:, h : 2 * h]
+        acc = op(acc[:, :h], acc[:, h : 2 * h])
         h //= 2
     return acc[:, 0]  # (R3)
 

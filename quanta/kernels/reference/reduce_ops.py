@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from quanta.kernels.reference.float_ops import LANES, exp_f32, log_f32, sum16
+from quanta.kernels.reference.float_ops import LANES, exp_f32, lanes16, log_f32, sum16
 from quanta.kernels.reference.registry import OpError, register
 
 F32 = np.dtype(np.float32)
@@ -82,20 +82,7 @@ def prod16(v: np.ndarray) -> np.ndarray:
     """Product of every row of ``v`` [R, D] (float32) by eq. (P16): the 16 lanes of (R1)
     start at +1 and take acc_j = f32(acc_j · v_i) for i = j (mod 16) in increasing i, then
     the tree of (R2) with products (a missing element multiplies by 1, which is exact)."""
-    v = np.asarray(v, F32)
-    rows, d = v.shape
-    blocks = -(-d // LANES)
-    padded = np.ones((rows, blocks * LANES), F32)
-    padded[:, :d] = v
-    lanes = padded.reshape(rows, blocks, LANES)
-    acc = np.ones((rows, LANES), F32)
-    for b in range(blocks):
-        np.multiply(acc, lanes[:, b, :], out=acc)
-    h = LANES // 2
-    while h >= 1:
-        acc = acc[:, :h] * acc[:, h : 2 * h]
-        h //= 2
-    return acc[:, 0]
+    return lanes16(v, np.multiply, 1.0)
 
 
 def log_sum_exp_rows(v: np.ndarray) -> np.ndarray:
