@@ -13,7 +13,8 @@ W x closest to its float value::
 
 in blocks of columns (GPTQ's "lazy batch" updates: inside a block only the block's
 columns are updated, the rest of W once per block by one matrix product; the same
-integers, fewer passes over W). The scales s (one per row) are fixed beforehand (the
+integers, fewer passes over W). The code runs the same recursion in its feedback form
+(docs/debugger.md eq. (12f)), which needs the Cholesky factor of H, not of H⁻¹. The scales s (one per row) are fixed beforehand (the
 recipe's weight parameters); only the integers change, so the quantized model's format
 is unchanged.
 
@@ -70,33 +71,42 @@ def gptq_round_groups(
 ) -> np.ndarray:
     """:func:`gptq_round` for G independent groups at once (a grouped or depthwise Conv:
     ``w`` [G, rows, K], ``s`` [G, rows], ``h`` [G, K, K]); the column loop runs once for
-    all groups. A group whose damped H is not positive definite gets nearest rounding."""
+    all groups. A group whose damped H is not positive definite gets nearest rounding.
+
+    GPTQ's updates in their feedback form (docs/debugger.md eq. (12f)): column k is
+    rounded from w_k + Σ_{i<k} d_i V_ik, where d_i = w_i − s·q_i is the error of an
+    earlier column against its *original* weight and V the unit upper factor of
+    H = V D Vᵀ, which one Cholesky factorization gives without inverting anything."""
     w = np.array(w, np.float64)
     s = np.asarray(s, np.float64)
-    u = _upper_factors(np.array(h, np.float64), damp)
+    v = _unit_upper_factors(np.array(h, np.float64), damp)
     k = w.shape[2]
     q = np.empty_like(w)
+    d = np.empty_like(w)
     for b0 in range(0, k, BLOCK):
         b1 = min(b0 + BLOCK, k)
-        wb = w[:, :, b0:b1].copy()
-        ub = u[:, b0:b1, b0:b1]
-        err = np.empty_like(wb)
+        # the block's columns with the feedback of every earlier block: one product
+        wb = w[:, :, b0:b1] + np.matmul(d[:, :, :b0], v[:, :b0, b0:b1]) if b0 else w[:, :, b0:b1].copy()
+        vb = v[:, b0:b1, b0:b1]
         for j in range(b1 - b0):
-            col = wb[:, :, j]
-            qj = np.clip(np.rint(col / s), qmin, qmax)
+            qj = np.clip(np.rint(wb[:, :, j] / s), qmin, qmax)
             q[:, :, b0 + j] = qj
-            e = (col - s * qj) / ub[:, j, j][:, None]
-            err[:, :, j] = e
+            dj = w[:, :, b0 + j] - s * qj
+            d[:, :, b0 + j] = dj
             if j + 1 < b1 - b0:
-                wb[:, :, j + 1 :] -= e[:, :, None] * ub[:, j, None, j + 1 :]
-        if b1 < k:
-            w[:, :, b1:] -= np.matmul(err, u[:, b0:b1, b1:])
+                wb[:, :, j + 1 :] += dj[:, :, None] * vb[:, j, None, j + 1 :]
     return q
 
 
-def _upper_factors(h: np.ndarray, damp: float) -> np.ndarray:
-    """U with H⁻¹ = Uᵀ U (upper triangular) for each damped [K, K] in ``h`` [G, K, K];
-    the identity (no error propagated: nearest rounding) where that fails."""
+def _unit_upper_factors(h: np.ndarray, damp: float) -> np.ndarray:
+    """V, unit upper triangular, with H + λI = V D Vᵀ (D diagonal) for each [K, K] in
+    ``h`` [G, K, K] (modified in place: the damped diagonal); the identity (no feedback:
+    nearest rounding) where the damped H is not positive definite.
+
+    With J the reversal of the K indices and L the lower Cholesky factor of J H J,
+    T = J L J is upper triangular with H = T Tᵀ, and V = T diag(T)⁻¹ (eq. (12f)): one
+    Cholesky, ~K³/3 operations (a 4608-wide 3x3 layer's H: the largest share of
+    quantize_static on a ResNet)."""
     k = h.shape[-1]
     diag = np.diagonal(h, axis1=1, axis2=2).copy()
     dead = diag == 0
@@ -105,42 +115,21 @@ def _upper_factors(h: np.ndarray, damp: float) -> np.ndarray:
     idx = np.arange(k)
     h[:, idx, idx] = diag + lam
     try:
-        return _inverse_upper_factor(h)
+        return _unit_upper(h)
     except np.linalg.LinAlgError:
         pass
     out = np.empty_like(h)
     for i in range(len(h)):  # find the groups that fail
         try:
-            out[i] = _inverse_upper_factor(h[i : i + 1])[0]
+            out[i] = _unit_upper(h[i : i + 1])[0]
         except np.linalg.LinAlgError:  # not positive definite even damped
             out[i] = np.eye(k)
     return out
 
 
-def _inverse_upper_factor(h: np.ndarray) -> np.ndarray:
-    """The upper Cholesky factor U of H⁻¹ (H⁻¹ = Uᵀ U, positive diagonal) for each [K, K]
-    in ``h``, without forming H⁻¹: with J the reversal of the K indices and L the lower
-    Cholesky factor of J H J, U = J L⁻¹ J (Uᵀ U = J L⁻ᵀ L⁻¹ J = J (J H J)⁻¹ J = H⁻¹, and
-    the factor with a positive diagonal is unique). One Cholesky and one triangular
-    inverse, ~2/3 K³ operations, where inverting H and factoring the inverse took ~7/3 K³
-    (a 4608-wide 3x3 layer's H: the largest share of quantize_static on a ResNet)."""
-    lower = np.linalg.cholesky(h[:, ::-1, ::-1])
-    return np.ascontiguousarray(_lower_inverse(lower)[:, ::-1, ::-1])
-
-
-def _lower_inverse(low: np.ndarray) -> np.ndarray:
-    """The inverse of each lower-triangular [K, K] in ``low`` (blocked: the diagonal blocks'
-    inverses, then the off-diagonal block −C⁻¹ B A⁻¹ by two matrix products)."""
-    k = low.shape[-1]
-    if k <= 64:
-        return np.tril(np.linalg.solve(low, np.broadcast_to(np.eye(k), low.shape)))
-    m = k // 2
-    a_inv, c_inv = _lower_inverse(low[..., :m, :m]), _lower_inverse(low[..., m:, m:])
-    out = np.zeros_like(low)
-    out[..., :m, :m] = a_inv
-    out[..., m:, m:] = c_inv
-    out[..., m:, :m] = -(c_inv @ (low[..., m:, :m] @ a_inv))
-    return out
+def _unit_upper(h: np.ndarray) -> np.ndarray:
+    t = np.linalg.cholesky(h[:, ::-1, ::-1])[:, ::-1, ::-1]
+    return np.ascontiguousarray(t / np.diagonal(t, axis1=1, axis2=2)[:, None, :])
 
 
 # ------------------------------------------------------------------------------ in quantize_static
@@ -189,73 +178,86 @@ class RoundedLayer:
     def set_input(self, scale: float, zero_point: int, qmin: int, qmax: int) -> None:
         self.x_scale, self.x_zero, self.x_range = float(scale), int(zero_point), (int(qmin), int(qmax))
 
-    def _integers(self, x: np.ndarray) -> np.ndarray:
-        """Eq. (12d): x as the quantized model's integers, zero point removed (float64)."""
+    def _codes(self, x: np.ndarray) -> tuple[np.ndarray, int]:
+        """Eq. (12d): x as the quantized model's integers, as (c, o) with x_int = c − o:
+        for an 8-bit input c = q − qmin in uint8 (o = z − qmin), else c = q in float64
+        (o = z)."""
         qmin, qmax = self.x_range
         q = np.rint(np.asarray(x, np.float64) / np.float64(np.float32(self.x_scale))) + self.x_zero
-        return np.clip(q, qmin, qmax) - self.x_zero
+        q = np.clip(q, qmin, qmax)
+        if qmax - qmin <= 255:
+            return (q - qmin).astype(np.uint8), self.x_zero - qmin
+        return q, self.x_zero
 
-    def _add(self, h: np.ndarray, rows: int, bound: int) -> None:
+    def _half(self, rows: int, bound: int) -> np.ndarray:
+        """Count one call of ``rows`` rows whose Gram entries are at most ``bound`` and
+        return the half (eq. (12c)) its Gram matrix is added into."""
         self.bound += bound
         if self.bound >= 2**62 and self.even.dtype != object:  # Python integers from here on
             self.even, self.odd = self.even.astype(object), self.odd.astype(object)
-        h = h.astype(np.int64)
+        half = self.odd if self.calls % 2 else self.even
         if self.calls % 2:
-            self.odd += h
             self.odd_rows += rows
-        else:
-            self.even += h
-
         self.rows += rows
         self.calls += 1
+        return half
 
-    def _gram(self, r: np.ndarray) -> tuple[np.ndarray, int]:
-        """Σ r rᵀ over the last axis of integer-valued ``r`` [G, K, P], exact: in chunks of
-        positions whose sums stay below 2^53."""
-        m = max(abs(self.x_range[0] - self.x_zero), abs(self.x_range[1] - self.x_zero), 1)
-        step = max(1, (2**53 - 1) // (m * m))
-        p = r.shape[-1]
-        if p <= step:
-            return np.matmul(r, r.transpose(0, 2, 1)), p * m * m
-        out = np.zeros((r.shape[0], r.shape[1], r.shape[1]), np.int64)
+    def _gram_into(self, out: np.ndarray, c: np.ndarray, o: int) -> None:
+        """Add Σ (c − o)(c − o)ᵀ over the last axis of ``c`` [G, K, P] (codes as
+        :meth:`_codes` gives them) into ``out`` [G, K, K], exactly. Codes of an 8-bit input
+        and K >= 32: the native integer GEMM, uint8 x uint8 with zero points, int32 sums
+        over chunks of positions short enough not to overflow (255² per product);
+        otherwise float64 products of the integers in chunks whose sums stay below 2^53
+        (exact whatever the BLAS's summation order)."""
+        g, k, p = c.shape
+        if c.dtype == np.uint8 and k >= 32:
+            from quanta.kernels import _native
+
+            step = (2**31 - 1) // (255 * 255)
+            for i in range(g):
+                for a in range(0, p, step):
+                    x = np.ascontiguousarray(c[i, :, a : a + step])
+                    packed = _native.pack_weights_u8(np.ascontiguousarray(x.T), o)
+                    out[i] += _native.qgemm(x, packed, o)
+            return
+        r = np.asarray(c, np.float64) - o
+        step = max(1, (2**53 - 1) // (self._code_bound() ** 2))
         for a in range(0, p, step):
-            c = r[:, :, a : a + step]
-            out += np.matmul(c, c.transpose(0, 2, 1)).astype(np.int64)
-        return out, p * m * m
+            ch = r[:, :, a : a + step]
+            out += np.matmul(ch, ch.transpose(0, 2, 1)).astype(np.int64)
+
+    def _code_bound(self) -> int:
+        """The largest |x_int| of the input's range."""
+        return int(max(abs(self.x_range[0] - self.x_zero), abs(self.x_range[1] - self.x_zero), 1))
 
     def observe(self, x: np.ndarray) -> None:
-        xi = self._integers(x)
+        codes, o = self._codes(x)
+        m2 = self._code_bound() ** 2
         if self.op != "Conv":
-            x2 = xi.reshape(-1, self.k)
-            h, bound = self._gram(x2.T[None])
-            self._add(h, x2.shape[0], bound)
+            x2 = codes.reshape(-1, self.k)
+            self._gram_into(self._half(x2.shape[0], x2.shape[0] * m2), x2.T[None], o)
             return
         kh, kw = self.kernel
         sh, sw = [*self.attrs.get("strides", [1, 1]), 1, 1][:2]
         pads = list(self.attrs.get("pads", [0, 0, 0, 0]))
         g, k = self.groups, self.k
-        total = np.zeros((g, k, k), np.int64)
-        rows = bound = 0
-        for sample in xi:  # one sample at a time: the im2col copy stays small
-            # zero padding: the integer of a real 0 is the zero point, 0 once it is removed
-            xp = np.pad(sample, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-            c = xp.shape[0]
-            ho = (xp.shape[1] - kh) // sh + 1
-            wo = (xp.shape[2] - kw) // sw + 1
+        ho = (codes.shape[2] + pads[0] + pads[2] - kh) // sh + 1
+        wo = (codes.shape[3] + pads[1] + pads[3] - kw) // sw + 1
+        rows = len(codes) * ho * wo
+        half = self._half(rows, rows * m2)
+        for sample in codes:  # one sample at a time: the im2col copy stays small
+            # zero padding: a real 0 is the zero point, the code o
+            xp = np.pad(sample, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=o)
             # im2col as kh·kw strided slices (a copy each, not a gather of windows):
             # cols[c, i·kw + j, p] = xp[c, i + sh·p_h, j + sw·p_w]
-            cols = np.empty((c, kh * kw, ho, wo), np.float64)
+            cols = np.empty((xp.shape[0], kh * kw, ho, wo), xp.dtype)
             for i in range(kh):
                 for j in range(kw):
                     cols[:, i * kw + j] = xp[
                         :, i : i + sh * (ho - 1) + 1 : sh, j : j + sw * (wo - 1) + 1 : sw
                     ]
             # rows of group g are its C/g channels × taps, in W.reshape(Cout, -1)'s order
-            h, b = self._gram(cols.reshape(g, k, ho * wo))
-            total += h.astype(np.int64)
-            rows += ho * wo
-            bound += b
-        self._add(total, rows, bound)
+            self._gram_into(half, cols.reshape(g, k, ho * wo), o)
 
     def merge(self, other: RoundedLayer) -> RoundedLayer:
         """Add ``other``'s statistics (other samples of the same data) into this one."""

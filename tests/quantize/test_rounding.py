@@ -42,9 +42,20 @@ def test_gptq_beats_nearest_rounding_on_held_out_inputs():
     assert err(q) < 0.8 * err(nearest)
 
 
-def test_a_conv_sees_its_inputs_as_im2col_rows_in_the_weight_order():
-    x = np.random.default_rng(0).standard_normal((2, 3, 7, 5)).astype(np.float32)
-    w = np.random.default_rng(1).standard_normal((4, 3, 3, 2)).astype(np.float32)
+@pytest.mark.parametrize(
+    "c, qrange, zp",
+    [
+        (3, (0, 255), 121),  # K = 18: float64 products
+        (7, (0, 255), 121),  # K = 42: the native integer GEMM
+        (7, (-128, 127), -9),  # int8 input: codes shifted by qmin
+        (7, (-32768, 32767), 300),  # int16 input: float64 products
+    ],
+)
+def test_a_conv_sees_its_inputs_as_im2col_rows_in_the_weight_order(c, qrange, zp):
+    """Eq. (12d)'s Gram matrix of a strided, padded Conv's im2col rows, exact, whichever
+    way it is computed (the native uint8 GEMM for 8-bit inputs with K >= 32)."""
+    x = np.random.default_rng(0).standard_normal((2, c, 7, 5)).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal((4, c, 3, 2)).astype(np.float32)
     node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 0, 1, 1], strides=[2, 1])
     from quanta.ir.onnx_io import from_proto
 
@@ -59,16 +70,16 @@ def test_a_conv_sees_its_inputs_as_im2col_rows_in_the_weight_order():
     n = m.graph.nodes[0]
     assert RoundedLayer.eligible(n, w) is None
     layer = RoundedLayer(n, "x", "w", w)
-    scale, zp = 0.0173, 121  # uint8 input with a non-zero zero point
-    layer.set_input(scale, zp, 0, 255)
+    scale = 0.0173 if qrange[1] < 256 else 0.0173 / 200  # a non-zero zero point
+    layer.set_input(scale, zp, *qrange)
     layer.observe(x)
     # the rows built independently: every window of the padded input, in (c, i, j) order,
     # of x's integers with the zero point removed (eq. (12d)); zero padding is 0 there
-    xi = np.clip(np.rint(x.astype(np.float64) / np.float64(np.float32(scale))) + zp, 0, 255) - zp
-    assert np.abs(xi).max() > 50 and np.any(xi == -zp)  # the clamp is reached: x varies
+    xi = np.clip(np.rint(x.astype(np.float64) / np.float64(np.float32(scale))) + zp, *qrange) - zp
+    assert np.abs(xi).max() > 50 and np.any(xi == qrange[0] - zp)  # the clamp is reached
     xp = np.pad(xi, ((0, 0), (0, 0), (1, 1), (0, 1)))
     win = np.lib.stride_tricks.sliding_window_view(xp, (3, 2), axis=(2, 3))[:, :, ::2, ::1]
-    r = win.transpose(0, 2, 3, 1, 4, 5).reshape(-1, 3 * 3 * 2).astype(np.int64)
+    r = win.transpose(0, 2, 3, 1, 4, 5).reshape(-1, c * 3 * 2).astype(np.int64)
     full, odd = layer.hessians()
     np.testing.assert_array_equal(full[0], r.T @ r)  # exact integers
     assert not odd.any()  # one sample: the even half
@@ -379,17 +390,64 @@ def test_layers_past_the_statistics_budget_keep_nearest_rounding(tmp_path, monke
 
 
 @pytest.mark.parametrize("k", [3, 64, 65, 200])
-def test_upper_factor_of_the_inverse_without_inverting(k):
-    """U with H⁻¹ = Uᵀ U, upper triangular with a positive diagonal, from one Cholesky of
-    the reversed H and a blocked triangular inverse: the factor of the explicit inverse to
-    rounding (K across the 64-wide base blocks, odd splits), for several groups at once."""
-    from quanta.quantize.rounding import _inverse_upper_factor
+def test_unit_upper_factor_of_the_damped_hessian(k):
+    """V unit upper triangular with H + λI = V D Vᵀ, D diagonal and positive (eq. (12f)),
+    from one Cholesky of the reversed H, for several groups at once; a group that is not
+    positive definite gets the identity (nearest rounding)."""
+    from quanta.quantize.rounding import _unit_upper_factors
 
     rng = np.random.default_rng(k)
     x = rng.standard_normal((3, 4 * k + 5, k)) @ rng.standard_normal((k, k)) + 0.2
-    h = np.matmul(x.transpose(0, 2, 1), x) + np.eye(k) * 1e-3
-    u = _inverse_upper_factor(h)
-    assert u.shape == h.shape and np.all(np.tril(u, -1) == 0) and np.all(np.diagonal(u, axis1=1, axis2=2) > 0)
-    want = np.linalg.cholesky(np.linalg.inv(h)).transpose(0, 2, 1)
-    np.testing.assert_allclose(u, want, rtol=1e-7, atol=1e-9 * np.abs(want).max())
-    np.testing.assert_allclose(np.matmul(u.transpose(0, 2, 1), u), np.linalg.inv(h), rtol=1e-6, atol=1e-9)
+    h = np.matmul(x.transpose(0, 2, 1), x)
+    h[1] = -np.eye(k)  # negative definite: no factor
+    damped = h.copy()
+    v = _unit_upper_factors(h, 0.01)
+    assert v.shape == h.shape and np.all(np.tril(v, -1) == 0)
+    np.testing.assert_array_equal(np.diagonal(v, axis1=1, axis2=2), 1.0)
+    np.testing.assert_array_equal(v[1], np.eye(k))
+    for i in (0, 2):
+        idx = np.arange(k)
+        damped[i, idx, idx] += 0.01 * np.diagonal(damped[i]).mean()
+        # D = V⁻¹ H V⁻ᵀ is diagonal and positive
+        vinv = np.linalg.inv(v[i])
+        dd = vinv @ damped[i] @ vinv.T
+        scale = np.abs(np.diagonal(dd)).max()
+        np.testing.assert_allclose(dd - np.diag(np.diagonal(dd)), 0, atol=1e-9 * scale)
+        assert np.all(np.diagonal(dd) > 0)
+
+
+def _textbook_gptq(w, s, h, qmin, qmax, damp=0.01):
+    """GPTQ as its paper writes it (alg. 1, one column at a time): U = chol((H + λI)⁻¹)ᵀ
+    from the explicit inverse, each column's error divided by U_kk and subtracted from the
+    columns after it along row k of U."""
+    w = np.array(w, np.float64)
+    h = np.array(h, np.float64)
+    k = h.shape[0]
+    diag = np.diagonal(h).copy()
+    diag[diag == 0] = 1.0
+    h[np.arange(k), np.arange(k)] = diag + damp * diag.mean()
+    u = np.linalg.cholesky(np.linalg.inv(h)).T
+    q = np.empty_like(w)
+    for j in range(k):
+        q[:, j] = np.clip(np.rint(w[:, j] / s), qmin, qmax)
+        e = (w[:, j] - s * q[:, j]) / u[j, j]
+        w[:, j + 1 :] -= e[:, None] * u[j, None, j + 1 :]
+    return q
+
+
+@pytest.mark.parametrize("k, rows, seed", [(5, 3, 0), (67, 13, 1), (300, 17, 2)])
+def test_feedback_form_chooses_the_textbook_integers(k, rows, seed):
+    """Eq. (12f): rounding column k from w_k + Σ_{i<k} d_i V_ik (V from the Cholesky of
+    H) is GPTQ's update along the factor of H⁻¹ rearranged: the same integers as the
+    paper's algorithm with the explicit inverse (K across blocks of 128, a dead input,
+    scales per row, clamping at the grid's ends)."""
+    rng = np.random.default_rng(seed)
+    x = _correlated(4 * k + 40, k, seed)
+    x[:, k // 2] = 0  # an input that never varies: its column gets nearest rounding
+    h = x.T @ x
+    w = rng.standard_normal((rows, k)) * np.exp(rng.standard_normal((rows, 1)))
+    s = np.abs(w).max(1) / 130  # the largest weight of each row clamps at ±127
+    q = gptq_round(w, s, h, -127, 127)
+    want = _textbook_gptq(w, s, h, -127, 127)
+    np.testing.assert_array_equal(q, want)
+    assert np.any(np.abs(q) == 127)
