@@ -198,8 +198,14 @@ def signature_shape_unstable(plan: Plan) -> frozenset[int]:
             continue
         op = step.node.op_type
         ins = step.inputs
-        if step.node.domain in _DOMAINS and op in ("Shape", "Size"):
-            continue  # a shape is fixed whenever the tensor's shape is; its values are not
+        known = step.node.domain in _DOMAINS and op not in _CONTROL_FLOW
+        if known and op in ("Shape", "Size"):
+            if ins and ins[0] not in unstable:  # the shape of a tensor the signature sizes
+                value_static.update(outs)
+            continue  # its own shape is [rank] either way
+        if known and op not in NONDETERMINISTIC and ins and all(i in value_static for i in ins):
+            value_static.update(outs)
+            continue
         args = SHAPE_ARGS.get(op, _MORE_SHAPE_ARGS.get(op, ()))
         if (
             (step.node.domain in _DOMAINS and op in DATA_SHAPED_OPS)
