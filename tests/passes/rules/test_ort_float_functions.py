@@ -414,6 +414,7 @@ def test_gru_becomes_ort_gru_bit_exact_with_onnxruntime(backend, n_in, H, direct
     want = ort_run(proto, f)
     sess = InferenceSession(proto, backend=backend)  # float_functions "auto": ORT's quantizer wrote it
     assert [n.op_type for n in sess.model.graph.nodes] == ["OrtGRU"]
+    assert sess.fallbacks == [] or backend == "reference"
     got = sess.run(None, f)
     for w, g in zip(want, got, strict=True):
         assert np.array_equal(w, g)
