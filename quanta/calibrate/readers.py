@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from quanta.ir.graph import Value
+from quanta.ir.types import as_string_feed
 
 __all__ = [
     "CalibrationDataError",
@@ -218,6 +219,8 @@ def validate_feed(feed: Any, inputs: Sequence[Value], index: int) -> dict[str, n
         t = v.type
         if t is not None:
             want = np.dtype(t.elem.numpy)
+            if want == np.object_ and arr.dtype != want:
+                arr = as_string_feed(arr)
             if arr.dtype != want:
                 raise CalibrationDataError(
                     f"calibration sample {index}: input '{name}' has dtype {arr.dtype}, the model expects {want}"

@@ -370,6 +370,7 @@ FACTS = OpTable(
         Op("MlasTanh", QUANTA, shape_only=True),
         # ONNX Runtime's float LSTM (the same rule file; reference/ort_float.py)
         Op("OrtLSTM", QUANTA, compute=True, macs=MacKind.RECURRENT),
+        Op("OrtGRU", QUANTA, compute=True, macs=MacKind.RECURRENT),
         Op("Mod", shape_only=True),
         Op(
             "Mul",

@@ -82,6 +82,7 @@ __all__ = [
     "OtherType",
     "QuantType",
     "TensorType",
+    "as_string_feed",
     "elem_from_numpy",
     "elem_from_onnx",
     "parse_elem",
@@ -558,6 +559,18 @@ def elem_from_onnx(code: int) -> FloatType | IntType | OtherType:
     if code in _BY_ONNX:
         return _BY_ONNX[code]
     return OtherType(TensorProto.DataType.Name(code).lower(), code)
+
+
+def as_string_feed(arr: np.ndarray) -> np.ndarray:
+    """A feed for a ``tensor(string)`` input as the runtimes hold one (numpy ``object`` of
+    ``str``). numpy's fixed-width unicode (``np.array(["ab", "c"])``) and bytes arrays are
+    what users build and what ONNX Runtime accepts, so they convert (bytes as UTF-8);
+    any other dtype comes back unchanged for the caller's dtype check to name."""
+    if arr.dtype.kind == "U":
+        return arr.astype(object)
+    if arr.dtype.kind == "S":
+        return np.vectorize(lambda b: b.decode("utf-8", errors="replace"), otypes=[object])(arr)
+    return arr
 
 
 def elem_from_numpy(dtype: np.dtype | type) -> FloatType | IntType | OtherType:

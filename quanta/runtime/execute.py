@@ -40,7 +40,7 @@ from quanta.runtime.control_flow import reset_observer, set_observer
 from quanta.runtime.memory import VIEW_OPS, MemoryPlan
 from quanta.runtime.plan import Plan, SlotKind
 from quanta.runtime.profile import Profiler
-from quanta.runtime.static_steps import signature_static_steps
+from quanta.runtime.static_steps import signature_shape_unstable, signature_static_steps
 from quanta.targets.base import Executable, Specialization, TargetError
 from quanta.targets.reference import KERNEL_ERRORS, describe_args
 
@@ -141,6 +141,9 @@ class Executor(Executable):
             for s in plan.steps
         ]
         self._static = signature_static_steps(plan)
+        #: slots whose shape a signature does not fix (after a NonZero, ...): no arena
+        #: place and no specialization, since the next run of the signature may differ
+        self._unstable = signature_shape_unstable(plan)
         self._bound: OrderedDict[tuple, BoundRun] = OrderedDict()
         self._bound_lock = threading.Lock()
         self._call_inputs: list[int] = []
@@ -443,10 +446,11 @@ class Executor(Executable):
 
     def _bind(self, specs: Specs, captured: dict[int, np.ndarray] | None = None) -> BoundRun:
         plan = self.plan
+        unstable = self._unstable
         nbytes = {
             k: int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             for k, (shape, dtype) in specs.items()
-            if plan.slots[k].kind is SlotKind.INTERMEDIATE
+            if plan.slots[k].kind is SlotKind.INTERMEDIATE and k not in unstable
         }
         memory = plan_static_memory(plan, nbytes)
         steps = list(self._plain)
@@ -520,6 +524,8 @@ class Executor(Executable):
             )
             if any(k is None and i for k, i in zip(known, ins)):
                 continue  # an input the measuring run did not see as an array
+            if self._unstable.intersection(ins) or self._unstable.intersection(s.outputs):
+                continue  # a shape this signature does not fix
             try:
                 fast = spec_fn(sig, **(s.attrs or {}))
             except (ValueError, TypeError, KeyError, IndexError):

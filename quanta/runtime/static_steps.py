@@ -24,7 +24,14 @@ from __future__ import annotations
 from quanta.ir.op_facts import QUANTA, derive
 from quanta.runtime.plan import NONE_SLOT, Plan, SlotKind
 
-__all__ = ["QUANTA_SHAPE_ONLY_OPS", "SHAPE_ARGS", "SHAPE_ONLY_OPS", "signature_static_steps"]
+__all__ = [
+    "DATA_SHAPED_OPS",
+    "QUANTA_SHAPE_ONLY_OPS",
+    "SHAPE_ARGS",
+    "SHAPE_ONLY_OPS",
+    "signature_shape_unstable",
+    "signature_static_steps",
+]
 
 #: Output shapes determined by the input shapes and the attributes alone.
 SHAPE_ONLY_OPS = derive("quanta.runtime.static_steps.SHAPE_ONLY_OPS", lambda t: t.ops_where(shape_only=True))
@@ -128,3 +135,82 @@ def signature_static_steps(plan: Plan) -> frozenset[int]:
         if all((i in value_static) if j in args else (i in shape_stable) for j, i in enumerate(ins)):
             shape_stable.update(outs)
     return frozenset(static_steps)
+
+
+#: Operators whose output shape depends on their input *values* beyond SHAPE_ARGS (the
+#: count of non-zeros, of unique elements, of kept boxes, the branch an If takes, a
+#: Loop's trip count), or on a value argument listed here by position.
+DATA_SHAPED_OPS = frozenset(
+    {
+        "NonZero",
+        "Unique",
+        "Compress",
+        "NonMaxSuppression",
+        "StringSplit",
+        "StringNormalizer",
+        "If",
+        "Loop",
+        "Scan",
+        "SequenceMap",
+        "SplitToSequence",
+        "SequenceAt",
+        "SequenceConstruct",
+        "ConcatFromSequence",
+    }
+)
+
+#: More value arguments that size an output (index in the node's inputs), next to
+#: SHAPE_ARGS.
+_MORE_SHAPE_ARGS: dict[str, tuple[int, ...]] = {
+    "DFT": (1, 2),
+    "STFT": (1, 3),
+    "HannWindow": (0,),
+    "HammingWindow": (0,),
+    "BlackmanWindow": (0,),
+    "MelWeightMatrix": (0, 1),
+    "MaxUnpool": (2,),
+    "CenterCropPad": (1,),
+    "EyeLike": (),
+}
+
+
+def signature_shape_unstable(plan: Plan) -> frozenset[int]:
+    """Slots whose shape the input-shape signature does not fix: outputs of
+    :data:`DATA_SHAPED_OPS`, of an operator sized by a value argument (SHAPE_ARGS,
+    ``_MORE_SHAPE_ARGS``) that is not value-static, and everything computed from those.
+
+    The measuring run's shapes of these slots hold for that run only, so the executor
+    gives them no arena place and no kernel specialized to their shape. This is the
+    permissive complement of :func:`signature_static_steps`' analysis: an operator
+    neither list names (an LSTM, a fused quanta op) keeps its output as stable as its
+    inputs, since its output shape follows from theirs."""
+    static = signature_static_steps(plan)
+    value_static: set[int] = {NONE_SLOT, *plan.constants}
+    for slot in plan.slots:
+        if slot.kind is SlotKind.CONSTANT:
+            value_static.add(slot.index)
+    value_static.difference_update(plan.inputs.values())
+    unstable: set[int] = set()
+    for step in plan.steps:
+        outs = [o for o in step.outputs if o is not None]
+        if step.index in static:
+            value_static.update(outs)
+            continue
+        op = step.node.op_type
+        ins = step.inputs
+        known = step.node.domain in _DOMAINS and op not in _CONTROL_FLOW
+        if known and op in ("Shape", "Size"):
+            if ins and ins[0] not in unstable:  # the shape of a tensor the signature sizes
+                value_static.update(outs)
+            continue  # its own shape is [rank] either way
+        if known and op not in NONDETERMINISTIC and ins and all(i in value_static for i in ins):
+            value_static.update(outs)
+            continue
+        args = SHAPE_ARGS.get(op, _MORE_SHAPE_ARGS.get(op, ()))
+        if (
+            (step.node.domain in _DOMAINS and op in DATA_SHAPED_OPS)
+            or any(i in unstable for i in ins)
+            or any(j < len(ins) and ins[j] != NONE_SLOT and ins[j] not in value_static for j in args)
+        ):
+            unstable.update(outs)
+    return frozenset(unstable)

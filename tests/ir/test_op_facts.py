@@ -56,7 +56,7 @@ PINNED = {
     "quanta.passes.coverage.COMPUTE_OPS": {
         "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool",
         "GlobalAveragePool", "Sigmoid", "LeakyRelu", "Softmax", "LSTM", "GRU", "RNN", *_TABLED,
-        "OrtLSTM",
+        "OrtLSTM", "OrtGRU",
     },
     "quanta.passes.coverage.INTEGER_OF": {
         "Conv": ("QLinearConv", "ConvInteger", "QLinearConv16"),
@@ -92,6 +92,7 @@ PINNED = {
         "Gemm": MacKind.GEMM, "QGemm": MacKind.GEMM,
         "LSTM": MacKind.RECURRENT, "GRU": MacKind.RECURRENT, "RNN": MacKind.RECURRENT,
         "DynamicQuantizeLSTM": MacKind.RECURRENT, "OrtLSTM": MacKind.RECURRENT,
+        "OrtGRU": MacKind.RECURRENT,
         "QLinearConv16": MacKind.CONV, "QLinearMatMul16": MacKind.MATMUL, "MatMulBf16": MacKind.MATMUL,
         "MatMulW8": MacKind.MATMUL,
         "IntConv": MacKind.CONV, "IntMatMul": MacKind.MATMUL, "MatMulMX": MacKind.MATMUL,

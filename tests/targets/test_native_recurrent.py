@@ -710,3 +710,88 @@ def test_float_lstm_matches_onnxruntime_closely(tmp_path):
     for a, e, o in zip(got, ref, expected, strict=True):
         np.testing.assert_array_equal(a, e)
         np.testing.assert_allclose(a, o, atol=1e-5, rtol=0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    H=st.sampled_from([3, 7, 17, 130]),
+    n_in=st.sampled_from([1, 7, 300]),
+    T=st.sampled_from([1, 5]),
+    B=st.integers(1, 3),
+    direction=st.sampled_from(["forward", "reverse", "bidirectional"]),
+    bias=st.booleans(),
+    lens_kind=st.sampled_from(["none", "full", "ragged"]),
+    h0=st.booleans(),
+    lbr=st.booleans(),
+    clip=st.sampled_from([None, 0.9]),
+    layout=st.sampled_from([0, 1]),
+    seed=st.integers(0, 2**16),
+)
+def test_ort_gru_native_equals_twin(H, n_in, T, B, direction, bias, lens_kind, h0, lbr, clip, layout, seed):
+    """quanta::OrtGRU (ONNX Runtime's float GRU, docs/float-ops.md (RNN-ORT-GRU)): the
+    native kernel and its specialized call give the twin's bytes on every ISA and thread
+    count (H 130: R's z, r columns past two 128-column panels; n_in 300: two MLAS blocks)."""
+    from quanta.kernels.reference.ort_float import ort_gru_op
+
+    rng = np.random.default_rng(seed)
+    D = 2 if direction == "bidirectional" else 1
+    lens = {"none": None, "full": [T] * B, "ragged": rng.integers(0, T + 1, B).tolist()}[lens_kind]
+    inputs = _float_inputs(
+        rng,
+        "GRU",
+        T=T,
+        B=B,
+        n_in=n_in,
+        H=H,
+        D=D,
+        bias=bias,
+        lens=lens,
+        h0=h0,
+        c0=False,
+        peephole=False,
+        layout=layout,
+    )
+    attrs = {"hidden_size": H, "direction": direction, "layout": layout, "linear_before_reset": int(lbr)}
+    if clip is not None:
+        attrs["clip"] = clip
+    expected = ort_gru_op(KernelContext(opset=21, op_type="OrtGRU", n_outputs=2), *inputs, **attrs)
+    g = Graph()
+    values: list[Value | None] = []
+    for i, a in enumerate(inputs):
+        if a is None:
+            values.append(None)
+        elif i in (1, 2):
+            values.append(g.add_initializer(f"in{i}", a))
+        else:
+            values.append(g.add_input(f"in{i}", TensorType(elem_from_numpy(a.dtype), tuple(a.shape))))
+    node = Node("OrtGRU", values, [Value("Y"), Value("Y_h")], attrs, name="rnn", domain="quanta")
+    g.add_node(node)
+    model = Model(g, opset_imports={"": 21, "quanta": 1})
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            kernel, reason = native_kernel_for(model, node)
+            assert kernel is not None and kernel.impl == "native" and kernel.name == "native:ort_gru_f32", (
+                reason
+            )
+            for threads in THREADS:
+                ctx = KernelContext(
+                    opset=21, op_type="OrtGRU", node_name="rnn", n_outputs=2, num_threads=threads
+                )
+                _assert_same(expected, kernel.fn(ctx, *inputs, **attrs, **kernel.params), f"{isa}, {threads}")
+                sig = Specialization(
+                    shapes=tuple(None if a is None else a.shape for a in inputs),
+                    dtypes=tuple(None if a is None else a.dtype for a in inputs),
+                    consts=tuple(None if a is None or k in (0, 5) else a for k, a in enumerate(inputs)),
+                    out_shape=None,
+                    out_dtype=None,
+                    out=None,
+                    num_threads=threads,
+                    ctx=ctx,
+                )
+                fast = kernel.specialize(sig, **attrs, **kernel.params)
+                assert (fast is None) == bool(layout)
+                if fast is not None:
+                    _assert_same(expected, fast(ctx, *inputs), f"specialized, {isa}, {threads}")
+    finally:
+        _native.clear_isa()

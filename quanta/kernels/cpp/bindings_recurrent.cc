@@ -148,10 +148,10 @@ py::tuple float_rnn_impl(const std::string& kind, const py::handle& x_obj, const
                          const py::object& c0_obj, const py::object& lens_obj, const std::string& direction,
                          double clip, bool input_forget, bool linear_before_reset, int num_threads) {
   recurrent::FloatRnnParams p;
-  if (kind != "lstm" && kind != "gru" && kind != "ort_lstm")
-    throw py::value_error("float_rnn: kind: expected lstm, gru or ort_lstm, got '" + kind + "'");
-  p.gru = kind == "gru";
-  p.ort = kind == "ort_lstm";
+  if (kind != "lstm" && kind != "gru" && kind != "ort_lstm" && kind != "ort_gru")
+    throw py::value_error("float_rnn: kind: expected lstm, gru, ort_lstm or ort_gru, got '" + kind + "'");
+  p.gru = kind == "gru" || kind == "ort_gru";
+  p.ort = kind == "ort_lstm" || kind == "ort_gru";
   if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
     throw py::value_error("float_rnn: direction: expected forward, reverse or bidirectional, got '" + direction + "'");
   }
@@ -271,7 +271,7 @@ void register_recurrent(py::module_& m) {
         py::arg("initial_c") = py::none(), py::arg("sequence_lens") = py::none(), py::arg("direction") = "forward",
         py::arg("clip") = 3.4028234663852886e38, py::arg("input_forget") = false,
         py::arg("linear_before_reset") = false, py::arg("num_threads") = 1,
-        "Float32 ONNX LSTM / GRU by docs/float-ops.md (RNN1)-(RNN9) (kind 'ort_lstm': ONNX Runtime's LSTM, "
+        "Float32 ONNX LSTM / GRU by docs/float-ops.md (RNN1)-(RNN9) (kind 'ort_lstm' / 'ort_gru': ONNX Runtime's, "
         "(RNN-ORT)), bit-exact with reference/rnn.py; see "
         "quanta/kernels/cpp/recurrent/float_rnn.h.");
 }

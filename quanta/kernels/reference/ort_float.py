@@ -22,6 +22,12 @@ blocks of 256 k, :func:`quanta.kernels.reference.rnn.mlas_sgemm_blocks`), the ga
 ORT's order with MLAS's logistic and tanh (docs/float-ops.md (RNN-ORT)). A file ORT's
 quantizer wrote keeps an LSTM float between a DequantizeLinear and a QuantizeLinear; its Y
 is quantized again, so the last bits of these products decide codes.
+
+``OrtGRU`` is the ai.onnx GRU as ORT's CPU kernel computes it (deep_cpu_gru.cc): the
+products by the same MLAS GEMM blocks, z by MLAS's logistic, r and the candidate by ORT's
+own rational sigmoid and tanh (``deepcpu_sigmoid`` / ``deepcpu_tanh``), in its order
+(docs/float-ops.md (RNN-ORT-GRU)). ORT's ``quantize_dynamic`` keeps a GRU float and
+quantizes its Y again with DynamicQuantizeLinear (pyfrspell's files).
 """
 
 from __future__ import annotations
@@ -33,9 +39,9 @@ import numpy as np
 
 from quanta.kernels.reference.ms_lstm import mlas_logistic, mlas_tanh
 from quanta.kernels.reference.registry import OpContext, OpError, register
-from quanta.kernels.reference.rnn import default_activations, lstm
+from quanta.kernels.reference.rnn import default_activations, gru, lstm
 
-__all__ = ["QUANTA_DOMAIN", "mlas_logistic_op", "mlas_tanh_op", "ort_lstm_op"]
+__all__ = ["QUANTA_DOMAIN", "mlas_logistic_op", "mlas_tanh_op", "ort_gru_op", "ort_lstm_op"]
 
 QUANTA_DOMAIN = "quanta"
 
@@ -80,3 +86,26 @@ def ort_lstm_op(
     if clip is not None and not float(clip) > 0:
         raise OpError(f"OrtLSTM: clip must be > 0, got {clip}")
     return lstm(*inputs, **attrs, functions="ort")[: max(1, ctx.n_outputs)]
+
+
+@register("OrtGRU", QUANTA_DOMAIN)
+def ort_gru_op(
+    ctx: OpContext,
+    *inputs: np.ndarray | None,
+    activations: Sequence[str] | None = None,
+    activation_alpha: Sequence[float] = (),
+    activation_beta: Sequence[float] = (),
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
+    """quanta OrtGRU-1: ORT's float32 GRU (module docstring); the default activations
+    only (the rule that writes this op keeps any other GRU as it is)."""
+    directions = 2 if attrs.get("direction", "forward") == "bidirectional" else 1
+    if not default_activations("GRU", activations, directions):
+        raise OpError(f"OrtGRU: only the default activations, got {list(activations or [])}")
+    for k, v in enumerate(inputs):
+        if k != 4 and v is not None and np.asarray(v).dtype != np.float32:
+            raise OpError(f"OrtGRU: input {k} must be float32, got {np.asarray(v).dtype}")
+    clip = attrs.get("clip")
+    if clip is not None and not float(clip) > 0:
+        raise OpError(f"OrtGRU: clip must be > 0, got {clip}")
+    return gru(*inputs, **attrs, functions="ort")[: max(1, ctx.n_outputs)]

@@ -50,6 +50,8 @@ from quanta.kernels.reference.registry import OpContext, OpError, register
 
 __all__ = [
     "MLAS_SGEMM_STRIDEK",
+    "deepcpu_sigmoid",
+    "deepcpu_tanh",
     "default_activations",
     "gru",
     "lstm",
@@ -239,6 +241,121 @@ def _gru_direction(x, w, r, bias, h, lens, reverse, clip, linear_before_reset):
     return y, yh
 
 
+#: ONNX Runtime's own rational tanh of its CPU GRU (``deepcpu`` in rnn_helpers.cc):
+#: x·P(x²) / Q(x²), P by alpha_13 .. alpha_1, Q by beta_6 .. beta_0
+_DEEPCPU_P = tuple(
+    F32(v)
+    for v in (
+        -2.76076847742355e-16,
+        2.00018790482477e-13,
+        -8.60467152213735e-11,
+        5.12229709037114e-08,
+        1.48572235717979e-05,
+        6.37261928875436e-04,
+        4.89352455891786e-03,
+    )
+)
+_DEEPCPU_Q = tuple(
+    F32(v) for v in (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+)
+
+
+def _deepcpu_rational(x: np.ndarray) -> np.ndarray:
+    """x·P(x²) / Q(x²) with every Horner step an f32 product then an f32 sum (ORT compiles
+    that file for baseline x86-64: no FMA contraction)."""
+    x2 = x * x
+    p = x2 * _DEEPCPU_P[0] + _DEEPCPU_P[1]
+    for c in _DEEPCPU_P[2:]:
+        p = x2 * p + c
+    p = x * p
+    q = x2 * _DEEPCPU_Q[0] + _DEEPCPU_Q[1]
+    for c in _DEEPCPU_Q[2:]:
+        q = x2 * q + c
+    return p / q
+
+
+def _clamp_keep_nan(x: np.ndarray, b: np.float32) -> np.ndarray:
+    return np.where(x < -b, -b, np.where(x > b, b, x)).astype(F32)
+
+
+def deepcpu_sigmoid(x: np.ndarray) -> np.ndarray:
+    """ORT's GRU reset gate (``gru_reset_gate_sigmoid``): x clamped to [−20, 20],
+    f32(0.5 · f32(1 + rational(f32(0.5 · x))))."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = F32(0.5) * _clamp_keep_nan(np.asarray(x, F32), F32(20.0))
+        return (F32(0.5) * (F32(1.0) + _deepcpu_rational(v))).astype(F32)
+
+
+def deepcpu_tanh(x: np.ndarray) -> np.ndarray:
+    """ORT's GRU output gate (``gru_output_gate_tanh``): rational(x clamped to [−10, 10])."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _deepcpu_rational(_clamp_keep_nan(np.asarray(x, F32), F32(10.0))).astype(F32)
+
+
+def _ort_clip(x: np.ndarray, bias: np.ndarray | None, clip: np.float32) -> np.ndarray:
+    """ORT's ``clip_add_bias`` (x + b, then std::min(clip, ·), std::max(−clip, ·): a NaN
+    becomes clip) or, without a bias, ``clip_ignore_bias`` (a NaN stays)."""
+    if bias is None:
+        return _clamp_keep_nan(x, clip)
+    v = x + bias
+    v = np.where(v < clip, v, clip)
+    return np.where(-clip < v, v, -clip).astype(F32)
+
+
+def _sum_blocks(parts: list[np.ndarray], y: np.ndarray | None = None) -> np.ndarray:
+    """MLAS's output of a GEMM by blocks: the first block's sum itself (beta 0, y None) or
+    added onto y (beta 1), then every later block added, one f32 addition each."""
+    for part in parts:
+        y = part if y is None else part + y
+    assert y is not None
+    return y
+
+
+def _ort_gru_direction(x, w, r, bias, h, lens, reverse, clip, linear_before_reset):
+    """One direction of ONNX Runtime's CPU GRU (deep_cpu_gru.cc, UniDirectionalGru) in
+    float32 (docs/float-ops.md (RNN-ORT-GRU)). ``clip`` is ORT's: FLT_MAX when unset."""
+    from quanta.kernels.reference.ms_lstm import mlas_logistic
+
+    T, B, _ = x.shape
+    H = r.shape[1]
+    L = int(lens.max()) if B else 0
+    y = np.zeros((T, B, H), F32)
+    yh = np.zeros((B, H), F32)
+    if L == 0:
+        return y, yh
+    xw = _sum_blocks(mlas_sgemm_blocks(x[:L].reshape(L * B, -1), np.ascontiguousarray(w.T)))
+    xw = xw.reshape(L, B, 3 * H)
+    r_zr = np.ascontiguousarray(r[: 2 * H].T)
+    r_h = np.ascontiguousarray(r[2 * H :].T)
+    b_z = b_r = b_h = rb_h = None
+    if bias is not None:
+        b_z = bias[:H] + bias[3 * H : 4 * H]
+        b_r = bias[H : 2 * H] + bias[4 * H : 5 * H]
+        b_h = bias[2 * H : 3 * H] if linear_before_reset else bias[2 * H : 3 * H] + bias[5 * H :]
+        rb_h = bias[5 * H :]
+    with np.errstate(over="ignore", invalid="ignore"):
+        for s in range(L):
+            rows, ts = _step_rows(lens, s, reverse)
+            a = xw[ts, rows]
+            hp = h[rows]
+            zr = _sum_blocks([p[rows] for p in mlas_sgemm_blocks(h, r_zr)], a[:, : 2 * H])
+            rg = deepcpu_sigmoid(_ort_clip(zr[:, H:], b_r, clip))
+            if linear_before_reset:  # rt ⊙ (H·Rhᵀ + Rbh), added onto X·Whᵀ
+                parts = [p[rows] for p in mlas_sgemm_blocks(h, r_h)]
+                lin = _sum_blocks(parts, None if rb_h is None else np.broadcast_to(rb_h, (rows.size, H)))
+                ah = a[:, 2 * H :] + lin * rg
+            else:  # (rt ⊙ H)·Rhᵀ by MLAS's GEMM onto X·Whᵀ
+                ah = _sum_blocks(mlas_sgemm_blocks(hp * rg, r_h), a[:, 2 * H :])
+            z = mlas_logistic(_ort_clip(zr[:, :H], b_z, clip))
+            hh = deepcpu_tanh(_ort_clip(ah, b_h, clip))
+            hn = (F32(1) - z) * hh + z * hp
+            h[rows] = hn
+            y[ts, rows] = hn
+            done = lens[rows] == s + 1
+            yh[rows[done]] = hn[done]
+    return y, yh
+
+
 def _prepare(op: str, x, w, r, gates: int, hidden_size: int, direction: str, layout: int, states):
     if direction not in ("forward", "reverse", "bidirectional"):
         raise OpError(f"{op}: direction must be forward, reverse or bidirectional, got {direction!r}")
@@ -333,17 +450,27 @@ def gru(
     clip: float | None = None,
     linear_before_reset: int = 0,
     layout: int = 0,
+    functions: str = "onnx",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(Y, Y_h) of an ONNX GRU with the default activations, by (RNN1), (RNN2), (RNN6)-(RNN9)."""
+    """(Y, Y_h) of an ONNX GRU with the default activations, by (RNN1), (RNN2), (RNN6)-(RNN9);
+    ``functions="ort"``: ONNX Runtime's float GRU instead (:func:`mlas_sgemm_blocks` for the
+    products, MLAS's logistic for z, ORT's own rational sigmoid and tanh for r and h;
+    docs/float-ops.md (RNN-ORT-GRU))."""
+    if functions not in ("onnx", "ort"):
+        raise OpError(f"GRU: functions must be 'onnx' or 'ort', got {functions!r}")
     D, H, x, (h0,) = _prepare("GRU", x, w, r, 3, hidden_size, direction, layout, [initial_h])
     T, B, _ = x.shape
     lens = _lens(sequence_lens, T, B, "GRU")
     clip_v = None if clip is None else F32(clip)
+    step = _gru_direction
+    if functions == "ort":
+        step = _ort_gru_direction
+        clip_v = F32(_FLT_MAX) if clip is None else F32(clip)
     y = np.zeros((T, D, B, H), F32)
     yh = np.zeros((D, B, H), F32)
     for d in range(D):
         h = np.zeros((B, H), F32) if h0 is None else h0[d].copy()
-        y[:, d], yh[d] = _gru_direction(
+        y[:, d], yh[d] = step(
             x,
             np.asarray(w[d], F32),
             np.asarray(r[d], F32),

@@ -5,6 +5,7 @@ Rules (each replaces the ONNX function by ORT's computation of it)::
     %y = Sigmoid(%x: f32) -> %y = quanta::MlasLogistic(%x)      SigmoidToMlasLogistic
     %y = Tanh(%x: f32)    -> %y = quanta::MlasTanh(%x)          TanhToMlasTanh
     %y.. = LSTM(%x: f32, ...) -> %y.. = quanta::OrtLSTM(...)    LstmToOrtLstm
+    %y.. = GRU(%x: f32, ...)  -> %y.. = quanta::OrtGRU(...)     GruToOrtGru
     %y = BatchNormalization(%x: f32, s, b, mean, var)             BatchNormToOrtAffine
                           -> %y = Add(Mul(%x, a), c)   a = f32(f32(1 / f32(sqrt(f32(var + eps)))) · s)
                                                        c = f32(b − f32(mean · a))   ([C, 1, ...])
@@ -32,6 +33,14 @@ ORT (6 LSTMs) ran 1 code from ORT at every LSTM output and 3 output steps after 
 Sigmoid with quanta's LSTM, 0 with ORT's. Only an LSTM with the default activations is
 rewritten (the others are not ORT's MLAS path either); the result is ORT's bit for bit on
 x86-64 with FMA (``quanta::OrtLSTM``, :mod:`quanta.kernels.reference.ort_float`).
+
+GRU: ONNX Runtime's float GRU (deep_cpu_gru.cc) forms its products with the same MLAS
+GEMM blocks, z with MLAS's logistic, and r and the candidate state with rational
+approximations of its own (rnn_helpers.cc ``gru_reset_gate_sigmoid``,
+``gru_output_gate_tanh``). ORT's ``quantize_dynamic`` keeps a GRU float and re-quantizes
+its Y: pyfrspell's derived-form file ran 1 code from ORT at the decoder's
+DynamicQuantizeLinear (39 output steps) with quanta's GRU, 0 with ORT's. Only a GRU with
+the default activations is rewritten (``quanta::OrtGRU``, docs/float-ops.md (RNN-ORT-GRU)).
 
 Refused: an input whose element type is known and not float32 (MLAS computes float32
 only; ORT's double Sigmoid is Eigen's, which this does not model).
@@ -62,6 +71,7 @@ from quanta.passes.rules._util import describe
 __all__ = [
     "QUANTA_DOMAIN",
     "BatchNormToOrtAffine",
+    "GruToOrtGru",
     "LstmToOrtLstm",
     "OrtFloatFunctions",
     "SigmoidToMlasLogistic",
@@ -181,26 +191,29 @@ class LstmToOrtLstm(Rule):
     (module docstring: ONNX Runtime's float LSTM)"""
 
     pattern = "y = LSTM(x, w, r, ...)"
+    op = "LSTM"
+    target = "OrtLSTM"
+    default_names: tuple[str, ...] = ("sigmoid", "tanh", "tanh")
 
     def check(self, m: Match) -> Match | NoMatch:
         node = m.root
         directions = 2 if node.attrs.get("direction", "forward") == "bidirectional" else 1
         acts = node.attrs.get("activations")
         names = [a.decode() if isinstance(a, bytes) else str(a) for a in acts or ()]
-        if names and [n.lower() for n in names] != ["sigmoid", "tanh", "tanh"] * directions:
-            return NoMatch(f"LSTM has activations {names}, not ORT's MLAS defaults")
+        if names and [n.lower() for n in names] != list(self.default_names) * directions:
+            return NoMatch(f"{self.op} has activations {names}, not ORT's MLAS defaults")
         floats = [v for k, v in enumerate(node.inputs) if k != 4 and v is not None]
         for v in floats:
             if v.type is not None and v.type.elem is not None and v.type.elem != F32:
                 return NoMatch(f"input {describe(v)} is {v.type.elem}, not f32 (MLAS computes float32 only)")
         if any(o is None or not o.name for o in node.outputs):
-            return NoMatch("LSTM leaves an output between two others unnamed")
+            return NoMatch(f"{self.op} leaves an output between two others unnamed")
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Sequence[Value] | Value:
         node = m.root
         outs = b.op(
-            "OrtLSTM",
+            self.target,
             list(node.inputs),
             dict(node.attrs),
             types=[result_type(shape_from=o, elem_from=o) for o in node.outputs],
@@ -213,6 +226,22 @@ class LstmToOrtLstm(Rule):
         return outs
 
 
+class GruToOrtGru(LstmToOrtLstm):
+    """%y.. = GRU(%x: f32, w, r, ...) -> %y.. = quanta::OrtGRU(%x, w, r, ...)
+    (module docstring: ONNX Runtime's float GRU)"""
+
+    pattern = "y = GRU(x, w, r, ...)"
+    op = "GRU"
+    target = "OrtGRU"
+    default_names = ("sigmoid", "tanh")
+
+
 class OrtFloatFunctions(RewritePass):
     name = "ort_float_functions"
-    rules = (SigmoidToMlasLogistic(), TanhToMlasTanh(), BatchNormToOrtAffine(), LstmToOrtLstm())
+    rules = (
+        SigmoidToMlasLogistic(),
+        TanhToMlasTanh(),
+        BatchNormToOrtAffine(),
+        LstmToOrtLstm(),
+        GruToOrtGru(),
+    )

@@ -270,7 +270,7 @@ def _panels(wt: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(k, p, _SEQ_PANEL).transpose(1, 0, 2))
 
 
-_OP_NAMES = {"lstm": "LSTM", "gru": "GRU", "ort_lstm": "OrtLSTM"}  # float_rnn's kinds
+_OP_NAMES = {"lstm": "LSTM", "gru": "GRU", "ort_lstm": "OrtLSTM", "ort_gru": "OrtGRU"}  # float_rnn's kinds
 
 
 def _float_rnn_native(
@@ -302,7 +302,7 @@ def _float_rnn_native(
     from quanta.kernels import _native
 
     D, H = len(w_t), int(hidden_size)
-    G = 3 if kind == "gru" else 4
+    G = 3 if kind in ("gru", "ort_gru") else 4
     ok = isinstance(x, np.ndarray) and x.dtype == F32 and x.ndim == 3 and x.shape[2] == n_in
     ok = ok and all(
         a is None or (isinstance(a, np.ndarray) and a.dtype == F32) for a in (b, initial_h, initial_c, p)
@@ -425,7 +425,70 @@ _lstm_native = _lstm_kernel("lstm", _lstm_twin)
 _ort_lstm_native = _lstm_kernel("ort_lstm", _ort_lstm_twin)
 
 
-def _gru_native(
+def _gru_twin() -> Callable[..., Any]:
+    from quanta.kernels.reference.rnn import gru_op
+
+    return gru_op
+
+
+def _ort_gru_twin() -> Callable[..., Any]:
+    from quanta.kernels.reference.ort_float import ort_gru_op
+
+    return ort_gru_op
+
+
+def _gru_kernel(kind: str, twin: Callable[[], Callable[..., Any]]) -> Callable[..., Any]:
+    """The float GRU kernel of one float_rnn kind ("gru": ONNX's functions, "ort_gru":
+    ONNX Runtime's), ``twin()`` its NumPy twin (imported on first use)."""
+
+    def run(
+        ctx: Any,
+        x,
+        w,
+        r,
+        b=None,
+        sequence_lens=None,
+        initial_h=None,
+        *,
+        w_t,
+        r_t,
+        hidden_size,
+        r_h,
+        n_in,
+        direction="forward",
+        clip=None,
+        linear_before_reset=0,
+        layout=0,
+        **attrs,
+    ):
+        return _gru_call(
+            kind,
+            twin(),
+            ctx,
+            x,
+            w,
+            r,
+            b,
+            sequence_lens,
+            initial_h,
+            w_t=w_t,
+            r_t=r_t,
+            hidden_size=hidden_size,
+            r_h=r_h,
+            n_in=n_in,
+            direction=direction,
+            clip=clip,
+            linear_before_reset=linear_before_reset,
+            layout=layout,
+            **attrs,
+        )
+
+    return run
+
+
+def _gru_call(
+    kind: str,
+    twin: Any,
     ctx: Any,
     x,
     w,
@@ -445,10 +508,8 @@ def _gru_native(
     layout=0,
     **attrs,
 ):
-    from quanta.kernels.reference.rnn import gru_op
-
     return _float_rnn_native(
-        "gru",
+        kind,
         ctx,
         x,
         w,
@@ -468,7 +529,7 @@ def _gru_native(
         input_forget=0,
         linear_before_reset=linear_before_reset,
         layout=layout,
-        twin=gru_op,
+        twin=twin,
         twin_args=(b, sequence_lens, initial_h),
         attrs={
             "hidden_size": hidden_size,
@@ -479,6 +540,10 @@ def _gru_native(
             **attrs,
         },
     )
+
+
+_gru_native = _gru_kernel("gru", _gru_twin)
+_ort_gru_native = _gru_kernel("ort_gru", _ort_gru_twin)
 
 
 def _bind_float_rnn(op: str, node: Node, ort: bool = False) -> tuple[Kernel | None, str]:
@@ -519,9 +584,13 @@ def _bind_float_rnn(op: str, node: Node, ort: bool = False) -> tuple[Kernel | No
         r_t = [_panels(r[d, : 2 * H].T) for d in range(D)]
         r_h = [_panels(r[d, 2 * H :].T) for d in range(D)]
     params = {"w_t": w_t, "r_t": r_t, "r_h": r_h, "n_in": int(w.shape[2])}
-    if ort:
+    if ort and op == "LSTM":
         return Kernel(
             _ort_lstm_native, "native", "native:ort_lstm_f32", params=params, specialize=_ort_lstm_specialized
+        ), ""
+    if ort:
+        return Kernel(
+            _ort_gru_native, "native", "native:ort_gru_f32", params=params, specialize=_ort_gru_specialized
         ), ""
     fn = _lstm_native if op == "LSTM" else _gru_native
     spec = _lstm_specialized if op == "LSTM" else _gru_specialized
@@ -552,15 +621,16 @@ def _float_rnn_specialized(
 
     shapes, dtypes, consts = sig.shapes, sig.dtypes, sig.consts
     D, H = len(w_t), int(hidden_size)
-    G = 3 if kind == "gru" else 4
+    gru = kind in ("gru", "ort_gru")
+    G = 3 if gru else 4
     x_shape = shapes[0]
     if layout != 0 or dtypes[0] != F32 or x_shape is None or len(x_shape) != 3 or x_shape[2] != n_in:
         return None
-    const_at = (3, 4) if kind == "gru" else (3, 4, 7)  # B, sequence_lens (, P)
+    const_at = (3, 4) if gru else (3, 4, 7)  # B, sequence_lens (, P)
     for k in const_at:
         if k < len(shapes) and shapes[k] is not None and consts[k] is None:
             return None
-    for k in (5, 6) if kind != "gru" else (5,):  # initial states: float32 [D, B, H] or omitted
+    for k in (5, 6) if not gru else (5,):  # initial states: float32 [D, B, H] or omitted
         if (
             k < len(shapes)
             and shapes[k] is not None
@@ -569,7 +639,7 @@ def _float_rnn_specialized(
             return None
     b = consts[3] if len(consts) > 3 else None
     lens_c = consts[4] if len(consts) > 4 else None
-    p = consts[7] if kind != "gru" and len(consts) > 7 else None
+    p = consts[7] if not gru and len(consts) > 7 else None
     if b is not None and (b.dtype != F32 or b.shape != (D, 2 * G * H)):
         return None
     if p is not None and (p.dtype != F32 or p.shape != (D, 3 * H)):
@@ -592,7 +662,7 @@ def _float_rnn_specialized(
         "layout": layout,
         **attrs,
     }
-    if kind != "gru":
+    if not gru:
         del generic_kw["linear_before_reset"]
         generic_kw["input_forget"] = input_forget
     flags = (direction, clip_v, bool(input_forget), bool(linear_before_reset), nt)
@@ -621,6 +691,10 @@ def _gru_specialized(sig: Specialization, **kw: Any) -> Callable[..., Any] | Non
     return _float_rnn_specialized("gru", _gru_native, sig, **kw)
 
 
+def _ort_gru_specialized(sig: Specialization, **kw: Any) -> Callable[..., Any] | None:
+    return _float_rnn_specialized("ort_gru", _ort_gru_native, sig, **kw)
+
+
 @register_binder("LSTM")
 def bind_lstm(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """float32 LSTM with constant W and R and the default activations (layout 0 or 1)."""
@@ -634,6 +708,14 @@ def bind_ort_lstm(model: Model, node: Node) -> tuple[Kernel | None, str]:
     native float LSTM with MLAS's products and gate functions; as LSTM otherwise."""
     del model  # unused
     return _bind_float_rnn("LSTM", node, ort=True)
+
+
+@register_binder("OrtGRU", "quanta")
+def bind_ort_gru(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """quanta::OrtGRU (ONNX Runtime's float32 GRU, twin reference/ort_float.py): the
+    native float GRU with MLAS's products and ORT's gate functions; as GRU otherwise."""
+    del model  # unused
+    return _bind_float_rnn("GRU", node, ort=True)
 
 
 @register_binder("GRU")

@@ -351,3 +351,101 @@ def test_ort_lstm_native_kernel_matches_its_twin_at_every_thread_count():
         got = InferenceSession(proto, so).run(None, f)
         for w, g in zip(want, got, strict=True):
             assert np.array_equal(w, g)
+
+
+# --- GRU: ONNX Runtime's float GRU (GruToOrtGru, quanta::OrtGRU) -------------------------
+
+
+def gru_proto(n_in: int, H: int, direction: str, lbr: int, bias: bool = True, activations=None):
+    """One GRU as ORT's quantize_dynamic leaves it (producer onnx.quantize): sequence_lens
+    with a row of length 0, a short one and a full one, an initial state, Y and Y_h graph
+    outputs. n_in = 300 makes X·Wᵀ two blocks of MLAS's 256 k, H = 260 makes H·Rᵀ two."""
+    rng = np.random.default_rng(n_in + H + lbr)
+    D = 2 if direction == "bidirectional" else 1
+    T, B = 5, 3
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((D, 3 * H, n_in)) * 0.3).astype(np.float32), "W"),
+        numpy_helper.from_array((rng.standard_normal((D, 3 * H, H)) * 0.3).astype(np.float32), "R"),
+        numpy_helper.from_array(np.array([0, 3, T], np.int32), "lens"),
+    ]
+    if bias:
+        inits.append(
+            numpy_helper.from_array((rng.standard_normal((D, 6 * H)) * 0.5).astype(np.float32), "Bias")
+        )
+    attrs = {"hidden_size": H, "direction": direction, "linear_before_reset": lbr}
+    if activations:
+        attrs["activations"] = activations
+    node = helper.make_node(
+        "GRU", ["x", "W", "R", "Bias" if bias else "", "lens", "h0"], ["y", "yh"], name="gru", **attrs
+    )
+    g = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, B, n_in]),
+            helper.make_tensor_value_info("h0", TensorProto.FLOAT, [D, B, H]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [T, D, B, H]),
+            helper.make_tensor_value_info("yh", TensorProto.FLOAT, [D, B, H]),
+        ],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.producer_name = "onnx.quantize"
+    return m
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+@pytest.mark.parametrize(
+    ("n_in", "H", "direction", "lbr", "bias"),
+    [
+        (7, 17, "forward", 1, True),
+        (7, 17, "forward", 0, True),
+        (300, 3, "reverse", 1, True),
+        (17, 260, "bidirectional", 0, True),
+        (300, 17, "bidirectional", 1, False),
+        (9, 7, "forward", 0, False),
+    ],
+)
+def test_gru_becomes_ort_gru_bit_exact_with_onnxruntime(backend, n_in, H, direction, lbr, bias):
+    proto = gru_proto(n_in, H, direction, lbr, bias)
+    f = lstm_feeds(proto)
+    want = ort_run(proto, f)
+    sess = InferenceSession(proto, backend=backend)  # float_functions "auto": ORT's quantizer wrote it
+    assert [n.op_type for n in sess.model.graph.nodes] == ["OrtGRU"]
+    assert sess.fallbacks == [] or backend == "reference"
+    got = sess.run(None, f)
+    for w, g in zip(want, got, strict=True):
+        assert np.array_equal(w, g)
+    assert not got[0][:, :, 0].any() and not got[1][:, 0].any()  # the row of length 0
+    # quanta's own GRU (ONNX's functions, no FMA) is not ORT's computation in the last bits
+    plain = InferenceSession(proto, SessionOptions(float_functions="onnx"), backend=backend).run(None, f)
+    assert any(not np.array_equal(w, g) for w, g in zip(want, plain, strict=True))
+    assert max(float(np.abs(w - g).max()) for w, g in zip(want, plain, strict=True)) < 1e-4
+
+
+def test_gru_with_other_activations_is_left_with_its_reason():
+    proto = gru_proto(7, 5, "forward", 1, activations=["Sigmoid", "Relu"])
+    model = load(proto)
+    p = OrtFloatFunctions()
+    result = run_passes(model, [p])
+    assert not result.records[0].modified
+    assert [r.reason for r in p.why_not("GruToOrtGru")] == [
+        "GRU has activations ['Sigmoid', 'Relu'], not ORT's MLAS defaults"
+    ]
+
+
+def test_ort_gates_of_the_gru_are_orts_rational_functions():
+    """deepcpu_sigmoid / deepcpu_tanh at their clamps, at 0 and on NaN (kept, as ORT's
+    clamp keeps it)."""
+    from quanta.kernels.reference.rnn import deepcpu_sigmoid, deepcpu_tanh
+
+    x = np.array([-40.0, -20.0, 0.0, 1e-3, 10.0, 40.0, np.nan], np.float32)
+    s, t = deepcpu_sigmoid(x), deepcpu_tanh(x)
+    assert s[2] == 0.5 and t[2] == 0.0
+    assert s[0] == s[1] and s[-2] == deepcpu_sigmoid(np.float32([20.0]))[0]
+    assert t[-2] == t[-3] and abs(float(t[-2]) - 1.0) < 1e-6
+    assert np.isnan(s[-1]) and np.isnan(t[-1])
+    xs = np.linspace(-8, 8, 1001, dtype=np.float32)
+    assert np.max(np.abs(deepcpu_tanh(xs) - np.tanh(xs.astype(np.float64)))) < 1e-5

@@ -69,8 +69,10 @@ struct FloatRnnParams {
   float clip = 0.0f;                         // > 0; FLT_MAX: none
   bool input_forget = false;                 // LSTM
   bool linear_before_reset = false;          // GRU
-  // LSTM only: ONNX Runtime's float LSTM (quanta::OrtLSTM, (RNN-ORT)): products by
-  // seq_gemm_mlas (H·Rᵀ added onto the step's X·Wᵀ row), gates by mlas_logistic / mlas_tanh.
+  // ONNX Runtime's float LSTM (quanta::OrtLSTM, (RNN-ORT)): products by seq_gemm_mlas
+  // (H·Rᵀ added onto the step's X·Wᵀ row), gates by mlas_logistic / mlas_tanh; with gru,
+  // its float GRU (quanta::OrtGRU, (RNN-ORT-GRU)): the same products, z by mlas_logistic,
+  // r and the candidate by ORT's own rational sigmoid / tanh.
   bool ort = false;
   float* y = nullptr;    // [T, D, B, H]
   float* y_h = nullptr;  // [D, B, H]
