@@ -451,3 +451,33 @@ def test_feedback_form_chooses_the_textbook_integers(k, rows, seed):
     want = _textbook_gptq(w, s, h, -127, 127)
     np.testing.assert_array_equal(q, want)
     assert np.any(np.abs(q) == 127)
+
+
+@pytest.mark.parametrize("qrange, zp", [((0, 255), 200), ((-32768, 32767), -1000)])
+def test_statistics_past_int64_switch_to_python_integers(qrange, zp):
+    """A layer whose accumulated bound passes 2^62 keeps its halves as Python integers
+    (eq. (12d)): the native uint8 Gram and the float64 one add into them unchanged."""
+    from quanta.ir.onnx_io import from_proto
+
+    k = 41
+    w = np.random.default_rng(3).standard_normal((k, 5)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    node = from_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).graph.nodes[0]
+    x = np.random.default_rng(4).standard_normal((2, 7, k)).astype(np.float32) * 3
+    plain, big = RoundedLayer(node, "x", "w", w), RoundedLayer(node, "x", "w", w)
+    for layer in (plain, big):
+        layer.set_input(0.02 if qrange[1] < 256 else 0.0005, zp, *qrange)
+    big.bound = 2**62 - 1
+    for sample in x:
+        plain.observe(sample)
+        big.observe(sample)
+    assert plain.even.dtype == np.int64 and big.even.dtype == object
+    for a, b in zip(plain.hessians(), big.hessians()):
+        np.testing.assert_array_equal(a, b)
+    assert plain.odd.any() and plain.even.any()
