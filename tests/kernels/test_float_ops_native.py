@@ -130,6 +130,40 @@ def test_exp_twin_range_ends() -> None:
     assert np.all(y[4:7] == 0) and np.isnan(y[7]) and np.all(y[8:] == 1)
 
 
+def test_fused_exp_within_stated_ulps_of_exact() -> None:
+    """(EN1)-(EN6), the sigmoid's exp: bound 1.05 ulp for normal results (measured max
+    1.0095 at x = −59.92 on these 2^22 + 2^18 + 2^16 inputs; (E1)-(E6) measures 0.98 on
+    them: the fmas change which inputs round up, not the polynomial's accuracy). Below
+    FLT_MIN: within 2^-149 of e^x, as (E6)."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate(
+        [rng.uniform(-87.33, 0, 1 << 22), -rng.uniform(0, 1, 1 << 18), -(2.0 ** rng.uniform(-40, 0, 1 << 16))]
+    ).astype(F32)
+    err = ulp_error(twin.exp_fused_nonpositive_f32(x), np.exp(x.astype(np.float64)))
+    assert err.max() <= 1.05, (err.max(), x[np.argmax(err)])
+    tail = np.linspace(-103.9, -87.34, 4001, dtype=F32)
+    err = np.abs(twin.exp_fused_nonpositive_f32(tail).astype(np.float64) - np.exp(tail.astype(np.float64)))
+    assert err.max() <= 2.0**-149
+    y = twin.exp_fused_nonpositive_f32(np.array([-104.0, -1e30, -np.inf, np.nan, 0.0, -0.0, -1e-45], F32))
+    assert np.all(y[:3] == 0) and np.isnan(y[3]) and np.all(y[4:] == 1)
+
+
+def test_sigmoid_exp_is_the_fused_form_every_isa() -> None:
+    """Deny coincidence: on inputs where (EN1)-(EN6) and (E1)-(E6) round differently,
+    every ISA's sigmoid and SiLU follow (Σ2) on the fused exp, and not on (E1)-(E6)."""
+    rng = np.random.default_rng(5)
+    x = -rng.uniform(0, 87, 1 << 16).astype(F32)
+    fused, plain = twin.exp_fused_nonpositive_f32(x), twin.exp_f32(x)
+    x = x[fused != plain][:1000]
+    assert x.size > 100
+    e = twin.exp_fused_nonpositive_f32(x)
+    expected = e / (F32(1) + e)
+    e_plain = twin.exp_f32(x)
+    assert np.any(expected != e_plain / (F32(1) + e_plain))
+    every_isa(lambda isa: assert_same(expected, _native.unary_f32("sigmoid", x), "sigmoid", isa=isa))
+    every_isa(lambda isa: assert_same(x * expected, _native.unary_f32("silu", x), "silu", isa=isa))
+
+
 # --------------------------------------------------------------------------------------
 # the lane reduction (R1)-(R3)
 # --------------------------------------------------------------------------------------
@@ -634,8 +668,9 @@ def test_erf_twin_edges_are_exact() -> None:
 def test_tanh_and_sigmoid_twins_within_stated_ulps_of_exact() -> None:
     """tanh: bound 1.1 ulp (measured max 1.04 on every 37th float32 in [2^-12, 10]; the
     polynomial (T2) is a minimax fit to 2^-27 on [0, 0.75], (T3) has exp's 1 ulp times
-    2/(e + 1) < 0.31 plus three roundings); sigmoid: bound 2.5 ulp (exp 1 ulp, 1 + e
-    0.5, the division 0.5, plus e/(1 + e) carrying exp's error once more when x < 0)."""
+    2/(e + 1) < 0.31 plus three roundings); sigmoid: bound 2.5 ulp (the fused exp's
+    1.01 ulp, 1 + e 0.5, the division 0.5, plus e/(1 + e) carrying exp's error once more
+    when x < 0; measured 2.4019 on every float32 with 2^-30 <= |x| <= 104)."""
     rng = np.random.default_rng(21)
     x = np.concatenate([rng.uniform(-10, 10, 1 << 18), 2.0 ** rng.uniform(-40, 3, 1 << 16)]).astype(F32)
     x = np.concatenate([x, -x])

@@ -5,8 +5,8 @@
 // ---------------------------------------------------------------------------------------
 // Contract (docs/float-ops.md; NumPy twin: kernels/reference/float_ops.py). Every float
 // operation below is one float32 IEEE operation in the order written: no fused multiply-
-// add (-ffp-contract=off), true divisions and square roots (correctly rounded), rne =
-// round half to even. Every ISA variant therefore gives the bytes of the twin (NaN
+// add (-ffp-contract=off) except where an equation writes fma (one rounding: std::fma,
+// vfmadd), true divisions and square roots (correctly rounded), rne = round half to even. Every ISA variant therefore gives the bytes of the twin (NaN
 // payloads aside: a NaN result is NaN everywhere, its sign/payload bits are not pinned).
 // ---------------------------------------------------------------------------------------
 //
@@ -41,8 +41,12 @@
 //             (T2) p = T5; p = f32(f32(p · s) + Tk), k = 4..0;  ys = f32(t + f32(t · f32(s · p)))
 //             (T3) e = exp(f32(t + t));  yb = f32(1 − f32(2 / f32(e + 1)))
 //             (T4) y = copysign(t < 0.75 ? ys : yb, x)
-//   sigmoid   (Σ1) e = exp(−|x|)  (Σ2) y = x >= 0 ? f32(1 / f32(1 + e)) : f32(e / f32(1 + e))
+//   sigmoid   (Σ1) e = exp(−|x|) by (EN1)-(EN6)
+//             (Σ2) y = x >= 0 ? f32(1 / f32(1 + e)) : f32(e / f32(1 + e))
 //             (one division of the selected numerator)
+//   fused exp (EN1) t = max(x, −104) for x <= 0 or NaN  (EN2) n = rne(f32(t · L2E))
+//             (EN3) r = fma(−n, C2, f32(t − f32(n · C1)))  (EN4) h = P0; h = fma(h, r, Pk), k = 1..5
+//             (EN5) p = f32(fma(h, f32(r · r), r) + 1)  (EN6) y = (E6)
 //   silu      y = f32(x · sigmoid(x)): the Sigmoid and Mul of a SiLU gate in one pass
 //   relu      y = np.maximum(x, 0): +0 for ±0, NaN stays NaN
 //   log       (LN1) ±0 -> −inf, +inf -> +inf, x < 0 or NaN -> NaN; else
