@@ -139,8 +139,18 @@ void max_pool_2d_nhwc(const T* x, T* y, const Geometry2d& g, int64_t channels, i
   });
 }
 
-void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_threads) {
+void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_threads, Isa isa) {
   const int64_t in = g.h * g.w, out = g.out_h * g.out_w;
+  const auto plane_s1 = kernels_for(isa).max_plane_f32_s1;
+  if (plane_s1 && g.s_h == 1 && g.s_w == 1 && g.d_h == 1 && g.d_w == 1 && g.pad_t >= 0 && g.pad_l >= 0) {
+    const int64_t padded = (g.out_h + g.k_h - 1) * (g.out_w + g.k_w - 1);
+    for_items(num_threads, g.planes, 4 * (padded * g.k_w + out * g.k_h), [&](int64_t begin, int64_t end) {
+      thread_local std::vector<float> scratch;
+      if (static_cast<int64_t>(scratch.size()) < 2 * padded) scratch.resize(static_cast<size_t>(2 * padded));
+      for (int64_t p = begin; p < end; ++p) plane_s1(x + p * in, y + p * out, g, scratch.data());
+    });
+    return;
+  }
   // Per kernel column kx, the output columns whose tap ox·s_w − pad_l + kx·d_w lies in [0, w).
   std::vector<int64_t> lo(static_cast<size_t>(g.k_w)), hi(static_cast<size_t>(g.k_w));
   for (int64_t kx = 0; kx < g.k_w; ++kx) {

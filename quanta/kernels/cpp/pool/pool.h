@@ -68,6 +68,9 @@ struct Kernels {
   void (*max_plane_s8)(const int8_t* x, int8_t* y, const Geometry2d& g);
   void (*average_plane_u8)(const uint8_t* x, uint8_t* y, const Geometry2d& g, const AverageParams& p);
   void (*average_plane_s8)(const int8_t* x, int8_t* y, const Geometry2d& g, const AverageParams& p);
+  // float MaxPool of one plane at stride 1, dilation 1, pads >= 0 (max_pool_f32_simd.h;
+  // scratch: 2·(out_h + k_h − 1)·(out_w + k_w − 1) floats); null: the generic loops
+  void (*max_plane_f32_s1)(const float* x, float* y, const Geometry2d& g, float* scratch);
 };
 
 extern const Kernels kKernelsPortable;
@@ -101,9 +104,12 @@ void max_pool_2d_nhwc(const T* x, T* y, const Geometry2d& g, int64_t channels, i
 // +0 and −0 is not pinned. Windows that overlap vertically (k_h > s_h, k_w > 1) run
 // separably: one pass per kx over every input row (its row maxima), then per output row
 // one pass per valid ky over those; otherwise per output row one pass per valid (ky, kx)
-// over the row's columns (a strided max the compiler vectorises). Threads take chunks of
-// planes.
-void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_threads);
+// over the row's columns (a strided max the compiler vectorises). At stride 1 and
+// dilation 1 (SPP / SPPF blocks) the AVX2 and AVX-512 kernels take each plane whole:
+// a −inf-bordered copy, the row maxima as one loop over the flattened copy, then the
+// column maxima per output row (Kernels::max_plane_f32_s1), so a plane narrower than a
+// vector does not leave most lanes empty. Threads take chunks of planes.
+void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_threads, Isa isa);
 
 // Float AveragePool (ONNX AveragePool on float32, NCHW, 2-D; twin nn_pool.average_pool,
 // docs/float-ops.md (AP1)-(AP3)): the window's K = k_h·k_w positions in row-major order
