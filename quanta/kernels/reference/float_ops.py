@@ -59,9 +59,11 @@ import numpy as np
 __all__ = [
     "LANES",
     "cos_f32",
+    "elu_f32",
     "erf_f32",
     "exp_f32",
     "exp_fused_nonpositive_f32",
+    "expm1_f32",
     "fma_f32",
     "gelu_f32",
     "gelu_tanh_f32",
@@ -475,6 +477,40 @@ def sigmoid_f32(x: np.ndarray) -> np.ndarray:
     e = exp_fused_nonpositive_f32(-np.abs(x))  # (Σ1)
     d = F32(1) + e
     return np.where(x >= 0, F32(1) / d, e / d)  # (Σ2)
+
+
+#: (X3) the split of expm1, f32(ln 2 / 2)
+EXPM1_SPLIT = np.uint32(0x3EB17218).view(F32)
+#: (X1) Q0 .. Q6 = f32(1 / (k + 2)!): expm1(x) = x + x²·(1/2! + x/3! + … + x⁶/8!)
+EXPM1_POLY = _f32_bits(0x3F000000, 0x3E2AAAAB, 0x3D2AAAAB, 0x3C088889, 0x3AB60B61, 0x39500D01, 0x37D00D01)
+
+
+def expm1_f32(x: np.ndarray) -> np.ndarray:
+    """e^x − 1 for float32 ``x`` by eqs. (X1)-(X3): the Taylor polynomial where the
+    subtraction would cancel, exp (E1)-(E6) minus 1 elsewhere::
+
+        (X1) q = Q6; q = f32(f32(q · x) + Qk), k = 5..0;  ys = f32(x + f32(f32(x · x) · q))
+        (X2) yb = f32(exp(x) − 1)
+        (X3) y = |x| < f32(ln 2 / 2) ? ys : yb                 NaN: yb, NaN
+
+    From |x| = ln 2 / 2 on, |e^x − 1| >= 0.29, so the subtraction loses at most two bits
+    of exp's result (docs/float-ops.md, "expm1 and Elu")."""
+    x = np.asarray(x, F32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = np.full_like(x, EXPM1_POLY[6])
+        for c in EXPM1_POLY[5::-1]:
+            q = q * x + c  # (X1)
+        small = x + (x * x) * q
+        big = exp_f32(x) - F32(1)  # (X2)
+    return np.where(np.abs(x) < EXPM1_SPLIT, small, big)  # (X3)
+
+
+def elu_f32(x: np.ndarray, alpha: float) -> np.ndarray:
+    """Elu for float32 ``x``, eq. (EL): x < 0 ? f32(f32(α) · expm1(x)) : x (NaN and ±0
+    pass through; expm1 (X1)-(X3))."""
+    x = np.asarray(x, F32)
+    e = expm1_f32(np.minimum(x, F32(0)))  # the x >= 0 lanes are not selected
+    return np.where(x < 0, F32(alpha) * e, x)
 
 
 GELU_SQRT2 = np.uint32(0x3FB504F3).view(F32)  # f32(√2)

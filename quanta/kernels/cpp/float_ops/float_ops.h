@@ -48,6 +48,9 @@
 //             (EN3) r = fma(−n, C2, f32(t − f32(n · C1)))  (EN4) h = P0; h = fma(h, r, Pk), k = 1..5
 //             (EN5) p = f32(fma(h, f32(r · r), r) + 1)  (EN6) y = (E6)
 //   silu      y = f32(x · sigmoid(x)): the Sigmoid and Mul of a SiLU gate in one pass
+//   expm1     (X1) q = Q6; q = f32(f32(q · x) + Qk), k = 5..0;  ys = f32(x + f32(f32(x · x) · q))
+//             (X2) yb = f32(exp(x) − 1)   (E1)-(E6)
+//             (X3) y = |x| < f32(ln 2 / 2) ? ys : yb   (NaN: yb)   (Qk = f32(1 / (k + 2)!))
 //   relu      y = np.maximum(x, 0): +0 for ±0, NaN stays NaN
 //   log       (LN1) ±0 -> −inf, +inf -> +inf, x < 0 or NaN -> NaN; else
 //             (LN2) x < FLT_MIN: x' = f32(x · 2^23), e0 = −23 (else x' = x, e0 = 0)
@@ -110,9 +113,10 @@ enum class UnaryOp : int {
   kSilu = 8,
   kLog = 9,
   kCos = 10,
-  kSin = 11
+  kSin = 11,
+  kExpm1 = 12
 };
-constexpr int kNumUnaryOps = 12;
+constexpr int kNumUnaryOps = 13;
 
 // Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
 using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n);

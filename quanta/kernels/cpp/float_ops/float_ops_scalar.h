@@ -233,6 +233,26 @@ inline float sigmoid_one(float x) {
 
 inline float silu_one(float x) { return x * sigmoid_one(x); }
 
+// expm1 constants (X1)-(X3); reference/float_ops.py spells the same bits.
+constexpr float kExpm1Split = 0x1.62e43p-2f;  // 0x3EB17218, f32(ln 2 / 2)
+constexpr float kExpm1Q[7] = {
+    0x1p-1f,          // 0x3F000000, 1/2!
+    0x1.555556p-3f,   // 0x3E2AAAAB, 1/3!
+    0x1.555556p-5f,   // 0x3D2AAAAB, 1/4!
+    0x1.111112p-7f,   // 0x3C088889, 1/5!
+    0x1.6c16c2p-10f,  // 0x3AB60B61, 1/6!
+    0x1.a01a02p-13f,  // 0x39500D01, 1/7!
+    0x1.a01a02p-16f,  // 0x37D00D01, 1/8!
+};
+
+inline float expm1_one(float x) {
+  float q = kExpm1Q[6];  // (X1)
+  for (int k = 5; k >= 0; --k) q = q * x + kExpm1Q[k];
+  const float small = x + (x * x) * q;
+  const float big = exp_one(x) - 1.0f;              // (X2)
+  return std::fabs(x) < kExpm1Split ? small : big;  // (X3); NaN: big
+}
+
 // np.maximum(x, 0): +0 for ±0 (np.maximum returns its second operand on equal zeros)
 // and x itself for NaN.
 inline float relu_one(float x) { return x > 0.0f || x != x ? x : 0.0f; }

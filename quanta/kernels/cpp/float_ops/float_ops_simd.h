@@ -238,6 +238,16 @@ inline typename T::V silu_v(typename T::V x) {
 }
 
 template <class T>
+inline typename T::V expm1_v(typename T::V x) {
+  using V = typename T::V;
+  V q = T::set1(kExpm1Q[6]);  // (X1)
+  for (int k = 5; k >= 0; --k) q = T::add(T::mul(q, x), T::set1(kExpm1Q[k]));
+  const V small = T::add(x, T::mul(T::mul(x, x), q));
+  const V big = T::sub(exp_v<T>(x), T::set1(1.0f));                                              // (X2)
+  return T::select(T::template cmp<_CMP_LT_OQ>(abs_v<T>(x), T::set1(kExpm1Split)), big, small);  // (X3)
+}
+
+template <class T>
 inline typename T::V relu_v(typename T::V x) {
   // vmaxps returns its second operand on equal zeros (+0, as np.maximum) and on NaN
   // (then x is put back).
@@ -349,7 +359,7 @@ constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNorm
       {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_v<T>>, unary_run_v<T, sigmoid_v<T>>, unary_run_v<T, relu_v<T>>,
        unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>, unary_run_v<T, recurrent::logistic_v<T>>,
        unary_run_v<T, recurrent::tanh_v<T>>, unary_run_v<T, silu_v<T>>, unary_run_v<T, log_v<T>>,
-       unary_run_v<T, cos_v<T>>, unary_run_v<T, sin_v<T>>}};  // by UnaryOp
+       unary_run_v<T, cos_v<T>>, unary_run_v<T, sin_v<T>>, unary_run_v<T, expm1_v<T>>}};  // by UnaryOp
 }
 
 }  // namespace
