@@ -1,7 +1,8 @@
 """Float MaxPool's native kernel (pool.h max_pool_2d_f32) against the twin (nn_pool.max_pool)
-on every ISA: the stride-1 whole-plane path (max_pool_f32_simd.h: the −inf-bordered copy,
-row maxima over the flattened copy, column maxima per output row) and the generic loops it
-hands other geometries to. Max only selects, so the values are the twin's bit for bit
+on every ISA: the whole-plane paths of max_pool_f32_simd.h (the −inf-bordered copy; at
+stride 1 row maxima over the flattened copy, then column maxima per output row; at other
+strides column maxima per output row, then the row maxima over its s_w phases) and the
+generic loops the other geometries keep. Max only selects, so the values are the twin's bit for bit
 (the sign of a zero maximum aside, which the contract does not pin); NaN wins wherever it
 is in the window."""
 
@@ -40,7 +41,7 @@ def check_every_isa(x: np.ndarray, kernel: tuple[int, int], pads: tuple[int, int
 
 
 @st.composite
-def stride1_cases(draw):
+def pool_cases(draw, strides):
     """Planes narrower and wider than a vector (1 .. 37: 8 and 16 lanes ± 1 inside), windows
     from 1 to larger than the plane, pads from none to k − 1 and unequal ends (ceil-mode
     like), channel counts 3, 7, 17; NaN, ±inf and signed zeros sprinkled."""
@@ -58,14 +59,23 @@ def stride1_cases(draw):
         flat = x.reshape(-1)
         idx = rng.choice(flat.size, size=min(4, flat.size), replace=False)
         flat[idx] = rng.choice(SPECIALS, size=idx.size)
-    return x, (kh, kw), (pt, pl, pb, pr)
+    return x, (kh, kw), (pt, pl, pb, pr), draw(st.sampled_from(strides))
 
 
 @settings(max_examples=150, deadline=None)
-@given(case=stride1_cases())
+@given(case=pool_cases([(1, 1)]))
 def test_stride1_max_pool_is_the_twin_every_isa(case) -> None:
-    x, kernel, pads = case
+    x, kernel, pads, _ = case
     check_every_isa(x, kernel, pads)
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=pool_cases([(2, 2), (2, 1), (1, 3), (3, 2), (4, 4)]))
+def test_strided_max_pool_is_the_twin_every_isa(case) -> None:
+    """Strides 2-4: overlapping windows take the phase-split path (each tap a contiguous
+    load of one of s_w phases), the others the generic loops; the twin's values both."""
+    x, kernel, pads, strides = case
+    check_every_isa(x, kernel, pads, strides=list(strides))
 
 
 def test_sppf_planes_with_nan_and_inf_every_isa() -> None:
@@ -83,8 +93,9 @@ def test_sppf_planes_with_nan_and_inf_every_isa() -> None:
         check_every_isa(x, (k, k), (k // 2,) * 4)
 
 
-def test_other_geometries_keep_the_generic_loops_every_isa() -> None:
-    """Strided and dilated windows do not take the stride-1 path: still the twin's values."""
+def test_resnet_stem_dilated_and_vgg_pools_every_isa() -> None:
+    """3x3 stride 2 (ResNet's stem: the phase-split path), a dilated window and 2x2 stride 2
+    (the generic loops): the twin's values, a NaN included."""
     x = np.random.default_rng(4).standard_normal((1, 7, 23, 19)).astype(F32)
     x[0, 2, 5, 5] = np.nan
     check_every_isa(x, (3, 3), (1, 1, 1, 1), strides=[2, 2])

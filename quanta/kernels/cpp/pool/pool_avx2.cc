@@ -112,7 +112,7 @@ struct Avx2Rows : GenericRows {
 
 }  // namespace
 
-const Kernels kKernelsAvx2 = make_kernels<Avx2Rows>(max_plane_f32_s1<simd::F32x8>);
+const Kernels kKernelsAvx2 = make_kernels<Avx2Rows>(max_plane_f32<simd::F32x8>);
 
 }  // namespace pool
 }  // namespace quanta

@@ -279,7 +279,7 @@ struct Avx512Planes {
 
 }  // namespace
 
-const Kernels kKernelsAvx512Vnni = make_kernels<Avx512Rows, Avx512Planes>(max_plane_f32_s1<simd::F32x16>);
+const Kernels kKernelsAvx512Vnni = make_kernels<Avx512Rows, Avx512Planes>(max_plane_f32<simd::F32x16>);
 
 }  // namespace pool
 }  // namespace quanta
