@@ -226,6 +226,9 @@ UNARY_NODES = [
     ("Log", {}),
     ("Cos", {}),
     ("Sin", {}),
+    ("Elu", {}),
+    ("Elu", {"alpha": 0.5}),
+    ("Elu", {"alpha": 2.3}),
 ]
 
 

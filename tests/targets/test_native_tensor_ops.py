@@ -673,6 +673,91 @@ def test_resize_linear_and_cubic(coord, mode, dtype, sizes, antialias):
     run_both("Resize", [x, None, None, np.array((2, 3, *sizes), np.int64)], attrs, opset=19)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.int64])
+@pytest.mark.parametrize("factors", [(2, 2), (1, 3), (3, 1), (4, 2), (1, 1)])
+def test_repeat_2d_is_np_repeat_on_both_axes(dtype, factors):
+    """repeat_2d (tensor_ops.h): each element sw times along its row, each row sh times;
+    1-, 2-, 4- and 8-byte elements (the widening loop is typed per size), rows of 1, odd
+    and 17 elements, planes 3 / 7 / 17, 1 and 2 threads, out=."""
+    sh, sw = factors
+    rng = np.random.default_rng(sh * 10 + sw)
+    for shape in [(1, 3, 1, 1), (2, 7, 5, 9), (1, 17, 10, 17), (13, 4)]:
+        x = rng.integers(0, 250, shape).astype(dtype)
+        expected = np.repeat(np.repeat(x, sh, axis=-2), sw, axis=-1)
+        for threads in (1, 2):
+            assert_bit_exact(expected, _native.repeat_2d(x, sh, sw, threads), f"repeat_2d {shape} {threads}t")
+            out = np.empty(expected.shape, expected.dtype)
+            assert _native.repeat_2d(x, sh, sw, threads, out) is out
+            assert_bit_exact(expected, out, f"repeat_2d {shape} {threads}t out=")
+    with pytest.raises(ValueError, match="repeat_2d: x: expected rank >= 2, got 1"):
+        _native.repeat_2d(np.zeros(3, F32), 2, 2)
+    with pytest.raises(ValueError, match="repeat_2d: expected factors >= 1, got 0, 2"):
+        _native.repeat_2d(np.zeros((3, 3), F32), 0, 2)
+
+
+@pytest.mark.parametrize("coord", COORDS)
+@pytest.mark.parametrize(
+    "scales, sizes",
+    [
+        ((1.0, 1.0, 2.0, 2.0), None),
+        ((1.0, 1.0, 1.0, 3.0), None),
+        (None, (1, 17, 20, 33)),
+        ((1.0, 2.0, 2.0, 2.0), None),
+    ],
+)
+def test_resize_integer_upsample_session_is_the_twin(coord, scales, sizes):
+    """A nearest Resize with constant scales / sizes is specialized per shape; where the
+    twin's source indices are q // s on the last two axes (2x, 1 x 3, 2 x 3 by sizes) the
+    step is one repeat_2d, elsewhere (align_corners, a resized channel axis) the gathers:
+    the twin's bytes either way, every nearest mode, sessions on the reference and native
+    targets (1 and 2 threads)."""
+    f = TensorProto.FLOAT
+    x = floats(np.random.default_rng(71), (1, 17, 10, 11))
+    for nearest in NEAREST:
+        attrs = {"mode": "nearest", "coordinate_transformation_mode": coord, "nearest_mode": nearest}
+        if scales is not None:
+            inputs = ["x", "", "scales"]
+            init = [helper.make_tensor("scales", f, [4], list(scales))]
+        else:
+            inputs = ["x", "", "", "sizes"]
+            init = [helper.make_tensor("sizes", TensorProto.INT64, [4], list(sizes))]
+        g = helper.make_graph(
+            [helper.make_node("Resize", inputs, ["y"], **attrs)],
+            "resize",
+            [helper.make_tensor_value_info("x", f, list(x.shape))],
+            [helper.make_tensor_value_info("y", f, None)],
+            init,
+        )
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+        ref = quanta.InferenceSession(m, backend="reference").run(None, {"x": x})[0]
+        for threads in (1, 2):
+            options = quanta.SessionOptions()
+            options.intra_op_num_threads = threads
+            sess = quanta.InferenceSession(m, options, backend="native")
+            assert sess.fallbacks == []
+            assert_bit_exact(ref, sess.run(None, {"x": x})[0], f"{coord} {nearest} {threads}t")
+
+
+def test_resize_repeat_factors_only_for_q_div_s_indices():
+    """The repeat path is taken only where the twin's indices are q // s on the last two
+    axes (read from the indices, not from the mode): a 2x half_pixel upsample is,
+    align_corners' 2x with floor, asymmetric 3x rounding to the nearest and a resized
+    channel axis are not."""
+    from quanta.targets.native.resize import _repeat_factors, _tables
+
+    def factors(shape, scales, coord, nearest="round_prefer_floor"):
+        attrs = {"mode": "nearest", "coordinate_transformation_mode": coord, "nearest_mode": nearest}
+        plan = _tables(KernelContext(opset=19), shape, None, np.array(scales, F32), None, attrs)
+        return _repeat_factors(plan[1], shape)
+
+    assert factors((1, 3, 10, 10), (1, 1, 2, 2), "half_pixel") == (2, 2)
+    assert factors((1, 3, 10, 10), (1, 1, 1, 3), "asymmetric", "floor") == (1, 3)
+    assert factors((1, 3, 10, 10), (1, 1, 1, 3), "asymmetric") is None  # q = 2 rounds to 1
+    assert factors((1, 3, 10, 10), (1, 1, 2, 2), "align_corners", "floor") is None  # q = 2 floors to 0
+    assert factors((1, 3, 10, 10), (1, 2, 2, 2), "half_pixel") is None
+    assert factors((1, 3, 10, 10), (1, 1, 0.5, 2), "half_pixel") is None
+
+
 def test_resize_tf_crop_and_resize_falls_back_with_reason():
     kernel, reason = bind(
         "Resize", [np.zeros((1, 1, 2, 2), F32)], {"coordinate_transformation_mode": "tf_crop_and_resize"}

@@ -152,6 +152,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
       {"log", float_ops::UnaryOp::kLog},
       {"cos", float_ops::UnaryOp::kCos},
       {"sin", float_ops::UnaryOp::kSin},
+      {"expm1", float_ops::UnaryOp::kExpm1},
   };
   const std::pair<const char*, float_ops::UnaryOp>* found = nullptr;
   for (const auto& entry : kOps) {
@@ -160,7 +161,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
   if (found == nullptr) {
     throw py::value_error(
         "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, "
-        "log, cos, sin, "
+        "log, cos, sin, expm1, "
         "got "
         "'" +
         op_name + "'");

@@ -66,7 +66,7 @@ py::array max_pool_2d_f32(const py::handle& x_obj, const Pair& kernel, const Pai
   if (y.size() == 0) return std::move(y);
   {
     py::gil_scoped_release release;
-    pool::max_pool_2d_f32(x.data(), y.mutable_data(), g, num_threads);
+    pool::max_pool_2d_f32(x.data(), y.mutable_data(), g, num_threads, active_isa());
   }
   return std::move(y);
 }

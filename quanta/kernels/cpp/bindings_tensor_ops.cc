@@ -20,6 +20,7 @@
 //                y_signed, num_threads=1, out=None) -> y uint8 / int8   the same acc and
 //     parameters; post_kind a sgemm.h PostOp kind (0: none); y_scale > 0 and finite
 //   take_axis(x, axis, idx, num_threads=1, out=None) -> y     any dtype; idx int64 in [0, n)
+//   repeat_2d(x, sh, sw, num_threads=1, out=None) -> y        1-8-byte elements, rank >= 2
 //   copy_strided(x, num_threads=1, out=None) -> y            any dtype, any strides -> C order
 #include <algorithm>
 #include <array>
@@ -424,6 +425,33 @@ py::array take_axis(const py::handle& x_obj, int64_t axis, const py::handle& idx
   return y;
 }
 
+py::array repeat_2d(const py::handle& x_obj, int64_t sh, int64_t sw, int num_threads, const py::object& out_obj) {
+  auto x = contiguous(x_obj, "repeat_2d: x");
+  const int64_t rank = x.ndim(), elem = x.itemsize();
+  if (rank < 2) throw py::value_error("repeat_2d: x: expected rank >= 2, got " + std::to_string(rank));
+  if (elem != 1 && elem != 2 && elem != 4 && elem != 8) {
+    throw py::value_error("repeat_2d: x: expected 1-, 2-, 4- or 8-byte elements, got " + std::to_string(elem));
+  }
+  if (sh < 1 || sw < 1) {
+    throw py::value_error("repeat_2d: expected factors >= 1, got " + std::to_string(sh) + ", " + std::to_string(sw));
+  }
+  check_threads(num_threads, "repeat_2d");
+  Shape out_shape;
+  int64_t planes = 1;
+  for (int64_t d = 0; d < rank - 2; ++d) planes *= x.shape(d), out_shape.push_back(x.shape(d));
+  const int64_t h = x.shape(rank - 2), w = x.shape(rank - 1);
+  out_shape.push_back(static_cast<py::ssize_t>(h * sh));
+  out_shape.push_back(static_cast<py::ssize_t>(w * sw));
+  auto y = make_output(out_obj, x.dtype(), out_shape, "repeat_2d", {x});
+  if (y.size() == 0) return y;
+  {
+    py::gil_scoped_release release;
+    tensor_ops::repeat_2d(static_cast<const uint8_t*>(x.data()), planes, h, w, elem, sh, sw,
+                          static_cast<uint8_t*>(y.mutable_data()), num_threads);
+  }
+  return y;
+}
+
 py::array copy_strided(const py::handle& x_obj, int num_threads, const py::object& out_obj) {
   auto x = as_array(x_obj, "copy_strided: x");
   if (x.ndim() > broadcast::kMaxRank) throw py::value_error("copy_strided: x: expected rank <= 16");
@@ -515,6 +543,8 @@ void register_tensor_ops(py::module_& m) {
         "int8, over channel axis 1 of int32 acc (post: sgemm.h PostOp kinds, as conv_f32).");
   m.def("take_axis", &take_axis, arg("x"), arg("axis"), arg("idx"), arg("num_threads") = 1, arg("out") = none,
         "y[a, q, :] = x[a, idx[q], :] along axis, any dtype.");
+  m.def("repeat_2d", &repeat_2d, arg("x"), arg("sh"), arg("sw"), arg("num_threads") = 1, arg("out") = none,
+        "y[..., oy, ox] = x[..., oy // sh, ox // sw]: nearest upsampling of the last two axes by integers.");
   m.def("copy_strided", &copy_strided, arg("x"), arg("num_threads") = 1, arg("out") = none,
         "A C-contiguous copy of any strided array (transposed, sliced, broadcast views).");
 }

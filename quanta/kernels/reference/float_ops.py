@@ -4,8 +4,9 @@ np.exp and NumPy's pairwise summation cannot be reproduced in C++, so quanta def
 own float32 algorithm once (docs/float-ops.md, equations (E1)-(E6), (R1)-(R3), (S1)-(S5),
 (L1)-(L5)) and implements it twice, bit-identically: here, and in C++ (portable, AVX2,
 AVX-512). Every step is one float32 IEEE operation in the order written: no fused
-multiply-add, true divisions and square roots (both correctly rounded), round half to
-even. The registered ops (nn.py ``Softmax``, nn_norm.py ``LayerNormalization``) call
+multiply-add except where an equation writes fma (the sigmoid's exp (EN1)-(EN6), one
+rounding, :func:`fma_f32`), true divisions and square roots (both correctly rounded),
+round half to even. The registered ops (nn.py ``Softmax``, nn_norm.py ``LayerNormalization``) call
 these functions for float32 inputs.
 
 exp (eq. (E1)-(E6)), Cody–Waite range reduction and the Cephes ``expf`` polynomial::
@@ -45,7 +46,8 @@ log (LN1)-(LN6), the Cephes ``logf`` scheme, and LogSoftmax (LS1)-(LS5) on exp, 
 log (docs/float-ops.md, sections "log", "LogSoftmax").
 
 Elementwise functions built on exp (docs/float-ops.md, sections "erf", "tanh, sigmoid,
-Gelu"): erf (F1)-(F5), tanh (T1)-(T4), sigmoid (Σ1)-(Σ2), Gelu (G1)-(G2). Each is a
+Gelu"): erf (F1)-(F5), tanh (T1)-(T4), sigmoid (Σ1)-(Σ2) on the fused exp (EN1)-(EN6),
+Gelu (G1)-(G2). Each is a
 fixed sequence of float32 operations with both branches of a split evaluated for every
 element and one selected, so SIMD lanes need no branches.
 """
@@ -57,8 +59,12 @@ import numpy as np
 __all__ = [
     "LANES",
     "cos_f32",
+    "elu_f32",
     "erf_f32",
     "exp_f32",
+    "exp_fused_nonpositive_f32",
+    "expm1_f32",
+    "fma_f32",
     "gelu_f32",
     "gelu_tanh_f32",
     "layer_norm_div_rows",
@@ -113,6 +119,55 @@ def exp_f32(x: np.ndarray) -> np.ndarray:
     n1 = ni >> 1  # floor(n / 2)
     with np.errstate(over="ignore"):
         return (p * _pow2(n1)) * _pow2(ni - n1)  # (E6)
+
+
+def fma_f32(a: np.ndarray, b: np.ndarray | np.float32, c: np.ndarray | np.float32) -> np.ndarray:
+    """``a·b + c`` for float32 operands, rounded once to float32 (an FMA instruction).
+
+    The product is exact in float64 (24 + 24 bits); the float64 sum rounds once more, and
+    that second rounding only matters when it lands exactly halfway between two float32
+    values: then the sum's rounding error (TwoSum) says which side the exact value is on,
+    and the float64 value is moved one ulp that way before the float32 rounding. (Results
+    in float32's normal range, or exact ones: the midpoint test reads the bits of a normal
+    float32's rounding position.)"""
+    a = np.asarray(a, F32)
+    p = a.astype(np.float64) * np.asarray(b, F32).astype(np.float64)
+    cc = np.broadcast_to(np.asarray(c, F32).astype(np.float64), p.shape)
+    s = p + cc
+    bb = s - p
+    err = (p - (s - bb)) + (cc - bb)
+    half = (s.view(np.uint64) & np.uint64((1 << 29) - 1)) == np.uint64(1 << 28)
+    fix = half & (err != 0)
+    if np.any(fix):
+        s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+    return s.astype(F32)
+
+
+def exp_fused_nonpositive_f32(x: np.ndarray) -> np.ndarray:
+    """e^x for float32 ``x <= 0`` (or NaN) by eqs. (EN1)-(EN6): (E1)-(E6) with the second
+    step of the reduction and the polynomial as fused multiply-adds (one rounding each)::
+
+        (EN1) t = max(x, −104)                              NaN stays NaN
+        (EN2) n = rne(f32(t · L2E))                          (E2)
+        (EN3) r = fma(−n, C2, f32(t − f32(n · C1)))          n·C1 exact, as in (E3)
+        (EN4) h = P0; h = fma(h, r, Pk) for k = 1..5
+        (EN5) p = f32(fma(h, f32(r · r), r) + 1)
+        (EN6) y = f32(f32(p · 2^n1) · 2^n2)                  (E6)
+
+    The sigmoid's exp (Σ1): a SIMD lane evaluates it in 13 operations where (E1)-(E6)
+    take 22. Every fma result here is in float32's normal range or exact (r = t when
+    n = 0), which :func:`fma_f32` needs."""
+    x = np.asarray(x, F32)
+    t = np.maximum(x, EXP_LO)  # (EN1); np.maximum keeps NaN
+    n = np.rint(t * _L2E)  # (EN2)
+    r = fma_f32(-n, _C2, t - n * _C1)  # (EN3)
+    h = np.full_like(r, EXP_POLY[0])
+    for c in EXP_POLY[1:]:
+        h = fma_f32(h, r, c)  # (EN4)
+    p = fma_f32(h, r * r, r) + F32(1)  # (EN5)
+    ni = np.where(np.isnan(n), F32(0), n).astype(np.int32)
+    n1 = ni >> 1
+    return (p * _pow2(n1)) * _pow2(ni - n1)  # (EN6)
 
 
 #: (LN4) the split of the reduced mantissa, f32(√½)
@@ -416,12 +471,46 @@ def sigmoid_f32(x: np.ndarray) -> np.ndarray:
     """1 / (1 + e^−x) for float32 ``x`` by eqs. (Σ1)-(Σ2), the exp of a non-positive
     argument only (no overflow; subnormal results for x < −87.3)::
 
-        (Σ1) e = exp(−|x|)                                             exp: (E1)-(E6)
+        (Σ1) e = exp(−|x|)                                             exp: (EN1)-(EN6)
         (Σ2) y = x >= 0 ? f32(1 / f32(1 + e)) : f32(e / f32(1 + e))    NaN: the second"""
     x = np.asarray(x, F32)
-    e = exp_f32(-np.abs(x))  # (Σ1)
+    e = exp_fused_nonpositive_f32(-np.abs(x))  # (Σ1)
     d = F32(1) + e
     return np.where(x >= 0, F32(1) / d, e / d)  # (Σ2)
+
+
+#: (X3) the split of expm1, f32(ln 2 / 2)
+EXPM1_SPLIT = np.uint32(0x3EB17218).view(F32)
+#: (X1) Q0 .. Q6 = f32(1 / (k + 2)!): expm1(x) = x + x²·(1/2! + x/3! + … + x⁶/8!)
+EXPM1_POLY = _f32_bits(0x3F000000, 0x3E2AAAAB, 0x3D2AAAAB, 0x3C088889, 0x3AB60B61, 0x39500D01, 0x37D00D01)
+
+
+def expm1_f32(x: np.ndarray) -> np.ndarray:
+    """e^x − 1 for float32 ``x`` by eqs. (X1)-(X3): the Taylor polynomial where the
+    subtraction would cancel, exp (E1)-(E6) minus 1 elsewhere::
+
+        (X1) q = Q6; q = f32(f32(q · x) + Qk), k = 5..0;  ys = f32(x + f32(f32(x · x) · q))
+        (X2) yb = f32(exp(x) − 1)
+        (X3) y = |x| < f32(ln 2 / 2) ? ys : yb                 NaN: yb, NaN
+
+    From |x| = ln 2 / 2 on, |e^x − 1| >= 0.29, so the subtraction loses at most two bits
+    of exp's result (docs/float-ops.md, "expm1 and Elu")."""
+    x = np.asarray(x, F32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = np.full_like(x, EXPM1_POLY[6])
+        for c in EXPM1_POLY[5::-1]:
+            q = q * x + c  # (X1)
+        small = x + (x * x) * q
+        big = exp_f32(x) - F32(1)  # (X2)
+    return np.where(np.abs(x) < EXPM1_SPLIT, small, big)  # (X3)
+
+
+def elu_f32(x: np.ndarray, alpha: float) -> np.ndarray:
+    """Elu for float32 ``x``, eq. (EL): x < 0 ? f32(f32(α) · expm1(x)) : x (NaN and ±0
+    pass through; expm1 (X1)-(X3))."""
+    x = np.asarray(x, F32)
+    e = expm1_f32(np.minimum(x, F32(0)))  # the x >= 0 lanes are not selected
+    return np.where(x < 0, F32(alpha) * e, x)
 
 
 GELU_SQRT2 = np.uint32(0x3FB504F3).view(F32)  # f32(√2)

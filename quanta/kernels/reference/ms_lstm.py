@@ -64,6 +64,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from quanta.kernels.reference.float_ops import fma_f32
 from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, register
 
 __all__ = [
@@ -78,27 +79,6 @@ __all__ = [
 F32 = np.float32
 _F64 = np.float64
 _FLT_MAX = float(np.finfo(np.float32).max)
-
-
-def fma_f32(a: np.ndarray, b: np.ndarray | np.float32, c: np.ndarray | np.float32) -> np.ndarray:
-    """``a·b + c`` for float32 operands, rounded once to float32 (an FMA instruction).
-
-    The product is exact in float64 (24 + 24 bits); the float64 sum rounds once more, and
-    that second rounding only matters when it lands exactly halfway between two float32
-    values: then the sum's rounding error (TwoSum) says which side the exact value is on,
-    and the float64 value is moved one ulp that way before the float32 rounding. (Results
-    in float32's normal range, as in the polynomials below.)"""
-    a = np.asarray(a, F32)
-    p = a.astype(_F64) * np.asarray(b, F32).astype(_F64)
-    cc = np.broadcast_to(np.asarray(c, F32).astype(_F64), p.shape)
-    s = p + cc
-    bb = s - p
-    err = (p - (s - bb)) + (cc - bb)
-    half = (s.view(np.uint64) & np.uint64((1 << 29) - 1)) == np.uint64(1 << 28)
-    fix = half & (err != 0)
-    if np.any(fix):
-        s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
-    return s.astype(F32)
 
 
 # MlasLogisticConstants (logistic.cpp): clamp range, then p = x·P(x²), q = Q(x²).

@@ -89,7 +89,13 @@ def prelu(ctx: OpContext, x: np.ndarray, slope: np.ndarray) -> np.ndarray:
 
 @register("Elu")
 def elu(ctx: OpContext, x: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
+    """float32: quanta's expm1 (float_ops.elu_f32, docs/float-ops.md (EL), (X1)-(X3)); other
+    dtypes: NumPy's expm1 in the compute dtype."""
     del ctx  # unused
+    if np.asarray(x).dtype == np.float32:
+        from quanta.kernels.reference import float_ops
+
+        return float_ops.elu_f32(x, alpha)
     return _unary(x, lambda v: np.where(v < 0, alpha * np.expm1(np.minimum(v, 0)), v))
 
 

@@ -23,6 +23,8 @@ Add, Sub, Mul, Div     ``binary_f32``, numpy broadcasting          math_ops (np.
                                                                   operation per element
 Max, Min (2 inputs)    ``binary_f32("max" | "min")``              math_ops (np.maximum / minimum)
 PRelu                  ``binary_f32("prelu")``, slope to x's shape nn.prelu (x < 0 ? x·slope : x)
+Elu                    ``unary_f32("expm1")``, the select and     nn.elu -> float_ops.elu_f32,
+                       product by alpha in NumPy                  eqs. (EL), (X1)-(X3)
 quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.mlas_logistic_op /
 MlasTanh                                                          mlas_tanh_op (ORT's MLAS functions)
 Add, Sub, Mul, Div,    ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
@@ -621,6 +623,33 @@ bind_sin = _bind_unary("Sin", "sin")
 # ``float_functions="ort"`` puts in place of Sigmoid and Tanh (reference/ort_float.py)
 bind_mlas_logistic = _bind_unary("MlasLogistic", "mlas_logistic", QUANTA_DOMAIN)
 bind_mlas_tanh = _bind_unary("MlasTanh", "mlas_tanh", QUANTA_DOMAIN)
+
+
+@_with_fallback("Elu")
+def _elu_native(ctx: Any, x: Any, *, out: Any, alpha: float = 1.0) -> np.ndarray:
+    """Elu, float32 (float_ops.elu_f32, (EL)): the native expm1 (X1)-(X3), then the twin's
+    select and product by f32(alpha) (skipped for alpha = 1, where it is exact)."""
+    x = _f32(x)
+    e = _native().unary_f32("expm1", x, _threads(ctx))
+    a = np.float32(alpha)
+    if a != 1:
+        np.multiply(e, a, out=e)
+    if out is None:
+        return np.where(x < 0, e, x)
+    np.copyto(out, x)
+    np.copyto(out, e, where=x < 0)
+    return out
+
+
+@register_binder("Elu")
+def bind_elu(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 Elu (madmom's beat TCN and key CNN): quanta's expm1 natively."""
+    del model  # unused: the choice depends on the node's types only
+    reason = _check_f32("Elu", ("X", node.input(0)))
+    if reason:
+        return None, reason
+    return _kernel(_elu_native, "elu_f32", node)
+
 
 _GELU_OPS = {"none": "gelu", "tanh": "gelu_tanh"}
 

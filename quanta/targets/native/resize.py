@@ -7,7 +7,8 @@ once at the end. Per input shape and scales / sizes the kernel asks the twin's o
 the weights (cached), so coordinates and weights are the twin's by construction; then
 
 - nearest: ``take_axis`` per resized axis on x itself (a gather moves the values, which
-  float64 would hold exactly: float32, (u)int8 and int32 inputs);
+  float64 would hold exactly: float32, (u)int8 and int32 inputs); when only the last two
+  axes grow, by integer factors with source index q // s, one ``repeat_2d`` instead;
 - linear / cubic: x to float64 (``cast``), ``resize_axis_f64`` per axis (the tap sum of
   ``weighted_taps``, in its order), and the result to x's dtype: float32 by ``cast``
   (one rounding, as astype), integers by the twin's ``resize_output`` (rint, clip).
@@ -65,6 +66,26 @@ def _nearest_order(tables: list, shape: tuple[int, ...]) -> list:
     return sorted(tables, key=lambda t: (len(t[1]) / max(shape[t[0]], 1), -t[0]))
 
 
+def _repeat_factors(tables: list, shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """(sh, sw) when the nearest gathers resize only the last two axes, each by an integer
+    factor s with source index q // s (every element repeated s times in place: a YOLO
+    neck's 2x upsample under every coordinate mode but align_corners); then one
+    ``repeat_2d`` moves the bytes the two gathers would, in one pass, without the widened
+    intermediate. None otherwise."""
+    rank = len(shape)
+    if rank < 2:
+        return None
+    factors = {rank - 2: 1, rank - 1: 1}
+    for axis, idx, _ in tables:
+        n, m = shape[axis], len(idx)
+        if axis not in factors or n == 0 or m % n:
+            return None
+        if not np.array_equal(idx, np.arange(m) // (m // n)):
+            return None
+        factors[axis] = m // n
+    return factors[rank - 2], factors[rank - 1]
+
+
 def _attr_key(attributes: dict) -> tuple:
     return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(attributes.items()))
 
@@ -98,6 +119,9 @@ def _resize_native(
         return out
     if mode == "nearest":
         data = np.asarray(x, order="C")
+        factors = _repeat_factors(tables, x.shape)
+        if factors is not None:
+            return n.repeat_2d(data, *factors, t, out)
         for i, (axis, idx, _) in enumerate(_nearest_order(tables, x.shape)):
             last = i == len(tables) - 1
             data = n.take_axis(data, axis, idx, t, out if last else None)
@@ -131,8 +155,18 @@ def _resize_specialized(sig: Specialization, *, plans: BoundedCache, **attribute
     plan = _tables(sig.ctx, shape, *consts, attributes)
     if plan is None or plan[0] != "nearest" or not plan[1]:
         return None
+    threads, out = step_threads(sig), sig.out
+    generic = {"plans": plans, **attributes}
+    factors = _repeat_factors(plan[1], shape)
+    if factors is not None:
+        repeat, (sh, sw) = _native().repeat_2d, factors
+
+        def run_repeat(x: np.ndarray, *rest: Any) -> np.ndarray:
+            return repeat(x, sh, sw, threads, out)
+
+        return guarded(run_repeat, _resize_native, generic, out, reads=1)
     order = [(axis, idx) for axis, idx, _ in _nearest_order(plan[1], shape)]
-    take, threads, out = _native().take_axis, step_threads(sig), sig.out
+    take = _native().take_axis
     *first, (last_axis, last_idx) = order
 
     def run(x: np.ndarray, *rest: Any) -> np.ndarray:
@@ -140,7 +174,6 @@ def _resize_specialized(sig: Specialization, *, plans: BoundedCache, **attribute
             x = take(x, axis, idx, threads)
         return take(x, last_axis, last_idx, threads, out)
 
-    generic = {"plans": plans, **attributes}
     return guarded(run, _resize_native, generic, out, reads=1)
 
 

@@ -5,8 +5,8 @@
 // ---------------------------------------------------------------------------------------
 // Contract (docs/float-ops.md; NumPy twin: kernels/reference/float_ops.py). Every float
 // operation below is one float32 IEEE operation in the order written: no fused multiply-
-// add (-ffp-contract=off), true divisions and square roots (correctly rounded), rne =
-// round half to even. Every ISA variant therefore gives the bytes of the twin (NaN
+// add (-ffp-contract=off) except where an equation writes fma (one rounding: std::fma,
+// vfmadd), true divisions and square roots (correctly rounded), rne = round half to even. Every ISA variant therefore gives the bytes of the twin (NaN
 // payloads aside: a NaN result is NaN everywhere, its sign/payload bits are not pinned).
 // ---------------------------------------------------------------------------------------
 //
@@ -41,9 +41,16 @@
 //             (T2) p = T5; p = f32(f32(p · s) + Tk), k = 4..0;  ys = f32(t + f32(t · f32(s · p)))
 //             (T3) e = exp(f32(t + t));  yb = f32(1 − f32(2 / f32(e + 1)))
 //             (T4) y = copysign(t < 0.75 ? ys : yb, x)
-//   sigmoid   (Σ1) e = exp(−|x|)  (Σ2) y = x >= 0 ? f32(1 / f32(1 + e)) : f32(e / f32(1 + e))
+//   sigmoid   (Σ1) e = exp(−|x|) by (EN1)-(EN6)
+//             (Σ2) y = x >= 0 ? f32(1 / f32(1 + e)) : f32(e / f32(1 + e))
 //             (one division of the selected numerator)
+//   fused exp (EN1) t = max(x, −104) for x <= 0 or NaN  (EN2) n = rne(f32(t · L2E))
+//             (EN3) r = fma(−n, C2, f32(t − f32(n · C1)))  (EN4) h = P0; h = fma(h, r, Pk), k = 1..5
+//             (EN5) p = f32(fma(h, f32(r · r), r) + 1)  (EN6) y = (E6)
 //   silu      y = f32(x · sigmoid(x)): the Sigmoid and Mul of a SiLU gate in one pass
+//   expm1     (X1) q = Q6; q = f32(f32(q · x) + Qk), k = 5..0;  ys = f32(x + f32(f32(x · x) · q))
+//             (X2) yb = f32(exp(x) − 1)   (E1)-(E6)
+//             (X3) y = |x| < f32(ln 2 / 2) ? ys : yb   (NaN: yb)   (Qk = f32(1 / (k + 2)!))
 //   relu      y = np.maximum(x, 0): +0 for ±0, NaN stays NaN
 //   log       (LN1) ±0 -> −inf, +inf -> +inf, x < 0 or NaN -> NaN; else
 //             (LN2) x < FLT_MIN: x' = f32(x · 2^23), e0 = −23 (else x' = x, e0 = 0)
@@ -106,9 +113,10 @@ enum class UnaryOp : int {
   kSilu = 8,
   kLog = 9,
   kCos = 10,
-  kSin = 11
+  kSin = 11,
+  kExpm1 = 12
 };
-constexpr int kNumUnaryOps = 12;
+constexpr int kNumUnaryOps = 13;
 
 // Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
 using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n);

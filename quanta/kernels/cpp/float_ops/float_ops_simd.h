@@ -47,6 +47,24 @@ inline typename T::V exp_nonpositive_v(typename T::V x) {
   return exp_clamped_v<T>(T::max(T::set1(kExpLo), x));
 }
 
+// (EN1)-(EN6) for x <= 0 or NaN: exp_fused_nonpositive_one's operations. n·C1 is exact
+// (at most 17 significant bits), so (EN3)'s first fma rounds the same value once as the
+// scalar code's subtraction of that product.
+template <class T>
+inline typename T::V exp_fused_nonpositive_v(typename T::V x) {
+  using V = typename T::V;
+  const V t = T::max(T::set1(kExpLo), x);                                 // (EN1)
+  const V n = T::round(T::mul(t, T::set1(kL2E)));                         // (EN2)
+  const V r = T::fmadd(n, T::set1(-kC2), T::fmadd(n, T::set1(-kC1), t));  // (EN3)
+  V h = T::fmadd(T::set1(kP0), r, T::set1(kP1));                          // (EN4)
+  h = T::fmadd(h, r, T::set1(kP2));
+  h = T::fmadd(h, r, T::set1(kP3));
+  h = T::fmadd(h, r, T::set1(kP4));
+  h = T::fmadd(h, r, T::set1(kP5));
+  const V p = T::add(T::fmadd(h, T::mul(r, r), r), T::set1(1.0f));  // (EN5)
+  return T::scale_pow2(p, n);                                       // (EN6)
+}
+
 template <class T>
 inline typename T::V abs_v(typename T::V x) {
   return T::andnot(T::set1(-0.0f), x);
@@ -208,7 +226,7 @@ inline typename T::V tanh_v(typename T::V x) {
 template <class T>
 inline typename T::V sigmoid_v(typename T::V x) {
   using V = typename T::V;
-  const V e = exp_v<T>(T::or_(abs_v<T>(x), T::set1(-0.0f)));  // (Σ1)
+  const V e = exp_fused_nonpositive_v<T>(T::or_(x, T::set1(-0.0f)));  // (Σ1): −|x|
   const V d = T::add(T::set1(1.0f), e);
   const auto non_negative = T::template cmp<_CMP_GE_OQ>(x, T::zero());
   return T::div(T::select(non_negative, e, T::set1(1.0f)), d);  // (Σ2): one division, its numerator selected
@@ -217,6 +235,16 @@ inline typename T::V sigmoid_v(typename T::V x) {
 template <class T>
 inline typename T::V silu_v(typename T::V x) {
   return T::mul(x, sigmoid_v<T>(x));
+}
+
+template <class T>
+inline typename T::V expm1_v(typename T::V x) {
+  using V = typename T::V;
+  V q = T::set1(kExpm1Q[6]);  // (X1)
+  for (int k = 5; k >= 0; --k) q = T::add(T::mul(q, x), T::set1(kExpm1Q[k]));
+  const V small = T::add(x, T::mul(T::mul(x, x), q));
+  const V big = T::sub(exp_v<T>(x), T::set1(1.0f));                                              // (X2)
+  return T::select(T::template cmp<_CMP_LT_OQ>(abs_v<T>(x), T::set1(kExpm1Split)), big, small);  // (X3)
 }
 
 template <class T>
@@ -241,10 +269,13 @@ inline typename T::V gelu_tanh_v(typename T::V x) {  // (G2)
   return T::mul(T::mul(T::set1(0.5f), x), T::add(T::set1(1.0f), tanh_v<T>(a)));
 }
 
-// y[i] = f(x[i]) for i < n, kLanes at a time, the tail masked.
+// y[i] = f(x[i]) for i < n, kLanes at a time, the tail masked (full vectors take plain
+// loads and stores: no mask to build per vector).
 template <class T, typename T::V (*f)(typename T::V)>
 void unary_run_v(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; i += T::kLanes) {
+  int64_t i = 0;
+  for (; i + T::kLanes <= n; i += T::kLanes) T::storeu(y + i, f(T::loadu(x + i)));
+  if (i < n) {
     const typename T::M k = T::tail(n - i);
     T::store(y + i, k, f(T::load(k, x + i)));
   }
@@ -328,7 +359,7 @@ constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNorm
       {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_v<T>>, unary_run_v<T, sigmoid_v<T>>, unary_run_v<T, relu_v<T>>,
        unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>, unary_run_v<T, recurrent::logistic_v<T>>,
        unary_run_v<T, recurrent::tanh_v<T>>, unary_run_v<T, silu_v<T>>, unary_run_v<T, log_v<T>>,
-       unary_run_v<T, cos_v<T>>, unary_run_v<T, sin_v<T>>}};  // by UnaryOp
+       unary_run_v<T, cos_v<T>>, unary_run_v<T, sin_v<T>>, unary_run_v<T, expm1_v<T>>}};  // by UnaryOp
 }
 
 }  // namespace

@@ -68,6 +68,10 @@ struct Kernels {
   void (*max_plane_s8)(const int8_t* x, int8_t* y, const Geometry2d& g);
   void (*average_plane_u8)(const uint8_t* x, uint8_t* y, const Geometry2d& g, const AverageParams& p);
   void (*average_plane_s8)(const int8_t* x, int8_t* y, const Geometry2d& g, const AverageParams& p);
+  // float MaxPool of one plane at dilation 1, pads >= 0 (max_pool_f32_simd.h; scratch:
+  // 2·hp·wp + 2·wp + 2·s_w floats, hp = (out_h − 1)·s_h + k_h, wp = (out_w − 1)·s_w + k_w);
+  // null: the generic loops
+  void (*max_plane_f32)(const float* x, float* y, const Geometry2d& g, float* scratch);
 };
 
 extern const Kernels kKernelsPortable;
@@ -101,9 +105,16 @@ void max_pool_2d_nhwc(const T* x, T* y, const Geometry2d& g, int64_t channels, i
 // +0 and −0 is not pinned. Windows that overlap vertically (k_h > s_h, k_w > 1) run
 // separably: one pass per kx over every input row (its row maxima), then per output row
 // one pass per valid ky over those; otherwise per output row one pass per valid (ky, kx)
-// over the row's columns (a strided max the compiler vectorises). Threads take chunks of
+// over the row's columns (a strided max the compiler vectorises). At dilation 1 the
+// AVX2 and AVX-512 kernels take each plane whole (Kernels::max_plane_f32) from a
+// −inf-bordered copy: at stride 1 (SPP / SPPF blocks) the row maxima as one loop over the
+// flattened copy, then the column maxima per output row, so a plane narrower than a
+// vector does not leave most lanes empty; at other strides with overlapping windows
+// (ResNet stems' 3x3 stride 2) per output row the column maxima over its k_h rows, split
+// into s_w phases so that every tap of the row's windows is a contiguous vector.
+// Non-overlapping windows (2x2 stride 2) keep the generic loops. Threads take chunks of
 // planes.
-void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_threads);
+void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_threads, Isa isa);
 
 // Float AveragePool (ONNX AveragePool on float32, NCHW, 2-D; twin nn_pool.average_pool,
 // docs/float-ops.md (AP1)-(AP3)): the window's K = k_h·k_w positions in row-major order

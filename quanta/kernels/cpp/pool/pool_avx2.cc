@@ -7,6 +7,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "pool/max_pool_f32_simd.h"
 #include "pool/pool_kernels.h"
 #include "simd.h"
 
@@ -111,7 +112,7 @@ struct Avx2Rows : GenericRows {
 
 }  // namespace
 
-const Kernels kKernelsAvx2 = make_kernels<Avx2Rows>();
+const Kernels kKernelsAvx2 = make_kernels<Avx2Rows>(max_plane_f32<simd::F32x8>);
 
 }  // namespace pool
 }  // namespace quanta

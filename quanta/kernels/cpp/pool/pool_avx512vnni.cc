@@ -9,6 +9,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "pool/max_pool_f32_simd.h"
 #include "pool/pool_kernels.h"
 #include "simd.h"
 
@@ -278,7 +279,7 @@ struct Avx512Planes {
 
 }  // namespace
 
-const Kernels kKernelsAvx512Vnni = make_kernels<Avx512Rows, Avx512Planes>();
+const Kernels kKernelsAvx512Vnni = make_kernels<Avx512Rows, Avx512Planes>(max_plane_f32<simd::F32x16>);
 
 }  // namespace pool
 }  // namespace quanta

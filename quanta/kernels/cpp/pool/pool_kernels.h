@@ -189,10 +189,11 @@ struct GenericPlanes {
 };
 
 template <class R, class P = GenericPlanes<R>>
-constexpr Kernels make_kernels() {
+constexpr Kernels make_kernels(void (*max_plane_f32)(const float*, float*, const Geometry2d&, float*) = nullptr) {
   return Kernels{
-      sum_plane<R, uint8_t>,    sum_plane<R, int8_t>,    sum_channels<uint8_t>,        sum_channels<int8_t>,
-      P::template max<uint8_t>, P::template max<int8_t>, P::template average<uint8_t>, P::template average<int8_t>,
+      sum_plane<R, uint8_t>,        sum_plane<R, int8_t>,        sum_channels<uint8_t>,
+      sum_channels<int8_t>,         P::template max<uint8_t>,    P::template max<int8_t>,
+      P::template average<uint8_t>, P::template average<int8_t>, max_plane_f32,
   };
 }
 

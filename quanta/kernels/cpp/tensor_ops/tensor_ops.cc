@@ -208,6 +208,50 @@ void take_axis(const uint8_t* x, int64_t outer, int64_t n, int64_t inner_bytes, 
 
 namespace {
 
+// d[i·SW + j] = s[i] for i < w, j < SW (a compile-time factor: the 2x of YOLO necks, whose
+// loop the compiler turns into unpack-and-store).
+template <typename T, int SW>
+void widen_row_fixed(const T* __restrict s, int64_t w, T* __restrict d) {
+  for (int64_t i = 0; i < w; ++i) {
+    for (int j = 0; j < SW; ++j) d[i * SW + j] = s[i];
+  }
+}
+
+template <typename T>
+void widen_row(const uint8_t* src, int64_t w, int64_t sw, uint8_t* dst) {
+  const T* s = reinterpret_cast<const T*>(src);
+  T* d = reinterpret_cast<T*>(dst);
+  if (sw == 1) return static_cast<void>(std::memcpy(d, s, static_cast<size_t>(w) * sizeof(T)));
+  if (sw == 2) return widen_row_fixed<T, 2>(s, w, d);
+  if (sw == 4) return widen_row_fixed<T, 4>(s, w, d);
+  for (int64_t i = 0; i < w; ++i) {
+    for (int64_t j = 0; j < sw; ++j) d[i * sw + j] = s[i];
+  }
+}
+
+}  // namespace
+
+void repeat_2d(const uint8_t* x, int64_t planes, int64_t h, int64_t w, int64_t elem, int64_t sh, int64_t sw, uint8_t* y,
+               int num_threads) {
+  const int64_t in_row = w * elem, out_row = in_row * sw;
+  qgemm::parallel_ranges(num_threads, planes * h, rows_per_chunk(out_row * sh, kByteGrain), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      // input row r = (p, iy) gives output rows p·h·sh + iy·sh + k, k < sh: r·sh + k
+      uint8_t* first = y + r * sh * out_row;
+      const uint8_t* src = x + r * in_row;
+      switch (elem) {
+        case 1: widen_row<uint8_t>(src, w, sw, first); break;
+        case 2: widen_row<uint16_t>(src, w, sw, first); break;
+        case 4: widen_row<uint32_t>(src, w, sw, first); break;
+        default: widen_row<uint64_t>(src, w, sw, first); break;
+      }
+      for (int64_t k = 1; k < sh; ++k) std::memcpy(first + k * out_row, first, static_cast<size_t>(out_row));
+    }
+  });
+}
+
+namespace {
+
 // dst[i] = src[i·step] for i < n, elements of type T (bytes moved, never computed).
 template <typename T>
 void strided_run(const uint8_t* src, int64_t step, int64_t n, uint8_t* dst) {

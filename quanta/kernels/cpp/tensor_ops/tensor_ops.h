@@ -47,6 +47,8 @@
 //               and QuantizeLinear's per-tensor run (true float32 division, round half to
 //               even, saturation), piece by piece of each row (acc_to_quant.cc)
 //   take_axis   y[a, q, :] = x[a, idx[q], :], rows of `inner` bytes (memcpy)
+//   repeat_2d   y[p, oy, ox] = x[p, oy / sh, ox / sw] (integer division): nearest upsampling
+//               by integer factors of the last two axes, bytes moved
 //
 // Threads: outputs are split into chunks of whole runs; a chunk is computed by the same
 // instructions whichever thread runs it, so the bytes are identical for any num_threads.
@@ -175,6 +177,11 @@ void acc_to_quant(const int32_t* acc, T* y, int64_t rows, int64_t inner, int64_t
 // y[a, q, :] = x[a, idx[q], :]; idx already in [0, n)
 void take_axis(const uint8_t* x, int64_t outer, int64_t n, int64_t inner_bytes, const int64_t* idx, int64_t m,
                uint8_t* y, int num_threads);
+// y [planes, h·sh, w·sw] = x [planes, h, w] with each element repeated sw times along a
+// row and each widened row sh times; elements of `elem` bytes (1, 2, 4 or 8). Threads take
+// chunks of input rows.
+void repeat_2d(const uint8_t* x, int64_t planes, int64_t h, int64_t w, int64_t elem, int64_t sh, int64_t sw, uint8_t* y,
+               int num_threads);
 // y (contiguous, shape[rank]) = the strided view x (byte strides, may be 0 or negative)
 void copy_strided(const uint8_t* x, int rank, const int64_t* shape, const int64_t* strides, int64_t elem, uint8_t* y,
                   int num_threads);
