@@ -867,19 +867,20 @@ def insert_qdq(graph: Graph, plan: QdqPlan) -> None:
                 needed.append(key)
         if d.output is not None and plan.tensors[d.output].qtype is not None:
             needed.append(d.output)
-    for name in dict.fromkeys(needed):
-        t = plan.tensors[name]
-        if t.qtype is None:
-            continue
-        _insert_activation_qdq(graph, by_name[name], t.qtype)
-    # Weights and biases: per consumer.
-    for d in plan.decisions:
-        if not d.quantize:
-            continue
-        for idx, key in d.inputs:
-            t = plan.tensors[key]
-            if t.role in ("weight", "bias") and t.qtype is not None:
-                _insert_constant_dq(graph, d.node, idx, by_name[t.name], t)
+    with graph.naming():
+        for name in dict.fromkeys(needed):
+            t = plan.tensors[name]
+            if t.qtype is None:
+                continue
+            _insert_activation_qdq(graph, by_name[name], t.qtype)
+        # Weights and biases: per consumer.
+        for d in plan.decisions:
+            if not d.quantize:
+                continue
+            for idx, key in d.inputs:
+                t = plan.tensors[key]
+                if t.role in ("weight", "bias") and t.qtype is not None:
+                    _insert_constant_dq(graph, d.node, idx, by_name[t.name], t)
     graph.remove_unused_initializers()
 
 
