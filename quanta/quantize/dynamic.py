@@ -101,16 +101,17 @@ def quantize_dynamic(
     dq_cache: dict[int, tuple[Value, Value, Value]] = {}
     weights = _WeightCache(g, recipe)
     lstm_weights = LstmWeights(model, recipe)
-    for node in list(g.nodes):
-        reason = _why_not(node, recipe)
-        if reason is not None:
-            summary.float_nodes.append((node.name, node.op_type, reason))
-            continue
-        if node.op_type == "LSTM":
-            rewrite_lstm(node, lstm_weights)
-        else:
-            _rewrite(g, node, recipe, dq_cache, weights)
-        summary.quantized.append((node.name, node.op_type))
+    with g.naming():  # every new value and node is named through fresh_name
+        for node in list(g.nodes):
+            reason = _why_not(node, recipe)
+            if reason is not None:
+                summary.float_nodes.append((node.name, node.op_type, reason))
+                continue
+            if node.op_type == "LSTM":
+                rewrite_lstm(node, lstm_weights)
+            else:
+                _rewrite(g, node, recipe, dq_cache, weights)
+            summary.quantized.append((node.name, node.op_type))
     g.toposort()
     g.remove_unused_initializers()
     verify(g, Stage.LOWERED)
