@@ -20,8 +20,8 @@ is unchanged.
 
 H is taken over the inputs *as the quantized model sees them*: x quantized with its own
 activation parameters, in integers (eq. (12d)), x_int = clamp(round(x/s_x) + z_x) − z_x.
-The integer Gram matrices are exact (float64 products of integers below 2^53 are exact,
-whatever the BLAS summation order), and summed over samples as int64, so the statistics
+The integer Gram matrices are exact (the native integer GEMM for 8-bit inputs; float64
+products of integers below 2^53 otherwise, exact whatever the BLAS summation order), and summed over samples as int64, so the statistics
 after any split of the samples into shards, merged in any order, are the same integers
 (sharded calibration writes the same file: docs/scale.md).
 """
