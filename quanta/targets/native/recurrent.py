@@ -14,6 +14,7 @@ activations, layout 0 or 1.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -461,9 +462,8 @@ def _gru_kernel(kind: str, twin: Callable[[], Callable[..., Any]]) -> Callable[.
         layout=0,
         **attrs,
     ):
-        return _gru_call(
+        return _float_rnn_native(
             kind,
-            twin(),
             ctx,
             x,
             w,
@@ -471,75 +471,31 @@ def _gru_kernel(kind: str, twin: Callable[[], Callable[..., Any]]) -> Callable[.
             b,
             sequence_lens,
             initial_h,
+            None,
+            None,
             w_t=w_t,
             r_t=r_t,
-            hidden_size=hidden_size,
             r_h=r_h,
             n_in=n_in,
+            hidden_size=hidden_size,
             direction=direction,
             clip=clip,
+            input_forget=0,
             linear_before_reset=linear_before_reset,
             layout=layout,
-            **attrs,
+            twin=twin(),
+            twin_args=(b, sequence_lens, initial_h),
+            attrs={
+                "hidden_size": hidden_size,
+                "direction": direction,
+                "clip": clip,
+                "linear_before_reset": linear_before_reset,
+                "layout": layout,
+                **attrs,
+            },
         )
 
     return run
-
-
-def _gru_call(
-    kind: str,
-    twin: Any,
-    ctx: Any,
-    x,
-    w,
-    r,
-    b=None,
-    sequence_lens=None,
-    initial_h=None,
-    *,
-    w_t,
-    r_t,
-    hidden_size,
-    r_h,
-    n_in,
-    direction="forward",
-    clip=None,
-    linear_before_reset=0,
-    layout=0,
-    **attrs,
-):
-    return _float_rnn_native(
-        kind,
-        ctx,
-        x,
-        w,
-        r,
-        b,
-        sequence_lens,
-        initial_h,
-        None,
-        None,
-        w_t=w_t,
-        r_t=r_t,
-        r_h=r_h,
-        n_in=n_in,
-        hidden_size=hidden_size,
-        direction=direction,
-        clip=clip,
-        input_forget=0,
-        linear_before_reset=linear_before_reset,
-        layout=layout,
-        twin=twin,
-        twin_args=(b, sequence_lens, initial_h),
-        attrs={
-            "hidden_size": hidden_size,
-            "direction": direction,
-            "clip": clip,
-            "linear_before_reset": linear_before_reset,
-            "layout": layout,
-            **attrs,
-        },
-    )
 
 
 _gru_native = _gru_kernel("gru", _gru_twin)
@@ -584,17 +540,9 @@ def _bind_float_rnn(op: str, node: Node, ort: bool = False) -> tuple[Kernel | No
         r_t = [_panels(r[d, : 2 * H].T) for d in range(D)]
         r_h = [_panels(r[d, 2 * H :].T) for d in range(D)]
     params = {"w_t": w_t, "r_t": r_t, "r_h": r_h, "n_in": int(w.shape[2])}
-    if ort and op == "LSTM":
-        return Kernel(
-            _ort_lstm_native, "native", "native:ort_lstm_f32", params=params, specialize=_ort_lstm_specialized
-        ), ""
-    if ort:
-        return Kernel(
-            _ort_gru_native, "native", "native:ort_gru_f32", params=params, specialize=_ort_gru_specialized
-        ), ""
-    fn = _lstm_native if op == "LSTM" else _gru_native
-    spec = _lstm_specialized if op == "LSTM" else _gru_specialized
-    return Kernel(fn, "native", f"native:{op.lower()}_f32", params=params, specialize=spec), ""
+    fn, spec = _FLOAT_RNN_KERNELS[op, ort]
+    name = f"native:{'ort_' if ort else ''}{op.lower()}_f32"
+    return Kernel(fn, "native", name, params=params, specialize=spec), ""
 
 
 def _float_rnn_specialized(
@@ -679,20 +627,17 @@ def _float_rnn_specialized(
     return specialized
 
 
-def _lstm_specialized(sig: Specialization, **kw: Any) -> Callable[..., Any] | None:
-    return _float_rnn_specialized("lstm", _lstm_native, sig, **kw)
-
-
-def _ort_lstm_specialized(sig: Specialization, **kw: Any) -> Callable[..., Any] | None:
-    return _float_rnn_specialized("ort_lstm", _ort_lstm_native, sig, **kw)
-
-
-def _gru_specialized(sig: Specialization, **kw: Any) -> Callable[..., Any] | None:
-    return _float_rnn_specialized("gru", _gru_native, sig, **kw)
-
-
-def _ort_gru_specialized(sig: Specialization, **kw: Any) -> Callable[..., Any] | None:
-    return _float_rnn_specialized("ort_gru", _ort_gru_native, sig, **kw)
+# (op, ONNX Runtime's functions) -> (generic kernel, its specializer): the float_rnn kind
+# is "ort_" + op in lower case for ORT's
+_FLOAT_RNN_KERNELS = {
+    (op, ort): (fn, functools.partial(_float_rnn_specialized, f"{'ort_' if ort else ''}{op.lower()}", fn))
+    for (op, ort), fn in {
+        ("LSTM", False): _lstm_native,
+        ("LSTM", True): _ort_lstm_native,
+        ("GRU", False): _gru_native,
+        ("GRU", True): _ort_gru_native,
+    }.items()
+}
 
 
 @register_binder("LSTM")
