@@ -65,6 +65,22 @@ def mlas_tanh_op(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     return mlas_tanh(_f32(ctx, x))
 
 
+def _check_rnn(
+    op: str, inputs: Sequence[np.ndarray | None], activations: Sequence[str] | None, attrs: dict
+) -> None:
+    """What Ort{op} takes: the default activations (the rule that writes the op keeps any
+    other as it is), float32 operands (sequence_lens aside), clip > 0."""
+    directions = 2 if attrs.get("direction", "forward") == "bidirectional" else 1
+    if not default_activations(op, activations, directions):
+        raise OpError(f"Ort{op}: only the default activations, got {list(activations or [])}")
+    for k, v in enumerate(inputs):
+        if k != 4 and v is not None and np.asarray(v).dtype != np.float32:
+            raise OpError(f"Ort{op}: input {k} must be float32, got {np.asarray(v).dtype}")
+    clip = attrs.get("clip")
+    if clip is not None and not float(clip) > 0:
+        raise OpError(f"Ort{op}: clip must be > 0, got {clip}")
+
+
 @register("OrtLSTM", QUANTA_DOMAIN)
 def ort_lstm_op(
     ctx: OpContext,
@@ -76,15 +92,7 @@ def ort_lstm_op(
 ) -> tuple[np.ndarray, ...]:
     """quanta OrtLSTM-1: ORT's float32 LSTM (module docstring); the default activations
     only (the rule that writes this op keeps any other LSTM as it is)."""
-    directions = 2 if attrs.get("direction", "forward") == "bidirectional" else 1
-    if not default_activations("LSTM", activations, directions):
-        raise OpError(f"OrtLSTM: only the default activations, got {list(activations or [])}")
-    for k, v in enumerate(inputs):
-        if k != 4 and v is not None and np.asarray(v).dtype != np.float32:
-            raise OpError(f"OrtLSTM: input {k} must be float32, got {np.asarray(v).dtype}")
-    clip = attrs.get("clip")
-    if clip is not None and not float(clip) > 0:
-        raise OpError(f"OrtLSTM: clip must be > 0, got {clip}")
+    _check_rnn("LSTM", inputs, activations, attrs)
     return lstm(*inputs, **attrs, functions="ort")[: max(1, ctx.n_outputs)]
 
 
@@ -99,13 +107,5 @@ def ort_gru_op(
 ) -> tuple[np.ndarray, ...]:
     """quanta OrtGRU-1: ORT's float32 GRU (module docstring); the default activations
     only (the rule that writes this op keeps any other GRU as it is)."""
-    directions = 2 if attrs.get("direction", "forward") == "bidirectional" else 1
-    if not default_activations("GRU", activations, directions):
-        raise OpError(f"OrtGRU: only the default activations, got {list(activations or [])}")
-    for k, v in enumerate(inputs):
-        if k != 4 and v is not None and np.asarray(v).dtype != np.float32:
-            raise OpError(f"OrtGRU: input {k} must be float32, got {np.asarray(v).dtype}")
-    clip = attrs.get("clip")
-    if clip is not None and not float(clip) > 0:
-        raise OpError(f"OrtGRU: clip must be > 0, got {clip}")
+    _check_rnn("GRU", inputs, activations, attrs)
     return gru(*inputs, **attrs, functions="ort")[: max(1, ctx.n_outputs)]
