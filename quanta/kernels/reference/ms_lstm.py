@@ -103,8 +103,8 @@ _LOGISTIC_Q = tuple(
         9.93151921023180e-01,
     )
 )
-# MlasTanhConstants (tanh.cpp)
-_TANH_P = tuple(
+# MlasTanhConstants (tanh.cpp); ORT's CPU GRU's own rational tanh has the same ones
+TANH_P = tuple(
     F32(v)
     for v in (
         -2.76076847742355e-16,
@@ -116,7 +116,7 @@ _TANH_P = tuple(
         4.89352455891786e-03,
     )
 )
-_TANH_Q = tuple(
+TANH_Q = tuple(
     F32(v) for v in (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
 )
 
@@ -156,7 +156,7 @@ def mlas_tanh(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, F32)
     v = np.minimum(np.maximum(x, F32(-9.0)), F32(9.0))
     with np.errstate(over="ignore", invalid="ignore"):
-        return _rational(v, _TANH_P, _TANH_Q)
+        return _rational(v, TANH_P, TANH_Q)
 
 
 # ORT's activation table (rnn_helpers.cc NameToArgUsageMap / NameToArgDefaultsMap): which of

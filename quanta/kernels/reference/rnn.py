@@ -46,6 +46,7 @@ import numpy as np
 
 from quanta.kernels.reference.delegate import delegate_to_onnx_reference
 from quanta.kernels.reference.float_ops import sigmoid_f32, tanh_f32
+from quanta.kernels.reference.ms_lstm import TANH_P, TANH_Q
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
 __all__ = [
@@ -241,35 +242,17 @@ def _gru_direction(x, w, r, bias, h, lens, reverse, clip, linear_before_reset):
     return y, yh
 
 
-#: ONNX Runtime's own rational tanh of its CPU GRU (``deepcpu`` in rnn_helpers.cc):
-#: x·P(x²) / Q(x²), P by alpha_13 .. alpha_1, Q by beta_6 .. beta_0
-_DEEPCPU_P = tuple(
-    F32(v)
-    for v in (
-        -2.76076847742355e-16,
-        2.00018790482477e-13,
-        -8.60467152213735e-11,
-        5.12229709037114e-08,
-        1.48572235717979e-05,
-        6.37261928875436e-04,
-        4.89352455891786e-03,
-    )
-)
-_DEEPCPU_Q = tuple(
-    F32(v) for v in (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
-)
-
-
 def _deepcpu_rational(x: np.ndarray) -> np.ndarray:
     """x·P(x²) / Q(x²) with every Horner step an f32 product then an f32 sum (ORT compiles
-    that file for baseline x86-64: no FMA contraction)."""
+    that file for baseline x86-64: no FMA contraction); P, Q are MLAS's tanh constants
+    (``deepcpu`` in rnn_helpers.cc has the same)."""
     x2 = x * x
-    p = x2 * _DEEPCPU_P[0] + _DEEPCPU_P[1]
-    for c in _DEEPCPU_P[2:]:
+    p = x2 * TANH_P[0] + TANH_P[1]
+    for c in TANH_P[2:]:
         p = x2 * p + c
     p = x * p
-    q = x2 * _DEEPCPU_Q[0] + _DEEPCPU_Q[1]
-    for c in _DEEPCPU_Q[2:]:
+    q = x2 * TANH_Q[0] + TANH_Q[1]
+    for c in TANH_Q[2:]:
         q = x2 * q + c
     return p / q
 
