@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 
 from quanta.kernels.reference.delegate import delegate_to_onnx_reference
-from quanta.kernels.reference.float_ops import sigmoid_f32, tanh_f32
-from quanta.kernels.reference.ms_lstm import TANH_P, TANH_Q
+from quanta.kernels.reference.float_ops import fma_f32, sigmoid_f32, tanh_f32
+from quanta.kernels.reference.ms_lstm import TANH_P, TANH_Q, mlas_logistic, mlas_tanh
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
 __all__ = [
@@ -90,8 +90,6 @@ def mlas_sgemm_blocks(a: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
     +0 in increasing k (``acc = fma(a[m, k], w[k, n], acc)``); the partial sums, in order,
     are what the kernel adds to its output one float32 addition each (docs/float-ops.md
     (RNN-ORT))."""
-    from quanta.kernels.reference.ms_lstm import fma_f32
-
     a = np.asarray(a, F32)
     w = np.asarray(w, F32)
     parts = []
@@ -297,8 +295,6 @@ def _sum_blocks(parts: list[np.ndarray], y: np.ndarray | None = None) -> np.ndar
 def _ort_gru_direction(x, w, r, bias, h, lens, reverse, clip, linear_before_reset):
     """One direction of ONNX Runtime's CPU GRU (deep_cpu_gru.cc, UniDirectionalGru) in
     float32 (docs/float-ops.md (RNN-ORT-GRU)). ``clip`` is ORT's: FLT_MAX when unset."""
-    from quanta.kernels.reference.ms_lstm import mlas_logistic
-
     T, B, _ = x.shape
     H = r.shape[1]
     L = int(lens.max()) if B else 0
@@ -390,8 +386,6 @@ def lstm(
         raise OpError(f"LSTM: functions must be 'onnx' or 'ort', got {functions!r}")
     extra: dict[str, Any] = {}
     if functions == "ort":
-        from quanta.kernels.reference.ms_lstm import mlas_logistic, mlas_tanh
-
         extra = {"blocks": mlas_sgemm_blocks, "sig": mlas_logistic, "th": mlas_tanh}
     D, H, x, (h0, c0) = _prepare("LSTM", x, w, r, 4, hidden_size, direction, layout, [initial_h, initial_c])
     T, B, _ = x.shape
