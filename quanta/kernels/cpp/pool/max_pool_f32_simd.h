@@ -24,6 +24,32 @@ inline typename T::V max_nan_v(typename T::V m, typename T::V v) {
   return T::select(T::template cmp<_CMP_UNORD_Q>(v, v), T::max(v, m), v);
 }
 
+// The plane x into pad, a −inf-bordered hp × wp copy (flat, row stride wp): input row iy
+// and column ix land on (iy + pad_t, ix + pad_l); rows and columns past hp / wp (inputs
+// no window reads) are left out.
+template <class T>
+inline void bordered_copy(const float* x, float* __restrict pad, const Geometry2d& g, int64_t hp, int64_t wp) {
+  constexpr int64_t L = T::kLanes;
+  const int64_t np = hp * wp;
+  const typename T::V ninf = T::set1(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + L <= np; i += L) T::storeu(pad + i, ninf);
+  if (i < np) T::store(pad + i, T::tail(np - i), ninf);
+  const int64_t c1 = std::min(g.w, wp - g.pad_l);
+  for (int64_t iy = 0; iy < g.h; ++iy) {
+    const int64_t py = iy + g.pad_t;
+    if (py >= hp) break;
+    const float* src = x + iy * g.w;
+    float* dst = pad + py * wp + g.pad_l;
+    int64_t c = 0;
+    for (; c + L <= c1; c += L) T::storeu(dst + c, T::loadu(src + c));
+    if (c < c1) {
+      const typename T::M k = T::tail(c1 - c);
+      T::store(dst + c, k, T::load(k, src + c));
+    }
+  }
+}
+
 // The plane goes into a −inf-bordered copy P of hp × wp (hp = out_h + k_h − 1, wp = out_w +
 // k_w − 1: exactly the positions the windows read) laid out as one flat array, so that
 //   H[i] = max_{kx < k_w} P[i + kx]        over the flat index i
@@ -40,26 +66,9 @@ void max_plane_f32_s1(const float* x, float* y, const Geometry2d& g, float* scra
   const int64_t hp = g.out_h + g.k_h - 1, wp = g.out_w + g.k_w - 1, np = hp * wp;
   float* __restrict pad = scratch;
   float* __restrict hmax = scratch + np;
-  const V ninf = T::set1(-std::numeric_limits<float>::infinity());
-  int64_t i = 0;
-  for (; i + L <= np; i += L) T::storeu(pad + i, ninf);
-  if (i < np) T::store(pad + i, T::tail(np - i), ninf);
-  // input column ix lands on padded column ix + pad_l; only columns < wp are read
-  const int64_t c1 = std::min(g.w, wp - g.pad_l);
-  for (int64_t iy = 0; iy < g.h; ++iy) {
-    const int64_t py = iy + g.pad_t;
-    if (py >= hp) break;
-    const float* src = x + iy * g.w;
-    float* dst = pad + py * wp + g.pad_l;
-    int64_t c = 0;
-    for (; c + L <= c1; c += L) T::storeu(dst + c, T::loadu(src + c));
-    if (c < c1) {
-      const typename T::M k = T::tail(c1 - c);
-      T::store(dst + c, k, T::load(k, src + c));
-    }
-  }
+  bordered_copy<T>(x, pad, g, hp, wp);
   const int64_t nh = np - (g.k_w - 1);
-  for (i = 0; i < nh; i += L) {
+  for (int64_t i = 0; i < nh; i += L) {
     const typename T::M k = T::tail(nh - i);
     V m = T::load(k, pad + i);
     for (int64_t kx = 1; kx < g.k_w; ++kx) m = max_nan_v<T>(m, T::load(k, pad + i + kx));
@@ -94,21 +103,7 @@ void max_plane_f32_strided(const float* x, float* y, const Geometry2d& g, float*
   float* __restrict vmax = scratch + np;
   float* __restrict phases = vmax + wp + g.s_w;  // s_w rows of phase_len
   const float ninf_s = -std::numeric_limits<float>::infinity();
-  const V ninf = T::set1(ninf_s);
-  int64_t i = 0;
-  for (; i + L <= np; i += L) T::storeu(pad + i, ninf);
-  if (i < np) T::store(pad + i, T::tail(np - i), ninf);
-  const int64_t c1 = std::min(g.w, wp - g.pad_l);
-  for (int64_t iy = 0; iy < g.h; ++iy) {
-    const int64_t py = iy + g.pad_t;
-    if (py >= hp) break;
-    const float* src = x + iy * g.w;
-    float* dst = pad + py * wp + g.pad_l;
-    for (int64_t c = 0; c < c1; c += L) {
-      const typename T::M k = T::tail(c1 - c);
-      T::store(dst + c, k, T::load(k, src + c));
-    }
-  }
+  bordered_copy<T>(x, pad, g, hp, wp);
   for (int64_t oy = 0; oy < g.out_h; ++oy) {
     const float* top = pad + oy * g.s_h * wp;
     for (int64_t c = 0; c < wp; c += L) {
