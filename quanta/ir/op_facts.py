@@ -243,6 +243,13 @@ FACTS = OpTable(
         # Relu / Clip after a float Conv into it, the float GEMM family's epilogue clamps)
         # or a gated activation (FuseFloatGate: SiLU, hardswish, HardSigmoid per tile)
         Op("Conv", QUANTA, shape_only=True, compute=True, blas=True),
+        # the blocked float layout NCHW16c (passes/lower/nchwc.py, reference/nchwc.py):
+        # a float Conv (with its fused activation) and a MaxPool on 5-D [N, Cb, H, W, 16]
+        # tensors, and the moves into and out of the layout at a region's edges
+        Op("ConvNchwc", QUANTA, shape_only=True, compute=True, blas=True),
+        Op("MaxPoolNchwc", QUANTA, shape_only=True),
+        Op("ReorderNchwc", QUANTA, shape_only=True, island=False),
+        Op("ReorderNchw", QUANTA, shape_only=True, island=False),
         # the elementwise half of an exported LSTM cell (optimize_float's FuseLSTMGates)
         Op("LSTMGates", QUANTA),
         Op(
