@@ -1,0 +1,42 @@
+// AVX-512 NCHW16c micro-kernels (contract: nchwc.h): a 16-channel block is one zmm; a
+// group-1 tile holds up to 6 pixels × 4 output blocks (24 accumulators, 4 weight vectors)
+// or 8 pixels × up to 3 blocks, each step one vfmadd231ps with an embedded broadcast of
+// the input value.
+#include <immintrin.h>
+
+#include "nchwc/nchwc.h"
+
+namespace quanta {
+namespace nchwc {
+namespace {
+
+struct O {
+  using V = __m512;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float v) { return _mm512_set1_ps(v); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  // The masked forms with every lane set: the plain ones start from _mm512_undefined_ps,
+  // which GCC 12 reports as maybe-uninitialized once inlined into the tiles.
+  static V max(V a, V b) { return _mm512_mask_max_ps(b, static_cast<__mmask16>(0xFFFF), a, b); }
+  static V min(V a, V b) { return _mm512_mask_min_ps(b, static_cast<__mmask16>(0xFFFF), a, b); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V fma_bcast(V w, const float* p, V c) { return _mm512_fmadd_ps(w, _mm512_set1_ps(*p), c); }
+};
+
+#include "nchwc/tile.h"
+
+}  // namespace
+
+extern const Kernels kKernelsAvx512Vnni = {
+    "avx512vnni",
+    {8, 8, 8, 6},
+    4,
+    {QUANTA_NCHWC_ROW(O, 1, 8), QUANTA_NCHWC_ROW(O, 2, 8), QUANTA_NCHWC_ROW(O, 3, 8), QUANTA_NCHWC_ROW(O, 4, 6)},
+    8,
+    QUANTA_NCHWC_DW_ROW(O, 8),
+};
+
+}  // namespace nchwc
+}  // namespace quanta
