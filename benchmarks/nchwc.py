@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -118,6 +117,49 @@ def per_call(fn, reps: int) -> float:
     return (time.thread_time() - t) / reps
 
 
+def bench_layer(
+    label: str, c: int, h: int, m: int, k: int, s: int, dw: bool, rounds: int, rng: np.random.Generator
+) -> str:
+    stem = c <= 4
+    x = rng.standard_normal((1, c, h, h)).astype(np.float32)
+    w = (rng.standard_normal((m, 1 if dw else c, k, k)) * 0.1).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    g = c if dw else 1
+    p = [k // 2] * 4
+    geo = ([s, s], [1, 1], p)
+    wp = _native.conv_nchwc_pack_f32(w, g, stem)
+    x5 = x if stem else _native.reorder_nchwc_f32(x)
+    wq = _native.conv_pack_f32(w, g)
+    y5 = np.empty_like(_native.conv_nchwc_f32(x5, wp, b, m, c, k, k, *geo, g, input_nchw=stem))
+    y = np.empty_like(_native.conv_f32(x, wq, b, m, k, k, *geo, g))
+    engines = {
+        "nchwc": lambda: _native.conv_nchwc_f32(x5, wp, b, m, c, k, k, *geo, g, out=y5, input_nchw=stem),
+        "conv_f32": lambda: _native.conv_f32(x, wq, b, m, k, k, *geo, g, out=y),
+    }
+    s1 = ort_session(conv_model(c, h, m, k, s, dw, 1, rng))
+    engines["ort"] = lambda: s1.run(None, {"x": x})
+    chain = s == 1 and c == m
+    if chain:
+        s3 = ort_session(conv_model(c, h, m, k, s, dw, 3, rng))
+        engines["ort x3"] = lambda: s3.run(None, {"x": x})
+    macs = y.size * (1 if dw else c) * k * k
+    reps = max(1, int(3e7 / macs))
+    times: dict[str, list[float]] = {e: [] for e in engines}
+    for fn in engines.values():
+        fn()
+    for _ in range(rounds):
+        for e, fn in engines.items():
+            times[e].append(per_call(fn, reps) / (3 if e == "ort x3" else 1))
+    med = {e: float(np.median(t)) for e, t in times.items()}
+    gf = {e: 2 * macs / t / 1e9 for e, t in med.items()}
+    x3 = f"{gf['ort x3']:7.1f}" if chain else f"{'':>7s}"
+    rx3 = f"{med['ort x3'] / med['nchwc']:6.2f}" if chain else f"{'':>6s}"
+    return (
+        f"{label:44s} {gf['nchwc']:7.1f} {gf['conv_f32']:8.1f} {gf['ort']:7.1f} {x3} "
+        f"{med['conv_f32'] / med['nchwc']:6.2f} {med['ort'] / med['nchwc']:6.2f} {rx3}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7)
@@ -132,43 +174,7 @@ def main() -> None:
         label = f"{model} {c}x{h}x{h}->{m} {k}x{k} s{s}{' dw' if dw else ''}{' stem' if stem else ''}"
         if args.only and args.only not in label:
             continue
-        x = rng.standard_normal((1, c, h, h)).astype(np.float32)
-        w = (rng.standard_normal((m, 1 if dw else c, k, k)) * 0.1).astype(np.float32)
-        b = rng.standard_normal(m).astype(np.float32)
-        g = c if dw else 1
-        p = [k // 2] * 4
-        geo = ([s, s], [1, 1], p)
-        wp = _native.conv_nchwc_pack_f32(w, g, stem)
-        x5 = x if stem else _native.reorder_nchwc_f32(x)
-        wq = _native.conv_pack_f32(w, g)
-        y5 = np.empty_like(_native.conv_nchwc_f32(x5, wp, b, m, c, k, k, *geo, g, input_nchw=stem))
-        y = np.empty_like(_native.conv_f32(x, wq, b, m, k, k, *geo, g))
-        engines = {
-            "nchwc": lambda: _native.conv_nchwc_f32(x5, wp, b, m, c, k, k, *geo, g, out=y5, input_nchw=stem),
-            "conv_f32": lambda: _native.conv_f32(x, wq, b, m, k, k, *geo, g, out=y),
-        }
-        s1 = ort_session(conv_model(c, h, m, k, s, dw, 1, rng))
-        engines["ort"] = lambda: s1.run(None, {"x": x})
-        chain = s == 1 and c == m
-        if chain:
-            s3 = ort_session(conv_model(c, h, m, k, s, dw, 3, rng))
-            engines["ort x3"] = lambda: s3.run(None, {"x": x})
-        macs = y.size * (1 if dw else c) * k * k
-        reps = max(1, int(3e7 / macs))
-        times: dict[str, list[float]] = {e: [] for e in engines}
-        for fn in engines.values():
-            fn()
-        for _ in range(args.rounds):
-            for e, fn in engines.items():
-                times[e].append(per_call(fn, reps) / (3 if e == "ort x3" else 1))
-        med = {e: float(np.median(t)) for e, t in times.items()}
-        gf = {e: 2 * macs / t / 1e9 for e, t in med.items()}
-        x3 = f"{gf['ort x3']:7.1f}" if chain else f"{'':>7s}"
-        rx3 = f"{med['ort x3'] / med['nchwc']:6.2f}" if chain else f"{'':>6s}"
-        print(
-            f"{label:44s} {gf['nchwc']:7.1f} {gf['conv_f32']:8.1f} {gf['ort']:7.1f} {x3} "
-            f"{med['conv_f32'] / med['nchwc']:6.2f} {med['ort'] / med['nchwc']:6.2f} {rx3}"
-        )
+        print(bench_layer(label, c, h, m, k, s, dw, args.rounds, rng))
 
 
 if __name__ == "__main__":
