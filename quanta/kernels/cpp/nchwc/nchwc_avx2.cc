@@ -10,6 +10,7 @@ namespace nchwc {
 namespace {
 
 struct O {
+  static constexpr int kEmbedMaxNb = 0;
   struct V {
     __m256 a, b;
   };

@@ -12,6 +12,9 @@ namespace {
 
 struct O {
   using V = __m512;
+  // one or two output blocks: the broadcast in each fma (a separate vbroadcastss would be a
+  // second vector uop per fma); three or four: one vbroadcastss shared by the blocks' fmas
+  static constexpr int kEmbedMaxNb = 2;
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float v) { return _mm512_set1_ps(v); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }
@@ -22,7 +25,13 @@ struct O {
   static V max(V a, V b) { return _mm512_mask_max_ps(b, static_cast<__mmask16>(0xFFFF), a, b); }
   static V min(V a, V b) { return _mm512_mask_min_ps(b, static_cast<__mmask16>(0xFFFF), a, b); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static V fma_bcast(V w, const float* p, V c) { return _mm512_fmadd_ps(w, _mm512_set1_ps(*p), c); }
+  // The broadcast embedded in the fma (one fused load uop per fma, as MLAS's kernel): with
+  // the intrinsics GCC shares one vbroadcastss among the output blocks, an extra uop on
+  // the vector pipes the fmas need.
+  static V fma_bcast(V w, const float* p, V c) {
+    asm("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(c) : "v"(w), "m"(*p));
+    return c;
+  }
 };
 
 #include "nchwc/tile.h"

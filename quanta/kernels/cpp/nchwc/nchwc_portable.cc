@@ -9,6 +9,7 @@ namespace nchwc {
 namespace {
 
 struct O {
+  static constexpr int kEmbedMaxNb = 0;
   struct V {
     float v[16];
   };

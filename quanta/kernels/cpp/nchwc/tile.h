@@ -4,6 +4,8 @@
 //   zero(), set1(f), load(p), store(p, v), add(a, b), max(a, b), min(a, b)
 //   fma(a, b, c)           a·b + c per lane, one rounding
 //   fma_bcast(w, p, c)     w·p[0] + c per lane, one rounding (AVX-512: an embedded broadcast)
+//   kEmbedMaxNb            tiles of up to this many output blocks use fma_bcast per fma;
+//                          wider ones broadcast each input value once (set1) for all blocks
 // max(set1(lo), v) and min(set1(hi), v) keep a NaN v (vmaxps / vminps return their second
 // operand when either is NaN), as the GEMM's clamp does.
 //
@@ -34,8 +36,14 @@ inline __attribute__((always_inline)) void nchwc_lane(typename O::V (&acc)[P][NB
   for (int ob = 0; ob < NB; ++ob) wv[ob] = O::load(w + ob * ws_ob);
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) {
+    if constexpr (NB <= O::kEmbedMaxNb) {
 #pragma GCC unroll 4
-    for (int ob = 0; ob < NB; ++ob) acc[p][ob] = O::fma_bcast(wv[ob], x + p * xs_pix, acc[p][ob]);
+      for (int ob = 0; ob < NB; ++ob) acc[p][ob] = O::fma_bcast(wv[ob], x + p * xs_pix, acc[p][ob]);
+    } else {
+      const typename O::V xv = O::set1(x[p * xs_pix]);
+#pragma GCC unroll 4
+      for (int ob = 0; ob < NB; ++ob) acc[p][ob] = O::fma(wv[ob], xv, acc[p][ob]);
+    }
   }
 }
 
