@@ -296,3 +296,95 @@ def test_conv_refuses_bad_arguments() -> None:
         _native.conv_nchwc_pack_f32(normal(rng, 16, 1, 3, 3), 16, True)
     with pytest.raises(ValueError, match=r"conv_nchwc_pack_f32: w: expected \[M, C/G, kh, kw\]"):
         _native.conv_nchwc_pack_f32(normal(rng, 16, 3, 3))
+
+
+# --------------------------------------------------------------------------------------
+# Pools and resize (exact)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "c,h,w,kernel,strides,pads,dilations,ceil_mode",
+    [
+        (17, 10, 10, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), False),  # YOLO's SPPF
+        (48, 20, 20, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), False),
+        (7, 13, 13, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False),  # a stem's 3x3 stride 2
+        (16, 13, 12, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), True),  # ceil_mode overhang
+        (33, 9, 11, (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), False),
+        (3, 9, 11, (3, 2), (1, 2), (1, 0, 2, 1), (2, 1), True),  # asymmetric, dilated
+        (1, 1, 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False),
+    ],
+)
+def test_max_pool_is_the_twins_bytes(c, h, w, kernel, strides, pads, dilations, ceil_mode) -> None:
+    from quanta.kernels.reference.registry import OpContext
+
+    rng = np.random.default_rng(c * h + w)
+    x5 = normal(rng, 2, twin.blocks(c), h, w, 16)  # pad lanes pooled like the others
+    attrs = dict(
+        kernel_shape=list(kernel),
+        strides=list(strides),
+        pads=list(pads),
+        dilations=list(dilations),
+        ceil_mode=int(ceil_mode),
+    )
+    want = twin.max_pool_nchwc(OpContext(opset=17), x5, **attrs)
+
+    def run(isa: str) -> None:
+        for threads in (1, 2):
+            y = _native.max_pool_nchwc_f32(
+                x5, list(kernel), list(strides), list(pads), list(dilations), ceil_mode, threads
+            )
+            assert y.shape == want.shape and y.tobytes() == want.tobytes(), (isa, threads)
+
+    every_isa(run)
+
+
+def test_max_pool_propagates_nan() -> None:
+    x5 = normal(np.random.default_rng(3), 1, 1, 6, 6, 16)
+    x5[0, 0, 2, 3, 5] = np.nan
+
+    def run(isa: str) -> None:
+        y = _native.max_pool_nchwc_f32(x5, [3, 3], [1, 1], [1, 1, 1, 1])
+        nan = np.isnan(y)
+        assert nan[0, 0, 1:4, 2:5, 5].all() and nan.sum() == 9, isa
+
+    every_isa(run)
+
+
+@pytest.mark.parametrize("c,h,w", [(17, 10, 10), (3, 1, 1), (48, 7, 9), (16, 20, 20), (7, 1, 37)])
+def test_global_avg_pool_is_the_twins_bytes(c, h, w) -> None:
+    from quanta.kernels.reference.nn_pool import global_average_pool
+    from quanta.kernels.reference.registry import OpContext
+
+    x5 = normal(np.random.default_rng(c + h * w), 2, twin.blocks(c), h, w, 16) * np.float32(100)
+    want = twin.to_nchwc(global_average_pool(OpContext(opset=17), twin.from_nchwc(x5)))
+
+    def run(isa: str) -> None:
+        for threads in (1, 2):
+            y = _native.global_avg_pool_nchwc_f32(x5, threads)
+            assert y.shape == want.shape and y.tobytes() == want.tobytes(), (isa, threads)
+
+    every_isa(run)
+
+
+@pytest.mark.parametrize("h,w,fy,fx", [(10, 10, 2, 2), (1, 3, 3, 1), (5, 7, 1, 4), (13, 13, 2, 2)])
+def test_resize_nearest_repeats_each_pixel(h, w, fy, fx) -> None:
+    x5 = normal(np.random.default_rng(h * w), 2, 3, h, w, 16)
+    want = np.repeat(np.repeat(x5, fy, axis=2), fx, axis=3)
+    for threads in (1, 2):
+        y = _native.resize_nearest_nchwc_f32(x5, fy, fx, threads)
+        assert y.tobytes() == want.tobytes(), threads
+
+
+def test_pools_refuse_bad_arguments() -> None:
+    x5 = np.zeros((1, 1, 4, 4, 16), F32)
+    with pytest.raises(ValueError, match=r"max_pool_nchwc_f32: x: expected \[N, Cb, H, W, 16\]"):
+        _native.max_pool_nchwc_f32(np.zeros((1, 3, 4, 4), F32), [2, 2], [2, 2], [0] * 4)
+    with pytest.raises(ValueError, match="max_pool_nchwc_f32: expected 2 kernel sizes"):
+        _native.max_pool_nchwc_f32(x5, [2], [2, 2], [0] * 4)
+    with pytest.raises(ValueError, match="max_pool_nchwc_f32: the dilated kernel is larger"):
+        _native.max_pool_nchwc_f32(x5, [5, 5], [1, 1], [0] * 4)
+    with pytest.raises(ValueError, match="global_avg_pool_nchwc_f32: x: expected a non-empty plane"):
+        _native.global_avg_pool_nchwc_f32(np.zeros((1, 1, 0, 4, 16), F32))
+    with pytest.raises(ValueError, match="resize_nearest_nchwc_f32: fy, fx: expected integer factors >= 1"):
+        _native.resize_nearest_nchwc_f32(x5, 0, 2)

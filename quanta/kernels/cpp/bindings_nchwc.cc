@@ -10,6 +10,10 @@
 //                  input_nchw=False) -> y [N, ⌈m/16⌉, OH, OW, 16]
 //       x: [N, ⌈c/16⌉, H, W, 16], or [N, c, H, W] with input_nchw (group 1); group 1 or
 //       depthwise (group == c == m).
+//   max_pool_nchwc_f32(x5, kernel, strides, pads, dilations=[1, 1], ceil_mode=False,
+//                      num_threads=1, out=None)                  ONNX MaxPool, exact
+//   global_avg_pool_nchwc_f32(x5, num_threads=1, out=None) -> [N, Cb, 1, 1, 16]   sum16 mean
+//   resize_nearest_nchwc_f32(x5, fy, fx, num_threads=1, out=None) -> [N, Cb, H·fy, W·fx, 16]
 #include <pybind11/stl.h>
 
 #include <limits>
@@ -175,6 +179,88 @@ py::array conv(const py::handle& x_obj, const py::handle& w_obj, const py::objec
   return std::move(y);
 }
 
+// The 5-D NCHW16c input of a pool or resize, checked.
+Arr blocked_input(const py::handle& x_obj, const std::string& op) {
+  auto x = require_array<float>(x_obj, (op + ": x").c_str());
+  if (x.ndim() != 5 || x.shape(4) != kB) {
+    throw py::value_error(op + ": x: expected [N, Cb, H, W, 16], got " + shape_str(shape_of(x)));
+  }
+  return x;
+}
+
+py::array max_pool(const py::handle& x_obj, const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+                   const std::vector<int64_t>& pads, const std::vector<int64_t>& dilations, bool ceil_mode,
+                   int num_threads, const py::object& out_obj) {
+  const std::string op = "max_pool_nchwc_f32";
+  check_threads(num_threads, op);
+  auto x = blocked_input(x_obj, op);
+  if (kernel.size() != 2 || strides.size() != 2 || pads.size() != 4 || dilations.size() != 2) {
+    throw py::value_error(op +
+                          ": expected 2 kernel sizes, 2 strides, 4 pads (top, left, bottom, right) and 2 "
+                          "dilations");
+  }
+  if (kernel[0] < 1 || kernel[1] < 1 || strides[0] < 1 || strides[1] < 1 || dilations[0] < 1 || dilations[1] < 1 ||
+      pads[0] < 0 || pads[1] < 0 || pads[2] < 0 || pads[3] < 0) {
+    throw py::value_error(op + ": expected kernel, strides, dilations >= 1 and pads >= 0");
+  }
+  nchwc::PoolGeom g{x.shape(2),   x.shape(3),   kernel[0], kernel[1], strides[0], strides[1],
+                    dilations[0], dilations[1], pads[0],   pads[1],   0,          0};
+  // ONNX MaxPool's output size (reference conv_geometry.output_spatial): floor, or ceil
+  // with ceil_mode where a last window starting inside the end padding is dropped.
+  int64_t* outs[2] = {&g.oh, &g.ow};
+  const int64_t sizes[2] = {g.h, g.w}, ks[2] = {g.kh, g.kw}, ss[2] = {g.sh, g.sw}, ds[2] = {g.dh, g.dw};
+  for (int a = 0; a < 2; ++a) {
+    const int64_t span = sizes[a] + pads[a] + pads[a + 2] - ((ks[a] - 1) * ds[a] + 1);
+    if (span < 0) {
+      throw py::value_error(op + ": the dilated kernel is larger than the padded input along axis " +
+                            std::to_string(a + 2));
+    }
+    int64_t o = (ceil_mode ? (span + ss[a] - 1) / ss[a] : span / ss[a]) + 1;
+    if (ceil_mode && (o - 1) * ss[a] >= sizes[a] + pads[a]) --o;
+    *outs[a] = o;
+  }
+  auto y = make_output<float>(out_obj, Shape{x.shape(0), x.shape(1), g.oh, g.ow, kB}, op.c_str(), {x});
+  if (y.size() == 0) return std::move(y);
+  {
+    py::gil_scoped_release release;
+    nchwc::max_pool(x.data(), x.shape(0) * x.shape(1), g, y.mutable_data(), num_threads, active_isa());
+  }
+  return std::move(y);
+}
+
+py::array global_avg_pool(const py::handle& x_obj, int num_threads, const py::object& out_obj) {
+  const std::string op = "global_avg_pool_nchwc_f32";
+  check_threads(num_threads, op);
+  auto x = blocked_input(x_obj, op);
+  const int64_t hw = x.shape(2) * x.shape(3);
+  if (hw == 0) throw py::value_error(op + ": x: expected a non-empty plane, got " + shape_str(shape_of(x)));
+  auto y = make_output<float>(out_obj, Shape{x.shape(0), x.shape(1), 1, 1, kB}, op.c_str(), {x});
+  if (y.size() == 0) return std::move(y);
+  {
+    py::gil_scoped_release release;
+    nchwc::global_avg_pool(x.data(), x.shape(0) * x.shape(1), hw, y.mutable_data(), num_threads, active_isa());
+  }
+  return std::move(y);
+}
+
+py::array resize_nearest(const py::handle& x_obj, int64_t fy, int64_t fx, int num_threads, const py::object& out_obj) {
+  const std::string op = "resize_nearest_nchwc_f32";
+  check_threads(num_threads, op);
+  auto x = blocked_input(x_obj, op);
+  if (fy < 1 || fx < 1) {
+    throw py::value_error(op + ": fy, fx: expected integer factors >= 1, got " + std::to_string(fy) + ", " +
+                          std::to_string(fx));
+  }
+  const int64_t h = x.shape(2), w = x.shape(3);
+  auto y = make_output<float>(out_obj, Shape{x.shape(0), x.shape(1), h * fy, w * fx, kB}, op.c_str(), {x});
+  if (y.size() == 0) return std::move(y);
+  {
+    py::gil_scoped_release release;
+    nchwc::resize_nearest(x.data(), x.shape(0) * x.shape(1), h, w, fy, fx, y.mutable_data(), num_threads);
+  }
+  return std::move(y);
+}
+
 }  // namespace
 
 void register_nchwc(py::module_& m) {
@@ -191,6 +277,18 @@ void register_nchwc(py::module_& m) {
         py::arg("post_kind") = 0, py::arg("post_params") = std::vector<float>{}, py::arg("input_nchw") = false,
         "Float32 direct convolution on NCHW16c (nchwc.h; docs/float-ops.md (FG1)): + bias, clamp to [lo, hi], "
         "then the post op (sgemm.h PostOp kinds, as conv_f32's post).");
+  m.def("max_pool_nchwc_f32", &max_pool, py::arg("x"), py::arg("kernel"), py::arg("strides"), py::arg("pads"),
+        py::arg("dilations") = std::vector<int64_t>{1, 1}, py::arg("ceil_mode") = false, py::arg("num_threads") = 1,
+        py::arg("out") = py::none(),
+        "ONNX MaxPool (2-D, -inf padding) of an NCHW16c tensor, every lane; exact (max only selects).");
+  m.def("global_avg_pool_nchwc_f32", &global_avg_pool, py::arg("x"), py::arg("num_threads") = 1,
+        py::arg("out") = py::none(),
+        "GlobalAveragePool of an NCHW16c tensor -> [N, Cb, 1, 1, 16]: per lane f32(sum16 / f32(H*W)), the bytes of "
+        "the NCHW twin.");
+  m.def("resize_nearest_nchwc_f32", &resize_nearest, py::arg("x"), py::arg("fy"), py::arg("fx"),
+        py::arg("num_threads") = 1, py::arg("out") = py::none(),
+        "Nearest upsampling of H and W by integer factors of an NCHW16c tensor: each pixel's 16 floats copied "
+        "fy*fx times.");
 }
 
 }  // namespace quanta

@@ -238,5 +238,49 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
   }
 }
 
+void max_pool(const float* x, int64_t planes, const PoolGeom& g, float* y, int num_threads, Isa isa) {
+  const Kernels& kr = kernels_for(isa);
+  const int64_t in = g.h * g.w * kBlock, out = g.oh * g.ow * kBlock;
+  auto body = [&](int64_t p, int) { kr.max_pool_plane(x + p * in, g, y + p * out); };
+  const int threads = planes * out * g.kh * g.kw < kMinParallelMoves ? 1 : num_threads;
+  if (threads <= 1 || planes == 1) {
+    for (int64_t p = 0; p < planes; ++p) body(p, 0);
+  } else {
+    qgemm::parallel_for(threads, planes, body);
+  }
+}
+
+void global_avg_pool(const float* x, int64_t planes, int64_t hw, float* y, int num_threads, Isa isa) {
+  const Kernels& kr = kernels_for(isa);
+  auto body = [&](int64_t p, int) { kr.gap_block(x + p * hw * kBlock, hw, y + p * kBlock); };
+  const int threads = planes * hw * kBlock < kMinParallelMoves ? 1 : num_threads;
+  if (threads <= 1 || planes == 1) {
+    for (int64_t p = 0; p < planes; ++p) body(p, 0);
+  } else {
+    qgemm::parallel_for(threads, planes, body);
+  }
+}
+
+void resize_nearest(const float* x, int64_t planes, int64_t h, int64_t w, int64_t fy, int64_t fx, float* y,
+                    int num_threads) {
+  const int64_t ow = w * fx, out_row = ow * kBlock;
+  auto body = [&](int64_t item, int) {  // one input row of one plane: its fy output rows
+    const int64_t p = item / h, iy = item % h;
+    const float* src = x + (p * h + iy) * w * kBlock;
+    float* dst = y + (p * h * fy + iy * fy) * out_row;
+    for (int64_t ix = 0; ix < w; ++ix)
+      for (int64_t r = 0; r < fx; ++r)
+        std::memcpy(dst + (ix * fx + r) * kBlock, src + ix * kBlock, sizeof(float) * kBlock);
+    for (int64_t r = 1; r < fy; ++r) std::memcpy(dst + r * out_row, dst, sizeof(float) * static_cast<size_t>(out_row));
+  };
+  const int64_t items = planes * h;
+  const int threads = items * fy * out_row < kMinParallelMoves ? 1 : num_threads;
+  if (threads <= 1 || items == 1) {
+    for (int64_t i = 0; i < items; ++i) body(i, 0);
+  } else {
+    qgemm::parallel_for(threads, items, body);
+  }
+}
+
 }  // namespace nchwc
 }  // namespace quanta

@@ -74,6 +74,19 @@ struct DwTile {
 };
 using DwTileFn = void (*)(const DwTile& t);
 
+// MaxPool of one channel block's plane x [h][w][16] into y [oh][ow][16] (ONNX MaxPool, 2-D):
+// each output the maximum over the window's positions inside the input, −inf when there is
+// none; a NaN in the window gives NaN. Exact: max only selects (the sign of a zero maximum
+// among +0 and −0 is not pinned, as pool.h max_pool_2d_f32).
+struct PoolGeom {
+  int64_t h, w, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
+};
+using MaxPoolPlaneFn = void (*)(const float* x, const PoolGeom& g, float* y);
+// GlobalAveragePool of one channel block: x [hw][16] -> y [16], per lane
+// f32(sum16(x[:, lane]) / f32(hw)), sum16 of docs/float-ops.md (R1)-(R3): position i adds
+// into partial sum i mod 16 in increasing i, then the fixed halving tree.
+using GapBlockFn = void (*)(const float* x, int64_t hw, float* y);
+
 struct Kernels {
   const char* isa;
   int max_p[kMaxNb];  // conv tile pixels per block count: tile[nb − 1][p − 1] non-null for p ≤ max_p[nb − 1]
@@ -81,6 +94,8 @@ struct Kernels {
   ConvTileFn tile[kMaxNb][kMaxP];
   int dw_max_p;
   DwTileFn dw[kMaxP];
+  MaxPoolPlaneFn max_pool_plane;
+  GapBlockFn gap_block;
 };
 
 extern const Kernels kKernelsPortable;
@@ -112,6 +127,16 @@ inline int64_t packed_size(int64_t m, int64_t c, int64_t kh, int64_t kw, bool de
 }
 // w: [m][c][kh][kw] (group 1) or [c][1][kh][kw] (depthwise, m == c) -> out (packed_size floats).
 void pack_weights(const float* w, int64_t m, int64_t c, int64_t kh, int64_t kw, bool depthwise, float* out);
+
+// ---- pools and resize (exact) -------------------------------------------------------------
+
+// x [n·cb planes][h][w][16] -> y [n·cb][oh][ow][16]; threads over planes.
+void max_pool(const float* x, int64_t planes, const PoolGeom& g, float* y, int num_threads, Isa isa);
+// x [planes][hw][16] -> y [planes][16].
+void global_avg_pool(const float* x, int64_t planes, int64_t hw, float* y, int num_threads, Isa isa);
+// x [planes][h][w][16] -> y [planes][h·fy][w·fx][16], y[oy][ox] = x[oy / fy][ox / fx].
+void resize_nearest(const float* x, int64_t planes, int64_t h, int64_t w, int64_t fy, int64_t fx, float* y,
+                    int num_threads);
 
 // bias16: null or ⌈m/16⌉·16 floats (zero past m); y: [n][⌈m/16⌉][oh][ow][16].
 void conv(const ConvGeom& g, const float* x, const float* w_packed, const float* bias16, float lo, float hi,

@@ -22,6 +22,12 @@ struct O {
     _mm256_storeu_ps(p + 8, v.b);
   }
   static V add(V x, V y) { return {_mm256_add_ps(x.a, y.a), _mm256_add_ps(x.b, y.b)}; }
+  static V div(V x, V y) { return {_mm256_div_ps(x.a, y.a), _mm256_div_ps(x.b, y.b)}; }
+  // vmaxps(v, m) returns m when either is NaN: only a NaN v needs putting back
+  static __m256 max_nan8(__m256 m, __m256 v) {
+    return _mm256_blendv_ps(_mm256_max_ps(v, m), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  static V max_nan(V m, V v) { return {max_nan8(m.a, v.a), max_nan8(m.b, v.b)}; }
   static V max(V x, V y) { return {_mm256_max_ps(x.a, y.a), _mm256_max_ps(x.b, y.b)}; }
   static V min(V x, V y) { return {_mm256_min_ps(x.a, y.a), _mm256_min_ps(x.b, y.b)}; }
   static V fma(V x, V y, V c) { return {_mm256_fmadd_ps(x.a, y.a, c.a), _mm256_fmadd_ps(x.b, y.b, c.b)}; }
@@ -42,6 +48,8 @@ extern const Kernels kKernelsAvx2 = {
     {QUANTA_NCHWC_ROW(O, 1, 6), QUANTA_NCHWC_ROW(O, 2, 3), QUANTA_NCHWC_ROW(O, 3, 0), QUANTA_NCHWC_ROW(O, 4, 0)},
     4,
     QUANTA_NCHWC_DW_ROW(O, 4),
+    nchwc_max_pool_plane<O>,
+    nchwc_gap_block<O>,
 };
 
 }  // namespace nchwc

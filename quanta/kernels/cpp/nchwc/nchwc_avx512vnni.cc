@@ -20,6 +20,9 @@ struct O {
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  // vmaxps(v, m) returns m when either is NaN: only a NaN v needs putting back
+  static V max_nan(V m, V v) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), max(v, m), v); }
   // The masked forms with every lane set: the plain ones start from _mm512_undefined_ps,
   // which GCC 12 reports as maybe-uninitialized once inlined into the tiles.
   static V max(V a, V b) { return _mm512_mask_max_ps(b, static_cast<__mmask16>(0xFFFF), a, b); }
@@ -45,6 +48,8 @@ extern const Kernels kKernelsAvx512Vnni = {
     {QUANTA_NCHWC_ROW(O, 1, 8), QUANTA_NCHWC_ROW(O, 2, 8), QUANTA_NCHWC_ROW(O, 3, 8), QUANTA_NCHWC_ROW(O, 4, 6)},
     8,
     QUANTA_NCHWC_DW_ROW(O, 8),
+    nchwc_max_pool_plane<O>,
+    nchwc_gap_block<O>,
 };
 
 }  // namespace nchwc

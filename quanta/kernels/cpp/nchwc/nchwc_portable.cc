@@ -32,6 +32,17 @@ struct O {
     for (int i = 0; i < 16; ++i) r.v[i] = x.v[i] + y.v[i];
     return r;
   }
+  static V div(const V& x, const V& y) {
+    V r;
+    for (int i = 0; i < 16; ++i) r.v[i] = x.v[i] / y.v[i];
+    return r;
+  }
+  static V max_nan(const V& m, const V& v) {
+    V r;
+    for (int i = 0; i < 16; ++i)
+      r.v[i] = v.v[i] != v.v[i] || m.v[i] != m.v[i] ? v.v[i] + m.v[i] : (v.v[i] > m.v[i] ? v.v[i] : m.v[i]);
+    return r;
+  }
   // As vmaxps (lo, v): v unless v < lo, so a NaN v stays NaN.
   static V max(const V& lo, const V& v) {
     V r;
@@ -67,6 +78,8 @@ extern const Kernels kKernelsPortable = {
     {QUANTA_NCHWC_ROW(O, 1, 1), QUANTA_NCHWC_ROW(O, 2, 0), QUANTA_NCHWC_ROW(O, 3, 0), QUANTA_NCHWC_ROW(O, 4, 0)},
     1,
     QUANTA_NCHWC_DW_ROW(O, 1),
+    nchwc_max_pool_plane<O>,
+    nchwc_gap_block<O>,
 };
 
 }  // namespace nchwc

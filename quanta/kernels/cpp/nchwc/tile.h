@@ -1,7 +1,8 @@
 // The NCHW16c micro-kernels, written once over a 16-float block type O and included by
 // each ISA's file (nchwc_<isa>.cc) inside its anonymous namespace. O provides:
 //   V                      16 floats (one zmm, two ymm, or an array)
-//   zero(), set1(f), load(p), store(p, v), add(a, b), max(a, b), min(a, b)
+//   zero(), set1(f), load(p), store(p, v), add(a, b), div(a, b), max(a, b), min(a, b)
+//   max_nan(m, v)          max(m, v) per lane, NaN when either is NaN
 //   fma(a, b, c)           a·b + c per lane, one rounding
 //   fma_bcast(w, p, c)     w·p[0] + c per lane, one rounding (AVX-512: an embedded broadcast)
 //   kEmbedMaxNb            tiles of up to this many output blocks use fma_bcast per fma;
@@ -99,6 +100,44 @@ void nchwc_dw_tile(const quanta::nchwc::DwTile& t) {
     typename O::V one[1] = {acc[p]};
     nchwc_finish<O, 1>(one, t.bias, t.lo, t.hi, t.y + p * 16, 0);
   }
+}
+
+template <class O>
+void nchwc_max_pool_plane(const float* x, const quanta::nchwc::PoolGeom& g, float* y) {
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    const int64_t iy0 = oy * g.sh - g.pt;
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int64_t ix0 = ox * g.sw - g.pl;
+      typename O::V m = O::set1(-__builtin_inff());
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = iy0 + ky * g.dh;
+        if (iy < 0 || iy >= g.h) continue;
+        const float* row = x + iy * g.w * 16;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t ix = ix0 + kx * g.dw;
+          if (ix < 0 || ix >= g.w) continue;
+          m = O::max_nan(m, O::load(row + ix * 16));
+        }
+      }
+      O::store(y + (oy * g.ow + ox) * 16, m);
+    }
+  }
+}
+
+template <class O>
+void nchwc_gap_block(const float* x, int64_t hw, float* y) {
+  typename O::V s[16];
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j) s[j] = O::zero();
+  int64_t i = 0;
+  for (; i + 16 <= hw; i += 16) {
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) s[j] = O::add(s[j], O::load(x + (i + j) * 16));
+  }
+  for (int j = 0; i + j < hw; ++j) s[j] = O::add(s[j], O::load(x + (i + j) * 16));
+  for (int h = 8; h >= 1; h /= 2)
+    for (int j = 0; j < h; ++j) s[j] = O::add(s[j], s[j + h]);
+  O::store(y, O::div(s[0], O::set1(static_cast<float>(hw))));
 }
 
 // The dispatch tables' entries: a tile of P pixels when P ≤ MaxP, else null (never
