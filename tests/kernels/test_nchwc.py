@@ -190,6 +190,11 @@ def assert_within_bound(y: np.ndarray, y64: np.ndarray, magnitude: np.ndarray, k
         (1, 16, 5, 9, 32, 1, 7, (1, 1), (1, 1), (0, 3, 0, 3), {"lo": -1.0, "hi": 1.0}),
         (1, 16, 9, 5, 16, 7, 1, (1, 1), (1, 1), (3, 0, 3, 0), {}),
         (1, 16, 1, 1, 32, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), {}),
+        # input channel blocks in several passes (partial sums through y), the post op after
+        # the last; 1x1 planes run as wider rows
+        (1, 130, 26, 26, 64, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), {"post": "SiLU", "lo": -1.0}),
+        (2, 48, 13, 11, 80, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), {"post": "SiLU"}),
+        (1, 200, 10, 10, 17, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), {"with_bias": False}),
         (2, 1, 13, 13, 17, 3, 3, (2, 1), (1, 2), (0, 2, 1, 0), {}),
         (1, 3, 40, 40, 16, 3, 3, (2, 2), (1, 1), (1, 1, 1, 1), {"input_nchw": True}),  # the stem
         (1, 4, 33, 35, 32, 6, 6, (2, 2), (1, 1), (2, 2, 2, 2), {"input_nchw": True, "post": "SiLU"}),

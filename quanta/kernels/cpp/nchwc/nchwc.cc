@@ -115,12 +115,23 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
           const sgemm::PostOp* post, float* y, int num_threads, Isa isa) {
   const Kernels& kr = kernels_for(isa);
   // A 1x1 convolution of stride 1 without pads maps the plane's pixels one to one: it runs
-  // as one row of H·W pixels, so the tiles do not stop at each row's end (a 26-pixel row is
-  // 4 tiles of 6 and one of 2). The same chains: the same bytes.
+  // as rows of w' pixels, w' the largest divisor of H·W that leaves at least 4 rows (so
+  // 2 threads still find items), so fewer tiles are cut short at a row's end (26x26: 4
+  // rows of 169 instead of 26 rows of 26 that each end in a tile of 2). The same chains:
+  // the same bytes.
   ConvGeom g = geom;
-  if (g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.oh == g.h && g.ow == g.w && g.pt == 0 && g.pl == 0) {
-    g.w = g.ow = g.h * g.w;
-    g.h = g.oh = 1;
+  if (g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.oh == g.h && g.ow == g.w && g.pt == 0 && g.pl == 0 &&
+      g.h >= 4) {
+    const int64_t hw = g.h * g.w;
+    int64_t wide = g.w;
+    for (int64_t d = hw / 4; d > g.w; --d) {
+      if (hw % d == 0) {
+        wide = d;
+        break;
+      }
+    }
+    g.w = g.ow = wide;
+    g.h = g.oh = hw / wide;
   }
   const int64_t cbs = blocks(g.c), mbs = blocks(g.m), taps = g.kh * g.kw;
   const int64_t plane = g.h * g.w, oplane = g.oh * g.ow;
@@ -133,10 +144,25 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
   const int64_t x_img = g.input_nchw ? g.c * plane : cbs * kBlock * plane;
   const int64_t y_img = mbs * kBlock * oplane;
   const int64_t groups = g.depthwise ? mbs : (mbs + kr.max_nb - 1) / kr.max_nb;
-  const int64_t items = g.n * groups * g.oh;
+  // Group 1: the input channel blocks run in passes whose weights (the group's output
+  // blocks × the pass's input blocks × the taps) fit in L1 beside the input rows, over
+  // items of several output rows (an output chunk that stays in L2 between passes), so a
+  // pass's weights are read from L1 by every tile of those rows instead of streaming the
+  // whole filter from L2 for each tile.
+  constexpr int64_t kPassWeightBytes = 24 << 10, kItemOutBytes = 96 << 10;
+  const int64_t group_nb = std::min<int64_t>(kr.max_nb, mbs);
+  const int64_t cb_pass =
+      std::max<int64_t>(1, kPassWeightBytes / (group_nb * taps * kBlock * kBlock * int64_t{sizeof(float)}));
+  const int64_t rows_per_item =
+      g.depthwise
+          ? 1
+          : std::max<int64_t>(
+                1, std::min<int64_t>(g.oh, kItemOutBytes / (g.ow * group_nb * kBlock * int64_t{sizeof(float)})));
+  const int64_t row_items = (g.oh + rows_per_item - 1) / rows_per_item;
+  const int64_t items = g.n * groups * row_items;
 
   auto row = [&](int64_t item, int) {
-    const int64_t oy = item % g.oh, rest = item / g.oh;
+    const int64_t oy = item % row_items * rows_per_item, rest = item / row_items;
     const int64_t grp = rest % groups, img = rest / groups;
     const int64_t iy0 = oy * g.sh - g.pt;
     int64_t ky0, ky1;
@@ -184,50 +210,58 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
     const int64_t ob0 = grp * kr.max_nb;
     const int nb = static_cast<int>(std::min<int64_t>(kr.max_nb, mbs - ob0));
     const int max_p = kr.max_p[nb - 1];
+    const int64_t oy1 = std::min(g.oh, oy + rows_per_item);
     ConvTile t;
-    t.x = x + img * x_img + (iy0 + ky0 * g.dh) * g.w * xs_px;
     t.xs_cb = xs_cb;
     t.xs_row = g.dh * g.w * xs_px;
     t.xs_col = g.dw * xs_px;
     t.xs_lane = xs_lane;
     t.xs_pix = g.sw * xs_px;
-    t.cbs = cbs;
-    t.last_lanes = static_cast<int>(g.c - (cbs - 1) * kBlock);
-    t.nky = static_cast<int>(ky1 - ky0);
     t.ws_ob = cbs * taps * kBlock * kBlock;
     t.ws_cb = taps * kBlock * kBlock;
     t.ws_row = g.kw * kBlock * kBlock;
-    t.w = w_packed + ob0 * t.ws_ob + ky0 * t.ws_row;
     t.bias = bias16 ? bias16 + ob0 * kBlock : nullptr;
     t.lo = lo;
     t.hi = hi;
     t.ys_ob = oplane * kBlock;
-    float* yrow = y + img * y_img + (ob0 * oplane + oy * g.ow) * kBlock;
-    const float* xrow = t.x;
-    const float* wrow = t.w;
-    auto border = [&](int64_t ox) {
-      const int64_t ix0 = ox * g.sw - g.pl;
-      int64_t kx0, kx1;
-      tap_range(ix0, g.dw, g.kw, g.w, &kx0, &kx1);
-      t.x = xrow + (ix0 + kx0 * g.dw) * xs_px;
-      t.w = wrow + kx0 * kBlock * kBlock;
-      t.nkx = static_cast<int>(kx1 - kx0);
-      t.y = yrow + ox * kBlock;
-      kr.tile[nb - 1][0](t);
-    };
-    for (int64_t ox = 0; ox < ox_lo; ++ox) border(ox);
-    t.nkx = static_cast<int>(g.kw);
-    t.w = wrow;
-    for (int64_t ox = ox_lo; ox < ox_hi;) {
-      const int64_t p = std::min<int64_t>(max_p, ox_hi - ox);
-      t.x = xrow + (ox * g.sw - g.pl) * xs_px;
-      t.y = yrow + ox * kBlock;
-      kr.tile[nb - 1][p - 1](t);
-      ox += p;
+    for (int64_t cb0 = 0; cb0 < cbs; cb0 += cb_pass) {
+      t.cbs = std::min(cb_pass, cbs - cb0);
+      t.last_lanes = cb0 + t.cbs == cbs ? static_cast<int>(g.c - (cbs - 1) * kBlock) : kBlock;
+      t.first = cb0 == 0;
+      t.last = cb0 + t.cbs == cbs;
+      for (int64_t r = oy; r < oy1; ++r) {
+        const int64_t ry0 = r * g.sh - g.pt;
+        int64_t ky0, ky1;
+        tap_range(ry0, g.dh, g.kh, g.h, &ky0, &ky1);
+        t.nky = static_cast<int>(ky1 - ky0);
+        const float* xrow = x + img * x_img + cb0 * xs_cb + (ry0 + ky0 * g.dh) * g.w * xs_px;
+        const float* wrow = w_packed + ob0 * t.ws_ob + cb0 * t.ws_cb + ky0 * t.ws_row;
+        float* yrow = y + img * y_img + (ob0 * oplane + r * g.ow) * kBlock;
+        auto border = [&](int64_t ox) {
+          const int64_t ix0 = ox * g.sw - g.pl;
+          int64_t kx0, kx1;
+          tap_range(ix0, g.dw, g.kw, g.w, &kx0, &kx1);
+          t.x = xrow + (ix0 + kx0 * g.dw) * xs_px;
+          t.w = wrow + kx0 * kBlock * kBlock;
+          t.nkx = static_cast<int>(kx1 - kx0);
+          t.y = yrow + ox * kBlock;
+          kr.tile[nb - 1][0](t);
+        };
+        for (int64_t ox = 0; ox < ox_lo; ++ox) border(ox);
+        t.nkx = static_cast<int>(g.kw);
+        t.w = wrow;
+        for (int64_t ox = ox_lo; ox < ox_hi;) {
+          const int64_t p = std::min<int64_t>(max_p, ox_hi - ox);
+          t.x = xrow + (ox * g.sw - g.pl) * xs_px;
+          t.y = yrow + ox * kBlock;
+          kr.tile[nb - 1][p - 1](t);
+          ox += p;
+        }
+        for (int64_t ox = std::max(ox_hi, ox_lo); ox < g.ow; ++ox) border(ox);
+        if (post && t.last)
+          for (int b = 0; b < nb; ++b) sgemm::apply_post(*post, yrow + b * t.ys_ob, g.ow * kBlock);
+      }
     }
-    for (int64_t ox = std::max(ox_hi, ox_lo); ox < g.ow; ++ox) border(ox);
-    if (post)
-      for (int b = 0; b < nb; ++b) sgemm::apply_post(*post, yrow + b * t.ys_ob, g.ow * kBlock);
   };
   const int64_t macs = g.n * g.oh * g.ow * mbs * kBlock * (g.depthwise ? 1 : g.c) * taps;
   const int threads = macs < kMinParallelMacs ? 1 : num_threads;

@@ -40,7 +40,7 @@ inline int64_t blocks(int64_t c) { return (c + kBlock - 1) / kBlock; }
 
 // One output tile of the group-1 convolution: `p` output pixels of one row × `nb` output
 // channel blocks (the template sizes of the function), the taps [0, nky) × [0, nkx)
-// (pointers already at the first tap inside the image), every input channel block.
+// (pointers already at the first tap inside the image), `cbs` input channel blocks.
 //   x element (cb, ky, kx, lane) of pixel i at x + cb·xs_cb + ky·xs_row + kx·xs_col +
 //   lane·xs_lane + i·xs_pix; weights (ob, cb, ky, kx, lane) at w + ob·ws_ob + cb·ws_cb +
 //   ky·ws_row + kx·256 + lane·16; output pixel i of block ob at y + ob·ys_ob + i·16.
@@ -56,6 +56,11 @@ struct ConvTile {
   float lo, hi;
   float* y;
   int64_t ys_ob;
+  // The driver runs the input channel blocks in passes (a pass's weights stay in L1 across
+  // a row's tiles): first, the chains start from +0, else from the partial sums in y (a
+  // float stored and reloaded is the same float: one chain either way); last, the
+  // epilogue finishes them, else the partial sums are stored.
+  bool first = true, last = true;
 };
 using ConvTileFn = void (*)(const ConvTile& t);
 

@@ -54,7 +54,7 @@ void nchwc_conv_tile(const quanta::nchwc::ConvTile& t) {
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) {
 #pragma GCC unroll 4
-    for (int ob = 0; ob < NB; ++ob) acc[p][ob] = O::zero();
+    for (int ob = 0; ob < NB; ++ob) acc[p][ob] = t.first ? O::zero() : O::load(t.y + ob * t.ys_ob + p * 16);
   }
   const float* xc = t.x;
   const float* wc = t.w;
@@ -75,6 +75,14 @@ void nchwc_conv_tile(const quanta::nchwc::ConvTile& t) {
         }
       }
     }
+  }
+  if (!t.last) {
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 4
+      for (int ob = 0; ob < NB; ++ob) O::store(t.y + ob * t.ys_ob + p * 16, acc[p][ob]);
+    }
+    return;
   }
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) nchwc_finish<O, NB>(acc[p], t.bias, t.lo, t.hi, t.y + p * 16, t.ys_ob);
