@@ -67,12 +67,12 @@ void nchwc_conv_tile(const quanta::nchwc::ConvTile& t) {
       for (int kx = 0; kx < t.nkx; ++kx) {
         const float* xk = xr + kx * t.xs_col;
         const float* wk = wr + kx * 256;
-        if (lanes == 16 && xs_lane == 1) {
-#pragma GCC unroll 16
-          for (int l = 0; l < 16; ++l) nchwc_lane<O, P, NB>(acc, xk + l, xs_pix, wk + l * 16, ws_ob);
-        } else {
-          for (int l = 0; l < lanes; ++l) nchwc_lane<O, P, NB>(acc, xk + l * xs_lane, xs_pix, wk + l * 16, ws_ob);
-        }
+        // A plain loop over the lanes, not unrolled: unrolled 16 times, GCC interleaves the
+        // lanes' steps and runs out of registers (accumulators spilled, per-lane addresses
+        // reloaded from the stack); rolled, each lane is 4 weight loads, 6 broadcasts and
+        // 24 fmas on pointers that advance by one float and one vector.
+#pragma GCC unroll 1
+        for (int l = 0; l < lanes; ++l) nchwc_lane<O, P, NB>(acc, xk + l * xs_lane, xs_pix, wk + l * 16, ws_ob);
       }
     }
   }
