@@ -45,4 +45,5 @@ PYBIND11_MODULE(_native, m) {
   register_w4(m);
   register_bf16(m);
   register_mx(m);
+  register_nchwc(m);
 }

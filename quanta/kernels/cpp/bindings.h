@@ -38,6 +38,7 @@ void register_a16w8(py::module_& m);
 void register_w4(py::module_& m);
 void register_bf16(py::module_& m);
 void register_mx(py::module_& m);
+void register_nchwc(py::module_& m);
 
 // Shapes, thread counts and output aliasing, checked the same way (and named in the same
 // words) by every binding family.

@@ -1,0 +1,320 @@
+// NCHW16c drivers (contract: nchwc.h): the reorders, the weight packing and the
+// convolution's tiling (interior pixels in tiles of several pixels with no bound checks,
+// border pixels one at a time over the taps inside the image, the ky range of each
+// output row restricted at the top and bottom), threads over (image, output channel
+// blocks, output row).
+#include "nchwc/nchwc.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "qgemm/thread_pool.h"
+
+namespace quanta {
+namespace nchwc {
+
+const Kernels& kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512Vnni: return kKernelsAvx512Vnni;
+    case Isa::kAvx2: return kKernelsAvx2;
+    default: return kKernelsPortable;
+  }
+}
+
+namespace {
+
+// Below this many floats moved a reorder runs on the calling thread.
+constexpr int64_t kMinParallelMoves = 1 << 16;
+// Below this many multiply-adds a convolution runs on the calling thread (as sgemm.cc).
+constexpr int64_t kMinParallelMacs = 1 << 18;
+
+}  // namespace
+
+void reorder_to_nchwc(const float* x, int64_t n, int64_t c, int64_t hw, float* y, int num_threads) {
+  const int64_t cb = blocks(c);
+  auto body = [&](int64_t item, int) {
+    const int64_t b = item % cb, img = item / cb;
+    const int64_t lanes = std::min<int64_t>(kBlock, c - b * kBlock);
+    const float* src = x + (img * c + b * kBlock) * hw;
+    float* dst = y + item * hw * kBlock;
+    for (int64_t i = 0; i < hw; ++i) {
+      float* d = dst + i * kBlock;
+      for (int64_t l = 0; l < lanes; ++l) d[l] = src[l * hw + i];
+      for (int64_t l = lanes; l < kBlock; ++l) d[l] = 0.0f;
+    }
+  };
+  const int threads = n * cb * hw * kBlock < kMinParallelMoves ? 1 : num_threads;
+  if (threads <= 1) {
+    for (int64_t item = 0; item < n * cb; ++item) body(item, 0);
+  } else {
+    qgemm::parallel_for(threads, n * cb, body);
+  }
+}
+
+void reorder_to_nchw(const float* x, int64_t n, int64_t c, int64_t hw, float* y, int num_threads) {
+  const int64_t cb = blocks(c);
+  auto body = [&](int64_t item, int) {
+    const int64_t b = item % cb, img = item / cb;
+    const int64_t lanes = std::min<int64_t>(kBlock, c - b * kBlock);
+    const float* src = x + item * hw * kBlock;
+    float* dst = y + (img * c + b * kBlock) * hw;
+    for (int64_t l = 0; l < lanes; ++l) {
+      float* d = dst + l * hw;
+      for (int64_t i = 0; i < hw; ++i) d[i] = src[i * kBlock + l];
+    }
+  };
+  const int threads = n * cb * hw * kBlock < kMinParallelMoves ? 1 : num_threads;
+  if (threads <= 1) {
+    for (int64_t item = 0; item < n * cb; ++item) body(item, 0);
+  } else {
+    qgemm::parallel_for(threads, n * cb, body);
+  }
+}
+
+void pack_weights(const float* w, int64_t m, int64_t c, int64_t kh, int64_t kw, bool depthwise, float* out) {
+  const int64_t taps = kh * kw, cbs = blocks(c);
+  std::memset(out, 0, sizeof(float) * static_cast<size_t>(packed_size(m, c, kh, kw, depthwise)));
+  if (depthwise) {
+    // [Cb][kh][kw][16]
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t t = 0; t < taps; ++t) out[((ch / kBlock) * taps + t) * kBlock + ch % kBlock] = w[ch * taps + t];
+    return;
+  }
+  // [Mb][Cb][kh][kw][16 input lanes][16 output lanes]
+  for (int64_t o = 0; o < m; ++o)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t t = 0; t < taps; ++t) {
+        const int64_t blk = ((o / kBlock) * cbs + ch / kBlock) * taps + t;
+        out[(blk * kBlock + ch % kBlock) * kBlock + o % kBlock] = w[(o * c + ch) * taps + t];
+      }
+}
+
+namespace {
+
+// The taps [k0, k1) of a window starting at input index i0 (stride between taps d) that
+// fall inside [0, size).
+inline void tap_range(int64_t i0, int64_t d, int64_t k, int64_t size, int64_t* k0, int64_t* k1) {
+  const int64_t lo = i0 >= 0 ? 0 : (-i0 + d - 1) / d;
+  const int64_t hi = i0 > size - 1 ? 0 : std::min<int64_t>(k, (size - 1 - i0) / d + 1);
+  *k0 = std::min(lo, k);
+  *k1 = std::max(hi, *k0);
+}
+
+// The output indices [lo, hi) whose whole window lies inside [0, size).
+inline void interior(int64_t pad, int64_t s, int64_t d, int64_t k, int64_t size, int64_t out, int64_t* lo,
+                     int64_t* hi) {
+  *lo = std::min<int64_t>((pad + s - 1) / s, out);
+  const int64_t last = size - 1 - (k - 1) * d + pad;  // o·s ≤ last
+  *hi = last < 0 ? 0 : std::min<int64_t>(last / s + 1, out);
+  if (*hi < *lo) *hi = *lo;
+}
+
+}  // namespace
+
+void conv(const ConvGeom& geom, const float* x, const float* w_packed, const float* bias16, float lo, float hi,
+          const sgemm::PostOp* post, float* y, int num_threads, Isa isa) {
+  const Kernels& kr = kernels_for(isa);
+  // A 1x1 convolution of stride 1 without pads maps the plane's pixels one to one: it runs
+  // as rows of w' pixels, w' the largest divisor of H·W that leaves at least 4 rows (so
+  // 2 threads still find items), so fewer tiles are cut short at a row's end (26x26: 4
+  // rows of 169 instead of 26 rows of 26 that each end in a tile of 2). The same chains:
+  // the same bytes.
+  ConvGeom g = geom;
+  if (g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.oh == g.h && g.ow == g.w && g.pt == 0 && g.pl == 0 &&
+      g.h >= 4) {
+    const int64_t hw = g.h * g.w;
+    int64_t wide = g.w;
+    for (int64_t d = hw / 4; d > g.w; --d) {
+      if (hw % d == 0) {
+        wide = d;
+        break;
+      }
+    }
+    g.w = g.ow = wide;
+    g.h = g.oh = hw / wide;
+  }
+  const int64_t cbs = blocks(g.c), mbs = blocks(g.m), taps = g.kh * g.kw;
+  const int64_t plane = g.h * g.w, oplane = g.oh * g.ow;
+  int64_t ox_lo, ox_hi;
+  interior(g.pl, g.sw, g.dw, g.kw, g.w, g.ow, &ox_lo, &ox_hi);
+  // input strides in floats: NCHW16c, or plain planes (the stem)
+  const int64_t xs_lane = g.input_nchw ? plane : 1;
+  const int64_t xs_px = g.input_nchw ? 1 : kBlock;  // one input column
+  const int64_t xs_cb = g.input_nchw ? kBlock * plane : kBlock * plane;
+  const int64_t x_img = g.input_nchw ? g.c * plane : cbs * kBlock * plane;
+  const int64_t y_img = mbs * kBlock * oplane;
+  const int64_t groups = g.depthwise ? mbs : (mbs + kr.max_nb - 1) / kr.max_nb;
+  // Group 1: the input channel blocks run in passes whose weights (the group's output
+  // blocks × the pass's input blocks × the taps) fit in L1 beside the input rows, over
+  // items of several output rows (an output chunk that stays in L2 between passes), so a
+  // pass's weights are read from L1 by every tile of those rows instead of streaming the
+  // whole filter from L2 for each tile.
+  constexpr int64_t kPassWeightBytes = 24 << 10, kItemOutBytes = 96 << 10;
+  const int64_t group_nb = std::min<int64_t>(kr.max_nb, mbs);
+  const int64_t cb_pass =
+      std::max<int64_t>(1, kPassWeightBytes / (group_nb * taps * kBlock * kBlock * int64_t{sizeof(float)}));
+  const int64_t rows_per_item =
+      g.depthwise
+          ? 1
+          : std::max<int64_t>(
+                1, std::min<int64_t>(g.oh, kItemOutBytes / (g.ow * group_nb * kBlock * int64_t{sizeof(float)})));
+  const int64_t row_items = (g.oh + rows_per_item - 1) / rows_per_item;
+  const int64_t items = g.n * groups * row_items;
+
+  auto row = [&](int64_t item, int) {
+    const int64_t oy = item % row_items * rows_per_item, rest = item / row_items;
+    const int64_t grp = rest % groups, img = rest / groups;
+    const int64_t iy0 = oy * g.sh - g.pt;
+    int64_t ky0, ky1;
+    tap_range(iy0, g.dh, g.kh, g.h, &ky0, &ky1);
+    if (g.depthwise) {
+      const int64_t b = grp;
+      DwTile t;
+      t.x = x + img * x_img + b * kBlock * plane + (iy0 + ky0 * g.dh) * g.w * kBlock;
+      t.xs_row = g.dh * g.w * kBlock;
+      t.xs_col = g.dw * kBlock;
+      t.xs_pix = g.sw * kBlock;
+      t.nky = static_cast<int>(ky1 - ky0);
+      t.w = w_packed + (b * taps + ky0 * g.kw) * kBlock;
+      t.ws_row = g.kw * kBlock;
+      t.bias = bias16 ? bias16 + b * kBlock : nullptr;
+      t.lo = lo;
+      t.hi = hi;
+      float* yrow = y + img * y_img + (b * oplane + oy * g.ow) * kBlock;
+      const float* xrow = t.x;
+      const float* wrow = t.w;
+      auto border = [&](int64_t ox) {
+        const int64_t ix0 = ox * g.sw - g.pl;
+        int64_t kx0, kx1;
+        tap_range(ix0, g.dw, g.kw, g.w, &kx0, &kx1);
+        t.x = xrow + (ix0 + kx0 * g.dw) * kBlock;
+        t.w = wrow + kx0 * kBlock;
+        t.nkx = static_cast<int>(kx1 - kx0);
+        t.y = yrow + ox * kBlock;
+        kr.dw[0](t);
+      };
+      for (int64_t ox = 0; ox < ox_lo; ++ox) border(ox);
+      t.nkx = static_cast<int>(g.kw);
+      t.w = wrow;
+      for (int64_t ox = ox_lo; ox < ox_hi;) {
+        const int64_t p = std::min<int64_t>(kr.dw_max_p, ox_hi - ox);
+        t.x = xrow + (ox * g.sw - g.pl) * kBlock;
+        t.y = yrow + ox * kBlock;
+        kr.dw[p - 1](t);
+        ox += p;
+      }
+      for (int64_t ox = std::max(ox_hi, ox_lo); ox < g.ow; ++ox) border(ox);
+      if (post) sgemm::apply_post(*post, yrow, g.ow * kBlock);
+      return;
+    }
+    const int64_t ob0 = grp * kr.max_nb;
+    const int nb = static_cast<int>(std::min<int64_t>(kr.max_nb, mbs - ob0));
+    const int max_p = kr.max_p[nb - 1];
+    const int64_t oy1 = std::min(g.oh, oy + rows_per_item);
+    ConvTile t;
+    t.xs_cb = xs_cb;
+    t.xs_row = g.dh * g.w * xs_px;
+    t.xs_col = g.dw * xs_px;
+    t.xs_lane = xs_lane;
+    t.xs_pix = g.sw * xs_px;
+    t.ws_ob = cbs * taps * kBlock * kBlock;
+    t.ws_cb = taps * kBlock * kBlock;
+    t.ws_row = g.kw * kBlock * kBlock;
+    t.bias = bias16 ? bias16 + ob0 * kBlock : nullptr;
+    t.lo = lo;
+    t.hi = hi;
+    t.ys_ob = oplane * kBlock;
+    for (int64_t cb0 = 0; cb0 < cbs; cb0 += cb_pass) {
+      t.cbs = std::min(cb_pass, cbs - cb0);
+      t.last_lanes = cb0 + t.cbs == cbs ? static_cast<int>(g.c - (cbs - 1) * kBlock) : kBlock;
+      t.first = cb0 == 0;
+      t.last = cb0 + t.cbs == cbs;
+      for (int64_t r = oy; r < oy1; ++r) {
+        const int64_t ry0 = r * g.sh - g.pt;
+        int64_t ky0, ky1;
+        tap_range(ry0, g.dh, g.kh, g.h, &ky0, &ky1);
+        t.nky = static_cast<int>(ky1 - ky0);
+        const float* xrow = x + img * x_img + cb0 * xs_cb + (ry0 + ky0 * g.dh) * g.w * xs_px;
+        const float* wrow = w_packed + ob0 * t.ws_ob + cb0 * t.ws_cb + ky0 * t.ws_row;
+        float* yrow = y + img * y_img + (ob0 * oplane + r * g.ow) * kBlock;
+        auto border = [&](int64_t ox) {
+          const int64_t ix0 = ox * g.sw - g.pl;
+          int64_t kx0, kx1;
+          tap_range(ix0, g.dw, g.kw, g.w, &kx0, &kx1);
+          t.x = xrow + (ix0 + kx0 * g.dw) * xs_px;
+          t.w = wrow + kx0 * kBlock * kBlock;
+          t.nkx = static_cast<int>(kx1 - kx0);
+          t.y = yrow + ox * kBlock;
+          kr.tile[nb - 1][0](t);
+        };
+        for (int64_t ox = 0; ox < ox_lo; ++ox) border(ox);
+        t.nkx = static_cast<int>(g.kw);
+        t.w = wrow;
+        for (int64_t ox = ox_lo; ox < ox_hi;) {
+          const int64_t p = std::min<int64_t>(max_p, ox_hi - ox);
+          t.x = xrow + (ox * g.sw - g.pl) * xs_px;
+          t.y = yrow + ox * kBlock;
+          kr.tile[nb - 1][p - 1](t);
+          ox += p;
+        }
+        for (int64_t ox = std::max(ox_hi, ox_lo); ox < g.ow; ++ox) border(ox);
+        if (post && t.last)
+          for (int b = 0; b < nb; ++b) sgemm::apply_post(*post, yrow + b * t.ys_ob, g.ow * kBlock);
+      }
+    }
+  };
+  const int64_t macs = g.n * g.oh * g.ow * mbs * kBlock * (g.depthwise ? 1 : g.c) * taps;
+  const int threads = macs < kMinParallelMacs ? 1 : num_threads;
+  if (threads <= 1 || items == 1) {
+    for (int64_t item = 0; item < items; ++item) row(item, 0);
+  } else {
+    qgemm::parallel_for(threads, items, row);
+  }
+}
+
+void max_pool(const float* x, int64_t planes, const PoolGeom& g, float* y, int num_threads, Isa isa) {
+  const Kernels& kr = kernels_for(isa);
+  const int64_t in = g.h * g.w * kBlock, out = g.oh * g.ow * kBlock;
+  auto body = [&](int64_t p, int) { kr.max_pool_plane(x + p * in, g, y + p * out); };
+  const int threads = planes * out * g.kh * g.kw < kMinParallelMoves ? 1 : num_threads;
+  if (threads <= 1 || planes == 1) {
+    for (int64_t p = 0; p < planes; ++p) body(p, 0);
+  } else {
+    qgemm::parallel_for(threads, planes, body);
+  }
+}
+
+void global_avg_pool(const float* x, int64_t planes, int64_t hw, float* y, int num_threads, Isa isa) {
+  const Kernels& kr = kernels_for(isa);
+  auto body = [&](int64_t p, int) { kr.gap_block(x + p * hw * kBlock, hw, y + p * kBlock); };
+  const int threads = planes * hw * kBlock < kMinParallelMoves ? 1 : num_threads;
+  if (threads <= 1 || planes == 1) {
+    for (int64_t p = 0; p < planes; ++p) body(p, 0);
+  } else {
+    qgemm::parallel_for(threads, planes, body);
+  }
+}
+
+void resize_nearest(const float* x, int64_t planes, int64_t h, int64_t w, int64_t fy, int64_t fx, float* y,
+                    int num_threads) {
+  const int64_t ow = w * fx, out_row = ow * kBlock;
+  auto body = [&](int64_t item, int) {  // one input row of one plane: its fy output rows
+    const int64_t p = item / h, iy = item % h;
+    const float* src = x + (p * h + iy) * w * kBlock;
+    float* dst = y + (p * h * fy + iy * fy) * out_row;
+    for (int64_t ix = 0; ix < w; ++ix)
+      for (int64_t r = 0; r < fx; ++r)
+        std::memcpy(dst + (ix * fx + r) * kBlock, src + ix * kBlock, sizeof(float) * kBlock);
+    for (int64_t r = 1; r < fy; ++r) std::memcpy(dst + r * out_row, dst, sizeof(float) * static_cast<size_t>(out_row));
+  };
+  const int64_t items = planes * h;
+  const int threads = items * fy * out_row < kMinParallelMoves ? 1 : num_threads;
+  if (threads <= 1 || items == 1) {
+    for (int64_t i = 0; i < items; ++i) body(i, 0);
+  } else {
+    qgemm::parallel_for(threads, items, body);
+  }
+}
+
+}  // namespace nchwc
+}  // namespace quanta

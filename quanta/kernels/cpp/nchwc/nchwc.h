@@ -1,0 +1,151 @@
+// nchwc: float32 kernels on the blocked layout NCHW16c (docs/kernels.md "NCHW16c").
+//
+// ---------------------------------------------------------------------------------------
+// Layout
+// ---------------------------------------------------------------------------------------
+// An NCHW16c tensor is a plain [N, Cb, H, W, 16] float32 array, Cb = ⌈C / 16⌉, channel
+// c = cb·16 + lane. Lanes of channels ≥ C ("pad lanes") hold finite values every consumer
+// ignores; reorder_nchwc writes 0 there. The block is 16 on every ISA (AVX2: two ymm).
+//
+// ---------------------------------------------------------------------------------------
+// Convolution contract (docs/float-ops.md "The float GEMM family" (FG1))
+// ---------------------------------------------------------------------------------------
+//   y[n, m, oy, ox] = post(clamp(Σ x[n, c, iy, ix] · w[m, c, ky, kx] + b[m], lo, hi))
+// Each output is one chain of fused multiply-adds from +0 over the taps inside the image,
+// in the order (input channel block cb, ky, kx, lane) — channel c = cb·16 + lane — then
+// + bias (when given), then the clamp, then the post op (sgemm.h PostOp). Group 1:
+// K = C·kh·kw terms; depthwise: K = kh·kw terms in (ky, kx) order. Taps outside the image
+// are skipped, not multiplied by a zero: the chain is shorter, (FG1) still bounds it.
+// Threads take (image, output channel blocks, output row) items; the reduction is never
+// split, so every thread count gives the same bytes.
+//
+// Packed weights (conv_nchwc_pack):
+//   group 1:   [Mb][Cb][kh][kw][16 input lanes][16 output lanes], zero past C and M
+//   depthwise: [Cb][kh][kw][16 lanes], zero past C
+#pragma once
+
+#include <cstdint>
+
+#include "dispatch.h"
+#include "sgemm/sgemm.h"
+
+namespace quanta {
+namespace nchwc {
+
+constexpr int kBlock = 16;
+constexpr int kMaxP = 8;   // output pixels of one tile (per-ISA limits in Kernels)
+constexpr int kMaxNb = 4;  // output channel blocks of one tile
+
+inline int64_t blocks(int64_t c) { return (c + kBlock - 1) / kBlock; }
+
+// One output tile of the group-1 convolution: `p` output pixels of one row × `nb` output
+// channel blocks (the template sizes of the function), the taps [0, nky) × [0, nkx)
+// (pointers already at the first tap inside the image), `cbs` input channel blocks.
+//   x element (cb, ky, kx, lane) of pixel i at x + cb·xs_cb + ky·xs_row + kx·xs_col +
+//   lane·xs_lane + i·xs_pix; weights (ob, cb, ky, kx, lane) at w + ob·ws_ob + cb·ws_cb +
+//   ky·ws_row + kx·256 + lane·16; output pixel i of block ob at y + ob·ys_ob + i·16.
+struct ConvTile {
+  const float* x;
+  int64_t xs_cb, xs_row, xs_col, xs_lane, xs_pix;
+  int64_t cbs;     // input channel blocks
+  int last_lanes;  // lanes of the last input block that are channels (1..16)
+  int nky, nkx;    // taps
+  const float* w;
+  int64_t ws_ob, ws_cb, ws_row;
+  const float* bias;  // [nb·16] at the tile's first output channel, or null
+  float lo, hi;
+  float* y;
+  int64_t ys_ob;
+  // The driver runs the input channel blocks in passes (a pass's weights stay in L1 across
+  // a row's tiles): first, the chains start from +0, else from the partial sums in y (a
+  // float stored and reloaded is the same float: one chain either way); last, the
+  // epilogue finishes them, else the partial sums are stored.
+  bool first = true, last = true;
+};
+using ConvTileFn = void (*)(const ConvTile& t);
+
+// Depthwise: `p` output pixels of one row of one channel block, taps [0, nky) × [0, nkx).
+//   x of pixel i at tap (ky, kx): x + ky·xs_row + kx·xs_col + i·xs_pix (16 floats);
+//   weight (ky, kx) at w + ky·ws_row + kx·16; output pixel i at y + i·16.
+struct DwTile {
+  const float* x;
+  int64_t xs_row, xs_col, xs_pix;
+  int nky, nkx;
+  const float* w;
+  int64_t ws_row;
+  const float* bias;  // 16 floats or null
+  float lo, hi;
+  float* y;
+};
+using DwTileFn = void (*)(const DwTile& t);
+
+// MaxPool of one channel block's plane x [h][w][16] into y [oh][ow][16] (ONNX MaxPool, 2-D):
+// each output the maximum over the window's positions inside the input, −inf when there is
+// none; a NaN in the window gives NaN. Exact: max only selects (the sign of a zero maximum
+// among +0 and −0 is not pinned, as pool.h max_pool_2d_f32).
+struct PoolGeom {
+  int64_t h, w, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
+};
+using MaxPoolPlaneFn = void (*)(const float* x, const PoolGeom& g, float* y);
+// GlobalAveragePool of one channel block: x [hw][16] -> y [16], per lane
+// f32(sum16(x[:, lane]) / f32(hw)), sum16 of docs/float-ops.md (R1)-(R3): position i adds
+// into partial sum i mod 16 in increasing i, then the fixed halving tree.
+using GapBlockFn = void (*)(const float* x, int64_t hw, float* y);
+
+struct Kernels {
+  const char* isa;
+  int max_p[kMaxNb];  // conv tile pixels per block count: tile[nb − 1][p − 1] non-null for p ≤ max_p[nb − 1]
+  int max_nb;
+  ConvTileFn tile[kMaxNb][kMaxP];
+  int dw_max_p;
+  DwTileFn dw[kMaxP];
+  MaxPoolPlaneFn max_pool_plane;
+  GapBlockFn gap_block;
+};
+
+extern const Kernels kKernelsPortable;
+extern const Kernels kKernelsAvx2;
+extern const Kernels kKernelsAvx512Vnni;
+const Kernels& kernels_for(Isa isa);
+
+// ---- reorders (moves only: bit-exact) ---------------------------------------------------
+
+// x [n][c][hw] -> y [n][⌈c/16⌉][hw][16], pad lanes 0.
+void reorder_to_nchwc(const float* x, int64_t n, int64_t c, int64_t hw, float* y, int num_threads);
+// x [n][⌈c/16⌉][hw][16] -> y [n][c][hw].
+void reorder_to_nchw(const float* x, int64_t n, int64_t c, int64_t hw, float* y, int num_threads);
+
+// ---- convolution ------------------------------------------------------------------------
+
+struct ConvGeom {
+  int64_t n, c, h, w;  // input
+  int64_t m;           // output channels
+  bool depthwise;      // group == c == m (else group 1)
+  bool input_nchw;     // x is plain [n][c][h][w] (group 1 only)
+  int64_t kh, kw, sh, sw, dh, dw;
+  int64_t pt, pl;
+  int64_t oh, ow;
+};
+
+inline int64_t packed_size(int64_t m, int64_t c, int64_t kh, int64_t kw, bool depthwise) {
+  return depthwise ? blocks(c) * kh * kw * kBlock : blocks(m) * blocks(c) * kh * kw * kBlock * kBlock;
+}
+// w: [m][c][kh][kw] (group 1) or [c][1][kh][kw] (depthwise, m == c) -> out (packed_size floats).
+void pack_weights(const float* w, int64_t m, int64_t c, int64_t kh, int64_t kw, bool depthwise, float* out);
+
+// ---- pools and resize (exact) -------------------------------------------------------------
+
+// x [n·cb planes][h][w][16] -> y [n·cb][oh][ow][16]; threads over planes.
+void max_pool(const float* x, int64_t planes, const PoolGeom& g, float* y, int num_threads, Isa isa);
+// x [planes][hw][16] -> y [planes][16].
+void global_avg_pool(const float* x, int64_t planes, int64_t hw, float* y, int num_threads, Isa isa);
+// x [planes][h][w][16] -> y [planes][h·fy][w·fx][16], y[oy][ox] = x[oy / fy][ox / fx].
+void resize_nearest(const float* x, int64_t planes, int64_t h, int64_t w, int64_t fy, int64_t fx, float* y,
+                    int num_threads);
+
+// bias16: null or ⌈m/16⌉·16 floats (zero past m); y: [n][⌈m/16⌉][oh][ow][16].
+void conv(const ConvGeom& g, const float* x, const float* w_packed, const float* bias16, float lo, float hi,
+          const sgemm::PostOp* post, float* y, int num_threads, Isa isa);
+
+}  // namespace nchwc
+}  // namespace quanta

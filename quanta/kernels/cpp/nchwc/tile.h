@@ -1,0 +1,175 @@
+// The NCHW16c micro-kernels, written once over a 16-float block type O and included by
+// each ISA's file (nchwc_<isa>.cc) inside its anonymous namespace. O provides:
+//   V                      16 floats (one zmm, two ymm, or an array)
+//   zero(), set1(f), load(p), store(p, v), add(a, b), div(a, b), max(a, b), min(a, b)
+//   max_nan(m, v)          max(m, v) per lane, NaN when either is NaN
+//   fma(a, b, c)           a·b + c per lane, one rounding
+//   fma_bcast(w, p, c)     w·p[0] + c per lane, one rounding (AVX-512: an embedded broadcast)
+//   kEmbedMaxNb            tiles of up to this many output blocks use fma_bcast per fma;
+//                          wider ones broadcast each input value once (set1) for all blocks
+// max(set1(lo), v) and min(set1(hi), v) keep a NaN v (vmaxps / vminps return their second
+// operand when either is NaN), as the GEMM's clamp does.
+//
+// The accumulators are arrays indexed by compile-time constants in fully unrolled loops, so
+// they live in registers (checked in the generated code: no stack traffic in the tap loop).
+#pragma once
+
+#include "nchwc/nchwc.h"
+
+template <class O, int NB>
+inline void nchwc_finish(typename O::V (&acc)[NB], const float* bias, float lo, float hi, float* y, int64_t ys_ob) {
+  for (int ob = 0; ob < NB; ++ob) {
+    typename O::V v = acc[ob];
+    if (bias) v = O::add(v, O::load(bias + ob * 16));
+    if (lo != -__builtin_inff()) v = O::max(O::set1(lo), v);
+    if (hi != __builtin_inff()) v = O::min(O::set1(hi), v);
+    O::store(y + ob * ys_ob, v);
+  }
+}
+
+// One input lane of every tap step: NB weight vectors, then P × NB fma with the pixel's
+// input value broadcast.
+template <class O, int P, int NB>
+inline __attribute__((always_inline)) void nchwc_lane(typename O::V (&acc)[P][NB], const float* x, int64_t xs_pix,
+                                                      const float* w, int64_t ws_ob) {
+  typename O::V wv[NB];
+#pragma GCC unroll 4
+  for (int ob = 0; ob < NB; ++ob) wv[ob] = O::load(w + ob * ws_ob);
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    if constexpr (NB <= O::kEmbedMaxNb) {
+#pragma GCC unroll 4
+      for (int ob = 0; ob < NB; ++ob) acc[p][ob] = O::fma_bcast(wv[ob], x + p * xs_pix, acc[p][ob]);
+    } else {
+      const typename O::V xv = O::set1(x[p * xs_pix]);
+#pragma GCC unroll 4
+      for (int ob = 0; ob < NB; ++ob) acc[p][ob] = O::fma(wv[ob], xv, acc[p][ob]);
+    }
+  }
+}
+
+template <class O, int P, int NB>
+void nchwc_conv_tile(const quanta::nchwc::ConvTile& t) {
+  typename O::V acc[P][NB];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 4
+    for (int ob = 0; ob < NB; ++ob) acc[p][ob] = t.first ? O::zero() : O::load(t.y + ob * t.ys_ob + p * 16);
+  }
+  const float* xc = t.x;
+  const float* wc = t.w;
+  const int64_t xs_pix = t.xs_pix, ws_ob = t.ws_ob, xs_lane = t.xs_lane;
+  for (int64_t cb = 0; cb < t.cbs; ++cb, xc += t.xs_cb, wc += t.ws_cb) {
+    const int lanes = cb + 1 < t.cbs ? 16 : t.last_lanes;
+    for (int ky = 0; ky < t.nky; ++ky) {
+      const float* xr = xc + ky * t.xs_row;
+      const float* wr = wc + ky * t.ws_row;
+      for (int kx = 0; kx < t.nkx; ++kx) {
+        const float* xk = xr + kx * t.xs_col;
+        const float* wk = wr + kx * 256;
+        if (lanes == 16 && xs_lane == 1) {
+#pragma GCC unroll 16
+          for (int l = 0; l < 16; ++l) nchwc_lane<O, P, NB>(acc, xk + l, xs_pix, wk + l * 16, ws_ob);
+        } else {
+          for (int l = 0; l < lanes; ++l) nchwc_lane<O, P, NB>(acc, xk + l * xs_lane, xs_pix, wk + l * 16, ws_ob);
+        }
+      }
+    }
+  }
+  if (!t.last) {
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 4
+      for (int ob = 0; ob < NB; ++ob) O::store(t.y + ob * t.ys_ob + p * 16, acc[p][ob]);
+    }
+    return;
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) nchwc_finish<O, NB>(acc[p], t.bias, t.lo, t.hi, t.y + p * 16, t.ys_ob);
+}
+
+template <class O, int P>
+void nchwc_dw_tile(const quanta::nchwc::DwTile& t) {
+  typename O::V acc[P];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) acc[p] = O::zero();
+  for (int ky = 0; ky < t.nky; ++ky) {
+    const float* xr = t.x + ky * t.xs_row;
+    const float* wr = t.w + ky * t.ws_row;
+    for (int kx = 0; kx < t.nkx; ++kx) {
+      const typename O::V wv = O::load(wr + kx * 16);
+      const float* xk = xr + kx * t.xs_col;
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) acc[p] = O::fma(O::load(xk + p * t.xs_pix), wv, acc[p]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    typename O::V one[1] = {acc[p]};
+    nchwc_finish<O, 1>(one, t.bias, t.lo, t.hi, t.y + p * 16, 0);
+  }
+}
+
+template <class O>
+void nchwc_max_pool_plane(const float* x, const quanta::nchwc::PoolGeom& g, float* y) {
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    const int64_t iy0 = oy * g.sh - g.pt;
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int64_t ix0 = ox * g.sw - g.pl;
+      typename O::V m = O::set1(-__builtin_inff());
+      for (int64_t ky = 0; ky < g.kh; ++ky) {
+        const int64_t iy = iy0 + ky * g.dh;
+        if (iy < 0 || iy >= g.h) continue;
+        const float* row = x + iy * g.w * 16;
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t ix = ix0 + kx * g.dw;
+          if (ix < 0 || ix >= g.w) continue;
+          m = O::max_nan(m, O::load(row + ix * 16));
+        }
+      }
+      O::store(y + (oy * g.ow + ox) * 16, m);
+    }
+  }
+}
+
+template <class O>
+void nchwc_gap_block(const float* x, int64_t hw, float* y) {
+  typename O::V s[16];
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j) s[j] = O::zero();
+  int64_t i = 0;
+  for (; i + 16 <= hw; i += 16) {
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) s[j] = O::add(s[j], O::load(x + (i + j) * 16));
+  }
+  for (int j = 0; i + j < hw; ++j) s[j] = O::add(s[j], O::load(x + (i + j) * 16));
+  for (int h = 8; h >= 1; h /= 2)
+    for (int j = 0; j < h; ++j) s[j] = O::add(s[j], s[j + h]);
+  O::store(y, O::div(s[0], O::set1(static_cast<float>(hw))));
+}
+
+// The dispatch tables' entries: a tile of P pixels when P ≤ MaxP, else null (never
+// instantiated).
+template <class O, int P, int NB, int MaxP>
+constexpr quanta::nchwc::ConvTileFn nchwc_tile_fn() {
+  if constexpr (P <= MaxP) {
+    return nchwc_conv_tile<O, P, NB>;
+  } else {
+    return nullptr;
+  }
+}
+template <class O, int P, int MaxP>
+constexpr quanta::nchwc::DwTileFn nchwc_dw_fn() {
+  if constexpr (P <= MaxP) {
+    return nchwc_dw_tile<O, P>;
+  } else {
+    return nullptr;
+  }
+}
+#define QUANTA_NCHWC_ROW(O, NB, MaxP)                                                                 \
+  {nchwc_tile_fn<O, 1, NB, MaxP>(), nchwc_tile_fn<O, 2, NB, MaxP>(), nchwc_tile_fn<O, 3, NB, MaxP>(), \
+   nchwc_tile_fn<O, 4, NB, MaxP>(), nchwc_tile_fn<O, 5, NB, MaxP>(), nchwc_tile_fn<O, 6, NB, MaxP>(), \
+   nchwc_tile_fn<O, 7, NB, MaxP>(), nchwc_tile_fn<O, 8, NB, MaxP>()}
+#define QUANTA_NCHWC_DW_ROW(O, MaxP)                                                                           \
+  {nchwc_dw_fn<O, 1, MaxP>(), nchwc_dw_fn<O, 2, MaxP>(), nchwc_dw_fn<O, 3, MaxP>(), nchwc_dw_fn<O, 4, MaxP>(), \
+   nchwc_dw_fn<O, 5, MaxP>(), nchwc_dw_fn<O, 6, MaxP>(), nchwc_dw_fn<O, 7, MaxP>(), nchwc_dw_fn<O, 8, MaxP>()}

@@ -1,0 +1,395 @@
+"""The NCHW16c native kernels (quanta/kernels/cpp/nchwc) against their twins
+(quanta/kernels/reference/nchwc.py) and float64.
+
+The reorders are moves: bit-exact with ``to_nchwc`` / ``from_nchwc``. The convolution is
+in the float GEMM family: every output within docs/float-ops.md eq. (FG1) of the float64
+convolution of the same float32 inputs,
+
+    |y − y64| ≤ (K + 3) · u · (Σ |x| |w| + |b|),   u = 2^-24,  K = C·kh·kw (depthwise kh·kw),
+
+and every thread count gives the same bytes (the reduction is never split). A kernel that
+dropped a tap, read a pad lane or a wrong window, or mis-indexed a bias misses the bound
+by orders of magnitude (random normals: Σ|x||w| is of the size of y). Pad lanes of the
+output are those of the twin: zero filters and zero bias, then the clamp and the post op.
+
+Every ISA the CPU supports runs (``_native.set_isa``), with 1 and 2 threads. Shapes:
+channel counts 1, 3, 7, 16, 17, 33, 48 around the 16-lane block; output counts 16, 32,
+48, 17 around the tiles of 1-4 output blocks; kernels 1x1, 3x3, 5x5, 1x7, 7x1; strides,
+dilations, asymmetric pads; planes from 1x1 to 40x40 (interior tiles and border pixels),
+drawn by hypothesis.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quanta.kernels import _native
+from quanta.kernels.reference import nchwc as twin
+from quanta.kernels.reference.nn_conv import conv as conv_twin
+from quanta.kernels.reference.nn_conv import fused_gate
+
+ISAS: list[str] = list(_native.supported_isas())
+F32 = np.float32
+U = 2.0**-24
+INF = float("inf")
+POSTS: dict[str, tuple[int, list[float]]] = {"": (0, []), "SiLU": (1, []), "HardSwish": (2, [])}
+
+
+def normal(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(F32)
+
+
+def every_isa(fn) -> None:
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            fn(isa)
+    finally:
+        _native.clear_isa()
+
+
+# --------------------------------------------------------------------------------------
+# Reorders
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 3, 5, 9), (1, 16, 4, 4), (1, 17, 3, 2), (2, 48, 13, 13)])
+def test_reorders_are_the_twins_moves(shape) -> None:
+    x = normal(np.random.default_rng(sum(shape)), *shape)
+    x.flat[::7] = -0.0  # signed zeros move as they are
+    c = shape[1]
+
+    def run(isa: str) -> None:
+        for threads in (1, 2):
+            x5 = _native.reorder_nchwc_f32(x, num_threads=threads)
+            assert x5.tobytes() == twin.to_nchwc(x).tobytes(), (isa, threads)
+            back = _native.reorder_nchw_f32(x5, c, num_threads=threads)
+            assert back.tobytes() == x.tobytes(), (isa, threads)
+            out = np.full(x5.shape, np.nan, F32)
+            assert _native.reorder_nchwc_f32(x, out=out, num_threads=threads) is not None
+            assert out.tobytes() == x5.tobytes()
+
+    every_isa(run)
+
+
+def test_reorder_nchw_ignores_pad_lanes() -> None:
+    x5 = normal(np.random.default_rng(1), 2, 2, 3, 4, 16)
+    y = _native.reorder_nchw_f32(x5, 19)
+    assert y.tobytes() == twin.from_nchwc(x5, 19).tobytes()
+
+
+def test_reorders_refuse_bad_arguments() -> None:
+    with pytest.raises(ValueError, match=r"reorder_nchwc_f32: x: expected \[N, C, H, W\]"):
+        _native.reorder_nchwc_f32(np.zeros((2, 3, 4), F32))
+    with pytest.raises(ValueError, match="reorder_nchwc_f32: x: expected dtype float32"):
+        _native.reorder_nchwc_f32(np.zeros((1, 3, 4, 4)))
+    with pytest.raises(ValueError, match=r"reorder_nchw_f32: x: expected \[N, Cb, H, W, 16\]"):
+        _native.reorder_nchw_f32(np.zeros((1, 1, 2, 2, 8), F32), 3)
+    with pytest.raises(
+        ValueError, match=r"reorder_nchw_f32: c: expected a channel count with ceil\(c / 16\) = 2"
+    ):
+        _native.reorder_nchw_f32(np.zeros((1, 2, 2, 2, 16), F32), 16)
+    with pytest.raises(ValueError, match="reorder_nchwc_f32: out: expected shape"):
+        _native.reorder_nchwc_f32(np.zeros((1, 3, 2, 2), F32), out=np.zeros((1, 1, 2, 2, 8), F32))
+
+
+# --------------------------------------------------------------------------------------
+# Convolution
+# --------------------------------------------------------------------------------------
+
+
+def check_conv(
+    n: int,
+    c: int,
+    h: int,
+    w: int,
+    m: int,
+    kh: int,
+    kw: int,
+    strides,
+    dilations,
+    pads,
+    *,
+    depthwise: bool = False,
+    input_nchw: bool = False,
+    with_bias: bool = True,
+    lo: float = -INF,
+    hi: float = INF,
+    post: str = "",
+    seed: int = 0,
+) -> None:
+    rng = np.random.default_rng(seed)
+    group = c if depthwise else 1
+    x, wt = normal(rng, n, c, h, w), normal(rng, m, 1 if depthwise else c, kh, kw)
+    bias = normal(rng, m) if with_bias else None
+    attrs = dict(group=group, strides=list(strides), dilations=list(dilations), pads=list(pads))
+    b64 = None if bias is None else bias.astype(np.float64)
+    y64 = np.clip(conv_twin(None, x.astype(np.float64), wt.astype(np.float64), b64, **attrs), lo, hi)
+    mag = conv_twin(
+        None,
+        np.abs(x).astype(np.float64),
+        np.abs(wt).astype(np.float64),
+        None if b64 is None else np.abs(b64),
+        **attrs,
+    )
+    k = (1 if depthwise else c) * kh * kw
+    packed = _native.conv_nchwc_pack_f32(wt, group, input_nchw)
+    xin = x if input_nchw else twin.to_nchwc(x)
+    if not input_nchw:  # pad lanes hold finite values nobody reads
+        cb = twin.blocks(c)
+        xin[:, cb - 1, ..., c - (cb - 1) * 16 :] = 3.0
+    kind, params = POSTS[post]
+    args = (m, c, kh, kw, list(strides), list(dilations), list(pads), group, lo, hi)
+    label = (
+        f"x{x.shape} w{wt.shape} dw{depthwise} nchw{input_nchw} s{strides} d{dilations} p{pads} post{post!r}"
+    )
+
+    def run(isa: str) -> None:
+        plain = _native.conv_nchwc_f32(xin, packed, bias, *args, 1, input_nchw=input_nchw)
+        y1 = _native.conv_nchwc_f32(xin, packed, bias, *args, 1, None, kind, params, input_nchw)
+        y2 = _native.conv_nchwc_f32(xin, packed, bias, *args, 2, None, kind, params, input_nchw)
+        out = np.full(y1.shape, np.nan, F32)
+        _native.conv_nchwc_f32(xin, packed, bias, *args, 2, out, kind, params, input_nchw)
+        assert y1.tobytes() == y2.tobytes() == out.tobytes(), f"{isa} {label}: 1 vs 2 threads"
+        assert y1.shape == (n, twin.blocks(m), y64.shape[2], y64.shape[3], 16), label
+        assert_within_bound(twin.from_nchwc(plain, m), y64, mag, k, f"{isa} {label}")
+        # pad lanes: zero filters and bias, clamped
+        pad = twin.from_nchwc(plain)[:, m:]
+        assert (pad == np.clip(np.float32(0), lo, hi)).all(), f"{isa} {label}: pad lanes"
+        if post:
+            assert y1.tobytes() == fused_gate(plain, post, params).tobytes(), f"{isa} {label}: post op"
+
+    every_isa(run)
+
+
+def assert_within_bound(y: np.ndarray, y64: np.ndarray, magnitude: np.ndarray, k: int, label: str) -> None:
+    """eq. (FG1): |y − y64| ≤ (k + 3) · u · magnitude, element by element."""
+    assert y.dtype == F32 and y.shape == y64.shape, (label, y.dtype, y.shape, y64.shape)
+    err = np.abs(y.astype(np.float64) - y64)
+    limit = (k + 3) * U * magnitude
+    bad = err > limit
+    if bad.any():
+        i = tuple(int(v) for v in np.argwhere(bad)[0])
+        raise AssertionError(
+            f"{label}: {int(bad.sum())} elements outside (FG1); first at {i}: got {y[i]!r}, "
+            f"float64 {y64[i]!r}, error {err[i]:.3g} > {limit[i]:.3g}"
+        )
+
+
+@pytest.mark.parametrize(
+    "n,c,h,w,m,kh,kw,strides,dilations,pads,kwargs",
+    [
+        (1, 17, 13, 13, 33, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), {}),
+        (2, 7, 9, 5, 17, 3, 3, (2, 2), (1, 1), (0, 1, 2, 1), {}),
+        (1, 33, 10, 11, 48, 5, 5, (1, 2), (2, 1), (2, 2, 2, 2), {"with_bias": False}),
+        (1, 48, 40, 40, 64, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), {"lo": 0.0}),  # 4 output blocks
+        (1, 16, 40, 40, 80, 3, 3, (2, 2), (1, 1), (1, 1, 1, 1), {"post": "SiLU"}),  # 4 + 1 blocks
+        (1, 16, 5, 9, 32, 1, 7, (1, 1), (1, 1), (0, 3, 0, 3), {"lo": -1.0, "hi": 1.0}),
+        (1, 16, 9, 5, 16, 7, 1, (1, 1), (1, 1), (3, 0, 3, 0), {}),
+        (1, 16, 1, 1, 32, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), {}),
+        # input channel blocks in several passes (partial sums through y), the post op after
+        # the last; 1x1 planes run as wider rows
+        (1, 130, 26, 26, 64, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), {"post": "SiLU", "lo": -1.0}),
+        (2, 48, 13, 11, 80, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), {"post": "SiLU"}),
+        (1, 200, 10, 10, 17, 1, 1, (1, 1), (1, 1), (0, 0, 0, 0), {"with_bias": False}),
+        (2, 1, 13, 13, 17, 3, 3, (2, 1), (1, 2), (0, 2, 1, 0), {}),
+        (1, 3, 40, 40, 16, 3, 3, (2, 2), (1, 1), (1, 1, 1, 1), {"input_nchw": True}),  # the stem
+        (1, 4, 33, 35, 32, 6, 6, (2, 2), (1, 1), (2, 2, 2, 2), {"input_nchw": True, "post": "SiLU"}),
+        (1, 17, 5, 9, 48, 3, 3, (1, 1), (1, 1), (4, 4, 4, 4), {}),  # windows wholly in the pads
+        (1, 48, 13, 13, 48, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), {"depthwise": True}),
+        (1, 17, 9, 9, 17, 5, 5, (2, 1), (1, 2), (2, 0, 1, 3), {"depthwise": True, "post": "HardSwish"}),
+        (2, 7, 40, 40, 7, 3, 3, (2, 2), (1, 1), (0, 0, 1, 1), {"depthwise": True, "with_bias": False}),
+    ],
+)
+def test_conv_cases(n, c, h, w, m, kh, kw, strides, dilations, pads, kwargs) -> None:
+    check_conv(n, c, h, w, m, kh, kw, strides, dilations, pads, seed=c * m + h, **kwargs)
+
+
+@st.composite
+def conv_cases(draw):
+    depthwise = draw(st.booleans())
+    input_nchw = not depthwise and draw(st.booleans())
+    c = draw(st.sampled_from([1, 3, 7, 16, 17, 33, 48]))
+    m = c if depthwise else draw(st.sampled_from([16, 32, 48, 17, 3]))
+    kh, kw = draw(st.sampled_from([(1, 1), (3, 3), (5, 5), (1, 7), (7, 1)]))
+    strides = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    dilations = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    pads = tuple(draw(st.integers(0, 3)) for _ in range(4))
+    h, w = draw(st.sampled_from([(1, 1), (5, 9), (13, 13), (40, 40)]))
+    assume_h = dilations[0] * (kh - 1) + 1 <= h + pads[0] + pads[2]
+    assume_w = dilations[1] * (kw - 1) + 1 <= w + pads[1] + pads[3]
+    if not (assume_h and assume_w):
+        pads = (pads[0], pads[1], pads[2] + dilations[0] * (kh - 1), pads[3] + dilations[1] * (kw - 1))
+    clamp = draw(st.sampled_from([(-INF, INF), (0.0, INF), (-1.0, 2.0)]))
+    return dict(
+        n=draw(st.integers(1, 2)),
+        c=c,
+        h=h,
+        w=w,
+        m=m,
+        kh=kh,
+        kw=kw,
+        strides=strides,
+        dilations=dilations,
+        pads=pads,
+        depthwise=depthwise,
+        input_nchw=input_nchw,
+        with_bias=draw(st.booleans()),
+        lo=clamp[0],
+        hi=clamp[1],
+        post=draw(st.sampled_from(["", "", "SiLU"])),
+    )
+
+
+@settings(max_examples=40)
+@given(case=conv_cases(), seed=st.integers(0, 2**16))
+def test_conv_geometry_space(case, seed) -> None:
+    check_conv(**case, seed=seed)
+
+
+def test_conv_refuses_bad_arguments() -> None:
+    rng = np.random.default_rng(0)
+    w = normal(rng, 16, 3, 3, 3)
+    packed = _native.conv_nchwc_pack_f32(w)
+    x5 = twin.to_nchwc(normal(rng, 1, 3, 8, 8))
+    geo = ([1, 1], [1, 1], [1, 1, 1, 1])
+
+    def conv(*args, **kwargs):
+        return _native.conv_nchwc_f32(*args, **kwargs)
+
+    with pytest.raises(ValueError, match=r"conv_nchwc_f32: x: expected \[N, 1, H, W, 16\] for c = 3"):
+        conv(normal(rng, 1, 3, 8, 8), packed, None, 16, 3, 3, 3, *geo, 1, -INF, INF, 1)
+    with pytest.raises(ValueError, match=r"conv_nchwc_f32: x: expected \[N, 3, H, W\] \(input_nchw\)"):
+        conv(x5, packed, None, 16, 3, 3, 3, *geo, 1, -INF, INF, 1, input_nchw=True)
+    with pytest.raises(ValueError, match="conv_nchwc_f32: w_packed: expected 2304 floats"):
+        conv(x5, packed[:-1], None, 16, 3, 3, 3, *geo, 1, -INF, INF, 1)
+    with pytest.raises(ValueError, match="conv_nchwc_f32: bias: expected 16 floats, got 3"):
+        conv(x5, packed, np.zeros(3, F32), 16, 3, 3, 3, *geo, 1, -INF, INF, 1)
+    with pytest.raises(ValueError, match="conv_nchwc_f32: group: expected 1 or depthwise"):
+        conv(x5, packed, None, 16, 3, 3, 3, *geo, 3, -INF, INF, 1)
+    with pytest.raises(ValueError, match="conv_nchwc_f32: expected 2 strides, 2 dilations and 4 pads"):
+        conv(x5, packed, None, 16, 3, 3, 3, [1], [1, 1], [1, 1, 1, 1], 1, -INF, INF, 1)
+    with pytest.raises(ValueError, match=r"conv_nchwc_f32: the dilated kernel \(3, 3\) is larger"):
+        conv(
+            twin.to_nchwc(normal(rng, 1, 3, 1, 1)),
+            packed,
+            None,
+            16,
+            3,
+            3,
+            3,
+            [1, 1],
+            [1, 1],
+            [0] * 4,
+            1,
+            -INF,
+            INF,
+            1,
+        )
+    with pytest.raises(ValueError, match="conv_nchwc_f32: num_threads: expected >= 1"):
+        conv(x5, packed, None, 16, 3, 3, 3, *geo, 1, -INF, INF, 0)
+    with pytest.raises(ValueError, match="conv_nchwc_f32: post: expected a kind in"):
+        conv(x5, packed, None, 16, 3, 3, 3, *geo, 1, -INF, INF, 1, None, 9)
+    with pytest.raises(ValueError, match="conv_nchwc_f32: out: expected shape"):
+        conv(x5, packed, None, 16, 3, 3, 3, *geo, 1, -INF, INF, 1, np.zeros((1, 1, 8, 8, 8), F32))
+    with pytest.raises(ValueError, match="conv_nchwc_pack_f32: group: expected 1 or depthwise"):
+        _native.conv_nchwc_pack_f32(normal(rng, 16, 2, 3, 3), 2)
+    with pytest.raises(ValueError, match="conv_nchwc_pack_f32: input_nchw: expected group 1"):
+        _native.conv_nchwc_pack_f32(normal(rng, 16, 1, 3, 3), 16, True)
+    with pytest.raises(ValueError, match=r"conv_nchwc_pack_f32: w: expected \[M, C/G, kh, kw\]"):
+        _native.conv_nchwc_pack_f32(normal(rng, 16, 3, 3))
+
+
+# --------------------------------------------------------------------------------------
+# Pools and resize (exact)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "c,h,w,kernel,strides,pads,dilations,ceil_mode",
+    [
+        (17, 10, 10, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), False),  # YOLO's SPPF
+        (48, 20, 20, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), False),
+        (7, 13, 13, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False),  # a stem's 3x3 stride 2
+        (16, 13, 12, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), True),  # ceil_mode overhang
+        (33, 9, 11, (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), False),
+        (3, 9, 11, (3, 2), (1, 2), (1, 0, 2, 1), (2, 1), True),  # asymmetric, dilated
+        (1, 1, 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False),
+    ],
+)
+def test_max_pool_is_the_twins_bytes(c, h, w, kernel, strides, pads, dilations, ceil_mode) -> None:
+    from quanta.kernels.reference.registry import OpContext
+
+    rng = np.random.default_rng(c * h + w)
+    x5 = normal(rng, 2, twin.blocks(c), h, w, 16)  # pad lanes pooled like the others
+    attrs = dict(
+        kernel_shape=list(kernel),
+        strides=list(strides),
+        pads=list(pads),
+        dilations=list(dilations),
+        ceil_mode=int(ceil_mode),
+    )
+    want = twin.max_pool_nchwc(OpContext(opset=17), x5, **attrs)
+
+    def run(isa: str) -> None:
+        for threads in (1, 2):
+            y = _native.max_pool_nchwc_f32(
+                x5, list(kernel), list(strides), list(pads), list(dilations), ceil_mode, threads
+            )
+            assert y.shape == want.shape and y.tobytes() == want.tobytes(), (isa, threads)
+
+    every_isa(run)
+
+
+def test_max_pool_propagates_nan() -> None:
+    x5 = normal(np.random.default_rng(3), 1, 1, 6, 6, 16)
+    x5[0, 0, 2, 3, 5] = np.nan
+
+    def run(isa: str) -> None:
+        y = _native.max_pool_nchwc_f32(x5, [3, 3], [1, 1], [1, 1, 1, 1])
+        nan = np.isnan(y)
+        assert nan[0, 0, 1:4, 2:5, 5].all() and nan.sum() == 9, isa
+
+    every_isa(run)
+
+
+@pytest.mark.parametrize("c,h,w", [(17, 10, 10), (3, 1, 1), (48, 7, 9), (16, 20, 20), (7, 1, 37)])
+def test_global_avg_pool_is_the_twins_bytes(c, h, w) -> None:
+    from quanta.kernels.reference.nn_pool import global_average_pool
+    from quanta.kernels.reference.registry import OpContext
+
+    x5 = normal(np.random.default_rng(c + h * w), 2, twin.blocks(c), h, w, 16) * np.float32(100)
+    want = twin.to_nchwc(global_average_pool(OpContext(opset=17), twin.from_nchwc(x5)))
+
+    def run(isa: str) -> None:
+        for threads in (1, 2):
+            y = _native.global_avg_pool_nchwc_f32(x5, threads)
+            assert y.shape == want.shape and y.tobytes() == want.tobytes(), (isa, threads)
+
+    every_isa(run)
+
+
+@pytest.mark.parametrize("h,w,fy,fx", [(10, 10, 2, 2), (1, 3, 3, 1), (5, 7, 1, 4), (13, 13, 2, 2)])
+def test_resize_nearest_repeats_each_pixel(h, w, fy, fx) -> None:
+    x5 = normal(np.random.default_rng(h * w), 2, 3, h, w, 16)
+    want = np.repeat(np.repeat(x5, fy, axis=2), fx, axis=3)
+    for threads in (1, 2):
+        y = _native.resize_nearest_nchwc_f32(x5, fy, fx, threads)
+        assert y.tobytes() == want.tobytes(), threads
+
+
+def test_pools_refuse_bad_arguments() -> None:
+    x5 = np.zeros((1, 1, 4, 4, 16), F32)
+    with pytest.raises(ValueError, match=r"max_pool_nchwc_f32: x: expected \[N, Cb, H, W, 16\]"):
+        _native.max_pool_nchwc_f32(np.zeros((1, 3, 4, 4), F32), [2, 2], [2, 2], [0] * 4)
+    with pytest.raises(ValueError, match="max_pool_nchwc_f32: expected 2 kernel sizes"):
+        _native.max_pool_nchwc_f32(x5, [2], [2, 2], [0] * 4)
+    with pytest.raises(ValueError, match="max_pool_nchwc_f32: the dilated kernel is larger"):
+        _native.max_pool_nchwc_f32(x5, [5, 5], [1, 1], [0] * 4)
+    with pytest.raises(ValueError, match="global_avg_pool_nchwc_f32: x: expected a non-empty plane"):
+        _native.global_avg_pool_nchwc_f32(np.zeros((1, 1, 0, 4, 16), F32))
+    with pytest.raises(ValueError, match="resize_nearest_nchwc_f32: fy, fx: expected integer factors >= 1"):
+        _native.resize_nearest_nchwc_f32(x5, 0, 2)
