@@ -15,8 +15,9 @@ and grows each region over the operators that compute the same elements on the 5
 tensor, so that conversions sit only at its edges:
 
 - *blocked operators* (always in a region): a float32 2-D ``Conv`` / ``quanta::Conv``
-  with constant weights, group 1 or depthwise, and at least 16 output channels (a head's
-  1-4 channels would fill 1-4 of a block's lanes); an input of fewer than 16 channels
+  with constant weights, group 1 or depthwise, and at least 16 output channels of which
+  at most 1/8 of the last block's lanes are padding (a head's 1-4 channels would fill 1-4
+  of 16 lanes, 24 channels 24 of 32); an input of fewer than 16 channels
   from outside a region is read as NCHW (``input_nchw``: the stem, no reorder).
   ``MaxPool`` (one output) and ``GlobalAveragePool`` become ``quanta::MaxPoolNchwc`` and
   ``quanta::GlobalAveragePoolNchwc`` when their input is blocked.
@@ -36,9 +37,13 @@ compute the same elements as before (bit-identical); ``ConvNchwc`` is the float 
 family's convolution in another summation order (eq. (FG1) of docs/float-ops.md bounds
 both against float64).
 
-The layout exists for the native kernels (quanta/kernels/cpp/nchwc): without them in the
+Opt-in (``QUANTA_NCHWC=1`` in the environment) until the blocked kernels beat the NCHW
+float GEMM on every zoo model: measured at one thread against ONNX Runtime, the layout
+takes layout_cdla from 0.86 to 0.71 and ppocr_cls from 1.08 to 0.90 of ORT's time, but
+ppocr_det from 0.84 to 0.96 and open_nsfw from 1.09 to 1.18, where its 1x1
+convolutions lose 20-50 % to the GEMM (benchmarks/results/2026-12-04-nchwc.md). The
+layout exists for the native kernels (quanta/kernels/cpp/nchwc): without them in the
 built extension the pass leaves graphs as they are, so every target runs one graph.
-``QUANTA_NCHWC=0`` in the environment does the same (A/B measurements).
 """
 
 from __future__ import annotations
@@ -151,7 +156,7 @@ class BlockedFloatLayout(Pass):
     def call(self, graph: Graph) -> PassResult:
         self.refused = []
         self._nchw_shape = {}
-        if not self.force and (os.environ.get("QUANTA_NCHWC", "1") == "0" or not _native_kernels()):
+        if not self.force and (os.environ.get("QUANTA_NCHWC", "0") != "1" or not _native_kernels()):
             return PassResult(graph, False, {})
         with graph.naming():
             region = self._select(graph)
@@ -220,6 +225,10 @@ class BlockedFloatLayout(Pass):
         if m < BLOCK:
             # a head's 1-4 output channels would fill 1-4 of a block's 16 lanes
             return f"{m} output channels: fewer than one block of {BLOCK}"
+        if (blocks(m) * BLOCK - m) * 8 > m:
+            # the pad lanes are computed: 24 channels as 32 cost a third more (ppocr_det's
+            # head: 1.2-1.4x the NCHW GEMM's time)
+            return f"{m} output channels: more than 1/8 of {blocks(m) * BLOCK} lanes would be padding"
         auto_pad = str(node.attrs.get("auto_pad", "NOTSET"))
         if auto_pad not in ("NOTSET", "VALID"):
             shape = x.shape if x.shape is not None else None

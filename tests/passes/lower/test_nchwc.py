@@ -4,7 +4,7 @@ edges), the outputs on the reference target before and after (exact but for the
 convolutions' summation order, eq. (FG1)), the verifier after it, and one test per
 refusal, asserting the reason.
 
-Graphs written by hand: odd channel counts (3, 17, 24, 33), non-square images, strides,
+Graphs written by hand: odd channel counts (3, 17, 60, 120), non-square images, strides,
 asymmetric pads, distinct per-channel constants.
 """
 
@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from quanta.ir.onnx_io import load
 from quanta.kernels.reference import nchwc as ref
-from quanta.passes.lower.nchwc import BlockedFloatLayout
+from quanta.passes.lower.nchwc import BlockedFloatLayout, _native_kernels
 from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.passes.rules.fuse_activation import FuseFloatActivation
 from quanta.passes.rules.fuse_float_gate import FuseFloatGate
@@ -95,8 +95,8 @@ def test_a_detector_chain_runs_blocked_with_reorders_only_at_its_edges():
     y = b.node("Concat", ["p0", z, "p1"], "cat", axis=1)
     y = b.node("MaxPool", [y], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     y = b.node("Resize", [y, "", b.const("scales", np.array([1, 1, 2, 2], np.float32))], "up", mode="nearest")
-    y = b.conv(y, 48, 17, (3, 1), "c3", pads=[1, 0, 1, 0])
-    y = b.node("Mul", [y, b.const("gain", RNG.uniform(0.5, 2, (17, 1, 1)).astype(np.float32))], "scaled")
+    y = b.conv(y, 48, 120, (3, 1), "c3", pads=[1, 0, 1, 0])  # 8 pad lanes in its last block
+    y = b.node("Mul", [y, b.const("gain", RNG.uniform(0.5, 2, (120, 1, 1)).astype(np.float32))], "scaled")
     y = b.node("Add", [y, b.const("shift", np.array(0.25, np.float32))], "shifted")
     y = b.node(
         "Clip", [y, b.const("lo", np.array(-1, np.float32)), b.const("hi", np.array(1.5, np.float32))], "clip"
@@ -121,22 +121,22 @@ def test_a_detector_chain_runs_blocked_with_reorders_only_at_its_edges():
 
 def test_depthwise_and_squeeze_excitation_stay_blocked_with_padded_channels():
     b = Builder()
-    y = b.conv("x", 24, 24, (3, 3), "dw", group=24, pads=[1, 1, 1, 1], strides=[2, 1])
+    y = b.conv("x", 60, 60, (3, 3), "dw", group=60, pads=[1, 1, 1, 1], strides=[2, 1])
     y = b.node("HardSwish", [y], "dw_act")
     s = b.node("GlobalAveragePool", [y], "se_gap")
-    s = b.node("Relu", [b.conv(s, 24, 33, (1, 1), "se_reduce")], "se_relu")
-    s = b.node("HardSigmoid", [b.conv(s, 33, 24, (1, 1), "se_expand")], "se_gate")
+    s = b.node("Relu", [b.conv(s, 60, 16, (1, 1), "se_reduce")], "se_relu")
+    s = b.node("HardSigmoid", [b.conv(s, 16, 60, (1, 1), "se_expand")], "se_gate")
     y = b.node("Mul", [y, s], "se_mul")
-    y = b.conv(y, 24, 40, (1, 1), "project")
-    proto = b.model({"x": [1, 24, 13, 9]}, [y])
+    y = b.conv(y, 60, 48, (1, 1), "project")
+    proto = b.model({"x": [1, 60, 13, 9]}, [y])
     _, model, counts = _blocked(proto)
     assert counts["ConvNchwc"] == 4 and counts["ReorderNchwc"] == 1 and counts["ReorderNchw"] == 1
     assert counts["GlobalAveragePoolNchwc"] == 1
     dw = next(n for n in model.graph.nodes if n.op_type == "ConvNchwc")
-    assert dw.attrs["group"] == 24 and dw.attrs["activation"] == "HardSwish"
+    assert dw.attrs["group"] == 60 and dw.attrs["activation"] == "HardSwish"
     out = model.graph.outputs[0]
-    assert out.producer.op_type == "ReorderNchw" and out.producer.attrs["channels"] == 40
-    _check_outputs(proto, model, {"x": RNG.standard_normal((1, 24, 13, 9)).astype(np.float32)})
+    assert out.producer.op_type == "ReorderNchw" and out.producer.attrs["channels"] == 48
+    _check_outputs(proto, model, {"x": RNG.standard_normal((1, 60, 13, 9)).astype(np.float32)})
 
 
 def test_same_padding_and_a_region_output_read_twice():
@@ -158,10 +158,11 @@ def test_same_padding_and_a_region_output_read_twice():
     ("case", "reason"),
     [
         ("head", "4 output channels: fewer than one block"),
+        ("waste", "24 output channels: more than 1/8 of 32 lanes would be padding"),
         ("grouped", "group 2: only group 1 or depthwise"),
         ("div", "Div has no blocked form"),
         ("nchw_operand", "input 1 'den2' is computed NCHW and is not a constant"),
-        ("concat", "input 1 of 24 channels: not whole blocks"),
+        ("concat", "input 1 of 120 channels: not whole blocks"),
         ("split", "not whole blocks"),
         ("linear", "Resize mode linear"),
         ("percol", "does not broadcast per channel"),
@@ -172,6 +173,8 @@ def test_refusals_name_the_reason(case: str, reason: str):
     y = b.conv("x", 16, 32, (3, 3), "c0", pads=[1, 1, 1, 1])
     if case == "head":
         out = b.conv(y, 32, 4, (1, 1), "head")
+    elif case == "waste":
+        out = b.conv(y, 32, 24, (3, 3), "c24", pads=[1, 1, 1, 1])
     elif case == "grouped":
         out = b.conv(y, 32, 32, (3, 3), "grouped", group=2, pads=[1, 1, 1, 1])
     elif case == "div":
@@ -184,7 +187,7 @@ def test_refusals_name_the_reason(case: str, reason: str):
             "sum",
         )
     elif case == "concat":
-        z = b.conv(y, 32, 24, (1, 1), "c24")
+        z = b.conv(y, 32, 120, (1, 1), "c120")
         out = b.node("Concat", [y, z], "cat", axis=1)
     elif case == "split":
         b.nodes.append(
@@ -208,13 +211,22 @@ def test_refusals_name_the_reason(case: str, reason: str):
     _check_outputs(proto, model, {"x": RNG.standard_normal((1, 16, 5, 7)).astype(np.float32)})
 
 
-def test_without_the_native_kernels_the_graph_stays_nchw(monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize("env", [None, "0"])
+def test_the_layout_is_opt_in(monkeypatch: pytest.MonkeyPatch, env: str | None):
+    """Unset or 0, QUANTA_NCHWC leaves the graph NCHW (the blocked kernels do not yet beat
+    the NCHW GEMM on every zoo model); 1 turns the layout on where the kernels exist."""
     b = Builder()
     y = b.conv("x", 16, 32, (3, 3), "c0", pads=[1, 1, 1, 1])
     model = load(b.model({"x": [1, 16, 5, 7]}, [y]))
-    monkeypatch.setenv("QUANTA_NCHWC", "0")
+    if env is None:
+        monkeypatch.delenv("QUANTA_NCHWC", raising=False)
+    else:
+        monkeypatch.setenv("QUANTA_NCHWC", env)
     result = BlockedFloatLayout()(model.graph)
     assert not result.modified and [n.op_type for n in model.graph.nodes] == ["Conv"]
+    if _native_kernels():
+        monkeypatch.setenv("QUANTA_NCHWC", "1")
+        assert BlockedFloatLayout()(model.graph).modified
 
 
 def test_twins_reorder_exactly_and_pad_lanes_are_zero():
