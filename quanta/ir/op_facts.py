@@ -248,6 +248,7 @@ FACTS = OpTable(
         # tensors, and the moves into and out of the layout at a region's edges
         Op("ConvNchwc", QUANTA, shape_only=True, compute=True, blas=True),
         Op("MaxPoolNchwc", QUANTA, shape_only=True),
+        Op("GlobalAveragePoolNchwc", QUANTA, shape_only=True),
         Op("ReorderNchwc", QUANTA, shape_only=True, island=False),
         Op("ReorderNchw", QUANTA, shape_only=True, island=False),
         # the elementwise half of an exported LSTM cell (optimize_float's FuseLSTMGates)

@@ -130,14 +130,18 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     Div (and its Mul / Add by constants) becomes one ``quanta::LayerNormDiv`` (exact: the
     same float32 operations in the same order); a two-operand Einsum becomes the MatMul it
     computes between Transposes / Reshapes (the float GEMM family's bound instead of
-    np.einsum's unstated order). A MatMul whose weight a file stores as 8-bit integers times
-    a per-column scale (``Cast`` -> ``Mul``) becomes ``quanta::MatMulW8`` before the
+    np.einsum's unstated order); chains of float convolutions and the pools,
+    elementwise operators, Concats, Splits and nearest Resizes between them exchange
+    NCHW16c tensors (:mod:`.lower.nchwc`: ONNX Runtime's NchwcTransformer; direct
+    convolutions over channel blocks, no layout change inside a chain). A MatMul whose
+    weight a file stores as 8-bit integers times a per-column scale (``Cast`` -> ``Mul``) becomes ``quanta::MatMulW8`` before the
     constants fold: the file's float semantics (the weight is the same float32 values, as
     ONNX Runtime runs it), with the weight kept 8-bit for the kernel to stream;
     ``SessionOptions.dynamic_weight_only`` runs it as ``DynamicQuantizeMatMul`` instead
     (:mod:`.lower.weight_only_matmul`). Every target runs the folded graph, so the
     reference stays the golden of what the native target computes."""
     del opset  # the same steps for every opset
+    from quanta.passes.lower.nchwc import BlockedFloatLayout
     from quanta.passes.lower.weight_only_matmul import WeightOnlyMatMuls
     from quanta.passes.rules.fold_conv_affine import FoldConvAffine
     from quanta.passes.rules.fuse_float_gate import FuseFloatGate
@@ -165,6 +169,7 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
         FuseLSTMGates(),  # an exported LSTM cell's ten elementwise nodes: one quanta::LSTMGates
         FuseLayerNormPass(),  # a written-out LayerNorm's seven to nine nodes: one quanta::LayerNormDiv
         CanonicalizeEinsum(),  # a two-operand Einsum: the MatMul it computes (native float GEMM)
+        BlockedFloatLayout(),  # chains of float convolutions exchange NCHW16c tensors
         EliminateDead(),
     ]
 

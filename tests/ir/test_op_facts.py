@@ -56,7 +56,7 @@ PINNED = {
     "quanta.passes.coverage.COMPUTE_OPS": {
         "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool",
         "GlobalAveragePool", "Sigmoid", "LeakyRelu", "Softmax", "LSTM", "GRU", "RNN", *_TABLED,
-        "OrtLSTM", "OrtGRU",
+        "OrtLSTM", "OrtGRU", "ConvNchwc",
     },
     "quanta.passes.coverage.INTEGER_OF": {
         "Conv": ("QLinearConv", "ConvInteger", "QLinearConv16"),
@@ -110,6 +110,7 @@ PINNED = {
         "QuantizeLinear", "DequantizeLinear", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
         "Slice", "Gather", "Split", "Concat", "MaxPool", "Identity", "Shape", "Constant", "Cast",
         "DynamicQuantizeLinear", "AccumulatorToFloat", "AccumulatorToQuant", "QuantizeMX",
+        "ReorderNchwc", "ReorderNchw",
     },
     "quanta.passes.rules.fuse_activation.FUSABLE_PRODUCERS": {
         "Conv": "integer conv kernels clamp while requantizing",
@@ -131,6 +132,7 @@ PINNED = {
     "quanta.runtime.static_steps.QUANTA_SHAPE_ONLY_OPS": {
         "AccumulatorToFloat", "AccumulatorToQuant", "Conv", "ConvMX", "LayerNormDiv", "MatMulBf16", "MatMulMX",
         "MatMulW4A8", "MatMulW8", "MlasLogistic", "MlasTanh", "QLinearConv16", "QLinearLookup", "QLinearMatMul16",
+        "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
     },
     "quanta.runtime.static_steps.SHAPE_ONLY_OPS": {
         "Abs", "Acos", "Add", "And", "Asin", "Atan", "BatchNormalization", "BitShift", "Cast", "CastLike",
@@ -153,9 +155,10 @@ PINNED = {
         "AccumulatorToQuant", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "MlasLogistic", "MlasTanh", "LayerNormDiv",
         "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "MatMulBf16", "MatMulMX", "ConvMX", "MatMulW8",
+        "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
     },
     "quanta.targets.native.BLAS_OPS": {
-        "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "RNN", "Attention",
+        "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "RNN", "Attention", "ConvNchwc",
     },
     "quanta.targets.native.views.ALIAS_OPS": _ALIAS,
 }  # fmt: skip

@@ -433,7 +433,9 @@ def test_float_graph_fuses_relu_and_clip_into_conv() -> None:
 def test_session_runs_small_plane_convolutions_as_pixel_rows(monkeypatch, k, rows_path) -> None:
     """A 1x1 or 3x3 Conv + HardSwish on a 7x7 plane (a MobileNet / ResNet tail) is
     specialized to the pixels-as-rows GEMM (sgemm.h kPointwiseRows, kIm2colRows) and gives
-    conv_f32's NCHW bytes, at 1 and 2 threads; a 40x40 plane keeps the NCHW GEMM."""
+    conv_f32's NCHW bytes, at 1 and 2 threads; a 40x40 plane keeps the NCHW GEMM (the
+    blocked layout, which would take this chain, is off: this is the NCHW path's test)."""
+    monkeypatch.setenv("QUANTA_NCHWC", "0")
     rng = np.random.default_rng(7)
     wt, b = rng.standard_normal((256, 17, k, k)).astype(F32), rng.standard_normal(256).astype(F32)
     pads = [k // 2] * 4

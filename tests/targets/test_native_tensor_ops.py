@@ -750,12 +750,42 @@ def test_resize_repeat_factors_only_for_q_div_s_indices():
         plan = _tables(KernelContext(opset=19), shape, None, np.array(scales, F32), None, attrs)
         return _repeat_factors(plan[1], shape)
 
-    assert factors((1, 3, 10, 10), (1, 1, 2, 2), "half_pixel") == (2, 2)
-    assert factors((1, 3, 10, 10), (1, 1, 1, 3), "asymmetric", "floor") == (1, 3)
+    assert factors((1, 3, 10, 10), (1, 1, 2, 2), "half_pixel") == (2, 2, False)
+    assert factors((1, 3, 10, 10), (1, 1, 1, 3), "asymmetric", "floor") == (1, 3, False)
+    # an NCHW16c tensor: H and W before the 16 lanes (64 bytes of float32), which move together
+    assert factors((1, 2, 10, 9, 16), (1, 1, 2, 3, 1), "half_pixel") == (2, 3, True)
+    assert factors((1, 2, 10, 9, 16), (1, 1, 1, 1, 2), "half_pixel") == (1, 2, False)
+    assert factors((1, 2, 10, 9, 5), (1, 1, 2, 2, 1), "half_pixel") is None  # 20-byte elements
     assert factors((1, 3, 10, 10), (1, 1, 1, 3), "asymmetric") is None  # q = 2 rounds to 1
     assert factors((1, 3, 10, 10), (1, 1, 2, 2), "align_corners", "floor") is None  # q = 2 floors to 0
     assert factors((1, 3, 10, 10), (1, 2, 2, 2), "half_pixel") is None
     assert factors((1, 3, 10, 10), (1, 1, 0.5, 2), "half_pixel") is None
+
+
+@pytest.mark.parametrize(
+    "scales", [(1.0, 1.0, 2.0, 2.0, 1.0), (1.0, 1.0, 3.0, 1.0, 1.0), (1.0, 1.0, 1.0, 2.0, 1.0)]
+)
+def test_resize_of_a_blocked_tensor_repeats_whole_pixels(scales):
+    """A nearest Resize of H and W of an NCHW16c tensor [N, Cb, H, W, 16] (the blocked
+    float layout's upsample) runs as one repeat_2d whose elements are a pixel's 16 floats:
+    the twin's bytes, 1 and 2 threads."""
+    f = TensorProto.FLOAT
+    x = floats(np.random.default_rng(72), (1, 3, 7, 5, 16))
+    g = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")],
+        "resize",
+        [helper.make_tensor_value_info("x", f, list(x.shape))],
+        [helper.make_tensor_value_info("y", f, None)],
+        [helper.make_tensor("scales", f, [5], list(scales))],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    ref = quanta.InferenceSession(m, backend="reference").run(None, {"x": x})[0]
+    for threads in (1, 2):
+        options = quanta.SessionOptions()
+        options.intra_op_num_threads = threads
+        sess = quanta.InferenceSession(m, options, backend="native")
+        assert sess.fallbacks == []
+        assert_bit_exact(ref, sess.run(None, {"x": x})[0], f"{scales} {threads}t")
 
 
 def test_resize_tf_crop_and_resize_falls_back_with_reason():

@@ -20,7 +20,7 @@
 //                y_signed, num_threads=1, out=None) -> y uint8 / int8   the same acc and
 //     parameters; post_kind a sgemm.h PostOp kind (0: none); y_scale > 0 and finite
 //   take_axis(x, axis, idx, num_threads=1, out=None) -> y     any dtype; idx int64 in [0, n)
-//   repeat_2d(x, sh, sw, num_threads=1, out=None) -> y        1-8-byte elements, rank >= 2
+//   repeat_2d(x, sh, sw, num_threads=1, out=None, lanes=False) -> y   1-64-byte elements, rank >= 2
 //   copy_strided(x, num_threads=1, out=None) -> y            any dtype, any strides -> C order
 #include <algorithm>
 #include <array>
@@ -425,12 +425,18 @@ py::array take_axis(const py::handle& x_obj, int64_t axis, const py::handle& idx
   return y;
 }
 
-py::array repeat_2d(const py::handle& x_obj, int64_t sh, int64_t sw, int num_threads, const py::object& out_obj) {
+py::array repeat_2d(const py::handle& x_obj, int64_t sh, int64_t sw, int num_threads, const py::object& out_obj,
+                    bool lanes) {
   auto x = contiguous(x_obj, "repeat_2d: x");
-  const int64_t rank = x.ndim(), elem = x.itemsize();
-  if (rank < 2) throw py::value_error("repeat_2d: x: expected rank >= 2, got " + std::to_string(rank));
-  if (elem != 1 && elem != 2 && elem != 4 && elem != 8) {
-    throw py::value_error("repeat_2d: x: expected 1-, 2-, 4- or 8-byte elements, got " + std::to_string(elem));
+  // lanes: the last axis is part of the element (an NCHW16c tensor [N, Cb, H, W, 16]:
+  // H and W are the axes before it, a pixel's 16 floats move as one element)
+  const int64_t rank = x.ndim() - (lanes ? 1 : 0);
+  const int64_t elem = x.itemsize() * (lanes && x.ndim() > 0 ? x.shape(x.ndim() - 1) : 1);
+  if (rank < 2)
+    throw py::value_error("repeat_2d: x: expected rank >= 2 (3 with lanes), got " + std::to_string(x.ndim()));
+  if (elem != 1 && elem != 2 && elem != 4 && elem != 8 && elem != 16 && elem != 32 && elem != 64) {
+    throw py::value_error("repeat_2d: x: expected elements of 1, 2, 4, 8, 16, 32 or 64 bytes, got " +
+                          std::to_string(elem));
   }
   if (sh < 1 || sw < 1) {
     throw py::value_error("repeat_2d: expected factors >= 1, got " + std::to_string(sh) + ", " + std::to_string(sw));
@@ -442,6 +448,7 @@ py::array repeat_2d(const py::handle& x_obj, int64_t sh, int64_t sw, int num_thr
   const int64_t h = x.shape(rank - 2), w = x.shape(rank - 1);
   out_shape.push_back(static_cast<py::ssize_t>(h * sh));
   out_shape.push_back(static_cast<py::ssize_t>(w * sw));
+  if (lanes) out_shape.push_back(x.shape(rank));
   auto y = make_output(out_obj, x.dtype(), out_shape, "repeat_2d", {x});
   if (y.size() == 0) return y;
   {
@@ -544,7 +551,9 @@ void register_tensor_ops(py::module_& m) {
   m.def("take_axis", &take_axis, arg("x"), arg("axis"), arg("idx"), arg("num_threads") = 1, arg("out") = none,
         "y[a, q, :] = x[a, idx[q], :] along axis, any dtype.");
   m.def("repeat_2d", &repeat_2d, arg("x"), arg("sh"), arg("sw"), arg("num_threads") = 1, arg("out") = none,
-        "y[..., oy, ox] = x[..., oy // sh, ox // sw]: nearest upsampling of the last two axes by integers.");
+        arg("lanes") = false,
+        "y[..., oy, ox] = x[..., oy // sh, ox // sw]: nearest upsampling of the last two axes by integers "
+        "(lanes: of the two before the last, whose elements move together).");
   m.def("copy_strided", &copy_strided, arg("x"), arg("num_threads") = 1, arg("out") = none,
         "A C-contiguous copy of any strided array (transposed, sliced, broadcast views).");
 }

@@ -1,5 +1,5 @@
 """The blocked float layout NCHW16c and its operators (quanta::ReorderNchwc, ReorderNchw,
-ConvNchwc, MaxPoolNchwc).
+ConvNchwc, MaxPoolNchwc, GlobalAveragePoolNchwc).
 
 An NCHW16c tensor is a plain 5-D array ``[N, Cb, H, W, 16]`` with ``Cb = ceil(C / 16)``
 and channel ``c = cb·16 + lane`` (docs/float-ops.md "The blocked layout"). The lanes of
@@ -24,10 +24,18 @@ from typing import Any
 import numpy as np
 
 from quanta.kernels.reference.nn_conv import fused_conv
-from quanta.kernels.reference.nn_pool import max_pool
+from quanta.kernels.reference.nn_pool import global_average_pool, max_pool
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
-__all__ = ["BLOCK", "blocks", "conv_nchwc", "from_nchwc", "max_pool_nchwc", "to_nchwc"]
+__all__ = [
+    "BLOCK",
+    "blocks",
+    "conv_nchwc",
+    "from_nchwc",
+    "global_average_pool_nchwc",
+    "max_pool_nchwc",
+    "to_nchwc",
+]
 
 #: channels per block: one AVX-512 vector of float32 (two AVX2 vectors)
 BLOCK = 16
@@ -155,3 +163,17 @@ def max_pool_nchwc(ctx: OpContext, x: np.ndarray, **attrs: Any) -> np.ndarray:
 
 
 register("MaxPoolNchwc", "quanta")(max_pool_nchwc)
+
+
+def global_average_pool_nchwc(ctx: OpContext, x: np.ndarray) -> np.ndarray:
+    """quanta::GlobalAveragePoolNchwc: ai.onnx GlobalAveragePool of every channel, pad
+    lanes included, ``[N, Cb, 1, 1, 16]``: each channel's mean over its H·W values in
+    the order GlobalAveragePool sums them (docs/float-ops.md "Reductions")."""
+    if x.ndim < 4 or x.shape[-1] != BLOCK:
+        raise OpError(
+            f"GlobalAveragePoolNchwc: expected x of shape [N, Cb, spatial..., {BLOCK}], got {x.shape}"
+        )
+    return to_nchwc(global_average_pool(ctx, from_nchwc(x)))
+
+
+register("GlobalAveragePoolNchwc", "quanta")(global_average_pool_nchwc)

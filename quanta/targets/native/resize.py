@@ -8,7 +8,8 @@ the weights (cached), so coordinates and weights are the twin's by construction;
 
 - nearest: ``take_axis`` per resized axis on x itself (a gather moves the values, which
   float64 would hold exactly: float32, (u)int8 and int32 inputs); when only the last two
-  axes grow, by integer factors with source index q // s, one ``repeat_2d`` instead;
+  axes grow (or the two before a last axis of 16-64 bytes, an NCHW16c tensor's), by
+  integer factors with source index q // s, one ``repeat_2d`` instead;
 - linear / cubic: x to float64 (``cast``), ``resize_axis_f64`` per axis (the tap sum of
   ``weighted_taps``, in its order), and the result to x's dtype: float32 by ``cast``
   (one rounding, as astype), integers by the twin's ``resize_output`` (rint, clip).
@@ -66,16 +67,20 @@ def _nearest_order(tables: list, shape: tuple[int, ...]) -> list:
     return sorted(tables, key=lambda t: (len(t[1]) / max(shape[t[0]], 1), -t[0]))
 
 
-def _repeat_factors(tables: list, shape: tuple[int, ...]) -> tuple[int, int] | None:
-    """(sh, sw) when the nearest gathers resize only the last two axes, each by an integer
-    factor s with source index q // s (every element repeated s times in place: a YOLO
-    neck's 2x upsample under every coordinate mode but align_corners); then one
+def _repeat_factors(tables: list, shape: tuple[int, ...], itemsize: int = 4) -> tuple[int, int, bool] | None:
+    """(sh, sw, lanes) when the nearest gathers resize only the last two axes, each by an
+    integer factor s with source index q // s (every element repeated s times in place: a
+    YOLO neck's 2x upsample under every coordinate mode but align_corners); then one
     ``repeat_2d`` moves the bytes the two gathers would, in one pass, without the widened
-    intermediate. None otherwise."""
+    intermediate. ``lanes``: the two axes before the last, whose elements (an NCHW16c
+    pixel's 16 floats: 64 bytes) move together. None otherwise."""
     rank = len(shape)
     if rank < 2:
         return None
-    factors = {rank - 2: 1, rank - 1: 1}
+    resized = {axis for axis, _, _ in tables}
+    lanes = rank >= 3 and rank - 1 not in resized and itemsize * shape[-1] in (16, 32, 64)
+    h_axis = rank - 3 if lanes else rank - 2
+    factors = {h_axis: 1, h_axis + 1: 1}
     for axis, idx, _ in tables:
         n, m = shape[axis], len(idx)
         if axis not in factors or n == 0 or m % n:
@@ -83,7 +88,7 @@ def _repeat_factors(tables: list, shape: tuple[int, ...]) -> tuple[int, int] | N
         if not np.array_equal(idx, np.arange(m) // (m // n)):
             return None
         factors[axis] = m // n
-    return factors[rank - 2], factors[rank - 1]
+    return factors[h_axis], factors[h_axis + 1], lanes
 
 
 def _attr_key(attributes: dict) -> tuple:
@@ -119,9 +124,10 @@ def _resize_native(
         return out
     if mode == "nearest":
         data = np.asarray(x, order="C")
-        factors = _repeat_factors(tables, x.shape)
+        factors = _repeat_factors(tables, x.shape, x.dtype.itemsize)
         if factors is not None:
-            return n.repeat_2d(data, *factors, t, out)
+            sh, sw, lanes = factors
+            return n.repeat_2d(data, sh, sw, t, out, lanes)
         for i, (axis, idx, _) in enumerate(_nearest_order(tables, x.shape)):
             last = i == len(tables) - 1
             data = n.take_axis(data, axis, idx, t, out if last else None)
@@ -157,12 +163,12 @@ def _resize_specialized(sig: Specialization, *, plans: BoundedCache, **attribute
         return None
     threads, out = step_threads(sig), sig.out
     generic = {"plans": plans, **attributes}
-    factors = _repeat_factors(plan[1], shape)
+    factors = _repeat_factors(plan[1], shape, sig.dtypes[0].itemsize)
     if factors is not None:
-        repeat, (sh, sw) = _native().repeat_2d, factors
+        repeat, (sh, sw, lanes) = _native().repeat_2d, factors
 
         def run_repeat(x: np.ndarray, *rest: Any) -> np.ndarray:
-            return repeat(x, sh, sw, threads, out)
+            return repeat(x, sh, sw, threads, out, lanes)
 
         return guarded(run_repeat, _resize_native, generic, out, reads=1)
     order = [(axis, idx) for axis, idx, _ in _nearest_order(plan[1], shape)]

@@ -217,6 +217,12 @@ void widen_row_fixed(const T* __restrict s, int64_t w, T* __restrict d) {
   }
 }
 
+// An element of N bytes moved as one (an NCHW16c pixel's 16 floats: 64 bytes).
+template <int N>
+struct Bytes {
+  uint8_t b[N];
+};
+
 template <typename T>
 void widen_row(const uint8_t* src, int64_t w, int64_t sw, uint8_t* dst) {
   const T* s = reinterpret_cast<const T*>(src);
@@ -243,7 +249,10 @@ void repeat_2d(const uint8_t* x, int64_t planes, int64_t h, int64_t w, int64_t e
         case 1: widen_row<uint8_t>(src, w, sw, first); break;
         case 2: widen_row<uint16_t>(src, w, sw, first); break;
         case 4: widen_row<uint32_t>(src, w, sw, first); break;
-        default: widen_row<uint64_t>(src, w, sw, first); break;
+        case 8: widen_row<uint64_t>(src, w, sw, first); break;
+        case 16: widen_row<Bytes<16>>(src, w, sw, first); break;
+        case 32: widen_row<Bytes<32>>(src, w, sw, first); break;
+        default: widen_row<Bytes<64>>(src, w, sw, first); break;
       }
       for (int64_t k = 1; k < sh; ++k) std::memcpy(first + k * out_row, first, static_cast<size_t>(out_row));
     }

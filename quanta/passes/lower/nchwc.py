@@ -1,0 +1,517 @@
+"""Blocked float regions: chains of float convolutions exchange NCHW16c tensors.
+
+A float Conv runs as a direct convolution over channel blocks of 16 (one AVX-512 vector
+of float32: docs/float-ops.md "The blocked layout"); between two of them the tensor stays
+blocked, so a chain pays no layout change and no im2col. This is ONNX Runtime's
+NchwcTransformer, on the graph where every step is visible (``quanta inspect
+--lowered``)::
+
+    %y = quanta::Conv(%x, %w, %b)                   (x: N x C x H x W)
+      -> %x_nchwc = quanta::ReorderNchwc(%x)         (N x Cb x H x W x 16)
+         %y_nchwc = quanta::ConvNchwc(%x_nchwc, %w, %b)
+         %y       = quanta::ReorderNchw(%y_nchwc) {channels=M}   (only for NCHW readers)
+
+and grows each region over the operators that compute the same elements on the 5-D
+tensor, so that conversions sit only at its edges:
+
+- *blocked operators* (always in a region): a float32 2-D ``Conv`` / ``quanta::Conv``
+  with constant weights, group 1 or depthwise, and at least 16 output channels of which
+  at most 1/8 of the last block's lanes are padding (a head's 1-4 channels would fill 1-4
+  of 16 lanes, 24 channels 24 of 32); an input of fewer than 16 channels
+  from outside a region is read as NCHW (``input_nchw``: the stem, no reorder).
+  ``MaxPool`` (one output) and ``GlobalAveragePool`` become ``quanta::MaxPoolNchwc`` and
+  ``quanta::GlobalAveragePoolNchwc`` when their input is blocked.
+- *layout-agnostic operators* (joined when one of their layout inputs is blocked):
+  elementwise operators whose other operands are blocked values of the same channels or
+  constants (a per-channel constant is blocked like a tensor, pad lanes 0; a constant
+  without a channel axis gains a trailing lane axis of 1); ``Concat`` and ``Split`` of
+  whole channel blocks; nearest ``Resize`` of H and W with constant scales or sizes.
+
+Pad lanes (channels >= C of the last block) hold 0 after a reorder and, after any
+operator, what it computes from 0 with zero weights: finite, so a convolution's zero
+weights cancel them. Operators that could turn them infinite (a division by a blocked
+value, Log, Reciprocal, Pow) do not join.
+
+Exactness: the reorders, pools, Concat, Split, Resize and elementwise operators move or
+compute the same elements as before (bit-identical); ``ConvNchwc`` is the float GEMM
+family's convolution in another summation order (eq. (FG1) of docs/float-ops.md bounds
+both against float64).
+
+Opt-in (``QUANTA_NCHWC=1`` in the environment) until the blocked kernels beat the NCHW
+float GEMM on every zoo model: measured at one thread against ONNX Runtime, the layout
+takes layout_cdla from 0.86 to 0.71 and ppocr_cls from 1.08 to 0.90 of ORT's time, but
+ppocr_det from 0.84 to 0.96 and open_nsfw from 1.09 to 1.18, where its 1x1
+convolutions lose 20-50 % to the GEMM (benchmarks/results/2026-12-04-nchwc.md). The
+layout exists for the native kernels (quanta/kernels/cpp/nchwc): without them in the
+built extension the pass leaves graphs as they are, so every target runs one graph.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from quanta.ir.graph import Graph, Node, Value
+from quanta.ir.types import F32, I64, TensorType
+from quanta.kernels.reference.conv_geometry import conv_attrs
+from quanta.kernels.reference.nchwc import BLOCK, blocks
+from quanta.passes.manager import Pass, PassResult
+
+__all__ = ["BlockedFloatLayout"]
+
+QUANTA = "quanta"
+
+#: elementwise operators of one input that map finite values to finite values
+_UNARY = frozenset(
+    {
+        "Abs",
+        "Celu",
+        "Elu",
+        "Erf",
+        "Gelu",
+        "HardSigmoid",
+        "HardSwish",
+        "LeakyRelu",
+        "Mish",
+        "Neg",
+        "Relu",
+        "Selu",
+        "Sigmoid",
+        "Softplus",
+        "Softsign",
+        "Tanh",
+    }
+)
+#: elementwise operators of two inputs (numpy broadcasting) that keep finite values finite
+_BINARY = frozenset({"Add", "Sub", "Mul", "Max", "Min", "PRelu"})
+
+
+def _f32(v: Value | None) -> bool:
+    return v is not None and v.elem == F32
+
+
+def _rank4(v: Value | None) -> bool:
+    return v is not None and v.shape is not None and len(v.shape) == 4
+
+
+def _blocked_shape(shape: tuple | None, channels_known: bool = True) -> tuple | None:
+    """[N, C, H, W] -> [N, Cb, H, W, 16] (a symbolic C gives an unknown Cb)."""
+    if shape is None:
+        return None
+    c = shape[1]
+    cb = blocks(c) if isinstance(c, int) and channels_known else None
+    return (shape[0], cb, *shape[2:], BLOCK)
+
+
+def _native_kernels() -> bool:
+    """Whether the built extension has the blocked convolution."""
+    try:
+        from quanta.kernels import _native
+    except ImportError:
+        return False
+    return hasattr(_native, "conv_nchwc_f32")
+
+
+def _window_attrs(node: Node, x_shape: tuple | None, kernel: tuple[int, ...] | None) -> dict:
+    """kernel_shape, strides, dilations and explicit pads of a Conv / MaxPool node (its
+    auto_pad resolved: SAME needs the spatial size, which _join / _conv_refusal checked)."""
+    ks = tuple(int(k) for k in (node.attrs.get("kernel_shape") or kernel or ()))
+    n = len(ks)
+    strides = [int(v) for v in node.attrs.get("strides") or [1] * n]
+    dilations = [int(v) for v in node.attrs.get("dilations") or [1] * n]
+    auto_pad = str(node.attrs.get("auto_pad", "NOTSET"))
+    if auto_pad == "VALID":
+        pads = [0] * (2 * n)
+    elif auto_pad == "NOTSET":
+        pads = [int(v) for v in node.attrs.get("pads") or [0] * (2 * n)]
+    else:
+        assert x_shape is not None
+        geom = conv_attrs(
+            tuple(int(d) for d in x_shape),
+            None,
+            kernel_shape=ks,
+            strides=strides,
+            dilations=dilations,
+            auto_pad=auto_pad,
+            ceil_mode=bool(node.attrs.get("ceil_mode", 0)),
+        )
+        pads = [int(v) for v in geom.pads]
+    return {"kernel_shape": list(ks), "strides": strides, "dilations": dilations, "pads": pads}
+
+
+class BlockedFloatLayout(Pass):
+    """NCHW16c regions around the float convolutions (module docstring)."""
+
+    name = "nchwc"
+
+    def __init__(self, *, force: bool = False) -> None:
+        #: rewrite even without the native kernels (tests of the pass on the twins)
+        self.force = force
+        #: (node label, reason) for every candidate that stayed NCHW
+        self.refused: list[tuple[str, str]] = []
+        #: id(MaxPool node) -> its NCHW input shape (an auto_pad SAME reads it)
+        self._nchw_shape: dict[int, tuple | None] = {}
+
+    def call(self, graph: Graph) -> PassResult:
+        self.refused = []
+        self._nchw_shape = {}
+        if not self.force and (os.environ.get("QUANTA_NCHWC", "0") != "1" or not _native_kernels()):
+            return PassResult(graph, False, {})
+        with graph.naming():
+            region = self._select(graph)
+            if not any(n.op_type in ("Conv",) for n, _ in region.values()):
+                return PassResult(graph, False, {})
+            self._rewrite(graph, region)
+        graph.toposort()
+        n_conv = sum(1 for n, _ in region.values() if n.op_type == "ConvNchwc")
+        n_reorders = sum(1 for n in graph.nodes if n.op_type in ("ReorderNchwc", "ReorderNchw"))
+        return PassResult(graph, True, {"nodes": len(region), "convolutions": n_conv, "reorders": n_reorders})
+
+    # -- which nodes -------------------------------------------------------------
+    def _select(self, graph: Graph) -> dict[int, tuple[Node, str]]:
+        """id(node) -> (node, kind) for every node that computes blocked; kind names the
+        rewrite ("conv", "maxpool", "gap", "agnostic", "concat", "split", "resize")."""
+        region: dict[int, tuple[Node, str]] = {}
+        #: id(value) -> its channel count, for the values computed blocked
+        blocked: dict[int, int] = {}
+        for node in graph.nodes:  # topological: producers first
+            if node.op_type == "Conv" and node.domain in ("", QUANTA):
+                reason = self._conv_refusal(node, blocked)
+                if reason:
+                    self.refused.append((node.label, reason))
+                    continue
+                region[id(node)] = (node, "conv")
+                blocked[id(node.outputs[0])] = int(node.input(1).const.shape[0])
+                continue
+            if node.domain != "":
+                continue
+            ins = [i for i, v in enumerate(node.inputs) if v is not None and id(v) in blocked]
+            if not ins:
+                continue
+            kind, reason = self._join(node, blocked)
+            if reason:
+                self.refused.append((node.label, reason))
+                continue
+            region[id(node)] = (node, kind)
+            if kind == "maxpool":
+                self._nchw_shape[id(node)] = node.input(0).shape
+            c = blocked[id(node.inputs[ins[0]])]
+            if kind == "concat":
+                blocked[id(node.outputs[0])] = sum(blocked[id(v)] for v in node.inputs if v is not None)
+            elif kind == "split":
+                for o, size in zip(node.outputs, self._split_sizes(node, c) or []):
+                    blocked[id(o)] = size
+            else:
+                blocked[id(node.outputs[0])] = c
+        return region
+
+    @staticmethod
+    def _conv_refusal(node: Node, blocked: dict[int, int]) -> str:
+        x, w, b = node.input(0), node.input(1), node.input(2)
+        if not (_f32(x) and _f32(w) and (b is None or _f32(b))) or not _f32(node.outputs[0]):
+            return "not a float32 convolution"
+        if w is None or not w.is_const or np.ndim(w.const) != 4:
+            return "weights are not a constant of a 2-D convolution"
+        if id(x) not in blocked and not _rank4(x):
+            return "input of unknown rank"
+        if b is not None and not b.is_const:
+            return "bias computed at run time"
+        m, cg = w.const.shape[:2]
+        group = int(node.attrs.get("group", 1))
+        depthwise = group > 1 and cg == 1 and group == m
+        if group != 1 and not depthwise:
+            return f"group {group}: only group 1 or depthwise convolutions run blocked"
+        if m < BLOCK:
+            # a head's 1-4 output channels would fill 1-4 of a block's 16 lanes
+            return f"{m} output channels: fewer than one block of {BLOCK}"
+        if (blocks(m) * BLOCK - m) * 8 > m:
+            # the pad lanes are computed: 24 channels as 32 cost a third more (ppocr_det's
+            # head: 1.2-1.4x the NCHW GEMM's time)
+            return f"{m} output channels: more than 1/8 of {blocks(m) * BLOCK} lanes would be padding"
+        auto_pad = str(node.attrs.get("auto_pad", "NOTSET"))
+        if auto_pad not in ("NOTSET", "VALID"):
+            shape = x.shape if x.shape is not None else None
+            if shape is None or not all(isinstance(d, int) for d in shape[2:]):
+                return f"auto_pad {auto_pad} with an input of unknown height or width"
+        if depthwise and id(x) not in blocked and (x.shape is None or x.shape[1] != m):
+            return "depthwise input of unknown channels"
+        if node.domain == QUANTA and node.attrs.get("activation") is None:
+            return "quanta::Conv without its activation attribute"
+        return ""
+
+    def _join(self, node: Node, blocked: dict[int, int]) -> tuple[str, str]:
+        """(kind, "") when ``node`` computes the same elements on blocked inputs, else
+        ("", reason)."""
+        op = node.op_type
+        if not all(_f32(o) for o in node.outputs):
+            return "", "an output that is not float32"
+        c = next(blocked[id(v)] for v in node.inputs if v is not None and id(v) in blocked)
+        if op == "MaxPool":
+            if len(node.outputs) > 1 and (node.outputs[1].uses or node.outputs[1].name):
+                return "", "MaxPool with its Indices output"
+            if int(node.attrs.get("storage_order", 0)) or len(node.attrs.get("kernel_shape") or []) != 2:
+                return "", "MaxPool other than 2-D windows in row-major storage order"
+            if str(node.attrs.get("auto_pad", "NOTSET")) not in ("NOTSET", "VALID"):
+                x = node.input(0)
+                if x.shape is None or not all(isinstance(d, int) for d in x.shape[2:]):
+                    return "", "MaxPool auto_pad with an input of unknown height or width"
+            return "maxpool", ""
+        if op in _UNARY:
+            return "agnostic", ""
+        if op == "GlobalAveragePool":
+            return "gap", ""
+        if op == "Clip":
+            for v in node.inputs[1:]:
+                if v is not None and not (v.is_const and np.size(v.const) == 1):
+                    return "", "Clip bounds that are not constant scalars"
+            return "agnostic", ""
+        if op in _BINARY:
+            for i, v in enumerate(node.inputs):
+                if v is None or id(v) in blocked:
+                    if v is not None and blocked[id(v)] != c:
+                        return "", f"input {i} of {blocked[id(v)]} channels meets one of {c}"
+                    continue
+                if not v.is_const:
+                    return "", f"input {i} '{v.name}' is computed NCHW and is not a constant"
+                if self._blocked_const_shape(v.const, c) is None:
+                    return (
+                        "",
+                        f"constant input {i} '{v.name}' of shape {np.shape(v.const)} does not broadcast per channel",
+                    )
+            return "agnostic", ""
+        if op == "Concat":
+            axis = int(node.attrs.get("axis", 0))
+            if axis not in (1, -3):
+                return "", f"Concat along axis {axis}, not the channels"
+            for i, v in enumerate(node.inputs):
+                if v is None or id(v) not in blocked:
+                    return "", f"input {i} is computed NCHW"
+                if blocked[id(v)] % BLOCK:
+                    return "", f"input {i} of {blocked[id(v)]} channels: not whole blocks"
+            return "concat", ""
+        if op == "Split":
+            axis = int(node.attrs.get("axis", 0))
+            if axis not in (1, -3):
+                return "", f"Split along axis {axis}, not the channels"
+            sizes = self._split_sizes(node, c)
+            if sizes is None:
+                return "", "Split sizes that are not constants"
+            if any(s % BLOCK for s in sizes):
+                return "", f"Split into {sizes} channels: not whole blocks"
+            return "split", ""
+        if op == "Resize":
+            return self._resize_refusal(node)
+        return "", f"{op} has no blocked form"
+
+    @staticmethod
+    def _split_sizes(node: Node, c: int) -> list[int] | None:
+        """The channel count of each Split output (attribute, constant input or equal parts)."""
+        n = len(node.outputs)
+        if node.attrs.get("split") is not None:
+            return [int(s) for s in node.attrs["split"]]
+        s = node.input(1)
+        if s is not None:
+            return [int(v) for v in np.asarray(s.const).reshape(-1)] if s.is_const else None
+        if c % n:
+            part = -(-c // n)
+            return [part] * (n - 1) + [c - part * (n - 1)]
+        return [c // n] * n
+
+    @staticmethod
+    def _resize_refusal(node: Node) -> tuple[str, str]:
+        mode = str(node.attrs.get("mode", "nearest"))
+        if mode != "nearest":
+            return "", f"Resize mode {mode} (nearest runs blocked)"
+        if str(node.attrs.get("coordinate_transformation_mode", "half_pixel")) == "tf_crop_and_resize":
+            return "", "Resize tf_crop_and_resize"
+        if node.attrs.get("axes") is not None:
+            return "", "Resize with an axes attribute"
+        if str(node.attrs.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
+            return "", "Resize keep_aspect_ratio_policy other than stretch"
+        roi, scales, sizes = node.input(1), node.input(2), node.input(3)
+        given = [v for v in (scales, sizes) if v is not None and (not v.is_const or np.size(v.const))]
+        if len(given) != 1 or not given[0].is_const:
+            return "", "Resize without one constant scales or sizes input"
+        a = np.asarray(given[0].const).reshape(-1)
+        if a.size != 4:
+            return "", f"Resize scales / sizes of {a.size} values for a rank-4 input"
+        x = node.input(0)
+        if given[0] is scales and (a[0] != 1 or a[1] != 1):
+            return "", "Resize of the batch or channel axis"
+        if given[0] is sizes and (x.shape is None or x.shape[0] != a[0] or x.shape[1] != a[1]):
+            return "", "Resize of the batch or channel axis (or an input of unknown shape)"
+        del roi  # read only by tf_crop_and_resize
+        return "resize", ""
+
+    @staticmethod
+    def _blocked_const_shape(a: np.ndarray, c: int) -> tuple[int, ...] | None:
+        """The shape a constant operand takes against a blocked value of ``c`` channels:
+        its rank-4 alignment with the channel axis blocked, or a lane axis of 1 when it
+        has no channel extent; None when it does not broadcast against [N, C, H, W]."""
+        a = np.asarray(a)
+        if a.ndim > 4:
+            return None
+        s = (1,) * (4 - a.ndim) + a.shape
+        if s[1] == 1:
+            return (*s, 1)
+        if s[1] != c:
+            return None
+        return (s[0], blocks(c), s[2], s[3], BLOCK)
+
+    # -- the rewrite --------------------------------------------------------------
+    def _rewrite(self, graph: Graph, region: dict[int, tuple[Node, str]]) -> None:
+        twin: dict[int, Value] = {}  # id(NCHW value) -> its blocked value
+        channels: dict[int, int] = {}  # id(blocked value) -> C
+        originals: list[tuple[Value, Value, int]] = []  # (NCHW value, blocked twin, C)
+        for node, kind in list(region.values()):
+            if kind == "conv":
+                m = self._conv(graph, node, twin, channels)
+                out_channels = [m]
+            else:
+                c = next(channels[id(twin[id(v)])] for v in node.inputs if v is not None and id(v) in twin)
+                for i, v in enumerate(node.inputs):
+                    if v is None or (i > 0 and (kind in ("resize", "split") or node.op_type == "Clip")):
+                        continue
+                    if id(v) in twin:
+                        node.replace_input(i, twin[id(v)])
+                    else:  # _join admits only blocked or constant operands
+                        node.replace_input(i, self._const(graph, v, c))
+                ins = [channels[id(v)] for v in node.inputs if v is not None and id(v) in channels]
+                if kind == "concat":
+                    out_channels = [sum(ins)]
+                elif kind == "split":
+                    out_channels = self._split_sizes(node, c) or []
+                else:
+                    out_channels = [c]
+                self._retarget(graph, node, kind, c)
+            for k, out in enumerate(node.outputs):
+                shape = _blocked_shape(out.shape)
+                t = Value(
+                    graph.fresh_name(f"{out.name}_nchwc"), TensorType(out.elem, shape) if out.type else None
+                )
+                out.producer = None
+                node.outputs[k] = t
+                t.producer = node
+                twin[id(out)] = t
+                channels[id(t)] = out_channels[k]
+                originals.append((out, t, out_channels[k]))
+        # Region values still read as NCHW (readers outside, graph outputs) get one
+        # ReorderNchw back, which takes over the original value (and its name).
+        for out, t, c in originals:
+            is_output = any(o is out for o in graph.outputs)
+            if out.uses or is_output:
+                graph.add_node(
+                    Node(
+                        "ReorderNchw",
+                        [t],
+                        [out],
+                        {"channels": c},
+                        name=graph.fresh_name(f"nchwc/{out.name}_nchw"),
+                        domain=QUANTA,
+                    )
+                )
+
+    def _conv(self, graph: Graph, node: Node, twin: dict[int, Value], channels: dict[int, int]) -> int:
+        """Rewrite a Conv / quanta::Conv into quanta::ConvNchwc; its output channels."""
+        x, w = node.input(0), node.input(1)
+        m = int(w.const.shape[0])
+        group = int(node.attrs.get("group", 1))
+        window = _window_attrs(node, x.shape, tuple(w.const.shape[2:]))
+        input_nchw = 0
+        if id(x) in twin:
+            node.replace_input(0, twin[id(x)])
+        elif group == 1 and x.shape is not None and isinstance(x.shape[1], int) and x.shape[1] < BLOCK:
+            input_nchw = 1  # the stem: the kernel reads the NCHW planes
+        else:
+            node.replace_input(0, self._reorder_in(graph, x, node, twin, channels))
+        activation = node.attrs.get("activation", "") if node.domain == QUANTA else ""
+        params = node.attrs.get("activation_params")
+        attrs: dict = {**window, "group": group}
+        if activation:
+            attrs["activation"] = str(activation)
+        if params is not None:
+            attrs["activation_params"] = [float(p) for p in params]
+        if input_nchw:
+            attrs["input_nchw"] = 1
+        node.op_type, node.domain = "ConvNchwc", QUANTA
+        node.attrs = attrs
+        node.attr_types = {}
+        return m
+
+    def _reorder_in(
+        self, graph: Graph, v: Value, before: Node, twin: dict[int, Value], channels: dict[int, int]
+    ) -> Value:
+        t = Value(
+            graph.fresh_name(f"{v.name}_nchwc"),
+            TensorType(v.elem, _blocked_shape(v.shape)) if v.type else None,
+        )
+        graph.add_node(
+            Node("ReorderNchwc", [v], [t], name=graph.fresh_name(f"nchwc/{v.name}_nchwc"), domain=QUANTA),
+            before=before,
+        )
+        twin[id(v)] = t
+        channels[id(t)] = int(v.shape[1]) if v.shape is not None and isinstance(v.shape[1], int) else 0
+        return t
+
+    def _const(self, graph: Graph, v: Value, c: int) -> Value:
+        a = np.asarray(v.const)
+        shape = self._blocked_const_shape(a, c)
+        assert shape is not None  # _join checked it
+        s = (1,) * (4 - a.ndim) + a.shape
+        a4 = a.reshape(s)
+        if shape[-1] == 1:
+            b = a4.reshape(shape)
+        else:
+            cb = blocks(c)
+            full = np.zeros((s[0], cb * BLOCK, s[2], s[3]), a.dtype)
+            full[:, :c] = a4
+            b = np.ascontiguousarray(np.moveaxis(full.reshape(s[0], cb, BLOCK, s[2], s[3]), 2, -1))
+        init = graph.add_initializer(graph.fresh_name(f"{v.name}_nchwc"), b)
+        if v.elem is not None:
+            init.type = TensorType(v.elem, tuple(b.shape))
+        return init
+
+    def _retarget(self, graph: Graph, node: Node, kind: str, c: int) -> None:
+        """The attributes and constant inputs of a joined operator for blocked operands of
+        ``c`` channels (its layout inputs are replaced already)."""
+        if kind == "maxpool":
+            x_shape = self._nchw_shape.get(id(node))
+            window = _window_attrs(node, x_shape, None)
+            node.op_type, node.domain = "MaxPoolNchwc", QUANTA
+            node.attrs = {**window, "ceil_mode": int(node.attrs.get("ceil_mode", 0))}
+            node.attr_types = {}
+            if len(node.outputs) > 1:
+                node.outputs = node.outputs[:1]
+        elif kind == "gap":
+            node.op_type, node.domain = "GlobalAveragePoolNchwc", QUANTA
+        elif kind == "concat":
+            node.attrs["axis"] = 1
+        elif kind == "split":
+            sizes = self._split_sizes(node, c)
+            assert sizes is not None  # _join checked it
+            node.attrs["axis"] = 1
+            # equal parts of whole blocks stay equal parts (the attribute-less forms)
+            counts = [s // BLOCK for s in sizes]
+            if node.attrs.get("split") is not None:
+                node.attrs["split"] = counts
+            elif node.input(1) is not None:
+                init = graph.add_initializer(
+                    graph.fresh_name(f"{node.input(1).name}_nchwc"), np.array(counts, np.int64)
+                )
+                init.type = TensorType(I64, (len(counts),))
+                node.replace_input(1, init)
+        elif kind == "resize":
+            scales, sizes = node.input(2), node.input(3)
+            if scales is not None and scales.is_const and np.size(scales.const):
+                a = np.asarray(scales.const).reshape(-1)
+                new = np.concatenate([a, np.ones(1, a.dtype)])
+                i = 2
+            else:
+                a = np.asarray(sizes.const).reshape(-1)
+                c = int(a[1])
+                new = np.array([a[0], blocks(c), a[2], a[3], BLOCK], a.dtype)
+                i = 3
+            init = graph.add_initializer(graph.fresh_name(f"{node.inputs[i].name}_nchwc"), new)
+            init.type = TensorType(node.inputs[i].elem, (5,)) if node.inputs[i].elem is not None else None
+            node.replace_input(i, init)

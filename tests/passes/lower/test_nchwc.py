@@ -1,0 +1,239 @@
+"""BlockedFloatLayout (passes/lower/nchwc.py): the regions it builds (blocked
+convolutions, pools and the agnostic operators between them, reorders only at the
+edges), the outputs on the reference target before and after (exact but for the
+convolutions' summation order, eq. (FG1)), the verifier after it, and one test per
+refusal, asserting the reason.
+
+Graphs written by hand: odd channel counts (3, 17, 60, 120), non-square images, strides,
+asymmetric pads, distinct per-channel constants.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from quanta.ir.onnx_io import load
+from quanta.kernels.reference import nchwc as ref
+from quanta.passes.lower.nchwc import BlockedFloatLayout, _native_kernels
+from quanta.passes.rules.eliminate_dead import EliminateDead
+from quanta.passes.rules.fuse_activation import FuseFloatActivation
+from quanta.passes.rules.fuse_float_gate import FuseFloatGate
+from tests.passes.helpers import run_passes, run_ref
+
+RNG = np.random.default_rng(11)
+
+
+class Builder:
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+
+    def const(self, name: str, a: np.ndarray) -> str:
+        self.inits.append(numpy_helper.from_array(a, name))
+        return name
+
+    def node(self, op: str, ins: list[str], out: str, **attrs) -> str:
+        self.nodes.append(helper.make_node(op, ins, [out], name=out, **attrs))
+        return out
+
+    def conv(
+        self, x: str, cin: int, cout: int, k: tuple[int, int], name: str, *, group: int = 1, **attrs
+    ) -> str:
+        w = (RNG.standard_normal((cout, cin // group, *k)) / np.sqrt(cin // group * k[0] * k[1])).astype(
+            np.float32
+        )
+        b = RNG.standard_normal(cout).astype(np.float32) * 0.1
+        return self.node(
+            "Conv", [x, self.const(f"{name}_w", w), self.const(f"{name}_b", b)], name, group=group, **attrs
+        )
+
+    def model(self, inputs: dict[str, list[int]], outputs: list[str]) -> onnx.ModelProto:
+        g = helper.make_graph(
+            self.nodes,
+            "g",
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+            self.inits,
+        )
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        return onnx.shape_inference.infer_shapes(m)
+
+
+def _blocked(proto: onnx.ModelProto) -> tuple[BlockedFloatLayout, object, dict[str, int]]:
+    model = load(proto)
+    layout = BlockedFloatLayout(force=True)
+    run_passes(model, [FuseFloatActivation(), FuseFloatGate(), EliminateDead(), layout])
+    counts = collections.Counter(n.op_type for n in model.graph.nodes)
+    return layout, model, counts
+
+
+def _check_outputs(proto: onnx.ModelProto, model, feeds: dict[str, np.ndarray]) -> None:
+    before = run_ref(proto, feeds)
+    after = run_ref(model, feeds)
+    for b, a in zip(before, after):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        # the padded convolutions sum in another order: eq. (FG1)-sized differences
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+
+
+def test_a_detector_chain_runs_blocked_with_reorders_only_at_its_edges():
+    b = Builder()
+    y = b.conv("x", 3, 16, (3, 3), "stem", strides=[2, 2], pads=[1, 0, 1, 2])
+    y = b.node("Mul", [y, b.node("Sigmoid", [y], "stem_sig")], "stem_silu")
+    y = b.conv(y, 16, 32, (3, 3), "c1", pads=[1, 1, 1, 1])
+    y = b.node("Relu", [y], "c1_relu")
+    b.nodes.append(
+        helper.make_node("Split", [y, b.const("sizes", np.array([16, 16], np.int64))], ["p0", "p1"], axis=1)
+    )
+    z = b.conv("p1", 16, 16, (1, 1), "c2")
+    z = b.node("Add", ["p0", z], "res")
+    y = b.node("Concat", ["p0", z, "p1"], "cat", axis=1)
+    y = b.node("MaxPool", [y], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    y = b.node("Resize", [y, "", b.const("scales", np.array([1, 1, 2, 2], np.float32))], "up", mode="nearest")
+    y = b.conv(y, 48, 120, (3, 1), "c3", pads=[1, 0, 1, 0])  # 8 pad lanes in its last block
+    y = b.node("Mul", [y, b.const("gain", RNG.uniform(0.5, 2, (120, 1, 1)).astype(np.float32))], "scaled")
+    y = b.node("Add", [y, b.const("shift", np.array(0.25, np.float32))], "shifted")
+    y = b.node(
+        "Clip", [y, b.const("lo", np.array(-1, np.float32)), b.const("hi", np.array(1.5, np.float32))], "clip"
+    )
+    gap = b.node("GlobalAveragePool", [y], "gap")
+    flat = b.node("Flatten", [y], "flat")
+    proto = b.model({"x": [1, 3, 21, 18]}, [gap, flat])
+    layout, model, counts = _blocked(proto)
+    assert counts["ConvNchwc"] == 4 and counts["Conv"] == 0, (counts, [n.name for n in model.graph.nodes])
+    assert counts["MaxPoolNchwc"] == 1 and counts["GlobalAveragePoolNchwc"] == 1
+    # the stem reads the NCHW input; one reorder out for the Flatten, one for gap's output
+    assert counts["ReorderNchwc"] == 0 and counts["ReorderNchw"] == 2, counts
+    stem = next(n for n in model.graph.nodes if n.op_type == "ConvNchwc")
+    assert stem.attrs["input_nchw"] == 1 and stem.attrs["pads"] == [1, 0, 1, 2]
+    assert stem.attrs["activation"] == "SiLU"
+    for v in model.graph.values():
+        if v.producer is not None and v.producer.op_type in ("ConvNchwc", "MaxPoolNchwc", "Concat", "Split"):
+            assert v.shape is not None and len(v.shape) == 5 and v.shape[-1] == ref.BLOCK
+    assert layout.refused == [("'flat' (Flatten)", "Flatten has no blocked form")]
+    _check_outputs(proto, model, {"x": RNG.standard_normal((1, 3, 21, 18)).astype(np.float32)})
+
+
+def test_depthwise_and_squeeze_excitation_stay_blocked_with_padded_channels():
+    b = Builder()
+    y = b.conv("x", 60, 60, (3, 3), "dw", group=60, pads=[1, 1, 1, 1], strides=[2, 1])
+    y = b.node("HardSwish", [y], "dw_act")
+    s = b.node("GlobalAveragePool", [y], "se_gap")
+    s = b.node("Relu", [b.conv(s, 60, 16, (1, 1), "se_reduce")], "se_relu")
+    s = b.node("HardSigmoid", [b.conv(s, 16, 60, (1, 1), "se_expand")], "se_gate")
+    y = b.node("Mul", [y, s], "se_mul")
+    y = b.conv(y, 60, 48, (1, 1), "project")
+    proto = b.model({"x": [1, 60, 13, 9]}, [y])
+    _, model, counts = _blocked(proto)
+    assert counts["ConvNchwc"] == 4 and counts["ReorderNchwc"] == 1 and counts["ReorderNchw"] == 1
+    assert counts["GlobalAveragePoolNchwc"] == 1
+    dw = next(n for n in model.graph.nodes if n.op_type == "ConvNchwc")
+    assert dw.attrs["group"] == 60 and dw.attrs["activation"] == "HardSwish"
+    out = model.graph.outputs[0]
+    assert out.producer.op_type == "ReorderNchw" and out.producer.attrs["channels"] == 48
+    _check_outputs(proto, model, {"x": RNG.standard_normal((1, 60, 13, 9)).astype(np.float32)})
+
+
+def test_same_padding_and_a_region_output_read_twice():
+    b = Builder()
+    y = b.conv("x", 17, 32, (3, 3), "c0", auto_pad="SAME_UPPER", strides=[2, 2])
+    p = b.node("MaxPool", [y], "pool", kernel_shape=[2, 3], auto_pad="SAME_LOWER")
+    t = b.node("Transpose", [y], "tr", perm=[0, 2, 3, 1])
+    proto = b.model({"x": [1, 17, 11, 14]}, [p, t, y])
+    layout, model, counts = _blocked(proto)
+    conv = next(n for n in model.graph.nodes if n.op_type == "ConvNchwc")
+    assert conv.attrs["pads"] == [1, 0, 1, 1]  # SAME_UPPER of 11 x 14, stride 2, 3 x 3
+    # one ReorderNchw serves the Transpose and the graph output alike
+    assert counts["ReorderNchwc"] == 1 and counts["ReorderNchw"] == 2
+    assert [r for r in layout.refused if "Transpose" in r[1]]
+    _check_outputs(proto, model, {"x": RNG.standard_normal((1, 17, 11, 14)).astype(np.float32)})
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("head", "4 output channels: fewer than one block"),
+        ("waste", "24 output channels: more than 1/8 of 32 lanes would be padding"),
+        ("grouped", "group 2: only group 1 or depthwise"),
+        ("div", "Div has no blocked form"),
+        ("nchw_operand", "input 1 'den2' is computed NCHW and is not a constant"),
+        ("concat", "input 1 of 120 channels: not whole blocks"),
+        ("split", "not whole blocks"),
+        ("linear", "Resize mode linear"),
+        ("percol", "does not broadcast per channel"),
+    ],
+)
+def test_refusals_name_the_reason(case: str, reason: str):
+    b = Builder()
+    y = b.conv("x", 16, 32, (3, 3), "c0", pads=[1, 1, 1, 1])
+    if case == "head":
+        out = b.conv(y, 32, 4, (1, 1), "head")
+    elif case == "waste":
+        out = b.conv(y, 32, 24, (3, 3), "c24", pads=[1, 1, 1, 1])
+    elif case == "grouped":
+        out = b.conv(y, 32, 32, (3, 3), "grouped", group=2, pads=[1, 1, 1, 1])
+    elif case == "div":
+        out = b.node("Div", [y, b.conv(y, 32, 32, (1, 1), "den")], "ratio")
+    elif case == "nchw_operand":
+        den = b.node("Abs", ["x"], "den")
+        out = b.node(
+            "Add",
+            [y, b.node("Tile", [den, b.const("reps", np.array([1, 2, 1, 1], np.int64))], "den2")],
+            "sum",
+        )
+    elif case == "concat":
+        z = b.conv(y, 32, 120, (1, 1), "c120")
+        out = b.node("Concat", [y, z], "cat", axis=1)
+    elif case == "split":
+        b.nodes.append(
+            helper.make_node(
+                "Split", [y, b.const("sizes", np.array([8, 24], np.int64))], ["s0", "s1"], axis=1
+            )
+        )
+        out = b.node("Add", ["s0", "s0"], "out")
+    elif case == "linear":
+        out = b.node(
+            "Resize", [y, "", b.const("scales", np.array([1, 1, 2, 2], np.float32))], "up", mode="linear"
+        )
+    else:
+        out = b.node(
+            "Mul", [y, b.const("cols", RNG.standard_normal((2, 1, 1, 1, 1)).astype(np.float32))], "m"
+        )
+    outputs = [out, "s1"] if case == "split" else [out]
+    proto = b.model({"x": [1, 16, 5, 7]}, outputs)
+    layout, model, _ = _blocked(proto)
+    assert any(reason in why for _, why in layout.refused), layout.refused
+    _check_outputs(proto, model, {"x": RNG.standard_normal((1, 16, 5, 7)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("env", [None, "0"])
+def test_the_layout_is_opt_in(monkeypatch: pytest.MonkeyPatch, env: str | None):
+    """Unset or 0, QUANTA_NCHWC leaves the graph NCHW (the blocked kernels do not yet beat
+    the NCHW GEMM on every zoo model); 1 turns the layout on where the kernels exist."""
+    b = Builder()
+    y = b.conv("x", 16, 32, (3, 3), "c0", pads=[1, 1, 1, 1])
+    model = load(b.model({"x": [1, 16, 5, 7]}, [y]))
+    if env is None:
+        monkeypatch.delenv("QUANTA_NCHWC", raising=False)
+    else:
+        monkeypatch.setenv("QUANTA_NCHWC", env)
+    result = BlockedFloatLayout()(model.graph)
+    assert not result.modified and [n.op_type for n in model.graph.nodes] == ["Conv"]
+    if _native_kernels():
+        monkeypatch.setenv("QUANTA_NCHWC", "1")
+        assert BlockedFloatLayout()(model.graph).modified
+
+
+def test_twins_reorder_exactly_and_pad_lanes_are_zero():
+    x = RNG.standard_normal((2, 17, 3, 5)).astype(np.float32)
+    x5 = ref.to_nchwc(x)
+    assert x5.shape == (2, 2, 3, 5, 16)
+    assert not x5[:, 1, ..., 1:].any()
+    np.testing.assert_array_equal(ref.from_nchwc(x5, 17), x)
+    with pytest.raises(Exception, match="does not fit"):
+        ref.from_nchwc(x5, 40)
