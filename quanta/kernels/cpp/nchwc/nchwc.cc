@@ -265,8 +265,11 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
         }
         t.nkx = static_cast<int>(g.kw);
         t.w = wrow;
-        for (int64_t ox = ox_lo; ox < ox_hi;) {
-          const int64_t p = std::min<int64_t>(max_p, ox_hi - ox);
+        // the interior in as few tiles as max_p allows, of nearly equal sizes (8 pixels: 4 + 4,
+        // not 6 + 2, whose 2-pixel tile loads as many weight vectors for a third of the fmas)
+        int64_t tiles_left = (ox_hi - ox_lo + max_p - 1) / max_p;
+        for (int64_t ox = ox_lo; ox < ox_hi; --tiles_left) {
+          const int64_t p = (ox_hi - ox + tiles_left - 1) / tiles_left;
           t.x = xrow + (ox * g.sw - g.pl) * xs_px;
           t.y = yrow + ox * kBlock;
           kr.tile[nb - 1][p - 1](t);
