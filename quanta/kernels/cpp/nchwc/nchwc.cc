@@ -140,7 +140,7 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
   // input strides in floats: NCHW16c, or plain planes (the stem)
   const int64_t xs_lane = g.input_nchw ? plane : 1;
   const int64_t xs_px = g.input_nchw ? 1 : kBlock;  // one input column
-  const int64_t xs_cb = g.input_nchw ? kBlock * plane : kBlock * plane;
+  const int64_t xs_cb = kBlock * plane;             // 16 channels: a block, or 16 planes
   const int64_t x_img = g.input_nchw ? g.c * plane : cbs * kBlock * plane;
   const int64_t y_img = mbs * kBlock * oplane;
   const int64_t groups = g.depthwise ? mbs : (mbs + kr.max_nb - 1) / kr.max_nb;

@@ -1,7 +1,7 @@
 // AVX-512 NCHW16c micro-kernels (contract: nchwc.h): a 16-channel block is one zmm; a
 // group-1 tile holds up to 6 pixels × 4 output blocks (24 accumulators, 4 weight vectors)
-// or 8 pixels × up to 3 blocks, each step one vfmadd231ps with an embedded broadcast of
-// the input value.
+// or 8 pixels × up to 3 blocks, each step one vfmadd231ps per accumulator with the input
+// value broadcast (embedded in the fma for 1-2 blocks, one vbroadcastss for 3-4).
 #include <immintrin.h>
 
 #include "nchwc/nchwc.h"
