@@ -393,3 +393,24 @@ def test_pools_refuse_bad_arguments() -> None:
         _native.global_avg_pool_nchwc_f32(np.zeros((1, 1, 0, 4, 16), F32))
     with pytest.raises(ValueError, match="resize_nearest_nchwc_f32: fy, fx: expected integer factors >= 1"):
         _native.resize_nearest_nchwc_f32(x5, 0, 2)
+
+
+@pytest.mark.parametrize("kw,stride,dil", [(3, 1, 1), (5, 1, 1), (3, 2, 2), (5, 2, 1)])
+def test_depthwise_gives_the_same_bytes_on_every_isa(kw, stride, dil) -> None:
+    """Every ISA runs the same per-lane chains (taps in (ky, kx) order, then the bias): the
+    depthwise bytes do not depend on the ISA."""
+    rng = np.random.default_rng(kw * 10 + stride)
+    c, h, w = 33, 11, 29
+    x5 = twin.to_nchwc(normal(rng, 1, c, h, w))
+    wt, b = normal(rng, c, 1, kw, kw), normal(rng, c)
+    packed = _native.conv_nchwc_pack_f32(wt, c)
+    p = kw // 2 * dil
+    outs = {}
+
+    def run(isa: str) -> None:
+        outs[isa] = _native.conv_nchwc_f32(
+            x5, packed, b, c, c, kw, kw, [stride, stride], [dil, dil], [p, p, p, p], c, -INF, INF, 1
+        ).tobytes()
+
+    every_isa(run)
+    assert len(set(outs.values())) == 1, list(outs)

@@ -245,9 +245,24 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
           t.w = wrow + kx0 * kBlock * kBlock;
           t.nkx = static_cast<int>(kx1 - kx0);
           t.y = yrow + ox * kBlock;
-          kr.tile[nb - 1][0](t);
         };
-        for (int64_t ox = 0; ox < ox_lo; ++ox) border(ox);
+        // border pixels: the left ones paired with the right ones (two chains at a time)
+        const int64_t right0 = std::max(ox_hi, ox_lo);
+        int64_t left = 0, right = right0;
+        while (left < ox_lo && right < g.ow) {
+          border(left++);
+          ConvTile a = t;
+          border(right++);
+          kr.pair[nb - 1](a, t);
+        }
+        while (left < ox_lo) {
+          border(left++);
+          kr.tile[nb - 1][0](t);
+        }
+        while (right < g.ow) {
+          border(right++);
+          kr.tile[nb - 1][0](t);
+        }
         t.nkx = static_cast<int>(g.kw);
         t.w = wrow;
         for (int64_t ox = ox_lo; ox < ox_hi;) {
@@ -257,7 +272,6 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
           kr.tile[nb - 1][p - 1](t);
           ox += p;
         }
-        for (int64_t ox = std::max(ox_hi, ox_lo); ox < g.ow; ++ox) border(ox);
         if (post && t.last)
           for (int b = 0; b < nb; ++b) sgemm::apply_post(*post, yrow + b * t.ys_ob, g.ow * kBlock);
       }

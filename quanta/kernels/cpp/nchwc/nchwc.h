@@ -63,6 +63,9 @@ struct ConvTile {
   bool first = true, last = true;
 };
 using ConvTileFn = void (*)(const ConvTile& t);
+// Two single pixels (border pixels: each its own x, w, nkx, y; the rest from a) of `nb`
+// output blocks, their chains interleaved.
+using ConvPairFn = void (*)(const ConvTile& a, const ConvTile& b);
 
 // Depthwise: `p` output pixels of one row of one channel block, taps [0, nky) × [0, nkx).
 //   x of pixel i at tap (ky, kx): x + ky·xs_row + kx·xs_col + i·xs_pix (16 floats);
@@ -97,6 +100,7 @@ struct Kernels {
   int max_p[kMaxNb];  // conv tile pixels per block count: tile[nb − 1][p − 1] non-null for p ≤ max_p[nb − 1]
   int max_nb;
   ConvTileFn tile[kMaxNb][kMaxP];
+  ConvPairFn pair[kMaxNb];  // pair[nb − 1]
   int dw_max_p;
   DwTileFn dw[kMaxP];
   MaxPoolPlaneFn max_pool_plane;

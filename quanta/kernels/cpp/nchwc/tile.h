@@ -67,12 +67,12 @@ void nchwc_conv_tile(const quanta::nchwc::ConvTile& t) {
       for (int kx = 0; kx < t.nkx; ++kx) {
         const float* xk = xr + kx * t.xs_col;
         const float* wk = wr + kx * 256;
-        if (lanes == 16 && xs_lane == 1) {
-#pragma GCC unroll 16
-          for (int l = 0; l < 16; ++l) nchwc_lane<O, P, NB>(acc, xk + l, xs_pix, wk + l * 16, ws_ob);
-        } else {
-          for (int l = 0; l < lanes; ++l) nchwc_lane<O, P, NB>(acc, xk + l * xs_lane, xs_pix, wk + l * 16, ws_ob);
-        }
+        // A plain loop over the lanes, not unrolled: unrolled 16 times, GCC interleaves the
+        // lanes' steps and runs out of registers (accumulators spilled, per-lane addresses
+        // reloaded from the stack); rolled, each lane is 4 weight loads, 6 broadcasts and
+        // 24 fmas on pointers that advance by one float and one vector.
+#pragma GCC unroll 1
+        for (int l = 0; l < lanes; ++l) nchwc_lane<O, P, NB>(acc, xk + l * xs_lane, xs_pix, wk + l * 16, ws_ob);
       }
     }
   }
@@ -86,6 +86,65 @@ void nchwc_conv_tile(const quanta::nchwc::ConvTile& t) {
   }
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) nchwc_finish<O, NB>(acc[p], t.bias, t.lo, t.hi, t.y + p * 16, t.ys_ob);
+}
+
+// Two border pixels of one row (their own x, w, nkx and y; everything else from a): the
+// two chains interleaved, so a pixel of one or two output blocks is not one fma chain
+// waiting on its own latency. Each pixel's chain keeps its order: per (cb, ky) its taps
+// in increasing kx, per tap its lanes.
+template <class O, int NB>
+void nchwc_conv_pair(const quanta::nchwc::ConvTile& a, const quanta::nchwc::ConvTile& b) {
+  typename O::V acc[2][NB];
+#pragma GCC unroll 4
+  for (int ob = 0; ob < NB; ++ob) {
+    acc[0][ob] = a.first ? O::zero() : O::load(a.y + ob * a.ys_ob);
+    acc[1][ob] = a.first ? O::zero() : O::load(b.y + ob * a.ys_ob);
+  }
+  const int64_t ws_ob = a.ws_ob, xs_lane = a.xs_lane;
+  const int both = a.nkx < b.nkx ? a.nkx : b.nkx;
+  for (int64_t cb = 0; cb < a.cbs; ++cb) {
+    const int lanes = cb + 1 < a.cbs ? 16 : a.last_lanes;
+    for (int ky = 0; ky < a.nky; ++ky) {
+      const float* xa = a.x + cb * a.xs_cb + ky * a.xs_row;
+      const float* xb = b.x + cb * a.xs_cb + ky * a.xs_row;
+      const float* wa = a.w + cb * a.ws_cb + ky * a.ws_row;
+      const float* wb = b.w + cb * a.ws_cb + ky * a.ws_row;
+      for (int kx = 0; kx < both; ++kx) {
+#pragma GCC unroll 1
+        for (int l = 0; l < lanes; ++l) {
+          const float* pa = wa + kx * 256 + l * 16;
+          const float* pb = wb + kx * 256 + l * 16;
+          const typename O::V sa = O::set1(xa[kx * a.xs_col + l * xs_lane]);
+          const typename O::V sb = O::set1(xb[kx * a.xs_col + l * xs_lane]);
+#pragma GCC unroll 4
+          for (int ob = 0; ob < NB; ++ob) {
+            acc[0][ob] = O::fma(O::load(pa + ob * ws_ob), sa, acc[0][ob]);
+            acc[1][ob] = O::fma(O::load(pb + ob * ws_ob), sb, acc[1][ob]);
+          }
+        }
+      }
+      for (int kx = both; kx < a.nkx; ++kx) {
+        typename O::V(&one)[1][NB] = reinterpret_cast<typename O::V(&)[1][NB]>(acc[0]);
+        for (int l = 0; l < lanes; ++l)
+          nchwc_lane<O, 1, NB>(one, xa + kx * a.xs_col + l * xs_lane, 0, wa + kx * 256 + l * 16, ws_ob);
+      }
+      for (int kx = both; kx < b.nkx; ++kx) {
+        typename O::V(&one)[1][NB] = reinterpret_cast<typename O::V(&)[1][NB]>(acc[1]);
+        for (int l = 0; l < lanes; ++l)
+          nchwc_lane<O, 1, NB>(one, xb + kx * a.xs_col + l * xs_lane, 0, wb + kx * 256 + l * 16, ws_ob);
+      }
+    }
+  }
+  if (!a.last) {
+#pragma GCC unroll 4
+    for (int ob = 0; ob < NB; ++ob) {
+      O::store(a.y + ob * a.ys_ob, acc[0][ob]);
+      O::store(b.y + ob * a.ys_ob, acc[1][ob]);
+    }
+    return;
+  }
+  nchwc_finish<O, NB>(acc[0], a.bias, a.lo, a.hi, a.y, a.ys_ob);
+  nchwc_finish<O, NB>(acc[1], a.bias, a.lo, a.hi, b.y, a.ys_ob);
 }
 
 template <class O, int P>
@@ -170,6 +229,8 @@ constexpr quanta::nchwc::DwTileFn nchwc_dw_fn() {
   {nchwc_tile_fn<O, 1, NB, MaxP>(), nchwc_tile_fn<O, 2, NB, MaxP>(), nchwc_tile_fn<O, 3, NB, MaxP>(), \
    nchwc_tile_fn<O, 4, NB, MaxP>(), nchwc_tile_fn<O, 5, NB, MaxP>(), nchwc_tile_fn<O, 6, NB, MaxP>(), \
    nchwc_tile_fn<O, 7, NB, MaxP>(), nchwc_tile_fn<O, 8, NB, MaxP>()}
+#define QUANTA_NCHWC_PAIRS(O) \
+  {nchwc_conv_pair<O, 1>, nchwc_conv_pair<O, 2>, nchwc_conv_pair<O, 3>, nchwc_conv_pair<O, 4>}
 #define QUANTA_NCHWC_DW_ROW(O, MaxP)                                                                           \
   {nchwc_dw_fn<O, 1, MaxP>(), nchwc_dw_fn<O, 2, MaxP>(), nchwc_dw_fn<O, 3, MaxP>(), nchwc_dw_fn<O, 4, MaxP>(), \
    nchwc_dw_fn<O, 5, MaxP>(), nchwc_dw_fn<O, 6, MaxP>(), nchwc_dw_fn<O, 7, MaxP>(), nchwc_dw_fn<O, 8, MaxP>()}
