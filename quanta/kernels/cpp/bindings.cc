@@ -4,6 +4,10 @@
 #include "bindings.h"
 #include "dispatch.h"
 
+namespace quanta {
+void register_index_ops(py::module_& m);  // bindings_index_ops.cc
+}  // namespace quanta
+
 PYBIND11_MODULE(_native, m) {
   using namespace quanta;
   m.doc() = "quanta native int8 kernels (see docs/kernels.md)";
@@ -45,4 +49,5 @@ PYBIND11_MODULE(_native, m) {
   register_w4(m);
   register_bf16(m);
   register_mx(m);
+  register_index_ops(m);
 }

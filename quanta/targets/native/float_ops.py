@@ -29,10 +29,12 @@ quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.m
 MlasTanh                                                          mlas_tanh_op (ORT's MLAS functions)
 Add, Sub, Mul, Div,    ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
 Max, Min int32 /                                                  arithmetic, int_div_trunc
-int64                                                             (x / 0 = 0), np.maximum / minimum
+int64 / float64                                                   (x / 0 = 0), np.maximum / minimum;
+                                                                  float64: one IEEE operation
 =====================  =========================================  ===============================
 
-The equations are in docs/float-ops.md. Only float32 runs natively: a binder refuses a node
+The equations are in docs/float-ops.md. Only float32 runs natively (and the binary ops'
+int32 / int64 / float64 lanes): a binder refuses a node
 whose inputs are known to be of another type (the plan records the reason), and a kernel
 hands a call whose inputs turn out to be outside its fast path (another dtype, a scale
 that does not broadcast to the normalized shape, an axis out of range) to the reference
@@ -465,7 +467,10 @@ def _binary_kernel(op_type: str) -> Callable[..., Any]:
     return run
 
 
-_INT_BINARY = (np.dtype(np.int32), np.dtype(np.int64))
+#: broadcast_op's lanes besides float32: int32 / int64 (shape arithmetic) and float64
+#: (one IEEE operation per element, NumPy's: pitch and duration arithmetic of exported
+#: TensorFlow graphs)
+_INT_BINARY = (np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float64))
 
 
 def _int_binary_kernel(op_type: str) -> Callable[..., Any]:
@@ -483,8 +488,8 @@ def _int_binary_kernel(op_type: str) -> Callable[..., Any]:
 
     run.__name__ = run.__qualname__ = f"_{op}_int_native"
     run.__doc__ = (
-        f"{op_type}, int32 / int64, numpy broadcasting (math_ops.{op}: add / sub / mul wrap, div "
-        "truncates with x / 0 = 0)."
+        f"{op_type}, int32 / int64 / float64, numpy broadcasting (math_ops.{op}: integer add / sub / mul "
+        "wrap, div truncates with x / 0 = 0; float64 one IEEE operation)."
     )
     return run
 
@@ -509,7 +514,7 @@ def _unary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return specialize
 
 
-#: the binary ops broadcast_op (tensor_ops) also runs on int32 / int64 lanes
+#: the binary ops broadcast_op (tensor_ops) also runs on int32 / int64 / float64 lanes
 _INT_BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})
 
 

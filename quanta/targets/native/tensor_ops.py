@@ -250,6 +250,7 @@ def bind_cast(model: Model, node: Node) -> tuple[Kernel | None, str]:
 # --------------------------------------------------------------------------------------
 
 _INT_UNARY = frozenset({np.dtype(np.int32), np.dtype(np.int64)})
+_F64 = np.dtype(np.float64)
 
 
 def _int_neg_abs(op: str, x: np.ndarray, threads: int, out: np.ndarray | None) -> np.ndarray:
@@ -269,6 +270,8 @@ def _bind_unary(op_type: str, op: str) -> None:
     def run(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
         if takes_int and isinstance(x, np.ndarray) and x.dtype in _INT_UNARY:
             return _int_neg_abs(op, np.asarray(x, order="C"), _threads(ctx), out)
+        if op == "neg" and isinstance(x, np.ndarray) and x.dtype == _F64:
+            return _native().negate(np.asarray(x, order="C"), out)  # the sign bit flipped
         return _native().unary_f32_ex(op, _f32(x), _threads(ctx), out)
 
     run.__name__ = run.__qualname__ = f"_{op}_native"
@@ -283,6 +286,8 @@ def _bind_unary(op_type: str, op: str) -> None:
         del model  # unused
         if takes_int and _dtype(node.input(0)) in _INT_UNARY:
             return _kernel(run, f"{op}_int")
+        if op == "neg" and _dtype(node.input(0)) == _F64:
+            return _kernel(run, "neg_f64")
         what = "float32, int32 or int64" if takes_int else "float32"
         reason = _known_dtype_reason(op_type, node, 0, frozenset({F32}), what)
         if reason:
