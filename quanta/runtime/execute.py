@@ -26,6 +26,7 @@ Profiling (a :class:`quanta.runtime.profile.Profiler` attached to the executor) 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import OrderedDict
@@ -101,7 +102,7 @@ class BoundRun:
         guards: dict[int, Callable[..., Any]] = {}
         for t in steps:
             d = _direct(t)
-            if d is not t:
+            if d[4] < 0:
                 guards[t[0]] = t[1]
             direct.append(d)
         self.guards = guards
@@ -593,10 +594,15 @@ def _store_many(vals: list[Any], outs: tuple[int | None, ...], res: Any) -> None
 def _direct(step: _StepTuple) -> _StepTuple:
     """``step`` calling its specialized call directly when it has one (``fn.direct``, set
     by quanta.targets.native._specialize.guarded): the inputs it reads (``fn.reads``)
-    and no ctx, flagged by a negative input count; else ``step`` itself."""
+    and no ctx, flagged by a negative input count; else ``step`` with its keyword
+    arguments (attributes, the arena's ``out=``) bound into the callable once, so the
+    loop makes its unrolled positional call instead of building a list and a ``**``
+    dict per call (~0.4 µs: a duration net's 143 such steps of 336); else ``step``."""
     k, fn, ctx, ins, _, out1, outs, frees, kw = step
     call = getattr(fn, "direct", None)
-    if call is None or kw is not None:
+    if kw is not None:
+        return (k, functools.partial(fn, **kw), ctx, ins, len(ins), out1, outs, frees, None)
+    if call is None:
         return step
     reads = getattr(fn, "reads", None)
     used = ins if reads is None else ins[:reads]

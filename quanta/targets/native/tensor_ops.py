@@ -242,7 +242,18 @@ def bind_cast(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _known_dtype_reason("Cast", node, 0, NATIVE_DTYPES, "float32/64, (u)int8, int32/64 or bool")
     if reason:
         return None, reason
-    return _kernel(_cast_native, f"cast_{dtype}")
+    return _kernel(_cast_native, f"cast_{dtype}", specialize=_cast_specialized)
+
+
+def _cast_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """The binding's ``cast`` with the target dtype and output bound: exported graphs
+    cast every index and length (a duration net has 56 Casts among 336 steps), where the
+    generic kernel's dtype lookup and checks cost as much as the copy."""
+    dtype = onnx_dtype(attrs["to"])
+    if sig.dtypes[0] not in NATIVE_DTYPES or dtype not in NATIVE_DTYPES:
+        return None
+    cast, threads, out = _native().cast, step_threads(sig), sig.out
+    return guarded(lambda x: cast(x, dtype, threads, out), _cast_native, attrs, out)
 
 
 # --------------------------------------------------------------------------------------
