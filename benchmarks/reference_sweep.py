@@ -38,7 +38,7 @@ import onnxruntime as ort
 import zoodata
 
 import quanta
-from quanta.cli.bench import reference_steps
+from quanta.runtime.static_steps import signature_static_steps
 
 
 def model_files(args: list[str]) -> list[Path]:
@@ -155,11 +155,19 @@ def sweep(path: Path, runs: int, every: bool = False) -> dict:
         so = quanta.SessionOptions()
         so.intra_op_num_threads = 1
         sess = quanta.InferenceSession(str(path), sess_options=so, enable_profiling=True)
-        every_run = {name for _, name, _ in reference_steps(sess.plan)}
+        # by plan step: a node without a name has one only there (its label)
+        static = signature_static_steps(sess.plan)
         rec["fallbacks"] = [
-            {"node": n, "op": op, "reason": why, "every_run": n in every_run} for n, op, why in sess.fallbacks
+            {
+                "node": st.name,
+                "op": st.op_type,
+                "reason": st.kernel.fallback,
+                "every_run": st.index not in static,
+            }
+            for st in sess.plan.steps
+            if st.kernel.fallback
         ]
-        if sess.fallbacks or every:
+        if rec["fallbacks"] or every:
             feed, rec["feed"] = feed_for(path, sess)
             for _ in range(runs):
                 sess.run(None, feed)

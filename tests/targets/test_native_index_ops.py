@@ -220,6 +220,48 @@ def test_scatter_nd_index_out_of_range_in_a_session_names_the_node():
 
 
 # --------------------------------------------------------------------------------------
+# ArgMax, ArgMin
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.uint8, np.int32, np.int64])
+@pytest.mark.parametrize(
+    "shape,axis", [((17,), 0), ((3, 7), -1), ((3, 7), 0), ((2, 17, 3), 1), ((2, 3, 7), -3)]
+)
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_extreme_matches_twin_ties_nan_and_select_last(op, dtype, shape, axis, keepdims, last):
+    rng = np.random.default_rng(len(shape) + keepdims)
+    x = rng.integers(-3, 4, shape).astype(dtype)  # few distinct values: many ties
+    if np.dtype(dtype).kind == "f":
+        flat = x.reshape(-1)
+        flat[rng.integers(0, flat.size, 3)] = np.nan
+        flat[rng.integers(0, flat.size, 3)] = -0.0
+    run_both(op, [x], {"axis": axis, "keepdims": keepdims, "select_last_index": last})
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=st.lists(st.sampled_from([1, 2, 3, 7, 17]), min_size=1, max_size=4), data=st.data())
+def test_arg_extreme_hypothesis_over_shapes_and_axes(shape, data):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    x = floats(np.random.default_rng(sum(shape)), tuple(shape))
+    attrs = {
+        "axis": axis,
+        "keepdims": data.draw(st.sampled_from([0, 1])),
+        "select_last_index": data.draw(st.sampled_from([0, 1])),
+    }
+    run_both(data.draw(st.sampled_from(["ArgMax", "ArgMin"])), [x], attrs)
+
+
+def test_arg_extreme_empty_axis_raises_the_twins_error():
+    x = np.zeros((3, 0), np.float32)
+    kernel, _ = bind("ArgMax", [x])
+    with pytest.raises(Exception, match="ArgMax: expected a non-empty axis"):
+        kernel.fn(KernelContext(opset=13), x, axis=1)
+
+
+# --------------------------------------------------------------------------------------
 # Softsign, float64 Neg and binary arithmetic
 # --------------------------------------------------------------------------------------
 

@@ -9,6 +9,8 @@
 //     of any 1-8-byte dtype; y: indices' shape with depth inserted at axis
 //   scatter_nd(data, indices, updates, reduction, out=None) -> y   float32/64, int32/64;
 //     indices int64 [..., m]; reduction none, add, mul, max, min
+//   arg_extreme(x, axis, find_max, select_last=False, out=None) -> y [outer, inner] int64
+//     float32/64, (u)int8, int32/64: ArgMax / ArgMin
 //   softsign(x, out=None) -> y                           float32/64: x / (1 + |x|)
 //   negate(x, out=None) -> y                             float32/64: the sign bit flipped
 #include <cstdint>
@@ -223,6 +225,47 @@ py::array scatter_nd(const py::handle& data_obj, const py::handle& idx_obj, cons
   return y;
 }
 
+template <typename T>
+void arg_extreme_typed(const py::array& x, int64_t* y, int64_t outer, int64_t n, int64_t inner, bool find_max,
+                       bool select_last) {
+  const auto* xp = static_cast<const T*>(x.data());
+  py::gil_scoped_release release;
+  tensor_ops::arg_extreme(xp, y, outer, n, inner, find_max, select_last);
+}
+
+// ArgMax / ArgMin of x along axis into int64 [outer, inner] (the caller reshapes for
+// keepdims).
+py::array arg_extreme(const py::handle& x_obj, int64_t axis, bool find_max, bool select_last,
+                      const py::object& out_obj) {
+  auto x = c_array(x_obj, "arg_extreme: x");
+  if (x.ndim() < 1) throw py::value_error("arg_extreme: x: expected rank >= 1, got rank 0");
+  const int64_t a = normalized_axis(axis, x.ndim(), "arg_extreme: axis");
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < a; ++d) outer *= x.shape(d);
+  for (int64_t d = a + 1; d < x.ndim(); ++d) inner *= x.shape(d);
+  const int64_t n = x.shape(a);
+  if (n == 0) throw py::value_error("arg_extreme: x: expected a non-empty axis, got shape " + shape_str(shape_of(x)));
+  const std::string code = code_of(x);
+  auto y = output_like(out_obj, py::dtype::of<int64_t>(), Shape{outer, inner}, "arg_extreme", {x});
+  auto* yp = static_cast<int64_t*>(y.mutable_data());
+  if (code == "f4") {
+    arg_extreme_typed<float>(x, yp, outer, n, inner, find_max, select_last);
+  } else if (code == "f8") {
+    arg_extreme_typed<double>(x, yp, outer, n, inner, find_max, select_last);
+  } else if (code == "i4") {
+    arg_extreme_typed<int32_t>(x, yp, outer, n, inner, find_max, select_last);
+  } else if (code == "i8") {
+    arg_extreme_typed<int64_t>(x, yp, outer, n, inner, find_max, select_last);
+  } else if (code == "i1") {
+    arg_extreme_typed<int8_t>(x, yp, outer, n, inner, find_max, select_last);
+  } else if (code == "u1") {
+    arg_extreme_typed<uint8_t>(x, yp, outer, n, inner, find_max, select_last);
+  } else {
+    throw py::value_error("arg_extreme: x: expected float32/64, (u)int8 or int32/64, got " + dtype_str(x));
+  }
+  return y;
+}
+
 template <void (*F32)(const float*, float*, int64_t), void (*F64)(const double*, double*, int64_t)>
 py::array float_unary(const char* op, const py::handle& x_obj, const py::object& out_obj) {
   auto x = c_array(x_obj, std::string(op) + ": x");
@@ -263,6 +306,9 @@ void register_index_ops(py::module_& m) {
         "OneHot of int64 indices (negative: + depth; outside: a row of off), values [off, on].");
   m.def("scatter_nd", &scatter_nd, arg("data"), arg("indices"), arg("updates"), arg("reduction"), arg("out") = none,
         "ScatterND: a copy of data with the update rows applied in order (none, add, mul, max, min).");
+  m.def("arg_extreme", &arg_extreme, arg("x"), arg("axis"), arg("find_max"), arg("select_last") = false,
+        arg("out") = none,
+        "ArgMax (find_max) / ArgMin as np.argmax / np.argmin (first extreme, NaN wins) into int64 [outer, inner].");
   m.def("softsign", &softsign, arg("x"), arg("out") = none, "Softsign, float32/64: x / (1 + |x|).");
   m.def("negate", &negate, arg("x"), arg("out") = none, "Neg of float32/64: the sign bit flipped (np.negative).");
 }

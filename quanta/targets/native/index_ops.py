@@ -14,6 +14,8 @@ NonZero                ``nonzero`` (float32/64, (u)int8, int32/64,    tensor_ops
 OneHot                 ``one_hot`` of the indices as int64            tensor_ops.one_hot
 ScatterND              ``scatter_nd`` (float32/64, int32/64; none,    tensor_ops.scatter_nd
                        add, mul, max, min: rows in index order)       ((SC2): in index order)
+ArgMax, ArgMin         ``arg_extreme`` (float32/64, (u)int8,          reduce_ops.argmax / argmin
+                       int32/64): first extreme, NaN wins             (np.argmax / np.argmin)
 Softsign               ``softsign`` (float32/64)                      nn.softsign
 Neg (float64)          ``negate``: the sign bit flipped               math_ops (np.negative)
 =====================  =============================================  ==========================
@@ -25,6 +27,7 @@ index out of range) go to the twin, which computes them or raises the operator's
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -38,6 +41,7 @@ from quanta.targets.native.float_ops import _native, _Unsupported, _with_fallbac
 _FLOAT: frozenset[np.dtype] = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 _SUMMABLE: frozenset[np.dtype] = _FLOAT | {np.dtype(np.int32), np.dtype(np.int64)}
 _TESTABLE: frozenset[np.dtype] = _SUMMABLE | {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.bool_)}
+_ARGS: frozenset[np.dtype] = _SUMMABLE | {np.dtype(np.int8), np.dtype(np.uint8)}
 _INT64 = np.dtype(np.int64)
 
 
@@ -141,6 +145,44 @@ def bind_scatter_nd(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if reason:
         return None, reason
     return Kernel(_scatter_nd_native, "native", "native:scatter_nd", out=True), ""
+
+
+def _arg_kernel(op_type: str, find_max: bool) -> Any:
+    @_with_fallback(op_type)
+    def run(
+        ctx: Any, x: Any, *, out: Any, axis: int = 0, keepdims: int = 1, select_last_index: int = 0
+    ) -> np.ndarray:
+        del ctx  # one thread: a classifier head's few rows
+        x = _array(x, _ARGS)
+        if x.ndim == 0:
+            raise _Unsupported
+        a = axis + x.ndim if -x.ndim <= axis < 0 else axis
+        shape = x.shape[:a] + ((1,) if keepdims else ()) + x.shape[a + 1 :]
+        flat = None if out is None else out.reshape(math.prod(x.shape[:a]), -1)
+        y = _native().arg_extreme(x, axis, find_max, bool(select_last_index), flat)
+        return out if out is not None else y.reshape(shape)
+
+    run.__name__ = run.__qualname__ = f"_{op_type.lower()}_native"
+    run.__doc__ = f"{op_type}: np.{op_type.lower()}'s index (the first extreme; a NaN wins), int64."
+    return run
+
+
+def _bind_arg(op_type: str, find_max: bool) -> None:
+    fn = _arg_kernel(op_type, find_max)
+
+    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
+        del model  # unused
+        reason = _reason(op_type, node, 0, _ARGS, "float32/64, (u)int8 or int32/64")
+        if reason:
+            return None, reason
+        return Kernel(fn, "native", f"native:{op_type.lower()}", out=True), ""
+
+    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
+    register_binder(op_type)(binder)
+
+
+_bind_arg("ArgMax", True)
+_bind_arg("ArgMin", False)
 
 
 @_with_fallback("Softsign")

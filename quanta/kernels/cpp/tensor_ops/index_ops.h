@@ -148,6 +148,32 @@ void scatter_rows(T* y, const int64_t* offsets, const T* updates, int64_t rows, 
   }
 }
 
+// ArgMax / ArgMin along the middle axis of [outer, n, inner] (n >= 1) into y [outer,
+// inner], as np.argmax / np.argmin: the first extreme in scan order, and a NaN counts
+// as the extreme (the first NaN wins); select_last scans from the end and reports the
+// position from the start (the twin's n − 1 − argmax(flip(x))).
+template <typename T>
+void arg_extreme(const T* x, int64_t* y, int64_t outer, int64_t n, int64_t inner, bool find_max, bool select_last) {
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t j = 0; j < inner; ++j) {
+      const T* lane = x + o * n * inner + j;
+      int64_t best_k = select_last ? n - 1 : 0;
+      T best = lane[best_k * inner];
+      for (int64_t s = 1; s < n; ++s) {
+        if constexpr (std::is_floating_point_v<T>) {
+          if (best != best) break;
+        }
+        const int64_t k = select_last ? n - 1 - s : s;
+        const T v = lane[k * inner];
+        bool take = find_max ? v > best : v < best;
+        if constexpr (std::is_floating_point_v<T>) take = take || v != v;
+        if (take) best = v, best_k = k;
+      }
+      y[o * inner + j] = best_k;
+    }
+  }
+}
+
 // Softsign, float32 and float64: y = x / (1 + |x|), two IEEE operations (the sum
 // rounded, then the quotient).
 template <typename T>
