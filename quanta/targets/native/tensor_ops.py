@@ -506,7 +506,9 @@ def _bind_compare(op_type: str, op: str) -> None:
         a, b = sig.dtypes[0], sig.dtypes[1]
         if a is None or a != b or a not in NATIVE_DTYPES or (logic and a != _BOOL):
             return None
-        consts = [None if c is None else np.ascontiguousarray(c) for c in sig.consts[:2]]
+        # np.asarray, not np.ascontiguousarray, which makes a rank-0 constant (1,): the
+        # broadcast would then refuse the rank-0 out every run and send it to the guard
+        consts = [None if c is None else np.asarray(c, order="C") for c in sig.consts[:2]]
         bop, threads, out = _native().broadcast_op, step_threads(sig), sig.out
         if consts[1] is not None:
             cb = consts[1]
