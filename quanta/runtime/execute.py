@@ -26,6 +26,7 @@ Profiling (a :class:`quanta.runtime.profile.Profiler` attached to the executor) 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -526,7 +527,14 @@ class Executor(Executable):
             if any(k is None and i for k, i in zip(known, ins)):
                 continue  # an input the measuring run did not see as an array
             if self._unstable.intersection(ins) or self._unstable.intersection(s.outputs):
-                continue  # a shape this signature does not fix
+                if not getattr(spec_fn, "shape_free", False):
+                    continue  # a shape this signature does not fix
+                # a hook that binds no shape: it sees none of the shapes that may change
+                sig = dataclasses.replace(
+                    sig,
+                    shapes=tuple(None if i in self._unstable else sh for i, sh in zip(ins, sig.shapes)),
+                    out_shape=None,
+                )
             try:
                 fast = spec_fn(sig, **(s.attrs or {}))
             except (ValueError, TypeError, KeyError, IndexError):

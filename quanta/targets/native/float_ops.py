@@ -60,7 +60,7 @@ from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.registry import get_op
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
-from quanta.targets.native._specialize import guarded, step_threads
+from quanta.targets.native._specialize import guarded, shape_free, step_threads
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
 
@@ -495,6 +495,7 @@ def _int_binary_kernel(op_type: str) -> Callable[..., Any]:
 
 
 def _binary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @shape_free
     def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
         if sig.dtypes != (F32, F32):
             return None
@@ -504,7 +505,19 @@ def _binary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return specialize
 
 
+def _int_binary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @shape_free
+    def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+        if sig.dtypes[0] not in _INT_BINARY or sig.dtypes[1] != sig.dtypes[0]:
+            return None
+        bop, threads, out = _native().broadcast_op, step_threads(sig), sig.out
+        return guarded(lambda a, b: bop(op, a, b, threads, out), fn, attrs, out)
+
+    return specialize
+
+
 def _unary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @shape_free
     def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
         if sig.dtypes != (F32,):
             return None
@@ -522,6 +535,7 @@ def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, s
     fn = _binary_kernel(op_type)
     specialize = _binary_specializer(op_type.lower(), fn)
     int_fn = _int_binary_kernel(op_type) if op_type in _INT_BINARY_OPS else None
+    int_specialize = _int_binary_specializer(op_type.lower(), int_fn) if int_fn is not None else None
     name = f"{op_type.lower()}_f32"
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
@@ -533,7 +547,7 @@ def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, s
         if int_fn is not None and types[0] in _INT_BINARY and types[1] == types[0]:
             # the int32 bias Add of LowerConvFloatOutput, int64 shape arithmetic (a
             # Div by 2 of a dimension, Max of two lengths)
-            return _kernel(int_fn, f"{op_type.lower()}_{types[0]}", node)
+            return _kernel(int_fn, f"{op_type.lower()}_{types[0]}", node, int_specialize)
         reason = _check_f32(op_type, ("A", node.input(0)), ("B", node.input(1)))
         if reason:
             return None, reason

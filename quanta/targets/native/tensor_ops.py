@@ -67,7 +67,7 @@ from quanta.kernels.reference.tensor_ops import _indices, slice_bounds
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
-from quanta.targets.native._specialize import guarded, step_threads
+from quanta.targets.native._specialize import guarded, shape_free, step_threads
 from quanta.targets.native.float_ops import (
     RUNTIME_FALLBACKS,
     _dtype,
@@ -245,6 +245,7 @@ def bind_cast(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return _kernel(_cast_native, f"cast_{dtype}", specialize=_cast_specialized)
 
 
+@shape_free
 def _cast_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
     """The binding's ``cast`` with the target dtype and output bound: exported graphs
     cast every index and length (a duration net has 56 Casts among 336 steps), where the
@@ -287,6 +288,7 @@ def _bind_unary(op_type: str, op: str) -> None:
 
     run.__name__ = run.__qualname__ = f"_{op}_native"
 
+    @shape_free
     def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
         if sig.dtypes != (F32,):
             return None
@@ -500,6 +502,7 @@ def _bind_compare(op_type: str, op: str) -> None:
 
     run.__name__ = run.__qualname__ = f"_{op}_native"
 
+    @shape_free
     def specialize(sig: Specialization) -> Callable[..., Any] | None:
         """Both operands of one dtype the binding takes: the op, thread count and output
         bound once (a model's threshold test on one probability cost 2 us generic)."""
@@ -549,7 +552,16 @@ def bind_not(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _known_dtype_reason("Not", node, 0, frozenset({_BOOL}), "bool")
     if reason:
         return None, reason
-    return _kernel(_not_native, "not")
+    return _kernel(_not_native, "not", specialize=_not_specialized)
+
+
+@shape_free
+def _not_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """x xor True with the thread count and output bound once (a mask's negation)."""
+    if sig.dtypes[0] != _BOOL:
+        return None
+    bop, threads, out = _native().broadcast_op, step_threads(sig), sig.out
+    return guarded(lambda x: bop("xor", x, _TRUE, threads, out), _not_native, attrs, out)
 
 
 @_with_fallback("IsNaN")
