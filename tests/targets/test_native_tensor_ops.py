@@ -385,6 +385,34 @@ def test_comparisons_match_twin(op_type, dtype, a_shape, b_shape):
     run_both(op_type, [a, b])
 
 
+def test_a_comparison_with_a_rank_0_constant_keeps_its_specialized_call():
+    """silero_vad's ``Equal(sr, 16000)``: a rank-0 constant stays rank 0 in the
+    specialization (np.ascontiguousarray made it (1,), so the broadcast refused the rank-0
+    output on every run and the step ran through its guard)."""
+    from onnx import numpy_helper
+
+    from quanta.runtime import execute
+
+    g = helper.make_graph(
+        [helper.make_node("Equal", ["sr", "k"], ["is16k"], name="is16k")],
+        "g",
+        [helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("is16k", TensorProto.BOOL, [])],
+        [numpy_helper.from_array(np.array(16000, np.int64), "k")],
+    )
+    sess = quanta.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    guarded = []
+    original = execute.Executor._guarded_step
+    execute.Executor._guarded_step = lambda self, *a: guarded.append(a[2]) or original(self, *a)
+    try:
+        for sr in (16000, 8000, 16000):
+            y = sess.run(None, {"sr": np.array(sr, np.int64)})[0]
+            assert y.shape == () and bool(y) == (sr == 16000)
+    finally:
+        execute.Executor._guarded_step = original
+    assert not guarded
+
+
 @pytest.mark.parametrize("op_type", ["And", "Or", "Xor"])
 @pytest.mark.parametrize(("a_shape", "b_shape"), BROADCASTS)
 def test_logic_matches_twin(op_type, a_shape, b_shape):
