@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,9 @@ __all__ = [
     "NodeRow",
     "TensorRow",
     "WeightRow",
+    "ablate",
     "compare",
+    "ranking_overlap",
 ]
 
 QUANT_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -900,7 +902,7 @@ def compare(
         raise CalibrationDataError("debug data is empty: no sample was read")
     result = plan.finish(stats)
     if ablation > 0:
-        _ablate(result, plan, data, limit, ablation, ablation_mode)
+        _ablate(result, plan, data, limit, result.worst(ablation), ablation_mode)
     return result
 
 
@@ -1443,16 +1445,37 @@ def _isolate(
 ABLATION_MODES = ("only", "float")
 
 
+def ablate(
+    result: DebugResult,
+    fp32: str | os.PathLike | onnx.ModelProto | Model,
+    quantized: str | os.PathLike | onnx.ModelProto | Model,
+    data: Any,
+    nodes: Sequence[str],
+    *,
+    mode: str = "only",
+    limit: int | None = None,
+) -> None:
+    """Eq. (6b) (``mode="only"``) or eq. (6) (``"float"``) for the rows of ``result``
+    named in ``nodes`` (``compare(..., ablation=K)`` takes the K worst by eq. (5e); this
+    takes any set, e.g. the union of several rankings' candidates): one pass each."""
+    rows = {r.name: r for r in result.nodes}
+    unknown = [n for n in nodes if n not in rows]
+    if unknown:
+        raise ValueError(f"ablate: no debugger row for node(s) {unknown[:5]}")
+    plan = _Plan(_load(fp32, "fp32"), _load(quantized, "quantized"), False, gains=False)
+    _ablate(result, plan, data, limit, [rows[n] for n in nodes], mode)
+
+
 def _ablate(
     result: DebugResult,
     plan: _Plan,
     data: Any,
     limit: int | None,
-    k: int,
+    rows: Sequence[NodeRow],
     mode: str = "only",
 ) -> None:
-    """Eq. (6b) (``mode="only"``) or eq. (6) (``"float"``) for the ``k`` worst nodes by
-    eq. (5e): one pass over the data each."""
+    """Eq. (6b) (``mode="only"``) or eq. (6) (``"float"``) for ``rows``: one pass over
+    the data each."""
     from quanta.calibrate.readers import iter_feeds
     from quanta.ir.onnx_io import from_proto, to_proto
 
@@ -1462,7 +1485,7 @@ def _ablate(
     fproto, qproto = to_proto(fmodel), to_proto(qmodel)
     fexe = _executor(fmodel)
     target_of = {row.name: t for t, row in zip(plan.targets, plan.rows)}
-    for r in result.worst(k):
+    for r in rows:
         t = target_of.get(r.name)
         if mode == "only":
             if t is None or t.prefix or r.local is None:

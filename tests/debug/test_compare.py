@@ -410,3 +410,22 @@ def test_cli_debug_on_local_processes_writes_the_same_json(tmp_path, capsys):
     assert main([*args, "--engine", "local", "--workers", "2"]) == 0
     assert two.read_text() == one.read_text()
     capsys.readouterr()
+
+
+def test_ablation_of_a_chosen_node_set_and_bad_arguments(tmp_path):
+    """``ablate`` measures any named rows (a union of rankings' candidates); an unknown
+    node or mode is a clear error before any pass runs."""
+    from quanta.debug.compare import ablate
+
+    src, out = _quantized(tmp_path, chain())
+    data = chain_feeds(2, 9)
+    res = compare(src, out, data)
+    ablate(res, src, out, data, ["c", "a"])
+    rows = {r.name: r for r in res.nodes}
+    assert res.ablation_passes == 2 and rows["b"].ablation_sqnr_db is None
+    # alone quantized, a (which reads the raw input) leaves the output cleaner than c
+    assert rows["a"].ablation_sqnr_db > rows["c"].ablation_sqnr_db > res.output_sqnr_db
+    with pytest.raises(ValueError, match=r"no debugger row for node\(s\) \['nope'\]"):
+        ablate(res, src, out, data, ["nope"])
+    with pytest.raises(ValueError, match=r"ablation_mode must be one of \('only', 'float'\), not 'half'"):
+        compare(src, out, data, ablation=1, ablation_mode="half")
