@@ -201,7 +201,7 @@ def test_downstream_gain_reorders_what_a_gain_one_estimate_ranks(tmp_path, norm)
 
 
 def test_ranking_overlap_refuses_a_count_that_holds_by_construction(tmp_path):
-    """With only the k worst nodes by eq. (5) ablated, both top-k lists are those k nodes."""
+    """With only the k worst nodes by eq. (5e) ablated, both top-k lists are those k nodes."""
     src, out = _quantized(tmp_path, chain())
     res = compare(src, out, chain_feeds(2, 9), ablation=2)
     assert res.ablation_passes == 2
