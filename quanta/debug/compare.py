@@ -10,7 +10,7 @@ histograms, whatever the number of samples), and returns a :class:`DebugResult`:
   the same name: everything upstream plus this node), *local* error (this node's FP32
   inputs quantized with its own Q/DQ parameters, the node run, its output quantized,
   vs the FP32 output: what this node adds when its inputs are exact) and the estimated
-  share of the end-to-end error it causes; docs/debugger.md eqs. (1)-(6);
+  share of the end-to-end error it causes; docs/debugger.md eqs. (1)-(6b);
 - one :class:`TensorRow` per activation Q/DQ pair: clipped share (eq. (7)), levels used,
   and calibration diagnostics from a streaming histogram of the FP32 tensor: the range
   each calibration method would choose and the SQNR it gives on this data (eq. (8)), the
@@ -1512,7 +1512,7 @@ def ranking_overlap(result: DebugResult, k: int = 5) -> int:
     ablation, over the nodes ablated: the lowest output SQNR with the node alone
     quantized (eq. (6b)) or the highest with it alone float (eq. (6)).
 
-    The ablated nodes are the ones eq. (5) ranks worst (``compare(..., ablation=K)``), so
+    The ablated nodes are the ones eq. (5e) ranks worst (``compare(..., ablation=K)``), so
     with K <= k both lists are every ablated node and the overlap is k by construction:
     the check needs more nodes ablated than ``k`` (every node, for the strict test)."""
     abl = [(r, r.ablation_sqnr_db) for r in result.nodes if r.ablation_sqnr_db is not None]
