@@ -720,11 +720,17 @@ def test_repeat_2d_is_np_repeat_on_both_axes(dtype, factors):
     with pytest.raises(ValueError, match="repeat_2d: x: expected rank >= 2"):
         _native.repeat_2d(np.zeros(3, F32), 2, 2)
     # lanes: the last axis moves with each element (an NCHW16c pixel: 16 floats)
-    for lanes_shape, dtype_l in (((2, 3, 5, 16), np.float32), ((3, 4, 2, 4), np.float64), ((2, 3, 4), np.uint8)):
+    for lanes_shape, dtype_l in (
+        ((2, 3, 5, 16), np.float32),
+        ((3, 4, 2, 4), np.float64),
+        ((2, 3, 4), np.uint8),
+    ):
         x = rng.integers(0, 250, lanes_shape).astype(dtype_l)
         expected = np.repeat(np.repeat(x, sh, axis=-3), sw, axis=-2)
         for threads in (1, 2):
-            assert_bit_exact(expected, _native.repeat_2d(x, sh, sw, threads, None, True), f"lanes {lanes_shape}")
+            assert_bit_exact(
+                expected, _native.repeat_2d(x, sh, sw, threads, None, True), f"lanes {lanes_shape}"
+            )
     with pytest.raises(ValueError, match="elements of 1, 2, 4, 8, 16, 32 or 64 bytes"):
         _native.repeat_2d(np.zeros((2, 3, 5), F32), 2, 2, 1, None, True)
     with pytest.raises(ValueError, match="repeat_2d: expected factors >= 1, got 0, 2"):
