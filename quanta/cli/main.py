@@ -354,6 +354,7 @@ def cmd_debug(args: argparse.Namespace) -> int:
             args.data,
             limit=args.samples,
             ablation=args.ablation,
+            ablation_mode=args.ablation_mode,
             engine=None if args.engine == "inprocess" else args.engine,
             workers=args.workers,
             address=args.address,
@@ -552,7 +553,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         metavar="K",
-        help="also measure the K worst layers one at a time in float (K extra passes)",
+        help="also measure the K worst layers one at a time (K extra passes)",
+    )
+    s.add_argument(
+        "--ablation-mode",
+        choices=["only", "float"],
+        default="only",
+        help="ablation: each layer alone quantized (its contribution; default) or alone float (what that wins)",
     )
     s.add_argument("--top", type=int, default=10, help="rows of the terminal table (default 10)")
     s.add_argument(

@@ -10,7 +10,7 @@ histograms, whatever the number of samples), and returns a :class:`DebugResult`:
   the same name: everything upstream plus this node), *local* error (this node's FP32
   inputs quantized with its own Q/DQ parameters, the node run, its output quantized,
   vs the FP32 output: what this node adds when its inputs are exact) and the estimated
-  share of the end-to-end error it causes; docs/debugger.md eqs. (1)-(6);
+  share of the end-to-end error it causes; docs/debugger.md eqs. (1)-(6b);
 - one :class:`TensorRow` per activation Q/DQ pair: clipped share (eq. (7)), levels used,
   and calibration diagnostics from a streaming histogram of the FP32 tensor: the range
   each calibration method would choose and the SQNR it gives on this data (eq. (8)), the
@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,9 @@ __all__ = [
     "NodeRow",
     "TensorRow",
     "WeightRow",
+    "ablate",
     "compare",
+    "ranking_overlap",
 ]
 
 QUANT_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -225,8 +227,11 @@ class NodeRow:
     inputs: list[str]  # the float tensors its quantized inputs come from
     local: ErrorStats | None = None
     inherited: ErrorStats | None = None
-    contribution: float = 0.0  # eq. (5): estimated share of the output error
-    ablation_sqnr_db: float | None = None  # eq. (6): output SQNR with this node float
+    contribution: float = 0.0  # eq. (5e): estimated share of the output error
+    gain: float | None = None  # eq. (5e): output NSR per unit of local NSR (None: not measured, taken as 1)
+    ablation_sqnr_db: float | None = (
+        None  # eq. (6b) / (6): output SQNR with this node alone quantized / float
+    )
     scale: float | None = None  # of the output's Q/DQ (None: a float output)
     recommendation: str = ""
 
@@ -256,6 +261,7 @@ class DebugResult:
     samples: int
     unmatched: list[str] = field(default_factory=list)
     ablation_passes: int = 0
+    ablation_mode: str = "only"  # eq. (6b) "only" this node quantized, or eq. (6) "float"
     float_nodes: list[tuple[str, str]] = field(default_factory=list)  # (node, op) compute left float
     integer_share: float | None = None
 
@@ -273,7 +279,7 @@ class DebugResult:
         return min(vals) if vals else 1.0
 
     def worst(self, k: int = 10) -> list[NodeRow]:
-        """The ``k`` nodes with the largest estimated contribution (eq. (5))."""
+        """The ``k`` nodes with the largest estimated contribution (eq. (5e))."""
         rows = [r for r in self.nodes if r.local is not None]
         return sorted(rows, key=lambda r: (-r.contribution, r.name))[:k]
 
@@ -290,7 +296,7 @@ class DebugResult:
         worst = self.worst(k)
         if worst:
             width = max(len(r.name) for r in worst)
-            lines.append(f"the {len(worst)} layers that add the most error (eq. (5)):")
+            lines.append(f"the {len(worst)} layers that add the most error (eq. (5e)):")
             lines.append(
                 f"  {'node':{width}s}  {'op':12s} local dB  inher dB  share   "
                 + ("abl dB  " if any(r.ablation_sqnr_db is not None for r in worst) else "")
@@ -333,6 +339,7 @@ class DebugResult:
                 "inherited": None if r.inherited is None else r.inherited.to_dict(),
                 "max_lsb": r.max_lsb,
                 "contribution": r.contribution,
+                "gain": r.gain,
                 "ablation_sqnr_db": None if r.ablation_sqnr_db is None else _finite(r.ablation_sqnr_db),
                 "recommendation": r.recommendation,
             }
@@ -379,6 +386,7 @@ class DebugResult:
             "unmatched": self.unmatched,
             "float_nodes": [list(f) for f in self.float_nodes],
             "ablation_passes": self.ablation_passes,
+            "ablation_mode": self.ablation_mode,
         }
 
     def to_json(self) -> str:
@@ -635,6 +643,41 @@ def _foreign(
     return out
 
 
+def _derived(
+    qscopes: list[tuple[str, Model]], fnames: set[str]
+) -> dict[str, tuple[Node, list[tuple[str, Any]]]]:
+    """Float tensors of the quantized model that the FP32 model lacks but computes one
+    float node away: scoped name -> (the quantized model's node that writes it, its
+    arguments as ("float", FP32 tensor) | ("const", array) | ("none", None)).
+
+    SmoothQuant (docs/debugger.md eq. (13)) writes x / s under the name ``x_smooth``,
+    by a float Mul of an FP32 tensor and a constant; the layers that read it are
+    the ones with most of the weights' error, and their local error (eq. (4)) needs
+    the FP32 value of what they read: that Mul run on the FP32 tensor."""
+    out: dict[str, tuple[Node, list[tuple[str, Any]]]] = {}
+    for prefix, m in qscopes:
+        for n in m.graph.nodes:
+            if n.op_type in QUANT_OPS or len(n.outputs) != 1 or n.outputs[0] is None:
+                continue
+            name = prefix + n.outputs[0].name
+            if name in fnames:
+                continue
+            args: list[tuple[str, Any]] = []
+            for v in n.inputs:
+                if v is None:
+                    args.append(("none", None))
+                elif v.is_const:
+                    args.append(("const", np.asarray(v.const)))
+                elif prefix + v.name in fnames:
+                    args.append(("float", prefix + v.name))
+                else:
+                    break
+            else:
+                if any(k == "float" for k, _ in args):
+                    out[name] = (n, args)
+    return out
+
+
 # ------------------------------------------------------------------------------ runs
 
 
@@ -722,6 +765,10 @@ def _qdq(p: _Pair, x: np.ndarray | None, evaluate: Callable) -> np.ndarray | Non
 # ------------------------------------------------------------------------------ calibration diagnostics
 
 
+#: eq. (5c): RMS of a tensor over RMS of the white-noise probe where the quantized model
+#: has no error of that tensor to probe with (36 dB: an 8-bit tensor's inherited error)
+PROBE_RATIO = 64.0
+
 #: eq. (8) SQNR above which a tensor's entropy range is not computed
 GOOD_DB = 40.0
 
@@ -808,6 +855,7 @@ def compare(
     *,
     limit: int | None = None,
     ablation: int = 0,
+    ablation_mode: str = "only",
     histograms: bool = True,
     engine: Any = None,
     workers: int | None = None,
@@ -815,14 +863,18 @@ def compare(
 ) -> DebugResult:
     """Layer-wise error of ``quantized`` (a QDQ model) against ``fp32`` on ``data`` (any
     form calibration accepts). ``ablation``: also measure, for the ``ablation`` nodes of
-    largest estimated contribution, the output SQNR with that node alone float (one
-    extra pass over the data per node, eq. (6)).
+    largest estimated contribution (eq. (5e)), the output SQNR with that node alone
+    quantized (``ablation_mode="only"``, eq. (6b): its measured contribution) or alone
+    float (``"float"``, eq. (6): what keeping it float wins); one extra pass over the
+    data per node.
 
     ``engine`` ("local", "ray", an engine of :mod:`quanta.scale`; ``workers``,
     ``address`` as for calibration): the samples are split into contiguous shards, each
     shard's statistics gathered where the engine runs it and merged here in shard order
     (:class:`_Stats`: exact sums, counts, maxima, histograms), so the result is the
     single process's, bit for bit. The ablation passes run here."""
+    if ablation_mode not in ABLATION_MODES:
+        raise ValueError(f"ablation_mode must be one of {ABLATION_MODES}, not {ablation_mode!r}")
     fmodel = _load(fp32, "fp32")
     qmodel = _load(quantized, "quantized")
     plan = _Plan(fmodel, qmodel, histograms)
@@ -850,7 +902,7 @@ def compare(
         raise CalibrationDataError("debug data is empty: no sample was read")
     result = plan.finish(stats)
     if ablation > 0:
-        _ablate(result, fmodel, qmodel, data, limit, ablation)
+        _ablate(result, plan, data, limit, result.worst(ablation), ablation_mode)
     return result
 
 
@@ -871,6 +923,7 @@ class _Stats:
     clipped: dict[str, list[int]]
     codes: dict[str, np.ndarray]
     hists: dict[str, Any]
+    gains: dict[tuple[int, int, int], tuple[ErrorStats, ErrorStats]]
     samples: int = 0
 
     def merge_in_place(self, other: _Stats) -> _Stats:
@@ -890,6 +943,12 @@ class _Stats:
         for name, h in other.hists.items():
             mine = self.hists[name]
             self.hists[name] = mine.merge_in_place(h) if mine.can_merge_in_place() else mine.merge(h)
+        for key, (out_st, in_st) in other.gains.items():
+            if key in self.gains:
+                self.gains[key][0].merge_in_place(out_st)
+                self.gains[key][1].merge_in_place(in_st)
+            else:
+                self.gains[key] = (out_st, in_st)
         self.samples += other.samples
         return self
 
@@ -899,7 +958,7 @@ class _Plan:
     builds the same one): the quantized nodes and activation pairs, the tensors each
     run must hand back, the executors."""
 
-    def __init__(self, fmodel: Model, qmodel: Model, histograms: bool) -> None:
+    def __init__(self, fmodel: Model, qmodel: Model, histograms: bool, gains: bool = True) -> None:
         from quanta.runtime.compile import reference_evaluator
 
         self.fmodel, self.qmodel, self.histograms = fmodel, qmodel, histograms
@@ -930,6 +989,8 @@ class _Plan:
             }
             self.foreign += _foreign(m, prefix, fnames, taken, fused)
         self.fnames = fnames
+        needed = {n for t in self.targets for n in t.float_inputs if n not in fnames}
+        self.derived = {k: v for k, v in _derived(qscopes, fnames).items() if k in needed}
         self.evaluate = reference_evaluator(qmodel.opset_imports)
         self.wcache: dict = {}
         # what each run must hand back, per feed
@@ -941,8 +1002,12 @@ class _Plan:
             y = t.output
             self.q_wanted.add(t.q_output)
             self.f_wanted.add(y)
-            self.f_wanted.update(t.float_inputs)
-            missing = [n for n in [y, *t.float_inputs] if n not in fnames]
+            for name in t.float_inputs:
+                if name in self.derived:
+                    self.f_wanted.update(a for k, a in self.derived[name][1] if k == "float")
+                else:
+                    self.f_wanted.add(name)
+            missing = [n for n in [y, *t.float_inputs] if n not in fnames and n not in self.derived]
             self.unmatched.extend(m for m in missing if m not in self.unmatched)
             self.rows.append(
                 NodeRow(
@@ -976,6 +1041,26 @@ class _Plan:
             self.pair_of.setdefault(p.x, p)
         self.output_names = [v.name for v in qmodel.graph.outputs if v.name in fnames]
         self.fexe, self.qexe = _executor(fmodel), _executor(qmodel)
+        self.gains = gains
+        self.fevaluate = reference_evaluator(fmodel.opset_imports)
+        # eq. (5c): every non-constant input of every FP32 node is an edge whose gain is
+        # measured with the quantized model's error of that tensor as the probe
+        self.probe_of: dict[str, str] = {}
+        self.edges: list[tuple[int, int]] = []
+        if gains:
+            for j, n in enumerate(fmodel.graph.nodes):
+                for k, v in enumerate(n.inputs):
+                    if v is None or v.is_const:
+                        continue
+                    self.edges.append((j, k))
+                    self.f_wanted.add(v.name)
+                    self.f_wanted.update(o.name for o in n.outputs if o is not None)
+                    pair = self.pair_of.get(v.name)
+                    if pair is not None and not pair.prefix:
+                        self.probe_of[v.name] = pair.name(pair.dq.outputs[0])
+                    elif v.name in qnames:
+                        self.probe_of[v.name] = v.name
+            self.q_wanted.update(self.probe_of.values())
 
     def stats(self) -> _Stats:
         """An empty state."""
@@ -990,12 +1075,16 @@ class _Plan:
             clipped={k: [0, 0] for k in self.tensors},
             codes={p.x: np.zeros(p.qmax - p.qmin + 1, bool) for p in self.pair_of.values()},
             hists={name: HistogramObserver() for name in self.hist_names},
+            gains={},
         )
 
     def observe(self, st: _Stats, feed: Mapping[str, np.ndarray]) -> None:
         """Both models on one feed, its statistics added to ``st``."""
         fmodel, qmodel = self.fmodel, self.qmodel
         fvals, fouts = _run(self.fexe, fmodel, feed, self.f_wanted)
+        for name, (node, args) in self.derived.items():
+            if all(k != "float" or a in fvals for k, a in args):
+                fvals[name] = self.evaluate(node, [fvals[a] if k == "float" else a for k, a in args])[0]
         qvals, qouts = _run(self.qexe, qmodel, feed, self.q_wanted)
         fout = dict(zip([v.name for v in fmodel.graph.outputs], fouts))
         qout = dict(zip([v.name for v in qmodel.graph.outputs], qouts))
@@ -1016,6 +1105,8 @@ class _Plan:
                 loc = _local(t, fvals, self.evaluate, self.wcache)
                 if loc is not None:
                     loc_st.add(fvals[y], loc)
+        if self.gains:
+            self._observe_gains(st, fvals, qvals)
         for fo, fst in zip(self.foreign, st.foreign):
             qv, fv = qvals.get(fo.value), fvals.get(fo.fp32)
             if qv is None or fv is None:
@@ -1040,6 +1131,52 @@ class _Plan:
                 st.hists[name].observe(np.asarray(fvals[name], np.float32))
         st.samples += 1
 
+    def _observe_gains(
+        self, st: _Stats, fvals: Mapping[str, np.ndarray], qvals: Mapping[str, np.ndarray]
+    ) -> None:
+        """Eq. (5c)'s sums for one feed: per edge (node j, input k, output o) of the FP32
+        graph, Σ ‖f_j(x_k + e_k) − f_j(x_k)‖²_o and Σ ‖e_k‖², e_k the quantized model's
+        error of x_k (what reaches j when the model runs quantized)."""
+        nodes = self.fmodel.graph.nodes
+        for j, k in self.edges:
+            n = nodes[j]
+            v = n.inputs[k]
+            name = "" if v is None else v.name
+            x, probe = fvals.get(name), self.probe_of.get(name)
+            if x is None or x.dtype.kind != "f" or x.size == 0:
+                continue
+            xq = None if probe is None else qvals.get(probe)
+            if xq is None or np.shape(xq) != x.shape:
+                # a tensor the quantized model has under another name (x_smooth holds
+                # x / s) or not at all: white noise at 1/64 of its RMS, the same
+                # pattern for every feed (seeded by the edge), so shards agree
+                rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64))))
+                if rms == 0.0:
+                    continue
+                noise = np.random.default_rng((j, k)).standard_normal(x.shape) * (rms / PROBE_RATIO)
+                xq = (x + noise).astype(x.dtype)
+            e = np.asarray(xq, x.dtype) - x
+            if not np.any(e):
+                continue
+            args = [
+                None if v is None else (np.asarray(v.const) if v.is_const else fvals.get(v.name))
+                for v in n.inputs
+            ]
+            if any(a is None and v is not None for a, v in zip(args, n.inputs)):
+                continue
+            args[k] = np.asarray(xq, x.dtype)
+            try:
+                outs = self.fevaluate(n, args)
+            except Exception:  # an op the reference evaluator cannot run alone (a body): no edge
+                continue
+            for o, (v, y) in enumerate(zip(n.outputs, outs)):
+                r = None if v is None else fvals.get(v.name)
+                if r is None or not isinstance(y, np.ndarray) or r.dtype.kind != "f" or y.shape != r.shape:
+                    continue
+                out_st, in_st = st.gains.setdefault((j, k, o), (ErrorStats(), ErrorStats()))
+                out_st.add(r, y)
+                in_st.add(x, xq)
+
     def finish(self, st: _Stats) -> DebugResult:
         """The result from the statistics of all samples."""
         for row, loc, inh in zip(self.rows, st.local, st.inherited):
@@ -1050,7 +1187,9 @@ class _Plan:
             trow.clipped = st.clipped[name][0] / max(st.clipped[name][1], 1)
             trow.levels_used = int(st.codes[name].sum())
             _diagnose(trow, st.hists.get(name))
-        _attribute(self.rows)
+        gamma = _downstream_gains(self.fmodel, st.gains, self.output_names) if self.gains else None
+        out_signal = sum(es.signal for es in st.outputs.values())
+        _attribute(self.rows, gamma, out_signal)
         result = DebugResult(
             nodes=self.rows + [r for r in self.foreign_rows if r.inherited is not None and r.inherited.count],
             tensors=list(self.tensors.values()),
@@ -1106,11 +1245,50 @@ def _stats_of_shard(job: _CompareJob, shard: tuple[int, list]) -> _Stats:
     return st
 
 
-def _attribute(rows: list[NodeRow]) -> None:
-    """Eq. (5): each node's share of the summed local noise-to-signal ratios."""
-    nsr = [0.0 if r.local is None or not math.isfinite(r.local.nsr) else r.local.nsr for r in rows]
-    total = sum(nsr)
-    for r, v in zip(rows, nsr):
+def _downstream_gains(
+    model: Model, gains: Mapping[tuple[int, int, int], tuple[ErrorStats, ErrorStats]], outputs: list[str]
+) -> dict[str, float]:
+    """Eq. (5d): Γ(t) per FP32 tensor, the output error energy per unit of error energy
+    at t, from the edge gains of eq. (5c) summed backwards over the graph."""
+    gamma: dict[str, float] = {name: 1.0 for name in outputs}
+    nodes = model.graph.nodes
+    for j in range(len(nodes) - 1, -1, -1):
+        n = nodes[j]
+        for k, v in enumerate(n.inputs):
+            if v is None or v.is_const:
+                continue
+            acc = 0.0
+            for o, y in enumerate(n.outputs):
+                g = gains.get((j, k, o))
+                if y is None or g is None or y.name not in gamma or g[1].noise <= 0.0:
+                    continue
+                acc += g[0].noise / g[1].noise * gamma[y.name]
+            if acc > 0.0:
+                gamma[v.name] = gamma.get(v.name, 0.0) + acc
+    return gamma
+
+
+def _attribute(
+    rows: list[NodeRow], gamma: Mapping[str, float] | None = None, out_signal: float = 0.0
+) -> None:
+    """Each node's share of the estimated output error: eq. (5e) where the node's output
+    has a downstream gain Γ (eq. (5d)), else eq. (5) (the relative error passed on as it is)."""
+    energy = []
+    for r in rows:
+        loc = r.local
+        if loc is None or not math.isfinite(loc.nsr) or loc.nsr == 0.0:
+            energy.append(0.0)
+            r.gain = None
+            continue
+        g = None if gamma is None else gamma.get(r.output)
+        if g is not None and out_signal > 0.0:
+            r.gain = g * loc.signal / out_signal
+        else:
+            r.gain = None if gamma is not None else 1.0
+        # eq. (5e): Γ(y)·Σ(r − q_local)², as output NSR: g·NSR_local
+        energy.append(loc.nsr * (1.0 if r.gain is None else r.gain))
+    total = sum(energy)
+    for r, v in zip(rows, energy):
         r.contribution = v / total if total > 0 else 0.0
 
 
@@ -1175,15 +1353,146 @@ def _bypass(proto: onnx.ModelProto, node_name: str) -> onnx.ModelProto:
     return p
 
 
-def _ablate(result: DebugResult, fmodel: Model, qmodel: Model, data: Any, limit: int | None, k: int) -> None:
-    """Eq. (6) for the ``k`` worst nodes by eq. (5): one pass each."""
+def _isolate(
+    fproto: onnx.ModelProto,
+    qproto: onnx.ModelProto,
+    target: _Target,
+    derived: Mapping[str, tuple[Node, list[tuple[str, Any]]]],
+) -> onnx.ModelProto:
+    """The FP32 model with node ``target`` alone quantized (eq. (6b)): its output computed
+    as in eq. (4) (its FP32 inputs through the quantized model's Q/DQ, its quantized
+    weights, the op, its output's Q/DQ) and everything else in float."""
+    p = onnx.ModelProto()
+    p.CopyFrom(fproto)
+    g = p.graph
+    y = target.output
+    producers = [k for k, n in enumerate(g.node) if y in n.output]
+    if len(producers) != 1:
+        raise ValueError(
+            f"ablation: node '{target.node.name}': the FP32 model has no single producer of '{y}'"
+        )
+    del g.node[producers[0]]
+    by_output = {n.output[0]: n for n in qproto.graph.node if n.output}
+    pfx = f"__ablate_{target.node.name}__/"
+    new: list[onnx.NodeProto] = []
+    inits: dict[str, onnx.TensorProto] = {}
+
+    def const(name: str, arr: Any) -> str:
+        inits.setdefault(pfx + name, onnx.numpy_helper.from_array(np.asarray(arr), pfx + name))
+        return pfx + name
+
+    def copy(node: Node, ins: list[str], outs: list[str]) -> str:
+        n = onnx.NodeProto()
+        n.CopyFrom(by_output[node.outputs[0].name])
+        del n.input[:], n.output[:]
+        n.input.extend(ins)
+        n.output.extend(outs)
+        n.name = pfx + n.name
+        new.append(n)
+        return outs[0]
+
+    def params(node: Node) -> list[str]:
+        return [const(v.name, v.const) if v is not None else "" for v in node.inputs[1:]]
+
+    args: list[str] = []
+    for kind, src in target.sources:
+        if kind == "none":
+            args.append("")
+        elif kind == "const":
+            args.append(const(f"const{len(args)}", src))
+        elif kind == "float":
+            args.append(src)
+        elif kind == "wdq":
+            w = src.inputs[0]
+            args.append(copy(src, [const(w.name, w.const), *params(src)], [pfx + src.outputs[0].name]))
+        else:
+            x = src.x
+            if x in derived:  # SmoothQuant's x / s: its float node, run on the FP32 tensor
+                node, dargs = derived[x]
+                ins = [
+                    a if k == "float" else (const(f"{j}/{x}", a) if k == "const" else "")
+                    for j, (k, a) in enumerate(dargs)
+                ]
+                x = copy(node, ins, [pfx + x])
+            code = copy(src.q, [x, *params(src.q)], [pfx + src.q.outputs[0].name])
+            args.append(copy(src.dq, [code, *params(src.dq)], [pfx + src.dq.outputs[0].name]))
+    outs = [pfx + y if target.out_pair is not None else y] + [pfx + o.name for o in target.node.outputs[1:]]
+    copy(target.node, args, outs)
+    if target.out_pair is not None:
+        q, dq = target.out_pair.q, target.out_pair.dq
+        code = copy(q, [outs[0], *params(q)], [pfx + q.outputs[0].name])
+        copy(dq, [code, *params(dq)], [y])
+    g.initializer.extend(inits.values())
+    # the new nodes go where their inputs are ready (the graph stays topologically sorted)
+    ready = {i.name for i in g.input} | {i.name for i in g.initializer} | {""}
+    order: list[onnx.NodeProto] = []
+    pending = [*g.node, *new]
+    while pending:
+        rest = [n for n in pending if not all(i in ready for i in n.input)]
+        for n in pending:
+            if all(i in ready for i in n.input):
+                order.append(n)
+                ready.update(n.output)
+        if len(rest) == len(pending):
+            raise ValueError(f"ablation: node '{target.node.name}': cannot order the isolated graph")
+        pending = [n for n in pending if n not in order]
+    del g.node[:]
+    g.node.extend(order)
+    return p
+
+
+#: ablation modes: eq. (6) "float" (only this node float), eq. (6b) "only" (only this node quantized)
+ABLATION_MODES = ("only", "float")
+
+
+def ablate(
+    result: DebugResult,
+    fp32: str | os.PathLike | onnx.ModelProto | Model,
+    quantized: str | os.PathLike | onnx.ModelProto | Model,
+    data: Any,
+    nodes: Sequence[str],
+    *,
+    mode: str = "only",
+    limit: int | None = None,
+) -> None:
+    """Eq. (6b) (``mode="only"``) or eq. (6) (``"float"``) for the rows of ``result``
+    named in ``nodes`` (``compare(..., ablation=K)`` takes the K worst by eq. (5e); this
+    takes any set, e.g. the union of several rankings' candidates): one pass each."""
+    rows = {r.name: r for r in result.nodes}
+    unknown = [n for n in nodes if n not in rows]
+    if unknown:
+        raise ValueError(f"ablate: no debugger row for node(s) {unknown[:5]}")
+    plan = _Plan(_load(fp32, "fp32"), _load(quantized, "quantized"), False, gains=False)
+    _ablate(result, plan, data, limit, [rows[n] for n in nodes], mode)
+
+
+def _ablate(
+    result: DebugResult,
+    plan: _Plan,
+    data: Any,
+    limit: int | None,
+    rows: Sequence[NodeRow],
+    mode: str = "only",
+) -> None:
+    """Eq. (6b) (``mode="only"``) or eq. (6) (``"float"``) for ``rows``: one pass over
+    the data each."""
     from quanta.calibrate.readers import iter_feeds
     from quanta.ir.onnx_io import from_proto, to_proto
 
-    proto = to_proto(qmodel)
+    if mode not in ABLATION_MODES:
+        raise ValueError(f"ablation mode must be one of {ABLATION_MODES}, not {mode!r}")
+    fmodel, qmodel = plan.fmodel, plan.qmodel
+    fproto, qproto = to_proto(fmodel), to_proto(qmodel)
     fexe = _executor(fmodel)
-    for r in result.worst(k):
-        m = from_proto(_bypass(proto, r.name), "ablation")
+    target_of = {row.name: t for t, row in zip(plan.targets, plan.rows)}
+    for r in rows:
+        t = target_of.get(r.name)
+        if mode == "only":
+            if t is None or t.prefix or r.local is None:
+                continue  # a node inside a body, or one whose inputs the FP32 model lacks
+            m = from_proto(_isolate(fproto, qproto, t, plan.derived), "ablation")
+        else:
+            m = from_proto(_bypass(qproto, r.name), "ablation")
         exe = _executor(m)
         st = ErrorStats()
         # the FP32 outputs are recomputed each pass: memory stays one feed's
@@ -1195,13 +1504,15 @@ def _ablate(result: DebugResult, fmodel: Model, qmodel: Model, data: Any, limit:
                     st.add(a, b)
         r.ablation_sqnr_db = st.sqnr_db
         result.ablation_passes += 1
+    result.ablation_mode = mode
 
 
 def ranking_overlap(result: DebugResult, k: int = 5) -> int:
-    """How many of the ``k`` worst nodes by eq. (5) are among the ``k`` whose ablation
-    (eq. (6)) gains the most, over the nodes ablated.
+    """How many of the ``k`` worst nodes by eq. (5e) are among the ``k`` worst by the
+    ablation, over the nodes ablated: the lowest output SQNR with the node alone
+    quantized (eq. (6b)) or the highest with it alone float (eq. (6)).
 
-    The ablated nodes are the ones eq. (5) ranks worst (``compare(..., ablation=K)``), so
+    The ablated nodes are the ones eq. (5e) ranks worst (``compare(..., ablation=K)``), so
     with K <= k both lists are every ablated node and the overlap is k by construction:
     the check needs more nodes ablated than ``k`` (every node, for the strict test)."""
     abl = [(r, r.ablation_sqnr_db) for r in result.nodes if r.ablation_sqnr_db is not None]
@@ -1211,5 +1522,6 @@ def ranking_overlap(result: DebugResult, k: int = 5) -> int:
             "(compare(..., ablation=K) with K > k)"
         )
     by_est = [r.name for r, _ in sorted(abl, key=lambda p: -p[0].contribution)[:k]]
-    by_abl = [r.name for r, _ in sorted(abl, key=lambda p: -p[1])[:k]]
+    sign = 1.0 if result.ablation_mode == "only" else -1.0
+    by_abl = [r.name for r, _ in sorted(abl, key=lambda p: sign * p[1])[:k]]
     return len(set(by_est) & set(by_abl))

@@ -1,7 +1,7 @@
 """The debugger's HTML report: one self-contained file (inline CSS and SVG charts, no
 script, nothing fetched), readable offline.
 
-Sections: summary metrics; the layers that break the model, ranked by eq. (5) of
+Sections: summary metrics; the layers that break the model, ranked by eq. (5e) of
 docs/debugger.md, each with its suggested fix; per-layer local and inherited SQNR in
 graph order (chart); histograms of the worst tensors with the range the model uses and
 the ranges other calibration methods would choose; the saturation table; the
@@ -152,7 +152,7 @@ def render_html(result: DebugResult, *, title: str = "model", worst: int = 10, h
     ranked = result.worst(worst)
     out.append("<h2 id='worst'>The layers that break the model</h2>")
     out.append(
-        "<p>Ranked by their estimated share of the output error (docs/debugger.md eq. (5)); "
+        "<p>Ranked by their estimated share of the output error (docs/debugger.md eq. (5e)); "
         "<em>local</em>: the error the node adds with exact inputs; <em>inherited</em>: its output "
         "in the quantized model against FP32.</p>"
     )

@@ -108,7 +108,9 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     ]
 
 
-def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:
+def optimize_float(
+    *, opset: int = 21, evaluator: Evaluator | None = None, blocked_layout: bool = False
+) -> list[Pass]:
     """What the runtime compiles a float graph (no quantization operator) with: ONNX
     Runtime's basic level for a CNN. Constant nodes and constant subgraphs become
     constants (Paddle exports hold every weight in a Constant node, which the native
@@ -130,10 +132,10 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
     Div (and its Mul / Add by constants) becomes one ``quanta::LayerNormDiv`` (exact: the
     same float32 operations in the same order); a two-operand Einsum becomes the MatMul it
     computes between Transposes / Reshapes (the float GEMM family's bound instead of
-    np.einsum's unstated order); chains of float convolutions and the pools,
-    elementwise operators, Concats, Splits and nearest Resizes between them exchange
-    NCHW16c tensors (:mod:`.lower.nchwc`: ONNX Runtime's NchwcTransformer; direct
-    convolutions over channel blocks, no layout change inside a chain). A MatMul whose
+    np.einsum's unstated order); with ``blocked_layout``, chains of float convolutions and
+    the pools, elementwise operators, Concats, Splits and nearest Resizes between them
+    exchange NCHW16c tensors (:mod:`.lower.nchwc`: ONNX Runtime's NchwcTransformer;
+    direct convolutions over channel blocks, no layout change inside a chain). A MatMul whose
     weight a file stores as 8-bit integers times a per-column scale (``Cast`` -> ``Mul``) becomes ``quanta::MatMulW8`` before the
     constants fold: the file's float semantics (the weight is the same float32 values, as
     ONNX Runtime runs it), with the weight kept 8-bit for the kernel to stream;
@@ -169,7 +171,7 @@ def optimize_float(*, opset: int = 21, evaluator: Evaluator | None = None) -> li
         FuseLSTMGates(),  # an exported LSTM cell's ten elementwise nodes: one quanta::LSTMGates
         FuseLayerNormPass(),  # a written-out LayerNorm's seven to nine nodes: one quanta::LayerNormDiv
         CanonicalizeEinsum(),  # a two-operand Einsum: the MatMul it computes (native float GEMM)
-        BlockedFloatLayout(),  # chains of float convolutions exchange NCHW16c tensors
+        BlockedFloatLayout(enabled=blocked_layout),  # chains of float convolutions exchange NCHW16c tensors
         EliminateDead(),
     ]
 

@@ -19,10 +19,10 @@ The search (deterministic: same model, data and target, same choices):
    when it improves the metric: GPTQ weight rounding (eq. (12)) when the recipe rounds
    to nearest, SmoothQuant (eq. (13)) when the recipe has it off;
 2b. while below the target: 16-bit activations (A16W8, every MAC still integer) around
-   the fewest worst nodes by eq. (5) whose shares reach 50 %, 75 %, 90 % of the
+   the fewest worst nodes by eq. (5e) whose shares reach 50 %, 75 %, 90 % of the
    estimated error, one evaluation per batch (WIDE_SHARES, :func:`widenable`);
 3. while below the target and within ``max_steps`` fixes: rank the quantized nodes by
-   the debugger's eq. (5) on calibration feeds, and for the worst node not tried yet
+   the debugger's eq. (5e) on calibration feeds, and for the worst node not tried yet
    try, cheapest first, (a) for a tensor it reads or writes whose range another
    calibration method makes at least 1 dB better on the data (eq. (8)): that range,
    pinned in the recipe's ``overrides``; (b) keeping the node float (``exclude``).
@@ -355,7 +355,7 @@ def estimate_metric(
 
 # ------------------------------------------------------------------------------ search
 
-#: the shares of the estimated output error (eq. (5)) whose layers get 16-bit
+#: the shares of the estimated output error (eq. (5e)) whose layers get 16-bit
 #: activations, one evaluation each, smallest first
 WIDE_SHARES = (0.5, 0.75, 0.9)
 
@@ -401,7 +401,7 @@ def widenable(path: str | os.PathLike) -> set[str]:
 
 def _wide_batches(dbg: Any, recipe, target: AccuracyTarget, allowed: set[str]):
     """(share, node names, recipe) per entry of WIDE_SHARES: the fewest worst nodes whose
-    eq. (5) contributions reach that share, with every activation they read or write
+    eq. (5e) contributions reach that share, with every activation they read or write
     stored as int16 (``overrides``) where :func:`widenable` (``allowed``) says every reader
     stays integer. Batches that add no tensor are skipped."""
     from quanta.quantize.recipe import TensorOverride
@@ -467,10 +467,10 @@ def wide_macs(path: str | os.PathLike, macs: dict[str, int]) -> dict[str, set[st
 
 
 def _budget_batch(dbg: Any, recipe, allowed: set[str], path: str, summary: Any, floor: float):
-    """The worst nodes by eq. (5), in rank order, whose activations fit in 16 bits while
+    """The worst nodes by eq. (5e), in rank order, whose activations fit in 16 bits while
     the 8-bit integer MAC share stays at least ``floor``: a node whose widening would
     pass the budget is skipped and the next tried (a cheap node further down still
-    fits). Returns (share of eq. (5), node names, recipe), or None when none fits."""
+    fits). Returns (share of eq. (5e), node names, recipe), or None when none fits."""
     from quanta.quantize.recipe import TensorOverride
 
     cov = getattr(summary, "coverage", None)
@@ -646,7 +646,7 @@ def search(
         dbg: Any = None
         dbg_path = None
         if best_value < minimum and steps < target.max_steps and target.wide_activations:
-            # 16-bit activations (A16W8: every MAC stays integer) for the layers eq. (5)
+            # 16-bit activations (A16W8: every MAC stays integer) for the layers eq. (5e)
             # ranks worst, in growing batches: one debugger pass ranks them, one evaluation
             # per batch measures, so no per-layer evaluation is needed
             dbg = compare(src, best_path, calib[: target.debug_feeds], histograms=False, engine=engine)
@@ -679,7 +679,7 @@ def search(
                 if steps >= target.max_steps:
                     break
                 text = (
-                    f"16-bit activations around the {len(names)} layer(s) eq. (5) ranks worst "
+                    f"16-bit activations around the {len(names)} layer(s) eq. (5e) ranks worst "
                     f"({share * 100:.0f} % of the estimated error)"
                 )
                 if try_wide(text, names, rec) == "int8":
@@ -696,7 +696,7 @@ def search(
                 # the share batches pass the 8-bit floor: the worst nodes that fit under it
                 share, names, rec = budgeted
                 text = (
-                    f"16-bit activations around the {len(names)} worst layer(s) by eq. (5) that fit the "
+                    f"16-bit activations around the {len(names)} worst layer(s) by eq. (5e) that fit the "
                     f"8-bit MAC floor ({share * 100:.0f} % of the estimated error)"
                 )
                 try_wide(text, names, rec)

@@ -23,6 +23,7 @@ The result prints itself (``print(plan)``, see :mod:`quanta.runtime.plan`).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -152,6 +153,20 @@ def partition_plan(plan: Plan, reasons: Mapping[int, str]) -> list:
     return partition_steps(steps, plan.constants.keys(), plan.outputs.values())
 
 
+def blocked_layout_enabled() -> bool:
+    """Whether float graphs run in the blocked layout NCHW16c (passes/lower/nchwc.py):
+    ``QUANTA_NCHWC=1`` in the environment and the native kernels in the built extension
+    (the pass is opt-in until its kernels beat the NCHW GEMM on every zoo model; every
+    target runs the graph the pipeline builds, so the choice is made once, here)."""
+    if os.environ.get("QUANTA_NCHWC", "0") != "1":
+        return False
+    try:
+        from quanta.kernels import _native
+    except ImportError:
+        return False
+    return hasattr(_native, "conv_nchwc_f32")
+
+
 def default_pipeline(target: Target, model: Model) -> list[Pass]:
     """The passes compile() runs when not told, for every target (so "native" and
     "reference" execute the same graph, and "reference" is the golden of the *same*
@@ -172,7 +187,11 @@ def default_pipeline(target: Target, model: Model) -> list[Pass]:
         if DEFAULT_PIPELINE:
             return list(DEFAULT_PIPELINE)
         evaluator = reference_evaluator(model.opset_imports)
-        passes = optimize_float(opset=model.opset_imports.get("", 21), evaluator=evaluator)
+        passes = optimize_float(
+            opset=model.opset_imports.get("", 21),
+            evaluator=evaluator,
+            blocked_layout=blocked_layout_enabled(),
+        )
         if any(n.op_type in CONTROL_FLOW_OPS for n in model.graph.nodes):
             return [*simplify_control_flow(evaluator=evaluator), *passes]
         return passes

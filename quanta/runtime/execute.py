@@ -26,6 +26,8 @@ Profiling (a :class:`quanta.runtime.profile.Profiler` attached to the executor) 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import threading
 import time
 from collections import OrderedDict
@@ -101,7 +103,7 @@ class BoundRun:
         guards: dict[int, Callable[..., Any]] = {}
         for t in steps:
             d = _direct(t)
-            if d is not t:
+            if d[4] < 0:
                 guards[t[0]] = t[1]
             direct.append(d)
         self.guards = guards
@@ -525,7 +527,14 @@ class Executor(Executable):
             if any(k is None and i for k, i in zip(known, ins)):
                 continue  # an input the measuring run did not see as an array
             if self._unstable.intersection(ins) or self._unstable.intersection(s.outputs):
-                continue  # a shape this signature does not fix
+                if not getattr(spec_fn, "shape_free", False):
+                    continue  # a shape this signature does not fix
+                # a hook that binds no shape: it sees none of the shapes that may change
+                sig = dataclasses.replace(
+                    sig,
+                    shapes=tuple(None if i in self._unstable else sh for i, sh in zip(ins, sig.shapes)),
+                    out_shape=None,
+                )
             try:
                 fast = spec_fn(sig, **(s.attrs or {}))
             except (ValueError, TypeError, KeyError, IndexError):
@@ -593,10 +602,15 @@ def _store_many(vals: list[Any], outs: tuple[int | None, ...], res: Any) -> None
 def _direct(step: _StepTuple) -> _StepTuple:
     """``step`` calling its specialized call directly when it has one (``fn.direct``, set
     by quanta.targets.native._specialize.guarded): the inputs it reads (``fn.reads``)
-    and no ctx, flagged by a negative input count; else ``step`` itself."""
+    and no ctx, flagged by a negative input count; else ``step`` with its keyword
+    arguments (attributes, the arena's ``out=``) bound into the callable once, so the
+    loop makes its unrolled positional call instead of building a list and a ``**``
+    dict per call (~0.4 µs: a duration net's 143 such steps of 336); else ``step``."""
     k, fn, ctx, ins, _, out1, outs, frees, kw = step
     call = getattr(fn, "direct", None)
-    if call is None or kw is not None:
+    if kw is not None:
+        return (k, functools.partial(fn, **kw), ctx, ins, len(ins), out1, outs, frees, None)
+    if call is None:
         return step
     reads = getattr(fn, "reads", None)
     used = ins if reads is None else ins[:reads]

@@ -117,8 +117,91 @@ def test_ablation_agrees_with_the_two_pass_estimate(tmp_path):
     assert worst.ablation_sqnr_db is not None and worst.ablation_sqnr_db > res.output_sqnr_db
 
 
+def residual(norm: bool, seed: int = 5) -> onnx.ModelProto:
+    """x[N,17] -> MatMul a (17x13) -> ya; ya -> MatMul b (13x13) -> yb; s = Add(ya, yb)
+    [-> LayerNormalization]; -> MatMul c (13x7) -> y.
+
+    b is a small residual branch (weights 0.04x a's) with one outlier weight, so its
+    per-tensor weight grid is coarse: b has by far the largest local noise-to-signal
+    ratio, but its output is 1/25 of the stream it joins, so its error reaches y about
+    20 dB weaker than its own NSR says. A gain-1 estimate (eq. (5)) ranks b first;
+    what b costs at the output (ablation) is the least of the four nodes."""
+    rng = np.random.default_rng(seed)
+    wa = rng.standard_normal((17, 13)).astype(np.float32) * 0.3
+    wb = rng.standard_normal((13, 13)).astype(np.float32) * 0.012
+    wb[3, 5] = 0.3
+    wc = rng.standard_normal((13, 7)).astype(np.float32) * 0.3
+    nodes = [
+        helper.make_node("MatMul", ["x", "wa"], ["ya"], name="a"),
+        helper.make_node("MatMul", ["ya", "wb"], ["yb"], name="b"),
+        helper.make_node("Add", ["ya", "yb"], ["s"], name="res"),
+    ]
+    inits = [numpy_helper.from_array(a, n) for n, a in (("wa", wa), ("wb", wb), ("wc", wc))]
+    src = "s"
+    if norm:
+        gamma = np.linspace(0.5, 1.5, 13).astype(np.float32)
+        inits += [
+            numpy_helper.from_array(gamma, "g"),
+            numpy_helper.from_array(np.zeros(13, np.float32), "beta"),
+        ]
+        nodes.append(helper.make_node("LayerNormalization", ["s", "g", "beta"], ["n"], name="ln", axis=-1))
+        src = "n"
+    nodes.append(helper.make_node("MatMul", [src, "wc"], ["y"], name="c"))
+    g = helper.make_graph(
+        nodes,
+        "residual",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 7])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("norm", [False, True], ids=["add", "add+layernorm"])
+def test_downstream_gain_reorders_what_a_gain_one_estimate_ranks(tmp_path, norm):
+    """Eq. (5e) weighs each node's local error by its measured downstream gain (eqs.
+    (5c), (5d)); on a residual branch that gain is ~0.02, and the ranking is
+    ablation's (every node ablated), where eq. (5)'s gain of 1 puts b first."""
+    src, out = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(residual(norm), src)
+    feeds = [{"x": f["x"]} for f in chain_feeds(6, 1, batch=16)]
+    quanta.quantize_static(
+        src,
+        out,
+        feeds,
+        verbose=False,
+        method="minmax",
+        smooth_quant=None,
+        per_channel=False,
+        weight_rounding="nearest",
+    )
+    data = chain_feeds(4, 9, batch=16)
+    res = compare(src, out, data, ablation=10)
+    rows = {r.name: r for r in res.nodes}
+    assert set(rows) == {"a", "b", "res", "c"} and res.ablation_passes == 4
+    eq5 = {n: r.local.nsr for n, r in rows.items()}
+    assert max(eq5, key=eq5.get) == "b" and eq5["b"] > 1.2 * max(v for n, v in eq5.items() if n != "b")
+    # b alone quantized leaves the output cleanest (eq. (6b)), and eq. (5e) ranks it last
+    assert max(rows, key=lambda n: rows[n].ablation_sqnr_db) == "b"
+    assert min(rows, key=lambda n: rows[n].contribution) == "b"
+    assert rows["b"].gain < 0.1 and rows["c"].gain == pytest.approx(1.0)  # c writes y
+    assert ranking_overlap(res, 2) == 2
+    # the other mode, b alone float (eq. (6)), wins the least
+    flt = compare(src, out, data, ablation=10, ablation_mode="float")
+    assert flt.ablation_mode == "float" and flt.ablation_passes == 4
+    frows = {r.name: r for r in flt.nodes}
+    assert min(frows, key=lambda n: frows[n].ablation_sqnr_db) == "b"
+    assert ranking_overlap(flt, 2) == 2
+    if not norm:
+        # an Add passes an input's error on unchanged (eq. (5c) gain 1), so b's output
+        # and the Add's have the same Γ: their gains differ only by the signals they
+        # are relative to, Σ yb² against Σ s²
+        want = rows["b"].local.signal / rows["res"].local.signal
+        assert rows["b"].gain / rows["res"].gain == pytest.approx(want, rel=1e-3)
+
+
 def test_ranking_overlap_refuses_a_count_that_holds_by_construction(tmp_path):
-    """With only the k worst nodes by eq. (5) ablated, both top-k lists are those k nodes."""
+    """With only the k worst nodes by eq. (5e) ablated, both top-k lists are those k nodes."""
     src, out = _quantized(tmp_path, chain())
     res = compare(src, out, chain_feeds(2, 9), ablation=2)
     assert res.ablation_passes == 2
@@ -327,3 +410,22 @@ def test_cli_debug_on_local_processes_writes_the_same_json(tmp_path, capsys):
     assert main([*args, "--engine", "local", "--workers", "2"]) == 0
     assert two.read_text() == one.read_text()
     capsys.readouterr()
+
+
+def test_ablation_of_a_chosen_node_set_and_bad_arguments(tmp_path):
+    """``ablate`` measures any named rows (a union of rankings' candidates); an unknown
+    node or mode is a clear error before any pass runs."""
+    from quanta.debug.compare import ablate
+
+    src, out = _quantized(tmp_path, chain())
+    data = chain_feeds(2, 9)
+    res = compare(src, out, data)
+    ablate(res, src, out, data, ["c", "a"])
+    rows = {r.name: r for r in res.nodes}
+    assert res.ablation_passes == 2 and rows["b"].ablation_sqnr_db is None
+    # alone quantized, a (which reads the raw input) leaves the output cleaner than c
+    assert rows["a"].ablation_sqnr_db > rows["c"].ablation_sqnr_db > res.output_sqnr_db
+    with pytest.raises(ValueError, match=r"no debugger row for node\(s\) \['nope'\]"):
+        ablate(res, src, out, data, ["nope"])
+    with pytest.raises(ValueError, match=r"ablation_mode must be one of \('only', 'float'\), not 'half'"):
+        compare(src, out, data, ablation=1, ablation_mode="half")

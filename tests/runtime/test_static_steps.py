@@ -227,3 +227,65 @@ def test_values_after_a_nonzero_are_shape_unstable_and_the_rest_is_not():
         assert by_op[op] <= unstable, op
     for op in ("Greater", "Relu", "Shape"):  # Shape of anything has the shape [rank]
         assert not by_op[op] & unstable, op
+
+
+def test_shape_free_specializations_run_after_a_nonzero_and_keep_the_values():
+    """Cast and Mul after the NonZero bind only dtypes (``_specialize.shape_free``): the
+    runtime gives them their direct calls on unstable shapes too, and every count of
+    non-zeros in one signature still matches the reference; the Transpose, whose
+    specialization would fix a shape, keeps its generic call."""
+    m = nonzero_chain_model()
+    sess = quanta.InferenceSession(m, backend="native")
+    ref = quanta.InferenceSession(m, backend="reference")
+    rng = np.random.default_rng(5)
+    for count in (9, 2, 17, 0, 9):
+        x = np.zeros(17, np.float32)
+        x[rng.choice(17, size=count, replace=False)] = 1.0
+        for g_, w_ in zip(sess.run(None, {"x": x}), ref.run(None, {"x": x})):
+            assert g_.dtype == w_.dtype and np.array_equal(g_, w_)
+    ex = _executor(sess)
+    (bound,) = ex.bound_runs().values()
+    direct = {ex.plan.steps[t[0]].name for t in bound.make_direct() if t[4] < 0}
+    assert {"cast", "mul"} <= direct
+    assert "tr" not in direct
+
+
+def test_integer_arithmetic_and_not_after_a_nonzero_take_direct_calls():
+    """int64 Sub / Div and Less / Not on a NonZero's indices (a duration net's frame
+    arithmetic): shape-free specializations, equal to the reference for every count."""
+    nodes = [
+        helper.make_node("Greater", ["x", "t"], ["mask"], name="gt"),
+        helper.make_node("NonZero", ["mask"], ["idx"], name="nonzero"),
+        helper.make_node("Sub", ["idx", "one"], ["prev"], name="sub"),
+        helper.make_node("Div", ["prev", "two"], ["half"], name="div"),
+        helper.make_node("Less", ["half", "five"], ["early"], name="less"),
+        helper.make_node("Not", ["early"], ["late"], name="not"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [17])],
+        [
+            helper.make_tensor_value_info("half", TensorProto.INT64, None),
+            helper.make_tensor_value_info("late", TensorProto.BOOL, None),
+        ],
+        [
+            numpy_helper.from_array(np.array(0.3, np.float32), "t"),
+            numpy_helper.from_array(np.array(1, np.int64), "one"),
+            numpy_helper.from_array(np.array(-2, np.int64), "two"),
+            numpy_helper.from_array(np.array(-3, np.int64), "five"),
+        ],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = quanta.InferenceSession(m, backend="native")
+    ref = quanta.InferenceSession(m, backend="reference")
+    rng = np.random.default_rng(7)
+    for count in (9, 3, 17, 0, 9):
+        x = np.zeros(17, np.float32)
+        x[rng.choice(17, size=count, replace=False)] = 1.0
+        for g_, w_ in zip(sess.run(None, {"x": x}), ref.run(None, {"x": x})):
+            assert g_.dtype == w_.dtype and np.array_equal(g_, w_)
+    ex = _executor(sess)
+    (bound,) = ex.bound_runs().values()
+    direct = {ex.plan.steps[t[0]].name for t in bound.make_direct() if t[4] < 0}
+    assert {"sub", "div", "less", "not"} <= direct

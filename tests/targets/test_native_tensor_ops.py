@@ -385,6 +385,34 @@ def test_comparisons_match_twin(op_type, dtype, a_shape, b_shape):
     run_both(op_type, [a, b])
 
 
+def test_a_comparison_with_a_rank_0_constant_keeps_its_specialized_call():
+    """silero_vad's ``Equal(sr, 16000)``: a rank-0 constant stays rank 0 in the
+    specialization (np.ascontiguousarray made it (1,), so the broadcast refused the rank-0
+    output on every run and the step ran through its guard)."""
+    from onnx import numpy_helper
+
+    from quanta.runtime import execute
+
+    g = helper.make_graph(
+        [helper.make_node("Equal", ["sr", "k"], ["is16k"], name="is16k")],
+        "g",
+        [helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("is16k", TensorProto.BOOL, [])],
+        [numpy_helper.from_array(np.array(16000, np.int64), "k")],
+    )
+    sess = quanta.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    guarded = []
+    original = execute.Executor._guarded_step
+    execute.Executor._guarded_step = lambda self, *a: guarded.append(a[2]) or original(self, *a)
+    try:
+        for sr in (16000, 8000, 16000):
+            y = sess.run(None, {"sr": np.array(sr, np.int64)})[0]
+            assert y.shape == () and bool(y) == (sr == 16000)
+    finally:
+        execute.Executor._guarded_step = original
+    assert not guarded
+
+
 @pytest.mark.parametrize("op_type", ["And", "Or", "Xor"])
 @pytest.mark.parametrize(("a_shape", "b_shape"), BROADCASTS)
 def test_logic_matches_twin(op_type, a_shape, b_shape):
@@ -689,8 +717,22 @@ def test_repeat_2d_is_np_repeat_on_both_axes(dtype, factors):
             out = np.empty(expected.shape, expected.dtype)
             assert _native.repeat_2d(x, sh, sw, threads, out) is out
             assert_bit_exact(expected, out, f"repeat_2d {shape} {threads}t out=")
-    with pytest.raises(ValueError, match="repeat_2d: x: expected rank >= 2, got 1"):
+    with pytest.raises(ValueError, match="repeat_2d: x: expected rank >= 2"):
         _native.repeat_2d(np.zeros(3, F32), 2, 2)
+    # lanes: the last axis moves with each element (an NCHW16c pixel: 16 floats)
+    for lanes_shape, dtype_l in (
+        ((2, 3, 5, 16), np.float32),
+        ((3, 4, 2, 4), np.float64),
+        ((2, 3, 4), np.uint8),
+    ):
+        x = rng.integers(0, 250, lanes_shape).astype(dtype_l)
+        expected = np.repeat(np.repeat(x, sh, axis=-3), sw, axis=-2)
+        for threads in (1, 2):
+            assert_bit_exact(
+                expected, _native.repeat_2d(x, sh, sw, threads, None, True), f"lanes {lanes_shape}"
+            )
+    with pytest.raises(ValueError, match="elements of 1, 2, 4, 8, 16, 32 or 64 bytes"):
+        _native.repeat_2d(np.zeros((2, 3, 5), F32), 2, 2, 1, None, True)
     with pytest.raises(ValueError, match="repeat_2d: expected factors >= 1, got 0, 2"):
         _native.repeat_2d(np.zeros((3, 3), F32), 0, 2)
 

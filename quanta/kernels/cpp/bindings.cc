@@ -4,6 +4,10 @@
 #include "bindings.h"
 #include "dispatch.h"
 
+namespace quanta {
+void register_index_ops(py::module_& m);  // bindings_index_ops.cc
+}  // namespace quanta
+
 PYBIND11_MODULE(_native, m) {
   using namespace quanta;
   m.doc() = "quanta native int8 kernels (see docs/kernels.md)";
@@ -46,4 +50,5 @@ PYBIND11_MODULE(_native, m) {
   register_bf16(m);
   register_mx(m);
   register_nchwc(m);
+  register_index_ops(m);
 }

@@ -5,7 +5,8 @@
 //     op: clip, sqrt, neg, abs, reciprocal, square, cube, hard_sigmoid, hard_swish, leaky_relu (float32)
 //   clip_int(x, lo, hi, num_threads=1, out=None) -> y        int8 / uint8 / int32 / int64
 //   cast(x, dtype, num_threads=1, out=None) -> y             float32/64, (u)int8, int32/64, bool
-//   broadcast_op(op, a, b, num_threads=1, out=None) -> c     add, sub, mul, div, max, min (int32, int64);
+//   broadcast_op(op, a, b, num_threads=1, out=None) -> c     add, sub, mul, div, max, min (int32, int64,
+//     float64);
 //     equal, less, less_equal, greater, greater_equal (any, bool out); and, or, xor (bool)
 //   reduce_rows_f32(op, x, num_threads=1, out=None) -> y     x [R, D]; sum, sum_square, max, min, prod
 //   reduce_rows_int(op, x, num_threads=1, out=None) -> y     x [R, D] int32 / int64; sum, sum_square,
@@ -193,7 +194,7 @@ py::array broadcast_op(const std::string& op_name, const py::handle& a_obj, cons
                           py::str(b.dtype()).cast<std::string>());
   }
   const DType t = element_type(a, "broadcast_op: a");
-  if ((kind == 0 && t != DType::kI32 && t != DType::kI64) || (kind == 2 && t != DType::kBool)) {
+  if ((kind == 0 && t != DType::kI32 && t != DType::kI64 && t != DType::kF64) || (kind == 2 && t != DType::kBool)) {
     throw py::value_error("broadcast_op: " + op_name + ": no kernel for dtype " +
                           py::str(a.dtype()).cast<std::string>());
   }

@@ -18,13 +18,14 @@ are numpy arrays of ``str`` (``object``, or numpy's fixed-width unicode on the w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
-__all__ = ["label_encoder"]
+__all__ = ["encoder", "label_encoder"]
 
 ML_DOMAIN = "ai.onnx.ml"
 
@@ -38,8 +39,11 @@ def _strings(a: np.ndarray) -> np.ndarray:
     raise OpError(f"expected a string tensor, got {a.dtype}")
 
 
-def _lookup(x: np.ndarray, keys: list[Any], values: np.ndarray, default: Any) -> np.ndarray:
-    table = {k: i for i, k in reversed(list(enumerate(keys)))}  # the first of duplicates wins
+def _table(keys: list[Any]) -> dict[Any, int]:
+    return {k: i for i, k in reversed(list(enumerate(keys)))}  # the first of duplicates wins
+
+
+def _lookup(x: np.ndarray, table: dict[Any, int], values: np.ndarray, default: Any) -> np.ndarray:
     flat = x.reshape(-1)
     idx = np.fromiter((table.get(k, -1) for k in flat.tolist()), dtype=np.int64, count=flat.size)
     out = np.empty(flat.size, dtype=values.dtype)
@@ -68,23 +72,32 @@ def _pairs(attrs: dict[str, Any], side: str) -> tuple[list[Any], np.ndarray] | N
 
 @register("LabelEncoder", ML_DOMAIN)
 def label_encoder(ctx: OpContext, x: np.ndarray, **attrs: Any) -> np.ndarray:
-    string_in = x.dtype.kind in "SUO"
-    if string_in:
-        x = _strings(x)
+    return encoder(attrs, x.dtype)(x)
+
+
+def encoder(attrs: dict[str, Any], dtype: np.dtype) -> Callable[[np.ndarray], np.ndarray]:
+    """The LabelEncoder of ``attrs`` for inputs of ``dtype``: its table built once, so a
+    caller that keeps it (the native target, per node) maps each call's elements only."""
+    string_in = dtype.kind in "SUO"
     if "classes_strings" in attrs:  # version 1
         classes = list(attrs["classes_strings"])
         if string_in:
-            return _lookup(
-                x, classes, np.arange(len(classes), dtype=np.int64), attrs.get("default_int64", -1)
-            )
-        if x.dtype != np.int64:
-            raise OpError(f"LabelEncoder (version 1) maps string <-> int64, got input {x.dtype}")
+            table = _table(classes)
+            ids = np.arange(len(classes), dtype=np.int64)
+            miss_id = attrs.get("default_int64", -1)
+            return lambda x: _lookup(_strings(x), table, ids, miss_id)
+        if dtype != np.int64:
+            raise OpError(f"LabelEncoder (version 1) maps string <-> int64, got input {dtype}")
         default = attrs.get("default_string", "_Unused")
-        flat = x.reshape(-1)
-        out = np.array(
-            [classes[i] if 0 <= i < len(classes) else default for i in flat.tolist()], dtype=object
-        )
-        return out.reshape(x.shape)
+
+        def to_strings(x: np.ndarray) -> np.ndarray:
+            flat = x.reshape(-1)
+            out = np.array(
+                [classes[i] if 0 <= i < len(classes) else default for i in flat.tolist()], dtype=object
+            )
+            return out.reshape(x.shape)
+
+        return to_strings
     keys = _pairs(attrs, "keys")
     values = _pairs(attrs, "values")
     if keys is None or values is None:
@@ -92,20 +105,22 @@ def label_encoder(ctx: OpContext, x: np.ndarray, **attrs: Any) -> np.ndarray:
     if len(keys[0]) != len(values[0]):
         raise OpError(f"LabelEncoder has {len(keys[0])} keys but {len(values[0])} values")
     vdtype = values[1].dtype
+    miss: Any
     if "default_tensor" in attrs:
         d = np.asarray(attrs["default_tensor"]).reshape(-1)
-        default: Any = (_strings(d) if d.dtype.kind in "SUO" else d)[0]
+        miss = (_strings(d) if d.dtype.kind in "SUO" else d)[0]
     elif vdtype.kind == "O":
-        default = attrs.get("default_string", "_Unused")
+        miss = attrs.get("default_string", "_Unused")
     elif vdtype.kind == "f":
-        default = attrs.get("default_float", -0.0)
+        miss = attrs.get("default_float", -0.0)
     else:
-        default = attrs.get("default_int64", -1)
-    key_vals = keys[0]
-    if not string_in:
-        kd = keys[1].dtype
-        if kd.kind == "O":
-            raise OpError(f"LabelEncoder has string keys but a {x.dtype} input")
-        x = x.astype(kd, copy=False)
-        key_vals = keys[1].tolist()
-    return _lookup(x, key_vals, values[1], default)
+        miss = attrs.get("default_int64", -1)
+    vals = values[1]
+    if string_in:
+        table = _table(keys[0])
+        return lambda x: _lookup(_strings(x), table, vals, miss)
+    kd = keys[1].dtype
+    if kd.kind == "O":
+        raise OpError(f"LabelEncoder has string keys but a {dtype} input")
+    table = _table(keys[1].tolist())
+    return lambda x: _lookup(x.astype(kd, copy=False), table, vals, miss)

@@ -332,11 +332,21 @@ def scatter_elements(
 def scatter_nd(
     ctx, data: np.ndarray, indices: np.ndarray, updates: np.ndarray, reduction: str = "none"
 ) -> np.ndarray:
+    """Float reductions apply the update rows in index order, each row's elements in C
+    order, one operation each (docs/float-ops.md (SC2)), so updates that meet at one
+    position combine in a stated order; np.ufunc.at's order is not stated."""
     del ctx  # unused
     m = indices.shape[-1]
     flat_idx = indices.reshape(-1, m)
     where = tuple(_indices(flat_idx[:, k], data.shape[k], "ScatterND") for k in range(m))
     flat_updates = updates.reshape((flat_idx.shape[0], *data.shape[m:]))
+    if data.dtype.kind == "f" and reduction in _REDUCTIONS:
+        out = np.array(data, order="C")
+        rows = np.ravel_multi_index(where, data.shape[:m]).astype(_INT64)
+        slice_size = int(np.prod(data.shape[m:], dtype=np.int64))
+        positions = (rows[:, None] * slice_size + np.arange(slice_size, dtype=_INT64)).reshape(-1)
+        scatter_in_order(out, positions, flat_updates.reshape(-1), _REDUCTIONS[reduction])
+        return out
     return _scatter(data.copy(), where, flat_updates, reduction, "ScatterND")
 
 

@@ -37,30 +37,36 @@ compute the same elements as before (bit-identical); ``ConvNchwc`` is the float 
 family's convolution in another summation order (eq. (FG1) of docs/float-ops.md bounds
 both against float64).
 
-Opt-in (``QUANTA_NCHWC=1`` in the environment) until the blocked kernels beat the NCHW
-float GEMM on every zoo model: measured at one thread against ONNX Runtime, the layout
-takes layout_cdla from 0.86 to 0.71 and ppocr_cls from 1.08 to 0.90 of ORT's time, but
-ppocr_det from 0.84 to 0.96 and open_nsfw from 1.09 to 1.18, where its 1x1
-convolutions lose 20-50 % to the GEMM (benchmarks/results/2026-12-04-nchwc.md). The
-layout exists for the native kernels (quanta/kernels/cpp/nchwc): without them in the
-built extension the pass leaves graphs as they are, so every target runs one graph.
+The pass runs when built with ``enabled=True``: the runtime's default pipeline enables it
+when the native kernels exist (quanta/kernels/cpp/nchwc) and ``QUANTA_NCHWC=1`` is set
+(quanta.runtime.compile.blocked_layout_enabled), for every target alike. Opt-in until the
+blocked kernels beat the NCHW float GEMM on every zoo model: measured at one thread
+against ONNX Runtime, the layout takes layout_cdla from 0.86 to 0.71 and ppocr_cls from
+1.08 to 0.90 of ORT's time, but ppocr_det from 0.84 to 0.96 and open_nsfw from 1.09 to
+1.18, where its 1x1 convolutions lose 20-50 % to the GEMM
+(benchmarks/results/2026-12-04-nchwc.md).
 """
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 
 from quanta.ir.graph import Graph, Node, Value
 from quanta.ir.types import F32, I64, TensorType
-from quanta.kernels.reference.conv_geometry import conv_attrs
-from quanta.kernels.reference.nchwc import BLOCK, blocks
 from quanta.passes.manager import Pass, PassResult
 
 __all__ = ["BlockedFloatLayout"]
 
 QUANTA = "quanta"
+
+#: channels per block (the twin's reference/nchwc.py BLOCK: one AVX-512 vector of float32)
+BLOCK = 16
+
+
+def blocks(c: int) -> int:
+    """Cb: the number of channel blocks that hold ``c`` channels."""
+    return -(-int(c) // BLOCK)
+
 
 #: elementwise operators of one input that map finite values to finite values
 _UNARY = frozenset(
@@ -104,39 +110,17 @@ def _blocked_shape(shape: tuple | None, channels_known: bool = True) -> tuple | 
     return (shape[0], cb, *shape[2:], BLOCK)
 
 
-def _native_kernels() -> bool:
-    """Whether the built extension has the blocked convolution."""
-    try:
-        from quanta.kernels import _native
-    except ImportError:
-        return False
-    return hasattr(_native, "conv_nchwc_f32")
-
-
-def _window_attrs(node: Node, x_shape: tuple | None, kernel: tuple[int, ...] | None) -> dict:
-    """kernel_shape, strides, dilations and explicit pads of a Conv / MaxPool node (its
-    auto_pad resolved: SAME needs the spatial size, which _join / _conv_refusal checked)."""
+def _window_attrs(node: Node, kernel: tuple[int, ...] | None) -> dict:
+    """kernel_shape, strides, dilations and explicit pads of a Conv / MaxPool node whose
+    auto_pad is NOTSET or VALID (the others are refused)."""
     ks = tuple(int(k) for k in (node.attrs.get("kernel_shape") or kernel or ()))
     n = len(ks)
     strides = [int(v) for v in node.attrs.get("strides") or [1] * n]
     dilations = [int(v) for v in node.attrs.get("dilations") or [1] * n]
-    auto_pad = str(node.attrs.get("auto_pad", "NOTSET"))
-    if auto_pad == "VALID":
+    if str(node.attrs.get("auto_pad", "NOTSET")) == "VALID":
         pads = [0] * (2 * n)
-    elif auto_pad == "NOTSET":
-        pads = [int(v) for v in node.attrs.get("pads") or [0] * (2 * n)]
     else:
-        assert x_shape is not None
-        geom = conv_attrs(
-            tuple(int(d) for d in x_shape),
-            None,
-            kernel_shape=ks,
-            strides=strides,
-            dilations=dilations,
-            auto_pad=auto_pad,
-            ceil_mode=bool(node.attrs.get("ceil_mode", 0)),
-        )
-        pads = [int(v) for v in geom.pads]
+        pads = [int(v) for v in node.attrs.get("pads") or [0] * (2 * n)]
     return {"kernel_shape": list(ks), "strides": strides, "dilations": dilations, "pads": pads}
 
 
@@ -145,18 +129,15 @@ class BlockedFloatLayout(Pass):
 
     name = "nchwc"
 
-    def __init__(self, *, force: bool = False) -> None:
-        #: rewrite even without the native kernels (tests of the pass on the twins)
-        self.force = force
+    def __init__(self, *, enabled: bool = False) -> None:
+        #: off: the graph stays NCHW (module docstring)
+        self.enabled = enabled
         #: (node label, reason) for every candidate that stayed NCHW
         self.refused: list[tuple[str, str]] = []
-        #: id(MaxPool node) -> its NCHW input shape (an auto_pad SAME reads it)
-        self._nchw_shape: dict[int, tuple | None] = {}
 
     def call(self, graph: Graph) -> PassResult:
         self.refused = []
-        self._nchw_shape = {}
-        if not self.force and (os.environ.get("QUANTA_NCHWC", "0") != "1" or not _native_kernels()):
+        if not self.enabled:
             return PassResult(graph, False, {})
         with graph.naming():
             region = self._select(graph)
@@ -194,8 +175,6 @@ class BlockedFloatLayout(Pass):
                 self.refused.append((node.label, reason))
                 continue
             region[id(node)] = (node, kind)
-            if kind == "maxpool":
-                self._nchw_shape[id(node)] = node.input(0).shape
             c = blocked[id(node.inputs[ins[0]])]
             if kind == "concat":
                 blocked[id(node.outputs[0])] = sum(blocked[id(v)] for v in node.inputs if v is not None)
@@ -231,9 +210,7 @@ class BlockedFloatLayout(Pass):
             return f"{m} output channels: more than 1/8 of {blocks(m) * BLOCK} lanes would be padding"
         auto_pad = str(node.attrs.get("auto_pad", "NOTSET"))
         if auto_pad not in ("NOTSET", "VALID"):
-            shape = x.shape if x.shape is not None else None
-            if shape is None or not all(isinstance(d, int) for d in shape[2:]):
-                return f"auto_pad {auto_pad} with an input of unknown height or width"
+            return f"auto_pad {auto_pad}: explicit pads only"
         if depthwise and id(x) not in blocked and (x.shape is None or x.shape[1] != m):
             return "depthwise input of unknown channels"
         if node.domain == QUANTA and node.attrs.get("activation") is None:
@@ -253,9 +230,7 @@ class BlockedFloatLayout(Pass):
             if int(node.attrs.get("storage_order", 0)) or len(node.attrs.get("kernel_shape") or []) != 2:
                 return "", "MaxPool other than 2-D windows in row-major storage order"
             if str(node.attrs.get("auto_pad", "NOTSET")) not in ("NOTSET", "VALID"):
-                x = node.input(0)
-                if x.shape is None or not all(isinstance(d, int) for d in x.shape[2:]):
-                    return "", "MaxPool auto_pad with an input of unknown height or width"
+                return "", f"MaxPool auto_pad {node.attrs['auto_pad']}: explicit pads only"
             return "maxpool", ""
         if op in _UNARY:
             return "agnostic", ""
@@ -417,7 +392,7 @@ class BlockedFloatLayout(Pass):
         x, w = node.input(0), node.input(1)
         m = int(w.const.shape[0])
         group = int(node.attrs.get("group", 1))
-        window = _window_attrs(node, x.shape, tuple(w.const.shape[2:]))
+        window = _window_attrs(node, tuple(w.const.shape[2:]))
         input_nchw = 0
         if id(x) in twin:
             node.replace_input(0, twin[id(x)])
@@ -476,8 +451,7 @@ class BlockedFloatLayout(Pass):
         """The attributes and constant inputs of a joined operator for blocked operands of
         ``c`` channels (its layout inputs are replaced already)."""
         if kind == "maxpool":
-            x_shape = self._nchw_shape.get(id(node))
-            window = _window_attrs(node, x_shape, None)
+            window = _window_attrs(node, None)
             node.op_type, node.domain = "MaxPoolNchwc", QUANTA
             node.attrs = {**window, "ceil_mode": int(node.attrs.get("ceil_mode", 0))}
             node.attr_types = {}

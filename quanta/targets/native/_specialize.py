@@ -17,7 +17,7 @@ from typing import Any
 
 from quanta.targets.base import Specialization
 
-__all__ = ["SMALL_MACS", "SMALL_WORK", "guarded", "step_threads"]
+__all__ = ["SMALL_MACS", "SMALL_WORK", "guarded", "shape_free", "step_threads"]
 
 #: Below this much work (elements moved or computed; multiply-adds for a convolution)
 #: a step runs on the calling thread alone: the kernels split their work in chunks of
@@ -68,3 +68,14 @@ def guarded(
     run.direct = call  # type: ignore[attr-defined]
     run.reads = reads  # type: ignore[attr-defined]
     return run
+
+
+def shape_free(specialize: Callable[..., Any]) -> Callable[..., Any]:
+    """Marks a ``Kernel.specialize`` hook that reads only the input dtypes, constant
+    inputs, the thread count and ``out`` — never a shape — so the runtime also uses it
+    on steps whose shapes the signature does not fix (after a NonZero: ``out`` is None
+    there and the unstable shapes are None). A duration net's Casts, comparisons and
+    elementwise steps after its first NonZero then make direct calls instead of the
+    generic wrapper (quanta.runtime.execute)."""
+    specialize.shape_free = True  # type: ignore[attr-defined]
+    return specialize

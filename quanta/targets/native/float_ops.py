@@ -29,10 +29,12 @@ quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.m
 MlasTanh                                                          mlas_tanh_op (ORT's MLAS functions)
 Add, Sub, Mul, Div,    ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
 Max, Min int32 /                                                  arithmetic, int_div_trunc
-int64                                                             (x / 0 = 0), np.maximum / minimum
+int64 / float64                                                   (x / 0 = 0), np.maximum / minimum;
+                                                                  float64: one IEEE operation
 =====================  =========================================  ===============================
 
-The equations are in docs/float-ops.md. Only float32 runs natively: a binder refuses a node
+The equations are in docs/float-ops.md. Only float32 runs natively (and the binary ops'
+int32 / int64 / float64 lanes): a binder refuses a node
 whose inputs are known to be of another type (the plan records the reason), and a kernel
 hands a call whose inputs turn out to be outside its fast path (another dtype, a scale
 that does not broadcast to the normalized shape, an axis out of range) to the reference
@@ -58,7 +60,7 @@ from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.registry import get_op
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
-from quanta.targets.native._specialize import guarded, step_threads
+from quanta.targets.native._specialize import guarded, shape_free, step_threads
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
 
@@ -465,7 +467,10 @@ def _binary_kernel(op_type: str) -> Callable[..., Any]:
     return run
 
 
-_INT_BINARY = (np.dtype(np.int32), np.dtype(np.int64))
+#: broadcast_op's lanes besides float32: int32 / int64 (shape arithmetic) and float64
+#: (one IEEE operation per element, NumPy's: pitch and duration arithmetic of exported
+#: TensorFlow graphs)
+_INT_BINARY = (np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float64))
 
 
 def _int_binary_kernel(op_type: str) -> Callable[..., Any]:
@@ -483,13 +488,14 @@ def _int_binary_kernel(op_type: str) -> Callable[..., Any]:
 
     run.__name__ = run.__qualname__ = f"_{op}_int_native"
     run.__doc__ = (
-        f"{op_type}, int32 / int64, numpy broadcasting (math_ops.{op}: add / sub / mul wrap, div "
-        "truncates with x / 0 = 0)."
+        f"{op_type}, int32 / int64 / float64, numpy broadcasting (math_ops.{op}: integer add / sub / mul "
+        "wrap, div truncates with x / 0 = 0; float64 one IEEE operation)."
     )
     return run
 
 
 def _binary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @shape_free
     def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
         if sig.dtypes != (F32, F32):
             return None
@@ -499,7 +505,19 @@ def _binary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return specialize
 
 
+def _int_binary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @shape_free
+    def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+        if sig.dtypes[0] not in _INT_BINARY or sig.dtypes[1] != sig.dtypes[0]:
+            return None
+        bop, threads, out = _native().broadcast_op, step_threads(sig), sig.out
+        return guarded(lambda a, b: bop(op, a, b, threads, out), fn, attrs, out)
+
+    return specialize
+
+
 def _unary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @shape_free
     def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
         if sig.dtypes != (F32,):
             return None
@@ -509,7 +527,7 @@ def _unary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return specialize
 
 
-#: the binary ops broadcast_op (tensor_ops) also runs on int32 / int64 lanes
+#: the binary ops broadcast_op (tensor_ops) also runs on int32 / int64 / float64 lanes
 _INT_BINARY_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})
 
 
@@ -517,6 +535,7 @@ def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, s
     fn = _binary_kernel(op_type)
     specialize = _binary_specializer(op_type.lower(), fn)
     int_fn = _int_binary_kernel(op_type) if op_type in _INT_BINARY_OPS else None
+    int_specialize = _int_binary_specializer(op_type.lower(), int_fn) if int_fn is not None else None
     name = f"{op_type.lower()}_f32"
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
@@ -528,7 +547,7 @@ def _bind_binary(op_type: str) -> Callable[[Model, Node], tuple[Kernel | None, s
         if int_fn is not None and types[0] in _INT_BINARY and types[1] == types[0]:
             # the int32 bias Add of LowerConvFloatOutput, int64 shape arithmetic (a
             # Div by 2 of a dimension, Max of two lengths)
-            return _kernel(int_fn, f"{op_type.lower()}_{types[0]}", node)
+            return _kernel(int_fn, f"{op_type.lower()}_{types[0]}", node, int_specialize)
         reason = _check_f32(op_type, ("A", node.input(0)), ("B", node.input(1)))
         if reason:
             return None, reason

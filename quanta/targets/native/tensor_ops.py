@@ -67,7 +67,7 @@ from quanta.kernels.reference.tensor_ops import _indices, slice_bounds
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
-from quanta.targets.native._specialize import guarded, step_threads
+from quanta.targets.native._specialize import guarded, shape_free, step_threads
 from quanta.targets.native.float_ops import (
     RUNTIME_FALLBACKS,
     _dtype,
@@ -242,7 +242,19 @@ def bind_cast(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _known_dtype_reason("Cast", node, 0, NATIVE_DTYPES, "float32/64, (u)int8, int32/64 or bool")
     if reason:
         return None, reason
-    return _kernel(_cast_native, f"cast_{dtype}")
+    return _kernel(_cast_native, f"cast_{dtype}", specialize=_cast_specialized)
+
+
+@shape_free
+def _cast_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """The binding's ``cast`` with the target dtype and output bound: exported graphs
+    cast every index and length (a duration net has 56 Casts among 336 steps), where the
+    generic kernel's dtype lookup and checks cost as much as the copy."""
+    dtype = onnx_dtype(attrs["to"])
+    if sig.dtypes[0] not in NATIVE_DTYPES or dtype not in NATIVE_DTYPES:
+        return None
+    cast, threads, out = _native().cast, step_threads(sig), sig.out
+    return guarded(lambda x: cast(x, dtype, threads, out), _cast_native, attrs, out)
 
 
 # --------------------------------------------------------------------------------------
@@ -250,6 +262,7 @@ def bind_cast(model: Model, node: Node) -> tuple[Kernel | None, str]:
 # --------------------------------------------------------------------------------------
 
 _INT_UNARY = frozenset({np.dtype(np.int32), np.dtype(np.int64)})
+_F64 = np.dtype(np.float64)
 
 
 def _int_neg_abs(op: str, x: np.ndarray, threads: int, out: np.ndarray | None) -> np.ndarray:
@@ -269,10 +282,13 @@ def _bind_unary(op_type: str, op: str) -> None:
     def run(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
         if takes_int and isinstance(x, np.ndarray) and x.dtype in _INT_UNARY:
             return _int_neg_abs(op, np.asarray(x, order="C"), _threads(ctx), out)
+        if op == "neg" and isinstance(x, np.ndarray) and x.dtype == _F64:
+            return _native().negate(np.asarray(x, order="C"), out)  # the sign bit flipped
         return _native().unary_f32_ex(op, _f32(x), _threads(ctx), out)
 
     run.__name__ = run.__qualname__ = f"_{op}_native"
 
+    @shape_free
     def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
         if sig.dtypes != (F32,):
             return None
@@ -283,6 +299,8 @@ def _bind_unary(op_type: str, op: str) -> None:
         del model  # unused
         if takes_int and _dtype(node.input(0)) in _INT_UNARY:
             return _kernel(run, f"{op}_int")
+        if op == "neg" and _dtype(node.input(0)) == _F64:
+            return _kernel(run, "neg_f64")
         what = "float32, int32 or int64" if takes_int else "float32"
         reason = _known_dtype_reason(op_type, node, 0, frozenset({F32}), what)
         if reason:
@@ -484,13 +502,16 @@ def _bind_compare(op_type: str, op: str) -> None:
 
     run.__name__ = run.__qualname__ = f"_{op}_native"
 
+    @shape_free
     def specialize(sig: Specialization) -> Callable[..., Any] | None:
         """Both operands of one dtype the binding takes: the op, thread count and output
         bound once (a model's threshold test on one probability cost 2 us generic)."""
         a, b = sig.dtypes[0], sig.dtypes[1]
         if a is None or a != b or a not in NATIVE_DTYPES or (logic and a != _BOOL):
             return None
-        consts = [None if c is None else np.ascontiguousarray(c) for c in sig.consts[:2]]
+        # np.asarray, not np.ascontiguousarray, which makes a rank-0 constant (1,): the
+        # broadcast would then refuse the rank-0 out every run and send it to the guard
+        consts = [None if c is None else np.asarray(c, order="C") for c in sig.consts[:2]]
         bop, threads, out = _native().broadcast_op, step_threads(sig), sig.out
         if consts[1] is not None:
             cb = consts[1]
@@ -531,7 +552,16 @@ def bind_not(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _known_dtype_reason("Not", node, 0, frozenset({_BOOL}), "bool")
     if reason:
         return None, reason
-    return _kernel(_not_native, "not")
+    return _kernel(_not_native, "not", specialize=_not_specialized)
+
+
+@shape_free
+def _not_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """x xor True with the thread count and output bound once (a mask's negation)."""
+    if sig.dtypes[0] != _BOOL:
+        return None
+    bop, threads, out = _native().broadcast_op, step_threads(sig), sig.out
+    return guarded(lambda x: bop("xor", x, _TRUE, threads, out), _not_native, attrs, out)
 
 
 @_with_fallback("IsNaN")

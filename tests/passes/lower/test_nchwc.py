@@ -19,10 +19,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from quanta.ir.onnx_io import load
 from quanta.kernels.reference import nchwc as ref
-from quanta.passes.lower.nchwc import BlockedFloatLayout, _native_kernels
+from quanta.passes.lower.nchwc import BlockedFloatLayout
 from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.passes.rules.fuse_activation import FuseFloatActivation
 from quanta.passes.rules.fuse_float_gate import FuseFloatGate
+from quanta.runtime.compile import blocked_layout_enabled
 from tests.passes.helpers import run_passes, run_ref
 
 RNG = np.random.default_rng(11)
@@ -66,7 +67,7 @@ class Builder:
 
 def _blocked(proto: onnx.ModelProto) -> tuple[BlockedFloatLayout, object, dict[str, int]]:
     model = load(proto)
-    layout = BlockedFloatLayout(force=True)
+    layout = BlockedFloatLayout(enabled=True)
     run_passes(model, [FuseFloatActivation(), FuseFloatGate(), EliminateDead(), layout])
     counts = collections.Counter(n.op_type for n in model.graph.nodes)
     return layout, model, counts
@@ -139,15 +140,15 @@ def test_depthwise_and_squeeze_excitation_stay_blocked_with_padded_channels():
     _check_outputs(proto, model, {"x": RNG.standard_normal((1, 60, 13, 9)).astype(np.float32)})
 
 
-def test_same_padding_and_a_region_output_read_twice():
+def test_a_region_output_read_twice_and_valid_padding():
     b = Builder()
-    y = b.conv("x", 17, 32, (3, 3), "c0", auto_pad="SAME_UPPER", strides=[2, 2])
-    p = b.node("MaxPool", [y], "pool", kernel_shape=[2, 3], auto_pad="SAME_LOWER")
+    y = b.conv("x", 17, 32, (3, 3), "c0", auto_pad="VALID", strides=[2, 2])
+    p = b.node("MaxPool", [y], "pool", kernel_shape=[2, 3], pads=[0, 1, 1, 1])
     t = b.node("Transpose", [y], "tr", perm=[0, 2, 3, 1])
     proto = b.model({"x": [1, 17, 11, 14]}, [p, t, y])
     layout, model, counts = _blocked(proto)
     conv = next(n for n in model.graph.nodes if n.op_type == "ConvNchwc")
-    assert conv.attrs["pads"] == [1, 0, 1, 1]  # SAME_UPPER of 11 x 14, stride 2, 3 x 3
+    assert conv.attrs["pads"] == [0, 0, 0, 0]
     # one ReorderNchw serves the Transpose and the graph output alike
     assert counts["ReorderNchwc"] == 1 and counts["ReorderNchw"] == 2
     assert [r for r in layout.refused if "Transpose" in r[1]]
@@ -211,22 +212,32 @@ def test_refusals_name_the_reason(case: str, reason: str):
     _check_outputs(proto, model, {"x": RNG.standard_normal((1, 16, 5, 7)).astype(np.float32)})
 
 
-@pytest.mark.parametrize("env", [None, "0"])
+@pytest.mark.parametrize("env", [None, "0", "1"])
 def test_the_layout_is_opt_in(monkeypatch: pytest.MonkeyPatch, env: str | None):
-    """Unset or 0, QUANTA_NCHWC leaves the graph NCHW (the blocked kernels do not yet beat
-    the NCHW GEMM on every zoo model); 1 turns the layout on where the kernels exist."""
-    b = Builder()
-    y = b.conv("x", 16, 32, (3, 3), "c0", pads=[1, 1, 1, 1])
-    model = load(b.model({"x": [1, 16, 5, 7]}, [y]))
+    """Unset or 0, QUANTA_NCHWC leaves float graphs NCHW (the blocked kernels do not yet
+    beat the NCHW GEMM on every zoo model); 1 turns the layout on where the native
+    kernels exist. A pass built without ``enabled`` leaves the graph as it is."""
     if env is None:
         monkeypatch.delenv("QUANTA_NCHWC", raising=False)
     else:
         monkeypatch.setenv("QUANTA_NCHWC", env)
+    from quanta.kernels import _native
+
+    assert blocked_layout_enabled() == (env == "1" and hasattr(_native, "conv_nchwc_f32"))
+    b = Builder()
+    y = b.conv("x", 16, 32, (3, 3), "c0", pads=[1, 1, 1, 1])
+    model = load(b.model({"x": [1, 16, 5, 7]}, [y]))
     result = BlockedFloatLayout()(model.graph)
     assert not result.modified and [n.op_type for n in model.graph.nodes] == ["Conv"]
-    if _native_kernels():
-        monkeypatch.setenv("QUANTA_NCHWC", "1")
-        assert BlockedFloatLayout()(model.graph).modified
+
+
+def test_same_padding_stays_nchw():
+    b = Builder()
+    y = b.conv("x", 17, 32, (3, 3), "c0", auto_pad="SAME_UPPER", strides=[2, 2])
+    layout, _, counts = _blocked(b.model({"x": [1, 17, 11, 14]}, [y]))
+    assert (
+        counts["Conv"] == 1 and ("'c0' (Conv)", "auto_pad SAME_UPPER: explicit pads only") in layout.refused
+    )
 
 
 def test_twins_reorder_exactly_and_pad_lanes_are_zero():

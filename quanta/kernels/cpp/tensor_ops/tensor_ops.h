@@ -130,7 +130,7 @@ struct Kernels {
   UnaryF32Fn unary_f32[kNumUnaryF32];
   ClipIntFn clip_int[kNumDTypes];               // kI8, kU8, kI32, kI64
   CastFn cast[kNumDTypes][kNumDTypes];          // [from][to]
-  RunFn binary_int[kNumDTypes][kNumBinaryInt];  // kI32, kI64
+  RunFn binary_int[kNumDTypes][kNumBinaryInt];  // kF64, kI32, kI64
   RunFn compare[kNumDTypes][5];                 // every type
   RunFn logic[3];                               // bool
   ReduceFn reduce[kNumReduce];

@@ -142,13 +142,25 @@ void cast_run(const void* xv, void* yv, int64_t n) {
   }
 }
 
+// int32 / int64 (wrapping, truncating division) and float64 (one IEEE operation; max /
+// min as np.maximum / np.minimum: a NaN x propagates, else x > y ? x : y)
 template <typename T, int kOp>
 void binary_int_run(const void* av, int64_t as, const void* bv, int64_t bs, void* cv, int64_t n) {
-  using U = std::make_unsigned_t<T>;  // wrapping arithmetic without signed overflow
+  // wrapping arithmetic without signed overflow
+  using U = typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>, std::common_type<T>>::type;
   const T* a = static_cast<const T*>(av);
   const T* b = static_cast<const T*>(bv);
   T* c = static_cast<T*>(cv);
   auto op = [](T x, T y) -> T {
+    if constexpr (std::is_floating_point_v<T>) {
+      if constexpr (kOp == 0) return x + y;
+      if constexpr (kOp == 1) return x - y;
+      if constexpr (kOp == 2) return x * y;
+      if constexpr (kOp == 3) return x / y;
+      if (x != x) return x;
+      if constexpr (kOp == 4) return x > y ? x : y;
+      return x < y ? x : y;
+    }
     if constexpr (kOp == 0) return static_cast<T>(static_cast<U>(x) + static_cast<U>(y));
     if constexpr (kOp == 1) return static_cast<T>(static_cast<U>(x) - static_cast<U>(y));
     if constexpr (kOp == 2) return static_cast<T>(static_cast<U>(x) * static_cast<U>(y));
@@ -433,6 +445,12 @@ Kernels make_kernels(const char* isa) {
   fill_cast_row<int32_t, float, double, int8_t, uint8_t, int32_t, int64_t, bool>(k);
   fill_cast_row<int64_t, float, double, int8_t, uint8_t, int32_t, int64_t, bool>(k);
   fill_cast_row<bool, float, double, int8_t, uint8_t, int32_t, int64_t, bool>(k);
+  k.binary_int[1][0] = &binary_int_run<double, 0>;
+  k.binary_int[1][1] = &binary_int_run<double, 1>;
+  k.binary_int[1][2] = &binary_int_run<double, 2>;
+  k.binary_int[1][3] = &binary_int_run<double, 3>;
+  k.binary_int[1][4] = &binary_int_run<double, 4>;
+  k.binary_int[1][5] = &binary_int_run<double, 5>;
   k.binary_int[4][0] = &binary_int_run<int32_t, 0>;
   k.binary_int[4][1] = &binary_int_run<int32_t, 1>;
   k.binary_int[4][2] = &binary_int_run<int32_t, 2>;

