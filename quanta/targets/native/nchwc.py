@@ -136,11 +136,11 @@ def _conv_nchwc(
         clamp[0],
         clamp[1],
         _threads(ctx),
-        out=out,
-        post_kind=post[0],
-        post_params=post[1],
-        input_nchw=bool(input_nchw),
-    )
+        out,
+        post[0],
+        post[1],
+        bool(input_nchw),
+    )  # positional: pybind11 matches keywords by name, ~0.35 µs each (3-8 % of a 10x10 layer)
 
 
 @register_binder("ConvNchwc", QUANTA)
