@@ -3,6 +3,7 @@ float32 of a range of magnitudes, both signs, against float64, in chunks of 2^24
 
     python benchmarks/float_ulp_sweep.py --op sigmoid --lo 2e-30 --hi 104
     python benchmarks/float_ulp_sweep.py --op expm1 --lo 1e-45 --hi 104
+    python benchmarks/float_ulp_sweep.py --op softplus --lo 1e-45 --hi 104
 
 Prints the largest error in ulps of the float64 result rounded to float32 (normal results;
 results past FLT_MAX are left to the tests' edge cases),
@@ -29,7 +30,20 @@ def exact(op: str, x: np.ndarray) -> np.ndarray:
         return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
     if op == "expm1":
         return np.expm1(x)
-    raise SystemExit(f"--op: expected sigmoid or expm1, got {op!r}")
+    if op == "softplus":
+        return np.logaddexp(0, x)
+    raise SystemExit(f"--op: expected sigmoid, expm1 or softplus, got {op!r}")
+
+
+def native(op: str, x: np.ndarray) -> np.ndarray:
+    """The native result: one unary_f32 call, or Softplus's binder (native exp and log,
+    then its NumPy tail: (SP1)-(SP3))."""
+    if op == "softplus":
+        from quanta.targets.base import KernelContext
+        from quanta.targets.native.float_ops import _softplus_native
+
+        return _softplus_native(KernelContext(opset=13, num_threads=1), x)
+    return _native.unary_f32(op, x)
 
 
 def main() -> None:
@@ -46,7 +60,7 @@ def main() -> None:
             bits = np.arange(b, min(b + step, hi + 1), dtype=np.uint32) | np.uint32(sign)
             x = bits.view(F32)
             with np.errstate(all="ignore"):
-                y = _native.unary_f32(args.op, x).astype(np.float64)
+                y = native(args.op, x).astype(np.float64)
                 ex = exact(args.op, x.astype(np.float64))
                 # normal float32 results (an overflowing one is checked by the tests' edges)
                 normal = (np.abs(ex) >= 2.0**-126) & (np.abs(ex) <= np.finfo(F32).max)

@@ -275,6 +275,11 @@ def test_the_cli_prints_the_worst_layers_and_writes_json_and_html(tmp_path, caps
     # without the quantized file, the FP32 model is quantized with the default recipe first
     assert main(["debug", str(src), "--data", str(data)]) == 0
     assert "layers that add the most error" in capsys.readouterr().out
+    args = ["debug", str(src), str(out), "--data", str(data), "--json", str(js), "--ablation", "3"]
+    assert main([*args, "--ablation-mode", "float"]) == 0
+    rows = json.loads(js.read_text())
+    assert rows["ablation_mode"] == "float" and rows["ablation_passes"] == 3
+    assert "ablation: 3 extra pass(es)" in capsys.readouterr().out
 
 
 def test_nodes_inside_if_branches_get_rows_under_their_scoped_names(tmp_path):

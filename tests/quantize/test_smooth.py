@@ -218,10 +218,11 @@ def test_reproducibility_needs_two_feeds():
 
 def test_a_folded_site_renames_its_tensor_so_the_debugger_does_not_compare_x_with_x_over_s(tmp_path):
     """The folded factor makes the Mul's output x / s: it is renamed ``h_smooth`` (as an
-    inserted Mul's output is), so quanta debug, which matches tensors by name, lists it
-    as unmatched instead of reporting x / s against the float x as quantization error
-    (TesseraNet's GELU outputs: local SQNR below 0 dB at their MatMuls and a "calibrate
-    with mse" suggestion, both comparisons of differently scaled tensors)."""
+    inserted Mul's output is), so quanta debug, which matches tensors by name, never
+    reports x / s against the float x as quantization error (TesseraNet's GELU outputs:
+    local SQNR below 0 dB at their MatMuls and a "calibrate with mse" suggestion, both
+    comparisons of differently scaled tensors); it computes x / s from the FP32 tensors
+    by the quantized model's Mul, so the layer that reads it keeps a local row."""
     from quanta.debug.compare import compare
 
     src = tmp_path / "ffn.onnx"
@@ -231,7 +232,8 @@ def test_a_folded_site_renames_its_tensor_so_the_debugger_does_not_compare_x_wit
     names = {o for n in onnx.load(dst).graph.node for o in n.output}
     assert "h_smooth" in names and "h" not in names
     res = compare(src, dst, _feeds(3, 9))
-    assert "h_smooth" in res.unmatched
+    assert "h_smooth" not in res.unmatched
     (down,) = [r for r in res.nodes if r.name == "down"]
+    assert down.inputs == ["h_smooth"] and down.local is not None and down.local.count > 0
     # no local error made up from x against x / s (before the rename: far below 0 dB)
     assert down.local_db > 20 and down.inherited_db > 20

@@ -229,6 +229,7 @@ UNARY_NODES = [
     ("Elu", {}),
     ("Elu", {"alpha": 0.5}),
     ("Elu", {"alpha": 2.3}),
+    ("Softplus", {}),
 ]
 
 

@@ -513,6 +513,27 @@ def elu_f32(x: np.ndarray, alpha: float) -> np.ndarray:
     return np.where(x < 0, F32(alpha) * e, x)
 
 
+def softplus_f32(x: np.ndarray) -> np.ndarray:
+    """Softplus for float32 ``x``, eqs. (SP1)-(SP3): exp (E1)-(E6) of −|x|, log1p by
+    Goldberg's form on log (LN1)-(LN6), plus max(x, 0)."""
+    x = np.asarray(x, F32)
+    t = exp_f32(-np.abs(x))  # (SP1)
+    return softplus_tail(x, t, log_f32(F32(1) + t))
+
+
+def softplus_tail(x: np.ndarray, t: np.ndarray, log_u: np.ndarray) -> np.ndarray:
+    """(SP2)-(SP3) from t = exp(−|x|) and log_u = log(f32(1 + t)) (the native binder
+    computes those two with the C++ exp and log, then this)::
+
+        (SP2) u = f32(1 + t);  l = u == 1 ? t : f32(log_u · f32(t / f32(u − 1)))
+        (SP3) y = f32(max(x, 0) + l)                  (np.maximum: a NaN x gives NaN)
+    """
+    u = F32(1) + t
+    with np.errstate(divide="ignore", invalid="ignore"):
+        l1p = np.where(u == F32(1), t, log_u * (t / (u - F32(1))))
+    return np.asarray(np.maximum(x, F32(0)) + l1p)
+
+
 GELU_SQRT2 = np.uint32(0x3FB504F3).view(F32)  # f32(√2)
 GELU_K = np.uint32(0x3F4C422A).view(F32)  # f32(√(2/π))
 GELU_C = np.uint32(0x3D372713).view(F32)  # f32(0.044715)

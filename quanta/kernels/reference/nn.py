@@ -157,7 +157,13 @@ def _softplus(v: np.ndarray) -> np.ndarray:
 
 @register("Softplus")
 def softplus(ctx: OpContext, x: np.ndarray) -> np.ndarray:
+    """float32: quanta's softplus (float_ops.softplus_f32, docs/float-ops.md (SP1)-(SP3));
+    other dtypes: np.logaddexp(0, x) in the compute dtype."""
     del ctx  # unused
+    if np.asarray(x).dtype == np.float32:
+        from quanta.kernels.reference import float_ops
+
+        return float_ops.softplus_f32(x)
     return _unary(x, _softplus)
 
 

