@@ -275,9 +275,13 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
           kr.tile[nb - 1][p - 1](t);
           ox += p;
         }
-        if (post && t.last)
-          for (int b = 0; b < nb; ++b) sgemm::apply_post(*post, yrow + b * t.ys_ob, g.ow * kBlock);
       }
+    }
+    // the post op once per output block over the item's finished rows (contiguous in y,
+    // still in L2), not once per row: a 7-pixel row is 112 floats, less than the call costs
+    if (post) {
+      float* yitem = y + img * y_img + (ob0 * oplane + oy * g.ow) * kBlock;
+      for (int b = 0; b < nb; ++b) sgemm::apply_post(*post, yitem + b * t.ys_ob, (oy1 - oy) * g.ow * kBlock);
     }
   };
   const int64_t macs = g.n * g.oh * g.ow * mbs * kBlock * (g.depthwise ? 1 : g.c) * taps;
