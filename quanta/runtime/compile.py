@@ -155,10 +155,9 @@ def partition_plan(plan: Plan, reasons: Mapping[int, str]) -> list:
 
 def blocked_layout_enabled() -> bool:
     """Whether float graphs run in the blocked layout NCHW16c (passes/lower/nchwc.py):
-    ``QUANTA_NCHWC=1`` in the environment and the native kernels in the built extension
-    (the pass is opt-in until its kernels beat the NCHW GEMM on every zoo model; every
+    the native kernels are in the built extension and ``QUANTA_NCHWC`` is not ``0`` (every
     target runs the graph the pipeline builds, so the choice is made once, here)."""
-    if os.environ.get("QUANTA_NCHWC", "0") != "1":
+    if os.environ.get("QUANTA_NCHWC", "1") == "0":
         return False
     try:
         from quanta.kernels import _native

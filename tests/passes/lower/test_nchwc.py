@@ -213,17 +213,17 @@ def test_refusals_name_the_reason(case: str, reason: str):
 
 
 @pytest.mark.parametrize("env", [None, "0", "1"])
-def test_the_layout_is_opt_in(monkeypatch: pytest.MonkeyPatch, env: str | None):
-    """Unset or 0, QUANTA_NCHWC leaves float graphs NCHW (the blocked kernels do not yet
-    beat the NCHW GEMM on every zoo model); 1 turns the layout on where the native
-    kernels exist. A pass built without ``enabled`` leaves the graph as it is."""
+def test_the_layout_is_on_unless_switched_off(monkeypatch: pytest.MonkeyPatch, env: str | None):
+    """Where the native kernels exist the layout is on unless QUANTA_NCHWC=0 (A/B
+    measurements, a user who wants the NCHW GEMM). A pass built without ``enabled``
+    leaves the graph as it is."""
     if env is None:
         monkeypatch.delenv("QUANTA_NCHWC", raising=False)
     else:
         monkeypatch.setenv("QUANTA_NCHWC", env)
     from quanta.kernels import _native
 
-    assert blocked_layout_enabled() == (env == "1" and hasattr(_native, "conv_nchwc_f32"))
+    assert blocked_layout_enabled() == (env != "0" and hasattr(_native, "conv_nchwc_f32"))
     b = Builder()
     y = b.conv("x", 16, 32, (3, 3), "c0", pads=[1, 1, 1, 1])
     model = load(b.model({"x": [1, 16, 5, 7]}, [y]))

@@ -111,7 +111,9 @@ def test_epilogue_then_folds_and_the_session_has_no_inner_transpose():
     off.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
     written = quanta.InferenceSession(proto.SerializeToString(), sess_options=off, backend="reference")
     x = _feeds()
-    np.testing.assert_array_equal(sess.run(None, x)[0], ref.run(None, x)[0])
+    # native and reference run the same graph; their float convolutions agree within the
+    # float GEMM family's bound (FG1, docs/float-ops.md), not bit for bit
+    np.testing.assert_allclose(sess.run(None, x)[0], ref.run(None, x)[0], rtol=1e-5, atol=1e-5)
     # the folded BatchNormalization rounds once (fold_conv_affine.py), not bit for bit
     np.testing.assert_allclose(sess.run(None, x)[0], written.run(None, x)[0], rtol=1e-5, atol=1e-5)
 
