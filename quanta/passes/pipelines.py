@@ -109,12 +109,18 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
 
 
 def optimize_float(
-    *, opset: int = 21, evaluator: Evaluator | None = None, blocked_layout: bool = False
+    *,
+    opset: int = 21,
+    evaluator: Evaluator | None = None,
+    blocked_layout: bool = False,
+    opset_imports: dict[str, int] | None = None,
 ) -> list[Pass]:
     """What the runtime compiles a float graph (no quantization operator) with: ONNX
     Runtime's basic level for a CNN. Constant nodes and constant subgraphs become
     constants (Paddle exports hold every weight in a Constant node, which the native
-    float kernels pack at compile time), no-ops go, float16 islands compute in float32
+    float kernels pack at compile time), shapes the folded constants fix are inferred
+    anew and the shape subgraphs that read them fold too (:mod:`.rules.refine_shapes`:
+    a TF export's computed "same" pads), no-ops go, float16 islands compute in float32
     between Casts (the native float kernels are float32; ONNX Runtime's CPU provider
     does the same; docs/float-ops.md "float16 models"), the Transposes a TF export writes
     around every Conv sink through the elementwise operators between them and cancel
@@ -150,12 +156,15 @@ def optimize_float(
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
     from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
+    from quanta.passes.rules.refine_shapes import RefineShapes
     from quanta.passes.rules.sink_transposes import SinkTransposes
     from quanta.passes.rules.widen_half_islands import WidenHalfIslands
 
     return [
         WeightOnlyMatMuls(),  # before the fold: an 8-bit weight stays 8-bit (quanta::MatMulW8)
         FoldConstants(evaluator),
+        RefineShapes(opset_imports),  # shapes behind the folded constants (a Pad's computed amounts) ...
+        FoldConstants(evaluator),  # ... and the Shape subgraphs that read them
         RemoveNoops(),
         WidenHalfIslands(),  # float16 islands in float32 between Casts: the rules below see float32
         # a TF export's NHWC epilogues between Transposes: the pairs cancel, the affine

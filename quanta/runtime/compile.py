@@ -190,6 +190,7 @@ def default_pipeline(target: Target, model: Model) -> list[Pass]:
             opset=model.opset_imports.get("", 21),
             evaluator=evaluator,
             blocked_layout=blocked_layout_enabled(),
+            opset_imports=model.opset_imports,
         )
         if any(n.op_type in CONTROL_FLOW_OPS for n in model.graph.nodes):
             return [*simplify_control_flow(evaluator=evaluator), *passes]

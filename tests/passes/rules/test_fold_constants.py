@@ -538,3 +538,40 @@ def test_type_quantized_constant_refuses_float8_storage():
     assert reasons(model, "TypeQuantizedConstant", verify_input=False) == [
         "the scale / zero point do not describe an integer quantized type"
     ]
+
+
+def test_fold_shape_elements_reads_static_dimensions_of_a_symbolic_batch():
+    """Gather and Slice of Shape(x: [N, 3, 7, 5]) fold where they read only 3, 7, 5 (a
+    negative index included); the read of N stays, with its reason."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shp"], name="shape"),
+        helper.make_node("Gather", ["shp", "hw_idx"], ["hw"], name="gather_hw", axis=0),
+        helper.make_node("Slice", ["shp", "s1", "e3"], ["cs"], name="slice_ch"),
+        helper.make_node("Gather", ["shp", "zero"], ["n"], name="gather_n", axis=0),
+        helper.make_node("Shape", ["x"], ["tail"], name="shape_tail", start=2),
+        helper.make_node("Gather", ["tail", "one"], ["w"], name="gather_w", axis=0),
+    ]
+    inits = [
+        _init("hw_idx", np.array([2, -1], np.int64)),
+        _init("s1", np.array([1], np.int64)),
+        _init("e3", np.array([3], np.int64)),
+        _init("zero", np.int64(0)),
+        _init("one", np.int64(1)),
+    ]
+    proto = model_of(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 7, 5])],
+        [out_info(n, 1 if n != "n" and n != "w" else 0, TensorProto.INT64) for n in ("hw", "cs", "n", "w")],
+        inits,
+    )
+    model = load(proto)
+    result = run_passes(model, [FoldConstants(), EliminateDead()])
+    # Shape(start=2) reads only static dimensions: FoldShape, then the Gather of a constant
+    assert result.fired("FoldShapeElements") == 2 and result.fired("FoldShape") == 1
+    got = {v.name: v.const.tolist() for v in model.graph.outputs if v.is_const}
+    assert got == {"hw": [7, 5], "cs": [3, 7], "w": 5}
+    assert model.graph.op_counts() == {"Shape": 1, "Gather": 1}
+    assert any("['N', 3, 7, 5]" in r.reason for r in result.why_not("FoldShapeElements"))
+    x = rng_data((4, 3, 7, 5), seed=3)
+    for e, a in zip(run_ref(proto, {"x": x}), run_ref(model, {"x": x})):
+        np.testing.assert_array_equal(e, a)
