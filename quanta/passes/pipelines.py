@@ -157,14 +157,18 @@ def optimize_float(
     from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
     from quanta.passes.rules.refine_shapes import RefineShapes
+
+    refine = RefineShapes(opset_imports)
     from quanta.passes.rules.sink_transposes import SinkTransposes
     from quanta.passes.rules.widen_half_islands import WidenHalfIslands
 
     return [
         WeightOnlyMatMuls(),  # before the fold: an 8-bit weight stays 8-bit (quanta::MatMulW8)
         FoldConstants(evaluator),
-        RefineShapes(opset_imports),  # shapes behind the folded constants (a Pad's computed amounts) ...
+        refine,  # shapes behind the folded constants (a Pad's computed amounts) ...
         FoldConstants(evaluator),  # ... and the Shape subgraphs that read them
+        RefineShapes(opset_imports, after=refine),  # a second round when the first found some
+        FoldConstants(evaluator),
         RemoveNoops(),
         WidenHalfIslands(),  # float16 islands in float32 between Casts: the rules below see float32
         # a TF export's NHWC epilogues between Transposes: the pairs cancel, the affine

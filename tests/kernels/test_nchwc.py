@@ -30,6 +30,7 @@ from quanta.kernels import _native
 from quanta.kernels.reference import nchwc as twin
 from quanta.kernels.reference.nn_conv import conv as conv_twin
 from quanta.kernels.reference.nn_conv import fused_gate
+from quanta.kernels.reference.registry import OpContext
 
 ISAS: list[str] = list(_native.supported_isas())
 F32 = np.float32
@@ -248,6 +249,85 @@ def conv_cases(draw):
 @given(case=conv_cases(), seed=st.integers(0, 2**16))
 def test_conv_geometry_space(case, seed) -> None:
     check_conv(**case, seed=seed)
+
+
+@pytest.mark.parametrize(
+    "n,c,h,w,m,kh,kw,strides,pads,lo,hi",
+    [
+        (1, 17, 13, 11, 33, 3, 3, (1, 1), (1, 1, 1, 1), 0.0, INF),  # borders paired, 3 blocks
+        (2, 130, 26, 26, 64, 1, 1, (1, 1), (0, 0, 0, 0), 0.0, INF),  # input passes, 1x1 as wide rows
+        (1, 48, 10, 10, 80, 3, 3, (2, 2), (1, 0, 1, 2), -1.0, 1.5),  # 4 + 1 output blocks, a Clip
+        (1, 3, 9, 7, 16, 3, 3, (1, 1), (1, 1, 1, 1), -INF, INF),  # the stem, no clamp
+    ],
+)
+def test_the_sum_operand_is_the_add_after_the_conv(n, c, h, w, m, kh, kw, strides, pads, lo, hi) -> None:
+    """conv_nchwc_f32(..., sum=s) with a clamp gives the bytes of the plain convolution
+    (no clamp), then + s in float32, then the clamp: the Conv -> Add -> Relu / Clip nodes
+    it replaces. The same on every ISA and thread count; the twin agrees within (FG1)."""
+    rng = np.random.default_rng(c * m + h)
+    input_nchw = c < 16
+    x, wt, bias = normal(rng, n, c, h, w), normal(rng, m, c, kh, kw), normal(rng, m)
+    packed = _native.conv_nchwc_pack_f32(wt, 1, input_nchw)
+    xin = x if input_nchw else twin.to_nchwc(x)
+    geo = (m, c, kh, kw, list(strides), [1, 1], list(pads), 1)
+
+    def run(isa: str) -> None:
+        plain = _native.conv_nchwc_f32(xin, packed, bias, *geo, -INF, INF, 1, input_nchw=input_nchw)
+        s = normal(rng, *plain.shape)
+        want = np.minimum(np.maximum(plain + s, F32(lo)), F32(hi)) if lo > -INF or hi < INF else plain + s
+        got = [
+            _native.conv_nchwc_f32(xin, packed, bias, *geo, lo, hi, t, None, 0, [], input_nchw, s)
+            for t in (1, 2)
+        ]
+        assert got[0].tobytes() == got[1].tobytes() == want.astype(F32).tobytes(), isa
+        ref = twin.conv_nchwc(
+            OpContext(opset=21),
+            xin,
+            wt,
+            bias,
+            s,
+            activation="" if lo == -INF and hi == INF else "Clip",
+            activation_params=None if lo == -INF and hi == INF else [lo, hi],
+            group=1,
+            input_nchw=int(input_nchw),
+            kernel_shape=[kh, kw],
+            strides=list(strides),
+            dilations=[1, 1],
+            pads=list(pads),
+        )
+        # (FG1) with the sum as one more term: K + 1 roundings, |s| in the magnitude
+        attrs = dict(group=1, strides=list(strides), dilations=[1, 1], pads=list(pads))
+        s64 = twin.from_nchwc(s, m).astype(np.float64)
+        y64 = conv_twin(None, x.astype(np.float64), wt.astype(np.float64), bias.astype(np.float64), **attrs)
+        y64 = np.clip(y64 + s64, lo, hi)
+        mag = conv_twin(None, np.abs(x).astype(np.float64), np.abs(wt).astype(np.float64), None, **attrs)
+        mag = mag + np.abs(bias).astype(np.float64)[:, None, None] + np.abs(s64)
+        for y, who in ((got[0], "kernel"), (ref, "twin")):
+            assert_within_bound(twin.from_nchwc(y, m), y64, mag, c * kh * kw + 1, f"{isa} {who}")
+
+    every_isa(run)
+
+
+def test_the_sum_operand_refusals() -> None:
+    rng = np.random.default_rng(3)
+    x = twin.to_nchwc(normal(rng, 1, 16, 5, 5))
+    packed = _native.conv_nchwc_pack_f32(normal(rng, 16, 16, 3, 3), 1, False)
+    geo = (16, 16, 3, 3, [1, 1], [1, 1], [1, 1, 1, 1], 1, -INF, INF, 1)
+    with pytest.raises(
+        ValueError,
+        match=r"conv_nchwc_f32: sum: expected the output's shape \(1, 1, 5, 5, 16\), got \(1, 1, 5, 4, 16\)",
+    ):
+        _native.conv_nchwc_f32(x, packed, None, *geo, None, 0, [], False, np.zeros((1, 1, 5, 4, 16), F32))
+    s = np.zeros((1, 1, 5, 5, 16), F32)
+    with pytest.raises(ValueError, match="conv_nchwc_f32: out: expected a buffer that does not overlap"):
+        _native.conv_nchwc_f32(x, packed, None, *geo, s, 0, [], False, s)
+    dw = _native.conv_nchwc_pack_f32(normal(rng, 16, 1, 3, 3), 16, False)
+    with pytest.raises(
+        ValueError, match="conv_nchwc_f32: sum: a sum operand is for group 1 convolutions only"
+    ):
+        _native.conv_nchwc_f32(
+            x, dw, None, 16, 16, 3, 3, [1, 1], [1, 1], [1, 1, 1, 1], 16, -INF, INF, 1, None, 0, [], False, s
+        )
 
 
 def test_conv_refuses_bad_arguments() -> None:

@@ -7,7 +7,8 @@
 //   conv_nchwc_pack_f32(w: f32 [M, C/G, kh, kw], group=1, input_nchw=False) -> packed (1-D)
 //   conv_nchwc_f32(x, w_packed, bias | None, m, c, kh, kw, strides, dilations, pads (t, l, b, r),
 //                  group, lo, hi, num_threads, out=None, post_kind=0, post_params=[],
-//                  input_nchw=False) -> y [N, ⌈m/16⌉, OH, OW, 16]
+//                  input_nchw=False, sum=None) -> y [N, ⌈m/16⌉, OH, OW, 16]
+//       sum: an NCHW16c tensor of y's shape added after the bias (group 1; not y itself).
 //       x: [N, ⌈c/16⌉, H, W, 16], or [N, c, H, W] with input_nchw (group 1); group 1 or
 //       depthwise (group == c == m).
 //   max_pool_nchwc_f32(x5, kernel, strides, pads, dilations=[1, 1], ceil_mode=False,
@@ -93,7 +94,8 @@ Arr conv_pack(const py::handle& w_obj, int64_t group, bool input_nchw) {
 py::array conv(const py::handle& x_obj, const py::handle& w_obj, const py::object& bias_obj, int64_t m, int64_t c,
                int64_t kh, int64_t kw, const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
                const std::vector<int64_t>& pads, int64_t group, float lo, float hi, int num_threads,
-               const py::object& out_obj, int post_kind, const std::vector<float>& post_params, bool input_nchw) {
+               const py::object& out_obj, int post_kind, const std::vector<float>& post_params, bool input_nchw,
+               const py::object& sum_obj) {
   const std::string op = "conv_nchwc_f32";
   const sgemm::PostOp post = post_op_arg(post_kind, post_params, op);
   check_threads(num_threads, op);
@@ -169,12 +171,24 @@ py::array conv(const py::handle& x_obj, const py::handle& w_obj, const py::objec
     bias16.assign(static_cast<size_t>(nchwc::blocks(m) * kB), 0.0f);
     std::copy(bias.data(), bias.data() + m, bias16.begin());
   }
-  auto y = make_output<float>(out_obj, Shape{g.n, nchwc::blocks(m), g.oh, g.ow, kB}, op.c_str(), {x, w});
+  const Shape yshape{g.n, nchwc::blocks(m), g.oh, g.ow, kB};
+  Arr sum;
+  if (!sum_obj.is_none()) {
+    if (dw) throw py::value_error(op + ": sum: a sum operand is for group 1 convolutions only");
+    sum = require_array<float>(sum_obj, "conv_nchwc_f32: sum");
+    if (shape_of(sum) != yshape) {
+      throw py::value_error(op + ": sum: expected the output's shape " + shape_str(yshape) + ", got " +
+                            shape_str(shape_of(sum)));
+    }
+  }
+  // the output may not be the sum operand: a tile reads its sum after other tiles wrote y
+  auto y = sum_obj.is_none() ? make_output<float>(out_obj, yshape, op.c_str(), {x, w})
+                             : make_output<float>(out_obj, yshape, op.c_str(), {x, w, sum});
   if (y.size() == 0) return std::move(y);
   {
     py::gil_scoped_release release;
     nchwc::conv(g, x.data(), w.data(), bias16.empty() ? nullptr : bias16.data(), lo, hi, post_kind ? &post : nullptr,
-                y.mutable_data(), num_threads, active_isa());
+                y.mutable_data(), num_threads, active_isa(), sum_obj.is_none() ? nullptr : sum.data());
   }
   return std::move(y);
 }
@@ -275,8 +289,9 @@ void register_nchwc(py::module_& m) {
         py::arg("kh"), py::arg("kw"), py::arg("strides"), py::arg("dilations"), py::arg("pads"), py::arg("group") = 1,
         py::arg("lo") = -inf, py::arg("hi") = inf, py::arg("num_threads") = 1, py::arg("out") = py::none(),
         py::arg("post_kind") = 0, py::arg("post_params") = std::vector<float>{}, py::arg("input_nchw") = false,
-        "Float32 direct convolution on NCHW16c (nchwc.h; docs/float-ops.md (FG1)): + bias, clamp to [lo, hi], "
-        "then the post op (sgemm.h PostOp kinds, as conv_f32's post).");
+        py::arg("sum") = py::none(),
+        "Float32 direct convolution on NCHW16c (nchwc.h; docs/float-ops.md (FG1)): + bias, + sum (group 1), clamp "
+        "to [lo, hi], then the post op (sgemm.h PostOp kinds, as conv_f32's post).");
   m.def("max_pool_nchwc_f32", &max_pool, py::arg("x"), py::arg("kernel"), py::arg("strides"), py::arg("pads"),
         py::arg("dilations") = std::vector<int64_t>{1, 1}, py::arg("ceil_mode") = false, py::arg("num_threads") = 1,
         py::arg("out") = py::none(),

@@ -18,6 +18,7 @@ ones on the 5-D tensor compute the same elements (passes/lower/nchwc.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -108,6 +109,7 @@ def conv_nchwc(
     x: np.ndarray,
     w: np.ndarray,
     b: np.ndarray | None = None,
+    s: np.ndarray | None = None,
     *,
     activation: str = "",
     activation_params: Sequence[float] | None = None,
@@ -118,7 +120,10 @@ def conv_nchwc(
     """quanta::ConvNchwc: the float Conv (and fused activation, as quanta::Conv) of an
     NCHW16c input (or, with ``input_nchw``, a plain NCHW one: the stem) into NCHW16c, over
     all ``Cb·16`` channels with zero filters and biases for the pad lanes. Group 1 or
-    depthwise (group = C = M). ``activation`` empty: none."""
+    depthwise (group = C = M). ``activation`` empty: none. ``s`` (group 1): an NCHW16c
+    tensor of the output's shape added to the Conv's output before the activation, which
+    is then a clamp (Relu / Clip): the Conv -> Add -> Relu nodes it replaces, bit for bit
+    but for the Conv's summation order."""
     m, cg = w.shape[0], w.shape[1]
     depthwise = group != 1
     if depthwise and (group != m or cg != 1):
@@ -138,6 +143,22 @@ def conv_nchwc(
     if b is not None:
         bp = np.zeros(wp.shape[0], b.dtype)
         bp[:m] = b
+    if s is not None:
+        from quanta.kernels.reference.nn_conv import FUSED_GATES, conv, fused_clamp_bounds
+
+        if depthwise or activation in FUSED_GATES:
+            raise OpError("ConvNchwc: a sum operand takes group 1 and no activation or a clamp (Relu / Clip)")
+        y = to_nchwc(conv(ctx, xf, wp, bp, group=gp, **attrs))
+        if s.shape != y.shape:
+            raise OpError(f"ConvNchwc: sum of shape {s.shape} for an output of shape {y.shape}")
+        y = y + s
+        if activation:
+            lo, hi = fused_clamp_bounds(activation, activation_params, ctx.node_name)
+            if lo > -math.inf:
+                y = np.maximum(y, y.dtype.type(lo))
+            if hi < math.inf:
+                y = np.minimum(y, y.dtype.type(hi))
+        return y
     if activation:
         y = fused_conv(
             ctx, xf, wp, bp, activation=activation, activation_params=activation_params, group=gp, **attrs

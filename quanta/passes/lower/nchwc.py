@@ -29,6 +29,14 @@ tensor, so that conversions sit only at its edges:
   constant-mode ``Pad`` of H and W by constant amounts with a finite fill (a TF export's
   "same" padding before a pool).
 
+A residual ``Add`` of a region Conv's output (group 1, no activation, read only by the
+Add) and another blocked value of its shape becomes the Conv's fourth input, its *sum*
+operand, and a Relu / Clip with constant bounds after the Add its clamp (ONNX Runtime's
+NCHWc Conv fuses the same ``Sum``)::
+
+    %c = quanta::ConvNchwc(%x, %w, %b); %a = Add(%c, %r); %y = Relu(%a)
+      -> %y = quanta::ConvNchwc(%x, %w, %b, %r) {activation=Relu}
+
 Pad lanes (channels >= C of the last block) hold 0 after a reorder and, after any
 operator, what it computes from 0 with zero weights: finite, so a convolution's zero
 weights cancel them. Operators that could turn them infinite (a division by a blocked
@@ -49,6 +57,8 @@ layout_cdla 0.84 -> 0.70, open_nsfw 1.05 -> 1.00).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -145,10 +155,12 @@ class BlockedFloatLayout(Pass):
             if not any(n.op_type in ("Conv",) for n, _ in region.values()):
                 return PassResult(graph, False, {})
             self._rewrite(graph, region)
+            sums = self._fuse_sums(graph)
         graph.toposort()
         n_conv = sum(1 for n, _ in region.values() if n.op_type == "ConvNchwc")
         n_reorders = sum(1 for n in graph.nodes if n.op_type in ("ReorderNchwc", "ReorderNchw"))
-        return PassResult(graph, True, {"nodes": len(region), "convolutions": n_conv, "reorders": n_reorders})
+        stats = {"nodes": len(region), "convolutions": n_conv, "reorders": n_reorders, "sums": sums}
+        return PassResult(graph, True, stats)
 
     # -- which nodes -------------------------------------------------------------
     def _select(self, graph: Graph) -> dict[int, tuple[Node, str]]:
@@ -422,6 +434,91 @@ class BlockedFloatLayout(Pass):
                         domain=QUANTA,
                     )
                 )
+
+    def _fuse_sums(self, graph: Graph) -> int:
+        """A residual ``Add(ConvNchwc(...), r)`` (r blocked, of the output's shape; the
+        Conv group 1, without an activation, read only by the Add), and a Relu / Clip
+        with constant bounds after it, become the Conv's sum operand and clamp: one pass
+        over the output instead of three (ONNX Runtime's NCHWc Conv "Sum"). The same
+        float32 operations in the same order (conv + bias, + r, clamp). Of two Convs the
+        later one in graph order takes the other's output as its sum. Returns how many."""
+        order = {id(n): k for k, n in enumerate(graph.nodes)}
+        fused = 0
+        for add in list(graph.nodes):
+            if add.op_type != "Add" or add.domain != "" or len(add.inputs) != 2:
+                continue
+            out = add.outputs[0]
+            best: tuple[Node, Value, Value] | None = None
+            for k in (0, 1):
+                y, other = add.inputs[k], add.inputs[1 - k]
+                conv = y.producer if y is not None else None
+                if conv is None or other is None or other.is_const or not self._summable(graph, conv, y):
+                    continue
+                if y.shape is None or other.shape != y.shape or out.shape != y.shape:
+                    continue
+                if len(y.shape) != 5 or not all(isinstance(d, int) for d in y.shape[1:]):
+                    continue  # equal static planes (a symbolic batch is the same symbol)
+                if best is None or order[id(conv)] > order[id(best[0])]:
+                    best = (conv, y, other)
+            if best is None:
+                continue
+            conv, y, other = best
+            clamp, act = self._clamp_after(graph, out)
+            final = out if act is None else act.outputs[0]
+            for node in (add,) if act is None else (add, act):
+                for i, v in enumerate(node.inputs):
+                    if v is not None:
+                        v.uses.remove((node, i))
+                graph.nodes.remove(node)
+            while len(conv.inputs) < 3:
+                conv.inputs.append(None)
+            conv.inputs.append(other)
+            other.uses.append((conv, 3))
+            y.producer = None
+            conv.outputs[0] = final
+            final.producer = conv
+            if clamp is not None:
+                conv.attrs["activation"] = clamp[0]
+                if clamp[1]:
+                    conv.attrs["activation_params"] = clamp[1]
+            fused += 1
+        return fused
+
+    @staticmethod
+    def _summable(graph: Graph, conv: Node, y: Value) -> bool:
+        return (
+            conv.op_type == "ConvNchwc"
+            and conv.domain == QUANTA
+            and int(conv.attrs.get("group", 1)) == 1
+            and not conv.attrs.get("activation")
+            and conv.input(3) is None
+            and len(y.uses) == 1
+            and not any(o is y for o in graph.outputs)
+        )
+
+    @staticmethod
+    def _clamp_after(graph: Graph, v: Value) -> tuple[tuple[str, list[float]] | None, Node | None]:
+        """(("Relu" | "Clip", params), the node) when ``v``'s only reader is a Relu or a
+        Clip with constant scalar bounds, else (None, None)."""
+        if len(v.uses) != 1 or any(o is v for o in graph.outputs):
+            return None, None
+        node = v.uses[0][0]
+        if node.domain != "" or node.inputs[0] is not v:
+            return None, None
+        if node.op_type == "Relu":
+            return ("Relu", []), node
+        if node.op_type != "Clip":
+            return None, None
+        bounds = []
+        for i, key, default in ((1, "min", -math.inf), (2, "max", math.inf)):
+            b = node.input(i)
+            if b is None:
+                bounds.append(float(node.attrs.get(key, default)))
+            elif b.is_const and np.size(b.const) == 1:
+                bounds.append(float(np.asarray(b.const).reshape(())))
+            else:
+                return None, None
+        return ("Clip", bounds), node
 
     def _conv(self, graph: Graph, node: Node, twin: dict[int, Value], channels: dict[int, int]) -> int:
         """Rewrite a Conv / quanta::Conv into quanta::ConvNchwc; its output channels."""

@@ -13,8 +13,11 @@ element type (a value of another element type keeps its own: the IR's types are 
 contract, inference only fills in dimensions).
 
 It runs only when a ``Shape`` node reads a value whose dimensions are not all static (the
-case the fold below needs); a model whose shapes are known pays nothing. A model onnx
-cannot infer is left as it is.
+case the fold below needs); a model whose shapes are known pays nothing. A second round
+(``after=`` the first) runs when the first refined a shape, whatever the Shapes left: the
+folds between them may have fixed the next computed Pad (open_nsfw's pool padding: its
+amounts come from the Shape subgraph the first round let fold). A model onnx cannot infer
+is left as it is.
 
     %p = Pad(%x: [1,224,224,3], const [0,3,3,0,0,3,3,0]) -> %p: [1,230,230,3]
     %t = Transpose(%p) -> %t: [1,3,230,230];  Shape(%t) -> foldable
@@ -92,11 +95,23 @@ class RefineShapes(Pass):
 
     name = "refine_shapes"
 
-    def __init__(self, opset_imports: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, opset_imports: dict[str, int] | None = None, *, after: RefineShapes | None = None
+    ) -> None:
         self.opset_imports = dict(opset_imports or {"": 21})
+        #: a second round runs only when the first refined something (its folds may
+        #: have made the next Pad's amounts constant: open_nsfw's pool padding)
+        self.after = after
+        self.refined = 0
 
     def call(self, graph: Graph) -> PassResult:
-        if not any(n.op_type == "Shape" and not _static(n.inputs[0].shape) for n in graph.nodes if n.inputs):
+        self.refined = 0
+        if self.after is not None:
+            if not self.after.refined:
+                return PassResult(graph, False, {})
+        elif not any(
+            n.op_type == "Shape" and not _static(n.inputs[0].shape) for n in graph.nodes if n.inputs
+        ):
             return PassResult(graph, False, {})
         types = _inferred_types(graph, self.opset_imports)
         if types is None:  # a graph onnx cannot write or infer: the shapes stay as they are
@@ -113,4 +128,5 @@ class RefineShapes(Pass):
             if v.type is None or _more_specific(t.shape, v.shape):
                 v.type = TensorType(v.elem if v.elem is not None else t.elem, t.shape)
                 refined += 1
+        self.refined = refined
         return PassResult(graph, refined > 0, {"refined": refined})

@@ -103,6 +103,7 @@ def _conv_nchwc(
     x: Any,
     w: Any,
     b: Any = None,
+    s: Any = None,
     *,
     out: np.ndarray | None,
     packed: np.ndarray,
@@ -140,16 +141,18 @@ def _conv_nchwc(
         post[0],
         post[1],
         bool(input_nchw),
+        None if s is None else _f32(s),
     )  # positional: pybind11 matches keywords by name, ~0.35 µs each (3-8 % of a 10x10 layer)
 
 
 @register_binder("ConvNchwc", QUANTA)
 def bind_conv_nchwc(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """quanta::ConvNchwc: the direct blocked convolution, weights packed once; a fused
-    Relu / Clip clamps in the store, a gated activation runs per finished block."""
+    residual (the sum operand) is added in the store before a fused Relu / Clip clamps
+    there, a gated activation runs per finished block."""
     del model  # unused
     reason = _missing("conv_nchwc_f32") or _not_f32(
-        "ConvNchwc", ("x", node.input(0)), ("w", node.input(1)), ("B", node.input(2))
+        "ConvNchwc", ("x", node.input(0)), ("w", node.input(1)), ("B", node.input(2)), ("sum", node.input(3))
     )
     if reason:
         return None, reason
@@ -176,13 +179,15 @@ def bind_conv_nchwc(model: Model, node: Node) -> tuple[Kernel | None, str]:
         clamp = (float(np.float32(lo)), float(np.float32(hi)))
     group = int(node.attrs.get("group", 1))
     input_nchw = bool(node.attrs.get("input_nchw", 0))
+    if node.input(3) is not None and (group != 1 or post[0]):
+        return None, "a sum operand with a depthwise convolution or a gated activation"
     try:
         packed = _native.conv_nchwc_pack_f32(np.ascontiguousarray(w, np.float32), group, input_nchw)
     except ValueError as e:
         return None, f"the native kernel refuses the weights: {e}"
     k = "x".join(str(v) for v in w.shape[2:])
     kind = "dw" if group != 1 else ("nchw_in" if input_nchw else "direct")
-    act = f"_{activation.lower()}" if activation else ""
+    act = ("_sum" if node.input(3) is not None else "") + (f"_{activation.lower()}" if activation else "")
     return _kernel(
         _conv_nchwc,
         f"conv_nchwc_{kind}_{k}{act}",

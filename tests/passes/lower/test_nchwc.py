@@ -155,6 +155,44 @@ def test_a_region_output_read_twice_and_valid_padding():
     _check_outputs(proto, model, {"x": RNG.standard_normal((1, 17, 11, 14)).astype(np.float32)})
 
 
+def test_residual_adds_become_sum_operands_with_their_clamps():
+    """ResNet's bottleneck ends: Add(conv, shortcut) -> Relu, and Add(conv, projection conv)
+    -> Clip(0, 6): each Add (and its Relu / Clip) becomes the later Conv's sum operand and
+    clamp. An Add whose Conv output is read elsewhere, or after a Conv with an
+    activation, stays."""
+    b = Builder()
+    x = b.node("Relu", [b.conv("x", 3, 32, (3, 3), "stem", pads=[1, 1, 1, 1])], "stem_relu")
+    y = b.conv(x, 32, 32, (3, 3), "a", pads=[1, 1, 1, 1])
+    y = b.node("Relu", [b.node("Add", [y, x], "res1")], "res1_relu")
+    p = b.conv(y, 32, 48, (1, 1), "proj", strides=[2, 2])
+    z = b.conv(y, 32, 48, (3, 3), "b", strides=[2, 2], pads=[1, 1, 1, 1])
+    lo, hi = b.const("lo", np.array(0, np.float32)), b.const("hi", np.array(6, np.float32))
+    z = b.node("Clip", [b.node("Add", [p, z], "res2"), lo, hi], "res2_clip")
+    q = b.conv(z, 48, 48, (1, 1), "c")
+    tap = b.node("Sigmoid", [q], "tap")  # q read twice: its Add stays
+    w = b.node("Add", [q, z], "res3")
+    r = b.node("Relu", [b.conv(w, 48, 48, (1, 1), "d")], "d_relu")  # an activation before the Add
+    v = b.node("Add", [r, w], "res4")
+    proto = b.model({"x": [1, 3, 11, 9]}, [v, tap])
+    _, model, counts = _blocked(proto)
+    assert counts["Add"] == 2 and counts["Relu"] == 0 and counts["Clip"] == 0, counts
+    sums = {n.name: n for n in model.graph.nodes if n.op_type == "ConvNchwc" and n.input(3) is not None}
+    assert set(sums) == {"a", "b"}, sorted(sums)
+    assert sums["a"].attrs["activation"] == "Relu" and "activation_params" not in sums["a"].attrs
+    assert sums["b"].attrs["activation"] == "Clip" and sums["b"].attrs["activation_params"] == [0.0, 6.0]
+    assert sums["b"].input(3).producer.name == "proj"  # the later Conv takes the earlier's output
+    assert sums["a"].outputs[0].name.startswith("res1_relu")
+    feeds = {"x": RNG.standard_normal((1, 3, 11, 9)).astype(np.float32)}
+    _check_outputs(proto, model, feeds)
+    if blocked_layout_enabled():  # the native kernels with their sum operands, in a session
+        import quanta
+
+        sess = quanta.InferenceSession(proto.SerializeToString())
+        assert sum("_sum_" in st.kernel.name for st in sess.plan.steps) == 2
+        for want, got in zip(run_ref(proto, feeds), sess.run(None, feeds)):
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
 def test_a_constant_pad_of_h_and_w_stays_blocked():
     """Pad by constant amounts on H and W with a fill of 0.5 (opset 17: inputs), between
     two blocked convolutions of 17 -> 32 -> 48 channels: one 5-D Pad, no reorder inside."""

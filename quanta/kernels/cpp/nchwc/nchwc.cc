@@ -112,7 +112,7 @@ inline void interior(int64_t pad, int64_t s, int64_t d, int64_t k, int64_t size,
 }  // namespace
 
 void conv(const ConvGeom& geom, const float* x, const float* w_packed, const float* bias16, float lo, float hi,
-          const sgemm::PostOp* post, float* y, int num_threads, Isa isa) {
+          const sgemm::PostOp* post, float* y, int num_threads, Isa isa, const float* sum) {
   const Kernels& kr = kernels_for(isa);
   // A 1x1 convolution of stride 1 without pads maps the plane's pixels one to one: it runs
   // as rows of w' pixels, w' the largest divisor of H·W that leaves at least 4 rows (so
@@ -245,6 +245,7 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
           t.w = wrow + kx0 * kBlock * kBlock;
           t.nkx = static_cast<int>(kx1 - kx0);
           t.y = yrow + ox * kBlock;
+          t.sum = sum ? sum + (t.y - y) : nullptr;  // the sum operand has y's layout
         };
         // border pixels: the left ones paired with the right ones (two chains at a time)
         const int64_t right0 = std::max(ox_hi, ox_lo);
@@ -272,6 +273,7 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
           const int64_t p = (ox_hi - ox + tiles_left - 1) / tiles_left;
           t.x = xrow + (ox * g.sw - g.pl) * xs_px;
           t.y = yrow + ox * kBlock;
+          t.sum = sum ? sum + (t.y - y) : nullptr;
           kr.tile[nb - 1][p - 1](t);
           ox += p;
         }

@@ -10,10 +10,12 @@
 // ---------------------------------------------------------------------------------------
 // Convolution contract (docs/float-ops.md "The float GEMM family" (FG1))
 // ---------------------------------------------------------------------------------------
-//   y[n, m, oy, ox] = post(clamp(Σ x[n, c, iy, ix] · w[m, c, ky, kx] + b[m], lo, hi))
+//   y[n, m, oy, ox] = post(clamp(Σ x[n, c, iy, ix] · w[m, c, ky, kx] + b[m] + s[n, m, oy, ox], lo, hi))
 // Each output is one chain of fused multiply-adds from +0 over the taps inside the image,
 // in the order (input channel block cb, ky, kx, lane) — channel c = cb·16 + lane — then
-// + bias (when given), then the clamp, then the post op (sgemm.h PostOp). Group 1:
+// + bias (when given), then + the sum operand s (when given: a residual Add after the
+// Conv, group 1 only; an NCHW16c tensor of y's shape), then the clamp, then the post op
+// (sgemm.h PostOp). Each + rounds once, as the Conv and Add nodes it replaces. Group 1:
 // K = C·kh·kw terms; depthwise: K = kh·kw terms in (ky, kx) order. Taps outside the image
 // are skipped, not multiplied by a zero: the chain is shorter, (FG1) still bounds it.
 // Threads take (image, output channel blocks, output row) items; the reduction is never
@@ -56,6 +58,7 @@ struct ConvTile {
   float lo, hi;
   float* y;
   int64_t ys_ob;
+  const float* sum = nullptr;  // the sum operand at y's position (same strides), or null
   // The driver runs the input channel blocks in passes (a pass's weights stay in L1 across
   // a row's tiles): first, the chains start from +0, else from the partial sums in y (a
   // float stored and reloaded is the same float: one chain either way); last, the
@@ -149,7 +152,7 @@ void resize_nearest(const float* x, int64_t planes, int64_t h, int64_t w, int64_
 
 // bias16: null or ⌈m/16⌉·16 floats (zero past m); y: [n][⌈m/16⌉][oh][ow][16].
 void conv(const ConvGeom& g, const float* x, const float* w_packed, const float* bias16, float lo, float hi,
-          const sgemm::PostOp* post, float* y, int num_threads, Isa isa);
+          const sgemm::PostOp* post, float* y, int num_threads, Isa isa, const float* sum = nullptr);
 
 }  // namespace nchwc
 }  // namespace quanta

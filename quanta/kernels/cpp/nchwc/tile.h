@@ -17,10 +17,12 @@
 #include "nchwc/nchwc.h"
 
 template <class O, int NB>
-inline void nchwc_finish(typename O::V (&acc)[NB], const float* bias, float lo, float hi, float* y, int64_t ys_ob) {
+inline void nchwc_finish(typename O::V (&acc)[NB], const float* bias, float lo, float hi, float* y, int64_t ys_ob,
+                         const float* sum) {
   for (int ob = 0; ob < NB; ++ob) {
     typename O::V v = acc[ob];
     if (bias) v = O::add(v, O::load(bias + ob * 16));
+    if (sum) v = O::add(v, O::load(sum + ob * ys_ob));
     if (lo != -__builtin_inff()) v = O::max(O::set1(lo), v);
     if (hi != __builtin_inff()) v = O::min(O::set1(hi), v);
     O::store(y + ob * ys_ob, v);
@@ -85,7 +87,8 @@ void nchwc_conv_tile(const quanta::nchwc::ConvTile& t) {
     return;
   }
 #pragma GCC unroll 8
-  for (int p = 0; p < P; ++p) nchwc_finish<O, NB>(acc[p], t.bias, t.lo, t.hi, t.y + p * 16, t.ys_ob);
+  for (int p = 0; p < P; ++p)
+    nchwc_finish<O, NB>(acc[p], t.bias, t.lo, t.hi, t.y + p * 16, t.ys_ob, t.sum ? t.sum + p * 16 : nullptr);
 }
 
 // Two border pixels of one row (their own x, w, nkx and y; everything else from a): the
@@ -143,8 +146,8 @@ void nchwc_conv_pair(const quanta::nchwc::ConvTile& a, const quanta::nchwc::Conv
     }
     return;
   }
-  nchwc_finish<O, NB>(acc[0], a.bias, a.lo, a.hi, a.y, a.ys_ob);
-  nchwc_finish<O, NB>(acc[1], a.bias, a.lo, a.hi, b.y, a.ys_ob);
+  nchwc_finish<O, NB>(acc[0], a.bias, a.lo, a.hi, a.y, a.ys_ob, a.sum);
+  nchwc_finish<O, NB>(acc[1], a.bias, a.lo, a.hi, b.y, a.ys_ob, b.sum);
 }
 
 template <class O, int P>
@@ -165,7 +168,7 @@ void nchwc_dw_tile(const quanta::nchwc::DwTile& t) {
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) {
     typename O::V one[1] = {acc[p]};
-    nchwc_finish<O, 1>(one, t.bias, t.lo, t.hi, t.y + p * 16, 0);
+    nchwc_finish<O, 1>(one, t.bias, t.lo, t.hi, t.y + p * 16, 0, nullptr);
   }
 }
 
