@@ -5,6 +5,7 @@
 // while the tile walks down every row panel of A); a thread task is a block of rows ×
 // columns (all rows when that still leaves each thread a few tasks). Later K blocks load
 // the partial sums back from C, so every element is still one fma chain in increasing k.
+// A packed B with few rows of A streams panel after panel instead (run_block_stream).
 //
 // Scratch (packed B panels and C blocks of the implicit GEMM, its phase-split input,
 // depthwise padded planes) is one buffer per thread, grown on first use and kept: the hot
