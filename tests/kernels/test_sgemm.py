@@ -119,6 +119,29 @@ def test_matmul_large_tiles_threads() -> None:
     check_matmul(129, 300, 700, seed=5)
 
 
+@pytest.mark.parametrize("rows", [1, 3, 8, 17, 21])
+def test_packed_streaming_rows_give_the_k_block_bytes(rows: int) -> None:
+    """A packed B and few rows of A run panel after panel (sgemm.cc run_block_stream, one
+    row tile over all of K at once); many rows run by K blocks (run_block). Each element
+    is the same fma chain either way, so the few rows' bytes are those rows of the larger
+    product, on every ISA and thread count, and within (FG1)."""
+    rng = np.random.default_rng(rows)
+    m, k, n = 300, 301, 707  # m·k past the streaming limit (2^16 floats); K past 258; odd N
+    a, b, bias = normal(rng, m, k), normal(rng, k, n), normal(rng, n)
+    packed = _native.sgemm_pack_b(b)
+    a64, b64 = a[:rows].astype(np.float64), b.astype(np.float64)
+    y64, mag = a64 @ b64 + bias, np.abs(a64) @ np.abs(b64) + np.abs(bias)
+
+    def run(isa: str) -> None:
+        big = _native.matmul_f32(a, None, packed, n, bias=bias, num_threads=1)
+        for threads in (1, 2):
+            few = _native.matmul_f32(a[:rows], None, packed, n, bias=bias, num_threads=threads)
+            assert_within_bound(few, y64, mag, k, f"{isa} {rows} rows {threads}t")
+            assert few.tobytes() == big[:rows].tobytes(), f"{isa} {rows} rows {threads}t"
+
+    every_isa(run)
+
+
 def test_matmul_empty_reduction_is_the_epilogue_of_zero() -> None:
     a, b, bias = np.zeros((3, 0), F32), np.zeros((0, 5), F32), np.arange(5, dtype=F32)
     np.testing.assert_array_equal(_native.matmul_f32(a, b, bias=bias), np.broadcast_to(bias, (3, 5)))

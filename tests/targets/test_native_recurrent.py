@@ -593,6 +593,35 @@ def test_float_rnn_batch_one_streams_panel_pairs_with_the_twin_bytes(op, H, dire
     _check_float(op, inputs, attrs)
 
 
+@pytest.mark.parametrize(
+    ("op", "H", "T", "B", "direction"),
+    [("LSTM", 67, 7, 3, "bidirectional"), ("LSTM", 67, 2, 5, "forward"), ("GRU", 131, 3, 7, "reverse")],
+)
+def test_float_rnn_row_blocks_give_the_twin_bytes(op, H, T, B, direction):
+    """Products of 4+ rows over full 128-column panels run four rows at a time
+    (seq_gemm_simd.h seq_rows4: the input projection of all T·B rows, and the recurrence
+    of a batch of 5 or 7), the rest a row at a time and the tail panel (4·67 = 268,
+    3·131 = 393 columns) masked: each output the twin's chain, on every ISA."""
+    rng = np.random.default_rng(H * T + B)
+    D = 2 if direction == "bidirectional" else 1
+    inputs = _float_inputs(
+        rng,
+        op,
+        T=T,
+        B=B,
+        n_in=300,
+        H=H,
+        D=D,
+        bias=True,
+        lens=[T, T - 1, T, 0, 1, T, 2][:B],
+        h0=True,
+        c0=True,
+        peephole=op == "LSTM",
+        layout=0,
+    )
+    _check_float(op, inputs, {"hidden_size": H, "direction": direction, "layout": 0})
+
+
 def _float64_lstm_forward(x, w, r, b):
     """An LSTM (forward, default activations) in float64: the exact-math yardstick."""
     T, B, _ = x.shape

@@ -6,7 +6,7 @@
 namespace quanta {
 namespace recurrent {
 
-extern const SeqGemmFn kSeqGemmAvx512Vnni = seq_gemm_simd<simd::F32x16, 8>;
+extern const SeqGemmFn kSeqGemmAvx512Vnni = seq_gemm_simd<simd::F32x16, 8, true>;
 extern const SeqGemmMlasFn kSeqGemmMlasAvx512Vnni = seq_gemm_mlas_simd<simd::F32x16, 8>;
 
 }  // namespace recurrent

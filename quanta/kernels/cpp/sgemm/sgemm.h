@@ -93,6 +93,10 @@ struct Tile {
   // tile_indirect only: B row kk of this K-block is the run b + boff[kk] (the implicit
   // GEMM's tap offsets into its phase-split input; ldb unused)
   const int64_t* boff = nullptr;
+  // Packed B only, a hint (null: none; ISAs without it ignore it): the tile prefetches
+  // the 128 bytes at pf + kk·kPackNr for each of its k steps, the packed panels a fixed
+  // distance ahead of the one it reads (sgemm.cc run_block_stream). Never dereferenced.
+  const float* pf = nullptr;
 };
 using TileFn = void (*)(const Tile& t);
 

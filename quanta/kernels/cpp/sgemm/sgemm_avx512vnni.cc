@@ -36,7 +36,7 @@ inline __m512 finish(__m512 v, const Epilogue& ep, float row_bias, const float* 
 // the FMA rate. `if (R > r)` is resolved at compile time.
 #define QUANTA_SGEMM_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
-template <int R, bool kPacked, bool kTwo, bool kIndirect = false>
+template <int R, bool kPacked, bool kTwo, bool kIndirect = false, bool kPrefetch = false>
 void tile_impl(const Tile& t) {
   const __mmask16 m0 = lane_mask(t.nr), m1 = lane_mask(t.nr - 16);
 #define DECL(r) __m512 c0_##r = _mm512_setzero_ps(), c1_##r = _mm512_setzero_ps();
@@ -56,7 +56,13 @@ void tile_impl(const Tile& t) {
   const float* a = t.a;
   const int64_t rs = kPacked ? 1 : t.a_rs;
   const int64_t* boff = t.boff;
+  const char* pf = reinterpret_cast<const char*>(t.pf);
   for (int64_t k = 0; k < t.k; ++k) {
+    if (kPrefetch) {
+      _mm_prefetch(pf, _MM_HINT_T0);
+      _mm_prefetch(pf + 64, _MM_HINT_T0);
+      pf += kPackNr * sizeof(float);
+    }
     const float* bk = kIndirect ? t.b + boff[k] : b;
     const __m512 b0 = _mm512_maskz_loadu_ps(m0, bk);
     const __m512 b1 = kTwo ? _mm512_maskz_loadu_ps(m1, bk + 16) : b0;
@@ -93,7 +99,9 @@ void tile_impl(const Tile& t) {
 
 template <int R, bool kPacked>
 void tile(const Tile& t) {
-  if (t.nr > 16) {
+  if (t.nr > 16 && t.pf) {
+    tile_impl<R, kPacked, true, false, true>(t);
+  } else if (t.nr > 16) {
     tile_impl<R, kPacked, true>(t);
   } else {
     tile_impl<R, kPacked, false>(t);
