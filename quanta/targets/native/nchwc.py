@@ -18,6 +18,7 @@ An input that is not float32 runs on the twin (counted in RUNTIME_FALLBACKS).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,8 +26,9 @@ import numpy as np
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.nn_conv import FUSED_GATES, fused_clamp_bounds
 from quanta.kernels.reference.registry import OpError
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._specialize import guarded
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native.float_gemm import (
     POST_KINDS,
@@ -145,6 +147,58 @@ def _conv_nchwc(
     )  # positional: pybind11 matches keywords by name, ~0.35 µs each (3-8 % of a 10x10 layer)
 
 
+_F32 = np.dtype(np.float32)
+
+
+def _conv_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """ConvNchwc with everything but the input (and the sum operand) bound once: the
+    packed weights, the float32 bias, the geometry, the clamp and post op, the thread
+    count and the arena view. A blocked layer of a few microseconds (a 7x7 or 10x10
+    plane) otherwise spends ~1-2 µs of them in the generic wrapper."""
+    if sig.dtypes[0] != _F32 or (len(sig.dtypes) > 3 and sig.dtypes[3] not in (None, _F32)):
+        return None
+    b = sig.consts[2] if len(sig.consts) > 2 else None
+    if len(sig.dtypes) > 2 and sig.dtypes[2] is not None and (b is None or b.dtype != _F32):
+        return None  # a bias that is not a float32 constant: the generic kernel converts it
+    wshape, group = attrs["wshape"], int(attrs.get("group", 1))
+    m, cg = wshape[0], wshape[1]
+    c = m if group != 1 else cg
+    clamp, post = attrs.get("clamp", (-math.inf, math.inf)), attrs.get("post", (0, []))
+    kernel, strides, dilations, pads = (
+        attrs["kernel_shape"],
+        attrs["strides"],
+        attrs["dilations"],
+        attrs["pads"],
+    )
+    packed, bias, out, threads = (
+        attrs["packed"],
+        None if b is None else np.ascontiguousarray(b),
+        sig.out,
+        sig.num_threads,
+    )
+    conv, nchw = _native.conv_nchwc_f32, bool(attrs.get("input_nchw", 0))
+    head = (
+        packed,
+        bias,
+        m,
+        c,
+        kernel[0],
+        kernel[1],
+        strides,
+        dilations,
+        pads,
+        group,
+        clamp[0],
+        clamp[1],
+        threads,
+        out,
+    )
+    tail = (post[0], post[1], nchw)
+    if len(sig.dtypes) > 3 and sig.dtypes[3] is not None:
+        return guarded(lambda x, w, b, s: conv(x, *head, *tail, s), _conv_nchwc, attrs, out)
+    return guarded(lambda x: conv(x, *head, *tail), _conv_nchwc, attrs, out, reads=1)
+
+
 @register_binder("ConvNchwc", QUANTA)
 def bind_conv_nchwc(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """quanta::ConvNchwc: the direct blocked convolution, weights packed once; a fused
@@ -188,7 +242,7 @@ def bind_conv_nchwc(model: Model, node: Node) -> tuple[Kernel | None, str]:
     k = "x".join(str(v) for v in w.shape[2:])
     kind = "dw" if group != 1 else ("nchw_in" if input_nchw else "direct")
     act = ("_sum" if node.input(3) is not None else "") + (f"_{activation.lower()}" if activation else "")
-    return _kernel(
+    kern, why = _kernel(
         _conv_nchwc,
         f"conv_nchwc_{kind}_{k}{act}",
         packed=packed,
@@ -196,6 +250,8 @@ def bind_conv_nchwc(model: Model, node: Node) -> tuple[Kernel | None, str]:
         clamp=clamp,
         post=post,
     )
+    kern.specialize = _conv_nchwc_specialized
+    return kern, why
 
 
 # -- pools -------------------------------------------------------------------------------

@@ -193,6 +193,33 @@ def test_residual_adds_become_sum_operands_with_their_clamps():
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.skipif(not blocked_layout_enabled(), reason="the native blocked kernels are not built")
+def test_blocked_convolutions_take_direct_calls_with_the_generic_bytes(monkeypatch: pytest.MonkeyPatch):
+    """Every ConvNchwc step (the stem, a depthwise one with a gate, one with a sum operand
+    and a clamp) is specialized to a direct call, and gives the generic wrapper's bytes."""
+    import quanta
+    from quanta.targets.native import nchwc as native_nchwc
+
+    b = Builder()
+    x = b.conv("x", 3, 32, (3, 3), "stem", pads=[1, 1, 1, 1], strides=[2, 2])
+    d = b.node("HardSwish", [b.conv(x, 32, 32, (3, 3), "dw", group=32, pads=[1, 1, 1, 1])], "dw_act")
+    y = b.node("Relu", [b.node("Add", [b.conv(d, 32, 32, (1, 1), "pw"), x], "res")], "res_relu")
+    proto = b.model({"x": [1, 3, 13, 10]}, [y])
+    feeds = {"x": RNG.standard_normal((1, 3, 13, 10)).astype(np.float32)}
+    sess = quanta.InferenceSession(proto.SerializeToString())
+    got = [sess.run(None, feeds)[0] for _ in range(3)]
+    (bound,) = sess.executor.bound_runs().values()
+    convs = {st.index for st in sess.plan.steps if st.op_type == "ConvNchwc"}
+    assert len(convs) == 3
+    assert all(getattr(t[1], "direct", None) is not None for t in bound.steps if t[0] in convs)
+    monkeypatch.setattr(native_nchwc, "_conv_nchwc_specialized", lambda sig, **attrs: None)
+    generic = quanta.InferenceSession(proto.SerializeToString())
+    want = generic.run(None, feeds)[0]
+    (bound,) = generic.executor.bound_runs().values()
+    assert not any(getattr(t[1], "direct", None) for t in bound.steps if t[0] in convs)
+    assert all(g.tobytes() == want.tobytes() for g in got)
+
+
 def test_a_constant_pad_of_h_and_w_stays_blocked():
     """Pad by constant amounts on H and W with a fill of 0.5 (opset 17: inputs), between
     two blocked convolutions of 17 -> 32 -> 48 channels: one 5-D Pad, no reorder inside."""
