@@ -196,7 +196,7 @@ def _conv_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[..., 
     tail = (post[0], post[1], nchw)
     if len(sig.dtypes) > 3 and sig.dtypes[3] is not None:
         return guarded(lambda x, w, b, s: conv(x, *head, *tail, s), _conv_nchwc, attrs, out)
-    return guarded(lambda x: conv(x, *head, *tail), _conv_nchwc, attrs, out, reads=1)
+    return guarded(lambda x, *_: conv(x, *head, *tail), _conv_nchwc, attrs, out, reads=1)
 
 
 @register_binder("ConvNchwc", QUANTA)

@@ -208,6 +208,11 @@ def test_blocked_convolutions_take_direct_calls_with_the_generic_bytes(monkeypat
     feeds = {"x": RNG.standard_normal((1, 3, 13, 10)).astype(np.float32)}
     sess = quanta.InferenceSession(proto.SerializeToString())
     got = [sess.run(None, feeds)[0] for _ in range(3)]
+    from quanta.runtime.profile import Profiler
+
+    sess.executor.profiler = Profiler(sess.plan)  # the instrumented loop calls the guarded form
+    got.append(sess.run(None, feeds)[0])
+    sess.executor.profiler = None
     (bound,) = sess.executor.bound_runs().values()
     convs = {st.index for st in sess.plan.steps if st.op_type == "ConvNchwc"}
     assert len(convs) == 3
