@@ -30,51 +30,52 @@ Both sides run with one BLAS/OpenMP thread (a Ray task of ``num_cpus=1`` gets
 - the two files (in-process and Ray) are compared byte for byte.
 
 Simulated N workers (``--sim-workers``), composed only of measured times plus an
-explicit network model: the images split into N shards as quanta splits them; each
-shard calibrated here (in-process engine, one after the other) gives its task time t_i
-(compile + reading its samples + calibration, as a worker runs it); the per-task fixed
-cost c is composed: the CPU time of a worker reading the job (unpickling the model and
-the empty observers) plus Ray's round trip of a task that does nothing (wall time, the
-median of 20: on a loaded machine an overestimate); pickling each shard's state is timed
-with the shard (wall T_ray1 - T_in would put the machine's other load into c); each
-message costs ``--latency``, and a link carries ``--gbps``
-(each speed given is composed from the same measured times).
+explicit network model. For each k of ``--shards-per-worker`` the images are split into
+S = k·N shards as quanta splits them; each shard calibrated here (in-process, the job
+already prepared, as a worker's later shards run) gives its task time t_i (reading its
+samples + calibration). Fixed costs: a worker prepares the job once (p: the job read,
+the model built, the plan compiled, with an empty cache; CPU, least of 3); every task
+(shard or merge) pays Ray's round trip r (a task that does nothing: wall time, the
+median of 20, an overestimate on a loaded machine). Each message costs ``--latency``
+and a link carries ``--gbps`` (each speed composed from the same measured times).
 
 The calibration images are written once as ``.npz`` files (one per image, as a user's
 calibration folder) and every run reads that folder: a shard travels as its paths, and
 each worker reads its own samples (``--data memory`` sends the feeds with the tasks
-instead: |shard_i| bytes each over the driver's link).
+instead).
 
-The job (model + empty observers, pickled, |job| bytes) reaches the N workers either
-from the driver one after the other over its one link (``serial``: S = N·|job|/bw, an
-upper bound), or by doubling, each machine that has it serving one more per round (what
-an object store that serves copies from every node allows: S = ⌈log₂(N+1)⌉·|job|/bw).
-Shard i is done at d_i = S + latency + t_i + c. Two merges are composed:
+The job (|job| bytes) reaches the N workers by doubling, each machine that has it
+serving one more per round (what an object store that serves copies from every node
+allows: J = ⌈log₂(N+1)⌉·|job|/bw + latency); nothing starts before J.
 
-- **driver fold** (the in-process and local engines' ``ShardFold``): the states cross
-  the driver's link one at a time in the order they are done, state i in at a_i; fold
-  step i (m_i: the state read from its pickled form and folded, timed here in shard
-  order) ends at f_i = max(f_{i-1}, a_i) + m_i;
-  T_N = f_N;
-- **tree** (the Ray engine, docs/scale.md eq. (S2)): a merge of the states of nodes l
-  and r (timed here on the real states: both read from their pickled form,
-  ``merge_into``, the result pickled again, m_lr) is done at
-  max(d_l, d_r) + |state_r|/bw + latency + m_lr (one state moves between two workers,
-  links other than the driver's); the root's state then crosses the driver's link and
-  is read there: T_N = d_root + |root|/bw + latency + load_root.
+Scheduling (docs/scale.md eq. (S4)): the shard tasks are submitted in shard order and
+every worker runs one task at a time; a worker that frees takes the ready task submitted
+first (list scheduling: what Ray does with tasks of ``num_cpus=1`` on one-CPU workers,
+taken here as first-in first-out, so merge tasks, submitted as their inputs appear, wait
+behind the shards not yet started). A shard task takes p (its worker's first task only)
++ t_i + its state's cost (cut and pickled, timed here) + r. Three merges are composed:
 
-- **reduce-scatter** (the Ray engine, docs/scale.md eq. (S3)): shard i's state is cut
-  into P = N parts by tensor and each part pickled (timed: the shard is done at
-  d_i = t_i + split_i + c after the job, its P parts on worker i); each part is merged
-  by merges of adjacent runs of shards as they appear (``AdjacentMerges``, what the
-  engine submits: two runs, or three when both neighbours of a new run wait). The parts
-  share the machines: a worker runs one task at a time (a shard or a merge) and a link
-  carries one message at a time in each direction. A merge runs on the worker of one of
-  its runs, the one where it would end first (ties: the latest run's); the other runs
-  cross from their workers' links to that worker's (|part|/bw + latency each, the links
-  reserved), and the merge takes m (timed here on the real parts: read them,
-  ``merge_run``, write the result). The P merged parts cross the workers' links and
-  the driver's one at a time and are read there (timed): T_N = job + the last of those.
+- **reduce-scatter** (the Ray engine, docs/scale.md eq. (S3)): shard i's state cut into
+  P = N parts (each pickled: timed), the parts staying on its worker; each part merged
+  by adjacent runs as they appear (``AdjacentMerges``: two runs, or three when both
+  neighbours of a new run wait); a merge is a task on the worker that takes it, its
+  inputs on other workers crossing the links first (|part|/bw + latency each, a link
+  carrying one message at a time each way); it takes m (timed here on the real parts:
+  read them, ``merge_run``, write the result, each distinct merge run once) + r. The P
+  merged parts cross to the driver one at a time and are read there (timed): T_N is the
+  last of those.
+- **tree** (docs/scale.md eq. (S2)): the tree of adjacent pairs over the S whole states
+  (each pickled with its shard: timed), each merge a task as above (read 2, merge, write
+  1: timed); the root crosses to the driver and is read there.
+- **driver fold** (the in-process and local engines' ``ShardFold``): the states cross the
+  driver's link one at a time in the order their shards end, and fold step i (the state
+  read and folded in shard order, timed here) ends at f_i = max(f_{i-1}, a_i) + m_i;
+  T_N = f_S.
+
+Each k is also composed with every t_i = T_in / S (no spread), and as a what-if that the
+engine does not implement: each worker calibrating all the shards it is handed into one
+state (the shards list-scheduled at t_i + r, then one state a worker, cut and merged as
+the k = 1 shards' states are).
 
 The network, stated: N worker machines and the driver, each with one full-duplex link
 of ``--gbps`` to a non-blocking switch (any two machines talk at that speed, a link
@@ -84,18 +85,19 @@ order above. The calibration samples are read where each worker runs (a folder o
 storage every worker mounts, as a user's calibration set is) and their reading is part
 of t_i, not of the network; the job (the model, 18.7 MB here) is sent over the links.
 
-The compute terms (T_in, t_i, m_i, m_lr, split_i, m_p) are CPU seconds of this thread
-(``time.thread_time``: one core's time, which other jobs sharing the machine do not
-inflate as they inflate wall time; the calibration is single-threaded); c is wall time
+The compute terms (T_in, t_i, p, the states' costs, the merges, the driver's reads) are
+CPU seconds of this thread (``time.thread_time``: one core's time, which other jobs
+sharing the machine do not inflate as they inflate wall time; the calibration is
+single-threaded); r is wall time
 (Ray's own work is spread over several processes). CPU time still moves between minutes
 on a shared VM (SMT siblings, caches): the same 25-image shard measures 15-30 % apart.
 So T_in and every t_i are measured in ``--shard-reps`` rounds (the whole in-process
-calibration, then every shard in an order rotated by one each round) and each is
+calibration, then every shard of every k, in an order rotated by one each round) and each is
 estimated over its rounds (``--estimate``: the median by default; ``min`` the least).
 All shards hold the same number of images of the same size (``split``: sizes differ by
 at most one sample), so they are balanced by samples and bytes alike; what differs
 between their estimates is what the rounds could not average out, and it is charged to
-T_N as measured (the slowest shard's estimate), not smoothed.
+T_N as measured (each shard's estimate, in the schedule), not smoothed.
 
 efficiency(N) = T_in / (N · T_N). It assumes N identical machines (each worker a core
 like this one).
@@ -681,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
             "of the in-process CPU time (median)"
         )
     say(
-        f"observer states identical to in-process: 1 worker {same}"
+        f"observer states identical to in-process: 1 worker {same if results else 'not compared (--reps 0)'}"
         + ("" if same2 is None else f", 2 workers {same2}")
         + (
             ""

@@ -157,13 +157,15 @@ _PREPARED_MAX = 2
 def prepared(job: _Job | _JobWire) -> _Prepared:
     """``job`` ready to run, from this process's cache when a job of the same digest was
     prepared here before (the prepared job is never changed by a shard: every shard
-    copies the prototypes and statistics it observes into)."""
+    observes into copies of the prototypes and statistics)."""
     digest = job.digest
     hit = _PREPARED.get(digest)
     if hit is not None:
         _PREPARED.move_to_end(digest)
         return hit
-    full = job.job() if isinstance(job, _JobWire) else job
+    # built from the bytes even in the driver's process: the caller's model may change
+    # after the job (quantize_static inserts QDQ into it), the prepared one must not
+    full = (job if isinstance(job, _JobWire) else job.wire()).job()
     out = _Prepared(full, compile_executor(full.model))
     _PREPARED[digest] = out
     while len(_PREPARED) > _PREPARED_MAX:

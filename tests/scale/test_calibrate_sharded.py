@@ -308,6 +308,7 @@ def test_the_job_is_prepared_once_per_process_and_keyed_by_its_digest(model_path
     first = prepared(sent)
     assert prepared(pickle.loads(pickle.dumps(job))) is first  # reused, not rebuilt
     assert prepared(job) is first and len(_PREPARED) == 1
+    assert first.job.model is not model  # built from the bytes: the caller may change its model
     assert other.digest != job.digest
     assert prepared(pickle.loads(pickle.dumps(other))) is not first
     assert len(_PREPARED) == 2
