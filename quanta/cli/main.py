@@ -514,7 +514,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--shards",
         type=int,
         help="shards the calibration samples are cut into on the local or Ray engine "
-        "(default: 4 per worker, handed out as workers free up; 1 for 1 worker)",
+        "(default: one per worker, up to 4 per worker while a shard keeps >= 128 samples; "
+        "shards are handed out as workers free up)",
     )
     s.add_argument("--address", help="--engine ray: address of a running Ray cluster (default: start one)")
     s.add_argument(

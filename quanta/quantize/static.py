@@ -335,9 +335,10 @@ def quantize_static(
     ``engine``: where calibration runs: "inprocess" (default), "local" (``workers``
     processes) or "ray" (``workers`` Ray tasks; ``address`` of a running cluster), or a
     :mod:`quanta.scale` engine. ``shards``: how many shards the samples are cut into on
-    such an engine (default :func:`quanta.scale.default_shards`: four per worker, handed
-    out as workers free up; one for one worker). The file is byte-identical whatever the
-    engine and the shards (docs/scale.md); they are not part of the recipe.
+    such an engine, handed out as workers free up (default
+    :func:`quanta.scale.default_shards`: one per worker, up to four per worker for large
+    sample counts). The file is byte-identical whatever the engine and the shards
+    (docs/scale.md); they are not part of the recipe.
     Returns (and, if ``verbose``, prints) the summary (an MXSummary for an MX type).
     """
     t0 = time.perf_counter()
