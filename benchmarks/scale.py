@@ -30,51 +30,52 @@ Both sides run with one BLAS/OpenMP thread (a Ray task of ``num_cpus=1`` gets
 - the two files (in-process and Ray) are compared byte for byte.
 
 Simulated N workers (``--sim-workers``), composed only of measured times plus an
-explicit network model: the images split into N shards as quanta splits them; each
-shard calibrated here (in-process engine, one after the other) gives its task time t_i
-(compile + reading its samples + calibration, as a worker runs it); the per-task fixed
-cost c is composed: the CPU time of a worker reading the job (unpickling the model and
-the empty observers) plus Ray's round trip of a task that does nothing (wall time, the
-median of 20: on a loaded machine an overestimate); pickling each shard's state is timed
-with the shard (wall T_ray1 - T_in would put the machine's other load into c); each
-message costs ``--latency``, and a link carries ``--gbps``
-(each speed given is composed from the same measured times).
+explicit network model. For each k of ``--shards-per-worker`` the images are split into
+S = k·N shards as quanta splits them; each shard calibrated here (in-process, the job
+already prepared, as a worker's later shards run) gives its task time t_i (reading its
+samples + calibration). Fixed costs: a worker prepares the job once (p: the job read,
+the model built, the plan compiled, with an empty cache; CPU, least of 3); every task
+(shard or merge) pays Ray's round trip r (a task that does nothing: wall time, the
+median of 20, an overestimate on a loaded machine). Each message costs ``--latency``
+and a link carries ``--gbps`` (each speed composed from the same measured times).
 
 The calibration images are written once as ``.npz`` files (one per image, as a user's
 calibration folder) and every run reads that folder: a shard travels as its paths, and
 each worker reads its own samples (``--data memory`` sends the feeds with the tasks
-instead: |shard_i| bytes each over the driver's link).
+instead).
 
-The job (model + empty observers, pickled, |job| bytes) reaches the N workers either
-from the driver one after the other over its one link (``serial``: S = N·|job|/bw, an
-upper bound), or by doubling, each machine that has it serving one more per round (what
-an object store that serves copies from every node allows: S = ⌈log₂(N+1)⌉·|job|/bw).
-Shard i is done at d_i = S + latency + t_i + c. Two merges are composed:
+The job (|job| bytes) reaches the N workers by doubling, each machine that has it
+serving one more per round (what an object store that serves copies from every node
+allows: J = ⌈log₂(N+1)⌉·|job|/bw + latency); nothing starts before J.
 
-- **driver fold** (the in-process and local engines' ``ShardFold``): the states cross
-  the driver's link one at a time in the order they are done, state i in at a_i; fold
-  step i (m_i: the state read from its pickled form and folded, timed here in shard
-  order) ends at f_i = max(f_{i-1}, a_i) + m_i;
-  T_N = f_N;
-- **tree** (the Ray engine, docs/scale.md eq. (S2)): a merge of the states of nodes l
-  and r (timed here on the real states: both read from their pickled form,
-  ``merge_into``, the result pickled again, m_lr) is done at
-  max(d_l, d_r) + |state_r|/bw + latency + m_lr (one state moves between two workers,
-  links other than the driver's); the root's state then crosses the driver's link and
-  is read there: T_N = d_root + |root|/bw + latency + load_root.
+Scheduling (docs/scale.md eq. (S4)): the shard tasks are submitted in shard order and
+every worker runs one task at a time; a worker that frees takes the ready task submitted
+first (list scheduling: what Ray does with tasks of ``num_cpus=1`` on one-CPU workers,
+taken here as first-in first-out, so merge tasks, submitted as their inputs appear, wait
+behind the shards not yet started). A shard task takes p (its worker's first task only)
++ t_i + its state's cost (cut and pickled, timed here) + r. Three merges are composed:
 
-- **reduce-scatter** (the Ray engine, docs/scale.md eq. (S3)): shard i's state is cut
-  into P = N parts by tensor and each part pickled (timed: the shard is done at
-  d_i = t_i + split_i + c after the job, its P parts on worker i); each part is merged
-  by merges of adjacent runs of shards as they appear (``AdjacentMerges``, what the
-  engine submits: two runs, or three when both neighbours of a new run wait). The parts
-  share the machines: a worker runs one task at a time (a shard or a merge) and a link
-  carries one message at a time in each direction. A merge runs on the worker of one of
-  its runs, the one where it would end first (ties: the latest run's); the other runs
-  cross from their workers' links to that worker's (|part|/bw + latency each, the links
-  reserved), and the merge takes m (timed here on the real parts: read them,
-  ``merge_run``, write the result). The P merged parts cross the workers' links and
-  the driver's one at a time and are read there (timed): T_N = job + the last of those.
+- **reduce-scatter** (the Ray engine, docs/scale.md eq. (S3)): shard i's state cut into
+  P = N parts (each pickled: timed), the parts staying on its worker; each part merged
+  by adjacent runs as they appear (``AdjacentMerges``: two runs, or three when both
+  neighbours of a new run wait); a merge is a task on the worker that takes it, its
+  inputs on other workers crossing the links first (|part|/bw + latency each, a link
+  carrying one message at a time each way); it takes m (timed here on the real parts:
+  read them, ``merge_run``, write the result, each distinct merge run once) + r. The P
+  merged parts cross to the driver one at a time and are read there (timed): T_N is the
+  last of those.
+- **tree** (docs/scale.md eq. (S2)): the tree of adjacent pairs over the S whole states
+  (each pickled with its shard: timed), each merge a task as above (read 2, merge, write
+  1: timed); the root crosses to the driver and is read there.
+- **driver fold** (the in-process and local engines' ``ShardFold``): the states cross the
+  driver's link one at a time in the order their shards end, and fold step i (the state
+  read and folded in shard order, timed here) ends at f_i = max(f_{i-1}, a_i) + m_i;
+  T_N = f_S.
+
+Each k is also composed with every t_i = T_in / S (no spread), and as a what-if that the
+engine does not implement: each worker calibrating all the shards it is handed into one
+state (the shards list-scheduled at t_i + r, then one state a worker, cut and merged as
+the k = 1 shards' states are).
 
 The network, stated: N worker machines and the driver, each with one full-duplex link
 of ``--gbps`` to a non-blocking switch (any two machines talk at that speed, a link
@@ -84,18 +85,19 @@ order above. The calibration samples are read where each worker runs (a folder o
 storage every worker mounts, as a user's calibration set is) and their reading is part
 of t_i, not of the network; the job (the model, 18.7 MB here) is sent over the links.
 
-The compute terms (T_in, t_i, m_i, m_lr, split_i, m_p) are CPU seconds of this thread
-(``time.thread_time``: one core's time, which other jobs sharing the machine do not
-inflate as they inflate wall time; the calibration is single-threaded); c is wall time
+The compute terms (T_in, t_i, p, the states' costs, the merges, the driver's reads) are
+CPU seconds of this thread (``time.thread_time``: one core's time, which other jobs
+sharing the machine do not inflate as they inflate wall time; the calibration is
+single-threaded); r is wall time
 (Ray's own work is spread over several processes). CPU time still moves between minutes
 on a shared VM (SMT siblings, caches): the same 25-image shard measures 15-30 % apart.
 So T_in and every t_i are measured in ``--shard-reps`` rounds (the whole in-process
-calibration, then every shard in an order rotated by one each round) and each is
+calibration, then every shard of every k, in an order rotated by one each round) and each is
 estimated over its rounds (``--estimate``: the median by default; ``min`` the least).
 All shards hold the same number of images of the same size (``split``: sizes differ by
 at most one sample), so they are balanced by samples and bytes alike; what differs
 between their estimates is what the rounds could not average out, and it is charged to
-T_N as measured (the slowest shard's estimate), not smoothed.
+T_N as measured (each shard's estimate, in the schedule), not smoothed.
 
 efficiency(N) = T_in / (N · T_N). It assumes N identical machines (each worker a core
 like this one).
@@ -116,6 +118,7 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 
 import argparse  # noqa: E402
 import heapq  # noqa: E402
+import itertools  # noqa: E402
 import math  # noqa: E402
 import pickle  # noqa: E402
 import platform  # noqa: E402
@@ -123,7 +126,9 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable, Iterable  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -146,10 +151,19 @@ from quanta.scale import (  # noqa: E402
     ShardFold,
     ShardState,
     calibrate_sharded,
-    merge_into,
     tree_reduce,
 )
-from quanta.scale.calibrate import _for_shards, _Job, merge_run, run_shard, split, split_state  # noqa: E402
+from quanta.scale.calibrate import (  # noqa: E402
+    _PREPARED,
+    SHARDS_PER_WORKER,
+    _for_shards,
+    _Job,
+    merge_run,
+    run_shard,
+    split,
+    split_state,
+)
+from quanta.scale.calibrate import prepared as prepared_job  # noqa: E402
 from quanta.scale.engines import AdjacentMerges  # noqa: E402
 
 
@@ -206,6 +220,16 @@ def _cpu_delta(before: dict, after: dict) -> tuple[float, float]:
     return workers, system
 
 
+def _cold(job_blob: bytes) -> Callable[[], object]:
+    """A worker's first shard of a job: the job read and prepared with an empty cache."""
+
+    def run() -> object:
+        _PREPARED.clear()
+        return prepared_job(pickle.loads(job_blob))
+
+    return run
+
+
 def _fixed_costs(model, tensors, make, means_for, result) -> dict[str, float]:
     """What one Ray worker adds to the in-process run, each step alone (CPU, least of 5):
     the job pickled (driver) and read (worker), the whole state pickled (worker) and read
@@ -233,10 +257,252 @@ def _fixed_costs(model, tensors, make, means_for, result) -> dict[str, float]:
     state_blob = pickle.dumps(state, protocol=5)
     return {
         "job pickled": least(lambda: pickle.dumps(job, protocol=5)),
-        "job read": least(lambda: pickle.loads(job_blob)),
+        "job read and prepared (model built, plan compiled)": least(_cold(job_blob)),
         "state pickled": least(lambda: pickle.dumps(state, protocol=5)),
         "state read": least(lambda: pickle.loads(state_blob)),
     }
+
+
+def list_schedule(
+    workers: int,
+    start: float,
+    tasks: list,
+    execute: Callable[[Any, int, float], float],
+    complete: Callable[[Any, int, float], list],
+) -> None:
+    """Greedy list scheduling, what Ray does with tasks of ``num_cpus=1`` on one-CPU
+    workers: a worker that frees takes the ready task submitted first (``tasks`` at
+    ``start``, in order; then what ``complete`` returns, submitted when the task that
+    made it ready ends). ``execute(task, worker, now)`` -> its end;
+    ``complete(task, worker, end)`` -> the tasks it makes ready. Completions are handled
+    before dispatches at the same moment."""
+    seq = itertools.count()
+    ready = [(start, next(seq), t) for t in tasks]
+    heapq.heapify(ready)
+    free = [(start, w) for w in range(workers)]
+    heapq.heapify(free)
+    running: list = []
+    while ready or running:
+        dispatch_at = max(free[0][0], ready[0][0]) if free and ready else math.inf
+        if running and running[0][0] <= dispatch_at:
+            end, _, task, w = heapq.heappop(running)
+            heapq.heappush(free, (end, w))
+            for t in complete(task, w, end):
+                heapq.heappush(ready, (end, next(seq), t))
+            continue
+        _, w = heapq.heappop(free)
+        _, _, task = heapq.heappop(ready)
+        heapq.heappush(running, (execute(task, w, dispatch_at), next(seq), task, w))
+
+
+class _Composition:
+    """The makespan of S shards on N simulated workers, composed from measured times
+    (see the module docstring): the shards' states are cut and pickled here (timed), and
+    every merge a schedule asks for is run here once on the real states (timed, cached:
+    a merge of the same runs is the same work at every link speed)."""
+
+    def __init__(self, n: int, states: Iterable, job_bytes: int, trip: float, job_prep: float, lat: float):
+        self.n, self.trip, self.job_prep, self.lat = n, trip, job_prep, lat
+        self.job_bytes = job_bytes
+        self.parts, self.cut, self.whole, self.pack = [], [], [], []
+        for st in states:
+            t = time.thread_time()
+            self.parts.append([pickle.dumps(x, protocol=5) for x in split_state(st, n)])
+            self.cut.append(time.thread_time() - t)
+            t = time.thread_time()
+            self.whole.append(pickle.dumps(st, protocol=5))
+            self.pack.append(time.thread_time() - t)
+        self.s = len(self.whole)  # the states themselves are not kept (154 MB each in memory)
+        fold = ShardFold()  # the driver's fold steps: read a state, fold it in shard order
+        self.steps = []
+        for i, blob in enumerate(self.whole):
+            t = time.thread_time()
+            fold(i, pickle.loads(blob))
+            self.steps.append(time.thread_time() - t)
+        self.merge_cache: dict = {}
+
+    def release(self) -> None:
+        self.parts = self.whole = []
+        self.merge_cache = {}
+
+    def _merge(self, key, blobs: list[bytes]) -> tuple[float, bytes]:
+        """A merge task as on a Ray worker: read the inputs, merge_run, write the result."""
+        hit = self.merge_cache.get(key)
+        if hit is None:
+            t = time.thread_time()
+            out = pickle.dumps(merge_run(*(pickle.loads(b) for b in blobs)), protocol=5)
+            hit = self.merge_cache[key] = (time.thread_time() - t, out)
+        return hit
+
+    def _network(self, bw: float):
+        links: dict = {}
+
+        def transfer(src: int, dst: int, ready: float, size: int) -> float:
+            """Arrival at ``dst`` (-1: the driver) of ``size`` bytes ready on ``src``,
+            after the messages already on both links (reserved for this one)."""
+            if src == dst:
+                return ready
+            begin = max(ready, links.get(("out", src), 0.0), links.get(("in", dst), 0.0))
+            links["out", src] = links["in", dst] = begin + size / bw
+            return begin + size / bw + self.lat
+
+        return transfer
+
+    def _job(self, bw: float) -> float:  # the job to the N workers by doubling
+        return math.ceil(math.log2(self.n + 1)) * self.job_bytes / bw + self.lat
+
+    def _shard_end(self, prepared_on: set, w: int, now: float, t_i: float, state_cost: float) -> float:
+        first = self.job_prep if w not in prepared_on else 0.0
+        prepared_on.add(w)
+        return now + first + t_i + state_cost + self.trip
+
+    def reduce_scatter(self, times: list[float], bw: float) -> dict:
+        """Eq. (S3) with S shards: a shard's P = N parts stay on its worker; each part is
+        merged by adjacent runs as they appear (AdjacentMerges), every merge a task on the
+        worker that frees first, its inputs from other workers crossing the links; the P
+        roots cross to the driver, which reads them (timed)."""
+        n, s = self.n, self.s
+        transfer, job = self._network(bw), self._job(bw)
+        prepared_on: set = set()
+        merges = [AdjacentMerges() for _ in range(n)]
+        finals: list = []
+        acc = {"merge_cpu": 0.0, "merges": 0, "busy": 0.0, "last_shard": 0.0}
+
+        def execute(task, w, now):
+            if task[0] == "shard":
+                i = task[1]
+                end = self._shard_end(prepared_on, w, now, times[i], self.cut[i])
+                acc["last_shard"] = max(acc["last_shard"], end)
+                acc["busy"] += end - now
+                return end
+            _, p, runs = task
+            start = now
+            for _, _, (at, v, blob) in sorted(runs, key=lambda r: r[2][0]):
+                start = max(start, transfer(v, w, at, len(blob)))
+            m, _ = self._merge((p, tuple((lo, hi) for lo, hi, _ in runs)), [r[2][2] for r in runs])
+            acc["merge_cpu"] += m
+            acc["merges"] += 1
+            acc["busy"] += m + self.trip
+            return start + m + self.trip
+
+        def complete(task, w, end):
+            if task[0] == "shard":
+                i = task[1]
+                outs = [(p, i, i, self.parts[i][p]) for p in range(n)]
+            else:
+                _, p, runs = task
+                key = (p, tuple((lo, hi) for lo, hi, _ in runs))
+                outs = [(p, runs[0][0], runs[-1][1], self.merge_cache[key][1])]
+            new = []
+            for p, lo, hi, blob in outs:
+                if (lo, hi) == (0, s - 1):
+                    finals.append((end, w, blob))
+                    continue
+                joined = merges[p].add(lo, hi, (end, w, blob))
+                if joined is not None:
+                    new.append(("merge", p, joined))
+            return new
+
+        list_schedule(n, job, [("shard", i) for i in range(s)], execute, complete)
+        drv = 0.0
+        for at, w, blob in sorted(finals, key=lambda f: f[0]):
+            t = time.thread_time()
+            pickle.loads(blob)
+            drv = max(drv, transfer(w, -1, at, len(blob))) + time.thread_time() - t
+        acc.update(T=drv, job=job, tail=drv - acc["last_shard"])
+        return acc
+
+    def tree(self, times: list[float], bw: float) -> dict:
+        """Eq. (S2) with S leaves: the tree of adjacent pairs (tree_reduce), each merge a
+        task (read 2 whole states, merge, write 1) submitted when both inputs exist, on
+        the worker that frees first; the root crosses to the driver and is read there."""
+        n, s = self.n, self.s
+        transfer, job = self._network(bw), self._job(bw)
+        prepared_on: set = set()
+        parent: dict = {}
+        order = itertools.count(s)
+
+        def pair(a, b):
+            node = next(order)
+            parent[a], parent[b] = (node, 0), (node, 1)
+            return node
+
+        root = tree_reduce(list(range(s)), pair) if s > 1 else 0
+        have: dict = {}
+        acc = {"merge_cpu": 0.0, "merges": 0}
+        out: dict = {}
+
+        def execute(task, w, now):
+            if task[0] == "shard":
+                i = task[1]
+                return self._shard_end(prepared_on, w, now, times[i], self.pack[i])
+            _, node, (a, b) = task
+            start = now
+            for at, v, blob in sorted((a, b), key=lambda r: r[0]):
+                start = max(start, transfer(v, w, at, len(blob)))
+            m, _ = self._merge(("tree", node), [a[2], b[2]])
+            acc["merge_cpu"] += m
+            acc["merges"] += 1
+            return start + m + self.trip
+
+        def complete(task, w, end):
+            node = task[1]
+            blob = self.whole[node] if task[0] == "shard" else self.merge_cache["tree", node][1]
+            if node == root:
+                out["root"] = (end, w, blob)
+                return []
+            up, side = parent[node]
+            have.setdefault(up, [None, None])[side] = (end, w, blob)
+            if None in have[up]:
+                return []
+            return [("merge", up, tuple(have.pop(up)))]
+
+        list_schedule(n, job, [("shard", i) for i in range(s)], execute, complete)
+        at, w, blob = out["root"]
+        t = time.thread_time()
+        pickle.loads(blob)
+        acc["T"] = transfer(w, -1, at, len(blob)) + time.thread_time() - t
+        return acc
+
+    def worker_loads(self, times: list[float]) -> list[float]:
+        """When each worker finishes the shards list scheduling hands it, after the job,
+        if a shard cost only its samples and Ray's round trip (no state of its own)."""
+        prepared_on: set = set()
+        last = [0.0] * self.n
+
+        def execute(task, w, now):
+            return self._shard_end(prepared_on, w, now, times[task[1]], 0.0)
+
+        def complete(task, w, end):
+            last[w] = max(last[w], end)
+            return []
+
+        list_schedule(self.n, 0.0, [("shard", i) for i in range(self.s)], execute, complete)
+        return last
+
+    def driver_fold(self, times: list[float], bw: float) -> dict:
+        """The in-process and local engines' ShardFold: the shards list-scheduled on the
+        workers (each state pickled there), the states crossing the driver's link one at
+        a time as they are done, each folded in shard order (steps timed)."""
+        transfer, job = self._network(bw), self._job(bw)
+        prepared_on: set = set()
+        done: dict = {}
+
+        def execute(task, w, now):
+            return self._shard_end(prepared_on, w, now, times[task[1]], self.pack[task[1]])
+
+        def complete(task, w, end):
+            done[task[1]] = (end, w)
+            return []
+
+        list_schedule(self.n, job, [("shard", i) for i in range(self.s)], execute, complete)
+        arrive = {}
+        for i in sorted(done, key=lambda i: done[i][0]):
+            arrive[i] = transfer(done[i][1], -1, done[i][0], len(self.whole[i]))
+        merged = 0.0
+        for i in range(self.s):
+            merged = max(merged, arrive[i]) + self.steps[i]
+        return {"T": merged}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,6 +525,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=("median", "min"),
         default="median",
         help="how T_in and each t_i are estimated from the rounds' CPU times",
+    )
+    ap.add_argument(
+        "--shards-per-worker",
+        default=str(SHARDS_PER_WORKER),
+        help="k, comma-separated: simulate S = k x N shards handed out as workers free up "
+        f"(default: the engine's, {SHARDS_PER_WORKER})",
     )
     ap.add_argument("--latency", type=float, default=1e-3, help="seconds per message")
     ap.add_argument("--write", type=Path, help="also write the report (markdown) here")
@@ -411,7 +683,7 @@ def main(argv: list[str] | None = None) -> int:
             "of the in-process CPU time (median)"
         )
     say(
-        f"observer states identical to in-process: 1 worker {same}"
+        f"observer states identical to in-process: 1 worker {same if results else 'not compared (--reps 0)'}"
         + ("" if same2 is None else f", 2 workers {same2}")
         + (
             ""
@@ -421,276 +693,137 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     # ---- simulation
-    # the per-task fixed cost c, composed: a worker reads the job (unpickles the model and
-    # the empty observers; CPU time, least of 3) and Ray dispatches the task and returns
-    # its result (the no-op round trip). The state's pickling is timed with each shard
-    # below. (Wall times T_ray1 - T_in would put the machine's other load into c.)
+    # fixed costs: a worker prepares the job once (reads the job as it travels, builds the
+    # model, compiles its plan: quanta.scale.calibrate.prepared with a cold cache; CPU,
+    # least of 3); every task pays Ray's round trip (the no-op's, above)
     prototypes = {n: _for_shards(make(n)) for n in tensors}
-    job_blob = pickle.dumps(
-        _Job(
+
+    def make_job(starts: tuple[int, ...]) -> _Job:
+        return _Job(
             model=model,
             tensors=tuple(tensors),
             prototypes=prototypes,
             preprocess=None,
             channel_means=dict(means_for),
-        ),
-        protocol=5,
-    )
-    job_load = math.inf
+            starts=starts,
+        )
+
+    job_blob = pickle.dumps(make_job(()), protocol=5)
+    job_bytes = len(job_blob)
+    job_prep = math.inf
     for _ in range(3):
+        _PREPARED.clear()
         t = time.thread_time()
-        pickle.loads(job_blob)
-        job_load = min(job_load, time.thread_time() - t)
-    task_cost = job_load + ray_trip
+        prepared_job(pickle.loads(job_blob))
+        job_prep = min(job_prep, time.thread_time() - t)
+    warm = math.inf
+    for _ in range(5):
+        t = time.thread_time()
+        prepared_job(pickle.loads(job_blob))
+        warm = min(warm, time.thread_time() - t)
     gbps = [float(v) for v in args.gbps.split(",")]
-    say()
-    say(
-        f"Simulation (per-task fixed cost c = job read {job_load:.3f} s CPU + Ray task round trip "
-        f"{ray_trip * 1e3:.1f} ms = {task_cost:.3f} s; latency {args.latency * 1e3:g} ms; "
-        f"T_in and each shard's t_i: CPU seconds of this thread, the {args.estimate} over "
-        f"{args.shard_reps} rounds of the whole in-process calibration followed by every shard, "
-        f"in a rotated order):"
-    )
+    ks = [int(v) for v in str(args.shards_per_worker).split(",")]
     lat = args.latency
     estimate = statistics.median if args.estimate == "median" else min
+    say()
+    say(
+        f"Simulation: a worker prepares the job once ({job_prep * 1e3:.1f} ms CPU: read + model built + plan "
+        f"compiled; {warm * 1e3:.2f} ms for each later shard of the job, the per-process cache), every task "
+        f"pays Ray's round trip {ray_trip * 1e3:.1f} ms; latency {args.latency * 1e3:g} ms; T_in and each "
+        f"shard's t_i: CPU seconds of this thread, the {args.estimate} over {args.shard_reps} rounds of the "
+        f"whole in-process calibration followed by every shard of every k, in a rotated order. S = k·N shards "
+        f"handed out in shard order to the worker that frees first (list scheduling)."
+    )
     for n in [int(v) for v in args.sim_workers.split(",")]:
-        runs = split(len(refs), n)
-        job = _Job(
-            model=model,
-            tensors=tuple(tensors),
-            prototypes=prototypes,
-            preprocess=None,
-            channel_means=dict(means_for),
-        )
-        job_bytes = len(pickle.dumps(job, protocol=5))
-        items = [(i, [refs[k] for k in r]) for i, r in enumerate(runs)]
-        item_bytes = [len(pickle.dumps(item, protocol=5)) for item in items]
-        runs_cpu: list[list[float]] = [[] for _ in items]
-        states: list = [None] * len(items)
+        layouts = {k: split(len(refs), k * n) for k in ks}
+        jobs = {k: make_job(tuple(r.start for r in layouts[k])) for k in ks}
+        items = {k: [(i, [refs[j] for j in r]) for i, r in enumerate(layouts[k])] for k in ks}
+        for k in ks:
+            prepared_job(jobs[k])  # warm: t_i is what a worker that has the job prepared spends
+        runs_cpu = {k: [[] for _ in items[k]] for k in ks}
         in_rounds: list[float] = []
-        # rounds: the whole in-process calibration, then every shard, the shards in an
-        # order rotated by one each round (a drift of the machine within a round then
-        # falls on each shard at a different place). The CPU time of the same work moves
-        # between minutes on this VM (SMT siblings, caches, other tenants), so each term
-        # is estimated over the rounds (--estimate: median by default), T_in the same way
         for rnd in range(args.shard_reps):
             c = time.thread_time()
             calibrate(model, tensors, calib, make, **kw)
             in_rounds.append(time.thread_time() - c)
-            for k in range(len(items)):
-                i = (k + rnd) % len(items)
-                t = time.thread_time()
-                states[i] = run_shard(job, items[i])
-                runs_cpu[i].append(time.thread_time() - t)
+            sums = []
+            for k in ks:
+                for j in range(len(items[k])):
+                    i = (j + rnd) % len(items[k])
+                    t = time.thread_time()
+                    run_shard(jobs[k], items[k][i])
+                    runs_cpu[k][i].append(time.thread_time() - t)
+                sums.append(f"k={k} {sum(r[-1] for r in runs_cpu[k]):.2f}")
             say(
-                f"  round {rnd}: in-process {in_rounds[-1]:.2f} s CPU, shards "
-                f"{sum(r[-1] for r in runs_cpu):.2f} s CPU (this round: "
-                f"{' '.join(f'{r[-1]:.2f}' for r in runs_cpu)}), load {os.getloadavg()[0]:.1f}"
+                f"  round {rnd}: in-process {in_rounds[-1]:.2f} s CPU; sums of the shards "
+                f"{', '.join(sums)} s CPU; load {os.getloadavg()[0]:.1f}"
             )
-        times = [estimate(r) for r in runs_cpu]
-        c_best = estimate(in_rounds)
-        spread = [(max(r) - min(r)) / statistics.median(r) for r in runs_cpu]
+        t_in = estimate(in_rounds)
         say(
-            f"  per shard over the rounds: {args.estimate} {min(times):.2f}-{max(times):.2f} s "
-            f"(least {min(min(r) for r in runs_cpu):.2f}-{max(min(r) for r in runs_cpu):.2f} s); "
-            f"one shard's spread (max - min) / median across rounds {min(spread) * 100:.0f}-"
-            f"{max(spread) * 100:.0f} %; T_in {args.estimate} {c_best:.2f} s "
-            f"(rounds {min(in_rounds):.2f}-{max(in_rounds):.2f} s), sum of shards {sum(times):.2f} s"
+            f"  T_in {args.estimate} {t_in:.2f} s (rounds {min(in_rounds):.2f}-{max(in_rounds):.2f} s), "
+            f"T_in / N = {t_in / n:.2f} s"
         )
-        blobs, pack_cost = [], []
-        for st in states:
-            t = time.thread_time()
-            blobs.append(pickle.dumps(st, protocol=5))
-            pack_cost.append(time.thread_time() - t)
         say()
         say(
-            "| workers | link | max shard t_i + pickling + c (s) | job to workers, serial / doubling (s) | driver fold: "
-            "states back, T_N (s), efficiency | tree: merge levels (s), T_N (s), efficiency serial job / doubling job |"
+            "| k (shards per worker) | S | link | shard t_i (s) | sum t_i / T_in | state cut + pickled, per shard (s) "
+            "| merge CPU, all merge tasks (s) (tasks) | last shard done (s) | after it (s) | T_N (s) | efficiency "
+            "| efficiency, every t_i = T_in / S | what-if: one state per worker, T_N (s), efficiency |"
         )
-        say("|---:|---|---:|---:|---:|---:|")
-        state_bytes = [len(b) for b in blobs]
-        shard_bytes = sum(item_bytes)
-        slowest = max(t + p for t, p in zip(times, pack_cost)) + task_cost
-
-        # driver fold: each state read (unpickled) and folded in shard order (ShardFold),
-        # each step timed here
-        fold, steps = ShardFold(), []
-        for i, blob in enumerate(blobs):
-            t = time.thread_time()
-            fold(i, pickle.loads(blob))
-            steps.append(time.thread_time() - t)
-
-        # reduce-scatter (S3), the Ray engine's merge: each shard's state cut into P = N
-        # parts and each part pickled (what the shard task returns: its cost is added to
-        # the shard's time); each part merged by adjacent runs as the shards finish
-        # (AdjacentMerges), every merge timed on the real parts below
-        parts = n
-        part_blobs, split_cost = [], []
-        for st in states:
-            t = time.thread_time()
-            part_blobs.append([pickle.dumps(x, protocol=5) for x in split_state(st, parts)])
-            split_cost.append(time.thread_time() - t)
-        part_bytes = [[len(b) for b in row] for row in part_blobs]
-
-        # tree (S2): a merge task, as on a Ray worker, reads both inputs from the object
-        # store (unpickles them), merges with merge_into (the Ray engine's merge) and
-        # stores its result (pickles it): timed here on the real states, serialisation
-        # included; the tree is walked once to time the merges and then composed with
-        # each link speed
-        merges: list[tuple[float, int]] = []  # (seconds, result bytes), in tree order
-
-        def measure(a, b, merges=merges):
-            t = time.thread_time()
-            out = pickle.dumps(merge_into(pickle.loads(a), pickle.loads(b)), protocol=5)
-            merges.append((time.thread_time() - t, len(out)))
-            return out
-
-        root_blob = tree_reduce(blobs, measure)
-        t = time.thread_time()
-        assert pickle.loads(root_blob).samples == len(refs)
-        load_root = time.thread_time() - t
-
-        scatter_rows: list[str] = []
-        scatter_notes: list[str] = []
-        for g in gbps:
-            bw = g * 1e9 / 8
-            send_serial = (n * job_bytes + shard_bytes) / bw + lat
-            send_double = (math.ceil(math.log2(n + 1)) * job_bytes + shard_bytes) / bw + lat
-            link = merged = 0.0
-            arrive = [0.0] * n
-            for i in sorted(range(n), key=lambda j: times[j]):
-                link = (
-                    max(link, send_serial + times[i] + pack_cost[i] + task_cost) + state_bytes[i] / bw + lat
+        say("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        detail: list[str] = []
+        one = None  # the k = 1 composition: the what-if's merges of N states
+        for k in sorted(ks):
+            times = [estimate(r) for r in runs_cpu[k]]
+            # the shards' states, once more (the rounds above keep none), each cut and pickled
+            # as it is made: only their pickled forms are kept
+            states = (run_shard(jobs[k], item) for item in items[k])
+            sim = _Composition(n, states, job_bytes, ray_trip, job_prep, lat)
+            for g in gbps:
+                for label, ts in (("measured", times), ("flat", [t_in / len(times)] * len(times))):
+                    out = sim.reduce_scatter(ts, g * 1e9 / 8)
+                    fold = sim.driver_fold(ts, g * 1e9 / 8)
+                    tree = sim.tree(ts, g * 1e9 / 8)
+                    if label == "flat":
+                        flat = out
+                        continue
+                    meas, m_fold, m_tree = out, fold, tree
+                if k == 1:
+                    one = sim
+                what_if = "-"
+                if one is not None:
+                    # each worker calibrating all its shards into one state (a combiner): the
+                    # shards list-scheduled without their states, then one state a worker
+                    # (cut as a k = 1 shard's) merged as with k = 1
+                    done = sim.worker_loads(times)
+                    w_out = one.reduce_scatter([d - job_prep - ray_trip for d in done], g * 1e9 / 8)
+                    what_if = f"{w_out['T']:.2f}, {t_in / (n * w_out['T']):.3f}"
+                say(
+                    f"| {k} | {len(times)} | {g:g} Gb/s | {min(times):.2f}-{max(times):.2f} "
+                    f"| {sum(times) / t_in:.3f} | {statistics.median(sim.cut):.3f} "
+                    f"| {meas['merge_cpu']:.2f} ({meas['merges']}) | {meas['last_shard']:.2f} "
+                    f"| {meas['tail']:.3f} | {meas['T']:.2f} | **{t_in / (n * meas['T']):.3f}** "
+                    f"| {t_in / (n * flat['T']):.3f} | {what_if} |"
                 )
-                arrive[i] = link
-            for i in range(n):
-                merged = max(merged, arrive[i]) + steps[i]
-            t_fold = merged
-            replay = iter(merges)
-
-            def compose(a, b, replay=replay, bw=bw):
-                m, size = next(replay)  # nodes: (done time after the job arrived, bytes)
-                return (max(a[0], b[0]) + b[1] / bw + lat + m, size)
-
-            root = tree_reduce(
-                [(times[i] + pack_cost[i] + task_cost, state_bytes[i]) for i in range(n)], compose
-            )
-            tree_rest = root[0] + root[1] / bw + lat + load_root
-            t_tree_serial, t_tree_double = send_serial + tree_rest, send_double + tree_rest
-
-            # reduce-scatter: shard i (on worker i) is done at done[i] (after the job), its
-            # P parts there. Every part is merged by adjacent runs as they appear
-            # (AdjacentMerges: two or three runs a merge); the parts share the machines:
-            # each worker runs one task at a time and each link carries one message at a
-            # time in each direction. A merge runs on the worker of one of its runs, the
-            # one where it ends first (ties: the latest run's), the other runs crossing
-            # from their workers' links to that worker's (|part|/bw + latency); it reads
-            # its inputs, merges and writes its result (timed here, CPU). The P merged parts then cross to the driver one at
-            # a time, each read there (timed).
-            done = [times[i] + split_cost[i] + task_cost for i in range(n)]
-            cpu_free = list(done)
-            links: dict[tuple[str, int], float] = {}  # ("out" | "in", worker; -1: the driver) -> free at
-
-            def transfer(
-                src: int, dst: int, ready: float, size: int, reserve: bool, bw=bw, links=links
-            ) -> float:
-                """Arrival at ``dst`` (-1: the driver) of ``size`` bytes ready on ``src`` at
-                ``ready``, after the messages already on both links (reserved for this one
-                with ``reserve``); none when the bytes are already there."""
-                if src == dst:
-                    return ready
-                start = max(ready, links.get(("out", src), 0.0), links.get(("in", dst), 0.0))
-                if reserve:
-                    links["out", src] = links["in", dst] = start + size / bw
-                return start + size / bw + lat
-
-            finals, pair_cpu = [], []
-            runs = [AdjacentMerges() for _ in range(parts)]
-            heap = [(done[i], q, i, i, i, part_blobs[i][q]) for i in range(n) for q in range(parts)]
-            heapq.heapify(heap)
-            while heap:  # runs in the order they appear, over all parts
-                at, q, lo, hi, w, blob = heapq.heappop(heap)
-                if (lo, hi) == (0, n - 1):
-                    finals.append((at, w, blob))
-                    continue
-                joined = runs[q].add(lo, hi, (at, w, blob))
-                if joined is None:
-                    continue
-                first, last = joined[0][0], joined[-1][1]
-                t = time.thread_time()
-                out = pickle.dumps(merge_run(*(pickle.loads(b) for _, _, (_, _, b) in joined)), protocol=5)
-                pair_cpu.append(time.thread_time() - t)
-                inputs = sorted(
-                    (r[2] for r in joined), key=lambda r: -r[0]
-                )  # (at, worker, blob), latest first
-                options = []
-                for _, here, _ in inputs:  # on the worker of one of its runs, the others moved there
-                    ready = [
-                        a if v == here else transfer(v, here, a, len(b), reserve=False) for a, v, b in inputs
-                    ]
-                    options.append((max(*ready, cpu_free[here]) + pair_cpu[-1], here))
-                _, here = min(options, key=lambda o: o[0])
-                start = cpu_free[here]
-                for a, v, b in sorted(inputs):  # one at a time over its inbound link, earliest first
-                    start = max(start, a if v == here else transfer(v, here, a, len(b), reserve=True))
-                end = start + pair_cpu[-1]
-                cpu_free[here] = end
-                heapq.heappush(heap, (end, q, first, last, here, out))
-            drv, read_cpu = 0.0, 0.0
-            for at, w, blob in sorted(finals, key=lambda f: f[0]):
-                t = time.thread_time()
-                pickle.loads(blob)
-                read = time.thread_time() - t
-                read_cpu += read
-                drv = max(drv, transfer(w, -1, at, len(blob), reserve=True)) + read
-            finals = [(at, blob) for at, _, blob in finals]
-            after_last = max(at for at, _ in finals) - max(done)
-            t_sc_serial, t_sc_double = send_serial + drv, send_double + drv
-            merged_total = sum(len(blob) for _, blob in finals)
-            scatter_rows.append(
-                f"| {n} | {g:g} Gb/s | {send_serial:.3f} / {send_double:.3f} | {max(done):.2f} "
-                f"| {after_last:.3f} | {drv - max(at for at, _ in finals):.3f} "
-                f"| {t_sc_serial:.2f} / {t_sc_double:.2f} "
-                f"| **{c_best / (n * t_sc_serial):.3f}** / **{c_best / (n * t_sc_double):.3f}** |"
-            )
-            say(
-                f"| {n} | {g:g} Gb/s | {slowest:.2f} | {send_serial:.3f} / {send_double:.3f} "
-                f"| {sum(state_bytes) / 1e6:.1f} MB, {t_fold:.2f}, {c_best / (n * t_fold):.3f} "
-                f"| {sum(m for m, _ in merges):.3f} ({len(merges)} merges), {t_tree_serial:.2f} / "
-                f"{t_tree_double:.2f}, **{c_best / (n * t_tree_serial):.3f}** / **{c_best / (n * t_tree_double):.3f}** |"
-            )
-            scatter_notes.append(
-                f"{g:g} Gb/s: {len(pair_cpu)} merges {min(pair_cpu):.3f}-{max(pair_cpu):.3f} s CPU, "
-                f"merged parts {merged_total / 1e6:.1f} MB read by the driver in {read_cpu:.3f} s"
-            )
-        say(
-            f"  {args.data} ({shard_bytes / 1e6:.2f} MB of shard lists); shard times t_i: min {min(times):.2f} s, "
-            f"max {max(times):.2f} s, T_in / N = {c_best / n:.2f} s (CPU); |job| {job_bytes / 1e6:.1f} MB, "
-            f"|state| {statistics.median(state_bytes) / 1e6:.1f} MB (median), root state {len(root_blob) / 1e6:.1f} MB; "
-            f"merge tasks (read 2, merge, write 1) {min(m for m, _ in merges):.3f}-{max(m for m, _ in merges):.3f} s, "
-            f"driver fold steps {min(steps[1:] or steps):.3f}-{max(steps):.3f} s"
-        )
+                detail.append(
+                    f"k={k}, {g:g} Gb/s: reduce-scatter T_N {meas['T']:.2f} s (job {meas['job']:.3f} s), "
+                    f"efficiency {t_in / (n * meas['T']):.3f}; driver fold T_N {m_fold['T']:.2f} s, "
+                    f"{t_in / (n * m_fold['T']):.3f}; tree T_N {m_tree['T']:.2f} s ({m_tree['merges']} merges, "
+                    f"{m_tree['merge_cpu']:.2f} s CPU), {t_in / (n * m_tree['T']):.3f}; worker busy "
+                    f"{meas['busy']:.1f} s of {n} x {meas['T'] - meas['job']:.2f} s"
+                )
+            if sim is not one:
+                sim.release()
         say()
         say(
-            "Reduce-scatter (S3, the Ray engine): job to workers serial / doubling; last shard done "
-            "(t_i + cutting and pickling its P parts + c, after the job); merging left after the last "
-            "shard (the latest part's last merges, transfers included); driver link + reading the P "
-            "merged parts after the last of them is merged; T_N serial / doubling job; efficiency."
+            "T_N: the reduce-scatter (S3, the Ray engine), the job sent by doubling; the last column "
+            "composes the same schedule with every shard at T_in / S (no spread). The three merges "
+            "at every speed (worker busy: CPU seconds of all tasks against N x the makespan after the job). "
+            "The what-if is not what the engine does: each worker would calibrate all the shards it is "
+            "handed into one state (the per-shard state costs paid once a worker), the N states merged "
+            "as the k = 1 shards' are (their measured merges):"
         )
-        say()
-        say(
-            "| workers | link | job (s) | last shard done (s) | merging after the last shard (s) "
-            "| to the driver (s) | T_N (s) | efficiency |"
-        )
-        say("|---:|---|---:|---:|---:|---:|---:|---:|")
-        for row in scatter_rows:
-            say(row)
-        say(
-            f"  parts per shard {parts}: {statistics.median([b for r in part_bytes for b in r]) / 1e6:.2f} MB "
-            f"(median), largest {max(b for r in part_bytes for b in r) / 1e6:.2f} MB; cutting + pickling a "
-            f"shard's parts {min(split_cost):.3f}-{max(split_cost):.3f} s; per link speed: "
-            + "; ".join(scatter_notes)
-        )
+        for line in detail:
+            say(f"  {line}")
     say(f"load average at the end (1, 5, 15 min): {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
     if args.write:
         args.write.write_text("\n".join(lines) + "\n")

@@ -27,7 +27,7 @@ from quanta.ir.graph import Model
 from quanta.runtime.compile import compile as compile_model
 from quanta.runtime.execute import Executor
 
-__all__ = ["CalibrationResult", "calibrate"]
+__all__ = ["CalibrationResult", "calibrate", "compile_executor"]
 
 
 class CalibrationResult(dict):
@@ -181,6 +181,7 @@ def calibrate(
     channel_means: dict[str, int] | None = None,
     taps: Mapping[str, list[Callable[[np.ndarray], None]]] | None = None,
     stats: Sequence[Any] = (),
+    executor: Executor | None = None,
 ) -> CalibrationResult:
     """Observe ``tensors`` (value names of ``model``) over ``data``; return their observers.
 
@@ -189,7 +190,10 @@ def calibrate(
     of named float values, called with each value as it is produced (the statistics that
     ``stats``: objects with an ``x_name`` and ``observe(value)`` fed like observers
     (rounding-aware weight quantization's statistics, which count the samples they see),
-    returned as ``result.stats``.
+    returned as ``result.stats``. ``executor``: a compiled :class:`Executor` of ``model``
+    on the native target with no passes (what this function would compile) to run
+    instead of compiling one: quanta.scale's workers keep one per job for all the shards
+    they run.
     """
     wanted = list(dict.fromkeys(tensors))
     observers = CalibrationResult({name: make_observer(name) for name in wanted})
@@ -201,7 +205,7 @@ def calibrate(
     # not depend on the thread count anyway): If / Loop / Scan bodies run as
     # compiled plans too and report their values under scoped names
     # (quanta.runtime.control_flow.scoped_name), so tensors inside bodies are observed
-    exe = Executor(compile_model(model, "native", passes=[]))
+    exe = executor if executor is not None else compile_executor(model)
     graph = model.graph
     input_names = {v.name for v in graph.inputs}
     outputs = [v.name for v in graph.outputs]
@@ -248,6 +252,12 @@ def calibrate(
     observers.mean_states = means
     observers.stats = list(stats)
     return observers
+
+
+def compile_executor(model: Model) -> Executor:
+    """The executor :func:`calibrate` runs ``model`` with: the model as given, on the
+    native target, no passes."""
+    return Executor(compile_model(model, "native", passes=[]))
 
 
 def _with_defaults(feed: Mapping[str, np.ndarray], graph) -> dict[str, np.ndarray]:

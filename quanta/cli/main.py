@@ -7,7 +7,7 @@
     quanta quantize IN -o OUT --calib DATA [--method ...] [--dynamic] [--per-channel|--per-tensor]
                    [--activation-type uint8|int8] [--weight-type int8|uint8|int4] [--exclude NODE...]
                    [--recurrent dynamic|float] [--subgraphs quantize|float] [--recipe FILE]
-                   [--engine inprocess|local|ray] [--workers N] [--address ADDR]
+                   [--engine inprocess|local|ray] [--workers N] [--shards S] [--address ADDR]
     quanta bench MODEL [--vs-ort] [--threads N] [--batch B] [--dim NAME=SIZE] [--feeds F.npz] [--warmup W] [--runs R]
                                           latency (median, p90), side by side with ONNX Runtime
     quanta qat FP32 --data D -o OUT [--time-budget S]   quantize, then distill against FP32 (needs torch)
@@ -315,6 +315,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             engine, address = "ray", address or (None if args.ray == "local" else args.ray)
         if args.workers is not None and args.workers < 1:
             raise CliError(f"--workers {args.workers}: expected an integer >= 1")
+        if args.shards is not None and args.shards < 1:
+            raise CliError(f"--shards {args.shards}: expected an integer >= 1")
         if address and engine != "ray":
             raise CliError("--address names a Ray cluster: use it with --engine ray")
         quantize_static(
@@ -326,6 +328,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             engine=engine,
             workers=args.workers,
             address=address,
+            shards=args.shards,
             accuracy=accuracy,
             **options,
         )
@@ -506,7 +509,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="where calibration runs: this process (default), --workers local processes, or Ray tasks; "
         "the file is the same byte for byte",
     )
-    s.add_argument("--workers", type=int, help="shards / workers of the local or Ray engine (default 2)")
+    s.add_argument("--workers", type=int, help="workers of the local or Ray engine (default 2)")
+    s.add_argument(
+        "--shards",
+        type=int,
+        help="shards the calibration samples are cut into on the local or Ray engine "
+        "(default: one per worker, up to 4 per worker while a shard keeps >= 128 samples; "
+        "shards are handed out as workers free up)",
+    )
     s.add_argument("--address", help="--engine ray: address of a running Ray cluster (default: start one)")
     s.add_argument(
         "--ray",

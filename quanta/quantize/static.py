@@ -320,6 +320,7 @@ def quantize_static(
     engine: Any = "inprocess",
     workers: int | None = None,
     address: str | None = None,
+    shards: int | None = None,
     **options: Any,
 ) -> QuantizationSummary | MXSummary:
     """Quantize ``model_input`` with ranges calibrated on ``calibration_data``.
@@ -333,8 +334,11 @@ def quantize_static(
     (quanta.quantize.accuracy); the summary's ``accuracy`` says what changed.
     ``engine``: where calibration runs: "inprocess" (default), "local" (``workers``
     processes) or "ray" (``workers`` Ray tasks; ``address`` of a running cluster), or a
-    :mod:`quanta.scale` engine. The file is byte-identical whatever the engine
-    (docs/scale.md); the engine is not part of the recipe.
+    :mod:`quanta.scale` engine. ``shards``: how many shards the samples are cut into on
+    such an engine, handed out as workers free up (default
+    :func:`quanta.scale.default_shards`: one per worker, up to four per worker for large
+    sample counts). The file is byte-identical whatever the engine and the shards
+    (docs/scale.md); they are not part of the recipe.
     Returns (and, if ``verbose``, prints) the summary (an MXSummary for an MX type).
     """
     t0 = time.perf_counter()
@@ -351,6 +355,7 @@ def quantize_static(
             verbose,
             accuracy,
             engine=(engine, workers, address),
+            shards=shards,
         )
     # int4 weights and int16 activations (also an integer-only target's wide tensors) need opset 21
     wide = recipe.needs_opset21 or recipe.integer_only
@@ -416,7 +421,9 @@ def quantize_static(
         if not in_process:
             from quanta.scale import calibrate_sharded, make_engine
 
-            run = functools.partial(calibrate_sharded, engine=make_engine(engine, workers, address))
+            run = functools.partial(
+                calibrate_sharded, engine=make_engine(engine, workers, address), shards=shards
+            )
         else:
             run = calibrate
     if to_calibrate or means_for or bodies:
@@ -515,6 +522,7 @@ def quantize_static(
                 engine=engine,
                 workers=workers,
                 address=address,
+                shards=shards,
             )
 
     def finish(
@@ -679,6 +687,7 @@ def _quantize_to_target(
     verbose: bool,
     accuracy: Any,
     engine: tuple[Any, int | None, str | None] = ("inprocess", None, None),
+    shards: int | None = None,
 ) -> QuantizationSummary:
     """quantize_static with an accuracy target: the feeds are read once (they are split
     into calibration / search / confirmation parts), then quanta.quantize.accuracy.search.
@@ -707,7 +716,7 @@ def _quantize_to_target(
         # GPTQ's statistics stream into this process (they have no mergeable state)
         if eng is None or rec.weight_rounding == "gptq":
             return quantize_static(src, dst, calib, rec, verbose=False)
-        return quantize_static(src, dst, calib, rec, verbose=False, engine=eng)
+        return quantize_static(src, dst, calib, rec, verbose=False, engine=eng, shards=shards)
 
     summary, report = search(model_input, model_output, feeds, recipe, accuracy, run, engine=eng)
     summary.accuracy = report

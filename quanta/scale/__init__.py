@@ -14,9 +14,12 @@ need nothing beyond quanta.
 from __future__ import annotations
 
 from quanta.scale.calibrate import (
+    MIN_SHARD_SAMPLES,
+    SHARDS_PER_WORKER,
     ShardFold,
     ShardState,
     calibrate_sharded,
+    default_shards,
     merge_into,
     merge_pair,
     merge_states,
@@ -26,6 +29,8 @@ from quanta.scale.engines import Engine, InProcessEngine, LocalEngine, RayEngine
 from quanta.scale.inference import run_dataset, run_folder
 
 __all__ = [
+    "MIN_SHARD_SAMPLES",
+    "SHARDS_PER_WORKER",
     "Engine",
     "InProcessEngine",
     "LocalEngine",
@@ -33,6 +38,7 @@ __all__ = [
     "ShardFold",
     "ShardState",
     "calibrate_sharded",
+    "default_shards",
     "make_engine",
     "merge_into",
     "merge_pair",

@@ -18,9 +18,13 @@ Why the result is the single process's, bit for bit (docs/scale.md):
 from __future__ import annotations
 
 import copy
+import hashlib
+import pickle
 import time
+import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import onnx
@@ -28,20 +32,25 @@ import onnx
 from quanta.calibrate.moving_average import MovingAverageMinMaxObserver, MovingAverageSteps
 from quanta.calibrate.observer import ObserverBase
 from quanta.calibrate.readers import ImagePreprocess, SampleRef, load_sample, sample_refs
-from quanta.calibrate.runner import CalibrationResult, ChannelMean, calibrate
+from quanta.calibrate.runner import CalibrationResult, ChannelMean, calibrate, compile_executor
 from quanta.ir.graph import Model
 from quanta.ir.onnx_io import from_proto, to_proto
+from quanta.runtime.execute import Executor
 from quanta.scale.engines import Engine, ShardProgress
 
 __all__ = [
+    "MIN_SHARD_SAMPLES",
+    "SHARDS_PER_WORKER",
     "ShardFold",
     "ShardState",
     "calibrate_sharded",
+    "default_shards",
     "join_states",
     "merge_into",
     "merge_pair",
     "merge_run",
     "merge_states",
+    "prepared",
     "split",
     "split_state",
 ]
@@ -66,8 +75,10 @@ class ShardState:
 
 @dataclass(frozen=True)
 class _Job:
-    """What every shard shares (sent once per worker). The model travels as ONNX bytes:
-    the IR's linked Values and Nodes pickle recursively, too deep for a real network."""
+    """What every shard shares (sent once per worker). It travels as a :class:`_JobWire`:
+    the model as ONNX bytes (the IR's linked Values and Nodes pickle recursively, too
+    deep for a real network) and a digest, so that a worker process that runs several
+    shards of the job builds the model and compiles its plan once (:func:`prepared`)."""
 
     model: Model
     tensors: tuple[str, ...]
@@ -77,16 +88,112 @@ class _Job:
     stats: tuple = ()  # prototypes of calibrate's ``stats``
     starts: tuple[int, ...] = ()  # the data index of each shard's first sample
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["model"] = to_proto(self.model).SerializeToString()
-        return state
+    def wire(self) -> _JobWire:
+        """The job as it travels (computed once per job: the model's serialisation and the
+        digest are the driver's cost, paid once however many times the job is sent)."""
+        cached = self.__dict__.get("_wire")
+        if cached is None:
+            rest = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "model"}
+            model_bytes = to_proto(self.model).SerializeToString()
+            h = hashlib.blake2b(model_bytes, digest_size=16)
+            try:
+                h.update(pickle.dumps(rest, protocol=5))
+                digest = h.hexdigest()
+            except Exception:  # a part only the engine's pickler sends (by value): never shared
+                digest = f"unique-{uuid.uuid4().hex}"
+            cached = _JobWire(digest, model_bytes, rest)
+            object.__setattr__(self, "_wire", cached)
+        return cached
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    @property
+    def digest(self) -> str:
+        return self.wire().digest
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        w = self.wire()
+        return (_JobWire, (w.digest, w.model_bytes, w.rest))
+
+
+class _JobWire:
+    """A :class:`_Job` as a worker receives it: the digest, the model's ONNX bytes and the
+    other fields as they are. Reading one copies the bytes; the model is parsed, built
+    and compiled only where the digest is not prepared yet (:func:`prepared`)."""
+
+    __slots__ = ("digest", "model_bytes", "rest")
+
+    def __init__(self, digest: str, model_bytes: bytes, rest: dict[str, Any]) -> None:
+        self.digest = digest
+        self.model_bytes = model_bytes
+        self.rest = rest
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_JobWire, (self.digest, self.model_bytes, self.rest))
+
+    def job(self) -> _Job:
         proto = onnx.ModelProto()
-        proto.ParseFromString(state["model"])
-        for key, value in {**state, "model": from_proto(proto, "calibration job")}.items():
-            object.__setattr__(self, key, value)
+        proto.ParseFromString(self.model_bytes)
+        out = _Job(model=from_proto(proto, "calibration job"), **self.rest)
+        object.__setattr__(out, "_wire", self)
+        return out
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A job ready to run shards: the model built and its calibration plan compiled."""
+
+    job: _Job
+    executor: Executor
+
+
+# digest -> prepared job, most recently used last. A worker process (Ray reuses them for
+# the tasks of a job; a local engine's pool too) runs one task at a time and pays the
+# job's fixed cost (parse the model, build the IR, compile the plan: docs/scale.md eq.
+# (S5)) for its first shard only. Two entries: a job and the one before it (the
+# accuracy search's trials calibrate one job after another), so memory stays bounded.
+_PREPARED: OrderedDict[str, _Prepared] = OrderedDict()
+_PREPARED_MAX = 2
+
+
+def prepared(job: _Job | _JobWire) -> _Prepared:
+    """``job`` ready to run, from this process's cache when a job of the same digest was
+    prepared here before (the prepared job is never changed by a shard: every shard
+    observes into copies of the prototypes and statistics)."""
+    digest = job.digest
+    hit = _PREPARED.get(digest)
+    if hit is not None:
+        _PREPARED.move_to_end(digest)
+        return hit
+    # built from the bytes even in the driver's process: the caller's model may change
+    # after the job (quantize_static inserts QDQ into it), the prepared one must not
+    full = (job if isinstance(job, _JobWire) else job.wire()).job()
+    out = _Prepared(full, compile_executor(full.model))
+    _PREPARED[digest] = out
+    while len(_PREPARED) > _PREPARED_MAX:
+        _PREPARED.popitem(last=False)
+    return out
+
+
+# Over-decomposition when the caller does not say (docs/scale.md eqs. (S4)-(S6)): each
+# shard costs its state (cut, pickled, merged: ~0.17 s CPU on EfficientNet-Lite0, the
+# compute of ~2.4 samples) on top of its samples, and buys a finer balance of the
+# workers. Measured on EfficientNet-Lite0 at 8 simulated workers and 25 samples per
+# worker (benchmarks/results/2026-12-04b-scale.md), one shard per worker is the fastest;
+# more shards pay only where those costs are small against a shard: from
+# MIN_SHARD_SAMPLES samples a shard (~2 % there), up to SHARDS_PER_WORKER per worker.
+SHARDS_PER_WORKER = 4
+MIN_SHARD_SAMPLES = 128
+
+
+def default_shards(workers: int, samples: int) -> int:
+    """The shard count ``calibrate_sharded`` uses when none is given: one for one worker
+    (nothing to balance, a shard's fixed costs paid once); else one per worker, and more
+    (handed out as workers free up, docs/scale.md eq. (S4)) while every shard keeps at
+    least ``MIN_SHARD_SAMPLES`` samples, up to ``SHARDS_PER_WORKER`` per worker; never
+    more than the samples."""
+    if workers <= 1:
+        return 1
+    more = min(SHARDS_PER_WORKER * workers, samples // MIN_SHARD_SAMPLES)
+    return max(1, min(samples, max(workers, more)))
 
 
 def split(n: int, shards: int) -> list[range]:
@@ -102,9 +209,12 @@ def split(n: int, shards: int) -> list[range]:
     return out
 
 
-def run_shard(job: _Job, shard: tuple[int, Sequence[SampleRef]]) -> ShardState:
-    """Calibrate one shard with the single-process runner (what a worker runs)."""
+def run_shard(job: _Job | _JobWire, shard: tuple[int, Sequence[SampleRef]]) -> ShardState:
+    """Calibrate one shard with the single-process runner (what a worker runs), with the
+    job this process prepared (:func:`prepared`)."""
     index, refs = shard
+    ready = prepared(job)
+    job = ready.job
     names = [v.name for v in job.model.graph.inputs]
 
     def feeds() -> Iterator[Any]:
@@ -123,6 +233,7 @@ def run_shard(job: _Job, shard: tuple[int, Sequence[SampleRef]]) -> ShardState:
         progress=False,
         channel_means=job.channel_means,
         stats=stats,
+        executor=ready.executor,
     )
     return ShardState(
         index=index,
@@ -361,15 +472,20 @@ def calibrate_sharded(
     stats: Sequence[Any] = (),
 ) -> CalibrationResult:
     """:func:`quanta.calibrate.runner.calibrate`, sharded over ``engine``: the same
-    result, bit for bit. ``shards`` defaults to the engine's worker count. ``stats``:
-    as calibrate's, with a ``merge`` that adds another shard's (exact) and a ``calls``
-    counter each shard starts at its first sample's index."""
+    result, bit for bit, for any ``shards``. ``shards`` defaults to
+    :func:`default_shards` (one per worker; up to ``SHARDS_PER_WORKER`` per worker for
+    large sample counts; one for one worker).
+    ``stats``: as calibrate's, with a ``merge`` that adds another shard's (exact) and a
+    ``calls`` counter each shard starts at its first sample's index."""
     from quanta.calibrate.readers import CalibrationDataError
 
     wanted = tuple(dict.fromkeys(tensors))
     refs = sample_refs(data, model.graph.inputs, preprocess=preprocess, limit=limit)
     if not refs:
         raise CalibrationDataError("calibration data is empty: no sample was read")
+    if shards is not None and (not isinstance(shards, int) or shards < 1):
+        raise ValueError(f"shards must be an integer >= 1, got {shards!r}")
+    runs = split(len(refs), shards or default_shards(engine.workers, len(refs)))
     job = _Job(
         model=model,
         tensors=wanted,
@@ -377,9 +493,8 @@ def calibrate_sharded(
         preprocess=preprocess,
         channel_means=dict(channel_means or {}),
         stats=tuple(stats),
-        starts=tuple(r.start for r in split(len(refs), shards or engine.workers)),
+        starts=tuple(r.start for r in runs),
     )
-    runs = split(len(refs), shards or engine.workers)
     items = [(i, [refs[k] for k in r]) for i, r in enumerate(runs)]
     t0 = time.perf_counter()
     shown = ShardProgress("calibrating", progress)

@@ -10,7 +10,8 @@ workers still run) and the list holds what ``on_result`` returns instead.
 - :class:`InProcessEngine`: the loop above (what the tests compare against);
 - :class:`LocalEngine`: ``workers`` processes on this machine (``concurrent.futures``);
 - :class:`RayEngine`: Ray tasks, one per item, on a running cluster (``address``) or on a
-  local one it starts and stops. A task whose worker process dies is re-run by Ray
+  local one it starts and stops. With more items than workers, Ray hands the items out
+  as workers free up (list scheduling, docs/scale.md eq. (S4)). A task whose worker process dies is re-run by Ray
   (``max_retries``); a shard's result is a pure function of its samples, so a re-run
   returns the same state and nothing is counted twice (only a finished task's result is
   ever merged).

@@ -138,15 +138,25 @@ def quantize(model_path, out, data, **kw) -> bytes:
 def test_sharded_file_is_byte_identical(model_path, tmp_path, method):
     data = feeds()
     want = quantize(model_path, tmp_path / "one.onnx", data, method=method)
-    for workers, seed in ((2, 0), (3, 1), (5, 2), (11, 3), (16, 4)):
+    # shards = workers (the default for few samples), more shards than workers, and fewer
+    for workers, shards, seed in (
+        (2, 2, 0),
+        (3, 3, 1),
+        (5, 5, 2),
+        (2, None, 3),
+        (16, None, 4),
+        (3, 7, 5),
+        (4, 2, 6),
+    ):
         got = quantize(
             model_path,
-            tmp_path / f"w{workers}.onnx",
+            tmp_path / f"w{workers}-{shards}.onnx",
             data,
             method=method,
             engine=ShuffledEngine(workers, seed),
+            shards=shards,
         )
-        assert got == want, (method, workers)
+        assert got == want, (method, workers, shards)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -259,6 +269,61 @@ def test_local_processes_give_the_same_file(model_path, tmp_path):
     assert got == want
 
 
+def test_default_shards_over_decompose_only_large_shards():
+    from quanta.scale import MIN_SHARD_SAMPLES, SHARDS_PER_WORKER, default_shards
+
+    assert SHARDS_PER_WORKER >= 1 and MIN_SHARD_SAMPLES >= 1
+    assert default_shards(1, 10**6) == 1  # one worker: one shard, the job's costs paid once
+    for workers in (2, 3, 8):
+        big = SHARDS_PER_WORKER * workers * MIN_SHARD_SAMPLES
+        assert default_shards(workers, 10 * big) == SHARDS_PER_WORKER * workers
+        assert default_shards(workers, big) == SHARDS_PER_WORKER * workers
+        assert default_shards(workers, big - 1) < SHARDS_PER_WORKER * workers  # a shard would be too small
+        for samples in (workers, 25 * workers, workers * MIN_SHARD_SAMPLES):
+            assert default_shards(workers, samples) == workers  # small shards: one per worker
+            assert samples // default_shards(workers, samples) >= 1
+        assert default_shards(workers, 1) == 1  # never an empty shard
+        n = 3 * workers * MIN_SHARD_SAMPLES
+        assert n // default_shards(workers, n) >= MIN_SHARD_SAMPLES
+
+
+def test_the_job_is_prepared_once_per_process_and_keyed_by_its_digest(model_path):
+    """A worker that runs several shards of a job builds the model and compiles its plan
+    once: the job as it travels (pickled) finds the prepared job by its digest; another
+    job (other tensors) gets its own; the cache keeps the last two; a shard's state is
+    the same with a cold and a warm cache."""
+    from quanta.calibrate import MinMaxObserver
+    from quanta.ir.onnx_io import load
+    from quanta.scale.calibrate import _PREPARED, _PREPARED_MAX, _Job, _JobWire, prepared, run_shard
+
+    model = load(str(model_path))
+    proto = {n: MinMaxObserver() for n in ("x", "c", "r", "y")}
+    job = _Job(model, ("x", "c", "r", "y"), proto, None, {"c": 1})
+    other = _Job(model, ("x", "c"), {n: proto[n] for n in ("x", "c")}, None, {})
+    item = (0, [("feed", f) for f in feeds(3)])
+    _PREPARED.clear()
+    cold = run_shard(job, item)
+    sent = pickle.loads(pickle.dumps(job))  # what a worker receives
+    assert isinstance(sent, _JobWire) and sent.digest == job.digest
+    first = prepared(sent)
+    assert prepared(pickle.loads(pickle.dumps(job))) is first  # reused, not rebuilt
+    assert prepared(job) is first and len(_PREPARED) == 1
+    assert first.job.model is not model  # built from the bytes: the caller may change its model
+    assert other.digest != job.digest
+    assert prepared(pickle.loads(pickle.dumps(other))) is not first
+    assert len(_PREPARED) == 2
+    warm = run_shard(sent, item)
+    assert {n: o.to_dict() for n, o in warm.observers.items()} == {
+        n: o.to_dict() for n, o in cold.observers.items()
+    }
+    assert warm.means["c"].to_dict() == cold.means["c"].to_dict() and warm.samples == cold.samples == 3
+    # bounded: a third job evicts the least recently used (``other``: ``job`` ran a shard since)
+    third = _Job(model, ("y",), {"y": proto["y"]}, None, {})
+    prepared(third)
+    assert len(_PREPARED) == _PREPARED_MAX and other.digest not in _PREPARED and job.digest in _PREPARED
+    _PREPARED.clear()
+
+
 def test_split_is_contiguous_balanced_and_never_empty():
     assert split(7, 3) == [range(0, 3), range(3, 5), range(5, 7)]
     assert split(2, 5) == [range(0, 1), range(1, 2)]
@@ -283,6 +348,10 @@ def test_cli_workers_give_the_same_file_and_bad_options_are_named(model_path, tm
     assert main(["quantize", str(model_path), "-o", str(one), "--calib", str(calib)]) == 0
     assert main(["quantize", str(model_path), "-o", str(three), "--calib", str(calib), "--workers", "3"]) == 0
     assert one.read_bytes() == three.read_bytes()
+    five = tmp_path / "five.onnx"
+    args = ["--calib", str(calib), "--engine", "local", "--workers", "2", "--shards", "5"]
+    assert main(["quantize", str(model_path), "-o", str(five), *args]) == 0
+    assert one.read_bytes() == five.read_bytes()
     capsys.readouterr()
     bad = tmp_path / "bad.onnx"
     assert (
@@ -291,6 +360,8 @@ def test_cli_workers_give_the_same_file_and_bad_options_are_named(model_path, tm
     assert "--address names a Ray cluster: use it with --engine ray" in capsys.readouterr().err
     assert main(["quantize", str(model_path), "-o", str(bad), "--calib", str(calib), "--workers", "0"]) == 2
     assert "--workers 0: expected an integer >= 1" in capsys.readouterr().err
+    assert main(["quantize", str(model_path), "-o", str(bad), "--calib", str(calib), "--shards", "0"]) == 2
+    assert "--shards 0: expected an integer >= 1" in capsys.readouterr().err
     assert not bad.exists()
 
 

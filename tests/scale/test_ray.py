@@ -58,6 +58,29 @@ def test_ray_file_is_byte_identical_for_several_worker_counts(cluster, model_pat
         assert out.read_bytes() == one.read_bytes(), workers
 
 
+@pytest.mark.parametrize("method", ["weighted_mse", "moving_average"])
+def test_ray_with_more_shards_than_workers_gives_the_same_file(cluster, model_path, tmp_path, method):
+    """Shards handed out to 2 workers as they free up (each worker runs several, with the
+    job it prepared once): byte for byte the in-process file, for 4 shards per worker
+    (SHARDS_PER_WORKER, what the default gives large sample counts) and an uneven count."""
+    data = feeds(11)
+    one = tmp_path / "one.onnx"
+    quanta.quantize_static(str(model_path), str(one), data, method=method, verbose=False)
+    for shards in (8, 5):
+        out = tmp_path / f"ray-{shards}.onnx"
+        quanta.quantize_static(
+            str(model_path),
+            str(out),
+            data,
+            method=method,
+            verbose=False,
+            engine="ray",
+            workers=2,
+            shards=shards,
+        )
+        assert out.read_bytes() == one.read_bytes(), shards
+
+
 class WaitToBeKilled(MinMaxObserver):
     """MinMax, except that the first worker to observe a value writes its pid and waits
     (for the test to SIGKILL it); a re-run finds the pid file and goes on."""
