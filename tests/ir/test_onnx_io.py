@@ -347,3 +347,38 @@ def test_a_graph_output_without_a_type_that_inference_cannot_type_is_named():
         ModelLoadError, match="graph output 'z' declares no type and shape inference gives it none"
     ):
         load_proto(_bare_output_model(custom=True))
+
+
+def test_to_proto_with_a_data_limit_writes_large_constants_as_typed_inputs():
+    """A proto for shape inference: the 7x17x3x3 weight (1071 elements) travels as a typed
+    input without data, the 4-element shape tensor keeps its data, and inference gives
+    the same shapes as from the full proto."""
+    rng = np.random.default_rng(2)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["c", "shape"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 17, 5, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(rng.standard_normal((7, 17, 3, 3)).astype(np.float32), "w"),
+            numpy_helper.from_array(np.array([0, 7, 45, 1], np.int64), "shape"),
+        ],
+    )
+    model = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    full, light = to_proto(model), to_proto(model, data_limit=1024)
+    assert [i.name for i in light.graph.initializer] == ["shape"]
+    w = next(i for i in light.graph.input if i.name == "w")
+    assert w.type.tensor_type.elem_type == TensorProto.FLOAT
+    assert [d.dim_value for d in w.type.tensor_type.shape.dim] == [7, 17, 3, 3]
+    assert light.ByteSize() < full.ByteSize() // 10
+    shapes = []
+    for proto in (full, light):
+        del proto.graph.value_info[:]
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+        y = next(o for o in inferred.graph.output if o.name == "y")
+        shapes.append([d.dim_param or d.dim_value for d in y.type.tensor_type.shape.dim])
+    assert shapes[0] == shapes[1] == ["N", 7, 45, 1]

@@ -25,8 +25,6 @@ is left as it is.
 
 from __future__ import annotations
 
-import numpy as np
-
 from quanta.ir.graph import Graph, Model
 from quanta.ir.types import TensorType
 from quanta.passes.manager import Pass, PassResult
@@ -57,32 +55,21 @@ def _more_specific(new: tuple | None, old: tuple | None) -> bool:
     return gained
 
 
-#: constants of more elements than this reach inference as typed inputs, not as data: a
-#: shape tensor is smaller, and the weights (97 MB in a ViT) would cost most of the time
+#: constants of more elements than this reach inference as typed inputs, not as data
+#: (``to_proto(data_limit=)``): a shape tensor is smaller, and writing the weights (97 MB
+#: in a ViT) would cost most of the time
 _DATA_LIMIT = 1024
 
 
 def _inferred_types(graph: Graph, opset_imports: dict[str, int]) -> dict[str, TensorType] | None:
     """The types onnx infers for ``graph`` written out without its declared value_info and
     with its large constants as typed inputs; None when it cannot."""
-    import onnx
-
     from quanta.ir.onnx_io import to_proto, value_info_types
     from quanta.ir.stand_ins import infer_through
 
     try:
-        proto = to_proto(Model(graph=graph, opset_imports=opset_imports))
+        proto = to_proto(Model(graph=graph, opset_imports=opset_imports), data_limit=_DATA_LIMIT)
         del proto.graph.value_info[:]
-        kept = []
-        for init in proto.graph.initializer:
-            if int(np.prod(init.dims, dtype=np.int64)) > _DATA_LIMIT:
-                proto.graph.input.append(
-                    onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
-                )
-            else:
-                kept.append(init)
-        del proto.graph.initializer[:]
-        proto.graph.initializer.extend(kept)
         inferred = infer_through(proto, strict_mode=False, data_prop=True)
     except Exception:
         return None
