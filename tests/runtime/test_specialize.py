@@ -245,6 +245,58 @@ def test_float_conv_specialized_is_the_generic_kernel(threads: int) -> None:
     assert all(t[1] is not plain[t[0]] for t in bound.steps)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize(
+    ("m", "c_shape", "attrs", "specialized"),
+    [
+        (1, (45,), {"alpha": 0.7, "beta": 1.3, "transB": 1}, True),  # an LSTM cell's row
+        (5, (), {"beta": -0.25}, True),  # a scalar C broadcast to every column
+        (3, None, {"transB": 1}, True),  # no C
+        (5, (1, 45), {}, True),  # C [1, N]: still a column bias
+        (3, (3, 45), {"beta": 0.5}, False),  # a full C: added after, the generic call
+        (3, (45,), {"transA": 1}, False),  # A transposed: the generic call copies it
+    ],
+)
+def test_float_gemm_specialized_is_the_generic_kernel(m, c_shape, attrs, specialized, relu, threads) -> None:
+    """A Gemm with a packed constant B is specialized to one positional matmul_f32 call
+    (float_gemm._gemm_specialized) that gives the generic native call's bytes, into the
+    arena when a Relu follows it and into a fresh array when it is the graph's output;
+    a full C or a transposed A keep the generic call."""
+    rng = np.random.default_rng(m * 7 + len(attrs))
+    k, n = 37, 45
+    a_shape = (k, m) if attrs.get("transA") else (m, k)
+    b_shape = (n, k) if attrs.get("transB") else (k, n)
+    inputs = ["a", "b"] if c_shape is None else ["a", "b", "c"]
+    inits = [_const("b", rng.normal(0, 1, b_shape).astype(np.float32))]
+    if c_shape is not None:
+        inits.append(_const("c", np.asarray(rng.normal(0, 1, c_shape), np.float32)))
+    nodes = [helper.make_node("Gemm", inputs, ["g" if relu else "y"], name="gemm", **attrs)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["g"], ["y"], name="relu"))
+    g = helper.make_graph(
+        nodes,
+        "gemm",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(proto, opts)
+    a, a2 = (rng.normal(0, 1, a_shape).astype(np.float32) for _ in range(2))
+    first = sess.run(None, {"a": a})[0]  # the measuring run: generic calls
+    # a fresh session's measuring run on a2: the generic call's bytes for it
+    want = quanta.InferenceSession(proto, opts).run(None, {"a": a2})[0]
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, {"a": a})[0], first)
+        np.testing.assert_array_equal(sess.run(None, {"a": a2})[0], want)
+    (bound,) = sess.executor.bound_runs().values()
+    plain = {t[0]: t[1] for t in sess.executor._plain}
+    assert (bound.steps[0][1] is not plain[0]) == specialized
+
+
 @pytest.mark.parametrize(
     ("shape", "sizes", "axis"),
     [((3, 7, 17), [2, 0, 5], 1), ((3, 7, 17), None, -1), ((1, 7, 17), [2, 0, 5], 1), ((1, 7, 17), None, 2)],

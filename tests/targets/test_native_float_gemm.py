@@ -454,7 +454,8 @@ def test_session_runs_small_plane_convolutions_as_pixel_rows(monkeypatch, k, row
     conv_f32, calls = _native.conv_f32, []
 
     def recording(*args, **kwargs):
-        calls.append(kwargs.get("rows", False))
+        # rows: conv_f32's 17th argument, by keyword or (a specialized call) by position
+        calls.append(kwargs.get("rows", args[16] if len(args) > 16 else False))
         return conv_f32(*args, **kwargs)
 
     monkeypatch.setattr(_native, "conv_f32", recording)
