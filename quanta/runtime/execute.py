@@ -613,22 +613,40 @@ def _direct(step: _StepTuple) -> _StepTuple:
     if call is None:
         return step
     reads = getattr(fn, "reads", None)
-    used = ins if reads is None else ins[:reads]
+    if reads is None:
+        used = ins
+    elif isinstance(reads, int):
+        used = ins[:reads]
+    else:  # the positions of the inputs it reads (an If with its constant operands bound)
+        used = tuple(ins[p] for p in reads)
     if not used:
         return step
     return (k, call, ctx, used, -len(used), out1, outs, frees, None)
 
 
 def _copy_out_of(arena: np.ndarray, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` whose results never share memory with ``arena`` (copied when they do)."""
+    """``fn`` whose results never share memory with ``arena`` (copied when they do); a
+    specialized ``fn``'s direct call (``fn.direct``, :func:`_direct`) stays direct, its
+    results checked the same way (an If or an LSTM cell that reads an arena value kept
+    its generic call: a list and a frame more per step)."""
 
-    def checked(ctx: Any, *args: Any, **kw: Any) -> Any:
-        res = fn(ctx, *args, **kw)
+    def fresh(res: Any) -> Any:
         if isinstance(res, (tuple, list)):
             return tuple(_fresh(r, arena) for r in res)
         return _fresh(res, arena)
 
+    def checked(ctx: Any, *args: Any, **kw: Any) -> Any:
+        return fresh(fn(ctx, *args, **kw))
+
     checked.__wrapped__ = fn  # type: ignore[attr-defined]
+    call = getattr(fn, "direct", None)
+    if call is not None:
+
+        def direct(*args: Any) -> Any:
+            return fresh(call(*args))
+
+        checked.direct = direct  # type: ignore[attr-defined]
+        checked.reads = getattr(fn, "reads", None)  # type: ignore[attr-defined]
     return checked
 
 
