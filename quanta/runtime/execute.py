@@ -225,9 +225,19 @@ class Executor(Executable):
                         ]
                     )
                 bound = self._bound.get(signature)
-                if bound is not None and bound.arena is None and len(self._bound) == 1:
-                    self._run_fast(vals, bound.fast(vals), bound.guards)
-                    return _outputs(vals, self._call_outputs)
+                if bound is not None and len(self._bound) == 1:
+                    if bound.arena is None:
+                        self._run_fast(vals, bound.fast(vals), bound.guards)
+                        return _outputs(vals, self._call_outputs)
+                    # with its arena (a body whose steps write into one): what _run_slots
+                    # does, without finding the signature and the loop again (~2 us of
+                    # a Silero VAD window's 16 kHz branch)
+                    if bound.lock.acquire(blocking=False):
+                        try:
+                            self._run_fast(vals, bound.fast(vals), bound.guards)
+                            return _arena_outputs(vals, self._call_outputs, bound.arena)
+                        finally:
+                            bound.lock.release()
             return self._run_slots(vals, self._call_outputs, None)
         token = set_observer(on_value)
         try:
@@ -258,14 +268,7 @@ class Executor(Executable):
             return _outputs(vals, out_slots)
         try:
             self._run_bound(vals, bound, on_value)
-            arena = bound.arena
-            outs = []
-            for k in out_slots:
-                arr = vals[k]
-                if isinstance(arr, np.ndarray) and np.may_share_memory(arr, arena):
-                    arr = arr.copy()
-                outs.append(arr)
-            return outs
+            return _arena_outputs(vals, out_slots, bound.arena)
         finally:
             bound.lock.release()
 
@@ -583,6 +586,17 @@ def _outputs(vals: list[Any], out_slots: list[int]) -> list[Any]:
     """The graph outputs; a read-only one (a view of a recorded signature-static value or
     of a constant) is copied, so the caller may write into what it gets."""
     return [_writeable(vals[k]) for k in out_slots]
+
+
+def _arena_outputs(vals: list[Any], out_slots: list[int], arena: np.ndarray) -> list[Any]:
+    """The graph outputs of a run with ``arena``: one that shares it is copied."""
+    outs = []
+    for k in out_slots:
+        arr = vals[k]
+        if isinstance(arr, np.ndarray) and np.may_share_memory(arr, arena):
+            arr = arr.copy()
+        outs.append(arr)
+    return outs
 
 
 def _writeable(arr: Any) -> Any:

@@ -186,6 +186,8 @@ def test_pad_specialized_is_the_twin(mode: str, pads: list[int], axes: list[int]
     [
         ("ReduceMean", [1, 2], 0, True),  # trailing axes: the rows are x itself
         ("ReduceL2", [-1], 1, True),
+        ("ReduceSum", [-1], 0, True),  # no post-step
+        ("ReduceLogSumExp", [1, 2], 1, True),  # a row op of its own (not the rows kernel alone)
         ("ReduceSum", [0, 2], 1, False),  # a transposed copy first: the generic call
         ("ReduceL1", [2], 1, False),  # a pre-step (|x|): the generic call
     ],
@@ -295,6 +297,41 @@ def test_float_gemm_specialized_is_the_generic_kernel(m, c_shape, attrs, special
     (bound,) = sess.executor.bound_runs().values()
     plain = {t[0]: t[1] for t in sess.executor._plain}
     assert (bound.steps[0][1] is not plain[0]) == specialized
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize(
+    ("shapes", "axis"), [([(1, 1, 5), (1, 1, 5)], 0), ([(3, 2, 7), (3, 5, 7), (3, 1, 7)], -2)]
+)
+def test_concat_specialized_is_the_twin(shapes: list[tuple[int, ...]], axis: int, relu: bool) -> None:
+    """Concat of one signature calls np.concatenate directly: the twin's bytes, into the
+    arena when a Relu reads it and into a fresh array when it is the graph's output (an
+    LSTM state's two rows stacked)."""
+    rng = np.random.default_rng(len(shapes) + axis)
+    names = [f"x{k}" for k in range(len(shapes))]
+    nodes = [helper.make_node("Concat", names, ["c" if relu else "y"], name="cat", axis=axis)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"], name="relu"))
+    g = helper.make_graph(
+        nodes,
+        "cat",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(sh)) for n, sh in zip(names, shapes)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    ref = quanta.InferenceSession(proto, backend="reference")
+    sess = quanta.InferenceSession(proto)
+    kept = []
+    for _ in range(3):
+        feeds = {n: rng.normal(0, 3, sh).astype(np.float32) for n, sh in zip(names, shapes)}
+        want, got = ref.run(None, feeds)[0], sess.run(None, feeds)[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        kept.append((got, want))
+    for got, want in kept:  # a later run did not write into an earlier result
+        np.testing.assert_array_equal(got, want)
+    (bound,) = sess.executor.bound_runs().values()
+    assert bound.steps[0][1] is not sess.executor._plain[0][1]
 
 
 @pytest.mark.parametrize(
