@@ -347,12 +347,11 @@ def _conv_specialized(
         return None  # a bias computed at run time
     bias_c = sig.consts[2] if len(sig.consts) > 2 else None
     bias = None if bias_c is None else _f32(bias_c)
-    x4_shape, args, y_shape, y4_shape = call
+    x4_shape, args, y_shape, _ = call
     threads = step_threads(sig, math.prod(y_shape) * math.prod(wshape[1:]), SMALL_MACS)
-    conv, m, out = _native.conv_f32, wshape[0], sig.out
+    m, out = wshape[0], sig.out
     lo, hi = clamp
     pk, pp = post
-    out4 = None if out is None else out.reshape(y4_shape)
     # A convolution on a small plane runs with its pixels as the GEMM's rows when that
     # fills more lanes (sgemm.h kPointwiseRows, kIm2colRows; the same bytes): its weights
     # packed once more, for this shape.
@@ -367,23 +366,13 @@ def _conv_specialized(
         _native.conv_pack_f32(_f32(w_const).reshape(wshape[0], -1, 1, 1), 1, rows=True) if rows else packed
     )
 
-    # conv_f32's arguments after x, by position: pybind11 matches each keyword argument
-    # by name (~1.2 us for the seven of this call, as long as a 12K-MAC convolution)
-    head = (w_run, bias, m, *args, group, lo, hi, threads)
-    if out is not None:
-        tail = (*head, out4, pk, pp, rows)
-
-        def run(x: np.ndarray, *rest: Any) -> np.ndarray:
-            conv(x.reshape(x4_shape), *tail)
-            return out
-
-    else:
-
-        def run(x: np.ndarray, *rest: Any) -> np.ndarray:
-            y = np.empty(y_shape, F32)
-            conv(x.reshape(x4_shape), *head, y.reshape(y4_shape), pk, pp, rows)
-            return y
-
+    # conv_f32 with everything but x bound once (sgemm's ConvF32Call: conv_f32's own
+    # call, its bytes), which the fast loop calls directly: no Python frame, no reshapes,
+    # no argument parsing (conv_f32's seventeen arguments cost ~1 us, as long as a
+    # 12K-MAC convolution)
+    conv = _native.ConvF32Call(
+        shape, x4_shape, y_shape, w_run, bias, m, *args, group, lo, hi, threads, out, pk, pp, rows
+    )
     generic_attrs = {
         "packed": packed,
         "wshape": wshape,
@@ -393,7 +382,9 @@ def _conv_specialized(
         "post": post,
         **attrs,
     }
-    return guarded(run, generic, generic_attrs, out, reads=1)
+    run = guarded(lambda x, *rest: conv(x), generic, generic_attrs, out, reads=1)
+    run.direct = conv  # type: ignore[attr-defined]  # reads x alone (reads=1)
+    return run
 
 
 # --------------------------------------------------------------------------------------
