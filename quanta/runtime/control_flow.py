@@ -44,7 +44,7 @@ import onnx
 
 from quanta.ir.graph import Model, Node, Value
 from quanta.ir.types import TensorType, elem_from_numpy
-from quanta.targets.base import Kernel, Target, TargetError
+from quanta.targets.base import Kernel, Specialization, Target, TargetError
 
 if TYPE_CHECKING:
     from quanta.runtime.execute import Executor
@@ -295,6 +295,8 @@ def control_flow_kernel(
     impl = "native" if target.name == "native" else target.name
     kernel = Kernel(fn, impl, f"{target.name}:{op}(compiled bodies)")
     kernel.bodies = bodies
+    if op == "If":
+        kernel.specialize = _if_specializer(fn.branch)  # type: ignore[attr-defined]
     return kernel
 
 
@@ -302,8 +304,7 @@ def control_flow_kernel(
 
 
 def _if_kernel(then_body: Body, else_body: Body, n_own: int) -> Callable[..., Any]:
-    def run_if(ctx: Any, cond: np.ndarray, *outer: Any, **attrs: Any) -> tuple[Any, ...]:
-        del ctx, attrs  # unused: the branches are compiled
+    def run_branch(cond: Any, outer: Sequence[Any]) -> tuple[Any, ...]:
         try:
             taken = bool(cond)  # an array of one element, of any rank
         except (TypeError, ValueError):
@@ -312,8 +313,52 @@ def _if_kernel(then_body: Body, else_body: Body, n_own: int) -> Callable[..., An
             raise ValueError("If: the condition is missing")
         return tuple((then_body if taken else else_body).run((), outer))
 
+    def run_if(ctx: Any, cond: np.ndarray, *outer: Any, **attrs: Any) -> tuple[Any, ...]:
+        del ctx, attrs  # unused: the branches are compiled
+        return run_branch(cond, outer)
+
     del n_own  # If has one own input, the condition
+    run_if.branch = run_branch  # type: ignore[attr-defined]
     return run_if
+
+
+def _if_specializer(branch: Callable[[Any, Sequence[Any]], tuple[Any, ...]]) -> Callable[..., Any]:
+    """The If's ``Kernel.specialize`` hook (``branch``: its kernel's ``run_branch``)."""
+
+    def specialize(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+        """The If of one signature with its constant outer values bound in: a direct
+        call (quanta.runtime.execute ``_direct``) that reads the condition and the
+        values computed at run time only. An If passes every outer value either branch
+        reads (Silero VAD's 16 kHz branch reads the window and the state, its 8 kHz one
+        42 weights more), and the generic step gathered all of them into a list and an
+        argument tuple per run. Bound: the values that are the same on every run of the
+        signature (``sig.consts``), which the generic call would pass."""
+        del attrs  # the branches are compiled
+        consts = sig.consts
+        if not consts or consts[0] is not None:
+            return None  # a constant condition: the plan inlines such Ifs
+        reads = tuple(i for i, c in enumerate(consts) if c is None)
+        if len(reads) == len(consts):
+            return None  # nothing to bind: the generic call is as short
+        template = list(consts[1:])
+        places = tuple(i - 1 for i in reads[1:])
+
+        def call(cond: Any, *values: Any) -> tuple[Any, ...]:
+            outer = template.copy()
+            for p, v in zip(places, values):
+                outer[p] = v
+            return branch(cond, outer)
+
+        def run(ctx: Any, *inputs: Any) -> tuple[Any, ...]:
+            del ctx  # unused
+            return call(*[inputs[i] for i in reads])
+
+        run.direct = call  # type: ignore[attr-defined]
+        run.reads = reads  # type: ignore[attr-defined]
+        return run
+
+    specialize.shape_free = True  # type: ignore[attr-defined]  # it reads no shape
+    return specialize
 
 
 # -- Loop -------------------------------------------------------------------------------

@@ -411,6 +411,12 @@ IM2COL_ROWS_CASES = [
     (1, 3, 10, 12, 160, 3, 3, (1, 1), (2, 2), (1, 2, 0, 1), (0, [])),
     (1, 8, 5, 21, 160, 1, 3, (1, 1), (1, 1), (0, 1, 0, 1), (3, [0.2, 0.5])),
     (1, 5, 14, 14, 256, 2, 2, (2, 2), (1, 1), (0, 0, 1, 1), (0, [])),
+    # one output pixel, one row: Silero VAD's last k3 layers on one frame (stride 1 and 2),
+    # a padded 3x3 on 1x1 planes of two images, a valid 3x3 with K = 2700 past its K blocks
+    (1, 64, 1, 1, 128, 1, 3, (1, 1), (1, 1), (0, 1, 0, 1), (0, [])),
+    (1, 64, 1, 2, 64, 1, 3, (1, 2), (1, 1), (0, 1, 0, 1), (0, [])),
+    (2, 9, 1, 1, 40, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), (1, [])),
+    (1, 300, 3, 3, 33, 3, 3, (1, 1), (1, 1), (0, 0, 0, 0), (2, [])),
 ]
 
 
@@ -424,6 +430,80 @@ def test_conv_im2col_pixel_rows_give_the_implicit_gemm_bytes(
     rng = np.random.default_rng(c * m + h * w)
     x, wt, bias = normal(rng, n, c, h, w), normal(rng, m, c, kh, kw), normal(rng, m)
     check_rows_path(x, wt, bias, strides, dilations, pads, post, "im2col_rows")
+
+
+# (x shape as given, x4 shape, M, group, kh, kw, strides, pads, rows, post): a 1-D layer on
+# 4 frames and on 1 frame (Silero VAD), a strided 1-D STFT, pointwise, pointwise as pixel
+# rows, a depthwise 3x3, a grouped 3x3 with SiLU, im2col as pixel rows with HardSigmoid
+CONV_CALL_CASES = [
+    ((1, 129, 4), (1, 129, 1, 4), 128, 1, 1, 3, (1, 1), (0, 1, 0, 1), True, (0, [])),
+    ((1, 64, 1), (1, 64, 1, 1), 128, 1, 1, 3, (1, 1), (0, 1, 0, 1), True, (0, [])),
+    ((1, 1, 640), (1, 1, 1, 640), 34, 1, 1, 256, (1, 128), (0, 0, 0, 0), False, (0, [])),
+    ((2, 7, 5, 9), (2, 7, 5, 9), 24, 1, 1, 1, (1, 1), (0, 0, 0, 0), False, (0, [])),
+    ((1, 17, 7, 7), (1, 17, 7, 7), 48, 1, 1, 1, (1, 1), (0, 0, 0, 0), True, (2, [])),
+    ((1, 16, 9, 11), (1, 16, 9, 11), 16, 16, 3, 3, (2, 2), (1, 1, 1, 1), False, (0, [])),
+    ((1, 12, 6, 13), (1, 12, 6, 13), 20, 4, 3, 3, (1, 1), (1, 0, 2, 1), False, (1, [])),
+    ((1, 9, 5, 5), (1, 9, 5, 5), 64, 1, 3, 3, (1, 1), (1, 1, 1, 1), True, (3, [0.2, 0.5])),
+]
+
+
+@pytest.mark.parametrize("x_shape,x4_shape,m,group,kh,kw,strides,pads,rows,post", CONV_CALL_CASES)
+def test_conv_call_is_conv_f32(x_shape, x4_shape, m, group, kh, kw, strides, pads, rows, post) -> None:
+    """ConvF32Call (conv_f32 with every argument but x bound once, the executor's
+    specialized Conv step) gives conv_f32's bytes on every path, ISA and thread count: into
+    a new array of y_shape each call, or into the bound out, which it returns."""
+    rng = np.random.default_rng(m * kw + group)
+    x = normal(rng, *x_shape)
+    w = normal(rng, m, x4_shape[1] // group, kh, kw)
+    bias = normal(rng, m)
+    wp = _native.conv_pack_f32(w, group, rows=rows)
+    geometry = (m, kh, kw, list(strides), [1, 1], list(pads), group)
+    assert _native.conv_path_f32(x.reshape(x4_shape), *geometry, rows=rows).endswith("rows") == rows
+
+    def run(isa: str) -> None:
+        for threads in (1, 2):
+            extra = (-1.5, 2.75, threads)
+            want = _native.conv_f32(x.reshape(x4_shape), wp, bias, *geometry, *extra, None, *post, rows)
+            y_shape = (*x_shape[:1], m, *want.shape[2:]) if len(x_shape) == 4 else (1, m, want.shape[-1])
+            fresh = _native.ConvF32Call(
+                x_shape, x4_shape, y_shape, wp, bias, *geometry, *extra, None, *post, rows
+            )
+            y1, y2 = fresh(x), fresh(x)
+            assert y1.shape == y_shape and y1 is not y2
+            assert y1.tobytes() == want.tobytes() and y2.tobytes() == want.tobytes(), (isa, threads)
+            out = np.full(y_shape, np.nan, F32)
+            into = _native.ConvF32Call(
+                x_shape, x4_shape, y_shape, wp, bias, *geometry, *extra, out, *post, rows
+            )
+            assert into(x) is out and out.tobytes() == want.tobytes(), (isa, threads)
+
+    every_isa(run)
+
+
+def test_conv_call_refuses_what_conv_f32_refuses() -> None:
+    """Bound arguments are checked once, as conv_f32 checks them; a call checks x (the
+    executor hands a ValueError to the generic kernel)."""
+    w = _native.conv_pack_f32(np.ones((6, 4, 1, 3), F32), 1)
+    args = (w, None, 6, 1, 3, [1, 1], [1, 1], [0, 1, 0, 1], 1)
+    call = _native.ConvF32Call((1, 4, 5), (1, 4, 1, 5), (1, 6, 5), *args)
+    want = _native.conv_f32(np.ones((1, 4, 1, 5), F32), *args)
+    assert call(np.ones((1, 4, 5), F32)).tobytes() == want.tobytes()
+    with pytest.raises(ValueError, match=r"x: expected shape \(1, 4, 5\)"):
+        call(np.ones((1, 4, 1, 5), F32))
+    with pytest.raises(ValueError, match="x: expected dtype float32"):
+        call(np.ones((1, 4, 5), np.float64))
+    with pytest.raises(ValueError, match="x: expected a C-contiguous array"):
+        call(np.ones((1, 5, 4), F32).transpose(0, 2, 1))
+    with pytest.raises(ValueError, match="w_packed: expected"):
+        _native.ConvF32Call(
+            (1, 4, 5), (1, 4, 1, 5), (1, 12, 5), w, None, 12, 1, 3, [1, 1], [1, 1], [0, 1, 0, 1], 1
+        )
+    with pytest.raises(ValueError, match="y_shape: expected 30 elements"):
+        _native.ConvF32Call((1, 4, 5), (1, 4, 1, 5), (1, 6, 4), *args)
+    with pytest.raises(ValueError, match="differ in size"):
+        _native.ConvF32Call((1, 4, 6), (1, 4, 1, 5), (1, 6, 5), *args)
+    with pytest.raises(ValueError, match="out: expected shape"):
+        _native.ConvF32Call((1, 4, 5), (1, 4, 1, 5), (1, 6, 5), *args, out=np.empty((1, 6, 1, 5), F32))
 
 
 def test_conv_refuses_bad_arguments() -> None:

@@ -484,3 +484,74 @@ def test_a_passthrough_branch_returns_its_argument_without_a_plan_run(backend):
     (y,) = sess.executor.run({"x": -np.abs(x)}, ["y"], on_value=lambda n, a: seen.setdefault(n, a.copy()))
     assert "branch/else_branch/e_out" in seen  # an observed run still runs the body's plan
     np.testing.assert_array_equal(y, np.zeros_like(x))
+
+
+def _if_step(sess):
+    """The If's step in the fast loop of the session's one bound signature."""
+    (bound,) = sess.executor.bound_runs().values()
+    (k,) = [s.index for s in sess.plan.steps if s.op_type == "If"]
+    steps = bound.direct_steps if bound.direct_steps is not None else bound.make_direct()
+    (step,) = [t for t in steps if t[0] == k]
+    return sess.plan.steps[k], step, bound
+
+
+@pytest.mark.parametrize("backend", ["reference", "native"])
+def test_if_binds_its_constant_outer_values_into_a_direct_call(backend):
+    """The If passes W, b (then) and s (else) from the outer graph on every run; bound per
+    signature (control_flow._if_specializer), the fast loop's call reads the condition and
+    x only, and either branch gives the bytes of the generic call (a fresh session's
+    measuring run)."""
+    proto = if_model()
+    sess = InferenceSession(proto.SerializeToString(), backend=backend)
+    rng = np.random.default_rng(11)
+    x = np.abs(rng.standard_normal((3, 5)).astype(np.float32))
+    for sign in (1, -1, -1, 1, -1):  # the measuring run, then bound runs of both branches
+        feed = {"x": x * sign}
+        (want,) = _run(proto, feed, backend)
+        (got,) = sess.run(None, feed)
+        assert got.tobytes() == want.tobytes() and got.shape == want.shape, sign
+        x = x + np.float32(0.25)
+    plan_step, step, _ = _if_step(sess)
+    _, _, _, ins, n_in, *_ = step
+    cond, x_slot = plan_step.inputs[0], sess.plan.inputs["x"]
+    assert n_in == -2 and ins == (cond, x_slot), (n_in, ins, plan_step.inputs)
+
+
+def test_a_branch_returning_an_arena_value_hands_out_a_copy():
+    """else returns r = Relu(x), which lives in the outer arena; the If reads r, so its
+    results are copied out of the arena when they share it, and that check stays on its
+    direct call: a result kept from one run is not overwritten by the next."""
+    then_g = helper.make_graph(
+        [helper.make_node("Mul", ["r", "s"], ["t_out"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t_out", F, [3, 5])],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Identity", ["r"], ["e_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e_out", F, [3, 5])],
+    )
+    proto = _model(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+            helper.make_node("Greater", ["total", "zero"], ["cond"]),
+            helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then_g, else_branch=else_g),
+        ],
+        [helper.make_tensor_value_info("x", F, [3, 5])],
+        [helper.make_tensor_value_info("y", F, [3, 5])],
+        [numpy_helper.from_array(np.float32(0.0), "zero"), numpy_helper.from_array(np.float32(3.0), "s")],
+    )
+    sess = InferenceSession(proto.SerializeToString(), backend="native")
+    x = np.random.default_rng(2).standard_normal((3, 5)).astype(np.float32)
+    x[0] = -9.0  # a negative sum: the else branch
+    sess.run(None, {"x": x})  # the measuring run
+    kept = [sess.run(None, {"x": x + np.float32(k)})[0] for k in (0, -1)]
+    sess.run(None, {"x": x - np.float32(2)})
+    for k, y in zip((0, -1), kept):
+        np.testing.assert_array_equal(y, np.maximum(x + np.float32(k), 0))
+    _, step, bound = _if_step(sess)
+    assert step[4] < 0, "the If's call is direct"
+    assert bound.arena is not None and not any(np.may_share_memory(y, bound.arena) for y in kept)

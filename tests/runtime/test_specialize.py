@@ -186,6 +186,8 @@ def test_pad_specialized_is_the_twin(mode: str, pads: list[int], axes: list[int]
     [
         ("ReduceMean", [1, 2], 0, True),  # trailing axes: the rows are x itself
         ("ReduceL2", [-1], 1, True),
+        ("ReduceSum", [-1], 0, True),  # no post-step
+        ("ReduceLogSumExp", [1, 2], 1, True),  # a row op of its own (not the rows kernel alone)
         ("ReduceSum", [0, 2], 1, False),  # a transposed copy first: the generic call
         ("ReduceL1", [2], 1, False),  # a pre-step (|x|): the generic call
     ],
@@ -243,6 +245,93 @@ def test_float_conv_specialized_is_the_generic_kernel(threads: int) -> None:
     (bound,) = sess.executor.bound_runs().values()
     plain = {t[0]: t[1] for t in sess.executor._plain}
     assert all(t[1] is not plain[t[0]] for t in bound.steps)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize(
+    ("m", "c_shape", "attrs", "specialized"),
+    [
+        (1, (45,), {"alpha": 0.7, "beta": 1.3, "transB": 1}, True),  # an LSTM cell's row
+        (5, (), {"beta": -0.25}, True),  # a scalar C broadcast to every column
+        (3, None, {"transB": 1}, True),  # no C
+        (5, (1, 45), {}, True),  # C [1, N]: still a column bias
+        (3, (3, 45), {"beta": 0.5}, False),  # a full C: added after, the generic call
+        (3, (45,), {"transA": 1}, False),  # A transposed: the generic call copies it
+    ],
+)
+def test_float_gemm_specialized_is_the_generic_kernel(m, c_shape, attrs, specialized, relu, threads) -> None:
+    """A Gemm with a packed constant B is specialized to one positional matmul_f32 call
+    (float_gemm._gemm_specialized) that gives the generic native call's bytes, into the
+    arena when a Relu follows it and into a fresh array when it is the graph's output;
+    a full C or a transposed A keep the generic call."""
+    rng = np.random.default_rng(m * 7 + len(attrs))
+    k, n = 37, 45
+    a_shape = (k, m) if attrs.get("transA") else (m, k)
+    b_shape = (n, k) if attrs.get("transB") else (k, n)
+    inputs = ["a", "b"] if c_shape is None else ["a", "b", "c"]
+    inits = [_const("b", rng.normal(0, 1, b_shape).astype(np.float32))]
+    if c_shape is not None:
+        inits.append(_const("c", np.asarray(rng.normal(0, 1, c_shape), np.float32)))
+    nodes = [helper.make_node("Gemm", inputs, ["g" if relu else "y"], name="gemm", **attrs)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["g"], ["y"], name="relu"))
+    g = helper.make_graph(
+        nodes,
+        "gemm",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(proto, opts)
+    a, a2 = (rng.normal(0, 1, a_shape).astype(np.float32) for _ in range(2))
+    first = sess.run(None, {"a": a})[0]  # the measuring run: generic calls
+    # a fresh session's measuring run on a2: the generic call's bytes for it
+    want = quanta.InferenceSession(proto, opts).run(None, {"a": a2})[0]
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, {"a": a})[0], first)
+        np.testing.assert_array_equal(sess.run(None, {"a": a2})[0], want)
+    (bound,) = sess.executor.bound_runs().values()
+    plain = {t[0]: t[1] for t in sess.executor._plain}
+    assert (bound.steps[0][1] is not plain[0]) == specialized
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize(
+    ("shapes", "axis"), [([(1, 1, 5), (1, 1, 5)], 0), ([(3, 2, 7), (3, 5, 7), (3, 1, 7)], -2)]
+)
+def test_concat_specialized_is_the_twin(shapes: list[tuple[int, ...]], axis: int, relu: bool) -> None:
+    """Concat of one signature calls np.concatenate directly: the twin's bytes, into the
+    arena when a Relu reads it and into a fresh array when it is the graph's output (an
+    LSTM state's two rows stacked)."""
+    rng = np.random.default_rng(len(shapes) + axis)
+    names = [f"x{k}" for k in range(len(shapes))]
+    nodes = [helper.make_node("Concat", names, ["c" if relu else "y"], name="cat", axis=axis)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"], name="relu"))
+    g = helper.make_graph(
+        nodes,
+        "cat",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(sh)) for n, sh in zip(names, shapes)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    ref = quanta.InferenceSession(proto, backend="reference")
+    sess = quanta.InferenceSession(proto)
+    kept = []
+    for _ in range(3):
+        feeds = {n: rng.normal(0, 3, sh).astype(np.float32) for n, sh in zip(names, shapes)}
+        want, got = ref.run(None, feeds)[0], sess.run(None, feeds)[0]
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+        kept.append((got, want))
+    for got, want in kept:  # a later run did not write into an earlier result
+        np.testing.assert_array_equal(got, want)
+    (bound,) = sess.executor.bound_runs().values()
+    assert bound.steps[0][1] is not sess.executor._plain[0][1]
 
 
 @pytest.mark.parametrize(

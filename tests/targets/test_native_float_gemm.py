@@ -451,13 +451,23 @@ def test_session_runs_small_plane_convolutions_as_pixel_rows(monkeypatch, k, row
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     packed = _native.conv_pack_f32(wt, 1)
-    conv_f32, calls = _native.conv_f32, []
+    conv_f32, conv_call, calls = _native.conv_f32, _native.ConvF32Call, []
 
     def recording(*args, **kwargs):
         calls.append(kwargs.get("rows", False))
         return conv_f32(*args, **kwargs)
 
+    def recording_call(*args):  # a specialized step: conv_f32 bound once, rows its last argument
+        bound = conv_call(*args)
+
+        def call(x):
+            calls.append(args[-1])
+            return bound(x)
+
+        return call
+
     monkeypatch.setattr(_native, "conv_f32", recording)
+    monkeypatch.setattr(_native, "ConvF32Call", recording_call)
     for hw in (7, 40):
         x = rng.standard_normal((1, 17, hw, hw)).astype(F32)
         geometry = (256, k, k, [1, 1], [1, 1], pads, 1)

@@ -19,14 +19,18 @@
 //   conv_f32(x: f32 [N, C, H, W], w_packed, bias | None, m, kh, kw, strides, dilations,
 //            pads (t, l, b, r), group, lo=-inf, hi=inf, num_threads=1, out=None, rows=False) -> y
 //       rows: w_packed is the rows packing; the geometry must take a rows path
+//   ConvF32Call(x_shape, x4_shape, y_shape, w_packed, bias, m, ...conv_f32's other arguments...)
+//       (x) -> y: conv_f32 of one x shape (x4_shape as [N, C, H, W]) with the rest bound once
 //   conv_path_f32(...same geometry..., rows=False) -> "pointwise" | "pointwise_rows" | "im2col" |
 //       "im2col_rows" | "depthwise"
 //   col2im_f32(cols: f32 [N, M·kh·kw, H, W], m, kh, kw, strides, dilations, begin (t, l),
 //              out_hw, bias=None, lo=-inf, hi=inf, num_threads=1, out=None) -> y [N, M, oh, ow]
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -269,18 +273,18 @@ Arr conv_pack(const py::handle& w_obj, int64_t group, bool rows) {
   return out;
 }
 
-sgemm::ConvGeom geometry(const py::array& x, int64_t m, int64_t kh, int64_t kw, const std::vector<int64_t>& strides,
+sgemm::ConvGeom geometry(const Shape& x_shape, int64_t m, int64_t kh, int64_t kw, const std::vector<int64_t>& strides,
                          const std::vector<int64_t>& dilations, const std::vector<int64_t>& pads, int64_t group) {
   const std::string op = "conv_f32";
-  if (x.ndim() != 4) throw py::value_error(op + ": x: expected [N, C, H, W], got " + shape_str(shape_of(x)));
+  if (x_shape.size() != 4) throw py::value_error(op + ": x: expected [N, C, H, W], got " + shape_str(x_shape));
   if (strides.size() != 2 || dilations.size() != 2 || pads.size() != 4) {
     throw py::value_error(op + ": expected 2 strides, 2 dilations and 4 pads (top, left, bottom, right)");
   }
   sgemm::ConvGeom g;
-  g.n = x.shape(0);
-  g.c = x.shape(1);
-  g.h = x.shape(2);
-  g.w = x.shape(3);
+  g.n = x_shape[0];
+  g.c = x_shape[1];
+  g.h = x_shape[2];
+  g.w = x_shape[3];
   g.m = m;
   g.g = group;
   g.kh = kh;
@@ -327,21 +331,15 @@ sgemm::PostOp post_op_arg(int kind, const std::vector<float>& params, const std:
 
 namespace {
 
-py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::object& bias_obj, int64_t m, int64_t kh,
-                   int64_t kw, const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
-                   const std::vector<int64_t>& pads, int64_t group, float lo, float hi, int num_threads,
-                   const py::object& out_obj, int post_kind, const std::vector<float>& post_params, bool rows) {
+// The path of a convolution and its packed weights, checked against each other.
+sgemm::ConvPath checked_path(const sgemm::ConvGeom& g, const py::array& w, bool rows) {
   const std::string op = "conv_f32";
-  const sgemm::PostOp post = post_op_arg(post_kind, post_params, op);
-  check_threads(num_threads, op);
-  auto x = require_array<float>(x_obj, "conv_f32: x");
-  auto w = require_array<float>(w_obj, "conv_f32: w_packed");
-  const sgemm::ConvGeom g = geometry(x, m, kh, kw, strides, dilations, pads, group);
   const sgemm::ConvPath path = sgemm::conv_path(g, rows);
   const bool rows_path = path == sgemm::ConvPath::kPointwiseRows || path == sgemm::ConvPath::kIm2colRows;
   if (rows && !rows_path) {
     throw py::value_error(op + ": rows: weights packed for the pixels-as-rows path, but this geometry takes another");
   }
+  const int64_t m = g.m, group = g.g, kh = g.kh, kw = g.kw;
   const int64_t cg = g.c / group, mg = m / group;
   const int64_t expect = path == sgemm::ConvPath::kDepthwise ? m * kh * kw
                          : rows_path                         ? sgemm::packed_b_size(cg * kh * kw, m)
@@ -351,13 +349,30 @@ py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::o
                           " floats for M = " + std::to_string(m) + ", C/G = " + std::to_string(cg) + ", kernel " +
                           std::to_string(kh) + "x" + std::to_string(kw) + ", got " + std::to_string(w.size()));
   }
-  const float* bias_ptr = nullptr;
+  return path;
+}
+
+// The optional bias of M output channels, checked, kept alive in *hold.
+const float* conv_bias(const py::object& bias_obj, int64_t m, Arr* hold) {
+  if (bias_obj.is_none()) return nullptr;
+  *hold = require_array<float>(bias_obj, "conv_f32: bias");
+  if (hold->size() != m) throw py::value_error("conv_f32: bias: expected " + std::to_string(m) + " floats");
+  return hold->data();
+}
+
+py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::object& bias_obj, int64_t m, int64_t kh,
+                   int64_t kw, const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations,
+                   const std::vector<int64_t>& pads, int64_t group, float lo, float hi, int num_threads,
+                   const py::object& out_obj, int post_kind, const std::vector<float>& post_params, bool rows) {
+  const std::string op = "conv_f32";
+  const sgemm::PostOp post = post_op_arg(post_kind, post_params, op);
+  check_threads(num_threads, op);
+  auto x = require_array<float>(x_obj, "conv_f32: x");
+  auto w = require_array<float>(w_obj, "conv_f32: w_packed");
+  const sgemm::ConvGeom g = geometry(shape_of(x), m, kh, kw, strides, dilations, pads, group);
+  const sgemm::ConvPath path = checked_path(g, w, rows);
   Arr bias;
-  if (!bias_obj.is_none()) {
-    bias = require_array<float>(bias_obj, "conv_f32: bias");
-    if (bias.size() != m) throw py::value_error(op + ": bias: expected " + std::to_string(m) + " floats");
-    bias_ptr = bias.data();
-  }
+  const float* bias_ptr = conv_bias(bias_obj, m, &bias);
   auto y = make_output(out_obj, Shape{g.n, m, g.oh, g.ow}, op);
   if (y.size() == 0) return std::move(y);
   {
@@ -367,6 +382,75 @@ py::array conv_f32(const py::handle& x_obj, const py::handle& w_obj, const py::o
   }
   return std::move(y);
 }
+
+// conv_f32 of one x shape with every other argument bound (a specialized step of the
+// executor, targets/native/float_gemm.py): the arguments converted and checked once, so
+// a call checks x and runs sgemm::conv, the same call as conv_f32's: its bytes. x has
+// the shape given (a 1-D convolution's [N, C, T] too), read as x4_shape [N, C, H, W];
+// y has y_shape (the planned out, or a new array of that shape each call). conv_f32's
+// seventeen arguments cost ~1 us of parsing per call, as long as the convolution of a
+// Silero VAD layer on one frame.
+class ConvF32Call {
+ public:
+  ConvF32Call(const Shape& x_shape, const Shape& x4_shape, const Shape& y_shape, const py::handle& w_obj,
+              const py::object& bias_obj, int64_t m, int64_t kh, int64_t kw, const std::vector<int64_t>& strides,
+              const std::vector<int64_t>& dilations, const std::vector<int64_t>& pads, int64_t group, float lo,
+              float hi, int num_threads, const py::object& out_obj, int post_kind,
+              const std::vector<float>& post_params, bool rows)
+      : x_shape_(x_shape), y_shape_(y_shape), lo_(lo), hi_(hi), threads_(num_threads) {
+    const std::string op = "ConvF32Call";
+    post_ = post_op_arg(post_kind, post_params, op);
+    has_post_ = post_kind != 0;
+    check_threads(num_threads, op);
+    w_ = require_array<float>(w_obj, "conv_f32: w_packed");
+    g_ = geometry(x4_shape, m, kh, kw, strides, dilations, pads, group);
+    path_ = checked_path(g_, w_, rows);
+    bias_ptr_ = conv_bias(bias_obj, m, &bias_);
+    const auto count = [](const Shape& s) {
+      py::ssize_t n = 1;
+      for (py::ssize_t d : s) n *= d;
+      return n;
+    };
+    if (count(x_shape) != g_.n * g_.c * g_.h * g_.w) {
+      throw py::value_error(op + ": x_shape " + shape_str(x_shape) + " and x4_shape " + shape_str(x4_shape) +
+                            " differ in size");
+    }
+    if (count(y_shape) != g_.n * m * g_.oh * g_.ow) {
+      throw py::value_error(op + ": y_shape: expected " + std::to_string(g_.n * m * g_.oh * g_.ow) + " elements, got " +
+                            shape_str(y_shape));
+    }
+    if (!out_obj.is_none()) out_ = make_output(out_obj, y_shape, op);
+  }
+
+  py::array call(const py::handle& x_obj) const {
+    auto x = require_array<float>(x_obj, "ConvF32Call: x");
+    if (x.ndim() != static_cast<py::ssize_t>(x_shape_.size()) ||
+        !std::equal(x_shape_.begin(), x_shape_.end(), x.shape())) {
+      throw py::value_error("ConvF32Call: x: expected shape " + shape_str(x_shape_) + ", got " +
+                            shape_str(shape_of(x)));
+    }
+    Arr y = out_ ? *out_ : Arr(y_shape_);
+    if (y.size() == 0) return std::move(y);
+    {
+      py::gil_scoped_release release;
+      sgemm::conv(g_, path_, x.data(), w_.data(), bias_ptr_, lo_, hi_, y.mutable_data(), threads_, active_isa(),
+                  has_post_ ? &post_ : nullptr);
+    }
+    return std::move(y);
+  }
+
+ private:
+  Shape x_shape_, y_shape_;
+  sgemm::ConvGeom g_;
+  sgemm::ConvPath path_;
+  Arr w_, bias_;
+  std::optional<Arr> out_;
+  const float* bias_ptr_ = nullptr;
+  float lo_, hi_;
+  int threads_;
+  sgemm::PostOp post_;
+  bool has_post_ = false;
+};
 
 py::array col2im_f32(const py::handle& cols_obj, int64_t m, int64_t kh, int64_t kw, const std::vector<int64_t>& strides,
                      const std::vector<int64_t>& dilations, const std::vector<int64_t>& begin,
@@ -434,6 +518,18 @@ void register_sgemm(py::module_& m) {
         "Float32 NCHW convolution (docs/float-ops.md (FG1)-(FG2)); post: a fused activation after the clamp "
         "(sgemm.h PostOp: 0 none, 1 SiLU, 2 HardSwish, 3 HardSigmoid [alpha, beta], 4 Paddle's hardswish "
         "[b, lo, hi, d]), the bytes of the separate float32 kernels.");
+  py::class_<ConvF32Call>(m, "ConvF32Call",
+                          "conv_f32 of one x shape with every other argument bound and checked once; call(x) "
+                          "gives conv_f32's bytes (into out when one was bound).")
+      .def(py::init<const Shape&, const Shape&, const Shape&, const py::handle&, const py::object&, int64_t, int64_t,
+                    int64_t, const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int64_t>&,
+                    int64_t, float, float, int, const py::object&, int, const std::vector<float>&, bool>(),
+           py::arg("x_shape"), py::arg("x4_shape"), py::arg("y_shape"), py::arg("w_packed"), py::arg("bias"),
+           py::arg("m"), py::arg("kh"), py::arg("kw"), py::arg("strides"), py::arg("dilations"), py::arg("pads"),
+           py::arg("group") = 1, py::arg("lo") = -inf, py::arg("hi") = inf, py::arg("num_threads") = 1,
+           py::arg("out") = py::none(), py::arg("post") = 0, py::arg("post_params") = std::vector<float>{},
+           py::arg("rows") = false)
+      .def("__call__", &ConvF32Call::call, py::arg("x"));
   m.def("col2im_f32", &col2im_f32, py::arg("cols"), py::arg("m"), py::arg("kh"), py::arg("kw"), py::arg("strides"),
         py::arg("dilations"), py::arg("begin"), py::arg("out_hw"), py::arg("bias") = py::none(), py::arg("lo") = -inf,
         py::arg("hi") = inf, py::arg("num_threads") = 1, py::arg("out") = py::none(),
@@ -443,7 +539,7 @@ void register_sgemm(py::module_& m) {
       [](const py::handle& x_obj, int64_t m, int64_t kh, int64_t kw, const std::vector<int64_t>& strides,
          const std::vector<int64_t>& dilations, const std::vector<int64_t>& pads, int64_t group, bool rows) {
         auto x = require_array<float>(x_obj, "conv_path_f32: x");
-        switch (sgemm::conv_path(geometry(x, m, kh, kw, strides, dilations, pads, group), rows)) {
+        switch (sgemm::conv_path(geometry(shape_of(x), m, kh, kw, strides, dilations, pads, group), rows)) {
           case sgemm::ConvPath::kPointwise: return std::string("pointwise");
           case sgemm::ConvPath::kPointwiseRows: return std::string("pointwise_rows");
           case sgemm::ConvPath::kIm2colRows: return std::string("im2col_rows");

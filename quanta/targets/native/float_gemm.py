@@ -347,12 +347,11 @@ def _conv_specialized(
         return None  # a bias computed at run time
     bias_c = sig.consts[2] if len(sig.consts) > 2 else None
     bias = None if bias_c is None else _f32(bias_c)
-    x4_shape, args, y_shape, y4_shape = call
+    x4_shape, args, y_shape, _ = call
     threads = step_threads(sig, math.prod(y_shape) * math.prod(wshape[1:]), SMALL_MACS)
-    conv, m, out = _native.conv_f32, wshape[0], sig.out
+    m, out = wshape[0], sig.out
     lo, hi = clamp
     pk, pp = post
-    out4 = None if out is None else out.reshape(y4_shape)
     # A convolution on a small plane runs with its pixels as the GEMM's rows when that
     # fills more lanes (sgemm.h kPointwiseRows, kIm2colRows; the same bytes): its weights
     # packed once more, for this shape.
@@ -367,26 +366,13 @@ def _conv_specialized(
         _native.conv_pack_f32(_f32(w_const).reshape(wshape[0], -1, 1, 1), 1, rows=True) if rows else packed
     )
 
-    def run(x: np.ndarray, *rest: Any) -> np.ndarray:
-        y = out if out is not None else np.empty(y_shape, F32)
-        y4 = out4 if out4 is not None else y.reshape(y4_shape)
-        conv(
-            x.reshape(x4_shape),
-            w_run,
-            bias,
-            m,
-            *args,
-            group,
-            lo=lo,
-            hi=hi,
-            num_threads=threads,
-            out=y4,
-            post=pk,
-            post_params=pp,
-            rows=rows,
-        )
-        return y
-
+    # conv_f32 with everything but x bound once (sgemm's ConvF32Call: conv_f32's own
+    # call, its bytes), which the fast loop calls directly: no Python frame, no reshapes,
+    # no argument parsing (conv_f32's seventeen arguments cost ~1 us, as long as a
+    # 12K-MAC convolution)
+    conv = _native.ConvF32Call(
+        shape, x4_shape, y_shape, w_run, bias, m, *args, group, lo, hi, threads, out, pk, pp, rows
+    )
     generic_attrs = {
         "packed": packed,
         "wshape": wshape,
@@ -396,7 +382,9 @@ def _conv_specialized(
         "post": post,
         **attrs,
     }
-    return guarded(run, generic, generic_attrs, out)
+    run = guarded(lambda x, *rest: conv(x), generic, generic_attrs, out, reads=1)
+    run.direct = conv  # type: ignore[attr-defined]  # reads x alone (reads=1)
+    return run
 
 
 # --------------------------------------------------------------------------------------
@@ -640,4 +628,59 @@ def bind_gemm(model: Model, node: Node) -> tuple[Kernel | None, str]:
                     params["const_bias"] = _gemm_bias(cc, float(node.attrs.get("beta", 1.0)), m, params["n"])
                 except ValueError:
                     pass
-    return _kernel(_gemm_native, name, **params)
+    kernel, reason = _kernel(_gemm_native, name, **params)
+    if "b_packed" in params:
+        kernel.specialize = _gemm_specialized
+    return kernel, reason
+
+
+def _gemm_specialized(
+    sig: Specialization,
+    *,
+    b_packed: np.ndarray,
+    n: int,
+    const_bias: tuple[np.ndarray | None, np.ndarray | None] | None = None,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    transA: int = 0,
+    transB: int = 0,
+) -> Callable[..., Any] | None:
+    """The Gemm of one A shape with a packed B and a constant C (or none) that is a
+    column bias: _gemm_native's one ``matmul_f32`` call with its arguments decided once,
+    passed by position (a recurrent cell's two [1, 128] x [128, 512] products paid ~3.5
+    us each of Python around a ~2.5 us call). A full (M, N) C or a transposed A keep the
+    generic call."""
+    shape = sig.shapes[0]
+    if shape is None or len(shape) != 2 or sig.dtypes[0] != F32 or transA:
+        return None
+    m, k = shape
+    if const_bias is not None:
+        col, full = const_bias
+    elif len(sig.shapes) > 2 and sig.shapes[2] is not None:
+        c = sig.consts[2]
+        if c is None or c.dtype != F32:
+            return None  # a C computed at run time
+        np.broadcast_shapes(c.shape, (m, n))  # a ValueError: no specialization
+        col, full = _gemm_bias(c, float(beta), m, n)
+    else:
+        col, full = None, None
+    if full is not None:
+        return None
+    alpha32 = float(np.float32(alpha))
+    threads = step_threads(sig, m * n * k, SMALL_MACS)
+    matmul, out = _native.matmul_f32, sig.out
+    inf = math.inf
+
+    def run(a: np.ndarray, *rest: Any) -> np.ndarray:
+        return matmul(a, None, b_packed, n, col, alpha32, -inf, inf, threads, out)
+
+    generic_attrs = {
+        "b_packed": b_packed,
+        "n": n,
+        "const_bias": const_bias,
+        "alpha": alpha,
+        "beta": beta,
+        "transA": transA,
+        "transB": transB,
+    }
+    return guarded(run, _gemm_native, generic_attrs, out, reads=1)
