@@ -281,6 +281,34 @@ def test_qgemm_two_dimensional_split(M: int, N: int, K: int, out: type) -> None:
     check_all_variants(Case(x, w, 37, zw, np.dtype(out), bias, stage))
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 8, 12, 13, 16, 17, 20, 24, 25])
+def test_qgemm_few_rows_stream_b_and_give_the_rows_of_the_large_product(rows: int) -> None:
+    """Up to 24 rows (qgemm.cc kStreamRows) run as one row block, each panel's K chunks against
+    every row tile before the next panel, the first tile prefetching B ahead (its 1-8-row
+    intrinsics form or the 12-row asm one); more rows run row tiles outer. The int32 sums
+    wrap, so the rows' bytes are those rows of the large product and the twin's, on every
+    ISA and thread count. K = 2053 > KC (three K chunks through the partial buffer, K % 4
+    != 0: packed x'), N = 707 (22 full panels and a short one), zw != 0 (row sums), float
+    output with per-column multipliers. Failure signature: a row tile after the first
+    reading a stale partial, or rows missing from the one block."""
+    rng = np.random.default_rng(rows)
+    M, N, K = 64, 707, 2053
+    x = rng.integers(-128, 128, (M, K), dtype=np.int8)
+    w = rng.integers(-128, 128, (K, N), dtype=np.int8)
+    zw = rng.integers(-128, 128, N).astype(np.int32)
+    bias = rng.integers(-(2**16), 2**16, N).astype(np.int32)
+    stage = {"multiplier": rng.uniform(1e-6, 9e-6, N).astype(np.float32)}
+    big = Case(x, w, 9, zw, np.dtype(np.float32), bias, stage)
+    few = Case(x[:rows], w, 9, zw, np.dtype(np.float32), bias, stage)
+    check_all_variants(few)
+    for isa in ISAS:
+        packed = pack(big, isa)
+        large = run_native(big, packed, 1)
+        for threads in THREADS:
+            got = run_native(few, packed, threads)
+            assert_bitexact(large[:rows], got, few, f"{isa} threads={threads} vs rows of {M}")
+
+
 def test_qgemm_l2_sized_row_blocks_and_colterm_started_chunks() -> None:
     """Failure signature: rows of a later row block off by bias − zx'·cs (the column term
     the AVX-512 tiles start their first K chunk from, added twice or never), or garbage in

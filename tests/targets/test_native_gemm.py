@@ -533,6 +533,36 @@ def test_matmul_integer_to_float_matches_reference(case) -> None:
 
 
 @given(case=integer_to_float_cases())
+def test_matmul_integer_to_float_run_time_a_scale_and_zero_point(case) -> None:
+    """ORT's quantize_dynamic feeds a_scale and a_zero_point from DynamicQuantizeLinear: with
+    b, b_scale and bias constant the call goes straight to the kernel (gemm.py ``direct``
+    with a b_scale), its multiplier sa·sb[n] computed per call; the bytes are the twin's."""
+    a, b, sa, sb, za, zb, bias = case
+    zero = np.zeros((), a.array.dtype)
+    case = [a, Operand(b.array), Operand(sa.array, const=False), sb]
+    case += [Operand(zero if za.array is None else za.array, const=False), zb, bias]
+    check_native("MatMulIntegerToFloat", MS_DOMAIN, case)
+
+
+def test_matmul_integer_to_float_run_time_a_scale_outside_the_kernel_goes_to_the_twin() -> None:
+    """A run-time a_scale that is not a positive float32 scalar ([1, 1] here, then a negative
+    one) leaves the direct call for the checked path, which hands it to the twin."""
+    rng = np.random.default_rng(12)
+    a, b = q8(rng, U8, (3, 300)), q8(rng, I8, (300, 33))
+    for sa in (np.asarray([[0.02]], F32), np.asarray(-0.02, F32)):
+        case = [
+            Operand(a, const=False),
+            Operand(b),
+            Operand(sa, const=False),
+            Operand(np.asarray(0.01, F32)),
+            Operand(np.asarray(7, np.uint8), const=False),
+            Operand(None),
+            Operand(None),
+        ]
+        check_native("MatMulIntegerToFloat", MS_DOMAIN, case, runtime_fallback=True)
+
+
+@given(case=integer_to_float_cases())
 def test_dynamic_quantize_matmul_matches_reference(case) -> None:
     rng = np.random.default_rng(case[0].array.size)
     a = (rng.standard_normal(case[0].array.shape) * 3 + 0.5).astype(F32)

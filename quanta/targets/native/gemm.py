@@ -881,23 +881,42 @@ def _matmul_integer_to_float_native(
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """com.microsoft MatMulIntegerToFloat (float32) on qgemm. ``direct``: (a dtype, za,
-    float bias or None) when b is prepacked and the scales, zero points and bias are
-    constants: the call goes straight to the kernel."""
+    float bias or None, None) when b is prepacked and the scales, zero points and bias are
+    constants, or (a dtype, None, float bias or None, b_scale) when only a_scale and
+    a_zero_point come at run time: the call goes straight to the kernel."""
     if direct is not None and a.dtype == direct[0] and a.ndim >= 1 and a.flags.c_contiguous:
-        try:
-            return _native.qgemm(
-                a,
-                packed,
-                direct[1],
-                "float32",
-                multiplier=multiplier,
-                float_bias=direct[2],
-                num_threads=_threads(ctx),
-                workspace=_workspace(),
-                out=out,
-            )
-        except ValueError:
-            pass  # a shape the kernel refuses: the checked path below (or the twin) reports it
+        za0, m = direct[1], multiplier
+        if m is None:
+            # run-time a_scale / a_zero_point (DynamicQuantizeLinear's): scalars of the
+            # right types give the multiplier sa·sb[n] of _integer_to_float, else the
+            # checked path below decides
+            if a_scale.dtype != F32 or not _is_scalar(a_scale):
+                za0 = None
+            elif a_zero_point is None:
+                za0 = 0
+            elif a_zero_point.dtype == a.dtype and _is_scalar(a_zero_point):
+                za0 = int(a_zero_point.reshape(()))
+            else:
+                za0 = None
+            if za0 is not None:
+                m = np.multiply(a_scale.reshape(()), direct[3], dtype=F32)
+                if not _valid_multiplier(m):
+                    za0 = None
+        if za0 is not None:
+            try:
+                return _native.qgemm(
+                    a,
+                    packed,
+                    za0,
+                    "float32",
+                    multiplier=m,
+                    float_bias=direct[2],
+                    num_threads=_threads(ctx),
+                    workspace=_workspace(),
+                    out=out,
+                )
+            except ValueError:
+                pass  # a shape the kernel refuses: the checked path below (or the twin) reports it
     inputs = (a, b, a_scale, b_scale, a_zero_point, b_zero_point, bias)
 
     def fast() -> np.ndarray:
@@ -1015,7 +1034,22 @@ def bind_matmul_integer_to_float(model: Model, node: Node) -> tuple[Kernel | Non
     ):
         za0 = 0 if za is None else int(c_za.reshape(()))
         fb = None if bias is None else np.ascontiguousarray(c_bias)
-        params["direct"] = (a_dt, za0, fb)
+        params["direct"] = (a_dt, za0, fb, None)
+    elif (
+        packed is not None
+        and s_a is None
+        and s_b is not None
+        and s_b.dtype == F32
+        and (_is_scalar(s_b) or s_b.shape == (packed.N,))
+        and (za is None or c_za is None)
+        and (bias is None or (c_bias is not None and c_bias.dtype == F32 and c_bias.shape == (packed.N,)))
+    ):
+        # run-time a_scale and a_zero_point (ORT's quantize_dynamic: DynamicQuantizeLinear
+        # feeds them): checked per call in _matmul_integer_to_float_native, without the
+        # generic path's conversions (about 4 us of a 10-40 us call at t5's shapes)
+        sb_arg = s_b.reshape(()) if _is_scalar(s_b) else np.ascontiguousarray(s_b)
+        fb = None if bias is None else np.ascontiguousarray(c_bias)
+        params["direct"] = (a_dt, None, fb, sb_arg)
     name = _kernel_name("matmul_integer_to_float", a_dt, _dtype(b), packed is not None)
     return Kernel(_matmul_integer_to_float_native, "native", name, params=params, out=True), ""
 

@@ -89,6 +89,12 @@ struct TileArgs {
   // B prefetch distance in bytes (qgemm.h Blocking::prefetch; the avx512vnni 12-row tile
   // reads it, 0: no prefetch). Any value gives the same bytes.
   int64_t prefetch = kDefaultPrefetch;
+  // Few rows against a B streamed from L3 or DRAM (qgemm.cc kStreamRows): the first row
+  // tile of the call prefetches B this many bytes ahead of what it reads, whatever its
+  // height (0: none; the avx512vnni family reads it, the others ignore it), so the next
+  // panels are on their way while the other row tiles reuse this one from L1. Any value
+  // gives the same bytes.
+  int64_t stream_prefetch = 0;
   // Indirect rows and taps (the implicit convolution, conv_gemm.cc; only the families
   // whose x' is uint8: avx512vnni, portable). When a_rows is set, `a` and a_row_stride
   // are unused and the call runs n_taps chunks of kc each with the sums kept in

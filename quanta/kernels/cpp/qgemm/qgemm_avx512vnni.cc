@@ -261,8 +261,10 @@ __attribute__((always_inline)) inline void end_sums(const TileArgs& t, int64_t r
 }
 
 // Up to 8 rows (the M edge of the 12-row tiles), with intrinsics. KU accumulator sets (1, or 2
-// for short tiles): set s takes k-groups g with g % KU == s.
-template <int MR, int KU>
+// for short tiles): set s takes k-groups g with g % KU == s. kPf: the first tile of a
+// streaming call (TileArgs::stream_prefetch) prefetches the two B lines of each k-group
+// that many bytes ahead.
+template <int MR, int KU, bool kPf = false>
 __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
   const uint8_t* a = static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride;
   const int64_t s = t.a_row_stride;
@@ -282,10 +284,15 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
 
   int64_t k = 0;
   const int64_t kc = t.kc;
+  const int64_t pf = kPf ? t.stream_prefetch : 0;
 #pragma GCC unroll 2
   for (; k + KU * kKR <= kc; k += KU * kKR) {
 #pragma GCC unroll 2
     for (int u = 0; u < KU; ++u) {
+      if (kPf) {
+        _mm_prefetch(reinterpret_cast<const char*>(b + pf), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(b + pf + 64), _MM_HINT_T0);
+      }
       const __m512i b0 = _mm512_load_si512(b);
       const __m512i b1 = _mm512_load_si512(b + 64);
       b += kNR * kKR;
@@ -298,6 +305,10 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
     }
   }
   for (; k < kc; k += kKR) {  // leftover groups when KU > 1
+    if (kPf) {
+      _mm_prefetch(reinterpret_cast<const char*>(b + pf), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b + pf + 64), _MM_HINT_T0);
+    }
     const __m512i b0 = _mm512_load_si512(b);
     const __m512i b1 = _mm512_load_si512(b + 64);
     b += kNR * kKR;
@@ -505,6 +516,10 @@ template <int MR, int KU>
 __attribute__((noinline)) void run_tile(const TileArgs& t, int64_t r0) {
   tile<MR, KU>(t, r0);
 }
+template <int MR, int KU>
+__attribute__((noinline)) void run_tile_pf(const TileArgs& t, int64_t r0) {
+  tile<MR, KU, true>(t, r0);
+}
 template <int MR>
 __attribute__((noinline)) void run_tile_indirect(const TileArgs& t, int64_t r0) {
   tile_indirect<MR>(t, r0);
@@ -532,7 +547,29 @@ void qgemm_tiles_avx512vnni(const TileArgs& t) {
   // 12-row tiles; 16 rows left (12 + 4) run as two 8-row tiles: a 4-row tile loads B for
   // 8 vpdpbusd where the 8-row one does for 16 (1024 rows: 84 x 12 + 2 x 8)
   const int64_t n12 = t.rows % 12 == 4 && t.rows >= 16 ? t.rows / 12 - 1 : t.rows / 12;
-  for (int64_t i = 0; i < n12; ++i, r0 += 12) run_tile12(t, r0);
+  if (t.stream_prefetch > 0) {  // the first tile streams B: it prefetches further ahead
+    if (n12 > 0) {
+      TileArgs first = t;
+      first.prefetch = t.stream_prefetch;
+      run_tile12(first, 0);
+      r0 = 12;
+    } else {
+      switch (t.rows) {
+        case 1: run_tile_pf<1, 2>(t, 0); return;
+        case 2: run_tile_pf<2, 2>(t, 0); return;
+        case 3: run_tile_pf<3, 1>(t, 0); return;
+        case 4: run_tile_pf<4, 1>(t, 0); return;
+        case 5: run_tile_pf<5, 1>(t, 0); return;
+        case 6: run_tile_pf<6, 1>(t, 0); return;
+        case 7: run_tile_pf<7, 1>(t, 0); return;
+        default:  // 8 to 11 rows, or 16
+          run_tile_pf<8, 1>(t, 0);
+          r0 = 8;
+          break;
+      }
+    }
+  }
+  for (int64_t i = r0 / 12; i < n12; ++i, r0 += 12) run_tile12(t, r0);
   if (t.rows - r0 == 16) {
     run_tile<8, 1>(t, r0);
     r0 += 8;
