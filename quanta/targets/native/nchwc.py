@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 QUANTA = "quanta"
+_F32 = np.dtype(np.float32)
 
 
 def _missing(name: str) -> str:
@@ -83,7 +84,17 @@ def bind_reorder_nchwc(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _missing("reorder_nchwc_f32") or _not_f32("ReorderNchwc", ("x", node.input(0)))
     if reason:
         return None, reason
-    return _kernel(_reorder_nchwc, "reorder_nchwc_f32")
+    kern, why = _kernel(_reorder_nchwc, "reorder_nchwc_f32")
+    kern.specialize = _reorder_nchwc_specialized
+    return kern, why
+
+
+def _reorder_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """The reorder with its output and thread count bound (positional: no keyword matching)."""
+    if sig.dtypes[0] != _F32:
+        return None
+    fn, out, threads = _native.reorder_nchwc_f32, sig.out, sig.num_threads
+    return guarded(lambda x, *_: fn(x, out, threads), _reorder_nchwc, attrs, out, reads=1)
 
 
 @register_binder("ReorderNchw", QUANTA)
@@ -93,7 +104,17 @@ def bind_reorder_nchw(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _missing("reorder_nchw_f32") or _not_f32("ReorderNchw", ("x", node.input(0)))
     if reason:
         return None, reason
-    return _kernel(_reorder_nchw, "reorder_nchw_f32")
+    kern, why = _kernel(_reorder_nchw, "reorder_nchw_f32")
+    kern.specialize = _reorder_nchw_specialized
+    return kern, why
+
+
+def _reorder_nchw_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """The reorder with its channel count, output and thread count bound."""
+    if sig.dtypes[0] != _F32:
+        return None
+    fn, c, out, threads = _native.reorder_nchw_f32, int(attrs["channels"]), sig.out, sig.num_threads
+    return guarded(lambda x, *_: fn(x, c, out, threads), _reorder_nchw, attrs, out, reads=1)
 
 
 # -- convolution -------------------------------------------------------------------------
@@ -145,9 +166,6 @@ def _conv_nchwc(
         bool(input_nchw),
         None if s is None else _f32(s),
     )  # positional: pybind11 matches keywords by name, ~0.35 µs each (3-8 % of a 10x10 layer)
-
-
-_F32 = np.dtype(np.float32)
 
 
 def _conv_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
@@ -282,7 +300,25 @@ def bind_max_pool_nchwc(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _missing("max_pool_nchwc_f32") or _not_f32("MaxPoolNchwc", ("x", node.input(0)))
     if reason:
         return None, reason
-    return _kernel(_max_pool_nchwc, "max_pool_nchwc_f32")
+    kern, why = _kernel(_max_pool_nchwc, "max_pool_nchwc_f32")
+    kern.specialize = _max_pool_nchwc_specialized
+    return kern, why
+
+
+def _max_pool_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """The pool with its window, output bound (one thread, as the generic kernel)."""
+    if sig.dtypes[0] != _F32:
+        return None
+    fn, out = _native.max_pool_nchwc_f32, sig.out
+    window = (
+        list(attrs["kernel_shape"]),
+        list(attrs["strides"]),
+        list(attrs["pads"]),
+        list(attrs["dilations"]),
+        bool(attrs.get("ceil_mode", 0)),
+        1,
+    )
+    return guarded(lambda x, *_: fn(x, *window, out), _max_pool_nchwc, attrs, out, reads=1)
 
 
 @_with_fallback("GlobalAveragePoolNchwc", QUANTA)
@@ -298,4 +334,14 @@ def bind_global_average_pool_nchwc(model: Model, node: Node) -> tuple[Kernel | N
     reason = _missing("global_avg_pool_nchwc_f32") or _not_f32("GlobalAveragePoolNchwc", ("x", node.input(0)))
     if reason:
         return None, reason
-    return _kernel(_gap_nchwc, "global_avg_pool_nchwc_f32")
+    kern, why = _kernel(_gap_nchwc, "global_avg_pool_nchwc_f32")
+    kern.specialize = _gap_nchwc_specialized
+    return kern, why
+
+
+def _gap_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """The pool with its output bound (one thread, as the generic kernel)."""
+    if sig.dtypes[0] != _F32:
+        return None
+    fn, out = _native.global_avg_pool_nchwc_f32, sig.out
+    return guarded(lambda x, *_: fn(x, 1, out), _gap_nchwc, attrs, out, reads=1)

@@ -195,8 +195,9 @@ def test_residual_adds_become_sum_operands_with_their_clamps():
 
 @pytest.mark.skipif(not blocked_layout_enabled(), reason="the native blocked kernels are not built")
 def test_blocked_convolutions_take_direct_calls_with_the_generic_bytes(monkeypatch: pytest.MonkeyPatch):
-    """Every ConvNchwc step (the stem, a depthwise one with a gate, one with a sum operand
-    and a clamp) is specialized to a direct call, and gives the generic wrapper's bytes."""
+    """Every blocked step (convolutions: the stem, a depthwise one with a gate, one with a
+    sum operand and a clamp; the reorders in and out, MaxPool, GlobalAveragePool) is
+    specialized to a direct call, and gives the generic wrappers' bytes."""
     import quanta
     from quanta.targets.native import nchwc as native_nchwc
 
@@ -204,6 +205,10 @@ def test_blocked_convolutions_take_direct_calls_with_the_generic_bytes(monkeypat
     x = b.conv("x", 3, 32, (3, 3), "stem", pads=[1, 1, 1, 1], strides=[2, 2])
     d = b.node("HardSwish", [b.conv(x, 32, 32, (3, 3), "dw", group=32, pads=[1, 1, 1, 1])], "dw_act")
     y = b.node("Relu", [b.node("Add", [b.conv(d, 32, 32, (1, 1), "pw"), x], "res")], "res_relu")
+    y = b.node("MaxPool", [y], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    z = b.conv(b.node("Abs", ["x"], "x_abs"), 3, 17, (3, 3), "side", pads=[1, 1, 1, 1], group=1)
+    z = b.conv(z, 17, 32, (1, 1), "side2", strides=[4, 4])  # its NCHW input is reordered in
+    y = b.node("GlobalAveragePool", [b.node("Add", [y, z], "join")], "gap")
     proto = b.model({"x": [1, 3, 13, 10]}, [y])
     feeds = {"x": RNG.standard_normal((1, 3, 13, 10)).astype(np.float32)}
     sess = quanta.InferenceSession(proto.SerializeToString())
@@ -215,13 +220,18 @@ def test_blocked_convolutions_take_direct_calls_with_the_generic_bytes(monkeypat
     sess.executor.profiler = None
     (bound,) = sess.executor.bound_runs().values()
     convs = {st.index for st in sess.plan.steps if st.op_type == "ConvNchwc"}
-    assert len(convs) == 3
+    assert len(convs) == 4  # "side" (17 output channels) stays NCHW
     assert all(getattr(t[1], "direct", None) is not None for t in bound.steps if t[0] in convs)
-    monkeypatch.setattr(native_nchwc, "_conv_nchwc_specialized", lambda sig, **attrs: None)
+    blocked_ops = {"ReorderNchwc", "ReorderNchw", "MaxPoolNchwc", "GlobalAveragePoolNchwc"}
+    others = {st.index for st in sess.plan.steps if st.op_type in blocked_ops}
+    assert {sess.plan.steps[k].op_type for k in others} == blocked_ops
+    assert all(getattr(t[1], "direct", None) is not None for t in bound.steps if t[0] in others)
+    for fn in ("conv_nchwc", "reorder_nchwc", "reorder_nchw", "max_pool_nchwc", "gap_nchwc"):
+        monkeypatch.setattr(native_nchwc, f"_{fn}_specialized", lambda sig, **attrs: None)
     generic = quanta.InferenceSession(proto.SerializeToString())
     want = generic.run(None, feeds)[0]
     (bound,) = generic.executor.bound_runs().values()
-    assert not any(getattr(t[1], "direct", None) for t in bound.steps if t[0] in convs)
+    assert not any(getattr(t[1], "direct", None) for t in bound.steps if t[0] in convs | others)
     assert all(g.tobytes() == want.tobytes() for g in got)
 
 
