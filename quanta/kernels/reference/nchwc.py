@@ -18,13 +18,12 @@ ones on the 5-D tensor compute the same elements (passes/lower/nchwc.py).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from quanta.kernels.reference.nn_conv import fused_conv
+from quanta.kernels.reference.nn_conv import FUSED_GATES, conv, fused_clamp, fused_conv
 from quanta.kernels.reference.nn_pool import global_average_pool, max_pool
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
@@ -144,28 +143,18 @@ def conv_nchwc(
         bp = np.zeros(wp.shape[0], b.dtype)
         bp[:m] = b
     if s is not None:
-        from quanta.kernels.reference.nn_conv import FUSED_GATES, conv, fused_clamp_bounds
-
         if depthwise or activation in FUSED_GATES:
             raise OpError("ConvNchwc: a sum operand takes group 1 and no activation or a clamp (Relu / Clip)")
         y = to_nchwc(conv(ctx, xf, wp, bp, group=gp, **attrs))
         if s.shape != y.shape:
             raise OpError(f"ConvNchwc: sum of shape {s.shape} for an output of shape {y.shape}")
         y = y + s
-        if activation:
-            lo, hi = fused_clamp_bounds(activation, activation_params, ctx.node_name)
-            if lo > -math.inf:
-                y = np.maximum(y, y.dtype.type(lo))
-            if hi < math.inf:
-                y = np.minimum(y, y.dtype.type(hi))
-        return y
+        return fused_clamp(y, activation, activation_params, ctx.node_name) if activation else y
     if activation:
         y = fused_conv(
             ctx, xf, wp, bp, activation=activation, activation_params=activation_params, group=gp, **attrs
         )
     else:
-        from quanta.kernels.reference.nn_conv import conv
-
         y = conv(ctx, xf, wp, bp, group=gp, **attrs)
     return to_nchwc(y)
 

@@ -115,7 +115,13 @@ def fused_conv(
     y = conv(ctx, x, w, b, **attrs)  # type: ignore[arg-type]
     if activation in FUSED_GATES:
         return fused_gate(y, activation, activation_params, ctx.node_name)
-    lo, hi = fused_clamp_bounds(activation, activation_params, ctx.node_name)
+    return fused_clamp(y, activation, activation_params, ctx.node_name)
+
+
+def fused_clamp(y: np.ndarray, activation: str, params: Sequence[float] | None, node: str = "") -> np.ndarray:
+    """min(max(y, lo), hi) in y's type for a fused Relu / Clip (NumPy's maximum then
+    minimum: a NaN stays NaN), each bound only when finite."""
+    lo, hi = fused_clamp_bounds(activation, params, node)
     if lo > -math.inf:
         y = np.maximum(y, y.dtype.type(lo))
     if hi < math.inf:

@@ -465,15 +465,15 @@ class BlockedFloatLayout(Pass):
             conv, y, other = best
             clamp, act = self._clamp_after(graph, out)
             final = out if act is None else act.outputs[0]
-            for node in (add,) if act is None else (add, act):
-                for i, v in enumerate(node.inputs):
-                    if v is not None:
-                        v.uses.remove((node, i))
-                graph.nodes.remove(node)
-            while len(conv.inputs) < 3:
-                conv.inputs.append(None)
-            conv.inputs.append(other)
-            other.uses.append((conv, 3))
+            # the Conv takes over the last value (its name, its readers); the Add and
+            # the activation leave with their outputs detached, Graph.remove_node
+            # dropping their input uses
+            for node in (act, add):
+                if node is not None:
+                    node.outputs = []
+                    graph.remove_node(node)
+            conv.inputs += [None] * (4 - len(conv.inputs))
+            conv.replace_input(3, other)
             y.producer = None
             conv.outputs[0] = final
             final.producer = conv

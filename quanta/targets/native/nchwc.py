@@ -64,6 +64,25 @@ def _missing(name: str) -> str:
     return ""
 
 
+def _specialized(
+    fn: Callable[..., Any], name: str, specialize: Callable[..., Any], **params: Any
+) -> tuple[Kernel, str]:
+    """The generic kernel ``fn`` with its ``specialize`` hook (every blocked step has one)."""
+    kern, why = _kernel(fn, name, **params)
+    kern.specialize = specialize
+    return kern, why
+
+
+def _bind_one_input(
+    node: Node, name: str, fn: Callable[..., Any], specialize: Callable[..., Any]
+) -> tuple[Kernel | None, str]:
+    """A float32 step of one layout input (a reorder, a blocked pool) on ``_native.name``."""
+    reason = _missing(name) or _not_f32(node.op_type, ("x", node.input(0)))
+    if reason:
+        return None, reason
+    return _specialized(fn, name, specialize)
+
+
 # -- reorders ----------------------------------------------------------------------------
 
 
@@ -81,12 +100,7 @@ def _reorder_nchw(ctx: Any, x: Any, *, out: np.ndarray | None, channels: int) ->
 def bind_reorder_nchwc(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """NCHW -> NCHW16c, float32."""
     del model  # unused
-    reason = _missing("reorder_nchwc_f32") or _not_f32("ReorderNchwc", ("x", node.input(0)))
-    if reason:
-        return None, reason
-    kern, why = _kernel(_reorder_nchwc, "reorder_nchwc_f32")
-    kern.specialize = _reorder_nchwc_specialized
-    return kern, why
+    return _bind_one_input(node, "reorder_nchwc_f32", _reorder_nchwc, _reorder_nchwc_specialized)
 
 
 def _reorder_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
@@ -101,12 +115,7 @@ def _reorder_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[..
 def bind_reorder_nchw(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """NCHW16c -> NCHW, float32."""
     del model  # unused
-    reason = _missing("reorder_nchw_f32") or _not_f32("ReorderNchw", ("x", node.input(0)))
-    if reason:
-        return None, reason
-    kern, why = _kernel(_reorder_nchw, "reorder_nchw_f32")
-    kern.specialize = _reorder_nchw_specialized
-    return kern, why
+    return _bind_one_input(node, "reorder_nchw_f32", _reorder_nchw, _reorder_nchw_specialized)
 
 
 def _reorder_nchw_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
@@ -260,16 +269,15 @@ def bind_conv_nchwc(model: Model, node: Node) -> tuple[Kernel | None, str]:
     k = "x".join(str(v) for v in w.shape[2:])
     kind = "dw" if group != 1 else ("nchw_in" if input_nchw else "direct")
     act = ("_sum" if node.input(3) is not None else "") + (f"_{activation.lower()}" if activation else "")
-    kern, why = _kernel(
+    return _specialized(
         _conv_nchwc,
         f"conv_nchwc_{kind}_{k}{act}",
+        _conv_nchwc_specialized,
         packed=packed,
         wshape=tuple(w.shape),
         clamp=clamp,
         post=post,
     )
-    kern.specialize = _conv_nchwc_specialized
-    return kern, why
 
 
 # -- pools -------------------------------------------------------------------------------
@@ -297,12 +305,7 @@ def _max_pool_nchwc(
 def bind_max_pool_nchwc(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """quanta::MaxPoolNchwc, float32."""
     del model  # unused
-    reason = _missing("max_pool_nchwc_f32") or _not_f32("MaxPoolNchwc", ("x", node.input(0)))
-    if reason:
-        return None, reason
-    kern, why = _kernel(_max_pool_nchwc, "max_pool_nchwc_f32")
-    kern.specialize = _max_pool_nchwc_specialized
-    return kern, why
+    return _bind_one_input(node, "max_pool_nchwc_f32", _max_pool_nchwc, _max_pool_nchwc_specialized)
 
 
 def _max_pool_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
@@ -331,12 +334,7 @@ def _gap_nchwc(ctx: Any, x: Any, *, out: np.ndarray | None) -> np.ndarray:
 def bind_global_average_pool_nchwc(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """quanta::GlobalAveragePoolNchwc, float32."""
     del model  # unused
-    reason = _missing("global_avg_pool_nchwc_f32") or _not_f32("GlobalAveragePoolNchwc", ("x", node.input(0)))
-    if reason:
-        return None, reason
-    kern, why = _kernel(_gap_nchwc, "global_avg_pool_nchwc_f32")
-    kern.specialize = _gap_nchwc_specialized
-    return kern, why
+    return _bind_one_input(node, "global_avg_pool_nchwc_f32", _gap_nchwc, _gap_nchwc_specialized)
 
 
 def _gap_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:

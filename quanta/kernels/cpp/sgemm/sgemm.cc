@@ -56,6 +56,27 @@ constexpr int64_t kStreamAFloats = int64_t{1} << 16;
 // 4, 8, 16 or 32 KB ahead it ran at 0.7-0.9x, 16 KB the best by a little (measured).
 constexpr int64_t kPrefetchAhead = 128 * kPackNr;
 
+// The row tiles of rows [m0, m1) over one K block (from k0) and one column tile (t's
+// B, columns, epilogue set): each tile's A and C. `pf`, when given, goes to the first
+// row tile only (the others reuse the micro-panel it brings into L1).
+void run_rows(const Kernels& kr, Tile& t, int64_t m0, int64_t m1, int64_t k, int64_t k0, const MatA& a, float* c,
+              int64_t ldc, int64_t j, const float* pf) {
+  for (int64_t i = m0; i < m1; i += kr.mr) {
+    const int r = static_cast<int>(std::min<int64_t>(kr.mr, m1 - i));
+    if (a.packed) {
+      t.a = a.p + (i / kPackMr) * k * kPackMr + k0 * kPackMr + i % kPackMr;
+      t.a_rs = 1;
+    } else {
+      t.a = a.p + i * a.rs + k0;
+      t.a_rs = a.rs;
+    }
+    t.c = c + i * ldc + j;
+    t.row0 = i;
+    t.pf = i == m0 ? pf : nullptr;
+    kr.tile[a.packed ? 1 : 0][r](t);
+  }
+}
+
 // Rows [m0, m1) × columns [n0, n1) of C = A·B for a packed B and few rows of A (a weight
 // streamed from DRAM or L3 by a batch of a few rows: a classifier head, a recurrent
 // projection). Panel by panel, every K block of a panel before the next one, so B is
@@ -84,20 +105,7 @@ void run_block_stream(const Kernels& kr, int64_t m0, int64_t m1, int64_t n0, int
         t.load_c = k0 > 0;
         t.ep = last ? &ep : nullptr;
         t.col0 = j;
-        for (int64_t i = m0; i < m1; i += kr.mr) {
-          const int r = static_cast<int>(std::min<int64_t>(kr.mr, m1 - i));
-          if (a.packed) {
-            t.a = a.p + (i / kPackMr) * k * kPackMr + k0 * kPackMr + i % kPackMr;
-            t.a_rs = 1;
-          } else {
-            t.a = a.p + i * a.rs + k0;
-            t.a_rs = a.rs;
-          }
-          t.c = c + i * ldc + j;
-          t.row0 = i;
-          t.pf = i == m0 && j == jp ? panel + k0 * kPackNr + kPrefetchAhead : nullptr;
-          kr.tile[a.packed ? 1 : 0][r](t);
-        }
+        run_rows(kr, t, m0, m1, k, k0, a, c, ldc, j, j == jp ? panel + k0 * kPackNr + kPrefetchAhead : nullptr);
       }
     }
   }
@@ -141,19 +149,7 @@ void run_block(const Kernels& kr, int64_t m0, int64_t m1, int64_t n0, int64_t n1
       t.load_c = k0 > 0;
       t.ep = last ? &ep : nullptr;
       t.col0 = j;
-      for (int64_t i = m0; i < m1; i += kr.mr) {
-        const int r = static_cast<int>(std::min<int64_t>(kr.mr, m1 - i));
-        if (a.packed) {
-          t.a = a.p + (i / kPackMr) * k * kPackMr + k0 * kPackMr + i % kPackMr;
-          t.a_rs = 1;
-        } else {
-          t.a = a.p + i * a.rs + k0;
-          t.a_rs = a.rs;
-        }
-        t.c = c + i * ldc + j;
-        t.row0 = i;
-        kr.tile[a.packed ? 1 : 0][r](t);
-      }
+      run_rows(kr, t, m0, m1, k, k0, a, c, ldc, j, nullptr);
     }
   }
 }
