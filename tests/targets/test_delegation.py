@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 import quanta
 from quanta.kernels.reference.registry import DELEGATED_AT_RUNTIME, OPS, get_op
-from tests.onnx_node import cases_for, run_case
+from tests.onnx_node import _all_cases, cases_for, run_case
 
 DELEGATED = {"RNN", "NonMaxSuppression", "RoiAlign", "GridSample", "Det", "Unique"}
 
@@ -62,3 +62,57 @@ def test_control_flow_is_not_delegated_and_its_branches_see_the_outer_scope():
     np.testing.assert_array_equal(sess.run(None, {"c": np.array(True), "x": x})[0], x)
     np.testing.assert_array_equal(sess.run(None, {"c": np.array(False), "x": x})[0], -x)
     assert ("", "If") not in DELEGATED_AT_RUNTIME
+
+
+def _named(*names: str) -> list:
+    want = set(names)
+    return [c for c in _all_cases() if c.name in want]
+
+
+@pytest.mark.parametrize(
+    "case",
+    _named(
+        "test_ai_onnx_ml_binarizer",
+        "test_ai_onnx_ml_array_feature_extractor",
+        "test_ai_onnx_ml_tree_ensemble_single_tree",
+    ),
+    ids=lambda c: c.name,
+)
+def test_ai_onnx_ml_ops_without_a_twin_run_on_onnx_reference(case):
+    # scikit-learn pipelines converted to ONNX use these; quanta has no twin of its own
+    op = case.model.graph.node[0].op_type
+    assert ("ai.onnx.ml", op) not in OPS
+    run_case(case)
+    assert ("ai.onnx.ml", op) in DELEGATED_AT_RUNTIME
+
+
+def test_a_function_op_runs_through_its_schema_body():
+    # MeanVarianceNormalization is defined by the standard as a function: onnx.reference
+    # has no class for it but expands the body; quanta runs it the same way
+    (case,) = _named("test_mvn")
+    assert ("", "MeanVarianceNormalization") not in OPS
+    run_case(case)
+    assert ("", "MeanVarianceNormalization") in DELEGATED_AT_RUNTIME
+    x = np.random.default_rng(3).standard_normal((2, 7, 3, 5)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MeanVarianceNormalization", ["x"], ["y"], axes=[0, 2, 3])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(x.shape))],
+    )
+    sess = quanta.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    mean = x.mean(axis=(0, 2, 3), keepdims=True)
+    want = (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=(0, 2, 3), keepdims=True) + 1e-9)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_an_operator_nobody_implements_is_named_at_load():
+    g = helper.make_graph(
+        [helper.make_node("NoSuchOp", ["x"], ["y"], name="mystery")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(Exception, match="NoSuchOp"):
+        quanta.InferenceSession(m)

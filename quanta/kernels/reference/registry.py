@@ -26,6 +26,7 @@ import numpy as np
 __all__ = ["OPS", "OpContext", "OpError", "get_op", "register"]
 
 ONNX_DOMAIN = ""
+ML_DOMAIN = "ai.onnx.ml"
 MS_DOMAIN = "com.microsoft"
 
 
@@ -77,17 +78,19 @@ _NOT_DELEGABLE = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 def get_op(op_type: str, domain: str = ONNX_DOMAIN) -> OpFn | None:
     """The implementation for an op, or None. ``ai.onnx`` is the same as ``""``.
 
-    An ai.onnx op without a NumPy twin here falls back to ``onnx.reference`` when that
-    has it (recorded in :data:`DELEGATED_AT_RUNTIME`)."""
+    An ai.onnx or ai.onnx.ml op without a NumPy twin here falls back to ``onnx.reference``
+    when that has it, or, for an ai.onnx op the standard defines as a function (e.g.
+    MeanVarianceNormalization), when its schema has the function body that
+    ``onnx.reference`` expands (recorded in :data:`DELEGATED_AT_RUNTIME`)."""
     _load_all()
     if domain == "ai.onnx":
         domain = ONNX_DOMAIN
     fn = OPS.get((domain, op_type))
     if (
         fn is None
-        and domain == ONNX_DOMAIN
+        and domain in (ONNX_DOMAIN, ML_DOMAIN)
         and op_type not in _NOT_DELEGABLE
-        and _onnx_reference_has(op_type)
+        and _onnx_reference_has(op_type, domain)
     ):
         from quanta.kernels.reference.delegate import delegate_to_onnx_reference
 
@@ -98,14 +101,28 @@ def get_op(op_type: str, domain: str = ONNX_DOMAIN) -> OpFn | None:
     return fn
 
 
-def _onnx_reference_has(op_type: str) -> bool:
+def _onnx_reference_has(op_type: str, domain: str = ONNX_DOMAIN) -> bool:
     try:
+        if domain == ML_DOMAIN:
+            from onnx.reference.ops.aionnxml import load_op as load_ml_op
+
+            load_ml_op(ML_DOMAIN, op_type, None)
+            return True
         from onnx.reference.ops import load_op
 
         load_op("", op_type)
+        return True
+    except Exception:
+        pass
+    if domain != ONNX_DOMAIN:
+        return False
+    try:
+        import onnx.defs
+
+        schema = onnx.defs.get_schema(op_type, domain="")
     except Exception:
         return False
-    return True
+    return bool(schema.has_function or schema.has_context_dependent_function)
 
 
 _loaded = False

@@ -465,6 +465,12 @@ def range_(ctx, start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> np.n
     sum's accumulated rounding for floats.
     """
     del ctx  # unused
+    # the spec says scalars; a one-element tensor (AffineGrid's own function body makes a
+    # [1] limit) is read as its element, as onnx.reference and ONNX Runtime read it
+    for name, a in (("start", start), ("limit", limit), ("delta", delta)):
+        if np.size(a) != 1:
+            raise OpError(f"Range: expected a scalar {name}, got shape {list(np.shape(a))}")
+    start, limit, delta = (np.asarray(a).reshape(()) for a in (start, limit, delta))
     dtype = start.dtype
     if np.issubdtype(dtype, np.integer):
         s, lim, d = int(start), int(limit), int(delta)

@@ -287,3 +287,11 @@ def test_cast_string_number_roundtrip() -> None:
     assert int(big[0]) == 2**53 + 1  # parsed as an integer, not through float64
     back = run("Cast", np.array([1.5, np.nan, -np.inf], np.float32), to=8)
     assert back.tolist() == ["1.5", "NaN", "-INF"]
+
+
+def test_range_reads_one_element_tensors_as_scalars() -> None:
+    # AffineGrid's function body passes a [1] limit; onnx.reference and ONNX Runtime accept it
+    got = run("Range", np.array(3, np.int64), np.array([17], np.int64), np.array([4], np.int64))
+    np.testing.assert_array_equal(got, np.array([3, 7, 11, 15], np.int64))
+    with pytest.raises(OpError, match="scalar limit, got shape \\[2\\]"):
+        run("Range", np.array(0, np.int64), np.array([5, 6], np.int64), np.array(1, np.int64))
