@@ -379,7 +379,12 @@ class InferenceSession:
         feeds = self._validate(input_feed)
         if self._tune_pending:
             self._tune(feeds)
-        return self._exe.run(feeds, names)
+        # string tensors come out as object arrays, as ONNX Runtime returns them (the
+        # NumPy kernels may build fixed-width unicode arrays)
+        return [
+            o.astype(object) if isinstance(o, np.ndarray) and o.dtype.kind == "U" else o
+            for o in self._exe.run(feeds, names)
+        ]
 
     # -- autotuning (quanta/runtime/tuner.py) -------------------------------------
     @property

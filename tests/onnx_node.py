@@ -73,6 +73,8 @@ def run_case(case) -> None:
                 np.testing.assert_array_equal(
                     g.view(np.uint8), e.view(np.uint8), err_msg=f"{case.name} output {k}"
                 )
+            elif e.dtype.kind in "OU":  # strings
+                assert g.tolist() == e.tolist(), f"{case.name} output {k}: {g.tolist()} != {e.tolist()}"
             elif e.dtype.kind in "iub":
                 np.testing.assert_array_equal(g, e, err_msg=f"{case.name} output {k}")
             elif e.dtype.kind in "fc":
