@@ -143,6 +143,9 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     initializers: dict[str, Value] = field(default_factory=dict)
     output_signature: list[TensorType | None] = field(default_factory=list)
+    #: serialized onnx TypeProto of inputs / outputs whose type the IR does not model
+    #: (sequence, map, optional), by name: written back as loaded
+    foreign_types: dict[str, bytes] = field(default_factory=dict)
     doc: str = ""
     # the names taken while :meth:`naming` is active
     _taken: set[str] | None = field(default=None, init=False, repr=False, compare=False)

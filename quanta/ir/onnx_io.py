@@ -573,6 +573,13 @@ def from_proto(proto: onnx.ModelProto, where: str = "model") -> Model:
             raise ModelLoadError(f"{where}: graph output '{o.name}' is not produced by any node")
         outputs.append(values[o.name])
     graph.set_outputs(outputs)
+    # a sequence, map or optional input / output has no IR type: its declared type is
+    # written back as it was (a value_info without a type is not a valid model)
+    graph.foreign_types = {
+        vi.name: vi.type.SerializeToString()
+        for vi in [*g.input, *g.output]
+        if vi.type.WhichOneof("value") not in (None, "tensor_type")
+    }
     model = Model(
         graph=graph,
         opset_imports={
@@ -823,11 +830,15 @@ def _elem_code(t: TensorType | None) -> int:
     return e.onnx
 
 
-def _value_info(v: Value, type_override: TensorType | None = None) -> onnx.ValueInfoProto:
+def _value_info(
+    v: Value, type_override: TensorType | None = None, foreign: dict[str, bytes] | None = None
+) -> onnx.ValueInfoProto:
     t = type_override if type_override is not None else v.type
     if t is None:
         vi = onnx.ValueInfoProto()
         vi.name = v.name
+        if foreign and v.name in foreign:
+            vi.type.ParseFromString(foreign[v.name])
         return vi
     shape = None if t.shape is None else [d if d is not None else None for d in t.shape]
     return helper.make_tensor_value_info(v.name, _elem_code(t), shape)
@@ -896,12 +907,13 @@ def to_proto(model: Model, *, data_limit: int | None = None) -> onnx.ModelProto:
         if n.overload:
             node.overload = n.overload
         nodes.append(node)
-    inputs = [_value_info(v) for v in g.inputs] + typed_only
+    foreign = getattr(g, "foreign_types", None)
+    inputs = [_value_info(v, foreign=foreign) for v in g.inputs] + typed_only
     signature = getattr(g, "output_signature", None) or []
     # an output whose value lost its type (the Identity before it removed, its producer
     # unknown to inference) is written with the type it was loaded with
     outputs = [
-        _value_info(v, signature[k] if v.type is None and k < len(signature) else None)
+        _value_info(v, signature[k] if v.type is None and k < len(signature) else None, foreign)
         for k, v in enumerate(g.outputs)
     ]
     io_names = {v.name for v in g.inputs} | {v.name for v in g.outputs} | set(g.initializers)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import onnx
 from onnx import TensorProto, helper
 
 import quanta
@@ -124,3 +125,37 @@ STRING_OPS = {"StringNormalizer", "StringConcat", "StringSplit", "RegexFullMatch
 @pytest.mark.parametrize("case", cases_for(STRING_OPS), ids=lambda c: c.name)
 def test_string_ops_return_object_arrays_as_onnx_runtime_does(case):
     run_case(case)  # compares the strings; the dtype check asks for object arrays
+
+
+@pytest.mark.parametrize("case", cases_for({"SplitToSequence"}), ids=lambda c: c.name)
+def test_sequences_of_tensors_of_different_shapes_stay_lists(case):
+    run_case(case)
+
+
+def test_a_sequence_output_keeps_its_declared_type_through_quantization(tmp_path):
+    # the IR has no sequence type: the file quanta writes declares the output as loaded
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((7, 6)).astype(np.float32)
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"]),
+            helper.make_node("SplitToSequence", ["h", "sizes"], ["parts"], axis=1),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7])],
+        [helper.make_tensor_sequence_value_info("parts", TensorProto.FLOAT, None)],
+        [
+            helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel()),
+            helper.make_tensor("sizes", TensorProto.INT64, [2], [2, 4]),
+        ],
+    )
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    feeds = [{"x": rng.standard_normal((3, 7)).astype(np.float32)} for _ in range(3)]
+    quanta.quantize_static(str(src), str(dst), feeds, progress=False, verbose=False)
+    onnx.checker.check_model(str(dst), full_check=True)
+    out = onnx.load(str(dst)).graph.output[0]
+    assert out.type.WhichOneof("value") == "sequence_type"
+    parts = quanta.InferenceSession(str(dst)).run(None, feeds[0])[0]
+    assert [p.shape for p in parts] == [(3, 2), (3, 4)]
+    np.testing.assert_allclose(np.concatenate(parts, axis=1), feeds[0]["x"] @ w, atol=0.1)

@@ -62,4 +62,5 @@ def delegate_to_onnx_reference(
         raise OpError(f"{node.op_type}: inputs {missing} are named by the node but have no value")
     evaluator = ReferenceEvaluator(node, opsets={node.domain or "": ctx.opset})
     outputs = evaluator.run(None, feeds)
-    return tuple(np.asarray(v) for v in outputs)
+    # a sequence output stays a list: its tensors may differ in shape (SplitToSequence)
+    return tuple(v if isinstance(v, list) else np.asarray(v) for v in outputs)

@@ -276,7 +276,8 @@ def _integer_to_float(
                 f"(B has shape {b.shape}), got shape {zb.shape}"
             )
     acc = matmul_integer(qa, b, za, zb)  # zb: scalar, [N] or [..., 1, N], as validated above
-    n = acc.shape[-1]
+    # a 1-D B (numpy.matmul: a vector, no N axis in the output) has one column
+    n = b.shape[-1] if b.ndim >= 2 else 1
     a_is_scalar = _is_scalar(sa)
     sa_gemm = sa.reshape(()).astype(F32) if a_is_scalar else F32(1.0)
     b_supported = _b_param_supported(sb.shape, b.shape)
@@ -286,7 +287,7 @@ def _integer_to_float(
         m = np.asarray(sa_gemm, F32)
     y = np.multiply(acc.astype(F32), m, dtype=F32)
     if bias is not None:
-        if bias.shape != (n,):
+        if bias.shape != (n,) and not (b.ndim == 1 and bias.size == 1):
             raise OpError(f"bias: expected shape [{n}] (one value per output column), got {bias.shape}")
         y = np.add(y, bias.astype(F32), dtype=F32)
     if not a_is_scalar:

@@ -508,3 +508,18 @@ def test_ms_quantize_dequantize_int4_round_trip_matches_onnxruntime(dtype, code)
 def test_ms_quantize_linear_error_on_scale_of_another_type():
     with pytest.raises(OpError, match="y_scale: expected the type of x"):
         ms_quantize_linear(np.zeros(3, np.float16), F32(0.1), np.uint8(0))
+
+
+def test_matmul_integer_to_float_of_two_vectors_is_a_scalar() -> None:
+    # numpy.matmul of 1-D operands: a dot product with no N axis (quantize_static writes
+    # it for a MatMul of two 1-D activations)
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 256, 259).astype(np.uint8)
+    b = rng.integers(0, 256, 259).astype(np.uint8)
+    sa, sb, za, zb = np.float32(0.013), np.float32(0.071), np.uint8(117), np.uint8(131)
+    got = matmul_integer_to_float(a, b, sa, sb, za, zb)
+    acc = int(np.dot(a.astype(np.int64) - 117, b.astype(np.int64) - 131))
+    assert got.shape == ()
+    assert got == np.float32(np.float32(acc) * np.float32(sa * sb))
+    col = matmul_integer_to_float(a[None], b, sa, sb, za, zb)  # [1, K] @ [K] -> [1]
+    assert col.shape == (1,) and col[0] == got
