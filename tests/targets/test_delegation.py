@@ -5,8 +5,8 @@ through its own kernel (kernels/reference/control_flow.py), which is given those
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import quanta
