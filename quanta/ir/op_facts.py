@@ -337,6 +337,8 @@ FACTS = OpTable(
         Op("LayerNormalization", shape_only=True),
         # a written-out LayerNorm that divides by the standard deviation (FuseLayerNorm)
         Op("LayerNormDiv", QUANTA, shape_only=True),
+        # a written-out RMS norm (T5's), no mean subtracted (FuseRMSNorm)
+        Op("RMSNormDiv", QUANTA, shape_only=True),
         _unary("LeakyRelu", "QLinearLeakyRelu", "LowerUnary"),
         Op("Less", shape_only=True),
         Op("LessOrEqual", shape_only=True),

@@ -46,12 +46,12 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
 }
 
 void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
-                     float epsilon, float* mean_out, float* inv_std_out, bool divide) {
+                     float epsilon, float* mean_out, float* inv_std_out, bool divide, bool rms) {
   const float count = static_cast<float>(d);
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * d;
     float* yr = y + row * d;
-    const float mean = sum16(xr, d) / count;  // (L1)
+    const float mean = rms ? 0.0f : sum16(xr, d) / count;  // (L1r), (L1)
     float acc[kLanes] = {};
     for (int64_t i = 0; i < d; ++i) {
       const float di = xr[i] - mean;  // (L2)
