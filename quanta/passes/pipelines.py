@@ -245,7 +245,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         ),  # opset: Softmax's axis (LowerSoftmax); evaluator: tables (LowerLookup)
         QuantizePad(),  # DQ -> Pad -> Q of one type: the Pad runs on the integers
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
-        FuseGeluPass(opset),  # five float ops of a float-island GELU -> one Gelu
+        FuseGeluPass(opset),  # a float-island GELU (erf: five ops, tanh: eight) -> one Gelu / MlasGeluTanh
         FuseLayerNormPass(),  # a written-out LayerNorm / RMS norm island -> quanta::LayerNormDiv / RMSNormDiv
         # a float Einsum left by the lowering -> MatMul (after it: an Einsum between Q / DQ
         # stays the float product the file asks for, not an integer MatMul)

@@ -12,9 +12,10 @@
 //   binary_f32(op: "add" | "sub" | "mul" | "div" | "max" | "min", a: f32, b: f32, num_threads=1, out=None)
 //                                                                    numpy broadcasting
 //   unary_f32(op: "erf" | "tanh" | "sigmoid" | "relu" | "gelu" | "gelu_tanh" | "mlas_logistic"
-//             | "mlas_tanh" | "silu" | "log", x: f32, num_threads=1,     (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
-//             out=None)                                              np.maximum(x, 0), (G1), (G2),
+//             | "mlas_tanh" | "silu" | "log" | "gelu_tanh_mlas", x: f32,  (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
+//             num_threads=1, out=None)                               np.maximum(x, 0), (G1), (G2),
 //                                                                    ORT's MLAS logistic and tanh,
+//                                                                    (G2) with MLAS's tanh,
 //                                                                    x · sigmoid(x), (LN1)-(LN6),
 //                                                                    (CS1)-(CS6) ("cos"), (SN1) ("sin")
 #include <pybind11/stl.h>
@@ -154,6 +155,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
       {"cos", float_ops::UnaryOp::kCos},
       {"sin", float_ops::UnaryOp::kSin},
       {"expm1", float_ops::UnaryOp::kExpm1},
+      {"gelu_tanh_mlas", float_ops::UnaryOp::kGeluTanhMlas},
   };
   const std::pair<const char*, float_ops::UnaryOp>* found = nullptr;
   for (const auto& entry : kOps) {
@@ -162,7 +164,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
   if (found == nullptr) {
     throw py::value_error(
         "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, "
-        "log, cos, sin, expm1, "
+        "log, cos, sin, expm1, gelu_tanh_mlas, "
         "got "
         "'" +
         op_name + "'");

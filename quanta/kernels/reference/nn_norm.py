@@ -206,9 +206,9 @@ def rms_norm_div(
     epsilon: float = 1e-6,
     reciprocal: int = 0,
 ) -> np.ndarray:
-    """float32 x normalized over axes [axis, rank) by its root mean square, eqs. (M1),
-    (M2), then (M3) y = f32(x / s) or, with ``reciprocal``, (M3') y = f32(x · f32(1 / s)),
-    then (M4) f32(y · scale) and f32(· + bias) with numpy broadcasting (each optional):
+    """float32 x normalized over axes [axis, rank) by its root mean square, eqs. (RMS1),
+    (RMS2), then (RMS3) y = f32(x / s) or, with ``reciprocal``, (RMS3') y = f32(x · f32(1 / s)),
+    then (RMS4) f32(y · scale) and f32(· + bias) with numpy broadcasting (each optional):
     bit for bit the written-out chain FuseRMSNorm replaces (passes/rules/fuse_rms_norm.py)."""
     del ctx  # unused: one output, no opset differences
     if x.dtype != np.float32:

@@ -2,8 +2,8 @@
 
     %p = Pow(%x, 2) | Mul(%x, %x);  %v = ReduceMean(%p, axes)       axes: the trailing axes, keepdims 1
     %s = Sqrt(Add(%v, eps))                                          eps: a float32 scalar
-    %y = Div(%x, %s)                                                 reciprocal 0, eq. (M3)
-       | Mul(%x, Div(1, %s) | Reciprocal(%s))                        reciprocal 1, eq. (M3')
+    %y = Div(%x, %s)                                                 reciprocal 0, eq. (RMS3)
+       | Mul(%x, Div(1, %s) | Reciprocal(%s))                        reciprocal 1, eq. (RMS3')
     [%y = Mul(%y, scale)] [%y = Add(%y, bias)]                       constants, either order
       -> %y = quanta::RMSNormDiv(%x, scale?, bias?, axis, epsilon, reciprocal)     FuseRMSNorm
 
@@ -13,7 +13,7 @@ seventeen times in a T5-small encoder; on such a model the executor's cost per s
 the arithmetic, is much of the run time. The fused op is one step and two passes over
 the row.
 
-Numerics: exact. The fused op computes eqs. (M1)-(M4) of docs/float-ops.md, which are
+Numerics: exact. The fused op computes eqs. (RMS1)-(RMS4) of docs/float-ops.md, which are
 the replaced nodes' own float32 operations in their order: ReduceMean is f32(sum16 / D)
 on both targets (reduce_ops, native/reduce.py), Pow's exponent 2 is f32(x · x)
 (math_ops.POW_EXACT_FORMS), then one IEEE addition and square root per row and, per

@@ -21,7 +21,7 @@ quanta LayerNormDiv    ``layer_norm_f32(divide=True)``             nn_norm.layer
                                                                   (L1)-(L3), (L4'), (L5')
 quanta RMSNormDiv      ``layer_norm_f32(rms=True, divide=not      nn_norm.rms_norm_div ->
                        reciprocal)``                              float_ops.rms_norm_rows,
-                                                                  (M1)-(M4)
+                                                                  (RMS1)-(RMS4)
 Add, Sub, Mul, Div     ``binary_f32``, numpy broadcasting          math_ops (np.add, ...): one IEEE
                                                                   operation per element
 Max, Min (2 inputs)    ``binary_f32("max" | "min")``              math_ops (np.maximum / minimum)
@@ -32,6 +32,8 @@ Elu                    ``unary_f32("expm1")``, the select and     nn.elu -> floa
                        product by alpha in NumPy                  eqs. (EL), (X1)-(X3)
 quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.mlas_logistic_op /
 MlasTanh                                                          mlas_tanh_op (ORT's MLAS functions)
+quanta MlasGeluTanh    ``unary_f32("gelu_tanh_mlas")``            ort_float.mlas_gelu_tanh_op, (G2)
+                                                                  with MLAS's tanh
 Add, Sub, Mul, Div,    ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
 Max, Min int32 /                                                  arithmetic, int_div_trunc
 int64 / float64                                                   (x / 0 = 0), np.maximum / minimum;
@@ -475,7 +477,7 @@ def _rms_norm_div_native(
     reciprocal: int = 0,
 ) -> np.ndarray:
     """quanta::RMSNormDiv, float32 (nn_norm.rms_norm_div): the LayerNorm row kernel with
-    the mean fixed at +0, which makes (L2)-(L5) / (L4'), (L5') eqs. (M1)-(M4)."""
+    the mean fixed at +0, which makes (L2)-(L5) / (L4'), (L5') eqs. (RMS1)-(RMS4)."""
     x = _f32(x)
     if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
         raise _Unsupported
@@ -716,6 +718,8 @@ bind_sin = _bind_unary("Sin", "sin")
 # ``float_functions="ort"`` puts in place of Sigmoid and Tanh (reference/ort_float.py)
 bind_mlas_logistic = _bind_unary("MlasLogistic", "mlas_logistic", QUANTA_DOMAIN)
 bind_mlas_tanh = _bind_unary("MlasTanh", "mlas_tanh", QUANTA_DOMAIN)
+# a written-out tanh GELU around ORT's Tanh (FuseGeluTanh), (G2) with MLAS's tanh
+bind_mlas_gelu_tanh = _bind_unary("MlasGeluTanh", "gelu_tanh_mlas", QUANTA_DOMAIN)
 
 
 @_with_fallback("Elu")

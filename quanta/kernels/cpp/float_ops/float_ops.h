@@ -31,7 +31,7 @@
 //             (L4') s = f32(sqrt(f32(var + eps)))  (L5') y_i = f32(f32(f32(d_i / s) · scale_i) + bias_i)
 //             rms (quanta::RMSNormDiv, T5's written-out RMS norm): no mean, d_i = x_i
 //             (L1r) mean = +0  (x_i − +0 is x_i for every float32, −0 and NaN included),
-//             then (L3), (L4), (L5) (reciprocal) or (L4'), (L5') (divide): eqs. (M1)-(M4)
+//             then (L3), (L4), (L5) (reciprocal) or (L4'), (L5') (divide): eqs. (RMS1)-(RMS4)
 //   binary    c = f32(a op b), op in + − · /, numpy broadcasting; max / min as np.maximum /
 //             np.minimum: a if a is NaN, else (a > b ? a : b) (min: <), so a NaN b propagates
 //             and a tie of ±0 gives b
@@ -82,6 +82,8 @@
 //             Sigmoid and Tanh), rational approximations with FMA Horner steps:
 //             recurrent/recurrent_scalar.h (logistic_one, tanh_one) and recurrent/mlas_simd.h;
 //             the twin is kernels/reference/ms_lstm.py (mlas_logistic, mlas_tanh).
+//   gelu_tanh_mlas  (G2) with tanh = mlas_tanh (quanta::MlasGeluTanh: the written-out
+//             tanh GELU of a file ORT's quantizer wrote, whose Tanh is MLAS's)
 //
 // Broadcasting (binary): the driver drops size-1 dimensions and merges adjacent dimensions
 // that are contiguous (or broadcast) in both inputs, so any broadcast is an odometer over
@@ -117,9 +119,10 @@ enum class UnaryOp : int {
   kLog = 9,
   kCos = 10,
   kSin = 11,
-  kExpm1 = 12
+  kExpm1 = 12,
+  kGeluTanhMlas = 13
 };
-constexpr int kNumUnaryOps = 13;
+constexpr int kNumUnaryOps = 14;
 
 // Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
 using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n);
