@@ -1,8 +1,9 @@
 """Float normalizations (ai.onnx BatchNormalization, LayerNormalization,
 GroupNormalization, InstanceNormalization, LRN; quanta::LayerNormDiv, quanta::RMSNormDiv).
 
-All of them are ``y = (x - mean) / sqrt(var + epsilon) * scale + bias`` over different
-axes, with the population variance (divide by the element count, not count - 1):
+All of them but RMSNormDiv (which subtracts no mean: var is the mean square) are
+``y = (x - mean) / sqrt(var + epsilon) * scale + bias`` over different axes, with the
+population variance (divide by the element count, not count - 1):
 
     BatchNormalization     per channel (axis 1); mean/var are inputs (inference) or the
                            batch statistics over every axis but 1 (training_mode, opset 14+)
