@@ -337,6 +337,8 @@ FACTS = OpTable(
         Op("LayerNormalization", shape_only=True),
         # a written-out LayerNorm that divides by the standard deviation (FuseLayerNorm)
         Op("LayerNormDiv", QUANTA, shape_only=True),
+        # a written-out RMS norm (T5's), no mean subtracted (FuseRMSNorm)
+        Op("RMSNormDiv", QUANTA, shape_only=True),
         _unary("LeakyRelu", "QLinearLeakyRelu", "LowerUnary"),
         Op("Less", shape_only=True),
         Op("LessOrEqual", shape_only=True),
@@ -376,6 +378,8 @@ FACTS = OpTable(
         # ONNX Runtime's Sigmoid and Tanh (passes/rules/ort_float_functions.py, reference/ort_float.py)
         Op("MlasLogistic", QUANTA, shape_only=True),
         Op("MlasTanh", QUANTA, shape_only=True),
+        # a written-out tanh GELU around ORT's Tanh (FuseGeluTanh)
+        Op("MlasGeluTanh", QUANTA, shape_only=True),
         # ONNX Runtime's float LSTM (the same rule file; reference/ort_float.py)
         Op("OrtLSTM", QUANTA, compute=True, macs=MacKind.RECURRENT),
         Op("OrtGRU", QUANTA, compute=True, macs=MacKind.RECURRENT),

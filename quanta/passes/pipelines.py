@@ -135,8 +135,9 @@ def optimize_float(
     HardSwish, HardSigmoid or Paddle's written-out hardswish after it becomes the
     ``quanta::Conv`` gate, applied to each finished block (exact: the chain of the nodes
     it replaces); a LayerNorm written out as ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt,
-    Div (and its Mul / Add by constants) becomes one ``quanta::LayerNormDiv`` (exact: the
-    same float32 operations in the same order); a two-operand Einsum becomes the MatMul it
+    Div (and its Mul / Add by constants) becomes one ``quanta::LayerNormDiv``, T5's RMS
+    norm (Pow, ReduceMean, Add, Sqrt, Div or Mul by the reciprocal) one
+    ``quanta::RMSNormDiv`` (exact: the same float32 operations in the same order); a two-operand Einsum becomes the MatMul it
     computes between Transposes / Reshapes (the float GEMM family's bound instead of
     np.einsum's unstated order); with ``blocked_layout``, chains of float convolutions and
     the pools, elementwise operators, Concats, Splits and nearest Resizes between them
@@ -182,7 +183,7 @@ def optimize_float(
         FuseFloatGate(),  # SiLU / hardswish / HardSigmoid after a float Conv: applied per finished block
         HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps
         FuseLSTMGates(),  # an exported LSTM cell's ten elementwise nodes: one quanta::LSTMGates
-        FuseLayerNormPass(),  # a written-out LayerNorm's seven to nine nodes: one quanta::LayerNormDiv
+        FuseLayerNormPass(),  # a written-out LayerNorm / RMS norm: one quanta::LayerNormDiv / RMSNormDiv
         CanonicalizeEinsum(),  # a two-operand Einsum: the MatMul it computes (native float GEMM)
         BlockedFloatLayout(enabled=blocked_layout),  # chains of float convolutions exchange NCHW16c tensors
         EliminateDead(),
@@ -244,8 +245,8 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         ),  # opset: Softmax's axis (LowerSoftmax); evaluator: tables (LowerLookup)
         QuantizePad(),  # DQ -> Pad -> Q of one type: the Pad runs on the integers
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
-        FuseGeluPass(opset),  # five float ops of a float-island GELU -> one Gelu
-        FuseLayerNormPass(),  # a written-out LayerNorm's float island -> one quanta::LayerNormDiv
+        FuseGeluPass(opset),  # a float-island GELU (erf: five ops, tanh: eight) -> one Gelu / MlasGeluTanh
+        FuseLayerNormPass(),  # a written-out LayerNorm / RMS norm island -> quanta::LayerNormDiv / RMSNormDiv
         # a float Einsum left by the lowering -> MatMul (after it: an Einsum between Q / DQ
         # stays the float product the file asks for, not an integer MatMul)
         CanonicalizeEinsum(),
@@ -262,8 +263,8 @@ def simplify_control_flow(*, evaluator: Evaluator | None = None) -> list[Pass]:
     If branch, Loop or Scan body) with: constants folded (Constant nodes, the shapes a
     static graph fixes), an If whose condition became a constant inlined, and what
     that leaves folded (the Identity branches of an exporter's optional Squeeze) and
-    dead code removed; a written-out LayerNorm becomes one ``quanta::LayerNormDiv``. Every
-    step is exact."""
+    dead code removed; a written-out LayerNorm becomes one ``quanta::LayerNormDiv``, an RMS
+    norm one ``quanta::RMSNormDiv``. Every step is exact."""
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
 
     return [

@@ -132,6 +132,7 @@ PINNED = {
     "quanta.runtime.static_steps.QUANTA_SHAPE_ONLY_OPS": {
         "AccumulatorToFloat", "AccumulatorToQuant", "Conv", "ConvMX", "LayerNormDiv", "MatMulBf16", "MatMulMX",
         "MatMulW4A8", "MatMulW8", "MlasLogistic", "MlasTanh", "QLinearConv16", "QLinearLookup", "QLinearMatMul16",
+        "RMSNormDiv", "MlasGeluTanh",
         "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
     },
     "quanta.runtime.static_steps.SHAPE_ONLY_OPS": {
@@ -153,7 +154,8 @@ PINNED = {
         "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm",
         "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu", "AccumulatorToFloat",
         "AccumulatorToQuant", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-        "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "MlasLogistic", "MlasTanh", "LayerNormDiv",
+        "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "MlasLogistic", "MlasTanh", "LayerNormDiv", "RMSNormDiv",
+        "MlasGeluTanh",
         "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "MatMulBf16", "MatMulMX", "ConvMX", "MatMulW8",
         "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
     },

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from quanta.kernels import _native
 from quanta.kernels.reference import float_ops as twin
 from quanta.kernels.reference.ms_lstm import mlas_logistic, mlas_tanh
+from quanta.kernels.reference.ort_float import mlas_gelu_tanh
 
 ISAS: list[str] = list(_native.supported_isas())
 F32 = np.float32
@@ -460,6 +461,7 @@ UNARY = {
     "cos": twin.cos_f32,
     "sin": twin.sin_f32,
     "expm1": twin.expm1_f32,
+    "gelu_tanh_mlas": mlas_gelu_tanh,  # (G2) with MLAS's tanh (quanta::MlasGeluTanh)
 }
 #: lengths with reasons: 1, 15/16/17 (one zmm ± 1, AVX2 two ymm ± 1), 63/65 (tails of 15
 #: and 1 after 4 blocks), 300, 1000 (odd tails, 8-lane tails of 4 and 0)
@@ -799,7 +801,7 @@ def test_boundary_errors_name_the_argument() -> None:
         (lambda: _native.exp_f32(x, num_threads=0), "exp_f32: num_threads: expected >= 1, got 0"),
         (
             lambda: _native.unary_f32("gelu_erf", x),
-            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, log, cos, sin, expm1, got 'gelu_erf'",
+            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, log, cos, sin, expm1, gelu_tanh_mlas, got 'gelu_erf'",
         ),
         (
             lambda: _native.unary_f32("erf", x.astype(np.float16)),

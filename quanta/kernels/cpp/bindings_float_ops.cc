@@ -5,15 +5,17 @@
 //   exp_f32(x: f32, num_threads=1, out=None)                         eqs. (E1)-(E6)
 //   softmax_f32(x: f32, rank >= 1, num_threads=1, out=None)          along the last axis, (S1)-(S5)
 //   layer_norm_f32(x: f32, scale: f32, bias: f32 | None, axis, epsilon, num_threads=1,
-//                  out=None, stats=False, divide=False) -> y | (y, mean, inv_std)
+//                  out=None, stats=False, divide=False, rms=False) -> y | (y, mean, inv_std)
 //                                                                    over axes [axis, rank), (L1)-(L5);
-//                                                                    divide: (L4'), (L5') instead
+//                                                                    divide: (L4'), (L5') instead;
+//                                                                    rms: (L1r) instead of (L1)
 //   binary_f32(op: "add" | "sub" | "mul" | "div" | "max" | "min", a: f32, b: f32, num_threads=1, out=None)
 //                                                                    numpy broadcasting
 //   unary_f32(op: "erf" | "tanh" | "sigmoid" | "relu" | "gelu" | "gelu_tanh" | "mlas_logistic"
-//             | "mlas_tanh" | "silu" | "log", x: f32, num_threads=1,     (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
-//             out=None)                                              np.maximum(x, 0), (G1), (G2),
+//             | "mlas_tanh" | "silu" | "log" | "gelu_tanh_mlas", x: f32,  (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
+//             num_threads=1, out=None)                               np.maximum(x, 0), (G1), (G2),
 //                                                                    ORT's MLAS logistic and tanh,
+//                                                                    (G2) with MLAS's tanh,
 //                                                                    x · sigmoid(x), (LN1)-(LN6),
 //                                                                    (CS1)-(CS6) ("cos"), (SN1) ("sin")
 #include <pybind11/stl.h>
@@ -57,7 +59,7 @@ py::array softmax_f32(const py::handle& x_obj, int num_threads, const py::object
 
 py::object layer_norm_f32(const py::handle& x_obj, const py::handle& scale_obj, const py::object& bias_obj,
                           int64_t axis, float epsilon, int num_threads, const py::object& out_obj, bool stats,
-                          bool divide) {
+                          bool divide, bool rms) {
   auto x = require_array<float>(x_obj, "layer_norm_f32: x");
   auto scale = require_array<float>(scale_obj, "layer_norm_f32: scale");
   check_threads(num_threads, "layer_norm_f32");
@@ -99,7 +101,7 @@ py::object layer_norm_f32(const py::handle& x_obj, const py::handle& scale_obj, 
   {
     py::gil_scoped_release release;
     float_ops::layer_norm(x.data(), y.mutable_data(), rows, d, scale.data(), bias_ptr, epsilon, mean_ptr, inv_ptr,
-                          num_threads, active_isa(), divide);
+                          num_threads, active_isa(), divide, rms);
   }
   if (!stats) return std::move(y);
   return py::make_tuple(y, mean, inv_std);
@@ -153,6 +155,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
       {"cos", float_ops::UnaryOp::kCos},
       {"sin", float_ops::UnaryOp::kSin},
       {"expm1", float_ops::UnaryOp::kExpm1},
+      {"gelu_tanh_mlas", float_ops::UnaryOp::kGeluTanhMlas},
   };
   const std::pair<const char*, float_ops::UnaryOp>* found = nullptr;
   for (const auto& entry : kOps) {
@@ -161,7 +164,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
   if (found == nullptr) {
     throw py::value_error(
         "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, "
-        "log, cos, sin, expm1, "
+        "log, cos, sin, expm1, gelu_tanh_mlas, "
         "got "
         "'" +
         op_name + "'");
@@ -186,10 +189,11 @@ void register_float_ops(py::module_& m) {
   m.def("softmax_f32", &softmax_f32, arg("x"), arg("num_threads") = 1, arg("out") = none,
         "Softmax along the last axis of float32 x, eqs. (S1)-(S5) of docs/float-ops.md.");
   m.def("layer_norm_f32", &layer_norm_f32, arg("x"), arg("scale"), arg("bias"), arg("axis"), arg("epsilon"),
-        arg("num_threads") = 1, arg("out") = none, arg("stats") = false, arg("divide") = false,
+        arg("num_threads") = 1, arg("out") = none, arg("stats") = false, arg("divide") = false, arg("rms") = false,
         "LayerNormalization of float32 x over axes [axis, rank), eqs. (L1)-(L5) of docs/float-ops.md; "
         "stats=True also returns (mean, inv_std) of shape x.shape[:axis] + (1,) * (rank - axis); "
-        "divide=True divides by the standard deviation, eqs. (L4'), (L5') (quanta::LayerNormDiv).");
+        "divide=True divides by the standard deviation, eqs. (L4'), (L5') (quanta::LayerNormDiv); "
+        "rms=True does not subtract a mean, eq. (L1r) (quanta::RMSNormDiv).");
   m.def("binary_f32", &binary_f32, arg("op"), arg("a"), arg("b"), arg("num_threads") = 1, arg("out") = none,
         "c = a op b in float32 (op: add, sub, mul, div), numpy broadcasting.");
   m.def("unary_f32", &unary_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,

@@ -385,6 +385,29 @@ def layer_norm_div_rows(v: np.ndarray, epsilon: np.float32) -> np.ndarray:
         return d / np.sqrt(var + F32(epsilon))[:, None]  # (L4'), (L5')
 
 
+def rms_norm_rows(v: np.ndarray, epsilon: np.float32, *, reciprocal: bool) -> np.ndarray:
+    """Every row of ``v`` [R, D] (float32) divided by its root mean square, as T5-style
+    exports write it out (``quanta::RMSNormDiv``)::
+
+        (RMS1)  ms  = f32(sum16(f32(x_i · x_i)) / D)
+        (RMS2)  s   = f32(sqrt(f32(ms + epsilon)))
+        (RMS3)  y_i = f32(x_i / s)                             reciprocal False: Div(x, s)
+        (RMS3') r   = f32(1 / s);  y_i = f32(x_i · r)          reciprocal True: Div(1, s) or
+                                                             Reciprocal(s), then Mul
+
+    (the caller multiplies by scale and adds bias, one IEEE operation each, (RMS4)). These
+    are the operations of Pow(·, 2) (or Mul(x, x)), ReduceMean, Add, Sqrt and the division
+    in that order: (RMS1) is ReduceMean's f32(sum16 / D) (reduce_ops) of Pow's f32(x · x)
+    (math_ops.POW_EXACT_FORMS)."""
+    v = np.asarray(v, F32)
+    count = F32(v.shape[1])
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # D = 0: 0 / 0 is NaN
+        s = np.sqrt(sum16(v * v) / count + F32(epsilon))  # (RMS1), (RMS2)
+        if reciprocal:
+            return v * (F32(1) / s)[:, None]  # (RMS3')
+        return v / s[:, None]  # (RMS3)
+
+
 def _layer_norm_var(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(L1)-(L3) of every row of ``v`` [R, D]: (d [R, D], mean [R], var [R])."""
     v = np.asarray(v, F32)

@@ -1,8 +1,9 @@
 """Float normalizations (ai.onnx BatchNormalization, LayerNormalization,
-GroupNormalization, InstanceNormalization, LRN; quanta::LayerNormDiv).
+GroupNormalization, InstanceNormalization, LRN; quanta::LayerNormDiv, quanta::RMSNormDiv).
 
-All of them are ``y = (x - mean) / sqrt(var + epsilon) * scale + bias`` over different
-axes, with the population variance (divide by the element count, not count - 1):
+All of them but RMSNormDiv (which subtracts no mean: var is the mean square) are
+``y = (x - mean) / sqrt(var + epsilon) * scale + bias`` over different axes, with the
+population variance (divide by the element count, not count - 1):
 
     BatchNormalization     per channel (axis 1); mean/var are inputs (inference) or the
                            batch statistics over every axis but 1 (training_mode, opset 14+)
@@ -13,6 +14,9 @@ axes, with the population variance (divide by the element count, not count - 1):
     quanta::LayerNormDiv   LayerNormalization as exports write it out (ReduceMean, Sub,
                            Pow, ReduceMean, Add, Sqrt, Div[, Mul][, Add]): divides by the
                            standard deviation instead of multiplying by its reciprocal
+    quanta::RMSNormDiv     T5's RMS norm as exports write it out (Pow, ReduceMean, Add,
+                           Sqrt, Div[, Mul][, Mul][, Add]): no mean subtracted, x divided
+                           by the root mean square or multiplied by its reciprocal
 
 Statistics are computed in float32 for narrower float inputs (LayerNormalization and
 GroupNormalization: in ``stash_type``), in float64 for float64 inputs.
@@ -24,7 +28,7 @@ import math
 
 import numpy as np
 
-from quanta.kernels.reference.float_ops import layer_norm_div_rows, layer_norm_rows
+from quanta.kernels.reference.float_ops import layer_norm_div_rows, layer_norm_rows, rms_norm_rows
 from quanta.kernels.reference.nn import compute_dtype, from_compute, to_compute
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
@@ -185,6 +189,36 @@ def layer_norm_div(
     axis %= x.ndim
     rows = x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
     y = layer_norm_div_rows(rows, np.float32(epsilon)).reshape(x.shape)
+    if scale is not None:
+        y = y * scale.astype(np.float32, copy=False)
+    if bias is not None:
+        y = y + bias.astype(np.float32, copy=False)
+    return y
+
+
+@register("RMSNormDiv", "quanta")
+def rms_norm_div(
+    ctx: OpContext,
+    x: np.ndarray,
+    scale: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    *,
+    axis: int = -1,
+    epsilon: float = 1e-6,
+    reciprocal: int = 0,
+) -> np.ndarray:
+    """float32 x normalized over axes [axis, rank) by its root mean square, eqs. (RMS1),
+    (RMS2), then (RMS3) y = f32(x / s) or, with ``reciprocal``, (RMS3') y = f32(x · f32(1 / s)),
+    then (RMS4) f32(y · scale) and f32(· + bias) with numpy broadcasting (each optional):
+    bit for bit the written-out chain FuseRMSNorm replaces (passes/rules/fuse_rms_norm.py)."""
+    del ctx  # unused: one output, no opset differences
+    if x.dtype != np.float32:
+        raise OpError(f"RMSNormDiv: float32 x expected, got {x.dtype}")
+    if not -x.ndim <= axis < x.ndim:
+        raise OpError(f"RMSNormDiv: axis expected in [{-x.ndim}, {x.ndim - 1}], got {axis}")
+    axis %= x.ndim
+    rows = x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+    y = rms_norm_rows(rows, np.float32(epsilon), reciprocal=bool(reciprocal)).reshape(x.shape)
     if scale is not None:
         y = y * scale.astype(np.float32, copy=False)
     if bias is not None:

@@ -1,5 +1,5 @@
-"""quanta MlasLogistic, MlasTanh and OrtLSTM: ONNX Runtime's float32 Sigmoid, Tanh and
-LSTM (normative).
+"""quanta MlasLogistic, MlasTanh, MlasGeluTanh and OrtLSTM: ONNX Runtime's float32 Sigmoid,
+Tanh and LSTM (normative), and a tanh GELU written out around ORT's Tanh.
 
 ONNX defines Sigmoid and Tanh as the exact functions; quanta's Sigmoid and Tanh compute
 them within 2.4 and 2 ulp (docs/float-ops.md (Σ1)-(Σ2), (T1)-(T4)). ONNX Runtime's CPU
@@ -14,6 +14,9 @@ activation), so a session that must agree with ORT runs these in their place
     MlasTanh(x)     = mlas_tanh(x)          clamp to [-9, 9],   x·P(x²) / Q(x²)
 
 (:mod:`quanta.kernels.reference.ms_lstm`, which DynamicQuantizeLSTM's gates use too).
+``MlasGeluTanh`` is eq. (G2) of docs/float-ops.md with MLAS's tanh in place of (T1)-(T4):
+the eight nodes of an exported ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`` in a file
+ORT's quantizer wrote (whose Tanh became MlasTanh), fused by FuseGeluTanh.
 float32 only: other element types are an error naming the op.
 
 ``OrtLSTM`` is the ai.onnx LSTM (same inputs, outputs and attributes) as ORT's CPU kernel
@@ -37,11 +40,20 @@ from typing import Any
 
 import numpy as np
 
+from quanta.kernels.reference.float_ops import GELU_C, GELU_K
 from quanta.kernels.reference.ms_lstm import mlas_logistic, mlas_tanh
 from quanta.kernels.reference.registry import OpContext, OpError, register
 from quanta.kernels.reference.rnn import default_activations, gru, lstm
 
-__all__ = ["QUANTA_DOMAIN", "mlas_logistic_op", "mlas_tanh_op", "ort_gru_op", "ort_lstm_op"]
+__all__ = [
+    "QUANTA_DOMAIN",
+    "mlas_gelu_tanh",
+    "mlas_gelu_tanh_op",
+    "mlas_logistic_op",
+    "mlas_tanh_op",
+    "ort_gru_op",
+    "ort_lstm_op",
+]
 
 QUANTA_DOMAIN = "quanta"
 
@@ -63,6 +75,24 @@ def mlas_logistic_op(ctx: OpContext, x: np.ndarray) -> np.ndarray:
 def mlas_tanh_op(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     """quanta MlasTanh-1: ORT's Tanh (module docstring)."""
     return mlas_tanh(_f32(ctx, x))
+
+
+def mlas_gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """Eq. (G2) with MLAS's tanh, every step one float32 IEEE operation in the export's
+    order::
+
+        a = f32(K · f32(x + f32(C · f32(f32(x · x) · x))))     K = f32(√(2/π)), C = f32(0.044715)
+        y = f32(f32(0.5 · x) · f32(1 + mlas_tanh(a)))"""
+    x = np.asarray(x, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # x³ overflows from |x| = 7e12 on
+        a = GELU_K * (x + GELU_C * ((x * x) * x))
+        return (np.float32(0.5) * x) * (np.float32(1) + mlas_tanh(a))
+
+
+@register("MlasGeluTanh", QUANTA_DOMAIN)
+def mlas_gelu_tanh_op(ctx: OpContext, x: np.ndarray) -> np.ndarray:
+    """quanta MlasGeluTanh-1: the tanh GELU with ORT's Tanh (module docstring)."""
+    return mlas_gelu_tanh(_f32(ctx, x))
 
 
 def _check_rnn(

@@ -27,6 +27,7 @@ import numpy as np
 
 from quanta.ir.graph import Node, Value, result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
+from quanta.passes.rules.fuse_gelu_tanh import FuseGeluTanh
 
 __all__ = ["FuseGelu", "FuseGeluPass"]
 
@@ -127,7 +128,10 @@ class FuseGelu(Rule):
 
 
 class FuseGeluPass(RewritePass):
+    """FuseGelu and FuseGeluTanh (passes/rules/fuse_gelu_tanh.py): the erf and the tanh
+    GELU of a quantized graph's float islands."""
+
     name = "fuse_gelu"
 
     def __init__(self, opset: int = 17):
-        super().__init__([FuseGelu(opset)])
+        super().__init__([FuseGelu(opset), FuseGeluTanh(opset)])

@@ -213,7 +213,13 @@ class FuseLayerNorm(Rule):
 
 
 class FuseLayerNormPass(RewritePass):
+    """FuseLayerNorm, then FuseRMSNorm (passes/rules/fuse_rms_norm.py) on what is left:
+    the written-out norms of a float graph or of a quantized graph's float islands."""
+
     name = "fuse_layer_norm"
 
     def __init__(self) -> None:
-        super().__init__([FuseLayerNorm()])
+        # imported here: fuse_rms_norm reads this module's pattern helpers
+        from quanta.passes.rules.fuse_rms_norm import FuseRMSNorm
+
+        super().__init__([FuseLayerNorm(), FuseRMSNorm()])

@@ -19,6 +19,9 @@ LayerNormalization     ``layer_norm_f32`` (Mean / InvStdDev        nn_norm.layer
 quanta LayerNormDiv    ``layer_norm_f32(divide=True)``             nn_norm.layer_norm_div ->
                                                                   float_ops.layer_norm_div_rows,
                                                                   (L1)-(L3), (L4'), (L5')
+quanta RMSNormDiv      ``layer_norm_f32(rms=True, divide=not      nn_norm.rms_norm_div ->
+                       reciprocal)``                              float_ops.rms_norm_rows,
+                                                                  (RMS1)-(RMS4)
 Add, Sub, Mul, Div     ``binary_f32``, numpy broadcasting          math_ops (np.add, ...): one IEEE
                                                                   operation per element
 Max, Min (2 inputs)    ``binary_f32("max" | "min")``              math_ops (np.maximum / minimum)
@@ -29,6 +32,8 @@ Elu                    ``unary_f32("expm1")``, the select and     nn.elu -> floa
                        product by alpha in NumPy                  eqs. (EL), (X1)-(X3)
 quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.mlas_logistic_op /
 MlasTanh                                                          mlas_tanh_op (ORT's MLAS functions)
+quanta MlasGeluTanh    ``unary_f32("gelu_tanh_mlas")``            ort_float.mlas_gelu_tanh_op, (G2)
+                                                                  with MLAS's tanh
 Add, Sub, Mul, Div,    ``broadcast_op`` (tensor_ops)               math_ops: wrapping integer
 Max, Min int32 /                                                  arithmetic, int_div_trunc
 int64 / float64                                                   (x / 0 = 0), np.maximum / minimum;
@@ -455,6 +460,73 @@ def bind_layer_norm_div(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 
 # --------------------------------------------------------------------------------------
+# quanta::RMSNormDiv
+# --------------------------------------------------------------------------------------
+
+
+@_with_fallback("RMSNormDiv", QUANTA_DOMAIN)
+def _rms_norm_div_native(
+    ctx: Any,
+    x: Any,
+    scale: Any = None,
+    bias: Any = None,
+    *,
+    out: Any,
+    axis: int = -1,
+    epsilon: float = 1e-6,
+    reciprocal: int = 0,
+) -> np.ndarray:
+    """quanta::RMSNormDiv, float32 (nn_norm.rms_norm_div): the LayerNorm row kernel with
+    the mean fixed at +0, which makes (L2)-(L5) / (L4'), (L5') eqs. (RMS1)-(RMS4)."""
+    x = _f32(x)
+    if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+        raise _Unsupported
+    axis %= x.ndim
+    s, b = _norm_params(x.shape, axis, scale, bias)
+    divide = not reciprocal
+    return _native().layer_norm_f32(
+        x, s, b, axis, float(np.float32(epsilon)), _threads(ctx), out, False, divide, True
+    )
+
+
+def _rms_norm_div_specialized(
+    sig: Specialization, *, axis: int = -1, epsilon: float = 1e-6, reciprocal: int = 0
+) -> Any:
+    """One x shape with constant scale and bias: the vectors, axis and thread count found
+    once, the binding called positionally into the planned output."""
+    shape = sig.shapes[0]
+    if shape is None or sig.dtypes[0] != F32 or not shape or not -len(shape) <= axis < len(shape):
+        return None
+    consts = list(sig.consts[1:]) + [None] * (3 - len(sig.consts))
+    for k in (1, 2):
+        if k < len(sig.shapes) and sig.shapes[k] is not None and consts[k - 1] is None:
+            return None  # scale or bias computed at run time
+    axis %= len(shape)
+    try:
+        s, b = _norm_params(shape, axis, consts[0], consts[1])
+    except _Unsupported:
+        return None
+    eps, threads, out, divide = float(np.float32(epsilon)), step_threads(sig), sig.out, not reciprocal
+    layer_norm = _native().layer_norm_f32
+
+    def call(x: np.ndarray, *rest: Any) -> np.ndarray:
+        return layer_norm(x, s, b, axis, eps, threads, out, False, divide, True)
+
+    attrs = {"axis": axis, "epsilon": epsilon, "reciprocal": reciprocal}
+    return guarded(call, _rms_norm_div_native, attrs, out, reads=1)
+
+
+@register_binder("RMSNormDiv", QUANTA_DOMAIN)
+def bind_rms_norm_div(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 quanta::RMSNormDiv (FuseRMSNorm's written-out RMS norm)."""
+    del model  # unused: the choice depends on the node's types only
+    reason = _check_f32("RMSNormDiv", ("X", node.input(0)), ("Scale", node.input(1)), ("B", node.input(2)))
+    if reason:
+        return None, reason
+    return _kernel(_rms_norm_div_native, "rms_norm_div_f32", node, _rms_norm_div_specialized)
+
+
+# --------------------------------------------------------------------------------------
 # Add, Sub, Mul, Div
 # --------------------------------------------------------------------------------------
 
@@ -646,6 +718,8 @@ bind_sin = _bind_unary("Sin", "sin")
 # ``float_functions="ort"`` puts in place of Sigmoid and Tanh (reference/ort_float.py)
 bind_mlas_logistic = _bind_unary("MlasLogistic", "mlas_logistic", QUANTA_DOMAIN)
 bind_mlas_tanh = _bind_unary("MlasTanh", "mlas_tanh", QUANTA_DOMAIN)
+# a written-out tanh GELU around ORT's Tanh (FuseGeluTanh), (G2) with MLAS's tanh
+bind_mlas_gelu_tanh = _bind_unary("MlasGeluTanh", "gelu_tanh_mlas", QUANTA_DOMAIN)
 
 
 @_with_fallback("Elu")

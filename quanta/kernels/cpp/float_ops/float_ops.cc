@@ -65,12 +65,12 @@ void softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads,
 }
 
 void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias, float epsilon,
-                float* mean, float* inv_std, int num_threads, Isa isa, bool divide) {
+                float* mean, float* inv_std, int num_threads, Isa isa, bool divide, bool rms) {
   if (d <= 0) return;
   const LayerNormRowsFn fn = kernels_for(isa).layer_norm;
   for_ranges(num_threads, rows, row_grain(d), [&](int64_t begin, int64_t end) {
     fn(x + begin * d, y + begin * d, end - begin, d, scale, bias, epsilon, mean ? mean + begin : nullptr,
-       inv_std ? inv_std + begin : nullptr, divide);
+       inv_std ? inv_std + begin : nullptr, divide, rms);
   });
 }
 

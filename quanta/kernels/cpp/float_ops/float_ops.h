@@ -29,6 +29,9 @@
 //             (L5) y_i = f32(f32(f32(d_i · inv_std) · scale_i) + bias_i)   (no bias: no add)
 //             divide (quanta::LayerNormDiv, the written-out form of exports):
 //             (L4') s = f32(sqrt(f32(var + eps)))  (L5') y_i = f32(f32(f32(d_i / s) · scale_i) + bias_i)
+//             rms (quanta::RMSNormDiv, T5's written-out RMS norm): no mean, d_i = x_i
+//             (L1r) mean = +0  (x_i − +0 is x_i for every float32, −0 and NaN included),
+//             then (L3), (L4), (L5) (reciprocal) or (L4'), (L5') (divide): eqs. (RMS1)-(RMS4)
 //   binary    c = f32(a op b), op in + − · /, numpy broadcasting; max / min as np.maximum /
 //             np.minimum: a if a is NaN, else (a > b ? a : b) (min: <), so a NaN b propagates
 //             and a tie of ±0 gives b
@@ -79,6 +82,8 @@
 //             Sigmoid and Tanh), rational approximations with FMA Horner steps:
 //             recurrent/recurrent_scalar.h (logistic_one, tanh_one) and recurrent/mlas_simd.h;
 //             the twin is kernels/reference/ms_lstm.py (mlas_logistic, mlas_tanh).
+//   gelu_tanh_mlas  (G2) with tanh = mlas_tanh (quanta::MlasGeluTanh: the written-out
+//             tanh GELU of a file ORT's quantizer wrote, whose Tanh is MLAS's)
 //
 // Broadcasting (binary): the driver drops size-1 dimensions and merges adjacent dimensions
 // that are contiguous (or broadcast) in both inputs, so any broadcast is an odometer over
@@ -114,9 +119,10 @@ enum class UnaryOp : int {
   kLog = 9,
   kCos = 10,
   kSin = 11,
-  kExpm1 = 12
+  kExpm1 = 12,
+  kGeluTanhMlas = 13
 };
-constexpr int kNumUnaryOps = 13;
+constexpr int kNumUnaryOps = 14;
 
 // Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
 using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n);
@@ -127,9 +133,10 @@ using UnaryRunFn = void (*)(const float* x, float* y, int64_t n);
 // `rows` contiguous rows of length d (d >= 1).
 using SoftmaxRowsFn = void (*)(const float* x, float* y, int64_t rows, int64_t d);
 // bias may be null (no add); mean / inv_std may be null (not written), else [rows];
-// divide: (L4'), (L5') instead of (L5) (inv_std is still written as (L4)).
+// divide: (L4'), (L5') instead of (L5) (inv_std is still written as (L4)); rms: (L1r)
+// instead of (L1).
 using LayerNormRowsFn = void (*)(const float* x, float* y, int64_t rows, int64_t d, const float* scale,
-                                 const float* bias, float epsilon, float* mean, float* inv_std, bool divide);
+                                 const float* bias, float epsilon, float* mean, float* inv_std, bool divide, bool rms);
 
 // One table per ISA (filled by float_ops_<isa>.cc).
 struct Kernels {
@@ -155,7 +162,7 @@ void unary(UnaryOp op, const float* x, float* y, int64_t n, int num_threads, Isa
 void softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa);
 
 void layer_norm(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias, float epsilon,
-                float* mean, float* inv_std, int num_threads, Isa isa, bool divide = false);
+                float* mean, float* inv_std, int num_threads, Isa isa, bool divide = false, bool rms = false);
 
 // A broadcast binary operation, dimensions already aligned to the output's rank
 // (broadcast.h, shared with the other binary family).

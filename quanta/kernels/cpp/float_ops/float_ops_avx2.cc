@@ -112,12 +112,14 @@ inline float sum16(int64_t d, F&& f) {
 }
 
 void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
-                     float epsilon, float* mean_out, float* inv_std_out, bool divide) {
+                     float epsilon, float* mean_out, float* inv_std_out, bool divide, bool rms) {
   const float count = static_cast<float>(d);
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * d;
     float* yr = y + row * d;
-    const float mean = sum16(d, [&](int64_t i, __m256i k) { return _mm256_maskload_ps(xr + i, k); }) / count;  // (L1)
+    const float mean =
+        rms ? 0.0f
+            : sum16(d, [&](int64_t i, __m256i k) { return _mm256_maskload_ps(xr + i, k); }) / count;  // (L1r), (L1)
     const __m256 vmean = _mm256_set1_ps(mean);
     const float var = sum16(d,
                             [&](int64_t i, __m256i k) {

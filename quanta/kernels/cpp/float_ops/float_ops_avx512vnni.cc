@@ -104,17 +104,17 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
 }
 
 void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
-                     float epsilon, float* mean_out, float* inv_std_out, bool divide) {
+                     float epsilon, float* mean_out, float* inv_std_out, bool divide, bool rms) {
   const float count = static_cast<float>(d);
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * d;
     float* yr = y + row * d;
     __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < d; i += 16) {
+    for (int64_t i = 0; i < d && !rms; i += 16) {
       const __mmask16 k = tail_mask(d - i);
       acc = _mm512_mask_add_ps(acc, k, acc, _mm512_maskz_loadu_ps(k, xr + i));
     }
-    const float mean = tree16(acc) / count;  // (L1)
+    const float mean = rms ? 0.0f : tree16(acc) / count;  // (L1r), (L1)
     const __m512 vmean = _mm512_set1_ps(mean);
     acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < d; i += 16) {

@@ -45,13 +45,18 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
   }
 }
 
+inline float gelu_tanh_mlas_one(float x) {
+  const float a = kGeluK * (x + kGeluC * ((x * x) * x));  // (G2), MLAS's tanh
+  return (0.5f * x) * (1.0f + recurrent::tanh_one(a));
+}
+
 void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
-                     float epsilon, float* mean_out, float* inv_std_out, bool divide) {
+                     float epsilon, float* mean_out, float* inv_std_out, bool divide, bool rms) {
   const float count = static_cast<float>(d);
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * d;
     float* yr = y + row * d;
-    const float mean = sum16(xr, d) / count;  // (L1)
+    const float mean = rms ? 0.0f : sum16(xr, d) / count;  // (L1r), (L1)
     float acc[kLanes] = {};
     for (int64_t i = 0; i < d; ++i) {
       const float di = xr[i] - mean;  // (L2)
@@ -81,7 +86,8 @@ const Kernels kKernelsPortable = {
     layer_norm_rows,
     {unary_run<erf_one>, unary_run<tanh_one>, unary_run<sigmoid_one>, unary_run<relu_one>, unary_run<gelu_one>,
      unary_run<gelu_tanh_one>, unary_run<recurrent::logistic_one>, unary_run<recurrent::tanh_one>, unary_run<silu_one>,
-     unary_run<log_one>, unary_run<cos_one>, unary_run<sin_one>, unary_run<expm1_one>},  // by UnaryOp
+     unary_run<log_one>, unary_run<cos_one>, unary_run<sin_one>, unary_run<expm1_one>,
+     unary_run<gelu_tanh_mlas_one>},  // by UnaryOp
 };
 
 }  // namespace float_ops

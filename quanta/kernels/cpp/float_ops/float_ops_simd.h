@@ -269,6 +269,14 @@ inline typename T::V gelu_tanh_v(typename T::V x) {  // (G2)
   return T::mul(T::mul(T::set1(0.5f), x), T::add(T::set1(1.0f), tanh_v<T>(a)));
 }
 
+template <class T>
+inline typename T::V gelu_tanh_mlas_v(typename T::V x) {  // (G2), MLAS's tanh
+  using V = typename T::V;
+  const V x3 = T::mul(T::mul(x, x), x);
+  const V a = T::mul(T::set1(kGeluK), T::add(x, T::mul(T::set1(kGeluC), x3)));
+  return T::mul(T::mul(T::set1(0.5f), x), T::add(T::set1(1.0f), recurrent::tanh_v<T>(a)));
+}
+
 // y[i] = f(x[i]) for i < n, kLanes at a time, the tail masked (full vectors take plain
 // loads and stores: no mask to build per vector).
 template <class T, typename T::V (*f)(typename T::V)>
@@ -359,7 +367,8 @@ constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNorm
       {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_v<T>>, unary_run_v<T, sigmoid_v<T>>, unary_run_v<T, relu_v<T>>,
        unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>, unary_run_v<T, recurrent::logistic_v<T>>,
        unary_run_v<T, recurrent::tanh_v<T>>, unary_run_v<T, silu_v<T>>, unary_run_v<T, log_v<T>>,
-       unary_run_v<T, cos_v<T>>, unary_run_v<T, sin_v<T>>, unary_run_v<T, expm1_v<T>>}};  // by UnaryOp
+       unary_run_v<T, cos_v<T>>, unary_run_v<T, sin_v<T>>, unary_run_v<T, expm1_v<T>>,
+       unary_run_v<T, gelu_tanh_mlas_v<T>>}};  // by UnaryOp
 }
 
 }  // namespace
