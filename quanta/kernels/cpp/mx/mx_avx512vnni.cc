@@ -571,8 +571,11 @@ void quantize_i8_avx512vnni(const float* x, uint8_t* bits, uint8_t* codes, int64
       __builtin_memcpy(&af, &ab, 4);
       const int e = shared_exponent(af, 0);
       codes[r * nb + k] = static_cast<uint8_t>(e + 127);
+      // 2^h and 2^(−e−h), |h| <= 64: normal floats, built from their exponent bits (a
+      // libm ldexp per factor was a third of the quantizer's time)
       const int h = -e / 2;
-      const __m512 f1 = _mm512_set1_ps(pow2f(h)), f2 = _mm512_set1_ps(pow2f(-e - h));
+      const __m512 f1 = _mm512_castsi512_ps(_mm512_set1_epi32((h + 127) << 23));
+      const __m512 f2 = _mm512_castsi512_ps(_mm512_set1_epi32((-e - h + 127) << 23));
       for (int64_t i = i0; i < i1; i += 16) {
         const int n = static_cast<int>(std::min<int64_t>(16, i1 - i));
         const __mmask16 mk = n >= 16 ? 0xffff : static_cast<__mmask16>((1u << n) - 1u);
