@@ -262,7 +262,7 @@ void gemm_i8_tiled(const uint8_t* a_bits, const uint8_t* a_codes, int64_t M, con
   a.tiles = (M + T - 1) / T;
   a.sa = sa;
   a.a.assign(static_cast<size_t>(a.tiles) * nb * kb * T, 128);
-  a.e23.assign(static_cast<size_t>(a.tiles) * nb * T, 0);
+  a.ef.assign(static_cast<size_t>(a.tiles) * nb * T, 0.0f);
   a.lo.assign(a.tiles, 255);
   a.hi.assign(a.tiles, 0);
   qgemm::parallel_ranges(num_threads, a.tiles, 8,
@@ -308,6 +308,10 @@ void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M,
   std::vector<float> sa(static_cast<size_t>(M) * nb);
   for (int64_t i = 0; i < M * nb; ++i) sa[i] = pow2_of_code[a_codes[i]];
   if (a_elem == Elem::kInt8 && b.elem == Elem::kInt8) {
+    if (b.isa == Isa::kAvx512Vnni) {  // packs A into its own tiles
+      gemm_i8_tiled(a_bits, a_codes, M, b, sa.data(), bias, y, num_threads);
+      return;
+    }
     // A + 128 as u8, each block padded to kb (pad: 128, i.e. a zero element)
     std::vector<uint8_t> au(static_cast<size_t>(M) * nb * kb);
     qgemm::parallel_ranges(num_threads, M, 64, [&](int64_t r0, int64_t r1) {
@@ -321,10 +325,6 @@ void gemm(const uint8_t* a_bits, const uint8_t* a_codes, Elem a_elem, int64_t M,
         }
     });
     const int64_t panels = b.Np / 32;
-    if (b.isa == Isa::kAvx512Vnni) {
-      gemm_i8_tiled(a_bits, a_codes, M, b, sa.data(), bias, y, num_threads);
-      return;
-    }
     // chunks: row blocks of up to 96 rows (their A stays in L2 while every column panel
     // passes), panel-minor so that one thread's consecutive chunks share the row block
     const int64_t mc = std::max<int64_t>(6, std::min<int64_t>(96, (M + 5) / 6 * 6));

@@ -95,7 +95,8 @@ struct PackedMxA {
   int64_t M = 0, tiles = 0;
   int nb = 0, kb = 0;
   std::vector<uint8_t> a;
-  std::vector<int32_t> e23;
+  // per tile, block and row: fl32(code − 266), the exponent A adds to eq. (MX5b)'s scale
+  std::vector<float> ef;
   std::vector<int> lo, hi;
   const float* sa = nullptr;  // [M][nb] fl32(2^(code − 133)), NaN for 255 (the exact path)
 };
@@ -117,7 +118,7 @@ void gemm_i8_portable(const uint8_t* au, const float* sa, const PackedMx& b, con
                       int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
 void gemm_i8_avx2(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
                   int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
-// Tiles [t0, t1) of a (sized by the caller: a, e23 zeroed or not, lo / hi) from A's bits
+// Tiles [t0, t1) of a (sized by the caller: a, ef zeroed or not, lo / hi) from A's bits
 // [M, K] and codes [M, nb].
 void pack_a_i8_avx512vnni(const uint8_t* a_bits, const uint8_t* a_codes, int64_t K, int block, PackedMxA& a, int64_t t0,
                           int64_t t1);
