@@ -104,11 +104,13 @@ class AccuracyTarget:
     # compare trials and check the target by the estimates of eqs. (11b) / (2b) (what the
     # metric is expected to be on unseen data), not by the plain metric on the held-out feeds
     estimate: bool = True
-    # the final file's calibration data: "calibration" (the part the trials calibrated on,
-    # the file the confirmation measured) or "all" (every feed given, held-out parts too:
-    # the chosen recipe with more data for its ranges and GPTQ statistics, the file that
-    # quantize_static with the recorded recipe on the same data writes)
-    final_data: str = "calibration"
+    # the final file's calibration data: "all" (every feed given, held-out parts too: the
+    # chosen recipe with more data for its ranges and GPTQ statistics, the file that
+    # quantize_static with the recorded recipe on the same data writes; the held-out parts
+    # only choose and confirm the recipe, as a user who gave N samples expects all N to
+    # calibrate the file) or "calibration" (the part the trials calibrated on: the very
+    # file the confirmation measured)
+    final_data: str = "all"
 
     def __post_init__(self) -> None:
         if isinstance(self.metric, str) and self.metric not in METRICS:

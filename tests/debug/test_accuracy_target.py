@@ -61,19 +61,20 @@ def test_the_search_is_deterministic(tmp_path):
 
 
 def test_the_final_file_on_every_feed_is_the_recorded_recipe_on_the_same_data(tmp_path):
-    """final_data="all": the recipe the search chose, calibrated on every feed given (the
-    held-out parts too): quantize_static with the recorded recipe on the same feeds
-    writes the same bytes; the default calibrates on the calibration part only."""
+    """final_data="all" (the default): the recipe the search chose, calibrated on every
+    feed given (the held-out parts too): quantize_static with the recorded recipe on the
+    same feeds writes the same bytes; "calibration" calibrates on the calibration part."""
     src = _src(tmp_path)
     feeds = chain_feeds(10, 1, batch=40)
     opts = {"method": "minmax", "smooth_quant": None, "verbose": False}
-    target = AccuracyTarget(metric="sqnr", minimum=35.0, final_data="all")
+    target = AccuracyTarget(metric="sqnr", minimum=35.0)
+    assert target.final_data == "all"
     s = quanta.quantize_static(src, tmp_path / "all.onnx", feeds, accuracy=target, **opts)
     assert s.accuracy.changes
     recipe = quanta.quantize.static.recipe_of(tmp_path / "all.onnx")
     quanta.quantize_static(src, tmp_path / "again.onnx", feeds, recipe, verbose=False)
     assert (tmp_path / "all.onnx").read_bytes() == (tmp_path / "again.onnx").read_bytes()
-    part = AccuracyTarget(metric="sqnr", minimum=35.0)
+    part = AccuracyTarget(metric="sqnr", minimum=35.0, final_data="calibration")
     quanta.quantize_static(src, tmp_path / "part.onnx", feeds, accuracy=part, **opts)
     assert (tmp_path / "part.onnx").read_bytes() != (tmp_path / "all.onnx").read_bytes()
     with pytest.raises(ValueError, match="final_data: expected 'calibration' or 'all'"):
