@@ -347,8 +347,19 @@ def cmd_debug(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         quantized = args.quantized
         if quantized is None:
+            from quanta.ir.onnx_io import ModelLoadError, load_proto
+            from quanta.ir.op_rules import QUANT_OPS
             from quanta.quantize.static import quantize_static
 
+            proto, _ = load_proto(args.model)
+            already = sorted({n.op_type for n in proto.graph.node if n.op_type in QUANT_OPS})
+            if already:
+                # one quantized file: there is no float model to measure it against
+                raise ModelLoadError(
+                    f"{args.model}: the model is already quantized (it has {', '.join(already)}); "
+                    "quanta debug measures a quantized model against its FP32 original: "
+                    "quanta debug FP32_MODEL QUANTIZED_MODEL --data ..."
+                )
             quantized = os.path.join(tmp, "quantized.onnx")
             quantize_static(args.model, quantized, args.data, args.recipe, verbose=False, progress=False)
         result = compare(

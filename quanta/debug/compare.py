@@ -80,6 +80,14 @@ class ErrorStats:
     def add(self, r: np.ndarray, q: np.ndarray) -> None:
         from quanta.calibrate.runner import _to_fixed
 
+        if np.asarray(r).dtype.kind in "OUS" or np.asarray(q).dtype.kind in "OUS":
+            # strings (a lookup table's output): equal or not, no error power; a string
+            # that differs counts as an error of 1
+            same = np.asarray(r) == np.asarray(q)
+            self.count += int(np.size(same))
+            if not np.all(same):
+                self.max_abs = max(self.max_abs, 1.0)
+            return
         r = np.asarray(r, np.float64)
         q = np.asarray(q, np.float64)
         if r.shape != q.shape:

