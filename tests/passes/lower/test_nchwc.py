@@ -343,13 +343,48 @@ def test_the_layout_is_on_unless_switched_off(monkeypatch: pytest.MonkeyPatch, e
     assert not result.modified and [n.op_type for n in model.graph.nodes] == ["Conv"]
 
 
-def test_same_padding_stays_nchw():
+@pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER"])
+def test_same_padding_becomes_explicit_pads(mode: str):
+    """A TF export's "same" windows run blocked: at stride 1 the pads follow from the
+    kernel alone (the input's H and W symbolic here), at stride 2 from the static input
+    size; the odd pad goes to the end (UPPER) or the start (LOWER)."""
+    b = Builder()
+    y = b.conv("x", 17, 32, (1, 3), "c0", auto_pad=mode)
+    y = b.node("LeakyRelu", [y], "c0_act", alpha=0.2)
+    y = b.conv(y, 32, 48, (4, 1), "c1", auto_pad=mode, dilations=[2, 1])
+    y = b.node("MaxPool", [y], "pool", kernel_shape=[1, 2], strides=[1, 1], auto_pad=mode)
+    proto = b.model({"x": [1, 17, "h", "w"]}, [y])
+    _, model, counts = _blocked(proto)
+    assert counts["ConvNchwc"] == 2 and counts["MaxPoolNchwc"] == 1 and counts["Conv"] == 0, counts
+    pads = {n.name: n.attrs["pads"] for n in model.graph.nodes if "pads" in n.attrs}
+    assert pads["c0"] == [0, 1, 0, 1]  # (1 - 1) and (3 - 1) split evenly
+    # (4 - 1) * 2 = 6 rows split evenly; a 1 x 2 pool pads one column at the odd end
+    assert pads["c1"] == [3, 0, 3, 0]
+    assert pads["pool"] == ([0, 0, 0, 1] if mode == "SAME_UPPER" else [0, 1, 0, 0])
+    assert all("auto_pad" not in n.attrs for n in model.graph.nodes if n.domain == "quanta")
+    _check_outputs(proto, model, {"x": RNG.standard_normal((1, 17, 7, 13)).astype(np.float32)})
+
+    b = Builder()
+    y = b.conv("x", 17, 32, (3, 3), "c0", auto_pad=mode, strides=[2, 2])
+    proto = b.model({"x": [1, 17, 11, 14]}, [y])
+    _, model, counts = _blocked(proto)
+    assert counts["ConvNchwc"] == 1, counts
+    conv = next(n for n in model.graph.nodes if n.op_type == "ConvNchwc")
+    # H 11 -> 6 rows needs 2 pad rows, W 14 -> 7 columns needs 1: the odd one at the end
+    # (UPPER) or the start (LOWER)
+    assert conv.attrs["pads"] == ([1, 0, 1, 1] if mode == "SAME_UPPER" else [1, 1, 1, 0])
+    _check_outputs(proto, model, {"x": RNG.standard_normal((1, 17, 11, 14)).astype(np.float32)})
+
+
+def test_same_padding_at_a_stride_over_an_unknown_size_stays_nchw():
     b = Builder()
     y = b.conv("x", 17, 32, (3, 3), "c0", auto_pad="SAME_UPPER", strides=[2, 2])
-    layout, _, counts = _blocked(b.model({"x": [1, 17, 11, 14]}, [y]))
+    layout, _, counts = _blocked(b.model({"x": [1, 17, "h", "w"]}, [y]))
+    assert counts["Conv"] == 1, counts
     assert (
-        counts["Conv"] == 1 and ("'c0' (Conv)", "auto_pad SAME_UPPER: explicit pads only") in layout.refused
-    )
+        "'c0' (Conv)",
+        "auto_pad SAME_UPPER at a stride over an input size the graph does not fix",
+    ) in layout.refused
 
 
 def test_twins_reorder_exactly_and_pad_lanes_are_zero():
