@@ -395,3 +395,28 @@ def test_twins_reorder_exactly_and_pad_lanes_are_zero():
     np.testing.assert_array_equal(ref.from_nchwc(x5, 17), x)
     with pytest.raises(Exception, match="does not fit"):
         ref.from_nchwc(x5, 40)
+
+
+@pytest.mark.skipif(not blocked_layout_enabled(), reason="the native blocked kernels are not built")
+@pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER"])
+def test_same_padding_runs_blocked_natively_as_onnxruntime_runs_it(mode: str):
+    """The session's plan keeps the SAME windows blocked (a 7-channel stem at stride 2
+    over 17 x 23, a 1 x 3 convolution, a 2 x 2 pool at stride 2) and computes what ONNX
+    Runtime computes within the convolutions' summation order."""
+    ort = pytest.importorskip("onnxruntime")
+    import quanta
+
+    b = Builder()
+    y = b.conv("x", 7, 32, (3, 3), "c1", auto_pad=mode, strides=[2, 2])
+    y = b.conv(y, 32, 48, (1, 3), "c2", auto_pad=mode)
+    y = b.node("MaxPool", [y], "pool", kernel_shape=[2, 2], strides=[2, 2], auto_pad=mode)
+    proto = b.model({"x": [1, 7, 17, 23]}, [y])
+    x = RNG.standard_normal((1, 7, 17, 23)).astype(np.float32)
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    sess = quanta.InferenceSession(proto.SerializeToString())
+    got = sess.run(None, {"x": x})[0]
+    assert [s.op_type for s in sess.plan.steps] == ["ConvNchwc", "ConvNchwc", "MaxPoolNchwc", "ReorderNchw"]
+    assert got.shape == want.shape == (1, 48, 5, 6)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
