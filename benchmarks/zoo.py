@@ -227,6 +227,23 @@ def picodet_boxes(outs: list[np.ndarray]) -> list[tuple[int, np.ndarray]]:
     return select(boxes, np.concatenate(scores), 0.25)
 
 
+def yunet_boxes(outs: list[np.ndarray]) -> list[tuple[int, np.ndarray]]:
+    """OpenCV's FaceDetectorYN decode: per stride, score sqrt(cls * obj), centre
+    (cell + dxy) * stride, size exp(dwh) * stride; threshold 0.6 (faces are few in
+    the photos), NMS 0.45. Outputs come as cls, obj, bbox, kps for strides 8, 16, 32."""
+    boxes, scores = [], []
+    for k, s in enumerate((8, 16, 32)):
+        cls, obj, bbox = (outs[g * 3 + k][0].astype(np.float64) for g in range(3))
+        g = 640 // s
+        yy, xx = np.meshgrid(np.arange(g), np.arange(g), indexing="ij")
+        cells = np.stack([xx.ravel(), yy.ravel()], 1)
+        xy = (cells + bbox[:, :2]) * s
+        wh = np.exp(np.clip(bbox[:, 2:], -10, 10)) * s
+        boxes.append(xywh_to_xyxy(np.concatenate([xy, wh], 1)))
+        scores.append(np.sqrt(np.clip(cls * obj, 0, 1)))
+    return select(np.concatenate(boxes), np.concatenate(scores), 0.6)
+
+
 def box_f1(ref: list, got: list) -> tuple[float, int]:
     """F1 of ``got`` boxes against ``ref`` boxes (same class, IoU >= 0.5, greedy one-to-one)
     over all images; and the number of reference boxes."""
@@ -286,6 +303,18 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
         eq = 100 * float(np.mean([a == b for a, b in pairs]))
         cer = 100 * sum(edit_distance(a, b) for a, b in pairs) / max(1, sum(len(a) for a, _ in pairs))
         return {"score": eq, "string_eq": eq, "cer": cer, "text": f"strings = {eq:.0f}%, CER {cer:.1f}%"}
+    if kind == "yunet":  # face boxes, and the SQNR of the score maps (cls x obj) behind them
+        f1, n = box_f1([yunet_boxes(o) for o in ref], [yunet_boxes(o) for o in got])
+        r = np.concatenate([(o[k] * o[k + 3]).ravel() for o in ref for k in range(3)])
+        g = np.concatenate([(o[k] * o[k + 3]).ravel() for o in got for k in range(3)])
+        sq = sqnr_db(r, g)
+        return {
+            "score": 100 * f1,
+            "box_f1": f1,
+            "ref_boxes": n,
+            "sqnr_db": sq,
+            "text": f"F1 {f1:.2f} ({n} faces), score SQNR {sq:.1f} dB",
+        }
     if kind in ("yolov8", "yolov8seg", "yolox", "picodet"):
         fn = {
             "yolov8": yolov8_boxes,

@@ -205,6 +205,8 @@ class InferenceSession:
         self._input_types = {v.name: v.type for v in g.inputs}  # overridable initializers too
         # An input that also has an initializer is optional (the initializer is its default).
         self._defaults = {v.name: v.const for v in g.inputs if v.const is not None}
+        #: compiled on the first run that feeds one of ``_defaults`` (_overriding_executor)
+        self._override_exe: Executor | HeteroExecutor | None = None
         # what _validate checks per input, decided once: (dtype or None, rank or None,
         # the fixed dimensions as (axis, size))
         self._checks: dict[str, tuple[np.dtype | None, int | None, tuple[tuple[int, int], ...]]] = {}
@@ -377,6 +379,8 @@ class InferenceSession:
                 if n not in known:
                     raise InvalidArgument(f"unknown output '{n}'; the model's outputs are: {sorted(known)}")
         feeds = self._validate(input_feed)
+        if self._defaults and not self._defaults.keys().isdisjoint(input_feed):
+            return self._overriding_executor().run(feeds, names)
         if self._tune_pending:
             self._tune(feeds)
         # string tensors come out as object arrays, as ONNX Runtime returns them (the
@@ -385,6 +389,22 @@ class InferenceSession:
             o.astype(object) if isinstance(o, np.ndarray) and o.dtype.kind == "U" else o
             for o in self._exe.run(feeds, names)
         ]
+
+    def _overriding_executor(self) -> Executor | HeteroExecutor:
+        """The executor for runs that feed an overridable initializer.
+
+        The session's plan treats those inputs as the constants they default to (folded
+        into weights, packed, specialized), as ONNX Runtime does not: an IR < 4 export
+        lists every weight as a graph input (OpenCV zoo's SFace), and folding is what
+        makes it fast. A feed that overrides one must still be what the run computes
+        with, so the first such run compiles the model again with every overridable
+        initializer a plain input; the session's defaults fill the ones not fed."""
+        if self._override_exe is None:
+            model = load(self._source)
+            for v in model.graph.inputs:
+                v.const = None
+            self._override_exe = self._executor_of(self._compile(model), self._device)
+        return self._override_exe
 
     # -- autotuning (quanta/runtime/tuner.py) -------------------------------------
     @property

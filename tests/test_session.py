@@ -139,3 +139,62 @@ def test_native_and_reference_are_bit_exact_on_quantize(backend):
         "Transpose",
         "DequantizeLinear",
     ]
+
+
+def _weights_as_inputs() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """An IR 6 export that lists its weights as graph inputs (overridable initializers, as
+    OpenCV zoo's SFace does): y = PRelu(Conv(x, w) * g + b, slope)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(17)
+    weights = {
+        "w": rng.standard_normal((7, 3, 3, 3)).astype(np.float32) / 5,
+        "g": rng.uniform(0.5, 2, (1, 7, 1, 1)).astype(np.float32),
+        "b": rng.standard_normal((1, 7, 1, 1)).astype(np.float32),
+        "slope": rng.uniform(0.05, 0.3, (7, 1, 1)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 0, 1, 2]),
+        helper.make_node("Mul", ["c", "g"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["a"]),
+        helper.make_node("PRelu", ["a", "slope"], ["y"]),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 11])] + [
+        helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in weights.items()
+    ]
+    g = helper.make_graph(
+        nodes,
+        "weights_as_inputs",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+    proto.ir_version = 6
+    return proto, weights
+
+
+def test_a_fed_overridable_initializer_is_what_the_run_computes_with(backend):
+    """The session folds weights listed as graph inputs into the convolution (ORT does
+    not, and is slower for it), yet a feed that overrides one is what the run uses, as in
+    ONNX Runtime; runs that feed none keep the folded plan."""
+    proto, weights = _weights_as_inputs()
+    sess = quanta.InferenceSession(proto, backend=backend)
+    o = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [a.name for a in sess.get_inputs()] == ["x"]
+    x = np.random.default_rng(5).standard_normal((1, 3, 9, 11)).astype(np.float32)
+    folded = [s.op_type for s in sess.plan.steps]
+    assert "Mul" not in folded and "Add" not in folded, folded  # g and b went into the Conv
+    overrides = [
+        {},
+        {"w": weights["w"][::-1].copy()},
+        {"g": weights["g"] * -1.5},
+        {"b": weights["b"] + 2.0, "slope": weights["slope"] * 3},
+        {},
+    ]
+    for extra in overrides:
+        feed = {"x": x, **extra}
+        want = o.run(None, feed)[0]
+        got = sess.run(None, feed)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=str(sorted(extra)))
+    assert [s.op_type for s in sess.plan.steps] == folded

