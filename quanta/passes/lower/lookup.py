@@ -29,7 +29,8 @@ output to int8 and the ReLU after its BatchNormalization to uint8).
 16-bit codes (ONNX Runtime's ``activation_type=QUInt16`` files) take one table of 65536
 entries per tensor (128 KiB), 16 bits in and out, and only scalar constants: a group
 whose constants vary along an axis (a BatchNormalization, a per-channel bias) is the
-affine map LowerAffine16 (passes/lower/wide.py) computes instead.
+affine map LowerAffine16 (passes/lower/wide.py) computes instead, and so is a per-tensor
+affine group whose codes do not sit on rounding ties (LowerAffine16 runs first).
 
 Numerics: the table is computed at compile time by running the group's own nodes on the
 256 codes with the reference kernels the unlowered graph runs (the evaluator the runtime

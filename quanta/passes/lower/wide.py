@@ -309,6 +309,44 @@ def _channel_axis(k: np.ndarray, shape: tuple | None) -> int | NoMatch | None:
     return varying[0] - k.ndim
 
 
+#: the share of an affine map's codes within TIE_BAND of a rounding tie above which a
+#: per-tensor group goes to LowerLookup's exact table (uniform fractions put 2^-9 there)
+TIE_SHARE = 0.01
+TIE_BAND = 2.0**-10
+
+
+def _tie_share(
+    m: Match,
+    dq: Node,
+    qx: QuantType,
+    qy: QuantType,
+    a: np.ndarray,
+    b: np.ndarray,
+    lo: float | None,
+    hi: float | None,
+) -> float:
+    """The share of x's codes whose eq. (E1) value lies within TIE_BAND of a tie (x.5)."""
+    from quanta.kernels.reference.requant16 import affine16_params
+
+    assert isinstance(qx.storage, IntType) and isinstance(qy.storage, IntType)
+    zx, zy = dq.input(2), m["zy"]
+    mult, bias, zxv, _, _ = affine16_params(
+        np.asarray(dq.input(1).const),
+        None if zx is None else np.asarray(zx.const),
+        np.asarray(m.const("sy")),
+        None if zy is None else np.asarray(zy.const),
+        a,
+        b,
+        np.dtype(qy.storage.numpy),
+        lo,
+        hi,
+    )
+    info = np.iinfo(qx.storage.numpy)
+    d = np.arange(int(info.min), int(info.max) + 1, dtype=np.float64) - zxv
+    v = d * mult.reshape(()) + bias.reshape(())
+    return float(np.mean(np.abs(v - np.floor(v) - 0.5) < TIE_BAND))
+
+
 class LowerAffine16(Rule):
     """``Q(f(DQ(x)))`` on 16-bit codes, f a real affine map per tensor or per channel with an
     optional clip -> ``quanta::QLinearAffine16(x, sx, zx, sy, zy, a, b) {axis?, y_min?, y_max?}``
@@ -321,9 +359,11 @@ class LowerAffine16(Rule):
 
     def __init__(self, *, tables: bool = False) -> None:
         super().__init__()
-        # True: a per-tensor map is left to LowerLookup, whose 65536-entry table is the float
-        # group bit for bit (the affine map rounds the exact value: HardSwish's x + 3 at a
-        # 6/65535 step puts every code on a tie the float group breaks its own way)
+        # True: a per-tensor map whose codes sit on rounding ties is left to LowerLookup,
+        # whose 65536-entry table is the float group bit for bit (the affine map rounds the
+        # exact value: HardSwish's x + 3 at a 6/65535 step puts every code on a tie the
+        # float group breaks by its float32 error); elsewhere the map is the faster (a
+        # 128 KiB table per op leaves the cache for every op)
         self.tables = tables
 
     def check(self, m: Match) -> Match | NoMatch:
@@ -350,7 +390,12 @@ class LowerAffine16(Rule):
             return got
         a, b, axis, lo, hi = got
         if self.tables and axis is None and op.op_type != "BatchNormalization":
-            return NoMatch("one map for the whole tensor: LowerLookup's table computes it as the float group")
+            share = _tie_share(m, dq, qx, qy, a, b, lo, hi)
+            if share > TIE_SHARE:
+                return NoMatch(
+                    f"{share:.0%} of the codes land on a rounding tie, which the float group breaks "
+                    "by its own float32 error: LowerLookup's table computes it as the float group"
+                )
         m.data.update(dq=dq, qx=qx, qy=qy, a=a, b=b, axis=axis, y_min=lo, y_max=hi)
         return m
 
