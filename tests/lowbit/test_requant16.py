@@ -20,7 +20,7 @@ from quanta.kernels.reference.requant16 import affine16, affine16_params, binary
 
 F32 = np.float32
 native = pytest.importorskip("quanta.kernels._native")
-ISAS = [i for i in ("portable", "avx2") if i in native.supported_isas()]
+ISAS = [i for i in ("portable", "avx2", "avx512vnni") if i in native.supported_isas()]
 
 
 @pytest.fixture(params=ISAS)

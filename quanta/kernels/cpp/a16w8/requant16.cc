@@ -1,5 +1,5 @@
-// requant16.h: the portable loops and the dispatch to the AVX2 ones (requant16_avx2.cc;
-// the avx512vnni path runs those too: the loops are bound by the conversions, not width).
+// requant16.h: the portable loops and the dispatch to the AVX2 and AVX-512 ones
+// (requant16_avx2.cc, requant16_avx512vnni.cc: the same loops, compiled per ISA).
 #define QUANTA_R16_NS portable
 #include "a16w8/requant16_impl.h"
 
@@ -11,13 +11,21 @@ void affine16(const TI* x, TO* y, const Affine16& p);
 template <typename T>
 void binary16(const T* a, const T* b, T* y, const broadcast::Shape& s, const Binary16& p);
 }  // namespace avx2
+namespace avx512 {
+template <typename TI, typename TO>
+void affine16(const TI* x, TO* y, const Affine16& p);
+template <typename T>
+void binary16(const T* a, const T* b, T* y, const broadcast::Shape& s, const Binary16& p);
+}  // namespace avx512
 
 template <typename TI, typename TO>
 void affine16(const TI* x, TO* y, const Affine16& p, Isa isa) {
   if (isa == Isa::kPortable) {
     portable::affine16(x, y, p);
-  } else {
+  } else if (isa == Isa::kAvx2) {
     avx2::affine16(x, y, p);
+  } else {
+    avx512::affine16(x, y, p);
   }
 }
 
@@ -25,8 +33,10 @@ template <typename T>
 void binary16(const T* a, const T* b, T* y, const broadcast::Shape& s, const Binary16& p, Isa isa) {
   if (isa == Isa::kPortable) {
     portable::binary16(a, b, y, s, p);
-  } else {
+  } else if (isa == Isa::kAvx2) {
     avx2::binary16(a, b, y, s, p);
+  } else {
+    avx512::binary16(a, b, y, s, p);
   }
 }
 
