@@ -243,10 +243,18 @@ def _qdq_params(p: Node) -> tuple[np.ndarray, np.ndarray | None, int | None] | N
     return scale, None if z is None else np.asarray(z.const), axis
 
 
-def _const_codes(v: Value | None) -> np.ndarray | None:
-    """Constant codes: an initializer, or a QuantizeLinear of constants."""
-    from quanta.kernels.reference.quantize import quantize_linear
+def _along(param: np.ndarray, shape: tuple[int, ...], axis: int | None) -> np.ndarray:
+    """A scale or zero point shaped to broadcast against ``shape`` (per tensor or along ``axis``)."""
+    if axis is None or param.size == 1:
+        return param.reshape(())
+    dims = [1] * len(shape)
+    dims[axis % len(shape)] = param.size
+    return param.reshape(dims)
 
+
+def _const_codes(v: Value | None) -> np.ndarray | None:
+    """Constant codes: an initializer, or a QuantizeLinear of constants (eq. (2): float32
+    division, round half to even, saturated)."""
     if v is None or v.is_const:
         return None if v is None else np.asarray(v.const)
     p = v.producer
@@ -262,16 +270,20 @@ def _const_codes(v: Value | None) -> np.ndarray | None:
     if params is None:
         return None
     scale, zp, axis = params
-    return quantize_linear(
-        np.asarray(p.input(0).const), scale, zp, axis=axis, dtype=None if zp is None else zp.dtype
-    )
+    x = np.asarray(p.input(0).const, np.float32)
+    dt = np.dtype(np.uint8) if zp is None else zp.dtype
+    if dt.kind not in "iu":
+        return None
+    info = np.iinfo(dt)
+    z = 0 if zp is None else _along(zp.astype(np.int64), x.shape, axis)
+    q = np.rint(x / _along(scale.astype(np.float32), x.shape, axis)).astype(np.float64) + z
+    return np.clip(q, info.min, info.max).astype(dt)
 
 
 def _float_const(v: Value | None) -> np.ndarray | None:
     """The float64 value of a float constant or of a DequantizeLinear of constant codes (a
-    quantized BatchNormalization scale, a quantized Constant), else None."""
-    from quanta.kernels.reference.quantize import dequantize_linear
-
+    quantized BatchNormalization scale, a quantized Constant): ``f32(codes − zp) · scale``
+    in float32, as DequantizeLinear computes it (eq. (1)), else None."""
     if v is None:
         return None
     if v.is_const:
@@ -282,10 +294,14 @@ def _float_const(v: Value | None) -> np.ndarray | None:
         return None
     params = _qdq_params(p)
     codes = _const_codes(p.input(0))
-    if params is None or codes is None:
+    if params is None or codes is None or codes.dtype.kind not in "iu":
         return None
     scale, zp, axis = params
-    return np.asarray(dequantize_linear(codes, scale, zp, axis=axis), np.float64)
+    if scale.dtype != np.float32:
+        return None
+    z = 0 if zp is None else _along(zp.astype(np.int64), codes.shape, axis)
+    d = (codes.astype(np.int64) - z).astype(np.float32)
+    return (d * _along(scale, codes.shape, axis)).astype(np.float64)
 
 
 def _dq_input(v: Value | None) -> Node | None:
@@ -322,28 +338,21 @@ def _tie_share(
     qy: QuantType,
     a: np.ndarray,
     b: np.ndarray,
-    lo: float | None,
-    hi: float | None,
 ) -> float:
     """The share of x's codes whose eq. (E1) value lies within TIE_BAND of a tie (x.5)."""
-    from quanta.kernels.reference.requant16 import affine16_params
-
     assert isinstance(qx.storage, IntType) and isinstance(qy.storage, IntType)
     zx, zy = dq.input(2), m["zy"]
-    mult, bias, zxv, _, _ = affine16_params(
-        np.asarray(dq.input(1).const),
-        None if zx is None else np.asarray(zx.const),
-        np.asarray(m.const("sy")),
-        None if zy is None else np.asarray(zy.const),
-        a,
-        b,
-        np.dtype(qy.storage.numpy),
-        lo,
-        hi,
-    )
+    # eq. (E1)'s M and B (reference/requant16.affine16_params; the band is far wider than
+    # any difference in how they are rounded)
+    sx = float(np.asarray(dq.input(1).const, np.float32).reshape(()))
+    sy = float(np.asarray(m.const("sy"), np.float32).reshape(()))
+    zxv = 0 if zx is None else int(np.asarray(zx.const).reshape(()))
+    zyv = 0 if zy is None else int(np.asarray(zy.const).reshape(()))
+    mult = sx * float(np.asarray(a).reshape(())) / sy
+    bias = float(np.asarray(b).reshape(())) / sy + zyv
     info = np.iinfo(qx.storage.numpy)
     d = np.arange(int(info.min), int(info.max) + 1, dtype=np.float64) - zxv
-    v = d * mult.reshape(()) + bias.reshape(())
+    v = d * mult + bias
     return float(np.mean(np.abs(v - np.floor(v) - 0.5) < TIE_BAND))
 
 
@@ -390,7 +399,7 @@ class LowerAffine16(Rule):
             return got
         a, b, axis, lo, hi = got
         if self.tables and axis is None and op.op_type != "BatchNormalization":
-            share = _tie_share(m, dq, qx, qy, a, b, lo, hi)
+            share = _tie_share(m, dq, qx, qy, a, b)
             if share > TIE_SHARE:
                 return NoMatch(
                     f"{share:.0%} of the codes land on a rounding tie, which the float group breaks "
@@ -434,9 +443,10 @@ class LowerAffine16(Rule):
             kv = k.reshape(-1)
             if t == "Div" and np.any(kv == 0):
                 return NoMatch("Div by zero")
-            a = {"Add": one, "Sub": one, "Mul": kv, "Div": 1.0 / kv}[t] * np.ones_like(kv)
-            b = {"Add": kv, "Sub": -kv, "Mul": 0 * kv, "Div": 0 * kv}[t] * np.ones_like(kv)
-            return a, b, axis, None, None
+            ones, zeros = np.ones_like(kv), np.zeros_like(kv)
+            if t in ("Add", "Sub"):
+                return ones, kv if t == "Add" else -kv, axis, None, None
+            return (kv if t == "Mul" else 1.0 / kv), zeros, axis, None, None
         if t == "HardSigmoid":
             alpha, beta = float(op.attrs.get("alpha", 0.2)), float(op.attrs.get("beta", 0.5))
             return alpha * one, beta * one, None, 0.0, 1.0
