@@ -628,6 +628,9 @@ QUANT_OPERANDS: dict[tuple[str, str], list[tuple[tuple[str, int], int, int]]] = 
     ("quanta", "QLinearLookup"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
     ("quanta", "QLinearConv16"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
     ("quanta", "QLinearMatMul16"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
+    ("quanta", "QLinearAffine16"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
+    ("quanta", "QLinearAdd16"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
+    ("quanta", "QLinearMul16"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
     # the 4-bit weight keeps the per-block type its DequantizeLinear gave it
     ("quanta", "MatMulW4A8"): [(("in", 0), 1, 2), (("out", 0), 6, 7)],
 }

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
 
 __all__ = [
@@ -196,7 +196,7 @@ FACTS = OpTable(
             qdq=QdqRole.NARY,
             activations=ALL,
             compute=True,
-            integer=("QLinearAdd",),
+            integer=("QLinearAdd", "QLinearAdd16", "QLinearAffine16"),
             lower_rule="LowerBinary",
             fuse_clamp="the integer add kernel clamps while requantizing",
         ),
@@ -328,7 +328,8 @@ FACTS = OpTable(
         Op("GroupNormalization", shape_only=True),
         Op("GRU", compute=True, macs=MacKind.RECURRENT),
         Op("Hardmax", shape_only=True),
-        _lookup("HardSigmoid"),
+        # 16-bit codes: an affine map with a clip (passes/lower/wide.py LowerAffine16)
+        replace(_lookup("HardSigmoid"), integer=("QLinearLookup", "QLinearAffine16")),
         _lookup("HardSwish"),
         Op("Identity", view=True, alias=True, shape_only=True, island=False),
         Op("InstanceNormalization", shape_only=True),
@@ -390,7 +391,7 @@ FACTS = OpTable(
             qdq=QdqRole.NARY,
             activations=ALL,
             compute=True,
-            integer=("QLinearMul",),
+            integer=("QLinearMul", "QLinearMul16", "QLinearAffine16"),
             lower_rule="LowerBinary",
         ),
         Op("Neg", shape_only=True),
@@ -433,6 +434,10 @@ FACTS = OpTable(
         Op("MatMulW8", QUANTA, shape_only=True, macs=MacKind.MATMUL),
         Op("MatMulW4A8", QUANTA, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
         _integer_op("QLinearMatMul16", QUANTA, macs=MacKind.MATMUL),
+        # elementwise groups on 16-bit codes (reference/requant16.py; passes/lower/wide.py)
+        _integer_op("QLinearAffine16", QUANTA),
+        _integer_op("QLinearAdd16", QUANTA),
+        _integer_op("QLinearMul16", QUANTA),
         # run-time MX quantization of an activation (quanta.kernels.reference.mx)
         Op("QuantizeMX", QUANTA, quant=True, stages=QDQ_AND_LOWERED, island=False),
         # MX activations times MX weights, float32 out (passes/lower/mx.py)

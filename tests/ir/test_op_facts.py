@@ -34,6 +34,7 @@ _QUANT = {
     "MatMulInteger", "ConvInteger", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
     "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "AccumulatorToFloat",
     "AccumulatorToQuant", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "QuantizeMX", "MatMulMX", "ConvMX",
+    "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
 }  # fmt: skip
 #: the elementwise activations lowering turns into a 256-entry table (quanta QLinearLookup)
 _TABLED = (
@@ -65,8 +66,8 @@ PINNED = {
             "MatMulW4A8",
         ),
         "Gemm": ("QGemm", "QLinearMatMul16"),
-        "Add": ("QLinearAdd",),
-        "Mul": ("QLinearMul",),
+        "Add": ("QLinearAdd", "QLinearAdd16", "QLinearAffine16"),
+        "Mul": ("QLinearMul", "QLinearMul16", "QLinearAffine16"),
         "Concat": ("QLinearConcat",),
         "AveragePool": ("QLinearAveragePool",),
         "GlobalAveragePool": ("QLinearGlobalAveragePool",),
@@ -75,6 +76,7 @@ PINNED = {
         "Softmax": ("QLinearSoftmax",),
         "LSTM": ("DynamicQuantizeLSTM",),
         **{op: ("QLinearLookup",) for op in _TABLED},
+        "HardSigmoid": ("QLinearLookup", "QLinearAffine16"),
     },
     "quanta.passes.coverage.INTEGER_OPS": {
         "QLinearConv", "ConvInteger", "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat",
@@ -82,7 +84,7 @@ PINNED = {
         "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
         "DynamicQuantizeLSTM", "QAttention", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8",
         "MatMulMX", "ConvMX", "IntConv", "IntMatMul", "IntRescale", "IntAdd", "IntMul", "IntLookup", "IntSoftmax",
-        "IntLayerNorm", "IntGelu", "IntGlobalAveragePool",
+        "IntLayerNorm", "IntGelu", "IntGlobalAveragePool", "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
     },
     "quanta.passes.coverage.MAC_KIND": {
         "Conv": MacKind.CONV, "QLinearConv": MacKind.CONV, "ConvInteger": MacKind.CONV,
@@ -134,6 +136,7 @@ PINNED = {
         "MatMulW4A8", "MatMulW8", "MlasLogistic", "MlasTanh", "QLinearConv16", "QLinearLookup", "QLinearMatMul16",
         "RMSNormDiv", "MlasGeluTanh",
         "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
+        "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
     },
     "quanta.runtime.static_steps.SHAPE_ONLY_OPS": {
         "Abs", "Acos", "Add", "And", "Asin", "Atan", "BatchNormalization", "BitShift", "Cast", "CastLike",
@@ -158,6 +161,7 @@ PINNED = {
         "MlasGeluTanh",
         "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "MatMulBf16", "MatMulMX", "ConvMX", "MatMulW8",
         "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
+        "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
     },
     "quanta.targets.native.BLAS_OPS": {
         "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "RNN", "Attention", "ConvNchwc",

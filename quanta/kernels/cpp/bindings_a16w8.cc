@@ -11,6 +11,10 @@
 //   a16w8_conv2d_depthwise(x, zx, wd, kernel, strides, dilations, pads, out_hw, bias, mult,
 //                          zy, out_dtype, num_threads=1, out=None)
 //     wd: int32 [C, kh·kw] = w − zw (group = C = M).
+//   a16w8_affine16(x, zx, m, b, lo, hi, axis, out_dtype, out=None)      QLinearAffine16 (eq. (E1))
+//   a16w8_binary16(kind, a, za, b, zb, m0, m1, zy, out=None)            QLinearAdd16 / QLinearMul16
+//   a16w8_lut16(x, table, out=None)                                     QLinearLookup of 16-bit codes
+//     (a16w8/requant16.h; float64 multipliers from quanta.kernels.reference.requant16)
 #include <array>
 #include <cstdint>
 #include <string>
@@ -18,6 +22,7 @@
 #include <pybind11/stl.h>
 
 #include "a16w8/a16w8.h"
+#include "a16w8/requant16.h"
 #include "bindings.h"
 
 namespace quanta {
@@ -222,9 +227,136 @@ py::array depthwise_impl(const py::handle& x_obj, int64_t zx, const py::handle& 
   return y;
 }
 
+// ---- elementwise ops on 16-bit codes (a16w8/requant16.h) ----------------------------------
+
+template <typename TI, typename TO>
+void affine_typed(const py::array& x, py::array& y, const a16w8::Affine16& p) {
+  const TI* xs = static_cast<const TI*>(x.data());
+  TO* ys = static_cast<TO*>(y.mutable_data());
+  py::gil_scoped_release release;
+  a16w8::affine16<TI, TO>(xs, ys, p, active_isa());
+}
+
+py::array affine16_impl(const py::handle& x_obj, int64_t zx, const py::handle& m_obj, const py::handle& b_obj,
+                        double lo, double hi, int64_t axis, const std::string& out_dtype, const py::object& out_obj) {
+  const std::string op = "a16w8_affine16";
+  py::array x = contiguous_int_input(x_obj, op + ": x");
+  const Elem ex = elem_of(x, op + ": x");
+  const Elem ey = parse_out(op, out_dtype);
+  if ((ex != Elem::kU16 && ex != Elem::kI16) || (ey != Elem::kU16 && ey != Elem::kI16)) {
+    throw py::value_error(op + ": expected uint16 / int16 x and output");
+  }
+  auto m = require_array<double>(m_obj, "a16w8_affine16: m");
+  auto b = require_array<double>(b_obj, "a16w8_affine16: b");
+  if (m.size() != b.size() || m.size() < 1) throw py::value_error(op + ": m, b: expected as many values, at least 1");
+  if (!(lo <= hi)) throw py::value_error(op + ": expected lo <= hi");
+  const AxisRuns runs = axis_runs(x, m.size(), m.size() == 1 ? 0 : 1, axis, op);
+  a16w8::Affine16 p;
+  p.outer = runs.outer;
+  p.channels = m.size() == 1 ? 1 : m.size();
+  p.inner = runs.inner;
+  p.m = m.data();
+  p.b = b.data();
+  p.zx = static_cast<int32_t>(zx);
+  p.lo = lo;
+  p.hi = hi;
+  py::array y;
+  if (out_obj.is_none()) {
+    y = py::array(numpy_of(ey), shape_of(x));
+  } else {
+    y = contiguous_int_input(out_obj, op + ": out");
+    if (elem_of(y, op + ": out") != ey || shape_of(y) != shape_of(x) || !y.writeable() || overlaps(x, y)) {
+      throw py::value_error(op + ": out: expected a writeable " + out_dtype + " array of x's shape, apart from x");
+    }
+  }
+  if (x.size() == 0) return y;
+  if (ex == Elem::kU16 && ey == Elem::kU16) affine_typed<uint16_t, uint16_t>(x, y, p);
+  if (ex == Elem::kU16 && ey == Elem::kI16) affine_typed<uint16_t, int16_t>(x, y, p);
+  if (ex == Elem::kI16 && ey == Elem::kU16) affine_typed<int16_t, uint16_t>(x, y, p);
+  if (ex == Elem::kI16 && ey == Elem::kI16) affine_typed<int16_t, int16_t>(x, y, p);
+  return y;
+}
+
+template <typename T>
+py::array binary_typed(const py::array& a, const py::array& b, const py::object& out_obj, const a16w8::Binary16& p,
+                       const std::string& op) {
+  const Broadcast bc = broadcast_shapes(a, b, op);
+  auto y = make_output<T>(out_obj, bc.out, op.c_str(), {a, b});
+  const broadcast::Shape s = bc.shape();
+  const T* as = static_cast<const T*>(a.data());
+  const T* bs = static_cast<const T*>(b.data());
+  T* ys = y.mutable_data();
+  {
+    py::gil_scoped_release release;
+    a16w8::binary16<T>(as, bs, ys, s, p, active_isa());
+  }
+  return std::move(y);
+}
+
+py::array binary16_impl(const std::string& kind, const py::handle& a_obj, int64_t za, const py::handle& b_obj,
+                        int64_t zb, double m0, double m1, int64_t zy, const py::object& out_obj) {
+  const std::string op = "a16w8_binary16";
+  if (kind != "Add" && kind != "Mul") throw py::value_error(op + ": kind: expected 'Add' or 'Mul', got '" + kind + "'");
+  py::array a = contiguous_int_input(a_obj, op + ": a");
+  py::array b = contiguous_int_input(b_obj, op + ": b");
+  const Elem ea = elem_of(a, op + ": a");
+  if ((ea != Elem::kU16 && ea != Elem::kI16) || elem_of(b, op + ": b") != ea) {
+    throw py::value_error(op + ": expected a and b of one type, uint16 or int16");
+  }
+  a16w8::Binary16 p;
+  p.mul = kind == "Mul";
+  p.za = static_cast<int32_t>(za);
+  p.zb = static_cast<int32_t>(zb);
+  p.m0 = m0;
+  p.m1 = m1;
+  p.zy = static_cast<double>(zy);
+  p.lo = ea == Elem::kU16 ? 0.0 : -32768.0;
+  p.hi = ea == Elem::kU16 ? 65535.0 : 32767.0;
+  if (ea == Elem::kU16) return binary_typed<uint16_t>(a, b, out_obj, p, op);
+  return binary_typed<int16_t>(a, b, out_obj, p, op);
+}
+
+py::array lut16_impl(const py::handle& x_obj, const py::handle& t_obj, const py::object& out_obj) {
+  const std::string op = "a16w8_lut16";
+  py::array x = contiguous_int_input(x_obj, op + ": x");
+  py::array t = contiguous_int_input(t_obj, op + ": table");
+  const Elem ex = elem_of(x, op + ": x"), et = elem_of(t, op + ": table");
+  if ((ex != Elem::kU16 && ex != Elem::kI16) || (et != Elem::kU16 && et != Elem::kI16) || t.size() != 65536) {
+    throw py::value_error(op + ": expected uint16 / int16 x and a table of 65536 uint16 / int16 codes");
+  }
+  py::array y;
+  if (out_obj.is_none()) {
+    y = py::array(numpy_of(et), shape_of(x));
+  } else {
+    y = contiguous_int_input(out_obj, op + ": out");
+    if (elem_of(y, op + ": out") != et || shape_of(y) != shape_of(x) || !y.writeable() || overlaps(x, y)) {
+      throw py::value_error(op + ": out: expected a writeable array of x's shape and the table's type, apart from x");
+    }
+  }
+  const auto* xs = static_cast<const uint16_t*>(x.data());
+  const int64_t n = x.size();
+  {
+    py::gil_scoped_release release;
+    if (et == Elem::kU16) {
+      a16w8::lut16<uint16_t>(xs, static_cast<uint16_t*>(y.mutable_data()), n, static_cast<const uint16_t*>(t.data()));
+    } else {
+      a16w8::lut16<int16_t>(xs, static_cast<int16_t*>(y.mutable_data()), n, static_cast<const int16_t*>(t.data()));
+    }
+  }
+  return y;
+}
+
 }  // namespace
 
 void register_a16w8(py::module_& m) {
+  m.def("a16w8_affine16", &affine16_impl, py::arg("x"), py::arg("zx"), py::arg("m"), py::arg("b"), py::arg("lo"),
+        py::arg("hi"), py::arg("axis"), py::arg("out_dtype"), py::arg("out") = py::none(),
+        "y = sat(rne(clamp(f64(x - zx) * m[c] + b[c], lo, hi))) on 16-bit codes, c along axis (requant16.h).");
+  m.def("a16w8_lut16", &lut16_impl, py::arg("x"), py::arg("table"), py::arg("out") = py::none(),
+        "y = table[16 bits of x] (a 65536-entry lookup table, requant16.h).");
+  m.def("a16w8_binary16", &binary16_impl, py::arg("kind"), py::arg("a"), py::arg("za"), py::arg("b"), py::arg("zb"),
+        py::arg("m0"), py::arg("m1"), py::arg("zy"), py::arg("out") = py::none(),
+        "QLinearAdd16 / QLinearMul16 on 16-bit codes with numpy broadcasting (requant16.h).");
   m.def("a16w8_matmul", &matmul_impl, py::arg("a"), py::arg("packed"), py::arg("k"), py::arg("n"), py::arg("dw"),
         py::arg("cw"), py::arg("bias"), py::arg("mult"), py::arg("za"), py::arg("zy"), py::arg("out_dtype"),
         py::arg("num_threads") = 1, py::arg("out") = py::none(),

@@ -11,7 +11,9 @@ table alone defines the values.
 
 Inputs: ``x`` (uint8 or int8), ``x_scale``, ``x_zero_point``, ``y_scale``,
 ``y_zero_point``, ``table`` ([256], or [C, 256] with ``axis``, of y's type: uint8 or int8
-whatever x's is). Attributes:
+whatever x's is). A 16-bit ``x`` (uint16 or int16) takes one table of 65536 entries of a
+16-bit y, indexed by the code's 16 bits (``x mod 65536``), and no ``axis`` (a table per
+channel would take C·128 KiB: per-channel 16-bit groups lower to QLinearAffine16). Attributes:
 ``function``, the ops the table holds, for reading (``"Mul/Sigmoid"``); ``axis`` (optional),
 the axis the tables are indexed by.
 """
@@ -39,8 +41,17 @@ def qlinear_lookup(x: np.ndarray, table: np.ndarray, axis: int | None = None) ->
     x = np.asarray(x)
     table = np.asarray(table)
     eight = (np.dtype(np.uint8), np.dtype(np.int8))
+    sixteen = (np.dtype(np.uint16), np.dtype(np.int16))
+    if x.dtype in sixteen:
+        if axis is not None or table.dtype not in sixteen or table.shape != (65536,):
+            raise OpError(
+                f"table: expected shape (65536,) of uint16 or int16 for a 16-bit X (one table per tensor), "
+                f"got shape {table.shape} of {table.dtype}"
+                + (f" with axis {axis}" if axis is not None else "")
+            )
+        return table[x.view(np.uint16)]
     if x.dtype not in eight:
-        raise OpError(f"X: expected int8 or uint8, got {x.dtype}")
+        raise OpError(f"X: expected int8, uint8, int16 or uint16, got {x.dtype}")
     if axis is None:
         if table.dtype not in eight or table.shape != (256,):
             raise OpError(

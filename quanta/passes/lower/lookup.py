@@ -26,6 +26,12 @@ hardswish before opset 14 ``Mul(x, HardSigmoid(x))``), or arithmetic written out
 codes, so input and output may differ in storage (NNCF quantizes a depthwise Conv's
 output to int8 and the ReLU after its BatchNormalization to uint8).
 
+16-bit codes (ONNX Runtime's ``activation_type=QUInt16`` files) take one table of 65536
+entries per tensor (128 KiB), 16 bits in and out, and only scalar constants: a group
+whose constants vary along an axis (a BatchNormalization, a per-channel bias) is the
+affine map LowerAffine16 (passes/lower/wide.py) computes instead, and so is a per-tensor
+affine group whose codes do not sit on rounding ties (LowerAffine16 runs first).
+
 Numerics: the table is computed at compile time by running the group's own nodes on the
 256 codes with the reference kernels the unlowered graph runs (the evaluator the runtime
 injects, as constant folding's): the DequantizeLinear, each float op in graph order, the
@@ -92,6 +98,8 @@ QUANTA_TABLE_OPS = frozenset({"MlasLogistic", "MlasTanh"})
 
 #: the storage types the table kernel maps (float8 and 4-bit codes are not its business)
 EIGHT_BIT = ("u8", "i8")
+#: 16-bit codes: one table of 65536 entries per tensor (128 KiB), 16-bit in and out
+SIXTEEN_BIT = ("u16", "i16")
 
 #: the largest group turned into one table (GELU written out is five nodes)
 MAX_GROUP = 16
@@ -173,13 +181,15 @@ def _batchnorm_refusal(n: Node, x_shape: tuple | None) -> str:
 
 
 def lookup_codes(storage: np.dtype) -> np.ndarray:
-    """The 256 codes of an 8-bit storage type in table order: entry ``i`` is the code whose
-    byte is ``i`` (uint8: 0..255; int8: 0..127, then -128..-1)."""
-    return np.arange(256, dtype=np.uint8).view(np.dtype(storage))
+    """The codes of an 8- or 16-bit storage type in table order: entry ``i`` is the code
+    whose bits are ``i`` (uint8: 0..255; int8: 0..127, then -128..-1; 16-bit alike)."""
+    dt = np.dtype(storage)
+    bits = np.uint16 if dt.itemsize == 2 else np.uint8
+    return np.arange(1 << (8 * dt.itemsize), dtype=bits).view(dt)
 
 
 def _elem_dtype(q: QuantType) -> np.dtype:
-    return np.dtype(np.uint8 if str(q.storage) == "u8" else np.int8)
+    return np.dtype(q.storage.numpy)  # type: ignore[union-attr]
 
 
 class LowerLookup(Rule):
@@ -189,7 +199,8 @@ class LowerLookup(Rule):
 
     def __init__(self, evaluator: Evaluator | None = None, *, per_channel: bool = True) -> None:
         self.evaluator = evaluator
-        self.per_channel = per_channel  # False: scalar constants only (one table, IntLookup's form)
+        # False: scalar constants and 8-bit codes only (one 256-entry table, IntLookup's form)
+        self.per_channel = per_channel
 
     def check(self, m: Match) -> Match | NoMatch:
         if self.evaluator is None:
@@ -199,7 +210,8 @@ class LowerLookup(Rule):
             if m[name] is not None and not m[name].is_const:
                 return NoMatch(f"{name} {describe(m[name])} is not a constant")
         qy = node_qtype(q, m["y"], m["sy"], m["zy"])
-        if qy is None or qy.axis is not None or str(qy.storage) not in EIGHT_BIT:
+        storages = EIGHT_BIT + (SIXTEEN_BIT if self.per_channel else ())
+        if qy is None or qy.axis is not None or str(qy.storage) not in storages:
             return NoMatch(f"output y is not a per-tensor u8/i8 quantized value ({qy})")
         group = self._group(m, m.value("f"))
         if isinstance(group, NoMatch):
@@ -209,8 +221,13 @@ class LowerLookup(Rule):
         if any(v is not None and not v.is_const for v in dq.inputs[1:]):
             return NoMatch(f"{dq.label}: its scale or zero point is not a constant")
         qx = node_qtype(dq, x, dq.input(1), dq.input(2))
-        if qx is None or qx.axis is not None or str(qx.storage) not in EIGHT_BIT:
+        if qx is None or qx.axis is not None or str(qx.storage) not in storages:
             return NoMatch(f"input {describe(x)} is not a per-tensor u8/i8 quantized value ({qx})")
+        wide = str(qx.storage) in SIXTEEN_BIT
+        if wide != (str(qy.storage) in SIXTEEN_BIT):
+            return NoMatch(
+                f"input {qx.storage} and output {qy.storage}: the table maps 8 to 8 or 16 to 16 bits"
+            )
         shape = x.type.shape if x.type is not None and x.type.shape is not None else None
         rank = len(shape) if shape is not None else 0
         axes: set[int] = set()
@@ -236,6 +253,11 @@ class LowerLookup(Rule):
             return NoMatch("the group varies along an axis of x and this target takes one table per tensor")
         if len(axes) > 1:
             return NoMatch(f"the group's constants vary along different axes of x ({sorted(axes)})")
+        if axes and wide:
+            return NoMatch(
+                "16-bit codes with constants along an axis: a table per channel would take C·128 KiB "
+                "(LowerAffine16 takes the affine ones)"
+            )
         m.data.update(nodes=nodes, dq=dq, qx=qx, qy=qy, axis=axes.pop() if axes else None)
         # the group's nodes go with the rewrite (last first: each then has no user left),
         # so the table op can take the name of the group's last op
@@ -291,7 +313,7 @@ class LowerLookup(Rule):
         return sorted(members.values(), key=lambda n: order[id(n)]), dq
 
     def _table(self, m: Match) -> np.ndarray:
-        """Run DQ, the group's nodes in graph order and Q on the 256 codes (reference kernels)."""
+        """Run DQ, the group's nodes in graph order and Q on the 256 (65536) codes (reference kernels)."""
         assert self.evaluator is not None
         dq: Node = m.data["dq"]
         values: dict[int, np.ndarray] = {}
@@ -326,7 +348,7 @@ class LowerLookup(Rule):
             values[id(node.outputs[0])] = np.asarray(outs[0])
         out = values[id(m.root.outputs[0])]
         if axis is None:
-            table = out.reshape(256)
+            table = out.reshape(codes.size)
         else:
             table = np.ascontiguousarray(np.moveaxis(out, (axis, other), (0, 1)).reshape(shape[axis], 256))
         if table.dtype != _elem_dtype(m.data["qy"]):

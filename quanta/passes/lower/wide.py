@@ -20,12 +20,21 @@ import dataclasses
 
 import numpy as np
 
-from quanta.ir.graph import Value, result_type
-from quanta.ir.types import QuantType, TensorType
+from quanta.ir.graph import Node, Value, result_type
+from quanta.ir.types import IntType, QuantType, TensorType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
-from quanta.passes.rules._util import describe
+from quanta.passes.rules._util import describe, node_qtype
 
-__all__ = ["LowerConv16", "LowerGemm16", "LowerMatMul16", "MsQdqToOnnx", "MsQdqToOnnxPass", "wide_rules"]
+__all__ = [
+    "LowerAffine16",
+    "LowerBinary16",
+    "LowerConv16",
+    "LowerGemm16",
+    "LowerMatMul16",
+    "MsQdqToOnnx",
+    "MsQdqToOnnxPass",
+    "wide_rules",
+]
 
 QUANTA_DOMAIN = "quanta"
 WIDE_STORAGE = ("u8", "i8", "u16", "i16")
@@ -206,9 +215,338 @@ class MsQdqToOnnxPass(RewritePass):
     rules = (MsQdqToOnnx(),)
 
 
-def wide_rules() -> list[Rule]:
-    """The 16-bit rules, in the order lower_rules tries them."""
-    return [LowerConv16(), LowerMatMul16(), LowerGemm16()]
+def wide_rules(*, tables: bool = False) -> list[Rule]:
+    """The 16-bit rules, in the order lower_rules tries them; ``tables``: LowerLookup (with
+    an evaluator) takes the per-tensor elementwise groups."""
+    return [
+        LowerConv16(),
+        LowerMatMul16(),
+        LowerGemm16(),
+        LowerAffine16(tables=tables),
+        LowerBinary16(tables=tables),
+    ]
+
+
+# -- elementwise groups on 16-bit codes: quanta::QLinearAffine16 / QLinearAdd16 / QLinearMul16 --
+
+AFFINE_OPS = ("BatchNormalization", "Add", "Sub", "Mul", "Div", "HardSigmoid", "Relu", "Clip")
+SIXTEEN = ("u16", "i16")
+
+
+def _qdq_params(p: Node) -> tuple[np.ndarray, np.ndarray | None, int | None] | None:
+    """Constant (scale, zero point, axis) of a Q / DQ node, else None."""
+    s, z = p.input(1), p.input(2)
+    if s is None or not s.is_const or (z is not None and not z.is_const):
+        return None
+    scale = np.asarray(s.const)
+    axis = int(p.attrs.get("axis", 1)) if scale.size > 1 else None
+    return scale, None if z is None else np.asarray(z.const), axis
+
+
+def _along(param: np.ndarray, shape: tuple[int, ...], axis: int | None) -> np.ndarray:
+    """A scale or zero point shaped to broadcast against ``shape`` (per tensor or along ``axis``)."""
+    if axis is None or param.size == 1:
+        return param.reshape(())
+    dims = [1] * len(shape)
+    dims[axis % len(shape)] = param.size
+    return param.reshape(dims)
+
+
+def _const_codes(v: Value | None) -> np.ndarray | None:
+    """Constant codes: an initializer, or a QuantizeLinear of constants (eq. (2): float32
+    division, round half to even, saturated)."""
+    if v is None or v.is_const:
+        return None if v is None else np.asarray(v.const)
+    p = v.producer
+    if (
+        p is None
+        or p.domain
+        or p.op_type != "QuantizeLinear"
+        or p.input(0) is None
+        or not p.input(0).is_const
+    ):
+        return None
+    params = _qdq_params(p)
+    if params is None:
+        return None
+    scale, zp, axis = params
+    x = np.asarray(p.input(0).const, np.float32)
+    dt = np.dtype(np.uint8) if zp is None else zp.dtype
+    if dt.kind not in "iu":
+        return None
+    info = np.iinfo(dt)
+    z = 0 if zp is None else _along(zp.astype(np.int64), x.shape, axis)
+    q = np.rint(x / _along(scale.astype(np.float32), x.shape, axis)).astype(np.float64) + z
+    return np.clip(q, info.min, info.max).astype(dt)
+
+
+def _float_const(v: Value | None) -> np.ndarray | None:
+    """The float64 value of a float constant or of a DequantizeLinear of constant codes (a
+    quantized BatchNormalization scale, a quantized Constant): ``f32(codes − zp) · scale``
+    in float32, as DequantizeLinear computes it (eq. (1)), else None."""
+    if v is None:
+        return None
+    if v.is_const:
+        c = np.asarray(v.const)
+        return c.astype(np.float64) if c.dtype.kind == "f" else None
+    p = v.producer
+    if p is None or p.domain or p.op_type != "DequantizeLinear":
+        return None
+    params = _qdq_params(p)
+    codes = _const_codes(p.input(0))
+    if params is None or codes is None or codes.dtype.kind not in "iu":
+        return None
+    scale, zp, axis = params
+    if scale.dtype != np.float32:
+        return None
+    z = 0 if zp is None else _along(zp.astype(np.int64), codes.shape, axis)
+    d = (codes.astype(np.int64) - z).astype(np.float32)
+    return (d * _along(scale, codes.shape, axis)).astype(np.float64)
+
+
+def _dq_input(v: Value | None) -> Node | None:
+    """The ai.onnx DequantizeLinear producing ``v`` from non-constant codes, else None."""
+    p = None if v is None else v.producer
+    if p is None or p.domain or p.op_type != "DequantizeLinear" or _const_codes(p.input(0)) is not None:
+        return None
+    return p
+
+
+def _channel_axis(k: np.ndarray, shape: tuple | None) -> int | NoMatch | None:
+    """None for one value; else the axis, counted from the end (negative), along which a
+    constant varies in the op's output (``shape``); NoMatch when it varies along several."""
+    if k.size == 1:
+        return None
+    if shape is None or k.ndim > len(shape):
+        return NoMatch(f"a constant of shape {list(k.shape)} against an output of unknown or lower rank")
+    varying = [d for d, n in enumerate(k.shape) if n != 1]
+    if len(varying) != 1:
+        return NoMatch(f"a constant of shape {list(k.shape)} varies along several axes")
+    return varying[0] - k.ndim
+
+
+#: the share of an affine map's codes within TIE_BAND of a rounding tie above which a
+#: per-tensor group goes to LowerLookup's exact table (uniform fractions put 2^-9 there)
+TIE_SHARE = 0.01
+TIE_BAND = 2.0**-10
+
+
+def _tie_share(
+    m: Match,
+    dq: Node,
+    qx: QuantType,
+    qy: QuantType,
+    a: np.ndarray,
+    b: np.ndarray,
+) -> float:
+    """The share of x's codes whose eq. (E1) value lies within TIE_BAND of a tie (x.5)."""
+    assert isinstance(qx.storage, IntType) and isinstance(qy.storage, IntType)
+    zx, zy = dq.input(2), m["zy"]
+    # eq. (E1)'s M and B (reference/requant16.affine16_params; the band is far wider than
+    # any difference in how they are rounded)
+    sx = float(np.asarray(dq.input(1).const, np.float32).reshape(()))
+    sy = float(np.asarray(m.const("sy"), np.float32).reshape(()))
+    zxv = 0 if zx is None else int(np.asarray(zx.const).reshape(()))
+    zyv = 0 if zy is None else int(np.asarray(zy.const).reshape(()))
+    mult = sx * float(np.asarray(a).reshape(())) / sy
+    bias = float(np.asarray(b).reshape(())) / sy + zyv
+    info = np.iinfo(qx.storage.numpy)
+    d = np.arange(int(info.min), int(info.max) + 1, dtype=np.float64) - zxv
+    v = d * mult + bias
+    return float(np.mean(np.abs(v - np.floor(v) - 0.5) < TIE_BAND))
+
+
+class LowerAffine16(Rule):
+    """``Q(f(DQ(x)))`` on 16-bit codes, f a real affine map per tensor or per channel with an
+    optional clip -> ``quanta::QLinearAffine16(x, sx, zx, sy, zy, a, b) {axis?, y_min?, y_max?}``
+    (docs/quantization-math.md eq. (E1)): BatchNormalization (inference), Add / Sub / Mul / Div
+    by a constant (or a DequantizeLinear of constant codes), HardSigmoid, Relu, Clip of
+    constant bounds. The 8-bit files' groups become a 256-entry table (LowerLookup); a
+    16-bit table per channel would take C·128 KiB, the affine map two numbers."""
+
+    pattern = "y = QuantizeLinear(c = BatchNormalization|Add|Sub|Mul|Div|HardSigmoid|Relu|Clip(...), sy, zy?)"
+
+    def __init__(self, *, tables: bool = False) -> None:
+        super().__init__()
+        # True: a per-tensor map whose codes sit on rounding ties is left to LowerLookup,
+        # whose 65536-entry table is the float group bit for bit (the affine map rounds the
+        # exact value: HardSwish's x + 3 at a 6/65535 step puts every code on a tie the
+        # float group breaks by its float32 error); elsewhere the map is the faster (a
+        # 128 KiB table per op leaves the cache for every op)
+        self.tables = tables
+
+    def check(self, m: Match) -> Match | NoMatch:
+        bad = _check_consts(m, "sy", "zy")
+        if bad is not None:
+            return bad
+        qy = _params(m, "y", "y", "sy", "zy")
+        op = m.node("c")
+        if qy is None or str(qy.storage) not in SIXTEEN or qy.axis is not None or qy.block is not None:
+            return NoMatch("the output is not a per-tensor 16-bit quantized value")
+        ins = list(op.inputs)
+        xi = 0
+        if op.op_type in ("Add", "Mul") and len(ins) == 2 and _dq_input(ins[0]) is None:
+            xi = 1  # the constant first: Add(k, x), Mul(k, x)
+        dq = _dq_input(ins[xi] if ins else None)
+        if dq is None:
+            return NoMatch("the input is not a DequantizeLinear of an activation")
+        qx = node_qtype(dq, dq.input(0), dq.input(1), dq.input(2))
+        if qx is None or str(qx.storage) not in SIXTEEN or qx.axis is not None or qx.block is not None:
+            return NoMatch("the input is not a per-tensor 16-bit quantized value")
+        shape = m.value("c").shape  # the float op's output: its constants broadcast against it
+        got = self._affine(op, ins, xi, shape)
+        if isinstance(got, NoMatch):
+            return got
+        a, b, axis, lo, hi = got
+        if self.tables and axis is None and op.op_type != "BatchNormalization":
+            share = _tie_share(m, dq, qx, qy, a, b)
+            if share > TIE_SHARE:
+                return NoMatch(
+                    f"{share:.0%} of the codes land on a rounding tie, which the float group breaks "
+                    "by its own float32 error: LowerLookup's table computes it as the float group"
+                )
+        m.data.update(dq=dq, qx=qx, qy=qy, a=a, b=b, axis=axis, y_min=lo, y_max=hi)
+        return m
+
+    @staticmethod
+    def _affine(
+        op: Node, ins: list[Value | None], xi: int, shape: tuple | None
+    ) -> tuple[np.ndarray, np.ndarray, int | None, float | None, float | None] | NoMatch:
+        """(a, b, axis, y_min, y_max) of the op as ``clip(a·v + b, y_min, y_max)``."""
+        t = op.op_type
+        one, zero = np.ones(1), np.zeros(1)
+        if t == "BatchNormalization":
+            if len(op.outputs) != 1 or int(op.attrs.get("training_mode", 0)):
+                return NoMatch("BatchNormalization in training mode")
+            vals = [_float_const(v) for v in ins[1:5]]
+            if len(vals) != 4 or any(v is None for v in vals):
+                return NoMatch("BatchNormalization parameters are not constants")
+            scale, bias, mean, var = (np.asarray(v).reshape(-1) for v in vals)  # type: ignore[arg-type]
+            if shape is not None and (len(shape) < 2 or not isinstance(shape[1], int)):
+                return NoMatch(f"BatchNormalization output of shape {list(shape)}: no channel count")
+            eps = float(op.attrs.get("epsilon", 1e-5))
+            a = scale / np.sqrt(var + eps)
+            b = bias - mean * a
+            a, b = np.broadcast_arrays(a, b)
+            if shape is not None and a.size not in (1, shape[1]):
+                return NoMatch(f"BatchNormalization of {a.size} channels on {shape[1]}")
+            return np.ascontiguousarray(a), np.ascontiguousarray(b), (1 if a.size > 1 else None), None, None
+        if t in ("Add", "Sub", "Mul", "Div"):
+            if xi == 1 and t in ("Sub", "Div"):
+                return NoMatch(f"{t} of a constant by the input is not affine in it")
+            k = _float_const(ins[1 - xi])
+            if k is None:
+                return NoMatch(f"{t}'s other operand is not a constant")
+            axis = _channel_axis(k, shape)
+            if isinstance(axis, NoMatch):
+                return axis
+            kv = k.reshape(-1)
+            if t == "Div" and np.any(kv == 0):
+                return NoMatch("Div by zero")
+            ones, zeros = np.ones_like(kv), np.zeros_like(kv)
+            if t in ("Add", "Sub"):
+                return ones, kv if t == "Add" else -kv, axis, None, None
+            return (kv if t == "Mul" else 1.0 / kv), zeros, axis, None, None
+        if t == "HardSigmoid":
+            alpha, beta = float(op.attrs.get("alpha", 0.2)), float(op.attrs.get("beta", 0.5))
+            return alpha * one, beta * one, None, 0.0, 1.0
+        if t == "Relu":
+            return one, zero, None, 0.0, None
+        # Clip: bounds from inputs (opset >= 11) or attributes
+        lo_v = _float_const(ins[1]) if len(ins) > 1 and ins[1] is not None else None
+        hi_v = _float_const(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+        if (len(ins) > 1 and ins[1] is not None and lo_v is None) or (
+            len(ins) > 2 and ins[2] is not None and hi_v is None
+        ):
+            return NoMatch("Clip bounds are not constants")
+        lo = float(lo_v.reshape(())) if lo_v is not None else op.attrs.get("min")
+        hi = float(hi_v.reshape(())) if hi_v is not None else op.attrs.get("max")
+        return one, zero, None, None if lo is None else float(lo), None if hi is None else float(hi)
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        op, dq = m.node("c"), m.data["dq"]
+        qx: QuantType = m.data["qx"]
+        zx = dq.input(2)
+        if zx is None:
+            assert isinstance(qx.storage, IntType)
+            zx = b.const("x_zero_point", np.zeros((), dtype=qx.storage.numpy))
+        attrs: dict[str, object] = {"function": op.op_type}
+        if m.data["axis"] is not None:
+            attrs["axis"] = int(m.data["axis"])
+        if m.data["y_min"] is not None:
+            attrs["y_min"] = float(m.data["y_min"])
+        if m.data["y_max"] is not None:
+            attrs["y_max"] = float(m.data["y_max"])
+        name = op.name or op.op_type
+        return b.op(
+            "QLinearAffine16",
+            [
+                dq.input(0),
+                dq.input(1),
+                zx,
+                m["sy"],
+                _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point"),
+                b.const(f"{name}_affine_a", np.asarray(m.data["a"], np.float64)),
+                b.const(f"{name}_affine_b", np.asarray(m.data["b"], np.float64)),
+            ],
+            attrs,
+            domain=QUANTA_DOMAIN,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            name=op.name or None,
+        )
+
+
+class LowerBinary16(Rule):
+    """``Q(Add|Mul(DQ(a), DQ(b)))`` with a, b and y of one 16-bit type ->
+    ``quanta::QLinearAdd16|QLinearMul16(a, sa, za, b, sb, zb, sy, zy)`` (eqs. (E2), (E3);
+    numpy broadcasting, a squeeze-excitation's ``x · s[N, C, 1, 1]``)."""
+
+    pattern = (
+        "y = QuantizeLinear(c = Add|Mul(af = DequantizeLinear(a, sa, za?), "
+        "bf = DequantizeLinear(bb, sb, zb?)), sy, zy?)"
+    )
+    shared_ok = frozenset({"af", "bf"})
+
+    def __init__(self, *, tables: bool = False) -> None:
+        super().__init__()
+        self.tables = tables  # True: a constant operand is LowerLookup's (see LowerAffine16)
+
+    def check(self, m: Match) -> Match | NoMatch:
+        bad = _check_consts(m, "sa", "za", "sb", "zb", "sy", "zy")
+        if bad is not None:
+            return bad
+        if self.tables and (_const_codes(m["a"]) is not None or _const_codes(m["bb"]) is not None):
+            return NoMatch("a constant operand: LowerLookup's table computes the group as the float group")
+        qa = _params(m, "af", "a", "sa", "za")
+        qb = _params(m, "bf", "bb", "sb", "zb")
+        qy = _params(m, "y", "y", "sy", "zy")
+        for q, what in ((qa, "input a"), (qb, "input b"), (qy, "output y")):
+            if q is None or str(q.storage) not in SIXTEEN or q.axis is not None or q.block is not None:
+                return NoMatch(f"{what} is not a per-tensor 16-bit quantized value")
+        assert qa is not None and qb is not None and qy is not None
+        if not (qa.storage == qb.storage == qy.storage):
+            return NoMatch(f"operands are {qa.storage}, {qb.storage} -> {qy.storage}; the op takes one type")
+        m.data.update(qa=qa, qb=qb, qy=qy)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        op = m.node("c")
+        return b.op(
+            f"QLinear{op.op_type}16",
+            [
+                m["a"],
+                m["sa"],
+                _zero_point_or_default(b, m, "za", m.data["qa"], "a_zero_point"),
+                m["bb"],
+                m["sb"],
+                _zero_point_or_default(b, m, "zb", m.data["qb"], "b_zero_point"),
+                m["sy"],
+                _zero_point_or_default(b, m, "zy", m.data["qy"], "y_zero_point"),
+            ],
+            domain=QUANTA_DOMAIN,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            name=op.name or None,
+        )
 
 
 # Imported last: qdq_to_qlinear builds its rule list (which includes this module's rules)

@@ -26,6 +26,7 @@ __all__ = ["bind_qlinear_lookup"]
 
 _EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 _SHORT = {np.dtype(np.uint8): "u8", np.dtype(np.int8): "s8"}
+_SHORT16 = {np.dtype(np.uint16): "u16", np.dtype(np.int16): "s16"}
 
 
 def _qlinear_lookup_native(
@@ -65,15 +66,41 @@ def _qlinear_lookup_native(
     return _native.lut8_channels(np.ascontiguousarray(x), np.ascontiguousarray(table), axis, threads, out)
 
 
+_SIXTEEN_BIT = (np.dtype(np.uint16), np.dtype(np.int16))
+
+
+def _qlinear_lookup16_native(
+    ctx: Any, x: Any, *rest: Any, out: np.ndarray | None = None, **attrs: Any
+) -> np.ndarray:
+    """``y = table[16 bits of x]`` (a16w8_lut16); x of another type runs on the twin."""
+    del ctx
+    from quanta.kernels import _native
+
+    x = np.asarray(x)
+    table = np.asarray(rest[4])
+    if x.dtype in _SIXTEEN_BIT and attrs.get("axis") is None and x.flags.c_contiguous:
+        return _native.a16w8_lut16(x, table, out)
+    y = qlinear_lookup(x, table, attrs.get("axis"))  # raises the op's error
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
 @register_binder("QLinearLookup", QUANTA_DOMAIN)
 def bind_qlinear_lookup(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """uint8/int8 x with a constant 256-entry uint8/int8 table (a [C, 256] one with ``axis``)."""
+    """uint8/int8 x with a constant 256-entry uint8/int8 table (a [C, 256] one with ``axis``);
+    16-bit x with a 65536-entry 16-bit table (a16w8_lut16)."""
     del model  # unused: the choice depends on the node only
     table = node.input(5)
     if table is None or table.const is None:
         return None, "native QLinearLookup takes a constant table (lowering computes one)"
     t = np.asarray(table.const)
     per_axis = node.attrs.get("axis") is not None
+    if t.dtype in _SIXTEEN_BIT and t.shape == (65536,) and not per_axis:
+        return Kernel(
+            _qlinear_lookup16_native, "native", f"native:qlinear_lookup16_{_SHORT16[t.dtype]}", out=True
+        ), ""
     if t.dtype not in _EIGHT_BIT or (t.shape[-1:] != (256,) or t.ndim != (2 if per_axis else 1)):
         want = "[C, 256]" if per_axis else "256"
         return (
