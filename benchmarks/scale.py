@@ -44,9 +44,10 @@ calibration folder) and every run reads that folder: a shard travels as its path
 each worker reads its own samples (``--data memory`` sends the feeds with the tasks
 instead).
 
-The job (|job| bytes) reaches the N workers by doubling, each machine that has it
-serving one more per round (what an object store that serves copies from every node
-allows: J = ⌈log₂(N+1)⌉·|job|/bw + latency); nothing starts before J.
+The driver first builds the job (b: the model serialised, the digest of its bytes,
+pickled; CPU, timed on a fresh job), which then reaches the N workers by doubling, each
+machine that has it serving one more per round (what an object store that serves copies
+from every node allows: J = b + ⌈log₂(N+1)⌉·|job|/bw + latency); nothing starts before J.
 
 Scheduling (docs/scale.md eq. (S4)): the shard tasks are submitted in shard order and
 every worker runs one task at a time; a worker that frees takes the ready task submitted
@@ -61,16 +62,21 @@ behind the shards not yet started). A shard task takes p (its worker's first tas
   neighbours of a new run wait); a merge is a task on the worker that takes it, its
   inputs on other workers crossing the links first (|part|/bw + latency each, a link
   carrying one message at a time each way); it takes m (timed here on the real parts:
-  read them, ``merge_run``, write the result, each distinct merge run once) + r. The P
-  merged parts cross to the driver one at a time and are read there (timed): T_N is the
-  last of those.
+  read them, ``merge_run``, write the result, each distinct merge run once) + r. The
+  merge that completes a part also computes its results (``finish_state``: ranges,
+  extrema, degeneracy, means; docs/scale.md eq. (S7), timed with the merge) and writes
+  them instead of the state; the P results cross to the driver one at a time and are
+  read there (timed): T_N is the last of those. Composed also as before (S7) ("states to
+  the driver"): the P merged parts cross and are read, then the driver computes the
+  results of their join (timed).
 - **tree** (docs/scale.md eq. (S2)): the tree of adjacent pairs over the S whole states
   (each pickled with its shard: timed), each merge a task as above (read 2, merge, write
-  1: timed); the root crosses to the driver and is read there.
+  1: timed); the root crosses to the driver and is read there, then its results are
+  computed (timed on the whole merged state).
 - **driver fold** (the in-process and local engines' ``ShardFold``): the states cross the
   driver's link one at a time in the order their shards end, and fold step i (the state
   read and folded in shard order, timed here) ends at f_i = max(f_{i-1}, a_i) + m_i;
-  T_N = f_S.
+  T_N = f_S + the results of the folded state (timed).
 
 Each k is also composed with every t_i = T_in / S (no spread), and as a what-if that the
 engine does not implement: each worker calibrating all the shards it is handed into one
@@ -99,8 +105,12 @@ at most one sample), so they are balanced by samples and bytes alike; what diffe
 between their estimates is what the rounds could not average out, and it is charged to
 T_N as measured (each shard's estimate, in the schedule), not smoothed.
 
-efficiency(N) = T_in / (N · T_N). It assumes N identical machines (each worker a core
-like this one).
+efficiency(N) = T_in / (N · T_N) (docs/scale.md eq. (S8)), with T_in the in-process run to
+what quantization reads: ``calibrate`` then every observer's result and mean (T_cal + T_R,
+both timed in the same rounds), and T_N until the driver holds the results. The table also
+gives T_cal / (N · T_N') with T_N' the states-to-the-driver composition without the
+driver's results: the earlier notes' definition, for comparison. It assumes N identical
+machines (each worker a core like this one).
 """
 
 from __future__ import annotations
@@ -312,8 +322,10 @@ class _Composition:
     every merge a schedule asks for is run here once on the real states (timed, cached:
     a merge of the same runs is the same work at every link speed)."""
 
-    def __init__(self, n: int, states: Iterable, job_bytes: int, trip: float, job_prep: float, lat: float):
-        self.n, self.trip, self.job_prep, self.lat = n, trip, job_prep, lat
+    def __init__(
+        self, n: int, states: Iterable, job_bytes: int, trip: float, job_prep: float, lat: float, build: float
+    ):
+        self.n, self.trip, self.job_prep, self.lat, self.build = n, trip, job_prep, lat, build
         self.job_bytes = job_bytes
         self.parts, self.cut, self.whole, self.pack = [], [], [], []
         for st in states:
@@ -367,8 +379,10 @@ class _Composition:
 
         return transfer
 
-    def _job(self, bw: float) -> float:  # the job to the N workers by doubling
-        return math.ceil(math.log2(self.n + 1)) * self.job_bytes / bw + self.lat
+    def _job(self, bw: float) -> float:
+        """The job built on the driver (serialised, its digest: timed), then sent to the N
+        workers by doubling."""
+        return self.build + math.ceil(math.log2(self.n + 1)) * self.job_bytes / bw + self.lat
 
     def _shard_end(self, prepared_on: set, w: int, now: float, t_i: float, state_cost: float) -> float:
         first = self.job_prep if w not in prepared_on else 0.0
@@ -754,7 +768,15 @@ def main(argv: list[str] | None = None) -> int:
             starts=starts,
         )
 
-    job_blob = pickle.dumps(make_job(()), protocol=5)
+    # the driver builds the job before anything is sent: the model serialised, the digest
+    # of the bytes, the pickle (a fresh job each time: the wire is cached on the job; CPU,
+    # least of 3)
+    job_build = math.inf
+    for _ in range(3):
+        fresh = make_job(())
+        t = time.thread_time()
+        job_blob = pickle.dumps(fresh, protocol=5)
+        job_build = min(job_build, time.thread_time() - t)
     job_bytes = len(job_blob)
     job_prep = math.inf
     for _ in range(3):
@@ -773,7 +795,9 @@ def main(argv: list[str] | None = None) -> int:
     estimate = statistics.median if args.estimate == "median" else min
     say()
     say(
-        f"Simulation: a worker prepares the job once ({job_prep * 1e3:.1f} ms CPU: read + model built + plan "
+        f"Simulation: the driver builds the job ({job_build * 1e3:.1f} ms CPU: the model serialised, its digest, "
+        f"pickled; {job_bytes / 1e6:.1f} MB) before sending it; "
+        f"a worker prepares the job once ({job_prep * 1e3:.1f} ms CPU: read + model built + plan "
         f"compiled; {warm * 1e3:.2f} ms for each later shard of the job, the per-process cache), every task "
         f"pays Ray's round trip {ray_trip * 1e3:.1f} ms; latency {args.latency * 1e3:g} ms; T_in and each "
         f"shard's t_i: CPU seconds of this thread, the {args.estimate} over {args.shard_reps} rounds of the "
@@ -833,7 +857,7 @@ def main(argv: list[str] | None = None) -> int:
             # the shards' states, once more (the rounds above keep none), each cut and pickled
             # as it is made: only their pickled forms are kept
             states = (run_shard(jobs[k], item) for item in items[k])
-            sim = _Composition(n, states, job_bytes, ray_trip, job_prep, lat)
+            sim = _Composition(n, states, job_bytes, ray_trip, job_prep, lat, job_build)
             for g in gbps:
                 for label, ts in (("measured", times), ("flat", [t_cal / len(times)] * len(times))):
                     out = sim.reduce_scatter(ts, g * 1e9 / 8)
@@ -867,7 +891,8 @@ def main(argv: list[str] | None = None) -> int:
                     for label, r in (("results on the workers", meas), ("states to the driver", states)):
                         path = r["path"]
                         breakdown.append(
-                            f"k={k}, {g:g} Gb/s, {label}: job sent {r['job']:.3f} s; the last shard to end "
+                            f"k={k}, {g:g} Gb/s, {label}: job built and sent {r['job']:.3f} s (built "
+                            f"{job_build:.3f} s); the last shard to end "
                             f"starts at {path['start']:.3f} s, prepares the job {path['prep']:.3f} s, calibrates "
                             f"{path['t_i']:.3f} s, cuts and pickles its state {path['cut']:.3f} s, Ray's round trip "
                             f"{ray_trip:.4f} s: done at {r['last_shard']:.3f} s; merging (and results) after it "
