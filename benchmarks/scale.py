@@ -44,8 +44,8 @@ calibration folder) and every run reads that folder: a shard travels as its path
 each worker reads its own samples (``--data memory`` sends the feeds with the tasks
 instead).
 
-The driver first builds the job (b: the model serialised, the digest of its bytes,
-pickled; CPU, timed on a fresh job), which then reaches the N workers by doubling, each
+The driver first builds the job (b: the model serialised, the job pickled; CPU, timed
+on a fresh job), which then reaches the N workers by doubling, each
 machine that has it serving one more per round (what an object store that serves copies
 from every node allows: J = b + ⌈log₂(N+1)⌉·|job|/bw + latency); nothing starts before J.
 
@@ -768,9 +768,8 @@ def main(argv: list[str] | None = None) -> int:
             starts=starts,
         )
 
-    # the driver builds the job before anything is sent: the model serialised, the digest
-    # of the bytes, the pickle (a fresh job each time: the wire is cached on the job; CPU,
-    # least of 3)
+    # the driver builds the job before anything is sent: the model serialised, the pickle
+    # (a fresh job each time: the wire is cached on the job; CPU, least of 3)
     job_build = math.inf
     for _ in range(3):
         fresh = make_job(())
@@ -795,8 +794,8 @@ def main(argv: list[str] | None = None) -> int:
     estimate = statistics.median if args.estimate == "median" else min
     say()
     say(
-        f"Simulation: the driver builds the job ({job_build * 1e3:.1f} ms CPU: the model serialised, its digest, "
-        f"pickled; {job_bytes / 1e6:.1f} MB) before sending it; "
+        f"Simulation: the driver builds the job ({job_build * 1e3:.1f} ms CPU: the model serialised, "
+        f"the job pickled; {job_bytes / 1e6:.1f} MB) before sending it; "
         f"a worker prepares the job once ({job_prep * 1e3:.1f} ms CPU: read + model built + plan "
         f"compiled; {warm * 1e3:.2f} ms for each later shard of the job, the per-process cache), every task "
         f"pays Ray's round trip {ray_trip * 1e3:.1f} ms; latency {args.latency * 1e3:g} ms; T_in and each "
