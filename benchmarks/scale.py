@@ -44,9 +44,10 @@ calibration folder) and every run reads that folder: a shard travels as its path
 each worker reads its own samples (``--data memory`` sends the feeds with the tasks
 instead).
 
-The job (|job| bytes) reaches the N workers by doubling, each machine that has it
-serving one more per round (what an object store that serves copies from every node
-allows: J = ⌈log₂(N+1)⌉·|job|/bw + latency); nothing starts before J.
+The driver first builds the job (b: the model serialised, the job pickled; CPU, timed
+on a fresh job), which then reaches the N workers by doubling, each
+machine that has it serving one more per round (what an object store that serves copies
+from every node allows: J = b + ⌈log₂(N+1)⌉·|job|/bw + latency); nothing starts before J.
 
 Scheduling (docs/scale.md eq. (S4)): the shard tasks are submitted in shard order and
 every worker runs one task at a time; a worker that frees takes the ready task submitted
@@ -61,16 +62,21 @@ behind the shards not yet started). A shard task takes p (its worker's first tas
   neighbours of a new run wait); a merge is a task on the worker that takes it, its
   inputs on other workers crossing the links first (|part|/bw + latency each, a link
   carrying one message at a time each way); it takes m (timed here on the real parts:
-  read them, ``merge_run``, write the result, each distinct merge run once) + r. The P
-  merged parts cross to the driver one at a time and are read there (timed): T_N is the
-  last of those.
+  read them, ``merge_run``, write the result, each distinct merge run once) + r. The
+  merge that completes a part also computes its results (``finish_state``: ranges,
+  extrema, degeneracy, means; docs/scale.md eq. (S7), timed with the merge) and writes
+  them instead of the state; the P results cross to the driver one at a time and are
+  read there (timed): T_N is the last of those. Composed also as before (S7) ("states to
+  the driver"): the P merged parts cross and are read, then the driver computes the
+  results of their join (timed).
 - **tree** (docs/scale.md eq. (S2)): the tree of adjacent pairs over the S whole states
   (each pickled with its shard: timed), each merge a task as above (read 2, merge, write
-  1: timed); the root crosses to the driver and is read there.
+  1: timed); the root crosses to the driver and is read there, then its results are
+  computed (timed on the whole merged state).
 - **driver fold** (the in-process and local engines' ``ShardFold``): the states cross the
   driver's link one at a time in the order their shards end, and fold step i (the state
   read and folded in shard order, timed here) ends at f_i = max(f_{i-1}, a_i) + m_i;
-  T_N = f_S.
+  T_N = f_S + the results of the folded state (timed).
 
 Each k is also composed with every t_i = T_in / S (no spread), and as a what-if that the
 engine does not implement: each worker calibrating all the shards it is handed into one
@@ -99,8 +105,12 @@ at most one sample), so they are balanced by samples and bytes alike; what diffe
 between their estimates is what the rounds could not average out, and it is charged to
 T_N as measured (each shard's estimate, in the schedule), not smoothed.
 
-efficiency(N) = T_in / (N · T_N). It assumes N identical machines (each worker a core
-like this one).
+efficiency(N) = T_in / (N · T_N) (docs/scale.md eq. (S8)), with T_in the in-process run to
+what quantization reads: ``calibrate`` then every observer's result and mean (T_cal + T_R,
+both timed in the same rounds), and T_N until the driver holds the results. The table also
+gives T_cal / (N · T_N') with T_N' the states-to-the-driver composition without the
+driver's results: the earlier notes' definition, for comparison. It assumes N identical
+machines (each worker a core like this one).
 """
 
 from __future__ import annotations
@@ -158,6 +168,8 @@ from quanta.scale.calibrate import (  # noqa: E402
     SHARDS_PER_WORKER,
     _for_shards,
     _Job,
+    finish_state,
+    join_states,
     merge_run,
     run_shard,
     split,
@@ -263,6 +275,15 @@ def _fixed_costs(model, tensors, make, means_for, result) -> dict[str, float]:
     }
 
 
+def _results_of(result) -> None:
+    """What quantization reads from an in-process calibration: each observer's results
+    (range, extrema, degeneracy) and the channel means divided (finish_state's work)."""
+    for obs in result.values():
+        obs.result()
+    for m in result.mean_states.values():
+        m.result()
+
+
 def list_schedule(
     workers: int,
     start: float,
@@ -301,8 +322,10 @@ class _Composition:
     every merge a schedule asks for is run here once on the real states (timed, cached:
     a merge of the same runs is the same work at every link speed)."""
 
-    def __init__(self, n: int, states: Iterable, job_bytes: int, trip: float, job_prep: float, lat: float):
-        self.n, self.trip, self.job_prep, self.lat = n, trip, job_prep, lat
+    def __init__(
+        self, n: int, states: Iterable, job_bytes: int, trip: float, job_prep: float, lat: float, build: float
+    ):
+        self.n, self.trip, self.job_prep, self.lat, self.build = n, trip, job_prep, lat, build
         self.job_bytes = job_bytes
         self.parts, self.cut, self.whole, self.pack = [], [], [], []
         for st in states:
@@ -319,18 +342,26 @@ class _Composition:
             t = time.thread_time()
             fold(i, pickle.loads(blob))
             self.steps.append(time.thread_time() - t)
+        # the results (ranges, extrema, means) of the whole merged state, computed in one
+        # place: what the driver does after a fold, a tree's root or joined states (CPU)
+        t = time.thread_time()
+        finish_state(fold.result())
+        self.finish_whole = time.thread_time() - t
         self.merge_cache: dict = {}
 
     def release(self) -> None:
         self.parts = self.whole = []
         self.merge_cache = {}
 
-    def _merge(self, key, blobs: list[bytes]) -> tuple[float, bytes]:
-        """A merge task as on a Ray worker: read the inputs, merge_run, write the result."""
+    def _merge(self, key, blobs: list[bytes], finish: bool = False) -> tuple[float, bytes]:
+        """A merge task as on a Ray worker: read the inputs, merge_run, (the merge that
+        completes a part, with ``finish``: its results, finish_state) write the result."""
+        key = (key, finish)
         hit = self.merge_cache.get(key)
         if hit is None:
             t = time.thread_time()
-            out = pickle.dumps(merge_run(*(pickle.loads(b) for b in blobs)), protocol=5)
+            merged = merge_run(*(pickle.loads(b) for b in blobs))
+            out = pickle.dumps(finish_state(merged) if finish else merged, protocol=5)
             hit = self.merge_cache[key] = (time.thread_time() - t, out)
         return hit
 
@@ -348,30 +379,38 @@ class _Composition:
 
         return transfer
 
-    def _job(self, bw: float) -> float:  # the job to the N workers by doubling
-        return math.ceil(math.log2(self.n + 1)) * self.job_bytes / bw + self.lat
+    def _job(self, bw: float) -> float:
+        """The job built on the driver (serialised, its digest: timed), then sent to the N
+        workers by doubling."""
+        return self.build + math.ceil(math.log2(self.n + 1)) * self.job_bytes / bw + self.lat
 
     def _shard_end(self, prepared_on: set, w: int, now: float, t_i: float, state_cost: float) -> float:
         first = self.job_prep if w not in prepared_on else 0.0
         prepared_on.add(w)
         return now + first + t_i + state_cost + self.trip
 
-    def reduce_scatter(self, times: list[float], bw: float) -> dict:
+    def reduce_scatter(self, times: list[float], bw: float, results: bool = True) -> dict:
         """Eq. (S3) with S shards: a shard's P = N parts stay on its worker; each part is
         merged by adjacent runs as they appear (AdjacentMerges), every merge a task on the
         worker that frees first, its inputs from other workers crossing the links; the P
-        roots cross to the driver, which reads them (timed)."""
+        roots cross to the driver, which reads them (timed). ``results`` (eq. (S7)): the
+        merge that completes a part also computes its results (finish_state, timed with
+        the merge) and the roots are results; else the roots are merged states and the
+        driver computes the results of their join (timed) after reading them."""
         n, s = self.n, self.s
         transfer, job = self._network(bw), self._job(bw)
         prepared_on: set = set()
         merges = [AdjacentMerges() for _ in range(n)]
         finals: list = []
-        acc = {"merge_cpu": 0.0, "merges": 0, "busy": 0.0, "last_shard": 0.0}
+        acc = {"merge_cpu": 0.0, "merges": 0, "busy": 0.0, "last_shard": 0.0, "path": {}}
 
         def execute(task, w, now):
             if task[0] == "shard":
                 i = task[1]
+                first = self.job_prep if w not in prepared_on else 0.0
                 end = self._shard_end(prepared_on, w, now, times[i], self.cut[i])
+                if end > acc["last_shard"]:  # the last shard's terms (the critical path's head)
+                    acc["path"] = {"start": now, "prep": first, "t_i": times[i], "cut": self.cut[i]}
                 acc["last_shard"] = max(acc["last_shard"], end)
                 acc["busy"] += end - now
                 return end
@@ -379,7 +418,8 @@ class _Composition:
             start = now
             for _, _, (at, v, blob) in sorted(runs, key=lambda r: r[2][0]):
                 start = max(start, transfer(v, w, at, len(blob)))
-            m, _ = self._merge((p, tuple((lo, hi) for lo, hi, _ in runs)), [r[2][2] for r in runs])
+            final = results and (runs[0][0], runs[-1][1]) == (0, s - 1)
+            m, _ = self._merge((p, tuple((lo, hi) for lo, hi, _ in runs)), [r[2][2] for r in runs], final)
             acc["merge_cpu"] += m
             acc["merges"] += 1
             acc["busy"] += m + self.trip
@@ -391,7 +431,8 @@ class _Composition:
                 outs = [(p, i, i, self.parts[i][p]) for p in range(n)]
             else:
                 _, p, runs = task
-                key = (p, tuple((lo, hi) for lo, hi, _ in runs))
+                final = results and (runs[0][0], runs[-1][1]) == (0, s - 1)
+                key = ((p, tuple((lo, hi) for lo, hi, _ in runs)), final)
                 outs = [(p, runs[0][0], runs[-1][1], self.merge_cache[key][1])]
             new = []
             for p, lo, hi, blob in outs:
@@ -404,12 +445,30 @@ class _Composition:
             return new
 
         list_schedule(n, job, [("shard", i) for i in range(s)], execute, complete)
-        drv = 0.0
+        drv, read, got = 0.0, 0.0, []
         for at, w, blob in sorted(finals, key=lambda f: f[0]):
             t = time.thread_time()
-            pickle.loads(blob)
-            drv = max(drv, transfer(w, -1, at, len(blob))) + time.thread_time() - t
-        acc.update(T=drv, job=job, tail=drv - acc["last_shard"])
+            got.append(pickle.loads(blob))
+            dt = time.thread_time() - t
+            drv = max(drv, transfer(w, -1, at, len(blob))) + dt
+            read += dt
+        fin = 0.0
+        if not results:  # the driver computes the results of the joined state
+            t = time.thread_time()
+            finish_state(join_states(got))
+            fin = time.thread_time() - t
+            drv += fin
+        roots = max(f[0] for f in finals)
+        acc.update(
+            T=drv,
+            job=job,
+            tail=drv - acc["last_shard"],
+            merging_after=roots - acc["last_shard"],
+            driver_read=read,
+            driver_finish=fin,
+            driver_bytes=sum(len(f[2]) for f in finals),
+            driver_after=drv - roots,
+        )
         return acc
 
     def tree(self, times: list[float], bw: float) -> dict:
@@ -447,7 +506,7 @@ class _Composition:
 
         def complete(task, w, end):
             node = task[1]
-            blob = self.whole[node] if task[0] == "shard" else self.merge_cache["tree", node][1]
+            blob = self.whole[node] if task[0] == "shard" else self.merge_cache[("tree", node), False][1]
             if node == root:
                 out["root"] = (end, w, blob)
                 return []
@@ -461,7 +520,8 @@ class _Composition:
         at, w, blob = out["root"]
         t = time.thread_time()
         pickle.loads(blob)
-        acc["T"] = transfer(w, -1, at, len(blob)) + time.thread_time() - t
+        # the root's results (finish_state of the whole state), charged after its read
+        acc["T"] = transfer(w, -1, at, len(blob)) + time.thread_time() - t + self.finish_whole
         return acc
 
     def worker_loads(self, times: list[float]) -> list[float]:
@@ -502,7 +562,7 @@ class _Composition:
         merged = 0.0
         for i in range(self.s):
             merged = max(merged, arrive[i]) + self.steps[i]
-        return {"T": merged}
+        return {"T": merged + self.finish_whole}  # then the results of the fold, here
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -708,7 +768,14 @@ def main(argv: list[str] | None = None) -> int:
             starts=starts,
         )
 
-    job_blob = pickle.dumps(make_job(()), protocol=5)
+    # the driver builds the job before anything is sent: the model serialised, the pickle
+    # (a fresh job each time: the wire is cached on the job; CPU, least of 3)
+    job_build = math.inf
+    for _ in range(3):
+        fresh = make_job(())
+        t = time.thread_time()
+        job_blob = pickle.dumps(fresh, protocol=5)
+        job_build = min(job_build, time.thread_time() - t)
     job_bytes = len(job_blob)
     job_prep = math.inf
     for _ in range(3):
@@ -727,7 +794,9 @@ def main(argv: list[str] | None = None) -> int:
     estimate = statistics.median if args.estimate == "median" else min
     say()
     say(
-        f"Simulation: a worker prepares the job once ({job_prep * 1e3:.1f} ms CPU: read + model built + plan "
+        f"Simulation: the driver builds the job ({job_build * 1e3:.1f} ms CPU: the model serialised, "
+        f"the job pickled; {job_bytes / 1e6:.1f} MB) before sending it; "
+        f"a worker prepares the job once ({job_prep * 1e3:.1f} ms CPU: read + model built + plan "
         f"compiled; {warm * 1e3:.2f} ms for each later shard of the job, the per-process cache), every task "
         f"pays Ray's round trip {ray_trip * 1e3:.1f} ms; latency {args.latency * 1e3:g} ms; T_in and each "
         f"shard's t_i: CPU seconds of this thread, the {args.estimate} over {args.shard_reps} rounds of the "
@@ -742,10 +811,15 @@ def main(argv: list[str] | None = None) -> int:
             prepared_job(jobs[k])  # warm: t_i is what a worker that has the job prepared spends
         runs_cpu = {k: [[] for _ in items[k]] for k in ks}
         in_rounds: list[float] = []
+        res_rounds: list[float] = []  # the results (ranges, extrema, means) after it
         for rnd in range(args.shard_reps):
             c = time.thread_time()
-            calibrate(model, tensors, calib, make, **kw)
-            in_rounds.append(time.thread_time() - c)
+            whole = calibrate(model, tensors, calib, make, **kw)
+            c1 = time.thread_time()
+            _results_of(whole)
+            in_rounds.append(c1 - c)
+            res_rounds.append(time.thread_time() - c1)
+            del whole
             sums = []
             for k in ks:
                 for j in range(len(items[k])):
@@ -755,38 +829,43 @@ def main(argv: list[str] | None = None) -> int:
                     runs_cpu[k][i].append(time.thread_time() - t)
                 sums.append(f"k={k} {sum(r[-1] for r in runs_cpu[k]):.2f}")
             say(
-                f"  round {rnd}: in-process {in_rounds[-1]:.2f} s CPU; sums of the shards "
+                f"  round {rnd}: in-process {in_rounds[-1]:.2f} s CPU (+ results {res_rounds[-1]:.3f} s); sums of the shards "
                 f"{', '.join(sums)} s CPU; load {os.getloadavg()[0]:.1f}"
             )
-        t_in = estimate(in_rounds)
+        t_cal = estimate(in_rounds)  # the calibration alone (the earlier notes' T_in)
+        t_res = estimate(res_rounds)
+        t_in = estimate([a + b for a, b in zip(in_rounds, res_rounds)])  # to the results (eq. (S7))
         say(
-            f"  T_in {args.estimate} {t_in:.2f} s (rounds {min(in_rounds):.2f}-{max(in_rounds):.2f} s), "
-            f"T_in / N = {t_in / n:.2f} s"
+            f"  T_in {args.estimate} {t_in:.2f} s: calibration {t_cal:.2f} s (rounds {min(in_rounds):.2f}-"
+            f"{max(in_rounds):.2f} s) + results {t_res:.3f} s (rounds {min(res_rounds):.3f}-{max(res_rounds):.3f} s), "
+            f"T_in / N = {t_in / n:.3f} s"
         )
         say()
         say(
-            "| k (shards per worker) | S | link | shard t_i (s) | sum t_i / T_in | state cut + pickled, per shard (s) "
+            "| k (shards per worker) | S | link | shard t_i (s) | sum t_i / T_cal | state cut + pickled, per shard (s) "
             "| merge CPU, all merge tasks (s) (tasks) | last shard done (s) | after it (s) | T_N (s) | efficiency "
-            "| efficiency, every t_i = T_in / S | what-if: one state per worker, T_N (s), efficiency |"
+            "| states to the driver: T_N (s), efficiency | calibration only (earlier notes) "
+            "| efficiency, every t_i = T_cal / S | what-if: one state per worker, T_N (s), efficiency |"
         )
-        say("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        say("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         detail: list[str] = []
+        breakdown: list[str] = []
         one = None  # the k = 1 composition: the what-if's merges of N states
         for k in sorted(ks):
             times = [estimate(r) for r in runs_cpu[k]]
             # the shards' states, once more (the rounds above keep none), each cut and pickled
             # as it is made: only their pickled forms are kept
             states = (run_shard(jobs[k], item) for item in items[k])
-            sim = _Composition(n, states, job_bytes, ray_trip, job_prep, lat)
+            sim = _Composition(n, states, job_bytes, ray_trip, job_prep, lat, job_build)
             for g in gbps:
-                for label, ts in (("measured", times), ("flat", [t_in / len(times)] * len(times))):
+                for label, ts in (("measured", times), ("flat", [t_cal / len(times)] * len(times))):
                     out = sim.reduce_scatter(ts, g * 1e9 / 8)
-                    fold = sim.driver_fold(ts, g * 1e9 / 8)
-                    tree = sim.tree(ts, g * 1e9 / 8)
                     if label == "flat":
                         flat = out
                         continue
-                    meas, m_fold, m_tree = out, fold, tree
+                    meas = out
+                    m_fold, m_tree = sim.driver_fold(ts, g * 1e9 / 8), sim.tree(ts, g * 1e9 / 8)
+                    states = sim.reduce_scatter(ts, g * 1e9 / 8, results=False)
                 if k == 1:
                     one = sim
                 what_if = "-"
@@ -797,13 +876,30 @@ def main(argv: list[str] | None = None) -> int:
                     done = sim.worker_loads(times)
                     w_out = one.reduce_scatter([d - job_prep - ray_trip for d in done], g * 1e9 / 8)
                     what_if = f"{w_out['T']:.2f}, {t_in / (n * w_out['T']):.3f}"
+                t_old = states["T"] - states["driver_finish"]
                 say(
                     f"| {k} | {len(times)} | {g:g} Gb/s | {min(times):.2f}-{max(times):.2f} "
-                    f"| {sum(times) / t_in:.3f} | {statistics.median(sim.cut):.3f} "
-                    f"| {meas['merge_cpu']:.2f} ({meas['merges']}) | {meas['last_shard']:.2f} "
-                    f"| {meas['tail']:.3f} | {meas['T']:.2f} | **{t_in / (n * meas['T']):.3f}** "
+                    f"| {sum(times) / t_cal:.3f} | {statistics.median(sim.cut):.3f} "
+                    f"| {meas['merge_cpu']:.2f} ({meas['merges']}) | {meas['last_shard']:.3f} "
+                    f"| {meas['tail']:.3f} | {meas['T']:.3f} | **{t_in / (n * meas['T']):.3f}** "
+                    f"| {states['T']:.3f}, {t_in / (n * states['T']):.3f} "
+                    f"| {t_old:.3f}, {t_cal / (n * t_old):.3f} "
                     f"| {t_in / (n * flat['T']):.3f} | {what_if} |"
                 )
+                if k == min(ks):
+                    for label, r in (("results on the workers", meas), ("states to the driver", states)):
+                        path = r["path"]
+                        breakdown.append(
+                            f"k={k}, {g:g} Gb/s, {label}: job built and sent {r['job']:.3f} s (built "
+                            f"{job_build:.3f} s); the last shard to end "
+                            f"starts at {path['start']:.3f} s, prepares the job {path['prep']:.3f} s, calibrates "
+                            f"{path['t_i']:.3f} s, cuts and pickles its state {path['cut']:.3f} s, Ray's round trip "
+                            f"{ray_trip:.4f} s: done at {r['last_shard']:.3f} s; merging (and results) after it "
+                            f"{r['merging_after']:.3f} s; driver after the last root {r['driver_after']:.3f} s "
+                            f"(reads {r['driver_read']:.3f} s of {r['driver_bytes'] / 1e6:.2f} MB, results "
+                            f"{r['driver_finish']:.3f} s); T_N {r['T']:.3f} s against T_in / N "
+                            f"{t_in / n:.3f} s"
+                        )
                 detail.append(
                     f"k={k}, {g:g} Gb/s: reduce-scatter T_N {meas['T']:.2f} s (job {meas['job']:.3f} s), "
                     f"efficiency {t_in / (n * meas['T']):.3f}; driver fold T_N {m_fold['T']:.2f} s, "
@@ -823,6 +919,10 @@ def main(argv: list[str] | None = None) -> int:
             "as the k = 1 shards' are (their measured merges):"
         )
         for line in detail:
+            say(f"  {line}")
+        say()
+        say("Critical path (reduce-scatter, measured t_i):")
+        for line in breakdown:
             say(f"  {line}")
     say(f"load average at the end (1, 5, 15 min): {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
     if args.write:

@@ -40,6 +40,7 @@ histogram can be evaluated by any of them (:meth:`HistogramObserver.convert`).
 from __future__ import annotations
 
 import copy
+import sys
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -220,16 +221,36 @@ def _count_dtype(top: int) -> type[np.unsignedinteger] | type[np.int64]:
     return np.int64
 
 
+def _last_true(occupied: np.ndarray) -> np.ndarray:
+    """Per row of a (C, B) bool array, the index of its last True (-1: none).
+
+    ``argmax`` over the reversed rows copies the whole array first (a strided view); on a
+    C-contiguous array with B a multiple of 8 the rows are read as 64-bit words instead
+    (8 bins a word, bin 8j + i in byte i on a little-endian machine): the last non-zero
+    word of each row from B/8 flags, then its highest non-zero byte. The bytes are 0 or
+    1, so a word whose highest set byte is i lies in [2^(8i), 2^(8i)·(1 + 2^-7)), which
+    float64 keeps inside [2^(8i), 2^(8i+1)): its frexp exponent is 8i + 1, exactly."""
+    c, b = occupied.shape
+    if b % 8 or sys.byteorder != "little" or not occupied.flags.c_contiguous or c == 0:
+        has = occupied.any(axis=1)
+        return np.where(has, b - 1 - occupied[:, ::-1].argmax(axis=1), -1).astype(np.int64)
+    words = occupied.view(np.uint64)
+    nonzero = words != 0
+    word = nonzero.shape[1] - 1 - nonzero[:, ::-1].argmax(axis=1)
+    top = words[np.arange(c), word]
+    _, e = np.frexp(top.astype(np.float64))
+    return np.where(nonzero.any(axis=1), 8 * word + (e.astype(np.int64) - 1) // 8, -1).astype(np.int64)
+
+
 def _pack_ranges(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(C, B) non-negative counts as per-row [first, last] occupied bins (last < first:
     an empty row) and the row-major concatenation of the counts inside those ranges, in
-    the narrowest unsigned type that holds the largest count."""
-    occupied = counts != 0
-    has = occupied.any(axis=1)
-    b = counts.shape[1]
-    first = np.where(has, occupied.argmax(axis=1), 0).astype(np.int64)
-    last = np.where(has, b - 1 - occupied[:, ::-1].argmax(axis=1), -1).astype(np.int64)
+    the narrowest unsigned type that holds the largest count. The occupied bins are
+    found on the narrowed array (fewer bytes to read than the int64 counts)."""
     narrow = counts.astype(_count_dtype(int(counts.max(initial=0))))
+    occupied = narrow != 0
+    last = _last_true(occupied)
+    first = np.where(last >= 0, occupied.argmax(axis=1), 0).astype(np.int64)
     # one slice a row: several times faster than a (C, B) mask and a boolean gather
     lo, hi = first.tolist(), (last + 1).tolist()
     rows = [narrow[i, lo[i] : hi[i]] for i in range(len(lo))]

@@ -43,11 +43,13 @@ __all__ = [
     "WIDE",
     "Observer",
     "ObserverBase",
+    "ObserverResult",
     "dumps_table",
     "is_degenerate",
     "load_table",
     "loads_table",
     "observer_from_dict",
+    "observer_type",
     "save_table",
 ]
 
@@ -284,14 +286,21 @@ class ObserverBase:
         the *exact extrema* are degenerate (:func:`is_degenerate`, for ``bits``-bit storage). The extrema, not the
         estimate, decide: a clipping observer may cut a -1e9 mask down to an ordinary
         looking range, but the tensor still carries the mask."""
-        if self._count is None or not self._count.any():
-            if self._nan is not None and self._nan.any():
-                return f"every observed value is NaN ({int(self._nan.sum())} values)"
-            return "no values observed"
-        assert self._nan is not None
-        if self._nan.any():
-            return f"{int(self._nan.sum())} NaN values observed"
-        return is_degenerate(self.extrema(), bits=bits)
+        seen = self._count is not None and bool(self._count.any())
+        nan = 0 if self._nan is None else int(self._nan.sum())
+        return _degenerate(seen, nan, self.extrema() if seen else None, bits)
+
+    def result(self) -> ObserverResult:
+        """What quantization reads from this observer (range, extrema, degeneracy), computed
+        now: a worker of quanta.scale sends this instead of the state (docs/scale.md)."""
+        seen = self._count is not None and bool(self._count.any())
+        return ObserverResult(
+            type(self),
+            self.range(),
+            self.extrema(),
+            seen=seen,
+            nan=0 if self._nan is None else int(self._nan.sum()),
+        )
 
     # ------------------------------------------------------------------------- merge
     def merge(self, other: ObserverBase) -> ObserverBase:
@@ -381,6 +390,75 @@ class ObserverBase:
             obs._init_state(obs._min.size)
             obs._load_state(state)
         return obs
+
+
+def _degenerate(seen: bool, nan: int, extrema: CalibratedType | None, bits: int) -> str | None:
+    """:meth:`ObserverBase.degenerate` from what it reads: whether any non-NaN value was
+    seen, the NaN count, the exact extrema (None when nothing was seen)."""
+    if not seen:
+        return f"every observed value is NaN ({nan} values)" if nan else "no values observed"
+    if nan:
+        return f"{nan} NaN values observed"
+    assert extrema is not None
+    return is_degenerate(extrema, bits=bits)
+
+
+class ObserverResult:
+    """An observer's final answers without its state: ``range()``, ``extrema()`` and
+    ``degenerate(bits)`` as the observer gave them (:meth:`ObserverBase.result`). The
+    range search of a histogram observer (the weighted MSE's, eq. (22)) runs where the
+    merged state is, and a few numbers travel instead of the histograms; the answers are
+    the observer's own, bit for bit. It cannot observe, merge or be saved as a table
+    (those need the state). ``observer_type``: the class of the observer it came from."""
+
+    __slots__ = ("_extrema", "_nan", "_range", "_seen", "observer_type")
+
+    def __init__(
+        self,
+        observer_type: type[ObserverBase],
+        rng: CalibratedType,
+        extrema: CalibratedType,
+        *,
+        seen: bool,
+        nan: int,
+    ) -> None:
+        self.observer_type = observer_type
+        self._range = rng
+        self._extrema = extrema
+        self._seen = seen
+        self._nan = nan
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_observer_result, (self.observer_type, self._range, self._extrema, self._seen, self._nan))
+
+    def __repr__(self) -> str:
+        return f"ObserverResult({self.observer_type.__name__}, {self._range})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ObserverResult):
+            return NotImplemented
+        return self.__reduce__()[1] == other.__reduce__()[1]
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def range(self) -> CalibratedType:
+        return self._range
+
+    def extrema(self) -> CalibratedType:
+        return self._extrema
+
+    def degenerate(self, bits: int = 8) -> str | None:
+        return _degenerate(self._seen, self._nan, self._extrema if self._seen else None, bits)
+
+
+def _observer_result(*args: Any) -> ObserverResult:
+    observer_type, rng, extrema, seen, nan = args
+    return ObserverResult(observer_type, rng, extrema, seen=seen, nan=nan)
+
+
+def observer_type(obs: ObserverBase | ObserverResult) -> type[ObserverBase]:
+    """The observer class behind ``obs`` (an observer, or the result of one)."""
+    return obs.observer_type if isinstance(obs, ObserverResult) else type(obs)
 
 
 def observer_from_dict(d: Mapping[str, Any]) -> ObserverBase:

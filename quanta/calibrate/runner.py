@@ -120,6 +120,11 @@ class ChannelMean:
         )
         return {"axis": self.axis, "count": self.count, "total": total}
 
+    def result(self) -> MeanResult:
+        """The mean, divided now (:class:`MeanResult`): what a worker of quanta.scale sends
+        instead of the integer sums once every shard is merged in."""
+        return MeanResult(self.axis, self.count, self.mean())
+
     @classmethod
     def from_dict(cls, d: Mapping) -> ChannelMean:
         out = cls(int(d["axis"]))
@@ -129,6 +134,24 @@ class ChannelMean:
             total[:] = [int(t) if t.lstrip("-").isdigit() else float(t) for t in d["total"]]
             out.total = total
         return out
+
+
+class MeanResult:
+    """A :class:`ChannelMean` once no more samples come: its ``mean()`` (the same float64
+    array), without the integer sums (which only a merge needs)."""
+
+    __slots__ = ("_mean", "axis", "count")
+
+    def __init__(self, axis: int, count: int, mean: np.ndarray | None) -> None:
+        self.axis = axis
+        self.count = count
+        self._mean = mean
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (MeanResult, (self.axis, self.count, self._mean))
+
+    def mean(self) -> np.ndarray | None:
+        return None if self._mean is None else self._mean.copy()
 
 
 def _to_fixed(s: np.ndarray) -> np.ndarray:

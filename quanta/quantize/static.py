@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from quanta.calibrate.mse import MSEObserver
-from quanta.calibrate.observer import WIDE, ObserverBase
+from quanta.calibrate.observer import WIDE, ObserverBase, observer_type
 from quanta.calibrate.readers import ImagePreprocess, iter_feeds
 from quanta.calibrate.runner import calibrate
 from quanta.ir.graph import Model
@@ -421,8 +421,10 @@ def quantize_static(
         if not in_process:
             from quanta.scale import calibrate_sharded, make_engine
 
+            # results: the range searches run on the workers, each on its part of the
+            # tensors, and the driver receives ranges, not histograms (docs/scale.md eq. (S7))
             run = functools.partial(
-                calibrate_sharded, engine=make_engine(engine, workers, address), shards=shards
+                calibrate_sharded, engine=make_engine(engine, workers, address), shards=shards, results=True
             )
         else:
             run = calibrate
@@ -484,7 +486,7 @@ def quantize_static(
                     body_float[name] = reason
             else:
                 ranges[name] = obs.range()
-                if choose_ranges and name not in weights_for and isinstance(obs, MSEObserver):
+                if choose_ranges and name not in weights_for and issubclass(observer_type(obs), MSEObserver):
                     minmax[name] = obs.extrema()
 
     if wide_tensors and recipe.activation_storage.bits == 8 and reiterable(source_data):

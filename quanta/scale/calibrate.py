@@ -18,8 +18,6 @@ Why the result is the single process's, bit for bit (docs/scale.md):
 from __future__ import annotations
 
 import copy
-import hashlib
-import pickle
 import time
 import uuid
 from collections import OrderedDict
@@ -30,9 +28,9 @@ from typing import Any
 import onnx
 
 from quanta.calibrate.moving_average import MovingAverageMinMaxObserver, MovingAverageSteps
-from quanta.calibrate.observer import ObserverBase
+from quanta.calibrate.observer import ObserverBase, ObserverResult
 from quanta.calibrate.readers import ImagePreprocess, SampleRef, load_sample, sample_refs
-from quanta.calibrate.runner import CalibrationResult, ChannelMean, calibrate, compile_executor
+from quanta.calibrate.runner import CalibrationResult, ChannelMean, MeanResult, calibrate, compile_executor
 from quanta.ir.graph import Model
 from quanta.ir.onnx_io import from_proto, to_proto
 from quanta.runtime.execute import Executor
@@ -45,6 +43,7 @@ __all__ = [
     "ShardState",
     "calibrate_sharded",
     "default_shards",
+    "finish_state",
     "join_states",
     "merge_into",
     "merge_pair",
@@ -64,8 +63,8 @@ class ShardState:
     the in-process run on a machine whose other load inflates wall time)."""
 
     index: int
-    observers: dict[str, ObserverBase]
-    means: dict[str, ChannelMean]
+    observers: dict[str, ObserverBase | ObserverResult]  # results once finished (finish_state)
+    means: dict[str, ChannelMean | MeanResult]
     samples: int
     value_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     seconds: float = 0.0
@@ -77,7 +76,7 @@ class ShardState:
 class _Job:
     """What every shard shares (sent once per worker). It travels as a :class:`_JobWire`:
     the model as ONNX bytes (the IR's linked Values and Nodes pickle recursively, too
-    deep for a real network) and a digest, so that a worker process that runs several
+    deep for a real network) and an id (``digest``), so that a worker process that runs several
     shards of the job builds the model and compiles its plan once (:func:`prepared`)."""
 
     model: Model
@@ -89,19 +88,18 @@ class _Job:
     starts: tuple[int, ...] = ()  # the data index of each shard's first sample
 
     def wire(self) -> _JobWire:
-        """The job as it travels (computed once per job: the model's serialisation and the
-        digest are the driver's cost, paid once however many times the job is sent)."""
+        """The job as it travels (computed once per job: the model's serialisation is the
+        driver's cost, paid once however many times the job is sent)."""
         cached = self.__dict__.get("_wire")
         if cached is None:
             rest = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "model"}
             model_bytes = to_proto(self.model).SerializeToString()
-            h = hashlib.blake2b(model_bytes, digest_size=16)
-            try:
-                h.update(pickle.dumps(rest, protocol=5))
-                digest = h.hexdigest()
-            except Exception:  # a part only the engine's pickler sends (by value): never shared
-                digest = f"unique-{uuid.uuid4().hex}"
-            cached = _JobWire(digest, model_bytes, rest)
+            # The worker's cache key: drawn per job, not hashed from its content. A content
+            # digest would also let a job equal to an earlier one find it prepared, but it
+            # reads the model's bytes (~10 ms for 18.7 MB) and pickles the rest once more,
+            # serial work of the driver before anything is sent, against a preparation that
+            # the workers pay in parallel (12 ms) and only for a job sent again.
+            cached = _JobWire(uuid.uuid4().hex, model_bytes, rest)
             object.__setattr__(self, "_wire", cached)
         return cached
 
@@ -360,10 +358,22 @@ def merge_into(a: ShardState, b: ShardState) -> ShardState:
     return a
 
 
+# A channel mean's integer sum (~1100 bits, a Python int in an object array: pickled,
+# read and added one by one) costs what ~96 histogram bins cost (pickled as a range of
+# narrow integers, read into int64, added as arrays): measured on EfficientNet-Lite0's
+# 21 k mean channels against its 19 M bins, ~10 ms against ~100 ms a shard.
+_MEAN_COST = 96
+
+
 def _cost(obs: ObserverBase) -> int:
     """A state's size in numbers, the same in every shard of a job: channels (fixed by the
     model) times bins (fixed by the recipe); never the sample count."""
     return (obs.channels or 1) * int(getattr(obs, "bins", 1))
+
+
+def _mean_cost(m: ChannelMean | MeanResult) -> int:
+    total = getattr(m, "total", None)
+    return _MEAN_COST * (1 if total is None else max(1, int(total.size)))
 
 
 def split_state(state: ShardState, parts: int) -> list[ShardState]:
@@ -377,8 +387,8 @@ def split_state(state: ShardState, parts: int) -> list[ShardState]:
     The reduce-scatter merge (docs/scale.md eq. (S3)) merges part p of all shards in one
     task; :func:`join_states` puts the merged parts together again."""
     parts = max(1, int(parts))
-    keys = [(-_cost(obs), name, "o") for name, obs in state.observers.items()]
-    keys += [(-1, name, "m") for name in state.means]
+    keys = [(-_cost(obs), name, "o") for name, obs in state.observers.items()]  # type: ignore[arg-type]
+    keys += [(-_mean_cost(m), name, "m") for name, m in state.means.items()]
     load, where = [0] * parts, {}
     for neg_cost, name, kind in sorted(keys):
         p = min(range(parts), key=lambda i: (load[i], i))
@@ -425,6 +435,29 @@ def join_states(parts: Sequence[ShardState]) -> ShardState:
     return out
 
 
+def finish_state(state: ShardState) -> ShardState:
+    """``state`` with every observer replaced by its result (range, extrema, degeneracy:
+    :meth:`ObserverBase.result`, the moving average's log replayed first) and every
+    channel mean by its mean (:meth:`ChannelMean.result`): what quantization reads, a
+    few numbers a tensor. The Ray engine runs it on the worker that merges a part's last
+    shard in (docs/scale.md eq. (S7)), so the range searches run there, one part on each
+    worker, and the driver receives results instead of histograms. Statistics
+    (``stats``) stay as they are."""
+    return ShardState(
+        index=state.index,
+        observers={
+            name: obs if isinstance(obs, ObserverResult) else _from_shards(obs).result()  # type: ignore[union-attr]
+            for name, obs in state.observers.items()
+        },
+        means={name: m if isinstance(m, MeanResult) else m.result() for name, m in state.means.items()},
+        samples=state.samples,
+        value_shapes=state.value_shapes,
+        seconds=state.seconds,
+        stats=state.stats,
+        cpu_seconds=state.cpu_seconds,
+    )
+
+
 def merge_run(*states: ShardState) -> ShardState:
     """``states`` (adjacent shards, in shard order) folded left with :func:`merge_into`
     into the first: what one reduce-scatter merge task runs on its own deserialized
@@ -453,7 +486,7 @@ def _for_shards(obs: ObserverBase) -> ObserverBase:
     return obs
 
 
-def _from_shards(obs: ObserverBase) -> ObserverBase:
+def _from_shards(obs: ObserverBase | ObserverResult) -> ObserverBase | ObserverResult:
     return obs.replay() if isinstance(obs, MovingAverageSteps) else obs
 
 
@@ -470,13 +503,19 @@ def calibrate_sharded(
     progress: bool = True,
     channel_means: dict[str, int] | None = None,
     stats: Sequence[Any] = (),
+    results: bool = False,
 ) -> CalibrationResult:
     """:func:`quanta.calibrate.runner.calibrate`, sharded over ``engine``: the same
     result, bit for bit, for any ``shards``. ``shards`` defaults to
     :func:`default_shards` (one per worker; up to ``SHARDS_PER_WORKER`` per worker for
     large sample counts; one for one worker).
     ``stats``: as calibrate's, with a ``merge`` that adds another shard's (exact) and a
-    ``calls`` counter each shard starts at its first sample's index."""
+    ``calls`` counter each shard starts at its first sample's index.
+    ``results``: the observers' results instead of the observers
+    (:class:`~quanta.calibrate.observer.ObserverResult`: ``range()``, ``extrema()``,
+    ``degenerate(bits)``, each the observer's own) and the channel means divided
+    (:func:`finish_state`), computed where the engine merges (Ray: on the workers, one
+    part of the tensors each); what quantization needs, without the states."""
     from quanta.calibrate.readers import CalibrationDataError
 
     wanted = tuple(dict.fromkeys(tensors))
@@ -499,12 +538,15 @@ def calibrate_sharded(
     t0 = time.perf_counter()
     shown = ShardProgress("calibrating", progress)
     reduce = getattr(engine, "reduce", None)
+    finish = finish_state if results else None
     if reduce is not None:  # merged where the engine runs (Ray: reduce-scatter on the workers)
-        merged = reduce(run_shard, job, items, merge_run, shown, split=split_state, join=join_states)
+        merged = reduce(
+            run_shard, job, items, merge_run, shown, split=split_state, join=join_states, finish=finish
+        )
     else:  # folded here as the states arrive
         fold = ShardFold()
         engine.map(run_shard, job, items, shown, on_result=fold)
-        merged = fold.result()
+        merged = fold.result() if finish is None else finish(fold.result())
     out = CalibrationResult({name: _from_shards(merged.observers[name]) for name in wanted})
     out.value_shapes = merged.value_shapes
     out.samples = merged.samples

@@ -164,6 +164,7 @@ class RayEngine:
         *,
         split: Callable[[Any, int], Sequence[Any]] | None = None,
         join: Callable[[Sequence[Any]], Any] | None = None,
+        finish: Callable[[Any], Any] | None = None,
     ) -> Any:
         """``merge`` folded over ``fn(shared, item)`` in item order, merged on the workers;
         only merged results come back to the driver.
@@ -175,7 +176,12 @@ class RayEngine:
         of adjacent runs (in item order), submitted as the items finish (:class:`AdjacentMerges`), so merging overlaps
         with the items still running and every merge handles 1/P of the state; the
         driver joins the P merged parts. Without them: a tree of pairs fixed in advance
-        (:func:`tree_reduce`, ``merge(a, b)``, eq. (S2))."""
+        (:func:`tree_reduce`, ``merge(a, b)``, eq. (S2)).
+
+        ``finish``: applied to each fully merged part (to the whole result without
+        ``split``) in the task that merges its last item in, so what the driver receives
+        and joins is ``finish``'s output (eq. (S7): the results instead of the states);
+        ``join`` must accept it."""
         if not items:
             raise ValueError("reduce: no items")
         ray = _import_ray()
@@ -191,11 +197,15 @@ class RayEngine:
             task = ray.remote(**options)(_call)
             shared_ref = ray.put(shared)
             if split is not None and join is not None:
-                return self._reduce_scatter(ray, options, fn, shared_ref, items, merge, progress, split, join)
+                return self._reduce_scatter(
+                    ray, options, fn, shared_ref, items, merge, progress, split, join, finish
+                )
             leaves = [task.remote(fn, shared_ref, item) for item in items]
             # _call(merge, a, b) = merge(a, b): a task that waits for its two inputs only
             # (object refs as arguments), which Ray moves from worker to worker
             root = tree_reduce(leaves, lambda a, b: task.remote(merge, a, b))
+            if finish is not None:
+                root = ray.remote(**options)(_call_all).remote(finish, root)
             pending, done = list(leaves), 0
             while pending:  # progress over the shards, without fetching their states here
                 ready, pending = ray.wait(pending, num_returns=1, fetch_local=False)
@@ -207,15 +217,18 @@ class RayEngine:
             if started:
                 ray.shutdown()
 
-    def _reduce_scatter(self, ray, options, fn, shared_ref, items, merge, progress, split, join):
+    def _reduce_scatter(self, ray, options, fn, shared_ref, items, merge, progress, split, join, finish):
         """Eq. (S3) of docs/scale.md: every item's result in P parts, each part merged
         over the items by adjacent runs as they finish (:class:`AdjacentMerges`), the P
-        merged parts joined here."""
+        merged parts (``finish``ed by the merge that completes them, eq. (S7)) joined
+        here."""
         n = len(items)
         parts = max(1, min(self.workers, n))
         leaf = ray.remote(num_returns=parts, **options)(_call_split)
         task_all = ray.remote(**options)(_call_all)
-        outs = [leaf.remote(fn, split, parts, shared_ref, item) for item in items]
+        # one item: its result is the merged result, finished in its own task
+        last = finish if n == 1 else None
+        outs = [leaf.remote(fn, split, parts, shared_ref, item, last) for item in items]
         columns = [[o] for o in outs] if parts == 1 else outs
         tags = {c[p]: (p, i, i) for i, c in enumerate(columns) for p in range(parts)}
         merges = [AdjacentMerges() for _ in range(parts)]
@@ -235,7 +248,11 @@ class RayEngine:
                 runs = merges[p].add(lo, hi, ref)
                 if runs is not None:
                     # a task that waits for its inputs only: Ray moves them to its worker
-                    merged = task_all.remote(merge, *(r for _, _, r in runs))
+                    refs = [r for _, _, r in runs]
+                    if finish is not None and runs[0][0] == 0 and runs[-1][1] == n - 1:
+                        merged = task_all.remote(_merge_finish, merge, finish, *refs)
+                    else:
+                        merged = task_all.remote(merge, *refs)
                     tags[merged] = (p, runs[0][0], runs[-1][1])
                     pending.append(merged)
         return join(ray.get(roots))
@@ -300,14 +317,21 @@ def _call_all(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
+def _merge_finish(merge: Callable[..., Any], finish: Callable[[Any], Any], *args: Any) -> Any:
+    return finish(merge(*args))
+
+
 def _call_split(
     fn: Callable[[Any, Any], Any],
     split: Callable[[Any, int], Sequence[Any]],
     parts: int,
     shared: Any,
     item: Any,
+    finish: Callable[[Any], Any] | None = None,
 ) -> Any:
     result = fn(shared, item)
+    if finish is not None:  # the only item: nothing left to merge
+        result = finish(result)
     return result if parts == 1 else tuple(split(result, parts))
 
 

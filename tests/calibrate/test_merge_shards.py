@@ -206,6 +206,43 @@ def test_pickled_histogram_counts_are_exact_in_the_narrowest_type():
     assert state(pickle.loads(pickle.dumps(obs))) == state(obs)
 
 
+def test_occupied_ranges_found_by_words_equal_a_row_by_row_search():
+    """_pack_ranges finds each row's last occupied bin 8 bins (one 64-bit word) at a time
+    where B is a multiple of 8: the same first / last / values as a search of every row,
+    for a last bin in every byte of a word, empty and full rows, B of 16, 64 and 1024 and
+    B not a multiple of 8 (searched by rows)."""
+    from quanta.calibrate.histogram import _last_true, _pack_ranges
+
+    rng = np.random.default_rng(11)
+    for bins in (16, 24, 64, 1024, 37):
+        rows = []
+        for last in range(min(bins, 40)):  # every position of the first words
+            r = np.zeros(bins, np.int64)
+            r[last] = 3 + last
+            r[: last // 2] = rng.integers(0, 2, last // 2)
+            rows.append(r)
+        rows.append(np.zeros(bins, np.int64))  # empty
+        rows.append(np.full(bins, 70_001, np.int64))  # full, uint32
+        r = np.zeros(bins, np.int64)
+        r[bins - 1] = 1
+        rows.append(r)  # the last bin alone
+        rows.append(np.where(rng.random(bins) < 0.1, rng.integers(1, 500, bins), 0))
+        counts = np.stack(rows)
+        want_first, want_last, want_values = [], [], []
+        for row in counts:
+            nz = np.flatnonzero(row)
+            want_first.append(int(nz[0]) if nz.size else 0)
+            want_last.append(int(nz[-1]) if nz.size else -1)
+            want_values.append(row[nz[0] : nz[-1] + 1] if nz.size else row[:0])
+        first, last, values = _pack_ranges(counts)
+        assert first.tolist() == want_first and last.tolist() == want_last, bins
+        assert values.dtype == np.uint32 and np.array_equal(values, np.concatenate(want_values))
+        occupied = counts != 0
+        assert _last_true(occupied[:, ::-1]).tolist() == [
+            bins - 1 - int(np.flatnonzero(row)[0]) if row.any() else -1 for row in counts
+        ]  # a strided view: searched by rows
+
+
 def test_deepcopy_of_a_histogram_copies_its_arrays():
     """A copy in memory (what merge makes of its left side) has the same state and owns
     its arrays: merging into the copy leaves the original as it was."""

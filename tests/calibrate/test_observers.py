@@ -397,3 +397,57 @@ def test_axis_out_of_range_and_bad_dtype():
         MinMaxObserver(axis=2).observe(np.zeros((3, 2), np.float32))
     with pytest.raises(TypeError, match=r"^observer: expected a real-valued array, got dtype bool$"):
         MinMaxObserver().observe(np.zeros(3, bool))
+
+
+# ------------------------------------------------------------------------ results
+
+
+def _streams() -> dict[str, list[np.ndarray]]:
+    """Streams of every kind the degeneracy rules tell apart (odd shapes, a scale per
+    sample, an offset: no range is symmetric or anchored at 0 by accident)."""
+    rng = np.random.default_rng(17)
+    plain = [(rng.standard_normal((3, 7, 5)) * (0.3 + 1.7 * i) + 0.45).astype(np.float32) for i in range(5)]
+    masked = [x.copy() for x in plain[:3]]
+    masked[1][0, 2:, 1] = -np.inf
+    nan = [x.copy() for x in plain[:2]]
+    nan[0][1, 3, :2] = np.nan
+    wide = [np.abs(x) * 1e11 + 1.5 for x in plain[:2]]
+    return {
+        "plain": plain,
+        "masked": masked,
+        "nan": nan,
+        "all_nan": [np.full((3, 7, 5), np.nan, np.float32)],
+        "wide": wide,
+        "constant": [np.full((3, 7, 5), -2.25, np.float32)] * 2,
+        "nothing": [np.zeros((3, 7, 0), np.float32)],
+    }
+
+
+@pytest.mark.parametrize("kind", list(_streams()))
+@pytest.mark.parametrize("axis", [None, 1])
+def test_result_answers_as_the_observer_does(kind, axis):
+    """ObserverResult (what a worker sends instead of the state) gives the observer's own
+    range, extrema and degeneracy for every bit width, bit for bit, also after a pickle
+    round trip (the transport)."""
+    import pickle
+
+    from quanta.calibrate import WeightedMSEObserver
+    from quanta.calibrate.observer import ObserverResult, observer_type
+
+    weighted = WeightedMSEObserver(axis=1, weights=[0.7, 3.1, 1e-3, 2.0, 0.25, 1.5, 0.9], bins=SMALL)
+    for obs in [*all_observers(axis), weighted]:
+        for x in _streams()[kind]:
+            obs.observe(x)
+        res = obs.result()
+        for got in (res, pickle.loads(pickle.dumps(res))):
+            assert isinstance(got, ObserverResult) and observer_type(got) is type(obs)
+            assert observer_type(obs) is type(obs)
+            assert repr(got.range()) == repr(obs.range()), (kind, type(obs).__name__)
+            assert repr(got.extrema()) == repr(obs.extrema())
+            for bits in (8, 16):
+                assert got.degenerate(bits) == obs.degenerate(bits), (kind, type(obs).__name__, bits)
+            assert got == res
+        if kind == "nothing":
+            assert res.degenerate() == "no values observed"
+        if kind == "all_nan":
+            assert res.degenerate() == "every observed value is NaN (105 values)"

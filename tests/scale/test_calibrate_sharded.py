@@ -55,12 +55,13 @@ class TreeEngine(ShuffledEngine):
     """Merges the shard states in the Ray engine's tree (quanta.scale.tree_reduce), here:
     the shape of the merge the workers do, without Ray."""
 
-    def reduce(self, fn, shared, items, merge, progress=None, **_):
+    def reduce(self, fn, shared, items, merge, progress=None, *, finish=None, **_):
         # each merge gets its own deserialized copies of its inputs, as a Ray task does
         def task(a, b):
             return merge(pickle.loads(pickle.dumps(a)), pickle.loads(pickle.dumps(b)))
 
-        return tree_reduce(self.map(fn, shared, items), task)
+        root = tree_reduce(self.map(fn, shared, items), task)
+        return root if finish is None else pickle.loads(pickle.dumps(finish(root)))
 
 
 class ScatterEngine(ShuffledEngine):
@@ -73,13 +74,22 @@ class ScatterEngine(ShuffledEngine):
         super().__init__(workers, seed)
         self.parts = parts
 
-    def reduce(self, fn, shared, items, merge, progress=None, *, split, join):
+    def reduce(self, fn, shared, items, merge, progress=None, *, split, join, finish=None):
+        """``finish`` (results instead of states) runs where the Ray engine runs it: in the
+        merge that completes a part, on that part alone (in the shard's task for one
+        shard); the driver joins what comes back."""
+
         def copy(x):
             return pickle.loads(pickle.dumps(x))
+
+        def last(x):
+            return x if finish is None else finish(x)
 
         n = len(items)
         order = list(range(n))
         random.Random(self.seed).shuffle(order)
+        if n == 1:
+            return join([copy(last(fn(shared, items[0])))])
         queue = [
             (p, i, i, split(fn(shared, items[i]), self.parts)[p]) for i in order for p in range(self.parts)
         ]
@@ -93,6 +103,8 @@ class ScatterEngine(ShuffledEngine):
             runs = merges[p].add(lo, hi, value)
             if runs is not None:
                 merged = merge(*(copy(v) for _, _, v in runs))
+                if (runs[0][0], runs[-1][1]) == (0, n - 1):
+                    merged = last(merged)
                 queue.append((p, runs[0][0], runs[-1][1], merged))
         return join([copy(r) for r in roots])
 
@@ -423,3 +435,81 @@ def test_merge_into_equals_merge_pair_and_copies_read_only_counts(model_path):
         reused = [got.observers[n]._counts is c for n, c in counts.items()]
         assert any(reused) != read_only
     assert {n: json.dumps(o.to_dict(), sort_keys=True) for n, o in b.observers.items()} == b_before
+
+
+@pytest.mark.parametrize("method", ["weighted_mse", "moving_average", "entropy"])
+def test_results_computed_where_parts_merge_equal_the_single_process(model_path, method):
+    """calibrate_sharded(results=True): every observer's result (range, extrema,
+    degeneracy) and every channel mean, computed on the part that completes each merge
+    (reduce-scatter, several part counts), after a tree's root, or on the driver after its
+    fold, equal what the single process's observers and means give, bit for bit."""
+    from quanta.calibrate.observer import ObserverResult
+    from quanta.calibrate.runner import MeanResult, calibrate
+    from quanta.quantize.qdq import bias_correction_inputs, consumer_channel_weights, plan_qdq
+    from quanta.quantize.recipe import Recipe
+    from quanta.quantize.static import load_for_quantization, make_observer_factory, prepare_float_graph
+    from quanta.scale import calibrate_sharded
+
+    model = load_for_quantization(str(model_path))
+    prepare_float_graph(model)
+    recipe = Recipe(method=CalibrationMethod(method))
+    plan = plan_qdq(model.graph, recipe)
+    tensors = plan.activations_to_calibrate()
+    weights = consumer_channel_weights(model.graph, plan) if method == "weighted_mse" else {}
+    make = make_observer_factory(recipe, weights)
+    means_for = bias_correction_inputs(plan)
+    assert means_for, "the model has a bias to correct: channel means are asked for"
+    data = feeds(13)
+    single = calibrate(model, tensors, data, make, progress=False, channel_means=means_for)
+    want = {n: single[n].result() for n in tensors}
+    want_means = {n: m.mean() for n, m in single.mean_states.items()}
+    engines = [
+        ShuffledEngine(3, 0),
+        TreeEngine(4, 1),
+        ScatterEngine(5, 2, 3),
+        ScatterEngine(4, 3, 11),
+        ScatterEngine(1, 4, 1),
+    ]
+    for engine in engines:
+        got = calibrate_sharded(
+            model, tensors, data, make, engine=engine, progress=False, channel_means=means_for, results=True
+        )
+        assert got.samples == single.samples == 13
+        for n in tensors:
+            assert isinstance(got[n], ObserverResult)
+            assert got[n] == want[n], (type(engine).__name__, n)
+            assert got[n].degenerate(16) == single[n].degenerate(16)
+        assert all(isinstance(m, MeanResult) for m in got.mean_states.values())
+        assert set(got.means) == set(want_means)
+        for n, mu in want_means.items():
+            assert got.means[n].tobytes() == mu.tobytes(), n
+
+
+def test_split_state_spreads_channel_means_by_their_cost():
+    """A channel mean's integer sums cost ~_MEAN_COST bins a channel (pickled and added as
+    Python integers): the cut spreads them over the parts instead of stacking every mean
+    on the part with the fewest bins."""
+    from quanta.calibrate import MinMaxObserver
+    from quanta.calibrate.runner import ChannelMean
+    from quanta.scale.calibrate import _MEAN_COST, ShardState, _cost, _mean_cost, split_state
+
+    rng = np.random.default_rng(5)
+    observers = {}
+    for i, c in enumerate((3, 5, 7, 11)):
+        obs = MinMaxObserver(axis=0)
+        obs.observe(rng.standard_normal((c, 4)).astype(np.float32) * (i + 1))
+        observers[f"o{i}"] = obs
+    means = {}
+    for i in range(6):
+        m = ChannelMean(axis=1)
+        m.observe(rng.standard_normal((1, 5, 3)) + i)
+        means[f"m{i}"] = m
+    state = ShardState(index=0, observers=observers, means=means, samples=1)
+    assert _mean_cost(means["m0"]) == 5 * _MEAN_COST
+    parts = split_state(state, 3)
+    assert [len(p.means) for p in parts] == [2, 2, 2]
+    loads = [
+        sum(_cost(o) for o in p.observers.values()) + sum(_mean_cost(m) for m in p.means.values())
+        for p in parts
+    ]
+    assert max(loads) - min(loads) <= 5 * _MEAN_COST

@@ -81,6 +81,42 @@ def test_ray_with_more_shards_than_workers_gives_the_same_file(cluster, model_pa
         assert out.read_bytes() == one.read_bytes(), shards
 
 
+def test_ray_results_on_the_workers_equal_the_single_process(cluster, model_path):
+    """calibrate_sharded(results=True) on Ray: each part's results computed by the task
+    that merges its last shard in (the only shard's task for one shard), joined on the
+    driver, equal the single process's observers' results and means, bit for bit."""
+    from quanta.quantize.qdq import bias_correction_inputs, consumer_channel_weights, plan_qdq
+    from quanta.quantize.recipe import Recipe
+    from quanta.quantize.static import load_for_quantization, make_observer_factory, prepare_float_graph
+
+    model = load_for_quantization(str(model_path))
+    prepare_float_graph(model)
+    recipe = Recipe()
+    plan = plan_qdq(model.graph, recipe)
+    tensors = plan.activations_to_calibrate()
+    make = make_observer_factory(recipe, consumer_channel_weights(model.graph, plan))
+    means_for = bias_correction_inputs(plan)
+    data = feeds(10)
+    single = calibrate(model, tensors, data, make, progress=False, channel_means=means_for)
+    for workers, shards in ((1, None), (2, 5), (3, 3)):
+        got = calibrate_sharded(
+            model,
+            tensors,
+            data,
+            make,
+            engine=RayEngine(workers),
+            shards=shards,
+            progress=False,
+            channel_means=means_for,
+            results=True,
+        )
+        for n in tensors:
+            assert got[n] == single[n].result(), (workers, shards, n)
+        assert {n: m.tobytes() for n, m in got.means.items()} == {
+            n: m.tobytes() for n, m in single.means.items()
+        }
+
+
 class WaitToBeKilled(MinMaxObserver):
     """MinMax, except that the first worker to observe a value writes its pid and waits
     (for the test to SIGKILL it); a re-run finds the pid file and goes on."""
