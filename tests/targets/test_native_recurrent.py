@@ -595,13 +595,22 @@ def test_float_rnn_batch_one_streams_panel_pairs_with_the_twin_bytes(op, H, dire
 
 @pytest.mark.parametrize(
     ("op", "H", "T", "B", "direction"),
-    [("LSTM", 67, 7, 3, "bidirectional"), ("LSTM", 67, 2, 5, "forward"), ("GRU", 131, 3, 7, "reverse")],
+    [
+        ("LSTM", 67, 7, 3, "bidirectional"),
+        ("LSTM", 67, 2, 5, "forward"),
+        ("GRU", 131, 3, 7, "reverse"),
+        ("LSTM", 25, 40, 1, "forward"),
+        ("LSTM", 7, 3, 2, "bidirectional"),
+        ("LSTM", 25, 1, 1, "reverse"),
+        ("GRU", 25, 40, 1, "reverse"),
+    ],
 )
 def test_float_rnn_row_blocks_give_the_twin_bytes(op, H, T, B, direction):
-    """Products of 4+ rows over full 128-column panels run four rows at a time
-    (seq_gemm_simd.h seq_rows4: the input projection of all T·B rows, and the recurrence
-    of a batch of 5 or 7), the rest a row at a time and the tail panel (4·67 = 268,
-    3·131 = 393 columns) masked: each output the twin's chain, on every ISA."""
+    """Products of 4+ rows run four rows at a time (seq_gemm_simd.h seq_rows4: the input
+    projection of all T·B rows, and the recurrence of a batch of 5 or 7), the rest a row at
+    a time; the tail panel (4·67 = 268, 3·131 = 393 columns) and a narrow one (4·25 = 100:
+    4 + 3 vectors; 4·7 = 28: 2; 3·25 = 75: 4 + 1) masked: each output the twin's chain, on
+    every ISA."""
     rng = np.random.default_rng(H * T + B)
     D = 2 if direction == "bidirectional" else 1
     inputs = _float_inputs(

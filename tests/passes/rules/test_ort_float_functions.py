@@ -353,6 +353,86 @@ def test_ort_lstm_native_kernel_matches_its_twin_at_every_thread_count():
             assert np.array_equal(w, g)
 
 
+def small_lstm_proto(n_in: int, H: int, T: int, B: int, direction: str, lens: bool):
+    """One LSTM at the sizes of madmom's beat tracker (H = 25, 266 or 50 inputs, hundreds of
+    steps) and around them: bias, peepholes and initial states; sequence_lens (lengths T,
+    1 and in between) when ``lens``. n_in = 266 makes X·Wᵀ two blocks of MLAS's 256 k;
+    T·B >= 4 runs X·Wᵀ in the four-row blocks of seq_gemm_mlas, the rest row by row."""
+    rng = np.random.default_rng(n_in * 1000 + H * 10 + T)
+    D = 2 if direction == "bidirectional" else 1
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((D, 4 * H, n_in)) * 0.3).astype(np.float32), "W"),
+        numpy_helper.from_array((rng.standard_normal((D, 4 * H, H)) * 0.3).astype(np.float32), "R"),
+        numpy_helper.from_array((rng.standard_normal((D, 8 * H)) * 0.5).astype(np.float32), "Bias"),
+        numpy_helper.from_array((rng.standard_normal((D, 3 * H)) * 0.5).astype(np.float32), "P"),
+    ]
+    seq = ""
+    if lens:
+        inits.append(numpy_helper.from_array(np.array([T, 1, max(1, T // 2)][:B], np.int32), "lens"))
+        seq = "lens"
+    node = helper.make_node(
+        "LSTM",
+        ["x", "W", "R", "Bias", seq, "h0", "c0", "P"],
+        ["y", "yh", "yc"],
+        hidden_size=H,
+        direction=direction,
+    )
+    g = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, B, n_in]),
+            helper.make_tensor_value_info("h0", TensorProto.FLOAT, [D, B, H]),
+            helper.make_tensor_value_info("c0", TensorProto.FLOAT, [D, B, H]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [T, D, B, H]),
+            helper.make_tensor_value_info("yh", TensorProto.FLOAT, [D, B, H]),
+            helper.make_tensor_value_info("yc", TensorProto.FLOAT, [D, B, H]),
+        ],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    ("n_in", "H", "T", "B", "direction", "lens"),
+    [
+        (266, 25, 40, 1, "forward", False),
+        (50, 25, 40, 1, "reverse", False),
+        (266, 7, 3, 1, "bidirectional", False),
+        (13, 67, 1, 1, "forward", False),
+        (266, 25, 3, 3, "bidirectional", True),
+        (50, 67, 40, 2, "bidirectional", True),
+        (5, 7, 9, 3, "reverse", True),
+    ],
+)
+def test_ort_lstm_at_small_sizes_is_onnxruntime_bit_for_bit_on_every_isa(n_in, H, T, B, direction, lens):
+    from quanta.kernels import _native
+
+    proto = small_lstm_proto(n_in, H, T, B, direction, lens)
+    f = lstm_feeds(proto)
+    want = ort_run(proto, f)
+    try:
+        for isa in _native.supported_isas():
+            _native.set_isa(isa)
+            for threads in (1, 2):
+                so = SessionOptions(float_functions="ort")
+                so.intra_op_num_threads = threads
+                sess = InferenceSession(proto, so)
+                assert [n.op_type for n in sess.model.graph.nodes] == ["OrtLSTM"] and sess.fallbacks == []
+                got = sess.run(None, f)
+                for name, w, g in zip(("Y", "Y_h", "Y_c"), want, got, strict=True):
+                    assert np.array_equal(w.view(np.uint32), g.view(np.uint32)), (
+                        f"{isa}, {threads} threads: {name}"
+                    )
+    finally:
+        _native.clear_isa()
+    ref = InferenceSession(proto, SessionOptions(float_functions="ort"), backend="reference").run(None, f)
+    for w, g in zip(want, ref, strict=True):
+        assert np.array_equal(w.view(np.uint32), g.view(np.uint32))
+
+
 # --- GRU: ONNX Runtime's float GRU (GruToOrtGru, quanta::OrtGRU) -------------------------
 
 

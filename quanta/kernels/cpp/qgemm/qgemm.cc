@@ -275,9 +275,15 @@ Epilogue make_epilogue(const QGemmParams& p, const Plan& pl, uint8_t* ws) {
   const int32_t zx_shifted = p.zx_per_row ? 0 : p.zx + shift;
   int32_t* colterm = at<int32_t>(ws, pl.off_colterm);
   const int32_t* cs = w.column_sums_ptr();
-  for (int64_t n = 0; n < pl.Np; ++n) {
-    colterm[n] = n < pl.N ? wrapping_sub(p.bias ? p.bias[n] : 0, wrapping_mul(zx_shifted, cs[n])) : 0;
+  // These per-call loops run once per output column (a recurrent step's GEMV at M = 1,
+  // N = 4H redoes them every step), so each is a plain loop over [0, N) the compiler
+  // vectorizes, then the padding columns [N, Np) zeroed.
+  if (p.bias) {
+    for (int64_t n = 0; n < pl.N; ++n) colterm[n] = wrapping_sub(p.bias[n], wrapping_mul(zx_shifted, cs[n]));
+  } else {
+    for (int64_t n = 0; n < pl.N; ++n) colterm[n] = wrapping_sub(0, wrapping_mul(zx_shifted, cs[n]));
   }
+  std::fill(colterm + pl.N, colterm + pl.Np, 0);
   e.colterm = colterm;
   if (p.zx_per_row) {
     int32_t* zx_row = at<int32_t>(ws, pl.off_zx_row);
@@ -298,14 +304,18 @@ Epilogue make_epilogue(const QGemmParams& p, const Plan& pl, uint8_t* ws) {
     e.mult_row = p.multiplier;  // read during the call, like every parameter array
   } else if (p.out_type == OutType::kF32 || p.requant == Requant::kFloat) {
     float* mult = at<float>(ws, pl.off_mult);
-    for (int64_t n = 0; n < pl.Np; ++n) {
-      mult[n] = n < pl.N ? p.multiplier[p.multiplier_per_channel ? n : 0] : 0.0f;
+    if (p.multiplier_per_channel) {
+      std::copy(p.multiplier, p.multiplier + pl.N, mult);
+    } else {
+      std::fill(mult, mult + pl.N, p.multiplier[0]);
     }
+    std::fill(mult + pl.N, mult + pl.Np, 0.0f);
     e.multiplier = mult;
   }
   if (p.float_bias) {
     float* fb = at<float>(ws, pl.off_fbias);
-    for (int64_t n = 0; n < pl.Np; ++n) fb[n] = n < pl.N ? p.float_bias[n] : 0.0f;
+    std::copy(p.float_bias, p.float_bias + pl.N, fb);
+    std::fill(fb + pl.N, fb + pl.Np, 0.0f);
     e.float_bias = fb;
   }
   if (p.requant == Requant::kFixedPoint) {

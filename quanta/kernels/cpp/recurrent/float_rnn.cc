@@ -12,6 +12,7 @@
 
 #include "float_ops/float_ops.h"
 #include "qgemm/thread_pool.h"
+#include "recurrent/recurrent.h"
 
 namespace quanta {
 namespace recurrent {
@@ -268,6 +269,14 @@ void run_direction(const FloatRnnParams& p, int d) {
   const float* R = p.r[d];
   const bool lbr = p.gru && p.linear_before_reset;
   std::vector<float> zr_all(p.gru ? B * 2 * H : 0);  // the GRU's z and r of every row
+  // OrtLSTM's gates: the DynamicQuantizeLSTM row step of the same ISA (recurrent.h
+  // lstm_row), which computes (RNN3)-(RNN5) in this order with MLAS's logistic and tanh, a
+  // vector of lanes at a time in registers; the plain loops and five activation calls of
+  // lstm_row above took a quarter of a 600-step, H = 25 OrtLSTM's time. Its pre-activation
+  // is f32(p + xg): xg = −0 gives p itself, as x + (−0) = x for every float x (−0 and NaN
+  // included).
+  const Kernels* row_kernels = p.ort && !p.gru ? &kernels_for(p.isa) : nullptr;
+  std::vector<float> neg_zero(row_kernels ? N : 0, -0.0f);
 
   for (int64_t s = 0; s < L; ++s) {
     // (RNN1): H·Rᵀ, all gates (LSTM, GRU with linear_before_reset) or z, r only
@@ -291,14 +300,14 @@ void run_direction(const FloatRnnParams& p, int d) {
         const int64_t ts = reverse ? len[b] - 1 - s : s;
         const float* xg = xw.data() + (ts * B + b) * N;
         const float* hg = hr.data() + b * N;
-        if (p.ort) {
-          std::memcpy(a.data(), hg, sizeof(float) * N);
-        } else {
-          for (int64_t n = 0; n < N; ++n) a[n] = xg[n] + hg[n];  // (RNN2)
-        }
         float* hb = h.data() + b * H;
         float* cb = c.data() + b * H;
-        lstm_row(act, a.data(), buf.data(), bp, peep, p.clip, p.input_forget, H, cb, hb);
+        if (row_kernels) {
+          row_kernels->lstm_row(hg, neg_zero.data(), bp, peep, p.clip, p.input_forget, H, cb, hb);
+        } else {
+          for (int64_t n = 0; n < N; ++n) a[n] = xg[n] + hg[n];  // (RNN2)
+          lstm_row(act, a.data(), buf.data(), bp, peep, p.clip, p.input_forget, H, cb, hb);
+        }
         std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
         if (s + 1 == len[b]) {
           std::memcpy(yh + b * H, hb, sizeof(float) * H);

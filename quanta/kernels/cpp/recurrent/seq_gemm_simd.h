@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "recurrent/float_rnn.h"
 #include "simd.h"
@@ -77,47 +78,64 @@ void seq_row2(const float* a, const float* w0, const float* w1, float* y0, float
   }
 }
 
-// Four rows × four full vectors of one panel (4·kLanes columns at w, kSeqPanel floats a k
-// step), each lane's chain as seq_block's. A row at a time reads the whole panel
-// (128 KB at K = 256, 256 KB at K = 512: L2, not L1) once per row; four rows share each
-// weight vector, a quarter of those reads. The accumulators are named variables, not an
-// array: GCC keeps a 1 KB array of vectors in registers but also stores it to the stack
-// on every k step (the 4-row array block this replaces ran 5-10x slower; sgemm's tiles
-// had the same problem).
-template <class T>
-void seq_rows4(const float* a, int64_t lda, const float* w, int64_t K, float* y, int64_t ldy) {
+// Four rows × NV <= 4 vectors of one panel (4·kLanes columns at w, kSeqPanel floats a k
+// step; masked past ncols), each lane's chain as seq_block's. A row at a time reads the
+// whole panel (128 KB at K = 256, 256 KB at K = 512: L2, not L1) once per row; four rows
+// share each weight vector, a quarter of those reads. The accumulators are named
+// variables, not an array: GCC keeps a 1 KB array of vectors in registers but also stores
+// it to the stack on every k step (the 4-row array block this replaces ran 5-10x slower;
+// sgemm's tiles had the same problem).
+template <class T, int NV>
+void seq_rows4(const float* a, int64_t lda, const float* w, int64_t K, float* y, int64_t ldy, int64_t ncols) {
   constexpr int L = T::kLanes;
   using V = typename T::V;
+  const typename T::M m0 = T::tail(ncols), m1 = T::tail(ncols - L), m2 = T::tail(ncols - 2 * L),
+                      m3 = T::tail(ncols - 3 * L);
 #define QUANTA_SEQ_ROWS(X) X(0) X(1) X(2) X(3)
 #define DECL(r) V c##r##0 = T::zero(), c##r##1 = T::zero(), c##r##2 = T::zero(), c##r##3 = T::zero();
   QUANTA_SEQ_ROWS(DECL)
 #undef DECL
   for (int64_t k = 0; k < K; ++k) {
     const float* wk = w + k * kSeqPanel;
-    const V w0 = T::loadu(wk), w1 = T::loadu(wk + L), w2 = T::loadu(wk + 2 * L), w3 = T::loadu(wk + 3 * L);
-#define STEP(r)                                \
-  {                                            \
-    const V av = T::set1(a[r * lda + k]);      \
-    c##r##0 = T::add(c##r##0, T::mul(av, w0)); \
-    c##r##1 = T::add(c##r##1, T::mul(av, w1)); \
-    c##r##2 = T::add(c##r##2, T::mul(av, w2)); \
-    c##r##3 = T::add(c##r##3, T::mul(av, w3)); \
+    const V w0 = T::load(m0, wk), w1 = T::load(m1, wk + L), w2 = T::load(m2, wk + 2 * L), w3 = T::load(m3, wk + 3 * L);
+#define STEP(r)                                            \
+  {                                                        \
+    const V av = T::set1(a[r * lda + k]);                  \
+    c##r##0 = T::add(c##r##0, T::mul(av, w0));             \
+    if (NV > 1) c##r##1 = T::add(c##r##1, T::mul(av, w1)); \
+    if (NV > 2) c##r##2 = T::add(c##r##2, T::mul(av, w2)); \
+    if (NV > 3) c##r##3 = T::add(c##r##3, T::mul(av, w3)); \
   }
     QUANTA_SEQ_ROWS(STEP)
 #undef STEP
   }
-#define STORE(r)                           \
-  T::storeu(y + r * ldy, c##r##0);         \
-  T::storeu(y + r * ldy + L, c##r##1);     \
-  T::storeu(y + r * ldy + 2 * L, c##r##2); \
-  T::storeu(y + r * ldy + 3 * L, c##r##3);
+#define STORE1(r, v, m) \
+  if (NV > v) T::store(y + r * ldy + v * L, m, c##r##v);
+#define STORE(r) STORE1(r, 0, m0) STORE1(r, 1, m1) STORE1(r, 2, m2) STORE1(r, 3, m3)
   QUANTA_SEQ_ROWS(STORE)
 #undef STORE
+#undef STORE1
 #undef QUANTA_SEQ_ROWS
 }
 
-// kRows4: blocks of four rows by seq_rows4 where a panel's columns are whole vectors (an
-// ISA with registers for its 16 accumulators: AVX-512's 32).
+// The column block [n0, n0 + 4·kLanes) of four rows, with the vectors the columns left
+// need (N = 100 is 64 + 36 columns: 4 + 3 vectors). Block(nv) calls the NV = nv kernel.
+template <class Block>
+inline void by_vectors(int64_t left, int lanes, Block block) {
+  const int64_t nv = (left + lanes - 1) / lanes;
+  if (nv >= 4) {
+    block(std::integral_constant<int, 4>());
+  } else if (nv == 3) {
+    block(std::integral_constant<int, 3>());
+  } else if (nv == 2) {
+    block(std::integral_constant<int, 2>());
+  } else {
+    block(std::integral_constant<int, 1>());
+  }
+}
+
+// kRows4: blocks of four rows by seq_rows4 (an ISA with registers for its 16
+// accumulators: AVX-512's 32).
 template <class T, int NV, bool kRows4 = false>
 void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
                    int64_t M) {
@@ -137,10 +155,12 @@ void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64
     // block ran 5-10x slower inside the module build (measured, H = 512), one row at a
     // time streams at the cache's speed.
     int64_t m0 = 0;
-    if (kRows4 && np == kSeqPanel) {
+    if (kRows4) {
       for (; m0 + 4 <= M; m0 += 4)
         for (int64_t n0 = 0; n0 < np; n0 += 4 * T::kLanes)
-          seq_rows4<T>(a + m0 * lda, lda, wp + n0, K, y + m0 * ldy + p0 + n0, ldy);
+          by_vectors(np - n0, T::kLanes, [&](auto nv) {
+            seq_rows4<T, decltype(nv)::value>(a + m0 * lda, lda, wp + n0, K, y + m0 * ldy + p0 + n0, ldy, np - n0);
+          });
     }
     for (; m0 < M; ++m0)
       for (int64_t n0 = 0; n0 < np; n0 += kCols)
@@ -177,14 +197,72 @@ void seq_block_mlas(const float* a, const float* w, int64_t ldw, float* y, int64
   }
 }
 
+// Four rows × NV <= 4 vectors (masked past ncols) of one panel for seq_gemm_mlas, each
+// lane's chains as seq_block_mlas's. One row at a time re-reads the whole panel per row:
+// at K = 266 that is 136 KB, out of L1, and the X·Wᵀ product of a 600-step, H = 25 LSTM
+// ran at L2's speed (2.3x ONNX Runtime's time); four rows share each weight vector. The
+// accumulators are named variables (seq_rows4's reason).
 template <class T, int NV>
+void seq_rows4_mlas(const float* a, int64_t lda, const float* w, float* y, int64_t ldy, int64_t K, int64_t ncols,
+                    bool accumulate) {
+  constexpr int L = T::kLanes;
+  using V = typename T::V;
+  const typename T::M m0 = T::tail(ncols), m1 = T::tail(ncols - L), m2 = T::tail(ncols - 2 * L),
+                      m3 = T::tail(ncols - 3 * L);
+#define QUANTA_SEQ_ROWS(X) X(0) X(1) X(2) X(3)
+  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kMlasStrideK) {
+#define DECL(r) V c##r##0 = T::zero(), c##r##1 = T::zero(), c##r##2 = T::zero(), c##r##3 = T::zero();
+    QUANTA_SEQ_ROWS(DECL)
+#undef DECL
+    const int64_t k1 = K < k0 + kMlasStrideK ? K : k0 + kMlasStrideK;
+    for (int64_t k = k0; k < k1; ++k) {
+      const float* wk = w + k * kSeqPanel;
+      const V w0 = T::load(m0, wk), w1 = T::load(m1, wk + L), w2 = T::load(m2, wk + 2 * L),
+              w3 = T::load(m3, wk + 3 * L);
+#define STEP(r)                                      \
+  {                                                  \
+    const V av = T::set1(a[r * lda + k]);            \
+    c##r##0 = T::fmadd(av, w0, c##r##0);             \
+    if (NV > 1) c##r##1 = T::fmadd(av, w1, c##r##1); \
+    if (NV > 2) c##r##2 = T::fmadd(av, w2, c##r##2); \
+    if (NV > 3) c##r##3 = T::fmadd(av, w3, c##r##3); \
+  }
+      QUANTA_SEQ_ROWS(STEP)
+#undef STEP
+    }
+    const bool add = accumulate || k0 > 0;
+#define STORE1(r, v, m)                                               \
+  if (NV > v) {                                                       \
+    float* yv = y + r * ldy + v * L;                                  \
+    T::store(yv, m, add ? T::add(c##r##v, T::load(m, yv)) : c##r##v); \
+  }
+#define STORE(r) STORE1(r, 0, m0) STORE1(r, 1, m1) STORE1(r, 2, m2) STORE1(r, 3, m3)
+    QUANTA_SEQ_ROWS(STORE)
+#undef STORE
+#undef STORE1
+  }
+#undef QUANTA_SEQ_ROWS
+}
+
+// kRows4: blocks of four rows by seq_rows4_mlas (an ISA with registers for its 16
+// accumulators: AVX-512's 32).
+template <class T, int NV, bool kRows4 = false>
 void seq_gemm_mlas_simd(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
                         int64_t M, bool accumulate) {
   constexpr int64_t kCols = NV * T::kLanes;
   for (int64_t p0 = 0; p0 < N; p0 += kSeqPanel) {
     const float* wp = w + p0 * K;
     const int64_t np = N - p0 < kSeqPanel ? N - p0 : kSeqPanel;
-    for (int64_t m0 = 0; m0 < M; ++m0)
+    int64_t first = 0;
+    if (kRows4) {
+      for (; first + 4 <= M; first += 4)
+        for (int64_t n0 = 0; n0 < np; n0 += 4 * T::kLanes)
+          by_vectors(np - n0, T::kLanes, [&](auto nv) {
+            seq_rows4_mlas<T, decltype(nv)::value>(a + first * lda, lda, wp + n0, y + first * ldy + p0 + n0, ldy, K,
+                                                   np - n0, accumulate);
+          });
+    }
+    for (int64_t m0 = first; m0 < M; ++m0)
       for (int64_t n0 = 0; n0 < np; n0 += kCols)
         seq_block_mlas<T, NV>(a + m0 * lda, wp, kSeqPanel, y + m0 * ldy + p0, K, np, n0, accumulate);
   }
