@@ -172,9 +172,20 @@ class OtherType:
 StorageType = IntType | FloatType
 
 
+#: dtypes whose ``tolist()`` already gives Python floats / ints (no per-element cast)
+_TOLIST_FLOAT = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+_TOLIST_INT = frozenset(
+    np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+)
+
+
 def _as_tuple(v: object, cast: type) -> tuple:
     arr = np.asarray(v).reshape(-1)
-    return tuple(cast(x) for x in arr.tolist())
+    values = arr.tolist()
+    # a per-channel type holds thousands of entries: skip the cast where tolist() has done it
+    if (cast is float and arr.dtype in _TOLIST_FLOAT) or (cast is int and arr.dtype in _TOLIST_INT):
+        return tuple(values)
+    return tuple(cast(x) for x in values)
 
 
 @dataclass(frozen=True)
@@ -219,16 +230,19 @@ class QuantType:
             raise ValueError("quantized type: block size given without an axis")
         if self.block is not None and self.block <= 0:
             raise ValueError(f"quantized type: block size must be positive, got {self.block}")
-        for s in self.scale:
-            if not (s > 0.0 and math.isfinite(s)):
-                raise ValueError(f"quantized type: scale must be positive and finite, got {s}")
+        scales = np.asarray(self.scale, np.float64)
+        if not bool(np.all(scales > 0.0) & np.all(np.isfinite(scales))):
+            for s in self.scale:
+                if not (s > 0.0 and math.isfinite(s)):
+                    raise ValueError(f"quantized type: scale must be positive and finite, got {s}")
         if isinstance(self.storage, IntType):
-            for z in self.zero_point:
-                if not (self.storage.qmin <= z <= self.storage.qmax):
-                    raise ValueError(
-                        f"quantized type: zero point {z} outside [{self.storage.qmin}, {self.storage.qmax}]"
-                        f" of {self.storage}"
-                    )
+            qmin, qmax = self.storage.qmin, self.storage.qmax
+            if not (qmin <= min(self.zero_point) and max(self.zero_point) <= qmax):
+                for z in self.zero_point:
+                    if not (qmin <= z <= qmax):
+                        raise ValueError(
+                            f"quantized type: zero point {z} outside [{qmin}, {qmax}] of {self.storage}"
+                        )
         if self.scale_shape is not None:
             object.__setattr__(self, "scale_shape", tuple(int(d) for d in self.scale_shape))
             if int(np.prod(self.scale_shape)) != len(self.scale):

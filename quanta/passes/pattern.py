@@ -680,13 +680,19 @@ class RuleSet:
         log = log if log is not None else NoMatchLog()
         counts: dict[str, int] = {}
         names = _Names(graph)
+        # the rules by root op, once per run (a sweep asks for every node; ~50 rules)
+        by_op: dict[tuple[str, str], list[Rule]] = {}
         for _sweep in range(self.max_sweeps):
             changed = False
             alive = {id(n) for n in graph.nodes}
             for node in list(graph.nodes):
                 if id(node) not in alive:
                     continue
-                for rule in self._candidates(node):
+                key = (node.domain, node.op_type)
+                rules = by_op.get(key)
+                if rules is None:
+                    rules = by_op[key] = self._candidates(node)
+                for rule in rules:
                     res = self._try(rule, graph, node, names, log)
                     if res is None:
                         continue

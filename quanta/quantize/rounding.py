@@ -89,7 +89,9 @@ def gptq_round_groups(
         wb = w[:, :, b0:b1] + np.matmul(d[:, :, :b0], v[:, :b0, b0:b1]) if b0 else w[:, :, b0:b1].copy()
         vb = v[:, b0:b1, b0:b1]
         for j in range(b1 - b0):
-            qj = np.clip(np.rint(wb[:, :, j] / s), qmin, qmax)
+            # the clip ufuncs directly: np.clip's wrappers cost more than the arithmetic
+            # of a column (a 4608-wide layer: as many calls)
+            qj = np.minimum(np.maximum(np.rint(wb[:, :, j] / s), qmin), qmax)
             q[:, :, b0 + j] = qj
             dj = w[:, :, b0 + j] - s * qj
             d[:, :, b0 + j] = dj
@@ -128,8 +130,11 @@ def _unit_upper_factors(h: np.ndarray, damp: float) -> np.ndarray:
 
 
 def _unit_upper(h: np.ndarray) -> np.ndarray:
-    t = np.linalg.cholesky(h[:, ::-1, ::-1])[:, ::-1, ::-1]
-    return np.ascontiguousarray(t / np.diagonal(t, axis1=1, axis2=2)[:, None, :])
+    # one contiguous copy of the factor, divided in place (not a reversed-layout quotient
+    # copied once more: a 4608-wide H is 170 MB)
+    t = np.ascontiguousarray(np.linalg.cholesky(h[:, ::-1, ::-1])[:, ::-1, ::-1])
+    t /= np.diagonal(t, axis1=1, axis2=2).copy()[:, None, :]
+    return t
 
 
 # ------------------------------------------------------------------------------ in quantize_static
@@ -183,10 +188,15 @@ class RoundedLayer:
         for an 8-bit input c = q − qmin in uint8 (o = z − qmin), else c = q in float64
         (o = z)."""
         qmin, qmax = self.x_range
-        q = np.rint(np.asarray(x, np.float64) / np.float64(np.float32(self.x_scale))) + self.x_zero
-        q = np.clip(q, qmin, qmax)
+        # in place on one float64 copy (an activation of millions of entries)
+        q = np.array(x, np.float64)
+        q /= np.float64(np.float32(self.x_scale))
+        np.rint(q, out=q)
+        q += self.x_zero
+        np.clip(q, qmin, qmax, out=q)
         if qmax - qmin <= 255:
-            return (q - qmin).astype(np.uint8), self.x_zero - qmin
+            q -= qmin
+            return q.astype(np.uint8), self.x_zero - qmin
         return q, self.x_zero
 
     def _half(self, rows: int, bound: int) -> np.ndarray:
@@ -210,7 +220,7 @@ class RoundedLayer:
         otherwise float64 products of the integers in chunks whose sums stay below 2^53
         (exact whatever the BLAS's summation order)."""
         g, k, p = c.shape
-        if c.dtype == np.uint8 and k >= 32:
+        if self._native_gram(c.dtype, k):
             from quanta.kernels import _native
 
             step = (2**31 - 1) // (255 * 255)
@@ -220,9 +230,18 @@ class RoundedLayer:
                     packed = _native.pack_weights_u8(np.ascontiguousarray(x.T), o)
                     out[i] += _native.qgemm(x, packed, o)
             return
-        r = np.asarray(c, np.float64) - o
+        self._gram_float_into(out, np.asarray(c, np.float64) - o)
+
+    @staticmethod
+    def _native_gram(dtype: np.dtype, k: int) -> bool:
+        """Whether :meth:`_gram_into` takes codes of ``dtype``, K rows, to the native integer GEMM."""
+        return dtype == np.uint8 and k >= 32
+
+    def _gram_float_into(self, out: np.ndarray, r: np.ndarray) -> None:
+        """Add Σ r rᵀ over the last axis of ``r`` [G, K, P] (float64 integers x_int) into
+        ``out``, in chunks whose sums stay below 2^53 (exact in any summation order)."""
         step = max(1, (2**53 - 1) // (self._code_bound() ** 2))
-        for a in range(0, p, step):
+        for a in range(0, r.shape[2], step):
             ch = r[:, :, a : a + step]
             out += np.matmul(ch, ch.transpose(0, 2, 1)).astype(np.int64)
 
@@ -245,9 +264,15 @@ class RoundedLayer:
         wo = (codes.shape[3] + pads[1] + pads[3] - kw) // sw + 1
         rows = len(codes) * ho * wo
         half = self._half(rows, rows * m2)
+        # codes the native GEMM does not take: im2col straight in float64 x_int = c − o
+        # (a depthwise layer's K = 9), not in codes converted after the 9x copy
+        native = self._native_gram(codes.dtype, k)
         for sample in codes:  # one sample at a time: the im2col copy stays small
-            # zero padding: a real 0 is the zero point, the code o
-            xp = np.pad(sample, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=o)
+            # zero padding: a real 0 is the zero point, the code o (x_int 0)
+            if not native:
+                sample = np.asarray(sample, np.float64) - o
+            pad = o if native else 0
+            xp = np.pad(sample, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=pad)
             # im2col as kh·kw strided slices (a copy each, not a gather of windows):
             # cols[c, i·kw + j, p] = xp[c, i + sh·p_h, j + sw·p_w]
             cols = np.empty((xp.shape[0], kh * kw, ho, wo), xp.dtype)
@@ -257,7 +282,10 @@ class RoundedLayer:
                         :, i : i + sh * (ho - 1) + 1 : sh, j : j + sw * (wo - 1) + 1 : sw
                     ]
             # rows of group g are its C/g channels × taps, in W.reshape(Cout, -1)'s order
-            self._gram_into(half, cols.reshape(g, k, ho * wo), o)
+            if native:
+                self._gram_into(half, cols.reshape(g, k, ho * wo), o)
+            else:
+                self._gram_float_into(half, cols.reshape(g, k, ho * wo))
 
     def merge(self, other: RoundedLayer) -> RoundedLayer:
         """Add ``other``'s statistics (other samples of the same data) into this one."""

@@ -39,7 +39,7 @@ import onnx
 from quanta.calibrate.mse import MSEObserver
 from quanta.calibrate.observer import WIDE, ObserverBase, observer_type
 from quanta.calibrate.readers import ImagePreprocess, iter_feeds
-from quanta.calibrate.runner import calibrate
+from quanta.calibrate.runner import calibrate, compile_executor
 from quanta.ir.graph import Model
 from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save, to_proto, upgrade_opset
 from quanta.ir.verify import Stage, verify
@@ -427,7 +427,9 @@ def quantize_static(
                 calibrate_sharded, engine=make_engine(engine, workers, address), shards=shards, results=True
             )
         else:
-            run = calibrate
+            # one compile for both passes over the float graph (GPTQ's second pass runs
+            # before any Q/DQ is inserted: the graph is the one calibrated)
+            run = functools.partial(calibrate, executor=compile_executor(model))
     if to_calibrate or means_for or bodies:
         assert run is not None
         if choose_ranges and in_process and not reiterable(calibration_data):

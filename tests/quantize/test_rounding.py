@@ -481,3 +481,31 @@ def test_statistics_past_int64_switch_to_python_integers(qrange, zp):
     for a, b in zip(plain.hessians(), big.hessians()):
         np.testing.assert_array_equal(a, b)
     assert plain.odd.any() and plain.even.any()
+
+
+def test_float_gram_sums_chunks_exactly():
+    """The float64 Gram of x_int (codes the native GEMM does not take) in chunks short
+    enough for exact sums is the int64 product, and only 8-bit codes with K >= 32 go to
+    the native GEMM."""
+    w = np.zeros((2, 3, 3, 3), np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"])
+    from quanta.ir.onnx_io import from_proto
+
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    m = from_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    layer = RoundedLayer(m.graph.nodes[0], "x", "w", w)
+    layer._code_bound = lambda: 2**26  # type: ignore[method-assign]  # chunks of 2 positions
+    r = np.random.default_rng(0).integers(-300, 300, (2, 5, 7)).astype(np.float64)
+    out = np.zeros((2, 5, 5), np.int64)
+    layer._gram_float_into(out, r)
+    ri = r.astype(np.int64)
+    np.testing.assert_array_equal(out, ri @ ri.transpose(0, 2, 1))
+    assert RoundedLayer._native_gram(np.dtype(np.uint8), 32)
+    assert not RoundedLayer._native_gram(np.dtype(np.uint8), 31)
+    assert not RoundedLayer._native_gram(np.dtype(np.float64), 64)

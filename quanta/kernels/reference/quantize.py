@@ -190,7 +190,7 @@ def quantize_linear(
     dtype = np.dtype(dtype)
     work = _division_dtype(scale, None if precision is None else np.dtype(precision))
     s = expand_param(scale, x.shape, axis, block, "scale").astype(work)
-    q = np.divide(x.astype(work), s, dtype=work)
+    q = np.asarray(np.divide(x.astype(work), s, dtype=work))
     if dtype in INTEGER_STORAGE:
         qmin, qmax = storage_range(dtype)
         zp = (
@@ -199,15 +199,21 @@ def quantize_linear(
             else expand_param(np.asarray(zero_point), x.shape, axis, block, "zero_point")
         )
         zp = np.asarray(zp).astype(np.int64)
-        r = np.rint(q)  # round half to even, in the division's precision
+        r = np.rint(q, out=q)  # round half to even, in the division's precision
         # Clamp in float first (monotone, integer bounds: same as saturating afterwards),
-        # so Inf and huge values never reach the integer cast; NaN -> qmin.
+        # so Inf and huge values never reach the integer cast; NaN -> qmin (fmax takes
+        # the bound where r is NaN). In place: a weight of millions of entries.
         lo = (qmin - zp).astype(np.float64)
         hi = (qmax - zp).astype(np.float64)
         r64 = r.astype(np.float64)
-        r64 = np.where(np.isnan(r64), lo, np.minimum(np.maximum(r64, lo), hi))
-        return (r64.astype(np.int64) + zp).astype(dtype)
+        np.fmax(r64, lo, out=r64)
+        np.minimum(r64, hi, out=r64)
+        out = r64.astype(np.int64)
+        out += zp
+        res = out.astype(dtype)
+        return res if res.ndim else res[()]
     if dtype in FLOAT_STORAGE:
+        q = q if q.ndim else q[()]
         v = q.astype(np.float32) if q.dtype != np.float64 else q
         if zero_point is not None:
             zp = expand_param(np.asarray(zero_point), x.shape, axis, block, "zero_point")

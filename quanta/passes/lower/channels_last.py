@@ -185,6 +185,10 @@ class ChannelsLast(Pass):
 
     # -- the rewrite --------------------------------------------------------------
     def _rewrite(self, graph: Graph, region: dict[int, tuple[Node, int]]) -> None:
+        with graph.naming():  # one set of taken names, not every name per new value
+            self._rewrite_region(graph, region)
+
+    def _rewrite_region(self, graph: Graph, region: dict[int, tuple[Node, int]]) -> None:
         twin: dict[int, Value] = {}  # id(NCHW value) -> its NHWC value
         originals: list[tuple[Value, Value, int]] = []  # (NCHW value, NHWC twin, rank)
         for node, rank in list(region.values()):
