@@ -380,15 +380,14 @@ class InferenceSession:
                     raise InvalidArgument(f"unknown output '{n}'; the model's outputs are: {sorted(known)}")
         feeds = self._validate(input_feed)
         if self._defaults and not self._defaults.keys().isdisjoint(input_feed):
-            return self._overriding_executor().run(feeds, names)
-        if self._tune_pending:
-            self._tune(feeds)
+            outs = self._overriding_executor().run(feeds, names)
+        else:
+            if self._tune_pending:
+                self._tune(feeds)
+            outs = self._exe.run(feeds, names)
         # string tensors come out as object arrays, as ONNX Runtime returns them (the
         # NumPy kernels may build fixed-width unicode arrays)
-        return [
-            o.astype(object) if isinstance(o, np.ndarray) and o.dtype.kind == "U" else o
-            for o in self._exe.run(feeds, names)
-        ]
+        return [o.astype(object) if isinstance(o, np.ndarray) and o.dtype.kind == "U" else o for o in outs]
 
     def _overriding_executor(self) -> Executor | HeteroExecutor:
         """The executor for runs that feed an overridable initializer.
