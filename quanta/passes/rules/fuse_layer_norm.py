@@ -138,6 +138,32 @@ def _affine(y: Value, graph: Graph, op: str, x: Value, axis: int) -> tuple[Node,
     return node, arr, c
 
 
+def _mean_square_root(
+    sqrt: Node, d: Value, rank: int | None, what: str
+) -> tuple[Node, Node, Node, np.ndarray] | NoMatch:
+    """(add, mean, square, eps) of ``sqrt = Sqrt(Add(ReduceMean(Pow(d, 2) | Mul(d, d)), eps))``
+    with eps a float32 scalar (the denominator LayerNorm and RMS norm share), else the
+    NoMatch that says which part differs (``what``: how the reason names d)."""
+    add = _producer(sqrt.inputs[0], "Add")
+    mean = None
+    if add is not None:
+        for v in add.inputs:
+            mean = _producer(v, "ReduceMean") or mean
+    if add is None or mean is None:
+        return NoMatch("the Sqrt does not read Add(ReduceMean(...), eps)")
+    eps = _scalar_operand(add, mean.outputs[0], None, rank)
+    if eps is None:
+        return NoMatch("the Add does not add a float32 scalar epsilon")
+    square = _producer(mean.inputs[0], "Pow", "Mul")
+    if square is None or square.inputs[0] is not d:
+        return NoMatch(f"the ReduceMean does not average Pow(d, 2) or Mul(d, d) of {what}")
+    if square.op_type == "Mul" and square.inputs[1] is not d:
+        return NoMatch(f"the ReduceMean does not average Mul(d, d) of {what}")
+    if square.op_type == "Pow" and _scalar_operand(square, d, 2.0, rank) is None:
+        return NoMatch("the Pow has an exponent other than a float32 2")
+    return add, mean, square, eps
+
+
 class FuseLayerNorm(Rule):
     """Div(Sub(x, ReduceMean(x)), Sqrt(Add(ReduceMean(Pow(d, 2)), eps))) [· scale] [+ bias]
     -> quanta::LayerNormDiv(x, scale?, bias?)"""
@@ -160,25 +186,12 @@ class FuseLayerNorm(Rule):
         axis = _mean_axis(mean_node, rank)
         if axis is None:
             return NoMatch("the mean is not over the trailing axes with keepdims 1")
-        add = _producer(sqrt.inputs[0], "Add")
-        var_node = None
-        if add is not None:
-            for v in add.inputs:
-                var_node = _producer(v, "ReduceMean") or var_node
-        if add is None or var_node is None:
-            return NoMatch("the Sqrt does not read Add(ReduceMean(...), eps)")
-        eps = _scalar_operand(add, var_node.outputs[0], None, rank)
-        if eps is None:
-            return NoMatch("the Add does not add a float32 scalar epsilon")
+        found = _mean_square_root(sqrt, d, rank, "d = x - mean")
+        if isinstance(found, NoMatch):
+            return found
+        add, var_node, square, eps = found
         if _mean_axis(var_node, rank) != axis:
             return NoMatch("the variance is not over the mean's axes")
-        square = _producer(var_node.inputs[0], "Pow", "Mul")
-        if square is None or square.inputs[0] is not d:
-            return NoMatch("the variance does not average Pow(d, 2) or Mul(d, d)")
-        if square.op_type == "Mul" and square.inputs[1] is not d:
-            return NoMatch("the variance does not average Mul(d, d)")
-        if square.op_type == "Pow" and _scalar_operand(square, d, 2.0, rank) is None:
-            return NoMatch("the variance's Pow has an exponent other than a float32 2")
         g = m.graph
         chain = [mean_node, sub, square, var_node, add, sqrt]
         if not _internal(d, g, uses=2):

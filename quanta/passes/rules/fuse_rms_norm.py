@@ -39,6 +39,7 @@ from quanta.passes.rules.fuse_layer_norm import (
     _internal,
     _is_f32,
     _mean_axis,
+    _mean_square_root,
     _producer,
     _rank,
     _scalar_operand,
@@ -89,23 +90,10 @@ class FuseRMSNorm(Rule):
         if not _is_f32(x):
             return NoMatch("x is not known to be float32")
         rank = _rank(x)
-        add = _producer(sqrt.inputs[0], "Add")
-        mean_node = None
-        if add is not None:
-            for v in add.inputs:
-                mean_node = _producer(v, "ReduceMean") or mean_node
-        if add is None or mean_node is None:
-            return NoMatch("the Sqrt does not read Add(ReduceMean(...), eps)")
-        eps = _scalar_operand(add, mean_node.outputs[0], None, rank)
-        if eps is None:
-            return NoMatch("the Add does not add a float32 scalar epsilon")
-        square = _producer(mean_node.inputs[0], "Pow", "Mul")
-        if square is None or square.inputs[0] is not x:
-            return NoMatch("the ReduceMean does not average Pow(x, 2) or Mul(x, x) of the normalized x")
-        if square.op_type == "Mul" and square.inputs[1] is not x:
-            return NoMatch("the ReduceMean does not average Mul(x, x)")
-        if square.op_type == "Pow" and _scalar_operand(square, x, 2.0, rank) is None:
-            return NoMatch("the Pow has an exponent other than a float32 2")
+        found = _mean_square_root(sqrt, x, rank, "the normalized x")
+        if isinstance(found, NoMatch):
+            return found
+        add, mean_node, square, eps = found
         axis = None if rank == 0 else _mean_axis(mean_node, rank)
         if axis is None:
             return NoMatch("the mean square is not over the trailing axes with keepdims 1")

@@ -425,9 +425,9 @@ def _layer_norm_div_native(
     )
 
 
-def _layer_norm_div_specialized(sig: Specialization, *, axis: int = -1, epsilon: float = 1e-5) -> Any:
-    """One x shape with constant scale and bias: the vectors, axis and thread count found
-    once, the binding called positionally into the planned output."""
+def _norm_specialization(sig: Specialization, axis: int) -> tuple[int, Any, Any] | None:
+    """(axis, scale, bias) of a LayerNormDiv / RMSNormDiv step of one float32 x shape whose
+    scale and bias are constants (absent ones included), else None."""
     shape = sig.shapes[0]
     if shape is None or sig.dtypes[0] != F32 or not shape or not -len(shape) <= axis < len(shape):
         return None
@@ -440,6 +440,16 @@ def _layer_norm_div_specialized(sig: Specialization, *, axis: int = -1, epsilon:
         s, b = _norm_params(shape, axis, consts[0], consts[1])
     except _Unsupported:
         return None
+    return axis, s, b
+
+
+def _layer_norm_div_specialized(sig: Specialization, *, axis: int = -1, epsilon: float = 1e-5) -> Any:
+    """One x shape with constant scale and bias: the vectors, axis and thread count found
+    once, the binding called positionally into the planned output."""
+    found = _norm_specialization(sig, axis)
+    if found is None:
+        return None
+    axis, s, b = found
     eps, threads, out = float(np.float32(epsilon)), step_threads(sig), sig.out
     layer_norm = _native().layer_norm_f32
 
@@ -494,18 +504,10 @@ def _rms_norm_div_specialized(
 ) -> Any:
     """One x shape with constant scale and bias: the vectors, axis and thread count found
     once, the binding called positionally into the planned output."""
-    shape = sig.shapes[0]
-    if shape is None or sig.dtypes[0] != F32 or not shape or not -len(shape) <= axis < len(shape):
+    found = _norm_specialization(sig, axis)
+    if found is None:
         return None
-    consts = list(sig.consts[1:]) + [None] * (3 - len(sig.consts))
-    for k in (1, 2):
-        if k < len(sig.shapes) and sig.shapes[k] is not None and consts[k - 1] is None:
-            return None  # scale or bias computed at run time
-    axis %= len(shape)
-    try:
-        s, b = _norm_params(shape, axis, consts[0], consts[1])
-    except _Unsupported:
-        return None
+    axis, s, b = found
     eps, threads, out, divide = float(np.float32(epsilon)), step_threads(sig), sig.out, not reciprocal
     layer_norm = _native().layer_norm_f32
 
