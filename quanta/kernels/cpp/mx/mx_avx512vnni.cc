@@ -295,6 +295,24 @@ void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, 
       _mm512_store_ps(acc[r] + 16, _mm512_setzero_ps());
     }
   }
+  // Up to 3 rows (GEMV-like calls, which stream B): the float sums stay in registers
+  // across the blocks, not in acc: a 512-bit store takes a vpdpbusd slot, two a row and
+  // block against 16 vpdpbusd. Larger tiles have no registers left for them.
+  __m512 fr[MR <= 3 ? MR : 1][2];
+  if constexpr (MR <= 3) {
+    for (int r = 0; r < MR; ++r) {
+      fr[r][0] = k0 > 0 ? _mm512_load_ps(acc[r]) : _mm512_setzero_ps();
+      fr[r][1] = k0 > 0 ? _mm512_load_ps(acc[r] + 16) : _mm512_setzero_ps();
+    }
+  }
+  // acc_r += p (eq. (MX6)); the first block's sum is p itself
+  auto add_block = [&](int r, int h, __m512 pv, int k) __attribute__((always_inline)) {
+    if constexpr (MR <= 3) {
+      fr[r][h] = k == 0 ? pv : _mm512_add_ps(fr[r][h], pv);
+    } else {
+      _mm512_store_ps(acc[r] + 16 * h, k == 0 ? pv : _mm512_add_ps(_mm512_load_ps(acc[r] + 16 * h), pv));
+    }
+  };
   if constexpr (MR == kMxTileRows) {
     if (fast && kb == 32) {
       tile12_fast(a, b, side, t, p, k0, k1, &acc[0][0]);
@@ -391,25 +409,24 @@ void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, 
 #pragma GCC unroll 12
       for (int r = 0; r < MR; ++r) {
         const __m512 er = _mm512_set1_ps(ea[r]);
-        const __m512 p0 = _mm512_scalef_ps(_mm512_cvtepi32_ps(d[r][0]), _mm512_add_ps(e0, er));
-        const __m512 p1 = _mm512_scalef_ps(_mm512_cvtepi32_ps(d[r][1]), _mm512_add_ps(e1, er));
-        if (k == 0) {
-          _mm512_store_ps(acc[r], p0);
-          _mm512_store_ps(acc[r] + 16, p1);
-        } else {
-          _mm512_store_ps(acc[r], _mm512_add_ps(_mm512_load_ps(acc[r]), p0));
-          _mm512_store_ps(acc[r] + 16, _mm512_add_ps(_mm512_load_ps(acc[r] + 16), p1));
-        }
+        add_block(r, 0, _mm512_scalef_ps(_mm512_cvtepi32_ps(d[r][0]), _mm512_add_ps(e0, er)), k);
+        add_block(r, 1, _mm512_scalef_ps(_mm512_cvtepi32_ps(d[r][1]), _mm512_add_ps(e1, er)), k);
       }
     } else {
       const float* sk = b.sbp.data() + pk * 32;
       const __m512 sb0 = _mm512_loadu_ps(sk), sb1 = _mm512_loadu_ps(sk + 16);
       for (int r = 0; r < MR; ++r) {
         const __m512 s_a = _mm512_set1_ps(a.sa[(m + r) * nb + k]);
-        const __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][0]), _mm512_mul_ps(s_a, sb0));
-        const __m512 p1 = _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][1]), _mm512_mul_ps(s_a, sb1));
-        _mm512_store_ps(acc[r], k == 0 ? p0 : _mm512_add_ps(_mm512_load_ps(acc[r]), p0));
-        _mm512_store_ps(acc[r] + 16, k == 0 ? p1 : _mm512_add_ps(_mm512_load_ps(acc[r] + 16), p1));
+        add_block(r, 0, _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][0]), _mm512_mul_ps(s_a, sb0)), k);
+        add_block(r, 1, _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][1]), _mm512_mul_ps(s_a, sb1)), k);
+      }
+    }
+  }
+  if constexpr (MR <= 3) {
+    if (k1 > k0) {
+      for (int r = 0; r < MR; ++r) {
+        _mm512_store_ps(acc[r], fr[r][0]);
+        _mm512_store_ps(acc[r] + 16, fr[r][1]);
       }
     }
   }
@@ -448,8 +465,8 @@ const float* expand_side(const PackedMx& b, int64_t p, int k0, int k1) {
     const uint8_t* cb = b.cbp.data() + pk * 32;
     float* d = side + static_cast<size_t>(k - k0) * 64;
     for (int h = 0; h < 2; ++h) {
-      const __m512i c =
-          _mm512_slli_epi32(_mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ns + 16 * h))), 7);
+      const __m512i c = _mm512_slli_epi32(
+          _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ns + 16 * h))), 7);
       _mm512_store_si512(d + 16 * h, c);
       const __m512 e =
           _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cb + 16 * h))));
