@@ -217,11 +217,13 @@ def test_gemm_i8_zero_blocks_and_negative_zero(isa):
 
 
 @pytest.mark.parametrize("isa", ISAS)
-def test_gemm_i8_row_blocks_and_k_chunks(isa):
+@pytest.mark.parametrize("M", [101, 98])
+def test_gemm_i8_row_blocks_and_k_chunks(isa, M):
     # more than one row block (8 tiles of 12 rows) and B wider than one K chunk keeps in
-    # L2: the float accumulators wait in y between chunks, same values in the same order
+    # L2: the float accumulators wait in y between chunks, same values in the same order;
+    # a last tile of 5 rows keeps them in memory, one of 2 rows in registers within a chunk
     rng = np.random.default_rng(23)
-    M, K, N = 101, 700, 1030
+    K, N = 700, 1030
     a_el, a_c, b_el, b_c = _gemm_case(rng, M, K, N, "i8", "i8", 32)
     bias = rng.standard_normal(N).astype(np.float32)
     want = mx.mx_gemm(a_el, a_c, b_el, b_c, 32, bias=bias)

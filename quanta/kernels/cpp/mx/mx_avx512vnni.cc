@@ -170,16 +170,18 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
 // The fast path of a full 12-row tile, as two 6-row halves, each one asm loop over the
 // blocks [k0, k1) that keeps its float accumulators of eq. (MX6) in registers: int32 block
 // sums in zmm0-11 (row r: columns 0-15 in zmm r, 16-31 in zmm 6+r), float sums in
-// zmm12-23 (the same layout from 12), B in zmm24-25, A's broadcasts in zmm26-27, the
-// column terms in zmm28-31. Per block: the int32 sums start at zero (a zeroing idiom, no
-// execution), 8 groups of 4 k give 96 vpdpbusd, then D = sum − 128·Σ_block w (eq. (8),
-// from B's packed column sums), the exponent e = fl32(B code) + fl32(A code − 266) (eq.
+// zmm12-23 (the same layout from 12), B in zmm24-25, A's broadcasts in zmm26-27, B's codes
+// in zmm30-31. Per block: the int32 sums are loaded as −128·Σ_block w (eq. (8), from the
+// call's expand_side), 8 groups of 4 k give 96 vpdpbusd and so D, the exponent
+// e = fl32(B code) + fl32(A code − 266) (eq.
 // (MX5b), small integers, exact), p = vscalefps(fl32(D), e) = fl32(D)·2^e, exact when the
 // driver's code ranges hold, and acc + p rounded once, as eq. (MX6)'s separate multiply
 // and add (p is never −0, so the first block's 0 + p is p). Why this shape, measured on
 // Zen 5: a 512-bit store costs about a vpdpbusd slot, so a 12 x 32 tile whose 24 float
 // sums live in memory paid ~24 of every block's 96 cycles storing them; a multiply or an
-// fma also takes a vpdpbusd slot, vscalefps, vcvtdq2ps and vaddps do not.
+// fma also takes a vpdpbusd slot, vscalefps, vcvtdq2ps and vaddps do not, up to about one
+// for every two vpdpbusd: the column terms come as loads (expand_side), four vector
+// operations per 16 outputs and block remain.
 // A: per block [group][12 rows][4] (the half starts at row 6·h), B: [group][32][4].
 // clang-format off
 #define MXH_ZERO(r) "vpxord %%zmm" #r ", %%zmm" #r ", %%zmm" #r "\n\t"
@@ -193,9 +195,9 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
   MXH_BCAST(26, g*48+0, 0, 6) MXH_BCAST(27, g*48+4, 1, 7)        \
   MXH_BCAST(26, g*48+8, 2, 8) MXH_BCAST(27, g*48+12, 3, 9)       \
   MXH_BCAST(26, g*48+16, 4, 10) MXH_BCAST(27, g*48+20, 5, 11)
-#define MXH_COMP(r, r2)                                          \
-  "vpaddd %%zmm28, %%zmm" #r ", %%zmm" #r "\n\t"                 \
-  "vpaddd %%zmm29, %%zmm" #r2 ", %%zmm" #r2 "\n\t"
+#define MXH_INIT(r, r2)                                          \
+  "vmovdqa64 (%[sd]), %%zmm" #r "\n\t"                          \
+  "vmovdqa64 64(%[sd]), %%zmm" #r2 "\n\t"
 #define MXH_SCALE(r, r2, f, f2)                                  \
   "vaddps " #r "*4(%[ea])%{1to16%}, %%zmm30, %%zmm26\n\t"        \
   "vaddps " #r "*4(%[ea])%{1to16%}, %%zmm31, %%zmm27\n\t"        \
@@ -215,14 +217,14 @@ void tile(const uint8_t* au, const float* sa, const PackedMx& b, const float* bi
 
 // Blocks [k0, k1) of a full 12-row tile, block of 32 (kb = 32), fast path; acc as tile_t
 // (row r at acc + 32·r; read when k0 > 0, written always).
-void tile12_fast(const PackedMxA& a, const PackedMx& b, int64_t t, int64_t p, int k0, int k1, float* acc) {
+void tile12_fast(const PackedMxA& a, const PackedMx& b, const float* side, int64_t t, int64_t p, int k0, int k1,
+                 float* acc) {
   constexpr int T = kMxTileRows;
   const int nb = b.nb;
   if (k1 <= k0) return;
   const size_t pk = static_cast<size_t>(p) * nb + k0;
   for (int h = 0; h < 2; ++h) {
-    const int16_t* ns = b.nsum.data() + pk * 32;
-    const uint8_t* cb = b.cbp.data() + pk * 32;
+    const float* sd = side;
     const int8_t* w = b.i8.data() + pk * 32 * 32;
     const uint8_t* ak = a.a.data() + (static_cast<size_t>(t) * nb + k0) * 32 * T + 24 * h;
     const float* ea = a.ef.data() + (static_cast<size_t>(t) * nb + k0) * T + 6 * h;
@@ -240,31 +242,22 @@ void tile12_fast(const PackedMxA& a, const PackedMx& b, int64_t t, int64_t p, in
         MXH_LOAD(12, 18, 0) MXH_LOAD(13, 19, 1) MXH_LOAD(14, 20, 2)
         MXH_LOAD(15, 21, 3) MXH_LOAD(16, 22, 4) MXH_LOAD(17, 23, 5)
         "1:\n\t"
-        MXH_ZERO(0) MXH_ZERO(1) MXH_ZERO(2) MXH_ZERO(3) MXH_ZERO(4) MXH_ZERO(5)
-        MXH_ZERO(6) MXH_ZERO(7) MXH_ZERO(8) MXH_ZERO(9) MXH_ZERO(10) MXH_ZERO(11)
+        MXH_INIT(0, 6) MXH_INIT(1, 7) MXH_INIT(2, 8) MXH_INIT(3, 9) MXH_INIT(4, 10) MXH_INIT(5, 11)
         MXH_GROUP(0) MXH_GROUP(1) MXH_GROUP(2) MXH_GROUP(3)
         MXH_GROUP(4) MXH_GROUP(5) MXH_GROUP(6) MXH_GROUP(7)
-        "vpmovsxwd (%[ns]), %%zmm28\n\t"
-        "vpmovsxwd 32(%[ns]), %%zmm29\n\t"
-        "vpmovzxbd (%[cb]), %%zmm30\n\t"
-        "vpmovzxbd 16(%[cb]), %%zmm31\n\t"
-        "vpslld $7, %%zmm28, %%zmm28\n\t"
-        "vpslld $7, %%zmm29, %%zmm29\n\t"
-        "vcvtdq2ps %%zmm30, %%zmm30\n\t"
-        "vcvtdq2ps %%zmm31, %%zmm31\n\t"
-        MXH_COMP(0, 6) MXH_COMP(1, 7) MXH_COMP(2, 8) MXH_COMP(3, 9) MXH_COMP(4, 10) MXH_COMP(5, 11)
+        "vmovaps 128(%[sd]), %%zmm30\n\t"
+        "vmovaps 192(%[sd]), %%zmm31\n\t"
         MXH_SCALE(0, 6, 12, 18) MXH_SCALE(1, 7, 13, 19) MXH_SCALE(2, 8, 14, 20)
         MXH_SCALE(3, 9, 15, 21) MXH_SCALE(4, 10, 16, 22) MXH_SCALE(5, 11, 17, 23)
         "add $384, %[a]\n\t"
         "add $1024, %[w]\n\t"
-        "add $64, %[ns]\n\t"
-        "add $32, %[cb]\n\t"
+        "add $256, %[sd]\n\t"
         "add $48, %[ea]\n\t"
         "dec %[n]\n\t"
         "jnz 1b\n\t"
         MXH_STORE(12, 18, 0) MXH_STORE(13, 19, 1) MXH_STORE(14, 20, 2)
         MXH_STORE(15, 21, 3) MXH_STORE(16, 22, 4) MXH_STORE(17, 23, 5)
-        : [a] "+r"(ak), [w] "+r"(w), [ns] "+r"(ns), [cb] "+r"(cb), [ea] "+r"(ea), [n] "+r"(blocks)
+        : [a] "+r"(ak), [w] "+r"(w), [sd] "+r"(sd), [ea] "+r"(ea), [n] "+r"(blocks)
         : [acc] "r"(ah), [resume] "r"(resume)
         : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
           "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
@@ -285,7 +278,7 @@ void tile12_fast(const PackedMxA& a, const PackedMx& b, int64_t t, int64_t p, in
 // Else the scales are read as floats and multiplied and added separately.
 template <int MR>
 void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, int64_t t, int64_t p, int k0, int k1,
-            bool fast, float* part) {
+            bool fast, float* part, const float* side) {
   constexpr int T = kMxTileRows;
   const int nb = b.nb, kb = b.kb, G = kb / 4;
   const int64_t N = b.N, n0 = p * 32, m = t * T;
@@ -302,9 +295,27 @@ void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, 
       _mm512_store_ps(acc[r] + 16, _mm512_setzero_ps());
     }
   }
+  // Up to 3 rows (GEMV-like calls, which stream B): the float sums stay in registers
+  // across the blocks, not in acc: a 512-bit store takes a vpdpbusd slot, two a row and
+  // block against 16 vpdpbusd. Larger tiles have no registers left for them.
+  __m512 fr[MR <= 3 ? MR : 1][2];
+  if constexpr (MR <= 3) {
+    for (int r = 0; r < MR; ++r) {
+      fr[r][0] = k0 > 0 ? _mm512_load_ps(acc[r]) : _mm512_setzero_ps();
+      fr[r][1] = k0 > 0 ? _mm512_load_ps(acc[r] + 16) : _mm512_setzero_ps();
+    }
+  }
+  // acc_r += p (eq. (MX6)); the first block's sum is p itself
+  auto add_block = [&](int r, int h, __m512 pv, int k) __attribute__((always_inline)) {
+    if constexpr (MR <= 3) {
+      fr[r][h] = k == 0 ? pv : _mm512_add_ps(fr[r][h], pv);
+    } else {
+      _mm512_store_ps(acc[r] + 16 * h, k == 0 ? pv : _mm512_add_ps(_mm512_load_ps(acc[r] + 16 * h), pv));
+    }
+  };
   if constexpr (MR == kMxTileRows) {
     if (fast && kb == 32) {
-      tile12_fast(a, b, t, p, k0, k1, &acc[0][0]);
+      tile12_fast(a, b, side, t, p, k0, k1, &acc[0][0]);
       k0 = k1;
     }
   }
@@ -398,25 +409,24 @@ void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, 
 #pragma GCC unroll 12
       for (int r = 0; r < MR; ++r) {
         const __m512 er = _mm512_set1_ps(ea[r]);
-        const __m512 p0 = _mm512_scalef_ps(_mm512_cvtepi32_ps(d[r][0]), _mm512_add_ps(e0, er));
-        const __m512 p1 = _mm512_scalef_ps(_mm512_cvtepi32_ps(d[r][1]), _mm512_add_ps(e1, er));
-        if (k == 0) {
-          _mm512_store_ps(acc[r], p0);
-          _mm512_store_ps(acc[r] + 16, p1);
-        } else {
-          _mm512_store_ps(acc[r], _mm512_add_ps(_mm512_load_ps(acc[r]), p0));
-          _mm512_store_ps(acc[r] + 16, _mm512_add_ps(_mm512_load_ps(acc[r] + 16), p1));
-        }
+        add_block(r, 0, _mm512_scalef_ps(_mm512_cvtepi32_ps(d[r][0]), _mm512_add_ps(e0, er)), k);
+        add_block(r, 1, _mm512_scalef_ps(_mm512_cvtepi32_ps(d[r][1]), _mm512_add_ps(e1, er)), k);
       }
     } else {
       const float* sk = b.sbp.data() + pk * 32;
       const __m512 sb0 = _mm512_loadu_ps(sk), sb1 = _mm512_loadu_ps(sk + 16);
       for (int r = 0; r < MR; ++r) {
         const __m512 s_a = _mm512_set1_ps(a.sa[(m + r) * nb + k]);
-        const __m512 p0 = _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][0]), _mm512_mul_ps(s_a, sb0));
-        const __m512 p1 = _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][1]), _mm512_mul_ps(s_a, sb1));
-        _mm512_store_ps(acc[r], k == 0 ? p0 : _mm512_add_ps(_mm512_load_ps(acc[r]), p0));
-        _mm512_store_ps(acc[r] + 16, k == 0 ? p1 : _mm512_add_ps(_mm512_load_ps(acc[r] + 16), p1));
+        add_block(r, 0, _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][0]), _mm512_mul_ps(s_a, sb0)), k);
+        add_block(r, 1, _mm512_mul_ps(_mm512_cvtepi32_ps(d[r][1]), _mm512_mul_ps(s_a, sb1)), k);
+      }
+    }
+  }
+  if constexpr (MR <= 3) {
+    if (k1 > k0) {
+      for (int r = 0; r < MR; ++r) {
+        _mm512_store_ps(acc[r], fr[r][0]);
+        _mm512_store_ps(acc[r] + 16, fr[r][1]);
       }
     }
   }
@@ -437,6 +447,35 @@ void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, 
   }
 }
 
+// The per-block column terms of panel p, blocks [k0, k1), as the 12-row fast tile reads
+// them: 64 values a block, −128·Σ_block w as int32 (two vectors, the tile's int32 sums
+// start from them) and the B codes as float32 (two vectors, the exponent term of eq.
+// (MX5b)). Expanded once per call from the packed int16 sums and byte codes and read by
+// every 12-row tile of the call: the tile then loads its starting sums and exponents
+// (load ports) instead of widening, shifting and adding them per tile (vector ALU
+// operations, which issue beside vpdpbusd only up to about one for every two).
+const float* expand_side(const PackedMx& b, int64_t p, int k0, int k1) {
+  thread_local std::vector<float> store;
+  const size_t need = static_cast<size_t>(k1 - k0) * 64 + 16;
+  if (store.size() < need) store.resize(need);
+  float* side = store.data() + (16 - (reinterpret_cast<uintptr_t>(store.data()) / 4) % 16) % 16;
+  for (int k = k0; k < k1; ++k) {
+    const size_t pk = static_cast<size_t>(p) * b.nb + k;
+    const int16_t* ns = b.nsum.data() + pk * 32;
+    const uint8_t* cb = b.cbp.data() + pk * 32;
+    float* d = side + static_cast<size_t>(k - k0) * 64;
+    for (int h = 0; h < 2; ++h) {
+      const __m512i c = _mm512_slli_epi32(
+          _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ns + 16 * h))), 7);
+      _mm512_store_si512(d + 16 * h, c);
+      const __m512 e =
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cb + 16 * h))));
+      _mm512_store_ps(d + 32 + 16 * h, e);
+    }
+  }
+  return side;
+}
+
 }  // namespace
 
 void gemm_i8_tiles_avx512vnni(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, int64_t t0,
@@ -446,22 +485,25 @@ void gemm_i8_tiles_avx512vnni(const PackedMxA& a, const PackedMx& b, const float
   // eq. (MX5b) by code arithmetic needs 2^(ca + cb − 266) normal (ca + cb >= 140) and
   // |fl32(D_k)| · s_k < 2^128 with |D_k| < 2^31 (ca + cb <= 362); no NaN scale (255)
   const int blo = b.cb_lo[p], bhi = b.cb_hi[p];
+  const float* side = nullptr;  // expand_side, on the first fast 12-row tile
   for (int64_t t = t0; t < t1; ++t) {
     const bool fast = a.hi[t] <= 254 && bhi <= 254 && a.lo[t] + blo >= 140 && a.hi[t] + bhi <= 362;
     const int64_t rows = std::min<int64_t>(kMxTileRows, a.M - t * kMxTileRows);
+    float* pt = part ? part + (t * panels + p) * T * 32 : nullptr;
+    if (rows == kMxTileRows && fast && b.kb == 32 && side == nullptr && k1 > k0) side = expand_side(b, p, k0, k1);
     switch (rows) {
-      case 12: tile_t<12>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
-      case 11: tile_t<11>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
-      case 10: tile_t<10>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
-      case 9: tile_t<9>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
-      case 8: tile_t<8>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
-      case 7: tile_t<7>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
-      case 6: tile_t<6>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
-      case 5: tile_t<5>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
-      case 4: tile_t<4>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
-      case 3: tile_t<3>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
-      case 2: tile_t<2>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
-      case 1: tile_t<1>(a, b, bias, y, t, p, k0, k1, fast, part ? part + (t * panels + p) * T * 32 : nullptr); break;
+      case 12: tile_t<12>(a, b, bias, y, t, p, k0, k1, fast, pt, side); break;
+      case 11: tile_t<11>(a, b, bias, y, t, p, k0, k1, fast, pt, nullptr); break;
+      case 10: tile_t<10>(a, b, bias, y, t, p, k0, k1, fast, pt, nullptr); break;
+      case 9: tile_t<9>(a, b, bias, y, t, p, k0, k1, fast, pt, nullptr); break;
+      case 8: tile_t<8>(a, b, bias, y, t, p, k0, k1, fast, pt, nullptr); break;
+      case 7: tile_t<7>(a, b, bias, y, t, p, k0, k1, fast, pt, nullptr); break;
+      case 6: tile_t<6>(a, b, bias, y, t, p, k0, k1, fast, pt, nullptr); break;
+      case 5: tile_t<5>(a, b, bias, y, t, p, k0, k1, fast, pt, nullptr); break;
+      case 4: tile_t<4>(a, b, bias, y, t, p, k0, k1, fast, pt, nullptr); break;
+      case 3: tile_t<3>(a, b, bias, y, t, p, k0, k1, fast, pt, nullptr); break;
+      case 2: tile_t<2>(a, b, bias, y, t, p, k0, k1, fast, pt, nullptr); break;
+      case 1: tile_t<1>(a, b, bias, y, t, p, k0, k1, fast, pt, nullptr); break;
       default: break;
     }
   }
