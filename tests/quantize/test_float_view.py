@@ -1,0 +1,243 @@
+"""The float view of an already-quantized file (quanta.quantize.float_view).
+
+A small float model built here (odd spatial shape, channel counts 3 / 7 / 17, a reduction
+of 17 * 9 = 153 and a MatMul over 7 * 5 * 6 = 210 features) is quantized by ONNX Runtime's
+tool (QDQ and QOperator, per channel and per tensor, int8 and uint8 weights: non-zero
+weight zero points; its activations are uint8, non-zero zero points; and quantize_dynamic)
+and by quanta. Its float view must:
+
+- hold every weight within half a quantization step of the original (per channel where the
+  file is per channel: a scale applied along the wrong axis fails this);
+- compute what the original float model computes with the view's weights, to float32
+  rounding (the activation quantization is gone, nothing else changed);
+- pass onnx.checker and run in ONNX Runtime and quanta.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType
+from onnxruntime.quantization import quantize_dynamic as ort_quantize_dynamic
+from onnxruntime.quantization import quantize_static as ort_quantize_static
+
+import quanta
+from quanta.quantize.float_view import dequantize, derive_float_view, quantize
+
+SHAPE = (2, 3, 11, 13)
+
+
+def _float_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(7)
+    # per-channel ranges that differ by 30x: a per-tensor scale would lose the small ones
+    w1 = (
+        rng.standard_normal((7, 3, 3, 3)).astype(np.float32)
+        * np.geomspace(0.05, 1.5, 7).astype(np.float32)[:, None, None, None]
+    )
+    b1 = rng.standard_normal(7).astype(np.float32) * 0.1
+    w2 = rng.standard_normal((17, 7, 3, 3)).astype(np.float32) * 0.2
+    b2 = rng.standard_normal(17).astype(np.float32) * 0.1
+    w3 = rng.standard_normal((17 * 5 * 6, 9)).astype(np.float32) * np.geomspace(0.01, 0.2, 9).astype(
+        np.float32
+    )
+    b3 = rng.standard_normal(9).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(w1, "w1"),
+        numpy_helper.from_array(b1, "b1"),
+        numpy_helper.from_array(w2, "w2"),
+        numpy_helper.from_array(b2, "b2"),
+        numpy_helper.from_array(w3, "w3"),
+        numpy_helper.from_array(b3, "b3"),
+        numpy_helper.from_array(np.array([SHAPE[0], -1], np.int64), "flat"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", strides=[2, 2]),
+        helper.make_node("Add", ["c2", "c2"], ["a2"], name="add2"),
+        helper.make_node("Reshape", ["a2", "flat"], ["f"], name="flatten"),
+        helper.make_node("MatMul", ["f", "w3"], ["m"], name="fc"),
+        helper.make_node("Add", ["m", "b3"], ["y"], name="fc_bias"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(SHAPE))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [SHAPE[0], 9])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def _feeds(n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    # shifted: the input range is not symmetric, so zero points are not 128
+    return [{"x": (rng.standard_normal(SHAPE) * 0.7 + 0.4).astype(np.float32)} for _ in range(n)]
+
+
+class _Reader(CalibrationDataReader):
+    def __init__(self, feeds):
+        self._it = iter(feeds)
+
+    def get_next(self):
+        return next(self._it, None)
+
+
+def _ort(model: onnx.ModelProto | str, feed) -> list[np.ndarray]:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    src = model if isinstance(model, str) else model.SerializeToString()
+    return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+CASES = {
+    "ort_qdq_per_channel_s8": dict(
+        quant_format=QuantFormat.QDQ, per_channel=True, weight_type=QuantType.QInt8
+    ),
+    "ort_qdq_per_tensor_u8": dict(
+        quant_format=QuantFormat.QDQ, per_channel=False, weight_type=QuantType.QUInt8
+    ),
+    "ort_qop_per_channel_s8": dict(
+        quant_format=QuantFormat.QOperator, per_channel=True, weight_type=QuantType.QInt8
+    ),
+    "ort_qop_per_tensor_u8": dict(
+        quant_format=QuantFormat.QOperator, per_channel=False, weight_type=QuantType.QUInt8
+    ),
+    "ort_dynamic_s8": dict(dynamic=True, weight_type=QuantType.QInt8),
+    "ort_dynamic_u8": dict(dynamic=True, weight_type=QuantType.QUInt8),
+    "quanta": dict(quanta=True),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def quantized(request, tmp_path_factory):
+    opts = dict(CASES[request.param])
+    d = tmp_path_factory.mktemp(request.param)
+    src, out = str(d / "float.onnx"), str(d / "quantized.onnx")
+    model = _float_model()
+    onnx.save(model, src)
+    if opts.pop("quanta", False):
+        # nearest rounding: GPTQ moves weights by more than half a step, on purpose
+        quanta.quantize_static(src, out, _feeds(8, 1), verbose=False, weight_rounding="nearest")
+    elif opts.pop("dynamic", False):
+        ort_quantize_dynamic(src, out, op_types_to_quantize=["Conv", "MatMul"], **opts)
+    else:
+        ort_quantize_static(src, out, _Reader(_feeds(8, 1)), activation_type=QuantType.QUInt8, **opts)
+    return request.param, model, onnx.load(out), out
+
+
+def _view_weight(view: onnx.ModelProto, node: str, k: int) -> np.ndarray:
+    """Input ``k`` of the view's node named ``node`` (or ONNX Runtime's ``node_quant``),
+    a constant."""
+    inits = {t.name: numpy_helper.to_array(t) for t in view.graph.initializer}
+    for n in view.graph.node:
+        if n.name in (node, node + "_quant"):
+            return inits[n.input[k]]
+    raise AssertionError(f"{node} not in the view")
+
+
+def test_weights_within_half_a_step(quantized):
+    name, model, qmodel, _ = quantized
+    view = derive_float_view(qmodel).model
+    orig = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node, w, axis in (("conv1", "w1", 0), ("conv2", "w2", 0), ("fc", "w3", 1)):
+        got = _view_weight(view, node, 1)
+        ref = orig[w]
+        assert got.shape == ref.shape and got.dtype == np.float32, (name, node)
+        # half a step: max|w| / 127 / 2 for symmetric int8, at most that for asymmetric
+        chans = np.abs(np.moveaxis(ref, axis, 0).reshape(ref.shape[axis], -1)).max(axis=1)
+        err_c = np.abs(np.moveaxis(got - ref, axis, 0).reshape(ref.shape[axis], -1)).max(axis=1)
+        bound_c = chans / 254 * 1.001 + 1e-7
+        bound_t = float(chans.max()) / 254 * 1.001 + 1e-7
+        if "per_channel" in name or name == "quanta":
+            # the small channels keep their own fine steps
+            assert (err_c <= bound_c).all(), (name, node, err_c / bound_c)
+        assert err_c.max() <= bound_t, (name, node, err_c.max(), bound_t)
+        assert err_c.max() > 0, "the view holds the dequantized weight, not the original"
+
+
+def test_view_computes_the_float_model_with_its_weights(quantized):
+    name, model, qmodel, _ = quantized
+    fv = derive_float_view(qmodel)
+    view = fv.model
+    onnx.checker.check_model(view, full_check=True)
+    assert not {n.op_type for n in view.graph.node} & {
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "QLinearConv",
+        "QLinearMatMul",
+        "MatMulInteger",
+        "ConvInteger",
+        "DynamicQuantizeLinear",
+    }, (name, fv.format())
+    assert not fv.kept
+    # the original float model with the view's weights (and biases)
+    ref = onnx.ModelProto()
+    ref.CopyFrom(model)
+    inits = {t.name: t for t in ref.graph.initializer}
+    for node, k, w in (("conv1", 1, "w1"), ("conv2", 1, "w2"), ("fc", 1, "w3")):
+        inits[w].CopyFrom(numpy_helper.from_array(_view_weight(view, node, k), w))
+    for node, b in (("conv1", "b1"), ("conv2", "b2"), ("fc_bias", "b3")):
+        try:
+            inits[b].CopyFrom(
+                numpy_helper.from_array(_view_weight(view, node, 1 if node == "fc_bias" else 2), b)
+            )
+        except (AssertionError, IndexError, KeyError):
+            pass  # dynamic files add the bias in float: it is the original
+    for feed in _feeds(3, 5):
+        want = _ort(ref, feed)[0]
+        got = _ort(view, feed)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+        # quanta runs the view and computes the same
+        np.testing.assert_allclose(
+            quanta.InferenceSession(view.SerializeToString()).run(None, feed)[0],
+            want,
+            rtol=1e-4,
+            atol=1e-4 * float(np.abs(want).max()),
+        )
+
+
+def test_view_is_the_float_model_up_to_weight_rounding(quantized):
+    """The view differs from the original float model by the weights' rounding only:
+    nearer to it than the quantized file, which also rounds (and clips) activations."""
+    name, model, qmodel, path = quantized
+    view = derive_float_view(qmodel).model
+    for feed in _feeds(2, 9):
+        want = _ort(model, feed)[0]
+        q = _ort(path, feed)[0]
+        f = _ort(view, feed)[0]
+        assert float(np.abs(f - want).max()) < 0.05 * float(np.abs(want).max()), name
+        assert float(np.abs(f - want).max()) < float(np.abs(q - want).max()), name
+
+
+def test_dequantize_per_axis_and_block():
+    q = np.arange(-6, 15, dtype=np.int8).reshape(3, 7)
+    s = np.array([0.5, 0.25, 2.0], np.float32)
+    z = np.array([1, -3, 0], np.int8)
+    np.testing.assert_array_equal(
+        dequantize(q, s, z, axis=0), (q.astype(np.float32) - z[:, None]) * s[:, None]
+    )
+    sb = np.array(
+        [[0.5, 1.0, 3.0], [2.0, 0.125, 1.0], [1.0, 1.0, 0.25]], np.float32
+    )  # blocks of 3 along axis 1
+    want = q.astype(np.float32) * np.repeat(sb, 3, axis=1)[:, :7]
+    np.testing.assert_array_equal(dequantize(q, sb, None, axis=1, block_size=3), want)
+    x = np.array([[-1.0, 0.26, 300.0], [0.74, -0.25, 2.5]], np.float32)
+    s2 = np.array([0.5, 0.25, 2.0], np.float32)
+    zp = np.array([3, 0, -1], np.int8)
+    # round half to even, then saturate to int8
+    np.testing.assert_array_equal(quantize(x, s2, zp, axis=1), np.array([[1, 1, 127], [4, -1, 0]], np.int8))
+
+
+def test_float_model_unchanged():
+    model = _float_model()
+    fv = derive_float_view(model)
+    assert [n.op_type for n in fv.model.graph.node] == [n.op_type for n in model.graph.node]
+    assert fv.dequantized_weights == 0 and fv.dropped_pairs == 0 and not fv.mapped
