@@ -134,7 +134,7 @@ class FloatView:
     model: onnx.ModelProto
     dequantized_weights: int = 0
     dropped_pairs: int = 0
-    clamps: int = 0  # activation grids starting at 0: a Relu in the view
+    clamps: int = 0  # activation grids starting at 0: a Relu (or Clip(0, 6)) in the view
     mapped: dict[str, int] = field(default_factory=dict)  # quantized op -> how many became float
     kept: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, reason) still quantized
 
@@ -144,7 +144,7 @@ class FloatView:
             f"{self.dropped_pairs} Q/DQ pair(s) dropped",
         ]
         if self.clamps:
-            parts.append(f"{self.clamps} activation grid(s) starting at 0 kept as Relu")
+            parts.append(f"{self.clamps} activation grid(s) starting at 0 kept as Relu / Clip(0, 6)")
         parts += [f"{op} {n}" for op, n in sorted(self.mapped.items())]
         line = "float view: " + ", ".join(parts)
         if self.kept:
@@ -434,28 +434,39 @@ class _Deriver:
             and self.producer[x].op_type == "QuantizeLinear"
         ):
             self.view.dropped_pairs += 1
-        if x in self.real and self.clamps_at_zero(*self.real[x][1:]):
-            # the grid starts at 0: the file clamps there (a Relu the tool folded into
-            # the quantization), and so does the view
-            self.emit("Relu", [r], [y], name=self.fresh(y + "_clamp"))
-            self.view.clamps += 1
+        if x in self.real and self.clamp(r, y, *self.real[x][1:]):
+            pass
         elif y in {o.name for o in self.src.graph.output} or y in self.body_refs:
             self.emit("Identity", [r], [y], name=self.fresh(y + "_float_view"))
         else:
             self.alias[y] = r
         return True
 
-    def clamps_at_zero(self, scale: str, zp: str) -> bool:
-        """Whether a quantization grid's lowest level is the real 0 (its zero point is the
-        type's minimum; uint8 without a zero point)."""
-        if not scale:
+    def clamp(self, x: str, y: str, scale: str, zp: str) -> bool:
+        """``y`` = ``x`` clamped as the tools fold an activation into a quantization grid,
+        if the grid says so: its lowest level the real 0 (zero point the type's minimum)
+        is a folded Relu; a top level of 6 too is a folded Relu6 / Clip(0, 6) (ONNX
+        Runtime sets the grid to the clip's range, exact to float rounding; a calibrated
+        maximum is never 6 to 1e-5). False: no clamp, nothing emitted."""
+        s = self.const(scale)
+        if s is None or s.size != 1:
             return False
-        if not zp:
-            return True
-        z = self.const(zp)
+        z = self.const(zp) if zp else np.zeros((), np.uint8)
         if z is None or z.size != 1 or z.dtype.kind not in "iu":
             return False
-        return int(z.reshape(-1)[0]) == int(np.iinfo(z.dtype).min)
+        info = np.iinfo(z.dtype)
+        if int(z.reshape(-1)[0]) != int(info.min):
+            return False
+        top = float(info.max - info.min) * float(s.reshape(-1)[0])
+        name = self.fresh(y + "_clamp")
+        if abs(top - 6.0) <= 1e-5 * 6.0:
+            lo = self.add_init(y + "_clip_min", np.zeros((), np.float32))
+            hi = self.add_init(y + "_clip_max", np.array(6.0, np.float32))
+            self.emit("Clip", [x, lo, hi], [y], name=name)
+        else:
+            self.emit("Relu", [x], [y], name=name)
+        self.view.clamps += 1
+        return True
 
     def _moved_weight(self, x: str) -> list[onnx.NodeProto] | None:
         """The one-output moves from an integer constant to ``x``, nearest first (None:
@@ -479,11 +490,12 @@ class _Deriver:
         zp = n.input[z] if len(n.input) > z else ""
         self.real[y] = (y, n.input[s], zp)
         self.mapped(n.op_type)
-        if self.clamps_at_zero(n.input[s], zp):  # a folded Relu (see _DequantizeLinear)
-            pre = self.fresh(y + "_unclamped")
-            self.nodes[-1].output[0] = pre
-            self.emit("Relu", [pre], [y], name=self.fresh(y + "_clamp"))
-            self.view.clamps += 1
+        last = self.nodes[-1]
+        pre = self.fresh(y + "_unclamped")
+        if self.clamp(pre, y, n.input[s], zp):  # a folded activation (see clamp)
+            last.output[0] = pre
+        else:
+            self.taken.discard(pre)
 
     def _QLinearConv(self, n: onnx.NodeProto) -> bool:
         x = self.real_of(n.input[0])
