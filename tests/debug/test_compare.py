@@ -278,7 +278,10 @@ def test_the_cli_prints_the_worst_layers_and_writes_json_and_html(tmp_path, caps
     # one file that is already quantized: measured against its own float view, said so
     assert main(["debug", str(out), "--data", str(data), "--json", str(js)]) == 0
     text = capsys.readouterr().out
-    assert "reference: derived from the quantized file itself" in text and "layers that add the most error" in text
+    assert (
+        "reference: derived from the quantized file itself" in text
+        and "layers that add the most error" in text
+    )
     rows = json.loads(js.read_text())
     assert [n["name"] for n in rows["nodes"]] == ["a", "b", "c"] and rows["reference"].startswith("derived")
     args = ["debug", str(src), str(out), "--data", str(data), "--json", str(js), "--ablation", "3"]
