@@ -137,6 +137,9 @@ class FloatView:
     clamps: int = 0  # activation grids starting at 0: a Relu (or Clip(0, 6)) in the view
     mapped: dict[str, int] = field(default_factory=dict)  # quantized op -> how many became float
     kept: list[tuple[str, str, str]] = field(default_factory=list)  # (node, op, reason) still quantized
+    # the file's own activation grids: float tensor of the view -> (scale, zero point,
+    # storage type name), per tensor only
+    activation_params: dict[str, tuple[float, int, str]] = field(default_factory=dict)
 
     def format(self) -> str:
         parts = [
@@ -393,7 +396,15 @@ class _Deriver:
             )
             return True
         self.real[n.output[0]] = (self.f(x), n.input[1], n.input[2] if len(n.input) > 2 else "")
+        self.record(self.f(x), n.input[1], n.input[2] if len(n.input) > 2 else "")
         return True
+
+    def record(self, name: str, scale: str, zp: str) -> None:
+        s = self.const(scale)
+        z = self.const(zp) if zp else np.zeros((), np.uint8)
+        if s is None or z is None or s.size != 1 or z.size != 1 or z.dtype.kind not in "iu":
+            return
+        self.view.activation_params.setdefault(name, (float(s.reshape(-1)[0]), int(z.reshape(-1)[0]), z.dtype.name))
 
     def _DequantizeLinear(self, n: onnx.NodeProto) -> bool:
         x, y = n.input[0], n.output[0]
@@ -489,6 +500,7 @@ class _Deriver:
         y = n.output[0]
         zp = n.input[z] if len(n.input) > z else ""
         self.real[y] = (y, n.input[s], zp)
+        self.record(y, n.input[s], zp)
         self.mapped(n.op_type)
         last = self.nodes[-1]
         pre = self.fresh(y + "_unclamped")

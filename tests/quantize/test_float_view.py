@@ -263,3 +263,122 @@ def test_debug_against_the_derived_reference(quantized):
     full = compare(model, path, _feeds(3, 11))
     assert full.reference == ""
     assert [r.name for r in full.nodes] == [r.name for r in derived.nodes]
+
+
+def _activation_params(model: onnx.ModelProto) -> dict[str, tuple[float, int]]:
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    out = {}
+    for n in model.graph.node:
+        if n.op_type == "QuantizeLinear" and n.input[0] not in inits and n.input[1] in inits:
+            zp = int(inits[n.input[2]].reshape(-1)[0]) if len(n.input) > 2 else 0
+            out[n.input[0]] = (float(inits[n.input[1]].reshape(-1)[0]), zp)
+    return out
+
+
+def test_quantize_static_on_the_quantized_file(quantized, tmp_path):
+    """quantize_static on the file (no refusal): a valid model that ONNX Runtime and quanta
+    both run; every activation quanta quantizes that the file quantized keeps the file's
+    scale (to float rounding) and zero point; the summary says the input was quantized."""
+    name, model, qmodel, path = quantized
+    out = tmp_path / "requantized.onnx"
+    summary = quanta.quantize_static(path, out, _feeds(6, 2), verbose=False)
+    text = summary.format()
+    assert "already quantized" in text and "float view" in text, text
+    written = onnx.load(out)
+    onnx.checker.check_model(written, full_check=True)
+    view = derive_float_view(qmodel)
+    mine = _activation_params(written)
+    kept = [k for k in view.activation_params if k in mine]
+    if "dynamic" not in name:
+        assert kept, (name, sorted(view.activation_params), sorted(mine))
+    producer = {o: n.op_type for n in view.model.graph.node for o in n.output}
+    views = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "MaxPool", "Identity"}
+    for k in kept:
+        if producer.get(k) in views:
+            continue  # quanta gives a view its input's grid: one of the two grids the file had
+        s, z, _ = view.activation_params[k]
+        assert mine[k][1] == z and abs(mine[k][0] - s) <= 1e-6 * s, (name, k, mine[k], (s, z))
+    for feed in _feeds(2, 4):
+        a = _ort(str(out), feed)[0]
+        b = quanta.InferenceSession(str(out)).run(None, feed)[0]
+        want = _ort(model, feed)[0]
+        np.testing.assert_allclose(b, a, atol=0.02 * float(np.abs(a).max()))
+        # the file's grids clip where the file clips: its own error bounds the new file's
+        file_err = float(np.abs(_ort(path, feed)[0] - want).max())
+        assert float(np.abs(a - want).max()) <= max(2 * file_err, 0.05 * float(np.abs(want).max())), name
+
+
+def test_quantize_static_can_recalibrate_the_file(quantized, tmp_path):
+    name, _, _, path = quantized
+    if name != "ort_qdq_per_tensor_u8":
+        pytest.skip("one file is enough")
+    out = tmp_path / "recalibrated.onnx"
+    summary = quanta.quantize_static(path, out, _feeds(6, 2), verbose=False, keep_file_parameters=False)
+    assert any("ignored" in n for n in summary.notes)
+    onnx.checker.check_model(onnx.load(out), full_check=True)
+
+
+def _lstm_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(3)
+    hidden, inp = 7, 5
+    # gate columns with ranges that differ: a scale along the wrong axis fails the bound
+    w = (
+        rng.standard_normal((2, 4 * hidden, inp)) * np.geomspace(0.05, 1.0, 4 * hidden)[None, :, None]
+    ).astype(np.float32)
+    r = (rng.standard_normal((2, 4 * hidden, hidden)) * 0.3).astype(np.float32)
+    b = (rng.standard_normal((2, 8 * hidden)) * 0.1).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "LSTM",
+                ["x", "W", "R", "B"],
+                ["y"],
+                name="lstm",
+                hidden_size=hidden,
+                direction="bidirectional",
+            )
+        ],
+        "lstm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [9, 3, inp])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [9, 2, 3, hidden])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(r, "R"), numpy_helper.from_array(b, "B")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("tool", ["ort", "quanta"])
+def test_dynamic_lstm_view(tool, tmp_path):
+    """DynamicQuantizeLSTM -> LSTM: weights back in ONNX's [D, 4H, I] layout, within half
+    a step of the original per gate column; the view computes the float LSTM with them."""
+    model = _lstm_model()
+    src, out = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    onnx.save(model, src)
+    rng = np.random.default_rng(4)
+    feeds = [{"x": rng.standard_normal((9, 3, 5)).astype(np.float32)} for _ in range(3)]
+    if tool == "ort":
+        ort_quantize_dynamic(src, out, op_types_to_quantize=["LSTM"], per_channel=True)
+    else:
+        quanta.quantize_static(src, out, feeds, verbose=False)
+    q = onnx.load(out)
+    assert "DynamicQuantizeLSTM" in {n.op_type for n in q.graph.node}
+    fv = derive_float_view(q)
+    assert fv.mapped == {"DynamicQuantizeLSTM": 1} and not fv.kept
+    onnx.checker.check_model(fv.model, full_check=True)
+    lstm = next(n for n in fv.model.graph.node if n.op_type == "LSTM")
+    inits = {t.name: numpy_helper.to_array(t) for t in fv.model.graph.initializer}
+    orig = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for k, name in ((1, "W"), (2, "R")):
+        got, ref = inits[lstm.input[k]], orig[name]
+        assert got.shape == ref.shape
+        bound = np.abs(ref).max(axis=2, keepdims=True) / 254 * 1.001 + 1e-7  # per gate column
+        assert (np.abs(got - ref) <= bound).all(), name
+    ref_model = onnx.ModelProto()
+    ref_model.CopyFrom(model)
+    for t in ref_model.graph.initializer:
+        if t.name in ("W", "R"):
+            t.CopyFrom(numpy_helper.from_array(inits[lstm.input[1 if t.name == "W" else 2]], t.name))
+    for feed in feeds:
+        want = _ort(ref_model, feed)[0]
+        np.testing.assert_allclose(_ort(fv.model, feed)[0], want, rtol=1e-5, atol=1e-6)
