@@ -493,6 +493,9 @@ def _pairs(model: Model, prefix: str = "") -> dict[str, _Pair]:
         q = dq.inputs[0].producer
         if q is None or q.op_type != "QuantizeLinear" or q.inputs[0] is None or q.inputs[0].is_const:
             continue
+        w = q.inputs[0].producer
+        if w is not None and w.op_type == "Constant":  # a weight held in a Constant node
+            continue
         s = _const(q.input(1))
         if s is None or s.size != 1:
             continue

@@ -404,7 +404,9 @@ class _Deriver:
         z = self.const(zp) if zp else np.zeros((), np.uint8)
         if s is None or z is None or s.size != 1 or z.size != 1 or z.dtype.kind not in "iu":
             return
-        self.view.activation_params.setdefault(name, (float(s.reshape(-1)[0]), int(z.reshape(-1)[0]), z.dtype.name))
+        self.view.activation_params.setdefault(
+            name, (float(s.reshape(-1)[0]), int(z.reshape(-1)[0]), z.dtype.name)
+        )
 
     def _DequantizeLinear(self, n: onnx.NodeProto) -> bool:
         x, y = n.input[0], n.output[0]
