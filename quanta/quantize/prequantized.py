@@ -73,8 +73,9 @@ def prepare_prequantized(
         }
         overrides = {k: v for k, v in file_overrides(view).items() if k in present}
         notes.append(
-            f"{len(overrides)} activation tensor(s) keep the file's own scale and zero point "
-            "(its tool's or its training's choice); the tensors it left float are calibrated"
+            f"the file's own scale and zero point (its tool's or its training's choice) for its "
+            f"{len(overrides)} quantized activation tensor(s), wherever quanta quantizes them too; "
+            "the tensors it left float are calibrated"
         )
     else:
         notes.append(
