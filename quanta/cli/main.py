@@ -294,6 +294,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
                 std=tuple(args.image_std) if args.image_std else None,
                 layout=args.image_layout,
             )
+        if getattr(args, "recalibrate", False):
+            options["keep_file_parameters"] = False
         accuracy = None
         targets = [
             (m, v)
@@ -492,6 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--weight-rounding",
         choices=["gptq", "nearest"],
         help="weights: GPTQ second-order rounding on the calibration data (default) or each to nearest",
+    )
+    s.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="an already-quantized MODEL: calibrate every tensor anew instead of keeping the "
+        "file's own activation scales and zero points",
     )
     s.add_argument("--image-size", type=int, help="images: center crop to SIZE x SIZE")
     s.add_argument("--image-resize", type=int, help="images: resize the shorter side to this first")

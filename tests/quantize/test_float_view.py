@@ -382,3 +382,19 @@ def test_dynamic_lstm_view(tool, tmp_path):
     for feed in feeds:
         want = _ort(ref_model, feed)[0]
         np.testing.assert_allclose(_ort(fv.model, feed)[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_cli_quantize_on_a_quantized_file(quantized, tmp_path, capsys):
+    from quanta.cli.main import main
+
+    name, _, _, path = quantized
+    if name != "ort_qop_per_channel_s8":
+        pytest.skip("one file is enough")
+    data = tmp_path / "calib.npz"
+    np.savez(data, x=_feeds(1, 2)[0]["x"])
+    for extra in ([], ["--recalibrate"]):
+        out = tmp_path / f"out{len(extra)}.onnx"
+        assert main(["quantize", path, "-o", str(out), "--calib", str(data), *extra]) == 0
+        onnx.checker.check_model(onnx.load(out), full_check=True)
+    text = capsys.readouterr().out
+    assert "already quantized" in text and "were ignored" in text
