@@ -118,6 +118,25 @@ _QLINEAR: dict[str, tuple[str, tuple[int, ...], tuple[int, int]]] = {
 }
 
 
+#: Layers whose following Relu / Clip the tools fold into the output's quantization grid
+_FOLDS_ACTIVATION = frozenset(
+    {
+        "Conv",
+        "ConvTranspose",
+        "MatMul",
+        "Gemm",
+        "Add",
+        "Sub",
+        "Sum",
+        "BatchNormalization",
+        "QLinearConv",
+        "QLinearMatMul",
+        "QLinearAdd",
+        "QGemm",
+    }
+)
+
+
 def quantized_ops(proto: onnx.ModelProto) -> list[str]:
     """The quantization operators of the main graph, sorted (empty for a float model)."""
     return sorted({n.op_type for n in proto.graph.node if n.op_type in QUANTIZED_OPS})
@@ -447,7 +466,9 @@ class _Deriver:
             and self.producer[x].op_type == "QuantizeLinear"
         ):
             self.view.dropped_pairs += 1
-        if x in self.real and self.clamp(r, y, *self.real[x][1:]):
+        q = self.producer.get(x)
+        made_by = self.producer.get(q.input[0]) if q is not None and q.op_type == "QuantizeLinear" else q
+        if x in self.real and self.clamp(r, y, *self.real[x][1:], made_by=made_by):
             pass
         elif y in {o.name for o in self.src.graph.output} or y in self.body_refs:
             self.emit("Identity", [r], [y], name=self.fresh(y + "_float_view"))
@@ -455,12 +476,17 @@ class _Deriver:
             self.alias[y] = r
         return True
 
-    def clamp(self, x: str, y: str, scale: str, zp: str) -> bool:
+    def clamp(self, x: str, y: str, scale: str, zp: str, made_by: onnx.NodeProto | None) -> bool:
         """``y`` = ``x`` clamped as the tools fold an activation into a quantization grid,
         if the grid says so: its lowest level the real 0 (zero point the type's minimum)
-        is a folded Relu; a top level of 6 too is a folded Relu6 / Clip(0, 6) (ONNX
-        Runtime sets the grid to the clip's range, exact to float rounding; a calibrated
-        maximum is never 6 to 1e-5). False: no clamp, nothing emitted."""
+        after a layer the tools fold a Relu into (``made_by``: the node that computes the
+        grid's float value) is a folded Relu; a top level of 6 too is a folded Relu6 /
+        Clip(0, 6) (ONNX Runtime sets the grid to the clip's range, exact to float
+        rounding; a calibrated maximum is never 6 to 1e-5). A grid at 0 after anything
+        else (a GELU whose negative tail a percentile range dropped, a Softmax) is the
+        file's clipping, which the reference must not share. False: nothing emitted."""
+        if made_by is None or made_by.op_type not in _FOLDS_ACTIVATION:
+            return False
         s = self.const(scale)
         if s is None or s.size != 1:
             return False
@@ -506,7 +532,7 @@ class _Deriver:
         self.mapped(n.op_type)
         last = self.nodes[-1]
         pre = self.fresh(y + "_unclamped")
-        if self.clamp(pre, y, n.input[s], zp):  # a folded activation (see clamp)
+        if self.clamp(pre, y, n.input[s], zp, made_by=n):  # a folded activation (see clamp)
             last.output[0] = pre
         else:
             self.taken.discard(pre)

@@ -398,3 +398,48 @@ def test_cli_quantize_on_a_quantized_file(quantized, tmp_path, capsys):
         onnx.checker.check_model(onnx.load(out), full_check=True)
     text = capsys.readouterr().out
     assert "already quantized" in text and "were ignored" in text
+
+
+def test_a_grid_at_zero_is_a_folded_activation_only_after_a_layer():
+    """Conv -> Q(zp = 0) -> DQ: the Relu the tool folded (Clip(0, 6) when the grid ends
+    at 6); Sigmoid / graph input -> Q(zp = 0): the file's own clipping, not in the view."""
+    rng = np.random.default_rng(5)
+    w = rng.integers(-127, 128, (5, 3, 1, 1)).astype(np.int8)
+
+    def qdq(x: str, s: str, z: str) -> list[onnx.NodeProto]:
+        return [
+            helper.make_node("QuantizeLinear", [x, s, z], [x + "_q"], name=x + "_Q"),
+            helper.make_node("DequantizeLinear", [x + "_q", s, z], [x + "_dq"], name=x + "_DQ"),
+        ]
+
+    nodes = [
+        *qdq("x", "s_in", "z0"),
+        helper.make_node("DequantizeLinear", ["w", "ws"], ["wf"], name="w_DQ", axis=0),
+        helper.make_node("Conv", ["x_dq", "wf"], ["c"], name="conv"),
+        *qdq("c", "s6", "z0"),  # grid [0, 6]: a folded Relu6
+        helper.make_node("Conv", ["c_dq", "wf2"], ["d"], name="conv2"),
+        *qdq("d", "s_in", "z0"),  # grid [0, 2.55]: a folded Relu
+        helper.make_node("Sigmoid", ["d_dq"], ["g"], name="sig"),
+        *qdq("g", "s_in", "z0"),  # after a Sigmoid: no clamp
+    ]
+    inits = [
+        numpy_helper.from_array(np.float32(0.01), "s_in"),
+        numpy_helper.from_array(np.float32(6.0 / 255), "s6"),
+        numpy_helper.from_array(np.uint8(0), "z0"),
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(np.float32([0.01, 0.02, 0.03, 0.015, 0.005]), "ws"),
+        numpy_helper.from_array(rng.standard_normal((3, 5, 1, 1)).astype(np.float32), "wf2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 5])],
+        [helper.make_tensor_value_info("g_dq", TensorProto.FLOAT, [1, 3, 4, 5])],
+        inits,
+    )
+    fv = derive_float_view(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    onnx.checker.check_model(fv.model, full_check=True)
+    ops = [(n.op_type, list(n.input)) for n in fv.model.graph.node]
+    assert [op for op, _ in ops] == ["Conv", "Clip", "Conv", "Relu", "Sigmoid", "Identity"], ops
+    assert ops[0][1][0] == "x" and fv.clamps == 2 and fv.dropped_pairs == 4
+    assert {k: v[1] for k, v in fv.activation_params.items()} == {"x": 0, "c": 0, "d": 0, "g": 0}
