@@ -97,8 +97,9 @@ def prepare_prequantized(
     )
     if dynamic:
         notes.append(
-            f"the file's dynamic quantization ({', '.join(dynamic)}) becomes static quantization "
-            "with calibrated ranges where quanta quantizes those operators"
+            f"the file's dynamic operators ({', '.join(dynamic)}) are quantized again as quanta "
+            "quantizes their float forms: statically with calibrated ranges (an LSTM as "
+            "DynamicQuantizeLSTM by default, Recipe.recurrent)"
         )
     # the user's own overrides win over the file's
     rec = dataclasses.replace(
