@@ -387,8 +387,12 @@ class _Deriver:
             for i, x in enumerate(ins):
                 if i not in data and x:
                     new.input[i] = self.integer(x) if x in self.real else self.f(x)
-            self.nodes.append(new)
             s, z = self.real[ins[data[0]]][1:]
+            if node.op_type == "Pad" and len(ins) > 2 and ins[2] in self.consts and self.const(s) is not None:
+                # the pad value is a level of the data's grid: its real value pads the view
+                real = dequantize(self.consts[ins[2]], np.asarray(self.const(s)), self.const(z))
+                new.input[2] = self.add_init(ins[2] + "_float", real.astype(np.float32))
+            self.nodes.append(new)
             for y in node.output:  # float now, under their own names
                 if y:
                     self.real[y] = (y, s, z)
@@ -410,9 +414,11 @@ class _Deriver:
                 return False
             zp = self.const(n.input[2]) if len(n.input) > 2 else None
             a = self.attrs(n)
-            self.consts[n.output[0]] = quantize(
+            qa = quantize(
                 xa, sa, zp, int(a.get("axis", 1)), int(a.get("block_size", 0)), int(a.get("saturate", 1))
             )
+            # an initializer for whatever reads it as an integer (dropped when nothing does)
+            self.consts[n.output[0]] = self.inits[n.output[0]] = qa
             return True
         self.real[n.output[0]] = (self.f(x), n.input[1], n.input[2] if len(n.input) > 2 else "")
         self.record(self.f(x), n.input[1], n.input[2] if len(n.input) > 2 else "")

@@ -443,3 +443,55 @@ def test_a_grid_at_zero_is_a_folded_activation_only_after_a_layer():
     assert [op for op, _ in ops] == ["Conv", "Clip", "Conv", "Relu", "Sigmoid", "Identity"], ops
     assert ops[0][1][0] == "x" and fv.clamps == 2 and fv.dropped_pairs == 4
     assert {k: v[1] for k, v in fv.activation_params.items()} == {"x": 0, "c": 0, "d": 0, "g": 0}
+
+
+def test_pad_on_8_bit_data_pads_the_view_with_the_real_value(tmp_path):
+    """ONNX Runtime's QOperator Pad runs on uint8 with the pad value quantized: the view
+    pads the float data with that level's real value."""
+    rng = np.random.default_rng(6)
+    w1 = rng.standard_normal((7, 3, 3, 3)).astype(np.float32) * 0.3
+    w2 = rng.standard_normal((5, 7, 3, 3)).astype(np.float32) * 0.2
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1"),
+            helper.make_node("Pad", ["c1", "pads", "pv"], ["p"], name="pad", mode="constant"),
+            helper.make_node("Conv", ["p", "w2"], ["y"], name="conv2"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 9, 11])],
+        [
+            numpy_helper.from_array(w1, "w1"),
+            numpy_helper.from_array(w2, "w2"),
+            numpy_helper.from_array(np.array([0, 0, 2, 2, 0, 0, 2, 2], np.int64), "pads"),
+            numpy_helper.from_array(np.array(0.5, np.float32), "pv"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    src, out = str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx")
+    onnx.save(model, src)
+    feeds = [{"x": rng.standard_normal((1, 3, 9, 11)).astype(np.float32)} for _ in range(4)]
+    ort_quantize_static(src, out, _Reader(feeds), quant_format=QuantFormat.QOperator, per_channel=True)
+    q = onnx.load(out)
+    fv = derive_float_view(q)
+    onnx.checker.check_model(fv.model, full_check=True)
+    assert not {n.op_type for n in fv.model.graph.node} & {
+        "QLinearConv",
+        "QuantizeLinear",
+        "DequantizeLinear",
+    }
+    ref = onnx.ModelProto()
+    ref.CopyFrom(model)
+    inits = {t.name: t for t in ref.graph.initializer}
+    for node, w in (("conv1", "w1"), ("conv2", "w2")):
+        inits[w].CopyFrom(numpy_helper.from_array(_view_weight(fv.model, node, 1), w))
+    pad = next(n for n in fv.model.graph.node if n.op_type == "Pad")
+    pv = {t.name: numpy_helper.to_array(t) for t in fv.model.graph.initializer}[pad.input[2]]
+    assert pv.dtype == np.float32 and abs(float(pv) - 0.5) < 0.05  # 0.5 on the grid
+    inits["pv"].CopyFrom(numpy_helper.from_array(pv, "pv"))
+    for feed in feeds[:2]:
+        want = _ort(ref, feed)[0]
+        np.testing.assert_allclose(
+            _ort(fv.model, feed)[0], want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max())
+        )
