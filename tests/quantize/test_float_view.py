@@ -481,6 +481,7 @@ def test_pad_on_8_bit_data_pads_the_view_with_the_real_value(tmp_path):
         "QuantizeLinear",
         "DequantizeLinear",
     }
+    assert fv.mapped == {"QLinearConv": 2, "Pad on 8-bit data": 1}, fv.format()
     ref = onnx.ModelProto()
     ref.CopyFrom(model)
     inits = {t.name: t for t in ref.graph.initializer}
