@@ -8,11 +8,15 @@ feeds (benchmarks/zoo's) are written as a folder of ``.npz`` files, then
     quanta debug FP32 [QUANTIZED] --data FEEDS --html R.html --json R.json
 
 with QUANTIZED given for files another tool quantized (the manifest's ``source`` is
-their FP32 original) and omitted otherwise (quanta quantizes with its defaults first;
-a shipped quantized file without an FP32 original is its own "FP32" model then).
+their FP32 original) and omitted otherwise (quanta quantizes a float model with its
+defaults first; a shipped quantized file without an FP32 original is measured against
+its own float view, the derived reference of quanta/quantize/float_view.py). With
+``--alone``, the files another tool quantized are given alone instead (derived reference,
+not their FP32 original).
 
     python benchmarks/debug_zoo.py                      # every zoo model
     python benchmarks/debug_zoo.py --models ppocr_cls,vit_focus --real
+    python benchmarks/debug_zoo.py --alone --models ppocr_cls.ort_qop,tashkeel_int8
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ def run_debug(
     }
 
 
-def zoo_cases(names: list[str] | None):
+def zoo_cases(names: list[str] | None, alone: bool = False):
     import zoo as Z
 
     cache = Z.zoodata.cache_dir()
@@ -80,7 +84,7 @@ def zoo_cases(names: list[str] | None):
     for name in names or list(entries):
         e = entries[name]
         model = Z.Model(e, cache)
-        if e.get("source"):  # quantized by another tool: compare with its FP32 original
+        if e.get("source") and not alone:  # quantized by another tool: compare with its FP32 original
             yield name, cache / entries[e["source"]]["path"], model.path, model.calib
         else:
             yield name, model.path, None, model.calib
@@ -101,12 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", help="comma-separated zoo names (default: all)")
     ap.add_argument("--real", action="store_true", help="also EfficientNet-Lite0 and MiniLM")
     ap.add_argument("--no-zoo", action="store_true")
+    ap.add_argument(
+        "--alone", action="store_true", help="files another tool quantized: without their FP32 original"
+    )
     ap.add_argument("--samples", type=int, default=8, help="feeds the debugger runs on (default 8)")
     ap.add_argument("--skip", default="", help="comma-separated zoo names to leave out")
     ap.add_argument("--out", type=Path, default=Path("/tmp/quanta-debug-zoo"))
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    cases = [] if args.no_zoo else [zoo_cases(args.models.split(",") if args.models else None)]
+    cases = [] if args.no_zoo else [zoo_cases(args.models.split(",") if args.models else None, args.alone)]
     if args.real:
         cases.append(real_cases())
     failures = 0

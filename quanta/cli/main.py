@@ -294,6 +294,8 @@ def cmd_quantize(args: argparse.Namespace) -> int:
                 std=tuple(args.image_std) if args.image_std else None,
                 layout=args.image_layout,
             )
+        if getattr(args, "recalibrate", False):
+            options["keep_file_parameters"] = False
         accuracy = None
         targets = [
             (m, v)
@@ -339,31 +341,31 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 def cmd_debug(args: argparse.Namespace) -> int:
     """Layer-wise error of a QDQ model against its FP32 original (quanta.debug.compare);
     without QUANTIZED, the FP32 model is quantized with the default recipe on the data
-    first (into a temporary file)."""
+    first (into a temporary file), and an already-quantized MODEL is measured against
+    its own float view (quanta.quantize.float_view; the report says the reference is
+    derived)."""
     import tempfile
 
     from quanta.debug.compare import compare
 
     with tempfile.TemporaryDirectory() as tmp:
         quantized = args.quantized
+        fp32: str | None = args.model
         if quantized is None:
-            from quanta.ir.onnx_io import ModelLoadError, load_proto
-            from quanta.ir.op_rules import QUANT_OPS
+            from quanta.ir.onnx_io import load_proto
+            from quanta.quantize.float_view import is_quantized
             from quanta.quantize.static import quantize_static
 
             proto, _ = load_proto(args.model)
-            already = sorted({n.op_type for n in proto.graph.node if n.op_type in QUANT_OPS})
-            if already:
-                # one quantized file: there is no float model to measure it against
-                raise ModelLoadError(
-                    f"{args.model}: the model is already quantized (it has {', '.join(already)}); "
-                    "quanta debug measures a quantized model against its FP32 original: "
-                    "quanta debug FP32_MODEL QUANTIZED_MODEL --data ..."
-                )
-            quantized = os.path.join(tmp, "quantized.onnx")
-            quantize_static(args.model, quantized, args.data, args.recipe, verbose=False, progress=False)
+            if is_quantized(proto):
+                # one quantized file (shipped without its float original): measured
+                # against its own float view, which the report names as the reference
+                fp32, quantized = None, args.model
+            else:
+                quantized = os.path.join(tmp, "quantized.onnx")
+                quantize_static(args.model, quantized, args.data, args.recipe, verbose=False, progress=False)
         result = compare(
-            args.model,
+            fp32,
             quantized,
             args.data,
             limit=args.samples,
@@ -493,6 +495,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["gptq", "nearest"],
         help="weights: GPTQ second-order rounding on the calibration data (default) or each to nearest",
     )
+    s.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="an already-quantized MODEL: calibrate every tensor anew instead of keeping the "
+        "file's own activation scales and zero points",
+    )
     s.add_argument("--image-size", type=int, help="images: center crop to SIZE x SIZE")
     s.add_argument("--image-resize", type=int, help="images: resize the shorter side to this first")
     s.add_argument(
@@ -562,7 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser(
         "debug", help="which layers lose accuracy: local vs inherited error per quantized node, with fixes"
     )
-    s.add_argument("model", help="the FP32 model")
+    s.add_argument("model", help="the FP32 model, or a quantized model alone (compared with its float view)")
     s.add_argument(
         "quantized", nargs="?", help="its QDQ model (default: quantize MODEL with the default recipe)"
     )

@@ -272,6 +272,9 @@ class DebugResult:
     ablation_mode: str = "only"  # eq. (6b) "only" this node quantized, or eq. (6) "float"
     float_nodes: list[tuple[str, str]] = field(default_factory=list)  # (node, op) compute left float
     integer_share: float | None = None
+    # how the FP32 reference was made when none was given: the quantized file's own float
+    # view (quanta.quantize.float_view); "" for a reference the user gave
+    reference: str = ""
 
     @property
     def output_sqnr_db(self) -> float:
@@ -299,6 +302,8 @@ class DebugResult:
             f"{self.samples} feed(s); outputs: SQNR {self.output_sqnr_db:.1f} dB, cosine {self.output_cosine:.5f}"
             + ("" if self.top1_agreement is None else f", top-1 agreement {self.top1_agreement:.3f}")
         ]
+        if self.reference:
+            lines.append(f"reference: {self.reference}")
         if self.integer_share is not None:
             lines.append(f"integer MAC share: {self.integer_share * 100:.1f} %")
         worst = self.worst(k)
@@ -395,6 +400,7 @@ class DebugResult:
             "float_nodes": [list(f) for f in self.float_nodes],
             "ablation_passes": self.ablation_passes,
             "ablation_mode": self.ablation_mode,
+            "reference": self.reference,
         }
 
     def to_json(self) -> str:
@@ -486,6 +492,9 @@ def _pairs(model: Model, prefix: str = "") -> dict[str, _Pair]:
             continue
         q = dq.inputs[0].producer
         if q is None or q.op_type != "QuantizeLinear" or q.inputs[0] is None or q.inputs[0].is_const:
+            continue
+        w = q.inputs[0].producer
+        if w is not None and w.op_type == "Constant":  # a weight held in a Constant node
             continue
         s = _const(q.input(1))
         if s is None or s.size != 1:
@@ -856,8 +865,26 @@ def _diagnose(t: TensorRow, hist) -> None:
 # ------------------------------------------------------------------------------ compare
 
 
+#: What the report says of a reference derived from the quantized file itself
+DERIVED_REFERENCE = (
+    "derived from the quantized file itself (no FP32 model given): its weights dequantized, "
+    "its activation quantization removed, its integer operators replaced by their float "
+    "forms; the error shown is the activation quantization's (and the dynamic "
+    "quantization's), the weights' rounding is in both models"
+)
+
+
+def derived_reference(quantized: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """The float view of ``quantized`` as the FP32 reference, and the sentence the report
+    carries about it."""
+    from quanta.quantize.float_view import derive_float_view
+
+    view = derive_float_view(quantized)
+    return view.model, f"{DERIVED_REFERENCE} ({view.format()})"
+
+
 def compare(
-    fp32: str | os.PathLike | onnx.ModelProto | Model,
+    fp32: str | os.PathLike | onnx.ModelProto | Model | None,
     quantized: str | os.PathLike | onnx.ModelProto | Model,
     data: Any,
     *,
@@ -880,9 +907,20 @@ def compare(
     ``address`` as for calibration): the samples are split into contiguous shards, each
     shard's statistics gathered where the engine runs it and merged here in shard order
     (:class:`_Stats`: exact sums, counts, maxima, histograms), so the result is the
-    single process's, bit for bit. The ablation passes run here."""
+    single process's, bit for bit. The ablation passes run here.
+
+    ``fp32`` None: the reference is the quantized file's own float view
+    (:func:`derived_reference`), for a file shipped without its float original; the
+    result's ``reference`` says so."""
     if ablation_mode not in ABLATION_MODES:
         raise ValueError(f"ablation_mode must be one of {ABLATION_MODES}, not {ablation_mode!r}")
+    reference = ""
+    if fp32 is None:
+        if isinstance(quantized, Model):
+            from quanta.ir.onnx_io import to_proto
+
+            quantized = to_proto(quantized)
+        fp32, reference = derived_reference(quantized)
     fmodel = _load(fp32, "fp32")
     qmodel = _load(quantized, "quantized")
     plan = _Plan(fmodel, qmodel, histograms)
@@ -909,6 +947,7 @@ def compare(
 
         raise CalibrationDataError("debug data is empty: no sample was read")
     result = plan.finish(stats)
+    result.reference = reference
     if ablation > 0:
         _ablate(result, plan, data, limit, result.worst(ablation), ablation_mode)
     return result

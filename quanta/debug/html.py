@@ -145,6 +145,8 @@ def render_html(result: DebugResult, *, title: str = "model", worst: int = 10, h
     for k, v in summary:
         out.append(f"<tr><th>{_esc(k)}</th><td class='num'>{_esc(v)}</td></tr>")
     out.append("</table>")
+    if result.reference:
+        out.append(f"<p><strong>FP32 reference:</strong> {_esc(result.reference)}</p>")
     if plt is None:
         out.append("<p><em>charts need matplotlib: <code>pip install quanta[report]</code></em></p>")
 

@@ -321,9 +321,15 @@ def quantize_static(
     workers: int | None = None,
     address: str | None = None,
     shards: int | None = None,
+    keep_file_parameters: bool = True,
     **options: Any,
 ) -> QuantizationSummary | MXSummary:
     """Quantize ``model_input`` with ranges calibrated on ``calibration_data``.
+
+    A ``model_input`` that is already quantized (Q/DQ, QOperator or dynamic operators) is
+    quantized through its float view (quanta.quantize.prequantized): the activations it
+    quantized keep its own scale and zero point (``keep_file_parameters=False``:
+    calibrated anew), the tensors it left float are calibrated, and the summary says so.
 
     ``calibration_data``: a CalibrationDataReader, an iterable of feed dicts, an ``.npz``
     file, or a folder of ``.npz`` files or images (with ``preprocess``).
@@ -343,6 +349,33 @@ def quantize_static(
     """
     t0 = time.perf_counter()
     recipe = _recipe_from(recipe, options).for_target()  # a device's fixed choices (Recipe.target)
+    from quanta.quantize.prequantized import load_if_quantized, prepare_prequantized
+
+    quantized_input = load_if_quantized(model_input)
+    if quantized_input is not None:
+        # quanta.quantize.prequantized: the file's float view, quantized with its own grids
+        prepared = prepare_prequantized(quantized_input, recipe, keep_parameters=keep_file_parameters)
+        assert prepared is not None
+        view, view_recipe, notes = prepared
+        summary = quantize_static(
+            view,
+            model_output,
+            calibration_data,
+            view_recipe,
+            preprocess=preprocess,
+            verbose=False,
+            accuracy=accuracy,
+            engine=engine,
+            workers=workers,
+            address=address,
+            shards=shards,
+        )
+        if isinstance(summary, QuantizationSummary):
+            summary.notes[:0] = notes
+            summary.input_bytes = quantized_input.ByteSize()
+        if verbose:
+            print(summary.format() if isinstance(summary, QuantizationSummary) else summary)
+        return summary
     if _mx_recipe(recipe):
         return _quantize_mx(model_input, model_output, recipe, verbose)
     if accuracy is not None:

@@ -275,10 +275,15 @@ def test_the_cli_prints_the_worst_layers_and_writes_json_and_html(tmp_path, caps
     # without the quantized file, the FP32 model is quantized with the default recipe first
     assert main(["debug", str(src), "--data", str(data)]) == 0
     assert "layers that add the most error" in capsys.readouterr().out
-    # one file that is already quantized: no float model to measure it against, said so
-    assert main(["debug", str(out), "--data", str(data)]) != 0
-    err = capsys.readouterr().err
-    assert str(out) in err and "already quantized" in err and "FP32_MODEL QUANTIZED_MODEL" in err
+    # one file that is already quantized: measured against its own float view, said so
+    assert main(["debug", str(out), "--data", str(data), "--json", str(js)]) == 0
+    text = capsys.readouterr().out
+    assert (
+        "reference: derived from the quantized file itself" in text
+        and "layers that add the most error" in text
+    )
+    rows = json.loads(js.read_text())
+    assert [n["name"] for n in rows["nodes"]] == ["a", "b", "c"] and rows["reference"].startswith("derived")
     args = ["debug", str(src), str(out), "--data", str(data), "--json", str(js), "--ablation", "3"]
     assert main([*args, "--ablation-mode", "float"]) == 0
     rows = json.loads(js.read_text())

@@ -305,13 +305,23 @@ def test_quantize_static_embedding_table_is_stored_int8(tmp_path):
     assert 10 * np.log10((a**2).sum() / ((a - b) ** 2).sum()) > 30.0  # int8 table + int8 activations
 
 
-def test_quantize_static_refuses_an_already_quantized_model(tmp_path):
+def test_quantize_static_on_an_already_quantized_model_keeps_its_grids(tmp_path):
+    """A valid quantized file is quantized through its float view (no refusal): the
+    input's Q/DQ keeps the file's scale and zero point, the summary says what happened."""
+    from onnx import numpy_helper
+
     src = tmp_path / "q.onnx"
     onnx.save(models.qdq_conv(), src)
-    with pytest.raises(ValueError) as e:
-        quanta.quantize_static(src, tmp_path / "qq.onnx", cnn_feeds(1), verbose=False)
-    assert str(e.value) == (
-        f"{src}: the model is already quantized (it has DequantizeLinear, QuantizeLinear); "
-        "quantize its float original instead"
-    )
-    assert not (tmp_path / "qq.onnx").exists()
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.standard_normal((1, 3, 9, 5)).astype(np.float32)} for _ in range(4)]
+    summary = quanta.quantize_static(src, tmp_path / "qq.onnx", feeds, verbose=False)
+    out = onnx.load(tmp_path / "qq.onnx")
+    onnx.checker.check_model(out, full_check=True)
+    assert any("already quantized" in n for n in summary.notes)
+    inits = {t.name: numpy_helper.to_array(t) for t in out.graph.initializer}
+    q_x = next(n for n in out.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "x")
+    assert abs(float(inits[q_x.input[1]]) - 0.02) <= 1e-7 * 0.02 and int(inits[q_x.input[2]]) == 131
+    feed = feeds[0]
+    a = ort.InferenceSession(str(tmp_path / "qq.onnx"), ort_session_options()).run(None, feed)[0]
+    b = quanta.InferenceSession(str(tmp_path / "qq.onnx")).run(None, feed)[0]
+    np.testing.assert_allclose(a, b, atol=0.07 + 1e-6)  # one output step

@@ -1,0 +1,133 @@
+"""``quantize_static`` on a file that is already quantized (ONNX Runtime's QDQ, QOperator
+or dynamic formats, NNCF, a QAT export): quantize what can be, keep what the file chose.
+
+ONNX Runtime's ``quantize_static`` warns on such a file and goes on, keeping weights that
+are already behind a DequantizeLinear; a QAT file's parameters are the training's result.
+quanta does the same through the file's float view (quanta.quantize.float_view):
+
+1. derive the float model the file stands for (weights dequantized, activation Q/DQ
+   dropped, QOperator and dynamic integer operators as their float operators);
+2. quantize it as any float model, calibrating on the data, except that every activation
+   the file quantized keeps the file's grid: a fixed range ``[(qmin - zp) * s,
+   (qmax - zp) * s]`` in the file's storage type (a recipe override; the parameters
+   computed from it are the file's to float rounding). Weights are quantized again from
+   their dequantized values with nearest rounding and no bias correction, so a weight
+   on the file's grid keeps its integers where the grids agree (symmetric, same
+   granularity);
+3. the regions the file left float are quantized with calibrated ranges, and the
+   summary says which of the file's tensors were kept, which were calibrated, and what
+   the view replaced (a dynamic operator becomes a statically quantized one: static
+   quantization is what was asked for).
+
+``keep_parameters=False`` ignores the file's activation grids and calibrates every tensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import numpy as np
+import onnx
+
+from quanta.quantize.float_view import FloatView, derive_float_view, quantized_ops
+from quanta.quantize.recipe import Recipe, TensorOverride
+
+__all__ = ["file_overrides", "prepare_prequantized"]
+
+
+def file_overrides(view: FloatView) -> dict[str, TensorOverride]:
+    """The file's activation grids as fixed-range overrides of the view's tensors."""
+    out: dict[str, TensorOverride] = {}
+    for name, (scale, zp, dtype) in view.activation_params.items():
+        info = np.iinfo(np.dtype(dtype))
+        if not (scale > 0 and np.isfinite(scale)) or dtype not in ("uint8", "int8", "uint16", "int16"):
+            continue
+        out[name] = TensorOverride(range=((info.min - zp) * scale, (info.max - zp) * scale), dtype=dtype)
+    return out
+
+
+def prepare_prequantized(
+    proto: onnx.ModelProto, recipe: Recipe, keep_parameters: bool = True
+) -> tuple[onnx.ModelProto, Recipe, list[str]] | None:
+    """(the float view to quantize, the recipe to quantize it with, the notes for the
+    summary), or None for a float model."""
+    ops = quantized_ops(proto)
+    if not ops:
+        return None
+    view = derive_float_view(proto)
+    notes = [
+        f"the input is already quantized ({', '.join(ops)}): quanta quantized the float model it "
+        f"stands for ({view.format()})"
+    ]
+    if view.kept:
+        notes.append(
+            f"{len(view.kept)} node(s) of the file have no float form here and stay as the file has them: "
+            + ", ".join(f"{n or '<unnamed>'} ({op})" for n, op, _ in view.kept[:8])
+        )
+    overrides: dict[str, TensorOverride] = {}
+    if keep_parameters:
+        present = {o for n in view.model.graph.node for o in n.output} | {
+            i.name for i in view.model.graph.input
+        }
+        overrides = {k: v for k, v in file_overrides(view).items() if k in present}
+        notes.append(
+            f"the file's own scale and zero point (its tool's or its training's choice) for its "
+            f"{len(overrides)} quantized activation tensor(s), wherever quanta quantizes them too; "
+            "the tensors it left float are calibrated"
+        )
+    else:
+        notes.append(
+            "the file's activation parameters were ignored (keep_parameters=False): every tensor is calibrated"
+        )
+    dynamic = sorted(
+        {
+            op
+            for op in view.mapped
+            if op
+            in (
+                "MatMulInteger",
+                "ConvInteger",
+                "DynamicQuantizeLSTM",
+                "DynamicQuantizeMatMul",
+                "MatMulIntegerToFloat",
+            )
+        }
+    )
+    if dynamic:
+        notes.append(
+            f"the file's dynamic operators ({', '.join(dynamic)}) are quantized again as quanta "
+            "quantizes their float forms: statically with calibrated ranges (an LSTM as "
+            "DynamicQuantizeLSTM by default, Recipe.recurrent)"
+        )
+    # the user's own overrides win over the file's
+    rec = dataclasses.replace(
+        recipe,
+        overrides={**overrides, **recipe.overrides},
+        weight_rounding="nearest",
+        bias_correction=False,
+    )
+    notes.append(
+        "weights quantized again from their dequantized values (nearest rounding, no bias correction)"
+    )
+    return view.model, rec, notes
+
+
+def load_if_quantized(model_input: Any) -> onnx.ModelProto | None:
+    """The model as a proto when it is already quantized (None for a float model: its
+    file is then read once more by the caller, its external data not at all here)."""
+    from quanta.ir.onnx_io import load_proto
+
+    if isinstance(model_input, onnx.ModelProto):
+        head = model_input
+    elif isinstance(model_input, bytes):
+        head = onnx.load_from_string(model_input)
+    else:
+        try:
+            head = onnx.load(os.fspath(model_input), load_external_data=False)
+        except Exception:  # the caller's loader says what is wrong with the file
+            return None
+    if not quantized_ops(head):
+        return None
+    return load_proto(model_input)[0]
