@@ -14,6 +14,9 @@ mask, Softmax, QuantizeLinear), each a runtime step that writes and reads the wh
 tensor. As one node, the native target runs them on one row at a time in L1
 (tensor_ops.h ``softmax_quant``).
 
+A Softmax that reads a DequantizeLinear directly is left alone: ``Q(Softmax(DQ(x)))`` is
+the pattern of the integer lowerings (QLinearSoftmax, the integer-only IntSoftmax).
+
 Numerics: exact. ``SoftmaxQuant`` is defined as the nodes it replaces, in order
 (reference/accumulator.py: the Mul's and Add's float32 roundings, Softmax's twin,
 QuantizeLinear's twin); the native kernel composes the native kernels of those same
@@ -78,6 +81,9 @@ class FuseSoftmaxQuant(Rule):
         w, s = m.value("w"), m.value("s")
         if not _f32(w) or w.shape is None or not _only_use(s, q, m.graph):
             return NoMatch("the Softmax is not float32 of a known rank read by the QuantizeLinear only")
+        if w.producer is not None and w.producer.op_type == "DequantizeLinear" and not w.producer.domain:
+            # Q(Softmax(DQ(x))): the integer lowerings' pattern (IntSoftmax of a 16-bit x)
+            return NoMatch("the Softmax reads a DequantizeLinear: left to the integer lowerings")
         rank = len(w.shape)
         axis = sm.attrs.get("axis", -1 if self.opset >= 13 else 1)
         if rank < 1 or axis not in (-1, rank - 1):

@@ -32,6 +32,7 @@ def attention_scores(
     per_channel_y: bool = False,
     extra_use: bool = False,
     x_shape: tuple = X,
+    dequantized: bool = False,
 ) -> onnx.ModelProto:
     """x -> Mul(0.17677669) -> Add(mask) -> Softmax -> Q -> DQ -> y; a Relu also reads
     the Softmax when ``extra_use``."""
@@ -53,6 +54,13 @@ def attention_scores(
     ]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))]
     nodes, v = [], "x"
+    if dequantized:  # Softmax(DQ(Q(x))): the integer lowerings' pattern
+        inits += [numpy_helper.from_array(np.float32(0.01), "sx"), numpy_helper.from_array(np.int16(3), "zx")]
+        nodes += [
+            helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
+            helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"], name="dqx"),
+        ]
+        v = "xd"
     if scale:
         nodes.append(helper.make_node("Mul", ["c", "x"] if swap else ["x", "c"], ["v"], name="mul"))
         v = "v"
@@ -135,6 +143,10 @@ def test_a_mask_that_widens_x_keeps_the_graphs_value():
         ({"axis": 2}, "the Softmax's axis 2 is not the last"),
         ({"per_channel_y": True}, "y_scale"),
         ({"extra_use": True}, "'s' (output of 'softmax' (Softmax)) is also used"),
+        (
+            {"dequantized": True, "scale": False, "mask_shape": None},
+            "the Softmax reads a DequantizeLinear: left to the integer lowerings",
+        ),
     ],
 )
 def test_refusals(kwargs, reason):
