@@ -222,6 +222,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
     from quanta.passes.lower.fold_float_weights import FoldFloatWeights
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
     from quanta.passes.lower.requant_params import CarryRequantization
+    from quanta.passes.lower.softmax_quant import FuseSoftmaxQuantPass
     from quanta.passes.lower.wide import MsQdqToOnnxPass
     from quanta.passes.rules.fuse_gelu import FuseGeluPass
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
@@ -252,6 +253,8 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         CanonicalizeEinsum(),
         # ConvInteger's float output stage, a float gate and QuantizeLinear -> one node
         FuseAccumulatorToQuant(),
+        # an attention score's scale, mask Add, Softmax and QuantizeLinear -> one node
+        FuseSoftmaxQuantPass(opset),
         ChannelsLast(),  # convolutions exchange NHWC; transposes only at region edges
         EliminateDead(),
         CarryRequantization(),  # the requantization multipliers, once, on the nodes

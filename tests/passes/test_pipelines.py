@@ -204,13 +204,14 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
 
     passes = lower_qdq(opset=21)
     names = [p.name for p in passes]
-    assert names[-9:] == [
+    assert names[-10:] == [
         "lower_qdq_to_qlinear",
         "quantize_pad",
         "fuse_gelu",
         "fuse_layer_norm",
         "canonicalize_einsum",
         "fuse_accumulator_to_quant",
+        "fuse_softmax_quant",
         "channels_last",
         "eliminate_dead",
         "carry_requantization",

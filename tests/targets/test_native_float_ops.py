@@ -381,7 +381,8 @@ def test_quantized_encoder_native_matches_reference_bit_exact(tmp_path) -> None:
         sess = quanta.InferenceSession(str(int8), sess_options=opts, backend="native")
         assert_bit_exact(ref, sess.run(None, feeds)[0])
         ran = {s.op_type for s in sess.plan.steps if s.kernel.impl == "native"}
-        assert {"Softmax", "LayerNormalization", "Add", "Sub", "Mul"} <= ran, sess.fallbacks
+        # the attention's scale, mask Add, Softmax and QuantizeLinear run as one SoftmaxQuant
+        assert {"SoftmaxQuant", "LayerNormalization", "Add", "Sub", "Mul"} <= ran, sess.fallbacks
     assert sum(RUNTIME_FALLBACKS.values()) == before
 
 

@@ -20,6 +20,10 @@
 //   acc_to_quant(acc, bias, scale, float_bias, post_kind, post_params, y_scale, y_zero_point,
 //                y_signed, num_threads=1, out=None) -> y uint8 / int8   the same acc and
 //     parameters; post_kind a sgemm.h PostOp kind (0: none); y_scale > 0 and finite
+//   softmax_quant(x, scale, mask, mask_rows, y_scale, y_zero_point, y_signed, num_threads=1,
+//                 out=None) -> y uint8 / int8   x float32 rank >= 1, last dimension d in
+//     [1, 4096]; scale None or one float32; mask None or float32 [R', d] with mask_rows int64
+//     [x.size / d] in [0, R'); y_scale > 0 and finite
 //   take_axis(x, axis, idx, num_threads=1, out=None) -> y     any dtype; idx int64 in [0, n)
 //   repeat_2d(x, sh, sw, num_threads=1, out=None, lanes=False) -> y   1-64-byte elements, rank >= 2
 //   copy_strided(x, num_threads=1, out=None) -> y            any dtype, any strides -> C order
@@ -395,6 +399,69 @@ py::array acc_to_quant(const py::handle& acc_obj, const py::object& bias_obj, co
   return y;
 }
 
+py::array softmax_quant(const py::handle& x_obj, const py::object& scale_obj, const py::object& mask_obj,
+                        const py::object& rows_obj, float y_scale, int32_t y_zero_point, bool y_signed, int num_threads,
+                        const py::object& out_obj) {
+  const std::string op = "softmax_quant";
+  auto x = require_array<float>(x_obj, "softmax_quant: x");
+  if (x.ndim() < 1) throw py::value_error(op + ": x: expected rank >= 1, got a scalar");
+  const int64_t d = x.shape(x.ndim() - 1);
+  if (d < 1 || d > tensor_ops::kSoftmaxQuantMaxD) {
+    throw py::value_error(op + ": x: expected a last dimension in [1, " +
+                          std::to_string(tensor_ops::kSoftmaxQuantMaxD) + "], got " + std::to_string(d));
+  }
+  const int64_t rows = x.size() / d;
+  const float* scale = nullptr;
+  py::array_t<float, py::array::c_style> sc;
+  if (!scale_obj.is_none()) {
+    sc = require_array<float>(scale_obj, "softmax_quant: scale");
+    if (sc.size() != 1) throw py::value_error(op + ": scale: expected one value");
+    scale = sc.data();
+  }
+  const float* mask = nullptr;
+  const int64_t* mask_rows = nullptr;
+  py::array_t<float, py::array::c_style> mk;
+  py::array_t<int64_t, py::array::c_style> mr;
+  if (!mask_obj.is_none()) {
+    mk = require_array<float>(mask_obj, "softmax_quant: mask");
+    mr = require_array<int64_t>(rows_obj, "softmax_quant: mask_rows");
+    if (mk.ndim() < 1 || mk.shape(mk.ndim() - 1) != d) {
+      throw py::value_error(op + ": mask: expected a last dimension of " + std::to_string(d));
+    }
+    if (mr.size() != rows) throw py::value_error(op + ": mask_rows: expected " + std::to_string(rows) + " values");
+    const int64_t mask_n = mk.size() / d;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (mr.data()[r] < 0 || mr.data()[r] >= mask_n) {
+        throw py::value_error(op + ": mask_rows: expected values in [0, " + std::to_string(mask_n) + ")");
+      }
+    }
+    mask = mk.data();
+    mask_rows = mr.data();
+  }
+  if (!(y_scale > 0.0f) || !std::isfinite(y_scale)) {
+    throw py::value_error(op + ": y_scale: expected a positive finite value, got " + std::to_string(y_scale));
+  }
+  const int32_t qmin = y_signed ? -128 : 0, qmax = y_signed ? 127 : 255;
+  if (y_zero_point < qmin || y_zero_point > qmax) {
+    throw py::value_error(op + ": y_zero_point: expected in [" + std::to_string(qmin) + ", " + std::to_string(qmax) +
+                          "], got " + std::to_string(y_zero_point));
+  }
+  check_threads(num_threads, op);
+  const py::dtype dt = y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>();
+  auto y = make_output(out_obj, dt, shape_of(x), op, {x});
+  {
+    py::gil_scoped_release release;
+    if (y_signed) {
+      tensor_ops::softmax_quant(x.data(), static_cast<int8_t*>(y.mutable_data()), rows, d, scale, mask, mask_rows,
+                                y_scale, y_zero_point, num_threads, active_isa());
+    } else {
+      tensor_ops::softmax_quant(x.data(), static_cast<uint8_t*>(y.mutable_data()), rows, d, scale, mask, mask_rows,
+                                y_scale, y_zero_point, num_threads, active_isa());
+    }
+  }
+  return y;
+}
+
 py::array take_axis(const py::handle& x_obj, int64_t axis, const py::handle& idx_obj, int num_threads,
                     const py::object& out_obj) {
   auto x = contiguous(x_obj, "take_axis: x");
@@ -549,6 +616,10 @@ void register_tensor_ops(py::module_& m) {
         arg("out") = none,
         "y = QuantizeLinear(post(acc_to_float(acc, bias, scale, float_bias)), y_scale, y_zero_point), uint8 or "
         "int8, over channel axis 1 of int32 acc (post: sgemm.h PostOp kinds, as conv_f32).");
+  m.def("softmax_quant", &softmax_quant, arg("x"), arg("scale"), arg("mask"), arg("mask_rows"), arg("y_scale"),
+        arg("y_zero_point"), arg("y_signed"), arg("num_threads") = 1, arg("out") = none,
+        "y = QuantizeLinear(Softmax(Add?(Mul?(x, scale), mask[mask_rows]), axis=-1), y_scale, y_zero_point), "
+        "uint8 or int8, per row of float32 x (quanta::SoftmaxQuant).");
   m.def("take_axis", &take_axis, arg("x"), arg("axis"), arg("idx"), arg("num_threads") = 1, arg("out") = none,
         "y[a, q, :] = x[a, idx[q], :] along axis, any dtype.");
   m.def("repeat_2d", &repeat_2d, arg("x"), arg("sh"), arg("sw"), arg("num_threads") = 1, arg("out") = none,

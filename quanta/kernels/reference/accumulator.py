@@ -18,6 +18,14 @@ the same stage followed by the float gate a float ``quanta::Conv`` fuses (``acti
 none, SiLU, HardSwish, HardSigmoid, ClipMulDiv; nn_conv.fused_gate, the replaced nodes'
 own functions in order) and a per-tensor QuantizeLinear (its twin): the chain that
 passes/lower/accumulator_to_quant.py folds into one node, bit for bit.
+
+    y = SoftmaxQuant(x, scale?, mask?, y_scale, y_zero_point)
+      = QuantizeLinear(Softmax(Add?(Mul?(x, scale), mask), axis=-1), y_scale, y_zero_point)
+
+an attention score's float stage (passes/lower/accumulator_to_quant.py, FuseSoftmaxQuant):
+the Mul by one float32 value, the Add of a mask (numpy broadcasting), the Softmax
+along the last axis and a per-tensor QuantizeLinear, each the ai.onnx operator's twin in
+this order.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import numpy as np
 
 from quanta.kernels.reference.registry import OpError, register
 
-__all__ = ["QUANTA_DOMAIN", "accumulator_to_float", "accumulator_to_quant"]
+__all__ = ["QUANTA_DOMAIN", "accumulator_to_float", "accumulator_to_quant", "softmax_quant"]
 
 QUANTA_DOMAIN = "quanta"
 
@@ -70,4 +78,30 @@ def accumulator_to_quant(
     if activation:
         with np.errstate(all="ignore"):
             y = np.asarray(fused_gate(y, activation, activation_params, getattr(ctx, "node_name", "")))
+    return np.asarray(quantize_linear_op(ctx, y, y_scale, y_zero_point))
+
+
+@register("SoftmaxQuant", QUANTA_DOMAIN)
+def softmax_quant(
+    ctx,
+    x: np.ndarray,
+    scale: np.ndarray | None,
+    mask: np.ndarray | None,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray,
+) -> np.ndarray:
+    from quanta.kernels.reference.nn import softmax
+    from quanta.kernels.reference.quantize import quantize_linear_op
+
+    if x.dtype != np.float32 or any(v is not None and v.dtype != np.float32 for v in (scale, mask)):
+        raise OpError("SoftmaxQuant: expected float32 x, scale and mask")
+    v = x
+    with np.errstate(all="ignore"):
+        if scale is not None:
+            v = np.multiply(v, scale, dtype=np.float32)
+        if mask is not None:
+            v = np.add(v, mask, dtype=np.float32)
+    if np.ndim(v) < 1:
+        raise OpError("SoftmaxQuant: expected a result of rank >= 1")
+    y = softmax(ctx, np.asarray(v, np.float32), axis=-1)
     return np.asarray(quantize_linear_op(ctx, y, y_scale, y_zero_point))

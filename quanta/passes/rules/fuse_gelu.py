@@ -5,7 +5,10 @@
     (B) %y = Mul(Mul(%x, 0.5), %a)        (export of ``x * 0.5 * (1 + erf(x/√2))``, HF)
       -> %y = Gelu(%x)                    ai.onnx Gelu-20 (approximate "none") when the
                                           model imports opset >= 20, else com.microsoft Gelu
-                                                                                   FuseGelu
+    (C) %y = Mul(Mul(%x, %a), %c)         %c any other float32 constant: the 0.5 with a
+                                          per-channel factor folded in (quanta's own
+                                          SmoothQuant files: c = 0.5 · s[n])
+      -> %y = Mul(Gelu(%x), 2·%c)                                                  FuseGelu
 
 Why: on a float island (a dynamically quantized BERT's feed-forward) the five ops are
 five passes over a [tokens, 4·hidden] float tensor; the fused kernel is one.
@@ -16,7 +19,10 @@ and the same division. Form (B) is exactly that sequence, bit for bit. Form (A)
 multiplies by 0.5 last instead of first; scaling by a power of two commutes with
 rounding, so the results are identical except where ``x · (1 + erf)`` or the result is
 subnormal or overflows (|x| > 1.7e38): there the two orders may differ in the last
-subnormal bit or give ±inf instead of a finite value. Only these exact constants match:
+subnormal bit or give ±inf instead of a finite value. Form (C) by the same argument:
+with u = fl(x · a), Gelu's fl(0.5·x · a) is 0.5·u exactly and 2·c is exact (the rule
+refuses a c whose double overflows), so fl(0.5·u · 2·c) rounds the real product u·c,
+as the file's fl(u · c) does, with the same subnormal / overflow exceptions. Only these exact constants match:
 the divisor is f32(√2) (0x3FB504F3), the addend 1 and the factor 0.5; a multiplication by
 1/√2 (a different rounding) is left alone.
 """
@@ -67,7 +73,8 @@ def _erf_branch(a: Value | None) -> tuple[Value, list[Node]] | None:
 
 
 class FuseGelu(Rule):
-    """Mul(Mul(x, Add(Erf(Div(x, √2)), 1)), 0.5) and Mul(Mul(x, 0.5), Add(...)) -> Gelu(x)"""
+    """Mul(Mul(x, Add(Erf(Div(x, √2)), 1)), 0.5) and Mul(Mul(x, 0.5), Add(...)) -> Gelu(x);
+    Mul(Mul(x, Add(...)), c) -> Mul(Gelu(x), 2·c)"""
 
     pattern = "y = Mul(p, q)"
 
@@ -82,21 +89,28 @@ class FuseGelu(Rule):
         found = (
             self._form_a(m, p, q) or self._form_a(m, q, p) or self._form_b(m, p, q) or self._form_b(m, q, p)
         )
+        scale = None
+        if found is None:
+            scaled = self._form_c(m, p, q) or self._form_c(m, q, p)
+            if scaled is not None:
+                found, scale = (scaled[0], scaled[1]), scaled[2]
         if found is None:
             return NoMatch(
-                "not a GELU: Mul(Mul(x, Add(Erf(Div(x, √2)), 1)), 0.5) or Mul(Mul(x, 0.5), Add(...))"
+                "not a GELU: Mul(Mul(x, Add(Erf(Div(x, √2)), 1)), 0.5 or a constant) or Mul(Mul(x, 0.5), Add(...))"
             )
         x, inner = found
+        if scale is not None and (x.shape is None or m.value("y").shape != x.shape):
+            return NoMatch("the constant factor broadcasts the GELU's output to another shape")
         for node in inner:
             if not _single_use(node.outputs[0], m.graph):
                 return NoMatch(f"the intermediate '{node.outputs[0].name}' has other users")
-        m.data.update(x=x, inner=inner)
+        m.data.update(x=x, inner=inner, scale=scale)
         return m
 
     @staticmethod
-    def _form_a(m: Match, mul_out: Value, half: Value) -> tuple[Value, list[Node]] | None:
-        """y = Mul(Mul(x, a), 0.5)"""
-        if not _const_scalar(half, 0.5):
+    def _form_a(m: Match, mul_out: Value, half: Value | None) -> tuple[Value, list[Node]] | None:
+        """y = Mul(Mul(x, a), 0.5); ``half`` None: any factor (form C checks it)"""
+        if half is not None and not _const_scalar(half, 0.5):
             return None
         mul = _producer(mul_out, "Mul")
         if mul is None:
@@ -106,6 +120,21 @@ class FuseGelu(Rule):
             if branch is not None and branch[0] is x:
                 return x, [mul, *branch[1]]
         return None
+
+    @staticmethod
+    def _form_c(m: Match, mul_out: Value, c: Value) -> tuple[Value, list[Node], np.ndarray] | None:
+        """y = Mul(Mul(x, a), c), c a float32 constant whose double is finite"""
+        if c is None or not c.is_const:
+            return None
+        arr = np.asarray(c.const)
+        if arr.dtype != np.float32:
+            return None
+        with np.errstate(over="ignore"):
+            twice = np.multiply(arr, np.float32(2), dtype=np.float32)
+        if not np.all(np.isfinite(twice)):  # an infinite or NaN c, or one whose double overflows
+            return None
+        found = FuseGelu._form_a(m, mul_out, None)
+        return None if found is None else (*found, twice)
 
     @staticmethod
     def _form_b(m: Match, half_x: Value, a: Value) -> tuple[Value, list[Node]] | None:
@@ -124,7 +153,12 @@ class FuseGelu(Rule):
     def rewrite(self, m: Match, b: Builder) -> Value:
         x = m.data["x"]
         kwargs = {"domain": "com.microsoft"} if self.opset < 20 else {"attrs": {"approximate": "none"}}
-        return b.op("Gelu", [x], types=result_type(shape_from=m["y"], elem_from=m["y"]), **kwargs)
+        types = result_type(shape_from=m["y"], elem_from=m["y"])
+        g = b.op("Gelu", [x], types=types, **kwargs)
+        scale = m.data["scale"]
+        if scale is None:
+            return g
+        return b.op("Mul", [g, b.const(f"{m['y'].name}_gelu_scale", scale)], types=types)
 
 
 class FuseGeluPass(RewritePass):

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node
-from quanta.kernels.reference.accumulator import accumulator_to_float, accumulator_to_quant
+from quanta.kernels.reference.accumulator import accumulator_to_float, accumulator_to_quant, softmax_quant
 from quanta.kernels.reference.math_ops import POW_EXACT_FORMS, onnx_dtype, pow_exponent
 from quanta.kernels.reference.registry import OpContext
 from quanta.kernels.reference.tensor_ops import _indices, slice_bounds
@@ -1471,3 +1471,88 @@ def bind_accumulator_to_quant(model: Model, node: Node) -> tuple[Kernel | None, 
     if node.attrs.get("activation", "") not in _ACC_POST_KINDS:
         return None, f"activation {node.attrs.get('activation')!r} has no native post-op"
     return _kernel(_acc_to_quant_native, "acc_to_quant", specialize=_acc_to_quant_specialized)
+
+
+# quanta::SoftmaxQuant (lower/accumulator_to_quant.py): an attention score's Mul, mask Add,
+# Softmax and QuantizeLinear in one pass over each row (tensor_ops.h softmax_quant)
+
+#: (x shape, mask shape) -> the mask row of each x row (the mask's broadcast over the rows)
+_MASK_ROWS = BoundedCache()
+
+
+def _mask_rows(x_shape: tuple, mask_shape: tuple) -> np.ndarray:
+    def build() -> np.ndarray:
+        lead = mask_shape[:-1]
+        idx = np.arange(int(np.prod(lead, dtype=np.int64)), dtype=np.int64).reshape(lead)
+        return np.ascontiguousarray(np.broadcast_to(idx, x_shape[:-1]).reshape(-1))
+
+    rows: np.ndarray = _MASK_ROWS.get((x_shape, mask_shape), build)
+    return rows
+
+
+def _softmax_quant_native(
+    ctx: Any,
+    x: Any,
+    scale: Any,
+    mask: Any,
+    y_scale: Any,
+    y_zero_point: Any,
+    *,
+    out: Any = None,
+) -> np.ndarray:
+    """SoftmaxQuant (reference/accumulator.py) through the native pass; other shapes and
+    parameters go to the twin."""
+    try:
+        if not isinstance(x, np.ndarray) or x.dtype != F32 or x.ndim < 1 or not 1 <= x.shape[-1] <= 4096:
+            raise _Unsupported
+        if scale is not None and (
+            np.asarray(scale).dtype != F32 or np.asarray(scale).size != 1 or np.ndim(scale) > x.ndim
+        ):
+            raise _Unsupported  # a scale of higher rank broadcasts x to another shape: the twin
+        rows = None
+        if mask is not None:
+            if (
+                not isinstance(mask, np.ndarray)
+                or mask.dtype != F32
+                or mask.ndim < 1
+                or mask.ndim > x.ndim
+                or mask.shape[-1] != x.shape[-1]
+                or np.broadcast_shapes(mask.shape, x.shape) != x.shape
+            ):
+                raise _Unsupported
+            mask = np.asarray(mask, order="C")
+            rows = _mask_rows(x.shape, mask.shape)
+        ys, yz = np.asarray(y_scale), np.asarray(y_zero_point)
+        if ys.size != 1 or ys.dtype != F32 or yz.size != 1 or yz.dtype not in (np.uint8, np.int8):
+            raise _Unsupported
+        sy = float(ys.reshape(()))
+        if not (math.isfinite(sy) and sy > 0.0):
+            raise _Unsupported
+        sc = None if scale is None else np.asarray(scale, F32).reshape(1)
+        return _native().softmax_quant(
+            np.asarray(x, order="C"),
+            sc,
+            mask,
+            rows,
+            sy,
+            int(yz.reshape(())),
+            yz.dtype == np.int8,
+            _threads(ctx),
+            out,
+        )
+    except (_Unsupported, ValueError):
+        pass
+    RUNTIME_FALLBACKS["SoftmaxQuant"] += 1
+    y = softmax_quant(ctx, x, scale, mask, y_scale, y_zero_point)
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+@register_binder("SoftmaxQuant", "quanta")
+def bind_softmax_quant(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """quanta::SoftmaxQuant on float32 rows of at most 4096 values, a per-tensor 8-bit
+    output; the mask broadcasts over the rows."""
+    del model, node  # unused
+    return _kernel(_softmax_quant_native, "softmax_quant")

@@ -20,11 +20,13 @@ from tests.passes.helpers import run_passes, run_ref
 SQRT2 = np.float32(np.sqrt(2.0))
 
 
-def gelu_proto(form: str = "A", *, opset: int = 17, divisor=SQRT2, extra_use: bool = False, add_first=False):
+def gelu_proto(
+    form: str = "A", *, opset: int = 17, divisor=SQRT2, extra_use: bool = False, add_first=False, half=0.5
+):
     inits = [
         numpy_helper.from_array(np.asarray(divisor, np.float32), "c_sqrt2"),
         numpy_helper.from_array(np.float32(1.0), "one"),
-        numpy_helper.from_array(np.float32(0.5), "half"),
+        numpy_helper.from_array(np.asarray(half, np.float32), "half"),
     ]
     nodes = [
         helper.make_node("Relu", ["x_in"], ["x"], name="pre"),
@@ -65,6 +67,34 @@ def test_gelu_fuses_bit_exact(form, add_first):
     assert result.fired("FuseGelu") == 1
     assert [(n.op_type, n.domain) for n in model.graph.nodes] == [("Relu", ""), ("Gelu", "com.microsoft")]
     np.testing.assert_array_equal(run_ref(proto, feeds())[0], run_ref(model, feeds())[0])
+
+
+# form C: the 0.5 with a per-channel factor folded in (a SmoothQuant file), distinct
+# values on the 257 columns, and a scalar other than 0.5
+SMOOTH = (0.5 * np.random.default_rng(3).uniform(0.3, 3.0, 257)).astype(np.float32)
+
+
+@pytest.mark.parametrize("half", [SMOOTH, np.float32(0.37)], ids=["per-column", "scalar"])
+@pytest.mark.parametrize("add_first", [False, True])
+def test_gelu_with_a_constant_factor_fuses_bit_exact(half, add_first):
+    proto = gelu_proto("A", add_first=add_first, half=half)
+    model = load(proto)
+    result = run_passes(model, [FuseGeluPass(17), EliminateDead()])
+    assert result.fired("FuseGelu") == 1
+    assert [(n.op_type, n.domain) for n in model.graph.nodes] == [
+        ("Relu", ""),
+        ("Gelu", "com.microsoft"),
+        ("Mul", ""),
+    ]
+    factor = model.graph.nodes[-1].inputs[1].const
+    np.testing.assert_array_equal(factor, np.asarray(half, np.float32) * np.float32(2))
+    np.testing.assert_array_equal(run_ref(proto, feeds())[0], run_ref(model, feeds())[0])
+
+
+def test_gelu_with_a_factor_whose_double_overflows_is_left_alone():
+    model = load(gelu_proto("A", half=np.float32(3e38)))
+    result = run_passes(model, [FuseGeluPass(17)])
+    assert result.fired("FuseGelu") == 0
 
 
 def test_opset_20_uses_the_onnx_op():

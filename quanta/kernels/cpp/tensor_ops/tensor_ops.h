@@ -174,6 +174,13 @@ template <typename T>  // uint8_t or int8_t
 void acc_to_quant(const int32_t* acc, T* y, int64_t rows, int64_t inner, int64_t channels, const int32_t* bias,
                   const float* scale, const float* fbias, const sgemm::PostOp* post, float y_scale, int32_t zy,
                   int num_threads, Isa isa);
+// quanta::SoftmaxQuant: y[r, :] = QuantizeLinear(Softmax(Add?(Mul?(x[r, :], scale), mask[mask_rows[r], :])),
+// y_scale, zy) over `rows` rows of d <= kSoftmaxQuantMaxD elements (softmax_quant.cc); scale (one
+// value) and mask (with mask_rows: the mask row of each x row) may be null.
+constexpr int64_t kSoftmaxQuantMaxD = 4096;
+template <typename T>  // uint8_t or int8_t
+void softmax_quant(const float* x, T* y, int64_t rows, int64_t d, const float* scale, const float* mask,
+                   const int64_t* mask_rows, float y_scale, int32_t zy, int num_threads, Isa isa);
 // y[a, q, :] = x[a, idx[q], :]; idx already in [0, n)
 void take_axis(const uint8_t* x, int64_t outer, int64_t n, int64_t inner_bytes, const int64_t* idx, int64_t m,
                uint8_t* y, int num_threads);

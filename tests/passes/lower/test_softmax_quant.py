@@ -1,0 +1,216 @@
+"""FuseSoftmaxQuant: an attention score's scale Mul, mask Add, Softmax and per-tensor
+QuantizeLinear become one quanta::SoftmaxQuant, bit for bit the chain it replaces; the
+refusals with their reasons; and the native kernel against the twin on every ISA (rows
+of 1, 17, 128, 258 and 1030 values, masks broadcast over heads and rows, fully masked
+rows, saturation at both ends, non-zero zero points)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from quanta.ir.onnx_io import load
+from quanta.ir.verify import Stage
+from quanta.passes.lower.softmax_quant import FuseSoftmaxQuant, FuseSoftmaxQuantPass
+from quanta.passes.pattern import RewritePass
+from quanta.passes.rules.eliminate_dead import EliminateDead
+from quanta.session import InferenceSession, SessionOptions
+from tests.passes.helpers import run_passes, run_ref
+
+X = (2, 3, 5, 17)
+
+
+def attention_scores(
+    *,
+    mask_shape: tuple | None = (1, 1, 5, 17),
+    scale: bool = True,
+    swap: bool = False,
+    axis: int = -1,
+    signed: bool = False,
+    per_channel_y: bool = False,
+    extra_use: bool = False,
+    x_shape: tuple = X,
+    dequantized: bool = False,
+) -> onnx.ModelProto:
+    """x -> Mul(0.17677669) -> Add(mask) -> Softmax -> Q -> DQ -> y; a Relu also reads
+    the Softmax when ``extra_use``."""
+    zy_t = np.int8 if signed else np.uint8
+    inits = [
+        numpy_helper.from_array(np.float32(0.17677669), "c"),
+        numpy_helper.from_array(
+            np.linspace(0.003, 0.005, x_shape[-1]).astype(np.float32)
+            if per_channel_y
+            else np.float32(1 / 255),
+            "sy",
+        ),
+        numpy_helper.from_array(
+            np.full(x_shape[-1], -100 if signed else 3, zy_t)
+            if per_channel_y
+            else np.array(-100 if signed else 3, zy_t),
+            "zy",
+        ),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))]
+    nodes, v = [], "x"
+    if dequantized:  # Softmax(DQ(Q(x))): the integer lowerings' pattern
+        inits += [numpy_helper.from_array(np.float32(0.01), "sx"), numpy_helper.from_array(np.int16(3), "zx")]
+        nodes += [
+            helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
+            helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"], name="dqx"),
+        ]
+        v = "xd"
+    if scale:
+        nodes.append(helper.make_node("Mul", ["c", "x"] if swap else ["x", "c"], ["v"], name="mul"))
+        v = "v"
+    if mask_shape is not None:
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, list(mask_shape)))
+        nodes.append(helper.make_node("Add", ["mask", v] if swap else [v, "mask"], ["w"], name="add"))
+        v = "w"
+    nodes += [
+        helper.make_node("Softmax", [v], ["s"], name="softmax", axis=axis),
+        helper.make_node(
+            "QuantizeLinear", ["s", "sy", "zy"], ["q"], name="q", **({"axis": -1} if per_channel_y else {})
+        ),
+        helper.make_node(
+            "DequantizeLinear", ["q", "sy", "zy"], ["y"], name="dq", **({"axis": -1} if per_channel_y else {})
+        ),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if extra_use:
+        nodes.append(helper.make_node("Relu", ["s"], ["r"], name="other_reader"))
+        outputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, None))
+    g = helper.make_graph(nodes, "attention", inputs, outputs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def feeds(mask_shape: tuple | None = (1, 1, 5, 17), x_shape: tuple = X) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(11)
+    out = {"x": (rng.standard_normal(x_shape) * 9).astype(np.float32)}
+    if mask_shape is not None:
+        m = np.where(rng.random(mask_shape) < 0.3, np.float32(-3.4028235e38), np.float32(0)).astype(
+            np.float32
+        )
+        out["mask"] = m
+    return out
+
+
+def fused(proto: onnx.ModelProto):
+    model = load(proto)
+    result = run_passes(model, [FuseSoftmaxQuantPass(17), EliminateDead()], stage=Stage.LOWERED)
+    return model, result
+
+
+@pytest.mark.parametrize("mask_shape", [(1, 1, 5, 17), (2, 1, 1, 17), (17,), None])
+@pytest.mark.parametrize("scale", [True, False])
+@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("signed", [False, True])
+def test_fuses_bit_exact_reference_and_native(mask_shape, scale, swap, signed):
+    proto = attention_scores(mask_shape=mask_shape, scale=scale, swap=swap, signed=signed)
+    model, result = fused(proto)
+    assert result.fired("FuseSoftmaxQuant") == 1
+    ops = [(n.op_type, n.domain) for n in model.graph.nodes]
+    assert ops == [("SoftmaxQuant", "quanta"), ("DequantizeLinear", "")]
+    f = feeds(mask_shape)
+    expected = run_ref(proto, f)[0]
+    np.testing.assert_array_equal(run_ref(model, f)[0], expected)
+    # the whole pipeline on both targets: the native kernel gives the twin's bytes
+    for threads in (1, 2):
+        opts = SessionOptions()
+        opts.intra_op_num_threads = threads
+        sess = InferenceSession(proto, opts, backend="native")
+        assert any(s.kernel.name == "native:softmax_quant" for s in sess.plan.steps)
+        np.testing.assert_array_equal(sess.run(None, f)[0], expected)
+
+
+def test_a_mask_that_widens_x_keeps_the_graphs_value():
+    # x [1, 1, 5, 17] + mask [2, 3, 5, 17]: the Add's result is the mask's shape; the native
+    # kernel hands it to the twin, which broadcasts as the Add did
+    proto = attention_scores(mask_shape=X, x_shape=(1, 1, 5, 17))
+    model, result = fused(proto)
+    assert result.fired("FuseSoftmaxQuant") == 1
+    f = feeds(X, x_shape=(1, 1, 5, 17))
+    expected = run_ref(proto, f)[0]
+    assert expected.shape == X
+    np.testing.assert_array_equal(run_ref(model, f)[0], expected)
+    np.testing.assert_array_equal(InferenceSession(proto, backend="native").run(None, f)[0], expected)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "reason"),
+    [
+        ({"axis": 2}, "the Softmax's axis 2 is not the last"),
+        ({"per_channel_y": True}, "y_scale"),
+        ({"extra_use": True}, "'s' (output of 'softmax' (Softmax)) is also used"),
+        (
+            {"dequantized": True, "scale": False, "mask_shape": None},
+            "the Softmax reads a DequantizeLinear: left to the integer lowerings",
+        ),
+    ],
+)
+def test_refusals(kwargs, reason):
+    model = load(attention_scores(**kwargs))
+    p = RewritePass([FuseSoftmaxQuant(17)])
+    result = run_passes(model, [p], stage=Stage.LOWERED)
+    assert result.fired("FuseSoftmaxQuant") == 0
+    reasons = [r.reason for r in p.why_not("FuseSoftmaxQuant")]
+    assert any(r.startswith(reason) for r in reasons), reasons
+
+
+@pytest.mark.parametrize(
+    ("shape", "mask_shape"),
+    [
+        ((1, 12, 128, 128), (1, 1, 128, 128)),
+        ((3, 7, 17), (3, 1, 17)),
+        ((5, 1), (1,)),
+        ((2, 3, 258), None),
+        ((7, 1030), (7, 1030)),
+        ((4097 // 17, 17), (17,)),
+    ],
+)
+@pytest.mark.parametrize("scale", [None, np.float32(0.125)])
+@pytest.mark.parametrize("signed", [False, True])
+def test_native_softmax_quant_matches_the_twin_every_isa(shape, mask_shape, scale, signed):
+    from quanta.ir.graph import Node, Value
+    from quanta.kernels import _native
+    from quanta.kernels.reference.registry import get_op
+    from quanta.targets.base import KernelContext
+    from quanta.targets.native import BINDERS, _load_families
+
+    rng = np.random.default_rng(shape[-1] * 3 + len(shape))
+    x = (rng.standard_normal(shape) * 12).astype(np.float32)
+    x.reshape(-1)[:3] = [np.float32(3e38), np.float32(-3e38), np.float32(0)]
+    mask = None
+    if mask_shape is not None:
+        mask = np.where(rng.random(mask_shape) < 0.2, np.float32(-3.4028235e38), np.float32(0)).astype(
+            np.float32
+        )
+        mask.reshape(-1, mask_shape[-1])[0] = np.float32(-np.inf)  # a fully masked row: NaN scores
+    ys = np.float32(0.0021)  # the largest probabilities saturate
+    zy = np.array(-77 if signed else 5, np.int8 if signed else np.uint8)
+    ctx = KernelContext()
+    with np.errstate(all="ignore"):
+        twin = get_op("SoftmaxQuant", "quanta")(ctx, x, scale, mask, ys, zy)
+    assert twin.dtype == zy.dtype and twin.shape == shape
+    _load_families()
+    node = Node("SoftmaxQuant", [Value(n) for n in "xcmsz"], [Value("y")], {}, domain="quanta")
+    kernel, reason = BINDERS[("quanta", "SoftmaxQuant")](None, node)
+    assert kernel is not None, reason
+    calls = _native.softmax_quant  # the native kernel runs (no fallback to the twin)
+    try:
+        for isa in _native.supported_isas():
+            _native.set_isa(isa)
+            for threads in (1, 2):
+                got = kernel.fn(KernelContext(num_threads=threads), x, scale, mask, ys, zy)
+                assert got.dtype == twin.dtype and got.tobytes() == twin.tobytes(), (isa, threads)
+                rows = None
+                if mask is not None:
+                    from quanta.targets.native.tensor_ops import _mask_rows
+
+                    rows = _mask_rows(x.shape, mask.shape)
+                sc = None if scale is None else np.asarray(scale, np.float32).reshape(1)
+                direct = calls(x, sc, mask, rows, float(ys), int(zy), bool(signed), threads)
+                assert direct.tobytes() == twin.tobytes(), (isa, threads)
+    finally:
+        _native.clear_isa()
