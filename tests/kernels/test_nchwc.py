@@ -436,6 +436,30 @@ def test_max_pool_propagates_nan() -> None:
     every_isa(run)
 
 
+@pytest.mark.parametrize("kernel", [(2, 2), (3, 3), (2, 3)])
+def test_max_pool_inner_windows_propagate_nan_at_every_tap(kernel) -> None:
+    """The windows inside the plane start their maximum at the first tap (2 × 2 and 3 × 3
+    unrolled, others generic): a NaN at any tap of a window, a window of −inf and one of
+    NaN only give the twin's bytes."""
+    from quanta.kernels.reference.registry import OpContext
+
+    kh, kw = kernel
+    x5 = normal(np.random.default_rng(kh * 10 + kw), 1, 1, 4 * kh, 4 * kw, 16)
+    for lane, (ky, kx) in enumerate((ky, kx) for ky in range(kh) for kx in range(kw)):
+        x5[0, 0, kh + ky, kw + kx, lane] = np.nan  # window (1, 1): one tap per lane
+    x5[0, 0, 2 * kh : 3 * kh, 2 * kw : 3 * kw, 15] = -np.inf
+    x5[0, 0, 3 * kh : 4 * kh, 3 * kw : 4 * kw, 14] = np.nan
+    attrs = dict(kernel_shape=list(kernel), strides=list(kernel), pads=[0, 0, 0, 0])
+    want = twin.max_pool_nchwc(OpContext(opset=17), x5, **attrs)
+    assert np.isnan(want[0, 0, 1, 1, : kh * kw]).all() and want[0, 0, 2, 2, 15] == -np.inf
+
+    def run(isa: str) -> None:
+        y = _native.max_pool_nchwc_f32(x5, list(kernel), list(kernel), [0, 0, 0, 0])
+        np.testing.assert_array_equal(y, want, err_msg=isa)  # NaN payloads are not pinned
+
+    every_isa(run)
+
+
 @pytest.mark.parametrize("c,h,w", [(17, 10, 10), (3, 1, 1), (48, 7, 9), (16, 20, 20), (7, 1, 37)])
 def test_global_avg_pool_is_the_twins_bytes(c, h, w) -> None:
     from quanta.kernels.reference.nn_pool import global_average_pool

@@ -355,3 +355,82 @@ def test_conv_pixel_panels_dense_and_strided():
                 for t in (1, 2)
             ]
         )
+
+
+@pytest.mark.parametrize("channels", [3, 7, 17])
+@pytest.mark.parametrize(
+    ("x_dt", "w_dt", "y_dt"),
+    [
+        (np.uint16, np.int8, np.uint16),  # int32 sums (8-bit weights)
+        (np.int16, np.uint8, np.int16),
+        (np.uint8, np.int8, np.uint8),
+        (np.uint16, np.int16, np.uint16),  # float64 sums: 16-bit weights break the int32 bound
+    ],
+)
+@pytest.mark.parametrize(
+    ("hw", "kernel", "attrs"),
+    [
+        ((9, 13), (3, 3), dict(strides=[1, 1], dilations=[1, 1], pads=[1, 1, 1, 1])),
+        ((5, 67), (5, 5), dict(strides=[2, 1], dilations=[1, 1], pads=[2, 2, 2, 2])),
+        ((11, 70), (3, 5), dict(strides=[1, 3], dilations=[2, 1], pads=[0, 2, 3, 1])),
+        ((7, 131), (3, 3), dict(strides=[1, 1], dilations=[1, 2], pads=[1, 0, 1, 2])),
+        ((8, 33), (3, 3), dict(strides=[2, 2], dilations=[1, 1], pads=[0, 1, 1, 0])),
+    ],
+)
+def test_depthwise_row_sums_match_the_twin(channels, x_dt, w_dt, y_dt, hw, kernel, attrs):
+    """The depthwise kernel's two sums (int16 tap pairs under the per-call bound, else
+    float64) against the twin: 3 / 7 / 17 channels, odd planes whose rows run past the
+    64-output chains and end in a masked tail (67, 131 columns), strides and dilations
+    that pair taps within a column phase (stride 3 and 2: taps kx and kx + s) or leave
+    them single (dilation 2), asymmetric pads, per-channel weight zero points and scales, a
+    zero point of x far from 0, 1 and 2 threads, every ISA."""
+    rng = np.random.default_rng(channels * 1000 + hw[1])
+    x = _rand(rng, x_dt, (2, channels, *hw))
+    w = _rand(rng, w_dt, (channels, 1, *kernel))
+    ix = np.iinfo(x_dt)
+    zx = x_dt(ix.min + (int(ix.max) - int(ix.min)) // 3)
+    zw = _rand(rng, w_dt, (channels,))
+    sw = rng.uniform(0.5, 2.0, channels).astype(F32)
+    taps = kernel[0] * kernel[1]
+    span = np.sqrt(taps) * float(ix.max - ix.min) * float(np.iinfo(w_dt).max - np.iinfo(w_dt).min) / 4
+    b = rng.integers(-int(span) // 4, int(span) // 4, channels).astype(np.int32)
+    iy = np.iinfo(y_dt)
+    sy = F32(0.003 * span / (iy.max - iy.min))
+    args = (x, F32(0.003), zx, w, sw, zw, sy, y_dt(int(iy.min) + 5), b)
+    want = qlinear_conv16(*args, group=channels, **attrs)
+    assert len(np.unique(want)) > 20
+    every_isa(
+        lambda isa: [
+            np.testing.assert_array_equal(
+                _native_conv(*args, t, group=channels, **attrs), want, err_msg=f"{isa} {t}"
+            )
+            for t in (1, 2)
+        ]
+    )
+
+
+@pytest.mark.parametrize("excess", [0, 1])
+def test_depthwise_int16_pair_bound_at_its_edge(excess):
+    """Σ_t |w − zw| · 32768 at 2^31 − 2^15 (int16 pairs: x − 32768 = −32768 at x = 0, so
+    every partial int32 sum reaches −(2^31 − 2^15) on the inner outputs) and one weight
+    unit above it (the float64 sums): 3 × 3 weights of 7282 and one of 7279 (+ excess),
+    negated on one channel; x − zx = −65535 in the image, 0 in the padding; both exact."""
+    x = np.zeros((1, 3, 5, 7), np.uint16)
+    x[:, 1, ::2] = 40000
+    w = np.full((3, 1, 3, 3), 7282, np.int16)
+    w[:, 0, 2, 2] = 7279 + excess
+    w[2] = -w[2]
+    zw = np.zeros(3, np.int16)
+    sw = np.array([1.0, 0.75, 1.25], F32)
+    span = 65535.0 * 65535
+    args = (x, F32(1.0), np.uint16(65535), w, sw, zw, F32(span / 65535 * 2), np.uint16(30000), None)
+    want = qlinear_conv16(*args, group=3, pads=[1, 1, 1, 1])
+    assert len(np.unique(want)) > 3
+    every_isa(
+        lambda isa: [
+            np.testing.assert_array_equal(
+                _native_conv(*args, t, group=3, pads=[1, 1, 1, 1]), want, err_msg=f"{isa} {t}"
+            )
+            for t in (1, 2)
+        ]
+    )

@@ -41,7 +41,7 @@ py::array reorder_nchwc(const py::handle& x_obj, const py::object& out_obj, int 
   if (y.size() == 0) return std::move(y);
   {
     py::gil_scoped_release release;
-    nchwc::reorder_to_nchwc(x.data(), n, c, h * w, y.mutable_data(), num_threads);
+    nchwc::reorder_to_nchwc(x.data(), n, c, h * w, y.mutable_data(), num_threads, active_isa());
   }
   return std::move(y);
 }
@@ -62,7 +62,7 @@ py::array reorder_nchw(const py::handle& x_obj, int64_t c, const py::object& out
   if (y.size() == 0) return std::move(y);
   {
     py::gil_scoped_release release;
-    nchwc::reorder_to_nchw(x.data(), n, c, h * w, y.mutable_data(), num_threads);
+    nchwc::reorder_to_nchw(x.data(), n, c, h * w, y.mutable_data(), num_threads, active_isa());
   }
   return std::move(y);
 }

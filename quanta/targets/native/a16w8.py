@@ -24,6 +24,7 @@ from quanta.kernels.reference.registry import get_op
 from quanta.passes.lower.requant_params import requant_params
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
+from quanta.targets.native._cache import BoundedCache
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
@@ -207,18 +208,39 @@ def bind_qlinear_matmul16(model: Model, node: Node) -> tuple[Kernel | None, str]
     return Kernel(_matmul16_native, "native", name, params=params, out=True), ""
 
 
+def _conv16_geometry(shape: tuple[int, ...], kernel: list[int], attrs: dict) -> tuple:
+    """The kernel's 2-D geometry of one input shape (a 1-D convolution as one row):
+    kernel, strides, dilations, (top, left) pads, output (h, w) and the output's spatial
+    shape. Cached per input shape in the kernel's params: conv_attrs costs more than the
+    kernel call of a small layer (SE blocks' 1×1 convolutions)."""
+    g = conv_attrs(shape, kernel, **attrs)
+    if len(shape) == 4:
+        return (
+            tuple(g.kernel_shape),
+            tuple(g.strides),
+            tuple(g.dilations),
+            (g.pads[0], g.pads[1]),
+            tuple(g.out_shape),
+            tuple(g.out_shape),
+        )
+    return (
+        (1, g.kernel_shape[0]),
+        (1, g.strides[0]),
+        (1, g.dilations[0]),
+        (0, g.pads[0]),
+        (1, g.out_shape[0]),
+        tuple(g.out_shape),
+    )
+
+
 def _conv16_native(
     ctx: Any, x: np.ndarray, *rest: np.ndarray, out: np.ndarray | None = None, attrs: dict, **p: Any
 ) -> np.ndarray:
     if x.dtype == p["x_dtype"] and x.flags.c_contiguous and x.ndim in (3, 4):
-        g = conv_attrs(x.shape, p["kernel"], **attrs)
+        kernel, strides, dil, pads, out_hw, out_shape = p["geometry"].get(
+            x.shape, lambda: _conv16_geometry(x.shape, p["kernel"], attrs)
+        )
         x4 = x if x.ndim == 4 else x.reshape(x.shape[0], x.shape[1], 1, x.shape[2])
-        if x.ndim == 4:
-            kernel, strides, dil = tuple(g.kernel_shape), tuple(g.strides), tuple(g.dilations)
-            pads, out_hw = (g.pads[0], g.pads[1]), tuple(g.out_shape)
-        else:
-            kernel, strides, dil = (1, g.kernel_shape[0]), (1, g.strides[0]), (1, g.dilations[0])
-            pads, out_hw = (0, g.pads[0]), (1, g.out_shape[0])
         y4 = None if out is None else out.reshape(x.shape[0], p["m"], *out_hw)
         if p["depthwise"]:
             y = _native.a16w8_conv2d_depthwise(
@@ -258,7 +280,7 @@ def _conv16_native(
                 num_threads=_threads(ctx),
                 out=y4,
             )
-        return y.reshape(x.shape[0], p["m"], *g.out_shape) if out is None else out
+        return y.reshape(x.shape[0], p["m"], *out_shape) if out is None else out
     return _reference("QLinearConv16", ctx, (x, *rest), attrs, out)
 
 
@@ -285,7 +307,7 @@ def bind_qlinear_conv16(model: Model, node: Node) -> tuple[Kernel | None, str]:
     cg, mg = w.shape[1], m_out // group
     kk = int(np.prod(w.shape[2:]))
     zw_col = np.asarray(z_w, np.int64).reshape(m_out)
-    params.update(kernel=list(w.shape[2:]), m=m_out, group=group, attrs=attrs)
+    params.update(kernel=list(w.shape[2:]), m=m_out, group=group, attrs=attrs, geometry=BoundedCache())
     # the direct kernel's float64 sums are exact below 2^20 taps (a16w8.h kMaxDepthwiseTaps)
     params["depthwise"] = group > 1 and cg == 1 and mg == 1 and kk < 2**20
     if params["depthwise"]:

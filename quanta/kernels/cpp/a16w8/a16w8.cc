@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "a16w8/rows.h"
@@ -34,7 +35,7 @@ void ukernel_portable(const int16_t* a, int64_t lda, int mr, int64_t k2, const i
   }
 }
 
-const RowKernels kRowsPortable = {dw_row_generic, requant_row_generic};
+const RowKernels kRowsPortable = {dw_row_generic, dw_pairs_generic, requant_row_generic};
 
 MicroKernel select_ukernel(Isa isa) {
   switch (isa) {
@@ -166,6 +167,35 @@ inline void gather_row(const T* row, int64_t ix0, int64_t step, int64_t w, int64
 template <typename T>
 void fill_panel(const T* xg, int64_t oa, int16_t pad, const ConvGeom& g, int64_t cg, int64_t p0, int np, int64_t k2,
                 int16_t* panel, int64_t* rx) {
+  // A whole panel of a 1×1 stride-1 convolution without pads: input channel k is the
+  // contiguous run x[k·hw + p0 ..] (no runs, no bounds: fixed-length loops that vectorize)
+  if (np == kNR && g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0 && g.oh == g.h &&
+      g.ow == g.w) {
+    const int64_t hw = g.h * g.w;
+    const int32_t off = static_cast<int32_t>(oa);
+    int64_t sums[kNR] = {0};
+    for (int64_t p = 0; p < k2; ++p) {
+      int16_t c0[kNR], c1[kNR];
+      const T* a = xg + 2 * p * hw + p0;
+      for (int j = 0; j < kNR; ++j) c0[j] = static_cast<int16_t>(static_cast<int32_t>(a[j]) - off);
+      if (2 * p + 1 < cg) {
+        const T* b = a + hw;
+        for (int j = 0; j < kNR; ++j) c1[j] = static_cast<int16_t>(static_cast<int32_t>(b[j]) - off);
+      } else {
+        for (int j = 0; j < kNR; ++j) c1[j] = 0;
+      }
+      for (int blk = 0; blk < 2; ++blk) {
+        int16_t* dst = panel + blk * k2 * 32 + p * 32;
+        for (int j = 0; j < 16; ++j) {
+          dst[2 * j] = c0[blk * 16 + j];
+          dst[2 * j + 1] = c1[blk * 16 + j];
+        }
+      }
+      for (int j = 0; j < kNR; ++j) sums[j] += static_cast<int64_t>(c0[j]) + c1[j];
+    }
+    for (int j = 0; j < kNR; ++j) rx[j] = sums[j];
+    return;
+  }
   struct Run {
     int j0, n;
     int64_t iy0, ix0;
@@ -267,17 +297,18 @@ void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Pac
 
 namespace {
 
-// One channel's input minus zx (0 in the padding) in `sw` column phases (a16w8.h).
-template <typename T>
-void fill_phases(const T* xc, int64_t zx, const ConvGeom& g, int64_t hp, int64_t wr, double* ph) {
+// One channel's input minus `off` (`pad` in the padding) in `sw` column phases of
+// `wr` columns each (a16w8.h): the float64 phases (off = zx, pad 0).
+template <typename T, typename D>
+void fill_phases(const T* xc, int64_t off, D pad, const ConvGeom& g, int64_t hp, int64_t wr, D* ph) {
   for (int64_t r = 0; r < g.sw; ++r) {
     for (int64_t iy = 0; iy < hp; ++iy) {
       const int64_t sy = iy - g.pt;
-      double* dst = ph + (r * hp + iy) * wr;
+      D* dst = ph + (r * hp + iy) * wr;
       if (sy < 0 || sy >= g.h) {
-        std::fill(dst, dst + wr, 0.0);
+        std::fill(dst, dst + wr, pad);
       } else {
-        gather_row(xc + sy * g.w, r - g.pl, g.sw, g.w, wr, zx, 0.0, dst);
+        gather_row(xc + sy * g.w, r - g.pl, g.sw, g.w, wr, off, pad, dst);
       }
     }
   }
@@ -294,24 +325,125 @@ void conv2d_depthwise(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g,
   const int64_t hp = (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1;
   const int64_t wp = (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1;
   const int64_t wr = (wp + g.sw - 1) / g.sw;
+  // int16 pairs when the weights fit int16 and Σ|wd| · 32768 fits int32 (a16w8.h)
+  bool pairs = true;
+  for (int64_t ch = 0; ch < g.m && pairs; ++ch) {
+    int64_t s = 0;
+    for (int64_t t = 0; t < khw; ++t) {
+      const int64_t v = wd[ch * khw + t];
+      pairs = pairs && v >= -32767 && v <= 32767;
+      s += v < 0 ? -v : v;
+    }
+    pairs = pairs && s * 32768 <= (int64_t{1} << 31) - 1;
+  }
+  // The pair slots of one output row: per kernel row, the taps in each phase by their
+  // column index there; consecutive indices go in one slot, a lone tap with weight 0 as
+  // its second half (reading the column after it: the phase rows have one more).
+  struct Slot {
+    int64_t ky, phase, idx, t0, t1;  // t1 < 0: no second tap
+  };
+  std::vector<Slot> slots;
+  if (pairs) {
+    for (int64_t ky = 0; ky < g.kh; ++ky) {
+      for (int64_t r = 0; r < g.sw; ++r) {
+        std::vector<std::pair<int64_t, int64_t>> taps;  // (index in the phase, tap)
+        for (int64_t kx = 0; kx < g.kw; ++kx) {
+          const int64_t off = kx * g.dw;
+          if (off % g.sw == r) taps.emplace_back(off / g.sw, ky * g.kw + kx);
+        }
+        std::sort(taps.begin(), taps.end());
+        for (size_t a = 0; a < taps.size();) {
+          if (a + 1 < taps.size() && taps[a + 1].first == taps[a].first + 1) {
+            slots.push_back({ky, r, taps[a].first, taps[a].second, taps[a + 1].second});
+            a += 2;
+          } else {
+            slots.push_back({ky, r, taps[a].first, taps[a].second, -1});
+            a += 1;
+          }
+        }
+      }
+    }
+  }
+  const int64_t ns = static_cast<int64_t>(slots.size());
+  const int64_t oa = elem_offset(x_elem);
   // channels in ranges of 8 (one set of buffers per range; each channel is computed alone,
   // so the split does not change the bytes)
   auto range = [&](int64_t job0, int64_t job1) {
-    std::vector<double> ph(static_cast<size_t>(g.sw * hp * wr)), wt(static_cast<size_t>(khw));
-    std::vector<const double*> src(static_cast<size_t>(khw));
-    std::vector<int64_t> acc(static_cast<size_t>(g.ow));
+    const size_t phase_size = static_cast<size_t>(g.sw * hp * wr);
+    std::vector<double> ph(pairs ? 0 : phase_size), wt(pairs ? 0 : static_cast<size_t>(khw));
+    std::vector<const double*> src(pairs ? 0 : static_cast<size_t>(khw));
+    // int16 phases with one more column per row, and the pairs of each row's columns
+    const int64_t wr1 = wr + 1;
+    std::vector<int16_t> ph16(pairs ? static_cast<size_t>(g.sw * hp * wr1) : 0);
+    std::vector<int32_t> pr(pairs ? phase_size : 0), wpair(static_cast<size_t>(ns));
+    std::vector<const int32_t*> srcp(static_cast<size_t>(ns));
+    std::vector<int64_t> acc(static_cast<size_t>(P));
+    const int16_t pad16 = static_cast<int16_t>(zx - oa);
+    // the padded rows above and below the image: x' = zx − ox everywhere, for every channel
+    const int64_t iy_in0 = std::min(g.pt, hp), iy_in1 = std::max(iy_in0, std::min(hp, g.pt + g.h));
+    if (pairs) {
+      const uint32_t pad_pair =
+          static_cast<uint16_t>(pad16) | (static_cast<uint32_t>(static_cast<uint16_t>(pad16)) << 16);
+      std::fill(pr.begin(), pr.end(), static_cast<int32_t>(pad_pair));
+    }
     for (int64_t job = job0; job < job1; ++job) {
       const int64_t img = job / g.m, ch = job % g.m;
       const int64_t x_base = (img * g.c + ch) * g.h * g.w, y_base = (img * g.m + ch) * P;
-      switch (x_elem) {
-        case Elem::kU8: fill_phases(static_cast<const uint8_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
-        case Elem::kI8: fill_phases(static_cast<const int8_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
-        case Elem::kU16: fill_phases(static_cast<const uint16_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
-        default: fill_phases(static_cast<const int16_t*>(x) + x_base, zx, g, hp, wr, ph.data()); break;
+      const int32_t* w = wd + ch * khw;
+      int64_t bias = ep.bias ? ep.bias[ch] : 0;
+      if (pairs) {
+        // only the rows inside the image: the padding rows keep the pad pairs written once
+        for (int64_t r = 0; r < g.sw; ++r) {
+          for (int64_t iy = iy_in0; iy < iy_in1; ++iy) {
+            const int64_t row = r * hp + iy, sy = iy - g.pt;
+            int16_t* a = ph16.data() + row * wr1;
+            const int64_t at = x_base + sy * g.w;
+            switch (x_elem) {
+              case Elem::kU8:
+                gather_row(static_cast<const uint8_t*>(x) + at, r - g.pl, g.sw, g.w, wr1, oa, pad16, a);
+                break;
+              case Elem::kI8:
+                gather_row(static_cast<const int8_t*>(x) + at, r - g.pl, g.sw, g.w, wr1, oa, pad16, a);
+                break;
+              case Elem::kU16:
+                gather_row(static_cast<const uint16_t*>(x) + at, r - g.pl, g.sw, g.w, wr1, oa, pad16, a);
+                break;
+              default: gather_row(static_cast<const int16_t*>(x) + at, r - g.pl, g.sw, g.w, wr1, oa, pad16, a); break;
+            }
+            // (x'[c], x'[c + 1]) as one int32, low half first
+            int32_t* d = pr.data() + row * wr;
+            for (int64_t c = 0; c < wr; ++c)
+              d[c] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(a[c])) |
+                                          (static_cast<uint32_t>(static_cast<uint16_t>(a[c + 1])) << 16));
+          }
+        }
+        int64_t wsum = 0;
+        for (int64_t t = 0; t < khw; ++t) wsum += w[t];
+        bias += (oa - zx) * wsum;  // eq. (A3): x − zx = x' + (ox − zx)
+        for (int64_t k = 0; k < ns; ++k) {
+          const Slot& sl = slots[static_cast<size_t>(k)];
+          const uint32_t lo = static_cast<uint16_t>(static_cast<int16_t>(w[sl.t0]));
+          const uint32_t hi = sl.t1 < 0 ? 0u : static_cast<uint16_t>(static_cast<int16_t>(w[sl.t1]));
+          wpair[static_cast<size_t>(k)] = static_cast<int32_t>(lo | (hi << 16));
+        }
+      } else {
+        switch (x_elem) {
+          case Elem::kU8: fill_phases(static_cast<const uint8_t*>(x) + x_base, zx, 0.0, g, hp, wr, ph.data()); break;
+          case Elem::kI8: fill_phases(static_cast<const int8_t*>(x) + x_base, zx, 0.0, g, hp, wr, ph.data()); break;
+          case Elem::kU16: fill_phases(static_cast<const uint16_t*>(x) + x_base, zx, 0.0, g, hp, wr, ph.data()); break;
+          default: fill_phases(static_cast<const int16_t*>(x) + x_base, zx, 0.0, g, hp, wr, ph.data()); break;
+        }
+        for (int64_t t = 0; t < khw; ++t) wt[t] = w[t];
       }
-      for (int64_t t = 0; t < khw; ++t) wt[t] = wd[ch * khw + t];
-      const int64_t bias = ep.bias ? ep.bias[ch] : 0;
       for (int64_t oy = 0; oy < g.oh; ++oy) {
+        if (pairs) {
+          for (int64_t k = 0; k < ns; ++k) {
+            const Slot& sl = slots[static_cast<size_t>(k)];
+            srcp[static_cast<size_t>(k)] = pr.data() + (sl.phase * hp + oy * g.sh + sl.ky * g.dh) * wr + sl.idx;
+          }
+          rk.dw_pairs(srcp.data(), wpair.data(), ns, g.ow, acc.data() + oy * g.ow);
+          continue;
+        }
         for (int64_t ky = 0; ky < g.kh; ++ky) {
           const int64_t iy = oy * g.sh + ky * g.dh;
           for (int64_t kx = 0; kx < g.kw; ++kx) {
@@ -319,9 +451,9 @@ void conv2d_depthwise(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g,
             src[ky * g.kw + kx] = ph.data() + ((off % g.sw) * hp + iy) * wr + off / g.sw;
           }
         }
-        rk.dw_row(src.data(), wt.data(), khw, g.ow, acc.data());
-        rk.requant(nullptr, acc.data(), nullptr, 0, bias, ep.mult[ch], ep.zy, ep.out, y, y_base + oy * g.ow, g.ow);
+        rk.dw_row(src.data(), wt.data(), khw, g.ow, acc.data() + oy * g.ow);
       }
+      rk.requant(nullptr, acc.data(), nullptr, 0, bias, ep.mult[ch], ep.zy, ep.out, y, y_base, P);
     }
   };
   qgemm::parallel_ranges(threads, g.batch * g.m, 8, range);

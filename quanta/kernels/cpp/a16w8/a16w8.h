@@ -55,8 +55,15 @@ enum class Elem : int { kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3 };
 //   requant: y[y0 + i] = eq. (A4) of v[i] = 256·hi[i] + lo[i] + c1·rx[i] + bias, i < n,
 //            with multiplier m and zero point zy (hi, rx may be null: the term is 0);
 //            |v| < 2^63 (the exact sums of eq. (A3))
+//   dw_pairs: acc[i] = Σ_{t < pairs} lo(src[t][i])·lo(w[t]) + hi(src[t][i])·hi(w[t]), i < n:
+//            each int32 of src and w holds two int16 (lo: bits 0-15, hi: 16-31), the
+//            operands of two taps; the products and every partial sum are exact int32
+//            under the caller's bound Σ|taps' weights| · 32768 ≤ 2^31 − 1 (the driver
+//            checks it per call: 8-bit weights up to 257 taps), and acc is the exact int64.
+//            One vpdpwssd per two taps and 16 outputs (AVX-512; AVX2 vpmaddwd + vpaddd).
 struct RowKernels {
   void (*dw_row)(const double* const* src, const double* w, int64_t taps, int64_t n, int64_t* acc);
+  void (*dw_pairs)(const int32_t* const* src, const int32_t* w, int64_t pairs, int64_t n, int64_t* acc);
   void (*requant)(const int64_t* hi, const int64_t* lo, const int64_t* rx, int64_t c1, int64_t bias, float m,
                   int64_t zy, Elem out, void* y, int64_t y0, int64_t n);
 };
@@ -104,10 +111,16 @@ void conv2d(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const Pac
             int threads);
 
 // Depthwise (c/group = m/group = 1): wd[m][kh·kw] = w − zw as int32, kh·kw below
-// kMaxDepthwiseTaps; exact sums. Per channel, the input minus zx (0 in the padding) is
-// laid out as float64 in `sw` column phases (column c of the padded plane in phase
-// c mod sw at c / sw), so that every tap of an output row reads one contiguous run: one
-// RowKernels::dw_row per output row.
+// kMaxDepthwiseTaps; exact sums. Per channel, the input is laid out in `sw` column phases
+// (column c of the padded plane in phase c mod sw at c / sw), so that every tap of an
+// output row reads one contiguous run. When every |wd| ≤ 32767 and every channel's
+// Σ_t |wd| · 32768 ≤ 2^31 − 1 (8-bit weights), the phases hold x' = x − ox (eq. (A2):
+// int16; zx − ox in the padding) as int16 pairs (x'[c], x'[c + 1]), the taps of one
+// kernel row that read consecutive columns of one phase go in pairs, and one
+// RowKernels::dw_pairs per output row sums Σ x'·wd exactly; (ox − zx)·Σ_t wd joins the
+// bias (eq. (A3)). Otherwise the phases hold x − zx (0 in the padding) as float64 and one
+// dw_row per output row sums. Both are the exact sums, so the same bytes; each channel's
+// rows are requantized at once.
 void conv2d_depthwise(const void* x, Elem x_elem, int64_t zx, const ConvGeom& g, const int32_t* wd, const Epilogue& ep,
                       void* y, int threads);
 

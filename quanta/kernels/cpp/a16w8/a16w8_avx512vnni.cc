@@ -95,6 +95,42 @@ void dw_row(const double* const* src, const double* w, int64_t taps, int64_t n, 
   }
 }
 
+// a16w8.h RowKernels::dw_pairs: vpdpwssd (two int16 products summed into int32 lanes),
+// 64 outputs in four independent chains, then 16 at a time with a masked tail; widened to
+// int64 on the store.
+inline void store_widened(int64_t* acc, __m512i v) {
+  _mm512_storeu_si512(acc, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(v)));
+  _mm512_storeu_si512(acc + 8, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1)));
+}
+
+void dw_pairs(const int32_t* const* src, const int32_t* w, int64_t pairs, int64_t n, int64_t* acc) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t t = 0; t < pairs; ++t) {
+      const __m512i wv = _mm512_set1_epi32(w[t]);
+      const int32_t* s = src[t] + i;
+      a0 = _mm512_dpwssd_epi32(a0, _mm512_loadu_si512(s), wv);
+      a1 = _mm512_dpwssd_epi32(a1, _mm512_loadu_si512(s + 16), wv);
+      a2 = _mm512_dpwssd_epi32(a2, _mm512_loadu_si512(s + 32), wv);
+      a3 = _mm512_dpwssd_epi32(a3, _mm512_loadu_si512(s + 48), wv);
+    }
+    store_widened(acc + i, a0);
+    store_widened(acc + i + 16, a1);
+    store_widened(acc + i + 32, a2);
+    store_widened(acc + i + 48, a3);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    __m512i a0 = _mm512_setzero_si512();
+    for (int64_t t = 0; t < pairs; ++t)
+      a0 = _mm512_dpwssd_epi32(a0, _mm512_maskz_loadu_epi32(k, src[t] + i), _mm512_set1_epi32(w[t]));
+    const __mmask8 k0 = static_cast<__mmask8>(k & 0xff), k1 = static_cast<__mmask8>(k >> 8);
+    _mm512_mask_storeu_epi64(acc + i, k0, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(a0)));
+    _mm512_mask_storeu_epi64(acc + i + 8, k1, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(a0, 1)));
+  }
+}
+
 // eq. (A4) on 8 lanes of v = 256·hi + lo + c1·rx + bias (vpmullq: the exact product, as
 // |c1·rx| < 2^63): vcvtqq2ps rounds the int64 to nearest-even as the scalar cast does;
 // vmaxps returns its second operand for a NaN product, so NaN -> lo as in store(); the
@@ -140,7 +176,7 @@ void requant_row_any(const int64_t* hi, const int64_t* lo, const int64_t* rx, in
 
 }  // namespace
 
-const RowKernels kRowsAvx512Vnni = {dw_row, requant_row_any};
+const RowKernels kRowsAvx512Vnni = {dw_row, dw_pairs, requant_row_any};
 
 }  // namespace a16w8
 }  // namespace quanta

@@ -53,6 +53,24 @@ inline void dw_row_generic(const double* const* src, const double* w, int64_t ta
   }
 }
 
+// outputs [i0, n) of dw_pairs
+inline void dw_pairs_generic_tail(const int32_t* const* src, const int32_t* w, int64_t pairs, int64_t i0, int64_t n,
+                                  int64_t* acc) {
+  for (int64_t i = i0; i < n; ++i) {
+    int64_t v = 0;  // int64: the bound (a16w8.h) keeps it within int32, this does not rely on it
+    for (int64_t t = 0; t < pairs; ++t) {
+      const int32_t s = src[t][i], k = w[t];
+      v += static_cast<int64_t>(static_cast<int16_t>(s & 0xffff)) * static_cast<int16_t>(k & 0xffff) +
+           static_cast<int64_t>(static_cast<int16_t>(s >> 16)) * static_cast<int16_t>(k >> 16);
+    }
+    acc[i] = v;
+  }
+}
+
+inline void dw_pairs_generic(const int32_t* const* src, const int32_t* w, int64_t pairs, int64_t n, int64_t* acc) {
+  dw_pairs_generic_tail(src, w, pairs, 0, n, acc);
+}
+
 inline void requant_row_generic(const int64_t* hi, const int64_t* lo, const int64_t* rx, int64_t c1, int64_t bias,
                                 float m, int64_t zy, Elem out, void* y, int64_t y0, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {

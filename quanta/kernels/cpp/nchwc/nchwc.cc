@@ -30,13 +30,18 @@ constexpr int64_t kMinParallelMacs = 1 << 18;
 
 }  // namespace
 
-void reorder_to_nchwc(const float* x, int64_t n, int64_t c, int64_t hw, float* y, int num_threads) {
+void reorder_to_nchwc(const float* x, int64_t n, int64_t c, int64_t hw, float* y, int num_threads, Isa isa) {
   const int64_t cb = blocks(c);
+  const sgemm::Interleave16Fn interleave = sgemm::kernels_for(isa).interleave16;
   auto body = [&](int64_t item, int) {
     const int64_t b = item % cb, img = item / cb;
     const int64_t lanes = std::min<int64_t>(kBlock, c - b * kBlock);
     const float* src = x + (img * c + b * kBlock) * hw;
     float* dst = y + item * hw * kBlock;
+    if (interleave) {
+      interleave(src, hw, static_cast<int>(lanes), hw, dst);
+      return;
+    }
     for (int64_t i = 0; i < hw; ++i) {
       float* d = dst + i * kBlock;
       for (int64_t l = 0; l < lanes; ++l) d[l] = src[l * hw + i];
@@ -51,13 +56,18 @@ void reorder_to_nchwc(const float* x, int64_t n, int64_t c, int64_t hw, float* y
   }
 }
 
-void reorder_to_nchw(const float* x, int64_t n, int64_t c, int64_t hw, float* y, int num_threads) {
+void reorder_to_nchw(const float* x, int64_t n, int64_t c, int64_t hw, float* y, int num_threads, Isa isa) {
   const int64_t cb = blocks(c);
+  const sgemm::Deinterleave16Fn deinterleave = sgemm::kernels_for(isa).deinterleave16;
   auto body = [&](int64_t item, int) {
     const int64_t b = item % cb, img = item / cb;
     const int64_t lanes = std::min<int64_t>(kBlock, c - b * kBlock);
     const float* src = x + item * hw * kBlock;
     float* dst = y + (img * c + b * kBlock) * hw;
+    if (deinterleave) {
+      deinterleave(src, hw, static_cast<int>(lanes), dst, hw);
+      return;
+    }
     for (int64_t l = 0; l < lanes; ++l) {
       float* d = dst + l * hw;
       for (int64_t i = 0; i < hw; ++i) d[i] = src[i * kBlock + l];

@@ -117,10 +117,12 @@ const Kernels& kernels_for(Isa isa);
 
 // ---- reorders (moves only: bit-exact) ---------------------------------------------------
 
-// x [n][c][hw] -> y [n][⌈c/16⌉][hw][16], pad lanes 0.
-void reorder_to_nchwc(const float* x, int64_t n, int64_t c, int64_t hw, float* y, int num_threads);
+// x [n][c][hw] -> y [n][⌈c/16⌉][hw][16], pad lanes 0. Where the ISA has them (AVX-512),
+// 16 × 16 in-register transposes (sgemm.h interleave16 / deinterleave16), else one scalar
+// per element; the same bytes either way.
+void reorder_to_nchwc(const float* x, int64_t n, int64_t c, int64_t hw, float* y, int num_threads, Isa isa);
 // x [n][⌈c/16⌉][hw][16] -> y [n][c][hw].
-void reorder_to_nchw(const float* x, int64_t n, int64_t c, int64_t hw, float* y, int num_threads);
+void reorder_to_nchw(const float* x, int64_t n, int64_t c, int64_t hw, float* y, int num_threads, Isa isa);
 
 // ---- convolution ------------------------------------------------------------------------
 

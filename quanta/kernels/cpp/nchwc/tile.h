@@ -172,11 +172,38 @@ void nchwc_dw_tile(const quanta::nchwc::DwTile& t) {
   }
 }
 
-template <class O>
-void nchwc_max_pool_plane(const float* x, const quanta::nchwc::PoolGeom& g, float* y) {
+// The maximum over a window inside the plane (no bounds tests): KH × KW taps when they
+// are compile-time constants, else g.kh × g.kw. Any order gives the same result (max only
+// selects; a NaN anywhere gives NaN), so the first tap starts the running maximum.
+template <class O, int KH, int KW>
+inline typename O::V nchwc_pool_window(const float* x0, const quanta::nchwc::PoolGeom& g) {
+  const int kh = KH ? KH : static_cast<int>(g.kh), kw = KW ? KW : static_cast<int>(g.kw);
+  const int64_t row = g.dh * g.w * 16, col = g.dw * 16;
+  typename O::V m = O::load(x0);
+#pragma GCC unroll 4
+  for (int ky = 0; ky < kh; ++ky) {
+#pragma GCC unroll 4
+    for (int kx = ky == 0 ? 1 : 0; kx < kw; ++kx) m = O::max_nan(m, O::load(x0 + ky * row + kx * col));
+  }
+  return m;
+}
+
+template <class O, int KH, int KW>
+void nchwc_max_pool_plane_k(const float* x, const quanta::nchwc::PoolGeom& g, float* y) {
+  // outputs whose whole window lies inside the plane: [oy_lo, oy_hi) × [ox_lo, ox_hi)
+  auto inside = [](int64_t pad, int64_t s, int64_t d, int64_t k, int64_t size, int64_t out, int64_t* lo, int64_t* hi) {
+    // (tile.h is included inside a namespace: no <algorithm>)
+    const int64_t first = (pad + s - 1) / s, last = size - 1 - (k - 1) * d + pad;
+    *lo = first < out ? first : out;
+    *hi = last < 0 ? 0 : (last / s + 1 < out ? last / s + 1 : out);
+    if (*hi < *lo) *hi = *lo;
+  };
+  int64_t oy_lo, oy_hi, ox_lo, ox_hi;
+  inside(g.pt, g.sh, g.dh, g.kh, g.h, g.oh, &oy_lo, &oy_hi);
+  inside(g.pl, g.sw, g.dw, g.kw, g.w, g.ow, &ox_lo, &ox_hi);
   for (int64_t oy = 0; oy < g.oh; ++oy) {
     const int64_t iy0 = oy * g.sh - g.pt;
-    for (int64_t ox = 0; ox < g.ow; ++ox) {
+    auto border = [&](int64_t ox) {
       const int64_t ix0 = ox * g.sw - g.pl;
       typename O::V m = O::set1(-__builtin_inff());
       for (int64_t ky = 0; ky < g.kh; ++ky) {
@@ -190,7 +217,28 @@ void nchwc_max_pool_plane(const float* x, const quanta::nchwc::PoolGeom& g, floa
         }
       }
       O::store(y + (oy * g.ow + ox) * 16, m);
+    };
+    if (oy < oy_lo || oy >= oy_hi) {
+      for (int64_t ox = 0; ox < g.ow; ++ox) border(ox);
+      continue;
     }
+    for (int64_t ox = 0; ox < ox_lo; ++ox) border(ox);
+    for (int64_t ox = ox_lo; ox < ox_hi; ++ox)
+      O::store(y + (oy * g.ow + ox) * 16, nchwc_pool_window<O, KH, KW>(x + (iy0 * g.w + ox * g.sw - g.pl) * 16, g));
+    for (int64_t ox = ox_hi; ox < g.ow; ++ox) border(ox);
+  }
+}
+
+// One channel block's plane: the windows inside the plane without bounds tests (2 × 2 and
+// 3 × 3 unrolled), the border ones over their taps inside.
+template <class O>
+void nchwc_max_pool_plane(const float* x, const quanta::nchwc::PoolGeom& g, float* y) {
+  if (g.kh == 2 && g.kw == 2) {
+    nchwc_max_pool_plane_k<O, 2, 2>(x, g, y);
+  } else if (g.kh == 3 && g.kw == 3) {
+    nchwc_max_pool_plane_k<O, 3, 3>(x, g, y);
+  } else {
+    nchwc_max_pool_plane_k<O, 0, 0>(x, g, y);
   }
 }
 
