@@ -313,7 +313,21 @@ class RoundedLayer:
         c = queue[0] if len(queue) == 1 else np.concatenate(queue, axis=2)
         _PENDING_TOTAL[0] = max(0, _PENDING_TOTAL[0] - sum(a.nbytes for a in queue))
         queue.clear()
-        self._gram_into(self._odd if odd else self._even, c, self._pending_o)
+        half = self._odd if odd else self._even
+        if not half.flags.writeable:  # a state received from another process (zero-copy)
+            half = half.copy()
+            if odd:
+                self._odd = half
+            else:
+                self._even = half
+        self._gram_into(half, c, self._pending_o)
+
+    def __getstate__(self) -> dict:
+        # a state leaves this process (a shard's result, a copy) with every sum added:
+        # the sums, not the codes, travel
+        self._flush(0)
+        self._flush(1)
+        return self.__dict__.copy()
 
     def _gram_into(self, out: np.ndarray, c: np.ndarray, o: int) -> None:
         """Add Σ (c − o)(c − o)ᵀ over the last axis of ``c`` [G, K, P] (codes as

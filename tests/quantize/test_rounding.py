@@ -390,6 +390,18 @@ def test_queued_codes_give_the_per_sample_sums(monkeypatch):
         merged = parts[1].merge(parts[0]).hessians()
         np.testing.assert_array_equal(merged[0], full)
         np.testing.assert_array_equal(merged[1], odd)
+    # a state sent to another process carries sums, not codes; one received read-only
+    # (a zero-copy transfer) still merges
+    import pickle
+
+    sent = stream(range(3, 7), 1 << 22)
+    assert all(sent._pending)
+    got = pickle.loads(pickle.dumps(sent))
+    assert not any(got._pending) and not any(sent._pending)
+    first = stream(range(0, 3), 1 << 22)
+    first._even.flags.writeable = False
+    assert all(first._pending)
+    np.testing.assert_array_equal(first.merge(got).hessians()[0], full)
     monkeypatch.setattr(rounding, "PENDING_TOTAL_BYTES", 0)  # the all-layer bound
     layer = stream(range(7), 1 << 22)
     assert not any(layer._pending)
