@@ -478,9 +478,6 @@ class RoundedLayer:
 #: layer, held during the whole pass): layers past it, in graph order, keep nearest
 #: rounding (a VGG-16's 3x3x512 convolutions take 340 MB each)
 STATS_BUDGET = 1 << 30
-#: Largest pair of H (all samples and the even half, float64) GPTQ rounds as one call;
-#: larger layers run the two one after the other (the stacked call holds both factors)
-STACK_BYTES = 1 << 28
 
 
 def plan_rounding(graph, plan, budget: int | None = None) -> list[RoundedLayer]:
@@ -567,22 +564,9 @@ def apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> i
         g = len(full)
         wg = w2.reshape(g, w2.shape[0] // g, w2.shape[1])
         sg = scale.reshape(g, -1)
-        if 0 < odd_rows < rows and 2 * full.nbytes <= STACK_BYTES:
-            # GPTQ on every sample and on the even ones (eq. (12c)) as one call of 2G
-            # groups: each group's arithmetic is its own, so the integers are those of two
-            # calls, at half the column loop's per-column overhead
-            both = gptq_round_groups(
-                np.concatenate([wg, wg]),
-                np.concatenate([sg, sg]),
-                np.concatenate([full, full - half]),
-                qmin,
-                qmax,
-            )
-            codes = _held_out(wg, sg, full - half, half, both[:g], qmin, qmax, fit=both[g:])
-        else:
-            codes = gptq_round_groups(wg, sg, full, qmin, qmax)
-            if 0 < odd_rows < rows:
-                codes = _held_out(wg, sg, full - half, half, codes, qmin, qmax)
+        codes = gptq_round_groups(wg, sg, full, qmin, qmax)
+        if 0 < odd_rows < rows:
+            codes = _held_out(wg, sg, full - half, half, codes, qmin, qmax)
         t.codes = layer.from_2d(codes.reshape(w2.shape), w.shape).astype(q.storage.numpy)
         n += 1
     for layer in layers:
@@ -598,19 +582,16 @@ def _held_out(
     codes: np.ndarray,
     qmin: int,
     qmax: int,
-    fit: np.ndarray | None = None,
 ) -> np.ndarray:
     """Eq. (12c): per output row, GPTQ's ``codes`` (fitted on every sample) where GPTQ
     fitted on the even samples alone beats nearest rounding on the odd samples' rows,
     ‖(w − s·q) x‖² = d H_val dᵀ; nearest rounding elsewhere (where the calibration data
     is too small for the rows' second-order statistics to carry over). Arrays as in
     :func:`gptq_round_groups` ([G, rows, K], [G, rows], [G, K, K]); a single group may
-    drop the leading axis. ``fit``: GPTQ's integers fitted on ``h_fit`` when the caller
-    already has them."""
+    drop the leading axis."""
     single = w.ndim == 2
     if single:
         w, s, h_fit, h_val, codes = w[None], s[None], h_fit[None], h_val[None], codes[None]
-        fit = None if fit is None else fit[None]
     near = np.clip(np.rint(w / s[..., None]), qmin, qmax)
 
     def loss(q: np.ndarray) -> np.ndarray:
@@ -620,7 +601,6 @@ def _held_out(
         d = w - s[..., None] * q
         return np.einsum("grk,grk->gr", np.matmul(d, h_val), d)
 
-    if fit is None:
-        fit = gptq_round_groups(w, s, h_fit, qmin, qmax)
+    fit = gptq_round_groups(w, s, h_fit, qmin, qmax)
     out = np.where((loss(fit) < loss(near))[..., None], codes, near)
     return out[0] if single else out
