@@ -28,6 +28,7 @@ after any split of the samples into shards, merged in any order, are the same in
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,6 +40,8 @@ __all__ = ["HessianAccumulator", "RoundedLayer", "apply_rounding", "gptq_round",
 
 # columns per lazy-batch block (GPTQ uses 128)
 BLOCK = 128
+# entries of a block the column loop updates at a time (groups x rows x BLOCK: 512 KB)
+ROUND_CHUNK = 1 << 16
 
 
 class HessianAccumulator:
@@ -80,23 +83,34 @@ def gptq_round_groups(
     w = np.array(w, np.float64)
     s = np.asarray(s, np.float64)
     v = _unit_upper_factors(np.array(h, np.float64), damp)
-    k = w.shape[2]
+    g, rows, k = w.shape
     q = np.empty_like(w)
     d = np.empty_like(w)
+    # the rows are independent inside a block: they run in chunks whose part of the block
+    # stays in cache (an 8210-row CTC head's block is 8 MB), and the rank-1 products go
+    # into one buffer instead of a new array per column (the same operations per entry)
+    rc = max(1, min(rows, ROUND_CHUNK // (g * BLOCK)))
     for b0 in range(0, k, BLOCK):
         b1 = min(b0 + BLOCK, k)
         # the block's columns with the feedback of every earlier block: one product
         wb = w[:, :, b0:b1] + np.matmul(d[:, :, :b0], v[:, :b0, b0:b1]) if b0 else w[:, :, b0:b1].copy()
         vb = v[:, b0:b1, b0:b1]
-        for j in range(b1 - b0):
-            # the clip ufuncs directly: np.clip's wrappers cost more than the arithmetic
-            # of a column (a 4608-wide layer: as many calls)
-            qj = np.minimum(np.maximum(np.rint(wb[:, :, j] / s), qmin), qmax)
-            q[:, :, b0 + j] = qj
-            dj = w[:, :, b0 + j] - s * qj
-            d[:, :, b0 + j] = dj
-            if j + 1 < b1 - b0:
-                wb[:, :, j + 1 :] += dj[:, :, None] * vb[:, j, None, j + 1 :]
+        n = b1 - b0
+        for r0 in range(0, rows, rc):
+            r1 = min(rows, r0 + rc)
+            wr, sr = wb[:, r0:r1], s[:, r0:r1]
+            tmp = np.empty((g, r1 - r0, n), np.float64)
+            for j in range(n):
+                # the clip ufuncs directly: np.clip's wrappers cost more than the
+                # arithmetic of a column (a 4608-wide layer: as many calls)
+                qj = np.minimum(np.maximum(np.rint(wr[:, :, j] / sr), qmin), qmax)
+                q[:, r0:r1, b0 + j] = qj
+                dj = w[:, r0:r1, b0 + j] - sr * qj
+                d[:, r0:r1, b0 + j] = dj
+                if j + 1 < n:
+                    t = tmp[:, :, : n - j - 1]
+                    np.multiply(dj[:, :, None], vb[:, j, None, j + 1 :], out=t)
+                    wr[:, :, j + 1 :] += t
     return q
 
 
@@ -139,6 +153,25 @@ def _unit_upper(h: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------------------ in quantize_static
 
+_SCRATCH = threading.local()
+#: positions per int32 product of 8-bit codes: 255² each, the sums stay below 2^31
+_GRAM_STEP = (2**31 - 1) // (255 * 255)
+#: bytes of 8-bit codes a layer's half holds back for one Gram product (:meth:`RoundedLayer._queue`)
+PENDING_BYTES = 1 << 22
+#: bytes every layer's queues may hold together (in this process; a memory bound only:
+#: the sums do not depend on when the codes are added)
+PENDING_TOTAL_BYTES = 1 << 28
+_PENDING_TOTAL = [0]
+
+
+def _scratch_i32(n: int) -> np.ndarray:
+    """A flat int32 buffer of ``n`` entries, reused by the calls of one thread (grown to
+    the largest asked for)."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < n:
+        buf = _SCRATCH.buf = np.empty(n, np.int32)
+    return buf[:n]
+
 
 class RoundedLayer:
     """One Conv / Gemm / MatMul with a constant weight whose integers GPTQ chooses: the
@@ -169,8 +202,12 @@ class RoundedLayer:
         else:  # MatMul / Gemm without transB: W [K, N]
             k = w.shape[0]
         self.k = k
-        self.even = np.zeros((self.groups, k, k), np.int64)
-        self.odd = np.zeros((self.groups, k, k), np.int64)
+        self._even = np.zeros((self.groups, k, k), np.int64)
+        self._odd = np.zeros((self.groups, k, k), np.int64)
+        # per half (even, odd): 8-bit codes [G, K, P] of samples whose Gram is not yet
+        # added (:meth:`_queue`), with their zero point o
+        self._pending: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+        self._pending_o = 0
         self.rows = 0
         self.odd_rows = 0
         self.calls = 0
@@ -179,6 +216,29 @@ class RoundedLayer:
         self.x_scale = 1.0
         self.x_zero = 0
         self.x_range = (-(2**15), 2**15 - 1)
+
+    @property
+    def even(self) -> np.ndarray:
+        """Σ x_int x_intᵀ over the even-numbered samples, int64 [G, K, K] (or Python
+        integers past 2^62)."""
+        self._flush(0)
+        return self._even
+
+    @even.setter
+    def even(self, value: np.ndarray) -> None:
+        self._flush(0)
+        self._even = value
+
+    @property
+    def odd(self) -> np.ndarray:
+        """:attr:`even` over the odd-numbered samples."""
+        self._flush(1)
+        return self._odd
+
+    @odd.setter
+    def odd(self, value: np.ndarray) -> None:
+        self._flush(1)
+        self._odd = value
 
     def set_input(self, scale: float, zero_point: int, qmin: int, qmax: int) -> None:
         self.x_scale, self.x_zero, self.x_range = float(scale), int(zero_point), (int(qmin), int(qmax))
@@ -199,18 +259,75 @@ class RoundedLayer:
             return q.astype(np.uint8), self.x_zero - qmin
         return q, self.x_zero
 
-    def _half(self, rows: int, bound: int) -> np.ndarray:
+    def _half(self, rows: int, bound: int) -> int:
         """Count one call of ``rows`` rows whose Gram entries are at most ``bound`` and
-        return the half (eq. (12c)) its Gram matrix is added into."""
+        return the half (eq. (12c), 0 even, 1 odd) its Gram matrix is added into."""
         self.bound += bound
-        if self.bound >= 2**62 and self.even.dtype != object:  # Python integers from here on
+        if self.bound >= 2**62 and self._even.dtype != object:  # Python integers from here on
             self.even, self.odd = self.even.astype(object), self.odd.astype(object)
-        half = self.odd if self.calls % 2 else self.even
-        if self.calls % 2:
+        odd = self.calls % 2
+        if odd:
             self.odd_rows += rows
         self.rows += rows
         self.calls += 1
-        return half
+        return odd
+
+    def _queue(self, odd: int, c: np.ndarray, o: int) -> None:
+        """Add the Gram matrix of 8-bit codes ``c`` [G, K, P] (zero point ``o``) into half
+        ``odd``, possibly later: the codes of samples with few positions wait until a
+        chunk of positions fills (one product, one int64 accumulation of [G, K, K] per
+        chunk instead of per sample: a 2304-wide layer of 400 positions spends as long
+        adding its int32 products into the int64 sums as computing them). The sums are
+        the same integers in any grouping of the positions."""
+        p = c.shape[2]
+        if p > _GRAM_STEP // 2 or c.nbytes > PENDING_BYTES // 2:
+            self._gram_into(self._odd if odd else self._even, c, o)
+            return
+        queue = self._pending[odd]
+        if queue and (
+            o != self._pending_o
+            or sum(a.shape[2] for a in queue) + p > _GRAM_STEP
+            or sum(a.nbytes for a in queue) + c.nbytes > PENDING_BYTES
+        ):
+            self._flush(odd)
+        if _PENDING_TOTAL[0] + c.nbytes > PENDING_TOTAL_BYTES:  # every layer's queues together
+            self._flush(odd)
+            self._gram_into(self._odd if odd else self._even, c, o)
+            return
+        queue.append(c)
+        _PENDING_TOTAL[0] += c.nbytes
+        self._pending_o = o
+
+    def drop_queued(self) -> None:
+        """Forget the codes still waiting (a layer whose statistics are not read): they
+        leave the all-layer bound of :data:`PENDING_TOTAL_BYTES`."""
+        for queue in self._pending:
+            _PENDING_TOTAL[0] = max(0, _PENDING_TOTAL[0] - sum(a.nbytes for a in queue))
+            queue.clear()
+
+    def _flush(self, odd: int) -> None:
+        """Add the waiting codes of half ``odd`` (:meth:`_queue`) into its sums."""
+        queue = self._pending[odd]
+        if not queue:
+            return
+        c = queue[0] if len(queue) == 1 else np.concatenate(queue, axis=2)
+        _PENDING_TOTAL[0] = max(0, _PENDING_TOTAL[0] - sum(a.nbytes for a in queue))
+        queue.clear()
+        half = self._odd if odd else self._even
+        if not half.flags.writeable:  # a state received from another process (zero-copy)
+            half = half.copy()
+            if odd:
+                self._odd = half
+            else:
+                self._even = half
+        self._gram_into(half, c, self._pending_o)
+
+    def __getstate__(self) -> dict:
+        # a state leaves this process (a shard's result, a copy) with every sum added:
+        # the sums, not the codes, travel
+        self._flush(0)
+        self._flush(1)
+        return self.__dict__.copy()
 
     def _gram_into(self, out: np.ndarray, c: np.ndarray, o: int) -> None:
         """Add Σ (c − o)(c − o)ᵀ over the last axis of ``c`` [G, K, P] (codes as
@@ -223,12 +340,19 @@ class RoundedLayer:
         if self._native_gram(c.dtype, k):
             from quanta.kernels import _native
 
-            step = (2**31 - 1) // (255 * 255)
+            step = _GRAM_STEP
+            # the int32 products land in one reused buffer: a fresh [K, K] array per call
+            # costs its page faults, as long as the product itself for a K = 2304 layer
+            # of 400 positions; the transposes go through the native blocked transpose
+            # (NumPy's strided uint8 copy is 3-10x slower)
+            acc = _scratch_i32(k * k).reshape(k, k)
             for i in range(g):
                 for a in range(0, p, step):
                     x = np.ascontiguousarray(c[i, :, a : a + step])
-                    packed = _native.pack_weights_u8(np.ascontiguousarray(x.T), o)
-                    out[i] += _native.qgemm(x, packed, o)
+                    n = x.shape[1]
+                    xt = _native.transpose_batched(x, 1, k, n).reshape(n, k)
+                    packed = _native.pack_weights_u8(xt, o)
+                    np.add(out[i], _native.qgemm(x, packed, o, out=acc), out=out[i])
             return
         self._gram_float_into(out, np.asarray(c, np.float64) - o)
 
@@ -254,7 +378,11 @@ class RoundedLayer:
         m2 = self._code_bound() ** 2
         if self.op != "Conv":
             x2 = codes.reshape(-1, self.k)
-            self._gram_into(self._half(x2.shape[0], x2.shape[0] * m2), x2.T[None], o)
+            odd = self._half(x2.shape[0], x2.shape[0] * m2)
+            if self._native_gram(codes.dtype, self.k):
+                self._queue(odd, x2.T[None], o)
+            else:
+                self._gram_into(self._odd if odd else self._even, x2.T[None], o)
             return
         kh, kw = self.kernel
         sh, sw = [*self.attrs.get("strides", [1, 1]), 1, 1][:2]
@@ -263,7 +391,8 @@ class RoundedLayer:
         ho = (codes.shape[2] + pads[0] + pads[2] - kh) // sh + 1
         wo = (codes.shape[3] + pads[1] + pads[3] - kw) // sw + 1
         rows = len(codes) * ho * wo
-        half = self._half(rows, rows * m2)
+        odd = self._half(rows, rows * m2)
+        half = self._odd if odd else self._even
         # codes the native GEMM does not take: im2col straight in float64 x_int = c − o
         # (a depthwise layer's K = 9), not in codes converted after the 9x copy
         native = self._native_gram(codes.dtype, k)
@@ -282,8 +411,8 @@ class RoundedLayer:
                         :, i : i + sh * (ho - 1) + 1 : sh, j : j + sw * (wo - 1) + 1 : sw
                     ]
             # rows of group g are its C/g channels × taps, in W.reshape(Cout, -1)'s order
-            if native:
-                self._gram_into(half, cols.reshape(g, k, ho * wo), o)
+            if native:  # cols is this sample's own array: it may wait in the queue
+                self._queue(odd, cols.reshape(g, k, ho * wo), o)
             else:
                 self._gram_float_into(half, cols.reshape(g, k, ho * wo))
 
@@ -440,6 +569,8 @@ def apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> i
             codes = _held_out(wg, sg, full - half, half, codes, qmin, qmax)
         t.codes = layer.from_2d(codes.reshape(w2.shape), w.shape).astype(q.storage.numpy)
         n += 1
+    for layer in layers:
+        layer.drop_queued()
     return n
 
 

@@ -351,6 +351,63 @@ def test_statistics_merged_from_shards_equal_one_stream():
         assert (acc.rows, acc.odd_rows) == (one.rows, one.odd_rows)
 
 
+def test_queued_codes_give_the_per_sample_sums(monkeypatch):
+    """Codes of samples with few positions wait for one Gram product per chunk
+    (RoundedLayer._queue); the sums are the integers of one product per sample, whether
+    read after the pass, merged from shards, or flushed early by the queue's limits."""
+    from quanta.ir.onnx_io import from_proto
+    from quanta.quantize import rounding
+
+    w = np.random.default_rng(2).standard_normal((7, 17, 3, 3)).astype(np.float32)  # K = 153
+    proto = _grouped_conv(w, 1, pads=[1, 0, 1, 1], strides=[2, 1])
+    n = from_proto(proto).graph.nodes[0]
+    xs = [
+        np.random.default_rng(40 + i).standard_normal((1 + i % 2, 17, 5 + i, 6)).astype(np.float32) * (1 + i)
+        for i in range(7)
+    ]
+
+    def stream(idx, pending):
+        monkeypatch.setattr(rounding, "PENDING_BYTES", pending)
+        layer = RoundedLayer(n, "x", "w", w)
+        layer.set_input(0.043, 37, 0, 255)  # uint8 codes, K >= 32: the native product
+        layer.calls = idx[0]
+        for i in idx:
+            layer.observe(xs[i])
+        return layer
+
+    ref = stream(range(7), 0)  # nothing waits: one product per sample
+    assert not any(ref._pending)
+    full, odd = ref.hessians()
+    assert odd.any() and (full - odd).any()
+    for pending in (1 << 22, 4 * 153 * 12):  # everything waits / the byte limit flushes
+        layer = stream(range(7), pending)
+        if pending == 1 << 22:
+            assert all(layer._pending)
+        got = layer.hessians()
+        np.testing.assert_array_equal(got[0], full)
+        np.testing.assert_array_equal(got[1], odd)
+        parts = [stream(range(0, 3), pending), stream(range(3, 7), pending)]
+        merged = parts[1].merge(parts[0]).hessians()
+        np.testing.assert_array_equal(merged[0], full)
+        np.testing.assert_array_equal(merged[1], odd)
+    # a state sent to another process carries sums, not codes; one received read-only
+    # (a zero-copy transfer) still merges
+    import pickle
+
+    sent = stream(range(3, 7), 1 << 22)
+    assert all(sent._pending)
+    got = pickle.loads(pickle.dumps(sent))
+    assert not any(got._pending) and not any(sent._pending)
+    first = stream(range(0, 3), 1 << 22)
+    first._even.flags.writeable = False
+    assert all(first._pending)
+    np.testing.assert_array_equal(first.merge(got).hessians()[0], full)
+    monkeypatch.setattr(rounding, "PENDING_TOTAL_BYTES", 0)  # the all-layer bound
+    layer = stream(range(7), 1 << 22)
+    assert not any(layer._pending)
+    np.testing.assert_array_equal(layer.hessians()[0], full)
+
+
 def test_layers_past_the_statistics_budget_keep_nearest_rounding(tmp_path, monkeypatch):
     """The statistics of every GPTQ layer are held during the pass: past the budget (in
     graph order) a layer keeps nearest rounding, and the file is still written."""
