@@ -105,6 +105,14 @@ at most one sample), so they are balanced by samples and bytes alike; what diffe
 between their estimates is what the rounds could not average out, and it is charged to
 T_N as measured (each shard's estimate, in the schedule), not smoothed.
 
+A fresh process pays once what a warm one does not: the pages of its observers' state
+(~150 MB of int64 counts on EfficientNet-Lite0, faulted in as the first samples land in
+them) and first-run warm-ups. t_i and T_in are measured in this warm process; the cold
+start c (``--cold-probes`` fresh processes run shard 0 three times: the first run less
+the least of the two after it, CPU, median) is charged in the column "cold processes":
+once to the in-process run (T_in + c) and once to each worker's first shard (p + c), as
+a quantization run in a new process and a job's first shard on each worker pay it.
+
 efficiency(N) = T_in / (N · T_N) (docs/scale.md eq. (S8)), with T_in the in-process run to
 what quantization reads: ``calibrate`` then every observer's result and mean (T_cal + T_R,
 both timed in the same rounds), and T_N until the driver holds the results. The table also
@@ -273,6 +281,47 @@ def _fixed_costs(model, tensors, make, means_for, result) -> dict[str, float]:
         "state pickled": least(lambda: pickle.dumps(state, protocol=5)),
         "state read": least(lambda: pickle.loads(state_blob)),
     }
+
+
+def _cold_probe(path: str) -> int:
+    """(A subprocess of this script.) A fresh process's shard, cold then warm: the job
+    prepared first (p, charged apart), then the same shard three times; prints the CPU
+    seconds of each (ShardState.cpu_seconds: the calibration alone). The first pays
+    what a process pays once per job: the pages of its observers' state (~150 MB of
+    int64 counts, np.zeros: each page faulted in where a sample's bins land first) and
+    first-run warm-ups; a warm process (this benchmark's, where t_i is measured) mostly
+    reuses memory its allocator kept."""
+    with open(path, "rb") as f:
+        job_blob, item = pickle.load(f)
+    job = pickle.loads(job_blob)
+    prepared_job(job)
+    print(" ".join(f"{run_shard(job, item).cpu_seconds:.6f}" for _ in range(3)))
+    return 0
+
+
+def _cold_start(job: _Job, item, probes: int) -> tuple[float, list[tuple[float, ...]]]:
+    """What a fresh process's first shard costs more than the same shard in a warm one
+    (CPU seconds, median over ``probes`` fresh processes, each: the first run less the
+    mean of the two after it; less their least would be biased up by the noise of a
+    run, 15-30 % on this VM). Both sides pay it once a process: the in-process run
+    once, each worker once, its first shard (docs/scale.md eq. (S5))."""
+    import subprocess
+
+    extra = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "probe.pkl"
+        path.write_bytes(pickle.dumps((pickle.dumps(job, protocol=5), item), protocol=5))
+        for _ in range(probes):
+            out = subprocess.run(
+                [sys.executable, __file__, "--cold-probe", str(path)],
+                check=True,
+                capture_output=True,
+                text=True,
+                env=os.environ,
+            ).stdout.split()
+            runs = tuple(float(v) for v in out[-3:])
+            extra.append(runs)
+    return max(0.0, statistics.median(r[0] - statistics.fmean(r[1:]) for r in extra)), extra
 
 
 def _results_of(result) -> None:
@@ -600,7 +649,16 @@ def main(argv: list[str] | None = None) -> int:
         default="files",
         help="calibration images as a folder of .npz files (default) or feeds sent with the tasks",
     )
+    ap.add_argument(
+        "--cold-probes",
+        type=int,
+        default=3,
+        help="fresh processes that time a cold first shard (0: charge no cold start)",
+    )
+    ap.add_argument("--cold-probe", help=argparse.SUPPRESS)  # internal: the subprocess of _cold_start
     args = ap.parse_args(argv)
+    if args.cold_probe:
+        return _cold_probe(args.cold_probe)
 
     import ray
     from accuracy import image_data
@@ -809,6 +867,17 @@ def main(argv: list[str] | None = None) -> int:
         items = {k: [(i, [refs[j] for j in r]) for i, r in enumerate(layouts[k])] for k in ks}
         for k in ks:
             prepared_job(jobs[k])  # warm: t_i is what a worker that has the job prepared spends
+        cold, cold_runs = (
+            _cold_start(jobs[min(ks)], items[min(ks)][0], args.cold_probes) if args.cold_probes else (0.0, [])
+        )
+        if args.cold_probes:
+            say(
+                f"  cold start: a fresh process's first shard (shard 0 of k={min(ks)}) costs {cold:.3f} s CPU more "
+                f"than in a warm one (median of {len(cold_runs)} fresh processes, each its first run less the "
+                f"mean of the next two; runs {'; '.join('/'.join(f'{v:.3f}' for v in r) for r in cold_runs)} s); "
+                "charged once to the in-process run and once "
+                "to each worker's first shard in the column 'cold processes'"
+            )
         runs_cpu = {k: [[] for _ in items[k]] for k in ks}
         in_rounds: list[float] = []
         res_rounds: list[float] = []  # the results (ranges, extrema, means) after it
@@ -833,6 +902,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"{', '.join(sums)} s CPU; load {os.getloadavg()[0]:.1f}"
             )
         t_cal = estimate(in_rounds)  # the calibration alone (the earlier notes' T_in)
+        for k in ks:
+            # is the shards' spread theirs or the rounds'? Each round's times over its mean
+            # (the machine's drift between rounds out), then the spread of the shards'
+            # means against what the rounds' scatter alone gives a mean of that many rounds
+            if args.shard_reps > 1 and len(items[k]) > 1:
+                rel = np.array(runs_cpu[k]).T
+                rel = rel / rel.mean(axis=1, keepdims=True)
+                between = float(rel.mean(axis=0).std(ddof=1))
+                noise = float(rel.std(axis=0, ddof=1).mean() / math.sqrt(args.shard_reps))
+                say(
+                    f"  k={k}: the shards' own spread (sd of their round-normalised means) {between:.3f}, "
+                    f"the rounds' noise alone would give {noise:.3f}"
+                )
         t_res = estimate(res_rounds)
         t_in = estimate([a + b for a, b in zip(in_rounds, res_rounds)])  # to the results (eq. (S7))
         say(
@@ -845,9 +927,10 @@ def main(argv: list[str] | None = None) -> int:
             "| k (shards per worker) | S | link | shard t_i (s) | sum t_i / T_cal | state cut + pickled, per shard (s) "
             "| merge CPU, all merge tasks (s) (tasks) | last shard done (s) | after it (s) | T_N (s) | efficiency "
             "| states to the driver: T_N (s), efficiency | calibration only (earlier notes) "
-            "| efficiency, every t_i = T_cal / S | what-if: one state per worker, T_N (s), efficiency |"
+            "| efficiency, every t_i = T_cal / S | what-if: one state per worker, T_N (s), efficiency "
+            "| cold processes: T_N (s), efficiency |"
         )
-        say("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        say("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         detail: list[str] = []
         breakdown: list[str] = []
         one = None  # the k = 1 composition: the what-if's merges of N states
@@ -866,6 +949,9 @@ def main(argv: list[str] | None = None) -> int:
                     meas = out
                     m_fold, m_tree = sim.driver_fold(ts, g * 1e9 / 8), sim.tree(ts, g * 1e9 / 8)
                     states = sim.reduce_scatter(ts, g * 1e9 / 8, results=False)
+                    sim.job_prep += cold  # a worker's first shard in a fresh process
+                    cold_out = sim.reduce_scatter(ts, g * 1e9 / 8)
+                    sim.job_prep -= cold
                 if k == 1:
                     one = sim
                 what_if = "-"
@@ -884,7 +970,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"| {meas['tail']:.3f} | {meas['T']:.3f} | **{t_in / (n * meas['T']):.3f}** "
                     f"| {states['T']:.3f}, {t_in / (n * states['T']):.3f} "
                     f"| {t_old:.3f}, {t_cal / (n * t_old):.3f} "
-                    f"| {t_in / (n * flat['T']):.3f} | {what_if} |"
+                    f"| {t_in / (n * flat['T']):.3f} | {what_if} "
+                    f"| {cold_out['T']:.3f}, {(t_in + cold) / (n * cold_out['T']):.3f} |"
                 )
                 if k == min(ks):
                     for label, r in (("results on the workers", meas), ("states to the driver", states)):

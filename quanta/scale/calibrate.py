@@ -27,10 +27,12 @@ from typing import Any
 
 import onnx
 
+from quanta.calibrate.histogram import HistogramObserver
 from quanta.calibrate.moving_average import MovingAverageMinMaxObserver, MovingAverageSteps
 from quanta.calibrate.observer import ObserverBase, ObserverResult
 from quanta.calibrate.readers import ImagePreprocess, SampleRef, load_sample, sample_refs
 from quanta.calibrate.runner import CalibrationResult, ChannelMean, MeanResult, calibrate, compile_executor
+from quanta.calibrate.weighted_mse import WeightedMSEObserver
 from quanta.ir.graph import Model
 from quanta.ir.onnx_io import from_proto, to_proto
 from quanta.runtime.execute import Executor
@@ -358,6 +360,17 @@ def merge_into(a: ShardState, b: ShardState) -> ShardState:
     return a
 
 
+# What balances the parts of split_state is the work on a part after the last shard of
+# a job, the critical path's tail (docs/scale.md eq. (S7)): its last merge (read,
+# add, write: proportional to the numbers held) and its results (finish_state), which
+# add a range search per searched histogram whose cost barely depends on its size.
+# Measured on EfficientNet-Lite0 (default recipe): a 3-way merge ~6.4 ns and a result
+# ~2.3 ns a bin, plus ~0.8 ms a tensor to merge and ~2.7-3.5 ms a search (the weighted
+# MSE's one per tensor, the MSE's of its 4096 bins alike): a search costs what ~350 k
+# bins cost. Counted in bins alone, the 20 one-channel MSE tensors weigh nothing and
+# land by threes on some parts: the slowest part's tail (3-way merge, results, write;
+# CPU, least of 9) was 12 ms above the mean, 6 ms with the searches counted.
+_SEARCH_COST = 350_000
 # A channel mean's integer sum (~1100 bits, a Python int in an object array: pickled,
 # read and added one by one) costs what ~96 histogram bins cost (pickled as a range of
 # narrow integers, read into int64, added as arrays): measured on EfficientNet-Lite0's
@@ -365,10 +378,22 @@ def merge_into(a: ShardState, b: ShardState) -> ShardState:
 _MEAN_COST = 96
 
 
+def _searches(obs: ObserverBase) -> int:
+    """How many range searches ``obs``'s result runs: one for the weighted MSE (a range
+    per tensor, from the weighted sum of its channels), one a channel for the other
+    histogram observers, none for the extrema-based ones."""
+    if isinstance(obs, WeightedMSEObserver):
+        return 1
+    if isinstance(obs, HistogramObserver):
+        return obs.channels or 1
+    return 0
+
+
 def _cost(obs: ObserverBase) -> int:
-    """A state's size in numbers, the same in every shard of a job: channels (fixed by the
-    model) times bins (fixed by the recipe); never the sample count."""
-    return (obs.channels or 1) * int(getattr(obs, "bins", 1))
+    """A state's weight in the tail of the merge (its last merge and its results), the
+    same in every shard of a job: channels (fixed by the model) times bins (fixed by the
+    recipe), plus its range searches; never the sample count."""
+    return (obs.channels or 1) * int(getattr(obs, "bins", 1)) + _SEARCH_COST * _searches(obs)
 
 
 def _mean_cost(m: ChannelMean | MeanResult) -> int:

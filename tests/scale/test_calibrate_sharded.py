@@ -513,3 +513,28 @@ def test_split_state_spreads_channel_means_by_their_cost():
         for p in parts
     ]
     assert max(loads) - min(loads) <= 5 * _MEAN_COST
+
+
+def test_split_state_spreads_range_searches():
+    """A histogram observer's result runs a range search (one a tensor for the weighted
+    MSE, one a channel for the others) whose cost barely depends on its bins: the cut
+    counts it (_SEARCH_COST), so two small per-tensor MSE histograms go to two parts
+    instead of both to the part that a large extrema-only tensor leaves lighter, where
+    their searches would end after every other part's."""
+    from quanta.calibrate import MinMaxObserver
+    from quanta.calibrate.mse import MSEObserver
+    from quanta.scale.calibrate import _SEARCH_COST, ShardState, _cost, _searches, split_state
+
+    rng = np.random.default_rng(7)
+    big = MinMaxObserver(axis=0)
+    big.observe(rng.standard_normal((300_017, 3)).astype(np.float32))
+    observers = {"big": big}
+    for name in ("s0", "s1"):
+        obs = MSEObserver()
+        obs.observe(rng.standard_normal((7, 17)).astype(np.float32) + 0.5)
+        observers[name] = obs
+    assert _searches(big) == 0 and _searches(observers["s0"]) == 1
+    assert _cost(observers["s0"]) == observers["s0"].bins + _SEARCH_COST
+    assert _cost(big) == 300_017
+    parts = split_state(ShardState(index=0, observers=observers, means={}, samples=1), 2)
+    assert sorted(sorted(p.observers) for p in parts) == [["big", "s0"], ["s1"]]
