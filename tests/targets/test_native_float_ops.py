@@ -335,6 +335,7 @@ NODE_OPS = frozenset(
         "Log",
         "Cos",
         "Sin",
+        "Mod",
     }
 )
 NODE_CASES = [pytest.param(c, id=c.name) for c in cases_for(NODE_OPS)]
@@ -448,3 +449,71 @@ def test_single_node_layer_normalization_session_with_three_outputs() -> None:
     assert got[1].shape == (2, 5, 1)
     for e, g in zip(ref, got, strict=True):
         assert_bit_exact(e, g)
+
+
+# --------------------------------------------------------------------------------------
+# integer Mod (broadcast_op "mod" / "fmod")
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_int_mod_matches_reference(dtype, fmod) -> None:
+    """Both signs, divisors 0 and -1 (C's % traps on MIN % -1; the twin gives 0), the
+    type's extremes, broadcasting of a [7, 1] by a [17] and of a scalar divisor."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(3 + fmod)
+    a = rng.integers(-1000, 1000, size=(7, 17)).astype(dtype)
+    a[0, :4] = [info.min, info.max, info.min, -7]
+    b = rng.integers(-9, 10, size=(17,)).astype(dtype)
+    b[:6] = [-1, 0, 3, 2, info.min, -2]
+    kernel, reason = bind("Mod", 2, {"fmod": fmod}, dtype=dtype)
+    assert kernel is not None and kernel.name == f"native:mod_{np.dtype(dtype)}", reason
+    before = RUNTIME_FALLBACKS["Mod"]
+    for x, y in ((a, b), (a[:, :1], b), (a, np.array(7, dtype)), (np.array(-7, dtype), b)):
+        expected = get_op("Mod")(KernelContext(), x, y, fmod=fmod)
+        for threads in (1, 2):
+            got = kernel.fn(KernelContext(num_threads=threads), x, y, fmod=fmod, **kernel.params)
+            assert_bit_exact(expected, got)
+    assert RUNTIME_FALLBACKS["Mod"] == before, "the kernel handed a supported call to the twin"
+    assert get_op("Mod")(KernelContext(), np.array([-7], dtype), np.array([2], dtype), fmod=fmod)[0] == (
+        -1 if fmod else 1
+    )
+
+
+def test_mod_binder_refuses_float_and_mixed_types() -> None:
+    assert bind("Mod", 2, {"fmod": 1}) == (
+        None,
+        "native Mod takes two int32 or two int64 inputs, got float32, float32",
+    )
+    assert bind("Mod", 2, dtype=np.int16)[0] is None
+    kernel, _ = bind("Mod", 2, dtype=np.int64)
+    before = RUNTIME_FALLBACKS["Mod"]
+    got = kernel.fn(KernelContext(), np.array([5, -5], np.int64), np.array([3, 3], np.int32), **kernel.params)
+    assert np.array_equal(got, [2, 1]) and RUNTIME_FALLBACKS["Mod"] == before + 1  # the twin's promotion
+
+
+def test_mod_of_a_width_runs_natively_in_a_session() -> None:
+    """A recognizer's width remainder (Sub, Mod by a constant, int64) on the native path:
+    no fallback, the twin's values."""
+    w = helper.make_tensor_value_info("w", TensorProto.INT64, [5])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [5])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Sub", ["w", "one"], ["d"]),
+            helper.make_node("Mod", ["d", "eight"], ["y"]),
+        ],
+        "width_mod",
+        [w],
+        [y],
+        [
+            helper.make_tensor("one", TensorProto.INT64, [], [1]),
+            helper.make_tensor("eight", TensorProto.INT64, [], [8]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = quanta.InferenceSession(model.SerializeToString())
+    assert not [f for f in sess.fallbacks if f[1] == "Mod"], sess.fallbacks
+    widths = np.array([0, 1, 9, 17, 300], np.int64)
+    (got,) = sess.run(None, {"w": widths})
+    assert np.array_equal(got, np.mod(widths - 1, 8))

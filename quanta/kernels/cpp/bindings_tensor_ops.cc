@@ -6,7 +6,7 @@
 //   clip_int(x, lo, hi, num_threads=1, out=None) -> y        int8 / uint8 / int32 / int64
 //   cast(x, dtype, num_threads=1, out=None) -> y             float32/64, (u)int8, int32/64, bool
 //   broadcast_op(op, a, b, num_threads=1, out=None) -> c     add, sub, mul, div, max, min (int32, int64,
-//     float64);
+//     float64); mod, fmod (int32, int64);
 //     equal, less, less_equal, greater, greater_equal (any, bool out); and, or, xor (bool)
 //   reduce_rows_f32(op, x, num_threads=1, out=None) -> y     x [R, D]; sum, sum_square, max, min, prod
 //   reduce_rows_int(op, x, num_threads=1, out=None) -> y     x [R, D] int32 / int64; sum, sum_square,
@@ -177,11 +177,11 @@ py::array cast(const py::handle& x_obj, const py::object& dtype_obj, int num_thr
 
 py::array broadcast_op(const std::string& op_name, const py::handle& a_obj, const py::handle& b_obj, int num_threads,
                        const py::object& out_obj) {
-  static const char* binary[] = {"add", "sub", "mul", "div", "max", "min"};
+  static const char* binary[] = {"add", "sub", "mul", "div", "max", "min", "mod", "fmod"};
   static const char* compare[] = {"equal", "less", "less_equal", "greater", "greater_equal"};
   static const char* logic[] = {"and", "or", "xor"};
   int kind = -1, op = -1;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 8; ++i) {
     if (op_name == binary[i]) kind = 0, op = i;
   }
   for (int i = 0; i < 3; ++i) {
@@ -198,7 +198,8 @@ py::array broadcast_op(const std::string& op_name, const py::handle& a_obj, cons
                           py::str(b.dtype()).cast<std::string>());
   }
   const DType t = element_type(a, "broadcast_op: a");
-  if ((kind == 0 && t != DType::kI32 && t != DType::kI64 && t != DType::kF64) || (kind == 2 && t != DType::kBool)) {
+  if ((kind == 0 && t != DType::kI32 && t != DType::kI64 && (t != DType::kF64 || op >= 6)) ||
+      (kind == 2 && t != DType::kBool)) {
     throw py::value_error("broadcast_op: " + op_name + ": no kernel for dtype " +
                           py::str(a.dtype()).cast<std::string>());
   }

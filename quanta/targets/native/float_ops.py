@@ -646,6 +646,44 @@ bind_max = _bind_binary("Max")
 bind_min = _bind_binary("Min")
 
 
+#: integer Mod's lanes: broadcast_op's "mod" (sign of the divisor) and "fmod" (sign of the
+#: dividend); float Mod stays on the twin
+_INT_MOD = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+@_with_fallback("Mod")
+def _mod_int_native(ctx: Any, a: Any, b: Any, *, out: Any, fmod: int = 0) -> np.ndarray:
+    """Mod, int32 / int64, numpy broadcasting (math_ops.mod: np.mod, or np.fmod with
+    fmod=1; x mod 0 = 0): the index arithmetic of exported recognizers (a width's
+    remainder to a stride)."""
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype):
+        raise _Unsupported
+    if a.dtype not in _INT_MOD:
+        raise _Unsupported
+    op = "fmod" if fmod else "mod"
+    return _native().broadcast_op(op, np.asarray(a, order="C"), np.asarray(b, order="C"), _threads(ctx), out)
+
+
+@shape_free
+def _mod_int_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    if sig.dtypes[0] not in _INT_MOD or sig.dtypes[1] != sig.dtypes[0]:
+        return None
+    op = "fmod" if attrs.get("fmod", 0) else "mod"
+    bop, threads, out = _native().broadcast_op, step_threads(sig), sig.out
+    return guarded(lambda a, b: bop(op, a, b, threads, out), _mod_int_native, attrs, out)
+
+
+@register_binder("Mod")
+def bind_mod(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """int32 / int64 Mod of two inputs of one type; float Mod falls back."""
+    del model  # unused: the choice depends on the node's types only
+    types = (_dtype(node.input(0)), _dtype(node.input(1)))
+    if types[0] not in _INT_MOD or types[1] != types[0]:
+        shown = ", ".join("unknown" if t is None else str(t) for t in types)
+        return None, f"native Mod takes two int32 or two int64 inputs, got {shown}"
+    return _kernel(_mod_int_native, f"mod_{types[0]}", node, _mod_int_specialized)
+
+
 @_with_fallback("PRelu")
 def _prelu_native(ctx: Any, x: Any, slope: Any, *, out: Any) -> np.ndarray:
     """PRelu, float32: ``x < 0 ? x · slope : x``, one IEEE product where x < 0 (nn.prelu).

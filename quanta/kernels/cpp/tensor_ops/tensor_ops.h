@@ -92,8 +92,9 @@ struct UnaryParams {
   float alpha = 0, beta = 0;  // hard_sigmoid; leaky_relu's alpha
 };
 
-enum class BinaryInt : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3, kMax = 4, kMin = 5 };
-constexpr int kNumBinaryInt = 6;
+// kMod / kFmod: int32 / int64 only (ONNX Mod, fmod 0 / 1)
+enum class BinaryInt : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3, kMax = 4, kMin = 5, kMod = 6, kFmod = 7 };
+constexpr int kNumBinaryInt = 8;
 enum class Compare : int { kEqual = 0, kLess = 1, kLessOrEqual = 2, kGreater = 3, kGreaterOrEqual = 4 };
 enum class Logic : int { kAnd = 0, kOr = 1, kXor = 2 };
 enum class Reduce : int { kSum = 0, kSumSquare = 1, kMax = 2, kMin = 3, kProd = 4 };

@@ -171,6 +171,15 @@ void binary_int_run(const void* av, int64_t as, const void* bv, int64_t bs, void
       if (y == T(-1)) return static_cast<T>(U(0) - static_cast<U>(x));
       return static_cast<T>(x / y);
     }
+    if constexpr (kOp == 6 || kOp == 7) {
+      // Mod (math_ops.mod): x mod 0 is 0 and x mod −1 is 0 (C's % would trap on both);
+      // fmod (kOp 7) keeps C's sign of the dividend, mod (kOp 6) takes the divisor's
+      // sign as np.mod does
+      if (y == 0 || y == T(-1)) return T(0);
+      const T r = static_cast<T>(x % y);
+      if constexpr (kOp == 7) return r;
+      return (r != 0 && ((r < 0) != (y < 0))) ? static_cast<T>(r + y) : r;
+    }
     if constexpr (kOp == 4) return x > y ? x : y;
     return x < y ? x : y;
   };
@@ -457,12 +466,16 @@ Kernels make_kernels(const char* isa) {
   k.binary_int[4][3] = &binary_int_run<int32_t, 3>;
   k.binary_int[4][4] = &binary_int_run<int32_t, 4>;
   k.binary_int[4][5] = &binary_int_run<int32_t, 5>;
+  k.binary_int[4][6] = &binary_int_run<int32_t, 6>;
+  k.binary_int[4][7] = &binary_int_run<int32_t, 7>;
   k.binary_int[5][0] = &binary_int_run<int64_t, 0>;
   k.binary_int[5][1] = &binary_int_run<int64_t, 1>;
   k.binary_int[5][2] = &binary_int_run<int64_t, 2>;
   k.binary_int[5][3] = &binary_int_run<int64_t, 3>;
   k.binary_int[5][4] = &binary_int_run<int64_t, 4>;
   k.binary_int[5][5] = &binary_int_run<int64_t, 5>;
+  k.binary_int[5][6] = &binary_int_run<int64_t, 6>;
+  k.binary_int[5][7] = &binary_int_run<int64_t, 7>;
   fill_compare<float>(k);
   fill_compare<double>(k);
   fill_compare<int8_t>(k);
