@@ -122,8 +122,12 @@ CASES = {
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def quantized(request, tmp_path_factory):
-    opts = dict(CASES[request.param])
-    d = tmp_path_factory.mktemp(request.param)
+    return _make_quantized(request.param, tmp_path_factory.mktemp(request.param))
+
+
+def _make_quantized(name: str, d) -> tuple:
+    """(name, float model, quantized model, its path) for the tool setting CASES[name]."""
+    opts = dict(CASES[name])
     src, out = str(d / "float.onnx"), str(d / "quantized.onnx")
     model = _float_model()
     onnx.save(model, src)
@@ -134,7 +138,7 @@ def quantized(request, tmp_path_factory):
         ort_quantize_dynamic(src, out, op_types_to_quantize=["Conv", "MatMul"], **opts)
     else:
         ort_quantize_static(src, out, _Reader(_feeds(8, 1)), activation_type=QuantType.QUInt8, **opts)
-    return request.param, model, onnx.load(out), out
+    return name, model, onnx.load(out), out
 
 
 def _view_weight(view: onnx.ModelProto, node: str, k: int) -> np.ndarray:
@@ -308,10 +312,8 @@ def test_quantize_static_on_the_quantized_file(quantized, tmp_path):
         assert float(np.abs(a - want).max()) <= max(2 * file_err, 0.05 * float(np.abs(want).max())), name
 
 
-def test_quantize_static_can_recalibrate_the_file(quantized, tmp_path):
-    name, _, _, path = quantized
-    if name != "ort_qdq_per_tensor_u8":
-        pytest.skip("one file is enough")
+def test_quantize_static_can_recalibrate_the_file(tmp_path):
+    _, _, _, path = _make_quantized("ort_qdq_per_tensor_u8", tmp_path)
     out = tmp_path / "recalibrated.onnx"
     summary = quanta.quantize_static(path, out, _feeds(6, 2), verbose=False, keep_file_parameters=False)
     assert any("ignored" in n for n in summary.notes)
@@ -384,12 +386,10 @@ def test_dynamic_lstm_view(tool, tmp_path):
         np.testing.assert_allclose(_ort(fv.model, feed)[0], want, rtol=1e-5, atol=1e-6)
 
 
-def test_cli_quantize_on_a_quantized_file(quantized, tmp_path, capsys):
+def test_cli_quantize_on_a_quantized_file(tmp_path, capsys):
     from quanta.cli.main import main
 
-    name, _, _, path = quantized
-    if name != "ort_qop_per_channel_s8":
-        pytest.skip("one file is enough")
+    _, _, _, path = _make_quantized("ort_qop_per_channel_s8", tmp_path)
     data = tmp_path / "calib.npz"
     np.savez(data, x=_feeds(1, 2)[0]["x"])
     for extra in ([], ["--recalibrate"]):
