@@ -57,7 +57,16 @@ from quanta.quantize.qdq import (
     plan_qdq,
     resolve_params,
 )
-from quanta.quantize.range_choice import FEEDS, choose, half_ranges, reiterable, split_observers, unsplit
+from quanta.quantize.range_choice import (
+    FEEDS,
+    MIN_FEEDS,
+    choose,
+    half_ranges,
+    reiterable,
+    split_observers,
+    too_few_feeds,
+    unsplit,
+)
 from quanta.quantize.recipe import CalibrationMethod, Recipe, SubgraphMode
 from quanta.quantize.recurrent import quantize_lstms
 from quanta.runtime.coverage import lowered_coverage
@@ -631,16 +640,19 @@ def quantize_static(
             finish(alt, alt_plan, alt_bodies, rng, rec)
             return alt
 
-        with tempfile.TemporaryDirectory(prefix="quanta-ranges-") as tmp:
-            reference = os.path.join(tmp, "float.onnx")
-            save(model, reference, check=False)
-            range_choice = choose(
-                reference,
-                {"minmax": candidate({**even[0], **even[1]}), "mse": candidate(even[0])},
-                held_out[:FEEDS],
-                lambda m, path: save(m, path, check=False),
-                run_file,
-            )
+        if 0 < len(held_out[:FEEDS]) < MIN_FEEDS:  # too few to measure (range_choice.py)
+            range_choice = too_few_feeds("minmax", len(held_out[:FEEDS]))
+        else:
+            with tempfile.TemporaryDirectory(prefix="quanta-ranges-") as tmp:
+                reference = os.path.join(tmp, "float.onnx")
+                save(model, reference, check=False)
+                range_choice = choose(
+                    reference,
+                    {"minmax": candidate({**even[0], **even[1]}), "mse": candidate(even[0])},
+                    held_out[:FEEDS],
+                    lambda m, path: save(m, path, check=False),
+                    run_file,
+                )
         recipe = dataclasses.replace(recipe, other_ranges=range_choice.choice)
         if range_choice.choice == "minmax":
             ranges = {**ranges, **minmax}

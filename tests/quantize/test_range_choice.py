@@ -103,6 +103,25 @@ def test_auto_keeps_the_range_set_whose_outputs_are_closer(tmp_path, square):
     assert "ranges outside eq. (22): " + expected in s.format()
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_one_held_out_feed_is_not_measured_and_keeps_minmax(tmp_path, n):
+    # n feeds: ranges from feed 0 (and 2), one odd feed left to measure on, one draw
+    src = tmp_path / "m.onnx"
+    onnx.save(residual(False), src)
+    calib = feeds(n, 4)
+    s = quanta.quantize_static(src, tmp_path / "auto.onnx", calib, verbose=False)
+    quanta.quantize_static(src, tmp_path / "minmax.onnx", calib, other_ranges="minmax", verbose=False)
+    assert s.range_choice is not None
+    assert s.range_choice.choice == "minmax" and s.range_choice.scores == {} and s.range_choice.feeds == 1
+    assert "too few to measure" in s.format()
+    assert (tmp_path / "auto.onnx").read_bytes() == (tmp_path / "minmax.onnx").read_bytes()
+    assert recorded(tmp_path / "auto.onnx")["other_ranges"] == "minmax"
+    # two held-out feeds are measured
+    four = quanta.quantize_static(src, tmp_path / "four.onnx", feeds(4, 4), verbose=False)
+    assert four.range_choice is not None and four.range_choice.feeds == 2
+    assert set(four.range_choice.scores) == {"minmax", "mse"}
+
+
 def test_the_recorded_recipe_reproduces_the_file_without_measuring(tmp_path):
     src = tmp_path / "m.onnx"
     onnx.save(residual(True), src)
@@ -184,15 +203,15 @@ def test_a_candidate_that_fails_to_run_keeps_the_first(tmp_path):
 
     ref = str(tmp_path / "float")
     save("float", ref)
-    r = choose(ref, {"minmax": "ok", "mse": "broken"}, [{}], save, outputs)
+    r = choose(ref, {"minmax": "ok", "mse": "broken"}, [{}, {}], save, outputs)
     assert (
         r.choice == "minmax"
         and r.scores == {}
         and "mse did not run: RuntimeError: kernel missing" in r.reason
     )
-    r = choose(ref, {"minmax": "ok", "mse": "float"}, [{}], save, outputs)
+    r = choose(ref, {"minmax": "ok", "mse": "float"}, [{}, {}], save, outputs)
     assert r.choice == "mse" and r.scores == {"minmax": pytest.approx(10 * np.log10(5 / 0.25)), "mse": CAP_DB}
-    r = choose(ref, {"minmax": "ok", "mse": "ok"}, [{}], save, outputs)
+    r = choose(ref, {"minmax": "ok", "mse": "ok"}, [{}, {}], save, outputs)
     assert r.choice == "minmax" and r.scores["minmax"] == r.scores["mse"]  # a tie keeps the first
     r = choose(ref, {"minmax": "ok"}, [], save, outputs)
     assert r.choice == "minmax" and "no calibration feed" in r.reason
