@@ -42,6 +42,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from quanta.kernels.reference.quantize import dequantize_linear, quantize_linear
+
 __all__ = ["FloatView", "derive_float_view", "is_quantized", "quantized_ops"]
 
 MS = "com.microsoft"
@@ -176,31 +178,12 @@ class FloatView:
         return line
 
 
-def _axis_shape(param: np.ndarray, ndim: int, axis: int) -> np.ndarray:
-    if param.ndim == 0 or param.size == 1:
-        return param.reshape(())
-    shape = [1] * ndim
-    shape[axis % ndim] = param.size
-    return param.reshape(shape)
-
-
 def dequantize(
     q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None, axis: int = 1, block_size: int = 0
 ) -> np.ndarray:
-    """DequantizeLinear's arithmetic in float64, returned in the scale's float type:
-    per tensor, per axis (``axis``) or per block (``block_size`` along ``axis``)."""
-    x = q.astype(np.float64)
-    s = scale.astype(np.float64)
-    z = np.zeros_like(s) if zero_point is None else zero_point.astype(np.float64)
-    if block_size and s.ndim == x.ndim and s.size > 1:
-        ax = axis % x.ndim
-        s = np.repeat(s, block_size, axis=ax).take(range(x.shape[ax]), axis=ax)
-        z = np.repeat(z, block_size, axis=ax).take(range(x.shape[ax]), axis=ax)
-        return (x - z) * s
-    if x.ndim == 0:
-        return ((x - z.reshape(())) * s.reshape(())).astype(scale.dtype)
-    out = (x - _axis_shape(z, x.ndim, axis)) * _axis_shape(s, x.ndim, axis)
-    return out.astype(scale.dtype if scale.dtype.kind == "f" else np.float32)
+    """DequantizeLinear of a constant (per tensor, per axis ``axis``, or per block of
+    ``block_size`` along it): the reference twin, in the scale's float type."""
+    return dequantize_linear(q, scale, zero_point, axis=axis, block=block_size or None)
 
 
 def _body_refs(graph: onnx.GraphProto) -> set[str]:
@@ -224,25 +207,15 @@ def quantize(
     block_size: int = 0,
     saturate: int = 1,
 ) -> np.ndarray:
-    """QuantizeLinear's arithmetic (round half to even, saturate to the zero point's type;
-    uint8 without one)."""
+    """QuantizeLinear of a constant, as the file computes it at run time: the reference
+    twin (the division in the scale's type, round half to even, saturated to the zero
+    point's type; uint8 without one)."""
     dtype = np.dtype(np.uint8) if zero_point is None else zero_point.dtype
-    s = scale.astype(np.float64)
-    z = np.zeros_like(s) if zero_point is None else zero_point.astype(np.float64)
-    xf = x.astype(np.float64)
-    if block_size and s.ndim == xf.ndim and s.size > 1:
-        ax = axis % xf.ndim
-        s = np.repeat(s, block_size, axis=ax).take(range(xf.shape[ax]), axis=ax)
-        z = np.repeat(z, block_size, axis=ax).take(range(xf.shape[ax]), axis=ax)
-    elif xf.ndim:
-        s, z = _axis_shape(s, xf.ndim, axis), _axis_shape(z, xf.ndim, axis)
-    else:
-        s, z = s.reshape(()), z.reshape(())
-    q = np.rint(xf / s) + z
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        q = np.clip(q, info.min, info.max)
-    return q.astype(dtype)
+    return np.asarray(
+        quantize_linear(
+            x, scale, zero_point, axis=axis, block=block_size or None, dtype=dtype, saturate=bool(saturate)
+        )
+    )
 
 
 class _Deriver:
