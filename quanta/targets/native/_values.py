@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Value
+from quanta.kernels.reference.registry import get_op
 
-__all__ = ["const_of", "threads", "value_dtype"]
+__all__ = ["const_of", "run_twin", "threads", "value_dtype"]
 
 
 def threads(ctx: Any) -> int:
@@ -34,3 +35,14 @@ def value_dtype(v: Value | None) -> np.dtype | None:
         return np.dtype(v.type.elem.numpy)
     except (AttributeError, TypeError, KeyError):
         return None
+
+
+def run_twin(op_type: str, domain: str, ctx: Any, inputs: tuple, attrs: dict, out: np.ndarray | None) -> Any:
+    """The reference twin of ``op_type`` on ``inputs`` (a kernel wrapper's fallback for
+    what its native kernel does not take), written into ``out`` when the runtime handed
+    one."""
+    y = get_op(op_type, domain)(ctx, *inputs, **attrs)
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out

@@ -20,12 +20,12 @@ import numpy as np
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.a16w8 import QUANTA_DOMAIN, WIDE_TYPES
 from quanta.kernels.reference.conv_geometry import conv_attrs
-from quanta.kernels.reference.registry import get_op
 from quanta.passes.lower.requant_params import requant_params
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
 from quanta.targets.native._values import const_of as _const
+from quanta.targets.native._values import run_twin
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
 
@@ -160,14 +160,6 @@ def _common(node: Node, n: int, op: str) -> tuple[dict[str, Any] | None, str]:
     return params, z_w
 
 
-def _reference(op_type: str, ctx: Any, inputs: tuple, attrs: dict, out: np.ndarray | None) -> np.ndarray:
-    y = get_op(op_type, QUANTA_DOMAIN)(ctx, *inputs, **attrs)
-    if out is None:
-        return y
-    np.copyto(out, y)
-    return out
-
-
 def _matmul16_native(
     ctx: Any, a: np.ndarray, *rest: np.ndarray, out: np.ndarray | None = None, **p: Any
 ) -> np.ndarray:
@@ -187,7 +179,7 @@ def _matmul16_native(
             num_threads=_threads(ctx),
             out=out,
         )
-    return _reference("QLinearMatMul16", ctx, (a, *rest), {}, out)
+    return run_twin("QLinearMatMul16", QUANTA_DOMAIN, ctx, (a, *rest), {}, out)
 
 
 @register_binder("QLinearMatMul16", QUANTA_DOMAIN)
@@ -281,7 +273,7 @@ def _conv16_native(
                 out=y4,
             )
         return y.reshape(x.shape[0], p["m"], *out_shape) if out is None else out
-    return _reference("QLinearConv16", ctx, (x, *rest), attrs, out)
+    return run_twin("QLinearConv16", QUANTA_DOMAIN, ctx, (x, *rest), attrs, out)
 
 
 @register_binder("QLinearConv16", QUANTA_DOMAIN)

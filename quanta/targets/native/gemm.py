@@ -58,12 +58,13 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.integer_ops import a_param, b_param
-from quanta.kernels.reference.registry import MS_DOMAIN, OpError, get_op
+from quanta.kernels.reference.registry import MS_DOMAIN, OpError
 from quanta.passes.lower.requant_params import float_multiplier, requant_params
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._specialize import SMALL_MACS, guarded, step_threads
 from quanta.targets.native._values import const_of as _const
+from quanta.targets.native._values import run_twin
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
 
@@ -104,15 +105,6 @@ def _workspace() -> Any:
     if ws is None:
         ws = _tls.workspace = _native.QGemmWorkspace()
     return ws
-
-
-def _reference(op_type: str, domain: str, ctx: Any, inputs: tuple, attrs: dict, out: np.ndarray | None):
-    """Run the reference twin (and write into ``out`` when the runtime handed one)."""
-    y = get_op(op_type, domain)(ctx, *inputs, **attrs)
-    if out is None:
-        return y
-    np.copyto(out, y)
-    return out
 
 
 def _is_scalar(t: np.ndarray) -> bool:
@@ -312,7 +304,7 @@ def _call(
     try:
         return fast()
     except (_Unsupported, OpError):  # OpError: the twin raises its own message (or copes)
-        return _reference(op_type, domain, ctx, inputs, attrs, out)
+        return run_twin(op_type, domain, ctx, inputs, attrs, out)
     except ValueError as e:
         raise OpError(str(e)) from None
 

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node
-from quanta.kernels.reference.registry import get_op
 from quanta.kernels.reference.requant16 import QUANTA_DOMAIN, SIXTEEN_BIT, affine16_params, binary16_params
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
 from quanta.targets.native._values import const_of as _const
+from quanta.targets.native._values import run_twin
 from quanta.targets.native._values import value_dtype as _dtype
 
 try:
@@ -29,14 +29,6 @@ except ImportError:  # the binders only run when the extension is built
 __all__ = ["bind_qlinear_affine16", "bind_qlinear_binary16"]
 
 _SHORT = {np.dtype(np.uint16): "u16", np.dtype(np.int16): "i16"}
-
-
-def _reference(op_type: str, ctx: Any, inputs: tuple, attrs: dict, out: np.ndarray | None) -> np.ndarray:
-    y = get_op(op_type, QUANTA_DOMAIN)(ctx, *inputs, **attrs)
-    if out is None:
-        return y
-    np.copyto(out, y)
-    return out
 
 
 def _affine16_native(
@@ -57,7 +49,7 @@ def _affine16_native(
             x, p["zx"], p["m"], p["b"], p["lo"], p["hi"], 0 if axis is None else axis, p["out_dtype"], out=out
         )
     attrs = {"axis": axis, "y_min": y_min, "y_max": y_max, "function": function}
-    return _reference("QLinearAffine16", ctx, (x, *rest), attrs, out)
+    return run_twin("QLinearAffine16", QUANTA_DOMAIN, ctx, (x, *rest), attrs, out)
 
 
 @register_binder("QLinearAffine16", QUANTA_DOMAIN)
@@ -99,7 +91,7 @@ def _binary16_native(ctx: Any, *inputs: Any, out: np.ndarray | None = None, **p:
         return _native.a16w8_binary16(
             p["kind"], a, p["zero_a"], b, p["zero_b"], p["m0"], p["m1"], p["zero_y"], out=out
         )
-    return _reference(f"QLinear{p['kind']}16", ctx, inputs, {}, out)
+    return run_twin(f"QLinear{p['kind']}16", QUANTA_DOMAIN, ctx, inputs, {}, out)
 
 
 def _bind_binary16(kind: str, node: Node) -> tuple[Kernel | None, str]:
