@@ -364,14 +364,10 @@ py::array acc_to_float(const py::handle& acc_obj, const py::object& bias_obj, co
   return y;
 }
 
-py::array acc_to_quant(const py::handle& acc_obj, const py::object& bias_obj, const py::handle& scale_obj,
-                       const py::object& fbias_obj, int post_kind, const std::vector<float>& post_params, float y_scale,
-                       int32_t y_zero_point, bool y_signed, int num_threads, const py::object& out_obj) {
-  const std::string op = "acc_to_quant";
-  const AccOperands a = acc_operands(acc_obj, bias_obj, scale_obj, fbias_obj, op);
-  const sgemm::PostOp post = post_op_arg(post_kind, post_params, op);
-  // QuantizeLinear's run divides by y_scale: a zero, negative or non-finite scale is the
-  // twin's business (it raises or defines the result), not this kernel's
+// A per-tensor 8-bit output's parameters: QuantizeLinear's run divides by y_scale, so a
+// zero, negative or non-finite scale is the twin's business (it raises or defines the
+// result), not a kernel's; the zero point must lie in the storage type's range.
+void check_quant_output(float y_scale, int32_t y_zero_point, bool y_signed, const std::string& op) {
   if (!(y_scale > 0.0f) || !std::isfinite(y_scale)) {
     throw py::value_error(op + ": y_scale: expected a positive finite value, got " + std::to_string(y_scale));
   }
@@ -380,6 +376,15 @@ py::array acc_to_quant(const py::handle& acc_obj, const py::object& bias_obj, co
     throw py::value_error(op + ": y_zero_point: expected in [" + std::to_string(qmin) + ", " + std::to_string(qmax) +
                           "], got " + std::to_string(y_zero_point));
   }
+}
+
+py::array acc_to_quant(const py::handle& acc_obj, const py::object& bias_obj, const py::handle& scale_obj,
+                       const py::object& fbias_obj, int post_kind, const std::vector<float>& post_params, float y_scale,
+                       int32_t y_zero_point, bool y_signed, int num_threads, const py::object& out_obj) {
+  const std::string op = "acc_to_quant";
+  const AccOperands a = acc_operands(acc_obj, bias_obj, scale_obj, fbias_obj, op);
+  const sgemm::PostOp post = post_op_arg(post_kind, post_params, op);
+  check_quant_output(y_scale, y_zero_point, y_signed, op);
   check_threads(num_threads, op);
   const py::dtype dt = y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>();
   auto y = make_output(out_obj, dt, shape_of(a.acc), op, {a.acc});
@@ -439,14 +444,7 @@ py::array softmax_quant(const py::handle& x_obj, const py::object& scale_obj, co
     mask = mk.data();
     mask_rows = mr.data();
   }
-  if (!(y_scale > 0.0f) || !std::isfinite(y_scale)) {
-    throw py::value_error(op + ": y_scale: expected a positive finite value, got " + std::to_string(y_scale));
-  }
-  const int32_t qmin = y_signed ? -128 : 0, qmax = y_signed ? 127 : 255;
-  if (y_zero_point < qmin || y_zero_point > qmax) {
-    throw py::value_error(op + ": y_zero_point: expected in [" + std::to_string(qmin) + ", " + std::to_string(qmax) +
-                          "], got " + std::to_string(y_zero_point));
-  }
+  check_quant_output(y_scale, y_zero_point, y_signed, op);
   check_threads(num_threads, op);
   const py::dtype dt = y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>();
   auto y = make_output(out_obj, dt, shape_of(x), op, {x});

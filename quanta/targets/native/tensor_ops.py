@@ -1379,13 +1379,19 @@ def _acc_quant_params(
     b = _per_channel(bias, m, rank, np.dtype(np.int32))
     s = _per_channel(scale, m, rank, F32)
     fb = _per_channel(float_bias, m, rank, F32)
+    return (b, s, fb, *_quant_output(y_scale, y_zero_point))
+
+
+def _quant_output(y_scale: Any, y_zero_point: Any) -> tuple[float, int, bool]:
+    """(scale, zero point, signed) of a per-tensor 8-bit output the native kernels take
+    (a float32 scale > 0, finite), or _Unsupported."""
     ys, yz = np.asarray(y_scale), np.asarray(y_zero_point)
     if ys.size != 1 or ys.dtype != F32 or yz.size != 1 or yz.dtype not in (np.uint8, np.int8):
         raise _Unsupported
     sy = float(ys.reshape(()))
     if not (math.isfinite(sy) and sy > 0.0):
         raise _Unsupported
-    return b, s, fb, sy, int(yz.reshape(())), yz.dtype == np.int8
+    return sy, int(yz.reshape(())), yz.dtype == np.int8
 
 
 def _acc_to_quant_native(
@@ -1522,23 +1528,10 @@ def _softmax_quant_native(
                 raise _Unsupported
             mask = np.asarray(mask, order="C")
             rows = _mask_rows(x.shape, mask.shape)
-        ys, yz = np.asarray(y_scale), np.asarray(y_zero_point)
-        if ys.size != 1 or ys.dtype != F32 or yz.size != 1 or yz.dtype not in (np.uint8, np.int8):
-            raise _Unsupported
-        sy = float(ys.reshape(()))
-        if not (math.isfinite(sy) and sy > 0.0):
-            raise _Unsupported
+        sy, zy, signed = _quant_output(y_scale, y_zero_point)
         sc = None if scale is None else np.asarray(scale, F32).reshape(1)
         return _native().softmax_quant(
-            np.asarray(x, order="C"),
-            sc,
-            mask,
-            rows,
-            sy,
-            int(yz.reshape(())),
-            yz.dtype == np.int8,
-            _threads(ctx),
-            out,
+            np.asarray(x, order="C"), sc, mask, rows, sy, zy, signed, _threads(ctx), out
         )
     except (_Unsupported, ValueError):
         pass
