@@ -137,7 +137,10 @@ def optimize_float(
     it replaces); a LayerNorm written out as ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt,
     Div (and its Mul / Add by constants) becomes one ``quanta::LayerNormDiv``, T5's RMS
     norm (Pow, ReduceMean, Add, Sqrt, Div or Mul by the reciprocal) one
-    ``quanta::RMSNormDiv`` (exact: the same float32 operations in the same order); a two-operand Einsum becomes the MatMul it
+    ``quanta::RMSNormDiv`` (exact: the same float32 operations in the same order); a GELU
+    written out (Div, Erf, Add, Mul, Mul; or the eight tanh-form nodes) becomes one Gelu
+    (:mod:`.rules.fuse_gelu`: the same operations, the power-of-two 0.5 moved, so exact
+    but where a product is subnormal or overflows); a two-operand Einsum becomes the MatMul it
     computes between Transposes / Reshapes (the float GEMM family's bound instead of
     np.einsum's unstated order); with ``blocked_layout``, chains of float convolutions and
     the pools, elementwise operators, Concats, Splits and nearest Resizes between them
@@ -149,11 +152,11 @@ def optimize_float(
     ``SessionOptions.dynamic_weight_only`` runs it as ``DynamicQuantizeMatMul`` instead
     (:mod:`.lower.weight_only_matmul`). Every target runs the folded graph, so the
     reference stays the golden of what the native target computes."""
-    del opset  # the same steps for every opset
     from quanta.passes.lower.nchwc import BlockedFloatLayout
     from quanta.passes.lower.weight_only_matmul import WeightOnlyMatMuls
     from quanta.passes.rules.fold_conv_affine import FoldConvAffine
     from quanta.passes.rules.fuse_float_gate import FuseFloatGate
+    from quanta.passes.rules.fuse_gelu import FuseGeluPass
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
     from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
@@ -184,6 +187,7 @@ def optimize_float(
         HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps
         FuseLSTMGates(),  # an exported LSTM cell's ten elementwise nodes: one quanta::LSTMGates
         FuseLayerNormPass(),  # a written-out LayerNorm / RMS norm: one quanta::LayerNormDiv / RMSNormDiv
+        FuseGeluPass(opset),  # a GELU written out (erf: five ops, tanh: eight): one Gelu / MlasGeluTanh
         CanonicalizeEinsum(),  # a two-operand Einsum: the MatMul it computes (native float GEMM)
         BlockedFloatLayout(enabled=blocked_layout),  # chains of float convolutions exchange NCHW16c tensors
         EliminateDead(),

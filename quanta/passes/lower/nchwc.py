@@ -103,6 +103,9 @@ _UNARY = frozenset(
 )
 #: elementwise operators of two inputs (numpy broadcasting) that keep finite values finite
 _BINARY = frozenset({"Add", "Sub", "Mul", "Max", "Min", "PRelu"})
+#: elementwise operators of other domains, as (domain, op): the Gelu that FuseGelu writes
+#: below opset 20, and the GELU with ONNX Runtime's tanh
+_DOMAIN_UNARY = frozenset({("com.microsoft", "Gelu"), (QUANTA, "MlasGeluTanh")})
 
 
 def _f32(v: Value | None) -> bool:
@@ -226,7 +229,7 @@ class BlockedFloatLayout(Pass):
                 region[id(node)] = (node, "conv")
                 blocked[id(node.outputs[0])] = int(node.input(1).const.shape[0])
                 continue
-            if node.domain != "":
+            if node.domain != "" and (node.domain, node.op_type) not in _DOMAIN_UNARY:
                 continue
             ins = [i for i, v in enumerate(node.inputs) if v is not None and id(v) in blocked]
             if not ins:
@@ -294,7 +297,7 @@ class BlockedFloatLayout(Pass):
             if refusal:
                 return "", f"MaxPool {refusal}"
             return "maxpool", ""
-        if op in _UNARY:
+        if op in _UNARY or (node.domain, op) in _DOMAIN_UNARY:
             return "agnostic", ""
         if op == "GlobalAveragePool":
             return "gap", ""

@@ -420,3 +420,36 @@ def test_same_padding_runs_blocked_natively_as_onnxruntime_runs_it(mode: str):
     assert [s.op_type for s in sess.plan.steps] == ["ConvNchwc", "ConvNchwc", "MaxPoolNchwc", "ReorderNchw"]
     assert got.shape == want.shape == (1, 48, 5, 6)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.skipif(not blocked_layout_enabled(), reason="the native blocked kernels are not built")
+@pytest.mark.parametrize("opset", [17, 20])
+def test_a_written_out_gelu_between_convolutions_fuses_and_stays_blocked(opset: int):
+    """A float model's erf GELU (Div, Erf, Add, Mul, Mul: a PyTorch export's nn.GELU) after
+    a convolution becomes one Gelu (com.microsoft below opset 20, ai.onnx from 20) inside
+    the blocked region: no reorder between the two convolutions; native, the reference
+    target and ONNX Runtime agree within the float GEMM family's bound (eq. (FG1): the
+    convolutions' summation order is not pinned)."""
+    ort = pytest.importorskip("onnxruntime")
+    import quanta
+
+    b = Builder()
+    y = b.conv("x", 7, 32, (3, 3), "c1", pads=[1, 1, 1, 1])
+    d = b.node("Div", [y, b.const("sqrt2", np.array(np.sqrt(2.0), np.float32))], "gelu_div")
+    e = b.node("Erf", [d], "gelu_erf")
+    a = b.node("Add", [e, b.const("one", np.array(1.0, np.float32))], "gelu_add")
+    m = b.node("Mul", [y, a], "gelu_mul")
+    g = b.node("Mul", [m, b.const("half", np.array(0.5, np.float32))], "gelu")
+    y = b.conv(g, 32, 48, (3, 1), "c2", pads=[1, 0, 1, 0])
+    proto = b.model({"x": [1, 7, 13, 11]}, [y])
+    proto.opset_import[0].version = opset
+    x = RNG.standard_normal((1, 7, 13, 11)).astype(np.float32)
+    sess = quanta.InferenceSession(proto.SerializeToString())
+    assert [s.op_type for s in sess.plan.steps] == ["ConvNchwc", "Gelu", "ConvNchwc", "ReorderNchw"]
+    got = sess.run(None, {"x": x})[0]
+    golden = quanta.InferenceSession(proto.SerializeToString(), backend="reference").run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, golden, rtol=2e-5, atol=2e-5)
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
