@@ -91,9 +91,29 @@ def quantize_dynamic(
 ) -> QuantizationSummary:
     """Quantize the weights of MatMul/Gemm/Conv; activations are quantized per batch at
     run time by DynamicQuantizeLinear. Options as for ``quantize_static`` (``per_channel``,
-    ``exclude``, ``weight_type``…)."""
+    ``exclude``, ``weight_type``…).
+
+    A ``model_input`` that is already quantized (Q/DQ, QOperator or dynamic operators) is
+    quantized through its float view (quanta.quantize.float_view): its weights again
+    from their dequantized values, its activation grids dropped (each run computes its
+    own); the summary says so."""
     t0 = time.perf_counter()
     recipe = _recipe_from(recipe, options)
+    from quanta.quantize.prequantized import guard_input, load_if_quantized, prepare_prequantized_dynamic
+
+    quantized_input = load_if_quantized(model_input)
+    if quantized_input is not None:
+        guard_input(model_input, model_output)
+        prepared = prepare_prequantized_dynamic(quantized_input)
+        assert prepared is not None
+        view, notes = prepared
+        summary = quantize_dynamic(view, model_output, recipe, verbose=False)
+        summary.notes[:0] = notes
+        summary.input_bytes = quantized_input.ByteSize()
+        summary.seconds = time.perf_counter() - t0
+        if verbose:
+            print(summary.format())
+        return summary
     model = load_for_quantization(model_input)
     prepare_float_graph(model)
     g = model.graph

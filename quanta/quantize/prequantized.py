@@ -34,7 +34,7 @@ import onnx
 from quanta.quantize.float_view import FloatView, derive_float_view, quantized_ops
 from quanta.quantize.recipe import Recipe, TensorOverride
 
-__all__ = ["file_overrides", "prepare_prequantized"]
+__all__ = ["file_overrides", "guard_input", "prepare_prequantized", "prepare_prequantized_dynamic"]
 
 
 def file_overrides(view: FloatView) -> dict[str, TensorOverride]:
@@ -112,6 +112,44 @@ def prepare_prequantized(
         "weights quantized again from their dequantized values (nearest rounding, no bias correction)"
     )
     return view.model, rec, notes
+
+
+def prepare_prequantized_dynamic(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]] | None:
+    """``quantize_dynamic`` on an already-quantized file: (the float view to quantize,
+    the notes for the summary), or None for a float model. Dynamic quantization keeps no
+    activation grid (each run computes its own), so the file's activation parameters
+    are dropped; its weights are quantized again from their dequantized values, which
+    keeps their integers where the grids agree (symmetric int8, the same granularity)."""
+    ops = quantized_ops(proto)
+    if not ops:
+        return None
+    view = derive_float_view(proto)
+    notes = [
+        f"the input is already quantized ({', '.join(ops)}): quanta quantized the float model it "
+        f"stands for ({view.format()}) dynamically"
+    ]
+    if view.activation_params:
+        notes.append(
+            f"the file's {len(view.activation_params)} activation grid(s) are not kept: dynamic "
+            "quantization computes each activation's scale per run"
+        )
+    if view.kept:
+        notes.append(
+            f"{len(view.kept)} node(s) of the file have no float form here and stay as the file has them: "
+            + ", ".join(f"{n or '<unnamed>'} ({op})" for n, op, _ in view.kept[:8])
+        )
+    return view.model, notes
+
+
+def guard_input(model_input: Any, model_output: str | os.PathLike) -> None:
+    """Refuses ``model_output`` when it is the file ``model_input`` names: quantizing a
+    file's float view writes from a proto that no longer knows its source path, so
+    the save cannot see the clash itself."""
+    if isinstance(model_input, (bytes, onnx.ModelProto)):
+        return
+    src, dest = os.fspath(model_input), os.fspath(model_output)
+    if os.path.exists(src) and os.path.exists(dest) and os.path.samefile(src, dest):
+        raise FileExistsError(f"{dest}: refusing to overwrite the input model; choose another output path")
 
 
 def load_if_quantized(model_input: Any) -> onnx.ModelProto | None:

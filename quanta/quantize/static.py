@@ -358,10 +358,11 @@ def quantize_static(
     """
     t0 = time.perf_counter()
     recipe = _recipe_from(recipe, options).for_target()  # a device's fixed choices (Recipe.target)
-    from quanta.quantize.prequantized import load_if_quantized, prepare_prequantized
+    from quanta.quantize.prequantized import guard_input, load_if_quantized, prepare_prequantized
 
     quantized_input = load_if_quantized(model_input)
     if quantized_input is not None:
+        guard_input(model_input, model_output)
         # quanta.quantize.prequantized: the file's float view, quantized with its own grids
         prepared = prepare_prequantized(quantized_input, recipe, keep_parameters=keep_file_parameters)
         assert prepared is not None

@@ -312,6 +312,43 @@ def test_quantize_static_on_the_quantized_file(quantized, tmp_path):
         assert float(np.abs(a - want).max()) <= max(2 * file_err, 0.05 * float(np.abs(want).max())), name
 
 
+def test_quantize_dynamic_on_the_quantized_file(quantized, tmp_path):
+    """quantize_dynamic on the file (no refusal): a valid dynamic model that ONNX Runtime
+    and quanta both run, with integer weights and DynamicQuantizeLinear (no activation
+    grid of the file kept); its error from the float model is of the file's own size;
+    the summary says the input was quantized."""
+    name, model, _, path = quantized
+    out = tmp_path / "dynamic.onnx"
+    summary = quanta.quantize_dynamic(path, out, verbose=False)
+    text = summary.format()
+    assert "already quantized" in text and "dynamically" in text, text
+    assert summary.quantized, name
+    written = onnx.load(out)
+    onnx.checker.check_model(written, full_check=True)
+    ops = {n.op_type for n in written.graph.node}
+    assert "DynamicQuantizeLinear" in ops and "QuantizeLinear" not in ops, (name, sorted(ops))
+    for feed in _feeds(2, 4):
+        a = _ort(str(out), feed)[0]
+        b = quanta.InferenceSession(str(out)).run(None, feed)[0]
+        want = _ort(model, feed)[0]
+        scale = float(np.abs(want).max())
+        np.testing.assert_allclose(b, a, atol=0.02 * scale)
+        file_err = float(np.abs(_ort(path, feed)[0] - want).max())
+        assert float(np.abs(a - want).max()) <= max(2 * file_err, 0.05 * scale), name
+
+
+def test_quantizing_a_quantized_file_never_overwrites_it(tmp_path):
+    """The float view no longer knows its source path: both entry points refuse the
+    input's own path as the output, and the file is unchanged."""
+    _, _, _, path = _make_quantized("ort_qdq_per_tensor_u8", tmp_path)
+    before = open(path, "rb").read()
+    with pytest.raises(FileExistsError, match="refusing to overwrite the input model"):
+        quanta.quantize_dynamic(path, path, verbose=False)
+    with pytest.raises(FileExistsError, match="refusing to overwrite the input model"):
+        quanta.quantize_static(path, path, _feeds(4, 2), verbose=False)
+    assert open(path, "rb").read() == before
+
+
 def test_quantize_static_can_recalibrate_the_file(tmp_path):
     _, _, _, path = _make_quantized("ort_qdq_per_tensor_u8", tmp_path)
     out = tmp_path / "recalibrated.onnx"
