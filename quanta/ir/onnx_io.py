@@ -7,7 +7,8 @@
    absolute paths, no ``..`` escapes, no symlinks pointing out), then it is loaded;
 3. structure: every input of every node is a graph input, an initializer or the output
    of some node (else "missing initializer or value"); nodes are sorted topologically
-   (a cycle is an error naming its nodes);
+   (a cycle is an error naming its nodes); ONNX Runtime's fused transformer operators
+   become the ONNX operators they fuse (:mod:`quanta.ir.ms_contrib`);
 4. ``onnx.checker`` (unknown operators are reported with the node's name) and
    ``onnx.shape_inference`` (non-strict: a model whose shapes cannot all be inferred
    still loads); the shapes the file declares for outputs and ``value_info`` are hints,
@@ -55,6 +56,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from quanta.ir.graph import Graph, GraphError, Model, Node, Value, toposort_nodes
+from quanta.ir.ms_contrib import decompose_contrib_ops
 from quanta.ir.op_facts import derive
 from quanta.ir.shape_hints import reinfer_declared_shapes, tensor_types
 from quanta.ir.subgraphs import renamed_graph, subgraph_outer_names, subgraph_outer_names_of_graph
@@ -119,6 +121,7 @@ def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx
             # data stays on disk) and shapes are inferred before the data is loaded
             _check_structure(proto.graph, where)
             _check_file(path)
+            decompose_contrib_ops(proto)
             reinfer_declared_shapes(proto)
             _load_external_data(proto, base, path)
             return proto, path
@@ -131,6 +134,8 @@ def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx
         raise ModelLoadError(f"{where}: not an ONNX model (no graph)")
     _check_structure(proto.graph, where)
     _type_bare_declarations(proto, where)
+    # ONNX Runtime's fused transformer operators, as the ONNX operators they fuse
+    decompose_contrib_ops(proto)
     _check(proto, where)
     reinfer_declared_shapes(proto)
     return proto, path
