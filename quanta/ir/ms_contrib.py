@@ -37,6 +37,11 @@ Attention                       MatMul + bias, Q / K / V by Slice, heads by Resh
                                 Softmax, · V, heads merged
 QAttention                      MatMulInteger(input, weight, zero points), Cast, Mul by
                                 input_scale · weight_scale, then as Attention
+LayerNormalization below        (ORT's own registration, which its LayerNormFusion
+opset 17                        writes into any opset) the LayerNorm written out
+ImageScaler, Scale, Affine,     ONNX's experimental operators of opsets 1-9 that ONNX
+ScaledTanh, ParametricSoftplus  Runtime still runs (tiny-YOLOv2's ImageScaler): Mul / Add
+                                / Tanh / Softplus by their attributes
 ==============================  ====================================================
 
 Numerics: the float32 operations ONNX Runtime's kernels compute, in their order, except
@@ -291,6 +296,67 @@ def _simplified_layer_norm(w: _Writer, users: dict[str, int], outputs: set[str])
     if int(_attr(n, "axis", -1)) != -1 or any(_read(users, o, outputs) for o in n.output[1:]):
         raise _Unsupported("an axis other than -1, or its inverse deviation output is read")
     w.rms_norm(n.input[0], n.input[1], float(_attr(n, "epsilon", 1e-5)), "rms", out=n.output[0])
+
+
+def _onnx_layer_norm(w: _Writer, users: dict[str, int], outputs: set[str]) -> None:
+    """LayerNormalization (ORT's registration below opset 17): normalized over the axes
+    from ``axis`` on."""
+    n = w.node
+    if any(_read(users, o, outputs) for o in n.output[1:]):
+        raise _Unsupported("its Mean or InvStdDev output is read")
+    axis = int(_attr(n, "axis", -1))
+    rank = w.ranks.get(n.input[0])
+    if axis < 0:
+        axes = list(range(axis, 0))
+    elif rank is not None:
+        axes = list(range(axis - rank, 0))
+    else:
+        raise _Unsupported("a non-negative axis on an input of unknown rank")
+    eps = float(_attr(n, "epsilon", 1e-5))
+    x, tag = n.input[0], "ln"
+    mean = w.reduce("ReduceMean", x, axes, f"{tag}_mean")
+    d = w.op("Sub", [x, mean], f"{tag}_centered")
+    var = w.reduce(
+        "ReduceMean", w.op("Pow", [d, w.f32(f"{tag}_two", 2.0)], f"{tag}_squared"), axes, f"{tag}_var"
+    )
+    std = w.op("Sqrt", [w.op("Add", [var, w.f32(f"{tag}_eps", eps)], f"{tag}_var_eps")], f"{tag}_std")
+    y = w.op("Div", [d, std], f"{tag}_normed")
+    bias = _inp(n, 2)
+    y = w.op("Mul", [y, n.input[1]], f"{tag}_scaled", out=None if bias else n.output[0])
+    if bias:
+        w.op("Add", [y, bias], f"{tag}_shifted", out=n.output[0])
+
+
+def _experimental(w: _Writer) -> None:
+    """ONNX's experimental operators of opsets 1-9, by their definitions."""
+    n = w.node
+    x, y = n.input[0], n.output[0]
+    if n.op_type == "ImageScaler":
+        bias = np.asarray(_attr(n, "bias", []), np.float32)
+        scaled = w.op(
+            "Mul", [x, w.f32("scale", float(_attr(n, "scale", 1.0)))], "scaled", out=None if bias.size else y
+        )
+        if bias.size:
+            w.op("Add", [scaled, w.const("bias", bias.reshape(1, -1, 1, 1))], "shifted", out=y)
+    elif n.op_type == "Scale":
+        w.op("Mul", [x, w.f32("scale", float(_attr(n, "scale", 1.0)))], "scaled", out=y)
+    elif n.op_type == "Affine":
+        scaled = w.op("Mul", [x, w.f32("alpha", float(_attr(n, "alpha", 1.0)))], "scaled")
+        w.op("Add", [scaled, w.f32("beta", float(_attr(n, "beta", 0.0)))], "shifted", out=y)
+    elif n.op_type == "ScaledTanh":
+        inner = w.op("Mul", [x, w.f32("beta", float(_attr(n, "beta", 1.0)))], "inner")
+        w.op(
+            "Mul",
+            [w.op("Tanh", [inner], "tanh"), w.f32("alpha", float(_attr(n, "alpha", 1.0)))],
+            "scaled",
+            out=y,
+        )
+    elif n.op_type == "ParametricSoftplus":
+        inner = w.op("Mul", [x, w.f32("beta", float(_attr(n, "beta", 1.0)))], "inner")
+        sp = w.op("Softplus", [inner], "softplus")
+        w.op("Mul", [sp, w.f32("alpha", float(_attr(n, "alpha", 1.0)))], "scaled", out=y)
+    else:
+        raise _Unsupported(f"no form for {n.op_type}")
 
 
 def _fused_matmul(w: _Writer) -> None:
@@ -605,10 +671,19 @@ _WITH_USES = {
 }
 
 
-def _is_contrib(node: onnx.NodeProto) -> bool:
+#: operators of the ai.onnx domain that ONNX Runtime runs and this module writes out:
+#: its own registrations and ONNX's experimental operators (no schema at the opset)
+_ONNX_DOMAIN = frozenset(
+    {"SimplifiedLayerNormalization", "ImageScaler", "Scale", "Affine", "ScaledTanh", "ParametricSoftplus"}
+)
+
+
+def _is_contrib(node: onnx.NodeProto, opset: int) -> bool:
     if node.domain == MS_DOMAIN:
         return node.op_type in HANDLED
-    return node.domain in ("", "ai.onnx") and node.op_type == "SimplifiedLayerNormalization"
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    return node.op_type in _ONNX_DOMAIN or (node.op_type == "LayerNormalization" and opset < 17)
 
 
 def decompose_contrib_ops(proto: onnx.ModelProto) -> list[tuple[str, str, str]]:
@@ -620,7 +695,7 @@ def decompose_contrib_ops(proto: onnx.ModelProto) -> list[tuple[str, str, str]]:
     # rounds: an Attention reads the mask index an EmbedLayerNormalization writes, whose
     # rank is known once that node is written out and shapes are inferred again
     for _ in range(3):
-        if not any(_is_contrib(n) for n in graph.node):
+        if not any(_is_contrib(n, opset) for n in graph.node):
             break
         left, changed = _decompose_round(proto, opset)
         if not changed:
@@ -662,7 +737,7 @@ def _decompose_round(proto: onnx.ModelProto, opset: int) -> tuple[list[tuple[str
     new_nodes: list[onnx.NodeProto] = []
     changed = False
     for node in graph.node:
-        if not _is_contrib(node):
+        if not _is_contrib(node, opset):
             new_nodes.append(node)
             continue
         w = _Writer(graph, node, opset, taken)
@@ -672,6 +747,10 @@ def _decompose_round(proto: onnx.ModelProto, opset: int) -> tuple[list[tuple[str
         try:
             if node.op_type == "SimplifiedLayerNormalization":
                 _simplified_layer_norm(w, users, outputs)
+            elif node.op_type == "LayerNormalization":
+                _onnx_layer_norm(w, users, outputs)
+            elif node.domain in ("", "ai.onnx"):
+                _experimental(w)
             elif node.op_type in _SIMPLE:
                 _SIMPLE[node.op_type](w)
             else:
@@ -683,6 +762,10 @@ def _decompose_round(proto: onnx.ModelProto, opset: int) -> tuple[list[tuple[str
         changed = True
         new_nodes.extend(w.nodes)
         graph.initializer.extend(w.inits)
+        if proto.ir_version < 4:  # IR 3: every initializer is also a graph input
+            graph.input.extend(
+                helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in w.inits
+            )
     del graph.node[:]
     graph.node.extend(new_nodes)
     return left, changed

@@ -443,3 +443,66 @@ def test_an_optimized_encoder_runs_and_quantizes_like_its_plain_form(tmp_path):
         np.testing.assert_allclose(
             quanta.InferenceSession(str(ort_dyn)).run(None, f)[0], o.run(None, f)[0], atol=1e-4
         )
+
+
+@pytest.mark.parametrize("axis", [-1, -2, 1])
+def test_layer_norm_below_opset_17_as_onnx_runtime_registers_it(axis: int):
+    """ONNX Runtime's LayerNormFusion writes LayerNormalization into any opset (its own
+    registration); ONNX has it from opset 17 only."""
+    x = _f(B, S, H, scale=2.0) + 0.5
+    norm_shape = (H,) if axis == -1 else (S, H)
+    consts = {"g": _f(*norm_shape), "b": _f(*norm_shape)}
+    m = _model("LayerNormalization", {"x": x}, consts, ["x", "g", "b"], ["y"], opset=13, domain="", axis=axis,
+               epsilon=1e-5)  # fmt: skip
+    _check(m, {"x": x}, atol=5e-5)
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"),
+    [
+        ("ImageScaler", {"scale": 0.5, "bias": [1.0, -2.0, 3.0]}),
+        ("Scale", {"scale": 0.3}),
+        ("Affine", {"alpha": 0.3, "beta": 0.2}),
+        ("ScaledTanh", {"alpha": 1.5, "beta": 0.7}),
+        ("ParametricSoftplus", {"alpha": 1.5, "beta": 0.7}),
+    ],
+)
+def test_experimental_operators_of_old_opsets(op: str, attrs: dict):
+    """ONNX's experimental operators in an IR 3, opset 8 file (every initializer a graph
+    input), as ONNX Runtime still runs them; and such a model quantizes."""
+    x = _f(1, 3, 9, 7, scale=2.0)
+    m = _model(op, {"x": x}, {}, ["x"], ["y"], opset=8, domain="", **attrs)
+    m.ir_version = 3
+    m.opset_import.pop()  # no com.microsoft import in such a file
+    _check(m, {"x": x}, atol=1e-5)
+
+
+def test_an_old_detector_with_image_scaler_quantizes(tmp_path):
+    """tiny-YOLOv2's form: ImageScaler before the first Conv, opset 8, IR 3."""
+    w = _f(7, 3, 3, 3, scale=0.3)
+    nodes = [
+        helper.make_node("ImageScaler", ["x"], ["s"], scale=1 / 255, bias=[0.0, 0.0, 0.0]),
+        helper.make_node("Conv", ["s", "w"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "yolo_stem",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 13, 11]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [7, 3, 3, 3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 13, 11])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)])
+    m.ir_version = 3
+    src, out = tmp_path / "stem.onnx", tmp_path / "stem.int8.onnx"
+    onnx.save(m, src)
+    feeds = [{"x": RNG.uniform(0, 255, (1, 3, 13, 11)).astype(np.float32)} for _ in range(4)]
+    summary = quanta.quantize_static(str(src), str(out), feeds, verbose=False)
+    assert summary.coverage.integer_share == pytest.approx(1.0), summary.format()
+    onnx.checker.check_model(onnx.load(out), full_check=True)
+    want = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds[0])[0]
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds[0])[0]
+    assert float(np.abs(got - want).max()) < 0.05 * float(np.abs(want).max())
