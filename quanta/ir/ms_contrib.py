@@ -37,6 +37,8 @@ Attention                       MatMul + bias, Q / K / V by Slice, heads by Resh
                                 Softmax, · V, heads merged
 QAttention                      MatMulInteger(input, weight, zero points), Cast, Mul by
                                 input_scale · weight_scale, then as Attention
+MultiHeadAttention              separate 3-D query, key, value (+ their bias), then as
+                                Attention (a key padding mask as Attention's mask)
 LayerNormalization below        (ORT's own registration, which its LayerNormFusion
 opset 17                        writes into any opset) the LayerNorm written out
 ImageScaler, Scale, Affine,     ONNX's experimental operators of opsets 1-9 that ONNX
@@ -87,6 +89,7 @@ HANDLED = frozenset(
         "QEmbedLayerNormalization",
         "Attention",
         "QAttention",
+        "MultiHeadAttention",
     }
 )
 
@@ -536,20 +539,25 @@ def _q_embed_layer_norm(w: _Writer, users: dict[str, int], outputs: set[str]) ->
 
 
 def _attention_core(w: _Writer, qkv: str, hidden: list[int], heads: int, mask: str, bias: str) -> None:
-    """From the projected [B, S, Hq + Hk + Hv]: heads, scores, mask, softmax, context."""
-    n = w.node
+    """From the projected [B, S, Hq + Hk + Hv]: Q, K and V, then :func:`_heads_attention`."""
     hq, hk, hv = hidden
     if hq != hk or hq % heads or hv % heads:
         raise _Unsupported(f"hidden sizes {hidden} do not split into {heads} heads")
     q = w.slice_last(qkv, 0, hq, "q")
     k = w.slice_last(qkv, hq, hq + hk, "k")
     v = w.slice_last(qkv, hq + hk, hq + hk + hv, "v")
+    _heads_attention(w, q, k, v, hq // heads, heads, mask, bias)
+
+
+def _heads_attention(w: _Writer, q: str, k: str, v: str, head: int, heads: int, mask: str, bias: str) -> None:
+    """Q [B, S, N·h], K [B, L, N·h], V [B, L, N·hv]: heads, scores, mask, softmax, context."""
+    n = w.node
     split = w.const("heads_shape", np.array([0, 0, heads, -1], np.int64))
     qh = w.op("Transpose", [w.op("Reshape", [q, split], "q_heads")], "q_t", perm=[0, 2, 1, 3])
     kh = w.op("Transpose", [w.op("Reshape", [k, split], "k_heads")], "k_t", perm=[0, 2, 3, 1])
     vh = w.op("Transpose", [w.op("Reshape", [v, split], "v_heads")], "v_t", perm=[0, 2, 1, 3])
     scale = _attr(n, "scale")
-    scale = float(scale) if scale not in (None, 0.0) else float(1.0 / np.sqrt(hq // heads))
+    scale = float(scale) if scale not in (None, 0.0) else float(1.0 / np.sqrt(head))
     scores = w.op("Mul", [w.op("MatMul", [qh, kh], "qk"), w.f32("scale", scale)], "scores")
     filt = float(_attr(n, "mask_filter_value", -10000.0))
     added = ""
@@ -559,8 +567,8 @@ def _attention_core(w: _Writer, qkv: str, hidden: list[int], heads: int, mask: s
             keep = w.op("Greater", [mask, w.const("mask_zero", np.array(0, np.int32))], "mask_keep")
             add = w.op("Where", [keep, w.f32("no_filter", 0.0), w.f32("filter", filt)], "mask_add")
             added = w.unsqueeze(add, [1, 2] if rank == 2 else [1], "mask_bias")
-        elif rank == 1 and not _two_per_row(w, mask, qkv):
-            shape = w.op("Shape", [qkv], "qkv_shape")
+        elif rank == 1 and not _two_per_row(w, mask):
+            shape = w.op("Shape", [k], "key_shape")
             length = w.op("Gather", [shape, w.const("seq_axis", np.array(1, np.int64))], "seq_len", axis=0)
             rng = w.op(
                 "Range",
@@ -576,16 +584,32 @@ def _attention_core(w: _Writer, qkv: str, hidden: list[int], heads: int, mask: s
                 f"a mask index of rank {rank}: only [batch] end positions and raw 2-D / 3-D masks"
             )
     if int(_attr(n, "unidirectional", 0)):
-        shape = w.op("Shape", [qkv], "qkv_shape_causal")
-        length = w.op("Gather", [shape, w.const("causal_axis", np.array(1, np.int64))], "causal_len", axis=0)
-        rng = w.op(
-            "Range",
-            [w.const("c0", np.array(0, np.int64)), length, w.const("c1", np.array(1, np.int64))],
-            "causal_pos",
-        )
+        positions = []
+        for who, t in (("queries", q), ("keys", k)):
+            shape = w.op("Shape", [t], f"causal_{who}_shape")
+            length = w.op(
+                "Gather",
+                [shape, w.const(f"causal_{who}_axis", np.array(1, np.int64))],
+                f"causal_{who}_len",
+                axis=0,
+            )
+            positions.append(
+                w.op(
+                    "Range",
+                    [
+                        w.const(f"{who}_r0", np.array(0, np.int64)),
+                        length,
+                        w.const(f"{who}_r1", np.array(1, np.int64)),
+                    ],
+                    f"causal_{who}",
+                )
+            )
         future = w.op(
             "Greater",
-            [w.unsqueeze(rng, [0], "causal_keys"), w.unsqueeze(rng, [1], "causal_queries")],
+            [
+                w.unsqueeze(positions[1], [0], "causal_keys_row"),
+                w.unsqueeze(positions[0], [1], "causal_queries_col"),
+            ],
             "future",
         )
         causal = w.op(
@@ -601,7 +625,7 @@ def _attention_core(w: _Writer, qkv: str, hidden: list[int], heads: int, mask: s
     w.op("Reshape", [ctx, w.const("merge_shape", np.array([0, 0, -1], np.int64))], "context", out=n.output[0])
 
 
-def _two_per_row(w: _Writer, mask: str, qkv: str) -> bool:
+def _two_per_row(w: _Writer, mask: str) -> bool:
     """A 1-D mask index of [2·batch] (end and start positions), not [batch]."""
     m, x = w.shapes.get(mask), w.shapes.get(w.node.input[0])
     return bool(m and x and m[0] is not None and x[0] is not None and m[0] == 2 * x[0] != x[0])
@@ -652,6 +676,26 @@ def _q_attention(w: _Writer, users: dict[str, int], outputs: set[str]) -> None:
     _attention_core(w, qkv, hidden, int(_attr(n, "num_heads")), _inp(n, 5), "")
 
 
+def _multi_head_attention(w: _Writer, users: dict[str, int], outputs: set[str]) -> None:
+    """MultiHeadAttention of separate 3-D query, key and value (BSNH unpacked), with their
+    optional bias [D + D + Dv], key padding mask and attention bias; no past state."""
+    n = w.node
+    if any(_inp(n, i) for i in (6, 7, 8, 9)) or any(_read(users, o, outputs) for o in n.output[1:]):
+        raise _Unsupported("a past state, a present or qk output")
+    q, k, v = n.input[0], _inp(n, 1), _inp(n, 2)
+    if not (k and v) or any(w.ranks.get(t) != 3 for t in (q, k, v)):
+        raise _Unsupported("packed or 4-D query / key / value (only separate 3-D inputs)")
+    heads = int(_attr(n, "num_heads"))
+    dq, dk, dv = (w.shapes[t][2] for t in (q, k, v))
+    if not all(isinstance(d, int) for d in (dq, dk, dv)) or dq != dk or dq % heads or dv % heads:
+        raise _Unsupported(f"widths {dq}, {dk}, {dv} do not split into {heads} heads")
+    if _inp(n, 3):
+        q = w.op("Add", [q, w.slice_last(n.input[3], 0, dq, "q_bias")], "q_biased")
+        k = w.op("Add", [k, w.slice_last(n.input[3], dq, 2 * dq, "k_bias")], "k_biased")
+        v = w.op("Add", [v, w.slice_last(n.input[3], 2 * dq, 2 * dq + dv, "v_bias")], "v_biased")
+    _heads_attention(w, q, k, v, dq // heads, heads, _inp(n, 4), _inp(n, 5))
+
+
 _SIMPLE = {
     "BiasGelu": _bias_gelu,
     "FastGelu": _fast_gelu,
@@ -668,6 +712,7 @@ _WITH_USES = {
     "QEmbedLayerNormalization": _q_embed_layer_norm,
     "Attention": _attention,
     "QAttention": _q_attention,
+    "MultiHeadAttention": _multi_head_attention,
 }
 
 

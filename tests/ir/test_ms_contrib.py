@@ -506,3 +506,31 @@ def test_an_old_detector_with_image_scaler_quantizes(tmp_path):
     want = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds[0])[0]
     got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds[0])[0]
     assert float(np.abs(got - want).max()) < 0.05 * float(np.abs(want).max())
+
+
+@pytest.mark.parametrize("mask", ["none", "raw2d", "ends"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_multi_head_attention_with_a_key_length_of_its_own(mask: str, with_bias: bool):
+    """Cross attention (T5 / BART / Whisper decoders): 4 keys for 5 queries, values of
+    another width, the projections' bias, the key padding mask forms."""
+    ell, hv = 4, N * 4
+    q, k, v = _f(B, S, H), _f(B, ell, H), _f(B, ell, hv)
+    feeds = {"q": q, "k": k, "v": v}
+    consts = {"bias": _f(2 * H + hv)} if with_bias else {}
+    ins = ["q", "k", "v", "bias" if with_bias else ""]
+    if mask == "raw2d":
+        feeds["m"] = np.array([[1, 1, 0, 1], [1, 0, 0, 0]], np.int32)
+        ins.append("m")
+    elif mask == "ends":
+        feeds["m"] = np.array([3, 1], np.int32)
+        ins.append("m")
+    _check(_model("MultiHeadAttention", feeds, consts, ins, ["y"], num_heads=N), feeds, atol=5e-5)
+
+
+def test_multi_head_self_attention_unidirectional_with_attention_bias():
+    x = _f(B, S, H)
+    ab = _f(B, N, S, S)
+    feeds = {"q": x, "k": _f(B, S, H), "v": _f(B, S, H), "ab": ab}
+    m = _model("MultiHeadAttention", feeds, {}, ["q", "k", "v", "", "", "ab"], ["y"], num_heads=N, unidirectional=1,
+               scale=0.3)  # fmt: skip
+    _check(m, feeds, atol=5e-5)
