@@ -151,6 +151,15 @@ def lp_pool(
     return from_compute(total ** (1.0 / p), x.dtype)
 
 
+@register("GlobalLpPool")
+def global_lp_pool(ctx: OpContext, x: np.ndarray, *, p: int = 2) -> np.ndarray:
+    """LpPool over the whole spatial extent: (sum |x|^p)^(1/p) per channel, as LpPool."""
+    del ctx  # unused
+    axes = tuple(range(2, x.ndim))
+    total = (np.abs(to_compute(x)) ** p).sum(axis=axes, keepdims=True)
+    return from_compute(total ** (1.0 / p), x.dtype)
+
+
 @register("GlobalAveragePool")
 def global_average_pool(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     """float32: ReduceMean over the spatial axes, f32(sum16(x) / f32(D)) per channel

@@ -207,6 +207,18 @@ def test_lp_pool_p1_is_sum_of_magnitudes() -> None:
     np.testing.assert_array_equal(y, [[[3, 7, 5]]])
 
 
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_global_lp_pool_is_lp_pool_over_the_whole_plane(p: int) -> None:
+    x = np.random.default_rng(3).standard_normal((2, 7, 5, 3)).astype(np.float32)
+    y = run("GlobalLpPool", x, p=p)
+    want = run("LpPool", x, kernel_shape=[5, 3], p=p)
+    assert y.shape == (2, 7, 1, 1)
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+    np.testing.assert_allclose(
+        y[..., 0, 0], (np.abs(x.astype(np.float64)) ** p).sum(axis=(2, 3)) ** (1 / p), rtol=1e-5
+    )
+
+
 # ------------------------------------------------------------------- normalization
 
 
