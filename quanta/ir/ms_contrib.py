@@ -68,6 +68,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from quanta.ir.shape_hints import without_weight_data
+
 __all__ = ["MS_DOMAIN", "decompose_contrib_ops"]
 
 MS_DOMAIN = "com.microsoft"
@@ -750,7 +752,7 @@ def decompose_contrib_ops(proto: onnx.ModelProto) -> list[tuple[str, str, str]]:
 
 def _value_shapes(proto: onnx.ModelProto) -> dict[str, list]:
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(without_weight_data(proto), strict_mode=False)
     except Exception:  # shapes are hints here: a node that needs one it lacks stays
         inferred = proto
     shapes: dict[str, list] = {}

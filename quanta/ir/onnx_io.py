@@ -58,7 +58,8 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 from quanta.ir.graph import Graph, GraphError, Model, Node, Value, toposort_nodes
 from quanta.ir.ms_contrib import decompose_contrib_ops
 from quanta.ir.op_facts import derive
-from quanta.ir.shape_hints import reinfer_declared_shapes, tensor_types
+from quanta.ir.shape_hints import infer_shapes as infer_light
+from quanta.ir.shape_hints import reinfer_declared_shapes, tensor_types, without_weight_data
 from quanta.ir.subgraphs import renamed_graph, subgraph_outer_names, subgraph_outer_names_of_graph
 from quanta.ir.types import (
     E8M0,
@@ -153,8 +154,7 @@ def _type_bare_declarations(proto: onnx.ModelProto, where: str) -> None:
     bare_out = [vi for vi in g.output if not vi.type.WhichOneof("value")]
     if not bare_out:
         return
-    probe = onnx.ModelProto()
-    probe.CopyFrom(proto)
+    probe = without_weight_data(proto)
     del probe.graph.output[:]
     try:
         inferred = onnx.shape_inference.infer_shapes(probe, strict_mode=False).graph
@@ -446,7 +446,7 @@ def load(model: str | os.PathLike | bytes | onnx.ModelProto, *, infer_shapes: bo
     where = path or "model"
     if infer_shapes:
         try:
-            proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+            proto = infer_light(proto, strict_mode=False, data_prop=True)
         except Exception:  # a model whose shapes cannot be inferred still loads
             pass
     m = from_proto(proto, where)
@@ -992,7 +992,7 @@ def subgraph_model(
     proto.functions.extend(parent.functions)
     if infer_shapes:
         try:
-            proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+            proto = infer_light(proto, strict_mode=False, data_prop=True)
         except Exception:  # a subgraph whose shapes cannot be inferred still compiles
             pass
     proto.graph.CopyFrom(_sorted_copy(proto.graph))
@@ -1050,7 +1050,9 @@ def _infer_unknown_output_ranks(proto: onnx.ModelProto, signature: Sequence[Tens
     if not missing:
         return
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True).graph
+        inferred = onnx.shape_inference.infer_shapes(
+            without_weight_data(proto), strict_mode=False, data_prop=True
+        ).graph
         got = tensor_types([*inferred.value_info, *inferred.output])
     except Exception:  # only the signature is left
         got = {}

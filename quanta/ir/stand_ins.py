@@ -19,6 +19,8 @@ from typing import Any
 import onnx
 from onnx import helper
 
+from quanta.ir.shape_hints import infer_shapes
+
 __all__ = ["infer_through"]
 
 MS_DOMAIN = "com.microsoft"
@@ -45,7 +47,7 @@ def infer_through(proto: onnx.ModelProto, **kw: Any) -> onnx.ModelProto:
             shadow.CopyFrom(proto)
         originals[k] = node
         shadow.graph.node[k].CopyFrom(stand_in)
-    inferred = onnx.shape_inference.infer_shapes(shadow, **kw)
+    inferred = infer_shapes(shadow, **kw)
     for k, node in originals.items():
         inferred.graph.node[k].CopyFrom(node)
     return inferred

@@ -42,6 +42,7 @@ from quanta.calibrate.readers import ImagePreprocess, iter_feeds
 from quanta.calibrate.runner import calibrate, compile_executor
 from quanta.ir.graph import Model
 from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save, to_proto, upgrade_opset
+from quanta.ir.shape_hints import infer_shapes
 from quanta.ir.verify import Stage, verify
 from quanta.passes.coverage import CoverageReport
 from quanta.quantize.bodies import BodyScope, plan_bodies, prepare_bodies, quantize_bodies
@@ -243,7 +244,7 @@ def load_for_quantization(
         min_opset = max(min_opset, HALF_OPSET)
     proto = upgrade_opset(proto, min_opset, path or "model")
     try:
-        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+        proto = infer_shapes(proto, strict_mode=False, data_prop=True)
     except Exception:  # shapes that cannot be inferred: quantization still works per tensor
         pass
     model = from_proto(proto, path or "model")
