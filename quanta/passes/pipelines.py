@@ -100,7 +100,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         FoldBatchNorm(),
         FoldConvAffine(),  # tf2onnx's BatchNorm after a depthwise Conv: Mul + Add, into its weights
         FoldZeroProduct(),  # an unrolled RNN's zero initial state times W_hh: only the bias is left
-        ConvTransposeAsConvs(),  # strided: a Conv over the output phases (quantizable) + DepthToSpace
+        ConvTransposeAsConvs(),  # strided: a Conv over the output phases + DepthToSpace; stride 1: a Conv
         *_fold_groupnorm(opset),
         HoistGatheredGemm(),
         EliminateCommon(),
