@@ -1258,7 +1258,7 @@ def test_scatter_elements_none_matches_twin(data_shape, idx_shape, axis, dtype):
     data = (rng.standard_normal(data_shape) * 100).astype(dtype)
     indices = rng.integers(-n, n, idx_shape).astype(np.int64)
     updates = (rng.standard_normal(idx_shape) * 100).astype(dtype)
-    y = run_both("ScatterElements", [data, indices, updates], {"axis": axis, "reduction": "none"}, opset=18)
+    run_both("ScatterElements", [data, indices, updates], {"axis": axis, "reduction": "none"}, opset=18)
     flat = indices.reshape(-1)
     assert len(set(flat.tolist())) < flat.size or idx_shape == (1, 1, 30)  # duplicates tested
 
