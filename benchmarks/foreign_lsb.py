@@ -46,7 +46,7 @@ from onnx import helper
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import zoo
 
-CACHE = Path.home() / ".cache" / "quanta-zoo"
+CACHE = zoo.zoodata.cache_dir()  # $QUANTA_ZOO_CACHE or ~/.cache/quanta-zoo, as zoo.py
 
 
 def model_of(name: str) -> zoo.Model:

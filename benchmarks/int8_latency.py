@@ -37,9 +37,8 @@ def eval_feed(name: str, kind: str, cache: Path) -> Feed:
         return zoodata.vad_stream(ref, zoodata.clips("eval", 1)[0])[0][3]
     if kind == "embedding":
         return zoodata.token_feeds(cache / "models" / "minilm_vocab.txt", "eval", 1)[0]
-    if name in zoodata.AUDIO_MODELS:
-        return zoodata.audio_feeds(name, "eval", 1, cache)[0]
-    return zoodata.image_feeds(name, "eval", 1)[0]
+    # zoodata's table: text, audio, graph, the later batches' own feeds, or image
+    return zoodata.feeds(name, "eval", 1, cache)[0]
 
 
 def time_file(path: Path, feed: Feed, rounds: int, per_round: int) -> dict[str, float]:
@@ -97,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = manifest[name]
         base = entry.get("source", name)
         files = []
-        if entry.get("made_by") or name in ("minilm_int8", "smart_turn_int8"):
+        if entry.get("made_by") or entry.get("source") or name in ("minilm_int8", "smart_turn_int8"):
             files.append(("as shipped", cache / entry["path"]))
         else:
             for config in args.configs.split(","):

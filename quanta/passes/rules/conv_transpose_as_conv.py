@@ -30,6 +30,25 @@ Refused: unequal strides or stride 1, output_shape, dilations, groups, auto_pad 
 than NOTSET / VALID, a non-constant weight or bias, a spatial rank other than 2, and
 pads / output padding for which the output is not a multiple of the stride or a Conv
 pad would be negative.
+
+ConvTransposeUnitStride: with stride 1 on every axis (the 1x1 projections and the dilated
+depthwise "deconvolutions" of streaming speech-enhancement decoders such as GTCRN's), a
+ConvTranspose is a Conv over the same input with the kernel flipped, the weight's two
+channel axes exchanged within each group, and the pads mirrored; groups and dilations
+carry over unchanged (weight ``w[C_i, C_o/g, k...]``, dilation d, pads p_b / p_e,
+output padding o_p per axis)::
+
+    %y = ConvTranspose(%x, %w, %b?) {strides=1, group=g, dilations=d}
+      -> %y = Conv(%x, %w', %b?) {group=g, dilations=d, pads [d·(k−1) − p_b, d·(k−1) − p_e + o_p]}
+    w'[G·C_o/g + o, c, r...] = w[G·C_i/g + c, o, k−1−r...]
+
+ConvTranspose writes ``y[Y] = Σ_c Σ_i x[c, Y + p_b − d·i]·w[c, o, i]``; with ``r = k−1−i``
+that reads ``x[Y + d·r − (d·(k−1) − p_b)]``, a Conv's tap r under begin pad
+``d·(k−1) − p_b``. Its output length ``H + d·(k−1) − p_b − p_e + o_p`` fixes the end pad.
+Exact in structure (the same products, summed in the Conv's order: tolerance
+γ_{C_i/g·Πk+1}·Σ|x·w| per side). Refused: a stride other than 1, output_shape, auto_pad
+other than NOTSET / VALID, a non-constant weight or bias, a non-float32 weight, and pads
+larger than ``d·(k−1)`` (a negative Conv pad: the ConvTranspose crops).
 """
 
 from __future__ import annotations
@@ -39,7 +58,7 @@ import numpy as np
 from quanta.ir.graph import Value, result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
-__all__ = ["ConvTransposeAsConv", "ConvTransposeAsConvs"]
+__all__ = ["ConvTransposeAsConv", "ConvTransposeAsConvs", "ConvTransposeUnitStride"]
 
 
 def _ints(v, n: int, default: int) -> list[int]:
@@ -145,8 +164,73 @@ class ConvTransposeAsConv(Rule):
         )
 
 
+class ConvTransposeUnitStride(Rule):
+    """%y = ConvTranspose(x, w, b?) {strides 1} -> Conv(x, w', b?) (module docstring)"""
+
+    pattern = "y = ConvTranspose(x, w, b?)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        w_v, b_v = m["w"], m["b"]
+        if not w_v.is_const or (b_v is not None and not b_v.is_const):
+            return NoMatch("the weight or the bias is not a constant")
+        w = np.asarray(w_v.const)
+        if w.ndim < 3 or w.dtype != np.float32:
+            return NoMatch(f"the weight is {w.dtype} of rank {w.ndim}; expected a float32 kernel")
+        a = m.root.attrs
+        n = w.ndim - 2
+        kernel = [int(k) for k in w.shape[2:]]
+        if _ints(a.get("kernel_shape"), n, 0) not in (kernel, [0] * n):
+            return NoMatch("kernel_shape disagrees with the weight")
+        if _ints(a.get("strides"), n, 1) != [1] * n:
+            return NoMatch("a stride other than 1")
+        if a.get("output_shape") is not None and len(a.get("output_shape")):
+            return NoMatch("output_shape given")
+        auto_pad = a.get("auto_pad", "NOTSET")
+        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+        if auto_pad not in ("NOTSET", "VALID"):
+            return NoMatch(f"auto_pad={auto_pad}")
+        group = int(a.get("group", 1))
+        if w.shape[0] % group:
+            return NoMatch(f"{w.shape[0]} input channels are not a multiple of group={group}")
+        dil = _ints(a.get("dilations"), n, 1)
+        pads = _ints(a.get("pads"), 2 * n, 0)
+        op = _ints(a.get("output_padding"), n, 0)
+        begin = [d * (k - 1) - pads[i] for i, (d, k) in enumerate(zip(dil, kernel, strict=True))]
+        end = [d * (k - 1) - pads[n + i] + op[i] for i, (d, k) in enumerate(zip(dil, kernel, strict=True))]
+        if min(begin + end) < 0:
+            return NoMatch(f"pads {pads} exceed dilation x (kernel - 1): the Conv's pads would be negative")
+        m.data.update(group=group, dilations=dil, pads=begin + end)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        w = np.asarray(m.const("w"))
+        g = m.data["group"]
+        ci, cog = w.shape[:2]
+        spatial = w.shape[2:]
+        # [g, C_i/g, C_o/g, k...] -> [g, C_o/g, C_i/g, k...] -> [C_o, C_i/g, k...], kernel flipped
+        w2 = w.reshape(g, ci // g, cog, *spatial).swapaxes(1, 2).reshape(g * cog, ci // g, *spatial)
+        w2 = np.ascontiguousarray(np.flip(w2, axis=tuple(range(2, w2.ndim))))
+        inputs = [m["x"], b.const(f"{m['w'].name}_as_conv", w2)]
+        if m["b"] is not None:
+            inputs.append(m["b"])
+        y = m["y"]
+        return b.op(
+            "Conv",
+            inputs,
+            {
+                "kernel_shape": list(spatial),
+                "strides": [1] * len(spatial),
+                "dilations": m.data["dilations"],
+                "group": g,
+                "pads": m.data["pads"],
+            },
+            types=result_type(shape_from=y, elem_from=y),
+            name=m.root.name,
+        )
+
+
 class ConvTransposeAsConvs(RewritePass):
     name = "conv_transpose_as_conv"
 
     def __init__(self) -> None:
-        super().__init__([ConvTransposeAsConv()])
+        super().__init__([ConvTransposeAsConv(), ConvTransposeUnitStride()])

@@ -35,6 +35,9 @@ Slice, Expand          ``copy_strided`` of the sliced / broadcast     tensor_ops
                        view
 ScatterElements        ``scatter_f32`` in the updates' order          tensor_ops.scatter_elements
 (add, mul; float32)                                                   (scatter_in_order), (SC1)
+ScatterElements        ``scatter_nd`` over the flat data, the         tensor_ops.scatter_elements
+(none; float32/64,     positions as rows: in order, the last          (fancy assignment)
+int32/64)              duplicate wins
 Pad                    ``take_axis`` per padded axis (reflect, edge,  nn.pad
                        wrap); constant: border fill, one copy
 =====================  =============================================  ==========================
@@ -1082,6 +1085,12 @@ def bind_pad(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return _kernel(_pad_native, "pad", plans=BoundedCache(), specialize=_pad_specialized)
 
 
+#: data types of ScatterElements with reduction none: those the native scatter_nd takes
+_ASSIGNABLE: frozenset[np.dtype] = frozenset(
+    np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64)
+)
+
+
 def _scatter_base(data_shape: tuple[int, ...], shape: tuple[int, ...], axis: int) -> np.ndarray:
     """The flat position in data of every update's own coordinates with the one along
     ``axis`` set to 0 (int64, C order): (SC1)'s p_i is this plus index_i · stride(axis)."""
@@ -1103,15 +1112,25 @@ def _scatter_elements_native(
     axis: int = 0,
     reduction: str = "none",
 ) -> np.ndarray:
-    """ScatterElements, float32, reduction add / mul (tensor_ops.scatter_elements, (SC1)):
-    the twin's target positions (scatter_positions) as a base per shape, cached, plus
-    index · stride, then one in-order scatter_f32 into a copy of data."""
+    """ScatterElements (tensor_ops.scatter_elements): the twin's target positions
+    (scatter_positions) as a base per shape, cached, plus index · stride; then, for
+    float32 reduction add / mul, one in-order scatter_f32 into a copy of data ((SC1)),
+    and for reduction none (the step buffers a decoder Loop writes into, as Paddle2ONNX
+    exports SLANet's), the native ScatterND over the flat data with the positions as
+    rows: applied in index order, so of duplicate positions the last update wins, as in
+    the twin's fancy assignment (float32/64, int32/64)."""
     del ctx  # unused: one thread (scatter.h says why)
-    if reduction not in ("add", "mul") or not all(
+    if reduction not in ("add", "mul", "none") or not all(
         isinstance(v, np.ndarray) for v in (data, indices, updates)
     ):
         raise _Unsupported
-    if data.dtype != F32 or updates.dtype != F32 or indices.dtype.kind not in "iu" or indices.size == 0:
+    types = _ASSIGNABLE if reduction == "none" else (F32,)
+    if (
+        data.dtype not in types
+        or updates.dtype != data.dtype
+        or indices.dtype.kind not in "iu"
+        or indices.size == 0
+    ):
         raise _Unsupported
     if data.ndim == 0 or indices.ndim != data.ndim or indices.shape != updates.shape:
         raise _Unsupported  # the twin raises the operator's error
@@ -1134,6 +1153,22 @@ def _scatter_elements_native(
     )
     positions = idx * math.prod(data.shape[axis + 1 :])
     positions += base
+    if reduction == "none":
+        flat_out = out.reshape(-1) if out is not None and out.flags.c_contiguous else None
+        y_flat = _native().scatter_nd(
+            np.ascontiguousarray(data).reshape(-1),
+            positions[:, None],
+            np.ascontiguousarray(updates).reshape(-1),
+            "none",
+            flat_out,
+        )
+        if flat_out is not None:
+            return out
+        y_none = np.asarray(y_flat).reshape(data.shape)
+        if out is not None:
+            np.copyto(out, y_none)
+            return out
+        return y_none
     y = np.array(data, order="C") if out is None or not out.flags.c_contiguous else out
     if y is out:
         np.copyto(out, data)
@@ -1146,12 +1181,18 @@ def _scatter_elements_native(
 
 @register_binder("ScatterElements")
 def bind_scatter_elements(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """float32 ScatterElements with reduction add or mul (a GNN's edge-to-node sums)."""
+    """ScatterElements: float32 with reduction add or mul (a GNN's edge-to-node sums);
+    float32/64 or int32/64 with reduction none (a decoder Loop's per-step writes)."""
     del model  # unused
     reduction = node.attrs.get("reduction", "none")
-    if reduction not in ("add", "mul"):
-        return None, f"native ScatterElements takes reduction add or mul, got {reduction!r}"
-    reason = _known_dtype_reason("ScatterElements", node, 0, frozenset({F32}), "float32 data")
+    if reduction not in ("add", "mul", "none"):
+        return None, f"native ScatterElements takes reduction none, add or mul, got {reduction!r}"
+    if reduction == "none":
+        reason = _known_dtype_reason(
+            "ScatterElements", node, 0, _ASSIGNABLE, "float32/64 or int32/64 data with reduction none"
+        )
+    else:
+        reason = _known_dtype_reason("ScatterElements", node, 0, frozenset({F32}), "float32 data")
     if reason:
         return None, reason
     return _kernel(_scatter_elements_native, "scatter_f32", plans=BoundedCache())

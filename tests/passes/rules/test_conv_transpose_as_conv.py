@@ -1,6 +1,7 @@
 """ConvTransposeAsConv (passes/rules/conv_transpose_as_conv.py): a strided ConvTranspose
-becomes one Conv over its output phases and a DepthToSpace. Four parts (fired; structure;
-equal within the float dot-product bound on the reference target, against the
+becomes one Conv over its output phases and a DepthToSpace; ConvTransposeUnitStride: a
+stride-1 ConvTranspose (groups, dilations) becomes one Conv. Four parts (fired;
+structure; equal within the float dot-product bound on the reference target, against the
 ConvTranspose and against float64; the verifier), one negative test per NoMatch reason,
 and the quantize_static end: the upsampling runs in integer."""
 
@@ -111,7 +112,6 @@ def test_strided_conv_transpose_becomes_conv_and_depth_to_space(k, stride, pads,
 @pytest.mark.parametrize(
     ("kw", "reason"),
     [
-        ({"stride": 1}, "not one stride >= 2"),
         ({"k": 3, "stride": 2, "pads": [1, 1, 1, 1]}, "not a stride multiple"),
         ({"dilations": [2, 2]}, "dilations or groups"),
     ],
@@ -143,6 +143,155 @@ def test_quantize_static_runs_the_upsampling_in_integer(tmp_path, k, pads):
     y = quanta.InferenceSession(str(dst)).run(None, f)[0]
     assert y.shape == (2, CO, 10, 14)  # k=2 s=2 p=0 and k=4 s=2 p=1 both double the size
     exact = float64_reference(p, f["x"])
+    assert np.corrcoef(exact.ravel(), y.ravel())[0, 1] > 0.99
+    ort = pytest.importorskip("onnxruntime")
+    y_ort = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    assert np.corrcoef(exact.ravel(), y_ort.ravel())[0, 1] > 0.99
+
+
+# --- stride 1: ConvTransposeUnitStride ------------------------------------------------
+
+
+def grouped_proto(ci, co_g, kernel, group, *, dil=None, pads=None, op=None, bias=True, dims=None):
+    """A stride-1 ConvTranspose over x[2, ci, *dims], weight [ci, co_g, *kernel]."""
+    rng = np.random.default_rng(13)
+    n = len(kernel)
+    dims = dims or (6, 9, 5)[:n]
+    inits = [numpy_helper.from_array(rng.standard_normal((ci, co_g, *kernel)).astype(np.float32), "w")]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(co_g * group).astype(np.float32), "b"))
+        ins.append("b")
+    attrs = {"strides": [1] * n, "group": group}
+    if dil:
+        attrs["dilations"] = dil
+    if pads:
+        attrs["pads"] = pads
+    if op:
+        attrs["output_padding"] = op
+    node = helper.make_node("ConvTranspose", ins, ["y"], name="deconv", **attrs)
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, ci, *dims])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def transposed_general(x, w, b, group, dil, pads, op, magnitude=False):
+    """ConvTranspose at stride 1 by its definition, in float64, any rank, groups and
+    dilations: y[n, G·C_o/g + o, Y + d·i − p_b] += x[n, G·C_i/g + c, Y]·w[G·C_i/g + c, o, i]."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    if magnitude:
+        x, w, b = np.abs(x), np.abs(w), None if b is None else np.abs(b)
+    n_sp = w.ndim - 2
+    ci, cog = w.shape[:2]
+    cig = ci // group
+    kernel, dims = w.shape[2:], x.shape[2:]
+    full_dims = [h + d * (k - 1) + o for h, d, k, o in zip(dims, dil, kernel, op, strict=True)]
+    full = np.zeros((x.shape[0], cog * group, *full_dims))
+    for tap in np.ndindex(*kernel):
+        at = tuple(slice(d * i, d * i + h) for d, i, h in zip(dil, tap, dims, strict=True))
+        for gi in range(group):
+            xs = x[:, gi * cig : (gi + 1) * cig]
+            ws = w[(slice(gi * cig, (gi + 1) * cig), slice(None), *tap)]
+            full[(slice(None), slice(gi * cog, (gi + 1) * cog), *at)] += np.einsum("nc...,co->no...", xs, ws)
+    crop = tuple(slice(pads[i], full_dims[i] - pads[n_sp + i]) for i in range(n_sp))
+    y = full[(slice(None), slice(None), *crop)]
+    return y if b is None else y + b.reshape(1, -1, *([1] * n_sp))
+
+
+UNIT_CASES = [  # (C_i, C_o/g, kernel, group, dilations, pads, output_padding)
+    (17, 3, (1, 1), 1, None, None, None),  # a 1x1 projection (GTCRN's point convs)
+    (17, 1, (3, 3), 17, [5, 1], [6, 1, 6, 1], None),  # GTCRN's dilated depthwise deconv (crops)
+    (6, 7, (3, 2), 3, [2, 1], [1, 0, 3, 1], None),  # groups of 2 -> 7, uneven pads
+    (7, 3, (3, 3), 1, [2, 2], [0, 1, 2, 0], [1, 1]),  # output_padding (< dilation)
+    (7, 3, (5,), 1, [3], [2, 5], None),  # 1-D
+]
+
+
+@pytest.mark.parametrize(("ci", "cog", "kernel", "group", "dil", "pads", "op"), UNIT_CASES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_unit_stride_conv_transpose_becomes_conv(ci, cog, kernel, group, dil, pads, op, bias):
+    p = grouped_proto(ci, cog, kernel, group, dil=dil, pads=pads, op=op, bias=bias)
+    model = load(p)
+    result = run_passes(model, [ConvTransposeAsConvs()])
+    assert result.fired("ConvTransposeUnitStride") == 1
+    assert model.graph.op_counts() == {"Conv": 1}
+    conv = model.graph.nodes[0]
+    assert conv.attrs["group"] == group
+    n = len(kernel)
+    x = np.random.default_rng(5).standard_normal((2, ci, *(6, 9, 5)[:n])).astype(np.float32)
+    got = run_ref(model, {"x": x})[0]
+    inits = {i.name: numpy_helper.to_array(i) for i in p.graph.initializer}
+    args = (inits.get("b"), group, dil or [1] * n, pads or [0] * 2 * n, op or [0] * n)
+    exact = transposed_general(x, inits["w"], *args)
+    assert got.shape == exact.shape
+    tol = dot_tolerance(
+        ci // group * int(np.prod(kernel)), transposed_general(x, inits["w"], *args, magnitude=True)
+    )
+    assert np.all(np.abs(got - exact) <= tol)
+    assert_close(run_ref(p, {"x": x}), [got], 2 * tol)
+
+
+def test_unit_stride_refuses_pads_beyond_the_kernel():
+    model = load(grouped_proto(7, 3, (3, 3), 1, pads=[3, 0, 0, 0]))
+    rw = ConvTransposeAsConvs()
+    result = run_passes(model, [rw])
+    assert result.fired("ConvTransposeUnitStride") == 0
+    assert model.graph.op_counts() == {"ConvTranspose": 1}
+    assert any("the Conv's pads would be negative" in r.reason for r in rw.no_matches())
+
+
+def test_quantize_static_grouped_conv_transposes(tmp_path):
+    """A stride-1 depthwise ConvTranspose runs as an integer Conv; a strided grouped one
+    (no rewrite: it stays a ConvTranspose) quantizes with one weight scale, since no
+    per-output-channel weight scale exists for its bias (it used to fail: "bias has 14
+    values but the weight 7 scales")."""
+    import quanta
+    from quanta.ir.onnx_io import load as load_file
+    from quanta.runtime.coverage import lowered_coverage
+
+    rng = np.random.default_rng(3)
+    w1 = rng.standard_normal((14, 1, 3, 3)).astype(np.float32)  # depthwise, stride 1, dilated
+    w2 = rng.standard_normal((14, 7, 1, 3)).astype(np.float32)  # group 2, strides (1, 2)
+    nodes = [
+        helper.make_node(
+            "ConvTranspose", ["x", "w1", "b1"], ["h"], group=14, dilations=[2, 1], pads=[2, 1, 2, 1]
+        ),
+        helper.make_node(
+            "ConvTranspose", ["h", "w2", "b2"], ["y"], group=2, strides=[1, 2], pads=[0, 1, 0, 1]
+        ),
+    ]
+    inits = [
+        numpy_helper.from_array(w1, "w1"),
+        numpy_helper.from_array(rng.standard_normal(14).astype(np.float32), "b1"),
+        numpy_helper.from_array(w2, "w2"),
+        numpy_helper.from_array(rng.standard_normal(14).astype(np.float32), "b2"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 14, 5, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    calib = [{"x": rng.standard_normal((1, 14, 5, 9)).astype(np.float32)} for _ in range(4)]
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    src.write_bytes(p.SerializeToString())
+    quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False)
+    q = load_file(str(dst))
+    assert q.graph.op_counts().get("ConvTranspose") == 1
+    report = lowered_coverage(q)
+    macs_dw = 14 * 9 * 5 * 9  # the depthwise one's MACs, now a Conv's
+    assert report.integer_macs == macs_dw
+    f = {"x": rng.standard_normal((1, 14, 5, 9)).astype(np.float32)}
+    exact = run_ref(p, f)[0]
+    y = quanta.InferenceSession(str(dst)).run(None, f)[0]
+    assert y.shape == exact.shape == (1, 14, 5, 17)
     assert np.corrcoef(exact.ravel(), y.ravel())[0, 1] > 0.99
     ort = pytest.importorskip("onnxruntime")
     y_ort = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, f)[0]
