@@ -160,3 +160,18 @@ def test_one_row_or_one_column_is_a_copy(batch, rows, cols):
         .view(np.float32)
     )
     assert_every_isa_and_thread_count(x)
+
+
+@pytest.mark.parametrize("cols", [2, 3, 4, 5])
+@pytest.mark.parametrize("rows", [1, 7, 4097, 614 * 80])
+def test_few_columns_of_4_bytes_every_isa_and_thread_count(rows, cols):
+    """4-byte elements with 2..4 columns (onsets CNN's 3-channel input going NCHW) scatter
+    each row's values into the output rows, row ranges of 4096 split over the threads (614·80
+    rows span 12); 5 columns take the tiles. Every bit pattern is copied (raw bits).
+    Failure signature: a value of the neighbouring column, or a missing last row range."""
+    x = (
+        np.random.default_rng(rows * 10 + cols)
+        .integers(0, 256, (2, rows, cols * 4), dtype=np.uint8)
+        .view(np.float32)
+    )
+    assert_every_isa_and_thread_count(x)
