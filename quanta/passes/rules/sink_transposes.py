@@ -28,6 +28,8 @@ bytes, and an elementwise operator computes each element from the same elements)
     Shape(Transpose(x, p))                  -> Gather(Shape(x), p)   (the Transpose read by Shapes only)
     Squeeze(Transpose(x, p), axes)          -> Transpose(Squeeze(x, p[axes]), p')
     Unsqueeze(Transpose(x, p), axes)        -> Transpose(Unsqueeze(x, axes), p'')
+    U(Squeeze(x, axes))                     -> Squeeze(U(x), axes)       U unary elementwise
+    Unsqueeze(Squeeze(x, axes), axes)       -> x    (the same axes of x's rank)
 
 with ``y.shape[i] = x.shape[p[i]]`` for ``y = Transpose(x, p)``. A Squeeze or Unsqueeze
 only drops or adds axes of size 1, so it commutes with a Transpose whose perm is
@@ -38,7 +40,9 @@ sends them, counted among the positions that are not new. A TF Conv1D export (ma
 TCN, onsets CNN) writes ``Conv -> T(0,2,3,1) -> Squeeze(0) -> Elu -> Unsqueeze(0) ->
 T(0,3,1,2) -> MaxPool``: the first Transpose sinks through all three and cancels the
 second. A perm that then only moved axes of size 1 out of the way is the identity, and
-no Transpose follows. A constant operand of
+no Transpose follows. The Squeeze then sinks below the Elu (read by it alone) and meets
+its Unsqueeze: the Conv, Elu and MaxPool read each other's 4-D tensors, and the blocked
+layout (passes/lower/nchwc.py) takes all three into one region. A constant operand of
 rank <= R is given its leading 1s and permuted by the inverse perm (c'); an operand whose
 every dimension is 1 broadcasts alike in both layouts and stays. A move happens only
 when the Transposes it reads are read by nothing else (their count never grows), and
@@ -114,6 +118,22 @@ def _transposed(v: Value | None) -> tuple[Node, list[int]] | None:
     return None if p is None else (n, p)
 
 
+def _view_axes(node: Node, rank: int | None) -> list[int] | None:
+    """A Squeeze's / Unsqueeze's axes (an attribute before opset 13, a constant input
+    after), sorted and taken modulo ``rank`` when given; None when not known."""
+    if "axes" in node.attrs:
+        raw = [int(a) for a in node.attrs["axes"]]
+    else:
+        v = node.input(1)
+        if v is None or not v.is_const:
+            return None
+        raw = [int(a) for a in np.asarray(v.const).reshape(-1)]
+    if rank is None:
+        return sorted(raw) if raw else None
+    axes = sorted({a % rank for a in raw})
+    return axes if raw and len(axes) == len(raw) else None
+
+
 def _all_ones(v: Value, rank: int) -> bool:
     return v.shape is not None and len(v.shape) <= rank and all(d == 1 for d in v.shape)
 
@@ -167,6 +187,18 @@ class SinkTransposes(Pass):
                 elif node.domain in ("", "ai.onnx") and self._sink(graph, node):
                     moved += 1
                     changed = True
+                elif (
+                    not node.domain
+                    and node.op_type == "Unsqueeze"
+                    and self._unsqueeze_of_squeeze(graph, node)
+                ):
+                    cancelled += 1
+                    changed = True
+                elif not node.domain and node.op_type in UNARY and self._sink_squeeze(graph, node):
+                    moved += 1
+                    changed = True
+            if changed:  # a Transpose left unread would count as a reader in the next round
+                self._remove_dead_transposes(graph)
         if moved or cancelled:
             self._remove_dead_transposes(graph)
             graph.toposort()
@@ -376,6 +408,58 @@ class SinkTransposes(Pass):
         if q == list(range(len(q))):
             return True  # the Transpose only moved axes of size 1 (one no longer there)
         _transpose_after(graph, node, q)
+        return True
+
+    @staticmethod
+    def _sink_squeeze(graph: Graph, node: Node) -> bool:
+        """U(Squeeze(x, axes)) -> Squeeze(U(x), axes), U unary elementwise, the Squeeze read
+        by U alone: so that an Unsqueeze of the same axes after U meets it."""
+        v = node.input(0)
+        sq = v.producer if v is not None else None
+        if sq is None or sq.op_type != "Squeeze" or sq.domain or len(node.outputs) != 1:
+            return False
+        if any(c is not node for c in v.consumers()) or any(o is v for o in graph.outputs):
+            return False
+        if _view_axes(sq, None) is None:
+            return False
+        for extra in node.inputs[1:]:  # Clip's bounds: scalars, whatever the rank
+            if extra is not None and not (extra.is_const and np.asarray(extra.const).size == 1):
+                return False
+        x, out = sq.inputs[0], node.outputs[0]
+        t = Value(graph.fresh_name(f"{out.name}_unsq"), TensorType(out.elem, x.shape) if out.type else None)
+        node.replace_input(0, x)
+        out.producer = None
+        node.outputs[0] = t
+        t.producer = node
+        graph.add_node(
+            Node(
+                "Squeeze",
+                [t, *sq.inputs[1:]],
+                [out],
+                dict(sq.attrs),
+                name=graph.fresh_name(f"{sq.name or 'sq'}_s"),
+            )
+        )
+        graph.remove_node(sq)
+        return True
+
+    @staticmethod
+    def _unsqueeze_of_squeeze(graph: Graph, node: Node) -> bool:
+        """Unsqueeze(Squeeze(x, axes), axes) -> x: the same axes of x's rank, removed and
+        put back as the same 1s."""
+        v = node.input(0)
+        sq = v.producer if v is not None else None
+        if sq is None or sq.op_type != "Squeeze" or sq.domain:
+            return False
+        x, y = sq.inputs[0], node.outputs[0]
+        if x is None or x.shape is None or any(o is y for o in graph.outputs):
+            return False
+        r = len(x.shape)
+        a, b = _view_axes(sq, r), _view_axes(node, r)
+        if a is None or a != b:
+            return False
+        graph.replace_all_uses(y, x)
+        graph.remove_node(node)
         return True
 
     @staticmethod

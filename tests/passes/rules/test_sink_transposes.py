@@ -238,14 +238,13 @@ def test_transposes_around_a_squeezed_activation_cancel():
         for opset in (11, 17):
             proto = conv1d_block(c, opset)
             model, result = _run(proto, [SinkTransposes(), EliminateDead()])
-            assert result.fired("cancelled") == 1, (c, opset, result.records[0].stats)
+            # the Transposes cancel, then the Squeeze sinks below the Elu and meets the Unsqueeze
+            assert result.fired("cancelled") == 2, (c, opset, result.records[0].stats)
             counts = model.graph.op_counts()
-            assert counts["Transpose"] == 1, (c, opset, counts)  # the input's, at the edge
-            assert model.graph.find_nodes("MaxPool")[0].inputs[0].producer.op_type == "Unsqueeze"
-            squeeze = model.graph.find_nodes("Squeeze")[0]
-            assert squeeze.inputs[0].producer.op_type == "Conv"
-            axes = squeeze.attrs["axes"] if opset < 13 else np.asarray(squeeze.inputs[1].const).tolist()
-            assert list(axes) == [0], axes
+            assert counts == {"Transpose": 1, "Conv": 1, "Elu": 1, "MaxPool": 1}, (c, opset, counts)
+            elu = model.graph.find_nodes("Elu")[0]
+            assert elu.inputs[0].producer.op_type == "Conv"
+            assert model.graph.find_nodes("MaxPool")[0].inputs[0].producer is elu
             verify(model.graph, Stage.FLOAT)
             want, got = run_ref(proto, _conv1d_feeds()), run_ref(model, _conv1d_feeds())
             assert [a.tobytes() for a in got] == [a.tobytes() for a in want], (c, opset)
@@ -255,8 +254,10 @@ def test_a_transpose_read_twice_stays_before_the_squeeze():
     for opset in (11, 17):
         proto = conv1d_block(7, opset, read_twice=True)
         model, _ = _run(proto, [SinkTransposes(), EliminateDead()])
-        squeeze = model.graph.find_nodes("Squeeze")[0]
-        assert squeeze.inputs[0].producer.op_type == "Transpose", opset
+        # the Transpose stays for the Relu; the Squeeze / Unsqueeze pair around the Elu still cancels
+        relu = model.graph.find_nodes("Relu")[0]
+        t = relu.inputs[0].producer
+        assert t.op_type == "Transpose" and {c.op_type for c in t.outputs[0].consumers()} == {"Relu", "Elu"}
         assert model.graph.op_counts()["Transpose"] == 3, opset
         want, got = run_ref(proto, _conv1d_feeds()), run_ref(model, _conv1d_feeds())
         assert [a.tobytes() for a in got] == [a.tobytes() for a in want], opset
@@ -327,3 +328,50 @@ def test_the_session_runs_the_conv1d_block_without_inner_transposes():
     # the native float convolution is within the float GEMM bound (FG1) of the
     # reference's, not bit for bit; the Transposes, Squeeze, Elu and MaxPool are exact
     np.testing.assert_allclose(sess.run(None, x)[0], written.run(None, x)[0], rtol=1e-5, atol=1e-5)
+
+
+def _squeeze_chain(opset: int, *, un_axes: list[int], read_twice: bool = False) -> onnx.ModelProto:
+    """x [1, 7, 1, 17] -> Squeeze(0, 2) -> Clip(-1, 1) -> Sigmoid -> Unsqueeze(un_axes) -> Neg -> y."""
+    sq, i1 = _axes("sq_axes", [0, -2], opset, "Squeeze", "x", "s")
+    un, i2 = _axes("un_axes", un_axes, opset, "Unsqueeze", "g", "u")
+    nodes = [
+        sq,
+        helper.make_node("Clip", ["s", "lo", "hi"], ["k"]),
+        helper.make_node("Sigmoid", ["k"], ["g"]),
+        un,
+        helper.make_node("Neg", ["u"], ["y"]),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if read_twice:
+        outputs.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, None))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 7, 1, 17])],
+        outputs,
+        [_init("lo", F32(-1.0)), _init("hi", F32(1.0)), *i1, *i2],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_a_squeeze_sinks_through_unary_operators_and_cancels_its_unsqueeze():
+    feeds = {"x": np.random.default_rng(6).normal(0.0, 2.0, (1, 7, 1, 17)).astype(F32)}
+    for opset in (11, 17):
+        for un_axes, cancels in (([0, 2], True), ([-2, -4], True), ([0, 1], False)):
+            proto = _squeeze_chain(opset, un_axes=un_axes)
+            model, result = _run(proto, [SinkTransposes(), EliminateDead()])
+            counts = model.graph.op_counts()
+            assert result.fired("moved") == 2, (opset, un_axes)  # below the Clip, then the Sigmoid
+            if cancels:
+                assert counts == {"Clip": 1, "Sigmoid": 1, "Neg": 1}, (opset, un_axes, counts)
+            else:  # other axes: the Squeeze waits before the Unsqueeze
+                assert model.graph.find_nodes("Unsqueeze")[0].inputs[0].producer.op_type == "Squeeze"
+            want, got = run_ref(proto, feeds), run_ref(model, feeds)
+            assert got[0].shape == want[0].shape and got[0].tobytes() == want[0].tobytes(), (opset, un_axes)
+
+
+def test_a_squeeze_read_twice_stays():
+    for opset in (11, 17):
+        model, result = _run(_squeeze_chain(opset, un_axes=[0, 2], read_twice=True), [SinkTransposes()])
+        assert result.fired("moved") == 0 and result.fired("cancelled") == 0
+        assert model.graph.find_nodes("Clip")[0].inputs[0].producer.op_type == "Squeeze"
