@@ -518,3 +518,45 @@ def test_depthwise_gives_the_same_bytes_on_every_isa(kw, stride, dil) -> None:
 
     every_isa(run)
     assert len(set(outs.values())) == 1, list(outs)
+
+
+@pytest.mark.parametrize(
+    "c,h,m,k,stride,dil,pad,kind",
+    [
+        (17, 40, 48, 5, 1, 1, (0, 0), "direct"),  # magika's Conv1D written along H
+        (7, 29, 17, 3, 2, 1, (1, 2), "direct"),
+        (33, 13, 80, 3, 1, 2, (2, 0), "direct"),
+        (3, 37, 16, 5, 1, 1, (2, 2), "nchw_in"),
+        (17, 31, 17, 5, 1, 1, (2, 2), "dw"),
+        (16, 6, 16, 1, 1, 1, (0, 0), "direct"),  # 1x1 of one column
+    ],
+)
+def test_k_by_1_of_a_column_is_its_1_by_k_twins_bytes(c, h, m, k, stride, dil, pad, kind) -> None:
+    """A k x 1 convolution of a plane one column wide is the 1 x k convolution of the same
+    bytes as one row ([N, Cb, H, 1, 16] and [N, Cb, 1, H, 16] are one array, and so are
+    the packed weights): the driver runs it along the row, the same chains, the same bytes.
+    Each form is also within (FG1) of float64 (check_conv)."""
+    rng = np.random.default_rng(c * h + k)
+    input_nchw, group = kind == "nchw_in", c if kind == "dw" else 1
+    x = normal(rng, 2, c, h, 1)
+    wt = normal(rng, m, 1 if kind == "dw" else c, k, 1)
+    b = normal(rng, m)
+    xin = x if input_nchw else twin.to_nchwc(x)
+
+    def run(isa: str) -> None:
+        col = _native.conv_nchwc_f32(
+            xin, _native.conv_nchwc_pack_f32(wt, group, input_nchw), b, m, c, k, 1,
+            [stride, 1], [dil, 1], [pad[0], 0, pad[1], 0], group, -INF, INF, 2, input_nchw=input_nchw,
+        )  # fmt: skip
+        row = _native.conv_nchwc_f32(
+            xin.reshape(*xin.shape[:2], 1, h, *xin.shape[4:]),
+            _native.conv_nchwc_pack_f32(wt.reshape(*wt.shape[:2], 1, k), group, input_nchw), b, m, c, 1, k,
+            [1, stride], [1, dil], [0, pad[0], 0, pad[1]], group, -INF, INF, 2, input_nchw=input_nchw,
+        )  # fmt: skip
+        assert col.shape[2:4] == (row.shape[3], 1) and col.tobytes() == row.tobytes(), isa
+
+    every_isa(run)
+    check_conv(
+        2, c, h, 1, m, k, 1, (stride, 1), (dil, 1), (pad[0], 0, pad[1], 0),
+        depthwise=kind == "dw", input_nchw=input_nchw,
+    )  # fmt: skip

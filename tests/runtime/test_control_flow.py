@@ -426,7 +426,8 @@ def test_if_branch_specialized_per_signature_inlines_shape_guarded_ifs(backend):
         np.testing.assert_array_equal(y, want[0] if n == 1 else want)
     assert len(then_body.specialized) == control_flow.MAX_SPECIALIZED
     one = then_body.specialized[(((1, 3), np.dtype(np.float32)),)]
-    assert [s.op_type for s in one.plan.steps] == ["Neg", "Squeeze", "Relu"]
+    # the inlined Squeeze sinks below the Relu (SinkTransposes: a view after an elementwise op)
+    assert [s.op_type for s in one.plan.steps] == ["Neg", "Relu", "Squeeze"]
     two = then_body.specialized[(((2, 3), np.dtype(np.float32)),)]
     assert [s.op_type for s in two.plan.steps] == ["Neg", "Relu"]
 

@@ -148,3 +148,30 @@ def test_per_shape_plans_stay_bounded_under_changing_shapes():
         x = np.arange(2 * seq * 3 * 5, dtype=np.uint8).reshape(2, seq, 3, 5)
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x.transpose(0, 2, 1, 3))
         assert len(plans._items) <= BoundedCache.LIMIT
+
+
+@pytest.mark.parametrize(("batch", "rows", "cols"), [(1, 604 * 81, 1), (3, 1, 4097), (2, 17, 1), (1, 1, 1)])
+def test_one_row_or_one_column_is_a_copy(batch, rows, cols):
+    """A perm that only moves an axis of size 1 (madmom's input [1, T, 81, 1] to NCHW) is a
+    transpose of one row or one column: its bytes are the input's, copied whole."""
+    x = (
+        np.random.default_rng(rows + cols)
+        .integers(0, 256, (batch, rows, cols * 4), dtype=np.uint8)
+        .view(np.float32)
+    )
+    assert_every_isa_and_thread_count(x)
+
+
+@pytest.mark.parametrize("cols", [2, 3, 4, 5])
+@pytest.mark.parametrize("rows", [1, 7, 4097, 614 * 80])
+def test_few_columns_of_4_bytes_every_isa_and_thread_count(rows, cols):
+    """4-byte elements with 2..4 columns (onsets CNN's 3-channel input going NCHW) scatter
+    each row's values into the output rows, row ranges of 4096 split over the threads (614·80
+    rows span 12); 5 columns take the tiles. Every bit pattern is copied (raw bits).
+    Failure signature: a value of the neighbouring column, or a missing last row range."""
+    x = (
+        np.random.default_rng(rows * 10 + cols)
+        .integers(0, 256, (2, rows, cols * 4), dtype=np.uint8)
+        .view(np.float32)
+    )
+    assert_every_isa_and_thread_count(x)

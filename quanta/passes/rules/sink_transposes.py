@@ -26,8 +26,23 @@ bytes, and an elementwise operator computes each element from the same elements)
     Transpose(Pad(x, pads), p)              -> Pad(Transpose(x, p), pads')   constant pads
     Transpose(Transpose(x, p), q)           -> Transpose(x, p∘q), or x when p∘q is the identity
     Shape(Transpose(x, p))                  -> Gather(Shape(x), p)   (the Transpose read by Shapes only)
+    Squeeze(Transpose(x, p), axes)          -> Transpose(Squeeze(x, p[axes]), p')
+    Unsqueeze(Transpose(x, p), axes)        -> Transpose(Unsqueeze(x, axes), p'')
+    U(Squeeze(x, axes))                     -> Squeeze(U(x), axes)       U unary elementwise
+    Unsqueeze(Squeeze(x, axes), axes)       -> x    (the same axes of x's rank)
 
-with ``y.shape[i] = x.shape[p[i]]`` for ``y = Transpose(x, p)``. A constant operand of
+with ``y.shape[i] = x.shape[p[i]]`` for ``y = Transpose(x, p)``. A Squeeze or Unsqueeze
+only drops or adds axes of size 1, so it commutes with a Transpose whose perm is
+re-indexed to the new rank: p' is p without the removed axes, each kept axis j of x
+renumbered to j minus the removed axes below it; p'' keeps the new axes at their
+positions (both outputs have them at the same places) and sends x's other axes where p
+sends them, counted among the positions that are not new. A TF Conv1D export (madmom's
+TCN, onsets CNN) writes ``Conv -> T(0,2,3,1) -> Squeeze(0) -> Elu -> Unsqueeze(0) ->
+T(0,3,1,2) -> MaxPool``: the first Transpose sinks through all three and cancels the
+second. A perm that then only moved axes of size 1 out of the way is the identity, and
+no Transpose follows. The Squeeze then sinks below the Elu (read by it alone) and meets
+its Unsqueeze: the Conv, Elu and MaxPool read each other's 4-D tensors, and the blocked
+layout (passes/lower/nchwc.py) takes all three into one region. A constant operand of
 rank <= R is given its leading 1s and permuted by the inverse perm (c'); an operand whose
 every dimension is 1 broadcasts alike in both layouts and stays. A move happens only
 when the Transposes it reads are read by nothing else (their count never grows), and
@@ -103,6 +118,22 @@ def _transposed(v: Value | None) -> tuple[Node, list[int]] | None:
     return None if p is None else (n, p)
 
 
+def _view_axes(node: Node, rank: int | None) -> list[int] | None:
+    """A Squeeze's / Unsqueeze's axes (an attribute before opset 13, a constant input
+    after), sorted and taken modulo ``rank`` when given; None when not known."""
+    if "axes" in node.attrs:
+        raw = [int(a) for a in node.attrs["axes"]]
+    else:
+        v = node.input(1)
+        if v is None or not v.is_const:
+            return None
+        raw = [int(a) for a in np.asarray(v.const).reshape(-1)]
+    if rank is None:
+        return sorted(raw) if raw else None
+    axes = sorted({a % rank for a in raw})
+    return axes if raw and len(axes) == len(raw) else None
+
+
 def _all_ones(v: Value, rank: int) -> bool:
     return v.shape is not None and len(v.shape) <= rank and all(d == 1 for d in v.shape)
 
@@ -156,6 +187,18 @@ class SinkTransposes(Pass):
                 elif node.domain in ("", "ai.onnx") and self._sink(graph, node):
                     moved += 1
                     changed = True
+                elif (
+                    not node.domain
+                    and node.op_type == "Unsqueeze"
+                    and self._unsqueeze_of_squeeze(graph, node)
+                ):
+                    cancelled += 1
+                    changed = True
+                elif not node.domain and node.op_type in UNARY and self._sink_squeeze(graph, node):
+                    moved += 1
+                    changed = True
+            if changed:  # a Transpose left unread would count as a reader in the next round
+                self._remove_dead_transposes(graph)
         if moved or cancelled:
             self._remove_dead_transposes(graph)
             graph.toposort()
@@ -190,6 +233,8 @@ class SinkTransposes(Pass):
             return self._shape(graph, node)
         if op in REDUCE:
             return self._reduce(graph, node)
+        if op in ("Squeeze", "Unsqueeze"):
+            return self._squeeze(graph, node)
         if op in UNARY:
             data = [0]
             for v in node.inputs[1:]:
@@ -310,6 +355,111 @@ class SinkTransposes(Pass):
         if keep:
             _transpose_after(graph, node, p)
         # keepdims=0: the same shape and element order, nothing after it
+        return True
+
+    @staticmethod
+    def _squeeze(graph: Graph, node: Node) -> bool:
+        """Squeeze(Transpose(x, p), axes) -> Transpose(Squeeze(x, p[axes]), p') and
+        Unsqueeze(Transpose(x, p), axes) -> Transpose(Unsqueeze(x, axes), p'') (module
+        docstring): the axes an attribute (before opset 13) or a constant input 1, as the
+        node has them."""
+        f = _transposed(node.input(0))
+        if f is None:
+            return False
+        t, p = f
+        r = len(p)
+        tv = t.outputs[0]
+        if any(c is not node for c in tv.consumers()) or any(o is tv for o in graph.outputs):
+            return False
+        if "axes" in node.attrs:
+            axes_v, raw = None, node.attrs["axes"]
+        else:
+            axes_v = node.input(1)
+            if axes_v is None or not axes_v.is_const:
+                return False  # a Squeeze of every 1 (which ones needs the shape) or computed axes
+            raw = np.asarray(axes_v.const).reshape(-1).tolist()
+        squeeze = node.op_type == "Squeeze"
+        out_rank = r - len(raw) if squeeze else r + len(raw)
+        axes = sorted({int(a) % (r if squeeze else out_rank) for a in raw})
+        if not axes or len(axes) != len(raw):
+            return False
+        if squeeze:
+            gone = sorted(p[a] for a in axes)  # x's axes the Squeeze removes
+            kept = [p[i] for i in range(r) if i not in axes]
+            new_axes = gone
+            # x's kept axis j is axis j − #{removed axes below j} of the squeezed x
+            q = [j - sum(g < j for g in gone) for j in kept]
+        else:
+            # the new axes of size 1 at the same positions of both outputs; x's axis j at
+            # the j-th position that is not new, and the Transpose keeps the new ones in place
+            new_axes = axes
+            old_pos = [i for i in range(out_rank) if i not in axes]
+            q = [0] * out_rank
+            for a in axes:
+                q[a] = a
+            for k, i in enumerate(old_pos):
+                q[i] = old_pos[p[k]]
+        node.replace_input(0, t.inputs[0])
+        if axes_v is None:
+            node.attrs["axes"] = new_axes
+        else:
+            c = graph.add_initializer(graph.fresh_name(f"{axes_v.name}_t"), np.asarray(new_axes, np.int64))
+            node.replace_input(1, c)
+        if q == list(range(len(q))):
+            return True  # the Transpose only moved axes of size 1 (one no longer there)
+        _transpose_after(graph, node, q)
+        return True
+
+    @staticmethod
+    def _sink_squeeze(graph: Graph, node: Node) -> bool:
+        """U(Squeeze(x, axes)) -> Squeeze(U(x), axes), U unary elementwise, the Squeeze read
+        by U alone: so that an Unsqueeze of the same axes after U meets it."""
+        v = node.input(0)
+        sq = v.producer if v is not None else None
+        if sq is None or sq.op_type != "Squeeze" or sq.domain or len(node.outputs) != 1:
+            return False
+        if any(c is not node for c in v.consumers()) or any(o is v for o in graph.outputs):
+            return False
+        if _view_axes(sq, None) is None:
+            return False
+        for extra in node.inputs[1:]:  # Clip's bounds: scalars, whatever the rank
+            if extra is not None and not (extra.is_const and np.asarray(extra.const).size == 1):
+                return False
+        x, out = sq.inputs[0], node.outputs[0]
+        t = Value(graph.fresh_name(f"{out.name}_unsq"), TensorType(out.elem, x.shape) if out.type else None)
+        node.replace_input(0, x)
+        out.producer = None
+        node.outputs[0] = t
+        t.producer = node
+        graph.add_node(
+            Node(
+                "Squeeze",
+                [t, *sq.inputs[1:]],
+                [out],
+                dict(sq.attrs),
+                name=graph.fresh_name(f"{sq.name or 'sq'}_s"),
+            )
+        )
+        graph.remove_node(sq)
+        return True
+
+    @staticmethod
+    def _unsqueeze_of_squeeze(graph: Graph, node: Node) -> bool:
+        """Unsqueeze(Squeeze(x, axes), axes) -> x: the same axes of x's rank, removed and
+        put back as the same 1s."""
+        v = node.input(0)
+        sq = v.producer if v is not None else None
+        if sq is None or sq.op_type != "Squeeze" or sq.domain:
+            return False
+        x, y = sq.inputs[0], node.outputs[0]
+        if x is None or x.shape is None or any(o is y for o in graph.outputs):
+            return False
+        r = len(x.shape)
+        a, b = _view_axes(sq, r), _view_axes(node, r)
+        if a is None or a != b:
+            return False
+        graph.replace_all_uses(y, x)
+        graph.remove_node(node)
         return True
 
     @staticmethod

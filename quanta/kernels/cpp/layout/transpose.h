@@ -14,6 +14,9 @@
 // whole source columns (each unit writes whole destination rows; ~64 KiB per unit): 6-16x
 // the scalar tiles' ~2 GB/s for bytes. Other elements of 1, 2, 4 or 8 bytes: 16 x 16
 // element tiles (both sides of a tile stay in L1); larger elements: a row-wise memcpy.
+// One row or one column (R = 1 or C = 1): y's bytes are x's, one memcpy.
+// Few columns of 4-byte elements (C in {2, 3, 4}: a 3-channel image going NCHW): each
+// pixel's C values scattered into C output rows, row ranges split over the threads.
 // Threads: units split over num_threads with the qgemm pool; every byte is written once,
 // whatever the split. No allocation; x and y must not overlap.
 //

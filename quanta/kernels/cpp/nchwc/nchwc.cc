@@ -143,6 +143,20 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
     g.w = g.ow = wide;
     g.h = g.oh = hw / wide;
   }
+  // A k x 1 convolution of a one-column plane (a 1-D convolution written along H: jax2tf's
+  // Conv1D, magika's [N, 256, 512, 1]) runs as its 1 x k twin with H and W exchanged: the
+  // tensors [N, Cb, H, 1, 16] and [N, Cb, 1, H, 16] and the packed weights
+  // [Mb][Cb][k][1][16][16] and [Mb][Cb][1][k][16][16] are the same bytes, and each chain
+  // takes the same taps in the same order, so the same bytes come out; but the tiles run
+  // along the row, several output pixels per tile, where a column gives one pixel a tile.
+  if (g.w == 1 && g.kw == 1 && g.ow == 1 && g.pl == 0 && g.oh > 1) {
+    std::swap(g.h, g.w);
+    std::swap(g.kh, g.kw);
+    std::swap(g.sh, g.sw);
+    std::swap(g.dh, g.dw);
+    std::swap(g.pt, g.pl);
+    std::swap(g.oh, g.ow);
+  }
   const int64_t cbs = blocks(g.c), mbs = blocks(g.m), taps = g.kh * g.kw;
   const int64_t plane = g.h * g.w, oplane = g.oh * g.ow;
   int64_t ox_lo, ox_hi;
