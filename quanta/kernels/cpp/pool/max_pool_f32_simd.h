@@ -174,19 +174,24 @@ void max_plane_f32_direct(const float* x, float* y, const Geometry2d& g, float* 
 }
 
 #if defined(__AVX512F__)
-// The direct form at s_w = 2, 3, 4 on AVX-512: per vector of 16 outputs of a row the s_w
+// The direct form at s_w = 2 … 8 on AVX-512: per vector of 16 outputs of a row the s_w
 // vectors from its first window's start (masked at the row's end), and tap kx of output
-// lane i is their element s_w·i + kx, picked by one or two permutes: no scratch, no
-// gather (a [1, 3] stride [1, 3] pool reads each input once).
-inline void max_plane_f32_deinterleave(const float* x, float* y, const Geometry2d& g) {
+// lane i is their element s_w·i + kx, picked by one permute per pair of vectors (and a
+// blend for the lanes of each further pair): no scratch, no gather (a [1, 3] stride
+// [1, 3] pool reads each input once).
+template <int kSw>
+void max_plane_f32_deinterleave(const float* x, float* y, const Geometry2d& g) {
   using T = simd::F32x16;
-  const int64_t sw = g.s_w;
-  __m512i idx[4];
-  __mmask16 high[4];  // lanes whose element lies in the vectors 2, 3
+  constexpr int64_t sw = kSw, pairs = (kSw + 1) / 2;
+  __m512i idx[kSw];
+  __mmask16 in_pair[kSw][pairs];  // lanes whose element lies in the vectors 2q, 2q + 1
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (int64_t kx = 0; kx < g.k_w; ++kx) {
     idx[kx] = _mm512_add_epi32(_mm512_mullo_epi32(iota, _mm512_set1_epi32(int(sw))), _mm512_set1_epi32(int(kx)));
-    high[kx] = _mm512_cmpge_epi32_mask(idx[kx], _mm512_set1_epi32(32));
+    for (int64_t q = 0; q < pairs; ++q) {
+      in_pair[kx][q] = _mm512_cmpge_epi32_mask(idx[kx], _mm512_set1_epi32(int(32 * q))) &
+                       _mm512_cmplt_epi32_mask(idx[kx], _mm512_set1_epi32(int(32 * q + 32)));
+    }
   }
   for (int64_t oy = 0; oy < g.out_h; ++oy) {
     float* out = y + oy * g.out_w;
@@ -195,12 +200,15 @@ inline void max_plane_f32_deinterleave(const float* x, float* y, const Geometry2
       __m512 m = _mm512_setzero_ps();
       for (int64_t ky = 0; ky < g.k_h; ++ky) {
         const float* p = x + (oy * g.s_h + ky) * g.w + ox * sw;
-        __m512 v[4];
+        __m512 v[2 * pairs];
         for (int64_t q = 0; q < sw; ++q) v[q] = T::load(T::tail(avail - 16 * q), p + 16 * q);
+        if constexpr (sw % 2 == 1) v[sw] = _mm512_setzero_ps();
         for (int64_t kx = 0; kx < g.k_w; ++kx) {
+          // permutex2var reads the low 5 bits of idx: element idx − 32q of the pair q
           __m512 t = _mm512_permutex2var_ps(v[0], idx[kx], v[1]);
-          if (sw == 3) t = _mm512_mask_permutexvar_ps(t, high[kx], idx[kx], v[2]);
-          if (sw == 4) t = _mm512_mask_blend_ps(high[kx], t, _mm512_permutex2var_ps(v[2], idx[kx], v[3]));
+          for (int64_t q = 1; q < pairs; ++q) {
+            t = _mm512_mask_blend_ps(in_pair[kx][q], t, _mm512_permutex2var_ps(v[2 * q], idx[kx], v[2 * q + 1]));
+          }
           m = ky == 0 && kx == 0 ? t : max_nan_v<T>(m, t);
         }
       }
@@ -227,7 +235,16 @@ void max_plane_f32(const float* x, float* y, const Geometry2d& g, float* scratch
     }
 #if defined(__AVX512F__)
     if constexpr (T::kLanes == 16) {
-      if (g.s_w >= 2 && g.s_w <= 4) return max_plane_f32_deinterleave(x, y, g);
+      switch (g.s_w) {
+        case 2: return max_plane_f32_deinterleave<2>(x, y, g);
+        case 3: return max_plane_f32_deinterleave<3>(x, y, g);
+        case 4: return max_plane_f32_deinterleave<4>(x, y, g);
+        case 5: return max_plane_f32_deinterleave<5>(x, y, g);
+        case 6: return max_plane_f32_deinterleave<6>(x, y, g);
+        case 7: return max_plane_f32_deinterleave<7>(x, y, g);
+        case 8: return max_plane_f32_deinterleave<8>(x, y, g);
+        default: break;
+      }
     }
 #endif
     return max_plane_f32_direct<T>(x, y, g, scratch);
