@@ -1,8 +1,9 @@
 """Float MaxPool's native kernel (pool.h max_pool_2d_f32) against the twin (nn_pool.max_pool)
 on every ISA: the whole-plane paths of max_pool_f32_simd.h (the −inf-bordered copy; at
 stride 1 row maxima over the flattened copy, then column maxima per output row; at other
-strides column maxima per output row, then the row maxima over its s_w phases) and the
-generic loops the other geometries keep. Max only selects, so the values are the twin's bit for bit
+strides column maxima per output row, then the row maxima over its s_w phases; windows
+inside the plane that do not overlap read x directly, picking each tap by permutes or a
+strided load) and the generic loops the other geometries keep. Max only selects, so the values are the twin's bit for bit
 (the sign of a zero maximum aside, which the contract does not pin); NaN wins wherever it
 is in the window."""
 
@@ -101,3 +102,48 @@ def test_resnet_stem_dilated_and_vgg_pools_every_isa() -> None:
     check_every_isa(x, (3, 3), (1, 1, 1, 1), strides=[2, 2])
     check_every_isa(x, (3, 5), (2, 4, 1, 3), dilations=[2, 2])
     check_every_isa(x, (2, 2), (0, 0, 0, 0), strides=[2, 2])
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    kernel=st.sampled_from([(1, 3), (2, 2), (1, 1), (2, 3), (1, 2), (3, 1), (1, 5), (2, 6), (1, 7)]),
+    extra=st.sampled_from([(0, 0), (0, 1), (1, 2)]),
+    h=st.integers(1, 9),
+    w=st.sampled_from([3, 7, 17, 24, 47, 48, 49, 79, 100]),
+    seed=st.integers(0, 2**32 - 1),
+    specials=st.booleans(),
+)
+def test_non_overlapping_windows_inside_the_plane_every_isa(kernel, extra, h, w, seed, specials) -> None:
+    """Windows no wider than their stride with no pads (the beats TCN's [1, 3] stride
+    [1, 3], VGG's 2x2 stride 2, gaps between windows): the direct form (AVX-512 permutes
+    at strides 2-8, else contiguous window maxima, then one strided load per vector of
+    outputs; strides 1-9 here); widths on both sides of the 8-
+    and 16-lane vectors, inputs the last window leaves unread, ceil_mode's overhanging
+    window (which keeps the generic loops), channel counts 3, 7, 17."""
+    kh, kw = kernel
+    strides = [kh + extra[0], kw + extra[1]]
+    if h < kh or w < kw:
+        return
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, int(rng.choice([3, 7, 17])), h, w)).astype(F32)
+    if specials:
+        flat = x.reshape(-1)
+        idx = rng.choice(flat.size, size=min(9, flat.size), replace=False)
+        flat[idx] = rng.choice(SPECIALS, size=idx.size)
+    check_every_isa(x, kernel, (0, 0, 0, 0), strides=strides)
+    check_every_isa(x, kernel, (0, 0, 0, 0), strides=strides, ceil_mode=1)
+
+
+def test_beats_tcn_time_pools_every_isa() -> None:
+    """The beats TCN's max_pool_15 geometry ([1, 16, 602, 79], [1, 3] stride [1, 3]:
+    26 of 79 columns, the last one unread) and max_pool_32's ([1, 16, 600, 24]: every
+    column read, so each plane is pooled as one row of 600·24), NaN and ±inf in places."""
+    for w in (79, 24):
+        x = np.random.default_rng(5).standard_normal((1, 16, 602, w)).astype(F32)
+        x[0, 3, 7, 5] = np.nan
+        x[0, 4, 9, w - 2] = np.nan  # in the last window
+        x[0, 5, 0, w - 1] = np.nan  # unread when w = 79
+        x[0, 6, 1, :] = -np.inf
+        x[0, 7, 2, 20] = np.inf
+        x[0, 8, 601, 0] = np.nan  # the plane's last row
+        check_every_isa(x, (1, 3), (0, 0, 0, 0), strides=[1, 3])

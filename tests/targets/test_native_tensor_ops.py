@@ -522,6 +522,115 @@ def test_global_pools_specialized_in_a_session_keep_the_bytes(op_type, threads):
         assert RUNTIME_FALLBACKS[op_type] == before
 
 
+@pytest.mark.parametrize("op_type", REDUCE)
+@pytest.mark.parametrize(
+    ("shape", "axes"),
+    [
+        ((300, 1, 16), [0]),  # the beats TCN's time mean
+        ((2, 301, 17), [1]),  # reduced length > 258, 17 columns
+        ((3, 7, 3), [-2]),  # a negative axis, 3 columns
+        ((2, 5, 3, 7), [1, 2]),  # two adjacent axes, 7 columns
+        ((2, 33, 300), [1]),  # columns past one 256-column tile
+        ((1, 20, 513), [-2]),  # one slab, tiles split between two threads
+        ((17, 2, 3, 5), [0, 1, 2]),  # every axis but the last
+    ],
+)
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reductions_over_middle_axes_match_twin(op_type, shape, axes, keepdims):
+    """Adjacent reduced axes that are not the last (x as [outer, D, inner]): the columns
+    reduced in place by reduce_middle_f32, each in the twin's lane order — the bytes of
+    the twin's transposed rows."""
+    x = floats(np.random.default_rng(43), shape, 1)
+    if op_type not in ("ReduceMax", "ReduceMin"):
+        x[np.isinf(x)] = 2.0  # keep the sums finite so that the order shows in the bits
+        x[np.isnan(x)] = 0.25
+    run_both(op_type, [x, np.array(axes, np.int64)], {"keepdims": keepdims}, opset=18)
+
+
+@pytest.mark.parametrize("op", ["sum", "sum_square", "max", "min", "prod"])
+@pytest.mark.parametrize(
+    "shape", [(1, 300, 3), (2, 17, 7), (3, 259, 17), (1, 40, 600), (2, 1, 5), (4, 16, 16)]
+)
+def test_reduce_middle_kernel_is_the_rows_kernel_of_the_transpose(op, shape):
+    """reduce_middle_f32(x) = reduce_rows_f32 of x's columns as rows, byte for byte, on
+    every ISA and thread count, with NaN, ±inf, ±0 and subnormals in the columns (max /
+    min keep a NaN; a NaN anywhere in a sum's column gives NaN in both)."""
+    x = floats(np.random.default_rng(len(shape) * 3 + shape[1]), shape, 0.9 if op == "prod" else 3.0)
+    outer, d, inner = shape
+    rows = np.ascontiguousarray(x.transpose(0, 2, 1)).reshape(outer * inner, d)
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            want = _native.reduce_rows_f32(op, rows).reshape(outer, inner)
+            for threads in (1, 2):
+                assert_bit_exact(want, _native.reduce_middle_f32(op, x, threads), f"{op} {isa} {threads}t")
+                out = np.empty((outer, inner), F32)
+                assert _native.reduce_middle_f32(op, x, threads, out) is out
+                assert_bit_exact(want, out, f"{op} {isa} {threads}t out=")
+    finally:
+        _native.clear_isa()
+    with pytest.raises(ValueError, match="reduce_middle_f32: x: expected \\[outer, d, inner\\]"):
+        _native.reduce_middle_f32(op, rows)
+
+
+def test_row_max_with_nan_and_inf_rows_every_isa():
+    """Max / min rows go through whole vectors and redo a row holding a NaN or an
+    infinity with the scalar loop: rows of GlobalMaxPool length 508 with a NaN at the
+    start, in the vector part, in the tail, ±inf, a row of −inf and one of −0 / +0."""
+    x = np.array(np.random.default_rng(9).standard_normal((9, 508)), F32)
+    x[0, 0] = np.nan
+    x[1, 250] = np.nan
+    x[2, 507] = np.nan
+    x[3, 17] = np.inf
+    x[4, 3] = -np.inf
+    x[5] = -np.inf
+    x[6] = -0.0
+    x[7, ::2] = 0.0
+    x[7, 1::2] = -0.0
+    for op_type in ("ReduceMax", "ReduceMin", "GlobalMaxPool"):
+        if op_type == "GlobalMaxPool":
+            got = run_both(op_type, [x.reshape(1, 9, 508)])
+            assert np.isnan(got.reshape(-1)[:3]).all()
+        else:
+            run_both(op_type, [x, np.array([1], np.int64)], {"keepdims": 0}, opset=18)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_middle_reductions_specialized_in_a_session_keep_the_bytes(threads):
+    """A session binds a reduction over a middle axis once per shape (reduce_middle_f32
+    straight into the planned output): the reference target's bytes for all-MiniLM's mean
+    pooling ([1, 128, 384] over axis 1), magika's LayerNorm sum ([2, 512, 256] over axis
+    1, keepdims 0) and a max over [T, 1, 16]'s axis 0, each read by a next node."""
+    cases = [
+        ("ReduceMean", (1, 128, 384), [1], 1),
+        ("ReduceSum", (2, 512, 256), [1], 0),
+        ("ReduceMax", (301, 1, 16), [0], 0),
+        ("ReduceL2", (3, 17, 7), [-2], 1),
+    ]
+    for op_type, shape, axes, keepdims in cases:
+        graph = helper.make_graph(
+            [
+                helper.make_node(op_type, ["x", "axes"], ["r"], keepdims=keepdims),
+                helper.make_node("Neg", ["r"], ["y"]),
+            ],
+            "reduce",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [helper.make_tensor("axes", TensorProto.INT64, [len(axes)], axes)],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        options = quanta.SessionOptions()
+        options.intra_op_num_threads = threads
+        native = quanta.InferenceSession(model, sess_options=options)
+        reference = quanta.InferenceSession(model, backend="reference")
+        before = RUNTIME_FALLBACKS[op_type]
+        for seed in (1, 2):  # the first run binds, the second takes the specialized call
+            x = np.array(np.random.default_rng(seed).standard_normal(shape) * 3 + 1, F32)
+            want = reference.run(None, {"x": x})[0]
+            assert_bit_exact(want, native.run(None, {"x": x})[0], f"{op_type} {shape} {threads}t")
+        assert RUNTIME_FALLBACKS[op_type] == before
+
+
 @st.composite
 def reduce_cases(draw):
     """A shape of rank 1-4 (sizes 1, 2, 3, 7, 17), a non-empty set of axes written with

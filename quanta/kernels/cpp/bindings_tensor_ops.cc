@@ -9,6 +9,8 @@
 //     float64); mod, fmod (int32, int64);
 //     equal, less, less_equal, greater, greater_equal (any, bool out); and, or, xor (bool)
 //   reduce_rows_f32(op, x, num_threads=1, out=None) -> y     x [R, D]; sum, sum_square, max, min, prod
+//   reduce_middle_f32(op, x, num_threads=1, out=None) -> y   x [outer, D, inner]: the same
+//     operations over D, y [outer, inner]
 //   reduce_rows_int(op, x, num_threads=1, out=None) -> y     x [R, D] int32 / int64; sum, sum_square,
 //     sum_abs, prod (wrapping), max, min
 //   scatter_f32(op, y, positions, updates) -> None           y[p_i] op= u_i in order (add, mul), float32
@@ -231,6 +233,28 @@ py::array reduce_rows_f32(const std::string& op_name, const py::handle& x_obj, i
     py::gil_scoped_release release;
     tensor_ops::reduce_rows(static_cast<tensor_ops::Reduce>(op), x.data(), x.shape(0), x.shape(1),
                             static_cast<float*>(y.mutable_data()), num_threads, active_isa());
+  }
+  return y;
+}
+
+py::array reduce_middle_f32(const std::string& op_name, const py::handle& x_obj, int num_threads,
+                            const py::object& out_obj) {
+  static const char* names[] = {"sum", "sum_square", "max", "min", "prod"};
+  int op = -1;
+  for (int i = 0; i < tensor_ops::kNumReduce; ++i) {
+    if (op_name == names[i]) op = i;
+  }
+  if (op < 0) throw py::value_error("reduce_middle_f32: op: unknown operation '" + op_name + "'");
+  auto x = require_array<float>(x_obj, "reduce_middle_f32: x");
+  if (x.ndim() != 3) {
+    throw py::value_error("reduce_middle_f32: x: expected [outer, d, inner], got " + shape_str(shape_of(x)));
+  }
+  check_threads(num_threads, "reduce_middle_f32");
+  auto y = make_output(out_obj, x.dtype(), Shape{x.shape(0), x.shape(2)}, "reduce_middle_f32", {x});
+  {
+    py::gil_scoped_release release;
+    tensor_ops::reduce_middle(static_cast<tensor_ops::Reduce>(op), x.data(), x.shape(0), x.shape(1), x.shape(2),
+                              static_cast<float*>(y.mutable_data()), num_threads, active_isa());
   }
   return y;
 }
@@ -600,6 +624,8 @@ void register_tensor_ops(py::module_& m) {
         "y[p_i] = y[p_i] op u_i in order, op add or mul, float32, in place (tensor_ops/scatter.h).");
   m.def("reduce_rows_f32", &reduce_rows_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
         "Row sum / sum of squares (R1)-(R3), max / min (M1)-(M3), product (P16) of x [R, D] float32.");
+  m.def("reduce_middle_f32", &reduce_middle_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
+        "The reduce_rows_f32 operations over the middle axis of x [outer, d, inner] float32 -> [outer, inner].");
   m.def("reduce_rows_int", &reduce_rows_int, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
         "Row sum / sum of squares / sum of |x| / product (wrapping), max / min of x [R, D] int32 or int64.");
   m.def("resize_axis_f64", &resize_axis_f64, arg("x"), arg("taps"), arg("w"), arg("num_threads") = 1, arg("out") = none,

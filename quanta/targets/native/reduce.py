@@ -7,8 +7,10 @@ The twin (reference/reduce_ops.py) fixes the order: the reduced axes moved to th
 rows [R, D], each row summed by (R1)-(R3) or maximised / minimised by (M1)-(M3)
 (docs/float-ops.md "Reductions"). The kernel does the same: the rows are the input
 itself when the reduced axes are already the last ones (the global average of NCHW
-over [2, 3]), else the transposed view copied by ``copy_strided``; then one
-``reduce_rows_f32`` call. The per-row finishing step of Mean (f32(s / f32(D))), L2
+over [2, 3]); adjacent reduced axes that are not the last ones make x [outer, D,
+inner], whose columns ``reduce_middle_f32`` reduces in place in the same lane order
+(a LayerNorm sum over the channels, a mean pooling over the tokens); other axes take
+the transposed view copied by ``copy_strided``, then one ``reduce_rows_f32`` call. The per-row finishing step of Mean (f32(s / f32(D))), L2
 (f32(sqrt(s))) and the |x| of L1 are single IEEE operations per element, computed
 with NumPy on the R results (or the |x| pass with the native ``abs``); LogSum's is the
 native ``unary_f32("log")`` (LN1)-(LN6). LogSumExp is (LSE1)-(LSE4) as native calls on
@@ -97,14 +99,36 @@ def _reduce_rows(
     into ``target`` when given)."""
     if row_op == "log_sum_exp":
         return _log_sum_exp(rows, t, target)
+    return _finish(_native().reduce_rows_f32, row_op, post, rows, rows.shape[1], t, target)
+
+
+def _finish(
+    reduce: Any, row_op: str, post: str | None, x: np.ndarray, d: int, t: int, target: np.ndarray | None
+) -> np.ndarray:
+    """``reduce`` (``reduce_rows_f32`` of rows [R, d], or ``reduce_middle_f32`` of slabs
+    [outer, d, inner]: the same reductions of the same rows) and the per-result ``post``
+    step, into ``target`` when given."""
     if post == "log":  # the kernels take no out= that overlaps their input
-        return _native().unary_f32("log", _native().reduce_rows_f32(row_op, rows, t), t, target)
-    y = _native().reduce_rows_f32(row_op, rows, t, target)
+        return _native().unary_f32("log", reduce(row_op, x, t), t, target)
+    y = reduce(row_op, x, t, target)
     if post == "mean":
-        np.divide(y, F32.type(rows.shape[1]), out=y)  # f32(s / f32(D)), one IEEE division per row
+        np.divide(y, F32.type(d), out=y)  # f32(s / f32(D)), one IEEE division per row
     elif post == "sqrt":
         np.sqrt(y, out=y)
     return y
+
+
+def _middle(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """(outer, D, inner) when the reduced axes are adjacent and not the trailing ones
+    (x is [outer, D, inner] and each row of the twin is a column x[o, :, c]: the beats
+    TCN's time mean [T, 1, 16] over axis 0, a LayerNorm sum over the channels of [N, C,
+    L]); None otherwise."""
+    if not axes or list(axes) != list(range(axes[0], axes[-1] + 1)):
+        return None
+    inner = math.prod(shape[axes[-1] + 1 :])
+    if inner == 1:
+        return None  # the trailing rows (x itself)
+    return math.prod(shape[: axes[0]]), math.prod(shape[a] for a in axes), inner
 
 
 def _rows(ctx: Any, x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -146,9 +170,20 @@ def _reduce_kernel(op_type: str):
         if red is None:
             raise _Unsupported  # noop_with_empty_axes: the twin's pre-steps
         t = _threads(ctx)
+        target = None if out is None else out.reshape(-1)
+        mid = None if is_int or row_op == "log_sum_exp" else _middle(x.shape, red)
+        if mid is not None:  # the columns reduced in place, no transposed copy
+            if pre == "abs":
+                x = _native().unary_f32_ex("abs", x, t)
+            outer, d, inner = mid
+            target = None if out is None else out.reshape(outer, inner)
+            y = _finish(_native().reduce_middle_f32, row_op, post, x.reshape(mid), d, t, target)
+            out_shape = tuple(1 if a in red else n for a, n in enumerate(x.shape))
+            if not keepdims:
+                out_shape = tuple(n for a, n in enumerate(x.shape) if a not in red)
+            return out if out is not None else y.reshape(out_shape)
         rows, kept_shape = _rows(ctx, x, red)
         out_shape = tuple(1 if a in red else n for a, n in enumerate(x.shape)) if keepdims else kept_shape
-        target = None if out is None else out.reshape(-1)
         if is_int:
             y = _native().reduce_rows_int(int_op, rows, t, target)
         else:
@@ -172,13 +207,14 @@ def _trailing_rows_call(
     """One x shape reduced over ``red`` when those are its trailing axes (the rows are x
     itself: the global average of NCHW) with no pre-step: rows, output shape and divisor
     found once, the rows reduced straight into the planned output, the post-step in place
-    (``int_op``: an integer reduction). None when the reduced axes are not the trailing
-    ones (the rows need a transposed copy: the generic call)."""
+    (``int_op``: an integer reduction). Adjacent float axes that are not the trailing ones
+    take :func:`_middle_call`; None for the others (the rows need a transposed copy: the
+    generic call)."""
     shape = sig.shapes[0]
     assert shape is not None
     kept = [a for a in range(len(shape)) if a not in red]
     if list(red) != list(range(len(kept), len(shape))):
-        return None
+        return _middle_call(row_op, post, sig, red, keepdims) if int_op is None else None
     kept_shape = tuple(shape[a] for a in kept)
     r, d = math.prod(kept_shape), math.prod(shape[a] for a in red)
     out_shape = tuple(1 if a in red else n for a, n in enumerate(shape)) if keepdims else kept_shape
@@ -215,9 +251,35 @@ def _trailing_rows_call(
     return call
 
 
+def _middle_call(
+    row_op: str, post: str | None, sig: Specialization, red: tuple[int, ...], keepdims: int
+) -> Any:
+    """One x shape reduced over adjacent axes that are not the trailing ones: the slabs
+    [outer, D, inner] reduced in place (``reduce_middle_f32``) straight into the planned
+    output; None for other axes (the generic call's transposed copy)."""
+    shape = sig.shapes[0]
+    assert shape is not None
+    mid = None if row_op == "log_sum_exp" else _middle(tuple(shape), red)
+    if mid is None:
+        return None
+    outer, d, inner = mid
+    kept_shape = tuple(n for a, n in enumerate(shape) if a not in red)
+    out_shape = tuple(1 if a in red else n for a, n in enumerate(shape)) if keepdims else kept_shape
+    threads, out = step_threads(sig, outer * d * inner), sig.out
+    target = None if out is None else out.reshape(outer, inner)
+    reduce = _native().reduce_middle_f32
+
+    def call(x: np.ndarray, *rest: Any) -> np.ndarray:
+        y = _finish(reduce, row_op, post, x.reshape(mid), d, threads, target)
+        return out if out is not None else y.reshape(out_shape)
+
+    return call
+
+
 def _reduce_specializer(op_type: str, fn: Any) -> Any:
-    """The reduction of one x shape whose reduced axes are the trailing ones and need no
-    pre-step (:func:`_trailing_rows_call`), the axes found once."""
+    """The reduction of one x shape whose reduced axes are the trailing ones (or adjacent
+    ones, float32) and need no pre-step (:func:`_trailing_rows_call`), the axes found
+    once."""
     row_op, pre, post = REDUCE_OPS.get(op_type, ("", None, None))
     int_op = INT_REDUCE_OPS.get(op_type)
 

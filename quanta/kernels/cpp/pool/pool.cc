@@ -142,12 +142,14 @@ void max_pool_2d_nhwc(const T* x, T* y, const Geometry2d& g, int64_t channels, i
 void max_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int num_threads, Isa isa) {
   const int64_t in = g.h * g.w, out = g.out_h * g.out_w;
   const auto plane = kernels_for(isa).max_plane_f32;
-  // Windows that do not overlap (VGG's 2x2 stride 2) read every input once: the bordered
-  // copy would double their memory traffic, and the generic loops are near ORT there.
+  // Windows that do not overlap (VGG's 2x2 stride 2, a [1, 3] stride [1, 3] time pool)
+  // read every input once: the bordered copy would double their memory traffic; inside
+  // the plane they take the direct form (no copy), else the generic loops.
   const bool overlap = (g.s_h == 1 && g.s_w == 1) || (g.k_h > g.s_h && g.k_w > g.s_w);
-  if (plane && overlap && g.d_h == 1 && g.d_w == 1 && g.pad_t >= 0 && g.pad_l >= 0) {
+  if (plane && (overlap || direct_max_pool(g)) && g.d_h == 1 && g.d_w == 1 && g.pad_t >= 0 && g.pad_l >= 0) {
     const int64_t wp = (g.out_w - 1) * g.s_w + g.k_w, padded = ((g.out_h - 1) * g.s_h + g.k_h) * wp;
-    const int64_t need = 2 * padded + 2 * wp + 2 * g.s_w;  // either form's scratch (pool.h)
+    // every form's scratch (pool.h)
+    const int64_t need = std::max(2 * padded + 2 * wp + 2 * g.s_w, g.out_w * g.s_w + 16 * g.s_w);
     for_items(num_threads, g.planes, 4 * (padded * g.k_w + out * g.k_h), [&](int64_t begin, int64_t end) {
       thread_local std::vector<float> scratch;
       if (static_cast<int64_t>(scratch.size()) < need) scratch.resize(static_cast<size_t>(need));

@@ -69,10 +69,18 @@ struct Kernels {
   void (*average_plane_u8)(const uint8_t* x, uint8_t* y, const Geometry2d& g, const AverageParams& p);
   void (*average_plane_s8)(const int8_t* x, int8_t* y, const Geometry2d& g, const AverageParams& p);
   // float MaxPool of one plane at dilation 1, pads >= 0 (max_pool_f32_simd.h; scratch:
-  // 2·hp·wp + 2·wp + 2·s_w floats, hp = (out_h − 1)·s_h + k_h, wp = (out_w − 1)·s_w + k_w);
+  // 2·hp·wp + 2·wp + 2·s_w floats, hp = (out_h − 1)·s_h + k_h, wp = (out_w − 1)·s_w + k_w,
+  // and at least out_w·s_w + 16·s_w for the direct form of direct_max_pool windows);
   // null: the generic loops
   void (*max_plane_f32)(const float* x, float* y, const Geometry2d& g, float* scratch);
 };
+
+// Windows of a float MaxPool that stay inside the plane (no pads, no ceil_mode overhang,
+// dilation 1) and do not overlap: Kernels::max_plane_f32's direct form, no bordered copy.
+inline bool direct_max_pool(const Geometry2d& g) {
+  return g.d_h == 1 && g.d_w == 1 && g.pad_t == 0 && g.pad_l == 0 && g.k_h <= g.s_h && g.k_w <= g.s_w &&
+         (g.out_h - 1) * g.s_h + g.k_h <= g.h && (g.out_w - 1) * g.s_w + g.k_w <= g.w;
+}
 
 extern const Kernels kKernelsPortable;
 extern const Kernels kKernelsAvx2;

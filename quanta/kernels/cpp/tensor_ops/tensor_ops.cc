@@ -128,6 +128,26 @@ void reduce_rows(Reduce op, const float* x, int64_t rows, int64_t d, float* y, i
                          [&](int64_t b, int64_t e) { run(x + b * d, e - b, d, y + b); });
 }
 
+void reduce_middle(Reduce op, const float* x, int64_t outer, int64_t d, int64_t inner, float* y, int num_threads,
+                   Isa isa) {
+  const ReduceMiddleFn run = kernels_for(isa).reduce_middle[static_cast<int>(op)];
+  // column tiles of at most kMiddleTile (one tile: the flat run over whole blocks); more
+  // when the slabs are fewer than the threads and the work is worth splitting
+  int64_t tiles = (inner + kMiddleTile - 1) / kMiddleTile;
+  if (num_threads > 1 && outer * tiles < num_threads && outer * d * inner >= 2 * kGrain) {
+    tiles = std::min<int64_t>((num_threads + outer - 1) / outer, (inner + 15) / 16);
+  }
+  const int64_t width = ((inner + tiles - 1) / tiles + 15) / 16 * 16;
+  tiles = (inner + width - 1) / width;
+  const int64_t tile_width = tiles == 1 ? inner : width;
+  qgemm::parallel_ranges(num_threads, outer * tiles, rows_per_chunk(d * tile_width, kGrain), [&](int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; ++u) {
+      const int64_t o = u / tiles, c0 = (u % tiles) * tile_width;
+      run(x + o * d * inner, d, inner, c0, std::min(c0 + tile_width, inner), y + o * inner);
+    }
+  });
+}
+
 void reduce_rows_int(ReduceInt op, DType t, const void* x, int64_t rows, int64_t d, void* y, int num_threads, Isa isa) {
   const ReduceIntFn run = kernels_for(isa).reduce_int[static_cast<int>(t)][static_cast<int>(op)];
   if (run == nullptr) throw std::invalid_argument("reduce_rows_int: no kernel for this element type");

@@ -31,6 +31,9 @@
 //               i ≡ j (mod 16) in increasing i, then acc_j = max(acc_j, acc_{j+h}),
 //               h = 8, 4, 2, 1 (docs/float-ops.md (M1)–(M3)); prod: the lanes of (R1) from
 //               +1 with f32(acc_j · x_i), the tree of (R2) with products (P16)
+//   reduce middle  x [outer, D, inner] float32 -> y [outer, inner]: y[o, c] is `reduce` of
+//               the row x[o, 0 … D−1, c] (the same lanes, order and tree), computed in
+//               place across the columns c instead of on a transposed copy
 //   reduce int  rows [R, D] int32 / int64: sum, sum of squares, sum of |x|, product (all
 //               wrapping, two's complement, so any order gives the same bits; |MIN| = MIN),
 //               max, min (numpy's np.sum / np.prod / np.maximum.reduce in the type)
@@ -109,6 +112,10 @@ using CastFn = void (*)(const void* x, void* y, int64_t n);
 // broadcast runs (broadcast.h): a_step / b_step are 1 or 0; pointers in elements of the type
 using RunFn = void (*)(const void* a, int64_t a_step, const void* b, int64_t b_step, void* c, int64_t n);
 using ReduceFn = void (*)(const float* x, int64_t rows, int64_t d, float* y);
+// columns [c0, c1) of one slab x [d, inner] -> y[c0 … c1−1]; c1 − c0 <= kMiddleTile
+using ReduceMiddleFn = void (*)(const float* x, int64_t d, int64_t inner, int64_t c0, int64_t c1, float* y);
+// Columns per reduce_middle call: its 16 lanes of every column (16 KB) stay in L1.
+constexpr int64_t kMiddleTile = 256;
 // rows [rows, d] of the type -> y [rows] of the type; pointers in elements of the type
 using ReduceIntFn = void (*)(const void* x, int64_t rows, int64_t d, void* y);
 // rows of `inner` elements; row r has channel r mod channels; p = {m, d, g, b}, [channels] each
@@ -135,6 +142,7 @@ struct Kernels {
   RunFn compare[kNumDTypes][5];                 // every type
   RunFn logic[3];                               // bool
   ReduceFn reduce[kNumReduce];
+  ReduceMiddleFn reduce_middle[kNumReduce];
   ReduceIntFn reduce_int[kNumDTypes][kNumReduceInt];  // kI32, kI64
   ResizeAxisFn resize_axis;
   BatchNormFn batch_norm;
@@ -163,6 +171,8 @@ void cast(DType from, DType to, const void* x, void* y, int64_t n, int num_threa
 void broadcast_op(int kind, int op, DType t, const void* a, const void* b, void* c, const broadcast::Shape& s,
                   int num_threads, Isa isa);
 void reduce_rows(Reduce op, const float* x, int64_t rows, int64_t d, float* y, int num_threads, Isa isa);
+void reduce_middle(Reduce op, const float* x, int64_t outer, int64_t d, int64_t inner, float* y, int num_threads,
+                   Isa isa);
 // t: kI32 or kI64
 void reduce_rows_int(ReduceInt op, DType t, const void* x, int64_t rows, int64_t d, void* y, int num_threads, Isa isa);
 void resize_axis(const double* x, int64_t outer, int64_t n, int64_t inner, const int64_t* taps, const double* w,

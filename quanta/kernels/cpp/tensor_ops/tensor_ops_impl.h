@@ -236,7 +236,66 @@ void logic_run(const void* av, int64_t as, const void* bv, int64_t bs, void* cv,
   }
 }
 
-// (R1)–(R3), (M1)–(M3) and (P16): 16 lanes in index order, then the fixed tree.
+#if QUANTA_TENSOR_OPS_VECTORS
+// e where the tail mask k holds, `fill` in the other lanes.
+inline VecF32::V fill_missing(VecF32::V e, VecF32::M k, float fill) {
+#if defined(__AVX512F__)
+  return _mm512_mask_blend_ps(k, _mm512_set1_ps(fill), e);
+#else
+  return _mm256_blendv_ps(_mm256_set1_ps(fill), e, _mm256_castsi256_ps(k));
+#endif
+}
+
+// Whether a lane of v is not +0 / −0 (NaN included).
+inline bool any_nonzero(VecF32::V v) {
+#if defined(__AVX512F__)
+  return _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_UQ) != 0;
+#else
+  return _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NEQ_UQ)) != 0;
+#endif
+}
+#endif
+
+// One step of a lane: acc = op(acc, e) of (R1) (kOp 0: sum, 1: sum of squares), (M1)
+// (2: max, 3: min) and (P16) (4: prod).
+template <int kOp>
+inline float lane_step(float acc, float e) {
+  if constexpr (kOp == 0) return acc + e;
+  if constexpr (kOp == 1) return acc + e * e;
+  if constexpr (kOp == 2) return np_max(acc, e);
+  if constexpr (kOp == 3) return np_min(acc, e);
+  return acc * e;
+}
+
+// The step of the tree (R2) / (M2) / (P16): a sum of squares adds its lanes.
+constexpr int tree_op(int op) { return op == 1 ? 0 : op; }
+
+// a[p] = op(a[p], e[p]) for p < n: independent lanes, each one step of its own sequence.
+// max / min in whole vectors as vmaxps(a, e) (= a > e ? a : e, and e when either is
+// NaN), kept at a where a is already NaN: np_max(a, e) exactly; the other operations are
+// plain loops the compiler vectorizes without reordering.
+template <int kOp>
+void lane_steps(float* a, const float* e, int64_t n) {
+  int64_t p = 0;
+#if QUANTA_TENSOR_OPS_VECTORS
+  if constexpr (kOp == 2 || kOp == 3) {
+    using V = VecF32;
+    for (; p + V::kLanes <= n; p += V::kLanes) {
+      const typename V::V va = V::loadu(a + p), ve = V::loadu(e + p);
+      const typename V::V m = kOp == 2 ? V::max(va, ve) : V::min(va, ve);
+      V::storeu(a + p, V::select(V::template cmp<_CMP_UNORD_Q>(va, va), m, va));
+    }
+  }
+#endif
+  for (; p < n; ++p) a[p] = lane_step<kOp>(a[p], e[p]);
+}
+
+// (R1)–(R3), (M1)–(M3) and (P16): 16 lanes in index order, then the fixed tree. Max / min
+// rows take the 16 lanes as vectors (vmaxps(acc, e) is np_max(acc, e) while acc is not
+// NaN: acc starts at ∓inf and turns NaN only after a NaN element; the last block's
+// missing lanes are ∓inf, which leave a lane as it is), and a row holding a NaN or an
+// infinity (found by OR-ing the bits of e − e, +0 for finite e) is done again by the
+// scalar loop, which keeps the NaN as np.maximum does.
 template <int kOp>
 void reduce_run(const float* x, int64_t rows, int64_t d, float* y) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -246,34 +305,69 @@ void reduce_run(const float* x, int64_t rows, int64_t d, float* y) {
     float acc[16];
     for (int j = 0; j < 16; ++j) acc[j] = init;
     int64_t i = 0;
+#if QUANTA_TENSOR_OPS_VECTORS
+    if constexpr (kOp == 2 || kOp == 3) {
+      using V = VecF32;
+      constexpr int kN = 16 / V::kLanes;  // vectors per 16-lane block
+      typename V::V a[kN], bad = V::zero();
+      for (int q = 0; q < kN; ++q) a[q] = V::set1(init);
+      for (; i + 16 <= d; i += 16) {
+        for (int q = 0; q < kN; ++q) {
+          const typename V::V e = V::loadu(v + i + q * V::kLanes);
+          a[q] = kOp == 2 ? V::max(a[q], e) : V::min(a[q], e);
+          bad = V::or_(bad, V::sub(e, e));  // +0 for a finite e, NaN bits otherwise
+        }
+      }
+      if (i < d) {  // the last block's missing lanes as ∓inf, which change no lane
+        for (int q = 0; q < kN; ++q) {
+          const typename V::M k = V::tail(d - i - q * V::kLanes);
+          const typename V::V e = V::load(k, v + i + q * V::kLanes);  // +0 in the missing lanes
+          a[q] = kOp == 2 ? V::max(a[q], fill_missing(e, k, init)) : V::min(a[q], fill_missing(e, k, init));
+          bad = V::or_(bad, V::sub(e, e));
+        }
+        i = d;
+      }
+      if (!any_nonzero(bad)) {
+        for (int q = 0; q < kN; ++q) V::storeu(acc + q * V::kLanes, a[q]);
+      } else {  // a NaN or an infinity: the scalar loop (exact for both)
+        for (int j = 0; j < 16; ++j) acc[j] = init;
+        i = 0;
+      }
+    }
+#endif
     for (; i + 16 <= d; i += 16) {
-      for (int j = 0; j < 16; ++j) {
-        const float e = v[i + j];
-        if constexpr (kOp == 0) acc[j] = acc[j] + e;
-        if constexpr (kOp == 1) acc[j] = acc[j] + e * e;
-        if constexpr (kOp == 2) acc[j] = np_max(acc[j], e);
-        if constexpr (kOp == 3) acc[j] = np_min(acc[j], e);
-        if constexpr (kOp == 4) acc[j] = acc[j] * e;
-      }
+      for (int j = 0; j < 16; ++j) acc[j] = lane_step<kOp>(acc[j], v[i + j]);
     }
-    for (int j = 0; i + j < d; ++j) {
-      const float e = v[i + j];
-      if constexpr (kOp == 0) acc[j] = acc[j] + e;
-      if constexpr (kOp == 1) acc[j] = acc[j] + e * e;
-      if constexpr (kOp == 2) acc[j] = np_max(acc[j], e);
-      if constexpr (kOp == 3) acc[j] = np_min(acc[j], e);
-      if constexpr (kOp == 4) acc[j] = acc[j] * e;
-    }
+    for (int j = 0; i + j < d; ++j) acc[j] = lane_step<kOp>(acc[j], v[i + j]);
     for (int h = 8; h >= 1; h /= 2) {
-      for (int j = 0; j < h; ++j) {
-        if constexpr (kOp <= 1) acc[j] = acc[j] + acc[j + h];
-        if constexpr (kOp == 2) acc[j] = np_max(acc[j], acc[j + h]);
-        if constexpr (kOp == 3) acc[j] = np_min(acc[j], acc[j + h]);
-        if constexpr (kOp == 4) acc[j] = acc[j] * acc[j + h];
-      }
+      for (int j = 0; j < h; ++j) acc[j] = lane_step<tree_op(kOp)>(acc[j], acc[j + h]);
     }
     y[r] = acc[0];
   }
+}
+
+// Columns of one [d, inner] slab: y[c] for c in [c0, c1) is the reduction of the row
+// x[0 … d−1, c] by the same lanes and tree as reduce_run (element k goes to lane k mod
+// 16), the lanes of all columns held in acc [16, w] and advanced together — vector
+// operations across columns, each column's own sequence. A whole slab of at most
+// kMiddleTile columns is one flat run: the 16 consecutive rows of a block are 16·inner
+// contiguous floats, element (j, c) of which is lane j of column c.
+template <int kOp>
+void reduce_middle_run(const float* x, int64_t d, int64_t inner, int64_t c0, int64_t c1, float* y) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const float init = kOp == 2 ? -kInf : kOp == 3 ? kInf : kOp == 4 ? 1.0f : 0.0f;
+  const int64_t w = c1 - c0;
+  float acc[16 * kMiddleTile];
+  for (int64_t p = 0; p < 16 * w; ++p) acc[p] = init;
+  if (w == inner) {
+    int64_t k = 0;
+    for (; k + 16 <= d; k += 16) lane_steps<kOp>(acc, x + k * inner, 16 * inner);
+    lane_steps<kOp>(acc, x + k * inner, (d - k) * inner);
+  } else {
+    for (int64_t k = 0; k < d; ++k) lane_steps<kOp>(acc + (k & 15) * w, x + k * inner + c0, w);
+  }
+  for (int h = 8; h >= 1; h /= 2) lane_steps<tree_op(kOp)>(acc, acc + h * w, h * w);
+  std::memcpy(y + c0, acc, static_cast<size_t>(w) * sizeof(float));
 }
 
 // Integer rows: sums and products in the unsigned type (wrapping, so the order does not
@@ -491,6 +585,11 @@ Kernels make_kernels(const char* isa) {
   k.reduce[2] = &reduce_run<2>;
   k.reduce[3] = &reduce_run<3>;
   k.reduce[4] = &reduce_run<4>;
+  k.reduce_middle[0] = &reduce_middle_run<0>;
+  k.reduce_middle[1] = &reduce_middle_run<1>;
+  k.reduce_middle[2] = &reduce_middle_run<2>;
+  k.reduce_middle[3] = &reduce_middle_run<3>;
+  k.reduce_middle[4] = &reduce_middle_run<4>;
   fill_reduce_int<int32_t>(k, DType::kI32);
   fill_reduce_int<int64_t>(k, DType::kI64);
   k.resize_axis = &resize_axis_run;
