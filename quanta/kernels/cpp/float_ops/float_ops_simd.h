@@ -222,29 +222,15 @@ inline typename T::V erf_v(typename T::V x) {
   return copysign_v<T>(T::select(T::template cmp<_CMP_GT_OQ>(t, T::set1(kErfSplit)), small, big), x);  // (F5)
 }
 
-template <class T>
-inline typename T::V tanh_v(typename T::V x) {
-  using V = typename T::V;
-  const V t = abs_v<T>(x);  // (T1)
-  const V s = T::mul(t, t);
-  V p = T::set1(kTanhT[5]);  // (T2)
-  for (int k = 4; k >= 0; --k) p = T::add(T::mul(p, s), T::set1(kTanhT[k]));
-  const V small = T::add(t, T::mul(t, T::mul(s, p)));
-  const V one = T::set1(1.0f);
-  const V e = exp_v<T>(T::add(t, t));  // (T3)
-  const V big = T::sub(one, T::div(T::set1(2.0f), T::add(e, one)));
-  return copysign_v<T>(T::select(T::template cmp<_CMP_LT_OQ>(t, T::set1(kTanhSplit)), big, small), x);  // (T4)
-}
-
 // (T1)-(T4) without (T3)'s exp and division when every lane has t < 0.75: activations
 // often sit below the split (magika's first Tanh: 90 % of its 16-lane vectors; 371 ->
-// 165 us on its 1 M elements, AVX-512, 1 thread), and a vector that needs (T3) computes
-// both branches as tanh_v (skipping the polynomial where every t >= 0.75 as well costs
-// magika's second Tanh, whose vectors are mixed, 12 % in mispredicted branches). Each
-// lane gets the bits tanh_v gives it. (T3)'s lower clamp of (E1) is skipped: t + t >= 0,
-// and vminps(89, NaN) keeps the NaN.
+// 165 us on its 1 M elements, AVX-512, 1 thread). A vector with a lane past the split
+// computes both branches and selects (skipping the polynomial where every t >= 0.75 as
+// well costs magika's second Tanh, whose vectors are mixed, 12 % in mispredicted
+// branches). Either way a lane gets the bits (T4) selects. Gelu (G2) takes it too.
+// (T3)'s lower clamp of (E1) is skipped: t + t >= 0, and vminps(89, NaN) keeps the NaN.
 template <class T>
-inline typename T::V tanh_split_v(typename T::V x) {
+inline typename T::V tanh_v(typename T::V x) {
   using V = typename T::V;
   const V t = abs_v<T>(x);  // (T1)
   const V s = T::mul(t, t);
@@ -442,10 +428,10 @@ constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNorm
       unary_run_v<T, exp_v<T>>,
       softmax,
       layer_norm,
-      {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_split_v<T>>, unary_run_v<T, sigmoid_v<T>>,
-       unary_run_v<T, relu_v<T>>, unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>,
-       unary_run_v<T, recurrent::logistic_v<T>>, unary_run_v<T, recurrent::tanh_v<T>>, unary_run_v<T, silu_v<T>>,
-       unary_run_v<T, log_v<T>>, unary_run_v<T, cos_v<T>>, unary_run_v<T, sin_v<T>>, unary_run_v<T, expm1_v<T>>,
+      {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_v<T>>, unary_run_v<T, sigmoid_v<T>>, unary_run_v<T, relu_v<T>>,
+       unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>, unary_run_v<T, recurrent::logistic_v<T>>,
+       unary_run_v<T, recurrent::tanh_v<T>>, unary_run_v<T, silu_v<T>>, unary_run_v<T, log_v<T>>,
+       unary_run_v<T, cos_v<T>>, unary_run_v<T, sin_v<T>>, unary_run_v<T, expm1_v<T>>,
        unary_run_v<T, gelu_tanh_mlas_v<T>>},  // by UnaryOp
       elu_run_v<T>,
       to_half,
