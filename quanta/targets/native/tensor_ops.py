@@ -9,7 +9,7 @@ operator               native call                                    twin (bit-
 Clip                   ``unary_f32_ex("clip")``, ``clip_int``         nn.clip (np.maximum, then
                                                                       np.minimum)
 Cast                   ``cast`` (float32/64, (u)int8, int32/64, bool)  math_ops.cast_to (astype)
-                       float32 <-> float16: NumPy's astype itself
+                       float32 <-> float16: ``cast_half`` (F16C, NumPy's NaN bits)
 Sqrt Neg Abs           ``unary_f32_ex``                               math_ops (one IEEE op)
 Reciprocal
 Exp                    ``exp_f32``                                    math_ops.exp: (E1)-(E6)
