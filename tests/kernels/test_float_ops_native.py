@@ -720,6 +720,153 @@ def test_elu_twin_is_alpha_times_expm1_below_zero() -> None:
         assert np.signbit(y[3]) and not np.signbit(y[4]) and y[7] == -F32(alpha)
 
 
+def elu_operand(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Values on both sides of 0 and of expm1's split (X3) with the edges Elu must pass
+    through or clamp: ±0, NaN (both signs), ±inf, huge negatives (exp's clamp at −104),
+    subnormals, the split's neighbours."""
+    x = (rng.standard_normal(n) * 2).astype(F32)
+    split = np.uint32(0x3EB17218).view(F32)
+    edges = np.array(
+        [0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, -1e30, -3.4e38, -104.0, -103.9, -87.4, -1e-40, 1e-40,
+         -1e-45, -split, np.nextafter(-split, F32(0)), np.nextafter(-split, F32(-1)), -1e-30, 1e30],
+        F32,
+    )  # fmt: skip
+    k = rng.integers(0, n, size=max(1, n // 5))
+    x[k] = rng.choice(edges, size=k.size)
+    return x
+
+
+@pytest.mark.parametrize("n", [1, 7, 15, 16, 17, 31, 33, 63, 65, 300, 1000, (1 << 14) * 3 + 5])
+@pytest.mark.parametrize("alpha", [1.0, 0.5, 2.3, 1e-3])
+def test_elu_native_matches_twin_every_isa_and_threads(n, alpha) -> None:
+    """The fused pass (EL): bit-exact with the twin on every ISA, 1 and 2 threads, tails of
+    every length, alpha 1 (the product is exact) and not; -0 and NaN pass through, a
+    whole vector of x >= 0 takes the copy path (the first 48 lanes are made non-negative)."""
+    x = elu_operand(np.random.default_rng(n), n)
+    x[:48] = np.abs(x[:48])
+    with np.errstate(all="ignore"):
+        expected = twin.elu_f32(x, alpha)
+
+    def check(isa: str) -> None:
+        for threads in (1, 2):
+            got = _native.elu_f32(x, alpha, num_threads=threads)
+            assert_same(expected, got, "elu_f32", isa=isa, n=n, alpha=alpha, threads=threads)
+            assert np.array_equal(got.view(np.uint32)[x == 0], x.view(np.uint32)[x == 0])  # ±0 kept
+        out = np.full_like(x, 7.0)
+        assert _native.elu_f32(x, alpha, out=out) is out
+        assert_same(expected, out, "elu_f32 out=", isa=isa, n=n, alpha=alpha)
+
+    every_isa(check)
+
+
+def test_elu_native_matches_twin_on_a_dense_negative_sweep() -> None:
+    """Every float32 x in [−1, 0) at a stride of 7 ulps and a sweep to −120: both sides of
+    the split, exp's clamp, and the 16-lane vectors all negative."""
+    bits = np.arange(0xBF800000, 0x80000000, -7, dtype=np.int64)[:400000].astype(np.uint32)  # −1 toward −0
+    x = np.concatenate([bits.view(F32), np.linspace(-120, 0, 100003, dtype=F32)])
+    expected = twin.elu_f32(x, 1.0)
+    every_isa(lambda isa: assert_same(expected, _native.elu_f32(x, 1.0), "elu_f32", isa=isa))
+
+
+def test_elu_native_refuses_bad_arguments() -> None:
+    x = np.zeros(5, F32)
+    with pytest.raises(ValueError, match="elu_f32: x: expected dtype float32, got float64"):
+        _native.elu_f32(x.astype(np.float64), 1.0)
+    with pytest.raises(ValueError, match="elu_f32: out: expected shape"):
+        _native.elu_f32(x, 1.0, out=np.zeros(4, F32))
+    with pytest.raises(ValueError, match="overlap"):
+        _native.elu_f32(x, 1.0, out=x)
+
+
+# --------------------------------------------------------------------------------------
+# float32 <-> float16 (cast_half): NumPy's astype, bit for bit
+# --------------------------------------------------------------------------------------
+
+
+def assert_same_bits(expected: np.ndarray, actual: np.ndarray, label: str, **context) -> None:
+    """Same dtype and shape, identical bits (NaN payloads included)."""
+    detail = ", ".join(f"{k}={v}" for k, v in context.items())
+    assert expected.dtype == actual.dtype and expected.shape == actual.shape, (label, actual.dtype, detail)
+    u = np.uint16 if expected.dtype.itemsize == 2 else np.uint32
+    bad = np.flatnonzero(expected.view(u) != actual.view(u))
+    assert bad.size == 0, (
+        f"{label}: {bad.size} of {expected.size} differ; first at {bad[0]}: expected "
+        f"{hex(int(expected.view(u)[bad[0]]))}, got {hex(int(actual.view(u)[bad[0]]))}; {detail}"
+    )
+
+
+def test_half_to_float32_every_half_every_isa() -> None:
+    """All 65536 halves (NaN payloads, signalling ones included, subnormals, ±0, ±inf),
+    then shifted by 0..15 so every NaN meets every lane and tail."""
+    h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+
+    def check(isa: str) -> None:
+        for shift in (0, 1, 5, 15):
+            v = h[shift:]
+            for threads in (1, 2):
+                assert_same_bits(
+                    v.astype(F32), _native.cast_half(v, threads), "f16->f32", isa=isa, shift=shift
+                )
+
+    every_isa(check)
+
+
+def float32_rounding_cases() -> np.ndarray:
+    """float32 bit patterns around every rounding decision of float16: for each exponent
+    every pattern of the top mantissa bits near the 13-bit cut (ties, ties ± 1, the half
+    ulp's neighbours), both signs; NaNs of every top-payload pattern, signalling and
+    quiet; the overflow edge 65504 .. 65520 .. 65536 and the subnormal halves."""
+    exps = np.arange(256, dtype=np.uint32) << 23
+    low = np.array(
+        [0, 1, 0xFFF, 0x1000, 0x1001, 0x1FFF, 0x2000, 0x2FFF, 0x3000, 0x3001, 0x7FFFFF - 0x1FFF], np.uint32
+    )
+    tops = np.arange(0, 1 << 10, 37, dtype=np.uint32) << 13
+    mant = (tops[:, None] + low[None, :]).reshape(-1) & np.uint32(0x7FFFFF)
+    bits = (exps[:, None] | mant[None, :]).reshape(-1)
+    nan = np.uint32(0x7F800000) | np.array(
+        [1, 0x1FFF, 0x2000, 0x3FFFFF, 0x400000, 0x400001, 0x7FFFFF, 0x5A5A5A], np.uint32
+    )
+    edge = np.array([65504.0, 65519.99, 65520.0, 65535.0, 65536.0, 6.1035156e-05, 5.9604645e-08, 2.9802322e-08,
+                     2.9802326e-08, 8.940697e-08, 3e-45], F32).view(np.uint32)  # fmt: skip
+    everything = np.concatenate([bits, nan, edge])
+    return np.concatenate([everything, everything | np.uint32(0x80000000)]).view(F32)
+
+
+def test_float32_to_half_matches_numpy_every_isa() -> None:
+    """Round to nearest even, overflow to ±inf, subnormal halves, -0, NaN payloads: the
+    bits of astype(np.float16), on the rounding cases and 2^20 random patterns."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate(
+        [float32_rounding_cases(), rng.integers(0, 1 << 32, 1 << 20, dtype=np.uint32).view(F32)]
+    )
+    with np.errstate(all="ignore"):
+        expected = x.astype(np.float16)
+
+    def check(isa: str) -> None:
+        for shift in (0, 3, 9):
+            v = x[shift:]
+            for threads in (1, 2):
+                assert_same_bits(
+                    expected[shift:], _native.cast_half(v, threads), "f32->f16", isa=isa, shift=shift
+                )
+        out = np.empty(x.shape, np.float16)
+        assert _native.cast_half(x, 1, out) is out
+        assert_same_bits(expected, out, "f32->f16 out=", isa=isa)
+
+    every_isa(check)
+
+
+def test_cast_half_refuses_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="cast_half: x: expected dtype float32 or float16, got float64"):
+        _native.cast_half(np.zeros(3))
+    with pytest.raises(ValueError, match="cast_half: out: expected dtype float16, got float32"):
+        _native.cast_half(np.zeros(3, F32), 1, np.zeros(3, F32))
+    with pytest.raises(ValueError, match="cast_half: out: expected shape"):
+        _native.cast_half(np.zeros(3, np.float16), 1, np.zeros(4, F32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _native.cast_half(np.zeros((3, 4), F32).T)
+
+
 def test_softplus_twin_within_stated_ulps_of_exact() -> None:
     """(SP1)-(SP3) against float64 log(1 + e^x), normal results: x > 0 bound 1.79 ulp
     (every float32 in (0, 104]: 1.7836 at x = 0.27342), x < 0 bound 2.82 ulp (every

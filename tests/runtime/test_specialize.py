@@ -634,3 +634,45 @@ def test_nearest_resize_specialized_gives_the_twin_bytes(dtype, scales, sizes) -
     (bound,) = sess.executor.bound_runs().values()
     plain = {t[0]: t[1] for t in sess.executor._plain}
     assert all(t[1] is not plain[t[0]] for t in bound.steps)
+
+
+def _elu_half_model():
+    """x [3, 7, 17] float: Elu (alpha 0.37), Elu (alpha 1) of its result's negation, a Cast
+    to float16 and back (widen_half_islands' edges, here written in the file)."""
+    nodes = [
+        helper.make_node("Elu", ["x"], ["e1"], name="elu_a", alpha=0.37),
+        helper.make_node("Neg", ["e1"], ["n"], name="neg"),
+        helper.make_node("Elu", ["n"], ["e2"], name="elu_1"),
+        helper.make_node("Cast", ["e2"], ["h"], name="to_f16", to=TensorProto.FLOAT16),
+        helper.make_node("Cast", ["h"], ["y"], name="to_f32", to=TensorProto.FLOAT),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "elu_half",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_elu_and_half_casts_specialized_are_the_generic_kernels(threads: int) -> None:
+    """The specialized Elu (alpha bound) and float32 <-> float16 Casts give the reference's
+    bytes, and a non-contiguous x goes to the generic kernels with the same result."""
+    p = _elu_half_model().SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = quanta.InferenceSession(p, opts)
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(9)
+    for _ in range(3):  # the measuring run, then the bound (specialized) runs
+        feeds = {"x": rng.normal(0, 3, (3, 7, 17)).astype(np.float32)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    (bound,) = sess.executor.bound_runs().values()
+    plain = {t[0]: t[1] for t in sess.executor._plain}
+    specialized = {sess.plan.steps[t[0]].node.name for t in bound.steps if t[1] is not plain[t[0]]}
+    assert {"elu_a", "elu_1", "to_f16", "to_f32"} <= specialized
+    wide = rng.normal(0, 3, (3, 7, 34)).astype(np.float32)
+    strided = {"x": wide[:, :, ::2]}
+    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])

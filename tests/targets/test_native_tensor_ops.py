@@ -308,6 +308,15 @@ def test_cast_between_native_types(src, to):
     run_both("Cast", [x], {"to": to})
 
 
+@pytest.mark.parametrize("to", [TensorProto.FLOAT, TensorProto.INT32, TensorProto.UINT8, TensorProto.INT64])
+def test_cast_from_bool_reads_any_nonzero_byte_as_one(to):
+    # a bool array made from bytes (np.frombuffer) may hold 2 or 255: NumPy's astype gives
+    # 1 for any non-zero byte, and so does the vectorized byte compare
+    x = np.frombuffer(bytes([0, 1, 2, 255] * 33), dtype=bool).reshape(4, 33)
+    y = run_both("Cast", [x], {"to": to})
+    assert y.reshape(-1)[:4].tolist() == [0, 1, 1, 1]
+
+
 def test_cast_nan_to_bool_is_true():
     x = np.array([np.nan, 0.0, -0.0, 1e-45], F32)
     assert run_both("Cast", [x], {"to": TensorProto.BOOL}).tolist() == [True, False, False, True]

@@ -18,6 +18,9 @@
 //                                                                    (G2) with MLAS's tanh,
 //                                                                    x · sigmoid(x), (LN1)-(LN6),
 //                                                                    (CS1)-(CS6) ("cos"), (SN1) ("sin")
+//   elu_f32(x: f32, alpha: float, num_threads=1, out=None)           (EL), alpha rounded to float32
+//   cast_half(x: f32 | f16, num_threads=1, out=None) -> f16 | f32    NumPy's astype(float16) /
+//                                                                    astype(float32), NaN payloads included
 #include <pybind11/stl.h>
 
 #include <array>
@@ -179,6 +182,63 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
   return std::move(y);
 }
 
+py::array elu_f32(const py::handle& x_obj, float alpha, int num_threads, const py::object& out_obj) {
+  auto x = require_array<float>(x_obj, "elu_f32: x");
+  check_threads(num_threads, "elu_f32");
+  auto y = make_output<float>(out_obj, shape_of(x), "elu_f32", {x});
+  {
+    py::gil_scoped_release release;
+    float_ops::elu(x.data(), y.mutable_data(), x.size(), alpha, num_threads, active_isa());
+  }
+  return std::move(y);
+}
+
+// float32 -> float16 or float16 -> float32, by x's dtype (pybind11 has no float16 type:
+// the halves are handled as their uint16 bits).
+py::array cast_half(const py::handle& x_obj, int num_threads, const py::object& out_obj) {
+  if (!py::isinstance<py::array>(x_obj)) throw py::value_error("cast_half: x: expected a numpy array");
+  auto x = py::reinterpret_borrow<py::array>(x_obj);
+  const py::dtype f16("float16"), f32 = py::dtype::of<float>();
+  const bool from_f32 = dtype_equiv(x.dtype(), f32);
+  if (!from_f32 && !dtype_equiv(x.dtype(), f16)) {
+    throw py::value_error("cast_half: x: expected dtype float32 or float16, got " +
+                          py::str(x.dtype()).cast<std::string>());
+  }
+  if (!(x.flags() & py::array::c_style)) throw py::value_error("cast_half: x: expected a C-contiguous array");
+  check_threads(num_threads, "cast_half");
+  const py::dtype to = from_f32 ? f16 : f32;
+  py::array y;
+  if (out_obj.is_none()) {
+    y = py::array(to, shape_of(x));
+  } else {
+    if (!py::isinstance<py::array>(out_obj)) throw py::value_error("cast_half: out: expected a numpy array");
+    y = py::reinterpret_borrow<py::array>(out_obj);
+    if (!dtype_equiv(y.dtype(), to)) {
+      throw py::value_error("cast_half: out: expected dtype " + py::str(to).cast<std::string>() + ", got " +
+                            py::str(y.dtype()).cast<std::string>());
+    }
+    if (!(y.flags() & py::array::c_style)) throw py::value_error("cast_half: out: expected a C-contiguous array");
+    if (shape_of(y) != shape_of(x)) {
+      throw py::value_error("cast_half: out: expected shape " + shape_str(shape_of(x)) + ", got shape " +
+                            shape_str(shape_of(y)));
+    }
+    if (!y.writeable()) throw py::value_error("cast_half: out: expected a writeable array");
+    if (overlaps(y, x)) throw py::value_error("cast_half: out: expected a buffer that does not overlap the inputs");
+  }
+  const int64_t n = x.size();
+  const void* src = x.data();
+  void* dst = y.mutable_data();
+  {
+    py::gil_scoped_release release;
+    if (from_f32) {
+      float_ops::to_half(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n, num_threads, active_isa());
+    } else {
+      float_ops::from_half(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n, num_threads, active_isa());
+    }
+  }
+  return y;
+}
+
 }  // namespace
 
 void register_float_ops(py::module_& m) {
@@ -196,6 +256,12 @@ void register_float_ops(py::module_& m) {
         "rms=True does not subtract a mean, eq. (L1r) (quanta::RMSNormDiv).");
   m.def("binary_f32", &binary_f32, arg("op"), arg("a"), arg("b"), arg("num_threads") = 1, arg("out") = none,
         "c = a op b in float32 (op: add, sub, mul, div), numpy broadcasting.");
+  m.def("elu_f32", &elu_f32, arg("x"), arg("alpha"), arg("num_threads") = 1, arg("out") = none,
+        "Elu of float32 x, eq. (EL) of docs/float-ops.md: x < 0 ? f32(alpha · expm1(x)) : x in one pass "
+        "(the twin: reference/float_ops.elu_f32).");
+  m.def("cast_half", &cast_half, arg("x"), arg("num_threads") = 1, arg("out") = none,
+        "float32 x -> float16, float16 x -> float32: the bits of NumPy's astype (round to nearest even, "
+        "NaN payloads as NumPy keeps them), by vcvtps2ph / vcvtph2ps.");
   m.def("unary_f32", &unary_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
         "y = op(x) elementwise in float32, op one of erf (F1)-(F5), tanh (T1)-(T4), sigmoid (Σ1)-(Σ2), "
         "relu (np.maximum(x, 0)), gelu (G1), gelu_tanh (G2), log (LN1)-(LN6), cos (CS1)-(CS6), sin (SN1) of "

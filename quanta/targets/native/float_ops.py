@@ -28,8 +28,8 @@ Max, Min (2 inputs)    ``binary_f32("max" | "min")``              math_ops (np.m
 PRelu                  ``binary_f32("prelu")``, slope to x's shape nn.prelu (x < 0 ? x·slope : x)
 Softplus               ``exp_f32`` of −|x|, ``unary_f32("log")``, nn.softplus ->
                        then the twin's (SP2)-(SP3) in NumPy       float_ops.softplus_f32
-Elu                    ``unary_f32("expm1")``, the select and     nn.elu -> float_ops.elu_f32,
-                       product by alpha in NumPy                  eqs. (EL), (X1)-(X3)
+Elu                    ``elu_f32``: one pass, expm1 where x < 0   nn.elu -> float_ops.elu_f32,
+                       and the product by alpha in registers      eqs. (EL), (X1)-(X3)
 quanta MlasLogistic,   ``unary_f32("mlas_logistic" | "mlas_tanh")``  ort_float.mlas_logistic_op /
 MlasTanh                                                          mlas_tanh_op (ORT's MLAS functions)
 quanta MlasGeluTanh    ``unary_f32("gelu_tanh_mlas")``            ort_float.mlas_gelu_tanh_op, (G2)
@@ -764,28 +764,29 @@ bind_mlas_gelu_tanh = _bind_unary("MlasGeluTanh", "gelu_tanh_mlas", QUANTA_DOMAI
 
 @_with_fallback("Elu")
 def _elu_native(ctx: Any, x: Any, *, out: Any, alpha: float = 1.0) -> np.ndarray:
-    """Elu, float32 (float_ops.elu_f32, (EL)): the native expm1 (X1)-(X3), then the twin's
-    select and product by f32(alpha) (skipped for alpha = 1, where it is exact)."""
-    x = _f32(x)
-    e = _native().unary_f32("expm1", x, _threads(ctx))
-    a = np.float32(alpha)
-    if a != 1:
-        np.multiply(e, a, out=e)
-    if out is None:
-        return np.where(x < 0, e, x)
-    np.copyto(out, x)
-    np.copyto(out, e, where=x < 0)
-    return out
+    """Elu, float32 (float_ops.elu_f32, (EL)): one native pass, expm1 (X1)-(X3) only in
+    vectors that hold a negative lane, the select and the product by f32(alpha) in
+    registers."""
+    return _native().elu_f32(_f32(x), alpha, _threads(ctx), out)
+
+
+@shape_free
+def _elu_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """The binding with alpha, the thread count and the output bound."""
+    if sig.dtypes != (F32,):
+        return None
+    elu, threads, out, alpha = _native().elu_f32, step_threads(sig), sig.out, attrs.get("alpha", 1.0)
+    return guarded(lambda x: elu(x, alpha, threads, out), _elu_native, attrs, out)
 
 
 @register_binder("Elu")
 def bind_elu(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """float32 Elu (madmom's beat TCN and key CNN): quanta's expm1 natively."""
+    """float32 Elu (madmom's beat TCN and key CNN): one fused native pass."""
     del model  # unused: the choice depends on the node's types only
     reason = _check_f32("Elu", ("X", node.input(0)))
     if reason:
         return None, reason
-    return _kernel(_elu_native, "elu_f32", node)
+    return _kernel(_elu_native, "elu_f32", node, _elu_specialized)
 
 
 @_with_fallback("Softplus")

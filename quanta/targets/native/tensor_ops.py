@@ -9,7 +9,7 @@ operator               native call                                    twin (bit-
 Clip                   ``unary_f32_ex("clip")``, ``clip_int``         nn.clip (np.maximum, then
                                                                       np.minimum)
 Cast                   ``cast`` (float32/64, (u)int8, int32/64, bool)  math_ops.cast_to (astype)
-                       float32 <-> float16: NumPy's astype itself
+                       float32 <-> float16: ``cast_half`` (F16C, NumPy's NaN bits)
 Sqrt Neg Abs           ``unary_f32_ex``                               math_ops (one IEEE op)
 Reciprocal
 Exp                    ``exp_f32``                                    math_ops.exp: (E1)-(E6)
@@ -214,18 +214,22 @@ _HALF_CASTS = frozenset({(F32, F16), (F16, F32)})
 @_with_fallback("Cast")
 def _cast_half(ctx: Any, x: Any, *, out: Any, to: int, saturate: int = 1, round_mode: str = "up"):
     """Cast float32 -> float16 (round to nearest even, overflow to ±inf) or float16 ->
-    float32 (exact): NumPy's own conversion loop, the one the twin's astype runs, bound
-    directly as Concat binds np.concatenate (a C++ copy of it would compute the same
-    bits; F16C / AVX-512 conversions would be faster, docs/float-ops.md)."""
-    del ctx, saturate, round_mode  # one thread; saturate / round_mode apply to float8 / e8m0 only
+    float32 (exact) by vcvtps2ph / vcvtph2ps: the bits of the twin's astype, NaN payloads
+    as NumPy keeps them (float_ops.h "half")."""
+    del saturate, round_mode  # they apply to float8 / e8m0 targets only
     dtype = onnx_dtype(to)
     if not isinstance(x, np.ndarray) or (x.dtype, dtype) not in _HALF_CASTS:
         raise _Unsupported
-    with np.errstate(all="ignore"):  # overflow to ±inf is the conversion's result, as in the twin
-        if out is None:
-            return x.astype(dtype)
-        np.copyto(out, x, casting="unsafe")
-    return out
+    return _native().cast_half(np.asarray(x, order="C"), _threads(ctx), out)
+
+
+@shape_free
+def _cast_half_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """The binding with the thread count and the output bound."""
+    if (sig.dtypes[0], onnx_dtype(attrs.get("to", -1))) not in _HALF_CASTS:
+        return None
+    cast_half, threads, out = _native().cast_half, step_threads(sig), sig.out
+    return guarded(lambda x: cast_half(x, threads, out), _cast_half, attrs, out)
 
 
 @register_binder("Cast")
@@ -237,7 +241,7 @@ def bind_cast(model: Model, node: Node) -> tuple[Kernel | None, str]:
     except Exception:
         return None, f"Cast to {node.attrs.get('to')!r} has no native kernel"
     if (_dtype(node.input(0)), dtype) in _HALF_CASTS:
-        return _kernel(_cast_half, f"cast_{dtype}")
+        return _kernel(_cast_half, f"cast_{dtype}", specialize=_cast_half_specialized)
     if dtype not in NATIVE_DTYPES:
         return None, (
             f"native Cast writes float32/64, (u)int8, int32/64 or bool (float16 from float32 only), not {dtype}"

@@ -54,6 +54,22 @@ void unary(UnaryOp op, const float* x, float* y, int64_t n, int num_threads, Isa
   for_ranges(num_threads, n, kGrain, [&](int64_t begin, int64_t end) { run(x + begin, y + begin, end - begin); });
 }
 
+void elu(const float* x, float* y, int64_t n, float alpha, int num_threads, Isa isa) {
+  const EluRunFn run = kernels_for(isa).elu;
+  for_ranges(num_threads, n, kGrain,
+             [&](int64_t begin, int64_t end) { run(x + begin, y + begin, end - begin, alpha); });
+}
+
+void to_half(const float* x, uint16_t* y, int64_t n, int num_threads, Isa isa) {
+  const ToHalfRunFn run = kernels_for(isa).to_half;
+  for_ranges(num_threads, n, kStreamGrain, [&](int64_t begin, int64_t end) { run(x + begin, y + begin, end - begin); });
+}
+
+void from_half(const uint16_t* x, float* y, int64_t n, int num_threads, Isa isa) {
+  const FromHalfRunFn run = kernels_for(isa).from_half;
+  for_ranges(num_threads, n, kStreamGrain, [&](int64_t begin, int64_t end) { run(x + begin, y + begin, end - begin); });
+}
+
 void softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa) {
   if (d <= 0) return;
   const SoftmaxRowsFn fn = kernels_for(isa).softmax;

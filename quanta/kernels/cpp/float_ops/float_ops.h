@@ -54,6 +54,13 @@
 //   expm1     (X1) q = Q6; q = f32(f32(q · x) + Qk), k = 5..0;  ys = f32(x + f32(f32(x · x) · q))
 //             (X2) yb = f32(exp(x) − 1)   (E1)-(E6)
 //             (X3) y = |x| < f32(ln 2 / 2) ? ys : yb   (NaN: yb)   (Qk = f32(1 / (k + 2)!))
+//   elu       (EL) y = x < 0 ? f32(f32(alpha) · expm1(x)) : x   (NaN and ±0 pass through): one
+//             pass; a vector with no negative lane is copied without computing expm1
+//   half      f32 -> f16 bits: round to nearest even, overflow to ±inf, subnormal halves
+//             (vcvtps2ph); f16 -> f32 exact (vcvtph2ps). A NaN keeps its payload as NumPy's
+//             npy_floatbits_to_halfbits / npy_halfbits_to_floatbits do (the top payload
+//             bits, a signalling NaN stays signalling, an all-zero half payload becomes 1),
+//             where the hardware would set the quiet bit: NaN lanes are redone one by one.
 //   relu      y = np.maximum(x, 0): +0 for ±0, NaN stays NaN
 //   log       (LN1) ±0 -> −inf, +inf -> +inf, x < 0 or NaN -> NaN; else
 //             (LN2) x < FLT_MIN: x' = f32(x · 2^23), e0 = −23 (else x' = x, e0 = 0)
@@ -130,6 +137,11 @@ using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int
 using ExpRunFn = void (*)(const float* x, float* y, int64_t n);
 // y[i] = f(x[i]) over n elements, f one of UnaryOp.
 using UnaryRunFn = void (*)(const float* x, float* y, int64_t n);
+// y[i] = elu(x[i]) with float32 alpha, (EL).
+using EluRunFn = void (*)(const float* x, float* y, int64_t n, float alpha);
+// float32 -> float16 bits and back (the "half" conversions above).
+using ToHalfRunFn = void (*)(const float* x, uint16_t* y, int64_t n);
+using FromHalfRunFn = void (*)(const uint16_t* x, float* y, int64_t n);
 // `rows` contiguous rows of length d (d >= 1).
 using SoftmaxRowsFn = void (*)(const float* x, float* y, int64_t rows, int64_t d);
 // bias may be null (no add); mean / inv_std may be null (not written), else [rows];
@@ -146,6 +158,9 @@ struct Kernels {
   SoftmaxRowsFn softmax;
   LayerNormRowsFn layer_norm;
   UnaryRunFn unary[kNumUnaryOps];  // indexed by UnaryOp
+  EluRunFn elu;
+  ToHalfRunFn to_half;
+  FromHalfRunFn from_half;
 };
 
 extern const Kernels kKernelsPortable;
@@ -158,6 +173,12 @@ const Kernels& kernels_for(Isa isa);
 void exp_f32(const float* x, float* y, int64_t n, int num_threads, Isa isa);
 
 void unary(UnaryOp op, const float* x, float* y, int64_t n, int num_threads, Isa isa);
+
+void elu(const float* x, float* y, int64_t n, float alpha, int num_threads, Isa isa);
+
+void to_half(const float* x, uint16_t* y, int64_t n, int num_threads, Isa isa);
+
+void from_half(const uint16_t* x, float* y, int64_t n, int num_threads, Isa isa);
 
 void softmax(const float* x, float* y, int64_t rows, int64_t d, int num_threads, Isa isa);
 

@@ -135,9 +135,37 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
   }
 }
 
+// float32 -> float16 by F16C's vcvtps2ph (round to nearest even); the tail and a vector
+// holding a NaN go lane by lane (NumPy's payload, float_ops.h "half").
+void to_half_run(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {
+      for (int64_t j = i; j < i + 8; ++j) y[j] = half_from_f32(x[j]);
+    }
+  }
+  for (; i < n; ++i) y[i] = half_from_f32(x[i]);
+}
+
+// float16 -> float32 by F16C's vcvtph2ps (exact); NaN lanes redone for NumPy's quiet bit.
+void from_half_run(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
+    const __m128i nan = _mm_cmpgt_epi16(_mm_andnot_si128(_mm_set1_epi16(-0x8000), h), _mm_set1_epi16(0x7C00));
+    if (_mm_movemask_epi8(nan) != 0) {
+      for (int64_t j = i; j < i + 8; ++j) y[j] = half_to_f32(x[j]);
+    }
+  }
+  for (; i < n; ++i) y[i] = half_to_f32(x[i]);
+}
+
 }  // namespace
 
-const Kernels kKernelsAvx2 = simd_kernels<F32x8>("avx2", softmax_rows, layer_norm_rows);
+const Kernels kKernelsAvx2 = simd_kernels<F32x8>("avx2", softmax_rows, layer_norm_rows, to_half_run, from_half_run);
 
 }  // namespace float_ops
 }  // namespace quanta

@@ -131,9 +131,39 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
   }
 }
 
+// float32 -> float16 by vcvtps2ph (round to nearest even); a vector holding a NaN is
+// redone lane by lane for NumPy's payload (float_ops.h "half").
+void to_half_run(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+    const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_mask_storeu_epi16(y + i, k, h);
+    if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0) {
+      for (int64_t j = i; j < i + 16 && j < n; ++j) y[j] = half_from_f32(x[j]);
+    }
+  }
+}
+
+// float16 -> float32 by vcvtph2ps (exact); NaN lanes redone for NumPy's quiet bit.
+void from_half_run(const uint16_t* x, float* y, int64_t n) {
+  const __m256i exp_mask = _mm256_set1_epi16(0x7C00);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask(n - i);
+    const __m256i h = _mm256_maskz_loadu_epi16(k, x + i);
+    _mm512_mask_storeu_ps(y + i, k, _mm512_cvtph_ps(h));
+    // a NaN: exponent all ones and a non-zero payload, |h| > 0x7C00
+    const __mmask16 nan = _mm256_cmpgt_epi16_mask(_mm256_andnot_si256(_mm256_set1_epi16(-0x8000), h), exp_mask);
+    if (nan != 0) {
+      for (int64_t j = i; j < i + 16 && j < n; ++j) y[j] = half_to_f32(x[j]);
+    }
+  }
+}
+
 }  // namespace
 
-const Kernels kKernelsAvx512Vnni = simd_kernels<F32x16>("avx512vnni", softmax_rows, layer_norm_rows);
+const Kernels kKernelsAvx512Vnni =
+    simd_kernels<F32x16>("avx512vnni", softmax_rows, layer_norm_rows, to_half_run, from_half_run);
 
 }  // namespace float_ops
 }  // namespace quanta

@@ -26,6 +26,18 @@ void unary_run(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]);
 }
 
+void elu_run(const float* x, float* y, int64_t n, float alpha) {
+  for (int64_t i = 0; i < n; ++i) y[i] = elu_one(x[i], alpha);
+}
+
+void to_half_run(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = half_from_f32(x[i]);
+}
+
+void from_half_run(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = half_to_f32(x[i]);
+}
+
 // (R1): lane i mod 16 takes x[i], in increasing i.
 float sum16(const float* x, int64_t d) {
   float acc[kLanes] = {};
@@ -88,6 +100,9 @@ const Kernels kKernelsPortable = {
      unary_run<gelu_tanh_one>, unary_run<recurrent::logistic_one>, unary_run<recurrent::tanh_one>, unary_run<silu_one>,
      unary_run<log_one>, unary_run<cos_one>, unary_run<sin_one>, unary_run<expm1_one>,
      unary_run<gelu_tanh_mlas_one>},  // by UnaryOp
+    elu_run,
+    to_half_run,
+    from_half_run,
 };
 
 }  // namespace float_ops

@@ -253,6 +253,60 @@ inline float expm1_one(float x) {
   return std::fabs(x) < kExpm1Split ? small : big;  // (X3); NaN: big
 }
 
+// (EL): expm1 only where x < 0 (NaN and ±0 pass through).
+inline float elu_one(float x, float alpha) { return x < 0.0f ? alpha * expm1_one(x) : x; }
+
+// float32 -> float16 bits, round to nearest even (float_ops.h "half"); NaN as NumPy's
+// npy_floatbits_to_halfbits: the top 10 payload bits, 1 if those are all zero.
+inline uint16_t half_from_bits(uint32_t f) {
+  const uint32_t sign = (f >> 16) & 0x8000u;
+  const uint32_t a = f & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) {  // NaN
+    const uint32_t h = 0x7C00u + ((a & 0x007FFFFFu) >> 13);
+    return static_cast<uint16_t>(sign | (h == 0x7C00u ? 0x7C01u : h));
+  }
+  if (a >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);               // >= 65520 rounds to inf; inf
+  if (a >= 0x38800000u) {                                                           // a normal half (>= 2^-14)
+    const uint32_t m = a - 0x38000000u;                                             // the exponent rebiased by −112
+    return static_cast<uint16_t>(sign | ((m + 0x0FFFu + ((m >> 13) & 1u)) >> 13));  // carry may bump the exponent
+  }
+  if (a <= 0x33000000u) return static_cast<uint16_t>(sign);  // <= 2^-25: rounds to ±0 (the tie to even)
+  // a subnormal half: the value in units of 2^-24 is mant · 2^(e − 126), e in [102, 112]
+  const uint32_t e = a >> 23;
+  const uint32_t mant = (a & 0x007FFFFFu) | 0x00800000u;
+  const uint32_t shift = 126u - e;  // 14 .. 24
+  uint32_t q = mant >> shift;
+  const uint32_t rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (q & 1u))) ++q;
+  return static_cast<uint16_t>(sign | q);
+}
+
+inline uint16_t half_from_f32(float x) {
+  uint32_t f;
+  std::memcpy(&f, &x, sizeof f);
+  return half_from_bits(f);
+}
+
+// float16 bits -> float32 (exact); NaN as NumPy's npy_halfbits_to_floatbits: the payload
+// shifted up, the quiet bit as it was.
+inline float half_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x03FFu;
+  uint32_t f;
+  if (e == 0x1Fu) {
+    f = sign | 0x7F800000u | (m << 13);
+  } else if (e != 0) {
+    f = sign | ((e + 112u) << 23) | (m << 13);
+  } else {
+    const float v = static_cast<float>(m) * 0x1p-24f;  // a subnormal half or 0: exact
+    std::memcpy(&f, &v, sizeof f);
+    f |= sign;
+  }
+  float y;
+  std::memcpy(&y, &f, sizeof y);
+  return y;
+}
+
 // np.maximum(x, 0): +0 for ±0 (np.maximum returns its second operand on equal zeros)
 // and x itself for NaN.
 inline float relu_one(float x) { return x > 0.0f || x != x ? x : 0.0f; }
