@@ -70,7 +70,14 @@ def gptq_round(
 
 
 def gptq_round_groups(
-    w: np.ndarray, s: np.ndarray, h: np.ndarray, qmin: int, qmax: int, *, damp: float = 0.01
+    w: np.ndarray,
+    s: np.ndarray,
+    h: np.ndarray,
+    qmin: int,
+    qmax: int,
+    *,
+    damp: float = 0.01,
+    native: bool = True,
 ) -> np.ndarray:
     """:func:`gptq_round` for G independent groups at once (a grouped or depthwise Conv:
     ``w`` [G, rows, K], ``s`` [G, rows], ``h`` [G, K, K]); the column loop runs once for
@@ -79,13 +86,36 @@ def gptq_round_groups(
     GPTQ's updates in their feedback form (docs/debugger.md eq. (12f)): column k is
     rounded from w_k + Σ_{i<k} d_i V_ik, where d_i = w_i − s·q_i is the error of an
     earlier column against its *original* weight and V the unit upper factor of
-    H = V D Vᵀ, which one Cholesky factorization gives without inverting anything."""
+    H = V D Vᵀ, which one Cholesky factorization gives without inverting anything.
+
+    The column loop of each block runs natively when the module is built (``native=False``:
+    the NumPy loop below, which computes the same integers)."""
     w = np.array(w, np.float64)
     s = np.asarray(s, np.float64)
     v = _unit_upper_factors(np.array(h, np.float64), damp)
     g, rows, k = w.shape
     q = np.empty_like(w)
     d = np.empty_like(w)
+    column_loop = _native_column_loop() if native else None
+    if column_loop is not None:
+        s_c = np.ascontiguousarray(s)
+        for b0 in range(0, k, BLOCK):
+            b1 = min(b0 + BLOCK, k)
+            wb = w[:, :, b0:b1] + np.matmul(d[:, :, :b0], v[:, :b0, b0:b1]) if b0 else w[:, :, b0:b1].copy()
+            qb, db = np.empty_like(wb), np.empty_like(wb)
+            column_loop(
+                np.ascontiguousarray(wb),
+                np.ascontiguousarray(w[:, :, b0:b1]),
+                s_c,
+                np.ascontiguousarray(v[:, b0:b1, b0:b1]),
+                qb,
+                db,
+                float(qmin),
+                float(qmax),
+            )
+            q[:, :, b0:b1] = qb
+            d[:, :, b0:b1] = db
+        return q
     # the rows are independent inside a block: they run in chunks whose part of the block
     # stays in cache (an 8210-row CTC head's block is 8 MB), and the rank-1 products go
     # into one buffer instead of a new array per column (the same operations per entry)
@@ -112,6 +142,17 @@ def gptq_round_groups(
                     np.multiply(dj[:, :, None], vb[:, j, None, j + 1 :], out=t)
                     wr[:, :, j + 1 :] += t
     return q
+
+
+def _native_column_loop():
+    """The native column loop of one block (quantize/gptq.h: the loop below, the same
+    float64 operations in the same order, so the same integers), or None without the
+    native module."""
+    try:
+        from quanta.kernels import _native
+    except ImportError:  # a build without the extension: the NumPy loop
+        return None
+    return getattr(_native, "gptq_block_f64", None)
 
 
 def _unit_upper_factors(h: np.ndarray, damp: float) -> np.ndarray:

@@ -317,6 +317,35 @@ def test_lazy_batch_blocks_choose_the_column_by_column_integers(monkeypatch):
         np.testing.assert_array_equal(gptq_round(w[i], s[i], h[i], -127, 127), whole[i])
 
 
+@pytest.mark.parametrize(
+    ("g", "rows", "k", "qrange"),
+    [(1, 17, 301, (-127, 127)), (3, 7, 129, (0, 255)), (2, 1, 3, (-8, 7)), (1, 300, 260, (-128, 127))],
+)
+def test_native_column_loop_chooses_the_numpy_loops_integers(g, rows, k, qrange):
+    """quantize/gptq.h, on every ISA, gives the NumPy loop's integers bit for bit: the same
+    float64 operations in the same order (rint half to even, product then sum), over K
+    across several blocks and an odd last block, and groups at once; weights with ties
+    (multiples of half a step) exercise the rounding."""
+    from quanta.kernels import _native
+    from quanta.quantize import rounding
+
+    rng = np.random.default_rng(11 + k)
+    w = rng.standard_normal((g, rows, k))
+    s = (np.abs(w).max(2) / 100) * rng.uniform(0.5, 2.0, (g, rows))
+    w[:, :, ::5] = np.round(w[:, :, ::5] / s[:, :, None] * 2) / 2 * s[:, :, None]  # ties
+    x = [_correlated(max(2 * k, 64), k, 30 + i) for i in range(g)]
+    h = np.stack([xi.T @ xi for xi in x])
+    want = rounding.gptq_round_groups(w, s, h, *qrange, native=False)
+    try:
+        for isa in _native.supported_isas():
+            _native.set_isa(isa)
+            got = rounding.gptq_round_groups(w, s, h, *qrange)
+            np.testing.assert_array_equal(got, want, err_msg=isa)
+    finally:
+        _native.clear_isa()
+    assert want.min() >= qrange[0] and want.max() <= qrange[1]
+
+
 def test_statistics_merged_from_shards_equal_one_stream():
     """Integer Gram matrices (eq. (12d)): shards of the samples, each starting its count at
     its first sample's index, merged in any order, give the single stream's state."""

@@ -7,12 +7,17 @@
 //   per-tensor when C == 1 (and scale has rank <= 1), else per-axis along `axis`; `out`, when
 //   given, is a C-contiguous writeable array of x's shape and the output dtype (not
 //   overlapping x) that receives the result and is returned.
+//   gptq_block_f64(w: f64[G, R, n] (in place), w0: f64[G, R, n], s: f64[G, R], v: f64[G, n, n],
+//                  q: f64[G, R, n] (out), d: f64[G, R, n] (out), qmin, qmax) -> None
+//   GPTQ's column loop over one block of columns of G groups (quantize/gptq.h).
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "bindings.h"
+#include "dispatch.h"
+#include "quantize/gptq.h"
 #include "quantize/histogram.h"
 #include "quantize/quantize.h"
 
@@ -104,9 +109,44 @@ void histogram_update(const py::array& x, const py::handle& k_obj, const py::han
   }
 }
 
+void gptq_block_f64(const py::handle& w_obj, const py::handle& w0_obj, const py::handle& s_obj, const py::handle& v_obj,
+                    const py::handle& q_obj, const py::handle& d_obj, double qmin, double qmax) {
+  auto w = require_array<double>(w_obj, "gptq_block_f64: w");
+  auto w0 = require_array<double>(w0_obj, "gptq_block_f64: w0");
+  auto s = require_array<double>(s_obj, "gptq_block_f64: s");
+  auto v = require_array<double>(v_obj, "gptq_block_f64: v");
+  auto q = require_array<double>(q_obj, "gptq_block_f64: q");
+  auto d = require_array<double>(d_obj, "gptq_block_f64: d");
+  if (w.ndim() != 3) throw py::value_error("gptq_block_f64: w: expected [groups, rows, n]");
+  const int64_t g = w.shape(0), rows = w.shape(1), n = w.shape(2);
+  const std::vector<int64_t> wshape{g, rows, n};
+  for (const auto* a : {&w0, &q, &d}) {
+    if (shape_of(*a) != wshape) throw py::value_error("gptq_block_f64: w0, q and d: expected the shape of w");
+  }
+  if (shape_of(s) != std::vector<int64_t>{g, rows}) throw py::value_error("gptq_block_f64: s: expected [groups, rows]");
+  if (shape_of(v) != std::vector<int64_t>{g, n, n}) throw py::value_error("gptq_block_f64: v: expected [groups, n, n]");
+  if (!w.writeable() || !q.writeable() || !d.writeable()) {
+    throw py::value_error("gptq_block_f64: w, q and d: expected writeable arrays");
+  }
+  const Isa isa = active_isa();
+  double* wp = w.mutable_data();
+  double* qp = q.mutable_data();
+  double* dp = d.mutable_data();
+  py::gil_scoped_release release;
+  for (int64_t k = 0; k < g; ++k) {
+    const int64_t off = k * rows * n;
+    gptq_block(GptqBlock{wp + off, w0.data() + off, s.data() + k * rows, v.data() + k * n * n, qp + off, dp + off, rows,
+                         n, qmin, qmax},
+               isa);
+  }
+}
+
 }  // namespace
 
 void register_quantize(py::module_& m) {
+  m.def("gptq_block_f64", &gptq_block_f64, py::arg("w"), py::arg("w0"), py::arg("s"), py::arg("v"), py::arg("q"),
+        py::arg("d"), py::arg("qmin"), py::arg("qmax"),
+        "GPTQ's column loop over one block of columns (quantize/gptq.h; rounding.gptq_round_groups).");
   m.def("histogram_update", &histogram_update, py::arg("x"), py::arg("k"), py::arg("start"), py::arg("counts"),
         py::arg("zeros"),
         "counts[c, floor(x[c, i]·2^-k[c]) - start[c]] += 1 for the finite values; zeros[c] += the zeros "
