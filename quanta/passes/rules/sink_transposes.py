@@ -118,16 +118,39 @@ def _transposed(v: Value | None) -> tuple[Node, list[int]] | None:
     return None if p is None else (n, p)
 
 
+def _raw_axes(node: Node) -> list[int] | None:
+    """A Reduce's, Squeeze's or Unsqueeze's axes as written: its ``axes`` attribute (the
+    opsets before they became input 1) or its constant input 1; None when computed or
+    absent."""
+    if "axes" in node.attrs:
+        return [int(a) for a in node.attrs["axes"]]
+    v = node.input(1)
+    if v is None or not v.is_const:
+        return None
+    return [int(a) for a in np.asarray(v.const).reshape(-1)]
+
+
+def _set_axes(graph: Graph, node: Node, axes: list[int]) -> None:
+    """Gives ``node`` the ``axes`` in the form it had them (attribute or constant input)."""
+    if "axes" in node.attrs:
+        node.attrs["axes"] = axes
+        return
+    old = node.input(1)
+    c = graph.add_initializer(graph.fresh_name(f"{old.name}_t"), np.asarray(axes, np.int64))
+    node.replace_input(1, c)
+
+
+def _read_only_by(graph: Graph, v: Value, node: Node) -> bool:
+    """``v`` is read by ``node`` alone and is not a graph output (it may be rewritten)."""
+    return all(c is node for c in v.consumers()) and not any(o is v for o in graph.outputs)
+
+
 def _view_axes(node: Node, rank: int | None) -> list[int] | None:
     """A Squeeze's / Unsqueeze's axes (an attribute before opset 13, a constant input
     after), sorted and taken modulo ``rank`` when given; None when not known."""
-    if "axes" in node.attrs:
-        raw = [int(a) for a in node.attrs["axes"]]
-    else:
-        v = node.input(1)
-        if v is None or not v.is_const:
-            return None
-        raw = [int(a) for a in np.asarray(v.const).reshape(-1)]
+    raw = _raw_axes(node)
+    if raw is None:
+        return None
     if rank is None:
         return sorted(raw) if raw else None
     axes = sorted({a % rank for a in raw})
@@ -259,11 +282,8 @@ class SinkTransposes(Pass):
             return False
         # the Transposes read here must be read by nothing else (their count never grows)
         producers = {id(f[0]): f[0] for f in found if f is not None}
-        for t in producers.values():
-            if any(c is not node for c in t.outputs[0].consumers()) or any(
-                o is t.outputs[0] for o in graph.outputs
-            ):
-                return False
+        if not all(_read_only_by(graph, t.outputs[0], node) for t in producers.values()):
+            return False
         inv = _inverse(p)
         new_inputs: dict[int, Value] = {}
         for i, f in zip(data, found, strict=True):
@@ -289,7 +309,7 @@ class SinkTransposes(Pass):
         if pad is None or pad.op_type != "Pad" or pad.domain or p is None:
             return False
         pv, mid = pad.outputs[0], pad.inputs[0]
-        if any(c is not node for c in pv.consumers()) or any(o is pv for o in graph.outputs):
+        if not _read_only_by(graph, pv, node):
             return False
         if len(pad.inputs) > 3 and pad.inputs[3] is not None:
             return False  # an axes input
@@ -327,17 +347,12 @@ class SinkTransposes(Pass):
             return False
         t, p = f
         r = len(p)
-        tv = t.outputs[0]
-        if any(c is not node for c in tv.consumers()) or any(o is tv for o in graph.outputs):
+        if not _read_only_by(graph, t.outputs[0], node):
             return False
-        if "axes" in node.attrs:
-            axes_v, raw = None, node.attrs["axes"]
-        else:
-            axes_v = node.input(1)
-            if axes_v is None or not axes_v.is_const:
-                return False  # no axes: every axis (or none), a case left as written
-            raw = np.asarray(axes_v.const).reshape(-1).tolist()
-        axes = sorted({int(a) % r for a in raw})
+        raw = _raw_axes(node)
+        if raw is None:
+            return False  # no axes: every axis (or none), a case left as written
+        axes = sorted({a % r for a in raw})
         if not axes or int(node.attrs.get("noop_with_empty_axes", 0)):
             return False
         new_axes = sorted(p[a] for a in axes)
@@ -345,13 +360,8 @@ class SinkTransposes(Pass):
         kept = [p[i] for i in range(r) if i not in axes]
         if not keep and kept != sorted(kept):
             return False  # the kept axes would come out in another order
-        x = t.inputs[0]
-        node.replace_input(0, x)
-        if axes_v is None:
-            node.attrs["axes"] = new_axes
-        else:
-            c = graph.add_initializer(graph.fresh_name(f"{axes_v.name}_t"), np.asarray(new_axes, np.int64))
-            node.replace_input(1, c)
+        node.replace_input(0, t.inputs[0])
+        _set_axes(graph, node, new_axes)
         if keep:
             _transpose_after(graph, node, p)
         # keepdims=0: the same shape and element order, nothing after it
@@ -368,19 +378,14 @@ class SinkTransposes(Pass):
             return False
         t, p = f
         r = len(p)
-        tv = t.outputs[0]
-        if any(c is not node for c in tv.consumers()) or any(o is tv for o in graph.outputs):
+        if not _read_only_by(graph, t.outputs[0], node):
             return False
-        if "axes" in node.attrs:
-            axes_v, raw = None, node.attrs["axes"]
-        else:
-            axes_v = node.input(1)
-            if axes_v is None or not axes_v.is_const:
-                return False  # a Squeeze of every 1 (which ones needs the shape) or computed axes
-            raw = np.asarray(axes_v.const).reshape(-1).tolist()
+        raw = _raw_axes(node)
+        if raw is None:
+            return False  # a Squeeze of every 1 (which ones needs the shape) or computed axes
         squeeze = node.op_type == "Squeeze"
         out_rank = r - len(raw) if squeeze else r + len(raw)
-        axes = sorted({int(a) % (r if squeeze else out_rank) for a in raw})
+        axes = sorted({a % (r if squeeze else out_rank) for a in raw})
         if not axes or len(axes) != len(raw):
             return False
         if squeeze:
@@ -400,11 +405,7 @@ class SinkTransposes(Pass):
             for k, i in enumerate(old_pos):
                 q[i] = old_pos[p[k]]
         node.replace_input(0, t.inputs[0])
-        if axes_v is None:
-            node.attrs["axes"] = new_axes
-        else:
-            c = graph.add_initializer(graph.fresh_name(f"{axes_v.name}_t"), np.asarray(new_axes, np.int64))
-            node.replace_input(1, c)
+        _set_axes(graph, node, new_axes)
         if q == list(range(len(q))):
             return True  # the Transpose only moved axes of size 1 (one no longer there)
         _transpose_after(graph, node, q)
@@ -418,7 +419,7 @@ class SinkTransposes(Pass):
         sq = v.producer if v is not None else None
         if sq is None or sq.op_type != "Squeeze" or sq.domain or len(node.outputs) != 1:
             return False
-        if any(c is not node for c in v.consumers()) or any(o is v for o in graph.outputs):
+        if not _read_only_by(graph, v, node):
             return False
         if _view_axes(sq, None) is None:
             return False
