@@ -65,6 +65,36 @@ def _ints(v, n: int, default: int) -> list[int]:
     return [int(a) for a in v] if v is not None and len(v) else [default] * n
 
 
+def _constant_kernel(m: Match, rank: int, *, or_more: bool = False) -> np.ndarray | NoMatch:
+    """The ConvTranspose's float32 weight when it and the bias are constants, the weight
+    of rank ``rank`` (or more) and ``kernel_shape`` (if given) its spatial shape; else why
+    not."""
+    w_v, b_v = m["w"], m["b"]
+    if not w_v.is_const or (b_v is not None and not b_v.is_const):
+        return NoMatch("the weight or the bias is not a constant")
+    w = np.asarray(w_v.const)
+    if not (w.ndim >= rank if or_more else w.ndim == rank) or w.dtype != np.float32:
+        wanted = f"{rank} or more" if or_more else str(rank)
+        return NoMatch(
+            f"the weight is {w.dtype} of rank {w.ndim}; expected a float32 kernel of rank {wanted}"
+        )
+    n = w.ndim - 2
+    if _ints(m.root.attrs.get("kernel_shape"), n, 0) not in ([int(k) for k in w.shape[2:]], [0] * n):
+        return NoMatch("kernel_shape disagrees with the weight")
+    return w
+
+
+def _output_form_refusal(a: dict) -> NoMatch | None:
+    """An explicit output_shape or a SAME auto_pad: forms the rewrites do not take."""
+    if a.get("output_shape") is not None and len(a.get("output_shape")):
+        return NoMatch("output_shape given")
+    auto_pad = a.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    if auto_pad not in ("NOTSET", "VALID"):
+        return NoMatch(f"auto_pad={auto_pad}")
+    return None
+
+
 def _phases(k: int, s: int, pb: int, pe: int, op: int) -> tuple[np.ndarray, int, int] | None:
     """One spatial axis: the selection ``M[a, r, i]`` (1 where kernel tap ``i`` feeds
     output phase ``a`` through Conv tap ``r``), the Conv's kernel size and its pads
@@ -93,27 +123,19 @@ class ConvTransposeAsConv(Rule):
     pattern = "y = ConvTranspose(x, w, b?)"
 
     def check(self, m: Match) -> Match | NoMatch:
-        w_v, b_v = m["w"], m["b"]
-        if not w_v.is_const or (b_v is not None and not b_v.is_const):
-            return NoMatch("the weight or the bias is not a constant")
-        w = np.asarray(w_v.const)
-        if w.ndim != 4 or w.dtype != np.float32:
-            return NoMatch(f"the weight is {w.dtype} of rank {w.ndim}; expected a float32 2-D kernel")
+        w = _constant_kernel(m, 4)
+        if isinstance(w, NoMatch):
+            return w
         a = m.root.attrs
         kh, kw = w.shape[2], w.shape[3]
-        if _ints(a.get("kernel_shape"), 2, 0) not in ([kh, kw], [0, 0]):
-            return NoMatch("kernel_shape disagrees with the weight")
         sh, sw = _ints(a.get("strides"), 2, 1)
         if sh != sw or sh < 2:
             return NoMatch(f"strides {[sh, sw]}: not one stride >= 2 on both axes")
-        if a.get("output_shape") is not None and len(a.get("output_shape")):
-            return NoMatch("output_shape given")
         if _ints(a.get("dilations"), 2, 1) != [1, 1] or int(a.get("group", 1)) != 1:
             return NoMatch("dilations or groups")
-        auto_pad = a.get("auto_pad", "NOTSET")
-        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
-        if auto_pad not in ("NOTSET", "VALID"):
-            return NoMatch(f"auto_pad={auto_pad}")
+        refusal = _output_form_refusal(a)
+        if refusal is not None:
+            return refusal
         if m["x"].shape is not None and len(m["x"].shape) != 4:
             return NoMatch("the input is not 4-D")
         pads = _ints(a.get("pads"), 4, 0)
@@ -170,25 +192,17 @@ class ConvTransposeUnitStride(Rule):
     pattern = "y = ConvTranspose(x, w, b?)"
 
     def check(self, m: Match) -> Match | NoMatch:
-        w_v, b_v = m["w"], m["b"]
-        if not w_v.is_const or (b_v is not None and not b_v.is_const):
-            return NoMatch("the weight or the bias is not a constant")
-        w = np.asarray(w_v.const)
-        if w.ndim < 3 or w.dtype != np.float32:
-            return NoMatch(f"the weight is {w.dtype} of rank {w.ndim}; expected a float32 kernel")
+        w = _constant_kernel(m, 3, or_more=True)
+        if isinstance(w, NoMatch):
+            return w
         a = m.root.attrs
         n = w.ndim - 2
         kernel = [int(k) for k in w.shape[2:]]
-        if _ints(a.get("kernel_shape"), n, 0) not in (kernel, [0] * n):
-            return NoMatch("kernel_shape disagrees with the weight")
         if _ints(a.get("strides"), n, 1) != [1] * n:
             return NoMatch("a stride other than 1")
-        if a.get("output_shape") is not None and len(a.get("output_shape")):
-            return NoMatch("output_shape given")
-        auto_pad = a.get("auto_pad", "NOTSET")
-        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
-        if auto_pad not in ("NOTSET", "VALID"):
-            return NoMatch(f"auto_pad={auto_pad}")
+        refusal = _output_form_refusal(a)
+        if refusal is not None:
+            return refusal
         group = int(a.get("group", 1))
         if w.shape[0] % group:
             return NoMatch(f"{w.shape[0]} input channels are not a multiple of group={group}")
