@@ -53,19 +53,10 @@ def prepare_prequantized(
 ) -> tuple[onnx.ModelProto, Recipe, list[str]] | None:
     """(the float view to quantize, the recipe to quantize it with, the notes for the
     summary), or None for a float model."""
-    ops = quantized_ops(proto)
-    if not ops:
+    found = _view_of(proto, "")
+    if found is None:
         return None
-    view = derive_float_view(proto)
-    notes = [
-        f"the input is already quantized ({', '.join(ops)}): quanta quantized the float model it "
-        f"stands for ({view.format()})"
-    ]
-    if view.kept:
-        notes.append(
-            f"{len(view.kept)} node(s) of the file have no float form here and stay as the file has them: "
-            + ", ".join(f"{n or '<unnamed>'} ({op})" for n, op, _ in view.kept[:8])
-        )
+    view, notes = found
     overrides: dict[str, TensorOverride] = {}
     if keep_parameters:
         present = {o for n in view.model.graph.node for o in n.output} | {
@@ -120,25 +111,37 @@ def prepare_prequantized_dynamic(proto: onnx.ModelProto) -> tuple[onnx.ModelProt
     activation grid (each run computes its own), so the file's activation parameters
     are dropped; its weights are quantized again from their dequantized values, which
     keeps their integers where the grids agree (symmetric int8, the same granularity)."""
+    found = _view_of(proto, " dynamically")
+    if found is None:
+        return None
+    view, notes = found
+    if view.activation_params:
+        notes.insert(
+            1,
+            f"the file's {len(view.activation_params)} activation grid(s) are not kept: dynamic "
+            "quantization computes each activation's scale per run",
+        )
+    return view.model, notes
+
+
+def _view_of(proto: onnx.ModelProto, how: str) -> tuple[FloatView, list[str]] | None:
+    """The float view of a quantized ``proto`` and the summary's notes on it (what the
+    file was, the nodes the view keeps as the file has them), or None for a float model;
+    ``how``: the words after "quantized the float model it stands for (...)"."""
     ops = quantized_ops(proto)
     if not ops:
         return None
     view = derive_float_view(proto)
     notes = [
         f"the input is already quantized ({', '.join(ops)}): quanta quantized the float model it "
-        f"stands for ({view.format()}) dynamically"
+        f"stands for ({view.format()}){how}"
     ]
-    if view.activation_params:
-        notes.append(
-            f"the file's {len(view.activation_params)} activation grid(s) are not kept: dynamic "
-            "quantization computes each activation's scale per run"
-        )
     if view.kept:
         notes.append(
             f"{len(view.kept)} node(s) of the file have no float form here and stay as the file has them: "
             + ", ".join(f"{n or '<unnamed>'} ({op})" for n, op, _ in view.kept[:8])
         )
-    return view.model, notes
+    return view, notes
 
 
 def guard_input(model_input: Any, model_output: str | os.PathLike) -> None:
