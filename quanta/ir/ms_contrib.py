@@ -170,21 +170,45 @@ class _Writer:
         axes = self.const(f"{tag}_axes", np.array([-1], np.int64))
         return self.op("Slice", [x, starts, ends, axes], tag)
 
+    def positions(self, t: str, tag: str) -> str:
+        """Range(0, Shape(t)[1]): the int64 positions along ``t``'s axis 1 (tokens, keys)."""
+        if self.opset < 11:
+            raise _Unsupported("positions by Range need opset 11")
+        shape = self.op("Shape", [t], f"{tag}_shape")
+        length = self.op(
+            "Gather", [shape, self.const(f"{tag}_axis", np.array(1, np.int64))], f"{tag}_len", axis=0
+        )
+        start, step = (
+            self.const(f"{tag}_start", np.array(0, np.int64)),
+            self.const(f"{tag}_step", np.array(1, np.int64)),
+        )
+        return self.op("Range", [start, length, step], tag)
+
     def f32(self, tag: str, value: float) -> str:
         return self.const(tag, np.array(value, np.float32))
 
     # -- shared pieces -----------------------------------------------------------------
-    def layer_norm(self, x: str, gamma: str, beta: str | None, eps: float, tag: str, out: str | None) -> str:
-        """LayerNormalization over the last axis from opset 17 (what the quantizers plan as
-        one group); before, the PyTorch export's written-out form (FuseLayerNorm fuses it
-        back into one quanta::LayerNormDiv at run time)."""
+    def layer_norm(
+        self,
+        x: str,
+        gamma: str,
+        beta: str | None,
+        eps: float,
+        tag: str,
+        out: str | None,
+        axes: tuple[int, ...] = (-1,),
+    ) -> str:
+        """LayerNormalization over the trailing ``axes`` (negative, consecutive, ending at
+        -1) from opset 17 (what the quantizers plan as one group); before, the PyTorch
+        export's written-out form (FuseLayerNorm fuses it back into one
+        quanta::LayerNormDiv at run time)."""
         if self.opset >= 17 and gamma:
             ins = [x, gamma] + ([beta] if beta else [])
-            return self.op("LayerNormalization", ins, f"{tag}_layer_norm", out=out, axis=-1, epsilon=eps)
-        mean = self.reduce("ReduceMean", x, [-1], f"{tag}_mean")
+            return self.op("LayerNormalization", ins, f"{tag}_layer_norm", out=out, axis=axes[0], epsilon=eps)
+        mean = self.reduce("ReduceMean", x, list(axes), f"{tag}_mean")
         d = self.op("Sub", [x, mean], f"{tag}_centered")
         sq = self.op("Pow", [d, self.f32(f"{tag}_two", 2.0)], f"{tag}_squared")
-        var = self.reduce("ReduceMean", sq, [-1], f"{tag}_var")
+        var = self.reduce("ReduceMean", sq, list(axes), f"{tag}_var")
         std = self.op(
             "Sqrt", [self.op("Add", [var, self.f32(f"{tag}_eps", eps)], f"{tag}_var_eps")], f"{tag}_std"
         )
@@ -318,18 +342,7 @@ def _onnx_layer_norm(w: _Writer, users: dict[str, int], outputs: set[str]) -> No
     else:
         raise _Unsupported("a non-negative axis on an input of unknown rank")
     eps = float(_attr(n, "epsilon", 1e-5))
-    x, tag = n.input[0], "ln"
-    mean = w.reduce("ReduceMean", x, axes, f"{tag}_mean")
-    d = w.op("Sub", [x, mean], f"{tag}_centered")
-    var = w.reduce(
-        "ReduceMean", w.op("Pow", [d, w.f32(f"{tag}_two", 2.0)], f"{tag}_squared"), axes, f"{tag}_var"
-    )
-    std = w.op("Sqrt", [w.op("Add", [var, w.f32(f"{tag}_eps", eps)], f"{tag}_var_eps")], f"{tag}_std")
-    y = w.op("Div", [d, std], f"{tag}_normed")
-    bias = _inp(n, 2)
-    y = w.op("Mul", [y, n.input[1]], f"{tag}_scaled", out=None if bias else n.output[0])
-    if bias:
-        w.op("Add", [y, bias], f"{tag}_shifted", out=n.output[0])
+    w.layer_norm(n.input[0], n.input[1], _inp(n, 2) or None, eps, "ln", n.output[0], tuple(axes))
 
 
 def _experimental(w: _Writer) -> None:
@@ -454,16 +467,7 @@ def _embed(
     if pos_ids:
         p = w.op("Gather", [pos, pos_ids], "position")
     else:
-        if w.opset < 11:
-            raise _Unsupported("positions by Range need opset 11")
-        shape = w.op("Shape", [ids], "ids_shape")
-        length = w.op("Gather", [shape, w.const("seq_axis", np.array(1, np.int64))], "seq_len", axis=0)
-        rng = w.op(
-            "Range",
-            [w.const("zero", np.array(0, np.int64)), length, w.const("step", np.array(1, np.int64))],
-            "positions",
-        )
-        p = w.op("Gather", [pos, rng], "position")
+        p = w.op("Gather", [pos, w.positions(ids, "positions")], "position")
     total = w.op("Add", [x, p], "word_position", out=None)
     if seg and seg_ids:
         total = w.op("Add", [total, w.op("Gather", [seg, seg_ids], "segment")], "embedding_sum")
@@ -570,13 +574,7 @@ def _heads_attention(w: _Writer, q: str, k: str, v: str, head: int, heads: int, 
             add = w.op("Where", [keep, w.f32("no_filter", 0.0), w.f32("filter", filt)], "mask_add")
             added = w.unsqueeze(add, [1, 2] if rank == 2 else [1], "mask_bias")
         elif rank == 1 and not _two_per_row(w, mask):
-            shape = w.op("Shape", [k], "key_shape")
-            length = w.op("Gather", [shape, w.const("seq_axis", np.array(1, np.int64))], "seq_len", axis=0)
-            rng = w.op(
-                "Range",
-                [w.const("r0", np.array(0, np.int64)), length, w.const("r1", np.array(1, np.int64))],
-                "key_pos",
-            )
+            rng = w.positions(k, "key_pos")
             ends = w.unsqueeze(w.op("Cast", [mask], "mask_ends", to=TensorProto.INT64), [1], "ends_col")
             keep = w.op("Less", [w.unsqueeze(rng, [0], "key_row"), ends], "mask_keep")
             add = w.op("Where", [keep, w.f32("no_filter", 0.0), w.f32("filter", filt)], "mask_add")
@@ -586,26 +584,7 @@ def _heads_attention(w: _Writer, q: str, k: str, v: str, head: int, heads: int, 
                 f"a mask index of rank {rank}: only [batch] end positions and raw 2-D / 3-D masks"
             )
     if int(_attr(n, "unidirectional", 0)):
-        positions = []
-        for who, t in (("queries", q), ("keys", k)):
-            shape = w.op("Shape", [t], f"causal_{who}_shape")
-            length = w.op(
-                "Gather",
-                [shape, w.const(f"causal_{who}_axis", np.array(1, np.int64))],
-                f"causal_{who}_len",
-                axis=0,
-            )
-            positions.append(
-                w.op(
-                    "Range",
-                    [
-                        w.const(f"{who}_r0", np.array(0, np.int64)),
-                        length,
-                        w.const(f"{who}_r1", np.array(1, np.int64)),
-                    ],
-                    f"causal_{who}",
-                )
-            )
+        positions = [w.positions(q, "causal_queries"), w.positions(k, "causal_keys")]
         future = w.op(
             "Greater",
             [
