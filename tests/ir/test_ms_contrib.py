@@ -310,11 +310,20 @@ def test_attention_with_its_bias_scale_and_unequal_value_width():
 
 
 @pytest.mark.parametrize("mask", ["none", "raw2d"])
-def test_q_attention(mask: str):
+@pytest.mark.parametrize("weights", ["u8_zp", "s8_per_column"])
+def test_q_attention(mask: str, weights: str):
+    """uint8 input with zero point 121; uint8 weights with zero point 119 and a scale
+    distinct from the input's, or int8 weights with one scale per output column."""
     x = _f(B, S, 17)
     xq, xs, xz = _quantized(x, np.uint8, 121)
     w = _f(17, 3 * H, scale=0.5)
-    wq, ws, wz = _quantized(w, np.int8, 0)
+    if weights == "u8_zp":
+        wq, ws, wz = _quantized(w, np.uint8, 119)
+    else:
+        ws = (np.abs(w).max(0) / 127).astype(np.float32)  # [3H], each column its own
+        wq = np.clip(np.round(w / ws), -127, 127).astype(np.int8)
+        wz = np.zeros(3 * H, np.int8)
+    assert float(ws.reshape(-1)[0]) != float(xs)
     feeds = {"x": xq}
     consts = {"w": wq, "b": _f(3 * H), "xs": xs, "ws": ws, "xz": xz, "wz": wz}
     ins = ["x", "w", "b", "xs", "ws", "", "xz", "wz"]
