@@ -33,6 +33,7 @@ import onnx
 
 from quanta.hal.capabilities import UNPLANNED_SHAPE
 from quanta.ir.graph import Model
+from quanta.ir.ms_contrib import ORT_QUANTIZER_PRODUCER
 from quanta.ir.onnx_io import load
 from quanta.ir.types import CalibratedType, QuantType, TensorType, as_string_feed
 from quanta.runtime.compile import compile as compile_model
@@ -116,8 +117,6 @@ class SessionOptions:
     allow_host_partitions: bool = True
 
 
-#: the producer_name ONNX Runtime's quantization tool writes into its files
-ORT_QUANTIZER_PRODUCER = "onnx.quantize"
 FLOAT_FUNCTIONS = ("auto", "onnx", "ort")
 
 

@@ -70,9 +70,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from quanta.ir.shape_hints import without_weight_data
 
-__all__ = ["MS_DOMAIN", "decompose_contrib_ops"]
+__all__ = ["MS_DOMAIN", "ORT_QUANTIZER_PRODUCER", "decompose_contrib_ops"]
 
 MS_DOMAIN = "com.microsoft"
+#: the producer_name ONNX Runtime's quantization tool writes into its files (a file that
+#: computes ORT's functions: quanta.session's float_functions "auto" reads it too)
+ORT_QUANTIZER_PRODUCER = "onnx.quantize"
 
 #: the operators this module writes out (SimplifiedLayerNormalization is in ONNX
 #: Runtime's ai.onnx registry, the others in com.microsoft)
@@ -106,18 +109,19 @@ class _Unsupported(Exception):
 class _Writer:
     """Emits the replacement nodes of one node, with fresh names and the opset's forms."""
 
-    def __init__(self, graph: onnx.GraphProto, node: onnx.NodeProto, opset: int, taken: set[str]):
-        self.graph = graph
+    def __init__(
+        self, node: onnx.NodeProto, opset: int, taken: set[str], shapes: dict[str, list], ort_made: bool
+    ):
         self.node = node
         self.opset = opset
         self.taken = taken
+        #: the inferred shapes of the graph's values (hints: a value may have none)
+        self.shapes = shapes
+        #: written by ONNX Runtime's quantization tool (ORT_QUANTIZER_PRODUCER)
+        self.ort_made = ort_made
         self.base = node.name or (node.output[0] if node.output else node.op_type)
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
-        self.shapes: dict[str, list] = {}
-        self.ranks: dict[str, int] = {}
-        #: written by ONNX Runtime's quantization tool (quanta.session ORT_QUANTIZER_PRODUCER)
-        self.ort_made = False
 
     def fresh(self, tag: str) -> str:
         name = f"{self.base}/{tag}"
@@ -169,6 +173,11 @@ class _Writer:
         ends = self.const(f"{tag}_ends", np.array([end], np.int64))
         axes = self.const(f"{tag}_axes", np.array([-1], np.int64))
         return self.op("Slice", [x, starts, ends, axes], tag)
+
+    def rank(self, name: str) -> int | None:
+        """The rank shape inference gave ``name``, or None."""
+        shape = self.shapes.get(name)
+        return None if shape is None else len(shape)
 
     def positions(self, t: str, tag: str) -> str:
         """Range(0, Shape(t)[1]): the int64 positions along ``t``'s axis 1 (tokens, keys)."""
@@ -334,7 +343,7 @@ def _onnx_layer_norm(w: _Writer, users: dict[str, int], outputs: set[str]) -> No
     if any(_read(users, o, outputs) for o in n.output[1:]):
         raise _Unsupported("its Mean or InvStdDev output is read")
     axis = int(_attr(n, "axis", -1))
-    rank = w.ranks.get(n.input[0])
+    rank = w.rank(n.input[0])
     if axis < 0:
         axes = list(range(axis, 0))
     elif rank is not None:
@@ -382,11 +391,10 @@ def _fused_matmul(w: _Writer) -> None:
     if int(_attr(n, "transBatchA", 0)) or int(_attr(n, "transBatchB", 0)):
         raise _Unsupported("transBatchA / transBatchB")
     a, b = n.input[0], n.input[1]
-    ranks = w.ranks
     for flag, name in (("transA", "a"), ("transB", "b")):
         if int(_attr(n, flag, 0)):
             v = a if name == "a" else b
-            r = ranks.get(v)
+            r = w.rank(v)
             if r is None or r < 2:
                 raise _Unsupported(f"{flag} on an input of unknown rank")
             perm = [*range(r - 2), r - 1, r - 2]
@@ -568,7 +576,7 @@ def _heads_attention(w: _Writer, q: str, k: str, v: str, head: int, heads: int, 
     filt = float(_attr(n, "mask_filter_value", -10000.0))
     added = ""
     if mask:
-        rank = w.ranks.get(mask)
+        rank = w.rank(mask)
         if rank == 2 or rank == 3:
             keep = w.op("Greater", [mask, w.const("mask_zero", np.array(0, np.int32))], "mask_keep")
             add = w.op("Where", [keep, w.f32("no_filter", 0.0), w.f32("filter", filt)], "mask_add")
@@ -664,7 +672,7 @@ def _multi_head_attention(w: _Writer, users: dict[str, int], outputs: set[str]) 
     if any(_inp(n, i) for i in (6, 7, 8, 9)) or any(_read(users, o, outputs) for o in n.output[1:]):
         raise _Unsupported("a past state, a present or qk output")
     q, k, v = n.input[0], _inp(n, 1), _inp(n, 2)
-    if not (k and v) or any(w.ranks.get(t) != 3 for t in (q, k, v)):
+    if not (k and v) or any(w.rank(t) != 3 for t in (q, k, v)):
         raise _Unsupported("packed or 4-D query / key / value (only separate 3-D inputs)")
     heads = int(_attr(n, "num_heads"))
     dq, dk, dv = (w.shapes[t][2] for t in (q, k, v))
@@ -759,6 +767,7 @@ def _decompose_round(proto: onnx.ModelProto, opset: int) -> tuple[list[tuple[str
                     for i in sub.input:
                         users[i] = users.get(i, 0) + 1
     outputs = {o.name for o in graph.output}
+    ort_made = proto.producer_name == ORT_QUANTIZER_PRODUCER
     left: list[tuple[str, str, str]] = []
     new_nodes: list[onnx.NodeProto] = []
     changed = False
@@ -766,10 +775,7 @@ def _decompose_round(proto: onnx.ModelProto, opset: int) -> tuple[list[tuple[str
         if not _is_contrib(node, opset):
             new_nodes.append(node)
             continue
-        w = _Writer(graph, node, opset, taken)
-        w.shapes = shapes
-        w.ranks = {k: len(v) for k, v in shapes.items()}
-        w.ort_made = proto.producer_name == "onnx.quantize"
+        w = _Writer(node, opset, taken, shapes, ort_made)
         try:
             if node.op_type == "SimplifiedLayerNormalization":
                 _simplified_layer_norm(w, users, outputs)
