@@ -97,25 +97,7 @@ def gptq_round_groups(
     q = np.empty_like(w)
     d = np.empty_like(w)
     column_loop = _native_column_loop() if native else None
-    if column_loop is not None:
-        s_c = np.ascontiguousarray(s)
-        for b0 in range(0, k, BLOCK):
-            b1 = min(b0 + BLOCK, k)
-            wb = w[:, :, b0:b1] + np.matmul(d[:, :, :b0], v[:, :b0, b0:b1]) if b0 else w[:, :, b0:b1].copy()
-            qb, db = np.empty_like(wb), np.empty_like(wb)
-            column_loop(
-                np.ascontiguousarray(wb),
-                np.ascontiguousarray(w[:, :, b0:b1]),
-                s_c,
-                np.ascontiguousarray(v[:, b0:b1, b0:b1]),
-                qb,
-                db,
-                float(qmin),
-                float(qmax),
-            )
-            q[:, :, b0:b1] = qb
-            d[:, :, b0:b1] = db
-        return q
+    s_c = np.ascontiguousarray(s)
     # the rows are independent inside a block: they run in chunks whose part of the block
     # stays in cache (an 8210-row CTC head's block is 8 MB), and the rank-1 products go
     # into one buffer instead of a new array per column (the same operations per entry)
@@ -126,6 +108,15 @@ def gptq_round_groups(
         wb = w[:, :, b0:b1] + np.matmul(d[:, :, :b0], v[:, :b0, b0:b1]) if b0 else w[:, :, b0:b1].copy()
         vb = v[:, b0:b1, b0:b1]
         n = b1 - b0
+        if column_loop is not None:
+            qb, db = np.empty_like(wb), np.empty_like(wb)
+            w0 = np.ascontiguousarray(w[:, :, b0:b1])
+            column_loop(
+                np.ascontiguousarray(wb), w0, s_c, np.ascontiguousarray(vb), qb, db, float(qmin), float(qmax)
+            )
+            q[:, :, b0:b1] = qb
+            d[:, :, b0:b1] = db
+            continue
         for r0 in range(0, rows, rc):
             r1 = min(rows, r0 + rc)
             wr, sr = wb[:, r0:r1], s[:, r0:r1]
