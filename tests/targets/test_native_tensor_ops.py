@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from onnx import TensorProto, helper
+from onnx import ModelProto, TensorProto, helper
 
 import quanta
 from quanta.ir.graph import Node, Value
@@ -466,6 +466,22 @@ REDUCE = [
 INT_REDUCE = ["ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceProd", "ReduceMax", "ReduceMin"]
 
 
+def _native_session_equals_reference(model: ModelProto, op_type: str, shape: tuple, threads: int) -> None:
+    """The native session of ``model`` (input "x" of ``shape``) gives the reference
+    target's bytes on two feeds (the first run binds, the second takes the specialized
+    call), and ``op_type`` gained no runtime fallback."""
+    options = quanta.SessionOptions()
+    options.intra_op_num_threads = threads
+    native = quanta.InferenceSession(model, sess_options=options)
+    reference = quanta.InferenceSession(model, backend="reference")
+    before = RUNTIME_FALLBACKS[op_type]
+    for seed in (1, 2):
+        x = np.array(np.random.default_rng(seed).standard_normal(shape) * 3 + 1, F32)
+        want = reference.run(None, {"x": x})[0]
+        assert_bit_exact(want, native.run(None, {"x": x})[0], f"{op_type} {shape} {threads}t")
+    assert RUNTIME_FALLBACKS[op_type] == before
+
+
 @pytest.mark.parametrize("op_type", REDUCE)
 @pytest.mark.parametrize(
     ("shape", "axes"),
@@ -519,16 +535,7 @@ def test_global_pools_specialized_in_a_session_keep_the_bytes(op_type, threads):
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        options = quanta.SessionOptions()
-        options.intra_op_num_threads = threads
-        native = quanta.InferenceSession(model, sess_options=options)
-        reference = quanta.InferenceSession(model, backend="reference")
-        before = RUNTIME_FALLBACKS[op_type]
-        for seed in (1, 2):  # the first run binds, the second takes the specialized call
-            x = np.array(np.random.default_rng(seed).standard_normal(shape) * 3 + 1, F32)
-            want = reference.run(None, {"x": x})[0]
-            assert_bit_exact(want, native.run(None, {"x": x})[0], f"{op_type} {shape} {threads}t")
-        assert RUNTIME_FALLBACKS[op_type] == before
+        _native_session_equals_reference(model, op_type, shape, threads)
 
 
 @pytest.mark.parametrize("op_type", REDUCE)
@@ -628,16 +635,7 @@ def test_middle_reductions_specialized_in_a_session_keep_the_bytes(threads):
             [helper.make_tensor("axes", TensorProto.INT64, [len(axes)], axes)],
         )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-        options = quanta.SessionOptions()
-        options.intra_op_num_threads = threads
-        native = quanta.InferenceSession(model, sess_options=options)
-        reference = quanta.InferenceSession(model, backend="reference")
-        before = RUNTIME_FALLBACKS[op_type]
-        for seed in (1, 2):  # the first run binds, the second takes the specialized call
-            x = np.array(np.random.default_rng(seed).standard_normal(shape) * 3 + 1, F32)
-            want = reference.run(None, {"x": x})[0]
-            assert_bit_exact(want, native.run(None, {"x": x})[0], f"{op_type} {shape} {threads}t")
-        assert RUNTIME_FALLBACKS[op_type] == before
+        _native_session_equals_reference(model, op_type, shape, threads)
 
 
 @st.composite
