@@ -95,9 +95,7 @@ def test_specialized_steps_match_the_reference(threads: int) -> None:
         for w, g in zip(want, got, strict=True):
             assert g.dtype == w.dtype and g.shape == w.shape
             np.testing.assert_array_equal(g, w)
-    (bound,) = sess.executor.bound_runs().values()
-    plain = {t[0]: t[1] for t in sess.executor._plain}
-    specialized = {sess.plan.steps[t[0]].node.name for t in bound.steps if t[1] is not plain[t[0]]}
+    specialized = _specialized_names(sess)
     # every step took its specialization
     assert specialized == {s.node.name for s in sess.plan.steps}
 
@@ -474,9 +472,7 @@ def test_qgemm_and_qlinear_matmul_specialized(m, k, n, float_out, trans_b, threa
         (want,), (got,) = ref.run(None, feeds), sess.run(None, feeds)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
-    (bound,) = sess.executor.bound_runs().values()
-    plain = {t[0]: t[1] for t in sess.executor._plain}
-    specialized = {sess.plan.steps[t[0]].node.name for t in bound.steps if t[1] is not plain[t[0]]}
+    specialized = _specialized_names(sess)
     assert specialized == {s.node.name for s in sess.plan.steps}
 
 
@@ -502,6 +498,37 @@ def test_the_fast_loop_calls_specialized_kernels_directly() -> None:
     quant = next(s.index for s in sess.plan.steps if s.op_type == "QuantizeLinear")
     assert direct[quant][4] == -1  # scale and zero point are bound in: x alone
     assert len(bound.guards) >= 10
+
+
+def _specialized_names(sess: quanta.InferenceSession) -> set[str]:
+    """The nodes whose step in the session's one bound run is not the plain kernel call."""
+    (bound,) = sess.executor.bound_runs().values()
+    plain = {t[0]: t[1] for t in sess.executor._plain}
+    return {sess.plan.steps[t[0]].node.name for t in bound.steps if t[1] is not plain[t[0]]}
+
+
+def _specialized_and_generic_equal_the_reference(
+    model, threads: int, seed: int, sigma: float, level: object = None
+) -> set[str]:
+    """Runs ``model`` (input "x" [3, 7, 17]) natively three times (the measuring run, then
+    the bound, specialized runs) and once on a non-contiguous x (the generic kernels),
+    each equal to the reference target's bytes; the specialized nodes' names."""
+    p = model.SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    if level is not None:
+        opts.graph_optimization_level = level
+    sess = quanta.InferenceSession(p, opts)
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(seed)
+    for _ in range(3):
+        feeds = {"x": rng.normal(0, sigma, (3, 7, 17)).astype(np.float32)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    specialized = _specialized_names(sess)
+    wide = rng.normal(0, sigma, (3, 7, 34)).astype(np.float32)
+    strided = {"x": wide[:, :, ::2]}
+    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
+    return specialized
 
 
 def _norm_where_model():
@@ -535,22 +562,8 @@ def test_layer_normalization_where_softmax_specialized_are_the_generic_kernels(t
     """The specialized LayerNormalization (scale and bias broadcast once), Where (the
     broadcast shape found once) and Softmax give the reference's bytes, and a
     non-contiguous x goes to the generic kernels with the same result."""
-    p = _norm_where_model().SerializeToString()
-    opts = quanta.SessionOptions()
-    opts.intra_op_num_threads = threads
-    sess = quanta.InferenceSession(p, opts)
-    ref = quanta.InferenceSession(p, backend="reference")
-    rng = np.random.default_rng(5)
-    for _ in range(3):  # the measuring run, then the bound (specialized) runs
-        feeds = {"x": rng.normal(0, 2, (3, 7, 17)).astype(np.float32)}
-        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
-    (bound,) = sess.executor.bound_runs().values()
-    plain = {t[0]: t[1] for t in sess.executor._plain}
-    specialized = {sess.plan.steps[t[0]].node.name for t in bound.steps if t[1] is not plain[t[0]]}
+    specialized = _specialized_and_generic_equal_the_reference(_norm_where_model(), threads, 5, 2.0)
     assert {"ln", "where", "softmax"} <= specialized
-    wide = rng.normal(0, 2, (3, 7, 34)).astype(np.float32)
-    strided = {"x": wide[:, :, ::2]}
-    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
 
 
 @pytest.mark.parametrize(
@@ -659,20 +672,7 @@ def _elu_half_model():
 def test_elu_and_half_casts_specialized_are_the_generic_kernels(threads: int) -> None:
     """The specialized Elu (alpha bound) and float32 <-> float16 Casts give the reference's
     bytes, and a non-contiguous x goes to the generic kernels with the same result."""
-    p = _elu_half_model().SerializeToString()
-    opts = quanta.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = quanta.InferenceSession(p, opts)
-    ref = quanta.InferenceSession(p, backend="reference")
-    rng = np.random.default_rng(9)
-    for _ in range(3):  # the measuring run, then the bound (specialized) runs
-        feeds = {"x": rng.normal(0, 3, (3, 7, 17)).astype(np.float32)}
-        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
-    (bound,) = sess.executor.bound_runs().values()
-    plain = {t[0]: t[1] for t in sess.executor._plain}
-    specialized = {sess.plan.steps[t[0]].node.name for t in bound.steps if t[1] is not plain[t[0]]}
+    specialized = _specialized_and_generic_equal_the_reference(
+        _elu_half_model(), threads, 9, 3.0, level=quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
     assert {"elu_a", "elu_1", "to_f16", "to_f32"} <= specialized
-    wide = rng.normal(0, 3, (3, 7, 34)).astype(np.float32)
-    strided = {"x": wide[:, :, ::2]}
-    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
