@@ -1,10 +1,33 @@
 """The timing loop shared by the kernel benchmarks (kernels.py, conv.py): one ratio table
-per run, libraries timed in alternating blocks, best batch of each kept."""
+per run, libraries timed in alternating blocks, best batch of each kept; and the reader
+of ONNX Runtime's profile that the model benchmarks share (fp32_latency.py, node_gap.py)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+
+def ort_kernel_medians(profile_file: str) -> tuple[dict[str, float], dict[str, str], list[float]]:
+    """From an ONNX Runtime profile (``InferenceSession.end_profiling()``'s file): each
+    node's median kernel time over the profiled runs (us, by node name without the
+    ``_kernel_time`` suffix: one slow run on a shared machine does not move it), each
+    node's operator type, and every ``model_run``'s time (us)."""
+    per: dict[str, list[float]] = {}
+    ops: dict[str, str] = {}
+    runs: list[float] = []
+    for ev in json.loads(Path(profile_file).read_text()):
+        if ev.get("cat") == "Node" and ev.get("name", "").endswith("_kernel_time"):
+            name = ev["name"][: -len("_kernel_time")]
+            per.setdefault(name, []).append(ev["dur"])
+            ops[name] = ev["args"].get("op_name", "?")
+        elif ev.get("name") == "model_run":
+            runs.append(ev["dur"])
+    return {n: float(np.median(v)) for n, v in per.items()}, ops, runs
 
 
 def time_alternating(fns: dict[str, Callable[[], object]], ops: int, budget_s: float) -> dict[str, float]:

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent / "zoo"))
 
 import onnxruntime as ort
 import zoodata
+from _timing import ort_kernel_medians
 
 import quanta
 
@@ -134,21 +135,13 @@ def profile(path: str, feed: dict, threads: int, runs: int = 20) -> None:
     for k, v in qsteps.items():
         qt[qkind[k]] += float(np.median(v))
     run_ms = float(np.median(runs_ms))
-    osteps: dict[str, list[float]] = collections.defaultdict(list)
-    okind: dict[str, str] = {}
-    oruns: list[float] = []
-    for ev in json.loads(Path(sess["ort"].end_profiling()).read_text()):
-        if ev.get("cat") == "Node" and ev.get("name", "").endswith("_kernel_time"):
-            osteps[ev["name"]].append(ev["dur"] / 1000)
-            okind[ev["name"]] = ev["args"]["op_name"]
-        elif ev.get("name") == "model_run":
-            oruns.append(ev["dur"] / 1000)
+    o_us, okind, oruns = ort_kernel_medians(sess["ort"].end_profiling())
     ot: collections.Counter[str] = collections.Counter()
-    for k, v in osteps.items():
-        ot[okind[k]] += float(np.median(v))
+    for k, us in o_us.items():
+        ot[okind[k]] += us / 1000
     print(
         f"  quanta steps {sum(qt.values()):.2f} ms (run {run_ms:.2f}, {len(qsteps)} steps), "
-        f"ORT kernels {sum(ot.values()):.2f} ms (run {np.median(oruns):.2f}, {len(osteps)} nodes): medians"
+        f"ORT kernels {sum(ot.values()):.2f} ms (run {np.median(oruns) / 1000:.2f}, {len(o_us)} nodes): medians"
     )
     w = max(len(k) for k in list(qt) + list(ot))
     for k, v in qt.most_common(14):

@@ -14,12 +14,10 @@ times are wall clock on a shared machine: read them as sizes, and confirm a gain
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -27,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent / "zoo"))
 
 import onnxruntime as ort
 import reference_sweep
+from _timing import ort_kernel_medians
 
 import quanta
 
@@ -53,14 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     o = ort.InferenceSession(str(path), oso, providers=["CPUExecutionProvider"])
     for _ in range(args.runs):
         o.run(None, feed)
-    per: dict[str, list[float]] = {}
-    ops: dict[str, str] = {}
-    for ev in json.loads(Path(o.end_profiling()).read_text()):
-        if ev.get("cat") == "Node" and ev["name"].endswith("_kernel_time"):
-            n = ev["name"][: -len("_kernel_time")]
-            per.setdefault(n, []).append(ev["dur"])
-            ops[n] = ev["args"].get("op_name", "?")
-    ort_us = {n: float(np.median(v)) for n, v in per.items()}
+    ort_us, ops, _ = ort_kernel_medians(o.end_profiling())
     print(
         f"{path.name} (feed: {source}): quanta run {summary.run_us_per_run:.0f} us, "
         f"ORT's kernels {sum(ort_us.values()):.0f} us"
