@@ -53,6 +53,7 @@ class MovingAverageMinMaxObserver(ObserverBase):
     """
 
     kind = "moving_average_minmax"
+    batch_invariant = False  # eq. (9) averages each observation's extrema
 
     def __init__(self, *, momentum: float = 0.01, axis: int | None = None) -> None:
         if not 0.0 < momentum <= 1.0:
@@ -139,6 +140,7 @@ class MovingAverageSteps(ObserverBase):
     """
 
     kind = "moving_average_steps"
+    batch_invariant = False  # a log of each observation's extrema
 
     def __init__(self, *, momentum: float = 0.01, axis: int | None = None) -> None:
         if not 0.0 < momentum <= 1.0:

@@ -122,6 +122,12 @@ class ObserverBase:
     """
 
     kind: ClassVar[str] = ""
+    #: observing the concatenation of several arrays leaves the same state, bit for bit,
+    #: as observing them one by one (the extrema, counts and power-of-two histogram grids
+    #: depend on the values only, not on how they were grouped), so the calibration
+    #: runner may hand a per-tensor observer the many values a Loop or Scan body reports
+    #: in one sample as one array; a statistic of each observation (eq. (9)) is not
+    batch_invariant: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

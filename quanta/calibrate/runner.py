@@ -56,6 +56,9 @@ class CalibrationResult(dict):
         return cached
 
 
+#: bytes of a feed's repeated reports (Loop / Scan bodies) held for one observer update
+BATCH_BYTES = 1 << 25
+
 # Every finite float64 is an integer multiple of 2^-1074; sums are kept as such integers.
 _FIXED = 1074
 
@@ -237,14 +240,43 @@ def calibrate(
         total = len(data) if limit is None else min(limit, len(data))
     bar = _Progress(progress, total)
 
+    # A value inside a Loop or Scan body is reported once per iteration (a table
+    # decoder's 501 steps): its observer sees the feed's first report at once and the
+    # others as one array at the end of the feed (or when they grow past BATCH_BYTES),
+    # which leaves the same state where the observer is batch-invariant (per tensor,
+    # ObserverBase.batch_invariant) and makes one update instead of hundreds
+    batchable = {
+        name for name, obs in observers.items() if getattr(obs, "batch_invariant", False) and obs.axis is None
+    }
+    seen: set[str] = set()  # names reported in this feed
+    pending: dict[str, list[np.ndarray]] = {}
+    pending_bytes = 0
+
+    def flush() -> None:
+        nonlocal pending_bytes
+        for name, parts in pending.items():
+            observers[name].observe(parts[0] if len(parts) == 1 else np.concatenate(parts))
+        pending.clear()
+        pending_bytes = 0
+
     def on_value(name: str, arr: np.ndarray) -> None:
+        nonlocal pending_bytes
         if n == 0 and isinstance(arr, np.ndarray):
             observers.value_shapes[name] = arr.shape
         if not (isinstance(arr, np.ndarray) and arr.dtype.kind == "f"):
             return
         obs = observers.get(name)
         if obs is not None:
-            obs.observe(arr)
+            if name not in batchable:
+                obs.observe(arr)
+            elif name not in seen:
+                seen.add(name)
+                obs.observe(arr)
+            else:  # a copy: the value may live in the run's arena, which later steps reuse
+                pending.setdefault(name, []).append(np.array(arr, copy=True).reshape(-1))
+                pending_bytes += arr.nbytes
+                if pending_bytes > BATCH_BYTES:
+                    flush()
         mean = means.get(name)
         if mean is not None:
             mean.observe(arr)
@@ -265,6 +297,12 @@ def calibrate(
                 if name in input_names:
                     on_value(name, arr)
             exe.run(_with_defaults(feed, graph), outputs, on_value=on_value)
+            flush()
+            seen.clear()
+            for obs in observers.values():
+                next_feed = getattr(obs, "next_feed", None)
+                if next_feed is not None:
+                    next_feed()
             n += 1
             bar.update(n)
     bar.close(n)

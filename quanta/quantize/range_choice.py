@@ -83,18 +83,22 @@ class RangeChoice:
 
 
 class SplitObserver:
-    """One tensor's observer (``full``) and a second one (``half``) that sees only every
-    other observation: eq. (24)'s candidates take their ranges from the even feeds and
-    are measured on the odd ones. Calibration talks to ``full`` through this wrapper."""
+    """One tensor's observer (``full``) and a second one (``half``) that sees only the
+    observations of every other feed: eq. (24)'s candidates take their ranges from the
+    even feeds and are measured on the odd ones. Calibration talks to ``full`` through
+    this wrapper and calls :meth:`next_feed` after each feed (a value inside a Loop body
+    is observed many times in one feed; the sharded engine calibrates the even feeds)."""
 
     def __init__(self, full: Any, half: Any) -> None:
-        self.full, self.half, self.seen = full, half, 0
+        self.full, self.half, self.feed = full, half, 0
 
     def observe(self, x: np.ndarray) -> None:
         self.full.observe(x)
-        if self.seen % 2 == 0:
+        if self.feed % 2 == 0:
             self.half.observe(x)
-        self.seen += 1
+
+    def next_feed(self) -> None:
+        self.feed += 1
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.full, name)

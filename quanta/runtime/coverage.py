@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+
 from quanta.ir.graph import Model
 from quanta.ir.onnx_io import from_proto, to_proto
 from quanta.passes.coverage import CoverageReport, coverage
@@ -48,7 +50,16 @@ def lowered_coverage(
     passes = target_pipeline(get_target(target or file_target(model)), lowered)
     no_matches = PassManager(passes).run(lowered).no_matches if passes else []
     report = coverage(before.graph, lowered.graph, no_matches, shapes)
-    _add_bodies(report, before, shapes or {})
+    # a trip count that a Constant node or a constant expression computes is a constant
+    # once lowered (as in a file whose writer turned it into an initializer): counted
+    # the same either way, two files of one model compare
+    trips = {
+        n.name: int(np.asarray(n.inputs[0].const).reshape(-1)[0])
+        for n in lowered.graph.nodes
+        if n.op_type == "Loop" and not n.domain and n.inputs and n.inputs[0] is not None
+        if n.inputs[0].const is not None and np.asarray(n.inputs[0].const).size == 1
+    }
+    _add_bodies(report, before, shapes or {}, trips=trips)
     return report
 
 
@@ -68,7 +79,11 @@ def file_target(model: Model) -> str:
 
 
 def _add_bodies(
-    report: CoverageReport, model: Model, shapes: Mapping[str, tuple[int, ...]], prefix: str = ""
+    report: CoverageReport,
+    model: Model,
+    shapes: Mapping[str, tuple[int, ...]],
+    prefix: str = "",
+    trips: Mapping[str, int] | None = None,
 ) -> None:
     """Add the compute nodes of ``model``'s If / Loop / Scan bodies to ``report``, named
     ``{node}/{attribute}/{name}``, each body lowered as a session compiles it.
@@ -76,8 +91,10 @@ def _add_bodies(
     Which body counts: an If counts one branch, the one the calibration data ran
     (``shapes`` holds values of that branch's scope), else the one with more MACs; a
     Loop or Scan counts its body once per iteration when the trip count is a constant
-    or the scan length is static, else once. Each choice is written in
-    ``report.notes``."""
+    (in the file or once lowered: ``trips``, Loop node name -> trip count) or the scan
+    length is static, else once. A constant trip count is an upper bound when the
+    body's condition ends the loop early (a decoder's end token); it is counted, as in
+    every file of the model. Each choice is written in ``report.notes``."""
     import onnx
 
     from quanta.ir.onnx_io import subgraph_model
@@ -120,7 +137,7 @@ def _add_bodies(
             times = 1
         else:
             chosen = "body"
-            times, why = _iterations(node, shapes)
+            times, why = _iterations(node, shapes, (trips or {}).get(node.name))
             report.notes.append(f"{scope} ({node.op_type}): body MACs x {times} ({why})")
         part = parts[chosen]
         for c in part.nodes:
@@ -141,14 +158,15 @@ def _with_shape(v, shapes: Mapping[str, tuple[int, ...]]):
     return Value(v.name, TensorType(v.type.elem, tuple(shapes[v.name])))
 
 
-def _iterations(node, shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, str]:
-    """How many times a Loop or Scan runs its body, as far as the file says."""
-    import numpy as np
-
+def _iterations(node, shapes: Mapping[str, tuple[int, ...]], folded: int | None = None) -> tuple[int, str]:
+    """How many times a Loop or Scan runs its body, as far as the file says (``folded``:
+    a Loop's trip count once its constant expressions are folded)."""
     if node.op_type == "Loop":
         m = node.inputs[0] if node.inputs else None
         if m is not None and m.const is not None:
             return max(int(np.asarray(m.const).reshape(-1)[0]), 0), "constant trip count"
+        if folded is not None:
+            return max(folded, 0), "constant trip count"
         return 1, "trip count not a constant: one iteration counted"
     n_scan = int(node.attrs.get("num_scan_inputs", 0))
     n_own = len(node.inputs) - len(node.outer_names)

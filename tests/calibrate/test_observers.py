@@ -451,3 +451,26 @@ def test_result_answers_as_the_observer_does(kind, axis):
             assert res.degenerate() == "no values observed"
         if kind == "all_nan":
             assert res.degenerate() == "every observed value is NaN (105 values)"
+
+
+@given(parts=stream)
+def test_observing_a_concatenation_equals_observing_its_parts(parts):
+    """ObserverBase.batch_invariant: the calibration runner hands an observer a Loop
+    body's per-iteration values as one array; the state must not tell the difference."""
+    xs = [make_sample(*s) for s in parts]
+    for one_by_one, at_once in zip(exact_observers(), exact_observers()):
+        assert type(one_by_one).batch_invariant
+        for x in xs:
+            one_by_one.observe(x)
+        at_once.observe(np.concatenate([x.reshape(-1) for x in xs]))
+        assert state_json(at_once) == state_json(one_by_one), type(at_once).__name__
+
+
+def test_moving_average_is_not_batch_invariant():
+    assert not MovingAverageMinMaxObserver.batch_invariant
+    a, b = MovingAverageMinMaxObserver(momentum=0.5), MovingAverageMinMaxObserver(momentum=0.5)
+    xs = [np.array([-2.0, 4.0], np.float32), np.array([0.0, 2.0], np.float32)]
+    for x in xs:
+        a.observe(x)
+    b.observe(np.concatenate(xs))
+    assert a.range() != b.range()

@@ -272,3 +272,22 @@ def test_coverage_infers_body_shapes_from_the_outer_values_seen():
     assert seen.notes == [
         "branch (If): MACs of then_branch, the branch with more MACs (calibration ran neither or both)"
     ]
+
+
+def test_a_loop_trip_count_from_a_constant_node_counts_like_an_initializer():
+    """ORT's quantizer keeps a Paddle2ONNX Loop's trip count in a Constant node, quanta's
+    writer makes it an initializer: both files must count the body as often, or the
+    integer shares of two files of one model do not compare."""
+    from quanta.runtime.coverage import lowered_coverage
+    from tests.quantize.test_wild_models import loop_reading_an_outer_value
+
+    as_init = loop_reading_an_outer_value()
+    as_node = loop_reading_an_outer_value()
+    trips = next(t for t in as_node.graph.initializer if t.name == "trips")
+    as_node.graph.initializer.remove(trips)
+    as_node.graph.node.insert(0, helper.make_node("Constant", [], ["trips"], name="trips_const", value=trips))
+    reports = [lowered_coverage(load(m)) for m in (as_init, as_node)]
+    for r in reports:
+        assert "loop (Loop): body MACs x 3 (constant trip count)" in r.notes
+    # the body's [2, 8] x [8, 8] MatMul, three times (the head's input shape is not inferred)
+    assert reports[0].total_macs == reports[1].total_macs == 3 * 2 * 8 * 8
