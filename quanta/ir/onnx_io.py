@@ -8,7 +8,9 @@
 3. structure: every input of every node is a graph input, an initializer or the output
    of some node (else "missing initializer or value"); nodes are sorted topologically
    (a cycle is an error naming its nodes); ONNX Runtime's fused transformer operators
-   become the ONNX operators they fuse (:mod:`quanta.ir.ms_contrib`);
+   become the ONNX operators they fuse (:mod:`quanta.ir.ms_contrib`), and ONNX's
+   Attention, RMSNormalization and RotaryEmbedding their specification's function
+   bodies (:mod:`quanta.ir.onnx_functions`);
 4. ``onnx.checker`` (unknown operators are reported with the node's name) and
    ``onnx.shape_inference`` (non-strict: a model whose shapes cannot all be inferred
    still loads); the shapes the file declares for outputs and ``value_info`` are hints,
@@ -57,6 +59,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from quanta.ir.graph import Graph, GraphError, Model, Node, Value, toposort_nodes
 from quanta.ir.ms_contrib import decompose_contrib_ops
+from quanta.ir.onnx_functions import expand_function_ops
 from quanta.ir.op_facts import derive
 from quanta.ir.shape_hints import infer_shapes as infer_light
 from quanta.ir.shape_hints import reinfer_declared_shapes, tensor_types, without_weight_data
@@ -123,6 +126,7 @@ def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx
             _check_structure(proto.graph, where)
             _check_file(path)
             decompose_contrib_ops(proto)
+            expand_function_ops(proto)
             reinfer_declared_shapes(proto)
             _load_external_data(proto, base, path)
             return proto, path
@@ -137,6 +141,8 @@ def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx
     _type_bare_declarations(proto, where)
     # ONNX Runtime's fused transformer operators, as the ONNX operators they fuse
     decompose_contrib_ops(proto)
+    # ONNX's Attention, RMSNormalization, RotaryEmbedding, as their function bodies
+    expand_function_ops(proto)
     _check(proto, where)
     reinfer_declared_shapes(proto)
     return proto, path

@@ -116,7 +116,9 @@ def optimize_float(
     opset_imports: dict[str, int] | None = None,
 ) -> list[Pass]:
     """What the runtime compiles a float graph (no quantization operator) with: ONNX
-    Runtime's basic level for a CNN. Constant nodes and constant subgraphs become
+    Runtime's basic level for a CNN. CastLike becomes the Cast it is (ONNX's function
+    bodies hold it), static dimensions and ranks of symbolic shapes fold
+    (:mod:`.rules.fold_static_dims`). Constant nodes and constant subgraphs become
     constants (Paddle exports hold every weight in a Constant node, which the native
     float kernels pack at compile time), shapes the folded constants fix are inferred
     anew and the shape subgraphs that read them fold too (:mod:`.rules.refine_shapes`:
@@ -168,7 +170,9 @@ def optimize_float(
 
     return [
         WeightOnlyMatMuls(),  # before the fold: an 8-bit weight stays 8-bit (quanta::MatMulW8)
+        Canonicalize(),  # CastLike -> Cast (ONNX function bodies): folds below, runs natively
         FoldConstants(evaluator),
+        FoldStaticDims(),  # the static dimensions (and the rank) a symbolic shape's readers take
         refine,  # shapes behind the folded constants (a Pad's computed amounts) ...
         FoldConstants(evaluator),  # ... and the Shape subgraphs that read them
         RefineShapes(opset_imports, after=refine),  # a second round when the first found some

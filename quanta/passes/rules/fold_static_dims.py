@@ -8,12 +8,17 @@ is static. Exports with a symbolic batch read the spatial sizes they need throug
     %y = Gather(%s = Shape(%x: tensor<?x3x224x224>), 2)          -> %y = const 224
     %y = Slice(%s = Shape(%x: tensor<?x3x224x224>), [-2], [max])  -> %y = const [224, 224]
                                                                    FoldStaticShapeElement
+    %y = Size(%s = Shape(%x: tensor<?x?x64>))                     -> %y = const 3 (the rank)
+                                                                   FoldShapeSize
 
 Exact: the result is the selected dimensions, which shape inference fixed. The rule
 applies the Gather / Slice to the dimension *positions* ``[start, ..., end)`` of
 ``Shape{start, end}`` and folds when every selected position is a static dimension.
 ``Shape`` stays for its other readers (the batch dimension). After it, the arithmetic
-between the dimensions and a ``Pad`` or ``Reshape`` folds with FoldConstants.
+between the dimensions and a ``Pad`` or ``Reshape`` folds with FoldConstants. The number
+of dimensions a ``Shape`` returns is fixed by the rank alone (ONNX's RMSNormalization
+body reduces over ``Range(rank + axis, rank)``, ``rank = Size(Shape(x))``): folded, the
+ReduceMean's axes are a constant and the norm fuses (FuseRMSNorm).
 
 NoMatch reasons: the rank of ``x`` unknown; indices / starts / ends / axes / steps not
 constants; a selected dimension symbolic.
@@ -31,7 +36,7 @@ from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe
 from quanta.passes.rules.fold_constants import _slice
 
-__all__ = ["FoldStaticDims", "FoldStaticShapeElement"]
+__all__ = ["FoldShapeSize", "FoldStaticDims", "FoldStaticShapeElement"]
 
 
 class FoldStaticShapeElement(Rule):
@@ -83,6 +88,32 @@ class FoldStaticShapeElement(Rule):
         return b.const(y.name, a, t)
 
 
+class FoldShapeSize(Rule):
+    """%y = Size(%s = Shape(%x)) -> %y = const, the number of dimensions %s holds"""
+
+    pattern = "y = Size(s = Shape(x))"
+    shared_ok: ClassVar[frozenset[str]] = frozenset({"s"})
+
+    def check(self, m: Match) -> Match | NoMatch:
+        x, shape_node = m.value("x"), m.node("s")
+        if x.shape is None:
+            return NoMatch(f"{describe(x)} has an unknown rank")
+        rank = len(x.shape)
+        start = int(shape_node.attrs.get("start", 0))
+        end = shape_node.attrs.get("end")
+        m.data["array"] = np.array(np.arange(rank)[start : None if end is None else int(end)].size, np.int64)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        y, a = m.value("y"), m.data["array"]
+        t = (
+            TensorType(elem_from_numpy(a.dtype), ())
+            if y.type is None
+            else result_type(shape_from=(), elem_from=y)
+        )
+        return b.const(y.name, a, t)
+
+
 class FoldStaticDims(RewritePass):
     name = "fold_static_dims"
-    rules = (FoldStaticShapeElement(),)
+    rules = (FoldStaticShapeElement(), FoldShapeSize())

@@ -124,3 +124,23 @@ def test_old_style_resnet_block_quantizes_completely(tmp_path):
     assert "QLinearConv" in ops
     assert not {"ConstantOfShape", "BatchNormalization", "Sum"} & set(ops), ops
     assert "Add" in ops or "QLinearAdd" in ops
+
+
+def test_cast_like_is_a_cast_to_its_targets_type_bit_exact():
+    """CastLike (ONNX function bodies: Attention's) -> Cast to the second input's type,
+    float to int32 (truncation toward zero) and float to float16 (rounding) alike."""
+    for target, like in ((TensorProto.INT32, np.int32), (TensorProto.FLOAT16, np.float16)):
+        g = helper.make_graph(
+            [helper.make_node("CastLike", ["x", "t"], ["y"], name="cl")],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7])],
+            [helper.make_tensor_value_info("y", target, [3, 7])],
+            [numpy_helper.from_array(np.zeros(2, like), "t")],
+        )
+        proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+        model = load(proto)
+        assert run_passes(model, [Canonicalize()]).fired("CastLikeToCast") == 1
+        (node,) = model.graph.nodes
+        assert (node.op_type, node.name, node.attrs["to"]) == ("Cast", "cl", target)
+        f = {"x": (np.random.default_rng(3).standard_normal((3, 7)) * 100).astype(np.float32)}
+        np.testing.assert_array_equal(run_ref(proto, f)[0], run_ref(model, f)[0])
