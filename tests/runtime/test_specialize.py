@@ -676,3 +676,90 @@ def test_elu_and_half_casts_specialized_are_the_generic_kernels(threads: int) ->
         _elu_half_model(), threads, 9, 3.0, level=quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
     assert {"elu_a", "elu_1", "to_f16", "to_f32"} <= specialized
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_gather_of_run_time_ids_specialized_is_the_generic_kernel(threads: int, axis: int) -> None:
+    """An embedding lookup (token ids fed at run time) takes the specialized call; a
+    negative id goes to the generic kernel (which wraps it), one out of range raises the
+    reference's error, and a value of another shape binds its own signature."""
+    table = np.random.default_rng(4).normal(0, 1, (17, 23)).astype(np.float32)
+    g = helper.make_graph(
+        [
+            helper.make_node("Gather", ["table", "ids"], ["e"], name="embed", axis=axis),
+            helper.make_node("Relu", ["e"], ["y"], name="relu"),  # e lives in the arena
+        ],
+        "emb",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "t"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_const("table", table)],
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(p, opts)
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(5)
+    n = table.shape[axis]
+    for shape in ((2, 11), (2, 11), (3, 5)):
+        feeds = {"ids": rng.integers(0, n, shape).astype(np.int64)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    (bound, _) = sess.executor.bound_runs().values()
+    assert any(getattr(t[1], "direct", None) is not None for t in bound.steps)
+    negative = {"ids": np.array([[-1, 3, -n]], np.int64)}
+    np.testing.assert_array_equal(sess.run(None, negative)[0], ref.run(None, negative)[0])
+    with pytest.raises(Exception, match="Gather"):
+        sess.run(None, {"ids": np.array([[0, n]], np.int64)})
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_expand_specialized_is_the_generic_kernel(threads: int) -> None:
+    """A grouped-query repeat (Unsqueeze, Expand to a shape computed from the input's
+    shape, Reshape) and an Expand to a constant shape take the specialized copy, with the
+    reference's bytes, for two signatures and a non-contiguous input."""
+    nodes = [
+        helper.make_node("Shape", ["k"], ["ks"], name="shape"),
+        helper.make_node("Gather", ["ks", "i0"], ["b"], name="g0", axis=0),
+        helper.make_node("Gather", ["ks", "i2"], ["s"], name="g2", axis=0),
+        helper.make_node("Concat", ["b", "h", "rep", "s", "d"], ["target"], name="cat", axis=0),
+        helper.make_node("Unsqueeze", ["k", "ax2"], ["ku"], name="unsq"),
+        helper.make_node("Expand", ["ku", "target"], ["ke"], name="expand"),
+        helper.make_node("Expand", ["bias", "wide"], ["bw"], name="expand_const"),
+        helper.make_node("Add", ["ke", "bw"], ["y"], name="add"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "gqa",
+        [
+            helper.make_tensor_value_info("k", TensorProto.FLOAT, ["b", 3, "s", 7]),
+            helper.make_tensor_value_info("bias", TensorProto.FLOAT, [3, 1, 1, 7]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            _const("i0", np.array([0], np.int64)),
+            _const("i2", np.array([2], np.int64)),
+            _const("h", np.array([3], np.int64)),
+            _const("rep", np.array([2], np.int64)),
+            _const("d", np.array([7], np.int64)),
+            _const("ax2", np.array([2], np.int64)),
+            _const("wide", np.array([3, 2, 1, 7], np.int64)),
+        ],
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(p, opts)
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(7)
+    bias = rng.normal(0, 1, (3, 1, 1, 7)).astype(np.float32)
+    for shape in ((2, 3, 5, 7), (1, 3, 4, 7)):
+        feeds = {"k": rng.normal(0, 1, shape).astype(np.float32), "bias": bias}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    bound = next(iter(sess.executor.bound_runs().values()))
+    names = {s.index: s.name for s in sess.executor.plan.steps}
+    direct = {names[t[0]] for t in bound.steps if getattr(t[1], "direct", None) is not None}
+    assert {"expand", "expand_const"} <= direct, direct
+    wide = rng.normal(0, 1, (2, 3, 5, 14)).astype(np.float32)
+    strided = {"k": wide[..., ::2], "bias": bias}
+    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])

@@ -690,14 +690,20 @@ def _gather_native(ctx: Any, data: Any, indices: Any, *, out: Any, axis: int = 0
 
 
 def _gather_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
-    """Gather with constant indices: checked and flattened once."""
+    """Gather with constant indices: checked and flattened once; with indices computed
+    at run time (an embedding lookup of token ids), int64 of a known shape: the output
+    shape found once, the indices' bounds checked by take_axis, whose ValueError (a
+    negative index, one out of range) hands the call to the generic kernel, which wraps
+    a negative index or raises the operator's error."""
     shape, indices = sig.shapes[0], sig.consts[1]
-    if shape is None or not shape or indices is None or sig.dtypes[0].kind == "O":
+    if shape is None or not shape or sig.dtypes[0].kind == "O":
         return None
     axis = attrs.get("axis", 0)
     if not -len(shape) <= axis < len(shape):
         return None
     axis %= len(shape)
+    if indices is None:
+        return _gather_by_ids(sig, shape, axis, attrs)
     idx = _indices(np.asarray(indices), shape[axis], "Gather")
     flat = np.ascontiguousarray(idx, np.int64).reshape(-1)
     out_shape = shape[:axis] + idx.shape + shape[axis + 1 :]
@@ -712,6 +718,30 @@ def _gather_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any]
 
         def call(data: Any, *i: Any) -> Any:
             return take(data, axis, flat, threads).reshape(out_shape)
+
+    return guarded(call, _gather_native, attrs, out)
+
+
+def _gather_by_ids(
+    sig: Specialization, shape: tuple[int, ...], axis: int, attrs: dict[str, Any]
+) -> Callable[..., Any] | None:
+    """:func:`_gather_specialized` for indices that are not constant."""
+    id_shape = sig.shapes[1]
+    if id_shape is None or sig.dtypes[1] != np.int64:
+        return None
+    count = math.prod(id_shape)
+    out_shape = shape[:axis] + tuple(id_shape) + shape[axis + 1 :]
+    take, threads, out = _native().take_axis, step_threads(sig), sig.out
+    if out is not None:
+        target = out.reshape((*shape[:axis], count, *shape[axis + 1 :]))
+
+        def call(data: Any, ids: Any) -> Any:
+            take(data, axis, ids.reshape(-1), threads, target)
+            return out
+    else:
+
+        def call(data: Any, ids: Any) -> Any:
+            return take(data, axis, ids.reshape(-1), threads).reshape(out_shape)
 
     return guarded(call, _gather_native, attrs, out)
 
@@ -950,10 +980,31 @@ def _expand_native(ctx: Any, x: Any, shape: Any, *, out: Any) -> np.ndarray:
     return _copy_view(ctx, np.broadcast_to(x, target), out)
 
 
+def _expand_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """A shape operand fixed for the signature (a constant, or computed from shapes):
+    the broadcast shape found once (a grouped-query attention's key and value repeats
+    spent most of their time finding it); the copy per call."""
+    del attrs  # Expand has none
+    shape, wanted = sig.shapes[0], sig.consts[1] if len(sig.consts) > 1 else None
+    if shape is None or wanted is None or sig.dtypes[0] is None or sig.dtypes[0].kind == "O":
+        return None
+    try:
+        target = np.broadcast_shapes(shape, tuple(int(v) for v in np.asarray(wanted).ravel()))
+    except ValueError:
+        return None  # the generic kernel raises the operator's error
+    out, threads = sig.out, step_threads(sig)
+    copy, broadcast = _native().copy_strided, np.broadcast_to
+
+    def call(x: np.ndarray, _shape: Any = None) -> np.ndarray:
+        return copy(broadcast(x, target), threads, out)
+
+    return guarded(call, _expand_native, {}, out, reads=1)
+
+
 @register_binder("Expand")
 def bind_expand(model: Model, node: Node) -> tuple[Kernel | None, str]:
     del model  # unused
-    return _kernel(_expand_native, "expand")
+    return _kernel(_expand_native, "expand", specialize=_expand_specialized)
 
 
 class _PadPlan:
