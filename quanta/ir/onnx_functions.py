@@ -4,8 +4,8 @@ exports, like :mod:`quanta.ir.ms_contrib` for ONNX Runtime's fused operators).
 
 PyTorch's exporter (``torch.onnx.export(..., dynamo=True, opset_version=23)``) writes
 ``scaled_dot_product_attention`` as ``Attention`` and ``nn.RMSNorm`` as
-``RMSNormalization``; LLM exports add ``RotaryEmbedding``. quanta has no kernel of its
-own for them. Run as single nodes they would take the reference fallback (slow), hide
+``RMSNormalization``; LLM exports add ``RotaryEmbedding``; opset 24 names SiLU
+``Swish`` and opset 28 adds ``SwiGLU``. quanta has no kernel of its own for them. Run as single nodes they would take the reference fallback (slow), hide
 their matrix products from the quantizer (the Q·Kᵀ and ·V products stay float and
 uncounted) and from the float pipeline's fusions. Written out, they are the ordinary
 operators quanta quantizes and runs natively.
@@ -31,17 +31,32 @@ from quanta.ir.shape_hints import without_weight_data
 
 __all__ = ["EXPANDED_OPS", "expand_function_ops"]
 
-#: default-domain operators written out as their function bodies
-EXPANDED_OPS = frozenset({"Attention", "RMSNormalization", "RotaryEmbedding"})
+#: default-domain operators written out as their function bodies: the transformer
+#: operators of opset 23, Swish (opset 24's SiLU, whose body is the Sigmoid and Mul the
+#: float and integer pipelines know) and SwiGLU (opset 28). Not the unary activations
+#: (Mish, Celu, Selu, ThresholdedRelu, Shrink): between QuantizeLinear and
+#: DequantizeLinear each is one 256-entry table (passes/lower/lookup.py), which its
+#: written-out body would turn into two or three requantized steps
+EXPANDED_OPS = frozenset({"Attention", "RMSNormalization", "RotaryEmbedding", "Swish", "SwiGLU"})
 _BODY_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE})
 
 
 def expand_function_ops(proto: onnx.ModelProto) -> list[tuple[str, str, str]]:
     """Writes out, in place, the main graph's nodes of :data:`EXPANDED_OPS` as their
-    ONNX function bodies; (node, op, why) for each one left as it is."""
+    ONNX function bodies (and those bodies' own such nodes: SwiGLU's Swish); (node, op,
+    why) for each one left as it is."""
+    left: list[tuple[str, str, str]] = []
+    for _ in range(3):
+        left, changed = _expand_round(proto)
+        if not changed:
+            break
+    return left
+
+
+def _expand_round(proto: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], bool]:
     graph = proto.graph
     if not any(_is_expanded(n) for n in graph.node):
-        return []
+        return [], False
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     types = _value_types(proto)
     taken = {n.name for n in graph.node} | {o for n in graph.node for o in n.output}
@@ -61,10 +76,11 @@ def expand_function_ops(proto: onnx.ModelProto) -> list[tuple[str, str, str]]:
         body = _without_zero_bias(body)
         if node.op_type == "Attention" and _equal_heads(node, types):
             body = _without_head_repeat(body)
-        nodes.extend(_inline(node, name, body, taken))
+        nodes.extend(_inline(node, name, body, taken, _defaults(node, opset)))
+    changed = len(left) < sum(_is_expanded(n) for n in graph.node)
     del graph.node[:]
     graph.node.extend(nodes)
-    return left
+    return left, changed
 
 
 def _is_expanded(node: onnx.NodeProto) -> bool:
@@ -94,8 +110,9 @@ def _body(
         schema = defs.get_schema(node.op_type, opset, "")
     except defs.SchemaError:
         return None, f"the installed onnx has no {node.op_type} schema at opset {opset}"
-    versions = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
-    if not versions:
+    dependent = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+    plain = [v for v in schema.function_opset_versions if v <= opset]
+    if not dependent and not plain:
         return None, f"the installed onnx defines no function body of {node.op_type} for opset {opset}"
     present = [i for i in node.input if i]
     missing = [i for i in present if i not in types]
@@ -117,9 +134,12 @@ def _body(
         for i in node.input[: last + 1]
     ]
     try:
-        raw = schema.get_context_dependent_function_with_opset_version(
-            max(versions), node.SerializeToString(), arg_types
-        )
+        if dependent:
+            raw = schema.get_context_dependent_function_with_opset_version(
+                max(dependent), node.SerializeToString(), arg_types
+            )
+        else:
+            raw = schema.get_function_with_opset_version(max(plain))
     except Exception as e:  # the builder refuses a form (ValidationError, RuntimeError)
         return (
             None,
@@ -259,18 +279,35 @@ def _without_zero_bias(body: onnx.FunctionProto) -> onnx.FunctionProto:
     return _aliased(body, alias, set(alias))
 
 
+def _defaults(node: onnx.NodeProto, opset: int) -> dict[str, onnx.AttributeProto]:
+    """The schema's default of each attribute ``node`` leaves out (a plain function body
+    reads them by reference: Selu's ``alpha`` and ``gamma``)."""
+    schema = defs.get_schema(node.op_type, opset, "")
+    given = {a.name for a in node.attribute}
+    return {
+        name: a.default_value
+        for name, a in schema.attributes.items()
+        if name not in given and a.default_value.type != onnx.AttributeProto.UNDEFINED
+    }
+
+
 def _inline(
-    node: onnx.NodeProto, name: str, body: onnx.FunctionProto, taken: set[str]
+    node: onnx.NodeProto,
+    name: str,
+    body: onnx.FunctionProto,
+    taken: set[str],
+    defaults: dict[str, onnx.AttributeProto] | None = None,
 ) -> list[onnx.NodeProto]:
     """``body``'s nodes with its formal inputs and outputs bound to ``node``'s and its
-    own values renamed ``{name}/{value}`` (unique in the graph)."""
+    own values renamed ``{name}/{value}`` (unique in the graph); an attribute the body
+    reads by reference is the node's, else the schema's default (``defaults``)."""
     rename: dict[str, str] = {"": ""}
     for k, formal in enumerate(body.input):
         rename[formal] = node.input[k] if k < len(node.input) else ""
     for k, formal in enumerate(body.output):
         if k < len(node.output) and node.output[k]:
             rename[formal] = node.output[k]
-    attrs = {a.name: a for a in node.attribute}
+    attrs = {**(defaults or {}), **{a.name: a for a in node.attribute}}
 
     def fresh(base: str) -> str:
         out = f"{name}/{base}"

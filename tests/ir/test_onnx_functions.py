@@ -1,6 +1,7 @@
-"""ONNX's Attention, RMSNormalization and RotaryEmbedding written out as their function
-bodies on load (quanta/ir/onnx_functions.py): each form against ``onnx.reference`` (the
-specification) and ONNX Runtime's kernel, on both targets, with no fallback.
+"""ONNX operators written out as their function bodies on load (quanta/ir/onnx_functions.py):
+Attention, RMSNormalization and RotaryEmbedding in each form against ``onnx.reference``
+(the specification) and ONNX Runtime's kernel, on both targets, with no fallback; the
+Swish and SwiGLU by the onnx node cases.
 
 Shapes avoid coincidences: batch 2, 3 query heads of 7 (2 groups of kv heads where
 grouped), 5 query and 6 key tokens, 17 channels for the norm.
@@ -16,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import quanta
-from quanta.ir.onnx_functions import expand_function_ops
+from quanta.ir.onnx_functions import EXPANDED_OPS, expand_function_ops
 
 RNG = np.random.default_rng(23)
 B, HQ, SQ, SKV, D = 2, 3, 5, 6, 7
@@ -185,18 +186,26 @@ def test_quantized_attention_runs_its_products_in_integer(tmp_path):
     assert np.abs(got - got_ort).max() <= 0.05 * np.abs(ref).max()
 
 
-def test_every_onnx_node_case_of_the_three_operators():
-    """The installed onnx's backend node cases of Attention, RMSNormalization and
-    RotaryEmbedding (masks, GQA, softcap, past states, padded keys, float16 / double, ...)
-    on the native target, within each case's tolerance; bfloat16 bodies stay single nodes."""
+def test_every_onnx_node_case_of_the_expanded_operators():
+    """The installed onnx's backend node cases of every operator written out (attention
+    masks, GQA, softcap, past states, padded keys, float16 / double; Swish's and SwiGLU's
+    attributes and defaults) on the native target, within each case's tolerance, and
+    with no fallback but where the body is not written (bfloat16; a double Softmax)."""
     from tests.onnx_node import _array, cases_for
 
-    cases = cases_for({"Attention", "RMSNormalization", "RotaryEmbedding"})
-    assert len(cases) >= 60
+    cases = cases_for(EXPANDED_OPS)
+    assert len(cases) >= 65
     for case in cases:
         model = case.model
         names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
         sess = quanta.InferenceSession(model.SerializeToString())
+        kept = [op for _, op, _ in sess.fallbacks if op in EXPANDED_OPS]
+        if (
+            "bfloat16" not in case.name
+            and "bf16" not in case.name
+            and not case.name.startswith("test_shrink")
+        ):
+            assert kept == [], (case.name, sess.fallbacks)
         for inputs, expected in case.data_sets:
             got = sess.run(None, {n: _array(x) for n, x in zip(names, inputs)})
             for g, e in zip(got, expected):
