@@ -230,6 +230,7 @@ UNARY_NODES = [
     ("Elu", {"alpha": 0.5}),
     ("Elu", {"alpha": 2.3}),
     ("Softplus", {}),
+    ("Mish", {}),
 ]
 
 

@@ -221,8 +221,14 @@ def gelu(ctx: OpContext, x: np.ndarray, *, approximate: str = "none") -> np.ndar
 
 @register("Mish")
 def mish(ctx: OpContext, x: np.ndarray) -> np.ndarray:
-    """y = x * tanh(softplus(x))."""
+    """y = x * tanh(softplus(x)); float32: quanta's softplus (SP1)-(SP3) and tanh
+    (T1)-(T4), then the float32 product, eq. (MI) of docs/float-ops.md (the native
+    kernel's twin); other dtypes NumPy's."""
     del ctx  # unused
+    if np.asarray(x).dtype == np.float32:
+        from quanta.kernels.reference import float_ops
+
+        return np.asarray(x * float_ops.tanh_f32(float_ops.softplus_f32(x)))
     return _unary(x, lambda v: v * np.tanh(_softplus(v)))
 
 

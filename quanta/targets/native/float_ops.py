@@ -814,6 +814,27 @@ def bind_softplus(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return _kernel(_softplus_native, "softplus_f32", node)
 
 
+@_with_fallback("Mish")
+def _mish_native(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+    """Mish, float32, eq. (MI): the native softplus (SP1)-(SP3), the native tanh (T1)-(T4)
+    in place, then the float32 product into ``out`` (nn.mish's twin: the same three)."""
+    x = _f32(x)
+    # the unwrapped softplus: a call it refuses goes to Mish's own twin, not Softplus's
+    sp = _softplus_native.__wrapped__(ctx, x, out=None)  # type: ignore[attr-defined]
+    t = _native().unary_f32("tanh", np.asarray(sp, order="C"), _threads(ctx), None)
+    return np.multiply(x, t, out=out) if out is not None else np.asarray(x * t)
+
+
+@register_binder("Mish")
+def bind_mish(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 Mish (YOLOv4-style detectors; PyTorch writes nn.Mish as one node)."""
+    del model  # unused: the choice depends on the node's types only
+    reason = _check_f32("Mish", ("X", node.input(0)))
+    if reason:
+        return None, reason
+    return _kernel(_mish_native, "mish_f32", node)
+
+
 _GELU_OPS = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
