@@ -42,9 +42,9 @@ _BODY_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.
 
 
 def expand_function_ops(proto: onnx.ModelProto) -> list[tuple[str, str, str]]:
-    """Writes out, in place, the main graph's nodes of :data:`EXPANDED_OPS` as their
-    ONNX function bodies (and those bodies' own such nodes: SwiGLU's Swish); (node, op,
-    why) for each one left as it is."""
+    """Writes out, in place, the nodes of :data:`EXPANDED_OPS` of the main graph and of
+    its If / Loop / Scan bodies as their ONNX function bodies (and those bodies' own such
+    nodes: SwiGLU's Swish); (node, op, why) for each one left as it is."""
     left: list[tuple[str, str, str]] = []
     for _ in range(3):
         left, changed = _expand_round(proto)
@@ -53,14 +53,42 @@ def expand_function_ops(proto: onnx.ModelProto) -> list[tuple[str, str, str]]:
     return left
 
 
+def _graphs(graph: onnx.GraphProto):
+    """``graph`` and every graph nested in its nodes' attributes, outer ones first."""
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _graphs(g)
+
+
 def _expand_round(proto: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], bool]:
-    graph = proto.graph
-    if not any(_is_expanded(n) for n in graph.node):
+    if not any(_is_expanded(n) for g in _graphs(proto.graph) for n in g.node):
         return [], False
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     types = _value_types(proto)
-    taken = {n.name for n in graph.node} | {o for n in graph.node for o in n.output}
-    taken |= {t.name for t in graph.initializer} | {i.name for i in graph.input}
+    # names of every scope: a body's new values must not shadow an outer one
+    taken: set[str] = set()
+    for g in _graphs(proto.graph):
+        taken |= {n.name for n in g.node} | {o for n in g.node for o in n.output}
+        taken |= {t.name for t in g.initializer} | {i.name for i in g.input}
+    left: list[tuple[str, str, str]] = []
+    changed = False
+    # inner graphs first: rewriting a graph copies its nodes, bodies included
+    for g in reversed(list(_graphs(proto.graph))):
+        if any(_is_expanded(n) for n in g.node):
+            kept, wrote = _expand_graph(g, opset, types, taken)
+            left += kept
+            changed |= wrote
+    return left, changed
+
+
+def _expand_graph(
+    graph: onnx.GraphProto, opset: int, types: dict[str, onnx.TypeProto], taken: set[str]
+) -> tuple[list[tuple[str, str, str]], bool]:
     left: list[tuple[str, str, str]] = []
     nodes: list[onnx.NodeProto] = []
     for i, node in enumerate(graph.node):
@@ -88,16 +116,18 @@ def _is_expanded(node: onnx.NodeProto) -> bool:
 
 
 def _value_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
-    """name -> type of every value shape inference types (weights by their dims)."""
+    """name -> type of every value shape inference types, in every scope (weights by
+    their dims)."""
     try:
         inferred = onnx.shape_inference.infer_shapes(without_weight_data(proto), strict_mode=False)
     except Exception:  # types are what the bodies are built from: a node without them stays
         inferred = proto
-    g = inferred.graph
-    types = {
-        vi.name: vi.type for vi in [*g.value_info, *g.input, *g.output] if vi.type.HasField("tensor_type")
-    }
-    for t in proto.graph.initializer:
+    types: dict[str, onnx.TypeProto] = {}
+    for g in _graphs(inferred.graph):
+        for vi in [*g.value_info, *g.input, *g.output]:
+            if vi.type.HasField("tensor_type"):
+                types.setdefault(vi.name, vi.type)
+    for t in (t for g in _graphs(proto.graph) for t in g.initializer):
         types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
     return types
 

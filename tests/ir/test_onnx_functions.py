@@ -218,3 +218,46 @@ def test_every_onnx_node_case_of_the_expanded_operators():
                     atol=max(case.atol, 1e-6),
                     err_msg=case.name,
                 )
+
+
+def test_function_operators_inside_an_if_branch_and_the_main_graph():
+    """An Attention in an If branch and an RMSNormalization in the main graph are both
+    written out (the branch first, so the main graph's rewrite keeps it)."""
+    feeds = {"q": _f(B, HQ, SQ, D), "k": _f(B, HQ, SKV, D), "v": _f(B, HQ, SKV, D), "flag": np.array(True)}
+    out_info = [helper.make_tensor_value_info("a", TensorProto.FLOAT, None)]
+    then_branch = helper.make_graph(
+        [helper.make_node("Attention", ["q", "k", "v"], ["a"], name="attn")], "then", [], out_info
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Identity", ["q"], ["a"], name="same")], "else", [], out_info
+    )
+    g = helper.make_graph(
+        [
+            helper.make_node(
+                "If", ["flag"], ["o"], name="branch", then_branch=then_branch, else_branch=else_branch
+            ),
+            helper.make_node("RMSNormalization", ["o", "s"], ["y"], name="norm"),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("q", TensorProto.FLOAT, [B, HQ, SQ, D]),
+            helper.make_tensor_value_info("k", TensorProto.FLOAT, [B, HQ, SKV, D]),
+            helper.make_tensor_value_info("v", TensorProto.FLOAT, [B, HQ, SKV, D]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(_f(D), "s")],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    written = onnx.ModelProto()
+    written.CopyFrom(model)
+    assert expand_function_ops(written) == []
+    ops = {n.op_type for n in written.graph.node}
+    body = next(
+        a.g for n in written.graph.node if n.op_type == "If" for a in n.attribute if a.name == "then_branch"
+    )
+    assert "RMSNormalization" not in ops and "Attention" not in {n.op_type for n in body.node}
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    sess = quanta.InferenceSession(model.SerializeToString())
+    np.testing.assert_allclose(sess.run(None, feeds)[0], want, atol=3e-6, rtol=1e-5)
