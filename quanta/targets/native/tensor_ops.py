@@ -573,14 +573,18 @@ def _not_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | 
 
 @_with_fallback("IsNaN")
 def _isnan_native(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
-    """IsNaN: not (x == x), NaN being the one value unequal to itself (math_ops:
-    np.isnan)."""
+    """IsNaN: NumPy's isnan ufunc (the twin's own, math_ops: np.isnan) written into the
+    arena: one vectorized pass that reads 4 bytes and writes 1 per element, where the
+    C++ broadcast ops took two (x == x, then its negation): 73 -> ~40 us on a
+    [1, 6, 128, 128] score tensor (PyTorch's opset-18 attention guards every Softmax
+    with Where(IsNaN(p), 0, p))."""
+    del ctx  # memory-bound: one thread
     x = _c(x)
     if x.dtype.kind != "f":
         raise _Unsupported
-    t = _threads(ctx)
-    eq = _native().broadcast_op("equal", x, x, t, None)  # the binding writes no output in place
-    return _native().broadcast_op("xor", eq, _TRUE, t, out)
+    if out is None:
+        return np.isnan(x)
+    return np.isnan(x, out=out)
 
 
 @register_binder("IsNaN")
