@@ -25,7 +25,8 @@ from quanta.passes.rules.align_scales import AlignScales
 from quanta.passes.rules.canonicalize import Canonicalize
 from quanta.passes.rules.canonicalize_activations import CanonicalizeActivations
 from quanta.passes.rules.canonicalize_einsum import CanonicalizeEinsum
-from quanta.passes.rules.conv_transpose_as_conv import ConvTransposeAsConvs
+from quanta.passes.rules.collapse_views import CollapseViews
+from quanta.passes.rules.conv_transpose_as_conv import ConvTransposeAsConvs, ConvTransposeUnitStrides
 from quanta.passes.rules.eliminate_common import EliminateCommon
 from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.passes.rules.fold_batchnorm import FoldBatchNorm
@@ -108,6 +109,12 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     ]
 
 
+#: a blocked (NCHW16c) region below this many multiply-adds stays NCHW: streaming audio
+#: models' convolutions on planes of 33-65 pixels (GTCRN: 5-50 k each) gain less from
+#: blocking than the reorder steps around them cost
+SMALL_BLOCKED_REGION_MACS = 1 << 18
+
+
 def optimize_float(
     *,
     opset: int = 21,
@@ -182,14 +189,20 @@ def optimize_float(
         FoldPad(),  # a "same" padding Pad (now right before its Conv) into the Conv's pads
         FoldBatchNorm(),
         FoldConvAffine(),  # a constant per-channel Mul / Add after a float Conv: into its weights
+        ConvTransposeUnitStrides(),  # a stride-1 ConvTranspose: the Conv it is (native Conv paths)
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps
         FuseFloatGate(),  # SiLU / hardswish / HardSigmoid after a float Conv: applied per finished block
         HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps
+        # duplicates merged: a Keras LayerNorm computes x - mean twice, which hides it from FuseLayerNorm
+        EliminateCommon(),
         FuseLSTMGates(),  # an exported LSTM cell's ten elementwise nodes: one quanta::LSTMGates
         FuseLayerNormPass(),  # a written-out LayerNorm / RMS norm: one quanta::LayerNormDiv / RMSNormDiv
         FuseGeluPass(opset),  # a GELU written out (erf: five ops, tanh: eight): one Gelu / MlasGeluTanh
         CanonicalizeEinsum(),  # a two-operand Einsum: the MatMul it computes (native float GEMM)
-        BlockedFloatLayout(enabled=blocked_layout),  # chains of float convolutions exchange NCHW16c tensors
+        CollapseViews(),  # views of views, unit-axis Transposes, Concat / Split of one: fewer steps
+        BlockedFloatLayout(
+            enabled=blocked_layout, min_region_macs=SMALL_BLOCKED_REGION_MACS
+        ),  # chains of float convolutions exchange NCHW16c tensors
         EliminateDead(),
     ]
 
@@ -260,6 +273,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         # an attention score's scale, mask Add, Softmax and QuantizeLinear -> one node
         FuseSoftmaxQuantPass(opset),
         ChannelsLast(),  # convolutions exchange NHWC; transposes only at region edges
+        CollapseViews(),  # views of views, unit-axis Transposes, Concat / Split of one: fewer steps
         EliminateDead(),
         CarryRequantization(),  # the requantization multipliers, once, on the nodes
     ]
@@ -280,6 +294,7 @@ def simplify_control_flow(*, evaluator: Evaluator | None = None) -> list[Pass]:
         FoldConstants(evaluator),
         RemoveNoops(),
         FuseLayerNormPass(),
+        CollapseViews(),  # a Loop body's steps run once per iteration: fewer of them
         EliminateDead(),
     ]
 

@@ -1,0 +1,149 @@
+"""collapse_views: unit-axis Transposes become Reshapes, chains of views one Reshape, a
+Concat of one input and a Split into one output go. Each rule: how often it fired, the
+structure after, the rewritten graph's bytes equal to the original's on the reference
+target (every rule only moves values), and its refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from quanta.ir.onnx_io import load
+from quanta.passes.rules.collapse_views import CollapseViews
+from tests.passes.helpers import run_passes, run_ref
+
+RNG = np.random.default_rng(7)
+
+
+def model_of(nodes, x_dims, y_dims, inits=(), opset=21) -> onnx.ModelProto:
+    g = helper.make_graph(
+        nodes,
+        "views",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_dims))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(y_dims))],
+        list(inits),
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def same_bytes(proto: onnx.ModelProto, model, x_dims) -> None:
+    feeds = {"x": RNG.standard_normal(x_dims).astype(np.float32)}
+    for want, got in zip(run_ref(proto, feeds), run_ref(model, feeds), strict=True):
+        assert want.shape == got.shape and want.tobytes() == got.tobytes()
+
+
+def gru_to_matmul_model() -> onnx.ModelProto:
+    """GTCRN's GRU output to its attention MatMul: Squeeze, a Transpose of unit axes,
+    then the product; a Transpose that moves a unit axis after an Unsqueeze; and a
+    Transpose that really moves data (stays)."""
+    nodes = [
+        helper.make_node("Neg", ["x"], ["a"], name="gru"),  # [1, 1, 1, 17]
+        helper.make_node("Squeeze", ["a", "ax1"], ["b"], name="sq"),  # [1, 1, 17]
+        helper.make_node("Transpose", ["b"], ["c"], name="tr_unit", perm=[1, 0, 2]),
+        helper.make_node("MatMul", ["c", "w"], ["d"], name="mm"),  # [1, 1, 7]
+        helper.make_node("Unsqueeze", ["d", "ax3"], ["e"], name="unsq"),  # [1, 1, 7, 1]
+        helper.make_node("Transpose", ["e"], ["f"], name="tr_unit2", perm=[0, 2, 1, 3]),  # [1, 7, 1, 1]
+        helper.make_node("Reshape", ["f", "shape"], ["g"], name="rs"),  # [7, 1]
+        helper.make_node("Transpose", ["g"], ["y"], name="tr_real", perm=[1, 0]),  # [1, 7]: a view too
+    ]
+    inits = [
+        numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+        numpy_helper.from_array(np.array([3], np.int64), "ax3"),
+        numpy_helper.from_array(np.array([7, 1], np.int64), "shape"),
+        numpy_helper.from_array(RNG.standard_normal((17, 7)).astype(np.float32), "w"),
+    ]
+    return model_of(nodes, (1, 1, 1, 17), (1, 7), inits)
+
+
+def test_views_of_views_and_unit_transposes_become_one_reshape_each():
+    proto = gru_to_matmul_model()
+    model = load(proto)
+    result = run_passes(model, [CollapseViews()])
+    assert result.fired("TransposeOfUnitAxes") == 3
+    assert result.fired("CollapseViewChain") >= 2
+    from quanta.passes.rules.eliminate_dead import EliminateDead
+
+    run_passes(model, [EliminateDead()])
+    # Neg, one Reshape into the MatMul, the MatMul, one Reshape to the output
+    assert model.graph.op_counts() == {"Neg": 1, "Reshape": 2, "MatMul": 1}
+    same_bytes(proto, model, (1, 1, 1, 17))
+
+
+def test_a_transpose_of_axes_larger_than_one_stays():
+    nodes = [helper.make_node("Transpose", ["x"], ["y"], name="tr", perm=[0, 2, 1, 3])]
+    proto = model_of(nodes, (1, 3, 7, 1), (1, 7, 3, 1))
+    model = load(proto)
+    result = run_passes(model, [CollapseViews()])
+    assert result.fired("TransposeOfUnitAxes") == 0
+    assert model.graph.op_counts() == {"Transpose": 1}
+    assert any("reorders axes of size > 1" in r.reason for r in result.why_not("TransposeOfUnitAxes"))
+
+
+def test_symbolic_shapes_are_refused():
+    nodes = [helper.make_node("Transpose", ["x"], ["y"], name="tr", perm=[1, 0, 2])]
+    g = helper.make_graph(
+        nodes,
+        "views",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "n", 17])],
+    )
+    model = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]))
+    result = run_passes(model, [CollapseViews()])
+    assert result.fired("TransposeOfUnitAxes") == 0
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_shared_inner_view_stays_for_its_other_reader(shared):
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "ax0"], ["a"], name="u0"),  # [1, 3, 7]
+        helper.make_node("Reshape", ["a", "shape"], ["b"], name="rs"),  # [21]
+        helper.make_node("Neg", ["b"], ["y"], name="neg"),
+    ]
+    if shared:
+        nodes.append(helper.make_node("Neg", ["a"], ["y2"], name="neg2"))
+    inits = [
+        numpy_helper.from_array(np.array([0], np.int64), "ax0"),
+        numpy_helper.from_array(np.array([21], np.int64), "shape"),
+    ]
+    proto = model_of(nodes, (3, 7), (21,), inits)
+    if shared:
+        proto.graph.output.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 3, 7]))
+    model = load(proto)
+    result = run_passes(model, [CollapseViews()])
+    assert result.fired("CollapseViewChain") == 1
+    from quanta.passes.rules.eliminate_dead import EliminateDead
+
+    run_passes(model, [EliminateDead()])
+    assert model.graph.op_counts().get("Unsqueeze", 0) == (1 if shared else 0)
+    same_bytes(proto, model, (3, 7))
+
+
+def test_keras_stack_of_one_and_unstack_of_one_go():
+    """DTLN's unrolled LSTM: Split of its one time step into one output, Concat of one."""
+    nodes = [
+        helper.make_node("Split", ["x"], ["a"], name="unstack", axis=0),
+        helper.make_node("Neg", ["a"], ["b"], name="cell"),
+        helper.make_node("Concat", ["b"], ["y"], name="stack", axis=0),
+    ]
+    proto = model_of(nodes, (1, 3, 17), (1, 3, 17))
+    model = load(proto)
+    result = run_passes(model, [CollapseViews()])
+    assert result.fired("SplitOfOne") == 1 and result.fired("ConcatOfOne") == 1
+    assert model.graph.op_counts() == {"Neg": 1}
+    assert model.graph.outputs[0].name == "y"
+    same_bytes(proto, model, (1, 3, 17))
+
+
+def test_a_split_into_several_outputs_stays():
+    nodes = [
+        helper.make_node("Split", ["x"], ["a", "b"], name="split", axis=1),
+        helper.make_node("Add", ["a", "b"], ["y"], name="add"),
+    ]
+    proto = model_of(nodes, (1, 6, 7), (1, 3, 7))
+    model = load(proto)
+    result = run_passes(model, [CollapseViews()])
+    assert result.fired("SplitOfOne") == 0
+    assert model.graph.op_counts() == {"Split": 1, "Add": 1}
