@@ -676,3 +676,78 @@ def test_elu_and_half_casts_specialized_are_the_generic_kernels(threads: int) ->
         _elu_half_model(), threads, 9, 3.0, level=quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
     assert {"elu_a", "elu_1", "to_f16", "to_f32"} <= specialized
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_qlinear_concat_specialized_with_constant_parameters_is_the_twin(threads: int) -> None:
+    """GTCRN's int8 caches: QLinearConcat of inputs at the output's scale (copied) and at
+    other scales and zero points (requantized by table), uint8, axis 1, odd sizes; the
+    specialized call and the generic one on a strided input give the twin's bytes."""
+    u8 = TensorProto.UINT8
+    names = ("a", "b", "c")
+    chans = (7, 2, 5)
+    params = [(0.05, 128), (0.031, 3), (0.17, 250)]
+    inits = [_const("sy", np.float32(0.05)), _const("zy", np.uint8(128))]
+    ins = ["sy", "zy"]
+    for n, (s, z) in zip(names, params, strict=True):
+        inits += [_const(f"s_{n}", np.float32(s)), _const(f"z_{n}", np.uint8(z))]
+        ins += [n, f"s_{n}", f"z_{n}"]
+    g = helper.make_graph(
+        [helper.make_node("QLinearConcat", ins, ["y"], name="cat", domain="com.microsoft", axis=1)],
+        "qcat",
+        [helper.make_tensor_value_info(n, u8, [3, c, 17]) for n, c in zip(names, chans, strict=True)],
+        [helper.make_tensor_value_info("y", u8, None)],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    p = helper.make_model(g, opset_imports=opsets).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(p, opts)
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(13)
+    for _ in range(3):
+        feeds = {
+            n: rng.integers(0, 256, (3, c, 17), dtype=np.uint8) for n, c in zip(names, chans, strict=True)
+        }
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    assert _specialized_names(sess) == {"cat"}
+    strided = {
+        n: rng.integers(0, 256, (3, c, 34), dtype=np.uint8)[:, :, ::2]
+        for n, c in zip(names, chans, strict=True)
+    }
+    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
+
+
+@pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu"])
+@pytest.mark.parametrize("zero_point", [True, False])
+def test_table_activations_specialized_with_constant_parameters_are_the_twin(
+    op: str, zero_point: bool
+) -> None:
+    """DTLN's int8 LSTM gates: QLinearSigmoid on a few hundred codes (and LeakyRelu, the
+    other table activation), int8, with and without an input zero point; specialized,
+    and generic on a strided input, the twin's bytes."""
+    i8 = TensorProto.INT8
+    inits = [_const("sx", np.float32(0.043)), _const("sy", np.float32(1 / 255)), _const("zy", np.int8(-128))]
+    ins = ["x", "sx", "zx" if zero_point else "", "sy", "zy"]
+    if zero_point:
+        inits.append(_const("zx", np.int8(-9)))
+    attrs = {"alpha": 0.07} if op == "QLinearLeakyRelu" else {}
+    g = helper.make_graph(
+        [helper.make_node(op, ins, ["y"], name="gate", domain="com.microsoft", **attrs)],
+        "lut",
+        [helper.make_tensor_value_info("x", i8, [3, 7, 17])],
+        [helper.make_tensor_value_info("y", i8, None)],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    p = helper.make_model(g, opset_imports=opsets).SerializeToString()
+    sess = quanta.InferenceSession(p)
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(17)
+    for _ in range(3):
+        feeds = {"x": rng.integers(-128, 128, (3, 7, 17), dtype=np.int8)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    assert _specialized_names(sess) == {"gate"}
+    strided = {"x": rng.integers(-128, 128, (3, 7, 34), dtype=np.int8)[:, :, ::2]}
+    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
