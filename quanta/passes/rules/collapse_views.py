@@ -5,7 +5,8 @@ Rules (each exact, bit for bit: they move no value, or the same values in the sa
 row-major order)::
 
     %y = Transpose(%x) {perm}      -> %y = Reshape(%x, shape(y))      TransposeOfUnitAxes
-         when perm keeps the axes of size > 1 in their order
+         when perm keeps the axes of size > 1 in their order (%x itself when
+         shape(y) = shape(x), e.g. perm [1, 0, 2] of [1, 1, 128]; so for the next rule)
     %y = V2(%v = V1(%x, ...), ...) -> %y = Reshape(%x, shape(y))      CollapseViewChain
          V1, V2 in Reshape, Squeeze, Unsqueeze, Flatten
     %y = Concat(%x)                -> %x                              ConcatOfOne
@@ -49,6 +50,8 @@ def _static(v: Value | None) -> tuple[int, ...] | None:
 
 
 def _reshape(m: Match, b: Builder, x: Value, y: Value, shape: tuple[int, ...]) -> Value:
+    if _static(x) == shape:
+        return x  # the view of x as it is: nothing to do
     target = b.const(f"{y.name}_shape", np.asarray(shape, np.int64))
     return b.op(
         "Reshape", [x, target], types=result_type(shape_from=y, elem_from=y), name=m.root.name or None

@@ -67,8 +67,9 @@ def test_views_of_views_and_unit_transposes_become_one_reshape_each():
     from quanta.passes.rules.eliminate_dead import EliminateDead
 
     run_passes(model, [EliminateDead()])
-    # Neg, one Reshape into the MatMul, the MatMul, one Reshape to the output
-    assert model.graph.op_counts() == {"Neg": 1, "Reshape": 2, "MatMul": 1}
+    # Neg, the Squeeze (the unit Transpose after it gave its own shape back), the
+    # MatMul, one Reshape to the output
+    assert model.graph.op_counts() == {"Neg": 1, "Squeeze": 1, "MatMul": 1, "Reshape": 1}
     same_bytes(proto, model, (1, 1, 1, 17))
 
 
@@ -147,3 +148,23 @@ def test_a_split_into_several_outputs_stays():
     result = run_passes(model, [CollapseViews()])
     assert result.fired("SplitOfOne") == 0
     assert model.graph.op_counts() == {"Split": 1, "Add": 1}
+
+
+def test_a_view_back_to_its_input_shape_is_the_input():
+    """A Transpose [1, 0, 2] of [1, 1, 17] (ORT's quantized DTLN around each LSTM) and a
+    Squeeze / Unsqueeze round trip: no node is left."""
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["a"], name="tr", perm=[1, 0, 2]),
+        helper.make_node("Unsqueeze", ["a", "ax"], ["b"], name="unsq"),
+        helper.make_node("Squeeze", ["b", "ax"], ["c"], name="sq"),
+        helper.make_node("Neg", ["c"], ["y"], name="neg"),
+    ]
+    inits = [numpy_helper.from_array(np.array([2], np.int64), "ax")]
+    proto = model_of(nodes, (1, 1, 17), (1, 1, 17), inits)
+    model = load(proto)
+    run_passes(model, [CollapseViews()])
+    from quanta.passes.rules.eliminate_dead import EliminateDead
+
+    run_passes(model, [EliminateDead()])
+    assert model.graph.op_counts() == {"Neg": 1}
+    same_bytes(proto, model, (1, 1, 17))
