@@ -751,3 +751,59 @@ def test_table_activations_specialized_with_constant_parameters_are_the_twin(
     assert _specialized_names(sess) == {"gate"}
     strided = {"x": rng.integers(-128, 128, (3, 7, 34), dtype=np.int8)[:, :, ::2]}
     np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis", "x_type", "t_type"),
+    [
+        ((3, 7, 17), None, np.uint8, np.uint8),  # one table
+        ((3, 7, 17), 1, np.int8, np.int8),  # a table per channel
+        ((1, 1, 257), 2, np.int8, np.int8),  # DTLN's gains: a table per element of the last axis
+        ((3, 7, 17), -1, np.uint8, np.int8),  # the last axis, negative; x and table of other storage
+        ((3, 7, 17), None, np.int8, np.uint8),
+    ],
+)
+def test_qlinear_lookup_specialized_is_the_twin(shape, axis, x_type, t_type) -> None:
+    """quanta QLinearLookup with its constant table: specialized (the last axis by one
+    gather from the flat table), and generic on a strided input, the twin's bytes."""
+    rng = np.random.default_rng(len(shape) + (axis or 0))
+    channels = shape[axis] if axis is not None else None
+    table = rng.integers(0, 256, (256,) if axis is None else (channels, 256)).astype(np.uint8).view(t_type)
+    xt = helper.np_dtype_to_tensor_dtype(np.dtype(x_type))
+    tt = helper.np_dtype_to_tensor_dtype(np.dtype(t_type))
+    inits = [
+        _const("sx", np.float32(0.02)),
+        _const("zx", np.array(3, x_type)),
+        _const("sy", np.float32(0.05)),
+        _const("zy", np.array(-5 if t_type == np.int8 else 5).astype(t_type)),
+        _const("t", table),
+    ]
+    attrs = {} if axis is None else {"axis": axis}
+    g = helper.make_graph(
+        [
+            helper.make_node(
+                "QLinearLookup",
+                ["x", "sx", "zx", "sy", "zy", "t"],
+                ["y"],
+                name="lut",
+                domain="quanta",
+                **attrs,
+            )
+        ],
+        "lut",
+        [helper.make_tensor_value_info("x", xt, list(shape))],
+        [helper.make_tensor_value_info("y", tt, None)],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("quanta", 1)]
+    p = helper.make_model(g, opset_imports=opsets).SerializeToString()
+    sess = quanta.InferenceSession(p)
+    ref = quanta.InferenceSession(p, backend="reference")
+    info = np.iinfo(x_type)
+    for _ in range(3):
+        feeds = {"x": rng.integers(info.min, info.max + 1, shape).astype(x_type)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    assert _specialized_names(sess) == {"lut"}
+    wide = rng.integers(info.min, info.max + 1, (*shape[:-1], 2 * shape[-1])).astype(x_type)
+    strided = {"x": wide[..., ::2]}
+    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
