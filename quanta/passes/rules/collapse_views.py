@@ -11,6 +11,11 @@ row-major order)::
          V1, V2 in Reshape, Squeeze, Unsqueeze, Flatten
     %y = Concat(%x)                -> %x                              ConcatOfOne
     %y = Split(%x) {one output}    -> %x                              SplitOfOne
+    %y = Gather(%x, c) {axis a}    -> %y = Reshape(%x, shape(y))      GatherOfUnitAxis
+         when x's axis a has size 1 and the constant indices c are all 0 (or -1)
+    %y = Concat(V(%x_1), ..., V(%x_n)) {axis k}                       ConcatOfUnsqueezed
+         V: a view inserting a size-1 axis k, k < rank(x_i)
+      -> %y = Reshape(Concat(%x_1, ..., %x_n) {axis k}, shape(y))
 
 Why: streaming audio models exported from PyTorch and Keras (GTCRN, DTLN) run a frame of
 a few hundred values through hundreds of nodes, a third of them Squeeze / Unsqueeze /
@@ -18,6 +23,12 @@ Reshape / Transpose between a GRU and a MatMul (``[1, 1, 16] -> perm [1, 0, 2]``
 Keras' unrolled LSTM cells wrap their one time step in a Split and a Concat of one. On
 such graphs the executor's cost per step, not the arithmetic, is the run time; a
 Transpose is a copy where a Reshape is a view.
+
+Stacking equal-shaped tensors along a new axis k lays out, for each index of the axes
+before k, the trailing block of x_1, then of x_2, ...: the bytes of concatenating them
+along their own axis k (one Concat instead of n views and a Concat; GTCRN's channel
+interleaves, DTLN's state stacks). A Gather of index 0 from an axis of size 1 copies
+every element once, in order (GTCRN's unfold: ``x[:, :, [[0]]]``).
 
 A Transpose that moves only axes of size 1 keeps every element's row-major position:
 dropping the unit axes from both shapes leaves the same axes in the same order. The
@@ -36,6 +47,8 @@ __all__ = [
     "CollapseViewChain",
     "CollapseViews",
     "ConcatOfOne",
+    "ConcatOfUnsqueezed",
+    "GatherOfUnitAxis",
     "SplitOfOne",
     "TransposeOfUnitAxes",
 ]
@@ -128,6 +141,83 @@ class SplitOfOne(Rule):
         return m.value("x")
 
 
+class GatherOfUnitAxis(Rule):
+    """%y = Gather(%x, c) {axis a}, x.shape[a] == 1, c all 0 (or -1) -> Reshape(%x, shape(y))"""
+
+    pattern = "y = Gather(x, c)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        if not m.is_const("c"):
+            return NoMatch("indices are not a constant")
+        xs, ys = _static(m["x"]), _static(m["y"])
+        if xs is None or ys is None:
+            return NoMatch("input or output shape is not static")
+        a = int(m.root.attrs.get("axis", 0))
+        if not -len(xs) <= a < len(xs) or xs[a] != 1:
+            return NoMatch(f"axis {a} of {list(xs)} is not of size 1")
+        c = np.asarray(m.const("c"))
+        if c.dtype.kind not in "iu" or not np.all((c == 0) | (c == -1)):
+            return NoMatch("an index other than 0 / -1")
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        y = m["y"]
+        return _reshape(m, b, m["x"], y, _static(y))
+
+
+_INSERTING_VIEWS = ("Unsqueeze", "Reshape")
+
+
+class ConcatOfUnsqueezed(Rule):
+    """%y = Concat(V(%x_1), ..., V(%x_n)) {axis k} -> Reshape(Concat(%x_i) {axis k}, shape(y))
+    (V inserts a size-1 axis k; module docstring)"""
+
+    pattern = "y = Concat(a, ...)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        ys = _static(m["y"])
+        ins = m.root.inputs
+        if ys is None or len(ins) < 2:
+            return NoMatch("output shape is not static, or one input")
+        k = int(m.root.attrs.get("axis", 0))
+        k = k + len(ys) if k < 0 else k
+        sources = []
+        for v in ins:
+            p = None if v is None else v.producer
+            if p is None or p.domain or p.op_type not in _INSERTING_VIEWS:
+                return NoMatch("an input that is not an Unsqueeze / Reshape")
+            us, xs = _static(v), _static(p.inputs[0])
+            if us is None or xs is None or len(us) != len(xs) + 1 or us[k] != 1:
+                return NoMatch(f"input '{v.name}' does not insert a size-1 axis {k}")
+            if us[:k] + us[k + 1 :] != xs or k >= len(xs):
+                return NoMatch(f"input '{v.name}' does not insert axis {k} before an axis of its input")
+            sources.append(p.inputs[0])
+        if len({_static(x) for x in sources}) != 1:
+            return NoMatch("inputs of different shapes")
+        m.data["sources"], m.data["axis"] = sources, k
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        y, k, sources = m["y"], m.data["axis"], m.data["sources"]
+        xs = _static(sources[0])
+        shape = (*xs[:k], xs[k] * len(sources), *xs[k + 1 :])
+        cat = b.op(
+            "Concat",
+            sources,
+            {"axis": k},
+            types=result_type(shape_from=shape, elem_from=y),
+            name=f"{m.root.name}_flat" if m.root.name else None,
+        )
+        return _reshape(m, b, cat, y, _static(y))
+
+
 class CollapseViews(RewritePass):
     name = "collapse_views"
-    rules = (TransposeOfUnitAxes(), CollapseViewChain(), ConcatOfOne(), SplitOfOne())
+    rules = (
+        TransposeOfUnitAxes(),
+        GatherOfUnitAxis(),
+        ConcatOfUnsqueezed(),
+        CollapseViewChain(),
+        ConcatOfOne(),
+        SplitOfOne(),
+    )

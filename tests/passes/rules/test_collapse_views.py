@@ -168,3 +168,66 @@ def test_a_view_back_to_its_input_shape_is_the_input():
     run_passes(model, [EliminateDead()])
     assert model.graph.op_counts() == {"Neg": 1}
     same_bytes(proto, model, (1, 1, 17))
+
+
+def test_gather_of_index_zero_from_a_unit_axis_is_a_reshape():
+    """GTCRN's unfold starts with ``x[:, :, [[0]]]`` on an axis of size 1; index 1 of an
+    axis of size 3 stays a Gather."""
+    nodes = [
+        helper.make_node("Gather", ["x", "i0"], ["a"], name="g0", axis=2),  # [1, 7, 1, 1, 35]
+        helper.make_node("Gather", ["a", "i1"], ["y"], name="g1", axis=1),  # [1, 1, 1, 1, 35]
+    ]
+    inits = [
+        numpy_helper.from_array(np.array([[0]], np.int64), "i0"),
+        numpy_helper.from_array(np.array([1], np.int64), "i1"),
+    ]
+    proto = model_of(nodes, (1, 7, 1, 35), (1, 1, 1, 1, 35), inits)
+    model = load(proto)
+    result = run_passes(model, [CollapseViews()])
+    assert result.fired("GatherOfUnitAxis") == 1
+    assert model.graph.op_counts() == {"Reshape": 1, "Gather": 1}
+    assert any("is not of size 1" in r.reason for r in result.why_not("GatherOfUnitAxis"))
+    same_bytes(proto, model, (1, 7, 1, 35))
+
+
+@pytest.mark.parametrize("axis", [1, 0, -4])
+def test_a_stack_along_a_new_axis_before_the_last_is_one_concat_and_a_reshape(axis):
+    """GTCRN's channel interleave (Unsqueeze at 1 of [1, 7, 1, 33], three of them, Concat
+    at 1), the same at axis 0 and negative; the bytes of the stack."""
+    ins = ["x", "xn", "xa"]
+    nodes = [
+        helper.make_node("Neg", ["x"], ["xn"], name="neg"),
+        helper.make_node("Abs", ["x"], ["xa"], name="abs"),
+    ]
+    nodes += [helper.make_node("Unsqueeze", [v, "ax"], [f"u_{v}"], name=f"u_{v}") for v in ins]
+    nodes.append(helper.make_node("Concat", [f"u_{v}" for v in ins], ["y"], name="stack", axis=axis))
+    inits = [numpy_helper.from_array(np.array([axis], np.int64), "ax")]
+    out = [1, 7, 1, 33]
+    out.insert(axis % 5, 3)
+    proto = model_of(nodes, (1, 7, 1, 33), out, inits)
+    model = load(proto)
+    result = run_passes(model, [CollapseViews()])
+    assert result.fired("ConcatOfUnsqueezed") == 1
+    from quanta.passes.rules.eliminate_dead import EliminateDead
+
+    run_passes(model, [EliminateDead()])
+    assert model.graph.op_counts() == {"Neg": 1, "Abs": 1, "Concat": 1, "Reshape": 1}
+    same_bytes(proto, model, (1, 7, 1, 33))
+
+
+def test_a_stack_along_a_new_last_axis_stays():
+    """DTLN's state stack at axis -1 interleaves the elements: no Concat of the inputs
+    gives those bytes."""
+    nodes = [
+        helper.make_node("Neg", ["x"], ["xn"], name="neg"),
+        helper.make_node("Unsqueeze", ["x", "ax"], ["u0"], name="u0"),
+        helper.make_node("Unsqueeze", ["xn", "ax"], ["u1"], name="u1"),
+        helper.make_node("Concat", ["u0", "u1"], ["y"], name="stack", axis=-1),
+    ]
+    inits = [numpy_helper.from_array(np.array([-1], np.int64), "ax")]
+    proto = model_of(nodes, (1, 3, 17), (1, 3, 17, 2), inits)
+    model = load(proto)
+    result = run_passes(model, [CollapseViews()])
+    assert result.fired("ConcatOfUnsqueezed") == 0
+    assert model.graph.op_counts()["Concat"] == 1
+    same_bytes(proto, model, (1, 3, 17))
