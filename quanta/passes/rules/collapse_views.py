@@ -170,19 +170,26 @@ _INSERTING_VIEWS = ("Unsqueeze", "Reshape")
 
 class ConcatOfUnsqueezed(Rule):
     """%y = Concat(V(%x_1), ..., V(%x_n)) {axis k} -> Reshape(Concat(%x_i) {axis k}, shape(y))
-    (V inserts a size-1 axis k; module docstring)"""
+    (V inserts a size-1 axis k; module docstring); also com.microsoft QLinearConcat, whose
+    inputs are (y_scale, y_zero_point, then x, scale, zero point per input)"""
 
-    pattern = "y = Concat(a, ...)"
+    pattern = "y = Concat|com.microsoft::QLinearConcat(a, ...)"
+
+    def _data_positions(self, m: Match) -> list[int]:
+        n = len(m.root.inputs)
+        return list(range(n)) if m.root.op_type == "Concat" else list(range(2, n, 3))
 
     def check(self, m: Match) -> Match | NoMatch:
         ys = _static(m["y"])
         ins = m.root.inputs
-        if ys is None or len(ins) < 2:
+        positions = self._data_positions(m)
+        if ys is None or len(positions) < 2:
             return NoMatch("output shape is not static, or one input")
         k = int(m.root.attrs.get("axis", 0))
         k = k + len(ys) if k < 0 else k
         sources = []
-        for v in ins:
+        for i in positions:
+            v = ins[i]
             p = None if v is None else v.producer
             if p is None or p.domain or p.op_type not in _INSERTING_VIEWS:
                 return NoMatch("an input that is not an Unsqueeze / Reshape")
@@ -201,10 +208,14 @@ class ConcatOfUnsqueezed(Rule):
         y, k, sources = m["y"], m.data["axis"], m.data["sources"]
         xs = _static(sources[0])
         shape = (*xs[:k], xs[k] * len(sources), *xs[k + 1 :])
+        inputs = list(m.root.inputs)
+        for i, x in zip(self._data_positions(m), sources, strict=True):
+            inputs[i] = x
         cat = b.op(
-            "Concat",
-            sources,
-            {"axis": k},
+            m.root.op_type,
+            inputs,
+            {**m.root.attrs, "axis": k},
+            domain=m.root.domain,
             types=result_type(shape_from=shape, elem_from=y),
             name=f"{m.root.name}_flat" if m.root.name else None,
         )

@@ -231,3 +231,52 @@ def test_a_stack_along_a_new_last_axis_stays():
     assert result.fired("ConcatOfUnsqueezed") == 0
     assert model.graph.op_counts()["Concat"] == 1
     same_bytes(proto, model, (1, 3, 17))
+
+
+def test_a_quantized_stack_is_one_qlinear_concat_and_a_reshape():
+    """GTCRN's int8 channel interleave: QLinearConcat of two Unsqueezed uint8 tensors at
+    different scales; the rewritten graph's codes are the original's on the reference."""
+    u8 = TensorProto.UINT8
+    inits = [
+        numpy_helper.from_array(np.array([1], np.int64), "ax"),
+        numpy_helper.from_array(np.float32(0.05), "sy"),
+        numpy_helper.from_array(np.uint8(128), "zy"),
+        numpy_helper.from_array(np.float32(0.031), "sa"),
+        numpy_helper.from_array(np.uint8(3), "za"),
+        numpy_helper.from_array(np.float32(0.17), "sb"),
+        numpy_helper.from_array(np.uint8(250), "zb"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["fa", "sa", "za"], ["a"], name="qa"),
+        helper.make_node("QuantizeLinear", ["fb", "sb", "zb"], ["b"], name="qb"),
+        helper.make_node("Unsqueeze", ["a", "ax"], ["ua"], name="ua"),
+        helper.make_node("Unsqueeze", ["b", "ax"], ["ub"], name="ub"),
+        helper.make_node(
+            "QLinearConcat",
+            ["sy", "zy", "ua", "sa", "za", "ub", "sb", "zb"],
+            ["y"],
+            name="stack",
+            domain="com.microsoft",
+            axis=1,
+        ),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "qstack",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 7, 1, 33]) for n in ("fa", "fb")],
+        [helper.make_tensor_value_info("y", u8, [1, 2, 7, 1, 33])],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    proto = helper.make_model(g, opset_imports=opsets)
+    model = load(proto)
+    result = run_passes(model, [CollapseViews()])
+    assert result.fired("ConcatOfUnsqueezed") == 1
+    from quanta.passes.rules.eliminate_dead import EliminateDead
+
+    run_passes(model, [EliminateDead()])
+    assert model.graph.op_counts() == {"QuantizeLinear": 2, "com.microsoft::QLinearConcat": 1, "Reshape": 1}
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.normal(0, 4, (1, 7, 1, 33)).astype(np.float32) for n in ("fa", "fb")}
+    for want, got in zip(run_ref(proto, feeds), run_ref(model, feeds), strict=True):
+        assert want.shape == got.shape and want.tobytes() == got.tobytes()
