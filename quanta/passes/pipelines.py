@@ -287,11 +287,15 @@ def simplify_control_flow(*, evaluator: Evaluator | None = None) -> list[Pass]:
     dead code removed; a written-out LayerNorm becomes one ``quanta::LayerNormDiv``, an RMS
     norm one ``quanta::RMSNormDiv``. Every step is exact."""
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
+    from quanta.passes.rules.hoist_loop_invariants import HoistLoopInvariants
 
     return [
         FoldConstants(evaluator),
         InlineIf(),
         FoldConstants(evaluator),
+        # constant loop variables a body passes through: constants of the body (Paddle's
+        # weights), so its Transposes of them fold and its GEMMs pack them once
+        HoistLoopInvariants(),
         RemoveNoops(),
         FuseLayerNormPass(),
         CollapseViews(),  # a Loop body's steps run once per iteration: fewer of them
