@@ -13,6 +13,7 @@ row-major order)::
     %y = Split(%x) {one output}    -> %x                              SplitOfOne
     %y = Gather(%x, c) {axis a}    -> %y = Reshape(%x, shape(y))      GatherOfUnitAxis
          when x's axis a has size 1 and the constant indices c are all 0 (or -1)
+    %y = Add(%x, 0) | Add(0, %x)   -> %x   (integers; 0 of one element)  IntegerAddOfZero
     %y = Concat(V(%x_1), ..., V(%x_n)) {axis k}                       ConcatOfUnsqueezed
          V: a view inserting a size-1 axis k, k < rank(x_i)
       -> %y = Reshape(Concat(%x_1, ..., %x_n) {axis k}, shape(y))
@@ -23,6 +24,10 @@ Reshape / Transpose between a GRU and a MatMul (``[1, 1, 16] -> perm [1, 0, 2]``
 Keras' unrolled LSTM cells wrap their one time step in a Split and a Concat of one. On
 such graphs the executor's cost per step, not the arithmetic, is the run time; a
 Transpose is a copy where a Reshape is a view.
+
+Paddle2ONNX writes an assignment inside a Loop body as Unsqueeze, Add of a zero,
+Squeeze (SLANet's decoder, every iteration): on integers the Add is the identity, and the
+two views around it then collapse (on floats x + 0 turns -0 into +0: those stay).
 
 Stacking equal-shaped tensors along a new axis k lays out, for each index of the axes
 before k, the trailing block of x_1, then of x_2, ...: the bytes of concatenating them
@@ -49,6 +54,7 @@ __all__ = [
     "ConcatOfOne",
     "ConcatOfUnsqueezed",
     "GatherOfUnitAxis",
+    "IntegerAddOfZero",
     "SplitOfOne",
     "TransposeOfUnitAxes",
 ]
@@ -165,6 +171,31 @@ class GatherOfUnitAxis(Rule):
         return _reshape(m, b, m["x"], y, _static(y))
 
 
+class IntegerAddOfZero(Rule):
+    """%y = Add(%x, 0) (either order), integer x, a zero of one element -> %x"""
+
+    pattern = "y = Add(a, b)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        a, b = m["a"], m["b"]
+        x, c = (a, b) if b.is_const else (b, a)
+        if not c.is_const or x.is_const:
+            return NoMatch("no constant operand, or both")
+        zero = np.asarray(c.const)
+        if zero.dtype.kind not in "iu" or zero.size != 1 or zero.reshape(()) != 0:
+            return NoMatch("the constant is not one integer zero")
+        xs, ys = x.shape, m["y"].shape
+        if xs is None or ys is None or len(xs) < zero.ndim or len(ys) != len(xs):
+            return NoMatch("the zero would broadcast x to a higher rank")
+        if x.type is None or m["y"].type is None or x.type.elem != m["y"].type.elem:
+            return NoMatch("x's element type is not known to be the output's")
+        m.data["x"] = x
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return m.data["x"]
+
+
 _INSERTING_VIEWS = ("Unsqueeze", "Reshape")
 
 
@@ -227,6 +258,7 @@ class CollapseViews(RewritePass):
     rules = (
         TransposeOfUnitAxes(),
         GatherOfUnitAxis(),
+        IntegerAddOfZero(),
         ConcatOfUnsqueezed(),
         CollapseViewChain(),
         ConcatOfOne(),

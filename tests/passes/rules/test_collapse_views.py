@@ -280,3 +280,53 @@ def test_a_quantized_stack_is_one_qlinear_concat_and_a_reshape():
     feeds = {n: rng.normal(0, 4, (1, 7, 1, 33)).astype(np.float32) for n in ("fa", "fb")}
     for want, got in zip(run_ref(proto, feeds), run_ref(model, feeds), strict=True):
         assert want.shape == got.shape and want.tobytes() == got.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_an_integer_add_of_zero_goes_and_a_float_one_stays(dtype):
+    """Paddle's assignment in a Loop body: Unsqueeze, Add of a zero, Squeeze. On integers
+    nothing is left; on floats (x + 0 turns -0 into +0) the Add stays."""
+    it = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [
+        helper.make_node("Neg", ["x"], ["xn"], name="neg"),  # not a graph input: y may take its place
+        helper.make_node("Unsqueeze", ["xn", "ax"], ["u"], name="u"),
+        helper.make_node("Add", ["u", "zero"], ["a"], name="add"),
+        helper.make_node("Squeeze", ["a", "ax"], ["y"], name="sq"),
+        helper.make_node("Unsqueeze", ["f", "ax"], ["fu"], name="fu"),
+        helper.make_node("Add", ["fzero", "fu"], ["fa"], name="fadd"),
+        helper.make_node("Squeeze", ["fa", "ax"], ["fy"], name="fsq"),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array([0], np.int64), "ax"),
+        numpy_helper.from_array(np.array([0], dtype), "zero"),
+        numpy_helper.from_array(np.array([0.0], np.float32), "fzero"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "assign",
+        [
+            helper.make_tensor_value_info("x", it, [3, 7]),
+            helper.make_tensor_value_info("f", TensorProto.FLOAT, [3, 7]),
+        ],
+        [
+            helper.make_tensor_value_info("y", it, [3, 7]),
+            helper.make_tensor_value_info("fy", TensorProto.FLOAT, [3, 7]),
+        ],
+        inits,
+    )
+    proto = onnx.shape_inference.infer_shapes(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    )
+    model = load(proto)
+    result = run_passes(model, [CollapseViews()])
+    assert result.fired("IntegerAddOfZero") == 1
+    from quanta.passes.rules.eliminate_dead import EliminateDead
+
+    run_passes(model, [EliminateDead()])
+    assert model.graph.op_counts() == {"Neg": 1, "Unsqueeze": 1, "Add": 1, "Squeeze": 1}  # the float chain
+    feeds = {
+        "x": RNG.integers(-1000, 1000, (3, 7)).astype(dtype),
+        "f": np.array([[-0.0] * 7] * 3, np.float32),
+    }
+    for want, got in zip(run_ref(proto, feeds), run_ref(model, feeds), strict=True):
+        assert want.dtype == got.dtype and want.tobytes() == got.tobytes()
