@@ -37,6 +37,7 @@ from quanta.passes.rules.fold_reshape_dims import FoldReshapeDims
 from quanta.passes.rules.fold_static_dims import FoldStaticDims
 from quanta.passes.rules.fold_zero_product import FoldZeroProduct
 from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation, FuseFloatActivation
+from quanta.passes.rules.hoist_loop_invariants import HoistLoopInvariants
 from quanta.passes.rules.inline_if import InlineIf
 from quanta.passes.rules.propagate_views import PropagateViews
 from quanta.passes.rules.qat_exports import QatExports
@@ -250,6 +251,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         FoldConstants(evaluator),
         InlineIf(),  # an If on a condition folded to a constant: its branch's nodes
         FoldConstants(evaluator),
+        HoistLoopInvariants(),  # constant loop variables a body passes through: its constants
         RemoveNoops(),
         QatExports(),  # one-element Q/DQ scales; ConvBn QAT's per-channel Div/Add -> BN
         FoldBatchNorm(),
@@ -287,7 +289,6 @@ def simplify_control_flow(*, evaluator: Evaluator | None = None) -> list[Pass]:
     dead code removed; a written-out LayerNorm becomes one ``quanta::LayerNormDiv``, an RMS
     norm one ``quanta::RMSNormDiv``. Every step is exact."""
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
-    from quanta.passes.rules.hoist_loop_invariants import HoistLoopInvariants
 
     return [
         FoldConstants(evaluator),

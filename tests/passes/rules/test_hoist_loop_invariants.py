@@ -129,3 +129,12 @@ def test_refusals_leave_the_loop():
         f = feeds(computed=bool(kw.get("w_computed")))
         for want, got in zip(run_ref(proto, f), run_ref(model, f), strict=True):
             assert want.tobytes() == got.tobytes()
+
+
+def test_float_and_quantized_pipelines_hoist():
+    """Float graphs with a Loop (simplify_control_flow) and QDQ graphs (lower_qdq: the
+    quantized SLANet files keep the decoder Loop float) both run the pass."""
+    from quanta.passes.pipelines import lower_qdq, simplify_control_flow
+
+    for passes in (simplify_control_flow(), lower_qdq()):
+        assert any(isinstance(p, HoistLoopInvariants) for p in passes)
