@@ -131,14 +131,21 @@ def test_native_and_reference_are_bit_exact_on_quantize(backend):
     nat = nat_sess.run(None, {"x": x})[0]
     np.testing.assert_array_equal(nat, ref)
     assert all(name != "q_x" for name, _, _ in nat_sess.fallbacks)  # QuantizeLinear ran natively
-    # both backends ran the lowered graph: Q -> (NHWC) QLinearConv (NCHW) -> DQ
-    assert [s.op_type for s in nat_sess.plan.steps] == [
+    # both backends ran the lowered graph: Q -> QLinearConv -> DQ (one convolution alone
+    # is no channels-last region)
+    assert [s.op_type for s in nat_sess.plan.steps] == ["QuantizeLinear", "QLinearConv", "DequantizeLinear"]
+    # two chained convolutions run channels-last, Transposes at the region's edges only
+    chained = quanta.InferenceSession(models.qdq_conv(chained=True), backend="native")
+    assert [s.op_type for s in chained.plan.steps] == [
         "QuantizeLinear",
         "Transpose",
+        "QLinearConv",
         "QLinearConv",
         "Transpose",
         "DequantizeLinear",
     ]
+    ref2 = quanta.InferenceSession(models.qdq_conv(chained=True), backend="reference").run(None, {"x": x})[0]
+    np.testing.assert_array_equal(chained.run(None, {"x": x})[0], ref2)
 
 
 def _weights_as_inputs() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

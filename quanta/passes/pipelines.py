@@ -25,7 +25,8 @@ from quanta.passes.rules.align_scales import AlignScales
 from quanta.passes.rules.canonicalize import Canonicalize
 from quanta.passes.rules.canonicalize_activations import CanonicalizeActivations
 from quanta.passes.rules.canonicalize_einsum import CanonicalizeEinsum
-from quanta.passes.rules.conv_transpose_as_conv import ConvTransposeAsConvs
+from quanta.passes.rules.collapse_views import CollapseViews
+from quanta.passes.rules.conv_transpose_as_conv import ConvTransposeAsConvs, ConvTransposeUnitStrides
 from quanta.passes.rules.eliminate_common import EliminateCommon
 from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.passes.rules.fold_batchnorm import FoldBatchNorm
@@ -36,6 +37,7 @@ from quanta.passes.rules.fold_reshape_dims import FoldReshapeDims
 from quanta.passes.rules.fold_static_dims import FoldStaticDims
 from quanta.passes.rules.fold_zero_product import FoldZeroProduct
 from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation, FuseFloatActivation
+from quanta.passes.rules.hoist_loop_invariants import HoistLoopInvariants
 from quanta.passes.rules.inline_if import InlineIf
 from quanta.passes.rules.propagate_views import PropagateViews
 from quanta.passes.rules.qat_exports import QatExports
@@ -106,6 +108,12 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         EliminateCommon(),
         EliminateDead(),
     ]
+
+
+#: a blocked (NCHW16c) region below this many multiply-adds stays NCHW: streaming audio
+#: models' convolutions on planes of 33-65 pixels (GTCRN: 5-50 k each) gain less from
+#: blocking than the reorder steps around them cost
+SMALL_BLOCKED_REGION_MACS = 1 << 18
 
 
 def optimize_float(
@@ -186,14 +194,20 @@ def optimize_float(
         FoldPad(),  # a "same" padding Pad (now right before its Conv) into the Conv's pads
         FoldBatchNorm(),
         FoldConvAffine(),  # a constant per-channel Mul / Add after a float Conv: into its weights
+        ConvTransposeUnitStrides(),  # a stride-1 ConvTranspose: the Conv it is (native Conv paths)
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps
         FuseFloatGate(),  # SiLU / hardswish / HardSigmoid after a float Conv: applied per finished block
         HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps
+        # duplicates merged: a Keras LayerNorm computes x - mean twice, which hides it from FuseLayerNorm
+        EliminateCommon(),
         FuseLSTMGates(),  # an exported LSTM cell's ten elementwise nodes: one quanta::LSTMGates
         FuseLayerNormPass(),  # a written-out LayerNorm / RMS norm: one quanta::LayerNormDiv / RMSNormDiv
         FuseGeluPass(opset),  # a GELU written out (erf: five ops, tanh: eight): one Gelu / MlasGeluTanh
         CanonicalizeEinsum(),  # a two-operand Einsum: the MatMul it computes (native float GEMM)
-        BlockedFloatLayout(enabled=blocked_layout),  # chains of float convolutions exchange NCHW16c tensors
+        CollapseViews(),  # views of views, unit-axis Transposes, Concat / Split of one: fewer steps
+        BlockedFloatLayout(
+            enabled=blocked_layout, min_region_macs=SMALL_BLOCKED_REGION_MACS
+        ),  # chains of float convolutions exchange NCHW16c tensors
         EliminateDead(),
     ]
 
@@ -241,6 +255,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         FoldConstants(evaluator),
         InlineIf(),  # an If on a condition folded to a constant: its branch's nodes
         FoldConstants(evaluator),
+        HoistLoopInvariants(),  # constant loop variables a body passes through: its constants
         RemoveNoops(),
         QatExports(),  # one-element Q/DQ scales; ConvBn QAT's per-channel Div/Add -> BN
         FoldBatchNorm(),
@@ -264,6 +279,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         # an attention score's scale, mask Add, Softmax and QuantizeLinear -> one node
         FuseSoftmaxQuantPass(opset),
         ChannelsLast(),  # convolutions exchange NHWC; transposes only at region edges
+        CollapseViews(),  # views of views, unit-axis Transposes, Concat / Split of one: fewer steps
         EliminateDead(),
         CarryRequantization(),  # the requantization multipliers, once, on the nodes
     ]
@@ -282,8 +298,12 @@ def simplify_control_flow(*, evaluator: Evaluator | None = None) -> list[Pass]:
         FoldConstants(evaluator),
         InlineIf(),
         FoldConstants(evaluator),
+        # constant loop variables a body passes through: constants of the body (Paddle's
+        # weights), so its Transposes of them fold and its GEMMs pack them once
+        HoistLoopInvariants(),
         RemoveNoops(),
         FuseLayerNormPass(),
+        CollapseViews(),  # a Loop body's steps run once per iteration: fewer of them
         EliminateDead(),
     ]
 

@@ -135,16 +135,23 @@ def test_quantize_command_user_errors(tmp_path, capsys):
     assert "refusing to overwrite the input model" in capsys.readouterr().err
 
 
-def test_inspect_lowered_prints_graph_and_fusion_coverage(qdq_path, capsys):
+def test_inspect_lowered_prints_graph_and_fusion_coverage(qdq_path, tmp_path, capsys):
     assert main(["inspect", "--lowered", str(qdq_path)]) == 0
     out = capsys.readouterr().out
-    assert "= com.microsoft::QLinearConv(%xq_nhwc, %xs, %xz, %wq, %ws, " in out
-    assert "channels_last=1" in out
+    # one convolution alone is no channels-last region: it runs NCHW, no Transposes
+    assert "= QLinearConv(%xq, %xs, %xz, %wq, %ws, " in out
     assert (
         "fusion coverage: 1 of 1 compute nodes run as integer kernels; 100.0 % of 8,505 multiply-accumulates"
         in out
     )
-    assert "channels-last: 1 operators exchange NHWC tensors; 2 Transposes at the regions' edges" in out
+    assert "channels-last:" not in out
+    chained = tmp_path / "chained.onnx"
+    onnx.save(models.qdq_conv(chained=True), chained)
+    assert main(["inspect", "--lowered", str(chained)]) == 0
+    out = capsys.readouterr().out
+    assert "= com.microsoft::QLinearConv(%xq_nhwc, %xs, %xz, %wq, %ws, " in out
+    assert "channels_last=1" in out
+    assert "channels-last: 2 operators exchange NHWC tensors; 2 Transposes at the regions' edges" in out
 
 
 def test_inspect_why_not_and_dump_after(tmp_path, capsys):

@@ -38,8 +38,10 @@ def float_cnn(opset: int = 17, seed: int = 0) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def qdq_conv(opset: int = 21) -> onnx.ModelProto:
-    """x -Q(u8, 0.02, 131)- DQ -> Conv(w: DQ(i8 per-channel)) -> Q(u8, 0.07, 119) -> DQ."""
+def qdq_conv(opset: int = 21, *, chained: bool = False) -> onnx.ModelProto:
+    """x -Q(u8, 0.02, 131)- DQ -> Conv(w: DQ(i8 per-channel)) -> Q(u8, 0.07, 119) -> DQ;
+    ``chained``: then a second Conv (1x1, 7 -> 7) -> Q(u8, 0.05, 124) -> DQ (a channels-last
+    region of two convolutions; one alone stays NCHW)."""
     rng = np.random.default_rng(1)
     wq = rng.integers(-127, 128, (7, 3, 3, 3)).astype(np.int8)
     ws = np.array([0.011, 0.007, 0.013, 0.005, 0.009, 0.012, 0.004], np.float32)
@@ -49,7 +51,7 @@ def qdq_conv(opset: int = 21) -> onnx.ModelProto:
         helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wf"], name="dq_w", axis=0),
         helper.make_node("Conv", ["xf", "wf"], ["c"], name="conv", pads=[1, 1, 1, 1]),
         helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["cq"], name="q_c"),
-        helper.make_node("DequantizeLinear", ["cq", "ys", "yz"], ["y"], name="dq_c"),
+        helper.make_node("DequantizeLinear", ["cq", "ys", "yz"], ["c1" if chained else "y"], name="dq_c"),
     ]
     inits = [
         _init("xs", np.float32(0.02)),
@@ -60,6 +62,18 @@ def qdq_conv(opset: int = 21) -> onnx.ModelProto:
         _init("ys", np.float32(0.07)),
         _init("yz", np.uint8(119)),
     ]
+    if chained:
+        nodes += [
+            helper.make_node("DequantizeLinear", ["w2q", "ws", "wz"], ["w2f"], name="dq_w2", axis=0),
+            helper.make_node("Conv", ["c1", "w2f"], ["c2"], name="conv2"),
+            helper.make_node("QuantizeLinear", ["c2", "y2s", "y2z"], ["c2q"], name="q_c2"),
+            helper.make_node("DequantizeLinear", ["c2q", "y2s", "y2z"], ["y"], name="dq_c2"),
+        ]
+        inits += [
+            _init("w2q", rng.integers(-127, 128, (7, 7, 1, 1)).astype(np.int8)),
+            _init("y2s", np.float32(0.05)),
+            _init("y2z", np.uint8(124)),
+        ]
     g = helper.make_graph(
         nodes,
         "qdq_conv",

@@ -204,7 +204,7 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
 
     passes = lower_qdq(opset=21)
     names = [p.name for p in passes]
-    assert names[-10:] == [
+    assert names[-11:] == [
         "lower_qdq_to_qlinear",
         "quantize_pad",
         "fuse_gelu",
@@ -213,6 +213,7 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
         "fuse_accumulator_to_quant",
         "fuse_softmax_quant",
         "channels_last",
+        "collapse_views",
         "eliminate_dead",
         "carry_requantization",
     ]

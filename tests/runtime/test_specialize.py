@@ -763,3 +763,134 @@ def test_expand_specialized_is_the_generic_kernel(threads: int) -> None:
     wide = rng.normal(0, 1, (2, 3, 5, 14)).astype(np.float32)
     strided = {"k": wide[..., ::2], "bias": bias}
     np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_qlinear_concat_specialized_with_constant_parameters_is_the_twin(threads: int) -> None:
+    """GTCRN's int8 caches: QLinearConcat of inputs at the output's scale (copied) and at
+    other scales and zero points (requantized by table), uint8, axis 1, odd sizes; the
+    specialized call and the generic one on a strided input give the twin's bytes."""
+    u8 = TensorProto.UINT8
+    names = ("a", "b", "c")
+    chans = (7, 2, 5)
+    params = [(0.05, 128), (0.031, 3), (0.17, 250)]
+    inits = [_const("sy", np.float32(0.05)), _const("zy", np.uint8(128))]
+    ins = ["sy", "zy"]
+    for n, (s, z) in zip(names, params, strict=True):
+        inits += [_const(f"s_{n}", np.float32(s)), _const(f"z_{n}", np.uint8(z))]
+        ins += [n, f"s_{n}", f"z_{n}"]
+    g = helper.make_graph(
+        [helper.make_node("QLinearConcat", ins, ["y"], name="cat", domain="com.microsoft", axis=1)],
+        "qcat",
+        [helper.make_tensor_value_info(n, u8, [3, c, 17]) for n, c in zip(names, chans, strict=True)],
+        [helper.make_tensor_value_info("y", u8, None)],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    p = helper.make_model(g, opset_imports=opsets).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(p, opts)
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(13)
+    for _ in range(3):
+        feeds = {
+            n: rng.integers(0, 256, (3, c, 17), dtype=np.uint8) for n, c in zip(names, chans, strict=True)
+        }
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    assert _specialized_names(sess) == {"cat"}
+    strided = {
+        n: rng.integers(0, 256, (3, c, 34), dtype=np.uint8)[:, :, ::2]
+        for n, c in zip(names, chans, strict=True)
+    }
+    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
+
+
+@pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu"])
+@pytest.mark.parametrize("zero_point", [True, False])
+def test_table_activations_specialized_with_constant_parameters_are_the_twin(
+    op: str, zero_point: bool
+) -> None:
+    """DTLN's int8 LSTM gates: QLinearSigmoid on a few hundred codes (and LeakyRelu, the
+    other table activation), int8, with and without an input zero point; specialized,
+    and generic on a strided input, the twin's bytes."""
+    i8 = TensorProto.INT8
+    inits = [_const("sx", np.float32(0.043)), _const("sy", np.float32(1 / 255)), _const("zy", np.int8(-128))]
+    ins = ["x", "sx", "zx" if zero_point else "", "sy", "zy"]
+    if zero_point:
+        inits.append(_const("zx", np.int8(-9)))
+    attrs = {"alpha": 0.07} if op == "QLinearLeakyRelu" else {}
+    g = helper.make_graph(
+        [helper.make_node(op, ins, ["y"], name="gate", domain="com.microsoft", **attrs)],
+        "lut",
+        [helper.make_tensor_value_info("x", i8, [3, 7, 17])],
+        [helper.make_tensor_value_info("y", i8, None)],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    p = helper.make_model(g, opset_imports=opsets).SerializeToString()
+    sess = quanta.InferenceSession(p)
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(17)
+    for _ in range(3):
+        feeds = {"x": rng.integers(-128, 128, (3, 7, 17), dtype=np.int8)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    assert _specialized_names(sess) == {"gate"}
+    strided = {"x": rng.integers(-128, 128, (3, 7, 34), dtype=np.int8)[:, :, ::2]}
+    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis", "x_type", "t_type"),
+    [
+        ((3, 7, 17), None, np.uint8, np.uint8),  # one table
+        ((3, 7, 17), 1, np.int8, np.int8),  # a table per channel
+        ((1, 1, 257), 2, np.int8, np.int8),  # DTLN's gains: a table per element of the last axis
+        ((3, 7, 17), -1, np.uint8, np.int8),  # the last axis, negative; x and table of other storage
+        ((3, 7, 17), None, np.int8, np.uint8),
+    ],
+)
+def test_qlinear_lookup_specialized_is_the_twin(shape, axis, x_type, t_type) -> None:
+    """quanta QLinearLookup with its constant table: specialized (the last axis by one
+    gather from the flat table), and generic on a strided input, the twin's bytes."""
+    rng = np.random.default_rng(len(shape) + (axis or 0))
+    channels = shape[axis] if axis is not None else None
+    table = rng.integers(0, 256, (256,) if axis is None else (channels, 256)).astype(np.uint8).view(t_type)
+    xt = helper.np_dtype_to_tensor_dtype(np.dtype(x_type))
+    tt = helper.np_dtype_to_tensor_dtype(np.dtype(t_type))
+    inits = [
+        _const("sx", np.float32(0.02)),
+        _const("zx", np.array(3, x_type)),
+        _const("sy", np.float32(0.05)),
+        _const("zy", np.array(-5 if t_type == np.int8 else 5).astype(t_type)),
+        _const("t", table),
+    ]
+    attrs = {} if axis is None else {"axis": axis}
+    g = helper.make_graph(
+        [
+            helper.make_node(
+                "QLinearLookup",
+                ["x", "sx", "zx", "sy", "zy", "t"],
+                ["y"],
+                name="lut",
+                domain="quanta",
+                **attrs,
+            )
+        ],
+        "lut",
+        [helper.make_tensor_value_info("x", xt, list(shape))],
+        [helper.make_tensor_value_info("y", tt, None)],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("quanta", 1)]
+    p = helper.make_model(g, opset_imports=opsets).SerializeToString()
+    sess = quanta.InferenceSession(p)
+    ref = quanta.InferenceSession(p, backend="reference")
+    info = np.iinfo(x_type)
+    for _ in range(3):
+        feeds = {"x": rng.integers(info.min, info.max + 1, shape).astype(x_type)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    assert _specialized_names(sess) == {"lut"}
+    wide = rng.integers(info.min, info.max + 1, (*shape[:-1], 2 * shape[-1])).astype(x_type)
+    strided = {"x": wide[..., ::2]}
+    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])

@@ -303,8 +303,8 @@ def test_kernel_names_say_which_path_runs():
             (1, 8, 6, 6),
             (8, 1, 3, 3),
             {"group": 8},
-            "native:qconv_dwc",
-        ),  # channels-last depthwise (flat rows or 64c)
+            "native:qconv_dw_",
+        ),  # a lone depthwise convolution stays NCHW (ChannelsLast builds no region of one)
         # C = 3: the direct small-channel kernel (AVX-512 VNNI, channels-last), else im2col
         (
             (1, 3, 6, 6),

@@ -170,6 +170,105 @@ def test_scatter_nd_matches_twin_every_reduction(dtype, reduction, data_shape, i
     run_both("ScatterND", [data, indices, updates], {"reduction": reduction})
 
 
+def _box_indices(data_shape: tuple, box: list[tuple[int, int]], negative: bool = False) -> np.ndarray:
+    """Every position of ``box`` ([start, stop) per leading axis) in row-major order, as
+    exported for ``cache[..., a:b] = x``; ``negative``: counted from the end."""
+    idx = np.indices(tuple(b - a for a, b in box)).reshape(len(box), -1).T + np.array([a for a, _ in box])
+    if negative:
+        idx = idx - np.array(data_shape[: len(box)])
+    return idx.reshape(*(b - a for a, b in box), len(box)).astype(np.int64)
+
+
+def _bind_const_indices(data: np.ndarray, indices: np.ndarray, updates: np.ndarray):
+    """The ScatterND binder with the indices a constant and data's shape known, as a
+    compiled graph hands them."""
+    from quanta.ir.graph import Node, Value
+    from quanta.ir.types import TensorType, elem_from_numpy
+    from quanta.targets.native import BINDERS
+
+    values = [
+        Value("data", TensorType(elem_from_numpy(data.dtype), data.shape)),
+        Value("indices", TensorType(elem_from_numpy(indices.dtype), indices.shape), const=indices),
+        Value("updates", TensorType(elem_from_numpy(updates.dtype), updates.shape)),
+    ]
+    return BINDERS[("", "ScatterND")](None, Node("ScatterND", values, [Value("y")], {}))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "data_shape,box,negative",
+    [
+        ((1, 17, 16, 33), [(0, 1), (0, 17), (3, 13), (0, 33)], False),  # GTCRN's cache window
+        ((2, 1, 7, 3), [(1, 2)], False),  # one slot of a stacked state, slices of 7 x 3
+        ((3, 7, 17), [(1, 3), (2, 7)], True),  # counted from the end
+        ((7, 3), [(6, 7), (0, 3)], False),  # the last row, element by element
+    ],
+)
+def test_scatter_nd_of_a_constant_box_is_a_slice_assignment_bit_for_bit(dtype, data_shape, box, negative):
+    rng = np.random.default_rng(len(data_shape) + len(box))
+    data = values(rng, data_shape, dtype)
+    indices = _box_indices(data_shape, box, negative)
+    updates = values(rng, indices.shape[:-1] + data_shape[len(box) :], dtype)
+    kernel, reason = _bind_const_indices(data, indices, updates)
+    assert kernel is not None and kernel.name == "native:scatter_nd_box", reason
+    expected = get_op("ScatterND")(KernelContext(opset=18), data, indices, updates)
+    before = RUNTIME_FALLBACKS["ScatterND"]
+    for out in (None, np.empty(data_shape, dtype)):
+        got = kernel.fn(KernelContext(opset=18), data, indices, updates, out=out, **kernel.params)
+        assert_bit_exact(expected, got, f"box {box} out={out is not None}")
+    assert RUNTIME_FALLBACKS["ScatterND"] == before
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["permuted", "gap", "duplicate", "out_of_range", "reduction"],
+)
+def test_scatter_nd_of_indices_that_are_not_one_box_stays_general(case):
+    rng = np.random.default_rng(3)
+    data = values(rng, (3, 7, 5), np.float32)
+    indices = _box_indices(data.shape, [(0, 3), (2, 5)]).reshape(-1, 2)
+    attrs: dict = {}
+    if case == "permuted":  # the same positions in another order
+        indices = indices[::-1].copy()
+    elif case == "gap":  # (2, 4) missing: the rows are no box
+        indices = indices[:-1]
+    elif case == "duplicate":  # 9 rows over 8 positions: rows count != box size
+        indices = np.concatenate([indices[:-1], indices[:1]])
+    elif case == "out_of_range":
+        indices = indices.copy()
+        indices[0, 1] = 7
+    else:
+        attrs = {"reduction": "add"}
+    updates = values(rng, (indices.shape[0], 5), np.float32)
+    from quanta.ir.graph import Node, Value
+    from quanta.ir.types import TensorType, elem_from_numpy
+    from quanta.targets.native import BINDERS
+
+    vals = [
+        Value("data", TensorType(elem_from_numpy(data.dtype), data.shape)),
+        Value("indices", TensorType(elem_from_numpy(indices.dtype), indices.shape), const=indices),
+        Value("updates", TensorType(elem_from_numpy(updates.dtype), updates.shape)),
+    ]
+    kernel, _ = BINDERS[("", "ScatterND")](None, Node("ScatterND", vals, [Value("y")], attrs))
+    assert kernel.name == "native:scatter_nd"
+    if case not in ("out_of_range", "duplicate"):
+        run_both("ScatterND", [data, indices, updates], attrs)
+
+
+def test_scatter_nd_box_with_another_data_shape_at_run_time_takes_the_general_path():
+    # the box was found for data [3, 7, 5]; a feed of [4, 7, 5] still scatters correctly
+    rng = np.random.default_rng(4)
+    data = values(rng, (3, 7, 5), np.float32)
+    indices = _box_indices(data.shape, [(1, 3)])
+    updates = values(rng, (2, 7, 5), np.float32)
+    kernel, _ = _bind_const_indices(data, indices, updates)
+    assert kernel.name == "native:scatter_nd_box"
+    other = values(rng, (4, 7, 5), np.float32)
+    expected = get_op("ScatterND")(KernelContext(opset=18), other, indices, updates)
+    got = kernel.fn(KernelContext(opset=18), other, indices, updates, out=None, **kernel.params)
+    assert_bit_exact(expected, got)
+
+
 def test_scatter_nd_float_sums_combine_in_index_order():
     # 1e8 + 1 + (-1e8) in float32 is 0 in this order; np.add.at would be free to give 1
     data = np.zeros(2, np.float32)

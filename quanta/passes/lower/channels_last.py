@@ -34,8 +34,10 @@ element from the same input elements with the same arithmetic (the reference twi
 the channel axis and call the NCHW implementation), so the graph's outputs are
 bit-identical before and after the pass.
 
-Refusals (the node stays NCHW, recorded in :attr:`ChannelsLast.refused`): a rank other
-than 3 or 4 or unknown; a per-axis quantized layout value (its axis would move); an
+Refusals (the node stays NCHW, recorded in :attr:`ChannelsLast.refused`): a
+QLinearConv that would be a region alone (no region value in or out: its kernel moves
+the channels-first input to NHWC and back itself, the same copies as the two Transposes
+without their two steps); a rank other than 3 or 4 or unknown; a per-axis quantized layout value (its axis would move); an
 agnostic operator whose other layout input is neither a region value nor a constant.
 """
 
@@ -114,7 +116,7 @@ class ChannelsLast(Pass):
 
     def call(self, graph: Graph) -> PassResult:
         self.refused = []
-        region = self._select(graph)
+        region = self._without_lone_convolutions(self._select(graph))
         if not region:
             return PassResult(graph, False, {})
         self._rewrite(graph, region)
@@ -182,6 +184,27 @@ class ChannelsLast(Pass):
             region[id(node)] = (node, rank)
             produced[id(node.outputs[0])] = rank
         return region
+
+    def _without_lone_convolutions(self, region: dict[int, tuple[Node, int]]) -> dict[int, tuple[Node, int]]:
+        """``region`` less the QLinearConvs that would be a region alone (no region
+        value in, none out): the kernel moves a channels-first input to NHWC and back
+        itself, the same copies as the two Transposes, without their two steps (a
+        streaming model's 1x1 convolutions on 33 pixels)."""
+        linked: set[int] = set()
+        for k, (node, _) in region.items():
+            for v in node.inputs:
+                if v is not None and v.producer is not None and id(v.producer) in region:
+                    linked.update((k, id(v.producer)))
+        lone = {
+            k
+            for k, (node, _) in region.items()
+            if k not in linked and (node.domain, node.op_type) == ("", "QLinearConv")
+        }
+        for k in lone:
+            self.refused.append(
+                (region[k][0].label, "a lone convolution: its kernel transposes, no Transpose steps")
+            )
+        return {k: v for k, v in region.items() if k not in lone}
 
     # -- the rewrite --------------------------------------------------------------
     def _rewrite(self, graph: Graph, region: dict[int, tuple[Node, int]]) -> None:

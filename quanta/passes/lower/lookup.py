@@ -342,6 +342,11 @@ class LowerLookup(Rule):
             codes = np.ascontiguousarray(
                 np.broadcast_to(codes.reshape([256 if i == other else 1 for i in range(len(shape))]), shape)
             )
+        elif dq.inputs[0].type is not None and dq.inputs[0].type.shape is not None:
+            # the codes along the last axis of a [1, .., 1, 256] tensor of x's rank: a
+            # one-element constant of x's rank broadcasts onto it as onto x (PRelu takes
+            # no slope of a higher rank than x: GTCRN's slopes are [1, 1, 1])
+            codes = codes.reshape([1] * (len(dq.inputs[0].type.shape) - 1) + [codes.size])
         values[id(dq.inputs[0])] = codes
         for node in [dq, *m.data["nodes"], m.root]:
             outs = self.evaluator(node, [arg(v) for v in node.inputs])

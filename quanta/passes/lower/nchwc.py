@@ -108,6 +108,14 @@ _BINARY = frozenset({"Add", "Sub", "Mul", "Max", "Min", "PRelu"})
 _DOMAIN_UNARY = frozenset({("com.microsoft", "Gelu"), (QUANTA, "MlasGeluTanh")})
 
 
+def _conv_macs(node: Node) -> int | None:
+    """Multiply-adds of a Conv whose output shape is static, else None."""
+    y, w = node.outputs[0], node.input(1)
+    if y.shape is None or not all(isinstance(d, int) for d in y.shape):
+        return None
+    return math.prod(int(d) for d in y.shape) * math.prod(int(d) for d in w.const.shape[1:])
+
+
 def _f32(v: Value | None) -> bool:
     return v is not None and v.elem == F32
 
@@ -191,9 +199,13 @@ class BlockedFloatLayout(Pass):
 
     name = "nchwc"
 
-    def __init__(self, *, enabled: bool = False) -> None:
+    def __init__(self, *, enabled: bool = False, min_region_macs: int = 0) -> None:
         #: off: the graph stays NCHW (module docstring)
         self.enabled = enabled
+        #: a region whose convolutions multiply fewer times than this (all output shapes
+        #: static) stays NCHW: its reorders are steps of their own, and on planes of a
+        #: few dozen pixels the executor's cost per step outweighs what blocking saves
+        self.min_region_macs = min_region_macs
         #: (node label, reason) for every candidate that stayed NCHW
         self.refused: list[tuple[str, str]] = []
 
@@ -203,6 +215,7 @@ class BlockedFloatLayout(Pass):
             return PassResult(graph, False, {})
         with graph.naming():
             region = self._select(graph)
+            region = self._without_small_regions(region)
             if not any(n.op_type in ("Conv",) for n, _ in region.values()):
                 return PassResult(graph, False, {})
             self._rewrite(graph, region)
@@ -248,6 +261,39 @@ class BlockedFloatLayout(Pass):
             else:
                 blocked[id(node.outputs[0])] = c
         return region
+
+    def _without_small_regions(self, region: dict[int, tuple[Node, str]]) -> dict[int, tuple[Node, str]]:
+        """``region`` less its connected parts (nodes joined by the values they exchange)
+        whose convolutions' multiply-adds, all known, total under ``min_region_macs``."""
+        if self.min_region_macs <= 0 or not region:
+            return region
+        parent = {k: k for k in region}
+
+        def find(k: int) -> int:
+            while parent[k] != k:
+                parent[k] = parent[parent[k]]
+                k = parent[k]
+            return k
+
+        for k, (node, _) in region.items():
+            for v in node.inputs:
+                if v is not None and v.producer is not None and id(v.producer) in region:
+                    parent[find(k)] = find(id(v.producer))
+        macs: dict[int, int | None] = {}
+        for k, (node, kind) in region.items():
+            root = find(k)
+            total = macs.setdefault(root, 0)
+            if kind != "conv" or total is None:
+                continue
+            n = _conv_macs(node)
+            macs[root] = None if n is None else total + n
+        small = {root for root, n in macs.items() if n is not None and n < self.min_region_macs}
+        for k, (node, kind) in region.items():
+            if kind == "conv" and find(k) in small:
+                self.refused.append(
+                    (node.label, f"a region of fewer than {self.min_region_macs} multiply-adds: NCHW")
+                )
+        return {k: nk for k, nk in region.items() if find(k) not in small}
 
     @staticmethod
     def _conv_refusal(node: Node, blocked: dict[int, int]) -> str:

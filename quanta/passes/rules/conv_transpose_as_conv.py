@@ -58,7 +58,12 @@ import numpy as np
 from quanta.ir.graph import Value, result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
-__all__ = ["ConvTransposeAsConv", "ConvTransposeAsConvs", "ConvTransposeUnitStride"]
+__all__ = [
+    "ConvTransposeAsConv",
+    "ConvTransposeAsConvs",
+    "ConvTransposeUnitStride",
+    "ConvTransposeUnitStrides",
+]
 
 
 def _ints(v, n: int, default: int) -> list[int]:
@@ -248,3 +253,16 @@ class ConvTransposeAsConvs(RewritePass):
 
     def __init__(self) -> None:
         super().__init__([ConvTransposeAsConv(), ConvTransposeUnitStride()])
+
+
+class ConvTransposeUnitStrides(RewritePass):
+    """The stride-1 rule alone, for float graphs (``optimize_float``): a stride-1
+    ConvTranspose then runs on the native Conv paths (pointwise, depthwise, NCHW16c)
+    instead of a GEMM followed by col2im over the whole canvas, the same products within
+    the float GEMM family's bound (docs/float-ops.md (FG1)). The strided rule stays out:
+    its Conv over the output phases multiplies zero taps in float."""
+
+    name = "conv_transpose_unit_stride"
+
+    def __init__(self) -> None:
+        super().__init__([ConvTransposeUnitStride()])

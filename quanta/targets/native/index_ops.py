@@ -126,24 +126,80 @@ def bind_one_hot(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 @_with_fallback("ScatterND")
 def _scatter_nd_native(
-    ctx: Any, data: Any, indices: Any, updates: Any, *, out: Any, reduction: str = "none"
+    ctx: Any,
+    data: Any,
+    indices: Any,
+    updates: Any,
+    *,
+    out: Any,
+    reduction: str = "none",
+    box: tuple[slice, ...] | None = None,
+    box_dims: tuple[int, ...] = (),
 ) -> np.ndarray:
-    """ScatterND: data copied, then each update row applied in index order (SC2)."""
+    """ScatterND: data copied, then each update row applied in index order (SC2). With
+    ``box`` (constant indices that list a box of data's leading axes in row-major order,
+    each position once: ``scatter_box``), the updates are one slice assignment."""
     del ctx  # one thread: rows of one position combine in order
     data = _array(data, _SUMMABLE)
+    if box is not None and data.shape[: len(box_dims)] == box_dims:
+        if not isinstance(updates, np.ndarray) or updates.dtype != data.dtype:
+            raise _Unsupported
+        y = np.empty_like(data) if out is None else out
+        np.copyto(y, data)
+        # updates [rows..., slice...] in the box's row-major order
+        lengths = tuple(b.stop - b.start for b in box)
+        y[box] = np.reshape(updates, lengths + data.shape[len(box) :])
+        return y
     if not isinstance(indices, np.ndarray) or indices.dtype != _INT64:
         raise _Unsupported
     upd = _array(updates, frozenset({data.dtype}))
     return _native().scatter_nd(data, np.asarray(indices, order="C"), upd, reduction, out)
 
 
+def scatter_box(indices: np.ndarray, dims: tuple[int, ...]) -> tuple[slice, ...] | None:
+    """The box's slice of each indexed axis when the rows of ``indices`` ([..., m],
+    into leading axes of sizes ``dims``) are every position of one box, each once, in
+    row-major order (what ``cache[:, :, a:b] = x`` exports as): then ScatterND writes the
+    updates, reshaped to the box, into it. None otherwise (out of range, duplicates, gaps,
+    another order, a box that wraps)."""
+    m = indices.shape[-1] if indices.ndim else 0
+    if m < 1 or m != len(dims) or indices.size == 0:
+        return None
+    rows = indices.reshape(-1, m).astype(np.int64)
+    d = np.asarray(dims, np.int64)
+    if ((rows < -d) | (rows >= d)).any():
+        return None
+    rows = np.where(rows < 0, rows + d, rows)
+    lo, hi = rows.min(axis=0), rows.max(axis=0)
+    lengths = hi - lo + 1
+    if int(np.prod(lengths)) != rows.shape[0]:
+        return None
+    grid = np.indices(tuple(int(n) for n in lengths)).reshape(m, -1).T + lo
+    if not np.array_equal(grid, rows):
+        return None
+    return tuple(slice(int(a), int(a) + int(n)) for a, n in zip(lo, lengths, strict=True))
+
+
 @register_binder("ScatterND")
 def bind_scatter_nd(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """ScatterND of float32/64 or int32/64 data, any reduction."""
+    """ScatterND of float32/64 or int32/64 data, any reduction; constant indices that
+    write one box (scatter_box) with reduction none: a slice assignment."""
     del model  # unused
     reason = _reason("ScatterND", node, 0, _SUMMABLE, "float32/64 or int32/64 data")
     if reason:
         return None, reason
+    idx, data = node.input(1), node.input(0)
+    if node.attrs.get("reduction", "none") == "none" and idx is not None and idx.is_const:
+        a = np.asarray(idx.const)
+        m = a.shape[-1] if a.ndim else 0
+        shape = data.shape if data is not None else None
+        if shape is not None and 0 < m <= len(shape) and all(isinstance(k, int) for k in shape[:m]):
+            box = scatter_box(a, tuple(int(k) for k in shape[:m]))
+            if box is not None:
+                params = {"box": box, "box_dims": tuple(int(k) for k in shape[:m])}
+                return Kernel(
+                    _scatter_nd_native, "native", "native:scatter_nd_box", out=True, params=params
+                ), ""
     return Kernel(_scatter_nd_native, "native", "native:scatter_nd", out=True), ""
 
 

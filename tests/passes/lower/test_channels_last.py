@@ -233,13 +233,16 @@ def test_quantized_maxpool_between_convs_joins_the_region() -> None:
 
 
 def test_float_maxpool_splits_the_region() -> None:
-    """A MaxPool on float data has no NhwcMaxPool form: the region ends before it (its
-    DequantizeLinear reads NCHW) and a new one starts after the QuantizeLinear."""
+    """A MaxPool on float data has no NhwcMaxPool form: the region would end before it
+    (its DequantizeLinear reads NCHW) and a new one start after the QuantizeLinear, each
+    a lone convolution, so neither is built: the kernels transpose themselves, and the
+    graph has no Transpose steps."""
     proto = maxpool_cnn(pool_input_float=True)
     model = load(proto)
     p = ChannelsLast()
     run_passes(model, [p], stage=Stage.LOWERED)
-    assert len(transposes(model)) == 4  # x in, c1 out, the re-quantized pool output in, c2 out
+    assert len(transposes(model)) == 0
+    assert [r for _, r in p.refused] == ["a lone convolution: its kernel transposes, no Transpose steps"] * 2
     assert any(n.op_type == "MaxPool" and not n.domain for n in model.graph.nodes)
     feeds = feeds_for(proto)
     assert np.array_equal(run_ref(proto, feeds)[0], run_ref(model, feeds)[0])
@@ -279,11 +282,20 @@ def test_conv1d_rank3() -> None:
         numpy_helper.from_array(np.float32(0.004), "ws"),
         numpy_helper.from_array(np.int8(0), "wz"),
     ]
+    b.inits += [
+        numpy_helper.from_array(RNG.integers(-90, 90, (5, 3, 3)).astype(np.int8), "w2"),
+        numpy_helper.from_array(np.float32(0.006), "ws2"),
+        numpy_helper.from_array(np.int8(0), "wz2"),
+    ]
     sy, zy = b.qparams("y")
+    sz, zz = b.qparams("z")
     b.nodes.append(
         helper.make_node("QLinearConv", ["x", "x_scale", "x_zp", "w", "ws", "wz", sy, zy], ["y"], pads=[2, 2])
     )
-    proto = b.model([x], ["y"], rank=3)
+    b.nodes.append(  # a second one: a lone convolution would not be a region
+        helper.make_node("QLinearConv", ["y", sy, zy, "w2", "ws2", "wz2", sz, zz], ["z"], pads=[1, 1])
+    )
+    proto = b.model([x], ["z"], rank=3)
     model = load(proto)
     run_passes(model, [ChannelsLast()], stage=Stage.LOWERED)
     assert sorted(tuple(n.attrs["perm"]) for n in transposes(model)) == [(0, 2, 1), (0, 2, 1)]
@@ -304,9 +316,12 @@ def test_refuses_an_add_with_a_channels_first_runtime_operand() -> None:
     model = load(proto)
     p = ChannelsLast()
     run_passes(model, [p], stage=Stage.LOWERED)
-    assert p.refused == [("'s' (QLinearAdd)", "input 3 'y' is computed channels-first and is not a constant")]
+    assert p.refused == [
+        ("'s' (QLinearAdd)", "input 3 'y' is computed channels-first and is not a constant"),
+        ("'c' (QLinearConv)", "a lone convolution: its kernel transposes, no Transpose steps"),
+    ]
     add = next(n for n in model.graph.nodes if n.op_type == "QLinearAdd")
-    assert add.inputs[0].producer.op_type == "Transpose"  # the conv's output went back to NCHW
+    assert add.inputs[0].producer.op_type == "QLinearConv"  # the conv stayed NCHW
     feeds = feeds_for(proto)
     assert np.array_equal(run_ref(proto, feeds)[0], run_ref(model, feeds)[0])
 

@@ -199,8 +199,11 @@ def test_blocked_convolutions_take_direct_calls_with_the_generic_bytes(monkeypat
     sum operand and a clamp; the reorders in and out, MaxPool, GlobalAveragePool) is
     specialized to a direct call, and gives the generic wrappers' bytes."""
     import quanta
+    from quanta.passes import pipelines
     from quanta.targets.native import nchwc as native_nchwc
 
+    # a 13 x 10 image: every region is small enough to stay NCHW by default
+    monkeypatch.setattr(pipelines, "SMALL_BLOCKED_REGION_MACS", 0)
     b = Builder()
     x = b.conv("x", 3, 32, (3, 3), "stem", pads=[1, 1, 1, 1], strides=[2, 2])
     d = b.node("HardSwish", [b.conv(x, 32, 32, (3, 3), "dw", group=32, pads=[1, 1, 1, 1])], "dw_act")
@@ -453,3 +456,32 @@ def test_a_written_out_gelu_between_convolutions_fuses_and_stays_blocked(opset: 
         None, {"x": x}
     )[0]
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_regions_below_min_region_macs_stay_nchw_and_larger_ones_are_blocked():
+    """GTCRN's decoder block on a 3 x 33 plane (a 1x1 and a depthwise 3x3: ~43 k
+    multiply-adds) stays NCHW under min_region_macs; a separate region of the same
+    graph above it is blocked. The refusal names the reason; the graph computes the same."""
+    b = Builder()
+    y = b.conv("x", 24, 16, (1, 1), "pw1")
+    y = b.node("PRelu", [y, b.const("slope", np.array([[[0.25]]], np.float32))], "act")
+    y = b.conv(y, 16, 16, (3, 3), "dw", group=16, pads=[0, 1, 0, 1], dilations=[1, 1])
+    small = b.conv(y, 16, 17, (1, 1), "pw2")
+    big = b.conv("z", 32, 32, (3, 3), "big", pads=[1, 1, 1, 1])  # 32·32·9·17·19 ≈ 3.0 M
+    proto = b.model({"x": [1, 24, 3, 33], "z": [1, 32, 17, 19]}, [small, big])
+    model = load(proto)
+    macs = 16 * 24 * 99 + 16 * 9 * 33  # pw2's 17 channels keep it out of any region
+    layout = BlockedFloatLayout(enabled=True, min_region_macs=macs + 1)
+    run_passes(model, [layout])
+    counts = collections.Counter(n.op_type for n in model.graph.nodes)
+    assert counts["ConvNchwc"] == 1 and counts["Conv"] == 3, counts
+    reasons = {label: r for label, r in layout.refused}
+    assert "multiply-adds" in reasons["'pw1' (Conv)"] and "multiply-adds" in reasons["'dw' (Conv)"]
+    feeds = {
+        "x": RNG.standard_normal((1, 24, 3, 33)).astype(np.float32),
+        "z": RNG.standard_normal((1, 32, 17, 19)).astype(np.float32),
+    }
+    _check_outputs(proto, model, feeds)
+    at_bound = load(proto)
+    run_passes(at_bound, [BlockedFloatLayout(enabled=True, min_region_macs=macs)])
+    assert collections.Counter(n.op_type for n in at_bound.graph.nodes)["ConvNchwc"] == 3

@@ -296,3 +296,28 @@ def test_quantize_static_grouped_conv_transposes(tmp_path):
     ort = pytest.importorskip("onnxruntime")
     y_ort = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, f)[0]
     assert np.corrcoef(exact.ravel(), y_ort.ravel())[0, 1] > 0.99
+
+
+@pytest.mark.parametrize(("ci", "cog", "kernel", "group", "dil", "pads", "op"), UNIT_CASES[:4])
+def test_float_sessions_run_a_unit_stride_conv_transpose_as_its_conv(ci, cog, kernel, group, dil, pads, op):
+    """optimize_float rewrites a stride-1 ConvTranspose (ConvTransposeUnitStrides) and
+    leaves a strided one; the session's output (native float Conv paths) is the float64
+    ConvTranspose within the dot-product bound."""
+    import quanta
+    from quanta.passes.pipelines import optimize_float
+    from quanta.passes.rules.conv_transpose_as_conv import ConvTransposeUnitStrides
+
+    assert any(isinstance(p, ConvTransposeUnitStrides) for p in optimize_float())
+    p = grouped_proto(ci, cog, kernel, group, dil=dil, pads=pads, op=op, bias=True)
+    sess = quanta.InferenceSession(p.SerializeToString())
+    assert [st.op_type for st in sess.plan.steps if "Conv" in st.op_type] in (["Conv"], ["ConvNchwc"])
+    x = np.random.default_rng(9).standard_normal((2, ci, 6, 9)).astype(np.float32)
+    got = sess.run(None, {"x": x})[0]
+    inits = {i.name: numpy_helper.to_array(i) for i in p.graph.initializer}
+    args = (inits.get("b"), group, dil or [1, 1], pads or [0] * 4, op or [0, 0])
+    exact = transposed_general(x, inits["w"], *args)
+    mag = transposed_general(x, inits["w"], *args, magnitude=True)
+    assert got.shape == exact.shape
+    assert np.all(np.abs(got - exact) <= dot_tolerance(ci // group * int(np.prod(kernel)), mag))
+    strided = quanta.InferenceSession(proto(k=2).SerializeToString())
+    assert [st.op_type for st in strided.plan.steps] == ["ConvTranspose"]

@@ -250,3 +250,23 @@ def test_a_graph_without_the_pattern_is_unchanged():
     result = run_passes(model, [FuseLayerNormPass(), EliminateDead()])
     assert result.fired("FuseLayerNorm") == 0
     assert [(n.op_type, n.name) for n in model.graph.nodes] == before
+
+
+def test_keras_layer_norm_computing_x_minus_mean_twice_fuses_in_float_sessions():
+    """DTLN's instant layer norm (keras2onnx): ``x - mean`` is two equal Sub nodes, one
+    squared for the variance, one divided. optimize_float merges them (EliminateCommon)
+    before FuseLayerNorm, so a float session runs one LayerNormDiv, with the bytes of
+    the graph as written."""
+    proto = ln_proto(259, 3, square="Mul")
+    g = proto.graph
+    sub = next(n for n in g.node if n.op_type == "Sub")
+    twin = helper.make_node("Sub", list(sub.input), ["d_twin"], name="sub_twin")
+    div = next(n for n in g.node if n.op_type == "Div")
+    div.input[0] = "d_twin"
+    g.node.insert(list(g.node).index(div), twin)
+    model = load(proto)
+    assert run_passes(model, [FuseLayerNormPass()]).fired("FuseLayerNorm") == 0  # hidden
+    sess = native(proto)
+    assert [s.op_type for s in sess.plan.steps] == ["Relu", "LayerNormDiv", "Relu"]
+    f = feeds(3, 259, seed=4)
+    assert_bits(run_ref(proto, f)[0], sess.run(None, f)[0])
