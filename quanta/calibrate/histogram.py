@@ -328,6 +328,49 @@ def _unpack_ranges(
     return out
 
 
+def _pack_box(counts: np.ndarray) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
+    """(C, B) non-negative counts whose rows share one grid (the weighted MSE observer's
+    channels, a per-tensor histogram) as the one run of columns [lo, hi] that holds every
+    non-zero count, sent as a (C, hi - lo + 1) block: each count's low byte (uint8; ~1 %
+    of the block's counts pass 255 on EfficientNet-Lite0) and, for the counts above 255,
+    their flat index in the block and upper bits (``count >> 8``, in the counts' type).
+    Exact: count = low + (high << 8). Whole-array operations (no loop over rows): on a
+    shared grid the channels' occupied runs overlap, so the block holds ~1.8x the bins of
+    the per-row runs, at a quarter of their bytes a bin."""
+    # counts >= 0: their OR down a column is 0 exactly where the column is empty
+    occupied = np.flatnonzero(np.bitwise_or.reduce(counts, axis=0))
+    if not occupied.size:
+        empty = np.zeros(0, np.int64)
+        return 0, -1, np.zeros((counts.shape[0], 0), np.uint8), empty, empty.astype(counts.dtype)
+    lo, hi = int(occupied[0]), int(occupied[-1])
+    block = counts[:, lo : hi + 1]
+    low = block.astype(np.uint8)  # modulo 256 (C casting): the low byte of a count >= 0
+    big = np.flatnonzero(block > 255)  # flat indices in the block (C order): faster than np.nonzero's pairs
+    rows, cols = np.divmod(big, hi - lo + 1)
+    return lo, hi, low, big, block[rows, cols] >> 8
+
+
+def _unpack_box(
+    shape: tuple[int, int],
+    packed: tuple[int, int, np.ndarray, np.ndarray, np.ndarray],
+    dtype: type[np.signedinteger],
+) -> np.ndarray:
+    """The (C, B) counts of :func:`_pack_box`, in ``dtype`` (which holds every count)."""
+    lo, hi, low, big, high = packed
+    out = np.zeros(shape, dtype)
+    if hi >= lo:
+        block = out[:, lo : hi + 1]
+        block[...] = low
+        rows, cols = np.divmod(big, hi - lo + 1)
+        block[rows, cols] += high.astype(dtype) << 8
+    return out
+
+
+def _shared_grid(k: np.ndarray, start: np.ndarray) -> bool:
+    """Whether every channel sits on one grid (one exponent, one window start)."""
+    return bool(k.size) and bool((k == k[0]).all()) and bool((start == start[0]).all())
+
+
 @dataclass(frozen=True)
 class HistogramView:
     """One channel's histogram, trimmed to its non-empty bins (what estimators read).
@@ -511,22 +554,31 @@ class HistogramObserver(ObserverBase):
 
     # ------------------------------------------------------------------------ pickle
     def __getstate__(self) -> dict[str, Any]:
-        # What a worker sends back: the (C, B) counts as each channel's occupied bin range
-        # (first, last) and the counts inside it, in the narrowest unsigned type that holds
-        # the largest count (counts are >= 0); most of the window is empty at its ends. The
-        # in-memory type is not sent: the receiver derives it from the value counts.
+        # What a worker sends back: the (C, B) counts without the empty ends of the window.
+        # Channels on one grid (the weighted MSE's, per-tensor histograms: the default
+        # recipe's whole state) as one block of columns (_pack_box); channels on grids of
+        # their own as each one's occupied bin range (first, last) and the counts inside
+        # it, in the narrowest unsigned type that holds the largest count (_pack_ranges).
+        # The in-memory type is not sent: the receiver derives it from the value counts.
         state = dict(self.__dict__)
         counts = state.get("_counts")
         if isinstance(counts, np.ndarray) and counts.ndim == 2:
-            state["_counts"] = ("ranges", counts.shape, *_pack_ranges(counts))
+            if _shared_grid(self._k, self._start):
+                state["_counts"] = ("box", counts.shape, _pack_box(counts))
+            else:
+                state["_counts"] = ("ranges", counts.shape, *_pack_ranges(counts))
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         counts = state.get("_counts")
-        if isinstance(counts, tuple) and counts and counts[0] == "ranges":
-            _, shape, first, last, values = counts
+        if isinstance(counts, tuple) and counts and counts[0] in ("ranges", "box"):
             dtype = _counts_dtype(np.asarray(state.get("_count", np.zeros(0, np.int64))))
-            state = {**state, "_counts": _unpack_ranges(shape, first, last, values, dtype)}
+            if counts[0] == "box":
+                dense = _unpack_box(counts[1], counts[2], dtype)
+            else:
+                _, shape, first, last, values = counts
+                dense = _unpack_ranges(shape, first, last, values, dtype)
+            state = {**state, "_counts": dense}
         self.__dict__.update(state)
 
     def can_merge_in_place(self) -> bool:

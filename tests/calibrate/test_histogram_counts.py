@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from quanta.calibrate import histogram
 from quanta.calibrate.histogram import HistogramObserver
 from quanta.calibrate.observer import observer_from_dict
+from quanta.calibrate.weighted_mse import WeightedMSEObserver
 from tests.calibrate.test_merge_shards import merge_tree, observers, sample, samples, shards_of, state
 
 INT32_MAX = 2**31 - 1
@@ -172,3 +173,46 @@ def test_pack_views_int32_counts_as_uint32():
     for dtype in (np.int32, np.int64):
         back = _unpack_ranges(counts.shape, first, last, values, dtype)
         assert back.dtype == dtype and np.array_equal(back, counts)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_box_packing_is_exact_for_counts_of_every_size(dtype):
+    """Rows on one grid travel as one block of columns: low bytes plus the upper bits of
+    the counts above 255 (256, 65536, 2^31 - 1 and, in int64, 2^40), at the block's
+    first and last column, with empty rows, empty and full windows."""
+    from quanta.calibrate.histogram import _pack_box, _unpack_box
+
+    rng = np.random.default_rng(11)
+    tops = [255, 256, 65_536, INT32_MAX] + ([2**40] if dtype == np.int64 else [])
+    for first, last in [(0, 16), (3, 9), (7, 7), (5, 16)]:
+        counts = np.zeros((7, 17), dtype)
+        counts[[0, 2, 3, 6], first : last + 1] = rng.integers(0, 300, (4, last - first + 1))
+        counts[2, first] = tops[first % len(tops)]
+        counts[6, last] = tops[-1]
+        counts[3, (first + last) // 2] = 256
+        lo, hi, low, big, high = packed = _pack_box(counts)
+        assert (lo, hi) == (first, last) and low.dtype == np.uint8 and low.shape == (7, last - first + 1)
+        assert high.dtype == dtype and big.size == high.size == int((counts > 255).sum())
+        back = _unpack_box(counts.shape, packed, dtype)
+        assert back.dtype == dtype and np.array_equal(back, counts)
+    empty = np.zeros((3, 16), dtype)
+    assert np.array_equal(_unpack_box(empty.shape, _pack_box(empty), dtype), empty)
+
+
+def test_a_shared_grid_travels_as_a_box_and_per_channel_grids_as_row_ranges():
+    """The weighted MSE observer (channels on the tensor's grid) and a per-tensor
+    histogram pickle their counts as a block, a per-channel histogram (own grids) as
+    per-row runs; both read back into the same state."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((2, 3, 400)) * np.array([1.0, 300.0, 0.01])[None, :, None]).astype(np.float32)
+    for obs, form in [
+        (WeightedMSEObserver(axis=1, weights=[0.5, 2.0, 0.0], bins=128), "box"),
+        (HistogramObserver(bins=128), "box"),
+        (HistogramObserver(bins=128, axis=1), "ranges"),
+    ]:
+        obs.observe(x)
+        obs.observe(x * 3)
+        assert obs.__getstate__()["_counts"][0] == form
+        back = pickle.loads(pickle.dumps(obs))
+        assert back._counts.dtype == obs._counts.dtype and np.array_equal(back._counts, obs._counts)
+        assert state(back) == state(obs)
