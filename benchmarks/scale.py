@@ -106,7 +106,7 @@ between their estimates is what the rounds could not average out, and it is char
 T_N as measured (each shard's estimate, in the schedule), not smoothed.
 
 A fresh process pays once what a warm one does not: the pages of its observers' state
-(~150 MB of int64 counts on EfficientNet-Lite0, faulted in as the first samples land in
+(~77 MB of int32 counts on EfficientNet-Lite0, faulted in as the first samples land in
 them) and first-run warm-ups. t_i and T_in are measured in this warm process; the cold
 start c (``--cold-probes`` fresh processes run shard 0 three times: the first run less
 the least of the two after it, CPU, median) is charged in the column "cold processes":
@@ -287,8 +287,8 @@ def _cold_probe(path: str) -> int:
     """(A subprocess of this script.) A fresh process's shard, cold then warm: the job
     prepared first (p, charged apart), then the same shard three times; prints the CPU
     seconds of each (ShardState.cpu_seconds: the calibration alone). The first pays
-    what a process pays once per job: the pages of its observers' state (~150 MB of
-    int64 counts, np.zeros: each page faulted in where a sample's bins land first) and
+    what a process pays once per job: the pages of its observers' state (~77 MB of
+    int32 counts, np.zeros: each page faulted in where a sample's bins land first) and
     first-run warm-ups; a warm process (this benchmark's, where t_i is measured) mostly
     reuses memory its allocator kept."""
     with open(path, "rb") as f:
@@ -384,7 +384,7 @@ class _Composition:
             t = time.thread_time()
             self.whole.append(pickle.dumps(st, protocol=5))
             self.pack.append(time.thread_time() - t)
-        self.s = len(self.whole)  # the states themselves are not kept (154 MB each in memory)
+        self.s = len(self.whole)  # the states themselves are not kept (77 MB each in memory)
         fold = ShardFold()  # the driver's fold steps: read a state, fold it in shard order
         self.steps = []
         for i, blob in enumerate(self.whole):

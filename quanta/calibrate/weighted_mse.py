@@ -116,7 +116,11 @@ class WeightedMSEObserver(MSEObserver):
         k = grid_exponent(np.array([lo]), np.array([hi]), self.bins)
         start = _window_start(np.array([lo]), np.array([hi]), k)
         c = self._counts.shape[0]
-        common = regrid(self._counts, self._k, self._start, np.repeat(k, c), np.repeat(start, c))
+        k_c, start_c = np.repeat(k, c), np.repeat(start, c)
+        # the channels already on the tensor's grid (the common case: the grid follows the
+        # tensor's extrema) are read as they are; regrid would copy them first
+        same = np.array_equal(k_c, self._k) and np.array_equal(start_c, self._start)
+        common = self._counts if same else regrid(self._counts, self._k, self._start, k_c, start_c)
         counts = self.weights @ common.astype(np.float64)
         zeros = float(self.weights @ self._zeros.astype(np.float64))
         nz = np.flatnonzero(counts)

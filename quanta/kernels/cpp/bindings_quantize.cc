@@ -1,7 +1,9 @@
 // Bindings for QuantizeLinear (quantize/quantize.h).
 //
 //   histogram_update(x: f32 | f64 [C, n] any strides, k: i64[C], start: i64[C],
-//                    counts: i64[C, B] (in place), zeros: i64[C] (in place)) -> None
+//                    counts: i64 | i32 [C, B] (in place), zeros: i64[C] (in place)) -> None
+//   int32 counts: the caller guarantees that no count can pass 2^31 - 1 with this sample
+//   (quanta/calibrate/histogram.py widens them to int64 before it could).
 //   quantize_linear_u8 / _s8 / _u16 / _s16(x: f32, scale: f32[C], zero_point: i32[C], axis=1,
 //                                          num_threads=1, out=None) -> u8 / i8 / u16 / i16 of x's shape
 //   per-tensor when C == 1 (and scale has rank <= 1), else per-axis along `axis`; `out`, when
@@ -68,14 +70,39 @@ py::array_t<T, py::array::c_style> quantize_impl(const py::handle& x_obj, const 
   return y;
 }
 
-template <typename T>
-int64_t histogram_rows(const py::array& x, const int64_t* k, const int64_t* start, int64_t bins, int64_t* counts,
+template <typename T, typename Count>
+int64_t histogram_rows(const py::array& x, const int64_t* k, const int64_t* start, int64_t bins, Count* counts,
                        int64_t* zeros) {
   const auto item = static_cast<int64_t>(sizeof(T));
   if (x.strides(0) % item || x.strides(1) % item) throw py::value_error("histogram_update: x: unaligned strides");
   py::gil_scoped_release release;
-  return histogram::update<T>(static_cast<const T*>(x.data()), x.shape(0), x.shape(1), x.strides(0) / item,
-                              x.strides(1) / item, k, start, bins, counts, zeros);
+  return histogram::update<T, Count>(static_cast<const T*>(x.data()), x.shape(0), x.shape(1), x.strides(0) / item,
+                                     x.strides(1) / item, k, start, bins, counts, zeros);
+}
+
+// counts of type Count (int64, or int32 that the caller keeps from overflowing)
+template <typename Count>
+void histogram_counts(const std::string& op, const py::array& x, const int64_t* k, const int64_t* start,
+                      const py::handle& counts_obj, py::array_t<int64_t, py::array::c_style>& zeros) {
+  auto counts = require_array<Count>(counts_obj, "histogram_update: counts");
+  const int64_t c = x.shape(0);
+  if (counts.ndim() != 2 || counts.shape(0) != c) {
+    throw py::value_error(op + ": counts: expected [" + std::to_string(c) + ", B]");
+  }
+  if (!counts.writeable() || !zeros.writeable()) throw py::value_error(op + ": counts and zeros: expected writeable");
+  const int64_t bins = counts.shape(1);
+  int64_t bad = -1;
+  if (dtype_equiv(x.dtype(), py::dtype::of<float>())) {
+    bad = histogram_rows<float>(x, k, start, bins, counts.mutable_data(), zeros.mutable_data());
+  } else if (dtype_equiv(x.dtype(), py::dtype::of<double>())) {
+    bad = histogram_rows<double>(x, k, start, bins, counts.mutable_data(), zeros.mutable_data());
+  } else {
+    throw py::value_error(op + ": x: expected float32 or float64, got " + std::string(py::str(x.dtype())));
+  }
+  if (bad >= 0) {
+    throw py::value_error(op + ": a value of channel " + std::to_string(bad) + " falls outside the window of " +
+                          std::to_string(bins) + " bins");
+  }
 }
 
 void histogram_update(const py::array& x, const py::handle& k_obj, const py::handle& start_obj,
@@ -84,29 +111,15 @@ void histogram_update(const py::array& x, const py::handle& k_obj, const py::han
   if (x.ndim() != 2) throw py::value_error(op + ": x: expected [C, n], got rank " + std::to_string(x.ndim()));
   auto k = require_array<int64_t>(k_obj, "histogram_update: k");
   auto start = require_array<int64_t>(start_obj, "histogram_update: start");
-  auto counts = require_array<int64_t>(counts_obj, "histogram_update: counts");
   auto zeros = require_array<int64_t>(zeros_obj, "histogram_update: zeros");
   const int64_t c = x.shape(0);
   if (k.size() != c || start.size() != c || zeros.size() != c) {
     throw py::value_error(op + ": k, start and zeros: expected " + std::to_string(c) + " channels");
   }
-  if (counts.ndim() != 2 || counts.shape(0) != c) {
-    throw py::value_error(op + ": counts: expected [" + std::to_string(c) + ", B]");
-  }
-  if (!counts.writeable() || !zeros.writeable()) throw py::value_error(op + ": counts and zeros: expected writeable");
-  const int64_t bins = counts.shape(1);
-  int64_t bad = -1;
-  if (dtype_equiv(x.dtype(), py::dtype::of<float>())) {
-    bad = histogram_rows<float>(x, k.data(), start.data(), bins, counts.mutable_data(), zeros.mutable_data());
-  } else if (dtype_equiv(x.dtype(), py::dtype::of<double>())) {
-    bad = histogram_rows<double>(x, k.data(), start.data(), bins, counts.mutable_data(), zeros.mutable_data());
-  } else {
-    throw py::value_error(op + ": x: expected float32 or float64, got " + std::string(py::str(x.dtype())));
-  }
-  if (bad >= 0) {
-    throw py::value_error(op + ": a value of channel " + std::to_string(bad) + " falls outside the window of " +
-                          std::to_string(bins) + " bins");
-  }
+  const bool narrow = py::isinstance<py::array>(counts_obj) &&
+                      dtype_equiv(py::reinterpret_borrow<py::array>(counts_obj).dtype(), py::dtype::of<int32_t>());
+  if (narrow) return histogram_counts<int32_t>(op, x, k.data(), start.data(), counts_obj, zeros);
+  return histogram_counts<int64_t>(op, x, k.data(), start.data(), counts_obj, zeros);
 }
 
 void gptq_block_f64(const py::handle& w_obj, const py::handle& w0_obj, const py::handle& s_obj, const py::handle& v_obj,

@@ -20,8 +20,8 @@ inline int64_t floor_int(T s) {
 // (an all-zero channel's k, subnormal-sized ranges) ldexp, as the twin. A template
 // argument, not a branch in the loop: the compiler would otherwise call ldexp for every
 // value and select.
-template <typename T, bool Multiply>
-bool count_row(const T* xc, int64_t n, int64_t es, int64_t kc, int64_t s, int64_t bins, int64_t* row, int64_t* zero) {
+template <typename T, typename Count, bool Multiply>
+bool count_row(const T* xc, int64_t n, int64_t es, int64_t kc, int64_t s, int64_t bins, Count* row, int64_t* zero) {
   const T big = std::numeric_limits<T>::max();
   const T scale = Multiply ? static_cast<T>(std::ldexp(1.0, static_cast<int>(-kc))) : T(0);
   const int e = static_cast<int>(kc > 100000 ? 100000 : (kc < -100000 ? -100000 : kc));
@@ -50,24 +50,28 @@ bool count_row(const T* xc, int64_t n, int64_t es, int64_t kc, int64_t s, int64_
 
 }  // namespace
 
-template <typename T>
+template <typename T, typename Count>
 int64_t update(const T* x, int64_t channels, int64_t n, int64_t cs, int64_t es, const int64_t* k, const int64_t* start,
-               int64_t bins, int64_t* counts, int64_t* zeros) {
+               int64_t bins, Count* counts, int64_t* zeros) {
   for (int64_t c = 0; c < channels; ++c) {
     const T* xc = x + c * cs;
-    int64_t* row = counts + c * bins;
+    Count* row = counts + c * bins;
     const int64_t kc = k[c], s = start[c];
-    const bool ok = kc >= -120 && kc <= 120 ? count_row<T, true>(xc, n, es, kc, s, bins, row, zeros + c)
-                                            : count_row<T, false>(xc, n, es, kc, s, bins, row, zeros + c);
+    const bool ok = kc >= -120 && kc <= 120 ? count_row<T, Count, true>(xc, n, es, kc, s, bins, row, zeros + c)
+                                            : count_row<T, Count, false>(xc, n, es, kc, s, bins, row, zeros + c);
     if (!ok) return c;
   }
   return -1;
 }
 
-template int64_t update<float>(const float*, int64_t, int64_t, int64_t, int64_t, const int64_t*, const int64_t*,
-                               int64_t, int64_t*, int64_t*);
-template int64_t update<double>(const double*, int64_t, int64_t, int64_t, int64_t, const int64_t*, const int64_t*,
-                                int64_t, int64_t*, int64_t*);
+template int64_t update<float, int64_t>(const float*, int64_t, int64_t, int64_t, int64_t, const int64_t*,
+                                        const int64_t*, int64_t, int64_t*, int64_t*);
+template int64_t update<double, int64_t>(const double*, int64_t, int64_t, int64_t, int64_t, const int64_t*,
+                                         const int64_t*, int64_t, int64_t*, int64_t*);
+template int64_t update<float, int32_t>(const float*, int64_t, int64_t, int64_t, int64_t, const int64_t*,
+                                        const int64_t*, int64_t, int32_t*, int64_t*);
+template int64_t update<double, int32_t>(const double*, int64_t, int64_t, int64_t, int64_t, const int64_t*,
+                                         const int64_t*, int64_t, int32_t*, int64_t*);
 
 }  // namespace histogram
 }  // namespace quanta

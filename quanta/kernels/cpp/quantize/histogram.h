@@ -16,13 +16,14 @@
 namespace quanta {
 namespace histogram {
 
-// x: channel c's n values at x + c·cs + i·es (elements); counts: C rows of `bins` int64;
+// x: channel c's n values at x + c·cs + i·es (elements); counts: C rows of `bins` int64 or
+// int32 (Count; the caller widens int32 rows before a sample could overflow them);
 // returns the channel of the first value whose bin falls outside [0, bins), or −1 when
 // every value landed (the caller's window must cover the sample: a bug guard; the counts
 // of the values before it are then already added).
-template <typename T>
+template <typename T, typename Count>
 int64_t update(const T* x, int64_t channels, int64_t n, int64_t cs, int64_t es, const int64_t* k, const int64_t* start,
-               int64_t bins, int64_t* counts, int64_t* zeros);
+               int64_t bins, Count* counts, int64_t* zeros);
 
 }  // namespace histogram
 }  // namespace quanta
