@@ -499,6 +499,7 @@ class Model:
             or base in zoodata.FRSPELL_MODELS
             or base in zoodata.EIGHTH_MODELS
             or base in zoodata.NINTH_MODELS
+            or base in zoodata.TENTH_MODELS
         ):
             self.calib = zoodata.feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.feeds(base, "eval", n_eval, cache)

@@ -103,7 +103,8 @@ def make(source: str, src: Path, dst: Path, options: dict[str, Any]) -> None:
         import nncf
         import onnx
 
-        calib = zoodata.image_feeds(source, "calib", n_calib)
+        cache = next(d for d in src.parents if d.name == "models").parent  # the audio and text feeds read it
+        calib = zoodata.feeds(source, "calib", n_calib, cache)
         onnx.save(nncf.quantize(onnx.load(str(src)), nncf.Dataset(calib), subset_size=len(calib)), str(dst))
         return
     if kw.pop("preprocess", False):
