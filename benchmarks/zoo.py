@@ -769,7 +769,12 @@ def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[d
         # quantized by another tool: compare with FP32 of its source where there is one
         ref = None
         if entry.get("source"):
-            src = Model({**entry, "name": entry["source"], "path": f"models/{entry['source']}.onnx"}, cache)
+            # the source's own manifest path: a model with data files lives in a folder
+            listed = json.loads((cache / "manifest.json").read_text())["models"]
+            path = next(
+                (e["path"] for e in listed if e["name"] == entry["source"]), f"models/{entry['source']}.onnx"
+            )
+            src = Model({**entry, "name": entry["source"], "path": path}, cache)
             ref = src.outputs(ort_session(src.path))
         row = {
             "model": entry["name"],
