@@ -22,6 +22,10 @@ The weight is a float constant, or ``DequantizeLinear`` of a constant (a QDQ fil
 output / input channel), so the group ``DQ -> Conv -> Q`` of a quantized file lowers to
 an integer Conv once the views move onto the quantized values.
 
+ConvIntegerDepthOne: the same for ``ConvInteger`` (what ONNX Runtime's quantize_dynamic
+writes for a Conv) with a constant integer weight; the zero points carry over (a
+per-output-channel weight zero point keeps its axis).
+
 Refused: a spatial rank other than 3, an input whose depth is not known to be 1, a
 kernel depth other than 1, depth pads, a weight that is neither of the two forms above
 (or quantized along a spatial axis).
@@ -34,7 +38,7 @@ import numpy as np
 from quanta.ir.graph import TensorType, Value, result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
-__all__ = ["ConvDepthOne", "ConvDepthOneAs2d"]
+__all__ = ["ConvDepthOne", "ConvDepthOneAs2d", "ConvIntegerDepthOne"]
 
 
 def _ints(v, n: int, default: int) -> list[int]:
@@ -93,6 +97,23 @@ class ConvDepthOne(Rule):
             return b.op(op, [v], {"axes": [2]}, types=types, name=name)
         return b.op(op, [v, b.const("axis_2", np.asarray([2], np.int64))], types=types, name=name)
 
+    @staticmethod
+    def _attrs_2d(a: dict, pads: list[int], w4: np.ndarray) -> dict:
+        """The 3-D node's attributes over the two spatial axes (depth dropped)."""
+        attrs: dict = {
+            "pads": [pads[1], pads[2], pads[4], pads[5]],
+            "strides": _ints(a.get("strides"), 3, 1)[1:],
+            "dilations": _ints(a.get("dilations"), 3, 1)[1:],
+            "group": int(a.get("group", 1)),
+            "kernel_shape": [int(k) for k in w4.shape[2:]],
+        }
+        auto_pad = a.get("auto_pad", "NOTSET")
+        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+        if auto_pad != "NOTSET":
+            attrs["auto_pad"] = auto_pad
+            del attrs["pads"]
+        return attrs
+
     def rewrite(self, m: Match, b: Builder) -> Value:
         x, y = m["x"], m["y"]
         w, dq, pads = m.data["w"], m.data["dq"], m.data["pads"]
@@ -116,18 +137,7 @@ class ConvDepthOne(Rule):
         x4_shape = None if x.shape is None else (*x.shape[:2], *x.shape[3:])
         x4 = self._axes(b, "Squeeze", x, x4_shape, x)
         y4_shape = None if y.shape is None or len(y.shape) != 5 else (*y.shape[:2], *y.shape[3:])
-        attrs = {
-            "pads": [pads[1], pads[2], pads[4], pads[5]],
-            "strides": _ints(a.get("strides"), 3, 1)[1:],
-            "dilations": _ints(a.get("dilations"), 3, 1)[1:],
-            "group": int(a.get("group", 1)),
-            "kernel_shape": [int(k) for k in w4.shape[2:]],
-        }
-        auto_pad = a.get("auto_pad", "NOTSET")
-        auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
-        if auto_pad != "NOTSET":
-            attrs["auto_pad"] = auto_pad
-            del attrs["pads"]
+        attrs = self._attrs_2d(a, pads, w4)
         inputs = [x4, weight] + ([m["b"]] if m["b"] is not None else [])
         conv = b.op(
             "Conv",
@@ -139,8 +149,53 @@ class ConvDepthOne(Rule):
         return self._axes(b, "Unsqueeze", conv, y.shape, y)
 
 
+class ConvIntegerDepthOne(ConvDepthOne):
+    """%y = ConvInteger(x, w, x_zp?, w_zp?) over [N, C, 1, H, W] with a constant
+    1 x k_h x k_w kernel -> a 2-D ConvInteger (ONNX Runtime's quantize_dynamic writes
+    one per Conv)"""
+
+    pattern = "y = ConvInteger(x, w, xz?, wz?)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        x, w_v = m["x"], m["w"]
+        if x.shape is None or len(x.shape) != 5:
+            return NoMatch("not a 3-D convolution with a known input rank")
+        if x.shape[2] != 1:
+            return NoMatch(f"the input depth is {x.shape[2]}, not 1")
+        if not w_v.is_const:
+            return NoMatch("the weight is not a constant")
+        w = np.asarray(w_v.const)
+        if w.ndim != 5 or w.shape[2] != 1:
+            return NoMatch(f"the kernel is {tuple(w.shape[2:])}, not of depth 1")
+        a = m.root.attrs
+        if _ints(a.get("kernel_shape"), 3, 0) not in ([int(k) for k in w.shape[2:]], [0, 0, 0]):
+            return NoMatch("kernel_shape disagrees with the weight")
+        pads = _ints(a.get("pads"), 6, 0)
+        if pads[0] or pads[3]:
+            return NoMatch(f"depth pads {pads[0]}, {pads[3]}: more than one output depth")
+        m.data.update(w=w, pads=pads)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        x, y = m["x"], m["y"]
+        w, pads = m.data["w"], m.data["pads"]
+        w4 = np.ascontiguousarray(w[:, :, 0])
+        weight = b.const(f"{m['w'].name}_2d", w4)
+        x4_shape = None if x.shape is None else (*x.shape[:2], *x.shape[3:])
+        x4 = self._axes(b, "Squeeze", x, x4_shape, x)
+        y4_shape = None if y.shape is None or len(y.shape) != 5 else (*y.shape[:2], *y.shape[3:])
+        conv = b.op(
+            "ConvInteger",
+            [x4, weight, m["xz"], m["wz"]],
+            self._attrs_2d(m.root.attrs, pads, w4),
+            types=result_type(shape_from=y4_shape, elem_from=y),
+            name=m.root.name or None,
+        )
+        return self._axes(b, "Unsqueeze", conv, y.shape, y)
+
+
 class ConvDepthOneAs2d(RewritePass):
     name = "conv_depth_one"
 
     def __init__(self, opset: int = 21) -> None:
-        super().__init__([ConvDepthOne(opset)])
+        super().__init__([ConvDepthOne(opset), ConvIntegerDepthOne(opset)])

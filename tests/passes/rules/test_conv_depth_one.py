@@ -206,3 +206,27 @@ def test_quantize_static_makes_it_an_integer_conv(tmp_path):
     ort = pytest.importorskip("onnxruntime")
     y_ort = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, f)[0]
     assert np.corrcoef(exact.ravel(), y_ort.ravel())[0, 1] > 0.99
+
+
+def test_ort_dynamic_conv_integer_of_depth_one_runs_natively(tmp_path):
+    """ONNX Runtime's quantize_dynamic writes a 3-D Conv as a 3-D ConvInteger behind its
+    dynamic input quantization (ReduceMin / ReduceMax / Floor ... Cast): it used to run on
+    the NumPy twin with the zero point's Floor ("3-D convolution has no native kernel")."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnxruntime.quantization import quantize_dynamic
+
+    import quanta
+    from quanta.runtime.coverage import lowered_coverage
+
+    src, dst = tmp_path / "m.onnx", tmp_path / "d.onnx"
+    src.write_bytes(proto(pads=[0, 1, 2, 0, 1, 2]).SerializeToString())
+    quantize_dynamic(str(src), str(dst))
+    f = feeds(seed=4)
+    sess = quanta.InferenceSession(str(dst))
+    assert sess.fallbacks == []
+    assert lowered_coverage(load(str(dst)), {"x": f["x"].shape}).integer_share == 1.0
+    got = sess.run(None, f)[0]
+    want = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    assert got.shape == want.shape == (2, CO, 1, H, W)
+    # the same integer sums, scaled in float32: a few ulps of the largest output
+    assert np.max(np.abs(got - want)) <= 1e-5 * np.max(np.abs(want))
