@@ -499,6 +499,7 @@ class Model:
             or base in zoodata.FRSPELL_MODELS
             or base in zoodata.EIGHTH_MODELS
             or base in zoodata.NINTH_MODELS
+            or base in zoodata.TENTH_MODELS
         ):
             self.calib = zoodata.feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.feeds(base, "eval", n_eval, cache)
@@ -768,7 +769,12 @@ def benchmark(entry: dict, cache: Path, out: Path, with_latency: bool) -> list[d
         # quantized by another tool: compare with FP32 of its source where there is one
         ref = None
         if entry.get("source"):
-            src = Model({**entry, "name": entry["source"], "path": f"models/{entry['source']}.onnx"}, cache)
+            # the source's own manifest path: a model with data files lives in a folder
+            listed = json.loads((cache / "manifest.json").read_text())["models"]
+            path = next(
+                (e["path"] for e in listed if e["name"] == entry["source"]), f"models/{entry['source']}.onnx"
+            )
+            src = Model({**entry, "name": entry["source"], "path": path}, cache)
             ref = src.outputs(ort_session(src.path))
         row = {
             "model": entry["name"],

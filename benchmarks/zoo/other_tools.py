@@ -68,6 +68,10 @@ OTHER_TOOL: list[tuple[str, str, str, dict[str, Any]]] = [
     # symmetric activations chosen by NNCF, Q/DQ pairs where NNCF puts them); needs the
     # `bench` extra (nncf)
     ("ppocr_cls.nncf", "ppocr_cls", "nncf.quantize (defaults)", {"nncf": True}),
+    # NNCF on TensorFlow exports: a tf2onnx Conv1d stack over float character ids (Cast,
+    # Gather), and a torch 2.11 dilated Conv1d segmenter over int64 ids
+    ("deepcut.nncf", "deepcut", "nncf.quantize (defaults)", {"nncf": True}),
+    ("attacut_c.nncf", "attacut_c", "nncf.quantize (defaults)", {"nncf": True}),
 ]
 
 
@@ -103,7 +107,8 @@ def make(source: str, src: Path, dst: Path, options: dict[str, Any]) -> None:
         import nncf
         import onnx
 
-        calib = zoodata.image_feeds(source, "calib", n_calib)
+        cache = next(d for d in src.parents if d.name == "models").parent  # the audio and text feeds read it
+        calib = zoodata.feeds(source, "calib", n_calib, cache)
         onnx.save(nncf.quantize(onnx.load(str(src)), nncf.Dataset(calib), subset_size=len(calib)), str(dst))
         return
     if kw.pop("preprocess", False):

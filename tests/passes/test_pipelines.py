@@ -250,6 +250,7 @@ def test_prepare_for_quantization_folds_float_weights_only():
         "fold_conv_affine",
         "fold_zero_product",
         "conv_transpose_as_conv",
+        "conv_depth_one",
         "fold_groupnorm",
         "hoist_gathered_gemm",
         "eliminate_common",
