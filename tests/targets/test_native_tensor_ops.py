@@ -1007,6 +1007,20 @@ def test_isnan_matches_twin(dtype, shape):
     run_both("IsNaN", [x])
 
 
+@pytest.mark.parametrize("op", ["Floor", "Ceil", "Round"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(), (17,), (3, 7, 65)])
+def test_rounding_matches_twin(op, dtype, shape):
+    """Halves (Round: to even), negative zeros, huge and tiny values, IEEE specials."""
+    x = floats(np.random.default_rng(61), shape).astype(dtype)
+    if x.size:
+        flat = x.reshape(-1)
+        edges = np.array([2.5, -2.5, 0.5, -0.5, -0.0, 1.5, 3e9, -1e-30])
+        flat[: min(flat.size, 8)] = edges[: min(flat.size, 8)]
+    run_both(op, [x])
+    assert bind(op, [np.zeros(3, np.int32)])[0] is None
+
+
 def test_isnan_of_integers_falls_back_with_reason():
     kernel, reason = bind("IsNaN", [np.zeros(3, np.int32)])
     assert kernel is None and reason == "native IsNaN takes float32 or float64, got int32"

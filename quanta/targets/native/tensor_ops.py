@@ -23,7 +23,9 @@ BatchNormalization     ``batch_norm_f32`` (per-channel m, d, g, b)    nn_norm.ba
 Equal Less LessOrEqual ``broadcast_op``                               math_ops (numpy compare)
 Greater GreaterOrEqual
 And Or Xor Not
-IsNaN                  ``broadcast_op`` equal(x, x), then xor True    math_ops (np.isnan)
+IsNaN                  NumPy's isnan ufunc into the arena             math_ops (np.isnan)
+Floor Ceil Round       NumPy's floor / ceil / rint ufunc (float32,    math_ops (the same ufunc)
+                       float64) into the arena
 Where                  ``copy_strided`` of y, then of x where cond    math_ops.where
 Gather                 ``take_axis``                                  tensor_ops.gather
 GatherND               ``take_axis`` of the rows the index tuples     tensor_ops.gather_nd
@@ -326,6 +328,35 @@ for _op_type, _op in (
     ("HardSwish", "hard_swish"),
 ):
     _bind_unary(_op_type, _op)
+
+
+def _bind_rounding(op_type: str, ufunc: np.ufunc) -> None:
+    """Floor, Ceil, Round (half to even): NumPy's rounding ufunc, the twin's own
+    (math_ops), written into the arena: one vectorized pass, exact, for float32 and
+    float64 (ORT's quantize_dynamic files of opset 10 floor a scalar per scale)."""
+
+    @_with_fallback(op_type)
+    def run(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
+        del ctx  # memory-bound: one thread
+        if not isinstance(x, np.ndarray) or x.dtype not in (F32, _F64):
+            raise _Unsupported
+        return ufunc(x) if out is None else ufunc(x, out=out)
+
+    run.__name__ = run.__qualname__ = f"_{op_type.lower()}_native"
+
+    def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
+        del model  # unused
+        reason = _known_dtype_reason(op_type, node, 0, frozenset({F32, _F64}), "float32 or float64")
+        if reason:
+            return None, reason
+        return _kernel(run, op_type.lower())
+
+    binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
+    register_binder(op_type)(binder)
+
+
+for _op_type, _ufunc in (("Floor", np.floor), ("Ceil", np.ceil), ("Round", np.rint)):
+    _bind_rounding(_op_type, _ufunc)
 
 
 @_with_fallback("Exp")
