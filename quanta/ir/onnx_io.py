@@ -46,6 +46,7 @@ checker's error wording. Self-contained parts live next to it: declared shapes a
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import secrets
 import stat
@@ -85,6 +86,7 @@ __all__ = [
     "load_proto",
     "reinfer_declared_shapes",
     "save",
+    "share_equal_initializers",
     "to_proto",
     "upgrade_opset",
 ]
@@ -1166,6 +1168,118 @@ def _write_atomically(dest: Path, write) -> str:
         os.unlink(tmp)
         raise
     return tmp
+
+
+def share_equal_initializers(proto: onnx.ModelProto) -> int:
+    """Make every initializer that equals an earlier one (same element type, dims and
+    bytes) a reference to that one, in place; the number dropped.
+
+    A quantizer writes one integer copy of a weight per reader (its own scale, rounding
+    and zero point); where several readers' copies come out equal (a CQT front end's
+    filter bank read by nine convolutions, per-reader zero points of 0) the file held
+    each of them. Exact: the graph reads the same values. The first of equal tensors in
+    file order stays, so the result is deterministic. Tensors in external files, graph
+    inputs and graph outputs keep their own names."""
+    graph = proto.graph
+    pinned = {v.name for v in graph.input} | {v.name for v in graph.output}
+    stack = [a.g for n in graph.node for a in n.attribute if a.type == AttributeProto.GRAPH]
+    stack += [g for n in graph.node for a in n.attribute if a.type == AttributeProto.GRAPHS for g in a.graphs]
+    while stack:  # a name a body defines for itself is not renamed anywhere
+        g = stack.pop()
+        pinned |= (
+            {v.name for v in g.input}
+            | {t.name for t in g.initializer}
+            | {o for n in g.node for o in n.output}
+        )
+        for n in g.node:
+            for a in n.attribute:
+                if a.type == AttributeProto.GRAPH:
+                    stack.append(a.g)
+                elif a.type == AttributeProto.GRAPHS:
+                    stack.extend(a.graphs)
+    first: dict[tuple, onnx.TensorProto] = {}
+    rename: dict[str, str] = {}
+    kept = []
+    for t in graph.initializer:
+        if t.name in pinned or t.data_location == TensorProto.EXTERNAL or t.HasField("segment"):
+            kept.append(t)
+            continue
+        data = t.raw_data or numpy_helper.to_array(t).tobytes()
+        key = (t.data_type, tuple(t.dims), hashlib.sha256(data).digest())
+        same = first.get(key)
+        if same is not None and (same.raw_data or numpy_helper.to_array(same).tobytes()) == data:
+            rename[t.name] = same.name
+            continue
+        first.setdefault(key, t)
+        kept.append(t)
+    rename = _agreeing_quantized_readers(graph, rename)
+    if not rename:
+        return 0
+    kept = [t for t in graph.initializer if t.name not in rename]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    stack = [graph]
+    while stack:  # every scope: a body reads outer initializers by name
+        g = stack.pop()
+        for node in g.node:
+            for k, name in enumerate(node.input):
+                if name in rename:
+                    node.input[k] = rename[name]
+            for a in node.attribute:
+                if a.type == AttributeProto.GRAPH:
+                    stack.append(a.g)
+                elif a.type == AttributeProto.GRAPHS:
+                    stack.extend(a.graphs)
+    dropped = set(rename)
+    kept_info = [vi for vi in graph.value_info if vi.name not in dropped]
+    del graph.value_info[:]
+    graph.value_info.extend(kept_info)
+    return len(rename)
+
+
+def _agreeing_quantized_readers(graph: onnx.GraphProto, rename: dict[str, str]) -> dict[str, str]:
+    """``rename`` without the groups of equal tensors that quantized operands read with
+    different parameters: the IR types a quantized value by its reader's scale, zero
+    point and axis (:func:`annotate_quantized_types`), so two DequantizeLinears of one
+    integer tensor with other scales would give it two types."""
+    params: dict[str, set[tuple]] = {}
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for node in g.node:
+            for (side, k), s_at, z_at in _proto_quant_operands(node):
+                if side != "in" or k >= len(node.input) or not node.input[k]:
+                    continue
+                scale = node.input[s_at] if s_at < len(node.input) else ""
+                zero = node.input[z_at] if z_at < len(node.input) else ""
+                attrs = tuple(sorted((a.name, a.i) for a in node.attribute if a.type == AttributeProto.INT))
+                sig = (rename.get(scale, scale), rename.get(zero, zero), attrs)
+                params.setdefault(node.input[k], set()).add(sig)
+            for a in node.attribute:
+                if a.type == AttributeProto.GRAPH:
+                    stack.append(a.g)
+                elif a.type == AttributeProto.GRAPHS:
+                    stack.extend(a.graphs)
+    groups: dict[str, list[str]] = {}
+    for dropped, kept in rename.items():
+        groups.setdefault(kept, [kept]).append(dropped)
+    out = dict(rename)
+    for members in groups.values():
+        sigs = set().union(*(params.get(m, set()) for m in members))
+        if len(sigs) > 1:
+            for m in members[1:]:
+                del out[m]
+    return out
+
+
+def _proto_quant_operands(node: onnx.NodeProto) -> list[tuple[tuple[str, int], int, int]]:
+    """:func:`quant_operands` of a NodeProto."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    if (domain, node.op_type) == (MS_DOMAIN, "QLinearConcat"):
+        return [(("out", 0), 0, 1), *((("in", k), k + 1, k + 2) for k in range(2, len(node.input), 3))]
+    if domain == MS_DOMAIN and node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+        domain = ""
+    return QUANT_OPERANDS.get((domain, node.op_type), [])
 
 
 def save(

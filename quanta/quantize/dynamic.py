@@ -139,7 +139,7 @@ def quantize_dynamic(
     # the share of MACs in integer as a session compiles this file; nothing is written below the minimum
     summary.coverage = lowered_coverage(model)
     check_integer_share(summary.coverage, recipe.min_integer_share, model_output)
-    from quanta.ir.onnx_io import save, to_proto
+    from quanta.ir.onnx_io import save, share_equal_initializers, to_proto
 
     proto = to_proto(model)
     for name in _restore_folded_constants(proto, model_input):
@@ -150,6 +150,7 @@ def quantize_dynamic(
                 "subgraph (folded, it stayed float and only grew the file)",
             )
         )
+    share_equal_initializers(proto)  # readers whose integer weights came out equal share one
     save(proto, model_output, protect=[model.path] if model.path else [])
     summary.seconds = time.perf_counter() - t0
     if model.path and os.path.exists(model.path):

@@ -41,7 +41,15 @@ from quanta.calibrate.observer import WIDE, ObserverBase, observer_type
 from quanta.calibrate.readers import ImagePreprocess, iter_feeds
 from quanta.calibrate.runner import calibrate, compile_executor
 from quanta.ir.graph import Model
-from quanta.ir.onnx_io import ModelLoadError, from_proto, load_proto, save, to_proto, upgrade_opset
+from quanta.ir.onnx_io import (
+    ModelLoadError,
+    from_proto,
+    load_proto,
+    save,
+    share_equal_initializers,
+    to_proto,
+    upgrade_opset,
+)
 from quanta.ir.shape_hints import infer_shapes
 from quanta.ir.verify import Stage, verify
 from quanta.passes.coverage import CoverageReport
@@ -669,7 +677,9 @@ def quantize_static(
                 c.reasons = [SUBGRAPH_STATIC_REASON]
     check_integer_share(report, recipe.min_integer_share, model_output)
     protect = [source_path] if source_path else []
-    save(model, model_output, protect=protect)
+    proto = to_proto(model)
+    share_equal_initializers(proto)  # readers whose integer weights came out equal share one
+    save(proto, model_output, protect=[*protect, *([model.path] if model.path else [])])
     summary = _summarize(model, plan, lstms, model_output, recipe, samples, time.perf_counter() - t0)
     for scope in (s for top in bodies for s in top.walk()):
         _summarize_body(summary, scope, recipe)

@@ -478,9 +478,10 @@ def test_lower_concat_pool_and_unary(tmp_path):
     )
     verify(model.graph, Stage.LOWERED)
     a, b = run_ref(load(path), feeds[0])[0], run_ref(model, feeds[0])[0]
-    step = float(
-        numpy_helper.to_array(next(t for t in onnx.load(str(path)).graph.initializer if t.name == "y_scale"))
-    )
+    written = onnx.load(str(path)).graph
+    y_dq = next(n for n in written.node if n.op_type == "DequantizeLinear" and n.output[0] == "y")
+    # the scale y's DequantizeLinear reads (an equal tensor elsewhere may hold the name)
+    step = float(numpy_helper.to_array(next(t for t in written.initializer if t.name == y_dq.input[1])))
     # Sigmoid: ORT's (and the reference's) QLinearSigmoid uses a table computed from
     # the dequantized input; the QDQ graph computes the same function: 1 step each
     # through three requantizations after it -> at most 3 output steps.
