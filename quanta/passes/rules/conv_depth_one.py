@@ -45,6 +45,27 @@ def _ints(v, n: int, default: int) -> list[int]:
     return [int(a) for a in v] if v is not None and len(v) else [default] * n
 
 
+def _input_of_depth_one(x: Value) -> NoMatch | None:
+    if x.shape is None or len(x.shape) != 5:
+        return NoMatch("not a 3-D convolution with a known input rank")
+    if x.shape[2] != 1:
+        return NoMatch(f"the input depth is {x.shape[2]}, not 1")
+    return None
+
+
+def _kernel_of_depth_one(w: np.ndarray, attrs: dict) -> NoMatch | list[int]:
+    """The node's six pads when the kernel ``w`` has depth 1, agrees with kernel_shape
+    and no depth is padded (one output depth), else why not."""
+    if w.ndim != 5 or w.shape[2] != 1:
+        return NoMatch(f"the kernel is {tuple(w.shape[2:])}, not of depth 1")
+    if _ints(attrs.get("kernel_shape"), 3, 0) not in ([int(k) for k in w.shape[2:]], [0, 0, 0]):
+        return NoMatch("kernel_shape disagrees with the weight")
+    pads = _ints(attrs.get("pads"), 6, 0)
+    if pads[0] or pads[3]:
+        return NoMatch(f"depth pads {pads[0]}, {pads[3]}: more than one output depth")
+    return pads
+
+
 class ConvDepthOne(Rule):
     """%y = Conv(x, w, b?) over [N, C, 1, H, W] with a 1 x k_h x k_w kernel -> a 2-D Conv"""
 
@@ -55,10 +76,9 @@ class ConvDepthOne(Rule):
 
     def check(self, m: Match) -> Match | NoMatch:
         x, w_v = m["x"], m["w"]
-        if x.shape is None or len(x.shape) != 5:
-            return NoMatch("not a 3-D convolution with a known input rank")
-        if x.shape[2] != 1:
-            return NoMatch(f"the input depth is {x.shape[2]}, not 1")
+        refused = _input_of_depth_one(x)
+        if refused is not None:
+            return refused
         if w_v.is_const:
             w = np.asarray(w_v.const)
             dq = None
@@ -77,16 +97,27 @@ class ConvDepthOne(Rule):
                 return NoMatch(f"the weight is quantized along axis {axis}")
             if dq.attrs.get("block_size"):
                 return NoMatch("a blocked weight quantization")
-        if w.ndim != 5 or w.shape[2] != 1:
-            return NoMatch(f"the kernel is {tuple(w.shape[2:])}, not of depth 1")
-        a = m.root.attrs
-        if _ints(a.get("kernel_shape"), 3, 0) not in ([int(k) for k in w.shape[2:]], [0, 0, 0]):
-            return NoMatch("kernel_shape disagrees with the weight")
-        pads = _ints(a.get("pads"), 6, 0)
-        if pads[0] or pads[3]:
-            return NoMatch(f"depth pads {pads[0]}, {pads[3]}: more than one output depth")
+        pads = _kernel_of_depth_one(w, m.root.attrs)
+        if isinstance(pads, NoMatch):
+            return pads
         m.data.update(w=w, dq=dq, pads=pads)
         return m
+
+    def _as_2d(self, m: Match, b: Builder, op: str, inputs: list, w4: np.ndarray) -> Value:
+        """Unsqueeze(op(Squeeze(x), *inputs)): the 2-D node over the squeezed input, its
+        attributes the 3-D node's over the spatial axes; it keeps the node's name (coverage
+        pairs by it)."""
+        x, y = m["x"], m["y"]
+        x4_shape = None if x.shape is None else (*x.shape[:2], *x.shape[3:])
+        y4_shape = None if y.shape is None or len(y.shape) != 5 else (*y.shape[:2], *y.shape[3:])
+        node = b.op(
+            op,
+            [self._axes(b, "Squeeze", x, x4_shape, x), *inputs],
+            self._attrs_2d(m.root.attrs, m.data["pads"], w4),
+            types=result_type(shape_from=y4_shape, elem_from=y),
+            name=m.root.name or None,
+        )
+        return self._axes(b, "Unsqueeze", node, y.shape, y)
 
     def _axes(self, b: Builder, op: str, v: Value, shape: tuple | None, elem_from: Value) -> Value:
         """Squeeze / Unsqueeze of axis 2 in the form the opset takes (an attribute before
@@ -115,9 +146,7 @@ class ConvDepthOne(Rule):
         return attrs
 
     def rewrite(self, m: Match, b: Builder) -> Value:
-        x, y = m["x"], m["y"]
-        w, dq, pads = m.data["w"], m.data["dq"], m.data["pads"]
-        a = m.root.attrs
+        w, dq = m.data["w"], m.data["dq"]
         w4 = np.ascontiguousarray(w[:, :, 0])
         if dq is None:
             weight = b.const(f"{m['w'].name}_2d", w4)
@@ -134,19 +163,7 @@ class ConvDepthOne(Rule):
                 types=result_type(shape_from=tuple(w4.shape), elem_from=m["w"]),
                 name=f"{dq.name}_2d",
             )
-        x4_shape = None if x.shape is None else (*x.shape[:2], *x.shape[3:])
-        x4 = self._axes(b, "Squeeze", x, x4_shape, x)
-        y4_shape = None if y.shape is None or len(y.shape) != 5 else (*y.shape[:2], *y.shape[3:])
-        attrs = self._attrs_2d(a, pads, w4)
-        inputs = [x4, weight] + ([m["b"]] if m["b"] is not None else [])
-        conv = b.op(
-            "Conv",
-            inputs,
-            attrs,
-            types=result_type(shape_from=y4_shape, elem_from=y),
-            name=m.root.name or None,  # the node that computes keeps the name (coverage pairs by it)
-        )
-        return self._axes(b, "Unsqueeze", conv, y.shape, y)
+        return self._as_2d(m, b, "Conv", [weight] + ([m["b"]] if m["b"] is not None else []), w4)
 
 
 class ConvIntegerDepthOne(ConvDepthOne):
@@ -157,41 +174,21 @@ class ConvIntegerDepthOne(ConvDepthOne):
     pattern = "y = ConvInteger(x, w, xz?, wz?)"
 
     def check(self, m: Match) -> Match | NoMatch:
-        x, w_v = m["x"], m["w"]
-        if x.shape is None or len(x.shape) != 5:
-            return NoMatch("not a 3-D convolution with a known input rank")
-        if x.shape[2] != 1:
-            return NoMatch(f"the input depth is {x.shape[2]}, not 1")
-        if not w_v.is_const:
+        refused = _input_of_depth_one(m["x"])
+        if refused is not None:
+            return refused
+        if not m["w"].is_const:
             return NoMatch("the weight is not a constant")
-        w = np.asarray(w_v.const)
-        if w.ndim != 5 or w.shape[2] != 1:
-            return NoMatch(f"the kernel is {tuple(w.shape[2:])}, not of depth 1")
-        a = m.root.attrs
-        if _ints(a.get("kernel_shape"), 3, 0) not in ([int(k) for k in w.shape[2:]], [0, 0, 0]):
-            return NoMatch("kernel_shape disagrees with the weight")
-        pads = _ints(a.get("pads"), 6, 0)
-        if pads[0] or pads[3]:
-            return NoMatch(f"depth pads {pads[0]}, {pads[3]}: more than one output depth")
+        w = np.asarray(m["w"].const)
+        pads = _kernel_of_depth_one(w, m.root.attrs)
+        if isinstance(pads, NoMatch):
+            return pads
         m.data.update(w=w, pads=pads)
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Value:
-        x, y = m["x"], m["y"]
-        w, pads = m.data["w"], m.data["pads"]
-        w4 = np.ascontiguousarray(w[:, :, 0])
-        weight = b.const(f"{m['w'].name}_2d", w4)
-        x4_shape = None if x.shape is None else (*x.shape[:2], *x.shape[3:])
-        x4 = self._axes(b, "Squeeze", x, x4_shape, x)
-        y4_shape = None if y.shape is None or len(y.shape) != 5 else (*y.shape[:2], *y.shape[3:])
-        conv = b.op(
-            "ConvInteger",
-            [x4, weight, m["xz"], m["wz"]],
-            self._attrs_2d(m.root.attrs, pads, w4),
-            types=result_type(shape_from=y4_shape, elem_from=y),
-            name=m.root.name or None,
-        )
-        return self._axes(b, "Unsqueeze", conv, y.shape, y)
+        w4 = np.ascontiguousarray(m.data["w"][:, :, 0])
+        return self._as_2d(m, b, "ConvInteger", [b.const(f"{m['w'].name}_2d", w4), m["xz"], m["wz"]], w4)
 
 
 class ConvDepthOneAs2d(RewritePass):
