@@ -23,7 +23,20 @@ import numpy as np
 
 from quanta.ir.types import ElemType, TensorType, elem_from_numpy
 
-__all__ = ["Graph", "GraphError", "Model", "Node", "Value", "result_type"]
+__all__ = ["Graph", "GraphError", "Model", "Node", "Value", "result_type", "unused_name"]
+
+
+def unused_name(base: str, taken: set[str]) -> str:
+    """``base``, else ``base_1``, ``base_2``… : the first not in ``taken``, added to it
+    (deterministic; the proto rewriters of the loader and the quantizer name their new
+    values with it, as :meth:`Graph.fresh_name` names the IR's)."""
+    name = base
+    for k in itertools.count(1):
+        if name not in taken:
+            break
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
 
 
 class GraphError(ValueError):
@@ -238,19 +251,9 @@ class Graph:
 
     def fresh_name(self, base: str) -> str:
         """A value/node name not used in the graph (deterministic: base, base_1, base_2…)."""
-        taken = (
-            self._taken
-            if self._taken is not None
-            else {v.name for v in self.values()} | {n.name for n in self.nodes}
-        )
-        name = base
-        for k in itertools.count(1):
-            if name not in taken:
-                break
-            name = f"{base}_{k}"
         if self._taken is not None:
-            self._taken.add(name)
-        return name
+            return unused_name(base, self._taken)
+        return unused_name(base, {v.name for v in self.values()} | {n.name for n in self.nodes})
 
     @contextlib.contextmanager
     def naming(self) -> Iterator[None]:

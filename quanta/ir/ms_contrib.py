@@ -68,6 +68,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from quanta.ir.graph import unused_name
 from quanta.ir.shape_hints import without_weight_data
 
 __all__ = ["MS_DOMAIN", "ORT_QUANTIZER_PRODUCER", "decompose_contrib_ops"]
@@ -124,13 +125,7 @@ class _Writer:
         self.inits: list[onnx.TensorProto] = []
 
     def fresh(self, tag: str) -> str:
-        name = f"{self.base}/{tag}"
-        k = 0
-        while name in self.taken:
-            k += 1
-            name = f"{self.base}/{tag}_{k}"
-        self.taken.add(name)
-        return name
+        return unused_name(f"{self.base}/{tag}", self.taken)
 
     def const(self, tag: str, value: np.ndarray) -> str:
         name = self.fresh(tag)

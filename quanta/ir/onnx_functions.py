@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from onnx import defs, numpy_helper
 
+from quanta.ir.graph import unused_name
 from quanta.ir.shape_hints import without_weight_data
 
 __all__ = ["EXPANDED_OPS", "expand_function_ops"]
@@ -340,11 +341,7 @@ def _inline(
     attrs = {**(defaults or {}), **{a.name: a for a in node.attribute}}
 
     def fresh(base: str) -> str:
-        out = f"{name}/{base}"
-        while out in taken:
-            out += "_"
-        taken.add(out)
-        return out
+        return unused_name(f"{name}/{base}", taken)
 
     out: list[onnx.NodeProto] = []
     for k, b in enumerate(body.node):

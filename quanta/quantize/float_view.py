@@ -42,6 +42,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from quanta.ir.graph import unused_name
 from quanta.kernels.reference.quantize import dequantize_linear, quantize_linear
 
 __all__ = ["FloatView", "derive_float_view", "is_quantized", "quantized_ops"]
@@ -260,12 +261,7 @@ class _Deriver:
         return self.consts.get(name) if name else None
 
     def fresh(self, base: str) -> str:
-        name, k = base, 0
-        while name in self.taken:
-            k += 1
-            name = f"{base}_{k}"
-        self.taken.add(name)
-        return name
+        return unused_name(base, self.taken)
 
     def add_init(self, base: str, arr: np.ndarray) -> str:
         name = self.fresh(base)
