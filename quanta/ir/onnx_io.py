@@ -650,11 +650,17 @@ QUANT_OPERANDS: dict[tuple[str, str], list[tuple[tuple[str, int], int, int]]] = 
 
 
 def quant_operands(node: Node) -> list[tuple[tuple[str, int], int, int]]:
-    key = (node.domain, node.op_type)
+    return _quant_operands(node.domain, node.op_type, len(node.inputs))
+
+
+def _quant_operands(domain: str, op_type: str, n_inputs: int) -> list[tuple[tuple[str, int], int, int]]:
+    """(operand, scale input, zero point input) of each quantized operand of an operator
+    with ``n_inputs`` inputs."""
+    key = ("" if domain == "ai.onnx" else domain, op_type)
     if key == (MS_DOMAIN, "QLinearConcat"):
         # Y_scale, Y_zero_point, then (tensor, scale, zero_point) triplets
         ops = [(("out", 0), 0, 1)]
-        for k in range(2, len(node.inputs), 3):
+        for k in range(2, n_inputs, 3):
             ops.append((("in", k), k + 1, k + 2))
         return ops
     if key == (MS_DOMAIN, "QuantizeLinear"):
@@ -1247,7 +1253,7 @@ def _agreeing_quantized_readers(graph: onnx.GraphProto, rename: dict[str, str]) 
     while stack:
         g = stack.pop()
         for node in g.node:
-            for (side, k), s_at, z_at in _proto_quant_operands(node):
+            for (side, k), s_at, z_at in _quant_operands(node.domain, node.op_type, len(node.input)):
                 if side != "in" or k >= len(node.input) or not node.input[k]:
                     continue
                 scale = node.input[s_at] if s_at < len(node.input) else ""
@@ -1270,16 +1276,6 @@ def _agreeing_quantized_readers(graph: onnx.GraphProto, rename: dict[str, str]) 
             for m in members[1:]:
                 del out[m]
     return out
-
-
-def _proto_quant_operands(node: onnx.NodeProto) -> list[tuple[tuple[str, int], int, int]]:
-    """:func:`quant_operands` of a NodeProto."""
-    domain = "" if node.domain == "ai.onnx" else node.domain
-    if (domain, node.op_type) == (MS_DOMAIN, "QLinearConcat"):
-        return [(("out", 0), 0, 1), *((("in", k), k + 1, k + 2) for k in range(2, len(node.input), 3))]
-    if domain == MS_DOMAIN and node.op_type in ("QuantizeLinear", "DequantizeLinear"):
-        domain = ""
-    return QUANT_OPERANDS.get((domain, node.op_type), [])
 
 
 def save(

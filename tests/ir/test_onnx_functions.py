@@ -182,8 +182,10 @@ def test_quantized_attention_runs_its_products_in_integer(tmp_path):
     sess = quanta.InferenceSession(str(out))
     assert sess.fallbacks == []
     (got,) = sess.run(None, feed)
-    assert np.abs(got - ref).max() <= 0.05 * np.abs(ref).max()
-    assert np.abs(got - got_ort).max() <= 0.05 * np.abs(ref).max()
+    assert np.abs(got - ref).max() <= 0.05 * np.abs(ref).max()  # 8-bit fidelity
+    # the same file in both engines: integer products are exact, and only the last
+    # product (softmax · V, dequantized operands) is float, within its ulps
+    np.testing.assert_allclose(got, got_ort, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
 
 
 def test_every_onnx_node_case_of_the_expanded_operators():

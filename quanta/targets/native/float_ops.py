@@ -817,7 +817,7 @@ def bind_softplus(model: Model, node: Node) -> tuple[Kernel | None, str]:
 @_with_fallback("Mish")
 def _mish_native(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
     """Mish, float32, eq. (MI): the native softplus (SP1)-(SP3), the native tanh (T1)-(T4)
-    in place, then the float32 product into ``out`` (nn.mish's twin: the same three)."""
+    of it, then the float32 product into ``out`` (nn.mish's twin: the same three)."""
     x = _f32(x)
     # the unwrapped softplus: a call it refuses goes to Mish's own twin, not Softplus's
     sp = _softplus_native.__wrapped__(ctx, x, out=None)  # type: ignore[attr-defined]
