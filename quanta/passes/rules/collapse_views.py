@@ -68,7 +68,11 @@ def _static(v: Value | None) -> tuple[int, ...] | None:
     return tuple(int(d) for d in shape)
 
 
-def _reshape(m: Match, b: Builder, x: Value, y: Value, shape: tuple[int, ...]) -> Value:
+def _reshape(m: Match, b: Builder, x: Value) -> Value:
+    """``x`` viewed in the shape of the match's output ``y`` (static: the rules check)."""
+    y = m["y"]
+    shape = _static(y)
+    assert shape is not None
     if _static(x) == shape:
         return x  # the view of x as it is: nothing to do
     target = b.const(f"{y.name}_shape", np.asarray(shape, np.int64))
@@ -77,7 +81,14 @@ def _reshape(m: Match, b: Builder, x: Value, y: Value, shape: tuple[int, ...]) -
     )
 
 
-class TransposeOfUnitAxes(Rule):
+class _ViewOfX(Rule):
+    """A rule whose match is ``x`` seen in ``y``'s shape: its rewrite is that Reshape."""
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        return _reshape(m, b, m["x"])
+
+
+class TransposeOfUnitAxes(_ViewOfX):
     """%y = Transpose(%x) {perm moving only size-1 axes} -> Reshape(%x, shape(y))"""
 
     pattern = "y = Transpose(x)"
@@ -95,12 +106,8 @@ class TransposeOfUnitAxes(Rule):
             return NoMatch(f"perm {perm} reorders axes of size > 1 of {list(xs)}")
         return m
 
-    def rewrite(self, m: Match, b: Builder) -> Value:
-        y = m["y"]
-        return _reshape(m, b, m["x"], y, _static(y))
 
-
-class CollapseViewChain(Rule):
+class CollapseViewChain(_ViewOfX):
     """%y = V2(%v = V1(%x, ...), ...) -> Reshape(%x, shape(y)) (views: Reshape, Squeeze,
     Unsqueeze, Flatten); %v stays when something else reads it"""
 
@@ -117,10 +124,6 @@ class CollapseViewChain(Rule):
         if xs is None or int(np.prod(xs)) != int(np.prod(ys)):
             return NoMatch("input shape is not static")
         return m
-
-    def rewrite(self, m: Match, b: Builder) -> Value:
-        y = m["y"]
-        return _reshape(m, b, m["x"], y, _static(y))
 
 
 class ConcatOfOne(Rule):
@@ -147,7 +150,7 @@ class SplitOfOne(Rule):
         return m.value("x")
 
 
-class GatherOfUnitAxis(Rule):
+class GatherOfUnitAxis(_ViewOfX):
     """%y = Gather(%x, c) {axis a}, x.shape[a] == 1, c all 0 (or -1) -> Reshape(%x, shape(y))"""
 
     pattern = "y = Gather(x, c)"
@@ -165,10 +168,6 @@ class GatherOfUnitAxis(Rule):
         if c.dtype.kind not in "iu" or not np.all((c == 0) | (c == -1)):
             return NoMatch("an index other than 0 / -1")
         return m
-
-    def rewrite(self, m: Match, b: Builder) -> Value:
-        y = m["y"]
-        return _reshape(m, b, m["x"], y, _static(y))
 
 
 class IntegerAddOfZero(Rule):
@@ -250,7 +249,7 @@ class ConcatOfUnsqueezed(Rule):
             types=result_type(shape_from=shape, elem_from=y),
             name=f"{m.root.name}_flat" if m.root.name else None,
         )
-        return _reshape(m, b, cat, y, _static(y))
+        return _reshape(m, b, cat)
 
 
 class CollapseViews(RewritePass):
