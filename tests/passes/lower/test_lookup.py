@@ -76,6 +76,10 @@ KINDS = [
     "clip",
     "relu",
     "written",
+    # GTCRN's PReLU slopes [1, 1, 1] on a rank-4 x (ORT's quantized file: DQ -> PRelu -> Q
+    # after every convolution): the table is computed on codes of x's rank (PRelu refuses
+    # a slope of higher rank than its input)
+    "prelu_one",
 ]
 
 
@@ -581,25 +585,3 @@ def test_per_channel_table_between_convs_channels_last(dtype):
             if backend == "native":
                 channels_last = any(s.node.attrs.get("channels_last") for s in sess.plan.steps)
                 assert steps[0].node.attrs["axis"] == (3 if channels_last else 1)
-
-
-@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
-def test_prelu_with_one_slope_of_x_rank_minus_one_is_one_table(dtype):
-    """GTCRN's PReLU slopes are [1, 1, 1] on a rank-4 x (ORT's quantized file: DQ ->
-    PRelu -> Q after every convolution): the codes take x's rank when the table is
-    computed (PRelu refuses a slope of higher rank than its input), and the table is
-    the group's bytes."""
-    proto = qdq_proto("prelu_one", dtype)
-    model = load(proto)
-    result = lower(model)
-    assert result.fired("LowerLookup") == 1
-    assert model.graph.op_counts() == {
-        "QuantizeLinear": 1,
-        "quanta::QLinearLookup": 1,
-        "DequantizeLinear": 1,
-    }
-    f = feeds()
-    expected = run_ref(proto, f)[0]
-    np.testing.assert_array_equal(expected, run_ref(model, f)[0])
-    got = InferenceSession(proto.SerializeToString(), backend="native").run(None, f)[0]
-    np.testing.assert_array_equal(expected, got)
