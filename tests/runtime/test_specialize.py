@@ -508,11 +508,26 @@ def _specialized_names(sess: quanta.InferenceSession) -> set[str]:
 
 
 def _specialized_and_generic_equal_the_reference(
-    model, threads: int, seed: int, sigma: float, level: object = None
+    model,
+    threads: int,
+    seed: int,
+    sigma: float = 1.0,
+    level: object = None,
+    *,
+    shape: tuple[int, ...] = (3, 7, 17),
+    draw=None,
 ) -> set[str]:
-    """Runs ``model`` (input "x" [3, 7, 17]) natively three times (the measuring run, then
-    the bound, specialized runs) and once on a non-contiguous x (the generic kernels),
-    each equal to the reference target's bytes; the specialized nodes' names."""
+    """Runs ``model`` (input "x" of ``shape``) natively three times (the measuring run,
+    then the bound, specialized runs) and once on a non-contiguous x (every other element
+    of a last axis twice as long: the generic kernels), each equal to the reference
+    target's bytes; the specialized nodes' names. ``draw(rng, shape)``: the values of x
+    (default: float32 normal of deviation ``sigma``); ``threads`` 0: the session's
+    default."""
+    if draw is None:
+
+        def draw(rng, dims):
+            return rng.normal(0, sigma, dims).astype(np.float32)
+
     p = model.SerializeToString()
     opts = quanta.SessionOptions()
     opts.intra_op_num_threads = threads
@@ -522,13 +537,23 @@ def _specialized_and_generic_equal_the_reference(
     ref = quanta.InferenceSession(p, backend="reference")
     rng = np.random.default_rng(seed)
     for _ in range(3):
-        feeds = {"x": rng.normal(0, sigma, (3, 7, 17)).astype(np.float32)}
+        feeds = {"x": draw(rng, shape)}
         np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
     specialized = _specialized_names(sess)
-    wide = rng.normal(0, sigma, (3, 7, 34)).astype(np.float32)
-    strided = {"x": wide[:, :, ::2]}
+    strided = {"x": draw(rng, (*shape[:-1], 2 * shape[-1]))[..., ::2]}
     np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
     return specialized
+
+
+def _codes_of(dtype):
+    """A ``draw`` of :func:`_specialized_and_generic_equal_the_reference`: every code of
+    the integer ``dtype``."""
+    info = np.iinfo(dtype)
+
+    def draw(rng, dims):
+        return rng.integers(info.min, info.max + 1, dims).astype(dtype)
+
+    return draw
 
 
 def _norm_where_model():
@@ -828,16 +853,9 @@ def test_table_activations_specialized_with_constant_parameters_are_the_twin(
         inits,
     )
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
-    p = helper.make_model(g, opset_imports=opsets).SerializeToString()
-    sess = quanta.InferenceSession(p)
-    ref = quanta.InferenceSession(p, backend="reference")
-    rng = np.random.default_rng(17)
-    for _ in range(3):
-        feeds = {"x": rng.integers(-128, 128, (3, 7, 17), dtype=np.int8)}
-        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
-    assert _specialized_names(sess) == {"gate"}
-    strided = {"x": rng.integers(-128, 128, (3, 7, 34), dtype=np.int8)[:, :, ::2]}
-    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
+    model = helper.make_model(g, opset_imports=opsets)
+    codes = _codes_of(np.int8)
+    assert _specialized_and_generic_equal_the_reference(model, 0, 17, draw=codes) == {"gate"}
 
 
 @pytest.mark.parametrize(
@@ -883,14 +901,7 @@ def test_qlinear_lookup_specialized_is_the_twin(shape, axis, x_type, t_type) -> 
         inits,
     )
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("quanta", 1)]
-    p = helper.make_model(g, opset_imports=opsets).SerializeToString()
-    sess = quanta.InferenceSession(p)
-    ref = quanta.InferenceSession(p, backend="reference")
-    info = np.iinfo(x_type)
-    for _ in range(3):
-        feeds = {"x": rng.integers(info.min, info.max + 1, shape).astype(x_type)}
-        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
-    assert _specialized_names(sess) == {"lut"}
-    wide = rng.integers(info.min, info.max + 1, (*shape[:-1], 2 * shape[-1])).astype(x_type)
-    strided = {"x": wide[..., ::2]}
-    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
+    model = helper.make_model(g, opset_imports=opsets)
+    seed = len(shape) + (axis or 0) + 1
+    found = _specialized_and_generic_equal_the_reference(model, 0, seed, shape=shape, draw=_codes_of(x_type))
+    assert found == {"lut"}
