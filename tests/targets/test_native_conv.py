@@ -274,11 +274,13 @@ def test_weights_that_are_not_constants_fall_back_with_the_reason():
     _assert_same(native, reference, {"x": x, "w": consts["w"]})
 
 
-def test_three_d_convolution_falls_back_with_the_reason():
-    w = np.ones((4, 2, 3, 3, 3), np.int8)
+def test_three_d_convolution_runs_the_2d_kernel_over_depth_windows():
+    # the geometry space is tests/targets/test_native_conv3d.py's; here the binder's kernel
+    w = np.arange(-108, 108, dtype=np.int8).reshape(4, 2, 3, 3, 3)
     model, _ = _qlinear_conv_model((1, 2, 4, 5, 6), w, sw=np.array(0.01, np.float32), pads=[1] * 6)
     native, reference = _sessions(model, 1)
-    assert ("conv", "QLinearConv", "3-D convolution has no native kernel") in native.fallbacks
+    assert native.fallbacks == []
+    assert _conv_steps(native)[0][2].startswith("native:qconv3d_depthfold+qconv_")
     x = np.arange(240, dtype=np.uint8).reshape(1, 2, 4, 5, 6)
     _assert_same(native, reference, {"x": x})
 

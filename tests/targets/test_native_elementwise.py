@@ -310,11 +310,11 @@ def test_native_float_max_pool_matches_reference(case, seed, specials) -> None:
 
 @pytest.mark.parametrize("dtype", [F32, np.uint8])
 def test_max_pool_the_native_kernel_refuses_falls_back_to_the_twin(dtype) -> None:
-    """A call the native MaxPool refuses at run time (a 5-D input to a node bound for 2-D
+    """A call the native MaxPool refuses at run time (a 6-D input to a node bound for 2-D
     windows) runs on the twin with the node's attributes only."""
     kernel = bind("MaxPool", "", 1, {"kernel_shape": [2, 2]}, None, x_dtype=np.dtype(dtype))
-    x = (np.arange(2 * 3 * 4 * 5 * 2) % 251).astype(dtype).reshape(2, 3, 4, 5, 2)
-    attrs = {"kernel_shape": [2, 2, 1]}
+    x = (np.arange(2 * 3 * 4 * 5 * 2 * 3) % 251).astype(dtype).reshape(2, 3, 4, 5, 2, 3)
+    attrs = {"kernel_shape": [2, 2, 1, 2]}
     before = RUNTIME_FALLBACKS[("", "MaxPool")]
     got = kernel.fn(KernelContext(), x, **attrs, **kernel.params)
     assert RUNTIME_FALLBACKS[("", "MaxPool")] == before + 1
@@ -416,10 +416,10 @@ def test_native_binders_refuse_with_reasons() -> None:
         binder_reason(
             "MaxPool",
             "",
-            [Value("x3", const=np.zeros((1, 1, 2, 2, 2), np.uint8))],
-            {"kernel_shape": [1, 1, 1]},
+            [Value("x4", const=np.zeros((1, 1, 2, 2, 2, 2), np.uint8))],
+            {"kernel_shape": [1, 1, 1, 1]},
         )
-        == "native MaxPool takes 1-D and 2-D windows, got 3-D"
+        == "native MaxPool takes 1-D, 2-D and 3-D windows, got 4-D"
     )
     assert binder_reason("QLinearAdd", MS_DOMAIN, [u8, per_axis, z, u8, one, z, one, z]) == (
         "native QLinearAdd takes a per-tensor A_scale, got 3 elements"

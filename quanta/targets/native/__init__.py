@@ -90,7 +90,7 @@ class NativeTarget(ReferenceTarget):
 
 #: Reference twins whose NumPy work runs on BLAS, which starts its own threads (float
 #: Conv / ConvTranspose / MatMul / Gemm reach them only when the native float GEMM family,
-#: float_gemm.py, refused the node: computed weights, 3-D convolutions): the
+#: float_gemm.py, refused the node: computed weights): the
 #: kernel pool's workers, spinning for the next native kernel, would take a core from
 #: them (an FP32 MobileNet-style CNN on 2 threads took 20 ms against 12.5 ms on 1, and
 #: 12.7 ms with BLAS on one thread). The pool rests before every float Conv (im2col and a

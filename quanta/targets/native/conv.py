@@ -1,4 +1,4 @@
-"""Native QLinearConv and ConvInteger, 1-D and 2-D: quanta/kernels/cpp/conv (conv.h)::
+"""Native QLinearConv and ConvInteger, 1-D, 2-D and 3-D: quanta/kernels/cpp/conv (conv.h)::
 
     acc[n, m, o] = Σ_{c, k} (x_pad[n, g·C/G + c, o·s + k·d] − zx) · (w[m, c, k] − zw[m]) + B[m]   eq. (4)
     QLinearConv  y = saturate(round_half_even(f32(acc) · m[m]) + zy),  m = f32(f32(sx·sw[m]) / sy)   eq. (6)
@@ -25,8 +25,11 @@ as ONNX Runtime's NhwcTransformer) runs the kernel's channels_last mode: x
 ``[N, *spatial, C]`` and y ``[N, *out, M]`` read and written in place, no transposes
 (``native:qconv_dwc_...`` for depthwise); with ``channels_last=0`` it is the ai.onnx op.
 
+3-D convolutions run the 2-D kernels over their depth windows (conv3d.py, eq. (C3):
+``native:qconv3d_depthfold+...``), bit-exact: the same int32 products.
+
 What runs on the reference twin instead (same numbers, slower):
-- at compile time, with the reason recorded as a fallback: 3-D convolutions, weights or
+- at compile time, with the reason recorded as a fallback: weights or
   weight zero points that are not constants, dtypes other than uint8/int8, attributes
   the kernel object refuses;
 - at run time, a call the binding refuses (a multiplier that is not finite, shapes that
@@ -48,6 +51,7 @@ from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._specialize import SMALL_MACS, guarded, step_threads
 from quanta.targets.native._values import threads as _threads
+from quanta.targets.native.conv3d import DepthFold
 
 try:
     from quanta.kernels import _native
@@ -217,10 +221,8 @@ def _prepack(node: Node, w: Value | None, zw: Value | None) -> tuple[Any | None,
     wc = np.asarray(w.const)
     if wc.dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
         return None, f"native convolution takes uint8/int8 weights, got {wc.dtype}"
-    if wc.ndim == 5:
-        return None, "3-D convolution has no native kernel"
-    if wc.ndim not in (3, 4):
-        return None, f"native convolution takes 1-D or 2-D weights (rank 3 or 4), got rank {wc.ndim}"
+    if wc.ndim not in (3, 4, 5):
+        return None, f"native convolution takes 1-D, 2-D or 3-D weights (rank 3, 4 or 5), got rank {wc.ndim}"
     if zw is not None and not zw.is_const:
         return None, "w_zero_point is not a constant (the native kernel folds it at compile time)"
     zwc = np.zeros((), wc.dtype) if zw is None else np.asarray(zw.const)
@@ -230,9 +232,81 @@ def _prepack(node: Node, w: Value | None, zw: Value | None) -> tuple[Any | None,
         zwc = zwc.reshape(())
     geometry = {k: v for k, v in node.attrs.items() if k in _GEOMETRY}
     try:
+        if wc.ndim == 5:  # the 2-D kernel of its depth fold (conv3d.py, eq. (C3))
+            fold = DepthFold.of(tuple(wc.shape), node.attrs)
+            return _Conv3d(_native.QConv(fold.weights_2d(wc), zwc, **fold.attrs_2d()), fold), ""
         return _native.QConv(np.ascontiguousarray(wc), zwc, **geometry), ""
     except (ValueError, TypeError) as e:
         return None, f"the native kernel refuses the node: {e}"
+
+
+class _Conv3d:
+    """A 3-D QLinearConv / ConvInteger as the prepacked 2-D ``QConv`` of its depth fold
+    (conv3d.py, eq. (C3)): the methods the wrappers above call, with x's depth windows
+    padded by x's zero point (bit-exact: the same int32 products and requantization)."""
+
+    def __init__(self, conv: Any, fold: DepthFold) -> None:
+        self.conv, self.fold = conv, fold
+        self.kernel = f"qconv3d_depthfold+{conv.kernel}"
+        self.zx: int | None = None  # x's constant zero point, once prepare() has it
+
+    def prepare(self, zx: np.ndarray | None, *rest: Any) -> None:
+        self.conv.prepare(zx, *rest)
+        self.zx = _scalar_zero_point(zx)
+
+    def _run(
+        self, x: np.ndarray, zx: int, call: Any, out: np.ndarray | None, channels_last: bool
+    ) -> np.ndarray:
+        if channels_last:
+            raise ValueError("a channels_last 3-D convolution has no native kernel")
+        g = self.fold.geometry(x.shape)
+        y4 = call(self.fold.windows(x, g, zx))
+        return self.fold.unfold(y4, self.fold.out_shape(x.shape, g), out)
+
+    def qlinear(
+        self,
+        x: np.ndarray,
+        x_zero_point: Any,
+        m: Any,
+        y_zero_point: Any,
+        b: Any,
+        *,
+        num_threads: int,
+        out: np.ndarray | None = None,
+        channels_last: bool = False,
+    ) -> np.ndarray:
+        def call(x4: np.ndarray) -> np.ndarray:
+            return self.conv.qlinear(x4, x_zero_point, m, y_zero_point, b, num_threads=num_threads)
+
+        return self._run(x, _scalar_zero_point(x_zero_point), call, out, channels_last)
+
+    def qlinear_prepared(
+        self, x: np.ndarray, *, num_threads: int, out: np.ndarray | None = None, channels_last: bool = False
+    ) -> np.ndarray:
+        if self.zx is None:
+            raise ValueError("prepare() has not run")
+        return self._run(
+            x, self.zx, lambda x4: self.conv.qlinear_prepared(x4, num_threads=num_threads), out, channels_last
+        )
+
+    def integer(
+        self, x: np.ndarray, x_zero_point: Any = None, *, num_threads: int, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        def call(x4: np.ndarray) -> np.ndarray:
+            return self.conv.integer(x4, x_zero_point, num_threads=num_threads)
+
+        return self._run(x, _scalar_zero_point(x_zero_point), call, out, False)
+
+
+def _scalar_zero_point(z: Any) -> int:
+    """x's zero point as the depth pads' value; ValueError (the twin runs) for one that is
+    not a single value."""
+    if z is None:
+        return 0
+    z = np.asarray(z)
+    if z.size != 1:
+        raise ValueError(f"x_zero_point: expected one value, got shape {list(z.shape)}")
+    return int(z.reshape(()))
 
 
 @register_binder("QLinearConv")
@@ -275,6 +349,8 @@ def bind_ms_qlinear_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
     conv, reason = _prepack(node, node.input(3), node.input(5))
     if conv is None:
         return None, reason
+    if channels_last and isinstance(conv, _Conv3d):
+        return None, "a channels_last 3-D convolution has no native kernel"
     name = conv.kernel_channels_last if channels_last else conv.kernel
     params = {"conv": conv, "nhwc": bool(channels_last), "domain": MS_DOMAIN}
     if _prepare_constants(conv, node):

@@ -78,6 +78,7 @@ from quanta.targets.native._specialize import guarded, step_threads
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
+from quanta.targets.native.conv3d import depth_windows
 
 __all__ = [
     "RUNTIME_FALLBACKS",
@@ -1176,7 +1177,7 @@ def _max_pool(
     in ``prepared``: the node's attributes are fixed)."""
     del storage_order  # unused: no Indices output
     x = _float32(x) if float_input else _eight_bit(x)
-    if ctx.n_outputs != 1 or kernel_shape is None or x.ndim not in (3, 4):
+    if ctx.n_outputs != 1 or kernel_shape is None or x.ndim not in (3, 4, 5):
         raise _Unsupported
     geom = prepared.get(
         x.shape,
@@ -1193,6 +1194,8 @@ def _max_pool(
     )
     n_sp = x.ndim - 2
     pool = _native().max_pool_2d_f32 if float_input else _native().max_pool_2d
+    if n_sp == 3:
+        return _max_pool_3d(ctx, x, geom, pool, out)
     y = pool(
         _as_2d(x),
         _pair(geom.kernel_shape, 1),
@@ -1204,6 +1207,33 @@ def _max_pool(
         None if out is None else _as_2d(out),
     )
     return y.reshape(x.shape[:2] + tuple(geom.out_shape)) if out is None else out
+
+
+def _max_pool_3d(ctx: Any, x: np.ndarray, geom: Any, pool: Callable[..., Any], out: Any) -> np.ndarray:
+    """A 3-D MaxPool as the 2-D kernel over its depth windows (conv3d.depth_windows: for
+    each output depth the KD planes it reads, as channels), then the maximum over the KD
+    results: max only selects, so any grouping of a window's positions gives the twin's
+    values; depths outside x are planes of the twin's fill (−inf, the integer minimum),
+    which never win, and a NaN anywhere in a window stays NaN (np.max)."""
+    n, c = x.shape[:2]
+    kd, od, (oh, ow) = geom.kernel_shape[0], geom.out_shape[0], geom.out_shape[1:]
+    fill = -np.inf if x.dtype == np.float32 else np.iinfo(x.dtype).min
+    planes = depth_windows(x, geom, 1, fill)
+    y4 = pool(
+        planes,
+        list(geom.kernel_shape[1:]),
+        list(geom.strides[1:]),
+        list(geom.dilations[1:]),
+        [geom.pads[1], geom.pads[2]],
+        [oh, ow],
+        _threads(ctx),
+        None,
+    )
+    y = y4.reshape(n, od, kd, c, oh, ow).max(axis=2).transpose(0, 2, 1, 3, 4)
+    if out is None:
+        return np.ascontiguousarray(y)
+    np.copyto(out, y)
+    return out
 
 
 # one wrapped kernel per input kind: ``float_input`` is not an attribute the reference twin
@@ -1220,7 +1250,8 @@ def _max_pool_native_f32(ctx: Any, x: Any, **kw: Any) -> np.ndarray:
 
 @register_binder("MaxPool")
 def bind_max_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """uint8/int8 and float32 MaxPool, 1-D or 2-D windows, without the Indices output."""
+    """uint8/int8 and float32 MaxPool, 1-D, 2-D or 3-D windows (3-D: the 2-D kernel over
+    depth windows), without the Indices output."""
     del model  # unused: the choice depends on the node only
     dt = _dtype(node.input(0))
     if dt != np.float32 and dt not in _EIGHT_BIT:
@@ -1231,8 +1262,8 @@ def bind_max_pool(model: Model, node: Node) -> tuple[Kernel | None, str]:
     kernel_shape = node.attrs.get("kernel_shape")
     if kernel_shape is None:
         return None, "MaxPool without kernel_shape (the twin raises)"
-    if len(kernel_shape) not in (1, 2):
-        return None, f"native MaxPool takes 1-D and 2-D windows, got {len(kernel_shape)}-D"
+    if len(kernel_shape) not in (1, 2, 3):
+        return None, f"native MaxPool takes 1-D, 2-D and 3-D windows, got {len(kernel_shape)}-D"
     if dt == np.float32:
         return _kernel(_max_pool_native_f32, "max_pool_2d_f32", _Tables())
     return _kernel(_max_pool_native, f"max_pool_2d_{_SHORT[dt]}", _Tables())

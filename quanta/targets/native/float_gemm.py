@@ -27,8 +27,9 @@ Numerics: docs/float-ops.md "The float GEMM family": fused multiply-adds, an err
 against float64 instead of bit-identity with the NumPy twin (whose BLAS sums in an order
 of its own); results identical for any thread count.
 
-What runs on the twin: at compile time (the plan records the reason) weights that are not
-float32 constants, 3-D convolutions, inputs known to be of another type; at run time (the
+A 3-D Conv runs ``conv_f32`` over its depth windows (conv3d.py, eq. (C3) of
+docs/kernels.md). What runs on the twin: at compile time (the plan records the reason)
+weights that are not float32 constants, inputs known to be of another type; at run time (the
 call is counted in :data:`RUNTIME_FALLBACKS`) an input that is not float32 or a shape the
 binding refuses, which the twin computes or rejects with the operator's error.
 """
@@ -52,6 +53,7 @@ from quanta.targets.native import register_binder
 from quanta.targets.native._specialize import SMALL_MACS, guarded, step_threads
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype
+from quanta.targets.native.conv3d import DepthFold
 
 try:
     from quanta.kernels import _native
@@ -85,7 +87,7 @@ def _f32(a: Any) -> np.ndarray:
 
 
 #: The keyword arguments a binder adds to the node's attributes (Kernel.params).
-_PARAMS = frozenset({"packed", "wshape", "geometry", "b_packed", "n", "const_bias", "clamp", "post"})
+_PARAMS = frozenset({"packed", "wshape", "geometry", "b_packed", "n", "const_bias", "clamp", "post", "fold"})
 
 
 def _with_fallback(op_type: str, domain: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -239,9 +241,55 @@ _conv_plain = _with_fallback("Conv")(_conv_native)
 _conv_fused = _with_fallback("Conv", QUANTA_DOMAIN)(_conv_native)
 
 
+def _conv3d_native(
+    ctx: OpContext,
+    x: Any,
+    w: Any,
+    b: Any = None,
+    *,
+    out: np.ndarray | None,
+    packed: np.ndarray,
+    fold: DepthFold,
+    geometry: dict[tuple[int, ...], Any],
+    clamp: tuple[float, float] = (-math.inf, math.inf),
+    post: tuple[int, list[float]] = (0, []),
+    **attrs: Any,
+) -> np.ndarray:
+    """A 3-D Conv as one 2-D ``conv_f32`` over its depth windows (conv3d.py, eq. (C3));
+    the fused clamp and gate act per output element, so they carry over."""
+    del w, attrs  # packed at compile time; the geometry is the fold's
+    x = _f32(x)
+    call = geometry.get(x.shape)
+    if call is None:
+        g = fold.geometry(x.shape)
+        pads = [g.pads[1], g.pads[2], g.pads[4], g.pads[5]]
+        args = (fold.wshape[3], fold.wshape[4], list(g.strides[1:]), list(g.dilations[1:]), pads)
+        call = geometry[x.shape] = (g, args, fold.out_shape(x.shape, g))
+    g, args, y_shape = call
+    x4 = fold.windows(x, g, 0.0)
+    y4 = _native.conv_f32(
+        x4,
+        packed,
+        None if b is None else _f32(b),
+        fold.wshape[0],
+        *args,
+        fold.group,
+        lo=clamp[0],
+        hi=clamp[1],
+        num_threads=_threads(ctx),
+        post=post[0],
+        post_params=post[1],
+    )
+    return DepthFold.unfold(y4, y_shape, out)
+
+
+_conv3d_plain = _with_fallback("Conv")(_conv3d_native)
+_conv3d_fused = _with_fallback("Conv", QUANTA_DOMAIN)(_conv3d_native)
+
+
 @register_binder("Conv")
 def bind_conv(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """Float Conv (1-D or 2-D) with constant float32 weights."""
+    """Float Conv (1-D, 2-D or 3-D) with constant float32 weights."""
     del model  # unused: the choice depends on the node alone
     return _bind_conv(node, _conv_plain, None)
 
@@ -286,13 +334,13 @@ def _bind_conv(
     wc = _constant(w)
     if wc is None:
         return None, "weights w are not a constant (the native kernel packs them at compile time)"
-    if wc.ndim == 5:
-        return None, "3-D convolution has no native float kernel"
-    if wc.ndim not in (3, 4):
-        return None, f"native float Conv takes 1-D or 2-D weights (rank 3 or 4), got rank {wc.ndim}"
+    if wc.ndim not in (3, 4, 5):
+        return None, f"native float Conv takes 1-D, 2-D or 3-D weights (rank 3, 4 or 5), got rank {wc.ndim}"
     group = int(node.attrs.get("group", 1))
     if group < 1 or wc.shape[0] % group:
         return None, f"group {group} does not divide the {wc.shape[0]} output channels"
+    if wc.ndim == 5:
+        return _bind_conv3d(node, wc, group, fn is _conv_fused, clamp, post)
     w4 = wc.reshape(wc.shape[0], wc.shape[1], 1, wc.shape[2]) if wc.ndim == 3 else wc
     try:
         packed = _native.conv_pack_f32(np.ascontiguousarray(w4, dtype=F32), group)
@@ -322,6 +370,28 @@ def _bind_conv(
     # a call the specialised path refuses goes to this binder's kernel (with its fallback)
     kernel.specialize = functools.partial(_conv_specialized, generic=fn)
     return kernel, reason
+
+
+def _bind_conv3d(
+    node: Node,
+    wc: np.ndarray,
+    group: int,
+    fused: bool,
+    clamp: tuple[float, float] | None,
+    post: tuple[int, list[float]],
+) -> tuple[Kernel | None, str]:
+    """A 3-D float Conv: its weights folded and packed as the 2-D Conv of conv3d.py."""
+    try:
+        fold = DepthFold.of(tuple(wc.shape), node.attrs)
+        packed = _native.conv_pack_f32(fold.weights_2d(wc.astype(F32, copy=False)), group)
+    except ValueError as e:
+        return None, f"the native kernel refuses the weights: {e}"
+    k = "x".join(str(v) for v in wc.shape[2:])
+    suffix = f"_{str(node.attrs.get('activation')).lower()}" if post[0] else "_clamp" if clamp else ""
+    params: dict[str, Any] = {"packed": packed, "fold": fold, "geometry": {}}
+    if clamp is not None:
+        params.update(clamp=clamp, post=post)
+    return _kernel(_conv3d_fused if fused else _conv3d_plain, f"conv3d_f32_depthfold_{k}{suffix}", **params)
 
 
 def _conv_specialized(
