@@ -154,6 +154,32 @@ def test_layer_normalization_kernel_matches_reference(
     run_both("LayerNormalization", inputs, {"axis": axis, "epsilon": 1e-3}, n_outputs=n_outputs)
 
 
+@given(
+    n=st.integers(1, 2),
+    groups=st.sampled_from([1, 3, 7]),
+    per_group=st.sampled_from([1, 2, 3]),
+    spatial=st.sampled_from([(5,), (17, 3), (300,), (2, 3, 7), ()]),
+    offset=st.sampled_from([0.0, 40.0]),
+    seed=st.integers(0, 999),
+)
+def test_instance_and_group_normalization_kernels_match_reference(
+    n, groups, per_group, spatial, offset, seed
+) -> None:
+    """One row per (n, channel) or (n, group) of (L1)-(L3), (L4'), (L5'), then (IN1):
+    rows from 1 element to > 258 (300; and 7 channels x 300 in a group), channel counts
+    3, 7, 17-like, scales and biases that differ per channel; GroupNormalization with
+    per-group (opset 18) and per-channel (21) scale."""
+    rng = np.random.default_rng(seed)
+    c = groups * per_group
+    x = (rng.standard_normal((n, c, *spatial)) * 3 + offset).astype(F32)
+    if spatial:
+        gamma, beta = (rng.uniform(-2, 2, c).astype(F32) for _ in range(2))
+        run_both("InstanceNormalization", [x, gamma, beta], {"epsilon": 1e-3})
+    for opset, k in ((18, groups), (21, c)):
+        gamma, beta = (rng.uniform(-2, 2, k).astype(F32) for _ in range(2))
+        run_both("GroupNormalization", [x, gamma, beta], {"num_groups": groups, "epsilon": 1e-5}, opset=opset)
+
+
 @pytest.mark.parametrize("op_type", ["Add", "Sub", "Mul", "Div"])
 @pytest.mark.parametrize(
     ("a_shape", "b_shape"),
@@ -324,6 +350,8 @@ NODE_OPS = frozenset(
         "Softmax",
         "LogSoftmax",
         "LayerNormalization",
+        "InstanceNormalization",
+        "GroupNormalization",
         "Add",
         "Sub",
         "Mul",

@@ -19,7 +19,9 @@ population variance (divide by the element count, not count - 1):
                            by the root mean square or multiplied by its reciprocal
 
 Statistics are computed in float32 for narrower float inputs (LayerNormalization and
-GroupNormalization: in ``stash_type``), in float64 for float64 inputs.
+GroupNormalization: in ``stash_type``), in float64 for float64 inputs. float32
+GroupNormalization (stash type float32) and InstanceNormalization follow eqs. (L1)-(L3),
+(L4'), (L5') and (IN1) of docs/float-ops.md, the native kernel's order.
 """
 
 from __future__ import annotations
@@ -262,16 +264,31 @@ def group_normalization(
             )
     stash = _stash_dtype("GroupNormalization", stash_type) if ctx.opset >= 21 else np.dtype(np.float32)
     dtype = _compute_in(x, stash)
-    grouped = x.astype(dtype).reshape(n, num_groups, -1)
-    mean = grouped.mean(axis=-1, keepdims=True)
-    var = np.square(grouped - mean).mean(axis=-1, keepdims=True)
-    normalized = ((grouped - mean) / np.sqrt(var + dtype.type(epsilon))).reshape(x.shape)
     gamma = np.asarray(scale, dtype=dtype).reshape(-1)
     beta = np.asarray(bias, dtype=dtype).reshape(-1)
     if not per_channel:
         gamma, beta = np.repeat(gamma, c // num_groups), np.repeat(beta, c // num_groups)
+    if x.dtype == np.float32 and dtype == np.float32:
+        return _normalized_rows_affine(x, n * num_groups, epsilon, gamma, beta)
+    grouped = x.astype(dtype).reshape(n, num_groups, -1)
+    mean = grouped.mean(axis=-1, keepdims=True)
+    var = np.square(grouped - mean).mean(axis=-1, keepdims=True)
+    normalized = ((grouped - mean) / np.sqrt(var + dtype.type(epsilon))).reshape(x.shape)
     y = normalized * _per_channel(gamma, x.ndim, dtype) + _per_channel(beta, x.ndim, dtype)
     return from_compute(y, x.dtype)
+
+
+def _normalized_rows_affine(
+    x: np.ndarray, rows: int, epsilon: float, gamma: np.ndarray, beta: np.ndarray
+) -> np.ndarray:
+    """float32 x (N, C, *spatial) as ``rows`` rows (one per (n, channel) or (n, group)),
+    each normalized by eqs. (L1)-(L3), (L4'), (L5') of docs/float-ops.md — the function
+    bodies' ReduceMean, Sub, ReduceMean of the squares, Add, Sqrt, Div — then (IN1)
+    y = f32(f32(z · gamma[c]) + beta[c]) per channel: what the native kernel computes
+    (targets/native/float_ops.py), bit for bit."""
+    z = layer_norm_div_rows(x.reshape(rows, -1), np.float32(epsilon)).reshape(x.shape)
+    shape = (-1, *([1] * (x.ndim - 2)))
+    return z * gamma.reshape(shape) + beta.reshape(shape)  # (IN1)
 
 
 # --------------------------------------------------------------- InstanceNormalization
@@ -286,6 +303,11 @@ def instance_normalization(
         raise OpError(
             f"InstanceNormalization: expected x (N, C, spatial...) and scale, B of shape (C,), got "
             f"{x.shape}, {np.shape(scale)}, {np.shape(bias)}"
+        )
+    if x.dtype == np.float32:
+        f32 = np.float32
+        return _normalized_rows_affine(
+            x, x.shape[0] * x.shape[1], epsilon, scale.astype(f32), bias.astype(f32)
         )
     dtype = compute_dtype(x.dtype)
     xc = to_compute(x)

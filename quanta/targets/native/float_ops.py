@@ -16,6 +16,9 @@ Sin                    ``unary_f32("sin")``                        math_ops.sin 
                                                                   eqs. (CS1)-(CS5), (SN1)
 LayerNormalization     ``layer_norm_f32`` (Mean / InvStdDev        nn_norm.layer_normalization ->
                        outputs too), stash_type 1                 float_ops.layer_norm_rows, (L1)-(L5)
+InstanceNormalization, ``layer_norm_f32(divide=True)`` per       nn_norm.instance_normalization /
+GroupNormalization     (n, channel) / (n, group) row, then the    group_normalization, (L1)-(L3),
+                       per-channel affine (``binary_f32``)         (L4'), (L5'), (IN1)
 quanta LayerNormDiv    ``layer_norm_f32(divide=True)``             nn_norm.layer_norm_div ->
                                                                   float_ops.layer_norm_div_rows,
                                                                   (L1)-(L3), (L4'), (L5')
@@ -79,6 +82,8 @@ __all__ = [
     "bind_div",
     "bind_erf",
     "bind_gelu",
+    "bind_group_normalization",
+    "bind_instance_normalization",
     "bind_layer_norm_div",
     "bind_layer_normalization",
     "bind_log",
@@ -380,6 +385,103 @@ def bind_layer_normalization(model: Model, node: Node) -> tuple[Kernel | None, s
     if reason:
         return None, reason
     return _kernel(_layer_normalization_native, "layer_norm_f32", node, _layer_normalization_specialized)
+
+
+# --------------------------------------------------------------------------------------
+# InstanceNormalization, GroupNormalization
+# --------------------------------------------------------------------------------------
+
+
+def _rows_normalized_affine(
+    ctx: Any, x: np.ndarray, rows: int, epsilon: float, gamma: np.ndarray, beta: np.ndarray, out: Any
+) -> np.ndarray:
+    """x (N, C, *spatial) as ``rows`` rows, each normalized by (L1)-(L3), (L4'), (L5')
+    (``layer_norm_f32(divide=True)`` with a scale of ones: f32(z · 1) is z, no bias), then
+    (IN1) f32(f32(z · gamma[c]) + beta[c]) in two passes (NumPy's product in place, then
+    ``binary_f32``; one IEEE operation per element each): the twin's
+    nn_norm._normalized_rows_affine, bit for bit."""
+    threads = _threads(ctx)
+    d = x.size // rows if rows else 0
+    nat = _native()
+    z = nat.layer_norm_f32(
+        x.reshape(rows, d), np.ones(d, F32), None, 1, float(np.float32(epsilon)), threads, None, False, True
+    ).reshape(x.shape)
+    shape = (-1, *([1] * (x.ndim - 2)))
+    np.multiply(z, gamma.reshape(shape), out=z)  # z is this call's own buffer
+    return nat.binary_f32("add", z, beta.reshape(shape), threads, out)
+
+
+def _channel_vector(v: Any, n: int) -> np.ndarray:
+    v = _f32(v)
+    if v.size != n:
+        raise _Unsupported
+    return v.reshape(n)
+
+
+@_with_fallback("InstanceNormalization")
+def _instance_normalization_native(
+    ctx: Any, x: Any, scale: Any, bias: Any, *, out: Any, epsilon: float = 1e-5
+) -> np.ndarray:
+    """InstanceNormalization, float32 (nn_norm.instance_normalization): one row per
+    (n, channel) over the spatial axes."""
+    x = _f32(x)
+    if x.ndim < 3 or np.shape(scale) != (x.shape[1],) or np.shape(bias) != (x.shape[1],):
+        raise _Unsupported  # the twin raises the operator's error
+    c = x.shape[1]
+    return _rows_normalized_affine(
+        ctx, x, x.shape[0] * c, epsilon, _channel_vector(scale, c), _channel_vector(bias, c), out
+    )
+
+
+@_with_fallback("GroupNormalization")
+def _group_normalization_native(
+    ctx: Any,
+    x: Any,
+    scale: Any,
+    bias: Any,
+    *,
+    out: Any,
+    num_groups: int,
+    epsilon: float = 1e-5,
+    stash_type: int = 1,
+) -> np.ndarray:
+    """GroupNormalization, float32 with stash type float32 (nn_norm.group_normalization):
+    one row per (n, group); scale and bias per group (opset 18-20) or per channel (21)."""
+    x = _f32(x)
+    if stash_type != 1 or x.ndim < 2 or num_groups < 1 or x.shape[1] % num_groups:
+        raise _Unsupported
+    n, c = x.shape[:2]
+    per = c if ctx.opset >= 21 else num_groups
+    gamma, beta = _channel_vector(scale, per), _channel_vector(bias, per)
+    if per != c:
+        gamma, beta = np.repeat(gamma, c // num_groups), np.repeat(beta, c // num_groups)
+    return _rows_normalized_affine(ctx, x, n * num_groups, epsilon, gamma, beta, out)
+
+
+@register_binder("InstanceNormalization")
+def bind_instance_normalization(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 InstanceNormalization."""
+    del model  # unused: the choice depends on the node's types only
+    reason = _check_f32(
+        "InstanceNormalization", ("input", node.input(0)), ("scale", node.input(1)), ("B", node.input(2))
+    )
+    if reason:
+        return None, reason
+    return _kernel(_instance_normalization_native, "instance_norm_f32", node)
+
+
+@register_binder("GroupNormalization")
+def bind_group_normalization(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 GroupNormalization computing in float32 (stash_type 1)."""
+    del model  # unused: the choice depends on the node's types and attributes only
+    if node.attrs.get("stash_type", 1) != 1:
+        return None, "native GroupNormalization computes in float32 only (stash_type 1)"
+    reason = _check_f32(
+        "GroupNormalization", ("X", node.input(0)), ("scale", node.input(1)), ("bias", node.input(2))
+    )
+    if reason:
+        return None, reason
+    return _kernel(_group_normalization_native, "group_norm_f32", node)
 
 
 # --------------------------------------------------------------------------------------
