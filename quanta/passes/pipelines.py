@@ -90,7 +90,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         FoldStaticDims(),  # Gather/Slice of a Shape whose read dimensions are static ...
         FoldConstants(evaluator, max_output_elements=1 << 24),  # ... and the arithmetic on them
         FoldReshapeDims(),  # x.view(x.size(0), -1) with a symbolic batch -> Reshape(x, [0, -1])
-        Canonicalize(),  # Sum of two -> Add: residuals of older exports
+        Canonicalize(opset),  # Sum -> Adds (residuals of older exports), Upsample -> Resize
         # Clip(x+3, 0, 6)/6 -> HardSigmoid, Log(1+Exp) -> Softplus; written-out hardswish
         # stays as written: quantizing its input cost Paddle's OCR models accuracy
         CanonicalizeActivations(opset, hardswish=False),
@@ -180,7 +180,9 @@ def optimize_float(
 
     return [
         WeightOnlyMatMuls(),  # before the fold: an 8-bit weight stays 8-bit (quanta::MatMulW8)
-        Canonicalize(),  # CastLike -> Cast (ONNX function bodies): folds below, runs natively
+        # CastLike -> Cast (ONNX function bodies): folds below, runs natively; n-ary Sum /
+        # Max / Min / Mean as binary steps, Upsample as Resize: native kernels
+        Canonicalize(opset),
         FoldConstants(evaluator),
         FoldStaticDims(),  # the static dimensions (and the rank) a symbolic shape's readers take
         refine,  # shapes behind the folded constants (a Pad's computed amounts) ...

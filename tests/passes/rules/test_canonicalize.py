@@ -1,12 +1,14 @@
 """Canonicalize (passes/rules/canonicalize.py): Sum of one input is removed, Sum of two
-becomes Add. Four parts (fired; structure; bit-exact numerics on the reference target,
-since both are the same IEEE additions; the verifier) and the refusal for three inputs.
+becomes Add, Sum / Max / Min / Mean of more become binary steps, Upsample becomes Resize.
+Fired; structure; bit-exact numerics on the reference target (the same IEEE operations
+in the same order); Upsample against onnx's own reference.
 Plus the quantization pipeline on an old-style ResNet block (weights computed by
 ConstantOfShape, residual written as Sum): everything folds and quantizes."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from quanta.ir.onnx_io import load
@@ -55,13 +57,118 @@ def test_sum_of_one_is_removed():
     assert [n.op_type for n in model.graph.nodes] == ["Relu"]
 
 
-def test_sum_of_three_is_left_with_its_reason():
-    proto = sum_proto(3)
+def variadic_proto(op: str, n_inputs: int, dtype=np.float32):
+    """op over n inputs of shapes that broadcast differently at each step."""
+    names = [f"x{i}" for i in range(n_inputs)]
+    shapes = [[2, 7, 3], [7, 1], [1, 3], [2, 1, 1], [3]][:n_inputs]
+    tt = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    g = helper.make_graph(
+        [helper.make_node(op, names, ["y"], name="v")],
+        "g",
+        [helper.make_tensor_value_info(n, tt, s) for n, s in zip(names, shapes)],
+        [helper.make_tensor_value_info("y", tt, [2, 7, 3])],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize(
+    "op,n,rule,steps",
+    [
+        ("Sum", 3, "SumToAdds", ["Add", "Add"]),
+        ("Sum", 5, "SumToAdds", ["Add"] * 4),
+        ("Max", 3, "VariadicToPairs", ["Max", "Max"]),
+        ("Min", 4, "VariadicToPairs", ["Min"] * 3),
+        ("Mean", 3, "MeanToAddsDiv", ["Add", "Add", "Div"]),
+        ("Mean", 2, "MeanToAddsDiv", ["Add", "Div"]),
+    ],
+)
+def test_variadic_operators_become_binary_steps_bit_exact(op, n, rule, steps):
+    """The left fold the reference computes (functools.reduce), step by step: the same
+    bytes, NaN and infinities included (Max / Min select, Sum / Mean add in order)."""
+    proto = variadic_proto(op, n)
     model = load(proto)
+    result = run_passes(model, [Canonicalize()])
+    assert result.fired(rule) == 1
+    assert [nd.op_type for nd in model.graph.nodes] == steps
+    f = feeds(proto)
+    f["x1"].flat[[0, 3]] = [np.nan, np.inf]
+    got, want = run_ref(model, f)[0], run_ref(proto, f)[0]
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def upsample_proto(opset: int, mode: str):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 7])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    scales = [1.0, 1.0, 2.0, 3.0]
+    if opset < 9:
+        node = helper.make_node("Upsample", ["x"], ["y"], mode=mode, scales=scales)
+        inits = []
+    else:
+        node = helper.make_node("Upsample", ["x", "s"], ["y"], mode=mode)
+        inits = [numpy_helper.from_array(np.array(scales, np.float32), "s")]
+    model = helper.make_model(
+        helper.make_graph([node], "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", opset)]
+    )
+    model.ir_version = 4
+    return model
+
+
+def upsample_definition(x: np.ndarray, scales: list[int], mode: str) -> np.ndarray:
+    """Upsample's definition, axis by axis in float64: output index i reads input
+    coordinate i / scale; nearest takes its floor, linear interpolates between the floor
+    and the next index (clamped at the end)."""
+    y = x.astype(np.float64)
+    for axis, s in enumerate(scales):
+        n = y.shape[axis]
+        c = np.arange(n * s) / s
+        lo = np.floor(c).astype(int)
+        if mode == "nearest":
+            y = np.take(y, lo, axis=axis)
+            continue
+        hi = np.minimum(lo + 1, n - 1)
+        w = (c - lo).reshape([-1 if a == axis else 1 for a in range(y.ndim)])
+        y = np.take(y, lo, axis=axis) * (1 - w) + np.take(y, hi, axis=axis) * w
+    return y.astype(np.float32)
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample_is_resize_with_its_coordinates(opset, mode):
+    """Upsample-7 (scales attribute) and -9 (scales input) become a Resize of the model's
+    opset: Upsample's definition's values (onnx's own reference runs neither the
+    attribute form nor linear), on the reference and native targets; a float session
+    runs no fallback."""
+    import quanta
+
+    proto = upsample_proto(opset, mode)
+    model = load(proto)
+    assert run_passes(model, [Canonicalize(opset)]).fired("UpsampleToResize") == 1
+    assert [nd.op_type for nd in model.graph.nodes] == ["Resize"]
+    x = np.random.default_rng(opset).standard_normal((1, 3, 5, 7)).astype(np.float32)
+    want = upsample_definition(x, [1, 1, 2, 3], mode)
+    for backend in ("reference", "native"):  # a Resize of opset 7 or 9: run, not written
+        sess = quanta.InferenceSession(proto.SerializeToString(), backend=backend)
+        assert [s.node.op_type for s in sess.plan.steps] == ["Resize"]
+        assert sess.fallbacks == []
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-6, atol=1e-6)
+
+
+def test_upsample_from_opset_11_names_its_coordinate_modes():
+    proto = upsample_proto(9, "nearest")
+    model = load(proto)
+    run_passes(model, [Canonicalize(11)])
+    (node,) = model.graph.nodes
+    assert node.op_type == "Resize" and node.inputs[1] is None
+    assert (
+        node.attrs["coordinate_transformation_mode"] == "asymmetric" and node.attrs["nearest_mode"] == "floor"
+    )
+
+
+def test_upsample_without_a_known_opset_is_left_with_its_reason():
+    model = load(upsample_proto(9, "nearest"))
     p = Canonicalize()
-    result = run_passes(model, [p])
-    assert not result.records[0].modified
-    assert [r.reason for r in p.why_not("SumOfTwoToAdd")] == ["Sum of 3 inputs (only two are an Add)"]
+    assert not run_passes(model, [p]).records[0].modified
+    assert [r.reason for r in p.why_not("UpsampleToResize")] == ["the model's opset is not known"]
 
 
 def test_old_style_resnet_block_quantizes_completely(tmp_path):
