@@ -424,3 +424,56 @@ def test_no_fallback_in_a_run_of_the_twin_cases():
     kernel, _ = bind("CumSum", [x, np.array(1)])
     assert_bit_exact(expected, kernel.fn(KernelContext(opset=14), x, np.array(1)))
     assert sum(RUNTIME_FALLBACKS.values()) == before
+
+
+# --------------------------------------------------------------------------------------
+# TopK
+# --------------------------------------------------------------------------------------
+
+
+def _topk_both(x: np.ndarray, k: int, attrs: dict) -> None:
+    """The bound TopK kernel (1 and 2 threads) vs the twin's stable argsort: both outputs
+    byte for byte; no hand-over."""
+    kernel, reason = bind("TopK", [x, np.array([k], np.int64)], attrs, n_outputs=2)
+    assert kernel is not None, reason
+    before = RUNTIME_FALLBACKS["TopK"]
+    want = get_op("TopK")(KernelContext(opset=17, n_outputs=2), x, np.array([k], np.int64), **attrs)
+    for threads in (1, 2):
+        got = kernel.fn(KernelContext(opset=17, n_outputs=2, num_threads=threads), x, np.array([k]), **attrs)
+        for g, w, what in zip(got, want, ("values", "indices"), strict=True):
+            assert_bit_exact(w, g, f"TopK {what} {threads}t")
+    assert RUNTIME_FALLBACKS["TopK"] == before, "the kernel handed a supported call to the twin"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.sampled_from([(17,), (3, 65), (2, 7, 33), (80, 300), (1, 8400), (5, 1)]),
+    axis_pick=st.integers(0, 5),
+    k_pick=st.floats(0, 1),
+    largest=st.sampled_from([0, 1]),
+    ties=st.booleans(),
+    seed=st.integers(0, 999),
+)
+def test_topk_matches_the_twins_order_nan_zeros_and_ties(shape, axis_pick, k_pick, largest, ties, seed):
+    """Every axis, k from 0 to n, largest and smallest; NaN, ±inf, ±0 and subnormals
+    (floats), and with ``ties`` values from a handful so most rows tie at the k-th."""
+    rng = np.random.default_rng(seed)
+    x = floats(rng, shape)
+    if ties:
+        x = rng.choice(np.array([-1.0, -0.0, 0.0, 2.5, np.nan], np.float32), size=shape)
+    axis = axis_pick % len(shape) - (len(shape) if axis_pick % 2 else 0)
+    k = round(k_pick * shape[axis])
+    _topk_both(x, k, {"axis": axis, "largest": largest, "sorted": 1})
+
+
+def test_topk_of_a_detection_head_and_the_binders_refusals():
+    """RT-DETR-style: the 300 best of 8400 anchors' class scores; then what stays on the
+    twin: another dtype, TopK-1's attribute k."""
+    x = np.random.default_rng(3).random((1, 8400), dtype=np.float32)
+    _topk_both(x, 300, {"axis": -1, "largest": 1, "sorted": 1})
+    assert bind("TopK", [np.zeros(3, np.int64), np.array([1])], {}, n_outputs=2)[1] == (
+        "native TopK takes float32 x, got int64"
+    )
+    assert bind("TopK", [np.zeros(3, np.float32), None], {"k": 1}, n_outputs=2)[1] == (
+        "TopK-1 (k an attribute) runs on the twin"
+    )

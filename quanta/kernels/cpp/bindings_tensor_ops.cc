@@ -29,6 +29,8 @@
 //   take_axis(x, axis, idx, num_threads=1, out=None) -> y     any dtype; idx int64 in [0, n)
 //   repeat_2d(x, sh, sw, num_threads=1, out=None, lanes=False) -> y   1-64-byte elements, rank >= 2
 //   copy_strided(x, num_threads=1, out=None) -> y            any dtype, any strides -> C order
+//   topk_f32(x, k, largest, num_threads=1) -> (values, indices)   x [R, n] float32, 0 <= k <= n:
+//     values [R, k] float32, indices [R, k] int64 (tensor_ops/topk.h's order)
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -43,6 +45,7 @@
 #include "sgemm/sgemm.h"
 #include "tensor_ops/scatter.h"
 #include "tensor_ops/tensor_ops.h"
+#include "tensor_ops/topk.h"
 
 namespace quanta {
 namespace {
@@ -606,6 +609,22 @@ void scatter_f32(const std::string& op_name, const py::handle& y_obj, const py::
   tensor_ops::scatter_f32(y.mutable_data(), p, upd.data(), n, op_name == "mul");
 }
 
+py::tuple topk_f32(const py::handle& x_obj, int64_t k, bool largest, int num_threads) {
+  auto x = require_array<float>(x_obj, "topk_f32: x");
+  if (x.ndim() != 2) throw py::value_error("topk_f32: x: expected [rows, n], got " + shape_str(shape_of(x)));
+  const int64_t rows = x.shape(0), n = x.shape(1);
+  if (k < 0 || k > n)
+    throw py::value_error("topk_f32: k: expected in [0, " + std::to_string(n) + "], got " + std::to_string(k));
+  check_threads(num_threads, "topk_f32");
+  py::array_t<float, py::array::c_style> values(Shape{rows, k});
+  py::array_t<int64_t, py::array::c_style> indices(Shape{rows, k});
+  {
+    py::gil_scoped_release release;
+    tensor_ops::topk_f32(x.data(), rows, n, k, largest, values.mutable_data(), indices.mutable_data(), num_threads);
+  }
+  return py::make_tuple(values, indices);
+}
+
 }  // namespace
 
 void register_tensor_ops(py::module_& m) {
@@ -653,6 +672,9 @@ void register_tensor_ops(py::module_& m) {
         "(lanes: of the two before the last, whose elements move together).");
   m.def("copy_strided", &copy_strided, arg("x"), arg("num_threads") = 1, arg("out") = none,
         "A C-contiguous copy of any strided array (transposed, sliced, broadcast views).");
+  m.def("topk_f32", &topk_f32, arg("x"), arg("k"), arg("largest"), arg("num_threads") = 1,
+        "(values, indices) of the k first of each row of float32 x [R, n] in ONNX TopK's order "
+        "(tensor_ops/topk.h): the reference's bytes.");
 }
 
 }  // namespace quanta

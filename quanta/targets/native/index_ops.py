@@ -17,6 +17,9 @@ ScatterND              ``scatter_nd`` (float32/64, int32/64; none,    tensor_ops
 ArgMax, ArgMin         ``arg_extreme`` (float32/64, (u)int8,          reduce_ops.argmax / argmin
                        int32/64): first extreme, NaN wins             (np.argmax / np.argmin)
 Softsign               ``softsign`` (float32/64)                      nn.softsign
+TopK                   ``topk_f32`` (float32, any axis: moved last    tensor_ops.topk (a stable
+                       and back): a selection and a sort of k per     argsort: the same order,
+                       row (tensor_ops/topk.h)                        NaN and ties included)
 Neg (float64)          ``negate``: the sign bit flipped               math_ops (np.negative)
 =====================  =============================================  ==========================
 
@@ -246,6 +249,48 @@ def _softsign_native(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
     """Softsign, float32/64: f(x / f(1 + |x|)) (nn.softsign)."""
     del ctx  # one thread: an exported gate's few hundred elements
     return _native().softsign(_array(x, _FLOAT), out)
+
+
+@_with_fallback("TopK")
+def _topk_native(
+    ctx: Any, x: Any, k: Any, *, out: Any, axis: int = -1, largest: int = 1, sorted: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """TopK of float32 x along ``axis``: the k first of each lane in the order of
+    tensor_ops/topk.h (sorted=0 leaves the order free; the sorted order is valid)."""
+    del out, sorted  # two outputs: no planned buffer
+    x = _array(x, frozenset({np.dtype(np.float32)}))
+    if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+        raise _Unsupported
+    axis %= x.ndim
+    kk = _scalar(k)
+    n = x.shape[axis]
+    if not 0 <= kk <= n:
+        raise _Unsupported  # the twin raises the operator's error
+    lanes = np.moveaxis(x, axis, -1)
+    lead = lanes.shape[:-1]
+    values, indices = _native().topk_f32(
+        np.ascontiguousarray(lanes).reshape(-1, n),
+        kk,
+        bool(largest),
+        max(1, int(getattr(ctx, "num_threads", 1) or 1)),
+    )
+    values, indices = values.reshape(*lead, kk), indices.reshape(*lead, kk)
+    if axis != x.ndim - 1:
+        values = np.ascontiguousarray(np.moveaxis(values, -1, axis))
+        indices = np.ascontiguousarray(np.moveaxis(indices, -1, axis))
+    return values, indices
+
+
+@register_binder("TopK")
+def bind_topk(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 TopK (opset 10 on: k an input; TopK-1's attribute k stays on the twin)."""
+    del model  # unused
+    if node.input(1) is None or "k" in node.attrs:
+        return None, "TopK-1 (k an attribute) runs on the twin"
+    reason = _reason("TopK", node, 0, frozenset({np.dtype(np.float32)}), "float32 x")
+    if reason:
+        return None, reason
+    return Kernel(_topk_native, "native", "native:topk_f32", out=False), ""
 
 
 @register_binder("Softsign")
