@@ -31,6 +31,8 @@
 //   copy_strided(x, num_threads=1, out=None) -> y            any dtype, any strides -> C order
 //   topk_f32(x, k, largest, num_threads=1) -> (values, indices)   x [R, n] float32, 0 <= k <= n:
 //     values [R, k] float32, indices [R, k] int64 (tensor_ops/topk.h's order)
+//   grid_sample_f32(x, grid, align_corners, nearest, border, num_threads=1, out=None) -> y
+//     x [N, C, H, W], grid [N, Ho, Wo, 2] float32 -> y [N, C, Ho, Wo] (tensor_ops/grid_sample.h)
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -45,6 +47,7 @@
 #include "sgemm/sgemm.h"
 #include "tensor_ops/scatter.h"
 #include "tensor_ops/tensor_ops.h"
+#include "tensor_ops/grid_sample.h"
 #include "tensor_ops/topk.h"
 
 namespace quanta {
@@ -625,6 +628,28 @@ py::tuple topk_f32(const py::handle& x_obj, int64_t k, bool largest, int num_thr
   return py::make_tuple(values, indices);
 }
 
+py::array grid_sample_f32(const py::handle& x_obj, const py::handle& grid_obj, bool align_corners, bool nearest,
+                          bool border, int num_threads, const py::object& out_obj) {
+  auto x = require_array<float>(x_obj, "grid_sample_f32: x");
+  auto grid = require_array<float>(grid_obj, "grid_sample_f32: grid");
+  if (x.ndim() != 4) throw py::value_error("grid_sample_f32: x: expected [N, C, H, W], got " + shape_str(shape_of(x)));
+  if (grid.ndim() != 4 || grid.shape(0) != x.shape(0) || grid.shape(3) != 2) {
+    throw py::value_error("grid_sample_f32: grid: expected [" + std::to_string(x.shape(0)) + ", Ho, Wo, 2], got " +
+                          shape_str(shape_of(grid)));
+  }
+  check_threads(num_threads, "grid_sample_f32");
+  const int64_t n = x.shape(0), c = x.shape(1), h = x.shape(2), w = x.shape(3);
+  if (h < 1 || w < 1) throw py::value_error("grid_sample_f32: x: expected H, W >= 1, got " + shape_str(shape_of(x)));
+  const int64_t p = grid.shape(1) * grid.shape(2);
+  auto y = make_output(out_obj, x.dtype(), Shape{n, c, grid.shape(1), grid.shape(2)}, "grid_sample_f32", {x, grid});
+  {
+    py::gil_scoped_release release;
+    tensor_ops::grid_sample_f32(x.data(), grid.data(), n, c, h, w, p, align_corners, nearest, border,
+                                static_cast<float*>(y.mutable_data()), num_threads);
+  }
+  return y;
+}
+
 }  // namespace
 
 void register_tensor_ops(py::module_& m) {
@@ -675,6 +700,10 @@ void register_tensor_ops(py::module_& m) {
   m.def("topk_f32", &topk_f32, arg("x"), arg("k"), arg("largest"), arg("num_threads") = 1,
         "(values, indices) of the k first of each row of float32 x [R, n] in ONNX TopK's order "
         "(tensor_ops/topk.h): the reference's bytes.");
+  m.def("grid_sample_f32", &grid_sample_f32, arg("x"), arg("grid"), arg("align_corners"), arg("nearest"), arg("border"),
+        arg("num_threads") = 1, arg("out") = none,
+        "GridSample of float32 x [N, C, H, W] at grid [N, Ho, Wo, 2], linear or nearest, zeros or border "
+        "padding (tensor_ops/grid_sample.h, eqs. (GS1)-(GS4)).");
 }
 
 }  // namespace quanta

@@ -16,6 +16,10 @@ the weights (cached), so coordinates and weights are the twin's by construction;
 
 tf_crop_and_resize (extrapolation outside the roi) and int64 / float64 / float16 inputs
 run on the twin.
+
+GridSample (float32, 2-D images, linear or nearest, zeros or border padding) runs
+``grid_sample_f32`` (tensor_ops/grid_sample.h): eqs. (GS1)-(GS4) of docs/float-ops.md,
+the twin's (reference/grid_sample.py) float32 steps in its order.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node
+from quanta.kernels.reference.grid_sample import native_grid_sample_supports
 from quanta.kernels.reference.nn_resize import resize_axis_tables, resize_output, resize_plan
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
@@ -203,3 +208,51 @@ def bind_resize(model: Model, node: Node) -> tuple[Kernel | None, str]:
         ),
         "",
     )
+
+
+@_with_fallback("GridSample")
+def _grid_sample_native(
+    ctx: Any,
+    x: Any,
+    grid: Any,
+    *,
+    out: Any,
+    align_corners: int = 0,
+    mode: str = "linear",
+    padding_mode: str = "zeros",
+) -> np.ndarray:
+    """GridSample of float32 images (``grid_sample_f32``: eqs. (GS1)-(GS4), the twin's
+    bytes); what (GS1)-(GS4) do not cover goes to the twin, which delegates it."""
+    if not native_grid_sample_supports(x, grid, _text(mode), _text(padding_mode)):
+        raise _Unsupported
+    return _native().grid_sample_f32(
+        np.ascontiguousarray(x),
+        np.ascontiguousarray(grid),
+        bool(align_corners),
+        _text(mode) == "nearest",
+        _text(padding_mode) == "border",
+        _threads(ctx),
+        out,
+    )
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+@register_binder("GridSample")
+def bind_grid_sample(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 GridSample over 2-D images, linear or nearest, zeros or border padding."""
+    del model  # unused
+    mode, padding = _text(node.attrs.get("mode", "linear")), _text(node.attrs.get("padding_mode", "zeros"))
+    if mode not in ("linear", "bilinear", "nearest"):
+        return None, f"native GridSample interpolates linear or nearest, got {mode!r} (the twin delegates it)"
+    if padding not in ("zeros", "border"):
+        return (
+            None,
+            f"native GridSample pads with zeros or the border, got {padding!r} (the twin delegates it)",
+        )
+    dt = _dtype(node.input(0))
+    if dt is not None and dt != np.float32:
+        return None, f"native GridSample takes float32 X, got {dt}"
+    return Kernel(_grid_sample_native, "native", "native:grid_sample_f32", out=True), ""
