@@ -477,3 +477,69 @@ def test_topk_of_a_detection_head_and_the_binders_refusals():
     assert bind("TopK", [np.zeros(3, np.float32), None], {"k": 1}, n_outputs=2)[1] == (
         "TopK-1 (k an attribute) runs on the twin"
     )
+
+
+# --------------------------------------------------------------------------------------
+# NonMaxSuppression
+# --------------------------------------------------------------------------------------
+
+
+def _nms_case(rng, batches, classes, n, center, ties, degenerate):
+    xy = rng.uniform(0, 60, (batches, n, 2))
+    wh = rng.uniform(1, 25, (batches, n, 2))
+    if center:
+        boxes = np.concatenate([xy + wh / 2, wh], -1)
+    else:
+        boxes = np.concatenate([xy, xy + wh], -1)[..., [1, 0, 3, 2]]  # [y1, x1, y2, x2]
+        flip = rng.random((batches, n)) < 0.3  # corners in the other order
+        boxes[flip] = boxes[flip][:, [2, 3, 0, 1]]
+    if degenerate:
+        boxes[:, ::7, 2] = boxes[:, ::7, 0]  # zero-area boxes
+    scores = rng.random((batches, classes, n))
+    if ties:
+        scores = np.round(scores * 4) / 4  # many equal scores: ties by box index
+    return np.ascontiguousarray(boxes, np.float32), np.ascontiguousarray(scores, np.float32)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batches=st.integers(1, 2),
+    classes=st.sampled_from([1, 3, 7]),
+    n=st.sampled_from([1, 17, 65, 300]),
+    center=st.sampled_from([0, 1]),
+    cap=st.sampled_from([0, 1, 5, 1000]),
+    iou=st.sampled_from([0.0, 0.3, 0.5, 0.9]),
+    score=st.sampled_from([None, 0.0, 0.5]),
+    ties=st.booleans(),
+    degenerate=st.booleans(),
+    seed=st.integers(0, 999),
+)
+def test_nms_selects_what_the_onnx_reference_selects(
+    batches, classes, n, center, cap, iou, score, ties, degenerate, seed
+):
+    """Triples in the reference's order: batches, classes, both box encodings (corners in
+    either order), zero-area boxes, tied scores, every cap and threshold."""
+    from quanta.kernels.reference.delegate import delegate_to_onnx_reference
+
+    boxes, scores = _nms_case(np.random.default_rng(seed), batches, classes, n, center, ties, degenerate)
+    inputs = [boxes, scores, np.array([cap], np.int64), np.array([iou], np.float32)]
+    if score is not None:
+        inputs.append(np.array([score], np.float32))
+    attrs = {"center_point_box": center}
+    kernel, reason = bind("NonMaxSuppression", inputs, attrs)
+    assert kernel is not None, reason
+    before = RUNTIME_FALLBACKS["NonMaxSuppression"]
+    want = delegate_to_onnx_reference(KernelContext(opset=17, op_type="NonMaxSuppression"), inputs, attrs)[0]
+    got = kernel.fn(KernelContext(opset=17), *inputs, **attrs)
+    assert got.dtype == np.int64 and got.shape == (len(want), 3)
+    np.testing.assert_array_equal(got, want.reshape(-1, 3))
+    assert RUNTIME_FALLBACKS["NonMaxSuppression"] == before
+
+
+def test_nms_of_nan_scores_without_a_threshold_goes_to_the_twin():
+    boxes, scores = _nms_case(np.random.default_rng(0), 1, 1, 5, 0, False, False)
+    scores[0, 0, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN without a score threshold"):
+        _native.nms_f32(boxes, scores, 3, 0.5, None, False)
+    scores_ok = _native.nms_f32(boxes, scores, 3, 0.5, 0.1, False)  # NaN > 0.1 is false: not a candidate
+    assert 2 not in scores_ok[:, 2]

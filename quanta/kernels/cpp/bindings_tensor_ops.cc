@@ -31,6 +31,9 @@
 //   copy_strided(x, num_threads=1, out=None) -> y            any dtype, any strides -> C order
 //   topk_f32(x, k, largest, num_threads=1) -> (values, indices)   x [R, n] float32, 0 <= k <= n:
 //     values [R, k] float32, indices [R, k] int64 (tensor_ops/topk.h's order)
+//   nms_f32(boxes, scores, max_per_class, iou_threshold, score_threshold, center_point_box) -> selected
+//     boxes [B, N, 4], scores [B, C, N] float32; score_threshold None or a float; selected
+//     [K, 3] int64 (tensor_ops/nms.h); NaN scores without a threshold: ValueError
 //   grid_sample_f32(x, grid, align_corners, nearest, border, num_threads=1, out=None) -> y
 //     x [N, C, H, W], grid [N, Ho, Wo, 2] float32 -> y [N, C, Ho, Wo] (tensor_ops/grid_sample.h)
 #include <algorithm>
@@ -48,6 +51,7 @@
 #include "tensor_ops/scatter.h"
 #include "tensor_ops/tensor_ops.h"
 #include "tensor_ops/grid_sample.h"
+#include "tensor_ops/nms.h"
 #include "tensor_ops/topk.h"
 
 namespace quanta {
@@ -650,6 +654,36 @@ py::array grid_sample_f32(const py::handle& x_obj, const py::handle& grid_obj, b
   return y;
 }
 
+py::array nms_f32(const py::handle& boxes_obj, const py::handle& scores_obj, int64_t max_per_class, float iou_threshold,
+                  const py::object& score_threshold, bool center_point_box) {
+  auto boxes = require_array<float>(boxes_obj, "nms_f32: boxes");
+  auto scores = require_array<float>(scores_obj, "nms_f32: scores");
+  if (boxes.ndim() != 3 || boxes.shape(2) != 4)
+    throw py::value_error("nms_f32: boxes: expected [B, N, 4], got " + shape_str(shape_of(boxes)));
+  if (scores.ndim() != 3 || scores.shape(0) != boxes.shape(0) || scores.shape(2) != boxes.shape(1)) {
+    throw py::value_error("nms_f32: scores: expected [" + std::to_string(boxes.shape(0)) + ", C, " +
+                          std::to_string(boxes.shape(1)) + "], got " + shape_str(shape_of(scores)));
+  }
+  const bool has_threshold = !score_threshold.is_none();
+  const float threshold = has_threshold ? score_threshold.cast<float>() : 0.0f;
+  if (!has_threshold) {
+    const float* s = scores.data();
+    for (py::ssize_t i = 0; i < scores.size(); ++i) {
+      if (std::isnan(s[i])) throw py::value_error("nms_f32: scores: NaN without a score threshold has no order");
+    }
+  }
+  std::vector<int64_t> selected;
+  {
+    py::gil_scoped_release release;
+    tensor_ops::nms_f32(boxes.data(), scores.data(), boxes.shape(0), scores.shape(1), boxes.shape(1), max_per_class,
+                        iou_threshold, has_threshold, threshold, center_point_box, &selected);
+  }
+  const auto k = static_cast<py::ssize_t>(selected.size() / 3);
+  py::array_t<int64_t, py::array::c_style> out(Shape{k, 3});
+  std::copy(selected.begin(), selected.end(), out.mutable_data());
+  return out;
+}
+
 }  // namespace
 
 void register_tensor_ops(py::module_& m) {
@@ -704,6 +738,10 @@ void register_tensor_ops(py::module_& m) {
         arg("num_threads") = 1, arg("out") = none,
         "GridSample of float32 x [N, C, H, W] at grid [N, Ho, Wo, 2], linear or nearest, zeros or border "
         "padding (tensor_ops/grid_sample.h, eqs. (GS1)-(GS4)).");
+  m.def("nms_f32", &nms_f32, arg("boxes"), arg("scores"), arg("max_per_class"), arg("iou_threshold"),
+        arg("score_threshold"), arg("center_point_box"),
+        "NonMaxSuppression of float32 boxes [B, N, 4] and scores [B, C, N]: the (batch, class, box) triples "
+        "ONNX's reference selects (tensor_ops/nms.h).");
 }
 
 }  // namespace quanta

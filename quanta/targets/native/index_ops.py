@@ -17,6 +17,9 @@ ScatterND              ``scatter_nd`` (float32/64, int32/64; none,    tensor_ops
 ArgMax, ArgMin         ``arg_extreme`` (float32/64, (u)int8,          reduce_ops.argmax / argmin
                        int32/64): first extreme, NaN wins             (np.argmax / np.argmin)
 Softsign               ``softsign`` (float32/64)                      nn.softsign
+NonMaxSuppression      ``nms_f32`` (float32 boxes and scores): the    onnx.reference's NMS (the
+                       reference's float32 IoU per pair, extents      same float32 operations
+                       per box once (tensor_ops/nms.h)                and order)
 TopK                   ``topk_f32`` (float32, any axis: moved last    tensor_ops.topk (a stable
                        and back): a selection and a sort of k per     argsort: the same order,
                        row (tensor_ops/topk.h)                        NaN and ties included)
@@ -291,6 +294,59 @@ def bind_topk(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if reason:
         return None, reason
     return Kernel(_topk_native, "native", "native:topk_f32", out=False), ""
+
+
+def _first(v: Any) -> Any:
+    """An optional scalar input's value (its first element), or None when absent or empty."""
+    if v is None:
+        return None
+    a = np.asarray(v)
+    return None if a.size == 0 else a.reshape(-1)[0]
+
+
+@_with_fallback("NonMaxSuppression")
+def _nms_native(
+    ctx: Any,
+    boxes: Any,
+    scores: Any,
+    max_output_boxes_per_class: Any = None,
+    iou_threshold: Any = None,
+    score_threshold: Any = None,
+    *,
+    out: Any,
+    center_point_box: int = 0,
+) -> np.ndarray:
+    """NonMaxSuppression of float32 boxes / scores: the reference's selection
+    (tensor_ops/nms.h); an absent max_output_boxes_per_class selects nothing."""
+    del ctx, out  # the count decides the shape
+    boxes = _array(boxes, frozenset({np.dtype(np.float32)}))
+    scores = _array(scores, frozenset({np.dtype(np.float32)}))
+    if center_point_box not in (0, 1):
+        raise _Unsupported
+    cap = _first(max_output_boxes_per_class)
+    if cap is None:
+        return np.zeros((0, 3), np.int64)
+    iou = _first(iou_threshold)
+    score = _first(score_threshold)
+    return _native().nms_f32(
+        boxes,
+        scores,
+        max(int(cap), 0),
+        float(np.float32(0.0 if iou is None else iou)),
+        None if score is None else float(np.float32(score)),
+        bool(center_point_box),
+    )
+
+
+@register_binder("NonMaxSuppression")
+def bind_nms(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """NonMaxSuppression of float32 boxes and scores."""
+    del model  # unused
+    for i, what in ((0, "boxes"), (1, "scores")):
+        reason = _reason("NonMaxSuppression", node, i, frozenset({np.dtype(np.float32)}), f"float32 {what}")
+        if reason:
+            return None, reason
+    return Kernel(_nms_native, "native", "native:nms_f32", out=False), ""
 
 
 @register_binder("Softsign")
