@@ -543,3 +543,45 @@ def test_nms_of_nan_scores_without_a_threshold_goes_to_the_twin():
         _native.nms_f32(boxes, scores, 3, 0.5, None, False)
     scores_ok = _native.nms_f32(boxes, scores, 3, 0.5, 0.1, False)  # NaN > 0.1 is false: not a candidate
     assert 2 not in scores_ok[:, 2]
+
+
+# --------------------------------------------------------------------------------------
+# GatherElements
+# --------------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.sampled_from([(17,), (3, 7), (2, 7, 33), (1, 300, 5), (2, 3, 4, 5)]),
+    axis_pick=st.integers(0, 7),
+    m=st.integers(0, 9),
+    smaller=st.booleans(),
+    dtype=st.sampled_from(
+        [np.float32, np.float64, np.int8, np.uint8, np.int32, np.int64, np.bool_, np.float16]
+    ),
+    idx_dtype=st.sampled_from([np.int64, np.int32]),
+    seed=st.integers(0, 999),
+)
+def test_gather_elements_matches_twin_any_axis_and_dtype(
+    shape, axis_pick, m, smaller, dtype, idx_dtype, seed
+):
+    """Negative indices, indices shorter than data off the axis (``smaller``), every
+    element size; 1 and 2 threads, with out= (run_both)."""
+    rng = np.random.default_rng(seed)
+    axis = axis_pick % len(shape) - (len(shape) if axis_pick % 2 else 0)
+    a = axis % len(shape)
+    x = (rng.standard_normal(shape) * 50).astype(dtype)
+    idx_shape = [
+        (m if k == a else (max(1, d - int(rng.integers(0, d))) if smaller else d))
+        for k, d in enumerate(shape)
+    ]
+    idx = rng.integers(-shape[a], shape[a], idx_shape).astype(idx_dtype)
+    run_both("GatherElements", [x, idx], {"axis": axis})
+
+
+def test_gather_elements_out_of_range_index_raises_the_twins_error():
+    kernel, _ = bind(
+        "GatherElements", [np.zeros((2, 3), np.float32), np.zeros((2, 3), np.int64)], {"axis": 1}
+    )
+    with pytest.raises(ValueError, match="GatherElements"):
+        kernel.fn(KernelContext(opset=17), np.zeros((2, 3), np.float32), np.full((2, 3), 3, np.int64), axis=1)

@@ -34,6 +34,9 @@
 //   nms_f32(boxes, scores, max_per_class, iou_threshold, score_threshold, center_point_box) -> selected
 //     boxes [B, N, 4], scores [B, C, N] float32; score_threshold None or a float; selected
 //     [K, 3] int64 (tensor_ops/nms.h); NaN scores without a threshold: ValueError
+//   gather_elements(data, indices, axis, num_threads=1, out=None) -> y   data any 1/2/4/8-byte
+//     dtype, indices int64 of data's rank (other axes no larger than data's), values in
+//     [-n, n) along axis -> y of indices' shape (tensor_ops/gather_elements.h)
 //   grid_sample_f32(x, grid, align_corners, nearest, border, num_threads=1, out=None) -> y
 //     x [N, C, H, W], grid [N, Ho, Wo, 2] float32 -> y [N, C, Ho, Wo] (tensor_ops/grid_sample.h)
 #include <algorithm>
@@ -50,6 +53,7 @@
 #include "sgemm/sgemm.h"
 #include "tensor_ops/scatter.h"
 #include "tensor_ops/tensor_ops.h"
+#include "tensor_ops/gather_elements.h"
 #include "tensor_ops/grid_sample.h"
 #include "tensor_ops/nms.h"
 #include "tensor_ops/topk.h"
@@ -684,6 +688,50 @@ py::array nms_f32(const py::handle& boxes_obj, const py::handle& scores_obj, int
   return out;
 }
 
+py::array gather_elements(const py::handle& data_obj, const py::handle& idx_obj, int64_t axis, int num_threads,
+                          const py::object& out_obj) {
+  auto data = contiguous(data_obj, "gather_elements: data");
+  auto idx = require_array<int64_t>(idx_obj, "gather_elements: indices");
+  const int64_t rank = data.ndim();
+  const int64_t size = data.itemsize();
+  if (size != 1 && size != 2 && size != 4 && size != 8)
+    throw py::value_error("gather_elements: data: expected elements of 1, 2, 4 or 8 bytes");
+  if (idx.ndim() != rank || rank == 0) {
+    throw py::value_error("gather_elements: indices: expected rank " + std::to_string(rank) + ", got shape " +
+                          shape_str(shape_of(idx)));
+  }
+  if (axis < 0 || axis >= rank)
+    throw py::value_error("gather_elements: axis: expected in [0, " + std::to_string(rank) + "), got " +
+                          std::to_string(axis));
+  std::vector<int64_t> dshape(static_cast<size_t>(rank)), ishape(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) {
+    dshape[d] = data.shape(d);
+    ishape[d] = idx.shape(d);
+    if (d != axis && ishape[d] > dshape[d]) {
+      throw py::value_error("gather_elements: indices: shape " + shape_str(shape_of(idx)) + " exceeds data's " +
+                            shape_str(shape_of(data)) + " on axis " + std::to_string(d));
+    }
+  }
+  check_threads(num_threads, "gather_elements");
+  const int64_t n = dshape[axis];
+  std::vector<int64_t> wrapped(static_cast<size_t>(idx.size()));
+  const int64_t* ip = idx.data();
+  for (py::ssize_t i = 0; i < idx.size(); ++i) {
+    if (ip[i] < -n || ip[i] >= n) {
+      throw py::value_error("gather_elements: indices: expected values in [" + std::to_string(-n) + ", " +
+                            std::to_string(n) + "), got " + std::to_string(ip[i]));
+    }
+    wrapped[i] = ip[i] < 0 ? ip[i] + n : ip[i];
+  }
+  auto y = make_output(out_obj, data.dtype(), shape_of(idx), "gather_elements", {data});
+  {
+    py::gil_scoped_release release;
+    tensor_ops::gather_elements(static_cast<const uint8_t*>(data.data()), dshape, wrapped.data(), ishape, axis, size,
+                                static_cast<uint8_t*>(y.mutable_data()), num_threads);
+  }
+  return y;
+}
+
 }  // namespace
 
 void register_tensor_ops(py::module_& m) {
@@ -742,6 +790,8 @@ void register_tensor_ops(py::module_& m) {
         arg("score_threshold"), arg("center_point_box"),
         "NonMaxSuppression of float32 boxes [B, N, 4] and scores [B, C, N]: the (batch, class, box) triples "
         "ONNX's reference selects (tensor_ops/nms.h).");
+  m.def("gather_elements", &gather_elements, arg("data"), arg("indices"), arg("axis"), arg("num_threads") = 1,
+        arg("out") = none, "GatherElements of any 1-8-byte dtype along axis (tensor_ops/gather_elements.h).");
 }
 
 }  // namespace quanta

@@ -244,7 +244,16 @@ def gather_elements(ctx, data: np.ndarray, indices: np.ndarray, axis: int = 0) -
     del ctx  # unused
     axis = _axis(axis, data.ndim, "GatherElements")
     idx = _indices(indices, data.shape[axis], "GatherElements")
-    return np.take_along_axis(data, idx, axis=axis)
+    if idx.ndim != data.ndim or any(
+        i > d for k, (i, d) in enumerate(zip(idx.shape, data.shape, strict=True)) if k != axis
+    ):
+        raise OpError(
+            f"GatherElements: expected indices of data's rank, no larger than {data.shape} off axis {axis}, "
+            f"got {idx.shape}"
+        )
+    # indices smaller than data off the axis read data at the same coordinates
+    window = tuple(slice(None) if k == axis else slice(0, i) for k, i in enumerate(idx.shape))
+    return np.take_along_axis(data[window], idx, axis=axis)
 
 
 @register("GatherND")

@@ -17,6 +17,9 @@ ScatterND              ``scatter_nd`` (float32/64, int32/64; none,    tensor_ops
 ArgMax, ArgMin         ``arg_extreme`` (float32/64, (u)int8,          reduce_ops.argmax / argmin
                        int32/64): first extreme, NaN wins             (np.argmax / np.argmin)
 Softsign               ``softsign`` (float32/64)                      nn.softsign
+GatherElements         ``gather_elements`` (any 1-8-byte dtype):      tensor_ops.gather_elements
+                       one index read and one element copied per      (np.take_along_axis)
+                       output (tensor_ops/gather_elements.h)
 NonMaxSuppression      ``nms_f32`` (float32 boxes and scores): the    onnx.reference's NMS (the
                        reference's float32 IoU per pair, extents      same float32 operations
                        per box once (tensor_ops/nms.h)                and order)
@@ -294,6 +297,35 @@ def bind_topk(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if reason:
         return None, reason
     return Kernel(_topk_native, "native", "native:topk_f32", out=False), ""
+
+
+@_with_fallback("GatherElements")
+def _gather_elements_native(ctx: Any, data: Any, indices: Any, *, out: Any, axis: int = 0) -> np.ndarray:
+    """GatherElements: any dtype of 1, 2, 4 or 8 bytes, int32 / int64 indices (negative
+    ones wrap; one out of range goes to the twin, which raises the operator's error)."""
+    if not isinstance(data, np.ndarray) or data.dtype.itemsize not in (1, 2, 4, 8) or data.dtype.kind == "O":
+        raise _Unsupported
+    if (
+        not isinstance(indices, np.ndarray)
+        or indices.dtype.kind not in "iu"
+        or not -data.ndim <= axis < data.ndim
+    ):
+        raise _Unsupported
+    idx = np.asarray(indices, dtype=np.int64, order="C")
+    return _native().gather_elements(
+        np.asarray(data, order="C"),
+        idx,
+        axis % data.ndim,
+        max(1, int(getattr(ctx, "num_threads", 1) or 1)),
+        out,
+    )
+
+
+@register_binder("GatherElements")
+def bind_gather_elements(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """GatherElements of any numeric or bool data."""
+    del model  # unused
+    return Kernel(_gather_elements_native, "native", "native:gather_elements", out=True), ""
 
 
 def _first(v: Any) -> Any:
