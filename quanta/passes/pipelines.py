@@ -43,6 +43,7 @@ from quanta.passes.rules.inline_if import InlineIf
 from quanta.passes.rules.propagate_views import PropagateViews
 from quanta.passes.rules.qat_exports import QatExports
 from quanta.passes.rules.remove_noops import RemoveNoops
+from quanta.passes.rules.stft_as_conv import StftAsConvPass
 
 __all__ = [
     "PREPARE_FOR_LOWERING",
@@ -189,6 +190,7 @@ def optimize_float(
         FoldConstants(evaluator),  # ... and the Shape subgraphs that read them
         RefineShapes(opset_imports, after=refine),  # a second round when the first found some
         FoldConstants(evaluator),
+        StftAsConvPass(),  # a real STFT with constant frames: a Conv by the windowed DFT basis
         RemoveNoops(),
         WidenHalfIslands(),  # float16 islands in float32 between Casts: the rules below see float32
         # a TF export's NHWC epilogues between Transposes: the pairs cancel, the affine
@@ -262,6 +264,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         FoldConstants(evaluator),
         HoistLoopInvariants(),  # constant loop variables a body passes through: its constants
         RemoveNoops(),
+        StftAsConvPass(),  # a float STFT with constant frames: the native Conv by its DFT basis
         QatExports(),  # one-element Q/DQ scales; ConvBn QAT's per-channel Div/Add -> BN
         FoldBatchNorm(),
         *_fold_groupnorm(opset),

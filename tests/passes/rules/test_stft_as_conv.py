@@ -1,0 +1,95 @@
+"""StftAsConv (passes/rules/stft_as_conv.py): a real STFT with constant frame parameters
+becomes a strided Conv by the windowed DFT basis (eq. (ST1)). Fired; structure; numerics
+within eq. (FG1) of the float64 STFT over the float32 basis (K = the frame length) on the
+native target; agreement with onnx.reference's STFT and ONNX Runtime's; the refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+from quanta.ir.onnx_io import load
+from quanta.passes.rules.stft_as_conv import StftAsConvPass, stft_basis
+from tests.passes.helpers import run_passes
+
+U = 2.0**-24
+
+
+def stft_proto(length: int, n: int, step: int, *, onesided: int = 1, window: str = "hann", batch: int = 1):
+    inits = [numpy_helper.from_array(np.array(step, np.int64), "step")]
+    inputs = ["x", "step"]
+    if window == "none":
+        inputs += ["", "len"]
+        inits.append(numpy_helper.from_array(np.array(n, np.int64), "len"))
+    else:
+        w = np.hanning(n) if window == "hann" else np.random.default_rng(n).uniform(0.2, 1.0, n)
+        inits.append(numpy_helper.from_array(w.astype(np.float32), "w"))
+        inputs.append("w")
+    g = helper.make_graph(
+        [helper.make_node("STFT", inputs, ["y"], onesided=onesided, name="stft")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, length, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def stft64(x: np.ndarray, window: np.ndarray, step: int, bins: int):
+    """The float64 STFT over the float32 basis (ST1), and the magnitudes Σ|x|·|basis| of (FG1)."""
+    basis = stft_basis(window, bins)[:, 0, :].astype(np.float64)  # [2K, N]
+    n = window.shape[0]
+    frames = 1 + (x.shape[1] - n) // step
+    idx = np.arange(frames)[:, None] * step + np.arange(n)[None, :]
+    f = x[:, idx, 0].astype(np.float64)  # [B, F, N]
+    y = (f @ basis.T).reshape(x.shape[0], frames, bins, 2)
+    mag = (np.abs(f) @ np.abs(basis).T).reshape(x.shape[0], frames, bins, 2)
+    return y, mag
+
+
+@pytest.mark.parametrize(
+    "length,n,step,onesided,window,batch",
+    [
+        (1600, 400, 160, 1, "hann", 1),  # 16 kHz speech framing
+        (999, 64, 17, 0, "random", 2),  # two-sided, odd step, two signals
+        (300, 25, 7, 1, "none", 1),  # odd frame length, no window (frame_length given)
+        (512, 512, 1, 1, "hann", 1),  # one frame
+    ],
+)
+def test_stft_is_a_conv_by_the_dft_basis_within_fg1(length, n, step, onesided, window, batch):
+    proto = stft_proto(length, n, step, onesided=onesided, window=window, batch=batch)
+    model = load(proto)
+    assert run_passes(model, [StftAsConvPass()]).fired("StftAsConv") == 1
+    assert [nd.op_type for nd in model.graph.nodes] == ["Reshape", "Conv", "Reshape", "Transpose"]
+    x = np.random.default_rng(length).standard_normal((batch, length, 1)).astype(np.float32)
+    w = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}.get("w", np.ones(n, np.float32))
+    bins = n // 2 + 1 if onesided else n
+    want, mag = stft64(x, w, step, bins)
+    sess = quanta.InferenceSession(proto.SerializeToString())
+    assert sess.fallbacks == []
+    got = sess.run(None, {"x": x})[0]
+    assert got.shape == want.shape
+    assert np.all(np.abs(got - want) <= (n + 3) * U * mag)
+    # onnx's own STFT (and ONNX Runtime's) agree to float32 rounding of the sums
+    ref = quanta.InferenceSession(proto.SerializeToString(), backend="reference").run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-4 * float(np.abs(want).max()))
+    ort = pytest.importorskip("onnxruntime")
+    y_ort = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    np.testing.assert_allclose(got, y_ort, rtol=0, atol=1e-4 * float(np.abs(want).max()))
+
+
+def test_stft_refusals():
+    proto = stft_proto(100, 16, 4)
+    proto.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 2  # a complex signal
+    p = StftAsConvPass()
+    model = load(proto)
+    assert not run_passes(model, [p]).records[0].modified
+    assert [r.reason for r in p.why_not("StftAsConv")] == ["not a real signal [B, L, 1] of known rank"]
+    short = stft_proto(10, 16, 4)  # a frame longer than the signal
+    p = StftAsConvPass()
+    assert not run_passes(load(short), [p]).records[0].modified
+    assert "over a signal of 10" in p.why_not("StftAsConv")[0].reason
