@@ -92,24 +92,11 @@ def _left_fold(m: Match, b: Builder, op: str, inputs: list[Value], last: bool) -
     return acc
 
 
-class SumToAdds(Rule):
-    """%y = Sum(%a, %b, %c, ...) -> Add(Add(Add(%a, %b), %c), ...)"""
+class _FoldOfThreeOrMore(Rule):
+    """A variadic op of three or more inputs -> its left fold of ``step`` nodes."""
 
-    pattern = "y = Sum(a, c, ...)"
-
-    def check(self, m: Match) -> Match | NoMatch:
-        if len(m.root.inputs) < 3 or any(v is None for v in m.root.inputs):
-            return NoMatch(f"Sum of {len(m.root.inputs)} inputs")
-        return m
-
-    def rewrite(self, m: Match, b: Builder) -> Value:
-        return _left_fold(m, b, "Add", list(m.root.inputs), True)
-
-
-class VariadicToPairs(Rule):
-    """%y = Max(%a, %b, %c, ...) -> Max(Max(%a, %b), %c)... (and Min)"""
-
-    pattern = "y = Max|Min(a, c, ...)"
+    def step(self, m: Match) -> str:
+        return m.root.op_type
 
     def check(self, m: Match) -> Match | NoMatch:
         if len(m.root.inputs) < 3 or any(v is None for v in m.root.inputs):
@@ -117,7 +104,22 @@ class VariadicToPairs(Rule):
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Value:
-        return _left_fold(m, b, m.root.op_type, list(m.root.inputs), True)
+        return _left_fold(m, b, self.step(m), list(m.root.inputs), True)
+
+
+class SumToAdds(_FoldOfThreeOrMore):
+    """%y = Sum(%a, %b, %c, ...) -> Add(Add(Add(%a, %b), %c), ...)"""
+
+    pattern = "y = Sum(a, c, ...)"
+
+    def step(self, m: Match) -> str:
+        return "Add"
+
+
+class VariadicToPairs(_FoldOfThreeOrMore):
+    """%y = Max(%a, %b, %c, ...) -> Max(Max(%a, %b), %c)... (and Min)"""
+
+    pattern = "y = Max|Min(a, c, ...)"
 
 
 class MeanToAddsDiv(Rule):
