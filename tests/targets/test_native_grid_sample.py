@@ -123,3 +123,69 @@ def test_what_the_native_kernel_leaves_to_the_twin_says_so():
         bind("GridSample", [x.astype(np.float64), g], {})[1]
         == "native GridSample takes float32 X, got float64"
     )
+
+
+# --------------------------------------------------------------------------------------
+# RoiAlign (reference/roi_align.py, eqs. (RA1)-(RA4); native roi_align_f32)
+# --------------------------------------------------------------------------------------
+
+
+def _rois(rng, r, h, w, scale):
+    xy = rng.uniform(-4, max(w, h) / scale, (r, 2))
+    wh = rng.uniform(-2, 12 / scale, (r, 2))  # some malformed (x2 < x1)
+    rois = np.concatenate([xy, xy + wh], 1).astype(F32)
+    if r > 3:
+        rois[0] = [np.nan, 1, 2, 3]  # a NaN coordinate: its samples are outside
+    return rois
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    n=st.integers(1, 2),
+    c=st.sampled_from([1, 3, 17]),
+    hw=st.tuples(st.integers(1, 19), st.integers(1, 23)),
+    r=st.integers(0, 9),
+    out_hw=st.tuples(st.integers(1, 7), st.integers(1, 5)),
+    sampling=st.sampled_from([0, 1, 2]),
+    scale=st.sampled_from([1.0, 0.25, 0.0625]),
+    mode=st.sampled_from(["avg", "max"]),
+    ctm=st.sampled_from(["half_pixel", "output_half_pixel"]),
+    seed=st.integers(0, 999),
+)
+def test_native_roi_align_is_the_twins_bytes(n, c, hw, r, out_hw, sampling, scale, mode, ctm, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, *hw)).astype(F32)
+    rois = _rois(rng, r, *hw, scale)
+    batch = rng.integers(0, n, r).astype(np.int64)
+    attrs = {
+        "mode": mode,
+        "output_height": out_hw[0],
+        "output_width": out_hw[1],
+        "sampling_ratio": sampling,
+        "spatial_scale": scale,
+        "coordinate_transformation_mode": ctm,
+    }
+    kernel, reason = bind("RoiAlign", [x, rois, batch], attrs)
+    assert kernel is not None, reason
+    before = RUNTIME_FALLBACKS["RoiAlign"]
+    want = get_op("RoiAlign")(KernelContext(opset=16), x, rois, batch, **attrs)
+    for threads in (1, 2):
+        got = kernel.fn(KernelContext(opset=16, num_threads=threads), x, rois, batch, **attrs)
+        assert_bit_exact(want, got, f"RoiAlign {attrs} {threads}t")
+    assert RUNTIME_FALLBACKS["RoiAlign"] == before
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("ctm", ["half_pixel", "output_half_pixel"])
+def test_roi_align_twin_is_onnx_references_bytes(mode, ctm):
+    """ONNX's reference runs the same float32 steps (numpy scalars): the same bytes."""
+    from quanta.kernels.reference.delegate import delegate_to_onnx_reference
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 13, 17)).astype(F32)
+    rois = _rois(rng, 3, 13, 17, 0.5)
+    batch = np.array([0, 1, 1], np.int64)
+    attrs = {"mode": mode, "output_height": 3, "output_width": 4, "sampling_ratio": 0, "spatial_scale": 0.5}
+    attrs["coordinate_transformation_mode"] = ctm
+    want = delegate_to_onnx_reference(KernelContext(opset=16, op_type="RoiAlign"), (x, rois, batch), attrs)[0]
+    assert_bit_exact(want, get_op("RoiAlign")(KernelContext(opset=16), x, rois, batch, **attrs), "twin")

@@ -37,6 +37,9 @@
 //   gather_elements(data, indices, axis, num_threads=1, out=None) -> y   data any 1/2/4/8-byte
 //     dtype, indices int64 of data's rank (other axes no larger than data's), values in
 //     [-n, n) along axis -> y of indices' shape (tensor_ops/gather_elements.h)
+//   roi_align_f32(x, rois, batch_indices, output_height, output_width, sampling_ratio, spatial_scale,
+//                 half_pixel, max_mode, num_threads=1, out=None) -> y   x [N, C, H, W], rois [R, 4]
+//     float32, batch_indices [R] int64 in [0, N) -> y [R, C, PH, PW] (tensor_ops/roi_align.h)
 //   grid_sample_f32(x, grid, align_corners, nearest, border, num_threads=1, out=None) -> y
 //     x [N, C, H, W], grid [N, Ho, Wo, 2] float32 -> y [N, C, Ho, Wo] (tensor_ops/grid_sample.h)
 #include <algorithm>
@@ -56,6 +59,7 @@
 #include "tensor_ops/gather_elements.h"
 #include "tensor_ops/grid_sample.h"
 #include "tensor_ops/nms.h"
+#include "tensor_ops/roi_align.h"
 #include "tensor_ops/topk.h"
 
 namespace quanta {
@@ -732,6 +736,40 @@ py::array gather_elements(const py::handle& data_obj, const py::handle& idx_obj,
   return y;
 }
 
+py::array roi_align_f32(const py::handle& x_obj, const py::handle& rois_obj, const py::handle& batch_obj,
+                        int64_t output_height, int64_t output_width, int64_t sampling_ratio, float spatial_scale,
+                        bool half_pixel, bool max_mode, int num_threads, const py::object& out_obj) {
+  auto x = require_array<float>(x_obj, "roi_align_f32: x");
+  auto rois = require_array<float>(rois_obj, "roi_align_f32: rois");
+  auto batch = require_array<int64_t>(batch_obj, "roi_align_f32: batch_indices");
+  if (x.ndim() != 4) throw py::value_error("roi_align_f32: x: expected [N, C, H, W], got " + shape_str(shape_of(x)));
+  if (rois.ndim() != 2 || rois.shape(1) != 4)
+    throw py::value_error("roi_align_f32: rois: expected [R, 4], got " + shape_str(shape_of(rois)));
+  if (batch.ndim() != 1 || batch.shape(0) != rois.shape(0)) {
+    throw py::value_error("roi_align_f32: batch_indices: expected [" + std::to_string(rois.shape(0)) + "], got " +
+                          shape_str(shape_of(batch)));
+  }
+  if (output_height < 1 || output_width < 1) throw py::value_error("roi_align_f32: output size: expected >= 1");
+  if (x.shape(2) < 1 || x.shape(3) < 1) throw py::value_error("roi_align_f32: x: expected H, W >= 1");
+  const int64_t* bp = batch.data();
+  for (py::ssize_t i = 0; i < batch.size(); ++i) {
+    if (bp[i] < 0 || bp[i] >= x.shape(0)) {
+      throw py::value_error("roi_align_f32: batch_indices: expected values in [0, " + std::to_string(x.shape(0)) +
+                            "), got " + std::to_string(bp[i]));
+    }
+  }
+  check_threads(num_threads, "roi_align_f32");
+  auto y = make_output(out_obj, x.dtype(), Shape{rois.shape(0), x.shape(1), output_height, output_width},
+                       "roi_align_f32", {x, rois});
+  {
+    py::gil_scoped_release release;
+    tensor_ops::roi_align_f32(x.data(), x.shape(0), x.shape(1), x.shape(2), x.shape(3), rois.data(), bp, rois.shape(0),
+                              output_height, output_width, sampling_ratio, spatial_scale, half_pixel, max_mode,
+                              static_cast<float*>(y.mutable_data()), num_threads);
+  }
+  return y;
+}
+
 }  // namespace
 
 void register_tensor_ops(py::module_& m) {
@@ -792,6 +830,10 @@ void register_tensor_ops(py::module_& m) {
         "ONNX's reference selects (tensor_ops/nms.h).");
   m.def("gather_elements", &gather_elements, arg("data"), arg("indices"), arg("axis"), arg("num_threads") = 1,
         arg("out") = none, "GatherElements of any 1-8-byte dtype along axis (tensor_ops/gather_elements.h).");
+  m.def("roi_align_f32", &roi_align_f32, arg("x"), arg("rois"), arg("batch_indices"), arg("output_height"),
+        arg("output_width"), arg("sampling_ratio"), arg("spatial_scale"), arg("half_pixel"), arg("max_mode"),
+        arg("num_threads") = 1, arg("out") = none,
+        "RoiAlign of float32 x at rois (avg or max; tensor_ops/roi_align.h, eqs. (RA1)-(RA4)).");
 }
 
 }  // namespace quanta

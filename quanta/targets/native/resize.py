@@ -19,7 +19,9 @@ run on the twin.
 
 GridSample (float32, 2-D images, linear or nearest, zeros or border padding) runs
 ``grid_sample_f32`` (tensor_ops/grid_sample.h): eqs. (GS1)-(GS4) of docs/float-ops.md,
-the twin's (reference/grid_sample.py) float32 steps in its order.
+the twin's (reference/grid_sample.py) float32 steps in its order. RoiAlign (float32,
+avg or max) runs ``roi_align_f32`` (tensor_ops/roi_align.h): eqs. (RA1)-(RA4), the
+twin's (reference/roi_align.py) steps.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import numpy as np
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.grid_sample import native_grid_sample_supports
 from quanta.kernels.reference.nn_resize import resize_axis_tables, resize_output, resize_plan
+from quanta.kernels.reference.roi_align import roi_align_mode
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
@@ -256,3 +259,54 @@ def bind_grid_sample(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if dt is not None and dt != np.float32:
         return None, f"native GridSample takes float32 X, got {dt}"
     return Kernel(_grid_sample_native, "native", "native:grid_sample_f32", out=True), ""
+
+
+@_with_fallback("RoiAlign")
+def _roi_align_native(
+    ctx: Any,
+    x: Any,
+    rois: Any,
+    batch_indices: Any,
+    *,
+    out: Any,
+    coordinate_transformation_mode: Any = None,
+    mode: str = "avg",
+    output_height: int = 1,
+    output_width: int = 1,
+    sampling_ratio: int = 0,
+    spatial_scale: float = 1.0,
+) -> np.ndarray:
+    """RoiAlign of float32 X and rois (``roi_align_f32``: eqs. (RA1)-(RA4), the twin's
+    bytes); other dtypes and modes go to the twin."""
+    m = _text(mode)
+    if (
+        not isinstance(x, np.ndarray)
+        or not isinstance(rois, np.ndarray)
+        or x.dtype != np.float32
+        or rois.dtype != np.float32
+        or m not in ("avg", "max")
+    ):
+        raise _Unsupported
+    return _native().roi_align_f32(
+        np.ascontiguousarray(x),
+        np.ascontiguousarray(rois),
+        np.ascontiguousarray(np.asarray(batch_indices).astype(np.int64)),
+        int(output_height),
+        int(output_width),
+        int(sampling_ratio),
+        float(np.float32(spatial_scale)),
+        roi_align_mode(ctx, coordinate_transformation_mode),
+        m == "max",
+        _threads(ctx),
+        out,
+    )
+
+
+@register_binder("RoiAlign")
+def bind_roi_align(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """float32 RoiAlign, avg or max, either coordinate mode."""
+    del model  # unused
+    dt = _dtype(node.input(0))
+    if dt is not None and dt != np.float32:
+        return None, f"native RoiAlign takes float32 X, got {dt}"
+    return Kernel(_roi_align_native, "native", "native:roi_align_f32", out=True), ""
