@@ -1,6 +1,6 @@
 // NonMaxSuppression: contract in nms.h. Each box's extents and area are computed once per
 // batch (the reference computes them per pair, with the same float32 operations, so the
-// values are the same), then the greedy selection per class.
+// values are the same), then the greedy selection per class over a heap of the candidates.
 #include "tensor_ops/nms.h"
 
 #include <algorithm>
@@ -67,11 +67,14 @@ void nms_f32(const float* boxes, const float* scores, int64_t batches, int64_t c
       for (int64_t i = 0; i < n; ++i) {
         if (!has_score_threshold || s[i] > score_threshold) order.push_back(i);
       }
-      std::sort(order.begin(), order.end(),
-                [s](int64_t i, int64_t j) { return s[i] > s[j] || (s[i] == s[j] && i < j); });
+      // a max-heap in the selection order: only the candidates the selection reaches are
+      // ordered (it stops at max_per_class kept), as ONNX Runtime's priority queue
+      const auto after = [s](int64_t i, int64_t j) { return s[i] < s[j] || (s[i] == s[j] && i > j); };
+      std::make_heap(order.begin(), order.end(), after);
       kept.clear();
-      for (const int64_t i : order) {
-        if (static_cast<int64_t>(kept.size()) >= max_per_class) break;
+      for (auto end = order.end(); end != order.begin() && static_cast<int64_t>(kept.size()) < max_per_class; --end) {
+        std::pop_heap(order.begin(), end, after);
+        const int64_t i = *(end - 1);
         bool keep = true;
         for (const int64_t j : kept) {
           if (suppresses(ext[i], ext[j], iou_threshold)) {
