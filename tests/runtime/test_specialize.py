@@ -494,7 +494,10 @@ def test_the_fast_loop_calls_specialized_kernels_directly() -> None:
         d = direct[t[0]]
         assert d == _direct(t) and d[4] < 0 and d[1] is t[1].direct
         assert bound.guards[t[0]] is t[1]
-        assert len(d[3]) == (len(t[3]) if t[1].reads is None else t[1].reads)
+        reads = t[1].reads
+        assert len(d[3]) == (
+            len(t[3]) if reads is None else len(reads) if isinstance(reads, tuple) else reads
+        )
     quant = next(s.index for s in sess.plan.steps if s.op_type == "QuantizeLinear")
     assert direct[quant][4] == -1  # scale and zero point are bound in: x alone
     assert len(bound.guards) >= 10
@@ -905,3 +908,94 @@ def test_qlinear_lookup_specialized_is_the_twin(shape, axis, x_type, t_type) -> 
     seed = len(shape) + (axis or 0) + 1
     found = _specialized_and_generic_equal_the_reference(model, 0, seed, shape=shape, draw=_codes_of(x_type))
     assert found == {"lut"}
+
+
+def _box_rows(lo: tuple[int, ...], lengths: tuple[int, ...]) -> np.ndarray:
+    """ScatterND indices listing every position of one box in row-major order (what
+    ``cache[:, a:b] = u`` exports as)."""
+    grid = np.indices(lengths).reshape(len(lengths), -1).T + np.asarray(lo)
+    return grid.reshape(*lengths, len(lengths)).astype(np.int64)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_scatter_nd_box_specialized_is_the_generic_kernel(threads: int) -> None:
+    """x [3, 7, 17]: a box of rows [1:3, 2:6] of x + 1 (an arena value) overwritten by a
+    Slice of x, then a box of single elements [0:2, 4:5, 3:10] of that by x's own
+    elements, then a whole-first-axis box of a graph input's copy: each a specialized
+    step, the reference's bytes, NaN payloads and signed zeros kept (a copy moves
+    bytes)."""
+    rows = _box_rows((1, 2), (2, 4))
+    elems = _box_rows((0, 4, 3), (2, 1, 7))
+    g = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "one"], ["d"], name="add"),
+            helper.make_node("Slice", ["x", "s0", "s1", "sax"], ["u"], name="upd"),
+            helper.make_node("ScatterND", ["d", "rows", "u"], ["y0"], name="scatter_rows"),
+            helper.make_node("Slice", ["x", "e0", "e1", "eax"], ["ue"], name="upd_elems"),
+            helper.make_node("Reshape", ["ue", "eshape"], ["ue2"], name="upd_shape"),
+            helper.make_node("ScatterND", ["y0", "elems", "ue2"], ["y1"], name="scatter_elems"),
+            helper.make_node("ScatterND", ["x", "first", "y1"], ["y"], name="scatter_all"),
+        ],
+        "scatter",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            _const("one", np.float32(1)),
+            _const("rows", rows),
+            _const("elems", elems),
+            _const("first", _box_rows((0,), (3,))),
+            _const("s0", np.array([0, 3], np.int64)),
+            _const("s1", np.array([2, 7], np.int64)),
+            _const("sax", np.array([0, 1], np.int64)),
+            _const("e0", np.array([1, 0, 5], np.int64)),
+            _const("e1", np.array([3, 1, 12], np.int64)),
+            _const("eax", np.array([0, 1, 2], np.int64)),
+            _const("eshape", np.array([2, 1, 7], np.int64)),
+        ],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    def draw(rng, dims):
+        x = rng.normal(0, 3, dims).astype(np.float32)
+        x.reshape(-1)[:3] = [np.float32("nan"), -0.0, np.float32("-inf")]
+        return x
+
+    specialized = _specialized_and_generic_equal_the_reference(model, threads, 11, draw=draw)
+    assert {"scatter_rows", "scatter_elems", "scatter_all"} <= specialized
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(3, 7, 17), (7, 17), (1, 1, 17)])
+def test_matmul_of_a_packed_b_specialized_is_the_generic_kernel(threads: int, shape: tuple[int, ...]) -> None:
+    """x @ B (a constant [17, 5] B, packed once) for rank-2 and rank-3 x, then a second
+    product of that result (an arena value) by a [5, 3] B: specialized steps
+    (float_gemm._matmul_specialized) with the generic native call's bytes (the measuring
+    run's); a non-contiguous x goes to the generic kernel."""
+    rng = np.random.default_rng(5)
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "b"], ["m"], name="mm1"),
+            helper.make_node("MatMul", ["m", "b2"], ["y"], name="mm2"),
+        ],
+        "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            _const("b", rng.normal(0, 1, (17, 5)).astype(np.float32)),
+            _const("b2", rng.normal(0, 1, (5, 3)).astype(np.float32)),
+        ],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(proto, opts)
+    x, x2 = (rng.normal(0, 1, shape).astype(np.float32) for _ in range(2))
+    first = sess.run(None, {"x": x})[0]  # the measuring run: generic calls
+    want = quanta.InferenceSession(proto, opts).run(None, {"x": x2})[0]
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], first)
+        np.testing.assert_array_equal(sess.run(None, {"x": x2})[0], want)
+    assert _specialized_names(sess) == {"mm1", "mm2"}
+    wide = np.zeros((*shape[:-1], 34), np.float32)
+    wide[..., ::2] = x
+    np.testing.assert_array_equal(sess.run(None, {"x": wide[..., ::2]})[0], first)

@@ -472,6 +472,14 @@ class FloatTwinCalls:
         self._mod.lstm_op, self._mod.gru_op = self._orig
 
 
+def _direct_call(fast, inputs: list[np.ndarray | None]):
+    """``fast``'s direct call as the executor's fast loop makes it: the inputs at the
+    positions ``fast.reads`` names (x and the initial states the node has)."""
+    assert fast.reads[0] == 0 and all(inputs[p] is not None for p in fast.reads)
+    assert {p for p in (5, 6) if p < len(inputs) and inputs[p] is not None} == set(fast.reads[1:])
+    return fast.direct(*[inputs[p] for p in fast.reads])
+
+
 def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
     from quanta.kernels.reference.rnn import gru_op, lstm_op
 
@@ -511,6 +519,9 @@ def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
                         got = fast(ctx, *inputs)
                     assert twin.count == 0, "the specialized call ran the twin"
                     _assert_same(expected, got, f"specialized {op} {isa}, {threads} threads")
+                    _assert_same(
+                        expected, _direct_call(fast, inputs), f"direct {op} {isa}, {threads} threads"
+                    )
     finally:
         _native.clear_isa()
 
@@ -831,5 +842,6 @@ def test_ort_gru_native_equals_twin(H, n_in, T, B, direction, bias, lens_kind, h
                 assert (fast is None) == bool(layout)
                 if fast is not None:
                     _assert_same(expected, fast(ctx, *inputs), f"specialized, {isa}, {threads}")
+                    _assert_same(expected, _direct_call(fast, inputs), f"direct, {isa}, {threads}")
     finally:
         _native.clear_isa()

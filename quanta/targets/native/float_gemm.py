@@ -527,8 +527,36 @@ def bind_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if bconst is not None and bconst.ndim == 2 and bconst.dtype == F32:
         bc = np.ascontiguousarray(bconst)
         packed = _native.sgemm_pack_b(bc)
-        return _kernel(_matmul_native, "matmul_f32_packed", b_packed=packed, n=int(bc.shape[1]))
+        kernel, reason = _kernel(_matmul_native, "matmul_f32_packed", b_packed=packed, n=int(bc.shape[1]))
+        kernel.specialize = _matmul_specialized
+        return kernel, reason
     return _kernel(_matmul_native, "matmul_f32")
+
+
+def _matmul_specialized(sig: Specialization, *, b_packed: np.ndarray, n: int) -> Callable[..., Any] | None:
+    """The MatMul of one A shape (rank >= 2) by a packed B: _matmul_native's one
+    ``matmul_f32`` call with its output view and thread count decided once, passed by
+    position (gtcrn's twelve [1, 1, 16] x [16, 8] and [1, 33, 16] x [16, 16] products
+    paid ~3 us each of Python around a call of a few hundred ns). A non-contiguous A: the
+    binding's ValueError hands the call to the generic kernel, which copies it."""
+    shape = sig.shapes[0]
+    if shape is None or len(shape) < 2 or sig.dtypes[0] != F32:
+        return None
+    threads = step_threads(sig, math.prod(shape) * n, SMALL_MACS)
+    matmul, out = _native.matmul_f32, sig.out
+    inf = math.inf
+    if out is not None:
+        target = out.reshape(*shape[:-1], n)
+
+        def run(a: np.ndarray, *rest: Any) -> np.ndarray:
+            matmul(a, None, b_packed, n, None, 1.0, -inf, inf, threads, target)
+            return out
+    else:
+
+        def run(a: np.ndarray, *rest: Any) -> np.ndarray:
+            return matmul(a, None, b_packed, n, None, 1.0, -inf, inf, threads, None)
+
+    return guarded(run, _matmul_native, {"b_packed": b_packed, "n": n}, out, reads=1)
 
 
 def _gemm_bias(
