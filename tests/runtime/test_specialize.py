@@ -964,13 +964,36 @@ def test_scatter_nd_box_specialized_is_the_generic_kernel(threads: int) -> None:
     assert {"scatter_rows", "scatter_elems", "scatter_all"} <= specialized
 
 
+def _specialized_is_the_generic_kernel(model, shape: tuple[int, ...], threads: int, seed: int) -> set[str]:
+    """Runs ``model`` (input "x" of ``shape``): the measuring run's generic calls and the
+    bound runs' specialized calls give the same bytes, for two draws of x (the second's
+    generic bytes from a fresh session), and a non-contiguous x (every other element of a
+    last axis twice as long: the generic kernels) the first draw's; the specialized
+    nodes' names. For kernels whose contract is a bound against float64, not the
+    reference's bytes ((FG1))."""
+    proto = model.SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(proto, opts)
+    rng = np.random.default_rng(seed)
+    x, x2 = (rng.normal(0, 1, shape).astype(np.float32) for _ in range(2))
+    first = sess.run(None, {"x": x})[0]  # the measuring run: generic calls
+    want = quanta.InferenceSession(proto, opts).run(None, {"x": x2})[0]
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], first)
+        np.testing.assert_array_equal(sess.run(None, {"x": x2})[0], want)
+    wide = np.zeros((*shape[:-1], 2 * shape[-1]), np.float32)
+    wide[..., ::2] = x
+    np.testing.assert_array_equal(sess.run(None, {"x": wide[..., ::2]})[0], first)
+    return _specialized_names(sess)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("shape", [(3, 7, 17), (7, 17), (1, 1, 17)])
 def test_matmul_of_a_packed_b_specialized_is_the_generic_kernel(threads: int, shape: tuple[int, ...]) -> None:
     """x @ B (a constant [17, 5] B, packed once) for rank-2 and rank-3 x, then a second
     product of that result (an arena value) by a [5, 3] B: specialized steps
-    (float_gemm._matmul_specialized) with the generic native call's bytes (the measuring
-    run's); a non-contiguous x goes to the generic kernel."""
+    (float_gemm._matmul_specialized) with the generic native call's bytes."""
     rng = np.random.default_rng(5)
     g = helper.make_graph(
         [
@@ -985,17 +1008,38 @@ def test_matmul_of_a_packed_b_specialized_is_the_generic_kernel(threads: int, sh
             _const("b2", rng.normal(0, 1, (5, 3)).astype(np.float32)),
         ],
     )
-    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-    opts = quanta.SessionOptions()
-    opts.intra_op_num_threads = threads
-    sess = quanta.InferenceSession(proto, opts)
-    x, x2 = (rng.normal(0, 1, shape).astype(np.float32) for _ in range(2))
-    first = sess.run(None, {"x": x})[0]  # the measuring run: generic calls
-    want = quanta.InferenceSession(proto, opts).run(None, {"x": x2})[0]
-    for _ in range(2):
-        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], first)
-        np.testing.assert_array_equal(sess.run(None, {"x": x2})[0], want)
-    assert _specialized_names(sess) == {"mm1", "mm2"}
-    wide = np.zeros((*shape[:-1], 34), np.float32)
-    wide[..., ::2] = x
-    np.testing.assert_array_equal(sess.run(None, {"x": wide[..., ::2]})[0], first)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert _specialized_is_the_generic_kernel(model, shape, threads, 5) == {"mm1", "mm2"}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    ("c", "m", "kernel", "attrs", "bias"),
+    [
+        (16, 8, (1, 5), {"group": 2, "strides": [1, 2], "pads": [0, 2, 0, 2]}, True),  # gtcrn's upsampling
+        (7, 3, (3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2], "output_padding": [1, 1]}, False),
+        (3, 17, (2, 3), {"dilations": [2, 1], "strides": [1, 3]}, True),
+    ],
+)
+def test_conv_transpose_specialized_is_the_generic_kernel(threads, c, m, kernel, attrs, bias) -> None:
+    """x [1, C, 3, 11] ConvTranspose (strides, groups, pads, dilations, output padding;
+    constant bias or none) followed by a Relu: the specialized step
+    (float_gemm._conv_transpose_specialized) gives the generic call's bytes."""
+    rng = np.random.default_rng(c * m)
+    group = attrs.get("group", 1)
+    inputs = ["x", "w", "b"] if bias else ["x", "w"]
+    inits = [_const("w", rng.normal(0, 1, (c, m // group, *kernel)).astype(np.float32))]
+    if bias:
+        inits.append(_const("b", rng.normal(0, 1, (m // group * group,)).astype(np.float32)))
+    g = helper.make_graph(
+        [
+            helper.make_node("ConvTranspose", inputs, ["t"], name="convt", **attrs),
+            helper.make_node("Relu", ["t"], ["y"], name="relu"),
+        ],
+        "convt",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 3, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert "convt" in _specialized_is_the_generic_kernel(model, (1, c, 3, 11), threads, 9)
