@@ -575,12 +575,24 @@ def test_float_rnn_native_equals_twin(
 
 @pytest.mark.parametrize(
     ("op", "H", "direction", "variant"),
-    [("LSTM", 67, "bidirectional", False), ("GRU", 131, "forward", False), ("GRU", 131, "reverse", True)],
+    [
+        ("LSTM", 67, "bidirectional", False),
+        ("GRU", 131, "forward", False),
+        ("GRU", 131, "reverse", True),
+        ("GRU", 200, "forward", True),
+        ("LSTM", 100, "reverse", False),
+        ("GRU", 4, "bidirectional", True),
+        ("GRU", 3, "forward", False),
+        ("LSTM", 17, "bidirectional", False),
+    ],
 )
 def test_float_rnn_batch_one_streams_panel_pairs_with_the_twin_bytes(op, H, direction, variant):
     """Batch 1 with 4H (LSTM) or 2H (GRU's z, r columns) past two 128-column panels: the
     recurrence's GEMV streams two weight panels at once (seq_gemm_simd.h seq_row2), the
-    twin's chains; a tail panel (4·67 = 268, 2·131 = 262) stays on the one-panel path."""
+    twin's chains; the columns the pairs leave (4·67 = 268: 12; 2·131 = 262: 6; 2·200 =
+    400 and 4·100: a full panel and 16; GRU 200's h columns: 128 + 72; 3·4, 2·3: one short
+    vector; 4·17 = 68: four full vectors and a short one) in one loop over both panels
+    (seq_row_rest)."""
     rng = np.random.default_rng(H)
     D = 2 if direction == "bidirectional" else 1
     inputs = _float_inputs(
