@@ -872,8 +872,9 @@ def test_table_activations_specialized_with_constant_parameters_are_the_twin(
     ],
 )
 def test_qlinear_lookup_specialized_is_the_twin(shape, axis, x_type, t_type) -> None:
-    """quanta QLinearLookup with its constant table: specialized (the last axis by one
-    gather from the flat table), and generic on a strided input, the twin's bytes."""
+    """quanta QLinearLookup with its constant table: specialized (a few rows along the
+    last axis: lut8_channels' element loop), and generic on a strided input, the twin's
+    bytes."""
     rng = np.random.default_rng(len(shape) + (axis or 0))
     channels = shape[axis] if axis is not None else None
     table = rng.integers(0, 256, (256,) if axis is None else (channels, 256)).astype(np.uint8).view(t_type)
