@@ -52,6 +52,9 @@ void seq_block(const float* a, int64_t lda, const float* w, int64_t ldw, float* 
 // The hardware prefetchers alone streamed R at ~80 GB/s on Zen 4; with the software
 // prefetch 2-4 steps ahead, ~100 (an H = 512 recurrence of 21 steps: 2.1 -> 1.7 ms).
 constexpr int64_t kSeqPrefetch = 4;
+// A panel at least this large (K·kSeqPanel floats) is streamed with software prefetches
+// (seq_row_rest); a smaller one stays in L1 from one step to the next.
+constexpr int64_t kSeqPrefetchBytes = 32 << 10;
 template <class T, int NV>
 void seq_row2(const float* a, const float* w0, const float* w1, float* y0, float* y1, int64_t K) {
   constexpr int L = T::kLanes;
@@ -86,7 +89,10 @@ void seq_row2(const float* a, const float* w0, const float* w1, float* y0, float
 // panel at a time without a prefetch (seq_block), the two tails of an H = 400 GRU's
 // recurrence (32 and 16 of its 1200 columns, behind a full panel) cost a fifth of the
 // step (10.6 us per MB of R against 8.9 for H = 384, whose columns are whole pairs).
-template <class T, int NV>
+// kPrefetch: panels too large for L1 (seq_gemm_simd's kSeqPrefetchBytes); a small
+// one (an H = 25 LSTM's K = 25 rows, 12.8 KB) is cached after the first step, and
+// prefetching it only costs instructions (beats_blstm's LSTM: 157 -> 186 us with them).
+template <class T, int NV, bool kPrefetch>
 void seq_row_rest(const float* a, const float* w, int64_t K, int64_t left, float* y) {
   constexpr int L = T::kLanes;
   using V = typename T::V;
@@ -105,10 +111,12 @@ void seq_row_rest(const float* a, const float* w, int64_t K, int64_t left, float
   }
   for (int64_t k = 0; k < K; ++k) {
     const V av = T::set1(a[k]);
-    for (int l = 0; l < lines0; ++l)
-      _mm_prefetch(reinterpret_cast<const char*>(w0 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
-    for (int l = 0; l < lines1; ++l)
-      _mm_prefetch(reinterpret_cast<const char*>(w1 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
+    if (kPrefetch) {
+      for (int l = 0; l < lines0; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(w0 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
+      for (int l = 0; l < lines1; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(w1 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
+    }
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       if (v < v0) acc0[v] = T::add(acc0[v], T::mul(av, T::load(m0[v], w0 + k * kSeqPanel + L * v)));
@@ -191,7 +199,13 @@ void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64
     // whole panel pairs of a single row: seq_row2
     for (; first + 2 * kSeqPanel <= N; first += 2 * kSeqPanel)
       seq_row2<T, NV>(a, w + first * K, w + (first + kSeqPanel) * K, y + first, y + first + kSeqPanel, K);
-    if (first < N) seq_row_rest<T, NV>(a, w + first * K, K, N - first, y + first);
+    if (first < N) {
+      if (K * kSeqPanel * static_cast<int64_t>(sizeof(float)) >= kSeqPrefetchBytes) {
+        seq_row_rest<T, NV, true>(a, w + first * K, K, N - first, y + first);
+      } else {
+        seq_row_rest<T, NV, false>(a, w + first * K, K, N - first, y + first);
+      }
+    }
     return;
   }
   for (int64_t p0 = first; p0 < N; p0 += kSeqPanel) {
