@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
@@ -788,6 +788,51 @@ def test_float_lstm_matches_onnxruntime_closely(tmp_path):
     clip=st.sampled_from([None, 0.9]),
     layout=st.sampled_from([0, 1]),
     seed=st.integers(0, 2**16),
+)
+# batch 1 (seq_row_panels_mlas): one row's X·Wᵀ over two MLAS k blocks and 390 columns
+# (a pair and 134 left), the recurrence's 260 and 130 columns, prefetched (K = 130) or not
+# (K = 3)
+@example(
+    H=130,
+    n_in=300,
+    T=1,
+    B=1,
+    direction="bidirectional",
+    bias=True,
+    lens_kind="none",
+    h0=True,
+    lbr=True,
+    clip=None,
+    layout=0,
+    seed=1,
+)
+@example(
+    H=130,
+    n_in=7,
+    T=5,
+    B=1,
+    direction="reverse",
+    bias=False,
+    lens_kind="full",
+    h0=False,
+    lbr=False,
+    clip=0.9,
+    layout=0,
+    seed=2,
+)
+@example(
+    H=3,
+    n_in=300,
+    T=5,
+    B=1,
+    direction="forward",
+    bias=True,
+    lens_kind="none",
+    h0=True,
+    lbr=False,
+    clip=None,
+    layout=0,
+    seed=3,
 )
 def test_ort_gru_native_equals_twin(H, n_in, T, B, direction, bias, lens_kind, h0, lbr, clip, layout, seed):
     """quanta::OrtGRU (ONNX Runtime's float GRU, docs/float-ops.md (RNN-ORT-GRU)): the

@@ -304,12 +304,81 @@ void seq_rows4_mlas(const float* a, int64_t lda, const float* w, float* y, int64
 #undef QUANTA_SEQ_ROWS
 }
 
+// One row over two panels' columns at once for seq_gemm_mlas (left <= 2·kSeqPanel: a
+// pair, or the columns the pairs leave), each lane's chains as seq_block_mlas's: per
+// block of kMlasStrideK k, an FMA chain from +0 added to y with one addition (or stored).
+// Only the vectors that hold columns are loaded and, for panels of kSeqPrefetchBytes or
+// more, only their lines prefetched kSeqPrefetch rows ahead: seq_row2's and
+// seq_row_rest's streaming for OrtLSTM / OrtGRU, whose batch-1 recurrence read its
+// panels one at a time without a prefetch (nsnet2's OrtGRU, H = 400: R is 1.9 MB a step).
+template <class T, int NV, bool kPrefetch>
+void seq_row_panels_mlas(const float* a, const float* w, int64_t K, int64_t left, float* y, bool accumulate) {
+  constexpr int L = T::kLanes;
+  using V = typename T::V;
+  const int64_t n0 = left < kSeqPanel ? left : kSeqPanel, n1 = left - n0;
+  const float* w0 = w;
+  const float* w1 = w + kSeqPanel * K;
+  const int v0 = static_cast<int>((n0 + L - 1) / L), v1 = static_cast<int>((n1 + L - 1) / L);
+  const int lines0 = static_cast<int>((n0 + 15) / 16), lines1 = static_cast<int>((n1 + 15) / 16);
+  typename T::M m0[NV], m1[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    m0[v] = T::tail(n0 - L * v);
+    m1[v] = T::tail(n1 - L * v);
+  }
+  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kMlasStrideK) {
+    V acc0[NV], acc1[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc0[v] = acc1[v] = T::zero();
+    const int64_t k1 = K < k0 + kMlasStrideK ? K : k0 + kMlasStrideK;
+    for (int64_t k = k0; k < k1; ++k) {
+      const V av = T::set1(a[k]);
+      if (kPrefetch) {
+        for (int l = 0; l < lines0; ++l)
+          _mm_prefetch(reinterpret_cast<const char*>(w0 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
+        for (int l = 0; l < lines1; ++l)
+          _mm_prefetch(reinterpret_cast<const char*>(w1 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
+      }
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) {
+        if (v < v0) acc0[v] = T::fmadd(av, T::load(m0[v], w0 + k * kSeqPanel + L * v), acc0[v]);
+        if (v < v1) acc1[v] = T::fmadd(av, T::load(m1[v], w1 + k * kSeqPanel + L * v), acc1[v]);
+      }
+    }
+    const bool add = accumulate || k0 > 0;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      if (v < v0) {
+        float* yv = y + L * v;
+        T::store(yv, m0[v], add ? T::add(acc0[v], T::load(m0[v], yv)) : acc0[v]);
+      }
+      if (v < v1) {
+        float* yv = y + kSeqPanel + L * v;
+        T::store(yv, m1[v], add ? T::add(acc1[v], T::load(m1[v], yv)) : acc1[v]);
+      }
+    }
+  }
+}
+
 // kRows4: blocks of four rows by seq_rows4_mlas (an ISA with registers for its 16
 // accumulators: AVX-512's 32).
 template <class T, int NV, bool kRows4 = false>
 void seq_gemm_mlas_simd(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
                         int64_t M, bool accumulate) {
   constexpr int64_t kCols = NV * T::kLanes;
+  if (M == 1 && kCols == kSeqPanel) {
+    // two panels a loop (the last loop: the columns left), as seq_gemm_simd's batch-1 path
+    const bool big = K * kSeqPanel * static_cast<int64_t>(sizeof(float)) >= kSeqPrefetchBytes;
+    for (int64_t first = 0; first < N; first += 2 * kSeqPanel) {
+      const int64_t left = N - first < 2 * kSeqPanel ? N - first : 2 * kSeqPanel;
+      if (big) {
+        seq_row_panels_mlas<T, NV, true>(a, w + first * K, K, left, y + first, accumulate);
+      } else {
+        seq_row_panels_mlas<T, NV, false>(a, w + first * K, K, left, y + first, accumulate);
+      }
+    }
+    return;
+  }
   for (int64_t p0 = 0; p0 < N; p0 += kSeqPanel) {
     const float* wp = w + p0 * K;
     const int64_t np = N - p0 < kSeqPanel ? N - p0 : kSeqPanel;
