@@ -464,7 +464,8 @@ def test_lut8_channels_every_variant(isa, vbmi, dtype) -> None:
     index taken from the wrong axis or stride, or the gather's offset pattern out of step
     after a wrap or at a thread's first row) or a run's tail lost; each channel's table is
     its own permutation, runs of length 1, 7, 63, 65 and 1000+ on the last axis and on
-    middle ones, a chunk boundary inside the outer axis (two threads)."""
+    middle ones, a chunk boundary inside the outer axis (two threads), few rows of many
+    channels (the plain loop) and one row more (the gather)."""
     from quanta.kernels.reference.lookup import qlinear_lookup
 
     rng = np.random.default_rng(23)
@@ -483,6 +484,12 @@ def test_lut8_channels_every_variant(isa, vbmi, dtype) -> None:
             ((5, 3), 1),
             ((2, 9, 31, 37), 1),
             ((4, 6, 63), 0),
+            # few rows of many channels innermost: at most 8 rows look each element up
+            # (no gather setup), 9 take the gather; DTLN's [1, 1, 257] and [1, 512]
+            ((1, 1, 257), 2),
+            ((1, 512), 1),
+            ((8, 130), 1),
+            ((9, 130), 1),
         ]:
             x = rng.integers(0, 256, shape).astype(np.uint8).view(dtype)
             tables = np.stack([rng.permutation(256) for _ in range(shape[axis])]).astype(np.uint8).view(dtype)

@@ -494,7 +494,10 @@ def test_the_fast_loop_calls_specialized_kernels_directly() -> None:
         d = direct[t[0]]
         assert d == _direct(t) and d[4] < 0 and d[1] is t[1].direct
         assert bound.guards[t[0]] is t[1]
-        assert len(d[3]) == (len(t[3]) if t[1].reads is None else t[1].reads)
+        reads = t[1].reads
+        assert len(d[3]) == (
+            len(t[3]) if reads is None else len(reads) if isinstance(reads, tuple) else reads
+        )
     quant = next(s.index for s in sess.plan.steps if s.op_type == "QuantizeLinear")
     assert direct[quant][4] == -1  # scale and zero point are bound in: x alone
     assert len(bound.guards) >= 10
@@ -869,8 +872,9 @@ def test_table_activations_specialized_with_constant_parameters_are_the_twin(
     ],
 )
 def test_qlinear_lookup_specialized_is_the_twin(shape, axis, x_type, t_type) -> None:
-    """quanta QLinearLookup with its constant table: specialized (the last axis by one
-    gather from the flat table), and generic on a strided input, the twin's bytes."""
+    """quanta QLinearLookup with its constant table: specialized (a few rows along the
+    last axis: lut8_channels' element loop), and generic on a strided input, the twin's
+    bytes."""
     rng = np.random.default_rng(len(shape) + (axis or 0))
     channels = shape[axis] if axis is not None else None
     table = rng.integers(0, 256, (256,) if axis is None else (channels, 256)).astype(np.uint8).view(t_type)
@@ -905,3 +909,138 @@ def test_qlinear_lookup_specialized_is_the_twin(shape, axis, x_type, t_type) -> 
     seed = len(shape) + (axis or 0) + 1
     found = _specialized_and_generic_equal_the_reference(model, 0, seed, shape=shape, draw=_codes_of(x_type))
     assert found == {"lut"}
+
+
+def _box_rows(lo: tuple[int, ...], lengths: tuple[int, ...]) -> np.ndarray:
+    """ScatterND indices listing every position of one box in row-major order (what
+    ``cache[:, a:b] = u`` exports as)."""
+    grid = np.indices(lengths).reshape(len(lengths), -1).T + np.asarray(lo)
+    return grid.reshape(*lengths, len(lengths)).astype(np.int64)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_scatter_nd_box_specialized_is_the_generic_kernel(threads: int) -> None:
+    """x [3, 7, 17]: a box of rows [1:3, 2:6] of x + 1 (an arena value) overwritten by a
+    Slice of x, then a box of single elements [0:2, 4:5, 3:10] of that by x's own
+    elements, then a whole-first-axis box of a graph input's copy: each a specialized
+    step, the reference's bytes, NaN payloads and signed zeros kept (a copy moves
+    bytes)."""
+    rows = _box_rows((1, 2), (2, 4))
+    elems = _box_rows((0, 4, 3), (2, 1, 7))
+    g = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "one"], ["d"], name="add"),
+            helper.make_node("Slice", ["x", "s0", "s1", "sax"], ["u"], name="upd"),
+            helper.make_node("ScatterND", ["d", "rows", "u"], ["y0"], name="scatter_rows"),
+            helper.make_node("Slice", ["x", "e0", "e1", "eax"], ["ue"], name="upd_elems"),
+            helper.make_node("Reshape", ["ue", "eshape"], ["ue2"], name="upd_shape"),
+            helper.make_node("ScatterND", ["y0", "elems", "ue2"], ["y1"], name="scatter_elems"),
+            helper.make_node("ScatterND", ["x", "first", "y1"], ["y"], name="scatter_all"),
+        ],
+        "scatter",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            _const("one", np.float32(1)),
+            _const("rows", rows),
+            _const("elems", elems),
+            _const("first", _box_rows((0,), (3,))),
+            _const("s0", np.array([0, 3], np.int64)),
+            _const("s1", np.array([2, 7], np.int64)),
+            _const("sax", np.array([0, 1], np.int64)),
+            _const("e0", np.array([1, 0, 5], np.int64)),
+            _const("e1", np.array([3, 1, 12], np.int64)),
+            _const("eax", np.array([0, 1, 2], np.int64)),
+            _const("eshape", np.array([2, 1, 7], np.int64)),
+        ],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    def draw(rng, dims):
+        x = rng.normal(0, 3, dims).astype(np.float32)
+        x.reshape(-1)[:3] = [np.float32("nan"), -0.0, np.float32("-inf")]
+        return x
+
+    specialized = _specialized_and_generic_equal_the_reference(model, threads, 11, draw=draw)
+    assert {"scatter_rows", "scatter_elems", "scatter_all"} <= specialized
+
+
+def _specialized_is_the_generic_kernel(model, shape: tuple[int, ...], threads: int, seed: int) -> set[str]:
+    """Runs ``model`` (input "x" of ``shape``): the measuring run's generic calls and the
+    bound runs' specialized calls give the same bytes, for two draws of x (the second's
+    generic bytes from a fresh session), and a non-contiguous x (every other element of a
+    last axis twice as long: the generic kernels) the first draw's; the specialized
+    nodes' names. For kernels whose contract is a bound against float64, not the
+    reference's bytes ((FG1))."""
+    proto = model.SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(proto, opts)
+    rng = np.random.default_rng(seed)
+    x, x2 = (rng.normal(0, 1, shape).astype(np.float32) for _ in range(2))
+    first = sess.run(None, {"x": x})[0]  # the measuring run: generic calls
+    want = quanta.InferenceSession(proto, opts).run(None, {"x": x2})[0]
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], first)
+        np.testing.assert_array_equal(sess.run(None, {"x": x2})[0], want)
+    wide = np.zeros((*shape[:-1], 2 * shape[-1]), np.float32)
+    wide[..., ::2] = x
+    np.testing.assert_array_equal(sess.run(None, {"x": wide[..., ::2]})[0], first)
+    return _specialized_names(sess)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(3, 7, 17), (7, 17), (1, 1, 17)])
+def test_matmul_of_a_packed_b_specialized_is_the_generic_kernel(threads: int, shape: tuple[int, ...]) -> None:
+    """x @ B (a constant [17, 5] B, packed once) for rank-2 and rank-3 x, then a second
+    product of that result (an arena value) by a [5, 3] B: specialized steps
+    (float_gemm._matmul_specialized) with the generic native call's bytes."""
+    rng = np.random.default_rng(5)
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "b"], ["m"], name="mm1"),
+            helper.make_node("MatMul", ["m", "b2"], ["y"], name="mm2"),
+        ],
+        "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            _const("b", rng.normal(0, 1, (17, 5)).astype(np.float32)),
+            _const("b2", rng.normal(0, 1, (5, 3)).astype(np.float32)),
+        ],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert _specialized_is_the_generic_kernel(model, shape, threads, 5) == {"mm1", "mm2"}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    ("c", "m", "kernel", "attrs", "bias"),
+    [
+        (16, 8, (1, 5), {"group": 2, "strides": [1, 2], "pads": [0, 2, 0, 2]}, True),  # gtcrn's upsampling
+        (7, 3, (3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2], "output_padding": [1, 1]}, False),
+        (3, 17, (2, 3), {"dilations": [2, 1], "strides": [1, 3]}, True),
+    ],
+)
+def test_conv_transpose_specialized_is_the_generic_kernel(threads, c, m, kernel, attrs, bias) -> None:
+    """x [1, C, 3, 11] ConvTranspose (strides, groups, pads, dilations, output padding;
+    constant bias or none) followed by a Relu: the specialized step
+    (float_gemm._conv_transpose_specialized) gives the generic call's bytes."""
+    rng = np.random.default_rng(c * m)
+    group = attrs.get("group", 1)
+    inputs = ["x", "w", "b"] if bias else ["x", "w"]
+    inits = [_const("w", rng.normal(0, 1, (c, m // group, *kernel)).astype(np.float32))]
+    if bias:
+        inits.append(_const("b", rng.normal(0, 1, (m // group * group,)).astype(np.float32)))
+    g = helper.make_graph(
+        [
+            helper.make_node("ConvTranspose", inputs, ["t"], name="convt", **attrs),
+            helper.make_node("Relu", ["t"], ["y"], name="relu"),
+        ],
+        "convt",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 3, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert "convt" in _specialized_is_the_generic_kernel(model, (1, c, 3, 11), threads, 9)

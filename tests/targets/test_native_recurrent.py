@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
@@ -472,6 +472,14 @@ class FloatTwinCalls:
         self._mod.lstm_op, self._mod.gru_op = self._orig
 
 
+def _direct_call(fast, inputs: list[np.ndarray | None]):
+    """``fast``'s direct call as the executor's fast loop makes it: the inputs at the
+    positions ``fast.reads`` names (x and the initial states the node has)."""
+    assert fast.reads[0] == 0 and all(inputs[p] is not None for p in fast.reads)
+    assert {p for p in (5, 6) if p < len(inputs) and inputs[p] is not None} == set(fast.reads[1:])
+    return fast.direct(*[inputs[p] for p in fast.reads])
+
+
 def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
     from quanta.kernels.reference.rnn import gru_op, lstm_op
 
@@ -511,6 +519,9 @@ def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
                         got = fast(ctx, *inputs)
                     assert twin.count == 0, "the specialized call ran the twin"
                     _assert_same(expected, got, f"specialized {op} {isa}, {threads} threads")
+                    _assert_same(
+                        expected, _direct_call(fast, inputs), f"direct {op} {isa}, {threads} threads"
+                    )
     finally:
         _native.clear_isa()
 
@@ -564,12 +575,25 @@ def test_float_rnn_native_equals_twin(
 
 @pytest.mark.parametrize(
     ("op", "H", "direction", "variant"),
-    [("LSTM", 67, "bidirectional", False), ("GRU", 131, "forward", False), ("GRU", 131, "reverse", True)],
+    [
+        ("LSTM", 67, "bidirectional", False),
+        ("GRU", 131, "forward", False),
+        ("GRU", 131, "reverse", True),
+        ("GRU", 200, "forward", True),
+        ("LSTM", 100, "reverse", False),
+        ("GRU", 4, "bidirectional", True),
+        ("GRU", 3, "forward", False),
+        ("LSTM", 17, "bidirectional", False),
+    ],
 )
 def test_float_rnn_batch_one_streams_panel_pairs_with_the_twin_bytes(op, H, direction, variant):
     """Batch 1 with 4H (LSTM) or 2H (GRU's z, r columns) past two 128-column panels: the
     recurrence's GEMV streams two weight panels at once (seq_gemm_simd.h seq_row2), the
-    twin's chains; a tail panel (4·67 = 268, 2·131 = 262) stays on the one-panel path."""
+    twin's chains; the columns the pairs leave (4·67 = 268: 12; 2·131 = 262: 6; 2·200 =
+    400 and 4·100: a full panel and 16; GRU 200's h columns: 128 + 72; 3·4, 2·3: one short
+    vector; 4·17 = 68: four full vectors and a short one) in one loop over both panels
+    (seq_row_rest; prefetched at K = 200 and 100 rows, not at the small K of H = 3, 4,
+    17)."""
     rng = np.random.default_rng(H)
     D = 2 if direction == "bidirectional" else 1
     inputs = _float_inputs(
@@ -765,6 +789,51 @@ def test_float_lstm_matches_onnxruntime_closely(tmp_path):
     layout=st.sampled_from([0, 1]),
     seed=st.integers(0, 2**16),
 )
+# batch 1 (seq_row_panels_mlas): one row's X·Wᵀ over two MLAS k blocks and 390 columns
+# (a pair and 134 left), the recurrence's 260 and 130 columns, prefetched (K = 130) or not
+# (K = 3)
+@example(
+    H=130,
+    n_in=300,
+    T=1,
+    B=1,
+    direction="bidirectional",
+    bias=True,
+    lens_kind="none",
+    h0=True,
+    lbr=True,
+    clip=None,
+    layout=0,
+    seed=1,
+)
+@example(
+    H=130,
+    n_in=7,
+    T=5,
+    B=1,
+    direction="reverse",
+    bias=False,
+    lens_kind="full",
+    h0=False,
+    lbr=False,
+    clip=0.9,
+    layout=0,
+    seed=2,
+)
+@example(
+    H=3,
+    n_in=300,
+    T=5,
+    B=1,
+    direction="forward",
+    bias=True,
+    lens_kind="none",
+    h0=True,
+    lbr=False,
+    clip=None,
+    layout=0,
+    seed=3,
+)
 def test_ort_gru_native_equals_twin(H, n_in, T, B, direction, bias, lens_kind, h0, lbr, clip, layout, seed):
     """quanta::OrtGRU (ONNX Runtime's float GRU, docs/float-ops.md (RNN-ORT-GRU)): the
     native kernel and its specialized call give the twin's bytes on every ISA and thread
@@ -831,5 +900,6 @@ def test_ort_gru_native_equals_twin(H, n_in, T, B, direction, bias, lens_kind, h
                 assert (fast is None) == bool(layout)
                 if fast is not None:
                     _assert_same(expected, fast(ctx, *inputs), f"specialized, {isa}, {threads}")
+                    _assert_same(expected, _direct_call(fast, inputs), f"direct, {isa}, {threads}")
     finally:
         _native.clear_isa()

@@ -47,19 +47,23 @@ def guarded(
     attrs: dict[str, Any],
     out: Any,
     *,
-    reads: int | None = None,
+    reads: int | tuple[int, ...] | None = None,
 ) -> Callable[..., Any]:
     """``call(*inputs)``, or ``generic(ctx, *inputs, out=out, **attrs)`` when the binding
     refuses the arguments (ValueError: a non-contiguous view, a value outside the fast
     path), which then computes the result or raises the operator's own error.
 
     The runtime's fast loop calls ``run.direct`` (``call``) itself, with the first
-    ``run.reads`` inputs only (None: all of them; ``call`` ignores the others, which its
-    specialization bound in), and hands a ValueError to ``run``: one Python frame and
-    one argument tuple less per step (quanta.runtime.execute)."""
+    ``run.reads`` inputs only (None: all of them; a tuple: the inputs at those positions;
+    ``call`` ignores the others, which its specialization bound in), and hands a
+    ValueError to ``run``: one Python frame and one argument tuple less per step
+    (quanta.runtime.execute). ``run`` itself passes ``call`` what the fast loop would."""
+    picks = reads if isinstance(reads, tuple) else None
 
     def run(ctx: Any, *inputs: Any) -> Any:
         try:
+            if picks is not None:
+                return call(*[inputs[p] for p in picks])
             return call(*inputs)
         except ValueError:
             return generic(ctx, *inputs, out=out, **attrs)

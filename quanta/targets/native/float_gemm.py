@@ -522,6 +522,61 @@ def _conv_transpose_native(
     )
 
 
+def _conv_transpose_specialized(
+    sig: Specialization, *, packed: np.ndarray, wshape: tuple[int, ...], **attrs: Any
+) -> Callable[..., Any] | None:
+    """The float ConvTranspose of one x shape, with a constant bias or none: the geometry
+    found once, the 1x1 product a bound ConvF32Call, col2im called by position (gtcrn's
+    two [1, 16, 1, 33] -> [1, 16, 1, 65] upsamplings of 10-20K multiply-adds spent ~10 us
+    each in the generic kernel's geometry and argument parsing)."""
+    shape = sig.shapes[0]
+    if shape is None or len(shape) != 4 or sig.dtypes[0] != F32 or shape[1] != wshape[0]:
+        return None
+    if len(sig.shapes) > 2 and sig.shapes[2] is not None and sig.consts[2] is None:
+        return None  # a bias computed at run time
+    bias_c = sig.consts[2] if len(sig.consts) > 2 else None
+    geometry_attrs = {k: v for k, v in attrs.items() if k != "group"}
+    group = int(attrs.get("group", 1))
+    m, strides_, dilations_, _, begin, out_sp = conv_transpose_geometry(
+        shape, wshape, group=group, **geometry_attrs
+    )
+    bias = None if bias_c is None else _f32(bias_c)
+    if bias is not None and bias.size != m:
+        return None
+    kh, kw = wshape[2], wshape[3]
+    rows = m * kh * kw
+    cols_shape = (shape[0], rows, shape[2], shape[3])
+    threads = step_threads(sig, math.prod(shape) * rows // group, SMALL_MACS)
+    inf, out = math.inf, sig.out
+    cols_of = _native.ConvF32Call(
+        shape,
+        shape,
+        cols_shape,
+        packed,
+        None,
+        rows,
+        1,
+        1,
+        [1, 1],
+        [1, 1],
+        [0, 0, 0, 0],
+        group,
+        -inf,
+        inf,
+        threads,
+    )
+    col2im = _native.col2im_f32
+    strides_l, dilations_l, begin_l, out_l = list(strides_), list(dilations_), list(begin), list(out_sp)
+
+    def run(x: np.ndarray, *rest: Any) -> np.ndarray:
+        return col2im(
+            cols_of(x), m, kh, kw, strides_l, dilations_l, begin_l, out_l, bias, -inf, inf, threads, out
+        )
+
+    generic_attrs = {"packed": packed, "wshape": wshape, **attrs}
+    return guarded(run, _conv_transpose_native, generic_attrs, out, reads=1)
+
+
 @register_binder("ConvTranspose")
 def bind_conv_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """Float 2-D ConvTranspose with constant float32 weights."""
@@ -549,7 +604,11 @@ def bind_conv_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
     except ValueError as e:
         return None, f"the native kernel refuses the weights: {e}"
     k = "x".join(str(v) for v in wc.shape[2:])
-    return _kernel(_conv_transpose_native, f"conv_transpose_f32_{k}", packed=packed, wshape=tuple(wc.shape))
+    kernel, reason = _kernel(
+        _conv_transpose_native, f"conv_transpose_f32_{k}", packed=packed, wshape=tuple(wc.shape)
+    )
+    kernel.specialize = _conv_transpose_specialized
+    return kernel, reason
 
 
 # --------------------------------------------------------------------------------------
@@ -597,8 +656,36 @@ def bind_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if bconst is not None and bconst.ndim == 2 and bconst.dtype == F32:
         bc = np.ascontiguousarray(bconst)
         packed = _native.sgemm_pack_b(bc)
-        return _kernel(_matmul_native, "matmul_f32_packed", b_packed=packed, n=int(bc.shape[1]))
+        kernel, reason = _kernel(_matmul_native, "matmul_f32_packed", b_packed=packed, n=int(bc.shape[1]))
+        kernel.specialize = _matmul_specialized
+        return kernel, reason
     return _kernel(_matmul_native, "matmul_f32")
+
+
+def _matmul_specialized(sig: Specialization, *, b_packed: np.ndarray, n: int) -> Callable[..., Any] | None:
+    """The MatMul of one A shape (rank >= 2) by a packed B: _matmul_native's one
+    ``matmul_f32`` call with its output view and thread count decided once, passed by
+    position (gtcrn's twelve [1, 1, 16] x [16, 8] and [1, 33, 16] x [16, 16] products
+    paid ~3 us each of Python around a call of a few hundred ns). A non-contiguous A: the
+    binding's ValueError hands the call to the generic kernel, which copies it."""
+    shape = sig.shapes[0]
+    if shape is None or len(shape) < 2 or sig.dtypes[0] != F32:
+        return None
+    threads = step_threads(sig, math.prod(shape) * n, SMALL_MACS)
+    matmul, out = _native.matmul_f32, sig.out
+    inf = math.inf
+    if out is not None:
+        target = out.reshape(*shape[:-1], n)
+
+        def run(a: np.ndarray, *rest: Any) -> np.ndarray:
+            matmul(a, None, b_packed, n, None, 1.0, -inf, inf, threads, target)
+            return out
+    else:
+
+        def run(a: np.ndarray, *rest: Any) -> np.ndarray:
+            return matmul(a, None, b_packed, n, None, 1.0, -inf, inf, threads, None)
+
+    return guarded(run, _matmul_native, {"b_packed": b_packed, "n": n}, out, reads=1)
 
 
 def _gemm_bias(

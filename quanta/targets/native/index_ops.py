@@ -37,13 +37,15 @@ index out of range) go to the twin, which computes them or raises the operator's
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from quanta.ir.graph import Model, Node
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._specialize import guarded
 from quanta.targets.native._values import value_dtype as _dtype
 from quanta.targets.native.float_ops import _native, _Unsupported, _with_fallback
 
@@ -165,6 +167,47 @@ def _scatter_nd_native(
     return _native().scatter_nd(data, np.asarray(indices, order="C"), upd, reduction, out)
 
 
+def _scatter_box_specialized(
+    sig: Specialization,
+    *,
+    box: tuple[slice, ...] | None = None,
+    box_dims: tuple[int, ...] = (),
+    reduction: str = "none",
+    **attrs: Any,
+) -> Callable[..., Any] | None:
+    """The box ScatterND of one signature: the box's view of the output and the updates'
+    box shape found once, data and updates read directly (the indices are the box), the
+    generic kernel's type checks done here. A streaming model's cache update
+    (``cache[:, :, a:b] = x``) costs a copy and a slice assignment (gtcrn: 18 per frame,
+    ~4 -> ~1.5 us each)."""
+    data_shape, upd_shape = sig.shapes[0], sig.shapes[2] if len(sig.shapes) > 2 else None
+    dt = sig.dtypes[0]
+    if box is None or data_shape is None or upd_shape is None or dt not in _SUMMABLE or sig.dtypes[2] != dt:
+        return None
+    if tuple(data_shape[: len(box_dims)]) != box_dims:
+        return None
+    target = tuple(b.stop - b.start for b in box) + tuple(data_shape[len(box) :])
+    if math.prod(upd_shape) != math.prod(target):
+        return None
+    copyto, out = np.copyto, sig.out
+    if out is not None:
+        region = out[box]
+
+        def call(data: Any, updates: Any) -> Any:
+            copyto(out, data)
+            copyto(region, updates.reshape(target))
+            return out
+    else:
+
+        def call(data: Any, updates: Any) -> Any:
+            y = np.array(data, order="C")
+            y[box] = updates.reshape(target)
+            return y
+
+    generic_attrs = {"box": box, "box_dims": box_dims, "reduction": reduction, **attrs}
+    return guarded(call, _scatter_nd_native, generic_attrs, out, reads=(0, 2))
+
+
 def scatter_box(indices: np.ndarray, dims: tuple[int, ...]) -> tuple[slice, ...] | None:
     """The box's slice of each indexed axis when the rows of ``indices`` ([..., m],
     into leading axes of sizes ``dims``) are every position of one box, each once, in
@@ -207,7 +250,12 @@ def bind_scatter_nd(model: Model, node: Node) -> tuple[Kernel | None, str]:
             if box is not None:
                 params = {"box": box, "box_dims": tuple(int(k) for k in shape[:m])}
                 return Kernel(
-                    _scatter_nd_native, "native", "native:scatter_nd_box", out=True, params=params
+                    _scatter_nd_native,
+                    "native",
+                    "native:scatter_nd_box",
+                    out=True,
+                    params=params,
+                    specialize=_scatter_box_specialized,
                 ), ""
     return Kernel(_scatter_nd_native, "native", "native:scatter_nd", out=True), ""
 

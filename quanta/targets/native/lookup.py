@@ -65,31 +65,7 @@ def _qlinear_lookup_native(
     threads = max(1, int(getattr(ctx, "num_threads", 1)))
     if axis is None:
         return _native.lut8(np.ascontiguousarray(x), np.ascontiguousarray(table), threads, out)
-    if axis == x.ndim - 1 and _few_rows(x.size, table.shape[0]):
-        return _last_axis_lookup(x, table, _row_starts(table.shape[0]), out)
     return _native.lut8_channels(np.ascontiguousarray(x), np.ascontiguousarray(table), axis, threads, out)
-
-
-def _few_rows(size: int, channels: int) -> bool:
-    """A last-axis lookup of at most 8 rows over at least 64 channels: ``lut8_channels``'
-    cost grows with the channels (16 us for 257 of them, one row or four), the flat
-    gather's with the elements (3-4 us there; 11 us on a channels-last [1, 12, 48, 16],
-    which the kernel does in 4.4)."""
-    return channels >= 64 and size <= 8 * channels
-
-
-def _row_starts(channels: int) -> np.ndarray:
-    return np.arange(channels, dtype=np.intp) * 256
-
-
-def _last_axis_lookup(
-    x: np.ndarray, table: np.ndarray, starts: np.ndarray, out: np.ndarray | None
-) -> np.ndarray:
-    """``table[c, bits(x)]`` along the last axis: runs of one element, where
-    ``lut8_channels`` sets up a channel's table for each element (DTLN's [1, 1, 257]
-    gains: 17 us); one gather from the flat table instead, the same entries (for few
-    rows: ``_few_rows``)."""
-    return np.take(table.reshape(-1), starts + x.view(np.uint8), out=out)
 
 
 def _lookup_specialized(sig: Specialization, *, axis: int | None = None, **attrs: Any) -> Any:
@@ -115,11 +91,6 @@ def _lookup_specialized(sig: Specialization, *, axis: int | None = None, **attrs
     if not -rank <= axis < rank or table.shape != (shape[axis % rank], 256):
         return None
     a = axis % rank
-    if a == rank - 1 and _few_rows(int(np.prod(shape)), table.shape[0]):
-        starts = _row_starts(table.shape[0])
-        return guarded(
-            lambda x, *rest: _last_axis_lookup(x, table, starts, out), generic, attrs, out, reads=1
-        )
     lutc = _native.lut8_channels
     if view is None:
         return guarded(lambda x, *rest: lutc(x, table, a, threads, out), generic, attrs, out, reads=1)

@@ -209,7 +209,12 @@ void lut_u8_channels(const uint8_t* x, uint8_t* y, int64_t outer, int64_t channe
     // a per-element table offset, the other ISAs look each element up.
     const int64_t row = channels * inner;
     const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(row, 1));
-    if (isa == Isa::kAvx512Vnni) {
+    // The gather's setup (a per-element offset table of lcm(row, 16) entries and a padded
+    // copy of every channel's table) costs more than looking a few rows up one element at
+    // a time: at most kFewRows rows take the plain loop (DTLN's [1, 1, 257] and [1, 512]
+    // gates: ~16 us of setup for 257-512 lookups).
+    constexpr int64_t kFewRows = 8;
+    if (isa == Isa::kAvx512Vnni && outer > kFewRows) {
       const int64_t period = std::lcm(row, int64_t{16});
       std::vector<int32_t> offsets(period + 16);
       for (int64_t j = 0; j < period + 16; ++j) offsets[j] = static_cast<int32_t>((j % row) / inner * 256);

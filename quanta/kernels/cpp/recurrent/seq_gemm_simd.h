@@ -52,6 +52,9 @@ void seq_block(const float* a, int64_t lda, const float* w, int64_t ldw, float* 
 // The hardware prefetchers alone streamed R at ~80 GB/s on Zen 4; with the software
 // prefetch 2-4 steps ahead, ~100 (an H = 512 recurrence of 21 steps: 2.1 -> 1.7 ms).
 constexpr int64_t kSeqPrefetch = 4;
+// A panel at least this large (K·kSeqPanel floats) is streamed with software prefetches
+// (seq_row_rest); a smaller one stays in L1 from one step to the next.
+constexpr int64_t kSeqPrefetchBytes = 32 << 10;
 template <class T, int NV>
 void seq_row2(const float* a, const float* w0, const float* w1, float* y0, float* y1, int64_t K) {
   constexpr int L = T::kLanes;
@@ -75,6 +78,55 @@ void seq_row2(const float* a, const float* w0, const float* w1, float* y0, float
   for (int v = 0; v < NV; ++v) {
     T::storeu(y0 + L * v, acc0[v]);
     T::storeu(y1 + L * v, acc1[v]);
+  }
+}
+
+// One row over the columns the panel pairs leave (left < 2·kSeqPanel: a full panel and a
+// partial one, or one partial panel), both panels in one k loop, each lane's chain as
+// seq_block's, the vectors past the columns skipped (not loaded masked) and only the cache
+// lines that hold columns prefetched kSeqPrefetch rows ahead. A partial panel's k-th row
+// is kSeqPanel floats past its (k-1)-th, one or two lines of each 512-byte row: taken one
+// panel at a time without a prefetch (seq_block), the two tails of an H = 400 GRU's
+// recurrence (32 and 16 of its 1200 columns, behind a full panel) cost a fifth of the
+// step (10.6 us per MB of R against 8.9 for H = 384, whose columns are whole pairs).
+// kPrefetch: panels too large for L1 (seq_gemm_simd's kSeqPrefetchBytes); a small
+// one (an H = 25 LSTM's K = 25 rows, 12.8 KB) is cached after the first step, and
+// prefetching it only costs instructions (beats_blstm's LSTM: 157 -> 186 us with them).
+template <class T, int NV, bool kPrefetch>
+void seq_row_rest(const float* a, const float* w, int64_t K, int64_t left, float* y) {
+  constexpr int L = T::kLanes;
+  using V = typename T::V;
+  const int64_t n0 = left < kSeqPanel ? left : kSeqPanel, n1 = left - n0;
+  const float* w0 = w;
+  const float* w1 = w + kSeqPanel * K;
+  const int v0 = static_cast<int>((n0 + L - 1) / L), v1 = static_cast<int>((n1 + L - 1) / L);
+  const int lines0 = static_cast<int>((n0 + 15) / 16), lines1 = static_cast<int>((n1 + 15) / 16);
+  typename T::M m0[NV], m1[NV];
+  V acc0[NV], acc1[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    m0[v] = T::tail(n0 - L * v);
+    m1[v] = T::tail(n1 - L * v);
+    acc0[v] = acc1[v] = T::zero();
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    const V av = T::set1(a[k]);
+    if (kPrefetch) {
+      for (int l = 0; l < lines0; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(w0 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
+      for (int l = 0; l < lines1; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(w1 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      if (v < v0) acc0[v] = T::add(acc0[v], T::mul(av, T::load(m0[v], w0 + k * kSeqPanel + L * v)));
+      if (v < v1) acc1[v] = T::add(acc1[v], T::mul(av, T::load(m1[v], w1 + k * kSeqPanel + L * v)));
+    }
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    if (v < v0) T::store(y + L * v, m0[v], acc0[v]);
+    if (v < v1) T::store(y + kSeqPanel + L * v, m1[v], acc1[v]);
   }
 }
 
@@ -147,6 +199,14 @@ void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64
     // whole panel pairs of a single row: seq_row2
     for (; first + 2 * kSeqPanel <= N; first += 2 * kSeqPanel)
       seq_row2<T, NV>(a, w + first * K, w + (first + kSeqPanel) * K, y + first, y + first + kSeqPanel, K);
+    if (first < N) {
+      if (K * kSeqPanel * static_cast<int64_t>(sizeof(float)) >= kSeqPrefetchBytes) {
+        seq_row_rest<T, NV, true>(a, w + first * K, K, N - first, y + first);
+      } else {
+        seq_row_rest<T, NV, false>(a, w + first * K, K, N - first, y + first);
+      }
+    }
+    return;
   }
   for (int64_t p0 = first; p0 < N; p0 += kSeqPanel) {
     const float* wp = w + p0 * K;
@@ -244,12 +304,81 @@ void seq_rows4_mlas(const float* a, int64_t lda, const float* w, float* y, int64
 #undef QUANTA_SEQ_ROWS
 }
 
+// One row over two panels' columns at once for seq_gemm_mlas (left <= 2·kSeqPanel: a
+// pair, or the columns the pairs leave), each lane's chains as seq_block_mlas's: per
+// block of kMlasStrideK k, an FMA chain from +0 added to y with one addition (or stored).
+// Only the vectors that hold columns are loaded and, for panels of kSeqPrefetchBytes or
+// more, only their lines prefetched kSeqPrefetch rows ahead: seq_row2's and
+// seq_row_rest's streaming for OrtLSTM / OrtGRU, whose batch-1 recurrence read its
+// panels one at a time without a prefetch (nsnet2's OrtGRU, H = 400: R is 1.9 MB a step).
+template <class T, int NV, bool kPrefetch>
+void seq_row_panels_mlas(const float* a, const float* w, int64_t K, int64_t left, float* y, bool accumulate) {
+  constexpr int L = T::kLanes;
+  using V = typename T::V;
+  const int64_t n0 = left < kSeqPanel ? left : kSeqPanel, n1 = left - n0;
+  const float* w0 = w;
+  const float* w1 = w + kSeqPanel * K;
+  const int v0 = static_cast<int>((n0 + L - 1) / L), v1 = static_cast<int>((n1 + L - 1) / L);
+  const int lines0 = static_cast<int>((n0 + 15) / 16), lines1 = static_cast<int>((n1 + 15) / 16);
+  typename T::M m0[NV], m1[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    m0[v] = T::tail(n0 - L * v);
+    m1[v] = T::tail(n1 - L * v);
+  }
+  for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kMlasStrideK) {
+    V acc0[NV], acc1[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc0[v] = acc1[v] = T::zero();
+    const int64_t k1 = K < k0 + kMlasStrideK ? K : k0 + kMlasStrideK;
+    for (int64_t k = k0; k < k1; ++k) {
+      const V av = T::set1(a[k]);
+      if (kPrefetch) {
+        for (int l = 0; l < lines0; ++l)
+          _mm_prefetch(reinterpret_cast<const char*>(w0 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
+        for (int l = 0; l < lines1; ++l)
+          _mm_prefetch(reinterpret_cast<const char*>(w1 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
+      }
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) {
+        if (v < v0) acc0[v] = T::fmadd(av, T::load(m0[v], w0 + k * kSeqPanel + L * v), acc0[v]);
+        if (v < v1) acc1[v] = T::fmadd(av, T::load(m1[v], w1 + k * kSeqPanel + L * v), acc1[v]);
+      }
+    }
+    const bool add = accumulate || k0 > 0;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      if (v < v0) {
+        float* yv = y + L * v;
+        T::store(yv, m0[v], add ? T::add(acc0[v], T::load(m0[v], yv)) : acc0[v]);
+      }
+      if (v < v1) {
+        float* yv = y + kSeqPanel + L * v;
+        T::store(yv, m1[v], add ? T::add(acc1[v], T::load(m1[v], yv)) : acc1[v]);
+      }
+    }
+  }
+}
+
 // kRows4: blocks of four rows by seq_rows4_mlas (an ISA with registers for its 16
 // accumulators: AVX-512's 32).
 template <class T, int NV, bool kRows4 = false>
 void seq_gemm_mlas_simd(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
                         int64_t M, bool accumulate) {
   constexpr int64_t kCols = NV * T::kLanes;
+  if (M == 1 && kCols == kSeqPanel) {
+    // two panels a loop (the last loop: the columns left), as seq_gemm_simd's batch-1 path
+    const bool big = K * kSeqPanel * static_cast<int64_t>(sizeof(float)) >= kSeqPrefetchBytes;
+    for (int64_t first = 0; first < N; first += 2 * kSeqPanel) {
+      const int64_t left = N - first < 2 * kSeqPanel ? N - first : 2 * kSeqPanel;
+      if (big) {
+        seq_row_panels_mlas<T, NV, true>(a, w + first * K, K, left, y + first, accumulate);
+      } else {
+        seq_row_panels_mlas<T, NV, false>(a, w + first * K, K, left, y + first, accumulate);
+      }
+    }
+    return;
+  }
   for (int64_t p0 = 0; p0 < N; p0 += kSeqPanel) {
     const float* wp = w + p0 * K;
     const int64_t np = N - p0 < kSeqPanel ? N - p0 : kSeqPanel;
