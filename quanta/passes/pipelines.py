@@ -190,7 +190,7 @@ def optimize_float(
         FoldConstants(evaluator),  # ... and the Shape subgraphs that read them
         RefineShapes(opset_imports, after=refine),  # a second round when the first found some
         FoldConstants(evaluator),
-        StftAsConvPass(),  # a real STFT with constant frames: a Conv by the windowed DFT basis
+        StftAsConvPass(opset),  # a real STFT / DFT: a Conv / MatMul by the (windowed) DFT basis
         RemoveNoops(),
         WidenHalfIslands(),  # float16 islands in float32 between Casts: the rules below see float32
         # a TF export's NHWC epilogues between Transposes: the pairs cancel, the affine
@@ -264,7 +264,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         FoldConstants(evaluator),
         HoistLoopInvariants(),  # constant loop variables a body passes through: its constants
         RemoveNoops(),
-        StftAsConvPass(),  # a float STFT with constant frames: the native Conv by its DFT basis
+        StftAsConvPass(opset),  # a float STFT / DFT: the native Conv / MatMul by its DFT basis
         QatExports(),  # one-element Q/DQ scales; ConvBn QAT's per-channel Div/Add -> BN
         FoldBatchNorm(),
         *_fold_groupnorm(opset),

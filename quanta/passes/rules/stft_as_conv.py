@@ -1,6 +1,15 @@
 """A real STFT with constant frame parameters is a strided 1-D convolution by the windowed
-DFT basis: rewritten so, it runs on the native float convolution (a GEMM) instead of
-onnx.reference's per-frame transforms.
+DFT basis, and a real forward DFT a product by the DFT basis: rewritten so, they run on
+the native float convolution and MatMul (GEMMs) instead of onnx.reference's transforms.
+
+DftAsMatMul (signal ``x[..., N, 1]`` real, transformed along the axis before the last,
+forward; dft_length L >= N a constant or absent)::
+
+    %y = DFT(%x, %L?, %axis?) {onesided}
+      -> %y = Reshape(MatMul(Reshape(%x, [0.., -1]), %basis'), [0.., K, 2])
+    basis'[n, 2k] = cos(2π k n / L), basis'[n, 2k + 1] = −sin(2π k n / L)   n < N, k < K
+
+(the samples past N are zeros: they add nothing), K = L / 2 + 1 when onesided, else L.
 
 StftAsConv (signal ``x[B, L, 1]`` real; frame_step, window and frame_length constants)::
 
@@ -19,9 +28,11 @@ float32). The result is the native Conv's: within eq. (FG1) of docs/float-ops.md
 K = N of the float64 sum over the float32 basis (tests/passes/rules/test_stft_as_conv.py
 checks the bound and the agreement with onnx.reference and ONNX Runtime).
 
-Refused: a complex signal (last dimension 2), a signal of another rank, frame parameters
-that are not constants, a window whose length disagrees with frame_length, a frame
-longer than the signal when the signal's length is known.
+Refused (STFT): a complex signal (last dimension 2), a signal of another rank, frame
+parameters that are not constants, a window whose length disagrees with frame_length, a
+frame longer than the signal when the signal's length is known. (DFT): a complex or
+unknown-length signal, an inverse transform, another axis, a dft_length shorter than the
+signal or not a constant.
 """
 
 from __future__ import annotations
@@ -31,15 +42,18 @@ import numpy as np
 from quanta.ir.graph import result_type
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
-__all__ = ["StftAsConv", "StftAsConvPass", "stft_basis"]
+__all__ = ["DftAsMatMul", "StftAsConv", "StftAsConvPass", "stft_basis"]
 
 
-def stft_basis(window: np.ndarray, bins: int) -> np.ndarray:
-    """(ST1): [2·bins, 1, N] float32, rows cos and −sin of each bin, times the window."""
+def stft_basis(window: np.ndarray, bins: int, length: int | None = None) -> np.ndarray:
+    """(ST1): [2·bins, 1, N] float32, rows cos and −sin of each bin, times the window;
+    ``length`` (default N) is the transform's length L >= N (a signal zero-padded to L:
+    the padded samples add nothing, so the basis keeps N columns of the L-point grid)."""
     n = window.shape[0]
+    size = n if length is None else length
     k = np.arange(bins, dtype=np.float64)[:, None]
     t = np.arange(n, dtype=np.float64)[None, :]
-    angle = 2.0 * np.pi * ((k * t) % n) / n  # k·n mod N keeps the angle in [0, 2π): exact phases
+    angle = 2.0 * np.pi * ((k * t) % size) / size  # k·n mod L keeps the angle in [0, 2π)
     w = window.astype(np.float64)[None, :]
     basis = np.empty((bins, 2, n), np.float64)
     basis[:, 0] = w * np.cos(angle)
@@ -111,6 +125,70 @@ class StftAsConv(Rule):
         )
 
 
+class DftAsMatMul(Rule):
+    """%y = DFT(x, length?, axis?) real, forward, along the axis before the last ->
+    Reshape(MatMul(Reshape(x), basis), [..., K, 2])"""
+
+    pattern = "y = DFT(x, length?, axis?)"
+
+    def __init__(self, opset: int | None = None) -> None:
+        self.opset = opset
+
+    def check(self, m: Match) -> Match | NoMatch:
+        x = m["x"]
+        if x.shape is None or len(x.shape) < 2 or x.shape[-1] != 1 or not isinstance(x.shape[-2], int):
+            return NoMatch("not a real signal [..., N, 1] of known length")
+        if x.type is None or x.type.elem.onnx != 1:
+            return NoMatch("not a float32 signal")
+        if int(m.root.attrs.get("inverse", 0)):
+            return NoMatch("an inverse DFT")
+        rank = len(x.shape)
+        if m["axis"] is not None:  # DFT-20: an input, default -2
+            if not m["axis"].is_const:
+                return NoMatch("axis is not a constant")
+            axis = int(np.asarray(m["axis"].const).reshape(-1)[0])
+        else:
+            axis = int(m.root.attrs.get("axis", -2 if (self.opset or 0) >= 20 else 1))
+        if axis % rank != rank - 2:
+            return NoMatch(f"the transform runs along axis {axis}, not the one before the last")
+        n = x.shape[-2]
+        if m["length"] is not None and not m["length"].is_const:
+            return NoMatch("dft_length is not a constant")
+        size = n if m["length"] is None else int(np.asarray(m["length"].const).reshape(-1)[0])
+        if size < n or n < 1:
+            return NoMatch(f"dft_length {size} below the signal's {n} samples")
+        bins = size // 2 + 1 if int(m.root.attrs.get("onesided", 0)) else size
+        basis = stft_basis(np.ones(n, np.float32), bins, size)  # [2K, 1, N]
+        m.data.update(bins=bins, basis=np.ascontiguousarray(basis[:, 0, :].T))  # [N, 2K]
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> object:
+        x, y = m["x"], m["y"]
+        lead = [0] * (len(x.shape) - 2)
+        name = m.root.name or "dft"
+        bins = m.data["bins"]
+        flat = b.op(
+            "Reshape",
+            [x, b.const("dft_signal_shape", np.asarray([*lead, -1], np.int64))],
+            types=result_type(shape_from=(*x.shape[:-2], x.shape[-2]), elem_from=x),
+            name=f"{name}/signal",
+        )
+        product = b.op(
+            "MatMul",
+            [flat, b.const("dft_basis", m.data["basis"])],
+            types=result_type(shape_from=(*x.shape[:-2], 2 * bins), elem_from=x),
+            name=f"{name}/dft",
+        )
+        return b.op(
+            "Reshape",
+            [product, b.const("dft_bins_shape", np.asarray([*lead, bins, 2], np.int64))],
+            types=result_type(shape_from=y, elem_from=y),
+            name=m.root.name or None,
+        )
+
+
 class StftAsConvPass(RewritePass):
     name = "stft_as_conv"
-    rules = (StftAsConv(),)
+
+    def __init__(self, opset: int | None = None) -> None:
+        super().__init__([StftAsConv(), DftAsMatMul(opset)])

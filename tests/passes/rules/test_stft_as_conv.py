@@ -93,3 +93,69 @@ def test_stft_refusals():
     p = StftAsConvPass()
     assert not run_passes(load(short), [p]).records[0].modified
     assert "over a signal of 10" in p.why_not("StftAsConv")[0].reason
+
+
+def dft_proto(shape, *, opset: int, onesided: int, length: int | None = None, axis: int | None = None):
+    inputs, inits = ["x"], []
+    if length is not None:
+        inputs.append("L")
+        inits.append(numpy_helper.from_array(np.array(length, np.int64), "L"))
+    attrs = {"onesided": onesided}
+    if opset >= 20:
+        if axis is not None:
+            inputs += [""] * (2 - len(inputs)) + ["axis"]
+            inits.append(numpy_helper.from_array(np.array(axis, np.int64), "axis"))
+    elif axis is not None:
+        attrs["axis"] = axis
+    g = helper.make_graph(
+        [helper.make_node("DFT", inputs, ["y"], name="dft", **attrs)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize(
+    "shape,opset,onesided,length,axis",
+    [
+        ((1, 400, 1), 17, 1, None, 1),  # torch.fft.rfft of a frame (DFT-17's default axis 1)
+        ((2, 3, 63, 1), 17, 0, None, -2),  # odd length, two-sided, batch dims
+        ((5, 100, 1), 20, 1, 128, None),  # DFT-20's axis input absent: -2; zero-padded to 128
+        ((5, 100, 1), 20, 0, None, 1),
+    ],
+)
+def test_real_dft_is_a_matmul_by_the_dft_basis(shape, opset, onesided, length, axis):
+    proto = dft_proto(shape, opset=opset, onesided=onesided, length=length, axis=axis)
+    model = load(proto)
+    assert run_passes(model, [StftAsConvPass(opset)]).fired("DftAsMatMul") == 1
+    assert [nd.op_type for nd in model.graph.nodes] == ["Reshape", "MatMul", "Reshape"]
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    size = length or shape[-2]
+    bins = size // 2 + 1 if onesided else size
+    basis = stft_basis(np.ones(shape[-2], np.float32), bins, size)[:, 0, :].astype(np.float64)
+    sig = x[..., 0].astype(np.float64)
+    want = (sig @ basis.T).reshape(*shape[:-2], bins, 2)
+    mag = (np.abs(sig) @ np.abs(basis).T).reshape(*shape[:-2], bins, 2)
+    sess = quanta.InferenceSession(proto.SerializeToString())
+    assert sess.fallbacks == []
+    got = sess.run(None, {"x": x})[0]
+    assert got.shape == want.shape and np.all(np.abs(got - want) <= (shape[-2] + 3) * U * mag)
+    ort = pytest.importorskip("onnxruntime")
+    y_ort = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    np.testing.assert_allclose(got, y_ort, rtol=0, atol=1e-4 * float(np.abs(want).max()))
+
+
+def test_dft_refusals():
+    p = StftAsConvPass(17)
+    inverse = dft_proto((1, 8, 1), opset=17, onesided=0)
+    inverse.graph.node[0].attribute.append(helper.make_attribute("inverse", 1))
+    assert not run_passes(load(inverse), [p]).records[0].modified
+    assert [r.reason for r in p.why_not("DftAsMatMul")] == ["an inverse DFT"]
+    p = StftAsConvPass(17)
+    other_axis = dft_proto((4, 8, 1), opset=17, onesided=0, axis=0)
+    assert not run_passes(load(other_axis), [p]).records[0].modified
+    assert "not the one before the last" in p.why_not("DftAsMatMul")[0].reason
