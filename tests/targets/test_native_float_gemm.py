@@ -127,6 +127,34 @@ def test_conv_transpose_kernel(xshape, wshape, attrs) -> None:
     check_kernel("ConvTranspose", kernel, [x, w, b], attrs, y64, mag, k)
 
 
+@pytest.mark.parametrize(
+    "xshape,wshape,attrs",
+    [
+        ((1, 32, 2, 4, 4), (32, 16, 2, 2, 2), {"strides": [2, 2, 2]}),  # a 3-D U-Net's upsampling
+        ((2, 6, 3, 4, 5), (6, 2, 3, 3, 3), {"group": 3, "strides": [2, 1, 2], "pads": [1, 0, 1, 0, 1, 1]}),
+        (
+            (1, 3, 4, 3, 3),
+            (3, 7, 3, 2, 3),
+            {"strides": [1, 2, 2], "output_padding": [0, 1, 1], "dilations": [2, 1, 1]},
+        ),
+        ((1, 5, 3, 3, 2), (5, 4, 2, 3, 3), {"strides": [2, 2, 2], "auto_pad": "SAME_UPPER"}),
+    ],
+)
+def test_conv_transpose_3d_kernel(xshape, wshape, attrs) -> None:
+    """Per kernel depth a 2-D col2im with the input depths as the batch, added into the
+    output depths it reaches, the bias at the end: within (FG1) with K = C/G + KD·KH·KW + 1."""
+    rng = np.random.default_rng(sum(xshape) + sum(wshape))
+    group = attrs.get("group", 1)
+    x, w, b = (rng.standard_normal(s).astype(F32) for s in (xshape, wshape, (wshape[1] * group,)))
+    kernel, reason = bind("ConvTranspose", [value("x"), value("w", w), value("b", b)], attrs)
+    assert kernel is not None, reason
+    assert kernel.name.startswith("native:conv_transpose3d_f32_")
+    y64 = conv_transpose_twin(None, x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), **attrs)
+    mag = conv_transpose_twin(None, *(np.abs(a).astype(np.float64) for a in (x, w, b)), **attrs)
+    k = (xshape[1] // group) + wshape[2] * wshape[3] * wshape[4] + 1
+    check_kernel("ConvTranspose", kernel, [x, w, b], attrs, y64, mag, k)
+
+
 @given(
     batch=st.sampled_from([(), (1,), (3,), (2, 3)]),
     m=st.integers(1, 20),

@@ -522,6 +522,75 @@ def _conv_transpose_native(
     )
 
 
+@_with_fallback("ConvTranspose")
+def _conv_transpose3d_native(
+    ctx: OpContext,
+    x: Any,
+    w: Any,
+    b: Any = None,
+    *,
+    out: np.ndarray | None,
+    packed: np.ndarray,
+    wshape: tuple[int, ...],
+    group: int = 1,
+    **attrs: Any,
+) -> np.ndarray:
+    """A 3-D ConvTranspose: the 1x1 product of every input position (its planes laid end
+    to end: a pointwise product ignores the layout), then per kernel depth k_d the 2-D
+    col2im of those columns with the input depths as the batch, added into the output
+    depths o_d = i_d·s_d + k_d·d_d − begin_d it reaches; the bias once at the end. Within
+    (FG1) with K = C/G + KD·KH·KW + 1."""
+    del w  # packed at compile time
+    x = _f32(x)
+    if x.ndim != 5 or x.shape[1] != wshape[0]:
+        raise _Unsupported
+    bias = None if b is None else _f32(b)
+    m, strides_, dilations_, _, begin, out_sp = conv_transpose_geometry(x.shape, wshape, group=group, **attrs)
+    if bias is not None and bias.size != m:
+        raise _Unsupported
+    n, _, d, h, wd = x.shape
+    kd, kh, kw = wshape[2:]
+    threads = _threads(ctx)
+    cols = _native.conv_f32(
+        x.reshape(n, x.shape[1], d * h, wd),
+        packed,
+        None,
+        m * kd * kh * kw,
+        1,
+        1,
+        [1, 1],
+        [1, 1],
+        [0, 0, 0, 0],
+        group,
+        num_threads=threads,
+    ).reshape(n, m, kd, kh * kw, d, h, wd)
+    y = np.zeros((n, m, *out_sp), F32) if out is None else out
+    if out is not None:
+        y.fill(0)
+    for k in range(kd):
+        planes = np.ascontiguousarray(cols[:, :, k].transpose(0, 3, 1, 2, 4, 5)).reshape(
+            n * d, m * kh * kw, h, wd
+        )
+        y2 = _native.col2im_f32(
+            planes,
+            m,
+            kh,
+            kw,
+            list(strides_[1:]),
+            list(dilations_[1:]),
+            list(begin[1:]),
+            list(out_sp[1:]),
+            None,
+            num_threads=threads,
+        ).reshape(n, d, m, *out_sp[1:])
+        od = np.arange(d) * strides_[0] + k * dilations_[0] - begin[0]
+        keep = (od >= 0) & (od < out_sp[0])
+        y[:, :, od[keep]] += y2[:, keep].transpose(0, 2, 1, 3, 4)
+    if bias is not None:
+        y += bias.reshape(1, m, 1, 1, 1)
+    return y
+
+
 def _conv_transpose_specialized(
     sig: Specialization, *, packed: np.ndarray, wshape: tuple[int, ...], **attrs: Any
 ) -> Callable[..., Any] | None:
@@ -579,7 +648,7 @@ def _conv_transpose_specialized(
 
 @register_binder("ConvTranspose")
 def bind_conv_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """Float 2-D ConvTranspose with constant float32 weights."""
+    """Float 2-D or 3-D ConvTranspose with constant float32 weights."""
     del model  # unused
     if _native is None:
         return None, "the native extension is not built"
@@ -590,13 +659,13 @@ def bind_conv_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
     wc = _constant(w)
     if wc is None:
         return None, "weights w are not a constant (the native kernel packs them at compile time)"
-    if wc.ndim != 4:
-        return None, f"native float ConvTranspose takes 2-D weights (rank 4), got rank {wc.ndim}"
+    if wc.ndim not in (4, 5):
+        return None, f"native float ConvTranspose takes 2-D or 3-D weights (rank 4 or 5), got rank {wc.ndim}"
     group = int(node.attrs.get("group", 1))
     c, mg = wc.shape[0], wc.shape[1]
     if group < 1 or c % group:
         return None, f"group {group} does not divide the {c} input channels"
-    kk = wc.shape[2] * wc.shape[3]
+    kk = math.prod(wc.shape[2:])
     # Per group the transposed weights (Mg·kh·kw) × (C/G), as a 1x1 conv's [rows, C/G, 1, 1].
     wt = wc.reshape(group, c // group, mg * kk).transpose(0, 2, 1).reshape(group * mg * kk, c // group, 1, 1)
     try:
@@ -604,6 +673,10 @@ def bind_conv_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
     except ValueError as e:
         return None, f"the native kernel refuses the weights: {e}"
     k = "x".join(str(v) for v in wc.shape[2:])
+    if wc.ndim == 5:
+        return _kernel(
+            _conv_transpose3d_native, f"conv_transpose3d_f32_{k}", packed=packed, wshape=tuple(wc.shape)
+        )
     kernel, reason = _kernel(
         _conv_transpose_native, f"conv_transpose_f32_{k}", packed=packed, wshape=tuple(wc.shape)
     )
