@@ -2,7 +2,7 @@
 
 Rules (each exact, bit for bit)::
 
-    %y = Sum(%a)          -> %a                                           SumOfOne
+    %y = Sum / Max / Min / Mean(%a) -> %a                                 SumOfOne
     %y = Sum(%a, %b)      -> %y = Add(%a, %b)                             SumOfTwoToAdd
     %y = Sum(%a, %b, %c, ...) -> Add(Add(Add(%a, %b), %c), ...)           SumToAdds
     %y = Max / Min(%a, %b, %c, ...) -> Max / Min(Max / Min(%a, %b), %c)... VariadicToPairs
@@ -48,9 +48,9 @@ __all__ = [
 
 
 class SumOfOne(Rule):
-    """%y = Sum(%a) -> %a"""
+    """%y = Sum(%a) -> %a (and Max, Min, Mean of one input: the input itself)"""
 
-    pattern = "y = Sum(a)"
+    pattern = "y = Sum|Max|Min|Mean(a)"
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         return m.value("a")

@@ -49,8 +49,10 @@ def test_sum_of_two_is_add_bit_exact():
     np.testing.assert_array_equal(run_ref(proto, f)[0], run_ref(model, f)[0])
 
 
-def test_sum_of_one_is_removed():
+@pytest.mark.parametrize("op", ["Sum", "Max", "Min", "Mean"])
+def test_variadic_op_of_one_input_is_removed(op):
     proto = sum_proto(1)
+    proto.graph.node[0].op_type = op
     model = load(proto)
     result = run_passes(model, [Canonicalize()])
     assert result.fired("SumOfOne") == 1
