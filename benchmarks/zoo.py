@@ -500,6 +500,7 @@ class Model:
             or base in zoodata.EIGHTH_MODELS
             or base in zoodata.NINTH_MODELS
             or base in zoodata.TENTH_MODELS
+            or base in zoodata.ELEVENTH_MODELS
         ):
             self.calib = zoodata.feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.feeds(base, "eval", n_eval, cache)

@@ -72,6 +72,29 @@ OTHER_TOOL: list[tuple[str, str, str, dict[str, Any]]] = [
     # Gather), and a torch 2.11 dilated Conv1d segmenter over int64 ids
     ("deepcut.nncf", "deepcut", "nncf.quantize (defaults)", {"nncf": True}),
     ("attacut_c.nncf", "attacut_c", "nncf.quantize (defaults)", {"nncf": True}),
+    # a torch 1.2 face detector whose 59 BatchNormalizations the exporter left unfused,
+    # as QOperator (ORT keeps the BatchNormalizations float between DequantizeLinear /
+    # QuantizeLinear); NNCF refuses its opset 9
+    (
+        "centerface.ort_qop",
+        "centerface",
+        "onnxruntime.quantization.quantize_static (QOperator)",
+        {"quant_format": "QOperator"},
+    ),
+    # a tf2onnx BERT (LayerNorm written out with GlobalAveragePool) quantized dynamically
+    # (NNCF 3.4 fails on it: IndexError in its graph builder); the unrolled seq2seq
+    # decoder dynamically (18 readers of each decoder weight)
+    ("g2pid_bert.ort_dynamic", "g2pid_bert", "onnxruntime.quantization.quantize_dynamic", {"dynamic": True}),
+    ("g2pid_tiny.ort_dynamic", "g2pid_tiny", "onnxruntime.quantization.quantize_dynamic", {"dynamic": True}),
+    # Paddle 3's exporter (output declared rank 0: ORT's QDQ file copies it and fails
+    # onnx.checker), QOperator with HardSwish and HardSigmoid left float
+    (
+        "ppocrv5_textline_ori.ort_qop",
+        "ppocrv5_textline_ori",
+        "onnxruntime.quantization.quantize_static (QOperator)",
+        {"quant_format": "QOperator"},
+    ),
+    ("ppocrv5_textline_ori.nncf", "ppocrv5_textline_ori", "nncf.quantize (defaults)", {"nncf": True}),
 ]
 
 

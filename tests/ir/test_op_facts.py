@@ -61,6 +61,7 @@ PINNED = {
     },
     "quanta.passes.coverage.INTEGER_OF": {
         "Conv": ("QLinearConv", "ConvInteger", "QLinearConv16"),
+        "ConvTranspose": ("QLinearConv",),
         "MatMul": (
             "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QLinearMatMul16",
             "MatMulW4A8",

@@ -595,3 +595,110 @@ def test_float_gram_sums_chunks_exactly():
     assert RoundedLayer._native_gram(np.dtype(np.uint8), 32)
     assert not RoundedLayer._native_gram(np.dtype(np.uint8), 31)
     assert not RoundedLayer._native_gram(np.dtype(np.float64), 64)
+
+
+def _shared_weight_model(op: str, dilations: tuple[int, int] = (1, 1)) -> tuple[onnx.ModelProto, np.ndarray]:
+    """One constant weight read by three MatMuls or Convs, each over its own input (the
+    inputs' amplitudes differ 40-fold, so do their scales), each output a graph output."""
+    rng = np.random.default_rng(11)
+    if op == "MatMul":
+        w = (rng.standard_normal((37, 29)) * 0.2).astype(np.float32)
+        shape: list = ["N", 37]
+    else:
+        w = (rng.standard_normal((17, 7, 3, 3)) * 0.2).astype(np.float32)
+        shape = ["N", 7, 9, 11]
+    nodes, ins, outs = [], [], []
+    for i in range(3):
+        attrs = {} if op == "MatMul" else {"pads": [1, 1, 1, 1]}
+        if op == "Conv" and i == 2 and dilations != (1, 1):
+            attrs["dilations"] = list(dilations)
+            attrs["pads"] = [d for d in dilations for _ in range(2)]
+        nodes.append(helper.make_node(op, [f"x{i}", "w"], [f"y{i}"], name=f"{op.lower()}{i}", **attrs))
+        ins.append(helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, shape))
+        outs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None))
+    g = helper.make_graph(nodes, "shared", ins, outs, [numpy_helper.from_array(w, "w")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), w
+
+
+def _shared_feeds(op: str, n: int, seed: int) -> list[dict[str, np.ndarray]]:
+    out = []
+    for i in range(n):
+        r = np.random.default_rng(seed + i)
+        feed = {}
+        for j, amp in enumerate((1.0, 6.5, 0.16)):
+            if op == "MatMul":
+                x = _correlated(96, 37, seed * 7 + 3 * i + j) * amp
+            else:  # smooth images: neighbouring pixels correlate, as GPTQ needs
+                base = r.standard_normal((2, 7, 3, 4))
+                x = np.kron(base, np.ones((1, 1, 3, 3)))[:, :, :9, :11] * amp
+                x = x + 0.05 * amp * r.standard_normal(x.shape)
+            feed[f"x{j}"] = x.astype(np.float32)
+        out.append(feed)
+    return out
+
+
+def _integer_copies(path, shape: tuple[int, ...]) -> list[np.ndarray]:
+    m = onnx.load(path)
+    return [
+        numpy_helper.to_array(t)
+        for t in m.graph.initializer
+        if t.data_type == TensorProto.INT8 and tuple(t.dims) == shape
+    ]
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Conv"])
+def test_a_weight_read_by_several_layers_is_rounded_once_for_all(tmp_path, op):
+    """A constant three layers read (a CQT filter bank applied to each octave) gets one
+    GPTQ rounding on the readers' summed Hessians: the file stores one integer copy, not
+    one per reader, and the three outputs together err less than with nearest rounding,
+    each output's error counted in its own quantization steps."""
+    model, w = _shared_weight_model(op)
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    outs = {}
+    for mode in ("nearest", "gptq"):
+        outs[mode] = tmp_path / f"{mode}.onnx"
+        quanta.quantize_static(src, outs[mode], _shared_feeds(op, 6, 20), weight_rounding=mode, verbose=False)
+    copies = {mode: _integer_copies(outs[mode], w.shape) for mode in outs}
+    assert len(copies["nearest"]) == 1 and len(copies["gptq"]) == 1
+    assert np.mean(copies["gptq"][0] != copies["nearest"][0]) > 0.02  # GPTQ chose integers
+    ref = quanta.InferenceSession(str(src), backend="reference")
+    held = _shared_feeds(op, 4, 90)
+    refs = [ref.run(None, f) for f in held]
+
+    def noise(path):
+        sess = quanta.InferenceSession(str(path), backend="reference")
+        got = [sess.run(None, f) for f in held]
+        # per output in units of its energy: the readers' amplitudes differ 40-fold
+        return sum(
+            sum(float(np.sum((r[k] - g[k]) ** 2)) for r, g in zip(refs, got, strict=True))
+            / sum(float(np.sum(r[k] ** 2)) for r in refs)
+            for k in range(3)
+        )
+
+    assert noise(outs["gptq"]) < noise(outs["nearest"])
+    # ONNX Runtime runs the file with the shared integers
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(outs["gptq"]), providers=["CPUExecutionProvider"])
+    q = quanta.InferenceSession(str(outs["gptq"]))
+    assert not q.fallbacks
+    for a, b in zip(sess.run(None, held[0]), q.run(None, held[0]), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(a).max()))
+
+
+def test_a_shared_weight_with_a_reader_gptq_does_not_take_keeps_one_nearest_copy(tmp_path):
+    """One reader of the shared weight is a dilated Conv (no GPTQ statistics): every
+    reader keeps nearest rounding, the same integers for all, one copy in the file."""
+    model, w = _shared_weight_model("Conv", dilations=(2, 2))
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    outs = {}
+    for mode in ("nearest", "gptq"):
+        outs[mode] = tmp_path / f"{mode}.onnx"
+        quanta.quantize_static(
+            src, outs[mode], _shared_feeds("Conv", 6, 20), weight_rounding=mode, verbose=False
+        )
+    a, b = _integer_copies(outs["nearest"], w.shape), _integer_copies(outs["gptq"], w.shape)
+    assert len(a) == 1 and len(b) == 1
+    np.testing.assert_array_equal(a[0], b[0])

@@ -53,9 +53,12 @@ larger than ``d·(k−1)`` (a negative Conv pad: the ConvTranspose crops).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from quanta.ir.graph import Value, result_type
+from quanta.ir.types import QuantType, TensorType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
 __all__ = [
@@ -63,6 +66,8 @@ __all__ = [
     "ConvTransposeAsConvs",
     "ConvTransposeUnitStride",
     "ConvTransposeUnitStrides",
+    "QdqConvTransposeAsConv",
+    "QdqConvTransposesAsConvs",
 ]
 
 
@@ -191,6 +196,194 @@ class ConvTransposeAsConv(Rule):
         )
 
 
+def _dq_of_const(v: Value, what: str):
+    """The DequantizeLinear node of ``v`` when it dequantizes a constant with constant
+    parameters, unblocked; else why not."""
+    dq = v.producer
+    if dq is None or dq.op_type != "DequantizeLinear" or dq.domain or not dq.inputs[0].is_const:
+        return NoMatch(f"the {what} is not DequantizeLinear of a constant")
+    if any(p is not None and not p.is_const for p in dq.inputs[1:]):
+        return NoMatch(f"the {what}'s scale or zero point is not a constant")
+    if dq.attrs.get("block_size"):
+        return NoMatch(f"the {what} is quantized per block")
+    return dq
+
+
+class QdqConvTransposeAsConv(ConvTransposeAsConv):
+    """A quantized file's strided ConvTranspose (``DQ(w) -> ConvTranspose -> Q``, as ONNX
+    Runtime's QDQ format writes the 2x2 / stride-2 upsampling of CenterFace's and
+    PP-OCR's DB heads) -> ``Q(Conv) -> DepthToSpace``: the integer convolution over the
+    output phases, then the phases moved on the integers::
+
+        %q = QuantizeLinear(ConvTranspose(%x, DQ(%wq, %sw, %zw), DQ(%bq, %sb, %zb)?), %sy, %zy)
+          -> %q = DepthToSpace(QuantizeLinear(Conv(%x, DQ(%wq', %sw', %zw'), DQ(%bq', %sb', %zb')?), %sy, %zy))
+
+    The weight's integers are re-laid as in :class:`ConvTransposeAsConv` (a selection),
+    the taps no phase reads set to the zero point, so they dequantize to exact zeros; a
+    per-output-channel scale (axis 1 of the ConvTranspose weight) and the bias repeat
+    per phase. DepthToSpace only moves elements, so quantizing before it is quantizing
+    after it: the rewrite returns ``DQ(DepthToSpace(...), sy, zy)``, whose ``Q -> DQ``
+    pair with the file's QuantizeLinear :mod:`.remove_noops` removes. Every output
+    sums the same products as the ConvTranspose (the zero taps add exact zeros).
+
+    Refused, beyond :class:`ConvTransposeAsConv`'s refusals: a weight or bias that is
+    not DequantizeLinear of a constant, a weight quantized along an axis other than the
+    output channels (1), an output read by anything but one per-tensor QuantizeLinear."""
+
+    pattern = "y = ConvTranspose(x, w, b?)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        dq = _dq_of_const(m["w"], "weight")
+        if isinstance(dq, NoMatch):
+            return dq
+        codes = np.asarray(dq.inputs[0].const)
+        if codes.ndim != 4:
+            return NoMatch(f"the quantized weight has rank {codes.ndim}")
+        if np.asarray(dq.inputs[1].const).size > 1 and int(dq.attrs.get("axis", 1)) % 4 != 1:
+            return NoMatch("the weight is quantized along an axis other than the output channels")
+        bias_dq = None
+        if m["b"] is not None and not m["b"].is_const:
+            bias_dq = _dq_of_const(m["b"], "bias")
+            if isinstance(bias_dq, NoMatch):
+                return bias_dq
+        y = m["y"]
+        uses = list(y.uses)
+        if len(uses) != 1 or uses[0][0].op_type != "QuantizeLinear" or uses[0][0].domain or uses[0][1] != 0:
+            return NoMatch("the output is not read by one QuantizeLinear alone")
+        q = uses[0][0]
+        if any(p is not None and not p.is_const for p in q.inputs[1:]):
+            return NoMatch("the output's QuantizeLinear has a non-constant scale or zero point")
+        if np.asarray(q.inputs[1].const).size != 1:
+            return NoMatch("the output is quantized per channel")
+        if any(o is y for o in m.graph.outputs):
+            return NoMatch("the output is a graph output")
+        # the float rule's checks on the kernel shape, strides, pads and groups
+        float_m = super().check(_WithKernel(m, codes))
+        if isinstance(float_m, NoMatch):
+            return float_m
+        m.data.update(dq=dq, bias_dq=bias_dq, q=q)
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        dq, bias_dq, q = m.data["dq"], m.data["bias_dq"], m.data["q"]
+        codes = np.asarray(dq.inputs[0].const)
+        ci, co = codes.shape[:2]
+        (mh, bh, eh), (mw, bw, ew) = m.data["axes"]
+        s = mh.shape[0]
+        per_channel = np.asarray(dq.inputs[1].const).size > 1
+        zw = np.zeros(1, np.int64) if dq.inputs[2] is None else np.asarray(dq.inputs[2].const, np.int64)
+        zw_o = zw.reshape(1, -1, 1, 1) if per_channel else zw.reshape(1, 1, 1, 1)
+        # the selection of the float rule on the codes less their zero point (exact in
+        # float64: 8-bit integers, one tap each), the zero point added back
+        sel = np.einsum("coij,ari,bqj->abocrq", (codes.astype(np.int64) - zw_o).astype(np.float64), mh, mw)
+        w2 = np.rint(sel).astype(np.int64).reshape(s * s * co, ci, mh.shape[1], mw.shape[1])
+        zw2 = np.tile(zw.reshape(-1), s * s) if per_channel else zw.reshape(-1)
+        w2 = (w2 + (zw2.reshape(-1, 1, 1, 1) if per_channel else zw2.reshape(1, 1, 1, 1))).astype(codes.dtype)
+        weight = self._dq(b, dq, w2, per_channel, s * s, m["w"])
+        inputs = [m["x"], weight]
+        if m["b"] is not None:
+            if bias_dq is None:
+                bias = np.asarray(m.const("b"), np.float32).reshape(co)
+                inputs.append(b.const(f"{m['b'].name}_as_conv", np.tile(bias, s * s)))
+            else:
+                bq = np.asarray(bias_dq.inputs[0].const).reshape(co)
+                b_pc = np.asarray(bias_dq.inputs[1].const).size > 1
+                inputs.append(self._dq(b, bias_dq, np.tile(bq, s * s), b_pc, s * s, m["b"]))
+        y = m["y"]
+        shape = None
+        if y.shape is not None and len(y.shape) == 4:
+            n, _, oh, ow = y.shape
+            shape = (
+                n,
+                s * s * co,
+                oh // s if isinstance(oh, int) else None,
+                ow // s if isinstance(ow, int) else None,
+            )
+        conv = b.op(
+            "Conv",
+            inputs,
+            {"kernel_shape": [mh.shape[1], mw.shape[1]], "strides": [1, 1], "pads": [bh, bw, eh, ew]},
+            types=result_type(shape_from=shape, elem_from=y),
+            name=m.root.name,
+        )
+        q_out = q.outputs[0]
+        q_shape = shape
+        quantized = b.op(
+            "QuantizeLinear",
+            [conv, *q.inputs[1:]],
+            dict(q.attrs),
+            types=result_type(shape_from=q_shape, elem_from=q_out),
+            name=f"{m.root.name}/as_conv_quantized",
+        )
+        moved = b.op(
+            "DepthToSpace",
+            [quantized],
+            {"blocksize": s},
+            types=result_type(shape_from=y, elem_from=q_out),
+            name=f"{m.root.name}/phases",
+        )
+        return b.op(
+            "DequantizeLinear",
+            [moved, *q.inputs[1:]],
+            {k: v for k, v in q.attrs.items() if k in ("axis",)},
+            types=result_type(shape_from=y, elem_from=y),
+            name=f"{m.root.name}/phases_dequantized",
+        )
+
+    @staticmethod
+    def _dq(b: Builder, dq, data: np.ndarray, per_channel: bool, reps: int, like: Value) -> Value:
+        """DequantizeLinear of the re-laid integers ``data``: per-channel parameters
+        repeated ``reps`` times along the new axis 0."""
+        codes = dq.inputs[0]
+        params = list(dq.inputs[1:])
+        attrs = {k: v for k, v in dq.attrs.items() if k != "axis"}
+        elem = codes.type.elem if codes.type is not None else None
+        if per_channel:
+            params = [
+                None
+                if p is None
+                else b.const(f"{p.name}_phases", np.tile(np.asarray(p.const).reshape(-1), reps))
+                for p in params
+            ]
+            attrs["axis"] = 0
+            if isinstance(elem, QuantType):
+                elem = dataclasses.replace(
+                    elem, scale=elem.scale * reps, zero_point=elem.zero_point * reps, axis=0
+                )
+        q_type = TensorType(elem, tuple(data.shape)) if elem is not None else None
+        return b.op(
+            "DequantizeLinear",
+            [b.const(f"{codes.name}_as_conv", data, q_type), *params],
+            attrs,
+            types=result_type(shape_from=tuple(data.shape), elem_from=like),
+            name=f"{dq.name}_as_conv",
+        )
+
+
+class _WithKernel:
+    """A match seen with the float rule's eyes: ``w`` the quantized weight's integers
+    (float32, for the shape checks), everything else the match's own."""
+
+    def __init__(self, m: Match, codes: np.ndarray) -> None:
+        self._m, self._w = m, codes
+
+    def __getitem__(self, name: str):
+        if name == "w":
+            return _ConstView(self._w)
+        if name == "b":
+            return None
+        return self._m[name]
+
+    def __getattr__(self, name: str):
+        return getattr(self._m, name)
+
+
+class _ConstView:
+    def __init__(self, codes: np.ndarray) -> None:
+        self.const = codes.astype(np.float32)
+        self.is_const = True
+
+
 class ConvTransposeUnitStride(Rule):
     """%y = ConvTranspose(x, w, b?) {strides 1} -> Conv(x, w', b?) (module docstring)"""
 
@@ -253,6 +446,15 @@ class ConvTransposeAsConvs(RewritePass):
 
     def __init__(self) -> None:
         super().__init__([ConvTransposeAsConv(), ConvTransposeUnitStride()])
+
+
+class QdqConvTransposesAsConvs(RewritePass):
+    """The quantized-file rule alone, for the lowering of QDQ files (``lower_qdq``)."""
+
+    name = "qdq_conv_transpose_as_conv"
+
+    def __init__(self) -> None:
+        super().__init__([QdqConvTransposeAsConv()])
 
 
 class ConvTransposeUnitStrides(RewritePass):
