@@ -67,18 +67,25 @@ def test_gptq_on_the_targets_beats_gptq_on_the_weights_for_the_asymmetric_loss()
     assert err(asym) < 0.5 * err(sym)
 
 
-@pytest.mark.parametrize("group, cin, cout", [(1, 3, 7), (7, 7, 7), (1, 7, 17)])
-def test_paired_rows_are_the_convolutions_im2col_rows(group, cin, cout):
+@pytest.mark.parametrize(
+    "group, cin, cout, kernel, conv",
+    [
+        (1, 3, 7, (3, 2), {"pads": [1, 0, 0, 1], "strides": [2, 1]}),
+        (7, 7, 7, (3, 2), {"pads": [1, 0, 0, 1], "strides": [2, 1]}),
+        (1, 7, 17, (3, 2), {"pads": [1, 0, 0, 1], "strides": [2, 1]}),
+        (1, 7, 17, (1, 1), {}),  # pointwise: the rows without a copy
+        (7, 7, 17 - 3, (1, 1), {}),  # pointwise, grouped
+    ],
+)
+def test_paired_rows_are_the_convolutions_im2col_rows(group, cin, cout, kernel, conv):
     """W_g · rows_g is group g's part of a strided, padded Conv's output (ONNX Runtime
     computes it), for the FP32 and the quantized input alike."""
     import onnxruntime as ort
 
     from quanta.ir.onnx_io import from_proto
 
-    w = np.random.default_rng(4).standard_normal((cout, cin // group, 3, 2)).astype(np.float32)
-    node = helper.make_node(
-        "Conv", ["x", "w"], ["y"], group=group, pads=[1, 0, 0, 1], strides=[2, 1], name="c"
-    )
+    w = np.random.default_rng(4).standard_normal((cout, cin // group, *kernel)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], group=group, name="c", **conv)
     g = helper.make_graph(
         [node],
         "g",
