@@ -492,8 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--weight-rounding",
-        choices=["gptq", "nearest"],
-        help="weights: GPTQ second-order rounding on the calibration data (default) or each to nearest",
+        choices=["gptq", "gptaq", "nearest"],
+        help="weights: GPTQ second-order rounding on the calibration data (default), GPTQ then "
+        "each layer fitted for the FP32 output from its quantized input (gptaq), or each to nearest",
     )
     s.add_argument(
         "--recalibrate",

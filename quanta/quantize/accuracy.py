@@ -636,8 +636,10 @@ def search(
         for text, field_name, value in _GLOBAL_FIXES:
             if best_value >= minimum or steps >= target.max_steps:
                 break
-            if getattr(best_recipe, field_name) == value:
-                continue
+            if getattr(best_recipe, field_name) == value or (
+                field_name == "weight_rounding" and best_recipe.weight_rounding != "nearest"
+            ):
+                continue  # (a recipe that rounds by GPTQ already, or by eq. (12g))
             rec = dataclasses.replace(best_recipe, **{field_name: value})
             steps += 1
             v, path, summary = measure(rec)

@@ -70,6 +70,7 @@ class CalibrationMethod(enum.Enum):
 
 #: Recipe.other_ranges: how the tensors outside eq. (22) get their range
 OTHER_RANGES = ("auto", "minmax", "mse")
+WEIGHT_ROUNDING = ("gptq", "gptaq", "nearest")
 
 
 class RecurrentMode(enum.Enum):
@@ -222,7 +223,9 @@ class Recipe:
     bias_correction: bool = True  # Conv/Gemm biases absorb the mean weight-rounding error
     # "gptq": second-order rounding of Conv / Gemm / MatMul weights on the calibration
     # inputs, kept per output row only where it beats nearest rounding on held-out
-    # samples (quanta.quantize.rounding); "nearest": round each weight on its own
+    # samples (quanta.quantize.rounding); "gptaq": GPTQ, then each layer's integers fitted
+    # for the FP32 layer output from the inputs the quantized layers before it produce
+    # (quanta.quantize.asymmetric); "nearest": round each weight on its own
     weight_rounding: str = "gptq"
     # SmoothQuant's alpha: balance the activation channels of MatMul/Gemm inputs whose
     # channel maxima spread (quanta.quantize.smooth, docs/debugger.md eq. (13)); None: off
@@ -301,8 +304,10 @@ class Recipe:
             raise RecipeError(
                 f"weight_bits: 7 applies to int8/uint8 weights, got weight_type {self.weight_type!r}"
             )
-        if self.weight_rounding not in ("nearest", "gptq"):
-            raise RecipeError(f"weight_rounding: expected 'nearest' or 'gptq', got {self.weight_rounding!r}")
+        if self.weight_rounding not in WEIGHT_ROUNDING:
+            raise RecipeError(
+                f"weight_rounding: expected one of {', '.join(WEIGHT_ROUNDING)}, got {self.weight_rounding!r}"
+            )
         if self.smooth_quant is not None and not 0.0 < float(self.smooth_quant) < 1.0:
             raise RecipeError(f"smooth_quant: expected an alpha in (0, 1) or None, got {self.smooth_quant}")
         if self.target is not None and self.target not in TARGETS:

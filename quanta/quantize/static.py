@@ -454,7 +454,7 @@ def quantize_static(
     )
     means: dict = {}
     rounded = []
-    if recipe.weight_rounding == "gptq":
+    if recipe.weight_rounding in ("gptq", "gptaq"):
         from quanta.quantize.rounding import plan_rounding
 
         rounded = plan_rounding(graph, plan)
@@ -591,6 +591,19 @@ def quantize_static(
             round_weights(graph, plan)
         if recipe.bias_correction:
             correct_biases(graph, plan, means)
+        if round_weights is not None and recipe.weight_rounding == "gptaq":
+            from quanta.calibrate.runner import _with_defaults
+            from quanta.quantize.asymmetric import reconstruct
+
+            # eqs. (12g)-(12j): the FP32 model and the quantized one as planned so far,
+            # side by side, in this process (the same file on any engine)
+            def feeds():
+                for feed in iter_feeds(
+                    calibration_data, graph.inputs, preprocess=preprocess, limit=recipe.calibration_samples
+                ):
+                    yield _with_defaults(feed, graph)
+
+            reconstruct(model, plan, recipe, feeds)
         quantize_bodies(bodies, model, ranges, dict(body_float), means, recipe)
         insert_qdq(graph, plan)
         lstms = quantize_lstms(model, recipe)
@@ -775,7 +788,7 @@ def _quantize_to_target(
 
     def run(src, dst, calib, rec):
         # GPTQ's statistics stream into this process (they have no mergeable state)
-        if eng is None or rec.weight_rounding == "gptq":
+        if eng is None or rec.weight_rounding in ("gptq", "gptaq"):
             return quantize_static(src, dst, calib, rec, verbose=False)
         return quantize_static(src, dst, calib, rec, verbose=False, engine=eng, shards=shards)
 
