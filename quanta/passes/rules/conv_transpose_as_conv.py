@@ -127,6 +127,15 @@ def _phases(k: int, s: int, pb: int, pe: int, op: int) -> tuple[np.ndarray, int,
     return (m, begin, end) if begin >= 0 and end >= 0 else None
 
 
+def _phases_shape(y: Value, s: int, co: int) -> tuple | None:
+    """The shape of the Conv over the s² output phases of ConvTranspose output ``y``
+    [N, C_o, OH, OW]: [N, s²·C_o, OH / s, OW / s] (None when y's rank is unknown)."""
+    if y.shape is None or len(y.shape) != 4:
+        return None
+    n, _, oh, ow = y.shape
+    return (n, s * s * co, oh // s if isinstance(oh, int) else None, ow // s if isinstance(ow, int) else None)
+
+
 class ConvTransposeAsConv(Rule):
     """%y = ConvTranspose(x, w, b?) {stride s} -> DepthToSpace(Conv(x, w', b'), s)"""
 
@@ -171,15 +180,7 @@ class ConvTransposeAsConv(Rule):
             bias = np.asarray(m.const("b"), np.float32).reshape(co)
             inputs.append(b.const(f"{m['b'].name}_as_conv", np.tile(bias, s * s)))
         y = m["y"]
-        shape = None
-        if y.shape is not None and len(y.shape) == 4:
-            n, _, oh, ow = y.shape
-            shape = (
-                n,
-                s * s * co,
-                oh // s if isinstance(oh, int) else None,
-                ow // s if isinstance(ow, int) else None,
-            )
+        shape = _phases_shape(y, s, co)
         conv = b.op(
             "Conv",
             inputs,
@@ -290,15 +291,7 @@ class QdqConvTransposeAsConv(ConvTransposeAsConv):
                 b_pc = np.asarray(bias_dq.inputs[1].const).size > 1
                 inputs.append(self._dq(b, bias_dq, np.tile(bq, s * s), b_pc, s * s, m["b"]))
         y = m["y"]
-        shape = None
-        if y.shape is not None and len(y.shape) == 4:
-            n, _, oh, ow = y.shape
-            shape = (
-                n,
-                s * s * co,
-                oh // s if isinstance(oh, int) else None,
-                ow // s if isinstance(ow, int) else None,
-            )
+        shape = _phases_shape(y, s, co)
         conv = b.op(
             "Conv",
             inputs,
