@@ -151,7 +151,7 @@ def _matmul_stack(weights, uses, d=128):
 def test_quantize_dynamic_file_is_a_quarter_of_fp32_with_shared_weights(tmp_path):
     """Four weights read by twelve MatMuls (ALBERT-style sharing): one int8 copy per weight,
     no float weight left, so the file is ~0.25x the FP32 file (ORT's quantize_dynamic: the
-    same); quantized once per use it was 0.75x."""
+    same); one copy per use would make it 0.75x."""
     src, out = tmp_path / "stack.onnx", tmp_path / "stack.dyn.onnx"
     onnx.save(_matmul_stack(4, [0, 1, 2, 3] * 3), src)
     quanta.quantize_dynamic(src, out, verbose=False, reduce_range=REDUCE_RANGE)

@@ -5,8 +5,12 @@ itself as ``return delegate_to_onnx_reference(ctx, inputs, attrs)`` and be liste
 :data:`DELEGATED_OPS` with the reason. quanta's reference then means "what onnx.reference
 computes" for that op, which is also what generates the ONNX backend node tests.
 
-No op is delegated at present: every float NN op (nn.py, nn_conv.py, nn_pool.py,
-nn_norm.py, nn_resize.py), Resize included, has its own NumPy implementation.
+Delegated at run time (registry.get_op, listed in DELEGATED_AT_RUNTIME when used): the
+ai.onnx ops without a twin here (RNN, NonMaxSuppression, Det, Unique, DeformConv, ...),
+and the forms GridSample's and RoiAlign's twins leave to it (cubic or reflection
+GridSample, N-D grids, RoiAlign of other dtypes). Every float NN op of the common
+exports (nn.py, nn_conv.py, nn_pool.py, nn_norm.py, nn_resize.py) has its own NumPy
+implementation.
 """
 
 from __future__ import annotations

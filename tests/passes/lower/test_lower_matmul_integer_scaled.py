@@ -134,8 +134,8 @@ def test_lowered_graph_runs_natively_bit_exact(sb_shape):
 
 
 def test_refuses_a_zero_point_of_unknown_shape():
-    # a run-time weight zero point of symbolic length: refused with its reason (the rule
-    # used to multiply the symbolic dimension into a size and fail)
+    # a run-time weight zero point of symbolic length: refused with its reason (its size
+    # is not a number the rule can check)
     proto = dynamic_proto()
     g = proto.graph
     kept = [t for t in g.initializer if t.name != "wz"]

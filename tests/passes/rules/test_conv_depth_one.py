@@ -1,8 +1,8 @@
 """ConvDepthOne (passes/rules/conv_depth_one.py): a 3-D Conv of kernel depth 1 over an
 input of depth 1 (RivaGAN's frames [N, 3, 1, H, W]) becomes Squeeze -> 2-D Conv ->
 Unsqueeze. Fired and structure; bit-equal to the 3-D Conv on the reference target; the
-refusals; the float session runs it natively (it used to fall back to the NumPy twin:
-"3-D convolution has no native float kernel"); a QDQ file's 3-D Conv (per-channel int8
+refusals; the float session runs it on the native 2-D kernel with no copy (a deeper 3-D
+Conv takes the depth-window fold instead); a QDQ file's 3-D Conv (per-channel int8
 weight, uint8 activations with non-zero zero points) lowers to an integer Conv within
 1 LSB of ONNX Runtime; and quantize_static makes it an integer Conv."""
 
@@ -210,8 +210,8 @@ def test_quantize_static_makes_it_an_integer_conv(tmp_path):
 
 def test_ort_dynamic_conv_integer_of_depth_one_runs_natively(tmp_path):
     """ONNX Runtime's quantize_dynamic writes a 3-D Conv as a 3-D ConvInteger behind its
-    dynamic input quantization (ReduceMin / ReduceMax / Floor ... Cast): it used to run on
-    the NumPy twin with the zero point's Floor ("3-D convolution has no native kernel")."""
+    dynamic input quantization (ReduceMin / ReduceMax / Floor ... Cast): it runs natively,
+    every MAC integer, within float ulps of ORT."""
     ort = pytest.importorskip("onnxruntime")
     from onnxruntime.quantization import quantize_dynamic
 

@@ -248,8 +248,8 @@ def test_unit_stride_refuses_pads_beyond_the_kernel():
 def test_quantize_static_grouped_conv_transposes(tmp_path):
     """A stride-1 depthwise ConvTranspose runs as an integer Conv; a strided grouped one
     (no rewrite: it stays a ConvTranspose) quantizes with one weight scale, since no
-    per-output-channel weight scale exists for its bias (it used to fail: "bias has 14
-    values but the weight 7 scales")."""
+    per-output-channel weight scale exists for its bias (14 bias values against 7 weight
+    channels per group)."""
     import quanta
     from quanta.ir.onnx_io import load as load_file
     from quanta.runtime.coverage import lowered_coverage
