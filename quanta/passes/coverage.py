@@ -24,7 +24,7 @@ import numpy as np
 from quanta.ir.graph import Graph, Node
 from quanta.ir.op_facts import MacKind, derive
 
-__all__ = ["CoverageReport", "NodeCoverage", "coverage", "macs"]
+__all__ = ["CoverageReport", "NodeCoverage", "counted_with_symbolic_dims", "coverage", "macs"]
 
 #: compute nodes of the original graph that the report accounts for
 COMPUTE_OPS = derive("quanta.passes.coverage.COMPUTE_OPS", lambda t: t.ops_where(compute=True))
@@ -105,6 +105,35 @@ def macs(node: Node, shapes: Mapping[str, tuple[int, ...]] | None = None) -> int
     return 0
 
 
+def counted_with_symbolic_dims(node: Node, shapes: Mapping[str, tuple[int, ...]] | None = None) -> bool:
+    """Whether :func:`macs` of ``node`` took a symbolic or unknown dimension as 1: one of
+    the dimensions its formula reads is not a number in the file and ``shapes`` does not
+    give the value."""
+
+    def unknown(v, dims: slice) -> bool:
+        if v is None or v.is_const or (shapes and v.name in shapes):
+            return False
+        return v.shape is None or not all(isinstance(d, int) and d > 0 for d in v.shape[dims])
+
+    kind = MAC_KIND.get(node.op_type)
+    out = node.outputs[0] if node.outputs else None
+    every = slice(None)
+    if kind is MacKind.CONV:
+        return unknown(node.input(_CONV_WEIGHT[node.op_type]), slice(1, None)) or unknown(out, every)
+    if kind is MacKind.CONV_TRANSPOSE:
+        return unknown(node.input(0), every) or unknown(node.input(1), slice(1, None))
+    if kind is MacKind.RECURRENT:
+        return (
+            unknown(node.input(0), slice(0, 2))
+            or unknown(node.input(1), every)
+            or unknown(node.input(2), every)
+        )
+    if kind in (MacKind.MATMUL, MacKind.GEMM):
+        k = slice(0, 1) if kind is MacKind.GEMM and node.attrs.get("transA", 0) else slice(-1, None)
+        return unknown(node.input(0), k) or unknown(out, every)
+    return False
+
+
 @dataclass
 class NodeCoverage:
     name: str
@@ -112,6 +141,8 @@ class NodeCoverage:
     integer_op: str | None  # what it became, None when it stayed float
     macs: int
     reasons: list[str] = field(default_factory=list)
+    #: its MACs took a symbolic or unknown dimension as 1 (counted_with_symbolic_dims)
+    symbolic: bool = False
 
 
 #: ops that neither compute on quantized integers nor move data: what runs as a float
@@ -151,6 +182,12 @@ class CoverageReport:
             f"integer MACs: {self.integer_share * 100:.1f} % of {self.total_macs:,} "
             f"({self.integer_macs:,} in integer)"
         ]
+        symbolic = sum(1 for n in self.nodes if n.symbolic and n.macs)
+        if symbolic:
+            lines.append(
+                f"  ({symbolic} compute node(s) have symbolic or unknown dimensions, counted as 1: "
+                "at a real input's sizes the share differs)"
+            )
         lines.extend(f"subgraph: {note}" for note in self.notes[:3])
         if len(self.notes) > 3:
             lines.append(f"subgraph: ... and {len(self.notes) - 3} more (CoverageReport.notes)")
@@ -222,7 +259,15 @@ def coverage(
     report = []
     for node in before.nodes:
         if node.op_type in INTEGER_OPS:
-            report.append(NodeCoverage(node.name, node.op_type, node.op_type, macs(node, shapes)))
+            report.append(
+                NodeCoverage(
+                    node.name,
+                    node.op_type,
+                    node.op_type,
+                    macs(node, shapes),
+                    symbolic=counted_with_symbolic_dims(node, shapes),
+                )
+            )
             continue
         if node.op_type not in COMPUTE_OPS or node.domain:
             continue
@@ -247,7 +292,16 @@ def coverage(
                 mine += [r for r in by_root.get(root, []) if r.startswith(rule + ":")]
             if not mine:
                 mine = _structural_reasons(node)
-        report.append(NodeCoverage(node.name, node.op_type, integer, macs(node, shapes), mine))
+        report.append(
+            NodeCoverage(
+                node.name,
+                node.op_type,
+                integer,
+                macs(node, shapes),
+                mine,
+                symbolic=counted_with_symbolic_dims(node, shapes),
+            )
+        )
     islands: dict[str, int] = {}
     for n in after.nodes:
         if not n.domain and not n.op_type.startswith("QLinear") and n.op_type not in _NOT_ISLANDS:
