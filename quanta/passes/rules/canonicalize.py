@@ -3,8 +3,7 @@
 Rules (each exact, bit for bit)::
 
     %y = Sum / Max / Min / Mean(%a) -> %a                                 SumOfOne
-    %y = Sum(%a, %b)      -> %y = Add(%a, %b)                             SumOfTwoToAdd
-    %y = Sum(%a, %b, %c, ...) -> Add(Add(Add(%a, %b), %c), ...)           SumToAdds
+    %y = Sum(%a, %b, ...) -> Add(Add(Add(%a, %b), %c), ...) (two: one Add)  SumToAdds
     %y = Max / Min(%a, %b, %c, ...) -> Max / Min(Max / Min(%a, %b), %c)... VariadicToPairs
     %y = Mean(%a, ..., %z)  -> Div(Add(...(Add(%a, %b), ...), %z), n)      MeanToAddsDiv
     %y = CastLike(%x, %t) -> %y = Cast(%x) {to: %t's element type}        CastLikeToCast
@@ -40,7 +39,6 @@ __all__ = [
     "CastLikeToCast",
     "MeanToAddsDiv",
     "SumOfOne",
-    "SumOfTwoToAdd",
     "SumToAdds",
     "UpsampleToResize",
     "VariadicToPairs",
@@ -54,25 +52,6 @@ class SumOfOne(Rule):
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         return m.value("a")
-
-
-class SumOfTwoToAdd(Rule):
-    """%y = Sum(%a, %b) -> %y = Add(%a, %b)"""
-
-    pattern = "y = Sum(a, c, ...)"
-
-    def check(self, m: Match) -> Match | NoMatch:
-        if len(m.root.inputs) != 2:
-            return NoMatch(f"Sum of {len(m.root.inputs)} inputs (only two are an Add)")
-        return m
-
-    def rewrite(self, m: Match, b: Builder) -> Value:
-        return b.op(
-            "Add",
-            [m.value("a"), m.value("c")],
-            types=result_type(shape_from=m["y"], elem_from=m["y"]),
-            name=m.root.name or None,
-        )
 
 
 def _left_fold(m: Match, b: Builder, op: str, inputs: list[Value], last: bool) -> Value:
@@ -92,14 +71,16 @@ def _left_fold(m: Match, b: Builder, op: str, inputs: list[Value], last: bool) -
     return acc
 
 
-class _FoldOfThreeOrMore(Rule):
-    """A variadic op of three or more inputs -> its left fold of ``step`` nodes."""
+class _LeftFold(Rule):
+    """A variadic op of ``fewest`` or more inputs -> its left fold of ``step`` nodes."""
+
+    fewest = 3  # Max / Min of two are already their binary step
 
     def step(self, m: Match) -> str:
         return m.root.op_type
 
     def check(self, m: Match) -> Match | NoMatch:
-        if len(m.root.inputs) < 3 or any(v is None for v in m.root.inputs):
+        if len(m.root.inputs) < self.fewest or any(v is None for v in m.root.inputs):
             return NoMatch(f"{m.root.op_type} of {len(m.root.inputs)} inputs")
         return m
 
@@ -107,16 +88,17 @@ class _FoldOfThreeOrMore(Rule):
         return _left_fold(m, b, self.step(m), list(m.root.inputs), True)
 
 
-class SumToAdds(_FoldOfThreeOrMore):
-    """%y = Sum(%a, %b, %c, ...) -> Add(Add(Add(%a, %b), %c), ...)"""
+class SumToAdds(_LeftFold):
+    """%y = Sum(%a, %b, ...) -> Add(Add(Add(%a, %b), %c), ...) (of two: one Add)"""
 
     pattern = "y = Sum(a, c, ...)"
+    fewest = 2
 
     def step(self, m: Match) -> str:
         return "Add"
 
 
-class VariadicToPairs(_FoldOfThreeOrMore):
+class VariadicToPairs(_LeftFold):
     """%y = Max(%a, %b, %c, ...) -> Max(Max(%a, %b), %c)... (and Min)"""
 
     pattern = "y = Max|Min(a, c, ...)"
@@ -217,7 +199,6 @@ class Canonicalize(RewritePass):
         super().__init__(
             [
                 SumOfOne(),
-                SumOfTwoToAdd(),
                 SumToAdds(),
                 VariadicToPairs(),
                 MeanToAddsDiv(),

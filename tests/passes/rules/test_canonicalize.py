@@ -43,7 +43,7 @@ def test_sum_of_two_is_add_bit_exact():
     proto = sum_proto(2)
     model = load(proto)
     result = run_passes(model, [Canonicalize()])
-    assert result.fired("SumOfTwoToAdd") == 1
+    assert result.fired("SumToAdds") == 1
     assert [(n.op_type, n.name) for n in model.graph.nodes] == [("Add", "sum"), ("Relu", "relu")]
     f = feeds(proto)
     np.testing.assert_array_equal(run_ref(proto, f)[0], run_ref(model, f)[0])
