@@ -392,6 +392,15 @@ def bind_layer_normalization(model: Model, node: Node) -> tuple[Kernel | None, s
 # --------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=32)
+def _ones(n: int) -> np.ndarray:
+    """A read-only float32 vector of n ones: the Scale of a normalization that has none
+    (f32(y · 1) is y), made once per length instead of on every call."""
+    v = np.ones(n, F32)
+    v.flags.writeable = False
+    return v
+
+
 def _rows_normalized_affine(
     ctx: Any, x: np.ndarray, rows: int, epsilon: float, gamma: np.ndarray, beta: np.ndarray, out: Any
 ) -> np.ndarray:
@@ -404,7 +413,7 @@ def _rows_normalized_affine(
     d = x.size // rows if rows else 0
     nat = _native()
     z = nat.layer_norm_f32(
-        x.reshape(rows, d), np.ones(d, F32), None, 1, float(np.float32(epsilon)), threads, None, False, True
+        x.reshape(rows, d), _ones(d), None, 1, float(np.float32(epsilon)), threads, None, False, True
     ).reshape(x.shape)
     shape = (-1, *([1] * (x.ndim - 2)))
     np.multiply(z, gamma.reshape(shape), out=z)  # z is this call's own buffer
@@ -508,7 +517,7 @@ def _norm_params(x_shape: tuple[int, ...], axis: int, scale: Any, bias: Any) -> 
             raise _Unsupported from None
         return np.ascontiguousarray(np.broadcast_to(v, norm_shape)).reshape(-1)
 
-    s = np.ones(math.prod(norm_shape), F32) if scale is None else per_element(scale)
+    s = _ones(math.prod(norm_shape)) if scale is None else per_element(scale)
     return s, None if bias is None else per_element(bias)
 
 
