@@ -27,7 +27,7 @@ reference's 3-D loops; the float Conv is within eq. (FG1) of docs/float-ops.md w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -77,6 +77,8 @@ class DepthFold:
     dilations: tuple[int, ...]
     pads: tuple[int, ...] | None
     auto_pad: str
+    #: x shape -> its resolved geometry (the node's attributes are fixed)
+    _geometries: dict[tuple[int, ...], ConvGeometry] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, wshape: tuple[int, ...], attrs: dict[str, Any]) -> DepthFold:
@@ -115,14 +117,17 @@ class DepthFold:
         return attrs
 
     def geometry(self, x_shape: tuple[int, ...]) -> ConvGeometry:
-        """The resolved 3-D geometry for x of ``x_shape`` (the twin's conv_attrs); raises
-        ValueError for an x the weights do not fit."""
+        """The resolved 3-D geometry for x of ``x_shape`` (the twin's conv_attrs, once per
+        shape); raises ValueError for an x the weights do not fit."""
+        known = self._geometries.get(x_shape)
+        if known is not None:
+            return known
         if len(x_shape) != 5 or x_shape[1] != self.wshape[1] * self.group:
             raise ValueError(
                 f"x: expected [N, {self.wshape[1] * self.group}, D, H, W] for weights "
                 f"{list(self.wshape)} and group {self.group}, got {list(x_shape)}"
             )
-        return conv_attrs(
+        g = self._geometries[x_shape] = conv_attrs(
             x_shape,
             self.wshape[2:],
             strides=self.strides,
@@ -130,6 +135,7 @@ class DepthFold:
             pads=self.pads,
             auto_pad=self.auto_pad,
         )
+        return g
 
     def windows(self, x: np.ndarray, geom: ConvGeometry, pad_value: float | int) -> np.ndarray:
         """x' ``[N·OD, G·KD·Cg, H, W]``: for each output depth the KD planes it reads (the

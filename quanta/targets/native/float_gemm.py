@@ -250,7 +250,6 @@ def _conv3d_native(
     out: np.ndarray | None,
     packed: np.ndarray,
     fold: DepthFold,
-    geometry: dict[tuple[int, ...], Any],
     clamp: tuple[float, float] = (-math.inf, math.inf),
     post: tuple[int, list[float]] = (0, []),
     **attrs: Any,
@@ -259,20 +258,17 @@ def _conv3d_native(
     the fused clamp and gate act per output element, so they carry over."""
     del w, attrs  # packed at compile time; the geometry is the fold's
     x = _f32(x)
-    call = geometry.get(x.shape)
-    if call is None:
-        g = fold.geometry(x.shape)
-        pads = [g.pads[1], g.pads[2], g.pads[4], g.pads[5]]
-        args = (fold.wshape[3], fold.wshape[4], list(g.strides[1:]), list(g.dilations[1:]), pads)
-        call = geometry[x.shape] = (g, args, fold.out_shape(x.shape, g))
-    g, args, y_shape = call
-    x4 = fold.windows(x, g, 0.0)
+    g = fold.geometry(x.shape)
     y4 = _native.conv_f32(
-        x4,
+        fold.windows(x, g, 0.0),
         packed,
         None if b is None else _f32(b),
         fold.wshape[0],
-        *args,
+        fold.wshape[3],
+        fold.wshape[4],
+        list(g.strides[1:]),
+        list(g.dilations[1:]),
+        [g.pads[1], g.pads[2], g.pads[4], g.pads[5]],
         fold.group,
         lo=clamp[0],
         hi=clamp[1],
@@ -280,7 +276,7 @@ def _conv3d_native(
         post=post[0],
         post_params=post[1],
     )
-    return DepthFold.unfold(y4, y_shape, out)
+    return DepthFold.unfold(y4, fold.out_shape(x.shape, g), out)
 
 
 _conv3d_plain = _with_fallback("Conv")(_conv3d_native)
@@ -388,7 +384,7 @@ def _bind_conv3d(
         return None, f"the native kernel refuses the weights: {e}"
     k = "x".join(str(v) for v in wc.shape[2:])
     suffix = f"_{str(node.attrs.get('activation')).lower()}" if post[0] else "_clamp" if clamp else ""
-    params: dict[str, Any] = {"packed": packed, "fold": fold, "geometry": {}}
+    params: dict[str, Any] = {"packed": packed, "fold": fold}
     if clamp is not None:
         params.update(clamp=clamp, post=post)
     return _kernel(_conv3d_fused if fused else _conv3d_plain, f"conv3d_f32_depthfold_{k}{suffix}", **params)
