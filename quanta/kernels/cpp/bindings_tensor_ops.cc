@@ -718,19 +718,17 @@ py::array gather_elements(const py::handle& data_obj, const py::handle& idx_obj,
   }
   check_threads(num_threads, "gather_elements");
   const int64_t n = dshape[axis];
-  std::vector<int64_t> wrapped(static_cast<size_t>(idx.size()));
   const int64_t* ip = idx.data();
   for (py::ssize_t i = 0; i < idx.size(); ++i) {
     if (ip[i] < -n || ip[i] >= n) {
       throw py::value_error("gather_elements: indices: expected values in [" + std::to_string(-n) + ", " +
                             std::to_string(n) + "), got " + std::to_string(ip[i]));
     }
-    wrapped[i] = ip[i] < 0 ? ip[i] + n : ip[i];
   }
   auto y = make_output(out_obj, data.dtype(), shape_of(idx), "gather_elements", {data});
   {
     py::gil_scoped_release release;
-    tensor_ops::gather_elements(static_cast<const uint8_t*>(data.data()), dshape, wrapped.data(), ishape, axis, size,
+    tensor_ops::gather_elements(static_cast<const uint8_t*>(data.data()), dshape, ip, ishape, axis, size,
                                 static_cast<uint8_t*>(y.mutable_data()), num_threads);
   }
   return y;

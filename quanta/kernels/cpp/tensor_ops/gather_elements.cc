@@ -14,13 +14,14 @@ namespace tensor_ops {
 namespace {
 
 template <typename T>
-void copy_run(const uint8_t* data, const int64_t* idx, int64_t m, int64_t inner, int64_t data_base, int64_t axis_stride,
-              const int64_t* inner_offsets, uint8_t* y) {
+void copy_run(const uint8_t* data, const int64_t* idx, int64_t n, int64_t m, int64_t inner, int64_t data_base,
+              int64_t axis_stride, const int64_t* inner_offsets, uint8_t* y) {
   const T* d = reinterpret_cast<const T*>(data);
   T* out = reinterpret_cast<T*>(y);
   for (int64_t j = 0; j < m; ++j) {
     for (int64_t k = 0; k < inner; ++k) {
-      out[j * inner + k] = d[data_base + idx[j * inner + k] * axis_stride + inner_offsets[k]];
+      const int64_t i = idx[j * inner + k];
+      out[j * inner + k] = d[data_base + (i < 0 ? i + n : i) * axis_stride + inner_offsets[k]];
     }
   }
 }
@@ -36,7 +37,7 @@ void gather_elements(const uint8_t* data, const std::vector<int64_t>& data_shape
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= idx_shape[d];
   for (int64_t d = axis + 1; d < rank; ++d) inner *= idx_shape[d];
-  const int64_t m = idx_shape[axis];
+  const int64_t m = idx_shape[axis], n = data_shape[axis];
   if (outer == 0 || inner == 0 || m == 0) return;
   // data offset of each inner position (the axes after `axis`, at indices' extents)
   std::vector<int64_t> inner_off(static_cast<size_t>(inner), 0);
@@ -61,16 +62,16 @@ void gather_elements(const uint8_t* data, const std::vector<int64_t>& data_shape
                              uint8_t* out = y + o * run * elem_bytes;
                              switch (elem_bytes) {
                                case 1:
-                                 copy_run<uint8_t>(data, ix, m, inner, base, stride[axis], inner_off.data(), out);
+                                 copy_run<uint8_t>(data, ix, n, m, inner, base, stride[axis], inner_off.data(), out);
                                  break;
                                case 2:
-                                 copy_run<uint16_t>(data, ix, m, inner, base, stride[axis], inner_off.data(), out);
+                                 copy_run<uint16_t>(data, ix, n, m, inner, base, stride[axis], inner_off.data(), out);
                                  break;
                                case 4:
-                                 copy_run<uint32_t>(data, ix, m, inner, base, stride[axis], inner_off.data(), out);
+                                 copy_run<uint32_t>(data, ix, n, m, inner, base, stride[axis], inner_off.data(), out);
                                  break;
                                default:
-                                 copy_run<uint64_t>(data, ix, m, inner, base, stride[axis], inner_off.data(), out);
+                                 copy_run<uint64_t>(data, ix, n, m, inner, base, stride[axis], inner_off.data(), out);
                                  break;
                              }
                            }

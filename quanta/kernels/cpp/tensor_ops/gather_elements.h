@@ -2,8 +2,8 @@
 //
 //   y[i_0, .., i_{r-1}] = data[i_0, .., idx[i_0, .., i_{r-1}], .., i_{r-1}]   (at `axis`)
 //
-// with idx the indices already brought into [0, data.shape[axis]) (the binding checks
-// and wraps them, as the twin's _indices does). indices.shape may be smaller than
+// with idx in [-data.shape[axis], data.shape[axis]) (the binding checks them), a negative
+// one counting from the end, as the twin's _indices wraps them. indices.shape may be smaller than
 // data.shape on the other axes (those positions read data at the same coordinates).
 // Moves bytes only: the twin's (np.take_along_axis) values.
 #pragma once
