@@ -55,6 +55,14 @@ constexpr int64_t kSeqPrefetch = 4;
 // A panel at least this large (K·kSeqPanel floats) is streamed with software prefetches
 // (seq_row_rest); a smaller one stays in L1 from one step to the next.
 constexpr int64_t kSeqPrefetchBytes = 32 << 10;
+// The lines of step k + kSeqPrefetch of two panels (lines0 and lines1 cache lines of 16
+// floats from each): the streamed batch-1 GEMV's software prefetch.
+inline void prefetch_step(const float* w0, int lines0, const float* w1, int lines1, int64_t k) {
+  for (int l = 0; l < lines0; ++l)
+    _mm_prefetch(reinterpret_cast<const char*>(w0 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
+  for (int l = 0; l < lines1; ++l)
+    _mm_prefetch(reinterpret_cast<const char*>(w1 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
+}
 template <class T, int NV>
 void seq_row2(const float* a, const float* w0, const float* w1, float* y0, float* y1, int64_t K) {
   constexpr int L = T::kLanes;
@@ -111,12 +119,7 @@ void seq_row_rest(const float* a, const float* w, int64_t K, int64_t left, float
   }
   for (int64_t k = 0; k < K; ++k) {
     const V av = T::set1(a[k]);
-    if (kPrefetch) {
-      for (int l = 0; l < lines0; ++l)
-        _mm_prefetch(reinterpret_cast<const char*>(w0 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
-      for (int l = 0; l < lines1; ++l)
-        _mm_prefetch(reinterpret_cast<const char*>(w1 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
-    }
+    if (kPrefetch) prefetch_step(w0, lines0, w1, lines1, k);
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       if (v < v0) acc0[v] = T::add(acc0[v], T::mul(av, T::load(m0[v], w0 + k * kSeqPanel + L * v)));
@@ -333,12 +336,7 @@ void seq_row_panels_mlas(const float* a, const float* w, int64_t K, int64_t left
     const int64_t k1 = K < k0 + kMlasStrideK ? K : k0 + kMlasStrideK;
     for (int64_t k = k0; k < k1; ++k) {
       const V av = T::set1(a[k]);
-      if (kPrefetch) {
-        for (int l = 0; l < lines0; ++l)
-          _mm_prefetch(reinterpret_cast<const char*>(w0 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
-        for (int l = 0; l < lines1; ++l)
-          _mm_prefetch(reinterpret_cast<const char*>(w1 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
-      }
+      if (kPrefetch) prefetch_step(w0, lines0, w1, lines1, k);
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) {
         if (v < v0) acc0[v] = T::fmadd(av, T::load(m0[v], w0 + k * kSeqPanel + L * v), acc0[v]);
