@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from quanta.quantize.rounding import RoundedLayer, gptq_round_groups
+from quanta.quantize.rounding import RoundedLayer, conv_rows, gptq_round_groups
 
 if TYPE_CHECKING:
     from quanta.ir.graph import Model
@@ -82,16 +82,7 @@ class PairedLayer:
         pads = list(s.attrs.get("pads", [0, 0, 0, 0]))
         if (kh, kw, sh, sw) == (1, 1, 1, 1) and not any(pads):  # a pointwise Conv: no copies
             return x.transpose(1, 0, 2, 3).reshape(g, k, -1)
-        ho = (x.shape[2] + pads[0] + pads[2] - kh) // sh + 1
-        wo = (x.shape[3] + pads[1] + pads[3] - kw) // sw + 1
-        out = []
-        for sample in x:
-            xp = np.pad(sample, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-            c = np.empty((xp.shape[0], kh * kw, ho, wo))
-            for i in range(kh):
-                for j in range(kw):
-                    c[:, i * kw + j] = xp[:, i : i + sh * (ho - 1) + 1 : sh, j : j + sw * (wo - 1) + 1 : sw]
-            out.append(c.reshape(g, k, ho * wo))
+        out = [conv_rows(sample, (kh, kw), (sh, sw), pads).reshape(g, k, -1) for sample in x]
         return out[0] if len(out) == 1 else np.concatenate(out, axis=2)
 
     def observe(self, x_fp: np.ndarray, x_q: np.ndarray) -> None:

@@ -205,6 +205,27 @@ def _scratch_i32(n: int) -> np.ndarray:
     return buf[:n]
 
 
+def conv_rows(
+    sample: np.ndarray,
+    kernel: tuple[int, int],
+    strides: tuple[int, int],
+    pads: list[int],
+    pad_value: float = 0,
+) -> np.ndarray:
+    """One sample's im2col [C, kh·kw, ho, wo] (in ``sample``'s dtype), padded with
+    ``pad_value``: kh·kw strided slices (a copy each, not a gather of windows),
+    cols[c, i·kw + j, p] = x_pad[c, i + sh·p_h, j + sw·p_w]."""
+    (kh, kw), (sh, sw) = kernel, strides
+    xp = np.pad(sample, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=pad_value)
+    ho = (xp.shape[1] - kh) // sh + 1
+    wo = (xp.shape[2] - kw) // sw + 1
+    cols = np.empty((xp.shape[0], kh * kw, ho, wo), xp.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            cols[:, i * kw + j] = xp[:, i : i + sh * (ho - 1) + 1 : sh, j : j + sw * (wo - 1) + 1 : sw]
+    return cols
+
+
 class RoundedLayer:
     """One Conv / Gemm / MatMul with a constant weight whose integers GPTQ chooses: the
     integer Gram matrix of its quantized input's rows as the layer sees them (im2col for a
@@ -433,15 +454,7 @@ class RoundedLayer:
             if not native:
                 sample = np.asarray(sample, np.float64) - o
             pad = o if native else 0
-            xp = np.pad(sample, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=pad)
-            # im2col as kh·kw strided slices (a copy each, not a gather of windows):
-            # cols[c, i·kw + j, p] = xp[c, i + sh·p_h, j + sw·p_w]
-            cols = np.empty((xp.shape[0], kh * kw, ho, wo), xp.dtype)
-            for i in range(kh):
-                for j in range(kw):
-                    cols[:, i * kw + j] = xp[
-                        :, i : i + sh * (ho - 1) + 1 : sh, j : j + sw * (wo - 1) + 1 : sw
-                    ]
+            cols = conv_rows(sample, (kh, kw), (sh, sw), pads, pad)
             # rows of group g are its C/g channels × taps, in W.reshape(Cout, -1)'s order
             if native:  # cols is this sample's own array: it may wait in the queue
                 self._queue(odd, cols.reshape(g, k, ho * wo), o)
