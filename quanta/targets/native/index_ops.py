@@ -46,6 +46,7 @@ from quanta.ir.graph import Model, Node
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._specialize import guarded
+from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
 from quanta.targets.native.float_ops import _native, _Unsupported, _with_fallback
 
@@ -326,7 +327,7 @@ def _topk_native(
         np.ascontiguousarray(lanes).reshape(-1, n),
         kk,
         bool(largest),
-        max(1, int(getattr(ctx, "num_threads", 1) or 1)),
+        _threads(ctx),
     )
     values, indices = values.reshape(*lead, kk), indices.reshape(*lead, kk)
     if axis != x.ndim - 1:
@@ -364,7 +365,7 @@ def _gather_elements_native(ctx: Any, data: Any, indices: Any, *, out: Any, axis
         np.asarray(data, order="C"),
         idx,
         axis % data.ndim,
-        max(1, int(getattr(ctx, "num_threads", 1) or 1)),
+        _threads(ctx),
         out,
     )
 
