@@ -708,18 +708,21 @@ def test_elu_and_half_casts_specialized_are_the_generic_kernels(threads: int) ->
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("axis", [0, 1])
-def test_gather_of_run_time_ids_specialized_is_the_generic_kernel(threads: int, axis: int) -> None:
-    """An embedding lookup (token ids fed at run time) takes the specialized call; a
-    negative id goes to the generic kernel (which wraps it), one out of range raises the
-    reference's error, and a value of another shape binds its own signature."""
+@pytest.mark.parametrize("id_type", [np.int64, np.int32])
+def test_gather_of_run_time_ids_specialized_is_the_generic_kernel(threads: int, axis: int, id_type) -> None:
+    """An embedding lookup (token ids fed at run time, int64 or int32 as Keras and Paddle
+    cast them) takes the specialized call; a negative id goes to the generic kernel (which
+    wraps it), one out of range raises the reference's error, and a value of another shape
+    binds its own signature."""
     table = np.random.default_rng(4).normal(0, 1, (17, 23)).astype(np.float32)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(id_type))
     g = helper.make_graph(
         [
             helper.make_node("Gather", ["table", "ids"], ["e"], name="embed", axis=axis),
             helper.make_node("Relu", ["e"], ["y"], name="relu"),  # e lives in the arena
         ],
         "emb",
-        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "t"])],
+        [helper.make_tensor_value_info("ids", elem, ["b", "t"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [_const("table", table)],
     )
@@ -731,14 +734,92 @@ def test_gather_of_run_time_ids_specialized_is_the_generic_kernel(threads: int, 
     rng = np.random.default_rng(5)
     n = table.shape[axis]
     for shape in ((2, 11), (2, 11), (3, 5)):
-        feeds = {"ids": rng.integers(0, n, shape).astype(np.int64)}
+        feeds = {"ids": rng.integers(0, n, shape).astype(id_type)}
         np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
     (bound, _) = sess.executor.bound_runs().values()
     assert any(getattr(t[1], "direct", None) is not None for t in bound.steps)
-    negative = {"ids": np.array([[-1, 3, -n]], np.int64)}
+    negative = {"ids": np.array([[-1, 3, -n]], id_type)}
     np.testing.assert_array_equal(sess.run(None, negative)[0], ref.run(None, negative)[0])
     with pytest.raises(Exception, match="Gather"):
-        sess.run(None, {"ids": np.array([[0, n]], np.int64)})
+        sess.run(None, {"ids": np.array([[0, n]], id_type)})
+
+
+def test_gather_from_a_string_table_specialized_is_the_reference() -> None:
+    """A g2p head's Gather of phoneme strings by run-time ids takes the specialized call
+    (np.take, the twin's): the same strings, negative ids counted from the end, an id out
+    of range the reference's error."""
+    words = np.array([f"ph{k}" * (k % 3 + 1) for k in range(17)], dtype=object)
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["y"], name="names")],
+        "names",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "t"])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, None)],
+        [numpy_helper.from_array(words, "table")],
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    sess = quanta.InferenceSession(p)
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(8)
+    for ids in (rng.integers(0, 17, (3, 7)), rng.integers(0, 17, (3, 7)), np.array([[-1, 4, -17]])):
+        feeds = {"ids": ids.astype(np.int64)}
+        got, want = sess.run(None, feeds)[0], ref.run(None, feeds)[0]
+        assert got.dtype == want.dtype and got.shape == want.shape and got.tolist() == want.tolist()
+    assert "names" in _specialized_names_any(sess)
+    with pytest.raises(Exception, match="Gather"):
+        sess.run(None, {"ids": np.array([[0, 17]], np.int64)})
+
+
+def _specialized_names_any(sess: quanta.InferenceSession) -> set[str]:
+    """:func:`_specialized_names` over every bound run of the session."""
+    plain = {t[0]: t[1] for t in sess.executor._plain}
+    return {
+        sess.plan.steps[t[0]].node.name
+        for bound in sess.executor.bound_runs().values()
+        for t in bound.steps
+        if t[1] is not plain[t[0]]
+    }
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("opset", [11, 13])
+def test_softmax_of_any_opset_and_arg_extremes_specialized_are_the_generic_kernels(
+    threads: int, opset: int
+) -> None:
+    """Softmax before opset 13 (the rows of the 2-D coercion at axis 1: 7 x 17 values a
+    row) and from 13 (the last axis), ArgMax and ArgMin (keepdims either way, the last
+    index of ties from opset 12) take specialized calls with the reference's bytes; a
+    non-contiguous x runs the generic kernels with the same results."""
+    last = {"select_last_index": 1} if opset >= 12 else {}
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["s"], name="softmax"),
+        helper.make_node("ArgMax", ["s"], ["am"], name="argmax", axis=1, keepdims=0),
+        helper.make_node("Floor", ["x"], ["fl"], name="floor"),  # ties for ArgMin
+        helper.make_node("ArgMin", ["fl"], ["an"], name="argmin", axis=-1, keepdims=1, **last),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "heads",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
+        [
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("am", TensorProto.INT64, None),
+            helper.make_tensor_value_info("an", TensorProto.INT64, None),
+        ],
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(p, opts)
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(opset)
+    for _ in range(3):
+        feeds = {"x": rng.normal(0, 2, (3, 7, 17)).astype(np.float32)}
+        for got, want in zip(sess.run(None, feeds), ref.run(None, feeds), strict=True):
+            np.testing.assert_array_equal(got, want)
+    assert {"softmax", "argmax", "argmin"} <= _specialized_names(sess)
+    strided = {"x": rng.normal(0, 2, (3, 7, 34)).astype(np.float32)[..., ::2]}
+    for got, want in zip(sess.run(None, strided), ref.run(None, strided), strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -506,15 +506,30 @@ py::array softmax_quant(const py::handle& x_obj, const py::object& scale_obj, co
 py::array take_axis(const py::handle& x_obj, int64_t axis, const py::handle& idx_obj, int num_threads,
                     const py::object& out_obj) {
   auto x = contiguous(x_obj, "take_axis: x");
-  auto idx = require_array<int64_t>(idx_obj, "take_axis: idx");
+  // int32 indices (a Cast to int32 before an embedding Gather, as Keras and Paddle export
+  // it) are widened into a copy: the index count is the output's row count, small beside
+  // the rows it moves.
+  std::vector<int64_t> widened;
+  const int64_t* ip = nullptr;
+  py::ssize_t count = 0;
+  if (py::isinstance<py::array>(idx_obj) &&
+      dtype_equiv(py::reinterpret_borrow<py::array>(idx_obj).dtype(), py::dtype::of<int32_t>())) {
+    auto idx32 = require_array<int32_t>(idx_obj, "take_axis: idx");
+    widened.assign(idx32.data(), idx32.data() + idx32.size());
+    ip = widened.data();
+    count = idx32.size();
+  } else {
+    auto idx = require_array<int64_t>(idx_obj, "take_axis: idx");
+    ip = idx.data();
+    count = idx.size();
+  }
   const int64_t rank = x.ndim();
   if (axis < 0 || axis >= rank)
     throw py::value_error("take_axis: axis: expected in [0, " + std::to_string(rank) + "), got " +
                           std::to_string(axis));
   check_threads(num_threads, "take_axis");
   const int64_t n = x.shape(axis);
-  const int64_t* ip = idx.data();
-  for (py::ssize_t i = 0; i < idx.size(); ++i) {
+  for (py::ssize_t i = 0; i < count; ++i) {
     if (ip[i] < 0 || ip[i] >= n) {
       throw py::value_error("take_axis: idx: expected indices in [0, " + std::to_string(n) + "), got " +
                             std::to_string(ip[i]));
@@ -523,12 +538,12 @@ py::array take_axis(const py::handle& x_obj, int64_t axis, const py::handle& idx
   int64_t outer = 1, inner = x.itemsize();
   Shape out_shape;
   for (int64_t d = 0; d < axis; ++d) outer *= x.shape(d), out_shape.push_back(x.shape(d));
-  out_shape.push_back(static_cast<py::ssize_t>(idx.size()));
+  out_shape.push_back(count);
   for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape(d), out_shape.push_back(x.shape(d));
   auto y = make_output(out_obj, x.dtype(), out_shape, "take_axis", {x});
   {
     py::gil_scoped_release release;
-    tensor_ops::take_axis(static_cast<const uint8_t*>(x.data()), outer, n, inner, ip, idx.size(),
+    tensor_ops::take_axis(static_cast<const uint8_t*>(x.data()), outer, n, inner, ip, count,
                           static_cast<uint8_t*>(y.mutable_data()), num_threads);
   }
   return y;
@@ -808,7 +823,7 @@ void register_tensor_ops(py::module_& m) {
         "y = QuantizeLinear(Softmax(Add?(Mul?(x, scale), mask[mask_rows]), axis=-1), y_scale, y_zero_point), "
         "uint8 or int8, per row of float32 x (quanta::SoftmaxQuant).");
   m.def("take_axis", &take_axis, arg("x"), arg("axis"), arg("idx"), arg("num_threads") = 1, arg("out") = none,
-        "y[a, q, :] = x[a, idx[q], :] along axis, any dtype.");
+        "y[a, q, :] = x[a, idx[q], :] along axis, any dtype; idx int64 or int32, in [0, n).");
   m.def("repeat_2d", &repeat_2d, arg("x"), arg("sh"), arg("sw"), arg("num_threads") = 1, arg("out") = none,
         arg("lanes") = false,
         "y[..., oy, ox] = x[..., oy // sh, ox // sw]: nearest upsampling of the last two axes by integers "

@@ -214,18 +214,34 @@ def _softmax_native(ctx: Any, x: Any, *, out: Any, axis: int | None = None) -> n
 
 
 def _softmax_specialized(sig: Specialization, *, axis: int | None = None) -> Any:
-    """Rows along the last axis (opset >= 13) of one non-empty x shape: the kernel called
-    positionally into the planned output (an encoder's attention Softmax spent about
-    half of its step in the checks)."""
+    """Rows along the last axis (opset >= 13), or the rows of the 2-D coercion (opset <
+    13), of one non-empty x shape: the kernel called positionally into the planned output
+    (an encoder's attention Softmax spent about half of its step in the checks)."""
     shape = sig.shapes[0]
     opset = getattr(sig.ctx, "opset", None)
-    if shape is None or sig.dtypes[0] != F32 or not shape or 0 in shape or opset is None or opset < 13:
+    if shape is None or sig.dtypes[0] != F32 or not shape or 0 in shape or opset is None:
         return None
-    ax = -1 if axis is None else axis
-    if not -len(shape) <= ax < len(shape) or ax % len(shape) != len(shape) - 1:
+    ax = (-1 if opset >= 13 else 1) if axis is None else axis
+    if not -len(shape) <= ax < len(shape):
         return None
     threads, out = step_threads(sig), sig.out
     softmax = _native().softmax_f32
+    if opset < 13:
+        rows = (math.prod(shape[: ax % len(shape)]), math.prod(shape[ax % len(shape) :]))
+        if out is not None:
+            target = out.reshape(rows)
+
+            def coerced(x: np.ndarray, *rest: Any) -> np.ndarray:
+                softmax(x.reshape(rows), threads, target)
+                return out
+        else:
+
+            def coerced(x: np.ndarray, *rest: Any) -> np.ndarray:
+                return softmax(x.reshape(rows), threads).reshape(shape)
+
+        return guarded(coerced, _softmax_native, {"axis": axis}, out, reads=1)
+    if ax % len(shape) != len(shape) - 1:
+        return None
 
     def call(x: np.ndarray, *rest: Any) -> np.ndarray:
         return softmax(x, threads, out)

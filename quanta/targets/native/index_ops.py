@@ -281,15 +281,47 @@ def _arg_kernel(op_type: str, find_max: bool) -> Any:
     return run
 
 
+def _arg_specialized(generic: Callable[..., Any], find_max: bool) -> Callable[..., Any]:
+    """ArgMax / ArgMin of one x shape: the axis and the output's rows found once, the
+    kernel called positionally (a tagger's or a g2p head's few rows cost more in the
+    generic call's checks than in the kernel)."""
+
+    def specialize(
+        sig: Specialization, *, axis: int = 0, keepdims: int = 1, select_last_index: int = 0
+    ) -> Callable[..., Any] | None:
+        shape = sig.shapes[0]
+        if shape is None or not shape or sig.dtypes[0] not in _ARGS or not -len(shape) <= axis < len(shape):
+            return None
+        a = axis % len(shape)
+        out_shape = shape[:a] + ((1,) if keepdims else ()) + shape[a + 1 :]
+        arg, last, out = _native().arg_extreme, bool(select_last_index), sig.out
+        attrs = {"axis": axis, "keepdims": keepdims, "select_last_index": select_last_index}
+        if out is not None:
+            flat = out.reshape(math.prod(shape[:a]), -1)
+
+            def call(x: np.ndarray) -> np.ndarray:
+                arg(x, a, find_max, last, flat)
+                return out
+        else:
+
+            def call(x: np.ndarray) -> np.ndarray:
+                return arg(x, a, find_max, last).reshape(out_shape)
+
+        return guarded(call, generic, attrs, out)
+
+    return specialize
+
+
 def _bind_arg(op_type: str, find_max: bool) -> None:
     fn = _arg_kernel(op_type, find_max)
+    specialize = _arg_specialized(fn, find_max)
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused
         reason = _reason(op_type, node, 0, _ARGS, "float32/64, (u)int8 or int32/64")
         if reason:
             return None, reason
-        return Kernel(fn, "native", f"native:{op_type.lower()}", out=True), ""
+        return Kernel(fn, "native", f"native:{op_type.lower()}", out=True, specialize=specialize), ""
 
     binder.__name__ = binder.__qualname__ = f"bind_{op_type.lower()}"
     register_binder(op_type)(binder)

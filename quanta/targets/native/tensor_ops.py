@@ -731,12 +731,14 @@ def _gather_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any]
     negative index, one out of range) hands the call to the generic kernel, which wraps
     a negative index or raises the operator's error."""
     shape, indices = sig.shapes[0], sig.consts[1]
-    if shape is None or not shape or sig.dtypes[0].kind == "O":
+    if shape is None or not shape:
         return None
     axis = attrs.get("axis", 0)
     if not -len(shape) <= axis < len(shape):
         return None
     axis %= len(shape)
+    if sig.dtypes[0].kind == "O":
+        return _gather_objects(axis, attrs) if sig.out is None else None
     if indices is None:
         return _gather_by_ids(sig, shape, axis, attrs)
     idx = _indices(np.asarray(indices), shape[axis], "Gather")
@@ -757,12 +759,27 @@ def _gather_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any]
     return guarded(call, _gather_native, attrs, out)
 
 
+def _gather_objects(axis: int, attrs: dict[str, Any]) -> Callable[..., Any]:
+    """Gather from a table of Python objects (a g2p model's phoneme strings): np.take, the
+    twin's own call (a negative index counts from the end in both); an index out of range
+    hands the call to the generic kernel, which raises the operator's error."""
+
+    def call(data: Any, ids: Any) -> Any:
+        try:
+            return np.take(data, ids, axis=axis)
+        except IndexError as e:
+            raise ValueError(str(e)) from e
+
+    return guarded(call, _gather_native, attrs, None)
+
+
 def _gather_by_ids(
     sig: Specialization, shape: tuple[int, ...], axis: int, attrs: dict[str, Any]
 ) -> Callable[..., Any] | None:
-    """:func:`_gather_specialized` for indices that are not constant."""
+    """:func:`_gather_specialized` for indices that are not constant (int64, or int32 as
+    Keras and Paddle exports cast token ids: take_axis widens them)."""
     id_shape = sig.shapes[1]
-    if id_shape is None or sig.dtypes[1] != np.int64:
+    if id_shape is None or sig.dtypes[1] not in (np.int64, np.int32):
         return None
     count = math.prod(id_shape)
     out_shape = shape[:axis] + tuple(id_shape) + shape[axis + 1 :]
