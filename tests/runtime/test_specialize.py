@@ -1125,3 +1125,57 @@ def test_conv_transpose_specialized_is_the_generic_kernel(threads, c, m, kernel,
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     assert "convt" in _specialized_is_the_generic_kernel(model, (1, c, 3, 11), threads, 9)
+
+
+def _encoder_block_model(opset: int):
+    """x [3, 7, 17]: a Transpose of a perm no batched 2-D transpose covers, the product
+    of two run-time operands (attention's Q·Kᵀ), Gelu (ai.onnx from opset 20, else
+    com.microsoft) and BatchNormalization with constant statistics of 7 channels."""
+    rng = np.random.default_rng(opset)
+    ms = opset < 20
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], name="perm", perm=[2, 0, 1]),
+        helper.make_node("Transpose", ["t"], ["tt"], name="swap", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["t", "tt"], ["qk"], name="qk"),
+        helper.make_node("Gelu", ["x"], ["ge"], name="gelu", **({"domain": "com.microsoft"} if ms else {})),
+        helper.make_node("BatchNormalization", ["x", "g", "b", "m", "v"], ["bn"], name="bn", epsilon=1e-3),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("t", "qk", "ge", "bn")],
+        [
+            _const("g", rng.normal(1, 0.3, 7).astype(np.float32)),
+            _const("b", rng.normal(0, 0.3, 7).astype(np.float32)),
+            _const("m", rng.normal(0, 0.5, 7).astype(np.float32)),
+            _const("v", rng.uniform(0.2, 2.0, 7).astype(np.float32)),
+        ],
+    )
+    imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid("com.microsoft", 1)] if ms else [])
+    return helper.make_model(g, opset_imports=imports)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("opset", [17, 20])
+def test_transpose_runtime_matmul_gelu_batch_norm_specialized_are_the_generic_kernels(
+    threads: int, opset: int
+) -> None:
+    """Any-perm Transpose, the MatMul of two run-time operands, Gelu and BatchNormalization
+    with constant statistics take specialized calls with the reference's bytes; a
+    non-contiguous x runs the generic kernels with the same results."""
+    p = _encoder_block_model(opset).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = quanta.InferenceSession(p, opts)
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(threads)
+    for _ in range(3):
+        feeds = {"x": rng.normal(0, 2, (3, 7, 17)).astype(np.float32)}
+        for got, want in zip(sess.run(None, feeds), ref.run(None, feeds), strict=True):
+            np.testing.assert_array_equal(got, want)
+    assert {"perm", "qk", "gelu", "bn"} <= _specialized_names(sess)
+    strided = {"x": rng.normal(0, 2, (3, 7, 34)).astype(np.float32)[..., ::2]}
+    for got, want in zip(sess.run(None, strided), ref.run(None, strided), strict=True):
+        np.testing.assert_array_equal(got, want)

@@ -983,4 +983,5 @@ def bind_gelu(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _check_f32("Gelu", ("X", node.input(0)))
     if reason:
         return None, reason
-    return _kernel(_gelu_native, _GELU_OPS[approximate] + "_f32", node)
+    op = _GELU_OPS[approximate]
+    return _kernel(_gelu_native, op + "_f32", node, _unary_specializer(op, _gelu_native))

@@ -129,11 +129,15 @@ def bind_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
     x = node.input(0)
     rank = None if x is None or x.shape is None else len(x.shape)
     perm = node.attrs.get("perm")
-    from quanta.targets.native.tensor_ops import _transpose_any
+    from quanta.targets.native.tensor_ops import _transpose_any, _transpose_any_specialized
+
+    any_perm = Kernel(
+        _transpose_any, "native", "native:transpose_strided", out=True, specialize=_transpose_any_specialized
+    )
 
     if perm is None:
         if rank is None:  # reversed axes of a rank seen at run time
-            return Kernel(_transpose_any, "native", "native:transpose_strided", out=True), ""
+            return any_perm, ""
         perm = list(range(rank))[::-1]
     perm = [int(p) for p in perm]
     if rank is not None and rank != len(perm):
@@ -141,7 +145,7 @@ def bind_transpose(model: Model, node: Node) -> tuple[Kernel | None, str]:
     split = batched_transpose_split(perm)
     if split is None:
         # any other perm: the transposed view copied by copy_strided (tensor_ops.py)
-        return Kernel(_transpose_any, "native", "native:transpose_strided", out=True), ""
+        return any_perm, ""
     kernel = Kernel(
         _transpose_native,
         "native",

@@ -10,7 +10,7 @@ import numpy as np
 from quanta.ir.graph import Model, Node
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
-from quanta.targets.native.float_ops import _check_f32, _gelu_native
+from quanta.targets.native.float_ops import _GELU_OPS, _check_f32, _gelu_native, _unary_specializer
 
 __all__ = ["bind_ms_gelu"]
 
@@ -26,4 +26,7 @@ def bind_ms_gelu(model: Model, node: Node) -> tuple[Kernel | None, str]:
     reason = _check_f32("Gelu", ("X", node.input(0)))
     if reason:
         return None, reason
-    return Kernel(_ms_gelu_native, "native", "native:gelu_f32", out=len(node.outputs) == 1), ""
+    specialize = _unary_specializer(_GELU_OPS["none"], _ms_gelu_native)
+    return Kernel(
+        _ms_gelu_native, "native", "native:gelu_f32", out=len(node.outputs) == 1, specialize=specialize
+    ), ""

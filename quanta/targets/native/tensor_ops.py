@@ -508,7 +508,35 @@ def bind_batch_normalization(model: Model, node: Node) -> tuple[Kernel | None, s
     reason = _known_dtype_reason("BatchNormalization", node, 0, frozenset({F32}), "float32")
     if reason:
         return None, reason
-    return _kernel(_batch_norm_native, "batch_norm_f32")
+    return _kernel(_batch_norm_native, "batch_norm_f32", specialize=_batch_norm_specialized)
+
+
+@shape_free
+def _batch_norm_specialized(
+    sig: Specialization, epsilon: float = 1e-5, **attrs: Any
+) -> Callable[..., Any] | None:
+    """BatchNormalization with constant statistics, scale and bias (every inference
+    export): the per-channel parameters and d = f32(sqrt(f32(var + eps))) made once, as
+    _batch_norm_native makes them each call; any x shape (the binding checks the channel
+    count; a mismatch, a non-contiguous or training-mode call goes to the generic kernel)."""
+    training = bool(attrs.get("training_mode", 0)) if getattr(sig.ctx, "opset", 0) >= 14 else False
+    if (
+        training
+        or not attrs.get("spatial", 1)
+        or sig.dtypes[0] != F32
+        or any(v is None for v in sig.consts[1:5])
+    ):
+        return None
+    scale, bias, mean, var = (np.asarray(v) for v in sig.consts[1:5])
+    if any(v.ndim != 1 or v.dtype != F32 or v.shape != scale.shape for v in (scale, bias, mean, var)):
+        return None
+    m, g, b = (np.ascontiguousarray(v) for v in (mean, scale, bias))
+    d = np.sqrt(np.ascontiguousarray(var) + F32.type(epsilon))
+    bn, threads, out = _native().batch_norm_f32, step_threads(sig), sig.out
+    generic_attrs = {"epsilon": epsilon, **attrs}
+    return guarded(
+        lambda x, *params: bn(x, m, d, g, b, threads, out), _batch_norm_native, generic_attrs, out, reads=1
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -816,6 +844,24 @@ def _transpose_any(ctx: Any, data: Any, *, out: Any = None, perm: list | None = 
     if sorted(p) != list(range(data.ndim)):
         raise _Unsupported
     return _copy_view(ctx, np.transpose(data, p), out)
+
+
+def _transpose_any_specialized(sig: Specialization, *, perm: list | None = None) -> Callable[..., Any] | None:
+    """The copy of one input shape's transposed view (an attention's [1, T, 3, H, D] ->
+    [3, 1, H, T, D]): the perm checked and the thread count found once, the view copied
+    by copy_strided into the planned output."""
+    shape = sig.shapes[0]
+    if shape is None or sig.dtypes[0].kind == "O":
+        return None
+    p = list(range(len(shape)))[::-1] if perm is None else [int(v) for v in perm]
+    if sorted(p) != list(range(len(shape))):
+        return None
+    axes, copy, threads, out = tuple(p), _native().copy_strided, step_threads(sig), sig.out
+
+    def call(x: np.ndarray) -> np.ndarray:
+        return copy(x.transpose(axes), threads, out)
+
+    return guarded(call, _transpose_any, {"perm": perm}, out)
 
 
 def _depth_space_view(x: np.ndarray, b: int, mode: str, to_space: bool) -> tuple[np.ndarray, tuple[int, ...]]:
