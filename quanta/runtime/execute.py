@@ -488,6 +488,8 @@ class Executor(Executable):
             if s.kernel.out or s.op_type in VIEW_OPS or not resident.intersection(s.inputs):
                 continue
             k, fn, ctx, ins, n_in, out1, outs, frees, kw = steps[s.index]
+            if getattr(fn, "fresh", False):
+                continue  # a specialized call that never returns a view of an input
             steps[s.index] = (k, _copy_out_of(arena, fn), ctx, ins, n_in, out1, outs, frees, kw)
         return BoundRun(steps, specs, memory, arena, frozenset(resident))
 

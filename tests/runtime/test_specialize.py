@@ -1179,3 +1179,62 @@ def test_transpose_runtime_matmul_gelu_batch_norm_specialized_are_the_generic_ke
     strided = {"x": rng.normal(0, 2, (3, 7, 34)).astype(np.float32)[..., ::2]}
     for got, want in zip(sess.run(None, strided), ref.run(None, strided), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_dynamic_quantize_and_matmul_integer_to_float_specialized_are_the_twin(
+    threads: int, per_column: bool
+) -> None:
+    """ONNX Runtime's quantize_dynamic chain (DynamicQuantizeLinear feeding a_scale and
+    a_zero_point of a MatMulIntegerToFloat on a constant int8 B of 17 columns, a bias,
+    per-tensor or per-column b scales and zero points): both steps take specialized
+    calls, DynamicQuantizeLinear's arrays handed on without the arena check, with the
+    reference's bytes, also for an x whose values are all zero (scale 0: the generic path)."""
+    rng = np.random.default_rng(31 + per_column)
+    n = 17
+    shape = (n,) if per_column else ()
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"], name="dql"),
+        helper.make_node(
+            "MatMulIntegerToFloat",
+            ["q", "w", "s", "sb", "z", "zb", "bias"],
+            ["y"],
+            name="mm",
+            domain="com.microsoft",
+        ),
+        helper.make_node("Relu", ["y"], ["r"], name="relu"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", 300])],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)],
+        [
+            _const("w", rng.integers(-128, 128, (300, n)).astype(np.int8)),
+            _const("sb", rng.uniform(0.002, 0.02, shape).astype(np.float32)),
+            _const("zb", rng.integers(-5, 6, shape).astype(np.int8)),
+            _const("bias", rng.normal(0, 1, n).astype(np.float32)),
+        ],
+    )
+    model = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    p = model.SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(p, opts)
+    ref = quanta.InferenceSession(p, backend="reference")
+    for rows in (3, 3, 1):
+        feeds = {"x": rng.normal(0.3, 2, (rows, 300)).astype(np.float32)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    assert {"dql", "mm"} <= _specialized_names_any(sess)
+    fresh = [
+        t[1]
+        for bound in sess.executor.bound_runs().values()
+        for t in bound.steps
+        if sess.plan.steps[t[0]].node.name == "dql"
+    ]
+    assert all(getattr(fn, "fresh", False) for fn in fresh)
+    zeros = {"x": np.zeros((3, 300), np.float32)}
+    np.testing.assert_array_equal(sess.run(None, zeros)[0], ref.run(None, zeros)[0])

@@ -34,7 +34,7 @@ from quanta.ir.types import TensorType, elem_from_numpy
 from quanta.kernels import _native
 from quanta.kernels.reference.integer_ops import matmul_integer
 from quanta.kernels.reference.registry import MS_DOMAIN, get_op
-from quanta.targets.base import KernelContext
+from quanta.targets.base import KernelContext, Specialization
 from quanta.targets.native import gemm, native_kernel_for
 from tests.ir import models
 
@@ -153,8 +153,35 @@ def _check_every_variant(
                     got = kernel.fn(ctx, *inputs, **attrs, **kernel.params, out=buf)
                     assert got is buf
                     assert_same(expected, buf, f"{op} {kernel.name} out= isa={isa} threads={threads}")
+                _check_specialized(kernel, operands, attrs, expected, ctx, threads, f"isa={isa}")
     finally:
         _native.clear_isa()
+
+
+def _check_specialized(kernel, operands, attrs, expected, ctx, threads: int, where: str) -> None:
+    """The kernel's specialized call for the operands' signature (if it offers one), with
+    and without a planned output, gives ``expected``'s bytes."""
+    if kernel.specialize is None:
+        return
+    inputs = [o.array for o in operands]
+    for out in (None, np.full(expected.shape, 0x5A, expected.dtype)) if kernel.out else (None,):
+        sig = Specialization(
+            shapes=tuple(None if a is None else tuple(np.shape(a)) for a in inputs),
+            dtypes=tuple(None if a is None else np.asarray(a).dtype for a in inputs),
+            consts=tuple(a if o.const else None for o, a in zip(operands, inputs)),
+            out_shape=tuple(expected.shape),
+            out_dtype=expected.dtype,
+            out=out,
+            num_threads=threads,
+            ctx=ctx,
+        )
+        fn = kernel.specialize(sig, **attrs, **kernel.params)
+        if fn is None:
+            continue
+        got = fn(ctx, *inputs)
+        assert_same(
+            expected, got, f"{kernel.name} specialized out={out is not None} {where} threads={threads}"
+        )
 
 
 def assert_same(expected: np.ndarray, got: np.ndarray, label: str) -> None:

@@ -525,6 +525,21 @@ void register_qgemm(py::module_& m) {
       py::arg("zy"), py::arg("num_threads"), py::arg("workspace"), py::arg("out"),
       "qgemm(x, packed, zx, out_dtype, bias=bias, multiplier=multiplier, zy=zy, num_threads=num_threads, "
       "workspace=workspace, out=out), every argument by position.");
+  // The float32 output with a float bias (MatMulIntegerToFloat with a run-time a_scale:
+  // ONNX Runtime's quantize_dynamic files), every argument by position.
+  m.def(
+      "qgemm_call_float",
+      [](const py::handle& x, const std::shared_ptr<PackedWeights>& packed, const py::handle& zx,
+         const py::object& float_bias, const py::object& multiplier, int num_threads, const py::object& workspace,
+         const py::object& out) {
+        const py::none none;
+        return qgemm_impl(x, packed, zx, py::str("float32"), none, float_bias, multiplier, none, none, py::int_(0),
+                          none, num_threads, workspace, out, none, none);
+      },
+      py::arg("x"), py::arg("packed"), py::arg("zx"), py::arg("float_bias"), py::arg("multiplier"),
+      py::arg("num_threads"), py::arg("workspace"), py::arg("out"),
+      "qgemm(x, packed, zx, 'float32', float_bias=float_bias, multiplier=multiplier, num_threads=num_threads, "
+      "workspace=workspace, out=out), every argument by position.");
   m.def("pool_rest", &qgemm::pool_rest,
         "Let the kernel pool's spinning workers sleep now (before NumPy/BLAS work that runs its own "
         "threads); the next parallel kernel wakes them.");

@@ -48,10 +48,16 @@ def guarded(
     out: Any,
     *,
     reads: int | tuple[int, ...] | None = None,
+    fresh: bool = False,
 ) -> Callable[..., Any]:
     """``call(*inputs)``, or ``generic(ctx, *inputs, out=out, **attrs)`` when the binding
     refuses the arguments (ValueError: a non-contiguous view, a value outside the fast
     path), which then computes the result or raises the operator's own error.
+
+    ``fresh``: both calls return new arrays, never views of an input, so the runtime
+    need not check a kernel without ``out=`` for results that share the arena's memory
+    (three ``np.may_share_memory`` calls cost a DynamicQuantizeLinear about as much as
+    its kernel at a GEMV's row).
 
     The runtime's fast loop calls ``run.direct`` (``call``) itself, with the first
     ``run.reads`` inputs only (None: all of them; a tuple: the inputs at those positions;
@@ -71,6 +77,7 @@ def guarded(
     run.__wrapped__ = generic  # type: ignore[attr-defined]
     run.direct = call  # type: ignore[attr-defined]
     run.reads = reads  # type: ignore[attr-defined]
+    run.fresh = fresh  # type: ignore[attr-defined]
     return run
 
 

@@ -74,7 +74,7 @@ from quanta.kernels.reference.registry import MS_DOMAIN, get_op
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
-from quanta.targets.native._specialize import guarded, step_threads
+from quanta.targets.native._specialize import guarded, shape_free, step_threads
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
@@ -434,7 +434,35 @@ def bind_dynamic_quantize_linear(model: Model, node: Node) -> tuple[Kernel | Non
     if reason:
         return None, reason
     fn = _dynamic_quantize_linear_native
-    return Kernel(fn, "native", "native:dynamic_quantize_linear_u8", params={"prepared": None}), ""
+    return Kernel(
+        fn,
+        "native",
+        "native:dynamic_quantize_linear_u8",
+        params={"prepared": None},
+        specialize=_dynamic_quantize_linear_specialized,
+    ), ""
+
+
+@shape_free
+def _dynamic_quantize_linear_specialized(
+    sig: Specialization, prepared: Any = None
+) -> Callable[..., Any] | None:
+    """DynamicQuantizeLinear of a float32 x of any shape: the kernel called positionally,
+    its three new arrays handed on unchecked (ONNX Runtime's quantize_dynamic puts one
+    before every MatMulInteger, on rows of a few hundred floats: the generic call and the
+    arena checks cost three times the kernel)."""
+    if sig.dtypes[0] != np.float32:
+        return None
+    dql = _native().dynamic_quantize_linear
+    shape = sig.shapes[0]
+    threads = sig.num_threads if shape is None else step_threads(sig, math.prod(shape))
+    return guarded(
+        lambda x: dql(x, threads),
+        _dynamic_quantize_linear_native,
+        {"prepared": prepared},
+        None,
+        fresh=True,
+    )
 
 
 # --------------------------------------------------------------------------------------

@@ -1043,7 +1043,60 @@ def bind_matmul_integer_to_float(model: Model, node: Node) -> tuple[Kernel | Non
         fb = None if bias is None else np.ascontiguousarray(c_bias)
         params["direct"] = (a_dt, None, fb, sb_arg)
     name = _kernel_name("matmul_integer_to_float", a_dt, _dtype(b), packed is not None)
-    return Kernel(_matmul_integer_to_float_native, "native", name, params=params, out=True), ""
+    specialize = _matmul_integer_to_float_specialized if "direct" in params else None
+    return Kernel(
+        _matmul_integer_to_float_native, "native", name, params=params, out=True, specialize=specialize
+    ), ""
+
+
+def _matmul_integer_to_float_specialized(
+    sig: Specialization, *, packed: Any, direct: tuple, multiplier: np.ndarray | None = None
+) -> Callable[..., Any] | None:
+    """MatMulIntegerToFloat on a prepacked b (``direct`` set by the binder) for one A
+    shape: qgemm called by position. With constant scales the multiplier is the binder's;
+    with a_scale and a_zero_point from a DynamicQuantizeLinear (ONNX Runtime's
+    quantize_dynamic), it is _matmul_integer_to_float_native's f32(sa · sb[n]) per call,
+    its validity (every product finite and > 0) read from the two products of sa with
+    b_scale's least and greatest values (float32 rounding is monotonic). A value the call
+    cannot take (a non-contiguous A, a non-scalar or non-float a_scale, an a_zero_point of
+    another type) goes to the generic kernel (ValueError)."""
+    shape = sig.shapes[0]
+    a_dt, za0, fb, sb = direct
+    if shape is None or not shape or sig.dtypes[0] != a_dt:
+        return None
+    params = {"packed": packed, "direct": direct, "multiplier": multiplier}
+    threads = step_threads(sig, math.prod(shape) * packed.N, SMALL_MACS)
+    qcall, out = _native.qgemm_call_float, sig.out
+    if multiplier is not None:
+
+        def constant_scales(a: np.ndarray, *rest: Any) -> np.ndarray:
+            return qcall(a, packed, za0, fb, multiplier, threads, _workspace(), out)
+
+        return guarded(constant_scales, _matmul_integer_to_float_native, params, out, reads=1)
+    n_in = len(sig.shapes)
+    has_za = n_in > 4 and sig.dtypes[4] is not None
+    if has_za and sig.dtypes[4] != a_dt:
+        return None
+    lo, hi, inf = F32(np.min(sb)), F32(np.max(sb)), F32(np.inf)
+
+    def run_time_scale(a: np.ndarray, sa: np.ndarray, za: np.ndarray | None = None) -> np.ndarray:
+        if sa.dtype != F32 or not _is_scalar(sa):
+            raise ValueError("MatMulIntegerToFloat: a_scale is not one float32")
+        s = sa.reshape(())
+        if not (F32(s * lo) > 0 and F32(s * hi) < inf):
+            raise ValueError("MatMulIntegerToFloat: a scale product out of qgemm's range")
+        if za is None:
+            z = 0
+        elif za.dtype == a_dt and _is_scalar(za):
+            z = int(za.reshape(()))
+        else:
+            raise ValueError("MatMulIntegerToFloat: a_zero_point is not one value of A's type")
+        m = np.multiply(s, sb, dtype=F32)
+        return qcall(a, packed, z, fb, m, threads, _workspace(), out)
+
+    return guarded(
+        run_time_scale, _matmul_integer_to_float_native, params, out, reads=(0, 2, 4) if has_za else (0, 2)
+    )
 
 
 @register_binder("DynamicQuantizeMatMul", MS_DOMAIN)
