@@ -525,8 +525,8 @@ void register_qgemm(py::module_& m) {
       py::arg("zy"), py::arg("num_threads"), py::arg("workspace"), py::arg("out"),
       "qgemm(x, packed, zx, out_dtype, bias=bias, multiplier=multiplier, zy=zy, num_threads=num_threads, "
       "workspace=workspace, out=out), every argument by position.");
-  // The float32 output with a float bias (MatMulIntegerToFloat with a run-time a_scale:
-  // ONNX Runtime's quantize_dynamic files), every argument by position.
+  // The float32 output with a float bias (MatMulIntegerToFloat on a prepacked b), every
+  // argument by position.
   m.def(
       "qgemm_call_float",
       [](const py::handle& x, const std::shared_ptr<PackedWeights>& packed, const py::handle& zx,
@@ -540,6 +540,52 @@ void register_qgemm(py::module_& m) {
       py::arg("num_threads"), py::arg("workspace"), py::arg("out"),
       "qgemm(x, packed, zx, 'float32', float_bias=float_bias, multiplier=multiplier, num_threads=num_threads, "
       "workspace=workspace, out=out), every argument by position.");
+  // MatMulIntegerToFloat with a run-time a_scale and a_zero_point (ONNX Runtime's
+  // quantize_dynamic: a DynamicQuantizeLinear feeds them): the multiplier f32(sa · sb[n])
+  // (one float32 product each, as NumPy's) made here, with its checks, instead of by
+  // NumPy per call. ValueError when a_scale is not one float32, a_zero_point not one
+  // value of x's type, or a product not finite and > 0 (the caller's generic path).
+  m.def(
+      "qgemm_scaled_float",
+      [](const py::handle& x, const std::shared_ptr<PackedWeights>& packed, const py::handle& a_scale,
+         const py::object& a_zero_point, const py::handle& b_scale, const py::object& float_bias, int num_threads,
+         const py::object& workspace, const py::object& out) {
+        const auto one = [](const py::array& a) { return a.ndim() == 0 || (a.ndim() == 1 && a.shape(0) == 1); };
+        if (!py::isinstance<py::array>(x)) throw py::value_error("qgemm_scaled_float: x: expected a numpy array");
+        auto sa = require_array<float>(a_scale, "qgemm_scaled_float: a_scale");
+        if (!one(sa)) throw py::value_error("qgemm_scaled_float: a_scale: expected one value");
+        int64_t z = 0;
+        if (!a_zero_point.is_none()) {
+          if (!py::isinstance<py::array>(a_zero_point)) {
+            throw py::value_error("qgemm_scaled_float: a_zero_point: expected a numpy array");
+          }
+          auto za = py::reinterpret_borrow<py::array>(a_zero_point);
+          const py::dtype xdt = py::reinterpret_borrow<py::array>(x).dtype();
+          if (!dtype_equiv(za.dtype(), xdt) || !one(za) || !(za.flags() & py::array::c_style)) {
+            throw py::value_error("qgemm_scaled_float: a_zero_point: expected one value of x's type");
+          }
+          z = dtype_equiv(xdt, py::dtype::of<int8_t>()) ? *static_cast<const int8_t*>(za.data())
+                                                        : *static_cast<const uint8_t*>(za.data());
+        }
+        auto sb = require_array<float>(b_scale, "qgemm_scaled_float: b_scale");
+        py::array_t<float> m(shape_of(sb));
+        const float s = *sa.data();
+        const float* pb = sb.data();
+        float* pm = m.mutable_data();
+        for (py::ssize_t i = 0; i < sb.size(); ++i) {
+          pm[i] = s * pb[i];
+          if (!(std::isfinite(pm[i]) && pm[i] > 0.0f)) {
+            throw py::value_error("qgemm_scaled_float: a multiplier a_scale * b_scale not finite and > 0");
+          }
+        }
+        const py::none none;
+        return qgemm_impl(x, packed, py::int_(z), py::str("float32"), none, float_bias, m, none, none, py::int_(0),
+                          none, num_threads, workspace, out, none, none);
+      },
+      py::arg("x"), py::arg("packed"), py::arg("a_scale"), py::arg("a_zero_point"), py::arg("b_scale"),
+      py::arg("float_bias"), py::arg("num_threads"), py::arg("workspace"), py::arg("out"),
+      "qgemm(x, packed, a_zero_point, 'float32', float_bias=float_bias, multiplier=f32(a_scale * b_scale), ...), "
+      "a_scale / a_zero_point one value each (else ValueError), every argument by position.");
   m.def("pool_rest", &qgemm::pool_rest,
         "Let the kernel pool's spinning workers sleep now (before NumPy/BLAS work that runs its own "
         "threads); the next parallel kernel wakes them.");

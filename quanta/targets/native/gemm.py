@@ -1056,10 +1056,9 @@ def _matmul_integer_to_float_specialized(
     shape: qgemm called by position. With constant scales the multiplier is the binder's;
     with a_scale and a_zero_point from a DynamicQuantizeLinear (ONNX Runtime's
     quantize_dynamic), it is _matmul_integer_to_float_native's f32(sa · sb[n]) per call,
-    its validity (every product finite and > 0) read from the two products of sa with
-    b_scale's least and greatest values (float32 rounding is monotonic). A value the call
-    cannot take (a non-contiguous A, a non-scalar or non-float a_scale, an a_zero_point of
-    another type) goes to the generic kernel (ValueError)."""
+    made with its checks in qgemm_scaled_float. A value the call cannot take (a
+    non-contiguous A, a non-scalar or non-float a_scale, an a_zero_point of another
+    type, a product not finite and > 0) goes to the generic kernel (ValueError)."""
     shape = sig.shapes[0]
     a_dt, za0, fb, sb = direct
     if shape is None or not shape or sig.dtypes[0] != a_dt:
@@ -1077,22 +1076,10 @@ def _matmul_integer_to_float_specialized(
     has_za = n_in > 4 and sig.dtypes[4] is not None
     if has_za and sig.dtypes[4] != a_dt:
         return None
-    lo, hi, inf = F32(np.min(sb)), F32(np.max(sb)), F32(np.inf)
+    qscaled, sb_arr = _native.qgemm_scaled_float, np.ascontiguousarray(sb, dtype=F32)
 
     def run_time_scale(a: np.ndarray, sa: np.ndarray, za: np.ndarray | None = None) -> np.ndarray:
-        if sa.dtype != F32 or not _is_scalar(sa):
-            raise ValueError("MatMulIntegerToFloat: a_scale is not one float32")
-        s = sa.reshape(())
-        if not (F32(s * lo) > 0 and F32(s * hi) < inf):
-            raise ValueError("MatMulIntegerToFloat: a scale product out of qgemm's range")
-        if za is None:
-            z = 0
-        elif za.dtype == a_dt and _is_scalar(za):
-            z = int(za.reshape(()))
-        else:
-            raise ValueError("MatMulIntegerToFloat: a_zero_point is not one value of A's type")
-        m = np.multiply(s, sb, dtype=F32)
-        return qcall(a, packed, z, fb, m, threads, _workspace(), out)
+        return qscaled(a, packed, sa, za, sb_arr, fb, threads, _workspace(), out)
 
     return guarded(
         run_time_scale, _matmul_integer_to_float_native, params, out, reads=(0, 2, 4) if has_za else (0, 2)
