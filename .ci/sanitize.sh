@@ -25,7 +25,8 @@
 #   (tests/targets/test_native_layout.py: its binding is not in tests/kernels), and the
 #   tensor-op, recurrent and float GEMM kernels, whose differential tests live in
 #   tests/targets (test_native_tensor_ops.py, test_native_recurrent.py,
-#   test_native_float_gemm.py). The reference tests do
+#   test_native_float_gemm.py), and the native programs (tests/runtime/test_native_programs.py:
+#   kernel calls recorded once and run later from C++). The reference tests do
 #   not touch _native, and several of them run onnxruntime, which crashes while creating
 #   a session under a preloaded (uninstrumented-host) ASan. A native test that compares
 #   with onnxruntime has the same problem: compare with the NumPy twin instead.
@@ -71,7 +72,8 @@ PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)
 if [[ "$#" -eq 0 ]]; then
   set -- "$ROOT/tests/kernels" "$ROOT/tests/targets/test_native_layout.py" \
     "$ROOT/tests/targets/test_native_tensor_ops.py" "$ROOT/tests/targets/test_native_recurrent.py" \
-    "$ROOT/tests/targets/test_native_float_gemm.py" --ignore="$ROOT/tests/kernels/reference"
+    "$ROOT/tests/targets/test_native_float_gemm.py" "$ROOT/tests/runtime/test_native_programs.py" \
+    --ignore="$ROOT/tests/kernels/reference"
 fi
 cd "$ROOT"
 env LD_PRELOAD="$PRELOAD" \

@@ -40,7 +40,7 @@ import numpy as np
 from quanta.runtime.compile import plan_static_memory
 from quanta.runtime.control_flow import reset_observer, set_observer
 from quanta.runtime.memory import VIEW_OPS, MemoryPlan
-from quanta.runtime.plan import Plan, SlotKind
+from quanta.runtime.plan import NONE_SLOT, Plan, SlotKind
 from quanta.runtime.profile import Profiler
 from quanta.runtime.static_steps import signature_shape_unstable, signature_static_steps
 from quanta.targets.base import Executable, Specialization, TargetError
@@ -85,6 +85,10 @@ class BoundRun:
     #: ``_bind`` gets them too)
     direct_steps: list[_StepTuple] | None = None
     guards: dict[int, Callable[..., Any]] = field(default_factory=dict)
+    #: slot -> its planned view of the arena (the outputs of the steps that write there)
+    slot_views: dict[int, np.ndarray] = field(default_factory=dict)
+    #: how many steps run inside native programs (:func:`_native_programs`), of how many
+    program_steps: tuple[int, int] = (0, 0)
 
     def fast(self, vals: list[Any]) -> list[_StepTuple]:
         """Puts the recorded signature-static values into ``vals``; the steps left to run."""
@@ -113,6 +117,10 @@ class BoundRun:
 
 class Executor(Executable):
     """Runs ``plan``; see the module docstring. ``profiler``: record per-step times."""
+
+    #: run the recordable steps of a bound signature as native programs
+    #: (:func:`_native_programs`); off: every step from the Python loop
+    native_programs: bool = True
 
     def __init__(self, plan: Plan, *, profiler: Profiler | None = None, max_signatures: int = 8):
         self.plan = plan
@@ -439,6 +447,8 @@ class Executor(Executable):
     def _remember(self, signature: tuple, specs: Specs, captured: dict[int, np.ndarray]) -> None:
         bound = self._bind(specs, captured)
         self._add_static(bound, captured)
+        if bound.arena is not None and self.native_programs:
+            _native_programs(self.plan, bound)
         with self._bound_lock:
             self._bound[signature] = bound
             while len(self._bound) > self.max_signatures:
@@ -491,7 +501,9 @@ class Executor(Executable):
             if getattr(fn, "fresh", False):
                 continue  # a specialized call that never returns a view of an input
             steps[s.index] = (k, _copy_out_of(arena, fn), ctx, ins, n_in, out1, outs, frees, kw)
-        return BoundRun(steps, specs, memory, arena, frozenset(resident))
+        bound = BoundRun(steps, specs, memory, arena, frozenset(resident))
+        bound.slot_views = {s.outputs[0]: views[s.index] for s in out_steps}
+        return bound
 
     def _specialize(
         self,
@@ -571,6 +583,127 @@ class Executor(Executable):
 #: Largest output of a signature-static step that the executor records (a shape
 #: subgraph's values are a few int64s; larger constant-derived values are recomputed).
 STATIC_VALUE_MAX_BYTES = 64 << 10
+
+
+def _native_programs(plan: Plan, bound: BoundRun) -> None:
+    """Replaces each run of consecutive recordable steps of ``bound``'s fast loop by one
+    native program (``_native.Program``, docs/runtime.md "Native programs"): the steps'
+    kernel calls recorded once, here, and run as one C++ call with the GIL released once.
+
+    A step is recorded when its specialized call says it makes exactly one kernel call
+    into its planned output (``fn.recordable``, set by the binders' specialize hooks)
+    and every array it reads or writes stays where it is on every run of the signature:
+    constants, signature-static values, arena views, and the views a view step (Reshape,
+    Squeeze, ...) makes of those, which are made here once and dropped from the loop.
+    The values a Python step or the caller reads from such slots are put in place with
+    the signature-static ones at the start of each run (the arrays are the same; the
+    programs write their contents)."""
+    try:
+        from quanta.kernels._native import Program
+    except ImportError:
+        return
+    arena = bound.arena
+    overridable = set(plan.inputs.values())
+    fixed: dict[int, np.ndarray] = {k: v for k, v in plan.constants.items() if k not in overridable}
+    fixed.update(bound.static_values)
+    fixed.update(bound.slot_views)
+    steps = bound.steps if bound.fast_steps is None else bound.fast_steps
+    out: list[_StepTuple] = []
+    program: Any = None
+    first = -1
+    made: dict[int, np.ndarray] = {}  # slots whose arrays a dropped view step made
+    recorded = 0
+
+    def args_of(ins: tuple[int, ...]) -> list[Any] | None:
+        if not all(i == NONE_SLOT or i in fixed for i in ins):
+            return None
+        return [None if i == NONE_SLOT else fixed[i] for i in ins]
+
+    def flush() -> None:
+        nonlocal program
+        if program is not None and len(program):
+            out.append((first, program.run, _PROGRAM, (), -3, -1, (), (), None))
+        program = None
+
+    produced: set[int] = set()
+    for t in steps:
+        k, fn, ctx, ins, _, _, outs, _, kw = t
+        step = plan.steps[k]
+        args = args_of(ins)
+        if args is not None and step.op_type in VIEW_OPS:
+            views = _fixed_views(fn, ctx, args, kw, outs, arena)
+            if views is not None:
+                for o, v in views.items():
+                    fixed[o] = made[o] = v
+                continue
+        call = getattr(fn, "direct", None)
+        if (
+            args is not None
+            and call is not None
+            and getattr(fn, "recordable", False)
+            and all(o is None or o in bound.slot_views for o in outs)
+            and all(a is None or not isinstance(a, np.ndarray) or a.flags.c_contiguous for a in args)
+        ):
+            picked = _picked(fn, args)
+            if program is None:
+                program, first = Program(), k
+            if program.record(call, *picked):
+                recorded += 1
+                produced.update(o for o in outs if o is not None)
+                continue
+        flush()
+        out.append(t)
+    flush()
+    if not recorded and not made:
+        return
+    # the arrays Python steps and the caller read from slots no Python step now writes
+    wanted = {i for t in out if t[2] is not _PROGRAM for i in plan.steps[t[0]].inputs}
+    wanted |= set(plan.outputs.values())
+    arrays = {**{o: bound.slot_views[o] for o in produced}, **made}
+    extra = tuple((k, arrays[k]) for k in sorted(arrays) if k in wanted)
+    bound.static_values = bound.static_values + extra
+    bound.fast_steps = out
+    bound.direct_steps = None
+    bound.program_steps = (recorded, len(steps))
+
+
+def _picked(fn: Callable[..., Any], args: list[Any]) -> list[Any]:
+    """The arguments a direct call takes (``fn.reads``, as :func:`_direct` picks them)."""
+    reads = getattr(fn, "reads", None)
+    if reads is None:
+        return args
+    if isinstance(reads, int):
+        return args[:reads]
+    return [args[p] for p in reads]
+
+
+#: the ctx of a native program's step in the fast loop
+_PROGRAM = object()
+
+
+def _fixed_views(
+    fn: Callable[..., Any],
+    ctx: Any,
+    args: list[Any],
+    kw: dict | None,
+    outs: tuple[int | None, ...],
+    arena: np.ndarray,
+) -> dict[int, np.ndarray] | None:
+    """A view step's results made once from arrays that never move, when every one is a
+    view of the arena (so it shows what the producers write on each run), else None."""
+    try:
+        res = fn(ctx, *args, **(kw or {}))
+    except KERNEL_ERRORS:
+        return None
+    res = res if isinstance(res, (tuple, list)) else (res,)
+    views = {}
+    for o, r in zip(outs, res):
+        if o is None:
+            continue
+        if not isinstance(r, np.ndarray) or r.base is None or not np.may_share_memory(r, arena):
+            return None
+        views[o] = r
+    return views
 
 
 def _capture(vals: list[Any], outs: tuple[int | None, ...], capture: dict[int, np.ndarray]) -> None:

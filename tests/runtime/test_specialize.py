@@ -482,6 +482,7 @@ def test_the_fast_loop_calls_specialized_kernels_directly() -> None:
     from quanta.runtime.execute import _direct
 
     sess = _session("native", 1)
+    sess.executor.native_programs = False  # every step in the Python loop (no programs)
     feeds = _feeds(np.random.default_rng(3))
     for _ in range(2):  # the measuring run binds, the next one makes the direct steps
         sess.run(None, feeds)

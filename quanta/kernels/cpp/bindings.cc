@@ -51,4 +51,5 @@ PYBIND11_MODULE(_native, m) {
   register_mx(m);
   register_nchwc(m);
   register_index_ops(m);
+  register_program(m);
 }

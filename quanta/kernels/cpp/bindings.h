@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -19,6 +20,33 @@
 
 namespace quanta {
 namespace py = pybind11;
+
+// ---------------------------------------------------------------------------------------
+// Recorded kernel calls (quanta.runtime's native programs, docs/runtime.md "Native
+// programs"). A binding checks its arguments and makes its output with the GIL held, then
+// hands the kernel call itself to run_or_record, which runs it with the GIL released, or,
+// while Program.record (bindings_program.cc) records a step on this thread, keeps it to
+// run later from the program. The callable captures what it uses by value (pointers into
+// arrays the program keeps alive, shapes, vectors): it must not refer to the binding's
+// locals.
+struct CallRecorder {
+  std::vector<std::function<void()>> calls;
+};
+
+inline CallRecorder*& call_recorder() {
+  static thread_local CallRecorder* recorder = nullptr;
+  return recorder;
+}
+
+template <typename F>
+void run_or_record(F&& call) {
+  if (CallRecorder* r = call_recorder()) {
+    r->calls.emplace_back(std::forward<F>(call));
+    return;
+  }
+  py::gil_scoped_release release;
+  call();
+}
 
 // One registration function per kernel family (bindings_<family>.cc).
 void register_quantize(py::module_& m);
@@ -39,6 +67,7 @@ void register_w4(py::module_& m);
 void register_bf16(py::module_& m);
 void register_mx(py::module_& m);
 void register_nchwc(py::module_& m);
+void register_program(py::module_& m);
 
 // Shapes, thread counts and output aliasing, checked the same way (and named in the same
 // words) by every binding family.

@@ -39,10 +39,7 @@ py::array exp_f32(const py::handle& x_obj, int num_threads, const py::object& ou
   auto x = require_array<float>(x_obj, "exp_f32: x");
   check_threads(num_threads, "exp_f32");
   auto y = make_output<float>(out_obj, shape_of(x), "exp_f32", {x});
-  {
-    py::gil_scoped_release release;
-    float_ops::exp_f32(x.data(), y.mutable_data(), x.size(), num_threads, active_isa());
-  }
+  run_or_record([=]() mutable { float_ops::exp_f32(x.data(), y.mutable_data(), x.size(), num_threads, active_isa()); });
   return std::move(y);
 }
 
@@ -53,10 +50,7 @@ py::array softmax_f32(const py::handle& x_obj, int num_threads, const py::object
   auto y = make_output<float>(out_obj, shape_of(x), "softmax_f32", {x});
   const int64_t d = x.shape(x.ndim() - 1);
   const int64_t rows = d == 0 ? 0 : x.size() / d;
-  {
-    py::gil_scoped_release release;
-    float_ops::softmax(x.data(), y.mutable_data(), rows, d, num_threads, active_isa());
-  }
+  run_or_record([=]() mutable { float_ops::softmax(x.data(), y.mutable_data(), rows, d, num_threads, active_isa()); });
   return std::move(y);
 }
 
@@ -135,11 +129,9 @@ py::array binary_f32(const std::string& op_name, const py::handle& a_obj, const 
   check_threads(num_threads, "binary_f32");
   const Broadcast bc = broadcast_shapes(a, b, "binary_f32");
   auto c = make_output<float>(out_obj, bc.out, "binary_f32", {a, b});
-  const float_ops::BroadcastShape s = bc.shape();
-  {
-    py::gil_scoped_release release;
-    float_ops::binary(op, a.data(), b.data(), c.mutable_data(), s, num_threads, active_isa());
-  }
+  run_or_record([=]() mutable {  // bc.shape() points into the call's own copy of bc
+    float_ops::binary(op, a.data(), b.data(), c.mutable_data(), bc.shape(), num_threads, active_isa());
+  });
   return std::move(c);
 }
 
@@ -175,10 +167,9 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
   auto x = require_array<float>(x_obj, "unary_f32: x");
   check_threads(num_threads, "unary_f32");
   auto y = make_output<float>(out_obj, shape_of(x), "unary_f32", {x});
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     float_ops::unary(found->second, x.data(), y.mutable_data(), x.size(), num_threads, active_isa());
-  }
+  });
   return std::move(y);
 }
 
@@ -186,10 +177,8 @@ py::array elu_f32(const py::handle& x_obj, float alpha, int num_threads, const p
   auto x = require_array<float>(x_obj, "elu_f32: x");
   check_threads(num_threads, "elu_f32");
   auto y = make_output<float>(out_obj, shape_of(x), "elu_f32", {x});
-  {
-    py::gil_scoped_release release;
-    float_ops::elu(x.data(), y.mutable_data(), x.size(), alpha, num_threads, active_isa());
-  }
+  run_or_record(
+      [=]() mutable { float_ops::elu(x.data(), y.mutable_data(), x.size(), alpha, num_threads, active_isa()); });
   return std::move(y);
 }
 

@@ -45,10 +45,8 @@ py::array transpose_impl(const py::handle& x_obj, int64_t batch, int64_t rows, i
       throw py::value_error("transpose_batched: out overlaps x");
     }
   }
-  {
-    py::gil_scoped_release release;
-    layout::transpose_batched(x.data(), y.mutable_data(), batch, rows, cols, elem, num_threads);
-  }
+  run_or_record(
+      [=]() mutable { layout::transpose_batched(x.data(), y.mutable_data(), batch, rows, cols, elem, num_threads); });
   return y;
 }
 

@@ -39,10 +39,8 @@ py::array reorder_nchwc(const py::handle& x_obj, const py::object& out_obj, int 
   const int64_t n = x.shape(0), c = x.shape(1), h = x.shape(2), w = x.shape(3);
   auto y = make_output<float>(out_obj, Shape{n, nchwc::blocks(c), h, w, kB}, op.c_str(), {x});
   if (y.size() == 0) return std::move(y);
-  {
-    py::gil_scoped_release release;
-    nchwc::reorder_to_nchwc(x.data(), n, c, h * w, y.mutable_data(), num_threads, active_isa());
-  }
+  run_or_record(
+      [=]() mutable { nchwc::reorder_to_nchwc(x.data(), n, c, h * w, y.mutable_data(), num_threads, active_isa()); });
   return std::move(y);
 }
 
@@ -60,10 +58,8 @@ py::array reorder_nchw(const py::handle& x_obj, int64_t c, const py::object& out
   const int64_t n = x.shape(0), h = x.shape(2), w = x.shape(3);
   auto y = make_output<float>(out_obj, Shape{n, c, h, w}, op.c_str(), {x});
   if (y.size() == 0) return std::move(y);
-  {
-    py::gil_scoped_release release;
-    nchwc::reorder_to_nchw(x.data(), n, c, h * w, y.mutable_data(), num_threads, active_isa());
-  }
+  run_or_record(
+      [=]() mutable { nchwc::reorder_to_nchw(x.data(), n, c, h * w, y.mutable_data(), num_threads, active_isa()); });
   return std::move(y);
 }
 
@@ -185,11 +181,10 @@ py::array conv(const py::handle& x_obj, const py::handle& w_obj, const py::objec
   auto y = sum_obj.is_none() ? make_output<float>(out_obj, yshape, op.c_str(), {x, w})
                              : make_output<float>(out_obj, yshape, op.c_str(), {x, w, sum});
   if (y.size() == 0) return std::move(y);
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     nchwc::conv(g, x.data(), w.data(), bias16.empty() ? nullptr : bias16.data(), lo, hi, post_kind ? &post : nullptr,
                 y.mutable_data(), num_threads, active_isa(), sum_obj.is_none() ? nullptr : sum.data());
-  }
+  });
   return std::move(y);
 }
 
@@ -235,10 +230,9 @@ py::array max_pool(const py::handle& x_obj, const std::vector<int64_t>& kernel, 
   }
   auto y = make_output<float>(out_obj, Shape{x.shape(0), x.shape(1), g.oh, g.ow, kB}, op.c_str(), {x});
   if (y.size() == 0) return std::move(y);
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     nchwc::max_pool(x.data(), x.shape(0) * x.shape(1), g, y.mutable_data(), num_threads, active_isa());
-  }
+  });
   return std::move(y);
 }
 
@@ -250,10 +244,9 @@ py::array global_avg_pool(const py::handle& x_obj, int num_threads, const py::ob
   if (hw == 0) throw py::value_error(op + ": x: expected a non-empty plane, got " + shape_str(shape_of(x)));
   auto y = make_output<float>(out_obj, Shape{x.shape(0), x.shape(1), 1, 1, kB}, op.c_str(), {x});
   if (y.size() == 0) return std::move(y);
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     nchwc::global_avg_pool(x.data(), x.shape(0) * x.shape(1), hw, y.mutable_data(), num_threads, active_isa());
-  }
+  });
   return std::move(y);
 }
 
@@ -268,10 +261,9 @@ py::array resize_nearest(const py::handle& x_obj, int64_t fy, int64_t fx, int nu
   const int64_t h = x.shape(2), w = x.shape(3);
   auto y = make_output<float>(out_obj, Shape{x.shape(0), x.shape(1), h * fy, w * fx, kB}, op.c_str(), {x});
   if (y.size() == 0) return std::move(y);
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     nchwc::resize_nearest(x.data(), x.shape(0) * x.shape(1), h, w, fy, fx, y.mutable_data(), num_threads);
-  }
+  });
   return std::move(y);
 }
 

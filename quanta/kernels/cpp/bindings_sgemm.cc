@@ -118,11 +118,10 @@ py::array matmul_f32(const py::handle& a_obj, const py::object& b_obj, const py:
     ep.bias_col = column_bias(bias_obj, n, op, &bias);
     auto y = make_output(out_obj, with_last(a, n), op);
     const int64_t rows = leading_rows(a);
-    {
-      py::gil_scoped_release release;
+    run_or_record([=]() mutable {
       sgemm::gemm_batched(1, rows, n, k, sgemm::MatA{a.data(), false, k}, nullptr, sgemm::MatB{bp.data(), true, 0},
                           nullptr, y.mutable_data(), ep, num_threads, active_isa());
-    }
+    });
     return std::move(y);
   }
   auto b = require_array<float>(b_obj, "matmul_f32: b");
@@ -173,11 +172,10 @@ py::array matmul_f32(const py::handle& a_obj, const py::object& b_obj, const py:
       idx[static_cast<size_t>(d)] = 0;
     }
   }
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     sgemm::gemm_batched(nb, m, n, k, sgemm::MatA{a.data(), false, k}, aoff.data(), sgemm::MatB{b.data(), false, n},
                         boff.data(), y.mutable_data(), ep, num_threads, active_isa());
-  }
+  });
   return std::move(y);
 }
 
@@ -431,11 +429,11 @@ class ConvF32Call {
     }
     Arr y = out_ ? *out_ : Arr(y_shape_);
     if (y.size() == 0) return std::move(y);
-    {
-      py::gil_scoped_release release;
+    // the call holds this plan (the recorded callable keeps its Python object alive)
+    run_or_record([this, x, y]() mutable {
       sgemm::conv(g_, path_, x.data(), w_.data(), bias_ptr_, lo_, hi_, y.mutable_data(), threads_, active_isa(),
                   has_post_ ? &post_ : nullptr);
-    }
+    });
     return std::move(y);
   }
 

@@ -149,11 +149,10 @@ py::array unary_f32_ex(const std::string& op_name, const py::handle& x_obj, int 
   p.alpha = alpha;
   p.beta = beta;
   auto y = make_output(out_obj, x.dtype(), shape_of(x), "unary_f32_ex", {x});
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     tensor_ops::unary_f32(static_cast<tensor_ops::UnaryF32>(op), x.data(), static_cast<float*>(y.mutable_data()),
                           x.size(), p, num_threads, active_isa());
-  }
+  });
   return y;
 }
 
@@ -188,10 +187,8 @@ py::array cast(const py::handle& x_obj, const py::object& dtype_obj, int num_thr
   }
   check_threads(num_threads, "cast");
   auto y = make_output(out_obj, to_dtype, shape_of(x), "cast", {x});
-  {
-    py::gil_scoped_release release;
-    tensor_ops::cast(from, to, x.data(), y.mutable_data(), x.size(), num_threads, active_isa());
-  }
+  run_or_record(
+      [=]() mutable { tensor_ops::cast(from, to, x.data(), y.mutable_data(), x.size(), num_threads, active_isa()); });
   return y;
 }
 
@@ -227,11 +224,9 @@ py::array broadcast_op(const std::string& op_name, const py::handle& a_obj, cons
   const Broadcast bc = broadcast_shapes(a, b, "broadcast_op");
   const py::dtype out_dtype = kind == 0 ? a.dtype() : py::dtype("bool");
   auto c = make_output(out_obj, out_dtype, bc.out, "broadcast_op", {a, b});
-  const broadcast::Shape s = bc.shape();
-  {
-    py::gil_scoped_release release;
-    tensor_ops::broadcast_op(kind, op, t, a.data(), b.data(), c.mutable_data(), s, num_threads, active_isa());
-  }
+  run_or_record([=]() mutable {  // bc.shape() points into the call's own copy of bc
+    tensor_ops::broadcast_op(kind, op, t, a.data(), b.data(), c.mutable_data(), bc.shape(), num_threads, active_isa());
+  });
   return c;
 }
 
@@ -247,11 +242,10 @@ py::array reduce_rows_f32(const std::string& op_name, const py::handle& x_obj, i
   if (x.ndim() != 2) throw py::value_error("reduce_rows_f32: x: expected [rows, d], got " + shape_str(shape_of(x)));
   check_threads(num_threads, "reduce_rows_f32");
   auto y = make_output(out_obj, x.dtype(), Shape{x.shape(0)}, "reduce_rows_f32", {x});
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     tensor_ops::reduce_rows(static_cast<tensor_ops::Reduce>(op), x.data(), x.shape(0), x.shape(1),
                             static_cast<float*>(y.mutable_data()), num_threads, active_isa());
-  }
+  });
   return y;
 }
 
@@ -269,11 +263,10 @@ py::array reduce_middle_f32(const std::string& op_name, const py::handle& x_obj,
   }
   check_threads(num_threads, "reduce_middle_f32");
   auto y = make_output(out_obj, x.dtype(), Shape{x.shape(0), x.shape(2)}, "reduce_middle_f32", {x});
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     tensor_ops::reduce_middle(static_cast<tensor_ops::Reduce>(op), x.data(), x.shape(0), x.shape(1), x.shape(2),
                               static_cast<float*>(y.mutable_data()), num_threads, active_isa());
-  }
+  });
   return y;
 }
 
@@ -346,11 +339,10 @@ py::array batch_norm_f32(const py::handle& x_obj, const py::handle& m_obj, const
   auto y = make_output(out_obj, x.dtype(), shape_of(x), "batch_norm_f32", {x});
   int64_t inner = 1;
   for (py::ssize_t dim = 2; dim < x.ndim(); ++dim) inner *= x.shape(dim);
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     tensor_ops::batch_norm(x.data(), static_cast<float*>(y.mutable_data()), x.shape(0) * channels, inner, channels,
                            p[0].data(), p[1].data(), p[2].data(), p[3].data(), num_threads, active_isa());
-  }
+  });
   return y;
 }
 
@@ -541,11 +533,16 @@ py::array take_axis(const py::handle& x_obj, int64_t axis, const py::handle& idx
   out_shape.push_back(count);
   for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape(d), out_shape.push_back(x.shape(d));
   auto y = make_output(out_obj, x.dtype(), out_shape, "take_axis", {x});
-  {
-    py::gil_scoped_release release;
-    tensor_ops::take_axis(static_cast<const uint8_t*>(x.data()), outer, n, inner, ip, count,
+  // A recorded call keeps its own copy of widened int32 indices, or points into the
+  // int64 array (the recording caller keeps it alive); the bounds were checked here, so a
+  // program records take_axis for constant indices only (quanta.targets.native.tensor_ops).
+  const bool wide = !widened.empty();
+  const int64_t* ip64 = wide ? nullptr : ip;
+  run_or_record([=]() mutable {
+    const int64_t* p = wide ? widened.data() : ip64;
+    tensor_ops::take_axis(static_cast<const uint8_t*>(x.data()), outer, n, inner, p, count,
                           static_cast<uint8_t*>(y.mutable_data()), num_threads);
-  }
+  });
   return y;
 }
 
@@ -575,11 +572,10 @@ py::array repeat_2d(const py::handle& x_obj, int64_t sh, int64_t sw, int num_thr
   if (lanes) out_shape.push_back(x.shape(rank));
   auto y = make_output(out_obj, x.dtype(), out_shape, "repeat_2d", {x});
   if (y.size() == 0) return y;
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     tensor_ops::repeat_2d(static_cast<const uint8_t*>(x.data()), planes, h, w, elem, sh, sw,
                           static_cast<uint8_t*>(y.mutable_data()), num_threads);
-  }
+  });
   return y;
 }
 
@@ -602,11 +598,12 @@ py::array copy_strided(const py::handle& x_obj, int num_threads, const py::objec
   if (x.size() && y.nbytes() && xs + lo < ys + static_cast<intptr_t>(y.nbytes()) && ys < xs + hi) {
     throw py::value_error("copy_strided: out: expected a buffer that does not overlap the inputs");
   }
-  {
-    py::gil_scoped_release release;
-    tensor_ops::copy_strided(static_cast<const uint8_t*>(x.data()), static_cast<int>(x.ndim()), shape.data(),
-                             strides.data(), x.itemsize(), static_cast<uint8_t*>(y.mutable_data()), num_threads);
-  }
+  const int rank = static_cast<int>(x.ndim());
+  const int64_t itemsize = x.itemsize();
+  run_or_record([=]() mutable {
+    tensor_ops::copy_strided(static_cast<const uint8_t*>(x.data()), rank, shape.data(), strides.data(), itemsize,
+                             static_cast<uint8_t*>(y.mutable_data()), num_threads);
+  });
   return y;
 }
 

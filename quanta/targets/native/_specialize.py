@@ -49,6 +49,7 @@ def guarded(
     *,
     reads: int | tuple[int, ...] | None = None,
     fresh: bool = False,
+    recordable: bool = False,
 ) -> Callable[..., Any]:
     """``call(*inputs)``, or ``generic(ctx, *inputs, out=out, **attrs)`` when the binding
     refuses the arguments (ValueError: a non-contiguous view, a value outside the fast
@@ -58,6 +59,12 @@ def guarded(
     need not check a kernel without ``out=`` for results that share the arena's memory
     (three ``np.may_share_memory`` calls cost a DynamicQuantizeLinear about as much as
     its kernel at a GEMV's row).
+
+    ``recordable``: ``call`` makes exactly one kernel call, through a binding that
+    hands it to ``run_or_record`` (bindings.h), writes it into ``out`` (not None), and
+    computes nothing else from the values of its inputs; the runtime may then record
+    that call once and run it from a native program (quanta.runtime.execute
+    ``_native_programs``) while the inputs and ``out`` stay where they are.
 
     The runtime's fast loop calls ``run.direct`` (``call``) itself, with the first
     ``run.reads`` inputs only (None: all of them; a tuple: the inputs at those positions;
@@ -78,6 +85,7 @@ def guarded(
     run.direct = call  # type: ignore[attr-defined]
     run.reads = reads  # type: ignore[attr-defined]
     run.fresh = fresh  # type: ignore[attr-defined]
+    run.recordable = recordable and out is not None  # type: ignore[attr-defined]
     return run
 
 

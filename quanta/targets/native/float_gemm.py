@@ -448,7 +448,7 @@ def _conv_specialized(
         "post": post,
         **attrs,
     }
-    run = guarded(lambda x, *rest: conv(x), generic, generic_attrs, out, reads=1)
+    run = guarded(lambda x, *rest: conv(x), generic, generic_attrs, out, reads=1, recordable=True)
     run.direct = conv  # type: ignore[attr-defined]  # reads x alone (reads=1)
     return run
 
@@ -749,7 +749,7 @@ def _matmul_runtime_specialized(sig: Specialization) -> Callable[..., Any] | Non
     def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return matmul(a, b, None, 0, None, 1.0, -inf, inf, threads, out)
 
-    return guarded(run, _matmul_native, {}, out)
+    return guarded(run, _matmul_native, {}, out, recordable=True)
 
 
 def _matmul_specialized(sig: Specialization, *, b_packed: np.ndarray, n: int) -> Callable[..., Any] | None:
@@ -775,7 +775,7 @@ def _matmul_specialized(sig: Specialization, *, b_packed: np.ndarray, n: int) ->
         def run(a: np.ndarray, *rest: Any) -> np.ndarray:
             return matmul(a, None, b_packed, n, None, 1.0, -inf, inf, threads, None)
 
-    return guarded(run, _matmul_native, {"b_packed": b_packed, "n": n}, out, reads=1)
+    return guarded(run, _matmul_native, {"b_packed": b_packed, "n": n}, out, reads=1, recordable=True)
 
 
 def _gemm_bias(
@@ -930,4 +930,4 @@ def _gemm_specialized(
         "transA": transA,
         "transB": transB,
     }
-    return guarded(run, _gemm_native, generic_attrs, out, reads=1)
+    return guarded(run, _gemm_native, generic_attrs, out, reads=1, recordable=True)

@@ -239,14 +239,14 @@ def _softmax_specialized(sig: Specialization, *, axis: int | None = None) -> Any
             def coerced(x: np.ndarray, *rest: Any) -> np.ndarray:
                 return softmax(x.reshape(rows), threads).reshape(shape)
 
-        return guarded(coerced, _softmax_native, {"axis": axis}, out, reads=1)
+        return guarded(coerced, _softmax_native, {"axis": axis}, out, reads=1, recordable=True)
     if ax % len(shape) != len(shape) - 1:
         return None
 
     def call(x: np.ndarray, *rest: Any) -> np.ndarray:
         return softmax(x, threads, out)
 
-    return guarded(call, _softmax_native, {"axis": axis}, out, reads=1)
+    return guarded(call, _softmax_native, {"axis": axis}, out, reads=1, recordable=True)
 
 
 @register_binder("Softmax")
@@ -705,7 +705,7 @@ def _binary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         if sig.dtypes != (F32, F32):
             return None
         binary, threads, out = _native().binary_f32, step_threads(sig), sig.out
-        return guarded(lambda a, b: binary(op, a, b, threads, out), fn, attrs, out)
+        return guarded(lambda a, b: binary(op, a, b, threads, out), fn, attrs, out, recordable=True)
 
     return specialize
 
@@ -716,7 +716,7 @@ def _int_binary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., An
         if sig.dtypes[0] not in _INT_BINARY or sig.dtypes[1] != sig.dtypes[0]:
             return None
         bop, threads, out = _native().broadcast_op, step_threads(sig), sig.out
-        return guarded(lambda a, b: bop(op, a, b, threads, out), fn, attrs, out)
+        return guarded(lambda a, b: bop(op, a, b, threads, out), fn, attrs, out, recordable=True)
 
     return specialize
 
@@ -727,7 +727,7 @@ def _unary_specializer(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         if sig.dtypes != (F32,):
             return None
         unary, threads, out = _native().unary_f32, step_threads(sig), sig.out
-        return guarded(lambda x: unary(op, x, threads, out), fn, attrs, out)
+        return guarded(lambda x: unary(op, x, threads, out), fn, attrs, out, recordable=True)
 
     return specialize
 

@@ -117,7 +117,7 @@ def _transpose_specialized(
             return y
 
     generic_attrs = {"split": split, "perm": perm, **params}
-    return guarded(call, _transpose_native, generic_attrs, out)
+    return guarded(call, _transpose_native, generic_attrs, out, recordable=True)
 
 
 @register_binder("Transpose")

@@ -108,7 +108,7 @@ def _reorder_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[..
     if sig.dtypes[0] != _F32:
         return None
     fn, out, threads = _native.reorder_nchwc_f32, sig.out, sig.num_threads
-    return guarded(lambda x, *_: fn(x, out, threads), _reorder_nchwc, attrs, out, reads=1)
+    return guarded(lambda x, *_: fn(x, out, threads), _reorder_nchwc, attrs, out, reads=1, recordable=True)
 
 
 @register_binder("ReorderNchw", QUANTA)
@@ -123,7 +123,7 @@ def _reorder_nchw_specialized(sig: Specialization, **attrs: Any) -> Callable[...
     if sig.dtypes[0] != _F32:
         return None
     fn, c, out, threads = _native.reorder_nchw_f32, int(attrs["channels"]), sig.out, sig.num_threads
-    return guarded(lambda x, *_: fn(x, c, out, threads), _reorder_nchw, attrs, out, reads=1)
+    return guarded(lambda x, *_: fn(x, c, out, threads), _reorder_nchw, attrs, out, reads=1, recordable=True)
 
 
 # -- convolution -------------------------------------------------------------------------
@@ -222,8 +222,8 @@ def _conv_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[..., 
     )
     tail = (post[0], post[1], nchw)
     if len(sig.dtypes) > 3 and sig.dtypes[3] is not None:
-        return guarded(lambda x, w, b, s: conv(x, *head, *tail, s), _conv_nchwc, attrs, out)
-    return guarded(lambda x, *_: conv(x, *head, *tail), _conv_nchwc, attrs, out, reads=1)
+        return guarded(lambda x, w, b, s: conv(x, *head, *tail, s), _conv_nchwc, attrs, out, recordable=True)
+    return guarded(lambda x, *_: conv(x, *head, *tail), _conv_nchwc, attrs, out, reads=1, recordable=True)
 
 
 @register_binder("ConvNchwc", QUANTA)
@@ -321,7 +321,7 @@ def _max_pool_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[.
         bool(attrs.get("ceil_mode", 0)),
         1,
     )
-    return guarded(lambda x, *_: fn(x, *window, out), _max_pool_nchwc, attrs, out, reads=1)
+    return guarded(lambda x, *_: fn(x, *window, out), _max_pool_nchwc, attrs, out, reads=1, recordable=True)
 
 
 @_with_fallback("GlobalAveragePoolNchwc", QUANTA)
@@ -342,4 +342,4 @@ def _gap_nchwc_specialized(sig: Specialization, **attrs: Any) -> Callable[..., A
     if sig.dtypes[0] != _F32:
         return None
     fn, out = _native.global_avg_pool_nchwc_f32, sig.out
-    return guarded(lambda x, *_: fn(x, 1, out), _gap_nchwc, attrs, out, reads=1)
+    return guarded(lambda x, *_: fn(x, 1, out), _gap_nchwc, attrs, out, reads=1, recordable=True)

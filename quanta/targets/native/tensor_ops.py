@@ -535,7 +535,12 @@ def _batch_norm_specialized(
     bn, threads, out = _native().batch_norm_f32, step_threads(sig), sig.out
     generic_attrs = {"epsilon": epsilon, **attrs}
     return guarded(
-        lambda x, *params: bn(x, m, d, g, b, threads, out), _batch_norm_native, generic_attrs, out, reads=1
+        lambda x, *params: bn(x, m, d, g, b, threads, out),
+        _batch_norm_native,
+        generic_attrs,
+        out,
+        reads=1,
+        recordable=True,
     )
 
 
@@ -784,7 +789,9 @@ def _gather_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any]
         def call(data: Any, *i: Any) -> Any:
             return take(data, axis, flat, threads).reshape(out_shape)
 
-    return guarded(call, _gather_native, attrs, out)
+    # constant indices: the bounds take_axis checks when a program records the call hold
+    # on every run
+    return guarded(call, _gather_native, attrs, out, recordable=True)
 
 
 def _gather_objects(axis: int, attrs: dict[str, Any]) -> Callable[..., Any]:
@@ -861,7 +868,7 @@ def _transpose_any_specialized(sig: Specialization, *, perm: list | None = None)
     def call(x: np.ndarray) -> np.ndarray:
         return copy(x.transpose(axes), threads, out)
 
-    return guarded(call, _transpose_any, {"perm": perm}, out)
+    return guarded(call, _transpose_any, {"perm": perm}, out, recordable=True)
 
 
 def _depth_space_view(x: np.ndarray, b: int, mode: str, to_space: bool) -> tuple[np.ndarray, tuple[int, ...]]:

@@ -1,0 +1,174 @@
+"""Native programs (quanta.runtime.execute ``_native_programs``, docs/runtime.md "Native
+programs"): runs of recordable steps recorded once per signature and run as one C++ call.
+They must give the bytes of the same steps run one by one from the Python loop (and of
+the reference target), whatever reads their values: a Python step after them, a graph
+output, a view step between them, another thread."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import quanta
+from quanta.kernels import native_available
+
+pytestmark = pytest.mark.skipif(not native_available(), reason="the native extension is not built")
+
+
+def _const(name: str, value: np.ndarray):
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def _block_model():
+    """x [3, 7, 17]: a MatMul by a constant [17, 13] (it reads the feed: a Python step),
+    Add of a per-column bias, Relu, a Reshape to [3, 91] (a view of the arena, also a
+    graph output), a Gemm by a constant [91, 11] with a bias, Sigmoid, a Transpose and
+    Erf (six recorded steps), then a Mul by a constant into the graph output y (outputs
+    are the caller's arrays, not the arena's: a Python step)."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"], name="mm"),
+        helper.make_node("Add", ["m1", "b1"], ["a1"], name="add"),
+        helper.make_node("Relu", ["a1"], ["r1"], name="relu"),
+        helper.make_node("Reshape", ["r1", "shape"], ["v"], name="view"),
+        helper.make_node("Gemm", ["v", "w2", "b2"], ["g"], name="gemm"),
+        helper.make_node("Sigmoid", ["g"], ["s"], name="sigmoid"),
+        helper.make_node("Transpose", ["s"], ["t"], name="transpose", perm=[1, 0]),
+        helper.make_node("Erf", ["t"], ["e"], name="erf"),
+        helper.make_node("Mul", ["e", "half"], ["y"], name="mul"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("v", TensorProto.FLOAT, None),
+        ],
+        [
+            _const("w1", rng.normal(0, 0.3, (17, 13)).astype(np.float32)),
+            _const("b1", rng.normal(0, 0.3, 13).astype(np.float32)),
+            _const("shape", np.array([3, 91], np.int64)),
+            _const("w2", rng.normal(0, 0.2, (91, 11)).astype(np.float32)),
+            _const("b2", rng.normal(0, 0.2, 11).astype(np.float32)),
+            _const("half", np.float32(0.5)),
+        ],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _sessions(
+    threads: int,
+) -> tuple[quanta.InferenceSession, quanta.InferenceSession, quanta.InferenceSession]:
+    p = _block_model().SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with_programs = quanta.InferenceSession(p, opts)
+    without = quanta.InferenceSession(p, opts)
+    without.executor.native_programs = False
+    return with_programs, without, quanta.InferenceSession(p, backend="reference")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_programs_give_the_bytes_of_the_python_loop_and_the_reference(threads: int) -> None:
+    sess, plain, ref = _sessions(threads)
+    rng = np.random.default_rng(threads)
+    for _ in range(4):
+        feeds = {"x": rng.normal(0, 2, (3, 7, 17)).astype(np.float32)}
+        got, loop, want = sess.run(None, feeds), plain.run(None, feeds), ref.run(None, feeds)
+        for a, b, c in zip(got, loop, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+    (bound,) = sess.executor.bound_runs().values()
+    recorded, steps = bound.program_steps
+    assert recorded == 6 and steps == len(sess.plan.steps)
+    names = {sess.plan.steps[t[0]].op_type for t in bound.fast_steps}
+    assert "Reshape" not in names  # the view of the arena is made once and dropped
+
+
+def test_an_output_that_views_a_programs_value_is_the_callers_own_copy() -> None:
+    """v, the Reshape of a value a program writes, is made once as a view of the arena;
+    the caller gets a copy it may write into."""
+    sess, plain, _ = _sessions(1)
+    rng = np.random.default_rng(5)
+    feeds = {"x": rng.normal(0, 2, (3, 7, 17)).astype(np.float32)}
+    for _ in range(2):
+        sess.run(None, feeds)
+    _, v = sess.run(None, feeds)
+    kept = v.copy()
+    v[...] = -7.0  # the caller writes into what it got
+    other = {"x": rng.normal(0, 2, (3, 7, 17)).astype(np.float32)}
+    np.testing.assert_array_equal(sess.run(None, other)[1], plain.run(None, other)[1])
+    np.testing.assert_array_equal(sess.run(None, feeds)[1], kept)
+
+
+def test_threads_running_one_session_get_their_own_results() -> None:
+    """A concurrent run of the same signature runs without the arena (and so without its
+    programs); every thread's outputs are those of its own feeds."""
+    sess, plain, _ = _sessions(1)
+    rng = np.random.default_rng(9)
+    feeds = [{"x": rng.normal(0, 2, (3, 7, 17)).astype(np.float32)} for _ in range(4)]
+    expected = [plain.run(None, f) for f in feeds]
+    sess.run(None, feeds[0])
+    errors: list[str] = []
+
+    def work(k: int) -> None:
+        for _ in range(30):
+            for a, b in zip(sess.run(None, feeds[k]), expected[k], strict=True):
+                if not np.array_equal(a, b):
+                    errors.append(f"thread {k}")
+                    return
+
+    workers = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors
+
+
+def test_a_new_signature_records_its_own_programs() -> None:
+    """Programs point at one signature's arena: another batch size binds, and records,
+    its own."""
+    p = _block_model()
+    p.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    p.graph.initializer[2].CopyFrom(_const("shape", np.array([-1, 91], np.int64)))
+    model = p.SerializeToString()
+    sess = quanta.InferenceSession(model)
+    ref = quanta.InferenceSession(model, backend="reference")
+    rng = np.random.default_rng(2)
+    for n in (3, 5, 3, 1, 5):
+        feeds = {"x": rng.normal(0, 2, (n, 7, 17)).astype(np.float32)}
+        for a, c in zip(sess.run(None, feeds), ref.run(None, feeds), strict=True):
+            np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+    assert len(sess.executor.bound_runs()) == 3
+    assert all(b.program_steps[0] > 0 for b in sess.executor.bound_runs().values())
+
+
+def test_program_record_keeps_exactly_one_kernel_call() -> None:
+    """Program.record keeps a callable that made one kernel call through run_or_record;
+    one that raised, made none, or made two is refused and leaves nothing behind."""
+    from quanta.kernels import _native
+
+    a = np.arange(17, dtype=np.float32)
+    out = np.zeros(17, np.float32)
+    prog = _native.Program()
+    assert prog.record(lambda x: _native.unary_f32("relu", x, 1, out), a - 8)
+    assert not prog.record(lambda x: x + 1, a)  # NumPy: no kernel call
+    assert not prog.record(lambda x: _native.unary_f32("nope", x, 1, out), a)  # raises
+    twice = np.zeros(17, np.float32)
+
+    def two(x):
+        _native.unary_f32("relu", x, 1, twice)
+        _native.unary_f32("relu", x, 1, out)
+
+    assert not prog.record(two, a)
+    assert len(prog) == 1
+    out[:] = 0
+    prog.run()
+    np.testing.assert_array_equal(out, np.maximum(a - 8, 0))
+    np.testing.assert_array_equal(twice, 0)  # the refused recording ran nothing
