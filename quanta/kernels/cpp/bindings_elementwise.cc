@@ -73,11 +73,10 @@ py::array dequantize_impl(const py::handle& x_obj, const py::handle& scale_obj, 
   const auto [outer, inner] = axis_runs(x, channels, scale.ndim(), axis, "dequantize_linear");
   for (int64_t c = 0; c < channels; ++c) check_zero_point<T>(zp.data()[c], "dequantize_linear: zero_point");
   auto y = make_output<float>(out_obj, shape_of(x), "dequantize_linear", {x});
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     elementwise::dequantize_linear<T>(x.data(), y.mutable_data(), scale.data(), zp.data(), outer, channels, inner,
                                       num_threads, active_isa());
-  }
+  });
   return std::move(y);
 }
 
@@ -124,11 +123,9 @@ py::array add_impl(const py::handle& a_obj, const py::handle& b_obj, float sa, i
       check_zero_point<T>(zb, "qlinear_add: b_zero_point"), sc, check_zero_point<T>(zc, "qlinear_add: c_zero_point"));
   const Broadcast bc = broadcast_shapes(a, b, "qlinear_add");
   auto c = make_output<T>(out_obj, bc.out, "qlinear_add", {a, b});
-  const elementwise::BroadcastShape s = bc.shape();
-  {
-    py::gil_scoped_release release;
-    elementwise::qlinear_add<T>(a.data(), b.data(), c.mutable_data(), s, p, num_threads, active_isa());
-  }
+  run_or_record([=]() mutable {  // bc.shape() points into the call's own copy of bc
+    elementwise::qlinear_add<T>(a.data(), b.data(), c.mutable_data(), bc.shape(), p, num_threads, active_isa());
+  });
   return std::move(c);
 }
 
@@ -143,11 +140,9 @@ py::array mul_impl(const py::handle& a_obj, const py::handle& b_obj, float ratio
                                  check_zero_point<T>(zc, "qlinear_mul: c_zero_point")};
   const Broadcast bc = broadcast_shapes(a, b, "qlinear_mul");
   auto c = make_output<T>(out_obj, bc.out, "qlinear_mul", {a, b});
-  const elementwise::BroadcastShape s = bc.shape();
-  {
-    py::gil_scoped_release release;
-    elementwise::qlinear_mul<T>(a.data(), b.data(), c.mutable_data(), s, p, num_threads, active_isa());
-  }
+  run_or_record([=]() mutable {  // bc.shape() points into the call's own copy of bc
+    elementwise::qlinear_mul<T>(a.data(), b.data(), c.mutable_data(), bc.shape(), p, num_threads, active_isa());
+  });
   return std::move(c);
 }
 
@@ -183,10 +178,7 @@ py::array lut_impl(const py::handle& x_obj, const py::handle& table_obj, int num
   auto* yb = reinterpret_cast<uint8_t*>(y.mutable_data());
   // int8 codes index the table by their bits: code v at entry uint8(v) (the caller builds
   // the table that way).
-  {
-    py::gil_scoped_release release;
-    elementwise::lut_u8(xb, yb, x.size(), tb, num_threads, active_isa());
-  }
+  run_or_record([=]() mutable { elementwise::lut_u8(xb, yb, x.size(), tb, num_threads, active_isa()); });
   return std::move(y);
 }
 
@@ -220,10 +212,8 @@ py::array lut_channels_impl(const py::handle& x_obj, const py::handle& tables_ob
   const auto* xb = reinterpret_cast<const uint8_t*>(x.data());
   const auto* tb = reinterpret_cast<const uint8_t*>(tables.data());
   auto* yb = reinterpret_cast<uint8_t*>(y.mutable_data());
-  {
-    py::gil_scoped_release release;
-    elementwise::lut_u8_channels(xb, yb, outer, channels, inner, tb, num_threads, active_isa());
-  }
+  run_or_record(
+      [=]() mutable { elementwise::lut_u8_channels(xb, yb, outer, channels, inner, tb, num_threads, active_isa()); });
   return std::move(y);
 }
 
@@ -249,11 +239,10 @@ py::array softmax_impl(const py::handle& x_obj, const py::handle& table_obj, flo
   }
   const int32_t z = check_zero_point<T>(zy, "qlinear_softmax_rows: y_zero_point");
   auto y = make_output<T>(out_obj, shape_of(x), "qlinear_softmax_rows", {x});
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     elementwise::qlinear_softmax_rows<T>(x.data(), y.mutable_data(), x.shape(0), x.shape(1), table.data(), ys, z,
                                          num_threads, active_isa());
-  }
+  });
   return std::move(y);
 }
 
@@ -384,11 +373,10 @@ py::array gap_impl(const py::handle& x_obj, float m, int64_t zx, int64_t zy, boo
   out_shape[0] = n;
   out_shape[channels_last ? rank - 1 : 1] = c;
   auto y = make_output<T>(out_obj, out_shape, "qlinear_global_average_pool", {x});
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     pool::qlinear_global_average_pool<T>(x.data(), y.mutable_data(), n, c, hw, channels_last, m, zx32, zy32,
                                          num_threads, active_isa());
-  }
+  });
   return std::move(y);
 }
 
@@ -410,10 +398,7 @@ py::array max_pool_impl(const py::handle& x_obj, const Pair& kernel, const Pair&
   auto y = make_output<T>(
       out_obj, {x.shape(0), x.shape(1), static_cast<py::ssize_t>(out_hw[0]), static_cast<py::ssize_t>(out_hw[1])},
       "max_pool_2d", {x});
-  {
-    py::gil_scoped_release release;
-    pool::max_pool_2d<T>(x.data(), y.mutable_data(), g, num_threads, active_isa());
-  }
+  run_or_record([=]() mutable { pool::max_pool_2d<T>(x.data(), y.mutable_data(), g, num_threads, active_isa()); });
   return std::move(y);
 }
 
@@ -437,10 +422,8 @@ py::array average_pool_impl(const py::handle& x_obj, const Pair& kernel, const P
   auto y = make_output<T>(
       out_obj, {x.shape(0), x.shape(1), static_cast<py::ssize_t>(out_hw[0]), static_cast<py::ssize_t>(out_hw[1])},
       "qlinear_average_pool_2d", {x});
-  {
-    py::gil_scoped_release release;
-    pool::qlinear_average_pool_2d<T>(x.data(), y.mutable_data(), g, p, num_threads, active_isa());
-  }
+  run_or_record(
+      [=]() mutable { pool::qlinear_average_pool_2d<T>(x.data(), y.mutable_data(), g, p, num_threads, active_isa()); });
   return std::move(y);
 }
 

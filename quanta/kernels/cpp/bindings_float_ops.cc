@@ -95,11 +95,11 @@ py::object layer_norm_f32(const py::handle& x_obj, const py::handle& scale_obj, 
     mean_ptr = mean.mutable_data();
     inv_ptr = inv_std.mutable_data();
   }
-  {
-    py::gil_scoped_release release;
+  // bias_ptr points into the caller's bias, which a recording caller keeps alive
+  run_or_record([=]() mutable {
     float_ops::layer_norm(x.data(), y.mutable_data(), rows, d, scale.data(), bias_ptr, epsilon, mean_ptr, inv_ptr,
                           num_threads, active_isa(), divide, rms);
-  }
+  });
   if (!stats) return std::move(y);
   return py::make_tuple(y, mean, inv_std);
 }

@@ -63,10 +63,7 @@ py::array_t<T, py::array::c_style> quantize_impl(const py::handle& x_obj, const 
     }
   }
   QuantizeParams p{s, zp.data(), outer, channels, inner};
-  {
-    py::gil_scoped_release release;
-    quantize_linear<T>(x.data(), y.mutable_data(), p, active_isa(), num_threads);
-  }
+  run_or_record([=]() mutable { quantize_linear<T>(x.data(), y.mutable_data(), p, active_isa(), num_threads); });
   return y;
 }
 

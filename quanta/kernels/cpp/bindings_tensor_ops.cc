@@ -46,6 +46,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -390,11 +391,10 @@ py::array acc_to_float(const py::handle& acc_obj, const py::object& bias_obj, co
   const AccOperands a = acc_operands(acc_obj, bias_obj, scale_obj, fbias_obj, "acc_to_float");
   check_threads(num_threads, "acc_to_float");
   auto y = make_output(out_obj, py::dtype::of<float>(), shape_of(a.acc), "acc_to_float", {a.acc});
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     tensor_ops::acc_to_float(a.acc.data(), static_cast<float*>(y.mutable_data()), a.acc.shape(0) * a.channels, a.inner,
                              a.channels, a.bias_ptr(), a.scale.data(), a.fbias_ptr(), num_threads, active_isa());
-  }
+  });
   return y;
 }
 
@@ -422,9 +422,8 @@ py::array acc_to_quant(const py::handle& acc_obj, const py::object& bias_obj, co
   check_threads(num_threads, op);
   const py::dtype dt = y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>();
   auto y = make_output(out_obj, dt, shape_of(a.acc), op, {a.acc});
-  const sgemm::PostOp* pp = post_kind ? &post : nullptr;
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
+    const sgemm::PostOp* pp = post_kind ? &post : nullptr;  // the call's own copy of post
     const int64_t rows = a.acc.shape(0) * a.channels;
     if (y_signed) {
       tensor_ops::acc_to_quant(a.acc.data(), static_cast<int8_t*>(y.mutable_data()), rows, a.inner, a.channels,
@@ -435,7 +434,7 @@ py::array acc_to_quant(const py::handle& acc_obj, const py::object& bias_obj, co
                                a.bias_ptr(), a.scale.data(), a.fbias_ptr(), pp, y_scale, y_zero_point, num_threads,
                                active_isa());
     }
-  }
+  });
   return y;
 }
 
@@ -482,8 +481,7 @@ py::array softmax_quant(const py::handle& x_obj, const py::object& scale_obj, co
   check_threads(num_threads, op);
   const py::dtype dt = y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>();
   auto y = make_output(out_obj, dt, shape_of(x), op, {x});
-  {
-    py::gil_scoped_release release;
+  run_or_record([=]() mutable {
     if (y_signed) {
       tensor_ops::softmax_quant(x.data(), static_cast<int8_t*>(y.mutable_data()), rows, d, scale, mask, mask_rows,
                                 y_scale, y_zero_point, num_threads, active_isa());
@@ -491,7 +489,7 @@ py::array softmax_quant(const py::handle& x_obj, const py::object& scale_obj, co
       tensor_ops::softmax_quant(x.data(), static_cast<uint8_t*>(y.mutable_data()), rows, d, scale, mask, mask_rows,
                                 y_scale, y_zero_point, num_threads, active_isa());
     }
-  }
+  });
   return y;
 }
 
@@ -605,6 +603,61 @@ py::array copy_strided(const py::handle& x_obj, int num_threads, const py::objec
                              static_cast<uint8_t*>(y.mutable_data()), num_threads);
   });
   return y;
+}
+
+// Concat of C-contiguous arrays of one dtype along axis into out (C-contiguous, the
+// concatenated shape): per row of the axes before axis, each input's row of bytes in turn
+// (np.concatenate's bytes).
+void concat_into(const py::list& xs, int64_t axis, const py::handle& out_obj) {
+  if (xs.empty()) throw py::value_error("concat_into: xs: expected at least one array");
+  auto y = contiguous(out_obj, "concat_into: out");
+  if (!y.writeable()) throw py::value_error("concat_into: out: expected a writeable array");
+  const int64_t rank = y.ndim();
+  if (axis < 0 || axis >= rank) {
+    throw py::value_error("concat_into: axis: expected in [0, " + std::to_string(rank) + "), got " +
+                          std::to_string(axis));
+  }
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= y.shape(d);
+  const int64_t item = y.itemsize();
+  std::vector<py::array> parts;
+  std::vector<int64_t> row_bytes;
+  int64_t along = 0, y_row = 0;
+  for (const py::handle& h : xs) {
+    auto x = contiguous(h, "concat_into: xs[" + std::to_string(parts.size()) + "]");
+    if (!dtype_equiv(x.dtype(), y.dtype()) || x.ndim() != rank) {
+      throw py::value_error("concat_into: xs: expected arrays of out's dtype and rank");
+    }
+    int64_t row = item;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d != axis && x.shape(d) != y.shape(d)) {
+        throw py::value_error("concat_into: xs: expected out's shape off the axis, got " + shape_str(shape_of(x)));
+      }
+      if (d >= axis) row *= x.shape(d);
+    }
+    if (overlaps(y, x)) throw py::value_error("concat_into: out: expected a buffer that does not overlap the inputs");
+    along += x.shape(axis);
+    y_row += row;
+    parts.push_back(x);
+    row_bytes.push_back(row);
+  }
+  if (along != y.shape(axis)) {
+    throw py::value_error("concat_into: out: expected " + std::to_string(along) + " along the axis, got " +
+                          std::to_string(y.shape(axis)));
+  }
+  std::vector<const uint8_t*> src;
+  for (const auto& x : parts) src.push_back(static_cast<const uint8_t*>(x.data()));
+  auto* dst = static_cast<uint8_t*>(y.mutable_data());
+  // a recorded call holds the parts (and so their bytes)
+  run_or_record([src, row_bytes, outer, dst, parts]() {
+    uint8_t* d = dst;
+    for (int64_t o = 0; o < outer; ++o) {
+      for (size_t i = 0; i < src.size(); ++i) {
+        std::memcpy(d, src[i] + o * row_bytes[i], static_cast<size_t>(row_bytes[i]));
+        d += row_bytes[i];
+      }
+    }
+  });
 }
 
 // y (float32, C-contiguous, written in place) combined with updates at flat positions.
@@ -825,6 +878,8 @@ void register_tensor_ops(py::module_& m) {
         arg("lanes") = false,
         "y[..., oy, ox] = x[..., oy // sh, ox // sw]: nearest upsampling of the last two axes by integers "
         "(lanes: of the two before the last, whose elements move together).");
+  m.def("concat_into", &concat_into, arg("xs"), arg("axis"), arg("out"),
+        "Concat of C-contiguous arrays of out's dtype along axis into out (np.concatenate's bytes).");
   m.def("copy_strided", &copy_strided, arg("x"), arg("num_threads") = 1, arg("out") = none,
         "A C-contiguous copy of any strided array (transposed, sliced, broadcast views).");
   m.def("topk_f32", &topk_f32, arg("x"), arg("k"), arg("largest"), arg("num_threads") = 1,

@@ -342,7 +342,9 @@ def _dequantize_specializer(fn: Callable[..., Any], onnx_domain: bool) -> Callab
             step_threads(sig),
             sig.out,
         )
-        return guarded(lambda x, *rest: dq(x, s, z, axis, threads, out), fn, attrs, out, reads=1)
+        return guarded(
+            lambda x, *rest: dq(x, s, z, axis, threads, out), fn, attrs, out, reads=1, recordable=True
+        )
 
     return specialize
 
@@ -542,6 +544,7 @@ def _binary_specializer(native_name: str, fn: Callable[..., Any]) -> Callable[..
             {"prepared": prepared, **attrs},
             out,
             reads=4,
+            recordable=True,
         )
 
     return specialize
@@ -716,7 +719,7 @@ def _lut_specializer(fn: Callable[..., Any], build: _Build) -> Callable[..., Any
             return None
         table = prepared.get(_key(dt.char, *p, *build.keys), lambda: build(dt, *p))
         lut, threads, out = _native().lut8, step_threads(sig), sig.out
-        return guarded(lambda x, *rest: lut(x, table, threads, out), fn, attrs, out, reads=1)
+        return guarded(lambda x, *rest: lut(x, table, threads, out), fn, attrs, out, reads=1, recordable=True)
 
     return specialize
 

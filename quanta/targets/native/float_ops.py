@@ -386,7 +386,7 @@ def _layer_normalization_specialized(
         return layer_norm(x, s, b, axis, eps, threads, out, False)
 
     attrs = {"axis": axis, "epsilon": epsilon, "stash_type": stash_type}
-    return guarded(call, _layer_normalization_native, attrs, out, reads=1)
+    return guarded(call, _layer_normalization_native, attrs, out, reads=1, recordable=True)
 
 
 @register_binder("LayerNormalization")
@@ -583,7 +583,9 @@ def _layer_norm_div_specialized(sig: Specialization, *, axis: int = -1, epsilon:
     def call(x: np.ndarray, *rest: Any) -> np.ndarray:
         return layer_norm(x, s, b, axis, eps, threads, out, False, True)
 
-    return guarded(call, _layer_norm_div_native, {"axis": axis, "epsilon": epsilon}, out, reads=1)
+    return guarded(
+        call, _layer_norm_div_native, {"axis": axis, "epsilon": epsilon}, out, reads=1, recordable=True
+    )
 
 
 @register_binder("LayerNormDiv", QUANTA_DOMAIN)
@@ -642,7 +644,7 @@ def _rms_norm_div_specialized(
         return layer_norm(x, s, b, axis, eps, threads, out, False, divide, True)
 
     attrs = {"axis": axis, "epsilon": epsilon, "reciprocal": reciprocal}
-    return guarded(call, _rms_norm_div_native, attrs, out, reads=1)
+    return guarded(call, _rms_norm_div_native, attrs, out, reads=1, recordable=True)
 
 
 @register_binder("RMSNormDiv", QUANTA_DOMAIN)

@@ -86,15 +86,33 @@ def _lookup_specialized(sig: Specialization, *, axis: int | None = None, **attrs
             return None
         lut = _native.lut8
         if view is None:
-            return guarded(lambda x, *rest: lut(x, table, threads, out), generic, attrs, out, reads=1)
-        return guarded(lambda x, *rest: lut(x.view(view), table, threads, out), generic, attrs, out, reads=1)
+            return guarded(
+                lambda x, *rest: lut(x, table, threads, out), generic, attrs, out, reads=1, recordable=True
+            )
+        return guarded(
+            lambda x, *rest: lut(x.view(view), table, threads, out),
+            generic,
+            attrs,
+            out,
+            reads=1,
+            recordable=True,
+        )
     if not -rank <= axis < rank or table.shape != (shape[axis % rank], 256):
         return None
     a = axis % rank
     lutc = _native.lut8_channels
     if view is None:
-        return guarded(lambda x, *rest: lutc(x, table, a, threads, out), generic, attrs, out, reads=1)
-    return guarded(lambda x, *rest: lutc(x.view(view), table, a, threads, out), generic, attrs, out, reads=1)
+        return guarded(
+            lambda x, *rest: lutc(x, table, a, threads, out), generic, attrs, out, reads=1, recordable=True
+        )
+    return guarded(
+        lambda x, *rest: lutc(x.view(view), table, a, threads, out),
+        generic,
+        attrs,
+        out,
+        reads=1,
+        recordable=True,
+    )
 
 
 _SIXTEEN_BIT = (np.dtype(np.uint16), np.dtype(np.int16))

@@ -144,6 +144,7 @@ def _quantize_linear_specialized(
         generic_attrs,
         out,
         reads=1,
+        recordable=True,
     )
 
 

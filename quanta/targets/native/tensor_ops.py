@@ -174,7 +174,12 @@ def _clip_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] |
     if dtype == F32:
         unary = _native().unary_f32_ex
         return guarded(
-            lambda x, *b: unary("clip", x, threads, out, lo_v, hi_v), _clip_native, attrs, out, reads=1
+            lambda x, *b: unary("clip", x, threads, out, lo_v, hi_v),
+            _clip_native,
+            attrs,
+            out,
+            reads=1,
+            recordable=True,
         )
     if dtype in _INT_CLIP:
         clip_int = _native().clip_int
@@ -263,7 +268,7 @@ def _cast_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] |
     if sig.dtypes[0] not in NATIVE_DTYPES or dtype not in NATIVE_DTYPES:
         return None
     cast, threads, out = _native().cast, step_threads(sig), sig.out
-    return guarded(lambda x: cast(x, dtype, threads, out), _cast_native, attrs, out)
+    return guarded(lambda x: cast(x, dtype, threads, out), _cast_native, attrs, out, recordable=True)
 
 
 # --------------------------------------------------------------------------------------
@@ -302,7 +307,7 @@ def _bind_unary(op_type: str, op: str) -> None:
         if sig.dtypes != (F32,):
             return None
         unary, threads, out = _native().unary_f32_ex, step_threads(sig), sig.out
-        return guarded(lambda x: unary(op, x, threads, out), run, attrs, out)
+        return guarded(lambda x: unary(op, x, threads, out), run, attrs, out, recordable=True)
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused
@@ -404,7 +409,9 @@ def _pow_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | 
     if e is None or e == 1.0:
         return None
     unary, form, threads, out = _native().unary_f32_ex, _POW_OPS[e], step_threads(sig), sig.out
-    return guarded(lambda x, *p: unary(form, x, threads, out), _pow_native, attrs, out, reads=1)
+    return guarded(
+        lambda x, *p: unary(form, x, threads, out), _pow_native, attrs, out, reads=1, recordable=True
+    )
 
 
 @register_binder("Pow")
@@ -586,8 +593,10 @@ def _bind_compare(op_type: str, op: str) -> None:
         bop, threads, out = _native().broadcast_op, step_threads(sig), sig.out
         if consts[1] is not None:
             cb = consts[1]
-            return guarded(lambda x, *rest: bop(op, x, cb, threads, out), run, {}, out, reads=1)
-        return guarded(lambda x, y, *rest: bop(op, x, y, threads, out), run, {}, out)
+            return guarded(
+                lambda x, *rest: bop(op, x, cb, threads, out), run, {}, out, reads=1, recordable=True
+            )
+        return guarded(lambda x, y, *rest: bop(op, x, y, threads, out), run, {}, out, recordable=True)
 
     def binder(model: Model, node: Node) -> tuple[Kernel | None, str]:
         del model  # unused
@@ -632,7 +641,7 @@ def _not_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | 
     if sig.dtypes[0] != _BOOL:
         return None
     bop, threads, out = _native().broadcast_op, step_threads(sig), sig.out
-    return guarded(lambda x: bop("xor", x, _TRUE, threads, out), _not_native, attrs, out)
+    return guarded(lambda x: bop("xor", x, _TRUE, threads, out), _not_native, attrs, out, recordable=True)
 
 
 @_with_fallback("IsNaN")
@@ -1053,14 +1062,18 @@ def _slice_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] 
     if "starts" in attrs:
         index = _slice_index(shape, attrs["starts"], attrs.get("ends"), attrs.get("axes"), None)
         copy, threads, out = _native().copy_strided, step_threads(sig), sig.out
-        return guarded(lambda data: copy(data[index], threads, out), _slice_native, attrs, out)
+        return guarded(
+            lambda data: copy(data[index], threads, out), _slice_native, attrs, out, recordable=True
+        )
     bounds = list(sig.consts[1:]) + [None] * (5 - len(sig.consts))
     for k in range(1, 5):
         if k < len(sig.shapes) and sig.shapes[k] is not None and bounds[k - 1] is None:
             return None
     index = _slice_index(shape, *bounds)
     copy, threads, out = _native().copy_strided, step_threads(sig), sig.out
-    return guarded(lambda data, *b: copy(data[index], threads, out), _slice_native, attrs, out, reads=1)
+    return guarded(
+        lambda data, *b: copy(data[index], threads, out), _slice_native, attrs, out, reads=1, recordable=True
+    )
 
 
 @register_binder("Slice")
@@ -1103,7 +1116,7 @@ def _expand_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any]
     def call(x: np.ndarray, _shape: Any = None) -> np.ndarray:
         return copy(broadcast(x, target), threads, out)
 
-    return guarded(call, _expand_native, {}, out, reads=1)
+    return guarded(call, _expand_native, {}, out, reads=1, recordable=True)
 
 
 @register_binder("Expand")
@@ -1386,12 +1399,18 @@ def _concat_specialized(sig: Specialization, *, axis: int | None = None) -> Call
         def call(*inputs: Any) -> np.ndarray:
             return cat(inputs, ax)
 
-    else:
+        return guarded(call, _concat_native, {"axis": axis}, out)
+    if any(dt is None or dt.kind == "O" or dt != out.dtype for dt in sig.dtypes):
+        return guarded(lambda *inputs: cat(inputs, ax, out=out), _concat_native, {"axis": axis}, out)
+    into = _native().concat_into
 
-        def call(*inputs: Any) -> np.ndarray:
-            return cat(inputs, ax, out=out)
+    def copy_rows(*inputs: Any) -> np.ndarray:
+        # each input's rows of bytes in turn (np.concatenate's bytes); a non-contiguous
+        # input: concat_into's ValueError hands the call to the generic kernel
+        into(list(inputs), ax, out)
+        return out
 
-    return guarded(call, _concat_native, {"axis": axis}, out)
+    return guarded(copy_rows, _concat_native, {"axis": axis}, out, recordable=True)
 
 
 @register_binder("Concat")
@@ -1554,7 +1573,12 @@ def _acc_to_float_specialized(sig: Specialization, **attrs: Any) -> Callable[...
         return None
     acc_to_float, threads, out = _native().acc_to_float, step_threads(sig), sig.out
     return guarded(
-        lambda acc, *p: acc_to_float(acc, b, sc, fb, threads, out), _acc_to_float_native, attrs, out, reads=1
+        lambda acc, *p: acc_to_float(acc, b, sc, fb, threads, out),
+        _acc_to_float_native,
+        attrs,
+        out,
+        reads=1,
+        recordable=True,
     )
 
 
@@ -1667,6 +1691,7 @@ def _acc_to_quant_specialized(sig: Specialization, **attrs: Any) -> Callable[...
         attrs,
         out,
         reads=1,
+        recordable=True,
     )
 
 
