@@ -28,6 +28,7 @@ from quanta.passes.rules.canonicalize_einsum import CanonicalizeEinsum
 from quanta.passes.rules.collapse_views import CollapseViews
 from quanta.passes.rules.conv_depth_one import ConvDepthOneAs2d
 from quanta.passes.rules.conv_transpose_as_conv import (
+    ConvTransposeAs2d,
     ConvTransposeAsConvs,
     ConvTransposeUnitStrides,
     QdqConvTransposesAsConvs,
@@ -206,6 +207,7 @@ def optimize_float(
         ConvDepthOneAs2d(opset),  # a 3-D Conv of depth 1 over a depth of 1: the native 2-D Conv
         FoldConvAffine(),  # a constant per-channel Mul / Add after a float Conv: into its weights
         ConvTransposeUnitStrides(),  # a stride-1 ConvTranspose: the Conv it is (native Conv paths)
+        ConvTransposeAs2d(opset),  # a strided 1-D ConvTranspose: the 2-D one over a unit height (native)
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps
         FuseFloatGate(),  # SiLU / hardswish / HardSigmoid after a float Conv: applied per finished block
         HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps

@@ -57,6 +57,18 @@ Exact in structure (the same products, summed in the Conv's order: tolerance
 γ_{C_i/g·Πk+1}·Σ|x·w| per side). Refused: a stride other than 1, output_shape, auto_pad
 other than NOTSET / VALID, a non-constant weight or bias, a non-float32 weight, and pads
 larger than ``d·(k−1)`` (a negative Conv pad: the ConvTranspose crops).
+
+ConvTranspose1dAs2d: in a float graph a strided 1-D ConvTranspose (stride 1 is the Conv
+above) is the 2-D one over a unit height, which the native float kernel runs (it takes 2-D
+and 3-D weights)::
+
+    %y = ConvTranspose(%x, %w, %b?) {strides [s], pads [p_b, p_e], dilations [d], group g}
+      -> %y = Squeeze(ConvTranspose(Unsqueeze(%x, 2), %w[:, :, None, :], %b?), 2)
+              {strides [1, s], pads [0, p_b, 0, p_e], dilations [1, d], group g}
+
+The same products in the same order (the unit axis has one tap): exact. Refused: a
+stride of 1, output_shape, auto_pad other than NOTSET / VALID, a non-constant weight, a
+non-float32 weight.
 """
 
 from __future__ import annotations
@@ -70,6 +82,8 @@ from quanta.ir.types import QuantType, TensorType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
 __all__ = [
+    "ConvTranspose1dAs2d",
+    "ConvTransposeAs2d",
     "ConvTransposeAsConv",
     "ConvTransposeAsConvs",
     "ConvTransposeUnitStride",
@@ -506,6 +520,64 @@ class ConvTransposeUnitStride(Rule):
         )
 
 
+class ConvTranspose1dAs2d(Rule):
+    """%y = ConvTranspose(x, w, b?) {1-D, stride s > 1} -> Squeeze(ConvTranspose(Unsqueeze(x), w'), 2)
+    (module docstring)"""
+
+    pattern = "y = ConvTranspose(x, w, b?)"
+
+    def __init__(self, opset: int = 21) -> None:
+        self.opset = opset
+
+    def check(self, m: Match) -> Match | NoMatch:
+        w = _constant_kernel(m, 3)
+        if isinstance(w, NoMatch):
+            return w
+        a = m.root.attrs
+        if _ints(a.get("strides"), 1, 1) == [1]:
+            return NoMatch("stride 1: the Conv it is (ConvTransposeUnitStride)")
+        refusal = _output_form_refusal(a)
+        if refusal is not None:
+            return refusal
+        if m["x"].shape is not None and len(m["x"].shape) != 3:
+            return NoMatch("the input is not 3-D")
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        w = np.asarray(m.const("w"))
+        a = m.root.attrs
+        x, y = m["x"], m["y"]
+        pads = _ints(a.get("pads"), 2, 0)
+        attrs = {
+            "kernel_shape": [1, int(w.shape[2])],
+            "strides": [1, _ints(a.get("strides"), 1, 1)[0]],
+            "dilations": [1, _ints(a.get("dilations"), 1, 1)[0]],
+            "pads": [0, pads[0], 0, pads[1]],
+            "group": int(a.get("group", 1)),
+        }
+        op = _ints(a.get("output_padding"), 1, 0)
+        if op != [0]:
+            attrs["output_padding"] = [0, op[0]]
+        x4 = None if x.shape is None else (x.shape[0], x.shape[1], 1, x.shape[2])
+        y4 = None if y.shape is None or len(y.shape) != 3 else (y.shape[0], y.shape[1], 1, y.shape[2])
+        inputs = [self._axes(b, "Unsqueeze", x, x4, x), b.const(f"{m['w'].name}_2d", w[:, :, None, :])]
+        if m["b"] is not None:
+            inputs.append(m["b"])
+        deconv = b.op(
+            "ConvTranspose", inputs, attrs, types=result_type(shape_from=y4, elem_from=y), name=m.root.name
+        )
+        return self._axes(b, "Squeeze", deconv, y.shape, y)
+
+    def _axes(self, b: Builder, op: str, v: Value, shape: tuple | None, elem_from: Value) -> Value:
+        """Squeeze / Unsqueeze of axis 2 in the form the opset takes (an attribute before
+        13, a constant input from 13 on)."""
+        types = result_type(shape_from=shape, elem_from=elem_from)
+        name = f"{b.match.root.name or 'conv_transpose'}/{op.lower()}"
+        if self.opset < 13:
+            return b.op(op, [v], {"axes": [2]}, types=types, name=name)
+        return b.op(op, [v, b.const("axis_2", np.asarray([2], np.int64))], types=types, name=name)
+
+
 class ConvTransposeAsConvs(RewritePass):
     name = "conv_transpose_as_conv"
 
@@ -533,3 +605,13 @@ class ConvTransposeUnitStrides(RewritePass):
 
     def __init__(self) -> None:
         super().__init__([ConvTransposeUnitStride()])
+
+
+class ConvTransposeAs2d(RewritePass):
+    """The 1-D rule alone, for float graphs (``optimize_float``): a strided 1-D
+    ConvTranspose runs on the native 2-D float kernel instead of the reference twin."""
+
+    name = "conv_transpose_1d_as_2d"
+
+    def __init__(self, opset: int = 21) -> None:
+        super().__init__([ConvTranspose1dAs2d(opset)])

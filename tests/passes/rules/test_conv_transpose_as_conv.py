@@ -620,3 +620,108 @@ def test_qdq_1d_conv_transpose_lowers_to_an_integer_conv(k, s, pads, per_channel
     assert np.max(np.abs(got - want)) <= 0.0917 * 1.0001  # within 1 LSB of the output
     ref = quanta.InferenceSession(p.SerializeToString(), backend="reference").run(None, {"x": x})[0]
     assert np.max(np.abs(ref - want)) <= 0.0917 * 1.0001
+
+
+# --- a strided 1-D ConvTranspose in a float graph: the 2-D one over a unit height -------
+
+
+def grouped_1d_proto(
+    ci: int, cog: int, k: int, s: int, group: int, *, dil=None, pads=None, op=None, opset=13
+):
+    """A strided 1-D ConvTranspose over x[2, ci, 'L'], weight [ci, cog, k], bias."""
+    rng = np.random.default_rng(19)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((ci, cog, k)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(cog * group).astype(np.float32), "b"),
+    ]
+    attrs = {"strides": [s], "group": group}
+    if dil:
+        attrs["dilations"] = dil
+    if pads:
+        attrs["pads"] = pads
+    if op:
+        attrs["output_padding"] = op
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="deconv1d", **attrs)
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, ci, "L"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def transposed_strided(x, w, b, s, group, dil, pads, op, magnitude=False):
+    """A 1-D ConvTranspose by its definition, in float64, with stride, groups and
+    dilations: y[n, G·C_o/g + o, l·s + d·i − p_b] += x[n, G·C_i/g + c, l]·w[G·C_i/g + c, o, i]."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    if magnitude:
+        x, w, b = np.abs(x), np.abs(w), np.abs(b)
+    n, ci, length = x.shape
+    cog, k = w.shape[1], w.shape[2]
+    cig = ci // group
+    full = np.zeros((n, cog * group, (length - 1) * s + dil * (k - 1) + 1 + op))
+    for i in range(k):
+        for gi in range(group):
+            xs = x[:, gi * cig : (gi + 1) * cig]
+            full[:, gi * cog : (gi + 1) * cog, dil * i : dil * i + (length - 1) * s + 1 : s] += np.einsum(
+                "ncl,co->nol", xs, w[gi * cig : (gi + 1) * cig, :, i]
+            )
+    y = full[:, :, pads[0] : full.shape[2] - pads[1]]
+    return y + b[None, :, None]
+
+
+CASES_1D_FLOAT = [  # (C_i, C_o/g, k, stride, group, dilations, pads, output_padding)
+    (17, 7, 5, 5, 1, None, None, None),  # OpenSpindleNet's neck: kernel = stride
+    (17, 3, 4, 2, 1, None, [1, 2], [1]),  # overlapping taps, uneven pads, output_padding
+    (6, 7, 3, 3, 3, [2], [1, 0], None),  # groups of 2 -> 7, dilated
+]
+
+
+@pytest.mark.parametrize(("ci", "cog", "k", "s", "group", "dil", "pads", "op"), CASES_1D_FLOAT)
+@pytest.mark.parametrize("opset", [11, 13])
+def test_strided_1d_conv_transpose_becomes_2d_over_a_unit_height(ci, cog, k, s, group, dil, pads, op, opset):
+    from quanta.passes.rules.conv_transpose_as_conv import ConvTransposeAs2d
+
+    p = grouped_1d_proto(ci, cog, k, s, group, dil=dil, pads=pads, op=op, opset=opset)
+    model = load(p)
+    result = run_passes(model, [ConvTransposeAs2d(opset)])
+    assert result.fired("ConvTranspose1dAs2d") == 1
+    assert model.graph.op_counts() == {"ConvTranspose": 1, "Squeeze": 1, "Unsqueeze": 1}
+    deconv = next(n for n in model.graph.nodes if n.op_type == "ConvTranspose")
+    assert list(deconv.attrs["strides"]) == [1, s]
+    x = np.random.default_rng(4).standard_normal((2, ci, 11)).astype(np.float32)
+    got = run_ref(model, {"x": x})[0]
+    want = run_ref(p, {"x": x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)  # the same products in the same order
+
+
+def test_1d_as_2d_refuses_stride_1_and_names_why():
+    from quanta.passes.rules.conv_transpose_as_conv import ConvTransposeAs2d
+
+    model = load(grouped_1d_proto(7, 3, 3, 1, 1))
+    rw = ConvTransposeAs2d()
+    run_passes(model, [rw])
+    assert model.graph.op_counts() == {"ConvTranspose": 1}
+    assert any("stride 1" in r.reason for r in rw.no_matches())
+
+
+@pytest.mark.parametrize(("ci", "cog", "k", "s", "group", "dil", "pads", "op"), CASES_1D_FLOAT)
+def test_float_sessions_run_a_strided_1d_conv_transpose_natively(ci, cog, k, s, group, dil, pads, op):
+    """Before the rule the native float ConvTranspose refused rank-3 weights and the
+    session fell back to the reference twin."""
+    import quanta
+
+    p = grouped_1d_proto(ci, cog, k, s, group, dil=dil, pads=pads, op=op)
+    sess = quanta.InferenceSession(p.SerializeToString())
+    assert sess.fallbacks == []
+    x = np.random.default_rng(9).standard_normal((2, ci, 29)).astype(np.float32)
+    got = sess.run(None, {"x": x})[0]
+    inits = {i.name: numpy_helper.to_array(i) for i in p.graph.initializer}
+    args = (inits["b"], s, group, (dil or [1])[0], pads or [0, 0], (op or [0])[0])
+    exact = transposed_strided(x, inits["w"], *args)
+    assert got.shape == exact.shape
+    mag = transposed_strided(x, inits["w"], *args, magnitude=True)
+    assert np.all(np.abs(got - exact) <= dot_tolerance(ci // group * k, mag))
