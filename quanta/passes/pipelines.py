@@ -286,6 +286,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         ),  # opset: Softmax's axis (LowerSoftmax); evaluator: tables (LowerLookup)
         QuantizePad(),  # DQ -> Pad -> Q of one type: the Pad runs on the integers
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
+        ConvTransposeAs2d(opset),  # a float strided 1-D ConvTranspose left: the 2-D one (native float kernel)
         FuseGeluPass(opset),  # a float-island GELU (erf: five ops, tanh: eight) -> one Gelu / MlasGeluTanh
         FuseLayerNormPass(),  # a written-out LayerNorm / RMS norm island -> quanta::LayerNormDiv / RMSNormDiv
         # a float Einsum left by the lowering -> MatMul (after it: an Einsum between Q / DQ
