@@ -28,6 +28,7 @@ from quanta.passes.rules.canonicalize_einsum import CanonicalizeEinsum
 from quanta.passes.rules.collapse_views import CollapseViews
 from quanta.passes.rules.conv_depth_one import ConvDepthOneAs2d
 from quanta.passes.rules.conv_transpose_as_conv import (
+    ConvTransposeAs2d,
     ConvTransposeAsConvs,
     ConvTransposeUnitStrides,
     QdqConvTransposesAsConvs,
@@ -206,6 +207,7 @@ def optimize_float(
         ConvDepthOneAs2d(opset),  # a 3-D Conv of depth 1 over a depth of 1: the native 2-D Conv
         FoldConvAffine(),  # a constant per-channel Mul / Add after a float Conv: into its weights
         ConvTransposeUnitStrides(),  # a stride-1 ConvTranspose: the Conv it is (native Conv paths)
+        ConvTransposeAs2d(opset),  # a strided 1-D ConvTranspose: the 2-D one over a unit height (native)
         FuseFloatActivation(),  # Relu / Clip after a float Conv: the GEMM's store clamps
         FuseFloatGate(),  # SiLU / hardswish / HardSigmoid after a float Conv: applied per finished block
         HoistGatheredGemm(),  # an unrolled RNN's input projections: one product over all steps
@@ -284,6 +286,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         ),  # opset: Softmax's axis (LowerSoftmax); evaluator: tables (LowerLookup)
         QuantizePad(),  # DQ -> Pad -> Q of one type: the Pad runs on the integers
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
+        ConvTransposeAs2d(opset),  # a float strided 1-D ConvTranspose left: the 2-D one (native float kernel)
         FuseGeluPass(opset),  # a float-island GELU (erf: five ops, tanh: eight) -> one Gelu / MlasGeluTanh
         FuseLayerNormPass(),  # a written-out LayerNorm / RMS norm island -> quanta::LayerNormDiv / RMSNormDiv
         # a float Einsum left by the lowering -> MatMul (after it: an Einsum between Q / DQ

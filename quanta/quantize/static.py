@@ -54,6 +54,7 @@ from quanta.ir.shape_hints import infer_shapes
 from quanta.ir.verify import Stage, verify
 from quanta.passes.coverage import CoverageReport
 from quanta.quantize.bodies import BodyScope, plan_bodies, prepare_bodies, quantize_bodies
+from quanta.quantize.gate_ranges import trim_gate_inputs
 from quanta.quantize.ort_saturation import file_note
 from quanta.quantize.qdq import (
     MAC_OPS,
@@ -586,6 +587,8 @@ def quantize_static(
     ) -> dict[int, str | None]:
         """The calibrated float model -> the QDQ model (in place); returns the LSTMs."""
         graph = model.graph
+        # a gated activation's input: no codes for the tail where its output code is constant
+        ranges = trim_gate_inputs(graph, plan, ranges)
         resolve_params(graph, plan, ranges, recipe)
         if round_weights is not None:
             round_weights(graph, plan)

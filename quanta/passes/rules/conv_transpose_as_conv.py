@@ -27,9 +27,17 @@ Equal up to float rounding: every output sums the same ``C_i·T`` products (the 
 add exact zeros) in the order each kernel chooses (tolerance γ_{C_i·K²+1}·Σ|x·w| per side).
 
 Refused: unequal strides or stride 1, output_shape, dilations, groups, auto_pad other
-than NOTSET / VALID, a non-constant weight or bias, a spatial rank other than 2, and
+than NOTSET / VALID, a non-constant weight or bias, a spatial rank other than 1 or 2, and
 pads / output padding for which the output is not a multiple of the stride or a Conv
 pad would be negative.
+
+A 1-D ConvTranspose (weight ``w[C_i, C_o, k]``, the upsampling necks of 1-D segmentation
+heads over signals) is the same rule on one axis. DepthToSpace is 4-D only, so the
+phases move as ``Reshape [N, s, C_o, L] -> Transpose [N, C_o, L, s] -> Reshape
+[N, C_o, L·s]``: channel ``a·C_o + o`` at position q goes to ``(o, s·q + a)``, as the
+single-axis DCR order puts it. Views only, so the same products as the 2-D form. The
+Reshapes take their shape as an input, as from opset 5 on; the rule runs where opsets are
+10 or newer (quantization's minimum, QDQ files).
 
 ConvTransposeUnitStride: with stride 1 on every axis (the 1x1 projections and the dilated
 depthwise "deconvolutions" of streaming speech-enhancement decoders such as GTCRN's), a
@@ -49,6 +57,18 @@ Exact in structure (the same products, summed in the Conv's order: tolerance
 γ_{C_i/g·Πk+1}·Σ|x·w| per side). Refused: a stride other than 1, output_shape, auto_pad
 other than NOTSET / VALID, a non-constant weight or bias, a non-float32 weight, and pads
 larger than ``d·(k−1)`` (a negative Conv pad: the ConvTranspose crops).
+
+ConvTranspose1dAs2d: in a float graph a strided 1-D ConvTranspose (stride 1 is the Conv
+above) is the 2-D one over a unit height, which the native float kernel runs (it takes 2-D
+and 3-D weights)::
+
+    %y = ConvTranspose(%x, %w, %b?) {strides [s], pads [p_b, p_e], dilations [d], group g}
+      -> %y = Squeeze(ConvTranspose(Unsqueeze(%x, 2), %w[:, :, None, :], %b?), 2)
+              {strides [1, s], pads [0, p_b, 0, p_e], dilations [1, d], group g}
+
+The same products in the same order (the unit axis has one tap): exact. Refused: a
+stride of 1, output_shape, auto_pad other than NOTSET / VALID, a non-constant weight, a
+non-float32 weight.
 """
 
 from __future__ import annotations
@@ -62,6 +82,8 @@ from quanta.ir.types import QuantType, TensorType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
 __all__ = [
+    "ConvTranspose1dAs2d",
+    "ConvTransposeAs2d",
     "ConvTransposeAsConv",
     "ConvTransposeAsConvs",
     "ConvTransposeUnitStride",
@@ -136,30 +158,79 @@ def _phases_shape(y: Value, s: int, co: int) -> tuple | None:
     return (n, s * s * co, oh // s if isinstance(oh, int) else None, ow // s if isinstance(ow, int) else None)
 
 
+def _phases_shape_1d(y: Value, s: int, co: int) -> tuple | None:
+    """The shape of the Conv over the s output phases of a 1-D ConvTranspose output
+    ``y`` [N, C_o, OL]: [N, s·C_o, OL / s] (None when y's rank is unknown)."""
+    if y.shape is None or len(y.shape) != 3:
+        return None
+    n, _, ol = y.shape
+    return (n, s * co, ol // s if isinstance(ol, int) else None)
+
+
+def _move_phases(
+    b: Builder, src: Value, n: int, s: int, co: int, y: Value, elem_from: Value, name: str
+) -> Value:
+    """The phases ``src`` holds as channels (phase-major, DCR) moved to their places in
+    ``y``'s layout: DepthToSpace for a 2-D output, Reshape / Transpose / Reshape for 1-D
+    (the same element moves; views, so ``src``'s element type carries through); ``n`` is
+    the spatial rank."""
+    if n == 2:
+        return b.op(
+            "DepthToSpace",
+            [src],
+            {"blocksize": s},
+            types=result_type(shape_from=y, elem_from=elem_from),
+            name=name,
+        )
+    n, _, q = src.shape if src.shape is not None else (None, None, None)
+    split = b.op(
+        "Reshape",
+        [src, b.const(f"{name}_split_shape", np.array([0, s, co, -1], np.int64))],
+        types=result_type(shape_from=(n, s, co, q), elem_from=elem_from),
+        name=f"{name}/split",
+    )
+    moved = b.op(
+        "Transpose",
+        [split],
+        {"perm": [0, 2, 3, 1]},
+        types=result_type(shape_from=(n, co, q, s), elem_from=elem_from),
+        name=f"{name}/interleave",
+    )
+    return b.op(
+        "Reshape",
+        [moved, b.const(f"{name}_merge_shape", np.array([0, 0, -1], np.int64))],
+        types=result_type(shape_from=y, elem_from=elem_from),
+        name=name,
+    )
+
+
 class ConvTransposeAsConv(Rule):
     """%y = ConvTranspose(x, w, b?) {stride s} -> DepthToSpace(Conv(x, w', b'), s)"""
 
     pattern = "y = ConvTranspose(x, w, b?)"
 
     def check(self, m: Match) -> Match | NoMatch:
-        w = _constant_kernel(m, 4)
+        w = _constant_kernel(m, 3, or_more=True)
         if isinstance(w, NoMatch):
             return w
+        n = w.ndim - 2
+        if n not in (1, 2):
+            return NoMatch(f"a {n}-D ConvTranspose; the rule takes 1-D and 2-D")
         a = m.root.attrs
-        kh, kw = w.shape[2], w.shape[3]
-        sh, sw = _ints(a.get("strides"), 2, 1)
-        if sh != sw or sh < 2:
-            return NoMatch(f"strides {[sh, sw]}: not one stride >= 2 on both axes")
-        if _ints(a.get("dilations"), 2, 1) != [1, 1] or int(a.get("group", 1)) != 1:
+        strides = _ints(a.get("strides"), n, 1)
+        if len(set(strides)) != 1 or strides[0] < 2:
+            return NoMatch(f"strides {strides}: not one stride >= 2 on every axis")
+        s = strides[0]
+        if _ints(a.get("dilations"), n, 1) != [1] * n or int(a.get("group", 1)) != 1:
             return NoMatch("dilations or groups")
         refusal = _output_form_refusal(a)
         if refusal is not None:
             return refusal
-        if m["x"].shape is not None and len(m["x"].shape) != 4:
-            return NoMatch("the input is not 4-D")
-        pads = _ints(a.get("pads"), 4, 0)
-        op = _ints(a.get("output_padding"), 2, 0)
-        axes = [_phases(k, sh, pads[d], pads[d + 2], op[d]) for d, k in enumerate((kh, kw))]
+        if m["x"].shape is not None and len(m["x"].shape) != n + 2:
+            return NoMatch(f"the input is not {n + 2}-D")
+        pads = _ints(a.get("pads"), 2 * n, 0)
+        op = _ints(a.get("output_padding"), n, 0)
+        axes = [_phases(k, s, pads[d], pads[d + n], op[d]) for d, k in enumerate(w.shape[2:])]
         if any(ax is None for ax in axes):
             return NoMatch(
                 "the output is not a stride multiple of phases one Conv computes (pads, output_padding)"
@@ -169,32 +240,50 @@ class ConvTransposeAsConv(Rule):
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         w = np.asarray(m.const("w"))
-        ci, co = w.shape[:2]
-        (mh, bh, eh), (mw, bw, ew) = m.data["axes"]
-        s = mh.shape[0]
-        # w'[(a·s + b)·C_o + o, c, r, q] = Σ_ij w[c, o, i, j]·Mh[a, r, i]·Mw[b, q, j]: a selection, exact
-        w2 = np.einsum("coij,ari,bqj->abocrq", w.astype(np.float64), mh, mw)
-        w2 = np.ascontiguousarray(w2.reshape(s * s * co, ci, mh.shape[1], mw.shape[1]).astype(np.float32))
+        co = w.shape[1]
+        axes = m.data["axes"]
+        s = axes[0][0].shape[0]
+        w2 = _relaid(w.astype(np.float64), axes).astype(np.float32)
         inputs = [m["x"], b.const(f"{m['w'].name}_as_conv", w2)]
         if m["b"] is not None:
             bias = np.asarray(m.const("b"), np.float32).reshape(co)
-            inputs.append(b.const(f"{m['b'].name}_as_conv", np.tile(bias, s * s)))
+            inputs.append(b.const(f"{m['b'].name}_as_conv", np.tile(bias, s ** len(axes))))
         y = m["y"]
-        shape = _phases_shape(y, s, co)
         conv = b.op(
             "Conv",
             inputs,
-            {"kernel_shape": [mh.shape[1], mw.shape[1]], "strides": [1, 1], "pads": [bh, bw, eh, ew]},
-            types=result_type(shape_from=shape, elem_from=y),
+            _conv_attrs(axes),
+            types=result_type(shape_from=_conv_shape(y, s, co, len(axes)), elem_from=y),
             name=f"{m.root.name}/as_conv",
         )
-        return b.op(
-            "DepthToSpace",
-            [conv],
-            {"blocksize": s},
-            types=result_type(shape_from=y, elem_from=y),
-            name=m.root.name,
-        )
+        return _move_phases(b, conv, len(axes), s, co, y, y, m.root.name)
+
+
+def _relaid(w: np.ndarray, axes: list) -> np.ndarray:
+    """The Conv weight over the output phases: ``w'[(a·s + b)·C_o + o, c, r, q] =
+    Σ_ij w[c, o, i, j]·Mh[a, r, i]·Mw[b, q, j]`` (2-D; 1-D: ``w'[a·C_o + o, c, r] =
+    Σ_i w[c, o, i]·M[a, r, i]``), a selection, so exact in the input's dtype."""
+    ci, co = w.shape[:2]
+    if len(axes) == 2:
+        (mh, _, _), (mw, _, _) = axes
+        s = mh.shape[0]
+        w2 = np.einsum("coij,ari,bqj->abocrq", w, mh, mw)
+        return np.ascontiguousarray(w2.reshape(s * s * co, ci, mh.shape[1], mw.shape[1]))
+    (mx, _, _) = axes[0]
+    w2 = np.einsum("coi,ari->aocr", w, mx)
+    return np.ascontiguousarray(w2.reshape(mx.shape[0] * co, ci, mx.shape[1]))
+
+
+def _conv_attrs(axes: list) -> dict:
+    return {
+        "kernel_shape": [ax[0].shape[1] for ax in axes],
+        "strides": [1] * len(axes),
+        "pads": [ax[1] for ax in axes] + [ax[2] for ax in axes],
+    }
+
+
+def _conv_shape(y: Value, s: int, co: int, n: int) -> tuple | None:
+    return _phases_shape(y, s, co) if n == 2 else _phases_shape_1d(y, s, co)
 
 
 def _dq_of_const(v: Value, what: str):
@@ -238,9 +327,9 @@ class QdqConvTransposeAsConv(ConvTransposeAsConv):
         if isinstance(dq, NoMatch):
             return dq
         codes = np.asarray(dq.inputs[0].const)
-        if codes.ndim != 4:
+        if codes.ndim not in (3, 4):
             return NoMatch(f"the quantized weight has rank {codes.ndim}")
-        if np.asarray(dq.inputs[1].const).size > 1 and int(dq.attrs.get("axis", 1)) % 4 != 1:
+        if np.asarray(dq.inputs[1].const).size > 1 and int(dq.attrs.get("axis", 1)) % codes.ndim != 1:
             return NoMatch("the weight is quantized along an axis other than the output channels")
         bias_dq = None
         if m["b"] is not None and not m["b"].is_const:
@@ -268,53 +357,50 @@ class QdqConvTransposeAsConv(ConvTransposeAsConv):
     def rewrite(self, m: Match, b: Builder) -> Value:
         dq, bias_dq, q = m.data["dq"], m.data["bias_dq"], m.data["q"]
         codes = np.asarray(dq.inputs[0].const)
-        ci, co = codes.shape[:2]
-        (mh, bh, eh), (mw, bw, ew) = m.data["axes"]
-        s = mh.shape[0]
+        co = codes.shape[1]
+        axes = m.data["axes"]
+        s = axes[0][0].shape[0]
+        reps = s ** len(axes)
         per_channel = np.asarray(dq.inputs[1].const).size > 1
         zw = np.zeros(1, np.int64) if dq.inputs[2] is None else np.asarray(dq.inputs[2].const, np.int64)
-        zw_o = zw.reshape(1, -1, 1, 1) if per_channel else zw.reshape(1, 1, 1, 1)
+        ones = (1,) * (codes.ndim - 2)
+        zw_o = zw.reshape(1, -1, *ones) if per_channel else zw.reshape(1, 1, *ones)
         # the selection of the float rule on the codes less their zero point (exact in
         # float64: 8-bit integers, one tap each), the zero point added back
-        sel = np.einsum("coij,ari,bqj->abocrq", (codes.astype(np.int64) - zw_o).astype(np.float64), mh, mw)
-        w2 = np.rint(sel).astype(np.int64).reshape(s * s * co, ci, mh.shape[1], mw.shape[1])
-        zw2 = np.tile(zw.reshape(-1), s * s) if per_channel else zw.reshape(-1)
-        w2 = (w2 + (zw2.reshape(-1, 1, 1, 1) if per_channel else zw2.reshape(1, 1, 1, 1))).astype(codes.dtype)
-        weight = self._dq(b, dq, w2, per_channel, s * s, m["w"])
+        sel = _relaid((codes.astype(np.int64) - zw_o).astype(np.float64), axes)
+        w2 = np.rint(sel).astype(np.int64)
+        zw2 = np.tile(zw.reshape(-1), reps) if per_channel else zw.reshape(-1)
+        w2 = (w2 + (zw2.reshape(-1, 1, *ones) if per_channel else zw2.reshape(1, 1, *ones))).astype(
+            codes.dtype
+        )
+        weight = self._dq(b, dq, w2, per_channel, reps, m["w"])
         inputs = [m["x"], weight]
         if m["b"] is not None:
             if bias_dq is None:
                 bias = np.asarray(m.const("b"), np.float32).reshape(co)
-                inputs.append(b.const(f"{m['b'].name}_as_conv", np.tile(bias, s * s)))
+                inputs.append(b.const(f"{m['b'].name}_as_conv", np.tile(bias, reps)))
             else:
                 bq = np.asarray(bias_dq.inputs[0].const).reshape(co)
                 b_pc = np.asarray(bias_dq.inputs[1].const).size > 1
-                inputs.append(self._dq(b, bias_dq, np.tile(bq, s * s), b_pc, s * s, m["b"]))
+                inputs.append(self._dq(b, bias_dq, np.tile(bq, reps), b_pc, reps, m["b"]))
         y = m["y"]
-        shape = _phases_shape(y, s, co)
+        shape = _conv_shape(y, s, co, len(axes))
         conv = b.op(
             "Conv",
             inputs,
-            {"kernel_shape": [mh.shape[1], mw.shape[1]], "strides": [1, 1], "pads": [bh, bw, eh, ew]},
+            _conv_attrs(axes),
             types=result_type(shape_from=shape, elem_from=y),
             name=m.root.name,
         )
         q_out = q.outputs[0]
-        q_shape = shape
         quantized = b.op(
             "QuantizeLinear",
             [conv, *q.inputs[1:]],
             dict(q.attrs),
-            types=result_type(shape_from=q_shape, elem_from=q_out),
+            types=result_type(shape_from=shape, elem_from=q_out),
             name=f"{m.root.name}/as_conv_quantized",
         )
-        moved = b.op(
-            "DepthToSpace",
-            [quantized],
-            {"blocksize": s},
-            types=result_type(shape_from=y, elem_from=q_out),
-            name=f"{m.root.name}/phases",
-        )
+        moved = _move_phases(b, quantized, len(axes), s, co, y, q_out, f"{m.root.name}/phases")
         return b.op(
             "DequantizeLinear",
             [moved, *q.inputs[1:]],
@@ -434,6 +520,64 @@ class ConvTransposeUnitStride(Rule):
         )
 
 
+class ConvTranspose1dAs2d(Rule):
+    """%y = ConvTranspose(x, w, b?) {1-D, stride s > 1} -> Squeeze(ConvTranspose(Unsqueeze(x), w'), 2)
+    (module docstring)"""
+
+    pattern = "y = ConvTranspose(x, w, b?)"
+
+    def __init__(self, opset: int = 21) -> None:
+        self.opset = opset
+
+    def check(self, m: Match) -> Match | NoMatch:
+        w = _constant_kernel(m, 3)
+        if isinstance(w, NoMatch):
+            return w
+        a = m.root.attrs
+        if _ints(a.get("strides"), 1, 1) == [1]:
+            return NoMatch("stride 1: the Conv it is (ConvTransposeUnitStride)")
+        refusal = _output_form_refusal(a)
+        if refusal is not None:
+            return refusal
+        if m["x"].shape is not None and len(m["x"].shape) != 3:
+            return NoMatch("the input is not 3-D")
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        w = np.asarray(m.const("w"))
+        a = m.root.attrs
+        x, y = m["x"], m["y"]
+        pads = _ints(a.get("pads"), 2, 0)
+        attrs = {
+            "kernel_shape": [1, int(w.shape[2])],
+            "strides": [1, _ints(a.get("strides"), 1, 1)[0]],
+            "dilations": [1, _ints(a.get("dilations"), 1, 1)[0]],
+            "pads": [0, pads[0], 0, pads[1]],
+            "group": int(a.get("group", 1)),
+        }
+        op = _ints(a.get("output_padding"), 1, 0)
+        if op != [0]:
+            attrs["output_padding"] = [0, op[0]]
+        x4 = None if x.shape is None else (x.shape[0], x.shape[1], 1, x.shape[2])
+        y4 = None if y.shape is None or len(y.shape) != 3 else (y.shape[0], y.shape[1], 1, y.shape[2])
+        inputs = [self._axes(b, "Unsqueeze", x, x4, x), b.const(f"{m['w'].name}_2d", w[:, :, None, :])]
+        if m["b"] is not None:
+            inputs.append(m["b"])
+        deconv = b.op(
+            "ConvTranspose", inputs, attrs, types=result_type(shape_from=y4, elem_from=y), name=m.root.name
+        )
+        return self._axes(b, "Squeeze", deconv, y.shape, y)
+
+    def _axes(self, b: Builder, op: str, v: Value, shape: tuple | None, elem_from: Value) -> Value:
+        """Squeeze / Unsqueeze of axis 2 in the form the opset takes (an attribute before
+        13, a constant input from 13 on)."""
+        types = result_type(shape_from=shape, elem_from=elem_from)
+        name = f"{b.match.root.name or 'conv_transpose'}/{op.lower()}"
+        if self.opset < 13:
+            return b.op(op, [v], {"axes": [2]}, types=types, name=name)
+        return b.op(op, [v, b.const("axis_2", np.asarray([2], np.int64))], types=types, name=name)
+
+
 class ConvTransposeAsConvs(RewritePass):
     name = "conv_transpose_as_conv"
 
@@ -461,3 +605,13 @@ class ConvTransposeUnitStrides(RewritePass):
 
     def __init__(self) -> None:
         super().__init__([ConvTransposeUnitStride()])
+
+
+class ConvTransposeAs2d(RewritePass):
+    """The 1-D rule alone, for float graphs (``optimize_float``): a strided 1-D
+    ConvTranspose runs on the native 2-D float kernel instead of the reference twin."""
+
+    name = "conv_transpose_1d_as_2d"
+
+    def __init__(self, opset: int = 21) -> None:
+        super().__init__([ConvTranspose1dAs2d(opset)])

@@ -1293,11 +1293,11 @@ def _scatter_elements_native(
     rows: applied in index order, so of duplicate positions the last update wins, as in
     the twin's fancy assignment (float32/64, int32/64)."""
     del ctx  # unused: one thread (scatter.h says why)
-    if reduction not in ("add", "mul", "none") or not all(
+    if reduction not in ("add", "mul", "none", "max", "min") or not all(
         isinstance(v, np.ndarray) for v in (data, indices, updates)
     ):
         raise _Unsupported
-    types = _ASSIGNABLE if reduction == "none" else (F32,)
+    types = (F32,) if reduction in ("add", "mul") else _ASSIGNABLE
     if (
         data.dtype not in types
         or updates.dtype != data.dtype
@@ -1345,24 +1345,34 @@ def _scatter_elements_native(
     y = np.array(data, order="C") if out is None or not out.flags.c_contiguous else out
     if y is out:
         np.copyto(out, data)
-    _native().scatter_f32(reduction, y, positions, np.ascontiguousarray(updates).reshape(-1))
+    if reduction in ("max", "min"):
+        # ufunc.at applies the updates one at a time in the positions' order (the
+        # indices' C order), as the twin's ufunc.at over the same coordinates does;
+        # max / min round nothing, so the result is the twin's bit for bit
+        _MAX_MIN[reduction].at(y.reshape(-1), positions, np.ascontiguousarray(updates).reshape(-1))
+    else:
+        _native().scatter_f32(reduction, y, positions, np.ascontiguousarray(updates).reshape(-1))
     if out is not None and y is not out:
         np.copyto(out, y)
         return out
     return y
 
 
+_MAX_MIN = {"max": np.maximum, "min": np.minimum}
+
+
 @register_binder("ScatterElements")
 def bind_scatter_elements(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """ScatterElements: float32 with reduction add or mul (a GNN's edge-to-node sums);
-    float32/64 or int32/64 with reduction none (a decoder Loop's per-step writes)."""
+    float32/64 or int32/64 with reduction none (a decoder Loop's per-step writes) or max /
+    min (a GNN's max aggregation, MiniMol's torch.scatter_reduce)."""
     del model  # unused
     reduction = node.attrs.get("reduction", "none")
-    if reduction not in ("add", "mul", "none"):
-        return None, f"native ScatterElements takes reduction none, add or mul, got {reduction!r}"
-    if reduction == "none":
+    if reduction not in ("add", "mul", "none", "max", "min"):
+        return None, f"native ScatterElements takes reduction none, add, mul, max or min, got {reduction!r}"
+    if reduction in ("none", "max", "min"):
         reason = _known_dtype_reason(
-            "ScatterElements", node, 0, _ASSIGNABLE, "float32/64 or int32/64 data with reduction none"
+            "ScatterElements", node, 0, _ASSIGNABLE, f"float32/64 or int32/64 data with reduction {reduction}"
         )
     else:
         reason = _known_dtype_reason("ScatterElements", node, 0, frozenset({F32}), "float32 data")

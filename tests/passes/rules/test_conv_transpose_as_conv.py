@@ -428,3 +428,344 @@ def test_qdq_conv_transpose_read_by_a_float_op_stays_a_conv_transpose():
     res = PassManager([QdqConvTransposesAsConvs()]).run(m)
     assert [n.op_type for n in m.graph.nodes].count("ConvTranspose") == 1
     assert any("one QuantizeLinear alone" in r.reason for r in res.no_matches)
+
+
+# --- 1-D strided ConvTranspose: phases as channels, moved by Reshape / Transpose --------
+
+
+def proto_1d(k: int, s: int, *, pads=None, op=None, bias=True, length: object = 23, co: int = 7):
+    """A 1-D ConvTranspose over x[2, 17, length], weight [17, co, k], stride s (the
+    upsampling necks of 1-D segmentation heads over signals)."""
+    rng = np.random.default_rng(17)
+    inits = [numpy_helper.from_array(rng.standard_normal((CI, co, k)).astype(np.float32), "w")]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(co).astype(np.float32), "b"))
+        ins.append("b")
+    attrs = {"strides": [s], "kernel_shape": [k]}
+    if pads:
+        attrs["pads"] = pads
+    if op:
+        attrs["output_padding"] = op
+    node = helper.make_node("ConvTranspose", ins, ["y"], name="up1d", **attrs)
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, CI, length])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def transposed_1d(x, w, b, s, pads, op, magnitude=False):
+    """1-D ConvTranspose by its definition, in float64: y[n, o, l·s + i − p_b] += x[n, c, l]·w[c, o, i]."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    if magnitude:
+        x, w, b = np.abs(x), np.abs(w), None if b is None else np.abs(b)
+    n, _, length = x.shape
+    k = w.shape[2]
+    full = np.zeros((n, w.shape[1], (length - 1) * s + k + op[0]))
+    for i in range(k):
+        full[:, :, i : i + (length - 1) * s + 1 : s] += np.einsum("ncl,co->nol", x, w[:, :, i])
+    out = (length - 1) * s + k - pads[0] - pads[1] + op[0]
+    y = full[:, :, pads[0] : pads[0] + out]
+    return y if b is None else y + b[None, :, None]
+
+
+CASES_1D = [  # (k, stride, pads, output_padding, Conv kernel it becomes)
+    (5, 5, None, None, 1),  # OpenSpindleNet's segmentation neck: kernel = stride
+    (2, 2, None, None, 1),
+    (4, 2, [1, 1], None, 3),  # overlapping taps: zero taps in the phase kernel
+    (3, 2, [1, 1], [1], 2),  # "same" upsampling by 2 with output_padding
+    (7, 3, [3, 1], None, 3),  # odd: pads differ per side
+]
+
+
+@pytest.mark.parametrize(("k", "stride", "pads", "op", "conv_k"), CASES_1D)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("length", [23, "L"])
+def test_strided_1d_conv_transpose_becomes_conv_and_moved_phases(k, stride, pads, op, conv_k, bias, length):
+    p = proto_1d(k, stride, pads=pads, op=op, bias=bias, length=length)
+    model = load(p)
+    result = run_passes(model, [ConvTransposeAsConvs()])
+    assert result.fired("ConvTransposeAsConv") == 1
+    assert model.graph.op_counts() == {"Conv": 1, "Reshape": 2, "Transpose": 1}
+    conv = next(n for n in model.graph.nodes if n.op_type == "Conv")
+    assert list(conv.attrs["kernel_shape"]) == [conv_k]
+    x = np.random.default_rng(5).standard_normal((2, CI, 23)).astype(np.float32)
+    inits = {i.name: numpy_helper.to_array(i) for i in p.graph.initializer}
+    args = (inits["w"], inits.get("b"), stride, pads or [0, 0], op or [0])
+    got = run_ref(model, {"x": x})[0]
+    exact = transposed_1d(x, *args)
+    assert got.shape == exact.shape
+    tol = dot_tolerance(CI * conv_k, transposed_1d(x, *args, magnitude=True))
+    assert np.all(np.abs(got - exact) <= tol)
+    assert_close(run_ref(p, {"x": x}), [got], 2 * tol)
+
+
+@pytest.mark.parametrize(("k", "pads"), [(5, None), (4, [1, 1])])
+def test_quantize_static_runs_the_1d_upsampling_in_integer(tmp_path, k, pads):
+    """Before the 1-D form, quantize_static left these ConvTransposes float ("no integer
+    kernel for ConvTranspose yet")."""
+    import quanta
+    from quanta.ir.onnx_io import load as load_file
+    from quanta.runtime.coverage import lowered_coverage
+
+    s = 5 if k == 5 else 2
+    p = proto_1d(k, s, pads=pads, length="L")
+    rng = np.random.default_rng(2)
+    calib = [{"x": rng.standard_normal((2, CI, 23)).astype(np.float32)} for _ in range(4)]
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    src.write_bytes(p.SerializeToString())
+    quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False)
+    x = np.random.default_rng(6).standard_normal((2, CI, 23)).astype(np.float32)
+    report = lowered_coverage(load_file(str(dst)), {"x": x.shape})
+    assert report.integer_share == 1.0
+    sess = quanta.InferenceSession(str(dst))
+    assert sess.fallbacks == []
+    y = sess.run(None, {"x": x})[0]
+    assert y.shape == (2, 7, 23 * s)
+    inits = {i.name: numpy_helper.to_array(i) for i in p.graph.initializer}
+    exact = transposed_1d(x, inits["w"], inits["b"], s, pads or [0, 0], [0])
+    assert np.corrcoef(exact.ravel(), y.ravel())[0, 1] > 0.99
+    ort = pytest.importorskip("onnxruntime")
+    y_ort = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.corrcoef(exact.ravel(), y_ort.ravel())[0, 1] > 0.99
+
+
+def qdq_transpose_1d_proto(k: int, s: int, pads: list[int], per_channel: bool, bias: bool, wz: int = 0):
+    """ONNX Runtime's QDQ form of a 1-D strided ConvTranspose: uint8 activations (zero
+    points 131 / 119), int8 weight per tensor or per output channel (axis 1), int32 bias."""
+    co = 7
+    rng = np.random.default_rng(8)
+    wf = rng.standard_normal((CI, co, k)).astype(np.float32)
+    if per_channel:
+        ws = (np.abs(wf).transpose(1, 0, 2).reshape(co, -1).max(1) / 120).astype(np.float32)
+        wzs = np.full(co, wz, np.int8)
+        wq = np.clip(np.round(wf / ws[None, :, None]) + wz, -128, 127).astype(np.int8)
+        bs = (0.023 * ws).astype(np.float32)
+    else:
+        ws = np.float32(np.abs(wf).max() / 120)
+        wzs = np.int8(wz)
+        wq = np.clip(np.round(wf / ws) + wz, -128, 127).astype(np.int8)
+        bs = np.float32(0.023 * ws)
+    inits = [
+        numpy_helper.from_array(wq, "wq"),
+        numpy_helper.from_array(np.asarray(ws), "ws"),
+        numpy_helper.from_array(np.asarray(wzs), "wz"),
+        numpy_helper.from_array(np.array(np.float32(0.023)), "xs"),
+        numpy_helper.from_array(np.array(np.uint8(131)), "xz"),
+        numpy_helper.from_array(np.array(np.float32(0.0917)), "ys"),
+        numpy_helper.from_array(np.array(np.uint8(119)), "yz"),
+    ]
+    axis = {"axis": 1} if per_channel else {}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], **axis),
+    ]
+    ins = ["xd", "wd"]
+    if bias:
+        bq = np.round(rng.standard_normal(co) * 3 / np.maximum(bs, 1e-12)).astype(np.int32).reshape(co)
+        inits += [numpy_helper.from_array(bq, "bq"), numpy_helper.from_array(np.asarray(bs), "bs")]
+        nodes.append(
+            helper.make_node("DequantizeLinear", ["bq", "bs"], ["bd"], **({"axis": 0} if per_channel else {}))
+        )
+        ins.append("bd")
+    nodes += [
+        helper.make_node("ConvTranspose", ins, ["c"], strides=[s], pads=pads, name="up1d"),
+        helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["cq"]),
+        helper.make_node("DequantizeLinear", ["cq", "ys", "yz"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, CI, "l"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize(
+    "k, s, pads, per_channel, bias, wz",
+    [
+        (5, 5, [0, 0], False, True, 0),  # kernel = stride, per tensor
+        (5, 5, [0, 0], True, True, 0),  # per output channel
+        (4, 2, [1, 1], True, False, 0),  # overlapping taps: zero taps
+        (4, 2, [1, 1], False, True, -3),  # zero taps at a non-zero weight zero point
+    ],
+)
+def test_qdq_1d_conv_transpose_lowers_to_an_integer_conv(k, s, pads, per_channel, bias, wz):
+    """A quantized file's 1-D strided ConvTranspose runs as a QLinearConv over its output
+    phases and integer views: 100 % integer MACs, no fallback, within 1 LSB of ONNX
+    Runtime. Before the 1-D form it ran in float."""
+    import quanta
+    from quanta.runtime.coverage import lowered_coverage
+
+    p = qdq_transpose_1d_proto(k, s, pads, per_channel, bias, wz)
+    x = np.random.default_rng(9).standard_normal((2, CI, 23)).astype(np.float32) * 1.5
+    report = lowered_coverage(load(p), {"x": x.shape})
+    assert report.integer_share == 1.0
+    sess = quanta.InferenceSession(p.SerializeToString())
+    assert sess.fallbacks == []
+    got = sess.run(None, {"x": x})[0]
+    ort = pytest.importorskip("onnxruntime")
+    want = ort.InferenceSession(p.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    assert got.shape == want.shape == (2, 7, 23 * s)
+    assert np.abs(want).max() > 10 * 0.0917  # many codes used
+    assert np.max(np.abs(got - want)) <= 0.0917 * 1.0001  # within 1 LSB of the output
+    ref = quanta.InferenceSession(p.SerializeToString(), backend="reference").run(None, {"x": x})[0]
+    assert np.max(np.abs(ref - want)) <= 0.0917 * 1.0001
+
+
+# --- a strided 1-D ConvTranspose in a float graph: the 2-D one over a unit height -------
+
+
+def grouped_1d_proto(
+    ci: int, cog: int, k: int, s: int, group: int, *, dil=None, pads=None, op=None, opset=13
+):
+    """A strided 1-D ConvTranspose over x[2, ci, 'L'], weight [ci, cog, k], bias."""
+    rng = np.random.default_rng(19)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((ci, cog, k)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(cog * group).astype(np.float32), "b"),
+    ]
+    attrs = {"strides": [s], "group": group}
+    if dil:
+        attrs["dilations"] = dil
+    if pads:
+        attrs["pads"] = pads
+    if op:
+        attrs["output_padding"] = op
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="deconv1d", **attrs)
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, ci, "L"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def transposed_strided(x, w, b, s, group, dil, pads, op, magnitude=False):
+    """A 1-D ConvTranspose by its definition, in float64, with stride, groups and
+    dilations: y[n, G·C_o/g + o, l·s + d·i − p_b] += x[n, G·C_i/g + c, l]·w[G·C_i/g + c, o, i]."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    if magnitude:
+        x, w, b = np.abs(x), np.abs(w), np.abs(b)
+    n, ci, length = x.shape
+    cog, k = w.shape[1], w.shape[2]
+    cig = ci // group
+    full = np.zeros((n, cog * group, (length - 1) * s + dil * (k - 1) + 1 + op))
+    for i in range(k):
+        for gi in range(group):
+            xs = x[:, gi * cig : (gi + 1) * cig]
+            full[:, gi * cog : (gi + 1) * cog, dil * i : dil * i + (length - 1) * s + 1 : s] += np.einsum(
+                "ncl,co->nol", xs, w[gi * cig : (gi + 1) * cig, :, i]
+            )
+    y = full[:, :, pads[0] : full.shape[2] - pads[1]]
+    return y + b[None, :, None]
+
+
+CASES_1D_FLOAT = [  # (C_i, C_o/g, k, stride, group, dilations, pads, output_padding)
+    (17, 7, 5, 5, 1, None, None, None),  # OpenSpindleNet's neck: kernel = stride
+    (17, 3, 4, 2, 1, None, [1, 2], [1]),  # overlapping taps, uneven pads, output_padding
+    (6, 7, 3, 3, 3, [2], [1, 0], None),  # groups of 2 -> 7, dilated
+]
+
+
+@pytest.mark.parametrize(("ci", "cog", "k", "s", "group", "dil", "pads", "op"), CASES_1D_FLOAT)
+@pytest.mark.parametrize("opset", [11, 13])
+def test_strided_1d_conv_transpose_becomes_2d_over_a_unit_height(ci, cog, k, s, group, dil, pads, op, opset):
+    from quanta.passes.rules.conv_transpose_as_conv import ConvTransposeAs2d
+
+    p = grouped_1d_proto(ci, cog, k, s, group, dil=dil, pads=pads, op=op, opset=opset)
+    model = load(p)
+    result = run_passes(model, [ConvTransposeAs2d(opset)])
+    assert result.fired("ConvTranspose1dAs2d") == 1
+    assert model.graph.op_counts() == {"ConvTranspose": 1, "Squeeze": 1, "Unsqueeze": 1}
+    deconv = next(n for n in model.graph.nodes if n.op_type == "ConvTranspose")
+    assert list(deconv.attrs["strides"]) == [1, s]
+    x = np.random.default_rng(4).standard_normal((2, ci, 11)).astype(np.float32)
+    got = run_ref(model, {"x": x})[0]
+    want = run_ref(p, {"x": x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)  # the same products in the same order
+
+
+def test_1d_as_2d_refuses_stride_1_and_names_why():
+    from quanta.passes.rules.conv_transpose_as_conv import ConvTransposeAs2d
+
+    model = load(grouped_1d_proto(7, 3, 3, 1, 1))
+    rw = ConvTransposeAs2d()
+    run_passes(model, [rw])
+    assert model.graph.op_counts() == {"ConvTranspose": 1}
+    assert any("stride 1" in r.reason for r in rw.no_matches())
+
+
+@pytest.mark.parametrize(("ci", "cog", "k", "s", "group", "dil", "pads", "op"), CASES_1D_FLOAT)
+def test_float_sessions_run_a_strided_1d_conv_transpose_natively(ci, cog, k, s, group, dil, pads, op):
+    """Before the rule the native float ConvTranspose refused rank-3 weights and the
+    session fell back to the reference twin."""
+    import quanta
+
+    p = grouped_1d_proto(ci, cog, k, s, group, dil=dil, pads=pads, op=op)
+    sess = quanta.InferenceSession(p.SerializeToString())
+    assert sess.fallbacks == []
+    x = np.random.default_rng(9).standard_normal((2, ci, 29)).astype(np.float32)
+    got = sess.run(None, {"x": x})[0]
+    inits = {i.name: numpy_helper.to_array(i) for i in p.graph.initializer}
+    args = (inits["b"], s, group, (dil or [1])[0], pads or [0, 0], (op or [0])[0])
+    exact = transposed_strided(x, inits["w"], *args)
+    assert got.shape == exact.shape
+    mag = transposed_strided(x, inits["w"], *args, magnitude=True)
+    assert np.all(np.abs(got - exact) <= dot_tolerance(ci // group * k, mag))
+
+
+def test_quantized_file_with_a_float_1d_conv_transpose_runs_it_natively():
+    """ONNX Runtime's QOperator files keep a ConvTranspose float (float weight between
+    DequantizeLinear and QuantizeLinear); lower_qdq gives a strided 1-D one the 2-D form,
+    so the session has no fallback, within 1 LSB of ONNX Runtime."""
+    import quanta
+
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((CI, 7, 5)).astype(np.float32) * 0.2
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(rng.standard_normal(7).astype(np.float32), "b"),
+        numpy_helper.from_array(np.array(np.float32(0.023)), "xs"),
+        numpy_helper.from_array(np.array(np.uint8(131)), "xz"),
+        numpy_helper.from_array(np.array(np.float32(0.0917)), "ys"),
+        numpy_helper.from_array(np.array(np.uint8(119)), "yz"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("ConvTranspose", ["xd", "w", "b"], ["c"], strides=[5], name="up1d"),
+        helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["cq"]),
+        helper.make_node("DequantizeLinear", ["cq", "ys", "yz"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, CI, "l"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    sess = quanta.InferenceSession(p.SerializeToString())
+    assert sess.fallbacks == []
+    x = np.random.default_rng(9).standard_normal((2, CI, 23)).astype(np.float32) * 1.5
+    got = sess.run(None, {"x": x})[0]
+    ort = pytest.importorskip("onnxruntime")
+    want = ort.InferenceSession(p.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    assert got.shape == want.shape == (2, 7, 115)
+    assert np.abs(want).max() > 10 * 0.0917
+    assert np.max(np.abs(got - want)) <= 0.0917 * 1.0001
