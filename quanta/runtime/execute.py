@@ -605,8 +605,9 @@ def _native_programs(plan: Plan, bound: BoundRun) -> None:
     arena = bound.arena
     overridable = set(plan.inputs.values())
     fixed: dict[int, np.ndarray] = {k: v for k, v in plan.constants.items() if k not in overridable}
-    fixed.update(bound.static_values)
     fixed.update(bound.slot_views)
+    # a signature-static step does not run: its recorded value, not its arena place
+    fixed.update(bound.static_values)
     steps = bound.steps if bound.fast_steps is None else bound.fast_steps
     out: list[_StepTuple] = []
     program: Any = None
@@ -690,17 +691,24 @@ def _fixed_views(
     arena: np.ndarray,
 ) -> dict[int, np.ndarray] | None:
     """A view step's results made once from arrays that never move, when every one is a
-    view of the arena (so it shows what the producers write on each run), else None."""
+    view of one of its inputs in the arena (so it shows what the producers write on each
+    run), else None. A result that is not a view of an input (a Slice or a Split part
+    copied into the step's own planned place) must be made on every run."""
     try:
         res = fn(ctx, *args, **(kw or {}))
     except KERNEL_ERRORS:
         return None
     res = res if isinstance(res, (tuple, list)) else (res,)
+    sources = [a for a in args if isinstance(a, np.ndarray) and np.may_share_memory(a, arena)]
     views = {}
     for o, r in zip(outs, res):
         if o is None:
             continue
-        if not isinstance(r, np.ndarray) or r.base is None or not np.may_share_memory(r, arena):
+        if (
+            not isinstance(r, np.ndarray)
+            or r.base is None
+            or not any(np.shares_memory(r, a) for a in sources)
+        ):
             return None
         views[o] = r
     return views

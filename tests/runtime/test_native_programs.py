@@ -172,3 +172,34 @@ def test_program_record_keeps_exactly_one_kernel_call() -> None:
     prog.run()
     np.testing.assert_array_equal(out, np.maximum(a - 8, 0))
     np.testing.assert_array_equal(twice, 0)  # the refused recording ran nothing
+
+
+def test_a_signature_static_value_is_read_from_its_recorded_copy() -> None:
+    """A value fixed by the signature (a Gather of the Cast of a Shape: its step does not
+    run after the measuring run, though its kernel has a place in the arena) is read by a
+    recorded Add from the recorded copy, not from the arena place no step writes."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("Shape", ["a"], ["s"], name="shape"),
+        helper.make_node("Cast", ["s"], ["f"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Gather", ["f", "last"], ["fl"], name="last_dim"),
+        helper.make_node("Add", ["a", "fl"], ["y"], name="add"),
+        helper.make_node("Mul", ["y", "y"], ["z"], name="square"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "static",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 7, "w"])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [_const("last", np.array(2, np.int64))],
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep the Shape steps
+    sess, ref = quanta.InferenceSession(p, opts), quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        feeds = {"x": rng.normal(0, 2, (3, 7, 17)).astype(np.float32)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+    (bound,) = sess.executor.bound_runs().values()
+    assert bound.program_steps[0] >= 1

@@ -229,7 +229,16 @@ struct PyConv {
     return y;
   }
 
-  void execute(conv::ConvArgs& args, const conv::Geometry& geo) {
+  // `keep`: what args points into beyond x and y (a QLinearConv's converted parameters),
+  // held by a recorded call.
+  void execute(conv::ConvArgs& args, const conv::Geometry& geo, std::shared_ptr<const void> keep = nullptr) {
+    if (CallRecorder* recorder = call_recorder()) {
+      // A recorded call (a native program's step, bindings.h run_or_record): this
+      // convolution (its Python object is held by the recording caller), x and y at the
+      // same places for the program's life; the workspace as a direct call would take it.
+      recorder->calls.emplace_back([this, args, geo, keep]() mutable { run_unlocked(args, geo); });
+      return;
+    }
     bool expected = false;
     const bool mine = busy.compare_exchange_strong(expected, true);
     conv::ConvWorkspace local;
@@ -237,6 +246,22 @@ struct PyConv {
     try {
       conv->reserve_workspace(args, geo, w);  // allocates only when this shape needs more
       py::gil_scoped_release release;
+      conv->run(args, geo, w);
+    } catch (...) {
+      if (mine) busy.store(false);
+      throw;
+    }
+    if (mine) busy.store(false);
+  }
+
+  // execute's body without the GIL (a native program runs it with the GIL released).
+  void run_unlocked(conv::ConvArgs& args, const conv::Geometry& geo) {
+    bool expected = false;
+    const bool mine = busy.compare_exchange_strong(expected, true);
+    conv::ConvWorkspace local;
+    conv::ConvWorkspace& w = mine ? ws : local;
+    try {
+      conv->reserve_workspace(args, geo, w);
       conv->run(args, geo, w);
     } catch (...) {
       if (mine) busy.store(false);
@@ -294,8 +319,9 @@ struct PyConv {
     return q;
   }
 
-  py::array run_qlinear(const py::array& x, bool x_signed, const QParams& q, int num_threads, const py::object& out_obj,
-                        bool channels_last) {
+  py::array run_qlinear(const py::array& x, bool x_signed, const std::shared_ptr<const QParams>& qp, int num_threads,
+                        const py::object& out_obj, bool channels_last) {
+    const QParams& q = *qp;
     const char* fn = "QLinearConv";
     if (x_signed != q.x_signed) {
       throw py::value_error(std::string(fn) + ": x: expected " + (q.x_signed ? "int8" : "uint8") +
@@ -319,7 +345,7 @@ struct PyConv {
     py::array y = output(out_obj, out_shape(geo, channels_last),
                          q.y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>(), x, fn);
     args.y = y.mutable_data();
-    execute(args, geo);
+    execute(args, geo, qp);
     return y;
   }
 
@@ -328,7 +354,7 @@ struct PyConv {
                     bool channels_last) {
     bool x_signed = false;
     py::array x = check_x(x_obj, "QLinearConv", channels_last, &x_signed);
-    const QParams q = make_qparams(zx_obj, x_signed, mult_obj, zy_obj, bias_obj);
+    const auto q = std::make_shared<const QParams>(make_qparams(zx_obj, x_signed, mult_obj, zy_obj, bias_obj));
     return run_qlinear(x, x_signed, q, num_threads, out_obj, channels_last);
   }
 
@@ -346,7 +372,7 @@ struct PyConv {
     if (!q) throw py::value_error("QLinearConv: qlinear_prepared: call prepare(...) first");
     bool x_signed = false;
     py::array x = check_x(x_obj, "QLinearConv", channels_last, &x_signed);
-    return run_qlinear(x, x_signed, *q, num_threads, out_obj, channels_last);
+    return run_qlinear(x, x_signed, q, num_threads, out_obj, channels_last);
   }
 
   py::array integer(const py::handle& x_obj, const py::object& zx_obj, int num_threads, const py::object& out_obj,

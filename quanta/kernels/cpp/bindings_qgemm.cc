@@ -441,8 +441,24 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
       throw py::value_error("qgemm: workspace: expected a QGemmWorkspace or None");
     }
   }
-  BusyGuard<PyWorkspace> guard(*wsp, "qgemm: workspace");
   const size_t need = qgemm::qgemm_workspace_bytes(p);
+  if (CallRecorder* recorder = call_recorder()) {
+    // A recorded call (a native program's step, bindings.h run_or_record): its own
+    // workspace, the packed weights held, and its own copies of the multipliers this
+    // call converted (p points into them); x, y and the caller's parameter arrays stay
+    // where they are for the program's life.
+    auto own = std::make_shared<PyWorkspace>();
+    own->ws.reserve(need);
+    const bool local_mult = !mult.empty() && p.multiplier == mult.data();
+    const bool local_fixed = !fmult.empty() && p.fixed_multiplier == fmult.data();
+    recorder->calls.emplace_back([p, own, packed, mult, fmult, fshift, local_mult, local_fixed]() mutable {
+      if (local_mult) p.multiplier = mult.data();
+      if (local_fixed) p.fixed_multiplier = fmult.data(), p.fixed_shift = fshift.data();
+      qgemm::qgemm(p, own->ws);
+    });
+    return y;
+  }
+  BusyGuard<PyWorkspace> guard(*wsp, "qgemm: workspace");
   wsp->ws.reserve(need);  // allocates only when this call needs more than any before
   {
     py::gil_scoped_release release;

@@ -160,6 +160,7 @@ def _qlinear_conv_specialized(
         generic_attrs,
         out,
         reads=1,
+        recordable=True,
     )
 
 

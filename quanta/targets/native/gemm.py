@@ -528,6 +528,7 @@ def _qlinear_matmul_specialized(
         attrs,
         out,
         reads=1,
+        recordable=True,
     )
 
 
@@ -794,6 +795,7 @@ def _qgemm_specialized(
         attrs,
         out,
         reads=1,
+        recordable=True,
     )
 
 
@@ -1071,7 +1073,9 @@ def _matmul_integer_to_float_specialized(
         def constant_scales(a: np.ndarray, *rest: Any) -> np.ndarray:
             return qcall(a, packed, za0, fb, multiplier, threads, _workspace(), out)
 
-        return guarded(constant_scales, _matmul_integer_to_float_native, params, out, reads=1)
+        return guarded(
+            constant_scales, _matmul_integer_to_float_native, params, out, reads=1, recordable=True
+        )
     n_in = len(sig.shapes)
     has_za = n_in > 4 and sig.dtypes[4] is not None
     if has_za and sig.dtypes[4] != a_dt:

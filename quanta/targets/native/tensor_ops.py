@@ -1588,7 +1588,6 @@ def _acc_to_float_specialized(sig: Specialization, **attrs: Any) -> Callable[...
         attrs,
         out,
         reads=1,
-        recordable=True,
     )
 
 
@@ -1701,7 +1700,6 @@ def _acc_to_quant_specialized(sig: Specialization, **attrs: Any) -> Callable[...
         attrs,
         out,
         reads=1,
-        recordable=True,
     )
 
 
