@@ -204,8 +204,10 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
 
     passes = lower_qdq(opset=21)
     names = [p.name for p in passes]
-    assert names[-11:] == [
+    assert names[-13:] == [
         "lower_qdq_to_qlinear",
+        "eliminate_dead",
+        "compose_lookups",
         "quantize_pad",
         "fuse_gelu",
         "fuse_layer_norm",
