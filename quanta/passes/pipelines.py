@@ -255,6 +255,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
     from quanta.passes.lower.accumulator_to_quant import FuseAccumulatorToQuant
     from quanta.passes.lower.channels_last import ChannelsLast
     from quanta.passes.lower.fold_float_weights import FoldFloatWeights
+    from quanta.passes.lower.lookup import ComposeLookupsPass
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
     from quanta.passes.lower.requant_params import CarryRequantization
     from quanta.passes.lower.softmax_quant import FuseSoftmaxQuantPass
@@ -284,6 +285,8 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         LowerQdqToQLinear(
             opset, evaluator
         ),  # opset: Softmax's axis (LowerSoftmax); evaluator: tables (LowerLookup)
+        EliminateDead(),  # the DQs the lowering left unread: a table read by the next alone
+        ComposeLookupsPass(),  # tables in a row (a BatchNorm as Sub / Mul / Add, each between Q / DQ): one
         QuantizePad(),  # DQ -> Pad -> Q of one type: the Pad runs on the integers
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
         ConvTransposeAs2d(opset),  # a float strided 1-D ConvTranspose left: the 2-D one (native float kernel)

@@ -204,8 +204,10 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
 
     passes = lower_qdq(opset=21)
     names = [p.name for p in passes]
-    assert names[-12:] == [
+    assert names[-14:] == [
         "lower_qdq_to_qlinear",
+        "eliminate_dead",
+        "compose_lookups",
         "quantize_pad",
         "conv_transpose_1d_as_2d",
         "fuse_gelu",

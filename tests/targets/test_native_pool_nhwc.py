@@ -65,6 +65,41 @@ def test_native_matches_the_twin(hw, c, k, s, d, pad, ceil, signed):
         assert y.dtype == dtype and y.shape == ref.shape and y.tobytes() == ref.tobytes()
 
 
+@pytest.mark.parametrize("c", [1, 3, 7, 16, 17, 31, 32, 33, 48, 63, 64, 65, 130])
+@pytest.mark.parametrize(
+    "k, s, d, pads, ceil",
+    [
+        ((2, 2), (2, 2), (1, 1), (0, 0, 0, 0), False),  # yunet's, YOLO stems'
+        ((3, 3), (2, 2), (1, 1), (1, 1, 1, 1), False),  # ResNet stems'
+        ((5, 5), (1, 1), (1, 1), (2, 2, 2, 2), False),  # SPPF's
+        ((3, 2), (1, 3), (2, 1), (1, 0, 2, 1), True),  # dilated, uneven pads, ceil overhang
+    ],
+)
+def test_native_matches_the_twin_on_every_isa(c, k, s, d, pads, ceil):
+    """Every ISA's channel vectors (64 / 32 / 16 wide, masked or scalar tails) against
+    the twin, signed and unsigned, windows cut by pads and by the ceil overhang."""
+    from quanta.kernels.reference.conv_geometry import conv_attrs
+
+    attrs = {"kernel_shape": list(k), "strides": list(s), "dilations": list(d), "pads": list(pads)}
+    attrs["ceil_mode"] = int(ceil)
+    for signed in (False, True):
+        dtype = np.int8 if signed else np.uint8
+        x = np.random.default_rng(c).integers(-128 if signed else 0, 128 if signed else 256, (2, 11, 13, c))
+        x = x.astype(dtype)
+        ref = nhwc_max_pool(OpContext(), x, **attrs)
+        geom = conv_attrs((2, c, 11, 13), None, **{**attrs, "ceil_mode": ceil})
+        try:
+            for isa in _native.supported_isas():
+                _native.set_isa(isa)
+                for threads in (1, 2):
+                    y = _native.max_pool_2d_nhwc(
+                        x, list(k), list(s), list(d), list(pads[:2]), list(geom.out_shape), threads
+                    )
+                    assert y.tobytes() == ref.tobytes(), (isa, threads, signed)
+        finally:
+            _native.clear_isa()
+
+
 def test_twin_is_the_nchw_maxpool_with_the_channel_axis_moved():
     x = np.random.default_rng(0).integers(0, 256, (1, 5, 6, 3)).astype(np.uint8)
     y = nhwc_max_pool(OpContext(), x, kernel_shape=[2, 3], strides=[1, 2])

@@ -35,7 +35,7 @@ py::array max_pool_nhwc_impl(const py::handle& x_obj, const Pair& kernel, const 
       out_obj, {x.shape(0), static_cast<py::ssize_t>(out_hw[0]), static_cast<py::ssize_t>(out_hw[1]), c}, op, {x});
   {
     py::gil_scoped_release release;
-    pool::max_pool_2d_nhwc<T>(x.data(), y.mutable_data(), g, c, num_threads);
+    pool::max_pool_2d_nhwc<T>(x.data(), y.mutable_data(), g, c, num_threads, active_isa());
   }
   return std::move(y);
 }

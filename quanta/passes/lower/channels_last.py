@@ -22,6 +22,9 @@ inputs and outputs, and float islands or operators without a channels-last form)
   ``NhwcMaxPool``, ONNX Runtime's channels-last quantized MaxPool), joined like a
   layout-agnostic operator: when its input comes from a region (a ResNet stem's pool
   between two convolutions; a lone MaxPool is not worth two Transposes);
+- ai.onnx ``Pad`` with constant pads and no ``axes`` input, joined like a layout-agnostic
+  operator, its pads permuted with the layout (any mode: each output element is the same
+  input element or the fill; open_nsfw's edge pad between its stem and its max pool);
 - *layout-agnostic operators* (joined when one of their layout inputs comes from a
   region): com.microsoft ``QLinearAdd`` / ``QLinearMul`` (elementwise with numpy
   broadcasting), ``QLinearSigmoid``, ``QLinearLeakyRelu``, quanta ``QLinearLookup``, ``Relu``, ``Clip``, and
@@ -63,6 +66,7 @@ _CHANNELS_LAST_OPS: dict[tuple[str, str], tuple[int, ...]] = {
 #: (domain, op_type) -> indices of the layout inputs (None: every third from 2, Concat).
 _AGNOSTIC_OPS: dict[tuple[str, str], tuple[int, ...] | None] = {
     ("", "MaxPool"): (0,),  # joins as com.microsoft NhwcMaxPool (checked in _select)
+    ("", "Pad"): (0,),  # its constant pads permuted with the layout (checked in _select)
     (MS_DOMAIN, "QLinearAdd"): (0, 3),
     (MS_DOMAIN, "QLinearMul"): (0, 3),
     (MS_DOMAIN, "QLinearSigmoid"): (0,),
@@ -148,8 +152,10 @@ class ChannelsLast(Pass):
                     )
                     continue
             elif key in _AGNOSTIC_OPS:
-                if key == ("", "MaxPool"):
-                    reason = self._maxpool_refusal(node)
+                if key in (("", "MaxPool"), ("", "Pad")):
+                    reason = (
+                        self._maxpool_refusal(node) if key == ("", "MaxPool") else self._pad_refusal(node)
+                    )
                     if reason:
                         if id(node.input(0)) in produced:
                             self.refused.append((node.label, reason))
@@ -162,6 +168,8 @@ class ChannelsLast(Pass):
                 reason = ""
                 if ranks or _rank(node.outputs[0]) not in (None, rank):
                     reason = "its inputs mix ranks"
+                elif node.op_type == "Pad" and np.size(node.inputs[1].const) != 2 * rank:
+                    reason = f"pads of {np.size(node.inputs[1].const)} values for rank {rank}"
                 for i in idx:
                     v = node.inputs[i]
                     if reason:
@@ -224,6 +232,13 @@ class ChannelsLast(Pass):
                     else:  # a channels-first value entering the region
                         twin[id(v)] = self._transpose(graph, v, fwd, before=node, suffix="nhwc")
                 node.replace_input(i, twin[id(v)])
+            if node.op_type == "Pad":  # [begins, ends] per axis, in the layout's axis order
+                pads = node.inputs[1]
+                a = np.asarray(pads.const).reshape(2, rank)[:, fwd].reshape(-1)
+                c = graph.add_initializer(graph.fresh_name(f"{pads.name}_nhwc"), np.ascontiguousarray(a))
+                if pads.type is not None:
+                    c.type = TensorType(pads.elem, (2 * rank,))
+                node.replace_input(1, c)
             out = node.outputs[0]
             shape = None if out.shape is None else tuple(out.shape[p] for p in fwd)
             t = Value(graph.fresh_name(f"{out.name}_nhwc"), TensorType(out.elem, shape) if out.type else None)
@@ -246,6 +261,15 @@ class ChannelsLast(Pass):
                     name=graph.fresh_name(f"channels_last/{out.name}_nchw"),
                 )
                 graph.add_node(node)
+
+    @staticmethod
+    def _pad_refusal(node: Node) -> str:
+        pads = node.input(1)
+        if pads is None or not pads.is_const:
+            return "Pad without constant pads (or with pads as attributes, before opset 11)"
+        if node.input(3) is not None:
+            return "Pad with an axes input"
+        return ""
 
     @staticmethod
     def _maxpool_refusal(node: Node) -> str:

@@ -56,7 +56,7 @@ import numpy as np
 
 from quanta.ir.graph import Node, Value, result_type
 from quanta.ir.types import QuantType
-from quanta.passes.pattern import Builder, Match, NoMatch, Rule
+from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import describe, node_qtype
 from quanta.passes.rules.fold_constants import Evaluator
 
@@ -65,7 +65,10 @@ __all__ = [
     "QUANTA_DOMAIN",
     "QUANTA_TABLE_OPS",
     "TABLE_OPS",
+    "ComposeLookups",
+    "ComposeLookupsPass",
     "LowerLookup",
+    "compose_tables",
     "constant_codes",
     "lookup_codes",
 ]
@@ -387,3 +390,97 @@ class LowerLookup(Rule):
             # the group's last op names the table (coverage pairs a node with what it became)
             name=m.value("f").producer.name or m.root.name or None,
         )
+
+
+class ComposeLookups(Rule):
+    """Two tables in a row are one:
+    ``QLinearLookup(QLinearLookup(x, t1), t2) -> QLinearLookup(x, t)`` with
+
+    ::
+
+        t[c, b] = t2[c, bits(t1[c, b])]                         (T5, docs/passes.md)
+
+    a per-tensor table taken for every channel (its row for each c), both tables per
+    channel along the same axis of x, or one of them per tensor. The inner table holds the
+    intermediate codes, so ``t2[bits(t1[bits(x)])]`` is what the two steps compute: exact by
+    construction. ONNX Runtime's quantizer writes a BatchNormalization decomposed into
+    Sub / Mul / Add as a Q / DQ pair around every op (open_nsfw: 213 per-channel tables,
+    four in a row after each convolution), each its own pass over the tensor; composed,
+    one pass. 8-bit codes only (a 16-bit table is 65536 entries a step)."""
+
+    pattern = (
+        "y = quanta::QLinearLookup(m = quanta::QLinearLookup(x, sx, zx?, _, _?, t1), _, _?, sy, zy?, t2)"
+    )
+
+    def check(self, m: Match) -> Match | NoMatch:
+        inner = m.value("m").producer
+        assert inner is not None
+        for name in ("t1", "t2"):
+            if not m[name].is_const:
+                return NoMatch(f"table {describe(m[name])} is not a constant")
+            if np.asarray(m[name].const).dtype not in (np.dtype(np.uint8), np.dtype(np.int8)):
+                return NoMatch(f"table {describe(m[name])} is not of 8-bit codes")
+        shape = m["x"].type.shape if m["x"].type is not None else None
+        axes = []
+        for node in (inner, m.root):
+            axis = node.attrs.get("axis")
+            if axis is not None and axis < 0:
+                if shape is None:
+                    return NoMatch(f"{node.label}: a negative axis on x of unknown rank")
+                axis += len(shape)
+            axes.append(axis)
+        t1, t2 = np.asarray(m["t1"].const), np.asarray(m["t2"].const)
+        if axes[0] is not None and axes[1] is not None and (axes[0] != axes[1] or t1.shape != t2.shape):
+            return NoMatch(f"tables along axes {axes[0]} {t1.shape} and {axes[1]} {t2.shape} of x")
+        m.data["axis"] = axes[0] if axes[0] is not None else axes[1]
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        inner = m.value("m").producer
+        assert inner is not None
+        t1, t2 = np.asarray(m["t1"].const), np.asarray(m["t2"].const)
+        table = compose_tables(t1, t2)
+        zx, zy = m["zx"], m["zy"]
+        if zx is None:
+            zx = b.const("x_zero_point", np.zeros((), _code_dtype(m["x"])))
+        if zy is None:
+            zy = b.const("y_zero_point", np.zeros((), t2.dtype))
+        t = b.const(f"{m.root.name or 'lookup'}_table", np.ascontiguousarray(table))
+        functions = [inner.attrs.get("function", ""), m.root.attrs.get("function", "")]
+        attrs: dict[str, object] = {"function": ", ".join(f for f in functions if f)}
+        if m.data["axis"] is not None:
+            attrs["axis"] = int(m.data["axis"])
+        return b.op(
+            "QLinearLookup",
+            [m["x"], m["sx"], zx, m["sy"], zy, t],
+            attrs,
+            domain=QUANTA_DOMAIN,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            name=m.root.name or None,
+        )
+
+
+def compose_tables(inner: np.ndarray, outer: np.ndarray) -> np.ndarray:
+    """The one table of ``outer`` after ``inner`` (8-bit codes, each [256] or [C, 256]),
+    eq. (T5): ``t[c, b] = outer[c, bits(inner[c, b])]``, a [256] table standing for every
+    row; [256] when both are."""
+    bits = inner.view(np.uint8)  # the intermediate codes as the outer table's index
+    if outer.ndim == 1:
+        return outer[bits]
+    if inner.ndim == 1:
+        return np.ascontiguousarray(outer[:, bits])
+    return np.take_along_axis(outer, bits, axis=1)
+
+
+def _code_dtype(v: Value) -> np.dtype:
+    assert v.type is not None
+    return np.dtype(v.type.elem.numpy)  # type: ignore[union-attr]
+
+
+class ComposeLookupsPass(RewritePass):
+    """ComposeLookups to a fixed point: a chain of tables becomes one."""
+
+    name = "compose_lookups"
+
+    def __init__(self) -> None:
+        super().__init__([ComposeLookups()])

@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from quanta.ir.onnx_io import load
+from quanta.ir.types import TensorType
 from quanta.ir.verify import Stage
 from quanta.passes.lower.channels_last import ChannelsLast, to_channels_first, to_channels_last
 from tests.ort_int8 import fit_s8
@@ -230,6 +231,72 @@ def test_quantized_maxpool_between_convs_joins_the_region() -> None:
     assert p.refused == []
     feeds = feeds_for(proto)
     assert np.array_equal(run_ref(proto, feeds)[0], run_ref(model, feeds)[0])
+
+
+def pad_pool_cnn(mode: str, *, runtime_pads: bool = False) -> onnx.ModelProto:
+    """c1 (7 -> 17) -> Pad (1, 0 above and left, 2, 1 below and right; constant fill 37)
+    -> MaxPool 3x3 s2 -> c2 (17 -> 3): a TensorFlow export's stem (open_nsfw's edge pad
+    before its max pool). ``runtime_pads``: the pads are a graph input."""
+    b = Builder()
+    x = u8_input(b, "x", [1, 7, 9, 11])
+    c1 = b.conv("x", 7, 17, 3, name="c1")
+    inputs = [x]
+    pads = np.array([0, 0, 1, 0, 0, 0, 2, 1], np.int64)
+    if runtime_pads:
+        inputs.append(helper.make_tensor_value_info("pads", TensorProto.INT64, [8]))
+    else:
+        b.inits.append(numpy_helper.from_array(pads, "pads"))
+    b.inits.append(numpy_helper.from_array(np.array(37, np.uint8), "fill"))
+    b.nodes.append(helper.make_node("Pad", [c1, "pads", "fill"], ["padded"], mode=mode, name="pad"))
+    b.nodes.append(
+        helper.make_node("MaxPool", ["padded"], ["mp"], kernel_shape=[3, 3], strides=[2, 2], name="mp")
+    )
+    for suffix in ("scale", "zp"):
+        c1_param = next(t for t in b.inits if t.name == f"c1_{suffix}")
+        b.inits.append(numpy_helper.from_array(numpy_helper.to_array(c1_param), f"mp_{suffix}"))
+    c2 = b.conv("mp", 17, 3, 3, name="c2")
+    return b.model(inputs, [c2])
+
+
+def load_pad_pool(proto: onnx.ModelProto):
+    """The model with the Pad's output typed as c1's quantized values (as QuantizePad
+    leaves a Pad between two values of one quantized type)."""
+    model = load(proto)
+    pad = next(n for n in model.graph.nodes if n.op_type == "Pad")
+    out = pad.outputs[0]
+    out.type = TensorType(pad.inputs[0].elem, out.shape)
+    return model
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect"])
+def test_pad_between_convs_joins_the_region_with_its_pads_permuted(mode: str) -> None:
+    """Failure signature: the pads left in NCHW order (the H pads applied to W and the
+    channels padded), which changes the output shape or the bytes; the pads differ on
+    every side so any misplaced one shows."""
+    proto = pad_pool_cnn(mode)
+    model = load_pad_pool(proto)
+    p = ChannelsLast()
+    run_passes(model, [p], stage=Stage.LOWERED)
+    assert p.refused == []
+    assert [tuple(n.attrs["perm"]) for n in transposes(model)] == [(0, 2, 3, 1), (0, 3, 1, 2)]
+    pad = next(n for n in model.graph.nodes if n.op_type == "Pad")
+    assert pad.inputs[0].producer.op_type == "QLinearConv"
+    assert np.asarray(pad.inputs[1].const).tolist() == [0, 1, 0, 0, 0, 2, 1, 0]
+    assert any(n.op_type == "NhwcMaxPool" for n in model.graph.nodes)
+    feeds = feeds_for(proto)
+    assert np.array_equal(run_ref(proto, feeds)[0], run_ref(model, feeds)[0])
+
+
+def test_refuses_a_pad_of_runtime_pads() -> None:
+    proto = pad_pool_cnn("edge", runtime_pads=True)
+    model = load_pad_pool(proto)
+    p = ChannelsLast()
+    run_passes(model, [p], stage=Stage.LOWERED)
+    assert ("'pad' (Pad)", "Pad without constant pads (or with pads as attributes, before opset 11)") in [
+        (label, reason) for label, reason in p.refused
+    ]
+    pad = next(n for n in model.graph.nodes if n.op_type == "Pad")
+    assert pad.inputs[1].name == "pads" and not any(n.op_type == "NhwcMaxPool" for n in model.graph.nodes)
 
 
 def test_float_maxpool_splits_the_region() -> None:

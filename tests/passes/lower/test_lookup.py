@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import quanta
 from quanta.ir.onnx_io import load
 from quanta.ir.verify import Stage, verify
-from quanta.passes.lower.lookup import LowerLookup, lookup_codes
+from quanta.passes.lower.lookup import LowerLookup, compose_tables, lookup_codes
 from quanta.passes.pattern import RewritePass
 from quanta.passes.rules.eliminate_dead import EliminateDead
 from quanta.runtime.compile import reference_evaluator
@@ -585,3 +585,100 @@ def test_per_channel_table_between_convs_channels_last(dtype):
             if backend == "native":
                 channels_last = any(s.node.attrs.get("channels_last") for s in sess.plan.steps)
                 assert steps[0].node.attrs["axis"] == (3 if channels_last else 1)
+
+
+def chain_proto(channels: int, *, also_output: bool = False):
+    """ORT's quantizer on a BatchNormalization written as Sub / Mul / Add by [C, 1, 1]
+    constants, then a HardSigmoid: a Q / DQ pair around every op, so four tables in a row,
+    three per channel and one per tensor; the codes go uint8 -> int8 -> uint8 -> int8 ->
+    uint8 with a scale and a zero point of their own at every step. ``also_output``: the
+    Mul's quantized output is a graph output too."""
+    rng = np.random.default_rng(channels)
+    shape = [2, channels, 5, 11]
+    mk = helper.make_node
+    steps = [  # (op, constant, output scale, output zero point, output storage)
+        ("Sub", rng.uniform(-0.8, 0.8, (channels, 1, 1)), 0.037, -9, np.int8),
+        ("Mul", rng.uniform(0.4, 2.2, (channels, 1, 1)), 0.061, 140, np.uint8),
+        ("Add", rng.uniform(-1.5, 1.5, (channels, 1, 1)), 0.049, 21, np.int8),
+        ("HardSigmoid", None, 0.0041, 3, np.uint8),
+    ]
+    nodes = [
+        mk("QuantizeLinear", ["x_in", "s0", "z0"], ["q0"]),
+        mk("DequantizeLinear", ["q0", "s0", "z0"], ["d0"]),
+    ]
+    inits = [c("s0", 0.043), c("z0", 131, np.uint8)]
+    for i, (op, const, s, z, storage) in enumerate(steps, start=1):
+        if const is None:
+            nodes.append(mk(op, [f"d{i - 1}"], [f"f{i}"], alpha=0.2, beta=0.5))
+        else:
+            nodes.append(mk(op, [f"d{i - 1}", f"k{i}"], [f"f{i}"]))
+            inits.append(c(f"k{i}", const))
+        nodes += [
+            mk("QuantizeLinear", [f"f{i}", f"s{i}", f"z{i}"], [f"q{i}"]),
+            mk("DequantizeLinear", [f"q{i}", f"s{i}", f"z{i}"], [f"d{i}"]),
+        ]
+        inits += [c(f"s{i}", s), c(f"z{i}", z, storage)]
+    for i, n in enumerate(nodes):
+        n.name = f"{n.op_type.lower()}{i}"
+    outputs = [helper.make_tensor_value_info("d4", TensorProto.FLOAT, shape)]
+    if also_output:
+        outputs.append(helper.make_tensor_value_info("d2", TensorProto.FLOAT, shape))
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x_in", TensorProto.FLOAT, shape)], outputs, inits
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("channels", [3, 7, 17])
+def test_tables_in_a_row_are_one_table_with_the_chains_bytes(channels):
+    """Failure signature: the outer table indexed by the inner's code instead of its byte
+    (int8 intermediates -128..-1), or a per-tensor table's row taken for one channel only;
+    every channel's constants differ and the inputs pass both saturation ends."""
+    proto = chain_proto(channels)
+    shape = [2, channels, 5, 11]
+    rng = np.random.default_rng(channels + 1)
+    f = {"x_in": rng.uniform(-140 * 0.043, 140 * 0.043, size=shape).astype(np.float32)}
+    expected = run_ref(proto, f)[0]
+    for backend in ("reference", "native"):
+        for threads in (1, 2):
+            so = quanta.SessionOptions()
+            so.intra_op_num_threads = threads
+            sess = InferenceSession(proto.SerializeToString(), so, backend=backend)
+            assert [s.op_type for s in sess.plan.steps].count("QLinearLookup") == 1, backend
+            np.testing.assert_array_equal(expected, sess.run(None, f)[0], err_msg=f"{backend} t{threads}")
+
+
+def test_a_table_read_elsewhere_is_not_composed():
+    """The Mul's codes are a graph output: the chain composes around it, not through it."""
+    proto = chain_proto(7, also_output=True)
+    f = {"x_in": np.random.default_rng(2).uniform(-6, 6, size=(2, 7, 5, 11)).astype(np.float32)}
+    expected = run_ref(proto, f)
+    sess = InferenceSession(proto.SerializeToString(), backend="native")
+    assert [s.op_type for s in sess.plan.steps].count("QLinearLookup") == 2
+    for e, got in zip(expected, sess.run(None, f), strict=True):
+        np.testing.assert_array_equal(e, got)
+
+
+def test_composed_table_is_the_outer_table_on_the_inner_codes():
+    """(T4) on the three layouts: per channel after per tensor, per tensor after per
+    channel, per channel after per channel."""
+    from quanta.kernels.reference.lookup import qlinear_lookup
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (2, 3, 4)).astype(np.int8)
+    per_tensor = rng.integers(-128, 128, 256).astype(np.int8)
+    per_channel = rng.integers(0, 256, (3, 256)).astype(np.uint8)
+    per_channel_s8 = rng.integers(-128, 128, (3, 256)).astype(np.int8)
+    for inner, outer, inner_axis, outer_axis in [
+        (per_tensor, per_channel, None, 1),
+        (per_channel_s8, rng.integers(0, 256, 256).astype(np.uint8), 1, None),
+        (per_channel_s8, per_channel, 1, 1),
+    ]:
+        two_steps = qlinear_lookup(qlinear_lookup(x, inner, inner_axis), outer, outer_axis)
+        table = compose_tables(inner, outer)
+        assert table.shape == (3, 256) and table.dtype == outer.dtype
+        np.testing.assert_array_equal(two_steps, qlinear_lookup(x, table, 1))
+    one_step = compose_tables(per_tensor, per_tensor)
+    np.testing.assert_array_equal(
+        qlinear_lookup(qlinear_lookup(x, per_tensor), per_tensor), qlinear_lookup(x, one_step)
+    )

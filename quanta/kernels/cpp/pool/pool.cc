@@ -113,28 +113,18 @@ void qlinear_average_pool_2d(const T* x, T* y, const Geometry2d& g, const Averag
 }
 
 template <typename T>
-void max_pool_2d_nhwc(const T* x, T* y, const Geometry2d& g, int64_t channels, int num_threads) {
+void max_pool_2d_nhwc(const T* x, T* y, const Geometry2d& g, int64_t channels, int num_threads, Isa isa) {
+  void (*row)(const T*, T*, const Geometry2d&, int64_t, int64_t);
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    row = kernels_for(isa).max_row_nhwc_u8;
+  } else {
+    row = kernels_for(isa).max_row_nhwc_s8;
+  }
   const int64_t C = channels;
-  const int64_t rows = g.planes * g.out_h;
-  for_items(num_threads, rows, g.out_w * g.k_h * g.k_w * C, [&](int64_t begin, int64_t end) {
+  for_items(num_threads, g.planes * g.out_h, g.out_w * g.k_h * g.k_w * C, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t n = r / g.out_h, oy = r % g.out_h;
-      T* yrow = y + r * g.out_w * C;
-      const T* ximg = x + n * g.h * g.w * C;
-      for (int64_t ox = 0; ox < g.out_w; ++ox) {
-        T* __restrict yp = yrow + ox * C;
-        std::fill(yp, yp + C, std::numeric_limits<T>::min());
-        for (int64_t ky = 0; ky < g.k_h; ++ky) {
-          const int64_t iy = oy * g.s_h - g.pad_t + ky * g.d_h;
-          if (iy < 0 || iy >= g.h) continue;
-          for (int64_t kx = 0; kx < g.k_w; ++kx) {
-            const int64_t ix = ox * g.s_w - g.pad_l + kx * g.d_w;
-            if (ix < 0 || ix >= g.w) continue;
-            const T* __restrict xp = ximg + (iy * g.w + ix) * C;
-            for (int64_t c = 0; c < C; ++c) yp[c] = xp[c] > yp[c] ? xp[c] : yp[c];
-          }
-        }
-      }
+      row(x + n * g.h * g.w * C, y + r * g.out_w * C, g, C, oy);
     }
   });
 }
@@ -308,7 +298,7 @@ void average_pool_2d_f32(const float* x, float* y, const Geometry2d& g, int64_t 
                                                int, Isa);                                                              \
   template void max_pool_2d<T>(const T*, T*, const Geometry2d&, int, Isa);                                             \
   template void qlinear_average_pool_2d<T>(const T*, T*, const Geometry2d&, const AverageParams&, int, Isa);           \
-  template void max_pool_2d_nhwc<T>(const T*, T*, const Geometry2d&, int64_t, int);
+  template void max_pool_2d_nhwc<T>(const T*, T*, const Geometry2d&, int64_t, int, Isa);
 QUANTA_POOL_INSTANTIATE(uint8_t)
 QUANTA_POOL_INSTANTIATE(int8_t)
 #undef QUANTA_POOL_INSTANTIATE

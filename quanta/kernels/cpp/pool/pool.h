@@ -68,6 +68,10 @@ struct Kernels {
   void (*max_plane_s8)(const int8_t* x, int8_t* y, const Geometry2d& g);
   void (*average_plane_u8)(const uint8_t* x, uint8_t* y, const Geometry2d& g, const AverageParams& p);
   void (*average_plane_s8)(const int8_t* x, int8_t* y, const Geometry2d& g, const AverageParams& p);
+  // Channels-last max of output row oy of one image: x [H, W, C] -> y [OW, C]
+  // (max_pool_2d_nhwc's contract).
+  void (*max_row_nhwc_u8)(const uint8_t* x, uint8_t* y, const Geometry2d& g, int64_t c, int64_t oy);
+  void (*max_row_nhwc_s8)(const int8_t* x, int8_t* y, const Geometry2d& g, int64_t c, int64_t oy);
   // float MaxPool of one plane at dilation 1, pads >= 0 (max_pool_f32_simd.h; scratch:
   // 2·hp·wp + 2·wp + 2·s_w floats, hp = (out_h − 1)·s_h + k_h, wp = (out_w − 1)·s_w + k_w,
   // and at least out_w·s_w + 16·s_w for the direct form of direct_max_pool windows);
@@ -100,11 +104,12 @@ void qlinear_average_pool_2d(const T* x, T* y, const Geometry2d& g, const Averag
 
 // Channels-last max pool (com.microsoft NhwcMaxPool): x [N, H, W, C] -> y [N, OH, OW, C],
 // g.planes = N; each output pixel is the lane-wise max over the window's positions
-// inside the input (dilated), qmin when there is none. The inner loop runs over the C
-// contiguous channels (vectorised by the compiler; integer max is exact in any order).
-// Threads: output rows (n, oy) split into chunks; no allocation.
+// inside the input (dilated), qmin when there is none. Each output pixel keeps its C
+// contiguous channels in registers (a vector of 64 or 32 channels at a time, the tail
+// masked) over the window's taps and is stored once (Kernels::max_row_nhwc_*; integer max
+// is exact in any order). Threads: output rows (n, oy) split into chunks; no allocation.
 template <typename T>
-void max_pool_2d_nhwc(const T* x, T* y, const Geometry2d& g, int64_t channels, int num_threads);
+void max_pool_2d_nhwc(const T* x, T* y, const Geometry2d& g, int64_t channels, int num_threads, Isa isa);
 
 // Float MaxPool (ONNX MaxPool on float32, NCHW, 2-D, no Indices output; twin
 // nn_pool.max_pool): y = the maximum over the window's positions inside the input

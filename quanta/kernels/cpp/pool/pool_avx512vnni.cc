@@ -75,6 +75,28 @@ struct Avx512Rows : GenericRows {
     }
   }
 
+  // 64 channels a vector held in a register over every tap, stored once (masked tail)
+  template <typename T>
+  static void max_windows_nhwc(T* y, const T* x, int64_t pixels, int64_t pixel_step, int64_t rows, int64_t row_step,
+                               int64_t cols, int64_t col_step, int64_t channels) {
+    const __m512i qmin = _mm512_set1_epi8(static_cast<char>(std::numeric_limits<T>::min()));
+    for (int64_t q = 0; q < pixels; ++q) {
+      const T* xq = x + q * pixel_step;
+      T* yq = y + q * channels;
+      for (int64_t c = 0; c < channels; c += 64) {
+        const __mmask64 k = mask64(channels - c);
+        __m512i acc = qmin;
+        for (int64_t i = 0; i < rows; ++i) {
+          const T* p = xq + i * row_step + c;
+          for (int64_t j = 0; j < cols; ++j) {
+            acc = simd::I8x64::max<T>(acc, _mm512_maskz_loadu_epi8(k, p + j * col_step));
+          }
+        }
+        _mm512_mask_storeu_epi8(yq + c, k, acc);
+      }
+    }
+  }
+
   template <typename T>
   static void add_dequantized(float* t, const T* x, int64_t n, int64_t s, float sx, int32_t zx) {
     if (s != 1 && s != 2) return GenericRows::add_dequantized(t, x, n, s, sx, zx);

@@ -62,6 +62,23 @@ struct GenericRows {
       y[i] = static_cast<T>(static_cast<int32_t>(r));
     }
   }
+  // Output pixels p < pixels of a channels-last max pool over their taps inside the input:
+  // y[p·channels + c] = max(qmin, x[p·pixel_step + i·row_step + j·col_step + c]) over
+  // i < rows, j < cols, for c < channels
+  template <typename T>
+  static void max_windows_nhwc(T* __restrict y, const T* __restrict x, int64_t pixels, int64_t pixel_step, int64_t rows,
+                               int64_t row_step, int64_t cols, int64_t col_step, int64_t channels) {
+    for (int64_t q = 0; q < pixels; ++q) {
+      T* __restrict yq = y + q * channels;
+      std::fill(yq, yq + channels, std::numeric_limits<T>::min());
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const T* __restrict p = x + q * pixel_step + i * row_step + j * col_step;
+          for (int64_t c = 0; c < channels; ++c) yq[c] = p[c] > yq[c] ? p[c] : yq[c];
+        }
+      }
+    }
+  }
 };
 
 template <typename T>
@@ -130,6 +147,38 @@ void max_plane(const T* x, T* y, const Geometry2d& g) {
   }
 }
 
+// Output row oy of a channels-last max pool of one image x [H, W, C] -> y [OW, C]: the
+// taps inside the input form a box of rows [ky0, ky1) x columns [kx0, kx1) of the window
+// (dilated), which R::max_windows_nhwc reduces; the output pixels whose every column tap
+// lies inside the row share one box and go in one call.
+template <class R, typename T>
+void max_row_nhwc(const T* x, T* y, const Geometry2d& g, int64_t c, int64_t oy) {
+  int64_t ky0, ky1;  // window rows whose input row oy·s_h − pad_t + ky·d_h lies in [0, h)
+  valid_outputs(g.k_h, g.d_h, g.pad_t - oy * g.s_h, 0, g.h, &ky0, &ky1);
+  const int64_t rows = ky1 - ky0, row_step = g.d_h * g.w * c, col_step = g.d_w * c;
+  const int64_t iy = oy * g.s_h - g.pad_t + ky0 * g.d_h;
+  const T* xr = rows > 0 ? x + iy * g.w * c : x;  // read only when rows > 0
+  // one pixel: its own column box (no tap inside: an empty box, the pixel stays qmin)
+  auto edge = [&](int64_t ox) {
+    int64_t kx0, kx1;
+    valid_outputs(g.k_w, g.d_w, g.pad_l - ox * g.s_w, 0, g.w, &kx0, &kx1);
+    const int64_t ix = ox * g.s_w - g.pad_l + kx0 * g.d_w;
+    const T* p = rows > 0 && kx1 > kx0 ? xr + ix * c : x;
+    R::max_windows_nhwc(y + ox * c, p, 1, 0, rows, row_step, kx1 - kx0, col_step, c);
+  };
+  // outputs whose first tap and whose last tap both lie inside the row: all k_w taps do
+  int64_t a0, a1, b0, b1;
+  valid_outputs(g.out_w, g.s_w, g.pad_l, 0, g.w, &a0, &a1);
+  valid_outputs(g.out_w, g.s_w, g.pad_l, (g.k_w - 1) * g.d_w, g.w, &b0, &b1);
+  const int64_t lo = std::max(a0, b0), hi = std::max(lo, std::min(a1, b1));
+  for (int64_t ox = 0; ox < lo; ++ox) edge(ox);
+  if (hi > lo) {
+    const T* p = rows > 0 ? xr + (lo * g.s_w - g.pad_l) * c : x;
+    R::max_windows_nhwc(y + lo * c, p, hi - lo, g.s_w * c, rows, row_step, g.k_w, col_step, c);
+  }
+  for (int64_t ox = hi; ox < g.out_w; ++ox) edge(ox);
+}
+
 template <class R, typename T>
 void average_plane(const T* x, T* y, const Geometry2d& g, const AverageParams& p) {
   constexpr int64_t kBlock = 256;  // outputs per row block (stack scratch)
@@ -191,9 +240,17 @@ struct GenericPlanes {
 template <class R, class P = GenericPlanes<R>>
 constexpr Kernels make_kernels(void (*max_plane_f32)(const float*, float*, const Geometry2d&, float*) = nullptr) {
   return Kernels{
-      sum_plane<R, uint8_t>,        sum_plane<R, int8_t>,        sum_channels<uint8_t>,
-      sum_channels<int8_t>,         P::template max<uint8_t>,    P::template max<int8_t>,
-      P::template average<uint8_t>, P::template average<int8_t>, max_plane_f32,
+      sum_plane<R, uint8_t>,
+      sum_plane<R, int8_t>,
+      sum_channels<uint8_t>,
+      sum_channels<int8_t>,
+      P::template max<uint8_t>,
+      P::template max<int8_t>,
+      P::template average<uint8_t>,
+      P::template average<int8_t>,
+      max_row_nhwc<R, uint8_t>,
+      max_row_nhwc<R, int8_t>,
+      max_plane_f32,
   };
 }
 
