@@ -150,8 +150,9 @@ def test_a_new_signature_records_its_own_programs() -> None:
 
 
 def test_program_record_keeps_exactly_one_kernel_call() -> None:
-    """Program.record keeps a callable that made one kernel call through run_or_record;
-    one that raised, made none, or made two is refused and leaves nothing behind."""
+    """Program.record keeps a callable that made one kernel call through run_or_record
+    into an output it was given; one that raised, made none, made two, or had the binding
+    make its own output (a wrapper's temporary) is refused and leaves nothing behind."""
     from quanta.kernels import _native
 
     a = np.arange(17, dtype=np.float32)
@@ -159,6 +160,7 @@ def test_program_record_keeps_exactly_one_kernel_call() -> None:
     prog = _native.Program()
     assert prog.record(lambda x: _native.unary_f32("relu", x, 1, out), a - 8)
     assert not prog.record(lambda x: x + 1, a)  # NumPy: no kernel call
+    assert not prog.record(lambda x: _native.unary_f32("relu", x, 1, None), a)  # its own output
     assert not prog.record(lambda x: _native.unary_f32("nope", x, 1, out), a)  # raises
     twice = np.zeros(17, np.float32)
 

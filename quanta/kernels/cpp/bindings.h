@@ -31,11 +31,19 @@ namespace py = pybind11;
 // locals.
 struct CallRecorder {
   std::vector<std::function<void()>> calls;
+  bool new_output = false;  // a call made its own output (see note_new_output)
 };
 
 inline CallRecorder*& call_recorder() {
   static thread_local CallRecorder* recorder = nullptr;
   return recorder;
+}
+
+// A binding that makes its own output array (no `out` given) says so: while recording,
+// the kept call would write into an array the recording caller does not keep (a
+// wrapper's temporary), so Program.record refuses the step.
+inline void note_new_output() {
+  if (CallRecorder* r = call_recorder()) r->new_output = true;
 }
 
 template <typename F>
@@ -127,7 +135,7 @@ py::array_t<T, py::array::c_style> require_array(const py::handle& obj, const ch
 template <typename T>
 py::array_t<T, py::array::c_style> make_output(const py::object& out_obj, const Shape& shape, const char* op,
                                                std::initializer_list<py::array> inputs) {
-  if (out_obj.is_none()) return py::array_t<T, py::array::c_style>(shape);
+  if (out_obj.is_none()) return note_new_output(), py::array_t<T, py::array::c_style>(shape);
   const std::string what = std::string(op) + ": out";
   auto y = require_array<T>(out_obj, what.c_str());
   if (shape_of(y) != shape) {

@@ -205,7 +205,8 @@ struct PyConv {
 
   py::array output(const py::object& out_obj, const std::vector<int64_t>& shape, const py::dtype& dt,
                    const py::array& x, const char* fn) const {
-    if (out_obj.is_none()) return py::array(dt, std::vector<py::ssize_t>(shape.begin(), shape.end()));
+    if (out_obj.is_none())
+      return note_new_output(), py::array(dt, std::vector<py::ssize_t>(shape.begin(), shape.end()));
     if (!py::isinstance<py::array>(out_obj)) {
       throw py::value_error(std::string(fn) + ": out: expected a numpy array or None");
     }

@@ -31,6 +31,7 @@ py::array transpose_impl(const py::handle& x_obj, int64_t batch, int64_t rows, i
   const int64_t elem = n == 0 ? 1 : nbytes / n;
   py::array y;
   if (out_obj.is_none()) {
+    note_new_output();
     y = py::array(x.dtype(), std::vector<py::ssize_t>{static_cast<py::ssize_t>(x.size())});
   } else {
     if (!py::isinstance<py::array>(out_obj)) throw py::value_error("transpose_batched: out: expected a numpy array");

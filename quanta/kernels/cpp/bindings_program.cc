@@ -27,8 +27,8 @@ namespace {
 
 class Program {
  public:
-  // Records call(*args); false (nothing kept) when it raised, or made no kernel call or
-  // more than one through run_or_record.
+  // Records call(*args); false (nothing kept) when it raised, made no kernel call or more
+  // than one through run_or_record, or had a binding make its own output array.
   bool record(const py::object& call, const py::args& args) {
     CallRecorder*& slot = call_recorder();
     if (slot != nullptr) return false;  // a program records one step at a time
@@ -44,7 +44,7 @@ class Program {
       throw;
     }
     slot = nullptr;
-    if (recorder.calls.size() != 1) return false;
+    if (recorder.new_output || recorder.calls.size() != 1) return false;
     calls_.push_back(std::move(recorder.calls.front()));
     keep_.append(call);
     return true;

@@ -409,6 +409,7 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
   py::array y;
   const py::dtype ydt = dtype_of(p.out_type);
   if (out_obj.is_none()) {
+    note_new_output();
     y = py::array(ydt, shape);
   } else {
     if (!py::isinstance<py::array>(out_obj)) throw py::value_error("qgemm: out: expected a numpy array or None");

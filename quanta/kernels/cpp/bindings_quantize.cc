@@ -50,6 +50,7 @@ py::array_t<T, py::array::c_style> quantize_impl(const py::handle& x_obj, const 
   std::vector<py::ssize_t> shape(x.shape(), x.shape() + ndim);
   py::array_t<T, py::array::c_style> y;
   if (out_obj.is_none()) {
+    note_new_output();
     y = py::array_t<T, py::array::c_style>(shape);
   } else {
     y = require_array<T>(out_obj, "quantize_linear: out");

@@ -44,7 +44,7 @@ namespace {
 using Arr = py::array_t<float, py::array::c_style>;
 
 Arr make_output(const py::object& out_obj, const Shape& shape, const std::string& op) {
-  if (out_obj.is_none()) return Arr(shape);
+  if (out_obj.is_none()) return note_new_output(), Arr(shape);
   auto y = require_array<float>(out_obj, (op + ": out").c_str());
   if (shape_of(y) != shape) {
     throw py::value_error(op + ": out: expected shape " + shape_str(shape) + ", got " + shape_str(shape_of(y)));
@@ -427,7 +427,7 @@ class ConvF32Call {
       throw py::value_error("ConvF32Call: x: expected shape " + shape_str(x_shape_) + ", got " +
                             shape_str(shape_of(x)));
     }
-    Arr y = out_ ? *out_ : Arr(y_shape_);
+    Arr y = out_ ? *out_ : (note_new_output(), Arr(y_shape_));
     if (y.size() == 0) return std::move(y);
     // the call holds this plan (the recorded callable keeps its Python object alive)
     run_or_record([this, x, y]() mutable {

@@ -114,7 +114,7 @@ DType element_type(const py::array& a, const std::string& what) {
 // and overlap with the inputs.
 py::array make_output(const py::object& out_obj, const py::dtype& dtype, const Shape& shape, const std::string& op,
                       std::initializer_list<py::array> inputs) {
-  if (out_obj.is_none()) return py::array(dtype, shape);
+  if (out_obj.is_none()) return note_new_output(), py::array(dtype, shape);
   const std::string what = op + ": out";
   auto y = contiguous(out_obj, what);
   if (!dtype_equiv(y.dtype(), dtype)) {

@@ -160,7 +160,8 @@ def _qlinear_conv_specialized(
         generic_attrs,
         out,
         reads=1,
-        recordable=True,
+        # a 3-D convolution's depth fold gathers windows and unfolds its result in NumPy
+        recordable=not isinstance(conv, _Conv3d),
     )
 
 
