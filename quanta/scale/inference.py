@@ -74,8 +74,12 @@ def run_dataset(
     in input order: ``map_batches`` over an actor pool of ``concurrency`` sessions."""
     import ray.data
 
-    ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.preserve_order = True
+    # the dataset carries the context it was made with (a copy of the global one at that
+    # time): setting the global one alone left a dataset made before unordered
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    context = getattr(dataset, "context", None)
+    if context is not None:
+        context.execution_options.preserve_order = True
     return dataset.map_batches(
         SessionBatchRunner,
         fn_constructor_args=(session_factory, output_names),

@@ -205,3 +205,29 @@ def test_a_signature_static_value_is_read_from_its_recorded_copy() -> None:
         np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
     (bound,) = sess.executor.bound_runs().values()
     assert bound.program_steps[0] >= 1
+
+
+@pytest.mark.parametrize("kind", [0, 1, 2, 3, 4])
+def test_a_recorded_call_gives_the_same_bytes_on_every_run(kind: int) -> None:
+    """A kept AccumulatorToQuant with each fused float gate (none, SiLU, HardSwish,
+    HardSigmoid, Clip·x/d), run three times, writes what the direct call writes every
+    time (a kept call is run many times: nothing it reads may change between runs)."""
+    from quanta.kernels import _native
+
+    rng = np.random.default_rng(0)
+    acc = rng.integers(-5000, 5000, (1, 8, 24, 96)).astype(np.int32)
+    bias = rng.integers(-100, 100, 8).astype(np.int32)
+    scale = rng.uniform(1e-3, 2e-3, 8).astype(np.float32)
+    fbias = np.zeros(8, np.float32)
+    params = {0: [], 1: [], 2: [], 3: [0.2, 0.5], 4: [3.0, 0.0, 6.0, 6.0]}[kind]
+    want = np.empty(acc.shape, np.uint8)
+    _native.acc_to_quant(acc, bias, scale, fbias, kind, params, 0.05, 3, False, 1, want)
+    got = np.empty_like(want)
+    prog = _native.Program()
+    assert prog.record(
+        lambda a: _native.acc_to_quant(a, bias, scale, fbias, kind, params, 0.05, 3, False, 1, got), acc
+    )
+    for _ in range(3):
+        got[...] = 0
+        prog.run()
+        np.testing.assert_array_equal(got, want)

@@ -18,6 +18,7 @@
 #include <pybind11/stl.h>
 
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -93,7 +94,9 @@ py::array conv(const py::handle& x_obj, const py::handle& w_obj, const py::objec
                const py::object& out_obj, int post_kind, const std::vector<float>& post_params, bool input_nchw,
                const py::object& sum_obj) {
   const std::string op = "conv_nchwc_f32";
-  const sgemm::PostOp post = post_op_arg(post_kind, post_params, op);
+  // held by pointer: a recorded call passes the op's address on every run (an address
+  // into the call's own capture gave other bytes from the second run on, -O3)
+  const auto post = std::make_shared<const sgemm::PostOp>(post_op_arg(post_kind, post_params, op));
   check_threads(num_threads, op);
   auto x = require_array<float>(x_obj, "conv_nchwc_f32: x");
   auto w = require_array<float>(w_obj, "conv_nchwc_f32: w_packed");
@@ -182,8 +185,9 @@ py::array conv(const py::handle& x_obj, const py::handle& w_obj, const py::objec
                              : make_output<float>(out_obj, yshape, op.c_str(), {x, w, sum});
   if (y.size() == 0) return std::move(y);
   run_or_record([=]() mutable {
-    nchwc::conv(g, x.data(), w.data(), bias16.empty() ? nullptr : bias16.data(), lo, hi, post_kind ? &post : nullptr,
-                y.mutable_data(), num_threads, active_isa(), sum_obj.is_none() ? nullptr : sum.data());
+    nchwc::conv(g, x.data(), w.data(), bias16.empty() ? nullptr : bias16.data(), lo, hi,
+                post_kind ? post.get() : nullptr, y.mutable_data(), num_threads, active_isa(),
+                sum_obj.is_none() ? nullptr : sum.data());
   });
   return std::move(y);
 }

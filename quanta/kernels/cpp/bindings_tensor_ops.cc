@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -417,13 +418,15 @@ py::array acc_to_quant(const py::handle& acc_obj, const py::object& bias_obj, co
                        int32_t y_zero_point, bool y_signed, int num_threads, const py::object& out_obj) {
   const std::string op = "acc_to_quant";
   const AccOperands a = acc_operands(acc_obj, bias_obj, scale_obj, fbias_obj, op);
-  const sgemm::PostOp post = post_op_arg(post_kind, post_params, op);
+  // held by pointer: a recorded call passes the op's address on every run (an address
+  // into the call's own capture gave other bytes from the second run on, -O3)
+  const auto post = std::make_shared<const sgemm::PostOp>(post_op_arg(post_kind, post_params, op));
   check_quant_output(y_scale, y_zero_point, y_signed, op);
   check_threads(num_threads, op);
   const py::dtype dt = y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>();
   auto y = make_output(out_obj, dt, shape_of(a.acc), op, {a.acc});
   run_or_record([=]() mutable {
-    const sgemm::PostOp* pp = post_kind ? &post : nullptr;  // the call's own copy of post
+    const sgemm::PostOp* pp = post_kind ? post.get() : nullptr;
     const int64_t rows = a.acc.shape(0) * a.channels;
     if (y_signed) {
       tensor_ops::acc_to_quant(a.acc.data(), static_cast<int8_t*>(y.mutable_data()), rows, a.inner, a.channels,

@@ -1588,6 +1588,7 @@ def _acc_to_float_specialized(sig: Specialization, **attrs: Any) -> Callable[...
         attrs,
         out,
         reads=1,
+        recordable=True,
     )
 
 
@@ -1700,6 +1701,7 @@ def _acc_to_quant_specialized(sig: Specialization, **attrs: Any) -> Callable[...
         attrs,
         out,
         reads=1,
+        recordable=True,
     )
 
 
