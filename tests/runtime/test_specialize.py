@@ -808,19 +808,30 @@ def test_softmax_of_any_opset_and_arg_extremes_specialized_are_the_generic_kerne
         ],
     )
     p = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+    names = _every_output_is_the_reference(p, threads, opset)
+    assert {"softmax", "argmax", "argmin"} <= names
+
+
+def _every_output_is_the_reference(model: bytes, threads: int, seed: int, level: object = None) -> set[str]:
+    """Runs ``model`` (input x [3, 7, 17]) natively three times, then on a non-contiguous
+    x (the generic kernels), every output equal to the reference target's; the names of
+    the specialized nodes."""
     opts = quanta.SessionOptions()
     opts.intra_op_num_threads = threads
-    sess = quanta.InferenceSession(p, opts)
-    ref = quanta.InferenceSession(p, backend="reference")
-    rng = np.random.default_rng(opset)
+    if level is not None:
+        opts.graph_optimization_level = level
+    sess = quanta.InferenceSession(model, opts)
+    ref = quanta.InferenceSession(model, backend="reference")
+    rng = np.random.default_rng(seed)
     for _ in range(3):
         feeds = {"x": rng.normal(0, 2, (3, 7, 17)).astype(np.float32)}
         for got, want in zip(sess.run(None, feeds), ref.run(None, feeds), strict=True):
             np.testing.assert_array_equal(got, want)
-    assert {"softmax", "argmax", "argmin"} <= _specialized_names(sess)
+    names = _specialized_names(sess)
     strided = {"x": rng.normal(0, 2, (3, 7, 34)).astype(np.float32)[..., ::2]}
     for got, want in zip(sess.run(None, strided), ref.run(None, strided), strict=True):
         np.testing.assert_array_equal(got, want)
+    return names
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -1166,20 +1177,8 @@ def test_transpose_runtime_matmul_gelu_batch_norm_specialized_are_the_generic_ke
     with constant statistics take specialized calls with the reference's bytes; a
     non-contiguous x runs the generic kernels with the same results."""
     p = _encoder_block_model(opset).SerializeToString()
-    opts = quanta.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = quanta.InferenceSession(p, opts)
-    ref = quanta.InferenceSession(p, backend="reference")
-    rng = np.random.default_rng(threads)
-    for _ in range(3):
-        feeds = {"x": rng.normal(0, 2, (3, 7, 17)).astype(np.float32)}
-        for got, want in zip(sess.run(None, feeds), ref.run(None, feeds), strict=True):
-            np.testing.assert_array_equal(got, want)
-    assert {"perm", "qk", "gelu", "bn"} <= _specialized_names(sess)
-    strided = {"x": rng.normal(0, 2, (3, 7, 34)).astype(np.float32)[..., ::2]}
-    for got, want in zip(sess.run(None, strided), ref.run(None, strided), strict=True):
-        np.testing.assert_array_equal(got, want)
+    names = _every_output_is_the_reference(p, threads, threads, quanta.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    assert {"perm", "qk", "gelu", "bn"} <= names
 
 
 @pytest.mark.parametrize("threads", [1, 2])
