@@ -218,7 +218,7 @@ def test_a_recorded_call_gives_the_same_bytes_on_every_run(kind: int) -> None:
     acc = rng.integers(-5000, 5000, (1, 8, 24, 96)).astype(np.int32)
     bias = rng.integers(-100, 100, 8).astype(np.int32)
     scale = rng.uniform(1e-3, 2e-3, 8).astype(np.float32)
-    fbias = np.zeros(8, np.float32)
+    fbias = rng.normal(0, 0.1, 8).astype(np.float32)
     params = {0: [], 1: [], 2: [], 3: [0.2, 0.5], 4: [3.0, 0.0, 6.0, 6.0]}[kind]
     want = np.empty(acc.shape, np.uint8)
     _native.acc_to_quant(acc, bias, scale, fbias, kind, params, 0.05, 3, False, 1, want)

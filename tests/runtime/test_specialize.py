@@ -524,7 +524,7 @@ def _specialized_and_generic_equal_the_reference(
     """Runs ``model`` (input "x" of ``shape``) natively three times (the measuring run,
     then the bound, specialized runs) and once on a non-contiguous x (every other element
     of a last axis twice as long: the generic kernels), each equal to the reference
-    target's bytes; the specialized nodes' names. ``draw(rng, shape)``: the values of x
+    target's bytes (every output); the specialized nodes' names. ``draw(rng, shape)``: the values of x
     (default: float32 normal of deviation ``sigma``); ``threads`` 0: the session's
     default."""
     if draw is None:
@@ -542,10 +542,12 @@ def _specialized_and_generic_equal_the_reference(
     rng = np.random.default_rng(seed)
     for _ in range(3):
         feeds = {"x": draw(rng, shape)}
-        np.testing.assert_array_equal(sess.run(None, feeds)[0], ref.run(None, feeds)[0])
+        for got, want in zip(sess.run(None, feeds), ref.run(None, feeds), strict=True):
+            np.testing.assert_array_equal(got, want)
     specialized = _specialized_names(sess)
     strided = {"x": draw(rng, (*shape[:-1], 2 * shape[-1]))[..., ::2]}
-    np.testing.assert_array_equal(sess.run(None, strided)[0], ref.run(None, strided)[0])
+    for got, want in zip(sess.run(None, strided), ref.run(None, strided), strict=True):
+        np.testing.assert_array_equal(got, want)
     return specialized
 
 
@@ -807,31 +809,9 @@ def test_softmax_of_any_opset_and_arg_extremes_specialized_are_the_generic_kerne
             helper.make_tensor_value_info("an", TensorProto.INT64, None),
         ],
     )
-    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
-    names = _every_output_is_the_reference(p, threads, opset)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    names = _specialized_and_generic_equal_the_reference(model, threads, opset, 2.0)
     assert {"softmax", "argmax", "argmin"} <= names
-
-
-def _every_output_is_the_reference(model: bytes, threads: int, seed: int, level: object = None) -> set[str]:
-    """Runs ``model`` (input x [3, 7, 17]) natively three times, then on a non-contiguous
-    x (the generic kernels), every output equal to the reference target's; the names of
-    the specialized nodes."""
-    opts = quanta.SessionOptions()
-    opts.intra_op_num_threads = threads
-    if level is not None:
-        opts.graph_optimization_level = level
-    sess = quanta.InferenceSession(model, opts)
-    ref = quanta.InferenceSession(model, backend="reference")
-    rng = np.random.default_rng(seed)
-    for _ in range(3):
-        feeds = {"x": rng.normal(0, 2, (3, 7, 17)).astype(np.float32)}
-        for got, want in zip(sess.run(None, feeds), ref.run(None, feeds), strict=True):
-            np.testing.assert_array_equal(got, want)
-    names = _specialized_names(sess)
-    strided = {"x": rng.normal(0, 2, (3, 7, 34)).astype(np.float32)[..., ::2]}
-    for got, want in zip(sess.run(None, strided), ref.run(None, strided), strict=True):
-        np.testing.assert_array_equal(got, want)
-    return names
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -1176,8 +1156,9 @@ def test_transpose_runtime_matmul_gelu_batch_norm_specialized_are_the_generic_ke
     """Any-perm Transpose, the MatMul of two run-time operands, Gelu and BatchNormalization
     with constant statistics take specialized calls with the reference's bytes; a
     non-contiguous x runs the generic kernels with the same results."""
-    p = _encoder_block_model(opset).SerializeToString()
-    names = _every_output_is_the_reference(p, threads, threads, quanta.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    names = _specialized_and_generic_equal_the_reference(
+        _encoder_block_model(opset), threads, threads, 2.0, quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
     assert {"perm", "qk", "gelu", "bn"} <= names
 
 
