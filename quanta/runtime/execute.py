@@ -598,9 +598,8 @@ def _native_programs(plan: Plan, bound: BoundRun) -> None:
     The values a Python step or the caller reads from such slots are put in place with
     the signature-static ones at the start of each run (the arrays are the same; the
     programs write their contents)."""
-    try:
-        from quanta.kernels._native import Program
-    except ImportError:
+    Program = _program_factory(plan.target)
+    if Program is None:
         return
     arena = bound.arena
     overridable = set(plan.inputs.values())
@@ -666,6 +665,20 @@ def _native_programs(plan: Plan, bound: BoundRun) -> None:
     bound.fast_steps = out
     bound.direct_steps = None
     bound.program_steps = (recorded, len(steps))
+
+
+def _program_factory(target: str) -> Callable[[], Any] | None:
+    """The recorder of the target that chose the plan's kernels, or of its host target
+    (which chose the kernels of a device plan's host partitions); None: no programs."""
+    from quanta.targets.registry import get_target, target_info
+
+    info = target_info(target)
+    for name in (info.name, info.host):
+        if name is not None:
+            make = get_target(name).program_factory()
+            if make is not None:
+                return make
+    return None
 
 
 def _picked(fn: Callable[..., Any], args: list[Any]) -> list[Any]:

@@ -147,6 +147,13 @@ class Target(ABC):
     def select_kernel(self, model: Model, node: Node) -> Kernel:
         """The kernel that runs ``node`` (only called when ``unsupported`` is None)."""
 
+    def program_factory(self) -> Callable[[], Any] | None:
+        """What makes a recorder of this target's kernel calls (docs/runtime.md "Native
+        programs"): the executor records runs of the steps whose kernels say they are
+        recordable and replays each run as one call. None: this target's kernels are not
+        recorded and every step runs from the executor's loop."""
+        return None
+
     def verify_partition(self, nodes: list[Node]) -> list[str]:
         """A device target's check of one device partition after partitioning (each
         problem names the node and the rule; empty: the partition is valid)."""

@@ -149,6 +149,24 @@ def test_a_new_signature_records_its_own_programs() -> None:
     assert all(b.program_steps[0] > 0 for b in sess.executor.bound_runs().values())
 
 
+def test_the_recorder_comes_from_the_target_that_chose_the_kernels() -> None:
+    """The native target records with ``_native.Program``; the reference target records
+    nothing (its steps run from the loop); a device target's host partitions use its
+    host target's recorder."""
+    from quanta.kernels._native import Program
+
+    from quanta.runtime.execute import _program_factory
+    from quanta.targets.registry import get_target
+
+    assert get_target("native").program_factory() is Program
+    assert get_target("reference").program_factory() is None
+    assert _program_factory("npu-sim") is Program
+    assert _program_factory("reference") is None
+    ref = quanta.InferenceSession(_block_model().SerializeToString(), backend="reference")
+    ref.run(None, {"x": np.ones((3, 7, 17), np.float32)})
+    assert all(b.program_steps[0] == 0 for b in ref.executor.bound_runs().values())
+
+
 def test_program_record_keeps_exactly_one_kernel_call() -> None:
     """Program.record keeps a callable that made one kernel call through run_or_record
     into an output it was given; one that raised, made none, made two, or had the binding

@@ -72,6 +72,15 @@ class NativeTarget(ReferenceTarget):
 
     name = "native"
 
+    def program_factory(self) -> Callable[[], Any] | None:
+        """``_native.Program``: records the recordable kernels' calls and runs them as one
+        C++ call with the GIL released once (bindings_program.cc)."""
+        if not native_available():
+            return None
+        from quanta.kernels._native import Program
+
+        return Program
+
     def select_kernel(self, model: Model, node: Node) -> Kernel:
         kernel, reason = native_kernel_for(model, node)
         if kernel is not None:
