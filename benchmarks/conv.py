@@ -25,8 +25,9 @@ stride 2 128 at 28²), MobileNet-V2 layers (depthwise 3x3 32 at 112², pointwise
 at 56², depthwise 3x3 stride 2 144 at 28², depthwise 3x3 960 at 7²), the depthwise layers
 of benchmarks/runtime.py mobilenet_like(224) and small channel counts around them ("mnet
 dw C": 3x3, C = 8 .. 960; few channels leave most of a channels-as-lanes vector empty
-unless output pixels share it) and the stem of a MobileNet-style CNN (3 -> 16 channels,
-3x3 stride 2 at 224², and 3 -> 32).
+unless output pixels share it), the stem of a MobileNet-style CNN (3 -> 16 channels,
+3x3 stride 2 at 224², and 3 -> 32), and "narrow" layers with 8 or 16 output channels at
+large resolutions (a detector's neck: the qgemm's narrow-panel tiles).
 """
 
 from __future__ import annotations

@@ -261,6 +261,39 @@ def test_qgemm_k_chunks_row_blocks_and_row_split(isa: str) -> None:
         check_all_variants(case, isas=(isa,))
 
 
+@pytest.mark.parametrize("stage", ["uint8 float", "int8 fixed", "float32", "int32"])
+@pytest.mark.parametrize("N", [1, 7, 16, 48])
+def test_qgemm_narrow_panels_every_output_stage(N: int, stage: str) -> None:
+    """A panel with at most 16 valid columns (N <= 16; the last panel of N = 48) runs the
+    avx512vnni narrow tile: one B vector a k-group, the output stage on one vector a row
+    (four rows a pack for 8-bit outputs). M = 53: four 12-row tiles and an edge tile;
+    K = 2051 > KC: the narrow tile's sums go through `partial` between K chunks; per-row zx,
+    per-column zw and multipliers that differ per column."""
+    rng = np.random.default_rng(N)
+    M, K = 53, 2051
+    x = rng.integers(0, 256, (M, K), dtype=np.uint8)
+    w = rng.integers(-128, 128, (K, N), dtype=np.int8)
+    zx = rng.integers(1, 256, M).astype(np.int32)
+    zw = rng.integers(-9, 10, N).astype(np.int32)
+    bias = rng.integers(-50000, 50000, N).astype(np.int32)
+    out = {"uint8 float": np.uint8, "int8 fixed": np.int8, "float32": np.float32, "int32": np.int32}[stage]
+    case = Case(x, w, zx, zw, np.dtype(out), bias)
+    acc = ref.accumulate(x, w, zx, zw, bias).astype(np.float64)
+    m = (250.0 / max(1.0, float(np.ptp(acc))) * rng.uniform(0.5, 2.0, N)).astype(np.float32)
+    if stage == "uint8 float":
+        case.stage = {"multiplier": m, "zy": 131}
+    elif stage == "int8 fixed":
+        pairs = [requant.quantize_multiplier(float(v)) for v in m]
+        case.stage = {
+            "fixed_multiplier": np.array([p[0] for p in pairs], np.int32),
+            "fixed_shift": np.array([p[1] for p in pairs], np.int32),
+            "zy": -7,
+        }
+    elif stage == "float32":
+        case.stage = {"multiplier": m, "float_bias": rng.uniform(-3, 3, N).astype(np.float32)}
+    check_all_variants(case)
+
+
 @pytest.mark.parametrize(
     ("M", "N", "K", "out"), [(49, 192, 1152, np.uint8), (17, 65, 259, np.int32), (23, 97, 4100, np.int8)]
 )
@@ -454,7 +487,7 @@ def test_qgemm_zero_dims(M: int, N: int, K: int) -> None:
 
 
 @pytest.mark.parametrize("out_dtype", [np.uint8, np.int8, np.float32, np.int32])
-@pytest.mark.parametrize(("M", "N", "K"), [(17, 33, 259), (64, 65, 7), (9, 1, 300)])
+@pytest.mark.parametrize(("M", "N", "K"), [(17, 33, 259), (64, 65, 7), (9, 1, 300), (37, 16, 259)])
 def test_qgemm_transposed_output_stage_row_bias_and_row_multiplier(
     out_dtype: type, M: int, N: int, K: int
 ) -> None:

@@ -72,9 +72,9 @@ template <>
 struct Stage<EpiKind::kS32> {
   __m512i lo, hi;
   bool clamp;  // false for the full int32 range: the min/max would be no-ops
-  Stage(const Epilogue& e, int64_t /*n0*/)
+  __attribute__((always_inline)) Stage(const Epilogue& e, int64_t /*n0*/)
       : lo(_mm512_set1_epi32(e.lo)), hi(_mm512_set1_epi32(e.hi)), clamp(e.lo != INT32_MIN || e.hi != INT32_MAX) {}
-  void store(__m512i v, int /*half*/, void* y, __mmask16 mask) const {
+  __attribute__((always_inline)) void store(__m512i v, int /*half*/, void* y, __mmask16 mask) const {
     if (clamp) v = _mm512_max_epi32(_mm512_min_epi32(v, hi), lo);
     _mm512_mask_storeu_epi32(y, mask, v);
   }
@@ -85,7 +85,7 @@ template <>
 struct Stage<EpiKind::kF32> {
   __m512 mult[2], fbias[2], flo, fhi;
   bool has_fbias;
-  Stage(const Epilogue& e, int64_t n0)
+  __attribute__((always_inline)) Stage(const Epilogue& e, int64_t n0)
       : flo(_mm512_set1_ps(e.flo)),
         fhi(_mm512_set1_ps(e.fhi)),
         has_fbias(e.float_bias != nullptr),
@@ -97,7 +97,7 @@ struct Stage<EpiKind::kF32> {
   }
   const float* mult_row;  // the transposed stage: one multiplier per row
   int64_t m = 0;          // the row being stored (mult_row)
-  void store(__m512i v, int half, void* y, __mmask16 mask) const {
+  __attribute__((always_inline)) void store(__m512i v, int half, void* y, __mmask16 mask) const {
     __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult_row ? _mm512_set1_ps(mult_row[m]) : mult[half]);
     if (has_fbias) f = _mm512_add_ps(f, fbias[half]);  // a separate rounding: no FMA
     f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
@@ -122,7 +122,7 @@ struct Stage<EpiKind::kQ8Float> {
   __m512 mult[2], hi;
   __m512i zy16, lo8, perm;
   bool y_signed, clamp_lo;
-  Stage(const Epilogue& e, int64_t n0)
+  __attribute__((always_inline)) Stage(const Epilogue& e, int64_t n0)
       : hi(_mm512_set1_ps(e.hi_minus_zy)),
         zy16(_mm512_set1_epi16(static_cast<int16_t>(e.zy))),
         lo8(_mm512_set1_epi8(static_cast<char>(e.lo))),
@@ -136,14 +136,14 @@ struct Stage<EpiKind::kQ8Float> {
   }
   const float* mult_row;  // the transposed stage: one multiplier per row
   int64_t m = 0;          // row a of the pair being stored (mult_row)
-  __m512i round(__m512i v, int half, int64_t row) const {
+  __attribute__((always_inline)) __m512i round(__m512i v, int half, int64_t row) const {
     __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult_row ? _mm512_set1_ps(mult_row[row]) : mult[half]);
     f = _mm512_min_ps(f, hi);
     return _mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
   // rows a (columns 0-15, 16-31) and b; mask: valid columns (bit j = column j)
-  void store_pair(__m512i a0, __m512i a1, __m512i b0, __m512i b1, uint8_t* ya, uint8_t* yb, __mmask32 mask,
-                  bool has_b) const {
+  __attribute__((always_inline)) void store_pair(__m512i a0, __m512i a1, __m512i b0, __m512i b1, uint8_t* ya,
+                                                 uint8_t* yb, __mmask32 mask, bool has_b) const {
     const __m512i pa = _mm512_adds_epi16(_mm512_packs_epi32(round(a0, 0, m), round(a1, 1, m)), zy16);
     const __m512i pb =
         has_b ? _mm512_adds_epi16(_mm512_packs_epi32(round(b0, 0, m + 1), round(b1, 1, m + 1)), zy16) : pa;
@@ -153,6 +153,22 @@ struct Stage<EpiKind::kQ8Float> {
     _mm256_mask_storeu_epi8(ya, mask, _mm512_castsi512_si256(q));
     if (has_b) _mm256_mask_storeu_epi8(yb, mask, _mm512_extracti64x4_epi64(q, 1));
   }
+  // Four rows of a narrow panel (at most 16 columns: one vector a row), rows m .. m + 3
+  // at y, y + stride, ..: the same packs take four rows' 16 columns where store_pair takes
+  // two rows' 32, and leave row i's 16 bytes in dwords i, 4 + i, 8 + i, 12 + i of each
+  // lane, so the same permutation puts row i in 128-bit lane i.
+  __attribute__((always_inline)) void store_quad(const __m512i (&v)[4], uint8_t* y, int64_t stride, __mmask16 mask,
+                                                 int64_t row) const {
+    const __m512i pa = _mm512_adds_epi16(_mm512_packs_epi32(round(v[0], 0, row), round(v[1], 0, row + 1)), zy16);
+    const __m512i pb = _mm512_adds_epi16(_mm512_packs_epi32(round(v[2], 0, row + 2), round(v[3], 0, row + 3)), zy16);
+    __m512i q = y_signed ? _mm512_packs_epi16(pa, pb) : _mm512_packus_epi16(pa, pb);
+    if (clamp_lo) q = y_signed ? _mm512_max_epi8(q, lo8) : _mm512_max_epu8(q, lo8);
+    q = _mm512_permutexvar_epi32(perm, q);
+    _mm_mask_storeu_epi8(y, mask, _mm512_castsi512_si128(q));
+    _mm_mask_storeu_epi8(y + stride, mask, _mm512_extracti32x4_epi32(q, 1));
+    _mm_mask_storeu_epi8(y + 2 * stride, mask, _mm512_extracti32x4_epi32(q, 2));
+    _mm_mask_storeu_epi8(y + 3 * stride, mask, _mm512_extracti32x4_epi32(q, 3));
+  }
   static constexpr int kBytes = 1;
 };
 
@@ -161,8 +177,8 @@ template <>
 struct Stage<EpiKind::kQ8Fixed> {
   const Epilogue& e;
   int64_t m = 0, n0;
-  Stage(const Epilogue& epi, int64_t n) : e(epi), n0(n) {}
-  void store(__m512i v, int half, void* /*y*/, __mmask16 mask) const {
+  __attribute__((always_inline)) Stage(const Epilogue& epi, int64_t n) : e(epi), n0(n) {}
+  __attribute__((always_inline)) void store(__m512i v, int half, void* /*y*/, __mmask16 mask) const {
     alignas(64) int32_t tmp[16];
     _mm512_store_si512(tmp, v);
     for (int i = 0; i < 16; ++i) {
@@ -171,6 +187,41 @@ struct Stage<EpiKind::kQ8Fixed> {
   }
   static constexpr int kBytes = 1;
 };
+
+// The output stage of a narrow tile (a panel with at most 16 valid columns: the sums of
+// columns 0-15 alone, c0), MR a multiple of 4.
+template <EpiKind KIND, int MR>
+__attribute__((always_inline)) inline void finish_tile_narrow(__m512i (&c0)[MR], const Epilogue& e, int64_t m0,
+                                                              int64_t n0, int cols) {
+  static_assert(MR % 4 == 0, "the uint8 / int8 stage stores four rows at a time");
+  const __mmask16 mask = lane_mask(cols);
+  __m512i zw[2], cs[2];
+  fold_columns<simd::I32x16>(e, n0, zw, cs);
+  Stage<KIND> stage(e, n0);
+  constexpr int kBytes = Stage<KIND>::kBytes;
+  uint8_t* y = static_cast<uint8_t*>(e.y) + (m0 * e.y_row_stride + n0) * kBytes;
+  const int64_t y_stride = e.y_row_stride * kBytes;
+  auto fold = [&](__m512i& v, int r) __attribute__((always_inline)) {
+    __m512i unused = v;  // the columns 16-31 a narrow tile has not: folded, never read
+    fold_row<simd::I32x16>(v, unused, e, m0 + r, zw, cs);
+  };
+  if constexpr (KIND == EpiKind::kQ8Float) {
+#pragma GCC unroll 3
+    for (int r = 0; r < MR; r += 4) {
+      __m512i v[4] = {c0[r], c0[r + 1], c0[r + 2], c0[r + 3]};
+      for (int i = 0; i < 4; ++i) fold(v[i], r + i);
+      stage.store_quad(v, y + r * y_stride, y_stride, mask, m0 + r);
+    }
+  } else {
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; ++r) {
+      __m512i v = c0[r];
+      fold(v, r);
+      if constexpr (KIND == EpiKind::kQ8Fixed || KIND == EpiKind::kF32) stage.m = m0 + r;
+      stage.store(v, 0, y + r * y_stride, mask);
+    }
+  }
+}
 
 // Folds the per-row terms into the MR x 32 sums (which already hold colterm) and runs the
 // output stage (qgemm.h).
@@ -459,6 +510,127 @@ __attribute__((always_inline)) inline void tile12(const TileArgs& t, int64_t r0)
   }
   end_sums<MR>(t, r0, partial, c0, c1);  // t.finish: the output stage
 }
+
+// The 12-row tile of a narrow panel (at most 16 valid columns: N <= 16, or the last panel
+// of N = 32p + 1 .. 32p + 16): the columns 16-31 of the panel are zero padding, so only
+// the first B vector of each k-group is read and 12 vpdpbusd a group do the work that 24
+// do in tile12, and the output stage runs on one vector a row (finish_tile_narrow). The
+// accumulators are zmm0-11, B zmm24, the broadcasts rotate through zmm26-31; `partial`
+// keeps its layout (row stride NR, the first 16 columns used).
+// clang-format off: the asm text is laid out one instruction a line
+#define QGN_BCAST(bc, addr, r)                                   \
+  "vpbroadcastd " addr ", %%zmm" #bc "\n\t"                      \
+  "vpdpbusd %%zmm24, %%zmm" #bc ", %%zmm" #r "\n\t"
+#define QGN_GROUP(d, bd)                                         \
+  "vmovdqa64 " #bd "(%[b]), %%zmm24\n\t"                         \
+  QGN_BCAST(26, #d "(%[a0])", 0)                                 \
+  QGN_BCAST(27, #d "(%[a0],%[s])", 1)                            \
+  QGN_BCAST(28, #d "(%[a0],%[s],2)", 2)                          \
+  QGN_BCAST(29, #d "(%[a0],%[s3])", 3)                           \
+  QGN_BCAST(30, #d "(%[a4])", 4)                                 \
+  QGN_BCAST(31, #d "(%[a4],%[s])", 5)                            \
+  QGN_BCAST(26, #d "(%[a4],%[s],2)", 6)                          \
+  QGN_BCAST(27, #d "(%[a4],%[s3])", 7)                           \
+  QGN_BCAST(28, #d "(%[a8])", 8)                                 \
+  QGN_BCAST(29, #d "(%[a8],%[s])", 9)                            \
+  QGN_BCAST(30, #d "(%[a8],%[s],2)", 10)                         \
+  QGN_BCAST(31, #d "(%[a8],%[s3])", 11)
+#define QGN_PREFETCH_B(bd)                                       \
+  "prefetcht0 " #bd "(%[b],%[pf])\n\t"
+#define QGN_LOAD_ROW(r)                                          \
+  "vmovdqu64 " #r "*128(%[init]), %%zmm" #r "\n\t"
+#define QGN_COPY_ROW(r)                                          \
+  "vmovdqa64 %%zmm0, %%zmm" #r "\n\t"
+#define QGN_STORE_ROW(r)                                         \
+  "vmovdqu64 %%zmm" #r ", " #r "*128(%[out])\n\t"
+
+#define QGN_TILE12_ASM(PF) \
+  __asm__ volatile( \
+      "test %[acc], %[acc]\n\t" \
+      "jz 5f\n\t" \
+      QGN_LOAD_ROW(0) QGN_LOAD_ROW(1) QGN_LOAD_ROW(2) QGN_LOAD_ROW(3) QGN_LOAD_ROW(4) QGN_LOAD_ROW(5) \
+      QGN_LOAD_ROW(6) QGN_LOAD_ROW(7) QGN_LOAD_ROW(8) QGN_LOAD_ROW(9) QGN_LOAD_ROW(10) QGN_LOAD_ROW(11) \
+      "jmp 6f\n\t" \
+      "5:\n\t" \
+      "vmovdqu64 (%[init]), %%zmm0\n\t" \
+      QGN_COPY_ROW(1) QGN_COPY_ROW(2) QGN_COPY_ROW(3) QGN_COPY_ROW(4) QGN_COPY_ROW(5) QGN_COPY_ROW(6) \
+      QGN_COPY_ROW(7) QGN_COPY_ROW(8) QGN_COPY_ROW(9) QGN_COPY_ROW(10) QGN_COPY_ROW(11) \
+      "6:\n\t" \
+      "test %[n4], %[n4]\n\t" \
+      "jz 2f\n\t" \
+      ".p2align 5\n\t" \
+      "1:\n\t" \
+      PF(0) QGN_GROUP(0, 0) \
+      PF(128) QGN_GROUP(4, 128) \
+      PF(256) QGN_GROUP(8, 256) \
+      PF(384) QGN_GROUP(12, 384) \
+      "add $16, %[a0]\n\t" \
+      "add $16, %[a4]\n\t" \
+      "add $16, %[a8]\n\t" \
+      "add $512, %[b]\n\t" \
+      "dec %[n4]\n\t" \
+      "jnz 1b\n\t" \
+      "2:\n\t" \
+      "test %[n1], %[n1]\n\t" \
+      "jz 4f\n\t" \
+      "3:\n\t" \
+      QGN_GROUP(0, 0) \
+      "add $4, %[a0]\n\t" \
+      "add $4, %[a4]\n\t" \
+      "add $4, %[a8]\n\t" \
+      "add $128, %[b]\n\t" \
+      "dec %[n1]\n\t" \
+      "jnz 3b\n\t" \
+      "4:\n\t" \
+      QGN_STORE_ROW(0) QGN_STORE_ROW(1) QGN_STORE_ROW(2) QGN_STORE_ROW(3) QGN_STORE_ROW(4) QGN_STORE_ROW(5) \
+      QGN_STORE_ROW(6) QGN_STORE_ROW(7) QGN_STORE_ROW(8) QGN_STORE_ROW(9) QGN_STORE_ROW(10) QGN_STORE_ROW(11) \
+      : [a0] "+r"(a0), [a4] "+r"(a4), [a8] "+r"(a8), [b] "+r"(b), [n4] "+r"(n4), [n1] "+r"(n1) \
+      : [s] "r"(s), [s3] "r"(s3), [init] "r"(init), [out] "r"(out), [acc] "r"(accumulate), [pf] "r"(pf) \
+      : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
+        "xmm11", "xmm24", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
+
+// clang-format on
+__attribute__((always_inline)) inline void tile12_narrow(const TileArgs& t, int64_t r0) {
+  constexpr int MR = 12;
+  const uint8_t* a0 = static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride;
+  const int64_t s = t.a_row_stride, s3 = 3 * s;
+  const uint8_t* a4 = a0 + 4 * s;
+  const uint8_t* a8 = a0 + 8 * s;
+  const int8_t* b = static_cast<const int8_t*>(t.b);
+  int32_t* partial = t.partial + r0 * kNR;
+  const int64_t groups = t.kc / kKR;
+  int64_t n4 = groups / 4, n1 = groups % 4;
+  const int64_t accumulate = t.accumulate;
+  const int32_t* init = t.accumulate ? partial : t.epi->colterm + t.n0;
+  alignas(64) int32_t buf[MR * kNR];
+  int32_t* out = t.finish ? buf : partial;
+  if (t.prefetch > 0) {
+    const int64_t pf = t.prefetch;
+    QGN_TILE12_ASM(QGN_PREFETCH_B)
+  } else {
+    const int64_t pf = 0;
+    QGN_TILE12_ASM(QG_NO_PREFETCH)
+  }
+  if (!t.finish) return;  // the sums are in partial
+  __m512i c0[MR];
+#pragma GCC unroll 12
+  for (int r = 0; r < MR; ++r) c0[r] = _mm512_load_si512(buf + r * kNR);
+  const Epilogue e = *t.epi;  // local: see Stage
+  const int64_t m0 = t.m0 + r0;
+  switch (e.kind) {
+    case EpiKind::kS32: finish_tile_narrow<EpiKind::kS32, MR>(c0, e, m0, t.n0, t.cols); break;
+    case EpiKind::kF32: finish_tile_narrow<EpiKind::kF32, MR>(c0, e, m0, t.n0, t.cols); break;
+    case EpiKind::kQ8Float: finish_tile_narrow<EpiKind::kQ8Float, MR>(c0, e, m0, t.n0, t.cols); break;
+    case EpiKind::kQ8Fixed: finish_tile_narrow<EpiKind::kQ8Fixed, MR>(c0, e, m0, t.n0, t.cols); break;
+  }
+}
+#undef QGN_BCAST
+#undef QGN_GROUP
+#undef QGN_PREFETCH_B
+#undef QGN_TILE12_ASM
+#undef QGN_LOAD_ROW
+#undef QGN_COPY_ROW
+#undef QGN_STORE_ROW
 #undef QG_BCAST
 #undef QG_GROUP
 #undef QG_PREFETCH_B
@@ -525,6 +697,7 @@ __attribute__((noinline)) void run_tile_indirect(const TileArgs& t, int64_t r0) 
   tile_indirect<MR>(t, r0);
 }
 __attribute__((noinline)) void run_tile12(const TileArgs& t, int64_t r0) { tile12(t, r0); }
+__attribute__((noinline)) void run_tile12_narrow(const TileArgs& t, int64_t r0) { tile12_narrow(t, r0); }
 
 }  // namespace
 
@@ -547,11 +720,12 @@ void qgemm_tiles_avx512vnni(const TileArgs& t) {
   // 12-row tiles; 16 rows left (12 + 4) run as two 8-row tiles: a 4-row tile loads B for
   // 8 vpdpbusd where the 8-row one does for 16 (1024 rows: 84 x 12 + 2 x 8)
   const int64_t n12 = t.rows % 12 == 4 && t.rows >= 16 ? t.rows / 12 - 1 : t.rows / 12;
+  const auto tile12_fn = t.cols <= 16 ? run_tile12_narrow : run_tile12;
   if (t.stream_prefetch > 0) {  // the first tile streams B: it prefetches further ahead
     if (n12 > 0) {
       TileArgs first = t;
       first.prefetch = t.stream_prefetch;
-      run_tile12(first, 0);
+      tile12_fn(first, 0);
       r0 = 12;
     } else {
       switch (t.rows) {
@@ -569,7 +743,7 @@ void qgemm_tiles_avx512vnni(const TileArgs& t) {
       }
     }
   }
-  for (int64_t i = r0 / 12; i < n12; ++i, r0 += 12) run_tile12(t, r0);
+  for (int64_t i = r0 / 12; i < n12; ++i, r0 += 12) tile12_fn(t, r0);
   if (t.rows - r0 == 16) {
     run_tile<8, 1>(t, r0);
     r0 += 8;
