@@ -429,6 +429,33 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
   "vmovdqu64 %%zmm" #r ", " #r "*128(%[out])\n\t"                \
   "vmovdqu64 %%zmm" #r2 ", " #r "*128+64(%[out])\n\t"
 
+// The operands of the 12-row asm tiles (tile12, tile12_narrow): rows 0-3, 4-7 and 8-11
+// from a0, a4, a8 with the index s, 2s or 3s; n4 iterations of four k-groups, then n1
+// single groups; the sums start from `init` and end in `out` (see tile12).
+struct Tile12Operands {
+  const uint8_t *a0, *a4, *a8;
+  int64_t s, s3;
+  const int8_t* b;
+  int64_t n4, n1, accumulate;
+  const int32_t* init;
+  int32_t* out;
+  Tile12Operands(const TileArgs& t, int64_t r0, int32_t* buf)
+      : a0(static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride),
+        a4(a0 + 4 * t.a_row_stride),
+        a8(a0 + 8 * t.a_row_stride),
+        s(t.a_row_stride),
+        s3(3 * t.a_row_stride),
+        b(static_cast<const int8_t*>(t.b)),
+        n4(t.kc / kKR / 4),
+        n1(t.kc / kKR % 4),
+        accumulate(t.accumulate),
+        init(t.accumulate ? t.partial + r0 * kNR : t.epi->colterm + t.n0),
+        out(t.finish ? buf : t.partial + r0 * kNR) {}
+};
+#define QG_TILE12_OPERANDS \
+  : [a0] "+r"(g.a0), [a4] "+r"(g.a4), [a8] "+r"(g.a8), [b] "+r"(g.b), [n4] "+r"(g.n4), [n1] "+r"(g.n1) \
+  : [s] "r"(g.s), [s3] "r"(g.s3), [init] "r"(g.init), [out] "r"(g.out), [acc] "r"(g.accumulate), [pf] "r"(pf)
+
 #define QG_TILE12_ASM(PF) \
   __asm__ volatile( \
       "test %[acc], %[acc]\n\t" \
@@ -473,8 +500,7 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
       QG_STORE_ROW(0, 12) QG_STORE_ROW(1, 13) QG_STORE_ROW(2, 14) QG_STORE_ROW(3, 15) \
       QG_STORE_ROW(4, 16) QG_STORE_ROW(5, 17) QG_STORE_ROW(6, 18) QG_STORE_ROW(7, 19) \
       QG_STORE_ROW(8, 20) QG_STORE_ROW(9, 21) QG_STORE_ROW(10, 22) QG_STORE_ROW(11, 23) \
-      : [a0] "+r"(a0), [a4] "+r"(a4), [a8] "+r"(a8), [b] "+r"(b), [n4] "+r"(n4), [n1] "+r"(n1) \
-      : [s] "r"(s), [s3] "r"(s3), [init] "r"(init), [out] "r"(out), [acc] "r"(accumulate), [pf] "r"(pf) \
+      QG_TILE12_OPERANDS \
       : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
         "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", \
         "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
@@ -482,18 +508,8 @@ __attribute__((always_inline)) inline void tile(const TileArgs& t, int64_t r0) {
 // clang-format on
 __attribute__((always_inline)) inline void tile12(const TileArgs& t, int64_t r0) {
   constexpr int MR = 12;
-  const uint8_t* a0 = static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride;
-  const int64_t s = t.a_row_stride, s3 = 3 * s;
-  const uint8_t* a4 = a0 + 4 * s;
-  const uint8_t* a8 = a0 + 8 * s;
-  const int8_t* b = static_cast<const int8_t*>(t.b);
-  int32_t* partial = t.partial + r0 * kNR;
-  const int64_t groups = t.kc / kKR;
-  int64_t n4 = groups / 4, n1 = groups % 4;
-  const int64_t accumulate = t.accumulate;
-  const int32_t* init = t.accumulate ? partial : t.epi->colterm + t.n0;
   alignas(64) int32_t buf[MR * kNR];
-  int32_t* out = t.finish ? buf : partial;
+  Tile12Operands g(t, r0, buf);
   if (t.prefetch > 0) {
     const int64_t pf = t.prefetch;
     QG_TILE12_ASM(QG_PREFETCH_B)
@@ -508,7 +524,7 @@ __attribute__((always_inline)) inline void tile12(const TileArgs& t, int64_t r0)
     c0[r] = _mm512_load_si512(buf + r * kNR);
     c1[r] = _mm512_load_si512(buf + r * kNR + 16);
   }
-  end_sums<MR>(t, r0, partial, c0, c1);  // t.finish: the output stage
+  end_sums<MR>(t, r0, t.partial + r0 * kNR, c0, c1);  // t.finish: the output stage
 }
 
 // The 12-row tile of a narrow panel (at most 16 valid columns: N <= 16, or the last panel
@@ -584,26 +600,15 @@ __attribute__((always_inline)) inline void tile12(const TileArgs& t, int64_t r0)
       "4:\n\t" \
       QGN_STORE_ROW(0) QGN_STORE_ROW(1) QGN_STORE_ROW(2) QGN_STORE_ROW(3) QGN_STORE_ROW(4) QGN_STORE_ROW(5) \
       QGN_STORE_ROW(6) QGN_STORE_ROW(7) QGN_STORE_ROW(8) QGN_STORE_ROW(9) QGN_STORE_ROW(10) QGN_STORE_ROW(11) \
-      : [a0] "+r"(a0), [a4] "+r"(a4), [a8] "+r"(a8), [b] "+r"(b), [n4] "+r"(n4), [n1] "+r"(n1) \
-      : [s] "r"(s), [s3] "r"(s3), [init] "r"(init), [out] "r"(out), [acc] "r"(accumulate), [pf] "r"(pf) \
+      QG_TILE12_OPERANDS \
       : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
         "xmm11", "xmm24", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31");
 
 // clang-format on
 __attribute__((always_inline)) inline void tile12_narrow(const TileArgs& t, int64_t r0) {
   constexpr int MR = 12;
-  const uint8_t* a0 = static_cast<const uint8_t*>(t.a) + r0 * t.a_row_stride;
-  const int64_t s = t.a_row_stride, s3 = 3 * s;
-  const uint8_t* a4 = a0 + 4 * s;
-  const uint8_t* a8 = a0 + 8 * s;
-  const int8_t* b = static_cast<const int8_t*>(t.b);
-  int32_t* partial = t.partial + r0 * kNR;
-  const int64_t groups = t.kc / kKR;
-  int64_t n4 = groups / 4, n1 = groups % 4;
-  const int64_t accumulate = t.accumulate;
-  const int32_t* init = t.accumulate ? partial : t.epi->colterm + t.n0;
   alignas(64) int32_t buf[MR * kNR];
-  int32_t* out = t.finish ? buf : partial;
+  Tile12Operands g(t, r0, buf);
   if (t.prefetch > 0) {
     const int64_t pf = t.prefetch;
     QGN_TILE12_ASM(QGN_PREFETCH_B)
@@ -636,6 +641,7 @@ __attribute__((always_inline)) inline void tile12_narrow(const TileArgs& t, int6
 #undef QG_PREFETCH_B
 #undef QG_NO_PREFETCH
 #undef QG_TILE12_ASM
+#undef QG_TILE12_OPERANDS
 #undef QG_LOAD_ROW
 #undef QG_COPY_ROW
 #undef QG_STORE_ROW
