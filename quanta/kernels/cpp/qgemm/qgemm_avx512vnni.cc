@@ -311,6 +311,19 @@ __attribute__((always_inline)) inline void end_sums(const TileArgs& t, int64_t r
   }
 }
 
+// The output stage of a narrow tile's last chunk (its earlier chunks store c0 to partial).
+template <int MR>
+__attribute__((always_inline)) inline void end_sums_narrow(const TileArgs& t, int64_t r0, __m512i (&c0)[MR]) {
+  const Epilogue e = *t.epi;  // local: see Stage
+  const int64_t m0 = t.m0 + r0;
+  switch (e.kind) {
+    case EpiKind::kS32: finish_tile_narrow<EpiKind::kS32, MR>(c0, e, m0, t.n0, t.cols); break;
+    case EpiKind::kF32: finish_tile_narrow<EpiKind::kF32, MR>(c0, e, m0, t.n0, t.cols); break;
+    case EpiKind::kQ8Float: finish_tile_narrow<EpiKind::kQ8Float, MR>(c0, e, m0, t.n0, t.cols); break;
+    case EpiKind::kQ8Fixed: finish_tile_narrow<EpiKind::kQ8Fixed, MR>(c0, e, m0, t.n0, t.cols); break;
+  }
+}
+
 // Up to 8 rows (the M edge of the 12-row tiles), with intrinsics. KU accumulator sets (1, or 2
 // for short tiles): set s takes k-groups g with g % KU == s. kPf: the first tile of a
 // streaming call (TileArgs::stream_prefetch) prefetches the two B lines of each k-group
@@ -620,14 +633,7 @@ __attribute__((always_inline)) inline void tile12_narrow(const TileArgs& t, int6
   __m512i c0[MR];
 #pragma GCC unroll 12
   for (int r = 0; r < MR; ++r) c0[r] = _mm512_load_si512(buf + r * kNR);
-  const Epilogue e = *t.epi;  // local: see Stage
-  const int64_t m0 = t.m0 + r0;
-  switch (e.kind) {
-    case EpiKind::kS32: finish_tile_narrow<EpiKind::kS32, MR>(c0, e, m0, t.n0, t.cols); break;
-    case EpiKind::kF32: finish_tile_narrow<EpiKind::kF32, MR>(c0, e, m0, t.n0, t.cols); break;
-    case EpiKind::kQ8Float: finish_tile_narrow<EpiKind::kQ8Float, MR>(c0, e, m0, t.n0, t.cols); break;
-    case EpiKind::kQ8Fixed: finish_tile_narrow<EpiKind::kQ8Fixed, MR>(c0, e, m0, t.n0, t.cols); break;
-  }
+  end_sums_narrow<MR>(t, r0, c0);
 }
 #undef QGN_BCAST
 #undef QGN_GROUP
@@ -681,6 +687,48 @@ __attribute__((always_inline)) inline void tile_indirect(const TileArgs& t, int6
   end_sums<MR>(t, r0, partial, c0, c1);
 }
 
+// tile_indirect on a narrow panel (at most 16 valid columns, as tile12_narrow): one B
+// vector a k-group and the output stage on one vector a row; `partial` keeps its layout.
+template <int MR>
+__attribute__((always_inline)) inline void tile_indirect_narrow(const TileArgs& t, int64_t r0) {
+  const uint8_t* const* rows = t.a_rows + r0;
+  const int8_t* b = static_cast<const int8_t*>(t.b);
+  int32_t* partial = t.partial + r0 * kNR;
+  const int64_t kc = t.kc;
+
+  __m512i c0[MR];
+  if (t.accumulate) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) c0[r] = _mm512_loadu_si512(partial + r * kNR);
+  } else {
+    const __m512i ct = _mm512_loadu_si512(t.epi->colterm + t.n0);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) c0[r] = ct;
+  }
+  for (int64_t i = 0; i < t.n_taps; ++i) {
+    const int64_t off = t.tap_offset[i];
+    const uint8_t* p[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) p[r] = rows[r] + off;
+#pragma GCC unroll 2
+    for (int64_t k = 0; k < kc; k += kKR) {
+      const __m512i b0 = _mm512_load_si512(b);
+      b += kNR * kKR;
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const __m512i xa = _mm512_set1_epi32(load_unaligned<int32_t>(p[r] + k));
+        QUANTA_VPDPBUSD(c0[r], xa, b0);
+      }
+    }
+  }
+  if (!t.finish) {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) _mm512_storeu_si512(partial + r * kNR, c0[r]);
+    return;
+  }
+  end_sums_narrow<MR>(t, r0, c0);
+}
+
 }  // namespace
 
 namespace {
@@ -702,6 +750,10 @@ template <int MR>
 __attribute__((noinline)) void run_tile_indirect(const TileArgs& t, int64_t r0) {
   tile_indirect<MR>(t, r0);
 }
+template <int MR>
+__attribute__((noinline)) void run_tile_indirect_narrow(const TileArgs& t, int64_t r0) {
+  tile_indirect_narrow<MR>(t, r0);
+}
 __attribute__((noinline)) void run_tile12(const TileArgs& t, int64_t r0) { tile12(t, r0); }
 __attribute__((noinline)) void run_tile12_narrow(const TileArgs& t, int64_t r0) { tile12_narrow(t, r0); }
 
@@ -710,7 +762,11 @@ __attribute__((noinline)) void run_tile12_narrow(const TileArgs& t, int64_t r0) 
 void qgemm_tiles_avx512vnni(const TileArgs& t) {
   int64_t r0 = 0;
   if (t.a_rows) {  // 8-row tiles: 12 row pointers and the loop would not fit the GPRs
-    for (; r0 + 8 <= t.rows; r0 += 8) run_tile_indirect<8>(t, r0);
+    if (t.cols <= 16) {
+      for (; r0 + 8 <= t.rows; r0 += 8) run_tile_indirect_narrow<8>(t, r0);
+    } else {
+      for (; r0 + 8 <= t.rows; r0 += 8) run_tile_indirect<8>(t, r0);
+    }
     switch (t.rows - r0) {
       case 1: run_tile_indirect<1>(t, r0); break;
       case 2: run_tile_indirect<2>(t, r0); break;
