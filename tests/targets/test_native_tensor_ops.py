@@ -817,6 +817,45 @@ def test_resize_linear_and_cubic(coord, mode, dtype, sizes, antialias):
     run_both("Resize", [x, None, None, np.array((2, 3, *sizes), np.int64)], attrs, opset=19)
 
 
+@pytest.mark.parametrize("rows_first", [True, False])
+@pytest.mark.parametrize("shape", [(3, 7, 9), (2, 7, 5, 11), (17, 1, 4)])
+def test_resize_2d_is_the_two_axis_steps_in_float64(rows_first, shape):
+    """resize_2d_f32 (tensor_ops.h): the bytes of cast -> resize_axis_f64 (the first axis)
+    -> resize_axis_f64 (the other) -> cast, plane by plane; 2- and 4-tap tables with
+    weights that do not sum to 1, both step orders, 3 / 14 / 17 planes, 1 and 2 threads,
+    out=; taps out of range are refused by name."""
+    rng = np.random.default_rng(len(shape) * 7 + rows_first)
+    x = rng.normal(0, 30, shape).astype(F32)
+    h, w = shape[-2:]
+
+    def table(n: int, o: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+        return rng.integers(0, n, (o, t)).astype(np.int64), rng.uniform(-0.6, 1.3, (o, t))
+
+    oh, ow = 2 * h + 1, 3 * w - 1
+    (ta, wa), (tb, wb) = (
+        (table(h, oh, 2), table(w, ow, 4)) if rows_first else (table(w, ow, 4), table(h, oh, 2))
+    )
+    lead = int(np.prod(shape[:-2]))
+    d = _native.cast(x, np.dtype(np.float64)).reshape(lead, h, w)
+    if rows_first:
+        d = _native.resize_axis_f64(d, ta, wa)
+        d = _native.resize_axis_f64(d.reshape(lead * oh, w, 1), tb, wb).reshape(lead, oh, ow)
+    else:
+        d = _native.resize_axis_f64(d.reshape(lead * h, w, 1), ta, wa).reshape(lead, h, ow)
+        d = _native.resize_axis_f64(d, tb, wb)
+    expected = d.astype(F32).reshape(*shape[:-2], oh, ow)
+    for threads in (1, 2):
+        got = _native.resize_2d_f32(x, rows_first, ta, wa, tb, wb, threads)
+        assert_bit_exact(expected, got, f"resize_2d {shape} rows_first={rows_first} {threads}t")
+        out = np.empty(expected.shape, F32)
+        assert _native.resize_2d_f32(x, rows_first, ta, wa, tb, wb, threads, out) is out
+        assert_bit_exact(expected, out, f"resize_2d {shape} out=")
+    bad = ta.copy()
+    bad[0, 0] = 10**6
+    with pytest.raises(ValueError, match="resize_2d_f32: taps_a: expected indices in"):
+        _native.resize_2d_f32(x, rows_first, bad, wa, tb, wb)
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.int64])
 @pytest.mark.parametrize("factors", [(2, 2), (1, 3), (3, 1), (4, 2), (1, 1)])
 def test_repeat_2d_is_np_repeat_on_both_axes(dtype, factors):

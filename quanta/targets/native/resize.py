@@ -12,7 +12,9 @@ the weights (cached), so coordinates and weights are the twin's by construction;
   integer factors with source index q // s, one ``repeat_2d`` instead;
 - linear / cubic: x to float64 (``cast``), ``resize_axis_f64`` per axis (the tap sum of
   ``weighted_taps``, in its order), and the result to x's dtype: float32 by ``cast``
-  (one rounding, as astype), integers by the twin's ``resize_output`` (rint, clip).
+  (one rounding, as astype), integers by the twin's ``resize_output`` (rint, clip). A
+  float32 image resized along its last two axes runs the same two steps plane by plane
+  (``resize_2d_f32``), its float64 buffers a plane's size instead of the tensor's.
 
 tf_crop_and_resize (extrapolation outside the roi) and int64 / float64 / float16 inputs
 run on the twin.
@@ -140,6 +142,17 @@ def _resize_native(
             last = i == len(tables) - 1
             data = n.take_axis(data, axis, idx, t, out if last else None)
         return data
+    if (
+        x.dtype == np.float32
+        and len(tables) == 2
+        and {tables[0][0], tables[1][0]} == {x.ndim - 2, x.ndim - 1}
+    ):
+        # an image's two axes: plane by plane in double buffers (no tensor-sized float64
+        # intermediates), the same steps and the same bytes
+        (first, taps_a, w_a), (_, taps_b, w_b) = tables
+        return n.resize_2d_f32(
+            np.asarray(x, order="C"), first == x.ndim - 2, taps_a, w_a, taps_b, w_b, t, out
+        )
     data = n.cast(np.asarray(x, order="C"), F64, t)
     for axis, taps, w in tables:
         shape = data.shape
