@@ -44,6 +44,8 @@ section "cos and sin").
 
 log (LN1)-(LN6), the Cephes ``logf`` scheme, and LogSoftmax (LS1)-(LS5) on exp, sum16 and
 log (docs/float-ops.md, sections "log", "LogSoftmax").
+pow (PW1)-(PW3) on log and exp, for a float32 Pow whose one exponent has no exact form
+(docs/float-ops.md, section "Pow and Exp").
 
 Elementwise functions built on exp (docs/float-ops.md, sections "erf", "tanh, sigmoid,
 Gelu"): erf (F1)-(F5), tanh (T1)-(T4), sigmoid (Σ1)-(Σ2) on the fused exp (EN1)-(EN6),
@@ -53,6 +55,8 @@ element and one selected, so SIMD lanes need no branches.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -71,6 +75,7 @@ __all__ = [
     "layer_norm_rows",
     "log_f32",
     "log_softmax_rows",
+    "pow_f32",
     "row_max",
     "sigmoid_f32",
     "sin_f32",
@@ -221,6 +226,38 @@ def log_f32(x: np.ndarray) -> np.ndarray:
     y = np.where(x == 0, F32(-np.inf), y)  # (LN1)
     y = np.where(x == np.inf, F32(np.inf), y)
     return np.asarray(np.where(x >= 0, y, F32(np.nan)), F32)
+
+
+def pow_f32(
+    x: np.ndarray,
+    e: float,
+    log: Callable[[np.ndarray], np.ndarray] = log_f32,
+    exp: Callable[[np.ndarray], np.ndarray] = exp_f32,
+) -> np.ndarray:
+    """x^e for float32 ``x`` and one finite float32 exponent ``e`` by eqs. (PW1)-(PW3)
+    (docs/float-ops.md, "Pow and Exp")::
+
+        (PW1) e = 0: y = 1 (every x, NaN too)
+        (PW2) t = f32(log(|x|) · e);  y = exp(t)          log (LN1)-(LN6), exp (E1)-(E6)
+        (PW3) e an odd integer: y = −y where x's sign bit is set;
+              e not an integer: y = NaN where −inf < x < 0
+
+    ``log`` and ``exp`` are the twins here and the C++ kernels in the native target; the
+    rest is the same NumPy calls in both, so the two are bit-identical. The special values
+    follow C's pow: |x| = 0 gives log −inf, so 0 for e > 0 and +inf for e < 0 (−0 and −inf
+    for an odd e with a negative zero); x = ±inf gives inf or 0 by the sign of e
+    ((E1) clamps t to 89, whose exp overflows); x = 1 gives log 0 exactly, so 1."""
+    x = np.asarray(x, F32)
+    e32 = F32(e)
+    if e32 == 0:  # (PW1)
+        return np.ones_like(x)
+    with np.errstate(all="ignore"):
+        y = np.asarray(exp(np.asarray(log(np.abs(x)) * e32, F32)), F32)  # (PW2)
+    if float(e32).is_integer():  # (PW3)
+        if abs(float(e32)) < 2.0**24 and int(e32) % 2:
+            y = np.where(np.signbit(x), -y, y)
+        return y
+    return np.where((x < 0) & (x > F32(-np.inf)), F32(np.nan), y)
 
 
 #: (CS1)-(CS6): Cephes cosf's constants: f32(4/π), π/4 in three parts, the cos and sin
