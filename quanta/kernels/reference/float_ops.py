@@ -44,6 +44,7 @@ section "cos and sin").
 
 log (LN1)-(LN6), the Cephes ``logf`` scheme, and LogSoftmax (LS1)-(LS5) on exp, sum16 and
 log (docs/float-ops.md, sections "log", "LogSoftmax").
+atan (AT1)-(AT4), the Cephes ``atanf`` scheme (docs/float-ops.md, section "atan").
 pow (PW1)-(PW3) on log and exp, for a float32 Pow whose one exponent has no exact form
 (docs/float-ops.md, section "Pow and Exp").
 
@@ -62,6 +63,7 @@ import numpy as np
 
 __all__ = [
     "LANES",
+    "atan_f32",
     "cos_f32",
     "elu_f32",
     "erf_f32",
@@ -258,6 +260,41 @@ def pow_f32(
             y = np.where(np.signbit(x), -y, y)
         return y
     return np.where((x < 0) & (x > F32(-np.inf)), F32(np.nan), y)
+
+
+#: (AT1)-(AT4): Cephes atanf's constants: tan(3π/8), tan(π/8), π/2, π/4 and the
+#: polynomial's coefficients, each rounded to float32 (the C++ spells the same bits)
+ATAN_T3P8, ATAN_TP8, ATAN_PIO2, ATAN_PIO4 = (
+    np.uint32(b).view(F32) for b in (0x401A827A, 0x3ED413CD, 0x3FC90FDB, 0x3F490FDB)
+)
+ATAN_P = tuple(np.uint32(b).view(F32) for b in (0x3DA4F0D1, 0xBE0E1B85, 0x3E4C925F, 0xBEAAAA2A))
+
+
+def atan_f32(x: np.ndarray) -> np.ndarray:
+    """atan(x) for float32 ``x`` by eqs. (AT1)-(AT4), the Cephes ``atanf`` scheme
+    (bit-identical to the C++ kernels)::
+
+        (AT1) a = |x|
+        (AT2) a > T3P8: y0 = π/2, r = f32(−1 / a)
+              a > TP8:  y0 = π/4, r = f32(f32(a − 1) / f32(a + 1))
+              else:     y0 = 0,   r = a
+        (AT3) z = f32(r · r);  p = P0;  p = f32(f32(p · z) + Pk), k = 1 … 3
+              y = f32(y0 + f32(f32(f32(p · z) · r) + r))
+        (AT4) y with the sign bit of x (atan(−0) = −0; NaN stays NaN)
+
+    Both branches of (AT2) are computed for every element and one selected."""
+    x = np.asarray(x, F32)
+    with np.errstate(all="ignore"):
+        a = np.abs(x)  # (AT1)
+        big, mid = a > ATAN_T3P8, a > ATAN_TP8  # (AT2)
+        r = np.where(big, F32(-1) / a, np.where(mid, (a - F32(1)) / (a + F32(1)), a))
+        y0 = np.where(big, ATAN_PIO2, np.where(mid, ATAN_PIO4, F32(0)))
+        z = r * r  # (AT3)
+        p = np.full_like(z, ATAN_P[0])
+        for c in ATAN_P[1:]:
+            p = p * z + c
+        y = y0 + (((p * z) * r) + r)
+    return np.asarray(np.copysign(y, x), F32)  # (AT4)
 
 
 #: (CS1)-(CS6): Cephes cosf's constants: f32(4/π), π/4 in three parts, the cos and sin

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
-from quanta.kernels.reference.float_ops import cos_f32, exp_f32, log_f32, pow_f32, sin_f32
+from quanta.kernels.reference.float_ops import atan_f32, cos_f32, exp_f32, log_f32, pow_f32, sin_f32
 from quanta.kernels.reference.registry import OpError, register
 
 __all__ = ["ONNX_DTYPES", "STRING", "cast_to", "onnx_dtype"]
@@ -115,7 +115,6 @@ for _name, _fn in {
     "Tan": np.tan,
     "Asin": np.arcsin,
     "Acos": np.arccos,
-    "Atan": np.arctan,
     "Sinh": np.sinh,
     "Cosh": np.cosh,
     "Asinh": np.arcsinh,
@@ -157,6 +156,12 @@ _float32_defined(
     cos_f32,
     np.cos,
     "eqs. (CS1)-(CS6) (np.cos's float32 SIMD code is not correctly rounded and differs between builds)",
+)
+_float32_defined(
+    "Atan",
+    atan_f32,
+    np.arctan,
+    "eqs. (AT1)-(AT4) (np.arctan's float32 SIMD code is not correctly rounded and differs between builds)",
 )
 
 

@@ -26,8 +26,8 @@ Equal Less LessOrEqual ``broadcast_op``                               math_ops (
 Greater GreaterOrEqual
 And Or Xor Not
 IsNaN                  NumPy's isnan ufunc into the arena             math_ops (np.isnan)
-Floor Ceil Round       NumPy's floor / ceil / rint ufunc (float32,    math_ops (the same ufunc)
-                       float64) into the arena
+Floor Ceil Round Sign  NumPy's floor / ceil / rint / sign ufunc       math_ops (the same ufunc)
+                       (float32, float64) into the arena
 Where                  ``copy_strided`` of y, then of x where cond    math_ops.where
 Gather                 ``take_axis``                                  tensor_ops.gather
 GatherND               ``take_axis`` of the rows the index tuples     tensor_ops.gather_nd
@@ -339,9 +339,10 @@ for _op_type, _op in (
 
 
 def _bind_rounding(op_type: str, ufunc: np.ufunc) -> None:
-    """Floor, Ceil, Round (half to even): NumPy's rounding ufunc, the twin's own
-    (math_ops), written into the arena: one vectorized pass, exact, for float32 and
-    float64 (ORT's quantize_dynamic files of opset 10 floor a scalar per scale)."""
+    """Floor, Ceil, Round (half to even), Sign: NumPy's ufunc, the twin's own (math_ops),
+    written into the arena: one vectorized pass, exact, for float32 and float64 (ORT's
+    quantize_dynamic files of opset 10 floor a scalar per scale; tf2onnx writes Atan2 with
+    two Signs)."""
 
     @_with_fallback(op_type)
     def run(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
@@ -363,7 +364,7 @@ def _bind_rounding(op_type: str, ufunc: np.ufunc) -> None:
     register_binder(op_type)(binder)
 
 
-for _op_type, _ufunc in (("Floor", np.floor), ("Ceil", np.ceil), ("Round", np.rint)):
+for _op_type, _ufunc in (("Floor", np.floor), ("Ceil", np.ceil), ("Round", np.rint), ("Sign", np.sign)):
     _bind_rounding(_op_type, _ufunc)
 
 
