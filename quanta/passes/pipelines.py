@@ -90,6 +90,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     from quanta.passes.rules.fold_conv_affine import FoldConvAffine
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
     from quanta.passes.rules.sink_transposes import SinkTransposes
+    from quanta.passes.rules.widen_half_islands import WidenHalfIslands
 
     return [
         FoldConstants(evaluator, max_output_elements=1 << 24),
@@ -101,6 +102,10 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         # stays as written: quantizing its input cost Paddle's OCR models accuracy
         CanonicalizeActivations(opset, hardswish=False),
         RemoveNoops(),
+        # float16 islands as the float32 graph every runtime computes them in (Casts at
+        # the edges): the Q/DQ go in float32 around float32 weights (float16 widens
+        # exactly), so the integer lowering sees the groups a float32 model has
+        WidenHalfIslands(),
         # a TF export's NHWC epilogues between Transposes: the pairs cancel, the Conv's
         # BatchNormalization (Sub, Mul, Add) and Pad land next to it for the folds below
         SinkTransposes(),

@@ -285,10 +285,12 @@ def adjust_weight_scale_for_bias(x: QuantType, w: QuantType, b: np.ndarray) -> Q
     # quanta's extra guard: the float32 product sx*sw' must be a normal float32.
     prod = (np.float32(sx) * new.astype(np.float32)).astype(np.float64)
     for i in np.flatnonzero(prod < tiny):
-        s32 = np.float32(max(new[i], tiny / sx))
-        while float(np.float32(sx) * s32) < tiny:  # at most a few float32 steps up
-            s32 = np.nextafter(s32, np.float32(np.inf))
-        new[i] = float(s32)
+        # the raised scale is a value of the expressed type (a float16 model's scales are
+        # float16: a float32 step between two of them would not survive the file)
+        up = dtype.type(max(new[i], tiny / sx))
+        while float(np.float32(sx) * np.float32(up)) < tiny:  # at most a few steps up
+            up = np.nextafter(up, dtype.type(np.inf))
+        new[i] = float(up)
     if np.array_equal(new, sw):
         return w
     return QuantType(w.storage, w.expressed, tuple(new), w.zero_point, w.axis, w.block, w.scale_shape)

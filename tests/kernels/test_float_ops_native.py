@@ -462,6 +462,7 @@ UNARY = {
     "sin": twin.sin_f32,
     "expm1": twin.expm1_f32,
     "gelu_tanh_mlas": mlas_gelu_tanh,  # (G2) with MLAS's tanh (quanta::MlasGeluTanh)
+    "atan": twin.atan_f32,
 }
 #: lengths with reasons: 1, 15/16/17 (one zmm ± 1, AVX2 two ymm ± 1), 63/65 (tails of 15
 #: and 1 after 4 blocks), 300, 1000 (odd tails, 8-lane tails of 4 and 0)
@@ -469,12 +470,13 @@ UNARY_LENGTHS = [1, 15, 16, 17, 63, 65, 300, 1000]
 
 
 def unary_specials() -> np.ndarray:
-    """The splits and clamps of (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2), (LN2), (LN4), (X3) and of the MLAS
+    """The splits and clamps of (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2), (LN2), (LN4), (X3), (AT2) and of the MLAS
     functions (9, 18), their float32 neighbours,
     and IEEE specials (NaN, ±inf, ±0, subnormals, huge)."""
     edges = np.array(
         [0.921875, 3.925, 3.919206, 3.9, 4.0, 0.75, 9.011, 44.36, 0.5, 1.0, 2.0, 87.34, 88.73, 104.0, 1e-20,
-         1.2e-38, 1e-40, 1e-45, 1e30, 3.4e38, np.inf, 9.0, 18.0, 0.70710677, 1.1754944e-38, 0.34657359],
+         1.2e-38, 1e-40, 1e-45, 1e30, 3.4e38, np.inf, 9.0, 18.0, 0.70710677, 1.1754944e-38, 0.34657359,
+         0.41421357, 2.4142137],
         F32,
     )  # fmt: skip
     around = np.concatenate([edges, np.nextafter(edges, F32(0)), np.nextafter(edges, F32(np.inf))])
@@ -574,6 +576,35 @@ def test_cos_twin_within_stated_ulps_of_exact() -> None:
     err = np.abs(twin.cos_f32(x).astype(np.float64) - exact)
     allowed = np.maximum(1.55 * np.spacing(np.abs(exact).astype(F32)).astype(np.float64), 1e-7)
     assert (err <= allowed).all(), (err / allowed).max()
+
+
+def test_atan_twin_within_stated_ulps_of_exact() -> None:
+    """docs/float-ops.md "atan": |ŷ − atan x| <= 2.8 ulp of the result over the whole
+    float32 range, the branch points tan(π/8) and tan(3π/8) and their neighbours included."""
+    rng = np.random.default_rng(5)
+    edges = np.array([0.41421357, 2.4142137, 1.0], F32)
+    x = np.concatenate(
+        [
+            rng.uniform(-4, 4, 1 << 20),
+            np.exp(rng.uniform(-85, 85, 1 << 18)) * rng.choice([-1.0, 1.0], 1 << 18),
+            edges,
+            np.nextafter(edges, F32(0)),
+            np.nextafter(edges, F32(np.inf)),
+        ]
+    ).astype(F32)
+    x = x[x != 0]
+    exact = np.arctan(x.astype(np.float64))
+    assert ulp_error(twin.atan_f32(x), exact).max() <= 2.8
+
+
+def test_atan_twin_edges() -> None:
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-45, 3e38], F32)
+    y = twin.atan_f32(x)
+    assert y[0] == 0 and not np.signbit(y[0]) and y[1] == 0 and np.signbit(y[1])
+    assert y[2] == np.float32(np.pi / 2) and y[3] == -np.float32(np.pi / 2) and np.isnan(y[4])
+    assert y[5] == x[5] and y[6] == x[6] and y[7] == np.float32(np.pi / 2)  # atan x = x below 2^-12
+    v = np.linspace(-50, 50, 1001, dtype=F32)
+    assert np.array_equal(twin.atan_f32(v), -twin.atan_f32(-v))  # odd, bit for bit
 
 
 def test_cos_twin_edges() -> None:
@@ -948,7 +979,7 @@ def test_boundary_errors_name_the_argument() -> None:
         (lambda: _native.exp_f32(x, num_threads=0), "exp_f32: num_threads: expected >= 1, got 0"),
         (
             lambda: _native.unary_f32("gelu_erf", x),
-            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, log, cos, sin, expm1, gelu_tanh_mlas, got 'gelu_erf'",
+            "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, log, cos, sin, expm1, gelu_tanh_mlas, atan, got 'gelu_erf'",
         ),
         (
             lambda: _native.unary_f32("erf", x.astype(np.float16)),

@@ -246,6 +246,7 @@ def test_prepare_for_quantization_folds_float_weights_only():
         "canonicalize",
         "canonicalize_activations",
         "remove_noops",
+        "widen_half_islands",
         "sink_transposes",
         "eliminate_dead",
         "fold_pad",

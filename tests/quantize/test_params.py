@@ -308,3 +308,24 @@ def test_adjust_weight_scale_for_bias_keeps_nonzero_zero_point():
     assert w2.zero_point == (17,) and w2.scale[0] > w.scale[0]
     roomy = QuantType(U8, F32, (0.5,), (17,))
     assert adjust_weight_scale_for_bias(x, roomy, np.array([0.1])) is roomy  # nothing to adjust
+
+
+def test_raised_half_weight_scales_are_float16_values():
+    """A float16 model's scales are float16 (the file stores them so): the raise to a
+    normal bias scale steps through float16 values. Failure signature (a first Conv of
+    an onnxconverter-common float16 model on [0, 1] pixels): the type recorded the
+    float32 value 0.015564202 while the written scale was its float16 0.015563965, and
+    quantize_static refused its own model ("its scale/zero point inputs give ...")."""
+    sx = float(np.float16(1 / 255))
+    x = QuantType(U8, F16, (sx,), (0,))
+    sw = np.array([3e-4, 2.9e-3, 5e-2], np.float16)
+    w = QuantType(I8, F16, tuple(float(v) for v in sw), (0, -3, 0), axis=0)
+    ours = adjust_weight_scale_for_bias(x, w, np.array([0.1, -0.2, 0.3], np.float32))
+    got = np.asarray(ours.scale)
+    assert np.array_equal(got.astype(np.float16).astype(np.float64), got)  # float16 values
+    tiny = float(np.finfo(np.float16).tiny)
+    assert np.all(np.float32(sx) * got.astype(np.float32) >= tiny)
+    below = np.float32(sx) * np.nextafter(got.astype(np.float16), np.float16(0)).astype(np.float32)
+    raised = got != np.asarray(w.scale)
+    assert raised[:2].all() and not raised[2] and np.all(below[raised] < tiny)  # the least such value
+    bias_params(x, ours)  # a valid bias type

@@ -1117,3 +1117,70 @@ def test_quantize_dynamic_of_a_half_model_casts_around_the_integer_product(tmp_p
     assert ours.dtype == np.float16
     np.testing.assert_array_equal(ours, theirs)
     np.testing.assert_allclose(ours.astype(np.float32), ref.astype(np.float32), atol=0.05 * np.abs(ref).max())
+
+
+def converted_half_cnn() -> onnx.ModelProto:
+    """A CNN as onnxconverter-common's float16 conversion writes it (keep_io_types): a
+    float32 input Cast to float16, float16 Conv weights and biases (3 -> 7 -> 17
+    channels), Relu, MaxPool, a BatchNormalization the Conv cannot take (after the pool),
+    GlobalAveragePool, a float16 MatMul head, Cast back to float32."""
+    rng = np.random.default_rng(21)
+    f16 = np.float16
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((7, 3, 3, 3)) * 0.3).astype(f16), "w1"),
+        numpy_helper.from_array((rng.standard_normal(7) * 0.2).astype(f16), "b1"),
+        numpy_helper.from_array((rng.uniform(0.5, 1.5, 7)).astype(f16), "g"),
+        numpy_helper.from_array((rng.standard_normal(7) * 0.1).astype(f16), "be"),
+        numpy_helper.from_array((rng.standard_normal(7) * 0.1).astype(f16), "mu"),
+        numpy_helper.from_array((rng.uniform(0.5, 2.0, 7)).astype(f16), "var"),
+        numpy_helper.from_array((rng.standard_normal((17, 7, 3, 3)) * 0.2).astype(f16), "w2"),
+        numpy_helper.from_array((rng.standard_normal(17) * 0.1).astype(f16), "b2"),
+        numpy_helper.from_array((rng.standard_normal((17, 5)) * 0.3).astype(f16), "wm"),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x16"], name="in_cast", to=TensorProto.FLOAT16),
+        helper.make_node("Conv", ["x16", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("BatchNormalization", ["p1", "g", "be", "mu", "var"], ["n1"], name="bn"),
+        helper.make_node("Conv", ["n1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["gp"], name="gap"),
+        helper.make_node("Flatten", ["gp"], ["f"], name="flat"),
+        helper.make_node("MatMul", ["f", "wm"], ["y16"], name="head"),
+        helper.make_node("Cast", ["y16"], ["y"], name="out_cast", to=TensorProto.FLOAT),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "converted_f16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 17, 15])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 5])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_converted_half_model_quantizes_like_its_float32_graph(tmp_path):
+    """Failure signature (vietcombank-captcha's tf2onnx CNN converted with
+    onnxconverter-common): quantize_static refused its own model (a raised float16 bias
+    scale, test_params), and once written, the float16 Q/DQ left the Convs float (30.8 %
+    integer MACs) with QuantizeLinear / DequantizeLinear on the twin ("native
+    QuantizeLinear takes float32 input"). The float16 islands are now quantized as the
+    float32 graph they compute: every MAC in integer, no twin step, ONNX Runtime's
+    codes."""
+    src, dst = tmp_path / "f16.onnx", tmp_path / "q.onnx"
+    onnx.save(converted_half_cnn(), str(src))
+    rng = np.random.default_rng(3)
+    calib = [{"x": rng.uniform(0, 1, (2, 3, 17, 15)).astype(np.float32)} for _ in range(8)]
+    summary = quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False)
+    assert summary.integer_share is not None and summary.integer_share >= 0.99
+    feed = {"x": np.random.default_rng(4).uniform(0, 1, (3, 3, 17, 15)).astype(np.float32)}
+    ours = assert_valid_and_runs(dst, feed)[0]
+    assert quanta.InferenceSession(str(dst)).fallbacks == []
+    theirs = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    # the head's float output of integer codes, rounded to float16 at the island's exit
+    # by both: one float16 step apart at most where the float32 sums round differently
+    half_step = np.spacing(np.abs(theirs).astype(np.float16)).astype(np.float32)
+    assert np.all(np.abs(ours - theirs) <= half_step)
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    assert np.max(np.abs(ours - ref)) < 0.1 * np.max(np.abs(ref))

@@ -252,6 +252,7 @@ UNARY_NODES = [
     ("Log", {}),
     ("Cos", {}),
     ("Sin", {}),
+    ("Atan", {}),
     ("Elu", {}),
     ("Elu", {"alpha": 0.5}),
     ("Elu", {"alpha": 2.3}),
@@ -364,6 +365,7 @@ NODE_OPS = frozenset(
         "Log",
         "Cos",
         "Sin",
+        "Atan",
         "Mod",
     }
 )

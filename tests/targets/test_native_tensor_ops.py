@@ -175,11 +175,114 @@ def test_pow_exact_forms_are_the_specified_operations():
     assert np.signbit(y[1]) and np.isnan(y[2])
 
 
-def test_pow_general_exponent_falls_back_with_reason():
+GENERAL_EXPONENTS = [
+    (1 / 3, np.float32),  # GeM pooling's 1 / p
+    (-0.5, np.float32),
+    (2.5, np.float32),
+    (1.7, np.float32),
+    (4.0, np.float32),  # even integer: a positive result for a negative base
+    (5.0, np.float32),  # odd integer: the base's sign
+    (-3.0, np.float32),
+    (0.0, np.float32),  # 1 everywhere, NaN included
+    (4, np.int64),
+    (-1, np.int64),
+]
+
+
+@pytest.mark.parametrize(("exponent", "exp_dtype"), GENERAL_EXPONENTS)
+def test_pow_general_exponents_match_twin(exponent, exp_dtype):
+    """Any other finite float32 exponent: (PW1)-(PW3) on the native log and exp, bit for
+    bit the twin's, IEEE specials and subnormals included."""
+    x = floats(np.random.default_rng(13), (3, 7, 65))
+    got = run_both("Pow", [x, np.array(exponent, exp_dtype)])
+    run_both("Pow", [x, np.array([exponent], exp_dtype)])
+    assert not np.array_equal(got, x)  # the exponent was applied
+
+
+@pytest.mark.parametrize("exponent", [1 / 3, -0.5, 2.5, 5.0, -3.0, 0.25, 1.7])
+def test_pow_general_twin_within_its_bound_of_float64(exponent):
+    """(PW2)'s error grows with |t| = |e · ln|x||: log's ulp of ln|x|, scaled by e, then
+    exp's 1 ulp; bound 2^-23 · (|t| + 2) relative for normal results (docs/float-ops.md
+    "Pow and Exp")."""
+    rng = np.random.default_rng(17)
+    x = np.concatenate(
+        [rng.standard_normal(4099) * 7, np.exp(rng.uniform(-80, 80, 4099)), rng.uniform(0, 1e-3, 517)]
+    ).astype(F32)
+    e = F32(exponent)
+    got = np.asarray(get_op("Pow")(KernelContext(), x, np.array(e)), np.float64)
+    with np.errstate(all="ignore"):
+        exact = np.power(x.astype(np.float64), np.float64(e))
+        t = np.abs(np.float64(e) * np.log(np.abs(x.astype(np.float64))))
+    normal = np.isfinite(exact) & (np.abs(exact) > 2.0**-120) & (np.abs(exact) < 2.0**120)
+    assert normal.sum() > 4000
+    rel = np.abs(got[normal] - exact[normal]) / np.abs(exact[normal])
+    assert np.all(rel <= 2.0**-23 * (t[normal] + 2)), float(np.max(rel / (t[normal] + 2)) * 2**23)
+    neg = (x < 0) & np.isfinite(x)
+    if float(e).is_integer():
+        assert not np.any(np.isnan(got[np.isfinite(x)]))
+    else:
+        assert np.all(np.isnan(got[neg]))
+
+
+def test_pow_general_special_values_follow_c_pow():
+    pow_ = get_op("Pow")
+    ctx = KernelContext()
+    x = np.array([0.0, -0.0, np.inf, -np.inf, 1.0, -2.0, np.nan], F32)
+    with np.errstate(all="ignore"):
+        for e in (F32(1 / 3), F32(-0.5), F32(5.0), F32(-1.0), F32(4.0)):
+            got = pow_(ctx, x, np.array(e))
+            want = np.power(x.astype(np.float64), np.float64(e)).astype(F32)
+            np.testing.assert_array_equal(got[[0, 1, 2, 3, 4, 6]], want[[0, 1, 2, 3, 4, 6]], err_msg=str(e))
+            assert np.signbit(got[:4]).tolist() == np.signbit(want[:4]).tolist(), e
+    assert np.isnan(pow_(ctx, x, np.array(F32(1 / 3)))[5])
+    np.testing.assert_array_equal(pow_(ctx, x, np.array(F32(0.0))), np.ones(7, F32))
+
+
+@pytest.mark.parametrize(
+    ("const", "words"),
+    [
+        (np.array([2.5, 3.0], F32), "shape [2]"),
+        (np.array(np.nan, F32), "nan, not finite"),
+        (np.array(0.1, np.float64), "float32 does not hold"),
+    ],
+)
+def test_pow_binder_names_the_exponent_it_refuses(const, words):
     x = Value("x", type=TensorType(elem_from_numpy(np.dtype(F32))))
-    e = Value("e", const=np.array(2.5, F32))
+    e = Value("e", const=const)
     kernel, reason = BINDERS[("", "Pow")](None, Node("Pow", [x, e], [Value("y")], {}))
-    assert kernel is None and "not bit-exact" in reason
+    assert kernel is None and words in reason, reason
+
+
+def test_gem_pooling_session_runs_pow_natively():
+    """GeM pooling as retrieval models export it (Clip(eps), Pow 3, GlobalAveragePool,
+    Pow 1/3): no twin step, and within (PW2)'s bound of ONNX Runtime."""
+    import onnxruntime as ort
+
+    p = helper.make_tensor("p", TensorProto.FLOAT, [], [3.0])
+    inv = helper.make_tensor("inv", TensorProto.FLOAT, [], [float(F32(1 / 3))])
+    eps = helper.make_tensor("eps", TensorProto.FLOAT, [], [1e-6])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Clip", ["x", "eps", ""], ["c"]),
+            helper.make_node("Pow", ["c", "p"], ["c3"]),
+            helper.make_node("GlobalAveragePool", ["c3"], ["m"]),
+            helper.make_node("Pow", ["m", "inv"], ["y"]),
+        ],
+        "gem",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 17, 7, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 17, 1, 1])],
+        [p, inv, eps],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = quanta.InferenceSession(model.SerializeToString())
+    assert sess.fallbacks == []
+    x = np.random.default_rng(19).standard_normal((2, 17, 7, 9)).astype(F32) * 2
+    got = sess.run(None, {"x": x})[0]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    t = np.abs(np.log(want.astype(np.float64)) / 3) + 2
+    assert np.all(np.abs(got - want) <= 2.0**-23 * t * np.abs(want) + 1e-7 * np.abs(want))
 
 
 def test_hard_swish_matches_twin():
@@ -1046,7 +1149,7 @@ def test_isnan_matches_twin(dtype, shape):
     run_both("IsNaN", [x])
 
 
-@pytest.mark.parametrize("op", ["Floor", "Ceil", "Round"])
+@pytest.mark.parametrize("op", ["Floor", "Ceil", "Round", "Sign"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(), (17,), (3, 7, 65)])
 def test_rounding_matches_twin(op, dtype, shape):
@@ -1552,3 +1655,40 @@ def test_copy_strided_innermost_step_is_numpy_bytes(dtype, step, shape, outer):
     # a broadcast (stride 0) innermost axis stays an element-by-element copy
     b = np.broadcast_to(x[..., :1], shape)
     assert _native.copy_strided(b, 1).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+def test_tf2onnx_atan2_session_runs_natively():
+    """TensorFlow's Atan2 as tf2onnx writes it (Atan of y / x, corrected by Sign(x) and
+    Sign(y) times π): every step native, within 3 ulp of π of ONNX Runtime."""
+    import onnxruntime as ort
+
+    pi = helper.make_tensor("pi", TensorProto.FLOAT, [], [float(np.pi)])
+    half = helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Div", ["y", "x"], ["q"]),
+            helper.make_node("Atan", ["q"], ["a"]),
+            helper.make_node("Sign", ["x"], ["sx"]),
+            helper.make_node("Sign", ["y"], ["sy"]),
+            helper.make_node("Sub", ["sx", "half"], ["t"]),  # -1.5 for x < 0, else >= -0.5
+            helper.make_node("Relu", ["t"], ["pos"]),
+            helper.make_node("Sub", ["pos", "t"], ["negx"]),  # 1.5 for x < 0, else 0 or 0.5
+            helper.make_node("Mul", ["sy", "pi"], ["spi"]),
+            helper.make_node("Mul", ["negx", "spi"], ["corr"]),
+            helper.make_node("Add", ["a", "corr"], ["out"]),
+        ],
+        "atan2",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 7, 17]) for n in ("x", "y")],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [3, 7, 17])],
+        [pi, half],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    sess = quanta.InferenceSession(model.SerializeToString())
+    assert sess.fallbacks == []
+    rng = np.random.default_rng(23)
+    feed = {n: rng.standard_normal((3, 7, 17)).astype(F32) for n in ("x", "y")}
+    got = sess.run(None, feed)[0]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feed
+    )[0]
+    assert np.max(np.abs(got - want)) <= 3 * np.spacing(F32(np.pi))

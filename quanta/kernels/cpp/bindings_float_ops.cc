@@ -12,7 +12,7 @@
 //   binary_f32(op: "add" | "sub" | "mul" | "div" | "max" | "min", a: f32, b: f32, num_threads=1, out=None)
 //                                                                    numpy broadcasting
 //   unary_f32(op: "erf" | "tanh" | "sigmoid" | "relu" | "gelu" | "gelu_tanh" | "mlas_logistic"
-//             | "mlas_tanh" | "silu" | "log" | "gelu_tanh_mlas", x: f32,  (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
+//             | "mlas_tanh" | "silu" | "log" | "gelu_tanh_mlas" | "atan", x: f32,  (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
 //             num_threads=1, out=None)                               np.maximum(x, 0), (G1), (G2),
 //                                                                    ORT's MLAS logistic and tanh,
 //                                                                    (G2) with MLAS's tanh,
@@ -151,6 +151,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
       {"sin", float_ops::UnaryOp::kSin},
       {"expm1", float_ops::UnaryOp::kExpm1},
       {"gelu_tanh_mlas", float_ops::UnaryOp::kGeluTanhMlas},
+      {"atan", float_ops::UnaryOp::kAtan},
   };
   const std::pair<const char*, float_ops::UnaryOp>* found = nullptr;
   for (const auto& entry : kOps) {
@@ -159,7 +160,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
   if (found == nullptr) {
     throw py::value_error(
         "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, "
-        "log, cos, sin, expm1, gelu_tanh_mlas, "
+        "log, cos, sin, expm1, gelu_tanh_mlas, atan, "
         "got "
         "'" +
         op_name + "'");
@@ -253,7 +254,8 @@ void register_float_ops(py::module_& m) {
         "NaN payloads as NumPy keeps them), by vcvtps2ph / vcvtph2ps.");
   m.def("unary_f32", &unary_f32, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
         "y = op(x) elementwise in float32, op one of erf (F1)-(F5), tanh (T1)-(T4), sigmoid (Σ1)-(Σ2), "
-        "relu (np.maximum(x, 0)), gelu (G1), gelu_tanh (G2), log (LN1)-(LN6), cos (CS1)-(CS6), sin (SN1) of "
+        "relu (np.maximum(x, 0)), gelu (G1), gelu_tanh (G2), log (LN1)-(LN6), cos (CS1)-(CS6), sin (SN1), "
+        "atan (AT1)-(AT4) of "
         "docs/float-ops.md "
         "(twins: "
         "reference/float_ops.py).");

@@ -44,6 +44,9 @@ section "cos and sin").
 
 log (LN1)-(LN6), the Cephes ``logf`` scheme, and LogSoftmax (LS1)-(LS5) on exp, sum16 and
 log (docs/float-ops.md, sections "log", "LogSoftmax").
+atan (AT1)-(AT4), the Cephes ``atanf`` scheme (docs/float-ops.md, section "atan").
+pow (PW1)-(PW3) on log and exp, for a float32 Pow whose one exponent has no exact form
+(docs/float-ops.md, section "Pow and Exp").
 
 Elementwise functions built on exp (docs/float-ops.md, sections "erf", "tanh, sigmoid,
 Gelu"): erf (F1)-(F5), tanh (T1)-(T4), sigmoid (Σ1)-(Σ2) on the fused exp (EN1)-(EN6),
@@ -54,10 +57,13 @@ element and one selected, so SIMD lanes need no branches.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 __all__ = [
     "LANES",
+    "atan_f32",
     "cos_f32",
     "elu_f32",
     "erf_f32",
@@ -71,6 +77,7 @@ __all__ = [
     "layer_norm_rows",
     "log_f32",
     "log_softmax_rows",
+    "pow_f32",
     "row_max",
     "sigmoid_f32",
     "sin_f32",
@@ -221,6 +228,73 @@ def log_f32(x: np.ndarray) -> np.ndarray:
     y = np.where(x == 0, F32(-np.inf), y)  # (LN1)
     y = np.where(x == np.inf, F32(np.inf), y)
     return np.asarray(np.where(x >= 0, y, F32(np.nan)), F32)
+
+
+def pow_f32(
+    x: np.ndarray,
+    e: float,
+    log: Callable[[np.ndarray], np.ndarray] = log_f32,
+    exp: Callable[[np.ndarray], np.ndarray] = exp_f32,
+) -> np.ndarray:
+    """x^e for float32 ``x`` and one finite float32 exponent ``e`` by eqs. (PW1)-(PW3)
+    (docs/float-ops.md, "Pow and Exp")::
+
+        (PW1) e = 0: y = 1 (every x, NaN too)
+        (PW2) t = f32(log(|x|) · e);  y = exp(t)          log (LN1)-(LN6), exp (E1)-(E6)
+        (PW3) e an odd integer: y = −y where x's sign bit is set;
+              e not an integer: y = NaN where −inf < x < 0
+
+    ``log`` and ``exp`` are the twins here and the C++ kernels in the native target; the
+    rest is the same NumPy calls in both, so the two are bit-identical. The special values
+    follow C's pow: |x| = 0 gives log −inf, so 0 for e > 0 and +inf for e < 0 (−0 and −inf
+    for an odd e with a negative zero); x = ±inf gives inf or 0 by the sign of e
+    ((E1) clamps t to 89, whose exp overflows); x = 1 gives log 0 exactly, so 1."""
+    x = np.asarray(x, F32)
+    e32 = F32(e)
+    if e32 == 0:  # (PW1)
+        return np.ones_like(x)
+    with np.errstate(all="ignore"):
+        y = np.asarray(exp(np.asarray(log(np.abs(x)) * e32, F32)), F32)  # (PW2)
+    if float(e32).is_integer():  # (PW3)
+        if abs(float(e32)) < 2.0**24 and int(e32) % 2:
+            y = np.where(np.signbit(x), -y, y)
+        return y
+    return np.where((x < 0) & (x > F32(-np.inf)), F32(np.nan), y)
+
+
+#: (AT1)-(AT4): Cephes atanf's constants: tan(3π/8), tan(π/8), π/2, π/4 and the
+#: polynomial's coefficients, each rounded to float32 (the C++ spells the same bits)
+ATAN_T3P8, ATAN_TP8, ATAN_PIO2, ATAN_PIO4 = (
+    np.uint32(b).view(F32) for b in (0x401A827A, 0x3ED413CD, 0x3FC90FDB, 0x3F490FDB)
+)
+ATAN_P = tuple(np.uint32(b).view(F32) for b in (0x3DA4F0D1, 0xBE0E1B85, 0x3E4C925F, 0xBEAAAA2A))
+
+
+def atan_f32(x: np.ndarray) -> np.ndarray:
+    """atan(x) for float32 ``x`` by eqs. (AT1)-(AT4), the Cephes ``atanf`` scheme
+    (bit-identical to the C++ kernels)::
+
+        (AT1) a = |x|
+        (AT2) a > T3P8: y0 = π/2, r = f32(−1 / a)
+              a > TP8:  y0 = π/4, r = f32(f32(a − 1) / f32(a + 1))
+              else:     y0 = 0,   r = a
+        (AT3) z = f32(r · r);  p = P0;  p = f32(f32(p · z) + Pk), k = 1 … 3
+              y = f32(y0 + f32(f32(f32(p · z) · r) + r))
+        (AT4) y with the sign bit of x (atan(−0) = −0; NaN stays NaN)
+
+    Both branches of (AT2) are computed for every element and one selected."""
+    x = np.asarray(x, F32)
+    with np.errstate(all="ignore"):
+        a = np.abs(x)  # (AT1)
+        big, mid = a > ATAN_T3P8, a > ATAN_TP8  # (AT2)
+        r = np.where(big, F32(-1) / a, np.where(mid, (a - F32(1)) / (a + F32(1)), a))
+        y0 = np.where(big, ATAN_PIO2, np.where(mid, ATAN_PIO4, F32(0)))
+        z = r * r  # (AT3)
+        p = np.full_like(z, ATAN_P[0])
+        for c in ATAN_P[1:]:
+            p = p * z + c
+        y = y0 + (((p * z) * r) + r)
+    return np.asarray(np.copysign(y, x), F32)  # (AT4)
 
 
 #: (CS1)-(CS6): Cephes cosf's constants: f32(4/π), π/4 in three parts, the cos and sin

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import ml_dtypes
 import numpy as np
 
-from quanta.kernels.reference.float_ops import cos_f32, exp_f32, log_f32, sin_f32
+from quanta.kernels.reference.float_ops import atan_f32, cos_f32, exp_f32, log_f32, pow_f32, sin_f32
 from quanta.kernels.reference.registry import OpError, register
 
 __all__ = ["ONNX_DTYPES", "STRING", "cast_to", "onnx_dtype"]
@@ -115,7 +115,6 @@ for _name, _fn in {
     "Tan": np.tan,
     "Asin": np.arcsin,
     "Acos": np.arccos,
-    "Atan": np.arctan,
     "Sinh": np.sinh,
     "Cosh": np.cosh,
     "Asinh": np.arcsinh,
@@ -157,6 +156,12 @@ _float32_defined(
     cos_f32,
     np.cos,
     "eqs. (CS1)-(CS6) (np.cos's float32 SIMD code is not correctly rounded and differs between builds)",
+)
+_float32_defined(
+    "Atan",
+    atan_f32,
+    np.arctan,
+    "eqs. (AT1)-(AT4) (np.arctan's float32 SIMD code is not correctly rounded and differs between builds)",
 )
 
 
@@ -265,12 +270,24 @@ def pow_exponent(y: np.ndarray) -> float | None:
     return e if e in POW_EXACT_FORMS else None
 
 
+def pow_general_exponent(y: np.ndarray) -> float | None:
+    """The exponent of a float32 Pow computed by (PW1)-(PW3) (float_ops.pow_f32): one
+    finite element, a float32 value, not one of POW_EXACT_FORMS; else None."""
+    if y.size != 1 or y.dtype.kind not in "fiu" or pow_exponent(y) is not None:
+        return None
+    e = float(np.asarray(y).reshape(()))
+    return e if np.isfinite(e) and float(np.float32(e)) == e else None
+
+
 @register("Pow")
 def pow_(ctx, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     del ctx  # unused
     if x.dtype == np.float32 and y.ndim <= x.ndim and pow_exponent(y) is not None:
         with np.errstate(all="ignore"):
             return np.asarray(POW_EXACT_FORMS[pow_exponent(y)](x), np.float32)
+    if x.dtype == np.float32 and y.ndim <= x.ndim and pow_general_exponent(y) is not None:
+        # powf and NumPy's SIMD power differ between builds: quanta's own pow, (PW1)-(PW3)
+        return pow_f32(x, pow_general_exponent(y))
     with np.errstate(all="ignore"):
         if _is_int(x) and _is_int(y) and np.any(y < 0):
             # numpy refuses integer ** negative integer; in real arithmetic the result

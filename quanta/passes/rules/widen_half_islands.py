@@ -107,6 +107,7 @@ HALF_IN_FLOAT_OPS = frozenset(
         "Round",
         "Sin",
         "Cos",
+        "Atan",
         "Erf",
         "Tanh",
         "Sigmoid",

@@ -14,6 +14,8 @@ Cos                    ``unary_f32("cos")``                        math_ops.cos 
                                                                   eqs. (CS1)-(CS6)
 Sin                    ``unary_f32("sin")``                        math_ops.sin -> float_ops.sin_f32,
                                                                   eqs. (CS1)-(CS5), (SN1)
+Atan                   ``unary_f32("atan")``                       math_ops.atan -> float_ops.atan_f32,
+                                                                  eqs. (AT1)-(AT4)
 LayerNormalization     ``layer_norm_f32`` (Mean / InvStdDev        nn_norm.layer_normalization ->
                        outputs too), stash_type 1                 float_ops.layer_norm_rows, (L1)-(L5)
 InstanceNormalization, ``layer_norm_f32(divide=True)`` per       nn_norm.instance_normalization /
@@ -883,6 +885,7 @@ bind_relu = _bind_unary("Relu", "relu")
 bind_log = _bind_unary("Log", "log")
 bind_cos = _bind_unary("Cos", "cos")
 bind_sin = _bind_unary("Sin", "sin")
+bind_atan = _bind_unary("Atan", "atan")
 # ONNX Runtime's Sigmoid and Tanh (MLAS's rational approximations), which the session's
 # ``float_functions="ort"`` puts in place of Sigmoid and Tanh (reference/ort_float.py)
 bind_mlas_logistic = _bind_unary("MlasLogistic", "mlas_logistic", QUANTA_DOMAIN)

@@ -15,6 +15,8 @@ Reciprocal
 Exp                    ``exp_f32``                                    math_ops.exp: (E1)-(E6)
 Pow (exponent 1, 2,    ``unary_f32_ex`` square / cube / sqrt, a copy  math_ops.POW_EXACT_FORMS
 3, 0.5)
+Pow (another finite    ``unary_f32("log")``, ``exp_f32``, NumPy's     float_ops.pow_f32:
+float32 exponent)      abs / multiply / where between them            (PW1)-(PW3)
 HardSigmoid            ``unary_f32_ex("hard_sigmoid")``               nn.hard_sigmoid
 LeakyRelu              ``unary_f32_ex("leaky_relu")``                 nn.leaky_relu
 HardSwish              ``unary_f32_ex("hard_swish")``                 nn.hard_swish
@@ -24,8 +26,8 @@ Equal Less LessOrEqual ``broadcast_op``                               math_ops (
 Greater GreaterOrEqual
 And Or Xor Not
 IsNaN                  NumPy's isnan ufunc into the arena             math_ops (np.isnan)
-Floor Ceil Round       NumPy's floor / ceil / rint ufunc (float32,    math_ops (the same ufunc)
-                       float64) into the arena
+Floor Ceil Round Sign  NumPy's floor / ceil / rint / sign ufunc       math_ops (the same ufunc)
+                       (float32, float64) into the arena
 Where                  ``copy_strided`` of y, then of x where cond    math_ops.where
 Gather                 ``take_axis``                                  tensor_ops.gather
 GatherND               ``take_axis`` of the rows the index tuples     tensor_ops.gather_nd
@@ -66,7 +68,8 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.accumulator import accumulator_to_float, accumulator_to_quant, softmax_quant
-from quanta.kernels.reference.math_ops import POW_EXACT_FORMS, onnx_dtype, pow_exponent
+from quanta.kernels.reference.float_ops import pow_f32
+from quanta.kernels.reference.math_ops import onnx_dtype, pow_exponent, pow_general_exponent
 from quanta.kernels.reference.registry import OpContext
 from quanta.kernels.reference.tensor_ops import _indices, slice_bounds
 from quanta.targets.base import Kernel, Specialization
@@ -336,9 +339,10 @@ for _op_type, _op in (
 
 
 def _bind_rounding(op_type: str, ufunc: np.ufunc) -> None:
-    """Floor, Ceil, Round (half to even): NumPy's rounding ufunc, the twin's own
-    (math_ops), written into the arena: one vectorized pass, exact, for float32 and
-    float64 (ORT's quantize_dynamic files of opset 10 floor a scalar per scale)."""
+    """Floor, Ceil, Round (half to even), Sign: NumPy's ufunc, the twin's own (math_ops),
+    written into the arena: one vectorized pass, exact, for float32 and float64 (ORT's
+    quantize_dynamic files of opset 10 floor a scalar per scale; tf2onnx writes Atan2 with
+    two Signs)."""
 
     @_with_fallback(op_type)
     def run(ctx: Any, x: Any, *, out: Any) -> np.ndarray:
@@ -360,7 +364,7 @@ def _bind_rounding(op_type: str, ufunc: np.ufunc) -> None:
     register_binder(op_type)(binder)
 
 
-for _op_type, _ufunc in (("Floor", np.floor), ("Ceil", np.ceil), ("Round", np.rint)):
+for _op_type, _ufunc in (("Floor", np.floor), ("Ceil", np.ceil), ("Round", np.rint), ("Sign", np.sign)):
     _bind_rounding(_op_type, _ufunc)
 
 
@@ -383,15 +387,30 @@ def bind_exp(model: Model, node: Node) -> tuple[Kernel | None, str]:
 _POW_OPS = {2.0: "square", 3.0: "cube", 0.5: "sqrt"}
 
 
+def _pow_general(x: np.ndarray, e: float, threads: int, out: Any) -> np.ndarray:
+    """x^e by (PW1)-(PW3) (float_ops.pow_f32) on the native log (LN1)-(LN6) and exp
+    (E1)-(E6); the glue between them is the twin's own NumPy calls."""
+    n = _native()
+    y = pow_f32(x, e, lambda v: n.unary_f32("log", v, threads), lambda t: n.exp_f32(t, threads))
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
 @_with_fallback("Pow")
 def _pow_native(ctx: Any, x: Any, y: Any, *, out: Any) -> np.ndarray:
-    """Pow, float32 base, exponent 1, 2, 3 or 0.5 (math_ops.POW_EXACT_FORMS)."""
+    """Pow, float32 base, one exponent: 1, 2, 3 or 0.5 by math_ops.POW_EXACT_FORMS,
+    another finite float32 value by (PW1)-(PW3)."""
     x = _f32(x)
     if not isinstance(y, np.ndarray) or y.ndim > x.ndim:
         raise _Unsupported
     e = pow_exponent(y)
     if e is None:
-        raise _Unsupported
+        g = pow_general_exponent(y)
+        if g is None:
+            raise _Unsupported
+        return _pow_general(x, g, _threads(ctx), out)
     if e == 1.0:
         if out is None:
             return x.copy()
@@ -416,18 +435,25 @@ def _pow_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | 
 
 @register_binder("Pow")
 def bind_pow(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """float32 Pow whose exponent is 1, 2, 3 or 0.5 (a constant, or checked per call)."""
+    """float32 Pow with one finite float32 exponent (a constant, or checked per call)."""
     del model  # unused
     reason = _known_dtype_reason("Pow", node, 0, frozenset({F32}), "a float32 base")
     if reason:
         return None, reason
     y = node.input(1)
-    if y is not None and y.const is not None and pow_exponent(np.asarray(y.const)) is None:
-        exps = sorted(POW_EXACT_FORMS)
-        return None, (
-            f"native Pow takes the exponents {exps} (exact IEEE forms); a general float32 pow is not "
-            "bit-exact between NumPy's build and C++"
-        )
+    if y is not None and y.const is not None:
+        c = np.asarray(y.const)
+        if pow_exponent(c) is None and pow_general_exponent(c) is None:
+            if c.size != 1:
+                got = f"an exponent of shape {list(c.shape)}"
+            elif c.dtype.kind in "fiu" and not np.isfinite(float(c.reshape(()))):
+                got = f"the exponent {float(c.reshape(()))}, not finite"
+            else:
+                got = f"the {c.dtype} exponent {c.reshape(()).item()!r}, which float32 does not hold"
+            return None, (
+                "native Pow takes one finite float32 exponent (the exact forms or quanta's pow "
+                f"(PW1)-(PW3)); got {got}"
+            )
     return _kernel(_pow_native, "pow_f32", specialize=_pow_specialized)
 
 

@@ -187,3 +187,33 @@ def test_outputs_within_the_float16_rounding_of_float64() -> None:
         bound = 2.0**-11 * np.abs(e) + (1 + 2.0**-11) * 2.0**-18 * np.abs(e).max() + 2.0**-25
         assert np.all(err <= bound), (name, float((err - bound).max()))
         assert err.max() <= np.abs(a.astype(np.float64) - e).max(), name
+
+
+def test_float16_atan2_runs_in_the_island() -> None:
+    """tf2onnx's Atan2 (Atan of a quotient, Sign, Where) in a float16 model converted by
+    onnxconverter-common (afis's LEADER): "native Atan takes float32 input, got float16"
+    left the Atan on its twin; Atan is an island operator, so every step is native and
+    the output is the float32 graph's rounded once."""
+    nodes = [
+        helper.make_node("Div", ["y", "x"], ["q"], name="div"),
+        helper.make_node("Atan", ["q"], ["a"], name="atan"),
+        helper.make_node("Sign", ["x"], ["s"], name="sign"),
+        helper.make_node("Mul", ["a", "s"], ["o"], name="mul"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "atan2",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT16, [3, 17]) for n in ("x", "y")],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT16, [3, 17])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = quanta.InferenceSession(model)
+    assert sess.fallbacks == []
+    rng = np.random.default_rng(29)
+    feeds = {n: rng.standard_normal((3, 17)).astype(F16_NP) for n in ("x", "y")}
+    got = sess.run(None, feeds)[0]
+    from quanta.kernels.reference.float_ops import atan_f32
+
+    x32, y32 = (feeds[n].astype(np.float32) for n in ("x", "y"))
+    want = (atan_f32(y32 / x32) * np.sign(x32)).astype(F16_NP)
+    assert got.dtype == F16_NP and got.tobytes() == want.tobytes()

@@ -81,6 +81,12 @@
 //   sin       (CS1)-(CS5) of |x|, then
 //             (SN1) y = o in {2, 6} ? yc : ys, negated for o in {4, 6}, negated again for a
 //                   negative sign bit of x                                 (Cephes sinf)
+//   atan      (AT1) a = |x|
+//             (AT2) a > T3P8: y0 = π/2, r = f32(−1 / a); a > TP8: y0 = π/4,
+//                   r = f32(f32(a − 1) / f32(a + 1)); else y0 = 0, r = a
+//             (AT3) z = f32(r · r); p = P0; p = f32(f32(p · z) + Pk), k = 1..3;
+//                   y = f32(y0 + f32(f32(f32(p · z) · r) + r))
+//             (AT4) y with the sign bit of x                           (Cephes atanf)
 //   gelu      (G1) y = f32(f32(0.5 · x) · f32(1 + erf(f32(x / f32(√2)))))
 //             (G2) a = f32(K · f32(x + f32(C · f32(f32(x · x) · x))));
 //                  y = f32(f32(0.5 · x) · f32(1 + tanh(a)))        (approximate = "tanh")
@@ -127,9 +133,10 @@ enum class UnaryOp : int {
   kCos = 10,
   kSin = 11,
   kExpm1 = 12,
-  kGeluTanhMlas = 13
+  kGeluTanhMlas = 13,
+  kAtan = 14
 };
-constexpr int kNumUnaryOps = 14;
+constexpr int kNumUnaryOps = 15;
 
 // Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
 using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n);

@@ -98,8 +98,8 @@ const Kernels kKernelsPortable = {
     layer_norm_rows,
     {unary_run<erf_one>, unary_run<tanh_one>, unary_run<sigmoid_one>, unary_run<relu_one>, unary_run<gelu_one>,
      unary_run<gelu_tanh_one>, unary_run<recurrent::logistic_one>, unary_run<recurrent::tanh_one>, unary_run<silu_one>,
-     unary_run<log_one>, unary_run<cos_one>, unary_run<sin_one>, unary_run<expm1_one>,
-     unary_run<gelu_tanh_mlas_one>},  // by UnaryOp
+     unary_run<log_one>, unary_run<cos_one>, unary_run<sin_one>, unary_run<expm1_one>, unary_run<gelu_tanh_mlas_one>,
+     unary_run<atan_one>},  // by UnaryOp
     elu_run,
     to_half_run,
     from_half_run,

@@ -182,6 +182,34 @@ inline float sin_one(float x) {
   return std::signbit(x) ? -y : y;
 }
 
+// atan constants (AT1)-(AT4), Cephes atanf; reference/float_ops.py spells the same bits.
+constexpr float kAtanT3P8 = 0x1.3504f4p+1f;     // 0x401A827A, f32(tan(3π/8))
+constexpr float kAtanTP8 = 0x1.a8279ap-2f;      // 0x3ED413CD, f32(tan(π/8))
+constexpr float kAtanPio2 = 0x1.921fb6p+0f;     // 0x3FC90FDB
+constexpr float kAtanPio4 = 0x1.921fb6p-1f;     // 0x3F490FDB
+constexpr float kAtanP[4] = {0x1.49e1a2p-4f,    // 0x3DA4F0D1
+                             -0x1.1c370ap-3f,   // 0xBE0E1B85
+                             0x1.9924bep-3f,    // 0x3E4C925F
+                             -0x1.555454p-2f};  // 0xBEAAAA2A
+
+inline float atan_one(float x) {
+  const float a = std::fabs(x);  // (AT1)
+  float y0 = 0.0f;
+  float r = a;
+  if (a > kAtanT3P8) {  // (AT2); NaN takes the last branch and stays NaN
+    y0 = kAtanPio2;
+    r = -1.0f / a;
+  } else if (a > kAtanTP8) {
+    y0 = kAtanPio4;
+    r = (a - 1.0f) / (a + 1.0f);
+  }
+  const float z = r * r;  // (AT3)
+  float p = kAtanP[0];
+  for (int k = 1; k < 4; ++k) p = p * z + kAtanP[k];
+  const float y = y0 + ((p * z) * r + r);
+  return std::copysign(y, x);  // (AT4)
+}
+
 inline float erf_one(float x) {
   const float a = std::fabs(x);
   const float t = a > kErfTMax ? kErfTMax : a;  // (F1); NaN compares false and stays NaN

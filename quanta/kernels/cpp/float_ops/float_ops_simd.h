@@ -186,6 +186,24 @@ inline typename T::V sin_v(typename T::V x) {
 }
 
 template <class T>
+inline typename T::V atan_v(typename T::V x) {
+  using V = typename T::V;
+  const V a = abs_v<T>(x);  // (AT1)
+  const V one = T::set1(1.0f);
+  const auto big = T::template cmp<_CMP_GT_OQ>(a, T::set1(kAtanT3P8));  // (AT2): both branches, one selected
+  const auto mid = T::template cmp<_CMP_GT_OQ>(a, T::set1(kAtanTP8));
+  V r = T::select(mid, a, T::div(T::sub(a, one), T::add(a, one)));
+  r = T::select(big, r, T::div(T::set1(-1.0f), a));
+  V y0 = T::select(mid, T::zero(), T::set1(kAtanPio4));
+  y0 = T::select(big, y0, T::set1(kAtanPio2));
+  const V z = T::mul(r, r);  // (AT3)
+  V p = T::set1(kAtanP[0]);
+  for (int k = 1; k < 4; ++k) p = T::add(T::mul(p, z), T::set1(kAtanP[k]));
+  const V y = T::add(y0, T::add(T::mul(T::mul(p, z), r), r));
+  return copysign_v<T>(y, x);  // (AT4)
+}
+
+template <class T>
 inline typename T::V log_v(typename T::V x) {
   using V = typename T::V;
   V m, e;
@@ -432,7 +450,7 @@ constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNorm
        unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>, unary_run_v<T, recurrent::logistic_v<T>>,
        unary_run_v<T, recurrent::tanh_v<T>>, unary_run_v<T, silu_v<T>>, unary_run_v<T, log_v<T>>,
        unary_run_v<T, cos_v<T>>, unary_run_v<T, sin_v<T>>, unary_run_v<T, expm1_v<T>>,
-       unary_run_v<T, gelu_tanh_mlas_v<T>>},  // by UnaryOp
+       unary_run_v<T, gelu_tanh_mlas_v<T>>, unary_run_v<T, atan_v<T>>},  // by UnaryOp
       elu_run_v<T>,
       to_half,
       from_half};
