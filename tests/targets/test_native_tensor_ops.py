@@ -1657,6 +1657,22 @@ def test_copy_strided_innermost_step_is_numpy_bytes(dtype, step, shape, outer):
     assert _native.copy_strided(b, 1).tobytes() == np.ascontiguousarray(b).tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.int64])
+@pytest.mark.parametrize("run", [2, 3, 8, 9])
+def test_copy_strided_short_strided_run_over_a_contiguous_axis_is_numpy_bytes(dtype, run):
+    """A DepthToSpace-like view: a short innermost axis (the block of one output pixel)
+    whose values lie a plane apart, under an axis the view walks contiguously. Runs of at
+    most 8 copy as interleaved rows (copy_strided's block form), 9 as strided runs; the
+    bytes of np.ascontiguousarray at 1 and 2 threads, with an outer axis of 3 and 17."""
+    rng = np.random.default_rng(run)
+    for outer in (3, 17):
+        x = rng.integers(-100, 100, (run, outer, 5, 13)).astype(dtype)
+        view = x.transpose(1, 2, 3, 0)  # [outer, 5, 13, run]: run values a plane apart
+        want = np.ascontiguousarray(view).tobytes()
+        for threads in (1, 2):
+            assert _native.copy_strided(view, threads).tobytes() == want
+
+
 def test_tf2onnx_atan2_session_runs_natively():
     """TensorFlow's Atan2 as tf2onnx writes it (Atan of y / x, corrected by Sign(x) and
     Sign(y) times π): every step native, within 3 ulp of π of ONNX Runtime."""

@@ -346,6 +346,17 @@ void strided_run(const uint8_t* src, int64_t step, int64_t n, uint8_t* dst) {
   for (int64_t i = 0; i < n; ++i) d[i] = s[i * step];
 }
 
+// dst[i·rows + j] = src[j·step + i] for j < rows, i < len: `rows` input rows of `len`
+// elements, `step` elements apart, interleaved (elements of type T, bytes moved).
+template <typename T>
+void interleave_rows(const uint8_t* src, int64_t step, int64_t rows, int64_t len, uint8_t* dst) {
+  for (int64_t j = 0; j < rows; ++j) {
+    const T* s = reinterpret_cast<const T*>(src) + j * step;
+    T* d = reinterpret_cast<T*>(dst) + j;
+    for (int64_t i = 0; i < len; ++i) d[i * rows] = s[i];
+  }
+}
+
 }  // namespace
 
 void copy_strided(const uint8_t* x, int rank, const int64_t* shape_in, const int64_t* strides_in, int64_t elem,
@@ -384,9 +395,28 @@ void copy_strided(const uint8_t* x, int rank, const int64_t* shape_in, const int
     run_step = stride[r - 1] / elem;
     outer_rank = r - 1;
   }
+  // A short strided run (DepthToSpace's b values of one output pixel, each from another
+  // channel plane) under a dimension the view walks contiguously: the two copy as one
+  // block, the run's input rows read in order and interleaved into the output, instead of
+  // one step of the outer loop for every few elements.
+  int64_t block = 0;  // the contiguous dimension's length, when the block form applies
+  if (run_step != 0 && run_elems <= 8 && outer_rank >= 1 && stride[outer_rank - 1] == elem) {
+    block = shape[outer_rank - 1];
+    run_bytes *= block;
+    outer_rank -= 1;
+  }
   int64_t outer = 1;
   for (int d = 0; d < outer_rank; ++d) outer *= shape[d];
   const auto copy_run = [&](const uint8_t* src, uint8_t* dst) {
+    if (block > 0) {
+      switch (elem) {
+        case 1: interleave_rows<uint8_t>(src, run_step, run_elems, block, dst); break;
+        case 2: interleave_rows<uint16_t>(src, run_step, run_elems, block, dst); break;
+        case 4: interleave_rows<uint32_t>(src, run_step, run_elems, block, dst); break;
+        default: interleave_rows<uint64_t>(src, run_step, run_elems, block, dst); break;
+      }
+      return;
+    }
     switch (run_step == 0 ? 0 : elem) {
       case 1: strided_run<uint8_t>(src, run_step, run_elems, dst); break;
       case 2: strided_run<uint16_t>(src, run_step, run_elems, dst); break;
