@@ -973,6 +973,49 @@ def test_gather_slice_expand_concat_tile(dtype):
     run_both("Tile", [x, np.array([1, 2, 3], np.int64)])
 
 
+@given(
+    shape=st.lists(st.integers(0, 6), min_size=1, max_size=4),
+    data=st.data(),
+)
+def test_slice_and_expand_with_run_time_operands_match_the_twin(shape, data):
+    """Slice bounds and Expand shapes that change from call to call (a decoder Loop's
+    step, a duration net's frames) take the direct paths (_plain_slice_index,
+    _expanded_shape): the twin's bytes, or its error for bad arguments (repeated or
+    out-of-range axes, a zero step, unequal lengths, a shape that does not broadcast)."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    x = np.array(rng.integers(-50, 50, shape), np.float32)
+    rank = len(shape)
+    ints = st.integers(-9, 9) | st.sampled_from([2**62, -(2**62)])
+    k = data.draw(st.integers(1, rank + 1))
+    starts = np.array(data.draw(st.lists(ints, min_size=k, max_size=k)), np.int64)
+    ends = np.array(data.draw(st.lists(ints, min_size=k, max_size=k)), np.int64)
+    axes = np.array(data.draw(st.lists(st.integers(-rank - 1, rank), min_size=k, max_size=k)), np.int64)
+    steps = np.array(
+        data.draw(st.lists(st.sampled_from([-3, -1, 0, 1, 2]), min_size=k, max_size=k)), np.int32
+    )
+    kernel, _ = bind("Slice", [x, starts, ends, axes, steps])
+    for args in ([x, starts, ends, axes, steps], [x, starts, ends, axes], [x, starts, ends]):
+        try:
+            want = get_op("Slice")(KernelContext(), *args)
+        except Exception:
+            with pytest.raises(Exception, match="Slice"):
+                kernel.fn(KernelContext(), *args, **kernel.params)
+            continue
+        assert_bit_exact(want, kernel.fn(KernelContext(), *args, **kernel.params), "Slice")
+    target = np.array(data.draw(st.lists(st.integers(0, 3), max_size=5)), np.int64)
+    kernel, _ = bind("Expand", [x, target])
+    try:
+        want = get_op("Expand")(KernelContext(), x, target)
+    except Exception:
+        with pytest.raises(Exception, match="Expand"):
+            kernel.fn(KernelContext(), x, target, **kernel.params)
+        return
+    assert_bit_exact(want, kernel.fn(KernelContext(), x, target, **kernel.params), "Expand")
+    out = np.empty(want.shape, want.dtype)
+    assert kernel.fn(KernelContext(), x, target, **kernel.params, out=out) is out
+    assert_bit_exact(want, out, "Expand out=")
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.bool_])
 @pytest.mark.parametrize(
     ("data_shape", "index_shape", "batch_dims"),

@@ -240,8 +240,20 @@ def _softmax_specialized(sig: Specialization, *, axis: int | None = None) -> Any
                 return softmax(x.reshape(rows), threads).reshape(shape)
 
         return guarded(coerced, _softmax_native, {"axis": axis}, out, reads=1, recordable=True)
-    if ax % len(shape) != len(shape) - 1:
-        return None
+    a = ax % len(shape)
+    if a != len(shape) - 1:
+        if math.prod(shape[a + 1 :]) != 1:
+            return None
+        # only 1s after the axis (a decoder's attention weights [1, T, 1] along T): the
+        # axis's elements are contiguous rows as they lie, the rows moveaxis would make
+        rows = (math.prod(shape[:a]), shape[a])
+        target = None if out is None else out.reshape(rows)
+
+        def trailing_ones(x: np.ndarray, *rest: Any) -> np.ndarray:
+            y = softmax(x.reshape(rows), threads, target)
+            return out if out is not None else y.reshape(shape)
+
+        return guarded(trailing_ones, _softmax_native, {"axis": axis}, out, reads=1, recordable=True)
 
     def call(x: np.ndarray, *rest: Any) -> np.ndarray:
         return softmax(x, threads, out)
