@@ -973,6 +973,26 @@ def test_gather_slice_expand_concat_tile(dtype):
     run_both("Tile", [x, np.array([1, 2, 3], np.int64)])
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.float32])
+@pytest.mark.parametrize(
+    ("start", "limit", "delta"), [(0, 17, 1), (3, -20, -3), (-7, 125, 2), (5, 5, 1), (9, 2, 4)]
+)
+def test_range_matches_twin(dtype, start, limit, delta):
+    """Integer ranges are computed directly (start + i · delta in the element type), float
+    ones by the twin; empty ranges and one-element [1] operands too."""
+    if dtype == np.uint8 and min(start, limit) < 0:
+        start, limit, delta = abs(start), abs(limit), abs(delta)
+    args = [np.array(start, dtype), np.array(limit, dtype), np.array(delta, dtype)]
+    run_both("Range", args)
+    run_both("Range", [args[0].reshape(1), *args[1:]])
+
+
+def test_range_of_a_zero_delta_is_the_operators_error():
+    kernel, _ = bind("Range", [np.array(0, np.int64), np.array(4, np.int64), np.array(0, np.int64)])
+    with pytest.raises(Exception, match="Range"):
+        kernel.fn(KernelContext(), np.array(0, np.int64), np.array(4, np.int64), np.array(0, np.int64))
+
+
 @given(
     shape=st.lists(st.integers(0, 6), min_size=1, max_size=4),
     data=st.data(),

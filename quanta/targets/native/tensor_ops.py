@@ -1568,9 +1568,48 @@ def _bind_split(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 register_binder("Split")(_bind_split)
 _bind_twin_as_native("Tile", "tile", "one np.tile")
+
+
+@_with_fallback("Range")
+def _range_native(ctx: Any, start: Any, limit: Any, delta: Any, *, out: Any) -> np.ndarray:
+    """Range of one integer dtype (tensor_ops.range_): n = max(ceil((limit − start) /
+    delta), 0) in integers, then start + i · delta in the element type (wrapping), as the
+    twin computes it; floats and mixed dtypes go to the twin (its float rounding)."""
+    if not (
+        isinstance(start, np.ndarray) and isinstance(limit, np.ndarray) and isinstance(delta, np.ndarray)
+    ):
+        raise _Unsupported
+    dt = start.dtype
+    if dt.kind not in "iu" or limit.dtype != dt or delta.dtype != dt or start.size != 1 or limit.size != 1:
+        raise _Unsupported
+    if delta.size != 1:
+        raise _Unsupported
+    s, lim, d = start.item(), limit.item(), delta.item()
+    if d == 0:
+        raise _Unsupported  # the twin raises the operator's error
+    n = max(-((s - lim) // d), 0)
+    y = np.arange(n, dtype=dt)
+    y *= delta.reshape(())
+    y += start.reshape(())
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+@register_binder("Range")
+def bind_range(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Range: integer ranges directly, float ones by the twin (bound as it when the dtype
+    is known to be a float one)."""
+    del model  # unused
+    dt = _dtype(node.input(0))
+    if dt is not None and dt.kind == "f":
+        return Kernel(reference_kernel(node).fn, "native", "native:range"), ""
+    return _kernel(_range_native, "range")
+
+
 _bind_twin_as_native("Shape", "shape", "a tiny int64 array of the input's dimensions")
 _bind_twin_as_native("Size", "size", "an int64 scalar of the input's element count")
-_bind_twin_as_native("Range", "range", "one np.arange (shape math: start, limit, delta scalars)")
 _bind_twin_as_native("ConstantOfShape", "constant_of_shape", "one np.full of the given shape")
 
 
