@@ -914,8 +914,7 @@ def _speculative_root(
     counts it and :class:`_ShapeMiss` hands the result to the executor, which finishes
     the run with the generic steps and binds the signature again on its next run."""
 
-    def root(ctx: Any, *args: Any) -> Any:
-        res = fn(ctx, *args)
+    def check(res: Any) -> Any:
         many = isinstance(res, (tuple, list))
         rs = res if many else (res,)
         for r, e in zip(rs, expect):
@@ -934,6 +933,17 @@ def _speculative_root(
             kept.append(r)
         return tuple(kept) if many else kept[0]
 
+    def root(ctx: Any, *args: Any) -> Any:
+        return check(fn(ctx, *args))
+
+    direct = getattr(fn, "direct", None)
+    if direct is not None:  # the fast loop's direct call (an If reading its run-time values only), checked
+
+        def checked_direct(*args: Any) -> Any:
+            return check(direct(*args))
+
+        root.direct = checked_direct  # type: ignore[attr-defined]
+        root.reads = getattr(fn, "reads", None)  # type: ignore[attr-defined]
     root.__wrapped__ = fn  # type: ignore[attr-defined]
     return root
 
