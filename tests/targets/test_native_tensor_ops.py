@@ -762,6 +762,20 @@ def test_reduce_max_nan_and_signed_zero_ties():
         run_both(op_type, [x, np.array([1], np.int64)], {"keepdims": 0}, opset=18)
 
 
+@pytest.mark.parametrize("d", [1, 2, 3, 5, 8, 9, 12, 13, 16, 17])
+def test_reduce_max_min_of_short_rows_with_specials(d):
+    """Rows of at most 12 elements (a max over a stack of 3 branches) take the lanes that
+    hold elements only: the twin's bytes with NaNs of two payloads, ±inf, ±0 and
+    subnormals in every position, many rows (both threads' chunks); 13 on is the plain path."""
+    rng = np.random.default_rng(d)
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 3.0, -3.0], F32)
+    specials[1] = np.uint32(0x7FC00123).view(F32)  # a second NaN payload
+    x = rng.choice(specials, size=(4099, d)).astype(F32)
+    x[::3] = rng.standard_normal((len(x[::3]), d)).astype(F32)
+    for op_type in ("ReduceMax", "ReduceMin"):
+        run_both(op_type, [x, np.array([1], np.int64)], {"keepdims": 0}, opset=18)
+
+
 def test_reduce_sum_is_the_lane_order_not_pairwise():
     # 1 + 2^-24 · k: the lane order (R1)-(R3) and np.sum's pairwise order give different
     # float32 sums; the twin follows (R1)-(R3), so the native kernel can match it
