@@ -708,9 +708,9 @@ def _executor(model: Model):
         included) took longer than the runs it served (14 s per signature on a 700-node
         graph)."""
 
-        def _bind(self, specs, captured=None):
+        def _bind(self, specs, captured=None, *, speculate=False):
             if any(s.kernel.out for s in self.plan.steps):
-                return super()._bind(specs, captured)
+                return super()._bind(specs, captured, speculate=speculate)
             steps = list(self._plain)
             self._specialize(steps, specs, captured or {}, {})
             return BoundRun(steps, specs, None)

@@ -274,7 +274,7 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
         FoldConstants(evaluator),
         InlineIf(),  # an If on a condition folded to a constant: its branch's nodes
         FoldConstants(evaluator),
-        HoistLoopInvariants(),  # constant loop variables a body passes through: its constants
+        HoistLoopInvariants(),  # loop variables a body passes through: read from the enclosing scope
         RemoveNoops(),
         StftAsConvPass(opset),  # a float STFT / DFT: the native Conv / MatMul by its DFT basis
         QatExports(),  # one-element Q/DQ scales; ConvBn QAT's per-channel Div/Add -> BN
@@ -324,9 +324,10 @@ def simplify_control_flow(*, evaluator: Evaluator | None = None) -> list[Pass]:
         FoldConstants(evaluator),
         InlineIf(),
         FoldConstants(evaluator),
-        # constant loop variables a body passes through: constants of the body (Paddle's
-        # weights), so its Transposes of them fold and its GEMMs pack them once
-        HoistLoopInvariants(),
+        # loop variables a body passes through: enclosing-scope values of the body
+        # (Paddle's weights: its Transposes of them fold and its GEMMs pack them once),
+        # and the body's nodes on those alone computed once, before the Loop
+        HoistLoopInvariants(nodes=True),
         RemoveNoops(),
         FuseLayerNormPass(),
         CollapseViews(),  # a Loop body's steps run once per iteration: fewer of them

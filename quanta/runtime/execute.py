@@ -42,7 +42,11 @@ from quanta.runtime.control_flow import reset_observer, set_observer
 from quanta.runtime.memory import VIEW_OPS, MemoryPlan
 from quanta.runtime.plan import NONE_SLOT, Plan, SlotKind
 from quanta.runtime.profile import Profiler
-from quanta.runtime.static_steps import signature_shape_unstable, signature_static_steps
+from quanta.runtime.static_steps import (
+    signature_shape_roots,
+    signature_shape_unstable,
+    signature_static_steps,
+)
 from quanta.targets.base import Executable, Specialization, TargetError
 from quanta.targets.reference import KERNEL_ERRORS, describe_args
 
@@ -62,6 +66,30 @@ _StepTuple = tuple[
     "dict | None",
 ]
 Specs = dict[int, tuple[tuple[int, ...], np.dtype]]
+
+#: Speculative binds of one signature (docs/runtime.md §3, "Data-dependent shapes"):
+#: after this many, a signature whose data-dependent shapes keep changing is bound with
+#: those shapes unspecialized.
+MAX_SPECULATIVE_BINDS = 2
+
+
+@dataclass
+class Speculation:
+    """A BoundRun bound to the measuring run's data-dependent shapes: ``misses`` counts
+    the runs whose root steps (quanta.runtime.static_steps.signature_shape_roots) gave
+    other shapes; ``binds`` the speculative binds of the signature so far."""
+
+    binds: int = 1
+    misses: int = 0
+
+
+class _ShapeMiss(Exception):
+    """A root step of a speculative BoundRun gave shapes other than the measuring run's:
+    ``res`` is its result, the run goes on with the generic steps after it."""
+
+    def __init__(self, res: Any) -> None:
+        super().__init__("data-dependent shape changed")
+        self.res = res
 
 
 @dataclass
@@ -89,6 +117,14 @@ class BoundRun:
     slot_views: dict[int, np.ndarray] = field(default_factory=dict)
     #: how many steps run inside native programs (:func:`_native_programs`), of how many
     program_steps: tuple[int, int] = (0, 0)
+    #: set when the steps are specialized to the measuring run's data-dependent shapes,
+    #: which the root steps check on every run (docs/runtime.md §3)
+    speculation: Speculation | None = None
+    #: the root steps' indices (checked) when speculative
+    roots: frozenset[int] = frozenset()
+    #: (slot, array) of every value a native program writes or a dropped view step made:
+    #: put in place when a run leaves the speculative steps for the generic ones
+    program_values: tuple[tuple[int, np.ndarray], ...] = ()
 
     def fast(self, vals: list[Any]) -> list[_StepTuple]:
         """Puts the recorded signature-static values into ``vals``; the steps left to run."""
@@ -121,6 +157,10 @@ class Executor(Executable):
     #: run the recordable steps of a bound signature as native programs
     #: (:func:`_native_programs`); off: every step from the Python loop
     native_programs: bool = True
+    #: bind a signature whose shapes follow the data to the measuring run's shapes, checked
+    #: at the root steps (docs/runtime.md §3, "Data-dependent shapes"); off: such shapes
+    #: get no arena place and no shape-bound specialization
+    speculate: bool = True
 
     def __init__(self, plan: Plan, *, profiler: Profiler | None = None, max_signatures: int = 8):
         self.plan = plan
@@ -154,6 +194,7 @@ class Executor(Executable):
         #: slots whose shape a signature does not fix (after a NonZero, ...): no arena
         #: place and no specialization, since the next run of the signature may differ
         self._unstable = signature_shape_unstable(plan)
+        self._roots = signature_shape_roots(plan) if self._unstable else frozenset()
         self._bound: OrderedDict[tuple, BoundRun] = OrderedDict()
         self._bound_lock = threading.Lock()
         self._call_inputs: list[int] = []
@@ -233,16 +274,16 @@ class Executor(Executable):
                         ]
                     )
                 bound = self._bound.get(signature)
-                if bound is not None and len(self._bound) == 1:
+                if bound is not None and len(self._bound) == 1 and not _stale(bound):
                     if bound.arena is None:
-                        self._run_fast(vals, bound.fast(vals), bound.guards)
+                        self._run_fast(vals, bound.fast(vals), bound.guards, bound.program_values)
                         return _outputs(vals, self._call_outputs)
                     # with its arena (a body whose steps write into one): what _run_slots
                     # does, without finding the signature and the loop again (~2 us of
                     # a Silero VAD window's 16 kHz branch)
                     if bound.lock.acquire(blocking=False):
                         try:
-                            self._run_fast(vals, bound.fast(vals), bound.guards)
+                            self._run_fast(vals, bound.fast(vals), bound.guards, bound.program_values)
                             return _arena_outputs(vals, self._call_outputs, bound.arena)
                         finally:
                             bound.lock.release()
@@ -262,11 +303,17 @@ class Executor(Executable):
         if bound is not None and len(self._bound) > 1:
             self._touch(signature)
         profiler = self.profiler
+        binds = 0
+        if bound is not None and _stale(bound):
+            # a root step gave other shapes than those the steps were bound to: measure
+            # this run's, and bind them, or, after MAX_SPECULATIVE_BINDS, bind without
+            binds = bound.speculation.binds if bound.speculation is not None else 0
+            bound = None
         if bound is None:
             specs: Specs = {}
             captured: dict[int, np.ndarray] = {}
             self._run_instrumented(vals, self._plain, on_value, profiler, specs, capture=captured)
-            self._remember(signature, specs, captured)
+            self._remember(signature, specs, captured, binds)
             return _outputs(vals, out_slots)
         if bound.arena is None:
             self._run_bound(vals, bound, on_value)
@@ -313,16 +360,26 @@ class Executor(Executable):
         the signature-static steps, the instrumented one runs every step."""
         if self.profiler is None and on_value is None:
             if plain is None:
-                self._run_fast(vals, bound.fast(vals), bound.guards)
+                self._run_fast(vals, bound.fast(vals), bound.guards, bound.program_values)
             else:
                 self._run_fast(vals, plain)
         else:
             self._run_instrumented(
-                vals, bound.steps if plain is None else plain, on_value, self.profiler, None, bound.specs
+                vals,
+                bound.steps if plain is None else plain,
+                on_value,
+                self.profiler,
+                None,
+                bound.specs,
+                program_values=bound.program_values,
             )
 
     def _run_fast(
-        self, vals: list[Any], steps: list[_StepTuple], guards: dict[int, Callable[..., Any]] | None = None
+        self,
+        vals: list[Any],
+        steps: list[_StepTuple],
+        guards: dict[int, Callable[..., Any]] | None = None,
+        program_values: tuple[tuple[int, np.ndarray], ...] = (),
     ) -> None:
         # Unrolled for 1-3 inputs and no keyword arguments: a list comprehension and an
         # empty **kw cost ~0.4 us per step, the whole step ~0.15 us (docs/runtime.md).
@@ -364,6 +421,25 @@ class Executor(Executable):
                 if guard is None:
                     raise self._error(k, vals, e) from e
                 todo = self._guarded_step(vals, todo, k, guard)
+            except _ShapeMiss as miss:
+                todo = self._leave_speculation(vals, k, miss.res, program_values)
+                guards = None
+
+    def _leave_speculation(
+        self, vals: list[Any], k: int, res: Any, program_values: tuple[tuple[int, np.ndarray], ...]
+    ) -> list[_StepTuple]:
+        """After root step ``k`` of a speculative BoundRun gave other shapes (its result
+        ``res``): stores it and returns the generic steps after it, which read every
+        value computed so far (those native programs wrote are put in place; the arena
+        is not written again in this run, so they stay valid) and allocate their own
+        results."""
+        for slot, arr in program_values:
+            vals[slot] = arr
+        _, _, _, _, _, _, outs, frees, _ = self._plain[k]
+        _store_many(vals, outs, res)
+        for f in frees:
+            vals[f] = None
+        return self._plain[k + 1 :]
 
     def _guarded_step(
         self, vals: list[Any], todo: list[_StepTuple], k: int, guard: Callable[..., Any]
@@ -391,10 +467,12 @@ class Executor(Executable):
         record: Specs | None,
         specs: Specs | None = None,
         capture: dict[int, np.ndarray] | None = None,
+        program_values: tuple[tuple[int, np.ndarray], ...] = (),
     ) -> None:
         """The loop with timing (``profiler``), callbacks (``on_value``), shape
         recording (``record``: filled with the (shape, dtype) of every input and value) and
-        ``capture``: slot -> a copy of each small output of a signature-static step."""
+        ``capture``: slot -> a copy of each small output of a signature-static step.
+        ``program_values``: the speculative BoundRun's (:meth:`_leave_speculation`)."""
         static = self._static if capture is not None else frozenset()
         slots = self.plan.slots
         clock = time.perf_counter_ns
@@ -405,35 +483,45 @@ class Executor(Executable):
         watch = record is not None or on_value is not None
         # two flat lists of ints: tuples per step would be objects the garbage collector
         # scans again and again while the profiler keeps them (10x slower runs)
-        starts = [0] * len(steps)
-        ends = [0] * len(steps)
+        starts = [0] * len(self.plan.steps)
+        ends = [0] * len(self.plan.steps)
         run_start = clock()
         k = -1
-        try:
-            for k, fn, ctx, ins, _, out1, outs, frees, kw in steps:
-                args = [vals[i] for i in ins]
-                starts[k] = clock()
-                res = fn(ctx, *args) if kw is None else fn(ctx, *args, **kw)
+        todo = steps
+        while todo is not None:
+            try:
+                for k, fn, ctx, ins, _, out1, outs, frees, kw in todo:
+                    args = [vals[i] for i in ins]
+                    starts[k] = clock()
+                    res = fn(ctx, *args) if kw is None else fn(ctx, *args, **kw)
+                    ends[k] = clock()
+                    if out1 >= 0 and not isinstance(res, (tuple, list)):
+                        vals[out1] = res
+                    else:
+                        _store_many(vals, outs, res)
+                    if k in static:
+                        _capture(vals, outs, capture)
+                    if watch:
+                        for o in outs:
+                            if o is None:
+                                continue
+                            arr = vals[o]
+                            if record is not None and isinstance(arr, np.ndarray):
+                                record[o] = (arr.shape, arr.dtype)
+                            if on_value is not None:
+                                on_value(slots[o].name, arr)
+                    for f in frees:
+                        vals[f] = None
+                todo = None
+            except KERNEL_ERRORS as e:
+                raise self._error(k, vals, e) from e
+            except _ShapeMiss as miss:
                 ends[k] = clock()
-                if out1 >= 0 and not isinstance(res, (tuple, list)):
-                    vals[out1] = res
-                else:
-                    _store_many(vals, outs, res)
-                if k in static:
-                    _capture(vals, outs, capture)
-                if watch:
-                    for o in outs:
-                        if o is None:
-                            continue
-                        arr = vals[o]
-                        if record is not None and isinstance(arr, np.ndarray):
-                            record[o] = (arr.shape, arr.dtype)
-                        if on_value is not None:
+                if on_value is not None:
+                    for o, arr in zip(self.plan.steps[k].outputs, _as_tuple(miss.res)):
+                        if o is not None:
                             on_value(slots[o].name, arr)
-                for f in frees:
-                    vals[f] = None
-        except KERNEL_ERRORS as e:
-            raise self._error(k, vals, e) from e
+                todo = self._leave_speculation(vals, k, miss.res, program_values)
         run_end = clock()
         if profiler is not None:
             profiler.record_run(run_start, run_end, starts, ends, record if record is not None else specs)
@@ -444,11 +532,23 @@ class Executor(Executable):
         return TargetError(f"node {step.node.label}: {e} (inputs: {describe_args(args)})")
 
     # -- binding a signature ------------------------------------------------------------
-    def _remember(self, signature: tuple, specs: Specs, captured: dict[int, np.ndarray]) -> None:
-        bound = self._bind(specs, captured)
+    def _remember(
+        self, signature: tuple, specs: Specs, captured: dict[int, np.ndarray], binds: int = 0
+    ) -> None:
+        """Binds ``signature`` to the measuring run's ``specs``; ``binds``: the speculative
+        binds the signature had (a later one after a root step gave other shapes)."""
+        speculate = (
+            self.speculate
+            and bool(self._roots)
+            and binds < MAX_SPECULATIVE_BINDS
+            and all(o in specs for k in self._roots for o in self.plan.steps[k].outputs if o is not None)
+        )
+        bound = self._bind(specs, captured, speculate=speculate)
+        if bound.speculation is not None:
+            bound.speculation.binds = binds + 1
         self._add_static(bound, captured)
         if bound.arena is not None and self.native_programs:
-            _native_programs(self.plan, bound)
+            _native_programs(self.plan, bound, self._unstable)
         with self._bound_lock:
             self._bound[signature] = bound
             while len(self._bound) > self.max_signatures:
@@ -459,9 +559,15 @@ class Executor(Executable):
             if signature in self._bound:
                 self._bound.move_to_end(signature)
 
-    def _bind(self, specs: Specs, captured: dict[int, np.ndarray] | None = None) -> BoundRun:
+    def _bind(
+        self, specs: Specs, captured: dict[int, np.ndarray] | None = None, *, speculate: bool = False
+    ) -> BoundRun:
+        """The BoundRun of the measuring run's ``specs``. ``speculate``: the shapes the
+        signature does not fix are bound too, to this run's, and the root steps check
+        theirs on every run (:func:`_speculative_root`; docs/runtime.md §3)."""
         plan = self.plan
-        unstable = self._unstable
+        unstable = frozenset() if speculate else self._unstable
+        roots = self._roots if speculate else frozenset()
         nbytes = {
             k: int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             for k, (shape, dtype) in specs.items()
@@ -472,38 +578,79 @@ class Executor(Executable):
         out_steps = [
             s
             for s in plan.steps
-            if s.kernel.out and s.outputs[0] is not None and s.outputs[0] in memory.offsets
+            if s.kernel.out
+            and s.outputs[0] is not None
+            and s.outputs[0] in memory.offsets
+            and s.index not in roots
         ]
-        if not out_steps:
-            self._specialize(steps, specs, captured or {}, {})
-            return BoundRun(steps, specs, memory)
+        root_outs = [o for k in roots for o in plan.steps[k].outputs if o is not None and o in memory.offsets]
+        speculation = Speculation() if speculate else None
+        if not out_steps and not root_outs:
+            self._specialize(steps, specs, captured or {}, {}, unstable, roots)
+            self._check_roots(steps, specs, roots, {}, None, speculation)
+            return BoundRun(steps, specs, memory, speculation=speculation, roots=roots)
         # 64 bytes of slack so the arena can start on a 64-byte boundary
         raw = np.empty(memory.peak_bytes + memory.alignment, np.uint8)
         shift = (-raw.ctypes.data) % memory.alignment
         arena = raw[shift : shift + memory.peak_bytes]
+
+        def view_of(o: int) -> np.ndarray:
+            shape, dtype = specs[o]
+            off = memory.offsets[o]
+            return arena[off : off + nbytes[o]].view(dtype).reshape(shape)
+
         resident = set()
         views: dict[int, np.ndarray] = {}
         for s in out_steps:
             o = s.outputs[0]
-            shape, dtype = specs[o]
-            off = memory.offsets[o]
-            view = arena[off : off + nbytes[o]].view(dtype).reshape(shape)
-            views[s.index] = view
+            view = views[s.index] = view_of(o)
             k, fn, ctx, ins, n_in, out1, outs, frees, kw = steps[s.index]
             steps[s.index] = (k, fn, ctx, ins, n_in, out1, outs, frees, {**(kw or {}), "out": view})
             resident.add(o)
-        self._specialize(steps, specs, captured or {}, views)
+        root_views = {o: view_of(o) for o in root_outs}
+        resident.update(root_views)
+        self._specialize(steps, specs, captured or {}, views, unstable, roots)
         resident |= {view for view, root in memory.aliases.items() if root in resident}
         for s in plan.steps:
-            if s.kernel.out or s.op_type in VIEW_OPS or not resident.intersection(s.inputs):
+            if (
+                (s.kernel.out and s.index not in roots)
+                or s.op_type in VIEW_OPS
+                or not resident.intersection(s.inputs)
+            ):
                 continue
             k, fn, ctx, ins, n_in, out1, outs, frees, kw = steps[s.index]
             if getattr(fn, "fresh", False):
                 continue  # a specialized call that never returns a view of an input
             steps[s.index] = (k, _copy_out_of(arena, fn), ctx, ins, n_in, out1, outs, frees, kw)
-        bound = BoundRun(steps, specs, memory, arena, frozenset(resident))
-        bound.slot_views = {s.outputs[0]: views[s.index] for s in out_steps}
+        self._check_roots(steps, specs, roots, root_views, arena, speculation)
+        bound = BoundRun(
+            steps, specs, memory, arena, frozenset(resident), speculation=speculation, roots=roots
+        )
+        bound.slot_views = {s.outputs[0]: views[s.index] for s in out_steps} | root_views
         return bound
+
+    def _check_roots(
+        self,
+        steps: list[_StepTuple],
+        specs: Specs,
+        roots: frozenset[int],
+        root_views: dict[int, np.ndarray],
+        arena: np.ndarray | None,
+        speculation: Speculation | None,
+    ) -> None:
+        """Makes each root step of a speculative bind check its outputs' shapes
+        (:func:`_speculative_root`)."""
+        if speculation is None:
+            return
+        for k in roots:
+            step = self.plan.steps[k]
+            _, fn, ctx, ins, n_in, out1, outs, frees, kw = steps[k]
+            if kw is not None:
+                fn = functools.partial(fn, **kw)
+            expect = tuple(None if o is None else specs[o] for o in step.outputs)
+            places = tuple(None if o is None else root_views.get(o) for o in step.outputs)
+            check = _speculative_root(fn, expect, places, arena, speculation, step.op_type in VIEW_OPS)
+            steps[k] = (k, check, ctx, ins, n_in, out1, outs, frees, None)
 
     def _specialize(
         self,
@@ -511,10 +658,17 @@ class Executor(Executable):
         specs: Specs,
         captured: dict[int, np.ndarray],
         views: dict[int, np.ndarray],
+        unstable: frozenset[int] | None = None,
+        roots: frozenset[int] = frozenset(),
     ) -> None:
         """Replaces in ``steps`` the call of every kernel that offers ``specialize`` by the
         callable it returns for this signature (its output view bound in; no keyword
-        arguments left, so the loop takes its unrolled calls)."""
+        arguments left, so the loop takes its unrolled calls). ``unstable``: the slots
+        whose shapes are not bound (default: those the signature does not fix); the
+        ``roots`` of a speculative bind are specialized as if it were not one (they
+        compute the shapes it checks)."""
+        if unstable is None:
+            unstable = self._unstable
         plan = self.plan
         # an input with an initializer is a constant slot a feed may override: not constant
         overridable = set(plan.inputs.values())
@@ -543,14 +697,16 @@ class Executor(Executable):
             )
             if any(k is None and i for k, i in zip(known, ins)):
                 continue  # an input the measuring run did not see as an array
-            if self._unstable.intersection(ins) or self._unstable.intersection(s.outputs):
+            hidden = self._unstable if s.index in roots else unstable
+            if hidden.intersection(ins) or hidden.intersection(s.outputs):
                 if not getattr(spec_fn, "shape_free", False):
                     continue  # a shape this signature does not fix
                 # a hook that binds no shape: it sees none of the shapes that may change
                 sig = dataclasses.replace(
                     sig,
-                    shapes=tuple(None if i in self._unstable else sh for i, sh in zip(ins, sig.shapes)),
+                    shapes=tuple(None if i in hidden else sh for i, sh in zip(ins, sig.shapes)),
                     out_shape=None,
+                    out=None if s.index in roots else sig.out,
                 )
             try:
                 fast = spec_fn(sig, **(s.attrs or {}))
@@ -585,7 +741,7 @@ class Executor(Executable):
 STATIC_VALUE_MAX_BYTES = 64 << 10
 
 
-def _native_programs(plan: Plan, bound: BoundRun) -> None:
+def _native_programs(plan: Plan, bound: BoundRun, unstable: frozenset[int] = frozenset()) -> None:
     """Replaces each run of consecutive recordable steps of ``bound``'s fast loop by one
     native program (``_native.Program``, docs/runtime.md "Native programs"): the steps'
     kernel calls recorded once, here, and run as one C++ call with the GIL released once.
@@ -597,7 +753,14 @@ def _native_programs(plan: Plan, bound: BoundRun) -> None:
     Squeeze, ...) makes of those, which are made here once and dropped from the loop.
     The values a Python step or the caller reads from such slots are put in place with
     the signature-static ones at the start of each run (the arrays are the same; the
-    programs write their contents)."""
+    programs write their contents).
+
+    A view step is made once only when its output shape is bound: not when it is in
+    ``unstable`` (a Reshape to a target computed from the data: the arena holds no
+    values yet when this runs) unless the bind is speculative; a speculative bind's
+    root view steps (a Reshape to a data-dependent target) keep running, as the check
+    of their shapes, while their consumers read the view of the checked shape, made
+    here."""
     Program = _program_factory(plan.target)
     if Program is None:
         return
@@ -626,11 +789,21 @@ def _native_programs(plan: Plan, bound: BoundRun) -> None:
         program = None
 
     produced: set[int] = set()
+    bound_shapes = bound.speculation is not None
     for t in steps:
         k, fn, ctx, ins, _, _, outs, _, kw = t
         step = plan.steps[k]
         args = args_of(ins)
-        if args is not None and step.op_type in VIEW_OPS:
+        if args is not None and step.op_type in VIEW_OPS and k in bound.roots:
+            x = args[0]
+            o = outs[0] if len(outs) == 1 else None
+            if isinstance(x, np.ndarray) and x.flags.c_contiguous and o is not None and o in bound.specs:
+                fixed[o] = made[o] = x.reshape(bound.specs[o][0])
+        elif (
+            args is not None
+            and step.op_type in VIEW_OPS
+            and (bound_shapes or not unstable.intersection(o for o in outs if o is not None))
+        ):
             views = _fixed_views(fn, ctx, args, kw, outs, arena)
             if views is not None:
                 for o, v in views.items():
@@ -662,6 +835,7 @@ def _native_programs(plan: Plan, bound: BoundRun) -> None:
     arrays = {**{o: bound.slot_views[o] for o in produced}, **made}
     extra = tuple((k, arrays[k]) for k in sorted(arrays) if k in wanted)
     bound.static_values = bound.static_values + extra
+    bound.program_values = tuple(sorted(arrays.items(), key=lambda kv: kv[0]))
     bound.fast_steps = out
     bound.direct_steps = None
     bound.program_steps = (recorded, len(steps))
@@ -727,6 +901,66 @@ def _fixed_views(
             return None
         views[o] = r
     return views
+
+
+def _stale(bound: BoundRun) -> bool:
+    """A speculative BoundRun one of whose runs left it (a root step gave other shapes)."""
+    return bound.speculation is not None and bound.speculation.misses > 0
+
+
+def _as_tuple(res: Any) -> tuple[Any, ...]:
+    return tuple(res) if isinstance(res, (tuple, list)) else (res,)
+
+
+def _speculative_root(
+    fn: Callable[..., Any],
+    expect: tuple[tuple[tuple[int, ...], np.dtype] | None, ...],
+    places: tuple[np.ndarray | None, ...],
+    arena: np.ndarray | None,
+    speculation: Speculation,
+    view: bool,
+) -> Callable[..., Any]:
+    """A root step of a speculative bind: ``fn`` (its call as the non-speculative bind
+    makes it), then each output's shape and dtype compared with the measuring run's
+    (``expect``). Equal: an output with a place in the arena is copied there (its
+    consumers were bound to that place, and may run in native programs), one without
+    is returned as it is when the step is a view step (its consumers read the view of
+    the checked shape), else never sharing the arena. Not equal: ``speculation.misses``
+    counts it and :class:`_ShapeMiss` hands the result to the executor, which finishes
+    the run with the generic steps and binds the signature again on its next run."""
+
+    def check(res: Any) -> Any:
+        many = isinstance(res, (tuple, list))
+        rs = res if many else (res,)
+        for r, e in zip(rs, expect):
+            if e is not None and (not isinstance(r, np.ndarray) or r.shape != e[0] or r.dtype != e[1]):
+                speculation.misses += 1
+                raise _ShapeMiss(res)
+        if view:
+            return res
+        kept = []
+        for r, place in zip(rs, places):
+            if place is not None:
+                np.copyto(place, r)
+                r = place
+            elif arena is not None:
+                r = _fresh(r, arena)
+            kept.append(r)
+        return tuple(kept) if many else kept[0]
+
+    def root(ctx: Any, *args: Any) -> Any:
+        return check(fn(ctx, *args))
+
+    direct = getattr(fn, "direct", None)
+    if direct is not None:  # the fast loop's direct call (an If reading its run-time values only), checked
+
+        def checked_direct(*args: Any) -> Any:
+            return check(direct(*args))
+
+        root.direct = checked_direct  # type: ignore[attr-defined]
+        root.reads = getattr(fn, "reads", None)  # type: ignore[attr-defined]
+    root.__wrapped__ = fn  # type: ignore[attr-defined]
+    return root
 
 
 def _capture(vals: list[Any], outs: tuple[int | None, ...], capture: dict[int, np.ndarray]) -> None:

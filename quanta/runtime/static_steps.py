@@ -29,6 +29,7 @@ __all__ = [
     "QUANTA_SHAPE_ONLY_OPS",
     "SHAPE_ARGS",
     "SHAPE_ONLY_OPS",
+    "signature_shape_roots",
     "signature_shape_unstable",
     "signature_static_steps",
 ]
@@ -180,10 +181,31 @@ def signature_shape_unstable(plan: Plan) -> frozenset[int]:
     ``_MORE_SHAPE_ARGS``) that is not value-static, and everything computed from those.
 
     The measuring run's shapes of these slots hold for that run only, so the executor
-    gives them no arena place and no kernel specialized to their shape. This is the
-    permissive complement of :func:`signature_static_steps`' analysis: an operator
-    neither list names (an LSTM, a fused quanta op) keeps its output as stable as its
-    inputs, since its output shape follows from theirs."""
+    gives them no arena place and no kernel specialized to their shape unless it checks
+    them (:func:`signature_shape_roots`). This is the permissive complement of
+    :func:`signature_static_steps`' analysis: an operator neither list names (an LSTM, a
+    fused quanta op) keeps its output as stable as its inputs, since its output shape
+    follows from theirs."""
+    return _shape_unstable(plan)[0]
+
+
+def signature_shape_roots(plan: Plan) -> frozenset[int]:
+    """Indices of the steps where shape instability starts: steps with an unstable
+    output (:func:`signature_shape_unstable`) whose output shapes do not follow from their
+    input shapes and value-static arguments alone: :data:`DATA_SHAPED_OPS`, operators
+    sized by a value argument that is not value-static, and, conservatively, any
+    operator with an unstable input that :data:`SHAPE_ONLY_OPS` / :data:`SHAPE_ARGS`
+    (or the quanta domain's list) does not name.
+
+    Every other unstable value has the shape its inputs' shapes give it; so when each
+    root's outputs have the shapes of one run, every unstable value has that run's shape.
+    The executor's speculative binding (docs/runtime.md §3, "Data-dependent shapes")
+    checks the roots' outputs on each run and specializes the rest to those shapes."""
+    return _shape_unstable(plan)[1]
+
+
+def _shape_unstable(plan: Plan) -> tuple[frozenset[int], frozenset[int]]:
+    """(unstable slots, root steps): see the two functions above."""
     static = signature_static_steps(plan)
     value_static: set[int] = {NONE_SLOT, *plan.constants}
     for slot in plan.slots:
@@ -191,6 +213,7 @@ def signature_shape_unstable(plan: Plan) -> frozenset[int]:
             value_static.add(slot.index)
     value_static.difference_update(plan.inputs.values())
     unstable: set[int] = set()
+    roots: set[int] = set()
     for step in plan.steps:
         outs = [o for o in step.outputs if o is not None]
         if step.index in static:
@@ -198,7 +221,8 @@ def signature_shape_unstable(plan: Plan) -> frozenset[int]:
             continue
         op = step.node.op_type
         ins = step.inputs
-        known = step.node.domain in _DOMAINS and op not in _CONTROL_FLOW
+        domain = step.node.domain
+        known = domain in _DOMAINS and op not in _CONTROL_FLOW
         if known and op in ("Shape", "Size"):
             if ins and ins[0] not in unstable:  # the shape of a tensor the signature sizes
                 value_static.update(outs)
@@ -207,10 +231,15 @@ def signature_shape_unstable(plan: Plan) -> frozenset[int]:
             value_static.update(outs)
             continue
         args = SHAPE_ARGS.get(op, _MORE_SHAPE_ARGS.get(op, ()))
-        if (
-            (step.node.domain in _DOMAINS and op in DATA_SHAPED_OPS)
-            or any(i in unstable for i in ins)
-            or any(j < len(ins) and ins[j] != NONE_SLOT and ins[j] not in value_static for j in args)
-        ):
+        data_shaped = domain in _DOMAINS and op in DATA_SHAPED_OPS
+        sized_by_value = any(
+            j < len(ins) and ins[j] != NONE_SLOT and ins[j] not in value_static for j in args
+        )
+        if data_shaped or sized_by_value or any(i in unstable for i in ins):
             unstable.update(outs)
-    return frozenset(unstable)
+            follows_shapes = (
+                known and (op in SHAPE_ONLY_OPS or op in SHAPE_ARGS or op in _MORE_SHAPE_ARGS)
+            ) or (domain == QUANTA and op in QUANTA_SHAPE_ONLY_OPS)
+            if data_shaped or sized_by_value or not follows_shapes:
+                roots.add(step.index)
+    return frozenset(unstable), frozenset(roots)

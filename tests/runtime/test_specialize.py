@@ -1219,3 +1219,46 @@ def test_dynamic_quantize_and_matmul_integer_to_float_specialized_are_the_twin(
     assert all(getattr(fn, "fresh", False) for fn in fresh)
     zeros = {"x": np.zeros((3, 300), np.float32)}
     np.testing.assert_array_equal(sess.run(None, zeros)[0], ref.run(None, zeros)[0])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("shape", "axis"), [((3, 17, 1), 1), ((2, 259, 1, 1), -3), ((1, 7, 1), -2)])
+def test_softmax_along_an_axis_followed_by_ones_is_specialized_and_the_generic_kernel(
+    threads: int, shape: tuple[int, ...], axis: int
+) -> None:
+    """A Softmax along an axis that only 1s follow (a decoder's attention weights [1, T,
+    1] along T) runs the rows as they lie, with the bytes of the generic moveaxis path
+    and of the reference; a non-contiguous x too."""
+    g = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["y"], name="softmax", axis=axis)],
+        "softmax_mid",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert "softmax" in _specialized_and_generic_equal_the_reference(model, threads, 3, 4.0, shape=shape)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    ("shape", "attrs"),
+    [
+        ((1, 7, 2, 17), {"kernel_shape": [2, 1], "strides": [2, 1]}),  # a selector's height pool
+        (
+            (2, 3, 9, 7),
+            {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+        ),
+        ((1, 17, 259), {"kernel_shape": [5], "strides": [3], "pads": [2, 1], "ceil_mode": 1}),
+    ],
+)
+def test_average_pool_specialized_is_the_generic_kernel(threads: int, shape, attrs) -> None:
+    """1-D and 2-D AveragePool take the specialized call (the plan made once), with the
+    reference's bytes; a non-contiguous x runs the generic kernel with the same result."""
+    g = helper.make_graph(
+        [helper.make_node("AveragePool", ["x"], ["y"], name="pool", **attrs)],
+        "pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert "pool" in _specialized_and_generic_equal_the_reference(model, threads, 7, 2.0, shape=shape)

@@ -289,3 +289,109 @@ def test_integer_arithmetic_and_not_after_a_nonzero_take_direct_calls():
     (bound,) = ex.bound_runs().values()
     direct = {ex.plan.steps[t[0]].name for t in bound.make_direct() if t[4] < 0}
     assert {"sub", "div", "less", "not"} <= direct
+
+
+def _counts_x(count: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = np.zeros(17, np.float32)
+    x[rng.choice(17, size=count, replace=False)] = rng.uniform(0.5, 1.0, size=count).astype(np.float32)
+    return x
+
+
+def reshape_to_count_model():
+    """idx = NonZero(x > t) [1, N]; its Cast reshaped to [N, 1] by a target built from
+    the count (a root view step: Shape -> Gather -> Unsqueeze -> Concat), then scaled (a
+    step a native program records when the bind fixes N) and added to a Range to N."""
+    nodes = [
+        helper.make_node("Greater", ["x", "t"], ["mask"], name="gt"),
+        helper.make_node("NonZero", ["mask"], ["idx"], name="nonzero"),
+        helper.make_node("Cast", ["idx"], ["idx_f"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Shape", ["idx"], ["sh"], name="shape"),
+        helper.make_node("Gather", ["sh", "i1"], ["n"], name="count", axis=0),
+        helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"], name="unsq"),
+        helper.make_node("Concat", ["n1", "one_i"], ["target"], name="target", axis=0),
+        helper.make_node("Reshape", ["idx_f", "target"], ["col"], name="reshape"),
+        helper.make_node("Mul", ["col", "half"], ["scaled"], name="mul"),
+        helper.make_node("Cast", ["n"], ["nf"], name="cast_n", to=TensorProto.FLOAT),
+        helper.make_node("Range", ["zero", "nf", "one"], ["r"], name="range"),
+        helper.make_node("Unsqueeze", ["r", "ax1"], ["rc"], name="unsq_r"),
+        helper.make_node("Add", ["scaled", "rc"], ["y"], name="add"),
+        helper.make_node("Neg", ["y"], ["z"], name="neg"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [17])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(np.array(0.3, np.float32), "t"),
+            numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+            numpy_helper.from_array(np.array(1, np.int64), "i1"),
+            _i64("ax0", [0]),
+            _i64("ax1", [1]),
+            _i64("one_i", [1]),
+            numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+            numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+        ],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_roots_of_data_dependent_shapes_are_the_steps_that_size_them():
+    """NonZero, the Range to its count and the Reshape to a target built from it size
+    their outputs by values; the Cast, Mul, Add and Neg after them follow their inputs'
+    shapes, and the Unsqueeze by constant axes too."""
+    from quanta.runtime.static_steps import signature_shape_roots
+
+    plan = _executor(quanta.InferenceSession(reshape_to_count_model(), backend="native")).plan
+    roots = {plan.steps[k].name for k in signature_shape_roots(plan)}
+    assert roots == {"nonzero", "reshape", "range"}
+
+
+@pytest.mark.parametrize("programs", [True, False])
+@pytest.mark.parametrize("profile", [False, True])
+def test_a_speculative_bind_checks_its_roots_and_binds_again_when_the_data_moves_them(programs, profile):
+    """The signature is bound to the first run's count of non-zeros, so every step after
+    the NonZero is specialized and writes into the arena; a run with another count
+    leaves at the NonZero and finishes on the generic steps, the next run binds the new
+    count, and after MAX_SPECULATIVE_BINDS binds the signature stays unspecialized. Each
+    run gives the reference's bytes, with native programs on or off and in profiled runs
+    (their own loop)."""
+    from quanta.runtime.execute import MAX_SPECULATIVE_BINDS
+
+    m = reshape_to_count_model()
+    sess = quanta.InferenceSession(m, backend="native", enable_profiling=profile)
+    ex = _executor(sess)
+    ex.native_programs = programs
+    ref = quanta.InferenceSession(m, backend="reference")
+    states = []
+    for run, count in enumerate((11, 11, 11, 4, 4, 4, 11, 9, 9, 9, 1)):
+        x = _counts_x(count, run)
+        got, want = sess.run(None, {"x": x}), ref.run(None, {"x": x})
+        assert got[0].shape == (count, 1)
+        assert got[0].dtype == want[0].dtype and np.array_equal(got[0], want[0]), (run, count)
+        (bound,) = ex.bound_runs().values()
+        spec = bound.speculation
+        states.append(None if spec is None else (spec.binds, spec.misses))
+    assert MAX_SPECULATIVE_BINDS == 2
+    # bound at 11, missed at 4, bound at 4, missed at 11, then bound unspecialized
+    assert states == [(1, 0), (1, 0), (1, 0), (1, 1), (2, 0), (2, 0), (2, 1), None, None, None, None]
+    if programs and not profile:
+        ex2 = _executor(quanta.InferenceSession(m, backend="native"))
+        for _ in range(2):
+            ex2.run({"x": _counts_x(6, 1)}, ["z"])
+        (bound,) = ex2.bound_runs().values()
+        assert bound.speculation is not None and bound.program_steps[0] >= 2  # the Mul and the Add
+
+
+def test_speculation_off_keeps_data_dependent_shapes_unbound():
+    m = reshape_to_count_model()
+    sess = quanta.InferenceSession(m, backend="native")
+    ex = _executor(sess)
+    ex.speculate = False
+    ref = quanta.InferenceSession(m, backend="reference")
+    for run, count in enumerate((5, 5, 8)):
+        x = _counts_x(count, run)
+        assert np.array_equal(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
+    (bound,) = ex.bound_runs().values()
+    assert bound.speculation is None

@@ -548,3 +548,32 @@ def test_mod_of_a_width_runs_natively_in_a_session() -> None:
     widths = np.array([0, 1, 9, 17, 300], np.int64)
     (got,) = sess.run(None, {"w": widths})
     assert np.array_equal(got, np.mod(widths - 1, 8))
+
+
+def test_softplus_pass_is_the_twin_on_every_isa() -> None:
+    """unary_f32("softplus") runs (SP1)-(SP3) in one pass: the twin's values on every ISA
+    and thread count, over the range where u = f32(1 + t) rounds to 1 (|x| > ~17), the
+    clamps of exp, ±0, subnormals, ±inf and NaN, 1031 elements (a masked tail)."""
+    from quanta.kernels import _native
+    from quanta.kernels.reference.float_ops import softplus_f32
+
+    rng = np.random.default_rng(29)
+    x = np.concatenate(
+        [
+            (rng.standard_normal(1000) * 40).astype(F32),
+            np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 16.6, -16.6, 17.4, -17.4], F32),
+            np.array([88.7, -88.7, 103.9, -103.9, 104.1, -104.1, 1e-8, -1e-8, 3e38, -3e38], F32),
+            np.array([0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 0.0078125, -0.0078125, 9.5, -9.5], F32),
+        ]
+    )
+    want = softplus_f32(x)
+    try:
+        for isa in ("portable", "avx2", "avx512vnni"):
+            try:
+                _native.set_isa(isa)
+            except (ValueError, RuntimeError):
+                continue  # the CPU lacks it
+            for threads in (1, 2):
+                assert_bit_exact(want, _native.unary_f32("softplus", x, threads, None))
+    finally:
+        _native.clear_isa()

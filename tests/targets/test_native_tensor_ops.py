@@ -865,6 +865,20 @@ def test_reduce_max_nan_and_signed_zero_ties():
         run_both(op_type, [x, np.array([1], np.int64)], {"keepdims": 0}, opset=18)
 
 
+@pytest.mark.parametrize("d", [1, 2, 3, 5, 8, 9, 12, 13, 16, 17])
+def test_reduce_max_min_of_short_rows_with_specials(d):
+    """Rows of at most 12 elements (a max over a stack of 3 branches) take the lanes that
+    hold elements only: the twin's bytes with NaNs of two payloads, ±inf, ±0 and
+    subnormals in every position, many rows (both threads' chunks); 13 on is the plain path."""
+    rng = np.random.default_rng(d)
+    specials = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 3.0, -3.0], F32)
+    specials[1] = np.uint32(0x7FC00123).view(F32)  # a second NaN payload
+    x = rng.choice(specials, size=(4099, d)).astype(F32)
+    x[::3] = rng.standard_normal((len(x[::3]), d)).astype(F32)
+    for op_type in ("ReduceMax", "ReduceMin"):
+        run_both(op_type, [x, np.array([1], np.int64)], {"keepdims": 0}, opset=18)
+
+
 def test_reduce_sum_is_the_lane_order_not_pairwise():
     # 1 + 2^-24 · k: the lane order (R1)-(R3) and np.sum's pairwise order give different
     # float32 sums; the twin follows (R1)-(R3), so the native kernel can match it
@@ -1113,6 +1127,69 @@ def test_gather_slice_expand_concat_tile(dtype):
     run_both("Expand", [x[:, :1], np.array([2, 3, 5, 17], np.int64)])
     run_both("Concat", [x, x[:, :2], x[:, 3:4]], {"axis": -2})
     run_both("Tile", [x, np.array([1, 2, 3], np.int64)])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.float32])
+@pytest.mark.parametrize(
+    ("start", "limit", "delta"), [(0, 17, 1), (3, -20, -3), (-7, 125, 2), (5, 5, 1), (9, 2, 4)]
+)
+def test_range_matches_twin(dtype, start, limit, delta):
+    """Integer ranges are computed directly (start + i · delta in the element type), float
+    ones by the twin; empty ranges and one-element [1] operands too."""
+    if dtype == np.uint8 and min(start, limit) < 0:
+        start, limit, delta = abs(start), abs(limit), abs(delta)
+    args = [np.array(start, dtype), np.array(limit, dtype), np.array(delta, dtype)]
+    run_both("Range", args)
+    run_both("Range", [args[0].reshape(1), *args[1:]])
+
+
+def test_range_of_a_zero_delta_is_the_operators_error():
+    kernel, _ = bind("Range", [np.array(0, np.int64), np.array(4, np.int64), np.array(0, np.int64)])
+    with pytest.raises(Exception, match="Range"):
+        kernel.fn(KernelContext(), np.array(0, np.int64), np.array(4, np.int64), np.array(0, np.int64))
+
+
+@given(
+    shape=st.lists(st.integers(0, 6), min_size=1, max_size=4),
+    data=st.data(),
+)
+def test_slice_and_expand_with_run_time_operands_match_the_twin(shape, data):
+    """Slice bounds and Expand shapes that change from call to call (a decoder Loop's
+    step, a duration net's frames) take the direct paths (_plain_slice_index,
+    _expanded_shape): the twin's bytes, or its error for bad arguments (repeated or
+    out-of-range axes, a zero step, unequal lengths, a shape that does not broadcast)."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    x = np.array(rng.integers(-50, 50, shape), np.float32)
+    rank = len(shape)
+    ints = st.integers(-9, 9) | st.sampled_from([2**62, -(2**62)])
+    k = data.draw(st.integers(1, rank + 1))
+    starts = np.array(data.draw(st.lists(ints, min_size=k, max_size=k)), np.int64)
+    ends = np.array(data.draw(st.lists(ints, min_size=k, max_size=k)), np.int64)
+    axes = np.array(data.draw(st.lists(st.integers(-rank - 1, rank), min_size=k, max_size=k)), np.int64)
+    steps = np.array(
+        data.draw(st.lists(st.sampled_from([-3, -1, 0, 1, 2]), min_size=k, max_size=k)), np.int32
+    )
+    kernel, _ = bind("Slice", [x, starts, ends, axes, steps])
+    for args in ([x, starts, ends, axes, steps], [x, starts, ends, axes], [x, starts, ends]):
+        try:
+            want = get_op("Slice")(KernelContext(), *args)
+        except Exception:
+            with pytest.raises(Exception, match="Slice"):
+                kernel.fn(KernelContext(), *args, **kernel.params)
+            continue
+        assert_bit_exact(want, kernel.fn(KernelContext(), *args, **kernel.params), "Slice")
+    target = np.array(data.draw(st.lists(st.integers(0, 3), max_size=5)), np.int64)
+    kernel, _ = bind("Expand", [x, target])
+    try:
+        want = get_op("Expand")(KernelContext(), x, target)
+    except Exception:
+        with pytest.raises(Exception, match="Expand"):
+            kernel.fn(KernelContext(), x, target, **kernel.params)
+        return
+    assert_bit_exact(want, kernel.fn(KernelContext(), x, target, **kernel.params), "Expand")
+    out = np.empty(want.shape, want.dtype)
+    assert kernel.fn(KernelContext(), x, target, **kernel.params, out=out) is out
+    assert_bit_exact(want, out, "Expand out=")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.bool_])

@@ -12,7 +12,7 @@
 //   binary_f32(op: "add" | "sub" | "mul" | "div" | "max" | "min", a: f32, b: f32, num_threads=1, out=None)
 //                                                                    numpy broadcasting
 //   unary_f32(op: "erf" | "tanh" | "sigmoid" | "relu" | "gelu" | "gelu_tanh" | "mlas_logistic"
-//             | "mlas_tanh" | "silu" | "log" | "gelu_tanh_mlas" | "atan", x: f32,  (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
+//             | "mlas_tanh" | "silu" | "log" | "gelu_tanh_mlas" | "atan" | "softplus", x: f32,  (F1)-(F5), (T1)-(T4), (Σ1)-(Σ2),
 //             num_threads=1, out=None)                               np.maximum(x, 0), (G1), (G2),
 //                                                                    ORT's MLAS logistic and tanh,
 //                                                                    (G2) with MLAS's tanh,
@@ -152,6 +152,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
       {"expm1", float_ops::UnaryOp::kExpm1},
       {"gelu_tanh_mlas", float_ops::UnaryOp::kGeluTanhMlas},
       {"atan", float_ops::UnaryOp::kAtan},
+      {"softplus", float_ops::UnaryOp::kSoftplus},
   };
   const std::pair<const char*, float_ops::UnaryOp>* found = nullptr;
   for (const auto& entry : kOps) {
@@ -160,7 +161,7 @@ py::array unary_f32(const std::string& op_name, const py::handle& x_obj, int num
   if (found == nullptr) {
     throw py::value_error(
         "unary_f32: op: expected one of erf, tanh, sigmoid, relu, gelu, gelu_tanh, mlas_logistic, mlas_tanh, silu, "
-        "log, cos, sin, expm1, gelu_tanh_mlas, atan, "
+        "log, cos, sin, expm1, gelu_tanh_mlas, atan, softplus, "
         "got "
         "'" +
         op_name + "'");

@@ -75,7 +75,7 @@ from quanta.kernels.reference.tensor_ops import _indices, slice_bounds
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
-from quanta.targets.native._specialize import guarded, shape_free, step_threads
+from quanta.targets.native._specialize import SMALL_WORK, guarded, shape_free, step_threads
 from quanta.targets.native.float_ops import (
     RUNTIME_FALLBACKS,
     _dtype,
@@ -982,9 +982,55 @@ def _slice_native(
     copy_strided."""
     if not isinstance(data, np.ndarray):
         raise _Unsupported
-    key = (data.shape, _key(starts), _key(ends), _key(axes), _key(steps))
-    index = plans.get(key, lambda: _slice_index(data.shape, starts, ends, axes, steps))
+    index = _plain_slice_index(data.shape, starts, ends, axes, steps)
+    if index is None:
+        key = (data.shape, _key(starts), _key(ends), _key(axes), _key(steps))
+        index = plans.get(key, lambda: _slice_index(data.shape, starts, ends, axes, steps))
     return _copy_view(ctx, data[index], out)
+
+
+def _int_list(v: Any) -> list[int] | None:
+    """A 1-D integer array's values (``tolist``: no per-element conversion), else None."""
+    if isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "iu":
+        return v.tolist()
+    return None
+
+
+def _plain_slice_index(
+    shape: tuple[int, ...], starts: Any, ends: Any, axes: Any, steps: Any
+) -> tuple[slice, ...] | None:
+    """The index tuple of a Slice whose bounds are 1-D integer arrays of one length, with
+    distinct axes in range and non-zero steps (tensor_ops.slice_'s, by slice_bounds), or
+    None for anything else (the checked path then builds it, or raises the twin's error).
+    A Slice whose bounds change every call (a decoder Loop reading step i, a duration net's
+    frames) pays this, not a probe array and the twin's checks (~17 µs)."""
+    s, e = _int_list(starts), _int_list(ends)
+    if s is None or e is None or len(s) != len(e):
+        return None
+    rank = len(shape)
+    if axes is None:
+        a = list(range(len(s)))
+    else:
+        a = _int_list(axes)
+        if a is None or len(a) != len(s):
+            return None
+    if steps is None:
+        st = [1] * len(s)
+    else:
+        st = _int_list(steps)
+        if st is None or len(st) != len(s):
+            return None
+    index = [slice(None)] * rank
+    seen = set()
+    for start, end, axis, step in zip(s, e, a, st):
+        if not -rank <= axis < rank or step == 0:
+            return None
+        ax = axis % rank
+        if ax in seen:
+            return None
+        seen.add(ax)
+        index[ax] = slice_bounds(start, end, step, shape[ax])
+    return tuple(index)
 
 
 def _key(v: Any) -> Any:
@@ -1117,11 +1163,42 @@ def _expand_native(ctx: Any, x: Any, shape: Any, *, out: Any) -> np.ndarray:
     """Expand: the broadcast view copied by copy_strided (tensor_ops.expand)."""
     if not isinstance(x, np.ndarray):
         raise _Unsupported
-    try:
-        target = np.broadcast_shapes(x.shape, tuple(int(v) for v in np.asarray(shape).ravel()))
-    except ValueError:
-        raise _Unsupported from None
+    target = _expanded_shape(x.shape, shape)
+    if target is None:
+        try:
+            target = np.broadcast_shapes(x.shape, tuple(int(v) for v in np.asarray(shape).ravel()))
+        except ValueError:
+            raise _Unsupported from None
+    elif math.prod(target) < SMALL_WORK and x.dtype.kind != "O":
+        # a small result: np.copyto broadcasts in C (np.broadcast_to builds its view in
+        # Python, ~4 µs); the same elements either way
+        y = np.empty(target, x.dtype) if out is None else out
+        np.copyto(y, x)
+        return y
     return _copy_view(ctx, np.broadcast_to(x, target), out)
+
+
+def _expanded_shape(have: tuple[int, ...], shape: Any) -> tuple[int, ...] | None:
+    """np.broadcast_shapes(have, shape) for a 1-D integer ``shape`` of non-negative sizes
+    (numpy's rule, written out: np.broadcast_shapes costs ~5 µs a call, a run-time
+    Expand's whole budget), else None (the checked path, which raises on a mismatch)."""
+    want = _int_list(shape)
+    if want is None:
+        return None
+    n = max(len(have), len(want))
+    a = (1,) * (n - len(have)) + tuple(have)
+    b = [1] * (n - len(want)) + want
+    out = []
+    for p, q in zip(a, b):
+        if q < 0:
+            return None
+        if p == q or q == 1:
+            out.append(p)
+        elif p == 1:
+            out.append(q)
+        else:
+            return None
+    return tuple(out)
 
 
 def _expand_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
@@ -1517,9 +1594,48 @@ def _bind_split(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 register_binder("Split")(_bind_split)
 _bind_twin_as_native("Tile", "tile", "one np.tile")
+
+
+@_with_fallback("Range")
+def _range_native(ctx: Any, start: Any, limit: Any, delta: Any, *, out: Any) -> np.ndarray:
+    """Range of one integer dtype (tensor_ops.range_): n = max(ceil((limit − start) /
+    delta), 0) in integers, then start + i · delta in the element type (wrapping), as the
+    twin computes it; floats and mixed dtypes go to the twin (its float rounding)."""
+    if not (
+        isinstance(start, np.ndarray) and isinstance(limit, np.ndarray) and isinstance(delta, np.ndarray)
+    ):
+        raise _Unsupported
+    dt = start.dtype
+    if dt.kind not in "iu" or limit.dtype != dt or delta.dtype != dt or start.size != 1 or limit.size != 1:
+        raise _Unsupported
+    if delta.size != 1:
+        raise _Unsupported
+    s, lim, d = start.item(), limit.item(), delta.item()
+    if d == 0:
+        raise _Unsupported  # the twin raises the operator's error
+    n = max(-((s - lim) // d), 0)
+    y = np.arange(n, dtype=dt)
+    y *= delta.reshape(())
+    y += start.reshape(())
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+@register_binder("Range")
+def bind_range(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Range: integer ranges directly, float ones by the twin (bound as it when the dtype
+    is known to be a float one)."""
+    del model  # unused
+    dt = _dtype(node.input(0))
+    if dt is not None and dt.kind == "f":
+        return Kernel(reference_kernel(node).fn, "native", "native:range"), ""
+    return _kernel(_range_native, "range")
+
+
 _bind_twin_as_native("Shape", "shape", "a tiny int64 array of the input's dimensions")
 _bind_twin_as_native("Size", "size", "an int64 scalar of the input's element count")
-_bind_twin_as_native("Range", "range", "one np.arange (shape math: start, limit, delta scalars)")
 _bind_twin_as_native("ConstantOfShape", "constant_of_shape", "one np.full of the given shape")
 
 

@@ -134,9 +134,10 @@ enum class UnaryOp : int {
   kSin = 11,
   kExpm1 = 12,
   kGeluTanhMlas = 13,
-  kAtan = 14
+  kAtan = 14,
+  kSoftplus = 15
 };
-constexpr int kNumUnaryOps = 15;
+constexpr int kNumUnaryOps = 16;
 
 // Inner runs of n elements; a_step / b_step are 1 (contiguous) or 0 (one repeated element).
 using BinaryRunFn = void (*)(const float* a, int64_t a_step, const float* b, int64_t b_step, float* c, int64_t n);

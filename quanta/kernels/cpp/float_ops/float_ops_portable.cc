@@ -62,6 +62,16 @@ inline float gelu_tanh_mlas_one(float x) {
   return (0.5f * x) * (1.0f + recurrent::tanh_one(a));
 }
 
+// (SP1)-(SP3), float_ops.softplus_f32's operations: exp (E1)-(E6) of −|x|, Goldberg's
+// log1p on log (LN1)-(LN6), plus np.maximum(x, 0) (a NaN x stays, first operand).
+inline float softplus_one(float x) {
+  const float t = exp_one(-std::fabs(x));  // (SP1)
+  const float u = 1.0f + t;                // (SP2)
+  const float l = u == 1.0f ? t : log_one(u) * (t / (u - 1.0f));
+  const float m = (x >= 0.0f || x != x) ? x : 0.0f;
+  return m + l;  // (SP3)
+}
+
 void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
                      float epsilon, float* mean_out, float* inv_std_out, bool divide, bool rms) {
   const float count = static_cast<float>(d);
@@ -99,7 +109,7 @@ const Kernels kKernelsPortable = {
     {unary_run<erf_one>, unary_run<tanh_one>, unary_run<sigmoid_one>, unary_run<relu_one>, unary_run<gelu_one>,
      unary_run<gelu_tanh_one>, unary_run<recurrent::logistic_one>, unary_run<recurrent::tanh_one>, unary_run<silu_one>,
      unary_run<log_one>, unary_run<cos_one>, unary_run<sin_one>, unary_run<expm1_one>, unary_run<gelu_tanh_mlas_one>,
-     unary_run<atan_one>},  // by UnaryOp
+     unary_run<atan_one>, unary_run<softplus_one>},  // by UnaryOp
     elu_run,
     to_half_run,
     from_half_run,

@@ -358,6 +358,20 @@ inline typename T::V gelu_tanh_mlas_v(typename T::V x) {  // (G2), MLAS's tanh
   return T::mul(T::mul(T::set1(0.5f), x), T::add(T::set1(1.0f), recurrent::tanh_v<T>(a)));
 }
 
+// (SP1)-(SP3), softplus_one's operations: −|x| as the sign bit set (np.negative of
+// np.abs, NaN too), u == 1 ? t : log(u) · (t / (u − 1)), x where x >= 0 or NaN else +0,
+// then that plus l (first operand: a NaN x keeps its payload).
+template <class T>
+inline typename T::V softplus_v(typename T::V x) {
+  using V = typename T::V;
+  const V one = T::set1(1.0f);
+  const V t = exp_v<T>(T::or_(x, T::set1(-0.0f)));  // (SP1)
+  const V u = T::add(one, t);                       // (SP2)
+  const V l = T::select(T::template cmp<_CMP_EQ_OQ>(u, one), T::mul(log_v<T>(u), T::div(t, T::sub(u, one))), t);
+  const V m = T::select(T::template cmp<_CMP_NLT_UQ>(x, T::zero()), T::zero(), x);
+  return T::add(m, l);  // (SP3)
+}
+
 // y[i] = f(x[i]) for i < n, kLanes at a time, the tail masked (full vectors take plain
 // loads and stores: no mask to build per vector).
 template <class T, typename T::V (*f)(typename T::V)>
@@ -450,7 +464,7 @@ constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNorm
        unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>, unary_run_v<T, recurrent::logistic_v<T>>,
        unary_run_v<T, recurrent::tanh_v<T>>, unary_run_v<T, silu_v<T>>, unary_run_v<T, log_v<T>>,
        unary_run_v<T, cos_v<T>>, unary_run_v<T, sin_v<T>>, unary_run_v<T, expm1_v<T>>,
-       unary_run_v<T, gelu_tanh_mlas_v<T>>, unary_run_v<T, atan_v<T>>},  // by UnaryOp
+       unary_run_v<T, gelu_tanh_mlas_v<T>>, unary_run_v<T, atan_v<T>>, unary_run_v<T, softplus_v<T>>},  // by UnaryOp
       elu_run_v<T>,
       to_half,
       from_half};
