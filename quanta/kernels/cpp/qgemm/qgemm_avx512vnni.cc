@@ -188,10 +188,27 @@ struct Stage<EpiKind::kQ8Fixed> {
   static constexpr int kBytes = 1;
 };
 
+// Where an output stage reads a tile's sums, row r's columns 0-15 (lo) and 16-31 (hi):
+// the intrinsics tiles' registers, or the stack buffer the asm tiles store them to (row
+// stride NR), read row by row as the stage goes: with the 24 sums loaded into an array
+// first, GCC kept the array on the stack and copied it there once more.
+template <int MR>
+struct RegRows {
+  __m512i (&c0)[MR];
+  __m512i (&c1)[MR];
+  __attribute__((always_inline)) __m512i lo(int r) const { return c0[r]; }
+  __attribute__((always_inline)) __m512i hi(int r) const { return c1[r]; }
+};
+struct BufRows {
+  const int32_t* buf;
+  __attribute__((always_inline)) __m512i lo(int r) const { return _mm512_load_si512(buf + r * kNR); }
+  __attribute__((always_inline)) __m512i hi(int r) const { return _mm512_load_si512(buf + r * kNR + 16); }
+};
+
 // The output stage of a narrow tile (a panel with at most 16 valid columns: the sums of
-// columns 0-15 alone, c0), MR a multiple of 4.
-template <EpiKind KIND, int MR>
-__attribute__((always_inline)) inline void finish_tile_narrow(__m512i (&c0)[MR], const Epilogue& e, int64_t m0,
+// columns 0-15 alone, rows.lo), MR a multiple of 4.
+template <EpiKind KIND, int MR, class Rows>
+__attribute__((always_inline)) inline void finish_tile_narrow(const Rows& rows, const Epilogue& e, int64_t m0,
                                                               int64_t n0, int cols) {
   static_assert(MR % 4 == 0, "the uint8 / int8 stage stores four rows at a time");
   const __mmask16 mask = lane_mask(cols);
@@ -208,14 +225,14 @@ __attribute__((always_inline)) inline void finish_tile_narrow(__m512i (&c0)[MR],
   if constexpr (KIND == EpiKind::kQ8Float) {
 #pragma GCC unroll 3
     for (int r = 0; r < MR; r += 4) {
-      __m512i v[4] = {c0[r], c0[r + 1], c0[r + 2], c0[r + 3]};
+      __m512i v[4] = {rows.lo(r), rows.lo(r + 1), rows.lo(r + 2), rows.lo(r + 3)};
       for (int i = 0; i < 4; ++i) fold(v[i], r + i);
       stage.store_quad(v, y + r * y_stride, y_stride, mask, m0 + r);
     }
   } else {
 #pragma GCC unroll 12
     for (int r = 0; r < MR; ++r) {
-      __m512i v = c0[r];
+      __m512i v = rows.lo(r);
       fold(v, r);
       if constexpr (KIND == EpiKind::kQ8Fixed || KIND == EpiKind::kF32) stage.m = m0 + r;
       stage.store(v, 0, y + r * y_stride, mask);
@@ -225,9 +242,9 @@ __attribute__((always_inline)) inline void finish_tile_narrow(__m512i (&c0)[MR],
 
 // Folds the per-row terms into the MR x 32 sums (which already hold colterm) and runs the
 // output stage (qgemm.h).
-template <EpiKind KIND, int MR>
-__attribute__((always_inline)) inline void finish_tile(__m512i (&c0)[MR], __m512i (&c1)[MR], const Epilogue& e,
-                                                       int64_t m0, int64_t n0, int cols) {
+template <EpiKind KIND, int MR, class Rows>
+__attribute__((always_inline)) inline void finish_tile(const Rows& rows, const Epilogue& e, int64_t m0, int64_t n0,
+                                                       int cols) {
   const __mmask16 mask0 = lane_mask(cols);
   const __mmask16 mask1 = cols > 16 ? lane_mask(cols - 16) : static_cast<__mmask16>(0);
   const bool two = cols > 16;
@@ -246,7 +263,7 @@ __attribute__((always_inline)) inline void finish_tile(__m512i (&c0)[MR], __m512
     for (int r = 0; r < MR; r += 2) {
       const bool has_b = r + 1 < MR;
       const int rb = has_b ? r + 1 : r;
-      __m512i a0 = c0[r], a1 = c1[r], b0 = c0[rb], b1 = c1[rb];
+      __m512i a0 = rows.lo(r), a1 = rows.hi(r), b0 = rows.lo(rb), b1 = rows.hi(rb);
       fold(a0, a1, r);
       if (has_b) fold(b0, b1, rb);
       stage.m = m0 + r;
@@ -255,13 +272,36 @@ __attribute__((always_inline)) inline void finish_tile(__m512i (&c0)[MR], __m512
   } else {
 #pragma GCC unroll 12
     for (int r = 0; r < MR; ++r) {
-      __m512i v0 = c0[r];
-      __m512i v1 = c1[r];
+      __m512i v0 = rows.lo(r);
+      __m512i v1 = rows.hi(r);
       fold(v0, v1, r);
       if constexpr (KIND == EpiKind::kQ8Fixed || KIND == EpiKind::kF32) stage.m = m0 + r;
       stage.store(v0, 0, y + r * y_stride, mask0);
       if (two) stage.store(v1, 1, y + r * y_stride + 16 * kBytes, mask1);
     }
+  }
+}
+
+// The output stage of a tile's last chunk on its sums in `rows` (RegRows / BufRows), the
+// 32-column stage or, kNarrow, the narrow one; the kind is dispatched once per tile.
+template <int MR, bool kNarrow, class Rows>
+__attribute__((always_inline)) inline void finish_rows(const TileArgs& t, int64_t r0, const Rows& rows) {
+  const Epilogue e = *t.epi;  // local: see Stage
+  const int64_t m0 = t.m0 + r0;
+  switch (e.kind) {
+#define QG_FINISH(KIND)                                        \
+  case KIND:                                                   \
+    if constexpr (kNarrow) {                                   \
+      finish_tile_narrow<KIND, MR>(rows, e, m0, t.n0, t.cols); \
+    } else {                                                   \
+      finish_tile<KIND, MR>(rows, e, m0, t.n0, t.cols);        \
+    }                                                          \
+    break;
+    QG_FINISH(EpiKind::kS32)
+    QG_FINISH(EpiKind::kF32)
+    QG_FINISH(EpiKind::kQ8Float)
+    QG_FINISH(EpiKind::kQ8Fixed)
+#undef QG_FINISH
   }
 }
 
@@ -301,27 +341,7 @@ __attribute__((always_inline)) inline void end_sums(const TileArgs& t, int64_t r
     return;
   }
 
-  const Epilogue e = *t.epi;  // local: see Stage
-  const int64_t m0 = t.m0 + r0;
-  switch (e.kind) {
-    case EpiKind::kS32: finish_tile<EpiKind::kS32, MR>(c0, c1, e, m0, t.n0, t.cols); break;
-    case EpiKind::kF32: finish_tile<EpiKind::kF32, MR>(c0, c1, e, m0, t.n0, t.cols); break;
-    case EpiKind::kQ8Float: finish_tile<EpiKind::kQ8Float, MR>(c0, c1, e, m0, t.n0, t.cols); break;
-    case EpiKind::kQ8Fixed: finish_tile<EpiKind::kQ8Fixed, MR>(c0, c1, e, m0, t.n0, t.cols); break;
-  }
-}
-
-// The output stage of a narrow tile's last chunk (its earlier chunks store c0 to partial).
-template <int MR>
-__attribute__((always_inline)) inline void end_sums_narrow(const TileArgs& t, int64_t r0, __m512i (&c0)[MR]) {
-  const Epilogue e = *t.epi;  // local: see Stage
-  const int64_t m0 = t.m0 + r0;
-  switch (e.kind) {
-    case EpiKind::kS32: finish_tile_narrow<EpiKind::kS32, MR>(c0, e, m0, t.n0, t.cols); break;
-    case EpiKind::kF32: finish_tile_narrow<EpiKind::kF32, MR>(c0, e, m0, t.n0, t.cols); break;
-    case EpiKind::kQ8Float: finish_tile_narrow<EpiKind::kQ8Float, MR>(c0, e, m0, t.n0, t.cols); break;
-    case EpiKind::kQ8Fixed: finish_tile_narrow<EpiKind::kQ8Fixed, MR>(c0, e, m0, t.n0, t.cols); break;
-  }
+  finish_rows<MR, false>(t, r0, RegRows<MR>{c0, c1});
 }
 
 // Up to 8 rows (the M edge of the 12-row tiles), with intrinsics. KU accumulator sets (1, or 2
@@ -531,13 +551,7 @@ __attribute__((always_inline)) inline void tile12(const TileArgs& t, int64_t r0)
     QG_TILE12_ASM(QG_NO_PREFETCH)
   }
   if (!t.finish) return;  // the sums are in partial
-  __m512i c0[MR], c1[MR];
-#pragma GCC unroll 12
-  for (int r = 0; r < MR; ++r) {
-    c0[r] = _mm512_load_si512(buf + r * kNR);
-    c1[r] = _mm512_load_si512(buf + r * kNR + 16);
-  }
-  end_sums<MR>(t, r0, t.partial + r0 * kNR, c0, c1);  // t.finish: the output stage
+  finish_rows<MR, false>(t, r0, BufRows{buf});
 }
 
 // The 12-row tile of a narrow panel (at most 16 valid columns: N <= 16, or the last panel
@@ -630,10 +644,7 @@ __attribute__((always_inline)) inline void tile12_narrow(const TileArgs& t, int6
     QGN_TILE12_ASM(QG_NO_PREFETCH)
   }
   if (!t.finish) return;  // the sums are in partial
-  __m512i c0[MR];
-#pragma GCC unroll 12
-  for (int r = 0; r < MR; ++r) c0[r] = _mm512_load_si512(buf + r * kNR);
-  end_sums_narrow<MR>(t, r0, c0);
+  finish_rows<MR, true>(t, r0, BufRows{buf});
 }
 #undef QGN_BCAST
 #undef QGN_GROUP
@@ -726,7 +737,7 @@ __attribute__((always_inline)) inline void tile_indirect_narrow(const TileArgs& 
     for (int r = 0; r < MR; ++r) _mm512_storeu_si512(partial + r * kNR, c0[r]);
     return;
   }
-  end_sums_narrow<MR>(t, r0, c0);
+  finish_rows<MR, true>(t, r0, RegRows<MR>{c0, c0});  // a narrow stage reads lo alone
 }
 
 }  // namespace
