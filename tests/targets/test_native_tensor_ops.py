@@ -1750,6 +1750,27 @@ def test_copy_strided_short_strided_run_over_a_contiguous_axis_is_numpy_bytes(dt
             assert _native.copy_strided(view, threads).tobytes() == want
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.int64])
+@pytest.mark.parametrize("n", [3, 7])
+def test_concat_into_one_element_a_row_interleaves_like_numpy(dtype, n):
+    """concat_into with every input one element a row (a stack along a new last axis)
+    interleaves the inputs by a typed loop; an input of two elements a row keeps the
+    per-row copies; both the bytes of np.concatenate, and a second call into the same
+    out overwrites all of it."""
+    rng = np.random.default_rng(n)
+    xs = [rng.integers(0, 100, (2, 17, 13, 1)).astype(dtype) for _ in range(n)]
+    out = np.full((2, 17, 13, n), 7, dtype)
+    _native.concat_into(xs, 3, out)
+    assert out.tobytes() == np.concatenate(xs, axis=3).tobytes()
+    xs = [x + 1 for x in xs]
+    _native.concat_into(xs, 3, out)
+    assert out.tobytes() == np.concatenate(xs, axis=3).tobytes()
+    mixed = [xs[0], np.concatenate(xs[:2], axis=3)]
+    out2 = np.empty((2, 17, 13, 3), dtype)
+    _native.concat_into(mixed, 3, out2)
+    assert out2.tobytes() == np.concatenate(mixed, axis=3).tobytes()
+
+
 def test_tf2onnx_atan2_session_runs_natively():
     """TensorFlow's Atan2 as tf2onnx writes it (Atan of y / x, corrected by Sign(x) and
     Sign(y) times π): every step native, within 3 ulp of π of ONNX Runtime."""

@@ -649,6 +649,15 @@ py::array copy_strided(const py::handle& x_obj, int num_threads, const py::objec
   return y;
 }
 
+// dst[o·n] = src[o] for o < count, elements of type T (one input's column of a Concat
+// whose every input contributes one element a row).
+template <typename T>
+void interleave_column(const uint8_t* src, int64_t count, int64_t n, uint8_t* dst) {
+  const T* s = reinterpret_cast<const T*>(src);
+  T* d = reinterpret_cast<T*>(dst);
+  for (int64_t o = 0; o < count; ++o) d[o * n] = s[o];
+}
+
 // Concat of C-contiguous arrays of one dtype along axis into out (C-contiguous, the
 // concatenated shape): per row of the axes before axis, each input's row of bytes in turn
 // (np.concatenate's bytes).
@@ -692,8 +701,25 @@ void concat_into(const py::list& xs, int64_t axis, const py::handle& out_obj) {
   std::vector<const uint8_t*> src;
   for (const auto& x : parts) src.push_back(static_cast<const uint8_t*>(x.data()));
   auto* dst = static_cast<uint8_t*>(y.mutable_data());
+  // One element from each input per row (a stack along a new last axis: attacut's three
+  // [1, 174, 196, 1] maps into [1, 174, 196, 3]): the inputs interleaved by a typed loop;
+  // a memcpy call per element cost ~5 ns each.
+  const bool interleave = outer > 1 && (item == 1 || item == 2 || item == 4 || item == 8) &&
+                          std::all_of(row_bytes.begin(), row_bytes.end(), [item](int64_t b) { return b == item; });
   // a recorded call holds the parts (and so their bytes)
-  run_or_record([src, row_bytes, outer, dst, parts]() {
+  run_or_record([src, row_bytes, outer, dst, parts, interleave, item]() {
+    if (interleave) {
+      const int64_t n = static_cast<int64_t>(src.size());
+      for (int64_t i = 0; i < n; ++i) {
+        switch (item) {
+          case 1: interleave_column<uint8_t>(src[i], outer, n, dst + i * item); break;
+          case 2: interleave_column<uint16_t>(src[i], outer, n, dst + i * item); break;
+          case 4: interleave_column<uint32_t>(src[i], outer, n, dst + i * item); break;
+          default: interleave_column<uint64_t>(src[i], outer, n, dst + i * item); break;
+        }
+      }
+      return;
+    }
     uint8_t* d = dst;
     for (int64_t o = 0; o < outer; ++o) {
       for (size_t i = 0; i < src.size(); ++i) {
