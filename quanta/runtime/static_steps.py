@@ -22,6 +22,7 @@ analysis is conservative, a missed skip only costs time.
 from __future__ import annotations
 
 from quanta.ir.op_facts import QUANTA, derive
+from quanta.passes.rules._util import NONDETERMINISTIC_OPS
 from quanta.runtime.plan import NONE_SLOT, Plan, SlotKind
 
 __all__ = [
@@ -73,18 +74,9 @@ SHAPE_ARGS: dict[str, tuple[int, ...]] = {
     "ReduceSumSquare": (1,),
 }
 
-#: Operators whose values are not a function of their inputs.
-NONDETERMINISTIC = frozenset(
-    {
-        "RandomNormal",
-        "RandomUniform",
-        "RandomNormalLike",
-        "RandomUniformLike",
-        "Multinomial",
-        "Bernoulli",
-        "Dropout",
-    }
-)
+#: Operators whose values are not a function of their inputs: the random ones, and
+#: Dropout, whose training_mode may be set at run time.
+NONDETERMINISTIC = NONDETERMINISTIC_OPS | {"Dropout"}
 
 _DOMAINS = ("", "ai.onnx", "com.microsoft")
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})

@@ -45,6 +45,7 @@ from quanta.ir.graph import Graph, Node, Value, unused_name
 from quanta.ir.onnx_io import attribute_to_python, value_info_types
 from quanta.ir.subgraphs import rebind_outer_values, renamed_graph
 from quanta.passes.manager import Pass, PassResult
+from quanta.passes.rules._util import NONDETERMINISTIC_OPS
 
 __all__ = ["HoistLoopInvariants"]
 
@@ -57,21 +58,9 @@ def _defined(graph: onnx.GraphProto) -> set[str]:
 
 
 #: Operators never moved out of a body: their values are not a function of their inputs
-#: (random ones), or a lowering pass fuses them with their neighbours inside the body.
-_KEPT = frozenset(
-    {
-        "RandomNormal",
-        "RandomUniform",
-        "RandomNormalLike",
-        "RandomUniformLike",
-        "Multinomial",
-        "Bernoulli",
-        "Dropout",
-        "QuantizeLinear",
-        "DequantizeLinear",
-        "DynamicQuantizeLinear",
-    }
-)
+#: (the random ones, and Dropout, whose training_mode may be set at run time), or a
+#: lowering pass fuses them with their neighbours inside the body.
+_KEPT = NONDETERMINISTIC_OPS | {"Dropout", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 _GRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
