@@ -649,15 +649,6 @@ py::array copy_strided(const py::handle& x_obj, int num_threads, const py::objec
   return y;
 }
 
-// dst[o·n] = src[o] for o < count, elements of type T (one input's column of a Concat
-// whose every input contributes one element a row).
-template <typename T>
-void interleave_column(const uint8_t* src, int64_t count, int64_t n, uint8_t* dst) {
-  const T* s = reinterpret_cast<const T*>(src);
-  T* d = reinterpret_cast<T*>(dst);
-  for (int64_t o = 0; o < count; ++o) d[o * n] = s[o];
-}
-
 // Concat of C-contiguous arrays of one dtype along axis into out (C-contiguous, the
 // concatenated shape): per row of the axes before axis, each input's row of bytes in turn
 // (np.concatenate's bytes).
@@ -712,10 +703,10 @@ void concat_into(const py::list& xs, int64_t axis, const py::handle& out_obj) {
       const int64_t n = static_cast<int64_t>(src.size());
       for (int64_t i = 0; i < n; ++i) {
         switch (item) {
-          case 1: interleave_column<uint8_t>(src[i], outer, n, dst + i * item); break;
-          case 2: interleave_column<uint16_t>(src[i], outer, n, dst + i * item); break;
-          case 4: interleave_column<uint32_t>(src[i], outer, n, dst + i * item); break;
-          default: interleave_column<uint64_t>(src[i], outer, n, dst + i * item); break;
+          case 1: tensor_ops::interleave_column<uint8_t>(src[i], outer, n, dst + i * item); break;
+          case 2: tensor_ops::interleave_column<uint16_t>(src[i], outer, n, dst + i * item); break;
+          case 4: tensor_ops::interleave_column<uint32_t>(src[i], outer, n, dst + i * item); break;
+          default: tensor_ops::interleave_column<uint64_t>(src[i], outer, n, dst + i * item); break;
         }
       }
       return;

@@ -350,11 +350,8 @@ void strided_run(const uint8_t* src, int64_t step, int64_t n, uint8_t* dst) {
 // elements, `step` elements apart, interleaved (elements of type T, bytes moved).
 template <typename T>
 void interleave_rows(const uint8_t* src, int64_t step, int64_t rows, int64_t len, uint8_t* dst) {
-  for (int64_t j = 0; j < rows; ++j) {
-    const T* s = reinterpret_cast<const T*>(src) + j * step;
-    T* d = reinterpret_cast<T*>(dst) + j;
-    for (int64_t i = 0; i < len; ++i) d[i * rows] = s[i];
-  }
+  const int64_t bytes = static_cast<int64_t>(sizeof(T));
+  for (int64_t j = 0; j < rows; ++j) interleave_column<T>(src + j * step * bytes, len, rows, dst + j * bytes);
 }
 
 }  // namespace

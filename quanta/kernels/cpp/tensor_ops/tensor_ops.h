@@ -212,5 +212,15 @@ void repeat_2d(const uint8_t* x, int64_t planes, int64_t h, int64_t w, int64_t e
 void copy_strided(const uint8_t* x, int rank, const int64_t* shape, const int64_t* strides, int64_t elem, uint8_t* y,
                   int num_threads);
 
+// dst[o·n] = src[o] for o < count, elements of type T (bytes moved, never computed): one
+// row of an interleave (copy_strided's short strided runs, concat_into's inputs of one
+// element a row).
+template <typename T>
+inline void interleave_column(const uint8_t* src, int64_t count, int64_t n, uint8_t* dst) {
+  const T* s = reinterpret_cast<const T*>(src);
+  T* d = reinterpret_cast<T*>(dst);
+  for (int64_t o = 0; o < count; ++o) d[o * n] = s[o];
+}
+
 }  // namespace tensor_ops
 }  // namespace quanta
