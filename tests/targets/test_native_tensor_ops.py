@@ -652,6 +652,9 @@ def test_global_pools_specialized_in_a_session_keep_the_bytes(op_type, threads):
         ((2, 33, 300), [1]),  # columns past one 256-column tile
         ((1, 20, 513), [-2]),  # one slab, tiles split between two threads
         ((17, 2, 3, 5), [0, 1, 2]),  # every axis but the last
+        ((4, 301, 1), [1]),  # a mask [N, T, 1] summed over T: rows once the 1 is gone
+        ((3, 1, 17, 1, 5), [1, 2, 3]),  # size-1 axes among the reduced ones
+        ((2, 7, 1, 3), [1]),  # a size-1 axis between the reduced axis and the columns
     ],
 )
 @pytest.mark.parametrize("keepdims", [0, 1])
@@ -725,6 +728,7 @@ def test_middle_reductions_specialized_in_a_session_keep_the_bytes(threads):
         ("ReduceSum", (2, 512, 256), [1], 0),
         ("ReduceMax", (301, 1, 16), [0], 0),
         ("ReduceL2", (3, 17, 7), [-2], 1),
+        ("ReduceSum", (4, 301, 1), [1], 0),  # a mask's count: rows, no transposed copy
     ]
     for op_type, shape, axes, keepdims in cases:
         graph = helper.make_graph(

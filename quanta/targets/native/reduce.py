@@ -118,11 +118,26 @@ def _finish(
     return y
 
 
+def _squeezed(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``shape`` without its axes of size 1 and ``axes`` renumbered on what is left: an
+    axis of one element moves no other, so the layout tests below read the squeezed
+    shape (a mask [N, T, 1] summed over T is rows [N, T], not a transposed copy)."""
+    keep = [a for a, n in enumerate(shape) if n != 1]
+    return tuple(shape[a] for a in keep), tuple(i for i, a in enumerate(keep) if a in axes)
+
+
+def _trailing(shape: tuple[int, ...], axes: tuple[int, ...]) -> bool:
+    """Whether x [..., reduced axes] is its rows [R, D] as it lies in memory."""
+    shape, axes = _squeezed(shape, axes)
+    return list(axes) == list(range(len(shape) - len(axes), len(shape)))
+
+
 def _middle(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, int, int] | None:
     """(outer, D, inner) when the reduced axes are adjacent and not the trailing ones
     (x is [outer, D, inner] and each row of the twin is a column x[o, :, c]: the beats
     TCN's time mean [T, 1, 16] over axis 0, a LayerNorm sum over the channels of [N, C,
     L]); None otherwise."""
+    shape, axes = _squeezed(shape, axes)
     if not axes or list(axes) != list(range(axes[0], axes[-1] + 1)):
         return None
     inner = math.prod(shape[axes[-1] + 1 :])
@@ -137,7 +152,7 @@ def _rows(ctx: Any, x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, t
     kept_shape = tuple(x.shape[a] for a in kept)
     r = int(np.prod(kept_shape, dtype=np.int64))
     d = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
-    if list(axes) == list(range(len(kept), x.ndim)):
+    if _trailing(x.shape, axes):
         return x.reshape(r, d), kept_shape
     moved = _native().copy_strided(np.transpose(x, kept + list(axes)), _threads(ctx))
     return moved.reshape(r, d), kept_shape
@@ -213,7 +228,7 @@ def _trailing_rows_call(
     shape = sig.shapes[0]
     assert shape is not None
     kept = [a for a in range(len(shape)) if a not in red]
-    if list(red) != list(range(len(kept), len(shape))):
+    if not _trailing(tuple(shape), red):
         return _middle_call(row_op, post, sig, red, keepdims) if int_op is None else None
     kept_shape = tuple(shape[a] for a in kept)
     r, d = math.prod(kept_shape), math.prod(shape[a] for a in red)
