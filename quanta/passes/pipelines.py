@@ -45,6 +45,7 @@ from quanta.passes.rules.fold_zero_product import FoldZeroProduct
 from quanta.passes.rules.fuse_activation import DropImpliedActivation, FuseActivation, FuseFloatActivation
 from quanta.passes.rules.hoist_loop_invariants import HoistLoopInvariants
 from quanta.passes.rules.inline_if import InlineIf
+from quanta.passes.rules.peel_loop_iteration import PeelLoopIteration
 from quanta.passes.rules.propagate_views import PropagateViews
 from quanta.passes.rules.qat_exports import QatExports
 from quanta.passes.rules.remove_noops import RemoveNoops
@@ -324,6 +325,9 @@ def simplify_control_flow(*, evaluator: Evaluator | None = None) -> list[Pass]:
         FoldConstants(evaluator),
         InlineIf(),
         FoldConstants(evaluator),
+        # a loop variable whose update is idempotent (Paddle's features as x + 0):
+        # iteration 0 before the Loop, the variable passed through after it
+        PeelLoopIteration(),
         # loop variables a body passes through: enclosing-scope values of the body
         # (Paddle's weights: its Transposes of them fold and its GEMMs pack them once),
         # and the body's nodes on those alone computed once, before the Loop
