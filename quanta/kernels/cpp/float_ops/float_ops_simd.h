@@ -225,18 +225,36 @@ inline typename T::V log_v(typename T::V x) {
   return T::select(T::template cmp<_CMP_NGE_UQ>(x, T::zero()), r, T::set1(std::numeric_limits<float>::quiet_NaN()));
 }
 
+// (F1): t = min(|x|, 3.925); NaN: the second operand.
 template <class T>
-inline typename T::V erf_v(typename T::V x) {
+inline typename T::V erf_t_v(typename T::V x) {
+  return T::min(T::set1(kErfTMax), abs_v<T>(x));
+}
+
+// (F2)-(F3): erf(t) for t <= 0.921875.
+template <class T>
+inline typename T::V erf_small_v(typename T::V t) {
   using V = typename T::V;
-  const V t = T::min(T::set1(kErfTMax), abs_v<T>(x));  // (F1); NaN: the second operand
-  const V s = T::mul(t, t);                            // (F2)
-  V p = T::set1(kErfA[0]);                             // (F3)
+  const V s = T::mul(t, t);  // (F2)
+  V p = T::set1(kErfA[0]);   // (F3)
   for (int k = 1; k < 6; ++k) p = T::add(T::mul(p, s), T::set1(kErfA[k]));
-  const V small = T::add(T::mul(p, t), t);
-  V q = T::set1(kErfB[0]);  // (F4)
+  return T::add(T::mul(p, t), t);
+}
+
+// (F4): erf(t) for t > 0.921875.
+template <class T>
+inline typename T::V erf_big_v(typename T::V t) {
+  using V = typename T::V;
+  V q = T::set1(kErfB[0]);
   for (int k = 1; k < 7; ++k) q = T::add(T::mul(q, t), T::set1(kErfB[k]));
   q = T::add(T::mul(q, t), t);
-  const V big = T::sub(T::set1(1.0f), exp_v<T>(T::xor_(q, T::set1(-0.0f))));
+  return T::sub(T::set1(1.0f), exp_v<T>(T::xor_(q, T::set1(-0.0f))));
+}
+
+template <class T>
+inline typename T::V erf_v(typename T::V x) {
+  const typename T::V t = erf_t_v<T>(x);
+  const typename T::V small = erf_small_v<T>(t), big = erf_big_v<T>(t);
   return copysign_v<T>(T::select(T::template cmp<_CMP_GT_OQ>(t, T::set1(kErfSplit)), small, big), x);  // (F5)
 }
 
@@ -336,10 +354,15 @@ inline typename T::V relu_v(typename T::V x) {
   return T::select(T::template cmp<_CMP_UNORD_Q>(x, x), y, x);
 }
 
+// (G1) from erf(x / SQRT2) = e.
+template <class T>
+inline typename T::V gelu_of_erf_v(typename T::V x, typename T::V e) {
+  return T::mul(T::mul(T::set1(0.5f), x), T::add(T::set1(1.0f), e));
+}
+
 template <class T>
 inline typename T::V gelu_v(typename T::V x) {  // (G1)
-  const typename T::V e = erf_v<T>(T::div(x, T::set1(kGeluSqrt2)));
-  return T::mul(T::mul(T::set1(0.5f), x), T::add(T::set1(1.0f), e));
+  return gelu_of_erf_v<T>(x, erf_v<T>(T::div(x, T::set1(kGeluSqrt2))));
 }
 
 template <class T>
