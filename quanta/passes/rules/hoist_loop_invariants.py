@@ -37,6 +37,8 @@ nodes whose results the body returns or whose names the enclosing graph already 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -47,7 +49,32 @@ from quanta.ir.subgraphs import rebind_outer_values, renamed_graph
 from quanta.passes.manager import Pass, PassResult
 from quanta.passes.rules._util import NONDETERMINISTIC_OPS
 
-__all__ = ["HoistLoopInvariants"]
+__all__ = ["HoistLoopInvariants", "LoopParts", "loop_parts"]
+
+
+class LoopParts(NamedTuple):
+    """A default-domain Loop's body and how its inputs and outputs split."""
+
+    body: onnx.GraphProto
+    n_own: int  # M, cond and the carried initial values (the node's inputs before the outer ones)
+    n_carried: int
+    ins: list[str]  # the body's inputs: iteration number, condition, carried values
+    outs: list[str]  # the body's outputs: condition, carried values, scan outputs
+
+
+def loop_parts(node: Node) -> LoopParts | None:
+    """``node``'s body and its input / output split, None for a body that is not a graph,
+    carries nothing or does not match the node's inputs."""
+    body = node.attrs.get("body")
+    if not isinstance(body, onnx.GraphProto):
+        return None
+    n_own = len(node.inputs) - len(node.outer_names)
+    n_carried = n_own - 2
+    ins = [i.name for i in body.input]
+    outs = [o.name for o in body.output]
+    if n_carried <= 0 or len(ins) != 2 + n_carried or len(outs) < 1 + n_carried:
+        return None
+    return LoopParts(body, n_own, n_carried, ins, outs)
 
 
 def _defined(graph: onnx.GraphProto) -> set[str]:
@@ -160,15 +187,10 @@ class HoistLoopInvariants(Pass):
 
     @staticmethod
     def _hoist(graph: Graph, node: Node) -> int:
-        body = node.attrs.get("body")
-        if not isinstance(body, onnx.GraphProto):
+        parts = loop_parts(node)
+        if parts is None:
             return 0
-        n_own = len(node.inputs) - len(node.outer_names)
-        n_carried = n_own - 2
-        ins = [i.name for i in body.input]
-        outs = [o.name for o in body.output]
-        if n_carried <= 0 or len(ins) != 2 + n_carried or len(outs) < 1 + n_carried:
-            return 0
+        body, n_own, n_carried, ins, outs = parts
         defined = _defined(body)
         graph_outputs = {id(o) for o in graph.outputs}
         picks: list[int] = []

@@ -43,6 +43,7 @@ from quanta.ir.onnx_io import attribute_to_python, value_info_types
 from quanta.ir.subgraphs import rebind_outer_values
 from quanta.passes.manager import Pass, PassResult
 from quanta.passes.rules._util import NONDETERMINISTIC_OPS
+from quanta.passes.rules.hoist_loop_invariants import loop_parts
 
 __all__ = ["PeelLoopIteration"]
 
@@ -159,15 +160,12 @@ class PeelLoopIteration(Pass):
 
     @staticmethod
     def _peel(graph: Graph, node: Node) -> int:
-        body = node.attrs.get("body")
-        if not isinstance(body, onnx.GraphProto):
+        parts = loop_parts(node)
+        if parts is None:
             return 0
-        n_own = len(node.inputs) - len(node.outer_names)
-        n_carried = n_own - 2
-        ins = [i.name for i in body.input]
-        outs = [o.name for o in body.output]
-        if n_carried <= 0 or len(ins) != 2 + n_carried or len(outs) != 1 + n_carried:
-            return 0  # scan outputs, or a malformed body
+        body, n_own, n_carried, ins, outs = parts
+        if len(outs) != 1 + n_carried:
+            return 0  # scan outputs: iteration 0's slices would need a Concat
         if any(n.op_type in NONDETERMINISTIC_OPS or n.op_type == "Dropout" for n in body.node):
             return 0
         if any(a.type in _GRAPH_ATTRS for n in body.node for a in n.attribute):
