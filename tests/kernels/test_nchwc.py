@@ -199,6 +199,11 @@ def assert_within_bound(y: np.ndarray, y64: np.ndarray, magnitude: np.ndarray, k
         (2, 1, 13, 13, 17, 3, 3, (2, 1), (1, 2), (0, 2, 1, 0), {}),
         (1, 3, 40, 40, 16, 3, 3, (2, 2), (1, 1), (1, 1, 1, 1), {"input_nchw": True}),  # the stem
         (1, 4, 33, 35, 32, 6, 6, (2, 2), (1, 1), (2, 2, 2, 2), {"input_nchw": True, "post": "SiLU"}),
+        # pixel strides of 16 and 32 floats on a plain plane: the tiles' NCHW16c forms
+        # (constant pixel strides, lane stride 1) must not take them
+        (1, 3, 70, 300, 16, 3, 3, (1, 16), (1, 1), (1, 1, 1, 1), {"input_nchw": True}),
+        (1, 5, 40, 330, 17, 2, 2, (2, 32), (1, 1), (0, 0, 0, 0), {"input_nchw": True}),
+        (1, 23, 11, 37, 33, 1, 1, (1, 2), (1, 1), (0, 0, 0, 0), {"lo": 0.0}),  # stride 2: 32 floats
         (1, 17, 5, 9, 48, 3, 3, (1, 1), (1, 1), (4, 4, 4, 4), {}),  # windows wholly in the pads
         (1, 48, 13, 13, 48, 3, 3, (1, 1), (1, 1), (1, 1, 1, 1), {"depthwise": True}),
         (1, 17, 9, 9, 17, 5, 5, (2, 1), (1, 2), (2, 0, 1, 3), {"depthwise": True, "post": "HardSwish"}),

@@ -11,6 +11,7 @@ namespace {
 
 struct O {
   static constexpr int kEmbedMaxNb = 0;
+  static constexpr bool kDwRowReuse = false;
   struct V {
     __m256 a, b;
   };

@@ -15,6 +15,7 @@ struct O {
   // one or two output blocks: the broadcast in each fma (a separate vbroadcastss would be a
   // second vector uop per fma); three or four: one vbroadcastss shared by the blocks' fmas
   static constexpr int kEmbedMaxNb = 2;
+  static constexpr bool kDwRowReuse = true;
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float v) { return _mm512_set1_ps(v); }
   static V load(const float* p) { return _mm512_loadu_ps(p); }

@@ -10,6 +10,7 @@ namespace {
 
 struct O {
   static constexpr int kEmbedMaxNb = 0;
+  static constexpr bool kDwRowReuse = false;
   struct V {
     float v[16];
   };

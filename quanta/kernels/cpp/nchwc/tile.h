@@ -7,6 +7,9 @@
 //   fma_bcast(w, p, c)     w·p[0] + c per lane, one rounding (AVX-512: an embedded broadcast)
 //   kEmbedMaxNb            tiles of up to this many output blocks use fma_bcast per fma;
 //                          wider ones broadcast each input value once (set1) for all blocks
+//   kDwRowReuse            depthwise 3-tap rows load each input pixel once for its taps
+//                          (S·(P − 1) + 3 vectors live at once: 32 zmm hold them, 16 ymm
+//                          pairs do not)
 // max(set1(lo), v) and min(set1(hi), v) keep a NaN v (vmaxps / vminps return their second
 // operand when either is NaN), as the GEMM's clamp does.
 //
@@ -50,8 +53,13 @@ inline __attribute__((always_inline)) void nchwc_lane(typename O::V (&acc)[P][NB
   }
 }
 
-template <class O, int P, int NB>
-void nchwc_conv_tile(const quanta::nchwc::ConvTile& t) {
+// kPix: the input pixel stride t.xs_pix as a compile-time constant (16: stride 1 on
+// NCHW16c, 32: stride 2; the lane stride then 1), 0 to read both from t. With a constant, the P broadcasts of a lane
+// step are fixed displacements from one pointer; read from t, GCC computes them as a chain
+// of pointer adds between the fmas (1 x 1, 16 -> 16 channels on a 64 x 64 plane: 28 ->
+// 20 us, one thread).
+template <class O, int P, int NB, int64_t kPix>
+inline __attribute__((always_inline)) void nchwc_conv_tile_body(const quanta::nchwc::ConvTile& t) {
   typename O::V acc[P][NB];
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) {
@@ -60,7 +68,7 @@ void nchwc_conv_tile(const quanta::nchwc::ConvTile& t) {
   }
   const float* xc = t.x;
   const float* wc = t.w;
-  const int64_t xs_pix = t.xs_pix, ws_ob = t.ws_ob, xs_lane = t.xs_lane;
+  const int64_t xs_pix = kPix ? kPix : t.xs_pix, ws_ob = t.ws_ob, xs_lane = kPix ? 1 : t.xs_lane;
   for (int64_t cb = 0; cb < t.cbs; ++cb, xc += t.xs_cb, wc += t.ws_cb) {
     const int lanes = cb + 1 < t.cbs ? 16 : t.last_lanes;
     for (int ky = 0; ky < t.nky; ++ky) {
@@ -89,6 +97,17 @@ void nchwc_conv_tile(const quanta::nchwc::ConvTile& t) {
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p)
     nchwc_finish<O, NB>(acc[p], t.bias, t.lo, t.hi, t.y + p * 16, t.ys_ob, t.sum ? t.sum + p * 16 : nullptr);
+}
+
+template <class O, int P, int NB>
+void nchwc_conv_tile(const quanta::nchwc::ConvTile& t) {
+  if (P > 1 && t.xs_pix == 16 && t.xs_lane == 1) {
+    nchwc_conv_tile_body<O, P, NB, 16>(t);
+  } else if (P > 1 && t.xs_pix == 32 && t.xs_lane == 1) {
+    nchwc_conv_tile_body<O, P, NB, 32>(t);
+  } else {
+    nchwc_conv_tile_body<O, P, NB, 0>(t);
+  }
 }
 
 // Two border pixels of one row (their own x, w, nkx and y; everything else from a): the
@@ -150,11 +169,9 @@ void nchwc_conv_pair(const quanta::nchwc::ConvTile& a, const quanta::nchwc::Conv
   nchwc_finish<O, NB>(acc[1], a.bias, a.lo, a.hi, b.y, a.ys_ob, b.sum);
 }
 
+// The taps of a tile in the generic order: per row ky, per tap kx, the P pixels.
 template <class O, int P>
-void nchwc_dw_tile(const quanta::nchwc::DwTile& t) {
-  typename O::V acc[P];
-#pragma GCC unroll 8
-  for (int p = 0; p < P; ++p) acc[p] = O::zero();
+inline __attribute__((always_inline)) void nchwc_dw_taps(const quanta::nchwc::DwTile& t, typename O::V (&acc)[P]) {
   for (int ky = 0; ky < t.nky; ++ky) {
     const float* xr = t.x + ky * t.xs_row;
     const float* wr = t.w + ky * t.ws_row;
@@ -165,12 +182,50 @@ void nchwc_dw_tile(const quanta::nchwc::DwTile& t) {
       for (int p = 0; p < P; ++p) acc[p] = O::fma(O::load(xk + p * t.xs_pix), wv, acc[p]);
     }
   }
+}
+
+// A row of three taps at dilation 1 and pixel stride S (1 or 2) of P pixels reads input
+// pixels 0 .. S·(P − 1) + 2 of the row: each is loaded once and serves every tap that
+// reads it (S·(P − 1) + 3 loads a row instead of 3·P). Each accumulator still takes its
+// taps in increasing kx: the chains and their bytes are the generic loop's.
+template <class O, int P, int S>
+inline __attribute__((always_inline)) void nchwc_dw_row3(const float* xr, const float* wr, typename O::V (&acc)[P]) {
+  constexpr int kN = S * (P - 1) + 3;
+  typename O::V v[kN];
+#pragma GCC unroll 24
+  for (int i = 0; i < kN; ++i) v[i] = O::load(xr + i * 16);
+  const typename O::V w0 = O::load(wr), w1 = O::load(wr + 16), w2 = O::load(wr + 32);
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) acc[p] = O::fma(v[S * p], w0, acc[p]);
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) acc[p] = O::fma(v[S * p + 1], w1, acc[p]);
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) acc[p] = O::fma(v[S * p + 2], w2, acc[p]);
+}
+
+template <class O, int P>
+void nchwc_dw_tile(const quanta::nchwc::DwTile& t) {
+  typename O::V acc[P];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) acc[p] = O::zero();
+  if (O::kDwRowReuse && P > 1 && t.nkx == 3 && t.xs_col == 16 && (t.xs_pix == 16 || t.xs_pix == 32)) {
+    for (int ky = 0; ky < t.nky; ++ky) {
+      if (t.xs_pix == 16) {
+        nchwc_dw_row3<O, P, 1>(t.x + ky * t.xs_row, t.w + ky * t.ws_row, acc);
+      } else {
+        nchwc_dw_row3<O, P, 2>(t.x + ky * t.xs_row, t.w + ky * t.ws_row, acc);
+      }
+    }
+  } else {
+    nchwc_dw_taps<O, P>(t, acc);
+  }
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) {
     typename O::V one[1] = {acc[p]};
     nchwc_finish<O, 1>(one, t.bias, t.lo, t.hi, t.y + p * 16, 0, nullptr);
   }
 }
+
 
 // The maximum over a window inside the plane (no bounds tests): KH × KW taps when they
 // are compile-time constants, else g.kh × g.kw. Any order gives the same result (max only
