@@ -226,7 +226,6 @@ void nchwc_dw_tile(const quanta::nchwc::DwTile& t) {
   }
 }
 
-
 // The maximum over a window inside the plane (no bounds tests): KH × KW taps when they
 // are compile-time constants, else g.kh × g.kw. Any order gives the same result (max only
 // selects; a NaN anywhere gives NaN), so the first tap starts the running maximum.
