@@ -69,7 +69,9 @@ def _fold_groupnorm(opset: int) -> list[Pass]:
     return [FoldGroupNorm(opset)] if opset >= 21 else []
 
 
-def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:
+def prepare_for_quantization(
+    *, opset: int = 21, evaluator: Evaluator | None = None, opset_imports: dict[str, int] | None = None
+) -> list[Pass]:
     """Float-graph rewrites before calibration and QDQ insertion: constants folded
     (weights computed by subgraphs become initializers, and shape subgraphs for the
     dimensions the inputs fix, with a symbolic batch too), no-ops removed, zero Pads
@@ -89,6 +91,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     model stores them in a quarter of the bytes anyway), up to 2^24 elements."""
     from quanta.passes.rules.fold_conv_affine import FoldConvAffine
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
+    from quanta.passes.rules.refine_shapes import RefineShapes
     from quanta.passes.rules.sink_transposes import SinkTransposes
     from quanta.passes.rules.widen_half_islands import WidenHalfIslands
 
@@ -97,6 +100,9 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         FoldStaticDims(),  # Gather/Slice of a Shape whose read dimensions are static ...
         FoldConstants(evaluator, max_output_elements=1 << 24),  # ... and the arithmetic on them
         FoldReshapeDims(),  # x.view(x.size(0), -1) with a symbolic batch -> Reshape(x, [0, -1])
+        # the shapes behind those targets, inferred anew: onnx's inference at load time saw
+        # no value through their Concats (what a grouped linear's Einsum needs below)
+        RefineShapes(opset_imports or {"": opset}),
         Canonicalize(opset),  # Sum -> Adds (residuals of older exports), Upsample -> Resize
         # Clip(x+3, 0, 6)/6 -> HardSigmoid, Log(1+Exp) -> Softplus; written-out hardswish
         # stays as written: quantizing its input cost Paddle's OCR models accuracy
@@ -106,6 +112,9 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         # the edges): the Q/DQ go in float32 around float32 weights (float16 widens
         # exactly), so the integer lowering sees the groups a float32 model has
         WidenHalfIslands(),
+        # a two-operand Einsum (a grouped linear layer "btgi,gih->btgh"): the MatMul it
+        # computes, so its weight is quantized and it runs on the integer GEMM
+        CanonicalizeEinsum(),
         # a TF export's NHWC epilogues between Transposes: the pairs cancel, the Conv's
         # BatchNormalization (Sub, Mul, Add) and Pad land next to it for the folds below
         SinkTransposes(),
@@ -196,6 +205,9 @@ def optimize_float(
         Canonicalize(opset),
         FoldConstants(evaluator),
         FoldStaticDims(),  # the static dimensions (and the rank) a symbolic shape's readers take
+        # Reshape(x, Concat(.., Gather(Shape(x), j), ..)) -> a constant target with 0 at j:
+        # its result's shape is then known (a grouped linear's Einsum after it needs it)
+        FoldReshapeDims(),
         refine,  # shapes behind the folded constants (a Pad's computed amounts) ...
         FoldConstants(evaluator),  # ... and the Shape subgraphs that read them
         RefineShapes(opset_imports, after=refine),  # a second round when the first found some

@@ -1184,3 +1184,95 @@ def test_converted_half_model_quantizes_like_its_float32_graph(tmp_path):
     assert np.all(np.abs(ours - theirs) <= half_step)
     ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     assert np.max(np.abs(ours - ref)) < 0.1 * np.max(np.abs(ref))
+
+
+# -- grouped linear layers: Einsum over shapes a Concat of Shape pieces computes ----
+
+
+def grouped_linear_model(g: int = 3, i: int = 17, h: int = 7, out: int = 5) -> onnx.ModelProto:
+    """DeepFilterNet's GroupedLinearEinsum as torch.onnx (opset 12) writes it: x [1, T, g·i]
+    -> Reshape(x, Concat([1], T from Shape(x), [g, i])) -> Einsum("btgi,gih->btgh") ->
+    Reshape(e, Concat(Slice(Shape(e), 0, 2), [-1])) -> Relu -> MatMul head. Every shape
+    piece is a Constant node, so onnx's inference at load gives the Reshapes no shape.
+    The groups' weights differ in scale (0.2, 1, 3)."""
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((g, i, h)) * np.array([0.2, 1.0, 3.0])[:g, None, None]).astype(np.float32)
+    w2 = (rng.standard_normal((g * h, out)) * 0.3).astype(np.float32)
+
+    def const(name, a):
+        v = numpy_helper.from_array(np.asarray(a, np.int64), name)
+        return helper.make_node("Constant", [], [name], value=v, name=name)
+
+    nodes = [
+        *(
+            const(n, a)
+            for n, a in (("one", [1]), ("gi", [g, i]), ("idx1", 1), ("s0", [0]), ("e2", [2]), ("m1", [-1]))
+        ),
+        helper.make_node("Shape", ["x"], ["s"], name="shape_x"),
+        helper.make_node("Gather", ["s", "idx1"], ["t"], axis=0, name="gather_t"),
+        helper.make_node("Unsqueeze", ["t"], ["ut"], axes=[0], name="unsqueeze_t"),
+        helper.make_node("Concat", ["one", "ut", "gi"], ["shp"], axis=0, name="concat_shape"),
+        helper.make_node("Reshape", ["x", "shp"], ["xr"], name="split_groups"),
+        helper.make_node("Einsum", ["xr", "w"], ["e"], equation="btgi,gih->btgh", name="grouped_linear"),
+        helper.make_node("Shape", ["e"], ["se"], name="shape_e"),
+        helper.make_node("Slice", ["se", "s0", "e2"], ["bt"], name="slice_bt"),
+        helper.make_node("Concat", ["bt", "m1"], ["shp2"], axis=0, name="concat_shape2"),
+        helper.make_node("Reshape", ["e", "shp2"], ["f"], name="merge_groups"),
+        helper.make_node("Relu", ["f"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="head"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "grouped_linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "T", g * i])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "T", out])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w2, "w2")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+
+
+def test_grouped_linear_einsum_runs_natively_in_float(tmp_path):
+    """Failure signature (DeepFilterNet3's encoder and decoders): every grouped linear
+    Einsum ran on the NumPy twin ("no native kernel for this operator yet"): the
+    Reshape before it had no shape, so the Einsum could not become a MatMul."""
+    src = tmp_path / "gl.onnx"
+    onnx.save(grouped_linear_model(), str(src))
+    sess = quanta.InferenceSession(str(src))
+    assert sess.fallbacks == []
+    assert "Einsum" not in {s.op_type for s in sess.plan.steps}
+    feed = {"x": np.random.default_rng(6).standard_normal((1, 31, 51)).astype(np.float32)}
+    ours = sess.run(None, feed)[0]
+    theirs = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_linear_einsum_is_quantized_per_tensor_and_runs_in_both(tmp_path):
+    """Failure signature (DeepFilterNet3): the grouped linear layers stayed float in the
+    static file (their MACs not even counted: Einsum had no MAC formula). Made MatMuls
+    with a [g, i, h] weight quantized per column, ONNX Runtime refused the file
+    ("MatmulInteger : b zero point is not valid") and quanta kept them float. The Einsum
+    is now a MatMul before calibration and its batched weight is quantized per tensor:
+    every MAC in integer, and both engines run the file, to the same codes."""
+    src, dst = tmp_path / "gl.onnx", tmp_path / "q.onnx"
+    onnx.save(grouped_linear_model(), str(src))
+    rng = np.random.default_rng(1)
+    calib = [{"x": rng.standard_normal((1, 29, 51)).astype(np.float32)} for _ in range(8)]
+    summary = quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False)
+    assert summary.integer_share is not None and summary.integer_share >= 0.99
+    q = onnx.load(str(dst))
+    inits = {t.name: t for t in q.graph.initializer}
+    (wdq,) = [
+        n
+        for n in q.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in inits and len(inits[n.input[0]].dims) == 3
+    ]
+    assert list(inits[wdq.input[1]].dims) == []  # one scale for the batched weight
+    feed = {"x": rng.standard_normal((1, 37, 51)).astype(np.float32)}
+    ours = assert_valid_and_runs(dst, feed)[0]
+    assert quanta.InferenceSession(str(dst)).fallbacks == []
+    theirs = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    # the head's float output of the same integer codes: equal up to the float32
+    # rounding of its K = 21 products
+    assert np.max(np.abs(ours - theirs)) <= 1e-5 * np.max(np.abs(theirs))
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    assert np.max(np.abs(ours - ref)) < 0.1 * np.max(np.abs(ref))

@@ -113,3 +113,74 @@ def test_fold_copied_dims_into_reshape_refuses_a_piece_of_another_kind():
     assert [r.reason for r in p.why_not("FoldCopiedDimsIntoReshape")] == [
         "'g_1d' (output of 'to_1d' (Reshape)) is neither a constant nor Unsqueeze(Gather(Shape(...)))"
     ]
+
+
+def flatten_tail_proto(*, starts=(0,), ends=(2,), steps=None, tail=(-1,)):
+    """x [batch, T, 4, 5] -> Relu -> Reshape(r, Concat(Slice(Shape(r), starts, ends), tail))
+    (torch's x.flatten(2))."""
+    consts = {"starts": starts, "ends": ends, "tail": tail}
+    if steps is not None:
+        consts |= {"axes": [0], "steps": steps}
+    inits = [numpy_helper.from_array(np.asarray(a, np.int64), n) for n, a in consts.items()]
+    slice_inputs = ["s", "starts", "ends"] + (["axes", "steps"] if steps is not None else [])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["s"], name="shape"),
+        helper.make_node("Slice", slice_inputs, ["lead"], name="slice"),
+        helper.make_node("Concat", ["lead", "tail"], ["c"], axis=0, name="concat"),
+        helper.make_node("Reshape", ["r", "c"], ["y"], name="flatten"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "flatten_tail",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "T", 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)])
+
+
+@pytest.mark.parametrize(
+    ("kw", "target", "shape"),
+    [
+        ({}, [0, 0, -1], ("batch", "T", 20)),  # x.flatten(2): -1 is what the copies leave
+        ({"ends": (1,), "tail": (-1, 5)}, [0, -1, 5], ("batch", None, 5)),  # -1 over a symbolic T
+        ({"ends": (99,), "tail": ()}, [0, 0, 0, 0], ("batch", "T", 4, 5)),  # ends clamped to the rank
+        ({"steps": (1,)}, [0, 0, -1], ("batch", "T", 20)),
+    ],
+)
+def test_sliced_shape_pieces_fold_and_the_result_shape_is_known(kw, target, shape):
+    """A Slice(Shape(x), s, e) piece copies dimensions s..e-1 at their own positions; the
+    Reshape's result then has the shape the target gives, where onnx's inference at load
+    saw none (what a following Einsum needs to become a MatMul)."""
+    proto = flatten_tail_proto(**kw)
+    model = load(proto)
+    (before,) = [n for n in model.graph.nodes if n.op_type == "Reshape"]
+    assert before.outputs[0].shape is None or None in before.outputs[0].shape
+    result = run_passes(model, [FoldReshapeDims(), EliminateDead()])
+    assert result.fired("FoldCopiedDimsIntoReshape") == 1
+    assert model.graph.op_counts() == {"Relu": 1, "Reshape": 1}
+    (reshape,) = [n for n in model.graph.nodes if n.op_type == "Reshape"]
+    assert np.asarray(reshape.input(1).const).tolist() == target
+    assert reshape.outputs[0].shape == shape
+    for batch, t in ((1, 3), (2, 7)):
+        f = {"x": rng_data((batch, t, 4, 5), seed=batch)}
+        np.testing.assert_array_equal(run_ref(proto, f)[0], run_ref(model, f)[0])
+
+
+def test_gathered_copies_give_the_result_shape_too():
+    model = load(flatten_proto(tail=(4, 15)))
+    run_passes(model, [FoldReshapeDims(), EliminateDead()])
+    (reshape,) = [n for n in model.graph.nodes if n.op_type == "Reshape"]
+    assert reshape.outputs[0].shape == ("batch", 4, 15)
+
+
+def test_a_strided_shape_slice_is_refused_with_its_reason():
+    model = load(flatten_tail_proto(steps=(2,)))
+    before = format_graph(model.graph)
+    p = FoldReshapeDims()
+    run_passes(model, [p])
+    assert [r.reason for r in p.why_not("FoldCopiedDimsIntoReshape")] == [
+        "'lead' (output of 'slice' (Slice)) is not one step-1 slice of a shape"
+    ]
+    assert format_graph(model.graph) == before
