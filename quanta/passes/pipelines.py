@@ -261,7 +261,9 @@ def simplify(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pas
     ]
 
 
-def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:
+def lower_qdq(
+    *, opset: int = 21, evaluator: Evaluator | None = None, opset_imports: dict[str, int] | None = None
+) -> list[Pass]:
     """What the runtime compiles a QDQ graph with: the exact clean-up, then instruction
     selection (Q -> op -> DQ groups become integer operators), then dead code.
     Pads between one quantized type and the same one run on the integers after it.
@@ -280,11 +282,22 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
     from quanta.passes.rules.fuse_gelu import FuseGeluPass
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
     from quanta.passes.rules.quantize_pad import QuantizePad
+    from quanta.passes.rules.refine_shapes import RefineShapes
 
+    refine = RefineShapes(opset_imports or {"": opset})
     return [
         MsQdqToOnnxPass(),  # ORT's 16-bit contrib Q/DQ -> ai.onnx (the QLinear*16 groups)
         FoldConstants(evaluator),
         InlineIf(),  # an If on a condition folded to a constant: its branch's nodes
+        FoldConstants(evaluator),
+        # Reshape(x, Concat(.., Gather(Shape(x), j), ..)) -> a constant target with 0 at j,
+        # and the shapes behind it inferred again: a float Einsum between DQ and Q (ORT's
+        # file of a grouped linear layer) becomes a MatMul below only with its shapes known
+        FoldStaticDims(),
+        FoldReshapeDims(),
+        refine,
+        FoldConstants(evaluator),
+        RefineShapes(opset_imports or {"": opset}, after=refine),  # a second round when the first found some
         FoldConstants(evaluator),
         HoistLoopInvariants(),  # loop variables a body passes through: read from the enclosing scope
         RemoveNoops(),

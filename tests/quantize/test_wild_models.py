@@ -1276,3 +1276,38 @@ def test_grouped_linear_einsum_is_quantized_per_tensor_and_runs_in_both(tmp_path
     assert np.max(np.abs(ours - theirs)) <= 1e-5 * np.max(np.abs(theirs))
     ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     assert np.max(np.abs(ours - ref)) < 0.1 * np.max(np.abs(ref))
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_grouped_linear_einsum_in_onnx_runtimes_file_runs_natively(tmp_path, mode):
+    """Failure signature (ONNX Runtime's QDQ and dynamic files of DeepFilterNet3): the
+    Einsum, which ORT's quantizer leaves float between DequantizeLinear and
+    QuantizeLinear, ran on the NumPy twin. ``lower_qdq`` now folds the Reshape targets
+    and infers shapes again, so the Einsum becomes a float MatMul (one behind an operator
+    onnx cannot infer keeps a symbolic batch and time: test_canonicalize_einsum's
+    separate free labels)."""
+    from onnxruntime.quantization import CalibrationDataReader, quantize_dynamic, quantize_static
+
+    src, dst = tmp_path / "gl.onnx", tmp_path / "ort.onnx"
+    onnx.save(grouped_linear_model(), str(src))
+    rng = np.random.default_rng(2)
+    feeds = [{"x": rng.standard_normal((1, 29, 51)).astype(np.float32)} for _ in range(4)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    if mode == "static":
+        quantize_static(str(src), str(dst), Reader())
+    else:
+        quantize_dynamic(str(src), str(dst))
+    assert "Einsum" in {n.op_type for n in onnx.load(str(dst)).graph.node}
+    sess = quanta.InferenceSession(str(dst))
+    assert sess.fallbacks == []
+    feed = {"x": rng.standard_normal((1, 37, 51)).astype(np.float32)}
+    ours = sess.run(None, feed)[0]
+    theirs = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5 * float(np.max(np.abs(theirs))))

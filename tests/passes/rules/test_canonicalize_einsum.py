@@ -154,6 +154,38 @@ def test_one_unknown_group_size_is_minus_one():
 
 
 @pytest.mark.parametrize(
+    "equation, shape_a, shape_b, b_target, sizes",
+    [
+        # DeepFilterNet3's grouped linear layer after a GRU whose output shape is unknown:
+        # batch and time are two unrelated symbols
+        ("btgi,gih->btgh", ["B", "T", 3, 17], [3, 17, 7], [0, 1, 17, 7], [(1, 29), (2, 5)]),
+        ("bxij,bjk->bxik", ["N", "X", "I", 7], ["N", 7, 5], [0, 1, 7, 5], [(2, 3, 4), (1, 5, 2)]),
+        # three free labels of a, the contracted pair merged into K = 21
+        ("xyzij,ijk->xyzk", ["X", "Y", 2, 3, 7], [3, 7, 5], [1, 1, 21, 5], [(2, 3), (1, 4)]),
+    ],
+)
+def test_free_labels_of_a_without_a_static_product_stay_separate(equation, shape_a, shape_b, b_target, sizes):
+    """a's free labels whose product no Reshape can write (two symbolic sizes) stay
+    separate dimensions: all but the last become MatMul batch dimensions, which b's
+    Reshape gives unit sizes to broadcast over."""
+    model, result, _ = run_rule(einsum_proto(equation, shape_a, shape_b))
+    assert result.fired("EinsumToMatMul") == 1
+    (mm,) = [n for n in model.graph.nodes if n.op_type == "MatMul"]
+    b_reshape = mm.input(1).producer
+    assert b_reshape is not None and b_reshape.op_type == "Reshape"
+    assert np.asarray(b_reshape.input(1).const).tolist() == b_target
+    rng = np.random.default_rng(9)
+    for dims in sizes:
+        it = iter(dims)
+        sa = [d if isinstance(d, int) else next(it) for d in shape_a]
+        sb = [d if isinstance(d, int) else sa[0] for d in shape_b]  # "N" is a's first label
+        a = rng.standard_normal(sa).astype(np.float32)
+        b = rng.standard_normal(sb).astype(np.float32)
+        (y,) = run_ref(model, {"a": a, "b": b})
+        assert_within_dot_bound(equation, a, b, y)
+
+
+@pytest.mark.parametrize(
     "equation, shape_a, shape_b, reason",
     [
         ("...ij,...jk->...ik", [2, 3, 7], [2, 7, 5], "an ellipsis in the equation"),
@@ -173,10 +205,10 @@ def test_one_unknown_group_size_is_minus_one():
             "merging a's groups 'i', 'yj' needs two sizes that are not static",
         ),
         (
-            "bxij,bjk->bxik",
-            ["N", "X", "I", 7],
-            ["N", 7, 5],
-            "splitting the product into 'x', 'i', 'k' needs two sizes that are not static",
+            "bij,bjkl->bikl",
+            ["N", 3, 7],
+            ["N", 7, "K", "L"],
+            "splitting the product into 'i', 'k', 'l' needs two sizes that are not static",
         ),
     ],
 )
