@@ -101,7 +101,7 @@ def prepare_for_quantization(
         FoldConstants(evaluator, max_output_elements=1 << 24),  # ... and the arithmetic on them
         FoldReshapeDims(),  # x.view(x.size(0), -1) with a symbolic batch -> Reshape(x, [0, -1])
         # the shapes behind those targets, inferred anew: onnx's inference at load time saw
-        # no value through their Concats (what a grouped linear's Einsum needs below)
+        # no value through their Concats (the MAC counts and the rules below read them)
         RefineShapes(opset_imports or {"": opset}),
         Canonicalize(opset),  # Sum -> Adds (residuals of older exports), Upsample -> Resize
         # Clip(x+3, 0, 6)/6 -> HardSigmoid, Log(1+Exp) -> Softplus; written-out hardswish
@@ -112,9 +112,6 @@ def prepare_for_quantization(
         # the edges): the Q/DQ go in float32 around float32 weights (float16 widens
         # exactly), so the integer lowering sees the groups a float32 model has
         WidenHalfIslands(),
-        # a two-operand Einsum (a grouped linear layer "btgi,gih->btgh"): the MatMul it
-        # computes, so its weight is quantized and it runs on the integer GEMM
-        CanonicalizeEinsum(),
         # a TF export's NHWC epilogues between Transposes: the pairs cancel, the Conv's
         # BatchNormalization (Sub, Mul, Add) and Pad land next to it for the folds below
         SinkTransposes(),

@@ -248,7 +248,6 @@ def test_prepare_for_quantization_folds_float_weights_only():
         "canonicalize_activations",
         "remove_noops",
         "widen_half_islands",
-        "canonicalize_einsum",
         "sink_transposes",
         "eliminate_dead",
         "fold_pad",
