@@ -13,8 +13,12 @@ Exact: with ``allowzero=0`` a 0 in Reshape's shape copies the input's dimension 
 same position, which is what ``Gather(Shape(x), j)`` at position j of the target gives,
 and so each element of a ``Slice(Shape(x), s, e)`` (constant bounds, step 1) at
 positions s to e - 1.
-The rewrite applies only when every non-constant piece of the Concat is such a copy at
-its own position (``Shape{start}`` counted in), the other pieces being integer
+The Shape may read x, or a QuantizeLinear / DequantizeLinear of x or the value x
+quantizes or dequantizes (the same shape: ONNX Runtime's QOperator files reshape the codes
+by the shape of their dequantized values). The rewrite applies only when every
+non-constant piece of the Concat is such a copy at its own position (``Shape{start}``
+counted in; x of unknown rank, made by an operator onnx cannot infer, takes a Gather
+copy of a non-negative index of the whole shape), the other pieces being integer
 constants; the Shape subgraph is then dead (EliminateDead). It leaves no float shape
 arithmetic beside the quantized graph, and no Shape of a quantized value.
 
@@ -57,6 +61,23 @@ def _clamped(axis: int, rank: int) -> int:
     return min(max(axis, 0), rank)
 
 
+def _shape_of_x(shape: Node | None, x: Value) -> bool:
+    """Whether ``shape`` is a Shape node of ``x``, or of a QuantizeLinear / DequantizeLinear
+    of ``x`` or of which ``x`` is one (elementwise: the same shape; an ONNX Runtime
+    QOperator file reshapes the codes by the shape of their dequantized values)."""
+    if shape is None or shape.op_type != "Shape" or shape.input(0) is None:
+        return False
+    read = shape.input(0)
+    if read is x:
+        return True
+    q_ops = ("QuantizeLinear", "DequantizeLinear")
+    p = read.producer
+    if p is not None and p.op_type in q_ops and p.input(0) is x:
+        return True
+    px = x.producer
+    return px is not None and px.op_type in q_ops and px.input(0) is read
+
+
 def _copied_dims(piece: Value, x: Value) -> list[int] | str:
     """The dimensions of ``x`` that ``piece`` holds, in order: one for
     ``Unsqueeze(Gather(Shape(x), k), [0])``, a run for ``Slice(Shape(x), s, e)``; or why
@@ -82,7 +103,7 @@ def _sliced_dims(node: Node, x: Value) -> list[int] | str:
     if len(starts) != 1 or len(ends) != 1 or axes not in ([0], [-1]) or steps != [1]:
         return f"{describe(node.outputs[0])} is not one step-1 slice of a shape"
     shape = node.input(0).producer if node.input(0) is not None else None
-    if shape is None or shape.op_type != "Shape" or shape.input(0) is not x:
+    if shape is None or not _shape_of_x(shape, x):
         return f"{describe(node.outputs[0])} reads the shape of another tensor than the Reshape's input"
     if x.shape is None:
         return f"{describe(x)} has an unknown rank"
@@ -107,15 +128,19 @@ def _copied_dim(piece: Value, x: Value) -> int | str:
     if index is None or not index.is_const or np.asarray(index.const).ndim != 0:
         return f"{describe(piece)} gathers a non-constant or non-scalar index"
     shape: Node | None = gather.input(0).producer if gather.input(0) is not None else None
-    if shape is None or shape.op_type != "Shape" or shape.input(0) is not x:
+    if shape is None or not _shape_of_x(shape, x):
         return f"{describe(piece)} reads the shape of another tensor than the Reshape's input"
+    k = int(np.asarray(index.const))
     if x.shape is None:
+        # an operator onnx cannot infer made x (a QOperator file's com.microsoft op): a
+        # non-negative index into the whole shape needs no rank
+        if k >= 0 and "start" not in shape.attrs and "end" not in shape.attrs:
+            return k
         return f"{describe(x)} has an unknown rank"
     rank = len(x.shape)
     # Shape{start, end} returns dimensions [start, end)
     start = _clamped(int(shape.attrs.get("start", 0)), rank)
     end = rank if shape.attrs.get("end") is None else _clamped(int(shape.attrs["end"]), rank)
-    k = int(np.asarray(index.const))
     return start + (k if k >= 0 else (end - start) + k)
 
 

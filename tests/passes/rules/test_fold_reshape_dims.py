@@ -184,3 +184,80 @@ def test_a_strided_shape_slice_is_refused_with_its_reason():
         "'lead' (output of 'slice' (Slice)) is not one step-1 slice of a shape"
     ]
     assert format_graph(model.graph) == before
+
+
+def codes_reshape_proto(*, producer: str = "Relu"):
+    """ONNX Runtime's QOperator form: Reshape(q, Concat(Unsqueeze(Gather(Shape(DQ(q)), 0)),
+    [-1])) on the uint8 codes q of a tensor, with the shape read from their dequantized
+    values. ``producer`` "QLinearAdd": q comes from com.microsoft's QLinearAdd, whose
+    output onnx cannot infer (q of unknown rank)."""
+    inits = [
+        numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+        numpy_helper.from_array(np.array(7, np.uint8), "z"),
+        numpy_helper.from_array(np.array(0, np.int64), "i"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes0"),
+        numpy_helper.from_array(np.array([-1], np.int64), "tail"),
+    ]
+    if producer == "Relu":
+        head = [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q"], name="quant"),
+        ]
+    else:
+        head = [
+            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="quant"),
+            helper.make_node(
+                "QLinearAdd",
+                ["xq", "s", "z", "xq", "s", "z", "s", "z"],
+                ["q"],
+                name="qadd",
+                domain="com.microsoft",
+            ),
+        ]
+    nodes = [
+        *head,
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"], name="dequant"),
+        helper.make_node("Shape", ["dq"], ["sh"], name="shape"),
+        helper.make_node("Gather", ["sh", "i"], ["g"], axis=0, name="gather"),
+        helper.make_node("Unsqueeze", ["g", "axes0"], ["u"], name="unsqueeze"),
+        helper.make_node("Concat", ["u", "tail"], ["c"], axis=0, name="concat"),
+        helper.make_node("Reshape", ["q", "c"], ["qr"], name="flatten"),
+        helper.make_node("DequantizeLinear", ["qr", "s", "z"], ["y"], name="dequant_y"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "codes_reshape",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 3, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(g, opset_imports=opsets)
+
+
+def test_a_shape_read_through_dequantize_linear_is_a_copy():
+    """The shape of DQ(q) is q's: the target becomes [0, -1], the Shape subgraph dead."""
+    proto = codes_reshape_proto()
+    model = load(proto)
+    result = run_passes(model, [FoldReshapeDims(), EliminateDead()])
+    assert result.fired("FoldCopiedDimsIntoReshape") == 1
+    assert "Shape" not in model.graph.op_counts()
+    (reshape,) = [n for n in model.graph.nodes if n.op_type == "Reshape"]
+    assert np.asarray(reshape.input(1).const).tolist() == [0, -1]
+    assert reshape.outputs[0].shape == ("batch", 60)
+    for batch in (1, 3):
+        f = {"x": rng_data((batch, 4, 3, 5), seed=batch)}
+        np.testing.assert_array_equal(run_ref(proto, f)[0], run_ref(model, f)[0])
+
+
+def test_codes_of_unknown_rank_take_a_non_negative_gather_copy():
+    """q made by an operator onnx cannot infer has no rank; a Gather of index 0 of its whole
+    shape still copies dimension 0 (no rank needed), and the result has rank 2."""
+    model = load(codes_reshape_proto(producer="QLinearAdd"))
+    (q,) = [n.outputs[0] for n in model.graph.nodes if n.op_type == "QLinearAdd"]
+    assert q.shape is None
+    result = run_passes(model, [FoldReshapeDims(), EliminateDead()])
+    assert result.fired("FoldCopiedDimsIntoReshape") == 1
+    (reshape,) = [n for n in model.graph.nodes if n.op_type == "Reshape"]
+    assert np.asarray(reshape.input(1).const).tolist() == [0, -1]
+    assert reshape.outputs[0].shape is not None and len(reshape.outputs[0].shape) == 2
