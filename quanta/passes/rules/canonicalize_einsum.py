@@ -48,7 +48,7 @@ from quanta.ir.graph import Value, result_type
 from quanta.ir.types import Dim, FloatType, TensorType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
-__all__ = ["CanonicalizeEinsum", "EinsumToMatMul", "parse_equation"]
+__all__ = ["CanonicalizeEinsum", "EinsumToMatMul", "operand_shape", "parse_equation"]
 
 
 def parse_equation(equation: str, n_operands: int) -> tuple[list[str], str] | str:
@@ -88,6 +88,11 @@ class EinsumToMatMul(Rule):
         assert not isinstance(plan, str), plan  # check() accepted this match
         a, bv, y = m.value("a"), m.value("b"), m.value("y")
         elem = plan.elem
+        for v in (a, bv):  # a shape carried through a DequantizeLinear becomes the value's
+            if v.shape is None:
+                v.type = TensorType(
+                    v.type.elem if v.type is not None and v.type.elem is not None else elem, operand_shape(v)
+                )
         ta = _arrange(b, a, plan.sa, [*plan.batch, *plan.free_a, *plan.contract], plan.a_target, elem, "a")
         tb = _arrange(b, bv, plan.sb, [*plan.batch, *plan.contract, *plan.free_b], plan.b_target, elem, "b")
         mm_shape = (*(plan.dim[c] for c in plan.batch), *plan.mm_free_a(), plan.size(plan.free_b))
@@ -113,6 +118,21 @@ class EinsumToMatMul(Rule):
         return r
 
 
+def operand_shape(v: Value) -> tuple[Dim, ...] | None:
+    """``v``'s shape; for a DequantizeLinear / QuantizeLinear output of unknown shape, its
+    input's (elementwise: the same shape). An ONNX Runtime QOperator file dequantizes the
+    codes a ``com.microsoft`` operator made, whose shapes onnx's inference does not reach;
+    the codes' Reshape knows its rank (FoldReshapeDims), the DequantizeLinear after it does
+    not."""
+    if v.shape is not None:
+        return tuple(v.shape)
+    p = v.producer
+    if p is not None and p.op_type in ("DequantizeLinear", "QuantizeLinear") and p.input(0) is not None:
+        shape = p.input(0).shape
+        return None if shape is None else tuple(shape)
+    return None
+
+
 def _plan_of(m: Match) -> _Plan | str:
     """The rewrite's plan for the matched Einsum, or why it has none."""
     if len(m.root.inputs) != 2:
@@ -127,15 +147,16 @@ def _plan_of(m: Match) -> _Plan | str:
     shapes: list[tuple[Dim, ...]] = []
     for name, sub in (("a", sa), ("b", sb)):
         v = m.value(name)
-        if v.shape is None:
+        shape = operand_shape(v)
+        if shape is None:
             return f"operand {name} '{v.name}' has an unknown rank"
-        if len(v.shape) != len(sub):
-            return f"operand {name} '{v.name}' has rank {len(v.shape)}, its subscript {sub!r} {len(sub)}"
+        if len(shape) != len(sub):
+            return f"operand {name} '{v.name}' has rank {len(shape)}, its subscript {sub!r} {len(sub)}"
         if not sub:
             return f"operand {name} '{v.name}' is a scalar"
         if len(set(sub)) != len(sub):
             return f"subscript {sub!r} repeats a label (a diagonal)"
-        shapes.append(tuple(v.shape))
+        shapes.append(tuple(shape))
     if len(set(out)) != len(out):
         return f"output subscript {out!r} repeats a label"
     for c in sorted(set(sa) ^ set(sb)):

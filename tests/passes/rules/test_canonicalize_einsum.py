@@ -285,3 +285,44 @@ def test_an_einsum_between_q_and_dq_stays_a_float_product_in_lower_qdq():
     run_passes(model, lower_qdq(opset=17))
     ops = {n.op_type for n in model.graph.nodes}
     assert "Einsum" not in ops and "MatMul" in ops and "QLinearMatMul" not in ops
+
+
+def test_an_operand_of_unknown_shape_behind_a_dequantize_takes_its_codes_shape():
+    """ONNX Runtime's QOperator file of DeepFilterNet3: the Einsum reads
+    DequantizeLinear(Reshape(codes of a com.microsoft op)); the Reshape's shape is known
+    (FoldReshapeDims), the DequantizeLinear's is not (onnx's inference stops at the contrib
+    op). Elementwise, the DequantizeLinear has its input's shape: the rule uses it and
+    gives it to the value, where it refused ("unknown rank")."""
+    from onnx import numpy_helper
+
+    from quanta.ir.types import TensorType
+
+    inits = [
+        numpy_helper.from_array(np.array(0.03, np.float32), "s"),
+        numpy_helper.from_array(np.array(131, np.uint8), "z"),
+        numpy_helper.from_array(np.random.default_rng(2).standard_normal((3, 17, 7)).astype(np.float32), "w"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["a"], name="dequant"),
+        helper.make_node("Einsum", ["a", "w"], ["y"], name="einsum", equation="btgi,gih->btgh"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("q", TensorProto.UINT8, [1, "T", 3, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model = load(proto)
+    (a,) = [n.outputs[0] for n in model.graph.nodes if n.op_type == "DequantizeLinear"]
+    a.type = TensorType(a.type.elem, None)  # what the contrib op's file loads with
+    p = CanonicalizeEinsum()
+    result = run_passes(model, [p])
+    assert result.fired("EinsumToMatMul") == 1
+    assert a.shape == (1, "T", 3, 17)
+    rng = np.random.default_rng(3)
+    q = rng.integers(0, 256, (1, 29, 3, 17)).astype(np.uint8)
+    (y,) = run_ref(model, {"q": q})
+    deq = (q.astype(np.float32) - np.float32(131)) * np.float32(0.03)
+    assert_within_dot_bound("btgi,gih->btgh", deq, numpy_helper.to_array(inits[2]), y)
