@@ -342,6 +342,20 @@ def metric(kind: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) 
             "speech_frames": speech,
             "text": f"frames {agree:.1f}% ({speech:.0f}% speech)",
         }
+    if kind == "outputs":  # several real-valued outputs alike (DeepFilterNet3): each one's SQNR, the least
+        per = [
+            sqnr_db(
+                np.concatenate([o[k].reshape(-1) for o in ref]),
+                np.concatenate([o[k].reshape(-1) for o in got]),
+            )
+            for k in range(len(ref[0]))
+        ]
+        worst = min(per)
+        return {
+            "score": worst,
+            "sqnr_db": per,
+            "text": f"SQNR min {worst:.1f} dB (" + " / ".join(f"{v:.1f}" for v in per) + ")",
+        }
     if kind == "features":  # audio features / embeddings: SQNR and cosine per sample
         r = [o[0].reshape(-1).astype(np.float64) for o in ref]
         g = [o[0].reshape(-1).astype(np.float64) for o in got]
@@ -501,6 +515,7 @@ class Model:
             or base in zoodata.NINTH_MODELS
             or base in zoodata.TENTH_MODELS
             or base in zoodata.ELEVENTH_MODELS
+            or base in zoodata.FOURTEENTH_MODELS
         ):
             self.calib = zoodata.feeds(base, "calib", n_calib, cache)
             self.eval = zoodata.feeds(base, "eval", n_eval, cache)

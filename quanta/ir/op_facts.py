@@ -63,6 +63,7 @@ class MacKind(enum.Enum):
     MATMUL = "matmul"  # out elements x K (last axis of A)
     GEMM = "gemm"  # as MATMUL, K from axis 0 of A when transA
     RECURRENT = "recurrent"  # seq x batch x (prod(W.shape) + prod(R.shape))
+    EINSUM = "einsum"  # the product of the sizes of the equation's labels (every term once)
 
 
 #: every input of the node is an activation operand
@@ -291,7 +292,7 @@ FACTS = OpTable(
         Op("DynamicQuantizeLinear", shape_only=True, quant=True, stages=LOWERED_ONLY, island=False),
         Op("DynamicQuantizeLSTM", MS, macs=MacKind.RECURRENT, integer_op=True),
         Op("DynamicQuantizeMatMul", MS, shape_only=True, macs=MacKind.MATMUL, integer_op=True),
-        Op("Einsum", shape_only=True, blas=True),
+        Op("Einsum", shape_only=True, compute=True, macs=MacKind.EINSUM, blas=True),
         _lookup("Elu"),
         Op("Equal", shape_only=True),
         _lookup("Erf"),

@@ -8,7 +8,7 @@ compares the graph before and after the lowering pipeline and reports:
   integer operator, or left float with the reasons each lowering rule gave
   (``PipelineResult.no_matches``);
 - the share of multiply-accumulates that run in integer: MACs of Conv/ConvTranspose/
-  MatMul/Gemm/LSTM/GRU/RNN from the static shapes (a symbolic dimension counts as 1).
+  MatMul/Gemm/LSTM/GRU/RNN/Einsum from the static shapes (a symbolic dimension counts as 1).
 
 A node that is already an integer operator in the file (a QOperator or dynamically
 quantized model: QLinearConv, MatMulInteger, DynamicQuantizeLSTM, ...) counts as integer.
@@ -49,7 +49,7 @@ def _dims(shape) -> list[int]:
 
 
 def macs(node: Node, shapes: Mapping[str, tuple[int, ...]] | None = None) -> int:
-    """Multiply-accumulates of one Conv/ConvTranspose/MatMul/Gemm/LSTM/GRU/RNN (float or
+    """Multiply-accumulates of one Conv/ConvTranspose/MatMul/Gemm/LSTM/GRU/RNN/Einsum (float or
     integer form). ``shapes`` (value name -> observed shape) stands in for shapes the
     file leaves unknown or symbolic."""
 
@@ -94,6 +94,9 @@ def macs(node: Node, shapes: Mapping[str, tuple[int, ...]] | None = None) -> int
         return steps * int(
             np.prod(_dims(shape_of(w)), dtype=np.int64) + np.prod(_dims(shape_of(r)), dtype=np.int64)
         )
+    if kind is MacKind.EINSUM:
+        sizes = _einsum_label_sizes(node, shape_of)
+        return 0 if sizes is None else int(np.prod(list(sizes.values()), dtype=np.int64))
     if kind in (MacKind.MATMUL, MacKind.GEMM):
         a = node.input(0)
         if a is None or shape_of(a) is None or out is None or not shape_of(a):
@@ -103,6 +106,25 @@ def macs(node: Node, shapes: Mapping[str, tuple[int, ...]] | None = None) -> int
             k = _dims(shape_of(a))[0]
         return int(np.prod(_dims(out), dtype=np.int64) * k)
     return 0
+
+
+def _einsum_label_sizes(node: Node, shape_of) -> dict[str, int] | None:
+    """Each label of an Einsum's equation and its size (a symbolic or unknown one as 1):
+    the multiply-accumulates are their product, every combination of labels being one
+    term of one sum. None for an equation with an ellipsis or operands of unknown rank."""
+    from quanta.passes.rules.canonicalize_einsum import parse_equation
+
+    parsed = parse_equation(str(node.attrs.get("equation", "")), len(node.inputs))
+    if isinstance(parsed, str):
+        return None
+    sizes: dict[str, int] = {}
+    for sub, v in zip(parsed[0], node.inputs):
+        shape = shape_of(v)
+        if shape is None or len(shape) != len(sub):
+            return None
+        for c, d in zip(sub, _dims(shape)):
+            sizes[c] = max(sizes.get(c, 1), d)  # a 1 may be a broadcast
+    return sizes
 
 
 def counted_with_symbolic_dims(node: Node, shapes: Mapping[str, tuple[int, ...]] | None = None) -> bool:
@@ -128,6 +150,8 @@ def counted_with_symbolic_dims(node: Node, shapes: Mapping[str, tuple[int, ...]]
             or unknown(node.input(1), every)
             or unknown(node.input(2), every)
         )
+    if kind is MacKind.EINSUM:
+        return any(unknown(v, every) for v in node.inputs)
     if kind in (MacKind.MATMUL, MacKind.GEMM):
         k = slice(0, 1) if kind is MacKind.GEMM and node.attrs.get("transA", 0) else slice(-1, None)
         return unknown(node.input(0), k) or unknown(out, every)

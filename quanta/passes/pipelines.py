@@ -70,7 +70,9 @@ def _fold_groupnorm(opset: int) -> list[Pass]:
     return [FoldGroupNorm(opset)] if opset >= 21 else []
 
 
-def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:
+def prepare_for_quantization(
+    *, opset: int = 21, evaluator: Evaluator | None = None, opset_imports: dict[str, int] | None = None
+) -> list[Pass]:
     """Float-graph rewrites before calibration and QDQ insertion: constants folded
     (weights computed by subgraphs become initializers, and shape subgraphs for the
     dimensions the inputs fix, with a symbolic batch too), no-ops removed, zero Pads
@@ -90,6 +92,7 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
     model stores them in a quarter of the bytes anyway), up to 2^24 elements."""
     from quanta.passes.rules.fold_conv_affine import FoldConvAffine
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
+    from quanta.passes.rules.refine_shapes import RefineShapes
     from quanta.passes.rules.sink_transposes import SinkTransposes
     from quanta.passes.rules.widen_half_islands import WidenHalfIslands
 
@@ -98,6 +101,9 @@ def prepare_for_quantization(*, opset: int = 21, evaluator: Evaluator | None = N
         FoldStaticDims(),  # Gather/Slice of a Shape whose read dimensions are static ...
         FoldConstants(evaluator, max_output_elements=1 << 24),  # ... and the arithmetic on them
         FoldReshapeDims(),  # x.view(x.size(0), -1) with a symbolic batch -> Reshape(x, [0, -1])
+        # the shapes behind those targets, inferred anew: onnx's inference at load time saw
+        # no value through their Concats (the MAC counts and the rules below read them)
+        RefineShapes(opset_imports or {"": opset}),
         Canonicalize(opset),  # Sum -> Adds (residuals of older exports), Upsample -> Resize
         # Clip(x+3, 0, 6)/6 -> HardSigmoid, Log(1+Exp) -> Softplus; written-out hardswish
         # stays as written: quantizing its input cost Paddle's OCR models accuracy
@@ -197,6 +203,9 @@ def optimize_float(
         Canonicalize(opset),
         FoldConstants(evaluator),
         FoldStaticDims(),  # the static dimensions (and the rank) a symbolic shape's readers take
+        # Reshape(x, Concat(.., Gather(Shape(x), j), ..)) -> a constant target with 0 at j:
+        # its result's shape is then known (a grouped linear's Einsum after it needs it)
+        FoldReshapeDims(),
         refine,  # shapes behind the folded constants (a Pad's computed amounts) ...
         FoldConstants(evaluator),  # ... and the Shape subgraphs that read them
         RefineShapes(opset_imports, after=refine),  # a second round when the first found some
@@ -250,7 +259,9 @@ def simplify(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pas
     ]
 
 
-def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pass]:
+def lower_qdq(
+    *, opset: int = 21, evaluator: Evaluator | None = None, opset_imports: dict[str, int] | None = None
+) -> list[Pass]:
     """What the runtime compiles a QDQ graph with: the exact clean-up, then instruction
     selection (Q -> op -> DQ groups become integer operators), then dead code.
     Pads between one quantized type and the same one run on the integers after it.
@@ -269,11 +280,22 @@ def lower_qdq(*, opset: int = 21, evaluator: Evaluator | None = None) -> list[Pa
     from quanta.passes.rules.fuse_gelu import FuseGeluPass
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
     from quanta.passes.rules.quantize_pad import QuantizePad
+    from quanta.passes.rules.refine_shapes import RefineShapes
 
+    refine = RefineShapes(opset_imports or {"": opset})
     return [
         MsQdqToOnnxPass(),  # ORT's 16-bit contrib Q/DQ -> ai.onnx (the QLinear*16 groups)
         FoldConstants(evaluator),
         InlineIf(),  # an If on a condition folded to a constant: its branch's nodes
+        FoldConstants(evaluator),
+        # Reshape(x, Concat(.., Gather(Shape(x), j), ..)) -> a constant target with 0 at j,
+        # and the shapes behind it inferred again: a float Einsum between DQ and Q (ORT's
+        # file of a grouped linear layer) becomes a MatMul below only with its shapes known
+        FoldStaticDims(),
+        FoldReshapeDims(),
+        refine,
+        FoldConstants(evaluator),
+        RefineShapes(opset_imports or {"": opset}, after=refine),  # a second round when the first found some
         FoldConstants(evaluator),
         HoistLoopInvariants(),  # loop variables a body passes through: read from the enclosing scope
         RemoveNoops(),

@@ -192,6 +192,12 @@ def _weight_axis(node: Node, w: Value) -> int | None:
     if node.op_type == "Gemm":
         return 0 if node.attrs.get("transB", 0) else 1
     rank = w.const.ndim
+    if rank > 2:
+        # a batched weight (a grouped linear layer's [g, i, h], an Einsum made MatMul): a
+        # scale per column would be shared by every batch, and neither ONNX Runtime's
+        # QLinearMatMul / MatMulIntegerToFloat nor the integer MatMul takes one scale
+        # vector for a rank-3 operand: per tensor, which both run
+        return None
     return rank - 1  # MatMul: one scale per output column
 
 

@@ -247,13 +247,7 @@ class RoundedLayer:
         self.w_key = w_key
         op = self.op
         self.kernel = tuple(int(k) for k in w.shape[2:4]) if op == "Conv" else (1, 1)
-        self.groups = int(node.attrs.get("group", 1)) if op == "Conv" else 1
-        if op == "Conv":
-            k = int(np.prod(w.shape[1:]))
-        elif op == "Gemm" and node.attrs.get("transB", 0):
-            k = w.shape[1]
-        else:  # MatMul / Gemm without transB: W [K, N]
-            k = w.shape[0]
+        self.groups, k = self.gram_shape(node, w)
         self.k = k
         self._even = np.zeros((self.groups, k, k), np.int64)
         self._odd = np.zeros((self.groups, k, k), np.int64)
@@ -494,6 +488,23 @@ class RoundedLayer:
             return q
         return q.T
 
+    @staticmethod
+    def gram_shape(node, w: np.ndarray) -> tuple[int, int]:
+        """(G, K) of the layer's Gram matrices [G, K, K]: a Conv's groups and the input
+        taps one output reads (C_in / G · kH · kW), else 1 and the weight's K."""
+        if node.op_type == "Conv":
+            return int(node.attrs.get("group", 1)), int(np.prod(w.shape[1:]))
+        if node.op_type == "Gemm" and node.attrs.get("transB", 0):
+            return 1, int(w.shape[1])
+        return 1, int(w.shape[0])  # MatMul / Gemm without transB: W [K, N]
+
+    @classmethod
+    def state_bytes(cls, node, w: np.ndarray) -> int:
+        """The bytes of the two int64 [G, K, K] halves the layer holds (before allocating
+        them: CREPE's 64-tap convolutions over 1024 channels have K = 65536, 32 GiB each)."""
+        g, k = cls.gram_shape(node, w)
+        return 2 * g * k * k * np.dtype(np.int64).itemsize
+
     @classmethod
     def eligible(cls, node, w: np.ndarray) -> str | None:
         """Why GPTQ does not apply to this node (None: it does)."""
@@ -546,12 +557,11 @@ def plan_rounding(graph, plan, budget: int | None = None) -> list[RoundedLayer]:
         x = d.node.inputs[0]
         if x is None or x.is_const:
             continue
-        layer = RoundedLayer(d.node, x.name, roles[1], np.asarray(w), x_key=roles[0])
-        size = layer.even.nbytes + layer.odd.nbytes
+        size = RoundedLayer.state_bytes(d.node, np.asarray(w))
         if used + size > budget:
-            continue
+            continue  # sized before the layer allocates its statistics
         used += size
-        out.append(layer)
+        out.append(RoundedLayer(d.node, x.name, roles[1], np.asarray(w), x_key=roles[0]))
     return out
 
 

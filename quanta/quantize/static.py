@@ -322,7 +322,9 @@ def prepare_float_graph(model: Model) -> None:
     from quanta.runtime.compile import reference_evaluator
 
     passes = prepare_for_quantization(
-        opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model.opset_imports)
+        opset=model.opset_imports.get("", 21),
+        evaluator=reference_evaluator(model.opset_imports),
+        opset_imports=model.opset_imports,
     )
     PassManager(passes).run(model)
 

@@ -196,7 +196,9 @@ def default_pipeline(target: Target, model: Model) -> list[Pass]:
             return [*simplify_control_flow(evaluator=evaluator), *passes]
         return passes
     return lower_qdq(
-        opset=model.opset_imports.get("", 21), evaluator=reference_evaluator(model.opset_imports)
+        opset=model.opset_imports.get("", 21),
+        evaluator=reference_evaluator(model.opset_imports),
+        opset_imports=model.opset_imports,
     )
 
 

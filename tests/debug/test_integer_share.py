@@ -52,6 +52,47 @@ def test_observed_shapes_stand_in_for_a_symbolic_sequence():
     assert not seen.nodes[0].symbolic and "symbolic" not in seen.format_share()
 
 
+def einsum_model(equation: str, shape_a, shape_b) -> onnx.ModelProto:
+    node = helper.make_node("Einsum", ["a", "b"], ["y"], name="einsum", equation=equation)
+    g = helper.make_graph(
+        [node],
+        "einsum",
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, shape_a),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, shape_b),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    ("equation", "shape_a", "shape_b", "expected"),
+    [
+        # DeepFilterNet's grouped linear layer: b·t·g·i·h terms
+        ("btgi,gih->btgh", [2, 29, 3, 17], [3, 17, 7], 2 * 29 * 3 * 17 * 7),
+        ("bhqd,bhkd->bhqk", [1, 3, 5, 7], [1, 3, 17, 7], 3 * 5 * 7 * 17),  # attention scores
+        ("i,i->", [259], [259], 259),  # a dot product
+        ("bij,bjk", [1, 3, 7], [5, 7, 17], 5 * 3 * 7 * 17),  # a broadcast batch of 1
+    ],
+)
+def test_einsum_macs_are_one_per_term_and_count_as_float(equation, shape_a, shape_b, expected):
+    """An Einsum is compute: its multiply-accumulates (one per combination of its labels)
+    count, as float, where they were not counted at all and the share overstated."""
+    report = lowered_coverage(load(einsum_model(equation, shape_a, shape_b)))
+    (node,) = report.nodes
+    assert node.op == "Einsum" and node.macs == expected
+    assert node.integer_op is None and report.integer_share == 0.0
+
+
+def test_einsum_macs_take_observed_shapes_for_symbolic_ones():
+    model = load(einsum_model("btgi,gih->btgh", [1, "T", 3, 17], [3, 17, 7]))
+    blind = lowered_coverage(model)
+    assert blind.nodes[0].macs == 3 * 17 * 7 and blind.nodes[0].symbolic
+    seen = lowered_coverage(model, {"a": (1, 41, 3, 17)})
+    assert seen.nodes[0].macs == 41 * 3 * 17 * 7 and not seen.nodes[0].symbolic
+
+
 def conv_chain(channels=(3, 7, 17, 5)) -> onnx.ModelProto:
     rng = np.random.default_rng(5)
     nodes, inits, x = [], [], "x"

@@ -56,7 +56,7 @@ PINNED = {
     },
     "quanta.passes.coverage.COMPUTE_OPS": {
         "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool",
-        "GlobalAveragePool", "Sigmoid", "LeakyRelu", "Softmax", "LSTM", "GRU", "RNN", *_TABLED,
+        "GlobalAveragePool", "Sigmoid", "LeakyRelu", "Softmax", "LSTM", "GRU", "RNN", "Einsum", *_TABLED,
         "OrtLSTM", "OrtGRU", "ConvNchwc",
     },
     "quanta.passes.coverage.INTEGER_OF": {
@@ -94,6 +94,7 @@ PINNED = {
         "MatMulIntegerToFloat": MacKind.MATMUL, "DynamicQuantizeMatMul": MacKind.MATMUL,
         "Gemm": MacKind.GEMM, "QGemm": MacKind.GEMM,
         "LSTM": MacKind.RECURRENT, "GRU": MacKind.RECURRENT, "RNN": MacKind.RECURRENT,
+        "Einsum": MacKind.EINSUM,
         "DynamicQuantizeLSTM": MacKind.RECURRENT, "OrtLSTM": MacKind.RECURRENT,
         "OrtGRU": MacKind.RECURRENT,
         "QLinearConv16": MacKind.CONV, "QLinearMatMul16": MacKind.MATMUL, "MatMulBf16": MacKind.MATMUL,

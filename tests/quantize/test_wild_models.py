@@ -1184,3 +1184,176 @@ def test_converted_half_model_quantizes_like_its_float32_graph(tmp_path):
     assert np.all(np.abs(ours - theirs) <= half_step)
     ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     assert np.max(np.abs(ours - ref)) < 0.1 * np.max(np.abs(ref))
+
+
+# -- grouped linear layers: Einsum over shapes a Concat of Shape pieces computes ----
+
+
+def grouped_linear_model(g: int = 3, i: int = 17, h: int = 7, out: int = 5) -> onnx.ModelProto:
+    """DeepFilterNet's GroupedLinearEinsum as torch.onnx (opset 12) writes it: x [1, T, g·i]
+    -> Reshape(x, Concat([1], T from Shape(x), [g, i])) -> Einsum("btgi,gih->btgh") ->
+    Reshape(e, Concat(Slice(Shape(e), 0, 2), [-1])) -> Relu -> MatMul head. Every shape
+    piece is a Constant node, so onnx's inference at load gives the Reshapes no shape.
+    The groups' weights differ in scale (0.2, 1, 3)."""
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((g, i, h)) * np.array([0.2, 1.0, 3.0])[:g, None, None]).astype(np.float32)
+    w2 = (rng.standard_normal((g * h, out)) * 0.3).astype(np.float32)
+
+    def const(name, a):
+        v = numpy_helper.from_array(np.asarray(a, np.int64), name)
+        return helper.make_node("Constant", [], [name], value=v, name=name)
+
+    nodes = [
+        *(
+            const(n, a)
+            for n, a in (("one", [1]), ("gi", [g, i]), ("idx1", 1), ("s0", [0]), ("e2", [2]), ("m1", [-1]))
+        ),
+        helper.make_node("Shape", ["x"], ["s"], name="shape_x"),
+        helper.make_node("Gather", ["s", "idx1"], ["t"], axis=0, name="gather_t"),
+        helper.make_node("Unsqueeze", ["t"], ["ut"], axes=[0], name="unsqueeze_t"),
+        helper.make_node("Concat", ["one", "ut", "gi"], ["shp"], axis=0, name="concat_shape"),
+        helper.make_node("Reshape", ["x", "shp"], ["xr"], name="split_groups"),
+        helper.make_node("Einsum", ["xr", "w"], ["e"], equation="btgi,gih->btgh", name="grouped_linear"),
+        helper.make_node("Shape", ["e"], ["se"], name="shape_e"),
+        helper.make_node("Slice", ["se", "s0", "e2"], ["bt"], name="slice_bt"),
+        helper.make_node("Concat", ["bt", "m1"], ["shp2"], axis=0, name="concat_shape2"),
+        helper.make_node("Reshape", ["e", "shp2"], ["f"], name="merge_groups"),
+        helper.make_node("Relu", ["f"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="head"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "grouped_linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "T", g * i])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "T", out])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(w2, "w2")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+
+
+def test_grouped_linear_einsum_runs_natively_in_float(tmp_path):
+    """Failure signature (DeepFilterNet3's encoder and decoders): every grouped linear
+    Einsum ran on the NumPy twin ("no native kernel for this operator yet"): the
+    Reshape before it had no shape, so the Einsum could not become a MatMul."""
+    src = tmp_path / "gl.onnx"
+    onnx.save(grouped_linear_model(), str(src))
+    sess = quanta.InferenceSession(str(src))
+    assert sess.fallbacks == []
+    assert "Einsum" not in {s.op_type for s in sess.plan.steps}
+    feed = {"x": np.random.default_rng(6).standard_normal((1, 31, 51)).astype(np.float32)}
+    ours = sess.run(None, feed)[0]
+    theirs = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_linear_einsum_stays_float_counted_and_runs_natively(tmp_path):
+    """Failure signature (DeepFilterNet3): quanta's static file ran the grouped linear
+    Einsums on the NumPy twin, and the summary left their MACs out (Einsum had no MAC
+    formula): 100 % integer reported. The Einsum stays float in the file (as ONNX
+    Runtime's quantizer leaves it: its [g, i, h] weight could only be quantized per
+    tensor), is counted as float, and runs as a native float MatMul."""
+    src, dst = tmp_path / "gl.onnx", tmp_path / "q.onnx"
+    onnx.save(grouped_linear_model(), str(src))
+    rng = np.random.default_rng(1)
+    calib = [{"x": rng.standard_normal((1, 29, 51)).astype(np.float32)} for _ in range(8)]
+    summary = quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False)
+    # Einsum 29·3·17·7 MACs of 29·3·17·7 + 29·21·5: the head alone is integer
+    assert summary.integer_share == pytest.approx(21 * 5 / (3 * 17 * 7 + 21 * 5))
+    einsum = next(n for n in summary.coverage.nodes if n.op == "Einsum")
+    assert einsum.integer_op is None and einsum.macs == 29 * 3 * 17 * 7
+    assert "Einsum" in {n.op_type for n in onnx.load(str(dst)).graph.node}
+    feed = {"x": rng.standard_normal((1, 37, 51)).astype(np.float32)}
+    ours = assert_valid_and_runs(dst, feed)[0]
+    sess = quanta.InferenceSession(str(dst))
+    assert sess.fallbacks == []
+    theirs = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    assert np.max(np.abs(ours - ref)) < 0.1 * np.max(np.abs(ref))
+    assert np.max(np.abs(ours - theirs)) < 0.02 * np.max(np.abs(ref))
+
+
+def batched_weight_model(g: int = 3, i: int = 17, h: int = 7) -> onnx.ModelProto:
+    """x [g, T, i] -> MatMul by a constant [g, i, h] (torch.bmm with a parameter) ->
+    Tanh: the product's output is read by a float op, so ONNX Runtime runs the QDQ
+    MatMul as MatMulIntegerToFloat."""
+    rng = np.random.default_rng(8)
+    w = (rng.standard_normal((g, i, h)) * 0.4).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"], name="bmm"),
+            helper.make_node("Tanh", ["m"], ["y"], name="tanh"),
+        ],
+        "bmm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [g, "T", i])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [g, "T", h])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_batched_matmul_weight_is_quantized_per_tensor_so_onnx_runtime_runs_it(tmp_path):
+    """Failure signature (DeepFilterNet3's grouped linear layers made MatMuls): a
+    [g, i, h] weight quantized per column (axis 2) gave a file ONNX Runtime refuses at
+    run time ("MatmulInteger : b zero point is not valid": MatMulIntegerToFloat takes
+    per-column parameters for a rank-2 B only), and quanta kept the MatMul float. One
+    scale for the batched weight: both engines run it, the product in integer."""
+    src, dst = tmp_path / "bmm.onnx", tmp_path / "q.onnx"
+    onnx.save(batched_weight_model(), str(src))
+    rng = np.random.default_rng(3)
+    calib = [{"x": rng.standard_normal((3, 23, 17)).astype(np.float32)} for _ in range(8)]
+    summary = quanta.quantize_static(str(src), str(dst), calib, verbose=False, progress=False)
+    assert summary.integer_share is not None and summary.integer_share >= 0.99
+    q = onnx.load(str(dst))
+    inits = {t.name: t for t in q.graph.initializer}
+    (wdq,) = [
+        n
+        for n in q.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in inits and len(inits[n.input[0]].dims) == 3
+    ]
+    assert list(inits[wdq.input[1]].dims) == []  # one scale for the batched weight
+    feed = {"x": rng.standard_normal((3, 31, 17)).astype(np.float32)}
+    ours = assert_valid_and_runs(dst, feed)[0]
+    assert quanta.InferenceSession(str(dst)).fallbacks == []
+    theirs = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    # the same integer products scaled in float32, then Tanh (quanta's within 2 ulp of
+    # the exact function, ORT's MLAS approximation): a few float32 ulp apart
+    assert np.max(np.abs(ours - theirs)) <= 1e-5
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    assert (
+        10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / np.sum((ours - ref).astype(np.float64) ** 2)) > 20
+    )
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_grouped_linear_einsum_in_onnx_runtimes_file_runs_natively(tmp_path, mode):
+    """Failure signature (ONNX Runtime's QDQ and dynamic files of DeepFilterNet3): the
+    Einsum, which ORT's quantizer leaves float between DequantizeLinear and
+    QuantizeLinear, ran on the NumPy twin. ``lower_qdq`` now folds the Reshape targets
+    and infers shapes again, so the Einsum becomes a float MatMul (one behind an operator
+    onnx cannot infer keeps a symbolic batch and time: test_canonicalize_einsum's
+    separate free labels)."""
+    from onnxruntime.quantization import CalibrationDataReader, quantize_dynamic, quantize_static
+
+    src, dst = tmp_path / "gl.onnx", tmp_path / "ort.onnx"
+    onnx.save(grouped_linear_model(), str(src))
+    rng = np.random.default_rng(2)
+    feeds = [{"x": rng.standard_normal((1, 29, 51)).astype(np.float32)} for _ in range(4)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    if mode == "static":
+        quantize_static(str(src), str(dst), Reader())
+    else:
+        quantize_dynamic(str(src), str(dst))
+    assert "Einsum" in {n.op_type for n in onnx.load(str(dst)).graph.node}
+    sess = quanta.InferenceSession(str(dst))
+    assert sess.fallbacks == []
+    feed = {"x": rng.standard_normal((1, 37, 51)).astype(np.float32)}
+    ours = sess.run(None, feed)[0]
+    theirs = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5 * float(np.max(np.abs(theirs))))

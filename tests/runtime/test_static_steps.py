@@ -16,17 +16,20 @@ def _i64(name: str, values: list[int]):
 
 
 def reshape_by_shape_model():
-    """x [B, S, 12] -> Reshape(x, concat(B, S, 3, 4)) -> Transpose -> y, the target from
-    Shape/Gather/Unsqueeze/Concat (a BERT head split); plus z = NonZero(x > t) -> Shape,
-    whose shape follows the data, and `n`, a static value that is also a graph output."""
+    """x [B, S, 12] -> Reshape(Relu(x), concat(B, S, 3, 4)) -> Transpose -> y, the target
+    from Shape/Gather/Unsqueeze/Concat of x (a BERT head split; of x, not of the Reshape's
+    input, so that FoldReshapeDims leaves the shape arithmetic to run); plus
+    z = NonZero(x > t) -> Shape, whose shape follows the data, and `n`, a static value that
+    is also a graph output."""
     nodes = [
+        helper.make_node("Relu", ["x"], ["xr"], name="relu"),
         helper.make_node("Shape", ["x"], ["sh"], name="shape"),
         helper.make_node("Gather", ["sh", "i0"], ["b"], name="g0", axis=0),  # scalar index: b is 0-D
         helper.make_node("Gather", ["sh", "i1"], ["s"], name="g1", axis=0),
         helper.make_node("Unsqueeze", ["b", "ax0"], ["b1"], name="u0"),
         helper.make_node("Unsqueeze", ["s", "ax0"], ["s1"], name="u1"),
         helper.make_node("Concat", ["b1", "s1", "heads"], ["target"], name="cat", axis=0),
-        helper.make_node("Reshape", ["x", "target"], ["r"], name="reshape"),
+        helper.make_node("Reshape", ["xr", "target"], ["r"], name="reshape"),
         helper.make_node("Transpose", ["r"], ["y"], name="tr", perm=[0, 2, 1, 3]),
         helper.make_node("Mul", ["s", "two"], ["n"], name="n_out"),
         helper.make_node("Greater", ["x", "t"], ["mask"], name="gt"),

@@ -17,6 +17,10 @@ which is the MatMul of a laid out as [batch…, M, K] and b as [batch…, K, N],
 products of the free-of-a, contracted and free-of-b dimensions: a Transpose puts each
 operand's labels in that order, a Reshape merges a group of several (or supplies the 1 of
 an empty one), and a Reshape and a Transpose after the MatMul restore the output's labels.
+When the free-of-a dimensions are several and their product is not static (a grouped
+linear layer "btgi,gih->btgh" over a symbolic batch and time), they stay separate: a is
+[batch…, fa_1, …, fa_n, K], b is reshaped to [batch…, 1, …, 1, K, N] (n − 1 ones), and the
+MatMul broadcasts b over fa_1 … fa_{n−1} (the same products and sums).
 The products and the sums are the ones the spec defines; only their summation order is
 the MatMul's (the float GEMM family's (FG1) bound on the native target,
 docs/float-ops.md), where the reference Einsum is ``np.einsum``'s, whose order NumPy
@@ -44,7 +48,7 @@ from quanta.ir.graph import Value, result_type
 from quanta.ir.types import Dim, FloatType, TensorType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
-__all__ = ["CanonicalizeEinsum", "EinsumToMatMul", "parse_equation"]
+__all__ = ["CanonicalizeEinsum", "EinsumToMatMul", "operand_shape", "parse_equation"]
 
 
 def parse_equation(equation: str, n_operands: int) -> tuple[list[str], str] | str:
@@ -84,9 +88,14 @@ class EinsumToMatMul(Rule):
         assert not isinstance(plan, str), plan  # check() accepted this match
         a, bv, y = m.value("a"), m.value("b"), m.value("y")
         elem = plan.elem
+        for v in (a, bv):  # a shape carried through a DequantizeLinear becomes the value's
+            if v.shape is None:
+                v.type = TensorType(
+                    v.type.elem if v.type is not None and v.type.elem is not None else elem, operand_shape(v)
+                )
         ta = _arrange(b, a, plan.sa, [*plan.batch, *plan.free_a, *plan.contract], plan.a_target, elem, "a")
         tb = _arrange(b, bv, plan.sb, [*plan.batch, *plan.contract, *plan.free_b], plan.b_target, elem, "b")
-        mm_shape = (*(plan.dim[c] for c in plan.batch), plan.size(plan.free_a), plan.size(plan.free_b))
+        mm_shape = (*(plan.dim[c] for c in plan.batch), *plan.mm_free_a(), plan.size(plan.free_b))
         r = b.op("MatMul", [ta, tb], types=TensorType(elem, mm_shape), name=f"{m.root.name}_matmul")
         labels = [*plan.batch, *plan.free_a, *plan.free_b]
         if plan.y_target is not None:
@@ -109,6 +118,21 @@ class EinsumToMatMul(Rule):
         return r
 
 
+def operand_shape(v: Value) -> tuple[Dim, ...] | None:
+    """``v``'s shape; for a DequantizeLinear / QuantizeLinear output of unknown shape, its
+    input's (elementwise: the same shape). An ONNX Runtime QOperator file dequantizes the
+    codes a ``com.microsoft`` operator made, whose shapes onnx's inference does not reach;
+    the codes' Reshape knows its rank (FoldReshapeDims), the DequantizeLinear after it does
+    not."""
+    if v.shape is not None:
+        return tuple(v.shape)
+    p = v.producer
+    if p is not None and p.op_type in ("DequantizeLinear", "QuantizeLinear") and p.input(0) is not None:
+        shape = p.input(0).shape
+        return None if shape is None else tuple(shape)
+    return None
+
+
 def _plan_of(m: Match) -> _Plan | str:
     """The rewrite's plan for the matched Einsum, or why it has none."""
     if len(m.root.inputs) != 2:
@@ -123,15 +147,16 @@ def _plan_of(m: Match) -> _Plan | str:
     shapes: list[tuple[Dim, ...]] = []
     for name, sub in (("a", sa), ("b", sb)):
         v = m.value(name)
-        if v.shape is None:
+        shape = operand_shape(v)
+        if shape is None:
             return f"operand {name} '{v.name}' has an unknown rank"
-        if len(v.shape) != len(sub):
-            return f"operand {name} '{v.name}' has rank {len(v.shape)}, its subscript {sub!r} {len(sub)}"
+        if len(shape) != len(sub):
+            return f"operand {name} '{v.name}' has rank {len(shape)}, its subscript {sub!r} {len(sub)}"
         if not sub:
             return f"operand {name} '{v.name}' is a scalar"
         if len(set(sub)) != len(sub):
             return f"subscript {sub!r} repeats a label (a diagonal)"
-        shapes.append(tuple(v.shape))
+        shapes.append(tuple(shape))
     if len(set(out)) != len(out):
         return f"output subscript {out!r} repeats a label"
     for c in sorted(set(sa) ^ set(sb)):
@@ -169,14 +194,46 @@ class _Plan:
                     self.dim[c] = d
         self.refusal = ""
         nb = len(self.batch)
-        self.a_target = self._target(nb, [self.free_a, self.contract], "merging a's groups")
-        self.b_target = self._target(nb, [self.contract, self.free_b], "merging b's groups")
-        self.y_target = self._target(
-            nb,
-            [[c] for c in self.free_a + self.free_b],
-            "splitting the product into",
-            [self.free_a, self.free_b],
-        )
+        #: a's free labels stay separate dimensions (all but the last MatMul batch
+        #: dimensions that b broadcasts over with unit ones) when two of them are not
+        #: static (a symbolic batch and time before a grouped linear layer): no Reshape
+        #: can merge them (one −1 at most)
+        self.split_a = sum(not isinstance(self.dim[c], int) for c in self.free_a) > 1
+        if self.split_a:
+            na = len(self.free_a)
+            self.a_target = self._target(nb + na, [self.contract], "merging a's groups")
+            self.b_target = self._unit_target(nb, na - 1, [self.contract, self.free_b], "merging b's groups")
+            self.y_target = self._target(
+                nb + na, [[c] for c in self.free_b], "splitting the product into", [self.free_b]
+            )
+        else:
+            self.a_target = self._target(nb, [self.free_a, self.contract], "merging a's groups")
+            self.b_target = self._target(nb, [self.contract, self.free_b], "merging b's groups")
+            self.y_target = self._target(
+                nb,
+                [[c] for c in self.free_a + self.free_b],
+                "splitting the product into",
+                [self.free_a, self.free_b],
+            )
+
+    def mm_free_a(self) -> tuple[Dim, ...]:
+        """The MatMul result's dimensions for a's free labels: one merged, or each."""
+        if self.split_a:
+            return tuple(self.dim[c] for c in self.free_a)
+        return (self.size(self.free_a),)
+
+    def _unit_target(self, nb: int, units: int, groups: list[list[str]], what: str) -> list[int] | None:
+        """b's Reshape when a's free labels stay separate: 0 for each batch dimension,
+        ``units`` ones for a's leading free labels, then each group's size."""
+        sizes = [self.size(g) for g in groups]
+        if sum(not isinstance(z, int) for z in sizes) > 1:
+            self.refusal = self.refusal or (
+                f"{what} "
+                + ", ".join(repr("".join(g)) for g in groups)
+                + " needs two sizes that are not static"
+            )
+            return None
+        return [0] * nb + [1] * units + [-1 if not isinstance(z, int) else int(z) for z in sizes]
 
     def size(self, group: list[str]) -> Dim:
         """The product of a group's dimensions (1 for none), None when one is not static."""
@@ -226,6 +283,8 @@ def _arrange(
             "Transpose", [v], {"perm": perm}, types=TensorType(elem, shape), name=f"{name}_transpose_{which}"
         )
     if target is not None:
+        # a 0 copies the dimension at its position; b's unit dimensions (split_a) come
+        # after the batch ones, which are all 0
         dims: list[Dim] = [shape[i] if t == 0 else (None if t == -1 else t) for i, t in enumerate(target)]
         v = b.op(
             "Reshape",

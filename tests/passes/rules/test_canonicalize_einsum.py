@@ -154,6 +154,38 @@ def test_one_unknown_group_size_is_minus_one():
 
 
 @pytest.mark.parametrize(
+    "equation, shape_a, shape_b, b_target, sizes",
+    [
+        # DeepFilterNet3's grouped linear layer after a GRU whose output shape is unknown:
+        # batch and time are two unrelated symbols
+        ("btgi,gih->btgh", ["B", "T", 3, 17], [3, 17, 7], [0, 1, 17, 7], [(1, 29), (2, 5)]),
+        ("bxij,bjk->bxik", ["N", "X", "I", 7], ["N", 7, 5], [0, 1, 7, 5], [(2, 3, 4), (1, 5, 2)]),
+        # three free labels of a, the contracted pair merged into K = 21
+        ("xyzij,ijk->xyzk", ["X", "Y", 2, 3, 7], [3, 7, 5], [1, 1, 21, 5], [(2, 3), (1, 4)]),
+    ],
+)
+def test_free_labels_of_a_without_a_static_product_stay_separate(equation, shape_a, shape_b, b_target, sizes):
+    """a's free labels whose product no Reshape can write (two symbolic sizes) stay
+    separate dimensions: all but the last become MatMul batch dimensions, which b's
+    Reshape gives unit sizes to broadcast over."""
+    model, result, _ = run_rule(einsum_proto(equation, shape_a, shape_b))
+    assert result.fired("EinsumToMatMul") == 1
+    (mm,) = [n for n in model.graph.nodes if n.op_type == "MatMul"]
+    b_reshape = mm.input(1).producer
+    assert b_reshape is not None and b_reshape.op_type == "Reshape"
+    assert np.asarray(b_reshape.input(1).const).tolist() == b_target
+    rng = np.random.default_rng(9)
+    for dims in sizes:
+        it = iter(dims)
+        sa = [d if isinstance(d, int) else next(it) for d in shape_a]
+        sb = [d if isinstance(d, int) else sa[0] for d in shape_b]  # "N" is a's first label
+        a = rng.standard_normal(sa).astype(np.float32)
+        b = rng.standard_normal(sb).astype(np.float32)
+        (y,) = run_ref(model, {"a": a, "b": b})
+        assert_within_dot_bound(equation, a, b, y)
+
+
+@pytest.mark.parametrize(
     "equation, shape_a, shape_b, reason",
     [
         ("...ij,...jk->...ik", [2, 3, 7], [2, 7, 5], "an ellipsis in the equation"),
@@ -173,10 +205,10 @@ def test_one_unknown_group_size_is_minus_one():
             "merging a's groups 'i', 'yj' needs two sizes that are not static",
         ),
         (
-            "bxij,bjk->bxik",
-            ["N", "X", "I", 7],
-            ["N", 7, 5],
-            "splitting the product into 'x', 'i', 'k' needs two sizes that are not static",
+            "bij,bjkl->bikl",
+            ["N", 3, 7],
+            ["N", 7, "K", "L"],
+            "splitting the product into 'i', 'k', 'l' needs two sizes that are not static",
         ),
     ],
 )
@@ -253,3 +285,44 @@ def test_an_einsum_between_q_and_dq_stays_a_float_product_in_lower_qdq():
     run_passes(model, lower_qdq(opset=17))
     ops = {n.op_type for n in model.graph.nodes}
     assert "Einsum" not in ops and "MatMul" in ops and "QLinearMatMul" not in ops
+
+
+def test_an_operand_of_unknown_shape_behind_a_dequantize_takes_its_codes_shape():
+    """ONNX Runtime's QOperator file of DeepFilterNet3: the Einsum reads
+    DequantizeLinear(Reshape(codes of a com.microsoft op)); the Reshape's shape is known
+    (FoldReshapeDims), the DequantizeLinear's is not (onnx's inference stops at the contrib
+    op). Elementwise, the DequantizeLinear has its input's shape: the rule uses it and
+    gives it to the value, where it refused ("unknown rank")."""
+    from onnx import numpy_helper
+
+    from quanta.ir.types import TensorType
+
+    inits = [
+        numpy_helper.from_array(np.array(0.03, np.float32), "s"),
+        numpy_helper.from_array(np.array(131, np.uint8), "z"),
+        numpy_helper.from_array(np.random.default_rng(2).standard_normal((3, 17, 7)).astype(np.float32), "w"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["a"], name="dequant"),
+        helper.make_node("Einsum", ["a", "w"], ["y"], name="einsum", equation="btgi,gih->btgh"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("q", TensorProto.UINT8, [1, "T", 3, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model = load(proto)
+    (a,) = [n.outputs[0] for n in model.graph.nodes if n.op_type == "DequantizeLinear"]
+    a.type = TensorType(a.type.elem, None)  # what the contrib op's file loads with
+    p = CanonicalizeEinsum()
+    result = run_passes(model, [p])
+    assert result.fired("EinsumToMatMul") == 1
+    assert a.shape == (1, "T", 3, 17)
+    rng = np.random.default_rng(3)
+    q = rng.integers(0, 256, (1, 29, 3, 17)).astype(np.uint8)
+    (y,) = run_ref(model, {"q": q})
+    deq = (q.astype(np.float32) - np.float32(131)) * np.float32(0.03)
+    assert_within_dot_bound("btgi,gih->btgh", deq, numpy_helper.to_array(inits[2]), y)

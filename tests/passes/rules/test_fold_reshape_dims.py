@@ -113,3 +113,151 @@ def test_fold_copied_dims_into_reshape_refuses_a_piece_of_another_kind():
     assert [r.reason for r in p.why_not("FoldCopiedDimsIntoReshape")] == [
         "'g_1d' (output of 'to_1d' (Reshape)) is neither a constant nor Unsqueeze(Gather(Shape(...)))"
     ]
+
+
+def flatten_tail_proto(*, starts=(0,), ends=(2,), steps=None, tail=(-1,)):
+    """x [batch, T, 4, 5] -> Relu -> Reshape(r, Concat(Slice(Shape(r), starts, ends), tail))
+    (torch's x.flatten(2))."""
+    consts = {"starts": starts, "ends": ends, "tail": tail}
+    if steps is not None:
+        consts |= {"axes": [0], "steps": steps}
+    inits = [numpy_helper.from_array(np.asarray(a, np.int64), n) for n, a in consts.items()]
+    slice_inputs = ["s", "starts", "ends"] + (["axes", "steps"] if steps is not None else [])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["s"], name="shape"),
+        helper.make_node("Slice", slice_inputs, ["lead"], name="slice"),
+        helper.make_node("Concat", ["lead", "tail"], ["c"], axis=0, name="concat"),
+        helper.make_node("Reshape", ["r", "c"], ["y"], name="flatten"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "flatten_tail",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "T", 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)])
+
+
+@pytest.mark.parametrize(
+    ("kw", "target", "shape"),
+    [
+        ({}, [0, 0, -1], ("batch", "T", 20)),  # x.flatten(2): -1 is what the copies leave
+        ({"ends": (1,), "tail": (-1, 5)}, [0, -1, 5], ("batch", None, 5)),  # -1 over a symbolic T
+        ({"ends": (99,), "tail": ()}, [0, 0, 0, 0], ("batch", "T", 4, 5)),  # ends clamped to the rank
+        ({"steps": (1,)}, [0, 0, -1], ("batch", "T", 20)),
+    ],
+)
+def test_sliced_shape_pieces_fold_and_the_result_shape_is_known(kw, target, shape):
+    """A Slice(Shape(x), s, e) piece copies dimensions s..e-1 at their own positions; the
+    Reshape's result then has the shape the target gives, where onnx's inference at load
+    saw none (what a following Einsum needs to become a MatMul)."""
+    proto = flatten_tail_proto(**kw)
+    model = load(proto)
+    (before,) = [n for n in model.graph.nodes if n.op_type == "Reshape"]
+    assert before.outputs[0].shape is None or None in before.outputs[0].shape
+    result = run_passes(model, [FoldReshapeDims(), EliminateDead()])
+    assert result.fired("FoldCopiedDimsIntoReshape") == 1
+    assert model.graph.op_counts() == {"Relu": 1, "Reshape": 1}
+    (reshape,) = [n for n in model.graph.nodes if n.op_type == "Reshape"]
+    assert np.asarray(reshape.input(1).const).tolist() == target
+    assert reshape.outputs[0].shape == shape
+    for batch, t in ((1, 3), (2, 7)):
+        f = {"x": rng_data((batch, t, 4, 5), seed=batch)}
+        np.testing.assert_array_equal(run_ref(proto, f)[0], run_ref(model, f)[0])
+
+
+def test_gathered_copies_give_the_result_shape_too():
+    model = load(flatten_proto(tail=(4, 15)))
+    run_passes(model, [FoldReshapeDims(), EliminateDead()])
+    (reshape,) = [n for n in model.graph.nodes if n.op_type == "Reshape"]
+    assert reshape.outputs[0].shape == ("batch", 4, 15)
+
+
+def test_a_strided_shape_slice_is_refused_with_its_reason():
+    model = load(flatten_tail_proto(steps=(2,)))
+    before = format_graph(model.graph)
+    p = FoldReshapeDims()
+    run_passes(model, [p])
+    assert [r.reason for r in p.why_not("FoldCopiedDimsIntoReshape")] == [
+        "'lead' (output of 'slice' (Slice)) is not one step-1 slice of a shape"
+    ]
+    assert format_graph(model.graph) == before
+
+
+def codes_reshape_proto(*, producer: str = "Relu"):
+    """ONNX Runtime's QOperator form: Reshape(q, Concat(Unsqueeze(Gather(Shape(DQ(q)), 0)),
+    [-1])) on the uint8 codes q of a tensor, with the shape read from their dequantized
+    values. ``producer`` "QLinearAdd": q comes from com.microsoft's QLinearAdd, whose
+    output onnx cannot infer (q of unknown rank)."""
+    inits = [
+        numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+        numpy_helper.from_array(np.array(7, np.uint8), "z"),
+        numpy_helper.from_array(np.array(0, np.int64), "i"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes0"),
+        numpy_helper.from_array(np.array([-1], np.int64), "tail"),
+    ]
+    if producer == "Relu":
+        head = [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q"], name="quant"),
+        ]
+    else:
+        head = [
+            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="quant"),
+            helper.make_node(
+                "QLinearAdd",
+                ["xq", "s", "z", "xq", "s", "z", "s", "z"],
+                ["q"],
+                name="qadd",
+                domain="com.microsoft",
+            ),
+        ]
+    nodes = [
+        *head,
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"], name="dequant"),
+        helper.make_node("Shape", ["dq"], ["sh"], name="shape"),
+        helper.make_node("Gather", ["sh", "i"], ["g"], axis=0, name="gather"),
+        helper.make_node("Unsqueeze", ["g", "axes0"], ["u"], name="unsqueeze"),
+        helper.make_node("Concat", ["u", "tail"], ["c"], axis=0, name="concat"),
+        helper.make_node("Reshape", ["q", "c"], ["qr"], name="flatten"),
+        helper.make_node("DequantizeLinear", ["qr", "s", "z"], ["y"], name="dequant_y"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "codes_reshape",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 3, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(g, opset_imports=opsets)
+
+
+def test_a_shape_read_through_dequantize_linear_is_a_copy():
+    """The shape of DQ(q) is q's: the target becomes [0, -1], the Shape subgraph dead."""
+    proto = codes_reshape_proto()
+    model = load(proto)
+    result = run_passes(model, [FoldReshapeDims(), EliminateDead()])
+    assert result.fired("FoldCopiedDimsIntoReshape") == 1
+    assert "Shape" not in model.graph.op_counts()
+    (reshape,) = [n for n in model.graph.nodes if n.op_type == "Reshape"]
+    assert np.asarray(reshape.input(1).const).tolist() == [0, -1]
+    assert reshape.outputs[0].shape == ("batch", 60)
+    for batch in (1, 3):
+        f = {"x": rng_data((batch, 4, 3, 5), seed=batch)}
+        np.testing.assert_array_equal(run_ref(proto, f)[0], run_ref(model, f)[0])
+
+
+def test_codes_of_unknown_rank_take_a_non_negative_gather_copy():
+    """q made by an operator onnx cannot infer has no rank; a Gather of index 0 of its whole
+    shape still copies dimension 0 (no rank needed), and the result has rank 2."""
+    model = load(codes_reshape_proto(producer="QLinearAdd"))
+    (q,) = [n.outputs[0] for n in model.graph.nodes if n.op_type == "QLinearAdd"]
+    assert q.shape is None
+    result = run_passes(model, [FoldReshapeDims(), EliminateDead()])
+    assert result.fired("FoldCopiedDimsIntoReshape") == 1
+    (reshape,) = [n for n in model.graph.nodes if n.op_type == "Reshape"]
+    assert np.asarray(reshape.input(1).const).tolist() == [0, -1]
+    assert reshape.outputs[0].shape is not None and len(reshape.outputs[0].shape) == 2
