@@ -7,9 +7,9 @@
 //   fma_bcast(w, p, c)     w·p[0] + c per lane, one rounding (AVX-512: an embedded broadcast)
 //   kEmbedMaxNb            tiles of up to this many output blocks use fma_bcast per fma;
 //                          wider ones broadcast each input value once (set1) for all blocks
-//   kDwRowReuse            depthwise 3-tap rows load each input pixel once for its taps
-//                          (S·(P − 1) + 3 vectors live at once: 32 zmm hold them, 16 ymm
-//                          pairs do not)
+//   kDwRowReuse            depthwise rows of 3 or 5 taps load each input pixel once for
+//                          its taps (S·(P − 1) + K vectors live at once: 32 zmm hold
+//                          them, 16 ymm pairs do not)
 // max(set1(lo), v) and min(set1(hi), v) keep a NaN v (vmaxps / vminps return their second
 // operand when either is NaN), as the GEMM's clamp does.
 //
@@ -184,23 +184,45 @@ inline __attribute__((always_inline)) void nchwc_dw_taps(const quanta::nchwc::Dw
   }
 }
 
-// A row of three taps at dilation 1 and pixel stride S (1 or 2) of P pixels reads input
-// pixels 0 .. S·(P − 1) + 2 of the row: each is loaded once and serves every tap that
-// reads it (S·(P − 1) + 3 loads a row instead of 3·P). Each accumulator still takes its
-// taps in increasing kx: the chains and their bytes are the generic loop's.
-template <class O, int P, int S>
-inline __attribute__((always_inline)) void nchwc_dw_row3(const float* xr, const float* wr, typename O::V (&acc)[P]) {
-  constexpr int kN = S * (P - 1) + 3;
-  typename O::V v[kN];
+// A row of K taps (3 or 5) at dilation 1 and pixel stride S (1 or 2) of P pixels reads
+// input pixels 0 .. S·(P − 1) + K − 1 of the row: each is loaded once and serves every
+// tap that reads it (S·(P − 1) + K loads a row instead of K·P). Each accumulator still
+// takes its taps in increasing kx: the chains and their bytes are the generic loop's.
+template <int P, int S, int K>
+constexpr bool dw_row_fits() {  // inputs, weights and accumulators in 31 of the 32 zmm
+  return S * (P - 1) + K + K + P <= 31;
+}
+
+template <class O, int P, int S, int K>
+inline __attribute__((always_inline)) void nchwc_dw_row(const float* xr, const float* wr, typename O::V (&acc)[P]) {
+  constexpr int kN = S * (P - 1) + K;
+  typename O::V v[kN], w[K];
+  // the empty asm keeps each loaded pixel in its register: without it GCC folds the
+  // loads back into the fmas as memory operands, K loads a pixel again
 #pragma GCC unroll 24
-  for (int i = 0; i < kN; ++i) v[i] = O::load(xr + i * 16);
-  const typename O::V w0 = O::load(wr), w1 = O::load(wr + 16), w2 = O::load(wr + 32);
+  for (int i = 0; i < kN; ++i) {
+    v[i] = O::load(xr + i * 16);
+    asm("" : "+v"(v[i]));
+  }
+#pragma GCC unroll 5
+  for (int kx = 0; kx < K; ++kx) w[kx] = O::load(wr + kx * 16);
+#pragma GCC unroll 5
+  for (int kx = 0; kx < K; ++kx) {
 #pragma GCC unroll 8
-  for (int p = 0; p < P; ++p) acc[p] = O::fma(v[S * p], w0, acc[p]);
-#pragma GCC unroll 8
-  for (int p = 0; p < P; ++p) acc[p] = O::fma(v[S * p + 1], w1, acc[p]);
-#pragma GCC unroll 8
-  for (int p = 0; p < P; ++p) acc[p] = O::fma(v[S * p + 2], w2, acc[p]);
+    for (int p = 0; p < P; ++p) acc[p] = O::fma(v[S * p + kx], w[kx], acc[p]);
+  }
+}
+
+// The rows of a tile through nchwc_dw_row when its taps, stride and P allow; false if not.
+template <class O, int P, int S, int K>
+inline __attribute__((always_inline)) bool nchwc_dw_rows(const quanta::nchwc::DwTile& t, typename O::V (&acc)[P]) {
+  if constexpr (O::kDwRowReuse && P > 1 && dw_row_fits<P, S, K>()) {
+    if (t.nkx != K || t.xs_pix != S * 16) return false;
+    for (int ky = 0; ky < t.nky; ++ky) nchwc_dw_row<O, P, S, K>(t.x + ky * t.xs_row, t.w + ky * t.ws_row, acc);
+    return true;
+  } else {
+    return false;
+  }
 }
 
 template <class O, int P>
@@ -208,17 +230,9 @@ void nchwc_dw_tile(const quanta::nchwc::DwTile& t) {
   typename O::V acc[P];
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) acc[p] = O::zero();
-  if (O::kDwRowReuse && P > 1 && t.nkx == 3 && t.xs_col == 16 && (t.xs_pix == 16 || t.xs_pix == 32)) {
-    for (int ky = 0; ky < t.nky; ++ky) {
-      if (t.xs_pix == 16) {
-        nchwc_dw_row3<O, P, 1>(t.x + ky * t.xs_row, t.w + ky * t.ws_row, acc);
-      } else {
-        nchwc_dw_row3<O, P, 2>(t.x + ky * t.xs_row, t.w + ky * t.ws_row, acc);
-      }
-    }
-  } else {
-    nchwc_dw_taps<O, P>(t, acc);
-  }
+  const bool rows = t.xs_col == 16 && (nchwc_dw_rows<O, P, 1, 3>(t, acc) || nchwc_dw_rows<O, P, 2, 3>(t, acc) ||
+                                       nchwc_dw_rows<O, P, 1, 5>(t, acc) || nchwc_dw_rows<O, P, 2, 5>(t, acc));
+  if (!rows) nchwc_dw_taps<O, P>(t, acc);
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) {
     typename O::V one[1] = {acc[p]};
