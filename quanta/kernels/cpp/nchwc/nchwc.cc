@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 
 #include "qgemm/thread_pool.h"
 
@@ -282,24 +284,29 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
         }
         while (left < ox_lo) {
           border(left++);
-          kr.tile[nb - 1][0](t);
+          kr.tile[nb - 1][0](t, 1);
         }
         while (right < g.ow) {
           border(right++);
-          kr.tile[nb - 1][0](t);
+          kr.tile[nb - 1][0](t, 1);
         }
         t.nkx = static_cast<int>(g.kw);
         t.w = wrow;
         // the interior in as few tiles as max_p allows, of nearly equal sizes (8 pixels: 4 + 4,
-        // not 6 + 2, whose 2-pixel tile loads as many weight vectors for a third of the fmas)
-        int64_t tiles_left = (ox_hi - ox_lo + max_p - 1) / max_p;
-        for (int64_t ox = ox_lo; ox < ox_hi; --tiles_left) {
-          const int64_t p = (ox_hi - ox + tiles_left - 1) / tiles_left;
-          t.x = xrow + (ox * g.sw - g.pl) * xs_px;
-          t.y = yrow + ox * kBlock;
-          t.sum = sum ? sum + (t.y - y) : nullptr;
-          kr.tile[nb - 1][p - 1](t);
-          ox += p;
+        // not 6 + 2, whose 2-pixel tile loads as many weight vectors for a third of the fmas):
+        // `more` tiles of q + 1 pixels, then the rest of q, each run one call
+        const int64_t interior = ox_hi - ox_lo;
+        if (interior > 0) {
+          const int64_t tiles = (interior + max_p - 1) / max_p, q = interior / tiles, more = interior % tiles;
+          int64_t ox = ox_lo;
+          for (const auto& [p, count] : {std::pair<int64_t, int64_t>{q + 1, more}, {q, tiles - more}}) {
+            if (count == 0) continue;
+            t.x = xrow + (ox * g.sw - g.pl) * xs_px;
+            t.y = yrow + ox * kBlock;
+            t.sum = sum ? sum + (t.y - y) : nullptr;
+            kr.tile[nb - 1][p - 1](t, count);
+            ox += p * count;
+          }
         }
       }
     }

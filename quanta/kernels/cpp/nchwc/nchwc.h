@@ -65,7 +65,9 @@ struct ConvTile {
   // epilogue finishes them, else the partial sums are stored.
   bool first = true, last = true;
 };
-using ConvTileFn = void (*)(const ConvTile& t);
+// `count` tiles of P pixels side by side from t: tile i reads x + i·P·xs_pix and writes
+// y (and reads sum) + i·P·16. One call a row segment: the tile's set-up is paid once.
+using ConvTileFn = void (*)(const ConvTile& t, int64_t count);
 // Two single pixels (border pixels: each its own x, w, nkx, y; the rest from a) of `nb`
 // output blocks, their chains interleaved.
 using ConvPairFn = void (*)(const ConvTile& a, const ConvTile& b);

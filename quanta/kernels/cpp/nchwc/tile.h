@@ -99,20 +99,32 @@ inline __attribute__((always_inline)) void nchwc_conv_tile_body(const quanta::nc
     nchwc_finish<O, NB>(acc[p], t.bias, t.lo, t.hi, t.y + p * 16, t.ys_ob, t.sum ? t.sum + p * 16 : nullptr);
 }
 
+template <class O, int P, int NB, int64_t kPix>
+inline __attribute__((always_inline)) void nchwc_conv_tiles(const quanta::nchwc::ConvTile& t0, int64_t count) {
+  quanta::nchwc::ConvTile t = t0;
+  const int64_t dx = P * (kPix ? kPix : t0.xs_pix);
+  for (int64_t i = 0; i < count; ++i) {
+    nchwc_conv_tile_body<O, P, NB, kPix>(t);
+    t.x += dx;
+    t.y += P * 16;
+    if (t.sum) t.sum += P * 16;
+  }
+}
+
 template <class O, int P, int NB>
-void nchwc_conv_tile(const quanta::nchwc::ConvTile& t) {
+void nchwc_conv_tile(const quanta::nchwc::ConvTile& t, int64_t count) {
   if (P == 1) {
-    nchwc_conv_tile_body<O, P, NB, 0>(t);
+    nchwc_conv_tiles<O, P, NB, 0>(t, count);
   } else if (t.xs_pix == 16) {
-    nchwc_conv_tile_body<O, P, NB, 16>(t);
+    nchwc_conv_tiles<O, P, NB, 16>(t, count);
   } else if (t.xs_pix == 32) {
-    nchwc_conv_tile_body<O, P, NB, 32>(t);
+    nchwc_conv_tiles<O, P, NB, 32>(t, count);
   } else if (t.xs_pix == 2) {
-    nchwc_conv_tile_body<O, P, NB, 2>(t);
+    nchwc_conv_tiles<O, P, NB, 2>(t, count);
   } else if (t.xs_pix == 1) {
-    nchwc_conv_tile_body<O, P, NB, 1>(t);
+    nchwc_conv_tiles<O, P, NB, 1>(t, count);
   } else {
-    nchwc_conv_tile_body<O, P, NB, 0>(t);
+    nchwc_conv_tiles<O, P, NB, 0>(t, count);
   }
 }
 
