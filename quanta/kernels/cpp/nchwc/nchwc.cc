@@ -217,17 +217,24 @@ void conv(const ConvGeom& geom, const float* x, const float* w_packed, const flo
         t.w = wrow + kx0 * kBlock;
         t.nkx = static_cast<int>(kx1 - kx0);
         t.y = yrow + ox * kBlock;
-        kr.dw[0](t);
+        kr.dw[0](t, 1);
       };
       for (int64_t ox = 0; ox < ox_lo; ++ox) border(ox);
       t.nkx = static_cast<int>(g.kw);
       t.w = wrow;
-      for (int64_t ox = ox_lo; ox < ox_hi;) {
-        const int64_t p = std::min<int64_t>(kr.dw_max_p, ox_hi - ox);
+      // the interior: full tiles in one call, then the remainder
+      const int64_t interior = std::max<int64_t>(0, ox_hi - ox_lo), full = interior / kr.dw_max_p;
+      const int64_t rest = interior - full * kr.dw_max_p;
+      if (full > 0) {
+        t.x = xrow + (ox_lo * g.sw - g.pl) * kBlock;
+        t.y = yrow + ox_lo * kBlock;
+        kr.dw[kr.dw_max_p - 1](t, full);
+      }
+      if (rest > 0) {
+        const int64_t ox = ox_lo + full * kr.dw_max_p;
         t.x = xrow + (ox * g.sw - g.pl) * kBlock;
         t.y = yrow + ox * kBlock;
-        kr.dw[p - 1](t);
-        ox += p;
+        kr.dw[rest - 1](t, 1);
       }
       for (int64_t ox = std::max(ox_hi, ox_lo); ox < g.ow; ++ox) border(ox);
       if (post) sgemm::apply_post(*post, yrow, g.ow * kBlock);

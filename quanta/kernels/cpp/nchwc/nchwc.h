@@ -85,7 +85,8 @@ struct DwTile {
   float lo, hi;
   float* y;
 };
-using DwTileFn = void (*)(const DwTile& t);
+// `count` tiles of P pixels side by side from t (x + i·P·xs_pix, y + i·P·16).
+using DwTileFn = void (*)(const DwTile& t, int64_t count);
 
 // MaxPool of one channel block's plane x [h][w][16] into y [oh][ow][16] (ONNX MaxPool, 2-D):
 // each output the maximum over the window's positions inside the input, −inf when there is

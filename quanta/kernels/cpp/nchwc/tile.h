@@ -244,7 +244,7 @@ inline __attribute__((always_inline)) bool nchwc_dw_rows(const quanta::nchwc::Dw
 }
 
 template <class O, int P>
-void nchwc_dw_tile(const quanta::nchwc::DwTile& t) {
+inline __attribute__((always_inline)) void nchwc_dw_tile_one(const quanta::nchwc::DwTile& t) {
   typename O::V acc[P];
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) acc[p] = O::zero();
@@ -255,6 +255,16 @@ void nchwc_dw_tile(const quanta::nchwc::DwTile& t) {
   for (int p = 0; p < P; ++p) {
     typename O::V one[1] = {acc[p]};
     nchwc_finish<O, 1>(one, t.bias, t.lo, t.hi, t.y + p * 16, 0, nullptr);
+  }
+}
+
+template <class O, int P>
+void nchwc_dw_tile(const quanta::nchwc::DwTile& t0, int64_t count) {
+  quanta::nchwc::DwTile t = t0;
+  for (int64_t i = 0; i < count; ++i) {
+    nchwc_dw_tile_one<O, P>(t);
+    t.x += P * t0.xs_pix;
+    t.y += P * 16;
   }
 }
 
