@@ -99,12 +99,24 @@ inline __attribute__((always_inline)) void nchwc_conv_tile_body(const quanta::nc
     nchwc_finish<O, NB>(acc[p], t.bias, t.lo, t.hi, t.y + p * 16, t.ys_ob, t.sum ? t.sum + p * 16 : nullptr);
 }
 
+// One tile, not inlined: a tile of 3-4 output blocks keeps 18-24 accumulators live, and
+// inlined into the run's loop GCC spilled its addresses to the stack (PP-LCNet's 1 x 1,
+// 256 -> 256 on 14 x 14: 240 -> 330 us); those tiles do enough work to pay their call.
+template <class O, int P, int NB, int64_t kPix>
+__attribute__((noinline)) void nchwc_conv_tile_call(const quanta::nchwc::ConvTile& t) {
+  nchwc_conv_tile_body<O, P, NB, kPix>(t);
+}
+
 template <class O, int P, int NB, int64_t kPix>
 inline __attribute__((always_inline)) void nchwc_conv_tiles(const quanta::nchwc::ConvTile& t0, int64_t count) {
   quanta::nchwc::ConvTile t = t0;
   const int64_t dx = P * (kPix ? kPix : t0.xs_pix);
   for (int64_t i = 0; i < count; ++i) {
-    nchwc_conv_tile_body<O, P, NB, kPix>(t);
+    if constexpr (NB <= 2) {
+      nchwc_conv_tile_body<O, P, NB, kPix>(t);
+    } else {
+      nchwc_conv_tile_call<O, P, NB, kPix>(t);
+    }
     t.x += dx;
     t.y += P * 16;
     if (t.sum) t.sum += P * 16;
