@@ -592,8 +592,7 @@ def test_float_rnn_batch_one_streams_panel_pairs_with_the_twin_bytes(op, H, dire
     twin's chains; the columns the pairs leave (4·67 = 268: 12; 2·131 = 262: 6; 2·200 =
     400 and 4·100: a full panel and 16; GRU 200's h columns: 128 + 72; 3·4, 2·3: one short
     vector; 4·17 = 68: four full vectors and a short one) in one loop over both panels
-    (seq_row_rest; prefetched at K = 200 and 100 rows, not at the small K of H = 3, 4,
-    17)."""
+    (seq_row_rest)."""
     rng = np.random.default_rng(H)
     D = 2 if direction == "bidirectional" else 1
     inputs = _float_inputs(
