@@ -837,8 +837,6 @@ def test_ort_gru_native_equals_twin(H, n_in, T, B, direction, bias, lens_kind, h
     """quanta::OrtGRU (ONNX Runtime's float GRU, docs/float-ops.md (RNN-ORT-GRU)): the
     native kernel and its specialized call give the twin's bytes on every ISA and thread
     count (H 130: R's z, r columns past two 128-column panels; n_in 300: two MLAS blocks)."""
-    from quanta.kernels.reference.ort_float import ort_gru_op
-
     rng = np.random.default_rng(seed)
     D = 2 if direction == "bidirectional" else 1
     lens = {"none": None, "full": [T] * B, "ragged": rng.integers(0, T + 1, B).tolist()}[lens_kind]
@@ -860,6 +858,27 @@ def test_ort_gru_native_equals_twin(H, n_in, T, B, direction, bias, lens_kind, h
     attrs = {"hidden_size": H, "direction": direction, "layout": layout, "linear_before_reset": int(lbr)}
     if clip is not None:
         attrs["clip"] = clip
+    _check_ort_gru(inputs, attrs, _assert_same)
+
+
+def _assert_same_nan_positions(expected, got, label: str) -> None:
+    """Bytes equal where the twin is not NaN, NaN where it is (the float kernels' contract
+    compares NaN positions, not payloads)."""
+    assert len(expected) == len(got), label
+    for name, e, a in zip(("Y", "Y_h"), expected, got, strict=True):
+        assert e.shape == a.shape and e.dtype == a.dtype, f"{label} {name}"
+        nan = np.isnan(e)
+        assert np.array_equal(nan, np.isnan(a)), f"{label} {name}: NaN positions differ"
+        bad = (e.view(np.uint32) != a.view(np.uint32)) & ~nan
+        assert not bad.any(), f"{label} {name}: {int(bad.sum())} of {e.size} differ"
+
+
+def _check_ort_gru(inputs: list, attrs: dict, same) -> None:
+    """OrtGRU's native kernel, its specialized and direct calls = the twin on every ISA and
+    thread count (``same(expected, got, label)`` compares)."""
+    from quanta.kernels.reference.ort_float import ort_gru_op
+
+    layout = attrs.get("layout", 0)
     expected = ort_gru_op(KernelContext(opset=21, op_type="OrtGRU", n_outputs=2), *inputs, **attrs)
     g = Graph()
     values: list[Value | None] = []
@@ -884,7 +903,7 @@ def test_ort_gru_native_equals_twin(H, n_in, T, B, direction, bias, lens_kind, h
                 ctx = KernelContext(
                     opset=21, op_type="OrtGRU", node_name="rnn", n_outputs=2, num_threads=threads
                 )
-                _assert_same(expected, kernel.fn(ctx, *inputs, **attrs, **kernel.params), f"{isa}, {threads}")
+                same(expected, kernel.fn(ctx, *inputs, **attrs, **kernel.params), f"{isa}, {threads}")
                 sig = Specialization(
                     shapes=tuple(None if a is None else a.shape for a in inputs),
                     dtypes=tuple(None if a is None else a.dtype for a in inputs),
@@ -898,7 +917,31 @@ def test_ort_gru_native_equals_twin(H, n_in, T, B, direction, bias, lens_kind, h
                 fast = kernel.specialize(sig, **attrs, **kernel.params)
                 assert (fast is None) == bool(layout)
                 if fast is not None:
-                    _assert_same(expected, fast(ctx, *inputs), f"specialized, {isa}, {threads}")
-                    _assert_same(expected, _direct_call(fast, inputs), f"direct, {isa}, {threads}")
+                    same(expected, fast(ctx, *inputs), f"specialized, {isa}, {threads}")
+                    same(expected, _direct_call(fast, inputs), f"direct, {isa}, {threads}")
     finally:
         _native.clear_isa()
+
+
+@pytest.mark.parametrize(("H", "n_in"), [(7, 3), (17, 3), (33, 5)])
+@pytest.mark.parametrize("lbr", [0, 1])
+@pytest.mark.parametrize(("bias", "clip"), [(True, None), (False, None), (True, 2.5), (False, 2.5)])
+def test_ort_gru_gate_rows_saturate_and_keep_nan_as_the_twin(H, n_in, lbr, bias, clip):
+    """OrtGRU's gate rows (recurrent.h Kernels::ort_gru_reset / ort_gru_update, a vector of
+    lanes at a time, scalar or masked tails at H 7, 17, 33): pre-activations far past ORT's
+    clamps (±20 in Rσ, ±10 in Rt, ±18 in MLAS's logistic) and the clip, ±inf and NaN in X
+    (with a bias the clip turns NaN into clip, without one it stays), two directions,
+    a sequence that ends early: the twin's bytes, NaN where the twin has NaN, on every ISA
+    and thread count."""
+    rng = np.random.default_rng(H * 10 + lbr)
+    inputs = _float_inputs(
+        rng, "GRU", T=4, B=2, n_in=n_in, H=H, D=2, bias=bias, lens=[4, 2], h0=True, c0=False, peephole=False
+    )
+    inputs[1] = (inputs[1] * 40).astype(F32)  # gates well past the clamps
+    inputs[0][0, 1, 0] = np.inf
+    inputs[0][1, 1, 2] = -np.inf
+    inputs[0][3, 0, 1] = np.nan  # the last step of the row that runs 4 steps
+    attrs = {"hidden_size": H, "direction": "bidirectional", "linear_before_reset": lbr}
+    if clip is not None:
+        attrs["clip"] = clip
+    _check_ort_gru(inputs, attrs, _assert_same_nan_positions)

@@ -2,7 +2,8 @@
 // docs/float-ops.md): per direction, the X·Wᵀ products of every step up front, then the
 // recurrence. The elementwise steps are plain float32 loops (one IEEE operation each, in
 // the twin's order; a compiler's vectorization keeps that), the activations the
-// float_ops family's sigmoid_f32 / tanh_f32 of the same ISA.
+// float_ops family's sigmoid_f32 / tanh_f32 of the same ISA; OrtLSTM's and OrtGRU's
+// gates are the recurrent family's row steps of the ISA (recurrent.h Kernels).
 #include "recurrent/float_rnn.h"
 
 #include <algorithm>
@@ -99,46 +100,11 @@ void lstm_row(const Activations& act, float* a, float* act_buf, const float* bia
   for (int64_t j = 0; j < H; ++j) h[j] = o[j] * g[j];  // (RNN5)
 }
 
-// ONNX Runtime's GRU gate functions (rnn_helpers.cc, deepcpu): x·P(x²) / Q(x²), each
-// Horner step a float32 product then a float32 sum (-ffp-contract=off keeps them apart,
-// as ORT's build of that file for baseline x86-64 does).
-constexpr float kDeepP[7] = {-2.76076847742355e-16f, 2.00018790482477e-13f, -8.60467152213735e-11f,
-                             5.12229709037114e-08f,  1.48572235717979e-05f, 6.37261928875436e-04f,
-                             4.89352455891786e-03f};
-constexpr float kDeepQ[4] = {1.19825839466702e-06f, 1.18534705686654e-04f, 2.26843463243900e-03f,
-                             4.89352518554385e-03f};
-
-inline float deepcpu_rational(float x) {
-  const float x2 = x * x;
-  float p = x2 * kDeepP[0] + kDeepP[1];
-  for (int i = 2; i < 7; ++i) p = x2 * p + kDeepP[i];
-  p = x * p;
-  float q = x2 * kDeepQ[0] + kDeepQ[1];
-  for (int i = 2; i < 4; ++i) q = x2 * q + kDeepQ[i];
-  return p / q;
-}
-
-inline float clamp_keep_nan(float v, float b) { return v < -b ? -b : (v > b ? b : v); }
-
-// (RNN-ORT-GRU2) Rσ and (RNN-ORT-GRU5) Rt
-inline float deepcpu_sigmoid(float v) { return 0.5f * (1.0f + deepcpu_rational(0.5f * clamp_keep_nan(v, 20.0f))); }
-inline float deepcpu_tanh(float v) { return deepcpu_rational(clamp_keep_nan(v, 10.0f)); }
-
-// ORT's clip_add_bias (std::min(clip, ·) then std::max(−clip, ·): a NaN becomes clip) or,
-// without a bias, clip_ignore_bias (a NaN stays).
-inline float ort_clip(float v, const float* bias, int64_t j, float clip) {
-  if (!bias) return clamp_keep_nan(v, clip);
-  float x = v + bias[j];
-  x = x < clip ? x : clip;
-  return -clip < x ? x : -clip;
-}
-
 // One direction of ONNX Runtime's float GRU (quanta::OrtGRU, docs/float-ops.md
 // (RNN-ORT-GRU)), in the twin's order (reference/rnn.py _ort_gru_direction).
 void run_ort_gru_direction(const FloatRnnParams& p, int d) {
   const SeqGemmMlasFn gemm_mlas = seq_gemm_mlas_for(p.isa);
-  const float_ops::UnaryRunFn logistic =
-      float_ops::kernels_for(p.isa).unary[static_cast<int>(float_ops::UnaryOp::kMlasLogistic)];
+  const Kernels& rows = kernels_for(p.isa);  // the gates, a vector of lanes at a time
   const int64_t B = p.B, I = p.I, H = p.H, D = p.D, N = 3 * H;
   const bool reverse = p.reverse || d == 1;
   const bool lbr = p.linear_before_reset;
@@ -169,7 +135,6 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d) {
   const float* brp = p.bias ? br.data() : nullptr;
   const float* bhp = p.bias ? bh.data() : nullptr;
   std::vector<float> h(B * H, 0.0f), zr(B * 2 * H, 0.0f), lin(B * H, 0.0f), cur(B * H, 0.0f), hin(B * H, 0.0f);
-  std::vector<float> zin(H), z(H);
   if (p.initial_h) std::memcpy(h.data(), p.initial_h + d * B * H, sizeof(float) * B * H);
   float* yh = p.y_h + d * B * H;
   auto row_t = [&](int64_t s, int64_t b) { return reverse ? len[b] - 1 - s : s; };
@@ -187,9 +152,8 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d) {
     }
     for (int64_t b = 0; b < B; ++b) {  // (RNN-ORT-GRU2) r, then r ⊙ L or r ⊙ H
       if (s >= len[b]) continue;
-      const float* zrb = zr.data() + b * 2 * H;
       const float* src = lbr ? lin.data() + b * H : h.data() + b * H;
-      for (int64_t j = 0; j < H; ++j) cur[b * H + j] = src[j] * deepcpu_sigmoid(ort_clip(zrb[H + j], brp, j, p.clip));
+      rows.ort_gru_reset(zr.data() + b * 2 * H + H, brp, p.clip, src, H, cur.data() + b * H);
     }
     if (!lbr) {  // (r ⊙ H)·R[h]ᵀ onto X·W[h]ᵀ
       for (int64_t b = 0; b < B; ++b) {
@@ -201,15 +165,13 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d) {
     for (int64_t b = 0; b < B; ++b) {
       if (s >= len[b]) continue;
       const int64_t ts = row_t(s, b);
-      const float* zrb = zr.data() + b * 2 * H;
-      for (int64_t j = 0; j < H; ++j) zin[j] = ort_clip(zrb[j], bzp, j, p.clip);
-      logistic(zin.data(), z.data(), H);  // (RNN-ORT-GRU4)
       const float* xh = xw.data() + (ts * B + b) * N + 2 * H;
       float* hb = h.data() + b * H;
-      for (int64_t j = 0; j < H; ++j) {  // (RNN-ORT-GRU5)
-        const float a = lbr ? xh[j] + cur[b * H + j] : hin[b * H + j];
-        const float hh = deepcpu_tanh(ort_clip(a, bhp, j, p.clip));
-        hb[j] = (1.0f - z[j]) * hh + z[j] * hb[j];
+      // (RNN-ORT-GRU4), (RNN-ORT-GRU5): A_h = f32(XW_h + r ⊙ L), or the product onto XW_h
+      if (lbr) {
+        rows.ort_gru_update(zr.data() + b * 2 * H, bzp, xh, cur.data() + b * H, bhp, p.clip, H, hb);
+      } else {
+        rows.ort_gru_update(zr.data() + b * 2 * H, bzp, hin.data() + b * H, nullptr, bhp, p.clip, H, hb);
       }
       std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
       if (s + 1 == len[b]) std::memcpy(yh + b * H, hb, sizeof(float) * H);

@@ -59,6 +59,15 @@ struct Kernels {
   // c [H] in/out; h [H] out.
   void (*lstm_row)(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
                    bool input_forget, int64_t H, float* c, float* h);
+  // One row of ONNX Runtime's float GRU (quanta::OrtGRU, docs/float-ops.md (RNN-ORT-GRU),
+  // float_rnn.h), H lanes, recurrent_scalar.h's ort_gru_*_lane in their order; clip(v, b)
+  // is ort_clip (with the bias b[j], or without: b null):
+  //   reset   out[j] = f32(src[j] · Rσ(clip(zr_r[j], br)))                   (RNN-ORT-GRU2, 3)
+  //   update  a = f32(a0[j] + a1[j]) (a1 non-null) or a0[j];  z = MlasLogistic(clip(zr_z[j], bz));
+  //           h[j] = f32(f32(f32(1 − z) · Rt(clip(a, bh))) + f32(z · h[j]))  (RNN-ORT-GRU4, 5)
+  void (*ort_gru_reset)(const float* zr_r, const float* br, float clip, const float* src, int64_t H, float* out);
+  void (*ort_gru_update)(const float* zr_z, const float* bz, const float* a0, const float* a1, const float* bh,
+                         float clip, int64_t H, float* h);
 };
 
 const Kernels& kernels_for(Isa isa);

@@ -10,6 +10,7 @@
 
 #include "recurrent/recurrent.h"
 #include "recurrent/lstm_simd.h"
+#include "recurrent/ort_gru_simd.h"
 #include "recurrent/recurrent_scalar.h"
 
 namespace quanta {
@@ -68,9 +69,26 @@ void lstm_row(const float* p, const float* xg, const float* bias, const float* p
   for (; j < H; ++j) lstm_lane(p, xg, bias, peephole, clip, input_forget, H, j, c, h);
 }
 
+void ort_gru_reset(const float* zr_r, const float* br, float clip, const float* src, int64_t H, float* out) {
+  using T = simd::F32x8;
+  const auto ld = [](const float* a) { return _mm256_loadu_ps(a); };
+  int64_t j = 0;
+  for (; j + 8 <= H; j += 8) _mm256_storeu_ps(out + j, ort_gru_reset_lanes<T>(ld, zr_r, br, clip, src, j));
+  for (; j < H; ++j) ort_gru_reset_lane(zr_r, br, clip, src, j, out);
+}
+
+void ort_gru_update(const float* zr_z, const float* bz, const float* a0, const float* a1, const float* bh, float clip,
+                    int64_t H, float* h) {
+  using T = simd::F32x8;
+  const auto ld = [](const float* a) { return _mm256_loadu_ps(a); };
+  int64_t j = 0;
+  for (; j + 8 <= H; j += 8) _mm256_storeu_ps(h + j, ort_gru_update_lanes<T>(ld, zr_z, bz, a0, a1, bh, clip, j, h));
+  for (; j < H; ++j) ort_gru_update_lane(zr_z, bz, a0, a1, bh, clip, j, h);
+}
+
 }  // namespace
 
-extern const Kernels kKernelsAvx2 = {min_max, quantize_u8, lstm_row};
+extern const Kernels kKernelsAvx2 = {min_max, quantize_u8, lstm_row, ort_gru_reset, ort_gru_update};
 
 }  // namespace recurrent
 }  // namespace quanta

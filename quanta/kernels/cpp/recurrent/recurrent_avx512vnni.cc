@@ -10,6 +10,7 @@
 
 #include "recurrent/recurrent.h"
 #include "recurrent/lstm_simd.h"
+#include "recurrent/ort_gru_simd.h"
 #include "recurrent/recurrent_scalar.h"
 
 namespace quanta {
@@ -66,9 +67,28 @@ void lstm_row(const float* p, const float* xg, const float* bias, const float* p
   }
 }
 
+void ort_gru_reset(const float* zr_r, const float* br, float clip, const float* src, int64_t H, float* out) {
+  using T = simd::F32x16;
+  for (int64_t j = 0; j < H; j += 16) {
+    const __mmask16 m = tail_mask(H - j);
+    const auto ld = [m](const float* a) { return _mm512_maskz_loadu_ps(m, a); };
+    _mm512_mask_storeu_ps(out + j, m, ort_gru_reset_lanes<T>(ld, zr_r, br, clip, src, j));
+  }
+}
+
+void ort_gru_update(const float* zr_z, const float* bz, const float* a0, const float* a1, const float* bh, float clip,
+                    int64_t H, float* h) {
+  using T = simd::F32x16;
+  for (int64_t j = 0; j < H; j += 16) {
+    const __mmask16 m = tail_mask(H - j);
+    const auto ld = [m](const float* a) { return _mm512_maskz_loadu_ps(m, a); };
+    _mm512_mask_storeu_ps(h + j, m, ort_gru_update_lanes<T>(ld, zr_z, bz, a0, a1, bh, clip, j, h));
+  }
+}
+
 }  // namespace
 
-extern const Kernels kKernelsAvx512Vnni = {min_max, quantize_u8, lstm_row};
+extern const Kernels kKernelsAvx512Vnni = {min_max, quantize_u8, lstm_row, ort_gru_reset, ort_gru_update};
 
 }  // namespace recurrent
 }  // namespace quanta

@@ -18,9 +18,18 @@ void lstm_row(const float* p, const float* xg, const float* bias, const float* p
   for (int64_t j = 0; j < H; ++j) lstm_lane(p, xg, bias, peephole, clip, input_forget, H, j, c, h);
 }
 
+void ort_gru_reset(const float* zr_r, const float* br, float clip, const float* src, int64_t H, float* out) {
+  for (int64_t j = 0; j < H; ++j) ort_gru_reset_lane(zr_r, br, clip, src, j, out);
+}
+
+void ort_gru_update(const float* zr_z, const float* bz, const float* a0, const float* a1, const float* bh, float clip,
+                    int64_t H, float* h) {
+  for (int64_t j = 0; j < H; ++j) ort_gru_update_lane(zr_z, bz, a0, a1, bh, clip, j, h);
+}
+
 }  // namespace
 
-extern const Kernels kKernelsPortable = {min_max_scalar, quantize_u8, lstm_row};
+extern const Kernels kKernelsPortable = {min_max_scalar, quantize_u8, lstm_row, ort_gru_reset, ort_gru_update};
 
 }  // namespace recurrent
 }  // namespace quanta
