@@ -480,9 +480,10 @@ def _direct_call(fast, inputs: list[np.ndarray | None]):
     return fast.direct(*[inputs[p] for p in fast.reads])
 
 
-def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
+def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict, same=None) -> None:
     from quanta.kernels.reference.rnn import gru_op, lstm_op
 
+    same = same or _assert_same
     n_out = 3 if op == "LSTM" else 2
     ctx1 = KernelContext(opset=21, op_type=op, node_name="rnn", n_outputs=n_out)
     expected = (lstm_op if op == "LSTM" else gru_op)(ctx1, *inputs, **attrs)
@@ -498,7 +499,7 @@ def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
                 with FloatTwinCalls() as twin:
                     got = kernel.fn(ctx, *inputs, **attrs, **kernel.params)
                 assert twin.count == 0, "the native kernel ran the twin"
-                _assert_same(expected, got, f"{op} {isa}, {threads} threads")
+                same(expected, got, f"{op} {isa}, {threads} threads")
                 # the call specialized for this X shape (B, sequence_lens, P constants;
                 # layout 1 keeps the generic call)
                 states = (0, 5, 6)
@@ -518,10 +519,8 @@ def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
                     with FloatTwinCalls() as twin:
                         got = fast(ctx, *inputs)
                     assert twin.count == 0, "the specialized call ran the twin"
-                    _assert_same(expected, got, f"specialized {op} {isa}, {threads} threads")
-                    _assert_same(
-                        expected, _direct_call(fast, inputs), f"direct {op} {isa}, {threads} threads"
-                    )
+                    same(expected, got, f"specialized {op} {isa}, {threads} threads")
+                    same(expected, _direct_call(fast, inputs), f"direct {op} {isa}, {threads} threads")
     finally:
         _native.clear_isa()
 
@@ -571,6 +570,40 @@ def test_float_rnn_native_equals_twin(
     if variant:
         attrs["input_forget" if op == "LSTM" else "linear_before_reset"] = 1
     _check_float(op, inputs, attrs)
+
+
+@pytest.mark.parametrize(("H", "n_in"), [(7, 3), (17, 3), (33, 5)])
+@pytest.mark.parametrize(("peephole", "input_forget"), [(False, 0), (True, 0), (True, 1)])
+@pytest.mark.parametrize("clip", [None, 2.5])
+def test_float_lstm_gate_rows_saturate_and_keep_nan_as_the_twin(H, n_in, peephole, input_forget, clip):
+    """The float LSTM's gates (recurrent.h Kernels::onnx_lstm_row: (RNN3)-(RNN5) a vector
+    of lanes at a time with ONNX's sigmoid and tanh, masked tails on AVX-512, scalar ones
+    on AVX2 at H 7, 17, 33): gates far into saturation (tanh's exp branch, sigmoid of
+    large negative inputs), ±inf and NaN in X, peepholes, input_forget, the clip, two
+    directions, a row that ends early: the twin's bytes, NaN where the twin has NaN."""
+    rng = np.random.default_rng(H * 100 + 10 * peephole + input_forget)
+    inputs = _float_inputs(
+        rng,
+        "LSTM",
+        T=4,
+        B=2,
+        n_in=n_in,
+        H=H,
+        D=2,
+        bias=True,
+        lens=[4, 2],
+        h0=True,
+        c0=True,
+        peephole=peephole,
+    )
+    inputs[1] = (inputs[1] * 40).astype(F32)
+    inputs[0][0, 1, 0] = np.inf
+    inputs[0][1, 1, 2] = -np.inf
+    inputs[0][3, 0, 1] = np.nan
+    attrs = {"hidden_size": H, "direction": "bidirectional", "input_forget": input_forget}
+    if clip is not None:
+        attrs["clip"] = clip
+    _check_float("LSTM", inputs, attrs, _assert_same_nan_positions)
 
 
 @pytest.mark.parametrize(
@@ -865,7 +898,7 @@ def _assert_same_nan_positions(expected, got, label: str) -> None:
     """Bytes equal where the twin is not NaN, NaN where it is (the float kernels' contract
     compares NaN positions, not payloads)."""
     assert len(expected) == len(got), label
-    for name, e, a in zip(("Y", "Y_h"), expected, got, strict=True):
+    for name, e, a in zip(("Y", "Y_h", "Y_c")[: len(expected)], expected, got, strict=True):
         assert e.shape == a.shape and e.dtype == a.dtype, f"{label} {name}"
         nan = np.isnan(e)
         assert np.array_equal(nan, np.isnan(a)), f"{label} {name}: NaN positions differ"

@@ -51,55 +51,6 @@ inline float clip_one(float v, float clip) {  // np.clip(v, −clip, clip): NaN 
   return t > clip ? clip : t;
 }
 
-struct Activations {
-  float_ops::UnaryRunFn sigmoid, tanh;
-};
-
-// (RNN3)-(RNN5): one LSTM row; a [4H] holds f32(xw + hr) on entry (gates i, o, f, c).
-void lstm_row(const Activations& act, float* a, float* act_buf, const float* bias, const float* peep, float clip,
-              bool input_forget, int64_t H, float* c, float* h) {
-  float* ai = a;
-  float* ao = a + H;
-  float* af = a + 2 * H;
-  float* ac = a + 3 * H;
-  float* i = act_buf;
-  float* f = act_buf + H;
-  float* g = act_buf + 2 * H;
-  float* o = act_buf + 3 * H;
-  for (int64_t j = 0; j < H; ++j) {
-    float vi = ai[j], vf = af[j], vc = ac[j];
-    if (peep) {
-      vi = vi + peep[j] * c[j];
-      vf = vf + peep[2 * H + j] * c[j];
-    }
-    if (bias) {
-      vi = vi + bias[j];
-      vf = vf + bias[2 * H + j];
-      vc = vc + bias[3 * H + j];
-    }
-    ai[j] = clip_one(vi, clip);
-    af[j] = clip_one(vf, clip);
-    ac[j] = clip_one(vc, clip);
-  }
-  act.sigmoid(ai, i, H);
-  if (input_forget) {
-    for (int64_t j = 0; j < H; ++j) f[j] = 1.0f - i[j];
-  } else {
-    act.sigmoid(af, f, H);
-  }
-  act.tanh(ac, g, H);
-  for (int64_t j = 0; j < H; ++j) c[j] = f[j] * c[j] + i[j] * g[j];  // (RNN4)
-  for (int64_t j = 0; j < H; ++j) {
-    float vo = ao[j];
-    if (peep) vo = vo + peep[H + j] * c[j];
-    if (bias) vo = vo + bias[H + j];
-    ao[j] = clip_one(vo, clip);
-  }
-  act.sigmoid(ao, o, H);
-  act.tanh(c, g, H);
-  for (int64_t j = 0; j < H; ++j) h[j] = o[j] * g[j];  // (RNN5)
-}
-
 // One direction of ONNX Runtime's float GRU (quanta::OrtGRU, docs/float-ops.md
 // (RNN-ORT-GRU)), in the twin's order (reference/rnn.py _ort_gru_direction).
 void run_ort_gru_direction(const FloatRnnParams& p, int d) {
@@ -186,11 +137,10 @@ void run_direction(const FloatRnnParams& p, int d) {
   }
   const SeqGemmFn gemm = seq_gemm_for(p.isa);
   const SeqGemmMlasFn gemm_mlas = seq_gemm_mlas_for(p.isa);
+  // the GRU's activations (ONNX's; OrtGRU runs above)
   const float_ops::Kernels& fk = float_ops::kernels_for(p.isa);
-  const Activations act = p.ort ? Activations{fk.unary[static_cast<int>(float_ops::UnaryOp::kMlasLogistic)],
-                                              fk.unary[static_cast<int>(float_ops::UnaryOp::kMlasTanh)]}
-                                : Activations{fk.unary[static_cast<int>(float_ops::UnaryOp::kSigmoid)],
-                                              fk.unary[static_cast<int>(float_ops::UnaryOp::kTanh)]};
+  const float_ops::UnaryRunFn sigmoid = fk.unary[static_cast<int>(float_ops::UnaryOp::kSigmoid)];
+  const float_ops::UnaryRunFn tanh = fk.unary[static_cast<int>(float_ops::UnaryOp::kTanh)];
   const int64_t T = p.T, B = p.B, I = p.I, H = p.H, D = p.D;
   const int64_t G = p.gru ? 3 : 4, N = G * H;
   const bool reverse = p.reverse || d == 1;
@@ -231,14 +181,15 @@ void run_direction(const FloatRnnParams& p, int d) {
   const float* R = p.r[d];
   const bool lbr = p.gru && p.linear_before_reset;
   std::vector<float> zr_all(p.gru ? B * 2 * H : 0);  // the GRU's z and r of every row
-  // OrtLSTM's gates: the DynamicQuantizeLSTM row step of the same ISA (recurrent.h
-  // lstm_row), which computes (RNN3)-(RNN5) in this order with MLAS's logistic and tanh, a
-  // vector of lanes at a time in registers; the plain loops and five activation calls of
-  // lstm_row above took a quarter of a 600-step, H = 25 OrtLSTM's time. Its pre-activation
-  // is f32(p + xg): xg = −0 gives p itself, as x + (−0) = x for every float x (−0 and NaN
-  // included).
-  const Kernels* row_kernels = p.ort && !p.gru ? &kernels_for(p.isa) : nullptr;
-  std::vector<float> neg_zero(row_kernels ? N : 0, -0.0f);
+  // The LSTM's gates: the recurrent family's row step of the same ISA, which computes
+  // (RNN3)-(RNN5) in this order a vector of lanes at a time in registers, with ONNX's
+  // sigmoid and tanh (onnx_lstm_row: a = f32(hr + xw), (RNN2)) or, for OrtLSTM, MLAS's
+  // (DynamicQuantizeLSTM's lstm_row); plain loops and five activation calls a row took a
+  // quarter of a 600-step, H = 25 LSTM's time. OrtLSTM's H·Rᵀ already holds its X·Wᵀ row
+  // ((RNN-ORT1)), so its pre-activation is f32(p + xg) with xg = −0, which gives p itself
+  // (x + (−0) = x for every float x, −0 and NaN included).
+  const Kernels& rows = kernels_for(p.isa);
+  std::vector<float> neg_zero(p.ort && !p.gru ? N : 0, -0.0f);
 
   for (int64_t s = 0; s < L; ++s) {
     // (RNN1): H·Rᵀ, all gates (LSTM, GRU with linear_before_reset) or z, r only
@@ -264,11 +215,10 @@ void run_direction(const FloatRnnParams& p, int d) {
         const float* hg = hr.data() + b * N;
         float* hb = h.data() + b * H;
         float* cb = c.data() + b * H;
-        if (row_kernels) {
-          row_kernels->lstm_row(hg, neg_zero.data(), bp, peep, p.clip, p.input_forget, H, cb, hb);
+        if (p.ort) {
+          rows.lstm_row(hg, neg_zero.data(), bp, peep, p.clip, p.input_forget, H, cb, hb);
         } else {
-          for (int64_t n = 0; n < N; ++n) a[n] = xg[n] + hg[n];  // (RNN2)
-          lstm_row(act, a.data(), buf.data(), bp, peep, p.clip, p.input_forget, H, cb, hb);
+          rows.onnx_lstm_row(hg, xg, bp, peep, p.clip, p.input_forget, H, cb, hb);
         }
         std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
         if (s + 1 == len[b]) {
@@ -290,7 +240,7 @@ void run_direction(const FloatRnnParams& p, int d) {
         if (bp) v = v + bp[n];
         a[n] = clip_one(v, p.clip);
       }
-      act.sigmoid(a.data(), zr_all.data() + b * 2 * H, 2 * H);
+      sigmoid(a.data(), zr_all.data() + b * 2 * H, 2 * H);
       if (!lbr) {
         const float* r = zr_all.data() + b * 2 * H + H;
         const float* hb = h.data() + b * H;
@@ -319,7 +269,7 @@ void run_direction(const FloatRnnParams& p, int d) {
         ah[j] = clip_one(v, p.clip);
       }
       float* hh = buf.data();
-      act.tanh(ah, hh, H);
+      tanh(ah, hh, H);
       for (int64_t j = 0; j < H; ++j) hb[j] = (1.0f - z[j]) * hh[j] + z[j] * hb[j];  // (RNN9)
       std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
       if (s + 1 == len[b]) std::memcpy(yh + b * H, hb, sizeof(float) * H);

@@ -59,6 +59,11 @@ struct Kernels {
   // c [H] in/out; h [H] out.
   void (*lstm_row)(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
                    bool input_forget, int64_t H, float* c, float* h);
+  // lstm_row with ONNX's sigmoid and tanh (float_ops' sigmoid_f32 / tanh_f32 of the ISA,
+  // (Σ1)-(Σ2), (T1)-(T4)) in place of MLAS's: the float LSTM's (RNN2)-(RNN5)
+  // (docs/float-ops.md; float_rnn.h), a = f32(p + xg).
+  void (*onnx_lstm_row)(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
+                        bool input_forget, int64_t H, float* c, float* h);
   // One row of ONNX Runtime's float GRU (quanta::OrtGRU, docs/float-ops.md (RNN-ORT-GRU),
   // float_rnn.h), H lanes, recurrent_scalar.h's ort_gru_*_lane in their order; clip(v, b)
   // is ort_clip (with the bias b[j], or without: b null):

@@ -9,6 +9,8 @@
 #include <cstdint>
 
 #include "recurrent/recurrent.h"
+#include "float_ops/float_ops_scalar.h"
+#include "float_ops/float_ops_simd.h"
 #include "recurrent/lstm_simd.h"
 #include "recurrent/ort_gru_simd.h"
 #include "recurrent/recurrent_scalar.h"
@@ -69,6 +71,29 @@ void lstm_row(const float* p, const float* xg, const float* bias, const float* p
   for (; j < H; ++j) lstm_lane(p, xg, bias, peephole, clip, input_forget, H, j, c, h);
 }
 
+// ONNX's sigmoid and tanh (float_ops_simd.h; the tails float_ops_scalar.h's) for the
+// float LSTM's gates.
+struct OnnxActs8 {
+  static __m256 sigmoid(__m256 x) { return float_ops::sigmoid_v<simd::F32x8>(x); }
+  static __m256 tanh(__m256 x) { return float_ops::tanh_v<simd::F32x8>(x); }
+};
+
+void onnx_lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
+                   bool input_forget, int64_t H, float* c, float* h) {
+  using T = simd::F32x8;
+  int64_t j = 0;
+  for (; j + 8 <= H; j += 8) {
+    __m256 cn, hn;
+    lstm_lanes<T, OnnxActs8>([](const float* a) { return _mm256_loadu_ps(a); }, p, xg, bias, peephole, clip,
+                             input_forget, H, j, c, &cn, &hn);
+    _mm256_storeu_ps(h + j, hn);
+    _mm256_storeu_ps(c + j, cn);
+  }
+  for (; j < H; ++j) {
+    lstm_lane<float_ops::sigmoid_one, float_ops::tanh_one>(p, xg, bias, peephole, clip, input_forget, H, j, c, h);
+  }
+}
+
 void ort_gru_reset(const float* zr_r, const float* br, float clip, const float* src, int64_t H, float* out) {
   using T = simd::F32x8;
   const auto ld = [](const float* a) { return _mm256_loadu_ps(a); };
@@ -88,7 +113,7 @@ void ort_gru_update(const float* zr_z, const float* bz, const float* a0, const f
 
 }  // namespace
 
-extern const Kernels kKernelsAvx2 = {min_max, quantize_u8, lstm_row, ort_gru_reset, ort_gru_update};
+extern const Kernels kKernelsAvx2 = {min_max, quantize_u8, lstm_row, onnx_lstm_row, ort_gru_reset, ort_gru_update};
 
 }  // namespace recurrent
 }  // namespace quanta

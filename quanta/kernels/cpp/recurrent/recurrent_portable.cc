@@ -2,6 +2,7 @@
 // (std::fma for the MLAS Horner steps: one rounding, the FMA instruction's result).
 #include <cstdint>
 
+#include "float_ops/float_ops_scalar.h"
 #include "recurrent/recurrent.h"
 #include "recurrent/recurrent_scalar.h"
 
@@ -18,6 +19,13 @@ void lstm_row(const float* p, const float* xg, const float* bias, const float* p
   for (int64_t j = 0; j < H; ++j) lstm_lane(p, xg, bias, peephole, clip, input_forget, H, j, c, h);
 }
 
+void onnx_lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
+                   bool input_forget, int64_t H, float* c, float* h) {
+  for (int64_t j = 0; j < H; ++j) {
+    lstm_lane<float_ops::sigmoid_one, float_ops::tanh_one>(p, xg, bias, peephole, clip, input_forget, H, j, c, h);
+  }
+}
+
 void ort_gru_reset(const float* zr_r, const float* br, float clip, const float* src, int64_t H, float* out) {
   for (int64_t j = 0; j < H; ++j) ort_gru_reset_lane(zr_r, br, clip, src, j, out);
 }
@@ -29,7 +37,8 @@ void ort_gru_update(const float* zr_z, const float* bz, const float* a0, const f
 
 }  // namespace
 
-extern const Kernels kKernelsPortable = {min_max_scalar, quantize_u8, lstm_row, ort_gru_reset, ort_gru_update};
+extern const Kernels kKernelsPortable = {min_max_scalar, quantize_u8,   lstm_row,
+                                         onnx_lstm_row,  ort_gru_reset, ort_gru_update};
 
 }  // namespace recurrent
 }  // namespace quanta

@@ -56,14 +56,16 @@ inline float logistic_one(float x) {
 
 inline float tanh_one(float x) { return rational_one(clamp_nan(x, -kTanhClamp, kTanhClamp), kTanhP, kTanhQ); }
 
-// One lane j of recurrent.h's lstm_row.
+// One lane j of recurrent.h's lstm_row (Sigmoid, Tanh: MLAS's logistic_one, tanh_one) or
+// onnx_lstm_row (float_ops' sigmoid_one, tanh_one).
+template <float (*Sigmoid)(float) = logistic_one, float (*Tanh)(float) = tanh_one>
 inline void lstm_lane(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
                       bool input_forget, int64_t H, int64_t j, float* c, float* h) {
   const float cp = c[j];
   float gi = p[j] + xg[j];
   if (peephole) gi = gi + cp * peephole[j];
   if (bias) gi = gi + bias[j];
-  const float i = logistic_one(clamp_nan(gi, -clip, clip));
+  const float i = Sigmoid(clamp_nan(gi, -clip, clip));
   float f;
   if (input_forget) {
     f = 1.0f - i;
@@ -71,17 +73,17 @@ inline void lstm_lane(const float* p, const float* xg, const float* bias, const 
     float gf = p[2 * H + j] + xg[2 * H + j];
     if (peephole) gf = gf + cp * peephole[2 * H + j];
     if (bias) gf = gf + bias[2 * H + j];
-    f = logistic_one(clamp_nan(gf, -clip, clip));
+    f = Sigmoid(clamp_nan(gf, -clip, clip));
   }
   float gc = p[3 * H + j] + xg[3 * H + j];
   if (bias) gc = gc + bias[3 * H + j];
-  const float g = tanh_one(clamp_nan(gc, -clip, clip));
+  const float g = Tanh(clamp_nan(gc, -clip, clip));
   const float cn = cp * f + i * g;
   float go = p[H + j] + xg[H + j];
   if (peephole) go = go + cn * peephole[H + j];
   if (bias) go = go + bias[H + j];
-  const float o = logistic_one(clamp_nan(go, -clip, clip));
-  h[j] = tanh_one(cn) * o;
+  const float o = Sigmoid(clamp_nan(go, -clip, clip));
+  h[j] = Tanh(cn) * o;
   c[j] = cn;
 }
 
