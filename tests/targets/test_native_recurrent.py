@@ -606,6 +606,29 @@ def test_float_lstm_gate_rows_saturate_and_keep_nan_as_the_twin(H, n_in, peephol
     _check_float("LSTM", inputs, attrs, _assert_same_nan_positions)
 
 
+@pytest.mark.parametrize(("H", "n_in"), [(7, 3), (17, 3), (33, 5)])
+@pytest.mark.parametrize("lbr", [0, 1])
+@pytest.mark.parametrize(("bias", "clip"), [(True, None), (False, None), (True, 2.5)])
+def test_float_gru_gate_rows_saturate_and_keep_nan_as_the_twin(H, n_in, lbr, bias, clip):
+    """The float GRU's gates (recurrent.h Kernels::onnx_gru_zr / onnx_gru_h: (RNN6)-(RNN9)
+    a vector of lanes at a time with ONNX's sigmoid and tanh, masked or scalar tails at H
+    7, 17, 33), both linear_before_reset forms, with and without a bias, gates far into
+    saturation, ±inf and NaN in X, the clip, two directions, a row that ends early: the
+    twin's bytes, NaN where the twin has NaN."""
+    rng = np.random.default_rng(H * 100 + 10 * lbr + bias)
+    inputs = _float_inputs(
+        rng, "GRU", T=4, B=2, n_in=n_in, H=H, D=2, bias=bias, lens=[4, 2], h0=True, c0=False, peephole=False
+    )
+    inputs[1] = (inputs[1] * 40).astype(F32)
+    inputs[0][0, 1, 0] = np.inf
+    inputs[0][1, 1, 2] = -np.inf
+    inputs[0][3, 0, 1] = np.nan
+    attrs = {"hidden_size": H, "direction": "bidirectional", "linear_before_reset": lbr}
+    if clip is not None:
+        attrs["clip"] = clip
+    _check_float("GRU", inputs, attrs, _assert_same_nan_positions)
+
+
 @pytest.mark.parametrize(
     ("op", "H", "direction", "variant"),
     [

@@ -1,9 +1,9 @@
 // Driver of the float32 LSTM and GRU (float_rnn.h; equations (RNN1)-(RNN9) of
 // docs/float-ops.md): per direction, the X·Wᵀ products of every step up front, then the
-// recurrence. The elementwise steps are plain float32 loops (one IEEE operation each, in
-// the twin's order; a compiler's vectorization keeps that), the activations the
-// float_ops family's sigmoid_f32 / tanh_f32 of the same ISA; OrtLSTM's and OrtGRU's
-// gates are the recurrent family's row steps of the ISA (recurrent.h Kernels).
+// recurrence. The gates of a row are the recurrent family's row steps of the same ISA
+// (recurrent.h Kernels: onnx_lstm_row, onnx_gru_zr / onnx_gru_h with float_ops' sigmoid
+// and tanh; OrtLSTM's lstm_row and OrtGRU's ort_gru_* with ONNX Runtime's), each lane one
+// IEEE operation at a time in the twin's order.
 #include "recurrent/float_rnn.h"
 
 #include <algorithm>
@@ -45,11 +45,6 @@ SeqGemmFn seq_gemm_for(Isa isa) {
 }
 
 namespace {
-
-inline float clip_one(float v, float clip) {  // np.clip(v, −clip, clip): NaN stays NaN
-  const float t = v < -clip ? -clip : v;
-  return t > clip ? clip : t;
-}
 
 // One direction of ONNX Runtime's float GRU (quanta::OrtGRU, docs/float-ops.md
 // (RNN-ORT-GRU)), in the twin's order (reference/rnn.py _ort_gru_direction).
@@ -137,10 +132,6 @@ void run_direction(const FloatRnnParams& p, int d) {
   }
   const SeqGemmFn gemm = seq_gemm_for(p.isa);
   const SeqGemmMlasFn gemm_mlas = seq_gemm_mlas_for(p.isa);
-  // the GRU's activations (ONNX's; OrtGRU runs above)
-  const float_ops::Kernels& fk = float_ops::kernels_for(p.isa);
-  const float_ops::UnaryRunFn sigmoid = fk.unary[static_cast<int>(float_ops::UnaryOp::kSigmoid)];
-  const float_ops::UnaryRunFn tanh = fk.unary[static_cast<int>(float_ops::UnaryOp::kTanh)];
   const int64_t T = p.T, B = p.B, I = p.I, H = p.H, D = p.D;
   const int64_t G = p.gru ? 3 : 4, N = G * H;
   const bool reverse = p.reverse || d == 1;
@@ -173,7 +164,7 @@ void run_direction(const FloatRnnParams& p, int d) {
   }
   const float* bp = p.bias ? bias.data() : nullptr;
   const float* peep = p.peephole ? p.peephole + d * 3 * H : nullptr;
-  std::vector<float> h(B * H, 0.0f), c(B * H, 0.0f), hr(B * N), a(N), buf(4 * H), rh(B * H, 0.0f), hrh(B * H);
+  std::vector<float> h(B * H, 0.0f), c(B * H, 0.0f), hr(B * N), rh(B * H, 0.0f), hrh(B * H);
   if (p.initial_h) std::memcpy(h.data(), p.initial_h + d * B * H, sizeof(float) * B * H);
   if (p.initial_c && !p.gru) std::memcpy(c.data(), p.initial_c + d * B * H, sizeof(float) * B * H);
   float* yh = p.y_h + d * B * H;
@@ -235,12 +226,7 @@ void run_direction(const FloatRnnParams& p, int d) {
       const int64_t ts = reverse ? len[b] - 1 - s : s;
       const float* xg = xw.data() + (ts * B + b) * N;
       const float* hg = hr.data() + b * N;
-      for (int64_t n = 0; n < 2 * H; ++n) {
-        float v = xg[n] + hg[n];
-        if (bp) v = v + bp[n];
-        a[n] = clip_one(v, p.clip);
-      }
-      sigmoid(a.data(), zr_all.data() + b * 2 * H, 2 * H);
+      rows.onnx_gru_zr(xg, hg, bp, p.clip, 2 * H, zr_all.data() + b * 2 * H);
       if (!lbr) {
         const float* r = zr_all.data() + b * 2 * H + H;
         const float* hb = h.data() + b * H;
@@ -255,22 +241,9 @@ void run_direction(const FloatRnnParams& p, int d) {
       const float* z = zr_all.data() + b * 2 * H;
       const float* r = z + H;
       float* hb = h.data() + b * H;
-      float* ah = a.data();
-      for (int64_t j = 0; j < H; ++j) {
-        float v;
-        if (lbr) {  // (RNN8)
-          float u = hr[b * N + 2 * H + j];
-          if (bp) u = u + rb_h[j];
-          v = xg[j] + r[j] * u;
-        } else {  // (RNN7)
-          v = xg[j] + hrh[b * H + j];
-        }
-        if (bp) v = v + bp[2 * H + j];
-        ah[j] = clip_one(v, p.clip);
-      }
-      float* hh = buf.data();
-      tanh(ah, hh, H);
-      for (int64_t j = 0; j < H; ++j) hb[j] = (1.0f - z[j]) * hh[j] + z[j] * hb[j];  // (RNN9)
+      // (RNN8) with linear_before_reset, else (RNN7); then (RNN9)
+      const float* hr_h = lbr ? hr.data() + b * N + 2 * H : hrh.data() + b * H;
+      rows.onnx_gru_h(xg, hr_h, bp && lbr ? rb_h.data() : nullptr, r, z, bp ? bp + 2 * H : nullptr, p.clip, lbr, H, hb);
       std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
       if (s + 1 == len[b]) std::memcpy(yh + b * H, hb, sizeof(float) * H);
     }

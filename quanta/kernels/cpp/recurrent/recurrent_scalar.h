@@ -132,6 +132,30 @@ inline void ort_gru_update_lane(const float* zr_z, const float* bz, const float*
   h[j] = (1.0f - z) * hh + z * h[j];
 }
 
+// Lanes of Kernels::onnx_gru_zr and onnx_gru_h (recurrent.h) with ONNX's functions
+// (Sigmoid, Tanh: float_ops' sigmoid_one, tanh_one).
+template <float (*Sigmoid)(float)>
+inline void gru_zr_lane(const float* xg, const float* hg, const float* bias, float clip, int64_t n, float* zr) {
+  float v = xg[n] + hg[n];
+  if (bias) v = v + bias[n];
+  zr[n] = Sigmoid(clamp_nan(v, -clip, clip));
+}
+template <float (*Tanh)(float)>
+inline void gru_h_lane(const float* xg_h, const float* hr_h, const float* rb_h, const float* r, const float* z,
+                       const float* bias_h, float clip, bool lbr, int64_t j, float* h) {
+  float v;
+  if (lbr) {
+    float u = hr_h[j];
+    if (rb_h) u = u + rb_h[j];
+    v = xg_h[j] + r[j] * u;
+  } else {
+    v = xg_h[j] + hr_h[j];
+  }
+  if (bias_h) v = v + bias_h[j];
+  const float hh = Tanh(clamp_nan(v, -clip, clip));
+  h[j] = (1.0f - z[j]) * hh + z[j] * h[j];
+}
+
 inline void min_max_scalar(const float* x, int64_t n, float* lo, float* hi) {
   float mn = x[0], mx = x[0];
   for (int64_t i = 1; i < n; ++i) {
