@@ -630,6 +630,72 @@ def test_float_gru_gate_rows_saturate_and_keep_nan_as_the_twin(H, n_in, lbr, bia
 
 
 @pytest.mark.parametrize(
+    ("op", "H", "lbr"),
+    [("LSTM", 200, 0), ("GRU", 300, 1), ("GRU", 300, 0), ("OrtGRU", 300, 1), ("OrtLSTM", 200, 0)],
+)
+@pytest.mark.parametrize("lens", [None, [13, 16]])
+def test_float_rnn_input_projection_split_over_threads_gives_the_twin_bytes(op, H, lbr, lens):
+    """An input projection past float_rnn.cc's kSplitMacs (16 steps × 2 rows × 100 inputs ×
+    800 / 900 gate columns) runs its 32 rows in blocks of four on the pool at 2 threads
+    (with sequence lengths 13 and 16 too): the twin's bytes on every ISA, 1 and 2 threads;
+    LSTM, GRU both linear_before_reset forms, OrtGRU, OrtLSTM."""
+    rng = np.random.default_rng(H + lbr)
+    base = "LSTM" if op.endswith("LSTM") else "GRU"
+    inputs = _float_inputs(
+        rng,
+        base,
+        T=16,
+        B=2,
+        n_in=100,
+        H=H,
+        D=1,
+        bias=True,
+        lens=lens,
+        h0=True,
+        c0=True,
+        peephole=base == "LSTM",
+    )
+    attrs = {"hidden_size": H, "direction": "forward"}
+    if base == "GRU":
+        attrs["linear_before_reset"] = lbr
+    if op == "OrtGRU":
+        _check_ort_gru(inputs, attrs, _assert_same)
+        return
+    if op == "LSTM" or op == "GRU":
+        _check_float(op, inputs, attrs)
+        return
+    from quanta.kernels.reference.ort_float import ort_lstm_op
+
+    expected = ort_lstm_op(KernelContext(opset=21, op_type="OrtLSTM", n_outputs=3), *inputs, **attrs)
+    g = Graph()
+    values: list[Value | None] = []
+    for i, a in enumerate(inputs):
+        if a is None:
+            values.append(None)
+        elif i in (1, 2):
+            values.append(g.add_initializer(f"in{i}", a))
+        else:
+            values.append(g.add_input(f"in{i}", TensorType(elem_from_numpy(a.dtype), tuple(a.shape))))
+    node = Node(
+        "OrtLSTM", values, [Value("Y"), Value("Y_h"), Value("Y_c")], attrs, name="rnn", domain="quanta"
+    )
+    g.add_node(node)
+    model = Model(g, opset_imports={"": 21, "quanta": 1})
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            kernel, reason = native_kernel_for(model, node)
+            assert kernel is not None and kernel.name == "native:ort_lstm_f32", reason
+            for threads in THREADS:
+                ctx = KernelContext(
+                    opset=21, op_type="OrtLSTM", node_name="rnn", n_outputs=3, num_threads=threads
+                )
+                _assert_same(expected, kernel.fn(ctx, *inputs, **attrs, **kernel.params), f"{isa}, {threads}")
+    finally:
+        _native.clear_isa()
+
+
+@pytest.mark.parametrize(
     ("op", "H", "direction", "variant"),
     [
         ("LSTM", 67, "bidirectional", False),

@@ -46,9 +46,32 @@ SeqGemmFn seq_gemm_for(Isa isa) {
 
 namespace {
 
+// A direction's input projection (X·Wᵀ of every step: one product of L·B rows) on up to
+// `threads` threads, its rows in blocks of four, a few blocks a chunk: each chunk is the
+// kernel's own call on its rows, and every lane computes its (RNN1) / (RNN-ORT1) chain
+// whichever chunk holds it, so the bytes do not depend on the split. One pool job per
+// direction (a batch-1 step's product is not split: a job per step waited for a late
+// worker on the shared machine more than it saved). Under kSplitMacs the caller runs it.
+constexpr int64_t kSplitMacs = int64_t{1} << 20;
+
+template <class Call>
+void split_rows(int threads, int64_t M, int64_t K, int64_t N, Call call) {
+  if (threads >= 2 && M >= 8 && M * K * N >= kSplitMacs) {
+    const int64_t blocks = (M + 3) / 4;
+    const int64_t chunks = std::min<int64_t>(blocks, int64_t{4} * threads);
+    auto body = [&](int64_t c, int) {
+      const int64_t b0 = c * blocks / chunks, b1 = (c + 1) * blocks / chunks;
+      call(b0 * 4, std::min(M, b1 * 4));
+    };
+    qgemm::parallel_for(threads, chunks, body);
+    return;
+  }
+  call(int64_t{0}, M);
+}
+
 // One direction of ONNX Runtime's float GRU (quanta::OrtGRU, docs/float-ops.md
 // (RNN-ORT-GRU)), in the twin's order (reference/rnn.py _ort_gru_direction).
-void run_ort_gru_direction(const FloatRnnParams& p, int d) {
+void run_ort_gru_direction(const FloatRnnParams& p, int d, int threads) {
   const SeqGemmMlasFn gemm_mlas = seq_gemm_mlas_for(p.isa);
   const Kernels& rows = kernels_for(p.isa);  // the gates, a vector of lanes at a time
   const int64_t B = p.B, I = p.I, H = p.H, D = p.D, N = 3 * H;
@@ -62,7 +85,9 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d) {
   }
   if (L == 0) return;
   std::vector<float> xw(static_cast<size_t>(L * B * N));
-  gemm_mlas(p.x, I, p.w[d], I, N, xw.data(), N, L * B, false);  // (RNN-ORT-GRU1)
+  split_rows(threads, L * B, I, N, [&](int64_t m0, int64_t m1) {  // (RNN-ORT-GRU1)
+    gemm_mlas(p.x + m0 * I, I, p.w[d], I, N, xw.data() + m0 * N, N, m1 - m0, false);
+  });
   std::vector<float> bz, br, bh, rbh;
   if (p.bias) {
     const float* wb = p.bias + d * 2 * N;
@@ -125,9 +150,9 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d) {
   }
 }
 
-void run_direction(const FloatRnnParams& p, int d) {
+void run_direction(const FloatRnnParams& p, int d, int threads) {
   if (p.gru && p.ort) {
-    run_ort_gru_direction(p, d);
+    run_ort_gru_direction(p, d, threads);
     return;
   }
   const SeqGemmFn gemm = seq_gemm_for(p.isa);
@@ -143,11 +168,13 @@ void run_direction(const FloatRnnParams& p, int d) {
   }
   if (L == 0) return;
   std::vector<float> xw(static_cast<size_t>(L * B * N));
-  if (p.ort) {
-    gemm_mlas(p.x, I, p.w[d], I, N, xw.data(), N, L * B, false);  // (RNN-ORT): X[:L] · Wᵀ
-  } else {
-    gemm(p.x, I, p.w[d], I, N, xw.data(), N, L * B);  // (RNN1): X[:L] · Wᵀ
-  }
+  split_rows(threads, L * B, I, N, [&](int64_t m0, int64_t m1) {
+    if (p.ort) {
+      gemm_mlas(p.x + m0 * I, I, p.w[d], I, N, xw.data() + m0 * N, N, m1 - m0, false);  // (RNN-ORT): X[:L] · Wᵀ
+    } else {
+      gemm(p.x + m0 * I, I, p.w[d], I, N, xw.data() + m0 * N, N, m1 - m0);  // (RNN1): X[:L] · Wᵀ
+    }
+  });
 
   // bias: f32(Wb + Rb) per gate column ((RNN2)); the GRU's h gate keeps Wb and Rb apart
   // with linear_before_reset.
@@ -259,10 +286,10 @@ void float_rnn(const FloatRnnParams& p) {
   if (p.y_c) std::fill(p.y_c, p.y_c + p.D * p.B * p.H, 0.0f);
   if (p.B == 0 || p.H == 0) return;
   if (p.D == 2 && p.num_threads >= 2) {
-    auto body = [&](int64_t d, int) { run_direction(p, static_cast<int>(d)); };
+    auto body = [&](int64_t d, int) { run_direction(p, static_cast<int>(d), 1); };
     qgemm::parallel_for(2, 2, body);
   } else {
-    for (int d = 0; d < p.D; ++d) run_direction(p, d);
+    for (int d = 0; d < p.D; ++d) run_direction(p, d, std::max(1, p.num_threads));
   }
 }
 
