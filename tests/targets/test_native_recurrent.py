@@ -480,9 +480,10 @@ def _direct_call(fast, inputs: list[np.ndarray | None]):
     return fast.direct(*[inputs[p] for p in fast.reads])
 
 
-def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
+def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict, same=None) -> None:
     from quanta.kernels.reference.rnn import gru_op, lstm_op
 
+    same = same or _assert_same
     n_out = 3 if op == "LSTM" else 2
     ctx1 = KernelContext(opset=21, op_type=op, node_name="rnn", n_outputs=n_out)
     expected = (lstm_op if op == "LSTM" else gru_op)(ctx1, *inputs, **attrs)
@@ -498,7 +499,7 @@ def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
                 with FloatTwinCalls() as twin:
                     got = kernel.fn(ctx, *inputs, **attrs, **kernel.params)
                 assert twin.count == 0, "the native kernel ran the twin"
-                _assert_same(expected, got, f"{op} {isa}, {threads} threads")
+                same(expected, got, f"{op} {isa}, {threads} threads")
                 # the call specialized for this X shape (B, sequence_lens, P constants;
                 # layout 1 keeps the generic call)
                 states = (0, 5, 6)
@@ -518,10 +519,8 @@ def _check_float(op: str, inputs: list[np.ndarray | None], attrs: dict) -> None:
                     with FloatTwinCalls() as twin:
                         got = fast(ctx, *inputs)
                     assert twin.count == 0, "the specialized call ran the twin"
-                    _assert_same(expected, got, f"specialized {op} {isa}, {threads} threads")
-                    _assert_same(
-                        expected, _direct_call(fast, inputs), f"direct {op} {isa}, {threads} threads"
-                    )
+                    same(expected, got, f"specialized {op} {isa}, {threads} threads")
+                    same(expected, _direct_call(fast, inputs), f"direct {op} {isa}, {threads} threads")
     finally:
         _native.clear_isa()
 
@@ -573,6 +572,129 @@ def test_float_rnn_native_equals_twin(
     _check_float(op, inputs, attrs)
 
 
+@pytest.mark.parametrize(("H", "n_in"), [(7, 3), (17, 3), (33, 5)])
+@pytest.mark.parametrize(("peephole", "input_forget"), [(False, 0), (True, 0), (True, 1)])
+@pytest.mark.parametrize("clip", [None, 2.5])
+def test_float_lstm_gate_rows_saturate_and_keep_nan_as_the_twin(H, n_in, peephole, input_forget, clip):
+    """The float LSTM's gates (recurrent.h Kernels::onnx_lstm_row: (RNN3)-(RNN5) a vector
+    of lanes at a time with ONNX's sigmoid and tanh, masked tails on AVX-512, scalar ones
+    on AVX2 at H 7, 17, 33): gates far into saturation (tanh's exp branch, sigmoid of
+    large negative inputs), ±inf and NaN in X, peepholes, input_forget, the clip, two
+    directions, a row that ends early: the twin's bytes, NaN where the twin has NaN."""
+    rng = np.random.default_rng(H * 100 + 10 * peephole + input_forget)
+    inputs = _float_inputs(
+        rng,
+        "LSTM",
+        T=4,
+        B=2,
+        n_in=n_in,
+        H=H,
+        D=2,
+        bias=True,
+        lens=[4, 2],
+        h0=True,
+        c0=True,
+        peephole=peephole,
+    )
+    inputs[1] = (inputs[1] * 40).astype(F32)
+    inputs[0][0, 1, 0] = np.inf
+    inputs[0][1, 1, 2] = -np.inf
+    inputs[0][3, 0, 1] = np.nan
+    attrs = {"hidden_size": H, "direction": "bidirectional", "input_forget": input_forget}
+    if clip is not None:
+        attrs["clip"] = clip
+    _check_float("LSTM", inputs, attrs, _assert_same_nan_positions)
+
+
+@pytest.mark.parametrize(("H", "n_in"), [(7, 3), (17, 3), (33, 5)])
+@pytest.mark.parametrize("lbr", [0, 1])
+@pytest.mark.parametrize(("bias", "clip"), [(True, None), (False, None), (True, 2.5)])
+def test_float_gru_gate_rows_saturate_and_keep_nan_as_the_twin(H, n_in, lbr, bias, clip):
+    """The float GRU's gates (recurrent.h Kernels::onnx_gru_zr / onnx_gru_h: (RNN6)-(RNN9)
+    a vector of lanes at a time with ONNX's sigmoid and tanh, masked or scalar tails at H
+    7, 17, 33), both linear_before_reset forms, with and without a bias, gates far into
+    saturation, ±inf and NaN in X, the clip, two directions, a row that ends early: the
+    twin's bytes, NaN where the twin has NaN."""
+    rng = np.random.default_rng(H * 100 + 10 * lbr + bias)
+    inputs = _float_inputs(
+        rng, "GRU", T=4, B=2, n_in=n_in, H=H, D=2, bias=bias, lens=[4, 2], h0=True, c0=False, peephole=False
+    )
+    inputs[1] = (inputs[1] * 40).astype(F32)
+    inputs[0][0, 1, 0] = np.inf
+    inputs[0][1, 1, 2] = -np.inf
+    inputs[0][3, 0, 1] = np.nan
+    attrs = {"hidden_size": H, "direction": "bidirectional", "linear_before_reset": lbr}
+    if clip is not None:
+        attrs["clip"] = clip
+    _check_float("GRU", inputs, attrs, _assert_same_nan_positions)
+
+
+@pytest.mark.parametrize(
+    ("op", "H", "lbr"),
+    [("LSTM", 200, 0), ("GRU", 300, 1), ("GRU", 300, 0), ("OrtGRU", 300, 1), ("OrtLSTM", 200, 0)],
+)
+@pytest.mark.parametrize("lens", [None, [13, 16]])
+def test_float_rnn_input_projection_split_over_threads_gives_the_twin_bytes(op, H, lbr, lens):
+    """An input projection past float_rnn.cc's kSplitMacs (16 steps × 2 rows × 100 inputs ×
+    800 / 900 gate columns) runs its 32 rows in blocks of four on the pool at 2 threads
+    (with sequence lengths 13 and 16 too): the twin's bytes on every ISA, 1 and 2 threads;
+    LSTM, GRU both linear_before_reset forms, OrtGRU, OrtLSTM."""
+    rng = np.random.default_rng(H + lbr)
+    base = "LSTM" if op.endswith("LSTM") else "GRU"
+    inputs = _float_inputs(
+        rng,
+        base,
+        T=16,
+        B=2,
+        n_in=100,
+        H=H,
+        D=1,
+        bias=True,
+        lens=lens,
+        h0=True,
+        c0=True,
+        peephole=base == "LSTM",
+    )
+    attrs = {"hidden_size": H, "direction": "forward"}
+    if base == "GRU":
+        attrs["linear_before_reset"] = lbr
+    if op == "OrtGRU":
+        _check_ort_gru(inputs, attrs, _assert_same)
+        return
+    if op == "LSTM" or op == "GRU":
+        _check_float(op, inputs, attrs)
+        return
+    from quanta.kernels.reference.ort_float import ort_lstm_op
+
+    expected = ort_lstm_op(KernelContext(opset=21, op_type="OrtLSTM", n_outputs=3), *inputs, **attrs)
+    g = Graph()
+    values: list[Value | None] = []
+    for i, a in enumerate(inputs):
+        if a is None:
+            values.append(None)
+        elif i in (1, 2):
+            values.append(g.add_initializer(f"in{i}", a))
+        else:
+            values.append(g.add_input(f"in{i}", TensorType(elem_from_numpy(a.dtype), tuple(a.shape))))
+    node = Node(
+        "OrtLSTM", values, [Value("Y"), Value("Y_h"), Value("Y_c")], attrs, name="rnn", domain="quanta"
+    )
+    g.add_node(node)
+    model = Model(g, opset_imports={"": 21, "quanta": 1})
+    try:
+        for isa in ISAS:
+            _native.set_isa(isa)
+            kernel, reason = native_kernel_for(model, node)
+            assert kernel is not None and kernel.name == "native:ort_lstm_f32", reason
+            for threads in THREADS:
+                ctx = KernelContext(
+                    opset=21, op_type="OrtLSTM", node_name="rnn", n_outputs=3, num_threads=threads
+                )
+                _assert_same(expected, kernel.fn(ctx, *inputs, **attrs, **kernel.params), f"{isa}, {threads}")
+    finally:
+        _native.clear_isa()
+
+
 @pytest.mark.parametrize(
     ("op", "H", "direction", "variant"),
     [
@@ -592,8 +714,7 @@ def test_float_rnn_batch_one_streams_panel_pairs_with_the_twin_bytes(op, H, dire
     twin's chains; the columns the pairs leave (4·67 = 268: 12; 2·131 = 262: 6; 2·200 =
     400 and 4·100: a full panel and 16; GRU 200's h columns: 128 + 72; 3·4, 2·3: one short
     vector; 4·17 = 68: four full vectors and a short one) in one loop over both panels
-    (seq_row_rest; prefetched at K = 200 and 100 rows, not at the small K of H = 3, 4,
-    17)."""
+    (seq_row_rest)."""
     rng = np.random.default_rng(H)
     D = 2 if direction == "bidirectional" else 1
     inputs = _float_inputs(
@@ -838,8 +959,6 @@ def test_ort_gru_native_equals_twin(H, n_in, T, B, direction, bias, lens_kind, h
     """quanta::OrtGRU (ONNX Runtime's float GRU, docs/float-ops.md (RNN-ORT-GRU)): the
     native kernel and its specialized call give the twin's bytes on every ISA and thread
     count (H 130: R's z, r columns past two 128-column panels; n_in 300: two MLAS blocks)."""
-    from quanta.kernels.reference.ort_float import ort_gru_op
-
     rng = np.random.default_rng(seed)
     D = 2 if direction == "bidirectional" else 1
     lens = {"none": None, "full": [T] * B, "ragged": rng.integers(0, T + 1, B).tolist()}[lens_kind]
@@ -861,6 +980,27 @@ def test_ort_gru_native_equals_twin(H, n_in, T, B, direction, bias, lens_kind, h
     attrs = {"hidden_size": H, "direction": direction, "layout": layout, "linear_before_reset": int(lbr)}
     if clip is not None:
         attrs["clip"] = clip
+    _check_ort_gru(inputs, attrs, _assert_same)
+
+
+def _assert_same_nan_positions(expected, got, label: str) -> None:
+    """Bytes equal where the twin is not NaN, NaN where it is (the float kernels' contract
+    compares NaN positions, not payloads)."""
+    assert len(expected) == len(got), label
+    for name, e, a in zip(("Y", "Y_h", "Y_c")[: len(expected)], expected, got, strict=True):
+        assert e.shape == a.shape and e.dtype == a.dtype, f"{label} {name}"
+        nan = np.isnan(e)
+        assert np.array_equal(nan, np.isnan(a)), f"{label} {name}: NaN positions differ"
+        bad = (e.view(np.uint32) != a.view(np.uint32)) & ~nan
+        assert not bad.any(), f"{label} {name}: {int(bad.sum())} of {e.size} differ"
+
+
+def _check_ort_gru(inputs: list, attrs: dict, same) -> None:
+    """OrtGRU's native kernel, its specialized and direct calls = the twin on every ISA and
+    thread count (``same(expected, got, label)`` compares)."""
+    from quanta.kernels.reference.ort_float import ort_gru_op
+
+    layout = attrs.get("layout", 0)
     expected = ort_gru_op(KernelContext(opset=21, op_type="OrtGRU", n_outputs=2), *inputs, **attrs)
     g = Graph()
     values: list[Value | None] = []
@@ -885,7 +1025,7 @@ def test_ort_gru_native_equals_twin(H, n_in, T, B, direction, bias, lens_kind, h
                 ctx = KernelContext(
                     opset=21, op_type="OrtGRU", node_name="rnn", n_outputs=2, num_threads=threads
                 )
-                _assert_same(expected, kernel.fn(ctx, *inputs, **attrs, **kernel.params), f"{isa}, {threads}")
+                same(expected, kernel.fn(ctx, *inputs, **attrs, **kernel.params), f"{isa}, {threads}")
                 sig = Specialization(
                     shapes=tuple(None if a is None else a.shape for a in inputs),
                     dtypes=tuple(None if a is None else a.dtype for a in inputs),
@@ -899,7 +1039,31 @@ def test_ort_gru_native_equals_twin(H, n_in, T, B, direction, bias, lens_kind, h
                 fast = kernel.specialize(sig, **attrs, **kernel.params)
                 assert (fast is None) == bool(layout)
                 if fast is not None:
-                    _assert_same(expected, fast(ctx, *inputs), f"specialized, {isa}, {threads}")
-                    _assert_same(expected, _direct_call(fast, inputs), f"direct, {isa}, {threads}")
+                    same(expected, fast(ctx, *inputs), f"specialized, {isa}, {threads}")
+                    same(expected, _direct_call(fast, inputs), f"direct, {isa}, {threads}")
     finally:
         _native.clear_isa()
+
+
+@pytest.mark.parametrize(("H", "n_in"), [(7, 3), (17, 3), (33, 5)])
+@pytest.mark.parametrize("lbr", [0, 1])
+@pytest.mark.parametrize(("bias", "clip"), [(True, None), (False, None), (True, 2.5), (False, 2.5)])
+def test_ort_gru_gate_rows_saturate_and_keep_nan_as_the_twin(H, n_in, lbr, bias, clip):
+    """OrtGRU's gate rows (recurrent.h Kernels::ort_gru_reset / ort_gru_update, a vector of
+    lanes at a time, scalar or masked tails at H 7, 17, 33): pre-activations far past ORT's
+    clamps (±20 in Rσ, ±10 in Rt, ±18 in MLAS's logistic) and the clip, ±inf and NaN in X
+    (with a bias the clip turns NaN into clip, without one it stays), two directions,
+    a sequence that ends early: the twin's bytes, NaN where the twin has NaN, on every ISA
+    and thread count."""
+    rng = np.random.default_rng(H * 10 + lbr)
+    inputs = _float_inputs(
+        rng, "GRU", T=4, B=2, n_in=n_in, H=H, D=2, bias=bias, lens=[4, 2], h0=True, c0=False, peephole=False
+    )
+    inputs[1] = (inputs[1] * 40).astype(F32)  # gates well past the clamps
+    inputs[0][0, 1, 0] = np.inf
+    inputs[0][1, 1, 2] = -np.inf
+    inputs[0][3, 0, 1] = np.nan  # the last step of the row that runs 4 steps
+    attrs = {"hidden_size": H, "direction": "bidirectional", "linear_before_reset": lbr}
+    if clip is not None:
+        attrs["clip"] = clip
+    _check_ort_gru(inputs, attrs, _assert_same_nan_positions)

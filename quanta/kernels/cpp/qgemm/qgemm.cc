@@ -83,8 +83,15 @@ constexpr int64_t kChunksPerThread = 4;
 // outer with a prefetch 4, 16 or 32 KiB ahead (16 kept), ~0 % without it; M = 48 against a
 // 512 x 1024 B ran 10-20 % slower than row tiles outer (B from L2 four times beats four
 // tiles sharing an L1 chunk), so two row tiles at most.
+// One or two rows (a batch-1 recurrent step, a decoder's token) do not prefetch: their
+// k-loop is two loads and two or four vpdpbusd a k-group, bound by the loads, and a
+// prefetch per line takes load slots; the hardware prefetchers follow the one stream
+// (Zen 4, 1 thread, B from L3: 768 x 3072, the step of an H = 768 DynamicQuantizeLSTM,
+// 38 -> 31 us at M = 1 and 41 -> 32 at M = 2; 1024 x 4096 65 -> 53 us; from M = 4 on the
+// prefetch is even or ahead, 16 MB of B at M = 4 and 8 by ~10 %).
 constexpr int64_t kStreamRows = 24;
 constexpr int64_t kStreamPrefetch = 16 * 1024;
+constexpr int64_t kStreamPrefetchMinRows = 3;
 
 int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
 int64_t div_up(int64_t v, int64_t by) { return (v + by - 1) / by; }
@@ -198,7 +205,7 @@ Plan make_plan(const QGemmParams& p) {
   const bool stream = f.row_tiles_outer && pl.M <= kStreamRows;
   if (stream) {
     mc_max = std::max(mc_max, round_up(pl.M, f.mr));
-    pl.stream_prefetch = kStreamPrefetch;
+    pl.stream_prefetch = pl.M >= kStreamPrefetchMinRows ? kStreamPrefetch : 0;
   } else if (b_bytes < kL2Bytes && f.row_tiles_outer) {
     mc_max = f.mr;
   } else if (b_bytes < kL2Bytes && l2_rows >= kMinMcRows) {

@@ -1,8 +1,9 @@
 // Driver of the float32 LSTM and GRU (float_rnn.h; equations (RNN1)-(RNN9) of
 // docs/float-ops.md): per direction, the X·Wᵀ products of every step up front, then the
-// recurrence. The elementwise steps are plain float32 loops (one IEEE operation each, in
-// the twin's order; a compiler's vectorization keeps that), the activations the
-// float_ops family's sigmoid_f32 / tanh_f32 of the same ISA.
+// recurrence. The gates of a row are the recurrent family's row steps of the same ISA
+// (recurrent.h Kernels: onnx_lstm_row, onnx_gru_zr / onnx_gru_h with float_ops' sigmoid
+// and tanh; OrtLSTM's lstm_row and OrtGRU's ort_gru_* with ONNX Runtime's), each lane one
+// IEEE operation at a time in the twin's order.
 #include "recurrent/float_rnn.h"
 
 #include <algorithm>
@@ -45,100 +46,34 @@ SeqGemmFn seq_gemm_for(Isa isa) {
 
 namespace {
 
-inline float clip_one(float v, float clip) {  // np.clip(v, −clip, clip): NaN stays NaN
-  const float t = v < -clip ? -clip : v;
-  return t > clip ? clip : t;
-}
+// A direction's input projection (X·Wᵀ of every step: one product of L·B rows) on up to
+// `threads` threads, its rows in blocks of four, a few blocks a chunk: each chunk is the
+// kernel's own call on its rows, and every lane computes its (RNN1) / (RNN-ORT1) chain
+// whichever chunk holds it, so the bytes do not depend on the split. One pool job per
+// direction (a batch-1 step's product is not split: a job per step waited for a late
+// worker on the shared machine more than it saved). Under kSplitMacs the caller runs it.
+constexpr int64_t kSplitMacs = int64_t{1} << 20;
 
-struct Activations {
-  float_ops::UnaryRunFn sigmoid, tanh;
-};
-
-// (RNN3)-(RNN5): one LSTM row; a [4H] holds f32(xw + hr) on entry (gates i, o, f, c).
-void lstm_row(const Activations& act, float* a, float* act_buf, const float* bias, const float* peep, float clip,
-              bool input_forget, int64_t H, float* c, float* h) {
-  float* ai = a;
-  float* ao = a + H;
-  float* af = a + 2 * H;
-  float* ac = a + 3 * H;
-  float* i = act_buf;
-  float* f = act_buf + H;
-  float* g = act_buf + 2 * H;
-  float* o = act_buf + 3 * H;
-  for (int64_t j = 0; j < H; ++j) {
-    float vi = ai[j], vf = af[j], vc = ac[j];
-    if (peep) {
-      vi = vi + peep[j] * c[j];
-      vf = vf + peep[2 * H + j] * c[j];
-    }
-    if (bias) {
-      vi = vi + bias[j];
-      vf = vf + bias[2 * H + j];
-      vc = vc + bias[3 * H + j];
-    }
-    ai[j] = clip_one(vi, clip);
-    af[j] = clip_one(vf, clip);
-    ac[j] = clip_one(vc, clip);
+template <class Call>
+void split_rows(int threads, int64_t M, int64_t K, int64_t N, Call call) {
+  if (threads >= 2 && M >= 8 && M * K * N >= kSplitMacs) {
+    const int64_t blocks = (M + 3) / 4;
+    const int64_t chunks = std::min<int64_t>(blocks, int64_t{4} * threads);
+    auto body = [&](int64_t c, int) {
+      const int64_t b0 = c * blocks / chunks, b1 = (c + 1) * blocks / chunks;
+      call(b0 * 4, std::min(M, b1 * 4));
+    };
+    qgemm::parallel_for(threads, chunks, body);
+    return;
   }
-  act.sigmoid(ai, i, H);
-  if (input_forget) {
-    for (int64_t j = 0; j < H; ++j) f[j] = 1.0f - i[j];
-  } else {
-    act.sigmoid(af, f, H);
-  }
-  act.tanh(ac, g, H);
-  for (int64_t j = 0; j < H; ++j) c[j] = f[j] * c[j] + i[j] * g[j];  // (RNN4)
-  for (int64_t j = 0; j < H; ++j) {
-    float vo = ao[j];
-    if (peep) vo = vo + peep[H + j] * c[j];
-    if (bias) vo = vo + bias[H + j];
-    ao[j] = clip_one(vo, clip);
-  }
-  act.sigmoid(ao, o, H);
-  act.tanh(c, g, H);
-  for (int64_t j = 0; j < H; ++j) h[j] = o[j] * g[j];  // (RNN5)
-}
-
-// ONNX Runtime's GRU gate functions (rnn_helpers.cc, deepcpu): x·P(x²) / Q(x²), each
-// Horner step a float32 product then a float32 sum (-ffp-contract=off keeps them apart,
-// as ORT's build of that file for baseline x86-64 does).
-constexpr float kDeepP[7] = {-2.76076847742355e-16f, 2.00018790482477e-13f, -8.60467152213735e-11f,
-                             5.12229709037114e-08f,  1.48572235717979e-05f, 6.37261928875436e-04f,
-                             4.89352455891786e-03f};
-constexpr float kDeepQ[4] = {1.19825839466702e-06f, 1.18534705686654e-04f, 2.26843463243900e-03f,
-                             4.89352518554385e-03f};
-
-inline float deepcpu_rational(float x) {
-  const float x2 = x * x;
-  float p = x2 * kDeepP[0] + kDeepP[1];
-  for (int i = 2; i < 7; ++i) p = x2 * p + kDeepP[i];
-  p = x * p;
-  float q = x2 * kDeepQ[0] + kDeepQ[1];
-  for (int i = 2; i < 4; ++i) q = x2 * q + kDeepQ[i];
-  return p / q;
-}
-
-inline float clamp_keep_nan(float v, float b) { return v < -b ? -b : (v > b ? b : v); }
-
-// (RNN-ORT-GRU2) Rσ and (RNN-ORT-GRU5) Rt
-inline float deepcpu_sigmoid(float v) { return 0.5f * (1.0f + deepcpu_rational(0.5f * clamp_keep_nan(v, 20.0f))); }
-inline float deepcpu_tanh(float v) { return deepcpu_rational(clamp_keep_nan(v, 10.0f)); }
-
-// ORT's clip_add_bias (std::min(clip, ·) then std::max(−clip, ·): a NaN becomes clip) or,
-// without a bias, clip_ignore_bias (a NaN stays).
-inline float ort_clip(float v, const float* bias, int64_t j, float clip) {
-  if (!bias) return clamp_keep_nan(v, clip);
-  float x = v + bias[j];
-  x = x < clip ? x : clip;
-  return -clip < x ? x : -clip;
+  call(int64_t{0}, M);
 }
 
 // One direction of ONNX Runtime's float GRU (quanta::OrtGRU, docs/float-ops.md
 // (RNN-ORT-GRU)), in the twin's order (reference/rnn.py _ort_gru_direction).
-void run_ort_gru_direction(const FloatRnnParams& p, int d) {
+void run_ort_gru_direction(const FloatRnnParams& p, int d, int threads) {
   const SeqGemmMlasFn gemm_mlas = seq_gemm_mlas_for(p.isa);
-  const float_ops::UnaryRunFn logistic =
-      float_ops::kernels_for(p.isa).unary[static_cast<int>(float_ops::UnaryOp::kMlasLogistic)];
+  const Kernels& rows = kernels_for(p.isa);  // the gates, a vector of lanes at a time
   const int64_t B = p.B, I = p.I, H = p.H, D = p.D, N = 3 * H;
   const bool reverse = p.reverse || d == 1;
   const bool lbr = p.linear_before_reset;
@@ -150,7 +85,9 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d) {
   }
   if (L == 0) return;
   std::vector<float> xw(static_cast<size_t>(L * B * N));
-  gemm_mlas(p.x, I, p.w[d], I, N, xw.data(), N, L * B, false);  // (RNN-ORT-GRU1)
+  split_rows(threads, L * B, I, N, [&](int64_t m0, int64_t m1) {  // (RNN-ORT-GRU1)
+    gemm_mlas(p.x + m0 * I, I, p.w[d], I, N, xw.data() + m0 * N, N, m1 - m0, false);
+  });
   std::vector<float> bz, br, bh, rbh;
   if (p.bias) {
     const float* wb = p.bias + d * 2 * N;
@@ -169,7 +106,6 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d) {
   const float* brp = p.bias ? br.data() : nullptr;
   const float* bhp = p.bias ? bh.data() : nullptr;
   std::vector<float> h(B * H, 0.0f), zr(B * 2 * H, 0.0f), lin(B * H, 0.0f), cur(B * H, 0.0f), hin(B * H, 0.0f);
-  std::vector<float> zin(H), z(H);
   if (p.initial_h) std::memcpy(h.data(), p.initial_h + d * B * H, sizeof(float) * B * H);
   float* yh = p.y_h + d * B * H;
   auto row_t = [&](int64_t s, int64_t b) { return reverse ? len[b] - 1 - s : s; };
@@ -187,9 +123,8 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d) {
     }
     for (int64_t b = 0; b < B; ++b) {  // (RNN-ORT-GRU2) r, then r ⊙ L or r ⊙ H
       if (s >= len[b]) continue;
-      const float* zrb = zr.data() + b * 2 * H;
       const float* src = lbr ? lin.data() + b * H : h.data() + b * H;
-      for (int64_t j = 0; j < H; ++j) cur[b * H + j] = src[j] * deepcpu_sigmoid(ort_clip(zrb[H + j], brp, j, p.clip));
+      rows.ort_gru_reset(zr.data() + b * 2 * H + H, brp, p.clip, src, H, cur.data() + b * H);
     }
     if (!lbr) {  // (r ⊙ H)·R[h]ᵀ onto X·W[h]ᵀ
       for (int64_t b = 0; b < B; ++b) {
@@ -201,15 +136,13 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d) {
     for (int64_t b = 0; b < B; ++b) {
       if (s >= len[b]) continue;
       const int64_t ts = row_t(s, b);
-      const float* zrb = zr.data() + b * 2 * H;
-      for (int64_t j = 0; j < H; ++j) zin[j] = ort_clip(zrb[j], bzp, j, p.clip);
-      logistic(zin.data(), z.data(), H);  // (RNN-ORT-GRU4)
       const float* xh = xw.data() + (ts * B + b) * N + 2 * H;
       float* hb = h.data() + b * H;
-      for (int64_t j = 0; j < H; ++j) {  // (RNN-ORT-GRU5)
-        const float a = lbr ? xh[j] + cur[b * H + j] : hin[b * H + j];
-        const float hh = deepcpu_tanh(ort_clip(a, bhp, j, p.clip));
-        hb[j] = (1.0f - z[j]) * hh + z[j] * hb[j];
+      // (RNN-ORT-GRU4), (RNN-ORT-GRU5): A_h = f32(XW_h + r ⊙ L), or the product onto XW_h
+      if (lbr) {
+        rows.ort_gru_update(zr.data() + b * 2 * H, bzp, xh, cur.data() + b * H, bhp, p.clip, H, hb);
+      } else {
+        rows.ort_gru_update(zr.data() + b * 2 * H, bzp, hin.data() + b * H, nullptr, bhp, p.clip, H, hb);
       }
       std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
       if (s + 1 == len[b]) std::memcpy(yh + b * H, hb, sizeof(float) * H);
@@ -217,18 +150,13 @@ void run_ort_gru_direction(const FloatRnnParams& p, int d) {
   }
 }
 
-void run_direction(const FloatRnnParams& p, int d) {
+void run_direction(const FloatRnnParams& p, int d, int threads) {
   if (p.gru && p.ort) {
-    run_ort_gru_direction(p, d);
+    run_ort_gru_direction(p, d, threads);
     return;
   }
   const SeqGemmFn gemm = seq_gemm_for(p.isa);
   const SeqGemmMlasFn gemm_mlas = seq_gemm_mlas_for(p.isa);
-  const float_ops::Kernels& fk = float_ops::kernels_for(p.isa);
-  const Activations act = p.ort ? Activations{fk.unary[static_cast<int>(float_ops::UnaryOp::kMlasLogistic)],
-                                              fk.unary[static_cast<int>(float_ops::UnaryOp::kMlasTanh)]}
-                                : Activations{fk.unary[static_cast<int>(float_ops::UnaryOp::kSigmoid)],
-                                              fk.unary[static_cast<int>(float_ops::UnaryOp::kTanh)]};
   const int64_t T = p.T, B = p.B, I = p.I, H = p.H, D = p.D;
   const int64_t G = p.gru ? 3 : 4, N = G * H;
   const bool reverse = p.reverse || d == 1;
@@ -240,11 +168,13 @@ void run_direction(const FloatRnnParams& p, int d) {
   }
   if (L == 0) return;
   std::vector<float> xw(static_cast<size_t>(L * B * N));
-  if (p.ort) {
-    gemm_mlas(p.x, I, p.w[d], I, N, xw.data(), N, L * B, false);  // (RNN-ORT): X[:L] · Wᵀ
-  } else {
-    gemm(p.x, I, p.w[d], I, N, xw.data(), N, L * B);  // (RNN1): X[:L] · Wᵀ
-  }
+  split_rows(threads, L * B, I, N, [&](int64_t m0, int64_t m1) {
+    if (p.ort) {
+      gemm_mlas(p.x + m0 * I, I, p.w[d], I, N, xw.data() + m0 * N, N, m1 - m0, false);  // (RNN-ORT): X[:L] · Wᵀ
+    } else {
+      gemm(p.x + m0 * I, I, p.w[d], I, N, xw.data() + m0 * N, N, m1 - m0);  // (RNN1): X[:L] · Wᵀ
+    }
+  });
 
   // bias: f32(Wb + Rb) per gate column ((RNN2)); the GRU's h gate keeps Wb and Rb apart
   // with linear_before_reset.
@@ -261,7 +191,7 @@ void run_direction(const FloatRnnParams& p, int d) {
   }
   const float* bp = p.bias ? bias.data() : nullptr;
   const float* peep = p.peephole ? p.peephole + d * 3 * H : nullptr;
-  std::vector<float> h(B * H, 0.0f), c(B * H, 0.0f), hr(B * N), a(N), buf(4 * H), rh(B * H, 0.0f), hrh(B * H);
+  std::vector<float> h(B * H, 0.0f), c(B * H, 0.0f), hr(B * N), rh(B * H, 0.0f), hrh(B * H);
   if (p.initial_h) std::memcpy(h.data(), p.initial_h + d * B * H, sizeof(float) * B * H);
   if (p.initial_c && !p.gru) std::memcpy(c.data(), p.initial_c + d * B * H, sizeof(float) * B * H);
   float* yh = p.y_h + d * B * H;
@@ -269,14 +199,15 @@ void run_direction(const FloatRnnParams& p, int d) {
   const float* R = p.r[d];
   const bool lbr = p.gru && p.linear_before_reset;
   std::vector<float> zr_all(p.gru ? B * 2 * H : 0);  // the GRU's z and r of every row
-  // OrtLSTM's gates: the DynamicQuantizeLSTM row step of the same ISA (recurrent.h
-  // lstm_row), which computes (RNN3)-(RNN5) in this order with MLAS's logistic and tanh, a
-  // vector of lanes at a time in registers; the plain loops and five activation calls of
-  // lstm_row above took a quarter of a 600-step, H = 25 OrtLSTM's time. Its pre-activation
-  // is f32(p + xg): xg = −0 gives p itself, as x + (−0) = x for every float x (−0 and NaN
-  // included).
-  const Kernels* row_kernels = p.ort && !p.gru ? &kernels_for(p.isa) : nullptr;
-  std::vector<float> neg_zero(row_kernels ? N : 0, -0.0f);
+  // The LSTM's gates: the recurrent family's row step of the same ISA, which computes
+  // (RNN3)-(RNN5) in this order a vector of lanes at a time in registers, with ONNX's
+  // sigmoid and tanh (onnx_lstm_row: a = f32(hr + xw), (RNN2)) or, for OrtLSTM, MLAS's
+  // (DynamicQuantizeLSTM's lstm_row); plain loops and five activation calls a row took a
+  // quarter of a 600-step, H = 25 LSTM's time. OrtLSTM's H·Rᵀ already holds its X·Wᵀ row
+  // ((RNN-ORT1)), so its pre-activation is f32(p + xg) with xg = −0, which gives p itself
+  // (x + (−0) = x for every float x, −0 and NaN included).
+  const Kernels& rows = kernels_for(p.isa);
+  std::vector<float> neg_zero(p.ort && !p.gru ? N : 0, -0.0f);
 
   for (int64_t s = 0; s < L; ++s) {
     // (RNN1): H·Rᵀ, all gates (LSTM, GRU with linear_before_reset) or z, r only
@@ -302,11 +233,10 @@ void run_direction(const FloatRnnParams& p, int d) {
         const float* hg = hr.data() + b * N;
         float* hb = h.data() + b * H;
         float* cb = c.data() + b * H;
-        if (row_kernels) {
-          row_kernels->lstm_row(hg, neg_zero.data(), bp, peep, p.clip, p.input_forget, H, cb, hb);
+        if (p.ort) {
+          rows.lstm_row(hg, neg_zero.data(), bp, peep, p.clip, p.input_forget, H, cb, hb);
         } else {
-          for (int64_t n = 0; n < N; ++n) a[n] = xg[n] + hg[n];  // (RNN2)
-          lstm_row(act, a.data(), buf.data(), bp, peep, p.clip, p.input_forget, H, cb, hb);
+          rows.onnx_lstm_row(hg, xg, bp, peep, p.clip, p.input_forget, H, cb, hb);
         }
         std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
         if (s + 1 == len[b]) {
@@ -323,12 +253,7 @@ void run_direction(const FloatRnnParams& p, int d) {
       const int64_t ts = reverse ? len[b] - 1 - s : s;
       const float* xg = xw.data() + (ts * B + b) * N;
       const float* hg = hr.data() + b * N;
-      for (int64_t n = 0; n < 2 * H; ++n) {
-        float v = xg[n] + hg[n];
-        if (bp) v = v + bp[n];
-        a[n] = clip_one(v, p.clip);
-      }
-      act.sigmoid(a.data(), zr_all.data() + b * 2 * H, 2 * H);
+      rows.onnx_gru_zr(xg, hg, bp, p.clip, 2 * H, zr_all.data() + b * 2 * H);
       if (!lbr) {
         const float* r = zr_all.data() + b * 2 * H + H;
         const float* hb = h.data() + b * H;
@@ -343,22 +268,9 @@ void run_direction(const FloatRnnParams& p, int d) {
       const float* z = zr_all.data() + b * 2 * H;
       const float* r = z + H;
       float* hb = h.data() + b * H;
-      float* ah = a.data();
-      for (int64_t j = 0; j < H; ++j) {
-        float v;
-        if (lbr) {  // (RNN8)
-          float u = hr[b * N + 2 * H + j];
-          if (bp) u = u + rb_h[j];
-          v = xg[j] + r[j] * u;
-        } else {  // (RNN7)
-          v = xg[j] + hrh[b * H + j];
-        }
-        if (bp) v = v + bp[2 * H + j];
-        ah[j] = clip_one(v, p.clip);
-      }
-      float* hh = buf.data();
-      act.tanh(ah, hh, H);
-      for (int64_t j = 0; j < H; ++j) hb[j] = (1.0f - z[j]) * hh[j] + z[j] * hb[j];  // (RNN9)
+      // (RNN8) with linear_before_reset, else (RNN7); then (RNN9)
+      const float* hr_h = lbr ? hr.data() + b * N + 2 * H : hrh.data() + b * H;
+      rows.onnx_gru_h(xg, hr_h, bp && lbr ? rb_h.data() : nullptr, r, z, bp ? bp + 2 * H : nullptr, p.clip, lbr, H, hb);
       std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
       if (s + 1 == len[b]) std::memcpy(yh + b * H, hb, sizeof(float) * H);
     }
@@ -374,10 +286,10 @@ void float_rnn(const FloatRnnParams& p) {
   if (p.y_c) std::fill(p.y_c, p.y_c + p.D * p.B * p.H, 0.0f);
   if (p.B == 0 || p.H == 0) return;
   if (p.D == 2 && p.num_threads >= 2) {
-    auto body = [&](int64_t d, int) { run_direction(p, static_cast<int>(d)); };
+    auto body = [&](int64_t d, int) { run_direction(p, static_cast<int>(d), 1); };
     qgemm::parallel_for(2, 2, body);
   } else {
-    for (int d = 0; d < p.D; ++d) run_direction(p, d);
+    for (int d = 0; d < p.D; ++d) run_direction(p, d, std::max(1, p.num_threads));
   }
 }
 

@@ -19,8 +19,9 @@
 // take over.
 //
 // Threads: a bidirectional node with num_threads >= 2 runs its directions on two pool
-// threads; otherwise one thread. Each output is computed by the same instructions
-// whichever thread runs it.
+// threads; otherwise a direction's input projection (X·Wᵀ of every step, at least
+// kSplitMacs multiply-adds) splits its rows over num_threads, and the recurrence runs on
+// one thread. Each output is computed by the same instructions whichever thread runs it.
 #pragma once
 
 #include <cstdint>

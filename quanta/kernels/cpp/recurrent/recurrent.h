@@ -59,6 +59,29 @@ struct Kernels {
   // c [H] in/out; h [H] out.
   void (*lstm_row)(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
                    bool input_forget, int64_t H, float* c, float* h);
+  // lstm_row with ONNX's sigmoid and tanh (float_ops' sigmoid_f32 / tanh_f32 of the ISA,
+  // (Σ1)-(Σ2), (T1)-(T4)) in place of MLAS's: the float LSTM's (RNN2)-(RNN5)
+  // (docs/float-ops.md; float_rnn.h), a = f32(p + xg).
+  void (*onnx_lstm_row)(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
+                        bool input_forget, int64_t H, float* c, float* h);
+  // One row of ONNX Runtime's float GRU (quanta::OrtGRU, docs/float-ops.md (RNN-ORT-GRU),
+  // float_rnn.h), H lanes, recurrent_scalar.h's ort_gru_*_lane in their order; clip(v, b)
+  // is ort_clip (with the bias b[j], or without: b null):
+  //   reset   out[j] = f32(src[j] · Rσ(clip(zr_r[j], br)))                   (RNN-ORT-GRU2, 3)
+  //   update  a = f32(a0[j] + a1[j]) (a1 non-null) or a0[j];  z = MlasLogistic(clip(zr_z[j], bz));
+  //           h[j] = f32(f32(f32(1 − z) · Rt(clip(a, bh))) + f32(z · h[j]))  (RNN-ORT-GRU4, 5)
+  // The float GRU's gates (docs/float-ops.md (RNN6)-(RNN9), float_rnn.h) with ONNX's
+  // sigmoid and tanh (float_ops' of the ISA), recurrent_scalar.h's gru_*_lane in their order:
+  //   zr  zr[n] = σ(clip(f32(f32(xg[n] + hg[n]) + bias[n])))            n < count (2H: z, r)
+  //   h   a = f32(xg_h + f32(r · f32(hr_h + rb_h)))  (lbr; rb_h null: hr_h alone)
+  //       or f32(xg_h + hr_h) (hr_h = (r ⊙ h)·R_hᵀ);  a = f32(a + bias_h) (bias_h non-null);
+  //       h[j] = f32(f32(f32(1 − z) · tanh(clip(a))) + f32(z · h[j]))
+  void (*onnx_gru_zr)(const float* xg, const float* hg, const float* bias, float clip, int64_t count, float* zr);
+  void (*onnx_gru_h)(const float* xg_h, const float* hr_h, const float* rb_h, const float* r, const float* z,
+                     const float* bias_h, float clip, bool lbr, int64_t H, float* h);
+  void (*ort_gru_reset)(const float* zr_r, const float* br, float clip, const float* src, int64_t H, float* out);
+  void (*ort_gru_update)(const float* zr_z, const float* bz, const float* a0, const float* a1, const float* bh,
+                         float clip, int64_t H, float* h);
 };
 
 const Kernels& kernels_for(Isa isa);

@@ -9,7 +9,11 @@
 #include <cstdint>
 
 #include "recurrent/recurrent.h"
+#include "float_ops/float_ops_scalar.h"
+#include "float_ops/float_ops_simd.h"
+#include "recurrent/gru_simd.h"
 #include "recurrent/lstm_simd.h"
+#include "recurrent/ort_gru_simd.h"
 #include "recurrent/recurrent_scalar.h"
 
 namespace quanta {
@@ -68,9 +72,69 @@ void lstm_row(const float* p, const float* xg, const float* bias, const float* p
   for (; j < H; ++j) lstm_lane(p, xg, bias, peephole, clip, input_forget, H, j, c, h);
 }
 
+// ONNX's sigmoid and tanh (float_ops_simd.h; the tails float_ops_scalar.h's) for the
+// float LSTM's gates.
+struct OnnxActs8 {
+  static __m256 sigmoid(__m256 x) { return float_ops::sigmoid_v<simd::F32x8>(x); }
+  static __m256 tanh(__m256 x) { return float_ops::tanh_v<simd::F32x8>(x); }
+};
+
+void onnx_lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
+                   bool input_forget, int64_t H, float* c, float* h) {
+  using T = simd::F32x8;
+  int64_t j = 0;
+  for (; j + 8 <= H; j += 8) {
+    __m256 cn, hn;
+    lstm_lanes<T, OnnxActs8>([](const float* a) { return _mm256_loadu_ps(a); }, p, xg, bias, peephole, clip,
+                             input_forget, H, j, c, &cn, &hn);
+    _mm256_storeu_ps(h + j, hn);
+    _mm256_storeu_ps(c + j, cn);
+  }
+  for (; j < H; ++j) {
+    lstm_lane<float_ops::sigmoid_one, float_ops::tanh_one>(p, xg, bias, peephole, clip, input_forget, H, j, c, h);
+  }
+}
+
+void onnx_gru_zr(const float* xg, const float* hg, const float* bias, float clip, int64_t count, float* zr) {
+  using T = simd::F32x8;
+  const auto ld = [](const float* a) { return _mm256_loadu_ps(a); };
+  int64_t n = 0;
+  for (; n + 8 <= count; n += 8) _mm256_storeu_ps(zr + n, gru_zr_lanes<T, OnnxActs8>(ld, xg, hg, bias, clip, n));
+  for (; n < count; ++n) gru_zr_lane<float_ops::sigmoid_one>(xg, hg, bias, clip, n, zr);
+}
+
+void onnx_gru_h(const float* xg_h, const float* hr_h, const float* rb_h, const float* r, const float* z,
+                const float* bias_h, float clip, bool lbr, int64_t H, float* h) {
+  using T = simd::F32x8;
+  const auto ld = [](const float* a) { return _mm256_loadu_ps(a); };
+  int64_t j = 0;
+  for (; j + 8 <= H; j += 8) {
+    _mm256_storeu_ps(h + j, gru_h_lanes<T, OnnxActs8>(ld, xg_h, hr_h, rb_h, r, z, bias_h, clip, lbr, j, h));
+  }
+  for (; j < H; ++j) gru_h_lane<float_ops::tanh_one>(xg_h, hr_h, rb_h, r, z, bias_h, clip, lbr, j, h);
+}
+
+void ort_gru_reset(const float* zr_r, const float* br, float clip, const float* src, int64_t H, float* out) {
+  using T = simd::F32x8;
+  const auto ld = [](const float* a) { return _mm256_loadu_ps(a); };
+  int64_t j = 0;
+  for (; j + 8 <= H; j += 8) _mm256_storeu_ps(out + j, ort_gru_reset_lanes<T>(ld, zr_r, br, clip, src, j));
+  for (; j < H; ++j) ort_gru_reset_lane(zr_r, br, clip, src, j, out);
+}
+
+void ort_gru_update(const float* zr_z, const float* bz, const float* a0, const float* a1, const float* bh, float clip,
+                    int64_t H, float* h) {
+  using T = simd::F32x8;
+  const auto ld = [](const float* a) { return _mm256_loadu_ps(a); };
+  int64_t j = 0;
+  for (; j + 8 <= H; j += 8) _mm256_storeu_ps(h + j, ort_gru_update_lanes<T>(ld, zr_z, bz, a0, a1, bh, clip, j, h));
+  for (; j < H; ++j) ort_gru_update_lane(zr_z, bz, a0, a1, bh, clip, j, h);
+}
+
 }  // namespace
 
-extern const Kernels kKernelsAvx2 = {min_max, quantize_u8, lstm_row};
+extern const Kernels kKernelsAvx2 = {min_max,     quantize_u8, lstm_row,      onnx_lstm_row,
+                                     onnx_gru_zr, onnx_gru_h,  ort_gru_reset, ort_gru_update};
 
 }  // namespace recurrent
 }  // namespace quanta

@@ -9,7 +9,10 @@
 #include <cstdint>
 
 #include "recurrent/recurrent.h"
+#include "float_ops/float_ops_simd.h"
+#include "recurrent/gru_simd.h"
 #include "recurrent/lstm_simd.h"
+#include "recurrent/ort_gru_simd.h"
 #include "recurrent/recurrent_scalar.h"
 
 namespace quanta {
@@ -66,9 +69,67 @@ void lstm_row(const float* p, const float* xg, const float* bias, const float* p
   }
 }
 
+// ONNX's sigmoid and tanh (float_ops_simd.h) for the float LSTM's gates.
+struct OnnxActs16 {
+  static __m512 sigmoid(__m512 x) { return float_ops::sigmoid_v<simd::F32x16>(x); }
+  static __m512 tanh(__m512 x) { return float_ops::tanh_v<simd::F32x16>(x); }
+};
+
+void onnx_lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
+                   bool input_forget, int64_t H, float* c, float* h) {
+  using T = simd::F32x16;
+  for (int64_t j = 0; j < H; j += 16) {
+    const __mmask16 m = tail_mask(H - j);
+    __m512 cn, hn;
+    lstm_lanes<T, OnnxActs16>([m](const float* a) { return _mm512_maskz_loadu_ps(m, a); }, p, xg, bias, peephole, clip,
+                              input_forget, H, j, c, &cn, &hn);
+    _mm512_mask_storeu_ps(h + j, m, hn);
+    _mm512_mask_storeu_ps(c + j, m, cn);
+  }
+}
+
+void onnx_gru_zr(const float* xg, const float* hg, const float* bias, float clip, int64_t count, float* zr) {
+  using T = simd::F32x16;
+  for (int64_t n = 0; n < count; n += 16) {
+    const __mmask16 m = tail_mask(count - n);
+    const auto ld = [m](const float* a) { return _mm512_maskz_loadu_ps(m, a); };
+    _mm512_mask_storeu_ps(zr + n, m, gru_zr_lanes<T, OnnxActs16>(ld, xg, hg, bias, clip, n));
+  }
+}
+
+void onnx_gru_h(const float* xg_h, const float* hr_h, const float* rb_h, const float* r, const float* z,
+                const float* bias_h, float clip, bool lbr, int64_t H, float* h) {
+  using T = simd::F32x16;
+  for (int64_t j = 0; j < H; j += 16) {
+    const __mmask16 m = tail_mask(H - j);
+    const auto ld = [m](const float* a) { return _mm512_maskz_loadu_ps(m, a); };
+    _mm512_mask_storeu_ps(h + j, m, gru_h_lanes<T, OnnxActs16>(ld, xg_h, hr_h, rb_h, r, z, bias_h, clip, lbr, j, h));
+  }
+}
+
+void ort_gru_reset(const float* zr_r, const float* br, float clip, const float* src, int64_t H, float* out) {
+  using T = simd::F32x16;
+  for (int64_t j = 0; j < H; j += 16) {
+    const __mmask16 m = tail_mask(H - j);
+    const auto ld = [m](const float* a) { return _mm512_maskz_loadu_ps(m, a); };
+    _mm512_mask_storeu_ps(out + j, m, ort_gru_reset_lanes<T>(ld, zr_r, br, clip, src, j));
+  }
+}
+
+void ort_gru_update(const float* zr_z, const float* bz, const float* a0, const float* a1, const float* bh, float clip,
+                    int64_t H, float* h) {
+  using T = simd::F32x16;
+  for (int64_t j = 0; j < H; j += 16) {
+    const __mmask16 m = tail_mask(H - j);
+    const auto ld = [m](const float* a) { return _mm512_maskz_loadu_ps(m, a); };
+    _mm512_mask_storeu_ps(h + j, m, ort_gru_update_lanes<T>(ld, zr_z, bz, a0, a1, bh, clip, j, h));
+  }
+}
+
 }  // namespace
 
-extern const Kernels kKernelsAvx512Vnni = {min_max, quantize_u8, lstm_row};
+extern const Kernels kKernelsAvx512Vnni = {min_max,     quantize_u8, lstm_row,      onnx_lstm_row,
+                                           onnx_gru_zr, onnx_gru_h,  ort_gru_reset, ort_gru_update};
 
 }  // namespace recurrent
 }  // namespace quanta

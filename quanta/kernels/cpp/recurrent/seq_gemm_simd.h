@@ -46,23 +46,12 @@ void seq_block(const float* a, int64_t lda, const float* w, int64_t ldw, float* 
 // One row over the same NV vectors of two panels (w0, w1: kSeqPanel floats a k step
 // each), each lane's chain as seq_block's: a vector ((RNN1) is GEMV-shaped for a batch-1
 // recurrence) streams two weight ranges at once, twice the cache misses in flight of one
-// (an H = 512 LSTM's R is 4 MB per direction, read from L3 at every time step). Each k
-// step prefetches both panels' rows kSeqPrefetch steps ahead (past a panel's end: the
-// next panel's first rows, where the next call starts; prefetches never fault).
-// The hardware prefetchers alone streamed R at ~80 GB/s on Zen 4; with the software
-// prefetch 2-4 steps ahead, ~100 (an H = 512 recurrence of 21 steps: 2.1 -> 1.7 ms).
-constexpr int64_t kSeqPrefetch = 4;
-// A panel at least this large (K·kSeqPanel floats) is streamed with software prefetches
-// (seq_row_rest); a smaller one stays in L1 from one step to the next.
-constexpr int64_t kSeqPrefetchBytes = 32 << 10;
-// The lines of step k + kSeqPrefetch of two panels (lines0 and lines1 cache lines of 16
-// floats from each): the streamed batch-1 GEMV's software prefetch.
-inline void prefetch_step(const float* w0, int lines0, const float* w1, int lines1, int64_t k) {
-  for (int l = 0; l < lines0; ++l)
-    _mm_prefetch(reinterpret_cast<const char*>(w0 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
-  for (int l = 0; l < lines1; ++l)
-    _mm_prefetch(reinterpret_cast<const char*>(w1 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
-}
+// (an H = 512 LSTM's R is 4 MB per direction, read from L3 at every time step). Each
+// panel is one contiguous stream (K rows of 512 bytes), which the hardware prefetchers
+// follow on their own: a software prefetch of every line a few k steps ahead costs a
+// load slot per line, and the loads are what bound this loop (one 64-byte line per ~2
+// cycles from L2 on Zen 4, ~2.5 from L3): with them, nsnet2's H = 400 GRU recurrence took
+// 27.6 us a step, 22.2 without (1.9 MB of R a step, ~90 GB/s).
 template <class T, int NV>
 void seq_row2(const float* a, const float* w0, const float* w1, float* y0, float* y1, int64_t K) {
   constexpr int L = T::kLanes;
@@ -71,11 +60,6 @@ void seq_row2(const float* a, const float* w0, const float* w1, float* y0, float
   for (int v = 0; v < NV; ++v) acc0[v] = acc1[v] = T::zero();
   for (int64_t k = 0; k < K; ++k) {
     const typename T::V av = T::set1(a[k]);
-#pragma GCC unroll 8
-    for (int l = 0; l < kSeqPanel / 16; ++l) {
-      _mm_prefetch(reinterpret_cast<const char*>(w0 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w1 + (k + kSeqPrefetch) * kSeqPanel + 16 * l), _MM_HINT_T0);
-    }
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       acc0[v] = T::add(acc0[v], T::mul(av, T::loadu(w0 + k * kSeqPanel + L * v)));
@@ -91,16 +75,12 @@ void seq_row2(const float* a, const float* w0, const float* w1, float* y0, float
 
 // One row over the columns the panel pairs leave (left < 2·kSeqPanel: a full panel and a
 // partial one, or one partial panel), both panels in one k loop, each lane's chain as
-// seq_block's, the vectors past the columns skipped (not loaded masked) and only the cache
-// lines that hold columns prefetched kSeqPrefetch rows ahead. A partial panel's k-th row
-// is kSeqPanel floats past its (k-1)-th, one or two lines of each 512-byte row: taken one
-// panel at a time without a prefetch (seq_block), the two tails of an H = 400 GRU's
+// seq_block's, the vectors past the columns skipped (not loaded masked). A partial
+// panel's k-th row is kSeqPanel floats past its (k-1)-th, one or two lines of each
+// 512-byte row: taken one panel at a time (seq_block), the two tails of an H = 400 GRU's
 // recurrence (32 and 16 of its 1200 columns, behind a full panel) cost a fifth of the
-// step (10.6 us per MB of R against 8.9 for H = 384, whose columns are whole pairs).
-// kPrefetch: panels too large for L1 (seq_gemm_simd's kSeqPrefetchBytes); a small
-// one (an H = 25 LSTM's K = 25 rows, 12.8 KB) is cached after the first step, and
-// prefetching it only costs instructions (beats_blstm's LSTM: 157 -> 186 us with them).
-template <class T, int NV, bool kPrefetch>
+// step.
+template <class T, int NV>
 void seq_row_rest(const float* a, const float* w, int64_t K, int64_t left, float* y) {
   constexpr int L = T::kLanes;
   using V = typename T::V;
@@ -108,7 +88,6 @@ void seq_row_rest(const float* a, const float* w, int64_t K, int64_t left, float
   const float* w0 = w;
   const float* w1 = w + kSeqPanel * K;
   const int v0 = static_cast<int>((n0 + L - 1) / L), v1 = static_cast<int>((n1 + L - 1) / L);
-  const int lines0 = static_cast<int>((n0 + 15) / 16), lines1 = static_cast<int>((n1 + 15) / 16);
   typename T::M m0[NV], m1[NV];
   V acc0[NV], acc1[NV];
 #pragma GCC unroll 8
@@ -119,7 +98,6 @@ void seq_row_rest(const float* a, const float* w, int64_t K, int64_t left, float
   }
   for (int64_t k = 0; k < K; ++k) {
     const V av = T::set1(a[k]);
-    if (kPrefetch) prefetch_step(w0, lines0, w1, lines1, k);
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
       if (v < v0) acc0[v] = T::add(acc0[v], T::mul(av, T::load(m0[v], w0 + k * kSeqPanel + L * v)));
@@ -202,13 +180,7 @@ void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64
     // whole panel pairs of a single row: seq_row2
     for (; first + 2 * kSeqPanel <= N; first += 2 * kSeqPanel)
       seq_row2<T, NV>(a, w + first * K, w + (first + kSeqPanel) * K, y + first, y + first + kSeqPanel, K);
-    if (first < N) {
-      if (K * kSeqPanel * static_cast<int64_t>(sizeof(float)) >= kSeqPrefetchBytes) {
-        seq_row_rest<T, NV, true>(a, w + first * K, K, N - first, y + first);
-      } else {
-        seq_row_rest<T, NV, false>(a, w + first * K, K, N - first, y + first);
-      }
-    }
+    if (first < N) seq_row_rest<T, NV>(a, w + first * K, K, N - first, y + first);
     return;
   }
   for (int64_t p0 = first; p0 < N; p0 += kSeqPanel) {
@@ -310,11 +282,10 @@ void seq_rows4_mlas(const float* a, int64_t lda, const float* w, float* y, int64
 // One row over two panels' columns at once for seq_gemm_mlas (left <= 2·kSeqPanel: a
 // pair, or the columns the pairs leave), each lane's chains as seq_block_mlas's: per
 // block of kMlasStrideK k, an FMA chain from +0 added to y with one addition (or stored).
-// Only the vectors that hold columns are loaded and, for panels of kSeqPrefetchBytes or
-// more, only their lines prefetched kSeqPrefetch rows ahead: seq_row2's and
-// seq_row_rest's streaming for OrtLSTM / OrtGRU, whose batch-1 recurrence read its
-// panels one at a time without a prefetch (nsnet2's OrtGRU, H = 400: R is 1.9 MB a step).
-template <class T, int NV, bool kPrefetch>
+// Only the vectors that hold columns are loaded: seq_row2's and seq_row_rest's streaming
+// for OrtLSTM / OrtGRU, whose batch-1 recurrence read its panels one at a time
+// (nsnet2's OrtGRU, H = 400: R is 1.9 MB a step).
+template <class T, int NV>
 void seq_row_panels_mlas(const float* a, const float* w, int64_t K, int64_t left, float* y, bool accumulate) {
   constexpr int L = T::kLanes;
   using V = typename T::V;
@@ -322,7 +293,6 @@ void seq_row_panels_mlas(const float* a, const float* w, int64_t K, int64_t left
   const float* w0 = w;
   const float* w1 = w + kSeqPanel * K;
   const int v0 = static_cast<int>((n0 + L - 1) / L), v1 = static_cast<int>((n1 + L - 1) / L);
-  const int lines0 = static_cast<int>((n0 + 15) / 16), lines1 = static_cast<int>((n1 + 15) / 16);
   typename T::M m0[NV], m1[NV];
 #pragma GCC unroll 8
   for (int v = 0; v < NV; ++v) {
@@ -336,7 +306,6 @@ void seq_row_panels_mlas(const float* a, const float* w, int64_t K, int64_t left
     const int64_t k1 = K < k0 + kMlasStrideK ? K : k0 + kMlasStrideK;
     for (int64_t k = k0; k < k1; ++k) {
       const V av = T::set1(a[k]);
-      if (kPrefetch) prefetch_step(w0, lines0, w1, lines1, k);
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) {
         if (v < v0) acc0[v] = T::fmadd(av, T::load(m0[v], w0 + k * kSeqPanel + L * v), acc0[v]);
@@ -366,14 +335,9 @@ void seq_gemm_mlas_simd(const float* a, int64_t lda, const float* w, int64_t K, 
   constexpr int64_t kCols = NV * T::kLanes;
   if (M == 1 && kCols == kSeqPanel) {
     // two panels a loop (the last loop: the columns left), as seq_gemm_simd's batch-1 path
-    const bool big = K * kSeqPanel * static_cast<int64_t>(sizeof(float)) >= kSeqPrefetchBytes;
     for (int64_t first = 0; first < N; first += 2 * kSeqPanel) {
       const int64_t left = N - first < 2 * kSeqPanel ? N - first : 2 * kSeqPanel;
-      if (big) {
-        seq_row_panels_mlas<T, NV, true>(a, w + first * K, K, left, y + first, accumulate);
-      } else {
-        seq_row_panels_mlas<T, NV, false>(a, w + first * K, K, left, y + first, accumulate);
-      }
+      seq_row_panels_mlas<T, NV>(a, w + first * K, K, left, y + first, accumulate);
     }
     return;
   }
