@@ -412,7 +412,9 @@ def test_ddddocr_ort_file_native_equals_reference():
 # --------------------------------------------------------------------------------------
 
 
-def _bind_float(op: str, inputs: list[np.ndarray | None], attrs: dict):
+def _rnn_model(op: str, inputs: list[np.ndarray | None], attrs: dict, domain: str = "") -> tuple[Model, Node]:
+    """A one-node model of the recurrent ``op``: W and R (inputs 1, 2) constants, the
+    others graph inputs; outputs Y, Y_h (and Y_c for the LSTMs)."""
     g = Graph()
     values: list[Value | None] = []
     for i, a in enumerate(inputs):
@@ -422,10 +424,14 @@ def _bind_float(op: str, inputs: list[np.ndarray | None], attrs: dict):
             values.append(g.add_initializer(f"in{i}", a))
         else:
             values.append(g.add_input(f"in{i}", TensorType(elem_from_numpy(a.dtype), tuple(a.shape))))
-    outs = [Value("Y"), Value("Y_h")] + ([Value("Y_c")] if op == "LSTM" else [])
-    node = Node(op, values, outs, attrs, name="rnn")
+    outs = [Value("Y"), Value("Y_h")] + ([Value("Y_c")] if "LSTM" in op else [])
+    node = Node(op, values, outs, attrs, name="rnn", domain=domain)
     g.add_node(node)
-    return native_kernel_for(Model(g, opset_imports={"": 21}), node)
+    return Model(g, opset_imports={"": 21, **({domain: 1} if domain else {})}), node
+
+
+def _bind_float(op: str, inputs: list[np.ndarray | None], attrs: dict):
+    return native_kernel_for(*_rnn_model(op, inputs, attrs))
 
 
 def _float_inputs(rng, op, *, T, B, n_in, H, D, bias, lens, h0, c0, peephole, layout=0):
@@ -667,20 +673,7 @@ def test_float_rnn_input_projection_split_over_threads_gives_the_twin_bytes(op, 
     from quanta.kernels.reference.ort_float import ort_lstm_op
 
     expected = ort_lstm_op(KernelContext(opset=21, op_type="OrtLSTM", n_outputs=3), *inputs, **attrs)
-    g = Graph()
-    values: list[Value | None] = []
-    for i, a in enumerate(inputs):
-        if a is None:
-            values.append(None)
-        elif i in (1, 2):
-            values.append(g.add_initializer(f"in{i}", a))
-        else:
-            values.append(g.add_input(f"in{i}", TensorType(elem_from_numpy(a.dtype), tuple(a.shape))))
-    node = Node(
-        "OrtLSTM", values, [Value("Y"), Value("Y_h"), Value("Y_c")], attrs, name="rnn", domain="quanta"
-    )
-    g.add_node(node)
-    model = Model(g, opset_imports={"": 21, "quanta": 1})
+    model, node = _rnn_model("OrtLSTM", inputs, attrs, domain="quanta")
     try:
         for isa in ISAS:
             _native.set_isa(isa)
@@ -1002,18 +995,7 @@ def _check_ort_gru(inputs: list, attrs: dict, same) -> None:
 
     layout = attrs.get("layout", 0)
     expected = ort_gru_op(KernelContext(opset=21, op_type="OrtGRU", n_outputs=2), *inputs, **attrs)
-    g = Graph()
-    values: list[Value | None] = []
-    for i, a in enumerate(inputs):
-        if a is None:
-            values.append(None)
-        elif i in (1, 2):
-            values.append(g.add_initializer(f"in{i}", a))
-        else:
-            values.append(g.add_input(f"in{i}", TensorType(elem_from_numpy(a.dtype), tuple(a.shape))))
-    node = Node("OrtGRU", values, [Value("Y"), Value("Y_h")], attrs, name="rnn", domain="quanta")
-    g.add_node(node)
-    model = Model(g, opset_imports={"": 21, "quanta": 1})
+    model, node = _rnn_model("OrtGRU", inputs, attrs, domain="quanta")
     try:
         for isa in ISAS:
             _native.set_isa(isa)

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "float_ops/float_ops_simd.h"
 #include "recurrent/mlas_simd.h"
 #include "simd.h"
 
@@ -19,6 +20,13 @@ template <class T>
 struct MlasActs {
   static typename T::V sigmoid(typename T::V x) { return logistic_v<T>(x); }
   static typename T::V tanh(typename T::V x) { return tanh_v<T>(x); }
+};
+
+// ONNX's sigmoid and tanh (float_ops_simd.h): the float LSTM's and GRU's gates.
+template <class T>
+struct OnnxActs {
+  static typename T::V sigmoid(typename T::V x) { return float_ops::sigmoid_v<T>(x); }
+  static typename T::V tanh(typename T::V x) { return float_ops::tanh_v<T>(x); }
 };
 
 // Lanes [j, j + kLanes) of row (c, h): `ld(ptr)` reads the lanes at ptr (masked or

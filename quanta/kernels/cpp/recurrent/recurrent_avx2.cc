@@ -58,42 +58,26 @@ void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* q) {
   for (; i < n; ++i) q[i] = quantize_one(x[i], scale, zp);
 }
 
-void lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip, bool input_forget,
-              int64_t H, float* c, float* h) {
-  using T = simd::F32x8;
-  int64_t j = 0;
-  for (; j + 8 <= H; j += 8) {
-    __m256 cn, hn;
-    lstm_lanes<T>([](const float* a) { return _mm256_loadu_ps(a); }, p, xg, bias, peephole, clip, input_forget, H, j, c,
-                  &cn, &hn);
-    _mm256_storeu_ps(h + j, hn);
-    _mm256_storeu_ps(c + j, cn);
-  }
-  for (; j < H; ++j) lstm_lane(p, xg, bias, peephole, clip, input_forget, H, j, c, h);
-}
-
-// ONNX's sigmoid and tanh (float_ops_simd.h; the tails float_ops_scalar.h's) for the
-// float LSTM's gates.
-struct OnnxActs8 {
-  static __m256 sigmoid(__m256 x) { return float_ops::sigmoid_v<simd::F32x8>(x); }
-  static __m256 tanh(__m256 x) { return float_ops::tanh_v<simd::F32x8>(x); }
-};
-
-void onnx_lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
+// The LSTM row step with the gate functions Acts on whole vectors, the tail lanes by
+// lstm_lane with the same functions (Sigmoid, Tanh) one lane at a time.
+template <class Acts, float (*Sigmoid)(float), float (*Tanh)(float)>
+void lstm_row_with(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
                    bool input_forget, int64_t H, float* c, float* h) {
   using T = simd::F32x8;
   int64_t j = 0;
   for (; j + 8 <= H; j += 8) {
     __m256 cn, hn;
-    lstm_lanes<T, OnnxActs8>([](const float* a) { return _mm256_loadu_ps(a); }, p, xg, bias, peephole, clip,
-                             input_forget, H, j, c, &cn, &hn);
+    lstm_lanes<T, Acts>([](const float* a) { return _mm256_loadu_ps(a); }, p, xg, bias, peephole, clip, input_forget, H,
+                        j, c, &cn, &hn);
     _mm256_storeu_ps(h + j, hn);
     _mm256_storeu_ps(c + j, cn);
   }
-  for (; j < H; ++j) {
-    lstm_lane<float_ops::sigmoid_one, float_ops::tanh_one>(p, xg, bias, peephole, clip, input_forget, H, j, c, h);
-  }
+  for (; j < H; ++j) lstm_lane<Sigmoid, Tanh>(p, xg, bias, peephole, clip, input_forget, H, j, c, h);
 }
+
+using OnnxActs8 = OnnxActs<simd::F32x8>;
+constexpr auto lstm_row = lstm_row_with<MlasActs<simd::F32x8>, logistic_one, tanh_one>;
+constexpr auto onnx_lstm_row = lstm_row_with<OnnxActs8, float_ops::sigmoid_one, float_ops::tanh_one>;
 
 void onnx_gru_zr(const float* xg, const float* hg, const float* bias, float clip, int64_t count, float* zr) {
   using T = simd::F32x8;

@@ -56,37 +56,24 @@ void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* q) {
   }
 }
 
-void lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip, bool input_forget,
-              int64_t H, float* c, float* h) {
-  using T = simd::F32x16;
-  for (int64_t j = 0; j < H; j += 16) {
-    const __mmask16 m = tail_mask(H - j);
-    __m512 cn, hn;
-    lstm_lanes<T>([m](const float* a) { return _mm512_maskz_loadu_ps(m, a); }, p, xg, bias, peephole, clip,
-                  input_forget, H, j, c, &cn, &hn);
-    _mm512_mask_storeu_ps(h + j, m, hn);
-    _mm512_mask_storeu_ps(c + j, m, cn);
-  }
-}
-
-// ONNX's sigmoid and tanh (float_ops_simd.h) for the float LSTM's gates.
-struct OnnxActs16 {
-  static __m512 sigmoid(__m512 x) { return float_ops::sigmoid_v<simd::F32x16>(x); }
-  static __m512 tanh(__m512 x) { return float_ops::tanh_v<simd::F32x16>(x); }
-};
-
-void onnx_lstm_row(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
+// The LSTM row step with the gate functions Acts, masked tails.
+template <class Acts>
+void lstm_row_with(const float* p, const float* xg, const float* bias, const float* peephole, float clip,
                    bool input_forget, int64_t H, float* c, float* h) {
   using T = simd::F32x16;
   for (int64_t j = 0; j < H; j += 16) {
     const __mmask16 m = tail_mask(H - j);
     __m512 cn, hn;
-    lstm_lanes<T, OnnxActs16>([m](const float* a) { return _mm512_maskz_loadu_ps(m, a); }, p, xg, bias, peephole, clip,
-                              input_forget, H, j, c, &cn, &hn);
+    lstm_lanes<T, Acts>([m](const float* a) { return _mm512_maskz_loadu_ps(m, a); }, p, xg, bias, peephole, clip,
+                        input_forget, H, j, c, &cn, &hn);
     _mm512_mask_storeu_ps(h + j, m, hn);
     _mm512_mask_storeu_ps(c + j, m, cn);
   }
 }
+
+using OnnxActs16 = OnnxActs<simd::F32x16>;
+constexpr auto lstm_row = lstm_row_with<MlasActs<simd::F32x16>>;
+constexpr auto onnx_lstm_row = lstm_row_with<OnnxActs16>;
 
 void onnx_gru_zr(const float* xg, const float* hg, const float* bias, float clip, int64_t count, float* zr) {
   using T = simd::F32x16;
