@@ -462,6 +462,25 @@ def load(model: str | os.PathLike | bytes | onnx.ModelProto, *, infer_shapes: bo
     return m
 
 
+def node_from_proto(
+    n: onnx.NodeProto, inputs: Sequence[Value | None], outputs: Sequence[Value], *, name: str | None = None
+) -> Node:
+    """The IR node of ``n`` on ``inputs`` / ``outputs``: its op, domain, attributes (and
+    their ONNX types, which export keeps), doc and overload; named ``name`` or n's name."""
+    node = Node(
+        n.op_type,
+        inputs,
+        outputs,
+        {a.name: attribute_to_python(a) for a in n.attribute},
+        name=n.name if name is None else name,
+        domain=n.domain,
+        attr_types={a.name: int(a.type) for a in n.attribute},
+    )
+    node.doc = n.doc_string
+    node.overload = getattr(n, "overload", "")
+    return node
+
+
 def attribute_to_python(attr: AttributeProto) -> Any:
     """An attribute as a plain Python value: int, float, str, list, numpy array for
     tensors, the GraphProto itself for subgraphs."""
@@ -573,12 +592,8 @@ def from_proto(proto: onnx.ModelProto, where: str = "model") -> Model:
             outs.append(v)
         outer = [name for name in subgraph_outer_names(n) if name in values]
         ins.extend(values[name] for name in outer)
-        attrs = {a.name: attribute_to_python(a) for a in n.attribute}
-        attr_types = {a.name: int(a.type) for a in n.attribute}
-        node = Node(n.op_type, ins, outs, attrs, name=n.name, domain=n.domain, attr_types=attr_types)
+        node = node_from_proto(n, ins, outs)
         node.outer_names = tuple(outer)
-        node.doc = n.doc_string
-        node.overload = getattr(n, "overload", "")
         graph.add_node(node)
     outputs = []
     for o in g.output:

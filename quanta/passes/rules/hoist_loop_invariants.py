@@ -44,7 +44,7 @@ import onnx
 from onnx import numpy_helper
 
 from quanta.ir.graph import Graph, Node, Value, unused_name
-from quanta.ir.onnx_io import attribute_to_python, value_info_types
+from quanta.ir.onnx_io import node_from_proto, value_info_types
 from quanta.ir.subgraphs import rebind_outer_values, renamed_graph
 from quanta.passes.manager import Pass, PassResult
 from quanta.passes.rules._util import NONDETERMINISTIC_OPS
@@ -151,18 +151,8 @@ class HoistLoopInvariants(Pass):
                         lifted[name] = graph.add_initializer(unused_name(name, taken), arr)
                     inputs.append(lifted[name])
             outputs = [Value(name, types.get(name)) for name in n.output]
-            attrs = {a.name: attribute_to_python(a) for a in n.attribute}
             label = unused_name(f"{node.name or 'loop'}/{n.name or n.op_type}", taken)
-            new = Node(
-                n.op_type,
-                inputs,
-                outputs,
-                attrs,
-                name=label,
-                domain=n.domain,
-                attr_types={a.name: int(a.type) for a in n.attribute},
-            )
-            graph.add_node(new, before=node)
+            graph.add_node(node_from_proto(n, inputs, outputs, name=label), before=node)
             taken.update(n.output)
             for v in outputs:
                 invariant[v.name] = v

@@ -39,7 +39,7 @@ import onnx
 from onnx import numpy_helper
 
 from quanta.ir.graph import Graph, Node, Value, unused_name
-from quanta.ir.onnx_io import attribute_to_python, value_info_types
+from quanta.ir.onnx_io import node_from_proto, value_info_types
 from quanta.ir.subgraphs import rebind_outer_values
 from quanta.passes.manager import Pass, PassResult
 from quanta.passes.rules._util import NONDETERMINISTIC_OPS
@@ -243,26 +243,17 @@ class PeelLoopIteration(Pass):
         for n in body.node:
             inputs = [env[x] if x else None for x in n.input]
             outputs = []
-            for o in n.output:
-                v = Value(unused_name(f"{prefix}/{o}", taken) if o else "", types.get(o))
+            for j, o in enumerate(n.output):
+                # an omitted optional output gets a private, unused value, as on load
+                base = o or f"{n.name or n.op_type}__unused_output_{j}"
+                v = Value(unused_name(f"{prefix}/{base}", taken), types.get(o))
                 taken.add(v.name)
                 if o:
                     env[o] = v
                 outputs.append(v)
             label = unused_name(f"{prefix}/{n.name or n.op_type}", taken)
             taken.add(label)
-            graph.add_node(
-                Node(
-                    n.op_type,
-                    inputs,
-                    outputs,
-                    {a.name: attribute_to_python(a) for a in n.attribute},
-                    name=label,
-                    domain=n.domain,
-                    attr_types={a.name: int(a.type) for a in n.attribute},
-                ),
-                before=node,
-            )
+            graph.add_node(node_from_proto(n, inputs, outputs, name=label), before=node)
 
         # the Loop: the remaining iterations from iteration 0's state
         new_body = onnx.GraphProto()

@@ -33,6 +33,7 @@ def peel_model(
     scan: bool = False,
     m_input: bool = False,
     assign_op: str = "Add",
+    omitted_output: bool = False,
 ):
     """h [1, 7] updated from the features f [1, 5, 7] (a loop variable updated by
     Squeeze(Unsqueeze(f) + add)) through 1 / f (∓inf at ∓0), a clip, MatMul by W and a
@@ -44,12 +45,16 @@ def peel_model(
         helper.make_node("Div", ["one", "f_in"], ["inv"], name="inv"),
         helper.make_node("Clip", ["inv", "lo", "hi"], ["cl"], name="clip"),
         helper.make_node("MatMul", ["cl", "W"], ["proj"], name="proj"),
-        helper.make_node("ReduceSum", ["proj", "ax1"], ["r"], name="rsum", keepdims=0),
+        helper.make_node(
+            "ReduceSum", ["pm" if omitted_output else "proj", "ax1"], ["r"], name="rsum", keepdims=0
+        ),
         helper.make_node("Mul", ["h_in", "half"], ["hh"], name="decay"),
         helper.make_node("Cast", ["i"], ["fi"], name="icast", to=F),
         helper.make_node("Add", ["hh", "r"], ["h1"], name="hr"),
         helper.make_node("Add", ["h1", "fi"], ["h_out"], name="hi"),
     ]
+    if omitted_output:  # MaxPool's optional Indices left out: an output named ""
+        body_nodes.insert(6, helper.make_node("MaxPool", ["proj"], ["pm", ""], name="pool", kernel_shape=[1]))
     if stop_after is None:
         body_nodes.append(helper.make_node("Identity", ["c_in"], ["c_out"], name="cond"))
     else:
@@ -204,3 +209,20 @@ def test_the_other_idempotent_updates_peel_too(op, c):
     model = load(proto)
     assert run_passes(model, [PeelLoopIteration()]).records[0].stats["peeled"] == 1
     assert_same_bytes(proto, model, feeds())
+
+
+def test_an_omitted_optional_output_of_the_body_gets_a_name_of_its_own():
+    """Iteration 0's copy of a body node whose optional output is omitted ("") gives that
+    output a private, unused name, as loading does; the session's bytes are the graph's."""
+    proto = peel_model(omitted_output=True)
+    model = load(proto)
+    assert run_passes(model, [PeelLoopIteration()]).records[0].stats["peeled"] == 1
+    names = [v.name for n in model.graph.nodes for v in n.outputs]
+    assert "" not in names and len(names) == len(set(names))
+    assert_same_bytes(proto, model, feeds())
+    p = proto.SerializeToString()
+    as_written = quanta.SessionOptions(graph_optimization_level=quanta.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    ref = quanta.InferenceSession(p, as_written, backend="reference")
+    f = feeds()
+    for want, got in zip(ref.run(None, f), quanta.InferenceSession(p).run(None, f), strict=True):
+        assert want.tobytes() == got.tobytes()
