@@ -49,7 +49,7 @@ from quanta.ir.subgraphs import rebind_outer_values, renamed_graph
 from quanta.passes.manager import Pass, PassResult
 from quanta.passes.rules._util import NONDETERMINISTIC_OPS
 
-__all__ = ["HoistLoopInvariants", "LoopParts", "loop_parts"]
+__all__ = ["HoistLoopInvariants", "LoopParts", "defined_names", "loop_parts"]
 
 
 class LoopParts(NamedTuple):
@@ -77,7 +77,8 @@ def loop_parts(node: Node) -> LoopParts | None:
     return LoopParts(body, n_own, n_carried, ins, outs)
 
 
-def _defined(graph: onnx.GraphProto) -> set[str]:
+def defined_names(graph: onnx.GraphProto) -> set[str]:
+    """The names ``graph`` defines itself: its inputs, initializers and node outputs."""
     names = {i.name for i in graph.input} | {t.name for t in graph.initializer}
     for n in graph.node:
         names.update(o for o in n.output if o)
@@ -181,7 +182,7 @@ class HoistLoopInvariants(Pass):
         if parts is None:
             return 0
         body, n_own, n_carried, ins, outs = parts
-        defined = _defined(body)
+        defined = defined_names(body)
         graph_outputs = {id(o) for o in graph.outputs}
         picks: list[int] = []
         for i in range(n_carried):

@@ -43,7 +43,7 @@ from quanta.ir.onnx_io import node_from_proto, value_info_types
 from quanta.ir.subgraphs import rebind_outer_values
 from quanta.passes.manager import Pass, PassResult
 from quanta.passes.rules._util import NONDETERMINISTIC_OPS
-from quanta.passes.rules.hoist_loop_invariants import loop_parts
+from quanta.passes.rules.hoist_loop_invariants import defined_names, loop_parts
 
 __all__ = ["PeelLoopIteration"]
 
@@ -262,8 +262,11 @@ class PeelLoopIteration(Pass):
             new_body.output[1 + i].name = ins[2 + i]  # g(v) = v from iteration 1 on (PL1)
         if any(ins[0] in n.input for n in new_body.node):
             # the body sees the original iteration numbers: i + 1
-            shifted = unused_name(f"{ins[0]}_plus_1", {x for n in body.node for x in n.output} | set(ins))
-            one = unused_name(f"{ins[0]}_one", {shifted} | set(consts) | set(ins))
+            # new names clash with nothing the body defines or reads (an outer name it
+            # reads would be shadowed)
+            seen = defined_names(body) | {x for n in body.node for x in n.input} | set(node.outer_names)
+            shifted = unused_name(f"{ins[0]}_plus_1", seen)
+            one = unused_name(f"{ins[0]}_one", seen | {shifted})
             for n in new_body.node:
                 for k, x in enumerate(n.input):
                     if x == ins[0]:

@@ -34,6 +34,7 @@ def peel_model(
     m_input: bool = False,
     assign_op: str = "Add",
     omitted_output: bool = False,
+    outer_half: str | None = None,
 ):
     """h [1, 7] updated from the features f [1, 5, 7] (a loop variable updated by
     Squeeze(Unsqueeze(f) + add)) through 1 / f (∓inf at ∓0), a clip, MatMul by W and a
@@ -48,7 +49,7 @@ def peel_model(
         helper.make_node(
             "ReduceSum", ["pm" if omitted_output else "proj", "ax1"], ["r"], name="rsum", keepdims=0
         ),
-        helper.make_node("Mul", ["h_in", "half"], ["hh"], name="decay"),
+        helper.make_node("Mul", ["h_in", outer_half or "half"], ["hh"], name="decay"),
         helper.make_node("Cast", ["i"], ["fi"], name="icast", to=F),
         helper.make_node("Add", ["hh", "r"], ["h1"], name="hr"),
         helper.make_node("Add", ["h1", "fi"], ["h_out"], name="hi"),
@@ -101,6 +102,8 @@ def peel_model(
         numpy_helper.from_array(np.array(True), "cond"),
         numpy_helper.from_array(RNG.uniform(0.1, 1.0, (7, 7)).astype(np.float32), "W"),
     ]
+    if outer_half:  # the body reads its decay from the enclosing graph under this name
+        graph_inits.append(numpy_helper.from_array(np.float32(0.5), outer_half))
     inputs = [
         helper.make_tensor_value_info("x", F, [1, 5, 7]),
         helper.make_tensor_value_info("h0", F, [1, 7]),
@@ -226,3 +229,12 @@ def test_an_omitted_optional_output_of_the_body_gets_a_name_of_its_own():
     f = feeds()
     for want, got in zip(ref.run(None, f), quanta.InferenceSession(p).run(None, f), strict=True):
         assert want.tobytes() == got.tobytes()
+
+
+def test_the_shifted_iteration_number_does_not_shadow_an_outer_value():
+    """The body reads an enclosing-scope value named as the pass would name the shifted
+    iteration number (i_plus_1): the new names avoid it, the bytes are the graph's."""
+    proto = peel_model(outer_half="i_plus_1")
+    model = load(proto)
+    assert run_passes(model, [PeelLoopIteration()]).records[0].stats["peeled"] == 1
+    assert_same_bytes(proto, model, feeds())
