@@ -196,6 +196,9 @@ void erf_split_run(const float* x, float* y, int64_t n) {
       }
     }
     if (nb == 0) continue;
+    // the lanes past nb of the last packed vector: zeros, not the stack's leftovers
+    _mm512_storeu_ps(bt + nb, _mm512_setzero_ps());
+    _mm512_storeu_ps(bx + nb, _mm512_setzero_ps());
     for (int j = 0; j < nb; j += 16) {  // (F4) on the packed lanes (past nb: unused)
       // (F5)'s sign: x / SQRT2 has the sign of x (no NaN or zero is past the split)
       const __m512 xv = _mm512_load_ps(bx + j);

@@ -125,7 +125,8 @@ inline __attribute__((always_inline)) void nchwc_conv_tiles(const quanta::nchwc:
 
 template <class O, int P, int NB>
 void nchwc_conv_tile(const quanta::nchwc::ConvTile& t, int64_t count) {
-  if (P == 1) {
+  // one pixel: no broadcasts to place, the generic form only
+  if constexpr (P == 1) {
     nchwc_conv_tiles<O, P, NB, 0>(t, count);
   } else if (t.xs_pix == 16) {
     nchwc_conv_tiles<O, P, NB, 16>(t, count);
