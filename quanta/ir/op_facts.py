@@ -116,6 +116,10 @@ class Op:
     #: a float instance left after lowering counts as a float island (False: Q/DQ, data
     #: movement and shape plumbing, which the coverage report does not list)
     island: bool = True
+    #: its values may not be a function of its inputs: a random draw, or Dropout, whose
+    #: training_mode may be set at run time (never merged, moved out of a loop or computed
+    #: once as a static value: eliminate_common, the loop passes, static_steps)
+    random: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -294,6 +298,14 @@ FACTS = OpTable(
         Op("DynamicQuantizeMatMul", MS, shape_only=True, macs=MacKind.MATMUL, integer_op=True),
         Op("Einsum", shape_only=True, compute=True, macs=MacKind.EINSUM, blas=True),
         _lookup("Elu"),
+        # random draws (and Dropout): see the random column
+        Op("Bernoulli", random=True),
+        Op("Dropout", random=True),
+        Op("Multinomial", random=True),
+        Op("RandomNormal", random=True),
+        Op("RandomNormalLike", random=True),
+        Op("RandomUniform", random=True),
+        Op("RandomUniformLike", random=True),
         Op("Equal", shape_only=True),
         _lookup("Erf"),
         _lookup("Exp"),

@@ -22,7 +22,6 @@ analysis is conservative, a missed skip only costs time.
 from __future__ import annotations
 
 from quanta.ir.op_facts import QUANTA, derive
-from quanta.passes.rules._util import NONDETERMINISTIC_OPS
 from quanta.runtime.plan import NONE_SLOT, Plan, SlotKind
 
 __all__ = [
@@ -75,8 +74,8 @@ SHAPE_ARGS: dict[str, tuple[int, ...]] = {
 }
 
 #: Operators whose values are not a function of their inputs: the random ones, and
-#: Dropout, whose training_mode may be set at run time.
-NONDETERMINISTIC = NONDETERMINISTIC_OPS | {"Dropout"}
+#: Dropout, whose training_mode may be set at run time (op facts' random column).
+NONDETERMINISTIC = derive("quanta.runtime.static_steps.NONDETERMINISTIC", lambda t: t.ops_where(random=True))
 
 _DOMAINS = ("", "ai.onnx", "com.microsoft")
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})

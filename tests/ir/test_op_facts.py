@@ -41,6 +41,9 @@ _TABLED = (
     "Celu", "Elu", "Erf", "Exp", "Gelu", "HardSigmoid", "HardSwish", "Mish", "Selu", "Softplus", "Softsign", "Tanh",
 )  # fmt: skip
 _ALIAS = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}
+_RANDOM = {
+    "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout",
+}  # fmt: skip
 
 #: the contents each call site held before the table existed (issue 11 item 6), pinned once
 PINNED = {
@@ -169,6 +172,8 @@ PINNED = {
         "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "RNN", "Attention", "ConvNchwc",
     },
     "quanta.targets.native.views.ALIAS_OPS": _ALIAS,
+    "quanta.passes.rules._util.NONDETERMINISTIC_OPS": _RANDOM,
+    "quanta.runtime.static_steps.NONDETERMINISTIC": _RANDOM,
 }  # fmt: skip
 
 
@@ -271,6 +276,7 @@ def extended():
         fuse_clamp="its integer kernel clamps while requantizing",
         blas=True,
         island=False,
+        random=True,
     )
     rows = [Op(f"NewOp{role.name.title()}", qdq=role, **common) for role in QdqRole]
     rows.append(Op("NewOpQuanta", op_facts.QUANTA, **common))  # a quanta-domain operator

@@ -7,6 +7,7 @@ import numpy as np
 
 from quanta.ir.graph import Node, Value
 from quanta.ir.onnx_io import quant_type_from_params
+from quanta.ir.op_facts import derive
 from quanta.ir.types import FloatType, QuantType
 from quanta.passes.pattern import Match
 
@@ -28,9 +29,10 @@ __all__ = [
 #: (qdq_to_qlinear.conv_check, conv_float_output.LowerConvFloatOutput).
 FOLDED_OFFSET = "float offset folded from a per-channel affine after the convolution"
 
-#: ops whose results differ between runs: never folded, never merged
-NONDETERMINISTIC_OPS = frozenset(
-    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+#: ops whose results may differ between runs (op facts' random column): never folded,
+#: merged or moved
+NONDETERMINISTIC_OPS = derive(
+    "quanta.passes.rules._util.NONDETERMINISTIC_OPS", lambda t: t.ops_where(random=True)
 )
 
 

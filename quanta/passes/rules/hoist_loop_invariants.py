@@ -88,7 +88,7 @@ def defined_names(graph: onnx.GraphProto) -> set[str]:
 #: Operators never moved out of a body: their values are not a function of their inputs
 #: (the random ones, and Dropout, whose training_mode may be set at run time), or a
 #: lowering pass fuses them with their neighbours inside the body.
-_KEPT = NONDETERMINISTIC_OPS | {"Dropout", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+_KEPT = NONDETERMINISTIC_OPS | {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 _GRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 

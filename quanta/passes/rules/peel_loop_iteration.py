@@ -166,7 +166,7 @@ class PeelLoopIteration(Pass):
         body, n_own, n_carried, ins, outs = parts
         if len(outs) != 1 + n_carried:
             return 0  # scan outputs: iteration 0's slices would need a Concat
-        if any(n.op_type in NONDETERMINISTIC_OPS or n.op_type == "Dropout" for n in body.node):
+        if any(n.op_type in NONDETERMINISTIC_OPS for n in body.node):
             return 0
         if any(a.type in _GRAPH_ATTRS for n in body.node for a in n.attribute):
             return 0
