@@ -260,9 +260,10 @@ void gemm_i8_tiled(const uint8_t* a_bits, const uint8_t* a_codes, int64_t M, con
   a.nb = nb;
   a.kb = kb;
   a.tiles = (M + T - 1) / T;
+  a.rs = static_cast<int>(std::min<int64_t>(T, std::max<int64_t>(M, 1)));
   a.sa = sa;
-  a.a.assign(static_cast<size_t>(a.tiles) * nb * kb * T, 128);
-  a.ef.assign(static_cast<size_t>(a.tiles) * nb * T, 0.0f);
+  a.a.assign(static_cast<size_t>(a.tiles) * nb * kb * a.rs, 128);
+  a.ef.assign(static_cast<size_t>(a.tiles) * nb * a.rs, 0.0f);
   a.lo.assign(a.tiles, 255);
   a.hi.assign(a.tiles, 0);
   qgemm::parallel_ranges(num_threads, a.tiles, 8,

@@ -94,6 +94,9 @@ constexpr int kMxTileRows = 12;
 struct PackedMxA {
   int64_t M = 0, tiles = 0;
   int nb = 0, kb = 0;
+  // Rows a tile holds in the layout: kMxTileRows, or M when M is smaller (a GEMV's one
+  // row then streams 32 bytes of A a block, not a 12-row tile's 384, beside each panel)
+  int rs = kMxTileRows;
   std::vector<uint8_t> a;
   // per tile, block and row: fl32(code − 266), the exponent A adds to eq. (MX5b)'s scale
   std::vector<float> ef;

@@ -280,6 +280,7 @@ template <int MR>
 void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, int64_t t, int64_t p, int k0, int k1,
             bool fast, float* part, const float* side) {
   constexpr int T = kMxTileRows;
+  const int S = a.rs;  // A's rows a tile in the layout (MR <= S)
   const int nb = b.nb, kb = b.kb, G = kb / 4;
   const int64_t N = b.N, n0 = p * 32, m = t * T;
   const int valid = static_cast<int>(std::min<int64_t>(32, N - n0));
@@ -333,7 +334,7 @@ void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, 
       d[r][1] = c1;
     }
     const int8_t* w = b.i8.data() + pk * kb * 32;
-    const uint8_t* ak = a.a.data() + (static_cast<size_t>(t) * nb + k) * kb * T;
+    const uint8_t* ak = a.a.data() + (static_cast<size_t>(t) * nb + k) * kb * S;
     if constexpr (MR <= 3) {
       // few rows: a second accumulator set (odd groups) hides vpdpbusd's latency; the
       // int32 sum of the two is exact
@@ -353,8 +354,8 @@ void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, 
 #pragma GCC unroll 12
         for (int r = 0; r < MR; ++r) {
           int32_t a4, a5;
-          __builtin_memcpy(&a4, ak + (g * T + r) * 4, 4);
-          __builtin_memcpy(&a5, ak + ((g + 1) * T + r) * 4, 4);
+          __builtin_memcpy(&a4, ak + (g * S + r) * 4, 4);
+          __builtin_memcpy(&a5, ak + ((g + 1) * S + r) * 4, 4);
           const __m512i av = _mm512_set1_epi32(a4), av1 = _mm512_set1_epi32(a5);
           QUANTA_MX_VPDPBUSD(d[r][0], av, b0);
           QUANTA_MX_VPDPBUSD(d[r][1], av, b1);
@@ -367,7 +368,7 @@ void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, 
 #pragma GCC unroll 12
         for (int r = 0; r < MR; ++r) {
           int32_t a4;
-          __builtin_memcpy(&a4, ak + (g * T + r) * 4, 4);
+          __builtin_memcpy(&a4, ak + (g * S + r) * 4, 4);
           const __m512i av = _mm512_set1_epi32(a4);
           QUANTA_MX_VPDPBUSD(d[r][0], av, b0);
           QUANTA_MX_VPDPBUSD(d[r][1], av, b1);
@@ -385,7 +386,7 @@ void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, 
 #pragma GCC unroll 12
         for (int r = 0; r < MR; ++r) {
           int32_t a4;
-          __builtin_memcpy(&a4, ak + (g * T + r) * 4, 4);
+          __builtin_memcpy(&a4, ak + (g * S + r) * 4, 4);
           const __m512i av = _mm512_set1_epi32(a4);
           QUANTA_MX_VPDPBUSD(d[r][0], av, b0);
           QUANTA_MX_VPDPBUSD(d[r][1], av, b1);
@@ -405,7 +406,7 @@ void tile_t(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, 
       const __m512 e0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cb))));
       const __m512 e1 =
           _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(cb + 16))));
-      const float* ea = a.ef.data() + (static_cast<size_t>(t) * nb + k) * T;
+      const float* ea = a.ef.data() + (static_cast<size_t>(t) * nb + k) * S;
 #pragma GCC unroll 12
       for (int r = 0; r < MR; ++r) {
         const __m512 er = _mm512_set1_ps(ea[r]);
@@ -512,20 +513,21 @@ void gemm_i8_tiles_avx512vnni(const PackedMxA& a, const PackedMx& b, const float
 void pack_a_i8_avx512vnni(const uint8_t* a_bits, const uint8_t* a_codes, int64_t K, int block, PackedMxA& a, int64_t t0,
                           int64_t t1) {
   constexpr int T = kMxTileRows;
+  const int S = a.rs;  // rows a tile holds in the layout
   const int nb = a.nb, kb = a.kb;
   const int64_t M = a.M;
-  std::vector<uint8_t> zero(static_cast<size_t>(nb) * T);
-  // row r's 4 k of group g go to dword g·T + r of the block
+  std::vector<uint8_t> zero(static_cast<size_t>(nb) * S);
+  // row r's 4 k of group g go to dword g·S + r of the block
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t t = t0; t < t1; ++t) {
     std::fill(zero.begin(), zero.end(), 1);
     int lo = 255, hi = 0;
-    uint8_t* tile = a.a.data() + static_cast<size_t>(t) * nb * kb * T;
+    uint8_t* tile = a.a.data() + static_cast<size_t>(t) * nb * kb * S;
     for (int64_t m = t * T; m < std::min(M, (t + 1) * T); ++m) {
       const int r = static_cast<int>(m - t * T);
       for (int k = 0; k < nb; ++k) {
         const uint8_t* src = a_bits + m * K + static_cast<int64_t>(k) * block;
-        uint8_t* dst = tile + static_cast<size_t>(k) * kb * T;
+        uint8_t* dst = tile + static_cast<size_t>(k) * kb * S;
         const int len = static_cast<int>(std::min<int64_t>(block, K - static_cast<int64_t>(k) * block));
         bool any;
         if (len == 32 && kb == 32) {
@@ -536,18 +538,18 @@ void pack_a_i8_avx512vnni(const uint8_t* a_bits, const uint8_t* a_codes, int64_t
           alignas(32) uint32_t f[8];
           _mm256_store_si256(reinterpret_cast<__m256i*>(f), _mm256_xor_si256(v, flip));
           uint32_t* d32 = reinterpret_cast<uint32_t*>(dst) + r;
-          for (int g = 0; g < 8; ++g) d32[g * T] = f[g];
+          for (int g = 0; g < 8; ++g) d32[g * S] = f[g];
         } else {
           any = false;
           for (int i = 0; i < len; ++i) {
-            dst[((i / 4) * T + r) * 4 + i % 4] = static_cast<uint8_t>(src[i] ^ 0x80);
+            dst[((i / 4) * S + r) * 4 + i % 4] = static_cast<uint8_t>(src[i] ^ 0x80);
             any = any || src[i] != 0;
           }
         }
         const int c = a_codes[m * nb + k];
         if (!any && c != 255) continue;  // all zero: products +0 under any positive scale
-        a.ef[(static_cast<size_t>(t) * nb + k) * T + r] = static_cast<float>(c - 266);
-        zero[static_cast<size_t>(k) * T + r] = 0;
+        a.ef[(static_cast<size_t>(t) * nb + k) * S + r] = static_cast<float>(c - 266);
+        zero[static_cast<size_t>(k) * S + r] = 0;
         lo = std::min(lo, c);
         hi = std::max(hi, c);
       }
@@ -557,7 +559,7 @@ void pack_a_i8_avx512vnni(const uint8_t* a_bits, const uint8_t* a_codes, int64_t
     a.lo[t] = lo;
     a.hi[t] = hi;
     for (size_t i = 0; i < zero.size(); ++i)
-      if (zero[i]) a.ef[static_cast<size_t>(t) * nb * T + i] = static_cast<float>(lo - 266);
+      if (zero[i]) a.ef[static_cast<size_t>(t) * nb * S + i] = static_cast<float>(lo - 266);
   }
 }
 
