@@ -287,6 +287,13 @@ def _axis_or_none(scale: np.ndarray, axis: int) -> int | None:
     return None if scale.ndim == 0 or (scale.ndim == 1 and scale.shape[0] == 1) else axis
 
 
+def _zero_point_fits(zero_point: np.ndarray, scale: np.ndarray) -> bool:
+    """The zero point has the scale's shape, or both are one value (a scalar or a
+    1-element vector each: ONNX Runtime's contrib kernels read either as per tensor, and
+    AMD Quark writes a [1] scale beside a scalar zero point)."""
+    return np.shape(zero_point) == scale.shape or (np.size(zero_point) == 1 and _axis_or_none(scale, 0) is None)
+
+
 def ms_quantize_linear(
     x: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray | None = None, *, axis: int = 1
 ) -> np.ndarray:
@@ -304,7 +311,7 @@ def ms_quantize_linear(
     dtype = np.dtype(np.uint8) if y_zero_point is None else np.asarray(y_zero_point).dtype
     if dtype not in _Q_STORAGE:
         raise OpError(f"y_zero_point: expected one of {', '.join(map(str, _Q_STORAGE))}, got {dtype}")
-    if y_zero_point is not None and np.shape(y_zero_point) != y_scale.shape:
+    if y_zero_point is not None and not _zero_point_fits(y_zero_point, y_scale):
         raise OpError(
             f"y_zero_point: expected the shape of y_scale {y_scale.shape}, got {np.shape(y_zero_point)}"
         )
@@ -331,7 +338,7 @@ def ms_dequantize_linear(
             raise OpError(
                 f"x_zero_point: expected the type of x ({x.dtype}), got {np.asarray(x_zero_point).dtype}"
             )
-        if np.shape(x_zero_point) != x_scale.shape:
+        if not _zero_point_fits(x_zero_point, x_scale):
             raise OpError(
                 f"x_zero_point: expected the shape of x_scale {x_scale.shape}, got {np.shape(x_zero_point)}"
             )

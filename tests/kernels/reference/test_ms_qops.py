@@ -469,6 +469,34 @@ def test_ms_dequantize_linear_int32_subtracts_its_zero_point():
     np.testing.assert_array_equal(got, ms_dequantize_linear(x, F32(0.1), np.int32(2)))
 
 
+@pytest.mark.parametrize("scale_shape,zp_shape", [((1,), ()), ((), (1,))])
+@pytest.mark.parametrize("backend", ["reference", "native"])
+def test_ms_qdq_one_element_scale_and_scalar_zero_point_are_per_tensor(scale_shape, zp_shape, backend):
+    """AMD Quark writes a bias DequantizeLinear with a [1] scale beside a scalar int32 zero
+    point; ONNX Runtime's contrib kernels read any mix of scalar and 1-element vector as
+    per tensor."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((2, 7, 3)) * 50).astype(F32)
+    scale = np.full(scale_shape, 0.37, F32)
+    for op_type, inputs, out in (
+        ("QuantizeLinear", [x, scale, np.full(zp_shape, -3, np.int16)], np.int16),
+        (
+            "DequantizeLinear",
+            [rng.integers(-900, 900, (17,)).astype(np.int32), scale, np.full(zp_shape, 5, np.int32)],
+            F32,
+        ),
+    ):
+        model, feeds = _model(op_type, inputs, out, None, None, {1, 2})
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        expected = ort.InferenceSession(
+            model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+        ).run(None, feeds)[0]
+        model, feeds = _model(op_type, inputs, out, expected.shape, None, {1, 2})
+        got = quanta.InferenceSession(model.SerializeToString(), backend=backend).run(None, feeds)[0]
+        _assert_same(got, expected)
+
+
 @pytest.mark.parametrize(
     ("dtype", "code"), [(ml_dtypes.int4, TensorProto.INT4), (ml_dtypes.uint4, TensorProto.UINT4)]
 )
