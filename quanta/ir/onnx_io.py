@@ -62,6 +62,7 @@ from quanta.ir.graph import Graph, GraphError, Model, Node, Value, toposort_node
 from quanta.ir.ms_contrib import decompose_contrib_ops
 from quanta.ir.onnx_functions import expand_function_ops
 from quanta.ir.op_facts import derive
+from quanta.ir.quark_ops import decompose_quark_ops
 from quanta.ir.shape_hints import infer_shapes as infer_light
 from quanta.ir.shape_hints import reinfer_declared_shapes, tensor_types, without_weight_data
 from quanta.ir.subgraphs import renamed_graph, subgraph_outer_names, subgraph_outer_names_of_graph
@@ -128,6 +129,7 @@ def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx
             _check_structure(proto.graph, where)
             _check_file(path)
             decompose_contrib_ops(proto)
+            decompose_quark_ops(proto)
             expand_function_ops(proto)
             reinfer_declared_shapes(proto)
             _load_external_data(proto, base, path)
@@ -143,6 +145,8 @@ def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx
     _type_bare_declarations(proto, where)
     # ONNX Runtime's fused transformer operators, as the ONNX operators they fuse
     decompose_contrib_ops(proto)
+    # AMD Quark's extended quantize / dequantize, as the operators they compute
+    decompose_quark_ops(proto)
     # ONNX's Attention, RMSNormalization, RotaryEmbedding, as their function bodies
     expand_function_ops(proto)
     _check(proto, where)
