@@ -281,6 +281,7 @@ def lower_qdq(
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
     from quanta.passes.rules.quantize_pad import QuantizePad
     from quanta.passes.rules.refine_shapes import RefineShapes
+    from quanta.passes.rules.widen_half_islands import WidenHalfIslands
 
     refine = RefineShapes(opset_imports or {"": opset})
     return [
@@ -300,6 +301,9 @@ def lower_qdq(
         HoistLoopInvariants(),  # loop variables a body passes through: read from the enclosing scope
         RemoveNoops(),
         StftAsConvPass(opset),  # a float STFT / DFT: the native Conv / MatMul by its DFT basis
+        # float16 islands and their Q/DQ in float32 (a TensorRT-style file: the groups
+        # then lower as a float32 model's; the float ops run on the native kernels)
+        WidenHalfIslands(),
         QatExports(),  # one-element Q/DQ scales; ConvBn QAT's per-channel Div/Add -> BN
         FoldBatchNorm(),
         *_fold_groupnorm(opset),

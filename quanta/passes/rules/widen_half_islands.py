@@ -50,7 +50,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from quanta.ir.graph import Graph, Node, Value, result_type
-from quanta.ir.types import F16, F32
+from quanta.ir.types import F16, F32, TensorType
 from quanta.passes.manager import Pass, PassResult, PostconditionError
 
 __all__ = ["HALF_IN_FLOAT_OPS", "WidenHalfIslands"]
@@ -58,10 +58,16 @@ __all__ = ["HALF_IN_FLOAT_OPS", "WidenHalfIslands"]
 #: ai.onnx operators an island computes in float32. Each has one type variable for its
 #: float operands and results (so float32 in, float32 out) and no attribute that names
 #: an element type; their float16 and float32 forms compute the same real function and
-#: differ only in rounding. Left out on purpose: Cast / CastLike (they name the type:
+#: differ only in rounding. QuantizeLinear / DequantizeLinear with float16 scales (a
+#: TensorRT-style file: NVIDIA ModelOpt's int8 mode keeps what it does not quantize in
+#: half precision) join the island with their scales widened (exact): QuantizeLinear
+#: divides in float32 for a float16 input already (eq. (2), as ONNX Runtime does), so
+#: its codes are the same from the island's float32 value; DequantizeLinear's product is
+#: not rounded to float16. Their integer values then carry a float32 expressed type, and
+#: the groups lower to the integer kernels of a float32 model (:func:`_requantized`).
+#: Left out on purpose: Cast / CastLike (they name the type:
 #: handled above), the *Like / random / EyeLike / ConstantOfShape ops (a ``dtype`` or
-#: ``value`` attribute sets the output type), Q / DQ (a float graph has none; their
-#: scale type is the file's), If / Loop / Scan (their bodies' types are the file's),
+#: ``value`` attribute sets the output type), If / Loop / Scan (their bodies' types are the file's),
 #: sequence ops, other domains (their type rules are not ONNX's). An operator outside
 #: the list reads and writes float16 as written and ends the island.
 HALF_IN_FLOAT_OPS = frozenset(
@@ -171,8 +177,13 @@ HALF_IN_FLOAT_OPS = frozenset(
         "DepthToSpace",
         "SpaceToDepth",
         "Trilu",
+        # quantization with float16 scales (above)
+        "QuantizeLinear",
+        "DequantizeLinear",
     }
 )
+
+_QDQ = ("QuantizeLinear", "DequantizeLinear")
 
 #: read only the shape of their input: they take the float32 value where one exists and
 #: never cause a Cast
@@ -199,7 +210,25 @@ def in_island(node: Node) -> bool:
         return False
     if not any(_is_half(v) for v in (*node.inputs, *node.outputs)):
         return False
+    if node.op_type in _QDQ and (node.attrs.get("block_size") or not _const_params(node)):
+        return False  # blocked or computed scales: left as written
     return _typed(node.inputs) and _typed(node.outputs)
+
+
+def _const_params(node: Node) -> bool:
+    return all(v is None or v.is_const for v in node.inputs[1:3])
+
+
+def _requantized(graph: Graph, node: Node) -> None:
+    """The integer value a widened QuantizeLinear writes (or a DequantizeLinear reads)
+    carries the float32 expressed type its scale now gives (the same codes and
+    parameters)."""
+    from quanta.passes.rules._util import node_qtype
+
+    k = node.inputs[0] if node.op_type == "DequantizeLinear" else node.outputs[0]
+    q = node_qtype(node, k, node.input(1), node.input(2))
+    if q is not None and k is not None and k.type is not None:
+        k.type = TensorType(q, k.type.shape)
 
 
 class WidenHalfIslands(Pass):
@@ -231,6 +260,8 @@ class WidenHalfIslands(Pass):
             for k, v in enumerate(node.outputs):
                 if _is_half(v):
                     exits.append(self._exit(graph, node, k, wide))
+            if node.op_type in _QDQ:
+                _requantized(graph, node)
         # an exit no reader outside the island needs (and that is no graph output) goes
         outputs = {id(v) for v in graph.outputs}
         kept = 0

@@ -217,3 +217,77 @@ def test_float16_atan2_runs_in_the_island() -> None:
     x32, y32 = (feeds[n].astype(np.float32) for n in ("x", "y"))
     want = (atan_f32(y32 / x32) * np.sign(x32)).astype(F16_NP)
     assert got.dtype == F16_NP and got.tobytes() == want.tobytes()
+
+
+def half_qdq_model(dtype: type = np.float16, code: int = TensorProto.FLOAT16):
+    """What NVIDIA ModelOpt's int8 mode writes (TensorRT style): the float part in half
+    precision, Q / DQ with float16 scales around each Conv. x [N, 3, 9, 7] -> Q/DQ
+    (zero point 0) -> Conv 3->7 (3x3, int8 weights per channel, float bias) -> Relu ->
+    Q/DQ -> Conv 7->17 (1x1) -> y; ``dtype`` holds the float16 values."""
+    rng = np.random.default_rng(5)
+
+    def f(values) -> np.ndarray:
+        return np.asarray(values).astype(F16_NP).astype(dtype)
+
+    inits = [
+        numpy_helper.from_array(f(0.031), "sx"),
+        numpy_helper.from_array(np.int8(0), "zx"),
+        numpy_helper.from_array(f(0.019), "sr"),
+        numpy_helper.from_array(np.int8(0), "zr"),
+        numpy_helper.from_array(rng.integers(-127, 128, (7, 3, 3, 3)).astype(np.int8), "w1q"),
+        numpy_helper.from_array(f(np.linspace(0.002, 0.009, 7)), "s1"),
+        numpy_helper.from_array(np.zeros(7, np.int8), "z1"),
+        numpy_helper.from_array(f(rng.uniform(-0.3, 0.3, 7)), "b1"),
+        numpy_helper.from_array(rng.integers(-127, 128, (17, 7, 1, 1)).astype(np.int8), "w2q"),
+        numpy_helper.from_array(f(np.linspace(0.003, 0.011, 17)), "s2"),
+        numpy_helper.from_array(np.zeros(17, np.int8), "z2"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w1q", "s1", "z1"], ["w1"], axis=0),
+        helper.make_node("Conv", ["xd", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "sr", "zr"], ["rq"]),
+        helper.make_node("DequantizeLinear", ["rq", "sr", "zr"], ["rd"]),
+        helper.make_node("DequantizeLinear", ["w2q", "s2", "z2"], ["w2"], axis=0),
+        helper.make_node("Conv", ["rd", "w2"], ["y"], name="conv2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "half_qdq",
+        [helper.make_tensor_value_info("x", code, ["N", 3, 9, 7])],
+        [helper.make_tensor_value_info("y", code, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def test_float16_qdq_groups_lower_to_integer_kernels() -> None:
+    # the Q / DQ join the island with float32 scales, so the groups are a float32
+    # model's: integer convolutions, nothing on a twin (they ran on NumPy, 8x ORT)
+    sess = quanta.InferenceSession(half_qdq_model())
+    assert sess.fallbacks == []
+    ops = [s.op_type for s in sess.plan.steps]
+    assert "Conv" not in ops and not any(s.kernel.name.startswith("reference") for s in sess.plan.steps)
+    assert [o.type for o in sess.get_outputs()] == ["tensor(float16)"]
+
+
+def test_float16_qdq_outputs_are_the_float32_file_rounded_once() -> None:
+    # QuantizeLinear divides in float32 for a float16 input, so the codes of the widened
+    # island are the file's; the output is the float32 twin's (float16 values of every
+    # scale, bias and input, in float32) rounded once to float16
+    x = feed()
+    got = quanta.InferenceSession(half_qdq_model()).run(None, {"x": x})[0]
+    wide = quanta.InferenceSession(half_qdq_model(np.float32, TensorProto.FLOAT)).run(
+        None, {"x": x.astype(np.float32)}
+    )[0]
+    assert got.dtype == F16_NP and got.tobytes() == wide.astype(F16_NP).tobytes()
+
+
+def test_widened_quantize_linear_writes_a_float32_expressed_type() -> None:
+    model = load(half_qdq_model())
+    PassManager([WidenHalfIslands()]).run(model)
+    q = next(n for n in model.graph.nodes if n.op_type == "QuantizeLinear")
+    assert q.input(1).type.elem == F32 and q.outputs[0].type.elem.expressed == F32
+    assert str(q.outputs[0].type.elem.storage) == "i8"
