@@ -795,9 +795,9 @@ def _gather_native(ctx: Any, data: Any, indices: Any, *, out: Any, axis: int = 0
 def _gather_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
     """Gather with constant indices: checked and flattened once; with indices computed
     at run time (an embedding lookup of token ids), int64 of a known shape: the output
-    shape found once, the indices' bounds checked by take_axis, whose ValueError (a
-    negative index, one out of range) hands the call to the generic kernel, which wraps
-    a negative index or raises the operator's error."""
+    shape found once, the indices' bounds checked by take_axis (which counts a negative
+    index from the end), whose ValueError (an index out of range) hands the call to the
+    generic kernel, which raises the operator's error."""
     shape, indices = sig.shapes[0], sig.consts[1]
     if shape is None or not shape:
         return None
