@@ -355,9 +355,12 @@ class Executor(Executable):
 
     def _signature(self, vals: list[Any]) -> tuple:
         """Shapes and dtypes of the input slots: what a BoundRun is cached by."""
+        # a list comprehension, not a generator (a frame per item): ~1.4 -> ~0.6 µs
         return tuple(
-            (vals[k].shape, vals[k].dtype) if isinstance(vals[k], np.ndarray) else None
-            for k in self._input_slots
+            [
+                (a.shape, a.dtype) if isinstance(a, np.ndarray) else None
+                for a in map(vals.__getitem__, self._input_slots)
+            ]
         )
 
     # -- loops -----------------------------------------------------------------------
@@ -1161,7 +1164,8 @@ def _arena_outputs(vals: list[Any], out_slots: list[int], arena: np.ndarray) -> 
     outs = []
     for k in out_slots:
         arr = vals[k]
-        if isinstance(arr, np.ndarray) and np.may_share_memory(arr, arena):
+        # an array that owns its memory is not the arena's (np.may_share_memory: ~0.7 µs)
+        if isinstance(arr, np.ndarray) and arr.base is not None and np.may_share_memory(arr, arena):
             arr = arr.copy()
         outs.append(arr)
     return outs
