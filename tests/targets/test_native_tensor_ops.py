@@ -1249,6 +1249,47 @@ def test_gather_negative_run_time_indices_stay_native(idx_dtype, axis):
     assert_bit_exact(expected, out, f"specialized Gather axis {axis}")
 
 
+@pytest.mark.parametrize(
+    ("shape", "reps"),
+    [
+        ((3, 7, 17), (1, 2, 3)),
+        ((7, 1), (3, 17)),
+        ((2, 3, 5), (2, 0, 1)),
+        ((17,), (7,)),
+        ((1, 1, 3, 7), (1, 3, 1, 2)),
+    ],
+)
+def test_tile_broadcast_copy_and_its_specialization_match_np_tile(shape, reps):
+    """Failure signature: Tile as one copy into y seen as [r0, d0, r1, d1, ...] put a
+    repeat's block in the wrong order (np.tile's is repeat-major per axis), or the
+    specialized call wrote another shape's layout; a strided x and a zero repeat too."""
+    rng = np.random.default_rng(67)
+    base = np.array(rng.normal(size=tuple(2 * d for d in shape)), F32)
+    for x in (
+        np.ascontiguousarray(base[tuple(slice(0, d) for d in shape)]),
+        base[tuple(slice(0, 2 * d, 2) for d in shape)],
+    ):
+        r = np.array(reps, np.int64)
+        expected = run_both("Tile", [x, r])
+        assert_bit_exact(np.tile(x, reps), expected, "twin")
+        kernel, _ = bind("Tile", [x, r])
+        for out in (None, np.empty(expected.shape, F32)):
+            sig = Specialization(
+                shapes=(x.shape, r.shape),
+                dtypes=(x.dtype, r.dtype),
+                consts=(None, r),
+                out_shape=expected.shape,
+                out_dtype=expected.dtype,
+                out=out,
+                num_threads=1,
+                ctx=KernelContext(),
+            )
+            fast = kernel.specialize(sig)
+            got = fast(KernelContext(), x, r)
+            assert out is None or got is out
+            assert_bit_exact(expected, got, f"specialized Tile {shape} x {reps}")
+
+
 def test_gather_nd_bad_index_is_the_operators_error():
     kernel, _ = bind("GatherND", [np.zeros((3, 4), F32), np.zeros((1, 2), np.int64)])
     with pytest.raises(Exception, match="GatherND"):
