@@ -588,10 +588,8 @@ class Executor(Executable):
             and binds < MAX_SPECULATIVE_BINDS
             and all(o in specs for k in self._roots for o in self.plan.steps[k].outputs if o is not None)
         )
-        if not speculate and self._checked_static:
-            # values fixed only while the roots' shapes are checked are no constants here
-            loose = {o for s in self.plan.steps if s.index in self._checked_static for o in s.outputs}
-            captured = {k: v for k, v in captured.items() if k not in loose}
+        if not speculate:
+            captured = self._static_only(captured)
         bound = self._bind(specs, captured, speculate=speculate, root_values=root_values or {})
         if bound.speculation is not None:
             bound.speculation.binds = binds + 1
@@ -602,6 +600,15 @@ class Executor(Executable):
             self._bound[signature] = bound
             while len(self._bound) > self.max_signatures:
                 self._bound.popitem(last=False)
+
+    def _static_only(self, captured: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """``captured`` without the values that are fixed only while a speculative bind's
+        roots hold (``_checked_static``): an unspeculative bind must not take them for
+        constants."""
+        if not self._checked_static:
+            return captured
+        loose = {o for s in self.plan.steps if s.index in self._checked_static for o in s.outputs}
+        return {k: v for k, v in captured.items() if k not in loose}
 
     def _touch(self, signature: tuple) -> None:
         with self._bound_lock:
