@@ -443,7 +443,8 @@ class InferenceSession:
         return list(t.shape)
 
     def _validate(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        if not isinstance(input_feed, Mapping):
+        # a dict skips the ABC's isinstance (~0.3 µs: a small model's run is ~30 µs)
+        if type(input_feed) is not dict and not isinstance(input_feed, Mapping):
             raise InvalidArgument(
                 f"feeds must be a dict of input name -> array; the model expects {self._expected()}"
             )
@@ -455,9 +456,11 @@ class InferenceSession:
                 raise InvalidArgument(f"unknown input '{name}'; the model expects {self._expected()}")
             arr = value if type(value) is np.ndarray else np.asarray(value)
             want, rank, fixed = check
-            if want == np.object_ and arr.dtype != want:
+            # the built-in dtypes are singletons: ``is`` decides the common case without
+            # dtype.__ne__'s conversion
+            if want is not None and arr.dtype is not want and want.kind == "O" and arr.dtype != want:
                 arr = as_string_feed(arr)
-            if want is not None and arr.dtype != want:
+            if want is not None and arr.dtype is not want and arr.dtype != want:
                 t = self._input_types[name]
                 raise InvalidArgument(
                     f"input '{name}': dtype {arr.dtype}, expected {_ort_type(t)} ({want}); "

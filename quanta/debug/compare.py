@@ -708,11 +708,13 @@ def _executor(model: Model):
         included) took longer than the runs it served (14 s per signature on a 700-node
         graph)."""
 
-        def _bind(self, specs, captured=None, *, speculate=False):
+        def _bind(self, specs, captured=None, *, speculate=False, root_values=None):
             if any(s.kernel.out for s in self.plan.steps):
-                return super()._bind(specs, captured, speculate=speculate)
+                return super()._bind(specs, captured, speculate=speculate, root_values=root_values)
+            # bound unspeculatively whatever ``speculate`` says: no values fixed only
+            # while roots are checked
             steps = list(self._plain)
-            self._specialize(steps, specs, captured or {}, {})
+            self._specialize(steps, specs, self._static_only(captured or {}), {})
             return BoundRun(steps, specs, None)
 
     return _Unplanned(compile_model(model, "reference", passes=[]))

@@ -29,6 +29,7 @@ __all__ = [
     "QUANTA_SHAPE_ONLY_OPS",
     "SHAPE_ARGS",
     "SHAPE_ONLY_OPS",
+    "root_shape_args",
     "signature_shape_roots",
     "signature_shape_unstable",
     "signature_static_steps",
@@ -81,8 +82,13 @@ _DOMAINS = ("", "ai.onnx", "com.microsoft")
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
-def signature_static_steps(plan: Plan) -> frozenset[int]:
-    """Indices of the steps whose every output is value-static (module docstring)."""
+def signature_static_steps(plan: Plan, checked_roots: frozenset[int] = frozenset()) -> frozenset[int]:
+    """Indices of the steps whose every output is value-static (module docstring).
+
+    ``checked_roots``: root steps (:func:`signature_shape_roots`) whose output shapes a
+    speculative bind checks on every run; their outputs count as shape-stable, so the
+    ``Shape`` of a value after a NonZero, and the arithmetic on it, is fixed for as long
+    as the checks hold (the executor skips those steps only in such a bind)."""
     value_static: set[int] = {NONE_SLOT}
     shape_stable: set[int] = {NONE_SLOT}
     for slot in plan.slots:
@@ -118,6 +124,9 @@ def signature_static_steps(plan: Plan) -> frozenset[int]:
             value_static.update(outs)
             shape_stable.update(outs)
             static_steps.add(step.index)
+            continue
+        if step.index in checked_roots:
+            shape_stable.update(outs)
             continue
         if not known:
             continue
@@ -234,3 +243,25 @@ def _shape_unstable(plan: Plan) -> tuple[frozenset[int], frozenset[int]]:
             if data_shaped or sized_by_value or not follows_shapes:
                 roots.add(step.index)
     return frozenset(unstable), frozenset(roots)
+
+
+def root_shape_args(plan: Plan) -> dict[int, tuple[int, ...]]:
+    """Root step -> the positions of its value arguments that size its outputs, for the
+    roots whose output shapes follow from their input shapes and those values alone
+    (Reshape's target, Tile's repeats, Range's operands, ...; not a NonZero, not an
+    operator the shape tables do not name). With its inputs' shapes checked upstream, a
+    root whose arguments at these positions hold the measuring run's values gives the
+    measuring run's output shapes: the executor compares those few values instead of
+    running the generic kernel and comparing its result (docs/runtime.md §3)."""
+    out: dict[int, tuple[int, ...]] = {}
+    for k in signature_shape_roots(plan):
+        step = plan.steps[k]
+        node = step.node
+        op = node.op_type
+        if node.domain not in _DOMAINS or op in DATA_SHAPED_OPS or op in _CONTROL_FLOW:
+            continue
+        if op not in SHAPE_ONLY_OPS and op not in SHAPE_ARGS and op not in _MORE_SHAPE_ARGS:
+            continue
+        args = SHAPE_ARGS.get(op, _MORE_SHAPE_ARGS.get(op, ()))
+        out[k] = tuple(j for j in args if j < len(step.inputs) and step.inputs[j] != NONE_SLOT)
+    return out

@@ -249,3 +249,66 @@ def test_a_recorded_call_gives_the_same_bytes_on_every_run(kind: int) -> None:
         got[...] = 0
         prog.run()
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("include", [False, True])
+def test_recorded_pools_give_the_bytes_of_the_direct_call(include: bool) -> None:
+    """Failure signature: a specialized AveragePool said it was recordable while its
+    binding ran the kernel at once, so Program.record saw no call and the step stayed in
+    the Python loop; or a kept pool call read a stale geometry. The kept calls run three
+    times and write what the direct calls write (pads on both sides, 7 channels, odd
+    sizes)."""
+    from quanta.kernels import _native
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(0, 2, (2, 7, 13, 17)).astype(np.float32)
+    args = ((3, 2), (2, 1), (1, 1), (1, 0), (1, 1))
+    out_hw = ((13 + 1 + 1 - 3) // 2 + 1, (17 + 0 + 1 - 2) // 1 + 1)
+    want = _native.average_pool_2d_f32(x, *args, out_hw, include, 1)
+    want_max = _native.max_pool_2d_f32(x, (3, 2), (2, 1), (1, 1), (1, 0), out_hw, 1)
+    got = np.empty_like(want)
+    got_max = np.empty_like(want_max)
+    prog = _native.Program()
+    assert prog.record(lambda a: _native.average_pool_2d_f32(a, *args, out_hw, include, 1, got), x)
+    assert prog.record(
+        lambda a: _native.max_pool_2d_f32(a, (3, 2), (2, 1), (1, 1), (1, 0), out_hw, 1, got_max), x
+    )
+    for _ in range(3):
+        got[...] = 0
+        got_max[...] = 0
+        prog.run()
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got_max, want_max)
+
+
+def test_an_average_pool_between_recorded_steps_runs_in_the_program() -> None:
+    """Relu -> AveragePool -> Relu -> Mul: the pool is recorded with its neighbours, and
+    the bytes are those of the Python loop (and close to the reference)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("AveragePool", ["r"], ["p"], name="pool", kernel_shape=[2, 3], pads=[1, 0, 0, 1]),
+        helper.make_node("Relu", ["p"], ["q"], name="relu2"),
+        helper.make_node("Mul", ["q", "half"], ["y"], name="mul"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 17, 5, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_const("half", np.float32(0.5))],
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess, plain = quanta.InferenceSession(p, opts), quanta.InferenceSession(p, opts)
+    plain.executor.native_programs = False
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        feeds = {"x": rng.normal(0, 2, (1, 17, 5, 9)).astype(np.float32)}
+        got, loop, want = sess.run(None, feeds)[0], plain.run(None, feeds)[0], ref.run(None, feeds)[0]
+        np.testing.assert_array_equal(got, loop)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # float sums of 6: a few ulps
+    (bound,) = sess.executor.bound_runs().values()
+    assert bound.program_steps[0] == 2  # the pool and the Relu after it (Relu reads the feed, Mul writes y)

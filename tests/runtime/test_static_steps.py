@@ -398,3 +398,129 @@ def test_speculation_off_keeps_data_dependent_shapes_unbound():
         assert np.array_equal(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0])
     (bound,) = ex.bound_runs().values()
     assert bound.speculation is None
+
+
+def sized_by_feeds_model():
+    """Roots sized by fed values: t = Tile(x, reps) [5·r0, 3·r1]; r = Range(start, limit,
+    delta) (int64 feeds); c = ConstantOfShape(dims) (7.5). Then t's shape, through
+    Shape -> Slice -> ReduceProd -> Reshape target [-1] (static once the roots are
+    checked), flattens t; the rest is elementwise."""
+    nodes = [
+        helper.make_node("Tile", ["x", "reps"], ["t"], name="tile"),
+        helper.make_node("Mul", ["t", "half"], ["tm"], name="mul"),
+        helper.make_node("Shape", ["tm"], ["sh"], name="shape"),
+        helper.make_node("ReduceProd", ["sh"], ["n"], name="count", keepdims=1),
+        helper.make_node("Reshape", ["tm", "n"], ["flat"], name="flatten"),
+        helper.make_node("Neg", ["flat"], ["y"], name="neg"),
+        helper.make_node("Range", ["start", "limit", "delta"], ["r"], name="range"),
+        helper.make_node("Mul", ["r", "three"], ["r3"], name="mul_r"),
+        helper.make_node(
+            "ConstantOfShape",
+            ["dims"],
+            ["c"],
+            name="cos",
+            value=numpy_helper.from_array(np.array([7.5], np.float32)),
+        ),
+        helper.make_node("Add", ["c", "one_f"], ["z"], name="add_c"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 3]),
+            helper.make_tensor_value_info("reps", TensorProto.INT64, [2]),
+            helper.make_tensor_value_info("start", TensorProto.INT64, []),
+            helper.make_tensor_value_info("limit", TensorProto.INT64, []),
+            helper.make_tensor_value_info("delta", TensorProto.INT64, []),
+            helper.make_tensor_value_info("dims", TensorProto.INT64, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("r3", TensorProto.INT64, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+        [
+            numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+            numpy_helper.from_array(np.array(3, np.int64), "three"),
+            numpy_helper.from_array(np.array(1.0, np.float32), "one_f"),
+        ],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _sized_feeds(seed: int, reps, rng_args, dims) -> dict[str, np.ndarray]:
+    x = np.random.default_rng(seed).normal(0, 2, (5, 3)).astype(np.float32)
+    start, limit, delta = (np.array(v, np.int64) for v in rng_args)
+    return {
+        "x": x,
+        "reps": np.array(reps, np.int64),
+        "start": start,
+        "limit": limit,
+        "delta": delta,
+        "dims": np.array(dims, np.int64),
+    }
+
+
+@pytest.mark.parametrize("programs", [True, False])
+def test_a_root_sized_by_values_compares_them_and_runs_specialized(programs):
+    """Failure signature: a root whose sizing values match the measuring run's ran its
+    specialized call but wrote another run's bytes (a Range of the same count from
+    another start, the bound call reused); or a changed repeat count was taken for the
+    bound one (a wrong shape in the arena). The runs: the measuring feeds again (the
+    compared values hold: specialized calls), a Range of the same count from other
+    starts (the values differ, the shapes not: the generic call, still bound), other
+    repeats (a miss, bound again). Every run gives the reference's and the unspeculative
+    session's bytes; the Shape after the Tile is skipped while the bind holds."""
+    m = sized_by_feeds_model()
+    sess = quanta.InferenceSession(m, backend="native")
+    ex = _executor(sess)
+    ex.native_programs = programs
+    plain = quanta.InferenceSession(m, backend="native")
+    _executor(plain).speculate = False
+    ref = quanta.InferenceSession(m, backend="reference")
+    runs = [
+        ((2, 3), (0, 9, 2), (2, 3)),
+        ((2, 3), (0, 9, 2), (2, 3)),
+        ((2, 3), (0, 9, 2), (2, 3)),
+        ((2, 3), (5, 14, 2), (2, 3)),  # the same count (5) from another start
+        ((2, 3), (0, 9, 2), (3, 2)),  # other dims, the same count of elements: another shape
+        ((1, 4), (0, 9, 2), (2, 3)),  # other repeats: another shape
+    ]
+    states = []
+    for i, (reps, rng_args, dims) in enumerate(runs):
+        feeds = _sized_feeds(i, reps, rng_args, dims)
+        got, want, unspec = sess.run(None, feeds), ref.run(None, feeds), plain.run(None, feeds)
+        for a, b, c in zip(got, want, unspec, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), i
+            assert a.tobytes() == c.tobytes(), i
+        (bound,) = ex.bound_runs().values()
+        spec = bound.speculation
+        states.append(None if spec is None else (spec.binds, spec.misses))
+        if i == 2:
+            roots = {ex.plan.steps[k].name for k in bound.roots}
+            assert roots == {"tile", "flatten", "range", "cos"}
+            fast = {ex.plan.steps[t[0]].name for t in bound.make_direct()}
+            assert "shape" not in fast and "count" not in fast  # static while the roots hold
+            guarded = {
+                ex.plan.steps[t[0]].name for t in bound.make_direct() if "_guarded_root" in t[1].__qualname__
+            }
+            assert guarded == {"tile", "flatten", "range", "cos"}
+    assert states == [(1, 0), (1, 0), (1, 0), (1, 0), (1, 1), (2, 0)]
+
+
+def test_a_root_whose_sizing_values_are_fixed_by_checked_shapes_needs_no_compare():
+    """The Reshape to [Shape(tm) product] is a root of the unspeculative analysis; once
+    the Tile is checked its target is signature-static, so the bind runs it specialized
+    (a reshape to the bound shape) with nothing to compare."""
+    m = sized_by_feeds_model()
+    sess = quanta.InferenceSession(m, backend="native")
+    ex = _executor(sess)
+    for i in range(2):
+        sess.run(None, _sized_feeds(i, (2, 3), (0, 9, 2), (2, 3)))
+    from quanta.runtime.static_steps import signature_shape_roots, signature_static_steps
+
+    plan = ex.plan
+    roots = signature_shape_roots(plan)
+    assert {plan.steps[k].name for k in roots} == {"tile", "flatten", "range", "cos"}
+    checked = signature_static_steps(plan, roots) - signature_static_steps(plan)
+    assert {plan.steps[k].name for k in checked} == {"shape", "count"}

@@ -22,7 +22,7 @@ from quanta.ir.graph import Node, Value
 from quanta.ir.types import TensorType, elem_from_numpy
 from quanta.kernels import _native
 from quanta.kernels.reference.registry import get_op
-from quanta.targets.base import KernelContext
+from quanta.targets.base import KernelContext, Specialization
 from quanta.targets.native import BINDERS, _load_families
 from quanta.targets.native.float_ops import RUNTIME_FALLBACKS
 from tests.onnx_node import cases_for
@@ -1217,6 +1217,79 @@ def test_gather_nd_matches_twin(dtype, data_shape, index_shape, batch_dims):
     run_both("GatherND", [x, idx], {"batch_dims": b})
 
 
+@pytest.mark.parametrize("idx_dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_negative_run_time_indices_stay_native(idx_dtype, axis):
+    """Failure signature: a run-time index of -1 (an unknown label's id) made take_axis
+    refuse the call, so every run left the fast path for the generic kernel; or a
+    negative index wrapped to the wrong row."""
+    rng = np.random.default_rng(61)
+    x = np.array(rng.normal(size=(3, 7, 17)), F32)
+    n = x.shape[axis]
+    idx = np.array(rng.integers(-n, n, (2, 5)), idx_dtype)
+    idx.flat[0], idx.flat[1] = -1, -n  # the ends, both signs
+    expected = run_both("Gather", [x, idx], {"axis": axis})
+    got = _native.take_axis(x, axis % 3, idx.reshape(-1))
+    assert_bit_exact(np.take(x, idx.reshape(-1), axis=axis), got, f"take_axis axis {axis}")
+    # the specialized call for run-time indices: its direct call takes them (no ValueError)
+    kernel, _ = bind("Gather", [x, idx], {"axis": axis})
+    out = np.empty(expected.shape, F32)
+    sig = Specialization(
+        shapes=(x.shape, idx.shape),
+        dtypes=(x.dtype, idx.dtype),
+        consts=(None, None),
+        out_shape=expected.shape,
+        out_dtype=expected.dtype,
+        out=out,
+        num_threads=1,
+        ctx=KernelContext(),
+    )
+    fast = kernel.specialize(sig, axis=axis)
+    assert fast.direct(x, idx) is out
+    assert_bit_exact(expected, out, f"specialized Gather axis {axis}")
+
+
+@pytest.mark.parametrize(
+    ("shape", "reps"),
+    [
+        ((3, 7, 17), (1, 2, 3)),
+        ((7, 1), (3, 17)),
+        ((2, 3, 5), (2, 0, 1)),
+        ((17,), (7,)),
+        ((1, 1, 3, 7), (1, 3, 1, 2)),
+    ],
+)
+def test_tile_broadcast_copy_and_its_specialization_match_np_tile(shape, reps):
+    """Failure signature: Tile as one copy into y seen as [r0, d0, r1, d1, ...] put a
+    repeat's block in the wrong order (np.tile's is repeat-major per axis), or the
+    specialized call wrote another shape's layout; a strided x and a zero repeat too."""
+    rng = np.random.default_rng(67)
+    base = np.array(rng.normal(size=tuple(2 * d for d in shape)), F32)
+    for x in (
+        np.ascontiguousarray(base[tuple(slice(0, d) for d in shape)]),
+        base[tuple(slice(0, 2 * d, 2) for d in shape)],
+    ):
+        r = np.array(reps, np.int64)
+        expected = run_both("Tile", [x, r])
+        assert_bit_exact(np.tile(x, reps), expected, "twin")
+        kernel, _ = bind("Tile", [x, r])
+        for out in (None, np.empty(expected.shape, F32)):
+            sig = Specialization(
+                shapes=(x.shape, r.shape),
+                dtypes=(x.dtype, r.dtype),
+                consts=(None, r),
+                out_shape=expected.shape,
+                out_dtype=expected.dtype,
+                out=out,
+                num_threads=1,
+                ctx=KernelContext(),
+            )
+            fast = kernel.specialize(sig)
+            got = fast(KernelContext(), x, r)
+            assert out is None or got is out
+            assert_bit_exact(expected, got, f"specialized Tile {shape} x {reps}")
+
+
 def test_gather_nd_bad_index_is_the_operators_error():
     kernel, _ = bind("GatherND", [np.zeros((3, 4), F32), np.zeros((1, 2), np.int64)])
     with pytest.raises(Exception, match="GatherND"):
@@ -1318,8 +1391,10 @@ def test_bindings_reject_bad_arguments():
         _native.broadcast_op("less", x, np.zeros((5,), F32))
     with pytest.raises(ValueError, match="broadcast_op: add: no kernel for dtype float32"):
         _native.broadcast_op("add", x, x)
-    with pytest.raises(ValueError, match=r"take_axis: idx: expected indices in \[0, 6\), got 6"):
+    with pytest.raises(ValueError, match=r"take_axis: idx: expected indices in \[-6, 6\), got 6"):
         _native.take_axis(x, 1, np.array([6], np.int64))
+    with pytest.raises(ValueError, match=r"take_axis: idx: expected indices in \[-6, 6\), got -7"):
+        _native.take_axis(x, 1, np.array([-7], np.int32))
     with pytest.raises(ValueError, match="reduce_rows_f32: x: expected \\[rows, d\\]"):
         _native.reduce_rows_f32("sum", np.zeros(3, F32))
     with pytest.raises(ValueError, match="out: expected a buffer that does not overlap"):

@@ -64,10 +64,11 @@ py::array max_pool_2d_f32(const py::handle& x_obj, const Pair& kernel, const Pai
       out_obj, {x.shape(0), x.shape(1), static_cast<py::ssize_t>(out_hw[0]), static_cast<py::ssize_t>(out_hw[1])}, op,
       {x});
   if (y.size() == 0) return std::move(y);
-  {
-    py::gil_scoped_release release;
-    pool::max_pool_2d_f32(x.data(), y.mutable_data(), g, num_threads, active_isa());
-  }
+  // recordable (bindings.h run_or_record): the call keeps pointers and the geometry only
+  const float* xp = x.data();
+  float* yp = y.mutable_data();
+  const Isa isa = active_isa();
+  run_or_record([=]() { pool::max_pool_2d_f32(xp, yp, g, num_threads, isa); });
   return std::move(y);
 }
 
@@ -84,10 +85,12 @@ py::array average_pool_2d_f32(const py::handle& x_obj, const Pair& kernel, const
       out_obj, {x.shape(0), x.shape(1), static_cast<py::ssize_t>(out_hw[0]), static_cast<py::ssize_t>(out_hw[1])}, op,
       {x});
   if (y.size() == 0) return std::move(y);
-  {
-    py::gil_scoped_release release;
-    pool::average_pool_2d_f32(x.data(), y.mutable_data(), g, pads_end[0], pads_end[1], count_include_pad, num_threads);
-  }
+  // recordable (bindings.h run_or_record): the call keeps pointers, the geometry and the
+  // end pads only
+  const float* xp = x.data();
+  float* yp = y.mutable_data();
+  const int64_t end_h = pads_end[0], end_w = pads_end[1];
+  run_or_record([=]() { pool::average_pool_2d_f32(xp, yp, g, end_h, end_w, count_include_pad, num_threads); });
   return std::move(y);
 }
 

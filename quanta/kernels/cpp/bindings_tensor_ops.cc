@@ -28,7 +28,7 @@
 //                 out=None) -> y uint8 / int8   x float32 rank >= 1, last dimension d in
 //     [1, 4096]; scale None or one float32; mask None or float32 [R', d] with mask_rows int64
 //     [x.size / d] in [0, R'); y_scale > 0 and finite
-//   take_axis(x, axis, idx, num_threads=1, out=None) -> y     any dtype; idx int64 in [0, n)
+//   take_axis(x, axis, idx, num_threads=1, out=None) -> y     any dtype; idx int64 in [-n, n)
 //   repeat_2d(x, sh, sw, num_threads=1, out=None, lanes=False) -> y   1-64-byte elements, rank >= 2
 //   copy_strided(x, num_threads=1, out=None) -> y            any dtype, any strides -> C order
 //   topk_f32(x, k, largest, num_threads=1) -> (values, indices)   x [R, n] float32, 0 <= k <= n:
@@ -563,11 +563,21 @@ py::array take_axis(const py::handle& x_obj, int64_t axis, const py::handle& idx
                           std::to_string(axis));
   check_threads(num_threads, "take_axis");
   const int64_t n = x.shape(axis);
+  bool negative = false;
   for (py::ssize_t i = 0; i < count; ++i) {
-    if (ip[i] < 0 || ip[i] >= n) {
-      throw py::value_error("take_axis: idx: expected indices in [0, " + std::to_string(n) + "), got " +
-                            std::to_string(ip[i]));
+    if (ip[i] < -n || ip[i] >= n) {
+      throw py::value_error("take_axis: idx: expected indices in [-" + std::to_string(n) + ", " + std::to_string(n) +
+                            "), got " + std::to_string(ip[i]));
     }
+    negative |= ip[i] < 0;
+  }
+  // a negative index counts from the end (np.take's and ONNX Gather's), made
+  // non-negative in the widened copy: a duration net's unknown-label ids (-1) gather the
+  // last row without leaving the fast path
+  if (negative) {
+    if (widened.empty()) widened.assign(ip, ip + count);
+    for (auto& v : widened) v += v < 0 ? n : 0;
+    ip = widened.data();
   }
   int64_t outer = 1, inner = x.itemsize();
   Shape out_shape;

@@ -48,7 +48,7 @@ Pad                    ``take_axis`` per padded axis (reflect, edge,  nn.pad
 
 Pure data movement where C++ buys nothing, stated as such: Concat is one
 ``np.concatenate(..., out=)``; Split returns the twin's views (the executor copies a
-view only where it must); Tile one ``np.tile``; Range one ``np.arange``;
+view only where it must); Tile one ``np.copyto`` into a broadcast view; Range one ``np.arange``;
 ConstantOfShape one ``np.full``; Shape and Size build a tiny int64 array from the
 input's shape; Constant returns its attribute value, decoded once at compile time. None
 of these does per-element work in Python.
@@ -795,9 +795,9 @@ def _gather_native(ctx: Any, data: Any, indices: Any, *, out: Any, axis: int = 0
 def _gather_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
     """Gather with constant indices: checked and flattened once; with indices computed
     at run time (an embedding lookup of token ids), int64 of a known shape: the output
-    shape found once, the indices' bounds checked by take_axis, whose ValueError (a
-    negative index, one out of range) hands the call to the generic kernel, which wraps
-    a negative index or raises the operator's error."""
+    shape found once, the indices' bounds checked by take_axis (which counts a negative
+    index from the end), whose ValueError (an index out of range) hands the call to the
+    generic kernel, which raises the operator's error."""
     shape, indices = sig.shapes[0], sig.consts[1]
     if shape is None or not shape:
         return None
@@ -1593,7 +1593,75 @@ def _bind_split(model: Model, node: Node) -> tuple[Kernel | None, str]:
 
 
 register_binder("Split")(_bind_split)
-_bind_twin_as_native("Tile", "tile", "one np.tile")
+
+
+def _tile_geometry(
+    shape: tuple[int, ...], reps: list[int] | None
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """Tile as a broadcast copy: y = tile(x, r) is x seen as [1, d0, 1, d1, ...]
+    broadcast to [r0, d0, r1, d1, ...] and read as [r0·d0, r1·d1, ...] (element (a, j)
+    of axis i lands at a·di + j, np.tile's order). (x's view shape, the broadcast shape,
+    y's shape), or None when the twin must decide (a repeat count per axis is missing,
+    negative, or x is a scalar)."""
+    if reps is None or len(reps) != len(shape) or not shape or any(r < 0 for r in reps):
+        return None
+    inter = tuple(v for d in shape for v in (1, d))
+    target = tuple(v for r, d in zip(reps, shape) for v in (r, d))
+    return inter, target, tuple(r * d for r, d in zip(reps, shape))
+
+
+@_with_fallback("Tile")
+def _tile_native(ctx: Any, x: Any, repeats: Any, *, out: Any) -> np.ndarray:
+    """Tile (tensor_ops.tile, np.tile): one np.copyto of x's view into y's broadcast view
+    (_tile_geometry; bytes moved, none computed)."""
+    del ctx  # unused: small copies
+    if not isinstance(x, np.ndarray):
+        raise _Unsupported
+    geometry = _tile_geometry(x.shape, _int_list(repeats))
+    if geometry is None:
+        raise _Unsupported
+    inter, target, shape = geometry
+    y = np.empty(shape, x.dtype) if out is None else out
+    np.copyto(y.reshape(target), x.reshape(inter))
+    return y
+
+
+def _tile_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """Repeats fixed for the signature: the views' shapes found once, the output's
+    broadcast view made once; one np.copyto per call."""
+    del attrs  # Tile has none
+    shape, reps = sig.shapes[0], sig.consts[1] if len(sig.consts) > 1 else None
+    if shape is None or sig.dtypes[0] is None:
+        return None
+    geometry = _tile_geometry(shape, _int_list(reps))
+    if geometry is None:
+        return None
+    inter, target, y_shape = geometry
+    out = sig.out
+    copyto = np.copyto
+    if out is None:
+        dtype = sig.dtypes[0]
+
+        def fresh(x: np.ndarray, _reps: Any = None) -> np.ndarray:
+            y = np.empty(y_shape, dtype)
+            copyto(y.reshape(target), x.reshape(inter))
+            return y
+
+        return guarded(fresh, _tile_native, {}, None, reads=1, fresh=True)
+    dst = out.reshape(target)
+
+    def into(x: np.ndarray, _reps: Any = None) -> np.ndarray:
+        copyto(dst, x.reshape(inter))
+        return out
+
+    return guarded(into, _tile_native, {}, out, reads=1, fresh=True)
+
+
+@register_binder("Tile")
+def bind_tile(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Tile: one broadcast copy (_tile_native), specialized when the repeats are fixed."""
+    del model  # unused
+    return _kernel(_tile_native, "tile", specialize=_tile_specialized)
 
 
 @_with_fallback("Range")
