@@ -292,6 +292,8 @@ FACTS = OpTable(
         Op("AccumulatorToQuant", QUANTA, shape_only=True, quant=True, stages=LOWERED_ONLY, island=False),
         # Mul, Add of a mask, Softmax and QuantizeLinear as one node (lower/accumulator_to_quant.py)
         Op("SoftmaxQuant", QUANTA, shape_only=True, quant=True, stages=LOWERED_ONLY, island=False),
+        # Mul by a per-column constant and QuantizeLinear as one node (lower/mul_quant.py)
+        Op("MulQuant", QUANTA, shape_only=True, quant=True, stages=LOWERED_ONLY, island=False),
         Op("Div", shape_only=True),
         Op("DynamicQuantizeLinear", shape_only=True, quant=True, stages=LOWERED_ONLY, island=False),
         Op("DynamicQuantizeLSTM", MS, macs=MacKind.RECURRENT, integer_op=True),

@@ -273,6 +273,7 @@ def lower_qdq(
     from quanta.passes.lower.channels_last import ChannelsLast
     from quanta.passes.lower.fold_float_weights import FoldFloatWeights
     from quanta.passes.lower.lookup import ComposeLookupsPass
+    from quanta.passes.lower.mul_quant import FuseMulQuantPass
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
     from quanta.passes.lower.requant_params import CarryRequantization
     from quanta.passes.lower.softmax_quant import FuseSoftmaxQuantPass
@@ -331,6 +332,8 @@ def lower_qdq(
         FuseAccumulatorToQuant(),
         # an attention score's scale, mask Add, Softmax and QuantizeLinear -> one node
         FuseSoftmaxQuantPass(opset),
+        # a per-column (SmoothQuant) factor and QuantizeLinear -> one node
+        FuseMulQuantPass(),
         ChannelsLast(),  # convolutions exchange NHWC; transposes only at region edges
         CollapseViews(),  # views of views, unit-axis Transposes, Concat / Split of one: fewer steps
         EliminateDead(),

@@ -33,7 +33,7 @@ _QUANT = {
     "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
     "MatMulInteger", "ConvInteger", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
     "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "AccumulatorToFloat",
-    "AccumulatorToQuant", "SoftmaxQuant", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "QuantizeMX", "MatMulMX", "ConvMX",
+    "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "QuantizeMX", "MatMulMX", "ConvMX",
     "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
 }  # fmt: skip
 #: the elementwise activations lowering turns into a 256-entry table (quanta QLinearLookup)
@@ -116,7 +116,7 @@ PINNED = {
     "quanta.passes.coverage._NOT_ISLANDS": {
         "QuantizeLinear", "DequantizeLinear", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
         "Slice", "Gather", "Split", "Concat", "MaxPool", "Identity", "Shape", "Constant", "Cast",
-        "DynamicQuantizeLinear", "AccumulatorToFloat", "AccumulatorToQuant", "SoftmaxQuant", "QuantizeMX",
+        "DynamicQuantizeLinear", "AccumulatorToFloat", "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "QuantizeMX",
         "ReorderNchwc", "ReorderNchw",
     },
     "quanta.passes.rules.fuse_activation.FUSABLE_PRODUCERS": {
@@ -137,7 +137,7 @@ PINNED = {
     "quanta.quantize.qdq.MAC_OPS": {"Conv", "ConvTranspose", "Gemm", "MatMul"},
     "quanta.runtime.memory.VIEW_OPS": _ALIAS | {"Split"},
     "quanta.runtime.static_steps.QUANTA_SHAPE_ONLY_OPS": {
-        "AccumulatorToFloat", "AccumulatorToQuant", "SoftmaxQuant", "Conv", "ConvMX", "LayerNormDiv", "MatMulBf16", "MatMulMX",
+        "AccumulatorToFloat", "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "Conv", "ConvMX", "LayerNormDiv", "MatMulBf16", "MatMulMX",
         "MatMulW4A8", "MatMulW8", "MlasLogistic", "MlasTanh", "QLinearConv16", "QLinearLookup", "QLinearMatMul16",
         "RMSNormDiv", "MlasGeluTanh",
         "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
@@ -161,7 +161,7 @@ PINNED = {
         "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearLookup",
         "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm",
         "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcMaxPool", "FastGelu", "AccumulatorToFloat",
-        "AccumulatorToQuant", "SoftmaxQuant", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+        "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "MlasLogistic", "MlasTanh", "LayerNormDiv", "RMSNormDiv",
         "MlasGeluTanh",
         "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "MatMulBf16", "MatMulMX", "ConvMX", "MatMulW8",

@@ -204,7 +204,7 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
 
     passes = lower_qdq(opset=21)
     names = [p.name for p in passes]
-    assert names[-14:] == [
+    assert names[-15:] == [
         "lower_qdq_to_qlinear",
         "eliminate_dead",
         "compose_lookups",
@@ -215,6 +215,7 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
         "canonicalize_einsum",
         "fuse_accumulator_to_quant",
         "fuse_softmax_quant",
+        "fuse_mul_quant",
         "channels_last",
         "collapse_views",
         "eliminate_dead",

@@ -28,6 +28,9 @@
 //                 out=None) -> y uint8 / int8   x float32 rank >= 1, last dimension d in
 //     [1, 4096]; scale None or one float32; mask None or float32 [R', d] with mask_rows int64
 //     [x.size / d] in [0, R'); y_scale > 0 and finite
+//   mul_quant(x, c, y_scale, y_zero_point, y_signed, num_threads=1, out=None) -> y uint8 /
+//     int8   x float32 rank >= 1; c float32, one value or one per element of x's last axis;
+//     y_scale > 0 and finite
 //   take_axis(x, axis, idx, num_threads=1, out=None) -> y     any dtype; idx int64 in [-n, n)
 //   repeat_2d(x, sh, sw, num_threads=1, out=None, lanes=False) -> y   1-64-byte elements, rank >= 2
 //   copy_strided(x, num_threads=1, out=None) -> y            any dtype, any strides -> C order
@@ -537,6 +540,34 @@ py::array softmax_quant(const py::handle& x_obj, const py::object& scale_obj, co
   return y;
 }
 
+py::array mul_quant(const py::handle& x_obj, const py::handle& c_obj, float y_scale, int32_t y_zero_point,
+                    bool y_signed, int num_threads, const py::object& out_obj) {
+  const std::string op = "mul_quant";
+  auto x = require_array<float>(x_obj, "mul_quant: x");
+  if (x.ndim() < 1) throw py::value_error(op + ": x: expected rank >= 1, got a scalar");
+  const int64_t d = x.shape(x.ndim() - 1);
+  auto c = require_array<float>(c_obj, "mul_quant: c");
+  if (c.size() != 1 && c.size() != d) {
+    throw py::value_error(op + ": c: expected 1 or " + std::to_string(d) + " values, got " + std::to_string(c.size()));
+  }
+  const int64_t c_step = c.size() == 1 ? 0 : 1;
+  const int64_t rows = d == 0 ? 0 : x.size() / d;
+  check_quant_output(y_scale, y_zero_point, y_signed, op);
+  check_threads(num_threads, op);
+  const py::dtype dt = y_signed ? py::dtype::of<int8_t>() : py::dtype::of<uint8_t>();
+  auto y = make_output(out_obj, dt, shape_of(x), op, {x});
+  run_or_record([=]() mutable {
+    if (y_signed) {
+      tensor_ops::mul_quant(x.data(), static_cast<int8_t*>(y.mutable_data()), rows, d, c.data(), c_step, y_scale,
+                            y_zero_point, num_threads, active_isa());
+    } else {
+      tensor_ops::mul_quant(x.data(), static_cast<uint8_t*>(y.mutable_data()), rows, d, c.data(), c_step, y_scale,
+                            y_zero_point, num_threads, active_isa());
+    }
+  });
+  return y;
+}
+
 py::array take_axis(const py::handle& x_obj, int64_t axis, const py::handle& idx_obj, int num_threads,
                     const py::object& out_obj) {
   auto x = contiguous(x_obj, "take_axis: x");
@@ -947,6 +978,10 @@ void register_tensor_ops(py::module_& m) {
         arg("y_zero_point"), arg("y_signed"), arg("num_threads") = 1, arg("out") = none,
         "y = QuantizeLinear(Softmax(Add?(Mul?(x, scale), mask[mask_rows]), axis=-1), y_scale, y_zero_point), "
         "uint8 or int8, per row of float32 x (quanta::SoftmaxQuant).");
+  m.def("mul_quant", &mul_quant, arg("x"), arg("c"), arg("y_scale"), arg("y_zero_point"), arg("y_signed"),
+        arg("num_threads") = 1, arg("out") = none,
+        "y = QuantizeLinear(Mul(x, c), y_scale, y_zero_point), uint8 or int8, c one float32 value or one per "
+        "element of x's last axis (quanta::MulQuant).");
   m.def("take_axis", &take_axis, arg("x"), arg("axis"), arg("idx"), arg("num_threads") = 1, arg("out") = none,
         "y[a, q, :] = x[a, idx[q], :] along axis, any dtype; idx int64 or int32, in [0, n).");
   m.def("repeat_2d", &repeat_2d, arg("x"), arg("sh"), arg("sw"), arg("num_threads") = 1, arg("out") = none,

@@ -26,6 +26,12 @@ an attention score's float stage (passes/lower/accumulator_to_quant.py, FuseSoft
 the Mul by one float32 value, the Add of a mask (numpy broadcasting), the Softmax
 along the last axis and a per-tensor QuantizeLinear, each the ai.onnx operator's twin in
 this order.
+
+    y = MulQuant(x, c, y_scale, y_zero_point) = QuantizeLinear(Mul(x, c), y_scale, y_zero_point)
+
+a SmoothQuant file's per-column factor and the activation's quantization
+(passes/lower/mul_quant.py, FuseMulQuant): c float32, one value or one per element of x's
+last axis; the Mul's float32 rounding, then QuantizeLinear's twin.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import numpy as np
 
 from quanta.kernels.reference.registry import OpError, register
 
-__all__ = ["QUANTA_DOMAIN", "accumulator_to_float", "accumulator_to_quant", "softmax_quant"]
+__all__ = ["QUANTA_DOMAIN", "accumulator_to_float", "accumulator_to_quant", "mul_quant", "softmax_quant"]
 
 QUANTA_DOMAIN = "quanta"
 
@@ -105,3 +111,14 @@ def softmax_quant(
         raise OpError("SoftmaxQuant: expected a result of rank >= 1")
     y = softmax(ctx, np.asarray(v, np.float32), axis=-1)
     return np.asarray(quantize_linear_op(ctx, y, y_scale, y_zero_point))
+
+
+@register("MulQuant", QUANTA_DOMAIN)
+def mul_quant(ctx, x: np.ndarray, c: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray) -> np.ndarray:
+    from quanta.kernels.reference.quantize import quantize_linear_op
+
+    if x.dtype != np.float32 or c.dtype != np.float32:
+        raise OpError("MulQuant: expected float32 x and c")
+    with np.errstate(all="ignore"):
+        v = np.multiply(x, c, dtype=np.float32)
+    return np.asarray(quantize_linear_op(ctx, v, y_scale, y_zero_point))

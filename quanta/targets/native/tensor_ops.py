@@ -67,7 +67,12 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node
-from quanta.kernels.reference.accumulator import accumulator_to_float, accumulator_to_quant, softmax_quant
+from quanta.kernels.reference.accumulator import (
+    accumulator_to_float,
+    accumulator_to_quant,
+    mul_quant,
+    softmax_quant,
+)
 from quanta.kernels.reference.float_ops import pow_f32
 from quanta.kernels.reference.math_ops import onnx_dtype, pow_exponent, pow_general_exponent
 from quanta.kernels.reference.registry import OpContext
@@ -1987,6 +1992,78 @@ def _softmax_quant_native(
         return y
     np.copyto(out, y)
     return out
+
+
+# quanta::MulQuant (lower/mul_quant.py): a per-column float32 factor and QuantizeLinear in
+# one pass (tensor_ops.h mul_quant)
+
+
+def _mul_quant_native(
+    ctx: Any, x: Any, c: Any, y_scale: Any, y_zero_point: Any, *, out: Any = None
+) -> np.ndarray:
+    """MulQuant (reference/accumulator.py) through the native pass; c that broadcasts along
+    other axes than the last, and other parameters, go to the twin."""
+    try:
+        if not isinstance(x, np.ndarray) or x.dtype != F32 or x.ndim < 1:
+            raise _Unsupported
+        cc = np.asarray(c)
+        if (
+            cc.dtype != F32
+            or cc.ndim > x.ndim
+            or any(d != 1 for d in cc.shape[:-1])
+            or cc.size not in (1, x.shape[-1])
+        ):
+            raise _Unsupported
+        sy, zy, signed = _quant_output(y_scale, y_zero_point)
+        return _native().mul_quant(
+            np.asarray(x, order="C"), np.ascontiguousarray(cc.reshape(-1)), sy, zy, signed, _threads(ctx), out
+        )
+    except (_Unsupported, ValueError):
+        pass
+    RUNTIME_FALLBACKS["MulQuant"] += 1
+    y = mul_quant(ctx, x, c, y_scale, y_zero_point)
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+def _mul_quant_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """MulQuant with a constant factor, y_scale and y_zero_point: converted once, the
+    binding called by position (a recordable step)."""
+    shape = sig.shapes[0]
+    if shape is None or not shape or sig.dtypes[0] != F32 or len(sig.consts) < 4:
+        return None
+    c, ys, yz = sig.consts[1:4]
+    if c is None or ys is None or yz is None:
+        return None
+    cc = np.asarray(c)
+    if cc.dtype != F32 or cc.ndim > len(shape) or any(d != 1 for d in cc.shape[:-1]):
+        return None
+    if cc.size not in (1, shape[-1]):
+        return None
+    try:
+        sy, zy, signed = _quant_output(ys, yz)
+    except _Unsupported:
+        return None
+    cv = np.ascontiguousarray(cc.reshape(-1))
+    run, threads, out = _native().mul_quant, step_threads(sig), sig.out
+    return guarded(
+        lambda x, *p: run(x, cv, sy, zy, signed, threads, out),
+        _mul_quant_native,
+        attrs,
+        out,
+        reads=1,
+        recordable=True,
+    )
+
+
+@register_binder("MulQuant", "quanta")
+def bind_mul_quant(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """quanta::MulQuant on float32 x, c one value or one per element of the last axis, a
+    per-tensor 8-bit output."""
+    del model, node  # unused
+    return _kernel(_mul_quant_native, "mul_quant", specialize=_mul_quant_specialized)
 
 
 @register_binder("SoftmaxQuant", "quanta")

@@ -214,3 +214,31 @@ def test_native_softmax_quant_matches_the_twin_every_isa(shape, mask_shape, scal
                 assert direct.tobytes() == twin.tobytes(), (isa, threads)
     finally:
         _native.clear_isa()
+
+
+@pytest.mark.parametrize("d", [16, 128, 3 * 16 + 7])
+@pytest.mark.parametrize("signed", [False, True])
+def test_native_softmax_quant_near_quantization_ties(d, signed):
+    """Uniform rows give y = 1/d, and y_scale = (1/d) / (k + 1/2) puts y / y_scale on (or one
+    float32 rounding away from) a tie: the fused AVX-512 passes take QuantizeLinear's
+    division fallback on exactly the lanes where its run does, as on every other ISA."""
+    from quanta.kernels import _native
+    from quanta.kernels.reference.registry import get_op
+    from quanta.targets.base import KernelContext
+
+    rows = 9  # two lockstep groups of four rows and one single row
+    x = np.repeat(np.linspace(-3.0, 5.0, rows, dtype=np.float32)[:, None], d, axis=1)
+    x[::2, 0] = np.nextafter(x[::2, 0], np.float32(np.inf))  # rows off the exact 1/d too
+    zy = np.array(-3 if signed else 3, np.int8 if signed else np.uint8)
+    for k in (2, 3, 6):
+        ys = np.float32(np.float32(1.0 / d) / np.float32(k + 0.5))
+        twin = get_op("SoftmaxQuant", "quanta")(KernelContext(), x, None, None, ys, zy)
+        codes = set(np.unique(twin.astype(np.int32) - int(zy)).tolist())
+        assert codes & {k, k + 1}, codes  # the row values sit at the tie between k and k + 1
+        try:
+            for isa in _native.supported_isas():
+                _native.set_isa(isa)
+                got = _native.softmax_quant(x, None, None, None, float(ys), int(zy), bool(signed), 1)
+                assert got.tobytes() == twin.tobytes(), (isa, k)
+        finally:
+            _native.clear_isa()

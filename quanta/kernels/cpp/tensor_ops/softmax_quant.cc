@@ -4,7 +4,8 @@
 // twins, run one row at a time in stack buffers so that the float values never leave L1:
 // float_ops' binary Mul and Add runs (one float32 rounding each), its Softmax row
 // (S1)-(S5), and QuantizeLinear's per-tensor run (the true float32 division, round half
-// to even, saturation).
+// to even, saturation). On AVX-512 the same operations per element run fused into three
+// passes (softmax_quant_avx512vnni.cc).
 #include <algorithm>
 
 #include "float_ops/float_ops.h"
@@ -28,6 +29,11 @@ void softmax_quant(const float* x, T* y, int64_t rows, int64_t d, const float* s
   // its reductions' latency exposed)
   const int64_t block = std::max<int64_t>(1, kSoftmaxQuantMaxD / d);
   auto range = [&](int64_t lo, int64_t hi) {
+    if (isa == Isa::kAvx512Vnni) {
+      softmax_quant_rows_avx512vnni<T>(x + lo * d, y + lo * d, hi - lo, d, scale, mask,
+                                       mask_rows != nullptr ? mask_rows + lo : nullptr, y_scale, zy);
+      return;
+    }
     alignas(64) float v[kSoftmaxQuantMaxD];
     alignas(64) float s[kSoftmaxQuantMaxD];
     for (int64_t r0 = lo; r0 < hi; r0 += block) {

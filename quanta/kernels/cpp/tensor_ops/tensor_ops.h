@@ -200,6 +200,20 @@ constexpr int64_t kSoftmaxQuantMaxD = 4096;
 template <typename T>  // uint8_t or int8_t
 void softmax_quant(const float* x, T* y, int64_t rows, int64_t d, const float* scale, const float* mask,
                    const int64_t* mask_rows, float y_scale, int32_t zy, int num_threads, Isa isa);
+// softmax_quant's rows on AVX-512, one thread: the same bytes in three passes over the
+// rows instead of six (softmax_quant_avx512vnni.cc)
+template <typename T>
+void softmax_quant_rows_avx512vnni(const float* x, T* y, int64_t rows, int64_t d, const float* scale, const float* mask,
+                                   const int64_t* mask_rows, float y_scale, int32_t zy);
+// quanta::MulQuant: y[r, i] = QuantizeLinear(f32(x[r, i] · c[i · c_step]), y_scale, zy) over `rows`
+// rows of d elements (mul_quant.cc); c_step 1 (one factor per column) or 0 (one factor).
+template <typename T>  // uint8_t or int8_t
+void mul_quant(const float* x, T* y, int64_t rows, int64_t d, const float* c, int64_t c_step, float y_scale, int32_t zy,
+               int num_threads, Isa isa);
+// mul_quant's rows on AVX-512, one thread (mul_quant_avx512vnni.cc)
+template <typename T>
+void mul_quant_rows_avx512vnni(const float* x, T* y, int64_t rows, int64_t d, const float* c, int64_t c_step,
+                               float y_scale, int32_t zy);
 // y[a, q, :] = x[a, idx[q], :]; idx already in [0, n)
 void take_axis(const uint8_t* x, int64_t outer, int64_t n, int64_t inner_bytes, const int64_t* idx, int64_t m,
                uint8_t* y, int num_threads);

@@ -1,0 +1,104 @@
+"""A Mul by a constant per-column factor and the QuantizeLinear after it as one node
+(FuseMulQuant)::
+
+    %v = Mul(%x, c)                            c a float32 constant: one value, or one per
+                                               element of x's last axis (leading 1s)
+    %y = QuantizeLinear(%v, sy, zy)            per tensor, 8-bit, constant sy and zy
+      -> %y = quanta::MulQuant(%x, c, sy, zy)
+
+Why: quanta's SmoothQuant files divide an activation by its smoothing factor column by
+column right before quantizing it (``<value>_smooth_mul``: after every LayerNorm that
+feeds a projection, before the attention's output projection, after the GELU), and the
+float product is a runtime step that writes and re-reads the whole tensor. As one node
+the native target computes the product in registers on its way into QuantizeLinear
+(tensor_ops.h ``mul_quant``).
+
+The Mul's output must be read by the QuantizeLinear only; x may have other readers (a
+LayerNorm's output also feeds the residual Add).
+
+Numerics: exact. ``MulQuant`` is defined as the nodes it replaces, in order
+(reference/accumulator.py: the Mul's float32 rounding, then QuantizeLinear's twin); the
+native kernel composes the same operations. Mul is commutative in IEEE arithmetic (a NaN
+product, whatever its payload, quantizes to the same code), so either operand order is the
+same node.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from quanta.ir.graph import Value, result_type
+from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
+from quanta.passes.rules._util import describe
+
+__all__ = ["FuseMulQuant", "FuseMulQuantPass"]
+
+QUANTA_DOMAIN = "quanta"
+_EIGHT_BIT = (np.uint8, np.int8)
+
+
+def _f32(v: Value | None) -> bool:
+    return v is not None and v.type is not None and str(v.type.elem) == "f32"
+
+
+class FuseMulQuant(Rule):
+    """QuantizeLinear(Mul(x, c), sy, zy) -> quanta::MulQuant(x, c, sy, zy)"""
+
+    pattern = "y = QuantizeLinear(v = Mul(a, b), ys, yz?)"
+
+    def check(self, m: Match) -> Match | NoMatch:
+        q, mul = m.root, m.node("v")
+        for attr in ("output_dtype", "precision"):
+            if q.attrs.get(attr) not in (None, 0):
+                return NoMatch(f"{q.label} sets {attr}")
+        if mul.domain:
+            return NoMatch(f"{mul.label} is not ai.onnx Mul")
+        if not m.is_const("ys") or m["yz"] is None or not m.is_const("yz"):
+            return NoMatch("the QuantizeLinear's scale or zero point is not a constant")
+        ys, yz = np.asarray(m.const("ys")), np.asarray(m.const("yz"))
+        if ys.size != 1 or ys.dtype != np.float32:
+            return NoMatch(f"y_scale {describe(m['ys'])} is not one float32 value")
+        if not (math.isfinite(float(ys.reshape(()))) and float(ys.reshape(())) > 0.0):
+            return NoMatch("y_scale is not positive and finite")
+        if yz.size != 1 or yz.dtype.type not in _EIGHT_BIT:
+            return NoMatch(f"y_zero_point {describe(m['yz'])} is not one uint8 / int8 value")
+        v = m.value("v")
+        if len(v.uses) != 1 or any(o is v for o in m.graph.outputs):
+            return NoMatch("the Mul's output has readers besides the QuantizeLinear")
+        for x, c in ((m["a"], m["b"]), (m["b"], m["a"])):
+            if x is None or c is None or not c.is_const or x.is_const:
+                continue
+            cc = np.asarray(c.const)
+            if not _f32(x) or cc.dtype != np.float32 or x.shape is None or len(x.shape) < 1:
+                continue
+            last = x.shape[-1]
+            if cc.ndim > len(x.shape) or any(d != 1 for d in cc.shape[:-1]):
+                continue  # c broadcasts along other axes (or widens x): not per column
+            if cc.size != 1 and not (isinstance(last, int) and cc.shape[-1] == last):
+                continue
+            m.data.update(x=x, c=c)
+            return m
+        return NoMatch("the Mul is not a float32 activation times a per-column float32 constant")
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        y = m.value("y")
+        c = m.data["c"]
+        cc = np.ascontiguousarray(np.asarray(c.const).reshape(-1))
+        return b.op(
+            "MulQuant",
+            [m.data["x"], b.const(f"{c.name}_per_column", cc), m["ys"], m["yz"]],
+            domain=QUANTA_DOMAIN,
+            types=result_type(shape_from=y, elem_from=y),
+            name=f"{m.node('v').name or 'mul'}/quant",
+        )
+
+
+class FuseMulQuantPass(RewritePass):
+    """FuseMulQuant (the module docstring)."""
+
+    name = "fuse_mul_quant"
+
+    def __init__(self) -> None:
+        super().__init__([FuseMulQuant()])
