@@ -92,7 +92,8 @@ class ErrorStats:
         q = np.asarray(q, np.float64)
         if r.shape != q.shape:
             r, q = np.broadcast_arrays(r, q)
-        d = r - q
+        with np.errstate(invalid="ignore"):  # -inf - -inf (a mask in both): dropped below
+            d = r - q
         finite = np.isfinite(d)
         if not finite.all():
             r, q, d = r[finite], q[finite], d[finite]
@@ -1197,12 +1198,17 @@ class _Plan:
                 # a tensor the quantized model has under another name (x_smooth holds
                 # x / s) or not at all: white noise at 1/64 of its RMS, the same
                 # pattern for every feed (seeded by the edge), so shards agree
-                rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64))))
+                # over the finite values: a -inf attention mask stays the mask it is
+                finite = np.isfinite(x)
+                rms = float(np.sqrt(np.mean(np.square(x[finite], dtype=np.float64)))) if finite.any() else 0.0
                 if rms == 0.0:
                     continue
                 noise = np.random.default_rng((j, k)).standard_normal(x.shape) * (rms / PROBE_RATIO)
-                xq = (x + noise).astype(x.dtype)
-            e = np.asarray(xq, x.dtype) - x
+                xq = np.where(finite, x + noise, x).astype(x.dtype)
+            # no error where both are the same infinity (a mask both models carry)
+            with np.errstate(invalid="ignore"):
+                e = np.asarray(xq, x.dtype) - x
+            e = np.where(np.isnan(e) & (np.asarray(xq) == x), 0, e).astype(x.dtype)
             if not np.any(e):
                 continue
             args = [
