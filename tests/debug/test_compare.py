@@ -506,3 +506,32 @@ def test_a_minus_inf_attention_mask_is_compared_without_nan(tmp_path):
     assert res.nodes and math.isfinite(res.output_sqnr_db)
     assert all(not math.isnan(r.local_db) and r.inherited is not None for r in res.nodes)
     assert all(not math.isnan(r.contribution) for r in res.nodes)
+
+
+def test_integer_share_counts_the_symbolic_dimensions_the_feeds_give(tmp_path):
+    """A file whose sequence length is symbolic ([N, T, 16]): its integer MatMul by a
+    weight is N·T·16·16 MACs and the float activation product y·yᵀ left by
+    quantize_dynamic N·T·T·16; the share is over the feeds' widest shapes (T = 37 and
+    29: 37 counts), not T taken as 1."""
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((16, 16)) * 0.3).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="proj"),
+        helper.make_node("Transpose", ["y"], ["yt"], name="t", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["y", "yt"], ["out"], name="scores"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "seq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T", 16])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", "T", "T"])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    quanta.quantize_dynamic(src, dst, verbose=False)
+    feeds = [{"x": rng.standard_normal((2, t, 16)).astype(np.float32)} for t in (29, 37)]
+    res = compare(src, dst, feeds)
+    integer, floating = 2 * 37 * 16 * 16, 2 * 37 * 37 * 16
+    assert res.integer_share == pytest.approx(integer / (integer + floating), abs=1e-12)
+    assert ("scores", "MatMul") in res.float_nodes
