@@ -24,10 +24,12 @@ from quanta.calibrate.observer import (
     save_table,
 )
 from quanta.calibrate.percentile import PercentileObserver
+from quanta.calibrate.spread import SPREAD, SpreadObserver
 from quanta.calibrate.weighted_mse import WeightedMSEObserver
 
 __all__ = [
     "EXTREME",
+    "SPREAD",
     "EntropyObserver",
     "HistogramObserver",
     "HistogramView",
@@ -38,6 +40,7 @@ __all__ = [
     "Observer",
     "ObserverBase",
     "PercentileObserver",
+    "SpreadObserver",
     "WeightedMSEObserver",
     "dumps_table",
     "is_degenerate",

@@ -296,6 +296,12 @@ class ObserverBase:
         nan = 0 if self._nan is None else int(self._nan.sum())
         return _degenerate(seen, nan, self.extrema() if seen else None, bits)
 
+    def spread(self, bits: int = 8) -> float | None:
+        """The share of the non-zero values below half a ``bits``-bit step of [0, max|x|]
+        (eq. (26), quanta.calibrate.spread); None for an observer that does not count it."""
+        del bits  # only SpreadObserver keeps the exponents it needs
+        return None
+
     def result(self) -> ObserverResult:
         """What quantization reads from this observer (range, extrema, degeneracy), computed
         now: a worker of quanta.scale sends this instead of the state (docs/scale.md)."""
@@ -306,6 +312,7 @@ class ObserverBase:
             self.extrema(),
             seen=seen,
             nan=0 if self._nan is None else int(self._nan.sum()),
+            spread=self.spread(),
         )
 
     # ------------------------------------------------------------------------- merge
@@ -417,7 +424,7 @@ class ObserverResult:
     the observer's own, bit for bit. It cannot observe, merge or be saved as a table
     (those need the state). ``observer_type``: the class of the observer it came from."""
 
-    __slots__ = ("_extrema", "_nan", "_range", "_seen", "observer_type")
+    __slots__ = ("_extrema", "_nan", "_range", "_seen", "_spread", "observer_type")
 
     def __init__(
         self,
@@ -427,15 +434,18 @@ class ObserverResult:
         *,
         seen: bool,
         nan: int,
+        spread: float | None = None,
     ) -> None:
         self.observer_type = observer_type
         self._range = rng
         self._extrema = extrema
         self._seen = seen
         self._nan = nan
+        self._spread = spread
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_observer_result, (self.observer_type, self._range, self._extrema, self._seen, self._nan))
+        args = (self.observer_type, self._range, self._extrema, self._seen, self._nan, self._spread)
+        return (_observer_result, args)
 
     def __repr__(self) -> str:
         return f"ObserverResult({self.observer_type.__name__}, {self._range})"
@@ -456,10 +466,14 @@ class ObserverResult:
     def degenerate(self, bits: int = 8) -> str | None:
         return _degenerate(self._seen, self._nan, self._extrema if self._seen else None, bits)
 
+    def spread(self, bits: int = 8) -> float | None:
+        """The observer's eq. (26) share at 8 bits (None when it does not count it)."""
+        return self._spread if bits == 8 else None
+
 
 def _observer_result(*args: Any) -> ObserverResult:
-    observer_type, rng, extrema, seen, nan = args
-    return ObserverResult(observer_type, rng, extrema, seen=seen, nan=nan)
+    observer_type, rng, extrema, seen, nan, spread = args
+    return ObserverResult(observer_type, rng, extrema, seen=seen, nan=nan, spread=spread)
 
 
 def observer_type(obs: ObserverBase | ObserverResult) -> type[ObserverBase]:

@@ -92,7 +92,8 @@ class ErrorStats:
         q = np.asarray(q, np.float64)
         if r.shape != q.shape:
             r, q = np.broadcast_arrays(r, q)
-        d = r - q
+        with np.errstate(invalid="ignore"):  # -inf - -inf (a mask in both): dropped below
+            d = r - q
         finite = np.isfinite(d)
         if not finite.all():
             r, q, d = r[finite], q[finite], d[finite]
@@ -729,16 +730,37 @@ def _along(param: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def _run(
-    exe, model: Model, feed: Mapping[str, np.ndarray], wanted: set[str]
+    exe,
+    model: Model,
+    feed: Mapping[str, np.ndarray],
+    wanted: set[str],
+    shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> tuple[dict[str, np.ndarray], list]:
+    """Run ``exe`` on ``feed``: the ``wanted`` values and the outputs; ``shapes`` (when
+    given) takes the shape of every value the run produces (:func:`_widest`)."""
     got: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in feed.items() if k in wanted}
+    if shapes is not None:
+        for k, v in feed.items():
+            _widest(shapes, k, np.shape(v))
 
     def keep(name: str, arr: Any) -> None:
+        if shapes is not None and isinstance(arr, np.ndarray):
+            _widest(shapes, name, arr.shape)
         if name in wanted and isinstance(arr, np.ndarray):
             got[name] = arr
 
     outs = exe.run(dict(feed), [v.name for v in model.graph.outputs], on_value=keep)
     return got, outs
+
+
+def _widest(shapes: dict[str, tuple[int, ...]], name: str, shape: tuple[int, ...]) -> None:
+    """Keep the elementwise largest shape seen for ``name`` (of one rank: a value whose
+    rank changes keeps its first): the same whatever the order of the feeds or shards."""
+    mine = shapes.get(name)
+    if mine is None:
+        shapes[name] = tuple(int(d) for d in shape)
+    elif len(mine) == len(shape):
+        shapes[name] = tuple(max(int(a), int(b)) for a, b in zip(mine, shape))
 
 
 def _local(
@@ -974,6 +996,9 @@ class _Stats:
     hists: dict[str, Any]
     gains: dict[tuple[int, int, int], tuple[ErrorStats, ErrorStats]]
     samples: int = 0
+    # the widest shape of every value of the quantized model seen on the feeds: the MACs
+    # of dimensions the file leaves symbolic (coverage counts them as 1 without it)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def merge_in_place(self, other: _Stats) -> _Stats:
         for mine, theirs in ((self.local, other.local), (self.inherited, other.inherited)):
@@ -999,6 +1024,8 @@ class _Stats:
             else:
                 self.gains[key] = (out_st, in_st)
         self.samples += other.samples
+        for name, shape in sorted(other.shapes.items()):
+            _widest(self.shapes, name, shape)
         return self
 
 
@@ -1134,7 +1161,7 @@ class _Plan:
         for name, (node, args) in self.derived.items():
             if all(k != "float" or a in fvals for k, a in args):
                 fvals[name] = self.evaluate(node, [fvals[a] if k == "float" else a for k, a in args])[0]
-        qvals, qouts = _run(self.qexe, qmodel, feed, self.q_wanted)
+        qvals, qouts = _run(self.qexe, qmodel, feed, self.q_wanted, st.shapes)
         fout = dict(zip([v.name for v in fmodel.graph.outputs], fouts))
         qout = dict(zip([v.name for v in qmodel.graph.outputs], qouts))
         for name, es in st.outputs.items():
@@ -1199,12 +1226,17 @@ class _Plan:
                 # a tensor the quantized model has under another name (x_smooth holds
                 # x / s) or not at all: white noise at 1/64 of its RMS, the same
                 # pattern for every feed (seeded by the edge), so shards agree
-                rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64))))
+                # over the finite values: a -inf attention mask stays the mask it is
+                finite = np.isfinite(x)
+                rms = float(np.sqrt(np.mean(np.square(x[finite], dtype=np.float64)))) if finite.any() else 0.0
                 if rms == 0.0:
                     continue
                 noise = np.random.default_rng((j, k)).standard_normal(x.shape) * (rms / PROBE_RATIO)
-                xq = (x + noise).astype(x.dtype)
-            e = np.asarray(xq, x.dtype) - x
+                xq = np.where(finite, x + noise, x).astype(x.dtype)
+            # no error where both are the same infinity (a mask both models carry)
+            with np.errstate(invalid="ignore"):
+                e = np.asarray(xq, x.dtype) - x
+            e = np.where(np.isnan(e) & (np.asarray(xq) == x), 0, e).astype(x.dtype)
             if not np.any(e):
                 continue
             args = [
@@ -1249,7 +1281,7 @@ class _Plan:
             unmatched=self.unmatched,
         )
         _recommend(result, self.qmodel)
-        _coverage(result, self.qmodel)
+        _coverage(result, self.qmodel, st.shapes)
         return result
 
 
@@ -1359,11 +1391,13 @@ def _recommend(result: DebugResult, qmodel: Model) -> None:
             r.recommendation = f"keep float: exclude=['{r.name}']"
 
 
-def _coverage(result: DebugResult, qmodel: Model) -> None:
+def _coverage(
+    result: DebugResult, qmodel: Model, shapes: Mapping[str, tuple[int, ...]] | None = None
+) -> None:
     try:
         from quanta.runtime.coverage import lowered_coverage
 
-        rep = lowered_coverage(qmodel)
+        rep = lowered_coverage(qmodel, dict(shapes) if shapes else None)
     except Exception:  # coverage is a summary; a model it cannot lower still gets its rows
         return
     result.integer_share = rep.integer_share

@@ -21,8 +21,9 @@ call the functions for a fresh list when pipelines run concurrently.
 from __future__ import annotations
 
 from quanta.passes.manager import Pass
+from quanta.passes.pattern import RewritePass
 from quanta.passes.rules.align_scales import AlignScales
-from quanta.passes.rules.canonicalize import Canonicalize
+from quanta.passes.rules.canonicalize import Canonicalize, CastLikeToCast
 from quanta.passes.rules.canonicalize_activations import CanonicalizeActivations
 from quanta.passes.rules.canonicalize_einsum import CanonicalizeEinsum
 from quanta.passes.rules.collapse_views import CollapseViews
@@ -287,6 +288,9 @@ def lower_qdq(
     refine = RefineShapes(opset_imports or {"": opset})
     return [
         MsQdqToOnnxPass(),  # ORT's 16-bit contrib Q/DQ -> ai.onnx (the QLinear*16 groups)
+        # CastLike -> Cast: ONNX's function bodies (Attention-23, written out) keep their
+        # CastLikes in a quantized file's float part; Cast runs natively and folds below
+        RewritePass([CastLikeToCast()]),
         FoldConstants(evaluator),
         InlineIf(),  # an If on a condition folded to a constant: its branch's nodes
         FoldConstants(evaluator),

@@ -18,6 +18,8 @@ form, ``float`` keeps LSTMs as they are.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +29,20 @@ from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.qdq import TensorPlan, _weight_type, weight_float_reason
 from quanta.quantize.recipe import Recipe, RecurrentMode
 
-__all__ = ["MS_DOMAIN", "LstmWeights", "lstm_float_reason", "quantize_lstms", "rewrite_lstm"]
+__all__ = [
+    "MS_DOMAIN",
+    "SPREAD_LIMIT",
+    "LstmWeights",
+    "lstm_float_reason",
+    "lstm_inputs",
+    "quantize_lstms",
+    "rewrite_lstm",
+    "spread_reasons",
+]
+
+#: eq. (26) (calibrate/spread.py): an LSTM whose input x has at least this share of its
+#: non-zero values below half an 8-bit step stays float in ``quantize_static``
+SPREAD_LIMIT = 0.5
 
 MS_DOMAIN = "com.microsoft"
 
@@ -121,15 +136,60 @@ def rewrite_lstm(node: Node, weights: LstmWeights) -> Node:
     return new
 
 
-def quantize_lstms(model: Model, recipe: Recipe) -> dict[int, str | None]:
+def lstm_inputs(model: Model, recipe: Recipe) -> list[str]:
+    """The input x of every LSTM of the main graph that :func:`quantize_lstms` would
+    rewrite: ``quantize_static`` observes their spread (eq. (26)) on the calibration data."""
+    out = []
+    for node in model.graph.nodes:
+        if (
+            node.op_type == "LSTM"
+            and node.domain in ("", "ai.onnx")
+            and lstm_float_reason(node, recipe) is None
+        ):
+            x = node.input(0)
+            assert x is not None  # lstm_float_reason checked it
+            out.append(x.name)
+    return list(dict.fromkeys(out))
+
+
+def spread_reasons(observers: Mapping[str, Any]) -> dict[str, str]:
+    """LSTM input name -> why its LSTM stays float, for the inputs whose observer
+    (SpreadObserver, or its result) finds eq. (26)'s share at 8 bits >= SPREAD_LIMIT: the
+    per-step int8 quantization of x (kernels/reference/ms_lstm.py eq. (1)) rounds those
+    values to 0, and no calibrated range can help, since x is quantized at run time."""
+    from quanta.calibrate.spread import SPREAD
+
+    out = {}
+    for name, obs in observers.items():
+        share = obs.spread(8)
+        if share is None or share < SPREAD_LIMIT:
+            continue
+        ext = obs.extrema()
+        top = float(max(abs(np.min(ext.min)), abs(np.max(ext.max))))
+        out[name] = (
+            f"{SPREAD}: {share:.0%} of the non-zero values of its input x lie below half an 8-bit "
+            f"step of [0, {top:.3g}], which the per-step int8 quantization of DynamicQuantizeLSTM "
+            "rounds to 0 (eq. (26) of docs/calibration.md)"
+        )
+    return out
+
+
+def quantize_lstms(
+    model: Model, recipe: Recipe, input_reasons: Mapping[str, str] | None = None
+) -> dict[int, str | None]:
     """Rewrite every ONNX LSTM of the main graph that has an int8 form; returns, by
-    ``id`` of the original node, None (rewritten) or why it stayed float."""
+    ``id`` of the original node, None (rewritten) or why it stayed float.
+    ``input_reasons``: LSTM input name -> why LSTMs reading it stay float
+    (:func:`spread_reasons`)."""
     weights = LstmWeights(model, recipe)
     decisions: dict[int, str | None] = {}
     for node in list(model.graph.nodes):
         if node.op_type != "LSTM" or node.domain not in ("", "ai.onnx"):
             continue
         reason = lstm_float_reason(node, recipe)
+        x = node.input(0)
+        if reason is None and input_reasons and x is not None and x.name in input_reasons:
+            reason = input_reasons[x.name]
         decisions[id(node)] = reason
         if reason is None:
             rewrite_lstm(node, weights)

@@ -78,7 +78,7 @@ from quanta.quantize.range_choice import (
     unsplit,
 )
 from quanta.quantize.recipe import CalibrationMethod, Recipe, SubgraphMode
-from quanta.quantize.recurrent import quantize_lstms
+from quanta.quantize.recurrent import lstm_inputs, quantize_lstms, spread_reasons
 from quanta.runtime.coverage import lowered_coverage
 
 if TYPE_CHECKING:
@@ -278,6 +278,20 @@ def load_for_quantization(
     return model
 
 
+class SpreadFor:
+    """An observer factory: a SpreadObserver (eq. (26)) for the ``names`` given, the
+    wrapped factory's observer for the others (a class, so that it pickles for the
+    workers of quanta.scale)."""
+
+    def __init__(self, make: Callable[[str], Any], names: list[str]) -> None:
+        self.make, self.names = make, frozenset(names)
+
+    def __call__(self, name: str) -> Any:
+        from quanta.calibrate.spread import SpreadObserver
+
+        return SpreadObserver() if name in self.names else self.make(name)
+
+
 def make_observer_factory(recipe: Recipe, channel_weights: dict[str, tuple[int, Any]] | None = None):
     """tensor name -> a fresh observer for the recipe's calibration method (its row in
     quantize/methods.py ``METHODS``).
@@ -446,6 +460,11 @@ def quantize_static(
     samples = 0
     shapes: dict = {}
     to_calibrate = plan.activations_to_calibrate()
+    # eq. (26): the input x of each LSTM that becomes DynamicQuantizeLSTM is quantized per
+    # step at run time; its spread over powers of two decides whether that keeps it
+    lstm_x = [n for n in lstm_inputs(model, recipe) if n not in to_calibrate]
+    to_calibrate += lstm_x
+    lstm_float: dict[str, str] = {}
     means_for = bias_correction_inputs(plan) if recipe.bias_correction else {}
     for scope in (s for top in bodies for s in top.walk()):
         assert scope.plan is not None
@@ -499,6 +518,8 @@ def quantize_static(
         make = make_observer_factory(recipe, weights_for)
         if choose_ranges and in_process:
             make = split_observers(make)  # eq. (24) measures ranges of the even feeds on the odd ones
+        if lstm_x:
+            make = SpreadFor(make, lstm_x)
         observers = run(
             model,
             to_calibrate,
@@ -510,6 +531,7 @@ def quantize_static(
             channel_means=means_for,
         )
         halves = unsplit(observers)
+        lstm_float = spread_reasons({n: observers.pop(n) for n in lstm_x if n in observers})
         if choose_ranges and not in_process and reiterable(calibration_data):
             # the same even feeds as the in-process split (the file does not depend on the engine)
             even_feeds = list(
@@ -611,7 +633,7 @@ def quantize_static(
             reconstruct(model, plan, recipe, feeds)
         quantize_bodies(bodies, model, ranges, dict(body_float), means, recipe)
         insert_qdq(graph, plan)
-        lstms = quantize_lstms(model, recipe)
+        lstms = quantize_lstms(model, recipe, lstm_float)
         verify(graph, Stage.QDQ)
         return lstms
 

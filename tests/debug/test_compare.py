@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import tracemalloc
+import warnings
 
 import numpy as np
 import onnx
@@ -454,3 +455,83 @@ def test_string_outputs_count_as_equal_or_not():
     assert es.count == 2 and es.max_abs == 0.0
     es.add(np.array(["a", "b", "c"]), np.array(["a", "x", "c"], dtype=object))
     assert es.count == 5 and es.max_abs == 1.0
+
+
+def test_a_minus_inf_attention_mask_is_compared_without_nan(tmp_path):
+    """Scores masked with Where(mask, s, -inf) before a Softmax (a transformer's padding
+    mask as torch writes it): the masked entries are -inf in both models, which is no
+    error; the comparison and the gain probes skip them instead of computing inf - inf
+    (no RuntimeWarning, finite numbers)."""
+    rng = np.random.default_rng(11)
+    w1 = (rng.standard_normal((17, 13)) * 0.4).astype(np.float32)
+    w2 = (rng.standard_normal((13, 7)) * 0.4).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["s"], name="scores"),
+        helper.make_node("Where", ["keep", "s", "minf"], ["sm"], name="mask"),
+        helper.make_node("Softmax", ["sm"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", "w2"], ["y"], name="out"),
+    ]
+    inits = [
+        numpy_helper.from_array(w1, "w1"),
+        numpy_helper.from_array(w2, "w2"),
+        numpy_helper.from_array(np.array(-np.inf, np.float32), "minf"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "masked",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 17]),
+            helper.make_tensor_value_info("keep", TensorProto.BOOL, ["N", 13]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 7])],
+        inits,
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    def feeds(n, seed):
+        r = np.random.default_rng(seed)
+        out = []
+        for _ in range(n):
+            keep = np.ones((5, 13), bool)
+            keep[:, 9:] = False  # padding
+            out.append({"x": r.standard_normal((5, 17)).astype(np.float32), "keep": keep})
+        return out
+
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(proto, src)
+    quanta.quantize_static(src, dst, feeds(6, 1), verbose=False, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        res = compare(src, dst, feeds(3, 2))
+    assert res.nodes and math.isfinite(res.output_sqnr_db)
+    assert all(not math.isnan(r.local_db) and r.inherited is not None for r in res.nodes)
+    assert all(not math.isnan(r.contribution) for r in res.nodes)
+
+
+def test_integer_share_counts_the_symbolic_dimensions_the_feeds_give(tmp_path):
+    """A file whose sequence length is symbolic ([N, T, 16]): its integer MatMul by a
+    weight is N·T·16·16 MACs and the float activation product y·yᵀ left by
+    quantize_dynamic N·T·T·16; the share is over the feeds' widest shapes (T = 37 and
+    29: 37 counts), not T taken as 1."""
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((16, 16)) * 0.3).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="proj"),
+        helper.make_node("Transpose", ["y"], ["yt"], name="t", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["y", "yt"], ["out"], name="scores"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "seq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T", 16])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", "T", "T"])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    quanta.quantize_dynamic(src, dst, verbose=False)
+    feeds = [{"x": rng.standard_normal((2, t, 16)).astype(np.float32)} for t in (29, 37)]
+    res = compare(src, dst, feeds)
+    integer, floating = 2 * 37 * 16 * 16, 2 * 37 * 37 * 16
+    assert res.integer_share == pytest.approx(integer / (integer + floating), abs=1e-12)
+    assert ("scores", "MatMul") in res.float_nodes

@@ -8,9 +8,11 @@ ConstantOfShape, residual written as Sum): everything folds and quantizes."""
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import quanta
 from quanta.ir.onnx_io import load
 from quanta.passes.rules.canonicalize import Canonicalize
 from tests.passes.helpers import run_passes, run_ref
@@ -253,3 +255,37 @@ def test_cast_like_is_a_cast_to_its_targets_type_bit_exact():
         assert (node.op_type, node.name, node.attrs["to"]) == ("Cast", "cl", target)
         f = {"x": (np.random.default_rng(3).standard_normal((3, 7)) * 100).astype(np.float32)}
         np.testing.assert_array_equal(run_ref(proto, f)[0], run_ref(model, f)[0])
+
+
+def test_cast_like_in_a_quantized_files_float_part_runs_natively():
+    """A quantized graph compiles through lower_qdq, not optimize_float: its CastLikes
+    (ONNX Runtime's QDQ file of an opset-23 Attention keeps the function body's) become
+    Casts there too, so none is left to the reference fallback, and the result is ORT's."""
+    g = helper.make_graph(
+        [
+            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], name="dq"),
+            helper.make_node("CastLike", ["d", "t"], ["y"], name="cl"),
+            helper.make_node("CastLike", ["d", "h"], ["y16"], name="cl16"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 7])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.INT32, [5, 7]),
+            helper.make_tensor_value_info("y16", TensorProto.FLOAT16, [5, 7]),
+        ],
+        [
+            numpy_helper.from_array(np.array(0.37, np.float32), "s"),
+            numpy_helper.from_array(np.array(3, np.uint8), "z"),
+            numpy_helper.from_array(np.zeros(1, np.int32), "t"),
+            numpy_helper.from_array(np.zeros(1, np.float16), "h"),
+        ],
+    )
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    sess = quanta.InferenceSession(data)
+    assert sess.fallbacks == []
+    f = {"x": (np.random.default_rng(5).standard_normal((5, 7)) * 30).astype(np.float32)}
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, f)
+    for got, ref in zip(sess.run(None, f), want, strict=True):
+        assert got.dtype == ref.dtype
+        np.testing.assert_array_equal(got, ref)

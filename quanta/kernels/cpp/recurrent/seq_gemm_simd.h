@@ -118,8 +118,9 @@ void seq_row_rest(const float* a, const float* w, int64_t K, int64_t left, float
 // variables, not an array: GCC keeps a 1 KB array of vectors in registers but also stores
 // it to the stack on every k step (the 4-row array block this replaces ran 5-10x slower;
 // sgemm's tiles had the same problem).
-template <class T, int NV>
-void seq_rows4(const float* a, int64_t lda, const float* w, int64_t K, float* y, int64_t ldy, int64_t ncols) {
+template <class T, int NV, int R>
+void seq_rows(const float* a, int64_t lda, const float* w, int64_t K, float* y, int64_t ldy, int64_t ncols) {
+  static_assert(R == 2 || R == 4, "seq_rows: two or four rows");
   constexpr int L = T::kLanes;
   using V = typename T::V;
   const typename T::M m0 = T::tail(ncols), m1 = T::tail(ncols - L), m2 = T::tail(ncols - 2 * L),
@@ -132,7 +133,7 @@ void seq_rows4(const float* a, int64_t lda, const float* w, int64_t K, float* y,
     const float* wk = w + k * kSeqPanel;
     const V w0 = T::load(m0, wk), w1 = T::load(m1, wk + L), w2 = T::load(m2, wk + 2 * L), w3 = T::load(m3, wk + 3 * L);
 #define STEP(r)                                            \
-  {                                                        \
+  if (r < R) {                                             \
     const V av = T::set1(a[r * lda + k]);                  \
     c##r##0 = T::add(c##r##0, T::mul(av, w0));             \
     if (NV > 1) c##r##1 = T::add(c##r##1, T::mul(av, w1)); \
@@ -144,7 +145,10 @@ void seq_rows4(const float* a, int64_t lda, const float* w, int64_t K, float* y,
   }
 #define STORE1(r, v, m) \
   if (NV > v) T::store(y + r * ldy + v * L, m, c##r##v);
-#define STORE(r) STORE1(r, 0, m0) STORE1(r, 1, m1) STORE1(r, 2, m2) STORE1(r, 3, m3)
+#define STORE(r)                                                        \
+  if (r < R) {                                                          \
+    STORE1(r, 0, m0) STORE1(r, 1, m1) STORE1(r, 2, m2) STORE1(r, 3, m3) \
+  }
   QUANTA_SEQ_ROWS(STORE)
 #undef STORE
 #undef STORE1
@@ -167,8 +171,8 @@ inline void by_vectors(int64_t left, int lanes, Block block) {
   }
 }
 
-// kRows4: blocks of four rows by seq_rows4 (an ISA with registers for its 16
-// accumulators: AVX-512's 32).
+// kRows4: blocks of four rows by seq_rows (an ISA with registers for its 16
+// accumulators: AVX-512's 32); then pairs of rows on every ISA.
 template <class T, int NV, bool kRows4 = false>
 void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64_t N, float* y, int64_t ldy,
                    int64_t M) {
@@ -194,9 +198,16 @@ void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64
       for (; m0 + 4 <= M; m0 += 4)
         for (int64_t n0 = 0; n0 < np; n0 += 4 * T::kLanes)
           by_vectors(np - n0, T::kLanes, [&](auto nv) {
-            seq_rows4<T, decltype(nv)::value>(a + m0 * lda, lda, wp + n0, K, y + m0 * ldy + p0 + n0, ldy, np - n0);
+            seq_rows<T, decltype(nv)::value, 4>(a + m0 * lda, lda, wp + n0, K, y + m0 * ldy + p0 + n0, ldy, np - n0);
           });
     }
+    // pairs of rows share each weight vector too (8 accumulators: AVX2's 16 registers
+    // hold them): a batch-2 recurrence read its panel twice, a row at a time
+    for (; m0 + 2 <= M; m0 += 2)
+      for (int64_t n0 = 0; n0 < np; n0 += 4 * T::kLanes)
+        by_vectors(np - n0, T::kLanes, [&](auto nv) {
+          seq_rows<T, decltype(nv)::value, 2>(a + m0 * lda, lda, wp + n0, K, y + m0 * ldy + p0 + n0, ldy, np - n0);
+        });
     for (; m0 < M; ++m0)
       for (int64_t n0 = 0; n0 < np; n0 += kCols)
         seq_block<T, 1, NV>(a + m0 * lda, lda, wp, kSeqPanel, y + m0 * ldy + p0, ldy, K, np, n0);
@@ -236,7 +247,7 @@ void seq_block_mlas(const float* a, const float* w, int64_t ldw, float* y, int64
 // lane's chains as seq_block_mlas's. One row at a time re-reads the whole panel per row:
 // at K = 266 that is 136 KB, out of L1, and the X·Wᵀ product of a 600-step, H = 25 LSTM
 // ran at L2's speed (2.3x ONNX Runtime's time); four rows share each weight vector. The
-// accumulators are named variables (seq_rows4's reason).
+// accumulators are named variables (seq_rows' reason).
 template <class T, int NV>
 void seq_rows4_mlas(const float* a, int64_t lda, const float* w, float* y, int64_t ldy, int64_t K, int64_t ncols,
                     bool accumulate) {
