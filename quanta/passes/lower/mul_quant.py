@@ -25,18 +25,15 @@ same node.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from quanta.ir.graph import Value, result_type
+from quanta.passes.lower.softmax_quant import quant_output_refusal
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
-from quanta.passes.rules._util import describe
 
 __all__ = ["FuseMulQuant", "FuseMulQuantPass"]
 
 QUANTA_DOMAIN = "quanta"
-_EIGHT_BIT = (np.uint8, np.int8)
 
 
 def _f32(v: Value | None) -> bool:
@@ -49,21 +46,12 @@ class FuseMulQuant(Rule):
     pattern = "y = QuantizeLinear(v = Mul(a, b), ys, yz?)"
 
     def check(self, m: Match) -> Match | NoMatch:
-        q, mul = m.root, m.node("v")
-        for attr in ("output_dtype", "precision"):
-            if q.attrs.get(attr) not in (None, 0):
-                return NoMatch(f"{q.label} sets {attr}")
+        mul = m.node("v")
+        refused = quant_output_refusal(m)
+        if refused is not None:
+            return refused
         if mul.domain:
             return NoMatch(f"{mul.label} is not ai.onnx Mul")
-        if not m.is_const("ys") or m["yz"] is None or not m.is_const("yz"):
-            return NoMatch("the QuantizeLinear's scale or zero point is not a constant")
-        ys, yz = np.asarray(m.const("ys")), np.asarray(m.const("yz"))
-        if ys.size != 1 or ys.dtype != np.float32:
-            return NoMatch(f"y_scale {describe(m['ys'])} is not one float32 value")
-        if not (math.isfinite(float(ys.reshape(()))) and float(ys.reshape(())) > 0.0):
-            return NoMatch("y_scale is not positive and finite")
-        if yz.size != 1 or yz.dtype.type not in _EIGHT_BIT:
-            return NoMatch(f"y_zero_point {describe(m['yz'])} is not one uint8 / int8 value")
         v = m.value("v")
         if len(v.uses) != 1 or any(o is v for o in m.graph.outputs):
             return NoMatch("the Mul's output has readers besides the QuantizeLinear")

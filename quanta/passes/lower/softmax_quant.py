@@ -40,6 +40,26 @@ QUANTA_DOMAIN = "quanta"
 _EIGHT_BIT = (np.uint8, np.int8)
 
 
+def quant_output_refusal(m: Match) -> NoMatch | None:
+    """Why the match's root QuantizeLinear (``ys``, ``yz``) cannot end a fused 8-bit
+    step, or None: no ``output_dtype`` / ``precision``, constant per-tensor parameters, a
+    positive finite float32 scale, a uint8 / int8 zero point."""
+    q = m.root
+    for attr in ("output_dtype", "precision"):
+        if q.attrs.get(attr) not in (None, 0):
+            return NoMatch(f"{q.label} sets {attr}")
+    if not m.is_const("ys") or m["yz"] is None or not m.is_const("yz"):
+        return NoMatch("the QuantizeLinear's scale or zero point is not a constant")
+    ys, yz = np.asarray(m.const("ys")), np.asarray(m.const("yz"))
+    if ys.size != 1 or ys.dtype != np.float32:
+        return NoMatch(f"y_scale {describe(m['ys'])} is not one float32 value")
+    if not (math.isfinite(float(ys.reshape(()))) and float(ys.reshape(())) > 0.0):
+        return NoMatch("y_scale is not positive and finite")
+    if yz.size != 1 or yz.dtype.type not in _EIGHT_BIT:
+        return NoMatch(f"y_zero_point {describe(m['yz'])} is not one uint8 / int8 value")
+    return None
+
+
 def _f32(v: Value | None) -> bool:
     return v is not None and v.type is not None and str(v.type.elem) == "f32"
 
@@ -66,18 +86,9 @@ class FuseSoftmaxQuant(Rule):
 
     def check(self, m: Match) -> Match | NoMatch:
         q, sm = m.root, m.node("s")
-        for attr in ("output_dtype", "precision"):
-            if q.attrs.get(attr) not in (None, 0):
-                return NoMatch(f"{q.label} sets {attr}")
-        if not m.is_const("ys") or m["yz"] is None or not m.is_const("yz"):
-            return NoMatch("the QuantizeLinear's scale or zero point is not a constant")
-        ys, yz = np.asarray(m.const("ys")), np.asarray(m.const("yz"))
-        if ys.size != 1 or ys.dtype != np.float32:
-            return NoMatch(f"y_scale {describe(m['ys'])} is not one float32 value")
-        if not (math.isfinite(float(ys.reshape(()))) and float(ys.reshape(())) > 0.0):
-            return NoMatch("y_scale is not positive and finite")
-        if yz.size != 1 or yz.dtype.type not in _EIGHT_BIT:
-            return NoMatch(f"y_zero_point {describe(m['yz'])} is not one uint8 / int8 value")
+        refused = quant_output_refusal(m)
+        if refused is not None:
+            return refused
         w, s = m.value("w"), m.value("s")
         if not _f32(w) or w.shape is None or not _only_use(s, q, m.graph):
             return NoMatch("the Softmax is not float32 of a known rank read by the QuantizeLinear only")
