@@ -51,6 +51,8 @@ class ScalarQdqParams(Rule):
             return NoMatch("the zero point is not a one-element 1-D constant")
         if m.root.attrs.get("block_size", 0):
             return NoMatch("blocked quantization")
+        if any(m["y"] is o for o in m.graph.outputs):
+            return NoMatch("a graph output keeps the type its signature declares")
         return m
 
     def rewrite(self, m: Match, b: Builder) -> Value | None:

@@ -469,7 +469,7 @@ def test_ms_dequantize_linear_int32_subtracts_its_zero_point():
     np.testing.assert_array_equal(got, ms_dequantize_linear(x, F32(0.1), np.int32(2)))
 
 
-@pytest.mark.parametrize("scale_shape,zp_shape", [((1,), ()), ((), (1,))])
+@pytest.mark.parametrize("scale_shape,zp_shape", [((1,), ()), ((), (1,)), ((1,), (1,))])
 @pytest.mark.parametrize("backend", ["reference", "native"])
 def test_ms_qdq_one_element_scale_and_scalar_zero_point_are_per_tensor(scale_shape, zp_shape, backend):
     """AMD Quark writes a bias DequantizeLinear with a [1] scale beside a scalar int32 zero
