@@ -20,9 +20,11 @@ ExtendedDequantizeLinear (bf16, f16)     (f32(q) − f32(z)) · s: Mul(Sub(Cast(
 
 The com.microsoft pair computes the same map (eq. (2) with a float32 division; eq. (1)),
 and quanta lowers it like ONNX's; the float forms are the same float32 operations in the
-same order. Anything else of the domain (``BFPQuantizeDequantize``,
-``MXQuantizeDequantize``, ``ExtendedInstanceNormalization``, ``ExtendedLSTM``, a
-non-constant scale along an axis) stays as it is, and the runtime names it at load time.
+same order. Quark's fake-quantization nodes (``MXQuantizeDequantize``,
+``BFPQuantizeDequantize``) stay as they are and run on their reference kernels
+(kernels/reference/quark_qdq.py); anything else of the domain
+(``ExtendedInstanceNormalization``, ``ExtendedLSTM``, a float-storage quantizer with a
+computed scale) stays too, and the runtime names it at load time.
 """
 
 from __future__ import annotations

@@ -131,24 +131,18 @@ def test_float_extended_qdq_rounds_to_nearest_even(backend, dtype, axis):
 
 def test_other_quark_operators_are_named_at_load():
     node = helper.make_node(
-        "MXQuantizeDequantize",
-        ["x"],
-        ["y"],
-        name="mx0",
-        domain=QUARK_DOMAIN,
-        element_dtype="int8",
-        block_size=32,
+        "ExtendedLSTM", ["x", "w", "r"], ["y"], name="lstm0", domain=QUARK_DOMAIN, hidden_size=4
     )
     graph = helper.make_graph(
         [node],
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("x", "w", "r")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
     m = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(QUARK_DOMAIN, 1)]
     )
-    with pytest.raises(quanta.targets.base.TargetError, match=r"mx0.*com\.amd\.quark::MXQuantizeDequantize"):
+    with pytest.raises(quanta.targets.base.TargetError, match=r"lstm0.*com\.amd\.quark::ExtendedLSTM"):
         quanta.InferenceSession(m.SerializeToString())
 
 
