@@ -88,6 +88,26 @@ def parse_dims(items: list[str] | None) -> dict[str, int]:
     return out
 
 
+def _run_shapes(path: str, model, dims: dict[str, int], batch: int) -> dict[str, tuple[int, ...]]:
+    """Every value's shape in one run of the graph as written (the reference target) on
+    random inputs whose symbolic dimensions take ``dims`` (``--dim``; the first ``batch``,
+    others 1): MACs are then counted at those sizes, not with every symbolic dimension 1
+    (a transformer's attention products at a sequence of 1)."""
+    import quanta
+    from quanta.targets.reference import ReferenceTarget
+
+    sess = quanta.InferenceSession(path, backend="reference")
+    feeds = random_feeds(sess, batch=batch, dims=dims)
+    shapes: dict[str, tuple[int, ...]] = {k: tuple(v.shape) for k, v in feeds.items()}
+
+    def keep(name: str, arr: object) -> None:
+        if isinstance(arr, np.ndarray):
+            shapes[name] = tuple(arr.shape)
+
+    ReferenceTarget().prepare(model).run(dict(feeds), [v.name for v in model.graph.outputs], on_value=keep)
+    return shapes
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from quanta.debug.report import summarize
     from quanta.ir.onnx_io import load
@@ -96,7 +116,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     model = load(args.model)
     print(summarize(model).format(max_tensors=args.max_tensors))
-    print(lowered_coverage(model, target=args.target).format_share())
+    shapes = _run_shapes(args.model, model, parse_dims(args.dim), args.batch) if args.dim else None
+    print(lowered_coverage(model, shapes, target=args.target).format_share())
     if args.ir:
         print()
         print(format_graph(model.graph, show_consts=False))
@@ -425,6 +446,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=_backends(),
         help="with --lowered: compile for this target and show its partitions and transfers",
     )
+    s.add_argument(
+        "--dim",
+        action="append",
+        metavar="NAME=SIZE",
+        help="count MACs at this size of a named symbolic dimension, e.g. --dim sequence=128 "
+        "(one run on random inputs; repeatable; others: 1)",
+    )
+    s.add_argument("--batch", type=int, default=1, help="with --dim: size of a symbolic first dimension")
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("run", help="run a model on inputs from an .npz file (or random inputs)")

@@ -210,7 +210,7 @@ class CoverageReport:
         if symbolic:
             lines.append(
                 f"  ({symbolic} compute node(s) have symbolic or unknown dimensions, counted as 1: "
-                "at a real input's sizes the share differs)"
+                "at a real input's sizes the share differs; quanta inspect --dim NAME=SIZE counts them there)"
             )
         lines.extend(f"subgraph: {note}" for note in self.notes[:3])
         if len(self.notes) > 3:

@@ -183,3 +183,49 @@ def test_quantize_output_errors_are_one_line_and_leave_nothing(tmp_path, capsys)
         == f"quanta: error: {tmp_path / 'd.onnx'}: is a folder; expected the path of the .onnx file to write\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cnn.onnx", "d.onnx"]  # no temporary left behind
+
+
+def _attention_scores_model():
+    """x [1, seq, 17] -> Q/DQ -> MatMul by a constant [17, 13] -> y, and the scores
+    y·yᵀ [1, seq, seq]: MACs grow with seq (13·17·seq + 13·seq²)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    inits = [
+        numpy_helper.from_array(np.float32(0.05), "s"),
+        numpy_helper.from_array(np.uint8(128), "z"),
+        numpy_helper.from_array(rng.integers(-127, 128, (17, 13)).astype(np.int8), "wq"),
+        numpy_helper.from_array(np.float32(0.01), "sw"),
+        numpy_helper.from_array(np.int8(0), "zw"),
+        numpy_helper.from_array(np.array([0, 2, 1], np.int64), "perm"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["w"]),
+        helper.make_node("MatMul", ["xd", "w"], ["y"], name="proj"),
+        helper.make_node("Transpose", ["y"], ["yt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["y", "yt"], ["scores"], name="scores"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", 17])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, "seq", "seq"])],
+        inits[:-1],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_inspect_dim_counts_macs_at_that_size(tmp_path, capsys):
+    p = tmp_path / "attn.onnx"
+    onnx.save(_attention_scores_model(), p)
+    assert main(["inspect", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert f"integer MACs: {100 * 221 / (221 + 13):.1f} % of {221 + 13:,}" in out  # seq counted as 1
+    assert "symbolic or unknown dimensions, counted as 1" in out
+    assert main(["inspect", str(p), "--dim", "seq=19"]) == 0
+    out = capsys.readouterr().out
+    integer, total = 221 * 19, 221 * 19 + 13 * 19 * 19
+    assert f"integer MACs: {100 * integer / total:.1f} % of {total:,} ({integer:,} in integer)" in out
+    assert "counted as 1" not in out
