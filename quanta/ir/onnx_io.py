@@ -160,7 +160,7 @@ def _drop_shadowed_initializers(graph: onnx.GraphProto, where: str) -> None:
     """Initializers that repeat a name with equal contents: one is kept (onnx.checker
     refuses the file, ONNX Runtime runs it). Copies that differ are an error naming the
     tensor: ONNX Runtime's choice among them is an implementation detail (the last copy
-    of a tensor under 128 bytes, the second to last above, in 1.32), so the file has no
+    of a tensor under 128 bytes, the second to last from 128 on, in 1.32), so the file has no
     one meaning. Intel Neural Compressor writes an LSTM's quantized biases once per use
     under one name, with equal zero points and differing values and scales."""
     first: dict[str, onnx.TensorProto] = {}
