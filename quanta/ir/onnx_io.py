@@ -7,7 +7,8 @@
    absolute paths, no ``..`` escapes, no symlinks pointing out), then it is loaded;
 3. structure: every input of every node is a graph input, an initializer or the output
    of some node (else "missing initializer or value"); nodes are sorted topologically
-   (a cycle is an error naming its nodes); ONNX Runtime's fused transformer operators
+   (a cycle is an error naming its nodes); an initializer repeated with equal contents
+   is kept once, one repeated with different values is an error naming it; ONNX Runtime's fused transformer operators
    become the ONNX operators they fuse (:mod:`quanta.ir.ms_contrib`), and ONNX's
    Attention, RMSNormalization and RotaryEmbedding their specification's function
    bodies (:mod:`quanta.ir.onnx_functions`);
@@ -141,6 +142,7 @@ def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx
         raise ModelLoadError(f"{where}: tensors use external data; load the model from its file path instead")
     if not proto.HasField("graph"):
         raise ModelLoadError(f"{where}: not an ONNX model (no graph)")
+    _drop_shadowed_initializers(proto.graph, where)
     _check_structure(proto.graph, where)
     _type_bare_declarations(proto, where)
     # ONNX Runtime's fused transformer operators, as the ONNX operators they fuse
@@ -152,6 +154,31 @@ def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx
     _check(proto, where)
     reinfer_declared_shapes(proto)
     return proto, path
+
+
+def _drop_shadowed_initializers(graph: onnx.GraphProto, where: str) -> None:
+    """Initializers that repeat a name with equal contents: one is kept (onnx.checker
+    refuses the file, ONNX Runtime runs it). Copies that differ are an error naming the
+    tensor: ONNX Runtime's choice among them is an implementation detail (the last copy
+    of a tensor under 128 bytes, the second to last from 128 on, in 1.32), so the file has no
+    one meaning. Intel Neural Compressor writes an LSTM's quantized biases once per use
+    under one name, with equal zero points and differing values and scales."""
+    first: dict[str, onnx.TensorProto] = {}
+    drop: list[int] = []
+    for k, t in enumerate(graph.initializer):
+        seen = first.setdefault(t.name, t)
+        if seen is t:
+            continue
+        if seen.SerializeToString(deterministic=True) != t.SerializeToString(deterministic=True):
+            copies = sum(1 for u in graph.initializer if u.name == t.name)
+            raise ModelLoadError(
+                f"{where}: initializer '{t.name}' is defined {copies} times with different "
+                "values; ONNX Runtime's choice among them is an implementation detail, so "
+                "the model is ambiguous (keep one copy per name)"
+            )
+        drop.append(k)
+    for k in reversed(drop):
+        del graph.initializer[k]
 
 
 def _type_bare_declarations(proto: onnx.ModelProto, where: str) -> None:

@@ -382,3 +382,48 @@ def test_to_proto_with_a_data_limit_writes_large_constants_as_typed_inputs():
         y = next(o for o in inferred.graph.output if o.name == "y")
         shapes.append([d.dim_param or d.dim_value for d in y.type.tensor_type.shape.dim])
     assert shapes[0] == shapes[1] == ["N", 7, 45, 1]
+
+
+def _conv_with_dq_bias(inits: list[onnx.TensorProto]) -> onnx.ModelProto:
+    g = helper.make_graph(
+        [
+            helper.make_node("DequantizeLinear", ["bq", "bs"], ["b"]),
+            helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 0, 1, 0]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_initializer_repeated_with_equal_contents_loads_once(tmp_path):
+    """onnx.checker refuses a name defined twice; ONNX Runtime runs the file. Equal
+    copies (here of the weight, the integer bias and its scale) have one meaning."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((7, 3, 3, 3)).astype(np.float32), "w")
+    bq = numpy_helper.from_array(rng.integers(-900, 900, 7).astype(np.int32), "bq")
+    bs = numpy_helper.from_array(np.array(0.0037, np.float32), "bs")
+    path = tmp_path / "dup.onnx"
+    onnx.save(_conv_with_dq_bias([w, bq, w, bs, bq, w, bs]), path)
+    x = rng.standard_normal((1, 3, 9, 5)).astype(np.float32)
+    theirs = ort_run(str(path), {"x": x})[0]
+    single = ort_run(_conv_with_dq_bias([w, bq, bs]).SerializeToString(), {"x": x})[0]
+    np.testing.assert_array_equal(theirs, single)
+    for backend in ("native", "reference"):
+        ours = quanta.InferenceSession(str(path), backend=backend).run(None, {"x": x})[0]
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)  # float conv, 27 terms
+
+
+def test_an_initializer_repeated_with_different_values_is_named():
+    """ONNX Runtime 1.32 takes the last copy of a small tensor and the second to last of
+    a large one: such a file has no one meaning and the error names the tensor."""
+    rng = np.random.default_rng(4)
+    ws = [
+        numpy_helper.from_array(rng.standard_normal((7, 3, 3, 3)).astype(np.float32), "w") for _ in range(3)
+    ]
+    bq = numpy_helper.from_array(rng.integers(-900, 900, 7).astype(np.int32), "bq")
+    bs = numpy_helper.from_array(np.array(0.0037, np.float32), "bs")
+    with pytest.raises(ModelLoadError, match="initializer 'w' is defined 3 times with different values"):
+        quanta.InferenceSession(_conv_with_dq_bias([ws[0], bq, bs, ws[1], ws[2]]))
