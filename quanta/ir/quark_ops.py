@@ -34,6 +34,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from quanta.ir.graph import unused_name
+from quanta.ir.shape_hints import tensor_types
 
 __all__ = ["QUARK_DOMAIN", "decompose_quark_ops"]
 
@@ -96,12 +97,11 @@ def _declared(proto: onnx.ModelProto) -> tuple[dict[str, int], dict[str, int]]:
     g = proto.graph
     types = {t.name: t.data_type for t in g.initializer}
     ranks = {t.name: len(t.dims) for t in g.initializer}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        t = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
-        if t is not None and t.elem_type:
-            types.setdefault(vi.name, t.elem_type)
-        if t is not None and t.HasField("shape"):
-            ranks.setdefault(vi.name, len(t.shape.dim))
+    for name, t in tensor_types([*g.input, *g.value_info, *g.output]).items():
+        if t.elem_type:
+            types.setdefault(name, t.elem_type)
+        if t.HasField("shape"):
+            ranks.setdefault(name, len(t.shape.dim))
     return types, ranks
 
 

@@ -292,7 +292,7 @@ def _zero_point_fits(zero_point: np.ndarray, scale: np.ndarray) -> bool:
     1-element vector each: ONNX Runtime's contrib kernels read either as per tensor, and
     AMD Quark writes a [1] scale beside a scalar zero point)."""
     return np.shape(zero_point) == scale.shape or (
-        np.size(zero_point) == 1 and _axis_or_none(scale, 0) is None
+        np.size(zero_point) == 1 and scale.size == 1 and scale.ndim <= 1
     )
 
 

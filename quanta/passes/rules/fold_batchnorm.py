@@ -45,6 +45,7 @@ from __future__ import annotations
 import numpy as np
 
 from quanta.ir.graph import Value, result_type
+from quanta.ir.types import F32
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 from quanta.passes.rules._util import FOLDED_OFFSET, describe, first_nonconst
 
@@ -254,10 +255,7 @@ class FoldBatchNormIntoQuantizedConv(Rule):
         wq = np.asarray(m.const("wq"))
         if wq.dtype != np.dtype(np.int8) or wq.ndim < 3:
             return NoMatch(f"the weight is {wq.dtype} of rank {wq.ndim}; expected int8 convolution weights")
-        if (
-            np.asarray(m.const("sw")).dtype != np.float32
-            or str(m["c"].type.elem if m["c"].type else "") != "f32"
-        ):
+        if np.asarray(m.const("sw")).dtype != np.float32 or m["c"].type is None or m["c"].type.elem != F32:
             # a float16 Conv (TensorRT-style files keep what is not quantized in half
             # precision): the folded scale and offset would need its rounding, not float32's
             return NoMatch("the convolution is not float32")

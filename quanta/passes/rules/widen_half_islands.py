@@ -219,7 +219,7 @@ def _const_params(node: Node) -> bool:
     return all(v is None or v.is_const for v in node.inputs[1:3])
 
 
-def _requantized(graph: Graph, node: Node) -> None:
+def _requantized(node: Node) -> None:
     """The integer value a widened QuantizeLinear writes (or a DequantizeLinear reads)
     carries the float32 expressed type its scale now gives (the same codes and
     parameters)."""
@@ -261,7 +261,7 @@ class WidenHalfIslands(Pass):
                 if _is_half(v):
                     exits.append(self._exit(graph, node, k, wide))
             if node.op_type in _QDQ:
-                _requantized(graph, node)
+                _requantized(node)
         # an exit no reader outside the island needs (and that is no graph output) goes
         outputs = {id(v) for v in graph.outputs}
         kept = 0

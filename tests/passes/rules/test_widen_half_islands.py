@@ -222,8 +222,8 @@ def test_float16_atan2_runs_in_the_island() -> None:
 def half_qdq_model(dtype: type = np.float16, code: int = TensorProto.FLOAT16):
     """What NVIDIA ModelOpt's int8 mode writes (TensorRT style): the float part in half
     precision, Q / DQ with float16 scales around each Conv. x [N, 3, 9, 7] -> Q/DQ
-    (zero point 0) -> Conv 3->7 (3x3, int8 weights per channel, float bias) -> Relu ->
-    Q/DQ -> Conv 7->17 (1x1) -> y; ``dtype`` holds the float16 values."""
+    (zero point 7) -> Conv 3->7 (3x3, int8 weights per channel, float bias) -> Relu ->
+    Q/DQ (zero point -113) -> Conv 7->17 (1x1) -> y; ``dtype`` holds the float16 values."""
     rng = np.random.default_rng(5)
 
     def f(values) -> np.ndarray:
@@ -231,9 +231,9 @@ def half_qdq_model(dtype: type = np.float16, code: int = TensorProto.FLOAT16):
 
     inits = [
         numpy_helper.from_array(f(0.031), "sx"),
-        numpy_helper.from_array(np.int8(0), "zx"),
+        numpy_helper.from_array(np.int8(7), "zx"),
         numpy_helper.from_array(f(0.019), "sr"),
-        numpy_helper.from_array(np.int8(0), "zr"),
+        numpy_helper.from_array(np.int8(-113), "zr"),
         numpy_helper.from_array(rng.integers(-127, 128, (7, 3, 3, 3)).astype(np.int8), "w1q"),
         numpy_helper.from_array(f(np.linspace(0.002, 0.009, 7)), "s1"),
         numpy_helper.from_array(np.zeros(7, np.int8), "z1"),
