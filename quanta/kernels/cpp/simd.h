@@ -113,6 +113,16 @@ struct F32x16 {
     return _mm512_cmp_ps_mask(a, b, kCmp);
   }
   static V select(C c, V a, V b) { return _mm512_mask_blend_ps(c, a, b); }
+  // The sum of the 16 lanes in the order of (R2)-(R3) (docs/float-ops.md): lanes j and
+  // j + 8, then j and j + 4, j + 2, j + 1 (not _mm512_reduce_add_ps, whose order is
+  // unspecified). One definition, so the float Softmax and SoftmaxQuant sum alike.
+  static float tree16(V acc) {
+    const __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    const __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
+    const __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
+    const __m128 a1 = _mm_add_ss(a2, _mm_movehdup_ps(a2));
+    return _mm_cvtss_f32(a1);
+  }
   // One vscalefps: p · 2^n rounded once, the bytes of F32x8's two products: with n in
   // [−150, 128] both halves 2^n1, 2^n2 are normal, the first product is exact and the
   // second rounds once, so both give rne(p · 2^n), for subnormal and overflowing results

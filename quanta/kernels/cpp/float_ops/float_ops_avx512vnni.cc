@@ -28,15 +28,8 @@ inline __mmask16 tail_mask(int64_t left) {
 using simd::F32x16;
 inline __m512 exp16_nonpositive(__m512 x) { return exp_nonpositive_v<F32x16>(x); }
 
-// (R2)-(R3): lanes j and j + 8, then j and j + 4, j + 2, j + 1 (not _mm512_reduce_add_ps,
-// whose order is unspecified).
-inline float tree16(__m512 acc) {
-  const __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-  const __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
-  const __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
-  const __m128 a1 = _mm_add_ss(a2, _mm_movehdup_ps(a2));
-  return _mm_cvtss_f32(a1);
-}
+// (R2)-(R3): simd.h's F32x16::tree16
+inline float tree16(__m512 acc) { return simd::F32x16::tree16(acc); }
 
 // R rows in lockstep, three passes while they are hot in L1: the maximum, exp with the sum
 // (S3) accumulated on the fly (one zmm accumulator per row: the 16 lanes of (R1)), then

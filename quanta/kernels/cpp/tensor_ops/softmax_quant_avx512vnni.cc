@@ -25,14 +25,8 @@ inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
 }
 
-// (R2)-(R3) of docs/float-ops.md, float_ops_avx512vnni.cc's tree16
-inline float tree16(__m512 acc) {
-  const __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-  const __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
-  const __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
-  const __m128 a1 = _mm_add_ss(a2, _mm_movehdup_ps(a2));
-  return _mm_cvtss_f32(a1);
-}
+// (R2)-(R3): simd.h's F32x16::tree16
+inline float tree16(__m512 acc) { return simd::F32x16::tree16(acc); }
 
 // R rows in lockstep (their max, exp, sum and 1/s chains overlap on short rows, as in the
 // float Softmax); v: R·d floats of scratch.
