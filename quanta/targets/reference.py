@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from quanta.ir.graph import Model, Node
-from quanta.kernels.reference.registry import OpContext, OpError, get_op
+from quanta.kernels.reference.registry import OpContext, OpError, get_op, refusal
 from quanta.targets.base import (
     Executable,
     Kernel,
@@ -126,7 +126,7 @@ class ReferenceTarget(Target):
             node.domain == "" and "ai.onnx" in model.opset_imports
         ):
             return f"model imports no opset for domain '{node.domain or 'ai.onnx'}'"
-        return None
+        return refusal(node.op_type, node.domain, dict(node.attrs), [v is not None for v in node.inputs])
 
     def select_kernel(self, model: Model, node: Node) -> Kernel:
         del model  # unused: every node runs its twin
