@@ -121,7 +121,9 @@ class ReferenceTarget(Target):
     def unsupported(self, model: Model, node: Node) -> str | None:
         if get_op(node.op_type, node.domain) is None:
             domain = node.domain or "ai.onnx"
-            return f"operator {domain}::{node.op_type} has no reference implementation"
+            why = f"operator {domain}::{node.op_type} has no reference implementation"
+            note = model.load_notes.get(node.name)
+            return why if note is None else f"{why}; the loader left it as written: {note}"
         if node.domain not in model.opset_imports and not (
             node.domain == "" and "ai.onnx" in model.opset_imports
         ):
