@@ -42,6 +42,7 @@ import onnx
 
 from quanta.calibrate.runner import _FIXED
 from quanta.ir.graph import Model, Node, Value
+from quanta.quantize.accuracy import class_rows
 
 __all__ = [
     "DebugResult",
@@ -1167,8 +1168,10 @@ class _Plan:
         for name, es in st.outputs.items():
             r, q = np.asarray(fout[name]), np.asarray(qout[name])
             es.add(r, q)
-            if r.ndim >= 2 and r.shape[-1] > 1 and r.dtype.kind == "f" and name == next(iter(st.outputs)):
-                a, b = r.reshape(-1, r.shape[-1]).argmax(-1), q.reshape(-1, q.shape[-1]).argmax(-1)
+            rr = class_rows(r) if name == next(iter(st.outputs)) and r.ndim >= 2 else None
+            qr = class_rows(q.reshape(r.shape)) if rr is not None else None
+            if rr is not None and qr is not None:  # only outputs with a class axis
+                a, b = rr.argmax(-1), qr.argmax(-1)
                 st.agree[0] += int(np.sum(a == b))
                 st.agree[1] += int(a.size)
         for t, row, loc_st, inh_st in zip(self.targets, self.rows, st.local, st.inherited):

@@ -48,6 +48,7 @@ import numpy as np
 __all__ = [
     "AccuracyReport",
     "AccuracyTarget",
+    "class_rows",
     "estimate_metric",
     "evaluate_metric",
     "expected_agreement",
@@ -199,6 +200,27 @@ def _row_cosines(r: np.ndarray, g: np.ndarray) -> np.ndarray:
     return np.where(den > 0, np.sum(rr * gg, 1) / np.where(den > 0, den, 1.0), 1.0)
 
 
+def class_rows(out: np.ndarray) -> np.ndarray | None:
+    """An output as rows [samples, classes] for top-1 agreement (eq. (11)), or None when
+    it has no class axis: a vector of more than one score is one row; rank 2 and 3 (a
+    classifier's [N, C], a sequence's per-step scores [N, T, C] or [T, N, C]) have their
+    classes last; rank 4 and more read as per-pixel scores [N, C, ...] (a segmenter's),
+    classes along axis 1. One class (an edge map [N, 1, H, W], a score per sample
+    [N, 1]) is no choice, so agreement would count nothing; ``r.size == 0`` neither."""
+    r = np.asarray(out)
+    if r.size == 0 or r.dtype.kind != "f" or r.ndim == 0:
+        return None
+    if r.ndim == 1:
+        return r.reshape(1, -1) if r.shape[0] > 1 else None
+    if r.ndim <= 3:
+        return r.reshape(-1, r.shape[-1]) if r.shape[-1] > 1 else None
+    return np.moveaxis(r, 1, -1).reshape(-1, r.shape[1]) if r.shape[1] > 1 else None
+
+
+class NoClassAxis(ValueError):
+    """Top-1 agreement asked of an output that has no class axis (:func:`class_rows`)."""
+
+
 def evaluate_metric(metric: str, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> float:
     """``metric`` of ``got`` against ``ref`` (per feed, per output): eqs. (1), (2), (11)."""
     sig = noise = 0.0
@@ -218,9 +240,9 @@ def evaluate_metric(metric: str, ref: list[list[np.ndarray]], got: list[list[np.
                 cos_min = min(cos_min, float(cos.min()))
                 cos_sum += float(cos.sum())
                 cos_n += int(cos.size)
-                if r.shape[-1] > 1:
-                    a = r.reshape(-1, r.shape[-1]).argmax(-1)
-                    b = g.reshape(-1, g.shape[-1]).argmax(-1)
+                rr, gr = class_rows(r), class_rows(g.reshape(r.shape))
+                if rr is not None and gr is not None:
+                    a, b = rr.argmax(-1), gr.argmax(-1)
                     agree += int(np.sum(a == b))
                     total += int(a.size)
     if metric == "sqnr":
@@ -229,6 +251,13 @@ def evaluate_metric(metric: str, ref: list[list[np.ndarray]], got: list[list[np.
         return cos_min
     if metric == "mean_cosine":
         return cos_sum / cos_n if cos_n else 1.0
+    if not total and any(r_outs and np.asarray(r_outs[0]).size for r_outs in ref):
+        shape = next(list(np.shape(r_outs[0])) for r_outs in ref if r_outs)
+        raise NoClassAxis(
+            f"top-1 agreement needs class scores, and the first output (shape {shape}) has "
+            "no class axis (one channel, or a single score): measure it with metric 'sqnr' "
+            "or 'cosine' (--target-sqnr / --target-cosine)"
+        )
     return agree / total if total else 1.0
 
 
@@ -242,10 +271,9 @@ def _rows(outs: list[list[np.ndarray]]) -> list[np.ndarray]:
     for o in outs:
         if not o:
             continue
-        r = np.asarray(o[0], np.float64)
-        if r.size == 0 or np.asarray(o[0]).dtype.kind != "f":
-            continue
-        rows.append(r.reshape(-1, r.shape[-1]) if r.ndim > 1 else r.reshape(1, -1))
+        r = class_rows(np.asarray(o[0]))
+        if r is not None:
+            rows.append(r.astype(np.float64))
     return rows
 
 
@@ -573,6 +601,8 @@ def search(
         # a callable metric reads the quantized file, not FP32 outputs: no references
         ref_search = [] if callable_metric else _outputs(str(src), search_feeds, engine)
         ref_confirm = [] if callable_metric else _outputs(str(src), confirm_feeds, engine)
+        if metric == "top1_agreement":
+            evaluate_metric(metric, ref_search, ref_search)  # NoClassAxis before any trial
         # eq. (11b) weighs the noise against the FP32 margins of every feed: the FP32
         # outputs depend on no trial, so the calibration part's count as unseen rows too
         margin_rows: list[list[np.ndarray]] | None = None

@@ -12,7 +12,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import quanta
-from quanta.quantize.accuracy import AccuracyTarget, evaluate_metric, split_feeds, widenable
+from quanta.quantize.accuracy import (
+    AccuracyTarget,
+    NoClassAxis,
+    class_rows,
+    evaluate_metric,
+    split_feeds,
+    widenable,
+)
 from tests.debug.test_compare import chain, chain_feeds
 
 
@@ -117,6 +124,28 @@ def test_metrics_follow_their_equations():
     row0 = 6.0 / (np.sqrt(5.0) * np.sqrt(7.25))
     assert abs(evaluate_metric("mean_cosine", ref, got) - (row0 + row) / 2) < 1e-12
     assert evaluate_metric("mean_cosine", ref, got) > evaluate_metric("cosine", ref, got)
+
+
+def test_top1_rows_follow_the_class_axis():
+    rng = np.random.default_rng(3)
+    seg = rng.standard_normal((2, 7, 3, 5))  # per-pixel scores of 7 classes
+    rows = class_rows(seg)
+    assert rows.shape == (30, 7)
+    np.testing.assert_array_equal(rows.argmax(-1), np.moveaxis(seg, 1, -1).reshape(-1, 7).argmax(-1))
+    assert class_rows(rng.standard_normal((3, 17))).shape == (3, 17)
+    assert class_rows(rng.standard_normal((2, 9, 17))).shape == (18, 17)
+    assert class_rows(rng.standard_normal(17)).shape == (1, 17)
+    for shape in [(2, 1, 9, 11), (5, 1), (1,), (0, 4)]:  # an edge map, one score, nothing
+        assert class_rows(np.zeros(shape)) is None
+    # a segmenter agrees where each pixel's class does
+    got = seg.copy()
+    got[0, :, 1, 2] = -seg[0, :, 1, 2]
+    flips = int(np.argmax(seg[0, :, 1, 2]) != np.argmax(-seg[0, :, 1, 2]))
+    assert evaluate_metric("top1_agreement", [[seg]], [[got]]) == (30 - flips) / 30
+    edges = rng.standard_normal((1, 1, 9, 11))
+    with pytest.raises(NoClassAxis, match=r"shape \[1, 1, 9, 11\].*no class axis"):
+        evaluate_metric("top1_agreement", [[edges]], [[edges]])
+    assert evaluate_metric("sqnr", [[edges]], [[edges]]) == float("inf")
 
 
 def test_the_cli_target_option(tmp_path, capsys):
