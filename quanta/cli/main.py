@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -50,21 +51,25 @@ def _load_npz(path: str) -> dict[str, np.ndarray]:
 
 
 def random_feeds(
-    sess, *, seed: int = 0, batch: int = 1, dims: dict[str, int] | None = None
+    source: Any, *, seed: int = 0, batch: int = 1, dims: dict[str, int] | None = None
 ) -> dict[str, np.ndarray]:
-    """Inputs of the right shapes and dtypes for timing a model: float inputs are
-    standard normal, bool inputs random, integer inputs ones (a valid token id, attention
-    mask, segment id or length for every language model; random integers would index
-    outside small embedding tables). Symbolic dimensions: ``dims[name]`` when given
+    """Inputs of the right shapes and dtypes for timing a model (``source``: an
+    InferenceSession or a loaded Model; its graph inputs without an initializer): float
+    inputs are standard normal, bool inputs random, integer inputs ones (a valid token id,
+    attention mask, segment id or length for every language model; random integers would
+    index outside small embedding tables). Symbolic dimensions: ``dims[name]`` when given
     (``--dim sequence=128``), else ``batch`` for the first dimension and 1 elsewhere."""
     rng = np.random.default_rng(seed)
     dims = dims or {}
     feeds = {}
-    for arg in sess.get_inputs():
-        t = sess.model.graph.value(arg.name).type
+    model = getattr(source, "model", source)
+    for v in model.graph.inputs:
+        if v.const is not None:
+            continue  # an overridable initializer: its default is the feed
+        t = v.type
         shape = [
             d if isinstance(d, int) and d >= 0 else dims.get(str(d), batch if k == 0 else 1)
-            for k, d in enumerate(arg.shape or [])
+            for k, d in enumerate((t.shape if t is not None else None) or [])
         ]
         dtype = np.dtype(t.elem.numpy) if t is not None else np.dtype(np.float32)
         if dtype.kind == "f" or dtype.kind == "V":
@@ -73,7 +78,7 @@ def random_feeds(
             arr = rng.integers(0, 2, shape).astype(bool)
         else:
             arr = np.ones(shape, dtype)
-        feeds[arg.name] = arr
+        feeds[v.name] = arr
     return feeds
 
 
@@ -88,16 +93,14 @@ def parse_dims(items: list[str] | None) -> dict[str, int]:
     return out
 
 
-def _run_shapes(path: str, model, dims: dict[str, int], batch: int) -> dict[str, tuple[int, ...]]:
+def _run_shapes(model, dims: dict[str, int], batch: int) -> dict[str, tuple[int, ...]]:
     """Every value's shape in one run of the graph as written (the reference target) on
     random inputs whose symbolic dimensions take ``dims`` (``--dim``; the first ``batch``,
     others 1): MACs are then counted at those sizes, not with every symbolic dimension 1
     (a transformer's attention products at a sequence of 1)."""
-    import quanta
     from quanta.targets.reference import ReferenceTarget
 
-    sess = quanta.InferenceSession(path, backend="reference")
-    feeds = random_feeds(sess, batch=batch, dims=dims)
+    feeds = random_feeds(model, batch=batch, dims=dims)
     shapes: dict[str, tuple[int, ...]] = {k: tuple(v.shape) for k, v in feeds.items()}
 
     def keep(name: str, arr: object) -> None:
@@ -116,7 +119,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     model = load(args.model)
     print(summarize(model).format(max_tensors=args.max_tensors))
-    shapes = _run_shapes(args.model, model, parse_dims(args.dim), args.batch) if args.dim else None
+    shapes = _run_shapes(model, parse_dims(args.dim), args.batch) if args.dim else None
     print(lowered_coverage(model, shapes, target=args.target).format_share())
     if args.ir:
         print()
