@@ -19,8 +19,9 @@ Defaults are the general-purpose settings most users should run:
 - bias ``int32`` with scale ``sx·sw`` (docs/quantization-math.md);
 - Relu/Clip absorbed into the producer's range; graph outputs stay float (the last
   layer dequantizes), LayerNormalization, Gelu and Softmax's input stay float;
-- LSTMs run as ONNX Runtime's DynamicQuantizeLSTM (int8 weights, X and H quantized per
-  step at run time; quanta.quantize.recurrent) in both static and dynamic quantization.
+- LSTMs run as ONNX Runtime's DynamicQuantizeLSTM and GRUs as quanta::DynamicQuantizeGRU
+  (int8 weights, X and H quantized per step at run time; quanta.quantize.recurrent) in
+  both static and dynamic quantization.
 """
 
 from __future__ import annotations
@@ -74,9 +75,11 @@ WEIGHT_ROUNDING = ("gptq", "gptaq", "nearest")
 
 
 class RecurrentMode(enum.Enum):
-    """What quantization does with LSTM nodes (GRU and RNN have no integer form)."""
+    """What quantization does with LSTM and GRU nodes (RNN has no integer form)."""
 
-    DYNAMIC = "dynamic"  # com.microsoft DynamicQuantizeLSTM: int8 weights, per-step activations
+    #: com.microsoft DynamicQuantizeLSTM / quanta::DynamicQuantizeGRU: int8 weights,
+    #: per-step activations
+    DYNAMIC = "dynamic"
     FLOAT = "float"  # left as they are
 
 
