@@ -266,3 +266,20 @@ def test_gru_with_other_activations_or_layout_stays_float_with_reason(tmp_path):
     s = quanta.quantize_dynamic(src, tmp_path / "o.onnx", verbose=False)
     (reason,) = [r for name, op, r in s.float_nodes if op == "GRU"]
     assert "activations" in reason and "Sigmoid, Tanh only" in reason
+
+
+def test_quanta_gru_file_quantized_again_goes_through_its_float_view(tmp_path):
+    """A file with DynamicQuantizeGRU given to quantize_dynamic again: its float view has a
+    GRU with the dequantized weights, which becomes DynamicQuantizeGRU once more; the
+    result runs in ONNX Runtime."""
+    src, once, twice = tmp_path / "gru.onnx", tmp_path / "once.onnx", tmp_path / "twice.onnx"
+    onnx.save(gru_model(), src)
+    quanta.quantize_dynamic(src, once, verbose=False)
+    s = quanta.quantize_dynamic(once, twice, verbose=False)
+    assert ("gru_quant", "GRU") in s.quantized and any("DynamicQuantizeGRU" in n for n in s.notes)
+    proto = onnx.load(str(twice))
+    assert [n.op_type for n in proto.graph.node].count(OP_TYPE) == 1
+    feeds = _feeds(1, seed=9)[0]
+    np.testing.assert_allclose(
+        _ort(str(twice)).run(None, feeds)[1], _ort(str(once)).run(None, feeds)[1], atol=0.02
+    )
