@@ -241,6 +241,12 @@ class Recipe:
     # fail, writing nothing, when a smaller share of the MACs would run in integer
     min_integer_share: float | None = None
     recurrent: RecurrentMode = RecurrentMode.DYNAMIC
+    # under recurrent "dynamic", a GRU becomes DynamicQuantizeGRU when one step of one
+    # direction has at least this many multiply-adds, 3H·(I + H); a smaller GRU stays float:
+    # its per-step quantization and integer product calls cost more than the int8 product
+    # saves, in quanta and in ONNX Runtime's Loop body of the op (docs/kernels.md "Dynamic
+    # int8 GRU", measured: H = 256, I = 256 break even, nsnet2's H = 400 gains 1.7x). 0: every GRU
+    gru_min_step_macs: int = 1 << 19
     subgraphs: SubgraphMode = SubgraphMode.DYNAMIC
     # the device the file is for: None (any CPU) or a key of TARGETS ("npu-sim": integer
     # only, every op quantized, the device's granularity rules; see TARGETS)
@@ -269,6 +275,8 @@ class Recipe:
                 raise RecipeError(
                     f"recurrent: unknown mode {self.recurrent!r}; expected one of {choices}"
                 ) from None
+        if not isinstance(self.gru_min_step_macs, int) or self.gru_min_step_macs < 0:
+            raise RecipeError(f"gru_min_step_macs: expected an integer >= 0, got {self.gru_min_step_macs!r}")
         if isinstance(self.subgraphs, str):
             try:
                 self.subgraphs = SubgraphMode(self.subgraphs.lower())

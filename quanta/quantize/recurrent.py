@@ -105,6 +105,12 @@ def gru_float_reason(node: Node, recipe: Recipe, opset: int) -> str | None:
     assert w is not None and r is not None  # lstm_float_reason checked them
     if H <= 0 or w.const.shape[:2] != (D, 3 * H) or r.const.shape != (D, 3 * H, H):
         return f"GRU weights {list(w.const.shape)}, {list(r.const.shape)} do not match hidden_size {H} ({direction})"
+    step = 3 * H * (int(w.const.shape[2]) + H)
+    if step < recipe.gru_min_step_macs:
+        return (
+            f"a GRU step of {step} multiply-adds (H = {H}) is below gru_min_step_macs = "
+            f"{recipe.gru_min_step_macs}: its dynamic int8 form is slower than the float GRU"
+        )
     return None
 
 

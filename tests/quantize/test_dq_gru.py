@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 import quanta
 from quanta.kernels.reference.dq_gru import QUANTA_DOMAIN, dynamic_quantize_gru
 from quanta.kernels.reference.rnn import gru as float_gru
+from quanta.quantize.recipe import RecipeError
 from quanta.quantize.dq_gru_function import FUNCTION_INPUTS, OP_TYPE, GruForm, gru_function, overload_name
 from tests.targets.test_native_dq_gru import assert_same, gru_inputs
 
@@ -223,7 +224,7 @@ def test_quantize_dynamic_writes_gru_as_dynamic_quantize_gru_that_ort_and_quanta
     D = 2 if direction == "bidirectional" else 1
     src, out = tmp_path / "gru.onnx", tmp_path / "gru_dyn.onnx"
     onnx.save(gru_model(direction=direction, lbr=lbr), src)
-    summary = quanta.quantize_dynamic(src, out, verbose=False)
+    summary = quanta.quantize_dynamic(src, out, verbose=False, gru_min_step_macs=0)
     assert ("gru", "GRU") in summary.quantized and summary.integer_share == 1.0
     proto = onnx.load(str(out))
     onnx.checker.check_model(proto, full_check=True)
@@ -246,7 +247,9 @@ def test_quantize_dynamic_writes_gru_as_dynamic_quantize_gru_that_ort_and_quanta
 def test_quantize_static_writes_gru_dynamic_and_recurrent_float_keeps_it(tmp_path):
     src = tmp_path / "gru.onnx"
     onnx.save(gru_model(), src)
-    dyn = quanta.quantize_static(src, tmp_path / "q.onnx", _feeds(4, seed=1), verbose=False, progress=False)
+    dyn = quanta.quantize_static(
+        src, tmp_path / "q.onnx", _feeds(4, seed=1), verbose=False, progress=False, gru_min_step_macs=0
+    )
     assert ("gru", "GRU") in dyn.quantized and dyn.integer_share == 1.0
     assert OP_TYPE in {n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node}
     kept = quanta.quantize_static(
@@ -263,9 +266,24 @@ def test_gru_with_other_activations_or_layout_stays_float_with_reason(tmp_path):
     gru_node.attribute.append(helper.make_attribute("activations", ["HardSigmoid", "Tanh"]))
     src = tmp_path / "gru_hs.onnx"
     onnx.save(model, src)
-    s = quanta.quantize_dynamic(src, tmp_path / "o.onnx", verbose=False)
+    s = quanta.quantize_dynamic(src, tmp_path / "o.onnx", verbose=False, gru_min_step_macs=0)
     (reason,) = [r for name, op, r in s.float_nodes if op == "GRU"]
     assert "activations" in reason and "Sigmoid, Tanh only" in reason
+
+
+def test_a_gru_below_gru_min_step_macs_stays_float_with_its_size(tmp_path):
+    """The default keeps a GRU whose step is under 2^19 multiply-adds float (its int8 form
+    is slower there); its step size is the threshold's unit: 3H·(I + H) = 3·17·40 = 2040."""
+    src = tmp_path / "gru.onnx"
+    onnx.save(gru_model(), src)
+    s = quanta.quantize_dynamic(src, tmp_path / "o.onnx", verbose=False)
+    (reason,) = [r for name, op, r in s.float_nodes if op == "GRU"]
+    assert "GRU step of 2040 multiply-adds (H = 17) is below gru_min_step_macs = 524288" in reason
+    assert not onnx.load(str(tmp_path / "o.onnx")).functions
+    at = quanta.quantize_dynamic(src, tmp_path / "o2.onnx", verbose=False, gru_min_step_macs=2040)
+    assert ("gru", "GRU") in at.quantized
+    with pytest.raises(RecipeError, match="gru_min_step_macs: expected an integer >= 0"):
+        quanta.quantize_dynamic(src, tmp_path / "o3.onnx", verbose=False, gru_min_step_macs=-1)
 
 
 def test_quanta_gru_file_quantized_again_goes_through_its_float_view(tmp_path):
@@ -274,8 +292,8 @@ def test_quanta_gru_file_quantized_again_goes_through_its_float_view(tmp_path):
     result runs in ONNX Runtime."""
     src, once, twice = tmp_path / "gru.onnx", tmp_path / "once.onnx", tmp_path / "twice.onnx"
     onnx.save(gru_model(), src)
-    quanta.quantize_dynamic(src, once, verbose=False)
-    s = quanta.quantize_dynamic(once, twice, verbose=False)
+    quanta.quantize_dynamic(src, once, verbose=False, gru_min_step_macs=0)
+    s = quanta.quantize_dynamic(once, twice, verbose=False, gru_min_step_macs=0)
     assert ("gru_quant", "GRU") in s.quantized and any("DynamicQuantizeGRU" in n for n in s.notes)
     proto = onnx.load(str(twice))
     assert [n.op_type for n in proto.graph.node].count(OP_TYPE) == 1
