@@ -21,8 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 import quanta
 from quanta.kernels.reference.dq_gru import QUANTA_DOMAIN, dynamic_quantize_gru
 from quanta.kernels.reference.rnn import gru as float_gru
-from quanta.quantize.recipe import RecipeError
 from quanta.quantize.dq_gru_function import FUNCTION_INPUTS, OP_TYPE, GruForm, gru_function, overload_name
+from quanta.quantize.recipe import RecipeError
 from tests.targets.test_native_dq_gru import assert_same, gru_inputs
 
 F32 = np.float32
