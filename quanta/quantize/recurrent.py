@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node, Value
-from quanta.ir.types import F32, I8
+from quanta.ir.types import F32, I8, TensorType
 from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.qdq import TensorPlan, _weight_type, weight_float_reason
 from quanta.quantize.recipe import Recipe, RecurrentMode
@@ -79,16 +79,27 @@ def lstm_float_reason(node: Node, recipe: Recipe) -> str | None:
     return weight_float_reason(w) or weight_float_reason(r, "recurrence weight")
 
 
+class _LayoutZero:
+    """A node seen with ``layout`` 0 (its other attributes and inputs as they are)."""
+
+    def __init__(self, node: Node):
+        self._node = node
+        self.attrs = {**node.attrs, "layout": 0}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._node, name)
+
+
 def gru_float_reason(node: Node, recipe: Recipe, opset: int) -> str | None:
     """Why an ONNX GRU node stays float (no DynamicQuantizeGRU form), or None. ``opset``:
     the model's ai.onnx opset, which the written function body uses."""
     from quanta.quantize.dq_gru_function import MIN_OPSET
 
+    if int(node.attrs.get("layout", 0) or 0) == 1:  # rewrite_gru transposes around the node
+        node = _LayoutZero(node)  # type: ignore[assignment]
     reason = lstm_float_reason(node, recipe)
     if reason is not None:
-        return reason.replace("LSTM", "GRU").replace(
-            "DynamicQuantizeGRU has no layout", "no dynamic GRU form"
-        )
+        return reason.replace("LSTM", "GRU")
     if opset < MIN_OPSET:
         return (
             f"ai.onnx opset {opset} < {MIN_OPSET}: DynamicQuantizeGRU's ONNX body needs DynamicQuantizeLinear"
@@ -186,7 +197,9 @@ def rewrite_lstm(node: Node, weights: LstmWeights) -> Node:
 def rewrite_gru(node: Node, weights: LstmWeights) -> Node:
     """GRU -> quanta::DynamicQuantizeGRU (inputs 0-5 as the GRU's, then W_scale,
     W_zero_point, R_scale, R_zero_point; attributes but ``layout`` and the default
-    activations), with the overload whose function the model gets. Returns the new node."""
+    activations), with the overload whose function the model gets. A batch-first GRU
+    (``layout`` 1) gets Transposes of X and initial_h in and of Y and Y_h out (exact: they
+    move bytes). Returns the new node."""
     from quanta.quantize.dq_gru_function import OP_TYPE, GruForm, gru_function, overload_name
 
     model = weights.model
@@ -196,6 +209,7 @@ def rewrite_gru(node: Node, weights: LstmWeights) -> Node:
     wq, ws, wz = weights.get(w)
     rq, rs, rz = weights.get(r)
     rest = list(node.inputs[3:6]) + [None] * (3 - len(node.inputs[3:6]))
+    batch_first = int(node.attrs.get("layout", 0) or 0) == 1
     keep = ("hidden_size", "direction", "linear_before_reset", "clip")
     attrs = {k: v for k, v in node.attrs.items() if k in keep}
     types = {k: node.attr_types[k] for k in attrs if k in node.attr_types}
@@ -219,13 +233,19 @@ def rewrite_gru(node: Node, weights: LstmWeights) -> Node:
         opset = int(model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0)))
         model.functions.append(gru_function(form, opset))
     model.ir_version = max(int(model.ir_version), 10)  # function overloads
-    outputs = list(node.outputs)
+    outputs: list[Value | None] = list(node.outputs)
     at = g.nodes.index(node)
     anchor = g.nodes[at + 1] if at + 1 < len(g.nodes) else None
     node.outputs = []
     for v in outputs:
-        v.producer = None
+        if v is not None:
+            v.producer = None
     g.remove_node(node)
+    after: list[Node] = []
+    if batch_first:  # layout 1: X [B, T, I], initial_h [B, D, H] in; Y [B, T, D, H], Y_h [B, D, H] out
+        x = _transposed(g, x, (1, 0, 2), anchor)
+        rest[2] = _transposed(g, rest[2], (1, 0, 2), anchor)
+        outputs, after = _time_major_outputs(g, outputs)
     new = Node(
         OP_TYPE,
         [x, wq, rq, *rest, ws, wz, rs, rz],
@@ -237,8 +257,40 @@ def rewrite_gru(node: Node, weights: LstmWeights) -> Node:
     )
     new.overload = overload
     g.add_node(new, before=anchor)
+    for n in after:
+        g.add_node(n, before=anchor)
     model.opset_imports.setdefault(QUANTA_DOMAIN, 1)
     return new
+
+
+def _transposed(g: Any, v: Value | None, perm: tuple[int, ...], anchor: Node | None) -> Value | None:
+    """``v`` transposed by a Transpose inserted before ``anchor`` (None: None)."""
+    if v is None:
+        return None
+    shape = None if v.shape is None else tuple(v.shape[p] for p in perm)
+    out = Value(g.fresh_name(f"{v.name}_time_major"), None if shape is None else TensorType(F32, shape))
+    g.add_node(
+        Node("Transpose", [v], [out], {"perm": list(perm)}, name=g.fresh_name(f"{v.name}_Transpose")),
+        before=anchor,
+    )
+    return out
+
+
+def _time_major_outputs(g: Any, outputs: list[Value | None]) -> tuple[list[Value | None], list[Node]]:
+    """The node's time-major outputs and the Transposes that give the batch-first ones
+    (Y [T, D, B, H] -> [B, T, D, H], Y_h [D, B, H] -> [B, D, H])."""
+    new: list[Value | None] = []
+    nodes: list[Node] = []
+    for v, perm in zip(outputs, ((2, 0, 1, 3), (1, 0, 2)), strict=False):
+        if v is None or not v.name:
+            new.append(v)
+            continue
+        inner = Value(g.fresh_name(f"{v.name}_time_major"))
+        nodes.append(
+            Node("Transpose", [inner], [v], {"perm": list(perm)}, name=g.fresh_name(f"{v.name}_Transpose"))
+        )
+        new.append(inner)
+    return new, nodes
 
 
 def _model_opset(model: Model) -> int:

@@ -301,3 +301,70 @@ def test_quanta_gru_file_quantized_again_goes_through_its_float_view(tmp_path):
     np.testing.assert_allclose(
         _ort(str(twice)).run(None, feeds)[1], _ort(str(once)).run(None, feeds)[1], atol=0.02
     )
+
+
+@pytest.mark.parametrize("lbr", [0, 1])
+def test_ort_with_two_threads_and_large_blocks_gives_the_twin_bytes(lbr):
+    """ORT's threaded min / max and products do not change a byte: a block's (lo, hi) do
+    not depend on the order, the integer sums are exact, the rest is elementwise. H = 257,
+    I = 400, 20 steps, bidirectional, lengths 20, 7, 13."""
+    rng = np.random.default_rng(5 + lbr)
+    H = 257
+    inputs = gru_inputs(
+        rng,
+        T=20,
+        B=3,
+        n_in=400,
+        H=H,
+        D=2,
+        weights="int8",
+        scales="column",
+        bias=True,
+        lens=[20, 7, 13],
+        h0=True,
+    )
+    attrs = {"hidden_size": H, "direction": "bidirectional", "linear_before_reset": lbr}
+    model, feeds = _one_node_model(
+        inputs, attrs, GruForm(H, "bidirectional", bool(lbr), None, True, True, True), 17
+    )
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    got = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    assert_same(dynamic_quantize_gru(*inputs, **attrs), tuple(got), "ORT, 2 threads")
+
+
+def test_batch_first_gru_is_written_time_major_between_transposes(tmp_path):
+    """layout = 1: the node is the time-major op between Transposes of X, initial_h, Y and
+    Y_h; quanta and ONNX Runtime give the bytes of the same GRU written time-major."""
+    m0, m1 = gru_model(direction="bidirectional", lbr=0), gru_model(direction="bidirectional", lbr=0)
+    g = m1.graph
+    gru_node = next(n for n in g.node if n.op_type == "GRU")
+    gru_node.attribute.append(helper.make_attribute("layout", 1))
+    gru_node.input[0], gru_node.input[5], gru_node.output[0], gru_node.output[1] = (
+        "e_bf",
+        "h0_bf",
+        "y_bf",
+        "y_h_bf",
+    )
+    at = list(g.node).index(gru_node)
+    g.node.insert(at + 1, helper.make_node("Transpose", ["y_bf"], ["y"], perm=[1, 2, 0, 3]))
+    g.node.insert(at + 1, helper.make_node("Transpose", ["y_h_bf"], ["y_h"], perm=[1, 0, 2]))
+    g.node.insert(at, helper.make_node("Transpose", ["h0"], ["h0_bf"], perm=[1, 0, 2]))
+    g.node.insert(at, helper.make_node("Transpose", ["e"], ["e_bf"], perm=[1, 0, 2]))
+    outs = {}
+    for name, m in (("tm", m0), ("bf", m1)):
+        onnx.save(m, tmp_path / f"{name}.onnx")
+        s = quanta.quantize_dynamic(
+            tmp_path / f"{name}.onnx", tmp_path / f"{name}_q.onnx", verbose=False, gru_min_step_macs=0
+        )
+        assert s.integer_share == 1.0
+        outs[name] = tmp_path / f"{name}_q.onnx"
+    assert OP_TYPE in {n.op_type for n in onnx.load(str(outs["bf"])).graph.node}
+    feeds = _feeds(1, seed=6, D=2)[0]
+    want = quanta.InferenceSession(str(outs["tm"]), backend="native").run(None, feeds)
+    got = quanta.InferenceSession(str(outs["bf"]), backend="native").run(None, feeds)
+    for a, b in zip(want, got, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(_ort(str(outs["bf"])).run(None, feeds)[1], want[1])
