@@ -338,7 +338,7 @@ def spread_reasons(observers: Mapping[str, Any]) -> dict[str, str]:
         out[name] = (
             f"{SPREAD}: {share:.0%} of the non-zero values of its input x lie below half an 8-bit "
             f"step of [0, {top:.3g}], which the per-step int8 quantization of DynamicQuantizeLSTM "
-            "rounds to 0 (eq. (26) of docs/calibration.md)"
+            "/ DynamicQuantizeGRU rounds to 0 (eq. (26) of docs/calibration.md)"
         )
     return out
 
