@@ -341,6 +341,9 @@ class Model:
     metadata: dict[str, str] = field(default_factory=dict)
     functions: list[Any] = field(default_factory=list)  # onnx.FunctionProto, carried as-is
     path: str | None = None  # file it was loaded from, for error messages
+    # node name -> why the loader left a foreign operator as written (ir/ms_contrib.py,
+    # ir/quark_ops.py): a target that cannot run the node says it (never serialized)
+    load_notes: dict[str, str] = field(default_factory=dict)
 
     def opset(self, domain: str = "") -> int:
         if domain == "ai.onnx":

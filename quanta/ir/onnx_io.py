@@ -106,7 +106,17 @@ class ModelLoadError(ValueError):
 
 def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
     """Parse and validate, returning the proto (external data loaded) and its path."""
+    proto, path, _ = _load_proto(model)
+    return proto, path
+
+
+def _load_proto(
+    model: str | os.PathLike | bytes | onnx.ModelProto,
+) -> tuple[onnx.ModelProto, str | None, dict[str, str]]:
+    """:func:`load_proto`, plus why each foreign operator the canonicalizations left as
+    written was left (node name -> reason; ``Model.load_notes``)."""
     path: str | None = None
+    left: list[tuple[str, str, str]] = []
     if isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)
@@ -129,12 +139,11 @@ def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx
             # data stays on disk) and shapes are inferred before the data is loaded
             _check_structure(proto.graph, where)
             _check_file(path)
-            decompose_contrib_ops(proto)
-            decompose_quark_ops(proto)
+            left = decompose_contrib_ops(proto) + decompose_quark_ops(proto)
             expand_function_ops(proto)
             reinfer_declared_shapes(proto)
             _load_external_data(proto, base, path)
-            return proto, path
+            return proto, path, _notes(left)
         _load_external_data(proto, base, path)
     else:
         raise TypeError(f"expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
@@ -146,14 +155,18 @@ def load_proto(model: str | os.PathLike | bytes | onnx.ModelProto) -> tuple[onnx
     _check_structure(proto.graph, where)
     _type_bare_declarations(proto, where)
     # ONNX Runtime's fused transformer operators, as the ONNX operators they fuse
-    decompose_contrib_ops(proto)
+    left = decompose_contrib_ops(proto)
     # AMD Quark's extended quantize / dequantize, as the operators they compute
-    decompose_quark_ops(proto)
+    left += decompose_quark_ops(proto)
     # ONNX's Attention, RMSNormalization, RotaryEmbedding, as their function bodies
     expand_function_ops(proto)
     _check(proto, where)
     reinfer_declared_shapes(proto)
-    return proto, path
+    return proto, path, _notes(left)
+
+
+def _notes(left: list[tuple[str, str, str]]) -> dict[str, str]:
+    return {name: why for name, _, why in left if name}
 
 
 def _drop_shadowed_initializers(graph: onnx.GraphProto, where: str) -> None:
@@ -481,7 +494,7 @@ def upgrade_opset(proto: onnx.ModelProto, target: int, where: str = "model") -> 
 
 def load(model: str | os.PathLike | bytes | onnx.ModelProto, *, infer_shapes: bool = True) -> Model:
     """Load an ONNX model into the quanta IR (see module docstring)."""
-    proto, path = load_proto(model)
+    proto, path, notes = _load_proto(model)
     where = path or "model"
     if infer_shapes:
         try:
@@ -490,6 +503,7 @@ def load(model: str | os.PathLike | bytes | onnx.ModelProto, *, infer_shapes: bo
             pass
     m = from_proto(proto, where)
     m.path = path
+    m.load_notes = notes
     return m
 
 

@@ -213,6 +213,10 @@ def optimize_float(
         FoldConstants(evaluator),
         StftAsConvPass(opset),  # a real STFT / DFT: a Conv / MatMul by the (windowed) DFT basis
         RemoveNoops(),
+        # equal constants merged before the rules that group nodes by their weight: a
+        # file that stores a shared weight once per reader (NVIDIA ModelOpt writes an
+        # unrolled LSTM's input weight once per step) is then the graph its export was
+        EliminateCommon(),
         WidenHalfIslands(),  # float16 islands in float32 between Casts: the rules below see float32
         # a TF export's NHWC epilogues between Transposes: the pairs cancel, the affine
         # epilogue and activation land right after each Conv for the folds below

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from quanta.ir.graph import Model, Node
-from quanta.kernels.reference.registry import OpContext, OpError, get_op
+from quanta.kernels.reference.registry import OpContext, OpError, get_op, refusal
 from quanta.targets.base import (
     Executable,
     Kernel,
@@ -121,12 +121,14 @@ class ReferenceTarget(Target):
     def unsupported(self, model: Model, node: Node) -> str | None:
         if get_op(node.op_type, node.domain) is None:
             domain = node.domain or "ai.onnx"
-            return f"operator {domain}::{node.op_type} has no reference implementation"
+            why = f"operator {domain}::{node.op_type} has no reference implementation"
+            note = model.load_notes.get(node.name)
+            return why if note is None else f"{why}; the loader left it as written: {note}"
         if node.domain not in model.opset_imports and not (
             node.domain == "" and "ai.onnx" in model.opset_imports
         ):
             return f"model imports no opset for domain '{node.domain or 'ai.onnx'}'"
-        return None
+        return refusal(node.op_type, node.domain, dict(node.attrs), [v is not None for v in node.inputs])
 
     def select_kernel(self, model: Model, node: Node) -> Kernel:
         del model  # unused: every node runs its twin

@@ -162,6 +162,13 @@ def test_a_computed_float_scale_stays_with_its_reason():
     m = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(QUARK_DOMAIN, 1)]
     )
+    # the session names the node and the loader's reason, not only the missing kernel
+    with pytest.raises(
+        quanta.targets.base.TargetError,
+        match=r"q0.*ExtendedQuantizeLinear has no reference implementation; the loader left it as "
+        r"written: a float-storage quantizer with a computed scale",
+    ):
+        quanta.InferenceSession(m.SerializeToString())
     left = decompose_quark_ops(m)
     assert left == [
         ("q0", "ExtendedQuantizeLinear", "a float-storage quantizer with a computed scale or zero point")

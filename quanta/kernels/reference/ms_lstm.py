@@ -65,7 +65,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from quanta.kernels.reference.float_ops import fma_f32
-from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, register
+from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, refuses, register
 
 __all__ = [
     "DqLstmInputs",
@@ -467,6 +467,12 @@ class DqLstmInputs(NamedTuple):
     w_zero_point: np.ndarray | None = None
     r_scale: np.ndarray | None = None
     r_zero_point: np.ndarray | None = None
+
+
+@refuses("DynamicQuantizeLSTM", MS_DOMAIN)
+def _dq_lstm_refusal(attrs: dict[str, Any], given: list[bool]) -> str | None:
+    del given
+    return "layout = 1 (batch first) is not supported (ORT: neither)" if int(attrs.get("layout", 0)) else None
 
 
 @register("DynamicQuantizeLSTM", MS_DOMAIN)

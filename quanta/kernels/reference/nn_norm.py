@@ -27,12 +27,13 @@ GroupNormalization (stash type float32) and InstanceNormalization follow eqs. (L
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from quanta.kernels.reference.float_ops import layer_norm_div_rows, layer_norm_rows, rms_norm_rows
 from quanta.kernels.reference.nn import compute_dtype, from_compute, to_compute
-from quanta.kernels.reference.registry import OpContext, OpError, register
+from quanta.kernels.reference.registry import OpContext, OpError, refuses, register
 
 # TensorProto element types that stash_type may name.
 _STASH_DTYPES = {1: np.dtype(np.float32), 11: np.dtype(np.float64), 10: np.dtype(np.float16)}
@@ -59,6 +60,16 @@ def _per_channel(v: np.ndarray, ndim: int, dtype: np.dtype) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ BatchNormalization
+
+
+@refuses("BatchNormalization")
+def _batch_norm_refusal(attrs: dict[str, Any], given: list[bool]) -> str | None:
+    del given
+    return (
+        None
+        if int(attrs.get("spatial", 1))
+        else "spatial=0 (opset < 9, per-element statistics) is not supported"
+    )
 
 
 @register("BatchNormalization")

@@ -33,9 +33,11 @@ and a block's exponent comes from the exponent fields (so a subnormal block shar
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from quanta.kernels.reference.registry import OpContext, OpError, register
+from quanta.kernels.reference.registry import OpContext, OpError, refuses, register
 
 __all__ = ["QUARK_DOMAIN", "bfp_quantize_dequantize", "mx_quantize_dequantize"]
 
@@ -202,6 +204,37 @@ def mx_quantize_dequantize_op(
     """com.amd.quark MXQuantizeDequantize (see :func:`mx_quantize_dequantize`)."""
     del ctx  # unused
     return mx_quantize_dequantize(x, _text(element_dtype), axis, block_size, rounding_mode)
+
+
+@refuses("MXQuantizeDequantize", QUARK_DOMAIN)
+def _mx_refusal(attrs: dict[str, Any], given: list[bool]) -> str | None:
+    del given
+    name = _text(attrs.get("element_dtype", "int8"))
+    if name not in _ELEMENTS:
+        return f"element_dtype {name!r}: expected one of {', '.join(_ELEMENTS)}"
+    if int(attrs.get("rounding_mode", 2)) not in (0, 1, 2):
+        return f"rounding_mode {attrs['rounding_mode']}: expected 0, 1 or 2"
+    if int(attrs.get("block_size", 32)) < 1:
+        return f"block_size {attrs['block_size']}: expected >= 1"
+    return None
+
+
+@refuses("BFPQuantizeDequantize", QUARK_DOMAIN)
+def _bfp_refusal(attrs: dict[str, Any], given: list[bool]) -> str | None:
+    del given
+    method = _text(attrs.get("bfp_method", "to_bfp"))
+    if method != "to_bfp":
+        return f"bfp_method {method!r}: only 'to_bfp' is implemented"
+    for flag in ("convert_to_bfloat_before_bfp", "use_compiler_version_cpu_kernel"):
+        if int(attrs.get(flag, 0)):
+            return f"{flag} = 1 is not implemented"
+    if int(attrs.get("rounding_mode", 0)) not in (0, 1, 2):
+        return f"rounding_mode {attrs['rounding_mode']}: expected 0, 1 or 2"
+    if int(attrs.get("bit_width", 16)) < 10:
+        return f"bit_width {attrs['bit_width']}: expected >= 10"
+    if int(attrs.get("block_size", 8)) < 1:
+        return f"block_size {attrs['block_size']}: expected >= 1"
+    return None
 
 
 @register("BFPQuantizeDequantize", QUARK_DOMAIN)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OPS", "OpContext", "OpError", "get_op", "register"]
+__all__ = ["OPS", "REFUSALS", "OpContext", "OpError", "get_op", "refusal", "refuses", "register"]
 
 ONNX_DOMAIN = ""
 ML_DOMAIN = "ai.onnx.ml"
@@ -63,6 +63,32 @@ def register(op_type: str, domain: str = ONNX_DOMAIN) -> Callable[[OpFn], OpFn]:
         return fn
 
     return deco
+
+
+#: What a twin leaves out of its operator: (domain, op_type) -> ``fn(attrs, given)``, the
+#: reason a node cannot run or None. ``attrs`` are the node's attributes as plain values
+#: (only those it sets), ``given[i]`` whether it gives input ``i``. Targets consult it
+#: when a session is built (``ReferenceTarget.unsupported``), so such a node is refused
+#: at load time, named, rather than failing on its first run.
+Refusal = Callable[[dict[str, Any], list[bool]], "str | None"]
+REFUSALS: dict[tuple[str, str], Refusal] = {}
+
+
+def refuses(op_type: str, domain: str = ONNX_DOMAIN) -> Callable[[Refusal], Refusal]:
+    """Decorator: ``@refuses("Op", domain)`` adds the function to :data:`REFUSALS`."""
+
+    def deco(fn: Refusal) -> Refusal:
+        REFUSALS[(domain, op_type)] = fn
+        return fn
+
+    return deco
+
+
+def refusal(op_type: str, domain: str, attrs: dict[str, Any], given: list[bool]) -> str | None:
+    """Why the twin of this node cannot run it (:data:`REFUSALS`), or None."""
+    _load_all()
+    fn = REFUSALS.get((ONNX_DOMAIN if domain == "ai.onnx" else domain, op_type))
+    return None if fn is None else fn(attrs, given)
 
 
 #: Ops quanta runs through onnx.reference because it has no NumPy twin of its own

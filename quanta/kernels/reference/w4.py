@@ -22,10 +22,12 @@ naming the attribute.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from quanta.kernels.reference.quantize import quantize_linear
-from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, register
+from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, refuses, register
 
 __all__ = ["QUANTA_DOMAIN", "dequantize_nbits", "matmul_nbits", "matmul_w4a8", "unpack_nibbles"]
 
@@ -107,6 +109,12 @@ def matmul_nbits(a: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -
     if bias is not None:
         y = y + np.asarray(bias, np.float32).reshape(-1)
     return y.astype(np.float32, copy=False)
+
+
+@refuses("MatMulNBits", MS_DOMAIN)
+def _nbits_refusal(attrs: dict[str, Any], given: list[bool]) -> str | None:
+    del attrs
+    return "g_idx (act-order) is not supported" if len(given) > 4 and given[4] else None
 
 
 @register("MatMulNBits", MS_DOMAIN)

@@ -260,3 +260,41 @@ def test_bfp_prime_is_refused_with_its_name():
 
 def test_docstring_examples():
     assert doctest.testmod(quark_qdq).failed == 0
+
+
+def session(op: str, **attrs) -> quanta.InferenceSession:
+    node = helper.make_node(op, ["x"], ["y"], name="q7", domain=QUARK_DOMAIN, **attrs)
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 17])],
+    )
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(QUARK_DOMAIN, 1)]
+    )
+    return quanta.InferenceSession(m.SerializeToString())
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "why"),
+    [
+        ("BFPQuantizeDequantize", {"bfp_method": "to_bfp_prime"}, "only 'to_bfp'"),
+        ("BFPQuantizeDequantize", {"convert_to_bfloat_before_bfp": 1}, "convert_to_bfloat_before_bfp"),
+        ("BFPQuantizeDequantize", {"use_compiler_version_cpu_kernel": 1}, "use_compiler_version"),
+        ("BFPQuantizeDequantize", {"bit_width": 9}, "bit_width 9"),
+        ("MXQuantizeDequantize", {"element_dtype": "fp3"}, "element_dtype 'fp3'"),
+        ("MXQuantizeDequantize", {"rounding_mode": 5}, "rounding_mode 5"),
+    ],
+)
+def test_what_the_kernels_leave_out_is_refused_when_the_session_is_built(op, attrs, why):
+    """Not on the first run: the session names the node and the attribute."""
+    with pytest.raises(Exception, match=rf"q7.*{why}|{why}.*q7") as e:
+        session(op, **attrs)
+    assert "q7" in str(e.value) and why.split()[0] in str(e.value)
+
+
+def test_the_implemented_attributes_build_a_session():
+    x = np.linspace(-3.0, 5.0, 51, dtype=np.float32).reshape(3, 17)
+    y = session("BFPQuantizeDequantize", bit_width=13, block_size=8, axis=1).run(None, {"x": x})[0]
+    same_bits(y, quark_qdq.bfp_quantize_dequantize(x, 13, 1, 8, 0, "to_bfp"))

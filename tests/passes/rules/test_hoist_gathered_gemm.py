@@ -124,3 +124,49 @@ def test_what_is_not_taken() -> None:
     result = HoistGatheredGemm()(g)
     assert not result.modified
     assert g.op_counts() == {"Gather": 6, "Gemm": 6}
+
+
+def test_float16_steps_with_a_weight_copy_each_become_one_product() -> None:
+    """NVIDIA ModelOpt's float16 form of an unrolled recurrence: the graph is float16 and
+    every step reads its own initializer holding the same weight (and bias). The copies
+    merge and the island widens before the rule runs, so the default pipeline takes the
+    steps as it takes the float32 export's; a copy that differs keeps its own Gemm."""
+    t_steps, b, k, n = 5, 3, 19, 7
+    rng = np.random.default_rng(4)
+    w = rng.uniform(-0.5, 0.5, (n, k)).astype(np.float16)
+    c = rng.uniform(-1, 1, (n,)).astype(np.float16)
+    inits, nodes, outs = [], [], []
+    for t in range(t_steps):
+        wt = w.copy()
+        if t == t_steps - 1:
+            wt[2, 3] += np.float16(0.25)  # not the same weight: stays its own step
+        inits += [
+            numpy_helper.from_array(wt, f"w_{t}"),
+            numpy_helper.from_array(c.copy(), f"c_{t}"),
+            numpy_helper.from_array(np.array(t, np.int64), f"i{t}"),
+        ]
+        nodes.append(helper.make_node("Gather", ["x", f"i{t}"], [f"x{t}"], axis=0))
+        nodes.append(helper.make_node("Gemm", [f"x{t}", f"w_{t}", f"c_{t}"], [f"p{t}"], transB=1))
+        nodes.append(helper.make_node("Tanh", [f"p{t}"], [f"h{t}"]))
+        outs.append(f"h{t}")
+    graph = helper.make_graph(
+        nodes,
+        "unrolled_f16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [t_steps, b, k])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT16, None) for o in outs],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((t_steps, b, k)).astype(np.float16)
+    x64 = x.astype(np.float64)
+    for backend in ("reference", "native"):
+        sess = quanta.InferenceSession(model, backend=backend)
+        ops = [s.op_type for s in sess.plan.steps]
+        assert ops.count("MatMul") == 1 and ops.count("Gemm") == 1, ops
+        got = sess.run(None, {"x": x})
+        for t, g in enumerate(got):
+            wt = numpy_helper.to_array(inits[3 * t]).astype(np.float64)
+            want = np.tanh(x64[t] @ wt.T + c.astype(np.float64))
+            assert g.dtype == np.float16
+            # each island output is the float32 result rounded once to float16
+            np.testing.assert_allclose(g.astype(np.float64), want, rtol=2e-3, atol=1e-3)
