@@ -17,16 +17,20 @@ direction or repeated per column; per-direction and per-column scales that diffe
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
 
+import quanta
 from quanta.ir.graph import Graph, Model, Node, Value
 from quanta.ir.types import TensorType, elem_from_numpy
 from quanta.kernels import _native
 from quanta.kernels.reference.dq_gru import QUANTA_DOMAIN, dynamic_quantize_gru
-from quanta.kernels.reference.registry import OpError
+from quanta.kernels.reference.registry import OpError, refusal
 from quanta.targets.base import KernelContext
 from quanta.targets.native import native_kernel_for, recurrent
 
@@ -281,3 +285,37 @@ def test_unequal_weight_zero_points_are_refused():
 
 def test_recurrent_module_exports_the_binder():
     assert "bind_dynamic_quantize_gru" in recurrent.__all__
+
+
+@pytest.mark.parametrize(
+    ("attrs", "expected"),
+    [
+        ({"hidden_size": 7, "layout": 1}, "layout = 1"),
+        ({"hidden_size": 7, "activations": ["Sigmoid", "Relu"]}, "Sigmoid, Tanh only"),
+    ],
+)
+def test_unsupported_forms_are_refused_when_the_session_is_built(attrs, expected):
+    """A node the op does not define is refused at load time, named (registry.REFUSALS),
+    on both backends; the default form is not."""
+    assert refusal(OP, QUANTA_DOMAIN, {"hidden_size": 7}, [True] * 10) is None
+    assert expected in (refusal(OP, QUANTA_DOMAIN, attrs, [True] * 10) or "")
+    rng = np.random.default_rng(0)
+    inputs = gru_inputs(
+        rng, T=2, B=1, n_in=5, H=7, D=1, weights="int8", scales="direction", bias=False, lens=None, h0=False
+    )
+    inits = [numpy_helper.from_array(a, INPUT_NAMES[i]) for i, a in enumerate(inputs) if a is not None and i]
+    node = helper.make_node(OP, [n if inputs[i] is not None else "" for i, n in enumerate(INPUT_NAMES)], ["Y", "Y_h"],
+                            name="gru9", domain=QUANTA_DOMAIN, **attrs)  # fmt: skip
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 1, 5])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(QUANTA_DOMAIN, 1)]
+    )
+    for backend in ("reference", "native"):
+        with pytest.raises(Exception, match=rf"gru9[\s\S]*{re.escape(expected)}"):
+            quanta.InferenceSession(m.SerializeToString(), backend=backend)

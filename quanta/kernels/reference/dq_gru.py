@@ -55,7 +55,7 @@ from quanta.kernels.reference.ms_lstm import (
     mlas_logistic,
     mlas_tanh,
 )
-from quanta.kernels.reference.registry import OpContext, OpError, register
+from quanta.kernels.reference.registry import OpContext, OpError, refuses, register
 
 __all__ = ["QUANTA_DOMAIN", "DqGruInputs", "dynamic_quantize_gru", "dynamic_quantize_gru_op"]
 
@@ -212,6 +212,19 @@ class DqGruInputs(NamedTuple):
     w_zero_point: np.ndarray | None = None
     r_scale: np.ndarray | None = None
     r_zero_point: np.ndarray | None = None
+
+
+@refuses("DynamicQuantizeGRU", QUANTA_DOMAIN)
+def _dq_gru_refusal(attrs: dict[str, Any], given: list[bool]) -> str | None:
+    """What the op does not define: batch-first layout, activations other than Sigmoid, Tanh."""
+    del given
+    if int(attrs.get("layout", 0)):
+        return "layout = 1 (batch first) is not supported (the quantizer writes the op time-major)"
+    acts = [a.decode() if isinstance(a, bytes) else str(a) for a in attrs.get("activations", ()) or ()]
+    d = 2 if attrs.get("direction", "forward") in ("bidirectional", b"bidirectional") else 1
+    if acts and [a.lower() for a in acts] != ["sigmoid", "tanh"] * d:
+        return f"activations {acts}: the op computes Sigmoid, Tanh only"
+    return None
 
 
 @register("DynamicQuantizeGRU", QUANTA_DOMAIN)
