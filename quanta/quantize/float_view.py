@@ -746,6 +746,17 @@ class _Deriver:
         m = onnx.ModelProto()
         m.CopyFrom(self.src)
         m.graph.CopyFrom(graph)
+        # a DynamicQuantizeGRU's function goes with the last node that reads it (the view
+        # writes those nodes as GRUs): a file quantized again keeps no unused body
+        used = {(n.domain, n.op_type, n.overload) for n in keep}
+        functions = [
+            f
+            for f in m.functions
+            if (f.domain, f.name) != ("quanta", "DynamicQuantizeGRU")
+            or (f.domain, f.name, f.overload) in used
+        ]
+        del m.functions[:]
+        m.functions.extend(functions)
         self.view.model = m
         return self.view
 

@@ -296,7 +296,10 @@ def test_quanta_gru_file_quantized_again_goes_through_its_float_view(tmp_path):
     s = quanta.quantize_dynamic(once, twice, verbose=False, gru_min_step_macs=0)
     assert ("gru_quant", "GRU") in s.quantized and any("DynamicQuantizeGRU" in n for n in s.notes)
     proto = onnx.load(str(twice))
-    assert [n.op_type for n in proto.graph.node].count(OP_TYPE) == 1
+    assert [n.op_type for n in proto.graph.node].count(OP_TYPE) == 1 and len(proto.functions) == 1
+    kept = quanta.quantize_dynamic(once, tmp_path / "kept.onnx", verbose=False, recurrent="float")
+    assert ("gru_quant", "GRU", "the recipe keeps recurrent ops float (recurrent: float)") in kept.float_nodes
+    assert not onnx.load(str(tmp_path / "kept.onnx")).functions  # the float GRU needs no body
     feeds = _feeds(1, seed=9)[0]
     np.testing.assert_allclose(
         _ort(str(twice)).run(None, feeds)[1], _ort(str(once)).run(None, feeds)[1], atol=0.02
