@@ -597,7 +597,9 @@ QLINEAR_OUT: dict[str, tuple[int, int]] = {
 INTEGER_FLOAT_OPS = frozenset({"MatMulInteger", "ConvInteger"})
 _DYNAMIC_TAIL = frozenset({"Cast", "Mul", "Add"})
 #: ... and those that write the float result themselves, under the original name
-DYNAMIC_FLOAT_OPS = frozenset({"DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"})
+DYNAMIC_FLOAT_OPS = frozenset(
+    {"DynamicQuantizeLSTM", "DynamicQuantizeGRU", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"}
+)
 
 #: Suffixes ONNX Runtime's quantizer gives the quantized copies of float tensors
 _ORT_SUFFIXES = ("_output_quantized", "_quantized", "_QuantizeLinear_Output")

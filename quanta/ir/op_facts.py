@@ -297,6 +297,7 @@ FACTS = OpTable(
         Op("Div", shape_only=True),
         Op("DynamicQuantizeLinear", shape_only=True, quant=True, stages=LOWERED_ONLY, island=False),
         Op("DynamicQuantizeLSTM", MS, macs=MacKind.RECURRENT, integer_op=True),
+        Op("DynamicQuantizeGRU", QUANTA, macs=MacKind.RECURRENT, integer_op=True),
         Op("DynamicQuantizeMatMul", MS, shape_only=True, macs=MacKind.MATMUL, integer_op=True),
         Op("Einsum", shape_only=True, compute=True, macs=MacKind.EINSUM, blas=True),
         _lookup("Elu"),
@@ -346,7 +347,7 @@ FACTS = OpTable(
         Op("Greater", shape_only=True),
         Op("GreaterOrEqual", shape_only=True),
         Op("GroupNormalization", shape_only=True),
-        Op("GRU", compute=True, macs=MacKind.RECURRENT),
+        Op("GRU", compute=True, macs=MacKind.RECURRENT, integer=("DynamicQuantizeGRU",)),
         Op("Hardmax", shape_only=True),
         # 16-bit codes: an affine map with a clip (passes/lower/wide.py LowerAffine16)
         replace(_lookup("HardSigmoid"), integer=("QLinearLookup", "QLinearAffine16")),

@@ -185,7 +185,7 @@ def quantize_bodies(
             wanted = {scope.prefix + name: name for name in bias_correction_inputs(plan)}
             correct_biases(graph, plan, {wanted[k]: m for k, m in means.items() if k in wanted})
         insert_qdq(graph, plan)
-        scope.lstms = quantize_lstms(scope.model, recipe)
+        scope.lstms = quantize_lstms(scope.model, recipe, grus=False)
         _scope_new_names(scope.model, before, scope.prefix)
         _write_back(scope, parent)
 

@@ -13,7 +13,7 @@ so the integer op needs none. Gemm's ``transB`` is folded into the stored weight
 
 An LSTM with constant W and R becomes ONNX Runtime's ``com.microsoft`` DynamicQuantizeLSTM
 (as ORT's own ``quantize_dynamic`` writes it; quanta.quantize.recurrent, which
-``quantize_static`` shares).
+``quantize_static`` shares), a GRU quanta::DynamicQuantizeGRU with its ONNX function.
 
 A weight is quantized once however many nodes read it (same values, same granularity): the
 integer copy and its scales are shared, so a weight used by several MatMuls costs one int8
@@ -32,14 +32,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from quanta.ir.graph import Graph, Node, Value
+from quanta.ir.graph import Graph, Model, Node, Value
 from quanta.ir.types import F16, F32, I32, U8, FloatType, TensorType
 from quanta.ir.verify import Stage, verify
 from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.ort_saturation import file_note
 from quanta.quantize.qdq import TensorPlan, _weight_type, weight_float_reason
 from quanta.quantize.recipe import Recipe
-from quanta.quantize.recurrent import LstmWeights, lstm_float_reason, rewrite_lstm
+from quanta.quantize.recurrent import LstmWeights, recurrent_float_reason, rewrite_gru, rewrite_lstm
 from quanta.quantize.static import (
     QuantizationSummary,
     _recipe_from,
@@ -51,16 +51,16 @@ from quanta.runtime.coverage import lowered_coverage
 
 __all__ = ["DYNAMIC_OP_TYPES", "quantize_dynamic"]
 
-DYNAMIC_OP_TYPES = frozenset({"MatMul", "Gemm", "Conv", "LSTM"})
+DYNAMIC_OP_TYPES = frozenset({"MatMul", "Gemm", "Conv", "LSTM", "GRU"})
 
 
-def _why_not(node: Node, recipe: Recipe) -> str | None:
+def _why_not(node: Node, recipe: Recipe, model: Model) -> str | None:
     if node.op_type not in DYNAMIC_OP_TYPES or node.op_type not in recipe.op_types | DYNAMIC_OP_TYPES:
-        return f"{node.op_type} is not in the quantized op types (dynamic: MatMul, Gemm, Conv, LSTM)"
+        return f"{node.op_type} is not in the quantized op types (dynamic: MatMul, Gemm, Conv, LSTM, GRU)"
     if node.domain not in ("", "ai.onnx"):
         return f"{node.domain}::{node.op_type} is not the ONNX operator"
-    if node.op_type == "LSTM":
-        return lstm_float_reason(node, recipe)
+    if node.op_type in ("LSTM", "GRU"):
+        return recurrent_float_reason(node, model, recipe)
     if recipe.excludes(node):
         return "excluded by the recipe"
     x, w = node.input(0), node.input(1)
@@ -123,12 +123,14 @@ def quantize_dynamic(
     lstm_weights = LstmWeights(model, recipe)
     with g.naming():  # every new value and node is named through fresh_name
         for node in list(g.nodes):
-            reason = _why_not(node, recipe)
+            reason = _why_not(node, recipe, model)
             if reason is not None:
                 summary.float_nodes.append((node.name, node.op_type, reason))
                 continue
             if node.op_type == "LSTM":
                 rewrite_lstm(node, lstm_weights)
+            elif node.op_type == "GRU":
+                rewrite_gru(node, lstm_weights)
             else:
                 _rewrite(g, node, recipe, dq_cache, weights)
             summary.quantized.append((node.name, node.op_type))

@@ -74,6 +74,7 @@ QUANTIZED_OPS = frozenset(
         "QAttention",
         "QEmbedLayerNormalization",
         "DynamicQuantizeLSTM",
+        "DynamicQuantizeGRU",
         "DynamicQuantizeMatMul",
         "MatMulIntegerToFloat",
     }
@@ -688,23 +689,33 @@ class _Deriver:
         return True
 
     def _DynamicQuantizeLSTM(self, n: onnx.NodeProto) -> bool:
+        return self._dynamic_recurrent(n, "LSTM", 8)
+
+    def _DynamicQuantizeGRU(self, n: onnx.NodeProto) -> bool:
+        """quanta::DynamicQuantizeGRU (kernels/reference/dq_gru.py) -> GRU: the same layout
+        as DynamicQuantizeLSTM's, its scales and zero points at inputs 6-9."""
+        return self._dynamic_recurrent(n, "GRU", 6)
+
+    def _dynamic_recurrent(self, n: onnx.NodeProto, op: str, params: int) -> bool:
+        """A dynamic recurrent node -> ``op`` with dequantized W, R; inputs 3 .. params − 1
+        as the float op's, then W_scale, W_zero_point, R_scale, R_zero_point."""
         ins = list(n.input) + [""] * 12
         mats = []
-        for q, s, z in ((ins[1], ins[8], ins[9]), (ins[2], ins[10], ins[11])):
+        for q, s, z in ((ins[1], ins[params], ins[params + 1]), (ins[2], ins[params + 2], ins[params + 3])):
             qa, sa = self.const(q), self.const(s)
             if qa is None or sa is None or qa.ndim != 3:
                 return False
             za = self.const(z)
-            # ORT's layout [D, I, 4H], scales per direction [D] or per gate column [D, 4H]
+            # ORT's layout [D, I, G·H], scales per direction [D] or per gate column [D, G·H]
             sc = sa.astype(np.float64).reshape(qa.shape[0], 1, -1)
             zc = np.zeros_like(sc) if za is None else za.astype(np.float64).reshape(qa.shape[0], 1, -1)
             real = ((qa.astype(np.float64) - zc) * sc).astype(np.float32)
             mats.append(self.add_init(q + "_float", np.ascontiguousarray(real.transpose(0, 2, 1))))
             self.view.dequantized_weights += 1
-        rest = [self.f(x) if x else "" for x in ins[3:8]]
+        rest = [self.f(x) if x else "" for x in ins[3:params]]
         while rest and not rest[-1]:
             rest.pop()
-        self.emit("LSTM", [self.f(ins[0]), *mats, *rest], list(n.output), name=n.name, **self.attrs(n))
+        self.emit(op, [self.f(ins[0]), *mats, *rest], list(n.output), name=n.name, **self.attrs(n))
         self.mapped(n.op_type)
         return True
 
@@ -735,6 +746,17 @@ class _Deriver:
         m = onnx.ModelProto()
         m.CopyFrom(self.src)
         m.graph.CopyFrom(graph)
+        # a DynamicQuantizeGRU's function goes with the last node that reads it (the view
+        # writes those nodes as GRUs): a file quantized again keeps no unused body
+        used = {(n.domain, n.op_type, n.overload) for n in keep}
+        functions = [
+            f
+            for f in m.functions
+            if (f.domain, f.name) != ("quanta", "DynamicQuantizeGRU")
+            or (f.domain, f.name, f.overload) in used
+        ]
+        del m.functions[:]
+        m.functions.extend(functions)
         self.view.model = m
         return self.view
 

@@ -81,6 +81,7 @@ def prepare_prequantized(
                 "MatMulInteger",
                 "ConvInteger",
                 "DynamicQuantizeLSTM",
+                "DynamicQuantizeGRU",
                 "DynamicQuantizeMatMul",
                 "MatMulIntegerToFloat",
             )
@@ -90,7 +91,7 @@ def prepare_prequantized(
         notes.append(
             f"the file's dynamic operators ({', '.join(dynamic)}) are quantized again as quanta "
             "quantizes their float forms: statically with calibrated ranges (an LSTM as "
-            "DynamicQuantizeLSTM by default, Recipe.recurrent)"
+            "DynamicQuantizeLSTM and a GRU as DynamicQuantizeGRU by default, Recipe.recurrent)"
         )
     # the user's own overrides win over the file's
     rec = dataclasses.replace(

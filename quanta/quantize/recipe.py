@@ -19,8 +19,9 @@ Defaults are the general-purpose settings most users should run:
 - bias ``int32`` with scale ``sx·sw`` (docs/quantization-math.md);
 - Relu/Clip absorbed into the producer's range; graph outputs stay float (the last
   layer dequantizes), LayerNormalization, Gelu and Softmax's input stay float;
-- LSTMs run as ONNX Runtime's DynamicQuantizeLSTM (int8 weights, X and H quantized per
-  step at run time; quanta.quantize.recurrent) in both static and dynamic quantization.
+- LSTMs run as ONNX Runtime's DynamicQuantizeLSTM and GRUs as quanta::DynamicQuantizeGRU
+  (int8 weights, X and H quantized per step at run time; quanta.quantize.recurrent) in
+  both static and dynamic quantization.
 """
 
 from __future__ import annotations
@@ -74,9 +75,11 @@ WEIGHT_ROUNDING = ("gptq", "gptaq", "nearest")
 
 
 class RecurrentMode(enum.Enum):
-    """What quantization does with LSTM nodes (GRU and RNN have no integer form)."""
+    """What quantization does with LSTM and GRU nodes (RNN has no integer form)."""
 
-    DYNAMIC = "dynamic"  # com.microsoft DynamicQuantizeLSTM: int8 weights, per-step activations
+    #: com.microsoft DynamicQuantizeLSTM / quanta::DynamicQuantizeGRU: int8 weights,
+    #: per-step activations
+    DYNAMIC = "dynamic"
     FLOAT = "float"  # left as they are
 
 
@@ -238,6 +241,12 @@ class Recipe:
     # fail, writing nothing, when a smaller share of the MACs would run in integer
     min_integer_share: float | None = None
     recurrent: RecurrentMode = RecurrentMode.DYNAMIC
+    # under recurrent "dynamic", a GRU becomes DynamicQuantizeGRU when one step of one
+    # direction has at least this many multiply-adds, 3H·(I + H); a smaller GRU stays float:
+    # its per-step quantization and integer product calls cost more than the int8 product
+    # saves, in quanta and in ONNX Runtime's Loop body of the op (docs/kernels.md "Dynamic
+    # int8 GRU", measured: H = 256, I = 256 break even, nsnet2's H = 400 gains 1.7x). 0: every GRU
+    gru_min_step_macs: int = 1 << 19
     subgraphs: SubgraphMode = SubgraphMode.DYNAMIC
     # the device the file is for: None (any CPU) or a key of TARGETS ("npu-sim": integer
     # only, every op quantized, the device's granularity rules; see TARGETS)
@@ -266,6 +275,8 @@ class Recipe:
                 raise RecipeError(
                     f"recurrent: unknown mode {self.recurrent!r}; expected one of {choices}"
                 ) from None
+        if not isinstance(self.gru_min_step_macs, int) or self.gru_min_step_macs < 0:
+            raise RecipeError(f"gru_min_step_macs: expected an integer >= 0, got {self.gru_min_step_macs!r}")
         if isinstance(self.subgraphs, str):
             try:
                 self.subgraphs = SubgraphMode(self.subgraphs.lower())

@@ -1,4 +1,5 @@
-"""LSTM -> com.microsoft DynamicQuantizeLSTM, for ``quantize_static`` and ``quantize_dynamic``::
+"""LSTM -> com.microsoft DynamicQuantizeLSTM and GRU -> quanta::DynamicQuantizeGRU, for
+``quantize_static`` and ``quantize_dynamic``::
 
     %y, %y_h, %y_c = LSTM(%x, %W, %R, %B?, %lens?, %h0?, %c0?, %P?)
       -> %y, %y_h, %y_c = com.microsoft::DynamicQuantizeLSTM(%x, %Wq, %Rq, %B?, %lens?, %h0?, %c0?, %P?,
@@ -11,8 +12,14 @@ direction (``[D]``), then transposed into ORT's layout [D, I, 4H] / [D, H, 4H]; 
 quantized per step at run time (kernels/reference/ms_lstm.py, eq. (1) there), so the LSTM
 needs no calibrated range and its input stays float. B, P and the states stay float.
 
-``recipe.recurrent`` chooses: ``dynamic`` (the default) rewrites every LSTM that has an int8
-form, ``float`` keeps LSTMs as they are.
+A GRU becomes quanta::DynamicQuantizeGRU (kernels/reference/dq_gru.py), the same
+arithmetic on the GRU's gates, with W [D, I, 3H] and R [D, H, 3H] quantized the same way.
+ONNX Runtime has no such operator: the node names its overload and the file carries the
+model-local ONNX function of that form (quantize/dq_gru_function.py), which ONNX Runtime
+inlines and runs; quanta runs the node on its kernel.
+
+``recipe.recurrent`` chooses: ``dynamic`` (the default) rewrites every LSTM and GRU that has
+an int8 form, ``float`` keeps them as they are.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node, Value
-from quanta.ir.types import F32, I8
+from quanta.ir.types import F32, I8, TensorType
 from quanta.kernels.reference.quantize import quantize_linear
 from quanta.quantize.qdq import TensorPlan, _weight_type, weight_float_reason
 from quanta.quantize.recipe import Recipe, RecurrentMode
@@ -33,9 +40,12 @@ __all__ = [
     "MS_DOMAIN",
     "SPREAD_LIMIT",
     "LstmWeights",
+    "gru_float_reason",
     "lstm_float_reason",
     "lstm_inputs",
     "quantize_lstms",
+    "recurrent_float_reason",
+    "rewrite_gru",
     "rewrite_lstm",
     "spread_reasons",
 ]
@@ -45,6 +55,8 @@ __all__ = [
 SPREAD_LIMIT = 0.5
 
 MS_DOMAIN = "com.microsoft"
+QUANTA_DOMAIN = "quanta"
+_RECURRENT = frozenset({"LSTM", "GRU"})
 
 
 def lstm_float_reason(node: Node, recipe: Recipe) -> str | None:
@@ -65,6 +77,52 @@ def lstm_float_reason(node: Node, recipe: Recipe) -> str | None:
     if node.attrs.get("layout", 0):
         return "LSTM with layout = 1 (batch first) stays float (DynamicQuantizeLSTM has no layout)"
     return weight_float_reason(w) or weight_float_reason(r, "recurrence weight")
+
+
+class _LayoutZero:
+    """A node seen with ``layout`` 0 (its other attributes and inputs as they are)."""
+
+    def __init__(self, node: Node):
+        self._node = node
+        self.attrs = {**node.attrs, "layout": 0}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._node, name)
+
+
+def gru_float_reason(node: Node, recipe: Recipe, opset: int) -> str | None:
+    """Why an ONNX GRU node stays float (no DynamicQuantizeGRU form), or None. ``opset``:
+    the model's ai.onnx opset, which the written function body uses."""
+    from quanta.quantize.dq_gru_function import MIN_OPSET
+
+    if int(node.attrs.get("layout", 0) or 0) == 1:  # rewrite_gru transposes around the node
+        node = _LayoutZero(node)  # type: ignore[assignment]
+    reason = lstm_float_reason(node, recipe)
+    if reason is not None:
+        return reason.replace("LSTM", "GRU")
+    if opset < MIN_OPSET:
+        return (
+            f"ai.onnx opset {opset} < {MIN_OPSET}: DynamicQuantizeGRU's ONNX body needs DynamicQuantizeLinear"
+        )
+    direction = node.attrs.get("direction", "forward")
+    if isinstance(direction, bytes):
+        direction = direction.decode()
+    D = 2 if direction == "bidirectional" else 1
+    acts = [a.decode() if isinstance(a, bytes) else str(a) for a in node.attrs.get("activations", ()) or ()]
+    if acts and [a.lower() for a in acts] != ["sigmoid", "tanh"] * D:
+        return f"GRU activations {acts}: DynamicQuantizeGRU computes Sigmoid, Tanh only"
+    H = int(node.attrs.get("hidden_size", 0) or 0)
+    w, r = node.input(1), node.input(2)
+    assert w is not None and r is not None  # lstm_float_reason checked them
+    if H <= 0 or w.const.shape[:2] != (D, 3 * H) or r.const.shape != (D, 3 * H, H):
+        return f"GRU weights {list(w.const.shape)}, {list(r.const.shape)} do not match hidden_size {H} ({direction})"
+    step = 3 * H * (int(w.const.shape[2]) + H)
+    if step < recipe.gru_min_step_macs:
+        return (
+            f"a GRU step of {step} multiply-adds (H = {H}) is below gru_min_step_macs = "
+            f"{recipe.gru_min_step_macs}: its dynamic int8 form is slower than the float GRU"
+        )
+    return None
 
 
 class LstmWeights:
@@ -136,15 +194,126 @@ def rewrite_lstm(node: Node, weights: LstmWeights) -> Node:
     return new
 
 
+def rewrite_gru(node: Node, weights: LstmWeights) -> Node:
+    """GRU -> quanta::DynamicQuantizeGRU (inputs 0-5 as the GRU's, then W_scale,
+    W_zero_point, R_scale, R_zero_point; attributes but ``layout`` and the default
+    activations), with the overload whose function the model gets. A batch-first GRU
+    (``layout`` 1) gets Transposes of X and initial_h in and of Y and Y_h out (exact: they
+    move bytes). Returns the new node."""
+    from quanta.quantize.dq_gru_function import OP_TYPE, GruForm, gru_function, overload_name
+
+    model = weights.model
+    g = model.graph
+    x, w, r = node.inputs[0], node.inputs[1], node.inputs[2]
+    assert w is not None and r is not None
+    wq, ws, wz = weights.get(w)
+    rq, rs, rz = weights.get(r)
+    rest = list(node.inputs[3:6]) + [None] * (3 - len(node.inputs[3:6]))
+    batch_first = int(node.attrs.get("layout", 0) or 0) == 1
+    keep = ("hidden_size", "direction", "linear_before_reset", "clip")
+    attrs = {k: v for k, v in node.attrs.items() if k in keep}
+    types = {k: node.attr_types[k] for k in attrs if k in node.attr_types}
+    direction = attrs.get("direction", "forward")
+    if isinstance(direction, bytes):
+        direction = direction.decode()
+    clip = attrs.get("clip")
+    form = GruForm(
+        hidden_size=int(attrs["hidden_size"]),
+        direction=direction,
+        linear_before_reset=bool(int(attrs.get("linear_before_reset", 0))),
+        clip=None if clip is None else float(clip),
+        has_bias=rest[0] is not None,
+        has_lens=rest[1] is not None,
+        has_initial_h=rest[2] is not None,
+    )
+    overload = overload_name(form)
+    if not any(
+        f.domain == QUANTA_DOMAIN and f.name == OP_TYPE and f.overload == overload for f in model.functions
+    ):
+        opset = int(model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0)))
+        model.functions.append(gru_function(form, opset))
+    model.ir_version = max(int(model.ir_version), 10)  # function overloads
+    outputs: list[Value | None] = list(node.outputs)
+    at = g.nodes.index(node)
+    anchor = g.nodes[at + 1] if at + 1 < len(g.nodes) else None
+    node.outputs = []
+    for v in outputs:
+        if v is not None:
+            v.producer = None
+    g.remove_node(node)
+    after: list[Node] = []
+    if batch_first:  # layout 1: X [B, T, I], initial_h [B, D, H] in; Y [B, T, D, H], Y_h [B, D, H] out
+        x = _transposed(g, x, (1, 0, 2), anchor)
+        rest[2] = _transposed(g, rest[2], (1, 0, 2), anchor)
+        outputs, after = _time_major_outputs(g, outputs)
+    new = Node(
+        OP_TYPE,
+        [x, wq, rq, *rest, ws, wz, rs, rz],
+        outputs,
+        attrs,
+        name=g.fresh_name(f"{node.name}_quant" if node.name else "gru_quant"),
+        domain=QUANTA_DOMAIN,
+        attr_types=types,
+    )
+    new.overload = overload
+    g.add_node(new, before=anchor)
+    for n in after:
+        g.add_node(n, before=anchor)
+    model.opset_imports.setdefault(QUANTA_DOMAIN, 1)
+    return new
+
+
+def _transposed(g: Any, v: Value | None, perm: tuple[int, ...], anchor: Node | None) -> Value | None:
+    """``v`` transposed by a Transpose inserted before ``anchor`` (None: None)."""
+    if v is None:
+        return None
+    shape = None if v.shape is None else tuple(v.shape[p] for p in perm)
+    out = Value(g.fresh_name(f"{v.name}_time_major"), None if shape is None else TensorType(F32, shape))
+    g.add_node(
+        Node("Transpose", [v], [out], {"perm": list(perm)}, name=g.fresh_name(f"{v.name}_Transpose")),
+        before=anchor,
+    )
+    return out
+
+
+def _time_major_outputs(g: Any, outputs: list[Value | None]) -> tuple[list[Value | None], list[Node]]:
+    """The node's time-major outputs and the Transposes that give the batch-first ones
+    (Y [T, D, B, H] -> [B, T, D, H], Y_h [D, B, H] -> [B, D, H])."""
+    new: list[Value | None] = []
+    nodes: list[Node] = []
+    for v, perm in zip(outputs, ((2, 0, 1, 3), (1, 0, 2)), strict=False):
+        if v is None or not v.name:
+            new.append(v)
+            continue
+        inner = Value(g.fresh_name(f"{v.name}_time_major"))
+        nodes.append(
+            Node("Transpose", [inner], [v], {"perm": list(perm)}, name=g.fresh_name(f"{v.name}_Transpose"))
+        )
+        new.append(inner)
+    return new, nodes
+
+
+def _model_opset(model: Model) -> int:
+    return int(model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0)))
+
+
+def recurrent_float_reason(node: Node, model: Model, recipe: Recipe) -> str | None:
+    """Why an ONNX LSTM or GRU stays float, or None (it has a dynamic int8 form)."""
+    if node.op_type == "GRU":
+        return gru_float_reason(node, recipe, _model_opset(model))
+    return lstm_float_reason(node, recipe)
+
+
 def lstm_inputs(model: Model, recipe: Recipe) -> list[str]:
-    """The input x of every LSTM of the main graph that :func:`quantize_lstms` would
-    rewrite: ``quantize_static`` observes their spread (eq. (26)) on the calibration data."""
+    """The input x of every LSTM and GRU of the main graph that :func:`quantize_lstms`
+    would rewrite: ``quantize_static`` observes their spread (eq. (26)) on the calibration
+    data."""
     out = []
     for node in model.graph.nodes:
         if (
-            node.op_type == "LSTM"
+            node.op_type in _RECURRENT
             and node.domain in ("", "ai.onnx")
-            and lstm_float_reason(node, recipe) is None
+            and recurrent_float_reason(node, model, recipe) is None
         ):
             x = node.input(0)
             assert x is not None  # lstm_float_reason checked it
@@ -169,30 +338,32 @@ def spread_reasons(observers: Mapping[str, Any]) -> dict[str, str]:
         out[name] = (
             f"{SPREAD}: {share:.0%} of the non-zero values of its input x lie below half an 8-bit "
             f"step of [0, {top:.3g}], which the per-step int8 quantization of DynamicQuantizeLSTM "
-            "rounds to 0 (eq. (26) of docs/calibration.md)"
+            "/ DynamicQuantizeGRU rounds to 0 (eq. (26) of docs/calibration.md)"
         )
     return out
 
 
 def quantize_lstms(
-    model: Model, recipe: Recipe, input_reasons: Mapping[str, str] | None = None
+    model: Model, recipe: Recipe, input_reasons: Mapping[str, str] | None = None, *, grus: bool = True
 ) -> dict[int, str | None]:
-    """Rewrite every ONNX LSTM of the main graph that has an int8 form; returns, by
-    ``id`` of the original node, None (rewritten) or why it stayed float.
-    ``input_reasons``: LSTM input name -> why LSTMs reading it stay float
-    (:func:`spread_reasons`)."""
+    """Rewrite every ONNX LSTM (and GRU, with ``grus``) of the main graph that has an int8
+    form; returns, by ``id`` of the original node, None (rewritten) or why it stayed float.
+    ``input_reasons``: input name -> why LSTMs / GRUs reading it stay float
+    (:func:`spread_reasons`). A body's GRUs (``grus`` False) stay float: the function a
+    DynamicQuantizeGRU needs lives in the top-level file."""
     weights = LstmWeights(model, recipe)
     decisions: dict[int, str | None] = {}
+    ops = _RECURRENT if grus else frozenset({"LSTM"})
     for node in list(model.graph.nodes):
-        if node.op_type != "LSTM" or node.domain not in ("", "ai.onnx"):
+        if node.op_type not in ops or node.domain not in ("", "ai.onnx"):
             continue
-        reason = lstm_float_reason(node, recipe)
+        reason = recurrent_float_reason(node, model, recipe)
         x = node.input(0)
         if reason is None and input_reasons and x is not None and x.name in input_reasons:
             reason = input_reasons[x.name]
         decisions[id(node)] = reason
         if reason is None:
-            rewrite_lstm(node, weights)
+            (rewrite_gru if node.op_type == "GRU" else rewrite_lstm)(node, weights)
     if any(r is None for r in decisions.values()):
         model.graph.remove_unused_initializers()
     return decisions

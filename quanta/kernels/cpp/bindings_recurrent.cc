@@ -10,6 +10,13 @@
 //           direction: "forward" | "reverse" | "bidirectional", clip: float > 0,
 //           input_forget: bool, want_y: bool, num_threads=1)
 //       -> (Y f32[T, D, B, H], Y_h f32[D, B, H], Y_c f32[D, B, H])
+//   dq_gru(x: f32[T, B, I], w: list[PackedWeights] (D, each [I, 3H]),
+//          r_zr: list[PackedWeights] (D, each [H, 2H], or [H, 3H] with linear_before_reset),
+//          r_h: list[PackedWeights | None] (D, each [H, H]; None with linear_before_reset),
+//          w_scale: f32[D, 3H], r_scale: f32[D, 3H], bias: f32[D, 6H] | None (Wb then Rb),
+//          initial_h: f32[D, B, H] | None, sequence_lens: int32[B] | None, direction,
+//          clip: float > 0, linear_before_reset: bool, num_threads=1)
+//       -> (Y f32[T, D, B, H], Y_h f32[D, B, H])
 //   float_rnn(kind: "lstm" | "gru", x: f32[T, B, I], w: list[f32[P, I, 128]] (D; the ONNX W
 //             of each direction transposed to [I, G·H], G = 4 LSTM / 3 GRU, in panels of
 //             kSeqPanel = 128 columns: P = ceil(G·H / 128)), r: list (D) of R's panels
@@ -142,6 +149,89 @@ py::tuple dq_lstm_impl(const py::handle& x_obj, const std::vector<std::shared_pt
   return py::make_tuple(y, yh, yc);
 }
 
+py::tuple dq_gru_impl(const py::handle& x_obj, const std::vector<std::shared_ptr<qgemm::PackedWeights>>& w,
+                      const std::vector<std::shared_ptr<qgemm::PackedWeights>>& r_zr,
+                      const std::vector<std::shared_ptr<qgemm::PackedWeights>>& r_h, const py::handle& w_scale_obj,
+                      const py::handle& r_scale_obj, const py::object& bias_obj, const py::object& h0_obj,
+                      const py::object& lens_obj, const std::string& direction, double clip, bool linear_before_reset,
+                      int num_threads) {
+  recurrent::DqGruParams p;
+  if (direction != "forward" && direction != "reverse" && direction != "bidirectional") {
+    throw py::value_error("dq_gru: direction: expected forward, reverse or bidirectional, got '" + direction + "'");
+  }
+  p.D = direction == "bidirectional" ? 2 : 1;
+  p.reverse = direction == "reverse";
+  p.linear_before_reset = linear_before_reset;
+  auto x = require_array<float>(x_obj, "dq_gru: x");
+  if (x.ndim() != 3) throw py::value_error("dq_gru: x: expected rank 3 [T, B, I], got shape " + shape_str(x));
+  p.T = x.shape(0);
+  p.B = x.shape(1);
+  p.I = x.shape(2);
+  const size_t nd = static_cast<size_t>(p.D);
+  if (w.size() != nd || r_zr.size() != nd || r_h.size() != nd) {
+    throw py::value_error("dq_gru: w, r_zr, r_h: expected " + std::to_string(p.D) + " entries each (direction " +
+                          direction + ")");
+  }
+  if (!r_zr[0]) throw py::value_error("dq_gru: r_zr: expected PackedWeights, got None");
+  p.H = r_zr[0]->K;
+  const int64_t H = p.H, N = 3 * H;
+  auto check = [&](const std::shared_ptr<qgemm::PackedWeights>& pw, const char* what, int d, int64_t K, int64_t n) {
+    if (!pw) throw py::value_error(std::string("dq_gru: ") + what + ": expected PackedWeights, got None");
+    if (pw->K != K || pw->N != n) {
+      throw py::value_error(std::string("dq_gru: ") + what + "[" + std::to_string(d) + "]: expected packed [" +
+                            std::to_string(K) + ", " + std::to_string(n) + "], got [" + std::to_string(pw->K) + ", " +
+                            std::to_string(pw->N) + "]");
+    }
+    if (pw->isa != w[0]->isa) throw py::value_error("dq_gru: weights packed for more than one ISA");
+    if (!isa_supported(pw->isa)) {
+      throw py::value_error(std::string("dq_gru: weights packed for '") + isa_name(pw->isa) +
+                            "', which this CPU does not support");
+    }
+  };
+  for (int d = 0; d < p.D; ++d) {
+    if (!w[d]) throw py::value_error("dq_gru: w: expected PackedWeights, got None");
+    check(w[d], "w", d, p.I, N);
+    check(r_zr[d], "r_zr", d, H, linear_before_reset ? N : 2 * H);
+    if (linear_before_reset) {
+      if (r_h[d]) throw py::value_error("dq_gru: r_h: expected None with linear_before_reset");
+    } else {
+      check(r_h[d], "r_h", d, H, H);
+      p.r_h[d] = r_h[d].get();
+    }
+    p.w[d] = w[d].get();
+    p.r_zr[d] = r_zr[d].get();
+  }
+  std::vector<py::array> keep;
+  const int64_t D = p.D, B = p.B;
+  p.w_scale = optional_array<float>(py::reinterpret_borrow<py::object>(w_scale_obj), "w_scale", {D, N}, keep, "dq_gru");
+  p.r_scale = optional_array<float>(py::reinterpret_borrow<py::object>(r_scale_obj), "r_scale", {D, N}, keep, "dq_gru");
+  if (!p.w_scale || !p.r_scale) throw py::value_error("dq_gru: w_scale, r_scale: expected arrays, got None");
+  p.bias = optional_array<float>(bias_obj, "bias", {D, 2 * N}, keep, "dq_gru");
+  p.initial_h = optional_array<float>(h0_obj, "initial_h", {D, B, H}, keep, "dq_gru");
+  p.lens = optional_array<int32_t>(lens_obj, "sequence_lens", {B}, keep, "dq_gru");
+  if (p.lens) {
+    for (int64_t b = 0; b < B; ++b) {
+      if (p.lens[b] < 0 || p.lens[b] > p.T) {
+        throw py::value_error("dq_gru: sequence_lens: expected values in [0, " + std::to_string(p.T) + "], got " +
+                              std::to_string(p.lens[b]) + " at " + std::to_string(b));
+      }
+    }
+  }
+  if (!(clip > 0.0)) throw py::value_error("dq_gru: clip: expected a value > 0, got " + std::to_string(clip));
+  p.clip = static_cast<float>(clip);
+  if (num_threads < 1) throw py::value_error("dq_gru: num_threads: expected >= 1, got " + std::to_string(num_threads));
+  p.num_threads = num_threads;
+  p.x = x.data();
+  py::array_t<float> y(std::vector<py::ssize_t>{p.T, D, B, H}), yh(std::vector<py::ssize_t>{D, B, H});
+  p.y = y.mutable_data();
+  p.y_h = yh.mutable_data();
+  {
+    py::gil_scoped_release release;
+    recurrent::dq_gru(p);
+  }
+  return py::make_tuple(y, yh);
+}
+
 py::tuple float_rnn_impl(const std::string& kind, const py::handle& x_obj, const std::vector<py::object>& w,
                          const std::vector<py::object>& r, const std::vector<py::object>& r_h,
                          const py::object& bias_obj, const py::object& peep_obj, const py::object& h0_obj,
@@ -265,6 +355,12 @@ void register_recurrent(py::module_& m) {
         py::arg("clip") = 3.4028234663852886e38, py::arg("input_forget") = false, py::arg("want_y") = true,
         py::arg("num_threads") = 1,
         "com.microsoft DynamicQuantizeLSTM, bit-exact with reference/ms_lstm.py; see "
+        "quanta/kernels/cpp/recurrent/recurrent.h.");
+  m.def("dq_gru", &dq_gru_impl, py::arg("x"), py::arg("w"), py::arg("r_zr"), py::arg("r_h"), py::arg("w_scale"),
+        py::arg("r_scale"), py::arg("bias") = py::none(), py::arg("initial_h") = py::none(),
+        py::arg("sequence_lens") = py::none(), py::arg("direction") = "forward",
+        py::arg("clip") = 3.4028234663852886e38, py::arg("linear_before_reset") = false, py::arg("num_threads") = 1,
+        "quanta::DynamicQuantizeGRU, bit-exact with reference/dq_gru.py; see "
         "quanta/kernels/cpp/recurrent/recurrent.h.");
   m.def("float_rnn", &float_rnn_impl, py::arg("kind"), py::arg("x"), py::arg("w"), py::arg("r"), py::arg("r_h"),
         py::arg("bias") = py::none(), py::arg("peephole") = py::none(), py::arg("initial_h") = py::none(),

@@ -1,5 +1,6 @@
 """Native recurrent kernels: com.microsoft DynamicQuantizeLSTM on ``_native.dq_lstm``
-(reference twin: reference/ms_lstm.py), ai.onnx LSTM and GRU in float32 on
+(reference twin: reference/ms_lstm.py), quanta::DynamicQuantizeGRU on ``_native.dq_gru``
+(twin: reference/dq_gru.py), ai.onnx LSTM and GRU in float32 on
 ``_native.float_rnn`` (twin: reference/rnn.py); bit-exact with the twins on every ISA.
 
 The binder prepacks each direction's int8/uint8 W [I, 4H] and R [H, 4H] once, in the
@@ -35,7 +36,13 @@ from quanta.targets.native._specialize import SMALL_MACS, step_threads
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import threads
 
-__all__ = ["bind_dynamic_quantize_lstm", "bind_gru", "bind_lstm", "bind_lstm_gates"]
+__all__ = [
+    "bind_dynamic_quantize_gru",
+    "bind_dynamic_quantize_lstm",
+    "bind_gru",
+    "bind_lstm",
+    "bind_lstm_gates",
+]
 
 F32 = np.float32
 _FLT_MAX = float(np.finfo(np.float32).max)
@@ -255,6 +262,131 @@ def _dq_lstm_specialized(
             return _dq_lstm_native(ctx, *inputs, **generic_attrs)
 
     return specialized
+
+
+# --------------------------------------------------------------------------------------
+# quanta::DynamicQuantizeGRU: _native.dq_gru, twin reference/dq_gru.py
+# --------------------------------------------------------------------------------------
+
+
+def _dq_gru_native(
+    ctx: Any,
+    *inputs: np.ndarray | None,
+    packed_w: list[Any],
+    packed_r: list[Any],
+    packed_rh: list[Any],
+    w_mult: np.ndarray,
+    r_mult: np.ndarray,
+    hidden_size: int,
+    direction: str = "forward",
+    clip: float | None = None,
+    linear_before_reset: int = 0,
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
+    """The node on ``_native.dq_gru``; inputs the kernel cannot take (a wrongly shaped
+    run-time tensor, a non-float32 X) go to the twin, which names what is wrong."""
+    from quanta.kernels import _native
+    from quanta.kernels.reference.dq_gru import DqGruInputs, dynamic_quantize_gru_op
+
+    x, _, _, b, sequence_lens, initial_h, *_ = DqGruInputs(*inputs)
+    H, D = int(hidden_size), len(packed_w)
+    ok = (
+        isinstance(x, np.ndarray)
+        and x.dtype == F32
+        and x.ndim == 3
+        and x.shape[2] == packed_w[0].K
+        and (b is None or np.shape(b) == (D, 6 * H))
+        and (sequence_lens is None or np.shape(sequence_lens) == (x.shape[1],))
+    )
+    if ok:
+        lens = None if sequence_lens is None else np.ascontiguousarray(sequence_lens, dtype=np.int32)
+        try:
+            outs = _native.dq_gru(
+                np.ascontiguousarray(x),
+                packed_w,
+                packed_r,
+                packed_rh,
+                w_mult,
+                r_mult,
+                _f32_or_none(b),
+                _f32_or_none(initial_h),
+                lens,
+                direction=direction,
+                clip=_FLT_MAX if clip is None else float(clip),
+                linear_before_reset=bool(linear_before_reset),
+                num_threads=threads(ctx),
+            )
+        except ValueError as e:
+            raise OpError(f"DynamicQuantizeGRU: {e}") from None
+        return outs[: max(1, ctx.n_outputs)]
+    return dynamic_quantize_gru_op(
+        ctx,
+        *inputs,
+        hidden_size=hidden_size,
+        direction=direction,
+        clip=clip,
+        linear_before_reset=linear_before_reset,
+        **attrs,
+    )
+
+
+@register_binder("DynamicQuantizeGRU", "quanta")
+def bind_dynamic_quantize_gru(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """Constant int8/uint8 W and R with constant scales and zero points, the default
+    activations, layout 0. R is packed as its z, r columns [H, 2H] and its h columns
+    [H, H] (the two products of a step), or whole with linear_before_reset."""
+    del model  # unused: the choice depends on the node's constants and attributes
+    a = node.attrs
+    if int(a.get("layout", 0)) != 0:
+        return None, "layout = 1 (batch first) is not supported"
+    direction = a.get("direction", "forward")
+    if isinstance(direction, bytes):
+        direction = direction.decode()
+    if direction not in ("forward", "reverse", "bidirectional"):
+        return None, f"direction {direction!r} is not forward, reverse or bidirectional"
+    D = 2 if direction == "bidirectional" else 1
+    acts = [s.decode() if isinstance(s, bytes) else str(s) for s in a.get("activations", ()) or ()]
+    if acts and [s.lower() for s in acts] != ["sigmoid", "tanh"] * D:
+        return None, f"activations {acts}: the kernel computes sigmoid, tanh only"
+    clip = a.get("clip")
+    if clip is not None and not float(clip) > 0:
+        return None, f"clip must be > 0, got {clip}"
+    H = int(a.get("hidden_size", 0))
+    lbr = bool(int(a.get("linear_before_reset", 0)))
+    w, r = _const(node.input(1)), _const(node.input(2))
+    consts = [_const(node.input(i)) for i in (6, 7, 8, 9)]
+    if w is None or r is None or any(c is None for c in consts):
+        return None, "W, R and their scales and zero points must be constants (they are prepacked once)"
+    ws, wz, rs, rz = consts
+    for name, t, k in (("W", w, None), ("R", r, H)):
+        if t.dtype not in (np.int8, np.uint8) or t.ndim != 3 or t.shape[0] != D or t.shape[2] != 3 * H:
+            return None, f"{name} must be int8/uint8 [{D}, K, {3 * H}], got {t.dtype}{list(t.shape)}"
+        if k is not None and t.shape[1] != k:
+            return None, f"R must be [{D}, {H}, {3 * H}], got {list(t.shape)}"
+    packed_w, packed_r, packed_rh, w_mult, r_mult = [], [], [], [], []
+    try:
+        for d in range(D):
+            rzp = _weight_zero_point(rz, d, "R_zero_point")
+            packed_w.append(_pack_direction(w[d], _weight_zero_point(wz, d, "W_zero_point")))
+            if lbr:
+                packed_r.append(_pack_direction(r[d], rzp))
+                packed_rh.append(None)
+            else:
+                packed_r.append(_pack_direction(r[d][:, : 2 * H], rzp))
+                packed_rh.append(_pack_direction(r[d][:, 2 * H :], rzp))
+            w_mult.append(_direction_scale(ws, d, 3 * H, "W_scale"))
+            r_mult.append(_direction_scale(rs, d, 3 * H, "R_scale"))
+    except (OpError, IndexError, ValueError) as e:
+        return None, str(e)
+    params = {
+        "packed_w": packed_w,
+        "packed_r": packed_r,
+        "packed_rh": packed_rh,
+        "w_mult": np.ascontiguousarray(np.stack(w_mult), F32),
+        "r_mult": np.ascontiguousarray(np.stack(r_mult), F32),
+    }
+    kind = "u8" if w.dtype == np.uint8 else "s8"
+    return Kernel(_dq_gru_native, "native", f"native:dq_gru_{kind}", params=params), ""
 
 
 # --------------------------------------------------------------------------------------

@@ -127,7 +127,117 @@ void run_direction(const DqLstmParams& p, int d, int threads) {
   }
 }
 
+// One direction of quanta::DynamicQuantizeGRU (recurrent.h), (DQG1)-(DQG6) in the twin's order.
+void run_gru_direction(const DqGruParams& p, int d, int threads) {
+  const qgemm::PackedWeights& W = *p.w[d];
+  const qgemm::PackedWeights& Rzr = *p.r_zr[d];
+  const Kernels& k = kernels_for(W.isa);
+  const int64_t T = p.T, B = p.B, I = p.I, H = p.H, N = 3 * H, D = p.D;
+  const bool reverse = p.reverse || d == 1;
+  const bool lbr = p.linear_before_reset;
+  std::vector<int64_t> len(B);
+  int64_t L = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    len[b] = p.lens ? p.lens[b] : T;
+    L = std::max(L, len[b]);
+  }
+  if (L == 0) return;  // outputs stay zero
+
+  qgemm::Workspace ws;
+  // (DQG1)+(DQG2): X[:L] is one block; Gx [L·B, 3H].
+  std::vector<uint8_t> qx(static_cast<size_t>(L * B * I));
+  std::vector<float> G(static_cast<size_t>(L * B * N)), mult(N);
+  float s = 0.0f;
+  int32_t z = 0;
+  quantize_block(k, p.x, L * B * I, qx.data(), &s, &z);
+  const float* w_scale = p.w_scale + d * N;
+  const float* r_scale = p.r_scale + d * N;
+  for (int64_t n = 0; n < N; ++n) mult[n] = s * w_scale[n];
+  gemm_f32(qx.data(), L * B, z, W, mult.data(), G.data(), threads, ws);
+
+  // biases: f32(Wb + Rb) for z, r; the h gate's Wb_h and Rb_h apart with lbr, else summed
+  std::vector<float> b_zr, b_h, rb_h;
+  if (p.bias) {
+    const float* wb = p.bias + d * 2 * N;
+    const float* rb = wb + N;
+    b_zr.resize(2 * H);
+    b_h.resize(H);
+    for (int64_t n = 0; n < 2 * H; ++n) b_zr[n] = wb[n] + rb[n];
+    for (int64_t j = 0; j < H; ++j) b_h[j] = lbr ? wb[2 * H + j] : wb[2 * H + j] + rb[2 * H + j];
+    if (lbr) rb_h.assign(rb + 2 * H, rb + N);
+  }
+  const float* bzr = p.bias ? b_zr.data() : nullptr;
+  const float* bh = p.bias ? b_h.data() : nullptr;
+  const float* rbh = p.bias && lbr ? rb_h.data() : nullptr;
+
+  const int64_t NP = Rzr.N;  // 2H, or 3H with lbr
+  std::vector<float> h(B * H, 0.0f), P(B * NP), zr(B * 2 * H), Q, PH;
+  std::vector<uint8_t> qh(B * H);
+  if (!lbr) {
+    Q.assign(B * H, 0.0f);
+    PH.resize(B * H);
+  }
+  if (p.initial_h) std::memcpy(h.data(), p.initial_h + d * B * H, sizeof(float) * B * H);
+  const int step_threads = B * H * N >= kStepThreadMacs ? threads : 1;
+  float* yh = p.y_h + d * B * H;
+  std::vector<float> mult_r(N);
+
+  for (int64_t t = 0; t < L; ++t) {
+    // (DQG3): ended rows are 0 in the block (their last h is in Y_h already)
+    for (int64_t b = 0; b < B; ++b) {
+      if (t >= len[b]) std::fill(h.data() + b * H, h.data() + (b + 1) * H, 0.0f);
+    }
+    quantize_block(k, h.data(), B * H, qh.data(), &s, &z);
+    for (int64_t n = 0; n < NP; ++n) mult_r[n] = s * r_scale[n];
+    gemm_f32(qh.data(), B, z, Rzr, mult_r.data(), P.data(), step_threads, ws);
+    for (int64_t b = 0; b < B; ++b) {  // (DQG4)
+      if (t >= len[b]) continue;
+      const int64_t ts = reverse ? len[b] - 1 - t : t;
+      k.mlas_gru_zr(G.data() + (ts * B + b) * N, P.data() + b * NP, bzr, p.clip, 2 * H, zr.data() + b * 2 * H);
+    }
+    if (!lbr) {  // (DQG5): the block f32(r · h) of the active rows
+      for (int64_t b = 0; b < B; ++b) {
+        float* qb = Q.data() + b * H;
+        if (t >= len[b]) {
+          std::fill(qb, qb + H, 0.0f);
+          continue;
+        }
+        const float* r = zr.data() + b * 2 * H + H;
+        const float* hb = h.data() + b * H;
+        for (int64_t j = 0; j < H; ++j) qb[j] = r[j] * hb[j];
+      }
+      quantize_block(k, Q.data(), B * H, qh.data(), &s, &z);
+      for (int64_t n = 0; n < H; ++n) mult_r[n] = s * r_scale[2 * H + n];
+      gemm_f32(qh.data(), B, z, *p.r_h[d], mult_r.data(), PH.data(), step_threads, ws);
+    }
+    for (int64_t b = 0; b < B; ++b) {  // (DQG5)-(DQG6)
+      if (t >= len[b]) continue;
+      const int64_t ts = reverse ? len[b] - 1 - t : t;
+      const float* zb = zr.data() + b * 2 * H;
+      float* hb = h.data() + b * H;
+      const float* hr_h = lbr ? P.data() + b * NP + 2 * H : PH.data() + b * H;
+      k.mlas_gru_h(G.data() + (ts * B + b) * N + 2 * H, hr_h, rbh, zb + H, zb, bh, p.clip, lbr, H, hb);
+      std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
+      if (t + 1 == len[b]) std::memcpy(yh + b * H, hb, sizeof(float) * H);
+    }
+  }
+}
+
 }  // namespace
+
+void dq_gru(const DqGruParams& p) {
+  if (p.D != 1 && p.D != 2) throw std::invalid_argument("dq_gru: D must be 1 or 2");
+  std::fill(p.y, p.y + p.T * p.D * p.B * p.H, 0.0f);
+  std::fill(p.y_h, p.y_h + p.D * p.B * p.H, 0.0f);
+  if (p.B == 0 || p.H == 0) return;
+  const int threads = std::max(1, p.num_threads);
+  if (p.D == 2 && threads >= 2) {
+    auto body = [&](int64_t d, int) { run_gru_direction(p, static_cast<int>(d), 1); };
+    qgemm::parallel_for(2, 2, body);
+  } else {
+    for (int d = 0; d < p.D; ++d) run_gru_direction(p, d, threads);
+  }
+}
 
 void dq_lstm(const DqLstmParams& p) {
   if (p.D != 1 && p.D != 2) throw std::invalid_argument("dq_lstm: D must be 1 or 2");

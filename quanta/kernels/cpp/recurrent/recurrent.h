@@ -82,6 +82,11 @@ struct Kernels {
   void (*ort_gru_reset)(const float* zr_r, const float* br, float clip, const float* src, int64_t H, float* out);
   void (*ort_gru_update)(const float* zr_z, const float* bz, const float* a0, const float* a1, const float* bh,
                          float clip, int64_t H, float* h);
+  // onnx_gru_zr and onnx_gru_h with MLAS's logistic and tanh (logistic_one, tanh_one): the
+  // gates of quanta::DynamicQuantizeGRU, (DQG4)-(DQG6) of reference/dq_gru.py.
+  void (*mlas_gru_zr)(const float* xg, const float* hg, const float* bias, float clip, int64_t count, float* zr);
+  void (*mlas_gru_h)(const float* xg_h, const float* hr_h, const float* rb_h, const float* r, const float* z,
+                     const float* bias_h, float clip, bool lbr, int64_t H, float* h);
 };
 
 const Kernels& kernels_for(Isa isa);
@@ -110,6 +115,39 @@ struct DqLstmParams {
 };
 
 void dq_lstm(const DqLstmParams& p);
+
+// quanta::DynamicQuantizeGRU (twin: reference/dq_gru.py, equations (DQG1)-(DQG6); docs/kernels.md
+// "Dynamic int8 GRU"). Per direction, with L = max sequence_lens:
+//   (DQG1)+(DQG2) X[:L] is one quantization block, Gx = qgemm(qx, W_d) [L·B, 3H] (kF32,
+//           multiplier f32(s · w_scale[n])); a reverse row reads Gx's row t' = len[b] − 1 − t.
+//   (DQG3) per step the running h with ended rows set to 0 is one block; P = qgemm with R_d's
+//          z, r columns (r_zr) or, with linear_before_reset, all of R_d (r_zr holds [H, 3H]).
+//   (DQG4)-(DQG6) mlas_gru_zr, then (without linear_before_reset) the block f32(r · h) of the
+//          active rows (0 for the others) through r_h, then mlas_gru_h.
+// An ended row's h is kept in Y_h and is 0 in the running block (a zero row moves neither lo
+// nor hi). Weights are prepacked once (qgemm layout of the ISA, the scalar zero point); the
+// ISA of the packed W is the kernel's. Threads as dq_lstm.
+struct DqGruParams {
+  int64_t T = 0, B = 0, I = 0, H = 0;
+  int D = 1;
+  bool reverse = false;
+  bool linear_before_reset = false;
+  const float* x = nullptr;                                  // [T, B, I]
+  const qgemm::PackedWeights* w[2] = {nullptr, nullptr};     // per direction: [I, 3H]
+  const qgemm::PackedWeights* r_zr[2] = {nullptr, nullptr};  // [H, 2H] (z, r), or [H, 3H] with lbr
+  const qgemm::PackedWeights* r_h[2] = {nullptr, nullptr};   // [H, H] (h) without lbr, else null
+  const float* w_scale = nullptr;                            // [D, 3H]
+  const float* r_scale = nullptr;                            // [D, 3H]
+  const float* bias = nullptr;                               // [D, 6H] (Wb then Rb), or null
+  const float* initial_h = nullptr;                          // [D, B, H], or null (zeros)
+  const int32_t* lens = nullptr;                             // [B] in [0, T], or null (all T)
+  float clip = 0.0f;                                         // > 0 (FLT_MAX: none)
+  float* y = nullptr;                                        // [T, D, B, H], written whole
+  float* y_h = nullptr;                                      // [D, B, H], written whole
+  int num_threads = 1;
+};
+
+void dq_gru(const DqGruParams& p);
 
 }  // namespace recurrent
 }  // namespace quanta

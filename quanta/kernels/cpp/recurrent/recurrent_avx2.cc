@@ -98,6 +98,28 @@ void onnx_gru_h(const float* xg_h, const float* hr_h, const float* rb_h, const f
   for (; j < H; ++j) gru_h_lane<float_ops::tanh_one>(xg_h, hr_h, rb_h, r, z, bias_h, clip, lbr, j, h);
 }
 
+// quanta::DynamicQuantizeGRU's gates: the GRU steps above with MLAS's logistic and tanh.
+using MlasActs8 = MlasActs<simd::F32x8>;
+
+void mlas_gru_zr(const float* xg, const float* hg, const float* bias, float clip, int64_t count, float* zr) {
+  using T = simd::F32x8;
+  const auto ld = [](const float* a) { return _mm256_loadu_ps(a); };
+  int64_t n = 0;
+  for (; n + 8 <= count; n += 8) _mm256_storeu_ps(zr + n, gru_zr_lanes<T, MlasActs8>(ld, xg, hg, bias, clip, n));
+  for (; n < count; ++n) gru_zr_lane<logistic_one>(xg, hg, bias, clip, n, zr);
+}
+
+void mlas_gru_h(const float* xg_h, const float* hr_h, const float* rb_h, const float* r, const float* z,
+                const float* bias_h, float clip, bool lbr, int64_t H, float* h) {
+  using T = simd::F32x8;
+  const auto ld = [](const float* a) { return _mm256_loadu_ps(a); };
+  int64_t j = 0;
+  for (; j + 8 <= H; j += 8) {
+    _mm256_storeu_ps(h + j, gru_h_lanes<T, MlasActs8>(ld, xg_h, hr_h, rb_h, r, z, bias_h, clip, lbr, j, h));
+  }
+  for (; j < H; ++j) gru_h_lane<tanh_one>(xg_h, hr_h, rb_h, r, z, bias_h, clip, lbr, j, h);
+}
+
 void ort_gru_reset(const float* zr_r, const float* br, float clip, const float* src, int64_t H, float* out) {
   using T = simd::F32x8;
   const auto ld = [](const float* a) { return _mm256_loadu_ps(a); };
@@ -117,8 +139,8 @@ void ort_gru_update(const float* zr_z, const float* bz, const float* a0, const f
 
 }  // namespace
 
-extern const Kernels kKernelsAvx2 = {min_max,     quantize_u8, lstm_row,      onnx_lstm_row,
-                                     onnx_gru_zr, onnx_gru_h,  ort_gru_reset, ort_gru_update};
+extern const Kernels kKernelsAvx2 = {min_max,    quantize_u8,   lstm_row,       onnx_lstm_row, onnx_gru_zr,
+                                     onnx_gru_h, ort_gru_reset, ort_gru_update, mlas_gru_zr,   mlas_gru_h};
 
 }  // namespace recurrent
 }  // namespace quanta

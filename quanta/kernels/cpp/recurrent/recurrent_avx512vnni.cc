@@ -94,6 +94,28 @@ void onnx_gru_h(const float* xg_h, const float* hr_h, const float* rb_h, const f
   }
 }
 
+// quanta::DynamicQuantizeGRU's gates: the GRU steps above with MLAS's logistic and tanh.
+using MlasActs16 = MlasActs<simd::F32x16>;
+
+void mlas_gru_zr(const float* xg, const float* hg, const float* bias, float clip, int64_t count, float* zr) {
+  using T = simd::F32x16;
+  for (int64_t n = 0; n < count; n += 16) {
+    const __mmask16 m = tail_mask(count - n);
+    const auto ld = [m](const float* a) { return _mm512_maskz_loadu_ps(m, a); };
+    _mm512_mask_storeu_ps(zr + n, m, gru_zr_lanes<T, MlasActs16>(ld, xg, hg, bias, clip, n));
+  }
+}
+
+void mlas_gru_h(const float* xg_h, const float* hr_h, const float* rb_h, const float* r, const float* z,
+                const float* bias_h, float clip, bool lbr, int64_t H, float* h) {
+  using T = simd::F32x16;
+  for (int64_t j = 0; j < H; j += 16) {
+    const __mmask16 m = tail_mask(H - j);
+    const auto ld = [m](const float* a) { return _mm512_maskz_loadu_ps(m, a); };
+    _mm512_mask_storeu_ps(h + j, m, gru_h_lanes<T, MlasActs16>(ld, xg_h, hr_h, rb_h, r, z, bias_h, clip, lbr, j, h));
+  }
+}
+
 void ort_gru_reset(const float* zr_r, const float* br, float clip, const float* src, int64_t H, float* out) {
   using T = simd::F32x16;
   for (int64_t j = 0; j < H; j += 16) {
@@ -115,8 +137,8 @@ void ort_gru_update(const float* zr_z, const float* bz, const float* a0, const f
 
 }  // namespace
 
-extern const Kernels kKernelsAvx512Vnni = {min_max,     quantize_u8, lstm_row,      onnx_lstm_row,
-                                           onnx_gru_zr, onnx_gru_h,  ort_gru_reset, ort_gru_update};
+extern const Kernels kKernelsAvx512Vnni = {min_max,    quantize_u8,   lstm_row,       onnx_lstm_row, onnx_gru_zr,
+                                           onnx_gru_h, ort_gru_reset, ort_gru_update, mlas_gru_zr,   mlas_gru_h};
 
 }  // namespace recurrent
 }  // namespace quanta
