@@ -977,6 +977,51 @@ def test_resize_2d_is_the_two_axis_steps_in_float64(rows_first, shape):
         _native.resize_2d_f32(x, rows_first, bad, wa, tb, wb)
 
 
+@pytest.mark.parametrize("rows_first", [True, False])
+@pytest.mark.parametrize("shape", [(2, 3, 7, 9, 16), (1, 5, 4, 3), (17, 1, 6, 3)])
+def test_resize_2d_lanes_are_planes(rows_first, shape):
+    """resize_2d_f32 with lanes (an NCHW16c tensor [..., H, W, 16]): each lane of the last
+    axis gives the bytes of the same steps on it as a plane of its own (the lanes moved in
+    front of H, W, resized with lanes=1, moved back); 16, 3 and 3 lanes, both step orders,
+    1 and 2 threads, out=; a last axis other than lanes is refused by name."""
+    rng = np.random.default_rng(sum(shape) + 5 * rows_first)
+    x = rng.normal(0, 30, shape).astype(F32)
+    h, w, lanes = shape[-3:]
+
+    def table(n: int, o: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+        return rng.integers(0, n, (o, t)).astype(np.int64), rng.uniform(-0.6, 1.3, (o, t))
+
+    oh, ow = 2 * h + 1, 2 * w - 1
+    (ta, wa), (tb, wb) = (
+        (table(h, oh, 2), table(w, ow, 4)) if rows_first else (table(w, ow, 4), table(h, oh, 2))
+    )
+    planes = np.ascontiguousarray(np.moveaxis(x, -1, -3))
+    expected = np.moveaxis(_native.resize_2d_f32(planes, rows_first, ta, wa, tb, wb), -3, -1)
+    assert expected.shape == (*shape[:-3], oh, ow, lanes)
+    for threads in (1, 2):
+        got = _native.resize_2d_f32(x, rows_first, ta, wa, tb, wb, threads, None, lanes)
+        assert_bit_exact(expected, got, f"resize_2d lanes {shape} rows_first={rows_first} {threads}t")
+        out = np.empty(expected.shape, F32)
+        assert _native.resize_2d_f32(x, rows_first, ta, wa, tb, wb, threads, out, lanes) is out
+        assert_bit_exact(expected, out, f"resize_2d lanes {shape} out=")
+    with pytest.raises(ValueError, match="resize_2d_f32: x: expected rank >= 3 with a last axis of 8"):
+        _native.resize_2d_f32(x, rows_first, ta, wa, tb, wb, 1, None, 8)
+
+
+@given(
+    coord=st.sampled_from(COORDS),
+    sizes=st.sampled_from([(14, 18), (5, 9), (13, 4)]),
+)
+def test_resize_linear_of_a_blocked_tensor(coord, sizes):
+    """The blocked lowering's linear Resize ([N, Cb, H, W, 16] along H and W, the lanes
+    axis kept) against the twin, bit for bit."""
+    rng = np.random.default_rng(53)
+    x = floats(rng, (1, 3, 7, 9, 16), 1)
+    x[~np.isfinite(x)] = -0.0
+    attrs = {"mode": "linear", "coordinate_transformation_mode": coord}
+    run_both("Resize", [x, None, None, np.array((1, 3, *sizes, 16), np.int64)], attrs, opset=19)
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.int64])
 @pytest.mark.parametrize("factors", [(2, 2), (1, 3), (3, 1), (4, 2), (1, 1)])
 def test_repeat_2d_is_np_repeat_on_both_axes(dtype, factors):

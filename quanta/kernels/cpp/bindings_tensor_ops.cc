@@ -16,8 +16,9 @@
 //   scatter_f32(op, y, positions, updates) -> None           y[p_i] op= u_i in order (add, mul), float32
 //   resize_axis_f64(x, taps, w, num_threads=1, out=None) -> y   x [outer, n, inner] float64,
 //     taps [o, t] int64 in [0, n), w [o, t] float64 -> y [outer, o, inner]
-//   resize_2d_f32(x, rows_first, taps_a, w_a, taps_b, w_b, num_threads=1, out=None) -> y
-//     x float32 rank >= 2; the two steps over its last two axes, rows (h) first or not
+//   resize_2d_f32(x, rows_first, taps_a, w_a, taps_b, w_b, num_threads=1, out=None, lanes=1) -> y
+//     x float32 rank >= 2; the two steps over its last two axes, rows (h) first or not; with
+//     lanes > 1, x [..., h, w, lanes] (rank >= 3) and the steps over the two axes before lanes
 //   batch_norm_f32(x, mean, denom, scale, bias, num_threads=1, out=None) -> y   x [N, C, ...]
 //   acc_to_float(acc, bias, scale, float_bias, num_threads=1, out=None) -> y   acc [N, M, ...]
 //     int32, bias int32 [M] or None, scale float32 [M], float_bias float32 [M] or None
@@ -329,13 +330,19 @@ py::array resize_axis_f64(const py::handle& x_obj, const py::handle& taps_obj, c
 }
 
 py::array resize_2d_f32(const py::handle& x_obj, bool rows_first, const py::handle& ta_obj, const py::handle& wa_obj,
-                        const py::handle& tb_obj, const py::handle& wb_obj, int num_threads,
-                        const py::object& out_obj) {
+                        const py::handle& tb_obj, const py::handle& wb_obj, int num_threads, const py::object& out_obj,
+                        int64_t lanes) {
   const std::string op = "resize_2d_f32";
   auto x = require_array<float>(x_obj, "resize_2d_f32: x");
-  if (x.ndim() < 2) throw py::value_error(op + ": x: expected rank >= 2, got " + shape_str(shape_of(x)));
-  const int64_t h = x.shape(x.ndim() - 2);
-  const int64_t w = x.shape(x.ndim() - 1);
+  if (lanes < 1) throw py::value_error(op + ": lanes: expected >= 1, got " + std::to_string(lanes));
+  const int ax = lanes > 1 ? 1 : 0;  // the lanes axis, when there is one, is last
+  if (x.ndim() < 2 + ax || (ax && x.shape(x.ndim() - 1) != lanes)) {
+    throw py::value_error(op + ": x: expected rank >= " + std::to_string(2 + ax) +
+                          (ax ? " with a last axis of " + std::to_string(lanes) : std::string()) + ", got " +
+                          shape_str(shape_of(x)));
+  }
+  const int64_t h = x.shape(x.ndim() - 2 - ax);
+  const int64_t w = x.shape(x.ndim() - 1 - ax);
   auto check = [&](const py::handle& t_obj, const py::handle& w_obj, int64_t n, const char* name) {
     auto taps = require_array<int64_t>(t_obj, (op + ": taps_" + name).c_str());
     auto wt = require_array<double>(w_obj, (op + ": w_" + name).c_str());
@@ -354,13 +361,13 @@ py::array resize_2d_f32(const py::handle& x_obj, bool rows_first, const py::hand
   auto [tb, wb] = check(tb_obj, wb_obj, rows_first ? w : h, "b");
   check_threads(num_threads, op.c_str());
   Shape out_shape = shape_of(x);
-  out_shape[out_shape.size() - 2] = rows_first ? ta.shape(0) : tb.shape(0);
-  out_shape[out_shape.size() - 1] = rows_first ? tb.shape(0) : ta.shape(0);
+  out_shape[out_shape.size() - 2 - ax] = rows_first ? ta.shape(0) : tb.shape(0);
+  out_shape[out_shape.size() - 1 - ax] = rows_first ? tb.shape(0) : ta.shape(0);
   auto y = make_output(out_obj, x.dtype(), out_shape, op.c_str(), {x});
-  const int64_t planes = h * w == 0 ? 0 : x.size() / (h * w);
+  const int64_t planes = h * w == 0 ? 0 : x.size() / (h * w * lanes);
   {
     py::gil_scoped_release release;
-    tensor_ops::resize_2d_f32(x.data(), planes, h, w, rows_first, ta.data(), wa.data(), ta.shape(0), ta.shape(1),
+    tensor_ops::resize_2d_f32(x.data(), planes, h, w, lanes, rows_first, ta.data(), wa.data(), ta.shape(0), ta.shape(1),
                               tb.data(), wb.data(), tb.shape(0), tb.shape(1), static_cast<float*>(y.mutable_data()),
                               num_threads, active_isa());
   }
@@ -958,9 +965,10 @@ void register_tensor_ops(py::module_& m) {
   m.def("reduce_rows_int", &reduce_rows_int, arg("op"), arg("x"), arg("num_threads") = 1, arg("out") = none,
         "Row sum / sum of squares / sum of |x| / product (wrapping), max / min of x [R, D] int32 or int64.");
   m.def("resize_2d_f32", &resize_2d_f32, arg("x"), arg("rows_first"), arg("taps_a"), arg("w_a"), arg("taps_b"),
-        arg("w_b"), arg("num_threads") = 1, arg("out") = none,
+        arg("w_b"), arg("num_threads") = 1, arg("out") = none, arg("lanes") = 1,
         "Two resize_axis steps over the last two axes of float32 x (rows first, or columns first), plane by "
-        "plane in double, rounded to float32 once: the bytes of cast, resize_axis_f64 twice, cast.");
+        "plane in double, rounded to float32 once: the bytes of cast, resize_axis_f64 twice, cast. With "
+        "lanes > 1 the two axes before a last axis of `lanes` values (an NCHW16c tensor's H, W).");
   m.def("resize_axis_f64", &resize_axis_f64, arg("x"), arg("taps"), arg("w"), arg("num_threads") = 1, arg("out") = none,
         "One axis of a separable Resize in float64 (nn_resize.py (3)).");
   m.def("batch_norm_f32", &batch_norm_f32, arg("x"), arg("mean"), arg("denom"), arg("scale"), arg("bias"),

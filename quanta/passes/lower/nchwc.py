@@ -26,7 +26,7 @@ tensor, so that conversions sit only at its edges:
   elementwise operators whose other operands are blocked values of the same channels or
   constants (a per-channel constant is blocked like a tensor, pad lanes 0; a constant
   without a channel axis gains a trailing lane axis of 1); ``Concat`` and ``Split`` of
-  whole channel blocks; nearest ``Resize`` of H and W with constant scales or sizes; a
+  whole channel blocks; nearest or linear ``Resize`` of H and W with constant scales or sizes; a
   constant-mode ``Pad`` of H and W by constant amounts with a finite fill (a TF export's
   "same" padding before a pool).
 
@@ -409,8 +409,8 @@ class BlockedFloatLayout(Pass):
     @staticmethod
     def _resize_refusal(node: Node) -> tuple[str, str]:
         mode = str(node.attrs.get("mode", "nearest"))
-        if mode != "nearest":
-            return "", f"Resize mode {mode} (nearest runs blocked)"
+        if mode not in ("nearest", "linear"):
+            return "", f"Resize mode {mode} (nearest and linear run blocked)"
         if str(node.attrs.get("coordinate_transformation_mode", "half_pixel")) == "tf_crop_and_resize":
             return "", "Resize tf_crop_and_resize"
         if node.attrs.get("axes") is not None:

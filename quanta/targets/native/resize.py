@@ -14,7 +14,9 @@ the weights (cached), so coordinates and weights are the twin's by construction;
   ``weighted_taps``, in its order), and the result to x's dtype: float32 by ``cast``
   (one rounding, as astype), integers by the twin's ``resize_output`` (rint, clip). A
   float32 image resized along its last two axes runs the same two steps plane by plane
-  (``resize_2d_f32``), its float64 buffers a plane's size instead of the tensor's.
+  (``resize_2d_f32``), its float64 buffers a plane's size instead of the tensor's; so does
+  one resized along the two axes before its last (an NCHW16c tensor's H and W: the
+  blocked lowering's linear Resize), each of the last axis' values a plane of its own.
 
 tf_crop_and_resize (extrapolation outside the roi) and int64 / float64 / float16 inputs
 run on the twin.
@@ -152,6 +154,18 @@ def _resize_native(
         (first, taps_a, w_a), (_, taps_b, w_b) = tables
         return n.resize_2d_f32(
             np.asarray(x, order="C"), first == x.ndim - 2, taps_a, w_a, taps_b, w_b, t, out
+        )
+    if (
+        x.dtype == np.float32
+        and x.ndim >= 3
+        and len(tables) == 2
+        and {tables[0][0], tables[1][0]} == {x.ndim - 3, x.ndim - 2}
+    ):
+        # the two axes before a last axis left as it is (an NCHW16c tensor's H, W: the
+        # blocked lowering's Resize): each of the last axis' lanes runs a plane's steps
+        (first, taps_a, w_a), (_, taps_b, w_b) = tables
+        return n.resize_2d_f32(
+            np.asarray(x, order="C"), first == x.ndim - 3, taps_a, w_a, taps_b, w_b, t, out, x.shape[-1]
         )
     data = n.cast(np.asarray(x, order="C"), F64, t)
     for axis, taps, w in tables:

@@ -17,6 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import quanta
 from quanta.ir.onnx_io import load
 from quanta.kernels.reference import nchwc as ref
 from quanta.passes.lower.nchwc import BlockedFloatLayout
@@ -118,6 +119,33 @@ def test_a_detector_chain_runs_blocked_with_reorders_only_at_its_edges():
             assert v.shape is not None and len(v.shape) == 5 and v.shape[-1] == ref.BLOCK
     assert layout.refused == [("'flat' (Flatten)", "Flatten has no blocked form")]
     _check_outputs(proto, model, {"x": RNG.standard_normal((1, 3, 21, 18)).astype(np.float32)})
+
+
+def test_a_bilinear_upsample_stays_blocked():
+    """A feature pyramid's linear 2x Resize (a TFLite UpSampling2D, half_pixel) between
+    blocked convolutions joins the region: no reorder on either side of it, and the
+    quanta session's output equals the graph's (the convolutions within (FG1))."""
+    b = Builder()
+    y = b.conv("x", 3, 32, (3, 3), "c0", pads=[1, 1, 1, 1])
+    y = b.node("Relu", [y], "c0_relu")
+    y = b.node(
+        "Resize",
+        [y, "", b.const("scales", np.array([1, 1, 2, 2], np.float32))],
+        "up",
+        mode="linear",
+        coordinate_transformation_mode="half_pixel",
+    )
+    y = b.conv(y, 32, 48, (1, 1), "c1")
+    proto = b.model({"x": [1, 3, 7, 5]}, [y])
+    layout, model, counts = _blocked(proto)
+    assert counts["ConvNchwc"] == 2 and counts["ReorderNchw"] == 1 and counts["ReorderNchwc"] == 0, counts
+    up = next(n for n in model.graph.nodes if n.op_type == "Resize")
+    assert up.inputs[0].shape is not None and len(up.inputs[0].shape) == 5
+    assert not [r for r in layout.refused if "Resize" in r[0]], layout.refused
+    feeds = {"x": RNG.standard_normal((1, 3, 7, 5)).astype(np.float32)}
+    _check_outputs(proto, model, feeds)
+    got = quanta.InferenceSession(proto.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(got, run_ref(proto, feeds)[0], rtol=2e-5, atol=2e-5)
 
 
 def test_depthwise_and_squeeze_excitation_stay_blocked_with_padded_channels():
@@ -268,7 +296,7 @@ def test_a_constant_pad_of_h_and_w_stays_blocked():
         ("nchw_operand", "input 1 'den2' is computed NCHW and is not a constant"),
         ("concat", "input 1 of 120 channels: not whole blocks"),
         ("split", "not whole blocks"),
-        ("linear", "Resize mode linear"),
+        ("cubic", "Resize mode cubic"),
         ("percol", "does not broadcast per channel"),
         ("pad_channels", "of the batch or channel axis"),
         ("pad_reflect", "Pad mode reflect"),
@@ -303,9 +331,9 @@ def test_refusals_name_the_reason(case: str, reason: str):
             )
         )
         out = b.node("Add", ["s0", "s0"], "out")
-    elif case == "linear":
+    elif case == "cubic":
         out = b.node(
-            "Resize", [y, "", b.const("scales", np.array([1, 1, 2, 2], np.float32))], "up", mode="linear"
+            "Resize", [y, "", b.const("scales", np.array([1, 1, 2, 2], np.float32))], "up", mode="cubic"
         )
     elif case.startswith("pad"):
         amounts = [0, 1, 0, 0, 0, 0, 0, 0] if case == "pad_channels" else [0, 0, 1, 1, 0, 0, 1, 1]

@@ -167,39 +167,44 @@ void resize_axis(const double* x, int64_t outer, int64_t n, int64_t inner, const
   });
 }
 
-void resize_2d_f32(const float* x, int64_t planes, int64_t h, int64_t w, bool rows_first, const int64_t* taps_a,
-                   const double* w_a, int64_t o_a, int64_t t_a, const int64_t* taps_b, const double* w_b, int64_t o_b,
-                   int64_t t_b, float* y, int num_threads, Isa isa) {
-  const int64_t oh = rows_first ? o_a : o_b, ow = rows_first ? o_b : o_a;
-  const int64_t grain = rows_per_chunk(oh * ow * (t_a + t_b), kGrain);
+void resize_2d_f32(const float* x, int64_t planes, int64_t h, int64_t w, int64_t lanes, bool rows_first,
+                   const int64_t* taps_a, const double* w_a, int64_t o_a, int64_t t_a, const int64_t* taps_b,
+                   const double* w_b, int64_t o_b, int64_t t_b, float* y, int num_threads, Isa isa) {
+  // `lanes` values share each (row, column) position: 1 for an NCHW plane, 16 for an
+  // NCHW16c block's [H, W, 16]; each lane runs the same chain as a plane of its own
+  const int64_t oh = rows_first ? o_a : o_b, ow = rows_first ? o_b : o_a, rw = w * lanes;
+  const int64_t grain = rows_per_chunk(oh * ow * lanes * (t_a + t_b), kGrain);
   if (rows_first) {
     // Output row by output row: the row step (resize_axis_run's order: the first product,
     // then + each further product) into one row of doubles, then the column step of that
-    // row (its inner length is 1) and the rounding to float32. The conversion of x to
-    // double is exact, so reading x as float here equals reading its double copy.
+    // row and the rounding to float32. The conversion of x to double is exact, so reading
+    // x as float here equals reading its double copy.
     qgemm::parallel_ranges(num_threads, planes, grain, [&](int64_t b, int64_t e) {
-      std::vector<double> row(static_cast<size_t>(w));
+      std::vector<double> row(static_cast<size_t>(rw));
       double* r = row.data();
       for (int64_t p = b; p < e; ++p) {
-        const float* xp = x + p * h * w;
-        float* yp = y + p * oh * ow;
+        const float* xp = x + p * h * rw;
+        float* yp = y + p * oh * ow * lanes;
         for (int64_t q = 0; q < oh; ++q) {
           const int64_t* tq = taps_a + q * t_a;
           const double* wq = w_a + q * t_a;
-          const float* s0 = xp + tq[0] * w;
-          for (int64_t c = 0; c < w; ++c) r[c] = static_cast<double>(s0[c]) * wq[0];
+          const float* s0 = xp + tq[0] * rw;
+          for (int64_t c = 0; c < rw; ++c) r[c] = static_cast<double>(s0[c]) * wq[0];
           for (int64_t k = 1; k < t_a; ++k) {
-            const float* sk = xp + tq[k] * w;
+            const float* sk = xp + tq[k] * rw;
             const double wk = wq[k];
-            for (int64_t c = 0; c < w; ++c) r[c] = r[c] + static_cast<double>(sk[c]) * wk;
+            for (int64_t c = 0; c < rw; ++c) r[c] = r[c] + static_cast<double>(sk[c]) * wk;
           }
-          float* yq = yp + q * ow;
+          float* yq = yp + q * ow * lanes;
           for (int64_t j = 0; j < ow; ++j) {
             const int64_t* tj = taps_b + j * t_b;
             const double* wj = w_b + j * t_b;
-            double acc = r[tj[0]] * wj[0];
-            for (int64_t k = 1; k < t_b; ++k) acc = acc + r[tj[k]] * wj[k];
-            yq[j] = static_cast<float>(acc);
+            float* yj = yq + j * lanes;
+            for (int64_t l = 0; l < lanes; ++l) {
+              double acc = r[tj[0] * lanes + l] * wj[0];
+              for (int64_t k = 1; k < t_b; ++k) acc = acc + r[tj[k] * lanes + l] * wj[k];
+              yj[l] = static_cast<float>(acc);
+            }
           }
         }
       }
@@ -210,15 +215,15 @@ void resize_2d_f32(const float* x, int64_t planes, int64_t h, int64_t w, bool ro
   // resized along w into a plane of doubles, then the row step, as resize_axis would
   const ResizeAxisFn run = kernels_for(isa).resize_axis;
   qgemm::parallel_ranges(num_threads, planes, grain, [&](int64_t b, int64_t e) {
-    std::vector<double> xd(static_cast<size_t>(h * w)), md(static_cast<size_t>(h * ow)),
-        yd(static_cast<size_t>(oh * ow));
+    std::vector<double> xd(static_cast<size_t>(h * rw)), md(static_cast<size_t>(h * ow * lanes)),
+        yd(static_cast<size_t>(oh * ow * lanes));
     for (int64_t p = b; p < e; ++p) {
-      const float* xp = x + p * h * w;
-      for (int64_t i = 0; i < h * w; ++i) xd[i] = xp[i];
-      run(xd.data(), h, w, 1, taps_a, w_a, o_a, t_a, md.data());    // [h, w, 1] -> [h, ow, 1]
-      run(md.data(), 1, h, o_a, taps_b, w_b, o_b, t_b, yd.data());  // [1, h, ow] -> [1, oh, ow]
-      float* yp = y + p * oh * ow;
-      for (int64_t i = 0; i < oh * ow; ++i) yp[i] = static_cast<float>(yd[i]);
+      const float* xp = x + p * h * rw;
+      for (int64_t i = 0; i < h * rw; ++i) xd[i] = xp[i];
+      run(xd.data(), h, w, lanes, taps_a, w_a, o_a, t_a, md.data());        // [h, w, L] -> [h, ow, L]
+      run(md.data(), 1, h, o_a * lanes, taps_b, w_b, o_b, t_b, yd.data());  // [1, h, ow·L] -> [1, oh, ow·L]
+      float* yp = y + p * oh * ow * lanes;
+      for (int64_t i = 0; i < oh * ow * lanes; ++i) yp[i] = static_cast<float>(yd[i]);
     }
   });
 }

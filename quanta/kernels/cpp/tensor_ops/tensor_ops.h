@@ -181,10 +181,11 @@ void resize_axis(const double* x, int64_t outer, int64_t n, int64_t inner, const
 // first: the h axis with taps_a / w_a, then the w axis with taps_b / w_b; else the other
 // way round), one plane at a time in double buffers of its own, and the result rounded
 // to float32 once: the bytes of cast -> resize_axis -> resize_axis -> cast, without the
-// tensor-sized double intermediates.
-void resize_2d_f32(const float* x, int64_t planes, int64_t h, int64_t w, bool rows_first, const int64_t* taps_a,
-                   const double* w_a, int64_t o_a, int64_t t_a, const int64_t* taps_b, const double* w_b, int64_t o_b,
-                   int64_t t_b, float* y, int num_threads, Isa isa);
+// tensor-sized double intermediates. With lanes > 1 each plane is [h, w, lanes] (an
+// NCHW16c block: lanes 16) and each lane runs the chain of a plane of its own.
+void resize_2d_f32(const float* x, int64_t planes, int64_t h, int64_t w, int64_t lanes, bool rows_first,
+                   const int64_t* taps_a, const double* w_a, int64_t o_a, int64_t t_a, const int64_t* taps_b,
+                   const double* w_b, int64_t o_b, int64_t t_b, float* y, int num_threads, Isa isa);
 void batch_norm(const float* x, float* y, int64_t rows, int64_t inner, int64_t channels, const float* m, const float* d,
                 const float* g, const float* b, int num_threads, Isa isa);
 void acc_to_float(const int32_t* acc, float* y, int64_t rows, int64_t inner, int64_t channels, const int32_t* bias,
