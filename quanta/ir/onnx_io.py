@@ -723,6 +723,13 @@ def _quant_operands(domain: str, op_type: str, n_inputs: int) -> list[tuple[tupl
         for k in range(2, n_inputs, 3):
             ops.append((("in", k), k + 1, k + 2))
         return ops
+    if key == (MS_DOMAIN, "QGemm"):
+        # A, a_scale, a_zp, B, b_scale, b_zp, C?, y_scale?, y_zp?: only the output's type
+        # (a uint8 / int8 Y with y_scale, float32 without); B's per-channel axis follows
+        # transB, which the table's fixed axes cannot say. Untyped, a QGemm reading
+        # another's output (ORT's QOperator file of Linear -> ReLU -> Linear) left the
+        # native binder an A of unknown type: the NumPy twin.
+        return [(("out", 0), 7, 8)] if n_inputs > 7 else []
     if key == (MS_DOMAIN, "QuantizeLinear"):
         return QUANT_OPERANDS[("", "QuantizeLinear")]
     if key == (MS_DOMAIN, "DequantizeLinear"):

@@ -276,7 +276,7 @@ def lower_qdq(
     FuseActivation is left out: instruction selection matches the plain ops."""
     from quanta.passes.lower.accumulator_to_quant import FuseAccumulatorToQuant
     from quanta.passes.lower.channels_last import ChannelsLast
-    from quanta.passes.lower.fold_float_weights import FoldFloatWeights
+    from quanta.passes.lower.fold_float_weights import FoldFloatWeights, FoldRequantizedConstants
     from quanta.passes.lower.lookup import ComposeLookupsPass
     from quanta.passes.lower.mul_quant import FuseMulQuantPass
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
@@ -327,6 +327,12 @@ def lower_qdq(
             opset, evaluator
         ),  # opset: Softmax's axis (LowerSoftmax); evaluator: tables (LowerLookup)
         EliminateDead(),  # the DQs the lowering left unread: a table read by the next alone
+        # requantized constants, then the integer ops over them alone (ORT's QDQ file of a
+        # dynamo export: the GRU's W built by Slice / Concat / Unsqueeze of the weights, each
+        # between Q / DQ) -> quantized constants, which FoldFloatWeights below turns into
+        # the float weights a float op needs as constants
+        FoldConstants(evaluator),
+        *([FoldRequantizedConstants(evaluator), FoldConstants(evaluator)] if evaluator is not None else []),
         ComposeLookupsPass(),  # tables in a row (a BatchNorm as Sub / Mul / Add, each between Q / DQ): one
         QuantizePad(),  # DQ -> Pad -> Q of one type: the Pad runs on the integers
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops

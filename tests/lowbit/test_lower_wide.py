@@ -239,3 +239,93 @@ def test_sixteen_bit_binders_take_the_carried_multiplier(kind, act, wdt, out, pe
     assert step.kernel.impl == "native", step.kernel.name
     assert got.tobytes() == want.tobytes()
     assert not np.array_equal(got, plain)
+
+
+def _scores_model(act=TensorProto.UINT16, out=TensorProto.INT16):
+    """x [2, 3, 19, K] -> Q/DQ (a) and Transpose -> Q/DQ with its own scale and zero
+    point (b) -> MatMul -> Q -> DQ: ``x @ xᵀ`` of two run-time 16-bit operands, as ONNX
+    Runtime's ``activation_type=QInt16`` file of an attention score or a Gram matrix."""
+    k = 301
+    zt = np.uint16 if act == TensorProto.UINT16 else np.int16
+    zo = np.int16 if out == TensorProto.INT16 else np.uint16
+    inits = [
+        numpy_helper.from_array(np.float32(0.00011), "sa"),
+        numpy_helper.from_array(np.array(31000 if zt is np.uint16 else -700, zt), "za"),
+        numpy_helper.from_array(np.float32(0.00013), "sb"),
+        numpy_helper.from_array(np.array(33000 if zt is np.uint16 else 900, zt), "zb"),
+        numpy_helper.from_array(np.float32(0.0041), "sy"),
+        numpy_helper.from_array(np.array(-37 if zo is np.int16 else 30000, zo), "zy"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sa", "za"], ["aq"]),
+        helper.make_node("DequantizeLinear", ["aq", "sa", "za"], ["af"]),
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 1, 3, 2]),
+        helper.make_node("QuantizeLinear", ["xt", "sb", "zb"], ["bq"]),
+        helper.make_node("DequantizeLinear", ["bq", "sb", "zb"], ["bf"]),
+        helper.make_node("MatMul", ["af", "bf"], ["s"]),
+        helper.make_node("QuantizeLinear", ["s", "sy", "zy"], ["sq"]),
+        helper.make_node("DequantizeLinear", ["sq", "sy", "zy"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "scores",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 19, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 19, 19])],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), (2, 3, 19, k)
+
+
+@pytest.mark.parametrize(
+    ("act", "out"), [(TensorProto.UINT16, TensorProto.INT16), (TensorProto.INT16, TensorProto.UINT16)]
+)
+def test_matmul16_of_two_runtime_operands_runs_native_and_matches_reference(act, out):
+    model, shape = _scores_model(act, out)
+    blob = model.SerializeToString()
+    sess = quanta.InferenceSession(blob)
+    names = [s.kernel.name for s in sess.plan.steps if s.node.op_type == "QLinearMatMul16"]
+    assert names == ["native:qlinear_matmul16_runtime_b"], names
+    assert sess.fallbacks == []
+    feed = {"x": np.random.default_rng(7).uniform(-3.3, 3.3, shape).astype(F32)}
+    y = sess.run(None, feed)[0]
+    ref = quanta.InferenceSession(blob, backend="reference").run(None, feed)[0]
+    np.testing.assert_array_equal(y, ref)
+    assert len(np.unique(y)) > 50
+
+
+def test_matmul16_runtime_b_kernel_is_the_twin_at_the_extremes():
+    """Codes at both ends of every 16-bit type (products near 2^32, K = 301 of them),
+    a bias, the out= path, and a 3-D b broadcast against a 4-D a."""
+    from quanta.kernels.reference.registry import get_op
+    from quanta.targets.base import KernelContext
+    from quanta.targets.native.a16w8 import _matmul16_runtime_b
+
+    rng = np.random.default_rng(11)
+    for adt, bdt, ydt in (
+        (np.uint16, np.int16, np.int16),
+        (np.int16, np.uint16, np.uint16),
+        (np.uint16, np.uint8, np.uint8),
+    ):
+        ia, ib = np.iinfo(adt), np.iinfo(bdt)
+        a = rng.choice(np.array([ia.min, ia.max, ia.min + 1, ia.max - 3], adt), (2, 3, 5, 301))
+        a[0, 0, 0, :17] = rng.integers(ia.min, int(ia.max) + 1, 17).astype(adt)
+        b = rng.choice(np.array([ib.min, ib.max, ib.max - 1], bdt), (3, 301, 7))
+        args = (
+            a,
+            np.float32(0.0007),
+            np.array(ia.max // 3, adt),
+            b,
+            np.float32(0.0009),
+            np.array(ib.min + 5, bdt),
+            np.float32(173.0),
+            np.array(np.iinfo(ydt).max // 2 - 11, ydt),
+            rng.integers(-(2**30), 2**30, 7).astype(np.int32),
+        )
+        ctx = KernelContext()
+        want = get_op("QLinearMatMul16", "quanta")(ctx, *args)
+        got = _matmul16_runtime_b(ctx, *args)
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype and len(np.unique(want)) > 3
+        out = np.empty_like(want)
+        assert _matmul16_runtime_b(ctx, *args, out=out) is out
+        np.testing.assert_array_equal(out, want)

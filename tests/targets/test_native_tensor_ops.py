@@ -1348,6 +1348,27 @@ def test_isnan_matches_twin(dtype, shape):
     run_both("IsNaN", [x])
 
 
+@pytest.mark.parametrize("detect", [(1, 1), (1, 0), (0, 1), (0, 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(), (17,), (3, 7, 65)])
+def test_isinf_matches_twin(detect, dtype, shape):
+    """Both infinities, NaN, the largest finite values and denormals in every sign mode."""
+    x = floats(np.random.default_rng(67), shape).astype(dtype)
+    if x.size:
+        flat = x.reshape(-1)
+        edges = np.array([np.inf, -np.inf, np.nan, np.finfo(dtype).max, -np.finfo(dtype).max, -0.0, 1e-40])
+        flat[: min(flat.size, 7)] = edges[: min(flat.size, 7)].astype(dtype)
+    neg, pos = detect
+    got = run_both("IsInf", [x], {"detect_negative": neg, "detect_positive": pos})
+    if x.size >= 7:
+        assert got.reshape(-1)[:3].tolist() == [bool(pos), bool(neg), False]
+
+
+def test_isinf_of_integers_falls_back_with_reason():
+    kernel, reason = bind("IsInf", [np.zeros(3, np.int64)])
+    assert kernel is None and reason == "native IsInf takes float32 or float64, got int64"
+
+
 @pytest.mark.parametrize("op", ["Floor", "Ceil", "Round", "Sign"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(), (17,), (3, 7, 65)])

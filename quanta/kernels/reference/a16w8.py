@@ -31,7 +31,7 @@ from quanta.kernels.reference.integer_ops import b_param
 from quanta.kernels.reference.registry import OpContext, OpError, register
 from quanta.kernels.reference.requant import requant_multiplier, requantize
 
-__all__ = ["QUANTA_DOMAIN", "WIDE_TYPES", "qlinear_conv16", "qlinear_matmul16"]
+__all__ = ["QUANTA_DOMAIN", "WIDE_TYPES", "matmul16_output", "qlinear_conv16", "qlinear_matmul16"]
 
 QUANTA_DOMAIN = "quanta"
 WIDE_TYPES = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
@@ -91,10 +91,25 @@ def qlinear_matmul16(
     za = np.int64(np.asarray(a_zero_point).reshape(()))
     zb = b_param(np.asarray(b_zero_point), b.shape, "b_zero_point").astype(np.int64)
     acc = np.matmul(a.astype(np.int64) - za, b.astype(np.int64) - zb)  # exact: eq. (A1)
-    b64 = _bias64(bias, b.shape[-1], "QLinearMatMul16")
+    return matmul16_output(acc, a_scale, b_scale, b.shape, y_scale, y_zero_point, bias, dtype)
+
+
+def matmul16_output(
+    acc: np.ndarray,
+    a_scale: np.ndarray | float,
+    b_scale: np.ndarray | float,
+    b_shape: tuple[int, ...],
+    y_scale: np.ndarray | float,
+    y_zero_point: np.ndarray | int,
+    bias: np.ndarray | None,
+    dtype: np.dtype | type,
+) -> np.ndarray:
+    """QLinearMatMul16's output from the exact int64 sums ``acc`` of eq. (A1): the bias,
+    then eq. (A4). Shared with the native run-time-b path, which forms ``acc`` another way."""
+    b64 = _bias64(bias, b_shape[-1], "QLinearMatMul16")
     if b64 is not None:
         acc = acc + b64
-    sb = b_param(np.asarray(b_scale, np.float32), b.shape, "b_scale")
+    sb = b_param(np.asarray(b_scale, np.float32), b_shape, "b_scale")
     m = requant_multiplier(
         np.asarray(a_scale, np.float32).reshape(()), sb, np.asarray(y_scale, np.float32).reshape(())
     )

@@ -26,6 +26,19 @@ with ``%s'``, ``%z'`` the scales and zero points reshaped to ``[V, 1, ...]`` (th
 broadcast over a row) and the zero points as float32. Exact: DequantizeLinear computes
 ``f32(f32(q - z)·s)`` (reference/quantize.py), and ``q - z`` of 8-bit integers is an
 integer below 2^9, exact in float32 whether subtracted before or after the Cast.
+
+A constant requantized (``FoldRequantizedConstants``, run right after the lowering)::
+
+    %y = QuantizeLinear(DequantizeLinear(%c: const, %s, %z?), %s2: const, %z2?: const)
+      -> %y = const  (the evaluator's DequantizeLinear, then its QuantizeLinear)   FoldRequantizedConstant
+
+ONNX Runtime's QDQ file of a torch dynamo export quantizes the steps that build a GRU's
+W and R from its parameters (Slice the gate blocks, Concat, Unsqueeze) as activations,
+each between Q / DQ with its own scale. The views move onto the integers, leaving
+Q(DQ(const)) requantizations that fold_constants keeps (DequantizeLinear is in KEEP):
+with them folded, the integer Concat / Unsqueeze over constants fold too, and the GRU
+reads DequantizeLinear(const), a float weight by FoldFloatWeight. Exact: the constant is
+the reference's Q(DQ(c)), the codes the two nodes computed at run time.
 """
 
 from __future__ import annotations
@@ -35,9 +48,15 @@ import numpy as np
 from quanta.ir.graph import Value, result_type
 from quanta.ir.types import TensorType, elem_from_numpy
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
-from quanta.passes.rules.fold_constants import Evaluator
+from quanta.passes.rules.fold_constants import Evaluator, _const_type
 
-__all__ = ["FoldFloatWeight", "FoldFloatWeights", "GatherDequantizedRows"]
+__all__ = [
+    "FoldFloatWeight",
+    "FoldFloatWeights",
+    "FoldRequantizedConstant",
+    "FoldRequantizedConstants",
+    "GatherDequantizedRows",
+]
 
 
 def _reads_integers(op_type: str) -> bool:
@@ -148,3 +167,39 @@ class FoldFloatWeights(RewritePass):
 
     def __init__(self, evaluator: Evaluator):
         super().__init__([FoldFloatWeight(evaluator), GatherDequantizedRows()])
+
+
+class FoldRequantizedConstant(Rule):
+    """%y = QuantizeLinear(DequantizeLinear(const, const, const?), const, const?) -> const"""
+
+    pattern = "y = QuantizeLinear(w = DequantizeLinear(c, s, z?), s2, z2?)"
+    shared_ok = frozenset({"w"})
+
+    def __init__(self, evaluator: Evaluator):
+        self.evaluator = evaluator
+
+    def check(self, m: Match) -> Match | NoMatch:
+        for name in ("c", "s", "z", "s2", "z2"):
+            v = m[name]
+            if v is not None and not v.is_const:
+                return NoMatch(f"input '{v.name}' is not a constant", "pattern")
+        dq, q = m.node("w"), m.root
+        try:
+            w = np.asarray(self.evaluator(dq, [None if v is None else v.const for v in dq.inputs])[0])
+            arrays = [w] + [None if v is None else v.const for v in q.inputs[1:]]
+            out = np.asarray(self.evaluator(q, arrays)[0])
+        except Exception as e:  # not foldable here, with the reason
+            return NoMatch(f"the evaluator failed: {type(e).__name__}: {e}")
+        m.data["value"] = out
+        return m
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        y, out = m.value("y"), m.data["value"]
+        return b.const(y.name, out, _const_type(out, y))
+
+
+class FoldRequantizedConstants(RewritePass):
+    name = "fold_requantized_constants"
+
+    def __init__(self, evaluator: Evaluator):
+        super().__init__([FoldRequantizedConstant(evaluator)])

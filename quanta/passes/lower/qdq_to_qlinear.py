@@ -414,6 +414,11 @@ def _gemm_check(m: Match, with_output: bool) -> Match | NoMatch:
         bad = _check_8bit(qy, "output y")
         if bad is not None:
             return bad
+        assert qy is not None
+        if str(qy.storage) != str(qa.storage):
+            # QGemm's Y has A's type (ms_qgemm); NNCF writes int8 inputs and a uint8 output
+            # after a ReLU: the float-output QGemm, then the QuantizeLinear, take the group
+            return NoMatch(f"output y is {qy.storage} and input a {qa.storage}: QGemm's Y has A's type")
     float_bias = None
     cb = m["cb"]
     if not with_output and cb is not None and cb.is_const and np.asarray(cb.const).dtype == np.float32:
@@ -486,8 +491,16 @@ class LowerGemmFloatOutput(Rule):
 
     def check(self, m: Match) -> Match | NoMatch:
         users = m.value("c").consumers()
-        if any(u.op_type == "QuantizeLinear" for u in users):
-            return NoMatch("the output is quantized (LowerGemm handles it)")
+        qa = _params(m, "af", "a", "sa", "za")
+        a_storage = None if qa is None else str(qa.storage)
+        for u in users:
+            if u.op_type != "QuantizeLinear":
+                continue
+            y = u.outputs[0].type.elem if u.outputs and u.outputs[0].type is not None else None
+            # an output of another type than A (NNCF: int8 in, uint8 after a ReLU) stays
+            # here: QGemm's Y has A's type, so LowerGemm refuses it
+            if not isinstance(y, QuantType) or str(y.storage) == a_storage:
+                return NoMatch("the output is quantized (LowerGemm handles it)")
         return _gemm_check(m, with_output=False)
 
     def rewrite(self, m: Match, b: Builder) -> Value:

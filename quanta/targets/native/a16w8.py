@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node
-from quanta.kernels.reference.a16w8 import QUANTA_DOMAIN, WIDE_TYPES
+from quanta.kernels.reference.a16w8 import QUANTA_DOMAIN, WIDE_TYPES, matmul16_output
 from quanta.kernels.reference.conv_geometry import conv_attrs
+from quanta.kernels.reference.integer_ops import b_param
 from quanta.passes.lower.requant_params import requant_params
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
@@ -182,10 +183,59 @@ def _matmul16_native(
     return run_twin("QLinearMatMul16", QUANTA_DOMAIN, ctx, (a, *rest), {}, out)
 
 
+#: largest K for which float64 sums of 16 x 16-bit products are exact: each product is
+#: below 2^32 in magnitude, so every partial sum of K of them stays below 2^53
+EXACT_F64_K = 1 << 21
+
+
+def _matmul16_runtime_b(
+    ctx: Any,
+    a: np.ndarray,
+    sa: np.ndarray,
+    za: np.ndarray,
+    b: np.ndarray,
+    sb: np.ndarray,
+    zb: np.ndarray,
+    sy: np.ndarray,
+    zy: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """A run-time b (attention scores, ``x @ xᵀ``): eq. (A1) as one float64 BLAS product of
+    the zero-point-shifted operands. Every operand, product and partial sum is an integer
+    below 2^53 when K < EXACT_F64_K, so the sums are the twin's int64 ones whatever the
+    summation order; eq. (A4) is the twin's own code (``matmul16_output``). NumPy's int64
+    matmul (the twin's) has no BLAS. Eq. (A5) of docs/quantization-math.md."""
+    if (
+        a.dtype not in WIDE_TYPES
+        or b.dtype not in WIDE_TYPES
+        or a.ndim < 1
+        or b.ndim < 2
+        or a.shape[-1] != b.shape[-2]
+        or a.shape[-1] >= EXACT_F64_K
+        or np.asarray(za).size != 1
+    ):
+        args = (a, sa, za, b, sb, zb, sy, zy) + (() if bias is None else (bias,))
+        return run_twin("QLinearMatMul16", QUANTA_DOMAIN, ctx, args, {}, out)
+    # BLAS picks its threads (ctx's count is not passed): the sums are exact in any order
+    zb64 = b_param(np.asarray(zb), b.shape, "b_zero_point").astype(np.float64)
+    acc = np.matmul(a.astype(np.float64) - float(np.asarray(za).reshape(())), b.astype(np.float64) - zb64)
+    dtype = np.asarray(zy).dtype
+    y = matmul16_output(acc.astype(np.int64), sa, sb, b.shape, sy, zy, bias, dtype)
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
 @register_binder("QLinearMatMul16", QUANTA_DOMAIN)
 def bind_qlinear_matmul16(model: Model, node: Node) -> tuple[Kernel | None, str]:
-    """A constant rank-2 b (per tensor or per column), constant per-tensor a and y."""
+    """A constant rank-2 b (per tensor or per column), constant per-tensor a and y; or a
+    run-time b (:func:`_matmul16_runtime_b`)."""
     del model  # unused: the choice depends on the node only
+    if node.input(3) is not None and _const(node.input(3)) is None:
+        return Kernel(_matmul16_runtime_b, "native", "native:qlinear_matmul16_runtime_b", out=True), ""
     b = _const(node.input(3))
     if b is None or b.ndim != 2:
         return None, "native QLinearMatMul16 takes a constant rank-2 b"

@@ -26,6 +26,8 @@ Equal Less LessOrEqual ``broadcast_op``                               math_ops (
 Greater GreaterOrEqual
 And Or Xor Not
 IsNaN                  NumPy's isnan ufunc into the arena             math_ops (np.isnan)
+IsInf                  NumPy's isinf / isposinf / isneginf into the   math_ops.isinf (the same
+                       arena (by detect_positive / detect_negative)   tests, OR-ed)
 Floor Ceil Round Sign  NumPy's floor / ceil / rint / sign ufunc       math_ops (the same ufunc)
                        (float32, float64) into the arena
 Where                  ``copy_strided`` of y, then of x where cond    math_ops.where
@@ -700,6 +702,40 @@ def bind_isnan(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if reason:
         return None, reason
     return _kernel(_isnan_native, "isnan")
+
+
+@_with_fallback("IsInf")
+def _isinf_native(
+    ctx: Any, x: Any, *, out: Any, detect_negative: int = 1, detect_positive: int = 1
+) -> np.ndarray:
+    """IsInf: one NumPy test into the arena (math_ops.isinf ORs the sign tests into a
+    fresh array). torch's dynamo exporter writes ``nan_to_num`` as IsInf / IsNaN /
+    Where over whole inputs, so a float model meets it on every run."""
+    del ctx  # memory-bound: one thread
+    x = _c(x)
+    if x.dtype.kind != "f":
+        raise _Unsupported
+    if out is None:
+        out = np.empty(x.shape, _BOOL)
+    if detect_positive and detect_negative:
+        return np.isinf(x, out=out)
+    if detect_positive:
+        return np.isposinf(x, out=out)
+    if detect_negative:
+        return np.isneginf(x, out=out)
+    out[...] = False
+    return out
+
+
+@register_binder("IsInf")
+def bind_isinf(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    del model  # unused
+    reason = _known_dtype_reason(
+        "IsInf", node, 0, frozenset({F32, np.dtype(np.float64)}), "float32 or float64"
+    )
+    if reason:
+        return None, reason
+    return _kernel(_isinf_native, "isinf")
 
 
 @_with_fallback("Where")
