@@ -497,9 +497,14 @@ class LowerGemmFloatOutput(Rule):
             if u.op_type != "QuantizeLinear":
                 continue
             y = u.outputs[0].type.elem if u.outputs and u.outputs[0].type is not None else None
-            # an output of another type than A (NNCF: int8 in, uint8 after a ReLU) stays
-            # here: QGemm's Y has A's type, so LowerGemm refuses it
-            if not isinstance(y, QuantType) or str(y.storage) == a_storage:
+            # an 8-bit output of the other signedness than A (NNCF: int8 in, uint8 after a
+            # ReLU) stays here: QGemm's Y has A's type, so LowerGemm refuses it; a wider
+            # output (an integer-only target's 16-bit one) is the other lowerings'
+            if (
+                not isinstance(y, QuantType)
+                or str(y.storage) == a_storage
+                or getattr(y.storage, "bits", None) != 8
+            ):
                 return NoMatch("the output is quantized (LowerGemm handles it)")
         return _gemm_check(m, with_output=False)
 
