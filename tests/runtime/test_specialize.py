@@ -1352,3 +1352,78 @@ def test_run_time_b_products_specialized_and_recorded_are_the_twin(
         in_loop = {t[0] for t in bound.fast_steps if t[2] is not _PROGRAM}
         products = {s.index for s in sess.plan.steps if s.node.name in ("mitf", "qlmm")}
         assert len(products) == 2 and not products & in_loop  # recorded into a program
+
+
+def _softmax_quant_model(mask_shape: tuple[int, ...] | None, scale: bool, signed: bool):
+    """x0 [2, 3, 5, 17] − 0.25 -> Mul(0.1767767)? -> Add(−mask0)? -> Softmax -> Q (zero
+    point 3, or -100 int8) -> DQ: FuseSoftmaxQuant's pattern on arena values (the Sub and
+    the mask's Neg are steps of their own), so the fused step can be recorded."""
+    x_shape = (2, 3, 5, 17)
+    nodes = [helper.make_node("Sub", ["x0", "quarter"], ["x"], name="shift")]
+    v = "x"
+    if scale:
+        nodes.append(helper.make_node("Mul", [v, "c"], ["v"], name="mul"))
+        v = "v"
+    inputs = [helper.make_tensor_value_info("x0", TensorProto.FLOAT, list(x_shape))]
+    if mask_shape is not None:
+        inputs.append(helper.make_tensor_value_info("mask0", TensorProto.FLOAT, list(mask_shape)))
+        nodes.append(helper.make_node("Neg", ["mask0"], ["mask"], name="mask_neg"))
+        nodes.append(helper.make_node("Add", [v, "mask"], ["w"], name="add"))
+        v = "w"
+    zy = np.int8(-100) if signed else np.uint8(3)
+    nodes += [
+        helper.make_node("Softmax", [v], ["s"], name="softmax", axis=-1),
+        helper.make_node("QuantizeLinear", ["s", "sy", "zy"], ["q"], name="q"),
+        helper.make_node("DequantizeLinear", ["q", "sy", "zy"], ["y"], name="dq"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "attention",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            _const("quarter", np.float32(0.25)),
+            _const("c", np.float32(0.1767767)),
+            _const("sy", np.float32(1 / 255)),
+            _const("zy", zy),
+        ],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mask_shape", [(1, 1, 5, 17), (2, 1, 1, 17), (17,), None])
+@pytest.mark.parametrize(("scale", "signed"), [(True, False), (False, True), (True, True)])
+def test_softmax_quant_specialized_and_recorded_is_the_twin(
+    threads: int, mask_shape: tuple[int, ...] | None, scale: bool, signed: bool
+) -> None:
+    """quanta::SoftmaxQuant with constant parameters takes the binding alone (the mask's
+    row map made once), recorded into the native program with its run-time mask, with the
+    reference's bytes on every run, with and without programs (masked entries -2e4, and
+    -inf, with fully masked rows)."""
+    p = _softmax_quant_model(mask_shape, scale, signed).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(p, opts)
+    loop = quanta.InferenceSession(p, opts)
+    loop.executor.native_programs = False
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(threads + 7 * len(mask_shape or ()))
+    for i in range(4):
+        feeds = {"x0": (rng.standard_normal((2, 3, 5, 17)) * 9).astype(np.float32)}
+        if mask_shape is not None:
+            masked = np.float32(np.inf) if i == 3 else np.float32(2e4)
+            m = np.where(rng.random(mask_shape) < 0.3, masked, np.float32(0)).astype(np.float32)
+            if i == 3:
+                m.reshape(-1, 17)[0] = masked  # a fully masked row
+            feeds["mask0"] = m
+        want = ref.run(None, feeds)[0]
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+        np.testing.assert_array_equal(loop.run(None, feeds)[0], want)
+    from quanta.runtime.execute import _PROGRAM
+
+    (step,) = [s for s in sess.plan.steps if s.op_type == "SoftmaxQuant"]
+    assert step.kernel.name == "native:softmax_quant"
+    assert step.node.name in _specialized_names(sess)
+    (bound,) = sess.executor.bound_runs().values()
+    assert step.index not in {t[0] for t in bound.fast_steps if t[2] is not _PROGRAM}
