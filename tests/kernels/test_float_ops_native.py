@@ -281,17 +281,18 @@ def test_softmax_is_a_product_by_the_reciprocal_of_the_sum() -> None:
     every_isa(lambda isa: assert_same(by_product, _native.softmax_f32(x), "softmax_f32 (S5)", isa=isa))
 
 
-def test_softmax_twin_accuracy_against_float64() -> None:
+@pytest.mark.parametrize("fused", [False, True])
+def test_softmax_twin_accuracy_against_float64(fused: bool) -> None:
     """Relative error of y_i vs float64 softmax of the same float32 x, first order in u:
-    u·|τ_i| from rounding τ_i = x_i − m (S2), 2u from exp (1 ulp), u·(τ̄ + 2) for the
-    sum's terms (τ̄ = Σ ŷ_j |τ_j|), (B + 4)u for B = ceil(D/16) lane additions and 4
-    tree levels (S3), u for the reciprocal (S4) and u for the product (S5):
-    |y_i − ŷ_i| <= u·(|τ_i| + τ̄ + B + 10)·ŷ_i, plus 2^-147 absolute for results below
-    FLT_MIN."""
+    u·|τ_i| from rounding τ_i = x_i − m (S2), 2u from exp (1 ulp; (EN1)-(EN6), which
+    quanta::SoftmaxQuant's rows use, 1.01), u·(τ̄ + 2) for the sum's terms (τ̄ = Σ ŷ_j
+    |τ_j|), (B + 4)u for B = ceil(D/16) lane additions and 4 tree levels (S3), u for the
+    reciprocal (S4) and u for the product (S5): |y_i − ŷ_i| <= u·(|τ_i| + τ̄ + B + 10)·ŷ_i,
+    plus 2^-147 absolute for results below FLT_MIN."""
     rng = np.random.default_rng(11)
     for d in SOFTMAX_ROW_LENGTHS:
         x = (rng.standard_normal((16, d)) * 8).astype(F32)
-        y = twin.softmax_rows(x).astype(np.float64)
+        y = twin.softmax_rows(x, fused=fused).astype(np.float64)
         x64 = x.astype(np.float64)
         tau = x64 - x64.max(axis=1, keepdims=True)
         exact = np.exp(tau) / np.exp(tau).sum(axis=1, keepdims=True)

@@ -1262,3 +1262,168 @@ def test_average_pool_specialized_is_the_generic_kernel(threads: int, shape, att
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     assert "pool" in _specialized_and_generic_equal_the_reference(model, threads, 7, 2.0, shape=shape)
+
+
+def _attention_products_model(b_type: int, a_batch: tuple[int, ...], b_batch: tuple[int, ...]):
+    """x [*a_batch, 19, 33] and x2 [*b_batch, 17, 33] float, quantized (uint8 a with zero
+    point 131; b of ``b_type`` with zero point 9 or -7) and b transposed to [..., 33, 17]
+    (attention's Kᵀ): MatMulIntegerToFloat(a, b) with a bias of 17 and QLinearMatMul(a, b)
+    to uint8 (zero point 77), both products of two run-time operands, then a Relu and a
+    DequantizeLinear so that their outputs are arena values."""
+    rng = np.random.default_rng(len(a_batch) + 3 * len(b_batch) + b_type)
+    zb = np.int8(-7) if b_type == TensorProto.INT8 else np.uint8(9)
+    rank = len(a_batch) + 2
+    perm = [*range(rank - 2), rank - 1, rank - 2]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sa", "za"], ["a"], name="qa"),
+        helper.make_node("QuantizeLinear", ["x2", "sb", "zb"], ["bt"], name="qb"),
+        helper.make_node("Transpose", ["bt"], ["b"], name="kt", perm=perm),
+        helper.make_node(
+            "MatMulIntegerToFloat",
+            ["a", "b", "sa", "sb", "za", "zb", "bias"],
+            ["f"],
+            name="mitf",
+            domain="com.microsoft",
+        ),
+        helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["q"], name="qlmm"),
+        helper.make_node("Relu", ["f"], ["fr"], name="relu"),
+        helper.make_node("DequantizeLinear", ["q", "sy", "zy"], ["qd"], name="dq"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "attn",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [*a_batch, 19, 33]),
+            helper.make_tensor_value_info("x2", TensorProto.FLOAT, [*b_batch, 17, 33]),
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("fr", "qd")],
+        [
+            _const("sa", np.float32(0.0213)),
+            _const("za", np.uint8(131)),
+            _const("sb", np.float32(0.0177)),
+            _const("zb", zb),
+            _const("bias", rng.normal(0, 0.5, 17).astype(np.float32)),
+            _const("sy", np.float32(0.61)),
+            _const("zy", np.uint8(77)),
+        ],
+    )
+    return helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("b_type", [TensorProto.UINT8, TensorProto.INT8])
+@pytest.mark.parametrize(
+    ("a_batch", "b_batch", "specialized"),
+    [((2, 3), (2, 3), True), ((5,), (5,), True), ((2, 3), (1, 3), False), ((1, 1), (1, 1), True)],
+)
+def test_run_time_b_products_specialized_and_recorded_are_the_twin(
+    threads: int, b_type: int, a_batch: tuple[int, ...], b_batch: tuple[int, ...], specialized: bool
+) -> None:
+    """MatMulIntegerToFloat and QLinearMatMul whose b is an activation (attention's Q·Kᵀ
+    and P·V; gemm._runtime_b_call): with equal batch dimensions both take the batched call
+    alone, recorded into the native program, with the reference's bytes on every run and
+    with and without programs; a b whose batch broadcasts against a's keeps the generic
+    kernel (same bytes)."""
+    p = _attention_products_model(b_type, a_batch, b_batch).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(p, opts)
+    loop = quanta.InferenceSession(p, opts)
+    loop.executor.native_programs = False
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(threads + 5 * b_type)
+    for _ in range(4):
+        feeds = {
+            "x": rng.normal(0, 1.5, (*a_batch, 19, 33)).astype(np.float32),
+            "x2": rng.normal(0, 1.5, (*b_batch, 17, 33)).astype(np.float32),
+        }
+        want = ref.run(None, feeds)
+        for got in (sess.run(None, feeds), loop.run(None, feeds)):
+            for g_, w_ in zip(got, want, strict=True):
+                np.testing.assert_array_equal(g_, w_)
+    assert bool({"mitf", "qlmm"} & _specialized_names(sess)) == specialized
+    if specialized:
+        assert {"mitf", "qlmm"} <= _specialized_names(sess)
+        from quanta.runtime.execute import _PROGRAM
+
+        (bound,) = sess.executor.bound_runs().values()
+        in_loop = {t[0] for t in bound.fast_steps if t[2] is not _PROGRAM}
+        products = {s.index for s in sess.plan.steps if s.node.name in ("mitf", "qlmm")}
+        assert len(products) == 2 and not products & in_loop  # recorded into a program
+
+
+def _softmax_quant_model(mask_shape: tuple[int, ...] | None, scale: bool, signed: bool):
+    """x0 [2, 3, 5, 17] − 0.25 -> Mul(0.1767767)? -> Add(−mask0)? -> Softmax -> Q (zero
+    point 3, or -100 int8) -> DQ: FuseSoftmaxQuant's pattern on arena values (the Sub and
+    the mask's Neg are steps of their own), so the fused step can be recorded."""
+    x_shape = (2, 3, 5, 17)
+    nodes = [helper.make_node("Sub", ["x0", "quarter"], ["x"], name="shift")]
+    v = "x"
+    if scale:
+        nodes.append(helper.make_node("Mul", [v, "c"], ["v"], name="mul"))
+        v = "v"
+    inputs = [helper.make_tensor_value_info("x0", TensorProto.FLOAT, list(x_shape))]
+    if mask_shape is not None:
+        inputs.append(helper.make_tensor_value_info("mask0", TensorProto.FLOAT, list(mask_shape)))
+        nodes.append(helper.make_node("Neg", ["mask0"], ["mask"], name="mask_neg"))
+        nodes.append(helper.make_node("Add", [v, "mask"], ["w"], name="add"))
+        v = "w"
+    zy = np.int8(-100) if signed else np.uint8(3)
+    nodes += [
+        helper.make_node("Softmax", [v], ["s"], name="softmax", axis=-1),
+        helper.make_node("QuantizeLinear", ["s", "sy", "zy"], ["q"], name="q"),
+        helper.make_node("DequantizeLinear", ["q", "sy", "zy"], ["y"], name="dq"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "attention",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            _const("quarter", np.float32(0.25)),
+            _const("c", np.float32(0.1767767)),
+            _const("sy", np.float32(1 / 255)),
+            _const("zy", zy),
+        ],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mask_shape", [(1, 1, 5, 17), (2, 1, 1, 17), (17,), None])
+@pytest.mark.parametrize(("scale", "signed"), [(True, False), (False, True), (True, True)])
+def test_softmax_quant_specialized_and_recorded_is_the_twin(
+    threads: int, mask_shape: tuple[int, ...] | None, scale: bool, signed: bool
+) -> None:
+    """quanta::SoftmaxQuant with constant parameters takes the binding alone (the mask's
+    row map made once), recorded into the native program with its run-time mask, with the
+    reference's bytes on every run, with and without programs (masked entries -2e4, and
+    -inf, with fully masked rows)."""
+    p = _softmax_quant_model(mask_shape, scale, signed).SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = quanta.InferenceSession(p, opts)
+    loop = quanta.InferenceSession(p, opts)
+    loop.executor.native_programs = False
+    ref = quanta.InferenceSession(p, backend="reference")
+    rng = np.random.default_rng(threads + 7 * len(mask_shape or ()))
+    for i in range(4):
+        feeds = {"x0": (rng.standard_normal((2, 3, 5, 17)) * 9).astype(np.float32)}
+        if mask_shape is not None:
+            masked = np.float32(np.inf) if i == 3 else np.float32(2e4)
+            m = np.where(rng.random(mask_shape) < 0.3, masked, np.float32(0)).astype(np.float32)
+            if i == 3:
+                m.reshape(-1, 17)[0] = masked  # a fully masked row
+            feeds["mask0"] = m
+        want = ref.run(None, feeds)[0]
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], want)
+        np.testing.assert_array_equal(loop.run(None, feeds)[0], want)
+    from quanta.runtime.execute import _PROGRAM
+
+    (step,) = [s for s in sess.plan.steps if s.op_type == "SoftmaxQuant"]
+    assert step.kernel.name == "native:softmax_quant"
+    assert step.node.name in _specialized_names(sess)
+    (bound,) = sess.executor.bound_runs().values()
+    assert step.index not in {t[0] for t in bound.fast_steps if t[2] is not _PROGRAM}

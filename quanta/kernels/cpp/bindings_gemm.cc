@@ -8,10 +8,14 @@
 //                 float_bias=None (float32[N], float32 out), multiplier=None (float32
 //                 scalar or [N]; uint8/int8/float32 out), zy=0, num_threads=1,
 //                 scratch=None, out=None (C-contiguous [B, M, N])) -> [B, M, N]
+//   qgemm_batched_call(x, w, zx, zw, out_dtype, float_bias, multiplier, zy, num_threads,
+//                      scratch, out): the same call, every argument by position (no bias);
+//                      recordable (bindings.h run_or_record)
 //   BatchedQGemmScratch(): packed panels + workspaces reused across calls (one at a time)
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -242,6 +246,7 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
                                        static_cast<py::ssize_t>(N)};
   if (out_obj.is_none()) {
     y = py::array(ydt, shape);
+    note_new_output();
   } else {
     if (!py::isinstance<py::array>(out_obj))
       throw py::value_error("qgemm_batched: out: expected a numpy array or None");
@@ -263,6 +268,19 @@ py::array qgemm_batched(const py::array& x, const py::array& w, const py::handle
   g.y_row_stride = N;
   p.y_batch_stride = M * N;
 
+  if (CallRecorder* recorder = call_recorder()) {
+    // A recorded call (a native program's step, bindings.h run_or_record): its own
+    // scratch, and its own copies of the zero points and multipliers this call converted
+    // (p points into them); x, w, y and the caller's bias arrays stay where they are for
+    // the program's life.
+    auto own = std::make_shared<BatchedScratch>();
+    recorder->calls.emplace_back([p, own, zw, mult]() mutable {
+      p.zw = zw.data();
+      if (!mult.empty()) p.gemm.multiplier = mult.data();
+      gemm::batched_qgemm(p, *own);
+    });
+    return y;
+  }
   PyBatchedScratch local;
   PyBatchedScratch* sp = &local;
   if (!scratch_obj.is_none()) {
@@ -293,6 +311,18 @@ void register_gemm(py::module_& m) {
         py::arg("scratch") = py::none(), py::arg("out") = py::none(),
         "y[i] = output_stage(Σ_k (x[i] − zx)(w[i] − zw) + bias) for run-time w over strided views; "
         "see quanta/kernels/cpp/gemm/batched_qgemm.h.");
+  m.def(
+      "qgemm_batched_call",
+      [](const py::array& x, const py::array& w, const py::handle& zx, const py::handle& zw,
+         const std::string& out_dtype, const py::object& float_bias, const py::object& multiplier, const py::handle& zy,
+         int num_threads, const py::object& scratch, const py::object& out) {
+        return qgemm_batched(x, w, zx, zw, out_dtype, py::none(), float_bias, multiplier, zy, num_threads, scratch,
+                             out);
+      },
+      py::arg("x"), py::arg("w"), py::arg("zx"), py::arg("zw"), py::arg("out_dtype"), py::arg("float_bias"),
+      py::arg("multiplier"), py::arg("zy"), py::arg("num_threads"), py::arg("scratch"), py::arg("out"),
+      "qgemm_batched(x, w, zx, zw, out_dtype, float_bias=float_bias, multiplier=multiplier, zy=zy, "
+      "num_threads=num_threads, scratch=scratch, out=out), every argument by position.");
 }
 
 }  // namespace quanta

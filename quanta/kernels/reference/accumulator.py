@@ -25,7 +25,9 @@ passes/lower/accumulator_to_quant.py folds into one node, bit for bit.
 an attention score's float stage (passes/lower/accumulator_to_quant.py, FuseSoftmaxQuant):
 the Mul by one float32 value, the Add of a mask (numpy broadcasting), the Softmax
 along the last axis and a per-tensor QuantizeLinear, each the ai.onnx operator's twin in
-this order.
+this order, except that the Softmax's exp is the fused (EN1)-(EN6) instead of (E1)-(E6)
+(docs/float-ops.md "SoftmaxQuant": within 1.01 ulp like (E1)-(E6), the 8-bit output can
+differ from the unfused chain's only where the product lies at a rounding tie).
 
     y = MulQuant(x, c, y_scale, y_zero_point) = QuantizeLinear(Mul(x, c), y_scale, y_zero_point)
 
@@ -96,6 +98,7 @@ def softmax_quant(
     y_scale: np.ndarray,
     y_zero_point: np.ndarray,
 ) -> np.ndarray:
+    from quanta.kernels.reference.float_ops import softmax_rows
     from quanta.kernels.reference.nn import softmax
     from quanta.kernels.reference.quantize import quantize_linear_op
 
@@ -109,7 +112,12 @@ def softmax_quant(
             v = np.add(v, mask, dtype=np.float32)
     if np.ndim(v) < 1:
         raise OpError("SoftmaxQuant: expected a result of rank >= 1")
-    y = softmax(ctx, np.asarray(v, np.float32), axis=-1)
+    v = np.asarray(v, np.float32)
+    if v.size:
+        # (S1)-(S5) along the last axis with the fused exp (EN1)-(EN6) in (S2)
+        y = softmax_rows(v.reshape(-1, v.shape[-1]), fused=True).reshape(v.shape)
+    else:
+        y = softmax(ctx, v, axis=-1)
     return np.asarray(quantize_linear_op(ctx, y, y_scale, y_zero_point))
 
 

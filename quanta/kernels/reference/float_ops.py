@@ -407,22 +407,23 @@ def log_softmax_rows(v: np.ndarray) -> np.ndarray:
         return t - log_f32(s)[:, None]  # (LS4), (LS5)
 
 
-def softmax_rows(v: np.ndarray) -> np.ndarray:
+def softmax_rows(v: np.ndarray, *, fused: bool = False) -> np.ndarray:
     """Softmax of every row of ``v`` [R, D] (float32), eqs. (S1)-(S5)::
 
         (S1) m   = row_max(x)
-        (S2) e_i = exp_f32(f32(x_i − m))
+        (S2) e_i = exp_f32(f32(x_i − m))     fused: exp_fused_nonpositive_f32, (EN1)-(EN6)
         (S3) s   = sum16(e)
         (S4) r   = f32(1 / s)                a true division, once per row
         (S5) y_i = f32(e_i · r)
 
     A row whose maximum is ±inf or NaN-only (every entry −inf: a fully masked attention
-    row) gives NaN everywhere, as the previous reference and ONNX Runtime do."""
+    row) gives NaN everywhere, as the previous reference and ONNX Runtime do. ``fused``:
+    quanta::SoftmaxQuant's rows (docs/float-ops.md "SoftmaxQuant")."""
     v = np.asarray(v, F32)
     m = row_max(v)  # (S1)
     # −inf − −inf (the fully masked row: NaN expected), x − m below −FLT_MAX (−inf, e = 0)
     with np.errstate(invalid="ignore", over="ignore"):
-        e = exp_f32(v - m[:, None])  # (S2)
+        e = (exp_fused_nonpositive_f32 if fused else exp_f32)(v - m[:, None])  # (S2)
         r = F32(1) / sum16(e)  # (S3), (S4)
         return e * r[:, None]  # (S5)
 

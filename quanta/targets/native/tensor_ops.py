@@ -2102,9 +2102,70 @@ def bind_mul_quant(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return _kernel(_mul_quant_native, "mul_quant", specialize=_mul_quant_specialized)
 
 
+def _softmax_quant_specialized(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
+    """SoftmaxQuant with a constant scale (or none), y_scale and y_zero_point and a mask
+    of a fixed shape (or none): the generic kernel's checks and the mask's row map made
+    once, the binding called by position (a recordable step; the mask is read where it
+    lies on every run)."""
+    shape = sig.shapes[0]
+    if (
+        shape is None
+        or not shape
+        or sig.dtypes[0] != F32
+        or not 1 <= shape[-1] <= 4096
+        or len(sig.consts) < 5
+    ):
+        return None
+    sc = None
+    if sig.dtypes[1] is not None:
+        c = sig.consts[1]
+        if c is None or c.dtype != F32 or c.size != 1 or c.ndim > len(shape):
+            return None
+        sc = np.asarray(c, F32).reshape(1)
+    rows = None
+    has_mask = sig.dtypes[2] is not None
+    if has_mask:
+        m_shape = sig.shapes[2]
+        if m_shape is None or sig.dtypes[2] != F32 or not 1 <= len(m_shape) <= len(shape):
+            return None
+        if m_shape[-1] != shape[-1]:
+            return None
+        try:
+            if np.broadcast_shapes(m_shape, shape) != tuple(shape):
+                return None
+        except ValueError:
+            return None
+        rows = _mask_rows(tuple(shape), tuple(m_shape))
+    ys, yz = sig.consts[3], sig.consts[4]
+    if ys is None or yz is None:
+        return None
+    try:
+        sy, zy, signed = _quant_output(ys, yz)
+    except _Unsupported:
+        return None
+    run, threads, out = _native().softmax_quant, step_threads(sig), sig.out
+    if has_mask:
+        return guarded(
+            lambda x, mask: run(x, sc, mask, rows, sy, zy, signed, threads, out),
+            _softmax_quant_native,
+            attrs,
+            out,
+            reads=(0, 2),
+            recordable=True,
+        )
+    return guarded(
+        lambda x, *p: run(x, sc, None, None, sy, zy, signed, threads, out),
+        _softmax_quant_native,
+        attrs,
+        out,
+        reads=1,
+        recordable=True,
+    )
+
+
 @register_binder("SoftmaxQuant", "quanta")
 def bind_softmax_quant(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """quanta::SoftmaxQuant on float32 rows of at most 4096 values, a per-tensor 8-bit
     output; the mask broadcasts over the rows."""
     del model, node  # unused
-    return _kernel(_softmax_quant_native, "softmax_quant")
+    return _kernel(_softmax_quant_native, "softmax_quant", specialize=_softmax_quant_specialized)

@@ -164,6 +164,9 @@ struct Kernels {
   BinaryRunFn binary[7];  // indexed by BinaryOp
   ExpRunFn exp;
   SoftmaxRowsFn softmax;
+  // (S1)-(S5) with the fused exp (EN1)-(EN6) in (S2): quanta::SoftmaxQuant's rows
+  // (docs/float-ops.md "SoftmaxQuant"); the float Softmax keeps (E1)-(E6)
+  SoftmaxRowsFn softmax_fused;
   LayerNormRowsFn layer_norm;
   UnaryRunFn unary[kNumUnaryOps];  // indexed by UnaryOp
   EluRunFn elu;

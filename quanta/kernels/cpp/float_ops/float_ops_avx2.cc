@@ -31,7 +31,11 @@ inline __m256i tail_mask8(int64_t left) {
 
 // The lane functions of float_ops_simd.h on 8 lanes.
 using simd::F32x8;
-inline __m256 exp8_nonpositive(__m256 x) { return exp_nonpositive_v<F32x8>(x); }
+// Fused: (EN1)-(EN6) (Kernels::softmax_fused), else (E1)-(E6).
+template <bool Fused>
+inline __m256 exp8_nonpositive(__m256 x) {
+  return Fused ? exp_fused_nonpositive_v<F32x8>(x) : exp_nonpositive_v<F32x8>(x);
+}
 
 // (R2)-(R3) from the two halves: lo + hi is the h = 8 step.
 inline float tree16(__m256 lo, __m256 hi) {
@@ -52,6 +56,7 @@ inline float hmax(__m256 v) {  // max only selects (no NaN here): any order
 // One row, three passes while it is hot in L1: the maximum, exp with the sum (S3)
 // accumulated on the fly (lo / hi: lanes 0–7 / 8–15 of each 16-block), then the product
 // with r (S4)-(S5).
+template <bool Fused>
 void softmax_row(const float* x, float* y, int64_t d) {
   const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   __m256 vm0 = neg_inf, vm1 = neg_inf;  // (S1); never NaN: max(x, m) keeps m for a NaN x
@@ -68,8 +73,8 @@ void softmax_row(const float* x, float* y, int64_t d) {
   const __m256 m = _mm256_set1_ps(hmax(_mm256_max_ps(vm1, vm0)));
   __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
   for (i = 0; i + 16 <= d; i += 16) {
-    const __m256 e0 = exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));  // (S2)
-    const __m256 e1 = exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m));
+    const __m256 e0 = exp8_nonpositive<Fused>(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));  // (S2)
+    const __m256 e1 = exp8_nonpositive<Fused>(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), m));
     _mm256_storeu_ps(y + i, e0);
     _mm256_storeu_ps(y + i + 8, e1);
     lo = _mm256_add_ps(lo, e0);  // (S3), (R1): lanes 0–7 of the block
@@ -77,10 +82,10 @@ void softmax_row(const float* x, float* y, int64_t d) {
   }
   if (i < d) {  // the last, partial 16-block: masked lanes add +0
     const __m256i k0 = tail_mask8(d - i), k1 = tail_mask8(d - i - 8);
-    const __m256 e0 =
-        _mm256_and_ps(exp8_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + i, k0), m)), _mm256_castsi256_ps(k0));
-    const __m256 e1 =
-        _mm256_and_ps(exp8_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + i + 8, k1), m)), _mm256_castsi256_ps(k1));
+    const __m256 e0 = _mm256_and_ps(exp8_nonpositive<Fused>(_mm256_sub_ps(_mm256_maskload_ps(x + i, k0), m)),
+                                    _mm256_castsi256_ps(k0));
+    const __m256 e1 = _mm256_and_ps(exp8_nonpositive<Fused>(_mm256_sub_ps(_mm256_maskload_ps(x + i + 8, k1), m)),
+                                    _mm256_castsi256_ps(k1));
     _mm256_maskstore_ps(y + i, k0, e0);
     _mm256_maskstore_ps(y + i + 8, k1, e1);
     lo = _mm256_add_ps(lo, e0);
@@ -94,8 +99,9 @@ void softmax_row(const float* x, float* y, int64_t d) {
   }
 }
 
+template <bool Fused>
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
-  for (int64_t r = 0; r < rows; ++r) softmax_row(x + r * d, y + r * d, d);
+  for (int64_t r = 0; r < rows; ++r) softmax_row<Fused>(x + r * d, y + r * d, d);
 }
 
 // (R1) over f(i) for the 16-blocks of one row: lo takes lanes 0–7, hi lanes 8–15; the
@@ -165,7 +171,8 @@ void from_half_run(const uint16_t* x, float* y, int64_t n) {
 
 }  // namespace
 
-const Kernels kKernelsAvx2 = simd_kernels<F32x8>("avx2", softmax_rows, layer_norm_rows, to_half_run, from_half_run);
+const Kernels kKernelsAvx2 =
+    simd_kernels<F32x8>("avx2", softmax_rows<false>, softmax_rows<true>, layer_norm_rows, to_half_run, from_half_run);
 
 }  // namespace float_ops
 }  // namespace quanta

@@ -27,6 +27,10 @@ inline __mmask16 tail_mask(int64_t left) {
 // The lane functions of float_ops_simd.h on 16 lanes ((E6) is one vscalefps: simd.h).
 using simd::F32x16;
 inline __m512 exp16_nonpositive(__m512 x) { return exp_nonpositive_v<F32x16>(x); }
+template <bool Fused>
+inline __m512 exp16(__m512 x) {
+  return Fused ? exp_fused_nonpositive_v<F32x16>(x) : exp16_nonpositive(x);
+}
 
 // (R2)-(R3): simd.h's F32x16::tree16
 inline float tree16(__m512 acc) { return simd::F32x16::tree16(acc); }
@@ -36,7 +40,8 @@ inline float tree16(__m512 acc) { return simd::F32x16::tree16(acc); }
 // the product with r (S4)-(S5). The R rows' dependency chains (max, exp, sum, 1/s) are
 // independent, which hides their latency on short rows (D = 128: 8 vectors per pass).
 // Each row gets the same instructions whatever R is.
-template <int R>
+// Fused: (EN1)-(EN6) in (S2) (Kernels::softmax_fused), else (E1)-(E6).
+template <int R, bool Fused>
 void softmax_rows_lockstep(const float* x, float* y, int64_t d) {
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 vm[R];  // (S1); never NaN: max(x, m) keeps m for a NaN x
@@ -56,14 +61,14 @@ void softmax_rows_lockstep(const float* x, float* y, int64_t d) {
   }
   for (i = 0; i + 16 <= d; i += 16) {
     for (int j = 0; j < R; ++j) {
-      const __m512 e = exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(x + j * d + i), m[j]));  // (S2)
+      const __m512 e = exp16<Fused>(_mm512_sub_ps(_mm512_loadu_ps(x + j * d + i), m[j]));  // (S2)
       _mm512_storeu_ps(y + j * d + i, e);
       acc[j] = _mm512_add_ps(acc[j], e);  // (S3), (R1)
     }
   }
   if (i < d) {
     for (int j = 0; j < R; ++j) {
-      const __m512 e = exp16_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j * d + i), m[j]));
+      const __m512 e = exp16<Fused>(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j * d + i), m[j]));
       _mm512_mask_storeu_ps(y + j * d + i, k, e);
       acc[j] = _mm512_mask_add_ps(acc[j], k, acc[j], e);  // lanes past d add nothing
     }
@@ -88,12 +93,13 @@ void softmax_rows_lockstep(const float* x, float* y, int64_t d) {
 // rows have enough independent work within the row.
 constexpr int64_t kLockstepMaxD = 2048;
 
+template <bool Fused>
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
   int64_t row = 0;
   if (d <= kLockstepMaxD) {
-    for (; row + 4 <= rows; row += 4) softmax_rows_lockstep<4>(x + row * d, y + row * d, d);
+    for (; row + 4 <= rows; row += 4) softmax_rows_lockstep<4, Fused>(x + row * d, y + row * d, d);
   }
-  for (; row < rows; ++row) softmax_rows_lockstep<1>(x + row * d, y + row * d, d);
+  for (; row < rows; ++row) softmax_rows_lockstep<1, Fused>(x + row * d, y + row * d, d);
 }
 
 void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
@@ -218,8 +224,8 @@ Kernels with_split_erf(Kernels k) {
 
 }  // namespace
 
-const Kernels kKernelsAvx512Vnni =
-    with_split_erf(simd_kernels<F32x16>("avx512vnni", softmax_rows, layer_norm_rows, to_half_run, from_half_run));
+const Kernels kKernelsAvx512Vnni = with_split_erf(simd_kernels<F32x16>(
+    "avx512vnni", softmax_rows<false>, softmax_rows<true>, layer_norm_rows, to_half_run, from_half_run));
 
 }  // namespace float_ops
 }  // namespace quanta

@@ -45,15 +45,17 @@ float sum16(const float* x, int64_t d) {
   return tree16(acc);
 }
 
-void softmax_rows(const float* x, float* y, int64_t rows, int64_t d) {
+// Fused: (EN1)-(EN6) in (S2) instead of (E1)-(E6) (Kernels::softmax_fused).
+template <bool Fused>
+void softmax_rows_t(const float* x, float* y, int64_t rows, int64_t d) {
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * d;
     float* yr = y + row * d;
     float m = -std::numeric_limits<float>::infinity();  // (S1), NaN elements skipped
     for (int64_t i = 0; i < d; ++i) m = xr[i] > m ? xr[i] : m;
-    for (int64_t i = 0; i < d; ++i) yr[i] = exp_one(xr[i] - m);  // (S2)
-    const float r = 1.0f / sum16(yr, d);                         // (S3), (S4)
-    for (int64_t i = 0; i < d; ++i) yr[i] = yr[i] * r;           // (S5)
+    for (int64_t i = 0; i < d; ++i) yr[i] = Fused ? exp_fused_nonpositive_one(xr[i] - m) : exp_one(xr[i] - m);  // (S2)
+    const float r = 1.0f / sum16(yr, d);                // (S3), (S4)
+    for (int64_t i = 0; i < d; ++i) yr[i] = yr[i] * r;  // (S5)
   }
 }
 
@@ -104,7 +106,8 @@ const Kernels kKernelsPortable = {
     {binary_run<BinaryOp::kAdd>, binary_run<BinaryOp::kSub>, binary_run<BinaryOp::kMul>, binary_run<BinaryOp::kDiv>,
      binary_run<BinaryOp::kMax>, binary_run<BinaryOp::kMin>, binary_run<BinaryOp::kPRelu>},
     exp_run,
-    softmax_rows,
+    softmax_rows_t<false>,
+    softmax_rows_t<true>,
     layer_norm_rows,
     {unary_run<erf_one>, unary_run<tanh_one>, unary_run<sigmoid_one>, unary_run<relu_one>, unary_run<gelu_one>,
      unary_run<gelu_tanh_one>, unary_run<recurrent::logistic_one>, unary_run<recurrent::tanh_one>, unary_run<silu_one>,

@@ -470,11 +470,11 @@ void binary_run_v(const float* a, int64_t a_step, const float* b, int64_t b_step
   return binary_run_t<T, op, 0, 0>(a, b, c, n);
 }
 
-// The kernel table of an ISA (float_ops.h Kernels): its own Softmax and LayerNorm row
+// The kernel table of an ISA (float_ops.h Kernels): its own Softmax (both exps) and LayerNorm row
 // kernels, everything else from the templates above.
 template <class T>
-constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNormRowsFn layer_norm, ToHalfRunFn to_half,
-                               FromHalfRunFn from_half) {
+constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, SoftmaxRowsFn softmax_fused,
+                               LayerNormRowsFn layer_norm, ToHalfRunFn to_half, FromHalfRunFn from_half) {
   return Kernels{
       isa,
       {binary_run_v<T, BinaryOp::kAdd>, binary_run_v<T, BinaryOp::kSub>, binary_run_v<T, BinaryOp::kMul>,
@@ -482,6 +482,7 @@ constexpr Kernels simd_kernels(const char* isa, SoftmaxRowsFn softmax, LayerNorm
        binary_run_v<T, BinaryOp::kPRelu>},
       unary_run_v<T, exp_v<T>>,
       softmax,
+      softmax_fused,
       layer_norm,
       {unary_run_v<T, erf_v<T>>, unary_run_v<T, tanh_v<T>>, unary_run_v<T, sigmoid_v<T>>, unary_run_v<T, relu_v<T>>,
        unary_run_v<T, gelu_v<T>>, unary_run_v<T, gelu_tanh_v<T>>, unary_run_v<T, recurrent::logistic_v<T>>,

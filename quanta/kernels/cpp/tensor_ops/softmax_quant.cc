@@ -3,7 +3,9 @@
 // tensor_ops.h). It is the composition of kernels that are each bit-exact with their
 // twins, run one row at a time in stack buffers so that the float values never leave L1:
 // float_ops' binary Mul and Add runs (one float32 rounding each), its Softmax row
-// (S1)-(S5), and QuantizeLinear's per-tensor run (the true float32 division, round half
+// (S1)-(S5) with the fused exp (EN1)-(EN6) in (S2) (Kernels::softmax_fused: the 8-bit
+// output shows no difference but at rounding ties, docs/float-ops.md "SoftmaxQuant"),
+// and QuantizeLinear's per-tensor run (the true float32 division, round half
 // to even, saturation). On AVX-512 the same operations per element run fused into three
 // passes (softmax_quant_avx512vnni.cc).
 #include <algorithm>
@@ -47,7 +49,7 @@ void softmax_quant(const float* x, T* y, int64_t rows, int64_t d, const float* s
         for (int64_t r = 0; r < n; ++r) add(src + r * d, 1, mask + mask_rows[r0 + r] * d, 1, v + r * d, d);
         src = v;
       }
-      k.softmax(src, s, n, d);
+      k.softmax_fused(src, s, n, d);
       QuantizeParams p = qp;
       p.inner = n * d;
       quantize_linear<T>(s, y + r0 * d, p, isa, 1);

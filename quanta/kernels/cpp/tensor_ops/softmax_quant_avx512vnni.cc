@@ -1,11 +1,13 @@
 // softmax_quant on AVX-512: the float32 operations of softmax_quant.cc's composition
-// (float_ops' Mul and Add runs, the Softmax row (S1)-(S5), QuantizeLinear's run) on each
-// element in the same order, fused into three passes over a block of rows instead of six:
+// (float_ops' Mul and Add runs, the Softmax row (S1)-(S5) with the fused exp (EN1)-(EN6),
+// QuantizeLinear's run) on each element in the same order, fused into three passes over a
+// block of rows instead of six:
 //   1. v = f32(f32(x · c) + mask) into an L1 buffer, and the row maximum (S1);
-//   2. e = exp(f32(v − m)) (S2) over the buffer in place, with the sum (S3) on the fly;
+//   2. e = exp(f32(v − m)) (S2), (EN1)-(EN6), over the buffer in place, with the sum (S3)
+//      on the fly;
 //   3. y = f32(e · r) (S4)-(S5) and its QuantizeLinear (Quantize16), the bytes stored.
 // Every lane gets the instructions of the composed kernels (float_ops_avx512vnni.cc's
-// softmax_rows_lockstep, quantize_avx512.h): the bytes are identical, which the
+// softmax_rows_lockstep<R, true>, quantize_avx512.h): the bytes are identical, which the
 // differential tests against the twin check (tests/kernels/test_softmax_quant.py).
 #include <immintrin.h>
 
@@ -58,7 +60,8 @@ void rows_lockstep(const float* x, T* y, int64_t d, const float* scale, const fl
     const __mmask16 k = tail_mask(d - i);
     for (int j = 0; j < R; ++j) {
       float* vj = v + j * d + i;
-      const __m512 e = float_ops::exp_nonpositive_v<simd::F32x16>(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, vj), m[j]));
+      const __m512 e =
+          float_ops::exp_fused_nonpositive_v<simd::F32x16>(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, vj), m[j]));
       _mm512_mask_storeu_ps(vj, k, e);
       acc[j] = _mm512_mask_add_ps(acc[j], k, acc[j], e);  // (S3), (R1); lanes past d add nothing
     }
