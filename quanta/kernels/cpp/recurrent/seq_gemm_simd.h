@@ -111,23 +111,25 @@ void seq_row_rest(const float* a, const float* w, int64_t K, int64_t left, float
   }
 }
 
-// Two rows over one panel's columns (up to NV vectors: a whole panel at NV·kLanes =
-// kSeqPanel; the vectors past ncols skipped, not loaded), each lane's chain as
-// seq_block's: one contiguous pass over the panel, each weight vector loaded once for
-// both rows. The loads bound a batch-2 recurrence (an H = 256 LSTM step: 20.5 us with the
-// weight loads folded into each row's vmulps, 16.5 with one load a vector; ONNX Runtime
-// 15.1). 2·NV accumulators and NV weight vectors: AVX-512's 32 registers hold NV = 8.
-template <class T, int NV>
+// Two or three rows over one panel's columns (up to NV vectors: a whole panel at
+// NV·kLanes = kSeqPanel; the vectors past ncols skipped, not loaded), each lane's chain as
+// seq_block's: one contiguous pass over the panel, each weight vector loaded once for all
+// the rows. The loads bound a small-batch recurrence (an H = 256 LSTM step at batch 2:
+// 20.5 us with the weight loads folded into each row's vmulps, 16.5 with one load a
+// vector, ONNX Runtime 15.1; at batch 3, a pair and a single row read R twice: 27.7 us,
+// three rows in one pass 23.4, ONNX Runtime 20.6). R·NV accumulators and a weight vector:
+// AVX-512's 32 registers hold NV = 8.
+template <class T, int NV, int R = 2>
 void seq_rows2_panel(const float* a, int64_t lda, const float* w, int64_t K, float* y, int64_t ldy, int64_t ncols) {
+  static_assert(R == 2 || R == 3, "seq_rows2_panel: two or three rows");
   constexpr int L = T::kLanes;
   using V = typename T::V;
   const int nv = static_cast<int>((ncols + L - 1) / L);
-  V acc0[NV], acc1[NV];
+  V acc0[NV], acc1[NV], acc2[NV];
 #pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) acc0[v] = acc1[v] = T::zero();
-  const float* a1 = a + lda;
+  for (int v = 0; v < NV; ++v) acc0[v] = acc1[v] = acc2[v] = T::zero();
   for (int64_t k = 0; k < K; ++k) {
-    const V av0 = T::set1(a[k]), av1 = T::set1(a1[k]);
+    const V av0 = T::set1(a[k]), av1 = T::set1(a[lda + k]), av2 = T::set1(a[(R - 1) * lda + k]);
     const float* wk = w + k * kSeqPanel;
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
@@ -137,6 +139,7 @@ void seq_rows2_panel(const float* a, int64_t lda, const float* w, int64_t K, flo
         __asm__("" : "+v"(wv));
         acc0[v] = T::add(acc0[v], T::mul(av0, wv));
         acc1[v] = T::add(acc1[v], T::mul(av1, wv));
+        if (R > 2) acc2[v] = T::add(acc2[v], T::mul(av2, wv));
       }
     }
   }
@@ -146,6 +149,7 @@ void seq_rows2_panel(const float* a, int64_t lda, const float* w, int64_t K, flo
       const typename T::M m = T::tail(ncols - L * v);
       T::store(y + L * v, m, acc0[v]);
       T::store(y + ldy + L * v, m, acc1[v]);
+      if (R > 2) T::store(y + 2 * ldy + L * v, m, acc2[v]);
     }
   }
 }
@@ -242,10 +246,14 @@ void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64
             seq_rows<T, decltype(nv)::value, 4>(a + m0 * lda, lda, wp + n0, K, y + m0 * ldy + p0 + n0, ldy, np - n0);
           });
     }
-    // pairs of rows share each weight vector too: over the whole panel in one pass where
-    // the registers hold 2·NV accumulators for a panel (kRows4: AVX-512), else in 4-vector
-    // blocks (8 accumulators: AVX2's 16 registers hold them)
+    // pairs of rows share each weight vector too (three rows left: one block): over the
+    // whole panel in one pass where the registers hold the accumulators of a panel
+    // (kRows4: AVX-512), else in 4-vector blocks (8 accumulators: AVX2's 16 registers)
     if (kRows4 && kCols == kSeqPanel) {
+      if (M - m0 == 3) {
+        seq_rows2_panel<T, NV, 3>(a + m0 * lda, lda, wp, K, y + m0 * ldy + p0, ldy, np);
+        m0 = M;
+      }
       for (; m0 + 2 <= M; m0 += 2) seq_rows2_panel<T, NV>(a + m0 * lda, lda, wp, K, y + m0 * ldy + p0, ldy, np);
     }
     for (; m0 + 2 <= M; m0 += 2)
