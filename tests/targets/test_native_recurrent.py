@@ -741,14 +741,22 @@ def test_float_rnn_batch_one_streams_panel_pairs_with_the_twin_bytes(op, H, dire
         ("LSTM", 7, 3, 2, "bidirectional"),
         ("LSTM", 25, 1, 1, "reverse"),
         ("GRU", 25, 40, 1, "reverse"),
+        ("LSTM", 67, 5, 2, "bidirectional"),
+        ("LSTM", 17, 4, 3, "reverse"),
+        ("GRU", 67, 5, 2, "forward"),
+        ("GRU", 17, 3, 6, "bidirectional"),
+        ("LSTM", 7, 2, 6, "forward"),
+        ("GRU", 67, 4, 3, "bidirectional"),
     ],
 )
 def test_float_rnn_row_blocks_give_the_twin_bytes(op, H, T, B, direction):
     """Products of 4+ rows run four rows at a time (seq_gemm_simd.h seq_rows4: the input
-    projection of all T·B rows, and the recurrence of a batch of 5 or 7), the rest a row at
-    a time; the tail panel (4·67 = 268, 3·131 = 393 columns) and a narrow one (4·25 = 100:
-    4 + 3 vectors; 4·7 = 28: 2; 3·25 = 75: 4 + 1) masked: each output the twin's chain, on
-    every ISA."""
+    projection of all T·B rows, and the recurrence of a batch of 5 or 7), pairs of rows
+    or three over a whole panel on AVX-512 (seq_rows2_panel: a batch of 2, 3, 6 or the
+    three rows a batch of 7 leaves), the rest a row at a time; the tail panel (4·67 = 268, 3·67 = 201, 3·131 = 393 columns) and a narrow
+    one (4·25 = 100: 4 + 3 vectors; 4·7 = 28: 2; 3·25 = 75: 4 + 1; 3·17 = 51, 4·17 = 68)
+    masked, ragged lengths shrinking the batch mid-sequence: each output the twin's chain,
+    on every ISA."""
     rng = np.random.default_rng(H * T + B)
     D = 2 if direction == "bidirectional" else 1
     inputs = _float_inputs(
