@@ -31,6 +31,7 @@ from quanta.ir.types import TensorType, elem_from_numpy
 from quanta.kernels import _native
 from quanta.kernels.reference.dq_gru import QUANTA_DOMAIN, dynamic_quantize_gru
 from quanta.kernels.reference.registry import OpError, refusal
+from quanta.quantize.dq_gru_function import FUNCTION_INPUTS
 from quanta.targets.base import KernelContext
 from quanta.targets.native import native_kernel_for, recurrent
 
@@ -38,18 +39,7 @@ ISAS: list[str] = list(_native.supported_isas())
 THREADS = (1, 2)
 F32 = np.float32
 OP = "DynamicQuantizeGRU"
-INPUT_NAMES = (
-    "X",
-    "W",
-    "R",
-    "B",
-    "sequence_lens",
-    "initial_h",
-    "W_scale",
-    "W_zero_point",
-    "R_scale",
-    "R_zero_point",
-)
+INPUT_NAMES = tuple(FUNCTION_INPUTS)  # the op's inputs by position (its schema)
 
 
 def gru_inputs(rng, *, T, B, n_in, H, D, weights, scales, bias, lens, h0) -> list[np.ndarray | None]:
@@ -233,7 +223,7 @@ def test_all_lengths_zero_and_empty_batch_give_zeros():
     ("attrs", "expected"),
     [
         ({"hidden_size": 7, "layout": 1}, "layout = 1"),
-        ({"hidden_size": 7, "activations": ["Relu", "Tanh"]}, "sigmoid, tanh only"),
+        ({"hidden_size": 7, "activations": ["Relu", "Tanh"]}, "Sigmoid, Tanh only"),
         ({"hidden_size": 7, "direction": "sideways"}, "direction 'sideways'"),
         ({"hidden_size": 8}, "must be int8/uint8"),
     ],

@@ -29,7 +29,7 @@ from quanta.kernels.reference.ms_lstm import (
     _y_requested,
     dynamic_quantize_lstm_op,
 )
-from quanta.kernels.reference.registry import MS_DOMAIN, OpError
+from quanta.kernels.reference.registry import MS_DOMAIN, OpError, refusal
 from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._specialize import SMALL_MACS, step_threads
@@ -337,17 +337,16 @@ def bind_dynamic_quantize_gru(model: Model, node: Node) -> tuple[Kernel | None, 
     [H, H] (the two products of a step), or whole with linear_before_reset."""
     del model  # unused: the choice depends on the node's constants and attributes
     a = node.attrs
-    if int(a.get("layout", 0)) != 0:
-        return None, "layout = 1 (batch first) is not supported"
+    # the forms the op does not define (layout 1, other activations): the twin's rule
+    why = refusal(node.op_type, node.domain, dict(a), [v is not None for v in node.inputs])
+    if why is not None:
+        return None, why
     direction = a.get("direction", "forward")
     if isinstance(direction, bytes):
         direction = direction.decode()
     if direction not in ("forward", "reverse", "bidirectional"):
         return None, f"direction {direction!r} is not forward, reverse or bidirectional"
     D = 2 if direction == "bidirectional" else 1
-    acts = [s.decode() if isinstance(s, bytes) else str(s) for s in a.get("activations", ()) or ()]
-    if acts and [s.lower() for s in acts] != ["sigmoid", "tanh"] * D:
-        return None, f"activations {acts}: the kernel computes sigmoid, tanh only"
     clip = a.get("clip")
     if clip is not None and not float(clip) > 0:
         return None, f"clip must be > 0, got {clip}"
