@@ -66,31 +66,51 @@ void gemm_f32(const uint8_t* q, int64_t M, int32_t zq, const qgemm::PackedWeight
   qgemm::qgemm(g, ws);
 }
 
+// Each row's length (T without sequence_lens) into len; the longest, L.
+int64_t row_lengths(const int32_t* lens, int64_t T, int64_t B, std::vector<int64_t>& len) {
+  len.resize(static_cast<size_t>(B));
+  int64_t L = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    len[b] = lens ? lens[b] : T;
+    L = std::max(L, len[b]);
+  }
+  return L;
+}
+
+// The input products of every step at once: X's first rows (L·B of I floats) quantized as
+// one block, then G [rows, W.N] = qgemm with W, multiplier f32(s · w_scale[n]) (the LSTM's
+// (1)+(2), the GRU's (DQG1)+(DQG2)).
+std::vector<float> input_products(const Kernels& k, const float* x, int64_t rows, int64_t I,
+                                  const qgemm::PackedWeights& W, const float* w_scale, int threads,
+                                  qgemm::Workspace& ws) {
+  const int64_t N = W.N;
+  std::vector<uint8_t> qx(static_cast<size_t>(rows * I));
+  std::vector<float> G(static_cast<size_t>(rows * N)), mult(static_cast<size_t>(N));
+  float s = 0.0f;
+  int32_t z = 0;
+  quantize_block(k, x, rows * I, qx.data(), &s, &z);
+  for (int64_t n = 0; n < N; ++n) mult[n] = s * w_scale[n];
+  gemm_f32(qx.data(), rows, z, W, mult.data(), G.data(), threads, ws);
+  return G;
+}
+
 void run_direction(const DqLstmParams& p, int d, int threads) {
   const qgemm::PackedWeights& W = *p.w[d];
   const qgemm::PackedWeights& R = *p.r[d];
   const Kernels& k = kernels_for(W.isa);
-  const int64_t T = p.T, B = p.B, I = p.I, H = p.H, N = 4 * H, D = p.D;
+  const int64_t B = p.B, I = p.I, H = p.H, N = 4 * H, D = p.D;
   const bool reverse = p.reverse || d == 1;
-  std::vector<int64_t> len(B);
-  int64_t L = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    len[b] = p.lens ? p.lens[b] : T;
-    L = std::max(L, len[b]);
-  }
+  std::vector<int64_t> len;
+  const int64_t L = row_lengths(p.lens, p.T, B, len);
   if (L == 0) return;  // outputs stay zero
 
   qgemm::Workspace ws;
   // (1)+(2): X[:L] is one block; G [L·B, 4H].
-  std::vector<uint8_t> qx(static_cast<size_t>(L * B * I));
-  std::vector<float> G(static_cast<size_t>(L * B * N)), mult(N);
+  const std::vector<float> G = input_products(k, p.x, L * B, I, W, p.w_scale + d * N, threads, ws);
+  const float* r_scale = p.r_scale + d * N;
+  std::vector<float> mult(N);
   float s = 0.0f;
   int32_t z = 0;
-  quantize_block(k, p.x, L * B * I, qx.data(), &s, &z);
-  const float* w_scale = p.w_scale + d * N;
-  const float* r_scale = p.r_scale + d * N;
-  for (int64_t n = 0; n < N; ++n) mult[n] = s * w_scale[n];
-  gemm_f32(qx.data(), L * B, z, W, mult.data(), G.data(), threads, ws);
 
   const float* bias = p.bias ? p.bias + d * N : nullptr;
   const float* peep = p.peephole ? p.peephole + d * 3 * H : nullptr;
@@ -132,28 +152,19 @@ void run_gru_direction(const DqGruParams& p, int d, int threads) {
   const qgemm::PackedWeights& W = *p.w[d];
   const qgemm::PackedWeights& Rzr = *p.r_zr[d];
   const Kernels& k = kernels_for(W.isa);
-  const int64_t T = p.T, B = p.B, I = p.I, H = p.H, N = 3 * H, D = p.D;
+  const int64_t B = p.B, I = p.I, H = p.H, N = 3 * H, D = p.D;
   const bool reverse = p.reverse || d == 1;
   const bool lbr = p.linear_before_reset;
-  std::vector<int64_t> len(B);
-  int64_t L = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    len[b] = p.lens ? p.lens[b] : T;
-    L = std::max(L, len[b]);
-  }
+  std::vector<int64_t> len;
+  const int64_t L = row_lengths(p.lens, p.T, B, len);
   if (L == 0) return;  // outputs stay zero
 
   qgemm::Workspace ws;
   // (DQG1)+(DQG2): X[:L] is one block; Gx [L·B, 3H].
-  std::vector<uint8_t> qx(static_cast<size_t>(L * B * I));
-  std::vector<float> G(static_cast<size_t>(L * B * N)), mult(N);
+  const std::vector<float> G = input_products(k, p.x, L * B, I, W, p.w_scale + d * N, threads, ws);
+  const float* r_scale = p.r_scale + d * N;
   float s = 0.0f;
   int32_t z = 0;
-  quantize_block(k, p.x, L * B * I, qx.data(), &s, &z);
-  const float* w_scale = p.w_scale + d * N;
-  const float* r_scale = p.r_scale + d * N;
-  for (int64_t n = 0; n < N; ++n) mult[n] = s * w_scale[n];
-  gemm_f32(qx.data(), L * B, z, W, mult.data(), G.data(), threads, ws);
 
   // biases: f32(Wb + Rb) for z, r; the h gate's Wb_h and Rb_h apart with lbr, else summed
   std::vector<float> b_zr, b_h, rb_h;
