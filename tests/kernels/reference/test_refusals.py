@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import quanta
 from quanta.kernels.reference.registry import refusal
+from quanta.targets.base import TargetError
 
 
 def test_batch_norm_with_per_element_statistics_is_refused_at_load() -> None:
@@ -29,7 +30,7 @@ def test_batch_norm_with_per_element_statistics_is_refused_at_load() -> None:
     m.ir_version = 3
     m.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits)
     for backend in ("reference", "native"):
-        with pytest.raises(Exception, match=r"bn3.*spatial=0"):
+        with pytest.raises(TargetError, match=r"bn3.*spatial=0"):
             quanta.InferenceSession(m.SerializeToString(), backend=backend)
 
 
@@ -62,7 +63,7 @@ def test_matmul_nbits_with_act_order_is_refused_at_load() -> None:
     m = helper.make_model(
         g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
     )
-    with pytest.raises(Exception, match=r"mm5.*g_idx"):
+    with pytest.raises(TargetError, match=r"mm5.*g_idx"):
         quanta.InferenceSession(m.SerializeToString())
 
 
