@@ -34,8 +34,10 @@ class VerifyError(ValueError):
         super().__init__(errors[0] + more)
 
 
-def check(graph: Graph, stage: Stage) -> list[str]:
-    """Every problem of ``graph`` in ``stage``, as messages (empty when it verifies)."""
+def check(graph: Graph, stage: Stage, *, kept: frozenset[str] = frozenset()) -> list[str]:
+    """Every problem of ``graph`` in ``stage``, as messages (empty when it verifies).
+    ``kept``: quantized op types the graph came with and keeps as written (a file's float
+    view, quanta.quantize.prequantized), admitted in any stage."""
     errors: list[str] = []
     defined: set[int] = {id(v) for v in graph.inputs} | {id(v) for v in graph.initializers.values()}
     produced: dict[int, str] = {}
@@ -72,7 +74,7 @@ def check(graph: Graph, stage: Stage) -> list[str]:
                 errors.append(
                     f"graph output '{v.name}' has type {v.type.elem} but the graph's signature promises {promised.elem}"
                 )
-    allowed = STAGE_QUANT_OPS[stage]
+    allowed = STAGE_QUANT_OPS[stage] | kept
     for node in graph.nodes:
         if node.op_type in QUANT_OPS and node.op_type not in allowed:
             errors.append(f"{node.op_type} {node.label}: not allowed in the {stage.value} stage")
@@ -85,8 +87,9 @@ def check(graph: Graph, stage: Stage) -> list[str]:
     return errors
 
 
-def verify(graph: Graph, stage: Stage) -> None:
-    """Raise :class:`VerifyError` unless ``graph`` is well formed for ``stage``."""
-    errors = check(graph, stage)
+def verify(graph: Graph, stage: Stage, *, kept: frozenset[str] = frozenset()) -> None:
+    """Raise :class:`VerifyError` unless ``graph`` is well formed for ``stage`` (``kept``:
+    as :func:`check`)."""
+    errors = check(graph, stage, kept=kept)
     if errors:
         raise VerifyError(errors)

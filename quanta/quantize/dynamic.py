@@ -99,7 +99,12 @@ def quantize_dynamic(
     own); the summary says so."""
     t0 = time.perf_counter()
     recipe = _recipe_from(recipe, options)
-    from quanta.quantize.prequantized import guard_input, load_if_quantized, prepare_prequantized_dynamic
+    from quanta.quantize.prequantized import (
+        guard_input,
+        load_if_quantized,
+        prepare_prequantized_dynamic,
+        quantizing_view,
+    )
 
     quantized_input = load_if_quantized(model_input)
     if quantized_input is not None:
@@ -107,7 +112,8 @@ def quantize_dynamic(
         prepared = prepare_prequantized_dynamic(quantized_input)
         assert prepared is not None
         view, notes = prepared
-        summary = quantize_dynamic(view, model_output, recipe, verbose=False)
+        with quantizing_view():
+            summary = quantize_dynamic(view, model_output, recipe, verbose=False)
         summary.notes[:0] = notes
         summary.input_bytes = quantized_input.ByteSize()
         summary.seconds = time.perf_counter() - t0

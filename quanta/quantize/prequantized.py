@@ -24,8 +24,11 @@ quanta does the same through the file's float view (quanta.quantize.float_view):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -34,7 +37,35 @@ import onnx
 from quanta.quantize.float_view import FloatView, derive_float_view, quantized_ops
 from quanta.quantize.recipe import Recipe, TensorOverride
 
-__all__ = ["file_overrides", "guard_input", "prepare_prequantized", "prepare_prequantized_dynamic"]
+__all__ = [
+    "file_overrides",
+    "guard_input",
+    "in_view",
+    "prepare_prequantized",
+    "prepare_prequantized_dynamic",
+    "quantizing_view",
+]
+
+# True while a file's float view is being quantized. The view keeps the nodes that have
+# no float form as the file has them (FloatView.kept: a DequantizeLinear of an integer
+# graph input, an operator with no float twin), so it may still hold quantized
+# operators: it is quantized as the float model it is, never sent through the view again.
+_IN_VIEW: ContextVar[bool] = ContextVar("quanta_quantizing_float_view", default=False)
+
+
+def in_view() -> bool:
+    """Whether a file's float view is being quantized (its kept nodes may be quantized)."""
+    return _IN_VIEW.get()
+
+
+@contextlib.contextmanager
+def quantizing_view() -> Iterator[None]:
+    """Within: :func:`load_if_quantized` takes every model for a float one."""
+    token = _IN_VIEW.set(True)
+    try:
+        yield
+    finally:
+        _IN_VIEW.reset(token)
 
 
 def file_overrides(view: FloatView) -> dict[str, TensorOverride]:
@@ -161,6 +192,8 @@ def load_if_quantized(model_input: Any) -> onnx.ModelProto | None:
     file is then read once more by the caller, its external data not at all here)."""
     from quanta.ir.onnx_io import load_proto
 
+    if _IN_VIEW.get():
+        return None
     if isinstance(model_input, onnx.ModelProto):
         head = model_input
     elif isinstance(model_input, bytes):

@@ -260,8 +260,11 @@ def load_for_quantization(
     model.path = path
     from quanta.ir.op_rules import QUANT_OPS
 
+    from quanta.quantize.prequantized import in_view
+
     already = sorted({n.op_type for n in model.graph.nodes if n.op_type in QUANT_OPS})
-    if already:
+    # a float view's kept nodes (FloatView.kept) have no float form: they stay as written
+    if already and not in_view():
         raise ModelLoadError(
             f"{path or 'model'}: the model is already quantized (it has {', '.join(already)}); "
             "quantize its float original instead"
@@ -384,7 +387,12 @@ def quantize_static(
     """
     t0 = time.perf_counter()
     recipe = _recipe_from(recipe, options).for_target()  # a device's fixed choices (Recipe.target)
-    from quanta.quantize.prequantized import guard_input, load_if_quantized, prepare_prequantized
+    from quanta.quantize.prequantized import (
+        guard_input,
+        load_if_quantized,
+        prepare_prequantized,
+        quantizing_view,
+    )
 
     quantized_input = load_if_quantized(model_input)
     if quantized_input is not None:
@@ -393,19 +401,20 @@ def quantize_static(
         prepared = prepare_prequantized(quantized_input, recipe, keep_parameters=keep_file_parameters)
         assert prepared is not None
         view, view_recipe, notes = prepared
-        summary = quantize_static(
-            view,
-            model_output,
-            calibration_data,
-            view_recipe,
-            preprocess=preprocess,
-            verbose=False,
-            accuracy=accuracy,
-            engine=engine,
-            workers=workers,
-            address=address,
-            shards=shards,
-        )
+        with quantizing_view():
+            summary = quantize_static(
+                view,
+                model_output,
+                calibration_data,
+                view_recipe,
+                preprocess=preprocess,
+                verbose=False,
+                accuracy=accuracy,
+                engine=engine,
+                workers=workers,
+                address=address,
+                shards=shards,
+            )
         if isinstance(summary, QuantizationSummary):
             summary.notes[:0] = notes
             summary.input_bytes = quantized_input.ByteSize()
@@ -432,6 +441,10 @@ def quantize_static(
     wide_tensors: list[str] = []  # eq. (25): non-negative data reaching 1e9
     model = load_for_quantization(model_input, min_opset=21 if wide else MIN_OPSET)
     prepare_float_graph(model)
+    from quanta.ir.op_rules import QUANT_OPS
+
+    # a float view's nodes with no float form stay quantized as the file wrote them
+    kept_ops = frozenset(n.op_type for n in model.graph.nodes if n.op_type in QUANT_OPS)
     source_path = model.path  # eq. (24) may keep a copy of the model, which has no path
     if recipe.integer_only:
         # one integer operator per GELU (a table), instead of five float ops on the device
@@ -634,7 +647,7 @@ def quantize_static(
         quantize_bodies(bodies, model, ranges, dict(body_float), means, recipe)
         insert_qdq(graph, plan)
         lstms = quantize_lstms(model, recipe, lstm_float)
-        verify(graph, Stage.QDQ)
+        verify(graph, Stage.QDQ, kept=kept_ops)
         return lstms
 
     gptq_recipe: Recipe = recipe

@@ -533,3 +533,54 @@ def test_pad_on_8_bit_data_pads_the_view_with_the_real_value(tmp_path):
         np.testing.assert_allclose(
             _ort(fv.model, feed)[0], want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max())
         )
+
+
+def _int_input_model() -> onnx.ModelProto:
+    """An 8-bit image input dequantized in the graph (per channel, non-zero zero points),
+    then a float Conv + Relu: the DequantizeLinear of a graph input has no float form."""
+    rng = np.random.default_rng(11)
+    w = rng.normal(0, 0.3, (7, 3, 3, 3)).astype(np.float32)
+    b = rng.normal(0, 0.1, 7).astype(np.float32)
+    nodes = [
+        helper.make_node("DequantizeLinear", ["img", "s", "zp"], ["x"], axis=1),
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "int_input",
+        [helper.make_tensor_value_info("img", TensorProto.UINT8, [1, 3, 11, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 11, 9])],
+        [
+            numpy_helper.from_array(np.array([0.021, 0.017, 0.013], np.float32), "s"),
+            numpy_helper.from_array(np.array([121, 130, 97], np.uint8), "zp"),
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(b, "b"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("how", ["static", "dynamic"])
+def test_a_node_kept_quantized_in_the_view_stays_as_written(how, tmp_path):
+    """The view keeps a DequantizeLinear of an integer graph input as the file has it;
+    the rest is quantized as a float model (the view is not derived again)."""
+    src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(_int_input_model(), src)
+    rng = np.random.default_rng(5)
+    feeds = [{"img": rng.integers(0, 256, (1, 3, 11, 9), dtype=np.uint8)} for _ in range(6)]
+    if how == "static":
+        summary = quanta.quantize_static(src, dst, feeds[:4], verbose=False)
+        assert summary.integer_share == pytest.approx(1.0)
+    else:
+        summary = quanta.quantize_dynamic(src, dst, verbose=False)
+    assert any("no float form" in n for n in summary.notes)
+    out = onnx.load(dst)
+    onnx.checker.check_model(out)
+    dq = [n for n in out.graph.node if n.op_type == "DequantizeLinear" and "img" in n.input]
+    assert len(dq) == 1
+    ref = _ort(str(src), feeds[5])[0]
+    got = quanta.InferenceSession(str(dst)).run(None, feeds[5])[0]
+    np.testing.assert_allclose(got, _ort(str(dst), feeds[5])[0], atol=0.02 * np.abs(ref).max())
+    sqnr = 10 * np.log10((ref**2).sum() / ((got - ref) ** 2).sum())
+    assert sqnr > 25
