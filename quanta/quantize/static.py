@@ -259,7 +259,6 @@ def load_for_quantization(
     model = from_proto(proto, path or "model")
     model.path = path
     from quanta.ir.op_rules import QUANT_OPS
-
     from quanta.quantize.prequantized import in_view
 
     already = sorted({n.op_type for n in model.graph.nodes if n.op_type in QUANT_OPS})
