@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from quanta.cli.images import add_image_options
+
 __all__ = ["main"]
 
 
@@ -269,7 +271,7 @@ def _run_on_ray(args: argparse.Namespace) -> int:
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    from quanta.calibrate.readers import ImagePreprocess
+    from quanta.cli.images import image_preprocess, require_preprocess
     from quanta.quantize.dynamic import quantize_dynamic
     from quanta.quantize.static import quantize_static
 
@@ -309,15 +311,11 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             raise CliError(
                 "static quantization needs --calib DATA (an .npz file or a folder); or use --dynamic"
             )
-        pre = None
-        if args.image_size:
-            pre = ImagePreprocess(
-                resize=args.image_resize,
-                crop=(args.image_size, args.image_size),
-                mean=tuple(args.image_mean) if args.image_mean else None,
-                std=tuple(args.image_std) if args.image_std else None,
-                layout=args.image_layout,
-            )
+        pre = image_preprocess(args)
+        if pre is None:
+            missing = require_preprocess(args.calib, args.model)
+            if missing is not None:
+                raise CliError(missing)
         if getattr(args, "recalibrate", False):
             options["keep_file_parameters"] = False
         accuracy = None
@@ -534,13 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="an already-quantized MODEL: calibrate every tensor anew instead of keeping the "
         "file's own activation scales and zero points",
     )
-    s.add_argument("--image-size", type=int, help="images: center crop to SIZE x SIZE")
-    s.add_argument("--image-resize", type=int, help="images: resize the shorter side to this first")
-    s.add_argument(
-        "--image-mean", type=float, nargs="+", help="images: per-channel mean (after scaling to 0..1)"
-    )
-    s.add_argument("--image-std", type=float, nargs="+", help="images: per-channel std")
-    s.add_argument("--image-layout", choices=["NCHW", "NHWC"], default="NCHW")
+    add_image_options(s)
     s.add_argument(
         "--target-sqnr",
         type=float,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from quanta.cli.images import add_image_options
+
 __all__ = ["add_parser", "run"]
 
 
@@ -29,11 +31,7 @@ def add_parser(sub) -> None:
     s.add_argument("--learn-scales", action="store_true", help="train the scales too (LSQ)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--recipe", help="YAML/JSON recipe for the quantization")
-    s.add_argument("--image-size", type=int, help="image folder: center crop size")
-    s.add_argument("--image-resize", type=int, help="image folder: resize the shorter side first")
-    s.add_argument("--image-mean", type=float, nargs=3)
-    s.add_argument("--image-std", type=float, nargs=3)
-    s.add_argument("--image-layout", choices=["NCHW", "NHWC"], default="NCHW")
+    add_image_options(s, "image folder")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=run)
 
@@ -41,7 +39,8 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from quanta.calibrate.readers import ImagePreprocess, iter_feeds
+    from quanta.calibrate.readers import iter_feeds
+    from quanta.cli.images import image_preprocess, require_preprocess
     from quanta.ir.onnx_io import from_proto, load_proto
 
     try:
@@ -50,15 +49,11 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"quanta: error: {e}") from e
     if Path(args.output).resolve() == Path(args.model).resolve():
         raise SystemExit("quanta: error: -o must not be the input model")
-    pre = None
-    if args.image_size:
-        pre = ImagePreprocess(
-            resize=args.image_resize,
-            crop=(args.image_size, args.image_size),
-            mean=tuple(args.image_mean) if args.image_mean else None,
-            std=tuple(args.image_std) if args.image_std else None,
-            layout=args.image_layout,
-        )
+    pre = image_preprocess(args)
+    if pre is None:
+        missing = require_preprocess(args.data, args.model)
+        if missing is not None:
+            raise SystemExit(f"quanta: error: {missing}")
     proto, _ = load_proto(args.model)
     feeds = list(iter_feeds(args.data, from_proto(proto).graph.inputs, preprocess=pre))
     model = prepare(args.model, calibration_data=feeds, recipe=args.recipe, learn_scales=args.learn_scales)

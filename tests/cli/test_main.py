@@ -229,3 +229,51 @@ def test_inspect_dim_counts_macs_at_that_size(tmp_path, capsys):
     integer, total = 221 * 19, 221 * 19 + 13 * 19 * 19
     assert f"integer MACs: {100 * integer / total:.1f} % of {total:,} ({integer:,} in integer)" in out
     assert "counted as 1" not in out
+
+
+def _image_model(h: int, w: int) -> onnx.ModelProto:
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    node = helper.make_node("Conv", ["img", "w"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [node],
+        "image_model",
+        [helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, 3, h, w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, h, w])],
+        [numpy_helper.from_array(rng.normal(0, 0.3, (7, 3, 3, 3)).astype(np.float32), "w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_quantize_image_folder_names_the_input_and_takes_height_x_width(tmp_path, capsys):
+    """A folder of images without --image-size: one line naming the model's input and
+    its shape, with options that fit it; HEIGHTxWIDTH crops a non-square input."""
+    Image = pytest.importorskip("PIL.Image")
+    src = tmp_path / "m.onnx"
+    onnx.save(_image_model(7, 11), src)
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for k in range(3):
+        Image.fromarray(rng.integers(0, 256, (17, 23, 3), dtype=np.uint8)).save(folder / f"{k}.png")
+    out = tmp_path / "q.onnx"
+    assert main(["quantize", str(src), "-o", str(out), "--calib", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "the model's input 'img' is [1, 3, 7, 11]" in err and "--image-size 7x11 --image-resize 11" in err
+    assert not out.exists()
+    argv = ["quantize", str(src), "-o", str(out), "--calib", str(folder), "--image-size", "7x11"]
+    assert main([*argv, "--image-resize", "11"]) == 0
+    assert "on 3 feed(s) of the data" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main(["quantize", str(src), "-o", str(out), "--calib", str(folder), "--image-size", "7x"])
+    assert exit_.value.code == 2
+    assert "expected SIZE or HEIGHTxWIDTH" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, size", [("224", (224, 224)), ("480x800", (480, 800)), ("3X17", (3, 17))])
+def test_image_size_option(text, size):
+    from quanta.cli.images import image_size
+
+    assert image_size(text) == size
