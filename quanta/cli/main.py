@@ -368,8 +368,21 @@ def cmd_debug(args: argparse.Namespace) -> int:
     derived)."""
     import tempfile
 
+    from quanta.cli.images import image_preprocess, require_preprocess
     from quanta.debug.compare import compare
 
+    data = args.data
+    pre = image_preprocess(args)
+    if pre is None:
+        missing = require_preprocess(args.data, args.model)
+        if missing is not None:
+            raise CliError(missing)
+    else:  # images: read once, with the declared preprocessing, for both passes
+        from quanta.calibrate.readers import iter_feeds
+        from quanta.ir.onnx_io import from_proto, load_proto
+
+        inputs = from_proto(load_proto(args.model)[0], args.model).graph.inputs
+        data = list(iter_feeds(args.data, inputs, preprocess=pre, limit=args.samples))
     with tempfile.TemporaryDirectory() as tmp:
         quantized = args.quantized
         fp32: str | None = args.model
@@ -385,11 +398,11 @@ def cmd_debug(args: argparse.Namespace) -> int:
                 fp32, quantized = None, args.model
             else:
                 quantized = os.path.join(tmp, "quantized.onnx")
-                quantize_static(args.model, quantized, args.data, args.recipe, verbose=False, progress=False)
+                quantize_static(args.model, quantized, data, args.recipe, verbose=False, progress=False)
         result = compare(
             fp32,
             quantized,
-            args.data,
+            data,
             limit=args.samples,
             ablation=args.ablation,
             ablation_mode=args.ablation_mode,
@@ -599,8 +612,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "quantized", nargs="?", help="its QDQ model (default: quantize MODEL with the default recipe)"
     )
-    s.add_argument("--data", required=True, help="feeds: .npz file or folder of .npz files")
+    s.add_argument("--data", required=True, help="feeds: .npz file or folder of .npz files or of images")
     s.add_argument("--samples", type=int, help="use at most this many feeds")
+    add_image_options(s)
     s.add_argument("--recipe", help="recipe for quantizing MODEL when QUANTIZED is not given")
     s.add_argument(
         "--ablation",

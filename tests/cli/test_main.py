@@ -277,3 +277,30 @@ def test_image_size_option(text, size):
     from quanta.cli.images import image_size
 
     assert image_size(text) == size
+
+
+def test_debug_reads_a_folder_of_images(tmp_path, capsys):
+    Image = pytest.importorskip("PIL.Image")
+    src = tmp_path / "m.onnx"
+    onnx.save(_image_model(9, 5), src)
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    for k in range(4):
+        Image.fromarray(rng.integers(0, 256, (12, 13, 3), dtype=np.uint8)).save(folder / f"{k}.png")
+    assert main(["debug", str(src), "--data", str(folder)]) == 2
+    assert "--image-size 9x5" in capsys.readouterr().err
+    argv = [
+        "debug",
+        str(src),
+        "--data",
+        str(folder),
+        "--image-size",
+        "9x5",
+        "--image-mean",
+        "0.5",
+        "--image-std",
+        "0.25",
+    ]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("4 feed(s); outputs: SQNR")
