@@ -246,17 +246,23 @@ def _image_model(h: int, w: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _model_and_images(tmp_path, size: tuple[int, int], n: int, image: tuple[int, int]):
+    """A one-Conv model of input [1, 3, *size] and a folder of ``n`` random RGB images."""
+    Image = pytest.importorskip("PIL.Image")
+    src = tmp_path / "m.onnx"
+    onnx.save(_image_model(*size), src)
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    rng = np.random.default_rng(n)
+    for k in range(n):
+        Image.fromarray(rng.integers(0, 256, (*image, 3), dtype=np.uint8)).save(folder / f"{k}.png")
+    return src, folder
+
+
 def test_quantize_image_folder_names_the_input_and_takes_height_x_width(tmp_path, capsys):
     """A folder of images without --image-size: one line naming the model's input and
     its shape, with options that fit it; HEIGHTxWIDTH crops a non-square input."""
-    Image = pytest.importorskip("PIL.Image")
-    src = tmp_path / "m.onnx"
-    onnx.save(_image_model(7, 11), src)
-    folder = tmp_path / "imgs"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    for k in range(3):
-        Image.fromarray(rng.integers(0, 256, (17, 23, 3), dtype=np.uint8)).save(folder / f"{k}.png")
+    src, folder = _model_and_images(tmp_path, (7, 11), 3, (17, 23))
     out = tmp_path / "q.onnx"
     assert main(["quantize", str(src), "-o", str(out), "--calib", str(folder)]) == 2
     err = capsys.readouterr().err
@@ -280,14 +286,7 @@ def test_image_size_option(text, size):
 
 
 def test_debug_reads_a_folder_of_images(tmp_path, capsys):
-    Image = pytest.importorskip("PIL.Image")
-    src = tmp_path / "m.onnx"
-    onnx.save(_image_model(9, 5), src)
-    folder = tmp_path / "imgs"
-    folder.mkdir()
-    rng = np.random.default_rng(1)
-    for k in range(4):
-        Image.fromarray(rng.integers(0, 256, (12, 13, 3), dtype=np.uint8)).save(folder / f"{k}.png")
+    src, folder = _model_and_images(tmp_path, (9, 5), 4, (12, 13))
     assert main(["debug", str(src), "--data", str(folder)]) == 2
     assert "--image-size 9x5" in capsys.readouterr().err
     argv = [
