@@ -4,6 +4,7 @@ float32 of a range of magnitudes, both signs, against float64, in chunks of 2^24
     python benchmarks/float_ulp_sweep.py --op sigmoid --lo 2e-30 --hi 104
     python benchmarks/float_ulp_sweep.py --op expm1 --lo 1e-45 --hi 104
     python benchmarks/float_ulp_sweep.py --op softplus --lo 1e-45 --hi 104
+    python benchmarks/float_ulp_sweep.py --op erf --lo 1e-45 --hi 4
 
 Prints the largest error in ulps of the float64 result rounded to float32 (normal results;
 results past FLT_MAX are left to the tests' edge cases),
@@ -32,7 +33,11 @@ def exact(op: str, x: np.ndarray) -> np.ndarray:
         return np.expm1(x)
     if op == "softplus":
         return np.logaddexp(0, x)
-    raise SystemExit(f"--op: expected sigmoid, expm1 or softplus, got {op!r}")
+    if op == "erf":
+        from quanta.kernels.reference.nn import erf
+
+        return erf(x)
+    raise SystemExit(f"--op: expected sigmoid, expm1, softplus or erf, got {op!r}")
 
 
 def native(op: str, x: np.ndarray) -> np.ndarray:

@@ -188,7 +188,7 @@ def tanh(ctx: OpContext, x: np.ndarray) -> np.ndarray:
 @register("Erf")
 def erf_op(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     """float32: quanta's erf, eqs. (F1)-(F5) of docs/float-ops.md (the native kernel's
-    twin, within 1.26 ulp); other floats in float64; integers rounded."""
+    twin, within 1.03 ulp); other floats in float64; integers rounded."""
     del ctx  # unused
     if x.dtype == np.float32:
         from quanta.kernels.reference import float_ops

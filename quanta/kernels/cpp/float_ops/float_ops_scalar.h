@@ -210,20 +210,6 @@ inline float atan_one(float x) {
   return std::copysign(y, x);  // (AT4)
 }
 
-inline float erf_one(float x) {
-  const float a = std::fabs(x);
-  const float t = a > kErfTMax ? kErfTMax : a;  // (F1); NaN compares false and stays NaN
-  const float s = t * t;                        // (F2)
-  float p = kErfA[0];                           // (F3)
-  for (int k = 1; k < 6; ++k) p = p * s + kErfA[k];
-  const float small = p * t + t;
-  float q = kErfB[0];  // (F4)
-  for (int k = 1; k < 7; ++k) q = q * t + kErfB[k];
-  q = q * t + t;
-  const float big = 1.0f - exp_one(-q);
-  return std::copysign(t > kErfSplit ? big : small, x);  // (F5)
-}
-
 inline float tanh_one(float x) {
   const float t = std::fabs(x);  // (T1)
   const float s = t * t;
@@ -251,6 +237,20 @@ inline float exp_fused_nonpositive_one(float x) {
   const int32_t ni = n == n ? static_cast<int32_t>(n) : 0;  // NaN: p is NaN anyway
   const int32_t n1 = ni >> 1;                               // floor(n / 2) (arithmetic shift)
   return (p * pow2(n1)) * pow2(ni - n1);                    // (EN6) = (E6)
+}
+
+inline float erf_one(float x) {
+  const float a = std::fabs(x);
+  const float t = a > kErfTMax ? kErfTMax : a;  // (F1); NaN compares false and stays NaN
+  const float s = t * t;                        // (F2)
+  float p = kErfA[0];                           // (F3)
+  for (int k = 1; k < 6; ++k) p = std::fma(p, s, kErfA[k]);
+  const float small = std::fma(p, t, t);
+  float q = kErfB[0];  // (F4)
+  for (int k = 1; k < 7; ++k) q = std::fma(q, t, kErfB[k]);
+  q = std::fma(q, t, t);
+  const float big = 1.0f - exp_fused_nonpositive_one(-q);
+  return std::copysign(t > kErfSplit ? big : small, x);  // (F5)
 }
 
 inline float sigmoid_one(float x) {

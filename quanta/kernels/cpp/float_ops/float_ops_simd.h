@@ -237,8 +237,8 @@ inline typename T::V erf_small_v(typename T::V t) {
   using V = typename T::V;
   const V s = T::mul(t, t);  // (F2)
   V p = T::set1(kErfA[0]);   // (F3)
-  for (int k = 1; k < 6; ++k) p = T::add(T::mul(p, s), T::set1(kErfA[k]));
-  return T::add(T::mul(p, t), t);
+  for (int k = 1; k < 6; ++k) p = T::fmadd(p, s, T::set1(kErfA[k]));
+  return T::fmadd(p, t, t);
 }
 
 // (F4): erf(t) for t > 0.921875.
@@ -246,9 +246,9 @@ template <class T>
 inline typename T::V erf_big_v(typename T::V t) {
   using V = typename T::V;
   V q = T::set1(kErfB[0]);
-  for (int k = 1; k < 7; ++k) q = T::add(T::mul(q, t), T::set1(kErfB[k]));
-  q = T::add(T::mul(q, t), t);
-  return T::sub(T::set1(1.0f), exp_v<T>(T::xor_(q, T::set1(-0.0f))));
+  for (int k = 1; k < 7; ++k) q = T::fmadd(q, t, T::set1(kErfB[k]));
+  q = T::fmadd(q, t, t);
+  return T::sub(T::set1(1.0f), exp_fused_nonpositive_v<T>(T::xor_(q, T::set1(-0.0f))));
 }
 
 template <class T>
