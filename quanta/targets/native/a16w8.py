@@ -230,10 +230,11 @@ def _matmul16_runtime_b(
     ):
         args = (a, sa, za, b, sb, zb, sy, zy) + (() if bias is None else (bias,))
         return run_twin("QLinearMatMul16", QUANTA_DOMAIN, ctx, args, {}, out)
-    # the sums are exact in any order, so any BLAS thread count gives the same bytes; the
-    # session's count caps it (BLAS's own pool of spinning threads costs 4-6x on a busy core)
+    # the sums are exact in any order, so any BLAS thread count gives the same bytes. One
+    # thread: BLAS's own pool spins beside the session's workers (on a busy 2-core machine
+    # the product took 4-6x its one-thread time, 3x at a 2-thread session)
     zb64 = b_param(np.asarray(zb), b.shape, "b_zero_point").astype(np.float64)
-    with _blas().limit(limits=_threads(ctx), user_api="blas"):
+    with _blas().limit(limits=1, user_api="blas"):
         acc = np.matmul(a.astype(np.float64) - float(np.asarray(za).reshape(())), b.astype(np.float64) - zb64)
     dtype = np.asarray(zy).dtype
     m = requant_multiplier(
