@@ -329,3 +329,42 @@ def test_matmul16_runtime_b_kernel_is_the_twin_at_the_extremes():
         out = np.empty_like(want)
         assert _matmul16_runtime_b(ctx, *args, out=out) is out
         np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("ydt", [np.int16, np.uint16, np.uint8, np.int8])
+def test_runtime_b_requantization_in_float32_is_the_twins(ydt):
+    """The run-time-b output step (float32 in place) against reference.requant.requantize:
+    ties of f32(acc)·m on both signs, both saturations, a product that overflows to inf,
+    sums beyond 2^24 (f32(acc) rounds) and per-column multipliers."""
+    from quanta.kernels.reference.requant import requantize
+    from quanta.targets.native.a16w8 import _requantize_exact_sums
+
+    rng = np.random.default_rng(3)
+    info = np.iinfo(ydt)
+    zy = int(info.min + (info.max - info.min) // 3)
+    ties = np.array([1, 3, 5, -1, -3, -5, 7, -7], np.int64)  # · 0.5: x.5 on both signs
+    big = np.array([2**40 + 1, -(2**40) - 3, 2**53 - 1, -(2**52), 2**24 + 1, -(2**24) - 3], np.int64)
+    acc = np.concatenate([ties, big, rng.integers(-(2**34), 2**34, 50)])
+    acc = np.resize(acc, (3, 64))
+    m = np.array([0.5, 3.0e38, 1.7e-9, 0.5], F32)[np.arange(64) % 4]
+    want = requantize(acc, m, zy, ydt)
+    got = _requantize_exact_sums(acc.astype(np.float64), m, zy, np.dtype(ydt))
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    assert {info.min, info.max} <= set(np.unique(got).tolist()) and len(np.unique(got)) > 10
+
+
+def test_runtime_b_with_a_nan_scale_takes_the_twins_output():
+    from quanta.kernels.reference.registry import get_op
+    from quanta.targets.base import KernelContext
+    from quanta.targets.native.a16w8 import _matmul16_runtime_b
+
+    rng = np.random.default_rng(5)
+    a = rng.integers(-3000, 3000, (2, 4, 9)).astype(np.int16)
+    b = rng.integers(0, 65535, (2, 9, 7)).astype(np.uint16)
+    sb = np.array([0.001, np.nan, 0.002, 0.003, 0.004, 0.005, 0.006], F32)
+    args = (a, F32(0.01), np.int16(-5), b, sb, np.uint16(30001), F32(0.7), np.int16(12))
+    ctx = KernelContext()
+    np.testing.assert_array_equal(
+        _matmul16_runtime_b(ctx, *args), get_op("QLinearMatMul16", "quanta")(ctx, *args)
+    )

@@ -5,10 +5,17 @@
 //     a: [..., K] uint8 or int8 (za in a's type); packed: int8 [kb, ntiles, block/4, 64]
 //     (quanta.targets.native.w4a8.pack_blocks); colsum: int32 [kb, ntiles·16]; c: float32
 //     [kb, ntiles·16]; out_dtype "f32" (then no y_scale), "u8" or "i8" (y_scale a float).
+//
+//   nbits_a8_matmul(a, packed, corr, sw, k, n, block, bias=None, num_threads=1, out=None)
+//     -> float32 [..., N]: MatMulNBits at accuracy_level 4 (w4/nbits_a8.h, eqs. (W6)-(W9)).
+//     a: float32 [..., K]; packed: int8 [kb, ntiles, block/4, 64] of w' = q − zp (pack_blocks);
+//     corr: int32 [kb, ntiles·16] (128 · the block column sums); sw: float32 [kb, ntiles·16];
+//     bias: float32 [N].
 #include <cstdint>
 #include <string>
 
 #include "bindings.h"
+#include "w4/nbits_a8.h"
 #include "w4/w4a8.h"
 
 namespace quanta {
@@ -91,6 +98,61 @@ py::array w4a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const
   return y;
 }
 
+py::array nbits_a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const py::handle& corr_obj,
+                        const py::handle& sw_obj, int64_t k, int64_t n, int64_t block, const py::object& bias_obj,
+                        int num_threads, const py::object& out_obj) {
+  const std::string op = "nbits_a8_matmul";
+  check_threads(num_threads, op);
+  if (!py::isinstance<py::array>(a_obj)) throw py::value_error(op + ": a: expected a numpy array");
+  auto a = py::reinterpret_borrow<py::array>(a_obj);
+  if (!dtype_equiv(a.dtype(), py::dtype::of<float>())) {
+    throw py::value_error(op + ": a: expected float32, got " + py::str(a.dtype()).cast<std::string>());
+  }
+  if (!(a.flags() & py::array::c_style)) throw py::value_error(op + ": a: expected a C-contiguous array");
+  if (a.ndim() < 1 || a.shape(a.ndim() - 1) != k) {
+    throw py::value_error(op + ": a: expected shape [..., " + std::to_string(k) + "], got " + shape_str(shape_of(a)));
+  }
+  if (block < 4 || block % 4 || block > 4096) {
+    throw py::value_error(op + ": block: expected a multiple of 4 in [4, 4096], got " + std::to_string(block));
+  }
+  const int64_t kb = (k + block - 1) / block, ntiles = (n + 15) / 16;
+  auto packed = require_array<int8_t>(packed_obj, (op + ": packed").c_str());
+  if (packed.size() != kb * ntiles * block * 16) {
+    throw py::value_error(op + ": packed: expected " + std::to_string(kb * ntiles * block * 16) +
+                          " int8 values for K=" + std::to_string(k) + ", N=" + std::to_string(n) +
+                          ", block=" + std::to_string(block));
+  }
+  auto corr = require_array<int32_t>(corr_obj, (op + ": corr").c_str());
+  auto sw = require_array<float>(sw_obj, (op + ": sw").c_str());
+  if (corr.size() != kb * ntiles * 16 || sw.size() != kb * ntiles * 16) {
+    throw py::value_error(op + ": corr, sw: expected " + std::to_string(kb * ntiles * 16) + " values each");
+  }
+  py::array_t<float, py::array::c_style> bias;
+  if (!bias_obj.is_none()) {
+    bias = require_array<float>(bias_obj, (op + ": bias").c_str());
+    if (bias.size() != n) throw py::value_error(op + ": bias: expected " + std::to_string(n) + " values");
+  }
+  Shape shape = shape_of(a);
+  shape.back() = n;
+  py::array y;
+  if (out_obj.is_none()) {
+    y = py::array(py::dtype::of<float>(), shape);
+  } else {
+    y = py::reinterpret_borrow<py::array>(out_obj);
+    if (!dtype_equiv(y.dtype(), py::dtype::of<float>()) || shape_of(y) != shape || !(y.flags() & py::array::c_style) ||
+        !y.writeable()) {
+      throw py::value_error(op + ": out: expected a writeable C-contiguous float32 array of shape " + shape_str(shape));
+    }
+  }
+  nbits_a8::Params p{k ? static_cast<int64_t>(a.size()) / k : 0, k, n, block, packed.data(), corr.data(), sw.data(),
+                     bias_obj.is_none() ? nullptr : bias.data()};
+  {
+    py::gil_scoped_release release;
+    nbits_a8::matmul(static_cast<const float*>(a.data()), p, static_cast<float*>(y.mutable_data()), num_threads);
+  }
+  return y;
+}
+
 }  // namespace
 
 void register_w4(py::module_& m) {
@@ -98,6 +160,10 @@ void register_w4(py::module_& m) {
         py::arg("n"), py::arg("block"), py::arg("za"), py::arg("y_scale") = py::none(), py::arg("zy") = 0,
         py::arg("out_dtype") = "f32", py::arg("num_threads") = 1, py::arg("out") = py::none(),
         "8-bit a times 4-bit weights per block of K, exact block dots, float32 block sums in order (w4a8.h).");
+  m.def("nbits_a8_matmul", &nbits_a8_impl, py::arg("a"), py::arg("packed"), py::arg("corr"), py::arg("sw"),
+        py::arg("k"), py::arg("n"), py::arg("block"), py::arg("bias") = py::none(), py::arg("num_threads") = 1,
+        py::arg("out") = py::none(),
+        "float32 a quantized to int8 per row and block, times 4-bit weights per block (nbits_a8.h).");
 }
 
 }  // namespace quanta

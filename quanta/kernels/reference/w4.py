@@ -13,9 +13,13 @@ ONNX Runtime's contrib operator (``MatMulNBits``, attributes ``K``, ``N``, ``bit
 (W1) is exact in float32 (a 4-bit difference times a float32 scale is one rounding);
 (W2) is a float32 GEMM whose summation order is the BLAS's (np.matmul here), so the
 native kernel is compared against it within the float GEMM family's bound eq. (FG1)
-(docs/float-ops.md), not bit for bit. ``accuracy_level`` 4 lets ONNX Runtime quantize A
-to int8 per block (its W4A8 path); quanta computes (W2) in float32 for every level, which
-is the more accurate result (documented difference, tests/lowbit/test_w4.py).
+(docs/float-ops.md), not bit for bit.
+
+``accuracy_level`` 4 with integer zero points (uint8 or absent) follows ONNX Runtime's
+int8 path instead (``matmul_nbits_a8``, docs eqs. (W6)-(W9)): A quantized to int8
+symmetric per row and block of K by ONNX Runtime's rule (scale max|a| / 127, codes
+rne(a · 127 / max|a|)), exact integer block dots, float32 block sums in block order,
+bit-exact with the native kernel. Levels 0-3 (and float zero points) compute (W2).
 Only ``bits`` = 4 and no ``g_idx`` (act-order) are supported: other files get an OpError
 naming the attribute.
 """
@@ -29,7 +33,16 @@ import numpy as np
 from quanta.kernels.reference.quantize import quantize_linear
 from quanta.kernels.reference.registry import MS_DOMAIN, OpContext, OpError, refuses, register
 
-__all__ = ["QUANTA_DOMAIN", "dequantize_nbits", "matmul_nbits", "matmul_w4a8", "unpack_nibbles"]
+__all__ = [
+    "QUANTA_DOMAIN",
+    "dequantize_nbits",
+    "matmul_nbits",
+    "matmul_nbits_a8",
+    "matmul_w4a8",
+    "nbits_codes",
+    "quantize_rows_a8",
+    "unpack_nibbles",
+]
 
 QUANTA_DOMAIN = "quanta"
 
@@ -47,7 +60,7 @@ def unpack_nibbles(packed: np.ndarray, count: int) -> np.ndarray:
     return out[..., :count]
 
 
-def dequantize_nbits(
+def nbits_codes(
     b: np.ndarray,
     scales: np.ndarray,
     zero_points: np.ndarray | None,
@@ -56,8 +69,10 @@ def dequantize_nbits(
     n: int,
     block_size: int,
     bits: int = 4,
-) -> np.ndarray:
-    """The float32 weight ``w [K, N]`` of eq. (W1)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """The checked operands of MatMulNBits: codes ``q`` int32 [N, kb·B], zero points
+    float32 [N, kb], scales float32 [N, kb], and whether the zero points are integers
+    (uint8 or absent)."""
     if bits != 4:
         raise OpError(f"MatMulNBits: bits: only 4 is supported, got {bits}")
     if block_size < 16 or block_size & (block_size - 1):
@@ -98,9 +113,92 @@ def dequantize_nbits(
             raise OpError(
                 f"MatMulNBits: zero_points: expected uint8 or the scales' float type, got {z.dtype}"
             )
+    return q, zp, s, zero_points is None or np.asarray(zero_points).dtype == np.uint8
+
+
+def dequantize_nbits(
+    b: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray | None,
+    *,
+    k: int,
+    n: int,
+    block_size: int,
+    bits: int = 4,
+) -> np.ndarray:
+    """The float32 weight ``w [K, N]`` of eq. (W1)."""
+    q, zp, s, _ = nbits_codes(b, scales, zero_points, k=k, n=n, block_size=block_size, bits=bits)
+    k_blocks = zp.shape[1]
     # eq. (W1): (q - zp) is exact in float32 (|q - zp| < 2^24), one rounding in the product
     w = (q.reshape(n, k_blocks, block_size).astype(np.float32) - zp[:, :, None]) * s[:, :, None]
     return np.ascontiguousarray(w.reshape(n, k_blocks * block_size)[:, :k].T)
+
+
+def quantize_rows_a8(a: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. (W6): ``a [..., K]`` float32 -> int8 codes ``[..., kb, block]`` (int64; a short last
+    block padded with 0) and scales ``[..., kb]`` float32, per row and block of K::
+
+        m = max |a_k|,  sa = f32(m / 127),  r = f32(127 / m) (0 if m = 0),  qa = rne(f32(a_k · r))
+
+    ONNX Runtime's rule for MatMulNBits at accuracy_level 4 (MLAS's QuantizeARow_CompInt8).
+    A block whose maximum is not finite gets codes 0 and scale NaN.
+
+    >>> q, s = quantize_rows_a8(np.array([[0.5, -1.0, 0.25, 2.0]], np.float32), 2)
+    >>> q.tolist(), s.tolist()  # block 0: m 1, r 127; block 1: m 2, r 63.5 (15.875 -> 16)
+    ([[[64, -127], [16, 127]]], [[0.007874015718698502, 0.015748031437397003]])
+    """
+    a = np.asarray(a, np.float32)
+    k = a.shape[-1]
+    kb = -(-k // block)
+    ap = np.zeros((*a.shape[:-1], kb * block), np.float32)
+    ap[..., :k] = a
+    ap = ap.reshape(*a.shape[:-1], kb, block)
+    m = np.abs(ap).max(axis=-1)
+    finite = np.isfinite(m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sa = np.where(finite, np.divide(m, np.float32(127), dtype=np.float32), np.float32(np.nan))
+        r = np.where(finite & (m != 0), np.divide(np.float32(127), m, dtype=np.float32), np.float32(0))
+        v = np.multiply(ap, r[..., None], dtype=np.float32)
+    v = np.where(finite[..., None], v, np.float32(0))
+    return np.rint(v).astype(np.int64), sa.astype(np.float32)
+
+
+def matmul_nbits_a8(
+    a: np.ndarray,
+    q: np.ndarray,
+    zp: np.ndarray,
+    scales: np.ndarray,
+    block: int,
+    bias: np.ndarray | None = None,
+) -> np.ndarray:
+    """Eqs. (W6)-(W9): ``a [..., K]`` float32 times the 4-bit codes ``q [K, N]`` with integer
+    zero points ``zp [kb, N]`` and scales ``scales [kb, N]`` per block of ``block`` rows::
+
+        acc_b = Σ_{k ∈ b} qa_k (q_kn − zp_bn)                        exact        (W7)
+        t     = f32(t + f32(f32(acc_b) · f32(sa_b · s_bn))),  b = 0, 1 ..         (W8)
+        y     = t, or f32(t + bias_n)                                              (W9)
+
+    >>> q = np.array([[9], [7], [8], [10]])  # zp 8: w' = 1, -1, 0, 2
+    >>> matmul_nbits_a8(np.array([[1.0, -1.0, 0.5, 0.25]], np.float32), q, np.array([[8], [8]]),
+    ...                 np.array([[0.5], [1.0]], np.float32), 2).tolist()  # 254·(0.5/127) + 128·(0.5/127)
+    [[1.503937005996704]]
+    """
+    k, n = q.shape
+    kb = -(-k // block)
+    qa, sa = quantize_rows_a8(a, block)
+    w = np.zeros((kb * block, n), np.int64)
+    w[:k] = np.asarray(q, np.int64) - np.repeat(np.asarray(zp, np.int64), block, axis=0)[:k]
+    # float64 products of integers below 2^53 are exact: the block dot of (W7)
+    w64 = w.reshape(kb, block, n).astype(np.float64)
+    s = np.asarray(scales, np.float32)
+    t = np.zeros((*qa.shape[:-2], n), np.float32)
+    for b in range(kb):
+        acc = np.matmul(qa[..., b, :].astype(np.float64), w64[b]).astype(np.float32)
+        c = np.multiply(sa[..., b, None], s[b], dtype=np.float32)
+        t = np.add(t, np.multiply(acc, c, dtype=np.float32), dtype=np.float32)
+    if bias is not None:
+        t = np.add(t, np.asarray(bias, np.float32).reshape(-1), dtype=np.float32)
+    return t
 
 
 def matmul_nbits(a: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
@@ -134,16 +232,19 @@ def matmul_nbits_op(
     accuracy_level: int = 0,
 ) -> np.ndarray:
     """com.microsoft MatMulNBits (module docstring)."""
-    del ctx, accuracy_level  # float32 at every level (module docstring)
+    del ctx  # unused
     if g_idx is not None:
         raise OpError("MatMulNBits: g_idx (act-order) is not supported")
     if a.dtype != np.float32:
         raise OpError(f"MatMulNBits: A: expected float32, got {a.dtype}")
     if a.shape[-1] != K:
         raise OpError(f"MatMulNBits: A: expected a last dimension of K={K}, got shape {list(a.shape)}")
-    w = dequantize_nbits(b, scales, zero_points, k=K, n=N, block_size=block_size, bits=bits)
     if bias is not None and np.asarray(bias).size != N:
         raise OpError(f"MatMulNBits: bias: expected {N} values, got shape {list(np.shape(bias))}")
+    q, zp, s, integer_zp = nbits_codes(b, scales, zero_points, k=K, n=N, block_size=block_size, bits=bits)
+    if accuracy_level == 4 and integer_zp:
+        return matmul_nbits_a8(a, q[:, :K].T, zp.T.astype(np.int64), s.T, block_size, bias)
+    w = dequantize_nbits(b, scales, zero_points, k=K, n=N, block_size=block_size, bits=bits)
     return matmul_nbits(a, w, bias)
 
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from quanta.ir.graph import Model, Node
-from quanta.kernels.reference.a16w8 import QUANTA_DOMAIN, WIDE_TYPES, matmul16_output
+from quanta.kernels.reference.a16w8 import QUANTA_DOMAIN, WIDE_TYPES, _bias64, matmul16_output
 from quanta.kernels.reference.conv_geometry import conv_attrs
 from quanta.kernels.reference.integer_ops import b_param
+from quanta.kernels.reference.requant import requant_multiplier, storage_range
 from quanta.passes.lower.requant_params import requant_params
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
@@ -188,6 +190,16 @@ def _matmul16_native(
 EXACT_F64_K = 1 << 21
 
 
+_BLAS: list[ThreadpoolController] = []
+
+
+def _blas() -> ThreadpoolController:
+    """One controller for the process (building one scans the loaded libraries)."""
+    if not _BLAS:
+        _BLAS.append(ThreadpoolController())
+    return _BLAS[0]
+
+
 def _matmul16_runtime_b(
     ctx: Any,
     a: np.ndarray,
@@ -218,15 +230,46 @@ def _matmul16_runtime_b(
     ):
         args = (a, sa, za, b, sb, zb, sy, zy) + (() if bias is None else (bias,))
         return run_twin("QLinearMatMul16", QUANTA_DOMAIN, ctx, args, {}, out)
-    # BLAS picks its threads (ctx's count is not passed): the sums are exact in any order
+    # the sums are exact in any order, so any BLAS thread count gives the same bytes. One
+    # thread: BLAS's own pool spins beside the session's workers (on a busy 2-core machine
+    # the product took 4-6x its one-thread time, 3x at a 2-thread session)
     zb64 = b_param(np.asarray(zb), b.shape, "b_zero_point").astype(np.float64)
-    acc = np.matmul(a.astype(np.float64) - float(np.asarray(za).reshape(())), b.astype(np.float64) - zb64)
+    with _blas().limit(limits=1, user_api="blas"):
+        acc = np.matmul(a.astype(np.float64) - float(np.asarray(za).reshape(())), b.astype(np.float64) - zb64)
     dtype = np.asarray(zy).dtype
-    y = matmul16_output(acc.astype(np.int64), sa, sb, b.shape, sy, zy, bias, dtype)
+    m = requant_multiplier(
+        np.asarray(sa, F32).reshape(()),
+        b_param(np.asarray(sb, F32), b.shape, "b_scale"),
+        np.asarray(sy, F32).reshape(()),
+    )
+    if np.asarray(zy).size != 1 or not np.all(np.isfinite(m)):
+        y = matmul16_output(acc.astype(np.int64), sa, sb, b.shape, sy, zy, bias, dtype)
+    else:
+        if bias is not None:
+            # |acc + bias| < K·2^32 + 2^31 < 2^53: still exact in float64
+            acc += _bias64(bias, b.shape[-1], "QLinearMatMul16").astype(np.float64)
+        y = _requantize_exact_sums(acc, m, int(np.asarray(zy).reshape(())), dtype)
     if out is None:
         return y
     np.copyto(out, y)
     return out
+
+
+def _requantize_exact_sums(acc: np.ndarray, m: np.ndarray, zy: int, dtype: np.dtype) -> np.ndarray:
+    """Eq. (A4) on float64 sums that hold exact integers, in float32 arrays updated in place:
+    the operations of ``reference.requant.requantize`` (the twin's) without its int64
+    passes. ``f32(acc)`` rounds the exact integer once, as the int64 -> float32 cast does;
+    the clamp to ``[qmin − zy, qmax − zy]`` comes before the rounding, so ``rint + zy`` is an
+    integer of the output type, exact in float32 (|v| ≤ 65535). A finite ``m`` (the caller
+    checks) keeps NaN out."""
+    qmin, qmax = storage_range(dtype)
+    v = acc.astype(F32)
+    with np.errstate(over="ignore"):  # an infinite product saturates in the clamp, as the twin's
+        np.multiply(v, m, out=v)
+    np.clip(v, F32(qmin - zy), F32(qmax - zy), out=v)
+    np.rint(v, out=v)
+    v += F32(zy)
+    return v.astype(dtype)
 
 
 @register_binder("QLinearMatMul16", QUANTA_DOMAIN)

@@ -7,6 +7,11 @@ computes), packs it for the float GEMM (``_native.sgemm_pack_b``) and runs eq. (
 (docs/float-ops.md eq. (FG1)), identical for any thread count. The weight then takes
 4 bytes per value in memory instead of half a byte: the trade of a CPU without a 4-bit
 float path (the speed is the float GEMM's).
+
+``accuracy_level`` 4 with integer zero points runs eqs. (W6)-(W9) instead, ONNX Runtime's
+int8 path: the weights packed once as ``w' = q − zp`` int8 in the W4A8 layout
+(``pack_blocks``), A quantized per row and block at run time, integer block dots
+(``_native.nbits_a8_matmul``, w4/nbits_a8.h), bit-exact with the twin.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.registry import MS_DOMAIN, OpError, get_op
-from quanta.kernels.reference.w4 import dequantize_nbits
+from quanta.kernels.reference.w4 import dequantize_nbits, nbits_codes
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
 from quanta.targets.native._values import const_of as _const
@@ -74,6 +79,16 @@ def bind_matmul_nbits(model: Model, node: Node) -> tuple[Kernel | None, str]:
     if node.input(5) is not None and (bias is None or bias.dtype != np.float32):
         return None, "native MatMulNBits takes a constant float32 bias"
     k, n = int(node.attrs["K"]), int(node.attrs["N"])
+    block = int(node.attrs["block_size"])
+    if int(node.attrs.get("accuracy_level", 0)) == 4:
+        try:
+            q, zpf, s, integer_zp = nbits_codes(
+                b, scales, zp, k=k, n=n, block_size=block, bits=int(node.attrs.get("bits", 4))
+            )
+        except OpError as e:
+            return None, f"native MatMulNBits refuses the node: {e}"
+        if integer_zp and block <= 4096:
+            return _bind_a8(q[:, :k].T, zpf.T.astype(np.int64), s.T, k, n, block, bias)
     try:
         w = dequantize_nbits(
             b,
@@ -93,6 +108,59 @@ def bind_matmul_nbits(model: Model, node: Node) -> tuple[Kernel | None, str]:
         "bias": None if bias is None else np.ascontiguousarray(bias.reshape(n), np.float32),
     }
     return Kernel(_matmul_nbits_native, "native", "native:matmul_nbits_w4_f32", params=params, out=True), ""
+
+
+def _matmul_nbits_a8_native(
+    ctx: Any,
+    a: np.ndarray,
+    *rest: Any,
+    out: np.ndarray | None = None,
+    packed: np.ndarray,
+    corr: np.ndarray,
+    sw: np.ndarray,
+    n: int,
+    k: int,
+    block: int,
+    bias: np.ndarray | None,
+    **attrs: Any,
+) -> np.ndarray:
+    if a.dtype == np.float32 and a.ndim >= 1 and a.shape[-1] == k:
+        return _native.nbits_a8_matmul(
+            np.ascontiguousarray(a),
+            packed,
+            corr,
+            sw,
+            k,
+            n,
+            block,
+            bias=bias,
+            num_threads=_threads(ctx),
+            out=out,
+        )
+    y = get_op("MatMulNBits", MS_DOMAIN)(ctx, a, *rest, **{k_: v for k_, v in attrs.items() if k_ in _ATTRS})
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
+def _bind_a8(
+    q: np.ndarray, zp: np.ndarray, s: np.ndarray, k: int, n: int, block: int, bias: np.ndarray | None
+) -> tuple[Kernel, str]:
+    """Eqs. (W6)-(W9): codes ``q [K, N]``, zero points and scales ``[kb, N]``."""
+    packed, colsum = pack_blocks(q, zp, block)
+    sw = np.zeros(colsum.shape, np.float32)
+    sw[:, :n] = s
+    params = {
+        "packed": packed,
+        "corr": np.ascontiguousarray(colsum * np.int32(128)),
+        "sw": sw,
+        "n": n,
+        "k": k,
+        "block": block,
+        "bias": None if bias is None else np.ascontiguousarray(bias.reshape(n), np.float32),
+    }
+    return Kernel(_matmul_nbits_a8_native, "native", "native:matmul_nbits_w4a8", params=params, out=True), ""
 
 
 # --------------------------------------------------------------------------------------
