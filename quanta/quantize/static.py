@@ -243,6 +243,13 @@ def _quantize_mx(
     return summary
 
 
+def _with_default_opset(proto: onnx.ModelProto, version: int) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    out.opset_import.append(onnx.helper.make_opsetid("", version))
+    return out
+
+
 def load_for_quantization(
     model_input: str | os.PathLike | bytes | onnx.ModelProto, *, min_opset: int = MIN_OPSET
 ) -> Model:
@@ -252,6 +259,10 @@ def load_for_quantization(
     if computes_in_half(proto):
         min_opset = max(min_opset, HALF_OPSET)
     proto = upgrade_opset(proto, min_opset, path or "model")
+    if not any(o.domain in ("", "ai.onnx") for o in proto.opset_import):
+        # only other domains (an ai.onnx.ml pipeline): the Q/DQ quantization inserts are
+        # ai.onnx ops, and none of the graph's nodes is one, so importing it changes nothing
+        proto = _with_default_opset(proto, min_opset)
     try:
         proto = infer_shapes(proto, strict_mode=False, data_prop=True)
     except Exception:  # shapes that cannot be inferred: quantization still works per tensor

@@ -325,3 +325,26 @@ def test_quantize_static_on_an_already_quantized_model_keeps_its_grids(tmp_path)
     a = ort.InferenceSession(str(tmp_path / "qq.onnx"), ort_session_options()).run(None, feed)[0]
     b = quanta.InferenceSession(str(tmp_path / "qq.onnx")).run(None, feed)[0]
     np.testing.assert_allclose(a, b, atol=0.07 + 1e-6)  # one output step
+
+
+@pytest.mark.parametrize("options", [{}, {"target": "npu-sim"}])
+def test_a_model_of_another_domain_only_quantizes(options, tmp_path):
+    """An ai.onnx.ml-only model (no ai.onnx opset import): nothing to quantize, written
+    as it computes, for the integer-only target too (which asked the ai.onnx opset)."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml", threshold=0.25)
+    graph = helper.make_graph(
+        [node],
+        "ml_only",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 7])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1)])
+    src, dst = tmp_path / "ml.onnx", tmp_path / "q.onnx"
+    onnx.save(model, src)
+    feeds = [{"x": np.random.default_rng(k).normal(0, 1, (3, 7)).astype(np.float32)} for k in range(3)]
+    quanta.quantize_static(src, dst, feeds, verbose=False, **options)
+    onnx.checker.check_model(onnx.load(dst))
+    got = quanta.InferenceSession(str(dst)).run(None, feeds[2])[0]
+    np.testing.assert_array_equal(got, (feeds[2]["x"] > 0.25).astype(np.float32))
