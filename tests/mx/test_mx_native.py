@@ -176,11 +176,27 @@ def _with_codes(a_el, a_c, b_el, b_c):
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("ca,cb", [(70, 70), (69, 70), (181, 181), (181, 182), (3, 250), (254, 120)])
+@pytest.mark.parametrize(
+    "ca,cb",
+    [
+        (70, 70),
+        (69, 70),
+        (181, 181),
+        (181, 182),
+        (3, 250),
+        (254, 120),
+        (140, 6),
+        (140, 7),
+        (120, 237),
+        (120, 238),
+    ],
+)
 def test_gemm_i8_scale_products_at_the_normal_range_edges(isa, ca, cb):
     # the avx512vnni tile forms fl32(s_a · s_b) from the codes where every product of the
     # tile is normal and |fl32(D) · s| < 2^128 (code sums 140..362): sums 139 / 140 and
-    # 362 / 363 sit on both sides of that test, and must all match the twin
+    # 362 / 363 sit on both sides of that test, and must all match the twin; the 12-row asm
+    # tile also needs B codes in 7..237 (its offsets 1.5·2^(c − 110) normal): 6 / 7 and
+    # 237 / 238 sit on both sides of that
     rng = np.random.default_rng(ca * 256 + cb)
     M, K, N = 13, 96, 37
     a_el, a_c, b_el, b_c = _gemm_case(rng, M, K, N, "i8", "i8", 32)
@@ -190,6 +206,28 @@ def test_gemm_i8_scale_products_at_the_normal_range_edges(isa, ca, cb):
     want = mx.mx_gemm(*_with_codes(a_el, a_c, b_el, b_c), 32)
     packed = _native.mx_pack_weights(_bits(b_el), b_c, "i8", 32, isa=isa)
     got = _native.mx_gemm(_bits(a_el), a_c, "i8", packed)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_gemm_i8_extreme_block_dots(isa):
+    # elements at −128 and ±127 give the largest block dots, |D_k| up to 32·128·128 = 2^19,
+    # which the 12-row asm tile adds to a float's mantissa bits; 25 rows (two full tiles and
+    # one row), K = 333 (a short last block), 41 columns, codes spread over 100..150
+    rng = np.random.default_rng(31)
+    M, K, N = 25, 333, 41
+    a = rng.choice(np.array([-128, -127, 127, 0, 5], np.int8), size=(M, K), p=[0.4, 0.2, 0.3, 0.05, 0.05])
+    b = rng.choice(np.array([-128, 127, -127, 3], np.int8), size=(K, N), p=[0.45, 0.25, 0.25, 0.05])
+    a[0] = -128
+    b[:, 0] = -128  # D = 2^19 in every block of row 0, column 0
+    b[:, 1] = 127  # D = −128·127·32 with row 0
+    nb = -(-K // 32)
+    a_c = rng.integers(100, 151, (M, nb)).astype(np.uint8)
+    b_c = rng.integers(100, 151, (nb, N)).astype(np.uint8)
+    bias = rng.standard_normal(N).astype(np.float32)
+    want = mx.mx_gemm(*_with_codes(a, a_c, b, b_c), 32, bias=bias)
+    packed = _native.mx_pack_weights(_bits(b), b_c, "i8", 32, isa=isa)
+    got = _native.mx_gemm(_bits(a), a_c, "i8", packed, bias)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -219,9 +257,10 @@ def test_gemm_i8_zero_blocks_and_negative_zero(isa):
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("M", [101, 98])
 def test_gemm_i8_row_blocks_and_k_chunks(isa, M):
-    # more than one row block (8 tiles of 12 rows) and B wider than one K chunk keeps in
-    # L2: the float accumulators wait in y between chunks, same values in the same order;
-    # a last tile of 5 rows keeps them in memory, one of 2 rows in registers within a chunk
+    # more than one row block (avx512vnni: 2 tiles of 12 rows; portable / avx2: 96 rows)
+    # and, on portable / avx2, B wider than one K chunk keeps in L2: the float accumulators
+    # wait in y between chunks, same values in the same order; a last tile of 5 rows keeps
+    # them in memory, one of 2 rows in registers
     rng = np.random.default_rng(23)
     K, N = 700, 1030
     a_el, a_c, b_el, b_c = _gemm_case(rng, M, K, N, "i8", "i8", 32)

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "dispatch.h"
+#include "qgemm/qgemm.h"
 
 namespace quanta {
 namespace mx {
@@ -65,7 +66,10 @@ struct PackedMx {
   int block = 32, nb = 0, kb = 0;
   Elem elem = Elem::kInt8;
   Isa isa = Isa::kPortable;
-  std::vector<int8_t> i8;
+  // 64-byte aligned: the tiles load whole 64-byte lines of it (a std::vector's buffer sits
+  // 16 bytes past a line, and every 64-byte load would then touch two lines)
+  qgemm::AlignedBuffer i8;
+  const int8_t* i8p() const { return reinterpret_cast<const int8_t*>(i8.data()); }
   std::vector<int32_t> comp;
   std::vector<double> f64;
   std::vector<float> sb;  // [nb][Np] fl32(2^(e − f_B)); NaN for code 255
@@ -81,13 +85,18 @@ struct PackedMx {
   std::vector<int16_t> nsum;
   std::vector<uint8_t> cbp;
   std::vector<int> cb_lo, cb_hi;
+  // INT8 on avx512vnni, panels whose codes cbp all lie in [kMxInitLo, kMxInitHi]: the
+  // tile's starting int32 block sums bits(M) − 128·Σ_block w with M = 1.5·2^(c − 110),
+  // [panel][block][32] (mx_avx512vnni.cc, "offset sums"); empty on other ISAs
+  qgemm::AlignedBuffer init;  // int32, 64-byte aligned
+  const int32_t* initp() const { return reinterpret_cast<const int32_t*>(init.data()); }
 };
+constexpr int kMxInitLo = 7, kMxInitHi = 237;
 
 // A [M, K] INT8 for the avx512vnni tile: rows in tiles of kMxTileRows, per tile and block
 // the kb/4 groups of 4 k of every row interleaved, x + 128 as u8 ([tile][block][group]
-// [row][4], pad rows and pad k: 128, a zero element); per tile and block and row
-// (code − 139)·2^23 as int32 (the tile adds the B code·2^23 to get the float bits of
-// 2^(a + b − 266) = fl32(s_a · s_b), eq. (MX5b), where that is a normal number); per tile
+// [row][4], pad rows and pad k: 128, a zero element); per tile and block and row the
+// exponent code − 133 as a float (ef); per tile
 // the smallest / largest code of its blocks that are not all zero (all-zero blocks and
 // pad rows carry the smallest).
 constexpr int kMxTileRows = 12;
@@ -98,7 +107,8 @@ struct PackedMxA {
   // row then streams 32 bytes of A a block, not a 12-row tile's 384, beside each panel)
   int rs = kMxTileRows;
   std::vector<uint8_t> a;
-  // per tile, block and row: fl32(code − 266), the exponent A adds to eq. (MX5b)'s scale
+  // per tile, block and row: fl32(code − 133), the exponent of A's factor of eq. (MX5b)'s
+  // scale, 2^(code − 127 − f_A)
   std::vector<float> ef;
   std::vector<int> lo, hi;
   const float* sa = nullptr;  // [M][nb] fl32(2^(code − 133)), NaN for 255 (the exact path)
@@ -125,12 +135,10 @@ void gemm_i8_avx2(const uint8_t* au, const float* sa, const PackedMx& b, const f
 // [M, K] and codes [M, nb].
 void pack_a_i8_avx512vnni(const uint8_t* a_bits, const uint8_t* a_codes, int64_t K, int block, PackedMxA& a, int64_t t0,
                           int64_t t1);
-// Row tiles [t0, t1) x panel p x blocks [k0, k1) on the tiled A. part: null (one pass,
-// k0 = 0, k1 = nb) or float scratch [tiles][panels][12][32], 64-byte aligned, where the
-// float accumulators wait between K chunks (same values, same order); with k1 = nb the
-// bias is added and y written.
+// Row tiles [t0, t1) x panel p on the tiled A, every block of K in one pass; the bias is
+// added and y written.
 void gemm_i8_tiles_avx512vnni(const PackedMxA& a, const PackedMx& b, const float* bias, float* y, int64_t t0,
-                              int64_t t1, int64_t p, int k0, int k1, float* part);
+                              int64_t t1, int64_t p);
 void gemm_i8_avx512vnni(const uint8_t* au, const float* sa, const PackedMx& b, const float* bias, float* y, int64_t M,
                         int64_t m0, int64_t m1, int64_t p0, int64_t p1, int k0, int k1);
 // Float-element GEMM rows [m0, m1): ad: A's n as double [M][nb·kb]; abad [M][nb].

@@ -87,7 +87,7 @@ inline void gemm_i8_generic(const uint8_t* au, const float* sa, const PackedMx& 
         int32_t d[32];
         for (int j = 0; j < 32; ++j) d[j] = -b.comp[(static_cast<size_t>(p) * nb + k) * 32 + j];
         const uint8_t* ar = au + m * static_cast<int64_t>(nb) * kb + static_cast<int64_t>(k) * kb;
-        const int8_t* w = b.i8.data() + ((p * nb + k) * static_cast<int64_t>(kb)) * 32;
+        const int8_t* w = b.i8p() + ((p * nb + k) * static_cast<int64_t>(kb)) * 32;
         for (int g = 0; g < kb / 4; ++g)
           for (int j = 0; j < 32; ++j)
             for (int t = 0; t < 4; ++t) d[j] += static_cast<int32_t>(ar[4 * g + t]) * w[(g * 32 + j) * 4 + t];
