@@ -241,6 +241,10 @@ def plan_qdq(graph: Graph, recipe: Recipe) -> QdqPlan:
             return "excluded by the recipe"
         if node.op_type == "Pad":
             return _pad_reason(node)
+        if node.op_type == "AveragePool" and any(int(d) != 1 for d in node.attrs.get("dilations", ())):
+            # ONNX Runtime fuses a Q/DQ AveragePool into com.microsoft QLinearAveragePool,
+            # whose schema has no dilations: its session refuses the whole file
+            return "dilated: ONNX Runtime's QLinearAveragePool, which its QDQ fusion makes of it, has no dilations"
         if node.op_type == "Div":
             d = node.input(1)
             if d is None or not d.is_const or np.asarray(d.const).size != 1:

@@ -348,3 +348,39 @@ def test_a_model_of_another_domain_only_quantizes(options, tmp_path):
     onnx.checker.check_model(onnx.load(dst))
     got = quanta.InferenceSession(str(dst)).run(None, feeds[2])[0]
     np.testing.assert_array_equal(got, (feeds[2]["x"] > 0.25).astype(np.float32))
+
+
+def test_a_dilated_average_pool_stays_float_for_onnx_runtime(tmp_path):
+    """ONNX Runtime fuses a Q/DQ AveragePool into QLinearAveragePool, which has no
+    dilations: a quantized dilated pool would make its session refuse the file."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node(
+            "AveragePool", ["r1"], ["p"], kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2]
+        ),
+        helper.make_node("Conv", ["p", "w2"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dilated_pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 13, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 13, 11])],
+        [
+            numpy_helper.from_array(rng.normal(0, 0.4, (17, 3, 3, 3)).astype(np.float32), "w1"),
+            numpy_helper.from_array(rng.normal(0, 0.2, (7, 17, 3, 3)).astype(np.float32), "w2"),
+        ],
+    )
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), src)
+    feeds = [{"x": rng.normal(0, 1, (1, 3, 13, 11)).astype(np.float32)} for _ in range(4)]
+    summary = quanta.quantize_static(src, dst, feeds[:3], verbose=False)
+    assert any(op == "AveragePool" and "dilations" in why for _, op, why in summary.float_nodes)
+    out = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feeds[3])[0]
+    np.testing.assert_allclose(
+        quanta.InferenceSession(str(dst)).run(None, feeds[3])[0], out, atol=1e-3 * np.abs(out).max() + 1e-5
+    )
