@@ -123,9 +123,9 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * d;
     float* yr = y + row * d;
-    const float mean =
-        rms ? 0.0f
-            : sum16(d, [&](int64_t i, __m256i k) { return _mm256_maskload_ps(xr + i, k); }) / count;  // (L1r), (L1)
+    const float mean = rms ? 0.0f : clamp_mean(xr, d, sum16(d, [&](int64_t i, __m256i k) {
+                                                        return _mm256_maskload_ps(xr + i, k);
+                                                      }) / count);  // (L1r), (L1), (L1c)
     const __m256 vmean = _mm256_set1_ps(mean);
     const float var = sum16(d,
                             [&](int64_t i, __m256i k) {

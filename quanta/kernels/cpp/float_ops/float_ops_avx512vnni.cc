@@ -113,7 +113,7 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
       const __mmask16 k = tail_mask(d - i);
       acc = _mm512_mask_add_ps(acc, k, acc, _mm512_maskz_loadu_ps(k, xr + i));
     }
-    const float mean = rms ? 0.0f : tree16(acc) / count;  // (L1r), (L1)
+    const float mean = rms ? 0.0f : clamp_mean(xr, d, tree16(acc) / count);  // (L1r), (L1), (L1c)
     const __m512 vmean = _mm512_set1_ps(mean);
     acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < d; i += 16) {
