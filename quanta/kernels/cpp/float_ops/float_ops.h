@@ -118,10 +118,18 @@
 namespace quanta {
 namespace float_ops {
 
-// (L1c) the rounded mean of a row clamped to the row's range: the exact mean lies there,
-// and a row of one repeated value (a silent audio frame at its dB floor) gets that value
-// exactly, so its d_i are 0 instead of the mean's rounding error scaled by 1/sqrt(eps).
-// A NaN mean (a row with NaN, or +inf and -inf) fails both comparisons and stays NaN.
+// (L1c) the rounded mean of a row clamped to the row's range [lo, hi]: the exact mean lies
+// there, and a row of one repeated value (a silent audio frame at its dB floor) gets that
+// value exactly, so its d_i are 0 instead of the mean's rounding error scaled by
+// 1/sqrt(eps). A NaN mean (a row with NaN, or +inf and -inf) fails both comparisons and
+// stays NaN, so how lo / hi treat NaN does not matter.
+inline float clamp_to(float mean, float lo, float hi) {
+  if (mean < lo) mean = lo;
+  if (mean > hi) mean = hi;
+  return mean;
+}
+
+// (L1c) with the row's range found by a scalar pass (the portable kernel).
 inline float clamp_mean(const float* xr, int64_t d, float mean) {
   if (d <= 0) return mean;
   float lo = xr[0], hi = xr[0];
@@ -129,9 +137,7 @@ inline float clamp_mean(const float* xr, int64_t d, float mean) {
     lo = xr[i] < lo ? xr[i] : lo;
     hi = xr[i] > hi ? xr[i] : hi;
   }
-  if (mean < lo) mean = lo;
-  if (mean > hi) mean = hi;
-  return mean;
+  return clamp_to(mean, lo, hi);
 }
 
 // kPRelu: a < 0 ? a * b : a (ONNX PRelu, b the slope), NaN a stays NaN
