@@ -358,6 +358,43 @@ def test_layer_norm_threads_1_and_2_identical_and_constant_rows() -> None:
     every_isa(check)
 
 
+@pytest.mark.parametrize("d", [5, 11, 17, 219, 300])
+def test_layer_norm_constant_rows_whose_sum_rounds(d: int) -> None:
+    """(L1c): a row of one repeated value whose sum16 / D rounds away from it (a silent
+    frame of a log-magnitude spectrum, -115.47726 dB) normalizes to exactly 0, so y = bias
+    — without the clamp d_i is the mean's rounding error times 1/sqrt(eps), 0.005 and more.
+    Rows around it (random, nearly constant, with NaN) still match the twin bit for bit."""
+    rng = np.random.default_rng(d)
+    values = [F32(-115.47726), F32(123.456), F32(7.3e-3), F32(-3.3333333)]
+    rows = len(values) + 3
+    x = (rng.standard_normal((rows, d)) * 5 - 40).astype(F32)
+    for r, v in enumerate(values):
+        x[r] = v
+    x[len(values)] = values[0]
+    x[len(values), 1] = np.nextafter(values[0], F32(0))  # nearly constant: one ulp apart
+    x[len(values) + 1, d // 2] = np.nan
+    scale = (1 + 0.3 * rng.standard_normal(d)).astype(F32)
+    bias = (0.2 * rng.standard_normal(d)).astype(F32)
+    y, mean, _ = layer_norm_twin(x, scale, bias, 1e-5)
+    plain_means = twin.sum16(x[: len(values)]) / F32(d)
+    assert any(m != v for m, v in zip(plain_means, values, strict=True)), "no row's (L1) rounds: weak test"
+    for r, v in enumerate(values):
+        assert mean[r] == v, (d, r, mean[r], v)
+        assert np.array_equal(y[r], bias), (d, r, np.max(np.abs(y[r] - bias)))
+    assert np.all(np.isnan(y[len(values) + 1]))
+    assert np.all(np.isfinite(y[len(values)])) and np.all(np.isfinite(y[-1]))
+
+    def check(isa: str) -> None:
+        got = _native.layer_norm_f32(x, scale, bias, 1, float(F32(1e-5)), stats=True)
+        assert_same(y, got[0], "layer_norm_f32 y", isa=isa, d=d)
+        assert_same(mean.reshape(rows, 1), got[1], "layer_norm_f32 mean", isa=isa, d=d)
+        assert_same(
+            y, _native.layer_norm_f32(x, scale, bias, -1, float(F32(1e-5))), "layer_norm_f32", isa=isa, d=d
+        )
+
+    every_isa(check)
+
+
 def test_layer_norm_twin_accuracy_against_float64() -> None:
     """z = (x − μ)/sqrt(v + eps) (scale 1, bias 0) vs float64. First order in u, with
     B = ceil(D/16), A = Σ|x|/D: the mean errs by Δμ <= u·((B + 4)·A + |μ|) (B + 4

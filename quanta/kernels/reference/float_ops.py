@@ -489,6 +489,10 @@ def _layer_norm_var(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     count = F32(v.shape[1])
     with np.errstate(invalid="ignore", divide="ignore"):  # D = 0: 0 / 0 is NaN, as np.mean
         mean = sum16(v) / count  # (L1)
+        if v.shape[1]:  # (L1c): clamped to the row's range; a NaN mean stays NaN
+            lo, hi = v.min(axis=1), v.max(axis=1)
+            mean = np.where(mean < lo, lo, mean)
+            mean = np.where(mean > hi, hi, mean).astype(F32)
         d = v - mean[:, None]  # (L2)
         var = sum16(d * d) / count  # (L3)
     return d, mean, var

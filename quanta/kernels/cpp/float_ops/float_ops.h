@@ -23,7 +23,8 @@
 //   softmax   (S1) m = max of the non-NaN x_i (−inf if none)
 //             (S2) e_i = exp(f32(x_i − m))  (S3) s = sum16(e)  (S4) r = f32(1 / s)
 //             (S5) y_i = f32(e_i · r)
-//   layer_norm (L1) mean = f32(sum16(x) / D)  (L2) d_i = f32(x_i − mean)
+//   layer_norm (L1) mean = f32(sum16(x) / D), then clamped to [min x_i, max x_i] (L1c)
+//             (L2) d_i = f32(x_i − mean)
 //             (L3) var = f32(sum16(f32(d_i · d_i)) / D)
 //             (L4) inv_std = f32(1 / f32(sqrt(f32(var + eps))))
 //             (L5) y_i = f32(f32(f32(d_i · inv_std) · scale_i) + bias_i)   (no bias: no add)
@@ -116,6 +117,28 @@
 
 namespace quanta {
 namespace float_ops {
+
+// (L1c) the rounded mean of a row clamped to the row's range [lo, hi]: the exact mean lies
+// there, and a row of one repeated value (a silent audio frame at its dB floor) gets that
+// value exactly, so its d_i are 0 instead of the mean's rounding error scaled by
+// 1/sqrt(eps). A NaN mean (a row with NaN, or +inf and -inf) fails both comparisons and
+// stays NaN, so how lo / hi treat NaN does not matter.
+inline float clamp_to(float mean, float lo, float hi) {
+  if (mean < lo) mean = lo;
+  if (mean > hi) mean = hi;
+  return mean;
+}
+
+// (L1c) with the row's range found by a scalar pass (the portable kernel).
+inline float clamp_mean(const float* xr, int64_t d, float mean) {
+  if (d <= 0) return mean;
+  float lo = xr[0], hi = xr[0];
+  for (int64_t i = 1; i < d; ++i) {
+    lo = xr[i] < lo ? xr[i] : lo;
+    hi = xr[i] > hi ? xr[i] : hi;
+  }
+  return clamp_to(mean, lo, hi);
+}
 
 // kPRelu: a < 0 ? a * b : a (ONNX PRelu, b the slope), NaN a stays NaN
 enum class BinaryOp : int { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3, kMax = 4, kMin = 5, kPRelu = 6 };

@@ -117,15 +117,40 @@ inline float sum16(int64_t d, F&& f) {
   return tree16(lo, hi);
 }
 
+// (L1c) with the row's range from 8-wide min / max over the whole blocks and a scalar tail.
+inline float clamp_range(const float* xr, int64_t d, float mean) {
+  if (d <= 0) return mean;
+  __m256 vlo = _mm256_set1_ps(xr[0]), vhi = vlo;
+  int64_t i = 0;
+  for (; i + 8 <= d; i += 8) {
+    const __m256 v = _mm256_loadu_ps(xr + i);
+    vlo = _mm256_min_ps(vlo, v);
+    vhi = _mm256_max_ps(vhi, v);
+  }
+  alignas(32) float l[8], h[8];
+  _mm256_store_ps(l, vlo);
+  _mm256_store_ps(h, vhi);
+  float lo = l[0], hi = h[0];
+  for (int j = 1; j < 8; ++j) {
+    lo = l[j] < lo ? l[j] : lo;
+    hi = h[j] > hi ? h[j] : hi;
+  }
+  for (; i < d; ++i) {
+    lo = xr[i] < lo ? xr[i] : lo;
+    hi = xr[i] > hi ? xr[i] : hi;
+  }
+  return clamp_to(mean, lo, hi);
+}
+
 void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const float* scale, const float* bias,
                      float epsilon, float* mean_out, float* inv_std_out, bool divide, bool rms) {
   const float count = static_cast<float>(d);
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * d;
     float* yr = y + row * d;
-    const float mean =
-        rms ? 0.0f
-            : sum16(d, [&](int64_t i, __m256i k) { return _mm256_maskload_ps(xr + i, k); }) / count;  // (L1r), (L1)
+    const float mean = rms ? 0.0f : clamp_range(xr, d, sum16(d, [&](int64_t i, __m256i k) {
+                                                         return _mm256_maskload_ps(xr + i, k);
+                                                       }) / count);  // (L1r), (L1), (L1c)
     const __m256 vmean = _mm256_set1_ps(mean);
     const float var = sum16(d,
                             [&](int64_t i, __m256i k) {

@@ -109,11 +109,17 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
     const float* xr = x + row * d;
     float* yr = y + row * d;
     __m512 acc = _mm512_setzero_ps();
+    __m512 lo = _mm512_set1_ps(d > 0 ? xr[0] : 0.0f), hi = lo;  // (L1c): inactive lanes keep x_0
     for (int64_t i = 0; i < d && !rms; i += 16) {
       const __mmask16 k = tail_mask(d - i);
-      acc = _mm512_mask_add_ps(acc, k, acc, _mm512_maskz_loadu_ps(k, xr + i));
+      const __m512 v = _mm512_maskz_loadu_ps(k, xr + i);
+      acc = _mm512_mask_add_ps(acc, k, acc, v);
+      lo = _mm512_mask_min_ps(lo, k, lo, v);
+      hi = _mm512_mask_max_ps(hi, k, hi, v);
     }
-    const float mean = rms ? 0.0f : tree16(acc) / count;  // (L1r), (L1)
+    const float mean = rms ? 0.0f
+                           : clamp_to(tree16(acc) / count, _mm512_reduce_min_ps(lo),
+                                      _mm512_reduce_max_ps(hi));  // (L1r), (L1), (L1c)
     const __m512 vmean = _mm512_set1_ps(mean);
     acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < d; i += 16) {

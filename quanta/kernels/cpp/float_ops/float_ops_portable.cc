@@ -80,7 +80,7 @@ void layer_norm_rows(const float* x, float* y, int64_t rows, int64_t d, const fl
   for (int64_t row = 0; row < rows; ++row) {
     const float* xr = x + row * d;
     float* yr = y + row * d;
-    const float mean = rms ? 0.0f : sum16(xr, d) / count;  // (L1r), (L1)
+    const float mean = rms ? 0.0f : clamp_mean(xr, d, sum16(xr, d) / count);  // (L1r), (L1), (L1c)
     float acc[kLanes] = {};
     for (int64_t i = 0; i < d; ++i) {
       const float di = xr[i] - mean;  // (L2)
