@@ -21,17 +21,15 @@
 namespace quanta {
 namespace {
 
-py::array w4a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const py::handle& colsum_obj,
-                    const py::handle& c_obj, int64_t k, int64_t n, int64_t block, int64_t za, const py::object& y_scale,
-                    int64_t zy, const std::string& out_dtype, int num_threads, const py::object& out_obj) {
-  const std::string op = "w4a8_matmul";
-  check_threads(num_threads, op);
-  if (!py::isinstance<py::array>(a_obj)) throw py::value_error(op + ": a: expected a numpy array");
-  auto a = py::reinterpret_borrow<py::array>(a_obj);
-  const bool a_signed = dtype_equiv(a.dtype(), py::dtype::of<int8_t>());
-  if (!a_signed && !dtype_equiv(a.dtype(), py::dtype::of<uint8_t>())) {
-    throw py::value_error(op + ": a: expected uint8 or int8, got " + py::str(a.dtype()).cast<std::string>());
-  }
+// What both 4-bit block products check alike: A's last axis and layout, the block size,
+// and the packed weight's size (kb blocks along K by ntiles tiles of 16 columns).
+struct BlockLayout {
+  int64_t kb, ntiles;
+  py::array_t<int8_t, py::array::c_style> packed;
+};
+
+BlockLayout check_block_layout(const std::string& op, const py::array& a, const py::handle& packed_obj, int64_t k,
+                               int64_t n, int64_t block) {
   if (!(a.flags() & py::array::c_style)) throw py::value_error(op + ": a: expected a C-contiguous array");
   if (a.ndim() < 1 || a.shape(a.ndim() - 1) != k) {
     throw py::value_error(op + ": a: expected shape [..., " + std::to_string(k) + "], got " + shape_str(shape_of(a)));
@@ -46,6 +44,23 @@ py::array w4a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const
                           " int8 values for K=" + std::to_string(k) + ", N=" + std::to_string(n) +
                           ", block=" + std::to_string(block));
   }
+  return {kb, ntiles, packed};
+}
+
+py::array w4a8_impl(const py::handle& a_obj, const py::handle& packed_obj, const py::handle& colsum_obj,
+                    const py::handle& c_obj, int64_t k, int64_t n, int64_t block, int64_t za, const py::object& y_scale,
+                    int64_t zy, const std::string& out_dtype, int num_threads, const py::object& out_obj) {
+  const std::string op = "w4a8_matmul";
+  check_threads(num_threads, op);
+  if (!py::isinstance<py::array>(a_obj)) throw py::value_error(op + ": a: expected a numpy array");
+  auto a = py::reinterpret_borrow<py::array>(a_obj);
+  const bool a_signed = dtype_equiv(a.dtype(), py::dtype::of<int8_t>());
+  if (!a_signed && !dtype_equiv(a.dtype(), py::dtype::of<uint8_t>())) {
+    throw py::value_error(op + ": a: expected uint8 or int8, got " + py::str(a.dtype()).cast<std::string>());
+  }
+  const BlockLayout layout = check_block_layout(op, a, packed_obj, k, n, block);
+  const int64_t kb = layout.kb, ntiles = layout.ntiles;
+  const auto& packed = layout.packed;
   auto colsum = require_array<int32_t>(colsum_obj, (op + ": colsum").c_str());
   auto c = require_array<float>(c_obj, (op + ": c").c_str());
   if (colsum.size() != kb * ntiles * 16 || c.size() != kb * ntiles * 16) {
@@ -108,20 +123,9 @@ py::array nbits_a8_impl(const py::handle& a_obj, const py::handle& packed_obj, c
   if (!dtype_equiv(a.dtype(), py::dtype::of<float>())) {
     throw py::value_error(op + ": a: expected float32, got " + py::str(a.dtype()).cast<std::string>());
   }
-  if (!(a.flags() & py::array::c_style)) throw py::value_error(op + ": a: expected a C-contiguous array");
-  if (a.ndim() < 1 || a.shape(a.ndim() - 1) != k) {
-    throw py::value_error(op + ": a: expected shape [..., " + std::to_string(k) + "], got " + shape_str(shape_of(a)));
-  }
-  if (block < 4 || block % 4 || block > 4096) {
-    throw py::value_error(op + ": block: expected a multiple of 4 in [4, 4096], got " + std::to_string(block));
-  }
-  const int64_t kb = (k + block - 1) / block, ntiles = (n + 15) / 16;
-  auto packed = require_array<int8_t>(packed_obj, (op + ": packed").c_str());
-  if (packed.size() != kb * ntiles * block * 16) {
-    throw py::value_error(op + ": packed: expected " + std::to_string(kb * ntiles * block * 16) +
-                          " int8 values for K=" + std::to_string(k) + ", N=" + std::to_string(n) +
-                          ", block=" + std::to_string(block));
-  }
+  const BlockLayout layout = check_block_layout(op, a, packed_obj, k, n, block);
+  const int64_t kb = layout.kb, ntiles = layout.ntiles;
+  const auto& packed = layout.packed;
   auto corr = require_array<int32_t>(corr_obj, (op + ": corr").c_str());
   auto sw = require_array<float>(sw_obj, (op + ": sw").c_str());
   if (corr.size() != kb * ntiles * 16 || sw.size() != kb * ntiles * 16) {
