@@ -42,6 +42,7 @@ __all__ = [
     "nbits_codes",
     "quantize_rows_a8",
     "unpack_nibbles",
+    "weight_of_codes",
 ]
 
 QUANTA_DOMAIN = "quanta"
@@ -128,8 +129,14 @@ def dequantize_nbits(
 ) -> np.ndarray:
     """The float32 weight ``w [K, N]`` of eq. (W1)."""
     q, zp, s, _ = nbits_codes(b, scales, zero_points, k=k, n=n, block_size=block_size, bits=bits)
-    k_blocks = zp.shape[1]
-    # eq. (W1): (q - zp) is exact in float32 (|q - zp| < 2^24), one rounding in the product
+    return weight_of_codes(q, zp, s, k)
+
+
+def weight_of_codes(q: np.ndarray, zp: np.ndarray, s: np.ndarray, k: int) -> np.ndarray:
+    """Eq. (W1) on :func:`nbits_codes`' operands: the float32 weight ``w [K, N]``."""
+    n, k_blocks = zp.shape
+    block_size = q.shape[1] // k_blocks
+    # (q - zp) is exact in float32 (|q - zp| < 2^24), one rounding in the product
     w = (q.reshape(n, k_blocks, block_size).astype(np.float32) - zp[:, :, None]) * s[:, :, None]
     return np.ascontiguousarray(w.reshape(n, k_blocks * block_size)[:, :k].T)
 
@@ -244,8 +251,7 @@ def matmul_nbits_op(
     q, zp, s, integer_zp = nbits_codes(b, scales, zero_points, k=K, n=N, block_size=block_size, bits=bits)
     if accuracy_level == 4 and integer_zp:
         return matmul_nbits_a8(a, q[:, :K].T, zp.T.astype(np.int64), s.T, block_size, bias)
-    w = dequantize_nbits(b, scales, zero_points, k=K, n=N, block_size=block_size, bits=bits)
-    return matmul_nbits(a, w, bias)
+    return matmul_nbits(a, weight_of_codes(q, zp, s, K), bias)
 
 
 # --------------------------------------------------------------------------------------

@@ -21,11 +21,12 @@ from typing import Any
 import numpy as np
 
 from quanta.ir.graph import Model, Node
-from quanta.kernels.reference.registry import MS_DOMAIN, OpError, get_op
-from quanta.kernels.reference.w4 import dequantize_nbits, nbits_codes
+from quanta.kernels.reference.registry import MS_DOMAIN, OpError
+from quanta.kernels.reference.w4 import QUANTA_DOMAIN, nbits_codes, weight_of_codes
 from quanta.targets.base import Kernel
 from quanta.targets.native import register_binder
 from quanta.targets.native._values import const_of as _const
+from quanta.targets.native._values import run_twin
 from quanta.targets.native._values import threads as _threads
 from quanta.targets.native._values import value_dtype as _dtype
 
@@ -53,14 +54,18 @@ def _matmul_nbits_native(
         o = None if out is None else out.reshape(a2.shape[0], n)
         y = _native.matmul_f32(a2, None, packed, n, bias=bias, num_threads=_threads(ctx), out=o)
         return y.reshape(*a.shape[:-1], n) if out is None else out
-    y = get_op("MatMulNBits", MS_DOMAIN)(ctx, a, *rest, **{k_: v for k_, v in attrs.items() if k_ in _ATTRS})
-    if out is None:
-        return y
-    np.copyto(out, y)
-    return out
+    return _twin(ctx, a, rest, attrs, out)
 
 
 _ATTRS = ("K", "N", "bits", "block_size", "accuracy_level")
+
+
+def _twin(ctx: Any, a: np.ndarray, rest: tuple, attrs: dict, out: np.ndarray | None) -> Any:
+    """MatMulNBits on its twin: what the native wrappers do not take (the node's own
+    attributes only; the others are the binder's params)."""
+    return run_twin(
+        "MatMulNBits", MS_DOMAIN, ctx, (a, *rest), {k: v for k, v in attrs.items() if k in _ATTRS}, out
+    )
 
 
 @register_binder("MatMulNBits", MS_DOMAIN)
@@ -80,27 +85,15 @@ def bind_matmul_nbits(model: Model, node: Node) -> tuple[Kernel | None, str]:
         return None, "native MatMulNBits takes a constant float32 bias"
     k, n = int(node.attrs["K"]), int(node.attrs["N"])
     block = int(node.attrs["block_size"])
-    if int(node.attrs.get("accuracy_level", 0)) == 4:
-        try:
-            q, zpf, s, integer_zp = nbits_codes(
-                b, scales, zp, k=k, n=n, block_size=block, bits=int(node.attrs.get("bits", 4))
-            )
-        except OpError as e:
-            return None, f"native MatMulNBits refuses the node: {e}"
-        if integer_zp and block <= 4096:
-            return _bind_a8(q[:, :k].T, zpf.T.astype(np.int64), s.T, k, n, block, bias)
     try:
-        w = dequantize_nbits(
-            b,
-            scales,
-            zp,
-            k=k,
-            n=n,
-            block_size=int(node.attrs["block_size"]),
-            bits=int(node.attrs.get("bits", 4)),
+        q, zpf, s, integer_zp = nbits_codes(
+            b, scales, zp, k=k, n=n, block_size=block, bits=int(node.attrs.get("bits", 4))
         )
     except OpError as e:
         return None, f"native MatMulNBits refuses the node: {e}"
+    if int(node.attrs.get("accuracy_level", 0)) == 4 and integer_zp and block <= 4096:
+        return _bind_a8(q[:, :k].T, zpf.T.astype(np.int64), s.T, k, n, block, bias)
+    w = weight_of_codes(q, zpf, s, k)
     params = {
         "packed": _native.sgemm_pack_b(np.ascontiguousarray(w, np.float32)),
         "n": n,
@@ -137,11 +130,7 @@ def _matmul_nbits_a8_native(
             num_threads=_threads(ctx),
             out=out,
         )
-    y = get_op("MatMulNBits", MS_DOMAIN)(ctx, a, *rest, **{k_: v for k_, v in attrs.items() if k_ in _ATTRS})
-    if out is None:
-        return y
-    np.copyto(out, y)
-    return out
+    return _twin(ctx, a, rest, attrs, out)
 
 
 def _bind_a8(
@@ -221,11 +210,7 @@ def _w4a8_native(
             num_threads=_threads(ctx),
             out=out,
         )
-    y = get_op("MatMulW4A8", "quanta")(ctx, a, *rest, k_block=k_block)
-    if out is None:
-        return y
-    np.copyto(out, y)
-    return out
+    return run_twin("MatMulW4A8", QUANTA_DOMAIN, ctx, (a, *rest), {"k_block": k_block}, out)
 
 
 @register_binder("MatMulW4A8", "quanta")
