@@ -48,7 +48,7 @@ import numpy as np
 from quanta.ir.graph import Value, result_type
 from quanta.ir.types import TensorType, elem_from_numpy
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
-from quanta.passes.rules.fold_constants import Evaluator, _const_type
+from quanta.passes.rules.fold_constants import Evaluator, const_type
 
 __all__ = [
     "FoldFloatWeight",
@@ -195,7 +195,7 @@ class FoldRequantizedConstant(Rule):
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         y, out = m.value("y"), m.data["value"]
-        return b.const(y.name, out, _const_type(out, y))
+        return b.const(y.name, out, const_type(out, y))
 
 
 class FoldRequantizedConstants(RewritePass):

@@ -58,6 +58,7 @@ __all__ = [
     "FoldShapeArithmetic",
     "FoldShapeElements",
     "TypeQuantizedConstant",
+    "const_type",
 ]
 
 #: ``evaluate(node, inputs) -> outputs``: numpy arrays in ONNX order (None for an
@@ -80,7 +81,7 @@ SHAPE_TENSOR_LIMIT = 64
 _INT_CASTS = {6: np.int32, 7: np.int64}  # TensorProto INT32, INT64
 
 
-def _const_type(array: np.ndarray, replaced: Value) -> TensorType:
+def const_type(array: np.ndarray, replaced: Value) -> TensorType:
     """The type of a folded constant: the element type of the value it replaces (its
     contract; e.g. a QuantType for a folded QuantizeLinear), the shape of the data."""
     if replaced.type is None:
@@ -126,7 +127,7 @@ class FoldConstantNode(Rule):
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         y = m.value("y")
-        return b.const(y.name, m.data["array"], _const_type(m.data["array"], y))
+        return b.const(y.name, m.data["array"], const_type(m.data["array"], y))
 
 
 class FoldShape(Rule):
@@ -149,7 +150,7 @@ class FoldShape(Rule):
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         y = m.value("y")
-        return b.const(y.name, m.data["array"], _const_type(m.data["array"], y))
+        return b.const(y.name, m.data["array"], const_type(m.data["array"], y))
 
 
 class FoldShapeElements(Rule):
@@ -190,7 +191,7 @@ class FoldShapeElements(Rule):
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         y = m.value("y")
-        return b.const(y.name, m.data["array"], _const_type(m.data["array"], y))
+        return b.const(y.name, m.data["array"], const_type(m.data["array"], y))
 
 
 def _axes(node: Node, inputs: list[np.ndarray | None]) -> list[int] | None:
@@ -294,7 +295,7 @@ class FoldShapeArithmetic(Rule):
 
     def rewrite(self, m: Match, b: Builder) -> Value:
         y = m.value("y")
-        return b.const(y.name, m.data["array"], _const_type(m.data["array"], y))
+        return b.const(y.name, m.data["array"], const_type(m.data["array"], y))
 
 
 class FoldEvaluated(Rule):
@@ -348,7 +349,7 @@ class FoldEvaluated(Rule):
     def rewrite(self, m: Match, b: Builder) -> None:
         for v, a in zip(m.root.outputs, m.data["arrays"]):
             if v.uses or any(v is o for o in m.graph.outputs):
-                b.replace(v, b.const(v.name, a, _const_type(a, v)))
+                b.replace(v, b.const(v.name, a, const_type(a, v)))
 
 
 class TypeQuantizedConstant(Rule):
