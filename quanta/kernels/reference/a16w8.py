@@ -31,7 +31,7 @@ from quanta.kernels.reference.integer_ops import b_param
 from quanta.kernels.reference.registry import OpContext, OpError, register
 from quanta.kernels.reference.requant import requant_multiplier, requantize
 
-__all__ = ["QUANTA_DOMAIN", "WIDE_TYPES", "matmul16_output", "qlinear_conv16", "qlinear_matmul16"]
+__all__ = ["QUANTA_DOMAIN", "WIDE_TYPES", "bias64", "matmul16_output", "qlinear_conv16", "qlinear_matmul16"]
 
 QUANTA_DOMAIN = "quanta"
 WIDE_TYPES = tuple(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
@@ -53,7 +53,7 @@ def _check_types(
         )
 
 
-def _bias64(bias: np.ndarray | None, n: int, op: str) -> np.ndarray | None:
+def bias64(bias: np.ndarray | None, n: int, op: str) -> np.ndarray | None:
     if bias is None:
         return None
     bias = np.asarray(bias)
@@ -106,7 +106,7 @@ def matmul16_output(
 ) -> np.ndarray:
     """QLinearMatMul16's output from the exact int64 sums ``acc`` of eq. (A1): the bias,
     then eq. (A4). Shared with the native run-time-b path, which forms ``acc`` another way."""
-    b64 = _bias64(bias, b_shape[-1], "QLinearMatMul16")
+    b64 = bias64(bias, b_shape[-1], "QLinearMatMul16")
     if b64 is not None:
         acc = acc + b64
     sb = b_param(np.asarray(b_scale, np.float32), b_shape, "b_scale")
@@ -159,7 +159,7 @@ def qlinear_conv16(
     x64 = x.astype(np.int64) - np.int64(np.asarray(x_zero_point).reshape(()))
     acc = conv_nd(x64, w.astype(np.int64) - zw, geom, group, pad_value=0)  # exact: eq. (A1)
     out_channel = (m_out,) + (1,) * (x.ndim - 2)
-    b64 = _bias64(bias, m_out, "QLinearConv16")
+    b64 = bias64(bias, m_out, "QLinearConv16")
     if b64 is not None:
         acc = acc + b64.reshape(out_channel)
     sw = np.asarray(w_scale, np.float32)

@@ -13,13 +13,14 @@ outside the fast path (another dtype than compiled for, a 3-D convolution).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from quanta.ir.graph import Model, Node
-from quanta.kernels.reference.a16w8 import QUANTA_DOMAIN, WIDE_TYPES, _bias64, matmul16_output
+from quanta.kernels.reference.a16w8 import QUANTA_DOMAIN, WIDE_TYPES, bias64, matmul16_output
 from quanta.kernels.reference.conv_geometry import conv_attrs
 from quanta.kernels.reference.integer_ops import b_param
 from quanta.kernels.reference.requant import requant_multiplier, storage_range
@@ -190,14 +191,10 @@ def _matmul16_native(
 EXACT_F64_K = 1 << 21
 
 
-_BLAS: list[ThreadpoolController] = []
-
-
+@functools.cache
 def _blas() -> ThreadpoolController:
     """One controller for the process (building one scans the loaded libraries)."""
-    if not _BLAS:
-        _BLAS.append(ThreadpoolController())
-    return _BLAS[0]
+    return ThreadpoolController()
 
 
 def _matmul16_runtime_b(
@@ -247,7 +244,7 @@ def _matmul16_runtime_b(
     else:
         if bias is not None:
             # |acc + bias| < K·2^32 + 2^31 < 2^53: still exact in float64
-            acc += _bias64(bias, b.shape[-1], "QLinearMatMul16").astype(np.float64)
+            acc += bias64(bias, b.shape[-1], "QLinearMatMul16").astype(np.float64)
         y = _requantize_exact_sums(acc, m, int(np.asarray(zy).reshape(())), dtype)
     if out is None:
         return y
