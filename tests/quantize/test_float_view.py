@@ -581,6 +581,12 @@ def test_a_node_kept_quantized_in_the_view_stays_as_written(how, tmp_path):
     assert len(dq) == 1
     ref = _ort(str(src), feeds[5])[0]
     got = quanta.InferenceSession(str(dst)).run(None, feeds[5])[0]
-    np.testing.assert_allclose(got, _ort(str(dst), feeds[5])[0], atol=0.02 * np.abs(ref).max())
+    # the same file in both runtimes: at most one step of its coarsest activation grid apart
+    step = max(
+        float(numpy_helper.to_array(t).max())
+        for t in out.graph.initializer
+        if t.name in {n.input[1] for n in out.graph.node if n.op_type == "DequantizeLinear"}
+    )
+    np.testing.assert_allclose(got, _ort(str(dst), feeds[5])[0], rtol=0, atol=step * 1.0001)
     sqnr = 10 * np.log10((ref**2).sum() / ((got - ref) ** 2).sum())
     assert sqnr > 25
