@@ -454,8 +454,13 @@ class InferenceSession:
             check = checks.get(name)
             if check is None:
                 raise InvalidArgument(f"unknown input '{name}'; the model expects {self._expected()}")
-            arr = value if type(value) is np.ndarray else np.asarray(value)
             want, rank, fixed = check
+            if want is None and rank is None and (value is None or isinstance(value, (list, tuple))):
+                # an input of no tensor type: a sequence's tensors may differ in shape and
+                # stay separate, an empty optional is None, as ONNX Runtime takes them
+                feeds[name] = None if value is None else [np.asarray(v) for v in value]  # type: ignore[assignment]
+                continue
+            arr = value if type(value) is np.ndarray else np.asarray(value)
             # the built-in dtypes are singletons: ``is`` decides the common case without
             # dtype.__ne__'s conversion
             if want is not None and arr.dtype is not want and want.kind == "O" and arr.dtype != want:

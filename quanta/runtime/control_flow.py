@@ -60,7 +60,7 @@ __all__ = [
     "scoped_name",
 ]
 
-CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 #: Input signatures an If branch is compiled for, beyond its generic plan (a streaming
 #: model calls with one; a model fed many shapes falls back to the generic plan)
@@ -273,8 +273,6 @@ def control_flow_kernel(
     does not compile."""
     op = node.op_type
     try:
-        if op == "Scan" and model.opset_imports.get("", 21) < 9:
-            raise TargetError("Scan-8 (batch axis and sequence_lens) runs on onnx.reference")
         graphs = {k: v for k, v in node.attrs.items() if isinstance(v, onnx.GraphProto)}
         bodies = {
             name: compile_body(model, node, name, g, target, num_threads, scope, as_written=as_written)
@@ -290,6 +288,10 @@ def control_flow_kernel(
         fn = _if_kernel(bodies["then_branch"], bodies["else_branch"], n_own)
     elif op == "Loop":
         fn = _loop_kernel(bodies["body"], n_own, len(node.outputs))
+    elif op == "SequenceMap":
+        fn = _sequence_map_kernel(bodies["body"], n_own)
+    elif model.opset_imports.get("", 21) < 9:
+        fn = _scan8_kernel(bodies["body"], n_own, node.attrs)
     else:
         fn = _scan_kernel(bodies["body"], n_own, node.attrs)
     impl = "native" if target.name == "native" else target.name
@@ -390,7 +392,7 @@ def _loop_kernel(body: Body, n_own: int, n_outputs: int) -> Callable[..., Any]:
             for k in range(n_scan):
                 scans[k].append(out[1 + n_carried + k])
             i += 1
-        results = [np.asarray(c) for c in carried]
+        results = [_value(c) for c in carried]
         for k in range(n_scan):
             if scans[k]:
                 results.append(np.stack([np.asarray(s) for s in scans[k]]))
@@ -399,6 +401,12 @@ def _loop_kernel(body: Body, n_own: int, n_outputs: int) -> Callable[..., Any]:
         return tuple(results)
 
     return run_loop
+
+
+def _value(v: Any) -> Any:
+    """A carried value as the Loop returns it: a tensor as an array; a sequence (a list)
+    or an absent optional (None) as it is."""
+    return v if v is None or isinstance(v, list) else np.asarray(v)
 
 
 def _empty_rows(type_proto: onnx.TypeProto) -> np.ndarray:
@@ -461,6 +469,108 @@ def _scan_kernel(body: Body, n_own: int, attrs: dict[str, Any]) -> Callable[...,
         return tuple(results)
 
     return run_scan
+
+
+def _scan8_kernel(body: Body, n_own: int, attrs: dict[str, Any]) -> Callable[..., Any]:
+    """Scan-8: every state and scan input has a batch axis 0, the scan axis is 1, and the
+    optional first input ``sequence_lens`` gives each batch row its own number of steps.
+    The body runs per batch row (the ONNX pseudo-code); a scan output's rows past that
+    row's length are undefined in ONNX and zero here, as in ONNX Runtime."""
+    n_scan_in = int(attrs["num_scan_inputs"])
+    n_state = n_own - 1 - n_scan_in
+    if n_state < 0:
+        raise TargetError(
+            f"Scan-8: num_scan_inputs = {n_scan_in} but the node has {n_own - 1} inputs after sequence_lens"
+        )
+    n_scan_out = len(body.output_names) - n_state
+    in_dirs = list(attrs.get("directions") or [0] * n_scan_in)
+
+    def run_scan8(ctx: Any, lens: Any, *values: Any, **kw: Any) -> tuple[Any, ...]:
+        del ctx, kw  # unused: the body is compiled
+        states = [np.asarray(s) for s in values[:n_state]]
+        xs = [np.asarray(x) for x in values[n_state : n_own - 1]]
+        outer = values[n_own - 1 :]
+        if not xs:
+            raise ValueError("Scan-8: no scan input")
+        if any(s.ndim < 1 for s in states) or any(x.ndim < 2 for x in xs):
+            raise ValueError(
+                "Scan-8: a state needs a batch axis and a scan input a batch and a scan axis, got "
+                f"{[_describe(v) for v in (*states, *xs)]}"
+            )
+        batch, steps = xs[0].shape[0], xs[0].shape[1]
+        if any(x.shape[:2] != (batch, steps) for x in xs) or any(s.shape[:1] != (batch,) for s in states):
+            raise ValueError(
+                "Scan-8: the states and scan inputs must share the batch size and the scan inputs the "
+                f"sequence length, got {[_describe(v) for v in (*states, *xs)]}"
+            )
+        n_steps = [steps] * batch
+        if lens is not None:
+            lv = np.asarray(lens).reshape(-1)
+            if lv.shape[0] != batch or np.any(lv < 0) or np.any(lv > steps):
+                raise ValueError(
+                    f"Scan-8: sequence_lens {lv.tolist()} must hold {batch} lengths in [0, {steps}]"
+                )
+            n_steps = [int(v) for v in lv]
+        final: list[list[np.ndarray]] = [[] for _ in range(n_state)]
+        rows: list[list[list[np.ndarray]]] = [[] for _ in range(n_scan_out)]
+        for b in range(batch):
+            state = [s[b] for s in states]
+            outs: list[list[np.ndarray]] = [[] for _ in range(n_scan_out)]
+            n = n_steps[b]
+            for t in range(n):
+                slices = [x[b, n - 1 - t if d else t] for x, d in zip(xs, in_dirs)]
+                res = body.run([*state, *slices], outer)
+                state = [np.asarray(r) for r in res[:n_state]]
+                for k in range(n_scan_out):
+                    outs[k].append(np.asarray(res[n_state + k]))
+            for k in range(n_state):
+                final[k].append(state[k])
+            for k in range(n_scan_out):
+                rows[k].append(outs[k])
+        results: list[np.ndarray] = [np.stack(f) if f else s[:0] for f, s in zip(final, states)]
+        for k in range(n_scan_out):
+            shaped = next((r[0] for r in rows[k] if r), None)
+            if shaped is None:
+                empty = _empty_rows(body.output_types[n_state + k])
+                results.append(np.zeros((batch, steps, *empty.shape[1:]), empty.dtype))
+                continue
+            out = np.zeros((batch, steps, *shaped.shape), shaped.dtype)
+            for b, r in enumerate(rows[k]):
+                if r:
+                    out[b, : len(r)] = np.stack(r)
+            results.append(out)
+        return tuple(results)
+
+    return run_scan8
+
+
+# -- SequenceMap ------------------------------------------------------------------------
+
+
+def _sequence_map_kernel(body: Body, n_own: int) -> Callable[..., Any]:
+    """SequenceMap: the body runs once per element of the first input (a sequence); a
+    sequence input gives the body its element at that position, a tensor input the whole
+    tensor; each body output is collected into an output sequence."""
+
+    def run_sequence_map(ctx: Any, *values: Any, **kw: Any) -> tuple[Any, ...]:
+        del ctx, kw  # unused: the body is compiled
+        own, outer = values[:n_own], values[n_own:]
+        if not isinstance(own[0], list):
+            raise ValueError(f"SequenceMap: the first input must be a sequence, got {_describe(own[0])}")
+        n = len(own[0])
+        seqs = [k for k, v in enumerate(own) if isinstance(v, list)]
+        if any(len(own[k]) != n for k in seqs):
+            raise ValueError(
+                f"SequenceMap: the input sequences differ in length: {[len(own[k]) for k in seqs]}"
+            )
+        outs: list[list[Any]] = [[] for _ in body.output_names]
+        for i in range(n):
+            args = [v[i] if isinstance(v, list) else v for v in own]
+            for k, r in enumerate(body.run(args, outer)):
+                outs[k].append(np.asarray(r))
+        return tuple(outs)
+
+    return run_sequence_map
 
 
 def _describe(x: Any) -> str:

@@ -291,6 +291,72 @@ def test_scan_directions_and_axes(backend, reverse_in, reverse_out, in_axis, out
     np.testing.assert_allclose(s_final, ort_s, rtol=0, atol=1e-5)
 
 
+def scan8_model(with_lens: bool) -> onnx.ModelProto:
+    """Scan-8 (opset 8): batch axis 0 on the state and both scan inputs, scan axis 1, the
+    second input read in reverse; state s accumulates a_t * b_t, scan output s - a_t."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Mul", ["a_t", "b_t"], ["p"]),
+            helper.make_node("Add", ["s_in", "p"], ["s_out"]),
+            helper.make_node("Sub", ["s_out", "a_t"], ["y_t"]),
+        ],
+        "scan8_body",
+        [helper.make_tensor_value_info(n, F, [3]) for n in ("s_in", "a_t", "b_t")],
+        [helper.make_tensor_value_info("s_out", F, [3]), helper.make_tensor_value_info("y_t", F, [3])],
+    )
+    node = helper.make_node(
+        "Scan",
+        ["lens" if with_lens else "", "s0", "a", "b"],
+        ["s_final", "ys"],
+        name="scan8",
+        body=body,
+        num_scan_inputs=2,
+        directions=[0, 1],
+    )
+    inputs = [helper.make_tensor_value_info("lens", I64, [4])] if with_lens else []
+    inputs += [
+        helper.make_tensor_value_info("s0", F, [4, 3]),
+        helper.make_tensor_value_info("a", F, [4, 7, 3]),
+        helper.make_tensor_value_info("b", F, [4, 7, 3]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("s_final", F, [4, 3]),
+        helper.make_tensor_value_info("ys", F, [4, 7, 3]),
+    ]
+    return _model([node], inputs, outputs, opset=8)
+
+
+@pytest.mark.parametrize("backend", ["reference", "native"])
+@pytest.mark.parametrize("lens", [None, [7, 2, 1, 5]])
+def test_scan8_batch_axis_sequence_lens_and_reverse_input(backend, lens):
+    """Scan-8 runs its body per batch row for that row's length; the reverse input is read
+    from the end of the row's own length, not of the padded axis; the rows of a scan output
+    past a row's length are zero (undefined in ONNX, zero in ONNX Runtime)."""
+    proto = scan8_model(lens is not None)
+    rng = np.random.default_rng(8)
+    s0 = rng.standard_normal((4, 3)).astype(np.float32)
+    a = rng.standard_normal((4, 7, 3)).astype(np.float32)
+    b = rng.standard_normal((4, 7, 3)).astype(np.float32)
+    feeds = {"s0": s0, "a": a, "b": b}
+    if lens is not None:
+        feeds["lens"] = np.array(lens, np.int64)
+    s_final, ys = _run(proto, feeds, backend)
+    want_s = np.empty_like(s0)
+    want_y = np.zeros_like(a)
+    for r in range(4):
+        n = 7 if lens is None else lens[r]
+        s = s0[r]
+        for t in range(n):
+            s = s + a[r, t] * b[r, n - 1 - t]
+            want_y[r, t] = s - a[r, t]
+        want_s[r] = s
+    np.testing.assert_array_equal(s_final, want_s)
+    np.testing.assert_array_equal(ys, want_y)
+    ort_s, ort_ys = _ort(proto, feeds)
+    np.testing.assert_allclose(s_final, ort_s, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(ys, ort_ys, rtol=0, atol=1e-5)
+
+
 def test_body_op_without_kernel_falls_back_to_onnx_reference(monkeypatch):
     """A body whose op has no reference twin still runs: the node is evaluated by
     onnx.reference, recorded as a fallback naming the reason. (MeanVarianceNormalization,

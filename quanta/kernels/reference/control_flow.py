@@ -1,8 +1,9 @@
-"""If, Loop and Scan: the node with its subgraphs, run by ``onnx.reference``.
+"""If, Loop, Scan and SequenceMap: the node with its subgraphs, run by ``onnx.reference``.
 
-Sessions run If / Loop / Scan with their subgraphs compiled into plans
+Sessions run these nodes with their subgraphs compiled into plans
 (:mod:`quanta.runtime.control_flow`); this twin is the fallback for a subgraph that
-does not compile (an operator with no kernel at all, Scan-8) and what the plain
+does not compile (an operator with no kernel at all; ``onnx.reference`` has no
+SequenceMap and no Scan-8, so those two then fail naming the node) and what the plain
 interpreter (``Target.prepare``) uses. The node is evaluated by
 ``onnx.reference.ReferenceEvaluator`` as a one-node model whose
 inputs are the node's own inputs plus the enclosing-scope values its subgraphs read
@@ -58,5 +59,5 @@ def _op(ctx: OpContext, *inputs: np.ndarray | None, **attrs: Any) -> tuple[np.nd
     return run_control_flow(ctx, *inputs)
 
 
-for _name in ("If", "Loop", "Scan"):
+for _name in ("If", "Loop", "Scan", "SequenceMap"):
     register(_name)(_op)

@@ -188,9 +188,9 @@ def isinf(ctx, x: np.ndarray, detect_negative: int = 1, detect_positive: int = 1
 
 
 @register("Identity")
-def identity(ctx, x: np.ndarray) -> np.ndarray:
+def identity(ctx, x: np.ndarray) -> tuple[np.ndarray]:
     del ctx  # unused
-    return x
+    return (x,)  # a tuple: a sequence input (a list) is one output, not one per tensor
 
 
 # ---------------------------------------------------------------------------------
