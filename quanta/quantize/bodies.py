@@ -160,6 +160,7 @@ def quantize_bodies(
     """Insert Q/DQ into every planned body (innermost first) from the calibrated
     ``ranges`` and ``float_reasons`` (scoped name -> range / why it stays float) and
     write it back into its node."""
+    from quanta.quantize.ort_propagation import settle_dq_propagation
     from quanta.quantize.qdq import bias_correction_inputs, correct_biases, insert_qdq, resolve_params
     from quanta.quantize.recurrent import quantize_lstms
 
@@ -185,6 +186,7 @@ def quantize_bodies(
             wanted = {scope.prefix + name: name for name in bias_correction_inputs(plan)}
             correct_biases(graph, plan, {wanted[k]: m for k, m in means.items() if k in wanted})
         insert_qdq(graph, plan)
+        settle_dq_propagation(graph, scope.model.opset_imports.get("", 0))
         scope.lstms = quantize_lstms(scope.model, recipe, grus=False)
         _scope_new_names(scope.model, before, scope.prefix)
         _write_back(scope, parent)

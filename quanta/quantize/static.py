@@ -55,6 +55,7 @@ from quanta.ir.verify import Stage, verify
 from quanta.passes.coverage import CoverageReport
 from quanta.quantize.bodies import BodyScope, plan_bodies, prepare_bodies, quantize_bodies
 from quanta.quantize.gate_ranges import trim_gate_inputs
+from quanta.quantize.ort_propagation import settle_dq_propagation
 from quanta.quantize.ort_saturation import file_note
 from quanta.quantize.qdq import (
     MAC_OPS,
@@ -656,6 +657,7 @@ def quantize_static(
             reconstruct(model, plan, recipe, feeds)
         quantize_bodies(bodies, model, ranges, dict(body_float), means, recipe)
         insert_qdq(graph, plan)
+        settle_dq_propagation(graph, model.opset_imports.get("", 0))
         lstms = quantize_lstms(model, recipe, lstm_float)
         verify(graph, Stage.QDQ, kept=kept_ops)
         return lstms
