@@ -86,6 +86,7 @@ __all__ = [
     "attribute_to_python",
     "load",
     "load_proto",
+    "lower_opset_for_qdq",
     "reinfer_declared_shapes",
     "save",
     "share_equal_initializers",
@@ -489,6 +490,67 @@ def upgrade_opset(proto: onnx.ModelProto, target: int, where: str = "model") -> 
             o.version = target
     ops = [helper.make_opsetid(o.domain, o.version) for o in out.opset_import]
     out.ir_version = max(out.ir_version, helper.find_min_ir_version_for(ops, ignore_unknown=True))
+    return out
+
+
+#: The newest ai.onnx opset whose QuantizeLinear / DequantizeLinear ONNX Runtime 1.32 runs
+#: (version 25, which holds for opsets 25-27; version 28 has no kernel there).
+QDQ_RUNNABLE_OPSET = 27
+
+#: Ops whose next version only adds element types (or drops integer ones a valid model
+#: cannot use): a node of them means the same at the older opset when its types and
+#: attributes are the older schema's, which strict, type-checking shape inference decides.
+_TYPES_ONLY_CHANGES = frozenset(
+    {
+        "BitShift", "Cast", "CastLike", "Celu", "Compress", "DequantizeLinear", "Einsum", "OneHot",
+        "Optional", "OptionalGetElement", "OptionalHasElement", "QuantizeLinear", "Range",
+        "ReduceLogSum", "ReduceLogSumExp", "ReverseSequence", "Unique",
+    }
+)  # fmt: skip
+
+
+def _graphs(g: onnx.GraphProto):
+    yield g
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for sub in a.graphs:
+                    yield from _graphs(sub)
+
+
+def lower_opset_for_qdq(proto: onnx.ModelProto, target: int = QDQ_RUNNABLE_OPSET) -> onnx.ModelProto:
+    """``proto`` at ai.onnx opset ``target`` when it is above it and every node means the
+    same there (the Q / DQ that quantization inserts then have a version ONNX Runtime
+    runs); else ``proto`` as it is. A node means the same when its op did not change in
+    (target, source], or changed only by adding types and uses none of the new ones nor a
+    new attribute (strict shape inference on the lowered model checks the types)."""
+    source = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if source <= target:
+        return proto
+    for g in _graphs(proto.graph):
+        for n in g.node:
+            if n.domain not in ("", "ai.onnx"):
+                continue
+            try:
+                new = onnx.defs.get_schema(n.op_type, source, "")
+                old = onnx.defs.get_schema(n.op_type, target, "")
+            except Exception:  # not an op at the target opset
+                return proto
+            if new.since_version == old.since_version:
+                continue
+            if n.op_type not in _TYPES_ONLY_CHANGES or any(a.name not in old.attributes for a in n.attribute):
+                return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for o in out.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            o.version = target
+    try:
+        onnx.shape_inference.infer_shapes(out, check_type=True, strict_mode=True)
+    except Exception:  # a type or form the older schema does not have: keep the opset
+        return proto
     return out
 
 

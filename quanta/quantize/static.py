@@ -45,6 +45,7 @@ from quanta.ir.onnx_io import (
     ModelLoadError,
     from_proto,
     load_proto,
+    lower_opset_for_qdq,
     save,
     share_equal_initializers,
     to_proto,
@@ -260,6 +261,9 @@ def load_for_quantization(
     if computes_in_half(proto):
         min_opset = max(min_opset, HALF_OPSET)
     proto = upgrade_opset(proto, min_opset, path or "model")
+    # a model above the opsets whose Q / DQ ONNX Runtime runs, and meaning the same
+    # there, is quantized at that opset (its Q / DQ would be refused at the newer one)
+    proto = lower_opset_for_qdq(proto)
     if not any(o.domain in ("", "ai.onnx") for o in proto.opset_import):
         # only other domains (an ai.onnx.ml pipeline): the Q/DQ quantization inserts are
         # ai.onnx ops, and none of the graph's nodes is one, so importing it changes nothing

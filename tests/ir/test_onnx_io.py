@@ -427,3 +427,67 @@ def test_an_initializer_repeated_with_different_values_is_named():
     bs = numpy_helper.from_array(np.array(0.0037, np.float32), "bs")
     with pytest.raises(ModelLoadError, match="initializer 'w' is defined 3 times with different values"):
         quanta.InferenceSession(_conv_with_dq_bias([ws[0], bq, bs, ws[1], ws[2]]))
+
+
+def _opset28(nodes, extra_inputs=()) -> onnx.ModelProto:
+    rng = np.random.default_rng(28)
+    w = numpy_helper.from_array(rng.standard_normal((7, 17)).astype(np.float32), "W")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["m"]), *nodes],
+        "o28",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7]), *extra_inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 28)])
+    m.ir_version = 13
+    return m
+
+
+def test_a_model_above_onnx_runtimes_qdq_opsets_is_quantized_where_its_qdq_run(tmp_path):
+    """Opset 28's QuantizeLinear / DequantizeLinear have no ONNX Runtime 1.32 kernel: a
+    model that means the same at 27 (its Cast changed at 28 only by new float6 types) is
+    quantized at 27, statically and dynamically, and ORT runs both files as quanta does."""
+    ort = pytest.importorskip("onnxruntime")
+    proto = _opset28(
+        [helper.make_node("Cast", ["m"], ["c"], to=TensorProto.FLOAT), helper.make_node("Relu", ["c"], ["y"])]
+    )
+    src = tmp_path / "o28.onnx"
+    onnx.save(proto, src)
+    x = np.random.default_rng(1).standard_normal((3, 7)).astype(np.float32)
+    quanta.quantize_static(src, tmp_path / "s.onnx", [{"x": x}, {"x": -x}])
+    quanta.quantize_dynamic(src, tmp_path / "d.onnx")
+    for name in ("s.onnx", "d.onnx"):
+        q = onnx.load(tmp_path / name)
+        assert q.opset_import[0].version == 27
+        onnx.checker.check_model(q, full_check=True)
+        (want,) = ort.InferenceSession(str(tmp_path / name), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        (got,) = quanta.InferenceSession(str(tmp_path / name)).run(None, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "nodes",
+    [
+        # a type opset 28 added: type-checking inference refuses the lowered model
+        [
+            helper.make_node("Cast", ["m"], ["c"], to=TensorProto.FLOAT6E2M3),
+            helper.make_node("Cast", ["c"], ["y"], to=TensorProto.FLOAT),
+        ],
+        # an op whose change at 28 is not only types (SpaceToDepth's new `mode`)
+        [
+            helper.make_node("Reshape", ["m", "s4"], ["r"]),
+            helper.make_node("SpaceToDepth", ["r"], ["y"], blocksize=1),
+        ],
+    ],
+    ids=["new_type", "changed_op"],
+)
+def test_a_model_that_means_otherwise_at_27_keeps_its_opset(nodes):
+    from quanta.ir.onnx_io import lower_opset_for_qdq
+
+    proto = _opset28(nodes)
+    proto.graph.initializer.append(numpy_helper.from_array(np.array([1, 3, 1, 17], np.int64), "s4"))
+    assert lower_opset_for_qdq(proto) is proto
+    cast = _opset28([helper.make_node("Cast", ["m"], ["y"], to=TensorProto.FLOAT)])
+    lowered = lower_opset_for_qdq(cast)
+    assert lowered.opset_import[0].version == 27 and cast.opset_import[0].version == 28  # a copy
