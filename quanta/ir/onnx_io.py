@@ -420,6 +420,13 @@ def _check(proto: onnx.ModelProto, where: str) -> None:
             # A graph input/output typed without a shape (unknown rank): ONNX Runtime
             # accepts it and so does quanta; the structure was checked above.
             return
+        if "in initializer but not in graph input" in str(e) and proto.ir_version < 4:
+            # IR 3 lists every initializer as a graph input; a file of IR 3 that does not
+            # list them follows IR 4's rule (initializers are constants), which is how
+            # ONNX Runtime reads it: it is that file, at IR 4
+            proto.ir_version = 4
+            _check(proto, where)
+            return
         msg = str(e).strip().splitlines()
         first = next((line for line in msg if line.strip()), "invalid model")
         node_line = next((line for line in msg if "==> Context:" in line), "")

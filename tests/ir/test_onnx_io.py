@@ -461,7 +461,9 @@ def test_a_model_above_onnx_runtimes_qdq_opsets_is_quantized_where_its_qdq_run(t
         q = onnx.load(tmp_path / name)
         assert q.opset_import[0].version == 27
         onnx.checker.check_model(q, full_check=True)
-        (want,) = ort.InferenceSession(str(tmp_path / name), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        (want,) = ort.InferenceSession(str(tmp_path / name), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x}
+        )
         (got,) = quanta.InferenceSession(str(tmp_path / name)).run(None, {"x": x})
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
@@ -491,3 +493,59 @@ def test_a_model_that_means_otherwise_at_27_keeps_its_opset(nodes):
     cast = _opset28([helper.make_node("Cast", ["m"], ["y"], to=TensorProto.FLOAT)])
     lowered = lower_opset_for_qdq(cast)
     assert lowered.opset_import[0].version == 27 and cast.opset_import[0].version == 28  # a copy
+
+
+def test_an_ir3_file_whose_initializers_are_not_inputs_loads_as_onnx_runtime_reads_it():
+    """IR 3 lists every initializer as a graph input; a file of IR 3 that does not (the
+    checker refuses it, ONNX Runtime runs it, reading its initializers as constants)
+    loads, runs, and quantizes to a file both engines run."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((7, 3, 3, 3)).astype(np.float32) * 0.3, "W")
+    b = numpy_helper.from_array(rng.standard_normal(7).astype(np.float32), "B")
+    g = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["y"]),
+        ],
+        "ir3",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 9, 11])],
+        [w, b],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 7)])
+    proto.ir_version = 3
+    with pytest.raises(onnx.checker.ValidationError, match="not in graph input"):
+        onnx.checker.check_model(proto)
+    x = rng.standard_normal((1, 3, 9, 11)).astype(np.float32)
+    (want,) = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )
+    (got,) = quanta.InferenceSession(proto.SerializeToString()).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_an_ir3_file_quantizes_to_a_file_both_engines_run(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array(rng.standard_normal((17, 5)).astype(np.float32), "W")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+        "ir3",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])],
+        [w],
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 7)])
+    proto.ir_version = 3
+    src = tmp_path / "ir3.onnx"
+    onnx.save(proto, src)
+    x = rng.standard_normal((3, 17)).astype(np.float32)
+    quanta.quantize_static(src, tmp_path / "q.onnx", [{"x": x}, {"x": -x}])
+    q = onnx.load(tmp_path / "q.onnx")
+    onnx.checker.check_model(q, full_check=True)
+    (want,) = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )
+    (got,) = quanta.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
