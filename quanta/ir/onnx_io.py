@@ -321,7 +321,7 @@ def _check_structure(graph: onnx.GraphProto, where: str) -> None:
     """Names that are used but never defined, and cycles, before onnx.checker (whose
     messages for these are long and name neither the value nor the cycle)."""
     defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    defined |= {t.name for t in graph.sparse_initializer}
+    defined |= {t.values.name for t in graph.sparse_initializer}
     produced: dict[str, onnx.NodeProto] = {}
     for n in graph.node:
         for o in n.output:

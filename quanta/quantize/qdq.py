@@ -929,9 +929,10 @@ def _insert_activation_qdq(graph: Graph, v: Value, q: QuantType) -> None:
     graph.add_node(dqnode, before=anchor)
     for node, i in users:
         node.replace_input(i, dqv)
-    if any(o is v for o in graph.outputs):
+    if any(o is v for o in graph.outputs) and not any(i is v for i in graph.inputs):
         # a quantized graph output (Recipe.quantize_outputs): the dequantized value is
-        # what the graph returns, under the output's name
+        # what the graph returns, under the output's name. A graph input that is also an
+        # output keeps its name and is returned as it was fed.
         name = v.name
         v.name = graph.fresh_name(f"{name}_float")
         dqv.name = name
