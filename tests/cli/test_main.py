@@ -303,3 +303,22 @@ def test_debug_reads_a_folder_of_images(tmp_path, capsys):
     ]
     assert main(argv) == 0
     assert capsys.readouterr().out.startswith("4 feed(s); outputs: SQNR")
+
+
+def test_python_dash_m_quanta_is_the_quanta_command(qdq_path):
+    """``python -m quanta`` runs the same command as the console script (a venv whose
+    scripts folder is not on PATH); its user errors exit with status 2 as well."""
+    import subprocess
+    import sys
+
+    ok = subprocess.run(
+        [sys.executable, "-m", "quanta", "inspect", str(qdq_path)], capture_output=True, text=True
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "quantized tensors: 3 (1 weights, 2 activations)" in ok.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "quanta", "quantize", str(qdq_path), "-o", str(qdq_path.with_name("o.onnx"))],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "quanta" in bad.stderr
