@@ -661,8 +661,12 @@ def from_proto(proto: onnx.ModelProto, where: str = "model") -> Model:
     types: dict[str, TensorType] = {}
     for vi in [*g.value_info, *g.input, *g.output]:
         t = _type_from_value_info(vi)
-        if t is not None:
-            types[vi.name] = t
+        if t is None:
+            continue
+        known = types.get(vi.name)
+        if known is not None and t.shape is None and known.shape is not None and known.elem == t.elem:
+            continue  # a graph output declared without a shape keeps the inferred one
+        types[vi.name] = t
     graph = Graph(name=g.name or "main", doc=g.doc_string)
     values: dict[str, Value] = {}
     for init in g.initializer:

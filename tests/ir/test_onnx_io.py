@@ -549,3 +549,31 @@ def test_an_ir3_file_quantizes_to_a_file_both_engines_run(tmp_path):
     )
     (got,) = quanta.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_a_graph_output_declared_without_a_shape_keeps_the_value_info_shape():
+    """A value typed in value_info (as the loader's shape inference types a quanta-domain
+    QuantizeMX's output) that is also a graph output declared without a shape: the
+    value_info shape stays (the declaration replaced it, and the convolution that reads
+    the value, of unknown rank then, was not lowered to its MX kernel)."""
+    from quanta.ir.onnx_io import from_proto
+
+    g = helper.make_graph(
+        [
+            helper.make_node("Opaque", ["x"], ["c"], domain="test.opaque"),
+            helper.make_node("Relu", ["c"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 11])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("c", TensorProto.FLOAT, None),
+        ],
+        value_info=[helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 7, 7, 9])],
+    )
+    proto = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.opaque", 1)]
+    )
+    model = from_proto(proto)
+    shapes = {v.name: v.type.shape for v in model.graph.values() if v.name == "c"}
+    assert shapes == {"c": (1, 7, 7, 9)}
