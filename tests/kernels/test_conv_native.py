@@ -1071,7 +1071,11 @@ def test_depthwise_flat_rows_strips_bands_and_wide_kernels(c, hw, k, strides, di
     # kernel row or horizontal tap group.
     rng = np.random.default_rng(c * 1000 + hw[1])
     # per-channel and per-tensor zw (zw'·Σx' subtracted), and symmetric weights (not)
-    for x_dtype, per_channel, symmetric in ((np.uint8, True, False), (np.int8, False, False), (np.uint8, True, True)):
+    for x_dtype, per_channel, symmetric in (
+        (np.uint8, True, False),
+        (np.int8, False, False),
+        (np.uint8, True, True),
+    ):
         case = random_case(
             rng,
             (2, c, *hw),
@@ -1086,7 +1090,9 @@ def test_depthwise_flat_rows_strips_bands_and_wide_kernels(c, hw, k, strides, di
         )
         kernels = check_nhwc(case)
         if "avx512vnni" in ISAS:
-            assert kernels[ISAS.index("avx512vnni")].startswith("qconv_dwc_flat_") == flat_expected(c, 1), kernels
+            assert kernels[ISAS.index("avx512vnni")].startswith("qconv_dwc_flat_") == flat_expected(c, 1), (
+                kernels
+            )
 
 
 def test_depthwise_flat_rows_weight_zero_point_outside_int8():

@@ -113,9 +113,10 @@ int64_t nhwc_channel(const DepthwiseWeights& d, int64_t e) { return d.nhwc_flat 
 
 // The channels_last weights (kernels.h "Depthwise, channels_last", and "flat rows" when
 // d.nhwc_flat) from d.taps / zero_point.
-void pack_depthwise_nhwc(Isa isa, int64_t sw, DepthwiseWeights& d) {
+void pack_depthwise_nhwc(Isa isa, int64_t sh, int64_t sw, int64_t dh, DepthwiseWeights& d) {
   const int64_t C = d.C, taps = d.kh * d.kw, block = dw_nhwc_block(isa);
   d.nhwc_flat = use_flat_rows(isa, C, sw);
+  d.nhwc_vtail = d.nhwc_flat && d.kh == 5 && d.kw == 5 && sh == 1 && dh == 1;
   const int64_t cpad = d.nhwc_flat ? dw_flat_blocks(C) * 64 : round_up(C, block);
   d.nhwc_cpad = cpad;
   auto w_eff = [&](int64_t e, int64_t t) -> int32_t {
@@ -128,6 +129,9 @@ void pack_depthwise_nhwc(Isa isa, int64_t sw, DepthwiseWeights& d) {
     const int64_t gx = div_up(d.kw, 4), groups = d.nhwc_flat ? d.kh * gx : div_up(taps, 4);
     auto tap_of = [&](int64_t q, int64_t i) -> int64_t {
       if (!d.nhwc_flat) return 4 * q + i;
+      if (d.nhwc_vtail) {  // (ky, 0..3) for q < 5, (0..3, 4) for q = 5, (4, 4) in slot q − 6
+        return q < 5 ? q * 5 + i : q == 5 ? i * 5 + 4 : i == q - 6 ? 24 : taps;
+      }
       const int64_t kx = q % gx * 4 + i;
       return kx < d.kw ? q / gx * d.kw + kx : taps;  // taps: past the kernel row (0)
     };
@@ -234,7 +238,8 @@ std::shared_ptr<QConv> QConv::create(const void* w, bool w_unsigned, int64_t M, 
         }
       }
     }
-    pack_depthwise_nhwc(isa, two_d ? attrs.strides[1] : attrs.strides[0], d);
+    pack_depthwise_nhwc(isa, two_d ? attrs.strides[0] : 1, two_d ? attrs.strides[1] : attrs.strides[0],
+                        two_d ? attrs.dilations[0] : 1, d);
     return c;
   }
 
@@ -793,6 +798,7 @@ void QConv::run_depthwise_flat(const ConvArgs& a, const Geometry& geo, const Pla
   f.zy = base.zy;
   f.lo_minus_zy = base.lo_minus_zy;
   f.hi_minus_zy = base.hi_minus_zy;
+  f.vtail = dw_.nhwc_vtail;
   const int ob = out_bytes(a.out_type);
   const uint8_t* x = static_cast<const uint8_t*>(a.x);
 

@@ -15,8 +15,12 @@
 // qconv_dwc_flat_u8s8_s32_64c4__avx512vnni, the flat-row form (kernels.h "Depthwise,
 // channels_last, flat rows"; horizontal stride 1): the same inner product and output
 // stage on 64-element vectors of the output row's flat OW·C stream, so that few channels
-// (C = 16: four pixels per vector) fill every lane; no tap pointers. A 3x3 kernel is two
-// full groups and a last group of one tap, whose dword spread needs 6 shuffles instead of 8.
+// (C = 16: four pixels per vector) fill every lane; no tap pointers. The interleave is done
+// once per x row (the prepared rows of kernels.h, in a per-thread ring) instead of once per
+// output row and tap group, so an output vector is kh·ceil(kw/4) groups of 4 loads and 4
+// vpdpbusd with no shuffle (3x3: 22 shuffles fewer per vector), and a step of 2-4 output
+// rows loads each prepared group and each weight group once for all of them. 5x5 at sh =
+// dh = 1 packs tap column 4 as vertical groups of 4 rows: 7 groups a row instead of 10.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #else
@@ -212,11 +216,45 @@ inline void prep_vector(const DepthwiseNhwcFlat& a, const uint8_t* row, int64_t 
   }
 }
 
+// The 4 registers of dwords (v0, v1, v2, v3) of 64 elements (dot4's interleave) into dst.
+inline void store_interleaved(__m512i v0, __m512i v1, __m512i v2, __m512i v3, uint8_t* dst) {
+  const __m512i lo01 = _mm512_unpacklo_epi8(v0, v1), hi01 = _mm512_unpackhi_epi8(v0, v1);
+  const __m512i lo23 = _mm512_unpacklo_epi8(v2, v3), hi23 = _mm512_unpackhi_epi8(v2, v3);
+  _mm512_storeu_si512(dst, _mm512_unpacklo_epi16(lo01, lo23));
+  _mm512_storeu_si512(dst + 64, _mm512_unpackhi_epi16(lo01, lo23));
+  _mm512_storeu_si512(dst + 128, _mm512_unpacklo_epi16(hi01, hi23));
+  _mm512_storeu_si512(dst + 192, _mm512_unpackhi_epi16(hi01, hi23));
+}
+
+// The prepared vector of a 5x5 kernel with the vertical tail (kernels.h): group 0 the taps
+// 0..3 of x row rows[0], group 1 tap 4 of x rows rows[0..3] (dword slot k: rows[k]).
+template <bool kFlip, bool kEdge>
+inline void prep_vtail(const DepthwiseNhwcFlat& a, const uint8_t* const* rows, int64_t f0, __m512i pad, uint8_t* dst) {
+  store_interleaved(flat_tap<kFlip, kEdge>(a, rows[0], 0, f0, pad), flat_tap<kFlip, kEdge>(a, rows[0], 1, f0, pad),
+                    flat_tap<kFlip, kEdge>(a, rows[0], 2, f0, pad), flat_tap<kFlip, kEdge>(a, rows[0], 3, f0, pad),
+                    dst);
+  store_interleaved(flat_tap<kFlip, kEdge>(a, rows[0], 4, f0, pad), flat_tap<kFlip, kEdge>(a, rows[1], 4, f0, pad),
+                    flat_tap<kFlip, kEdge>(a, rows[2], 4, f0, pad), flat_tap<kFlip, kEdge>(a, rows[3], 4, f0, pad),
+                    dst + 256);
+}
+
 // Vectors [v0, v1) of x row iy, prepared into dst (256·gx bytes a vector).
 template <bool kFlip>
 void prep_strip(const DepthwiseNhwcFlat& a, int64_t iy, int64_t v0, int64_t v1, __m512i pad, uint8_t* dst) {
   const uint8_t* row = iy >= 0 && iy < a.H ? a.image + iy * a.row_bytes : nullptr;
   const int64_t step = (a.kw + 3) / 4 * 256;
+  if (a.vtail) {
+    const uint8_t* rows[4];
+    for (int64_t k = 0; k < 4; ++k) rows[k] = iy + k >= 0 && iy + k < a.H ? a.image + (iy + k) * a.row_bytes : nullptr;
+    for (int64_t v = v0; v < v1; ++v, dst += step) {
+      if (v >= a.v_lo && v < a.v_hi) {
+        prep_vtail<kFlip, false>(a, rows, 64 * v, pad, dst);
+      } else {
+        prep_vtail<kFlip, true>(a, rows, 64 * v, pad, dst);
+      }
+    }
+    return;
+  }
   for (int64_t v = v0; v < v1; ++v, dst += step) {
     if (row != nullptr && v >= a.v_lo && v < a.v_hi) {
       prep_vector<kFlip, false>(a, row, 64 * v, pad, dst);
@@ -257,8 +295,54 @@ inline void flat_out(const DepthwiseNhwcFlat& a, uint8_t* const* win, int64_t at
     }
   }
   for (int r = 0; r < kR; ++r) {
-    finish64<kZw, kTail>(acc[r], xs[r], a.multiplier + e0, a.zw ? a.zw + e0 : nullptr, a.out_type, a.zy,
-                         a.lo_minus_zy, a.hi_minus_zy, a.n - f0, y + r * y_row_bytes);
+    finish64<kZw, kTail>(acc[r], xs[r], a.multiplier + e0, a.zw ? a.zw + e0 : nullptr, a.out_type, a.zy, a.lo_minus_zy,
+                         a.hi_minus_zy, a.n - f0, y + r * y_row_bytes);
+  }
+}
+
+// flat_out for a 5x5 kernel with the vertical tail (kernels.h; sh = dh = 1): output row r
+// of the step (window rows t0 + i, prepared vector at win[i] + at) reads group 0 of its
+// five window rows with weight groups ky = 0..4, group 1 of row t0 + r (tap 4 of tap rows
+// 0..3) with weight group 5, and group 1 of row t0 + 4 (tap 4 of rows t0 + 4 .. t0 + 7)
+// with weight group 6 + r, whose only non-zero slot r is tap (4, 4); its Σx' takes slot r
+// alone.
+template <int kR, bool kZw, bool kTail>
+inline void flat_out_vtail(const DepthwiseNhwcFlat& a, uint8_t* const* win, int64_t at, int64_t block, int64_t f0,
+                           uint8_t* y, int64_t y_row_bytes) {
+  const int8_t* w = reinterpret_cast<const int8_t*>(a.weights) + block * 10 * 256;
+  const int64_t e0 = block * 64;
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i acc[kR][4], xs[kR][4];
+  for (int r = 0; r < kR; ++r) init_acc(a.colterm + e0, acc[r], xs[r]);
+  for (int i = 0; i < kR + 4; ++i) {
+    __m512i x[4];
+    for (int j = 0; j < 4; ++j) x[j] = _mm512_loadu_si512(win[i] + at + 64 * j);
+    for (int r = 0; r < kR; ++r) {
+      const int ky = i - r;
+      if (ky < 0 || ky >= 5) continue;
+      for (int j = 0; j < 4; ++j) {
+        acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], x[j], _mm512_loadu_si512(w + ky * 256 + 64 * j));
+        if (kZw) xs[r][j] = _mm512_dpbusd_epi32(xs[r][j], x[j], ones);
+      }
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    for (int j = 0; j < 4; ++j) {
+      const __m512i x = _mm512_loadu_si512(win[r] + at + 256 + 64 * j);
+      acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], x, _mm512_loadu_si512(w + 5 * 256 + 64 * j));
+      if (kZw) xs[r][j] = _mm512_dpbusd_epi32(xs[r][j], x, ones);
+    }
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i x = _mm512_loadu_si512(win[4] + at + 256 + 64 * j);
+    for (int r = 0; r < kR; ++r) {
+      acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], x, _mm512_loadu_si512(w + (6 + r) * 256 + 64 * j));
+      if (kZw) xs[r][j] = _mm512_dpbusd_epi32(xs[r][j], x, _mm512_set1_epi32(1 << (8 * r)));
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    finish64<kZw, kTail>(acc[r], xs[r], a.multiplier + e0, a.zw ? a.zw + e0 : nullptr, a.out_type, a.zy, a.lo_minus_zy,
+                         a.hi_minus_zy, a.n - f0, y + r * y_row_bytes);
   }
 }
 
@@ -272,7 +356,13 @@ void flat_vectors(const DepthwiseNhwcFlat& a, uint8_t* const* win, int64_t s0, i
   int64_t block = s0 % a.blocks;
   for (int64_t v = s0; v < s1; ++v) {
     const int64_t at = (v - s0) * gx * 256;
-    if (v < full) {
+    if (kKh == 5 && kGx == 2 && kR <= 4 && a.vtail) {
+      if (v < full) {
+        flat_out_vtail<kR, kZw, false>(a, win, at, block, 64 * v, y + 64 * v * ob, a.n * ob);
+      } else {
+        flat_out_vtail<kR, kZw, true>(a, win, at, block, 64 * v, y + 64 * v * ob, a.n * ob);
+      }
+    } else if (v < full) {
       flat_out<kKh, kGx, kR, kZw, false>(a, win, at, gx, block, 64 * v, y + 64 * v * ob, a.n * ob);
     } else {
       flat_out<kKh, kGx, kR, kZw, true>(a, win, at, gx, block, 64 * v, y + 64 * v * ob, a.n * ob);
@@ -319,10 +409,10 @@ void flat_impl(const DepthwiseNhwcFlat& a) {
 }
 
 // Rows a step computes (sh = dh = 1), measured on EfficientNet-Lite0's layers (thread
-// CPU time, against 1 row: 3x3 at 2 rows -16 %, 3 rows -22 %, 4 rows -3 % (the 16
-// accumulators and 12 weight registers spill); 5x5 at 4 rows -25 %, where each weight
-// group serves four rows): 3 for 3x3, 4 for 5x5, else 2; with a weight zero point 2
-// (its Σx' accumulators double the registers).
+// CPU time, loaded machine): 3x3 at 2 rows 16 % below 1 row and 3 rows 9-13 % below 2,
+// while 4 rows are slower than 2 (16 accumulators and 12 weight registers spill); 5x5 at 4
+// rows 20-23 % below 1 (each weight group serves four rows). 3 for 3x3, 4 for 5x5, else
+// 2; with a weight zero point 2 (its Σx' accumulators double the registers).
 template <int kKh, int kGx>
 void flat_dispatch(const DepthwiseNhwcFlat& a) {
   constexpr int kRows = kKh == 3 ? 3 : kKh == 5 ? 4 : 2;

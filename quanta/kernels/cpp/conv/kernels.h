@@ -321,25 +321,34 @@ void depthwise_nhwc_avx512vnni(const DepthwiseNhwc& a);
 // index dw_nhwc_index(i)) for channel e mod C (nhwc_cpad = blocks·64 entries); the weights
 // are [blocks][kh·gx][64][4]: byte i of group ky·gx + g of entry e is w_eff[e mod C, ky,
 // 4g + i] (0 past kw).
+//
+// 5x5 at sh = dh = 1, the vertical tail (vtail): group 1 of P(iy) holds tap 4 of x rows
+// iy .. iy + 3 (slot k: row iy + k) instead of row iy's tap 4 alone with 3 empty slots, so
+// an output row reads 5 groups of taps 0..3, P(t0)'s group 1 (tap 4 of its tap rows 0..3)
+// and P(t0 + 4)'s group 1 slot 0 (tap (4, 4)): 7 groups instead of 10; a step of rows
+// t0 + r shares P(t0 + 4)'s group 1 (row r takes its slot r). Weights [blocks][10][64][4]:
+// groups 0..4 the taps (ky, 0..3), group 5 the taps (0..3, 4), group 6 + r tap (4, 4) in
+// slot r (others 0).
 // ---------------------------------------------------------------------------------------
 struct DepthwiseNhwcFlat {
   int64_t n = 0, kh = 1, kw = 1, blocks = 1;  // n = OW·C elements of an output row
   const uint8_t* image = nullptr;             // x row 0 of the image
   int64_t H = 0, row_bytes = 0;               // x rows, bytes per x row (W·C)
   int64_t sh = 1, dh = 1, pad_top = 0;
-  int64_t oy0 = 0, oy1 = 0;        // output rows of this call
-  const int64_t* shift = nullptr;  // [kw]
-  const int64_t* lo = nullptr;     // [kw]
-  const int64_t* hi = nullptr;     // [kw]
-  int64_t v_lo = 0, v_hi = 0;      // vectors whose in-x taps read 64 bytes of x each
-  uint8_t zx = 0, flip = 0;        // pad value (x's own domain), and 0x80 for int8 x
-  const uint8_t* weights = nullptr;     // DepthwiseWeights::nhwc_taps
-  const int32_t* colterm = nullptr;     // [blocks·64]
-  const float* multiplier = nullptr;    // [blocks·64] (kU8/kS8)
-  const int32_t* zw = nullptr;          // [blocks·64], or null
+  int64_t oy0 = 0, oy1 = 0;           // output rows of this call
+  const int64_t* shift = nullptr;     // [kw]
+  const int64_t* lo = nullptr;        // [kw]
+  const int64_t* hi = nullptr;        // [kw]
+  int64_t v_lo = 0, v_hi = 0;         // vectors whose in-x taps read 64 bytes of x each
+  uint8_t zx = 0, flip = 0;           // pad value (x's own domain), and 0x80 for int8 x
+  const uint8_t* weights = nullptr;   // DepthwiseWeights::nhwc_taps
+  const int32_t* colterm = nullptr;   // [blocks·64]
+  const float* multiplier = nullptr;  // [blocks·64] (kU8/kS8)
+  const int32_t* zw = nullptr;        // [blocks·64], or null
   OutType out_type = OutType::kS32;
   int32_t zy = 0;
   float lo_minus_zy = 0.f, hi_minus_zy = 0.f;
+  bool vtail = false;          // 5x5 with the vertical tail (DepthwiseWeights::nhwc_vtail)
   void* y = nullptr;           // element 0 of output row oy0 (rows n elements apart)
   uint8_t* scratch = nullptr;  // dw_flat_scratch_bytes(kh, dh, kw)
 };
