@@ -1040,6 +1040,61 @@ def test_depthwise_flat_rows_straddle_pixels_and_row_ends(c):
         assert kernels[ISAS.index("avx512vnni")].startswith("qconv_dwc_flat_") == flat_expected(c, 1), kernels
 
 
+@pytest.mark.parametrize(
+    ("c", "hw", "k", "strides", "dilations", "pads"),
+    [
+        # 3x3 at OW·C > 2 strips of 32 vectors (the last one partial), 13 rows: bands of
+        # rows at 2 threads whose last band is short, each band's first rows prepared anew
+        (17, (13, 130), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+        (48, (11, 45), (3, 3), (1, 1), (1, 1), (0, 1, 2, 1)),
+        # 5x5 (two horizontal tap groups, the second of one tap) and 3x7 / 2x9 (groups of
+        # 4 + 3, 4 + 4 + 1) over several strips
+        (24, (9, 90), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+        # 5x5 at sh = dh = 1 takes tap column 4 as vertical groups of 4 x rows (kernels.h
+        # "vertical tail"): 3 output rows (no full step of 4), rows below x inside a group;
+        # at dh = 2 the plain horizontal groups
+        (17, (3, 70), (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+        (40, (10, 33), (5, 5), (1, 1), (1, 1), (0, 2, 3, 2)),
+        (17, (12, 80), (5, 5), (1, 1), (2, 1), (4, 2, 4, 2)),
+        (7, (8, 301), (3, 7), (1, 1), (1, 1), (1, 3, 1, 3)),
+        (3, (6, 700), (2, 9), (1, 1), (1, 1), (0, 4, 1, 4)),
+        # vertical stride and dilation: the ring of (kh − 1)·dh + 1 prepared rows, rows
+        # skipped by sh = 2, top / bottom rows outside x
+        (17, (15, 140), (3, 3), (2, 1), (2, 2), (2, 2, 1, 2)),
+        (7, (12, 100), (5, 3), (3, 1), (1, 1), (2, 1, 2, 1)),
+        (16, (9, 150), (1, 1), (1, 1), (1, 1), (0, 0, 0, 0)),
+    ],
+)
+def test_depthwise_flat_rows_strips_bands_and_wide_kernels(c, hw, k, strides, dilations, pads):
+    # Failure signature: a prepared row reused for the wrong x row (ring slot / tag), a
+    # strip boundary reading the neighbouring strip's taps, or a weight group of the wrong
+    # kernel row or horizontal tap group.
+    rng = np.random.default_rng(c * 1000 + hw[1])
+    # per-channel and per-tensor zw (zw'·Σx' subtracted), and symmetric weights (not)
+    for x_dtype, per_channel, symmetric in (
+        (np.uint8, True, False),
+        (np.int8, False, False),
+        (np.uint8, True, True),
+    ):
+        case = random_case(
+            rng,
+            (2, c, *hw),
+            (c, 1, *k),
+            x_dtype=x_dtype,
+            per_channel=per_channel,
+            symmetric_w=symmetric,
+            group=c,
+            strides=list(strides),
+            dilations=list(dilations),
+            pads=list(pads),
+        )
+        kernels = check_nhwc(case)
+        if "avx512vnni" in ISAS:
+            assert kernels[ISAS.index("avx512vnni")].startswith("qconv_dwc_flat_") == flat_expected(c, 1), (
+                kernels
+            )
+
+
 def test_depthwise_flat_rows_weight_zero_point_outside_int8():
     # w − zw does not fit int8: the flat kernel keeps w' and subtracts zw'·Σx' per element,
     # the zw table cycling with the weight blocks (C = 48: 3 blocks of 64 entries)

@@ -113,9 +113,10 @@ int64_t nhwc_channel(const DepthwiseWeights& d, int64_t e) { return d.nhwc_flat 
 
 // The channels_last weights (kernels.h "Depthwise, channels_last", and "flat rows" when
 // d.nhwc_flat) from d.taps / zero_point.
-void pack_depthwise_nhwc(Isa isa, int64_t sw, DepthwiseWeights& d) {
+void pack_depthwise_nhwc(Isa isa, int64_t sh, int64_t sw, int64_t dh, DepthwiseWeights& d) {
   const int64_t C = d.C, taps = d.kh * d.kw, block = dw_nhwc_block(isa);
   d.nhwc_flat = use_flat_rows(isa, C, sw);
+  d.nhwc_vtail = d.nhwc_flat && d.kh == 5 && d.kw == 5 && sh == 1 && dh == 1;
   const int64_t cpad = d.nhwc_flat ? dw_flat_blocks(C) * 64 : round_up(C, block);
   d.nhwc_cpad = cpad;
   auto w_eff = [&](int64_t e, int64_t t) -> int32_t {
@@ -123,14 +124,24 @@ void pack_depthwise_nhwc(Isa isa, int64_t sw, DepthwiseWeights& d) {
     return c >= 0 && t < taps ? d.taps[c * taps + t] : 0;
   };
   if (isa == Isa::kAvx512Vnni) {
-    const int64_t groups = div_up(taps, 4);
+    // 64c4: groups of 4 taps in tap order; flat rows: per kernel row ky, groups of 4 of
+    // its kw taps (kernels.h "flat rows": the prepared rows' groups)
+    const int64_t gx = div_up(d.kw, 4), groups = d.nhwc_flat ? d.kh * gx : div_up(taps, 4);
+    auto tap_of = [&](int64_t q, int64_t i) -> int64_t {
+      if (!d.nhwc_flat) return 4 * q + i;
+      if (d.nhwc_vtail) {  // (ky, 0..3) for q < 5, (0..3, 4) for q = 5, (4, 4) in slot q − 6
+        return q < 5 ? q * 5 + i : q == 5 ? i * 5 + 4 : i == q - 6 ? 24 : taps;
+      }
+      const int64_t kx = q % gx * 4 + i;
+      return kx < d.kw ? q / gx * d.kw + kx : taps;  // taps: past the kernel row (0)
+    };
     d.nhwc_taps.assign(static_cast<size_t>(cpad * groups * 4), 0);
     for (int64_t c = 0; c < cpad; ++c) {
       const int64_t b = c / 64, at = dw_nhwc_index(isa, c) % 64;
       for (int64_t q = 0; q < groups; ++q) {
         for (int64_t t = 0; t < 4; ++t) {
           d.nhwc_taps[static_cast<size_t>(((b * groups + q) * 64 + at) * 4 + t)] =
-              static_cast<uint8_t>(static_cast<int8_t>(w_eff(c, 4 * q + t)));
+              static_cast<uint8_t>(static_cast<int8_t>(w_eff(c, tap_of(q, t))));
         }
       }
     }
@@ -227,7 +238,8 @@ std::shared_ptr<QConv> QConv::create(const void* w, bool w_unsigned, int64_t M, 
         }
       }
     }
-    pack_depthwise_nhwc(isa, two_d ? attrs.strides[1] : attrs.strides[0], d);
+    pack_depthwise_nhwc(isa, two_d ? attrs.strides[0] : 1, two_d ? attrs.strides[1] : attrs.strides[0],
+                        two_d ? attrs.dilations[0] : 1, d);
     return c;
   }
 
@@ -434,12 +446,23 @@ void QConv::plan_depthwise(const Geometry& geo, Plan& pl) const {
 }
 
 void QConv::plan_depthwise_nhwc(const Geometry& geo, Plan& pl) const {
-  // units = output rows (n, oy); each builds its row's tap pointers, then one kernel call
-  pl.units = geo.N * geo.OH;
+  // units = output rows (n, oy); each builds its row's tap pointers, then one kernel call.
+  // Flat rows: units = bands of dw_rows_per_unit rows (n, oy0 .. oy1), one kernel call
+  // each, which prepares each x row of the band once per strip (kernels.h): bands of at
+  // least 4 rows (a band prepares kh − 1 rows more than it has), else a few per thread.
   const int64_t taps = geo.kh * geo.kw;
-  pl.off_ptrs = 0;  // tap pointers, or the flat rows' [taps] row / shift / lo / hi
+  pl.units = geo.N * geo.OH;
+  if (dw_.nhwc_flat) {
+    const int64_t want = std::max<int64_t>(1, div_up(int64_t{pl.threads} * kUnitsPerThread, geo.N));
+    const int64_t bands = pl.threads == 1 ? 1 : std::min(want, div_up(geo.OH, 4));
+    pl.dw_rows_per_unit = div_up(geo.OH, bands);
+    pl.dw_row_blocks = div_up(geo.OH, pl.dw_rows_per_unit);
+    pl.units = geo.N * pl.dw_row_blocks;
+  }
+  pl.off_ptrs = 0;  // tap pointers, or the flat rows' kernel call's scratch
   pl.off_scratch = align64(static_cast<size_t>(std::max<int64_t>(geo.OW, 4) * taps) * 8);
   pl.thread_bytes = pl.off_scratch + align64(dw_nhwc_scratch_bytes(geo.C, taps));
+  if (dw_.nhwc_flat) pl.thread_bytes = align64(dw_flat_scratch_bytes(geo.kh, geo.dh, geo.kw));
   pl.n_thread_ws = pl.threads;
   const int64_t cpad = dw_.nhwc_cpad;
   pl.off_colterm = 0;
@@ -733,29 +756,33 @@ namespace conv {
 // Flat rows (kernels.h "Depthwise, channels_last, flat rows"; sw = 1, avx512vnni).
 void QConv::run_depthwise_flat(const ConvArgs& a, const Geometry& geo, const Plan& pl, ConvWorkspace& ws,
                                const DepthwiseNhwc& base) const {
-  const int64_t C = geo.C, taps = geo.kh * geo.kw, n = geo.OW * C;
-  // horizontal geometry, the same for every row: tap (ky, kx) of output pixel ox reads input
+  const int64_t C = geo.C, n = geo.OW * C;
+  // horizontal geometry, the same for every row: tap kx of output pixel ox reads input
   // column ox − pad_left + kx·dw, inside x for ox in [pad_left − kx·dw, W + pad_left − kx·dw)
   int64_t* shift = reinterpret_cast<int64_t*>(ws.main.data() + pl.off_flat);
-  int64_t* lo = shift + taps;
-  int64_t* hi = lo + taps;
+  int64_t* lo = shift + geo.kw;
+  int64_t* hi = lo + geo.kw;
   int64_t lo_max = 0, hi_min = n;
-  for (int64_t ky = 0; ky < geo.kh; ++ky) {
-    for (int64_t kx = 0; kx < geo.kw; ++kx) {
-      const int64_t t = ky * geo.kw + kx, left = geo.pad_left - kx * geo.dw;
-      shift[t] = -left * C;
-      lo[t] = std::clamp<int64_t>(left, 0, geo.OW) * C;
-      hi[t] = std::max(lo[t], std::clamp<int64_t>(geo.W + left, 0, geo.OW) * C);
-      lo_max = std::max(lo_max, lo[t]);
-      hi_min = std::min(hi_min, hi[t]);
-    }
+  for (int64_t kx = 0; kx < geo.kw; ++kx) {
+    const int64_t left = geo.pad_left - kx * geo.dw;
+    shift[kx] = -left * C;
+    lo[kx] = std::clamp<int64_t>(left, 0, geo.OW) * C;
+    hi[kx] = std::max(lo[kx], std::clamp<int64_t>(geo.W + left, 0, geo.OW) * C);
+    lo_max = std::max(lo_max, lo[kx]);
+    hi_min = std::min(hi_min, hi[kx]);
   }
-  // vectors inside every tap's range read plain loads (a tap whose row is outside x reads
-  // zx in any vector, so all taps may set the range)
+  // vectors inside every tap's range read plain loads (a row outside x reads zx in any
+  // vector)
   DepthwiseNhwcFlat f;
   f.n = n;
-  f.taps = taps;
+  f.kh = geo.kh;
+  f.kw = geo.kw;
   f.blocks = dw_.nhwc_cpad / 64;
+  f.H = geo.H;
+  f.row_bytes = geo.W * C;
+  f.sh = geo.sh;
+  f.dh = geo.dh;
+  f.pad_top = geo.pad_top;
   f.shift = shift;
   f.lo = lo;
   f.hi = hi;
@@ -771,21 +798,18 @@ void QConv::run_depthwise_flat(const ConvArgs& a, const Geometry& geo, const Pla
   f.zy = base.zy;
   f.lo_minus_zy = base.lo_minus_zy;
   f.hi_minus_zy = base.hi_minus_zy;
+  f.vtail = dw_.nhwc_vtail;
   const int ob = out_bytes(a.out_type);
   const uint8_t* x = static_cast<const uint8_t*>(a.x);
 
   auto unit_fn = [&](int64_t unit, int thread) {
-    const int64_t img = unit / geo.OH, oy = unit % geo.OH;
-    const uint8_t** rows = reinterpret_cast<const uint8_t**>(ws.thread_bufs[thread].data() + pl.off_ptrs);
-    const uint8_t* image = x + img * geo.H * geo.W * C;
-    for (int64_t ky = 0; ky < geo.kh; ++ky) {
-      const int64_t iy = oy * geo.sh - geo.pad_top + ky * geo.dh;
-      const uint8_t* row = iy >= 0 && iy < geo.H ? image + iy * geo.W * C : nullptr;
-      for (int64_t kx = 0; kx < geo.kw; ++kx) rows[ky * geo.kw + kx] = row;
-    }
+    const int64_t img = unit / pl.dw_row_blocks, oy0 = unit % pl.dw_row_blocks * pl.dw_rows_per_unit;
     DepthwiseNhwcFlat r = f;
-    r.row = rows;
-    r.y = static_cast<uint8_t*>(a.y) + (img * geo.OH + oy) * n * ob;
+    r.image = x + img * geo.H * geo.W * C;
+    r.oy0 = oy0;
+    r.oy1 = std::min(geo.OH, oy0 + pl.dw_rows_per_unit);
+    r.scratch = ws.thread_bufs[thread].data() + pl.off_ptrs;
+    r.y = static_cast<uint8_t*>(a.y) + (img * geo.OH + oy0) * n * ob;
     depthwise_nhwc_flat_avx512vnni(r);
   };
   run_with_affinity(pl.threads, pl.units, unit_fn);

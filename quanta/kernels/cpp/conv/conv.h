@@ -194,6 +194,7 @@ struct DepthwiseWeights {
   // avx512vnni with horizontal stride 1: the flat-row layout (kernels.h "Depthwise,
   // channels_last, flat rows"), entry e for channel e mod C, nhwc_cpad = lcm(C, 64)
   bool nhwc_flat = false;
+  bool nhwc_vtail = false;  // flat 5x5 at sh = dh = 1 with the vertical tail (kernels.h)
 };
 
 struct DepthwiseNhwc;  // kernels.h

@@ -294,39 +294,63 @@ void depthwise_nhwc_avx512vnni(const DepthwiseNhwc& a);
 // Depthwise, channels_last, flat rows (avx512vnni, horizontal stride 1;
 // DepthwiseWeights::nhwc_flat). With sw = 1 the output row's OW·C bytes and each tap's
 // input bytes are the same flat stream shifted: output element f = o·C + c reads, for tap
-// t = (ky, kx), the byte at
-//   row[t] + shift[t] + f,   row[t] = x row iy = oy·sh − pad_top + ky·dh,
-//                            shift[t] = (kx·dw − pad_left)·C            (bytes, may be < 0)
-// when f lies in [lo[t], hi[t]) (the output pixels whose tap is inside x, times C), and the
-// pad value zx elsewhere (and for every f when the row is outside x: row[t] null). So the
-// kernel walks the row in 64-byte vectors of elements regardless of pixel boundaries: a
-// vector holds 64 / C pixels when C divides 64 (C = 16: four), or straddles pixels. Most
-// vectors ([v_lo, v_hi)) read every tap with one plain load; the vectors at the row's ends
-// use masked loads merged into zx. Lanes, dwords and the vpdpbusd inner product are those
-// of the 64c4 kernel above (ISA order within 64 elements).
+// (ky, kx), the byte at
+//   row(iy) + shift[kx] + f,   iy = oy·sh − pad_top + ky·dh,
+//                              shift[kx] = (kx·dw − pad_left)·C          (bytes, may be < 0)
+// when f lies in [lo[kx], hi[kx]) (the output pixels whose tap is inside x, times C) and
+// row iy is inside x, and the pad value zx elsewhere. So the kernel walks the row in
+// 64-byte vectors of elements regardless of pixel boundaries: a vector holds 64 / C pixels
+// when C divides 64 (C = 16: four), or straddles pixels. Most vectors ([v_lo, v_hi)) read
+// every tap with one plain load; the vectors at the row's ends use masked loads merged
+// into zx. Lanes and dwords are those of the 64c4 kernel above (ISA order within 64
+// elements).
+//
+// The horizontal taps of one x row are the same for every output row that reads it, so
+// they are interleaved once per x row: the "prepared row" P(iy) holds, per vector of 64
+// elements and tap group g < gx = ceil(kw/4), the 4 registers of dwords
+// (x'[iy, f + shift[4g]], .. x'[iy, f + shift[4g + 3]]) (0 past kw) that one vpdpbusd
+// each multiplies by the weights of taps (ky, 4g .. 4g + 3). An output vector is then
+// kh·gx groups of 4 plain loads and 4 vpdpbusd, no shuffles. One call computes output
+// rows [oy0, oy1) of one image, in strips of dw_flat_strip() vectors so that a ring of
+// (kh − 1)·dh + 1 prepared rows stays in L1 (slot iy mod ring: the kh rows of an output
+// row never share a slot); each x row is prepared once per strip and call.
 //
 // Channel of element f: f mod C, which repeats every lcm(C, 64) elements, i.e. every
 // blocks = C / gcd(C, 64) vectors: vector v takes weight block v mod blocks. The
-// per-channel arrays (weights [blocks][ceil(taps/4)][64][4], colterm, multiplier, zw
-// [blocks·64]) hold entry e = 64·b + i (ISA index dw_nhwc_index(i)) for channel e mod C
-// (nhwc_cpad = blocks·64 entries). For C a multiple of 64 this is the 64c4 layout itself.
+// per-channel arrays (colterm, multiplier, zw [blocks·64]) hold entry e = 64·b + i (ISA
+// index dw_nhwc_index(i)) for channel e mod C (nhwc_cpad = blocks·64 entries); the weights
+// are [blocks][kh·gx][64][4]: byte i of group ky·gx + g of entry e is w_eff[e mod C, ky,
+// 4g + i] (0 past kw).
+//
+// 5x5 at sh = dh = 1, the vertical tail (vtail): group 1 of P(iy) holds tap 4 of x rows
+// iy .. iy + 3 (slot k: row iy + k) instead of row iy's tap 4 alone with 3 empty slots, so
+// an output row reads 5 groups of taps 0..3, P(t0)'s group 1 (tap 4 of its tap rows 0..3)
+// and P(t0 + 4)'s group 1 slot 0 (tap (4, 4)): 7 groups instead of 10; a step of rows
+// t0 + r shares P(t0 + 4)'s group 1 (row r takes its slot r). Weights [blocks][10][64][4]:
+// groups 0..4 the taps (ky, 0..3), group 5 the taps (0..3, 4), group 6 + r tap (4, 4) in
+// slot r (others 0).
 // ---------------------------------------------------------------------------------------
 struct DepthwiseNhwcFlat {
-  int64_t n = 0, taps = 0, blocks = 1;  // n = OW·C elements of the row
-  const uint8_t* const* row = nullptr;  // [taps]: x row of tap t, or null (outside x: every read is zx)
-  const int64_t* shift = nullptr;       // [taps]
-  const int64_t* lo = nullptr;          // [taps]
-  const int64_t* hi = nullptr;          // [taps]
-  int64_t v_lo = 0, v_hi = 0;           // vectors whose in-x taps read 64 bytes of x each
-  uint8_t zx = 0, flip = 0;             // pad value (x's own domain), and 0x80 for int8 x
-  const uint8_t* weights = nullptr;     // DepthwiseWeights::nhwc_taps
-  const int32_t* colterm = nullptr;     // [blocks·64]
-  const float* multiplier = nullptr;    // [blocks·64] (kU8/kS8)
-  const int32_t* zw = nullptr;          // [blocks·64], or null
+  int64_t n = 0, kh = 1, kw = 1, blocks = 1;  // n = OW·C elements of an output row
+  const uint8_t* image = nullptr;             // x row 0 of the image
+  int64_t H = 0, row_bytes = 0;               // x rows, bytes per x row (W·C)
+  int64_t sh = 1, dh = 1, pad_top = 0;
+  int64_t oy0 = 0, oy1 = 0;           // output rows of this call
+  const int64_t* shift = nullptr;     // [kw]
+  const int64_t* lo = nullptr;        // [kw]
+  const int64_t* hi = nullptr;        // [kw]
+  int64_t v_lo = 0, v_hi = 0;         // vectors whose in-x taps read 64 bytes of x each
+  uint8_t zx = 0, flip = 0;           // pad value (x's own domain), and 0x80 for int8 x
+  const uint8_t* weights = nullptr;   // DepthwiseWeights::nhwc_taps
+  const int32_t* colterm = nullptr;   // [blocks·64]
+  const float* multiplier = nullptr;  // [blocks·64] (kU8/kS8)
+  const int32_t* zw = nullptr;        // [blocks·64], or null
   OutType out_type = OutType::kS32;
   int32_t zy = 0;
   float lo_minus_zy = 0.f, hi_minus_zy = 0.f;
-  void* y = nullptr;  // element 0 of the output row
+  bool vtail = false;          // 5x5 with the vertical tail (DepthwiseWeights::nhwc_vtail)
+  void* y = nullptr;           // element 0 of output row oy0 (rows n elements apart)
+  uint8_t* scratch = nullptr;  // dw_flat_scratch_bytes(kh, dh, kw)
 };
 
 // Weight blocks of the flat layout for C channels: lcm(C, 64) / 64.
@@ -338,6 +362,27 @@ inline int64_t dw_flat_blocks(int64_t C) {
     b = t;
   }
   return C / a;
+}
+
+// Output rows one flat-rows step computes at most (sh = dh = 1), and the ring of prepared
+// rows: (kh − 1)·dh + 1 for one output row, kh + kDwFlatRows − 1 for a step of rows.
+constexpr int64_t kDwFlatRows = 4;
+inline int64_t dw_flat_ring(int64_t kh, int64_t dh) { return (kh - 1) * dh + kDwFlatRows; }
+
+// Vectors per strip: the ring of a strip (256·gx bytes a vector and row) in about 24 KiB,
+// at least 4 vectors.
+inline int64_t dw_flat_strip(int64_t kh, int64_t dh, int64_t kw) {
+  const int64_t per_vector = dw_flat_ring(kh, dh) * ((kw + 3) / 4) * 256;
+  const int64_t s = 24576 / per_vector;
+  return s < 4 ? 4 : s;
+}
+
+// Scratch of one flat-rows call: the ring's tags (int64) and the window's slot pointers
+// (kh + kDwFlatRows − 1), then the ring from the next 64-byte boundary.
+inline size_t dw_flat_scratch_bytes(int64_t kh, int64_t dh, int64_t kw) {
+  const int64_t ring = dw_flat_ring(kh, dh);
+  return static_cast<size_t>((ring + kh + kDwFlatRows - 1) * 8 + 64 +
+                             ring * dw_flat_strip(kh, dh, kw) * ((kw + 3) / 4) * 256);
 }
 
 void depthwise_nhwc_flat_avx512vnni(const DepthwiseNhwcFlat& a);
