@@ -303,7 +303,11 @@ class FoldEvaluated(Rule):
 
     Not folded: the ops in KEEP (with their reasons), nodes with subgraphs, and results
     that would grow the model (an output over ``max_output_elements`` that is larger
-    than every input, e.g. Expand or ConstantOfShape of a big shape).
+    than all its inputs together, e.g. Expand or ConstantOfShape of a big shape). A
+    Concat of constant pieces is no larger than its pieces together and folds: torch's
+    dynamo exporter writes an LSTM's / GRU's W and R as Unsqueeze(Concat(Slice(w)...))
+    (the gates reordered), and an RNN whose weights are not constants runs on the
+    reference kernel.
     """
 
     pattern = "y = *(...)"
@@ -333,12 +337,12 @@ class FoldEvaluated(Rule):
             return NoMatch(f"the evaluator failed on {node.op_type}: {type(e).__name__}: {e}")
         if len(outs) < len(node.outputs):
             return NoMatch(f"the evaluator returned {len(outs)} outputs for {len(node.outputs)}")
-        largest_input = max((a.size for a in arrays if a is not None), default=0)
+        all_inputs = sum(np.asarray(a).size for a in arrays if a is not None)
         for v, a in zip(node.outputs, outs):
-            if a.size > self.max_output_elements and a.size > largest_input:
+            if a.size > self.max_output_elements and a.size > all_inputs:
                 return NoMatch(
                     f"output '{v.name}' would have {a.size} elements (> {self.max_output_elements} and more than "
-                    "any input): folding would grow the model"
+                    f"its inputs' {all_inputs} together): folding would grow the model"
                 )
             reason = _check_dtype(a, v)
             if reason:

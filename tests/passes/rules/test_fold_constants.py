@@ -389,7 +389,7 @@ def test_fold_evaluated_refuses_growing_the_model():
         out_elem=TensorProto.FLOAT,
     )
     assert reasons(proto, "FoldEvaluated", evaluator=True) == [
-        "output 'y' would have 90000 elements (> 65536 and more than any input): folding would grow the model"
+        "output 'y' would have 90000 elements (> 65536 and more than its inputs' 2 together): folding would grow the model"
     ]
 
 
@@ -575,3 +575,30 @@ def test_fold_shape_elements_reads_static_dimensions_of_a_symbolic_batch():
     x = rng_data((4, 3, 7, 5), seed=3)
     for e, a in zip(run_ref(proto, {"x": x}), run_ref(model, {"x": x})):
         np.testing.assert_array_equal(e, a)
+
+
+def test_fold_evaluated_folds_a_concat_no_larger_than_its_pieces():
+    # three [97, 301] pieces (29,197 elements each) -> [291, 301] (87,591 > 65536): not growth
+    rng = np.random.default_rng(3)
+    pieces = [rng.standard_normal((97, 301)).astype(np.float32) for _ in range(3)]
+    proto = model_of(
+        [helper.make_node("Concat", ["a", "b", "c"], ["y"], name="cat", axis=0)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [out_info("y", 2, TensorProto.FLOAT)],
+        [_init(n, p) for n, p in zip("abc", pieces, strict=True)],
+    )
+    model = load(proto)
+    result = run_passes(model, [FoldConstants(reference_evaluator(model.opset_imports))])
+    assert result.fired("FoldEvaluated") == 1
+    np.testing.assert_array_equal(model.graph.outputs[0].const, np.concatenate(pieces))
+    # an Expand of one of them to 4x its size still grows the model and is refused
+    grow = model_of(
+        [helper.make_node("Expand", ["a", "s"], ["y"], name="n")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [out_info("y", 3, TensorProto.FLOAT)],
+        [_init("a", pieces[0]), _init("s", np.array([4, 97, 301], np.int64))],
+    )
+    assert reasons(grow, "FoldEvaluated", evaluator=True) == [
+        "output 'y' would have 116788 elements (> 65536 and more than its inputs' 29200 together): "
+        "folding would grow the model"
+    ]
