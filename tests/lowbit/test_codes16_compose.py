@@ -207,3 +207,60 @@ def test_maps_each_alone_stay_affine_maps():
     a single map stays the affine pass (cheaper than a gather from a 128 KiB table)."""
     blob = _model(np.uint16, (1, 7, 5, 9), conv=True, two_inputs=True)
     assert _steps(quanta.InferenceSession(blob)).count("QLinearAffine16") == 3  # BN, x + 3, / 6
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_matmul16_steps_run_from_a_program_with_the_bytes_of_the_loop(isa, threads):
+    """x [3, 7, 17] -> MatMul by a uint8 [17, 13] (per-column scales, zero points 100-155)
+    -> MatMul by an int8 [13, 7], each between int16 Q / DQ: both products recorded."""
+    rng = np.random.default_rng(9)
+    inits = []
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    nodes = []
+
+    def qdq(src, name, scale, zp):
+        z = const(f"{name}_z", np.int16(zp))
+        nodes.append(
+            helper.make_node("QuantizeLinear", [src, const(f"{name}_s", F32(scale)), z], [f"{name}_q"])
+        )
+        nodes.append(helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", z], [f"{name}_d"]))
+        return f"{name}_d"
+
+    h = qdq("x", "x", 5.0 / 32767, -321)
+    w1 = [const("w1", rng.integers(0, 256, (17, 13)).astype(np.uint8))]
+    w1 += [const("w1s", rng.uniform(0.002, 0.01, 13).astype(F32))]
+    w1 += [const("w1z", rng.integers(100, 156, 13).astype(np.uint8))]
+    nodes.append(helper.make_node("DequantizeLinear", w1, ["w1d"], axis=1))
+    nodes.append(helper.make_node("MatMul", [h, "w1d"], ["m1"]))
+    h = qdq("m1", "m1", 40.0 / 32767, 77)
+    w2 = [const("w2", rng.integers(-128, 128, (13, 7)).astype(np.int8)), const("w2s", F32(0.013))]
+    nodes.append(helper.make_node("DequantizeLinear", w2, ["w2d"]))
+    nodes.append(helper.make_node("MatMul", [h, "w2d"], ["m2"]))
+    y = qdq("m2", "m2", 30.0 / 32767, -5)
+    nodes.append(helper.make_node("Identity", [y], ["out"]))
+    graph = helper.make_graph(
+        nodes,
+        "mm16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 7, 17])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    blob = model.SerializeToString()
+    opts = quanta.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess, loop = quanta.InferenceSession(blob, opts), quanta.InferenceSession(blob, opts)
+    loop.executor.native_programs = False
+    ref = quanta.InferenceSession(blob, backend="reference")
+    assert _steps(sess).count("QLinearMatMul16") == 2
+    for _ in range(3):
+        x = {"x": rng.uniform(-6, 6, (3, 7, 17)).astype(F32)}
+        got = sess.run(None, x)[0]
+        assert got.tobytes() == loop.run(None, x)[0].tobytes() == ref.run(None, x)[0].tobytes()
+    (bound,) = sess.executor.bound_runs().values()
+    assert bound.program_steps == (2, 4)

@@ -187,6 +187,25 @@ def _matmul16_native(
     return run_twin("QLinearMatMul16", QUANTA_DOMAIN, ctx, (a, *rest), {}, out)
 
 
+def _matmul16_specialized(sig: Specialization, **p: Any) -> Any:
+    """a of the compiled type and known shape: the kernel's arguments bound once, one
+    recordable call into the step's output (the same kernel, so the same bytes)."""
+    shape, out = sig.shapes[0], sig.out
+    if sig.dtypes[0] != p["x_dtype"] or shape is None or len(shape) < 1 or out is None:
+        return None
+    threads = step_threads(sig, work=int(np.prod(out.shape)) * int(p["k"]), small=SMALL_MACS)
+    mm, packed, k, n, dw, cw = _native.a16w8_matmul, p["packed"], p["k"], p["n"], p["dw"], p["cw"]
+    bias, mult, zx, zy, od = p["bias64"], p["mult"], p["zx"], p["zy"], p["out_dtype"]
+    return guarded(
+        lambda a, *rest: mm(a, packed, k, n, dw, cw, bias, mult, zx, zy, od, threads, out),
+        _matmul16_native,
+        p,
+        out,
+        reads=1,
+        recordable=True,
+    )
+
+
 #: largest K for which float64 sums of 16 x 16-bit products are exact: each product is
 #: below 2^32 in magnitude, so every partial sum of K of them stays below 2^53
 EXACT_F64_K = 1 << 21
@@ -288,7 +307,9 @@ def bind_qlinear_matmul16(model: Model, node: Node) -> tuple[Kernel | None, str]
     params["dw"], params["cw"] = weight_terms(wk, b.dtype, z_w, n)
     params.update(packed=pack_weight(wk), k=k, n=n)
     name = f"native:qlinear_matmul16_{_SHORT[params['x_dtype']]}{_SHORT[b.dtype]}"
-    return Kernel(_matmul16_native, "native", name, params=params, out=True), ""
+    return Kernel(
+        _matmul16_native, "native", name, params=params, out=True, specialize=_matmul16_specialized
+    ), ""
 
 
 def _conv16_geometry(shape: tuple[int, ...], kernel: list[int], attrs: dict) -> tuple:
