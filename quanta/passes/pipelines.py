@@ -277,7 +277,7 @@ def lower_qdq(
     from quanta.passes.lower.accumulator_to_quant import FuseAccumulatorToQuant
     from quanta.passes.lower.channels_last import ChannelsLast
     from quanta.passes.lower.fold_float_weights import FoldFloatWeights, FoldRequantizedConstants
-    from quanta.passes.lower.lookup import ComposeLookupsPass
+    from quanta.passes.lower.lookup import ComposeCodeMaps16Pass, ComposeLookupsPass
     from quanta.passes.lower.mul_quant import FuseMulQuantPass
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
     from quanta.passes.lower.requant_params import CarryRequantization
@@ -334,6 +334,8 @@ def lower_qdq(
         FoldConstants(evaluator),
         *([FoldRequantizedConstants(evaluator), FoldConstants(evaluator)] if evaluator is not None else []),
         ComposeLookupsPass(),  # tables in a row (a BatchNorm as Sub / Mul / Add, each between Q / DQ): one
+        # a group of ops on one tensor's 16-bit codes (HardSwish's x + 3, x · (x + 3), / 6): one table
+        *([ComposeCodeMaps16Pass(evaluator)] if evaluator is not None else []),
         QuantizePad(),  # DQ -> Pad -> Q of one type: the Pad runs on the integers
         *([FoldFloatWeights(evaluator)] if evaluator is not None else []),  # DQ(const) read by float ops
         ConvTransposeAs2d(opset),  # a float strided 1-D ConvTranspose left: the 2-D one (native float kernel)

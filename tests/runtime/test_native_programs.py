@@ -312,3 +312,35 @@ def test_an_average_pool_between_recorded_steps_runs_in_the_program() -> None:
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)  # float sums of 6: a few ulps
     (bound,) = sess.executor.bound_runs().values()
     assert bound.program_steps[0] == 2  # the pool and the Relu after it (Relu reads the feed, Mul writes y)
+
+
+def test_a_requantizing_concat_runs_in_the_program() -> None:
+    """Three uint8 inputs ([1, 3, 5], [1, 7, 5], [1, 17, 5]; two with their own scale and
+    zero point: tables, one with the output's: a copy) concatenated on axis 1 and requantized:
+    the QLinearConcat is recorded (its inputs come from Python steps: the feeds' Q) and
+    gives the bytes of the Python loop and of the reference."""
+    params = [(0.02, 128), (0.013, 3), (0.031, 250)]
+    nodes, inits, inputs = [], [], []
+    for i, ((s, z), c) in enumerate(zip(params, (3, 7, 17), strict=True)):
+        inputs.append(helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1, c, 5]))
+        inits += [_const(f"s{i}", np.float32(s)), _const(f"z{i}", np.uint8(z))]
+        nodes.append(helper.make_node("QuantizeLinear", [f"x{i}", f"s{i}", f"z{i}"], [f"q{i}"]))
+        nodes.append(helper.make_node("DequantizeLinear", [f"q{i}", f"s{i}", f"z{i}"], [f"d{i}"]))
+    nodes.append(helper.make_node("Concat", ["d0", "d1", "d2"], ["c"], axis=1))
+    nodes.append(helper.make_node("QuantizeLinear", ["c", "s2", "z2"], ["cq"]))
+    nodes.append(helper.make_node("DequantizeLinear", ["cq", "s2", "z2"], ["y"]))
+    g = helper.make_graph(
+        nodes, "concat", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    sess, plain = quanta.InferenceSession(p), quanta.InferenceSession(p)
+    plain.executor.native_programs = False
+    ref = quanta.InferenceSession(p, backend="reference")
+    assert "QLinearConcat" in [s.op_type for s in sess.plan.steps]
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        feeds = {f"x{i}": rng.normal(0, 2, (1, c, 5)).astype(np.float32) for i, c in enumerate((3, 7, 17))}
+        got, loop, want = sess.run(None, feeds)[0], plain.run(None, feeds)[0], ref.run(None, feeds)[0]
+        assert got.tobytes() == loop.tobytes() == want.tobytes()
+    (bound,) = sess.executor.bound_runs().values()
+    assert bound.program_steps[0] == 1  # the concat (the three Q read feeds, the DQ writes y)

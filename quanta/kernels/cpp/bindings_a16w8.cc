@@ -96,7 +96,7 @@ EpArrays epilogue_arrays(const std::string& op, int64_t n, const py::object& dw,
 
 py::array output_array(const std::string& op, Elem out, const Shape& shape, const py::object& out_obj,
                        const py::array& input) {
-  if (out_obj.is_none()) return py::array(numpy_of(out), shape);
+  if (out_obj.is_none()) return note_new_output(), py::array(numpy_of(out), shape);
   if (!py::isinstance<py::array>(out_obj)) throw py::value_error(op + ": out: expected a numpy array");
   auto y = py::reinterpret_borrow<py::array>(out_obj);
   if (!dtype_equiv(y.dtype(), numpy_of(out)) || !(y.flags() & py::array::c_style) || !y.writeable() ||
@@ -139,10 +139,11 @@ py::array matmul_impl(const py::handle& a_obj, const py::handle& packed_obj, int
   const int64_t m = k == 0 ? 0 : static_cast<int64_t>(a.size()) / k;
   const int64_t oa = ae == Elem::kU16 ? 32768 : 0;
   a16w8::Epilogue ep{e.dw.data(), e.cw.data(), e.has_bias ? e.bias.data() : nullptr, e.mult.data(), oa - za, zy, oe};
-  {
-    py::gil_scoped_release release;
-    a16w8::matmul(a.data(), ae, m, w, ep, y.mutable_data(), num_threads);
-  }
+  // the recorded call holds pointers into a, packed, the epilogue's arrays and y: the
+  // caller's arrays and the specialized call's constants (docs/runtime.md "Native programs")
+  const void* ad = a.data();
+  void* yd = y.mutable_data();
+  run_or_record([=]() { a16w8::matmul(ad, ae, m, w, ep, yd, num_threads); });
   return y;
 }
 
@@ -190,10 +191,9 @@ py::array conv_impl(const py::handle& x_obj, int64_t zx, const py::handle& packe
   py::array y = output_array(op, oe, Shape{g.batch, m, g.oh, g.ow}, out_obj, x);
   const int64_t oa = xe == Elem::kU16 ? 32768 : 0;
   a16w8::Epilogue ep{e.dw.data(), e.cw.data(), e.has_bias ? e.bias.data() : nullptr, e.mult.data(), oa - zx, zy, oe};
-  {
-    py::gil_scoped_release release;
-    a16w8::conv2d(x.data(), xe, zx, g, ws.data(), ep, y.mutable_data(), num_threads);
-  }
+  const void* xd = x.data();
+  void* yd = y.mutable_data();
+  run_or_record([=]() { a16w8::conv2d(xd, xe, zx, g, ws.data(), ep, yd, num_threads); });
   return y;
 }
 
@@ -220,10 +220,10 @@ py::array depthwise_impl(const py::handle& x_obj, int64_t zx, const py::handle& 
   const Elem oe = parse_out(op, out_dtype);
   py::array y = output_array(op, oe, Shape{g.batch, c, g.oh, g.ow}, out_obj, x);
   a16w8::Epilogue ep{nullptr, nullptr, e.has_bias ? e.bias.data() : nullptr, e.mult.data(), 0, zy, oe};
-  {
-    py::gil_scoped_release release;
-    a16w8::conv2d_depthwise(x.data(), xe, zx, g, wd.data(), ep, y.mutable_data(), num_threads);
-  }
+  const void* xd = x.data();
+  const int32_t* wdd = wd.data();
+  void* yd = y.mutable_data();
+  run_or_record([=]() { a16w8::conv2d_depthwise(xd, xe, zx, g, wdd, ep, yd, num_threads); });
   return y;
 }
 
@@ -233,8 +233,8 @@ template <typename TI, typename TO>
 void affine_typed(const py::array& x, py::array& y, const a16w8::Affine16& p) {
   const TI* xs = static_cast<const TI*>(x.data());
   TO* ys = static_cast<TO*>(y.mutable_data());
-  py::gil_scoped_release release;
-  a16w8::affine16<TI, TO>(xs, ys, p, active_isa());
+  const Isa isa = active_isa();
+  run_or_record([=]() { a16w8::affine16<TI, TO>(xs, ys, p, isa); });
 }
 
 py::array affine16_impl(const py::handle& x_obj, int64_t zx, const py::handle& m_obj, const py::handle& b_obj,
@@ -262,6 +262,7 @@ py::array affine16_impl(const py::handle& x_obj, int64_t zx, const py::handle& m
   p.hi = hi;
   py::array y;
   if (out_obj.is_none()) {
+    note_new_output();
     y = py::array(numpy_of(ey), shape_of(x));
   } else {
     y = contiguous_int_input(out_obj, op + ": out");
@@ -269,7 +270,7 @@ py::array affine16_impl(const py::handle& x_obj, int64_t zx, const py::handle& m
       throw py::value_error(op + ": out: expected a writeable " + out_dtype + " array of x's shape, apart from x");
     }
   }
-  if (x.size() == 0) return y;
+  if (x.size() == 0) return run_or_record([]() {}), y;  // one (empty) call, as every other size
   if (ex == Elem::kU16 && ey == Elem::kU16) affine_typed<uint16_t, uint16_t>(x, y, p);
   if (ex == Elem::kU16 && ey == Elem::kI16) affine_typed<uint16_t, int16_t>(x, y, p);
   if (ex == Elem::kI16 && ey == Elem::kU16) affine_typed<int16_t, uint16_t>(x, y, p);
@@ -282,14 +283,12 @@ py::array binary_typed(const py::array& a, const py::array& b, const py::object&
                        const std::string& op) {
   const Broadcast bc = broadcast_shapes(a, b, op);
   auto y = make_output<T>(out_obj, bc.out, op.c_str(), {a, b});
-  const broadcast::Shape s = bc.shape();
   const T* as = static_cast<const T*>(a.data());
   const T* bs = static_cast<const T*>(b.data());
   T* ys = y.mutable_data();
-  {
-    py::gil_scoped_release release;
-    a16w8::binary16<T>(as, bs, ys, s, p, active_isa());
-  }
+  const Isa isa = active_isa();
+  // bc by value: its shape() points into it, so the kept call holds its own copy
+  run_or_record([=]() { a16w8::binary16<T>(as, bs, ys, bc.shape(), p, isa); });
   return std::move(y);
 }
 
@@ -326,6 +325,7 @@ py::array lut16_impl(const py::handle& x_obj, const py::handle& t_obj, const py:
   }
   py::array y;
   if (out_obj.is_none()) {
+    note_new_output();
     y = py::array(numpy_of(et), shape_of(x));
   } else {
     y = contiguous_int_input(out_obj, op + ": out");
@@ -335,13 +335,13 @@ py::array lut16_impl(const py::handle& x_obj, const py::handle& t_obj, const py:
   }
   const auto* xs = static_cast<const uint16_t*>(x.data());
   const int64_t n = x.size();
-  {
-    py::gil_scoped_release release;
-    if (et == Elem::kU16) {
-      a16w8::lut16<uint16_t>(xs, static_cast<uint16_t*>(y.mutable_data()), n, static_cast<const uint16_t*>(t.data()));
-    } else {
-      a16w8::lut16<int16_t>(xs, static_cast<int16_t*>(y.mutable_data()), n, static_cast<const int16_t*>(t.data()));
-    }
+  void* yd = y.mutable_data();
+  const void* td = t.data();
+  if (et == Elem::kU16) {
+    run_or_record(
+        [=]() { a16w8::lut16<uint16_t>(xs, static_cast<uint16_t*>(yd), n, static_cast<const uint16_t*>(td)); });
+  } else {
+    run_or_record([=]() { a16w8::lut16<int16_t>(xs, static_cast<int16_t*>(yd), n, static_cast<const int16_t*>(td)); });
   }
   return y;
 }

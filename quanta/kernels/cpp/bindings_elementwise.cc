@@ -306,6 +306,7 @@ py::array qlinear_concat(const py::list& inputs, const py::list& tables, int64_t
   }
   py::array y;
   if (out_obj.is_none()) {
+    note_new_output();
     y = py::array(dt, out_shape);
   } else {
     if (!py::isinstance<py::array>(out_obj)) throw py::value_error("qlinear_concat: out: expected a numpy array");
@@ -334,8 +335,9 @@ py::array qlinear_concat(const py::list& inputs, const py::list& tables, int64_t
   const int64_t row = out_shape[axis] * tail;
   auto* dst = reinterpret_cast<uint8_t*>(y.mutable_data());
   const Isa isa = active_isa();
-  {
-    py::gil_scoped_release release;
+  // the kept call holds the inputs', the tables' and y's addresses (the specialized call
+  // holds the tables; docs/runtime.md "Native programs") and its own copies of the runs
+  run_or_record([=]() {
     for (int64_t o = 0; o < outer; ++o) {
       uint8_t* d = dst + o * row;
       for (size_t i = 0; i < n; ++i) {
@@ -348,7 +350,7 @@ py::array qlinear_concat(const py::list& inputs, const py::list& tables, int64_t
         d += inner[i];
       }
     }
-  }
+  });
   return y;
 }
 

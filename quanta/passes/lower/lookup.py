@@ -61,10 +61,13 @@ from quanta.passes.rules._util import describe, node_qtype
 from quanta.passes.rules.fold_constants import Evaluator
 
 __all__ = [
+    "CODE_MAPS16",
     "MAX_GROUP",
     "QUANTA_DOMAIN",
     "QUANTA_TABLE_OPS",
     "TABLE_OPS",
+    "ComposeCodeMaps16",
+    "ComposeCodeMaps16Pass",
     "ComposeLookups",
     "ComposeLookupsPass",
     "LowerLookup",
@@ -484,3 +487,169 @@ class ComposeLookupsPass(RewritePass):
 
     def __init__(self) -> None:
         super().__init__([ComposeLookups()])
+
+
+#: quanta's elementwise ops on 16-bit codes whose result at an element depends on that
+#: element's codes alone (per-tensor parameters): the members of a composed 16-bit table
+CODE_MAPS16 = frozenset({"QLinearAffine16", "QLinearMul16", "QLinearAdd16", "QLinearLookup"})
+#: the activation inputs of each (the other inputs are scales, zero points, constants)
+_CODE_INPUTS = {
+    "QLinearAffine16": (0,),
+    "QLinearMul16": (0, 3),
+    "QLinearAdd16": (0, 3),
+    "QLinearLookup": (0,),
+}
+#: (scale, zero point) of the input read at each activation position, and of the output
+_CODE_PARAMS = {
+    "QLinearAffine16": {0: (1, 2), "y": (3, 4)},
+    "QLinearMul16": {0: (1, 2), 3: (4, 5), "y": (6, 7)},
+    "QLinearAdd16": {0: (1, 2), 3: (4, 5), "y": (6, 7)},
+    "QLinearLookup": {0: (1, 2), "y": (3, 4)},
+}
+
+
+def _code_map16_refusal(n: Node) -> str:
+    """Why ``n`` cannot sit in a composed 16-bit table ("" if it can): a quanta op on
+    16-bit codes with constant per-tensor parameters (an affine map with one ``a`` and
+    ``b``, a product or sum of two codes, a 65536-entry table)."""
+    if n.domain != QUANTA_DOMAIN or n.op_type not in CODE_MAPS16 or len(n.outputs) != 1:
+        return f"{n.label} is not a quanta elementwise op on 16-bit codes"
+    acts = _CODE_INPUTS[n.op_type]
+    for i, v in enumerate(n.inputs):
+        if i in acts:
+            t = v.type if v is not None else None
+            if t is None or t.elem is None or np.dtype(t.elem.numpy) not in (np.uint16, np.int16):  # type: ignore[union-attr]
+                return f"{n.label}: input {describe(v)} is not of 16-bit codes"
+        elif v is not None and not v.is_const:
+            return f"{n.label}: parameter {describe(v)} is not a constant"
+        elif v is not None and n.op_type != "QLinearLookup" and np.asarray(v.const).size != 1:
+            if n.op_type == "QLinearAffine16" and i in (5, 6):
+                return f"{n.label}: a and b vary along an axis (a map per channel)"
+            return f"{n.label}: parameter {describe(v)} is not per tensor"
+    if n.op_type == "QLinearLookup":
+        t = n.input(5)
+        if "axis" in n.attrs or t is None or np.asarray(t.const).shape != (65536,):
+            return f"{n.label}: not one 65536-entry table per tensor"
+    return ""
+
+
+class ComposeCodeMaps16(Rule):
+    """A group of quanta ops on 16-bit codes that is a function of one tensor's codes
+    becomes one 65536-entry table:
+
+    ::
+
+        y = g(x), g a group of QLinearAffine16 (per tensor), QLinearMul16, QLinearAdd16,
+            QLinearLookup (per tensor) whose only run-time input is x
+          -> y = quanta::QLinearLookup(x, sx, zx, sy, zy, table)
+             table[bits(c)] = g(c) for each of the 65536 codes c                 (T6)
+
+    ONNX Runtime's 16-bit QDQ file writes HardSwish as ``x + 3``, ``x · (x + 3)`` and
+    ``/ 6``, each between Q / DQ pairs; lowered, three steps over the tensor (two affine
+    maps and a product of two codes), composed, one gather. Every member maps the codes at
+    an element to the codes at that element (the product's operands are both computed
+    from x, so of x's shape), so ``g`` on the 65536 codes, run with the reference kernels
+    the unlowered steps run (the injected evaluator), is what the steps compute for each
+    element: (T6) is exact by construction, whatever the members round. A single member
+    stays as it is (one affine pass costs less than a gather from a 128 KiB table).
+    Refused: no evaluator, a member with per-axis parameters, a group reading two tensors,
+    a group value used outside the group, more than ``MAX_GROUP`` members."""
+
+    pattern = "y = quanta::QLinearAffine16|QLinearMul16|QLinearAdd16|QLinearLookup(...)"
+
+    def __init__(self, evaluator: Evaluator | None = None) -> None:
+        self.evaluator = evaluator
+
+    def check(self, m: Match) -> Match | NoMatch:
+        if self.evaluator is None:
+            return NoMatch("no evaluator to compute the table with (the runtime injects one)")
+        why = _code_map16_refusal(m.root)
+        if why:
+            return NoMatch(why)
+        members: dict[int, Node] = {id(m.root): m.root}
+        x: Value | None = None
+        reader: tuple[Node, int] | None = None  # a member reading x, and where
+        stack = [m.root]
+        while stack:
+            n = stack.pop()
+            for i in _CODE_INPUTS[n.op_type]:
+                v = n.inputs[i]
+                assert v is not None  # typed 16-bit by _code_map16_refusal
+                p = v.producer
+                if p is not None and id(p) in members:
+                    continue
+                if (
+                    p is not None
+                    and not _code_map16_refusal(p)
+                    and not any(o is v for o in m.graph.outputs)
+                    and all(id(c) in members for c in v.consumers())
+                ):
+                    members[id(p)] = p
+                    stack.append(p)
+                    if len(members) > MAX_GROUP:
+                        return NoMatch(f"more than {MAX_GROUP} ops on the codes of one tensor")
+                    continue
+                if x is not None and v is not x:
+                    return NoMatch(f"the group reads two tensors ({describe(x)}, {describe(v)})")
+                x, reader = v, (n, i)
+        if len(members) < 2 or x is None or reader is None:
+            return NoMatch("one op on the codes: nothing to compose")
+        for n in members.values():
+            if n is m.root:
+                continue
+            for c in n.outputs[0].consumers():
+                if id(c) not in members:
+                    return NoMatch(f"'{n.outputs[0].name}' (output of {n.label}) is also used by {c.label}")
+        order = {id(n): i for i, n in enumerate(m.graph.nodes)}
+        nodes = sorted(members.values(), key=lambda n: order[id(n)])
+        m.data.update(nodes=nodes, x=x, reader=reader)
+        m.matched.extend(reversed([n for n in nodes if n is not m.root]))
+        return m
+
+    def _table(self, m: Match) -> np.ndarray:
+        assert self.evaluator is not None
+        x: Value = m.data["x"]
+        assert x.type is not None and x.type.elem is not None
+        values: dict[int, np.ndarray] = {id(x): lookup_codes(np.dtype(x.type.elem.numpy))}  # type: ignore[union-attr]
+        for node in m.data["nodes"]:
+            args = [
+                None if v is None else values[id(v)] if id(v) in values else np.asarray(v.const)
+                for v in node.inputs
+            ]
+            values[id(node.outputs[0])] = np.asarray(self.evaluator(node, args)[0])
+        return values[id(m.root.outputs[0])].reshape(65536)
+
+    def rewrite(self, m: Match, b: Builder) -> Value:
+        try:
+            table = np.ascontiguousarray(self._table(m))
+        except Exception as e:  # a reference kernel refusing the codes
+            b.refuse(f"the table could not be computed: {type(e).__name__}: {e}")
+            raise
+        reader, i = m.data["reader"]
+        sx_i, zx_i = _CODE_PARAMS[reader.op_type][i]
+        sy_i, zy_i = _CODE_PARAMS[m.root.op_type]["y"]
+        x: Value = m.data["x"]
+        sx, zx = reader.input(sx_i), reader.input(zx_i)
+        sy, zy = m.root.input(sy_i), m.root.input(zy_i)
+        if zx is None:
+            zx = b.const("x_zero_point", np.zeros((), np.dtype(x.type.elem.numpy)))  # type: ignore[union-attr]
+        if zy is None:
+            zy = b.const("y_zero_point", np.zeros((), table.dtype))
+        ops = [n.attrs.get("function") or n.op_type for n in m.data["nodes"]]
+        return b.op(
+            "QLinearLookup",
+            [x, sx, zx, sy, zy, b.const(f"{m.root.name or 'lookup'}_table", table)],
+            {"function": ", ".join(str(o) for o in ops)},
+            domain=QUANTA_DOMAIN,
+            types=result_type(shape_from=m["y"], elem_from=m["y"]),
+            name=m.root.name or None,
+        )
+
+
+class ComposeCodeMaps16Pass(RewritePass):
+    """ComposeCodeMaps16 to a fixed point."""
+
+    name = "compose_code_maps16"
+
+    def __init__(self, evaluator: Evaluator | None = None) -> None:
+        super().__init__([ComposeCodeMaps16(evaluator)])

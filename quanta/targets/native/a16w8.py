@@ -25,9 +25,10 @@ from quanta.kernels.reference.conv_geometry import conv_attrs
 from quanta.kernels.reference.integer_ops import b_param
 from quanta.kernels.reference.requant import requant_multiplier, storage_range
 from quanta.passes.lower.requant_params import requant_params
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
 from quanta.targets.native._cache import BoundedCache
+from quanta.targets.native._specialize import SMALL_MACS, guarded, step_threads
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import run_twin
 from quanta.targets.native._values import threads as _threads
@@ -186,6 +187,25 @@ def _matmul16_native(
     return run_twin("QLinearMatMul16", QUANTA_DOMAIN, ctx, (a, *rest), {}, out)
 
 
+def _matmul16_specialized(sig: Specialization, **p: Any) -> Any:
+    """a of the compiled type and known shape: the kernel's arguments bound once, one
+    recordable call into the step's output (the same kernel, so the same bytes)."""
+    shape, out = sig.shapes[0], sig.out
+    if sig.dtypes[0] != p["x_dtype"] or shape is None or len(shape) < 1 or out is None:
+        return None
+    threads = step_threads(sig, work=int(np.prod(out.shape)) * int(p["k"]), small=SMALL_MACS)
+    mm, packed, k, n, dw, cw = _native.a16w8_matmul, p["packed"], p["k"], p["n"], p["dw"], p["cw"]
+    bias, mult, zx, zy, od = p["bias64"], p["mult"], p["zx"], p["zy"], p["out_dtype"]
+    return guarded(
+        lambda a, *rest: mm(a, packed, k, n, dw, cw, bias, mult, zx, zy, od, threads, out),
+        _matmul16_native,
+        p,
+        out,
+        reads=1,
+        recordable=True,
+    )
+
+
 #: largest K for which float64 sums of 16 x 16-bit products are exact: each product is
 #: below 2^32 in magnitude, so every partial sum of K of them stays below 2^53
 EXACT_F64_K = 1 << 21
@@ -287,7 +307,9 @@ def bind_qlinear_matmul16(model: Model, node: Node) -> tuple[Kernel | None, str]
     params["dw"], params["cw"] = weight_terms(wk, b.dtype, z_w, n)
     params.update(packed=pack_weight(wk), k=k, n=n)
     name = f"native:qlinear_matmul16_{_SHORT[params['x_dtype']]}{_SHORT[b.dtype]}"
-    return Kernel(_matmul16_native, "native", name, params=params, out=True), ""
+    return Kernel(
+        _matmul16_native, "native", name, params=params, out=True, specialize=_matmul16_specialized
+    ), ""
 
 
 def _conv16_geometry(shape: tuple[int, ...], kernel: list[int], attrs: dict) -> tuple:
@@ -366,6 +388,76 @@ def _conv16_native(
     return run_twin("QLinearConv16", QUANTA_DOMAIN, ctx, (x, *rest), attrs, out)
 
 
+def _conv16_specialized(sig: Specialization, **p: Any) -> Any:
+    """x of the compiled type and a known 3-D / 4-D shape: the geometry, the 4-D views and
+    the kernel's arguments bound once; one recordable kernel call into the step's output."""
+    shape, out = sig.shapes[0], sig.out
+    if sig.dtypes[0] != p["x_dtype"] or shape is None or len(shape) not in (3, 4) or out is None:
+        return None
+    kernel, strides, dil, pads, out_hw, _ = _conv16_geometry(shape, p["kernel"], p["attrs"])
+    y4 = out.reshape(shape[0], p["m"], *out_hw)
+    x4_shape = None if len(shape) == 4 else (shape[0], shape[1], 1, shape[2])
+    macs = int(np.prod(out.shape)) * int(np.prod(kernel)) * max(1, shape[1] // p["group"])
+    threads = step_threads(sig, work=macs, small=SMALL_MACS)
+    bias, mult, zx, zy, od = p["bias64"], p["mult"], p["zx"], p["zy"], p["out_dtype"]
+    if p["depthwise"]:
+        dwc, wd = _native.a16w8_conv2d_depthwise, p["wd"]
+
+        def call(x: np.ndarray, *rest: Any) -> np.ndarray:
+            dwc(
+                x if x4_shape is None else x.reshape(x4_shape),
+                zx,
+                wd,
+                kernel,
+                strides,
+                dil,
+                pads,
+                out_hw,
+                bias,
+                mult,
+                zy,
+                od,
+                threads,
+                y4,
+            )
+            return out
+
+    else:
+        conv, packed, m, group, dw, cw = (
+            _native.a16w8_conv2d,
+            p["packed"],
+            p["m"],
+            p["group"],
+            p["dw"],
+            p["cw"],
+        )
+
+        def call(x: np.ndarray, *rest: Any) -> np.ndarray:
+            conv(
+                x if x4_shape is None else x.reshape(x4_shape),
+                zx,
+                packed,
+                m,
+                kernel,
+                strides,
+                dil,
+                pads,
+                out_hw,
+                group,
+                dw,
+                cw,
+                bias,
+                mult,
+                zy,
+                od,
+                threads,
+                y4,
+            )
+            return out
+
+    return guarded(call, _conv16_native, p, out, reads=1, recordable=True)
+
+
 @register_binder("QLinearConv16", QUANTA_DOMAIN)
 def bind_qlinear_conv16(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """1-D and 2-D convolutions with a constant weight; depthwise (C/group = M/group = 1)
@@ -397,7 +489,9 @@ def bind_qlinear_conv16(model: Model, node: Node) -> tuple[Kernel | None, str]:
             np.int32
         )
         name = f"native:qlinear_conv16_dw_{_SHORT[params['x_dtype']]}{_SHORT[w.dtype]}"
-        return Kernel(_conv16_native, "native", name, params=params, out=True), ""
+        return Kernel(
+            _conv16_native, "native", name, params=params, out=True, specialize=_conv16_specialized
+        ), ""
     # W'[k, n] per group: k over (c, kh, kw) as the kernel's im2col rows, n the group's channels
     wk = (w.astype(np.int64) - _offset(w.dtype)).reshape(group, mg, cg * kk).transpose(0, 2, 1)
     # one plane count for every group: split them all when one needs two
@@ -407,4 +501,4 @@ def bind_qlinear_conv16(model: Model, node: Node) -> tuple[Kernel | None, str]:
         wk.transpose(1, 0, 2).reshape(cg * kk, m_out), w.dtype, zw_col, m_out
     )
     name = f"native:qlinear_conv16_{_SHORT[params['x_dtype']]}{_SHORT[w.dtype]}"
-    return Kernel(_conv16_native, "native", name, params=params, out=True), ""
+    return Kernel(_conv16_native, "native", name, params=params, out=True, specialize=_conv16_specialized), ""

@@ -989,7 +989,9 @@ def _qlinear_concat_specialized(sig: Specialization, **attrs: Any) -> Any:
     def call(ys: Any, yz: Any, *rest: Any) -> Any:
         return concat(list(rest[0::3]), tables, ax, out)
 
-    return guarded(call, _qlinear_concat_native, attrs, out)
+    # one kernel call (run_or_record) into out: a streaming model's concats of its cache
+    # and the new frame run inside the native program around them
+    return guarded(call, _qlinear_concat_native, attrs, out, recordable=True)
 
 
 # --------------------------------------------------------------------------------------

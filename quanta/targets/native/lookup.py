@@ -136,6 +136,21 @@ def _qlinear_lookup16_native(
     return out
 
 
+def _lookup16_specialized(sig: Specialization, **attrs: Any) -> Any:
+    """A 16-bit x and a constant 65536-entry table, per tensor: the kernel call with the
+    table bound, recordable."""
+    from quanta.kernels import _native
+
+    table = sig.consts[5] if len(sig.consts) > 5 else None
+    if table is None or sig.dtypes[0] not in _SIXTEEN_BIT or attrs.get("axis") is not None:
+        return None
+    table = np.ascontiguousarray(table)
+    lut, out = _native.a16w8_lut16, sig.out
+    return guarded(
+        lambda x, *rest: lut(x, table, out), _qlinear_lookup16_native, attrs, out, reads=1, recordable=True
+    )
+
+
 @register_binder("QLinearLookup", QUANTA_DOMAIN)
 def bind_qlinear_lookup(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """uint8/int8 x with a constant 256-entry uint8/int8 table (a [C, 256] one with ``axis``);
@@ -148,7 +163,11 @@ def bind_qlinear_lookup(model: Model, node: Node) -> tuple[Kernel | None, str]:
     per_axis = node.attrs.get("axis") is not None
     if t.dtype in _SIXTEEN_BIT and t.shape == (65536,) and not per_axis:
         return Kernel(
-            _qlinear_lookup16_native, "native", f"native:qlinear_lookup16_{_SHORT16[t.dtype]}", out=True
+            _qlinear_lookup16_native,
+            "native",
+            f"native:qlinear_lookup16_{_SHORT16[t.dtype]}",
+            out=True,
+            specialize=_lookup16_specialized,
         ), ""
     if t.dtype not in _EIGHT_BIT or (t.shape[-1:] != (256,) or t.ndim != (2 if per_axis else 1)):
         want = "[C, 256]" if per_axis else "256"

@@ -4,7 +4,9 @@
 Compile time: the float64 multipliers and offsets come from the twin's own parameter
 functions (``reference.requant16.affine16_params`` / ``binary16_params``), so kernel and
 twin compute with the same numbers and agree bit for bit. Run time: one kernel call;
-inputs outside the compiled types run on the twin, which raises the op's own errors.
+inputs outside the compiled types run on the twin, which raises the op's own errors. Per
+input signature (``Kernel.specialize``) the call is bound once and recordable: a run of
+these steps becomes one native program call (docs/runtime.md "Native programs").
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node
 from quanta.kernels.reference.requant16 import QUANTA_DOMAIN, SIXTEEN_BIT, affine16_params, binary16_params
-from quanta.targets.base import Kernel
+from quanta.targets.base import Kernel, Specialization
 from quanta.targets.native import register_binder
+from quanta.targets.native._specialize import guarded
 from quanta.targets.native._values import const_of as _const
 from quanta.targets.native._values import run_twin
 from quanta.targets.native._values import value_dtype as _dtype
@@ -52,6 +55,30 @@ def _affine16_native(
     return run_twin("QLinearAffine16", QUANTA_DOMAIN, ctx, (x, *rest), attrs, out)
 
 
+def _affine16_specialized(sig: Specialization, **attrs: Any) -> Any:
+    """x of the compiled type and known shape (its channels along ``axis`` when per
+    channel): the kernel call with its arguments bound."""
+    shape, axis = sig.shapes[0], attrs.get("axis")
+    channels = attrs["m"].size
+    if sig.dtypes[0] != attrs["x_dtype"] or shape is None:
+        return None
+    if channels != 1 and not (
+        axis is not None and -len(shape) <= axis < len(shape) and shape[axis] == channels
+    ):
+        return None
+    fn, out = _native.a16w8_affine16, sig.out
+    zx, m, b, lo, hi, od = attrs["zx"], attrs["m"], attrs["b"], attrs["lo"], attrs["hi"], attrs["out_dtype"]
+    ax = 0 if axis is None else axis
+    return guarded(
+        lambda x, *rest: fn(x, zx, m, b, lo, hi, ax, od, out=out),
+        _affine16_native,
+        attrs,
+        out,
+        reads=1,
+        recordable=True,
+    )
+
+
 @register_binder("QLinearAffine16", QUANTA_DOMAIN)
 def bind_qlinear_affine16(model: Model, node: Node) -> tuple[Kernel | None, str]:
     """16-bit x and y, constant per-tensor scales and zero points, constant a and b."""
@@ -82,7 +109,9 @@ def bind_qlinear_affine16(model: Model, node: Node) -> tuple[Kernel | None, str]
         "out_dtype": _SHORT[np.dtype(czy.dtype)],
     }
     name = f"native:qlinear_affine16{'_channels' if m.size > 1 else ''}_{_SHORT[x_dtype]}"
-    return Kernel(_affine16_native, "native", name, params=params, out=True), ""
+    return Kernel(
+        _affine16_native, "native", name, params=params, out=True, specialize=_affine16_specialized
+    ), ""
 
 
 def _binary16_native(ctx: Any, *inputs: Any, out: np.ndarray | None = None, **p: Any) -> np.ndarray:
@@ -92,6 +121,23 @@ def _binary16_native(ctx: Any, *inputs: Any, out: np.ndarray | None = None, **p:
             p["kind"], a, p["zero_a"], b, p["zero_b"], p["m0"], p["m1"], p["zero_y"], out=out
         )
     return run_twin(f"QLinear{p['kind']}16", QUANTA_DOMAIN, ctx, inputs, {}, out)
+
+
+def _binary16_specialized(sig: Specialization, **attrs: Any) -> Any:
+    """a and b of the compiled type and known shapes: the kernel call with its arguments
+    bound (the broadcast plan is the binding's, per call)."""
+    if sig.dtypes[0] != attrs["dtype"] or sig.dtypes[3] != attrs["dtype"]:
+        return None
+    fn, out = _native.a16w8_binary16, sig.out
+    kind, za, zb, m0, m1, zy = (attrs[k] for k in ("kind", "zero_a", "zero_b", "m0", "m1", "zero_y"))
+    return guarded(
+        lambda a, b: fn(kind, a, za, b, zb, m0, m1, zy, out=out),
+        _binary16_native,
+        attrs,
+        out,
+        reads=(0, 3),
+        recordable=True,
+    )
 
 
 def _bind_binary16(kind: str, node: Node) -> tuple[Kernel | None, str]:
@@ -124,7 +170,9 @@ def _bind_binary16(kind: str, node: Node) -> tuple[Kernel | None, str]:
         "m1": m1,
     }
     name = f"native:qlinear_{kind.lower()}16_{_SHORT[dt]}"
-    return Kernel(_binary16_native, "native", name, params=params, out=True), ""
+    return Kernel(
+        _binary16_native, "native", name, params=params, out=True, specialize=_binary16_specialized
+    ), ""
 
 
 @register_binder("QLinearAdd16", QUANTA_DOMAIN)
