@@ -127,7 +127,9 @@ class _FuseBase(Rule):
             {"c_first": int(self.c_first)},
             domain=QUANTA_DOMAIN,
             types=result_type(shape_from=z, elem_from=z),
-            name=m.node("z").name or None,
+            # the product's name: it carries the MACs (the coverage report finds the
+            # MatMul by it; passes/coverage.py counts the bias Add fused into it)
+            name=m.node("y").name or None,
         )
 
 

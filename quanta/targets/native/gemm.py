@@ -1330,8 +1330,7 @@ def bind_qlinear_matmul_add(model: Model, node: Node) -> tuple[Kernel | None, st
         "multiplier": m,
         "direct": (c_za.dtype, int(c_za.reshape(())), int(c_zy.reshape(())), _NAME[c_zy.dtype]),
         "post": (k, u, float(r1), float(r2)),
-        "c_first": c_first,
-    }
+    }  # c_first: the node's attribute, passed by the runtime
     name = _kernel_name("qlinear_matmul_add", _dtype(a), _dtype(b), True)
     return Kernel(
         _qlinear_matmul_add_native,
@@ -1350,7 +1349,7 @@ def _qlinear_matmul_add_specialized(
     multiplier: np.ndarray,
     direct: tuple,
     post: tuple,
-    c_first: int,
+    c_first: int = 1,
 ) -> Any:
     """The kernel call alone (as QLinearMatMul's), on one thread when the product is small."""
     if not sig.shapes or sig.shapes[0] is None or sig.dtypes[0] != direct[0]:
