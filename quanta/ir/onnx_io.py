@@ -764,6 +764,13 @@ QUANT_OPERANDS: dict[tuple[str, str], list[tuple[tuple[str, int], int, int]]] = 
     ("", "QLinearConv"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
     (MS_DOMAIN, "QLinearConv"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
     ("", "QLinearMatMul"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
+    # the product's own (6, 7) describe the codes the node keeps inside
+    ("quanta", "QLinearMatMulAdd"): [
+        (("in", 0), 1, 2),
+        (("in", 3), 4, 5),
+        (("in", 8), 9, 10),
+        (("out", 0), 11, 12),
+    ],
     (MS_DOMAIN, "QLinearAdd"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
     (MS_DOMAIN, "QLinearMul"): [(("in", 0), 1, 2), (("in", 3), 4, 5), (("out", 0), 6, 7)],
     (MS_DOMAIN, "QLinearGlobalAveragePool"): [(("in", 0), 1, 2), (("out", 0), 3, 4)],
@@ -874,7 +881,7 @@ def quant_type_from_params(
         return None
     if node.op_type in ("QLinearConv", "QLinearConv16"):
         axis = 0
-    elif node.op_type in ("QLinearMatMul", "QLinearMatMul16"):
+    elif node.op_type in ("QLinearMatMul", "QLinearMatMul16", "QLinearMatMulAdd"):
         axis = -1
     return QuantType(storage, expressed, s, zp_vals, axis=axis)
 

@@ -383,6 +383,7 @@ FACTS = OpTable(
                 "MatMulIntegerToFloat",
                 "DynamicQuantizeMatMul",
                 "QLinearMatMul16",
+                "QLinearMatMulAdd",
                 "MatMulW4A8",
             ),
             lower_rule="LowerMatMul",
@@ -439,6 +440,8 @@ FACTS = OpTable(
         Op("QLinearGlobalAveragePool", MS, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
         Op("QLinearLeakyRelu", MS, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
         _integer_op("QLinearMatMul", macs=MacKind.MATMUL),
+        # QLinearMatMul and the QLinearAdd of a constant after it (lower/qlinear_matmul_add.py)
+        _integer_op("QLinearMatMulAdd", QUANTA, macs=MacKind.MATMUL),
         Op("QLinearLookup", QUANTA, shape_only=True, quant=True, stages=LOWERED_ONLY, integer_op=True),
         Op(
             "QLinearConv16",
@@ -542,6 +545,8 @@ FACTS = OpTable(
         Op("ThresholdedRelu", shape_only=True),
         Op("Tile", view=True),
         Op("Transpose", view=True, shape_only=True, qdq=QdqRole.VIEW, activations=(0,), island=False),
+        # a Transpose read by integer GEMMs only, as the strided view (lower/transpose_view.py)
+        Op("TransposeView", QUANTA, view=True, alias=True, shape_only=True, island=False),
         Op("Trilu", shape_only=True),
         Op("Unsqueeze", view=True, alias=True, qdq=QdqRole.VIEW, activations=(0,), island=False),
         Op("Where", shape_only=True),

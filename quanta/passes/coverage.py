@@ -307,6 +307,8 @@ def coverage(
             integer = _table_holding(node, after_by_name)
         if integer is None:
             integer = _int_stage_holding(node, after_by_name)
+        if integer is None and new is None:
+            integer = _bias_add_holding(node, after_by_name)
         mine: list[str] = []
         if integer is None:
             out = node.outputs[0] if node.outputs else None
@@ -356,6 +358,23 @@ def _int_stage_holding(node: Node, after_by_name: Mapping[str, Node]) -> str | N
     for name in names:
         new = after_by_name.get(name) if name else None
         if new is not None and new.domain == "quanta.int":
+            return new.op_type
+    return None
+
+
+def _bias_add_holding(node: Node, after_by_name: Mapping[str, Node]) -> str | None:
+    """The QLinearMatMulAdd that computes the bias Add ``node`` (FuseQLinearMatMulAdd names
+    the fused node after the MatMul): an operand of the Add that is the MatMul's output,
+    through its Q / DQ pair, whose name now holds a QLinearMatMulAdd."""
+    if node.op_type != "Add":
+        return None
+    for v in node.inputs:
+        p = v.producer if v is not None else None
+        for _ in range(2):  # DequantizeLinear <- QuantizeLinear <- MatMul
+            if p is not None and p.op_type in ("DequantizeLinear", "QuantizeLinear") and p.inputs:
+                p = p.inputs[0].producer if p.inputs[0] is not None else None
+        new = after_by_name.get(p.name) if p is not None and p.name else None
+        if new is not None and new.op_type == "QLinearMatMulAdd":
             return new.op_type
     return None
 

@@ -280,8 +280,10 @@ def lower_qdq(
     from quanta.passes.lower.lookup import ComposeCodeMaps16Pass, ComposeLookupsPass
     from quanta.passes.lower.mul_quant import FuseMulQuantPass
     from quanta.passes.lower.qdq_to_qlinear import LowerQdqToQLinear
+    from quanta.passes.lower.qlinear_matmul_add import FuseQLinearMatMulAddPass
     from quanta.passes.lower.requant_params import CarryRequantization
     from quanta.passes.lower.softmax_quant import FuseSoftmaxQuantPass
+    from quanta.passes.lower.transpose_view import TransposeAsViewPass
     from quanta.passes.lower.wide import MsQdqToOnnxPass
     from quanta.passes.rules.fuse_gelu import FuseGeluPass
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
@@ -352,6 +354,10 @@ def lower_qdq(
         FuseMulQuantPass(),
         ChannelsLast(),  # convolutions exchange NHWC; transposes only at region edges
         CollapseViews(),  # views of views, unit-axis Transposes, Concat / Split of one: fewer steps
+        # a QLinearMatMul and the QLinearAdd of its bias -> one node (the GEMM's output stage)
+        FuseQLinearMatMulAddPass(),
+        # attention's head Transposes read by run-time-b GEMMs alone -> strided views
+        TransposeAsViewPass(),
         EliminateDead(),
         CarryRequantization(),  # the requantization multipliers, once, on the nodes
     ]

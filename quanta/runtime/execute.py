@@ -1015,7 +1015,10 @@ def _native_programs(plan: Plan, bound: BoundRun, unstable: frozenset[int] = fro
             and call is not None
             and getattr(fn, "recordable", False)
             and all(o is None or o in bound.slot_views for o in outs)
-            and all(a is None or not isinstance(a, np.ndarray) or a.flags.c_contiguous for a in args)
+            and (
+                getattr(fn, "strided", False)  # its binding reads strided views in place
+                or all(a is None or not isinstance(a, np.ndarray) or a.flags.c_contiguous for a in args)
+            )
         ):
             picked = _picked(fn, args)
             if program is None:

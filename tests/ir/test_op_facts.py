@@ -33,14 +33,14 @@ _QUANT = {
     "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
     "MatMulInteger", "ConvInteger", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
     "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "AccumulatorToFloat",
-    "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "QuantizeMX", "MatMulMX", "ConvMX",
+    "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "QLinearMatMulAdd", "MatMulW4A8", "QuantizeMX", "MatMulMX", "ConvMX",
     "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
 }  # fmt: skip
 #: the elementwise activations lowering turns into a 256-entry table (quanta QLinearLookup)
 _TABLED = (
     "Celu", "Elu", "Erf", "Exp", "Gelu", "HardSigmoid", "HardSwish", "Mish", "Selu", "Softplus", "Softsign", "Tanh",
 )  # fmt: skip
-_ALIAS = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}
+_ALIAS = {"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "TransposeView"}
 _RANDOM = {
     "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout",
 }  # fmt: skip
@@ -48,7 +48,7 @@ _RANDOM = {
 #: the contents each call site held before the table existed (issue 11 item 6), pinned once
 PINNED = {
     "quanta.ir.onnx_io.VIEW_OPS_KEEPING_TYPE": {
-        "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Gather", "MaxPool",
+        "Reshape", "Transpose", "TransposeView", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Gather", "MaxPool",
         "NhwcMaxPool", "Identity", "Split", "Expand", "DepthToSpace", "SpaceToDepth", "Tile",
     },
     "quanta.ir.op_rules.QUANT_OPS": _QUANT,
@@ -66,7 +66,7 @@ PINNED = {
         "Conv": ("QLinearConv", "ConvInteger", "QLinearConv16"),
         "ConvTranspose": ("QLinearConv",),
         "MatMul": (
-            "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QLinearMatMul16",
+            "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "QLinearMatMul16", "QLinearMatMulAdd",
             "MatMulW4A8",
         ),
         "Gemm": ("QGemm", "QLinearMatMul16"),
@@ -87,7 +87,7 @@ PINNED = {
         "QLinearConv", "ConvInteger", "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat",
         "DynamicQuantizeMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearAveragePool",
         "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax",
-        "DynamicQuantizeLSTM", "DynamicQuantizeGRU", "QAttention", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "MatMulW4A8",
+        "DynamicQuantizeLSTM", "DynamicQuantizeGRU", "QAttention", "QLinearLookup", "QLinearConv16", "QLinearMatMul16", "QLinearMatMulAdd", "MatMulW4A8",
         "MatMulMX", "ConvMX", "IntConv", "IntMatMul", "IntRescale", "IntAdd", "IntMul", "IntLookup", "IntSoftmax",
         "IntLayerNorm", "IntGelu", "IntGlobalAveragePool", "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
     },
@@ -102,7 +102,7 @@ PINNED = {
         "DynamicQuantizeLSTM": MacKind.RECURRENT, "DynamicQuantizeGRU": MacKind.RECURRENT,
         "OrtLSTM": MacKind.RECURRENT,
         "OrtGRU": MacKind.RECURRENT,
-        "QLinearConv16": MacKind.CONV, "QLinearMatMul16": MacKind.MATMUL, "MatMulBf16": MacKind.MATMUL,
+        "QLinearConv16": MacKind.CONV, "QLinearMatMul16": MacKind.MATMUL, "QLinearMatMulAdd": MacKind.MATMUL, "MatMulBf16": MacKind.MATMUL,
         "MatMulW8": MacKind.MATMUL,
         "IntConv": MacKind.CONV, "IntMatMul": MacKind.MATMUL, "MatMulMX": MacKind.MATMUL,
         "ConvMX": MacKind.CONV,
@@ -116,7 +116,7 @@ PINNED = {
         **dict.fromkeys(_TABLED, "LowerLookup"),
     },
     "quanta.passes.coverage._NOT_ISLANDS": {
-        "QuantizeLinear", "DequantizeLinear", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
+        "QuantizeLinear", "DequantizeLinear", "Reshape", "Transpose", "TransposeView", "Flatten", "Squeeze", "Unsqueeze",
         "Slice", "Gather", "Split", "Concat", "MaxPool", "Identity", "Shape", "Constant", "Cast",
         "DynamicQuantizeLinear", "AccumulatorToFloat", "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "QuantizeMX",
         "ReorderNchwc", "ReorderNchw",
@@ -140,7 +140,7 @@ PINNED = {
     "quanta.runtime.memory.VIEW_OPS": _ALIAS | {"Split"},
     "quanta.runtime.static_steps.QUANTA_SHAPE_ONLY_OPS": {
         "AccumulatorToFloat", "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "Conv", "ConvMX", "LayerNormDiv", "MatMulBf16", "MatMulMX",
-        "MatMulW4A8", "MatMulW8", "MlasLogistic", "MlasTanh", "QLinearConv16", "QLinearLookup", "QLinearMatMul16",
+        "MatMulW4A8", "MatMulW8", "MlasLogistic", "MlasTanh", "QLinearConv16", "QLinearLookup", "QLinearMatMul16", "QLinearMatMulAdd", "TransposeView",
         "RMSNormDiv", "MlasGeluTanh",
         "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
         "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
@@ -158,7 +158,7 @@ PINNED = {
         "MatMul", "MatMulInteger", "QLinearMatMul", "Gemm", "Einsum", "Conv", "ConvInteger",
         "QLinearConv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
         "LpPool",
-        "Transpose", "Flatten", "Concat", "Gather", "GatherElements", "GatherND", "ScatterElements",
+        "Transpose", "TransposeView", "Flatten", "Concat", "Gather", "GatherElements", "GatherND", "ScatterElements",
         "ScatterND", "DepthToSpace", "SpaceToDepth", "ArgMax", "ArgMin", "Shape", "Size",
         "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QLinearLookup",
         "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm",
@@ -166,7 +166,7 @@ PINNED = {
         "AccumulatorToQuant", "SoftmaxQuant", "MulQuant", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "MlasLogistic", "MlasTanh", "LayerNormDiv", "RMSNormDiv",
         "MlasGeluTanh",
-        "QLinearConv16", "QLinearMatMul16", "MatMulW4A8", "MatMulBf16", "MatMulMX", "ConvMX", "MatMulW8",
+        "QLinearConv16", "QLinearMatMul16", "QLinearMatMulAdd", "MatMulW4A8", "MatMulBf16", "MatMulMX", "ConvMX", "MatMulW8",
         "ConvNchwc", "MaxPoolNchwc", "GlobalAveragePoolNchwc", "ReorderNchwc", "ReorderNchw",
         "QLinearAffine16", "QLinearAdd16", "QLinearMul16",
     },

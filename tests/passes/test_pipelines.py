@@ -204,7 +204,7 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
 
     passes = lower_qdq(opset=21)
     names = [p.name for p in passes]
-    assert names[-16:] == [
+    assert names[-18:] == [
         "lower_qdq_to_qlinear",
         "eliminate_dead",
         "fold_constants",  # without an evaluator: no fold_requantized_constants
@@ -219,6 +219,8 @@ def test_lower_qdq_runs_the_clean_up_then_instruction_selection():
         "fuse_mul_quant",
         "channels_last",
         "collapse_views",
+        "fuse_qlinear_matmul_add",
+        "transpose_as_view",
         "eliminate_dead",
         "carry_requantization",
     ]

@@ -9,7 +9,10 @@
 //   qgemm(x: uint8|int8 [..., K], packed, zx: int | int32[...] (per row), out_dtype, *,
 //         bias=None, float_bias=None,
 //         multiplier=None, fixed_multiplier=None, fixed_shift=None, zy=0, clamp=None,
-//         num_threads=1, workspace=None, out=None) -> [..., N] of out_dtype
+//         num_threads=1, workspace=None, out=None, row_bias=None, row_multiplier=None,
+//         post_add=None) -> [..., N] of out_dtype
+//       post_add: (k: float32[N], u: float32[N], r1: float, r2: float), the second affine
+//       stage of a uint8/int8 output with a float multiplier (qgemm.h post_k)
 //   QGemmWorkspace(): scratch reused across calls (one call at a time)
 //   qgemm_kernel_name(isa=None), vnni_peak_probe(seconds)
 #include <pybind11/stl.h>
@@ -191,7 +194,7 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
                      const py::object& multiplier_obj, const py::object& fixed_multiplier_obj,
                      const py::object& fixed_shift_obj, const py::handle& zy_obj, const py::object& clamp_obj,
                      int num_threads, const py::object& workspace_obj, const py::object& out_obj,
-                     const py::object& row_bias_obj, const py::object& row_multiplier_obj) {
+                     const py::object& row_bias_obj, const py::object& row_multiplier_obj, const py::object& post_obj) {
   if (!packed) throw py::value_error("qgemm: packed: expected a PackedWeights, got None");
   const PackedWeights& w = *packed;
   const int64_t K = w.K, N = w.N;
@@ -395,6 +398,46 @@ py::array qgemm_impl(const py::handle& x_obj, const std::shared_ptr<PackedWeight
     }
   }
 
+  // The second affine stage (qgemm.h post_k): k, u borrowed from post_obj (like bias).
+  if (!post_obj.is_none()) {
+    if (!q8 || p.requant != Requant::kFloat) {
+      throw py::value_error("qgemm: post_add: expected None unless out_dtype is uint8/int8 with a float multiplier");
+    }
+    py::tuple t;
+    try {
+      t = post_obj.cast<py::tuple>();
+    } catch (const py::cast_error&) {
+      throw py::value_error("qgemm: post_add: expected a tuple (k: float32[N], u: float32[N], r1, r2)");
+    }
+    if (py::len(t) != 4)
+      throw py::value_error("qgemm: post_add: expected a tuple (k: float32[N], u: float32[N], r1, r2)");
+    const char* names[2] = {"qgemm: post_add k", "qgemm: post_add u"};
+    const float* ptr[2] = {nullptr, nullptr};
+    for (int i = 0; i < 2; ++i) {
+      auto a = require_array<float>(t[i], names[i]);
+      if (a.ndim() != 1 || a.shape(0) != N) {
+        throw py::value_error(std::string(names[i]) + ": expected shape (" + std::to_string(N) + ",), got shape " +
+                              shape_str(a));
+      }
+      for (py::ssize_t j = 0; j < a.size(); ++j) {
+        if (!std::isfinite(a.data()[j])) {
+          throw py::value_error(std::string(names[i]) + "[" + std::to_string(j) + "]: expected a finite value, got " +
+                                std::to_string(a.data()[j]));
+        }
+      }
+      ptr[i] = a.data();  // a borrows the tuple's array, which outlives the call
+    }
+    const float r1 = t[2].cast<float>(), r2 = t[3].cast<float>();
+    if (!std::isfinite(r1) || !std::isfinite(r2)) {
+      throw py::value_error("qgemm: post_add r1, r2: expected finite values, got " + std::to_string(r1) + ", " +
+                            std::to_string(r2));
+    }
+    p.post_k = ptr[0];
+    p.post_u = ptr[1];
+    p.post_r1 = r1;
+    p.post_r2 = r2;
+  }
+
   if (num_threads < 1) throw py::value_error("qgemm: num_threads: expected >= 1, got " + std::to_string(num_threads));
   p.num_threads = num_threads;
 
@@ -523,7 +566,7 @@ void register_qgemm(py::module_& m) {
         py::arg("multiplier") = py::none(), py::arg("fixed_multiplier") = py::none(),
         py::arg("fixed_shift") = py::none(), py::arg("zy") = 0, py::arg("clamp") = py::none(),
         py::arg("num_threads") = 1, py::arg("workspace") = py::none(), py::arg("out") = py::none(),
-        py::arg("row_bias") = py::none(), py::arg("row_multiplier") = py::none(),
+        py::arg("row_bias") = py::none(), py::arg("row_multiplier") = py::none(), py::arg("post_add") = py::none(),
         "y = output_stage(Σ_k (x − zx)(w − zw) + bias [+ row_bias[m]]), multiplier per column or "
         "row_multiplier per row; see quanta/kernels/cpp/qgemm/qgemm.h.");
   // The same call with its common arguments by position: pybind11 looks every keyword
@@ -536,11 +579,26 @@ void register_qgemm(py::module_& m) {
          int num_threads, const py::object& workspace, const py::object& out) {
         const py::none none;
         return qgemm_impl(x, packed, zx, out_dtype, bias, none, multiplier, none, none, zy, none, num_threads,
-                          workspace, out, none, none);
+                          workspace, out, none, none, none);
       },
       py::arg("x"), py::arg("packed"), py::arg("zx"), py::arg("out_dtype"), py::arg("bias"), py::arg("multiplier"),
       py::arg("zy"), py::arg("num_threads"), py::arg("workspace"), py::arg("out"),
       "qgemm(x, packed, zx, out_dtype, bias=bias, multiplier=multiplier, zy=zy, num_threads=num_threads, "
+      "workspace=workspace, out=out), every argument by position.");
+  // The uint8/int8 output with the second affine stage (a fused QLinearMatMul + QLinearAdd
+  // of a constant), every argument by position.
+  m.def(
+      "qgemm_call_post",
+      [](const py::handle& x, const std::shared_ptr<PackedWeights>& packed, const py::handle& zx,
+         const py::handle& out_dtype, const py::object& multiplier, const py::handle& zy, const py::object& post_add,
+         int num_threads, const py::object& workspace, const py::object& out) {
+        const py::none none;
+        return qgemm_impl(x, packed, zx, out_dtype, none, none, multiplier, none, none, zy, none, num_threads,
+                          workspace, out, none, none, post_add);
+      },
+      py::arg("x"), py::arg("packed"), py::arg("zx"), py::arg("out_dtype"), py::arg("multiplier"), py::arg("zy"),
+      py::arg("post_add"), py::arg("num_threads"), py::arg("workspace"), py::arg("out"),
+      "qgemm(x, packed, zx, out_dtype, multiplier=multiplier, zy=zy, post_add=post_add, num_threads=num_threads, "
       "workspace=workspace, out=out), every argument by position.");
   // The float32 output with a float bias (MatMulIntegerToFloat on a prepacked b), every
   // argument by position.
@@ -551,7 +609,7 @@ void register_qgemm(py::module_& m) {
          const py::object& out) {
         const py::none none;
         return qgemm_impl(x, packed, zx, py::str("float32"), none, float_bias, multiplier, none, none, py::int_(0),
-                          none, num_threads, workspace, out, none, none);
+                          none, num_threads, workspace, out, none, none, none);
       },
       py::arg("x"), py::arg("packed"), py::arg("zx"), py::arg("float_bias"), py::arg("multiplier"),
       py::arg("num_threads"), py::arg("workspace"), py::arg("out"),
@@ -597,7 +655,7 @@ void register_qgemm(py::module_& m) {
         }
         const py::none none;
         return qgemm_impl(x, packed, py::int_(z), py::str("float32"), none, float_bias, m, none, none, py::int_(0),
-                          none, num_threads, workspace, out, none, none);
+                          none, num_threads, workspace, out, none, none, none);
       },
       py::arg("x"), py::arg("packed"), py::arg("a_scale"), py::arg("a_zero_point"), py::arg("b_scale"),
       py::arg("float_bias"), py::arg("num_threads"), py::arg("workspace"), py::arg("out"),

@@ -123,6 +123,17 @@ def transpose(ctx, data: np.ndarray, perm: list | None = None) -> np.ndarray:
     return np.ascontiguousarray(np.transpose(data, perm))
 
 
+@register("TransposeView", "quanta")
+def transpose_view(ctx, data: np.ndarray, *, perm: list) -> np.ndarray:
+    """quanta TransposeView: ``np.transpose(data, perm)`` as the strided view, no copy.
+    Only integer GEMMs read it (passes/lower/transpose_view.py), whose sums are exact in
+    any order, so the layout cannot change a bit (unlike Transpose's float readers)."""
+    del ctx  # unused
+    if sorted(perm) != list(range(data.ndim)):
+        raise OpError(f"TransposeView: expected perm to be a permutation of 0..{data.ndim - 1}, got {perm}")
+    return np.transpose(data, perm)
+
+
 @register("Concat")
 def concat(ctx, *inputs: np.ndarray, axis: int | None = None) -> np.ndarray:
     del ctx  # unused

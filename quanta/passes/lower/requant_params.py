@@ -44,6 +44,7 @@ REQUANT_OPS: dict[tuple[str, str], tuple[int, int, int]] = {
     ("QGemm", MS_DOMAIN): (1, 4, 7),
     ("QLinearConv16", QUANTA_DOMAIN): (1, 4, 6),  # 16-bit activations (passes/lower/wide.py)
     ("QLinearMatMul16", QUANTA_DOMAIN): (1, 4, 6),
+    ("QLinearMatMulAdd", QUANTA_DOMAIN): (1, 4, 6),  # the product's (passes/lower/qlinear_matmul_add.py)
 }
 
 

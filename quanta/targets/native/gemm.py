@@ -63,6 +63,7 @@ import numpy as np
 
 from quanta.ir.graph import Model, Node, Value
 from quanta.kernels.reference.integer_ops import a_param, b_param
+from quanta.kernels.reference.qlinear_matmul_add import QUANTA_DOMAIN, post_stage_constants
 from quanta.kernels.reference.registry import MS_DOMAIN, OpError
 from quanta.passes.lower.requant_params import float_multiplier, requant_params
 from quanta.targets.base import Kernel, Specialization
@@ -84,6 +85,7 @@ __all__ = [
     "bind_matmul_integer_to_float",
     "bind_qgemm",
     "bind_qlinear_matmul",
+    "bind_qlinear_matmul_add",
 ]
 
 F32 = np.float32
@@ -567,9 +569,11 @@ def _qlinear_matmul_runtime_b(sig: Specialization, multiplier: np.ndarray) -> An
     )
     if call is None:
         return None
-    return guarded(
+    run = guarded(
         call, _qlinear_matmul_native, {"multiplier": multiplier}, sig.out, reads=(0, 3), recordable=True
     )
+    run.strided = True  # type: ignore[attr-defined]  # records strided views (_runtime_b_call)
+    return run
 
 
 def _prepared_qgemm(
@@ -624,9 +628,17 @@ def _runtime_b_call(
     batched_call = _native.qgemm_batched_call
 
     def call(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        x3, w3 = a.reshape(x_shape), b.reshape(w_shape)
+        # a strided view (TransposeView) whose batch axes do not merge reshapes to a copy:
+        # refused here (the generic kernel loops over the batch), so that a recorded call
+        # never reads a copy made once
+        if not (a.flags.c_contiguous or np.may_share_memory(x3, a)) or not (
+            b.flags.c_contiguous or np.may_share_memory(w3, b)
+        ):
+            raise ValueError("qgemm_batched: a batch of strided views that do not merge")
         batched_call(
-            a.reshape(x_shape),
-            b.reshape(w_shape),
+            x3,
+            w3,
             zx,
             zw,
             out_dtype,
@@ -1217,7 +1229,7 @@ def _matmul_integer_to_float_runtime_b(sig: Specialization, *, multiplier: np.nd
     call = _runtime_b_call(sig, 1, zs[0], zs[1], "float32", fb, multiplier, 0)
     if call is None:
         return None
-    return guarded(
+    run = guarded(
         call,
         _matmul_integer_to_float_native,
         {"multiplier": multiplier},
@@ -1225,6 +1237,8 @@ def _matmul_integer_to_float_runtime_b(sig: Specialization, *, multiplier: np.nd
         reads=(0, 1),
         recordable=True,
     )
+    run.strided = True  # type: ignore[attr-defined]  # records strided views (_runtime_b_call)
+    return run
 
 
 @register_binder("DynamicQuantizeMatMul", MS_DOMAIN)
@@ -1242,3 +1256,114 @@ def bind_dynamic_quantize_matmul(model: Model, node: Node) -> tuple[Kernel | Non
     params = {} if packed is None else {"packed": packed}
     name = _kernel_name("dynamic_quantize_matmul", a_dt, _dtype(b), packed is not None)
     return Kernel(_dynamic_quantize_matmul_native, "native", name, params=params, out=True), ""
+
+
+# --------------------------------------------------------------------------------------
+# quanta::QLinearMatMulAdd (passes/lower/qlinear_matmul_add.py)
+# --------------------------------------------------------------------------------------
+
+
+def _qlinear_matmul_add_native(
+    ctx: Any,
+    *inputs: np.ndarray,
+    packed: Any = None,
+    multiplier: np.ndarray | None = None,
+    direct: tuple | None = None,
+    post: tuple | None = None,
+    c_first: int = 1,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """QLinearMatMul with QLinearAdd's (QA1)-(QA3) as the second affine stage of qgemm's
+    output stage (``post``: k, u, r1, r2 of reference/qlinear_matmul_add.py
+    post_stage_constants); an ``a`` of another type or layout goes to the twin."""
+    a = inputs[0]
+    if direct is not None and a.dtype == direct[0] and a.ndim >= 1 and a.flags.c_contiguous:
+        try:
+            return _native.qgemm_call_post(
+                a, packed, direct[1], direct[3], multiplier, direct[2], post, _threads(ctx), _workspace(), out
+            )
+        except ValueError:
+            pass  # a shape the kernel refuses: the twin raises the operator's error
+    return run_twin("QLinearMatMulAdd", QUANTA_DOMAIN, ctx, inputs, {"c_first": c_first}, out)
+
+
+@register_binder("QLinearMatMulAdd", QUANTA_DOMAIN)
+def bind_qlinear_matmul_add(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """The fusion's conditions hold by construction (constant rank-2 b, constant per-tensor
+    parameters but b's); refused when the product's kernel would be (QLinearMatMul's
+    binder's reasons) or b is not prepacked."""
+    del model  # unused: the choice depends on the node only
+    a, za, b, zb, zy = (node.input(i) for i in (0, 2, 3, 5, 7))
+    reason = _check_eight_bit("QLinearMatMulAdd", (("a", a), ("b", b), ("y_zero_point", zy)))
+    if reason:
+        return None, reason
+    reason = _check_zero_points("QLinearMatMulAdd", (("a_zero_point", za, a), ("b_zero_point", zb, b)))
+    if reason:
+        return None, reason
+    consts = [_const(node.input(i)) for i in range(13)]
+    missing = [i for i in (1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12) if consts[i] is None]
+    if missing:
+        return None, f"inputs {missing} are not constants: the fused output stage is built at compile time"
+    packed, n = _prepack(b, zb)
+    if packed is None:
+        return None, "b is not a constant rank-2 matrix with a per-tensor or per-column zero point"
+    c_za, c_zy = consts[2], consts[7]
+    assert c_za is not None and c_zy is not None
+    if c_za.size != 1 or c_zy.size != 1 or np.asarray(consts[1]).size != 1:
+        return (
+            None,
+            "a_scale, a_zero_point or y_zero_point per row: the native GEMM requantizes per column only",
+        )
+    rq = requant_params(node)
+    m = None if rq is None else _columns(rq.multiplier, n, F32)
+    if m is None or not _valid_multiplier(m):
+        return None, "requantization multiplier sa·sb/sy is not finite and > 0 for every column"
+    c_first = int(node.attrs.get("c_first", 1))
+    with np.errstate(all="ignore"):
+        k, u, r1, r2 = post_stage_constants(
+            consts[8], consts[9], consts[10], consts[6], consts[7], consts[11], consts[12], n, bool(c_first)
+        )
+    if not (np.all(np.isfinite(k)) and np.all(np.isfinite(u)) and math.isfinite(r1) and math.isfinite(r2)):
+        return None, "the QLinearAdd's ratios or fixed part are not finite"
+    params: dict[str, Any] = {
+        "packed": packed,
+        "multiplier": m,
+        "direct": (c_za.dtype, int(c_za.reshape(())), int(c_zy.reshape(())), _NAME[c_zy.dtype]),
+        "post": (k, u, float(r1), float(r2)),
+    }  # c_first: the node's attribute, passed by the runtime
+    name = _kernel_name("qlinear_matmul_add", _dtype(a), _dtype(b), True)
+    return Kernel(
+        _qlinear_matmul_add_native,
+        "native",
+        name,
+        params=params,
+        out=True,
+        specialize=_qlinear_matmul_add_specialized,
+    ), ""
+
+
+def _qlinear_matmul_add_specialized(
+    sig: Specialization,
+    *,
+    packed: Any,
+    multiplier: np.ndarray,
+    direct: tuple,
+    post: tuple,
+    c_first: int = 1,
+) -> Any:
+    """The kernel call alone (as QLinearMatMul's), on one thread when the product is small."""
+    if not sig.shapes or sig.shapes[0] is None or sig.dtypes[0] != direct[0]:
+        return None
+    shape = sig.shapes[0]
+    if len(shape) < 1 or not sig.out_shape:
+        return None
+    macs = math.prod(shape) * sig.out_shape[-1]
+    threads, out = step_threads(sig, macs, SMALL_MACS), sig.out
+    zx, zy, out_dtype = direct[1], direct[2], direct[3]
+    attrs = {"packed": packed, "multiplier": multiplier, "direct": direct, "post": post, "c_first": c_first}
+    call_post = _native.qgemm_call_post
+
+    def call(a: np.ndarray, *rest: Any) -> np.ndarray:
+        return call_post(a, packed, zx, out_dtype, multiplier, zy, post, threads, _workspace(), out)
+
+    return guarded(call, _qlinear_matmul_add_native, attrs, out, reads=1, recordable=True)

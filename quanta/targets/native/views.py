@@ -1,7 +1,7 @@
 """Buffer aliases (Reshape, Flatten, Squeeze, Unsqueeze, Identity): no C++ kernel needed.
 
 Their NumPy twins return views of the input's buffer (no data moves, O(1) in the tensor
-size), which is exactly what a native kernel would do, so the native target binds the
+size; quanta TransposeView a strided one, passes/lower/transpose_view.py), which is exactly what a native kernel would do, so the native target binds the
 twin itself and does not report these nodes as fallbacks. Ops that move data
 (Transpose, Slice with steps, Gather, Concat) are not in this list. (Not the runtime's
 "shape-only" ops, quanta.runtime.static_steps, whose output *shape* follows from their
@@ -45,11 +45,27 @@ def _reshape_to(sig: Specialization, **attrs: Any) -> Callable[..., Any] | None:
     return reshape
 
 
+def _transpose_to(sig: Specialization, *, perm: list, **attrs: Any) -> Callable[..., Any] | None:
+    """TransposeView of one signature: ``x.transpose(perm)``, the strided view (no copy);
+    like _reshape_to, a C-level call the fast loop makes on x alone."""
+    del sig, attrs  # a transpose of any shape of the signature's rank
+    axes = tuple(int(p) for p in perm)
+
+    def transpose(ctx: Any, x: Any, *rest: Any) -> Any:
+        return x.transpose(axes)
+
+    transpose.direct = operator.methodcaller("transpose", axes)  # type: ignore[attr-defined]
+    transpose.reads = 1  # type: ignore[attr-defined]
+    return transpose
+
+
 def _bind_view(model: Model, node: Node) -> tuple[Kernel | None, str]:
     del model  # unused: a view is a view whatever the types
     k = reference_kernel(node)
-    return Kernel(k.fn, "native", f"native:view({node.op_type})", specialize=_reshape_to), ""
+    specialize = _transpose_to if node.op_type == "TransposeView" else _reshape_to
+    return Kernel(k.fn, "native", f"native:view({node.op_type})", specialize=specialize), ""
 
 
-for _op in ALIAS_OPS:
+for _op in ALIAS_OPS - {"TransposeView"}:
     register_binder(_op)(_bind_view)
+register_binder("TransposeView", "quanta")(_bind_view)

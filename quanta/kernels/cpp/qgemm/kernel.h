@@ -65,6 +65,11 @@ struct Epilogue {
   int32_t lo = 0, hi = 0;                      // kS32: clamp; kQ8*: L, H of the contract (quantized)
   float lo_minus_zy = 0.f, hi_minus_zy = 0.f;  // kQ8Float: L − zy, H − zy
   float flo = 0.f, fhi = 0.f;                  // kF32 clamp
+  // kQ8Float: the second affine stage (qgemm.h post_k), or null; post_lo / post_hi are
+  // the output type's qmin, qmax
+  const float* post_k = nullptr;
+  const float* post_u = nullptr;
+  float post_r1 = 0.f, post_r2 = 0.f, post_lo = 0.f, post_hi = 0.f;
   void* y = nullptr;
   int64_t y_row_stride = 0;  // elements
 };
@@ -188,6 +193,15 @@ inline int32_t fixed_point_scale(int32_t acc, int32_t multiplier, int32_t shift)
   return rdbpot(srdhm(shifted, multiplier), right);
 }
 
+// The second affine stage on a code y in [L, H] (qgemm.h post_k): two fused multiply-adds
+// (std::fma: one rounding each, as the SIMD families' vfmadd), clamped to the output type.
+inline int32_t post_stage(int32_t y, const Epilogue& e, int64_t n) {
+  float g = std::fma(e.post_u[n], e.post_r2, std::fma(static_cast<float>(y), e.post_r1, e.post_k[n]));
+  g = g < e.post_lo ? e.post_lo : g;
+  g = g > e.post_hi ? e.post_hi : g;
+  return static_cast<int32_t>(std::nearbyint(g));
+}
+
 // The output stage for one element; `acc` already holds every folded term (eq. (5)).
 inline void finish_element(int32_t acc, const Epilogue& e, int64_t m, int64_t n) {
   const int64_t at = m * e.y_row_stride + n;
@@ -210,7 +224,8 @@ inline void finish_element(int32_t acc, const Epilogue& e, int64_t m, int64_t n)
       float v = static_cast<float>(acc) * (e.mult_row ? e.mult_row[m] : e.multiplier[n]);
       v = v < e.lo_minus_zy ? e.lo_minus_zy : v;
       v = v > e.hi_minus_zy ? e.hi_minus_zy : v;
-      const int32_t q = static_cast<int32_t>(std::nearbyint(v)) + e.zy;
+      int32_t q = static_cast<int32_t>(std::nearbyint(v)) + e.zy;
+      if (e.post_k) q = post_stage(q, e, n);
       if (e.y_signed) {
         static_cast<int8_t*>(e.y)[at] = static_cast<int8_t>(q);
       } else {

@@ -142,7 +142,7 @@ struct Plan {
   int64_t panels_per_unit = 1;
   int64_t n_work = 1;  // work chunks (ranges of units) claimed by the threads
   size_t off_a = 0, off_rowsum = 0, off_zx_row = 0, off_colterm = 0, off_mult = 0, off_fbias = 0, off_fmult = 0,
-         off_fshift = 0, off_partial = 0, total = 0;
+         off_fshift = 0, off_post_k = 0, off_post_u = 0, off_partial = 0, total = 0;
 };
 
 Plan make_plan(const QGemmParams& p) {
@@ -255,6 +255,8 @@ Plan make_plan(const QGemmParams& p) {
   const bool fixed = p.requant == Requant::kFixedPoint;
   pl.off_fmult = take(fixed ? static_cast<size_t>(pl.Np) * 4 : 0);
   pl.off_fshift = take(fixed ? static_cast<size_t>(pl.Np) * 4 : 0);
+  pl.off_post_k = take(p.post_k ? static_cast<size_t>(pl.Np) * 4 : 0);
+  pl.off_post_u = take(p.post_k ? static_cast<size_t>(pl.Np) * 4 : 0);
   // + MR: a last block of fewer than MR rows joins the one before it (run_block)
   pl.partial_rows = partial_rows + f.mr;
   pl.off_partial = take(partial_needed ? static_cast<size_t>(pl.tasks * pl.partial_rows * f.nr) * 4 : 0);
@@ -358,8 +360,26 @@ Epilogue make_epilogue(const QGemmParams& p, const Plan& pl, uint8_t* ws) {
       e.lo_minus_zy = static_cast<float>(e.lo - p.zy);
       e.hi_minus_zy = static_cast<float>(e.hi - p.zy);
       e.kind = p.requant == Requant::kFixedPoint ? EpiKind::kQ8Fixed : EpiKind::kQ8Float;
+      if (p.post_k) {
+        // padded copies: the SIMD stages load whole vectors of the panel's columns
+        float* pk = at<float>(ws, pl.off_post_k);
+        float* pu = at<float>(ws, pl.off_post_u);
+        std::copy(p.post_k, p.post_k + pl.N, pk);
+        std::copy(p.post_u, p.post_u + pl.N, pu);
+        std::fill(pk + pl.N, pk + pl.Np, 0.0f);
+        std::fill(pu + pl.N, pu + pl.Np, 0.0f);
+        e.post_k = pk;
+        e.post_u = pu;
+        e.post_r1 = p.post_r1;
+        e.post_r2 = p.post_r2;
+        e.post_lo = static_cast<float>(qmin);
+        e.post_hi = static_cast<float>(qmax);
+      }
       break;
     }
+  }
+  if (p.post_k && e.kind != EpiKind::kQ8Float) {
+    throw std::invalid_argument("qgemm: post_k: the second affine stage needs a uint8/int8 output, float requant");
   }
   return e;
 }

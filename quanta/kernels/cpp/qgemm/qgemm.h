@@ -45,6 +45,12 @@
 //         with s = fixed_shift[n]
 //   where L = max(qmin, lo), H = min(qmax, hi) (the clamp is applied in the output's
 //   quantized domain: a fused Relu is lo = zy, Relu6 adds hi = zy + round(6/sy)).
+//   kU8/kS8, Requant::kFloat with the second affine stage (post_k set; a QLinearAdd of a
+//   constant per column fused onto the codes y above, docs/quantization-math.md (QA1)-(QA3),
+//   bit-exact with quanta/kernels/reference/qlinear_matmul_add.py):
+//         out = min(max(round_half_even(fma(post_u[n], post_r2, fma(float32(y), post_r1, post_k[n]))),
+//                       qmin), qmax)
+//         (each fma rounded once; y in [L, H], so float32(y) is exact)
 //
 // float32(acc) rounds to nearest even (|acc| > 2^24 loses bits, as the reference does).
 // round_half_even uses an explicit RNE instruction in the SIMD paths and nearbyint (the
@@ -227,8 +233,13 @@ struct QGemmParams {
   int32_t zy = 0;  // kU8/kS8, in the output's range
   bool has_clamp = false;
   double clamp_lo = 0.0, clamp_hi = 0.0;  // in the output's domain; lo <= hi
-  void* y = nullptr;                      // [M, N] of out_type
-  int64_t y_row_stride = 0;               // elements, >= N
+  // The second affine stage (kU8/kS8 with Requant::kFloat only): [N] float32 each, finite,
+  // with finite post_r1, post_r2; post_k null: none.
+  const float* post_k = nullptr;
+  const float* post_u = nullptr;
+  float post_r1 = 0.f, post_r2 = 0.f;
+  void* y = nullptr;         // [M, N] of out_type
+  int64_t y_row_stride = 0;  // elements, >= N
   int num_threads = 1;
   Blocking blocking;  // default: the tuned table, else the heuristics
 };

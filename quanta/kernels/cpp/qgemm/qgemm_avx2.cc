@@ -69,7 +69,13 @@ inline void finish_vector(__m256i v, const Epilogue& e, int64_t m, int64_t n, in
         __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(v), row_or_column_multiplier(e, m, n));
         f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(e.lo_minus_zy)), _mm256_set1_ps(e.hi_minus_zy));
         f = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const __m256i q = _mm256_add_epi32(_mm256_cvttps_epi32(f), _mm256_set1_epi32(e.zy));
+        __m256i q = _mm256_add_epi32(_mm256_cvttps_epi32(f), _mm256_set1_epi32(e.zy));
+        if (e.post_k) {  // the second affine stage (qgemm.h post_k), as kernel.h post_stage
+          __m256 g = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(e.post_r1), _mm256_loadu_ps(e.post_k + n));
+          g = _mm256_fmadd_ps(_mm256_loadu_ps(e.post_u + n), _mm256_set1_ps(e.post_r2), g);
+          g = _mm256_min_ps(_mm256_max_ps(g, _mm256_set1_ps(e.post_lo)), _mm256_set1_ps(e.post_hi));
+          q = _mm256_cvttps_epi32(_mm256_round_ps(g, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        }
         if (e.y_signed) {
           store_q8(q, true, static_cast<int8_t*>(e.y) + at);
         } else {

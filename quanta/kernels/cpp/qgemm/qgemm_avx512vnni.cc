@@ -117,11 +117,21 @@ struct Stage<EpiKind::kF32> {
 // max(., L) = L, the contract's value. The lower float clamp is not needed, the upper one is
 // (v >= 2^31 would convert to INT32_MIN). The int16 add saturates only when sat16 did,
 // on the same side.
+//
+// With the second affine stage (qgemm.h post_k) round() returns the final code instead:
+//   y = rne(min(max(v, L − zy), H − zy)) + zy     (float32, exact: integers in [L, H])
+//   q = rne(min(fma(u[n], r2, fma(y, r1, k[n])), qmax))      (int32; below −2^31: INT32_MIN)
+// and the packs add no zy: sat8(sat16(q)) is the contract's min(max(rne(g), qmin), qmax)
+// (rne is monotone and qmin, qmax integers; g >= 2^31 would convert to INT32_MIN, hence
+// the upper clamp; a g below qmin saturates to qmin however far below it lies).
 template <>
 struct Stage<EpiKind::kQ8Float> {
   __m512 mult[2], hi;
   __m512i zy16, lo8, perm;
   bool y_signed, clamp_lo;
+  // the second affine stage
+  bool post;
+  __m512 lo, pk[2], pu[2], r1, r2, phi, zyf;
   __attribute__((always_inline)) Stage(const Epilogue& e, int64_t n0)
       : hi(_mm512_set1_ps(e.hi_minus_zy)),
         zy16(_mm512_set1_epi16(static_cast<int16_t>(e.zy))),
@@ -130,23 +140,38 @@ struct Stage<EpiKind::kQ8Float> {
         // 16 + 4l..: row a's 32 bytes are dwords 0, 4, 8, 12, 1, 5, 9, 13, row b's the rest
         perm(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)),
         y_signed(e.y_signed),
-        clamp_lo(e.lo != (e.y_signed ? -128 : 0)),
+        clamp_lo(!e.post_k && e.lo != (e.y_signed ? -128 : 0)),
+        post(e.post_k != nullptr),
+        lo(_mm512_set1_ps(e.lo_minus_zy)),
+        r1(_mm512_set1_ps(e.post_r1)),
+        r2(_mm512_set1_ps(e.post_r2)),
+        phi(_mm512_set1_ps(e.post_hi)),
+        zyf(_mm512_set1_ps(static_cast<float>(e.zy))),
         mult_row(e.mult_row) {
-    for (int h = 0; h < 2; ++h) mult[h] = mult_row ? _mm512_setzero_ps() : _mm512_loadu_ps(e.multiplier + n0 + 16 * h);
+    for (int h = 0; h < 2; ++h) {
+      mult[h] = mult_row ? _mm512_setzero_ps() : _mm512_loadu_ps(e.multiplier + n0 + 16 * h);
+      pk[h] = post ? _mm512_loadu_ps(e.post_k + n0 + 16 * h) : _mm512_setzero_ps();
+      pu[h] = post ? _mm512_loadu_ps(e.post_u + n0 + 16 * h) : _mm512_setzero_ps();
+    }
   }
   const float* mult_row;  // the transposed stage: one multiplier per row
   int64_t m = 0;          // row a of the pair being stored (mult_row)
   __attribute__((always_inline)) __m512i round(__m512i v, int half, int64_t row) const {
     __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult_row ? _mm512_set1_ps(mult_row[row]) : mult[half]);
     f = _mm512_min_ps(f, hi);
+    if (post) {
+      const __m512 y =
+          _mm512_add_ps(_mm512_roundscale_ps(_mm512_max_ps(f, lo), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zyf);
+      f = _mm512_min_ps(_mm512_fmadd_ps(pu[half], r2, _mm512_fmadd_ps(y, r1, pk[half])), phi);
+    }
     return _mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
+  __attribute__((always_inline)) __m512i add_zy(__m512i p) const { return post ? p : _mm512_adds_epi16(p, zy16); }
   // rows a (columns 0-15, 16-31) and b; mask: valid columns (bit j = column j)
   __attribute__((always_inline)) void store_pair(__m512i a0, __m512i a1, __m512i b0, __m512i b1, uint8_t* ya,
                                                  uint8_t* yb, __mmask32 mask, bool has_b) const {
-    const __m512i pa = _mm512_adds_epi16(_mm512_packs_epi32(round(a0, 0, m), round(a1, 1, m)), zy16);
-    const __m512i pb =
-        has_b ? _mm512_adds_epi16(_mm512_packs_epi32(round(b0, 0, m + 1), round(b1, 1, m + 1)), zy16) : pa;
+    const __m512i pa = add_zy(_mm512_packs_epi32(round(a0, 0, m), round(a1, 1, m)));
+    const __m512i pb = has_b ? add_zy(_mm512_packs_epi32(round(b0, 0, m + 1), round(b1, 1, m + 1))) : pa;
     __m512i q = y_signed ? _mm512_packs_epi16(pa, pb) : _mm512_packus_epi16(pa, pb);
     if (clamp_lo) q = y_signed ? _mm512_max_epi8(q, lo8) : _mm512_max_epu8(q, lo8);
     q = _mm512_permutexvar_epi32(perm, q);
@@ -159,8 +184,8 @@ struct Stage<EpiKind::kQ8Float> {
   // lane, so the same permutation puts row i in 128-bit lane i.
   __attribute__((always_inline)) void store_quad(const __m512i (&v)[4], uint8_t* y, int64_t stride, __mmask16 mask,
                                                  int64_t row) const {
-    const __m512i pa = _mm512_adds_epi16(_mm512_packs_epi32(round(v[0], 0, row), round(v[1], 0, row + 1)), zy16);
-    const __m512i pb = _mm512_adds_epi16(_mm512_packs_epi32(round(v[2], 0, row + 2), round(v[3], 0, row + 3)), zy16);
+    const __m512i pa = add_zy(_mm512_packs_epi32(round(v[0], 0, row), round(v[1], 0, row + 1)));
+    const __m512i pb = add_zy(_mm512_packs_epi32(round(v[2], 0, row + 2), round(v[3], 0, row + 3)));
     __m512i q = y_signed ? _mm512_packs_epi16(pa, pb) : _mm512_packus_epi16(pa, pb);
     if (clamp_lo) q = y_signed ? _mm512_max_epi8(q, lo8) : _mm512_max_epu8(q, lo8);
     q = _mm512_permutexvar_epi32(perm, q);
