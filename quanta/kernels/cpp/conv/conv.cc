@@ -453,9 +453,11 @@ void QConv::plan_depthwise_nhwc(const Geometry& geo, Plan& pl) const {
   const int64_t taps = geo.kh * geo.kw;
   pl.units = geo.N * geo.OH;
   if (dw_.nhwc_flat) {
-    const int64_t want = std::max<int64_t>(1, div_up(int64_t{pl.threads} * kUnitsPerThread, geo.N));
-    const int64_t bands = pl.threads == 1 ? 1 : std::min(want, div_up(geo.OH, 4));
-    pl.dw_rows_per_unit = div_up(geo.OH, bands);
+    // (a batch of no image, or no output row, still gets one band: nothing to divide by)
+    const int64_t want =
+        std::max<int64_t>(1, div_up(int64_t{pl.threads} * kUnitsPerThread, std::max<int64_t>(1, geo.N)));
+    const int64_t bands = pl.threads == 1 ? 1 : std::max<int64_t>(1, std::min(want, div_up(geo.OH, 4)));
+    pl.dw_rows_per_unit = std::max<int64_t>(1, div_up(geo.OH, bands));
     pl.dw_row_blocks = div_up(geo.OH, pl.dw_rows_per_unit);
     pl.units = geo.N * pl.dw_row_blocks;
   }
