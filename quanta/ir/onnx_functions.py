@@ -23,6 +23,8 @@ form the installed ``onnx`` does not define) stays as it is, and the runtime nam
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import onnx
 from onnx import defs, numpy_helper
@@ -30,7 +32,7 @@ from onnx import defs, numpy_helper
 from quanta.ir.graph import unused_name
 from quanta.ir.shape_hints import without_weight_data
 
-__all__ = ["EXPANDED_OPS", "expand_function_ops"]
+__all__ = ["EXPANDED_OPS", "expand_function_ops", "nested_graphs"]
 
 #: default-domain operators written out as their function bodies: the transformer
 #: operators of opset 23, Swish (opset 24's SiLU, whose body is the Sigmoid and Mul the
@@ -54,32 +56,32 @@ def expand_function_ops(proto: onnx.ModelProto) -> list[tuple[str, str, str]]:
     return left
 
 
-def _graphs(graph: onnx.GraphProto):
+def nested_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     """``graph`` and every graph nested in its nodes' attributes, outer ones first."""
     yield graph
     for node in graph.node:
         for a in node.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
+                yield from nested_graphs(a.g)
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for g in a.graphs:
-                    yield from _graphs(g)
+                    yield from nested_graphs(g)
 
 
 def _expand_round(proto: onnx.ModelProto) -> tuple[list[tuple[str, str, str]], bool]:
-    if not any(_is_expanded(n) for g in _graphs(proto.graph) for n in g.node):
+    if not any(_is_expanded(n) for g in nested_graphs(proto.graph) for n in g.node):
         return [], False
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     types = _value_types(proto)
     # names of every scope: a body's new values must not shadow an outer one
     taken: set[str] = set()
-    for g in _graphs(proto.graph):
+    for g in nested_graphs(proto.graph):
         taken |= {n.name for n in g.node} | {o for n in g.node for o in n.output}
         taken |= {t.name for t in g.initializer} | {i.name for i in g.input}
     left: list[tuple[str, str, str]] = []
     changed = False
     # inner graphs first: rewriting a graph copies its nodes, bodies included
-    for g in reversed(list(_graphs(proto.graph))):
+    for g in reversed(list(nested_graphs(proto.graph))):
         if any(_is_expanded(n) for n in g.node):
             kept, wrote = _expand_graph(g, opset, types, taken)
             left += kept
@@ -124,11 +126,11 @@ def _value_types(proto: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     except Exception:  # types are what the bodies are built from: a node without them stays
         inferred = proto
     types: dict[str, onnx.TypeProto] = {}
-    for g in _graphs(inferred.graph):
+    for g in nested_graphs(inferred.graph):
         for vi in [*g.value_info, *g.input, *g.output]:
             if vi.type.HasField("tensor_type"):
                 types.setdefault(vi.name, vi.type)
-    for t in (t for g in _graphs(proto.graph) for t in g.initializer):
+    for t in (t for g in nested_graphs(proto.graph) for t in g.initializer):
         types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
     return types
 

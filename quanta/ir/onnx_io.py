@@ -61,7 +61,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from quanta.ir.graph import Graph, GraphError, Model, Node, Value, toposort_nodes
 from quanta.ir.ms_contrib import decompose_contrib_ops
-from quanta.ir.onnx_functions import expand_function_ops
+from quanta.ir.onnx_functions import expand_function_ops, nested_graphs
 from quanta.ir.op_facts import derive
 from quanta.ir.quark_ops import decompose_quark_ops
 from quanta.ir.shape_hints import infer_shapes as infer_light
@@ -509,22 +509,11 @@ QDQ_RUNNABLE_OPSET = 27
 #: attributes are the older schema's, which strict, type-checking shape inference decides.
 _TYPES_ONLY_CHANGES = frozenset(
     {
-        "BitShift", "Cast", "CastLike", "Celu", "Compress", "DequantizeLinear", "Einsum", "OneHot",
-        "Optional", "OptionalGetElement", "OptionalHasElement", "QuantizeLinear", "Range",
+        "BitShift", "Cast", "Celu", "Compress", "DequantizeLinear", "Einsum", "OneHot",
+        "Optional", "OptionalGetElement", "OptionalHasElement", "QuantizeLinear",
         "ReduceLogSum", "ReduceLogSumExp", "ReverseSequence", "Unique",
     }
 )  # fmt: skip
-
-
-def _graphs(g: onnx.GraphProto):
-    yield g
-    for n in g.node:
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for sub in a.graphs:
-                    yield from _graphs(sub)
 
 
 def lower_opset_for_qdq(proto: onnx.ModelProto, target: int = QDQ_RUNNABLE_OPSET) -> onnx.ModelProto:
@@ -536,7 +525,7 @@ def lower_opset_for_qdq(proto: onnx.ModelProto, target: int = QDQ_RUNNABLE_OPSET
     source = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     if source <= target:
         return proto
-    for g in _graphs(proto.graph):
+    for g in nested_graphs(proto.graph):
         for n in g.node:
             if n.domain not in ("", "ai.onnx"):
                 continue
