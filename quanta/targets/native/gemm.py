@@ -504,6 +504,19 @@ def bind_qlinear_matmul(model: Model, node: Node) -> tuple[Kernel | None, str]:
     ), ""
 
 
+def _direct_call_plan(sig: Specialization, direct: tuple) -> tuple[int, Any] | None:
+    """The threads and output of a prepacked requantizing GEMM's direct call for ``sig``
+    (None: a shape or dtype the direct call does not take): one thread when the product
+    is small (SMALL_MACS)."""
+    if not sig.shapes or sig.shapes[0] is None or sig.dtypes[0] != direct[0]:
+        return None
+    shape = sig.shapes[0]
+    if len(shape) < 1 or not sig.out_shape:
+        return None
+    macs = math.prod(shape) * sig.out_shape[-1]
+    return step_threads(sig, macs, SMALL_MACS), sig.out
+
+
 def _qlinear_matmul_specialized(
     sig: Specialization,
     *,
@@ -517,19 +530,12 @@ def _qlinear_matmul_specialized(
     (_runtime_b_call)."""
     if packed is None and multiplier is not None:
         return _qlinear_matmul_runtime_b(sig, multiplier)
-    if (
-        direct is None
-        or packed is None
-        or not sig.shapes
-        or sig.shapes[0] is None
-        or sig.dtypes[0] != direct[0]
-    ):
+    if direct is None or packed is None:
         return None
-    shape = sig.shapes[0]
-    if len(shape) < 1 or not sig.out_shape:
+    plan = _direct_call_plan(sig, direct)
+    if plan is None:
         return None
-    macs = math.prod(shape) * sig.out_shape[-1]
-    threads, out = step_threads(sig, macs, SMALL_MACS), sig.out
+    threads, out = plan
     zx, zy, out_dtype = direct[1], direct[2], direct[3]
     attrs = {"packed": packed, "multiplier": multiplier, "direct": direct}
 
@@ -1352,13 +1358,10 @@ def _qlinear_matmul_add_specialized(
     c_first: int = 1,
 ) -> Any:
     """The kernel call alone (as QLinearMatMul's), on one thread when the product is small."""
-    if not sig.shapes or sig.shapes[0] is None or sig.dtypes[0] != direct[0]:
+    plan = _direct_call_plan(sig, direct)
+    if plan is None:
         return None
-    shape = sig.shapes[0]
-    if len(shape) < 1 or not sig.out_shape:
-        return None
-    macs = math.prod(shape) * sig.out_shape[-1]
-    threads, out = step_threads(sig, macs, SMALL_MACS), sig.out
+    threads, out = plan
     zx, zy, out_dtype = direct[1], direct[2], direct[3]
     attrs = {"packed": packed, "multiplier": multiplier, "direct": direct, "post": post, "c_first": c_first}
     call_post = _native.qgemm_call_post
