@@ -51,30 +51,28 @@ def settle_dq_propagation(graph: Graph, opset: int) -> int:
     (same scale and zero point), so that it inserts none. Returns how many pairs."""
     if not needs_settling(opset):
         return 0
-    outputs = {id(v) for v in graph.outputs}
     added = 0
+    # each pair's new DQ is a start of its own: the chain continues from it, as in ORT
     work = [n for n in graph.nodes if _signed_8bit_dq(n)]
     with graph.naming():
         while work:
             dq = work.pop()
-            out = dq.outputs[0]
-            uses = list(out.uses)
+            uses = list(dq.outputs[0].uses)
             # ONNX Runtime starts only from a DQ with one consumer (1.32 also from one
-            # whose output is a graph output besides)
+            # whose output is a graph output besides), carried through its data input
             if len(uses) != 1:
                 continue
-            node = uses[0][0]
-            while node.op_type in PROPAGATING_OPS and not node.domain and uses[0][1] == 0:
-                v = node.outputs[0]
-                uses = list(v.uses)
-                is_output = id(v) in outputs
-                if is_output and uses:
-                    break  # ONNX Runtime propagates into neither
-                if is_output or any(u.op_type != "QuantizeLinear" for u, _ in uses):
-                    new_dq = _pair_after(graph, v, dq, is_output)
-                    added += 1
-                    work.append(new_dq)
-                break
+            node, slot = uses[0]
+            if node.op_type not in PROPAGATING_OPS or node.domain or slot != 0:
+                continue
+            v = node.outputs[0]
+            readers = list(v.uses)
+            is_output = any(o is v for o in graph.outputs)
+            if is_output and readers:
+                continue  # ONNX Runtime propagates into neither
+            if is_output or any(u.op_type != "QuantizeLinear" for u, _ in readers):
+                work.append(_pair_after(graph, v, dq, is_output))
+                added += 1
     if added:
         graph.toposort()
     return added

@@ -118,3 +118,38 @@ def test_int8_activations_gqa_attention_file_runs_in_onnx_runtime(tmp_path):
     for a, b, c in zip(mine, plain, opt):
         assert np.abs(a - b).max() <= step
         assert np.abs(c - b).max() <= step
+
+
+def test_a_chain_of_data_movement_ops_gets_a_pair_after_each():
+    """DQ -> Reshape -> Transpose -> Relu: ONNX Runtime would insert a pair after the
+    Reshape (its output goes on into a Transpose, not a Q) and, carried from that pair's
+    DQ, one after the Transpose; quanta writes both, and the values are the same."""
+    inits = [
+        numpy_helper.from_array(np.array(0.0173, np.float32), "s"),
+        numpy_helper.from_array(np.array(-3, np.int8), "z"),
+        numpy_helper.from_array(np.array([3, 5, 17], np.int64), "shape"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+        helper.make_node("Reshape", ["xd", "shape"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[2, 0, 1]),
+        helper.make_node("Relu", ["t"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "chain2",
+        [helper.make_tensor_value_info("x", F, [3, 17, 5])],
+        [helper.make_tensor_value_info("y", F, None)],
+        inits,
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    model = from_proto(proto, "chain2")
+    assert settle_dq_propagation(model.graph, 21) == 2
+    settled = to_proto(model)
+    x = np.random.default_rng(4).standard_normal((3, 17, 5)).astype(np.float32) * 2
+    (plain,) = _ort(proto, {"x": x}, optimize=False)
+    (opt,) = _ort(settled, {"x": x}, optimize=True)
+    np.testing.assert_array_equal(opt, plain)
+    (mine,) = InferenceSession(settled.SerializeToString(), backend="native").run(None, {"x": x})
+    np.testing.assert_array_equal(mine, plain)

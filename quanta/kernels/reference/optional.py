@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
 __all__: list[str] = []
@@ -23,8 +25,6 @@ def optional(ctx: OpContext, x: Any = None, **attrs: Any) -> tuple[Any]:
 
 @register("OptionalHasElement")
 def optional_has_element(ctx: OpContext, x: Any = None, **attrs: Any) -> tuple[Any]:
-    import numpy as np
-
     del ctx, attrs  # unused
     return (np.array(x is not None),)
 
