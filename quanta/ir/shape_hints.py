@@ -68,10 +68,74 @@ def infer_shapes(proto: onnx.ModelProto, **kw) -> onnx.ModelProto:
     """``onnx.shape_inference.infer_shapes(proto, **kw)``, computed on
     :func:`without_weight_data`'s copy; the returned model holds ``proto``'s data."""
     inferred = onnx.shape_inference.infer_shapes(without_weight_data(proto), **kw)
+    # an ai.onnx.ml output typed from its schema lets inference type what follows it;
+    # each round types at least one more such output, a chain of them takes a few
+    for _ in range(4):
+        if not _schema_element_types(inferred):
+            break
+        inferred = onnx.shape_inference.infer_shapes(inferred, **kw)
     for mine, theirs in zip(_tensors(inferred.graph), _tensors(proto.graph)):
         if _is_weight(theirs):
             mine.CopyFrom(theirs)
     return inferred
+
+
+#: a schema's fixed tensor type string -> element type
+_TENSOR_TYPES = {
+    f"tensor({name})": value
+    for name, value in (
+        ("float", onnx.TensorProto.FLOAT),
+        ("double", onnx.TensorProto.DOUBLE),
+        ("int64", onnx.TensorProto.INT64),
+        ("int32", onnx.TensorProto.INT32),
+        ("string", onnx.TensorProto.STRING),
+        ("bool", onnx.TensorProto.BOOL),
+    )
+}
+
+
+def _schema_element_types(proto: onnx.ModelProto) -> bool:
+    """Element types of ``ai.onnx.ml`` outputs that shape inference leaves untyped:
+    most of that domain's operators (Scaler, Normalizer, Imputer, TreeEnsembleRegressor,
+    …) have no inference function, so the float tensor a Scaler writes before a
+    classifier's MatMul would have no type, and nothing after it would be quantized. The
+    schema fixes the type (``tensor(float)``) or ties it to an input's (``T``); only the
+    element type is added, as value_info of the main graph. Returns whether any was."""
+    g = proto.graph
+    ml_version = next((o.version for o in proto.opset_import if o.domain == "ai.onnx.ml"), None)
+    if ml_version is None:
+        return False
+    added = False
+    known: dict[str, int] = {}
+    for vi in (*g.input, *g.value_info, *g.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            known[vi.name] = vi.type.tensor_type.elem_type
+    for t in g.initializer:
+        known[t.name] = t.data_type
+    declared = {vi.name for vi in (*g.input, *g.value_info, *g.output)}
+    for node in g.node:
+        if node.domain == "ai.onnx.ml":
+            try:
+                schema = onnx.defs.get_schema(node.op_type, ml_version, domain="ai.onnx.ml")
+            except Exception:  # an operator this onnx does not know
+                schema = None
+            if schema is not None:
+                for i, name in enumerate(node.output):
+                    if not name or name in known or not schema.outputs:
+                        continue
+                    formal = schema.outputs[min(i, len(schema.outputs) - 1)].type_str
+                    elem = _TENSOR_TYPES.get(formal)
+                    if elem is None:  # a type parameter: the first input of the same one
+                        for j, x in enumerate(node.input):
+                            if j < len(schema.inputs) and schema.inputs[j].type_str == formal and x in known:
+                                elem = known[x]
+                                break
+                    if elem is not None:
+                        known[name] = elem
+                        if name not in declared:
+                            g.value_info.append(onnx.helper.make_tensor_value_info(name, elem, None))
+                            added = True
+    return added
 
 
 def _clean_dims(tt: onnx.TypeProto.Tensor) -> None:

@@ -98,12 +98,25 @@ def macs(node: Node, shapes: Mapping[str, tuple[int, ...]] | None = None) -> int
         sizes = _einsum_label_sizes(node, shape_of)
         return 0 if sizes is None else int(np.prod(list(sizes.values()), dtype=np.int64))
     if kind in (MacKind.MATMUL, MacKind.GEMM):
-        a = node.input(0)
-        if a is None or shape_of(a) is None or out is None or not shape_of(a):
+        if out is None:
             return 0
-        k = _dims(shape_of(a))[-1]
-        if kind is MacKind.GEMM and node.attrs.get("transA", 0):
-            k = _dims(shape_of(a))[0]
+        a, b = node.input(0), node.input(1)
+        sa, sb = shape_of(a), shape_of(b)
+        if sa:
+            k = _dims(sa)[-1]
+            if kind is MacKind.GEMM and node.attrs.get("transA", 0):
+                k = _dims(sa)[0]
+        elif sb:
+            # the data operand's shape unknown (a DequantizeLinear output after an op
+            # that shape inference does not know, e.g. an ai.onnx.ml Scaler): the
+            # reduction length from the weight, [K, N] ([N, K] for Gemm's transB)
+            db = _dims(sb)
+            if kind is MacKind.GEMM:
+                k = db[1] if node.attrs.get("transB", 0) else db[0]
+            else:
+                k = db[-2] if len(db) >= 2 else db[0]
+        else:
+            return 0
         return int(np.prod(_dims(out), dtype=np.int64) * k)
     return 0
 
@@ -153,8 +166,20 @@ def counted_with_symbolic_dims(node: Node, shapes: Mapping[str, tuple[int, ...]]
     if kind is MacKind.EINSUM:
         return any(unknown(v, every) for v in node.inputs)
     if kind in (MacKind.MATMUL, MacKind.GEMM):
+        if unknown(out, every):
+            return True
+        a, b = node.input(0), node.input(1)
         k = slice(0, 1) if kind is MacKind.GEMM and node.attrs.get("transA", 0) else slice(-1, None)
-        return unknown(node.input(0), k) or unknown(out, every)
+        if a is not None and a.shape is None and not (shapes and a.name in shapes) and b is not None:
+            # macs reads K from the weight then (an operand of unknown rank)
+            if kind is MacKind.GEMM:
+                kb = slice(1, 2) if node.attrs.get("transB", 0) else slice(0, 1)
+            else:
+                kb = slice(-2, -1) if b.shape is not None and len(b.shape) >= 2 else slice(0, 1)
+            return (b.shape is None and not (shapes and b.name in shapes)) or (
+                b.shape is not None and unknown(b, kb)
+            )
+        return unknown(a, k)
     return False
 
 

@@ -473,6 +473,7 @@ def quantize_static(
         prepare_bodies(model, prepare_float_graph)
     graph = model.graph
     plan_recipe = recipe
+    smoothed: list[str] = []
     if recipe.smooth_quant is not None:
         smoothed, calibration_data = _smooth(model, calibration_data, recipe, preprocess)
         # the Mul that produces a balanced activation stays float: its own inputs keep the
@@ -481,6 +482,11 @@ def quantize_static(
             recipe, exclude=(*recipe.exclude, *(re.escape(n) for n in smoothed))
         )
     plan = plan_qdq(graph, plan_recipe)
+    if smoothed:  # the balancing Muls: say why, not "excluded by the recipe"
+        balanced = set(smoothed)
+        for d in plan.decisions:
+            if d.node.name in balanced and not d.quantize:
+                d.reason = SMOOTH_REASON
     bodies = plan_bodies(model, body_recipe(recipe)) if quantize_inside else []
     ranges = {}
     minmax: dict = {}  # eq. (24)'s other candidate: MinMax of the tensors outside eq. (22)
@@ -912,6 +918,13 @@ def _has_subgraphs(node) -> bool:
         or (isinstance(v, list) and any(isinstance(g, onnx.GraphProto) for g in v))
         for v in node.attrs.values()
     )
+
+
+#: why the Mul that SmoothQuant balances (or inserts) before a MatMul stays float
+SMOOTH_REASON = (
+    "SmoothQuant's balancing Mul: its input keeps the outliers the balancing moves out of "
+    "its output, so it stays float (no MACs)"
+)
 
 
 def _summarize(

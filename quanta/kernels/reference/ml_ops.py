@@ -14,6 +14,16 @@ the ids a classifier turns back into labels. Every version is one dictionary loo
 
 A float key matches by value (ONNX Runtime's rule; NaN matches no key). String tensors
 are numpy arrays of ``str`` (``object``, or numpy's fixed-width unicode on the way in).
+
+``CategoryMapper`` is the version-1 LabelEncoder with its table in two lists
+(``cats_strings`` / ``cats_int64s``): strings to int64 (``default_int64``, -1) or back
+(``default_string``, ``"_Unused"``); of duplicate keys the last pair wins, as in ONNX
+Runtime.
+
+``ZipMap`` ends every scikit-learn classifier that skl2onnx writes with its defaults: the
+[N, C] probabilities become a sequence of N maps, class label (``classlabels_int64s`` or
+``classlabels_strings``) -> probability, one per row; a [C] input is one row. A sequence
+is a list and a map a dict, as ONNX Runtime returns them.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ import numpy as np
 
 from quanta.kernels.reference.registry import OpContext, OpError, register
 
-__all__ = ["encoder", "label_encoder"]
+__all__ = ["category_mapper", "encoder", "label_encoder", "zip_map"]
 
 ML_DOMAIN = "ai.onnx.ml"
 
@@ -135,3 +145,46 @@ def encoder(attrs: dict[str, Any], dtype: np.dtype) -> Callable[[np.ndarray], np
         raise OpError(f"LabelEncoder has string keys but a {dtype} input")
     from_numbers = _mapper(keys[1].tolist(), values[1], miss)
     return lambda x: from_numbers(x.astype(kd, copy=False))
+
+
+@register("CategoryMapper", ML_DOMAIN)
+def category_mapper(ctx: OpContext, x: np.ndarray, **attrs: Any) -> np.ndarray:
+    strings = [str(v) for v in attrs.get("cats_strings", [])]
+    ids = [int(i) for i in attrs.get("cats_int64s", [])]
+    if len(strings) != len(ids):
+        raise OpError(f"CategoryMapper has {len(strings)} cats_strings but {len(ids)} cats_int64s")
+    # of duplicate keys the last pair wins (ONNX Runtime fills its map pair by pair)
+    if x.dtype.kind in "SUO":
+        table: dict[Any, Any] = dict(zip(strings, ids))
+        to_ids = _mapper(
+            list(table), np.array(list(table.values()), dtype=np.int64), int(attrs.get("default_int64", -1))
+        )
+        return to_ids(_strings(x))
+    if x.dtype != np.int64:
+        raise OpError(f"CategoryMapper maps string <-> int64, got input {x.dtype}")
+    table = dict(zip(ids, strings))
+    values = np.empty(len(table), dtype=object)
+    values[:] = list(table.values())
+    to_strings = _mapper(list(table), values, attrs.get("default_string", "_Unused"))
+    return to_strings(x)
+
+
+@register("ZipMap", ML_DOMAIN)
+def zip_map(ctx: OpContext, x: np.ndarray, **attrs: Any) -> tuple[list[dict[Any, float]]]:
+    labels: list[Any]
+    if "classlabels_strings" in attrs:
+        labels = [str(v) for v in attrs["classlabels_strings"]]
+    elif "classlabels_int64s" in attrs:
+        labels = [int(v) for v in attrs["classlabels_int64s"]]
+    else:
+        raise OpError("ZipMap sets neither classlabels_strings nor classlabels_int64s")
+    rows = np.asarray(x, dtype=np.float32)
+    if rows.ndim == 1:
+        rows = rows[None, :]
+    if rows.ndim != 2 or rows.shape[1] != len(labels):
+        raise OpError(
+            f"ZipMap expects a [N, {len(labels)}] (or [{len(labels)}]) float input for its "
+            f"{len(labels)} class labels, got shape {list(np.shape(x))}"
+        )
+    # a one-tuple: the executor reads a returned list as one value per output
+    return ([dict(zip(labels, row)) for row in rows.tolist()],)

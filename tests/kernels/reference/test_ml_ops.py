@@ -1,10 +1,12 @@
-"""ai.onnx.ml::LabelEncoder (quanta/kernels/reference/ml_ops.py) against ONNX Runtime,
-every version's attribute forms, hits, misses and defaults; and string feeds as numpy
-builds them (fixed-width unicode, bytes), which ONNX Runtime accepts."""
+"""ai.onnx.ml::LabelEncoder, CategoryMapper and ZipMap (quanta/kernels/reference/ml_ops.py)
+against ONNX Runtime, every version's attribute forms, hits, misses and defaults; string
+feeds as numpy builds them (fixed-width unicode, bytes), which ONNX Runtime accepts; and
+a scikit-learn style classifier (Scaler -> MatMul -> Softmax -> ZipMap) quantized."""
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -153,3 +155,131 @@ def test_a_numeric_feed_for_a_string_input_is_still_refused() -> None:
     sess = quanta.InferenceSession(_string_to_float_model())
     with pytest.raises(Exception, match="dtype float32, expected tensor\\(string\\)"):
         sess.run(None, {"x": np.zeros((1, 3), np.float32)})
+
+
+def _tail_model(labels: dict, ml_opset: int = 1, input_shape=("N", 7)):
+    """Z = ZipMap(probabilities): a scikit-learn classifier's tail as skl2onnx writes it
+    by default."""
+    key = onnx.TensorProto.STRING if "classlabels_strings" in labels else onnx.TensorProto.INT64
+    zt = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(key, helper.make_tensor_type_proto(TensorProto.FLOAT, None))
+    )
+    g = helper.make_graph(
+        [helper.make_node("ZipMap", ["x"], ["z"], domain=ML, name="zipmap", **labels)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(input_shape))],
+        [helper.make_value_info("z", zt)],
+    )
+    return helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, ml_opset)], ir_version=9
+    )
+
+
+ZIP_LABELS = {
+    "int64 labels": {"classlabels_int64s": [3, -1, 40, 0, 7, 11, 2]},
+    "string labels": {"classlabels_strings": ["cat", "", "dog", "c7", "é", "x y", "z"]},
+}
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+@pytest.mark.parametrize("labels", sorted(ZIP_LABELS))
+def test_zipmap_matches_onnxruntime(labels: str, backend: str) -> None:
+    model = _tail_model(ZIP_LABELS[labels])
+    x = np.random.default_rng(3).standard_normal((5, 7)).astype(np.float32) * 3
+    x[1, 2] = np.nan
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    got = quanta.InferenceSession(model, backend=backend).run(None, {"x": x})[0]
+    assert isinstance(got, list) and len(got) == 5
+    assert [sorted(r) for r in got] == [sorted(r) for r in want]
+    np.testing.assert_array_equal(
+        [[r[k] for k in sorted(r)] for r in got], [[r[k] for k in sorted(r)] for r in want]
+    )
+
+
+def test_zipmap_of_one_row_and_a_wrong_width_names_itself() -> None:
+    model = _tail_model(ZIP_LABELS["int64 labels"], input_shape=(7,))
+    x = np.linspace(-2, 3, 7, dtype=np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    assert quanta.InferenceSession(model).run(None, {"x": x})[0] == want  # one row
+    wide = _tail_model(ZIP_LABELS["int64 labels"], input_shape=("N", 9))
+    with pytest.raises(Exception, match=r"ZipMap expects a \[N, 7\].*got shape \[2, 9\]"):
+        quanta.InferenceSession(wide).run(None, {"x": np.zeros((2, 9), np.float32)})
+
+
+@pytest.mark.parametrize("direction", ["string -> int64", "int64 -> string"])
+def test_category_mapper_matches_onnxruntime(direction: str) -> None:
+    attrs = {
+        "cats_strings": ["low", "mid", "high", "mid", "top"],  # duplicates: the last pair wins
+        "cats_int64s": [10, 20, 30, 40, 20],
+        "default_int64": -7,
+        "default_string": "unknown",
+    }
+    to_int = direction == "string -> int64"
+    node = helper.make_node("CategoryMapper", ["x"], ["y"], domain=ML, **attrs)
+    t_in, t_out = (
+        (TensorProto.STRING, TensorProto.INT64) if to_int else (TensorProto.INT64, TensorProto.STRING)
+    )
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", t_in, [2, 3])],
+        [helper.make_tensor_value_info("y", t_out, [2, 3])],
+    )
+    model = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 1)], ir_version=9
+    )
+    x = (
+        np.array([["mid", "high", "none"], ["", "low", "mid"]], dtype=object)
+        if to_int
+        else np.array([[20, 40, 5], [10, -1, 30]], np.int64)
+    )
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    got = quanta.InferenceSession(model).run(None, {"x": x})[0]
+    assert got.tolist() == want.tolist()
+
+
+def test_a_classifier_ending_in_zipmap_quantizes_and_both_runtimes_run_it(tmp_path) -> None:
+    """x -> Scaler (ai.onnx.ml: no shape inference, so the MatMul's input has no shape in
+    the file) -> MatMul -> Softmax -> ZipMap: skl2onnx's default classifier. The file
+    quanta writes runs in ONNX Runtime and quanta alike, and the MatMul's MACs are
+    counted from the calibration shapes and the weight (17 classes, K 7)."""
+    rng = np.random.default_rng(5)
+    labels = list(range(100, 117))
+    zt = helper.make_sequence_type_proto(
+        helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, None))
+    )
+    g = helper.make_graph(
+        [
+            helper.make_node(
+                "Scaler", ["x"], ["xs"], domain=ML, offset=[0.5] * 7, scale=[1.0, 2, 3, 0.5, 1, 1, 4]
+            ),
+            helper.make_node("MatMul", ["xs", "w"], ["logits"]),
+            helper.make_node("Softmax", ["logits"], ["p"], axis=-1),
+            helper.make_node("ZipMap", ["p"], ["z"], domain=ML, classlabels_int64s=labels),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 7])],
+        [helper.make_value_info("z", zt)],
+        [numpy_helper.from_array(rng.standard_normal((7, 17)).astype(np.float32), "w")],
+    )
+    model = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 1)], ir_version=9
+    )
+    src, out = tmp_path / "clf.onnx", tmp_path / "clf.q.onnx"
+    onnx.save(model, src)
+    feeds = [{"x": rng.standard_normal((13, 7)).astype(np.float32)} for _ in range(6)]
+    summary = quanta.quantize_static(str(src), str(out), feeds, verbose=False)
+    assert summary.coverage.total_macs == 13 * 7 * 17
+    assert summary.coverage.integer_macs == 13 * 7 * 17
+    ours = quanta.InferenceSession(str(out)).run(None, feeds[0])[0]
+    theirs = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds[0])[0]
+    assert [sorted(r) for r in ours] == [labels] * 13 == [sorted(r) for r in theirs]
+    np.testing.assert_allclose(
+        [[r[k] for k in labels] for r in ours], [[r[k] for k in labels] for r in theirs], atol=2e-3
+    )
