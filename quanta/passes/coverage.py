@@ -227,6 +227,15 @@ class CoverageReport:
 
     def format_share(self, *, rows: int = 5) -> str:
         """Two or more lines: the integer share and the largest float compute nodes."""
+        if not self.total_macs and self.nodes:
+            # compute nodes whose shapes neither the file nor a calibration run gave
+            # (quantize_dynamic after an operator shape inference does not know)
+            lowered = sum(1 for n in self.nodes if n.integer_op)
+            return (
+                f"integer MACs: not counted, the file gives no shapes for its {len(self.nodes)} compute "
+                f"node(s) ({lowered} of them run as integer kernels); quanta inspect --dim NAME=SIZE "
+                "counts them at an input's sizes"
+            )
         lines = [
             f"integer MACs: {self.integer_share * 100:.1f} % of {self.total_macs:,} "
             f"({self.integer_macs:,} in integer)"

@@ -629,10 +629,12 @@ class Executor(Executable):
         plan = self.plan
         unstable = frozenset() if speculate else self._unstable
         roots = self._roots if speculate else frozenset()
+        # strings (numpy object arrays of str: a tokenizer's, a OneHotEncoder's input)
+        # hold references, not bytes: they never live in the arena
         nbytes = {
             k: int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             for k, (shape, dtype) in specs.items()
-            if plan.slots[k].kind is SlotKind.INTERMEDIATE and k not in unstable
+            if plan.slots[k].kind is SlotKind.INTERMEDIATE and k not in unstable and dtype.kind not in "OUS"
         }
         memory = plan_static_memory(plan, nbytes)
         steps = list(self._plain)

@@ -52,6 +52,27 @@ def test_observed_shapes_stand_in_for_a_symbolic_sequence():
     assert not seen.nodes[0].symbolic and "symbolic" not in seen.format_share()
 
 
+def test_a_matmul_of_unknown_shapes_is_not_counted_as_a_share_of_nothing():
+    """quantize_dynamic on a file whose MatMul input and output have no shape (after an
+    operator shape inference does not know): no MACs can be counted, and the summary
+    says so instead of "100.0 % of 0"; the observed output shape and the weight's K
+    count them."""
+    w = numpy_helper.from_array(np.ones((7, 17), np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w],
+    )
+    model = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    blind = lowered_coverage(model)
+    assert blind.total_macs == 0
+    assert blind.format_share().startswith("integer MACs: not counted, the file gives no shapes for its 1")
+    seen = lowered_coverage(model, {"y": (5, 3, 17)})
+    assert seen.total_macs == 5 * 3 * 17 * 7 and not seen.nodes[0].symbolic
+
+
 def einsum_model(equation: str, shape_a, shape_b) -> onnx.ModelProto:
     node = helper.make_node("Einsum", ["a", "b"], ["y"], name="einsum", equation=equation)
     g = helper.make_graph(

@@ -283,3 +283,34 @@ def test_a_classifier_ending_in_zipmap_quantizes_and_both_runtimes_run_it(tmp_pa
     np.testing.assert_allclose(
         [[r[k] for k in labels] for r in ours], [[r[k] for k in labels] for r in theirs], atol=2e-3
     )
+
+
+def test_strings_between_native_steps_stay_out_of_the_arena() -> None:
+    """A Gather of a string column before OneHotEncoder (scikit-learn's ColumnTransformer):
+    the native target places intermediate values in one byte arena, which cannot hold
+    numpy's object arrays of str."""
+    g = helper.make_graph(
+        [
+            helper.make_node("Gather", ["c", "col"], ["c1"], axis=1),
+            helper.make_node("OneHotEncoder", ["c1"], ["hot"], domain=ML, cats_strings=["a", "b", "z"]),
+            helper.make_node("ReduceSum", ["hot", "axes"], ["y"], keepdims=0),
+        ],
+        "g",
+        [helper.make_tensor_value_info("c", TensorProto.STRING, [None, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(np.array([2], np.int64), "col"),
+            numpy_helper.from_array(np.array([1], np.int64), "axes"),
+        ],
+    )
+    model = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 1)], ir_version=9
+    )
+    x = np.array([["q", "w", "b"], ["e", "r", "z"], ["t", "y", "a"], ["u", "i", "none"]], dtype=object)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"c": x}
+    )[0]
+    sess = quanta.InferenceSession(model, backend="native")
+    for _ in range(3):  # the first runs measure, a later one runs the bound plan
+        got = sess.run(None, {"c": x})[0]
+        np.testing.assert_array_equal(got, want)
