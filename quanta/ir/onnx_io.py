@@ -472,7 +472,8 @@ SCAN8_DOMAIN, SCAN8_OP = "quanta", "Scan8"
 
 def _converted_body(proto: onnx.ModelProto, body: onnx.GraphProto, target: int) -> onnx.GraphProto:
     """``body`` (a subgraph of ``proto``) at ai.onnx opset ``target``: the version
-    converter, which leaves subgraphs as written, run on the body as a model of its own
+    converter, which converts the bodies of ai.onnx nodes but not of a node of another domain
+    such as ``quanta::Scan8``, run on the body as a model of its own
     whose extra inputs stand for the enclosing-scope values it reads (typed as the main
     graph types them); ``body`` itself when such a value has no known type or the
     converter refuses."""
@@ -507,7 +508,7 @@ def _converted_body(proto: onnx.ModelProto, body: onnx.GraphProto, target: int) 
 def _mark_scan8(proto: onnx.ModelProto, target: int) -> onnx.ModelProto:
     """``proto`` with each Scan of its main graph as ``quanta::Scan8`` (the same inputs,
     outputs and attributes; its body converted to opset ``target``, which the converter
-    does not do for a subgraph); ``proto`` itself when it has none."""
+    does not do for a node of another domain); ``proto`` itself when it has none."""
     if not any(n.op_type == "Scan" and n.domain in ("", "ai.onnx") for n in proto.graph.node):
         return proto
     out = onnx.ModelProto()
