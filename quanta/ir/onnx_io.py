@@ -463,12 +463,74 @@ def _changed_ops(proto: onnx.ModelProto, source: int, target: int) -> list[str]:
     return sorted(changed)
 
 
+#: How :func:`upgrade_opset` keeps a Scan of opset 8 (batch axis, ``sequence_lens``)
+#: through ONNX's version converter, whose Scan 8 -> 9 adapter drops the batch axis from
+#: the graph's inputs: ``quanta::Scan8``, which ``passes.rules.scan8_as_loop`` writes in
+#: standard operators (a Loop over the batch rows of a Scan).
+SCAN8_DOMAIN, SCAN8_OP = "quanta", "Scan8"
+
+
+def _converted_body(proto: onnx.ModelProto, body: onnx.GraphProto, target: int) -> onnx.GraphProto:
+    """``body`` (a subgraph of ``proto``) at ai.onnx opset ``target``: the version
+    converter, which converts the bodies of ai.onnx nodes but not of a node of another domain
+    such as ``quanta::Scan8``, run on the body as a model of its own
+    whose extra inputs stand for the enclosing-scope values it reads (typed as the main
+    graph types them); ``body`` itself when such a value has no known type or the
+    converter refuses."""
+    from onnx import version_converter
+
+    outer = subgraph_outer_names_of_graph(body)
+    try:
+        typed = infer_light(proto, strict_mode=False, data_prop=False)
+    except Exception:  # shapes that cannot be inferred: the declared types only
+        typed = proto
+    g = typed.graph
+    known = {vi.name: vi for vi in [*g.input, *g.value_info, *g.output]}
+    for t in g.initializer:
+        known.setdefault(t.name, helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    if any(name not in known for name in outer):
+        return body
+    wrapped = onnx.GraphProto()
+    wrapped.CopyFrom(body)
+    wrapped.input.extend(known[name] for name in outer)
+    model = helper.make_model(wrapped, opset_imports=list(proto.opset_import))
+    model.ir_version = max(proto.ir_version, 4)
+    try:
+        converted = version_converter.convert_version(model, target).graph
+    except Exception:  # an adapter the converter lacks: the body as written
+        return body
+    out = onnx.GraphProto()
+    out.CopyFrom(converted)
+    del out.input[len(body.input) :]
+    return out
+
+
+def _mark_scan8(proto: onnx.ModelProto, target: int) -> onnx.ModelProto:
+    """``proto`` with each Scan of its main graph as ``quanta::Scan8`` (the same inputs,
+    outputs and attributes; its body converted to opset ``target``, which the converter
+    does not do for a node of another domain); ``proto`` itself when it has none."""
+    if not any(n.op_type == "Scan" and n.domain in ("", "ai.onnx") for n in proto.graph.node):
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for n in out.graph.node:
+        if n.op_type == "Scan" and n.domain in ("", "ai.onnx"):
+            n.op_type, n.domain = SCAN8_OP, SCAN8_DOMAIN
+            for a in n.attribute:
+                if a.name == "body" and a.type == AttributeProto.GRAPH:
+                    a.g.CopyFrom(_converted_body(proto, a.g, target))
+    if not any(o.domain == SCAN8_DOMAIN for o in out.opset_import):
+        out.opset_import.append(helper.make_opsetid(SCAN8_DOMAIN, 1))
+    return out
+
+
 def upgrade_opset(proto: onnx.ModelProto, target: int, where: str = "model") -> onnx.ModelProto:
     """``proto`` converted to ai.onnx opset ``target`` (a model already there is
     returned as it is).
 
     1. ``onnx.version_converter`` (Upsample -> Resize, Pad/Slice attributes -> inputs,
-       BatchNormalization's spatial, Dropout's ratio ...);
+       BatchNormalization's spatial, Dropout's ratio ...); a Scan of opset 8 comes out
+       as ``quanta::Scan8`` (:data:`SCAN8_OP`), for ``passes.rules.scan8_as_loop``;
     2. if it fails (an adapter it lacks, or its own checks refusing a model ONNX
        Runtime runs), and no op of the model changed definition between the two
        opsets, the opset import alone is raised: the graph means the same;
@@ -480,6 +542,8 @@ def upgrade_opset(proto: onnx.ModelProto, target: int, where: str = "model") -> 
         return proto
     from onnx import version_converter
 
+    if source < 9 <= target:
+        proto = _mark_scan8(proto, target)
     try:
         return version_converter.convert_version(proto, target)
     except Exception as e:

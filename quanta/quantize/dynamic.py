@@ -47,6 +47,7 @@ from quanta.quantize.static import (
     load_for_quantization,
     prepare_float_graph,
 )
+from quanta.runtime.control_flow import node_scope
 from quanta.runtime.coverage import lowered_coverage
 
 __all__ = ["DYNAMIC_OP_TYPES", "quantize_dynamic"]
@@ -54,7 +55,27 @@ __all__ = ["DYNAMIC_OP_TYPES", "quantize_dynamic"]
 DYNAMIC_OP_TYPES = frozenset({"MatMul", "Gemm", "Conv", "LSTM", "GRU"})
 
 
+#: Why quantize_dynamic leaves an If / Loop / Scan float, bodies included: ONNX Runtime's
+#: quantize_dynamic quantizes inside subgraphs only with its EnableSubgraph option (off by
+#: default), so its default file keeps them float too.
+DYNAMIC_SUBGRAPH_REASON = (
+    "control flow: quantize_dynamic keeps its subgraphs float (as ONNX Runtime's quantize_dynamic "
+    "without EnableSubgraph); quantize_static quantizes LSTMs inside them, and every op with "
+    "recipe subgraphs: quantize"
+)
+
+
+def _has_subgraphs(node: Node) -> bool:
+    return any(
+        isinstance(v, onnx.GraphProto)
+        or (isinstance(v, list) and any(isinstance(g, onnx.GraphProto) for g in v))
+        for v in node.attrs.values()
+    )
+
+
 def _why_not(node: Node, recipe: Recipe, model: Model) -> str | None:
+    if _has_subgraphs(node):
+        return DYNAMIC_SUBGRAPH_REASON
     if node.op_type not in DYNAMIC_OP_TYPES or node.op_type not in recipe.op_types | DYNAMIC_OP_TYPES:
         return f"{node.op_type} is not in the quantized op types (dynamic: MatMul, Gemm, Conv, LSTM, GRU)"
     if node.domain not in ("", "ai.onnx"):
@@ -146,6 +167,11 @@ def quantize_dynamic(
     model.metadata["quanta.recipe"] = recipe.to_json()
     # the share of MACs in integer as a session compiles this file; nothing is written below the minimum
     summary.coverage = lowered_coverage(model)
+    scopes = tuple(f"{node_scope(n, i)}/" for i, n in enumerate(g.nodes) if _has_subgraphs(n))
+    for c in summary.coverage.nodes if scopes else ():
+        # a body's compute stays float because of where it is, not of its own operands
+        if c.name.startswith(scopes) and not c.integer_op and c.macs:
+            c.reasons = [DYNAMIC_SUBGRAPH_REASON]
     check_integer_share(summary.coverage, recipe.min_integer_share, model_output)
     from quanta.ir.onnx_io import save, share_equal_initializers, to_proto
 

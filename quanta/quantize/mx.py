@@ -258,9 +258,17 @@ def _constants_to_initializers(g: onnx.GraphProto) -> None:
 
 
 def _with_opset(proto: onnx.ModelProto, version: int) -> onnx.ModelProto:
-    from quanta.ir.onnx_io import upgrade_opset
+    from quanta.ir.onnx_io import SCAN8_DOMAIN, from_proto, to_proto, upgrade_opset
 
-    return upgrade_opset(proto, version, "model")
+    out = upgrade_opset(proto, version, "model")
+    if any(n.domain == SCAN8_DOMAIN for n in out.graph.node):
+        # a Scan of opset 8 kept through the converter: written as a Loop of Scans
+        from quanta.quantize.static import scan8_as_loops
+
+        model = from_proto(out)
+        scan8_as_loops(model)
+        out = to_proto(model)
+    return out
 
 
 def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:

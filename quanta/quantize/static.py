@@ -274,6 +274,7 @@ def load_for_quantization(
         pass
     model = from_proto(proto, path or "model")
     model.path = path
+    scan8_as_loops(model)
     from quanta.ir.op_rules import QUANT_OPS
     from quanta.quantize.prequantized import in_view
 
@@ -294,6 +295,23 @@ def load_for_quantization(
     ops = [onnx.helper.make_opsetid(d, v) for d, v in model.opset_imports.items()]
     model.ir_version = max(model.ir_version, onnx.helper.find_min_ir_version_for(ops, ignore_unknown=True), 7)
     return model
+
+
+def scan8_as_loops(model: Model) -> None:
+    """The Scan-8 nodes ``upgrade_opset`` kept as ``quanta::Scan8`` written as Loops of
+    Scans (passes/rules/scan8_as_loop.py); the ``quanta`` domain's import goes when
+    nothing else uses it."""
+    from quanta.ir.onnx_io import SCAN8_DOMAIN, SCAN8_OP
+
+    g = model.graph
+    if not any(n.op_type == SCAN8_OP and n.domain == SCAN8_DOMAIN for n in g.nodes):
+        return
+    from quanta.passes.manager import PassManager
+    from quanta.passes.rules.scan8_as_loop import Scan8AsLoop
+
+    PassManager([Scan8AsLoop()]).run(model)
+    if not any(n.domain == SCAN8_DOMAIN for n in g.nodes):
+        model.opset_imports.pop(SCAN8_DOMAIN, None)
 
 
 class SpreadFor:
