@@ -25,7 +25,7 @@ from quanta.passes.pattern import RewritePass
 from quanta.passes.rules.align_scales import AlignScales
 from quanta.passes.rules.canonicalize import Canonicalize, CastLikeToCast
 from quanta.passes.rules.canonicalize_activations import CanonicalizeActivations
-from quanta.passes.rules.canonicalize_einsum import CanonicalizeEinsum
+from quanta.passes.rules.canonicalize_einsum import CanonicalizeActivationEinsum, CanonicalizeEinsum
 from quanta.passes.rules.collapse_views import CollapseViews
 from quanta.passes.rules.conv_depth_one import ConvDepthOneAs2d
 from quanta.passes.rules.conv_transpose_as_conv import (
@@ -126,6 +126,9 @@ def prepare_for_quantization(
         ConvDepthOneAs2d(opset),  # a 3-D Conv of depth 1 over a depth of 1: a 2-D Conv (integer kernel)
         *_fold_groupnorm(opset),
         HoistGatheredGemm(),
+        # an Einsum of two run-time operands (MaxViT's attention "BGHID,BGHJD->BGHIJ"): the
+        # MatMul it computes, which the quantizer plans as attention's MatMuls
+        CanonicalizeActivationEinsum(),
         EliminateCommon(),
         EliminateDead(),
     ]

@@ -48,7 +48,14 @@ from quanta.ir.graph import Value, result_type
 from quanta.ir.types import Dim, FloatType, TensorType
 from quanta.passes.pattern import Builder, Match, NoMatch, RewritePass, Rule
 
-__all__ = ["CanonicalizeEinsum", "EinsumToMatMul", "operand_shape", "parse_equation"]
+__all__ = [
+    "ActivationEinsumToMatMul",
+    "CanonicalizeActivationEinsum",
+    "CanonicalizeEinsum",
+    "EinsumToMatMul",
+    "operand_shape",
+    "parse_equation",
+]
 
 
 def parse_equation(equation: str, n_operands: int) -> tuple[list[str], str] | str:
@@ -295,6 +302,27 @@ def _arrange(
     return v
 
 
+class ActivationEinsumToMatMul(EinsumToMatMul):
+    """EinsumToMatMul where neither operand is a constant: an attention product
+    ("BGHID,BGHJD->BGHIJ" in MaxViT), which the quantizer then plans as the MatMul it is
+    (an attention written with MatMul is quantized; one written with Einsum was not).
+    An Einsum with a constant operand (a grouped linear layer "btgi,gih->btgh") stays:
+    its [g, i, h] weight would be one per-tensor grid over all groups as a MatMul's,
+    which ONNX Runtime's quantizer does not do either."""
+
+    def check(self, m: Match) -> Match | NoMatch:
+        if m.value("a").is_const or m.value("b").is_const:
+            return NoMatch("an operand is a constant (a weight): the Einsum stays for the quantizer")
+        return super().check(m)
+
+
 class CanonicalizeEinsum(RewritePass):
     name = "canonicalize_einsum"
     rules = (EinsumToMatMul(),)
+
+
+class CanonicalizeActivationEinsum(RewritePass):
+    """Before quantization: only the Einsums of two run-time operands (ActivationEinsumToMatMul)."""
+
+    name = "canonicalize_activation_einsum"
+    rules = (ActivationEinsumToMatMul(),)
