@@ -102,12 +102,35 @@ def test_saturated_and_special_values_are_the_twins() -> None:
         _native.clear_isa()
 
 
+def test_a_row_of_one_broadcasts_as_in_the_replaced_nodes() -> None:
+    rng = np.random.default_rng(21)
+    gx, gh, hs = _inputs(rng, 5, 33)
+    cases = [(gx, gh[:1], hs), (gx[:1], gh, hs[:1]), (gx[:1], gh[:1], hs)]
+    for a, b, c in cases:
+        r, z, n = (a[:, k * 33 : (k + 1) * 33] for k in range(3))
+        y = [b[:, k * 33 : (k + 1) * 33] for k in range(3)]
+        rr = sigmoid_f32(y[0] + r)
+        zz = sigmoid_f32(y[1] + z)
+        nn = tanh_f32(n + rr * y[2])
+        want = (c - nn) * zz + nn  # each operator broadcasting on its own, as the graph does
+        assert gru_gates(None, a, b, c).tobytes() == want.tobytes()
+        try:
+            for isa in ISAS:
+                _native.set_isa(isa)
+                assert recurrent._gru_gates_native(None, a, b, c).tobytes() == want.tobytes(), isa
+        finally:
+            _native.clear_isa()
+
+
 def test_bad_inputs_are_named() -> None:
     gx, gh, hs = _inputs(np.random.default_rng(0), 2, 3)
     with pytest.raises(OpError, match="h must be"):
         recurrent._gru_gates_native(None, gx, gh, hs[:, :2])
     with pytest.raises(OpError, match="gh must be"):
         recurrent._gru_gates_native(None, gx, gh[:, :6], hs)
+    three = np.concatenate([gx, gx[:1]])
+    with pytest.raises(OpError, match="do not broadcast"):
+        recurrent._gru_gates_native(None, three, gh, hs)
     with pytest.raises(OpError, match="gx must be"):
         recurrent._gru_gates_native(None, gx[:, :8], gh, hs)
     with pytest.raises(OpError, match="float32"):

@@ -554,17 +554,24 @@ def gru_gates(
     (GG3) ``h' = f32(f32(f32(h − n) · z) + n)``
 
     σ and tanh are ``sigmoid_f32`` / ``tanh_f32``, the float Sigmoid and Tanh operators'
-    own, so the fused node gives the bytes of the nodes it replaces. Returns h'."""
+    own, so the fused node gives the bytes of the nodes it replaces. A row count of 1 in
+    any input broadcasts, as in the replaced nodes. Returns h' [B, H]."""
     del ctx  # unused
     if gx.dtype != F32 or gh.dtype != F32 or h.dtype != F32:
         raise OpError(f"GRUGates: float32 gx, gh and h expected, got {gx.dtype} / {gh.dtype} / {h.dtype}")
     if gx.ndim != 2 or gx.shape[1] % 3:
         raise OpError(f"GRUGates: gx must be [B, 3H], got shape {gx.shape}")
-    if gh.shape != gx.shape:
-        raise OpError(f"GRUGates: gh must be {list(gx.shape)} like gx, got {list(gh.shape)}")
     hs = gx.shape[1] // 3
-    if h.shape != (gx.shape[0], hs):
-        raise OpError(f"GRUGates: h must be [{gx.shape[0]}, {hs}] like the gates' rows, got {list(h.shape)}")
+    if gh.ndim != 2 or gh.shape[1] != gx.shape[1]:
+        raise OpError(f"GRUGates: gh must be [B, {gx.shape[1]}] like gx, got {list(gh.shape)}")
+    if h.ndim != 2 or h.shape[1] != hs:
+        raise OpError(f"GRUGates: h must be [B, {hs}] like the gates' rows, got {list(h.shape)}")
+    rows = {gx.shape[0], gh.shape[0], h.shape[0]}
+    if len(rows - {1}) > 1:
+        # the replaced Add / Mul / Sub broadcast a row of 1, and refuse other mismatches
+        raise OpError(
+            f"GRUGates: the rows of gx, gh and h ({gx.shape[0]}, {gh.shape[0]}, {h.shape[0]}) do not broadcast"
+        )
     if sorted(int(k) for k in order) != [0, 1, 2]:
         raise OpError(f"GRUGates: order must be a permutation of 0..2, got {list(order)}")
     xs = [gx[:, int(k) * hs : (int(k) + 1) * hs] for k in order]

@@ -18,10 +18,13 @@ operations on the same values (reference/rnn.py ``gru_gates``, (GG1)-(GG3); floa
 and sums commute exactly), so the graph's bytes do not change; the gain is twelve steps fewer
 per cell and step (g2p_en's decoder: one cell per call, 16 plan steps -> 5).
 
+The products' and the state's rows may differ by name (the exporter names each input's
+batch axis: g2p_en's decoder has ``token_0`` and ``h_0``): a row count of 1 broadcasts in
+the fused node as in the replaced ones, and another mismatch is refused by both.
+
 Not taken: another consumer of any intermediate value, a graph output among them, a Split of
 unequal or unknown chunks, along another axis than the last of a rank-2 value, or with
-another chunk order in the two Splits, products or a state of other shapes (the replaced
-nodes would broadcast), non-float32 values.
+another chunk order in the two Splits, a state that is not [rows, H], non-float32 values.
 """
 
 from __future__ import annotations
@@ -113,7 +116,7 @@ def _match(tanh: Node, outputs: set[int]) -> tuple[list[Node], list[int], Value,
             if hs is None or _chunk(sh, hs) is None:
                 continue
             s_x, s_h = sx.input(0), sh.input(0)
-            if s_x is None or s_h is None or s_x.shape != s_h.shape:
+            if s_x is None or s_h is None or s_x.shape is None or s_h.shape is None:
                 continue
             kn = sx.outputs.index(xn)
             if sh.outputs.index(hn) != kn:
@@ -141,8 +144,10 @@ def _match(tanh: Node, outputs: set[int]) -> tuple[list[Node], list[int], Value,
                 continue
             if _only_consumer(mul_z.outputs[0], outputs) is not add_o:
                 continue
+            # rows may differ by name (an exporter names each input's batch axis): a row of
+            # 1 broadcasts in the fused node as in these, another mismatch fails in both
             h = sub.input(0)
-            if h is None or h.elem != _F32 or s_x.shape is None or h.shape != (s_x.shape[0], hs):
+            if h is None or h.elem != _F32 or h.shape is None or len(h.shape) != 2 or h.shape[1] != hs:
                 continue
             if any(_only_consumer(v, outputs) is None for v in [*sx.outputs, *sh.outputs]):
                 continue

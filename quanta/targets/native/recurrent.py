@@ -901,8 +901,13 @@ def _gru_gates_native(ctx: Any, gx: Any, gh: Any, h: Any, *, order: Any = (0, 1,
     from quanta.kernels.reference.rnn import gru_gates
 
     arrays = [x for x in (gx, gh, h) if isinstance(x, np.ndarray) and x.dtype == F32]
-    if len(arrays) == 3 and _gru_gates_form(gx.shape, gh.shape, h.shape):
-        return _native.gru_gates_f32(gx, gh, h, [int(k) for k in order])
+    if len(arrays) == 3 and gx.ndim == 2 and gh.ndim == 2 and h.ndim == 2:
+        b = max(gx.shape[0], gh.shape[0], h.shape[0])
+        if {gx.shape[0], gh.shape[0], h.shape[0]} <= {1, b} and b > 1:
+            # a row of 1 broadcasts, as in the replaced nodes: the kernel takes B rows of each
+            gx, gh, h = (np.ascontiguousarray(np.broadcast_to(x, (b, x.shape[1]))) for x in (gx, gh, h))
+        if _gru_gates_form(gx.shape, gh.shape, h.shape):
+            return _native.gru_gates_f32(gx, gh, h, [int(k) for k in order])
     return gru_gates(ctx, gx, gh, h, order=order)
 
 

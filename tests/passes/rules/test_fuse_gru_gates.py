@@ -147,8 +147,23 @@ def test_splits_with_different_roles_stay() -> None:
     assert model.graph.op_counts()["Sigmoid"] == 2
 
 
-def test_a_broadcast_state_stays() -> None:
-    # h [1, H] against products [3, 3H]: the replaced nodes broadcast, the fused node would not
-    model = load(cell_model(3, 5, 6, state_shape=[1, 6]))
-    assert not FuseGRUGates()(model.graph).modified
-    assert model.graph.op_counts()["Tanh"] == 1
+def test_a_broadcast_state_fuses_with_the_cells_bytes() -> None:
+    # h [1, H] against products [3, 3H] (each input's batch named apart, as exporters do):
+    # the replaced nodes broadcast the state's row, so does the fused node
+    b, i, h = 3, 5, 6
+    proto = cell_model(b, i, h, state_shape=[1, h])
+    model = load(proto)
+    result = run_passes(model, [FuseGRUGates()])
+    assert result.fired("fuse_gru_gates") == 1
+    assert model.graph.op_counts() == {"Gemm": 2, "quanta::GRUGates": 1}
+    feeds = {"x": rng_data((b, i), 3, -3, 3), "h": rng_data((1, h), 4, -1, 1)}
+    for want, got in zip(run_ref(proto, feeds), run_ref(model, feeds), strict=True):
+        assert want.shape == got.shape == (b, h)
+        assert want.tobytes() == got.tobytes()
+    verify(model.graph, Stage.FLOAT)
+    sess = quanta.InferenceSession(proto, backend="native")
+    assert "GRUGates" in [st.op_type for st in sess.plan.steps]
+    plain = quanta.SessionOptions()
+    plain.graph_optimization_level = quanta.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = quanta.InferenceSession(proto, plain, backend="native").run(None, feeds)
+    assert want[0].tobytes() == sess.run(None, feeds)[0].tobytes()
