@@ -258,6 +258,8 @@ FACTS = OpTable(
         Op("ReorderNchw", QUANTA, shape_only=True, island=False),
         # the elementwise half of an exported LSTM cell (optimize_float's FuseLSTMGates)
         Op("LSTMGates", QUANTA),
+        # the elementwise half of an exported GRU cell (optimize_float's FuseGRUGates)
+        Op("GRUGates", QUANTA),
         Op(
             "ConvInteger",
             shape_only=True,

@@ -191,6 +191,7 @@ def optimize_float(
     from quanta.passes.rules.fold_conv_affine import FoldConvAffine
     from quanta.passes.rules.fuse_float_gate import FuseFloatGate
     from quanta.passes.rules.fuse_gelu import FuseGeluPass
+    from quanta.passes.rules.fuse_gru_gates import FuseGRUGates
     from quanta.passes.rules.fuse_layer_norm import FuseLayerNormPass
     from quanta.passes.rules.fuse_lstm_gates import FuseLSTMGates
     from quanta.passes.rules.hoist_gathered_gemm import HoistGatheredGemm
@@ -237,6 +238,7 @@ def optimize_float(
         # duplicates merged: a Keras LayerNorm computes x - mean twice, which hides it from FuseLayerNorm
         EliminateCommon(),
         FuseLSTMGates(),  # an exported LSTM cell's ten elementwise nodes: one quanta::LSTMGates
+        FuseGRUGates(),  # an exported GRU cell's two Splits and ten elementwise nodes: one quanta::GRUGates
         FuseLayerNormPass(),  # a written-out LayerNorm / RMS norm: one quanta::LayerNormDiv / RMSNormDiv
         FuseGeluPass(opset),  # a GELU written out (erf: five ops, tanh: eight): one Gelu / MlasGeluTanh
         CanonicalizeEinsum(),  # a two-operand Einsum: the MatMul it computes (native float GEMM)

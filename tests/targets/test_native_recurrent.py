@@ -777,6 +777,76 @@ def test_float_rnn_row_blocks_give_the_twin_bytes(op, H, T, B, direction):
     _check_float(op, inputs, {"hidden_size": H, "direction": direction, "layout": 0})
 
 
+@pytest.mark.parametrize(
+    ("op", "H", "B", "direction", "variant", "lens"),
+    [
+        ("LSTM", 256, 6, "forward", False, None),
+        ("LSTM", 185, 1, "reverse", False, None),
+        ("LSTM", 73, 7, "forward", True, [5, 4, 5, 0, 1, 5, 2]),
+        ("LSTM", 129, 3, "reverse", False, [5, 3, 1]),
+        ("GRU", 211, 1, "forward", True, None),
+        ("GRU", 211, 1, "reverse", False, None),
+        ("GRU", 129, 3, "forward", False, [2, 5, 4]),
+        ("GRU", 256, 6, "reverse", True, [5, 5, 1, 0, 5, 3]),
+        ("OrtLSTM", 190, 3, "forward", False, [5, 2, 4]),
+    ],
+)
+@pytest.mark.parametrize("solo", [False, True])
+def test_float_rnn_step_team_gives_the_twin_bytes(op, H, B, direction, variant, lens, solo):
+    """A recurrence step of float_rnn.cc's kTeamMacs multiply-adds or more (B·H·G·H >=
+    2^17) at 2 threads runs on a StepTeam: its products split by whole panels (pairs at
+    batch 1), its gates by rows, claimed by the caller and a helper: the twin's bytes on
+    every ISA at 1 and 2 threads, with tail panels (4·185 = 740, 4·73 = 292, 2·211 = 422
+    columns), ragged lengths, both GRU forms, OrtLSTM's accumulate-onto-X·Wᵀ products; and
+    with the pool's jobs on the caller alone (``solo``: the driver, then a helper that finds
+    the work done)."""
+    rng = np.random.default_rng(H * B + len(op))
+    base = "LSTM" if op.endswith("LSTM") else "GRU"
+    inputs = _float_inputs(
+        rng,
+        base,
+        T=5,
+        B=B,
+        n_in=37,
+        H=H,
+        D=1,
+        bias=True,
+        lens=lens,
+        h0=True,
+        c0=True,
+        peephole=base == "LSTM",
+        layout=0,
+    )
+    attrs = {"hidden_size": H, "direction": direction, "layout": 0}
+    if variant:
+        attrs["input_forget" if base == "LSTM" else "linear_before_reset"] = 1
+    _native.pool_solo_for(60_000_000 if solo else 0)
+    try:
+        if op != "OrtLSTM":
+            _check_float(op, inputs, attrs)
+            return
+        from quanta.kernels.reference.ort_float import ort_lstm_op
+
+        expected = ort_lstm_op(KernelContext(opset=21, op_type="OrtLSTM", n_outputs=3), *inputs, **attrs)
+        model, node = _rnn_model("OrtLSTM", inputs, attrs, domain="quanta")
+        try:
+            for isa in ISAS:
+                _native.set_isa(isa)
+                kernel, reason = native_kernel_for(model, node)
+                assert kernel is not None and kernel.name == "native:ort_lstm_f32", reason
+                for threads in THREADS:
+                    ctx = KernelContext(
+                        opset=21, op_type="OrtLSTM", node_name="rnn", n_outputs=3, num_threads=threads
+                    )
+                    _assert_same(
+                        expected, kernel.fn(ctx, *inputs, **attrs, **kernel.params), f"{isa}, {threads}"
+                    )
+        finally:
+            _native.clear_isa()
+    finally:
+        _native.pool_solo_for(0)
+
+
 def _float64_lstm_forward(x, w, r, b):
     """An LSTM (forward, default activations) in float64: the exact-math yardstick."""
     T, B, _ = x.shape

@@ -343,9 +343,40 @@ py::tuple lstm_gates_impl(const py::handle& gates_obj, const py::handle& c_obj, 
   return py::make_tuple(h_out, c_out);
 }
 
+py::array_t<float> gru_gates_impl(const py::handle& gx_obj, const py::handle& gh_obj, const py::handle& h_obj,
+                                  const std::vector<int>& order) {
+  auto gx = require_array<float>(gx_obj, "gru_gates_f32: gx");
+  auto gh = require_array<float>(gh_obj, "gru_gates_f32: gh");
+  auto h = require_array<float>(h_obj, "gru_gates_f32: h");
+  if (gx.ndim() != 2 || gx.shape(1) % 3 != 0) {
+    throw py::value_error("gru_gates_f32: gx: expected [B, 3H], got shape " + shape_str(gx));
+  }
+  const int64_t B = gx.shape(0), H = gx.shape(1) / 3;
+  if (gh.ndim() != 2 || gh.shape(0) != B || gh.shape(1) != 3 * H) {
+    throw py::value_error("gru_gates_f32: gh: expected shape " + dims_str({B, 3 * H}) + ", got " + shape_str(gh));
+  }
+  if (h.ndim() != 2 || h.shape(0) != B || h.shape(1) != H) {
+    throw py::value_error("gru_gates_f32: h: expected shape " + dims_str({B, H}) + ", got " + shape_str(h));
+  }
+  bool perm = order.size() == 3;
+  int seen = 0;
+  for (size_t k = 0; perm && k < order.size(); ++k) {
+    perm = order[k] >= 0 && order[k] < 3 && !(seen & (1 << order[k]));
+    if (perm) seen |= 1 << order[k];
+  }
+  if (!perm) throw py::value_error("gru_gates_f32: order: expected a permutation of 0, 1, 2");
+  py::array_t<float> h_out(std::vector<py::ssize_t>{B, H});
+  const int ord[3] = {order[0], order[1], order[2]};
+  recurrent::gru_gates(gx.data(), gh.data(), h.data(), h_out.mutable_data(), B, H, ord, active_isa());
+  return h_out;
+}
+
 }  // namespace
 
 void register_recurrent(py::module_& m) {
+  m.def("gru_gates_f32", &gru_gates_impl, py::arg("gx"), py::arg("gh"), py::arg("h"), py::arg("order"),
+        "quanta::GRUGates h' by docs/float-ops.md (GG1)-(GG3), bit-exact with reference/rnn.py gru_gates; "
+        "see quanta/kernels/cpp/recurrent/float_rnn.h.");
   m.def("lstm_gates_f32", &lstm_gates_impl, py::arg("gates"), py::arg("c"), py::arg("order"),
         "quanta::LSTMGates (h', c') by docs/float-ops.md (LG1)-(LG2), bit-exact with reference/rnn.py "
         "lstm_gates; see quanta/kernels/cpp/recurrent/float_rnn.h.");

@@ -55,6 +55,7 @@ __all__ = [
     "deepcpu_tanh",
     "default_activations",
     "gru",
+    "gru_gates",
     "lstm",
     "lstm_gates",
     "mlas_sgemm_blocks",
@@ -535,3 +536,47 @@ def lstm_gates(
     g = tanh_f32(chunk[2])
     c_new = (f * c + i * g).astype(F32)  # (LG2): each product and the sum rounded to float32
     return (o * tanh_f32(c_new)).astype(F32), c_new
+
+
+@register("GRUGates", "quanta")
+def gru_gates(
+    ctx: OpContext, gx: np.ndarray, gh: np.ndarray, h: np.ndarray, *, order: Sequence[int] = (0, 1, 2)
+) -> np.ndarray:
+    """The elementwise half of a GRU cell that an exporter wrote as two Splits -> Add,
+    Sigmoid, Add, Sigmoid, Mul, Add, Tanh, Sub, Mul, Add (torch's ``GRUCell``; optimize_float
+    fuses it, passes/rules/fuse_gru_gates.py). ``gx [B, 3H]`` and ``gh [B, 3H]`` hold the
+    input's and the state's products in three H-wide chunks; chunk ``order[0]`` is the
+    reset gate, ``order[1]`` the update gate, ``order[2]`` the candidate, in both (torch:
+    0, 1, 2):
+
+    (GG1) ``r = σ(f32(gh_r + gx_r))``, ``z = σ(f32(gh_z + gx_z))``
+    (GG2) ``n = tanh(f32(gx_n + f32(r · gh_n)))``
+    (GG3) ``h' = f32(f32(f32(h − n) · z) + n)``
+
+    σ and tanh are ``sigmoid_f32`` / ``tanh_f32``, the float Sigmoid and Tanh operators'
+    own, so the fused node gives the bytes of the nodes it replaces. A row count of 1 in
+    any input broadcasts, as in the replaced nodes. Returns h' [B, H]."""
+    del ctx  # unused
+    if gx.dtype != F32 or gh.dtype != F32 or h.dtype != F32:
+        raise OpError(f"GRUGates: float32 gx, gh and h expected, got {gx.dtype} / {gh.dtype} / {h.dtype}")
+    if gx.ndim != 2 or gx.shape[1] % 3:
+        raise OpError(f"GRUGates: gx must be [B, 3H], got shape {gx.shape}")
+    hs = gx.shape[1] // 3
+    if gh.ndim != 2 or gh.shape[1] != gx.shape[1]:
+        raise OpError(f"GRUGates: gh must be [B, {gx.shape[1]}] like gx, got {list(gh.shape)}")
+    if h.ndim != 2 or h.shape[1] != hs:
+        raise OpError(f"GRUGates: h must be [B, {hs}] like the gates' rows, got {list(h.shape)}")
+    rows = {gx.shape[0], gh.shape[0], h.shape[0]}
+    if len(rows - {1}) > 1:
+        # the replaced Add / Mul / Sub broadcast a row of 1, and refuse other mismatches
+        raise OpError(
+            f"GRUGates: the rows of gx, gh and h ({gx.shape[0]}, {gh.shape[0]}, {h.shape[0]}) do not broadcast"
+        )
+    if sorted(int(k) for k in order) != [0, 1, 2]:
+        raise OpError(f"GRUGates: order must be a permutation of 0..2, got {list(order)}")
+    xs = [gx[:, int(k) * hs : (int(k) + 1) * hs] for k in order]
+    ys = [gh[:, int(k) * hs : (int(k) + 1) * hs] for k in order]
+    r = sigmoid_f32((ys[0] + xs[0]).astype(F32))  # (GG1)
+    z = sigmoid_f32((ys[1] + xs[1]).astype(F32))
+    n = tanh_f32((xs[2] + (r * ys[2]).astype(F32)).astype(F32))  # (GG2)
+    return (((h - n).astype(F32) * z).astype(F32) + n).astype(F32)  # (GG3)

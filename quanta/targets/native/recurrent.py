@@ -40,6 +40,7 @@ __all__ = [
     "bind_dynamic_quantize_gru",
     "bind_dynamic_quantize_lstm",
     "bind_gru",
+    "bind_gru_gates",
     "bind_lstm",
     "bind_lstm_gates",
 ]
@@ -876,3 +877,66 @@ def bind_lstm_gates(model: Model, node: Node) -> tuple[Kernel | None, str]:
     return Kernel(
         _lstm_gates_native, "native", "native:lstm_gates_f32", specialize=_lstm_gates_specialized
     ), ""
+
+
+# --------------------------------------------------------------------------------------
+# quanta::GRUGates (float32): _native.gru_gates_f32, twin reference/rnn.py gru_gates
+# --------------------------------------------------------------------------------------
+
+
+def _gru_gates_form(gx_shape: Any, gh_shape: Any, h_shape: Any) -> bool:
+    return (
+        gx_shape is not None
+        and len(gx_shape) == 2
+        and gx_shape[1] % 3 == 0
+        and tuple(gh_shape) == tuple(gx_shape)
+        and tuple(h_shape) == (gx_shape[0], gx_shape[1] // 3)
+    )
+
+
+def _gru_gates_native(ctx: Any, gx: Any, gh: Any, h: Any, *, order: Any = (0, 1, 2)) -> np.ndarray:
+    """The fused cell on ``_native.gru_gates_f32``; inputs outside its form (another dtype
+    or rank, shapes that do not match) go to the twin, which names what is wrong."""
+    from quanta.kernels import _native
+    from quanta.kernels.reference.rnn import gru_gates
+
+    arrays = [x for x in (gx, gh, h) if isinstance(x, np.ndarray) and x.dtype == F32]
+    if len(arrays) == 3 and gx.ndim == 2 and gh.ndim == 2 and h.ndim == 2:
+        b = max(gx.shape[0], gh.shape[0], h.shape[0])
+        if {gx.shape[0], gh.shape[0], h.shape[0]} <= {1, b} and b > 1:
+            # a row of 1 broadcasts, as in the replaced nodes: the kernel takes B rows of each
+            gx, gh, h = (np.ascontiguousarray(np.broadcast_to(x, (b, x.shape[1]))) for x in (gx, gh, h))
+        if _gru_gates_form(gx.shape, gh.shape, h.shape):
+            return _native.gru_gates_f32(gx, gh, h, [int(k) for k in order])
+    return gru_gates(ctx, gx, gh, h, order=order)
+
+
+def _gru_gates_specialized(sig: Specialization, *, order: Any = (0, 1, 2)) -> Callable[..., Any] | None:
+    """The call with the order list built once (the executor's fast loop)."""
+    from quanta.kernels import _native
+
+    shapes = sig.shapes[:3]
+    if any(d != F32 for d in sig.dtypes[:3]) or any(s is None for s in shapes):
+        return None
+    if not _gru_gates_form(*shapes):
+        return None
+    ordl = [int(k) for k in order]
+    run = _native.gru_gates_f32
+
+    def specialized(ctx: Any, gx: Any, gh: Any, h: Any) -> Any:
+        try:
+            return run(gx, gh, h, ordl)
+        except (ValueError, TypeError, RuntimeError):
+            return _gru_gates_native(ctx, gx, gh, h, order=order)
+
+    return specialized
+
+
+@register_binder("GRUGates", "quanta")
+def bind_gru_gates(model: Model, node: Node) -> tuple[Kernel | None, str]:
+    """The elementwise half of an exported GRU cell (optimize_float's FuseGRUGates)."""
+    del model  # unused: the kernel takes any float32 [B, 3H] products
+    order = [int(k) for k in node.attrs.get("order", (0, 1, 2))]
+    if sorted(order) != [0, 1, 2]:
+        return None, f"order must be a permutation of 0..2, got {order}"
+    return Kernel(_gru_gates_native, "native", "native:gru_gates_f32", specialize=_gru_gates_specialized), ""

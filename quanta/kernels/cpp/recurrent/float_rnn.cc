@@ -7,9 +7,18 @@
 #include "recurrent/float_rnn.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 #include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define QUANTA_RNN_PAUSE() _mm_pause()
+#else
+#define QUANTA_RNN_PAUSE() ((void)0)
+#endif
 
 #include "float_ops/float_ops.h"
 #include "qgemm/thread_pool.h"
@@ -53,6 +62,9 @@ namespace {
 // direction (a batch-1 step's product is not split: a job per step waited for a late
 // worker on the shared machine more than it saved). Under kSplitMacs the caller runs it.
 constexpr int64_t kSplitMacs = int64_t{1} << 20;
+// A recurrence step of this many multiply-adds (B·H·G·H) or more runs on two threads
+// (StepTeam): an H = 256 GRU step at batch 1 (196,608) is.
+constexpr int64_t kTeamMacs = int64_t{1} << 17;
 
 template <class Call>
 void split_rows(int threads, int64_t M, int64_t K, int64_t N, Call call) {
@@ -67,6 +79,107 @@ void split_rows(int threads, int64_t M, int64_t K, int64_t N, Call call) {
     return;
   }
   call(int64_t{0}, M);
+}
+
+// A direction's recurrence on two threads, step by step (float_rnn.h "Threads"): the
+// driver runs the step loop and publishes each phase of a step (the columns of the step's
+// products, panel by panel; the gates, row by row) as n units that it and a helper claim
+// one at a time; the phase ends when every unit is done. A unit computes the same columns
+// or rows with the same instructions whichever thread claims it, so the bytes do not
+// depend on the split. Nothing waits for a thread that has not started: the driver claims
+// every unit a late or absent helper leaves, and waits only for units the helper holds.
+// One word holds the phase (epoch), its unit count and the next unit, so a claim on a
+// phase that has moved on fails by itself.
+class StepTeam {
+ public:
+  explicit StepTeam(bool concurrent) : concurrent_(concurrent) {}
+
+  // fn(i) for i in [0, n), n <= kMaxUnits; returns when all are done.
+  template <class F>
+  void phase(int64_t n, F& fn) {
+    if (!concurrent_) {
+      for (int64_t i = 0; i < n; ++i) fn(i);
+      return;
+    }
+    ctx_.store(static_cast<void*>(&fn), std::memory_order_relaxed);
+    call_.store(&call<F>, std::memory_order_relaxed);
+    ++epoch_;
+    published_ += n;
+    word_.store(uint64_t{epoch_} << 32 | static_cast<uint64_t>(n) << 16, std::memory_order_release);
+    for (;;) {
+      const uint64_t w = word_.fetch_add(1, std::memory_order_acq_rel);
+      const int64_t i = static_cast<int64_t>(w & 0xffff);
+      if (i >= n) break;
+      fn(i);
+      done_.fetch_add(1, std::memory_order_release);
+    }
+    while (done_.load(std::memory_order_acquire) < published_) QUANTA_RNN_PAUSE();
+  }
+
+  // The helper: claims units until the driver finishes.
+  void help() {
+    int spins = 0;
+    for (;;) {
+      uint64_t w = word_.load(std::memory_order_acquire);
+      if ((w & 0xffff) < ((w >> 16) & 0xffff)) {
+        w = word_.fetch_add(1, std::memory_order_acq_rel);
+        if ((w & 0xffff) < ((w >> 16) & 0xffff)) {
+          call_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), static_cast<int64_t>(w & 0xffff));
+          done_.fetch_add(1, std::memory_order_release);
+        }
+        spins = 0;
+        continue;
+      }
+      if (finished_.load(std::memory_order_acquire)) return;
+      QUANTA_RNN_PAUSE();
+      // off the core now and then: on a shared machine the driver may be waiting for it
+      if (++spins == kSpinsBeforeYield) {
+        spins = 0;
+        std::this_thread::yield();
+      }
+    }
+  }
+
+  void finish() { finished_.store(true, std::memory_order_release); }
+
+  static constexpr int64_t kMaxUnits = 4096;
+
+ private:
+  template <class F>
+  static void call(void* ctx, int64_t i) {
+    (*static_cast<F*>(ctx))(i);
+  }
+  static constexpr int kSpinsBeforeYield = 1 << 14;
+  const bool concurrent_;
+  alignas(64) std::atomic<uint64_t> word_{0};
+  alignas(64) std::atomic<int64_t> done_{0};
+  std::atomic<void*> ctx_{nullptr};
+  std::atomic<void (*)(void*, int64_t)> call_{nullptr};
+  std::atomic<bool> finished_{false};
+  uint32_t epoch_ = 0;
+  int64_t published_ = 0;
+};
+
+// Runs recurrence(team) on up to two threads: the first thread to enter drives, the
+// second helps (a pool that runs both chunks on one thread runs the driver first, then
+// a helper that finds the work finished).
+template <class Recurrence>
+void run_team(bool concurrent, Recurrence recurrence) {
+  StepTeam team(concurrent);
+  if (!concurrent) {
+    recurrence(team);
+    return;
+  }
+  std::atomic<int> entered{0};
+  auto body = [&](int64_t, int) {
+    if (entered.fetch_add(1) == 0) {
+      recurrence(team);
+      team.finish();
+    } else {
+      team.help();
+    }
+  };
+  qgemm::parallel_for(2, 2, body);
 }
 
 // One direction of ONNX Runtime's float GRU (quanta::OrtGRU, docs/float-ops.md
@@ -209,72 +322,131 @@ void run_direction(const FloatRnnParams& p, int d, int threads) {
   const Kernels& rows = kernels_for(p.isa);
   std::vector<float> neg_zero(p.ort && !p.gru ? N : 0, -0.0f);
 
-  for (int64_t s = 0; s < L; ++s) {
-    // (RNN1): H·Rᵀ, all gates (LSTM, GRU with linear_before_reset) or z, r only
-    if (p.ort) {
-      // (RNN-ORT): each active row's X·Wᵀ row, then H·Rᵀ added onto it block by block
-      for (int64_t b = 0; b < B; ++b) {
-        if (s >= len[b]) continue;
-        const int64_t ts = reverse ? len[b] - 1 - s : s;
-        std::memcpy(hr.data() + b * N, xw.data() + (ts * B + b) * N, sizeof(float) * N);
-      }
-      gemm_mlas(h.data(), H, R, H, N, hr.data(), N, B, true);
-    } else if (!p.gru) {
-      gemm(h.data(), H, R, H, N, hr.data(), N, B);
-    } else {
-      gemm(h.data(), H, R, H, 2 * H, hr.data(), N, B);
-      if (lbr) gemm(h.data(), H, p.r_h[d], H, H, hr.data() + 2 * H, N, B);
-    }
-    if (!p.gru) {
-      for (int64_t b = 0; b < B; ++b) {
-        if (s >= len[b]) continue;
-        const int64_t ts = reverse ? len[b] - 1 - s : s;
-        const float* xg = xw.data() + (ts * B + b) * N;
-        const float* hg = hr.data() + b * N;
-        float* hb = h.data() + b * H;
-        float* cb = c.data() + b * H;
+  // threads: a step of kTeamMacs multiply-adds or more on two threads (StepTeam), its
+  // products by column ranges of whole panels (pairs of panels for one row, seq_gemm's
+  // batch-1 stream), its gates by rows; else one unit a phase.
+  const bool concurrent = threads >= 2 && B * H * N >= kTeamMacs && N > kSeqPanel;
+  auto col_units = [&](int64_t ncols) {
+    const int64_t unit_cols = B == 1 && ncols >= 4 * kSeqPanel ? 2 * kSeqPanel : kSeqPanel;
+    return concurrent ? std::min(StepTeam::kMaxUnits, (ncols + unit_cols - 1) / unit_cols) : int64_t{1};
+  };
+  // unit u of n over ncols columns: [c0, c1), whole panels but the last
+  auto col_range = [&](int64_t ncols, int64_t n, int64_t u, int64_t* c0, int64_t* c1) {
+    const int64_t panels = (ncols + kSeqPanel - 1) / kSeqPanel;
+    *c0 = std::min(ncols, u * panels / n * kSeqPanel);
+    *c1 = std::min(ncols, (u + 1) * panels / n * kSeqPanel);
+  };
+  const int64_t row_units = concurrent ? std::min<int64_t>(B, 256) : 1;
+  auto rows_of = [&](int64_t u, int64_t* b0, int64_t* b1) {
+    *b0 = u * B / row_units;
+    *b1 = (u + 1) * B / row_units;
+  };
+  const int64_t nz = col_units(p.gru ? 2 * H : N), nh = p.gru ? col_units(H) : 0;
+
+  run_team(concurrent, [&](StepTeam& team) {
+    for (int64_t s = 0; s < L; ++s) {
+      // (RNN1): H·Rᵀ, all gates (LSTM, GRU with linear_before_reset) or z, r only
+      auto products = [&](int64_t u) {
+        int64_t c0, c1;
+        if (p.gru) {
+          if (u < nz) {
+            col_range(2 * H, nz, u, &c0, &c1);
+            if (c0 < c1) gemm(h.data(), H, R + c0 * H, H, c1 - c0, hr.data() + c0, N, B);
+          } else {
+            col_range(H, nh, u - nz, &c0, &c1);
+            if (c0 < c1) gemm(h.data(), H, p.r_h[d] + c0 * H, H, c1 - c0, hr.data() + 2 * H + c0, N, B);
+          }
+          return;
+        }
+        col_range(N, nz, u, &c0, &c1);
+        if (c0 >= c1) return;
         if (p.ort) {
-          rows.lstm_row(hg, neg_zero.data(), bp, peep, p.clip, p.input_forget, H, cb, hb);
+          // (RNN-ORT): each active row's X·Wᵀ columns, then H·Rᵀ added onto them block by block
+          for (int64_t b = 0; b < B; ++b) {
+            if (s >= len[b]) continue;
+            const int64_t ts = reverse ? len[b] - 1 - s : s;
+            std::memcpy(hr.data() + b * N + c0, xw.data() + (ts * B + b) * N + c0, sizeof(float) * (c1 - c0));
+          }
+          gemm_mlas(h.data(), H, R + c0 * H, H, c1 - c0, hr.data() + c0, N, B, true);
         } else {
-          rows.onnx_lstm_row(hg, xg, bp, peep, p.clip, p.input_forget, H, cb, hb);
+          gemm(h.data(), H, R + c0 * H, H, c1 - c0, hr.data() + c0, N, B);
         }
-        std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
-        if (s + 1 == len[b]) {
-          std::memcpy(yh + b * H, hb, sizeof(float) * H);
-          std::memcpy(yc + b * H, cb, sizeof(float) * H);
+      };
+      team.phase(nz + (lbr ? nh : 0), products);
+      if (!p.gru) {
+        auto gates = [&](int64_t u) {
+          int64_t b0, b1;
+          rows_of(u, &b0, &b1);
+          for (int64_t b = b0; b < b1; ++b) {
+            if (s >= len[b]) continue;
+            const int64_t ts = reverse ? len[b] - 1 - s : s;
+            const float* xg = xw.data() + (ts * B + b) * N;
+            const float* hg = hr.data() + b * N;
+            float* hb = h.data() + b * H;
+            float* cb = c.data() + b * H;
+            if (p.ort) {
+              rows.lstm_row(hg, neg_zero.data(), bp, peep, p.clip, p.input_forget, H, cb, hb);
+            } else {
+              rows.onnx_lstm_row(hg, xg, bp, peep, p.clip, p.input_forget, H, cb, hb);
+            }
+            std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
+            if (s + 1 == len[b]) {
+              std::memcpy(yh + b * H, hb, sizeof(float) * H);
+              std::memcpy(yc + b * H, cb, sizeof(float) * H);
+            }
+          }
+        };
+        team.phase(row_units, gates);
+        continue;
+      }
+      // GRU: z and r of every active row first ((RNN6)); r ⊙ h feeds the h gate's product
+      // without linear_before_reset ((RNN7)).
+      auto zr_rows = [&](int64_t u) {
+        int64_t b0, b1;
+        rows_of(u, &b0, &b1);
+        for (int64_t b = b0; b < b1; ++b) {
+          if (s >= len[b]) continue;
+          const int64_t ts = reverse ? len[b] - 1 - s : s;
+          const float* xg = xw.data() + (ts * B + b) * N;
+          const float* hg = hr.data() + b * N;
+          rows.onnx_gru_zr(xg, hg, bp, p.clip, 2 * H, zr_all.data() + b * 2 * H);
+          if (!lbr) {
+            const float* r = zr_all.data() + b * 2 * H + H;
+            const float* hb = h.data() + b * H;
+            for (int64_t j = 0; j < H; ++j) rh[b * H + j] = r[j] * hb[j];
+          }
         }
+      };
+      team.phase(row_units, zr_rows);
+      if (!lbr) {  // (RNN1): (r ⊙ h)·Rhᵀ
+        auto product_h = [&](int64_t u) {
+          int64_t c0, c1;
+          col_range(H, nh, u, &c0, &c1);
+          if (c0 < c1) gemm(rh.data(), H, p.r_h[d] + c0 * H, H, c1 - c0, hrh.data() + c0, H, B);
+        };
+        team.phase(nh, product_h);
       }
-      continue;
+      auto h_rows = [&](int64_t u) {
+        int64_t b0, b1;
+        rows_of(u, &b0, &b1);
+        for (int64_t b = b0; b < b1; ++b) {
+          if (s >= len[b]) continue;
+          const int64_t ts = reverse ? len[b] - 1 - s : s;
+          const float* xg = xw.data() + (ts * B + b) * N + 2 * H;
+          const float* z = zr_all.data() + b * 2 * H;
+          const float* r = z + H;
+          float* hb = h.data() + b * H;
+          // (RNN8) with linear_before_reset, else (RNN7); then (RNN9)
+          const float* hr_h = lbr ? hr.data() + b * N + 2 * H : hrh.data() + b * H;
+          rows.onnx_gru_h(xg, hr_h, bp && lbr ? rb_h.data() : nullptr, r, z, bp ? bp + 2 * H : nullptr, p.clip, lbr, H,
+                          hb);
+          std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
+          if (s + 1 == len[b]) std::memcpy(yh + b * H, hb, sizeof(float) * H);
+        }
+      };
+      team.phase(row_units, h_rows);
     }
-    // GRU: z and r of every active row first ((RNN6)); r ⊙ h feeds the h gate's product
-    // without linear_before_reset ((RNN7)).
-    for (int64_t b = 0; b < B; ++b) {
-      if (s >= len[b]) continue;
-      const int64_t ts = reverse ? len[b] - 1 - s : s;
-      const float* xg = xw.data() + (ts * B + b) * N;
-      const float* hg = hr.data() + b * N;
-      rows.onnx_gru_zr(xg, hg, bp, p.clip, 2 * H, zr_all.data() + b * 2 * H);
-      if (!lbr) {
-        const float* r = zr_all.data() + b * 2 * H + H;
-        const float* hb = h.data() + b * H;
-        for (int64_t j = 0; j < H; ++j) rh[b * H + j] = r[j] * hb[j];
-      }
-    }
-    if (!lbr) gemm(rh.data(), H, p.r_h[d], H, H, hrh.data(), H, B);  // (RNN1): (r ⊙ h)·Rhᵀ
-    for (int64_t b = 0; b < B; ++b) {
-      if (s >= len[b]) continue;
-      const int64_t ts = reverse ? len[b] - 1 - s : s;
-      const float* xg = xw.data() + (ts * B + b) * N + 2 * H;
-      const float* z = zr_all.data() + b * 2 * H;
-      const float* r = z + H;
-      float* hb = h.data() + b * H;
-      // (RNN8) with linear_before_reset, else (RNN7); then (RNN9)
-      const float* hr_h = lbr ? hr.data() + b * N + 2 * H : hrh.data() + b * H;
-      rows.onnx_gru_h(xg, hr_h, bp && lbr ? rb_h.data() : nullptr, r, z, bp ? bp + 2 * H : nullptr, p.clip, lbr, H, hb);
-      std::memcpy(p.y + ((ts * D + d) * B + b) * H, hb, sizeof(float) * H);
-      if (s + 1 == len[b]) std::memcpy(yh + b * H, hb, sizeof(float) * H);
-    }
-  }
+  });
 }
 
 }  // namespace
@@ -316,6 +488,33 @@ void lstm_gates(const float* gates, const float* c, float* h_out, float* c_out, 
     tanh(cn, t, H);
     float* hn = h_out + b * H;
     for (int64_t j = 0; j < H; ++j) hn[j] = o[j] * t[j];
+  }
+}
+
+void gru_gates(const float* gx, const float* gh, const float* h, float* h_out, int64_t B, int64_t H, const int order[3],
+               Isa isa) {
+  const float_ops::Kernels& fk = float_ops::kernels_for(isa);
+  const float_ops::UnaryRunFn sigmoid = fk.unary[static_cast<int>(float_ops::UnaryOp::kSigmoid)];
+  const float_ops::UnaryRunFn tanh = fk.unary[static_cast<int>(float_ops::UnaryOp::kTanh)];
+  std::vector<float> act(static_cast<size_t>(4 * H));
+  float* a = act.data();
+  float* r = a + H;
+  float* z = r + H;
+  float* n = z + H;
+  for (int64_t b = 0; b < B; ++b) {
+    const float* x = gx + b * 3 * H;
+    const float* y = gh + b * 3 * H;
+    const float *xr = x + order[0] * H, *xz = x + order[1] * H, *xn = x + order[2] * H;
+    const float *yr = y + order[0] * H, *yz = y + order[1] * H, *yn = y + order[2] * H;
+    for (int64_t j = 0; j < H; ++j) a[j] = yr[j] + xr[j];  // (GG1)
+    sigmoid(a, r, H);
+    for (int64_t j = 0; j < H; ++j) a[j] = yz[j] + xz[j];
+    sigmoid(a, z, H);
+    for (int64_t j = 0; j < H; ++j) a[j] = xn[j] + r[j] * yn[j];  // (GG2), no contraction
+    tanh(a, n, H);
+    const float* hb = h + b * H;
+    float* ho = h_out + b * H;
+    for (int64_t j = 0; j < H; ++j) ho[j] = (hb[j] - n[j]) * z[j] + n[j];  // (GG3)
   }
 }
 

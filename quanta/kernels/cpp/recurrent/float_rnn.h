@@ -20,8 +20,10 @@
 //
 // Threads: a bidirectional node with num_threads >= 2 runs its directions on two pool
 // threads; otherwise a direction's input projection (X·Wᵀ of every step, at least
-// kSplitMacs multiply-adds) splits its rows over num_threads, and the recurrence runs on
-// one thread. Each output is computed by the same instructions whichever thread runs it.
+// kSplitMacs multiply-adds) splits its rows over num_threads, and a recurrence step of
+// kTeamMacs or more runs on two threads (float_rnn.cc StepTeam: the step's products by
+// column panels, its gates by rows; OrtGRU's recurrence on one). Each output is computed
+// by the same instructions whichever thread runs it.
 #pragma once
 
 #include <cstdint>
@@ -91,6 +93,15 @@ void float_rnn(const FloatRnnParams& p);
 //   c' = f32(f32(f · c) + f32(i · g)),  h' = f32(o · tanh(c'))
 void lstm_gates(const float* gates, const float* c, float* h_out, float* c_out, int64_t B, int64_t H,
                 const int order[4], Isa isa);
+
+// quanta::GRUGates (reference/rnn.py gru_gates, docs/float-ops.md (GG1)-(GG3)): the
+// elementwise half of an exported GRU cell (torch's GRUCell). gx, gh [B, 3H] (row stride
+// 3H) the input's and the state's products, chunk order[k] holding gate k of (r, z, n) in
+// both; h [B, H] -> h_out [B, H]:
+//   r = σ(f32(gh_r + gx_r)),  z = σ(f32(gh_z + gx_z)),  n = tanh(f32(gx_n + f32(r · gh_n)))
+//   h' = f32(f32(f32(h − n) · z) + n)                   (sigmoid_f32, tanh_f32 of the ISA)
+void gru_gates(const float* gx, const float* gh, const float* h, float* h_out, int64_t B, int64_t H, const int order[3],
+               Isa isa);
 
 }  // namespace recurrent
 }  // namespace quanta

@@ -161,14 +161,19 @@ void seq_rows2_panel(const float* a, int64_t lda, const float* w, int64_t K, flo
 // variables, not an array: GCC keeps a 1 KB array of vectors in registers but also stores
 // it to the stack on every k step (the 4-row array block this replaces ran 5-10x slower;
 // sgemm's tiles had the same problem).
+//
+// Six rows (R = 6: 24 accumulators, 4 weight vectors: AVX-512's 32 registers) read each
+// weight vector once for six rows: a batch-6 recurrence (Resemblyzer's LSTMs, H = 256)
+// ran four rows here and two over the whole panel (seq_rows2_panel), three passes over
+// each 128 KB panel a step, out of L1.
 template <class T, int NV, int R>
 void seq_rows(const float* a, int64_t lda, const float* w, int64_t K, float* y, int64_t ldy, int64_t ncols) {
-  static_assert(R == 2 || R == 4, "seq_rows: two or four rows");
+  static_assert(R == 2 || R == 4 || R == 6, "seq_rows: two, four or six rows");
   constexpr int L = T::kLanes;
   using V = typename T::V;
   const typename T::M m0 = T::tail(ncols), m1 = T::tail(ncols - L), m2 = T::tail(ncols - 2 * L),
                       m3 = T::tail(ncols - 3 * L);
-#define QUANTA_SEQ_ROWS(X) X(0) X(1) X(2) X(3)
+#define QUANTA_SEQ_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define DECL(r) V c##r##0 = T::zero(), c##r##1 = T::zero(), c##r##2 = T::zero(), c##r##3 = T::zero();
   QUANTA_SEQ_ROWS(DECL)
 #undef DECL
@@ -240,6 +245,11 @@ void seq_gemm_simd(const float* a, int64_t lda, const float* w, int64_t K, int64
     // time streams at the cache's speed.
     int64_t m0 = 0;
     if (kRows4) {
+      for (; m0 + 6 <= M; m0 += 6)
+        for (int64_t n0 = 0; n0 < np; n0 += 4 * T::kLanes)
+          by_vectors(np - n0, T::kLanes, [&](auto nv) {
+            seq_rows<T, decltype(nv)::value, 6>(a + m0 * lda, lda, wp + n0, K, y + m0 * ldy + p0 + n0, ldy, np - n0);
+          });
       for (; m0 + 4 <= M; m0 += 4)
         for (int64_t n0 = 0; n0 < np; n0 += 4 * T::kLanes)
           by_vectors(np - n0, T::kLanes, [&](auto nv) {
