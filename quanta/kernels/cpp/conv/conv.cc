@@ -455,8 +455,10 @@ void QConv::plan_depthwise_nhwc(const Geometry& geo, Plan& pl) const {
   // kDwFlatBandRows of them per extra row (the extra preparation at most an eighth) and
   // the bands of an image are a multiple of the threads (whole home ranges: 3 bands on
   // 2 threads run as 2 + 1); up to kUnitsPerThread a thread. With 4-row bands on 2
-  // threads, EfficientNet-Lite0's 5x5 28x28 layer did 1.41x the work of one band, its
-  // 3x3 56x56 and 5x5 14x14 layers 1.2-1.27x (the 2-thread plans run on one thread).
+  // threads, EfficientNet-Lite0's 5x5 28x28 layer did 1.24-1.41x the work of one band,
+  // its 3x3 14x14 layers 1.14-1.23x (the 2-thread plans run on one thread); with these
+  // bands 1.03-1.20x and 1.02-1.06x. Two bands of a 14-row 5x5 layer still prepare 22
+  // rows for 18 (1.12-1.27x): only a split along the row would remove that.
   const int64_t taps = geo.kh * geo.kw;
   pl.units = geo.N * geo.OH;
   if (dw_.nhwc_flat) {
