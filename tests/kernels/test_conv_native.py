@@ -1095,6 +1095,43 @@ def test_depthwise_flat_rows_strips_bands_and_wide_kernels(c, hw, k, strides, di
             )
 
 
+@pytest.mark.parametrize(
+    ("n", "c", "hw", "k", "dilations", "pads"),
+    [
+        # tall images: bands of at least 8 rows per row prepared twice (conv.cc
+        # kDwFlatBandRows), a multiple of the threads per image: 3x3 at 70 rows (2 threads:
+        # 4 bands of 18 and a short last one; 3 threads: 3), 5x5 at 45 rows (one band a
+        # thread), dilation 2 (16 rows a band), and batches of 3 images (a band or more
+        # each, by the threads over the images)
+        (1, 17, (70, 9), (3, 3), (1, 1), (1, 1, 1, 1)),
+        (1, 24, (45, 11), (5, 5), (1, 1), (2, 2, 2, 2)),
+        (1, 7, (61, 13), (3, 3), (2, 2), (2, 2, 2, 2)),
+        (3, 40, (37, 5), (5, 5), (1, 1), (2, 2, 2, 2)),
+    ],
+)
+def test_depthwise_flat_rows_band_count_any_thread_count(n, c, hw, k, dilations, pads):
+    # Failure signature: a row left out or computed twice where two bands meet, or a band
+    # of another image, at a thread count whose band split this geometry has not had.
+    rng = np.random.default_rng(n * 100 + c)
+    case = random_case(
+        rng, (n, c, *hw), (c, 1, *k), group=c, strides=[1, 1], dilations=list(dilations), pads=list(pads)
+    )
+    want = to_nhwc(twin_integer(case))
+    x = to_nhwc(case.x)
+    for isa in ISAS:
+        conv = make_conv(case, isa)
+        if isa == "avx512vnni":
+            assert conv.kernel_channels_last.startswith("qconv_dwc_flat_") == flat_expected(c, 1)
+        for threads in (1, 2, 3, 4, 7):
+            got = conv.integer(x, case.zx, num_threads=threads, channels_last=True)
+            assert_bitexact(
+                np.moveaxis(want, -1, 1),
+                np.moveaxis(got, -1, 1),
+                case,
+                f"integer channels_last {conv.kernel_channels_last} threads={threads}",
+            )
+
+
 def test_depthwise_flat_rows_weight_zero_point_outside_int8():
     # w − zw does not fit int8: the flat kernel keeps w' and subtracts zw'·Σx' per element,
     # the zw table cycling with the weight blocks (C = 48: 3 blocks of 64 entries)

@@ -62,6 +62,9 @@ def test_solo_period_ends_and_backoff_switches_off(backoff_reset: None) -> None:
     np.testing.assert_array_equal(got, want)
     assert after["jobs"] > before["jobs"]
     assert after["solo_jobs"] == before["solo_jobs"]
+    # the caller ran chunks of its own (a worker counts its chunks and their time after
+    # the job is done, which may be after qgemm returned: not asserted)
+    assert after["caller_work_ns"] > before["caller_work_ns"]
 
 
 def test_pool_stats_keys() -> None:
@@ -76,6 +79,9 @@ def test_pool_stats_keys() -> None:
         "publish_ns",
         "wait_ns",
         "colocated",
+        "caller_work_ns",
+        "worker_work_ns",
+        "worker_spin_ns",
     }
     assert all(isinstance(v, int) and v >= 0 for v in stats.values())
 

@@ -678,6 +678,9 @@ void register_qgemm(py::module_& m) {
         d["publish_ns"] = st.publish_ns;
         d["wait_ns"] = st.wait_ns;
         d["colocated"] = st.colocated;
+        d["caller_work_ns"] = st.caller_work_ns;
+        d["worker_work_ns"] = st.worker_work_ns;
+        d["worker_spin_ns"] = st.worker_spin_ns;
         return d;
       },
       "The pool's counters: parallel jobs, jobs run on the caller alone by the contention "

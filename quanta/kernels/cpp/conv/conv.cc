@@ -22,6 +22,7 @@ namespace conv {
 namespace {
 
 constexpr int64_t kUnitsPerThread = 4;  // a few work items per thread: a late thread costs little
+constexpr int64_t kDwFlatBandRows = 8;  // flat depthwise: rows of a band per row it prepares twice
 // NCHW depthwise planes of at most this many output pixels (stride 1) run through the
 // channels_last kernel between two transposes: the per-plane work of the NCHW kernel is
 // too short there (measured, 1 thread: 960 ch at 7x7 0.067 -> 0.026 ms, 128 at 28x28
@@ -448,15 +449,33 @@ void QConv::plan_depthwise(const Geometry& geo, Plan& pl) const {
 void QConv::plan_depthwise_nhwc(const Geometry& geo, Plan& pl) const {
   // units = output rows (n, oy); each builds its row's tap pointers, then one kernel call.
   // Flat rows: units = bands of dw_rows_per_unit rows (n, oy0 .. oy1), one kernel call
-  // each, which prepares each x row of the band once per strip (kernels.h): bands of at
-  // least 4 rows (a band prepares kh − 1 rows more than it has), else a few per thread.
+  // each, which prepares each x row of the band once per strip (kernels.h). A band
+  // prepares (kh − 1)·dh x rows beyond its own, and preparing a row costs about as much
+  // as the taps of an output row (5x5: half the layer's time), so a band has at least
+  // kDwFlatBandRows of them per extra row (the extra preparation at most an eighth) and
+  // the bands of an image are a multiple of the threads (whole home ranges: 3 bands on
+  // 2 threads run as 2 + 1); up to kUnitsPerThread a thread. With 4-row bands on 2
+  // threads, EfficientNet-Lite0's 5x5 28x28 layer did 1.24-1.41x the work of one band,
+  // its 3x3 14x14 layers 1.14-1.23x (the 2-thread plans run on one thread); with these
+  // bands 1.03-1.20x and 1.02-1.06x. Two bands of a 14-row 5x5 layer still prepare 22
+  // rows for 18 (1.12-1.27x): only a split along the row would remove that.
   const int64_t taps = geo.kh * geo.kw;
   pl.units = geo.N * geo.OH;
   if (dw_.nhwc_flat) {
     // (a batch of no image, or no output row, still gets one band: nothing to divide by)
-    const int64_t want =
-        std::max<int64_t>(1, div_up(int64_t{pl.threads} * kUnitsPerThread, std::max<int64_t>(1, geo.N)));
-    const int64_t bands = pl.threads == 1 ? 1 : std::max<int64_t>(1, std::min(want, div_up(geo.OH, 4)));
+    int64_t bands = 1;
+    if (pl.threads > 1) {
+      const int64_t min_rows = std::max<int64_t>(4, kDwFlatBandRows * (geo.kh - 1) * geo.dh);
+      const int64_t per_image = std::max<int64_t>(1, div_up(int64_t{pl.threads}, std::max<int64_t>(1, geo.N)));
+      // per_image bands a step, while every band keeps min_rows rows and a thread gets
+      // at most kUnitsPerThread bands in all
+      bands = per_image;
+      while (bands + per_image <= geo.OH && geo.OH / (bands + per_image) >= min_rows &&
+             (bands + per_image) * std::max<int64_t>(1, geo.N) <= int64_t{pl.threads} * kUnitsPerThread) {
+        bands += per_image;
+      }
+      bands = std::min(bands, std::max<int64_t>(1, geo.OH));
+    }
     pl.dw_rows_per_unit = std::max<int64_t>(1, div_up(geo.OH, bands));
     pl.dw_row_blocks = div_up(geo.OH, pl.dw_rows_per_unit);
     pl.units = geo.N * pl.dw_row_blocks;

@@ -140,6 +140,7 @@ class Pool {
     const int64_t t0 = now_ns();
     const int64_t own = work(gen, n_chunks, fn, ctx, 0);
     const int64_t t1 = now_ns();
+    caller_work_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
     if (!spin_until([&] { return done_.load(std::memory_order_acquire) == n_chunks; }, kCallerSpin)) {
       std::unique_lock<std::mutex> lk(mu_);
       done_cv_.wait(lk, [&] { return done_.load(std::memory_order_acquire) == n_chunks; });
@@ -215,6 +216,7 @@ class Pool {
         const uint32_t rest = rest_.load(std::memory_order_acquire);
         const int caller_cpu = caller_cpu_.load(std::memory_order_relaxed);
         bool preempted = false;
+        const int64_t s0 = now_ns();
         // A worker that finds itself on the caller's CPU stops spinning: there it only
         // takes time slices from the caller (see step_off).
         spin_until(
@@ -224,6 +226,7 @@ class Pool {
                      (nudge_ && caller_cpu >= 0 && sched_getcpu() == caller_cpu);
             },
             kWorkerSpin, &preempted);
+        worker_spin_ns_.fetch_add(now_ns() - s0, std::memory_order_relaxed);
         if (preempted) note_preempted();
         lk.lock();
       }
@@ -239,7 +242,9 @@ class Pool {
         colocated_.fetch_add(1, std::memory_order_relaxed);
         if (nudge_) step_off(caller_cpu);
       }
+      const int64_t w0 = now_ns();
       worker_chunks_.fetch_add(work(seen, n, fn, ctx, index), std::memory_order_relaxed);
+      worker_work_ns_.fetch_add(now_ns() - w0, std::memory_order_relaxed);
       lk.lock();
     }
   }
@@ -285,6 +290,7 @@ class Pool {
   std::atomic<bool> backoff_enabled_{true};
   std::atomic<int64_t> jobs_{0}, solo_jobs_{0}, backoffs_{0}, preemptions_{0};
   std::atomic<int64_t> caller_chunks_{0}, worker_chunks_{0}, publish_ns_{0}, wait_ns_{0}, colocated_{0};
+  std::atomic<int64_t> caller_work_ns_{0}, worker_work_ns_{0}, worker_spin_ns_{0};
   std::atomic<int> caller_cpu_{-1};                   // the CPU the caller published the last job from
   const bool nudge_ = env_flag("QUANTA_POOL_NUDGE");  // see step_off
   std::mutex backoff_mu_;                             // level_ and last_signal_
@@ -340,9 +346,10 @@ void pool_rest() {
 PoolStats pool_stats() {
   Pool& p = pool();
   constexpr auto r = std::memory_order_relaxed;
-  return PoolStats{p.jobs_.load(r),        p.solo_jobs_.load(r),     p.backoffs_.load(r),
-                   p.preemptions_.load(r), p.caller_chunks_.load(r), p.worker_chunks_.load(r),
-                   p.publish_ns_.load(r),  p.wait_ns_.load(r),       p.colocated_.load(r)};
+  return PoolStats{p.jobs_.load(r),           p.solo_jobs_.load(r),      p.backoffs_.load(r),
+                   p.preemptions_.load(r),    p.caller_chunks_.load(r),  p.worker_chunks_.load(r),
+                   p.publish_ns_.load(r),     p.wait_ns_.load(r),        p.colocated_.load(r),
+                   p.caller_work_ns_.load(r), p.worker_work_ns_.load(r), p.worker_spin_ns_.load(r)};
 }
 
 void pool_set_backoff(bool enabled) {

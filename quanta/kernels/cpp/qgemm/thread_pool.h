@@ -46,6 +46,9 @@ void pool_rest();
 struct PoolStats {
   int64_t jobs, solo_jobs, backoffs, preemptions;
   int64_t caller_chunks, worker_chunks, publish_ns, wait_ns, colocated;
+  // ns the caller spent in its own chunks, the workers in theirs, and the workers spinning
+  // for the next job (the CPU a parallel session spends beyond its work).
+  int64_t caller_work_ns, worker_work_ns, worker_spin_ns;
 };
 PoolStats pool_stats();
 // Turns the back-off on or off; it starts on unless the environment has
