@@ -619,8 +619,10 @@ def load(model: str | os.PathLike | bytes | onnx.ModelProto, *, infer_shapes: bo
     proto, path, notes = _load_proto(model)
     where = path or "model"
     if infer_shapes:
+        from quanta.ir.stand_ins import infer_through  # through com.microsoft Q / DQ and LSTM
+
         try:
-            proto = infer_light(proto, strict_mode=False, data_prop=True)
+            proto = infer_through(proto, strict_mode=False, data_prop=True)
         except Exception:  # a model whose shapes cannot be inferred still loads
             pass
     m = from_proto(proto, where)
